@@ -1,0 +1,84 @@
+"""What a kernel computes: the GEMM problem statement, independent of any schedule.
+
+``C[M,N] = act(A[M,K] @ B[K,N] + bias[N])`` with FP32 accumulation.  ``trans_a`` means A is stored
+as ``[K,M]`` row-major (i.e. column-major A); ``trans_b`` means B is stored as ``[N,K]`` row-major.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+# Input "dtype" names the tensor-core mode; storage is what lives in memory.
+DTYPES = {
+    # name: (storage dtype, bytes per element, default output storage)
+    "tf32": ("f32", 4, "f32"),   # FP32 storage, TF32 tensor cores, round-to-nearest (cvt.rna)
+    "bf16": ("bf16", 2, "bf16"),
+    "fp16": ("f16", 2, "f16"),
+}
+OUT_DTYPES = ("f32", "bf16", "f16")
+ACTIVATIONS = ("none", "relu", "gelu", "silu")
+
+
+class ProblemError(ValueError):
+    """A problem statement that no kernel can compute (bad shape, dtype, epilogue)."""
+
+
+@dataclass(frozen=True)
+class GemmProblem:
+    M: int
+    N: int
+    K: int
+    dtype: str = "tf32"
+    trans_a: bool = False
+    trans_b: bool = False
+    bias: bool = False
+    activation: str = "none"
+    out_dtype: str | None = None  # None: same storage as the inputs (torch.matmul's rule)
+
+    def __post_init__(self):
+        for name in ("M", "N", "K"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ProblemError(f"GEMM dimension {name} must be a positive integer, got {v!r}")
+        if self.dtype not in DTYPES:
+            raise ProblemError(f"unsupported dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
+        if self.activation not in ACTIVATIONS:
+            raise ProblemError(f"unsupported activation {self.activation!r}; choose one of {', '.join(ACTIVATIONS)}")
+        if self.out_dtype is None:
+            object.__setattr__(self, "out_dtype", DTYPES[self.dtype][2])
+        if self.out_dtype not in OUT_DTYPES:
+            raise ProblemError(f"unsupported output dtype {self.out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
+
+    @property
+    def storage(self) -> str:
+        """Element type of A and B in memory: 'f32', 'bf16' or 'f16'."""
+        return DTYPES[self.dtype][0]
+
+    @property
+    def in_bytes(self) -> int:
+        return DTYPES[self.dtype][1]
+
+    @property
+    def out_bytes(self) -> int:
+        return 4 if self.out_dtype == "f32" else 2
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.M * self.N * self.K
+
+    @property
+    def min_bytes(self) -> int:
+        """Compulsory DRAM traffic: read A and B once, write C once (bias is negligible)."""
+        return (self.M * self.K + self.K * self.N) * self.in_bytes + self.M * self.N * self.out_bytes
+
+    def describe(self) -> str:
+        t = ("T" if self.trans_a else "N") + ("T" if self.trans_b else "N")
+        epi = []
+        if self.bias:
+            epi.append("bias")
+        if self.activation != "none":
+            epi.append(self.activation)
+        return (f"gemm {self.M}x{self.N}x{self.K} {self.dtype} {t}"
+                + (f" +{'+'.join(epi)}" if epi else "") + f" -> {self.out_dtype}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
