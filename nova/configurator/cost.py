@@ -1,0 +1,79 @@
+"""Closed-form performance model of a GEMM schedule: time per resource, the bound, the floor.
+
+time = max(t_tensor, t_smem, t_l2, t_dram) + t_fill + t_launch, where
+  t_tensor = waves x (one tile's MMA work on an SM shared by ``blocks_per_sm`` blocks)
+  t_smem   = fragment bytes read from shared memory / shared-memory bandwidth (scaled by waves)
+  t_l2     = bytes the blocks stream from L2 / L2 bandwidth
+  t_dram   = DRAM bytes (A once, B once per group-M row group unless it fits L2, C once) / DRAM bandwidth
+  t_fill   = one memory latency per wave (the pipeline prologue)
+The roofline floor is max(FLOPs / best tensor peak, compulsory bytes / DRAM bandwidth); every
+prediction is at or above it because each term only adds to its roofline counterpart.
+"""
+from __future__ import annotations
+
+from nova.configurator.problem import GemmProblem
+from nova.configurator.schedule import Prediction, Schedule
+from nova.hwmodel.formula import Formula
+from nova.hwmodel.model import GPUModel
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+K_SLICE = Formula("k_slice", "ceil(ceil(K / split_k) / block_k) * block_k")
+WAVES = Formula("waves", "ceil(tiles * split_k / (sm_count * blocks_per_sm))")
+T_TILE = Formula("t_tile", "2 * block_m * block_n * k_slice * blocks_per_sm / (tc_flops_per_clk_sm * clock_hz)")
+T_TENSOR = Formula("t_tensor", "waves * t_tile")
+WARP_INTENSITY = Formula("I_warp", "2 * warp_m * warp_n / ((warp_m + warp_n) * elem_bytes)")
+BLOCK_INTENSITY = Formula("I_block", "2 * block_m * block_n / ((block_m + block_n) * elem_bytes)")
+T_SMEM = Formula("t_smem", "waves * t_tile * tc_flops_per_clk_sm / (I_warp * smem_bytes_per_clk_sm)")
+L2_BYTES = Formula("l2_bytes", "tiles * split_k * (block_m + block_n) * k_slice * elem_bytes")
+DRAM_BYTES = Formula("dram_bytes", "a_bytes + b_bytes * b_refetch + c_bytes * (2 * split_k - 1)")
+FLOOR = Formula("floor", "Max(flops / peak_flops, min_bytes / dram_bw)")
+
+
+def tiles_of(problem: GemmProblem, block_m: int, block_n: int) -> int:
+    return cdiv(problem.M, block_m) * cdiv(problem.N, block_n)
+
+
+def roofline_floor_s(problem: GemmProblem, gpu: GPUModel) -> float:
+    return FLOOR(flops=problem.flops, peak_flops=gpu.peak_flops(problem.dtype),
+                 min_bytes=problem.min_bytes, dram_bw=gpu.dram_bw)
+
+
+def b_refetch(problem: GemmProblem, s: Schedule, gpu: GPUModel) -> int:
+    """How often B is read from DRAM: once if it fits in half the L2, else once per row group."""
+    b_bytes = problem.K * problem.N * problem.in_bytes
+    if b_bytes <= gpu.l2_bytes / 2:
+        return 1
+    return cdiv(cdiv(problem.M, s.block_m), max(1, s.group_m))
+
+
+def predict(problem: GemmProblem, s: Schedule, gpu: GPUModel) -> Prediction:
+    rate = gpu.tc_flops_per_clk_sm(s.mma.family, problem.dtype)
+    tiles = tiles_of(problem, s.block_m, s.block_n)
+    k_slice = K_SLICE(K=problem.K, split_k=s.split_k, block_k=s.block_k)
+    waves = WAVES(tiles=tiles, split_k=s.split_k, sm_count=gpu.sm_count, blocks_per_sm=s.blocks_per_sm)
+    t_tile = T_TILE(block_m=s.block_m, block_n=s.block_n, k_slice=k_slice, blocks_per_sm=s.blocks_per_sm,
+                    tc_flops_per_clk_sm=rate, clock_hz=gpu.clock_hz)
+    t_tensor = T_TENSOR(waves=waves, t_tile=t_tile)
+    i_warp = WARP_INTENSITY(warp_m=s.warp_tile_m, warp_n=s.warp_tile_n, elem_bytes=problem.in_bytes)
+    t_smem = T_SMEM(waves=waves, t_tile=t_tile, tc_flops_per_clk_sm=rate, I_warp=i_warp,
+                    smem_bytes_per_clk_sm=gpu.smem_bytes_per_clk_sm)
+    t_l2 = L2_BYTES(tiles=tiles, split_k=s.split_k, block_m=s.block_m, block_n=s.block_n, k_slice=k_slice,
+                    elem_bytes=problem.in_bytes) / gpu.l2_bw
+    dram = DRAM_BYTES(a_bytes=problem.M * problem.K * problem.in_bytes, b_bytes=problem.K * problem.N * problem.in_bytes,
+                      b_refetch=b_refetch(problem, s, gpu), c_bytes=problem.M * problem.N * problem.out_bytes,
+                      split_k=s.split_k)
+    t_dram = dram / gpu.dram_bw
+    t_fill = waves * gpu.mem_latency_ns * 1e-9
+    t_launch = gpu.launch_overhead_us * 1e-6 * (2 if s.split_k > 1 else 1)   # split-K adds the C memset
+    terms = {"tensor-core": t_tensor, "smem": t_smem, "l2": t_l2, "dram": t_dram}
+    bound = max(terms, key=terms.get)
+    total = terms[bound] + t_fill + t_launch
+    if t_launch > terms[bound]:
+        bound = "launch"
+    floor = roofline_floor_s(problem, gpu)
+    return Prediction(time_us=total * 1e6, tflops=problem.flops / total / 1e12, bound=bound,
+                      floor_us=floor * 1e6,
+                      terms_us={k: v * 1e6 for k, v in {**terms, "fill": t_fill, "launch": t_launch}.items()})

@@ -1,0 +1,339 @@
+"""The Analytic Configurator for GEMM: every schedule decision in closed form, with its reason.
+
+Order of decisions (each one a ``Step`` in the derivation):
+ 1. instruction      tensor-core family and shape for the dtype on this target
+ 2. balances         machine balance (FLOP/B) of shared memory, L2 and DRAM
+ 3. warp tile        largest accumulator tile the register budget allows; checked against smem balance
+ 4. block tile       warp grid so the block's L2 intensity clears the L2 balance, clamped to the problem
+ 5. waves            shrink the block tile while the output tiles cannot fill every SM slot
+ 6. block_k          one 128-byte line per tile row per stage
+ 7. occupancy        blocks per SM from registers, threads and shared memory
+ 8. stages           Little's law: bytes in flight = latency x consumption rate, within shared memory
+ 9. split-K          when the tiles still fill less than half the machine and K is long
+10. rasterization    group-M so one wave's A and B panels have the smallest L2 footprint
+11. vectors, padding 16-byte copies when rows allow; row padding that makes fragment loads conflict-free
+12. prediction       the cost model (``cost.py``)
+No search and no measurement: the same inputs always give the same schedule.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from nova.configurator.cost import BLOCK_INTENSITY, WARP_INTENSITY, cdiv, predict, tiles_of
+from nova.configurator.derivation import Derivation, NullDerivation
+from nova.configurator.problem import GemmProblem
+from nova.configurator.schedule import MmaInstr, Prediction, Schedule, Step
+from nova.hwmodel import GPUModel, get_target
+from nova.hwmodel.formula import Formula
+
+
+class ScheduleError(RuntimeError):
+    """The configurator produced a schedule that violates a hardware limit (a Nova bug)."""
+
+
+@dataclass(frozen=True)
+class Config:
+    problem: GemmProblem
+    target: GPUModel
+    schedule: Schedule
+    prediction: Prediction
+    derivation: tuple[Step, ...]
+    config_time_ms: float = field(default=0.0, compare=False)
+
+    def to_dict(self) -> dict:
+        s = self.schedule
+        sched = s.to_dict()
+        sched.update(warps=s.warps, threads_per_block=s.threads_per_block, warp_tile_m=s.warp_tile_m,
+                     warp_tile_n=s.warp_tile_n, grid=list(s.grid(self.problem.M, self.problem.N)),
+                     mma=str(s.mma), mma_instr=s.mma.__dict__ | {})
+        return {"op": "matmul", "M": self.problem.M, "N": self.problem.N, "K": self.problem.K,
+                "dtype": self.problem.dtype, "target": self.target.name, "arch": self.target.arch,
+                "problem": self.problem.to_dict(), "schedule": sched, "prediction": self.prediction.to_dict(),
+                "derivation": [st.to_dict() for st in self.derivation], "config_time_ms": self.config_time_ms}
+
+
+# ---- formulas (each shown in the derivation) ------------------------------------------------
+SMEM_BALANCE = Formula("B_smem", "tc_flops_per_clk_sm / smem_bytes_per_clk_sm")
+L2_BALANCE = Formula("B_l2", "peak_flops / l2_bw")
+DRAM_BALANCE = Formula("B_dram", "peak_flops / dram_bw")
+ACC_BUDGET = Formula("acc_regs", "ceil(max_regs_per_thread / 2)")
+WARP_TILE_MAX = Formula("W_max", "2**floor(log(sqrt(32 * acc_regs), 2))")
+WARP_TILE_MIN = Formula("W_min", "elem_bytes * B_smem")
+BLOCK_SIDE_MIN = Formula("T_min", "elem_bytes * B_l2")
+SLOTS = Formula("slots", "sm_count * blocks_per_sm")
+TILES = Formula("tiles", "ceil(M / block_m) * ceil(N / block_n)")
+BLOCK_K = Formula("block_k", "line_bytes / elem_bytes")
+REGS = Formula("regs", "acc_regs + frag_a_regs * mma_tiles_m + frag_b_regs * mma_tiles_n + overhead_regs")
+BPS_REGS = Formula("bps_regs", "floor(regs_per_sm / (warps * ceil(regs * 32 / reg_alloc_unit) * reg_alloc_unit))")
+BPS_THREADS = Formula("bps_threads", "floor(max_threads_per_sm / threads)")
+BPS_SMEM = Formula("bps_smem", "floor(smem_per_sm / (2 * stage_bytes + smem_reserved_per_block))")
+STAGE_BYTES = Formula("stage_bytes", "(block_m * (block_k + pad_a) + block_k * (block_n + pad_b)) * elem_bytes")
+INFLIGHT = Formula("inflight", "mem_latency_ns * 1e-9 * tc_flops_per_clk_sm * clock_hz / I_block")
+STAGES = Formula("stages", "1 + ceil(inflight / (blocks_per_sm * stage_bytes))")
+STAGES_SMEM = Formula("stages_max", "floor((smem_per_sm / blocks_per_sm - smem_reserved_per_block) / stage_bytes)")
+SPLIT_K = Formula("split_k", "Min(floor(slots / tiles), floor(k_iters / 2))")
+GROUP_M = Formula("group_m", "sqrt(Min(slots, tiles) * block_n / block_m)")
+
+LINE_BYTES = 128          # a full L2 cache line per row and stage
+ILP_WARP_MIN = 32         # >= 8 independent m16n8 MMAs per warp per k-step hide the tensor pipe latency [EST]
+OVERHEAD_REGS = 40        # addresses, loop counters, predicates [EST]; ptxas reports the real count
+
+
+def configure(problem: GemmProblem, target: "GPUModel | str" = "rtx3060") -> Config:
+    """Derive the schedule for ``problem`` on ``target``.  Pure and deterministic."""
+    t0 = time.perf_counter()
+    gpu = get_target(target)
+    d = Derivation()
+    p = problem
+    b = p.in_bytes
+
+    # 1. instruction --------------------------------------------------------------------------
+    family = "mma.sync"
+    if not gpu.supports(family, p.dtype):
+        from nova.hwmodel import TargetError
+        raise TargetError(f"{gpu.name} ({gpu.arch}) has no {family} tensor-core path for {p.dtype}")
+    m, n, k = gpu.mma_shapes[family][p.dtype]
+    mma = MmaInstr(family, m, n, k, "f16" if p.dtype == "fp16" else p.dtype)
+    why = f"{p.dtype} on {gpu.arch}: {family} shape m{m}n{k and n}k{k}, FP32 accumulate"
+    if "wgmma" in gpu.features:
+        why += "; wgmma (Hopper) is faster but its code path is not generated yet (issue 4)"
+    d.note("instruction", str(mma), why)
+    rate = gpu.tc_flops_per_clk_sm(family, p.dtype)
+    peak = gpu.peak_flops(p.dtype, family)
+
+    # 2. balances -----------------------------------------------------------------------------
+    b_smem = d.apply("smem balance", SMEM_BALANCE, "FLOP per shared-memory byte the tensor cores need per SM",
+                     tc_flops_per_clk_sm=rate, smem_bytes_per_clk_sm=gpu.smem_bytes_per_clk_sm)
+    b_l2 = d.apply("L2 balance", L2_BALANCE, "FLOP per L2 byte at the tensor-core peak",
+                   peak_flops=peak, l2_bw=gpu.l2_bw)
+    d.apply("DRAM balance", DRAM_BALANCE, "FLOP per DRAM byte at the tensor-core peak (roofline ridge)",
+            peak_flops=peak, dram_bw=gpu.dram_bw)
+
+    # 3. warp tile ----------------------------------------------------------------------------
+    acc_regs = d.apply("accumulator budget", ACC_BUDGET,
+                       "accumulators may use half a thread's registers; fragments and addresses need the rest",
+                       max_regs_per_thread=gpu.max_regs_per_thread)
+    w_max = d.apply("warp tile (registers)", WARP_TILE_MAX,
+                    "largest square power-of-two warp tile whose FP32 accumulators (W*W/32 per lane) fit the budget",
+                    post=int, acc_regs=acc_regs)
+    w_min = d.apply("warp tile (smem)", WARP_TILE_MIN,
+                    f"smallest square warp tile whose smem intensity W/elem_bytes clears B_smem; the larger W_max={w_max} "
+                    "is chosen: more reuse per fragment, and ILP from more independent MMAs",
+                    elem_bytes=b, B_smem=b_smem)
+    warp_m = warp_n = max(w_max, ILP_WARP_MIN)
+    if w_min > w_max:
+        d.note("warp tile limit", w_max, f"registers cap the warp tile below the smem balance ({w_min:.0f}): "
+               "shared memory, not the tensor cores, will bound this kernel")
+
+    # 4. block tile ---------------------------------------------------------------------------
+    t_min = d.apply("block side (L2)", BLOCK_SIDE_MIN,
+                    "square block side whose L2 intensity 2*B*B/(2*B*elem_bytes) = B/elem_bytes clears B_l2",
+                    elem_bytes=b, B_l2=b_l2)
+    warps_m, warps_n = 2, 2                         # 4 warps: one per warp scheduler
+    block_m, block_n = warps_m * warp_m, warps_n * warp_n
+    if block_m < t_min:
+        warps_n = 4
+        block_n = warps_n * warp_n
+    d.note("block tile", f"{block_m}x{block_n}",
+           f"{warps_m}x{warps_n} warps of {warp_m}x{warp_n} (one warp per scheduler at least); "
+           f"block side {min(block_m, block_n)} >= T_min {t_min:.0f}")
+    # clamp to the problem: no tile dimension beyond the next power of two of M or N
+    cm = max(16, 1 << (p.M - 1).bit_length())
+    cn = max(16, 1 << (p.N - 1).bit_length())
+    if cm < block_m or cn < block_n:
+        block_m, block_n = min(block_m, cm), min(block_n, cn)
+        d.note("clamp to problem", f"{block_m}x{block_n}",
+               f"M={p.M}, N={p.N}: tiles no larger than the next power of two of the problem (min 16)")
+
+    block_k = min(int(LINE_BYTES // b), max(k, cdiv(p.K, k) * k))
+
+    # 5. waves: halve the block tile while tiles cannot fill the SM slots and the model gains ----
+    quiet = NullDerivation()
+    best = _plan(p, gpu, mma, block_m, block_n, block_k, warp_m, warp_n, quiet)
+    min_side = max(2 * m, ILP_WARP_MIN)
+    while True:
+        s_cur, pred_cur, tiles, slots = best
+        if tiles >= slots:
+            break
+        options = []
+        if block_n > min_side and cdiv(p.N, block_n // 2) > cdiv(p.N, block_n):
+            options.append((block_m, block_n // 2))
+        if block_m > min_side and cdiv(p.M, block_m // 2) > cdiv(p.M, block_m):
+            options.append((block_m // 2, block_n))
+        if not options:
+            break
+        # halve the larger side first (N on ties: keeps rows of B long for coalescing)
+        options.sort(key=lambda t: (t[0] * t[1], -t[1] if block_n >= block_m else -t[0]))
+        bm, bn = max(options, key=lambda t: (t[1] < block_n) if block_n >= block_m else (t[0] < block_m))
+        cand = _plan(p, gpu, mma, bm, bn, block_k, warp_m, warp_n, quiet)
+        if cand[1].time_us >= pred_cur.time_us:
+            d.note("wave fill", f"keep {block_m}x{block_n}",
+                   f"{tiles} tiles for {slots:.0f} slots, but halving to {bm}x{bn} would not help: model "
+                   f"{cand[1].time_us:.1f} us vs {pred_cur.time_us:.1f} us (lower L2 intensity)")
+            break
+        d.note("wave fill", f"{bm}x{bn}",
+               f"{tiles} tiles cannot fill {slots:.0f} SM slots; halving the larger side -> {cand[2]} tiles, "
+               f"model {pred_cur.time_us:.1f} -> {cand[1].time_us:.1f} us", "tiles < sm_count * blocks_per_sm")
+        block_m, block_n, best = bm, bn, cand
+
+    # 6-11 for the chosen tile, recorded ---------------------------------------------------------
+    schedule, prediction, _, _ = _plan(p, gpu, mma, block_m, block_n, block_k, warp_m, warp_n, d)
+    violations = check_schedule(p, schedule, gpu)
+    if violations:
+        raise ScheduleError(f"configurator produced an illegal schedule for {p.describe()} on {gpu.name}: "
+                            + "; ".join(violations))
+    d.note("prediction", f"{prediction.time_us:.1f} us",
+           f"{prediction.tflops:.1f} TFLOP/s, {prediction.bound}-bound; roofline floor {prediction.floor_us:.1f} us")
+    elapsed = (time.perf_counter() - t0) * 1e3
+    return Config(p, gpu, schedule, prediction, tuple(d.steps), elapsed)
+
+
+def _plan(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_n: int, block_k: int,
+          warp_m: int, warp_n: int, d: Derivation):
+    """Steps 6-11 for a given block tile: occupancy, split-K, stages, raster, vectors, padding.
+    Returns (schedule, prediction, tiles, slots)."""
+    b = p.in_bytes
+    rate = gpu.tc_flops_per_clk_sm(mma.family, p.dtype)
+    d.apply("block_k", BLOCK_K, f"one {LINE_BYTES}-byte line per tile row per stage (full coalescing), "
+            f"at most K rounded up to the MMA k={mma.k}", post=lambda v: block_k, line_bytes=LINE_BYTES, elem_bytes=b)
+
+    # 7. occupancy
+    wm, wn = min(warp_m, block_m), min(warp_n, block_n)
+    wgm, wgn = block_m // wm, block_n // wn
+    threads = 32 * wgm * wgn
+    pad_a, pad_b = _pad_a(p, block_k), _pad_b(p, block_n)
+    regs = d.apply("registers per thread", REGS,
+                   "accumulators + A/B fragments + ~40 for addresses and loop state (estimate; ptxas verifies)",
+                   post=lambda v: int(min(v, gpu.max_regs_per_thread)),
+                   acc_regs=wm * wn // 32, frag_a_regs=4, mma_tiles_m=wm // mma.m, frag_b_regs=2,
+                   mma_tiles_n=wn // mma.n, overhead_regs=OVERHEAD_REGS)
+    stage_bytes = STAGE_BYTES(block_m=block_m, block_k=block_k, pad_a=pad_a, block_n=block_n, pad_b=pad_b, elem_bytes=b)
+    limits = {
+        "registers": d.apply("blocks/SM (registers)", BPS_REGS, "register file / registers per block (256-register warp granules)",
+                             regs_per_sm=gpu.regs_per_sm, warps=wgm * wgn, regs=regs, reg_alloc_unit=gpu.reg_alloc_unit),
+        "threads": d.apply("blocks/SM (threads)", BPS_THREADS, "resident threads per SM / threads per block",
+                           max_threads_per_sm=gpu.max_threads_per_sm, threads=threads),
+        "smem": d.apply("blocks/SM (smem)", BPS_SMEM, "shared memory per SM / (at least 2 stages + 1 KB reserved)",
+                        smem_per_sm=gpu.smem_per_sm, stage_bytes=stage_bytes, smem_reserved_per_block=gpu.smem_reserved_per_block),
+        "block limit": gpu.max_blocks_per_sm,
+    }
+    bps = int(min(limits.values()))
+    d.note("blocks per SM", bps, "min of " + ", ".join(f"{k} {int(v)}" for k, v in limits.items()))
+    slots = d.apply("SM slots", SLOTS, "blocks that run at once", sm_count=gpu.sm_count, blocks_per_sm=bps)
+    tiles = d.apply("output tiles", TILES, "blocks of C", M=p.M, N=p.N, block_m=block_m, block_n=block_n)
+    i_block = d.apply("block intensity", BLOCK_INTENSITY, f"FLOP per byte streamed from L2 "
+                      f"(B_l2 = {gpu.balance(p.dtype, 'l2', mma.family):.1f})", block_m=block_m, block_n=block_n, elem_bytes=b)
+
+    # 9. split-K
+    k_iters = cdiv(p.K, block_k)
+    split_k = 1
+    if tiles < slots / 2 and k_iters >= 4:
+        if p.activation != "none":
+            d.note("split-K", 1, f"tiles fill {tiles / slots:.0%} of the slots, but a {p.activation} epilogue "
+                   "cannot be applied to partial sums")
+        else:
+            split_k = max(1, int(d.apply("split-K", SPLIT_K,
+                                         "tiles fill under half of the SM slots: split K so the slots fill, "
+                                         "keeping >= 2 block_k iterations per slice (partial sums add atomically)",
+                                         slots=slots, tiles=tiles, k_iters=k_iters)))
+    else:
+        d.note("split-K", 1, f"tiles fill {min(tiles / slots, 1):.0%} of one wave"
+               + (f" and K has only {k_iters} block_k steps" if k_iters < 4 else "") + ": no split")
+
+    # 8. stages (after split-K: the K steps per slice bound the useful depth)
+    k_slice_iters = cdiv(k_iters, split_k)
+    inflight = d.apply("bytes in flight per SM", INFLIGHT,
+                       "Little's law: loaded memory latency x the rate an SM consumes operand bytes at its tensor peak",
+                       mem_latency_ns=gpu.mem_latency_ns, tc_flops_per_clk_sm=rate, clock_hz=gpu.clock_hz, I_block=i_block)
+    stages = d.apply("stages (latency)", STAGES, "one stage computing plus enough stages in flight, shared by the "
+                     "blocks on the SM", post=int, inflight=inflight, blocks_per_sm=bps, stage_bytes=stage_bytes)
+    stages_max = d.apply("stages (smem)", STAGES_SMEM, "what fits in this block's share of shared memory", post=int,
+                         smem_per_sm=gpu.smem_per_sm, blocks_per_sm=bps,
+                         smem_reserved_per_block=gpu.smem_reserved_per_block, stage_bytes=stage_bytes)
+    stages = int(max(2, min(stages, stages_max, max(2, k_slice_iters))))
+    d.note("stages", stages, f"clamped to [2, min(smem fit {stages_max}, K steps per slice {k_slice_iters})]")
+
+    # 10. rasterization
+    tiles_m = cdiv(p.M, block_m)
+    group_m = 1
+    if tiles_m > 1 and tiles > 1:
+        group_m = d.apply("group-M", GROUP_M,
+                          "rows of tiles per raster group: a wave of W blocks touching G row panels of A and W/G "
+                          "column panels of B has the smallest footprint when G*block_m = (W/G)*block_n",
+                          post=lambda v: int(min(tiles_m, max(1, round(v)))), slots=slots, tiles=tiles,
+                          block_n=block_n, block_m=block_m)
+    else:
+        d.note("group-M", 1, "a single row of tiles: plain order")
+
+    # 11. vectors and padding
+    vector_a = _vector(p.M if p.trans_a else p.K, b)
+    vector_b = _vector(p.K if p.trans_b else p.N, b)
+    vector_c = 2 if p.N % 2 == 0 else 1
+    d.note("vector width", f"A {vector_a * b} B, B {vector_b * b} B, C {vector_c} elts",
+           "widest cp.async (16/8/4 bytes) that divides the row length, so no copy straddles a row end; "
+           "C stores pairs (the MMA fragment holds 2 adjacent columns)")
+    d.note("smem padding", f"A +{pad_a}, B +{pad_b} elements",
+           "row stride (in 4-byte words) = 4 mod 8 for A and ldmatrix reads, = 8 mod 16 for scalar TF32 B reads: "
+           "the 32 lanes of a fragment load hit 32 different banks; multiples of 16 bytes keep cp.async aligned")
+    smem_bytes = stages * stage_bytes
+    d.note("shared memory", f"{smem_bytes} B", f"{stages} stages x {stage_bytes} B per stage")
+    schedule = Schedule(
+        arch=gpu.arch, mma=mma, block_m=block_m, block_n=block_n, block_k=block_k, warps_m=wgm, warps_n=wgn,
+        stages=stages, smem_layout="pad", smem_pad_a=pad_a, smem_pad_b=pad_b, smem_bytes=int(smem_bytes),
+        vector_a=vector_a, vector_b=vector_b, vector_c=vector_c, split_k=split_k, group_m=group_m,
+        regs_per_thread=regs, blocks_per_sm=bps)
+    return schedule, predict(p, schedule, gpu), int(tiles), int(slots)
+
+
+def check_schedule(p: GemmProblem, s: Schedule, gpu: GPUModel) -> list[str]:
+    """Hardware and code-generator limits a schedule must satisfy; returns the violations."""
+    out = []
+    if s.smem_bytes + gpu.smem_reserved_per_block > gpu.smem_per_block + gpu.smem_reserved_per_block:
+        out.append(f"smem {s.smem_bytes} B > {gpu.smem_per_block:.0f} B per block")
+    if s.blocks_per_sm * (s.smem_bytes + gpu.smem_reserved_per_block) > gpu.smem_per_sm:
+        out.append(f"{s.blocks_per_sm} blocks x {s.smem_bytes} B smem > {gpu.smem_per_sm:.0f} B per SM")
+    if s.threads_per_block > gpu.max_threads_per_block:
+        out.append(f"{s.threads_per_block} threads > {gpu.max_threads_per_block:.0f}")
+    if s.blocks_per_sm < 1:
+        out.append("not even one block fits on an SM")
+    if s.regs_per_thread > gpu.max_regs_per_thread:
+        out.append(f"{s.regs_per_thread} registers > {gpu.max_regs_per_thread:.0f}")
+    if s.blocks_per_sm * s.threads_per_block * s.regs_per_thread > gpu.regs_per_sm:
+        out.append("register file overflow at the stated blocks per SM")
+    if s.block_m % (s.warps_m * s.mma.m) or s.block_n % (s.warps_n * s.mma.n) or s.block_k % s.mma.k:
+        out.append(f"tile {s.block_m}x{s.block_n}x{s.block_k} is not a multiple of warps x MMA shape")
+    if s.stages < 2:
+        out.append("fewer than 2 pipeline stages")
+    if s.split_k < 1 or (s.split_k > 1 and p.activation != "none"):
+        out.append("split-K with a non-linear epilogue")
+    return out
+
+
+def _vector(row_len: int, elem_bytes: int) -> int:
+    """Elements per cp.async: 16, 8 or 4 bytes, the widest whose element count divides the row."""
+    for nbytes in (16, 8, 4):
+        v = nbytes // elem_bytes
+        if v >= 1 and row_len % v == 0:
+            return v
+    return 1
+
+
+def _stride_pad(row_elems: int, elem_bytes: int, residue: int, modulus: int) -> int:
+    """Smallest padding (a multiple of 16 bytes) making the row stride in words = residue mod modulus."""
+    step = 16 // elem_bytes
+    pad = 0
+    while ((row_elems + pad) * elem_bytes // 4) % modulus != residue:
+        pad += step
+    return pad
+
+
+def _pad_a(p: GemmProblem, block_k: int) -> int:
+    return _stride_pad(block_k, p.in_bytes, 4, 8)
+
+
+def _pad_b(p: GemmProblem, block_n: int) -> int:
+    if p.in_bytes == 4:
+        return _stride_pad(block_n, 4, 8, 16)
+    return _stride_pad(block_n, p.in_bytes, 4, 8)

@@ -1,0 +1,154 @@
+"""GPU presets.  Every primary number states its source; derived figures come from ``model.py``.
+
+Sources, abbreviated in the tables below:
+  [CC]      CUDA C++ Programming Guide, "Technical Specifications per Compute Capability" (CUDA 12/13)
+  [GA102]   NVIDIA Ampere GA102 GPU Architecture whitepaper (2021), incl. RTX 3080 TF32/FP16 tables
+  [A100]    NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020) and A100 80GB datasheet
+  [AD102]   NVIDIA Ada GPU Architecture whitepaper (2023), RTX 4090 tables
+  [H100]    NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022) and H100 SXM datasheet
+  [H200]    NVIDIA H200 datasheet (2024): H100 compute with 141 GB HBM3e at 4.8 TB/s
+  [3060]    GeForce RTX 3060 12 GB product specifications (3,584 CUDA cores, 1.78 GHz boost,
+            15 Gbps x 192-bit GDDR6 = 360 GB/s)
+  [EST]     an estimate, not a datasheet figure: stated with its reasoning, refined by the
+            calibration of issue 5.  Never used to make a schedule illegal, only to rank.
+Dense tensor-core rates are FLOP per clock per SM (1 FMA = 2 FLOP), computed from the
+whitepapers' dense (not sparse) TFLOP/s at the boost clock they assume.
+"""
+from __future__ import annotations
+
+from nova.hwmodel.model import GPUModel, Quantity as Q
+
+KB = 1024
+MB = 1024 * 1024
+
+LOADED_LATENCY_HBM = ("[EST] loaded DRAM latency: ~500 ns idle load-to-use on HBM parts (Jia et al., Luo et al. "
+                      "microbenchmarks) plus queueing when every SM streams at once")
+LOADED_LATENCY_GDDR = ("[EST] loaded DRAM latency: ~600 ns idle load-to-use on GDDR parts (Jia et al. microbenchmarks) "
+                       "plus queueing when every SM streams at once")
+
+MMA_SYNC_SHAPES = {"tf32": (16, 8, 8), "bf16": (16, 8, 16), "fp16": (16, 8, 16)}
+WGMMA_SHAPES = {"tf32": (64, 256, 8), "bf16": (64, 256, 16), "fp16": (64, 256, 16)}  # n in 8..256
+
+
+def _cc8x_limits(max_threads: int, max_blocks: int, smem_sm_kb: int, smem_block_kb: int, cc: str) -> dict:
+    return {
+        "smem_per_sm": Q(smem_sm_kb * KB, "B", f"[CC] cc {cc}: shared memory per SM {smem_sm_kb} KB"),
+        "smem_per_block": Q(smem_block_kb * KB, "B", f"[CC] cc {cc}: max shared memory per block (opt-in) {smem_block_kb} KB"),
+        "smem_reserved_per_block": Q(1 * KB, "B", "[CC] 1 KB of shared memory per block is reserved for system use (cc >= 8.0)"),
+        "regs_per_sm": Q(65536, "regs", f"[CC] cc {cc}: 64K 32-bit registers per SM"),
+        "max_regs_per_thread": Q(255, "regs", f"[CC] cc {cc}: 255 registers per thread"),
+        "reg_alloc_unit": Q(256, "regs/warp", "[CC] occupancy calculator: registers are allocated per warp in units of 256"),
+        "max_threads_per_sm": Q(max_threads, "threads", f"[CC] cc {cc}: {max_threads} resident threads per SM"),
+        "max_threads_per_block": Q(1024, "threads", "[CC] 1024 threads per block"),
+        "max_blocks_per_sm": Q(max_blocks, "blocks", f"[CC] cc {cc}: {max_blocks} resident blocks per SM"),
+        "warp_schedulers_per_sm": Q(4, "schedulers", "[GA102]/[A100]/[AD102]/[H100]: 4 SM sub-partitions, one warp scheduler each"),
+        "smem_bytes_per_clk_sm": Q(128, "B/clk", "[CC] 32 banks x 4 B per clock per SM"),
+    }
+
+
+def _tc(family: str, dtype: str, tflops: float, sms: int, clock_hz: float, src: str) -> tuple[str, Q]:
+    per_clk = round(tflops * 1e12 / (sms * clock_hz))
+    return (f"tc_{family.replace('.', '_')}_{dtype}",
+            Q(per_clk, "FLOP/clk/SM", f"{src}: {tflops} dense TFLOP/s / ({sms} SMs x {clock_hz / 1e9:.3f} GHz)"))
+
+
+def rtx3060() -> GPUModel:
+    sms, clk = 28, 1.777e9
+    q = {
+        "sm_count": Q(sms, "SMs", "[3060] 3,584 CUDA cores / 128 per SM"),
+        "clock_hz": Q(clk, "Hz", "[3060] boost clock 1,777 MHz (peaks below assume it)"),
+        "fp32_lanes_per_sm": Q(128, "lanes", "[GA102] GA10x SM: 128 FP32 lanes"),
+        "l2_bytes": Q(3 * MB, "B", "[GA102] GA106 L2 cache 3 MB"),
+        "dram_bw": Q(360e9, "B/s", "[3060] 15 Gbps x 192-bit GDDR6"),
+        "l2_bytes_per_clk": Q(48 * sms, "B/clk", "[EST] A100's 5120 B/clk L2 read rate [A100] per SM (~48 B/clk/SM) times 28 SMs"),
+        "mem_latency_ns": Q(1000, "ns", LOADED_LATENCY_GDDR),
+        "launch_overhead_us": Q(3.0, "us", "[EST] CUDA driver launch + kernel start, typical"),
+    }
+    q.update(_cc8x_limits(1536, 16, 100, 99, "8.6"))
+    # GA10x (consumer) tensor cores: FP32-accumulate FP16/BF16 at half, TF32 at a quarter of the
+    # FP16-accumulate rate.  RTX 3080 [GA102]: TF32 29.8, FP16/BF16 (FP32 acc) 59.5 dense TFLOP/s at
+    # 1,710 MHz on 68 SMs -> 256 and 512 FLOP/clk/SM; the same SM is in GA106.
+    q.update(dict([_tc("mma.sync", "tf32", 29.8, 68, 1.710e9, "[GA102] RTX 3080 (same GA10x SM)"),
+                   _tc("mma.sync", "bf16", 59.5, 68, 1.710e9, "[GA102] RTX 3080 (same GA10x SM), FP32 accumulate"),
+                   _tc("mma.sync", "fp16", 59.5, 68, 1.710e9, "[GA102] RTX 3080 (same GA10x SM), FP32 accumulate")]))
+    return GPUModel("rtx3060", "NVIDIA GeForce RTX 3060 12GB (GA106)", "sm_86", (8, 6), q,
+                    ("cp.async",), {"mma.sync": MMA_SYNC_SHAPES})
+
+
+def a100() -> GPUModel:
+    sms, clk = 108, 1.410e9
+    q = {
+        "sm_count": Q(sms, "SMs", "[A100] 108 SMs"),
+        "clock_hz": Q(clk, "Hz", "[A100] boost clock 1,410 MHz"),
+        "fp32_lanes_per_sm": Q(64, "lanes", "[A100] 64 FP32 lanes per SM"),
+        "l2_bytes": Q(40 * MB, "B", "[A100] 40 MB L2"),
+        "dram_bw": Q(2039e9, "B/s", "[A100] A100 80GB SXM: 2,039 GB/s HBM2e"),
+        "l2_bytes_per_clk": Q(5120, "B/clk", "[A100] L2 read bandwidth 5120 bytes/clk"),
+        "mem_latency_ns": Q(800, "ns", LOADED_LATENCY_HBM),
+        "launch_overhead_us": Q(3.0, "us", "[EST] CUDA driver launch + kernel start, typical"),
+    }
+    q.update(_cc8x_limits(2048, 32, 164, 163, "8.0"))
+    q.update(dict([_tc("mma.sync", "tf32", 156, sms, clk, "[A100]"),
+                   _tc("mma.sync", "bf16", 312, sms, clk, "[A100]"),
+                   _tc("mma.sync", "fp16", 312, sms, clk, "[A100]")]))
+    return GPUModel("a100", "NVIDIA A100 80GB SXM (GA100)", "sm_80", (8, 0), q,
+                    ("cp.async",), {"mma.sync": MMA_SYNC_SHAPES})
+
+
+def rtx4090() -> GPUModel:
+    sms, clk = 128, 2.520e9
+    q = {
+        "sm_count": Q(sms, "SMs", "[AD102] RTX 4090: 128 SMs (16,384 CUDA cores)"),
+        "clock_hz": Q(clk, "Hz", "[AD102] RTX 4090 boost clock 2,520 MHz"),
+        "fp32_lanes_per_sm": Q(128, "lanes", "[AD102] 128 FP32 lanes per SM"),
+        "l2_bytes": Q(72 * MB, "B", "[AD102] RTX 4090: 72 MB L2"),
+        "dram_bw": Q(1008e9, "B/s", "[AD102] 21 Gbps x 384-bit GDDR6X"),
+        "l2_bytes_per_clk": Q(48 * sms, "B/clk", "[EST] A100's per-SM L2 read rate [A100] (~48 B/clk/SM) times 128 SMs"),
+        "mem_latency_ns": Q(1000, "ns", LOADED_LATENCY_GDDR),
+        "launch_overhead_us": Q(3.0, "us", "[EST] CUDA driver launch + kernel start, typical"),
+    }
+    q.update(_cc8x_limits(1536, 24, 100, 99, "8.9"))
+    q.update(dict([_tc("mma.sync", "tf32", 82.6, sms, clk, "[AD102] RTX 4090"),
+                   _tc("mma.sync", "bf16", 165.2, sms, clk, "[AD102] RTX 4090, FP32 accumulate"),
+                   _tc("mma.sync", "fp16", 165.2, sms, clk, "[AD102] RTX 4090, FP32 accumulate")]))
+    return GPUModel("rtx4090", "NVIDIA GeForce RTX 4090 (AD102)", "sm_89", (8, 9), q,
+                    ("cp.async",), {"mma.sync": MMA_SYNC_SHAPES})
+
+
+def _hopper(name: str, full_name: str, dram_bw: float, dram_src: str) -> GPUModel:
+    sms, clk = 132, 1.830e9
+    q = {
+        "sm_count": Q(sms, "SMs", "[H100] H100 SXM5: 132 SMs"),
+        "clock_hz": Q(clk, "Hz", "[H100] datasheet tensor figures assume a 1,830 MHz boost clock"),
+        "fp32_lanes_per_sm": Q(128, "lanes", "[H100] 128 FP32 lanes per SM"),
+        "l2_bytes": Q(50 * MB, "B", "[H100] 50 MB L2 (the driver reports 60 MB)"),
+        "dram_bw": Q(dram_bw, "B/s", dram_src),
+        "l2_bytes_per_clk": Q(48 * sms, "B/clk", "[EST] A100's per-SM L2 read rate [A100] (~48 B/clk/SM) times 132 SMs"),
+        "mem_latency_ns": Q(800, "ns", LOADED_LATENCY_HBM),
+        "launch_overhead_us": Q(3.0, "us", "[EST] CUDA driver launch + kernel start, typical"),
+        "max_cluster_size": Q(8, "blocks", "[H100] portable thread-block cluster size 8"),
+    }
+    q.update(_cc8x_limits(2048, 32, 228, 227, "9.0"))
+    q.update(dict([_tc("wgmma", "tf32", 494.7, sms, clk, "[H100] datasheet"),
+                   _tc("wgmma", "bf16", 989.4, sms, clk, "[H100] datasheet"),
+                   _tc("wgmma", "fp16", 989.4, sms, clk, "[H100] datasheet")]))
+    # mma.sync still runs on sm_90 but cannot feed Hopper's tensor cores at the wgmma rate.
+    for dt, tf in (("tf32", 494.7), ("bf16", 989.4), ("fp16", 989.4)):
+        key, full = _tc("mma.sync", dt, tf / 2, sms, clk, "[EST] half the wgmma rate")
+        q[key] = Q(full.value, full.unit,
+                   "[EST] mma.sync issues from one warp at a time and cannot keep Hopper's tensor cores busy; "
+                   "taken as half the wgmma rate (Luo et al. 2024 measure mma.sync well below wgmma) until calibrated")
+    return GPUModel(name, full_name, "sm_90", (9, 0), q,
+                    ("cp.async", "tma", "clusters", "wgmma", "setmaxnreg"),
+                    {"mma.sync": MMA_SYNC_SHAPES, "wgmma": WGMMA_SHAPES})
+
+
+def h100() -> GPUModel:
+    return _hopper("h100", "NVIDIA H100 SXM5 80GB (GH100)", 3.35e12, "[H100] H100 SXM: 3.35 TB/s HBM3")
+
+
+def h200() -> GPUModel:
+    return _hopper("h200", "NVIDIA H200 SXM 141GB (GH100)", 4.8e12, "[H200] 4.8 TB/s HBM3e")
+
+
+PRESETS: dict[str, GPUModel] = {m.name: m for m in (rtx3060(), a100(), rtx4090(), h100(), h200())}
