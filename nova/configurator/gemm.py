@@ -171,7 +171,7 @@ def configure(problem: GemmProblem, target: "GPUModel | str" = "rtx3060") -> Con
         if cand[1].time_us >= pred_cur.time_us:
             d.note("wave fill", f"keep {block_m}x{block_n}",
                    f"{tiles} tiles for {slots:.0f} slots, but halving to {bm}x{bn} would not help: model "
-                   f"{cand[1].time_us:.1f} us vs {pred_cur.time_us:.1f} us (lower L2 intensity)")
+                   f"{cand[1].time_us:.1f} us vs {pred_cur.time_us:.1f} us: no predicted gain")
             break
         d.note("wave fill", f"{bm}x{bn}",
                f"{tiles} tiles cannot fill {slots:.0f} SM slots; halving the larger side -> {cand[2]} tiles, "

@@ -58,7 +58,9 @@ _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 def _fmt_number(v) -> str:
     if isinstance(v, bool):
         return str(v)
-    if isinstance(v, int) or (isinstance(v, float) and v.is_integer() and abs(v) < 1e15):
+    if abs(v) >= 1e7:
+        return f"{v:.4g}"
+    if isinstance(v, int) or (isinstance(v, float) and v.is_integer()):
         return str(int(v))
     if isinstance(v, float):
         return f"{v:.4g}"

@@ -1,0 +1,168 @@
+"""The Analytic Configurator: legality, determinism, speed, and hand-checked decisions."""
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from nova.configurator import (ACTIVATIONS, DTYPES, GemmProblem, ProblemError, check_schedule, configure,
+                               predict, roofline_floor_s)
+from nova.hwmodel import PRESETS
+
+dims = st.one_of(st.integers(1, 64), st.integers(1, 20000), st.sampled_from([1, 7, 33, 127, 1000, 4096, 4097, 8192]))
+problems = st.builds(GemmProblem, M=dims, N=dims, K=dims, dtype=st.sampled_from(list(DTYPES)),
+                     trans_a=st.booleans(), trans_b=st.booleans(), bias=st.booleans(),
+                     activation=st.sampled_from(ACTIVATIONS))
+targets = st.sampled_from(list(PRESETS))
+
+
+@settings(max_examples=2500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems, targets)
+def test_every_schedule_fits_every_capacity(problem, target):
+    cfg = configure(problem, target)
+    gpu, s = cfg.target, cfg.schedule
+    assert check_schedule(problem, s, gpu) == []
+    # the same limits, restated independently of check_schedule
+    assert s.smem_bytes <= gpu.smem_per_block
+    assert s.blocks_per_sm * (s.smem_bytes + gpu.smem_reserved_per_block) <= gpu.smem_per_sm
+    assert s.threads_per_block <= 1024 and s.threads_per_block % 32 == 0
+    assert s.regs_per_thread <= 255
+    assert s.block_m % (s.warps_m * s.mma.m) == 0 and s.block_n % (s.warps_n * s.mma.n) == 0
+    assert s.block_k % s.mma.k == 0 and s.stages >= 2
+    assert s.split_k == 1 or problem.activation == "none"
+    # predictions never beat the roofline floor
+    assert cfg.prediction.time_us >= cfg.prediction.floor_us * (1 - 1e-9)
+    assert cfg.prediction.time_us > 0 and math.isfinite(cfg.prediction.tflops)
+    # cp.async vectors never straddle a row end
+    row_a = problem.M if problem.trans_a else problem.K
+    assert row_a % s.vector_a == 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(problems, targets)
+def test_deterministic(problem, target):
+    a, b = configure(problem, target), configure(problem, target)
+    assert a.schedule == b.schedule and a.prediction == b.prediction
+    assert [s.to_dict() for s in a.derivation] == [s.to_dict() for s in b.derivation]
+
+
+def test_configuration_takes_under_a_millisecond():
+    shapes = [(4096, 4096, 4096), (128, 4096, 4096), (1, 7, 3), (3000, 5000, 700), (64, 64, 65536)]
+    for target in PRESETS:
+        for shape in shapes:
+            times = sorted(configure(GemmProblem(*shape), target).config_time_ms for _ in range(15))
+            assert times[len(times) // 2] < 1.0, f"{shape} on {target}: median {times[len(times) // 2]:.3f} ms"
+
+
+def test_bad_problems_are_rejected_clearly():
+    with pytest.raises(ProblemError, match="M must be a positive integer"):
+        GemmProblem(0, 5, 5)
+    with pytest.raises(ProblemError, match="unsupported dtype 'fp8'"):
+        GemmProblem(8, 8, 8, dtype="fp8")
+    with pytest.raises(ProblemError, match="activation"):
+        GemmProblem(8, 8, 8, activation="tanhshrink")
+
+
+# --------------------------------------------------------------------------------------------
+# Hand-checked decisions.  Each test states the arithmetic that leads to the expected schedule.
+
+def _step(cfg, name):
+    return next(s for s in cfg.derivation if s.step == name)
+
+
+def test_rtx3060_4096_cubed_tf32():
+    cfg = configure(GemmProblem(4096, 4096, 4096, "tf32"), "rtx3060")
+    s = cfg.schedule
+    # warp tile: accumulators may use ceil(255/2) = 128 registers = W*W/32 -> W = 64
+    assert (s.warp_tile_m, s.warp_tile_n) == (64, 64)
+    # smem balance 256 FLOP/clk / 128 B/clk = 2 -> W_min = 4 B * 2 = 8 <= 64
+    assert _step(cfg, "warp tile (smem)").value == pytest.approx(8)
+    # 2x2 warps (one per scheduler) -> 128x128; L2 balance = 12.74 TFLOP/s / (28*48 B/clk*1.777 GHz) = 5.33,
+    # T_min = 4 * 5.33 = 21.3 <= 128
+    assert (s.block_m, s.block_n, s.warps) == (128, 128, 4)
+    # block_k: one 128-byte line per row = 128/4 = 32 TF32 elements
+    assert s.block_k == 32
+    # padding: A row 32+4 = 36 words = 4 mod 8; B row 128+8 = 136 words = 8 mod 16
+    assert (s.smem_pad_a, s.smem_pad_b) == (4, 8)
+    # stage = (128*36 + 32*136) * 4 B = 35840 B; smem/SM 100 KB: floor(102400 / (2*35840 + 1024)) = 1 block
+    assert s.blocks_per_sm == 1
+    # Little's law: 1000 ns * 1.777 GHz * 256 FLOP/clk / 32 FLOP/B = 14216 B in flight -> 1 + ceil(14216/35840) = 2
+    assert s.stages == 2 and s.smem_bytes == 2 * 35840
+    # 1024 tiles >> 28 slots: no split-K; group-M = round(sqrt(28 * 128/128)) = 5
+    assert s.split_k == 1 and s.group_m == 5
+    # tensor-bound: 3.88e11 FLOP... 37 waves of 28 tiles; prediction near 12.7 TFLOP/s peak
+    assert cfg.prediction.bound == "tensor-core"
+    assert 0.9 * 12.74 < cfg.prediction.tflops <= 12.74
+
+
+def test_h200_4096_cubed_tf32():
+    cfg = configure(GemmProblem(4096, 4096, 4096, "tf32"), "h200")
+    s = cfg.schedule
+    assert str(s.mma) == "mma.sync.m16n8k8.f32.tf32" and s.arch == "sm_90"
+    assert (s.block_m, s.block_n, s.block_k, s.warps) == (128, 128, 32, 4)
+    # registers: 128 acc + 4*4 A-frag + 2*8 B-frag + 40 = 200 -> 4 warps * 25 granules * 256 = 25600 regs/block,
+    # floor(65536/25600) = 2 blocks/SM; smem: floor(233472/(2*35840+1024)) = 3 -> 2 blocks
+    assert s.regs_per_thread == 200 and s.blocks_per_sm == 2
+    # Little's law: 800 ns * 1.83 GHz * 1024 FLOP/clk / 32 FLOP/B = 46848 B -> 1 + ceil(46848/(2*35840)) = 2
+    assert s.stages == 2
+    # raster: W = min(264 slots, 1024 tiles) = 264, G = sqrt(264 * 128/128) = 16.2 -> 16
+    assert s.group_m == 16 and s.split_k == 1
+
+
+def test_skinny_fills_the_machine_by_shrinking_tiles():
+    # 64x8192x1024 on the H200: a 128x128 tile would leave 64 tiles for 264 slots.  The M side clamps to 64
+    # (next power of two of M); halving N twice (64x64 -> 64x32) raises the tiles to 256 while the model
+    # still gains; the model predicts no gain for a 32x32 tile, so halving stops.
+    cfg = configure(GemmProblem(64, 8192, 1024, "tf32"), "h200")
+    s = cfg.schedule
+    assert (s.block_m, s.block_n) == (64, 32)
+    fills = [st for st in cfg.derivation if st.step == "wave fill"]
+    assert [f.value for f in fills] == ["64x64", "64x32", "keep 64x32"]
+
+
+def test_split_k_when_tiles_cannot_fill_the_gpu():
+    # 256x256x65536 on the RTX 3060: 4 tiles of 128x128 for 28 slots (1 block/SM).  Shrinking does not pay,
+    # so K is split: min(floor(28/4), floor(2048 k-steps / 2)) = 7 slices of 293 k-steps each.
+    cfg = configure(GemmProblem(256, 256, 65536, "tf32"), "rtx3060")
+    s = cfg.schedule
+    assert (s.block_m, s.block_n) == (128, 128) and s.split_k == 7
+    assert s.grid(256, 256) == (4, 1, 7)
+    # with a ReLU epilogue partial sums cannot be activated: no split
+    relu = configure(GemmProblem(256, 256, 65536, "tf32", activation="relu"), "rtx3060")
+    assert relu.schedule.split_k == 1
+
+
+def test_16bit_types_use_k16_and_wider_block_k():
+    cfg = configure(GemmProblem(4096, 4096, 4096, "bf16"), "h200")
+    s = cfg.schedule
+    assert (s.mma.m, s.mma.n, s.mma.k) == (16, 8, 16) and s.block_k == 64  # 128 B / 2 B
+    assert s.vector_a == 8  # 16-byte cp.async of bf16
+
+
+def test_odd_sizes_are_predicated_not_refused():
+    for shape in [(1, 1, 1), (7, 33, 5), (4097, 127, 1000), (1, 4096, 4096)]:
+        for dt in DTYPES:
+            cfg = configure(GemmProblem(*shape, dtype=dt), "h200")
+            assert check_schedule(cfg.problem, cfg.schedule, cfg.target) == []
+    # odd K: 4-byte copies for tf32, 1-element (non-cp.async) loads for 16-bit types
+    assert configure(GemmProblem(64, 64, 33, "tf32"), "h200").schedule.vector_a == 1
+    assert configure(GemmProblem(64, 64, 34, "bf16"), "h200").schedule.vector_a == 2
+
+
+def test_prediction_is_consistent_with_cost_model():
+    cfg = configure(GemmProblem(3000, 5000, 700), "h200")
+    again = predict(cfg.problem, cfg.schedule, cfg.target)
+    assert again == cfg.prediction
+    floor = roofline_floor_s(cfg.problem, cfg.target) * 1e6
+    assert cfg.prediction.floor_us == pytest.approx(floor)
+
+
+def test_json_has_the_documented_keys():
+    d = configure(GemmProblem(4096, 4096, 4096), "h200").to_dict()
+    for k in ("op", "M", "N", "K", "dtype", "target", "schedule", "prediction", "derivation", "config_time_ms"):
+        assert k in d
+    for k in ("block_m", "block_n", "block_k", "warps", "stages", "split_k", "smem_bytes", "regs_per_thread",
+              "threads_per_block", "blocks_per_sm", "mma"):
+        assert k in d["schedule"]
+    for k in ("time_us", "tflops", "bound"):
+        assert k in d["prediction"]
+    assert {"step", "formula", "value", "reason"} <= set(d["derivation"][0])

@@ -1,0 +1,88 @@
+"""The hardware model: sourced quantities, derived figures computed (not typed), from_device."""
+import math
+
+import pytest
+
+from nova.hwmodel import PRESETS, TargetError, get_target, model_from_attributes
+from nova.hwmodel.formula import Formula
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_every_quantity_has_a_source_and_unit(name):
+    gpu = PRESETS[name]
+    for key, q in gpu.q.items():
+        assert q.source.strip(), f"{name}.{key} has no source"
+        assert q.unit.strip(), f"{name}.{key} has no unit"
+        assert q.value > 0, f"{name}.{key} must be positive"
+
+
+def test_required_quantities_present():
+    required = {"sm_count", "clock_hz", "fp32_lanes_per_sm", "smem_per_sm", "smem_per_block", "regs_per_sm",
+                "max_regs_per_thread", "max_threads_per_sm", "max_blocks_per_sm", "warp_schedulers_per_sm",
+                "l2_bytes", "dram_bw", "l2_bytes_per_clk", "smem_bytes_per_clk_sm"}
+    for gpu in PRESETS.values():
+        assert required <= set(gpu.q), f"{gpu.name} misses {required - set(gpu.q)}"
+        for dt in ("tf32", "bf16", "fp16"):
+            assert gpu.supports("mma.sync", dt)
+
+
+def test_datasheet_peaks_are_reproduced_from_primary_quantities():
+    # Dense peaks quoted in reference-facts.md / datasheets, recomputed from per-SM rates x SMs x clock.
+    assert PRESETS["rtx3060"].peak_flops("tf32") / 1e12 == pytest.approx(12.7, rel=0.01)
+    assert PRESETS["rtx3060"].peak_flops("bf16") / 1e12 == pytest.approx(25.5, rel=0.01)
+    assert PRESETS["rtx3060"].peak_fp32_flops() / 1e12 == pytest.approx(12.74, rel=0.01)
+    assert PRESETS["h200"].peak_flops("tf32") / 1e12 == pytest.approx(494.7, rel=0.005)
+    assert PRESETS["h200"].peak_flops("bf16") / 1e12 == pytest.approx(989.4, rel=0.005)
+    assert PRESETS["a100"].peak_flops("tf32") / 1e12 == pytest.approx(156, rel=0.01)
+    assert PRESETS["rtx4090"].peak_flops("bf16") / 1e12 == pytest.approx(165.2, rel=0.01)
+
+
+def test_machine_balance_is_peak_over_bandwidth():
+    g = PRESETS["rtx3060"]
+    # reference-facts.md: ridge ~35 FLOP/B for TF32 at 360 GB/s
+    assert g.balance("tf32", "dram") == pytest.approx(35.4, rel=0.01)
+    h = PRESETS["h200"]
+    assert h.balance("bf16", "dram") == pytest.approx(989.4e12 / 4.8e12, rel=1e-3)
+    # Hopper: wgmma is the best family; mma.sync is modeled slower
+    assert h.best_family("tf32") == "wgmma"
+    assert h.peak_flops("tf32", "mma.sync") < h.peak_flops("tf32", "wgmma")
+
+
+def test_get_target_errors_name_the_presets():
+    with pytest.raises(TargetError, match="rtx3060"):
+        get_target("voodoo5")
+    assert get_target("H200") is PRESETS["h200"]
+
+
+def test_from_device_without_gpu_is_a_clear_error(monkeypatch):
+    from nova.hwmodel import from_device
+    try:
+        gpu = from_device()
+    except TargetError as e:
+        assert "preset" in str(e) and "h200" in str(e)
+    else:  # running on a GPU machine
+        assert gpu.sm_count > 0
+
+
+def test_model_from_attributes_h200_matches_preset_family():
+    attrs = dict(sm_count=132, clock_khz=1980000, mem_clock_khz=3201000, bus_width_bits=6144,
+                 l2_bytes=60 * 2**20, smem_per_sm=233472, smem_per_block=232448, regs_per_sm=65536,
+                 max_threads_per_sm=2048, max_blocks_per_sm=32)
+    g = model_from_attributes("NVIDIA H200", (9, 0), attrs)
+    assert g.arch == "sm_90" and g.sm_count == 132
+    assert g.dram_bw == pytest.approx(2 * 3201e6 * 6144 / 8)
+    assert g.tc_flops_per_clk_sm("wgmma", "tf32") == PRESETS["h100"].tc_flops_per_clk_sm("wgmma", "tf32")
+    with pytest.raises(TargetError, match="compute capability 7.5"):
+        model_from_attributes("Tesla T4", (7, 5), attrs)
+
+
+def test_formula_shows_and_evaluates():
+    f = Formula("tiles", "ceil(M / block_m) * ceil(N / block_n)")
+    assert f(M=1000, N=33, block_m=128, block_n=32) == 8 * 2
+    assert "ceiling(M/block_m)" in f.symbolic()
+    assert f.substituted(M=1000, N=33, block_m=128, block_n=32) == "ceiling(1000/128)*ceiling(33/32)"
+    g = Formula("x", "sqrt(a) + floor(b)")
+    assert g(a=16, b=2.7) == 6
+    with pytest.raises(KeyError):
+        g(a=1)
+    assert math.isclose(Formula("e", "E * 2")(E=1.5), 3.0)   # E is a symbol, not Euler's number
