@@ -1,0 +1,187 @@
+"""Device measurements: correctness sweep and Nova-vs-cuBLAS timing (needs torch and a GPU).
+
+Method (bench/NOTES.md, DEVELOPERS.md): fresh random inputs for every check (never zeros), the
+output poisoned with NaN before Nova runs, relative Frobenius error against a float64 reference;
+timing with CUDA events after warm-up, median of many runs, rotating input sets larger than L2 for
+small shapes; per-call (synchronised, launch latency included) and back-to-back (launch-overlapped)
+timing, and the host-side cost of one ``nova.matmul`` call.
+"""
+from __future__ import annotations
+
+import math
+import platform
+import statistics
+import time
+
+TOLERANCE = {"tf32": 5e-4, "bf16": 1e-2, "fp16": 1e-2}
+TORCH_DTYPE = {"tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def _torch():
+    import torch
+    if not torch.cuda.is_available():
+        from nova.runtime.driver import NoGPUError
+        raise NoGPUError("torch sees no CUDA device")
+    torch.backends.cuda.matmul.allow_tf32 = True     # cuBLAS TF32, the reference point
+    torch.backends.cudnn.allow_tf32 = True
+    return torch
+
+
+def environment() -> dict:
+    torch = _torch()
+    import nova
+    props = torch.cuda.get_device_properties(0)
+    return {"device": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
+            "cuda": torch.version.cuda, "nova": nova.__version__, "python": platform.python_version(),
+            "date": time.strftime("%Y-%m-%d")}
+
+
+def rel_fro(c, ref) -> float:
+    torch = _torch()
+    c64 = c.to(torch.float64)
+    if torch.isnan(c64).any():
+        return math.nan
+    den = torch.linalg.norm(ref).item()
+    num = torch.linalg.norm(c64 - ref).item()
+    return num / den if den > 0 else num
+
+
+def _inputs(torch, M, N, K, dtype, gen, trans_a=False, trans_b=False):
+    tdt = getattr(torch, TORCH_DTYPE[dtype])
+    a = torch.randn((K, M) if trans_a else (M, K), device="cuda", generator=gen).to(tdt)
+    b = torch.randn((N, K) if trans_b else (K, N), device="cuda", generator=gen).to(tdt)
+    return (a.T if trans_a else a), (b.T if trans_b else b)
+
+
+def check_case(M, N, K, dtype, *, seed, bias=False, activation="none", trans_a=False, trans_b=False) -> dict:
+    """One correctness check: fresh random data, NaN-poisoned output, float64 reference."""
+    import nova
+    torch = _torch()
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    a, b = _inputs(torch, M, N, K, dtype, gen, trans_a, trans_b)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=a.dtype)
+    bias_t = torch.randn(N, device="cuda", generator=gen).to(a.dtype) if bias else None
+    row = {"M": M, "N": N, "K": K, "dtype": dtype, "trans_a": trans_a, "trans_b": trans_b, "bias": bias,
+           "activation": activation}
+    try:
+        nova.matmul(a, b, out=out, bias=bias_t, activation=activation)
+        torch.cuda.synchronize()
+    except Exception as e:   # recorded, not hidden: the sweep fails on any error
+        return {**row, "error": math.nan, "nan_count": -1, "ok": False, "failure": f"{type(e).__name__}: {e}"}
+    ref = a.to(torch.float64) @ b.to(torch.float64)
+    if bias:
+        ref = ref + bias_t.to(torch.float64)
+    ref = _activation(torch, ref, activation)
+    nan_count = int(torch.isnan(out).sum().item())
+    err = rel_fro(out, ref) if nan_count == 0 else math.nan
+    ok = nan_count == 0 and err <= TOLERANCE[dtype]
+    return {**row, "error": err, "nan_count": nan_count, "ok": ok, "failure": "" if ok else "error above tolerance"}
+
+
+def _activation(torch, x, name):
+    if name == "relu":
+        return torch.relu(x)
+    if name == "gelu":
+        return torch.nn.functional.gelu(x, approximate="tanh")
+    if name == "silu":
+        return torch.nn.functional.silu(x)
+    return x
+
+
+# ------------------------------------------------------------------------------ timing
+def _median_events(torch, fn, reps: int) -> float:
+    """Per-call: each call synchronised and bracketed by events (includes launch latency). Median, us."""
+    times = []
+    for i in range(reps):
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(i)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def _back_to_back(torch, fn, reps: int, rounds: int = 5) -> float:
+    """Launch-overlapped: ``reps`` calls queued between two events; median over rounds of the mean, us."""
+    means = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for i in range(reps):
+            fn(i)
+        end.record()
+        end.synchronize()
+        means.append(start.elapsed_time(end) * 1e3 / reps)
+    return statistics.median(means)
+
+
+def _host_overhead(torch, fn, reps: int = 200) -> float:
+    """Host-side microseconds per call (no synchronisation inside the loop)."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(reps):
+        fn(i)
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / reps * 1e6
+
+
+def bench_case(M, N, K, dtype, *, reps=50, warmup=10, seed=0, l2_bytes=None) -> dict:
+    """Nova and cuBLAS (torch.matmul) on the same shapes in one process."""
+    import nova
+    from nova.configurator import GemmProblem, configure
+    from nova.runtime.matmul import resolve_target
+    torch = _torch()
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    props = torch.cuda.get_device_properties(0)
+    l2_bytes = l2_bytes or getattr(props, "L2_cache_size", 50 * 2**20)
+    elt = {"tf32": 4, "bf16": 2, "fp16": 2}[dtype]
+    set_bytes = (M * K + K * N + M * N) * elt
+    n_sets = max(1, min(16, math.ceil(3 * l2_bytes / set_bytes)))     # rotate past L2 for small shapes
+    sets = [_inputs(torch, M, N, K, dtype, gen) for _ in range(n_sets)]
+    outs = [torch.full((M, N), float("nan"), device="cuda", dtype=sets[0][0].dtype) for _ in range(n_sets)]
+
+    def nova_fn(i):
+        a, b = sets[i % n_sets]
+        nova.matmul(a, b, out=outs[i % n_sets])
+
+    def torch_fn(i):
+        a, b = sets[i % n_sets]
+        torch.matmul(a, b, out=outs[i % n_sets])
+
+    # correctness on the first set (poisoned output, float64 reference)
+    outs[0].fill_(float("nan"))
+    nova_fn(0)
+    torch.cuda.synchronize()
+    ref = sets[0][0].to(torch.float64) @ sets[0][1].to(torch.float64)
+    nova_err = rel_fro(outs[0], ref)
+    torch_fn(0)
+    torch.cuda.synchronize()
+    torch_err = rel_fro(outs[0], ref)
+
+    for i in range(warmup):
+        nova_fn(i)
+        torch_fn(i)
+    torch.cuda.synchronize()
+    row = {"M": M, "N": N, "K": K, "dtype": dtype, "input_sets": n_sets}
+    for name, fn in (("nova", nova_fn), ("cublas", torch_fn)):
+        row[f"{name}_us"] = _median_events(torch, fn, reps)
+        row[f"{name}_b2b_us"] = _back_to_back(torch, fn, reps)
+        row[f"{name}_host_us"] = _host_overhead(torch, fn, min(reps * 4, 400))
+    flops = 2 * M * N * K
+    for name in ("nova", "cublas"):
+        row[f"{name}_tflops"] = flops / row[f"{name}_b2b_us"] / 1e6
+    row["ratio_vs_cublas"] = row["cublas_b2b_us"] / row["nova_b2b_us"]
+    cfg = configure(GemmProblem(M, N, K, dtype), resolve_target())
+    row["predicted_us"] = cfg.prediction.time_us
+    row["predicted_bound"] = cfg.prediction.bound
+    row["prediction_error"] = cfg.prediction.time_us / row["nova_b2b_us"] - 1
+    s = cfg.schedule
+    row["schedule"] = (f"{s.block_m}x{s.block_n}x{s.block_k} w{s.warps_m}x{s.warps_n} st{s.stages} "
+                       f"sk{s.split_k} g{s.group_m}")
+    row["nova_error"] = nova_err
+    row["cublas_error"] = torch_err
+    return row
