@@ -1,0 +1,212 @@
+"""The ``nova`` command: ``compile``, ``precompile`` and ``cache`` subcommands.
+
+Adding a subcommand = one ``add_<name>(subparsers)`` function that builds its parser and sets
+``run=<handler>``, appended to ``SUBCOMMANDS``.  Handlers return an exit status.  Errors that Nova
+raises for bad input or a failed step print one line on stderr (exit 1); the traceback is shown
+only with ``NOVA_DEBUG=1``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from nova.cli.shapes import ShapeError, parse_gemm_shape, parse_shape_list, read_suite
+
+
+def _arg(parse):
+    """Adapt a parser raising ``ShapeError`` for argparse, keeping its message."""
+    def convert(text):
+        try:
+            return parse(text)
+        except ShapeError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    convert.__name__ = parse.__name__
+    return convert
+
+
+# --------------------------------------------------------------------------- shared arguments
+def add_problem_args(p: argparse.ArgumentParser, several_dtypes: bool = False) -> None:
+    """Target, dtype and epilogue options of a GEMM."""
+    p.add_argument("--target", required=True, help="hwmodel preset (rtx3060, a100, rtx4090, h100, h200) or auto")
+    p.add_argument("--dtype", default="tf32",
+                   help="input mode: tf32, bf16 or fp16" + (" (comma-separated list allowed)" if several_dtypes else ""))
+    p.add_argument("--trans-a", action="store_true", help="A is stored as [K, M] row-major")
+    p.add_argument("--trans-b", action="store_true", help="B is stored as [N, K] row-major")
+    p.add_argument("--bias", action="store_true", help="add a bias vector of length N")
+    p.add_argument("--activation", default="none", help="none, relu, gelu or silu")
+    p.add_argument("--out-dtype", default=None, help="output storage f32, bf16 or f16 (default: input storage)")
+
+
+def make_problem(shape: tuple[int, int, int], dtype: str, args):
+    from nova.configurator.problem import GemmProblem
+    M, N, K = shape
+    return GemmProblem(M, N, K, dtype.strip(), args.trans_a, args.trans_b, args.bias, args.activation,
+                       args.out_dtype)
+
+
+def cache_from(args):
+    from nova.runtime.cache import KernelCache
+    return KernelCache(args.cache_dir)
+
+
+# --------------------------------------------------------------------------- nova compile
+def add_compile(sub) -> None:
+    p = sub.add_parser("compile", help="configure and compile one kernel to MLIR, PTX or a cubin",
+                       description="Configure one GEMM for a target and write its MLIR, PTX or cubin.")
+    p.add_argument("op", choices=["gemm"])
+    p.add_argument("shape", type=_arg(parse_gemm_shape), help="S, SxS or MxNxK")
+    add_problem_args(p)
+    p.add_argument("--emit", choices=["mlir", "ptx", "cubin"], default="ptx")
+    p.add_argument("-o", "--output", default="-", help="output file ('-': stdout; not for cubin)")
+    p.set_defaults(run=run_compile)
+
+
+def run_compile(args) -> int:
+    from nova.hwmodel import get_target
+    from nova.runtime.cache import compile_artifact, summary_line
+    from nova.runtime.matmul import configure_schedule
+    target = get_target(args.target)
+    problem = make_problem(args.shape, args.dtype, args)
+    schedule = configure_schedule(problem, target)
+    if args.emit == "mlir":
+        from nova.codegen.gemm import build_gemm_module
+        data = str(build_gemm_module(problem, schedule)).encode()
+    else:
+        artifact = compile_artifact(problem, schedule, target)
+        if args.emit == "ptx":
+            data = artifact.ptx.encode()
+        elif artifact.cubin is None:
+            raise ValueError("no cubin was produced (ptxas not found on this machine?); use --emit ptx")
+        else:
+            data = artifact.cubin
+    if args.output == "-":
+        if args.emit == "cubin":
+            raise ValueError("refusing to write a binary cubin to the terminal; pass -o FILE")
+        sys.stdout.write(data.decode())
+    else:
+        Path(args.output).write_bytes(data)
+        print(f"wrote {args.output} ({len(data)} bytes): {summary_line(problem, target)}", file=sys.stderr)
+    return 0
+
+
+# --------------------------------------------------------------------------- nova precompile
+def add_precompile(sub) -> None:
+    p = sub.add_parser("precompile", help="fill the kernel cache for a target (for offline GPU machines)",
+                       description="Compile kernels into the cache so that a GPU machine without MLIR can run "
+                                   "them with NOVA_OFFLINE=1 (carry the cache directory over).")
+    p.add_argument("op", choices=["gemm"])
+    shapes = p.add_mutually_exclusive_group(required=True)
+    shapes.add_argument("--shapes", type=_arg(parse_shape_list), help="comma-separated S | SxS | MxNxK")
+    shapes.add_argument("--suite", help="file: one shape per line (# comments) or a JSON list")
+    add_problem_args(p, several_dtypes=True)
+    p.add_argument("--cache-dir", default=None, help="cache directory (default: NOVA_CACHE_DIR or ~/.cache/nova)")
+    p.set_defaults(run=run_precompile)
+
+
+def run_precompile(args) -> int:
+    from nova.hwmodel import get_target
+    from nova.runtime.cache import CompilerUnavailableError, get_or_compile, summary_line
+    from nova.runtime.matmul import configure_schedule
+    shapes = args.shapes if args.shapes is not None else read_suite(args.suite)
+    target = get_target(args.target)
+    cache = cache_from(args)
+    problems = [make_problem(s, d, args) for d in args.dtype.split(",") for s in shapes]
+    counts = {"compiled": 0, "cached": 0, "failed": 0}
+    start = time.perf_counter()
+    for i, problem in enumerate(problems, 1):
+        label = f"[{i}/{len(problems)}] {summary_line(problem, target)}"
+        t0 = time.perf_counter()
+        try:
+            schedule = configure_schedule(problem, target)
+            _, key, status = get_or_compile(problem, schedule, target, cache, offline=False)
+        except CompilerUnavailableError:
+            raise
+        except Exception as e:        # one bad kernel must not stop the batch; reported and counted
+            if os.environ.get("NOVA_DEBUG"):
+                raise
+            counts["failed"] += 1
+            print(f"{label}: FAILED: {type(e).__name__}: {e}", flush=True)
+            continue
+        counts[status] += 1
+        what = "already cached" if status == "cached" else f"compiled in {time.perf_counter() - t0:.2f} s"
+        print(f"{label}: {what} (key {key[:12]})", flush=True)
+    print(f"precompiled {len(problems)} kernels for {target.name} into {cache.root}: {counts['compiled']} compiled, "
+          f"{counts['cached']} already cached, {counts['failed']} failed ({time.perf_counter() - start:.1f} s)")
+    return 1 if counts["failed"] else 0
+
+
+# --------------------------------------------------------------------------- nova cache
+def add_cache(sub) -> None:
+    p = sub.add_parser("cache", help="list, clear or locate the kernel cache")
+    p.add_argument("action", choices=["list", "clear", "path"])
+    p.add_argument("--cache-dir", default=None, help="cache directory (default: NOVA_CACHE_DIR or ~/.cache/nova)")
+    p.set_defaults(run=run_cache)
+
+
+def run_cache(args) -> int:
+    cache = cache_from(args)
+    if args.action == "path":
+        print(cache.root)
+    elif args.action == "clear":
+        print(f"removed {cache.clear()} kernels from {cache.root}")
+    else:
+        entries = cache.entries()
+        for e in entries:
+            flags = ("cubin+ptx" if e.has_cubin else "ptx") if e.valid else "CORRUPT"
+            print(f"{e.key[:12]}  {e.size / 1024:8.1f} KB  {flags:9s}  {e.summary}")
+        print(f"{len(entries)} kernels in {cache.root}")
+    return 0
+
+
+# --------------------------------------------------------------------------- entry point
+SUBCOMMANDS = [add_compile, add_precompile, add_cache]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nova", description="Nova: MLIR GEMM kernels with an analytic configurator.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add in SUBCOMMANDS:
+        add(sub)
+    return parser
+
+
+def _expected_errors() -> tuple[type, ...]:
+    """Exceptions that mean bad input or a failed step (one line), not a Nova bug."""
+    from nova.runtime.driver import NovaRuntimeError
+    errors: list[type] = [NovaRuntimeError, ValueError, TypeError, KeyError, OSError]
+    try:
+        from nova.codegen import CodegenError
+        errors.append(CodegenError)
+    except ImportError:
+        pass
+    return tuple(errors)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "run", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
+    debug = bool(os.environ.get("NOVA_DEBUG"))
+    try:
+        return int(args.run(args) or 0)
+    except KeyboardInterrupt:
+        print("nova: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if debug:
+            raise
+        if isinstance(e, _expected_errors()):
+            msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+            print(f"nova: error: {msg}", file=sys.stderr)
+            return 1
+        print(f"nova: internal error: {type(e).__name__}: {e} (set NOVA_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 70
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,302 @@
+"""The kernel cache: a structural hash of what a kernel computes and how, and an on-disk store.
+
+Key = sha256 of a canonical JSON (sorted keys, no whitespace) of the problem, the schedule, the
+target (name and arch), the Nova version and the code generator's toolchain/ABI.  Equal inputs give
+equal keys on any machine, so ``nova precompile --target h200`` on a build host fills exactly the
+entries an H200 runtime looks up.
+
+Layout: ``<dir>/kernels/<key[:2]>/<key>.json`` holding the artifact's ``to_dict()`` plus ``key``,
+``summary`` and ``sha256`` (of the canonical JSON of every other field).  Writes are atomic
+(temp file in the same directory + ``os.replace``), so concurrent writers of one key both succeed
+and a reader never sees a partial file.  A corrupt entry is reported once, deleted and rebuilt.
+
+Offline mode (``NOVA_OFFLINE=1`` or ``set_offline(True)``): cache only; a miss raises
+``NotPrecompiledError`` telling how to precompile.  Online: a miss compiles (MLIR imported lazily).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import tempfile
+import threading
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import nova
+from nova.codegen.artifact import KernelArtifact
+from nova.runtime.driver import NovaRuntimeError
+
+CODEGEN_TOOLCHAIN = "xtc-mlir-python-bindings==22.1.8.4"
+CODEGEN_ABI = 1            # bump whenever the kernel ABI (arguments, layout, launch contract) changes
+ENTRY_FORMAT = 1
+
+
+class NotPrecompiledError(NovaRuntimeError):
+    """Offline mode and the kernel is not in the cache."""
+
+
+class CompilerUnavailableError(NovaRuntimeError):
+    """Online mode missed the cache but MLIR (the code generator's dependency) is not importable."""
+
+
+class CacheCorruptionWarning(UserWarning):
+    """A cache entry failed to parse or its checksum did not match; it was deleted and will be rebuilt."""
+
+
+# --------------------------------------------------------------------------- the structural hash
+def canonical_json(obj) -> str:
+    """Sorted keys, no whitespace, ASCII: the same text for equal data whatever the dict order."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def key_payload(problem: dict, schedule: dict, target_name: str, target_arch: str) -> dict:
+    """Everything that determines a kernel's bytes, as plain data."""
+    return {"op": "gemm", "problem": problem, "schedule": schedule,
+            "target": {"name": target_name, "arch": target_arch},
+            "nova": nova.__version__, "toolchain": CODEGEN_TOOLCHAIN, "abi": CODEGEN_ABI}
+
+
+def kernel_key(problem, schedule, target) -> str:
+    """sha256 hex of the canonical payload; ``target`` is anything with ``.name`` and ``.arch``."""
+    payload = key_payload(problem.to_dict(), schedule.to_dict(), target.name, target.arch)
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
+def summary_line(problem, target) -> str:
+    """``"gemm 4096x4096x4096 tf32 NN -> f32 on h200 (sm_90)"``."""
+    return f"{problem.describe()} on {target.name} ({target.arch})"
+
+
+# --------------------------------------------------------------------------- offline switch
+_offline_override: bool | None = None
+
+
+def set_offline(flag: bool | None) -> None:
+    """Force offline (True) or online (False) mode; ``None`` goes back to ``NOVA_OFFLINE``."""
+    global _offline_override
+    _offline_override = None if flag is None else bool(flag)
+
+
+def is_offline() -> bool:
+    if _offline_override is not None:
+        return _offline_override
+    return os.environ.get("NOVA_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+# --------------------------------------------------------------------------- the on-disk store
+def default_cache_dir() -> Path:
+    """``$NOVA_CACHE_DIR``, else ``$XDG_CACHE_HOME/nova``, else ``~/.cache/nova``."""
+    if os.environ.get("NOVA_CACHE_DIR"):
+        return Path(os.environ["NOVA_CACHE_DIR"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "nova"
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    key: str
+    summary: str
+    path: Path
+    size: int
+    valid: bool
+    has_cubin: bool = False             # the entry carries a cubin (else PTX only, JIT at load)
+
+
+class KernelCache:
+    """``get(key)``, ``put(key, artifact, summary)``, ``entries()``, ``clear()`` on one directory."""
+
+    def __init__(self, path: str | os.PathLike | None = None):
+        self.root = Path(path).expanduser() if path is not None else default_cache_dir()
+        self._reported: set[tuple] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def kernels_dir(self) -> Path:
+        return self.root / "kernels"
+
+    def path_for(self, key: str) -> Path:
+        return self.kernels_dir / key[:2] / f"{key}.json"
+
+    # ---- read
+    def get(self, key: str) -> KernelArtifact | None:
+        """The artifact stored under ``key``, or None (missing, or corrupt: warned once and deleted)."""
+        path = self.path_for(key)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            self._corrupt(path, f"unreadable ({e})")
+            return None
+        try:
+            entry = json.loads(data.decode("utf-8"))
+            problem = _verify(entry, key)
+            if problem:
+                self._corrupt(path, problem)
+                return None
+            return KernelArtifact.from_dict(entry)
+        except (ValueError, KeyError, TypeError) as e:   # UTF-8, JSON, base64 and missing-field errors
+            self._corrupt(path, f"unparsable ({type(e).__name__}: {e})")
+            return None
+
+    def _corrupt(self, path: Path, why: str) -> None:
+        try:
+            st = path.stat()
+            ident = (str(path), st.st_mtime_ns, st.st_size)
+        except OSError:
+            ident = (str(path),)
+        with self._lock:
+            first = ident not in self._reported
+            self._reported.add(ident)
+        if first:
+            warnings.warn(f"Nova kernel cache entry {path} is corrupt ({why}); ignoring it, it will be rebuilt",
+                          CacheCorruptionWarning, stacklevel=3)
+        try:
+            path.unlink()
+        except OSError:
+            pass
+
+    # ---- write
+    def put(self, key: str, artifact: KernelArtifact, summary: str) -> Path:
+        """Store atomically: write a temp file next to the target, fsync, ``os.replace``."""
+        entry = dict(artifact.to_dict(), key=key, summary=summary, format=ENTRY_FORMAT,
+                     nova=nova.__version__, toolchain=CODEGEN_TOOLCHAIN, abi=CODEGEN_ABI)
+        entry["sha256"] = _digest(entry)
+        path = self.path_for(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(canonical_json(entry))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        return path
+
+    # ---- listing and maintenance
+    def entries(self) -> list[CacheEntry]:
+        """Every entry on disk (sorted by summary); corrupt ones are listed with ``valid=False``."""
+        out = []
+        for path in sorted(self.kernels_dir.glob("*/*.json")):
+            key = path.stem
+            try:
+                entry = json.loads(path.read_bytes().decode("utf-8"))
+                valid = not _verify(entry, key)
+                summary = str(entry.get("summary", "?"))
+                has_cubin = bool(entry.get("cubin"))
+            except (OSError, ValueError, AttributeError):
+                valid, summary, has_cubin = False, "?", False
+            try:
+                size = path.stat().st_size
+            except OSError:
+                size = 0
+            out.append(CacheEntry(key, summary, path, size, valid, has_cubin))
+        return sorted(out, key=lambda e: (e.summary, e.key))
+
+    def clear(self) -> int:
+        """Delete every entry (and stray temp files); returns how many entries were removed."""
+        removed = 0
+        if not self.kernels_dir.exists():
+            return 0
+        for path in self.kernels_dir.glob("*/*"):
+            if path.is_file() and (path.suffix == ".json" or path.suffix == ".tmp"):
+                try:
+                    path.unlink()
+                    removed += path.suffix == ".json"
+                except FileNotFoundError:
+                    pass
+        for sub in self.kernels_dir.glob("*"):
+            try:
+                sub.rmdir()
+            except OSError:
+                pass
+        return removed
+
+
+def _digest(entry: dict) -> str:
+    body = {k: v for k, v in entry.items() if k != "sha256"}
+    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+
+
+def _verify(entry, key: str) -> str:
+    """Empty string when ``entry`` is intact and belongs to ``key``, else what is wrong."""
+    if not isinstance(entry, dict):
+        return "not a JSON object"
+    if entry.get("sha256") != _digest(entry):
+        return "sha256 mismatch"
+    if entry.get("key") != key:
+        return f"stored under {key[:12]}… but its key is {str(entry.get('key'))[:12]}…"
+    return ""
+
+
+# --------------------------------------------------------------------------- cache-or-compile
+def precompile_command(problem, target_name: str) -> str:
+    """The ``nova precompile`` command line that produces ``problem``'s kernel for ``target_name``."""
+    p = problem
+    shape = f"{p.M}x{p.N}x{p.K}"
+    cmd = f"nova precompile gemm --shapes {shape} --target {target_name} --dtype {p.dtype}"
+    if p.trans_a:
+        cmd += " --trans-a"
+    if p.trans_b:
+        cmd += " --trans-b"
+    if p.bias:
+        cmd += " --bias"
+    if p.activation != "none":
+        cmd += f" --activation {p.activation}"
+    from nova.configurator.problem import DTYPES
+    if p.out_dtype != DTYPES[p.dtype][2]:
+        cmd += f" --out-dtype {p.out_dtype}"
+    return cmd
+
+
+def not_precompiled_message(problem, target, key: str, cache: KernelCache) -> str:
+    return (f"not precompiled: {summary_line(problem, target)} (key {key[:8]}…) in {cache.root}; "
+            f"on a machine with MLIR run: {precompile_command(problem, target.name)} "
+            f"and carry the cache directory")
+
+
+def mlir_available() -> bool:
+    try:
+        return importlib.util.find_spec("mlir.ir") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def compile_artifact(problem, schedule, target) -> KernelArtifact:
+    """Run the code generator (imports MLIR); a missing MLIR becomes ``CompilerUnavailableError``."""
+    hint = ("set NOVA_OFFLINE=1 and use a cache filled by `nova precompile` on a machine with MLIR "
+            "(xtc-mlir-python-bindings)")
+    if not mlir_available():
+        raise CompilerUnavailableError(f"cannot compile {summary_line(problem, target)}: MLIR Python bindings "
+                                       f"are not installed here; {hint}")
+    try:
+        from nova.codegen import compile_gemm
+    except ImportError as e:
+        raise CompilerUnavailableError(f"cannot compile {summary_line(problem, target)}: the code generator "
+                                       f"is not importable ({e}); {hint}") from None
+    return compile_gemm(problem, schedule)
+
+
+def get_or_compile(problem, schedule, target, cache: KernelCache | None = None,
+                   offline: bool | None = None) -> tuple[KernelArtifact, str, str]:
+    """``(artifact, key, status)`` with status ``"cached"`` or ``"compiled"`` (then stored)."""
+    cache = cache or KernelCache()
+    offline = is_offline() if offline is None else offline
+    key = kernel_key(problem, schedule, target)
+    artifact = cache.get(key)
+    if artifact is not None:
+        return artifact, key, "cached"
+    if offline:
+        raise NotPrecompiledError(not_precompiled_message(problem, target, key, cache))
+    artifact = compile_artifact(problem, schedule, target)
+    cache.put(key, artifact, summary_line(problem, target))
+    return artifact, key, "compiled"

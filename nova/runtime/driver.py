@@ -1,0 +1,274 @@
+"""Checked CUDA driver calls through ``cuda.bindings.driver``: device, context, module load, launch.
+
+Why the *primary* context: torch and cupy use it too, so their device pointers are valid in ours and
+our kernels can run on their streams.  Nothing here touches CUDA at import time, so
+``import nova.runtime`` works on a machine without a GPU, a driver or cuda-python; the first call
+that needs the driver raises ``NoGPUError`` there.
+
+Every driver call goes through ``check(result, doing)``: a failure becomes a ``NovaRuntimeError``
+that says what was being done, to which kernel and shape, and the CUDA error name and text.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import re
+import threading
+from dataclasses import dataclass, field
+
+NO_GPU_HINT = "Nova can still configure and compile without one — see `nova precompile`"
+_DEFAULT_SMEM_LIMIT = 48 * 1024        # dynamic smem above this needs the opt-in attribute
+_JIT_LOG_BYTES = 1 << 14
+
+
+class NovaRuntimeError(RuntimeError):
+    """A CUDA driver call (or a runtime precondition) failed; the message says what and where."""
+
+
+class NoGPUError(NovaRuntimeError):
+    """No usable NVIDIA GPU: cuda-python missing, driver library missing, or no device visible."""
+
+    def __init__(self, reason: str):
+        super().__init__(f"no NVIDIA GPU/driver found: {reason}; {NO_GPU_HINT}")
+
+
+# --------------------------------------------------------------------------- driver bootstrap
+_cu = None
+_init_lock = threading.RLock()
+
+
+def cuda():
+    """The initialised ``cuda.bindings.driver`` module (``cuInit`` done once per process)."""
+    global _cu
+    if _cu is not None:
+        return _cu
+    with _init_lock:
+        if _cu is not None:
+            return _cu
+        try:
+            from cuda.bindings import driver
+        except ImportError as e:
+            raise NoGPUError(f"cuda-python is not installed ({e})") from None
+        try:
+            (err,) = driver.cuInit(0)
+        except Exception as e:  # libcuda.so not found: cuda.pathfinder raises its own error type
+            raise NoGPUError(f"the CUDA driver library could not be loaded ({e})") from None
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise NoGPUError(f"cuInit failed: {error_text(err, driver)}")
+        err, count = driver.cuDeviceGetCount()
+        if err != driver.CUresult.CUDA_SUCCESS or count == 0:
+            raise NoGPUError("the driver sees no CUDA device (check CUDA_VISIBLE_DEVICES)")
+        _cu = driver
+        return _cu
+
+
+def gpu_available() -> bool:
+    """True when the driver initialises and at least one device is visible."""
+    try:
+        cuda()
+        return True
+    except NoGPUError:
+        return False
+
+
+def error_text(err, cu=None) -> str:
+    """``"CUDA_ERROR_INVALID_VALUE: invalid argument"`` for a ``CUresult``."""
+    cu = cu or _cu
+    try:
+        name = cu.cuGetErrorName(err)[1]
+        desc = cu.cuGetErrorString(err)[1]
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        desc = desc.decode() if isinstance(desc, bytes) else str(desc)
+        return f"{name}: {desc}"
+    except Exception:
+        return f"CUresult {int(err)}"
+
+
+def check(result, doing: str):
+    """Raise ``NovaRuntimeError("<doing>: <CUDA error>")`` on failure; return the call's outputs."""
+    err = result[0] if isinstance(result, tuple) else result
+    if err != _cu.CUresult.CUDA_SUCCESS:
+        raise NovaRuntimeError(f"{doing}: {error_text(err)}")
+    if not isinstance(result, tuple) or len(result) == 1:
+        return None
+    return result[1] if len(result) == 2 else result[1:]
+
+
+# --------------------------------------------------------------------------- devices
+@dataclass
+class Device:
+    """One CUDA device with its retained primary context (kept for the life of the process)."""
+    ordinal: int
+    handle: object
+    name: str
+    cc: tuple[int, int]
+    smem_optin: int                     # max dynamic smem per block with the opt-in attribute
+    context: object = field(repr=False)
+
+    @property
+    def arch(self) -> str:
+        return f"sm_{self.cc[0]}{self.cc[1]}"
+
+    def make_current(self) -> None:
+        """Bind our primary context to the calling thread unless it already is (torch's usually is)."""
+        cu = _cu
+        current = check(cu.cuCtxGetCurrent(), f"querying the current context on {self.name}")
+        if current is None or int(current) != int(self.context):
+            check(cu.cuCtxSetCurrent(self.context), f"making the primary context of {self.name} current")
+
+
+_devices: dict[int, Device] = {}
+
+
+def get_device(ordinal: int | None = None) -> Device:
+    """Device ``ordinal``; ``None`` means the device of the thread's current context, else device 0."""
+    cu = cuda()
+    if ordinal is None:
+        ctx = check(cu.cuCtxGetCurrent(), "querying the current context")
+        has_ctx = ctx is not None and int(ctx) != 0
+        ordinal = int(check(cu.cuCtxGetDevice(), "querying the current device")) if has_ctx else 0
+    dev = _devices.get(ordinal)
+    if dev is not None:
+        return dev
+    with _init_lock:
+        if ordinal not in _devices:
+            _devices[ordinal] = _open_device(cu, ordinal)
+        return _devices[ordinal]
+
+
+def _open_device(cu, ordinal: int) -> Device:
+    count = check(cu.cuDeviceGetCount(), "counting CUDA devices")
+    if not 0 <= ordinal < count:
+        raise NovaRuntimeError(f"CUDA device {ordinal} does not exist ({count} visible)")
+    handle = check(cu.cuDeviceGet(ordinal), f"getting CUDA device {ordinal}")
+    raw = check(cu.cuDeviceGetName(256, handle), f"reading the name of CUDA device {ordinal}")
+    name = raw.split(b"\x00")[0].decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+    A = cu.CUdevice_attribute
+
+    def attr(a):
+        return int(check(cu.cuDeviceGetAttribute(a, handle), f"reading {a.name} of {name}"))
+
+    cc = (attr(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR), attr(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
+    optin = attr(A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+    ctx = check(cu.cuDevicePrimaryCtxRetain(handle), f"retaining the primary context of {name}")
+    return Device(ordinal, handle, name, cc, optin, ctx)
+
+
+def arch_cc(arch: str) -> tuple[int, int, bool]:
+    """``"sm_90a"`` -> ``(9, 0, True)``; ``"sm_86"`` -> ``(8, 6, False)``; ``"sm_100"`` -> ``(10, 0, False)``."""
+    m = re.fullmatch(r"sm_(\d+)(\d)(a?)", arch.strip())
+    if not m:
+        raise ValueError(f"not a CUDA architecture name: {arch!r} (expected e.g. 'sm_90')")
+    return int(m.group(1)), int(m.group(2)), bool(m.group(3))
+
+
+# --------------------------------------------------------------------------- kernels
+@dataclass
+class LoadedKernel:
+    """A ``CUfunction`` ready to launch, with its launch geometry and a description for errors."""
+    function: object = field(repr=False)
+    module: object = field(repr=False)
+    device: Device
+    name: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem_bytes: int
+    what: str                                   # e.g. "gemm 4096x4096x4096 tf32 NN -> f32"
+    loaded_from: str                            # "cubin" | "ptx"
+    jit_log: str = ""
+
+    def geometry(self) -> str:
+        g, b = self.grid, self.block
+        block = f"{b[0]}" if b[1:] == (1, 1) else f"{b[0]}x{b[1]}x{b[2]}"
+        return f"grid {g[0]}x{g[1]}x{g[2]}, block {block}, smem {self.smem_bytes / 1024:.0f} KB"
+
+    def launch(self, pointers, stream: int = 0) -> None:
+        """Launch with bare 64-bit pointer arguments, asynchronously on ``stream`` (0 = legacy default)."""
+        cu = _cu
+        n = len(pointers)
+        values = (ctypes.c_uint64 * n)(*pointers)       # the argument values...
+        base = ctypes.addressof(values)
+        args = (ctypes.c_void_p * n)(*range(base, base + 8 * n, 8))   # ...and kernelParams[i] -> value i
+        g, b = self.grid, self.block
+        (err,) = cu.cuLaunchKernel(self.function, g[0], g[1], g[2], b[0], b[1], b[2], self.smem_bytes,
+                                   cu.CUstream(stream), ctypes.addressof(args), 0)
+        if err != cu.CUresult.CUDA_SUCCESS:
+            raise NovaRuntimeError(f"launching {self.what} ({self.geometry()}) on {self.device.name}: "
+                                   f"{error_text(err)}")
+
+
+_kernels: dict[tuple[int, str], LoadedKernel] = {}
+
+
+def load_kernel(artifact, device: Device, what: str, key: str | None = None) -> LoadedKernel:
+    """Load ``artifact`` (a ``KernelArtifact``) into ``device``'s primary context, once per process.
+
+    Uses the cubin when its arch matches the device exactly, else JIT-compiles the PTX (the JIT
+    error log is part of the error).  Sets the dynamic-smem opt-in attribute above 48 KB.
+    """
+    key = key or hashlib.sha256(artifact.ptx.encode() + (artifact.cubin or b"")).hexdigest()
+    cached = _kernels.get((device.ordinal, key))
+    if cached is not None:
+        return cached
+    cu = cuda()
+    major, minor, arch_specific = arch_cc(artifact.arch)
+    if (major, minor) > device.cc or (arch_specific and (major, minor) != device.cc):
+        raise NovaRuntimeError(
+            f"loading {what}: the kernel was generated for {artifact.arch} but {device.name} is {device.arch}; "
+            f"configure for this GPU's target (NOVA_TARGET or target=...)")
+    smem = int(artifact.smem_bytes)
+    if smem > device.smem_optin:
+        raise NovaRuntimeError(
+            f"loading {what}: the kernel needs {smem} B ({smem / 1024:.1f} KB) of dynamic shared memory but "
+            f"{device.name} allows at most {device.smem_optin} B per block; configure for this GPU's target")
+    device.make_current()
+    use_cubin = artifact.cubin is not None and (major, minor) == device.cc
+    image = artifact.cubin if use_cubin else artifact.ptx.encode()
+    module, jit_log = _load_module(cu, image, f"loading {what} from {'cubin' if use_cubin else 'PTX'} "
+                                               f"({artifact.arch}) on {device.name}")
+    function = check(cu.cuModuleGetFunction(module, artifact.name.encode()),
+                     f"finding kernel {artifact.name!r} of {what} in its module")
+    if smem > _DEFAULT_SMEM_LIMIT:
+        check(cu.cuFuncSetAttribute(function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                    smem),
+              f"allowing {smem} B of dynamic shared memory for {what} on {device.name}")
+    kernel = LoadedKernel(function, module, device, artifact.name, tuple(artifact.grid), tuple(artifact.block),
+                          smem, what, "cubin" if use_cubin else "ptx", jit_log)
+    _kernels[(device.ordinal, key)] = kernel
+    return kernel
+
+
+def _load_module(cu, image: bytes, doing: str):
+    """``cuModuleLoadDataEx`` with JIT error/info logs; returns (module, info log)."""
+    buf = ctypes.create_string_buffer(image)             # NUL-terminated (PTX needs it), kept alive here
+    err_log = b"\x00" * _JIT_LOG_BYTES                    # cuda.bindings wants bytes; the driver writes into them
+    info_log = b"\x00" * _JIT_LOG_BYTES
+    O = cu.CUjit_option
+    opts = [O.CU_JIT_ERROR_LOG_BUFFER, O.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+            O.CU_JIT_INFO_LOG_BUFFER, O.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES]
+    try:
+        result = cu.cuModuleLoadDataEx(ctypes.addressof(buf), len(opts), opts,
+                                       [err_log, _JIT_LOG_BYTES, info_log, _JIT_LOG_BYTES])
+    except (TypeError, ValueError):                      # option marshalling differs across cuda-bindings versions
+        result = cu.cuModuleLoadData(ctypes.addressof(buf))
+        err_log = info_log = b""
+    if result[0] != cu.CUresult.CUDA_SUCCESS:
+        log = _c_string(err_log)
+        raise NovaRuntimeError(f"{doing}: {error_text(result[0])}" + (f"\nJIT error log:\n{log}" if log else ""))
+    return result[1], _c_string(info_log)
+
+
+def _c_string(buf: bytes) -> str:
+    return bytes(buf).split(b"\x00")[0].decode(errors="replace").strip()
+
+
+def memset_async(ptr: int, count: int, elem_bytes: int, stream: int, doing: str) -> None:
+    """Zero ``count`` elements of ``elem_bytes`` (4, 2 or 1) at ``ptr``, asynchronously on ``stream``."""
+    cu = _cu
+    fn = {4: cu.cuMemsetD32Async, 2: cu.cuMemsetD16Async, 1: cu.cuMemsetD8Async}[elem_bytes]
+    check(fn(cu.CUdeviceptr(ptr), 0, count, cu.CUstream(stream)), doing)
+
+
+def synchronize(doing: str = "waiting for the GPU") -> None:
+    """``cuCtxSynchronize`` on the current context (tests and benchmarks; matmul itself is async)."""
+    check(cuda().cuCtxSynchronize(), doing)

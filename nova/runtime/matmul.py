@@ -1,0 +1,210 @@
+"""User-facing GEMM: ``matmul(a, b)`` on framework tensors and ``launch_gemm(problem, pointers...)``.
+
+Flow on the first call for a (problem, target, device): resolve the target (``NOVA_TARGET``, else
+the device name matched to a preset, else ``hwmodel.from_device()``), ``configure`` a schedule,
+look the structural key up in the kernel cache (compile on a miss unless offline), load the
+``CUfunction``.  The result is memoised per process, so later calls skip the configurator (sympy),
+hashing and disk entirely: they cost attribute reads, one dict lookup and the launch itself.
+"""
+from __future__ import annotations
+
+import os
+import re
+import threading
+from dataclasses import dataclass
+
+from nova.configurator.problem import GemmProblem
+from nova.runtime import driver, tensors
+from nova.runtime.cache import KernelCache, get_or_compile, summary_line
+from nova.runtime.driver import Device, LoadedKernel, NovaRuntimeError
+
+# Device name (cuDeviceGetName) -> hwmodel preset.  Variants with other SM counts fall through to
+# from_device(): "RTX 3060 Ti", "RTX 4090 D", "GH200".
+DEVICE_PRESETS = (
+    (re.compile(r"(?<![A-Z0-9])H200(?![0-9])", re.I), "h200"),
+    (re.compile(r"(?<![A-Z0-9])H100(?![0-9])", re.I), "h100"),
+    (re.compile(r"(?<![A-Z0-9])A100(?![0-9])", re.I), "a100"),
+    (re.compile(r"RTX\s*4090(?!\s*D\b)(?![0-9])", re.I), "rtx4090"),
+    (re.compile(r"RTX\s*3060(?!\s*Ti\b)(?![0-9])", re.I), "rtx3060"),
+)
+
+
+def preset_for_device_name(name: str) -> str | None:
+    """``"NVIDIA H200"`` -> ``"h200"``; None when no preset describes this GPU."""
+    for pattern, preset in DEVICE_PRESETS:
+        if pattern.search(name):
+            return preset
+    return None
+
+
+# Indirections to the layers above (imported lazily; tests replace them).
+def _get_target(name_or_model):
+    from nova.hwmodel import get_target
+    return get_target(name_or_model)
+
+
+def _from_device(ordinal: int):
+    from nova.hwmodel import from_device
+    return from_device(ordinal)
+
+
+def configure_schedule(problem: GemmProblem, target):
+    """The configurator's schedule for ``problem`` on ``target``: the one the cache key hashes.
+    ``nova precompile`` and the runtime both call this, so their keys agree."""
+    from nova.configurator import configure
+    return configure(problem, target).schedule
+
+
+# --------------------------------------------------------------------------- target resolution
+def resolve_target(target=None, device: Device | None = None):
+    """The ``GPUModel`` to configure for: ``target`` (preset name or model) if given, else
+    ``$NOVA_TARGET``, else the preset matching the device's name, else ``hwmodel.from_device()``."""
+    if target is not None:
+        return _get_target(target)
+    env = os.environ.get("NOVA_TARGET", "").strip()
+    if env:
+        return _get_target(env)
+    device = device or driver.get_device()
+    preset = preset_for_device_name(device.name)
+    return _get_target(preset) if preset else _from_device(device.ordinal)
+
+
+_targets: dict[tuple, object] = {}
+
+
+def _runtime_target(target, device: Device):
+    """``resolve_target`` memoised (the env var is part of the memo key, so changing it works)."""
+    if target is not None and not isinstance(target, str):
+        return target
+    memo = (target, os.environ.get("NOVA_TARGET"), device.ordinal)
+    model = _targets.get(memo)
+    if model is None:
+        model = _targets[memo] = resolve_target(target, device)
+    return model
+
+
+# --------------------------------------------------------------------------- resolved kernels
+@dataclass
+class ResolvedKernel:
+    """A loaded kernel for one problem on one device, with what a launch needs to know."""
+    problem: GemmProblem
+    target: object
+    schedule: object
+    key: str
+    status: str                      # "cached" | "compiled" (how the artifact was obtained)
+    kernel: LoadedKernel
+    slots: tuple[str, ...]           # kernel argument order, lower-case: ("a", "b", "c"[, "bias"])
+    zero_output: bool
+
+    def run(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None = None, stream: int = 0) -> None:
+        """Enqueue (zero C if split-K needs it, then) the kernel on ``stream``; no synchronisation."""
+        p = self.problem
+        if p.bias and bias_ptr is None:
+            raise ValueError(f"{p.describe()} adds a bias: pass bias_ptr")
+        s = self.schedule
+        tensors.check_alignment("A", a_ptr, s.vector_a, p.in_bytes)
+        tensors.check_alignment("B", b_ptr, s.vector_b, p.in_bytes)
+        tensors.check_alignment("C", c_ptr, s.vector_c, p.out_bytes)
+        args = {"a": a_ptr, "b": b_ptr, "c": c_ptr, "bias": bias_ptr}
+        self.kernel.device.make_current()
+        if self.zero_output:
+            driver.memset_async(c_ptr, p.M * p.N, p.out_bytes, stream,
+                                f"zeroing the output of {p.describe()} before its split-K launch")
+        self.kernel.launch([args[name] for name in self.slots], stream)
+
+
+_kernels: dict[tuple, ResolvedKernel] = {}
+_problems: dict[tuple, GemmProblem] = {}      # matmul's argument tuple -> validated GemmProblem
+_lock = threading.RLock()
+
+
+def resolve_kernel(problem: GemmProblem, target=None, device: Device | None = None,
+                   cache: KernelCache | None = None) -> ResolvedKernel:
+    """Configure, fetch or compile, and load ``problem``'s kernel; memoised per process."""
+    device = device or driver.get_device()
+    model = _runtime_target(target, device)
+    memo = (problem, model.name, model.arch, device.ordinal)
+    hit = _kernels.get(memo)
+    if hit is not None:
+        return hit
+    with _lock:
+        if memo in _kernels:
+            return _kernels[memo]
+        schedule = configure_schedule(problem, model)
+        artifact, key, status = get_or_compile(problem, schedule, model, cache)
+        slots = tuple(p.lower() for p in artifact.params)
+        expected = ("a", "b", "c", "bias") if problem.bias else ("a", "b", "c")
+        if slots != expected:
+            raise NovaRuntimeError(f"kernel ABI mismatch for {summary_line(problem, model)}: the artifact takes "
+                                   f"{artifact.params}, the runtime passes {expected} (stale cache? bump CODEGEN_ABI)")
+        kernel = driver.load_kernel(artifact, device, problem.describe(), key)
+        resolved = ResolvedKernel(problem, model, schedule, key, status, kernel, slots, bool(artifact.zero_output))
+        _kernels[memo] = resolved
+        return resolved
+
+
+def reset() -> None:
+    """Forget memoised targets and kernels (e.g. after changing NOVA_CACHE_DIR or offline mode)."""
+    with _lock:
+        _kernels.clear()
+        _targets.clear()
+        _problems.clear()
+
+
+# --------------------------------------------------------------------------- entry points
+def launch_gemm(problem: GemmProblem, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None = None,
+                stream: int = 0, *, target=None, device: int | None = None) -> ResolvedKernel:
+    """Low level: run ``problem`` on raw device pointers (layouts as ``problem`` states), async on
+    ``stream`` (0 = legacy default stream).  Returns the resolved kernel (for inspection)."""
+    resolved = resolve_kernel(problem, target, driver.get_device(device))
+    resolved.run(int(a_ptr), int(b_ptr), int(c_ptr), None if bias_ptr is None else int(bias_ptr), int(stream))
+    return resolved
+
+
+def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None):
+    """``act(a @ b + bias)`` with a Nova kernel; returns ``out`` (allocated like ``a`` when None).
+
+    ``a`` is [M, K], ``b`` is [K, N]: torch tensors, cupy arrays, or objects with
+    ``__cuda_array_interface__``/``__dlpack__``.  float32 runs on TF32 tensor cores; bfloat16 and
+    float16 likewise.  A transposed view (``x.T`` of a contiguous matrix) is read in place.
+    Runs on the framework's current stream (torch, cupy) or the legacy default stream; no sync.
+    """
+    ta, tb = tensors.describe(a, "a"), tensors.describe(b, "b")
+    M, K, trans_a = tensors.gemm_operand(ta, "[M, K]")
+    K_b, N, trans_b = tensors.gemm_operand(tb, "[K, N]")
+    if K != K_b:
+        raise ValueError(f"inner dimensions differ: a is [M, K] = {list(ta.shape)}, b is [K, N] = {list(tb.shape)}")
+    dtype = tensors.gemm_dtype(ta, tb)
+    if ta.device is not None and tb.device is not None and ta.device != tb.device:
+        raise ValueError(f"a is on cuda:{ta.device} but b is on cuda:{tb.device}")
+    to = tensors.describe(out, "out") if out is not None else None
+    out_dtype = to.storage if to is not None and to.storage in ("f32", "bf16", "f16") else None
+    fields = (M, N, K, dtype, trans_a, trans_b, bias is not None, activation, out_dtype)
+    problem = _problems.get(fields)
+    if problem is None:
+        problem = _problems.setdefault(fields, GemmProblem(*fields))
+    if to is not None:
+        tensors.check_output(to, M, N, problem.out_dtype)
+    tbias = tensors.describe(bias, "bias") if bias is not None else None
+    if tbias is not None:
+        tensors.check_bias(tbias, N, bias_storage(problem))
+
+    resolved = resolve_kernel(problem, target, driver.get_device(ta.device if ta.device is not None else tb.device))
+    if to is None:
+        out = tensors.empty(ta, (M, N), problem.out_dtype)
+        to = tensors.describe(out, "out")
+    s = resolved.schedule
+    tensors.check_alignment(ta, ta.ptr, s.vector_a, problem.in_bytes)
+    tensors.check_alignment(tb, tb.ptr, s.vector_b, problem.in_bytes)
+    tensors.check_alignment(to, to.ptr, s.vector_c, problem.out_bytes)
+    bias_ptr = None
+    if tbias is not None:
+        tensors.check_alignment(tbias, tbias.ptr, s.vector_c, tensors.ELEMENT_BYTES[tbias.storage])
+        bias_ptr = tbias.ptr
+    resolved.run(ta.ptr, tb.ptr, to.ptr, bias_ptr, tensors.current_stream(ta))
+    return out
+
+
+def bias_storage(problem: GemmProblem) -> str:
+    """Element type of the bias vector, as codegen reads it: f32 for TF32 inputs, else the output's."""
+    return "f32" if problem.dtype == "tf32" else problem.out_dtype
