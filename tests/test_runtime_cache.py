@@ -7,6 +7,8 @@ import json
 import multiprocessing as mp
 import os
 import random
+import subprocess
+import sys
 import time
 import types
 import warnings
@@ -354,6 +356,32 @@ def test_precompile_key_equals_runtime_key_on_h200(tmp_path, monkeypatch, fake_g
     assert KernelCache().path_for(resolved.key).exists()
 
 
+# --------------------------------------------------------------------------- driver without a GPU
+def test_import_touches_neither_cuda_nor_mlir():
+    code = ("import sys, nova, nova.runtime, nova.runtime.matmul, nova.cli.main; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('mlir', 'cuda', 'torch', 'cupy')]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+
+
+def test_no_gpu_error_is_clear(monkeypatch):
+    monkeypatch.setattr(driver, "_cu", None)
+    monkeypatch.setitem(sys.modules, "cuda.bindings", None)          # cuda-python "not installed"
+    with pytest.raises(driver.NoGPUError, match=r"^no NVIDIA GPU/driver found: cuda-python is not installed .*; "
+                                                r"Nova can still configure and compile without one — see "
+                                                r"`nova precompile`$"):
+        driver.get_device()
+    assert not driver.gpu_available()
+
+
+def test_arch_names():
+    assert driver.arch_cc("sm_90a") == (9, 0, True)
+    assert driver.arch_cc("sm_86") == (8, 6, False)
+    assert driver.arch_cc("sm_100") == (10, 0, False)
+    with pytest.raises(ValueError, match="not a CUDA architecture"):
+        driver.arch_cc("compute_90")
+
+
 # --------------------------------------------------------------------------- tensors (fake CAI objects)
 class FakeArray:
     """Exposes ``__cuda_array_interface__`` like a GPU array would (no memory behind it)."""
@@ -467,3 +495,79 @@ def test_repeat_call_is_memoised_and_cheap(fake_stack):
     assert len(fake_stack.configured) == 1 and len(fake_stack.loads) == 1
     print(f"matmul host overhead with a fake driver: {per_call_us:.1f} us/call")
     assert per_call_us < 200
+
+
+# --------------------------------------------------------------------------- driver logic, fake libcuda
+def _decode_params(state, address, n=3):
+    """Read kernelParams during the (fake) launch, as the driver does: pointers to 64-bit values."""
+    import ctypes
+    argv = (ctypes.c_void_p * n).from_address(address)
+    state["params"] = [ctypes.c_uint64.from_address(p).value for p in argv]
+
+
+@pytest.fixture
+def fake_cu(monkeypatch):
+    """The real ``cuda.bindings.driver`` enums and handle types, with the calls faked (no libcuda here)."""
+    real = pytest.importorskip("cuda.bindings.driver")
+    ok, bad = real.CUresult.CUDA_SUCCESS, real.CUresult.CUDA_ERROR_INVALID_VALUE
+    calls = []
+    A = real.CUdevice_attribute
+    attrs = {A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: 9, A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: 0,
+             A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: 232448}
+    state = {"current": real.CUcontext(0), "launch_result": ok}
+
+    def rec(name, result):
+        def f(*args):
+            calls.append((name, args))
+            return result(*args) if callable(result) else result
+        return f
+
+    def set_current(ctx):
+        state["current"] = ctx
+        return (ok,)
+
+    fake = types.SimpleNamespace(
+        CUresult=real.CUresult, CUdevice_attribute=A, CUfunction_attribute=real.CUfunction_attribute,
+        CUjit_option=real.CUjit_option, CUstream=real.CUstream, CUdeviceptr=real.CUdeviceptr,
+        cuGetErrorName=lambda e: (ok, b"CUDA_ERROR_INVALID_VALUE"),
+        cuGetErrorString=lambda e: (ok, b"invalid argument"),
+        cuDeviceGetCount=rec("count", (ok, 1)), cuDeviceGet=rec("get", (ok, real.CUdevice(0))),
+        cuDeviceGetName=rec("name", (ok, b"NVIDIA H200\x00\x00")),
+        cuDeviceGetAttribute=rec("attr", lambda a, d: (ok, attrs[a])),
+        cuDevicePrimaryCtxRetain=rec("retain", (ok, real.CUcontext(0x1234))),
+        cuCtxGetCurrent=rec("getcur", lambda: (ok, state["current"])),
+        cuCtxSetCurrent=rec("setcur", set_current),
+        cuModuleLoadDataEx=rec("load", (ok, real.CUmodule(0x55))),
+        cuModuleGetFunction=rec("getfn", (ok, real.CUfunction(0x66))),
+        cuFuncSetAttribute=rec("setattr", (ok,)),
+        cuLaunchKernel=rec("launch", lambda *a: _decode_params(state, a[9]) or (state["launch_result"],)),
+        cuMemsetD32Async=rec("memset32", (ok,)),
+    )
+    monkeypatch.setattr(driver, "_cu", fake)
+    monkeypatch.setattr(driver, "_devices", {})
+    monkeypatch.setattr(driver, "_kernels", {})
+    return types.SimpleNamespace(calls=calls, state=state, bad=bad)
+
+
+def test_driver_load_and_launch_with_fake_libcuda(fake_cu):
+    dev = driver.get_device()
+    assert (dev.name, dev.cc, dev.arch, dev.smem_optin) == ("NVIDIA H200", (9, 0), "sm_90", 232448)
+    art = make_artifact()                                   # sm_90 cubin, 99840 B smem
+    k = driver.load_kernel(art, dev, "gemm 64x64x64 tf32 NN -> f32", key="k1")
+    assert k.loaded_from == "cubin" and driver.load_kernel(art, dev, "again", key="k1") is k
+    names = [c[0] for c in fake_cu.calls]
+    assert names.count("load") == 1 and names.count("setattr") == 1 and "setcur" in names
+    k.launch([0x1000, 0x2000, 0x3000], stream=7)
+    launch = [c for c in fake_cu.calls if c[0] == "launch"][-1][1]
+    assert launch[1:8] == (64, 1, 1, 128, 1, 1, 99840) and int(launch[8]) == 7
+    assert fake_cu.state["params"] == [0x1000, 0x2000, 0x3000]
+    driver.memset_async(0x3000, 4096, 4, 7, "zeroing")
+    fake_cu.state["launch_result"] = fake_cu.bad
+    with pytest.raises(driver.NovaRuntimeError) as info:
+        k.launch([1, 2, 3])
+    assert str(info.value) == ("launching gemm 64x64x64 tf32 NN -> f32 (grid 64x1x1, block 128, smem 98 KB) on "
+                               "NVIDIA H200: CUDA_ERROR_INVALID_VALUE: invalid argument")
+    ptx_only = driver.load_kernel(make_artifact(cubin=None), dev, "ptx gemm", key="k2")
+    assert ptx_only.loaded_from == "ptx"
+    with pytest.raises(driver.NovaRuntimeError, match="needs 262144 B .* allows at most 232448 B"):
+        driver.load_kernel(dataclasses.replace(make_artifact(), smem_bytes=256 * 1024), dev, "big", key="k3")

@@ -265,7 +265,7 @@ def _c_string(buf: bytes) -> str:
 def memset_async(ptr: int, count: int, elem_bytes: int, stream: int, doing: str) -> None:
     """Zero ``count`` elements of ``elem_bytes`` (4, 2 or 1) at ``ptr``, asynchronously on ``stream``."""
     cu = _cu
-    fn = {4: cu.cuMemsetD32Async, 2: cu.cuMemsetD16Async, 1: cu.cuMemsetD8Async}[elem_bytes]
+    fn = getattr(cu, {4: "cuMemsetD32Async", 2: "cuMemsetD16Async", 1: "cuMemsetD8Async"}[elem_bytes])
     check(fn(cu.CUdeviceptr(ptr), 0, count, cu.CUstream(stream)), doing)
 
 

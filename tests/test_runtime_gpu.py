@@ -1,0 +1,282 @@
+"""GPU tests of the runtime: ``nova.matmul`` on torch tensors vs a float64 reference (fresh random
+data, NaN-poisoned outputs), raw-pointer ``launch_gemm``, driver error paths, offline mode.
+
+On a GPU machine without MLIR, precompile on a host that has it and carry the cache over:
+
+    python tests/test_runtime_gpu.py --target h200      # prints the `nova precompile` commands
+    NOVA_OFFLINE=1 NOVA_CACHE_DIR=/carried/cache python -m pytest -m gpu tests/test_runtime_gpu.py
+
+With NOVA_OFFLINE=1 every test uses only that cache (a miss fails with the command to run).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import nova
+from nova.configurator.problem import GemmProblem
+from nova.runtime import cache as cache_mod, driver, matmul as mm
+from nova.runtime.cache import KernelCache, NotPrecompiledError, is_offline, mlir_available, precompile_command
+
+# (M, N, K, dtype, trans_a, trans_b, bias, activation): odd shapes, every dtype, transposes, epilogues
+CASES = [
+    (256, 256, 256, "tf32", False, False, False, "none"),
+    (1000, 1000, 1000, "tf32", False, False, False, "none"),
+    (127, 253, 61, "tf32", False, False, False, "none"),
+    (3, 5, 7, "tf32", False, False, False, "none"),
+    (512, 384, 320, "bf16", False, False, False, "none"),
+    (333, 257, 129, "fp16", False, False, False, "none"),
+    (256, 192, 128, "tf32", True, False, False, "none"),
+    (256, 192, 128, "tf32", False, True, False, "none"),
+    (384, 256, 128, "tf32", False, False, True, "relu"),
+    (384, 256, 128, "bf16", False, False, True, "relu"),
+]
+TOLERANCE = {"tf32": 2e-3, "bf16": 1e-2, "fp16": 1e-2}   # relative Frobenius error vs float64
+
+
+def _gpu_reason() -> str:
+    return "" if driver.gpu_available() else "no usable CUDA GPU (cuInit failed or no device)"
+
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(bool(_gpu_reason()), reason=_gpu_reason() or "gpu")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_runtime():
+    mm.reset()
+    yield
+    mm.reset()
+
+
+@pytest.fixture
+def kernels():
+    """For tests that run Nova kernels: they come from the cache (offline) or the code generator."""
+    if not is_offline() and not mlir_available():
+        pytest.skip("no MLIR here: precompile (`python tests/test_runtime_gpu.py --target T` prints the commands) "
+                    "and run with NOVA_OFFLINE=1 NOVA_CACHE_DIR=<carried cache>")
+
+
+def case_id(c):
+    M, N, K, dt, ta, tb, bias, act = c
+    return f"{M}x{N}x{K}-{dt}-{'T' if ta else 'N'}{'T' if tb else 'N'}" + ("-bias" if bias else "") + \
+        (f"-{act}" if act != "none" else "")
+
+
+def rel_fro(torch, got, ref) -> float:
+    return float(torch.linalg.norm(got.to(torch.float64) - ref) / torch.linalg.norm(ref))
+
+
+def make_inputs(torch, M, N, K, dtype, trans_a, trans_b, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    tdt = {"tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    a = torch.randn((K, M) if trans_a else (M, K), device="cuda", generator=gen).to(tdt)
+    b = torch.randn((N, K) if trans_b else (K, N), device="cuda", generator=gen).to(tdt)
+    return (a.T if trans_a else a), (b.T if trans_b else b), gen, tdt
+
+
+def reference(torch, a, b, bias, activation):
+    ref = a.to(torch.float64) @ b.to(torch.float64)
+    if bias is not None:
+        ref = ref + bias.to(torch.float64)
+    if activation == "relu":
+        ref = torch.relu(ref)
+    elif activation == "gelu":
+        ref = torch.nn.functional.gelu(ref, approximate="tanh")
+    elif activation == "silu":
+        ref = torch.nn.functional.silu(ref)
+    return ref
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_matmul_torch_vs_float64(case, kernels):
+    torch = pytest.importorskip("torch")
+    M, N, K, dtype, trans_a, trans_b, has_bias, act = case
+    seed = int.from_bytes(os.urandom(4), "little")           # fresh data every run; printed on failure
+    a, b, gen, tdt = make_inputs(torch, M, N, K, dtype, trans_a, trans_b, seed=seed)
+    bias = torch.randn(N, device="cuda", generator=gen).to(torch.float32 if dtype == "tf32" else tdt) \
+        if has_bias else None
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=tdt)
+    assert nova.matmul(a, b, out=out, bias=bias, activation=act) is out
+    torch.cuda.synchronize()
+    assert int(torch.isnan(out).sum()) == 0, f"{case_id(case)} (seed {seed}): output elements left unwritten"
+    err = rel_fro(torch, out, reference(torch, a, b, bias, act))
+    assert err < TOLERANCE[dtype], f"{case_id(case)} (seed {seed}): relative Frobenius error {err:.2e}"
+
+
+def test_matmul_allocates_output_like_inputs(kernels):
+    torch = pytest.importorskip("torch")
+    a, b, _, tdt = make_inputs(torch, 256, 256, 256, "tf32", False, False, seed=7)
+    c = nova.matmul(a, b)
+    torch.cuda.synchronize()
+    assert c.shape == (256, 256) and c.dtype == tdt and c.device == a.device
+    assert rel_fro(torch, c, reference(torch, a, b, None, "none")) < TOLERANCE["tf32"]
+
+
+def test_matmul_on_a_side_stream(kernels):
+    torch = pytest.importorskip("torch")
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        a, b, _, _ = make_inputs(torch, 256, 256, 256, "tf32", False, False, seed=11)
+        out = torch.full((256, 256), float("nan"), device="cuda")
+        nova.matmul(a, b, out=out)
+    s.synchronize()
+    assert rel_fro(torch, out, reference(torch, a, b, None, "none")) < TOLERANCE["tf32"]
+
+
+def test_validation_errors_on_real_tensors():
+    torch = pytest.importorskip("torch")
+    a = torch.randn(64, 32, device="cuda")
+    with pytest.raises(TypeError, match="different element types"):
+        nova.matmul(a, torch.randn(32, 16, device="cuda", dtype=torch.float16))
+    with pytest.raises(ValueError, match="not on a CUDA GPU"):
+        nova.matmul(a, torch.randn(32, 16))
+    with pytest.raises(ValueError, match="neither row-major"):
+        nova.matmul(a, torch.randn(32, 32, device="cuda")[:, ::2])
+
+
+def test_host_overhead_per_call(kernels):
+    torch = pytest.importorskip("torch")
+    a, b, _, _ = make_inputs(torch, 256, 256, 256, "tf32", False, False, seed=3)
+    out = torch.empty(256, 256, device="cuda")
+    nova.matmul(a, b, out=out)
+    torch.cuda.synchronize()
+    n = 500
+    t0 = time.perf_counter()
+    for _ in range(n):
+        nova.matmul(a, b, out=out)
+    per_call = (time.perf_counter() - t0) / n * 1e6
+    torch.cuda.synchronize()
+    print(f"nova.matmul host-side cost: {per_call:.1f} us/call")
+    assert per_call < 200
+
+
+# --------------------------------------------------------------------------- raw pointers (no torch)
+class DeviceArray:
+    """A cuMemAlloc buffer exposing __cuda_array_interface__ (tests the generic path without torch)."""
+
+    def __init__(self, host):
+        import numpy as np
+        self.host = np.ascontiguousarray(host)
+        driver.get_device(0).make_current()
+        cu = driver.cuda()
+        self.ptr = int(driver.check(cu.cuMemAlloc(max(self.host.nbytes, 1)), "cuMemAlloc"))
+        driver.check(cu.cuMemcpyHtoD(cu.CUdeviceptr(self.ptr), self.host.ctypes.data, self.host.nbytes), "cuMemcpyHtoD")
+        self.__cuda_array_interface__ = {"shape": self.host.shape, "typestr": self.host.dtype.str,
+                                         "data": (self.ptr, False), "strides": None, "version": 3}
+
+    def to_host(self):
+        import numpy as np
+        res = np.empty_like(self.host)
+        driver.synchronize()
+        cu = driver.cuda()
+        driver.check(cu.cuMemcpyDtoH(res.ctypes.data, cu.CUdeviceptr(self.ptr), res.nbytes), "cuMemcpyDtoH")
+        return res
+
+    def free(self):
+        cu = driver.cuda()
+        driver.check(cu.cuMemFree(cu.CUdeviceptr(self.ptr)), "cuMemFree")
+
+
+def test_launch_gemm_raw_pointers_and_cai(kernels):
+    np = pytest.importorskip("numpy")
+    rng = np.random.default_rng(5)
+    M, N, K = 256, 256, 256
+    A = rng.standard_normal((M, K)).astype(np.float32)
+    B = rng.standard_normal((K, N)).astype(np.float32)
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    bufs = [DeviceArray(A), DeviceArray(B), DeviceArray(np.full((M, N), np.nan, np.float32)),
+            DeviceArray(np.full((M, N), np.nan, np.float32))]
+    try:
+        mm.launch_gemm(GemmProblem(M, N, K), bufs[0].ptr, bufs[1].ptr, bufs[2].ptr)
+        nova.matmul(bufs[0], bufs[1], out=bufs[3])           # the __cuda_array_interface__ path
+        for buf in bufs[2:]:
+            C = buf.to_host()
+            assert not np.isnan(C).any()
+            assert np.linalg.norm(C - ref) / np.linalg.norm(ref) < TOLERANCE["tf32"]
+    finally:
+        for buf in bufs:
+            buf.free()
+
+
+# --------------------------------------------------------------------------- driver error paths
+def _artifact(**kw):
+    from nova.codegen.artifact import KernelArtifact
+    base = dict(name="nova_gemm", arch="sm_80", ptx="this is not PTX", grid=(1, 1, 1), block=(32, 1, 1),
+                smem_bytes=0, params=("A", "B", "C"))
+    return KernelArtifact(**{**base, **kw})
+
+
+def test_bad_ptx_error_names_kernel_and_cuda_error():
+    dev = driver.get_device(0)
+    with pytest.raises(driver.NovaRuntimeError, match=r"loading bogus gemm from PTX \(sm_80\) on .*CUDA_ERROR_"):
+        driver.load_kernel(_artifact(), dev, "bogus gemm")
+
+
+def test_smem_above_optin_and_wrong_arch_are_clear():
+    dev = driver.get_device(0)
+    with pytest.raises(driver.NovaRuntimeError, match="allows at most"):
+        driver.load_kernel(_artifact(smem_bytes=dev.smem_optin + 1024), dev, "huge gemm")
+    major, minor = dev.cc
+    with pytest.raises(driver.NovaRuntimeError, match="generated for sm_"):
+        driver.load_kernel(_artifact(arch=f"sm_{major + 1}{minor}"), dev, "future gemm")
+
+
+# --------------------------------------------------------------------------- offline mode
+def test_offline_miss_says_what_to_precompile(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setenv("NOVA_CACHE_DIR", str(tmp_path / "empty"))
+    cache_mod.set_offline(True)
+    mm.reset()
+    try:
+        a, b, _, _ = make_inputs(torch, 7, 11, 13, "tf32", False, False, seed=1)
+        with pytest.raises(NotPrecompiledError, match=r"^not precompiled: gemm 7x11x13 tf32 NN -> f32 on .*"
+                                                      r"nova precompile gemm --shapes 7x11x13 --target"):
+            nova.matmul(a, b)
+    finally:
+        cache_mod.set_offline(None)
+        mm.reset()
+
+
+@pytest.mark.skipif(not (os.environ.get("NOVA_OFFLINE") == "1" and os.environ.get("NOVA_CACHE_DIR")),
+                    reason="set NOVA_OFFLINE=1 and NOVA_CACHE_DIR to a precompiled cache")
+def test_offline_uses_only_the_given_cache(monkeypatch, kernels):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(cache_mod, "compile_artifact", lambda *a: pytest.fail("offline mode compiled a kernel"))
+    mm.reset()
+    M, N, K = CASES[0][:3]
+    a, b, _, _ = make_inputs(torch, M, N, K, "tf32", False, False, seed=2)
+    out = torch.full((M, N), float("nan"), device="cuda")
+    nova.matmul(a, b, out=out)
+    torch.cuda.synchronize()
+    resolved = mm.resolve_kernel(GemmProblem(M, N, K), device=driver.get_device(a.device.index))
+    assert resolved.status == "cached"
+    cache = KernelCache()
+    assert cache.root == Path(os.environ["NOVA_CACHE_DIR"]).expanduser()
+    assert cache.path_for(resolved.key).exists()
+    assert rel_fro(torch, out, reference(torch, a, b, None, "none")) < TOLERANCE["tf32"]
+
+
+# --------------------------------------------------------------------------- precompile commands
+def precompile_commands(target: str) -> list[str]:
+    """One ``nova precompile`` line per distinct epilogue/layout among the problems these tests run."""
+    groups: dict[tuple, list[str]] = {}
+    extra = [(256, 256, 256, "tf32", False, False, False, "none")]     # allocate/stream/overhead/offline tests
+    for M, N, K, dt, ta, tb, bias, act in CASES + extra:
+        flags = precompile_command(GemmProblem(M, N, K, dt, ta, tb, bias, act), target).split(" --dtype ")[1]
+        dtype, _, rest = flags.partition(" ")
+        groups.setdefault((rest, dtype), []).append(f"{M}x{N}x{K}")
+    return [f"nova precompile gemm --shapes {','.join(dict.fromkeys(shapes))} --target {target} --dtype {dtype}"
+            + (f" {rest}" if rest else "") for (rest, dtype), shapes in groups.items()]
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser(description="print the precompile commands for these GPU tests")
+    ap.add_argument("--target", default="h200")
+    for line in precompile_commands(ap.parse_args().target):
+        print(line)
+    sys.exit(0)
