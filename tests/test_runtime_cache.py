@@ -571,3 +571,14 @@ def test_driver_load_and_launch_with_fake_libcuda(fake_cu):
     assert ptx_only.loaded_from == "ptx"
     with pytest.raises(driver.NovaRuntimeError, match="needs 262144 B .* allows at most 232448 B"):
         driver.load_kernel(dataclasses.replace(make_artifact(), smem_bytes=256 * 1024), dev, "big", key="k3")
+
+
+def test_other_context_is_restored(fake_cu):
+    real = pytest.importorskip("cuda.bindings.driver")
+    dev = driver.get_device(0)
+    fake_cu.state["current"] = real.CUcontext(0x9999)       # e.g. torch's context of another device
+    previous = dev.make_current()
+    assert int(previous) == 0x9999 and int(fake_cu.state["current"]) == 0x1234
+    assert dev.make_current() is None                        # already current: no call, nothing to restore
+    driver.restore_context(previous)
+    assert int(fake_cu.state["current"]) == 0x9999

@@ -109,12 +109,22 @@ class Device:
     def arch(self) -> str:
         return f"sm_{self.cc[0]}{self.cc[1]}"
 
-    def make_current(self) -> None:
-        """Bind our primary context to the calling thread unless it already is (torch's usually is)."""
+    def make_current(self):
+        """Bind our primary context to the calling thread unless it already is (torch's usually is).
+
+        Returns the other context that was current (to hand to ``restore_context``), else None."""
         cu = _cu
         current = check(cu.cuCtxGetCurrent(), f"querying the current context on {self.name}")
-        if current is None or int(current) != int(self.context):
-            check(cu.cuCtxSetCurrent(self.context), f"making the primary context of {self.name} current")
+        if current is not None and int(current) == int(self.context):
+            return None
+        check(cu.cuCtxSetCurrent(self.context), f"making the primary context of {self.name} current")
+        return current if current is not None and int(current) != 0 else None
+
+
+def restore_context(previous) -> None:
+    """Put back the context ``Device.make_current`` replaced (another device's, e.g. torch's current one)."""
+    if previous is not None:
+        check(_cu.cuCtxSetCurrent(previous), "restoring the caller's CUDA context")
 
 
 _devices: dict[int, Device] = {}
@@ -221,17 +231,20 @@ def load_kernel(artifact, device: Device, what: str, key: str | None = None) -> 
         raise NovaRuntimeError(
             f"loading {what}: the kernel needs {smem} B ({smem / 1024:.1f} KB) of dynamic shared memory but "
             f"{device.name} allows at most {device.smem_optin} B per block; configure for this GPU's target")
-    device.make_current()
-    use_cubin = artifact.cubin is not None and (major, minor) == device.cc
-    image = artifact.cubin if use_cubin else artifact.ptx.encode()
-    module, jit_log = _load_module(cu, image, f"loading {what} from {'cubin' if use_cubin else 'PTX'} "
-                                               f"({artifact.arch}) on {device.name}")
-    function = check(cu.cuModuleGetFunction(module, artifact.name.encode()),
-                     f"finding kernel {artifact.name!r} of {what} in its module")
-    if smem > _DEFAULT_SMEM_LIMIT:
-        check(cu.cuFuncSetAttribute(function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                    smem),
-              f"allowing {smem} B of dynamic shared memory for {what} on {device.name}")
+    previous = device.make_current()
+    try:
+        use_cubin = artifact.cubin is not None and (major, minor) == device.cc
+        image = artifact.cubin if use_cubin else artifact.ptx.encode()
+        module, jit_log = _load_module(cu, image, f"loading {what} from {'cubin' if use_cubin else 'PTX'} "
+                                                   f"({artifact.arch}) on {device.name}")
+        function = check(cu.cuModuleGetFunction(module, artifact.name.encode()),
+                         f"finding kernel {artifact.name!r} of {what} in its module")
+        if smem > _DEFAULT_SMEM_LIMIT:
+            check(cu.cuFuncSetAttribute(function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                        smem),
+                  f"allowing {smem} B of dynamic shared memory for {what} on {device.name}")
+    finally:
+        restore_context(previous)
     kernel = LoadedKernel(function, module, device, artifact.name, tuple(artifact.grid), tuple(artifact.block),
                           smem, what, "cubin" if use_cubin else "ptx", jit_log)
     _kernels[(device.ordinal, key)] = kernel
@@ -249,7 +262,7 @@ def _load_module(cu, image: bytes, doing: str):
     try:
         result = cu.cuModuleLoadDataEx(ctypes.addressof(buf), len(opts), opts,
                                        [err_log, _JIT_LOG_BYTES, info_log, _JIT_LOG_BYTES])
-    except (TypeError, ValueError):                      # option marshalling differs across cuda-bindings versions
+    except Exception:                                    # option marshalling differs across cuda-bindings versions
         result = cu.cuModuleLoadData(ctypes.addressof(buf))
         err_log = info_log = b""
     if result[0] != cu.CUresult.CUDA_SUCCESS:

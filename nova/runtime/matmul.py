@@ -106,11 +106,15 @@ class ResolvedKernel:
         tensors.check_alignment("B", b_ptr, s.vector_b, p.in_bytes)
         tensors.check_alignment("C", c_ptr, s.vector_c, p.out_bytes)
         args = {"a": a_ptr, "b": b_ptr, "c": c_ptr, "bias": bias_ptr}
-        self.kernel.device.make_current()
-        if self.zero_output:
-            driver.memset_async(c_ptr, p.M * p.N, p.out_bytes, stream,
-                                f"zeroing the output of {p.describe()} before its split-K launch")
-        self.kernel.launch([args[name] for name in self.slots], stream)
+        previous = self.kernel.device.make_current()
+        try:
+            if self.zero_output:
+                driver.memset_async(c_ptr, p.M * p.N, p.out_bytes, stream,
+                                    f"zeroing the output of {p.describe()} before its split-K launch")
+            self.kernel.launch([args[name] for name in self.slots], stream)
+        finally:
+            if previous is not None:
+                driver.restore_context(previous)
 
 
 _kernels: dict[tuple, ResolvedKernel] = {}
