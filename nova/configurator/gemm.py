@@ -69,7 +69,7 @@ REGS = Formula("regs", "acc_regs + frag_a_regs * mma_tiles_m + frag_b_regs * mma
 BPS_REGS = Formula("bps_regs", "floor(regs_per_sm / (warps * ceil(regs * 32 / reg_alloc_unit) * reg_alloc_unit))")
 BPS_THREADS = Formula("bps_threads", "floor(max_threads_per_sm / threads)")
 BPS_SMEM = Formula("bps_smem", "floor(smem_per_sm / (2 * stage_bytes + smem_reserved_per_block))")
-STAGE_BYTES = Formula("stage_bytes", "(block_m * (block_k + pad_a) + block_k * (block_n + pad_b)) * elem_bytes")
+STAGE_BYTES = Formula("stage_bytes", "(a_rows * (a_cols + pad_a) + b_rows * (b_cols + pad_b)) * elem_bytes")
 INFLIGHT = Formula("inflight", "mem_latency_ns * 1e-9 * tc_flops_per_clk_sm * clock_hz / I_block")
 STAGES = Formula("stages", "1 + ceil(inflight / (blocks_per_sm * stage_bytes))")
 STAGES_SMEM = Formula("stages_max", "floor((smem_per_sm / blocks_per_sm - smem_reserved_per_block) / stage_bytes)")
@@ -203,13 +203,14 @@ def _plan(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_n: i
     wm, wn = min(warp_m, block_m), min(warp_n, block_n)
     wgm, wgn = block_m // wm, block_n // wn
     threads = 32 * wgm * wgn
-    pad_a, pad_b = _pad_a(p, block_k), _pad_b(p, block_n)
+    (a_rows, a_cols, pad_a), (b_rows, b_cols, pad_b) = smem_tiles(p, block_m, block_n, block_k)
     regs = d.apply("registers per thread", REGS,
                    "accumulators + A/B fragments + ~40 for addresses and loop state (estimate; ptxas verifies)",
                    post=lambda v: int(min(v, gpu.max_regs_per_thread)),
                    acc_regs=wm * wn // 32, frag_a_regs=4, mma_tiles_m=wm // mma.m, frag_b_regs=2,
                    mma_tiles_n=wn // mma.n, overhead_regs=OVERHEAD_REGS)
-    stage_bytes = STAGE_BYTES(block_m=block_m, block_k=block_k, pad_a=pad_a, block_n=block_n, pad_b=pad_b, elem_bytes=b)
+    stage_bytes = STAGE_BYTES(a_rows=a_rows, a_cols=a_cols, pad_a=pad_a, b_rows=b_rows, b_cols=b_cols, pad_b=pad_b,
+                              elem_bytes=b)
     limits = {
         "registers": d.apply("blocks/SM (registers)", BPS_REGS, "register file / registers per block (256-register warp granules)",
                              regs_per_sm=gpu.regs_per_sm, warps=wgm * wgn, regs=regs, reg_alloc_unit=gpu.reg_alloc_unit),
@@ -275,8 +276,9 @@ def _plan(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_n: i
            "widest cp.async (16/8/4 bytes) that divides the row length, so no copy straddles a row end; "
            "C stores pairs (the MMA fragment holds 2 adjacent columns)")
     d.note("smem padding", f"A +{pad_a}, B +{pad_b} elements",
-           "row stride (in 4-byte words) = 4 mod 8 for A and ldmatrix reads, = 8 mod 16 for scalar TF32 B reads: "
-           "the 32 lanes of a fragment load hit 32 different banks; multiples of 16 bytes keep cp.async aligned")
+           "row stride in 4-byte words = 4 mod 8 where tile rows run along M or N, = 8 mod 16 for TF32 tiles "
+           "whose rows run along K: the 32 lanes of a fragment load hit 32 different banks; pads are multiples "
+           "of 16 bytes so cp.async stays aligned")
     smem_bytes = stages * stage_bytes
     d.note("shared memory", f"{smem_bytes} B", f"{stages} stages x {stage_bytes} B per stage")
     schedule = Schedule(
@@ -329,11 +331,19 @@ def _stride_pad(row_elems: int, elem_bytes: int, residue: int, modulus: int) -> 
     return pad
 
 
-def _pad_a(p: GemmProblem, block_k: int) -> int:
-    return _stride_pad(block_k, p.in_bytes, 4, 8)
+def smem_tiles(p: GemmProblem, block_m: int, block_n: int, block_k: int):
+    """Shared-memory tiles as ``(rows, cols, pad)`` for A and B.  Tiles keep the global layout (rows
+    of the tile are rows in memory, so cp.async copies stay contiguous).  The MMA fragment loads read
+    8 rows x 4 words where the tile's rows run along M or N (stride = 4 mod 8 words makes them hit 32
+    banks; also right for 16-byte ldmatrix rows) and 4 rows x 8 words where the rows run along K
+    (scalar TF32 reads: stride = 8 mod 16 words).  Pads are multiples of 16 bytes for cp.async."""
+    b = p.in_bytes
 
+    def tile(rows, cols, rows_along_k):
+        if rows_along_k and b == 4:
+            return rows, cols, _stride_pad(cols, b, 8, 16)
+        return rows, cols, _stride_pad(cols, b, 4, 8)
 
-def _pad_b(p: GemmProblem, block_n: int) -> int:
-    if p.in_bytes == 4:
-        return _stride_pad(block_n, 4, 8, 16)
-    return _stride_pad(block_n, p.in_bytes, 4, 8)
+    a = tile(block_k, block_m, True) if p.trans_a else tile(block_m, block_k, False)
+    bt = tile(block_n, block_k, False) if p.trans_b else tile(block_k, block_n, True)
+    return a, bt
