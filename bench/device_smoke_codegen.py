@@ -83,11 +83,41 @@ def build():
         ("tf32_4096_4x2", G(4096, 4096, 4096), {"wm": 4, "wn": 2}),
         ("bf16_4096", G(4096, 4096, 4096, dtype="bf16"), {}),
     ]
+    # schedule variants timed at 4096^3 (data for the configurator; also checked for correctness)
+    timed = {"tf32_4096", "tf32_4096_4x2", "bf16_4096"}
+    for dt, (bm, bn, bk, wm, wn, st) in [
+            ("tf32", (128, 256, 32, 2, 4, 3)), ("tf32", (256, 128, 32, 4, 2, 3)),
+            ("tf32", (128, 128, 32, 2, 2, 4)), ("tf32", (128, 128, 16, 2, 2, 4)),
+            ("bf16", (128, 256, 32, 2, 4, 4)), ("bf16", (256, 128, 32, 4, 2, 4)),
+            ("bf16", (128, 128, 32, 2, 2, 4)), ("bf16", (128, 256, 64, 2, 4, 3)),
+            ("bf16", (128, 128, 64, 2, 2, 3)), ("fp16", (128, 256, 32, 2, 4, 4))]:
+        name = f"perf_{dt}_{bm}x{bn}x{bk}_w{wm}x{wn}_s{st}"
+        cases.append((name, G(4096, 4096, 4096, dtype=dt), dict(bm=bm, bn=bn, bk=bk, wm=wm, wn=wn, stages=st)))
+        timed.add(name)
+    # A/B: fragment prefetch across the K-tile barrier (more registers, less exposed latency)
+    for name, p, kw in [("pf_tf32_4096", G(4096, 4096, 4096), {}),
+                        ("pf_bf16_4096", G(4096, 4096, 4096, dtype="bf16"), {}),
+                        ("pf_bf16_128x128x64_w2x2_s3", G(4096, 4096, 4096, dtype="bf16"),
+                         dict(bm=128, bn=128, bk=64, wm=2, wn=2, stages=3)),
+                        ("pf_tf32_128x128x32_w2x2_s4", G(4096, 4096, 4096), dict(wm=2, wn=2, stages=4)),
+                        ("pf_fp16_bias_silu_odd", G(1000, 999, 1000, dtype="fp16", bias=True, activation="silu"), {}),
+                        ("pf_tf32_127x4097x129", G(127, 4097, 129), {})]:
+        cases.append((name, p, dict(kw, prefetch=True)))
+        timed.add(name)
     os.makedirs(OUT, exist_ok=True)
     manifest = []
     for name, p, kw in cases:
+        kw = dict(kw)
+        prefetch = kw.pop("prefetch", False)
         s = _schedule(p, **kw)
         art = compile_gemm(p, s)
+        if prefetch:
+            from nova.codegen.gemm import build_gemm_module
+            from nova.codegen.lower import to_ptx
+            from nova.codegen.ptxas import assemble
+            ptx = to_ptx(build_gemm_module(p, s, fragment_prefetch=True), s.arch)
+            _, res = assemble(ptx, s.arch, kernel="nova_gemm")
+            art = dataclasses.replace(art, ptx=ptx, resources=res)
         with open(os.path.join(OUT, name + ".ptx"), "w") as f:
             f.write(art.ptx)
         r = art.resources
@@ -95,7 +125,8 @@ def build():
               f"stack={r.get('stack_bytes')} static_smem={r.get('smem_bytes')} dyn_smem={art.smem_bytes}")
         manifest.append({"name": name, "ptx": name + ".ptx", "problem": p.to_dict(), "grid": art.grid,
                          "block": art.block, "smem_bytes": art.smem_bytes, "zero_output": art.zero_output,
-                         "params": art.params, "registers": r.get("registers")})
+                         "params": art.params, "registers": r.get("registers"), "time": name in timed,
+                         "schedule": s.to_dict()})
     with open(os.path.join(OUT, "cases.json"), "w") as f:
         json.dump(manifest, f, indent=1)
     print(f"wrote {len(manifest)} cases to {OUT}")
@@ -213,6 +244,9 @@ def run_case(case, rng):
     return ok
 
 
+_TORCH_MS: dict = {}
+
+
 def time_case(case, rng, iters=20):
     import cupy as cp
     import numpy as np
@@ -234,21 +268,24 @@ def time_case(case, rng, iters=20):
     e1.record()
     e1.synchronize()
     ms = cp.cuda.get_elapsed_time(e0, e1) / iters
-    torch.backends.cuda.matmul.allow_tf32 = True
-    tdt = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[storage]
-    ta = torch.randn(M, K, device="cuda", dtype=tdt)
-    tb = torch.randn(K, N, device="cuda", dtype=tdt)
-    for _ in range(3):
-        torch.matmul(ta, tb)
-    s0, s1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s0.record()
-    for _ in range(iters):
-        torch.matmul(ta, tb)
-    s1.record()
-    torch.cuda.synchronize()
-    tms = s0.elapsed_time(s1) / iters
+    key = (M, N, K, storage)
+    if key not in _TORCH_MS:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        tdt = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[storage]
+        ta = torch.randn(M, K, device="cuda", dtype=tdt)
+        tb = torch.randn(K, N, device="cuda", dtype=tdt)
+        for _ in range(3):
+            torch.matmul(ta, tb)
+        s0, s1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s0.record()
+        for _ in range(iters):
+            torch.matmul(ta, tb)
+        s1.record()
+        torch.cuda.synchronize()
+        _TORCH_MS[key] = s0.elapsed_time(s1) / iters
+    tms = _TORCH_MS[key]
     fl = 2.0 * M * N * K
-    print(f"TIME {case['name']:20s} nova {ms:.3f} ms ({fl / ms / 1e9:.1f} TFLOP/s)   torch.matmul {tms:.3f} ms "
+    print(f"TIME {case['name']:30s} regs={case['registers']:3d} nova {ms:.3f} ms ({fl / ms / 1e9:.1f} TFLOP/s)   torch.matmul {tms:.3f} ms "
           f"({fl / tms / 1e9:.1f} TFLOP/s)   nova/torch = {ms / tms:.2f}x", flush=True)
 
 
@@ -276,7 +313,7 @@ def run(only=None, exact=None):
     if exact:
         return fails
     for case in cases:
-        if case["name"] in ("tf32_4096", "tf32_4096_4x2", "bf16_4096") and (not only or only in case["name"]):
+        if case.get("time") and (not only or only in case["name"]):
             try:
                 time_case(case, rng)
             except Exception as e:

@@ -326,8 +326,9 @@ def split_k_chunk(p: GemmProblem, s: Schedule) -> int:
 # The kernel
 # ----------------------------------------------------------------------------------------------
 class _GemmKernel:
-    def __init__(self, p: GemmProblem, s: Schedule):
+    def __init__(self, p: GemmProblem, s: Schedule, fragment_prefetch: bool = False):
         self.p, self.s = p, s
+        self.prefetch = fragment_prefetch
         self.ir = _Ir()
         self.T = p.storage                                   # element type of A and B
         self.O = p.out_dtype                                 # element type of C
@@ -577,12 +578,20 @@ class _GemmKernel:
         zero = ir.const(0.0, "vector<2x2xf32>")
         accs_in = [f"%acc_in{i}" for i in range(self.n_acc)]
         res = ir.fresh("acc")
-        iter_args = ", ".join(f"{a} = {zero}" for a in accs_in)
-        types = ", ".join(["vector<2x2xf32>"] * self.n_acc)
+        iter_args = [f"%stage = {ir.v(0)}"] + [f"{a} = {zero}" for a in accs_in]
+        types = ["index"] + ["vector<2x2xf32>"] * self.n_acc
+        frags_in = None
+        if self.prefetch:
+            # fragments of k-step 0 of the current tile, loaded before the previous barrier
+            ir.comment("fragments of k-step 0 of tile 0 (later ones are loaded one k-step ahead)")
+            first = self.load_fragments(0, 0)
+            frags_in = [f"%frag_in{i}" for i in range(len(first))]
+            iter_args += [f"{n} = {v}" for n, v in zip(frags_in, first)]
+            types += self.fragment_types()
         ir.comment(f"---- main loop over K tiles; {self.n_acc} accumulators of vector<2x2xf32> "
                    f"({s.mma_tiles_m}x{s.mma_tiles_n} per warp); %stage is the ring slot of tile kt")
-        header = (f"{res}:{self.n_acc + 1} = scf.for %kt = {ir.v(0)} to {ir.v(self.ntiles)} step {ir.v(1)} "
-                  f"iter_args(%stage = {ir.v(0)}, {iter_args}) -> (index, {types}) {{")
+        header = (f"{res}:{len(types)} = scf.for %kt = {ir.v(0)} to {ir.v(self.ntiles)} step {ir.v(1)} "
+                  f"iter_args({', '.join(iter_args)}) -> ({', '.join(types)}) {{")
         with ir.region(header):
             ir.comment(f"prefetch tile kt+{S - 1} into the slot freed by tile kt-1")
             nxt = ir.add("%kt", S - 1, "next_tile")
@@ -590,14 +599,18 @@ class _GemmKernel:
                               ir.sub("%stage", 1), hint="next_slot")
             self.guarded_load_tile(nxt, wslot)
             grp = self.commit_group()
-            ir.comment("tensor-core work on the current slot")
-            accs = self.compute_tile("%stage", accs_in)
-            ir.comment(f"wait for tile kt+1 ({S - 2} newer group(s) may stay in flight), then sync")
-            ir.emit(f"nvgpu.device_async_wait {grp} {{numGroups = {S - 2} : i32}}")
-            ir.emit("gpu.barrier")
             nslot = ir.add("%stage", 1, "slot_inc")
             nslot = ir.select(ir.cmp("eq", nslot, S, "slot_wrap"), 0, nslot, hint="slot_next")
-            ir.emit(f"scf.yield {ir.v(nslot)}, {', '.join(accs)} : index, {types}")
+
+            def sync():
+                ir.comment(f"wait for tile kt+1 ({S - 2} newer group(s) may stay in flight), then sync")
+                ir.emit(f"nvgpu.device_async_wait {grp} {{numGroups = {S - 2} : i32}}")
+                ir.emit("gpu.barrier")
+
+            ir.comment("tensor-core work on the current slot")
+            accs, frags_out = self.compute_tile("%stage", accs_in, frags_in, sync, nslot)
+            yields = [ir.v(nslot)] + accs + (frags_out or [])
+            ir.emit(f"scf.yield {', '.join(yields)} : {', '.join(types)}")
         ir.blank()
         return [f"{res}#{i + 1}" for i in range(self.n_acc)]
 
@@ -726,25 +739,57 @@ class _GemmKernel:
         ds = [ir.let("d_elt", f"llvm.extractvalue {d}[{e}] : {st}") for e in range(4)]
         return ir.let("acc_bf16", f"vector.from_elements {', '.join(ds)} : vector<2x2xf32>")
 
-    def compute_tile(self, stage, accs):
+    def fragment_types(self) -> list[str]:
+        s = self.s
+        if self.p.dtype == "tf32":
+            a, b = "vector<4x1xf32>", "vector<2x1xf32>"
+        else:
+            a, b = f"vector<4x2x{self.T}>", f"vector<2x2x{self.T}>"
+        return [a] * s.mma_tiles_m + [b] * s.mma_tiles_n
+
+    def load_fragments(self, stage, kk) -> list[str]:
+        """A fragments of every MMA row, then B fragments of every MMA column, for k-step ``kk``."""
+        s = self.s
+        a = [self.load_a(stage, i, kk) for i in range(s.mma_tiles_m)]
+        b = []
+        j = 0
+        while j < s.mma_tiles_n:
+            pair = j + 1 < s.mma_tiles_n     # ldmatrix.x4 serves two MMA columns
+            b += self.load_b(stage, j, kk, pair)
+            j += 2 if pair else 1
+        return a + b
+
+    def compute_tile(self, stage, accs, frags, sync, next_stage):
+        """MMAs of one K tile.  With fragment prefetch, ``frags`` holds k-step 0 (loaded earlier);
+        each k-step loads the next one's fragments before its MMAs, and the last k-step syncs the
+        block (``sync``) and loads k-step 0 of the next tile, so shared-memory latency after the
+        barrier overlaps tensor-core work.  Returns (accumulators, fragments for the next tile)."""
         ir, s = self.ir, self.s
         accs = list(accs)
         tm, tn = s.mma_tiles_m, s.mma_tiles_n
-        for kk in range(0, s.block_k, self.kstep):
-            ir.comment(f"k-step {kk // self.kstep}: fragments, then {tm}x{tn} mma.sync")
-            a = [self.load_a(stage, i, kk) for i in range(tm)]
-            b = []
-            j = 0
-            while j < tn:
-                pair = j + 1 < tn
-                b += self.load_b(stage, j, kk, pair)
-                j += 2 if pair else 1
+        ksteps = list(range(0, s.block_k, self.kstep))
+        for idx, kk in enumerate(ksteps):
+            last = idx + 1 == len(ksteps)
+            ir.comment(f"k-step {idx}: {tm}x{tn} mma.sync")
+            if not self.prefetch:
+                frags = self.load_fragments(stage, kk)
+                nxt = None
+                if last:
+                    sync()
+            elif not last:
+                nxt = self.load_fragments(stage, ksteps[idx + 1])
+            else:
+                sync()
+                ir.comment("k-step 0 fragments of the next tile")
+                nxt = self.load_fragments(next_stage, 0)
+            a, b = frags[:tm], frags[tm:]
             for i in range(tm):
                 # serpentine order over n keeps a B fragment hot between consecutive rows
                 cols = range(tn) if i % 2 == 0 else range(tn - 1, -1, -1)
                 for jn in cols:
                     accs[i * tn + jn] = self.mma(a[i], b[jn], accs[i * tn + jn])
-        return accs
+            frags = nxt
+        return accs, frags
 
     # ------------------------------------------------------------------------------------------
     # epilogue
@@ -852,7 +897,11 @@ class _GemmKernel:
                 f"{self.ctype}, vector<2x{self.O}>")
 
 
-def build_gemm_module(problem: GemmProblem, schedule: Schedule) -> str:
-    """MLIR text (gpu/nvgpu/scf/memref/arith/vector dialects) of the ``nova_gemm`` kernel."""
+def build_gemm_module(problem: GemmProblem, schedule: Schedule, *, fragment_prefetch: bool = False) -> str:
+    """MLIR text (gpu/nvgpu/scf/memref/arith/vector dialects) of the ``nova_gemm`` kernel.
+
+    ``fragment_prefetch`` loads each k-step's fragments one k-step ahead, across the K-tile
+    barrier (register double buffering).  Off by default: it costs ~30-40% more registers
+    (e.g. 128 -> 171 for tf32 128x128x32 / 8 warps), which halves occupancy; see the report."""
     check_supported(problem, schedule)
-    return _GemmKernel(problem, schedule).build()
+    return _GemmKernel(problem, schedule, fragment_prefetch).build()
