@@ -72,24 +72,24 @@ def _step(cfg, name):
 def test_rtx3060_4096_cubed_tf32():
     cfg = configure(GemmProblem(4096, 4096, 4096, "tf32"), "rtx3060")
     s = cfg.schedule
-    # warp tile: accumulators may use ceil(255/2) = 128 registers = W*W/32 -> W = 64
-    assert (s.warp_tile_m, s.warp_tile_n) == (64, 64)
-    # smem balance 256 FLOP/clk / 128 B/clk = 2 -> W_min = 4 B * 2 = 8 <= 64
+    # accumulators get ceil(255/4) = 64 registers -> warp tile area 2**floor(log2(32*64)) = 2048 = 64x32
+    assert (s.warp_tile_m, s.warp_tile_n) == (64, 32)
+    # smem balance 256 FLOP/clk / 128 B/clk = 2 -> square side needed 4 B * 2 = 8; 64x32 has 2*64*32/(96*4) = 10.7
     assert _step(cfg, "warp tile (smem)").value == pytest.approx(8)
-    # 2x2 warps (one per scheduler) -> 128x128; L2 balance = 12.74 TFLOP/s / (28*48 B/clk*1.777 GHz) = 5.33,
-    # T_min = 4 * 5.33 = 21.3 <= 128
-    assert (s.block_m, s.block_n, s.warps) == (128, 128, 4)
+    # L2 balance = 12.74 TFLOP/s / (28 SMs * 48 B/clk * 1.777 GHz) = 5.33 -> T_min = 4 * 5.33 = 21.3:
+    # 2x2 warps (one per scheduler) = 128x64 already clears it
+    assert (s.block_m, s.block_n, s.warps) == (128, 64, 4)
     # block_k: one 128-byte line per row = 128/4 = 32 TF32 elements
     assert s.block_k == 32
-    # padding: A row 32+4 = 36 words = 4 mod 8; B row 128+8 = 136 words = 8 mod 16
+    # padding: A row 32+4 = 36 words = 4 mod 8; B row 64+8 = 72 words = 8 mod 16
     assert (s.smem_pad_a, s.smem_pad_b) == (4, 8)
-    # stage = (128*36 + 32*136) * 4 B = 35840 B; smem/SM 100 KB: floor(102400 / (2*35840 + 1024)) = 1 block
+    # stage = (128*36 + 32*72) * 4 B = 27648 B; smem/SM 100 KB: floor(102400 / (2*27648 + 1024)) = 1 block
     assert s.blocks_per_sm == 1
-    # Little's law: 1000 ns * 1.777 GHz * 256 FLOP/clk / 32 FLOP/B = 14216 B in flight -> 1 + ceil(14216/35840) = 2
-    assert s.stages == 2 and s.smem_bytes == 2 * 35840
-    # 1024 tiles >> 28 slots: no split-K; group-M = round(sqrt(28 * 128/128)) = 5
-    assert s.split_k == 1 and s.group_m == 5
-    # tensor-bound: 3.88e11 FLOP... 37 waves of 28 tiles; prediction near 12.7 TFLOP/s peak
+    # Little's law: 1000 ns * 1.777 GHz * 256 FLOP/clk / (2*128*64/(192*4) = 21.3 FLOP/B) = 21324 B in flight
+    # -> 1 + ceil(21324/27648) = 2 stages
+    assert s.stages == 2 and s.smem_bytes == 2 * 27648
+    # 2048 tiles >> 28 slots: no split-K; group-M = round(sqrt(28 * 64/128)) = round(3.74) = 4
+    assert s.split_k == 1 and s.group_m == 4
     assert cfg.prediction.bound == "tensor-core"
     assert 0.9 * 12.74 < cfg.prediction.tflops <= 12.74
 
@@ -98,10 +98,12 @@ def test_h200_4096_cubed_tf32():
     cfg = configure(GemmProblem(4096, 4096, 4096, "tf32"), "h200")
     s = cfg.schedule
     assert str(s.mma) == "mma.sync.m16n8k8.f32.tf32" and s.arch == "sm_90"
-    assert (s.block_m, s.block_n, s.block_k, s.warps) == (128, 128, 32, 4)
-    # registers: 128 acc + 4*4 A-frag + 2*8 B-frag + 40 = 200 -> 4 warps * 25 granules * 256 = 25600 regs/block,
-    # floor(65536/25600) = 2 blocks/SM; smem: floor(233472/(2*35840+1024)) = 3 -> 2 blocks
-    assert s.regs_per_thread == 200 and s.blocks_per_sm == 2
+    # L2 balance (mma.sync at half the wgmma rate) = 247.4 TFLOP/s / 11.6 TB/s = 21.3 -> T_min = 85.3:
+    # 2x2 warps of 64x32 give a 64-wide side, so the N side doubles to 4 warps -> 128x128, 8 warps
+    assert (s.block_m, s.block_n, s.block_k, s.warps_m, s.warps_n) == (128, 128, 32, 2, 4)
+    # registers: 64 acc + 4*4 A-frag + 2*4 B-frag + 40 = 128 -> 8 warps * 16 granules * 256 = 32768 regs,
+    # floor(65536/32768) = 2 blocks/SM; smem: floor(233472/(2*35840+1024)) = 3 -> 2 blocks
+    assert s.regs_per_thread == 128 and s.blocks_per_sm == 2
     # Little's law: 800 ns * 1.83 GHz * 1024 FLOP/clk / 32 FLOP/B = 46848 B -> 1 + ceil(46848/(2*35840)) = 2
     assert s.stages == 2
     # raster: W = min(264 slots, 1024 tiles) = 264, G = sqrt(264 * 128/128) = 16.2 -> 16
@@ -109,23 +111,24 @@ def test_h200_4096_cubed_tf32():
 
 
 def test_skinny_fills_the_machine_by_shrinking_tiles():
-    # 64x8192x1024 on the H200: a 128x128 tile would leave 64 tiles for 264 slots.  The M side clamps to 64
-    # (next power of two of M); halving N twice (64x64 -> 64x32) raises the tiles to 256 while the model
-    # still gains; the model predicts no gain for a 32x32 tile, so halving stops.
+    # 64x8192x1024 on the H200: the 128x128 tile clamps to 64x128 (M = 64), leaving 64 tiles for 264 slots.
+    # Halving N twice (64x64 -> 64x32) raises the tiles to 256 while the model gains; the model predicts no
+    # gain for 32x32, so halving stops, and split-K = min(floor(924/256), floor(32/2)) = 3 fills the slots.
     cfg = configure(GemmProblem(64, 8192, 1024, "tf32"), "h200")
     s = cfg.schedule
     assert (s.block_m, s.block_n) == (64, 32)
     fills = [st for st in cfg.derivation if st.step == "wave fill"]
     assert [f.value for f in fills] == ["64x64", "64x32", "keep 64x32"]
+    assert s.split_k == 3
 
 
 def test_split_k_when_tiles_cannot_fill_the_gpu():
-    # 256x256x65536 on the RTX 3060: 4 tiles of 128x128 for 28 slots (1 block/SM).  Shrinking does not pay,
-    # so K is split: min(floor(28/4), floor(2048 k-steps / 2)) = 7 slices of 293 k-steps each.
+    # 256x256x65536 on the RTX 3060: 8 tiles of 128x64 for 28 slots (1 block/SM).  Shrinking does not pay,
+    # so K is split: min(floor(28/8), floor(2048 k-steps / 2)) = 3 slices.
     cfg = configure(GemmProblem(256, 256, 65536, "tf32"), "rtx3060")
     s = cfg.schedule
-    assert (s.block_m, s.block_n) == (128, 128) and s.split_k == 7
-    assert s.grid(256, 256) == (4, 1, 7)
+    assert (s.block_m, s.block_n) == (128, 64) and s.split_k == 3
+    assert s.grid(256, 256) == (8, 1, 3)
     # with a ReLU epilogue partial sums cannot be activated: no split
     relu = configure(GemmProblem(256, 256, 65536, "tf32", activation="relu"), "rtx3060")
     assert relu.schedule.split_k == 1

@@ -373,7 +373,8 @@ class _GemmKernel:
         with ir.region("module attributes {gpu.container_module} {"):
             with ir.region("gpu.module @nova_kernels {"):
                 with ir.region(f"gpu.func @{KERNEL_NAME}({', '.join(args)}) kernel attributes "
-                               f"{{known_block_size = array<i32: {self.threads}, 1, 1>}} {{"):
+                               f"{{known_block_size = array<i32: {self.threads}, 1, 1>, "
+                               f"nvvm.minctasm = {self.s.blocks_per_sm} : i32}} {{"):
                     ir.anchor_constants()
                     ir.blank()
                     self.thread_coordinates()
