@@ -39,7 +39,15 @@ def main(argv=None) -> int:
     ap.add_argument("--no-epilogues", action="store_true", help="skip the bias/activation/transpose cases")
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for correctness.csv / summary")
     ap.add_argument("--tag", default="correctness")
+    ap.add_argument("--print-precompile", metavar="TARGET",
+                    help="print the `nova precompile` commands for the epilogue/layout cases and exit")
     args = ap.parse_args(argv)
+    if args.print_precompile:
+        for (m, n, k, dt, bias, act, ta, tb) in EPILOGUE_CASES:
+            flags = (" --bias" if bias else "") + (f" --activation {act}" if act != "none" else "") + \
+                    (" --trans-a" if ta else "") + (" --trans-b" if tb else "")
+            print(f"nova precompile gemm --shapes {m}x{n}x{k} --target {args.print_precompile} --dtype {dt}{flags}")
+        return 0
 
     import pandas as pd
     shapes = read_suite(args.suite)

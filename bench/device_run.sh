@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The whole device job, from a cache built on the host (bench/build_device_cache.sh):
+#   bash bench/device_run.sh [check|bench|all]     (on the GPU machine; results under $OUT)
+# check: GPU tests, correctness sweep, compute-sanitizer memcheck + racecheck; bench: Nova vs cuBLAS.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH=. PYTHONUNBUFFERED=1 NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache
+OUT=${OUT:-bench/results}; mkdir -p "$OUT"
+[ -d .nova-cache ] || tar xzf .nova-cache.tgz
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/log.txt"
+python3 -c "import torch, cuda.bindings; print('torch', torch.__version__, 'cuda-bindings', cuda.bindings.__version__)" | tee -a "$OUT/log.txt"
+STAGE=${1:-all}
+if [ "$STAGE" != bench ]; then
+echo "== gpu tests" | tee -a "$OUT/log.txt"
+timeout 150 python3 -m pytest -m gpu tests/test_runtime_gpu.py -q -p no:cacheprovider 2>&1 | tail -n 25 | tee -a "$OUT/log.txt"
+echo "== correctness sweep" | tee -a "$OUT/log.txt"
+timeout 240 python3 bench/gemm_correctness.py --out "$OUT" 2>&1 | tail -n 30 | tee -a "$OUT/log.txt"
+for tool in memcheck racecheck; do
+  echo "== compute-sanitizer $tool" | tee -a "$OUT/log.txt"
+  timeout 150 compute-sanitizer --tool $tool --target-processes all python3 bench/gemm_correctness.py \
+      --suite bench/suites/sanitizer.txt --dtypes tf32,bf16 --no-epilogues --out /tmp/san --tag $tool 2>&1 \
+      | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|Hazard|Invalid|error" | tail -n 8 | tee -a "$OUT/log.txt"
+done
+fi
+if [ "$STAGE" != check ]; then
+echo "== benchmark" | tee -a "$OUT/log.txt"
+timeout 500 python3 bench/gemm_bench.py --dtypes tf32,bf16 --out "$OUT" 2>&1 | tail -n 40 | tee -a "$OUT/log.txt"
+fi
