@@ -22,6 +22,7 @@ CASES = [
     ((64, 8192, 1024), "bf16", {}),                # skinny: small tiles
     ((1000, 1000, 1000), "tf32", {"bias": True, "activation": "relu"}),
     ((255, 511, 300), "bf16", {"trans_a": True, "trans_b": True}),
+    ((255, 511, 301), "bf16", {}),                 # odd K: 16-bit rows copied element by element
     ((1000, 33, 777), "tf32", {"trans_b": True}),
     ((1, 7, 3), "fp16", {}),
 ]

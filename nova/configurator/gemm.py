@@ -213,11 +213,14 @@ def _plan(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_n: i
     vector_a = _vector(p.M if p.trans_a else p.K, b)
     vector_b = _vector(p.K if p.trans_b else p.N, b)
     plain_copies = sum(1 for v in (vector_a, vector_b) if v * b < 4)
-
-    # 7. occupancy
     wm, wn = min(warp_m, block_m), min(warp_n, block_n)
     wgm, wgn = block_m // wm, block_n // wn
     threads = 32 * wgm * wgn
+    if plain_copies and block_k > mma.k:
+        block_k = d.note("block_k (element copies)", mma.k,
+                         "a 16-bit operand with rows of odd length cannot use cp.async (4-byte minimum): its elements "
+                         "pass through registers, so a stage holds as few as possible: block_k = MMA k")
+    # 7. occupancy
     (a_rows, a_cols, pad_a), (b_rows, b_cols, pad_b) = smem_tiles(p, block_m, block_n, block_k)
     regs = d.apply("registers per thread", REGS,
                    "accumulators + A/B fragments + ~40 for addresses and loop state (+24 per operand copied "
@@ -248,7 +251,10 @@ def _plan(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_n: i
     k_iters = cdiv(p.K, block_k)
     split_k = 1
     if tiles < slots / 2 and k_iters >= 4:
-        if p.activation != "none":
+        if p.out_bytes < 4:
+            d.note("split-K", 1, f"tiles fill {tiles / slots:.0%} of the slots, but partial sums added atomically "
+                   f"into a {p.out_dtype} output would be rounded to 16 bits at every add")
+        elif p.activation != "none":
             d.note("split-K", 1, f"tiles fill {tiles / slots:.0%} of the slots, but a {p.activation} epilogue "
                    "cannot be applied to partial sums")
         else:
@@ -272,6 +278,10 @@ def _plan(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_n: i
                          smem_reserved_per_block=gpu.smem_reserved_per_block, stage_bytes=stage_bytes)
     stages = int(max(2, min(stages, stages_max, max(2, k_slice_iters))))
     d.note("stages", stages, f"clamped to [2, min(smem fit {stages_max}, K steps per slice {k_slice_iters})]")
+    if plain_copies and stages > 2:
+        stages = d.note("stages (element copies)", 2,
+                        "element-wise copies keep every prefetched element in a register until it is stored "
+                        "(ptxas: 174 registers at 2 stages, spills from 6 on 255x511x301 bf16): 2 stages")
 
     # 10. rasterization
     tiles_m = cdiv(p.M, block_m)
@@ -325,6 +335,8 @@ def check_schedule(p: GemmProblem, s: Schedule, gpu: GPUModel) -> list[str]:
         out.append("fewer than 2 pipeline stages")
     if s.split_k < 1 or (s.split_k > 1 and p.activation != "none"):
         out.append("split-K with a non-linear epilogue")
+    if s.split_k > 1 and p.out_bytes < 4:
+        out.append("split-K into a 16-bit output")
     return out
 
 

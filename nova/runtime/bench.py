@@ -74,8 +74,37 @@ def check_case(M, N, K, dtype, *, seed, bias=False, activation="none", trans_a=F
     ref = _activation(torch, ref, activation)
     nan_count = int(torch.isnan(out).sum().item())
     err = rel_fro(out, ref) if nan_count == 0 else math.nan
-    ok = nan_count == 0 and err <= TOLERANCE[dtype]
-    return {**row, "error": err, "nan_count": nan_count, "ok": ok, "failure": "" if ok else "error above tolerance"}
+    # The same product on the inputs as the tensor cores see them (TF32 round-to-nearest; bf16/fp16
+    # inputs are exact): what is left is accumulation and output rounding only.
+    qa, qb = (tf32_round(torch, a), tf32_round(torch, b)) if dtype == "tf32" else (a, b)
+    ref_q = qa.to(torch.float64) @ qb.to(torch.float64)
+    if bias:
+        ref_q = ref_q + bias_t.to(torch.float64)
+    err_q = rel_fro(out, _activation(torch, ref_q, activation)) if nan_count == 0 else math.nan
+    ok = nan_count == 0 and (err <= TOLERANCE[dtype] or err_q <= EXACT_INPUT_TOLERANCE[problem_out(dtype)])
+    if nan_count:
+        failure = f"{nan_count} outputs never written (NaN)"
+    elif ok:
+        failure = "" if err <= TOLERANCE[dtype] else "accepted: cancellation (error is the inputs' TF32 rounding)"
+    else:
+        failure = "error above tolerance"
+    return {**row, "error": err, "error_vs_rounded_inputs": err_q, "nan_count": nan_count, "ok": ok,
+            "failure": failure}
+
+
+# An error above TOLERANCE passes only if the kernel reproduces the exact product of its rounded
+# inputs this closely (happens for tiny outputs with cancellation, e.g. 1x1x127: |c| << ||a||*||b||).
+EXACT_INPUT_TOLERANCE = {"f32": 1e-4, "bf16": 1e-2, "f16": 2e-3}
+
+
+def problem_out(dtype: str) -> str:
+    return {"tf32": "f32", "bf16": "bf16", "fp16": "f16"}[dtype]
+
+
+def tf32_round(torch, x):
+    """cvt.rna.tf32.f32 emulation: round the 13 low mantissa bits to nearest, ties away from zero."""
+    bits = x.contiguous().view(torch.int32)
+    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32).reshape(x.shape)
 
 
 def _activation(torch, x, name):
