@@ -37,6 +37,38 @@ _cu = None
 _init_lock = threading.RLock()
 
 
+class _HotPath:
+    """``cuLaunchKernel`` and ``cuCtxGetCurrent`` called through ctypes on libcuda itself.
+
+    cuda-bindings wraps every argument in Python objects (~several us per launch); the launch hot
+    path needs two calls, so Nova binds them directly once.  ``None`` fields mean "use cuda-bindings"
+    (no libcuda here, e.g. under tests with a fake driver)."""
+
+    def __init__(self):
+        self.launch = self.ctx_get_current = None
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+        except OSError:
+            return
+        launch = lib.cuLaunchKernel
+        launch.restype = ctypes.c_int
+        launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+        get = lib.cuCtxGetCurrent
+        get.restype = ctypes.c_int
+        get.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+        self.launch, self.ctx_get_current = launch, get
+
+    def current_context(self) -> int:
+        ctx = ctypes.c_void_p()
+        err = self.ctx_get_current(ctypes.byref(ctx))
+        if err:
+            raise NovaRuntimeError(f"querying the current context: CUDA error {err}")
+        return ctx.value or 0
+
+
+_hot: _HotPath | None = None
+
+
 def cuda():
     """The initialised ``cuda.bindings.driver`` module (``cuInit`` done once per process)."""
     global _cu
@@ -58,6 +90,8 @@ def cuda():
         err, count = driver.cuDeviceGetCount()
         if err != driver.CUresult.CUDA_SUCCESS or count == 0:
             raise NoGPUError("the driver sees no CUDA device (check CUDA_VISIBLE_DEVICES)")
+        global _hot
+        _hot = _HotPath()
         _cu = driver
         return _cu
 
@@ -106,6 +140,10 @@ class Device:
     context: object = field(repr=False)
 
     @property
+    def context_handle(self) -> int:
+        return int(self.context)
+
+    @property
     def arch(self) -> str:
         return f"sm_{self.cc[0]}{self.cc[1]}"
 
@@ -114,6 +152,9 @@ class Device:
 
         Returns the other context that was current (to hand to ``restore_context``), else None."""
         cu = _cu
+        if _hot is not None and _hot.ctx_get_current is not None:
+            if _hot.current_context() == self.context_handle:     # the usual case: nothing to do
+                return None
         current = check(cu.cuCtxGetCurrent(), f"querying the current context on {self.name}")
         if current is not None and int(current) == int(self.context):
             return None
@@ -187,6 +228,14 @@ class LoadedKernel:
     loaded_from: str                            # "cubin" | "ptx"
     jit_log: str = ""
 
+    @property
+    def function_handle(self) -> int:
+        """The raw ``CUfunction`` pointer (for the ctypes launch path)."""
+        h = self.__dict__.get("_handle")
+        if h is None:
+            h = self.__dict__["_handle"] = int(self.function)
+        return h
+
     def geometry(self) -> str:
         g, b = self.grid, self.block
         block = f"{b[0]}" if b[1:] == (1, 1) else f"{b[0]}x{b[1]}x{b[2]}"
@@ -200,9 +249,15 @@ class LoadedKernel:
         base = ctypes.addressof(values)
         args = (ctypes.c_void_p * n)(*range(base, base + 8 * n, 8))   # ...and kernelParams[i] -> value i
         g, b = self.grid, self.block
-        (err,) = cu.cuLaunchKernel(self.function, g[0], g[1], g[2], b[0], b[1], b[2], self.smem_bytes,
-                                   cu.CUstream(stream), ctypes.addressof(args), 0)
-        if err != cu.CUresult.CUDA_SUCCESS:
+        if _hot is not None and _hot.launch is not None:
+            err = _hot.launch(self.function_handle, g[0], g[1], g[2], b[0], b[1], b[2], self.smem_bytes,
+                              stream or None, ctypes.addressof(args), None)
+            if err:
+                err = cu.CUresult(err)
+        else:
+            (err,) = cu.cuLaunchKernel(self.function, g[0], g[1], g[2], b[0], b[1], b[2], self.smem_bytes,
+                                       cu.CUstream(stream), ctypes.addressof(args), 0)
+        if err and err != cu.CUresult.CUDA_SUCCESS:
             raise NovaRuntimeError(f"launching {self.what} ({self.geometry()}) on {self.device.name}: "
                                    f"{error_text(err)}")
 

@@ -105,6 +105,8 @@ class ResolvedKernel:
         tensors.check_alignment("A", a_ptr, s.vector_a, p.in_bytes)
         tensors.check_alignment("B", b_ptr, s.vector_b, p.in_bytes)
         tensors.check_alignment("C", c_ptr, s.vector_c, p.out_bytes)
+        if bias_ptr is not None:
+            tensors.check_alignment("bias", bias_ptr, s.vector_c, tensors.ELEMENT_BYTES[bias_storage(p)])
         args = {"a": a_ptr, "b": b_ptr, "c": c_ptr, "bias": bias_ptr}
         previous = self.kernel.device.make_current()
         try:
@@ -197,15 +199,8 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None):
     if to is None:
         out = tensors.empty(ta, (M, N), problem.out_dtype)
         to = tensors.describe(out, "out")
-    s = resolved.schedule
-    tensors.check_alignment(ta, ta.ptr, s.vector_a, problem.in_bytes)
-    tensors.check_alignment(tb, tb.ptr, s.vector_b, problem.in_bytes)
-    tensors.check_alignment(to, to.ptr, s.vector_c, problem.out_bytes)
-    bias_ptr = None
-    if tbias is not None:
-        tensors.check_alignment(tbias, tbias.ptr, s.vector_c, tensors.ELEMENT_BYTES[tbias.storage])
-        bias_ptr = tbias.ptr
-    resolved.run(ta.ptr, tb.ptr, to.ptr, bias_ptr, tensors.current_stream(ta))
+    # alignment of A, B, C and bias is checked once, in ResolvedKernel.run
+    resolved.run(ta.ptr, tb.ptr, to.ptr, tbias.ptr if tbias is not None else None, tensors.current_stream(ta))
     return out
 
 

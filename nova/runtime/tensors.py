@@ -225,7 +225,11 @@ def check_alignment(name: str, ptr: int, vector: int, elem_bytes: int) -> None:
 def current_stream(t: TensorInfo) -> int:
     """The framework's current stream on ``t``'s device; 0 (legacy default stream) otherwise."""
     if t.framework == "torch":
-        return sys.modules["torch"].cuda.current_stream(t.device).cuda_stream
+        torch = sys.modules["torch"]
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)    # ~10x cheaper than current_stream()
+        if raw is not None:
+            return raw(t.device if t.device is not None else torch.cuda.current_device())
+        return torch.cuda.current_stream(t.device).cuda_stream
     if t.framework == "cupy":
         return sys.modules["cupy"].cuda.get_current_stream().ptr
     return 0
