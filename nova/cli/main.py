@@ -162,7 +162,31 @@ def run_cache(args) -> int:
 
 
 # --------------------------------------------------------------------------- entry point
-SUBCOMMANDS = [add_compile, add_precompile, add_cache]
+# --------------------------------------------------------------------------- nova bench
+def add_bench(sub) -> None:
+    p = sub.add_parser("bench", help="time Nova against cuBLAS (torch.matmul) on this GPU",
+                       description="Nova vs cuBLAS side by side in one process: CUDA events, warm-up, median; "
+                                   "writes <tag>.csv, <tag>.md and <tag>.json.  Needs torch and a GPU.")
+    p.add_argument("op", choices=["gemm"])
+    shapes = p.add_mutually_exclusive_group(required=True)
+    shapes.add_argument("--shapes", type=_arg(parse_shape_list), help="comma-separated S | SxS | MxNxK")
+    shapes.add_argument("--suite", help="file: one shape per line (# comments) or a JSON list")
+    p.add_argument("--dtype", default="tf32", help="tf32, bf16, fp16 (comma-separated list allowed)")
+    p.add_argument("--reps", type=int, default=50, help="timed runs per measurement (median; default 50)")
+    p.add_argument("--out", default=".", help="folder for the result files (default: current folder)")
+    p.add_argument("--tag", default="bench", help="result file name stem (default: bench)")
+    p.set_defaults(run=run_bench)
+
+
+def run_bench(args) -> int:
+    from nova.runtime.bench import run_benchmark
+    shapes = args.shapes if args.shapes is not None else read_suite(args.suite)
+    run_benchmark(shapes, [d.strip() for d in args.dtype.split(",")], reps=args.reps, out=args.out, tag=args.tag,
+                  log=lambda line: print(line, flush=True))
+    return 0
+
+
+SUBCOMMANDS = [add_compile, add_precompile, add_cache, add_bench]
 
 
 def build_parser() -> argparse.ArgumentParser:

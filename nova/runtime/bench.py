@@ -214,3 +214,49 @@ def bench_case(M, N, K, dtype, *, reps=50, warmup=10, seed=0, l2_bytes=None) -> 
     row["nova_error"] = nova_err
     row["cublas_error"] = torch_err
     return row
+
+
+# ------------------------------------------------------------------------------ suites
+BENCH_COLUMNS = ["M", "N", "K", "dtype", "schedule", "nova_us", "cublas_us", "nova_b2b_us", "cublas_b2b_us",
+                 "nova_tflops", "cublas_tflops", "ratio_vs_cublas", "predicted_us", "prediction_error",
+                 "nova_host_us", "cublas_host_us", "nova_error", "cublas_error"]
+
+
+def run_benchmark(shapes, dtypes, *, reps: int = 50, out: str = ".", tag: str = "bench", log=print) -> dict:
+    """Benchmark every shape x dtype; write ``<tag>.csv``, ``<tag>.md`` and ``<tag>.json`` under ``out``.
+    Returns ``{"environment", "geomean_ratio", "rows"}``."""
+    import json
+    import os
+
+    import numpy as np
+    import pandas as pd
+    env = environment()
+    rows = []
+    for dt in dtypes:
+        for (m, n, k) in shapes:
+            try:
+                r = bench_case(m, n, k, dt, reps=reps)
+            except Exception as e:     # reported, and the shape is missing from the table
+                log(f"ERROR {m}x{n}x{k} {dt}: {type(e).__name__}: {e}")
+                continue
+            rows.append(r)
+            log(f"{m}x{n}x{k} {dt}: nova {r['nova_tflops']:.1f} TFLOP/s, cuBLAS {r['cublas_tflops']:.1f}, "
+                f"ratio {r['ratio_vs_cublas']:.2f}, err {r['nova_error']:.2e}, pred {r['predicted_us']:.1f} us "
+                f"vs {r['nova_b2b_us']:.1f} us, host {r['nova_host_us']:.1f} us")
+    df = pd.DataFrame(rows, columns=BENCH_COLUMNS) if rows else pd.DataFrame(columns=BENCH_COLUMNS)
+    os.makedirs(out, exist_ok=True)
+    df.to_csv(os.path.join(out, f"{tag}.csv"), index=False)
+    geo = {dt: float(np.exp(np.log(g["ratio_vs_cublas"].astype(float)).mean())) for dt, g in df.groupby("dtype")}
+    header = (f"# Nova vs cuBLAS GEMM\n\n{env['device']} ({env['sms']} SMs), torch {env['torch']} (CUDA {env['cuda']}), "
+              f"Nova {env['nova']}, {env['date']}. Times in microseconds: median of {reps} runs after warm-up; "
+              "`_us` per call (synchronised), `_b2b_us` back-to-back; TFLOP/s from back-to-back. "
+              "Geomean Nova/cuBLAS: " + ", ".join(f"{k} {v:.3f}" for k, v in geo.items()) + "\n\n")
+    with open(os.path.join(out, f"{tag}.md"), "w") as f:
+        f.write(header + df.to_markdown(index=False, floatfmt=".4g") + "\n")
+    result = {"environment": env, "geomean_ratio": geo, "rows": rows}
+    with open(os.path.join(out, f"{tag}.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    log(header)
+    log(df[["M", "N", "K", "dtype", "nova_tflops", "cublas_tflops", "ratio_vs_cublas", "prediction_error",
+            "nova_host_us", "nova_error"]].to_string(index=False))
+    return result
