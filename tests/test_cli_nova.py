@@ -141,3 +141,18 @@ def test_precompile_then_cached_then_compile_outputs(tmp_path):
         assert p.returncode == 0, p.stderr
         assert out.stat().st_size > 0
     assert ".entry" in (tmp_path / "k.ptx").read_text()
+
+
+def test_bench_without_gpu_is_one_clear_line():
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "nova.cli.main", "bench", "gemm", "--shapes", "64"],
+                       capture_output=True, text=True, timeout=120)
+    try:
+        import torch  # noqa: F401
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        has_gpu = False
+    if not has_gpu:
+        assert r.returncode != 0
+        assert r.stderr.strip().count("\n") == 0 and "no NVIDIA GPU" in r.stderr and "Traceback" not in r.stderr

@@ -18,9 +18,12 @@ TORCH_DTYPE = {"tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def _torch():
-    import torch
+    from nova.runtime.driver import NoGPUError
+    try:
+        import torch
+    except ImportError:
+        raise NoGPUError("benchmarks compare against torch.matmul, and torch is not installed") from None
     if not torch.cuda.is_available():
-        from nova.runtime.driver import NoGPUError
         raise NoGPUError("torch sees no CUDA device")
     torch.backends.cuda.matmul.allow_tf32 = True     # cuBLAS TF32, the reference point
     torch.backends.cudnn.allow_tf32 = True
