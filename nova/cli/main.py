@@ -40,6 +40,17 @@ def add_problem_args(p: argparse.ArgumentParser, several_dtypes: bool = False) -
     p.add_argument("--out-dtype", default=None, help="output storage f32, bf16 or f16 (default: input storage)")
 
 
+def add_shape_list_args(p: argparse.ArgumentParser) -> None:
+    """``--shapes S1,S2,...`` or ``--suite FILE`` (one of the two is required)."""
+    shapes = p.add_mutually_exclusive_group(required=True)
+    shapes.add_argument("--shapes", type=_arg(parse_shape_list), help="comma-separated S | SxS | MxNxK")
+    shapes.add_argument("--suite", help="file: one shape per line (# comments) or a JSON list")
+
+
+def shapes_from(args) -> list:
+    return args.shapes if args.shapes is not None else read_suite(args.suite)
+
+
 def make_problem(shape: tuple[int, int, int], dtype: str, args):
     from nova.configurator.problem import GemmProblem
     M, N, K = shape
@@ -98,9 +109,7 @@ def add_precompile(sub) -> None:
                        description="Compile kernels into the cache so that a GPU machine without MLIR can run "
                                    "them with NOVA_OFFLINE=1 (carry the cache directory over).")
     p.add_argument("op", choices=["gemm"])
-    shapes = p.add_mutually_exclusive_group(required=True)
-    shapes.add_argument("--shapes", type=_arg(parse_shape_list), help="comma-separated S | SxS | MxNxK")
-    shapes.add_argument("--suite", help="file: one shape per line (# comments) or a JSON list")
+    add_shape_list_args(p)
     add_problem_args(p, several_dtypes=True)
     p.add_argument("--cache-dir", default=None, help="cache directory (default: NOVA_CACHE_DIR or ~/.cache/nova)")
     p.set_defaults(run=run_precompile)
@@ -110,7 +119,7 @@ def run_precompile(args) -> int:
     from nova.hwmodel import get_target
     from nova.runtime.cache import CompilerUnavailableError, get_or_compile, summary_line
     from nova.runtime.matmul import configure_schedule
-    shapes = args.shapes if args.shapes is not None else read_suite(args.suite)
+    shapes = shapes_from(args)
     target = get_target(args.target)
     cache = cache_from(args)
     problems = [make_problem(s, d, args) for d in args.dtype.split(",") for s in shapes]
@@ -168,9 +177,7 @@ def add_bench(sub) -> None:
                        description="Nova vs cuBLAS side by side in one process: CUDA events, warm-up, median; "
                                    "writes <tag>.csv, <tag>.md and <tag>.json.  Needs torch and a GPU.")
     p.add_argument("op", choices=["gemm"])
-    shapes = p.add_mutually_exclusive_group(required=True)
-    shapes.add_argument("--shapes", type=_arg(parse_shape_list), help="comma-separated S | SxS | MxNxK")
-    shapes.add_argument("--suite", help="file: one shape per line (# comments) or a JSON list")
+    add_shape_list_args(p)
     p.add_argument("--dtype", default="tf32", help="tf32, bf16, fp16 (comma-separated list allowed)")
     p.add_argument("--reps", type=int, default=50, help="timed runs per measurement (median; default 50)")
     p.add_argument("--out", default=".", help="folder for the result files (default: current folder)")
@@ -180,13 +187,65 @@ def add_bench(sub) -> None:
 
 def run_bench(args) -> int:
     from nova.runtime.bench import run_benchmark
-    shapes = args.shapes if args.shapes is not None else read_suite(args.suite)
-    run_benchmark(shapes, [d.strip() for d in args.dtype.split(",")], reps=args.reps, out=args.out, tag=args.tag,
+    run_benchmark(shapes_from(args), [d.strip() for d in args.dtype.split(",")], reps=args.reps, out=args.out, tag=args.tag,
                   log=lambda line: print(line, flush=True))
     return 0
 
 
-SUBCOMMANDS = [add_compile, add_precompile, add_cache, add_bench]
+# --------------------------------------------------------------------------- nova tune
+def add_tune(sub) -> None:
+    p = sub.add_parser("tune", help="precompile a GEMM's whole schedule space (the oracle's host side)",
+                       description="Enumerate every legal schedule of the GEMM (nova.configurator.space), "
+                                   "compile each into the kernel cache and write a candidate manifest; time "
+                                   "them on the GPU with bench/gemm_oracle.py (offline, from the cache).")
+    p.add_argument("op", choices=["gemm"])
+    p.add_argument("shape", nargs="?", type=_arg(parse_gemm_shape), help="S, SxS or MxNxK (or --suite)")
+    p.add_argument("--suite", help="file: one shape per line (# comments) or a JSON list")
+    add_problem_args(p, several_dtypes=True)
+    p.add_argument("--exhaustive", action="store_true", required=True,
+                   help="search Nova's own schedule space (the only mode)")
+    p.add_argument("--limit", type=int, default=None,
+                   help="at most N candidates per problem (deterministic; always includes the analytic pick)")
+    p.add_argument("--strategy", default="mixed", choices=["mixed", "model", "uniform"],
+                   help="how --limit subsamples: model-ranked, seeded-uniform, or half each (default)")
+    p.add_argument("--jobs", type=int, default=1, help="compiler processes (default 1)")
+    p.add_argument("--manifest", default=None, help="manifest JSON (default: <cache-dir>/tune-manifest.json)")
+    p.add_argument("--cache-dir", default=None, help="cache directory (default: NOVA_CACHE_DIR or ~/.cache/nova)")
+    p.set_defaults(run=run_tune)
+
+
+def run_tune(args) -> int:
+    from nova.runtime.tune import run_precompile_cli
+    if (args.shape is None) == (args.suite is None):
+        raise ValueError("give one shape (MxNxK) or --suite FILE")
+    shapes = [args.shape] if args.shape is not None else read_suite(args.suite)
+    problems = [make_problem(s, d, args) for d in args.dtype.split(",") for s in shapes]
+    return run_precompile_cli(problems, args.target, cache_from(args).root, args.limit, args.strategy,
+                              args.jobs, args.manifest)
+
+
+# --------------------------------------------------------------------------- nova report
+def add_report(sub) -> None:
+    p = sub.add_parser("report", help="render benchmark/oracle results as an HTML + Markdown report (no GPU)",
+                       description="Read results files (nova bench / bench/gemm_bench.py JSON or CSV, "
+                                   "bench/gemm_oracle.py JSON) and write a self-contained report directory: "
+                                   "index.html, README.md, PNG plots.  Needs no GPU.")
+    p.add_argument("--results", required=True, help="comma-separated benchmark results files (.json or .csv)")
+    p.add_argument("--oracle", default=None, help="oracle results file (bench/gemm_oracle.py JSON)")
+    p.add_argument("--out", default=None, help="output directory (default: reports/<target>-<date>/)")
+    p.add_argument("--title", default=None, help="report title")
+    p.set_defaults(run=run_report)
+
+
+def run_report(args) -> int:
+    from nova.report import write_report
+    files = [f.strip() for f in args.results.split(",") if f.strip()]
+    out = write_report(files, oracle=args.oracle, out=args.out, title=args.title)
+    print(f"report written to {out / 'index.html'} and {out / 'README.md'}")
+    return 0
+
+
+SUBCOMMANDS = [add_compile, add_precompile, add_cache, add_bench, add_tune, add_report]
 
 
 def build_parser() -> argparse.ArgumentParser:
