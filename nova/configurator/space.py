@@ -1,0 +1,225 @@
+"""Nova's own schedule space for one GEMM: every legal schedule the code generator supports.
+
+The oracle (issue 5) times every schedule of this space on the device and asks how far the
+analytic pick (``configure``) is from the best.  The space is the cross product of
+
+  block tile     block_m, block_n in {16, 32, 64, 128, 256}, at most the next power of two of M / N
+                 (the configurator's clamp: a larger tile only computes padding)
+  warp layout    warps_m x warps_n in powers of two with 1..8 warps; the warp tile
+                 (block_m/warps_m) x (block_n/warps_n) a multiple of the MMA shape and its FP32
+                 accumulators warp_m*warp_n/32 <= 128 registers per thread
+  block_k        MMA k .. 128 bytes / element (one L2 line per row, as the configurator), powers of
+                 two, each clamped to K rounded up to the MMA k (``gemm.py`` step 6)
+  stages         2..6, within shared memory, and at most max(2, K tiles per split-K slice)
+  split_k        {1, 2, 4, 8}, only into an f32 output without activation, no empty slice
+  group_m        {1, 4, 8, 16}, values >= the number of tile rows merged (they raster identically)
+
+Every other field follows from these exactly as in the configurator's ``_plan`` (same helpers and
+formulas): cp.async vectors (``_vector``), shared-memory tiles and pads (``smem_tiles``), the
+register estimate (``REGS``) and the blocks per SM, which is the most blocks that fit with that
+many stages:
+
+  blocks_per_sm = min(bps_regs, bps_threads, floor(smem_per_sm / (stages*stage_bytes + reserved)),
+                      max_blocks_per_sm)
+
+At stages = 2 this is the configurator's ``BPS_SMEM``; for the stages the configurator picks it
+equals the configurator's blocks per SM, so the analytic pick is a point of this space.  A
+16-bit operand with odd-length rows (no cp.async) keeps the configurator's rule: block_k = MMA k
+and 2 stages.  Candidates are filtered by ``check_schedule`` and by the code generator's own
+``check_supported``.  The order is deterministic (sorted by the tuple of decisions).
+"""
+from __future__ import annotations
+
+import itertools
+import random
+import zlib
+
+from nova.configurator.cost import cdiv, predict, tiles_of
+from nova.configurator.gemm import (BPS_REGS, BPS_THREADS, LINE_BYTES, OVERHEAD_REGS, PLAIN_COPY_REGS, REGS,
+                                    STAGE_BYTES, _vector, check_schedule, configure, smem_tiles)
+from nova.configurator.problem import GemmProblem
+from nova.configurator.schedule import MmaInstr, Schedule
+from nova.hwmodel import GPUModel, get_target
+from nova.hwmodel.formula import Formula
+
+BLOCK_SIDES = (16, 32, 64, 128, 256)
+WARP_COUNTS = (1, 2, 4, 8)
+STAGE_RANGE = range(2, 7)
+SPLIT_K_VALUES = (1, 2, 4, 8)
+GROUP_M_VALUES = (1, 4, 8, 16)
+MAX_ACC_REGS = 128          # FP32 accumulator registers per thread (half the 255-register file)
+
+BPS_SMEM_STAGES = Formula("bps_smem", "floor(smem_per_sm / (stages * stage_bytes + smem_reserved_per_block))")
+
+
+def _mma_for(problem: GemmProblem, gpu: GPUModel) -> MmaInstr:
+    """The configurator's instruction (step 1): mma.sync with the target's shape for the dtype."""
+    family = "mma.sync"
+    m, n, k = gpu.mma_shapes[family][problem.dtype]
+    return MmaInstr(family, m, n, k, "f16" if problem.dtype == "fp16" else problem.dtype)
+
+
+def _clamp_side(extent: int) -> int:
+    """The configurator's clamp: no tile side beyond the next power of two of the extent (min 16)."""
+    return max(16, 1 << (extent - 1).bit_length())
+
+
+def block_k_options(problem: GemmProblem, mma: MmaInstr, plain_copies: bool) -> list[int]:
+    """Powers of two from MMA k to 128 B / element, each clamped to K rounded up to the MMA k."""
+    k_cap = cdiv(problem.K, mma.k) * mma.k
+    if plain_copies:                          # element copies: one MMA k per stage (configurator rule)
+        return [min(mma.k, k_cap)]
+    top = LINE_BYTES // problem.in_bytes
+    values, v = set(), mma.k
+    while v <= top:
+        values.add(min(v, k_cap))
+        v *= 2
+    return sorted(values)
+
+
+def warp_grids(block_m: int, block_n: int, mma: MmaInstr) -> list[tuple[int, int]]:
+    """(warps_m, warps_n) with 1..8 warps whose warp tile is a multiple of the MMA shape and whose
+    accumulators fit ``MAX_ACC_REGS`` registers per thread."""
+    out = []
+    for wm, wn in itertools.product(WARP_COUNTS, WARP_COUNTS):
+        if wm * wn > 8 or block_m % (wm * mma.m) or block_n % (wn * mma.n):
+            continue
+        if (block_m // wm) * (block_n // wn) // 32 > MAX_ACC_REGS:
+            continue
+        out.append((wm, wn))
+    return out
+
+
+def _tile_resources(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_n: int, block_k: int,
+                    warps_m: int, warps_n: int, plain_copies: int) -> dict:
+    """Registers, stage bytes, pads and the smem-independent blocks/SM limit: ``_plan``'s formulas."""
+    (a_rows, a_cols, pad_a), (b_rows, b_cols, pad_b) = smem_tiles(p, block_m, block_n, block_k)
+    wm, wn = block_m // warps_m, block_n // warps_n
+    regs = int(min(REGS(acc_regs=wm * wn // 32, frag_a_regs=4, mma_tiles_m=wm // mma.m, frag_b_regs=2,
+                        mma_tiles_n=wn // mma.n, overhead_regs=OVERHEAD_REGS, plain_copy_regs=PLAIN_COPY_REGS,
+                        plain_copies=plain_copies), gpu.max_regs_per_thread))
+    warps = warps_m * warps_n
+    bps = min(BPS_REGS(regs_per_sm=gpu.regs_per_sm, warps=warps, regs=regs, reg_alloc_unit=gpu.reg_alloc_unit),
+              BPS_THREADS(max_threads_per_sm=gpu.max_threads_per_sm, threads=32 * warps),
+              gpu.max_blocks_per_sm)
+    stage_bytes = STAGE_BYTES(a_rows=a_rows, a_cols=a_cols, pad_a=pad_a, b_rows=b_rows, b_cols=b_cols,
+                              pad_b=pad_b, elem_bytes=p.in_bytes)
+    return {"regs": regs, "pad_a": pad_a, "pad_b": pad_b, "stage_bytes": int(stage_bytes), "bps_no_smem": int(bps)}
+
+
+def enumerate_schedules(problem: GemmProblem, target: "GPUModel | str", limit: int | None = None,
+                        strategy: str = "mixed") -> list[Schedule]:
+    """Every legal schedule of ``problem`` on ``target`` (see the module docstring), sorted.
+
+    With ``limit``, a deterministic subsample of at most ``limit`` schedules that always holds the
+    analytic pick first; see ``subsample``.
+    """
+    gpu = get_target(target)
+    space = _full_space(problem, gpu)
+    pick = configure(problem, gpu).schedule
+    if pick not in space:                      # e.g. a split-K of 3 or a group-M of 11: add it
+        space = sorted(space + [pick], key=schedule_sort_key)
+    if limit is None:
+        return space
+    return subsample(problem, gpu, space, pick, limit, strategy)
+
+
+def schedule_sort_key(s: Schedule) -> tuple:
+    return (s.block_m, s.block_n, s.warps_m, s.warps_n, s.block_k, s.stages, s.split_k, s.group_m)
+
+
+def _full_space(p: GemmProblem, gpu: GPUModel) -> list[Schedule]:
+    from nova.codegen import CodegenError
+    from nova.codegen.gemm import check_supported
+
+    mma = _mma_for(p, gpu)
+    b = p.in_bytes
+    vector_a = _vector(p.M if p.trans_a else p.K, b)
+    vector_b = _vector(p.K if p.trans_b else p.N, b)
+    vector_c = 2 if p.N % 2 == 0 else 1
+    plain_copies = sum(1 for v in (vector_a, vector_b) if v * b < 4)
+    split_ok = p.out_bytes == 4 and p.activation == "none"
+    max_m, max_n = _clamp_side(p.M), _clamp_side(p.N)
+    out: set[Schedule] = set()
+    for block_m, block_n in itertools.product(BLOCK_SIDES, BLOCK_SIDES):
+        if block_m > max_m or block_n > max_n:
+            continue
+        tiles_m = cdiv(p.M, block_m)
+        groups = sorted({min(g, tiles_m) for g in GROUP_M_VALUES}) if tiles_m > 1 and tiles_of(p, block_m, block_n) > 1 else [1]
+        for (warps_m, warps_n), block_k in itertools.product(warp_grids(block_m, block_n, mma),
+                                                             block_k_options(p, mma, bool(plain_copies))):
+            res = _tile_resources(p, gpu, mma, block_m, block_n, block_k, warps_m, warps_n, plain_copies)
+            k_iters = cdiv(p.K, block_k)
+            for split_k in SPLIT_K_VALUES if split_ok else (1,):
+                slice_iters = cdiv(k_iters, split_k)
+                if split_k > 1 and slice_iters * (split_k - 1) >= k_iters:      # an empty slice
+                    continue
+                for stages in STAGE_RANGE:
+                    if stages > max(2, slice_iters) or (plain_copies and stages > 2):
+                        continue
+                    bps = int(min(res["bps_no_smem"], BPS_SMEM_STAGES(
+                        smem_per_sm=gpu.smem_per_sm, stages=stages, stage_bytes=res["stage_bytes"],
+                        smem_reserved_per_block=gpu.smem_reserved_per_block)))
+                    if bps < 1:
+                        continue
+                    for group_m in groups:
+                        s = Schedule(arch=gpu.arch, mma=mma, block_m=block_m, block_n=block_n, block_k=block_k,
+                                     warps_m=warps_m, warps_n=warps_n, stages=stages, smem_layout="pad",
+                                     smem_pad_a=res["pad_a"], smem_pad_b=res["pad_b"],
+                                     smem_bytes=stages * res["stage_bytes"], vector_a=vector_a,
+                                     vector_b=vector_b, vector_c=vector_c, split_k=split_k, group_m=group_m,
+                                     regs_per_thread=res["regs"], blocks_per_sm=bps)
+                        if check_schedule(p, s, gpu):
+                            continue
+                        try:
+                            check_supported(p, s)
+                        except CodegenError:
+                            continue
+                        out.add(s)
+    return sorted(out, key=schedule_sort_key)
+
+
+def subsample(problem: GemmProblem, gpu: GPUModel, space: list[Schedule], pick: Schedule, limit: int,
+              strategy: str = "mixed") -> list[Schedule]:
+    """At most ``limit`` schedules, the analytic pick first, chosen deterministically.
+
+    ``model``: the pick and the schedules the cost model ranks fastest, the best of each distinct
+    block/warp tiling first (tests the model's ranking near its optimum).  ``uniform``: the pick and a seeded random sample (seed = CRC32 of the
+    problem), an unbiased look at the whole space.  ``mixed`` (default): half of each, so the
+    oracle can find a better schedule the model ranks badly, not only among its favourites.
+    """
+    if limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+    if strategy not in ("mixed", "model", "uniform"):
+        raise ValueError(f"unknown subsample strategy {strategy!r}: mixed, model or uniform")
+    rest = [s for s in space if s != pick]
+    n_model = {"model": limit - 1, "uniform": 0, "mixed": limit // 2}[strategy]
+    ranked = sorted(rest, key=lambda s: (predict(problem, s, gpu).time_us, schedule_sort_key(s)))
+    # the model's best schedule of each distinct block/warp tiling first, then its runners-up
+    seen, firsts, seconds = {_tiling(pick)}, [], []
+    for s in ranked:
+        (seconds if _tiling(s) in seen else firsts).append(s)
+        seen.add(_tiling(s))
+    chosen = (firsts + seconds)[:n_model]
+    remaining = [s for s in rest if s not in set(chosen)]
+    rng = random.Random(zlib.crc32(problem.describe().encode()))
+    chosen += rng.sample(remaining, min(limit - 1 - len(chosen), len(remaining)))
+    return [pick] + sorted(chosen, key=schedule_sort_key)
+
+
+def _tiling(s: Schedule) -> tuple:
+    return (s.block_m, s.block_n, s.warps_m, s.warps_n)
+
+
+def label(s: Schedule) -> str:
+    """``"128x128x32 w2x4 st2 sk1 g16"``: the same notation as ``bench/results`` (``schedule`` column)."""
+    return (f"{s.block_m}x{s.block_n}x{s.block_k} w{s.warps_m}x{s.warps_n} st{s.stages} "
+            f"sk{s.split_k} g{s.group_m}")
+
+
+def space_size(problem: GemmProblem, target: "GPUModel | str") -> int:
+    return len(enumerate_schedules(problem, target))
+
+
+__all__ = ["enumerate_schedules", "subsample", "label", "space_size", "block_k_options", "warp_grids",
+           "schedule_sort_key", "MAX_ACC_REGS"]
