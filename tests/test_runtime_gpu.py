@@ -202,6 +202,48 @@ def test_launch_gemm_raw_pointers_and_cai(kernels):
             buf.free()
 
 
+def test_matmul_cupy_and_dlpack(kernels):
+    """cupy arrays (own class) and a bare DLPack producer (only __dlpack__/__dlpack_device__)."""
+    torch = pytest.importorskip("torch")
+    M = N = K = 256
+    a, b, _, _ = make_inputs(torch, M, N, K, "tf32", False, False, seed=11)
+    ref = a.to(torch.float64) @ b.to(torch.float64)
+
+    class DLPackOnly:
+        def __init__(self, t):
+            self.t = t
+
+        def __dlpack__(self, stream=None):
+            return self.t.__dlpack__()
+
+        def __dlpack_device__(self):
+            return self.t.__dlpack_device__()
+
+    out = torch.full((M, N), float("nan"), device="cuda")
+    nova.matmul(DLPackOnly(a), DLPackOnly(b), out=DLPackOnly(out))
+    torch.cuda.synchronize()
+    assert not torch.isnan(out).any() and rel_fro(torch, out, ref) < TOLERANCE["tf32"]
+    cupy = pytest.importorskip("cupy")
+    ca, cb = cupy.asarray(a), cupy.asarray(b)
+    cc = nova.matmul(ca, cb)                                  # allocated with cupy
+    assert isinstance(cc, cupy.ndarray)
+    got = torch.as_tensor(cc, device="cuda")
+    torch.cuda.synchronize()
+    assert rel_fro(torch, got, ref) < TOLERANCE["tf32"]
+
+
+def test_from_device_models_this_gpu():
+    from nova.hwmodel import PRESETS, from_device
+    g = from_device()
+    preset = mm.preset_for_device_name(g.full_name)
+    assert g.sm_count > 0 and g.smem_per_block > 48 * 1024 and g.dram_bw > 1e11
+    if preset:
+        p = PRESETS[preset]
+        assert g.sm_count == p.sm_count and g.arch == p.arch and g.regs_per_sm == p.regs_per_sm
+        assert g.smem_per_block == p.smem_per_block
+        assert 0.7 < g.dram_bw / p.dram_bw < 1.3       # bus width x memory clock vs datasheet
+
+
 # --------------------------------------------------------------------------- driver error paths
 def _artifact(**kw):
     from nova.codegen.artifact import KernelArtifact
