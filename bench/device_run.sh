@@ -13,6 +13,8 @@ STAGE=${1:-all}
 if [ "$STAGE" != bench ]; then
 echo "== gpu tests" | tee -a "$OUT/log.txt"
 timeout 150 python3 -m pytest -m gpu tests/test_runtime_gpu.py -q -p no:cacheprovider 2>&1 | tail -n 25 | tee -a "$OUT/log.txt"
+echo "== nova-config --target auto (from_device)" | tee -a "$OUT/log.txt"
+python3 -m nova.cli.config explain matmul 4096 --target auto 2>&1 | grep -E "^gemm|Prediction|configured" | tee -a "$OUT/log.txt"
 echo "== correctness sweep" | tee -a "$OUT/log.txt"
 timeout 240 python3 bench/gemm_correctness.py --out "$OUT" 2>&1 | tail -n 30 | tee -a "$OUT/log.txt"
 for tool in memcheck racecheck; do
