@@ -63,7 +63,7 @@ def precompile_space(problems: list[GemmProblem], target, cache_root: str, limit
                      strategy: str = "mixed", jobs: int = 1, progress=None) -> dict:
     """Enumerate, subsample (``limit``) and compile every candidate of every problem; the manifest."""
     from nova.configurator import configure
-    from nova.configurator.space import enumerate_schedules
+    from nova.configurator.space import enumerate_schedules, subsample
     from nova.hwmodel import get_target
     import nova
 
@@ -72,7 +72,7 @@ def precompile_space(problems: list[GemmProblem], target, cache_root: str, limit
     for p in problems:
         full = enumerate_schedules(p, gpu)
         pick = configure(p, gpu).schedule
-        chosen = full if limit is None else enumerate_schedules(p, gpu, limit=limit, strategy=strategy)
+        chosen = full if limit is None else subsample(p, gpu, full, pick, limit, strategy)
         plan.append((p, len(full), pick, chosen))
     jobs_list = [(p.to_dict(), s.to_dict(), gpu.name, str(cache_root), s == pick)
                  for p, _, pick, chosen in plan for s in chosen]

@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""Fit the cost model's efficiency constants for one preset from a benchmark results file.
+
+    python3 bench/calibrate.py --results bench/results/h200-v0.1/bench.json [--preset h200] [--write]
+
+Model (``nova/hwmodel/calibration/__init__.py``): three constants per preset, never per shape,
+
+    time_cal = max(t_tensor/eta_tc, t_smem/eta_tc, t_l2, t_dram/eta_dram) + t_fill + launches*t_launch_us
+
+with the terms of ``nova.configurator.cost.predict`` for the schedule the configurator picks today:
+  eta_tc       achievable fraction of the modelled mma.sync tensor-core rate (issue rate in the SM)
+  eta_dram     achievable fraction of the datasheet DRAM bandwidth
+  t_launch_us  per-launch overhead (as measured back-to-back: includes the host's time per call when
+               the kernel is shorter than it)
+
+Fit: least squares on log(time), i.e. minimise sum_i (log time_cal_i - log measured_i)^2 (relative
+errors weigh every shape alike, whatever its size), by a deterministic coarse-to-fine grid search
+over eta_tc, eta_dram in [0.05, 1.5] and t_launch_us in [0, 60] (no scipy needed).  The measured
+time is ``nova_b2b_us`` (back-to-back median), the quantity ``prediction_error`` in the results
+refers to.  Rows whose schedule differs from today's configurator pick are left out (the model
+would describe another kernel).
+
+Reported: the fraction of shapes within +-15% before and after, the geomean |error|, and a
+leave-one-shape-out cross-validation (each shape predicted by constants fitted without it), so an
+in-sample fit cannot pass for a prediction.
+
+Applying it (not done here; the lead decides): in ``cost.predict`` after the terms are computed,
+``cal = nova.hwmodel.calibration.load(gpu.name)``; if present, divide ``t_tensor`` and ``t_smem``
+by ``eta_tc`` and ``t_dram`` by ``eta_dram`` and use ``t_launch_us`` for ``launch_overhead_us``
+before taking the max; equivalently ``calibrated_time_us(terms_us, split_k, cal["constants"])``.
+The configurator's decisions that compare predictions (wave fill) then see calibrated times.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+BAND = 0.15
+GRID = {"eta_tc": (0.05, 1.5), "eta_dram": (0.05, 1.5), "t_launch_us": (0.0, 60.0)}
+
+
+def load_rows(path: str, preset: str | None):
+    """Rows of the results file with today's prediction terms; returns (preset, env, rows, skipped)."""
+    from nova.configurator import GemmProblem, configure
+    from nova.configurator.space import label
+    from nova.hwmodel import get_target
+    from nova.runtime.matmul import preset_for_device_name
+    data = json.load(open(path))
+    env = data.get("environment", {})
+    preset = preset or preset_for_device_name(env.get("device", ""))
+    if not preset:
+        raise SystemExit(f"no preset for device {env.get('device')!r}; pass --preset")
+    gpu = get_target(preset)
+    rows, skipped = [], []
+    for r in data["rows"]:
+        cfg = configure(GemmProblem(r["M"], r["N"], r["K"], r["dtype"]), gpu)
+        name = f"{r['M']}x{r['N']}x{r['K']} {r['dtype']}"
+        if r.get("schedule") and label(cfg.schedule) != r["schedule"]:
+            skipped.append(f"{name}: measured {r['schedule']}, configurator now picks {label(cfg.schedule)}")
+            continue
+        sch = cfg.schedule
+        blocks = (-(-r["M"] // sch.block_m)) * (-(-r["N"] // sch.block_n)) * sch.split_k
+        rows.append({"name": name, "measured_us": r["nova_b2b_us"], "terms": cfg.prediction.terms_us,
+                     "split_k": sch.split_k, "predicted_us": cfg.prediction.time_us,
+                     "resident": _resident_fraction(blocks, sch.blocks_per_sm, gpu.sm_count)})
+    return preset, env, rows, skipped
+
+
+def _resident_fraction(blocks: int, blocks_per_sm: int, sm_count: int) -> float:
+    """What-if (not in cost.py): in a single partial wave an SM holds ceil(blocks/SMs) < blocks_per_sm
+    blocks, which then share its tensor cores among fewer blocks; t_tile scales by this fraction."""
+    if blocks >= blocks_per_sm * sm_count:
+        return 1.0
+    return min(blocks_per_sm, -(-blocks // sm_count)) / blocks_per_sm
+
+
+def with_coresidency(rows):
+    """The rows with t_tensor and t_smem scaled by ``_resident_fraction`` (the what-if model)."""
+    out = []
+    for r in rows:
+        t = dict(r["terms"])
+        t["tensor-core"] *= r["resident"]
+        t["smem"] *= r["resident"]
+        out.append({**r, "terms": t})
+    return out
+
+
+def _arrays(rows):
+    t = {k: np.array([r["terms"][k] for r in rows]) for k in ("tensor-core", "smem", "l2", "dram", "fill")}
+    launches = np.array([2 if r["split_k"] > 1 else 1 for r in rows])
+    return t, launches, np.array([r["measured_us"] for r in rows])
+
+
+def model(t, launches, eta_tc, eta_dram, t_launch):
+    """Vectorised ``calibrated_time_us``: parameters broadcast against the rows (last axis)."""
+    compute = np.maximum(t["tensor-core"], t["smem"]) / eta_tc
+    memory = np.maximum(t["l2"], t["dram"] / eta_dram)
+    return np.maximum(compute, memory) + t["fill"] + launches * t_launch
+
+
+def fit(rows) -> dict:
+    """Coarse-to-fine grid search of the log least-squares objective."""
+    t, launches, meas = _arrays(rows)
+    log_meas = np.log(meas)
+    lo = {k: v[0] for k, v in GRID.items()}
+    hi = {k: v[1] for k, v in GRID.items()}
+    best = None
+    for _ in range(6):
+        axes = [np.linspace(lo[k], hi[k], 41) for k in GRID]
+        e_tc, e_dr, t_l = np.meshgrid(*axes, indexing="ij")
+        pred = model(t, launches, e_tc[..., None], e_dr[..., None], t_l[..., None])
+        loss = ((np.log(pred) - log_meas) ** 2).sum(-1)
+        i = np.unravel_index(np.argmin(loss), loss.shape)
+        best = {"eta_tc": float(e_tc[i]), "eta_dram": float(e_dr[i]), "t_launch_us": float(t_l[i])}
+        for k, a in zip(GRID, axes):                     # zoom to +-2 grid steps around the optimum
+            step = a[1] - a[0]
+            lo[k], hi[k] = max(GRID[k][0], best[k] - 2 * step), min(GRID[k][1], best[k] + 2 * step)
+    return best
+
+
+def errors(rows, c: dict) -> np.ndarray:
+    t, launches, meas = _arrays(rows)
+    return model(t, launches, c["eta_tc"], c["eta_dram"], c["t_launch_us"]) / meas - 1
+
+
+def stats(err) -> dict:
+    err = np.asarray(err)
+    return {"within_15pct": float(np.mean(np.abs(err) <= BAND)),
+            "geomean_factor_off": float(np.exp(np.mean(np.abs(np.log1p(err))))),
+            "max_abs_error": float(np.max(np.abs(err)))}
+
+
+def leave_one_shape_out(rows) -> np.ndarray:
+    """Each row predicted by constants fitted on the rows of the other shapes (all dtypes of a shape out)."""
+    out = np.empty(len(rows))
+    shapes = [r["name"].split()[0] for r in rows]
+    for i, r in enumerate(rows):
+        c = fit([q for q, s in zip(rows, shapes) if s != shapes[i]])
+        out[i] = errors([r], c)[0]
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", required=True, help="benchmark results JSON (nova bench / bench/gemm_bench.py)")
+    ap.add_argument("--preset", default=None, help="hwmodel preset (default: from the results' device name)")
+    ap.add_argument("--write", action="store_true", help="write nova/hwmodel/calibration/<preset>.json")
+    args = ap.parse_args(argv)
+
+    from nova.hwmodel.calibration import CONSTANTS, path_for
+    preset, env, rows, skipped = load_rows(args.results, args.preset)
+    if len(rows) < 2 * len(CONSTANTS):
+        raise SystemExit(f"only {len(rows)} usable rows: too few to fit {len(CONSTANTS)} constants")
+    before = np.array([r["predicted_us"] / r["measured_us"] - 1 for r in rows])
+    c = fit(rows)
+    after = errors(rows, c)
+    loo = leave_one_shape_out(rows)
+    print(f"{preset}: {len(rows)} kernels from {args.results} ({env.get('device')}, {env.get('date')})")
+    for s in skipped:
+        print(f"  skipped {s}")
+    print("constants: " + ", ".join(f"{k} = {v:.4g}" for k, v in c.items()))
+    print(f"{'kernel':28s} {'measured':>9s} {'model':>9s} {'err':>7s} {'calib.':>9s} {'err':>7s} {'LOSO err':>8s}")
+    for r, e0, e1, e2 in zip(rows, before, after, loo):
+        print(f"{r['name']:28s} {r['measured_us']:9.1f} {r['predicted_us']:9.1f} {e0:+7.1%} "
+              f"{r['measured_us'] * (1 + e1):9.1f} {e1:+7.1%} {e2:+8.1%}")
+    result = {"preset": preset, "constants": c, "model": "time = max(t_tensor/eta_tc, t_smem/eta_tc, t_l2, "
+              "t_dram/eta_dram) + t_fill + launches * t_launch_us",
+              "fit": "least squares on log(time), grid search (bench/calibrate.py)",
+              "source": {"results": args.results, "device": env.get("device"), "date": env.get("date"),
+                         "torch": env.get("torch"), "nova": env.get("nova"), "kernels": len(rows),
+                         "skipped": skipped},
+              "before": stats(before), "after": stats(after), "leave_one_shape_out": stats(loo),
+              "fitted": time.strftime("%Y-%m-%d")}
+    for k in ("before", "after", "leave_one_shape_out"):
+        s = result[k]
+        print(f"{k:20s}: {s['within_15pct']:.0%} within ±15%, typical factor off {s['geomean_factor_off']:.2f}x, "
+              f"max {s['max_abs_error']:.0%}")
+    alt = with_coresidency(rows)
+    c_alt = fit(alt)
+    result["what_if_coresidency"] = {"constants": c_alt, "after": stats(errors(alt, c_alt)),
+                                     "leave_one_shape_out": stats(leave_one_shape_out(alt)),
+                                     "note": "t_tensor, t_smem x min(bps, ceil(blocks/SMs))/bps in a partial wave"}
+    w = result["what_if_coresidency"]
+    print(f"what-if co-residency: constants " + ", ".join(f"{k} = {v:.4g}" for k, v in c_alt.items())
+          + f"; {w['after']['within_15pct']:.0%} within ±15% (leave-one-shape-out "
+          f"{w['leave_one_shape_out']['within_15pct']:.0%})")
+    if args.write:
+        path_for(preset).write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {os.path.relpath(path_for(preset))}")
+    return 0 if math.isfinite(c["eta_tc"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""Reading results files: benchmark (``nova bench`` / ``bench/gemm_bench.py``), correctness
+(``bench/gemm_correctness.py``) and oracle (``bench/gemm_oracle.py``) output, JSON or CSV.
+
+A benchmark JSON is ``{"environment": {...}, "rows": [...]}``; a CSV holds the rows only and takes
+its environment from a JSON of the same stem beside it when there is one.  A correctness JSON is
+recognised by its ``cases``/``failed`` keys, an oracle JSON by ``"format": "nova-oracle/1"``.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+BENCH_REQUIRED = ("M", "N", "K", "dtype", "nova_b2b_us", "cublas_b2b_us")
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be read or has the wrong shape."""
+
+
+@dataclass
+class Results:
+    """Everything the report shows, merged from the given files."""
+    bench: pd.DataFrame
+    oracle: pd.DataFrame | None = None
+    correctness: list[dict] = field(default_factory=list)
+    environments: list[dict] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+
+    @property
+    def environment(self) -> dict:
+        """The first file's environment, with values that differ between files joined by ' / '."""
+        out: dict = {}
+        for env in self.environments:
+            for k, v in env.items():
+                vals = out.setdefault(k, [])
+                if v not in vals:
+                    vals.append(v)
+        return {k: " / ".join(str(x) for x in v) for k, v in out.items()}
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ResultsError(f"cannot read results file {path}: {e}") from None
+
+
+def _sibling_environment(path: Path) -> dict:
+    twin = path.with_suffix(".json")
+    if twin.exists():
+        data = _read_json(twin)
+        if isinstance(data, dict):
+            return dict(data.get("environment") or {})
+    return {}
+
+
+def load_results(files: list[str], oracle: str | None = None) -> Results:
+    """Read every file; benchmark rows are concatenated in file order."""
+    frames, res = [], Results(bench=pd.DataFrame())
+    for name in files:
+        path = Path(name)
+        if not path.exists():
+            raise ResultsError(f"results file {path} does not exist")
+        res.sources.append(str(path))
+        if path.suffix == ".csv":
+            frames.append(pd.read_csv(path))
+            env = _sibling_environment(path)
+        else:
+            data = _read_json(path)
+            env = dict(data.get("environment") or {})
+            if data.get("format") == "nova-oracle/1":
+                res.oracle = oracle_frame(data)
+            elif "cases" in data and "failed" in data:
+                res.correctness.append(data)
+            elif "rows" in data:
+                frames.append(pd.DataFrame(data["rows"]))
+            else:
+                raise ResultsError(f"{path}: not a benchmark, correctness or oracle results file")
+        if env and env not in res.environments:
+            res.environments.append(env)
+    if frames:
+        res.bench = pd.concat(frames, ignore_index=True)
+        missing = [c for c in BENCH_REQUIRED if c not in res.bench.columns]
+        if missing:
+            raise ResultsError(f"benchmark results lack the columns {', '.join(missing)}")
+        res.bench["shape"] = [f"{m}x{n}x{k}" for m, n, k in zip(res.bench.M, res.bench.N, res.bench.K)]
+    if oracle:
+        data = _read_json(Path(oracle))
+        if data.get("format") != "nova-oracle/1":
+            raise ResultsError(f"{oracle}: not an oracle results file (format nova-oracle/1)")
+        res.oracle = oracle_frame(data)
+        res.sources.append(str(oracle))
+        env = dict(data.get("environment") or {})
+        if env and env not in res.environments:
+            res.environments.append(env)
+    return res
+
+
+def oracle_frame(data: dict) -> pd.DataFrame:
+    """One row per problem (the per-candidate times stay in the JSON)."""
+    rows = [{k: v for k, v in r.items() if k != "timed"} for r in data.get("rows", [])]
+    df = pd.DataFrame(rows)
+    if not df.empty:
+        df["shape"] = [f"{m}x{n}x{k}" for m, n, k in zip(df.M, df.N, df.K)]
+    return df
