@@ -66,6 +66,7 @@ def test_tables_have_the_right_rows(report):
     assert len(body_rows(bench_sec)) == len(rows)
     assert len(body_rows(pred_sec)) == len(rows)
     assert len(body_rows(oracle_sec)) == 2
+    assert "worst 1024x1024x1024 tf32 0.900" in md
     for r in rows:
         assert f"| {r['M']}x{r['N']}x{r['K']} " in bench_sec
     html = (report / "index.html").read_text()

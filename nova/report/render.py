@@ -152,8 +152,8 @@ def render(res: Results, out: Path, target, title: str | None) -> None:
         worst = oracle.loc[oracle.ratio.astype(float).idxmin()]
         summary.append("Oracle (best candidate time / analytic pick time), geomean: "
                        + ", ".join(f"{k} {v:.3f}" for k, v in geo.items())
-                       + f"; worst {worst['shape']} {worst.dtype} {worst.ratio:.3f} (pick {worst.pick_schedule}, "
-                         f"best {worst.best_schedule})")
+                       + f"; worst {worst['shape']} {worst['dtype']} {worst['ratio']:.3f} (pick "
+                         f"{worst['pick_schedule']}, best {worst['best_schedule']})")
     for c in res.correctness:
         summary.append(f"Correctness: {c.get('cases')} cases, {c.get('failed')} failed")
     d.heading("Summary")
