@@ -16,6 +16,7 @@ DTYPES = {
 }
 OUT_DTYPES = ("f32", "bf16", "f16")
 ACTIVATIONS = ("none", "relu", "gelu", "silu")
+TF32_ROUNDING = ("rna", "truncate")
 
 
 class ProblemError(ValueError):
@@ -33,6 +34,9 @@ class GemmProblem:
     bias: bool = False
     activation: str = "none"
     out_dtype: str | None = None  # None: same storage as the inputs (torch.matmul's rule)
+    # TF32 only: "rna" rounds both operands to nearest (cuBLAS's accuracy); "truncate" is the
+    # opt-in ``tf32_fast`` mode (the tensor core truncates raw FP32: ~2.6x larger error).
+    tf32_rounding: str = "rna"
 
     def __post_init__(self):
         for name in ("M", "N", "K"):
@@ -43,6 +47,8 @@ class GemmProblem:
             raise ProblemError(f"unsupported dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
         if self.activation not in ACTIVATIONS:
             raise ProblemError(f"unsupported activation {self.activation!r}; choose one of {', '.join(ACTIVATIONS)}")
+        if self.tf32_rounding not in TF32_ROUNDING:
+            raise ProblemError(f"unsupported tf32_rounding {self.tf32_rounding!r}; choose one of {', '.join(TF32_ROUNDING)}")
         if self.out_dtype is None:
             object.__setattr__(self, "out_dtype", DTYPES[self.dtype][2])
         if self.out_dtype not in OUT_DTYPES:
@@ -77,8 +83,12 @@ class GemmProblem:
             epi.append("bias")
         if self.activation != "none":
             epi.append(self.activation)
-        return (f"gemm {self.M}x{self.N}x{self.K} {self.dtype} {t}"
+        fast = " tf32_fast" if self.dtype == "tf32" and self.tf32_rounding == "truncate" else ""
+        return (f"gemm {self.M}x{self.N}x{self.K} {self.dtype}{fast} {t}"
                 + (f" +{'+'.join(epi)}" if epi else "") + f" -> {self.out_dtype}")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d["tf32_rounding"] == "rna":      # the default stays out: cache keys of v0.1 kernels are unchanged
+            del d["tf32_rounding"]
+        return d

@@ -1,0 +1,135 @@
+"""Hopper launches: TMA tensor maps, operand-prep workspaces, and the wgmma kernel (issue 4).
+
+A Hopper GEMM artifact (``meta["hopper"]``, see ``nova/codegen/gemm_hopper.py``) takes
+``(tmap_a*, tmap_b*, C*[, bias*])``: pointers to 128-byte ``CUtensorMap`` objects in *device*
+memory (MLIR's convention for ``!nvgpu.tensormap.descriptor``).  This module
+
+* encodes tensor maps with ``cuTensorMapEncodeTiled`` through ctypes into a 64-byte aligned host
+  buffer (the object cuda-bindings returns need not be aligned) and copies them to the device,
+  cached per (device, pointer, shape, box, type): repeated calls on the same buffers cost a dict
+  lookup, not an encode;
+* runs the operand-prep kernels (transpose to K-major / pad K / round to TF32) into per-kernel
+  workspaces, stream-ordered before the GEMM (a workspace is reused by later calls on any stream:
+  callers that run one problem concurrently on several streams must synchronise them);
+* launches the GEMM.
+
+Nothing here imports MLIR or touches CUDA at import time.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+
+from nova.runtime import driver
+
+# CUtensorMapDataType / swizzle / L2 promotion values (cuda.h)
+DATA_TYPES = {"f16": 6, "f32": 7, "bf16": 9, "tf32": 11}
+ELEMENT_BYTES = {"f16": 2, "f32": 4, "bf16": 2, "tf32": 4}
+SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
+L2_PROMOTION_256B = 3
+OOB_FILL_ZERO = 0             # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: out-of-bounds elements read as zero
+
+_lock = threading.RLock()
+_libcuda = None
+_maps: dict[tuple, int] = {}
+_keep: list = []              # device allocations that live as long as the process
+
+
+def _encode_fn():
+    global _libcuda
+    if _libcuda is None:
+        lib = ctypes.CDLL("libcuda.so.1")
+        f = lib.cuTensorMapEncodeTiled
+        f.restype = ctypes.c_int
+        P64, P32 = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
+        f.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32, ctypes.c_void_p, P64, P64, P32, P32,
+                      ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        _libcuda = f
+    return _libcuda
+
+
+def encode_tiled_2d(ptr: int, dtype: str, rows: int, cols: int, box_rows: int, box_cols: int,
+                    swizzle: int = 128) -> bytes:
+    """The 128 bytes of a ``CUtensorMap`` for a row-major ``[rows, cols]`` tensor at ``ptr``
+    (row stride ``cols`` elements), box ``[box_rows, box_cols]``, out-of-bounds reads as zero."""
+    eb = ELEMENT_BYTES[dtype]
+    if (cols * eb) % 16 or ptr % 16:
+        raise driver.NovaRuntimeError(f"TMA needs 16-byte aligned rows and base: {rows}x{cols} {dtype} at {ptr:#x}")
+    raw = (ctypes.c_uint8 * (128 + 64))()
+    addr = ctypes.addressof(raw)
+    aligned = addr + (-addr % 64)                 # the driver requires a 64-byte aligned CUtensorMap*
+    a64 = lambda *xs: (ctypes.c_uint64 * len(xs))(*xs)
+    a32 = lambda *xs: (ctypes.c_uint32 * len(xs))(*xs)
+    err = _encode_fn()(aligned, DATA_TYPES[dtype], 2, ptr, a64(cols, rows), a64(cols * eb),
+                       a32(box_cols, box_rows), a32(1, 1), 0, SWIZZLE[swizzle], L2_PROMOTION_256B, OOB_FILL_ZERO)
+    if err != 0:
+        raise driver.NovaRuntimeError(f"cuTensorMapEncodeTiled({rows}x{cols} {dtype}, box {box_rows}x{box_cols}) "
+                                      f"failed: CUresult {err}")
+    return ctypes.string_at(aligned, 128)
+
+
+def device_tensor_map(device, ptr: int, dtype: str, rows: int, cols: int, box_rows: int, box_cols: int) -> int:
+    """Device pointer to a cached ``CUtensorMap`` describing ``ptr``."""
+    key = (device.ordinal, ptr, dtype, rows, cols, box_rows, box_cols)
+    hit = _maps.get(key)
+    if hit is not None:
+        return hit
+    with _lock:
+        if key in _maps:
+            return _maps[key]
+        blob = encode_tiled_2d(ptr, dtype, rows, cols, box_rows, box_cols)
+        cu = driver.cuda()
+        previous = device.make_current()
+        try:
+            dptr = int(driver.check(cu.cuMemAlloc(128), "allocating a tensor map"))
+            buf = ctypes.create_string_buffer(blob, 128)
+            driver.check(cu.cuMemcpyHtoD(dptr, ctypes.addressof(buf), 128), "copying a tensor map to the device")
+        finally:
+            driver.restore_context(previous)
+        _maps[key] = dptr
+        return dptr
+
+
+class HopperGemm:
+    """A loaded Hopper GEMM: prep kernels, workspaces and the wgmma kernel of one artifact."""
+
+    def __init__(self, artifact, device, what: str, key: str | None = None, tmap_f32_type: str | None = None):
+        from nova.codegen.artifact import KernelArtifact
+        h = artifact.meta["hopper"]
+        self.device, self.what = device, what
+        self.main = driver.load_kernel(artifact, device, what, key)
+        self.preps = {op: driver.load_kernel(KernelArtifact.from_dict(d), device, f"{what} [prep {op}]",
+                                             None if key is None else f"{key}:prep_{op}")
+                      for op, d in h["prep_kernels"].items()}
+        self.operands = h["operands"]
+        self.storage = h["storage"]
+        # TF32 round-to-nearest: CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 makes the TMA unit round FP32 to
+        # nearest while copying (measured); ``tmap_f32_type`` overrides it (experiments only)
+        self.map_type = tmap_f32_type or h.get("tensor_map_type", self.storage)
+        eb = ELEMENT_BYTES[self.storage]
+        self.workspace = {}
+        cu = driver.cuda()
+        previous = device.make_current()
+        try:
+            for op in self.preps:
+                o = self.operands[op]
+                ptr = int(driver.check(cu.cuMemAlloc(o["rows"] * o["cols"] * eb), f"allocating the {op} workspace of {what}"))
+                self.workspace[op] = ptr
+                _keep.append(ptr)
+        finally:
+            driver.restore_context(previous)
+
+    def run(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None = None, stream: int = 0,
+            skip_prep: bool = False) -> None:
+        src = {"a": a_ptr, "b": b_ptr}
+        maps = []
+        for op in ("a", "b"):
+            if op in self.preps:
+                if not skip_prep:
+                    self.preps[op].launch([src[op], self.workspace[op]], stream)
+                src[op] = self.workspace[op]
+            o = self.operands[op]
+            box_cols, box_rows = o["box"]
+            maps.append(device_tensor_map(self.device, src[op], self.map_type, o["rows"], o["cols"], box_rows, box_cols))
+        args = maps + [c_ptr] + ([bias_ptr] if bias_ptr is not None else [])
+        self.main.launch(args, stream)
