@@ -66,6 +66,39 @@ def inductor(torch, problem, reps: int = 20) -> tuple[float, float]:
     return compile_s, statistics.median(times)
 
 
+class _PlainBar:
+    """Stand-in for rich's progress bar where rich is not installed (a bare torch image)."""
+
+    class console:
+        print = staticmethod(lambda *a, **k: print(*a, flush=True))
+
+    def __init__(self):
+        self.done, self.total = 0, 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def add_task(self, description, total):
+        self.total = total
+        return 0
+
+    def update(self, task, advance=0, description=None):
+        self.done += advance
+        if description:
+            print(f"[{self.done}/{self.total}] {description}", flush=True)
+
+
+def progress_bar():
+    try:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    except ImportError:
+        return _PlainBar()
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--manifest", default=os.path.join(os.environ.get("NOVA_CACHE_DIR", ".nova-cache"),
@@ -81,7 +114,6 @@ def main(argv=None) -> int:
         ap.error("--reps must be at least 20")
 
     import pandas as pd
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
     from nova.configurator.problem import GemmProblem
     from nova.hwmodel import get_target
     from nova.runtime.bench import _torch, environment
@@ -95,7 +127,7 @@ def main(argv=None) -> int:
     total = sum(len(p["candidates"]) for p in manifest["problems"])
     rows, skipped = [], []
     start = time.perf_counter()
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn()) as bar:
+    with progress_bar() as bar:
         task = bar.add_task("oracle", total=total)
         for i, entry in enumerate(manifest["problems"]):
             if time.perf_counter() - start > args.budget_s:
