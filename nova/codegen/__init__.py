@@ -36,6 +36,9 @@ def compile_gemm(problem, schedule, *, cubin: bool = True):
     from nova.codegen.lower import pipeline, to_ptx
     from nova.codegen import ptxas as _ptxas
 
+    if schedule.mma.family == "wgmma" and schedule.arch == "sm_90a":   # Hopper path (issue 4): gemm_hopper.py
+        from nova.codegen.gemm_hopper import compile_hopper
+        return compile_hopper(problem, schedule, cubin=cubin)
     where = f"{problem.describe()} with schedule [{_describe_schedule(schedule)}]"
     mlir_text = build_gemm_module(problem, schedule)   # raises CodegenError for unsupported input
     try:

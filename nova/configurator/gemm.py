@@ -92,6 +92,15 @@ def configure(problem: GemmProblem, target: "GPUModel | str" = "rtx3060") -> Con
     p = problem
     b = p.in_bytes
 
+    # ---- Hopper hook (issue 4): the wgmma/TMA path, rules in hopper.py.  Off unless NOVA_HOPPER=1
+    # until the full device sweep passes on it (then the default flips).
+    if use_hopper(p, gpu):
+        from nova.configurator.hopper import configure_hopper
+        schedule, prediction = configure_hopper(p, gpu, d)
+        d.note("prediction", f"{prediction.time_us:.1f} us",
+               f"{prediction.tflops:.1f} TFLOP/s, {prediction.bound}-bound; roofline floor {prediction.floor_us:.1f} us")
+        return Config(p, gpu, schedule, prediction, tuple(d.steps), (time.perf_counter() - t0) * 1e3)
+
     # 1. instruction --------------------------------------------------------------------------
     family = "mma.sync"
     if not gpu.supports(family, p.dtype):
@@ -198,6 +207,15 @@ def configure(problem: GemmProblem, target: "GPUModel | str" = "rtx3060") -> Con
            f"{prediction.tflops:.1f} TFLOP/s, {prediction.bound}-bound; roofline floor {prediction.floor_us:.1f} us")
     elapsed = (time.perf_counter() - t0) * 1e3
     return Config(p, gpu, schedule, prediction, tuple(d.steps), elapsed)
+
+
+def use_hopper(p: GemmProblem, gpu: GPUModel) -> bool:
+    """The wgmma path applies: ``NOVA_HOPPER=1`` (default off for now) and the target has wgmma/TMA."""
+    import os
+    if os.environ.get("NOVA_HOPPER", "0") != "1":
+        return False
+    from nova.configurator.hopper import hopper_supported
+    return hopper_supported(p, gpu)[0]
 
 
 def _plan(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_n: int, block_k: int,
