@@ -95,12 +95,21 @@ class ResolvedKernel:
     kernel: LoadedKernel
     slots: tuple[str, ...]           # kernel argument order, lower-case: ("a", "b", "c"[, "bias"])
     zero_output: bool
+    hopper: object = None            # issue 4: nova.runtime.tma.HopperGemm for wgmma artifacts (tensor-map ABI)
 
     def run(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None = None, stream: int = 0) -> None:
         """Enqueue (zero C if split-K needs it, then) the kernel on ``stream``; no synchronisation."""
         p = self.problem
         if p.bias and bias_ptr is None:
             raise ValueError(f"{p.describe()} adds a bias: pass bias_ptr")
+        if self.hopper is not None:  # Hopper hook (issue 4): prep passes + tensor maps + wgmma kernel
+            previous = self.kernel.device.make_current()
+            try:
+                self.hopper.run(a_ptr, b_ptr, c_ptr, bias_ptr, stream)
+            finally:
+                if previous is not None:
+                    driver.restore_context(previous)
+            return
         s = self.schedule
         tensors.check_alignment("A", a_ptr, s.vector_a, p.in_bytes)
         tensors.check_alignment("B", b_ptr, s.vector_b, p.in_bytes)
@@ -140,6 +149,12 @@ def resolve_kernel(problem: GemmProblem, target=None, device: Device | None = No
         artifact, key, status = get_or_compile(problem, schedule, model, cache)
         slots = tuple(p.lower() for p in artifact.params)
         expected = ("a", "b", "c", "bias") if problem.bias else ("a", "b", "c")
+        if artifact.meta.get("hopper"):   # Hopper hook (issue 4): (tmap_a*, tmap_b*, C*[, bias*])
+            from nova.runtime.tma import HopperGemm
+            hop = HopperGemm(artifact, device, problem.describe(), key)
+            resolved = ResolvedKernel(problem, model, schedule, key, status, hop.main, slots, False, hop)
+            _kernels[memo] = resolved
+            return resolved
         if slots != expected:
             raise NovaRuntimeError(f"kernel ABI mismatch for {summary_line(problem, model)}: the artifact takes "
                                    f"{artifact.params}, the runtime passes {expected} (stale cache? bump CODEGEN_ABI)")
