@@ -49,8 +49,8 @@ GRID = {"eta_tc": (0.05, 1.5), "eta_dram": (0.05, 1.5), "t_launch_us": (0.0, 60.
 
 def load_rows(path: str, preset: str | None):
     """Rows of the results file with today's prediction terms; returns (preset, env, rows, skipped)."""
-    from nova.configurator import GemmProblem, configure
-    from nova.configurator.space import label
+    from nova.configurator import GemmProblem
+    from nova.configurator.space import measured_config
     from nova.hwmodel import get_target
     from nova.runtime.matmul import preset_for_device_name
     data = json.load(open(path))
@@ -61,10 +61,14 @@ def load_rows(path: str, preset: str | None):
     gpu = get_target(preset)
     rows, skipped = [], []
     for r in data["rows"]:
-        cfg = configure(GemmProblem(r["M"], r["N"], r["K"], r["dtype"]), gpu)
+        problem = GemmProblem(r["M"], r["N"], r["K"], r["dtype"])
+        cfg = measured_config(problem, gpu, r.get("schedule"))
         name = f"{r['M']}x{r['N']}x{r['K']} {r['dtype']}"
-        if r.get("schedule") and label(cfg.schedule) != r["schedule"]:
-            skipped.append(f"{name}: measured {r['schedule']}, configurator now picks {label(cfg.schedule)}")
+        if cfg is None:
+            skipped.append(f"{name}: measured {r['schedule']}, the configurator no longer picks it")
+            continue
+        if cfg.schedule.mma.family != "mma.sync":
+            skipped.append(f"{name}: {cfg.schedule.mma.family} (the calibrated model is the mma.sync one)")
             continue
         sch = cfg.schedule
         blocks = (-(-r["M"] // sch.block_m)) * (-(-r["N"] // sch.block_n)) * sch.split_k

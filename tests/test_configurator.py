@@ -26,7 +26,10 @@ def test_every_schedule_fits_every_capacity(problem, target):
     assert s.blocks_per_sm * (s.smem_bytes + gpu.smem_reserved_per_block) <= gpu.smem_per_sm
     assert s.threads_per_block <= 1024 and s.threads_per_block % 32 == 0
     assert s.regs_per_thread <= 255
-    assert s.block_m % (s.warps_m * s.mma.m) == 0 and s.block_n % (s.warps_n * s.mma.n) == 0
+    if s.mma.family == "wgmma":   # Hopper: consumer warpgroups each own a 64-row slab of the tile
+        assert s.arch == "sm_90a" and s.block_m == s.consumer_warpgroups * s.mma.m and s.block_n == s.mma.n
+    else:
+        assert s.block_m % (s.warps_m * s.mma.m) == 0 and s.block_n % (s.warps_n * s.mma.n) == 0
     assert s.block_k % s.mma.k == 0 and s.stages >= 2
     assert s.split_k == 1 or problem.activation == "none"
     # predictions never beat the roofline floor
@@ -65,6 +68,12 @@ def test_bad_problems_are_rejected_clearly():
 # --------------------------------------------------------------------------------------------
 # Hand-checked decisions.  Each test states the arithmetic that leads to the expected schedule.
 
+@pytest.fixture
+def mma_sync_only(monkeypatch):
+    """The Ampere-class path on Hopper targets too (NOVA_HOPPER=0), for the tests that document it."""
+    monkeypatch.setenv("NOVA_HOPPER", "0")
+
+
 def _step(cfg, name):
     return next(s for s in cfg.derivation if s.step == name)
 
@@ -94,7 +103,7 @@ def test_rtx3060_4096_cubed_tf32():
     assert 0.9 * 12.74 < cfg.prediction.tflops <= 12.74
 
 
-def test_h200_4096_cubed_tf32():
+def test_h200_4096_cubed_tf32(mma_sync_only):
     cfg = configure(GemmProblem(4096, 4096, 4096, "tf32"), "h200")
     s = cfg.schedule
     assert str(s.mma) == "mma.sync.m16n8k8.f32.tf32" and s.arch == "sm_90"
@@ -110,7 +119,7 @@ def test_h200_4096_cubed_tf32():
     assert s.group_m == 16 and s.split_k == 1
 
 
-def test_skinny_fills_the_machine_by_shrinking_tiles():
+def test_skinny_fills_the_machine_by_shrinking_tiles(mma_sync_only):
     # 64x8192x1024 on the H200: the 128x128 tile clamps to 64x128 (M = 64), leaving 64 tiles for 264 slots.
     # Halving N twice (64x64 -> 64x32) raises the tiles to 256 while the model gains; the model predicts no
     # gain for 32x32, so halving stops, and split-K = min(floor(924/256), floor(32/2)) = 3 fills the slots.
@@ -139,14 +148,14 @@ def test_split_k_when_tiles_cannot_fill_the_gpu():
     assert configure(GemmProblem(256, 256, 65536, "bf16", out_dtype="f32"), "rtx3060").schedule.split_k > 1
 
 
-def test_16bit_types_use_k16_and_wider_block_k():
+def test_16bit_types_use_k16_and_wider_block_k(mma_sync_only):
     cfg = configure(GemmProblem(4096, 4096, 4096, "bf16"), "h200")
     s = cfg.schedule
     assert (s.mma.m, s.mma.n, s.mma.k) == (16, 8, 16) and s.block_k == 64  # 128 B / 2 B
     assert s.vector_a == 8  # 16-byte cp.async of bf16
 
 
-def test_odd_sizes_are_predicated_not_refused():
+def test_odd_sizes_are_predicated_not_refused(mma_sync_only):
     for shape in [(1, 1, 1), (7, 33, 5), (4097, 127, 1000), (1, 4096, 4096)]:
         for dt in DTYPES:
             cfg = configure(GemmProblem(*shape, dtype=dt), "h200")
@@ -156,7 +165,7 @@ def test_odd_sizes_are_predicated_not_refused():
     assert configure(GemmProblem(64, 64, 34, "bf16"), "h200").schedule.vector_a == 2
 
 
-def test_prediction_is_consistent_with_cost_model():
+def test_prediction_is_consistent_with_cost_model(mma_sync_only):
     cfg = configure(GemmProblem(3000, 5000, 700), "h200")
     again = predict(cfg.problem, cfg.schedule, cfg.target)
     assert again == cfg.prediction

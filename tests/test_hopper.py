@@ -36,9 +36,12 @@ def hopper(monkeypatch):
     monkeypatch.setenv("NOVA_HOPPER", "1")
 
 
-def test_default_is_still_mma_sync_on_h200():
-    s = configure(GemmProblem(4096, 4096, 4096), "h200").schedule
-    assert s.mma.family == "mma.sync"
+def test_default_is_wgmma_on_h200_and_nova_hopper_0_opts_out(monkeypatch):
+    monkeypatch.delenv("NOVA_HOPPER", raising=False)
+    assert configure(GemmProblem(4096, 4096, 4096), "h200").schedule.mma.family == "wgmma"
+    assert configure(GemmProblem(4096, 4096, 4096), "a100").schedule.mma.family == "mma.sync"
+    monkeypatch.setenv("NOVA_HOPPER", "0")
+    assert configure(GemmProblem(4096, 4096, 4096), "h200").schedule.mma.family == "mma.sync"
 
 
 def test_tf32_rounding_field_keeps_keys_stable():

@@ -11,6 +11,13 @@ import pytest
 from nova.configurator import GemmProblem, configure
 from nova.hwmodel import PRESETS
 
+
+@pytest.fixture(autouse=True)
+def _mma_sync_path(monkeypatch):
+    """The Ampere-class (mma.sync) pipeline on every target; tests/test_hopper.py covers wgmma."""
+    monkeypatch.setenv("NOVA_HOPPER", "0")
+
+
 pytestmark = pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not installed")
 
 CASES = [

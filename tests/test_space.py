@@ -8,6 +8,7 @@ from nova.configurator import GemmProblem, check_schedule, configure
 from nova.configurator.space import MAX_ACC_REGS, _full_space, enumerate_schedules, label
 from nova.hwmodel import get_target
 
+
 SHAPES = [(512, 512, 512, "tf32"), (128, 1024, 2048, "bf16"), (1000, 33, 7, "tf32"), (255, 511, 300, "bf16"),
           (64, 64, 4096, "tf32")]
 
@@ -37,7 +38,7 @@ def test_every_candidate_is_legal(space):
 
 def test_space_values_follow_the_rules(space):
     p, gpu, schedules = space
-    pick = configure(p, gpu).schedule
+    pick = configure(p, gpu, family="mma.sync").schedule
     grid = [s for s in schedules if s != pick]
     assert {s.block_m for s in grid} <= {16, 32, 64, 128, 256}
     assert {s.stages for s in grid} <= set(range(2, 7))
@@ -49,7 +50,7 @@ def test_space_values_follow_the_rules(space):
 
 def test_analytic_pick_is_included_first_when_limited(space):
     p, gpu, schedules = space
-    pick = configure(p, gpu).schedule
+    pick = configure(p, gpu, family="mma.sync").schedule
     assert pick in schedules
     for strategy in ("mixed", "model", "uniform"):
         some = enumerate_schedules(p, gpu, limit=7, strategy=strategy)
@@ -67,14 +68,14 @@ def test_pick_is_a_natural_point_of_the_space():
     """For the usual shapes the pick is found by the enumeration itself, with the same resources."""
     for shape in [(4096, 4096, 4096, "bf16"), (1024, 1024, 1024, "bf16"), (3000, 5000, 700, "bf16")]:
         p = GemmProblem(*shape)
-        assert configure(p, "h200").schedule in _full_space(p, get_target("h200"))
+        assert configure(p, "h200", family="mma.sync").schedule in _full_space(p, get_target("h200"))
 
 
 def test_split_k_only_into_f32_without_activation():
     p = GemmProblem(128, 128, 8192, "bf16")                      # bf16 output: no split-K
     assert {s.split_k for s in enumerate_schedules(p, "h200")} == {1}
     p = GemmProblem(128, 128, 8192, "bf16", out_dtype="f32")
-    pick = configure(p, "h200").schedule                         # may split 64 ways: added to the space
+    pick = configure(p, "h200", family="mma.sync").schedule                         # may split 64 ways: added to the space
     assert {s.split_k for s in enumerate_schedules(p, "h200") if s != pick} == {1, 2, 4, 8}
     p = GemmProblem(128, 128, 8192, "tf32", activation="relu")
     assert {s.split_k for s in enumerate_schedules(p, "h200")} == {1}

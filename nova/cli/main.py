@@ -83,8 +83,8 @@ def run_compile(args) -> int:
     problem = make_problem(args.shape, args.dtype, args)
     schedule = configure_schedule(problem, target)
     if args.emit == "mlir":
-        from nova.codegen.gemm import build_gemm_module
-        data = str(build_gemm_module(problem, schedule)).encode()
+        from nova.codegen import build_module
+        data = str(build_module(problem, schedule)).encode()
     else:
         artifact = compile_artifact(problem, schedule, target)
         if args.emit == "ptx":

@@ -23,6 +23,15 @@ def _describe_schedule(s) -> str:
             f"stages {s.stages} split_k {s.split_k}")
 
 
+def build_module(problem, schedule) -> str:
+    """The kernel's MLIR before lowering, for either instruction family (``nova compile --emit mlir``)."""
+    if schedule.mma.family == "wgmma":
+        from nova.codegen.gemm_hopper import build_hopper_module
+        return build_hopper_module(problem, schedule)
+    from nova.codegen.gemm import build_gemm_module
+    return build_gemm_module(problem, schedule)
+
+
 def compile_gemm(problem, schedule, *, cubin: bool = True):
     """Build, lower and (when ``ptxas`` is on PATH and ``cubin``) assemble the GEMM kernel.
 

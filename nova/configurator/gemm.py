@@ -84,17 +84,26 @@ PLAIN_COPY_REGS = 24      # an operand staged by plain loads (16-bit rows of odd
                           # elements in registers; fitted to ptxas (bf16 255x511x300 TT: +18 registers)
 
 
-def configure(problem: GemmProblem, target: "GPUModel | str" = "rtx3060") -> Config:
-    """Derive the schedule for ``problem`` on ``target``.  Pure and deterministic."""
+def configure(problem: GemmProblem, target: "GPUModel | str" = "rtx3060", *, family: str | None = None) -> Config:
+    """Derive the schedule for ``problem`` on ``target``.  Pure and deterministic.
+
+    ``family`` picks the tensor-core instruction family: None = the fastest the target and the code
+    generator support (wgmma on Hopper unless ``NOVA_HOPPER=0``), ``"mma.sync"`` = the Ampere-class
+    path on any target (used by the oracle's schedule space)."""
+    if family not in (None, "mma.sync", "wgmma"):
+        raise ValueError(f"unknown MMA family {family!r}; choose mma.sync or wgmma")
     t0 = time.perf_counter()
     gpu = get_target(target)
     d = Derivation()
     p = problem
     b = p.in_bytes
 
-    # ---- Hopper hook (issue 4): the wgmma/TMA path, rules in hopper.py.  Off unless NOVA_HOPPER=1
-    # until the full device sweep passes on it (then the default flips).
-    if use_hopper(p, gpu):
+    # ---- Hopper (issue 4): the wgmma/TMA path, rules in hopper.py; on by default for targets with
+    # wgmma (the H200 sweep passed: 652/652, sanitizer clean); NOVA_HOPPER=0 forces mma.sync.
+    if family == "wgmma" and not use_hopper(p, gpu, forced=True):
+        from nova.hwmodel import TargetError
+        raise TargetError(f"the wgmma path does not apply to {p.describe()} on {gpu.name} ({gpu.arch})")
+    if family != "mma.sync" and use_hopper(p, gpu, forced=family == "wgmma"):
         from nova.configurator.hopper import configure_hopper
         schedule, prediction = configure_hopper(p, gpu, d)
         d.note("prediction", f"{prediction.time_us:.1f} us",
@@ -209,10 +218,11 @@ def configure(problem: GemmProblem, target: "GPUModel | str" = "rtx3060") -> Con
     return Config(p, gpu, schedule, prediction, tuple(d.steps), elapsed)
 
 
-def use_hopper(p: GemmProblem, gpu: GPUModel) -> bool:
-    """The wgmma path applies: ``NOVA_HOPPER=1`` (default off for now) and the target has wgmma/TMA."""
+def use_hopper(p: GemmProblem, gpu: GPUModel, forced: bool = False) -> bool:
+    """The wgmma path applies: the target has wgmma/TMA, the problem is supported, and (unless
+    ``forced``) the user did not opt out with ``NOVA_HOPPER=0``."""
     import os
-    if os.environ.get("NOVA_HOPPER", "0") != "1":
+    if not forced and os.environ.get("NOVA_HOPPER", "1") == "0":
         return False
     from nova.configurator.hopper import hopper_supported
     return hopper_supported(p, gpu)[0]
@@ -347,7 +357,10 @@ def check_schedule(p: GemmProblem, s: Schedule, gpu: GPUModel) -> list[str]:
         out.append(f"{s.regs_per_thread} registers > {gpu.max_regs_per_thread:.0f}")
     if s.blocks_per_sm * s.threads_per_block * s.regs_per_thread > gpu.regs_per_sm:
         out.append("register file overflow at the stated blocks per SM")
-    if s.block_m % (s.warps_m * s.mma.m) or s.block_n % (s.warps_n * s.mma.n) or s.block_k % s.mma.k:
+    if s.mma.family == "wgmma":     # each consumer warpgroup owns a 64 x block_n slab
+        if s.block_m % (s.consumer_warpgroups * s.mma.m) or s.block_n % s.mma.n or s.block_k % s.mma.k:
+            out.append(f"tile {s.block_m}x{s.block_n}x{s.block_k} is not a multiple of warpgroups x wgmma shape")
+    elif s.block_m % (s.warps_m * s.mma.m) or s.block_n % (s.warps_n * s.mma.n) or s.block_k % s.mma.k:
         out.append(f"tile {s.block_m}x{s.block_n}x{s.block_k} is not a multiple of warps x MMA shape")
     if s.stages < 2:
         out.append("fewer than 2 pipeline stages")

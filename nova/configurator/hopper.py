@@ -1,6 +1,6 @@
 """Hopper rules (issue 4): the wgmma schedule in closed form, each decision explained.
 
-Used by ``configure()`` when the target has wgmma (and, until the default flips, ``NOVA_HOPPER=1``).
+Used by ``configure()`` when the target has wgmma (unless ``NOVA_HOPPER=0``).
 The kernel it configures is ``nova/codegen/gemm_hopper.py``: one producer warpgroup (TMA), C
 consumer warpgroups each owning a 64 x N slab (wgmma m64nNk), a ring of S stages of 128-byte
 swizzled K panels, a persistent grid.  Decisions, in order:

@@ -116,7 +116,7 @@ def enumerate_schedules(problem: GemmProblem, target: "GPUModel | str", limit: i
     """
     gpu = get_target(target)
     space = _full_space(problem, gpu)
-    pick = configure(problem, gpu).schedule
+    pick = configure(problem, gpu, family="mma.sync").schedule
     if pick not in space:                      # e.g. a split-K of 3 or a group-M of 11: add it
         space = sorted(space + [pick], key=schedule_sort_key)
     if limit is None:
@@ -217,9 +217,19 @@ def label(s: Schedule) -> str:
             f"sk{s.split_k} g{s.group_m}")
 
 
+def measured_config(problem: GemmProblem, target: "GPUModel | str", schedule_label: str | None):
+    """The ``Config`` whose schedule a results row measured (its ``schedule`` label), trying the
+    automatic pick and then the mma.sync path; None if neither matches (the configurator changed)."""
+    for family in (None, "mma.sync"):
+        cfg = configure(problem, target, family=family)
+        if schedule_label is None or label(cfg.schedule) == schedule_label:
+            return cfg
+    return None
+
+
 def space_size(problem: GemmProblem, target: "GPUModel | str") -> int:
     return len(enumerate_schedules(problem, target))
 
 
-__all__ = ["enumerate_schedules", "subsample", "label", "space_size", "block_k_options", "warp_grids",
+__all__ = ["enumerate_schedules", "subsample", "label", "measured_config", "space_size", "block_k_options", "warp_grids",
            "schedule_sort_key", "MAX_ACC_REGS"]

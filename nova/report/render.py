@@ -62,16 +62,17 @@ def calibrated_predictions(bench: pd.DataFrame, target) -> pd.Series | None:
     configurator now picks another schedule than the one measured)."""
     if target is None or "schedule" not in bench.columns:
         return None
-    from nova.configurator import GemmProblem, configure
-    from nova.configurator.space import label
+    from nova.configurator import GemmProblem
+    from nova.configurator.space import measured_config
     from nova.hwmodel.calibration import calibrated_time_us, load
     cal = load(target.name)
     if cal is None:
         return None
     out = []
     for r in bench.itertuples():
-        cfg = configure(GemmProblem(int(r.M), int(r.N), int(r.K), r.dtype), target)
-        same = label(cfg.schedule) == r.schedule
+        cfg = measured_config(GemmProblem(int(r.M), int(r.N), int(r.K), r.dtype), target, r.schedule)
+        # the calibration was fitted on the mma.sync model's terms; other families stay uncalibrated
+        same = cfg is not None and cfg.schedule.mma.family == cal.get("family", "mma.sync")
         out.append(calibrated_time_us(cfg.prediction.terms_us, cfg.schedule.split_k, cal["constants"])
                    if same else math.nan)
     return pd.Series(out, index=bench.index)

@@ -212,8 +212,9 @@ def bench_case(M, N, K, dtype, *, reps=50, warmup=10, seed=0, l2_bytes=None) -> 
     row["predicted_bound"] = cfg.prediction.bound
     row["prediction_error"] = cfg.prediction.time_us / row["nova_b2b_us"] - 1
     s = cfg.schedule
-    row["schedule"] = (f"{s.block_m}x{s.block_n}x{s.block_k} w{s.warps_m}x{s.warps_n} st{s.stages} "
-                       f"sk{s.split_k} g{s.group_m}")
+    from nova.configurator.space import label
+    row["schedule"] = label(s)
+    row["family"] = s.mma.family
     row["nova_error"] = nova_err
     row["cublas_error"] = torch_err
     return row

@@ -71,7 +71,7 @@ def precompile_space(problems: list[GemmProblem], target, cache_root: str, limit
     plan = []
     for p in problems:
         full = enumerate_schedules(p, gpu)
-        pick = configure(p, gpu).schedule
+        pick = configure(p, gpu, family="mma.sync").schedule
         chosen = full if limit is None else subsample(p, gpu, full, pick, limit, strategy)
         plan.append((p, len(full), pick, chosen))
     jobs_list = [(p.to_dict(), s.to_dict(), gpu.name, str(cache_root), s == pick)
