@@ -1,7 +1,8 @@
 """Closed-form performance model of a GEMM schedule: time per resource, the bound, the floor.
 
 time = max(t_tensor, t_smem, t_l2, t_dram) + t_fill + t_launch, where
-  t_tensor = waves x (one tile's MMA work on an SM shared by ``blocks_per_sm`` blocks)
+  t_tensor = the busiest SM's blocks (ceil(blocks / SMs)) x one block's MMA work at the SM's tensor
+             rate, slowed when fewer warps are resident than the SM has warp schedulers
   t_smem   = fragment bytes read from shared memory / shared-memory bandwidth (scaled by waves)
   t_l2     = bytes the blocks stream from L2 / L2 bandwidth
   t_dram   = DRAM bytes (A once, B once per group-M row group unless it fits L2, C once) / DRAM bandwidth
@@ -22,11 +23,13 @@ def cdiv(a: int, b: int) -> int:
 
 K_SLICE = Formula("k_slice", "ceil(ceil(K / split_k) / block_k) * block_k")
 WAVES = Formula("waves", "ceil(tiles * split_k / (sm_count * blocks_per_sm))")
-T_TILE = Formula("t_tile", "2 * block_m * block_n * k_slice * blocks_per_sm / (tc_flops_per_clk_sm * clock_hz)")
-T_TENSOR = Formula("t_tensor", "waves * t_tile")
+BLOCKS_PER_SM_BUSIEST = Formula("blocks_busiest_sm", "ceil(tiles * split_k / sm_count)")
+SCHEDULER_UTIL = Formula("util", "Min(1, Min(blocks_per_sm, blocks_busiest_sm) * warps / warp_schedulers_per_sm)")
+T_BLOCK = Formula("t_block", "2 * block_m * block_n * k_slice / (tc_flops_per_clk_sm * clock_hz)")
+T_TENSOR = Formula("t_tensor", "blocks_busiest_sm * t_block / util")
 WARP_INTENSITY = Formula("I_warp", "2 * warp_m * warp_n / ((warp_m + warp_n) * elem_bytes)")
 BLOCK_INTENSITY = Formula("I_block", "2 * block_m * block_n / ((block_m + block_n) * elem_bytes)")
-T_SMEM = Formula("t_smem", "waves * t_tile * tc_flops_per_clk_sm / (I_warp * smem_bytes_per_clk_sm)")
+T_SMEM = Formula("t_smem", "t_tensor * tc_flops_per_clk_sm / (I_warp * smem_bytes_per_clk_sm)")
 L2_BYTES = Formula("l2_bytes", "tiles * split_k * (block_m + block_n) * k_slice * elem_bytes")
 DRAM_BYTES = Formula("dram_bytes", "a_bytes + b_bytes * b_refetch + c_bytes * (2 * split_k - 1)")
 FLOOR = Formula("floor", "Max(flops / peak_flops, min_bytes / dram_bw)")
@@ -54,11 +57,14 @@ def predict(problem: GemmProblem, s: Schedule, gpu: GPUModel) -> Prediction:
     tiles = tiles_of(problem, s.block_m, s.block_n)
     k_slice = K_SLICE(K=problem.K, split_k=s.split_k, block_k=s.block_k)
     waves = WAVES(tiles=tiles, split_k=s.split_k, sm_count=gpu.sm_count, blocks_per_sm=s.blocks_per_sm)
-    t_tile = T_TILE(block_m=s.block_m, block_n=s.block_n, k_slice=k_slice, blocks_per_sm=s.blocks_per_sm,
-                    tc_flops_per_clk_sm=rate, clock_hz=gpu.clock_hz)
-    t_tensor = T_TENSOR(waves=waves, t_tile=t_tile)
+    busiest = BLOCKS_PER_SM_BUSIEST(tiles=tiles, split_k=s.split_k, sm_count=gpu.sm_count)
+    util = SCHEDULER_UTIL(blocks_per_sm=s.blocks_per_sm, blocks_busiest_sm=busiest, warps=s.warps,
+                          warp_schedulers_per_sm=gpu.warp_schedulers_per_sm)
+    t_block = T_BLOCK(block_m=s.block_m, block_n=s.block_n, k_slice=k_slice, tc_flops_per_clk_sm=rate,
+                      clock_hz=gpu.clock_hz)
+    t_tensor = T_TENSOR(blocks_busiest_sm=busiest, t_block=t_block, util=util)
     i_warp = WARP_INTENSITY(warp_m=s.warp_tile_m, warp_n=s.warp_tile_n, elem_bytes=problem.in_bytes)
-    t_smem = T_SMEM(waves=waves, t_tile=t_tile, tc_flops_per_clk_sm=rate, I_warp=i_warp,
+    t_smem = T_SMEM(t_tensor=t_tensor, tc_flops_per_clk_sm=rate, I_warp=i_warp,
                     smem_bytes_per_clk_sm=gpu.smem_bytes_per_clk_sm)
     t_l2 = L2_BYTES(tiles=tiles, split_k=s.split_k, block_m=s.block_m, block_n=s.block_n, k_slice=k_slice,
                     elem_bytes=problem.in_bytes) / gpu.l2_bw

@@ -73,6 +73,7 @@ BPS_SMEM = Formula("bps_smem", "floor(smem_per_sm / (2 * stage_bytes + smem_rese
 STAGE_BYTES = Formula("stage_bytes", "(a_rows * (a_cols + pad_a) + b_rows * (b_cols + pad_b)) * elem_bytes")
 INFLIGHT = Formula("inflight", "mem_latency_ns * 1e-9 * tc_flops_per_clk_sm * clock_hz / I_block")
 STAGES = Formula("stages", "1 + ceil(inflight / (blocks_per_sm * stage_bytes))")
+RESIDENT = Formula("resident", "Min(blocks_per_sm, ceil(tiles * split_k / sm_count))")
 STAGES_SMEM = Formula("stages_max", "floor((smem_per_sm / blocks_per_sm - smem_reserved_per_block) / stage_bytes)")
 SPLIT_K = Formula("split_k", "Min(floor(slots / tiles), floor(k_iters / 2))")
 GROUP_M = Formula("group_m", "sqrt(Min(slots, tiles) * block_n / block_m)")
@@ -296,13 +297,18 @@ def _plan(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_n: i
 
     # 8. stages (after split-K: the K steps per slice bound the useful depth)
     k_slice_iters = cdiv(k_iters, split_k)
+    resident = d.apply("resident blocks per SM", RESIDENT,
+                       "blocks actually sharing an SM: the occupancy limit, or fewer when the grid is smaller "
+                       "than the machine (they alone must hide the latency, and they share its shared memory)",
+                       post=int, blocks_per_sm=bps, tiles=tiles, split_k=split_k, sm_count=gpu.sm_count)
     inflight = d.apply("bytes in flight per SM", INFLIGHT,
                        "Little's law: loaded memory latency x the rate an SM consumes operand bytes at its tensor peak",
                        mem_latency_ns=gpu.mem_latency_ns, tc_flops_per_clk_sm=rate, clock_hz=gpu.clock_hz, I_block=i_block)
     stages = d.apply("stages (latency)", STAGES, "one stage computing plus enough stages in flight, shared by the "
-                     "blocks on the SM", post=int, inflight=inflight, blocks_per_sm=bps, stage_bytes=stage_bytes)
-    stages_max = d.apply("stages (smem)", STAGES_SMEM, "what fits in this block's share of shared memory", post=int,
-                         smem_per_sm=gpu.smem_per_sm, blocks_per_sm=bps,
+                     "resident blocks", post=int, inflight=inflight, blocks_per_sm=resident, stage_bytes=stage_bytes)
+    stages_max = d.apply("stages (smem)", STAGES_SMEM, "what fits in a resident block's share of shared memory",
+                         post=lambda v: int(min(v, gpu.smem_per_block // stage_bytes)),
+                         smem_per_sm=gpu.smem_per_sm, blocks_per_sm=resident,
                          smem_reserved_per_block=gpu.smem_reserved_per_block, stage_bytes=stage_bytes)
     stages = int(max(2, min(stages, stages_max, max(2, k_slice_iters))))
     d.note("stages", stages, f"clamped to [2, min(smem fit {stages_max}, K steps per slice {k_slice_iters})]")
@@ -334,6 +340,11 @@ def _plan(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_n: i
            "of 16 bytes so cp.async stays aligned")
     smem_bytes = stages * stage_bytes
     d.note("shared memory", f"{smem_bytes} B", f"{stages} stages x {stage_bytes} B per stage")
+    bps_smem = int(gpu.smem_per_sm // (smem_bytes + gpu.smem_reserved_per_block))
+    if bps_smem < bps:
+        # deeper pipelines only where fewer blocks than the occupancy limit are resident anyway
+        bps = d.note("blocks per SM (final)", bps_smem, f"{stages} stages leave room for {bps_smem} blocks; "
+                     f"the grid keeps at most {resident} per SM busy")
     schedule = Schedule(
         arch=gpu.arch, mma=mma, block_m=block_m, block_n=block_n, block_k=block_k, warps_m=wgm, warps_n=wgn,
         stages=stages, smem_layout="pad", smem_pad_a=pad_a, smem_pad_b=pad_b, smem_bytes=int(smem_bytes),
