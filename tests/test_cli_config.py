@@ -66,3 +66,11 @@ def test_bad_input_is_one_clear_line(args, message):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_tf32_fast_is_an_explicit_opt_in():
+    r = run("explain", "matmul", "1024", "--target", "h200", "--tf32-fast", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["problem"]["tf32_rounding"] == "truncate"
+    default = json.loads(run("explain", "matmul", "1024", "--target", "h200", "--json").stdout)
+    assert "tf32_rounding" not in default["problem"]        # round-to-nearest, key-stable default

@@ -36,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--trans-b", action="store_true", help="B is stored transposed ([N,K] row-major)")
     ex.add_argument("--bias", action="store_true", help="epilogue adds a bias vector of length N")
     ex.add_argument("--activation", default="none", help=f"epilogue activation: {'|'.join(ACTIVATIONS)}")
+    ex.add_argument("--tf32-fast", action="store_true",
+                    help="tf32 only: truncate FP32 to TF32 in the tensor cores instead of rounding to nearest (opt-in)")
     ex.add_argument("--json", action="store_true", help="machine-readable output (schedule, prediction, derivation)")
     ex.add_argument("--symbolic", action="store_true", help="show each formula as a sympy expression too")
     sub.add_parser("targets", help="list the GPU presets with their key figures")
@@ -55,7 +57,8 @@ def cmd_explain(args) -> int:
         raise ProblemError(f"unknown operation {args.op!r}; supported: matmul")
     M, N, K = parse_gemm_shape(args.shape)
     problem = GemmProblem(M, N, K, dtype=args.dtype, trans_a=args.trans_a, trans_b=args.trans_b,
-                          bias=args.bias, activation=args.activation)
+                          bias=args.bias, activation=args.activation,
+                          tf32_rounding="truncate" if args.tf32_fast else "rna")
     cfg = configure(problem, get_target(args.target))
     if args.json:
         print(json.dumps(cfg.to_dict(), indent=1))

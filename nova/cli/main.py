@@ -38,6 +38,8 @@ def add_problem_args(p: argparse.ArgumentParser, several_dtypes: bool = False) -
     p.add_argument("--bias", action="store_true", help="add a bias vector of length N")
     p.add_argument("--activation", default="none", help="none, relu, gelu or silu")
     p.add_argument("--out-dtype", default=None, help="output storage f32, bf16 or f16 (default: input storage)")
+    p.add_argument("--tf32-fast", action="store_true",
+                   help="tf32 only: let the tensor cores truncate FP32 instead of rounding to nearest (opt-in, ~2.6x error)")
 
 
 def add_shape_list_args(p: argparse.ArgumentParser) -> None:
@@ -55,7 +57,7 @@ def make_problem(shape: tuple[int, int, int], dtype: str, args):
     from nova.configurator.problem import GemmProblem
     M, N, K = shape
     return GemmProblem(M, N, K, dtype.strip(), args.trans_a, args.trans_b, args.bias, args.activation,
-                       args.out_dtype)
+                       args.out_dtype, "truncate" if getattr(args, "tf32_fast", False) else "rna")
 
 
 def cache_from(args):
