@@ -60,44 +60,9 @@ def consumer_regs(consumer_warpgroups: int, reg_file: int = 65536) -> int:
     return min(232, (left // (WG * consumer_warpgroups)) // 8 * 8)
 
 
-# ----------------------------------------------------------------------------------------------
-# Operand plan: where each operand comes from (shared by codegen, runtime and tests)
-# ----------------------------------------------------------------------------------------------
-def k_pad(problem: GemmProblem) -> int:
-    """K rounded up so a K-major row is a multiple of 16 bytes (TMA's stride rule)."""
-    q = 16 // problem.in_bytes
-    return _cdiv(problem.K, q) * q
-
-
-def tensor_map_type(problem: GemmProblem) -> str:
-    """Element type of the TMA tensor maps: 'tf32' (TMA rounds FP32 to nearest) for TF32 with
-    round-to-nearest, else the storage type ('f32' truncates in the tensor core)."""
-    if problem.dtype == "tf32" and problem.tf32_rounding == "rna":
-        return "tf32"
-    return problem.storage
-
-
-def operand_plan(problem: GemmProblem, prep_rounds: bool = False) -> dict:
-    """For A and B: ``prep`` (None: TMA reads the user's tensor; else what the prep kernel does)
-    and the K-major source ``[rows, cols]`` the tensor map describes.  A prep pass runs only for
-    layout (a non-K-major operand must be transposed: TMA cannot, TF32 wgmma cannot read it) or
-    for K rows that are not 16-byte aligned (TMA's stride rule); ``prep_rounds`` also sends TF32
-    operands through it to be rounded there (measured slower: the TFLOAT32 tensor map rounds free)."""
-    p = problem
-    rna = prep_rounds and p.dtype == "tf32" and p.tf32_rounding == "rna"
-    aligned = p.K == k_pad(p)
-    kp = k_pad(p)
-    plan = {}
-    # A: K-major when not trans_a.  B: K-major when trans_b (stored [N, K]).
-    for op, rows, kmajor in (("a", p.M, not p.trans_a), ("b", p.N, p.trans_b)):
-        need = rna or not kmajor or not aligned
-        plan[op] = {
-            "rows": rows, "cols": kp if need else p.K,
-            "prep": None if not need else {"transpose": not kmajor, "round": rna,
-                                           "src": [rows, p.K] if kmajor else [p.K, rows],
-                                           "dst": [rows, kp]},
-        }
-    return plan
+# The operand plan (which operand needs a transpose/pad pass, the tensor maps' element type) is a
+# schedule decision: it lives in the configurator and is imported here.
+from nova.configurator.hopper import k_pad, operand_plan, tensor_map_type  # noqa: E402
 
 
 def check_supported(problem: GemmProblem, s: Schedule) -> None:

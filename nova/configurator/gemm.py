@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from nova.configurator.cost import BLOCK_INTENSITY, WARP_INTENSITY, cdiv, predict, tiles_of
 from nova.configurator.derivation import Derivation, NullDerivation
+from nova.configurator.hopper import configure_hopper, hopper_supported
 from nova.configurator.problem import GemmProblem
 from nova.configurator.schedule import MmaInstr, Prediction, Schedule, Step
 from nova.hwmodel import GPUModel, get_target
@@ -105,7 +106,6 @@ def configure(problem: GemmProblem, target: "GPUModel | str" = "rtx3060", *, fam
         from nova.hwmodel import TargetError
         raise TargetError(f"the wgmma path does not apply to {p.describe()} on {gpu.name} ({gpu.arch})")
     if family != "mma.sync" and use_hopper(p, gpu, forced=family == "wgmma"):
-        from nova.configurator.hopper import configure_hopper
         schedule, prediction = configure_hopper(p, gpu, d)
         d.note("prediction", f"{prediction.time_us:.1f} us",
                f"{prediction.tflops:.1f} TFLOP/s, {prediction.bound}-bound; roofline floor {prediction.floor_us:.1f} us")
@@ -225,7 +225,6 @@ def use_hopper(p: GemmProblem, gpu: GPUModel, forced: bool = False) -> bool:
     import os
     if not forced and os.environ.get("NOVA_HOPPER", "1") == "0":
         return False
-    from nova.configurator.hopper import hopper_supported
     return hopper_supported(p, gpu)[0]
 
 
