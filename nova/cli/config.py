@@ -88,14 +88,14 @@ def render_explain(cfg, *, symbolic: bool = False, console=None) -> None:
     rows = [
         ("instruction", str(s.mma)),
         ("block tile (block_m x block_n x block_k)", f"{s.block_m} x {s.block_n} x {s.block_k}"),
-        ("warps (warps_m x warps_n), warp tile", f"{s.warps_m} x {s.warps_n} = {s.warps} warps, "
-         f"{s.warp_tile_m} x {s.warp_tile_n} ({s.mma_tiles_m} x {s.mma_tiles_n} MMAs, {s.acc_regs_per_thread} acc regs/thread)"),
+        warp_row(s),
         ("threads per block", s.threads_per_block),
         ("stages", s.stages),
         ("shared memory", f"{s.smem_bytes} B ({s.smem_layout}: A +{s.smem_pad_a}, B +{s.smem_pad_b} elements per row)"),
         ("registers per thread (estimate)", s.regs_per_thread),
         ("blocks per SM", s.blocks_per_sm),
-        ("grid", f"{grid[0]} x {grid[1]} x {grid[2]} ({grid[0] * grid[2]} blocks, "
+        ("grid", f"{min(grid[0], int(gpu.sm_count))} persistent CTAs walking {grid[0]} tiles" if s.persistent else
+         f"{grid[0]} x {grid[1]} x {grid[2]} ({grid[0] * grid[2]} blocks, "
          f"{grid[0] * grid[2] / (gpu.sm_count * s.blocks_per_sm):.2f} waves)"),
         ("split-K", s.split_k),
         ("rasterization", f"group-M {s.group_m}"),
@@ -116,6 +116,15 @@ def render_explain(cfg, *, symbolic: bool = False, console=None) -> None:
                   f"({pr.tflops / peak:.0%} of the {peak:.1f} TFLOP/s {p.dtype} peak), bound by {pr.bound}  "
                   f"[dim](terms in us: {terms})[/]")
     console.print(f"[dim]configured in {cfg.config_time_ms:.3f} ms, no search, no measurement[/]")
+
+
+def warp_row(s) -> tuple[str, str]:
+    if s.mma.family == "wgmma":
+        return ("warpgroups", f"{s.consumer_warpgroups} consumer warpgroups of {s.mma.m} x {s.block_n} "
+                f"(wgmma m{s.mma.m}n{s.mma.n}k{s.mma.k}) + 1 producer warpgroup issuing TMA")
+    return ("warps (warps_m x warps_n), warp tile", f"{s.warps_m} x {s.warps_n} = {s.warps} warps, "
+            f"{s.warp_tile_m} x {s.warp_tile_n} ({s.mma_tiles_m} x {s.mma_tiles_n} MMAs, "
+            f"{s.acc_regs_per_thread} acc regs/thread)")
 
 
 def cmd_targets(args) -> int:
