@@ -172,7 +172,9 @@ class _HopperKernel:
         args = ["%pA: !llvm.ptr", "%pB: !llvm.ptr", f"%C: {self.ctype}"]
         if p.bias:
             args.append(f"%bias: {self.btype}")
-        maxnreg = 65536 // self.threads // 8 * 8
+        # registers at entry, from the schedule: setmaxnreg then moves them from the producer to the
+        # consumers (entry <= the consumers' target, or ".inc" would be a decrease)
+        maxnreg = min(s.regs_per_thread, 65536 // self.threads // 8 * 8, consumer_regs(self.wgs))
         with ir.region("module attributes {gpu.container_module} {"):
             with ir.region("gpu.module @nova_kernels {"):
                 with ir.region(f"gpu.func @{KERNEL_NAME}({', '.join(args)}) kernel attributes "

@@ -96,12 +96,20 @@ def configure_hopper(p: GemmProblem, gpu, d):
                        smem_bytes_per_clk=gpu.smem_bytes_per_clk_sm, smem_traffic=cap)
 
     # 5. wave fill
+    n_fit = max(64, 1 << (p.N - 1).bit_length())
+    if n_fit < n:
+        n = d.note("clamp N", n_fit, f"N={p.N}: a tile no wider than the next power of two of N (min 64) wastes no MMA work")
     tiles = cdiv(p.M, block_m) * cdiv(p.N, n)
     while tiles < gpu.sm_count and n > 64 and cdiv(p.N, n // 2) > cdiv(p.N, n):
         n //= 2
         tiles = cdiv(p.M, block_m) * cdiv(p.N, n)
         d.note("wave fill", f"N={n}", f"{tiles} tiles of {block_m}x{n}: halving N while tiles < {gpu.sm_count} SMs "
                "gives more SMs work (the smaller tile costs smem traffic, less than idle SMs)")
+    if wgs == 2 and 2 * tiles <= gpu.sm_count and cdiv(p.M, 64) > cdiv(p.M, block_m):
+        wgs, block_m = 1, 64
+        tiles = cdiv(p.M, block_m) * cdiv(p.N, n)
+        d.note("wave fill", "1 consumer warpgroup", f"{tiles // 2} tiles would leave over half of the {gpu.sm_count} "
+               f"SMs idle: one consumer warpgroup per CTA (block 64x{n}) doubles the tiles to {tiles}, still one wave")
     tiles = d.note("output tiles", tiles, f"ceil({p.M}/{block_m}) * ceil({p.N}/{n})")
 
     # 6. stages
@@ -155,7 +163,7 @@ def configure_hopper(p: GemmProblem, gpu, d):
     s = Schedule(arch="sm_90a", mma=mma, block_m=block_m, block_n=n, block_k=bk, warps_m=4 * wgs, warps_n=1,
                  stages=stages, smem_layout="swizzle128", smem_pad_a=0, smem_pad_b=0, smem_bytes=smem,
                  vector_a=1, vector_b=1, vector_c=2 if p.N % 2 == 0 else 1, split_k=1, group_m=group_m,
-                 regs_per_thread=min(regs, gpu.regs_per_sm // (WG_THREADS * (1 + wgs)) // 8 * 8), blocks_per_sm=1, cluster_m=1, cluster_n=1, consumer_warpgroups=wgs,
+                 regs_per_thread=min(regs, gpu.regs_per_sm // (WG_THREADS * 3) // 8 * 8), blocks_per_sm=1, cluster_m=1, cluster_n=1, consumer_warpgroups=wgs,
                  producer_warps=4, persistent=True)
     return s, pred
 
