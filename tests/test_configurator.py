@@ -183,3 +183,15 @@ def test_json_has_the_documented_keys():
     for k in ("time_us", "tflops", "bound"):
         assert k in d["prediction"]
     assert {"step", "formula", "value", "reason"} <= set(d["derivation"][0])
+
+
+def test_calibrated_time_is_reported_not_used(mma_sync_only):
+    cfg = configure(GemmProblem(4096, 4096, 4096, "tf32"), "h200")
+    from nova.hwmodel.calibration import load
+    cal = load("h200")
+    assert cal is not None and set(cal["constants"]) == {"eta_tc", "eta_dram", "t_launch_us"}
+    # efficiency constants below 1 can only slow the prediction down
+    assert cfg.calibrated_time_us > cfg.prediction.time_us
+    assert cfg.to_dict()["calibrated_time_us"] == cfg.calibrated_time_us
+    # no calibration for the RTX 3060 preset: nothing is invented
+    assert configure(GemmProblem(4096, 4096, 4096), "rtx3060").calibrated_time_us is None

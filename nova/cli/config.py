@@ -115,6 +115,10 @@ def render_explain(cfg, *, symbolic: bool = False, console=None) -> None:
     console.print(f"[bold]Prediction[/]: {pr.time_us:.2f} us, {pr.tflops:.1f} TFLOP/s "
                   f"({pr.tflops / peak:.0%} of the {peak:.1f} TFLOP/s {p.dtype} peak), bound by {pr.bound}  "
                   f"[dim](terms in us: {terms})[/]")
+    cal = cfg.calibrated_time_us
+    if cal is not None:
+        console.print(f"[bold]Calibrated[/]: {cal:.2f} us, {p.flops / cal / 1e6:.1f} TFLOP/s (the model's terms scaled by "
+                      f"{gpu.name}'s fitted efficiency constants, nova/hwmodel/calibration/{gpu.name}.json)")
     console.print(f"[dim]configured in {cfg.config_time_ms:.3f} ms, no search, no measurement[/]")
 
 

@@ -43,6 +43,17 @@ class Config:
     derivation: tuple[Step, ...]
     config_time_ms: float = field(default=0.0, compare=False)
 
+    @property
+    def calibrated_time_us(self) -> float | None:
+        """The prediction with the target's fitted efficiency constants (``bench/calibrate.py``), when
+        a calibration exists for this target and instruction family; None otherwise.  Schedule
+        decisions never use it: it reports, it does not choose."""
+        from nova.hwmodel.calibration import calibrated_time_us, load
+        cal = load(self.target.name)
+        if cal is None or self.schedule.mma.family != cal.get("family", "mma.sync"):
+            return None
+        return calibrated_time_us(self.prediction.terms_us, self.schedule.split_k, cal["constants"])
+
     def to_dict(self) -> dict:
         s = self.schedule
         sched = s.to_dict()
@@ -52,7 +63,8 @@ class Config:
         return {"op": "matmul", "M": self.problem.M, "N": self.problem.N, "K": self.problem.K,
                 "dtype": self.problem.dtype, "target": self.target.name, "arch": self.target.arch,
                 "problem": self.problem.to_dict(), "schedule": sched, "prediction": self.prediction.to_dict(),
-                "derivation": [st.to_dict() for st in self.derivation], "config_time_ms": self.config_time_ms}
+                "derivation": [st.to_dict() for st in self.derivation], "config_time_ms": self.config_time_ms,
+                "calibrated_time_us": self.calibrated_time_us}
 
 
 # ---- formulas (each shown in the derivation) ------------------------------------------------

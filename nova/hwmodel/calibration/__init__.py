@@ -15,8 +15,9 @@ per shape, and scales the model's terms:
     time_cal = max(t_tensor/eta_tc, t_smem/eta_tc, t_l2, t_dram/eta_dram) + t_fill + launches*t_launch_us
 
 ``<preset>.json`` beside this file stores the constants with their provenance (results file,
-device, date, fit error).  Nothing in the configurator reads them yet: ``calibrated_time_us`` is
-how they are meant to be applied (see bench/calibrate.py's docstring for the wiring).
+device, date, fit error).  ``Config.calibrated_time_us`` (and ``nova-config explain``) report the
+calibrated time next to the model's; schedule decisions never use it (a calibration reports, it
+does not choose).
 """
 from __future__ import annotations
 
