@@ -106,28 +106,39 @@ class HopperGemm:
         # TF32 round-to-nearest: CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 makes the TMA unit round FP32 to
         # nearest while copying (measured); ``tmap_f32_type`` overrides it (experiments only)
         self.map_type = tmap_f32_type or h.get("tensor_map_type", self.storage)
+        self.workspaces: dict[int, dict[str, int]] = {}     # stream -> operand -> device buffer
+
+    def workspace(self, stream: int) -> dict[str, int]:
+        """The prep buffers of ``stream``: one set per stream, so calls of the same problem on two
+        streams never overwrite each other's prepped operands (calls on one stream are ordered)."""
+        ws = self.workspaces.get(stream)
+        if ws is not None:
+            return ws
         eb = ELEMENT_BYTES[self.storage]
-        self.workspace = {}
+        ws = {}
         cu = driver.cuda()
-        previous = device.make_current()
+        previous = self.device.make_current()
         try:
             for op in self.preps:
                 o = self.operands[op]
-                ptr = int(driver.check(cu.cuMemAlloc(o["rows"] * o["cols"] * eb), f"allocating the {op} workspace of {what}"))
-                self.workspace[op] = ptr
+                ptr = int(driver.check(cu.cuMemAlloc(o["rows"] * o["cols"] * eb),
+                                       f"allocating the {op} workspace of {self.what}"))
+                ws[op] = ptr
                 _keep.append(ptr)
         finally:
             driver.restore_context(previous)
+        return self.workspaces.setdefault(stream, ws)
 
     def run(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None = None, stream: int = 0,
             skip_prep: bool = False) -> None:
         src = {"a": a_ptr, "b": b_ptr}
+        ws = self.workspace(stream) if self.preps else {}
         maps = []
         for op in ("a", "b"):
             if op in self.preps:
                 if not skip_prep:
-                    self.preps[op].launch([src[op], self.workspace[op]], stream)
-                src[op] = self.workspace[op]
+                    self.preps[op].launch([src[op], ws[op]], stream)
+                src[op] = ws[op]
             o = self.operands[op]
             box_cols, box_rows = o["box"]
             maps.append(device_tensor_map(self.device, src[op], self.map_type, o["rows"], o["cols"], box_rows, box_cols))
