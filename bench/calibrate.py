@@ -47,7 +47,7 @@ BAND = 0.15
 GRID = {"eta_tc": (0.05, 1.5), "eta_dram": (0.05, 1.5), "t_launch_us": (0.0, 60.0)}
 
 
-def load_rows(path: str, preset: str | None):
+def load_rows(path: str, preset: str | None, family: str = "mma.sync"):
     """Rows of the results file with today's prediction terms; returns (preset, env, rows, skipped)."""
     from nova.configurator import GemmProblem
     from nova.configurator.space import measured_config
@@ -67,52 +67,36 @@ def load_rows(path: str, preset: str | None):
         if cfg is None:
             skipped.append(f"{name}: measured {r['schedule']}, the configurator no longer picks it")
             continue
-        if cfg.schedule.mma.family != "mma.sync":
-            skipped.append(f"{name}: {cfg.schedule.mma.family} (the calibrated model is the mma.sync one)")
+        if cfg.schedule.mma.family != family:
+            skipped.append(f"{name}: {cfg.schedule.mma.family} (fitting the {family} model)")
             continue
-        sch = cfg.schedule
-        blocks = (-(-r["M"] // sch.block_m)) * (-(-r["N"] // sch.block_n)) * sch.split_k
         rows.append({"name": name, "measured_us": r["nova_b2b_us"], "terms": cfg.prediction.terms_us,
-                     "split_k": sch.split_k, "predicted_us": cfg.prediction.time_us,
-                     "resident": _resident_fraction(blocks, sch.blocks_per_sm, gpu.sm_count)})
+                     "split_k": cfg.schedule.split_k, "predicted_us": cfg.prediction.time_us})
     return preset, env, rows, skipped
 
 
-def _resident_fraction(blocks: int, blocks_per_sm: int, sm_count: int) -> float:
-    """What-if (not in cost.py): in a single partial wave an SM holds ceil(blocks/SMs) < blocks_per_sm
-    blocks, which then share its tensor cores among fewer blocks; t_tile scales by this fraction."""
-    if blocks >= blocks_per_sm * sm_count:
-        return 1.0
-    return min(blocks_per_sm, -(-blocks // sm_count)) / blocks_per_sm
-
-
-def with_coresidency(rows):
-    """The rows with t_tensor and t_smem scaled by ``_resident_fraction`` (the what-if model)."""
-    out = []
-    for r in rows:
-        t = dict(r["terms"])
-        t["tensor-core"] *= r["resident"]
-        t["smem"] *= r["resident"]
-        out.append({**r, "terms": t})
-    return out
+TERMS = ("tensor-core", "mma", "smem", "l2", "dram", "fill", "prep")
 
 
 def _arrays(rows):
-    t = {k: np.array([r["terms"][k] for r in rows]) for k in ("tensor-core", "smem", "l2", "dram", "fill")}
-    launches = np.array([2 if r["split_k"] > 1 else 1 for r in rows])
-    return t, launches, np.array([r["measured_us"] for r in rows])
+    t = {k: np.array([r["terms"].get(k, 0.0) for r in rows]) for k in TERMS}
+    split = np.array([r["split_k"] for r in rows])
+    return t, split, np.array([r["measured_us"] for r in rows])
 
 
-def model(t, launches, eta_tc, eta_dram, t_launch):
-    """Vectorised ``calibrated_time_us``: parameters broadcast against the rows (last axis)."""
-    compute = np.maximum(t["tensor-core"], t["smem"]) / eta_tc
-    memory = np.maximum(t["l2"], t["dram"] / eta_dram)
-    return np.maximum(compute, memory) + t["fill"] + launches * t_launch
+def model(t, split, eta_tc, eta_dram, t_launch):
+    """``calibrated_time_us`` on numpy arrays: parameters broadcast against the rows (last axis)."""
+    from nova.hwmodel.calibration import calibrated_time_us
+    launches = 1 + (split > 1) + (t["prep"] > 0)
+    terms = {k: v for k, v in t.items() if k != "prep"}
+    base = calibrated_time_us({**terms, "prep": t["prep"]}, 1,
+                              {"eta_tc": eta_tc, "eta_dram": eta_dram, "t_launch_us": 0.0}, maximum=np.maximum)
+    return base + launches * t_launch
 
 
 def fit(rows) -> dict:
     """Coarse-to-fine grid search of the log least-squares objective."""
-    t, launches, meas = _arrays(rows)
+    t, launches, meas = _arrays(rows)   # launches: the rows' split_k (model() counts the launches)
     log_meas = np.log(meas)
     lo = {k: v[0] for k, v in GRID.items()}
     hi = {k: v[1] for k, v in GRID.items()}
@@ -156,11 +140,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", required=True, help="benchmark results JSON (nova bench / bench/gemm_bench.py)")
     ap.add_argument("--preset", default=None, help="hwmodel preset (default: from the results' device name)")
-    ap.add_argument("--write", action="store_true", help="write nova/hwmodel/calibration/<preset>.json")
+    ap.add_argument("--family", default="mma.sync", choices=["mma.sync", "wgmma"],
+                    help="which model to fit: the Ampere-class mma.sync one or the Hopper wgmma one")
+    ap.add_argument("--write", action="store_true",
+                    help="write nova/hwmodel/calibration/<preset>.json (mma.sync) or <preset>.wgmma.json")
     args = ap.parse_args(argv)
 
     from nova.hwmodel.calibration import CONSTANTS, path_for
-    preset, env, rows, skipped = load_rows(args.results, args.preset)
+    preset, env, rows, skipped = load_rows(args.results, args.preset, args.family)
     if len(rows) < 2 * len(CONSTANTS):
         raise SystemExit(f"only {len(rows)} usable rows: too few to fit {len(CONSTANTS)} constants")
     before = np.array([r["predicted_us"] / r["measured_us"] - 1 for r in rows])
@@ -175,7 +162,7 @@ def main(argv=None) -> int:
     for r, e0, e1, e2 in zip(rows, before, after, loo):
         print(f"{r['name']:28s} {r['measured_us']:9.1f} {r['predicted_us']:9.1f} {e0:+7.1%} "
               f"{r['measured_us'] * (1 + e1):9.1f} {e1:+7.1%} {e2:+8.1%}")
-    result = {"preset": preset, "constants": c, "model": "time = max(t_tensor/eta_tc, t_smem/eta_tc, t_l2, "
+    result = {"preset": preset, "family": args.family, "constants": c, "model": "time = max(t_tensor/eta_tc, t_smem/eta_tc, t_l2, "
               "t_dram/eta_dram) + t_fill + launches * t_launch_us",
               "fit": "least squares on log(time), grid search (bench/calibrate.py)",
               "source": {"results": args.results, "device": env.get("device"), "date": env.get("date"),
@@ -187,18 +174,9 @@ def main(argv=None) -> int:
         s = result[k]
         print(f"{k:20s}: {s['within_15pct']:.0%} within ±15%, typical factor off {s['geomean_factor_off']:.2f}x, "
               f"max {s['max_abs_error']:.0%}")
-    alt = with_coresidency(rows)
-    c_alt = fit(alt)
-    result["what_if_coresidency"] = {"constants": c_alt, "after": stats(errors(alt, c_alt)),
-                                     "leave_one_shape_out": stats(leave_one_shape_out(alt)),
-                                     "note": "t_tensor, t_smem x min(bps, ceil(blocks/SMs))/bps in a partial wave"}
-    w = result["what_if_coresidency"]
-    print(f"what-if co-residency: constants " + ", ".join(f"{k} = {v:.4g}" for k, v in c_alt.items())
-          + f"; {w['after']['within_15pct']:.0%} within ±15% (leave-one-shape-out "
-          f"{w['leave_one_shape_out']['within_15pct']:.0%})")
     if args.write:
-        path_for(preset).write_text(json.dumps(result, indent=1) + "\n")
-        print(f"wrote {os.path.relpath(path_for(preset))}")
+        path_for(preset, args.family).write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {os.path.relpath(path_for(preset, args.family))}")
     return 0 if math.isfinite(c["eta_tc"]) else 1
 
 

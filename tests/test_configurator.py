@@ -195,3 +195,12 @@ def test_calibrated_time_is_reported_not_used(mma_sync_only):
     assert cfg.to_dict()["calibrated_time_us"] == cfg.calibrated_time_us
     # no calibration for the RTX 3060 preset: nothing is invented
     assert configure(GemmProblem(4096, 4096, 4096), "rtx3060").calibrated_time_us is None
+
+
+def test_each_family_has_its_own_calibration(monkeypatch):
+    monkeypatch.delenv("NOVA_HOPPER", raising=False)
+    hopper = configure(GemmProblem(4096, 4096, 4096, "tf32"), "h200")
+    assert hopper.schedule.mma.family == "wgmma"
+    from nova.hwmodel.calibration import load
+    assert load("h200", "wgmma")["family"] == "wgmma" and load("h200")["family"] == "mma.sync"
+    assert hopper.calibrated_time_us is not None and hopper.calibrated_time_us > hopper.prediction.floor_us

@@ -49,8 +49,8 @@ class Config:
         a calibration exists for this target and instruction family; None otherwise.  Schedule
         decisions never use it: it reports, it does not choose."""
         from nova.hwmodel.calibration import calibrated_time_us, load
-        cal = load(self.target.name)
-        if cal is None or self.schedule.mma.family != cal.get("family", "mma.sync"):
+        cal = load(self.target.name, self.schedule.mma.family)
+        if cal is None:
             return None
         return calibrated_time_us(self.prediction.terms_us, self.schedule.split_k, cal["constants"])
 

@@ -65,16 +65,15 @@ def calibrated_predictions(bench: pd.DataFrame, target) -> pd.Series | None:
     from nova.configurator import GemmProblem
     from nova.configurator.space import measured_config
     from nova.hwmodel.calibration import calibrated_time_us, load
-    cal = load(target.name)
-    if cal is None:
+    cals = {f: load(target.name, f) for f in ("mma.sync", "wgmma")}
+    if not any(cals.values()):
         return None
     out = []
     for r in bench.itertuples():
         cfg = measured_config(GemmProblem(int(r.M), int(r.N), int(r.K), r.dtype), target, r.schedule)
-        # the calibration was fitted on the mma.sync model's terms; other families stay uncalibrated
-        same = cfg is not None and cfg.schedule.mma.family == cal.get("family", "mma.sync")
+        cal = cals.get(cfg.schedule.mma.family) if cfg is not None else None   # each family its own fit
         out.append(calibrated_time_us(cfg.prediction.terms_us, cfg.schedule.split_k, cal["constants"])
-                   if same else math.nan)
+                   if cal else math.nan)
     return pd.Series(out, index=bench.index)
 
 

@@ -14,6 +14,9 @@ per shape, and scales the model's terms:
 
     time_cal = max(t_tensor/eta_tc, t_smem/eta_tc, t_l2, t_dram/eta_dram) + t_fill + launches*t_launch_us
 
+The Hopper model's terms map onto the same constants: t_mma/eta_tc, t_dram/eta_dram, and its
+operand-prep pass as t_prep/eta_dram plus one launch.
+
 ``<preset>.json`` beside this file stores the constants with their provenance (results file,
 device, date, fit error).  ``Config.calibrated_time_us`` (and ``nova-config explain``) report the
 calibrated time next to the model's; schedule decisions never use it (a calibration reports, it
@@ -28,20 +31,28 @@ HERE = Path(__file__).parent
 CONSTANTS = ("eta_tc", "eta_dram", "t_launch_us")
 
 
-def path_for(preset: str) -> Path:
-    return HERE / f"{preset}.json"
+def path_for(preset: str, family: str = "mma.sync") -> Path:
+    """``h200.json`` for the mma.sync model, ``h200.wgmma.json`` for the Hopper model."""
+    return HERE / (f"{preset}.json" if family == "mma.sync" else f"{preset}.{family}.json")
 
 
-def load(preset: str) -> dict | None:
-    """The stored calibration of ``preset`` (``{"constants": {...}, ...}``), or None."""
-    p = path_for(preset)
+def load(preset: str, family: str = "mma.sync") -> dict | None:
+    """The stored calibration of ``preset``'s ``family`` model (``{"constants": {...}, ...}``), or None."""
+    p = path_for(preset, family)
     return json.loads(p.read_text()) if p.exists() else None
 
 
-def calibrated_time_us(terms_us: dict, split_k: int, constants: dict) -> float:
-    """The calibrated time from a ``Prediction.terms_us`` (microseconds)."""
-    c = constants
-    compute = max(terms_us["tensor-core"], terms_us["smem"]) / c["eta_tc"]
-    memory = max(terms_us["l2"], terms_us["dram"] / c["eta_dram"])
-    launches = 2 if split_k > 1 else 1
-    return max(compute, memory) + terms_us["fill"] + launches * c["t_launch_us"]
+def launches_of(terms_us: dict, split_k: int) -> int:
+    """Kernel launches per call: split-K adds the output memset, a Hopper operand prep adds its pass."""
+    return 1 + (split_k > 1) + (terms_us.get("prep", 0) > 0)
+
+
+def calibrated_time_us(terms_us: dict, split_k: int, constants: dict, maximum=max) -> float:
+    """The calibrated time from a ``Prediction.terms_us`` (microseconds), for either model:
+    mma.sync terms (tensor-core, smem, l2, dram, fill) or Hopper terms (mma, dram, prep).
+    ``maximum`` lets ``bench/calibrate.py`` evaluate it on numpy arrays (``np.maximum``)."""
+    c, t = constants, terms_us
+    compute = maximum(t.get("tensor-core", 0) + t.get("mma", 0), t.get("smem", 0)) / c["eta_tc"]   # one of the two is 0
+    memory = maximum(t.get("l2", 0), t.get("dram", 0) / c["eta_dram"])
+    extra = t.get("fill", 0) + t.get("prep", 0) / c["eta_dram"]
+    return maximum(compute, memory) + extra + launches_of(t, split_k) * c["t_launch_us"]
