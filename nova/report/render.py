@@ -142,10 +142,12 @@ def render(res: Results, out: Path, target, title: str | None) -> None:
             if calibrated is not None and calibrated.notna().any():
                 ok = calibrated.notna()
                 from nova.hwmodel.calibration import load
-                cal = load(target.name)
+                fits = [c for c in (load(target.name, f) for f in ("mma.sync", "wgmma")) if c]
                 line += (f", {plots.within_band(calibrated[ok], bench.nova_b2b_us[ok]):.0%} of {int(ok.sum())} "
-                         f"with the {target.name} calibration (3 constants fitted on {cal['source']['results']}; "
-                         f"leave-one-shape-out {cal['leave_one_shape_out']['within_15pct']:.0%})")
+                         f"with the {target.name} calibrations (3 constants per instruction family, never per shape: "
+                         + "; ".join(f"{c.get('family', 'mma.sync')} fitted on {c['source']['results']}, "
+                                     f"leave-one-shape-out {c['leave_one_shape_out']['within_15pct']:.0%}" for c in fits)
+                         + ")")
             summary.append(line)
     if oracle is not None and not oracle.empty:
         geo = {dt: plots.geomean(oracle[oracle.dtype == dt].ratio) for dt in sorted(oracle.dtype.unique())}
