@@ -25,8 +25,10 @@ many stages:
 At stages = 2 this is the configurator's ``BPS_SMEM``; for the stages the configurator picks it
 equals the configurator's blocks per SM, so the analytic pick is a point of this space.  A
 16-bit operand with odd-length rows (no cp.async) keeps the configurator's rule: block_k = MMA k
-and 2 stages.  Candidates are filtered by ``check_schedule`` and by the code generator's own
-``check_supported``.  The order is deterministic (sorted by the tuple of decisions).
+and 2 stages.  Candidates are filtered by ``check_schedule``; the space's rules stay inside what
+the code generator builds (tests/test_space.py checks every candidate with codegen's
+``check_supported``, so this module never imports codegen).  The order is deterministic (sorted
+by the tuple of decisions).
 """
 from __future__ import annotations
 
@@ -129,9 +131,6 @@ def schedule_sort_key(s: Schedule) -> tuple:
 
 
 def _full_space(p: GemmProblem, gpu: GPUModel) -> list[Schedule]:
-    from nova.codegen import CodegenError
-    from nova.codegen.gemm import check_supported
-
     mma = _mma_for(p, gpu)
     b = p.in_bytes
     vector_a = _vector(p.M if p.trans_a else p.K, b)
@@ -170,10 +169,6 @@ def _full_space(p: GemmProblem, gpu: GPUModel) -> list[Schedule]:
                                      vector_b=vector_b, vector_c=vector_c, split_k=split_k, group_m=group_m,
                                      regs_per_thread=res["regs"], blocks_per_sm=bps)
                         if check_schedule(p, s, gpu):
-                            continue
-                        try:
-                            check_supported(p, s)
-                        except CodegenError:
                             continue
                         out.add(s)
     return sorted(out, key=schedule_sort_key)
