@@ -123,6 +123,8 @@ class _HopperKernel:
     activation = _GemmKernel.activation
     to_out = _GemmKernel.to_out
     guarded = _GemmKernel.guarded
+    ctype = _GemmKernel.ctype          # C and bias memref types: the same epilogue ABI as mma.sync
+    btype = _GemmKernel.btype
 
     def __init__(self, p: GemmProblem, s: Schedule, wait_depth: int = 1):
         self.p, self.s = p, s
@@ -152,14 +154,6 @@ class _HopperKernel:
 
     def tile_type(self, rows):
         return f"memref<{rows}x{self.BK}x{self.T}, {SMEM}>"
-
-    @property
-    def ctype(self):
-        return f"memref<{self.p.M}x{self.p.N}x{self.O}>"
-
-    @property
-    def btype(self):
-        return f"memref<{self.p.N}x{self.BT}>"
 
     # ------------------------------------------------------------------------------------------
     def build(self) -> str:
