@@ -96,10 +96,7 @@ def build():
 # ------------------------------------------------------------------------------- device side
 def run_group(group):
     import torch
-    from nova.codegen.artifact import KernelArtifact
-    from nova.configurator.problem import GemmProblem
     from nova.runtime import driver
-    from nova.runtime.tma import HopperGemm
     torch.backends.cuda.matmul.allow_tf32 = True
     dev = driver.get_device(0)
     with open(os.path.join(OUT, "index.json")) as f:

@@ -172,7 +172,6 @@ def run_cache(args) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------- entry point
 # --------------------------------------------------------------------------- nova bench
 def add_bench(sub) -> None:
     p = sub.add_parser("bench", help="time Nova against cuBLAS (torch.matmul) on this GPU",
@@ -247,6 +246,7 @@ def run_report(args) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- entry point
 SUBCOMMANDS = [add_compile, add_precompile, add_cache, add_bench, add_tune, add_report]
 
 

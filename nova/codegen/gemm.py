@@ -27,7 +27,6 @@ they hold and fold compile-time index arithmetic, so ``nova compile --emit mlir`
 """
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
 
 from nova.codegen import CodegenError
@@ -444,7 +443,7 @@ class _GemmKernel:
         ir.blank()
 
     def shared_memory(self):
-        ir, s = self.ir, self.s
+        ir = self.ir
         ir.comment(f"---- dynamic shared memory: A ring {self.smem['a_bytes']} B at 0, "
                    f"B ring {self.smem['b_bytes']} B at {self.smem['b_offset']} "
                    f"(rows padded to {self.ga.smem_cols} / {self.gb.smem_cols} elements)")

@@ -62,7 +62,7 @@ def consumer_regs(consumer_warpgroups: int, reg_file: int = 65536) -> int:
 
 # The operand plan (which operand needs a transpose/pad pass, the tensor maps' element type) is a
 # schedule decision: it lives in the configurator and is imported here.
-from nova.configurator.hopper import k_pad, operand_plan, tensor_map_type  # noqa: E402
+from nova.configurator.hopper import operand_plan, tensor_map_type  # noqa: E402
 
 
 def check_supported(problem: GemmProblem, s: Schedule) -> None:

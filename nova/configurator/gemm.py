@@ -17,11 +17,10 @@ No search and no measurement: the same inputs always give the same schedule.
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 
-from nova.configurator.cost import BLOCK_INTENSITY, WARP_INTENSITY, cdiv, predict, tiles_of
+from nova.configurator.cost import BLOCK_INTENSITY, WARP_INTENSITY, cdiv, predict
 from nova.configurator.derivation import Derivation, NullDerivation
 from nova.configurator.hopper import configure_hopper, hopper_supported
 from nova.configurator.problem import GemmProblem

@@ -25,6 +25,7 @@ does not choose).
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -36,8 +37,10 @@ def path_for(preset: str, family: str = "mma.sync") -> Path:
     return HERE / (f"{preset}.json" if family == "mma.sync" else f"{preset}.{family}.json")
 
 
+@lru_cache(maxsize=None)
 def load(preset: str, family: str = "mma.sync") -> dict | None:
-    """The stored calibration of ``preset``'s ``family`` model (``{"constants": {...}, ...}``), or None."""
+    """The stored calibration of ``preset``'s ``family`` model (``{"constants": {...}, ...}``), or None.
+    Read once per process (the files ship with the package); treat the result as read-only."""
     p = path_for(preset, family)
     return json.loads(p.read_text()) if p.exists() else None
 
