@@ -28,6 +28,13 @@ EPILOGUE_CASES = [  # (M, N, K, dtype, bias, activation, trans_a, trans_b)
     (1000, 33, 777, "tf32", False, "none", True, False),
     (1000, 33, 777, "tf32", False, "none", False, True),
     (255, 511, 300, "bf16", False, "none", True, True),
+    # v0.5 operand feeds (Hopper): A^T from registers unswapped; A^T transposed + swapped; both 16-bit
+    # operands by the descriptor's transpose bit; swapped TF32 with ragged M, bias and activation
+    (256, 512, 384, "tf32", False, "none", True, True),
+    (512, 256, 128, "tf32", True, "relu", True, False),
+    (512, 768, 256, "bf16", True, "gelu", True, False),
+    (1000, 1024, 520, "tf32", True, "gelu", False, False),
+    (72, 136, 24, "fp16", False, "none", True, False),
 ]
 
 

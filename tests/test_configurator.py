@@ -26,8 +26,10 @@ def test_every_schedule_fits_every_capacity(problem, target):
     assert s.blocks_per_sm * (s.smem_bytes + gpu.smem_reserved_per_block) <= gpu.smem_per_sm
     assert s.threads_per_block <= 1024 and s.threads_per_block % 32 == 0
     assert s.regs_per_thread <= 255
-    if s.mma.family == "wgmma":   # Hopper: consumer warpgroups each own a 64-row slab of the tile
-        assert s.arch == "sm_90a" and s.block_m == s.consumer_warpgroups * s.mma.m and s.block_n == s.mma.n
+    if s.mma.family == "wgmma":   # Hopper: consumer warpgroups each own a 64-row slab (along N when swapped)
+        rows, cols = (s.block_n, s.block_m) if s.swap_ab else (s.block_m, s.block_n)
+        assert s.arch == "sm_90a" and rows == s.consumer_warpgroups * s.mma.m and cols == s.mma.n
+        assert s.split_k == 1 or problem.out_dtype == "f32"      # slices add with FP32 atomics
     else:
         assert s.block_m % (s.warps_m * s.mma.m) == 0 and s.block_n % (s.warps_n * s.mma.n) == 0
     assert s.block_k % s.mma.k == 0 and s.stages >= 2

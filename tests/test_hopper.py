@@ -26,6 +26,9 @@ SPREAD = [
     (2048, 2048, 40, "bf16", {"trans_a": True, "out_dtype": "f32"}),   # single K tile, 2 consumer warpgroups
     (65, 72, 200, "bf16", {"trans_a": True, "out_dtype": "f32"}),
     (16384, 2304, 768, "tf32", {"bias": True, "activation": "relu"}),
+    (1000, 1000, 1000, "tf32", {"bias": True, "activation": "silu"}),    # swapped, ragged, bias along wgmma rows
+    (256, 512, 384, "tf32", {"trans_a": True, "trans_b": True}),      # A^T from registers, not swapped
+    (4096, 4096, 4096, "bf16", {"trans_a": True}),                     # both operands by the transpose bit
 ]
 
 
@@ -55,15 +58,21 @@ def test_tf32_rounding_field_keeps_keys_stable():
 def test_hopper_rules_4096(hopper):
     cfg = configure(GemmProblem(4096, 4096, 4096), "h200")
     s = cfg.schedule
-    assert (s.mma.family, s.arch, s.block_m, s.block_n, s.block_k) == ("wgmma", "sm_90a", 128, 256, 32)
-    assert (s.consumer_warpgroups, s.producer_warps, s.stages, s.persistent) == (2, 4, 4, True)
+    # TF32 with row-major B: swapped (C^T = B^T A^T), so the 256-wide wgmma N runs along M
+    assert (s.mma.family, s.arch, s.block_m, s.block_n, s.block_k) == ("wgmma", "sm_90a", 256, 128, 32)
+    assert (s.consumer_warpgroups, s.producer_warps, s.stages, s.persistent, s.swap_ab) == (2, 4, 4, True, True)
+    assert (s.warps_m, s.warps_n, s.mma.n) == (1, 8, 256)
     assert s.smem_bytes <= 232448 and s.threads_per_block == 384
     steps = {st.step: st for st in cfg.derivation}
-    for name in ("consumer registers", "warpgroup tile", "smem traffic", "stages", "TMA boxes", "cluster",
-                 "grid", "split-K", "operand prep"):
+    for name in ("operand roles", "consumer registers", "warpgroup tile", "smem traffic", "stages", "TMA boxes",
+                 "cluster", "grid", "split-K", "operand prep"):
         assert name in steps, name
     assert steps["smem traffic"].value == pytest.approx(128)
-    assert "B (transpose)" in steps["operand prep"].value
+    assert steps["operand prep"].value == "none"           # no transpose pass any more (v0.5)
+    assert steps["operand roles"].value == "C^T = B^T A^T"
+    bf = configure(GemmProblem(4096, 4096, 4096, "bf16"), "h200")
+    assert (bf.schedule.block_m, bf.schedule.block_n, bf.schedule.swap_ab) == (128, 256, False)
+    assert "transpose bit" in {st.step: st for st in bf.derivation}["operand roles"].reason
 
 
 def test_hopper_wave_fill_shrinks_n(hopper):
@@ -71,12 +80,29 @@ def test_hopper_wave_fill_shrinks_n(hopper):
     assert s.block_n < 256
 
 
+def _feeds(plan):
+    return (plan["swap"], plan["a"]["feed"], plan["b"]["feed"],
+            plan["a"]["prep"] is not None, plan["b"]["prep"] is not None)
+
+
 def test_operand_plan():
     from nova.codegen.gemm_hopper import operand_plan, tensor_map_type
+    # TF32: row-major B is N-major -> swap, B^T from registers, A K-major by descriptor, no prep
     nn = operand_plan(GemmProblem(256, 256, 256))
-    assert nn["a"]["prep"] is None and nn["b"]["prep"]["transpose"]
-    nt = operand_plan(GemmProblem(256, 256, 256, trans_b=True))
-    assert nt["a"]["prep"] is None and nt["b"]["prep"] is None
+    assert _feeds(nn) == (True, "smem", "regs", False, False)
+    assert (nn["x"], nn["y"]) == ("b", "a") and (nn["b"]["rows"], nn["b"]["cols"]) == (256, 256)
+    assert _feeds(operand_plan(GemmProblem(256, 256, 256, trans_b=True))) == (False, "smem", "smem", False, False)
+    # transposed A (M-major) goes through registers without a swap
+    assert _feeds(operand_plan(GemmProblem(256, 256, 256, trans_a=True, trans_b=True))) == (False, "regs", "smem", False, False)
+    # two MN-major TF32 operands: only one can go through registers -> A is transposed first, then swap
+    assert _feeds(operand_plan(GemmProblem(256, 256, 256, trans_a=True))) == (True, "smem", "regs", True, False)
+    # TMA's 16-byte stride rule: N = 255 floats per row of B cannot be read -> transpose + pad pass
+    assert _feeds(operand_plan(GemmProblem(256, 255, 256))) == (False, "smem", "smem", False, True)
+    # 16-bit: the descriptor's transpose bit reads MN-major tiles in place
+    assert _feeds(operand_plan(GemmProblem(256, 256, 256, "bf16"))) == (False, "smem", "smem_t", False, False)
+    assert _feeds(operand_plan(GemmProblem(256, 256, 256, "fp16", trans_a=True))) == (False, "smem_t", "smem_t", False, False)
+    # the v0.4 layout (every non-K-major operand through a transpose pass) stays available for experiments
+    assert _feeds(operand_plan(GemmProblem(256, 256, 256, "bf16"), transpose_in_kernel=False)) == (False, "smem", "smem", False, True)
     odd = operand_plan(GemmProblem(256, 256, 255, "bf16", trans_b=True))  # 510-byte rows: pad K
     assert odd["a"]["prep"]["dst"] == [256, 256] and not odd["a"]["prep"]["transpose"]
     assert tensor_map_type(GemmProblem(8, 8, 8)) == "tf32"
@@ -89,9 +115,13 @@ def test_hopper_mlir_has_the_machinery(hopper):
     p = GemmProblem(4096, 4096, 4096)
     text = build_hopper_module(p, configure(p, "h200").schedule)
     for needle in ("nvgpu.tma.async.load", "nvgpu.mbarrier.try_wait.parity", "nvvm.setmaxregister decrease 40",
-                   "nvvm.setmaxregister increase 232", '"nvvm.wgmma.mma_async"', "gpu.grid_dim x",
-                   "nvvm.wgmma.wait.group.sync.aligned 1"):
+                   "nvvm.setmaxregister increase 232", "gpu.grid_dim x", "nvvm.wgmma.wait.group.sync.aligned 1",
+                   # swapped TF32: B^T from registers (8-byte shared loads), wgmma through inline PTX
+                   "vector.load", "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32"):
         assert needle in text, needle
+    p16 = GemmProblem(4096, 4096, 4096, "bf16")
+    text16 = build_hopper_module(p16, configure(p16, "h200").schedule)
+    assert '"nvvm.wgmma.mma_async"' in text16 and "layoutB = #nvvm.mma_layout<row>" in text16   # transpose bit
 
 
 @pytest.mark.parametrize("M,N,K,dtype,extra", SPREAD, ids=lambda v: str(v))

@@ -62,10 +62,10 @@ def consumer_regs(consumer_warpgroups: int, reg_file: int = 65536) -> int:
 
 # The operand plan (which operand needs a transpose/pad pass, the tensor maps' element type) is a
 # schedule decision: it lives in the configurator and is imported here.
-from nova.configurator.hopper import operand_plan, tensor_map_type  # noqa: E402
+from nova.configurator.hopper import operand_plan, tensor_map_type, tma_boxes  # noqa: E402
 
 
-def check_supported(problem: GemmProblem, s: Schedule) -> None:
+def check_supported(problem: GemmProblem, s: Schedule, plan: dict | None = None) -> None:
     what = f"{problem.describe()} on {s.arch}"
 
     def fail(msg):
@@ -75,20 +75,40 @@ def check_supported(problem: GemmProblem, s: Schedule) -> None:
         fail(f"MMA family {s.mma.family!r} (this builder generates wgmma)")
     if s.arch != ARCH:
         fail(f"arch {s.arch!r}; wgmma needs {ARCH}")
-    if s.mma.k != _KSTEP[problem.dtype] or s.mma.m != SLAB_M or s.mma.n != s.block_n:
-        fail(f"mma shape m{s.mma.m}n{s.mma.n}k{s.mma.k}: need m64n{s.block_n}k{_KSTEP[problem.dtype]}")
-    if not (8 <= s.block_n <= 256 and s.block_n % 8 == 0):
-        fail(f"block_n={s.block_n}: wgmma N is a multiple of 8 in [8, 256]")
-    if s.consumer_warpgroups < 1 or s.block_m != SLAB_M * s.consumer_warpgroups:
-        fail(f"block_m={s.block_m} must be 64 x consumer_warpgroups ({s.consumer_warpgroups})")
-    if s.producer_warps != 4 or s.warps_m != 4 * s.consumer_warpgroups or s.warps_n != 1:
-        fail("the warp layout must be one producer warpgroup + 4 warps per consumer warpgroup")
+    plan = plan or operand_plan(problem)
+    if s.swap_ab != plan["swap"]:
+        fail(f"swap_ab={s.swap_ab}, but the operand plan says {plan['swap']} (A {plan['a']['major']}-major, "
+             f"B {plan['b']['major']}-major)")
+    if s.swap_ab and plan[plan["x"]]["feed"] != "regs":
+        fail("a swapped kernel feeds B^T from registers")
+    # wgmma rows (64 per consumer warpgroup, the warps) run along M, or along N when swapped
+    rows, rows_name, cols, cols_name = ((s.block_n, "block_n", s.block_m, "block_m") if s.swap_ab
+                                        else (s.block_m, "block_m", s.block_n, "block_n"))
+    if s.mma.k != _KSTEP[problem.dtype] or s.mma.m != SLAB_M or s.mma.n != cols:
+        fail(f"mma shape m{s.mma.m}n{s.mma.n}k{s.mma.k}: need m64n{cols}k{_KSTEP[problem.dtype]}")
+    if not (8 <= cols <= 256 and cols % 8 == 0):
+        fail(f"{cols_name}={cols}: wgmma N is a multiple of 8 in [8, 256]")
+    if s.consumer_warpgroups < 1 or rows != SLAB_M * s.consumer_warpgroups:
+        fail(f"{rows_name}={rows} must be 64 x consumer_warpgroups ({s.consumer_warpgroups})")
+    warps = (s.warps_n, s.warps_m) if s.swap_ab else (s.warps_m, s.warps_n)
+    if s.producer_warps != 4 or warps != (4 * s.consumer_warpgroups, 1):
+        fail("the warp layout must be one producer warpgroup + 4 warps per consumer warpgroup along the wgmma rows")
+    for op in ("a", "b"):
+        extent = s.block_m if op == "a" else s.block_n
+        if plan[op]["major"] == "mn" and extent % (SWIZZLE_BYTES // problem.in_bytes):
+            fail(f"an MN-major {op.upper()} tile of {extent} is not a whole number of 128-byte boxes")
     if s.block_k * problem.in_bytes != SWIZZLE_BYTES:
         fail(f"block_k={s.block_k}: one 128-byte swizzle row of K ({SWIZZLE_BYTES // problem.in_bytes} elements)")
     if s.smem_layout != "swizzle128":
         fail(f"smem_layout {s.smem_layout!r}: the wgmma path uses 'swizzle128'")
-    if s.split_k != 1:
-        fail("split-K is not implemented in the Hopper kernel yet")
+    if s.split_k < 1:
+        fail(f"split_k={s.split_k}")
+    if s.split_k > 1:
+        if problem.out_dtype != "f32" or problem.activation != "none":
+            fail("split-K accumulates with FP32 atomics: FP32 output and no activation only")
+        per = _cdiv(_cdiv(problem.K, s.block_k), s.split_k)
+        if (s.split_k - 1) * per >= _cdiv(problem.K, s.block_k):
+            fail(f"split_k={s.split_k} leaves a K slice empty ({_cdiv(problem.K, s.block_k)} K tiles)")
     if s.cluster_m != 1 or s.cluster_n != 1:
         fail("thread-block clusters are not implemented yet")
     if s.stages < 2:
@@ -108,28 +128,33 @@ def smem_bytes(problem: GemmProblem, block_m: int, block_n: int, stages: int) ->
 
 
 def grid(problem: GemmProblem, s: Schedule, sm_count: int) -> tuple[int, int, int]:
-    tiles = _cdiv(problem.M, s.block_m) * _cdiv(problem.N, s.block_n)
-    return (min(tiles, sm_count) if s.persistent else tiles, 1, 1)
+    units = _cdiv(problem.M, s.block_m) * _cdiv(problem.N, s.block_n) * s.split_k
+    return (min(units, sm_count) if s.persistent else units, 1, 1)
 
 
 # ----------------------------------------------------------------------------------------------
 # The kernel
 # ----------------------------------------------------------------------------------------------
 class _HopperKernel:
-    # epilogue helpers shared with the mma.sync kernel (they only use self.ir, self.p, self.O)
+    """The kernel in wgmma coordinates: rows ``i`` (64 per consumer warpgroup) and columns ``j``
+    (wgmma N).  Not swapped: i = m, j = n, X = A, Y = B.  Swapped (``schedule.swap_ab``): the
+    kernel computes C^T = B^T A^T, i = n, j = m, X = B, Y = A.  X is the wgmma A operand (shared
+    memory, or registers for a 32-bit MN-major tile), Y the wgmma B operand (shared memory)."""
+    # epilogue helpers shared with the mma.sync kernel (they only use self.ir, self.p, self.O, ...)
     fconst = _GemmKernel.fconst
     exp2 = _GemmKernel.exp2
     times_sigmoid = _GemmKernel.times_sigmoid
     activation = _GemmKernel.activation
     to_out = _GemmKernel.to_out
     guarded = _GemmKernel.guarded
+    load_bias = _GemmKernel.load_bias
     ctype = _GemmKernel.ctype          # C and bias memref types: the same epilogue ABI as mma.sync
     btype = _GemmKernel.btype
 
-    def __init__(self, p: GemmProblem, s: Schedule, wait_depth: int = 1):
+    def __init__(self, p: GemmProblem, s: Schedule, wait_depth: int = 1, plan: dict | None = None):
         self.p, self.s = p, s
         self.ir = _Ir()
-        for n in ("tmA", "tmB", "tile", "kt", "it", "acc", "ktp", "itp"):
+        for n in ("tmA", "tmB", "tile", "kp", "it", "acc", "itc", "ktp", "itp"):
             self.ir._taken[n] = 1
         self.T = p.storage
         self.O = p.out_dtype
@@ -139,29 +164,42 @@ class _HopperKernel:
         self.BK = s.block_k
         self.kstep = s.mma.k
         self.ktiles = _cdiv(p.K, self.BK)
-        self.a_bytes = s.block_m * SWIZZLE_BYTES
-        self.b_bytes = s.block_n * SWIZZLE_BYTES
-        self.stage = self.a_bytes + self.b_bytes
-        self.nacc = s.block_n // 2
+        self.plan = plan or operand_plan(p)
+        self.swap = s.swap_ab
+        self.X, self.Y = self.plan["x"], self.plan["y"]
+        self.I, self.J = (p.N, p.M) if self.swap else (p.M, p.N)
+        self.tile_i, self.tile_j = SLAB_M * self.wgs, s.mma.n
+        self.rows = {self.X: self.tile_i, self.Y: self.tile_j}        # tile rows of each operand
+        self.x_bytes, self.y_bytes = self.tile_i * SWIZZLE_BYTES, self.tile_j * SWIZZLE_BYTES
+        self.stage = self.x_bytes + self.y_bytes
+        self.x_regs = self.plan[self.X]["feed"] == "regs"
+        self.nacc = self.tile_j // 2
         self.acc_t = "!llvm.struct<(" + ", ".join(["f32"] * self.nacc) + ")>"
         self.mb_t = f"!nvgpu.mbarrier.group<memorySpace = {SMEM}, num_barriers = {s.stages}>"
         self.wait_depth = wait_depth
         self.ragged = {"m": p.M % s.block_m != 0, "n": p.N % s.block_n != 0}
 
-    def tm_type(self, rows):
-        return (f"!nvgpu.tensormap.descriptor<tensor = memref<{rows}x{self.BK}x{self.T}, {SMEM}>, "
-                "swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>")
+    def box(self, op):
+        """(box_cols, box_rows, boxes per stage) of operand ``op``'s tile."""
+        return tma_boxes(self.p, self.plan[op]["major"], self.rows[op])
 
-    def tile_type(self, rows):
-        return f"memref<{rows}x{self.BK}x{self.T}, {SMEM}>"
+    def box_type(self, op):
+        cols, rows, _ = self.box(op)
+        return f"memref<{rows}x{cols}x{self.T}, {SMEM}>"
+
+    def tm_type(self, op):
+        return (f"!nvgpu.tensormap.descriptor<tensor = {self.box_type(op)}, "
+                "swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>")
 
     # ------------------------------------------------------------------------------------------
     def build(self) -> str:
         p, s, ir = self.p, self.s, self.ir
         ir.emit(f"// Nova Hopper GEMM: {p.describe()}")
         ir.emit(f"// block {s.block_m}x{s.block_n}x{s.block_k}, {self.wgs} consumer warpgroup(s) of "
-                f"wgmma.m64n{s.block_n}k{self.kstep}, {s.stages}-stage TMA ring, "
-                f"{'persistent' if s.persistent else 'one tile per CTA'}, group_m {s.group_m}")
+                f"wgmma.m64n{self.tile_j}k{self.kstep}, {s.stages}-stage TMA ring, "
+                f"{'persistent' if s.persistent else 'one tile per CTA'}, group_m {s.group_m}"
+                + (", swapped (C^T = B^T A^T)" if self.swap else "")
+                + f", A {self.plan['a']['feed']}, B {self.plan['b']['feed']}")
         ir.emit(f"{SMEM} = #gpu.address_space<workgroup>")
         args = ["%pA: !llvm.ptr", "%pB: !llvm.ptr", f"%C: {self.ctype}"]
         if p.bias:
@@ -191,8 +229,9 @@ class _HopperKernel:
 
     def setup(self):
         ir, s = self.ir, self.s
-        ir.emit(f"%tmA = builtin.unrealized_conversion_cast %pA : !llvm.ptr to {self.tm_type(s.block_m)}")
-        ir.emit(f"%tmB = builtin.unrealized_conversion_cast %pB : !llvm.ptr to {self.tm_type(s.block_n)}")
+        self.tm = {"a": "%tmA", "b": "%tmB"}
+        for op, ptr in (("a", "%pA"), ("b", "%pB")):
+            ir.emit(f"{self.tm[op]} = builtin.unrealized_conversion_cast {ptr} : !llvm.ptr to {self.tm_type(op)}")
         self.tid = ir.let("tid", "gpu.thread_id x")
         self.wg = ir.div(self.tid, WG, "wg")
         self.lane = ir.rem(self.tid, 32, "lane")
@@ -215,26 +254,27 @@ class _HopperKernel:
         ir.emit("gpu.barrier")
         self.bid = ir.let("bid", "gpu.block_id x")
         self.nblocks = ir.let("nblocks", "gpu.grid_dim x") if s.persistent else None
-        self.tiles_m, self.tiles_n = _cdiv(self.p.M, s.block_m), _cdiv(self.p.N, s.block_n)
-        self.ntiles = self.tiles_m * self.tiles_n
+        self.tiles_i, self.tiles_j = _cdiv(self.I, self.tile_i), _cdiv(self.J, self.tile_j)
+        self.ntiles = self.tiles_i * self.tiles_j
+        self.k_per_slice = _cdiv(self.ktiles, s.split_k)
         ir.blank()
 
     def tile_origin(self, tile):
-        """(m0, n0) of output tile ``tile`` in group-M order."""
+        """(i0, j0) of output tile ``tile`` in group order (``group_m`` tile rows along i per group)."""
         ir, s = self.ir, self.s
-        gm = max(1, min(s.group_m, self.tiles_m))
-        tn = self.tiles_n
+        gm = max(1, min(s.group_m, self.tiles_i))
+        tn = self.tiles_j
         if gm == 1:
-            pm, pn = ir.div(tile, tn, "pid_m"), ir.rem(tile, tn, "pid_n")
+            pm, pn = ir.div(tile, tn, "pid_i"), ir.rem(tile, tn, "pid_j")
         else:
             per = gm * tn
             group = ir.div(tile, per, "group")
-            first = ir.mul(group, gm, "group_first_m")
-            rows = ir.min(ir.sub(self.tiles_m, first, "rows_left"), gm, "group_rows")
+            first = ir.mul(group, gm, "group_first_i")
+            rows = ir.min(ir.sub(self.tiles_i, first, "rows_left"), gm, "group_rows")
             inside = ir.rem(tile, per, "pid_in_group")
-            pm = ir.add(first, ir.rem(inside, rows), "pid_m")
-            pn = ir.div(inside, rows, "pid_n")
-        return ir.mul(pm, s.block_m, "m0"), ir.mul(pn, s.block_n, "n0")
+            pm = ir.add(first, ir.rem(inside, rows), "pid_i")
+            pn = ir.div(inside, rows, "pid_j")
+        return ir.mul(pm, self.tile_i, "i0"), ir.mul(pn, self.tile_j, "j0")
 
     def slot_phase(self, it, flip=False):
         ir, S = self.ir, self.s.stages
@@ -247,44 +287,63 @@ class _HopperKernel:
         return slot, par
 
     def tile_loop(self, body):
-        """scf.for over this CTA's tiles carrying the ring iteration counter; ``body(tile, it)`` returns the new it."""
+        """scf.for over this CTA's work units (output tile x K slice) carrying the ring iteration
+        counter; ``body(tile, k_begin, k_count, it)`` returns the new it.  Unit u is tile u % tiles of
+        K slice u / tiles: slice z covers K tiles [z * per, min((z + 1) * per, ktiles))."""
         ir, s = self.ir, self.s
+        units = self.ntiles * s.split_k
         if s.persistent:
             lo, step = self.bid, self.nblocks
         else:
-            lo, step = self.bid, self.ntiles   # exactly one iteration
+            lo, step = self.bid, units          # exactly one iteration
         res = ir.fresh("it_out")
-        with ir.region(f"{res} = scf.for %tile = {ir.v(lo)} to {ir.v(self.ntiles)} step {ir.v(step)} "
+        with ir.region(f"{res} = scf.for %tile = {ir.v(lo)} to {ir.v(units)} step {ir.v(step)} "
                        f"iter_args(%it = {ir.v(0)}) -> (index) {{"):
-            out = body("%tile", "%it")
+            if s.split_k == 1:
+                self.kslice = None
+                out = body("%tile", 0, self.ktiles, "%it")
+            else:
+                self.kslice = ir.div("%tile", self.ntiles, "kslice")
+                tile = ir.rem("%tile", self.ntiles, "unit_tile")
+                per = self.k_per_slice
+                begin = ir.mul(self.kslice, per, "k_begin")
+                count = ir.min(ir.sub(self.ktiles, begin, "k_left"), per, "k_count")
+                out = body(tile, begin, count, "%it")
             ir.emit(f"scf.yield {ir.v(out)} : index")
 
     # ------------------------------------------------------------------------------------------
     def producer(self):
-        ir, s = self.ir, self.s
+        ir = self.ir
         ir.comment("---- producer warpgroup: give registers back; thread 0 issues the TMA loads")
         ir.emit(f"nvvm.setmaxregister decrease {PRODUCER_REGS}")
         lead = ir.cmp("eq", self.tid, 0, "is_leader")
         ticks = ir.const(10000000)
         tx = ir.const(self.stage)
 
-        def tile_body(tile, it):
-            m0, n0 = self.tile_origin(tile)
+        def load(op, slot_off, r0, k0):
+            """TMA of operand ``op``'s tile (rows r0.., K k0..) into the ring at byte ``slot_off``."""
+            cols, rows, count = self.box(op)
+            for c in range(count):
+                view = ir.let(f"tile{op.upper()}", f"memref.view {self.dsm}[{ir.v(ir.add(slot_off, c * rows * SWIZZLE_BYTES))}][] "
+                                                   f": memref<?xi8, {SMEM}> to {self.box_type(op)}")
+                coords = (k0, r0) if self.plan[op]["major"] == "k" else (ir.add(r0, c * cols), k0)
+                ir.emit(f"nvgpu.tma.async.load {self.tm[op]}[{ir.v(coords[0])}, {ir.v(coords[1])}], "
+                        f"{self.full}[{self.slot}] to {view} : {self.tm_type(op)}, {self.mb_t} -> {self.box_type(op)}")
+
+        def tile_body(tile, k_begin, k_count, it):
+            i0, j0 = self.tile_origin(tile)
             res = ir.fresh("itp_out")
-            with ir.region(f"{res} = scf.for %ktp = {ir.v(0)} to {ir.v(self.ktiles)} step {ir.v(1)} "
+            k_end = ir.add(k_begin, k_count, "k_end")
+            with ir.region(f"{res} = scf.for %ktp = {ir.v(k_begin)} to {ir.v(k_end)} step {ir.v(1)} "
                            f"iter_args(%itp = {it}) -> (index) {{"):
                 slot, par = self.slot_phase("%itp", flip=True)
+                self.slot = slot
                 ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.empty}[{slot}], {par}, {ticks} : {self.mb_t}")
                 ir.emit(f"nvgpu.mbarrier.arrive.expect_tx {self.full}[{slot}], {tx} : {self.mb_t}")
                 k0 = ir.mul("%ktp", self.BK, "k0")
-                soff = ir.add(self.base_off, ir.mul(slot, self.stage, "slot_off"), "a_off")
-                va = ir.let("tileA", f"memref.view {self.dsm}[{ir.v(soff)}][] : memref<?xi8, {SMEM}> to {self.tile_type(s.block_m)}")
-                boff = ir.add(soff, self.a_bytes, "b_off")
-                vb = ir.let("tileB", f"memref.view {self.dsm}[{ir.v(boff)}][] : memref<?xi8, {SMEM}> to {self.tile_type(s.block_n)}")
-                ir.emit(f"nvgpu.tma.async.load %tmA[{ir.v(k0)}, {ir.v(m0)}], {self.full}[{slot}] to {va} : "
-                        f"{self.tm_type(s.block_m)}, {self.mb_t} -> {self.tile_type(s.block_m)}")
-                ir.emit(f"nvgpu.tma.async.load %tmB[{ir.v(k0)}, {ir.v(n0)}], {self.full}[{slot}] to {vb} : "
-                        f"{self.tm_type(s.block_n)}, {self.mb_t} -> {self.tile_type(s.block_n)}")
+                xoff = ir.add(self.base_off, ir.mul(slot, self.stage, "slot_off"), "x_off")
+                load(self.X, xoff, i0, k0)
+                load(self.Y, ir.add(xoff, self.x_bytes, "y_off"), j0, k0)
                 ir.emit(f"scf.yield {ir.v(ir.add('%itp', 1, 'itp_next'))} : index")
             return f"{res}"
 
@@ -292,6 +351,17 @@ class _HopperKernel:
             self.tile_loop(tile_body)
 
     # ------------------------------------------------------------------------------------------
+    def descriptor_hi(self, op) -> int:
+        """Bits 16-63 of a 128B-swizzled wgmma shared-memory descriptor (PTX ISA, matrix descriptor).
+        K-major: LBO unused (16 B), SBO 1024 B between 8-row groups.  MN-major: LBO = the bytes between
+        128-byte column blocks along M/N (one TMA box: BK rows x 128 B), SBO 1024 B between 8-row K groups."""
+        lbo = 16 if self.plan[op]["major"] == "k" else self.BK * SWIZZLE_BYTES
+        return ((lbo >> 4) << 16) | ((1024 >> 4) << 32) | (1 << 62)
+
+    def kstep_bytes(self, op) -> int:
+        """Byte advance of the descriptor start per wgmma k-step: along a K-major row, or down K rows."""
+        return self.kstep * (self.p.in_bytes if self.plan[op]["major"] == "k" else SWIZZLE_BYTES)
+
     def consumer(self):
         ir, s, p = self.ir, self.s, self.p
         creg = consumer_regs(self.wgs)
@@ -305,98 +375,203 @@ class _HopperKernel:
         self.t = ir.rem(self.lane, 4, "t")
         lane0 = ir.cmp("eq", self.lane, 0, "lane0")
         ticks = ir.const(10000000)
-        hi = (1 << 16) | ((1024 >> 4) << 32) | (1 << 62)   # LBO 16 B (unused), SBO 1024 B, 128-byte swizzle
-        hi_c = ir.let("desc_hi", f"arith.constant {hi} : i64")
+        his = {op: ir.let(f"desc_hi_{op}", f"arith.constant {self.descriptor_hi(op)} : i64") for op in ("a", "b")}
         slab_enc = ir.mul(self.cwg, SLAB_M * SWIZZLE_BYTES // 16, "slab_enc")
         zero = ir.let("zero_acc", f"llvm.mlir.zero : {self.acc_t}")
         ws = self.wait_depth
-        attrs = (f"shape = #nvvm.shape<m = 64, n = {s.block_n}, k = {self.kstep}>, "
+        layout_x = "col" if self.plan[self.X]["feed"] == "smem_t" else "row"
+        layout_y = "row" if self.plan[self.Y]["feed"] == "smem_t" else "col"
+        attrs = (f"shape = #nvvm.shape<m = 64, n = {self.tile_j}, k = {self.kstep}>, "
                  f"typeA = #nvvm.wgmma_type<{_WG_TYPE[p.dtype]}>, typeB = #nvvm.wgmma_type<{_WG_TYPE[p.dtype]}>, "
                  "typeD = #nvvm.wgmma_type<f32>, scaleD = #nvvm.wgmma_scale_out<one>, "
                  "scaleA = #nvvm.wgmma_scale_in<one>, scaleB = #nvvm.wgmma_scale_in<one>, "
-                 "layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>")
+                 f"layoutA = #nvvm.mma_layout<{layout_x}>, layoutB = #nvvm.mma_layout<{layout_y}>")
+        if self.x_regs:
+            self.fragment_setup()
 
-        def desc(enc):
+        def desc(op, enc):
             x = ir.let("d_i64", f"arith.index_cast {ir.v(enc)} : index to i64")
-            return ir.let("desc", f"arith.addi {x}, {hi_c} : i64")
+            return ir.let("desc", f"arith.addi {x}, {his[op]} : i64")
 
         def release(it_prev):
             slot = ir.rem(it_prev, s.stages, "rel_slot")
             with ir.region(f"scf.if {lane0} {{"):
                 ir.let("tok", f"nvgpu.mbarrier.arrive {self.empty}[{ir.v(slot)}] : {self.mb_t} -> !nvgpu.mbarrier.token")
 
-        def tile_body(tile, it):
-            m0, n0 = self.tile_origin(tile)
-            res = ir.fresh("kres")
-            with ir.region(f"{res}:2 = scf.for %kt = {ir.v(0)} to {ir.v(self.ktiles)} step {ir.v(1)} "
-                           f"iter_args(%acc = {zero}, %itc = {it}) -> ({self.acc_t}, index) {{"):
-                slot, par = self.slot_phase("%itc")
-                ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.full}[{slot}], {par}, {ticks} : {self.mb_t}")
-                senc = ir.add(self.base_enc, ir.mul(slot, self.stage // 16, "slot_enc"), "stage_enc")
-                aenc = ir.add(senc, slab_enc, "a_enc")
-                benc = ir.add(senc, self.a_bytes // 16, "b_enc")
-                ir.emit("nvvm.wgmma.fence.aligned")
-                acc = "%acc"
-                for kk in range(self.BK // self.kstep):
-                    step = kk * self.kstep * self.p.in_bytes // 16
-                    da, db = desc(ir.add(aenc, step, "a_enc_k")), desc(ir.add(benc, step, "b_enc_k"))
+        def k_tile(kt, itc, acc):
+            """One K tile: wait for its slot, wgmma over it, release the previous slot."""
+            slot, par = self.slot_phase(itc)
+            ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.full}[{slot}], {par}, {ticks} : {self.mb_t}")
+            senc = ir.add(self.base_enc, ir.mul(slot, self.stage // 16, "slot_enc"), "stage_enc")
+            xenc = ir.add(senc, slab_enc, "x_enc")
+            yenc = ir.add(senc, self.x_bytes // 16, "y_enc")
+            steps = range(self.BK // self.kstep)
+            frags = [self.load_fragment(slot, kk) for kk in steps] if self.x_regs else None
+            ir.emit("nvvm.wgmma.fence.aligned")
+            for kk in steps:
+                db = desc(self.Y, ir.add(yenc, kk * self.kstep_bytes(self.Y) // 16, "y_enc_k"))
+                if self.x_regs:
+                    acc = self.wgmma_rs(acc, frags[kk], db)
+                else:
+                    da = desc(self.X, ir.add(xenc, kk * self.kstep_bytes(self.X) // 16, "x_enc_k"))
                     acc = ir.let("acc_k", f'"nvvm.wgmma.mma_async"({acc}, {da}, {db}) <{{{attrs}}}> : '
                                           f"({self.acc_t}, i64, i64) -> {self.acc_t}")
-                ir.emit("nvvm.wgmma.commit.group.sync.aligned")
-                ir.emit(f"nvvm.wgmma.wait.group.sync.aligned {ws}")
-                if ws == 0:
-                    release("%itc")
-                else:
-                    notfirst = ir.cmp("sgt", "%kt", 0, "not_first")
-                    with ir.region(f"scf.if {notfirst} {{"):
-                        release(ir.sub("%itc", 1, "it_prev"))
-                ir.emit(f"scf.yield {acc}, {ir.v(ir.add('%itc', 1, 'itc_next'))} : {self.acc_t}, index")
+            ir.emit("nvvm.wgmma.commit.group.sync.aligned")
+            ir.emit(f"nvvm.wgmma.wait.group.sync.aligned {ws}")
+            if ws == 0:
+                release(itc)
+            else:
+                self.guarded(ir.cmp("sgt", kt, 0, "not_first"), lambda: release(ir.sub(itc, 1, "it_prev")))
+            return acc, ir.add(itc, 1, "itc_next")
+
+        # Register-fed X with a wgmma group left in flight: the fragments of consecutive K tiles must
+        # live in different registers (PTX: a register an in-flight wgmma reads must not be written
+        # before its wait_group), so the loop body holds two K tiles, each with its own fragments.
+        unroll = 2 if self.x_regs and ws else 1
+
+        def tile_body(tile, k_begin, k_count, it):
+            i0, j0 = self.tile_origin(tile)
+            res = ir.fresh("kres")
+            with ir.region(f"{res}:2 = scf.for %kp = {ir.v(0)} to {ir.v(ir.div(k_count, unroll, 'k_pairs'))} "
+                           f"step {ir.v(1)} iter_args(%acc = {zero}, %itc = {it}) -> ({self.acc_t}, index) {{"):
+                acc, itc = "%acc", "%itc"
+                for u in range(unroll):
+                    acc, itc = k_tile(ir.add(ir.mul("%kp", unroll), u, "kt"), itc, acc)
+                ir.emit(f"scf.yield {acc}, {ir.v(itc)} : {self.acc_t}, index")
             acc_out, it_out = f"{res}#0", f"{res}#1"
+            if unroll > 1:                                  # odd tail of the unrolled loop
+                odd = ir.cmp("ne", ir.rem(k_count, unroll, "k_odd"), 0, "has_tail")
+                if odd is True:
+                    acc_out, it_out = k_tile(ir.sub(k_count, 1), it_out, acc_out)
+                elif odd is not False:
+                    tail = ir.fresh("tail")
+                    with ir.region(f"{tail}:2 = scf.if {odd} -> ({self.acc_t}, index) {{", close="} else {"):
+                        a2, i2 = k_tile(ir.sub(k_count, 1, "k_last"), it_out, acc_out)
+                        ir.emit(f"scf.yield {a2}, {ir.v(i2)} : {self.acc_t}, index")
+                    ir.level += 1
+                    ir.emit(f"scf.yield {acc_out}, {it_out} : {self.acc_t}, index")
+                    ir.level -= 1
+                    ir.emit("}")
+                    acc_out, it_out = f"{tail}#0", f"{tail}#1"
             if ws:
                 ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
                 release(ir.sub(it_out, 1, "it_last"))
-            self.epilogue(acc_out, m0, n0)
+            self.epilogue(acc_out, i0, j0)
             return it_out
 
         self.tile_loop(tile_body)
 
     # ------------------------------------------------------------------------------------------
-    def epilogue(self, acc, m0, n0):
-        """Thread holds, for j < N/8: rows (g, g+8) of its warp's 16 x cols (8j + 2t, +1)."""
-        ir, s, p = self.ir, self.s, self.p
+    # X from registers (32-bit MN-major tile: TF32 wgmma has no transpose bit, registers can take it)
+    def fragment_setup(self):
+        """Per-thread byte offsets of the two 8-byte loads of each k-step, and the rows they feed.
+
+        wgmma's A fragment (m64k8, 32-bit): lane (g, t) of warp w holds rows (g, g+8) of the warp's
+        16 x columns (t, t+4).  Rows are free to permute (the epilogue follows), so rows g and g+8
+        take two *adjacent* M/N indices: one 8-byte load per K column.  The index pair of lane g is
+        chosen so each 16-lane phase of the load touches 16 distinct 8-byte bank pairs of the
+        128-byte swizzled box (chunk = (n/4) XOR (k%8) takes 8 values over (g, t)):
+            n = 8*(w%2) + 16*((g%4)/2) + 4*(g/4) + 2*(g%2)   inside box w/2 (32 indices per box)."""
+        ir = self.ir
+        w, g, t = self.warp, self.g, self.t
+        per_row = SWIZZLE_BYTES // self.p.in_bytes                 # 32 indices per 128-byte box row
+        nb = ir.add(ir.add(ir.mul(ir.rem(w, 2), 8), ir.mul(ir.div(ir.rem(g, 4), 2), 16)),
+                    ir.add(ir.mul(ir.div(g, 4), 4), ir.mul(ir.rem(g, 2), 2)), "frag_n")
+        box = ir.div(w, 2, "frag_box")
+        chunk = ir.div(nb, 4, "frag_chunk")
+        within = ir.mul(ir.rem(nb, 4), self.p.in_bytes, "frag_within")
+        box_off = ir.mul(box, self.BK * SWIZZLE_BYTES, "frag_box_off")
+        self.frag_off = []
+        for dk in (0, 4):
+            k = ir.add(t, dk, "frag_k")
+            sw = ir.pure("frag_sw", f"arith.xori {ir.v(chunk)}, {ir.v(k)} : index")
+            off = ir.add(ir.add(box_off, ir.mul(k, SWIZZLE_BYTES)), ir.add(ir.mul(sw, 16), within), "frag_off")
+            self.frag_off.append(off)
+        # wgmma row -> i inside the warpgroup's 64: rows g and g+8 are indices nb and nb+1
+        self.frag_i = ir.add(ir.mul(box, per_row), nb, "frag_i")
+        words = self.s.stages * self.stage // 4
+        self.ring32 = ir.let("ring_i32", f"memref.view {self.dsm}[{ir.v(self.base_off)}][] : memref<?xi8, {SMEM}> "
+                                         f"to memref<{words}xi32, {SMEM}>")
+        self.ring32_t = f"memref<{words}xi32, {SMEM}>"
+
+    def load_fragment(self, slot, kk):
+        """The 4 registers of k-step ``kk`` (two 8-byte shared loads), as i32 SSA values."""
+        ir = self.ir
+        base = ir.add(ir.mul(slot, self.stage, "slot_bytes"), ir.mul(self.cwg, SLAB_M * SWIZZLE_BYTES), "frag_slab")
+        regs = []
+        for off in self.frag_off:
+            byte = ir.add(ir.add(base, off), kk * self.kstep * SWIZZLE_BYTES, "frag_byte")
+            vec = ir.let("frag", f"vector.load {self.ring32}[{ir.v(ir.div(byte, 4, 'frag_word'))}] {{alignment = 8}} : "
+                                 f"{self.ring32_t}, vector<2xi32>")
+            regs += [ir.let("a", f"vector.extract {vec}[{d}] : i32 from vector<2xi32>") for d in (0, 1)]
+        return [regs[0], regs[1], regs[2], regs[3]]      # (row g, k t), (g+8, t), (g, t+4), (g+8, t+4)
+
+    def wgmma_rs(self, acc, frag, db):
+        """``wgmma.mma_async`` with A from registers (TF32): inline PTX, as MLIR's NVVM op has only
+        the shared-memory form.  The accumulators are tied in/out operands."""
+        ir, n = self.ir, self.nacc
+        accs = [ir.let("d", f"llvm.extractvalue {acc}[{i}] : {self.acc_t}") for i in range(n)]
+        one = ir.pure("one_i32", "arith.constant 1 : i32")
+        d_list = ", ".join(f"${i}" for i in range(n))
+        a_list = ", ".join(f"${n + i}" for i in range(4))
+        ptx = (f"{{\\n.reg .pred p;\\nsetp.ne.b32 p, ${n + 5}, 0;\\n"
+               f"wgmma.mma_async.sync.aligned.m64n{self.tile_j}k{self.kstep}.f32.tf32.tf32 "
+               f"{{{d_list}}}, {{{a_list}}}, ${n + 4}, p, 1, 1;\\n}}")
+        cons = ",".join(["=f"] * n + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(n)])
+        operands = ", ".join(frag + [db, one] + accs)
+        types = ", ".join(["i32"] * 4 + ["i64", "i32"] + ["f32"] * n)
+        return ir.let("acc_k", f'llvm.inline_asm has_side_effects asm_dialect = att "{ptx}", "{cons}" '
+                               f"{operands} : ({types}) -> {self.acc_t}")
+
+    # ------------------------------------------------------------------------------------------
+    def epilogue(self, acc, i0, j0):
+        """Thread holds, for jj < tile_j/8: wgmma rows (g, g+8) x columns (8jj + 2t, +1).  Rows map to
+        i = 16*warp + g (+8), or with a register-fed X to the adjacent pair frag_i (+1).  Not swapped:
+        C[i, j] (column pairs stored together); swapped: C[j, i] (row pairs are adjacent n: stored together)."""
+        ir, p = self.ir, self.p
         ir.comment("---- epilogue: wgmma D fragment -> (bias, activation, convert) -> predicated stores")
-        row0 = ir.add(ir.add(m0, ir.mul(self.cwg, SLAB_M)), ir.add(ir.mul(self.warp, 16), self.g), "out_row0")
-        col0 = ir.add(n0, ir.mul(self.t, 2), "out_col0")
-        pair = p.N % 2 == 0
-        for j in range(s.block_n // 8):
-            cols = [ir.add(col0, 8 * j + d, "out_col") for d in (0, 1)]
-            col_ok = [ir.cmp("slt", c, p.N, "col_ok") if self.ragged["n"] else True for c in cols]
-            biases = None
-            if p.bias:
-                biases = []
-                for c, ok in zip(cols, col_ok):
-                    safe = ir.select(ok, c, 0, hint="bias_col")
-                    b = ir.let("bias", f"memref.load %bias[{ir.v(safe)}] : {self.btype}")
-                    if self.BT != "f32":
-                        b = ir.let("bias_f32", f"arith.extf {b} : {self.BT} to f32")
-                    biases.append(b)
-            for h in (0, 1):
-                row = ir.add(row0, 8 * h, "out_row")
+        slab = ir.add(i0, ir.mul(self.cwg, SLAB_M), "slab_i0")
+        if self.x_regs:
+            rows_i = [ir.add(slab, ir.add(self.frag_i, h), "out_i") for h in (0, 1)]
+        else:
+            rows_i = [ir.add(slab, ir.add(ir.mul(self.warp, 16), ir.add(self.g, 8 * h)), "out_i") for h in (0, 1)]
+        col0 = ir.add(j0, ir.mul(self.t, 2), "out_j0")
+        # output (row, col) of accumulator (h, d) in column block jj; pairs that are adjacent in memory
+        if not self.swap:
+            pairs = lambda jj: [((rows_i[h], ir.add(col0, 8 * jj + 0, "out_col")), (4 * jj + 2 * h, 4 * jj + 2 * h + 1))
+                                for h in (0, 1)]
+        else:   # C[m = j, n = i]: accumulators (h=0, h=1) of one column are C[m, n], C[m, n + 1]
+            pairs = lambda jj: [((ir.add(col0, 8 * jj + d, "out_row"), rows_i[0]), (4 * jj + d, 4 * jj + 2 + d))
+                                for d in (0, 1)]
+        pair_ok = p.N % 2 == 0 and (not self.swap or self.x_regs) and self.s.split_k == 1
+        bias_cache = {}
+
+        first = ir.cmp("eq", self.kslice, 0, "first_slice") if self.kslice is not None else None
+
+        def bias(col):
+            if col not in bias_cache:
+                bias_cache[col] = self.load_bias(col, first)
+            return bias_cache[col]
+
+        for jj in range(self.tile_j // 8):
+            for (row, col), idx in pairs(jj):
+                cols = [col, ir.add(col, 1, "out_col1")]
                 row_ok = ir.cmp("slt", row, p.M, "row_ok") if self.ragged["m"] else True
                 vals = []
                 for d in (0, 1):
-                    x = ir.let("c", f"llvm.extractvalue {acc}[{4 * j + 2 * h + d}] : {self.acc_t}")
-                    if biases:
-                        x = ir.let("c_bias", f"arith.addf {x}, {biases[d]} : f32")
+                    x = ir.let("c", f"llvm.extractvalue {acc}[{idx[d]}] : {self.acc_t}")
+                    if p.bias:
+                        x = ir.let("c_bias", f"arith.addf {x}, {bias(cols[d])} : f32")
                     vals.append(self.to_out(self.activation(x)))
-                if pair:
-                    ok = ir.and_(row_ok, col_ok[0])
+                if pair_ok:
+                    ok = ir.and_(row_ok, ir.cmp("slt", cols[0], p.N, "col_ok") if self.ragged["n"] else True)
                     self.guarded(ok, lambda: self.store_pair(vals, row, cols[0]))
                 else:
                     for d in (0, 1):
-                        ok = ir.and_(row_ok, col_ok[d])
-                        self.guarded(ok, lambda d=d: ir.emit(
-                            f"memref.store {vals[d]}, %C[{ir.v(row)}, {ir.v(cols[d])}] : {self.ctype}"))
+                        ok = ir.and_(row_ok, ir.cmp("slt", cols[d], p.N, "col_ok") if self.ragged["n"] else True)
+                        self.guarded(ok, lambda d=d: self.store_one(vals[d], row, cols[d]))
+
+    store_one = _GemmKernel.store_one       # split-K: atomic add into the zeroed output
 
     def store_pair(self, vals, row, col):
         ir = self.ir
@@ -405,9 +580,10 @@ class _HopperKernel:
                 f"{self.ctype}, vector<2x{self.O}>")
 
 
-def build_hopper_module(problem: GemmProblem, schedule: Schedule, *, wait_depth: int = 1) -> str:
-    check_supported(problem, schedule)
-    return _HopperKernel(problem, schedule, wait_depth).build()
+def build_hopper_module(problem: GemmProblem, schedule: Schedule, *, wait_depth: int = 1, plan: dict | None = None) -> str:
+    """MLIR text of the Hopper kernel; ``plan`` overrides the operand plan (experiments)."""
+    check_supported(problem, schedule, plan)
+    return _HopperKernel(problem, schedule, wait_depth, plan).build()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -518,8 +694,8 @@ def compile_hopper(problem: GemmProblem, schedule: Schedule, *, sm_count: int = 
                 raise CodegenError(f"assembling {where} [{kernel}] failed: {e}") from None
         return ptx, binary, res
 
-    ptx, binary, resources = lower(build_hopper_module(problem, schedule, wait_depth=wait_depth), KERNEL_NAME)
     plan = operand_plan(problem, prep_rounds)
+    ptx, binary, resources = lower(build_hopper_module(problem, schedule, wait_depth=wait_depth, plan=plan), KERNEL_NAME)
     preps = {}
     for op in ("a", "b"):
         pr = plan[op]["prep"]
@@ -533,7 +709,10 @@ def compile_hopper(problem: GemmProblem, schedule: Schedule, *, sm_count: int = 
     s = schedule
     hopper = {
         "operands": {op: {"rows": plan[op]["rows"], "cols": plan[op]["cols"], "prep": plan[op]["prep"],
-                          "box": [s.block_k, s.block_m if op == "a" else s.block_n]} for op in ("a", "b")},
+                          "major": plan[op]["major"], "feed": plan[op]["feed"],
+                          "box": list(tma_boxes(problem, plan[op]["major"], s.block_m if op == "a" else s.block_n)[:2])}
+                     for op in ("a", "b")},
+        "swap_ab": plan["swap"],
         "storage": problem.storage, "tensor_map_type": "f32" if prep_rounds else tensor_map_type(problem),
         "prep_kernels": preps, "swizzle": 128,
     }
@@ -544,4 +723,4 @@ def compile_hopper(problem: GemmProblem, schedule: Schedule, *, sm_count: int = 
     params = ("tmap_a", "tmap_b", "C") + (("bias",) if problem.bias else ())
     return KernelArtifact(name=KERNEL_NAME, arch=ARCH, ptx=ptx, grid=grid(problem, s, sm_count),
                           block=(WG * (1 + s.consumer_warpgroups), 1, 1), smem_bytes=s.smem_bytes,
-                          params=params, zero_output=False, cubin=binary, resources=resources, meta=meta)
+                          params=params, zero_output=s.split_k > 1, cubin=binary, resources=resources, meta=meta)

@@ -378,8 +378,9 @@ def check_schedule(p: GemmProblem, s: Schedule, gpu: GPUModel) -> list[str]:
         out.append(f"{s.regs_per_thread} registers > {gpu.max_regs_per_thread:.0f}")
     if s.blocks_per_sm * s.threads_per_block * s.regs_per_thread > gpu.regs_per_sm:
         out.append("register file overflow at the stated blocks per SM")
-    if s.mma.family == "wgmma":     # each consumer warpgroup owns a 64 x block_n slab
-        if s.block_m % (s.consumer_warpgroups * s.mma.m) or s.block_n % s.mma.n or s.block_k % s.mma.k:
+    if s.mma.family == "wgmma":     # each consumer warpgroup owns a 64 x wgmma-N slab (rows along N if swapped)
+        rows, cols = (s.block_n, s.block_m) if s.swap_ab else (s.block_m, s.block_n)
+        if rows % (s.consumer_warpgroups * s.mma.m) or cols % s.mma.n or s.block_k % s.mma.k:
             out.append(f"tile {s.block_m}x{s.block_n}x{s.block_k} is not a multiple of warpgroups x wgmma shape")
     elif s.block_m % (s.warps_m * s.mma.m) or s.block_n % (s.warps_n * s.mma.n) or s.block_k % s.mma.k:
         out.append(f"tile {s.block_m}x{s.block_n}x{s.block_k} is not a multiple of warps x MMA shape")

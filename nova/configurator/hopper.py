@@ -42,6 +42,55 @@ STAGES = Formula("stages", "floor((smem_per_block - 1024) / ((block_m + N) * 128
 GROUP_M = Formula("group_m", "sqrt(Min(sm_count, tiles) * block_n / block_m)")
 
 
+MIN_SLICE_K_TILES = 8          # a K slice streams >= 8 K tiles: the ring fill and the atomic epilogue amortise
+LAUNCH_S = 5e-6                # per kernel launch (the memset of split-K, each prep pass)
+
+
+def smem_cap(p: GemmProblem, gpu, block_i: int, n: int) -> float:
+    """Fraction of the tensor peak shared memory can feed a block_i x n tile (step 4's formulas)."""
+    rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
+    traffic = SMEM_TRAFFIC(rate=rate, elem_bytes=p.in_bytes, N=n, block_m=block_i)
+    return float(SMEM_CAP(smem_bytes_per_clk=gpu.smem_bytes_per_clk_sm, smem_traffic=traffic))
+
+
+def mainloop_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, ktiles: int, terms: bool = False):
+    """Seconds for ``units`` work units (tile x K slice) on a persistent grid: the busiest SM runs
+    ceil(units / SMs) of them, so the tensor time is flops / (peak x smem cap x units / (SMs x
+    ceil(units / SMs))); every unit also fills its tiles from L2: units x K x (block_i + n) bytes at
+    the L2 bandwidth.  Returns max(tensor, L2), or both terms with ``terms``."""
+    util = units / (gpu.sm_count * math.ceil(units / gpu.sm_count))
+    cap = smem_cap(p, gpu, block_i, n)
+    t_mma = p.flops / (gpu.peak_flops(p.dtype, "wgmma") * cap * util)
+    slices = units / (cdiv(p.M, block_i) * cdiv(p.N, n)) if units else 1
+    t_l2 = units * (ktiles / slices) * (block_i + n) * SWIZZLE / gpu.l2_bw
+    if terms:
+        return {"mma": t_mma, "l2": t_l2, "smem_cap": cap}
+    return max(t_mma, t_l2)
+
+
+def split_k_blocker(p: GemmProblem) -> str | None:
+    """Why split-K cannot apply (None if it can): the slices add with FP32 atomics."""
+    if p.out_dtype != "f32":
+        return f"the {p.out_dtype} output cannot take FP32 atomic adds"
+    if p.activation != "none":
+        return f"{p.activation}(sum) is not a sum of {p.activation}s"
+    return None
+
+
+def max_split(ktiles: int, limit: int) -> int:
+    """Largest split <= limit whose slices all hold >= MIN_SLICE_K_TILES K tiles (none empty)."""
+    for s in range(max(1, limit), 1, -1):
+        per = cdiv(ktiles, s)
+        if per >= MIN_SLICE_K_TILES and (s - 1) * per < ktiles:
+            return s
+    return 1
+
+
+def split_overhead(p: GemmProblem, gpu, split: int) -> float:
+    """Zeroing C (one memset launch + M*N*4 bytes) and the slices' atomic read-modify-writes in L2."""
+    return LAUNCH_S + p.M * p.N * 4 / gpu.dram_bw + split * p.M * p.N * 4 * 2 / gpu.l2_bw
+
+
 def hopper_supported(problem: GemmProblem, gpu) -> tuple[bool, str]:
     """Whether the Hopper kernel covers ``problem`` on ``gpu`` (else configure() uses mma.sync)."""
     if "wgmma" not in gpu.features or "tma" not in gpu.features:
@@ -62,6 +111,16 @@ def configure_hopper(p: GemmProblem, gpu, d):
                 else "tf32_fast: raw FP32, the tensor core truncates" if p.dtype == "tf32" else "16-bit inputs")
     d.note("instruction", f"wgmma.m64nNk{k}.f32.{p.dtype}",
            f"{p.dtype} on {gpu.arch}a: warpgroup MMA from shared memory, FP32 accumulate; {rounding}")
+    plan = operand_plan(p)
+    feeds = ", ".join(f"{op.upper()} {plan[op]['major'].upper()}-major -> {plan[op]['feed']}" for op in ("a", "b"))
+    if plan["swap"]:
+        d.note("operand roles", "C^T = B^T A^T", f"{feeds}: TF32 wgmma reads shared memory only K-major, and only its "
+               "A operand may come from registers, so row-major B (N-major) becomes the wgmma A operand, loaded "
+               "from its TMA tile into registers; wgmma rows run along N, the tile's N side is 64 per warpgroup")
+    else:
+        d.note("operand roles", "C = A B", f"{feeds}" + (": the transpose bit of the descriptor reads MN-major "
+               "16-bit tiles in place" if "smem_t" in feeds else ""))
+    I, J = (p.N, p.M) if plan["swap"] else (p.M, p.N)      # wgmma rows (64 per warpgroup) x wgmma N
 
     # 2-3. registers -> consumer warpgroups and N
     choice = None
@@ -96,21 +155,52 @@ def configure_hopper(p: GemmProblem, gpu, d):
                        smem_bytes_per_clk=gpu.smem_bytes_per_clk_sm, smem_traffic=cap)
 
     # 5. wave fill
-    n_fit = max(64, 1 << (p.N - 1).bit_length())
+    full = (block_m, n, wgs)
+    jname = "M" if plan["swap"] else "N"
+    n_fit = max(64, 1 << (J - 1).bit_length())
     if n_fit < n:
-        n = d.note("clamp N", n_fit, f"N={p.N}: a tile no wider than the next power of two of N (min 64) wastes no MMA work")
-    tiles = cdiv(p.M, block_m) * cdiv(p.N, n)
-    while tiles < gpu.sm_count and n > 64 and cdiv(p.N, n // 2) > cdiv(p.N, n):
+        n = d.note("clamp N", n_fit, f"{jname}={J}: a wgmma N no wider than the next power of two of {jname} (min 64) "
+                   "wastes no MMA work")
+        full = (block_m, n, wgs)
+    tiles = cdiv(I, block_m) * cdiv(J, n)
+    while tiles < gpu.sm_count and n > 64 and cdiv(J, n // 2) > cdiv(J, n):
         n //= 2
-        tiles = cdiv(p.M, block_m) * cdiv(p.N, n)
+        tiles = cdiv(I, block_m) * cdiv(J, n)
         d.note("wave fill", f"N={n}", f"{tiles} tiles of {block_m}x{n}: halving N while tiles < {gpu.sm_count} SMs "
                "gives more SMs work (the smaller tile costs smem traffic, less than idle SMs)")
-    if wgs == 2 and 2 * tiles <= gpu.sm_count and cdiv(p.M, 64) > cdiv(p.M, block_m):
+    if wgs == 2 and 2 * tiles <= gpu.sm_count and cdiv(I, 64) > cdiv(I, block_m):
         wgs, block_m = 1, 64
-        tiles = cdiv(p.M, block_m) * cdiv(p.N, n)
+        tiles = cdiv(I, block_m) * cdiv(J, n)
         d.note("wave fill", "1 consumer warpgroup", f"{tiles // 2} tiles would leave over half of the {gpu.sm_count} "
                f"SMs idle: one consumer warpgroup per CTA (block 64x{n}) doubles the tiles to {tiles}, still one wave")
-    tiles = d.note("output tiles", tiles, f"ceil({p.M}/{block_m}) * ceil({p.N}/{n})")
+    tiles = d.note("output tiles", tiles, f"ceil({I}/{block_m}) * ceil({J}/{n})")
+
+    # 5b. split-K: full tiles over K slices instead of small tiles, when the model says it is faster
+    ktiles = cdiv(p.K, SWIZZLE // b)
+    split = 1
+    full_tiles = cdiv(I, full[0]) * cdiv(J, full[1])
+    why_not = split_k_blocker(p)
+    if why_not is None and full_tiles * 2 <= gpu.sm_count:
+        split = max_split(ktiles, gpu.sm_count // full_tiles)
+        if split < 2:
+            why_not = f"{ktiles} K tiles cannot give {gpu.sm_count // full_tiles} slices of >= {MIN_SLICE_K_TILES}"
+    elif why_not is None:
+        why_not = f"{full_tiles} full tiles already fill half of the {gpu.sm_count} SMs"
+    if split > 1:
+        t_small = mainloop_time(p, gpu, block_m, n, tiles, ktiles)
+        t_split = mainloop_time(p, gpu, *full[:2], full_tiles * split, ktiles) + split_overhead(p, gpu, split)
+        if t_split < t_small:
+            (block_m, n, wgs), tiles = full, full_tiles
+            d.note("split-K", split, f"{full_tiles} tiles of {block_m}x{n} x {split} K slices of "
+                   f"{cdiv(ktiles, split)} K tiles: {t_split * 1e6:.1f} us predicted vs {t_small * 1e6:.1f} us for "
+                   f"{tiles} smaller tiles (a full tile needs less shared-memory and L2 traffic per FLOP); the "
+                   "slices add into the zeroed FP32 output with atomics")
+        else:
+            why_not = (f"smaller tiles are predicted faster ({t_small * 1e6:.1f} us vs {t_split * 1e6:.1f} us "
+                       f"for split-K {split})")
+            split = 1
+    if split == 1:
+        d.note("split-K", 1, why_not)
 
     # 6. stages
     stages = int(d.apply("stages", STAGES, "every stage the per-block shared memory holds after 1 KB of alignment slack: "
@@ -121,16 +211,19 @@ def configure_hopper(p: GemmProblem, gpu, d):
 
     # 7-11
     bk = SWIZZLE // b
-    d.note("TMA boxes", f"A {bk}x{block_m}, B {bk}x{n}",
-           f"inner extent 128 B = block_k {bk} (the 128B-swizzle span the wgmma descriptors address: SBO 1024 B per "
-           f"8 rows, +32 B per k-step), outer = the tile rows; out-of-bounds rows and K tail read as zero")
+    extent = {plan["x"]: block_m, plan["y"]: n}
+    boxes = {op: tma_boxes(p, plan[op]["major"], extent[op]) for op in ("a", "b")}
+    d.note("TMA boxes", ", ".join(f"{op.upper()} {boxes[op][2]} x [{boxes[op][1]}x{boxes[op][0]}]" for op in ("a", "b")),
+           f"128-byte swizzled boxes (inner extent 128 B, the span the wgmma descriptors and the register loads "
+           f"address): a K-major tile is one box [tile rows x {bk} of K], an MN-major tile is "
+           f"tile/{SWIZZLE // b} boxes [{bk} of K x {SWIZZLE // b}]; out-of-bounds rows and the K tail read as zero")
     d.note("cluster", "1x1", "TMA multicast across a cluster is not generated yet")
-    grid = min(tiles, gpu.sm_count)
+    units = tiles * split
+    grid = min(units, gpu.sm_count)
     d.note("grid", f"persistent, {grid} CTAs",
-           "min(tiles, SMs) CTAs walk the tiles; the ring runs on across tiles, so the producer loads the next "
+           "min(tiles x K slices, SMs) CTAs walk the work units; the ring runs on across them, so the producer loads the next "
            "tile while the consumers store this one")
-    d.note("split-K", 1, f"not generated for wgmma yet: {tiles} tiles use {min(1.0, tiles / gpu.sm_count):.0%} of the SMs")
-    tiles_m = cdiv(p.M, block_m)
+    tiles_m = cdiv(I, block_m)
     group_m = 1
     if tiles_m > 1 and tiles > 1:
         group_m = d.apply("group-M", GROUP_M, "tile rows per raster group: a wave's A and B panels have the smallest "
@@ -138,37 +231,51 @@ def configure_hopper(p: GemmProblem, gpu, d):
                           sm_count=gpu.sm_count, tiles=tiles, block_n=n, block_m=block_m)
 
     # 12. operand prep
-    plan = operand_plan(p)
     preps = [op.upper() + (" (transpose)" if plan[op]["prep"]["transpose"] else " (pad K)")
              for op in ("a", "b") if plan[op]["prep"]]
     prep_bytes = sum(2 * plan[op]["rows"] * plan[op]["cols"] * b for op in ("a", "b") if plan[op]["prep"])
     d.note("operand prep", ", ".join(preps) or "none",
-           "TF32 wgmma reads only K-major shared memory and TMA cannot transpose: a non-K-major operand (row-major B, "
-           "transposed A) or K rows not 16-byte aligned go through one transpose/pad pass into a workspace "
-           f"({prep_bytes / 1e6:.1f} MB of DRAM traffic)")
+           "TMA cannot transpose and needs 16-byte aligned rows: an operand whose rows are not (or a second MN-major "
+           "TF32 operand, which neither registers nor the descriptor can take) goes through one transpose/pad pass "
+           f"into a workspace ({prep_bytes / 1e6:.1f} MB of DRAM traffic)")
 
-    # 13. prediction: tensor peak x smem cap x wave efficiency, + prep passes at DRAM bandwidth
-    waves = tiles / (grid * math.ceil(tiles / grid))
-    t_mma = p.flops / (peak * smem_cap * waves)
+    # 13. prediction: max(tensor peak x smem cap x SM utilisation, L2 -> SM fills, DRAM) + prep passes
+    # + split-K's zeroing and atomics + launches
+    t_main = mainloop_time(p, gpu, block_m, n, units, ktiles, terms=True)
+    t_mma, t_l2 = t_main["mma"], t_main["l2"]
     t_dram = p.min_bytes / gpu.dram_bw
     t_prep = prep_bytes / gpu.dram_bw
-    t = max(t_mma, t_dram) + t_prep + 5e-6 * (1 + len(preps))
+    t_split = split_overhead(p, gpu, split) if split > 1 else 0.0
+    t = max(t_mma, t_l2, t_dram) + t_prep + t_split + LAUNCH_S * (1 + len(preps))
     floor = max(p.flops / peak, t_dram)
-    bound = "tensor-core" if t_mma >= t_dram else "dram"
-    if smem_cap < 1 and bound == "tensor-core":
+    bound = max((t_mma, "tensor-core"), (t_l2, "l2"), (t_dram, "dram"))[1]
+    if t_main["smem_cap"] < 1 and bound == "tensor-core":
         bound = "smem"
     pred = Prediction(time_us=t * 1e6, tflops=p.flops / t / 1e12, bound=bound, floor_us=floor * 1e6,
-                      terms_us={"mma": t_mma * 1e6, "dram": t_dram * 1e6, "prep": t_prep * 1e6})
+                      terms_us={"mma": t_mma * 1e6, "l2": t_l2 * 1e6, "dram": t_dram * 1e6, "prep": t_prep * 1e6,
+                                "split": t_split * 1e6})
     mma = MmaInstr("wgmma", 64, n, k, "f16" if p.dtype == "fp16" else p.dtype)
-    s = Schedule(arch="sm_90a", mma=mma, block_m=block_m, block_n=n, block_k=bk, warps_m=4 * wgs, warps_n=1,
+    # the Schedule speaks the problem's coordinates: swapped, the wgmma rows (64 per warpgroup) run along N
+    tile_m, tile_n, warps_m, warps_n = (n, block_m, 1, 4 * wgs) if plan["swap"] else (block_m, n, 4 * wgs, 1)
+    s = Schedule(arch="sm_90a", mma=mma, block_m=tile_m, block_n=tile_n, block_k=bk, warps_m=warps_m, warps_n=warps_n,
                  stages=stages, smem_layout="swizzle128", smem_pad_a=0, smem_pad_b=0, smem_bytes=smem,
-                 vector_a=1, vector_b=1, vector_c=2 if p.N % 2 == 0 else 1, split_k=1, group_m=group_m,
+                 vector_a=1, vector_b=1, vector_c=2 if p.N % 2 == 0 else 1, split_k=split, group_m=group_m,
                  regs_per_thread=min(regs, gpu.regs_per_sm // (WG_THREADS * 3) // 8 * 8), blocks_per_sm=1, cluster_m=1, cluster_n=1, consumer_warpgroups=wgs,
-                 producer_warps=4, persistent=True)
+                 producer_warps=4, persistent=True, swap_ab=plan["swap"])
     return s, pred
 
 
 # ---- operand plan: where each operand comes from (codegen and runtime follow it)
+def tma_boxes(problem: GemmProblem, major: str, tile_rows: int) -> tuple[int, int, int]:
+    """(box_cols, box_rows, boxes per stage) of one operand's tile: the inner extent is always the
+    128-byte swizzle span.  K-major: one [tile_rows x BK] box; MN-major: tile_rows / (128 B) boxes of
+    [BK x 128 B], side by side along M/N (each 1024-byte aligned: BK rows of 128 B)."""
+    per_row = SWIZZLE // problem.in_bytes
+    if major == "k":
+        return per_row, tile_rows, 1
+    return per_row, per_row, cdiv(tile_rows, per_row)
+
+
 def k_pad(problem: GemmProblem) -> int:
     """K rounded up so a K-major row is a multiple of 16 bytes (TMA's stride rule)."""
     q = 16 // problem.in_bytes
@@ -183,24 +290,46 @@ def tensor_map_type(problem: GemmProblem) -> str:
     return problem.storage
 
 
-def operand_plan(problem: GemmProblem, prep_rounds: bool = False) -> dict:
-    """For A and B: ``prep`` (None: TMA reads the user's tensor; else what the prep kernel does)
-    and the K-major source ``[rows, cols]`` the tensor map describes.  A prep pass runs only for
-    layout (a non-K-major operand must be transposed: TMA cannot, TF32 wgmma cannot read it) or
-    for K rows that are not 16-byte aligned (TMA's stride rule); ``prep_rounds`` also sends TF32
-    operands through it to be rounded there (measured slower: the TFLOAT32 tensor map rounds free)."""
+def operand_plan(problem: GemmProblem, prep_rounds: bool = False, transpose_in_kernel: bool = True) -> dict:
+    """Where each operand comes from and how the wgmma reads it (codegen and runtime follow it).
+
+    For A and B: ``major`` ("k" or "mn": which index is contiguous in memory), the row-major
+    ``[rows, cols]`` tensor the TMA map describes (K-major ``[M|N, K]``, MN-major ``[K, M|N]``),
+    ``feed`` (how the wgmma reads the shared tile) and ``prep`` (None, or the pass that writes a
+    K-major, K-padded copy first).  ``swap``: the kernel computes C^T = B^T A^T, so wgmma rows run
+    along N (then B is the wgmma A operand, "x", and A is "y").
+
+    Feeds: "smem" (K-major, descriptor), "smem_t" (MN-major, descriptor with the transpose bit:
+    16-bit types only), "regs" (MN-major, loaded to registers: the wgmma A operand may come from
+    registers, which is how 32-bit MN-major data gets in: TF32 wgmma has no transpose bit).
+    A prep pass runs only when TMA cannot read the tensor (contiguous rows not a multiple of 16 B),
+    when TF32 has two MN-major operands (only one can go through registers), or when asked
+    (``prep_rounds``: the v0.2 experiment; ``transpose_in_kernel=False``: the v0.4 layout)."""
     p = problem
-    rna = prep_rounds and p.dtype == "tf32" and p.tf32_rounding == "rna"
-    aligned = p.K == k_pad(p)
+    q = 16 // p.in_bytes                               # elements per 16 bytes (TMA stride rule)
     kp = k_pad(p)
+    wide = p.dtype == "tf32"
+    rna = prep_rounds and wide and p.tf32_rounding == "rna"
+    ops = {}
+    for op, dim, kmajor in (("a", p.M, not p.trans_a), ("b", p.N, p.trans_b)):
+        readable = (p.K % q == 0) if kmajor else (dim % q == 0 and transpose_in_kernel)
+        ops[op] = {"dim": dim, "kmajor": kmajor, "prep": rna or not readable}
+    if wide and not ops["a"]["kmajor"] and not ops["b"]["kmajor"]:
+        ops["a"]["prep"] = True                        # two MN-major TF32 operands: transpose A
     plan = {}
-    # A: K-major when not trans_a.  B: K-major when trans_b (stored [N, K]).
-    for op, rows, kmajor in (("a", p.M, not p.trans_a), ("b", p.N, p.trans_b)):
-        need = rna or not kmajor or not aligned
+    for op, o in ops.items():
+        major = "k" if (o["kmajor"] or o["prep"]) else "mn"
         plan[op] = {
-            "rows": rows, "cols": kp if need else p.K,
-            "prep": None if not need else {"transpose": not kmajor, "round": rna,
-                                           "src": [rows, p.K] if kmajor else [p.K, rows],
-                                           "dst": [rows, kp]},
+            "major": major,
+            "rows": o["dim"] if major == "k" else p.K,
+            "cols": (kp if o["prep"] else p.K) if major == "k" else o["dim"],
+            "prep": None if not o["prep"] else {"transpose": not o["kmajor"], "round": rna,
+                                                "src": [o["dim"], p.K] if o["kmajor"] else [p.K, o["dim"]],
+                                                "dst": [o["dim"], kp]},
         }
+    plan["swap"] = wide and plan["b"]["major"] == "mn"
+    x, y = ("b", "a") if plan["swap"] else ("a", "b")
+    plan[x]["feed"] = "smem" if plan[x]["major"] == "k" else ("regs" if wide else "smem_t")
+    plan[y]["feed"] = "smem" if plan[y]["major"] == "k" else "smem_t"
+    plan["x"], plan["y"] = x, y
     return plan

@@ -55,6 +55,7 @@ class Schedule:
     consumer_warpgroups: int = 0
     producer_warps: int = 0
     persistent: bool = False
+    swap_ab: bool = False          # the kernel computes C^T = B^T A^T: wgmma rows (warps) run along N
 
     # ---- derived quantities (never stored twice)
     @property
