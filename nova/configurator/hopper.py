@@ -154,53 +154,39 @@ def configure_hopper(p: GemmProblem, gpu, d):
     smem_cap = d.apply("smem-bound fraction", SMEM_CAP, "the fraction of the tensor peak shared memory can feed",
                        smem_bytes_per_clk=gpu.smem_bytes_per_clk_sm, smem_traffic=cap)
 
-    # 5. wave fill
-    full = (block_m, n, wgs)
+    # 5. fill the machine: of the few tile shapes (warpgroups x wgmma N) and K splits the kernel
+    #    offers, the one the model predicts fastest (smaller tiles or K slices give idle SMs work, at
+    #    the price of more shared-memory/L2 traffic per FLOP, or of zeroing + atomics)
     jname = "M" if plan["swap"] else "N"
     n_fit = max(64, 1 << (J - 1).bit_length())
     if n_fit < n:
         n = d.note("clamp N", n_fit, f"{jname}={J}: a wgmma N no wider than the next power of two of {jname} (min 64) "
                    "wastes no MMA work")
-        full = (block_m, n, wgs)
-    tiles = cdiv(I, block_m) * cdiv(J, n)
-    while tiles < gpu.sm_count and n > 64 and cdiv(J, n // 2) > cdiv(J, n):
-        n //= 2
-        tiles = cdiv(I, block_m) * cdiv(J, n)
-        d.note("wave fill", f"N={n}", f"{tiles} tiles of {block_m}x{n}: halving N while tiles < {gpu.sm_count} SMs "
-               "gives more SMs work (the smaller tile costs smem traffic, less than idle SMs)")
-    if wgs == 2 and 2 * tiles <= gpu.sm_count and cdiv(I, 64) > cdiv(I, block_m):
-        wgs, block_m = 1, 64
-        tiles = cdiv(I, block_m) * cdiv(J, n)
-        d.note("wave fill", "1 consumer warpgroup", f"{tiles // 2} tiles would leave over half of the {gpu.sm_count} "
-               f"SMs idle: one consumer warpgroup per CTA (block 64x{n}) doubles the tiles to {tiles}, still one wave")
-    tiles = d.note("output tiles", tiles, f"ceil({I}/{block_m}) * ceil({J}/{n})")
-
-    # 5b. split-K: full tiles over K slices instead of small tiles, when the model says it is faster
     ktiles = cdiv(p.K, SWIZZLE // b)
-    split = 1
-    full_tiles = cdiv(I, full[0]) * cdiv(J, full[1])
-    why_not = split_k_blocker(p)
-    if why_not is None and full_tiles * 2 <= gpu.sm_count:
-        split = max_split(ktiles, gpu.sm_count // full_tiles)
-        if split < 2:
-            why_not = f"{ktiles} K tiles cannot give {gpu.sm_count // full_tiles} slices of >= {MIN_SLICE_K_TILES}"
-    elif why_not is None:
-        why_not = f"{full_tiles} full tiles already fill half of the {gpu.sm_count} SMs"
-    if split > 1:
-        t_small = mainloop_time(p, gpu, block_m, n, tiles, ktiles)
-        t_split = mainloop_time(p, gpu, *full[:2], full_tiles * split, ktiles) + split_overhead(p, gpu, split)
-        if t_split < t_small:
-            (block_m, n, wgs), tiles = full, full_tiles
-            d.note("split-K", split, f"{full_tiles} tiles of {block_m}x{n} x {split} K slices of "
-                   f"{cdiv(ktiles, split)} K tiles: {t_split * 1e6:.1f} us predicted vs {t_small * 1e6:.1f} us for "
-                   f"{tiles} smaller tiles (a full tile needs less shared-memory and L2 traffic per FLOP); the "
-                   "slices add into the zeroed FP32 output with atomics")
-        else:
-            why_not = (f"smaller tiles are predicted faster ({t_small * 1e6:.1f} us vs {t_split * 1e6:.1f} us "
-                       f"for split-K {split})")
-            split = 1
-    if split == 1:
-        d.note("split-K", 1, why_not)
+    blocker = split_k_blocker(p)
+    candidates = []
+    for w in sorted({wgs, 1}, reverse=True):
+        for nn in (n, n // 2, n // 4):
+            if nn < 64 or (nn < n and cdiv(J, nn) == cdiv(J, 2 * nn)):
+                continue                                     # narrower N without more tiles: no gain
+            tiles_c = cdiv(I, 64 * w) * cdiv(J, nn)
+            splits = [1]
+            if blocker is None and 2 * tiles_c <= gpu.sm_count:
+                splits.append(max_split(ktiles, gpu.sm_count // tiles_c))
+            for sp in sorted(set(splits)):
+                t_c = mainloop_time(p, gpu, 64 * w, nn, tiles_c * sp, ktiles)
+                t_c += split_overhead(p, gpu, sp) if sp > 1 else 0.0
+                candidates.append((t_c, -w, -nn, sp, tiles_c))
+    t_best, w_neg, n_neg, split, tiles = min(candidates)     # ties: more warpgroups, wider N, no split
+    wgs, n, block_m = -w_neg, -n_neg, -64 * w_neg
+    table = ", ".join(f"{64 * -c[1]}x{-c[2]}{f' split {c[3]}' if c[3] > 1 else ''} {c[0] * 1e6:.1f}"
+                      for c in sorted(candidates))
+    d.note("tile and split", f"{block_m}x{n}" + (f", split-K {split}" if split > 1 else ""),
+           f"tiles are (wgmma rows) x (wgmma N); predicted main-loop us (tensor time at the smem-bound rate over the busiest SM's units, or the L2 fills"
+           f"{', + zeroing and atomics' if any(c[3] > 1 for c in candidates) else ''}): {table}")
+    tiles = d.note("output tiles", tiles, f"ceil({I}/{block_m}) * ceil({J}/{n})")
+    d.note("split-K", split, (f"{split} K slices of {cdiv(ktiles, split)} K tiles add into the zeroed FP32 output with "
+                              "atomics") if split > 1 else (blocker or "the model prefers whole-K tiles"))
 
     # 6. stages
     stages = int(d.apply("stages", STAGES, "every stage the per-block shared memory holds after 1 KB of alignment slack: "
