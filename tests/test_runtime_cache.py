@@ -544,6 +544,7 @@ def fake_cu(monkeypatch):
         cuMemsetD32Async=rec("memset32", (ok,)),
     )
     monkeypatch.setattr(driver, "_cu", fake)
+    monkeypatch.setattr(driver, "_hot", driver._HotPath())     # no libcuda calls, even on a GPU machine
     monkeypatch.setattr(driver, "_devices", {})
     monkeypatch.setattr(driver, "_kernels", {})
     return types.SimpleNamespace(calls=calls, state=state, bad=bad)

@@ -11,6 +11,7 @@ that says what was being done, to which kernel and shape, and the CUDA error nam
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import re
 import threading
@@ -38,35 +39,49 @@ _init_lock = threading.RLock()
 
 
 class _HotPath:
-    """``cuLaunchKernel`` and ``cuCtxGetCurrent`` called through ctypes on libcuda itself.
+    """``cuLaunchKernelEx`` and ``cuCtxGetCurrent`` called through ctypes on libcuda itself.
 
     cuda-bindings wraps every argument in Python objects (~several us per launch); the launch hot
-    path needs two calls, so Nova binds them directly once.  ``None`` fields mean "use cuda-bindings"
-    (no libcuda here, e.g. under tests with a fake driver)."""
+    path needs these two calls, so Nova binds them directly once.  They are called without
+    ``argtypes`` on purpose: every argument is a prebuilt ctypes object (see ``LaunchSlot``), which
+    ctypes passes as is, while ``argtypes`` would convert each one again on every call.  ``None``
+    fields mean "use cuda-bindings" (no libcuda, e.g. tests with a fake driver; ``launch_ex`` also
+    without ``cuLaunchKernelEx``, i.e. a driver older than CUDA 12.0)."""
 
-    def __init__(self):
-        self.launch = self.ctx_get_current = None
-        try:
-            lib = ctypes.CDLL("libcuda.so.1")
-        except OSError:
+    def __init__(self, lib=None):
+        self.launch_ex = self.ctx_get_current = None
+        self._out = threading.local()            # per thread: cuCtxGetCurrent's output and a pointer to it
+        if lib is None:
             return
-        launch = lib.cuLaunchKernel
-        launch.restype = ctypes.c_int
-        launch.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
-        get = lib.cuCtxGetCurrent
-        get.restype = ctypes.c_int
-        get.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
-        self.launch, self.ctx_get_current = launch, get
+        self.launch_ex = getattr(lib, "cuLaunchKernelEx", None)   # (config*, CUfunction, void** params, void** extra)
+        self.ctx_get_current = lib.cuCtxGetCurrent                # (CUcontext*)
+        for fn in (self.launch_ex, self.ctx_get_current):
+            if fn is not None:
+                fn.restype = ctypes.c_int
+
+    @classmethod
+    def from_libcuda(cls) -> _HotPath:
+        try:
+            return cls(ctypes.CDLL("libcuda.so.1"))
+        except OSError:
+            return cls()
 
     def current_context(self) -> int:
-        ctx = ctypes.c_void_p()
-        err = self.ctx_get_current(ctypes.byref(ctx))
+        """The calling thread's current ``CUcontext`` as an int (0: none).  The output buffer is per
+        thread: ctypes releases the GIL during the call, so a shared one could be overwritten."""
+        try:
+            ctx, ref = self._out.buf
+        except AttributeError:                  # this thread's first query
+            ctx = ctypes.c_void_p()
+            ref = ctypes.pointer(ctx)
+            self._out.buf = (ctx, ref)
+        err = self.ctx_get_current(ref)
         if err:
             raise NovaRuntimeError(f"querying the current context: CUDA error {err}")
         return ctx.value or 0
 
 
-_hot: _HotPath | None = None
+_hot = _HotPath()              # replaced by the libcuda-backed one when the driver initialises
 
 
 def cuda():
@@ -91,7 +106,7 @@ def cuda():
         if err != driver.CUresult.CUDA_SUCCESS or count == 0:
             raise NoGPUError("the driver sees no CUDA device (check CUDA_VISIBLE_DEVICES)")
         global _hot
-        _hot = _HotPath()
+        _hot = _HotPath.from_libcuda()
         _cu = driver
         return _cu
 
@@ -139,7 +154,7 @@ class Device:
     smem_optin: int                     # max dynamic smem per block with the opt-in attribute
     context: object = field(repr=False)
 
-    @property
+    @functools.cached_property
     def context_handle(self) -> int:
         return int(self.context)
 
@@ -150,11 +165,11 @@ class Device:
     def make_current(self):
         """Bind our primary context to the calling thread unless it already is (torch's usually is).
 
-        Returns the other context that was current (to hand to ``restore_context``), else None."""
+        Returns the other context that was current (to hand to ``restore_context``), else None.
+        The usual case costs one ctypes call (``cuCtxGetCurrent``) and an int comparison."""
+        if _hot.ctx_get_current is not None and _hot.current_context() == self.context_handle:
+            return None
         cu = _cu
-        if _hot is not None and _hot.ctx_get_current is not None:
-            if _hot.current_context() == self.context_handle:     # the usual case: nothing to do
-                return None
         current = check(cu.cuCtxGetCurrent(), f"querying the current context on {self.name}")
         if current is not None and int(current) == int(self.context):
             return None
@@ -214,6 +229,35 @@ def arch_cc(arch: str) -> tuple[int, int, bool]:
 
 
 # --------------------------------------------------------------------------- kernels
+class LaunchConfig(ctypes.Structure):
+    """``CUlaunchConfig`` (cuda.h, CUDA 12.0+): geometry and stream of one ``cuLaunchKernelEx``."""
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p), ("attrs", ctypes.c_void_p),
+                ("numAttrs", ctypes.c_uint)]
+
+
+class LaunchSlot:
+    """One thread's launch buffers for one kernel, built once and refilled on every launch:
+    ``values[i]`` holds pointer argument i, ``params[i]`` points at it (the ``kernelParams`` array),
+    ``config`` holds the geometry and the stream, ``args`` are ``cuLaunchKernelEx``'s arguments.
+
+    Why per thread: a launch fills the buffers, then calls the driver, which copies them before it
+    returns; ctypes releases the GIL during the call, so another thread launching the same kernel
+    could refill a shared buffer in between.  Not re-entrant within a thread: a signal handler or a
+    finalizer that launches the same kernel between the fill and the call would overwrite it (not
+    worth a lock on every launch)."""
+    __slots__ = ("values", "params", "config", "args")
+
+    def __init__(self, kernel: LoadedKernel, n: int):
+        self.values = (ctypes.c_uint64 * n)()
+        base = ctypes.addressof(self.values)
+        self.params = (ctypes.c_void_p * n)(*range(base, base + 8 * n, 8))
+        self.config = LaunchConfig(*kernel.grid, *kernel.block, kernel.smem_bytes, None, None, 0)
+        self.args = (ctypes.c_void_p(ctypes.addressof(self.config)), ctypes.c_void_p(kernel.function_handle),
+                     ctypes.c_void_p(ctypes.addressof(self.params)), None)
+
+
 @dataclass
 class LoadedKernel:
     """A ``CUfunction`` ready to launch, with its launch geometry and a description for errors."""
@@ -227,14 +271,12 @@ class LoadedKernel:
     what: str                                   # e.g. "gemm 4096x4096x4096 tf32 NN -> f32"
     loaded_from: str                            # "cubin" | "ptx"
     jit_log: str = ""
+    launch_slots: threading.local = field(default_factory=threading.local, repr=False, compare=False)  # per thread
 
-    @property
+    @functools.cached_property
     def function_handle(self) -> int:
         """The raw ``CUfunction`` pointer (for the ctypes launch path)."""
-        h = self.__dict__.get("_handle")
-        if h is None:
-            h = self.__dict__["_handle"] = int(self.function)
-        return h
+        return int(self.function)
 
     def geometry(self) -> str:
         g, b = self.grid, self.block
@@ -242,24 +284,26 @@ class LoadedKernel:
         return f"grid {g[0]}x{g[1]}x{g[2]}, block {block}, smem {self.smem_bytes / 1024:.0f} KB"
 
     def launch(self, pointers, stream: int = 0) -> None:
-        """Launch with bare 64-bit pointer arguments, asynchronously on ``stream`` (0 = legacy default)."""
-        cu = _cu
-        n = len(pointers)
-        values = (ctypes.c_uint64 * n)(*pointers)       # the argument values...
-        base = ctypes.addressof(values)
-        args = (ctypes.c_void_p * n)(*range(base, base + 8 * n, 8))   # ...and kernelParams[i] -> value i
-        g, b = self.grid, self.block
-        if _hot is not None and _hot.launch is not None:
-            err = _hot.launch(self.function_handle, g[0], g[1], g[2], b[0], b[1], b[2], self.smem_bytes,
-                              stream or None, ctypes.addressof(args), None)
-            if err:
-                err = cu.CUresult(err)
+        """Launch with bare 64-bit pointer arguments, asynchronously on ``stream`` (0 = legacy default).
+
+        Hot path: refill this thread's ``LaunchSlot`` and make one ``cuLaunchKernelEx`` ctypes call."""
+        try:
+            slot = self.launch_slots.slot
+            slot.values[:] = pointers
+        except (AttributeError, ValueError):    # this thread's first launch, or another argument count
+            slot = self.launch_slots.slot = LaunchSlot(self, len(pointers))
+            slot.values[:] = pointers
+        slot.config.hStream = stream
+        if _hot.launch_ex is not None:
+            err = _hot.launch_ex(*slot.args)
         else:
+            cu = _cu
+            g, b = self.grid, self.block
             (err,) = cu.cuLaunchKernel(self.function, g[0], g[1], g[2], b[0], b[1], b[2], self.smem_bytes,
-                                       cu.CUstream(stream), ctypes.addressof(args), 0)
-        if err and err != cu.CUresult.CUDA_SUCCESS:
+                                       cu.CUstream(stream), ctypes.addressof(slot.params), 0)
+        if err:
             raise NovaRuntimeError(f"launching {self.what} ({self.geometry()}) on {self.device.name}: "
-                                   f"{error_text(err)}")
+                                   f"{error_text(_cu.CUresult(int(err)))}")
 
 
 _kernels: dict[tuple[int, str], LoadedKernel] = {}
