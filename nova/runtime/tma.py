@@ -107,6 +107,8 @@ class HopperGemm:
         # nearest while copying (measured); ``tmap_f32_type`` overrides it (experiments only)
         self.map_type = tmap_f32_type or h.get("tensor_map_type", self.storage)
         self.workspaces: dict[int, dict[str, int]] = {}     # stream -> operand -> device buffer
+        self.maps: dict[str, dict[int, int]] = {"a": {}, "b": {}}   # operand -> its pointer -> device tensor map
+        self.stream_plans: dict[int, tuple] = {}            # stream -> stream_plan(stream)
 
     def workspace(self, stream: int) -> dict[str, int]:
         """The prep buffers of ``stream``: one set per stream, so calls of the same problem on two
@@ -129,18 +131,42 @@ class HopperGemm:
             driver.restore_context(previous)
         return self.workspaces.setdefault(stream, ws)
 
-    def run(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None = None, stream: int = 0,
-            skip_prep: bool = False) -> None:
-        src = {"a": a_ptr, "b": b_ptr}
-        ws = self.workspace(stream) if self.preps else {}
-        maps = []
-        for op in ("a", "b"):
-            if op in self.preps:
-                if not skip_prep:
-                    self.preps[op].launch([src[op], ws[op]], stream)
-                src[op] = ws[op]
+    def tensor_map(self, op: str, ptr: int) -> int:
+        """The device tensor map of operand ``op`` at ``ptr``.  Memoised here by pointer alone (the
+        shape, box and type are this kernel's): one int-keyed lookup per call instead of building
+        ``device_tensor_map``'s key, which shares the maps process-wide."""
+        hit = self.maps[op].get(ptr)
+        if hit is None:
             o = self.operands[op]
             box_cols, box_rows = o["box"]
-            maps.append(device_tensor_map(self.device, src[op], self.map_type, o["rows"], o["cols"], box_rows, box_cols))
-        args = maps + [c_ptr] + ([bias_ptr] if bias_ptr is not None else [])
-        self.main.launch(args, stream)
+            hit = device_tensor_map(self.device, ptr, self.map_type, o["rows"], o["cols"], box_rows, box_cols)
+            self.maps[op][ptr] = hit
+        return hit
+
+    def stream_plan(self, stream: int) -> tuple[tuple, tuple]:
+        """``(preps, maps)`` of ``stream``: the prep launches as (kernel, operand index, workspace) and
+        the tensor maps of [a, b] that are fixed on this stream (a prepped operand is read from the
+        stream's workspace, which never moves), None where the map follows the caller's pointer."""
+        plan = self.stream_plans.get(stream)
+        if plan is None:
+            ws = self.workspace(stream) if self.preps else {}
+            preps = tuple((kernel, "ab".index(op), ws[op]) for op, kernel in self.preps.items())
+            maps = tuple(self.tensor_map(op, ws[op]) if op in ws else None for op in "ab")
+            plan = self.stream_plans.setdefault(stream, (preps, maps))
+        return plan
+
+    def main_args(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None, maps: tuple) -> tuple:
+        """The GEMM kernel's arguments ``(tmap_a, tmap_b, C[, bias])``; ``maps`` from ``stream_plan``."""
+        args = (maps[0] or self.tensor_map("a", a_ptr), maps[1] or self.tensor_map("b", b_ptr), c_ptr)
+        return args if bias_ptr is None else args + (bias_ptr,)
+
+    def run(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None = None, stream: int = 0,
+            skip_prep: bool = False) -> None:
+        """Enqueue the prep kernels (if any) and the GEMM on ``stream``: per call, one stream-plan
+        lookup, the prep launches, a tensor-map lookup per unprepped operand and the GEMM launch
+        (``skip_prep``: benchmarks of the GEMM alone)."""
+        preps, maps = self.stream_plan(stream)
+        if not skip_prep:
+            for kernel, op, workspace in preps:
+                kernel.launch(((a_ptr, b_ptr)[op], workspace), stream)
+        self.main.launch(self.main_args(a_ptr, b_ptr, c_ptr, bias_ptr, maps), stream)
