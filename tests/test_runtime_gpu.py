@@ -127,6 +127,29 @@ def test_matmul_on_a_side_stream(kernels):
     assert rel_fro(torch, out, reference(torch, a, b, None, "none")) < TOLERANCE["tf32"]
 
 
+def test_signature_hits_on_real_tensors(kernels):
+    """Repeated calls take the signature-cache path: new data and a new output every call, the
+    current stream read every call, and a misaligned view of the same signature still rejected."""
+    torch = pytest.importorskip("torch")
+    M = N = K = 256
+    results = []
+    s = torch.cuda.Stream()
+    for seed in (21, 22, 23):
+        a, b, _, _ = make_inputs(torch, M, N, K, "tf32", False, False, seed=seed)
+        with torch.cuda.stream(s if seed == 23 else torch.cuda.current_stream()):
+            results.append((nova.matmul(a, b), reference(torch, a, b, None, "none")))
+    torch.cuda.synchronize()
+    assert len({c.data_ptr() for c, _ in results}) == 3
+    for c, ref in results:
+        assert rel_fro(torch, c, ref) < TOLERANCE["tf32"]
+    resolved = mm._plans[mm.signature(a, b, None, None, "none", None, False)].resolved
+    if resolved.hopper is None or "a" not in resolved.hopper.preps:   # rejected on the host, before A is read
+        a_bad = torch.randn(M * K + 1, device="cuda")[1:].view(M, K)     # 4 bytes past an allocation
+        with pytest.raises((ValueError, driver.NovaRuntimeError), match="aligned"):
+            nova.matmul(a_bad, b)
+        torch.cuda.synchronize()
+
+
 def test_validation_errors_on_real_tensors():
     torch = pytest.importorskip("torch")
     a = torch.randn(64, 32, device="cuda")

@@ -4,14 +4,17 @@ Flow on the first call for a (problem, target, device): resolve the target (``NO
 the device name matched to a preset, else ``hwmodel.from_device()``), ``configure`` a schedule,
 look the structural key up in the kernel cache (compile on a miss unless offline), load the
 ``CUfunction``.  The result is memoised per process, so later calls skip the configurator (sympy),
-hashing and disk entirely: they cost attribute reads, one dict lookup and the launch itself.
+hashing and disk entirely.  Calls on plain torch tensors go further: a signature cache keyed on
+dtypes, shapes, strides, devices and options (``signature``) skips matmul's checks as well, so a
+repeated call costs a few attribute reads, one dict lookup, the alignment check and the launch.
 """
 from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from nova.configurator.problem import GemmProblem
 from nova.runtime import driver, tensors
@@ -69,6 +72,19 @@ def resolve_target(target=None, device: Device | None = None):
     return _get_target(preset) if preset else _from_device(device.ordinal)
 
 
+_environ = getattr(os.environ, "_data", None)        # CPython: the dict behind os.environ (encoded keys)
+_NOVA_TARGET_KEY = os.environ.encodekey("NOVA_TARGET") if _environ is not None else None
+
+
+def env_target():
+    """``$NOVA_TARGET`` as stored (None when unset), read on every call.  From the dict behind
+    ``os.environ`` because ``os.environ.get`` raises and catches a KeyError when the variable is
+    unset: ~1 us, a large share of a signature-cache hit."""
+    if _environ is not None:
+        return _environ.get(_NOVA_TARGET_KEY)
+    return os.environ.get("NOVA_TARGET")
+
+
 _targets: dict[tuple, object] = {}
 
 
@@ -76,7 +92,7 @@ def _runtime_target(target, device: Device):
     """``resolve_target`` memoised (the env var is part of the memo key, so changing it works)."""
     if target is not None and not isinstance(target, str):
         return target
-    memo = (target, os.environ.get("NOVA_TARGET"), device.ordinal)
+    memo = (target, env_target(), device.ordinal)
     model = _targets.get(memo)
     if model is None:
         model = _targets[memo] = resolve_target(target, device)
@@ -96,33 +112,44 @@ class ResolvedKernel:
     slots: tuple[str, ...]           # kernel argument order, lower-case: ("a", "b", "c"[, "bias"])
     zero_output: bool
     hopper: object = None            # issue 4: nova.runtime.tma.HopperGemm for wgmma artifacts (tensor-map ABI)
+    alignment: tuple[int, ...] = field(init=False, repr=False)   # bytes A, B, C, bias must be aligned to
+
+    def __post_init__(self):
+        self.alignment = tuple(v * e for _, v, e in self.vector_accesses()) if self.hopper is None else ()
+
+    def vector_accesses(self) -> tuple[tuple[str, int, int], ...]:
+        """(argument, vector elements, element bytes) of the mma.sync kernel's pointer arguments."""
+        s, p = self.schedule, self.problem
+        return (("A", s.vector_a, p.in_bytes), ("B", s.vector_b, p.in_bytes), ("C", s.vector_c, p.out_bytes),
+                ("bias", s.vector_c, tensors.ELEMENT_BYTES[bias_storage(p)]))
+
+    def check_alignment(self, *pointers) -> None:
+        """Raise the ValueError of the first pointer the kernel's vector accesses cannot use."""
+        for (name, vector, elem_bytes), ptr in zip(self.vector_accesses(), pointers):
+            if ptr is not None:
+                tensors.check_alignment(name, ptr, vector, elem_bytes)
 
     def run(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None = None, stream: int = 0) -> None:
-        """Enqueue (zero C if split-K needs it, then) the kernel on ``stream``; no synchronisation."""
+        """Enqueue (zero C if split-K needs it, then) the kernel on ``stream``; no synchronisation.
+        Per call: one modulo per pointer (a sliced view may be misaligned), the context check, the launch(es).
+        The mma.sync kernel's arguments are (a, b, c[, bias]) in that order (``slots``, checked at load)."""
         p = self.problem
-        if p.bias and bias_ptr is None:
+        if bias_ptr is None and p.bias:
             raise ValueError(f"{p.describe()} adds a bias: pass bias_ptr")
-        if self.hopper is not None:  # Hopper hook (issue 4): prep passes + tensor maps + wgmma kernel
-            previous = self.kernel.device.make_current()
-            try:
-                self.hopper.run(a_ptr, b_ptr, c_ptr, bias_ptr, stream)
-            finally:
-                if previous is not None:
-                    driver.restore_context(previous)
-            return
-        s = self.schedule
-        tensors.check_alignment("A", a_ptr, s.vector_a, p.in_bytes)
-        tensors.check_alignment("B", b_ptr, s.vector_b, p.in_bytes)
-        tensors.check_alignment("C", c_ptr, s.vector_c, p.out_bytes)
-        if bias_ptr is not None:
-            tensors.check_alignment("bias", bias_ptr, s.vector_c, tensors.ELEMENT_BYTES[bias_storage(p)])
-        args = {"a": a_ptr, "b": b_ptr, "c": c_ptr, "bias": bias_ptr}
+        hopper = self.hopper
+        if hopper is None:
+            al = self.alignment
+            if a_ptr % al[0] or b_ptr % al[1] or c_ptr % al[2] or (bias_ptr is not None and bias_ptr % al[3]):
+                self.check_alignment(a_ptr, b_ptr, c_ptr, bias_ptr)
         previous = self.kernel.device.make_current()
         try:
+            if hopper is not None:    # Hopper hook (issue 4): prep passes + tensor maps + wgmma kernel
+                hopper.run(a_ptr, b_ptr, c_ptr, bias_ptr, stream)
+                return
             if self.zero_output:
                 driver.memset_async(c_ptr, p.M * p.N, p.out_bytes, stream,
                                     f"zeroing the output of {p.describe()} before its split-K launch")
-            self.kernel.launch([args[name] for name in self.slots], stream)
+            self.kernel.launch((a_ptr, b_ptr, c_ptr, bias_ptr) if p.bias else (a_ptr, b_ptr, c_ptr), stream)
         finally:
             if previous is not None:
                 driver.restore_context(previous)
@@ -165,11 +192,60 @@ def resolve_kernel(problem: GemmProblem, target=None, device: Device | None = No
 
 
 def reset() -> None:
-    """Forget memoised targets and kernels (e.g. after changing NOVA_CACHE_DIR or offline mode)."""
+    """Forget memoised targets, kernels and call signatures (e.g. after changing NOVA_CACHE_DIR or
+    offline mode)."""
+    global _torch_types
     with _lock:
         _kernels.clear()
         _targets.clear()
         _problems.clear()
+        _plans.clear()
+        _torch_types = frozenset()
+
+
+# --------------------------------------------------------------------------- signature cache
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a repeated ``matmul`` call signature needs per call, decided once by the general path."""
+    resolved: ResolvedKernel
+    empty: object                    # () -> a new output tensor (shape, dtype and device bound)
+    stream: object                   # () -> the framework's current stream on the tensors' device
+
+
+_plans: dict[tuple, Plan] = {}
+_torch_types: frozenset = frozenset()
+
+
+def plain_torch_types() -> frozenset:
+    """``torch.Tensor`` and ``torch.nn.Parameter`` (empty before torch is imported): exact types
+    only, since a subclass may redefine the attributes a signature reads."""
+    global _torch_types
+    if not _torch_types and "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        _torch_types = frozenset((torch.Tensor, torch.nn.Parameter))
+    return _torch_types
+
+
+def signature(a, b, out, bias, activation, target, tf32_fast) -> tuple | None:
+    """The signature-cache key of a ``matmul`` call on plain torch tensors; None for anything else.
+
+    It holds every input of matmul's checks and kernel choice except the data pointers: each
+    tensor's dtype, shape, strides and device (``get_device()``, -1 off the GPU: such a call fails,
+    so it is never cached), the options and ``$NOVA_TARGET``.  Pointers change from call to call;
+    ``ResolvedKernel.run`` checks their alignment every time."""
+    fast = plain_torch_types()
+    if type(a) not in fast or type(b) not in fast or type(activation) is not str or \
+            not (target is None or type(target) is str):
+        return None
+    o = c = None                     # out's and bias's metadata; False: another kind of object
+    if out is not None:
+        o = (out.dtype, out.shape, out.stride(), out.get_device()) if type(out) in fast else False
+    if bias is not None:
+        c = (bias.dtype, bias.shape, bias.stride(), bias.get_device()) if type(bias) in fast else False
+    if o is False or c is False:
+        return None
+    return (a.dtype, a.shape, a.stride(), a.get_device(), b.dtype, b.shape, b.stride(), b.get_device(),
+            o, c, activation, target, bool(tf32_fast), env_target())
 
 
 # --------------------------------------------------------------------------- entry points
@@ -191,7 +267,20 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
     ``__cuda_array_interface__``/``__dlpack__``.  float32 runs on TF32 tensor cores; bfloat16 and
     float16 likewise.  A transposed view (``x.T`` of a contiguous matrix) is read in place.
     Runs on the framework's current stream (torch, cupy) or the legacy default stream; no sync.
+
+    Repeated calls on plain torch tensors with the same dtypes, shapes, strides, devices and options
+    skip the checks and the kernel lookup below (``signature``): they read the data pointers, check
+    their alignment, allocate ``out`` if needed, read the current stream and launch.
     """
+    key = signature(a, b, out, bias, activation, target, tf32_fast)
+    plan = _plans.get(key) if key is not None else None
+    if plan is not None:
+        if out is None:
+            out = plan.empty()
+        plan.resolved.run(a.data_ptr(), b.data_ptr(), out.data_ptr(), None if bias is None else bias.data_ptr(),
+                          plan.stream())
+        return out
+
     ta, tb = tensors.describe(a, "a"), tensors.describe(b, "b")
     M, K, trans_a = tensors.gemm_operand(ta, "[M, K]")
     K_b, N, trans_b = tensors.gemm_operand(tb, "[K, N]")
@@ -217,8 +306,11 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
     if to is None:
         out = tensors.empty(ta, (M, N), problem.out_dtype)
         to = tensors.describe(out, "out")
-    # alignment of A, B, C and bias is checked once, in ResolvedKernel.run
-    resolved.run(ta.ptr, tb.ptr, to.ptr, tbias.ptr if tbias is not None else None, tensors.current_stream(ta))
+    stream = tensors.stream_source(ta)
+    # alignment of A, B, C and bias is checked in ResolvedKernel.run, on every call
+    resolved.run(ta.ptr, tb.ptr, to.ptr, tbias.ptr if tbias is not None else None, stream())
+    if key is not None:            # validated and launched: this signature takes the short path from now on
+        _plans[key] = Plan(resolved, tensors.allocator(ta, (M, N), problem.out_dtype), stream)
     return out
 
 

@@ -9,6 +9,7 @@ alignment) or ``TypeError`` (kind of object, element type) naming the tensor and
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 from dataclasses import dataclass
 
@@ -222,30 +223,47 @@ def check_alignment(name: str, ptr: int, vector: int, elem_bytes: int) -> None:
 
 
 # --------------------------------------------------------------------------- framework services
-def current_stream(t: TensorInfo) -> int:
-    """The framework's current stream on ``t``'s device; 0 (legacy default stream) otherwise."""
+# Each service comes as a function that returns a callable: matmul's signature cache keeps the
+# callable, so a repeated call neither re-decides the framework nor rebuilds the arguments.
+def stream_source(t: TensorInfo):
+    """``() -> int``: the framework's current stream on ``t``'s device; 0 (legacy default stream) otherwise.
+    The callable holds no reference to ``t``'s array (a cached one must not keep it alive)."""
+    device = t.device
     if t.framework == "torch":
         torch = sys.modules["torch"]
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)    # ~10x cheaper than current_stream()
-        if raw is not None:
-            return raw(t.device if t.device is not None else torch.cuda.current_device())
-        return torch.cuda.current_stream(t.device).cuda_stream
+        if raw is None:
+            return lambda: torch.cuda.current_stream(device).cuda_stream
+        if device is None:
+            return lambda: raw(torch.cuda.current_device())
+        return functools.partial(raw, device)
     if t.framework == "cupy":
-        return sys.modules["cupy"].cuda.get_current_stream().ptr
-    return 0
+        cuda = sys.modules["cupy"].cuda
+        return lambda: cuda.get_current_stream().ptr
+    return lambda: 0
 
 
-def empty(like: TensorInfo, shape: tuple[int, ...], storage: str):
-    """A new uninitialised GPU array in ``like``'s framework and device."""
+def allocator(like: TensorInfo, shape: tuple[int, ...], storage: str):
+    """``() -> array``: a new uninitialised GPU array of ``shape`` in ``like``'s framework and
+    device (holding no reference to ``like``'s array)."""
     if like.framework == "torch":
         torch = sys.modules["torch"]
         dt = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[storage]
-        return torch.empty(shape, dtype=dt, device=like.keepalive.device)
+        return functools.partial(torch.empty, shape, dtype=dt, device=like.keepalive.device)
     if like.framework == "cupy":
         cupy = sys.modules["cupy"]
         if storage == "bf16":
             raise TypeError(f"cupy has no bfloat16 arrays; pass out=... for a bf16 result of {like}")
-        with cupy.cuda.Device(like.device):
-            return cupy.empty(shape, dtype={"f32": cupy.float32, "f16": cupy.float16}[storage])
+        dt, device = {"f32": cupy.float32, "f16": cupy.float16}[storage], like.device
+
+        def empty():
+            with cupy.cuda.Device(device):
+                return cupy.empty(shape, dtype=dt)
+        return empty
     raise TypeError(f"Nova can allocate outputs only for torch and cupy inputs; pass out=... "
                     f"(a {storage} array of shape {list(shape)}) for {like}")
+
+
+def empty(like: TensorInfo, shape: tuple[int, ...], storage: str):
+    """A new uninitialised GPU array in ``like``'s framework and device."""
+    return allocator(like, shape, storage)()

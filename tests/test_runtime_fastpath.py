@@ -1,0 +1,320 @@
+"""CPU tests of the host fast path: matmul's signature cache (with a fake torch module), the
+per-thread launch buffers of ``LoadedKernel.launch`` and the context check (with a fake libcuda
+made of ctypes callbacks, so the real ctypes calls run), and ``HopperGemm.run``'s memoised maps."""
+# ruff: noqa: F811  (the fixtures of test_runtime_cache are imported here; tests take them as arguments)
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+import time
+import types
+
+import pytest
+
+import nova
+from nova.runtime import driver, matmul as mm, tensors, tma
+from test_runtime_cache import fake_device, fake_gpu, fake_stack, make_artifact, online_and_fresh  # noqa: F401
+
+
+# --------------------------------------------------------------------------- a fake torch
+class FakeDtype:
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"torch.{self.name}"
+
+
+class FakeTensor:
+    """The attributes of a CUDA torch.Tensor that Nova reads; ``device_index`` -1 is a CPU tensor."""
+
+    def __init__(self, shape, dtype, ptr, strides=None, device_index=0):
+        self.shape, self.dtype, self.ptr, self.device_index = tuple(shape), dtype, ptr, device_index
+        self.strides = strides or tensors._c_strides(self.shape)
+
+    is_cuda = property(lambda self: self.device_index >= 0)
+    device = property(lambda self: types.SimpleNamespace(index=self.device_index if self.is_cuda else None,
+                                                         type="cuda" if self.is_cuda else "cpu"))
+
+    def stride(self):
+        return self.strides
+
+    def data_ptr(self):
+        return self.ptr
+
+    def get_device(self):
+        return self.device_index
+
+
+@pytest.fixture
+def torch(monkeypatch):
+    """``sys.modules["torch"]``: tensors, Parameter, empty() (fresh aligned pointers) and the raw stream."""
+    fake = types.ModuleType("torch")
+    fake.float32, fake.bfloat16, fake.float16, fake.float64 = (FakeDtype(n) for n in
+                                                               ("float32", "bfloat16", "float16", "float64"))
+    fake.Tensor = FakeTensor
+    fake.nn = types.SimpleNamespace(Parameter=type("Parameter", (FakeTensor,), {}))
+    fake.next_ptr, fake.stream = 0x900000, 0
+    fake.allocations = []
+
+    def empty(shape, dtype, device):
+        fake.next_ptr += 0x100000
+        fake.allocations.append((shape, dtype, device.index))
+        return FakeTensor(shape, dtype, fake.next_ptr, device_index=device.index)
+    fake.empty = empty
+    fake._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: fake.stream)
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    mm.reset()
+    return fake
+
+
+def launches():
+    """Every (pointers, stream) launched so far, over all fake kernels."""
+    return [x for r in mm._kernels.values() for x in r.kernel.launches]
+
+
+def general_path_error(call):
+    """The message the general path raises for ``call`` (signature cache empty)."""
+    mm._plans.clear()
+    with pytest.raises(Exception) as info:
+        call()
+    return type(info.value), str(info.value)
+
+
+# --------------------------------------------------------------------------- signature cache
+def test_hit_skips_validation_and_reads_pointers_and_stream_per_call(fake_stack, torch, monkeypatch):
+    a, b = FakeTensor((64, 32), torch.float32, 0x10000), FakeTensor((32, 48), torch.float32, 0x20000)
+    out = FakeTensor((64, 48), torch.float32, 0x30000)
+    assert nova.matmul(a, b, out=out) is out
+    c0 = nova.matmul(a, b)                                  # another signature: no out
+    assert len(mm._plans) == 2 and len(fake_stack.configured) == 1
+    monkeypatch.setattr(tensors, "describe", lambda *a: pytest.fail("a signature hit described a tensor"))
+    a2, out2 = FakeTensor((64, 32), torch.float32, 0x50000), FakeTensor((64, 48), torch.float32, 0x60000)
+    torch.stream = 0x77
+    assert nova.matmul(a2, b, out=out2) is out2
+    c = nova.matmul(a2, b)                                  # allocated on the hit path, like the general path
+    assert (c.shape, c.dtype, c.device_index) == ((64, 48), torch.float32, 0) and c.ptr != c0.ptr
+    assert torch.allocations == [((64, 48), torch.float32, 0)] * 2
+    assert launches() == [((0x10000, 0x20000, 0x30000), 0), ((0x10000, 0x20000, c0.ptr), 0),
+                                    ((0x50000, 0x20000, 0x60000), 0x77), ((0x50000, 0x20000, c.ptr), 0x77)]
+    assert len(fake_stack.configured) == 1 and len(mm._plans) == 2
+
+
+def test_hit_rechecks_alignment_with_the_general_paths_message(fake_stack, torch):
+    a, b = FakeTensor((64, 32), torch.float32, 0x10000), FakeTensor((32, 48), torch.float32, 0x20000)
+    out = FakeTensor((64, 48), torch.float32, 0x30000)
+    nova.matmul(a, b, out=out)
+    bad = FakeTensor((64, 32), torch.float32, 0x10004)                        # a sliced view: same signature
+    with pytest.raises(ValueError) as info:
+        nova.matmul(bad, b, out=out)
+    assert len(mm._plans) == 1                                                 # it was a hit...
+    assert (ValueError, str(info.value)) == general_path_error(lambda: nova.matmul(bad, b, out=out))  # ...same error
+    assert "A: device pointer 0x10004 is not 16-byte aligned" in str(info.value)
+    nova.matmul(a, b, out=out)
+    misaligned_out = FakeTensor((64, 48), torch.float32, 0x30004)
+    with pytest.raises(ValueError, match="C: device pointer 0x30004 is not 8-byte aligned"):
+        nova.matmul(a, b, out=misaligned_out)
+
+
+def test_changed_strides_dtype_or_device_take_the_general_path(fake_stack, torch):
+    a, b = FakeTensor((64, 32), torch.float32, 0x10000), FakeTensor((32, 48), torch.float32, 0x20000)
+    nova.matmul(a, b)
+    bt = FakeTensor((32, 48), torch.float32, 0x20000, strides=(1, 32))     # the transpose of a [48, 32] matrix
+    nova.matmul(a, bt)
+    assert [p.trans_b for p in fake_stack.configured] == [False, True]
+    cases = [
+        lambda: nova.matmul(a, FakeTensor((32, 48), torch.float32, 0x20000, strides=(96, 2))),   # neither layout
+        lambda: nova.matmul(a, FakeTensor((32, 48), torch.bfloat16, 0x20000)),                  # mixed dtypes
+        lambda: nova.matmul(a, FakeTensor((32, 48), torch.float32, 0x20000, device_index=-1)),  # on the CPU
+        lambda: nova.matmul(a, FakeTensor((32, 48), torch.float32, 0x20000, device_index=1)),   # other GPU
+        lambda: nova.matmul(a, b, out=FakeTensor((64, 48), torch.float64, 0x30000)),            # wrong out dtype
+        lambda: nova.matmul(a, b, bias=FakeTensor((47,), torch.float32, 0x40000)),              # wrong bias length
+    ]
+    patterns = ["neither row-major", "different element types", "not on a CUDA GPU", "a is on cuda:0 but b is on cuda:1",
+                "expected element type f32", "length N=48"]
+    for call, pattern in zip(cases, patterns):
+        for _ in range(2):                                                  # a failed call is never cached
+            with pytest.raises((ValueError, TypeError), match=pattern):
+                call()
+    assert len(mm._plans) == 2
+
+
+def test_parameters_hit_subclasses_and_other_objects_do_not(fake_stack, torch):
+    a, b = FakeTensor((64, 32), torch.float32, 0x10000), torch.nn.Parameter((32, 48), torch.float32, 0x20000)
+    nova.matmul(a, b)
+    assert len(mm._plans) == 1
+    Sub = type("Sub", (FakeTensor,), {})
+    nova.matmul(Sub((64, 32), torch.float32, 0x10000), b)                 # works, through the general path
+    assert mm.signature(Sub((1, 1), torch.float32, 0), b, None, None, "none", None, False) is None
+    assert mm.signature(a, b, None, None, "none", types.SimpleNamespace(name="h200"), False) is None  # a model
+    assert len(mm._plans) == 1
+
+
+def test_bias_and_options_are_part_of_the_signature(fake_stack, torch):
+    a, b = FakeTensor((64, 32), torch.float32, 0x10000), FakeTensor((32, 48), torch.float32, 0x20000)
+    bias = FakeTensor((48,), torch.float32, 0x40000)
+    nova.matmul(a, b, bias=bias, activation="relu")
+    nova.matmul(a, b, bias=bias, activation="relu")
+    nova.matmul(a, b, bias=bias, activation="gelu")
+    nova.matmul(a, b, tf32_fast=True)
+    got = [(p.bias, p.activation, p.tf32_rounding) for p in fake_stack.configured]
+    assert got == [(True, "relu", "rna"), (True, "gelu", "rna"), (False, "none", "truncate")]
+    assert [ptrs[3] for ptrs, _ in launches() if len(ptrs) == 4] == [0x40000] * 3
+
+
+def test_nova_target_change_and_reset(fake_stack, torch, monkeypatch):
+    a, b = FakeTensor((64, 32), torch.float32, 0x10000), FakeTensor((32, 48), torch.float32, 0x20000)
+    nova.matmul(a, b)
+    monkeypatch.setenv("NOVA_TARGET", "h100")                 # no reset needed: the variable is in the key
+    nova.matmul(a, b)
+    assert sorted(r.target.name for r in mm._kernels.values()) == ["h100", "h200"]
+    monkeypatch.delenv("NOVA_TARGET")
+    nova.matmul(a, b)
+    assert len(mm._plans) == 2 and len(fake_stack.loads) == 2
+    mm.reset()                                                # e.g. after changing NOVA_CACHE_DIR
+    assert not mm._plans
+    nova.matmul(a, b)
+    assert len(fake_stack.loads) == 3 and len(mm._plans) == 1
+
+
+def test_env_target_follows_os_environ(monkeypatch):
+    monkeypatch.delenv("NOVA_TARGET", raising=False)
+    assert mm.env_target() is None
+    monkeypatch.setenv("NOVA_TARGET", "h100")
+    assert mm.env_target() in ("h100", b"h100")
+
+
+# --------------------------------------------------------------------------- launch buffers, fake libcuda
+LAUNCH_EX = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+CTX_GET = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+
+
+@pytest.fixture
+def fake_libcuda(monkeypatch):
+    """``driver._hot`` bound to ctypes callbacks: the driver reads CUlaunchConfig and kernelParams
+    when called (as cuLaunchKernelEx does: it copies them before returning)."""
+    state = types.SimpleNamespace(launches=[], result=0, nargs=3, delay=0.0, context=0x1234)
+
+    def launch_ex(config, function, params, extra):
+        if state.delay:
+            time.sleep(state.delay)          # widen the window between the caller's fill and this copy
+        c = driver.LaunchConfig.from_address(config)
+        argv = (ctypes.c_void_p * state.nargs).from_address(params)
+        state.launches.append({
+            "thread": threading.get_ident(), "function": function, "extra": extra, "stream": c.hStream or 0,
+            "geometry": (c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX, c.blockDimY, c.blockDimZ, c.sharedMemBytes),
+            "attrs": (c.attrs, c.numAttrs), "args": tuple(ctypes.c_uint64.from_address(p).value for p in argv)})
+        return state.result
+
+    def ctx_get(out):
+        ctypes.c_void_p.from_address(out).value = state.context
+        return 0
+
+    keep = (LAUNCH_EX(launch_ex), CTX_GET(ctx_get))
+    monkeypatch.setattr(driver, "_hot", driver._HotPath(types.SimpleNamespace(cuLaunchKernelEx=keep[0],
+                                                                              cuCtxGetCurrent=keep[1])))
+    monkeypatch.setattr(driver, "_cu", types.SimpleNamespace(   # only error_text may reach cuda-bindings
+        CUresult=lambda v: v, cuGetErrorName=lambda e: (0, b"CUDA_ERROR_INVALID_VALUE"),
+        cuGetErrorString=lambda e: (0, b"invalid argument")))
+    state.keep = keep
+    return state
+
+
+def loaded_kernel(device=None):
+    return driver.LoadedKernel(0x66, None, device or fake_device(), "nova_gemm", (64, 2, 1), (384, 1, 1), 99840,
+                               "gemm 64x64x64 tf32 NN -> f32", "cubin")
+
+
+def test_launch_fills_kernel_params_and_config(fake_libcuda):
+    k = loaded_kernel()
+    k.launch([0x1000, 0x2000, 0x3000], stream=7)
+    k.launch((0xA000, 0xB000, 0xC000), 0)
+    first, second = fake_libcuda.launches
+    assert first == {"thread": threading.get_ident(), "function": 0x66, "extra": None, "stream": 7,
+                     "geometry": (64, 2, 1, 384, 1, 1, 99840), "attrs": (None, 0), "args": (0x1000, 0x2000, 0x3000)}
+    assert (second["args"], second["stream"]) == ((0xA000, 0xB000, 0xC000), 0)
+    slot = k.launch_slots.slot
+    fake_libcuda.nargs = 2
+    k.launch([0x5000, 0x6000], 3)                             # another argument count: a new slot
+    assert fake_libcuda.launches[-1]["args"] == (0x5000, 0x6000) and k.launch_slots.slot is not slot
+    fake_libcuda.result = 1
+    with pytest.raises(driver.NovaRuntimeError) as info:
+        k.launch([1, 2])
+    assert str(info.value) == ("launching gemm 64x64x64 tf32 NN -> f32 (grid 64x2x1, block 384, smem 98 KB) on "
+                               "NVIDIA H200: CUDA_ERROR_INVALID_VALUE: invalid argument")
+
+
+def test_threads_never_share_launch_buffers(fake_libcuda):
+    """Each thread's launches reach the driver with its own pointers, although ctypes lets another
+    thread run between a thread's fill and the driver's copy (the delay makes that likely)."""
+    k, n_threads, n = loaded_kernel(), 4, 25
+    fake_libcuda.delay = 0.0005
+    thread_no = {}
+
+    def work(t):
+        thread_no[threading.get_ident()] = t
+        for i in range(n):
+            k.launch([t << 32 | i, t, i], stream=t)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(1, n_threads + 1)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    got = sorted((thread_no[r["thread"]], r["args"], r["stream"]) for r in fake_libcuda.launches)
+    assert got == [(t, (t << 32 | i, t, i), t) for t in range(1, n_threads + 1) for i in range(n)]
+
+
+def test_make_current_is_one_ctypes_call_when_already_current(fake_libcuda, monkeypatch):
+    dev = driver.Device(0, None, "NVIDIA H200", (9, 0), 232448, context=0x1234)
+    assert dev.make_current() is None                         # _cu has no cuCtxGetCurrent: not reached
+    fake_libcuda.context = 0x9999                             # another context: the general path takes over
+    with pytest.raises(AttributeError, match="cuCtxGetCurrent"):
+        dev.make_current()
+
+
+def test_resolved_kernel_launches_through_ctypes(fake_stack, torch, fake_libcuda, monkeypatch):
+    """matmul -> ResolvedKernel.run -> LoadedKernel.launch -> the driver, on a signature hit."""
+    dev = fake_stack.device
+    dev.context = 0x1234
+    monkeypatch.delattr(dev, "make_current")                  # the real one, with the fake cuCtxGetCurrent
+    monkeypatch.setattr(driver, "load_kernel", lambda art, d, what, key=None: loaded_kernel(d))
+    monkeypatch.setattr(driver, "memset_async", lambda *a: None)
+    a, b = FakeTensor((64, 32), torch.float32, 0x10000), FakeTensor((32, 48), torch.float32, 0x20000)
+    out = FakeTensor((64, 48), torch.float32, 0x30000)
+    nova.matmul(a, b, out=out)
+    torch.stream = 0x55
+    nova.matmul(FakeTensor((64, 32), torch.float32, 0x70000), b, out=out)
+    assert [(r["args"], r["stream"]) for r in fake_libcuda.launches] == [
+        ((0x10000, 0x20000, 0x30000), 0), ((0x70000, 0x20000, 0x30000), 0x55)]
+
+
+# --------------------------------------------------------------------------- Hopper launches
+def test_hopper_run_preps_b_and_memoises_tensor_maps(fake_gpu, monkeypatch):
+    encoded = []
+
+    def fake_map(device, ptr, dtype, rows, cols, box_rows, box_cols):
+        encoded.append((ptr, dtype, rows, cols, box_rows, box_cols))
+        return ptr + 0x8
+    monkeypatch.setattr(tma, "device_tensor_map", fake_map)
+    meta = {"hopper": {"prep_kernels": {"b": make_artifact(params=("src", "dst")).to_dict()},
+                       "operands": {"a": {"rows": 64, "cols": 32, "box": [32, 128]},
+                                    "b": {"rows": 48, "cols": 32, "box": [32, 64]}},
+                       "storage": "f32", "tensor_map_type": "tf32"}}
+    art = make_artifact(params=("tmap_a", "tmap_b", "C"))
+    art.meta.update(meta)
+    hop = tma.HopperGemm(art, fake_gpu.device, "gemm 64x48x32 tf32 NN -> f32")
+    hop.workspaces[5] = {"b": 0xB0000}                        # what workspace(5) would allocate
+    for a_ptr in (0x10000, 0x10000, 0x11000):
+        hop.run(a_ptr, 0x20000, 0x30000, None, 5)
+    hop.run(0x10000, 0x20000, 0x30000, 0x40000, 5, skip_prep=True)
+    assert hop.preps["b"].launches == [((0x20000, 0xB0000), 5)] * 3
+    assert hop.main.launches == [((0x10008, 0xB0008, 0x30000), 5), ((0x10008, 0xB0008, 0x30000), 5),
+                                 ((0x11008, 0xB0008, 0x30000), 5), ((0x10008, 0xB0008, 0x30000, 0x40000), 5)]
+    assert encoded == [(0xB0000, "tf32", 48, 32, 64, 32), (0x10000, "tf32", 64, 32, 128, 32),
+                       (0x11000, "tf32", 64, 32, 128, 32)]                     # B's: once per stream
+    hop.workspaces[6] = {"b": 0xC0000}                        # another stream: its own workspace and map
+    hop.run(0x10000, 0x20000, 0x30000, None, 6)
+    assert hop.preps["b"].launches[-1] == ((0x20000, 0xC0000), 6)
+    assert hop.main.launches[-1] == ((0x10008, 0xC0008, 0x30000), 6)
