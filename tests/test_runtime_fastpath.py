@@ -13,8 +13,9 @@ import types
 import pytest
 
 import nova
-from nova.runtime import driver, matmul as mm, tensors, tma
-from test_runtime_cache import fake_device, fake_gpu, fake_stack, make_artifact, online_and_fresh  # noqa: F401
+from nova.runtime import cache as cache_mod, driver, matmul as mm, tensors, tma
+from test_runtime_cache import (FakeArray, fake_device, fake_gpu, fake_stack, make_artifact,  # noqa: F401
+                                online_and_fresh)
 
 
 # --------------------------------------------------------------------------- a fake torch
@@ -318,3 +319,26 @@ def test_hopper_run_preps_b_and_memoises_tensor_maps(fake_gpu, monkeypatch):
     hop.run(0x10000, 0x20000, 0x30000, None, 6)
     assert hop.preps["b"].launches[-1] == ((0x20000, 0xC0000), 6)
     assert hop.main.launches[-1] == ((0x10008, 0xC0008, 0x30000), 6)
+
+
+def test_hopper_split_k_zeroes_the_output_before_the_gemm(fake_stack, monkeypatch):
+    """A Hopper artifact with zero_output (split-K: FP32 atomics into C) gets C zeroed first, on the
+    same stream, like the mma.sync kernels."""
+    events = []
+    monkeypatch.setattr(tma, "device_tensor_map", lambda device, ptr, *shape: ptr + 0x8)
+    monkeypatch.setattr(driver, "memset_async", lambda ptr, n, eb, stream, why: events.append(("zero", ptr, n, stream)))
+    run = tma.HopperGemm.run
+    monkeypatch.setattr(tma.HopperGemm, "run", lambda self, *a: events.append(("gemm",) + a[:3]) or run(self, *a))
+
+    def hopper_artifact(p, s, t):
+        art = make_artifact(zero_output=True, params=("tmap_a", "tmap_b", "C"))
+        art.meta["hopper"] = {"prep_kernels": {}, "storage": "f32", "tensor_map_type": "tf32",
+                              "operands": {"a": {"rows": 64, "cols": 32, "box": [32, 64]},
+                                           "b": {"rows": 48, "cols": 32, "box": [32, 64]}}}
+        return art
+    monkeypatch.setattr(cache_mod, "compile_artifact", hopper_artifact)
+    a, b, out = FakeArray((64, 32), ptr=0x10000), FakeArray((32, 48), ptr=0x20000), FakeArray((64, 48), ptr=0x30000)
+    nova.matmul(a, b, out=out, target="h200")
+    assert events == [("zero", 0x30000, 64 * 48, 0), ("gemm", 0x10000, 0x20000, 0x30000)]
+    [resolved] = mm._kernels.values()
+    assert resolved.hopper.main.launches == [((0x10008, 0x20008, 0x30000), 0)]

@@ -143,13 +143,13 @@ class ResolvedKernel:
                 self.check_alignment(a_ptr, b_ptr, c_ptr, bias_ptr)
         previous = self.kernel.device.make_current()
         try:
-            if hopper is not None:    # Hopper hook (issue 4): prep passes + tensor maps + wgmma kernel
-                hopper.run(a_ptr, b_ptr, c_ptr, bias_ptr, stream)
-                return
-            if self.zero_output:
+            if self.zero_output:      # split-K slices add into C (both kernel families)
                 driver.memset_async(c_ptr, p.M * p.N, p.out_bytes, stream,
                                     f"zeroing the output of {p.describe()} before its split-K launch")
-            self.kernel.launch((a_ptr, b_ptr, c_ptr, bias_ptr) if p.bias else (a_ptr, b_ptr, c_ptr), stream)
+            if hopper is not None:    # Hopper hook (issue 4): prep passes + tensor maps + wgmma kernel
+                hopper.run(a_ptr, b_ptr, c_ptr, bias_ptr, stream)
+            else:
+                self.kernel.launch((a_ptr, b_ptr, c_ptr, bias_ptr) if p.bias else (a_ptr, b_ptr, c_ptr), stream)
         finally:
             if previous is not None:
                 driver.restore_context(previous)
@@ -179,7 +179,8 @@ def resolve_kernel(problem: GemmProblem, target=None, device: Device | None = No
         if artifact.meta.get("hopper"):   # Hopper hook (issue 4): (tmap_a*, tmap_b*, C*[, bias*])
             from nova.runtime.tma import HopperGemm
             hop = HopperGemm(artifact, device, problem.describe(), key)
-            resolved = ResolvedKernel(problem, model, schedule, key, status, hop.main, slots, False, hop)
+            resolved = ResolvedKernel(problem, model, schedule, key, status, hop.main, slots,
+                                      bool(artifact.zero_output), hop)
             _kernels[memo] = resolved
             return resolved
         if slots != expected:
