@@ -2,7 +2,8 @@
 """Replay an oracle run against today's configurator and cost model, without a GPU.
 
 For every problem of an oracle results file (bench/gemm_oracle.py) this asks today's
-``configure()`` for its pick and looks the pick up among the candidates that were timed.  It
+``configure()`` for its pick in the row's instruction family (files without one are mma.sync runs)
+and looks the pick up among the candidates that were timed.  It
 reports the pick-vs-best ratio where the pick was measured, and how well the cost model ranks the
 measured candidates (Spearman rank correlation of predicted vs measured time).  A model change is
 judged here first, then confirmed by a new device run: candidates that were not measured stay
@@ -20,8 +21,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from nova.configurator import GemmProblem, configure, predict  # noqa: E402
-from nova.configurator.space import _full_space, label  # noqa: E402
+from nova.configurator import GemmProblem  # noqa: E402
+from nova.configurator.space import analytic_pick, label, predict_schedule, schedule_space  # noqa: E402
 from nova.hwmodel import get_target  # noqa: E402
 
 
@@ -37,11 +38,10 @@ def replay(oracle: dict) -> list[dict]:
     for r in oracle["rows"]:
         p = GemmProblem(r["M"], r["N"], r["K"], r["dtype"])
         timed = {c["label"]: c["us"] for c in r["timed"] if c.get("ok")}
-        space = {label(s): s for s in _full_space(p, gpu)}
-        pick = configure(p, gpu, family="mma.sync").schedule
-        space.setdefault(label(pick), pick)
+        pick = analytic_pick(p, gpu, r.get("family", "mma.sync"))
+        space = {label(s): s for s in schedule_space(p, gpu, pick)}
         labels = [lab for lab in timed if lab in space]
-        predicted = [predict(p, space[lab], gpu).time_us for lab in labels]
+        predicted = [predict_schedule(p, space[lab], gpu).time_us for lab in labels]
         best = min(timed.values())
         pick_us = timed.get(label(pick))
         out.append({"problem": r["describe"], "pick": label(pick), "pick_measured": pick_us is not None,

@@ -209,6 +209,8 @@ def add_tune(sub) -> None:
                    help="at most N candidates per problem (deterministic; always includes the analytic pick)")
     p.add_argument("--strategy", default="mixed", choices=["mixed", "model", "uniform"],
                    help="how --limit subsamples: model-ranked, seeded-uniform, or half each (default)")
+    p.add_argument("--family", default=None, choices=["wgmma", "mma.sync"],
+                   help="instruction family of the space (default: the configurator's, i.e. wgmma on Hopper)")
     p.add_argument("--jobs", type=int, default=1, help="compiler processes (default 1)")
     p.add_argument("--manifest", default=None, help="manifest JSON (default: <cache-dir>/tune-manifest.json)")
     p.add_argument("--cache-dir", default=None, help="cache directory (default: NOVA_CACHE_DIR or ~/.cache/nova)")
@@ -222,7 +224,7 @@ def run_tune(args) -> int:
     shapes = [args.shape] if args.shape is not None else read_suite(args.suite)
     problems = [make_problem(s, d, args) for d in args.dtype.split(",") for s in shapes]
     return run_precompile_cli(problems, args.target, cache_from(args).root, args.limit, args.strategy,
-                              args.jobs, args.manifest)
+                              args.jobs, args.manifest, args.family)
 
 
 # --------------------------------------------------------------------------- nova report

@@ -29,18 +29,41 @@ and 2 stages.  Candidates are filtered by ``check_schedule``; the space's rules 
 the code generator builds (tests/test_space.py checks every candidate with codegen's
 ``check_supported``, so this module never imports codegen).  The order is deterministic (sorted
 by the tuple of decisions).
+
+The wgmma (Hopper) family, on a target with wgmma, is built from the analytic pick with
+``dataclasses.replace`` (every field the Hopper rules set and the space does not vary, e.g. the
+operand plan, stays the pick's), in the pick's orientation (``swap_ab`` runs the wgmma rows along
+N: the space works in wgmma rows x wgmma N and maps back to block_m x block_n as the pick does):
+
+  consumer WGs   1, 2: 64 wgmma rows each (4 warps per warpgroup), at most the next power of two
+                 of the rows' extent (min 64); hopper.py's register rule (N/2 accumulators +
+                 overhead within the consumers' setmaxnreg share) rejects what does not fit
+  wgmma N        64, 128, 256 up to the target's wgmma N and the next power of two of N's extent
+  split_k        {1, 2, 4, 8, 16, 32, the pick's} into an f32 output without activation
+                 (hopper.py's ``split_k_blocker``), no empty K slice
+  stages         2 .. hopper.py's ``STAGES`` (what the per-block shared memory holds), and no more
+                 than the K tiles a CTA ever loads (K tiles per slice x its work units)
+  group_m        {1, the pick's, 8, 16} clamped to the tile rows, as for mma.sync
+  grid           persistent; also one CTA per work unit when there are more units than SMs
+
+The Hopper model (hopper.py step 13, ``predict_wgmma``) sees tiles and K slices but not stages,
+group-M or the grid, so model ranking breaks its ties toward the Hopper rules' choices: deeper
+rings, persistent.
 """
 from __future__ import annotations
 
 import itertools
 import random
 import zlib
+from dataclasses import replace
 
 from nova.configurator.cost import cdiv, predict, tiles_of
 from nova.configurator.gemm import (BPS_REGS, BPS_THREADS, LINE_BYTES, OVERHEAD_REGS, PLAIN_COPY_REGS, REGS,
                                     STAGE_BYTES, _vector, check_schedule, configure, smem_tiles)
+from nova.configurator.hopper import (CONSUMER_OVERHEAD_REGS, CONSUMER_REGS, LAUNCH_S, PRODUCER_REGS, SLACK, STAGES,
+                                      SWIZZLE, mainloop_time, operand_plan, split_k_blocker, split_overhead)
 from nova.configurator.problem import GemmProblem
-from nova.configurator.schedule import MmaInstr, Schedule
+from nova.configurator.schedule import MmaInstr, Prediction, Schedule
 from nova.hwmodel import GPUModel, get_target
 from nova.hwmodel.formula import Formula
 
@@ -50,6 +73,12 @@ STAGE_RANGE = range(2, 7)
 SPLIT_K_VALUES = (1, 2, 4, 8)
 GROUP_M_VALUES = (1, 4, 8, 16)
 MAX_ACC_REGS = 128          # FP32 accumulator registers per thread (half the 255-register file)
+
+WGMMA_WARPGROUPS = (1, 2)
+WGMMA_N = (64, 128, 256)
+WGMMA_SPLIT_K = (1, 2, 4, 8, 16, 32)   # and the pick's (it fills the SMs with full tiles: up to SMs / tiles)
+WGMMA_GROUP_M = (1, 8, 16)             # and the pick's
+SETMAXNREG_MAX = 232        # hopper.py step 2: the consumers' setmaxnreg target is at most 232
 
 BPS_SMEM_STAGES = Formula("bps_smem", "floor(smem_per_sm / (stages * stage_bytes + smem_reserved_per_block))")
 
@@ -110,24 +139,54 @@ def _tile_resources(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, 
 
 
 def enumerate_schedules(problem: GemmProblem, target: "GPUModel | str", limit: int | None = None,
-                        strategy: str = "mixed") -> list[Schedule]:
+                        strategy: str = "mixed", family: str | None = None) -> list[Schedule]:
     """Every legal schedule of ``problem`` on ``target`` (see the module docstring), sorted.
 
-    With ``limit``, a deterministic subsample of at most ``limit`` schedules that always holds the
-    analytic pick first; see ``subsample``.
+    ``family``: "wgmma" or "mma.sync"; None = the family ``configure`` picks (the path users run:
+    wgmma on Hopper).  With ``limit``, a deterministic subsample of at most ``limit`` schedules that
+    always holds the analytic pick first; see ``subsample``.
     """
     gpu = get_target(target)
-    space = _full_space(problem, gpu)
-    pick = configure(problem, gpu, family="mma.sync").schedule
-    if pick not in space:                      # e.g. a split-K of 3 or a group-M of 11: add it
-        space = sorted(space + [pick], key=schedule_sort_key)
+    pick = analytic_pick(problem, gpu, family)
+    space = schedule_space(problem, gpu, pick)
     if limit is None:
         return space
     return subsample(problem, gpu, space, pick, limit, strategy)
 
 
+def analytic_pick(problem: GemmProblem, gpu: GPUModel, family: str | None = None) -> Schedule:
+    """The configurator's schedule for ``family`` (None: the family it chooses itself)."""
+    return configure(problem, gpu, family=family).schedule
+
+
+def schedule_space(problem: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Schedule]:
+    """The sorted space of ``pick``'s instruction family, holding ``pick`` (added when the
+    enumeration does not reach it, e.g. a split-K of 3 or a group-M of 11)."""
+    if pick.mma.family == "wgmma":
+        space = _wgmma_space(problem, gpu, pick)
+    else:
+        space = _full_space(problem, gpu)
+    if pick not in space:
+        space = sorted(space + [pick], key=schedule_sort_key)
+    return space
+
+
 def schedule_sort_key(s: Schedule) -> tuple:
-    return (s.block_m, s.block_n, s.warps_m, s.warps_n, s.block_k, s.stages, s.split_k, s.group_m)
+    return (s.block_m, s.block_n, s.warps_m, s.warps_n, s.block_k, s.stages, s.split_k, s.group_m, not s.persistent)
+
+
+def _split_options(k_iters: int, values) -> list[int]:
+    """Split-K values that leave no K slice empty (ceil(k_iters / split) K tiles per slice)."""
+    return sorted({s for s in values if s == 1 or cdiv(k_iters, s) * (s - 1) < k_iters})
+
+
+def _group_options(rows: int, tile_rows: int, cols: int, tile_cols: int, values) -> list[int]:
+    """Group-M values that raster differently: each clamped to the tile rows; 1 for a single tile
+    row or a single tile."""
+    tiles_m = cdiv(rows, tile_rows)
+    if tiles_m > 1 and tiles_m * cdiv(cols, tile_cols) > 1:
+        return sorted({min(g, tiles_m) for g in values})
+    return [1]
 
 
 def _full_space(p: GemmProblem, gpu: GPUModel) -> list[Schedule]:
@@ -143,16 +202,13 @@ def _full_space(p: GemmProblem, gpu: GPUModel) -> list[Schedule]:
     for block_m, block_n in itertools.product(BLOCK_SIDES, BLOCK_SIDES):
         if block_m > max_m or block_n > max_n:
             continue
-        tiles_m = cdiv(p.M, block_m)
-        groups = sorted({min(g, tiles_m) for g in GROUP_M_VALUES}) if tiles_m > 1 and tiles_of(p, block_m, block_n) > 1 else [1]
+        groups = _group_options(p.M, block_m, p.N, block_n, GROUP_M_VALUES)
         for (warps_m, warps_n), block_k in itertools.product(warp_grids(block_m, block_n, mma),
                                                              block_k_options(p, mma, bool(plain_copies))):
             res = _tile_resources(p, gpu, mma, block_m, block_n, block_k, warps_m, warps_n, plain_copies)
             k_iters = cdiv(p.K, block_k)
-            for split_k in SPLIT_K_VALUES if split_ok else (1,):
+            for split_k in _split_options(k_iters, SPLIT_K_VALUES if split_ok else (1,)):
                 slice_iters = cdiv(k_iters, split_k)
-                if split_k > 1 and slice_iters * (split_k - 1) >= k_iters:      # an empty slice
-                    continue
                 for stages in STAGE_RANGE:
                     if stages > max(2, slice_iters) or (plain_copies and stages > 2):
                         continue
@@ -174,14 +230,84 @@ def _full_space(p: GemmProblem, gpu: GPUModel) -> list[Schedule]:
     return sorted(out, key=schedule_sort_key)
 
 
+# ---- the wgmma (Hopper) family
+def consumer_regs(gpu: GPUModel, wgs: int) -> int:
+    """hopper.py step 2: each consumer thread's registers after the producer's setmaxnreg.dec."""
+    return min(SETMAXNREG_MAX, int(CONSUMER_REGS(regs_per_sm=gpu.regs_per_sm, producer_regs=PRODUCER_REGS, wgs=wgs)))
+
+
+def wgmma_fits(gpu: GPUModel, wgs: int, n: int) -> bool:
+    """hopper.py step 3: N/2 FP32 accumulators + the consumers' overhead fit their registers."""
+    return n // 2 + CONSUMER_OVERHEAD_REGS <= consumer_regs(gpu, wgs)
+
+
+def _wgmma_space(p: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Schedule]:
+    rows, cols = (p.N, p.M) if pick.swap_ab else (p.M, p.N)       # wgmma rows (the warps) x wgmma N
+    n_top = min(gpu.mma_shapes["wgmma"][p.dtype][1], max(64, _clamp_side(cols)))
+    k_iters = cdiv(p.K, pick.block_k)
+    splits = _split_options(k_iters, WGMMA_SPLIT_K + (pick.split_k,) if split_k_blocker(p) is None else (1,))
+    out = []
+    for wgs, n, split_k in itertools.product(WGMMA_WARPGROUPS, WGMMA_N, splits):
+        tile_rows = pick.mma.m * wgs
+        if tile_rows > max(pick.mma.m, _clamp_side(rows)) or n > n_top or not wgmma_fits(gpu, wgs, n):
+            continue
+        units = cdiv(rows, tile_rows) * cdiv(cols, n) * split_k                    # tiles x K slices
+        block_m, block_n, warps_m, warps_n = (n, tile_rows, 1, 4 * wgs) if pick.swap_ab else (tile_rows, n, 4 * wgs, 1)
+        tiling = replace(pick, mma=replace(pick.mma, n=n), block_m=block_m, block_n=block_n, warps_m=warps_m,
+                         warps_n=warps_n, consumer_warpgroups=wgs, split_k=split_k)
+        max_stages = int(STAGES(smem_per_block=gpu.smem_per_block, block_m=tile_rows, N=n))
+        groups = _group_options(rows, tile_rows, cols, n, WGMMA_GROUP_M + (pick.group_m,))
+        for persistent in (True, False) if units > gpu.sm_count else (True,):
+            panels = cdiv(k_iters, split_k) * (cdiv(units, gpu.sm_count) if persistent else 1)  # K tiles a CTA loads
+            for stages, group_m in itertools.product(range(2, min(max_stages, max(2, panels)) + 1), groups):
+                s = replace(tiling, stages=stages, smem_bytes=SLACK + stages * (tile_rows + n) * SWIZZLE,
+                            group_m=group_m, persistent=persistent)
+                if not check_schedule(p, s, gpu):
+                    out.append(s)
+    return sorted(out, key=schedule_sort_key)
+
+
+def predict_wgmma(p: GemmProblem, s: Schedule, gpu: GPUModel) -> Prediction:
+    """hopper.py step 13 for any wgmma schedule: max(tensor peak x smem cap x SM utilisation, L2
+    fills, DRAM) + the operand-prep passes + split-K's zeroing and atomics + the launches."""
+    plan = operand_plan(p)
+    preps = [op for op in ("a", "b") if plan[op]["prep"]]
+    units = tiles_of(p, s.block_m, s.block_n) * s.split_k
+    main = mainloop_time(p, gpu, s.mma.m * s.consumer_warpgroups, s.mma.n, units, cdiv(p.K, s.block_k), terms=True)
+    t_dram = p.min_bytes / gpu.dram_bw
+    t_prep = sum(2 * plan[op]["rows"] * plan[op]["cols"] * p.in_bytes for op in preps) / gpu.dram_bw
+    t_split = split_overhead(p, gpu, s.split_k) if s.split_k > 1 else 0.0
+    t = max(main["mma"], main["l2"], t_dram) + t_prep + t_split + LAUNCH_S * (1 + len(preps))
+    bound = max((main["mma"], "tensor-core"), (main["l2"], "l2"), (t_dram, "dram"))[1]
+    if main["smem_cap"] < 1 and bound == "tensor-core":
+        bound = "smem"
+    return Prediction(time_us=t * 1e6, tflops=p.flops / t / 1e12, bound=bound,
+                      floor_us=max(p.flops / gpu.peak_flops(p.dtype, "wgmma"), t_dram) * 1e6,
+                      terms_us={"mma": main["mma"] * 1e6, "l2": main["l2"] * 1e6, "dram": t_dram * 1e6,
+                                "prep": t_prep * 1e6, "split": t_split * 1e6})
+
+
+def predict_schedule(p: GemmProblem, s: Schedule, gpu: GPUModel) -> Prediction:
+    """The cost model of ``s``'s family: hopper.py's for wgmma, cost.py's for mma.sync."""
+    return predict_wgmma(p, s, gpu) if s.mma.family == "wgmma" else predict(p, s, gpu)
+
+
+def _model_order(p: GemmProblem, s: Schedule, gpu: GPUModel) -> tuple:
+    """Predicted time; the Hopper model does not see stages or the grid, so its ties go to the
+    Hopper rules' choices (the deepest ring, persistent) before the sort key."""
+    ties = (-s.stages, not s.persistent) if s.mma.family == "wgmma" else ()
+    return (predict_schedule(p, s, gpu).time_us, *ties, schedule_sort_key(s))
+
+
 def subsample(problem: GemmProblem, gpu: GPUModel, space: list[Schedule], pick: Schedule, limit: int,
               strategy: str = "mixed") -> list[Schedule]:
     """At most ``limit`` schedules, the analytic pick first, chosen deterministically.
 
-    ``model``: the pick and the schedules the cost model ranks fastest, the best of each distinct
-    block/warp tiling first (tests the model's ranking near its optimum).  ``uniform``: the pick and a seeded random sample (seed = CRC32 of the
-    problem), an unbiased look at the whole space.  ``mixed`` (default): half of each, so the
-    oracle can find a better schedule the model ranks badly, not only among its favourites.
+    ``model``: the pick and the schedules the cost model of their family ranks fastest, the best
+    of each distinct block/warp tiling first (tests the model's ranking near its optimum).
+    ``uniform``: the pick and a seeded random sample (seed = CRC32 of the problem), an unbiased
+    look at the whole space.  ``mixed`` (default): half of each, so the oracle can find a better
+    schedule the model ranks badly, not only among its favourites.
     """
     if limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
@@ -189,7 +315,7 @@ def subsample(problem: GemmProblem, gpu: GPUModel, space: list[Schedule], pick: 
         raise ValueError(f"unknown subsample strategy {strategy!r}: mixed, model or uniform")
     rest = [s for s in space if s != pick]
     n_model = {"model": limit - 1, "uniform": 0, "mixed": limit // 2}[strategy]
-    ranked = sorted(rest, key=lambda s: (predict(problem, s, gpu).time_us, schedule_sort_key(s)))
+    ranked = sorted(rest, key=lambda s: _model_order(problem, s, gpu))
     # the model's best schedule of each distinct block/warp tiling first, then its runners-up
     seen, firsts, seconds = {_tiling(pick)}, [], []
     for s in ranked:
@@ -207,9 +333,11 @@ def _tiling(s: Schedule) -> tuple:
 
 
 def label(s: Schedule) -> str:
-    """``"128x128x32 w2x4 st2 sk1 g16"``: the same notation as ``bench/results`` (``schedule`` column)."""
+    """``"128x128x32 w2x4 st2 sk1 g16"``: the same notation as ``bench/results`` (``schedule`` column);
+    a wgmma schedule with one CTA per tile (not persistent) ends in `` np``."""
+    grid = " np" if s.mma.family == "wgmma" and not s.persistent else ""
     return (f"{s.block_m}x{s.block_n}x{s.block_k} w{s.warps_m}x{s.warps_n} st{s.stages} "
-            f"sk{s.split_k} g{s.group_m}")
+            f"sk{s.split_k} g{s.group_m}{grid}")
 
 
 def measured_config(problem: GemmProblem, target: "GPUModel | str", schedule_label: str | None):
@@ -222,9 +350,10 @@ def measured_config(problem: GemmProblem, target: "GPUModel | str", schedule_lab
     return None
 
 
-def space_size(problem: GemmProblem, target: "GPUModel | str") -> int:
-    return len(enumerate_schedules(problem, target))
+def space_size(problem: GemmProblem, target: "GPUModel | str", family: str | None = None) -> int:
+    return len(enumerate_schedules(problem, target, family=family))
 
 
-__all__ = ["enumerate_schedules", "subsample", "label", "measured_config", "space_size", "block_k_options", "warp_grids",
-           "schedule_sort_key", "MAX_ACC_REGS"]
+__all__ = ["enumerate_schedules", "analytic_pick", "schedule_space", "subsample", "label", "measured_config",
+           "space_size", "block_k_options", "warp_grids", "schedule_sort_key", "predict_schedule", "predict_wgmma",
+           "consumer_regs", "wgmma_fits", "MAX_ACC_REGS"]

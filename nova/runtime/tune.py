@@ -1,9 +1,10 @@
 """Exhaustive tuning (the oracle of issue 5): precompile a schedule space, then time it on the device.
 
 Host (MLIR, no GPU): ``precompile_space`` enumerates ``nova.configurator.space`` for each problem,
-compiles every candidate into the kernel cache (the cache key hashes the schedule, so every
-candidate has its own entry) and returns a *manifest*: per problem, each candidate's schedule, cache
-key, predicted time and ptxas resources, and the bytes it adds to the cache.
+in one instruction family (default: the one the configurator picks, wgmma on Hopper), compiles every
+candidate into the kernel cache (the cache key hashes the schedule, so every candidate has its own
+entry) and returns a *manifest*: per problem, the family, each candidate's schedule, cache key,
+predicted time (the family's cost model) and ptxas resources, and the bytes it adds to the cache.
 
 Device (GPU, cache only): ``load_schedule`` loads the artifact of an *explicit* schedule from the
 cache (``resolve_kernel`` without the configurator); ``tune_problem`` checks every candidate against
@@ -36,8 +37,7 @@ MEASURED_OVER_PREDICTED = 1.7  # v0.1 on the H200: kernels took ~1.6x the predic
 # =========================================================================== host: precompile
 def _compile_entry(job: tuple) -> dict:
     """Compile one candidate into the cache (runs in a worker process); returns its manifest entry."""
-    from nova.configurator.cost import predict
-    from nova.configurator.space import label
+    from nova.configurator.space import label, predict_schedule
     from nova.hwmodel import get_target
     from nova.runtime.cache import KernelCache, get_or_compile
 
@@ -46,7 +46,7 @@ def _compile_entry(job: tuple) -> dict:
     target = get_target(target_name)
     cache = KernelCache(cache_root)
     entry = {"label": label(schedule), "is_pick": is_pick, "schedule": schedule_d,
-             "predicted_us": predict(problem, schedule, target).time_us}
+             "predicted_us": predict_schedule(problem, schedule, target).time_us}
     t0 = time.perf_counter()
     try:
         artifact, key, status = get_or_compile(problem, schedule, target, cache, offline=False)
@@ -60,18 +60,18 @@ def _compile_entry(job: tuple) -> dict:
 
 
 def precompile_space(problems: list[GemmProblem], target, cache_root: str, limit: int | None = None,
-                     strategy: str = "mixed", jobs: int = 1, progress=None) -> dict:
-    """Enumerate, subsample (``limit``) and compile every candidate of every problem; the manifest."""
-    from nova.configurator import configure
-    from nova.configurator.space import enumerate_schedules, subsample
+                     strategy: str = "mixed", jobs: int = 1, progress=None, family: str | None = None) -> dict:
+    """Enumerate, subsample (``limit``) and compile every candidate of every problem; the manifest.
+    ``family``: "wgmma" or "mma.sync"; None = the family the configurator picks for each problem."""
+    from nova.configurator.space import analytic_pick, schedule_space, subsample
     from nova.hwmodel import get_target
     import nova
 
     gpu = get_target(target)
     plan = []
     for p in problems:
-        full = enumerate_schedules(p, gpu)
-        pick = configure(p, gpu, family="mma.sync").schedule
+        pick = analytic_pick(p, gpu, family)
+        full = schedule_space(p, gpu, pick)
         chosen = full if limit is None else subsample(p, gpu, full, pick, limit, strategy)
         plan.append((p, len(full), pick, chosen))
     jobs_list = [(p.to_dict(), s.to_dict(), gpu.name, str(cache_root), s == pick)
@@ -92,11 +92,11 @@ def precompile_space(problems: list[GemmProblem], target, cache_root: str, limit
     for p, size, pick, chosen in plan:
         cands = results[i:i + len(chosen)]
         i += len(chosen)
-        out.append({"problem": p.to_dict(), "describe": p.describe(), "space_size": size,
-                    "candidates": cands})
+        out.append({"problem": p.to_dict(), "describe": p.describe(), "family": pick.mma.family,
+                    "space_size": size, "candidates": cands})
     manifest = {"format": MANIFEST_FORMAT, "target": gpu.name, "arch": gpu.arch, "nova": nova.__version__,
-                "created": time.strftime("%Y-%m-%d %H:%M:%S"), "limit": limit, "strategy": strategy,
-                "cache_dir": str(cache_root), "problems": out}
+                "created": time.strftime("%Y-%m-%d %H:%M:%S"), "family": family, "limit": limit,
+                "strategy": strategy, "cache_dir": str(cache_root), "problems": out}
     manifest["summary"] = manifest_summary(manifest)
     return manifest
 
@@ -252,7 +252,7 @@ def cpu_count() -> int:
 
 
 # =========================================================================== the `nova tune` command
-def run_precompile_cli(problems, target, cache_root, limit, strategy, jobs, manifest_path) -> int:
+def run_precompile_cli(problems, target, cache_root, limit, strategy, jobs, manifest_path, family=None) -> int:
     """``nova tune gemm ... --exhaustive``: precompile with a progress bar, write the manifest, summarise."""
     import json
     import sys
@@ -272,14 +272,14 @@ def run_precompile_cli(problems, target, cache_root, limit, strategy, jobs, mani
     start = time.perf_counter()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   transient=not sys.stdout.isatty()) as bar:
-        manifest = precompile_space(problems, target, str(cache_root), limit, strategy, jobs, _Bar(bar))
+        manifest = precompile_space(problems, target, str(cache_root), limit, strategy, jobs, _Bar(bar), family)
     path = Path(manifest_path) if manifest_path else Path(cache_root) / "tune-manifest.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(manifest, indent=1))
     s = manifest["summary"]
     for entry in manifest["problems"]:
         failed = sum(1 for c in entry["candidates"] if c["status"] == "failed")
-        print(f"{entry['describe']}: {len(entry['candidates'])} of {entry['space_size']} schedules"
+        print(f"{entry['describe']}: {len(entry['candidates'])} of {entry['space_size']} {entry['family']} schedules"
               + (f", {failed} FAILED" if failed else ""))
     print(f"{s['candidates']} candidates for {s['problems']} problems on {manifest['target']} in "
           f"{time.perf_counter() - start:.1f} s: {s['failed']} failed, {s['spilling']} spill; cache entries "
