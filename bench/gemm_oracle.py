@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """The oracle on the device: time every precompiled candidate schedule, compare the analytic pick.
 
-Host (MLIR, no GPU), e.g. the suite with 16 candidates per problem:
+Host (MLIR, no GPU), e.g. the suite with 16 candidates per problem of the family the configurator
+picks (wgmma on the H200; ``--family mma.sync`` for the Ampere-class kernel):
 
-    NOVA_CACHE_DIR=.nova-cache nova tune gemm --suite bench/suites/oracle.txt --target h200 \
-        --dtype tf32,bf16 --exhaustive --limit 16 --jobs 2 --manifest .nova-cache/tune-manifest.json
-    tar czf .nova-cache.tgz .nova-cache
+    nova tune gemm --suite bench/suites/oracle.txt --target h200 --dtype tf32,bf16 --exhaustive \
+        --limit 16 --jobs 2 --cache-dir .nova-cache --manifest .nova-cache/tune-manifest.json
 
 Device (GPU, offline from the carried cache):
 
@@ -33,15 +33,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from nova.runtime.tune import ORACLE_FORMAT, geomean, tune_problem  # noqa: E402
 
-CSV_COLUMNS = ["M", "N", "K", "dtype", "space_size", "candidates", "correct", "pick_schedule", "pick_us",
+CSV_COLUMNS = ["M", "N", "K", "dtype", "family", "space_size", "candidates", "correct", "pick_schedule", "pick_us",
                "pick_predicted_us", "best_schedule", "best_us", "ratio", "pick_rank", "config_ms", "tune_s",
                "inductor_compile_s", "inductor_us"]
 
 
-def config_ms(problem, target) -> float:
-    """Nova's configuration time for ``problem``: median of 5 ``configure`` calls, ms."""
+def config_ms(problem, target, family: str) -> float:
+    """Nova's configuration time for ``problem`` in ``family``: median of 5 ``configure`` calls, ms."""
     from nova.configurator import configure
-    return statistics.median(configure(problem, target).config_time_ms for _ in range(5))
+    return statistics.median(configure(problem, target, family=family).config_time_ms for _ in range(5))
 
 
 def inductor(torch, problem, reps: int = 20) -> tuple[float, float]:
@@ -138,7 +138,7 @@ def main(argv=None) -> int:
             problem = GemmProblem(**entry["problem"])
             row = tune_problem(torch, entry, target, cache, args.reps, args.warmup,
                                advance=lambda: bar.update(task, advance=1))
-            row["config_ms"] = config_ms(problem, target)
+            row["config_ms"] = config_ms(problem, target, row["family"])
             row["inductor_compile_s"] = row["inductor_us"] = None
             if i < args.inductor:
                 try:
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
               "launches queued behind torch.cuda._sleep, inputs rotated past L2",
               "check": "fresh randn data per candidate, NaN-poisoned output, rel. Frobenius error vs float64",
               "ratio": "best_us / pick_us (1 = the analytic pick is the fastest candidate)",
-              "manifest": {k: manifest.get(k) for k in ("limit", "strategy", "created", "nova")}}
+              "manifest": {k: manifest.get(k) for k in ("family", "limit", "strategy", "created", "nova")}}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"{args.tag}.json"), "w") as f:
         json.dump({"format": ORACLE_FORMAT, "environment": env, "target": target.name, "method": method,

@@ -7,7 +7,8 @@ entry) and returns a *manifest*: per problem, the family, each candidate's sched
 predicted time (the family's cost model) and ptxas resources, and the bytes it adds to the cache.
 
 Device (GPU, cache only): ``load_schedule`` loads the artifact of an *explicit* schedule from the
-cache (``resolve_kernel`` without the configurator); ``tune_problem`` checks every candidate against
+cache (``resolve_kernel`` without the configurator; a Hopper artifact launches through
+``nova.runtime.tma.HopperGemm``); ``tune_problem`` checks every candidate against
 float64 on fresh data with a NaN-poisoned output, then times it with CUDA events: ``warmup``
 launches, then ``reps`` launches each bracketed by its own pair of events, queued behind a
 ``torch.cuda._sleep`` so host launch gaps never show; the median in microseconds.  Inputs rotate
@@ -127,7 +128,8 @@ def estimate_device_seconds(manifest: dict, reps: int = 20, warmup: int = 5) -> 
 # =========================================================================== device: load and time
 def load_schedule(problem: GemmProblem, schedule: Schedule, target, cache=None, device=None):
     """The kernel of ``problem`` with an explicit ``schedule``, from the cache (never compiles):
-    ``nova.runtime.matmul.resolve_kernel`` without the configurator.  Returns a ``ResolvedKernel``."""
+    ``nova.runtime.matmul.resolve_kernel`` without the configurator.  Returns a ``ResolvedKernel``;
+    a Hopper artifact (tensor-map ABI) launches through ``nova.runtime.tma.HopperGemm``."""
     from nova.runtime import driver
     from nova.runtime.cache import get_or_compile, summary_line
     from nova.runtime.driver import NovaRuntimeError
@@ -136,6 +138,11 @@ def load_schedule(problem: GemmProblem, schedule: Schedule, target, cache=None, 
     device = device or driver.get_device()
     artifact, key, status = get_or_compile(problem, schedule, target, cache, offline=True)
     slots = tuple(p.lower() for p in artifact.params)
+    if artifact.meta.get("hopper"):
+        from nova.runtime.tma import HopperGemm
+        hop = HopperGemm(artifact, device, problem.describe(), key)
+        return ResolvedKernel(problem, target, schedule, key, status, hop.main, slots, bool(artifact.zero_output),
+                              hop)
     expected = ("a", "b", "c", "bias") if problem.bias else ("a", "b", "c")
     if slots != expected:
         raise NovaRuntimeError(f"kernel ABI mismatch for {summary_line(problem, target)}: {artifact.params}")
@@ -164,6 +171,25 @@ class _Data:
 
 def _launch(resolved, a, b, c, stream: int) -> None:
     resolved.run(a.data_ptr(), b.data_ptr(), c.data_ptr(), None, stream)
+
+
+def release_workspaces(resolved) -> None:
+    """Free a Hopper candidate's operand-prep workspaces once it is timed: ``HopperGemm`` keeps
+    them for the process (one per stream), which hundreds of candidates cannot afford.  The caller
+    synchronises first."""
+    from nova.runtime import driver
+    hop = resolved.hopper
+    if hop is None or not hop.workspaces:
+        return
+    cu = driver.cuda()
+    previous = hop.device.make_current()
+    try:
+        for ws in hop.workspaces.values():
+            for op, ptr in ws.items():
+                driver.check(cu.cuMemFree(ptr), f"freeing the {op} workspace of {hop.what}")
+        hop.workspaces.clear()
+    finally:
+        driver.restore_context(previous)
 
 
 def check_candidate(torch, resolved, problem: GemmProblem, seed: int) -> tuple[bool, float]:
@@ -217,6 +243,7 @@ def tune_problem(torch, entry: dict, target, cache, reps: int = 20, warmup: int 
                 resolved = load_schedule(problem, Schedule.from_dict(c["schedule"]), target, cache)
                 ok, err = check_candidate(torch, resolved, problem, seed=1000 + i)
                 us = time_candidate(torch, resolved, data, reps, warmup)
+                release_workspaces(resolved)
                 timed.append({**row, "us": us, "ok": ok, "error": err, "failure": "" if ok else "wrong result"})
             except Exception as e:   # recorded per candidate: the oracle must finish
                 timed.append({**row, "us": None, "ok": False, "error": None, "failure": f"{type(e).__name__}: {e}"[:300]})
@@ -234,7 +261,8 @@ def oracle_row(problem: GemmProblem, entry: dict, timed: list[dict], tune_s: flo
     pick_ok = pick is not None and pick["ok"] and pick["us"] is not None
     rank = 1 + sum(1 for c in good if c["us"] < pick["us"]) if pick_ok else None
     return {"M": problem.M, "N": problem.N, "K": problem.K, "dtype": problem.dtype, "describe": problem.describe(),
-            "space_size": entry.get("space_size"), "candidates": len(timed), "correct": len(good),
+            "family": entry.get("family", "mma.sync"), "space_size": entry.get("space_size"),
+            "candidates": len(timed), "correct": len(good),
             "pick_schedule": pick["label"] if pick else None, "pick_us": pick["us"] if pick_ok else None,
             "pick_predicted_us": pick["predicted_us"] if pick else None,
             "best_schedule": best["label"] if best else None, "best_us": best["us"] if best else None,
