@@ -8,6 +8,7 @@ from nova.codegen import CodegenError
 from nova.codegen.gemm import check_supported
 from nova.codegen.gemm_hopper import check_supported as check_supported_hopper
 from nova.configurator import GemmProblem, check_schedule, configure
+from nova.configurator.hopper import output_vector
 from nova.configurator.space import (MAX_ACC_REGS, _full_space, _wgmma_space, analytic_pick, consumer_regs,
                                      enumerate_schedules, label, predict_wgmma, wgmma_fits)
 from nova.hwmodel import get_target
@@ -146,7 +147,7 @@ def test_wgmma_space_varies_only_the_searched_fields(wgmma_space):
     """Built from the pick with dataclasses.replace: every other field (e.g. the operand plan) is the pick's."""
     _, _, pick, schedules = wgmma_space
     searched = ("mma", "block_m", "block_n", "warps_m", "warps_n", "consumer_warpgroups", "stages", "smem_bytes",
-                "group_m", "persistent", "split_k")
+                "group_m", "persistent", "split_k", "vector_c")   # vector_c follows split_k
     keep = {k: v for k, v in pick.to_dict().items() if k not in searched}
     for s in schedules:
         assert {k: v for k, v in s.to_dict().items() if k not in searched} == keep
@@ -173,7 +174,7 @@ def test_wgmma_space_of_a_large_gemm():
 def test_wgmma_register_rule():
     """2 consumer warpgroups x N=256 is the largest tile: 128 accumulators + overhead fit 232 registers."""
     gpu = get_target("h200")
-    assert consumer_regs(gpu, 2) >= 256 // 2 and wgmma_fits(gpu, 2, 256) and not wgmma_fits(gpu, 3, 256)
+    assert consumer_regs(gpu.regs_per_sm, 2) >= 256 // 2 and wgmma_fits(gpu, 2, 256) and not wgmma_fits(gpu, 3, 256)
 
 
 def test_wgmma_split_k_values():
@@ -194,7 +195,7 @@ def test_wgmma_split_k_follows_codegen(wgmma_space):
     """The space offers split-K exactly when the Hopper code generator builds it."""
     p, _, pick, schedules = wgmma_space
     try:
-        check_supported_hopper(p, replace(pick, split_k=2))
+        check_supported_hopper(p, replace(pick, split_k=2, vector_c=output_vector(p, pick.swap_ab, 2)))
         supported = True
     except CodegenError:
         supported = False

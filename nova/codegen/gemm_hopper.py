@@ -43,7 +43,6 @@ KERNEL_NAME = "nova_gemm"
 PREP_NAME = "nova_prep"
 ARCH = "sm_90a"
 WG = 128                    # threads per warpgroup
-PRODUCER_REGS = 40
 SWIZZLE_BYTES = 128
 SLAB_M = 64                 # wgmma M
 _KSTEP = {"tf32": 8, "bf16": 16, "fp16": 16}
@@ -54,15 +53,11 @@ def _cdiv(a, b):
     return -(-a // b)
 
 
-def consumer_regs(consumer_warpgroups: int, reg_file: int = 65536) -> int:
-    """setmaxnreg target of a consumer: what the producer gives back, rounded down to 8."""
-    left = reg_file - WG * PRODUCER_REGS
-    return min(232, (left // (WG * consumer_warpgroups)) // 8 * 8)
-
-
 # The operand plan (which operand needs a transpose/pad pass, the tensor maps' element type) is a
 # schedule decision: it lives in the configurator and is imported here.
-from nova.configurator.hopper import operand_plan, tensor_map_type, tma_boxes  # noqa: E402
+from nova.configurator.hopper import (PRODUCER_REGS, consumer_regs, operand_plan, output_vector,  # noqa: E402
+                                      tensor_map_type, tma_boxes)
+REGISTER_FILE = 65536       # 32-bit registers per SM (sm_90)
 
 
 def check_supported(problem: GemmProblem, s: Schedule, plan: dict | None = None) -> None:
@@ -93,6 +88,8 @@ def check_supported(problem: GemmProblem, s: Schedule, plan: dict | None = None)
     warps = (s.warps_n, s.warps_m) if s.swap_ab else (s.warps_m, s.warps_n)
     if s.producer_warps != 4 or warps != (4 * s.consumer_warpgroups, 1):
         fail("the warp layout must be one producer warpgroup + 4 warps per consumer warpgroup along the wgmma rows")
+    if s.vector_c != output_vector(problem, s.swap_ab, s.split_k):
+        fail(f"vector_c={s.vector_c}: the epilogue stores {output_vector(problem, s.swap_ab, s.split_k)} elements")
     for op in ("a", "b"):
         extent = s.block_m if op == "a" else s.block_n
         if plan[op]["major"] == "mn" and extent % (SWIZZLE_BYTES // problem.in_bytes):
@@ -206,7 +203,7 @@ class _HopperKernel:
             args.append(f"%bias: {self.btype}")
         # registers at entry, from the schedule: setmaxnreg then moves them from the producer to the
         # consumers (entry <= the consumers' target, or ".inc" would be a decrease)
-        maxnreg = min(s.regs_per_thread, 65536 // self.threads // 8 * 8, consumer_regs(self.wgs))
+        maxnreg = min(s.regs_per_thread, REGISTER_FILE // self.threads // 8 * 8, consumer_regs(REGISTER_FILE, self.wgs))
         with ir.region("module attributes {gpu.container_module} {"):
             with ir.region("gpu.module @nova_kernels {"):
                 with ir.region(f"gpu.func @{KERNEL_NAME}({', '.join(args)}) kernel attributes "
@@ -364,7 +361,7 @@ class _HopperKernel:
 
     def consumer(self):
         ir, s, p = self.ir, self.s, self.p
-        creg = consumer_regs(self.wgs)
+        creg = consumer_regs(REGISTER_FILE, self.wgs)
         ir.comment(f"---- consumer warpgroups: take registers ({creg}), wgmma on the ring, epilogue")
         ir.emit(f"nvvm.setmaxregister increase {creg}")
         ctid = ir.sub(self.tid, WG, "ctid")
@@ -543,7 +540,7 @@ class _HopperKernel:
         else:   # C[m = j, n = i]: accumulators (h=0, h=1) of one column are C[m, n], C[m, n + 1]
             pairs = lambda jj: [((ir.add(col0, 8 * jj + d, "out_row"), rows_i[0]), (4 * jj + d, 4 * jj + 2 + d))
                                 for d in (0, 1)]
-        pair_ok = p.N % 2 == 0 and (not self.swap or self.x_regs) and self.s.split_k == 1
+        pair_ok = self.s.vector_c >= 2
         bias_cache = {}
 
         first = ir.cmp("eq", self.kslice, 0, "first_slice") if self.kslice is not None else None
@@ -553,16 +550,23 @@ class _HopperKernel:
                 bias_cache[col] = self.load_bias(col, first)
             return bias_cache[col]
 
+        def values(cols, idx):
+            vals = []
+            for d in (0, 1):
+                x = ir.let("c", f"llvm.extractvalue {acc}[{idx[d]}] : {self.acc_t}")
+                if p.bias:
+                    x = ir.let("c_bias", f"arith.addf {x}, {bias(cols[d])} : f32")
+                vals.append(self.to_out(self.activation(x)))
+            return vals
+
+        if self.s.vector_c == 4:
+            self.store_quads(rows_i, col0, values)
+            return
         for jj in range(self.tile_j // 8):
             for (row, col), idx in pairs(jj):
                 cols = [col, ir.add(col, 1, "out_col1")]
                 row_ok = ir.cmp("slt", row, p.M, "row_ok") if self.ragged["m"] else True
-                vals = []
-                for d in (0, 1):
-                    x = ir.let("c", f"llvm.extractvalue {acc}[{idx[d]}] : {self.acc_t}")
-                    if p.bias:
-                        x = ir.let("c_bias", f"arith.addf {x}, {bias(cols[d])} : f32")
-                    vals.append(self.to_out(self.activation(x)))
+                vals = values(cols, idx)
                 if pair_ok:
                     ok = ir.and_(row_ok, ir.cmp("slt", cols[0], p.N, "col_ok") if self.ragged["n"] else True)
                     self.guarded(ok, lambda: self.store_pair(vals, row, cols[0]))
@@ -572,6 +576,41 @@ class _HopperKernel:
                         self.guarded(ok, lambda d=d: self.store_one(vals[d], row, cols[d]))
 
     store_one = _GemmKernel.store_one       # split-K: atomic add into the zeroed output
+
+    def store_quads(self, rows_i, col0, values):
+        """16-bit output, 8-byte stores: lanes t and t^1 swap one 4-byte pair per two column blocks
+        (one shuffle), so the even lane holds 4 adjacent columns of block jj and the odd lane 4 of
+        block jj+1; a quad then writes 32 contiguous bytes per row (a full sector) instead of 16."""
+        ir, p = self.ir, self.p
+        odd = ir.cmp("ne", ir.rem(self.t, 2, "t_odd"), 0, "lane_odd")
+        shift = ir.select(odd, 6, 0, hint="quad_shift")       # odd lane: block jj+1, its partner's columns first
+        one, width = ir.pure("c1_i32", "arith.constant 1 : i32"), ir.pure("c32_i32", "arith.constant 32 : i32")
+        pair_t = f"vector<2x{self.O}>"
+        for jj in range(0, self.tile_j // 8, 2):
+            for h in (0, 1):
+                row = rows_i[h]
+                words = []
+                for q in (0, 1):
+                    c = ir.add(col0, 8 * (jj + q), "out_col")
+                    vals = values([c, ir.add(c, 1, "out_col1")], (4 * (jj + q) + 2 * h, 4 * (jj + q) + 2 * h + 1))
+                    v = ir.let("pair", f"vector.from_elements {vals[0]}, {vals[1]} : {pair_t}")
+                    w = ir.let("pair_w", f"vector.bitcast {v} : {pair_t} to vector<1xi32>")
+                    words.append(ir.let("word", f"vector.extract {w}[0] : i32 from vector<1xi32>"))
+                send = ir.select(odd, words[0], words[1], ty="i32", hint="send")
+                got = ir.fresh("got")
+                ir.emit(f"{got}, {ir.fresh('got_ok')} = gpu.shuffle xor {send}, {one}, {width} : i32")
+                lo = ir.select(odd, got, words[0], ty="i32", hint="lo")
+                hi = ir.select(odd, words[1], got, ty="i32", hint="hi")
+                col = ir.add(ir.add(col0, 8 * jj, "quad_col0"), shift, "quad_col")
+                row_ok = ir.cmp("slt", row, p.M, "row_ok") if self.ragged["m"] else True
+                ok = ir.and_(row_ok, ir.cmp("slt", col, p.N, "col_ok") if self.ragged["n"] else True)
+
+                def store(lo=lo, hi=hi, row=row, col=col):
+                    v = ir.let("quad_w", f"vector.from_elements {lo}, {hi} : vector<2xi32>")
+                    q4 = ir.let("quad", f"vector.bitcast {v} : vector<2xi32> to vector<4x{self.O}>")
+                    ir.emit(f"vector.store {q4}, %C[{ir.v(row)}, {ir.v(col)}] {{alignment = {4 * p.out_bytes}}} : "
+                            f"{self.ctype}, vector<4x{self.O}>")
+                self.guarded(ok, store)
 
     def store_pair(self, vals, row, col):
         ir = self.ir

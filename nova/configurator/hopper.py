@@ -30,12 +30,20 @@ from nova.configurator.schedule import MmaInstr, Prediction, Schedule
 from nova.hwmodel.formula import Formula
 
 WG_THREADS = 128
-PRODUCER_REGS = 40            # producer warpgroup after setmaxnreg.dec (one thread issues TMA)
+PRODUCER_REGS = 56            # producer warpgroup after setmaxnreg.dec: one thread issues the TMA loads (at 40
+                              # ptxas spilled the producer's address math on some shapes, e.g. 8192x1536x512 bf16)
+SETMAXNREG_MAX = 232          # registers a thread may hold after setmaxnreg.inc (less than 255: PTX ISA)
 CONSUMER_OVERHEAD_REGS = 40   # descriptors, ring counters, epilogue addresses; ptxas: 168 regs at N=256 (128 acc)
 SWIZZLE = 128                 # bytes of K per smem row = TMA box inner extent = 128B swizzle span
 SLACK = 1024                  # runtime alignment of the ring to 1024 B (128B-swizzle atom)
 
 CONSUMER_REGS = Formula("consumer_regs", "floor((regs_per_sm - 128 * producer_regs) / (128 * wgs) / 8) * 8")
+
+
+def consumer_regs(regs_per_sm: int, wgs: int) -> int:
+    """setmaxnreg target of each consumer thread: what the producer gives back, shared by ``wgs``
+    consumer warpgroups, a multiple of 8, at most SETMAXNREG_MAX."""
+    return min(SETMAXNREG_MAX, int(CONSUMER_REGS(regs_per_sm=regs_per_sm, producer_regs=PRODUCER_REGS, wgs=wgs)))
 SMEM_TRAFFIC = Formula("smem_traffic", "rate * elem_bytes * ((64 + N) / (128 * N) + (block_m + N) / (2 * block_m * N))")
 SMEM_CAP = Formula("smem_cap", "Min(1, smem_bytes_per_clk / smem_traffic)")
 STAGES = Formula("stages", "floor((smem_per_block - 1024) / ((block_m + N) * 128))")
@@ -66,6 +74,17 @@ def mainloop_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, ktiles:
     if terms:
         return {"mma": t_mma, "l2": t_l2, "smem_cap": cap}
     return max(t_mma, t_l2)
+
+
+def output_vector(p: GemmProblem, swap: bool, split: int) -> int:
+    """Elements per epilogue store: 1 under split-K (scalar atomics); 4 (8 bytes, after a lane
+    exchange) for 16-bit outputs with N % 4 == 0; else a pair when N is even (along N: swapped, the
+    two wgmma rows of a lane are adjacent n).  The runtime checks C's alignment against it."""
+    if split > 1:
+        return 1
+    if p.out_bytes == 2 and not swap and p.N % 4 == 0:
+        return 4
+    return 2 if p.N % 2 == 0 else 1
 
 
 def split_k_blocker(p: GemmProblem) -> str | None:
@@ -125,8 +144,7 @@ def configure_hopper(p: GemmProblem, gpu, d):
     # 2-3. registers -> consumer warpgroups and N
     choice = None
     for wgs in (2, 1):
-        regs = CONSUMER_REGS(regs_per_sm=gpu.regs_per_sm, producer_regs=PRODUCER_REGS, wgs=wgs)
-        regs = min(232, int(regs))
+        regs = consumer_regs(gpu.regs_per_sm, wgs)
         n = n_max
         while n > 8 and n // 2 + CONSUMER_OVERHEAD_REGS > regs:
             n //= 2
@@ -135,7 +153,7 @@ def configure_hopper(p: GemmProblem, gpu, d):
     wgs, n, regs = choice
     d.apply("consumer registers", CONSUMER_REGS,
             f"setmaxnreg: the producer warpgroup keeps {PRODUCER_REGS}, {wgs} consumer warpgroups share the rest "
-            "(multiple of 8, at most 232)", post=lambda v: regs,
+            f"(multiple of 8, at most {SETMAXNREG_MAX})", post=lambda v: regs,
             regs_per_sm=gpu.regs_per_sm, producer_regs=PRODUCER_REGS, wgs=wgs)
     d.note("warpgroup tile", f"64x{n}",
            f"largest wgmma N <= {n_max} whose N/2 FP32 accumulators + {CONSUMER_OVERHEAD_REGS} registers fit {regs}; "
@@ -225,30 +243,37 @@ def configure_hopper(p: GemmProblem, gpu, d):
            "TF32 operand, which neither registers nor the descriptor can take) goes through one transpose/pad pass "
            f"into a workspace ({prep_bytes / 1e6:.1f} MB of DRAM traffic)")
 
-    # 13. prediction: max(tensor peak x smem cap x SM utilisation, L2 -> SM fills, DRAM) + prep passes
-    # + split-K's zeroing and atomics + launches
-    t_main = mainloop_time(p, gpu, block_m, n, units, ktiles, terms=True)
-    t_mma, t_l2 = t_main["mma"], t_main["l2"]
-    t_dram = p.min_bytes / gpu.dram_bw
-    t_prep = prep_bytes / gpu.dram_bw
-    t_split = split_overhead(p, gpu, split) if split > 1 else 0.0
-    t = max(t_mma, t_l2, t_dram) + t_prep + t_split + LAUNCH_S * (1 + len(preps))
-    floor = max(p.flops / peak, t_dram)
-    bound = max((t_mma, "tensor-core"), (t_l2, "l2"), (t_dram, "dram"))[1]
-    if t_main["smem_cap"] < 1 and bound == "tensor-core":
-        bound = "smem"
-    pred = Prediction(time_us=t * 1e6, tflops=p.flops / t / 1e12, bound=bound, floor_us=floor * 1e6,
-                      terms_us={"mma": t_mma * 1e6, "l2": t_l2 * 1e6, "dram": t_dram * 1e6, "prep": t_prep * 1e6,
-                                "split": t_split * 1e6})
     mma = MmaInstr("wgmma", 64, n, k, "f16" if p.dtype == "fp16" else p.dtype)
     # the Schedule speaks the problem's coordinates: swapped, the wgmma rows (64 per warpgroup) run along N
     tile_m, tile_n, warps_m, warps_n = (n, block_m, 1, 4 * wgs) if plan["swap"] else (block_m, n, 4 * wgs, 1)
     s = Schedule(arch="sm_90a", mma=mma, block_m=tile_m, block_n=tile_n, block_k=bk, warps_m=warps_m, warps_n=warps_n,
                  stages=stages, smem_layout="swizzle128", smem_pad_a=0, smem_pad_b=0, smem_bytes=smem,
-                 vector_a=1, vector_b=1, vector_c=2 if p.N % 2 == 0 else 1, split_k=split, group_m=group_m,
+                 vector_a=1, vector_b=1, vector_c=output_vector(p, plan["swap"], split),  # TMA checks A/B bases
+                 split_k=split, group_m=group_m,
                  regs_per_thread=min(regs, gpu.regs_per_sm // (WG_THREADS * 3) // 8 * 8), blocks_per_sm=1, cluster_m=1, cluster_n=1, consumer_warpgroups=wgs,
                  producer_warps=4, persistent=True, swap_ab=plan["swap"])
-    return s, pred
+    return s, predict_hopper(p, gpu, s)
+
+
+def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
+    """Step 13 for any wgmma schedule: max(tensor peak x smem cap x SM utilisation, L2 fills, DRAM)
+    + the operand-prep passes at DRAM bandwidth + split-K's zeroing and atomics + the launches."""
+    plan = operand_plan(p)
+    preps = [op for op in ("a", "b") if plan[op]["prep"]]
+    block_i = s.mma.m * s.consumer_warpgroups
+    units = cdiv(p.M, s.block_m) * cdiv(p.N, s.block_n) * s.split_k
+    main = mainloop_time(p, gpu, block_i, s.mma.n, units, cdiv(p.K, s.block_k), terms=True)
+    t_dram = p.min_bytes / gpu.dram_bw
+    t_prep = sum(2 * plan[op]["rows"] * plan[op]["cols"] * p.in_bytes for op in preps) / gpu.dram_bw
+    t_split = split_overhead(p, gpu, s.split_k) if s.split_k > 1 else 0.0
+    t = max(main["mma"], main["l2"], t_dram) + t_prep + t_split + LAUNCH_S * (1 + len(preps))
+    bound = max((main["mma"], "tensor-core"), (main["l2"], "l2"), (t_dram, "dram"))[1]
+    if main["smem_cap"] < 1 and bound == "tensor-core":
+        bound = "smem"
+    return Prediction(time_us=t * 1e6, tflops=p.flops / t / 1e12, bound=bound,
+                      floor_us=max(p.flops / gpu.peak_flops(p.dtype, "wgmma"), t_dram) * 1e6,
+                      terms_us={"mma": main["mma"] * 1e6, "l2": main["l2"] * 1e6, "dram": t_dram * 1e6,
+                                "prep": t_prep * 1e6, "split": t_split * 1e6})
 
 
 # ---- operand plan: where each operand comes from (codegen and runtime follow it)

@@ -60,8 +60,8 @@ from dataclasses import replace
 from nova.configurator.cost import cdiv, predict, tiles_of
 from nova.configurator.gemm import (BPS_REGS, BPS_THREADS, LINE_BYTES, OVERHEAD_REGS, PLAIN_COPY_REGS, REGS,
                                     STAGE_BYTES, _vector, check_schedule, configure, smem_tiles)
-from nova.configurator.hopper import (CONSUMER_OVERHEAD_REGS, CONSUMER_REGS, LAUNCH_S, PRODUCER_REGS, SLACK, STAGES,
-                                      SWIZZLE, mainloop_time, operand_plan, split_k_blocker, split_overhead)
+from nova.configurator.hopper import (CONSUMER_OVERHEAD_REGS, SLACK, STAGES, SWIZZLE, consumer_regs, output_vector,
+                                      predict_hopper, split_k_blocker)
 from nova.configurator.problem import GemmProblem
 from nova.configurator.schedule import MmaInstr, Prediction, Schedule
 from nova.hwmodel import GPUModel, get_target
@@ -78,7 +78,6 @@ WGMMA_WARPGROUPS = (1, 2)
 WGMMA_N = (64, 128, 256)
 WGMMA_SPLIT_K = (1, 2, 4, 8, 16, 32)   # and the pick's (it fills the SMs with full tiles: up to SMs / tiles)
 WGMMA_GROUP_M = (1, 8, 16)             # and the pick's
-SETMAXNREG_MAX = 232        # hopper.py step 2: the consumers' setmaxnreg target is at most 232
 
 BPS_SMEM_STAGES = Formula("bps_smem", "floor(smem_per_sm / (stages * stage_bytes + smem_reserved_per_block))")
 
@@ -231,14 +230,9 @@ def _full_space(p: GemmProblem, gpu: GPUModel) -> list[Schedule]:
 
 
 # ---- the wgmma (Hopper) family
-def consumer_regs(gpu: GPUModel, wgs: int) -> int:
-    """hopper.py step 2: each consumer thread's registers after the producer's setmaxnreg.dec."""
-    return min(SETMAXNREG_MAX, int(CONSUMER_REGS(regs_per_sm=gpu.regs_per_sm, producer_regs=PRODUCER_REGS, wgs=wgs)))
-
-
 def wgmma_fits(gpu: GPUModel, wgs: int, n: int) -> bool:
     """hopper.py step 3: N/2 FP32 accumulators + the consumers' overhead fit their registers."""
-    return n // 2 + CONSUMER_OVERHEAD_REGS <= consumer_regs(gpu, wgs)
+    return n // 2 + CONSUMER_OVERHEAD_REGS <= consumer_regs(gpu.regs_per_sm, wgs)
 
 
 def _wgmma_space(p: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Schedule]:
@@ -254,7 +248,8 @@ def _wgmma_space(p: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Schedule
         units = cdiv(rows, tile_rows) * cdiv(cols, n) * split_k                    # tiles x K slices
         block_m, block_n, warps_m, warps_n = (n, tile_rows, 1, 4 * wgs) if pick.swap_ab else (tile_rows, n, 4 * wgs, 1)
         tiling = replace(pick, mma=replace(pick.mma, n=n), block_m=block_m, block_n=block_n, warps_m=warps_m,
-                         warps_n=warps_n, consumer_warpgroups=wgs, split_k=split_k)
+                         warps_n=warps_n, consumer_warpgroups=wgs, split_k=split_k,
+                         vector_c=output_vector(p, pick.swap_ab, split_k))
         max_stages = int(STAGES(smem_per_block=gpu.smem_per_block, block_m=tile_rows, N=n))
         groups = _group_options(rows, tile_rows, cols, n, WGMMA_GROUP_M + (pick.group_m,))
         for persistent in (True, False) if units > gpu.sm_count else (True,):
@@ -268,23 +263,8 @@ def _wgmma_space(p: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Schedule
 
 
 def predict_wgmma(p: GemmProblem, s: Schedule, gpu: GPUModel) -> Prediction:
-    """hopper.py step 13 for any wgmma schedule: max(tensor peak x smem cap x SM utilisation, L2
-    fills, DRAM) + the operand-prep passes + split-K's zeroing and atomics + the launches."""
-    plan = operand_plan(p)
-    preps = [op for op in ("a", "b") if plan[op]["prep"]]
-    units = tiles_of(p, s.block_m, s.block_n) * s.split_k
-    main = mainloop_time(p, gpu, s.mma.m * s.consumer_warpgroups, s.mma.n, units, cdiv(p.K, s.block_k), terms=True)
-    t_dram = p.min_bytes / gpu.dram_bw
-    t_prep = sum(2 * plan[op]["rows"] * plan[op]["cols"] * p.in_bytes for op in preps) / gpu.dram_bw
-    t_split = split_overhead(p, gpu, s.split_k) if s.split_k > 1 else 0.0
-    t = max(main["mma"], main["l2"], t_dram) + t_prep + t_split + LAUNCH_S * (1 + len(preps))
-    bound = max((main["mma"], "tensor-core"), (main["l2"], "l2"), (t_dram, "dram"))[1]
-    if main["smem_cap"] < 1 and bound == "tensor-core":
-        bound = "smem"
-    return Prediction(time_us=t * 1e6, tflops=p.flops / t / 1e12, bound=bound,
-                      floor_us=max(p.flops / gpu.peak_flops(p.dtype, "wgmma"), t_dram) * 1e6,
-                      terms_us={"mma": main["mma"] * 1e6, "l2": main["l2"] * 1e6, "dram": t_dram * 1e6,
-                                "prep": t_prep * 1e6, "split": t_split * 1e6})
+    """hopper.py step 13 for any wgmma schedule (argument order of ``cost.predict``)."""
+    return predict_hopper(p, gpu, s)
 
 
 def predict_schedule(p: GemmProblem, s: Schedule, gpu: GPUModel) -> Prediction:

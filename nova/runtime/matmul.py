@@ -115,13 +115,16 @@ class ResolvedKernel:
     alignment: tuple[int, ...] = field(init=False, repr=False)   # bytes A, B, C, bias must be aligned to
 
     def __post_init__(self):
-        self.alignment = tuple(v * e for _, v, e in self.vector_accesses()) if self.hopper is None else ()
+        self.alignment = tuple(v * e for _, v, e in self.vector_accesses())
 
     def vector_accesses(self) -> tuple[tuple[str, int, int], ...]:
-        """(argument, vector elements, element bytes) of the mma.sync kernel's pointer arguments."""
+        """(argument, vector elements, element bytes) of the kernel's pointer arguments: the mma.sync
+        kernel's cp.async/store widths; the Hopper kernel's TMA (16-byte bases) and epilogue stores
+        (it reads the bias one element at a time)."""
         s, p = self.schedule, self.problem
+        bias_vector = 1 if self.hopper is not None else s.vector_c
         return (("A", s.vector_a, p.in_bytes), ("B", s.vector_b, p.in_bytes), ("C", s.vector_c, p.out_bytes),
-                ("bias", s.vector_c, tensors.ELEMENT_BYTES[bias_storage(p)]))
+                ("bias", bias_vector, tensors.ELEMENT_BYTES[bias_storage(p)]))
 
     def check_alignment(self, *pointers) -> None:
         """Raise the ValueError of the first pointer the kernel's vector accesses cannot use."""
@@ -137,10 +140,9 @@ class ResolvedKernel:
         if bias_ptr is None and p.bias:
             raise ValueError(f"{p.describe()} adds a bias: pass bias_ptr")
         hopper = self.hopper
-        if hopper is None:
-            al = self.alignment
-            if a_ptr % al[0] or b_ptr % al[1] or c_ptr % al[2] or (bias_ptr is not None and bias_ptr % al[3]):
-                self.check_alignment(a_ptr, b_ptr, c_ptr, bias_ptr)
+        al = self.alignment
+        if a_ptr % al[0] or b_ptr % al[1] or c_ptr % al[2] or (bias_ptr is not None and bias_ptr % al[3]):
+            self.check_alignment(a_ptr, b_ptr, c_ptr, bias_ptr)
         previous = self.kernel.device.make_current()
         try:
             if self.zero_output:      # split-K slices add into C (both kernel families)
