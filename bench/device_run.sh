@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole device job, from a cache built on the host (bench/build_device_cache.sh):
-#   bash bench/device_run.sh [check|bench|all]     (on the GPU machine; results under $OUT)
-# check: GPU tests, correctness sweep, compute-sanitizer memcheck + racecheck; bench: Nova vs cuBLAS.
+#   bash bench/device_run.sh [check|bench|oracle|all]     (on the GPU machine; results under $OUT)
+# check: GPU tests, correctness sweep, compute-sanitizer memcheck + racecheck; bench: Nova vs cuBLAS
+# (with SM clock/power samples) and the host cost per call; oracle: the wgmma oracle of the cache's
+# manifest (bench/README.md); all: everything (the oracle when the cache has its manifest).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=. PYTHONUNBUFFERED=1 NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache
@@ -10,7 +12,7 @@ OUT=${OUT:-bench/results}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/log.txt"
 python3 -c "import torch, cuda.bindings; print('torch', torch.__version__, 'cuda-bindings', cuda.bindings.__version__)" | tee -a "$OUT/log.txt"
 STAGE=${1:-all}
-if [ "$STAGE" != bench ]; then
+if [ "$STAGE" = all ] || [ "$STAGE" = check ]; then
 echo "== gpu tests" | tee -a "$OUT/log.txt"
 timeout 150 python3 -m pytest -m gpu tests/test_runtime_gpu.py -q -p no:cacheprovider 2>&1 | tail -n 25 | tee -a "$OUT/log.txt"
 echo "== nova-config --target auto (from_device)" | tee -a "$OUT/log.txt"
@@ -27,7 +29,16 @@ for tool in memcheck racecheck; do
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed, " "$OUT/sanitizer-$tool.txt" | tee -a "$OUT/log.txt"
 done
 fi
-if [ "$STAGE" != check ]; then
-echo "== benchmark" | tee -a "$OUT/log.txt"
+if [ "$STAGE" = all ] || [ "$STAGE" = bench ]; then
+echo "== benchmark (SM clock and power sampled every 100 ms into clocks.csv)" | tee -a "$OUT/log.txt"
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,nounits -lms 100 > "$OUT/clocks.csv" &
+SMI=$!
 timeout 500 python3 bench/gemm_bench.py --dtypes tf32,bf16 --out "$OUT" 2>&1 | tail -n 40 | tee -a "$OUT/log.txt"
+kill $SMI
+echo "== host overhead per call (64^3)" | tee -a "$OUT/log.txt"
+timeout 120 python3 bench/host_profile.py --out "$OUT" --shapes 64x64x64 --dtypes tf32,bf16 2>&1 | grep "^shape=" | tee -a "$OUT/log.txt"
+fi
+if [ "$STAGE" = oracle ] || { [ "$STAGE" = all ] && [ -f .nova-cache/oracle-wgmma.json ]; }; then
+echo "== wgmma oracle (every candidate of .nova-cache/oracle-wgmma.json timed, checked against float64)" | tee -a "$OUT/log.txt"
+timeout 400 python3 bench/gemm_oracle.py --manifest .nova-cache/oracle-wgmma.json --out "$OUT" --tag oracle-wgmma 2>&1 | tail -n 45 | tee -a "$OUT/log.txt"
 fi
