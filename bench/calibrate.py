@@ -5,7 +5,8 @@
 
 Model (``nova/hwmodel/calibration/__init__.py``): three constants per preset, never per shape,
 
-    time_cal = max(t_tensor/eta_tc, t_smem/eta_tc, t_l2, t_dram/eta_dram) + t_fill + launches*t_launch_us
+    time_cal = max(t_tensor/eta_tc, t_smem/eta_tc, t_l2, t_dram/eta_dram) + t_fill + t_epilogue + t_split
+               + t_prep/eta_dram + launches*t_launch_us
 
 with the terms of ``nova.configurator.cost.predict`` for the schedule the configurator picks today:
   eta_tc       achievable fraction of the modelled mma.sync tensor-core rate (issue rate in the SM)
@@ -75,7 +76,7 @@ def load_rows(path: str, preset: str | None, family: str = "mma.sync"):
     return preset, env, rows, skipped
 
 
-TERMS = ("tensor-core", "mma", "smem", "l2", "dram", "fill", "prep")
+TERMS = ("tensor-core", "mma", "smem", "l2", "dram", "fill", "epilogue", "split", "prep")
 
 
 def _arrays(rows):
@@ -163,7 +164,7 @@ def main(argv=None) -> int:
         print(f"{r['name']:28s} {r['measured_us']:9.1f} {r['predicted_us']:9.1f} {e0:+7.1%} "
               f"{r['measured_us'] * (1 + e1):9.1f} {e1:+7.1%} {e2:+8.1%}")
     result = {"preset": preset, "family": args.family, "constants": c, "model": "time = max(t_tensor/eta_tc, t_smem/eta_tc, t_l2, "
-              "t_dram/eta_dram) + t_fill + launches * t_launch_us",
+              "t_dram/eta_dram) + t_fill + t_epilogue + t_split + t_prep/eta_dram + launches * t_launch_us",
               "fit": "least squares on log(time), grid search (bench/calibrate.py)",
               "source": {"results": args.results, "device": env.get("device"), "date": env.get("date"),
                          "torch": env.get("torch"), "nova": env.get("nova"), "kernels": len(rows),

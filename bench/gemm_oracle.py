@@ -105,6 +105,8 @@ def main(argv=None) -> int:
                                                        "tune-manifest.json"))
     ap.add_argument("--reps", type=int, default=20, help="timed launches per candidate (median; >= 20)")
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3, help="timing passes over the candidates in rotated order "
+                                                          "(each candidate keeps its fastest pass)")
     ap.add_argument("--budget-s", type=float, default=170.0, help="do not start a problem after this many seconds")
     ap.add_argument("--inductor", type=int, default=0, help="also time Inductor max-autotune on the first N problems")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -137,7 +139,7 @@ def main(argv=None) -> int:
             bar.update(task, description=entry["describe"])
             problem = GemmProblem(**entry["problem"])
             row = tune_problem(torch, entry, target, cache, args.reps, args.warmup,
-                               advance=lambda: bar.update(task, advance=1))
+                               advance=lambda: bar.update(task, advance=1), rounds=args.rounds)
             row["config_ms"] = config_ms(problem, target, row["family"])
             row["inductor_compile_s"] = row["inductor_us"] = None
             if i < args.inductor:
@@ -160,8 +162,9 @@ def main(argv=None) -> int:
                "worst": {k: worst[k] for k in ("describe", "ratio", "pick_schedule", "best_schedule", "pick_us",
                                                "best_us")} if worst else None,
                "problems": len(rows), "skipped": skipped, "wall_s": time.perf_counter() - start}
-    method = {"reps": args.reps, "warmup": args.warmup, "timing": "median of per-launch CUDA event pairs, "
-              "launches queued behind torch.cuda._sleep, inputs rotated past L2",
+    method = {"reps": args.reps, "warmup": args.warmup, "rounds": args.rounds,
+              "timing": "median of per-launch CUDA event pairs, launches queued behind torch.cuda._sleep, inputs "
+              "rotated past L2; each candidate keeps its fastest of `rounds` passes (candidate order rotated per pass)",
               "check": "fresh randn data per candidate, NaN-poisoned output, rel. Frobenius error vs float64",
               "ratio": "best_us / pick_us (1 = the analytic pick is the fastest candidate)",
               "manifest": {k: manifest.get(k) for k in ("family", "limit", "strategy", "created", "nova")}}

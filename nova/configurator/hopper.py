@@ -87,6 +87,14 @@ def output_vector(p: GemmProblem, swap: bool, split: int) -> int:
     return 2 if p.N % 2 == 0 else 1
 
 
+def epilogue_time(p: GemmProblem, gpu, block_m: int, block_n: int, units: int) -> float:
+    """Seconds the busiest SM spends storing its tiles, not overlapped with the main loop (the
+    consumers run the epilogue between tiles): ceil(units / SMs) x block_m x block_n x out_bytes at
+    the SM's share of the L2 write bandwidth."""
+    per_sm_bw = gpu.l2_bw / gpu.sm_count
+    return math.ceil(units / gpu.sm_count) * block_m * block_n * p.out_bytes / per_sm_bw
+
+
 def split_k_blocker(p: GemmProblem) -> str | None:
     """Why split-K cannot apply (None if it can): the slices add with FP32 atomics."""
     if p.out_dtype != "f32":
@@ -257,7 +265,8 @@ def configure_hopper(p: GemmProblem, gpu, d):
 
 def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
     """Step 13 for any wgmma schedule: max(tensor peak x smem cap x SM utilisation, L2 fills, DRAM)
-    + the operand-prep passes at DRAM bandwidth + split-K's zeroing and atomics + the launches."""
+    + the epilogues (not overlapped) + the operand-prep passes at DRAM bandwidth + split-K's zeroing
+    and atomics + the launches."""
     plan = operand_plan(p)
     preps = [op for op in ("a", "b") if plan[op]["prep"]]
     block_i = s.mma.m * s.consumer_warpgroups
@@ -265,15 +274,16 @@ def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
     main = mainloop_time(p, gpu, block_i, s.mma.n, units, cdiv(p.K, s.block_k), terms=True)
     t_dram = p.min_bytes / gpu.dram_bw
     t_prep = sum(2 * plan[op]["rows"] * plan[op]["cols"] * p.in_bytes for op in preps) / gpu.dram_bw
-    t_split = split_overhead(p, gpu, s.split_k) if s.split_k > 1 else 0.0
-    t = max(main["mma"], main["l2"], t_dram) + t_prep + t_split + LAUNCH_S * (1 + len(preps))
+    t_split = split_overhead(p, gpu, s.split_k) - LAUNCH_S if s.split_k > 1 else 0.0
+    t_epi = epilogue_time(p, gpu, s.block_m, s.block_n, units)
+    t = max(main["mma"], main["l2"], t_dram) + t_epi + t_prep + t_split + LAUNCH_S * (1 + len(preps) + (s.split_k > 1))
     bound = max((main["mma"], "tensor-core"), (main["l2"], "l2"), (t_dram, "dram"))[1]
     if main["smem_cap"] < 1 and bound == "tensor-core":
         bound = "smem"
     return Prediction(time_us=t * 1e6, tflops=p.flops / t / 1e12, bound=bound,
                       floor_us=max(p.flops / gpu.peak_flops(p.dtype, "wgmma"), t_dram) * 1e6,
                       terms_us={"mma": main["mma"] * 1e6, "l2": main["l2"] * 1e6, "dram": t_dram * 1e6,
-                                "prep": t_prep * 1e6, "split": t_split * 1e6})
+                                "epilogue": t_epi * 1e6, "prep": t_prep * 1e6, "split": t_split * 1e6})
 
 
 # ---- operand plan: where each operand comes from (codegen and runtime follow it)

@@ -12,7 +12,8 @@ per shape, and scales the model's terms:
     eta_dram     achievable fraction of the datasheet DRAM bandwidth; divides t_dram
     t_launch_us  per-launch overhead replacing ``launch_overhead_us`` (split-K launches twice: memset)
 
-    time_cal = max(t_tensor/eta_tc, t_smem/eta_tc, t_l2, t_dram/eta_dram) + t_fill + launches*t_launch_us
+    time_cal = max(t_tensor/eta_tc, t_smem/eta_tc, t_l2, t_dram/eta_dram) + t_fill + t_epilogue + t_split
+               + t_prep/eta_dram + launches*t_launch_us
 
 The Hopper model's terms map onto the same constants: t_mma/eta_tc, t_dram/eta_dram, and its
 operand-prep pass as t_prep/eta_dram plus one launch.
@@ -52,10 +53,10 @@ def launches_of(terms_us: dict, split_k: int) -> int:
 
 def calibrated_time_us(terms_us: dict, split_k: int, constants: dict, maximum=max) -> float:
     """The calibrated time from a ``Prediction.terms_us`` (microseconds), for either model:
-    mma.sync terms (tensor-core, smem, l2, dram, fill) or Hopper terms (mma, dram, prep).
+    mma.sync terms (tensor-core, smem, l2, dram, fill) or Hopper terms (mma, l2, dram, epilogue, prep, split).
     ``maximum`` lets ``bench/calibrate.py`` evaluate it on numpy arrays (``np.maximum``)."""
     c, t = constants, terms_us
     compute = maximum(t.get("tensor-core", 0) + t.get("mma", 0), t.get("smem", 0)) / c["eta_tc"]   # one of the two is 0
     memory = maximum(t.get("l2", 0), t.get("dram", 0) / c["eta_dram"])
-    extra = t.get("fill", 0) + t.get("prep", 0) / c["eta_dram"]
+    extra = t.get("fill", 0) + t.get("epilogue", 0) + t.get("split", 0) + t.get("prep", 0) / c["eta_dram"]
     return maximum(compute, memory) + extra + launches_of(t, split_k) * c["t_launch_us"]
