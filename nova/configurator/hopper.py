@@ -61,16 +61,18 @@ def smem_cap(p: GemmProblem, gpu, block_i: int, n: int) -> float:
     return float(SMEM_CAP(smem_bytes_per_clk=gpu.smem_bytes_per_clk_sm, smem_traffic=traffic))
 
 
-def mainloop_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, ktiles: int, terms: bool = False):
-    """Seconds for ``units`` work units (tile x K slice) on a persistent grid: the busiest SM runs
-    ceil(units / SMs) of them, so the tensor time is flops / (peak x smem cap x units / (SMs x
-    ceil(units / SMs))); every unit also fills its tiles from L2: units x K x (block_i + n) bytes at
+def mainloop_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, ktiles: int, split: int = 1,
+                  terms: bool = False):
+    """Seconds for ``units`` work units (tile x K slice) on a persistent grid.  The busiest SM runs
+    ceil(units / SMs) of them, each 2 x block_i x n x (its K) FLOP *as the tile computes them*
+    (a 64-wide tile on N = 7 still does 64 columns of work), at the SM's share of the tensor peak
+    times the smem cap; every unit also fills its tiles from L2: units x K x (block_i + n) bytes at
     the L2 bandwidth.  Returns max(tensor, L2), or both terms with ``terms``."""
-    util = units / (gpu.sm_count * math.ceil(units / gpu.sm_count))
     cap = smem_cap(p, gpu, block_i, n)
-    t_mma = p.flops / (gpu.peak_flops(p.dtype, "wgmma") * cap * util)
-    slices = units / (cdiv(p.M, block_i) * cdiv(p.N, n)) if units else 1
-    t_l2 = units * (ktiles / slices) * (block_i + n) * SWIZZLE / gpu.l2_bw
+    k_unit = min(p.K, cdiv(ktiles, split) * (SWIZZLE // p.in_bytes))   # K one unit streams
+    per_sm = math.ceil(units / gpu.sm_count)
+    t_mma = per_sm * 2 * block_i * n * k_unit / (gpu.peak_flops(p.dtype, "wgmma") / gpu.sm_count * cap)
+    t_l2 = units * (ktiles / split) * (block_i + n) * SWIZZLE / gpu.l2_bw
     if terms:
         return {"mma": t_mma, "l2": t_l2, "smem_cap": cap}
     return max(t_mma, t_l2)
@@ -200,7 +202,8 @@ def configure_hopper(p: GemmProblem, gpu, d):
             if blocker is None and 2 * tiles_c <= gpu.sm_count:
                 splits.append(max_split(ktiles, gpu.sm_count // tiles_c))
             for sp in sorted(set(splits)):
-                t_c = mainloop_time(p, gpu, 64 * w, nn, tiles_c * sp, ktiles)
+                t_c = mainloop_time(p, gpu, 64 * w, nn, tiles_c * sp, ktiles, sp)
+                t_c += epilogue_time(p, gpu, 64 * w, nn, tiles_c * sp)
                 t_c += split_overhead(p, gpu, sp) if sp > 1 else 0.0
                 candidates.append((t_c, -w, -nn, sp, tiles_c))
     t_best, w_neg, n_neg, split, tiles = min(candidates)     # ties: more warpgroups, wider N, no split
@@ -208,7 +211,7 @@ def configure_hopper(p: GemmProblem, gpu, d):
     table = ", ".join(f"{64 * -c[1]}x{-c[2]}{f' split {c[3]}' if c[3] > 1 else ''} {c[0] * 1e6:.1f}"
                       for c in sorted(candidates))
     d.note("tile and split", f"{block_m}x{n}" + (f", split-K {split}" if split > 1 else ""),
-           f"tiles are (wgmma rows) x (wgmma N); predicted main-loop us (tensor time at the smem-bound rate over the busiest SM's units, or the L2 fills"
+           f"tiles are (wgmma rows) x (wgmma N); predicted us: main loop (the busiest SM's units of padded tile work at the smem-bound rate, or the L2 fills) + epilogues"
            f"{', + zeroing and atomics' if any(c[3] > 1 for c in candidates) else ''}): {table}")
     tiles = d.note("output tiles", tiles, f"ceil({I}/{block_m}) * ceil({J}/{n})")
     d.note("split-K", split, (f"{split} K slices of {cdiv(ktiles, split)} K tiles add into the zeroed FP32 output with "
@@ -271,7 +274,7 @@ def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
     preps = [op for op in ("a", "b") if plan[op]["prep"]]
     block_i = s.mma.m * s.consumer_warpgroups
     units = cdiv(p.M, s.block_m) * cdiv(p.N, s.block_n) * s.split_k
-    main = mainloop_time(p, gpu, block_i, s.mma.n, units, cdiv(p.K, s.block_k), terms=True)
+    main = mainloop_time(p, gpu, block_i, s.mma.n, units, cdiv(p.K, s.block_k), s.split_k, terms=True)
     t_dram = p.min_bytes / gpu.dram_bw
     t_prep = sum(2 * plan[op]["rows"] * plan[op]["cols"] * p.in_bytes for op in preps) / gpu.dram_bw
     t_split = split_overhead(p, gpu, s.split_k) - LAUNCH_S if s.split_k > 1 else 0.0
