@@ -89,12 +89,14 @@ def output_vector(p: GemmProblem, swap: bool, split: int) -> int:
     return 2 if p.N % 2 == 0 else 1
 
 
-def epilogue_time(p: GemmProblem, gpu, block_m: int, block_n: int, units: int) -> float:
+def epilogue_time(p: GemmProblem, gpu, block_m: int, block_n: int, units: int, split: int = 1) -> float:
     """Seconds the busiest SM spends storing its tiles, not overlapped with the main loop (the
     consumers run the epilogue between tiles): ceil(units / SMs) x block_m x block_n x out_bytes at
-    the SM's share of the L2 write bandwidth."""
+    the SM's share of the L2 write bandwidth.  Under split-K each element is a 4-byte atomic
+    read-modify-write instead of half of an 8-byte store: 2 x the L2 traffic in 2 x the accesses."""
     per_sm_bw = gpu.l2_bw / gpu.sm_count
-    return math.ceil(units / gpu.sm_count) * block_m * block_n * p.out_bytes / per_sm_bw
+    atomic = 4 if split > 1 else 1
+    return math.ceil(units / gpu.sm_count) * block_m * block_n * p.out_bytes * atomic / per_sm_bw
 
 
 def split_k_blocker(p: GemmProblem) -> str | None:
@@ -203,7 +205,7 @@ def configure_hopper(p: GemmProblem, gpu, d):
                 splits.append(max_split(ktiles, gpu.sm_count // tiles_c))
             for sp in sorted(set(splits)):
                 t_c = mainloop_time(p, gpu, 64 * w, nn, tiles_c * sp, ktiles, sp)
-                t_c += epilogue_time(p, gpu, 64 * w, nn, tiles_c * sp)
+                t_c += epilogue_time(p, gpu, 64 * w, nn, tiles_c * sp, sp)
                 t_c += split_overhead(p, gpu, sp) if sp > 1 else 0.0
                 candidates.append((t_c, -w, -nn, sp, tiles_c))
     t_best, w_neg, n_neg, split, tiles = min(candidates)     # ties: more warpgroups, wider N, no split
@@ -278,7 +280,7 @@ def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
     t_dram = p.min_bytes / gpu.dram_bw
     t_prep = sum(2 * plan[op]["rows"] * plan[op]["cols"] * p.in_bytes for op in preps) / gpu.dram_bw
     t_split = split_overhead(p, gpu, s.split_k) - LAUNCH_S if s.split_k > 1 else 0.0
-    t_epi = epilogue_time(p, gpu, s.block_m, s.block_n, units)
+    t_epi = epilogue_time(p, gpu, s.block_m, s.block_n, units, s.split_k)
     t = max(main["mma"], main["l2"], t_dram) + t_epi + t_prep + t_split + LAUNCH_S * (1 + len(preps) + (s.split_k > 1))
     bound = max((main["mma"], "tensor-core"), (main["l2"], "l2"), (t_dram, "dram"))[1]
     if main["smem_cap"] < 1 and bound == "tensor-core":
