@@ -144,3 +144,21 @@ def test_ptxas_clean_sm90a(hopper, M, N, K, dtype, extra):
     assert "setmaxnreg.inc.sync.aligned.u32" in art.ptx and "wgmma.mma_async" in art.ptx
     for op, d in art.meta["hopper"]["prep_kernels"].items():
         assert d["resources"]["spill_store_bytes"] == 0, (op, d["resources"])
+
+
+def test_model_charges_padded_tile_work_and_atomic_epilogues():
+    """A 64-wide tile over N = 7 does the work of N = 64 (the v0.5c oracle's 384x7x4096 miss), and a
+    split-K epilogue (4-byte atomics) costs 4x the plain one."""
+    from nova.configurator.hopper import epilogue_time, mainloop_time, output_vector
+    from nova.hwmodel import get_target
+    gpu = get_target("h200")
+    narrow, full = GemmProblem(384, 7, 4096), GemmProblem(384, 64, 4096)
+    assert mainloop_time(narrow, gpu, 64, 64, 6, 128) == pytest.approx(mainloop_time(full, gpu, 64, 64, 6, 128))
+    assert mainloop_time(full, gpu, 64, 64, 96, 128, split=16) < mainloop_time(full, gpu, 64, 64, 6, 128) / 10
+    p = GemmProblem(4096, 4096, 4096)
+    assert epilogue_time(p, gpu, 128, 256, 512, split=2) == pytest.approx(4 * epilogue_time(p, gpu, 128, 256, 512))
+    # epilogue store width: 8-byte quads for 16-bit outputs, pairs for FP32, scalar atomics under split-K
+    assert output_vector(GemmProblem(64, 64, 64, "bf16"), False, 1) == 4
+    assert output_vector(GemmProblem(64, 64, 64), True, 1) == 2
+    assert output_vector(GemmProblem(64, 64, 64), True, 4) == 1
+    assert output_vector(GemmProblem(64, 66, 64, "bf16"), False, 1) == 2

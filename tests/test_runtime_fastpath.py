@@ -14,7 +14,7 @@ import pytest
 
 import nova
 from nova.runtime import cache as cache_mod, driver, matmul as mm, tensors, tma
-from test_runtime_cache import (FakeArray, fake_device, fake_gpu, fake_stack, make_artifact,  # noqa: F401
+from test_runtime_cache import (FakeArray, fake_device, fake_gpu, fake_stack, make_artifact, make_schedule,  # noqa: F401
                                 online_and_fresh)
 
 
@@ -342,3 +342,27 @@ def test_hopper_split_k_zeroes_the_output_before_the_gemm(fake_stack, monkeypatc
     assert events == [("zero", 0x30000, 64 * 48, 0), ("gemm", 0x10000, 0x20000, 0x30000)]
     [resolved] = mm._kernels.values()
     assert resolved.hopper.main.launches == [((0x10008, 0x20008, 0x30000), 0)]
+
+
+def test_hopper_checks_c_alignment_of_its_wide_stores(fake_stack, monkeypatch):
+    """The Hopper epilogue stores 16-bit outputs 4 elements (8 bytes) at a time (``vector_c``): a C
+    that is only 4-byte aligned (a sliced view) is refused with a clear error before any launch."""
+    launched = []
+    monkeypatch.setattr(tma, "device_tensor_map", lambda device, ptr, *shape: ptr + 0x8)
+    monkeypatch.setattr(tma.HopperGemm, "run", lambda self, *a: launched.append(a))
+    # the Hopper rules' choice for a 16-bit output with N % 4 == 0 (output_vector): 4 elements per store
+    monkeypatch.setattr(mm, "configure_schedule", lambda p, t: make_schedule(vector_a=1, vector_b=1, vector_c=4))
+
+    def hopper_artifact(p, s, t):
+        art = make_artifact(params=("tmap_a", "tmap_b", "C"))
+        art.meta["hopper"] = {"prep_kernels": {}, "storage": "bf16", "tensor_map_type": "bf16",
+                              "operands": {"a": {"rows": 64, "cols": 32, "box": [64, 64]},
+                                           "b": {"rows": 32, "cols": 48, "box": [64, 64]}}}
+        return art
+    monkeypatch.setattr(cache_mod, "compile_artifact", hopper_artifact)
+    a, b = FakeArray((64, 32), "<f2", ptr=0x10000), FakeArray((32, 48), "<f2", ptr=0x20000)
+    with pytest.raises(ValueError, match="C: device pointer 0x30004 is not 8-byte aligned"):
+        nova.matmul(a, b, out=FakeArray((64, 48), "<f2", ptr=0x30004), target="h200")
+    assert launched == []
+    nova.matmul(a, b, out=FakeArray((64, 48), "<f2", ptr=0x30008), target="h200")
+    assert len(launched) == 1
