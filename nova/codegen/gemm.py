@@ -855,14 +855,7 @@ class _GemmKernel:
                         if bias:
                             x = ir.let("c_bias", f"arith.addf {x}, {bias[d]} : f32")
                         vals.append(self.to_out(self.activation(x)))
-                    if pair_store:
-                        # N even: both columns are in bounds together and 2-element aligned
-                        ok = ir.and_(row_ok, ir.cmp("slt", cols[0], p.N, "col_ok") if self.ragged["n"] else True)
-                        self.guarded(ok, lambda: self.store_pair(vals, row, cols[0]))
-                    else:
-                        for d in (0, 1):
-                            ok = ir.and_(row_ok, ir.cmp("slt", cols[d], p.N, "col_ok") if self.ragged["n"] else True)
-                            self.guarded(ok, lambda d=d: self.store_one(vals[d], row, cols[d]))
+                    self.store_two(vals, row, cols, row_ok, pair_store)
 
     def load_bias(self, col, first_slice):
         ir, p = self.ir, self.p
@@ -881,6 +874,18 @@ class _GemmKernel:
         elif ok is not False:
             with self.ir.region(f"scf.if {ok} {{"):
                 body()
+
+    def store_two(self, vals, row, cols, row_ok, pair: bool):
+        """C[row, cols[0..1]] = vals: one 2-element store when ``pair`` (N even: both columns are in
+        bounds together and 2-element aligned), else two guarded element stores."""
+        ir, p = self.ir, self.p
+        if pair:
+            ok = ir.and_(row_ok, ir.cmp("slt", cols[0], p.N, "col_ok") if self.ragged["n"] else True)
+            self.guarded(ok, lambda: self.store_pair(vals, row, cols[0]))
+        else:
+            for d in (0, 1):
+                ok = ir.and_(row_ok, ir.cmp("slt", cols[d], p.N, "col_ok") if self.ragged["n"] else True)
+                self.guarded(ok, lambda d=d: self.store_one(vals[d], row, cols[d]))
 
     def store_one(self, val, row, col):
         ir = self.ir

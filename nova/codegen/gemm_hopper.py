@@ -317,15 +317,15 @@ class _HopperKernel:
         ticks = ir.const(10000000)
         tx = ir.const(self.stage)
 
-        def load(op, slot_off, r0, k0):
-            """TMA of operand ``op``'s tile (rows r0.., K k0..) into the ring at byte ``slot_off``."""
+        def load(op, slot, slot_off, r0, k0):
+            """TMA of operand ``op``'s tile (rows r0.., K k0..) into ring slot ``slot`` at byte ``slot_off``."""
             cols, rows, count = self.box(op)
             for c in range(count):
                 view = ir.let(f"tile{op.upper()}", f"memref.view {self.dsm}[{ir.v(ir.add(slot_off, c * rows * SWIZZLE_BYTES))}][] "
                                                    f": memref<?xi8, {SMEM}> to {self.box_type(op)}")
                 coords = (k0, r0) if self.plan[op]["major"] == "k" else (ir.add(r0, c * cols), k0)
                 ir.emit(f"nvgpu.tma.async.load {self.tm[op]}[{ir.v(coords[0])}, {ir.v(coords[1])}], "
-                        f"{self.full}[{self.slot}] to {view} : {self.tm_type(op)}, {self.mb_t} -> {self.box_type(op)}")
+                        f"{self.full}[{slot}] to {view} : {self.tm_type(op)}, {self.mb_t} -> {self.box_type(op)}")
 
         def tile_body(tile, k_begin, k_count, it):
             i0, j0 = self.tile_origin(tile)
@@ -334,13 +334,12 @@ class _HopperKernel:
             with ir.region(f"{res} = scf.for %ktp = {ir.v(k_begin)} to {ir.v(k_end)} step {ir.v(1)} "
                            f"iter_args(%itp = {it}) -> (index) {{"):
                 slot, par = self.slot_phase("%itp", flip=True)
-                self.slot = slot
                 ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.empty}[{slot}], {par}, {ticks} : {self.mb_t}")
                 ir.emit(f"nvgpu.mbarrier.arrive.expect_tx {self.full}[{slot}], {tx} : {self.mb_t}")
                 k0 = ir.mul("%ktp", self.BK, "k0")
                 xoff = ir.add(self.base_off, ir.mul(slot, self.stage, "slot_off"), "x_off")
-                load(self.X, xoff, i0, k0)
-                load(self.Y, ir.add(xoff, self.x_bytes, "y_off"), j0, k0)
+                load(self.X, slot, xoff, i0, k0)
+                load(self.Y, slot, ir.add(xoff, self.x_bytes, "y_off"), j0, k0)
                 ir.emit(f"scf.yield {ir.v(ir.add('%itp', 1, 'itp_next'))} : index")
             return f"{res}"
 
@@ -567,15 +566,11 @@ class _HopperKernel:
                 cols = [col, ir.add(col, 1, "out_col1")]
                 row_ok = ir.cmp("slt", row, p.M, "row_ok") if self.ragged["m"] else True
                 vals = values(cols, idx)
-                if pair_ok:
-                    ok = ir.and_(row_ok, ir.cmp("slt", cols[0], p.N, "col_ok") if self.ragged["n"] else True)
-                    self.guarded(ok, lambda: self.store_pair(vals, row, cols[0]))
-                else:
-                    for d in (0, 1):
-                        ok = ir.and_(row_ok, ir.cmp("slt", cols[d], p.N, "col_ok") if self.ragged["n"] else True)
-                        self.guarded(ok, lambda d=d: self.store_one(vals[d], row, cols[d]))
+                self.store_two(vals, row, cols, row_ok, pair_ok)
 
     store_one = _GemmKernel.store_one       # split-K: atomic add into the zeroed output
+    store_two = _GemmKernel.store_two
+    store_pair = _GemmKernel.store_pair
 
     def store_quads(self, rows_i, col0, values):
         """16-bit output, 8-byte stores: lanes t and t^1 swap one 4-byte pair per two column blocks
@@ -611,12 +606,6 @@ class _HopperKernel:
                     ir.emit(f"vector.store {q4}, %C[{ir.v(row)}, {ir.v(col)}] {{alignment = {4 * p.out_bytes}}} : "
                             f"{self.ctype}, vector<4x{self.O}>")
                 self.guarded(ok, store)
-
-    def store_pair(self, vals, row, col):
-        ir = self.ir
-        vec = ir.let("pair", f"vector.from_elements {vals[0]}, {vals[1]} : vector<2x{self.O}>")
-        ir.emit(f"vector.store {vec}, %C[{ir.v(row)}, {ir.v(col)}] {{alignment = {2 * self.p.out_bytes}}} : "
-                f"{self.ctype}, vector<2x{self.O}>")
 
 
 def build_hopper_module(problem: GemmProblem, schedule: Schedule, *, wait_depth: int = 1, plan: dict | None = None) -> str:

@@ -118,8 +118,9 @@ def max_split(ktiles: int, limit: int) -> int:
 
 
 def split_overhead(p: GemmProblem, gpu, split: int) -> float:
-    """Zeroing C (one memset launch + M*N*4 bytes) and the slices' atomic read-modify-writes in L2."""
-    return LAUNCH_S + p.M * p.N * 4 / gpu.dram_bw + split * p.M * p.N * 4 * 2 / gpu.l2_bw
+    """Zeroing C (M*N*4 bytes) and the slices' atomic read-modify-writes in L2; the memset's launch
+    is counted with the other launches."""
+    return p.M * p.N * 4 / gpu.dram_bw + split * p.M * p.N * 4 * 2 / gpu.l2_bw
 
 
 def hopper_supported(problem: GemmProblem, gpu) -> tuple[bool, str]:
@@ -136,7 +137,6 @@ def configure_hopper(p: GemmProblem, gpu, d):
     b = p.in_bytes
     _, n_max, k = gpu.mma_shapes["wgmma"][p.dtype]
     rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
-    peak = gpu.peak_flops(p.dtype, "wgmma")
     rounding = ("the TMA unit rounds FP32 to nearest TF32 while it copies (tensor maps of type TFLOAT32: "
                 "2.94e-4 error on the H200, as cvt.rna/cuBLAS), free" if p.dtype == "tf32" and p.tf32_rounding == "rna"
                 else "tf32_fast: raw FP32, the tensor core truncates" if p.dtype == "tf32" else "16-bit inputs")
@@ -181,7 +181,7 @@ def configure_hopper(p: GemmProblem, gpu, d):
                   f"B/clk per SM the wgmma operand reads (A 64xk, B Nxk per 2*64*N*k FLOP) plus the TMA writes of "
                   f"a {block_m}x{n} tile need at the tensor peak; N={n // 2} would need {traffic[n // 2]:.0f}",
                   rate=rate, elem_bytes=b, N=n, block_m=block_m)
-    smem_cap = d.apply("smem-bound fraction", SMEM_CAP, "the fraction of the tensor peak shared memory can feed",
+    d.apply("smem-bound fraction", SMEM_CAP, "the fraction of the tensor peak shared memory can feed",
                        smem_bytes_per_clk=gpu.smem_bytes_per_clk_sm, smem_traffic=cap)
 
     # 5. fill the machine: of the few tile shapes (warpgroups x wgmma N) and K splits the kernel
@@ -206,7 +206,7 @@ def configure_hopper(p: GemmProblem, gpu, d):
             for sp in sorted(set(splits)):
                 t_c = mainloop_time(p, gpu, 64 * w, nn, tiles_c * sp, ktiles, sp)
                 t_c += epilogue_time(p, gpu, 64 * w, nn, tiles_c * sp, sp)
-                t_c += split_overhead(p, gpu, sp) if sp > 1 else 0.0
+                t_c += split_overhead(p, gpu, sp) + LAUNCH_S if sp > 1 else 0.0
                 candidates.append((t_c, -w, -nn, sp, tiles_c))
     t_best, w_neg, n_neg, split, tiles = min(candidates)     # ties: more warpgroups, wider N, no split
     wgs, n, block_m = -w_neg, -n_neg, -64 * w_neg
@@ -279,7 +279,7 @@ def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
     main = mainloop_time(p, gpu, block_i, s.mma.n, units, cdiv(p.K, s.block_k), s.split_k, terms=True)
     t_dram = p.min_bytes / gpu.dram_bw
     t_prep = sum(2 * plan[op]["rows"] * plan[op]["cols"] * p.in_bytes for op in preps) / gpu.dram_bw
-    t_split = split_overhead(p, gpu, s.split_k) - LAUNCH_S if s.split_k > 1 else 0.0
+    t_split = split_overhead(p, gpu, s.split_k) if s.split_k > 1 else 0.0
     t_epi = epilogue_time(p, gpu, s.block_m, s.block_n, units, s.split_k)
     t = max(main["mma"], main["l2"], t_dram) + t_epi + t_prep + t_split + LAUNCH_S * (1 + len(preps) + (s.split_k > 1))
     bound = max((main["mma"], "tensor-core"), (main["l2"], "l2"), (t_dram, "dram"))[1]

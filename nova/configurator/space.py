@@ -57,7 +57,7 @@ import random
 import zlib
 from dataclasses import replace
 
-from nova.configurator.cost import cdiv, predict, tiles_of
+from nova.configurator.cost import cdiv, predict
 from nova.configurator.gemm import (BPS_REGS, BPS_THREADS, LINE_BYTES, OVERHEAD_REGS, PLAIN_COPY_REGS, REGS,
                                     STAGE_BYTES, _vector, check_schedule, configure, smem_tiles)
 from nova.configurator.hopper import (CONSUMER_OVERHEAD_REGS, SLACK, STAGES, SWIZZLE, consumer_regs, output_vector,
