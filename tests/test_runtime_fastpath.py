@@ -366,3 +366,28 @@ def test_hopper_checks_c_alignment_of_its_wide_stores(fake_stack, monkeypatch):
     assert launched == []
     nova.matmul(a, b, out=FakeArray((64, 48), "<f2", ptr=0x30008), target="h200")
     assert len(launched) == 1
+
+
+def test_hopper_release_frees_workspaces_and_forgets_stream_plans(fake_gpu, monkeypatch):
+    """``HopperGemm.release`` (the oracle frees each candidate's prep buffers after timing): every
+    stream's workspace is freed, and the next call allocates a new one instead of prepping into the
+    freed buffer through a stale stream plan."""
+    freed, next_ptr = [], iter((0xB0000, 0xD0000))
+    fake_cu = types.SimpleNamespace(cuMemAlloc=lambda n: (0, next(next_ptr)),
+                                    cuMemFree=lambda ptr: freed.append(ptr) or (0,))
+    monkeypatch.setattr(driver, "cuda", lambda: fake_cu)
+    monkeypatch.setattr(driver, "check", lambda result, doing: result[1] if len(result) > 1 else None)
+    monkeypatch.setattr(driver, "restore_context", lambda previous: None)
+    monkeypatch.setattr(tma, "device_tensor_map", lambda device, ptr, *shape: ptr + 0x8)
+    art = make_artifact(params=("tmap_a", "tmap_b", "C"))
+    art.meta["hopper"] = {"prep_kernels": {"b": make_artifact(params=("src", "dst")).to_dict()},
+                          "operands": {"a": {"rows": 64, "cols": 32, "box": [32, 128]},
+                                       "b": {"rows": 48, "cols": 32, "box": [32, 64]}},
+                          "storage": "f32", "tensor_map_type": "tf32"}
+    hop = tma.HopperGemm(art, fake_gpu.device, "gemm 64x48x32 tf32 NN -> f32")
+    hop.run(0x10000, 0x20000, 0x30000, None, 5)
+    hop.release()
+    assert freed == [0xB0000] and hop.workspaces == {}
+    hop.run(0x10000, 0x20000, 0x30000, None, 5)
+    assert hop.preps["b"].launches == [((0x20000, 0xB0000), 5), ((0x20000, 0xD0000), 5)]
+    assert hop.main.launches[-1] == ((0x10008, 0xD0008, 0x30000), 5)

@@ -176,22 +176,26 @@ def resolve_kernel(problem: GemmProblem, target=None, device: Device | None = No
             return _kernels[memo]
         schedule = configure_schedule(problem, model)
         artifact, key, status = get_or_compile(problem, schedule, model, cache)
-        slots = tuple(p.lower() for p in artifact.params)
-        expected = ("a", "b", "c", "bias") if problem.bias else ("a", "b", "c")
-        if artifact.meta.get("hopper"):   # Hopper hook (issue 4): (tmap_a*, tmap_b*, C*[, bias*])
-            from nova.runtime.tma import HopperGemm
-            hop = HopperGemm(artifact, device, problem.describe(), key)
-            resolved = ResolvedKernel(problem, model, schedule, key, status, hop.main, slots,
-                                      bool(artifact.zero_output), hop)
-            _kernels[memo] = resolved
-            return resolved
-        if slots != expected:
-            raise NovaRuntimeError(f"kernel ABI mismatch for {summary_line(problem, model)}: the artifact takes "
-                                   f"{artifact.params}, the runtime passes {expected} (stale cache? bump CODEGEN_ABI)")
-        kernel = driver.load_kernel(artifact, device, problem.describe(), key)
-        resolved = ResolvedKernel(problem, model, schedule, key, status, kernel, slots, bool(artifact.zero_output))
-        _kernels[memo] = resolved
+        resolved = _kernels[memo] = load_resolved(problem, model, schedule, artifact, key, status, device)
         return resolved
+
+
+def load_resolved(problem: GemmProblem, model, schedule, artifact, key: str, status: str,
+                  device: Device) -> ResolvedKernel:
+    """Load ``artifact`` onto ``device`` as a ``ResolvedKernel``: a Hopper artifact (tensor-map ABI
+    ``(tmap_a*, tmap_b*, C*[, bias*])``) through ``nova.runtime.tma.HopperGemm``, an mma.sync one
+    after checking that it takes ``(a, b, c[, bias])``."""
+    slots = tuple(p.lower() for p in artifact.params)
+    if artifact.meta.get("hopper"):
+        from nova.runtime.tma import HopperGemm
+        hop = HopperGemm(artifact, device, problem.describe(), key)
+        return ResolvedKernel(problem, model, schedule, key, status, hop.main, slots, bool(artifact.zero_output), hop)
+    expected = ("a", "b", "c", "bias") if problem.bias else ("a", "b", "c")
+    if slots != expected:
+        raise NovaRuntimeError(f"kernel ABI mismatch for {summary_line(problem, model)}: the artifact takes "
+                               f"{artifact.params}, the runtime passes {expected} (stale cache? bump CODEGEN_ABI)")
+    kernel = driver.load_kernel(artifact, device, problem.describe(), key)
+    return ResolvedKernel(problem, model, schedule, key, status, kernel, slots, bool(artifact.zero_output))
 
 
 def reset() -> None:

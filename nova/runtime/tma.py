@@ -131,6 +131,24 @@ class HopperGemm:
             driver.restore_context(previous)
         return self.workspaces.setdefault(stream, ws)
 
+    def release(self) -> None:
+        """Free every stream's prep workspaces now (the caller synchronises first) and forget the
+        stream plans that point into them; a later call allocates afresh.  For callers that load
+        many kernels, e.g. the oracle's candidates: otherwise the workspaces live as long as the process."""
+        if not self.workspaces:
+            return
+        cu = driver.cuda()
+        previous = self.device.make_current()
+        try:
+            for ws in self.workspaces.values():
+                for op, ptr in ws.items():
+                    driver.check(cu.cuMemFree(ptr), f"freeing the {op} workspace of {self.what}")
+                    _keep.remove(ptr)
+            self.workspaces.clear()
+            self.stream_plans.clear()
+        finally:
+            driver.restore_context(previous)
+
     def tensor_map(self, op: str, ptr: int) -> int:
         """The device tensor map of operand ``op`` at ``ptr``.  Memoised here by pointer alone (the
         shape, box and type are this kernel's): one int-keyed lookup per call instead of building

@@ -128,26 +128,14 @@ def estimate_device_seconds(manifest: dict, reps: int = 20, warmup: int = 5) -> 
 # =========================================================================== device: load and time
 def load_schedule(problem: GemmProblem, schedule: Schedule, target, cache=None, device=None):
     """The kernel of ``problem`` with an explicit ``schedule``, from the cache (never compiles):
-    ``nova.runtime.matmul.resolve_kernel`` without the configurator.  Returns a ``ResolvedKernel``;
-    a Hopper artifact (tensor-map ABI) launches through ``nova.runtime.tma.HopperGemm``."""
+    ``nova.runtime.matmul.resolve_kernel`` without the configurator.  Returns a ``ResolvedKernel``."""
     from nova.runtime import driver
-    from nova.runtime.cache import get_or_compile, summary_line
-    from nova.runtime.driver import NovaRuntimeError
-    from nova.runtime.matmul import ResolvedKernel
+    from nova.runtime.cache import get_or_compile
+    from nova.runtime.matmul import load_resolved
 
     device = device or driver.get_device()
     artifact, key, status = get_or_compile(problem, schedule, target, cache, offline=True)
-    slots = tuple(p.lower() for p in artifact.params)
-    if artifact.meta.get("hopper"):
-        from nova.runtime.tma import HopperGemm
-        hop = HopperGemm(artifact, device, problem.describe(), key)
-        return ResolvedKernel(problem, target, schedule, key, status, hop.main, slots, bool(artifact.zero_output),
-                              hop)
-    expected = ("a", "b", "c", "bias") if problem.bias else ("a", "b", "c")
-    if slots != expected:
-        raise NovaRuntimeError(f"kernel ABI mismatch for {summary_line(problem, target)}: {artifact.params}")
-    kernel = driver.load_kernel(artifact, device, problem.describe(), key)
-    return ResolvedKernel(problem, target, schedule, key, status, kernel, slots, bool(artifact.zero_output))
+    return load_resolved(problem, target, schedule, artifact, key, status, device)
 
 
 class _Data:
@@ -174,22 +162,10 @@ def _launch(resolved, a, b, c, stream: int) -> None:
 
 
 def release_workspaces(resolved) -> None:
-    """Free a Hopper candidate's operand-prep workspaces once it is timed: ``HopperGemm`` keeps
-    them for the process (one per stream), which hundreds of candidates cannot afford.  The caller
-    synchronises first."""
-    from nova.runtime import driver
-    hop = resolved.hopper
-    if hop is None or not hop.workspaces:
-        return
-    cu = driver.cuda()
-    previous = hop.device.make_current()
-    try:
-        for ws in hop.workspaces.values():
-            for op, ptr in ws.items():
-                driver.check(cu.cuMemFree(ptr), f"freeing the {op} workspace of {hop.what}")
-        hop.workspaces.clear()
-    finally:
-        driver.restore_context(previous)
+    """Free a Hopper candidate's operand-prep workspaces once it is timed (``HopperGemm.release``):
+    hundreds of candidates cannot keep them for the process.  The caller synchronises first."""
+    if resolved.hopper is not None:
+        resolved.hopper.release()
 
 
 def check_candidate(torch, resolved, problem: GemmProblem, seed: int) -> tuple[bool, float]:
