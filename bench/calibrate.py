@@ -11,15 +11,17 @@ Model (``nova/hwmodel/calibration/__init__.py``): three constants per preset, ne
 with the terms of ``nova.configurator.cost.predict`` for the schedule the configurator picks today:
   eta_tc       achievable fraction of the modelled mma.sync tensor-core rate (issue rate in the SM)
   eta_dram     achievable fraction of the datasheet DRAM bandwidth
-  t_launch_us  per-launch overhead (as measured back-to-back: includes the host's time per call when
-               the kernel is shorter than it)
+  t_launch_us  per-launch overhead on the device (the gap between launches in a graph replay; in
+               back-to-back results of older files it also holds the host's time per call when the
+               kernel is shorter than it)
 
 Fit: least squares on log(time), i.e. minimise sum_i (log time_cal_i - log measured_i)^2 (relative
 errors weigh every shape alike, whatever its size), by a deterministic coarse-to-fine grid search
 over eta_tc, eta_dram in [0.05, 1.5] and t_launch_us in [0, 60] (no scipy needed).  The measured
-time is ``nova_b2b_us`` (back-to-back median), the quantity ``prediction_error`` in the results
-refers to.  Rows whose schedule differs from today's configurator pick are left out (the model
-would describe another kernel).
+time is the device time per call, ``nova_graph_us`` (CUDA-graph replay, so the host's issue rate
+cannot bound a short kernel; results before v0.6 have only ``nova_b2b_us``, the back-to-back median),
+the quantity ``prediction_error`` in the results refers to.  Rows whose schedule differs from
+today's configurator pick are left out (the model would describe another kernel).
 
 Reported: the fraction of shapes within +-15% before and after, the geomean |error|, and a
 leave-one-shape-out cross-validation (each shape predicted by constants fitted without it), so an
@@ -71,8 +73,9 @@ def load_rows(path: str, preset: str | None, family: str = "mma.sync"):
         if cfg.schedule.mma.family != family:
             skipped.append(f"{name}: {cfg.schedule.mma.family} (fitting the {family} model)")
             continue
-        rows.append({"name": name, "measured_us": r["nova_b2b_us"], "terms": cfg.prediction.terms_us,
-                     "split_k": cfg.schedule.split_k, "predicted_us": cfg.prediction.time_us})
+        rows.append({"name": name, "measured_us": r.get("nova_graph_us") or r["nova_b2b_us"],
+                     "terms": cfg.prediction.terms_us, "split_k": cfg.schedule.split_k,
+                     "predicted_us": cfg.prediction.time_us, "window": (r.get("t_start"), r.get("t_end"))})
     return preset, env, rows, skipped
 
 
@@ -137,12 +140,30 @@ def leave_one_shape_out(rows) -> np.ndarray:
     return out
 
 
+def row_clocks(rows, clocks_csv: str) -> list[float]:
+    """Median SM clock (MHz) of the nvidia-smi samples inside each row's timing window
+    (``t_start``..``t_end``, results from v0.6 on; ``bench/device_run.sh`` writes clocks.csv); NaN
+    where the row has no window or no sample fell inside it."""
+    import pandas as pd
+    smi = pd.read_csv(clocks_csv, skipinitialspace=True)
+    smi.columns = [c.split(" [")[0].strip() for c in smi.columns]
+    t = pd.to_datetime(smi["timestamp"], format="%Y/%m/%d %H:%M:%S.%f").dt.tz_localize("UTC").astype("int64") / 1e9
+    out = []
+    for r in rows:
+        t0, t1 = r["window"]
+        inside = smi["clocks.current.sm"][(t >= (t0 or math.inf)) & (t <= (t1 or -math.inf))]
+        out.append(float(inside.median()) if len(inside) else math.nan)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", required=True, help="benchmark results JSON (nova bench / bench/gemm_bench.py)")
     ap.add_argument("--preset", default=None, help="hwmodel preset (default: from the results' device name)")
     ap.add_argument("--family", default="mma.sync", choices=["mma.sync", "wgmma"],
                     help="which model to fit: the Ampere-class mma.sync one or the Hopper wgmma one")
+    ap.add_argument("--clocks", default=None,
+                    help="nvidia-smi samples (clocks.csv beside the results): show each row's median SM clock")
     ap.add_argument("--write", action="store_true",
                     help="write nova/hwmodel/calibration/<preset>.json (mma.sync) or <preset>.wgmma.json")
     args = ap.parse_args(argv)
@@ -159,10 +180,12 @@ def main(argv=None) -> int:
     for s in skipped:
         print(f"  skipped {s}")
     print("constants: " + ", ".join(f"{k} = {v:.4g}" for k, v in c.items()))
-    print(f"{'kernel':28s} {'measured':>9s} {'model':>9s} {'err':>7s} {'calib.':>9s} {'err':>7s} {'LOSO err':>8s}")
-    for r, e0, e1, e2 in zip(rows, before, after, loo):
+    clocks = row_clocks(rows, args.clocks) if args.clocks else [math.nan] * len(rows)
+    print(f"{'kernel':28s} {'measured':>9s} {'model':>9s} {'err':>7s} {'calib.':>9s} {'err':>7s} {'LOSO err':>8s}"
+          + (" SM MHz" if args.clocks else ""))
+    for r, e0, e1, e2, mhz in zip(rows, before, after, loo, clocks):
         print(f"{r['name']:28s} {r['measured_us']:9.1f} {r['predicted_us']:9.1f} {e0:+7.1%} "
-              f"{r['measured_us'] * (1 + e1):9.1f} {e1:+7.1%} {e2:+8.1%}")
+              f"{r['measured_us'] * (1 + e1):9.1f} {e1:+7.1%} {e2:+8.1%}" + (f" {mhz:6.0f}" if args.clocks else ""))
     result = {"preset": preset, "family": args.family, "constants": c, "model": "time = max(t_tensor/eta_tc, t_smem/eta_tc, t_l2, "
               "t_dram/eta_dram) + t_fill + t_epilogue + t_split + t_prep/eta_dram + launches * t_launch_us",
               "fit": "least squares on log(time), grid search (bench/calibrate.py)",

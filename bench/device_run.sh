@@ -2,7 +2,7 @@
 # The whole device job, from a cache built on the host (bench/build_device_cache.sh):
 #   bash bench/device_run.sh [check|bench|oracle|all]     (on the GPU machine; results under $OUT)
 # check: GPU tests, correctness sweep, compute-sanitizer memcheck + racecheck; bench: Nova vs cuBLAS
-# (with SM clock/power samples) and the host cost per call; oracle: the wgmma oracle of the cache's
+# (with SM clock/power samples), the K sweep, the L2/DRAM bandwidth probe and the host cost per call; oracle: the wgmma oracle of the cache's
 # manifest (bench/README.md); all: everything (the oracle when the cache has its manifest).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -34,7 +34,11 @@ echo "== benchmark (SM clock and power sampled every 100 ms into clocks.csv)" | 
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,nounits -lms 100 > "$OUT/clocks.csv" &
 SMI=$!
 timeout 500 python3 bench/gemm_bench.py --dtypes tf32,bf16 --out "$OUT" 2>&1 | tail -n 40 | tee -a "$OUT/log.txt"
+echo "== K sweep (bench/suites/ksweep.txt: per-tile fixed cost vs main loop)" | tee -a "$OUT/log.txt"
+timeout 200 python3 bench/gemm_bench.py --suite bench/suites/ksweep.txt --dtypes tf32,bf16 --out "$OUT" --tag ksweep 2>&1 | tail -n 16 | tee -a "$OUT/log.txt"
 kill $SMI
+echo "== L2 and DRAM bandwidth ceilings (bench/l2_probe.py)" | tee -a "$OUT/log.txt"
+timeout 120 python3 bench/l2_probe.py --out "$OUT" 2>&1 | tail -n 30 | tee -a "$OUT/log.txt"
 echo "== host overhead per call (64^3)" | tee -a "$OUT/log.txt"
 timeout 120 python3 bench/host_profile.py --out "$OUT" --shapes 64x64x64 --dtypes tf32,bf16 2>&1 | grep "^shape=" | tee -a "$OUT/log.txt"
 fi

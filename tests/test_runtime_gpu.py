@@ -127,6 +127,40 @@ def test_matmul_on_a_side_stream(kernels):
     assert rel_fro(torch, out, reference(torch, a, b, None, "none")) < TOLERANCE["tf32"]
 
 
+# Graph capture: a Hopper TF32 kernel (operand swap), split-K (its memset is captured too: C is
+# NaN-poisoned before each replay) and an operand-prep pass (fp16, K % 8 != 0).
+GRAPH_CASES = [(1000, 1000, 1000, "tf32"), (64, 1024, 4096, "tf32"), (333, 257, 129, "fp16")]
+
+
+@pytest.mark.parametrize("shape", GRAPH_CASES, ids=lambda c: "x".join(map(str, c[:3])) + "-" + c[3])
+def test_matmul_in_a_cuda_graph(shape, kernels):
+    """Warm up on the capture stream, capture, then replay on fresh data copied into the captured
+    inputs: the replay computes the new product (float64 reference), every element written."""
+    torch = pytest.importorskip("torch")
+    M, N, K, dtype = shape
+    seed = int.from_bytes(os.urandom(4), "little")
+    a, b, _, tdt = make_inputs(torch, M, N, K, dtype, False, False, seed=seed)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=tdt)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        nova.matmul(a, b, out=out)
+    s.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s):
+        nova.matmul(a, b, out=out)
+    for replay in range(2):
+        fresh_a, fresh_b, _, _ = make_inputs(torch, M, N, K, dtype, False, False, seed=seed + 1 + replay)
+        a.copy_(fresh_a)
+        b.copy_(fresh_b)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert int(torch.isnan(out).sum()) == 0, f"{shape} replay {replay} (seed {seed}): elements left unwritten"
+        err = rel_fro(torch, out, reference(torch, a, b, None, "none"))
+        assert err < TOLERANCE[dtype], f"{shape} replay {replay} (seed {seed}): relative error {err:.2e}"
+
+
 def test_signature_hits_on_real_tensors(kernels):
     """Repeated calls take the signature-cache path: new data and a new output every call, the
     current stream read every call, and a misaligned view of the same signature still rejected."""
@@ -330,6 +364,7 @@ def precompile_commands(target: str) -> list[str]:
     """One ``nova precompile`` line per distinct epilogue/layout among the problems these tests run."""
     groups: dict[tuple, list[str]] = {}
     extra = [(256, 256, 256, "tf32", False, False, False, "none")]     # allocate/stream/overhead/offline tests
+    extra += [(M, N, K, dt, False, False, False, "none") for M, N, K, dt in GRAPH_CASES]
     for M, N, K, dt, ta, tb, bias, act in CASES + extra:
         flags = precompile_command(GemmProblem(M, N, K, dt, ta, tb, bias, act), target).split(" --dtype ")[1]
         dtype, _, rest = flags.partition(" ")

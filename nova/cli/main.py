@@ -183,13 +183,16 @@ def add_bench(sub) -> None:
     p.add_argument("--reps", type=int, default=50, help="timed runs per measurement (median; default 50)")
     p.add_argument("--out", default=".", help="folder for the result files (default: current folder)")
     p.add_argument("--tag", default="bench", help="result file name stem (default: bench)")
+    p.add_argument("--settle-s", type=float, default=0.5,
+                   help="seconds both libraries run back to back before a shape is timed, so every shape is "
+                        "timed at the clock the GPU holds under sustained load (default 0.5; 0 = off)")
     p.set_defaults(run=run_bench)
 
 
 def run_bench(args) -> int:
     from nova.runtime.bench import run_benchmark
     run_benchmark(shapes_from(args), [d.strip() for d in args.dtype.split(",")], reps=args.reps, out=args.out, tag=args.tag,
-                  log=lambda line: print(line, flush=True))
+                  log=lambda line: print(line, flush=True), settle_s=args.settle_s)
     return 0
 
 

@@ -16,6 +16,14 @@ import pandas as pd
 BENCH_REQUIRED = ("M", "N", "K", "dtype", "nova_b2b_us", "cublas_b2b_us")
 
 
+def device_us(bench: pd.DataFrame) -> pd.Series:
+    """Nova's measured device time per call, the quantity the cost model predicts: CUDA-graph replay
+    (``nova_graph_us``, results from v0.6 on: the host's issue rate cannot bound it), else the
+    back-to-back median of older files."""
+    b2b = bench["nova_b2b_us"].astype(float)
+    return bench["nova_graph_us"].astype(float).fillna(b2b) if "nova_graph_us" in bench.columns else b2b
+
+
 class ResultsError(ValueError):
     """A results file that cannot be read or has the wrong shape."""
 

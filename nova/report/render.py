@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from nova.report import plots
-from nova.report.load import Results
+from nova.report.load import Results, device_us
 
 CSS = ("body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}"
        "table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
@@ -29,8 +29,8 @@ def bench_table(bench: pd.DataFrame) -> pd.DataFrame:
 
 def prediction_table(bench: pd.DataFrame, calibrated: pd.Series | None) -> pd.DataFrame:
     t = pd.DataFrame({"shape": bench["shape"], "dtype": bench.dtype, "bound": bench.get("predicted_bound", ""),
-                      "predicted us": bench.predicted_us, "measured us": bench.nova_b2b_us,
-                      "error": bench.predicted_us / bench.nova_b2b_us - 1})
+                      "predicted us": bench.predicted_us, "measured us": device_us(bench),
+                      "error": bench.predicted_us / device_us(bench) - 1})
     t["within ±15%"] = np.where(t.error.abs() <= plots.BAND, "yes", "no")
     if calibrated is not None:
         t["calibrated us"] = calibrated.to_numpy()
@@ -138,12 +138,12 @@ def render(res: Results, out: Path, target, title: str | None) -> None:
         if "predicted_us" in bench.columns:
             calibrated = calibrated_predictions(bench, target)
             line = (f"Predicted time within ±15% of measured: "
-                    f"{plots.within_band(bench.predicted_us, bench.nova_b2b_us):.0%} of {len(bench)} kernels (model)")
+                    f"{plots.within_band(bench.predicted_us, device_us(bench)):.0%} of {len(bench)} kernels (model)")
             if calibrated is not None and calibrated.notna().any():
                 ok = calibrated.notna()
                 from nova.hwmodel.calibration import load
                 fits = [c for c in (load(target.name, f) for f in ("mma.sync", "wgmma")) if c]
-                line += (f", {plots.within_band(calibrated[ok], bench.nova_b2b_us[ok]):.0%} of {int(ok.sum())} "
+                line += (f", {plots.within_band(calibrated[ok], device_us(bench)[ok]):.0%} of {int(ok.sum())} "
                          f"with the {target.name} calibrations (3 constants per instruction family, never per shape: "
                          + "; ".join(f"{c.get('family', 'mma.sync')} fitted on {c['source']['results']}, "
                                      f"leave-one-shape-out {c['leave_one_shape_out']['within_15pct']:.0%}" for c in fits)

@@ -133,11 +133,18 @@ def error_text(err, cu=None) -> str:
         return f"CUresult {int(err)}"
 
 
+# CUDA_ERROR_STREAM_CAPTURE_* (900-908): an allocation or copy while a stream is being captured.
+CAPTURE_HINT = ("; a stream is being captured into a CUDA graph, and this call needed a resource Nova "
+                "creates on first use (a per-stream workspace or a tensor map for a new pointer): call "
+                "nova.matmul once with the same tensors on the capture stream before capturing")
+
+
 def check(result, doing: str):
     """Raise ``NovaRuntimeError("<doing>: <CUDA error>")`` on failure; return the call's outputs."""
     err = result[0] if isinstance(result, tuple) else result
     if err != _cu.CUresult.CUDA_SUCCESS:
-        raise NovaRuntimeError(f"{doing}: {error_text(err)}")
+        hint = CAPTURE_HINT if 900 <= int(err) <= 908 else ""
+        raise NovaRuntimeError(f"{doing}: {error_text(err)}{hint}")
     if not isinstance(result, tuple) or len(result) == 1:
         return None
     return result[1] if len(result) == 2 else result[1:]
