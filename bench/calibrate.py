@@ -98,12 +98,14 @@ def model(t, split, eta_tc, eta_dram, t_launch):
     return base + launches * t_launch
 
 
-def fit(rows) -> dict:
-    """Coarse-to-fine grid search of the log least-squares objective."""
+def fit(rows, fixed: dict | None = None) -> dict:
+    """Coarse-to-fine grid search of the log least-squares objective; ``fixed`` constants (measured
+    elsewhere, e.g. eta_dram by bench/l2_probe.py) are held at their value."""
     t, launches, meas = _arrays(rows)   # launches: the rows' split_k (model() counts the launches)
     log_meas = np.log(meas)
-    lo = {k: v[0] for k, v in GRID.items()}
-    hi = {k: v[1] for k, v in GRID.items()}
+    fixed = fixed or {}
+    lo = {k: fixed.get(k, v[0]) for k, v in GRID.items()}
+    hi = {k: fixed.get(k, v[1]) for k, v in GRID.items()}
     best = None
     for _ in range(6):
         axes = [np.linspace(lo[k], hi[k], 41) for k in GRID]
@@ -114,7 +116,8 @@ def fit(rows) -> dict:
         best = {"eta_tc": float(e_tc[i]), "eta_dram": float(e_dr[i]), "t_launch_us": float(t_l[i])}
         for k, a in zip(GRID, axes):                     # zoom to +-2 grid steps around the optimum
             step = a[1] - a[0]
-            lo[k], hi[k] = max(GRID[k][0], best[k] - 2 * step), min(GRID[k][1], best[k] + 2 * step)
+            if k not in fixed:
+                lo[k], hi[k] = max(GRID[k][0], best[k] - 2 * step), min(GRID[k][1], best[k] + 2 * step)
     return best
 
 
@@ -130,12 +133,12 @@ def stats(err) -> dict:
             "max_abs_error": float(np.max(np.abs(err)))}
 
 
-def leave_one_shape_out(rows) -> np.ndarray:
+def leave_one_shape_out(rows, fixed: dict | None = None) -> np.ndarray:
     """Each row predicted by constants fitted on the rows of the other shapes (all dtypes of a shape out)."""
     out = np.empty(len(rows))
     shapes = [r["name"].split()[0] for r in rows]
     for i, r in enumerate(rows):
-        c = fit([q for q, s in zip(rows, shapes) if s != shapes[i]])
+        c = fit([q for q, s in zip(rows, shapes) if s != shapes[i]], fixed)
         out[i] = errors([r], c)[0]
     return out
 
@@ -147,7 +150,8 @@ def row_clocks(rows, clocks_csv: str) -> list[float]:
     import pandas as pd
     smi = pd.read_csv(clocks_csv, skipinitialspace=True)
     smi.columns = [c.split(" [")[0].strip() for c in smi.columns]
-    t = pd.to_datetime(smi["timestamp"], format="%Y/%m/%d %H:%M:%S.%f").dt.tz_localize("UTC").astype("int64") / 1e9
+    stamp = pd.to_datetime(smi["timestamp"], format="%Y/%m/%d %H:%M:%S.%f")         # the device's clock, UTC
+    t = (stamp - pd.Timestamp("1970-01-01")).dt.total_seconds()
     out = []
     for r in rows:
         t0, t1 = r["window"]
@@ -156,12 +160,22 @@ def row_clocks(rows, clocks_csv: str) -> list[float]:
     return out
 
 
+def parse_fixed(text: str) -> tuple[str, float]:
+    name, _, value = text.partition("=")
+    if name not in GRID or not value:
+        raise SystemExit(f"--fix {text!r}: expected NAME=VALUE with NAME one of {', '.join(GRID)}")
+    return name, float(value)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", required=True, help="benchmark results JSON (nova bench / bench/gemm_bench.py)")
     ap.add_argument("--preset", default=None, help="hwmodel preset (default: from the results' device name)")
     ap.add_argument("--family", default="mma.sync", choices=["mma.sync", "wgmma"],
                     help="which model to fit: the Ampere-class mma.sync one or the Hopper wgmma one")
+    ap.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE",
+                    help="hold a constant at a value measured elsewhere instead of fitting it, e.g. "
+                         "eta_dram=0.948 (bench/l2_probe.py: 1 GB read at 4.55 of 4.8 TB/s); repeatable")
     ap.add_argument("--clocks", default=None,
                     help="nvidia-smi samples (clocks.csv beside the results): show each row's median SM clock")
     ap.add_argument("--write", action="store_true",
@@ -173,9 +187,10 @@ def main(argv=None) -> int:
     if len(rows) < 2 * len(CONSTANTS):
         raise SystemExit(f"only {len(rows)} usable rows: too few to fit {len(CONSTANTS)} constants")
     before = np.array([r["predicted_us"] / r["measured_us"] - 1 for r in rows])
-    c = fit(rows)
+    fixed = dict(parse_fixed(f) for f in args.fix)
+    c = fit(rows, fixed)
     after = errors(rows, c)
-    loo = leave_one_shape_out(rows)
+    loo = leave_one_shape_out(rows, fixed)
     print(f"{preset}: {len(rows)} kernels from {args.results} ({env.get('device')}, {env.get('date')})")
     for s in skipped:
         print(f"  skipped {s}")
@@ -188,7 +203,7 @@ def main(argv=None) -> int:
               f"{r['measured_us'] * (1 + e1):9.1f} {e1:+7.1%} {e2:+8.1%}" + (f" {mhz:6.0f}" if args.clocks else ""))
     result = {"preset": preset, "family": args.family, "constants": c, "model": "time = max(t_tensor/eta_tc, t_smem/eta_tc, t_l2, "
               "t_dram/eta_dram) + t_fill + t_epilogue + t_split + t_prep/eta_dram + launches * t_launch_us",
-              "fit": "least squares on log(time), grid search (bench/calibrate.py)",
+              "fit": "least squares on log(time), grid search (bench/calibrate.py)", "fixed": fixed,
               "source": {"results": args.results, "device": env.get("device"), "date": env.get("date"),
                          "torch": env.get("torch"), "nova": env.get("nova"), "kernels": len(rows),
                          "skipped": skipped},

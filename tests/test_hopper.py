@@ -146,6 +146,20 @@ def test_ptxas_clean_sm90a(hopper, M, N, K, dtype, extra):
         assert d["resources"]["spill_store_bytes"] == 0, (op, d["resources"])
 
 
+def test_tile_choice_uses_the_whole_model():
+    """The tile-and-split step ranks its candidates by the prediction itself (DRAM and the ring fill
+    included): 8192x64x8192 TF32 is DRAM-bound whatever the tile, so a split-K's zeroing, atomics
+    and extra launch cannot pay (the v0.5c oracle: split-K 4 at 0.90 of 64x64 whole-K tiles)."""
+    from nova.configurator.hopper import time_terms, total_time
+    from nova.hwmodel import get_target
+    gpu = get_target("h200")
+    p = GemmProblem(8192, 64, 8192)
+    cfg = configure(p, gpu)
+    assert cfg.schedule.split_k == 1 and cfg.prediction.bound == "dram"
+    t = time_terms(p, gpu, cfg.schedule.mma.m * cfg.schedule.consumer_warpgroups, cfg.schedule.mma.n, 1)
+    assert total_time(t) * 1e6 == pytest.approx(cfg.prediction.time_us)
+
+
 def test_model_charges_padded_tile_work_and_atomic_epilogues():
     """A 64-wide tile over N = 7 does the work of N = 64 (the v0.5c oracle's 384x7x4096 miss), and a
     split-K epilogue (4-byte atomics) costs 4x the plain one."""
@@ -156,7 +170,14 @@ def test_model_charges_padded_tile_work_and_atomic_epilogues():
     assert mainloop_time(narrow, gpu, 64, 64, 6, 128) == pytest.approx(mainloop_time(full, gpu, 64, 64, 6, 128))
     assert mainloop_time(full, gpu, 64, 64, 96, 128, split=16) < mainloop_time(full, gpu, 64, 64, 6, 128) / 10
     p = GemmProblem(4096, 4096, 4096)
-    assert epilogue_time(p, gpu, 128, 256, 512, split=2) == pytest.approx(4 * epilogue_time(p, gpu, 128, 256, 512))
+    whole = epilogue_time(p, gpu, 128, 256, 512, rows=4096, cols=4096)
+    assert epilogue_time(p, gpu, 128, 256, 512, split=2, rows=4096, cols=4096) == pytest.approx(4 * whole)
+    # a 64-row tile over a 16-row C stores 16 rows (the split-K epilogue of 16x4096x4096 was priced 4x)
+    assert epilogue_time(p, gpu, 64, 128, 64, rows=16, cols=4096) == pytest.approx(
+        epilogue_time(p, gpu, 64, 128, 64, rows=4096, cols=4096) / 4)
+    # an SM's port to L2 is its own limit: 64 units on 132 SMs fill as slowly as 132 units
+    assert mainloop_time(full, gpu, 64, 64, 64, 128, terms=True)["l2"] == pytest.approx(
+        mainloop_time(full, gpu, 64, 64, 132, 128, terms=True)["l2"])
     # epilogue store width: 8-byte quads for 16-bit outputs, pairs for FP32, scalar atomics under split-K
     assert output_vector(GemmProblem(64, 64, 64, "bf16"), False, 1) == 4
     assert output_vector(GemmProblem(64, 64, 64), True, 1) == 2

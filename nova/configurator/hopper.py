@@ -66,13 +66,14 @@ def mainloop_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, ktiles:
     """Seconds for ``units`` work units (tile x K slice) on a persistent grid.  The busiest SM runs
     ceil(units / SMs) of them, each 2 x block_i x n x (its K) FLOP *as the tile computes them*
     (a 64-wide tile on N = 7 still does 64 columns of work), at the SM's share of the tensor peak
-    times the smem cap; every unit also fills its tiles from L2: units x K x (block_i + n) bytes at
-    the L2 bandwidth.  Returns max(tensor, L2), or both terms with ``terms``."""
+    times the smem cap; every unit also fills its tiles from L2, K x (block_i + n) bytes at the SM's
+    share of the L2 bandwidth of TMA loads (an SM's port to L2 is its own limit: a grid that leaves
+    SMs idle also leaves their share unused).  Returns max(tensor, L2), or both terms with ``terms``."""
     cap = smem_cap(p, gpu, block_i, n)
     k_unit = min(p.K, cdiv(ktiles, split) * (SWIZZLE // p.in_bytes))   # K one unit streams
     per_sm = math.ceil(units / gpu.sm_count)
     t_mma = per_sm * 2 * block_i * n * k_unit / (gpu.peak_flops(p.dtype, "wgmma") / gpu.sm_count * cap)
-    t_l2 = units * (ktiles / split) * (block_i + n) * SWIZZLE / gpu.l2_bw
+    t_l2 = per_sm * (ktiles / split) * (block_i + n) * SWIZZLE / (gpu.l2_tma_bw / gpu.sm_count)
     if terms:
         return {"mma": t_mma, "l2": t_l2, "smem_cap": cap}
     return max(t_mma, t_l2)
@@ -89,14 +90,24 @@ def output_vector(p: GemmProblem, swap: bool, split: int) -> int:
     return 2 if p.N % 2 == 0 else 1
 
 
-def epilogue_time(p: GemmProblem, gpu, block_m: int, block_n: int, units: int, split: int = 1) -> float:
+def epilogue_time(p: GemmProblem, gpu, block_m: int, block_n: int, units: int, split: int = 1, *,
+                  rows: int, cols: int) -> float:
     """Seconds the busiest SM spends storing its tiles, not overlapped with the main loop (the
-    consumers run the epilogue between tiles): ceil(units / SMs) x block_m x block_n x out_bytes at
-    the SM's share of the L2 write bandwidth.  Under split-K each element is a 4-byte atomic
+    consumers run the epilogue between tiles): ceil(units / SMs) x the tile's stored elements
+    (block_m x block_n, clipped to the ``rows`` x ``cols`` of C in the tile's coordinates) x out_bytes
+    at the SM's share of the L2 bandwidth of the load/store path.  Under split-K each element is a 4-byte atomic
     read-modify-write instead of half of an 8-byte store: 2 x the L2 traffic in 2 x the accesses."""
     per_sm_bw = gpu.l2_bw / gpu.sm_count
     atomic = 4 if split > 1 else 1
-    return math.ceil(units / gpu.sm_count) * block_m * block_n * p.out_bytes * atomic / per_sm_bw
+    stored = min(block_m, rows) * min(block_n, cols)          # a tile wider than C stores only C's part
+    return math.ceil(units / gpu.sm_count) * stored * p.out_bytes * atomic / per_sm_bw
+
+
+def fill_time(p: GemmProblem, gpu, block_i: int, n: int, units: int) -> float:
+    """Seconds before the first wgmma: the ring's first stage of every CTA comes from DRAM, one
+    loaded latency plus min(units, SMs) x (block_i + n) x 128 B at the DRAM bandwidth.  Once per
+    kernel: the persistent producer loads each later tile while the consumers finish the previous one."""
+    return gpu.mem_latency_ns * 1e-9 + min(units, gpu.sm_count) * (block_i + n) * SWIZZLE / gpu.dram_bw
 
 
 def split_k_blocker(p: GemmProblem) -> str | None:
@@ -204,17 +215,18 @@ def configure_hopper(p: GemmProblem, gpu, d):
             if blocker is None and 2 * tiles_c <= gpu.sm_count:
                 splits.append(max_split(ktiles, gpu.sm_count // tiles_c))
             for sp in sorted(set(splits)):
-                t_c = mainloop_time(p, gpu, 64 * w, nn, tiles_c * sp, ktiles, sp)
-                t_c += epilogue_time(p, gpu, 64 * w, nn, tiles_c * sp, sp)
-                t_c += split_overhead(p, gpu, sp) + LAUNCH_S if sp > 1 else 0.0
-                candidates.append((t_c, -w, -nn, sp, tiles_c))
-    t_best, w_neg, n_neg, split, tiles = min(candidates)     # ties: more warpgroups, wider N, no split
+                t = time_terms(p, gpu, 64 * w, nn, sp)
+                slack = t["mma"] + t["l2"] + t["dram"]        # ties on the max: the most slack in the other limits
+                candidates.append((round(total_time(t), 12), slack, -w, -nn, sp, tiles_c))
+    t_best, _, w_neg, n_neg, split, tiles = min(candidates)  # then more warpgroups, wider N, no split
     wgs, n, block_m = -w_neg, -n_neg, -64 * w_neg
-    table = ", ".join(f"{64 * -c[1]}x{-c[2]}{f' split {c[3]}' if c[3] > 1 else ''} {c[0] * 1e6:.1f}"
+    table = ", ".join(f"{64 * -c[2]}x{-c[3]}{f' split {c[4]}' if c[4] > 1 else ''} {c[0] * 1e6:.1f}"
                       for c in sorted(candidates))
     d.note("tile and split", f"{block_m}x{n}" + (f", split-K {split}" if split > 1 else ""),
-           f"tiles are (wgmma rows) x (wgmma N); predicted us: main loop (the busiest SM's units of padded tile work at the smem-bound rate, or the L2 fills) + epilogues"
-           f"{', + zeroing and atomics' if any(c[3] > 1 for c in candidates) else ''}): {table}")
+           f"tiles are (wgmma rows) x (wgmma N); predicted us (step 13's model: max(the busiest SM's units of padded "
+           f"tile work at the smem-bound rate, the L2 fills, DRAM) + the ring's first fill + epilogues + prep"
+           f"{' + zeroing and atomics' if any(c[4] > 1 for c in candidates) else ''} + launches; on a tie, the "
+           f"candidate with the least mma + L2 + DRAM time): {table}")
     tiles = d.note("output tiles", tiles, f"ceil({I}/{block_m}) * ceil({J}/{n})")
     d.note("split-K", split, (f"{split} K slices of {cdiv(ktiles, split)} K tiles add into the zeroed FP32 output with "
                               "atomics") if split > 1 else (blocker or "the model prefers whole-K tiles"))
@@ -268,27 +280,41 @@ def configure_hopper(p: GemmProblem, gpu, d):
     return s, predict_hopper(p, gpu, s)
 
 
-def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
-    """Step 13 for any wgmma schedule: max(tensor peak x smem cap x SM utilisation, L2 fills, DRAM)
-    + the epilogues (not overlapped) + the operand-prep passes at DRAM bandwidth + split-K's zeroing
-    and atomics + the launches."""
+def time_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int) -> dict:
+    """The model's terms in seconds for a tile of ``block_i`` wgmma rows x wgmma N = ``n`` and
+    ``split`` K slices (what the kernel's time depends on; stages, raster and grid do not enter):
+    mma, l2, dram (overlapped: the total takes their max), fill, epilogue, prep, split, launches."""
     plan = operand_plan(p)
     preps = [op for op in ("a", "b") if plan[op]["prep"]]
-    block_i = s.mma.m * s.consumer_warpgroups
-    units = cdiv(p.M, s.block_m) * cdiv(p.N, s.block_n) * s.split_k
-    main = mainloop_time(p, gpu, block_i, s.mma.n, units, cdiv(p.K, s.block_k), s.split_k, terms=True)
-    t_dram = p.min_bytes / gpu.dram_bw
-    t_prep = sum(2 * plan[op]["rows"] * plan[op]["cols"] * p.in_bytes for op in preps) / gpu.dram_bw
-    t_split = split_overhead(p, gpu, s.split_k) if s.split_k > 1 else 0.0
-    t_epi = epilogue_time(p, gpu, s.block_m, s.block_n, units, s.split_k)
-    t = max(main["mma"], main["l2"], t_dram) + t_epi + t_prep + t_split + LAUNCH_S * (1 + len(preps) + (s.split_k > 1))
-    bound = max((main["mma"], "tensor-core"), (main["l2"], "l2"), (t_dram, "dram"))[1]
-    if main["smem_cap"] < 1 and bound == "tensor-core":
+    I, J = (p.N, p.M) if plan["swap"] else (p.M, p.N)
+    units = cdiv(I, block_i) * cdiv(J, n) * split
+    main = mainloop_time(p, gpu, block_i, n, units, cdiv(p.K, SWIZZLE // p.in_bytes), split, terms=True)
+    return {"mma": main["mma"], "l2": main["l2"], "dram": p.min_bytes / gpu.dram_bw, "smem_cap": main["smem_cap"],
+            "fill": fill_time(p, gpu, block_i, n, units),
+            "epilogue": epilogue_time(p, gpu, block_i, n, units, split, rows=I, cols=J),
+            "prep": sum(2 * plan[op]["rows"] * plan[op]["cols"] * p.in_bytes for op in preps) / gpu.dram_bw,
+            "split": split_overhead(p, gpu, split) if split > 1 else 0.0,
+            "launches": 1 + len(preps) + (split > 1)}
+
+
+def total_time(t: dict) -> float:
+    """Seconds from ``time_terms``: max(mma, l2, dram) + fill + epilogue + prep + split + launches."""
+    return (max(t["mma"], t["l2"], t["dram"]) + t["fill"] + t["epilogue"] + t["prep"] + t["split"]
+            + LAUNCH_S * t["launches"])
+
+
+def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
+    """Step 13 for any wgmma schedule: max(tensor peak x smem cap x SM utilisation, L2 fills, DRAM)
+    + the ring's first fill + the epilogues (not overlapped) + the operand-prep passes at DRAM
+    bandwidth + split-K's zeroing and atomics + the launches."""
+    t = time_terms(p, gpu, s.mma.m * s.consumer_warpgroups, s.mma.n, s.split_k)
+    total = total_time(t)
+    bound = max((t["mma"], "tensor-core"), (t["l2"], "l2"), (t["dram"], "dram"))[1]
+    if t["smem_cap"] < 1 and bound == "tensor-core":
         bound = "smem"
-    return Prediction(time_us=t * 1e6, tflops=p.flops / t / 1e12, bound=bound,
-                      floor_us=max(p.flops / gpu.peak_flops(p.dtype, "wgmma"), t_dram) * 1e6,
-                      terms_us={"mma": main["mma"] * 1e6, "l2": main["l2"] * 1e6, "dram": t_dram * 1e6,
-                                "epilogue": t_epi * 1e6, "prep": t_prep * 1e6, "split": t_split * 1e6})
+    return Prediction(time_us=total * 1e6, tflops=p.flops / total / 1e12, bound=bound,
+                      floor_us=max(p.flops / gpu.peak_flops(p.dtype, "wgmma"), t["dram"]) * 1e6,
+                      terms_us={k: t[k] * 1e6 for k in ("mma", "l2", "dram", "fill", "epilogue", "prep", "split")})
 
 
 # ---- operand plan: where each operand comes from (codegen and runtime follow it)

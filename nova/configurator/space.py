@@ -52,6 +52,8 @@ rings, persistent.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import itertools
 import random
 import zlib
@@ -321,12 +323,18 @@ def label(s: Schedule) -> str:
 
 
 def measured_config(problem: GemmProblem, target: "GPUModel | str", schedule_label: str | None):
-    """The ``Config`` whose schedule a results row measured (its ``schedule`` label), trying the
-    automatic pick and then the mma.sync path; None if neither matches (the configurator changed)."""
-    for family in (None, "mma.sync"):
-        cfg = configure(problem, target, family=family)
+    """The ``Config`` whose schedule a results row measured (its ``schedule`` label): the automatic
+    pick or the mma.sync one when the label matches, else that schedule found in the family's space
+    and predicted by today's model (the configurator changed its pick since the measurement; the
+    derivation then is the pick's).  None if no schedule of the space has that label."""
+    picks = [configure(problem, target, family=family) for family in (None, "mma.sync")]
+    for cfg in picks:
         if schedule_label is None or label(cfg.schedule) == schedule_label:
             return cfg
+    for cfg in picks:
+        for s in schedule_space(problem, cfg.target, cfg.schedule):
+            if label(s) == schedule_label:
+                return dataclasses.replace(cfg, schedule=s, prediction=predict_schedule(problem, s, cfg.target))
     return None
 
 

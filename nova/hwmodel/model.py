@@ -98,6 +98,14 @@ class GPUModel:
     def l2_bw(self) -> float:
         return L2_BW(clock_hz=self.clock_hz, l2_bytes_per_clk=self.l2_bytes_per_clk)
 
+    @property
+    def l2_tma_bw(self) -> float:
+        """L2 -> shared memory bandwidth of TMA tile loads (Hopper); the load/store path's where the
+        target has no separate figure."""
+        if not self.has("l2_tma_bytes_per_clk"):
+            return self.l2_bw
+        return L2_BW(clock_hz=self.clock_hz, l2_bytes_per_clk=self.l2_tma_bytes_per_clk)
+
     def bandwidth(self, level: str) -> float:
         return {"dram": self.dram_bw, "l2": self.l2_bw, "smem": self.smem_bw}[level]
 

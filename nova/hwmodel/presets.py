@@ -9,6 +9,7 @@ Sources, abbreviated in the tables below:
   [H200]    NVIDIA H200 datasheet (2024): H100 compute with 141 GB HBM3e at 4.8 TB/s
   [3060]    GeForce RTX 3060 12 GB product specifications (3,584 CUDA cores, 1.78 GHz boost,
             15 Gbps x 192-bit GDDR6 = 360 GB/s)
+  [MEASURED] measured on the device machine by a script in bench/, with the results file named
   [EST]     an estimate, not a datasheet figure: stated with its reasoning, refined by the
             calibration of issue 5.  Never used to make a schedule illegal, only to rank.
 Dense tensor-core rates are FLOP per clock per SM (1 FMA = 2 FLOP), computed from the
@@ -25,6 +26,8 @@ LOADED_LATENCY_HBM = ("[EST] loaded DRAM latency: ~500 ns idle load-to-use on HB
                       "microbenchmarks) plus queueing when every SM streams at once")
 LOADED_LATENCY_GDDR = ("[EST] loaded DRAM latency: ~600 ns idle load-to-use on GDDR parts (Jia et al. microbenchmarks) "
                        "plus queueing when every SM streams at once")
+
+TMA_L2_B_PER_CLK_SM = 14.2e12 / 1.980e9 / 132      # 54.3 B/clk/SM: 14.2 TB/s at 1,980 MHz
 
 MMA_SYNC_SHAPES = {"tf32": (16, 8, 8), "bf16": (16, 8, 16), "fp16": (16, 8, 16)}
 WGMMA_SHAPES = {"tf32": (64, 256, 8), "bf16": (64, 256, 16), "fp16": (64, 256, 16)}  # n in 8..256
@@ -123,7 +126,13 @@ def _hopper(name: str, full_name: str, dram_bw: float, dram_src: str) -> GPUMode
         "fp32_lanes_per_sm": Q(128, "lanes", "[H100] 128 FP32 lanes per SM"),
         "l2_bytes": Q(50 * MB, "B", "[H100] 50 MB L2 (the driver reports 60 MB)"),
         "dram_bw": Q(dram_bw, "B/s", dram_src),
-        "l2_bytes_per_clk": Q(48 * sms, "B/clk", "[EST] A100's per-SM L2 read rate [A100] (~48 B/clk/SM) times 132 SMs"),
+        "l2_bytes_per_clk": Q(37.6 * sms, "B/clk", "[MEASURED] bench/l2_probe.py on the H200 (same GH100 L2): 9.82 TB/s "
+                              "of 16-byte ld.global.cg from an L2-resident buffer at a 1,980 MHz SM clock = 37.6 B/clk/SM "
+                              "(bench/results/h200-v0.6/l2_probe.txt); the load/store (LSU) path: cp.async, epilogue stores"),
+        "l2_tma_bytes_per_clk": Q(TMA_L2_B_PER_CLK_SM * sms, "B/clk", "[MEASURED] lower bound: the wgmma oracle's most "
+                                  "L2-heavy TMA-fed kernels sustain 13.6-14.2 TB/s of tile fills (e.g. 1024x14336x4096 "
+                                  "TF32 128x64 tiles, 396 us; bench/results/h200-oracle-wgmma-v0.5c-48), taken at the "
+                                  "1,980 MHz maximum SM clock: the TMA unit's path, faster than the LSU's"),
         "mem_latency_ns": Q(800, "ns", LOADED_LATENCY_HBM),
         "launch_overhead_us": Q(3.0, "us", "[EST] CUDA driver launch + kernel start, typical"),
         "max_cluster_size": Q(8, "blocks", "[H100] portable thread-block cluster size 8"),
