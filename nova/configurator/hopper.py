@@ -103,11 +103,13 @@ def epilogue_time(p: GemmProblem, gpu, block_m: int, block_n: int, units: int, s
     return math.ceil(units / gpu.sm_count) * stored * p.out_bytes * atomic / per_sm_bw
 
 
-def fill_time(p: GemmProblem, gpu, block_i: int, n: int, units: int) -> float:
+def fill_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, dram_bound: bool = False) -> float:
     """Seconds before the first wgmma: the ring's first stage of every CTA comes from DRAM, one
-    loaded latency plus min(units, SMs) x (block_i + n) x 128 B at the DRAM bandwidth.  Once per
+    loaded latency plus min(units, SMs) x (block_i + n) x 128 B at the DRAM bandwidth (only the
+    latency when the kernel is DRAM-bound: those bytes are already in its DRAM time).  Once per
     kernel: the persistent producer loads each later tile while the consumers finish the previous one."""
-    return gpu.mem_latency_ns * 1e-9 + min(units, gpu.sm_count) * (block_i + n) * SWIZZLE / gpu.dram_bw
+    transfer = 0.0 if dram_bound else min(units, gpu.sm_count) * (block_i + n) * SWIZZLE / gpu.dram_bw
+    return gpu.mem_latency_ns * 1e-9 + transfer
 
 
 def split_k_blocker(p: GemmProblem) -> str | None:
@@ -289,8 +291,9 @@ def time_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int) -> dict:
     I, J = (p.N, p.M) if plan["swap"] else (p.M, p.N)
     units = cdiv(I, block_i) * cdiv(J, n) * split
     main = mainloop_time(p, gpu, block_i, n, units, cdiv(p.K, SWIZZLE // p.in_bytes), split, terms=True)
-    return {"mma": main["mma"], "l2": main["l2"], "dram": p.min_bytes / gpu.dram_bw, "smem_cap": main["smem_cap"],
-            "fill": fill_time(p, gpu, block_i, n, units),
+    t_dram = p.min_bytes / gpu.dram_bw
+    return {"mma": main["mma"], "l2": main["l2"], "dram": t_dram, "smem_cap": main["smem_cap"],
+            "fill": fill_time(p, gpu, block_i, n, units, dram_bound=t_dram >= max(main["mma"], main["l2"])),
             "epilogue": epilogue_time(p, gpu, block_i, n, units, split, rows=I, cols=J),
             "prep": sum(2 * plan[op]["rows"] * plan[op]["cols"] * p.in_bytes for op in preps) / gpu.dram_bw,
             "split": split_overhead(p, gpu, split) if split > 1 else 0.0,
