@@ -109,3 +109,19 @@ def test_bad_input_is_one_clear_error(tmp_path):
         load_results([str(bad)])
     with pytest.raises(ResultsError, match="does not exist"):
         load_results([str(tmp_path / "missing.json")])
+
+
+def test_repeat_oracle_runs_and_cost_table(tmp_path):
+    """A second oracle file is a repeat run: the summary compares it with the run of record on the
+    same problems, and its Inductor compile times fill the cost table."""
+    first, repeat = tmp_path / "oracle.json", tmp_path / "repeat.json"
+    first.write_text(json.dumps(ORACLE))
+    rows = [dict(ORACLE["rows"][0], ratio=0.95, config_ms=0.5, tune_s=1.5, inductor_compile_s=12.0)]
+    repeat.write_text(json.dumps(dict(ORACLE, rows=rows)))
+    out = tmp_path / "out"
+    assert main(["report", "--results", str(BENCH), "--oracle", f"{first},{repeat}", "--out", str(out)]) == 0
+    md = (out / "README.md").read_text()
+    assert f"Oracle repeat run ({repeat}): tf32 0.950 over 1 problems (run of record on the same problems: 0.900)" in md
+    cost = next(s for s in re.split(r"^## ", md, flags=re.M) if s.startswith("Cost"))
+    body = [ln for ln in cost.splitlines() if ln.startswith("| ") and not ln.startswith("| shape")]
+    assert len(body) == 1 and "1024x1024x1024" in body[0] and "12" in body[0]

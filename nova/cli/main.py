@@ -237,7 +237,9 @@ def add_report(sub) -> None:
                                    "bench/gemm_oracle.py JSON) and write a self-contained report directory: "
                                    "index.html, README.md, PNG plots.  Needs no GPU.")
     p.add_argument("--results", required=True, help="comma-separated benchmark results files (.json or .csv)")
-    p.add_argument("--oracle", default=None, help="oracle results file (bench/gemm_oracle.py JSON)")
+    p.add_argument("--oracle", default=None,
+                   help="oracle results file(s) (bench/gemm_oracle.py JSON), comma-separated: the first is the run "
+                        "of record, later ones are repeat runs compared with it (and their Inductor timings shown)")
     p.add_argument("--out", default=None, help="output directory (default: reports/<target>-<date>/)")
     p.add_argument("--title", default=None, help="report title")
     p.set_defaults(run=run_report)

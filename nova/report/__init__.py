@@ -34,7 +34,7 @@ def default_out_dir(res: Results) -> Path:
     return Path("reports") / f"{tag}-{date}"
 
 
-def write_report(files: list[str], oracle: str | None = None, out: str | Path | None = None,
+def write_report(files: list[str], oracle: str | list[str] | None = None, out: str | Path | None = None,
                  title: str | None = None) -> Path:
     """Read ``files`` (and ``oracle``), write the report into ``out``; returns the directory."""
     if not files and not oracle:

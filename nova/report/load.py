@@ -33,6 +33,7 @@ class Results:
     """Everything the report shows, merged from the given files."""
     bench: pd.DataFrame
     oracle: pd.DataFrame | None = None
+    oracle_repeats: list[tuple[str, pd.DataFrame]] = field(default_factory=list)   # later runs: (file, rows)
     correctness: list[dict] = field(default_factory=list)
     environments: list[dict] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
@@ -65,8 +66,18 @@ def _sibling_environment(path: Path) -> dict:
     return {}
 
 
-def load_results(files: list[str], oracle: str | None = None) -> Results:
-    """Read every file; benchmark rows are concatenated in file order."""
+def oracle_files(oracle: str | list[str] | None) -> list[str]:
+    """``--oracle`` as a list: the first file is the oracle of record, later ones repeat runs."""
+    if not oracle:
+        return []
+    names = oracle.split(",") if isinstance(oracle, str) else list(oracle)
+    return [n.strip() for n in names if n.strip()]
+
+
+def load_results(files: list[str], oracle: str | list[str] | None = None) -> Results:
+    """Read every file; benchmark rows are concatenated in file order.  ``oracle``: one oracle
+    file, or several (comma-separated or a list): the first is the oracle of record, the others
+    repeat runs that the report compares with it (and whose Inductor timings it shows)."""
     frames, res = [], Results(bench=pd.DataFrame())
     for name in files:
         path = Path(name)
@@ -95,12 +106,15 @@ def load_results(files: list[str], oracle: str | None = None) -> Results:
         if missing:
             raise ResultsError(f"benchmark results lack the columns {', '.join(missing)}")
         res.bench["shape"] = [f"{m}x{n}x{k}" for m, n, k in zip(res.bench.M, res.bench.N, res.bench.K)]
-    if oracle:
-        data = _read_json(Path(oracle))
+    for i, name in enumerate(oracle_files(oracle)):
+        data = _read_json(Path(name))
         if data.get("format") != "nova-oracle/1":
-            raise ResultsError(f"{oracle}: not an oracle results file (format nova-oracle/1)")
-        res.oracle = oracle_frame(data)
-        res.sources.append(str(oracle))
+            raise ResultsError(f"{name}: not an oracle results file (format nova-oracle/1)")
+        if i == 0:
+            res.oracle = oracle_frame(data)
+        else:
+            res.oracle_repeats.append((name, oracle_frame(data)))
+        res.sources.append(str(name))
         env = dict(data.get("environment") or {})
         if env and env not in res.environments:
             res.environments.append(env)

@@ -24,6 +24,8 @@ def bench_table(bench: pd.DataFrame) -> pd.DataFrame:
         "Nova TFLOP/s": 2 * bench.M * bench.N * bench.K / bench.nova_b2b_us / 1e6,
         "cuBLAS TFLOP/s": 2 * bench.M * bench.N * bench.K / bench.cublas_b2b_us / 1e6,
         "Nova/cuBLAS": bench.cublas_b2b_us / bench.nova_b2b_us})
+    if "nova_graph_us" in bench.columns:
+        t["Nova graph us"], t["cuBLAS graph us"] = bench.nova_graph_us, bench.cublas_graph_us
     return t.reset_index(drop=True)
 
 
@@ -45,6 +47,42 @@ def oracle_table(oracle: pd.DataFrame) -> pd.DataFrame:
             "correct": "correct candidates", "space_size": "space size", "config_ms": "configure ms",
             "tune_s": "tuning s", "inductor_compile_s": "Inductor max-autotune s"}
     return oracle[[c for c in cols if c in oracle.columns]].rename(columns=cols).reset_index(drop=True)
+
+
+def cost_table(oracles: list[pd.DataFrame]) -> pd.DataFrame:
+    """Per problem with an Inductor measurement in any oracle run: Nova's configuration time, the
+    exhaustive tuning of its sampled space (the run of record's), Inductor max-autotune's compile."""
+    first = oracles[0].set_index(["shape", "dtype"])
+    rows = []
+    for df in oracles:
+        if "inductor_compile_s" not in df.columns:
+            continue
+        for _, r in df[df.inductor_compile_s.notna()].iterrows():
+            ref = first.loc[(r["shape"], r["dtype"])] if (r["shape"], r["dtype"]) in first.index else r
+            rows.append({"shape": r["shape"], "dtype": r["dtype"], "Nova configure ms": r.get("config_ms"),
+                         "exhaustive tuning s": ref.get("tune_s"), "candidates": ref.get("candidates"),
+                         "Inductor max-autotune s": r["inductor_compile_s"]})
+    return pd.DataFrame(rows).drop_duplicates(["shape", "dtype"])
+
+
+def repeat_summary(oracle: pd.DataFrame, name: str, repeat: pd.DataFrame) -> str:
+    """One line: a repeat run's geomean best/pick per dtype, and the run of record's on the same problems."""
+    parts = []
+    for dt in sorted(repeat.dtype.unique()):
+        rep = repeat[repeat.dtype == dt]
+        same = oracle[(oracle.dtype == dt) & oracle["shape"].isin(rep["shape"])]
+        parts.append(f"{dt} {plots.geomean(rep.ratio):.3f} over {len(rep)} problems "
+                     f"(run of record on the same problems: {plots.geomean(same.ratio):.3f})")
+    return f"Oracle repeat run ({name}): " + "; ".join(parts)
+
+
+def calibration_text(c: dict) -> str:
+    """'wgmma: eta_tc, t_launch_us fitted on <file>, eta_dram held at 0.948 (measured), leave-one-shape-out 85%'."""
+    fixed = c.get("fixed") or {}
+    fitted = [k for k in c["constants"] if k not in fixed]
+    held = "".join(f", {k} held at {v:g} (measured)" for k, v in fixed.items())
+    return (f"{c.get('family', 'mma.sync')}: {', '.join(fitted)} fitted on {c['source']['results']}{held}, "
+            f"leave-one-shape-out {c['leave_one_shape_out']['within_15pct']:.0%}")
 
 
 def correctness_table(correctness: list[dict]) -> pd.DataFrame:
@@ -145,9 +183,7 @@ def render(res: Results, out: Path, target, title: str | None) -> None:
                 fits = [c for c in (load(target.name, f) for f in ("mma.sync", "wgmma")) if c]
                 line += (f", {plots.within_band(calibrated[ok], device_us(bench)[ok]):.0%} of {int(ok.sum())} "
                          f"with the {target.name} calibrations (3 constants per instruction family, never per shape: "
-                         + "; ".join(f"{c.get('family', 'mma.sync')} fitted on {c['source']['results']}, "
-                                     f"leave-one-shape-out {c['leave_one_shape_out']['within_15pct']:.0%}" for c in fits)
-                         + ")")
+                         + "; ".join(calibration_text(c) for c in fits) + ")")
             summary.append(line)
     if oracle is not None and not oracle.empty:
         geo = {dt: plots.geomean(oracle[oracle.dtype == dt].ratio) for dt in sorted(oracle.dtype.unique())}
@@ -156,6 +192,9 @@ def render(res: Results, out: Path, target, title: str | None) -> None:
                        + ", ".join(f"{k} {v:.3f}" for k, v in geo.items())
                        + f"; worst {worst['shape']} {worst['dtype']} {worst['ratio']:.3f} (pick "
                          f"{worst['pick_schedule']}, best {worst['best_schedule']})")
+    for name, repeat in res.oracle_repeats:
+        if oracle is not None and not repeat.empty:
+            summary.append(repeat_summary(oracle, name, repeat))
     for c in res.correctness:
         summary.append(f"Correctness: {c.get('cases')} cases, {c.get('failed')} failed")
     d.heading("Summary")
@@ -170,7 +209,8 @@ def render(res: Results, out: Path, target, title: str | None) -> None:
             d.para("Roofline omitted: no hwmodel preset matches the device in the results' environment.")
         d.heading("Nova vs cuBLAS")
         d.figure(plots.ratio_bars(bench, out, env), "Nova/cuBLAS throughput per shape")
-        d.para("Times are back-to-back medians (launch-overlapped), microseconds; TFLOP/s from them.")
+        d.para("Times are back-to-back medians (launch-overlapped), microseconds; TFLOP/s from them; "
+               "graph columns (when present): CUDA-graph replay, device time per call.")
         d.table(bench_table(bench))
         if "predicted_us" in bench.columns:
             d.heading("Prediction error")
@@ -185,6 +225,14 @@ def render(res: Results, out: Path, target, title: str | None) -> None:
         d.para("best/pick = fastest correct candidate's time / the analytic pick's time (1: the pick is the "
                "best). pick rank is 1-based among the correct candidates.")
         d.table(oracle_table(oracle))
+        cost = cost_table([oracle] + [r for _, r in res.oracle_repeats])
+        if not cost.empty:
+            d.heading("Cost: configuring vs searching")
+            d.para("Nova configures in closed form (milliseconds, no GPU); the exhaustive tuning times the "
+                   "sampled candidates on the GPU (seconds, after compiling them on the host); Inductor "
+                   "max-autotune compiles and benchmarks its Triton templates (seconds, measured in the same "
+                   "kind of run).")
+            d.table(cost)
     if res.correctness:
         d.heading("Correctness")
         d.table(correctness_table(res.correctness))

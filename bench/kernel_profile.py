@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Per-kernel device time of ``nova.matmul`` calls (CUPTI through torch.profiler), next to the cost
+model's terms: where a call's time goes when it launches several kernels (operand-prep passes,
+split-K's memset) or when the model misses it.
+
+    PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache python bench/kernel_profile.py \
+        --shapes 2047x2049x511,3000x5000x700 --dtypes bf16 --out $OUT
+
+Each shape runs ``--reps`` calls back to back after a warm-up (fresh random inputs); the table
+lists every kernel the profiler saw during those calls (name, calls, mean device microseconds)
+and the model's prediction for the call.  Writes ``kernel_profile.json`` under ``--out``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+
+def profile_shape(torch, M, N, K, dtype, reps: int) -> dict:
+    import nova
+    from nova.configurator import GemmProblem, configure
+    from nova.configurator.space import label
+    from nova.runtime.bench import _inputs
+    from nova.runtime.matmul import resolve_target
+    gen = torch.Generator(device="cuda").manual_seed(M * 31 + N * 7 + K)
+    a, b = _inputs(torch, M, N, K, dtype, gen)
+    out = torch.empty((M, N), device="cuda", dtype=a.dtype)
+    for _ in range(5):
+        nova.matmul(a, b, out=out)
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            nova.matmul(a, b, out=out)
+        torch.cuda.synchronize()
+    kernels = []
+    for e in prof.key_averages():
+        us = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0)
+        if e.count and us:
+            kernels.append({"name": e.key[:80], "calls": e.count, "mean_us": us / e.count})
+    cfg = configure(GemmProblem(M, N, K, dtype), resolve_target())
+    return {"M": M, "N": N, "K": K, "dtype": dtype, "schedule": label(cfg.schedule),
+            "predicted_us": cfg.prediction.time_us, "calibrated_us": cfg.calibrated_time_us,
+            "terms_us": cfg.prediction.terms_us, "kernels": kernels}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", required=True, help="comma-separated MxNxK")
+    ap.add_argument("--dtypes", default="bf16")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args(argv)
+    from nova.runtime.bench import _torch
+    torch = _torch()
+    rows = []
+    for dt in args.dtypes.split(","):
+        for shape in args.shapes.split(","):
+            M, N, K = (int(x) for x in shape.lower().split("x"))
+            try:
+                r = profile_shape(torch, M, N, K, dt, args.reps)
+            except Exception as e:     # reported; the other shapes still run
+                print(f"ERROR {shape} {dt}: {type(e).__name__}: {e}", flush=True)
+                continue
+            rows.append(r)
+            cal = f"{r['calibrated_us']:.1f}" if r["calibrated_us"] else "-"
+            print(f"{shape} {dt} {r['schedule']}: model {r['predicted_us']:.1f} us, calibrated {cal} us; terms "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in r["terms_us"].items() if v), flush=True)
+            for k in r["kernels"]:
+                print(f"    {k['mean_us']:9.2f} us x{k['calls']:<4d} {k['name']}", flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "kernel_profile.json"), "w") as f:
+        json.dump({"rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
