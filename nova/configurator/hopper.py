@@ -6,19 +6,21 @@ consumer warpgroups each owning a 64 x N slab (wgmma m64nNk), a ring of S stages
 swizzled K panels, a persistent grid.  Decisions, in order:
 
  1. instruction        wgmma.m64nNk{8,16}, FP32 accumulate; TF32 rounding by the TMA unit (TFLOAT32 maps)
- 2. register budget    the producer keeps 40 registers/thread (setmaxnreg.dec); the consumers share the rest
- 3. consumer WGs, N    largest N <= 256 whose N/2 accumulators + overhead fit; as many WGs as fit the budget
- 4. smem traffic       bytes/clock the wgmma operand reads + TMA writes need at the tensor peak vs 128 B/clk:
+ 2. operand roles      which operand is the wgmma A (registers for 32-bit MN-major data: C^T = B^T A^T)
+ 3. register budget    the producer keeps 56 registers/thread (setmaxnreg.dec); the consumers share the rest
+ 4. consumer WGs, N    largest N <= 256 whose N/2 accumulators + overhead fit; as many WGs as fit the budget
+ 5. smem traffic       bytes/clock the wgmma operand reads + TMA writes need at the tensor peak vs 128 B/clk:
                        the reason N = 256 (80 + 48 = 128 B/clk for TF32) beats N = 128 (96 + 64 = 160)
- 5. wave fill          halve N while the tiles cannot give every SM one
- 6. stages             as many as fit the per-block shared memory (a deeper ring only hides more latency)
- 7. TMA boxes          [BK = 128 B of K] x [block_m] and x [block_n], 128-byte swizzle = the wgmma descriptor layout
- 8. cluster            1x1 (multicast not generated yet)
- 9. grid               persistent: min(tiles, SMs) CTAs walk the tiles
-10. split-K            none (not generated yet: shapes with tiles < SMs run at tiles/SMs of the machine)
+ 6. tile and split     of the few tile shapes (1-2 WGs x N, N/2, N/4) and K splits, the one step 13's model
+                       predicts fastest (smaller tiles or K slices give idle SMs work at a price)
+ 7. stages             as many as fit the per-block shared memory (a deeper ring only hides more latency)
+ 8. TMA boxes          [BK = 128 B of K] x [block_m] and x [block_n], 128-byte swizzle = the wgmma descriptor layout
+ 9. cluster            1x1 (multicast not generated yet)
+10. grid               persistent: min(tiles x K slices, SMs) CTAs walk the work units
 11. rasterization      group-M, as for the mma.sync path
-12. operand prep       which operands need a transpose/pad pass (TMA cannot transpose; TF32 wgmma reads K-major only)
-13. prediction
+12. operand prep       which operands need a transpose/pad pass (TMA needs 16-byte aligned rows)
+13. prediction         max(tensor x smem cap, L2 fills at each SM's port, DRAM) + first fill + epilogues
+                       + prep + split-K + launches (``time_terms``, ``total_time``)
 """
 from __future__ import annotations
 
