@@ -1,0 +1,62 @@
+"""bench/calibrate.py on the committed H200 results: the stored Hopper calibration is reproducible
+from them, measured constants stay fixed, and each shape's timing window finds its clock samples."""
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import calibrate  # noqa: E402
+
+from nova.configurator import GemmProblem, configure  # noqa: E402
+from nova.configurator.space import label, measured_config, schedule_space  # noqa: E402
+from nova.hwmodel.calibration import load  # noqa: E402
+
+STORED = load("h200", "wgmma")
+RESULTS = ROOT / STORED["source"]["results"]
+
+
+def test_stored_wgmma_calibration_is_reproducible():
+    """Refitting on the results file the calibration names, with the same held constants, gives the
+    stored constants and fit statistics (no hand-edited numbers)."""
+    _, _, rows, _ = calibrate.load_rows(str(RESULTS), "h200", "wgmma")
+    fixed = STORED.get("fixed") or {}
+    c = calibrate.fit(rows, fixed)
+    for k, v in STORED["constants"].items():
+        assert c[k] == pytest.approx(v, rel=1e-6), k
+    assert calibrate.stats(calibrate.errors(rows, c))["within_15pct"] == pytest.approx(STORED["after"]["within_15pct"])
+
+
+def test_fixed_constants_are_not_fitted():
+    _, _, rows, _ = calibrate.load_rows(str(RESULTS), "h200", "wgmma")
+    c = calibrate.fit(rows, {"eta_dram": 0.5, "t_launch_us": 2.0})
+    assert c["eta_dram"] == 0.5 and c["t_launch_us"] == 2.0
+    with pytest.raises(SystemExit, match="NAME=VALUE"):
+        calibrate.parse_fixed("eta_dram")
+    with pytest.raises(SystemExit, match="eta_tc, eta_dram, t_launch_us"):
+        calibrate.parse_fixed("eta_l2=1")
+
+
+def test_each_shape_finds_its_clock_samples():
+    _, _, rows, _ = calibrate.load_rows(str(RESULTS), "h200", "wgmma")
+    clocks = calibrate.row_clocks(rows, str(RESULTS.with_name("clocks.csv")))
+    assert len(clocks) == len(rows) and all(300 <= c <= 2000 for c in clocks)
+    assert math.isnan(calibrate.row_clocks([{"window": (None, None)}], str(RESULTS.with_name("clocks.csv")))[0])
+
+
+def test_measured_config_predicts_a_schedule_the_configurator_no_longer_picks():
+    p = GemmProblem(1024, 1024, 1024)
+    pick = configure(p, "h200")
+    other = next(s for s in schedule_space(p, pick.target, pick.schedule) if s != pick.schedule)
+    cfg = measured_config(p, "h200", label(other))
+    assert cfg.schedule == other and cfg.prediction.time_us > 0
+    assert measured_config(p, "h200", label(pick.schedule)) == pick
+    assert measured_config(p, "h200", "no such schedule") is None
+
+
+def test_results_file_records_the_window_and_graph_time():
+    row = json.loads(RESULTS.read_text())["rows"][0]
+    assert row["t_end"] > row["t_start"] and row["nova_graph_us"] > 0
