@@ -14,7 +14,7 @@ import pytest
 from nova.configurator import GemmProblem, configure
 from nova.configurator.problem import ProblemError
 
-BAD_INFOS = re.compile(r"C75(08|15|17|19)")
+BAD_INFOS = re.compile(r"C75(08|13|15|17|19)")   # C7513: wgmmas serialised
 
 SPREAD = [
     (4096, 4096, 4096, "tf32", {}),
@@ -27,6 +27,8 @@ SPREAD = [
     (65, 72, 200, "bf16", {"trans_a": True, "out_dtype": "f32"}),
     (16384, 2304, 768, "tf32", {"bias": True, "activation": "relu"}),
     (1000, 1000, 1000, "tf32", {"bias": True, "activation": "silu"}),    # swapped, ragged, bias along wgmma rows
+    (4096, 4096, 4000, "tf32", {}),                      # register-fed, odd K-tile count (was C7513 before v0.6c)
+    (7, 1992, 1687, "tf32", {}),                         # register-fed, split-K slices of odd length
     (256, 512, 384, "tf32", {"trans_a": True, "trans_b": True}),      # A^T from registers, not swapped
     (4096, 4096, 4096, "bf16", {"trans_a": True}),                     # both operands by the transpose bit
     (4096, 4096, 128, "tf32", {}),          # spilled the producer at 40 registers (found by the wgmma oracle build)

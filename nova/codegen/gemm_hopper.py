@@ -436,12 +436,18 @@ class _HopperKernel:
                 ir.emit(f"scf.yield {acc}, {ir.v(itc)} : {self.acc_t}, index")
             acc_out, it_out = f"{res}#0", f"{res}#1"
             if unroll > 1:                                  # odd tail of the unrolled loop
+                # The tail's fragments are new registers that the allocator may place where the
+                # loop's last in-flight wgmma group still reads; ptxas then serialises every wgmma
+                # of the kernel (C7513).  Retiring that group first removes the hazard (one bubble
+                # per tile, odd K-tile counts only).
                 odd = ir.cmp("ne", ir.rem(k_count, unroll, "k_odd"), 0, "has_tail")
                 if odd is True:
+                    ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
                     acc_out, it_out = k_tile(ir.sub(k_count, 1), it_out, acc_out)
                 elif odd is not False:
                     tail = ir.fresh("tail")
                     with ir.region(f"{tail}:2 = scf.if {odd} -> ({self.acc_t}, index) {{", close="} else {"):
+                        ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
                         a2, i2 = k_tile(ir.sub(k_count, 1, "k_last"), it_out, acc_out)
                         ir.emit(f"scf.yield {a2}, {ir.v(i2)} : {self.acc_t}, index")
                     ir.level += 1

@@ -30,7 +30,7 @@ from nova.codegen.artifact import KernelArtifact
 from nova.runtime.driver import NovaRuntimeError
 
 CODEGEN_TOOLCHAIN = "xtc-mlir-python-bindings==22.1.8.4"
-CODEGEN_ABI = 2            # bump whenever the kernel ABI (arguments, layout, launch contract) changes
+CODEGEN_ABI = 3            # bump whenever the kernel ABI (arguments, layout, launch contract) or the generated code changes
 ENTRY_FORMAT = 1
 
 
