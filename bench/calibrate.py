@@ -75,7 +75,8 @@ def load_rows(path: str, preset: str | None, family: str = "mma.sync"):
             continue
         rows.append({"name": name, "measured_us": r.get("nova_graph_us") or r["nova_b2b_us"],
                      "terms": cfg.prediction.terms_us, "split_k": cfg.schedule.split_k,
-                     "predicted_us": cfg.prediction.time_us, "window": (r.get("t_start"), r.get("t_end"))})
+                     "predicted_us": cfg.prediction.time_us,
+                     "window": tuple(r.get("nova_graph_window") or (r.get("t_start"), r.get("t_end")))})
     return preset, env, rows, skipped
 
 
@@ -144,9 +145,10 @@ def leave_one_shape_out(rows, fixed: dict | None = None) -> np.ndarray:
 
 
 def row_clocks(rows, clocks_csv: str) -> list[float]:
-    """Median SM clock (MHz) of the nvidia-smi samples inside each row's timing window
-    (``t_start``..``t_end``, results from v0.6 on; ``bench/device_run.sh`` writes clocks.csv); NaN
-    where the row has no window or no sample fell inside it."""
+    """Median SM clock (MHz) of the nvidia-smi samples inside each row's timing window (Nova's
+    graph replay, ``nova_graph_window``, from v0.6d on; else the whole shape, ``t_start``..``t_end``,
+    which also holds the idle gaps of the per-call timing; ``bench/device_run.sh`` writes
+    clocks.csv); NaN where the row has no window or no sample fell inside it."""
     import pandas as pd
     smi = pd.read_csv(clocks_csv, skipinitialspace=True)
     smi.columns = [c.split(" [")[0].strip() for c in smi.columns]

@@ -30,8 +30,8 @@ for tool in memcheck racecheck; do
 done
 fi
 if [ "$STAGE" = all ] || [ "$STAGE" = bench ]; then
-echo "== benchmark (SM clock and power sampled every 100 ms into clocks.csv)" | tee -a "$OUT/log.txt"
-nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,nounits -lms 100 > "$OUT/clocks.csv" &
+echo "== benchmark (SM clock and power sampled every 50 ms into clocks.csv)" | tee -a "$OUT/log.txt"
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,nounits -lms 50 > "$OUT/clocks.csv" &
 SMI=$!
 timeout 500 python3 bench/gemm_bench.py --dtypes tf32,bf16 --out "$OUT" 2>&1 | tail -n 40 | tee -a "$OUT/log.txt"
 echo "== K sweep (bench/suites/ksweep.txt: per-tile fixed cost vs main loop)" | tee -a "$OUT/log.txt"

@@ -156,10 +156,13 @@ def _back_to_back(torch, fn, reps: int, rounds: int = 5) -> float:
     return statistics.median(means)
 
 
-def _graph_replay(torch, fn, reps: int, rounds: int = 5) -> float:
-    """Device time per call: ``reps`` calls captured in one CUDA graph, replayed between two events;
-    median over rounds of the mean, us.  The calls are warmed up on the capture stream first (Nova
-    keeps per-stream plans and per-pointer tensor maps; capture must not allocate)."""
+def _graph_replay(torch, fn, reps: int, rounds: int = 5, min_seconds: float = 0.0) -> tuple[float, tuple]:
+    """Device time per call: ``reps`` calls captured in one CUDA graph, replayed back to back (~50 ms
+    of replays, at most 16, queued between synchronisations) until at least ``rounds`` replays and ``min_seconds``
+    of wall time; the median over replays of the mean per call, us, and the (start, end) wall-clock
+    window of the timed replays (to join with clock samples).  The calls are warmed up on the
+    capture stream first (Nova keeps per-stream plans and per-pointer tensor maps; capture must
+    not allocate)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -171,18 +174,25 @@ def _graph_replay(torch, fn, reps: int, rounds: int = 5) -> float:
     with torch.cuda.graph(graph, stream=stream):
         for i in range(reps):
             fn(i)
+    t_replay = time.perf_counter()
     graph.replay()
     torch.cuda.synchronize()
-    means = []
-    for _ in range(rounds):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        means.append(start.elapsed_time(end) * 1e3 / reps)
+    t_replay = time.perf_counter() - t_replay
+    chunk = max(1, min(16, int(0.05 / max(t_replay, 1e-6))))    # ~50 ms queued per synchronisation
+    means, t0 = [], time.time()
+    while len(means) < rounds or time.time() - t0 < min_seconds:
+        events = []
+        for _ in range(chunk):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            events.append((start, end))
+        events[-1][1].synchronize()
+        means += [a.elapsed_time(b) * 1e3 / reps for a, b in events]
+    window = (t0, time.time())
     del graph
-    return statistics.median(means)
+    return statistics.median(means), window
 
 
 def _settle(torch, fns, seconds: float) -> int:
@@ -211,9 +221,11 @@ def _host_overhead(torch, fn, reps: int = 200) -> float:
     return (t1 - t0) / reps * 1e6
 
 
-def bench_case(M, N, K, dtype, *, reps=50, warmup=10, seed=0, l2_bytes=None, settle_s: float = 0.5) -> dict:
+def bench_case(M, N, K, dtype, *, reps=50, warmup=10, seed=0, l2_bytes=None, settle_s: float = 0.5,
+               graph_s: float = 0.3) -> dict:
     """Nova and cuBLAS (torch.matmul) on the same shapes in one process, after ``settle_s`` seconds
-    of both back to back (power steady state); graph replay first, while the clock is settled."""
+    of both back to back (power steady state); graph replay first, while the clock is settled, for
+    at least ``graph_s`` seconds each (long enough for the clock samples to see it)."""
     import nova
     from nova.configurator import GemmProblem, configure
     from nova.runtime.matmul import resolve_target
@@ -252,7 +264,7 @@ def bench_case(M, N, K, dtype, *, reps=50, warmup=10, seed=0, l2_bytes=None, set
     row = {"M": M, "N": N, "K": K, "dtype": dtype, "input_sets": n_sets, "t_start": time.time()}
     row["settle_calls"] = _settle(torch, (nova_fn, torch_fn), settle_s)
     for name, fn in (("nova", nova_fn), ("cublas", torch_fn)):
-        row[f"{name}_graph_us"] = _graph_replay(torch, fn, reps)
+        row[f"{name}_graph_us"], row[f"{name}_graph_window"] = _graph_replay(torch, fn, reps, min_seconds=graph_s)
     for name, fn in (("nova", nova_fn), ("cublas", torch_fn)):
         row[f"{name}_b2b_us"] = _back_to_back(torch, fn, reps)
     for name, fn in (("nova", nova_fn), ("cublas", torch_fn)):
@@ -285,7 +297,7 @@ BENCH_COLUMNS = ["M", "N", "K", "dtype", "schedule", "nova_us", "cublas_us", "no
 
 
 def run_benchmark(shapes, dtypes, *, reps: int = 50, out: str = ".", tag: str = "bench", log=print,
-                  settle_s: float = 0.5) -> dict:
+                  settle_s: float = 0.5, graph_s: float = 0.3) -> dict:
     """Benchmark every shape x dtype; write ``<tag>.csv``, ``<tag>.md`` and ``<tag>.json`` under ``out``.
     Returns ``{"environment", "geomean_ratio", "rows"}``."""
     import json
@@ -299,7 +311,7 @@ def run_benchmark(shapes, dtypes, *, reps: int = 50, out: str = ".", tag: str = 
     for dt in dtypes:
         for (m, n, k) in shapes:
             try:     # the first shape settles 4x longer: the GPU comes out of idle at its boost clock
-                r = bench_case(m, n, k, dt, reps=reps, settle_s=settle_s * (4 if first else 1))
+                r = bench_case(m, n, k, dt, reps=reps, settle_s=settle_s * (4 if first else 1), graph_s=graph_s)
                 first = False
             except Exception as e:     # reported, and the shape is missing from the table
                 log(f"ERROR {m}x{n}x{k} {dt}: {type(e).__name__}: {e}")
