@@ -89,42 +89,41 @@ def _arrays(rows):
     return t, split, np.array([r["measured_us"] for r in rows])
 
 
-def model(t, split, eta_tc, eta_dram, t_launch):
-    """``calibrated_time_us`` on numpy arrays: parameters broadcast against the rows (last axis)."""
+def model(t, split, constants: dict):
+    """``calibrated_time_us`` on numpy arrays: constants may be arrays that broadcast against the
+    rows (last axis)."""
     from nova.hwmodel.calibration import calibrated_time_us
-    launches = 1 + (split > 1) + (t["prep"] > 0)
-    terms = {k: v for k, v in t.items() if k != "prep"}
-    base = calibrated_time_us({**terms, "prep": t["prep"]}, 1,
-                              {"eta_tc": eta_tc, "eta_dram": eta_dram, "t_launch_us": 0.0}, maximum=np.maximum)
-    return base + launches * t_launch
+    return calibrated_time_us(t, split, constants)
 
 
 def fit(rows, fixed: dict | None = None) -> dict:
-    """Coarse-to-fine grid search of the log least-squares objective; ``fixed`` constants (measured
-    elsewhere, e.g. eta_dram by bench/l2_probe.py) are held at their value."""
-    t, launches, meas = _arrays(rows)   # launches: the rows' split_k (model() counts the launches)
+    """Coarse-to-fine grid search of the log least-squares objective over the GRID constants;
+    ``fixed`` ones (measured elsewhere, e.g. eta_dram by bench/l2_probe.py) are held at their value,
+    and so are the power-limited clock's (``HELD_ONLY``), which are never fitted."""
+    t, split, meas = _arrays(rows)
     log_meas = np.log(meas)
     fixed = fixed or {}
-    lo = {k: fixed.get(k, v[0]) for k, v in GRID.items()}
-    hi = {k: fixed.get(k, v[1]) for k, v in GRID.items()}
-    best = None
+    held = {k: v for k, v in fixed.items() if k not in GRID}
+    free = [k for k in GRID if k not in fixed]
+    lo = {k: GRID[k][0] for k in free}
+    hi = {k: GRID[k][1] for k in free}
+    best = dict(fixed)
     for _ in range(6):
-        axes = [np.linspace(lo[k], hi[k], 41) for k in GRID]
-        e_tc, e_dr, t_l = np.meshgrid(*axes, indexing="ij")
-        pred = model(t, launches, e_tc[..., None], e_dr[..., None], t_l[..., None])
-        loss = ((np.log(pred) - log_meas) ** 2).sum(-1)
+        axes = [np.linspace(lo[k], hi[k], 41) for k in free]
+        mesh = dict(zip(free, np.meshgrid(*axes, indexing="ij")))
+        c = {**held, **{k: fixed[k] for k in GRID if k in fixed}, **{k: m[..., None] for k, m in mesh.items()}}
+        loss = ((np.log(model(t, split, c)) - log_meas) ** 2).sum(-1)
         i = np.unravel_index(np.argmin(loss), loss.shape)
-        best = {"eta_tc": float(e_tc[i]), "eta_dram": float(e_dr[i]), "t_launch_us": float(t_l[i])}
-        for k, a in zip(GRID, axes):                     # zoom to +-2 grid steps around the optimum
+        best.update({k: float(m[i]) for k, m in mesh.items()})
+        for k, a in zip(free, axes):                     # zoom to +-2 grid steps around the optimum
             step = a[1] - a[0]
-            if k not in fixed:
-                lo[k], hi[k] = max(GRID[k][0], best[k] - 2 * step), min(GRID[k][1], best[k] + 2 * step)
-    return best
+            lo[k], hi[k] = max(GRID[k][0], best[k] - 2 * step), min(GRID[k][1], best[k] + 2 * step)
+    return {k: best[k] for k in (*GRID, *held)}
 
 
 def errors(rows, c: dict) -> np.ndarray:
-    t, launches, meas = _arrays(rows)
-    return model(t, launches, c["eta_tc"], c["eta_dram"], c["t_launch_us"]) / meas - 1
+    t, split, meas = _arrays(rows)
+    return model(t, split, c) / meas - 1
 
 
 def stats(err) -> dict:
@@ -162,10 +161,13 @@ def row_clocks(rows, clocks_csv: str) -> list[float]:
     return out
 
 
+HELD_ONLY = ("f_sustained_mhz", "f_max_mhz")     # the power-limited clock's constants: measured, never fitted
+
+
 def parse_fixed(text: str) -> tuple[str, float]:
     name, _, value = text.partition("=")
-    if name not in GRID or not value:
-        raise SystemExit(f"--fix {text!r}: expected NAME=VALUE with NAME one of {', '.join(GRID)}")
+    if name not in (*GRID, *HELD_ONLY) or not value:
+        raise SystemExit(f"--fix {text!r}: expected NAME=VALUE with NAME one of {', '.join((*GRID, *HELD_ONLY))}")
     return name, float(value)
 
 
@@ -177,7 +179,8 @@ def main(argv=None) -> int:
                     help="which model to fit: the Ampere-class mma.sync one or the Hopper wgmma one")
     ap.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE",
                     help="hold a constant at a value measured elsewhere instead of fitting it, e.g. "
-                         "eta_dram=0.948 (bench/l2_probe.py: 1 GB read at 4.55 of 4.8 TB/s); repeatable")
+                         "eta_dram=0.948 (bench/l2_probe.py: 1 GB read at 4.55 of 4.8 TB/s); repeatable; "
+                         "f_sustained_mhz=F and f_max_mhz=F together switch on the power-limited clock")
     ap.add_argument("--clocks", default=None,
                     help="nvidia-smi samples (clocks.csv beside the results): show each row's median SM clock")
     ap.add_argument("--write", action="store_true",
@@ -190,6 +193,11 @@ def main(argv=None) -> int:
         raise SystemExit(f"only {len(rows)} usable rows: too few to fit {len(CONSTANTS)} constants")
     before = np.array([r["predicted_us"] / r["measured_us"] - 1 for r in rows])
     fixed = dict(parse_fixed(f) for f in args.fix)
+    if ("f_sustained_mhz" in fixed) != ("f_max_mhz" in fixed):
+        raise SystemExit("the power-limited clock needs both f_sustained_mhz and f_max_mhz")
+    if "f_sustained_mhz" in fixed:                   # the clock the model's peak figures assume
+        from nova.hwmodel import get_target
+        fixed["f_model_mhz"] = get_target(preset).clock_hz / 1e6
     c = fit(rows, fixed)
     after = errors(rows, c)
     loo = leave_one_shape_out(rows, fixed)
@@ -197,14 +205,25 @@ def main(argv=None) -> int:
     for s in skipped:
         print(f"  skipped {s}")
     print("constants: " + ", ".join(f"{k} = {v:.4g}" for k, v in c.items()))
+    from nova.hwmodel.calibration import predicted_clock_mhz
     clocks = row_clocks(rows, args.clocks) if args.clocks else [math.nan] * len(rows)
+    t, split, _ = _arrays(rows)
+    f_pred = predicted_clock_mhz(t, split, c)
+    f_pred = [math.nan] * len(rows) if f_pred is None else list(f_pred)
     print(f"{'kernel':28s} {'measured':>9s} {'model':>9s} {'err':>7s} {'calib.':>9s} {'err':>7s} {'LOSO err':>8s}"
-          + (" SM MHz" if args.clocks else ""))
-    for r, e0, e1, e2, mhz in zip(rows, before, after, loo, clocks):
+          + " MHz pred." * ("f_sustained_mhz" in c) + " MHz meas." * bool(args.clocks))
+    for r, e0, e1, e2, mhz, fp in zip(rows, before, after, loo, clocks, f_pred):
         print(f"{r['name']:28s} {r['measured_us']:9.1f} {r['predicted_us']:9.1f} {e0:+7.1%} "
-              f"{r['measured_us'] * (1 + e1):9.1f} {e1:+7.1%} {e2:+8.1%}" + (f" {mhz:6.0f}" if args.clocks else ""))
-    result = {"preset": preset, "family": args.family, "constants": c, "model": "time = max(t_tensor/eta_tc, t_smem/eta_tc, t_l2, "
-              "t_dram/eta_dram) + t_fill + t_epilogue + t_split + t_prep/eta_dram + launches * t_launch_us",
+              f"{r['measured_us'] * (1 + e1):9.1f} {e1:+7.1%} {e2:+8.1%}" + f" {fp:9.0f}" * ("f_sustained_mhz" in c)
+              + f" {mhz:9.0f}" * bool(args.clocks))
+    if args.clocks and "f_sustained_mhz" in c:
+        ok = [(a, b) for a, b in zip(f_pred, clocks) if math.isfinite(b)]
+        print(f"predicted vs measured SM clock: median |error| {np.median([abs(a - b) for a, b in ok]):.0f} MHz "
+              f"over {len(ok)} kernels")
+    result = {"preset": preset, "family": args.family, "constants": c, "model": "time = max(t_tensor*s/eta_tc, "
+              "t_smem*s/eta_tc, t_l2*s, t_dram/eta_dram) + t_epilogue*s + t_fill + t_split + t_prep/eta_dram + "
+              "launches * t_launch_us; s = f_model/f, f = min(f_max, f_sustained * duty^(-1/3)) with the power "
+              "constants, else s = 1 (nova/hwmodel/calibration)",
               "fit": "least squares on log(time), grid search (bench/calibrate.py)", "fixed": fixed,
               "source": {"results": args.results, "device": env.get("device"), "date": env.get("date"),
                          "torch": env.get("torch"), "nova": env.get("nova"), "kernels": len(rows),

@@ -60,3 +60,34 @@ def test_measured_config_predicts_a_schedule_the_configurator_no_longer_picks():
 def test_results_file_records_the_window_and_graph_time():
     row = json.loads(RESULTS.read_text())["rows"][0]
     assert row["t_end"] > row["t_start"] and row["nova_graph_us"] > 0
+
+
+POWER = {"eta_tc": 0.85, "eta_dram": 0.95, "t_launch_us": 1.0, "f_sustained_mhz": 1418.0, "f_max_mhz": 1980.0,
+         "f_model_mhz": 1830.0}
+
+
+def test_power_limited_clock():
+    """A kernel whose tensor cores are always busy settles at the sustained clock (and its compute
+    stretches by f_model / f_sustained); one that mostly waits runs at the maximum clock; without the
+    power constants the legacy formula holds and no clock is predicted."""
+    from nova.hwmodel.calibration import clock_and_time
+    heavy = {"mma": 10_000.0, "l2": 100.0, "dram": 100.0}
+    f, t = clock_and_time(heavy, 1, POWER)
+    assert f == pytest.approx(1418, rel=0.01)
+    assert t == pytest.approx(10_000 / 0.85 * 1830 / f + 1.0, rel=1e-6)
+    light = {"mma": 1.0, "l2": 1.0, "dram": 30.0, "fill": 1.0}
+    f, t = clock_and_time(light, 1, POWER)
+    assert f == 1980 and t == pytest.approx(30 / 0.95 + 1.0 + 1.0)
+    legacy = {k: POWER[k] for k in ("eta_tc", "eta_dram", "t_launch_us")}
+    f, t = clock_and_time(heavy, 1, legacy)
+    assert f is None and t == pytest.approx(10_000 / 0.85 + 1.0)
+
+
+def test_calibration_works_on_arrays():
+    import numpy as np
+    from nova.hwmodel.calibration import calibrated_time_us
+    rows = [{"mma": 100.0, "l2": 90.0, "dram": 10.0, "epilogue": 2.0, "prep": 0.0},
+            {"mma": 3.0, "l2": 4.0, "dram": 1.0, "epilogue": 0.2, "prep": 1.5}]
+    arrays = {k: np.array([r[k] for r in rows]) for k in rows[0]}
+    vector = calibrated_time_us(arrays, np.array([1, 4]), POWER)
+    assert list(vector) == pytest.approx([float(calibrated_time_us(r, s, POWER)) for r, s in zip(rows, (1, 4))])

@@ -118,8 +118,10 @@ def render_explain(cfg, *, symbolic: bool = False, console=None) -> None:
     cal = cfg.calibrated_time_us
     if cal is not None:
         from nova.hwmodel.calibration import path_for
-        console.print(f"[bold]Calibrated[/]: {cal:.2f} us, {p.flops / cal / 1e6:.1f} TFLOP/s (the model's terms scaled by "
-                      f"{gpu.name}'s fitted efficiency constants, nova/hwmodel/calibration/"
+        clock = cfg.calibrated_clock_mhz
+        at = f" at a predicted SM clock of {clock:.0f} MHz (power-limited)" if clock is not None else ""
+        console.print(f"[bold]Calibrated[/]: {cal:.2f} us, {p.flops / cal / 1e6:.1f} TFLOP/s{at} (the model's terms scaled "
+                      f"by {gpu.name}'s efficiency constants, nova/hwmodel/calibration/"
                       f"{path_for(gpu.name, s.mma.family).name})")
     console.print(f"[dim]configured in {cfg.config_time_ms:.3f} ms, no search, no measurement[/]")
 

@@ -47,11 +47,22 @@ class Config:
         """The prediction with the target's fitted efficiency constants (``bench/calibrate.py``), when
         a calibration exists for this target and instruction family; None otherwise.  Schedule
         decisions never use it: it reports, it does not choose."""
-        from nova.hwmodel.calibration import calibrated_time_us, load
+        clock_and_time = self._calibrated()
+        return None if clock_and_time is None else float(clock_and_time[1])
+
+    @property
+    def calibrated_clock_mhz(self) -> float | None:
+        """The SM clock the calibration predicts for this kernel (its power-limited clock), when the
+        calibration has the power constants; None otherwise."""
+        clock_and_time = self._calibrated()
+        return None if clock_and_time is None or clock_and_time[0] is None else float(clock_and_time[0])
+
+    def _calibrated(self):
+        from nova.hwmodel.calibration import clock_and_time, load
         cal = load(self.target.name, self.schedule.mma.family)
         if cal is None:
             return None
-        return calibrated_time_us(self.prediction.terms_us, self.schedule.split_k, cal["constants"])
+        return clock_and_time(self.prediction.terms_us, self.schedule.split_k, cal["constants"])
 
     def to_dict(self) -> dict:
         s = self.schedule
@@ -63,7 +74,7 @@ class Config:
                 "dtype": self.problem.dtype, "target": self.target.name, "arch": self.target.arch,
                 "problem": self.problem.to_dict(), "schedule": sched, "prediction": self.prediction.to_dict(),
                 "derivation": [st.to_dict() for st in self.derivation], "config_time_ms": self.config_time_ms,
-                "calibrated_time_us": self.calibrated_time_us}
+                "calibrated_time_us": self.calibrated_time_us, "calibrated_clock_mhz": self.calibrated_clock_mhz}
 
 
 # ---- formulas (each shown in the derivation) ------------------------------------------------

@@ -80,7 +80,8 @@ def calibration_text(c: dict) -> str:
     """'wgmma: eta_tc, t_launch_us fitted on <file>, eta_dram held at 0.948 (measured), leave-one-shape-out 85%'."""
     fixed = c.get("fixed") or {}
     fitted = [k for k in c["constants"] if k not in fixed]
-    held = "".join(f", {k} held at {v:g} (measured)" for k, v in fixed.items())
+    held = "".join(f", {k} held at {v:g} " + ("(the preset's clock)" if k == "f_model_mhz" else "(measured)")
+                   for k, v in fixed.items())
     return (f"{c.get('family', 'mma.sync')}: {', '.join(fitted)} fitted on {c['source']['results']}{held}, "
             f"leave-one-shape-out {c['leave_one_shape_out']['within_15pct']:.0%}")
 
@@ -110,7 +111,7 @@ def calibrated_predictions(bench: pd.DataFrame, target) -> pd.Series | None:
     for r in bench.itertuples():
         cfg = measured_config(GemmProblem(int(r.M), int(r.N), int(r.K), r.dtype), target, r.schedule)
         cal = cals.get(cfg.schedule.mma.family) if cfg is not None else None   # each family its own fit
-        out.append(calibrated_time_us(cfg.prediction.terms_us, cfg.schedule.split_k, cal["constants"])
+        out.append(float(calibrated_time_us(cfg.prediction.terms_us, cfg.schedule.split_k, cal["constants"]))
                    if cal else math.nan)
     return pd.Series(out, index=bench.index)
 
@@ -182,7 +183,7 @@ def render(res: Results, out: Path, target, title: str | None) -> None:
                 from nova.hwmodel.calibration import load
                 fits = [c for c in (load(target.name, f) for f in ("mma.sync", "wgmma")) if c]
                 line += (f", {plots.within_band(calibrated[ok], device_us(bench)[ok]):.0%} of {int(ok.sum())} "
-                         f"with the {target.name} calibrations (3 constants per instruction family, never per shape: "
+                         f"with the {target.name} calibrations (a few constants per instruction family, never per shape: "
                          + "; ".join(calibration_text(c) for c in fits) + ")")
             summary.append(line)
     if oracle is not None and not oracle.empty:

@@ -29,6 +29,8 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
+
 HERE = Path(__file__).parent
 CONSTANTS = ("eta_tc", "eta_dram", "t_launch_us")
 
@@ -51,12 +53,50 @@ def launches_of(terms_us: dict, split_k: int) -> int:
     return 1 + (split_k > 1) + (terms_us.get("prep", 0) > 0)
 
 
-def calibrated_time_us(terms_us: dict, split_k: int, constants: dict, maximum=max) -> float:
+CLOCK_EXPONENT = 3    # dynamic power ~ C V^2 f with V roughly proportional to f in the DVFS range
+
+
+def calibrated_time_us(terms_us: dict, split_k, constants: dict):
     """The calibrated time from a ``Prediction.terms_us`` (microseconds), for either model:
-    mma.sync terms (tensor-core, smem, l2, dram, fill) or Hopper terms (mma, l2, dram, epilogue, prep, split).
-    ``maximum`` lets ``bench/calibrate.py`` evaluate it on numpy arrays (``np.maximum``)."""
+    mma.sync terms (tensor-core, smem, l2, dram, fill) or Hopper terms (mma, l2, dram, fill,
+    epilogue, prep, split).  Works elementwise on numpy arrays (``bench/calibrate.py`` fits on them).
+
+    With the power constants (``f_sustained_mhz``, ``f_max_mhz``, ``f_model_mhz``) the SM clock is
+    predicted too (``clock_and_time``)."""
+    return clock_and_time(terms_us, split_k, constants)[1]
+
+
+def predicted_clock_mhz(terms_us: dict, split_k, constants: dict):
+    """The SM clock the calibrated model settles on; None without the power constants."""
+    return clock_and_time(terms_us, split_k, constants)[0]
+
+
+def clock_and_time(terms_us: dict, split_k, constants: dict):
+    """(SM clock in MHz or None, calibrated time in us).
+
+    time = max(compute, L2, DRAM / eta_dram) + epilogue + fill + split + prep / eta_dram
+           + launches * t_launch, with compute = tensor (or smem) time / eta_tc.
+    Power-limited clock: the terms that run on the SM clock (tensor, L2, epilogue stores) scale by
+    f_model / f, and f = min(f_max, f_sustained * duty^(-1/3)): duty is the fraction of the call the
+    tensor cores are busy (compute / time), f_sustained the clock the GPU holds at its power cap
+    with them always busy (at a fixed power budget, dynamic power ~ C V^2 f ~ f^3).  Solved by
+    fixed-point iteration from f_max."""
     c, t = constants, terms_us
-    compute = maximum(t.get("tensor-core", 0) + t.get("mma", 0), t.get("smem", 0)) / c["eta_tc"]   # one of the two is 0
-    memory = maximum(t.get("l2", 0), t.get("dram", 0) / c["eta_dram"])
-    extra = t.get("fill", 0) + t.get("epilogue", 0) + t.get("split", 0) + t.get("prep", 0) / c["eta_dram"]
-    return maximum(compute, memory) + extra + launches_of(t, split_k) * c["t_launch_us"]
+    compute0 = np.maximum(t.get("tensor-core", 0) + t.get("mma", 0), t.get("smem", 0)) / c["eta_tc"]  # one is 0
+    dram = t.get("dram", 0) / c["eta_dram"]
+    fixed = (t.get("fill", 0) + t.get("split", 0) + t.get("prep", 0) / c["eta_dram"]
+             + launches_of(t, split_k) * c["t_launch_us"])
+
+    def at(scale):
+        compute = compute0 * scale
+        time = np.maximum(np.maximum(compute, t.get("l2", 0) * scale), dram) + t.get("epilogue", 0) * scale + fixed
+        return compute, time
+
+    if "f_sustained_mhz" not in c:
+        return None, at(1.0)[1]
+    f = np.full(np.shape(compute0 + fixed), float(c["f_max_mhz"]))
+    for _ in range(40):
+        compute, time = at(c["f_model_mhz"] / f)
+        duty = np.clip(compute / time, 1e-6, 1.0)
+        f = np.minimum(c["f_max_mhz"], c["f_sustained_mhz"] * duty ** (-1 / CLOCK_EXPONENT))
+    return f, at(c["f_model_mhz"] / f)[1]
