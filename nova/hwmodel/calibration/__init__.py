@@ -1,27 +1,30 @@
-"""Efficiency constants fitted once per preset from device measurements (``bench/calibrate.py``).
+"""Efficiency constants per preset and instruction family, from device measurements (``bench/calibrate.py``).
 
-The cost model (``nova/configurator/cost.py``) predicts
+The cost models (``nova/configurator/cost.py``, ``hopper.py``) predict
 
-    time = max(t_tensor, t_smem, t_l2, t_dram) + t_fill + t_launch
+    time = max(t_tensor, t_smem, t_l2, t_dram) + t_fill + t_epilogue + ... + t_launch
 
-from datasheet and [EST] figures.  A calibration holds at most three constants per preset, never
-per shape, and scales the model's terms:
+from datasheet, [EST] and [MEASURED] figures at the preset's clock.  A calibration holds a few
+constants, never per shape, and scales the model's terms:
 
-    eta_tc       achievable fraction of the modelled tensor-core (mma.sync) rate; divides t_tensor and
-                 t_smem (both are issue-rate limits inside the SM)
-    eta_dram     achievable fraction of the datasheet DRAM bandwidth; divides t_dram
-    t_launch_us  per-launch overhead replacing ``launch_overhead_us`` (split-K launches twice: memset)
+    eta_tc       achievable fraction of the modelled tensor-core rate; divides t_tensor and t_smem
+                 (both are issue-rate limits inside the SM)
+    eta_dram     achievable fraction of the datasheet DRAM bandwidth; divides t_dram and t_prep
+    t_launch_us  per-launch cost (split-K adds a memset launch, an operand prep its pass)
+    f_sustained_mhz, f_max_mhz, f_model_mhz   (optional) the power-limited SM clock, below
 
-    time_cal = max(t_tensor/eta_tc, t_smem/eta_tc, t_l2, t_dram/eta_dram) + t_fill + t_epilogue + t_split
-               + t_prep/eta_dram + launches*t_launch_us
+    time_cal = max(t_tensor*s/eta_tc, t_smem*s/eta_tc, t_l2*s, t_dram/eta_dram) + t_epilogue*s
+               + t_fill + t_split + t_prep/eta_dram + launches*t_launch_us
 
-The Hopper model's terms map onto the same constants: t_mma/eta_tc, t_dram/eta_dram, and its
-operand-prep pass as t_prep/eta_dram plus one launch.
+with s = 1, or with the power constants s = f_model / f and f = min(f_max, f_sustained *
+duty^(-1/3)) (``clock_and_time``): at the power cap a kernel that keeps the tensor cores busier runs
+at a lower clock.  Constants measured elsewhere are held while the rest are fitted (the JSON's
+``fixed``).
 
-``<preset>.json`` beside this file stores the constants with their provenance (results file,
-device, date, fit error).  ``Config.calibrated_time_us`` (and ``nova-config explain``) report the
-calibrated time next to the model's; schedule decisions never use it (a calibration reports, it
-does not choose).
+``<preset>.json`` (mma.sync) and ``<preset>.<family>.json`` beside this file store the constants with
+their provenance (results file, device, date, fit error, held constants).  ``Config.calibrated_time_us``,
+``Config.calibrated_clock_mhz`` (and ``nova-config explain``) report the calibrated time and clock
+next to the model's; schedule decisions never use them (a calibration reports, it does not choose).
 """
 from __future__ import annotations
 
