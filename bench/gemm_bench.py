@@ -30,9 +30,11 @@ def main(argv=None) -> int:
     ap.add_argument("--tag", default="bench")
     ap.add_argument("--settle-s", type=float, default=0.5,
                     help="seconds of both libraries back to back before each shape is timed (power steady state)")
+    ap.add_argument("--graph-s", type=float, default=0.3, help="minimum seconds of CUDA-graph replay per library")
     args = ap.parse_args(argv)
     run_benchmark(read_suite(args.suite), args.dtypes.split(","), reps=args.reps, out=args.out, tag=args.tag,
-                  log=lambda line: print(line, flush=True), settle_s=args.settle_s)
+                  log=lambda line: print(line, flush=True), settle_s=args.settle_s,
+                  graph_s=args.graph_s)
     return 0
 
 

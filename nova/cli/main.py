@@ -186,13 +186,16 @@ def add_bench(sub) -> None:
     p.add_argument("--settle-s", type=float, default=0.5,
                    help="seconds both libraries run back to back before a shape is timed, so every shape is "
                         "timed at the clock the GPU holds under sustained load (default 0.5; 0 = off)")
+    p.add_argument("--graph-s", type=float, default=0.3,
+                   help="minimum seconds of CUDA-graph replay per library and shape (default 0.3: long enough "
+                        "for 50 ms clock samples to see the timed kernel)")
     p.set_defaults(run=run_bench)
 
 
 def run_bench(args) -> int:
     from nova.runtime.bench import run_benchmark
     run_benchmark(shapes_from(args), [d.strip() for d in args.dtype.split(",")], reps=args.reps, out=args.out, tag=args.tag,
-                  log=lambda line: print(line, flush=True), settle_s=args.settle_s)
+                  log=lambda line: print(line, flush=True), settle_s=args.settle_s, graph_s=args.graph_s)
     return 0
 
 
