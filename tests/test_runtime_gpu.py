@@ -161,6 +161,27 @@ def test_matmul_in_a_cuda_graph(shape, kernels):
         assert err < TOLERANCE[dtype], f"{shape} replay {replay} (seed {seed}): relative error {err:.2e}"
 
 
+def test_capture_without_warm_up_says_what_to_do(kernels):
+    """Capturing a Hopper call on tensors Nova has never seen needs a tensor map, which cannot be
+    allocated during capture: the error says to call once first (not a bare CUDA error)."""
+    torch = pytest.importorskip("torch")
+    if driver.get_device().cc < (9, 0):
+        pytest.skip("tensor maps are a Hopper-path resource")
+    a, b, _, tdt = make_inputs(torch, 1000, 1000, 1000, "tf32", False, False, seed=5)
+    out = torch.empty((1000, 1000), device="cuda", dtype=tdt)
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(Exception) as info:
+        with torch.cuda.graph(graph):
+            nova.matmul(a, b, out=out)
+    chain, e = [], info.value
+    while e is not None:
+        chain.append(e)
+        e = e.__context__
+    nova_errors = [x for x in chain if isinstance(x, driver.NovaRuntimeError)]
+    assert nova_errors and "call nova.matmul once with the same tensors on the capture stream" in str(nova_errors[0])
+    torch.cuda.synchronize()
+
+
 def test_signature_hits_on_real_tensors(kernels):
     """Repeated calls take the signature-cache path: new data and a new output every call, the
     current stream read every call, and a misaligned view of the same signature still rejected."""
