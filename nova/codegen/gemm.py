@@ -104,6 +104,19 @@ class _Ir:
         self.level -= 1
         self.emit(close)
 
+    @contextmanager
+    def kernel(self, name: str, args: list[str], threads: int, **nvvm_attrs):
+        """``gpu.func @name(args)`` inside Nova's module scaffold (``gpu.module @nova_kernels``), with
+        ``known_block_size`` and ``nvvm.<attr> = <value> : i32`` attributes; constants created in
+        its body are printed at its top."""
+        extra = "".join(f", nvvm.{k} = {v} : i32" for k, v in nvvm_attrs.items())
+        with self.region("module attributes {gpu.container_module} {"):
+            with self.region("gpu.module @nova_kernels {"):
+                with self.region(f"gpu.func @{name}({', '.join(args)}) kernel attributes "
+                                 f"{{known_block_size = array<i32: {threads}, 1, 1>{extra}}} {{"):
+                    self.anchor_constants()
+                    yield
+
     def anchor_constants(self) -> None:
         """Constants created from now on are printed at this point (top of the function body)."""
         self._const_anchor = (len(self.lines), self.level)
@@ -369,23 +382,18 @@ class _GemmKernel:
         args = [f"%A: {self.gtype(self.ga)}", f"%B: {self.gtype(self.gb)}", f"%C: {self.ctype}"]
         if p.bias:
             args.append(f"%bias: {self.btype}")
-        with ir.region("module attributes {gpu.container_module} {"):
-            with ir.region("gpu.module @nova_kernels {"):
-                with ir.region(f"gpu.func @{KERNEL_NAME}({', '.join(args)}) kernel attributes "
-                               f"{{known_block_size = array<i32: {self.threads}, 1, 1>, "
-                               f"nvvm.minctasm = {self.s.blocks_per_sm} : i32}} {{"):
-                    ir.anchor_constants()
-                    ir.blank()
-                    self.thread_coordinates()
-                    self.block_coordinates()
-                    self.k_range()
-                    self.shared_memory()
-                    self.copy_plans()
-                    self.fragment_offsets()
-                    self.prologue()
-                    accs = self.main_loop()
-                    self.epilogue(accs)
-                    ir.emit("gpu.return")
+        with ir.kernel(KERNEL_NAME, args, self.threads, minctasm=self.s.blocks_per_sm):
+            ir.blank()
+            self.thread_coordinates()
+            self.block_coordinates()
+            self.k_range()
+            self.shared_memory()
+            self.copy_plans()
+            self.fragment_offsets()
+            self.prologue()
+            accs = self.main_loop()
+            self.epilogue(accs)
+            ir.emit("gpu.return")
         return ir.text()
 
     # ------------------------------------------------------------------------------------------

@@ -204,24 +204,19 @@ class _HopperKernel:
         # registers at entry, from the schedule: setmaxnreg then moves them from the producer to the
         # consumers (entry <= the consumers' target, or ".inc" would be a decrease)
         maxnreg = min(s.regs_per_thread, REGISTER_FILE // self.threads // 8 * 8, consumer_regs(REGISTER_FILE, self.wgs))
-        with ir.region("module attributes {gpu.container_module} {"):
-            with ir.region("gpu.module @nova_kernels {"):
-                with ir.region(f"gpu.func @{KERNEL_NAME}({', '.join(args)}) kernel attributes "
-                               f"{{known_block_size = array<i32: {self.threads}, 1, 1>, "
-                               f"nvvm.maxnreg = {maxnreg} : i32}} {{"):
-                    ir.anchor_constants()
-                    ir.blank()
-                    self.setup()
-                    is_prod = ir.cmp("eq", self.wg, 0, "is_producer")
-                    ir.emit(f"scf.if {is_prod} {{")
-                    ir.level += 1
-                    ir._memo.append({})
-                    self.producer()
-                    ir._memo.pop()
-                    ir.level -= 1
-                    with ir.region("} else {", close="}"):
-                        self.consumer()
-                    ir.emit("gpu.return")
+        with ir.kernel(KERNEL_NAME, args, self.threads, maxnreg=maxnreg):
+            ir.blank()
+            self.setup()
+            is_prod = ir.cmp("eq", self.wg, 0, "is_producer")
+            ir.emit(f"scf.if {is_prod} {{")
+            ir.level += 1
+            ir._memo.append({})
+            self.producer()
+            ir._memo.pop()
+            ir.level -= 1
+            with ir.region("} else {", close="}"):
+                self.consumer()
+            ir.emit("gpu.return")
         return ir.text()
 
     def setup(self):
@@ -644,55 +639,51 @@ def build_prep_module(problem: GemmProblem, prep: dict) -> str:
             f"{'round to TF32 (rna), ' if rnd else ''}pad K to {dc}")
     ir.emit(f"{SMEM} = #gpu.address_space<workgroup>")
     gx = _cdiv(dc, PREP_TILE)
-    with ir.region("module attributes {gpu.container_module} {"):
-        with ir.region("gpu.module @nova_kernels {"):
-            with ir.region(f"gpu.func @{PREP_NAME}(%src: {src_t}, %dst: {dst_t}) kernel attributes "
-                           f"{{known_block_size = array<i32: {PREP_THREADS}, 1, 1>}} {{"):
-                ir.anchor_constants()
-                tid = ir.let("tid", "gpu.thread_id x")
-                bid = ir.let("bid", "gpu.block_id x")
-                tx, ty = ir.rem(tid, 32, "tx"), ir.div(tid, 32, "ty")
-                c0 = ir.mul(ir.rem(bid, gx, "bx"), PREP_TILE, "c0")     # dst column (K) origin
-                r0 = ir.mul(ir.div(bid, gx, "by"), PREP_TILE, "r0")     # dst row origin
-                zero = ir.const(0.0, T)
+    with ir.kernel(PREP_NAME, [f"%src: {src_t}", f"%dst: {dst_t}"], PREP_THREADS):
+        tid = ir.let("tid", "gpu.thread_id x")
+        bid = ir.let("bid", "gpu.block_id x")
+        tx, ty = ir.rem(tid, 32, "tx"), ir.div(tid, 32, "ty")
+        c0 = ir.mul(ir.rem(bid, gx, "bx"), PREP_TILE, "c0")     # dst column (K) origin
+        r0 = ir.mul(ir.div(bid, gx, "by"), PREP_TILE, "r0")     # dst row origin
+        zero = ir.const(0.0, T)
 
-                def rounded(x):
-                    if not rnd:
-                        return x
-                    i = ir.let("tf32_bits", f"nvvm.convert.float.to.tf32 {x} {{rnd = #nvvm.fp_rnd_mode<rna>}}")
-                    return ir.let("tf32", f"arith.bitcast {i} : i32 to f32")
+        def rounded(x):
+            if not rnd:
+                return x
+            i = ir.let("tf32_bits", f"nvvm.convert.float.to.tf32 {x} {{rnd = #nvvm.fp_rnd_mode<rna>}}")
+            return ir.let("tf32", f"arith.bitcast {i} : i32 to f32")
 
-                def load(r, c):
-                    """src element at (r, c) of the source, 0 outside."""
-                    ok = ir.and_(ir.cmp("slt", r, sr, "src_r_ok"), ir.cmp("slt", c, sc, "src_c_ok"))
-                    rr, cc = ir.select(ok, r, 0, hint="src_r"), ir.select(ok, c, 0, hint="src_c")
-                    x = ir.let("x", f"memref.load %src[{ir.v(rr)}, {ir.v(cc)}] : {src_t}")
-                    return ir.select(ok, x, zero, ty=T, hint="x")
+        def load(r, c):
+            """src element at (r, c) of the source, 0 outside."""
+            ok = ir.and_(ir.cmp("slt", r, sr, "src_r_ok"), ir.cmp("slt", c, sc, "src_c_ok"))
+            rr, cc = ir.select(ok, r, 0, hint="src_r"), ir.select(ok, c, 0, hint="src_c")
+            x = ir.let("x", f"memref.load %src[{ir.v(rr)}, {ir.v(cc)}] : {src_t}")
+            return ir.select(ok, x, zero, ty=T, hint="x")
 
-                def store(r, c, x):
-                    ok = ir.and_(ir.cmp("slt", r, dr, "dst_r_ok"), ir.cmp("slt", c, dc, "dst_c_ok"))
-                    with ir.region(f"scf.if {ok} {{"):
-                        ir.emit(f"memref.store {rounded(x)}, %dst[{ir.v(r)}, {ir.v(c)}] : {dst_t}")
+        def store(r, c, x):
+            ok = ir.and_(ir.cmp("slt", r, dr, "dst_r_ok"), ir.cmp("slt", c, dc, "dst_c_ok"))
+            with ir.region(f"scf.if {ok} {{"):
+                ir.emit(f"memref.store {rounded(x)}, %dst[{ir.v(r)}, {ir.v(c)}] : {dst_t}")
 
-                if not tr:
-                    for i in range(PREP_TILE // 8):
-                        r = ir.add(r0, ir.add(ty, 8 * i), "r")
-                        c = ir.add(c0, tx, "c")
-                        store(r, c, load(r, c))
-                else:
-                    dsm = ir.let("dsm", f"gpu.dynamic_shared_memory : memref<?xi8, {SMEM}>")
-                    tile = ir.let("tile", f"memref.view {dsm}[{ir.v(0)}][] : memref<?xi8, {SMEM}> to {tile_t}")
-                    for i in range(PREP_TILE // 8):
-                        y = ir.add(ty, 8 * i, "y")
-                        # source row = dst column (k), source column = dst row
-                        x = load(ir.add(c0, y, "sr"), ir.add(r0, tx, "sc"))
-                        ir.emit(f"memref.store {x}, {tile}[{ir.v(y)}, {ir.v(tx)}] : {tile_t}")
-                    ir.emit("gpu.barrier")
-                    for i in range(PREP_TILE // 8):
-                        y = ir.add(ty, 8 * i, "y")
-                        x = ir.let("t", f"memref.load {tile}[{ir.v(tx)}, {ir.v(y)}] : {tile_t}")
-                        store(ir.add(r0, y, "dr"), ir.add(c0, tx, "dc"), x)
-                ir.emit("gpu.return")
+        if not tr:
+            for i in range(PREP_TILE // 8):
+                r = ir.add(r0, ir.add(ty, 8 * i), "r")
+                c = ir.add(c0, tx, "c")
+                store(r, c, load(r, c))
+        else:
+            dsm = ir.let("dsm", f"gpu.dynamic_shared_memory : memref<?xi8, {SMEM}>")
+            tile = ir.let("tile", f"memref.view {dsm}[{ir.v(0)}][] : memref<?xi8, {SMEM}> to {tile_t}")
+            for i in range(PREP_TILE // 8):
+                y = ir.add(ty, 8 * i, "y")
+                # source row = dst column (k), source column = dst row
+                x = load(ir.add(c0, y, "sr"), ir.add(r0, tx, "sc"))
+                ir.emit(f"memref.store {x}, {tile}[{ir.v(y)}, {ir.v(tx)}] : {tile_t}")
+            ir.emit("gpu.barrier")
+            for i in range(PREP_TILE // 8):
+                y = ir.add(ty, 8 * i, "y")
+                x = ir.let("t", f"memref.load {tile}[{ir.v(tx)}, {ir.v(y)}] : {tile_t}")
+                store(ir.add(r0, y, "dr"), ir.add(c0, tx, "dc"), x)
+        ir.emit("gpu.return")
     return ir.text()
 
 
