@@ -3,35 +3,36 @@
 
     python3 bench/calibrate.py --results bench/results/h200-v0.1/bench.json [--preset h200] [--write]
 
-Model (``nova/hwmodel/calibration/__init__.py``): three constants per preset, never per shape,
+Model (``nova/hwmodel/calibration/__init__.py``, ``clock_and_time``): a few constants per preset
+and instruction family, never per shape,
 
-    time_cal = max(t_tensor/eta_tc, t_smem/eta_tc, t_l2, t_dram/eta_dram) + t_fill + t_epilogue + t_split
-               + t_prep/eta_dram + launches*t_launch_us
+    time_cal = max(t_tensor*s/eta_tc, t_smem*s/eta_tc, t_l2*s, t_dram/eta_dram) + t_epilogue*s + t_fill
+               + t_split + t_prep/eta_dram + launches*t_launch_us
 
-with the terms of ``nova.configurator.cost.predict`` for the schedule the configurator picks today:
-  eta_tc       achievable fraction of the modelled mma.sync tensor-core rate (issue rate in the SM)
+with the terms of the model's prediction for the schedule each row measured:
+  eta_tc       achievable fraction of the modelled tensor-core rate (issue rate in the SM)
   eta_dram     achievable fraction of the datasheet DRAM bandwidth
   t_launch_us  per-launch overhead on the device (the gap between launches in a graph replay; in
                back-to-back results of older files it also holds the host's time per call when the
                kernel is shorter than it)
+  s            1, or f_model / f with the power-limited clock f = min(f_max, f_sustained * duty^(-1/3))
+               when ``--fix f_sustained_mhz=... --fix f_max_mhz=...`` are given (measured, never fitted)
 
 Fit: least squares on log(time), i.e. minimise sum_i (log time_cal_i - log measured_i)^2 (relative
 errors weigh every shape alike, whatever its size), by a deterministic coarse-to-fine grid search
-over eta_tc, eta_dram in [0.05, 1.5] and t_launch_us in [0, 60] (no scipy needed).  The measured
-time is the device time per call, ``nova_graph_us`` (CUDA-graph replay, so the host's issue rate
-cannot bound a short kernel; results before v0.6 have only ``nova_b2b_us``, the back-to-back median),
-the quantity ``prediction_error`` in the results refers to.  Rows whose schedule differs from
-today's configurator pick are left out (the model would describe another kernel).
+over the constants not held by ``--fix``: eta_tc, eta_dram in [0.05, 1.5], t_launch_us in [0, 60]
+(no scipy needed).  The measured time is the device time per call, ``nova_graph_us`` (CUDA-graph
+replay, so the host's issue rate cannot bound a short kernel; results before v0.6 have only
+``nova_b2b_us``, the back-to-back median), the quantity ``prediction_error`` in the results refers
+to.  A row whose schedule the configurator no longer picks is predicted for the schedule it
+measured (``space.measured_config``); only a schedule outside today's space is left out.
 
 Reported: the fraction of shapes within +-15% before and after, the geomean |error|, and a
 leave-one-shape-out cross-validation (each shape predicted by constants fitted without it), so an
 in-sample fit cannot pass for a prediction.
 
-Applying it (not done here; the lead decides): in ``cost.predict`` after the terms are computed,
-``cal = nova.hwmodel.calibration.load(gpu.name)``; if present, divide ``t_tensor`` and ``t_smem``
-by ``eta_tc`` and ``t_dram`` by ``eta_dram`` and use ``t_launch_us`` for ``launch_overhead_us``
-before taking the max; equivalently ``calibrated_time_us(terms_us, split_k, cal["constants"])``.
-The configurator's decisions that compare predictions (wave fill) then see calibrated times.
+``Config.calibrated_time_us`` and ``nova-config explain`` apply the stored constants; schedule
+decisions never use them.
 """
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from nova.hwmodel.calibration import calibrated_time_us  # noqa: E402
 
 BAND = 0.15
 GRID = {"eta_tc": (0.05, 1.5), "eta_dram": (0.05, 1.5), "t_launch_us": (0.0, 60.0)}
@@ -89,13 +92,6 @@ def _arrays(rows):
     return t, split, np.array([r["measured_us"] for r in rows])
 
 
-def model(t, split, constants: dict):
-    """``calibrated_time_us`` on numpy arrays: constants may be arrays that broadcast against the
-    rows (last axis)."""
-    from nova.hwmodel.calibration import calibrated_time_us
-    return calibrated_time_us(t, split, constants)
-
-
 def fit(rows, fixed: dict | None = None) -> dict:
     """Coarse-to-fine grid search of the log least-squares objective over the GRID constants;
     ``fixed`` ones (measured elsewhere, e.g. eta_dram by bench/l2_probe.py) are held at their value,
@@ -111,8 +107,8 @@ def fit(rows, fixed: dict | None = None) -> dict:
     for _ in range(6):
         axes = [np.linspace(lo[k], hi[k], 41) for k in free]
         mesh = dict(zip(free, np.meshgrid(*axes, indexing="ij")))
-        c = {**held, **{k: fixed[k] for k in GRID if k in fixed}, **{k: m[..., None] for k, m in mesh.items()}}
-        loss = ((np.log(model(t, split, c)) - log_meas) ** 2).sum(-1)
+        c = {**fixed, **{k: m[..., None] for k, m in mesh.items()}}      # grid axes broadcast against the rows
+        loss = ((np.log(calibrated_time_us(t, split, c)) - log_meas) ** 2).sum(-1)
         i = np.unravel_index(np.argmin(loss), loss.shape)
         best.update({k: float(m[i]) for k, m in mesh.items()})
         for k, a in zip(free, axes):                     # zoom to +-2 grid steps around the optimum
@@ -123,7 +119,7 @@ def fit(rows, fixed: dict | None = None) -> dict:
 
 def errors(rows, c: dict) -> np.ndarray:
     t, split, meas = _arrays(rows)
-    return model(t, split, c) / meas - 1
+    return calibrated_time_us(t, split, c) / meas - 1
 
 
 def stats(err) -> dict:

@@ -53,7 +53,6 @@ rings, persistent.
 from __future__ import annotations
 
 import dataclasses
-
 import itertools
 import random
 import zlib
@@ -327,10 +326,12 @@ def measured_config(problem: GemmProblem, target: "GPUModel | str", schedule_lab
     pick or the mma.sync one when the label matches, else that schedule found in the family's space
     and predicted by today's model (the configurator changed its pick since the measurement; the
     derivation then is the pick's).  None if no schedule of the space has that label."""
-    picks = [configure(problem, target, family=family) for family in (None, "mma.sync")]
-    for cfg in picks:
+    picks = []
+    for family in (None, "mma.sync"):
+        cfg = configure(problem, target, family=family)
         if schedule_label is None or label(cfg.schedule) == schedule_label:
             return cfg
+        picks.append(cfg)
     for cfg in picks:
         for s in schedule_space(problem, cfg.target, cfg.schedule):
             if label(s) == schedule_label:

@@ -30,9 +30,10 @@ def bench_table(bench: pd.DataFrame) -> pd.DataFrame:
 
 
 def prediction_table(bench: pd.DataFrame, calibrated: pd.Series | None) -> pd.DataFrame:
+    measured = device_us(bench)
     t = pd.DataFrame({"shape": bench["shape"], "dtype": bench.dtype, "bound": bench.get("predicted_bound", ""),
-                      "predicted us": bench.predicted_us, "measured us": device_us(bench),
-                      "error": bench.predicted_us / device_us(bench) - 1})
+                      "predicted us": bench.predicted_us, "measured us": measured,
+                      "error": bench.predicted_us / measured - 1})
     t["within ±15%"] = np.where(t.error.abs() <= plots.BAND, "yes", "no")
     if calibrated is not None:
         t["calibrated us"] = calibrated.to_numpy()

@@ -7,10 +7,11 @@ small shapes; per-call (synchronised, launch latency included), back-to-back (la
 CUDA-graph replay (device time per call: the host's issue rate no longer bounds short kernels)
 timing, and the host-side cost of one ``nova.matmul`` call.
 
-Every shape is timed in the power steady state: the H200 runs at its 700 W cap under sustained
-GEMM load (SM clock ~1425 MHz) but boosts to 1980 MHz for the first second or so after idle, so a
-shape timed right after a pause measured up to ~25% faster than the same kernel timed later
-(bench/NOTES.md, v0.6).  Each shape first runs both libraries back to back for ``settle_s`` seconds.
+Every shape is timed under sustained load: the H200 leaves idle at its 1980 MHz boost clock and
+takes a second or so to settle where its 700 W cap holds it (~1400-1500 MHz for heavy GEMMs, up to
+1980 MHz for light ones), so a shape timed right after a pause measured up to ~25% faster than the
+same kernel timed later (bench/NOTES.md, v0.6).  Each shape first runs both libraries back to back
+for ``settle_s`` seconds.
 """
 from __future__ import annotations
 
