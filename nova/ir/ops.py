@@ -1,0 +1,521 @@
+"""The IR's closed set of ops.  Each op is defined once, here: its kind, its type rule and its
+reference semantics on torch CPU tensors (what the interpreter runs and every pass is tested
+against).  Kinds, for passes and the planner:
+
+    matmul     matmul                                  tensor cores (Nova GEMM kernels)
+    pointwise  add, mul, exp, gelu_tanh, where, cast …  elementwise with NumPy broadcasting
+    reduce     sum, mean, max, min                     over ``axes``
+    view       reshape, permute, expand, slice         no data movement where strides allow
+    memory     concat, index_select, take_along_axis, scatter_add
+    creation   constant, iota
+    composite  attention(+backward), layer_norm(+backward), softmax/log_softmax(+backward),
+               nll_loss(+backward), adamw, sgd         ops with a dedicated kernel
+    opaque     aten                                    an ATen op the IR does not know (listed by explain)
+
+Attributes are plain Python values (int, float, bool, str, tuples of them, None) so that graphs
+print, hash and compare structurally.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from nova.ir.types import TORCH_NAMES, IRError, TensorType, broadcast_shapes, promote
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    kind: str
+    infer: Callable[[list[TensorType], dict], list[TensorType]]   # input types, attrs -> result types
+    reference: Callable                                          # (torch, *tensors, **attrs) -> tensor | tuple
+    arity: int | None = None                                     # None: variadic
+    required: tuple[str, ...] = ()                               # attributes that must be present
+    doc: str = ""
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def define(name, kind, infer, reference, arity=None, required=(), doc=""):
+    OPS[name] = OpDef(name, kind, infer, reference, arity, tuple(required), doc)
+
+
+def opdef(name: str) -> OpDef:
+    try:
+        return OPS[name]
+    except KeyError:
+        raise IRError(f"unknown IR op {name!r}") from None
+
+
+def infer(op: str, types: list[TensorType], attrs: dict) -> list[TensorType]:
+    """Result types of ``op`` on inputs of ``types`` (raises IRError naming the op on a mismatch)."""
+    d = opdef(op)
+    if d.arity is not None and len(types) != d.arity:
+        raise IRError(f"{op} takes {d.arity} inputs, got {len(types)}")
+    missing = [a for a in d.required if a not in attrs]
+    if missing:
+        raise IRError(f"{op} needs attribute(s) {', '.join(missing)}")
+    try:
+        return d.infer(types, attrs)
+    except IRError as e:
+        raise IRError(f"{op}: {e}") from None
+
+
+def kind(op: str) -> str:
+    return opdef(op).kind
+
+
+def _torch_dtype(torch, name: str):
+    return getattr(torch, TORCH_NAMES[name])
+
+
+# =============================================================== matmul
+def _infer_matmul(types, attrs):
+    a, b = types
+    if a.rank < 2 or b.rank < 2:
+        raise IRError(f"operands must have rank >= 2, got {a} and {b}")
+    m, k = (a.shape[-1], a.shape[-2]) if attrs.get("transpose_a") else a.shape[-2:]
+    k_b, n = (b.shape[-1], b.shape[-2]) if attrs.get("transpose_b") else b.shape[-2:]
+    if k != k_b:
+        raise IRError(f"inner dimensions differ: {a} and {b} "
+                      f"(transpose_a={bool(attrs.get('transpose_a'))}, transpose_b={bool(attrs.get('transpose_b'))})")
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    return [TensorType(batch + (m, n), attrs.get("out_dtype") or promote(a.dtype, b.dtype))]
+
+
+def _ref_matmul(torch, a, b, transpose_a=False, transpose_b=False, out_dtype=None):
+    out = (a.mT if transpose_a else a) @ (b.mT if transpose_b else b)
+    return out.to(_torch_dtype(torch, out_dtype)) if out_dtype else out
+
+
+define("matmul", "matmul", _infer_matmul, _ref_matmul, 2,
+       doc="[..., M, K] x [..., K, N] -> [..., M, N]; transpose_a/b read the operand's last two axes swapped")
+
+
+# =============================================================== pointwise
+def _aten(name):
+    return lambda torch, *xs, **kw: getattr(torch.ops.aten, name)(*xs, **kw)
+
+
+POINTWISE = {
+    # name: (arity, reference(torch, *xs, **attrs), result-type rule)
+    "neg": (1, lambda t, x: -x, "same"),
+    "exp": (1, lambda t, x: t.exp(x), "same"),
+    "log": (1, lambda t, x: t.log(x), "same"),
+    "sqrt": (1, lambda t, x: t.sqrt(x), "same"),
+    "rsqrt": (1, lambda t, x: t.rsqrt(x), "same"),
+    "reciprocal": (1, lambda t, x: t.reciprocal(x), "same"),
+    "abs": (1, lambda t, x: t.abs(x), "same"),
+    "tanh": (1, lambda t, x: t.tanh(x), "same"),
+    "erf": (1, lambda t, x: t.erf(x), "same"),
+    "sin": (1, lambda t, x: t.sin(x), "same"),
+    "cos": (1, lambda t, x: t.cos(x), "same"),
+    "sigmoid": (1, lambda t, x: t.sigmoid(x), "same"),
+    "relu": (1, lambda t, x: t.relu(x), "same"),
+    "silu": (1, lambda t, x: t.nn.functional.silu(x), "same"),
+    "gelu_tanh": (1, lambda t, x: t.nn.functional.gelu(x, approximate="tanh"), "same"),
+    "gelu_erf": (1, lambda t, x: t.nn.functional.gelu(x), "same"),
+    "logical_not": (1, lambda t, x: t.logical_not(x), "bool"),
+    "cast": (1, lambda t, x, dtype: x.to(_torch_dtype(t, dtype)), "attr"),
+    "add": (2, lambda t, x, y: t.add(x, y), "promote"),
+    "sub": (2, lambda t, x, y: t.sub(x, y), "promote"),
+    "mul": (2, lambda t, x, y: t.mul(x, y), "promote"),
+    "div": (2, lambda t, x, y: t.div(x, y), "promote"),
+    "pow": (2, lambda t, x, y: t.pow(x, y), "promote"),
+    "maximum": (2, lambda t, x, y: t.maximum(x, y), "promote"),
+    "minimum": (2, lambda t, x, y: t.minimum(x, y), "promote"),
+    "eq": (2, lambda t, x, y: t.eq(x, y), "bool"),
+    "ne": (2, lambda t, x, y: t.ne(x, y), "bool"),
+    "lt": (2, lambda t, x, y: t.lt(x, y), "bool"),
+    "le": (2, lambda t, x, y: t.le(x, y), "bool"),
+    "gt": (2, lambda t, x, y: t.gt(x, y), "bool"),
+    "ge": (2, lambda t, x, y: t.ge(x, y), "bool"),
+    "logical_and": (2, lambda t, x, y: t.logical_and(x, y), "bool"),
+    "logical_or": (2, lambda t, x, y: t.logical_or(x, y), "bool"),
+    "gelu_tanh_backward": (2, lambda t, dy, x: t.ops.aten.gelu_backward(dy, x, approximate="tanh"), "promote"),
+    "gelu_erf_backward": (2, lambda t, dy, x: t.ops.aten.gelu_backward(dy, x), "promote"),
+    "silu_backward": (2, lambda t, dy, x: t.ops.aten.silu_backward(dy, x), "promote"),
+    "sigmoid_backward": (2, lambda t, dy, y: t.ops.aten.sigmoid_backward(dy, y), "promote"),
+    "tanh_backward": (2, lambda t, dy, y: t.ops.aten.tanh_backward(dy, y), "promote"),
+    "relu_backward": (2, lambda t, dy, y: t.ops.aten.threshold_backward(dy, y, 0), "promote"),
+    "where": (3, lambda t, c, x, y: t.where(c, x, y), "promote_last2"),
+}
+
+
+def _pointwise_infer(name, rule):
+    def infer_fn(types, attrs):
+        shape = broadcast_shapes(*(t.shape for t in types))
+        if rule == "same":
+            dtype = types[0].dtype
+        elif rule == "bool":
+            dtype = "bool"
+        elif rule == "attr":
+            dtype = attrs["dtype"]
+        elif rule == "promote_last2":
+            if types[0].dtype != "bool":
+                raise IRError(f"condition must be bool, got {types[0]}")
+            dtype = promote(types[1].dtype, types[2].dtype)
+        else:
+            dtype = promote(*(t.dtype for t in types))
+        return [TensorType(shape, dtype)]
+    return infer_fn
+
+
+for _name, (_arity, _ref, _rule) in POINTWISE.items():
+    define(_name, "pointwise", _pointwise_infer(_name, _rule), _ref, _arity,
+           required=("dtype",) if _rule == "attr" else ())
+
+
+# =============================================================== reductions
+def _infer_reduce(types, attrs):
+    (x,) = types
+    axes = tuple(a % x.rank for a in attrs["axes"]) if x.rank else ()
+    keep = attrs.get("keepdim", False)
+    shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape)) if keep else \
+        tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    return [TensorType(shape, attrs.get("dtype") or x.dtype)]
+
+
+def _reducer(fn):
+    def ref(torch, x, axes, keepdim=False, dtype=None):
+        if dtype:
+            x = x.to(_torch_dtype(torch, dtype))
+        if not axes:
+            return x.clone()
+        if fn in ("max", "min"):
+            return getattr(torch, "amax" if fn == "max" else "amin")(x, dim=tuple(axes), keepdim=keepdim)
+        return getattr(torch, fn)(x, dim=tuple(axes), keepdim=keepdim)
+    return ref
+
+
+for _fn in ("sum", "mean", "max", "min"):
+    define(_fn, "reduce", _infer_reduce, _reducer(_fn), 1, required=("axes",))
+
+
+# =============================================================== views
+def _infer_reshape(types, attrs):
+    (x,) = types
+    shape = tuple(attrs["shape"])
+    if math.prod(shape) != x.numel:
+        raise IRError(f"cannot reshape {x} to {list(shape)}")
+    return [x.with_shape(shape)]
+
+
+def _infer_permute(types, attrs):
+    (x,) = types
+    perm = tuple(attrs["perm"])
+    if sorted(perm) != list(range(x.rank)):
+        raise IRError(f"{list(perm)} is not a permutation of {x.rank} axes")
+    return [x.with_shape(tuple(x.shape[p] for p in perm))]
+
+
+def _infer_expand(types, attrs):
+    (x,) = types
+    shape = tuple(attrs["shape"])
+    if broadcast_shapes(x.shape, shape) != shape:
+        raise IRError(f"cannot expand {x} to {list(shape)}")
+    return [x.with_shape(shape)]
+
+
+def _infer_slice(types, attrs):
+    (x,) = types
+    axis = attrs["axis"] % x.rank
+    start, end, step = attrs["start"], attrs["end"], attrs.get("step", 1)
+    if not (0 <= start <= end <= x.shape[axis]) or step < 1:
+        raise IRError(f"slice [{start}:{end}:{step}] out of range for axis {axis} of {x}")
+    shape = list(x.shape)
+    shape[axis] = len(range(start, end, step))
+    return [x.with_shape(shape)]
+
+
+def _ref_slice(torch, x, axis, start, end, step=1):
+    index = [slice(None)] * x.dim()
+    index[axis] = slice(start, end, step)
+    return x[tuple(index)]
+
+
+define("reshape", "view", _infer_reshape, lambda t, x, shape: x.reshape(shape), 1, ("shape",))
+define("permute", "view", _infer_permute, lambda t, x, perm: x.permute(perm), 1, ("perm",))
+define("expand", "view", _infer_expand, lambda t, x, shape: x.expand(shape), 1, ("shape",))
+define("slice", "view", _infer_slice, _ref_slice, 1, ("axis", "start", "end"))
+
+
+# =============================================================== memory
+def _infer_concat(types, attrs):
+    axis = attrs["axis"] % types[0].rank
+    first = types[0]
+    for t in types[1:]:
+        if t.rank != first.rank or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != axis):
+            raise IRError(f"cannot concatenate {first} and {t} along axis {axis}")
+    shape = list(first.shape)
+    shape[axis] = sum(t.shape[axis] for t in types)
+    return [TensorType(tuple(shape), promote(*(t.dtype for t in types)))]
+
+
+def _infer_index_select(types, attrs):
+    x, index = types
+    axis = attrs["axis"] % x.rank
+    if index.dtype not in ("i64", "i32"):
+        raise IRError(f"index must be an integer tensor, got {index}")
+    return [x.with_shape(x.shape[:axis] + index.shape + x.shape[axis + 1:])]
+
+
+def _ref_index_select(torch, x, index, axis):
+    out = torch.index_select(x, axis, index.reshape(-1))
+    return out.reshape(x.shape[:axis] + index.shape + x.shape[axis + 1:])
+
+
+def _infer_take_along_axis(types, attrs):
+    x, index = types
+    if index.rank != x.rank:
+        raise IRError(f"index {index} must have the rank of {x}")
+    return [x.with_shape(index.shape)]
+
+
+def _infer_scatter_add(types, attrs):
+    src, index = types
+    shape = tuple(attrs["shape"])
+    axis = attrs["axis"] % len(shape)
+    expected = shape[:axis] + index.shape + shape[axis + 1:]
+    if src.shape != expected:
+        raise IRError(f"src {src} must have shape {list(expected)} to scatter along axis {axis} into {list(shape)}")
+    return [src.with_shape(shape)]
+
+
+def _ref_scatter_add(torch, src, index, axis, shape):
+    flat = src.reshape(tuple(shape[:axis]) + (-1,) + tuple(shape[axis + 1:]))
+    out = torch.zeros(shape, dtype=src.dtype)
+    return out.index_add(axis, index.reshape(-1), flat)
+
+
+define("concat", "memory", _infer_concat, lambda t, *xs, axis: t.cat(xs, axis), None, ("axis",))
+define("index_select", "memory", _infer_index_select, _ref_index_select, 2, ("axis",),
+       doc="embedding lookup: x with `axis` replaced by index's shape")
+define("take_along_axis", "memory", _infer_take_along_axis,
+       lambda t, x, index, axis: t.gather(x, axis, index), 2, ("axis",))
+define("scatter_add", "memory", _infer_scatter_add, _ref_scatter_add, 2, ("axis", "shape"),
+       doc="the transpose of index_select: zeros(shape) with src's rows added at index (embedding backward)")
+
+
+# =============================================================== creation
+define("constant", "creation",
+       lambda types, attrs: [TensorType(tuple(attrs.get("shape", ())), attrs["dtype"])],
+       lambda t, value, dtype, shape=(): t.full(tuple(shape), value, dtype=_torch_dtype(t, dtype)),
+       0, ("value", "dtype"))
+define("iota", "creation",
+       lambda types, attrs: [TensorType((attrs["length"],), attrs["dtype"])],
+       lambda t, length, dtype, start=0, step=1:
+           t.arange(start, start + length * step, step, dtype=_torch_dtype(t, dtype)),
+       0, ("length", "dtype"))
+
+
+# =============================================================== composites
+def _infer_attention(types, attrs):
+    q, k, v = types
+    if q.rank != 4 or k.rank != 4 or v.rank != 4:
+        raise IRError(f"attention takes [B, H, T, D] operands, got {q}, {k}, {v}")
+    if k.shape[:2] != v.shape[:2] or k.shape[2] != v.shape[2] or q.shape[3] != k.shape[3] \
+            or q.shape[0] != k.shape[0] or q.shape[1] % k.shape[1]:
+        raise IRError(f"attention operands do not agree: q {q}, k {k}, v {v}")
+    out = TensorType(q.shape[:3] + (v.shape[3],), q.dtype)
+    return [out, TensorType(q.shape[:3], "f32")]
+
+
+def _attention_probabilities(torch, q, k, scale, causal):
+    if k.shape[1] != q.shape[1]:                          # grouped-query: repeat K/V heads
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+    s = (q.float() @ k.float().mT) * scale
+    if causal:
+        t_q, t_k = s.shape[-2:]
+        mask = torch.ones(t_q, t_k, dtype=torch.bool).tril(t_k - t_q)
+        s = s.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    return torch.exp(s - lse[..., None]), lse
+
+
+def _ref_attention(torch, q, k, v, scale, causal=False):
+    p, lse = _attention_probabilities(torch, q, k, scale, causal)
+    if v.shape[1] != q.shape[1]:
+        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+    return (p @ v.float()).to(q.dtype), lse
+
+
+def _ref_attention_backward(torch, dout, q, k, v, out, lse, scale, causal=False):
+    groups = q.shape[1] // k.shape[1]
+    kk = k.repeat_interleave(groups, dim=1) if groups > 1 else k
+    vv = v.repeat_interleave(groups, dim=1) if groups > 1 else v
+    s = (q.float() @ kk.float().mT) * scale
+    if causal:
+        t_q, t_k = s.shape[-2:]
+        s = s.masked_fill(~torch.ones(t_q, t_k, dtype=torch.bool).tril(t_k - t_q), float("-inf"))
+    p = torch.exp(s - lse[..., None])
+    do = dout.float()
+    dv = p.mT @ do
+    dp = do @ vv.float().mT
+    ds = p * (dp - (do * out.float()).sum(-1, keepdim=True))
+    dq = (ds @ kk.float()) * scale
+    dk = (ds.mT @ q.float()) * scale
+    if groups > 1:
+        dk = dk.unflatten(1, (k.shape[1], groups)).sum(2)
+        dv = dv.unflatten(1, (v.shape[1], groups)).sum(2)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+define("attention", "composite", _infer_attention, _ref_attention, 3, ("scale",),
+       doc="softmax(q k^T * scale [+ causal mask]) v -> (out, per-row log-sum-exp f32)")
+define("attention_backward", "composite",
+       lambda types, attrs: [types[1], types[2], types[3]], _ref_attention_backward, 6, ("scale",),
+       doc="(dout, q, k, v, out, lse) -> (dq, dk, dv), scores recomputed from lse")
+
+
+def _norm_stats_type(x: TensorType, normalized_rank: int) -> TensorType:
+    return TensorType(x.shape[:x.rank - normalized_rank] + (1,) * normalized_rank, "f32" if x.dtype != "f64" else "f64")
+
+
+def _infer_layer_norm(types, attrs):
+    x = types[0]
+    n = len(attrs["normalized_shape"])
+    if tuple(x.shape[x.rank - n:]) != tuple(attrs["normalized_shape"]):
+        raise IRError(f"normalized_shape {list(attrs['normalized_shape'])} does not end {x}")
+    return [x, _norm_stats_type(x, n), _norm_stats_type(x, n)]
+
+
+def _affine_args(rest, has_weight, has_bias):
+    rest = list(rest)
+    weight = rest.pop(0) if has_weight else None
+    bias = rest.pop(0) if has_bias else None
+    return weight, bias
+
+
+def _ref_layer_norm(torch, x, *affine, normalized_shape, eps, has_weight=True, has_bias=True):
+    weight, bias = _affine_args(affine, has_weight, has_bias)
+    return torch.ops.aten.native_layer_norm(x, list(normalized_shape), weight, bias, eps)
+
+
+def _infer_layer_norm_backward(types, attrs):
+    x = types[1]
+    outs = [x]
+    n_affine = len(types) - 4
+    outs += [types[4 + i] for i in range(n_affine)]
+    return outs
+
+
+def _ref_layer_norm_backward(torch, dy, x, mean, rstd, *affine, normalized_shape, has_weight=True, has_bias=True):
+    weight, bias = _affine_args(affine, has_weight, has_bias)
+    mask = [True, has_weight, has_bias]
+    dx, dw, db = torch.ops.aten.native_layer_norm_backward(dy, x, list(normalized_shape), mean, rstd, weight, bias, mask)
+    return tuple(t for t, keep in zip((dx, dw, db), mask) if keep)
+
+
+define("layer_norm", "composite", _infer_layer_norm, _ref_layer_norm, None, ("normalized_shape", "eps"),
+       doc="(x[, weight][, bias]) -> (y, mean, rstd)")
+define("layer_norm_backward", "composite", _infer_layer_norm_backward, _ref_layer_norm_backward, None,
+       ("normalized_shape",), doc="(dy, x, mean, rstd[, weight][, bias]) -> (dx[, dweight][, dbias])")
+
+define("softmax", "composite", lambda types, attrs: [types[0]],
+       lambda t, x, axis: t.softmax(x, axis), 1, ("axis",))
+define("log_softmax", "composite", lambda types, attrs: [types[0]],
+       lambda t, x, axis: t.log_softmax(x, axis), 1, ("axis",))
+define("softmax_backward", "composite", lambda types, attrs: [types[1]],
+       lambda t, dy, y, axis: t.ops.aten._softmax_backward_data(dy, y, axis, y.dtype), 2, ("axis",),
+       doc="(dy, y = softmax(x)) -> dx")
+define("log_softmax_backward", "composite", lambda types, attrs: [types[1]],
+       lambda t, dy, y, axis: t.ops.aten._log_softmax_backward_data(dy, y, axis, y.dtype), 2, ("axis",),
+       doc="(dy, y = log_softmax(x)) -> dx")
+
+
+def _infer_nll_loss(types, attrs):
+    logp, target = types
+    if logp.rank != 2 or target.shape != logp.shape[:1]:
+        raise IRError(f"nll_loss takes [N, C] log-probabilities and [N] targets, got {logp}, {target}")
+    scalar = TensorType((), logp.dtype)
+    return [scalar, scalar]
+
+
+define("nll_loss", "composite", _infer_nll_loss,
+       lambda t, logp, target, reduction="mean", ignore_index=-100:
+           t.ops.aten.nll_loss_forward(logp, target, None, {"none": 0, "mean": 1, "sum": 2}[reduction], ignore_index),
+       2, doc="(log-probabilities [N, C], target [N]) -> (loss, total_weight)")
+define("nll_loss_backward", "composite", lambda types, attrs: [types[1]],
+       lambda t, dloss, logp, target, total_weight, reduction="mean", ignore_index=-100:
+           t.ops.aten.nll_loss_backward(dloss, logp, target, None, {"none": 0, "mean": 1, "sum": 2}[reduction],
+                                        ignore_index, total_weight),
+       4, doc="(dloss, logp, target, total_weight) -> dlogp")
+
+
+def _ref_adamw(torch, param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay, maximize=False):
+    """torch.optim.AdamW's single-tensor update (``_single_tensor_adamw``), out of place.
+    ``step`` is the step count after this update's increment."""
+    if maximize:
+        grad = -grad
+    t = float(step)
+    param = param * (1 - lr * weight_decay)
+    exp_avg = exp_avg.lerp(grad, 1 - beta1)
+    exp_avg_sq = exp_avg_sq * beta2 + grad * grad * (1 - beta2)
+    bias_correction1 = 1 - beta1 ** t
+    bias_correction2_sqrt = math.sqrt(1 - beta2 ** t)
+    denom = exp_avg_sq.sqrt() / bias_correction2_sqrt + eps
+    return param - (lr / bias_correction1) * (exp_avg / denom), exp_avg, exp_avg_sq
+
+
+def _infer_adamw(types, attrs):
+    param, grad, exp_avg, exp_avg_sq, step = types
+    if not (param.shape == grad.shape == exp_avg.shape == exp_avg_sq.shape) or step.shape != ():
+        raise IRError(f"adamw operands disagree: param {param}, grad {grad}, moments {exp_avg}, {exp_avg_sq}, step {step}")
+    return [param, exp_avg, exp_avg_sq]
+
+
+define("adamw", "composite", _infer_adamw, _ref_adamw, 5, ("lr", "beta1", "beta2", "eps", "weight_decay"),
+       doc="(param, grad, exp_avg, exp_avg_sq, step after increment) -> (param', exp_avg', exp_avg_sq')")
+
+
+def _ref_sgd(torch, param, grad, *buffer, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False,
+             maximize=False):
+    """torch.optim.SGD's single-tensor update, out of place; without a momentum buffer input the
+    buffer starts as the gradient (torch's first step)."""
+    if maximize:
+        grad = -grad
+    if weight_decay:
+        grad = grad + weight_decay * param
+    if momentum:
+        buf = grad.clone() if not buffer else buffer[0] * momentum + grad * (1 - dampening)
+        grad = grad + momentum * buf if nesterov else buf
+        return param - lr * grad, buf
+    return (param - lr * grad,)
+
+
+def _infer_sgd(types, attrs):
+    param = types[0]
+    return [param, param] if attrs.get("momentum") else [param]
+
+
+define("sgd", "composite", _infer_sgd, _ref_sgd, None, ("lr",),
+       doc="(param, grad[, momentum_buffer]) -> (param'[, momentum_buffer'])")
+
+
+# =============================================================== opaque
+def _infer_aten(types, attrs):
+    return [TensorType(tuple(shape), dtype) for shape, dtype in attrs["result_types"]]
+
+
+def _ref_aten(torch, *tensors, target, args, kwargs=(), result_types=()):
+    """Call the ATen op ``target`` ("aten.foo.default"); ``args``/``kwargs`` hold constants, with
+    ("$", i) standing for the i-th tensor input."""
+    fn = torch.ops
+    for part in target.split("."):
+        fn = getattr(fn, part)
+
+    def fill(a):
+        if isinstance(a, tuple) and len(a) == 2 and a[0] == "$":
+            return tensors[a[1]]
+        if isinstance(a, tuple):
+            return [fill(x) for x in a]
+        return a
+    out = fn(*[fill(a) for a in args], **{k: fill(v) for k, v in kwargs})
+    return out
+
+
+define("aten", "opaque", _infer_aten, _ref_aten, None, ("target", "args", "result_types"),
+       doc="an ATen op the IR does not model; runs as itself (listed and counted by explain)")
