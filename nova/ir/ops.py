@@ -320,13 +320,18 @@ def _infer_attention(types, attrs):
             or q.shape[0] != k.shape[0] or q.shape[1] % k.shape[1]:
         raise IRError(f"attention operands do not agree: q {q}, k {k}, v {v}")
     out = TensorType(q.shape[:3] + (v.shape[3],), q.dtype)
-    return [out, TensorType(q.shape[:3], "f32")]
+    return [out, TensorType(q.shape[:3], "f64" if q.dtype == "f64" else "f32")]
+
+
+def _wide(torch, x):
+    """At least FP32 (the accumulator precision of every attention kernel)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
 def _attention_probabilities(torch, q, k, scale, causal):
     if k.shape[1] != q.shape[1]:                          # grouped-query: repeat K/V heads
         k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-    s = (q.float() @ k.float().mT) * scale
+    s = (_wide(torch, q) @ _wide(torch, k).mT) * scale
     if causal:
         t_q, t_k = s.shape[-2:]
         mask = torch.ones(t_q, t_k, dtype=torch.bool).tril(t_k - t_q)
@@ -339,24 +344,24 @@ def _ref_attention(torch, q, k, v, scale, causal=False):
     p, lse = _attention_probabilities(torch, q, k, scale, causal)
     if v.shape[1] != q.shape[1]:
         v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
-    return (p @ v.float()).to(q.dtype), lse
+    return (p @ _wide(torch, v)).to(q.dtype), lse
 
 
 def _ref_attention_backward(torch, dout, q, k, v, out, lse, scale, causal=False):
     groups = q.shape[1] // k.shape[1]
     kk = k.repeat_interleave(groups, dim=1) if groups > 1 else k
     vv = v.repeat_interleave(groups, dim=1) if groups > 1 else v
-    s = (q.float() @ kk.float().mT) * scale
+    s = (_wide(torch, q) @ _wide(torch, kk).mT) * scale
     if causal:
         t_q, t_k = s.shape[-2:]
         s = s.masked_fill(~torch.ones(t_q, t_k, dtype=torch.bool).tril(t_k - t_q), float("-inf"))
     p = torch.exp(s - lse[..., None])
-    do = dout.float()
+    do = _wide(torch, dout)
     dv = p.mT @ do
-    dp = do @ vv.float().mT
-    ds = p * (dp - (do * out.float()).sum(-1, keepdim=True))
-    dq = (ds @ kk.float()) * scale
-    dk = (ds.mT @ q.float()) * scale
+    dp = do @ _wide(torch, vv).mT
+    ds = p * (dp - (do * _wide(torch, out)).sum(-1, keepdim=True))
+    dq = (ds @ _wide(torch, kk)) * scale
+    dk = (ds.mT @ _wide(torch, q)) * scale
     if groups > 1:
         dk = dk.unflatten(1, (k.shape[1], groups)).sum(2)
         dv = dv.unflatten(1, (v.shape[1], groups)).sum(2)
