@@ -1,0 +1,70 @@
+"""Closed-form times of the kernels a compiled step launches that are not Nova GEMMs.
+
+Until Nova's fused kernels replace them, such groups run on ATen kernels inside the plan; the
+configurator still predicts them, from the same hardware model and calibration as the GEMMs:
+
+    memory-bound group   t = bytes / (dram_bw * eta_dram) + launches * t_launch
+    attention (FP32)     t = flops / (peak_fp32 * ETA_ATTENTION_FP32) + t_launch
+
+``eta_dram`` (0.948, measured by bench/l2_probe.py) and ``t_launch`` (1.05 us, the CUDA-graph gap)
+are the target's calibrated constants (``nova/hwmodel/calibration``); without a calibration the
+datasheet bandwidth and the preset's launch overhead stand.  ``ETA_ATTENTION_FP32`` is fitted
+on the two measurements of PyTorch's FP32 memory-efficient attention (forward + backward) in
+``shared/design/graph-capture.md``: 32x8x512x64 causal 1,230 us (0.395 of the FP32 peak) and
+16x12x1024x64 causal 3,128 us (0.466); their mean 0.43 predicts each within 9%.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ETA_ATTENTION_FP32 = 0.43
+BACKWARD_FLOP_RATIO = 2.5      # attention backward: 5 matmuls of the forward's 2 (FlashAttention-2, sec. 3)
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    time_us: float
+    bound: str                   # "dram" | "fp32" | "launch"
+    formula: str                 # the formula with numbers, for explain
+
+
+def calibration_constants(target) -> dict:
+    """eta_dram and t_launch_us of the target's Hopper (else mma.sync) calibration; datasheet
+    values (1.0, the preset's launch overhead) when none is stored."""
+    from nova.hwmodel import calibration
+    for family in ("wgmma", "mma.sync"):
+        stored = calibration.load(target.name, family)
+        if stored:
+            c = stored["constants"]
+            return {"eta_dram": c["eta_dram"], "t_launch_us": c["t_launch_us"]}
+    return {"eta_dram": 1.0, "t_launch_us": target.launch_overhead_us}
+
+
+def memory_bound_time(bytes_moved: int, target, launches: int = 1) -> KernelTime:
+    """A streaming kernel: every byte crosses DRAM once (inputs read, outputs written)."""
+    c = calibration_constants(target)
+    t_dram = bytes_moved / (target.dram_bw * c["eta_dram"]) * 1e6
+    t_launch = launches * c["t_launch_us"]
+    bound = "dram" if t_dram >= t_launch else "launch"
+    return KernelTime(t_dram + t_launch, bound,
+                      f"{bytes_moved / 1e6:.1f} MB / ({target.dram_bw / 1e12:.2f} TB/s x {c['eta_dram']:.3f})"
+                      f" + {launches} x {c['t_launch_us']:.2f} us")
+
+
+def attention_flops(batch: int, heads: int, seq_q: int, seq_k: int, head_dim: int, head_dim_v: int,
+                    causal: bool, backward: bool) -> float:
+    """2 matmuls forward (Q K^T, P V), 2 * B H Tq Tk D FLOP each; causal halves the score matrix;
+    the backward does BACKWARD_FLOP_RATIO times the forward's work."""
+    forward = 2.0 * batch * heads * seq_q * seq_k * (head_dim + head_dim_v)
+    if causal:
+        forward /= 2
+    return forward * (BACKWARD_FLOP_RATIO if backward else 1.0)
+
+
+def attention_fallback_time(flops: float, target) -> KernelTime:
+    """PyTorch's FP32 attention (the memory-efficient kernel: CUDA cores, no tensor cores)."""
+    c = calibration_constants(target)
+    rate = target.peak_fp32_flops() * ETA_ATTENTION_FP32
+    t = flops / rate * 1e6 + c["t_launch_us"]
+    return KernelTime(t, "fp32", f"{flops / 1e9:.2f} GFLOP / ({target.peak_fp32_flops() / 1e12:.1f} TFLOP/s x "
+                                 f"{ETA_ATTENTION_FP32}) + {c['t_launch_us']:.2f} us")
