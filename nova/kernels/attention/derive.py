@@ -155,9 +155,11 @@ def step5_stages(p: AttentionProblem, gpu: GPUModel, role: str, rows: int, cols:
         if cap >= 2 or bps == 1:
             break
     stages = max(2, min(want, cap, 3))
+    from nova.kernels.attention.build import smem_plan          # the builder's layout: 128-byte aligned regions
+    total = smem_plan(p, KernelTile(role, rows, cols, warps, stages, pad, 0, 0, 1, (1, 1, 1)))["total"]
     d.note(f"5 {role} stages", stages, f"clamped to [2, min({cap}, 3)]: occupancy first (a second block per SM hides "
            "latency and the softmax better than a deeper ring), then Little's law")
-    return stages, int(kept + stages * stage), d.steps
+    return stages, int(total), d.steps
 
 
 # ---- 6 -----------------------------------------------------------------------------------------
