@@ -74,19 +74,33 @@ def _stream(t):
     return torch.cuda.current_stream(t.device).cuda_stream
 
 
-def attention(q, k, v, causal: bool = False, scale: float | None = None, *, target=None):
-    """Fused attention forward; returns ``(out, lse)``."""
+def _check_out(name, t, shape, dtype):
+    if t is not None and (tuple(t.shape) != tuple(shape) or t.dtype != dtype or not t.is_contiguous()):
+        raise ValueError(f"{name} must be a contiguous {dtype} tensor of shape {list(shape)}")
+    return t
+
+
+def _aligned(*ts):
+    """cp.async and the paired stores need 16-byte aligned bases: copy a misaligned view."""
+    return tuple(t if t.data_ptr() % 16 == 0 else t.clone() for t in ts)
+
+
+def attention(q, k, v, causal: bool = False, scale: float | None = None, *, out=None, lse=None, target=None):
+    """Fused attention forward; returns ``(out, lse)`` (written into ``out``/``lse`` when given)."""
     import torch
     p = _problem(q, k, v, causal, scale)
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    q, k, v = _aligned(q.contiguous(), k.contiguous(), v.contiguous())
     r = _resolve(p, q.device.index, target, ("fwd",))
-    out = torch.empty_like(q)
-    lse = torch.empty((p.batch, p.heads, p.seq_q), dtype=torch.float32, device=q.device)
+    out = _check_out("out", out, q.shape, q.dtype)
+    lse = _check_out("lse", lse, (p.batch, p.heads, p.seq_q), torch.float32)
+    out = torch.empty_like(q) if out is None else out
+    lse = torch.empty((p.batch, p.heads, p.seq_q), dtype=torch.float32, device=q.device) if lse is None else lse
     r.kernels["fwd"].launch((q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr()), _stream(q))
     return out, lse
 
 
-def attention_backward(dout, q, k, v, out, lse, causal: bool = False, scale: float | None = None, *, target=None):
+def attention_backward(dout, q, k, v, out, lse, causal: bool = False, scale: float | None = None, *,
+                       dq=None, dk=None, dv=None, target=None):
     """Gradients of ``attention``: returns ``(dq, dk, dv)``.  Extra memory: one FP32 value per query row (D)."""
     import torch
     p = _problem(q, k, v, causal, scale)
@@ -95,11 +109,13 @@ def attention_backward(dout, q, k, v, out, lse, causal: bool = False, scale: flo
         raise ValueError("dout and out must have q's shape and dtype")
     if tuple(lse.shape) != (p.batch, p.heads, p.seq_q) or lse.dtype != torch.float32:
         raise ValueError(f"lse must be float32 [B, H, Tq] = {[p.batch, p.heads, p.seq_q]}")
-    q, k, v, dout, out, lse = (t.contiguous() for t in (q, k, v, dout, out, lse))
+    q, k, v, dout, out, lse = _aligned(*(t.contiguous() for t in (q, k, v, dout, out, lse)))
     r = _resolve(p, q.device.index, target, ("bwd_pre", "bwd_dkv", "bwd_dq"))
     s = _stream(q)
     delta = torch.empty((p.batch, p.heads, p.seq_q), dtype=torch.float32, device=q.device)
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dq = torch.empty_like(q) if _check_out("dq", dq, q.shape, q.dtype) is None else dq
+    dk = torch.empty_like(k) if _check_out("dk", dk, k.shape, k.dtype) is None else dk
+    dv = torch.empty_like(v) if _check_out("dv", dv, v.shape, v.dtype) is None else dv
     r.kernels["bwd_pre"].launch((out.data_ptr(), dout.data_ptr(), delta.data_ptr()), s)
     qp, kp, vp, dop, lp, dp = q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), lse.data_ptr(), delta.data_ptr()
     r.kernels["bwd_dkv"].launch((qp, kp, vp, dop, lp, dp, dk.data_ptr(), dv.data_ptr()), s)
