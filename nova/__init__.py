@@ -6,7 +6,7 @@ Importing ``nova`` is cheap and never imports MLIR or the CUDA driver; ``nova.ma
 runtime on first access.
 """
 __version__ = "0.1.0"
-__all__ = ["matmul", "__version__"]
+__all__ = ["matmul", "attention", "attention_backward", "__version__"]
 
 
 def __getattr__(name: str):
@@ -16,4 +16,8 @@ def __getattr__(name: str):
         from nova.runtime.matmul import matmul
         globals()["matmul"] = matmul
         return matmul
+    if name in ("attention", "attention_backward"):     # issue 11: nova/kernels/attention/launch.py
+        from nova.kernels.attention import launch
+        globals()[name] = getattr(launch, name)
+        return globals()[name]
     raise AttributeError(f"module 'nova' has no attribute {name!r}")

@@ -174,6 +174,10 @@ USER_ERRORS = (ShapeError, ProblemError, TargetError)
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:2] == ["explain", "attention"]:       # fused attention (issue 11): nova/kernels/attention/cli.py
+        from nova.kernels.attention.cli import main as explain_attention
+        return explain_attention(argv[2:])
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)

@@ -1,0 +1,1 @@
+"""Benchmark harnesses (importable package code; the scripts in bench/ are thin)."""

@@ -1,0 +1,201 @@
+"""Fused attention: the problems the device run needs, their precompilation, and the benchmark.
+
+    python -m nova.bench.attention --precompile --target h200      # host with MLIR: fill $NOVA_CACHE_DIR
+    python -m nova.bench.attention --out bench/results/attn          # GPU: Nova fwd+bwd vs torch SDPA backends
+
+Timing: each candidate runs forward + backward; after warm-up, ``--iters`` calls are timed with CUDA
+events, and Nova is also timed by CUDA-graph replay (its launcher allocates nothing it cannot
+capture).  torch backends are tried one by one with ``torch.nn.attention.sdpa_kernel`` in the same
+process; a backend that refuses a dtype is reported as unsupported.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from nova.kernels.attention.problem import AttentionProblem
+
+# (B, H, T, D) of the benchmark, all causal
+BENCH_SHAPES = ((32, 8, 512, 64), (16, 12, 1024, 64), (8, 16, 2048, 128))
+BENCH_DTYPES = ("tf32", "bf16", "fp16")
+
+# tests/test_attention_gpu.py: (B, H, Hkv, Tq, Tk, D, causal, dtype); T never a multiple of a tile
+GPU_TEST_CASES = (
+    (2, 3, 3, 77, 77, 64, True, "tf32"),
+    (1, 2, 2, 130, 130, 128, False, "tf32"),
+    (1, 2, 2, 1, 1, 64, False, "tf32"),
+    (2, 2, 2, 200, 200, 64, False, "bf16"),
+    (1, 4, 2, 150, 150, 64, True, "bf16"),        # GQA
+    (1, 2, 2, 1, 1, 128, True, "bf16"),
+    (2, 2, 2, 1, 1, 64, True, "fp16"),
+    (1, 3, 1, 300, 300, 128, True, "fp16"),       # GQA (multi-query)
+    (1, 2, 2, 50, 190, 64, True, "fp16"),         # Tq != Tk
+    (1, 2, 2, 190, 50, 128, False, "bf16"),
+)
+MEMORY_CASE = (1, 2, 2, 2048, 2048, 64, True, "bf16")
+
+
+def problem_of(case) -> AttentionProblem:
+    b, h, hkv, tq, tk, d, causal, dtype = case
+    return AttentionProblem(b, h, tq, tk, d, causal=causal, dtype=dtype, kv_heads=hkv)
+
+
+def bench_problems(dtypes=BENCH_DTYPES):
+    return [AttentionProblem(b, h, t, t, d, causal=True, dtype=dt) for (b, h, t, d) in BENCH_SHAPES for dt in dtypes]
+
+
+def all_problems():
+    return bench_problems() + [problem_of(c) for c in GPU_TEST_CASES + (MEMORY_CASE,)]
+
+
+def precompile(target: str, jobs: int = 2) -> int:
+    """Compile every kernel the device run needs into the kernel cache ($NOVA_CACHE_DIR); print resources."""
+    from concurrent.futures import ProcessPoolExecutor
+    probs = all_problems()
+    with ProcessPoolExecutor(jobs) as ex:
+        results = list(ex.map(_precompile_one, [(p, target) for p in probs]))
+    bad = 0
+    for p, rows in zip(probs, results):
+        for role, key, status, res in rows:
+            spill = res.get("spill_store_bytes", 0) + res.get("spill_load_bytes", 0)
+            bad += spill > 0
+            print(f"{status:8s} {key[:10]} {p.describe()} [{role}] regs {res.get('registers')} spill {spill} "
+                  f"smem {res.get('smem_bytes')}", flush=True)
+    print(f"{sum(len(r) for r in results)} kernels, {bad} with spills")
+    return 1 if bad else 0
+
+
+def _precompile_one(args):
+    p, target = args
+    from nova.hwmodel import get_target
+    from nova.kernels.attention.compile import get_or_compile
+    from nova.kernels.attention.derive import configure_attention
+    from nova.kernels.attention.schedule import ROLES
+    gpu = get_target(target)
+    s = configure_attention(p, gpu).schedule
+    out = []
+    for role in ROLES:
+        art, key, status = get_or_compile(p, s, role, gpu, offline=False)
+        out.append((role, key, status, {k: v for k, v in art.resources.items() if k != "ptxas_info"}))
+    return out
+
+
+# ---------------------------------------------------------------------------------------- timing
+TORCH_DTYPE = {"tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def _time(fn, iters, warmup=3):
+    import torch
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(iters):
+        fn()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) * 1e3 / iters
+
+
+def _time_graph(fn, iters):
+    import torch
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return _time(g.replay, iters)
+
+
+def bench_one(B, H, T, D, dtype, iters):
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import nova
+    torch.manual_seed(0)
+    dt = getattr(torch, TORCH_DTYPE[dtype])
+    q, k, v, do = (torch.randn(B, H, T, D, device="cuda", dtype=dt) for _ in range(4))
+    torch.backends.cuda.matmul.allow_tf32 = False
+    row = {"shape": f"B{B}.H{H}.T{T}.D{D}", "dtype": dtype, "causal": True}
+
+    out, lse = nova.attention(q, k, v, causal=True)
+    buf = {}
+
+    def nova_step():
+        o, l_ = nova.attention(q, k, v, causal=True)
+        buf["g"] = nova.attention_backward(do, q, k, v, o, l_, causal=True)
+    row["nova_fwd_us"] = _time(lambda: nova.attention(q, k, v, causal=True), iters)
+    row["nova_us"] = _time(nova_step, iters)
+    try:
+        row["nova_graph_us"] = _time_graph(nova_step, iters)
+    except Exception as e:                                   # report, do not hide
+        row["nova_graph_error"] = f"{type(e).__name__}: {e}"[:200]
+    qr, kr, vr = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    ref = F.scaled_dot_product_attention(qr, kr, vr, is_causal=True)
+    ref.backward(do)
+    gn = buf["g"]
+    row["max_err_out"] = float((out.float() - ref.float()).abs().max())
+    row["max_err_dq"] = float((gn[0].float() - qr.grad.float()).abs().max())
+    for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
+                     ("efficient", SDPBackend.EFFICIENT_ATTENTION), ("math", SDPBackend.MATH)):
+        qa, ka, va = (x.detach().clone().requires_grad_() for x in (q, k, v))
+
+        def step():
+            o = F.scaled_dot_product_attention(qa, ka, va, is_causal=True)
+            o.backward(do)
+        try:
+            with sdpa_kernel([be]):
+                row[f"torch_{name}_us"] = _time(step, max(3, iters // 4) if name == "math" else iters)
+        except Exception as e:
+            row[f"torch_{name}_us"] = None
+            row[f"torch_{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+    torch_times = [row[f"torch_{n}_us"] for n in ("flash", "cudnn", "efficient", "math") if row.get(f"torch_{n}_us")]
+    best = min(torch_times) if torch_times else None
+    nova_best = min(x for x in (row["nova_us"], row.get("nova_graph_us")) if x)
+    row["speedup_vs_best_torch"] = best / nova_best if best else None
+    return row
+
+
+def run(out_dir: str, dtypes, iters: int) -> int:
+    import torch
+    os.makedirs(out_dir, exist_ok=True)
+    rows = []
+    print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
+    for (B, H, T, D) in BENCH_SHAPES:
+        for dt in dtypes:
+            t0 = time.time()
+            r = bench_one(B, H, T, D, dt, iters)
+            rows.append(r)
+            ts = "  ".join(f"{n} {r.get(f'torch_{n}_us') or float('nan'):.0f}" for n in ("flash", "cudnn", "efficient", "math"))
+            print(f"{r['shape']:18s} {dt:5s} nova fwd {r['nova_fwd_us']:.0f} fwd+bwd {r['nova_us']:.0f} "
+                  f"(graph {r.get('nova_graph_us') or float('nan'):.0f}) us | torch {ts} | x{r['speedup_vs_best_torch'] or 0:.2f} "
+                  f"vs best | err out {r['max_err_out']:.2e} dq {r['max_err_dq']:.2e} ({time.time() - t0:.0f}s)", flush=True)
+    with open(os.path.join(out_dir, "attention_bench.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m nova.bench.attention")
+    ap.add_argument("--precompile", action="store_true", help="host: compile every needed kernel into the cache")
+    ap.add_argument("--target", default="h200")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--out", default="bench/results/attention")
+    ap.add_argument("--dtypes", default="tf32,bf16")
+    ap.add_argument("--iters", type=int, default=20)
+    a = ap.parse_args(argv)
+    if a.precompile:
+        return precompile(a.target, a.jobs)
+    return run(a.out, a.dtypes.split(","), a.iters)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

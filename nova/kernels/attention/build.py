@@ -1,0 +1,815 @@
+"""The attention kernel builder: ``(AttentionProblem, AttentionSchedule, role) -> MLIR text``.
+
+Four FlashAttention-2-style kernels on ``mma.sync`` + ``cp.async`` (sm_80+; also sm_90):
+
+* ``fwd``      grid (Q tiles, B*H).  The block's Q tile stays in shared memory; K/V tiles stream
+               through a ``stages``-deep cp.async ring.  Per KV tile: S = Q K^T (FP32), online
+               softmax in base 2 (scale*log2 e folded into one FMA), O += P V with P taken straight
+               from the S accumulators (the FA2 register trick; for TF32 the key order inside each
+               group of 8 is permuted so the accumulator layout *is* the A-fragment layout, and V's
+               rows are read in the same order).  Causal: KV tiles wholly above the diagonal are never
+               visited; only tiles that cross the diagonal or the key tail run the masking branch.
+               Writes O and the natural-log LSE per row.
+* ``bwd_pre``  D = rowsum(dO * O) (FP32), 8 lanes per row.
+* ``bwd_dkv``  grid (KV tiles, B*Hkv).  K/V tiles stay; Q, dO, LSE and D tiles stream (over every
+               query head of the group for GQA).  S^T = K Q^T and dP^T = V dO^T are computed
+               transposed, so P^T and dS^T are already A fragments: dV += P^T dO, dK += dS^T Q, with
+               no shared-memory round trip and no cross-warp reduction.
+* ``bwd_dq``   grid (Q tiles, B*H).  Q and dO stay; K/V stream.  S, dP recomputed; dQ += dS K.
+               (dQ by a separate pass, not atomics: deterministic, no FP32 dQ scratch; see derive.py.)
+
+Tails: rows beyond T are zero-filled by cp.async (``srcElements`` = 0), stores are predicated, and
+scores of keys beyond T_k are masked.  No T x T buffer exists anywhere.
+"""
+from __future__ import annotations
+
+from nova.kernels.attention.mlirtext import SMEM, Text
+from nova.kernels.attention.problem import AttentionProblem
+from nova.kernels.attention.schedule import AttentionSchedule, KernelTile
+
+KERNEL_NAMES = {"fwd": "nova_attn_fwd", "bwd_pre": "nova_attn_bwd_pre", "bwd_dkv": "nova_attn_bwd_dkv",
+                "bwd_dq": "nova_attn_bwd_dq"}
+PARAMS = {"fwd": ("q", "k", "v", "out", "lse"),
+          "bwd_pre": ("out", "dout", "delta"),
+          "bwd_dkv": ("q", "k", "v", "dout", "lse", "delta", "dk", "dv"),
+          "bwd_dq": ("q", "k", "v", "dout", "lse", "delta", "dq")}
+SUPPORTED_ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90")
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+MASKED = -1.0e30           # finite "minus infinity": exp2 of it is 0 and no inf - inf NaN can appear
+
+
+class AttentionCodegenError(RuntimeError):
+    pass
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def smem_plan(p: AttentionProblem, kt: KernelTile) -> dict:
+    """Byte offsets of the kept tiles, the streamed rings and (dK/dV) the LSE/D rings."""
+    if kt.role == "bwd_pre":
+        return {"total": 0}
+    eb, cols = p.elem_bytes, p.head_dim + kt.smem_pad
+    kept = {"fwd": ("q",), "bwd_dq": ("q", "dout"), "bwd_dkv": ("k", "v")}[kt.role]
+    streamed = {"fwd": ("k", "v"), "bwd_dq": ("k", "v"), "bwd_dkv": ("q", "dout")}[kt.role]
+    off, plan = 0, {}
+    for name in kept:
+        plan[name] = off
+        off += _cdiv(kt.block_rows * cols * eb, 128) * 128
+    for name in streamed:
+        plan[name] = off
+        off += _cdiv(kt.stages * kt.block_cols * cols * eb, 128) * 128
+    if kt.role == "bwd_dkv":
+        for name in ("lse", "delta"):
+            plan[name] = off
+            off += _cdiv(kt.stages * kt.block_cols * 4, 128) * 128
+    plan["total"] = off
+    return plan
+
+
+def check_supported(p: AttentionProblem, s: AttentionSchedule, role: str) -> None:
+    kt = s.kernel(role)
+
+    def fail(msg):
+        raise AttentionCodegenError(f"cannot generate {role} for {p.describe()} on {s.arch}: {msg}")
+
+    if s.arch not in SUPPORTED_ARCHES:
+        fail(f"arch {s.arch!r} (supported: {', '.join(SUPPORTED_ARCHES)})")
+    if s.mma.family != "mma.sync":
+        fail(f"MMA family {s.mma.family} (only mma.sync in this phase)")
+    if role == "bwd_pre":
+        return
+    if kt.block_rows % (16 * kt.warps) or kt.block_cols % 16:
+        fail(f"tile {kt.block_rows}x{kt.block_cols} does not split into {kt.warps} warps of 16-row MMA tiles")
+    if kt.stages < 2:
+        fail("the cp.async ring needs at least 2 stages")
+    if ((p.head_dim + kt.smem_pad) * p.elem_bytes) % 16:
+        fail(f"padded rows must be a multiple of 16 bytes (pad {kt.smem_pad})")
+    if kt.smem_bytes < smem_plan(p, kt)["total"]:
+        fail(f"smem_bytes {kt.smem_bytes} < the {smem_plan(p, kt)['total']} bytes the tiles need")
+
+
+def build_module(p: AttentionProblem, s: AttentionSchedule, role: str) -> str:
+    check_supported(p, s, role)
+    if role == "bwd_pre":
+        return _build_pre(p, s)
+    return _Flash(p, s, role).build()
+
+
+# ----------------------------------------------------------------------------------------------
+class _Flash:
+    def __init__(self, p: AttentionProblem, s: AttentionSchedule, role: str):
+        self.p, self.s, self.role = p, s, role
+        self.kt = kt = s.kernel(role)
+        self.ir = Text()
+        self.T = p.storage
+        self.eb = p.elem_bytes
+        self.D = p.head_dim
+        self.tf32 = p.dtype == "tf32"
+        self.ks = 8 if self.tf32 else 16
+        self.BR, self.BC, self.S = kt.block_rows, kt.block_cols, kt.stages
+        self.cols = self.D + kt.smem_pad
+        self.mt = kt.rows_per_warp // 16
+        self.threads = kt.threads
+        self.plan = smem_plan(p, kt)
+        self.c = p.scale * LOG2E               # scores -> base-2 exponent
+        rows_q = p.batch * p.heads * p.seq_q
+        rows_k = p.batch * p.kv_heads * p.seq_k
+        self.gt = {"q": f"memref<{rows_q}x{self.D}x{self.T}>", "k": f"memref<{rows_k}x{self.D}x{self.T}>"}
+        self.vt = f"memref<{rows_q}xf32>"
+
+    # ---- types
+    def gtype(self, name):
+        return self.gt["k" if name in ("k", "v", "dk", "dv") else "q"]
+
+    def kept_type(self):
+        return f"memref<{self.BR}x{self.cols}x{self.T}, {SMEM}>"
+
+    def ring_type(self):
+        return f"memref<{self.S}x{self.BC}x{self.cols}x{self.T}, {SMEM}>"
+
+    def vring_type(self):
+        return f"memref<{self.S}x{self.BC}xf32, {SMEM}>"
+
+    # ------------------------------------------------------------------------------------------
+    def build(self) -> str:
+        p, kt, ir = self.p, self.kt, self.ir
+        args = [f"%{n}: {self.vt if n in ('lse', 'delta') else self.gtype(n)}" for n in PARAMS[self.role]]
+        ir.emit(f"// Nova attention {self.role}: {p.describe()}")
+        ir.emit(f"// block {self.BR} kept rows x {self.BC} streamed rows, {kt.warps} warps x {kt.rows_per_warp} rows, "
+                f"{self.S} stages, {self.s.mma}, {self.s.arch}")
+        with ir.kernel(KERNEL_NAMES[self.role], args, self.threads, minctasm=kt.blocks_per_sm):
+            self.coordinates()
+            self.shared_memory()
+            getattr(self, "body_" + self.role)()
+        return ir.text()
+
+    def coordinates(self):
+        ir = self.ir
+        self.tid = ir.let("tid", "gpu.thread_id x")
+        self.lane = ir.rem(self.tid, 32, "lane")
+        warp = ir.div(self.tid, 32, "warp")
+        self.g = ir.div(self.lane, 4, "g")
+        self.t = ir.rem(self.lane, 4, "t")
+        self.wrow = ir.mul(warp, self.kt.rows_per_warp, "warp_row0")
+        self.lm_r = ir.rem(self.lane, 8, "lm_r")
+        q = ir.div(self.lane, 8, "lm_q")
+        self.q_lo = ir.rem(q, 2, "lm_q_lo")
+        self.q_hi = ir.div(q, 2, "lm_q_hi")
+        self.bx = ir.let("bx", "gpu.block_id x")
+        self.by = ir.let("by", "gpu.block_id y")
+
+    def shared_memory(self):
+        ir = self.ir
+        dsm = ir.let("dsm", f"gpu.dynamic_shared_memory : memref<?xi8, {SMEM}>")
+        self.sm = {}
+        for name, off in self.plan.items():
+            if name == "total":
+                continue
+            if name in ("lse", "delta"):
+                ty = self.vring_type()
+            elif self.is_kept(name):
+                ty = self.kept_type()
+            else:
+                ty = self.ring_type()
+            self.sm[name] = ir.let(f"s_{name}", f"memref.view {dsm}[{ir.v(off)}][] : memref<?xi8, {SMEM}> to {ty}")
+
+    def is_kept(self, name):
+        return name in {"fwd": ("q",), "bwd_dq": ("q", "dout"), "bwd_dkv": ("k", "v")}[self.role]
+
+    # ------------------------------------------------------------------------------------------
+    # global -> shared
+    # ------------------------------------------------------------------------------------------
+    def copy_tile(self, name, rows, base_row, tile0, limit, stage=None):
+        """cp.async rows [base_row, base_row+rows) of global ``name`` into its smem tile (ring slot
+        ``stage``); rows with tile0+r >= limit are zero-filled."""
+        ir = self.ir
+        vec = 16 // self.eb
+        per_row = self.D // vec
+        total = rows * per_row
+        ragged = limit % rows != 0
+        gty = self.gtype(name)
+        dty = self.kept_type() if stage is None else self.ring_type()
+        for i in range(_cdiv(total, self.threads)):
+            cid = ir.add(self.tid, i * self.threads, "cp_id")
+            live = True if (i + 1) * self.threads <= total else ir.cmp("slt", cid, total, "cp_live")
+            r = ir.div(cid, per_row, "cp_r")
+            col = ir.mul(ir.rem(cid, per_row, "cp_c"), vec, "cp_col")
+
+            def one():
+                grow = ir.add(base_row, r, "cp_grow")
+                ok = ir.cmp("slt", ir.add(tile0, r, "cp_trow"), limit, "cp_ok") if ragged else True
+                dst = f"{self.sm[name]}[{'' if stage is None else ir.v(stage) + ', '}{ir.v(r)}, {ir.v(col)}]"
+                if ok is True:
+                    ir.let("cp", f"nvgpu.device_async_copy %{name}[{ir.v(grow)}, {ir.v(col)}], {dst}, {vec} "
+                                 f"{{bypassL1}} : {gty} to {dty}")
+                else:
+                    n = ir.select(ok, vec, 0, hint="cp_n")
+                    src = ir.select(ok, grow, 0, hint="cp_src")
+                    ir.let("cp", f"nvgpu.device_async_copy %{name}[{ir.v(src)}, {ir.v(col)}], {dst}, {vec}, "
+                                 f"{ir.v(n)} {{bypassL1}} : {gty} to {dty}")
+            if live is True:
+                one()
+            else:
+                with ir.region(f"scf.if {live} {{"):
+                    one()
+
+    def copy_vec(self, name, base, tile0, limit, stage):
+        """cp.async ``block_cols`` FP32 values (LSE or D) into their ring slot, 4 bytes each."""
+        ir = self.ir
+        n = self.BC
+        for i in range(_cdiv(n, self.threads)):
+            e = ir.add(self.tid, i * self.threads, "cv_e")
+            live = True if (i + 1) * self.threads <= n else ir.cmp("slt", e, n, "cv_live")
+
+            def one():
+                ok = ir.cmp("slt", ir.add(tile0, e, "cv_row"), limit, "cv_ok") if limit % n else True
+                src = ir.add(base, e, "cv_src")
+                dst = f"{self.sm[name]}[{ir.v(stage)}, {ir.v(e)}]"
+                if ok is True:
+                    ir.let("cp", f"nvgpu.device_async_copy %{name}[{ir.v(src)}], {dst}, 1 : {self.vt} to {self.vring_type()}")
+                else:
+                    cnt = ir.select(ok, 1, 0, hint="cv_n")
+                    src = ir.select(ok, src, 0, hint="cv_src")
+                    ir.let("cp", f"nvgpu.device_async_copy %{name}[{ir.v(src)}], {dst}, 1, {ir.v(cnt)} : "
+                                 f"{self.vt} to {self.vring_type()}")
+            if live is True:
+                one()
+            else:
+                with ir.region(f"scf.if {live} {{"):
+                    one()
+
+    def commit(self):
+        return self.ir.let("grp", '"nvgpu.device_async_create_group"() : () -> !nvgpu.device.async.token')
+
+    def wait(self, grp, n):
+        self.ir.emit(f"nvgpu.device_async_wait {grp} {{numGroups = {n} : i32}}")
+
+    # ------------------------------------------------------------------------------------------
+    # fragments
+    # ------------------------------------------------------------------------------------------
+    def tf32r(self, x):
+        ir = self.ir
+        i = ir.let("tf32_bits", f"nvvm.convert.float.to.tf32 {x} {{rnd = #nvvm.fp_rnd_mode<rna>}}")
+        return ir.let("tf32", f"arith.bitcast {i} : i32 to f32")
+
+    def load_a(self, name, m0, kk):
+        """A fragment (16 x ks) of kept tile ``name`` ([row][d] in smem) at rows m0.., cols kk.."""
+        ir, T = self.ir, self.T
+        row = ir.add(m0, ir.add(self.lm_r, ir.mul(self.q_lo, 8)), "a_row")
+        col = ir.add(ir.mul(self.q_hi, self.ks // 2), kk, "a_col")
+        vt = f"vector<4x{4 // self.eb}x{T}>"
+        frag = ir.let("a_frag", f"nvgpu.ldmatrix {self.sm[name]}[{ir.v(row)}, {ir.v(col)}] "
+                                f"{{numTiles = 4 : i32, transpose = false}} : {self.kept_type()} -> {vt}")
+        if not self.tf32:
+            return frag
+        el = [self.tf32r(ir.let("a_e", f"vector.extract {frag}[{e}, 0] : f32 from {vt}")) for e in range(4)]
+        return ir.let("a_tf32", f"vector.from_elements {', '.join(el)} : vector<4x1xf32>")
+
+    def load_b_nk(self, name, stage, n0, kk):
+        """B fragments of two 8-wide n tiles from a ring tile stored [n][k] (K for S = Q K^T)."""
+        ir, T = self.ir, self.T
+        row = ir.add(n0, ir.add(self.lm_r, ir.mul(self.q_hi, 8)), "b_row")
+        col = ir.add(ir.mul(self.q_lo, self.ks // 2), kk, "b_col")
+        per32 = 4 // self.eb
+        vt = f"vector<4x{per32}x{T}>"
+        frag = ir.let("b_frag", f"nvgpu.ldmatrix {self.sm[name]}[{ir.v(stage)}, {ir.v(row)}, {ir.v(col)}] "
+                                f"{{numTiles = 4 : i32, transpose = false}} : {self.ring_type()} -> {vt}")
+        return self.split_b(frag, vt, per32)
+
+    def split_b(self, frag, vt, per32):
+        ir = self.ir
+        out = []
+        for h in range(2):
+            if self.tf32:
+                el = [self.tf32r(ir.let("b_e", f"vector.extract {frag}[{2 * h + e}, 0] : f32 from {vt}")) for e in range(2)]
+                out.append(ir.let("b_tf32", f"vector.from_elements {', '.join(el)} : vector<2x1xf32>"))
+            else:
+                out.append(ir.let("b_half", f"vector.extract_strided_slice {frag} {{offsets = [{2 * h}, 0], "
+                                            f"sizes = [2, {per32}], strides = [1, 1]}} : {vt} to vector<2x{per32}x{self.T}>"))
+        return out
+
+    def load_b_kn(self, name, stage, n0, kk):
+        """B fragments of two 8-wide n tiles (n = head dim) from a ring tile stored [k][n] (V for
+        O += P V).  TF32: the k rows of one MMA are (2t, 2t+1) of each 8-group, matching P's permuted
+        key order (see ``p_to_a``)."""
+        ir, T = self.ir, self.T
+        sm, rt = self.sm[name], self.ring_type()
+        if not self.tf32:
+            row = ir.add(ir.add(self.lm_r, ir.mul(self.q_lo, 8)), kk, "bt_row")
+            col = ir.add(n0, ir.mul(self.q_hi, 8), "bt_col")
+            vt = f"vector<4x2x{T}>"
+            frag = ir.let("bt_frag", f"nvgpu.ldmatrix {sm}[{ir.v(stage)}, {ir.v(row)}, {ir.v(col)}] "
+                                     f"{{numTiles = 4 : i32, transpose = true}} : {rt} -> {vt}")
+            return self.split_b(frag, vt, 2)
+        out = []
+        r0 = ir.add(ir.mul(self.t, 2), kk, "bt_r0")
+        r1 = ir.add(r0, 1, "bt_r1")
+        for j in range(2):
+            c = ir.add(ir.add(n0, self.g), 8 * j, "bt_c")
+            el = [self.tf32r(ir.let("bt_e", f"memref.load {sm}[{ir.v(stage)}, {ir.v(r)}, {ir.v(c)}] : {rt}"))
+                  for r in (r0, r1)]
+            out.append(ir.let("bt_tf32", f"vector.from_elements {', '.join(el)} : vector<2x1xf32>"))
+        return out
+
+    def mma(self, a, b, acc):
+        ir = self.ir
+        if self.tf32:
+            return ir.let("acc", f"nvgpu.mma.sync({a}, {b}, {acc}) {{mmaShape = [16, 8, 8], tf32Enabled}} : "
+                                 "(vector<4x1xf32>, vector<2x1xf32>, vector<2x2xf32>) -> vector<2x2xf32>")
+        if self.T == "f16":
+            return ir.let("acc", f"nvgpu.mma.sync({a}, {b}, {acc}) {{mmaShape = [16, 8, 16]}} : "
+                                 "(vector<4x2xf16>, vector<2x2xf16>, vector<2x2xf32>) -> vector<2x2xf32>")
+        # bf16: nvgpu.mma.sync cannot lower bf16 in MLIR 22; the NVVM op on packed i32 halves
+        ar = [ir.let("a_i", f"llvm.bitcast {ir.let('a_p', f'vector.extract {a}[{r}] : vector<2xbf16> from vector<4x2xbf16>')}"
+                            " : vector<2xbf16> to i32") for r in range(4)]
+        br = [ir.let("b_i", f"llvm.bitcast {ir.let('b_p', f'vector.extract {b}[{r}] : vector<2xbf16> from vector<2x2xbf16>')}"
+                            " : vector<2xbf16> to i32") for r in range(2)]
+        cs = [ir.let("c_e", f"vector.extract {acc}[{r}, {c}] : f32 from vector<2x2xf32>") for r in (0, 1) for c in (0, 1)]
+        st = "!llvm.struct<(f32, f32, f32, f32)>"
+        d = ir.let("d", f"nvvm.mma.sync A[{', '.join(ar)}] B[{', '.join(br)}] C[{', '.join(cs)}] "
+                        "{layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>, "
+                        "multiplicandAPtxType = #nvvm.mma_type<bf16>, multiplicandBPtxType = #nvvm.mma_type<bf16>, "
+                        f"shape = #nvvm.shape<m = 16, n = 8, k = 16>}} : (i32, i32, f32) -> {st}")
+        ds = [ir.let("d_e", f"llvm.extractvalue {d}[{e}] : {st}") for e in range(4)]
+        return ir.let("acc", f"vector.from_elements {', '.join(ds)} : vector<2x2xf32>")
+
+    # ------------------------------------------------------------------------------------------
+    # accumulators as scalars: acc[m][j] is a 16x8 tile; element (h, c) is row g+8h, col 2t+c
+    # ------------------------------------------------------------------------------------------
+    def unpack(self, accs):
+        ir = self.ir
+        return [[[[ir.let("s", f"vector.extract {a}[{h}, {c}] : f32 from vector<2x2xf32>") for c in (0, 1)]
+                  for h in (0, 1)] for a in row] for row in accs]
+
+    def pack(self, el):
+        ir = self.ir
+        return [[ir.let("v", f"vector.from_elements {e[0][0]}, {e[0][1]}, {e[1][0]}, {e[1][1]} : vector<2x2xf32>")
+                 for e in row] for row in el]
+
+    def gemm_nk(self, a_name, b_name, stage):
+        """acc[mt][BC/8] = A(kept, rows of this warp) @ B(ring slot, stored [n][k])^T over the head dim."""
+        ir = self.ir
+        zero = ir.const(0.0, "vector<2x2xf32>")
+        nt = self.BC // 8
+        accs = [[zero] * nt for _ in range(self.mt)]
+        for kk in range(0, self.D, self.ks):
+            a = [self.load_a(a_name, ir.add(self.wrow, 16 * m), kk) for m in range(self.mt)]
+            for j in range(0, nt, 2):
+                b = self.load_b_nk(b_name, stage, 8 * j, kk)
+                for m in range(self.mt):
+                    for jj in range(2):
+                        accs[m][j + jj] = self.mma(a[m], b[jj], accs[m][j + jj])
+        return accs
+
+    def p_to_a(self, el_m, kk):
+        """A fragment (16 x ks) of the k-step at key offset kk from scalar accumulators of one m tile.
+        16-bit: n tiles (kk/8, kk/8+1) are exactly the k16 A layout.  TF32: logical k (t, t+4) is
+        physical key (2t, 2t+1) of n tile kk/8 (V is read in the same order)."""
+        ir = self.ir
+        j = kk // 8
+        if self.tf32:
+            e = el_m[j]
+            vals = [self.tf32r(x) for x in (e[0][0], e[1][0], e[0][1], e[1][1])]
+            return ir.let("pa", f"vector.from_elements {', '.join(vals)} : vector<4x1xf32>")
+        e0, e1 = el_m[j], el_m[j + 1]
+        xs = [e0[0][0], e0[0][1], e0[1][0], e0[1][1], e1[0][0], e1[0][1], e1[1][0], e1[1][1]]
+        ys = [ir.let("pt", f"arith.truncf {x} : f32 to {self.T}") for x in xs]
+        return ir.let("pa", f"vector.from_elements {', '.join(ys)} : vector<4x2x{self.T}>")
+
+    def gemm_kn(self, el, b_name, stage, accs):
+        """accs[mt][D/8] += P (scalar accumulators, mt x BC) @ B(ring slot, stored [k][n])."""
+        accs = [list(r) for r in accs]
+        nd = self.D // 8
+        for kk in range(0, self.BC, self.ks):
+            a = [self.p_to_a(el[m], kk) for m in range(self.mt)]
+            for j in range(0, nd, 2):
+                b = self.load_b_kn(b_name, stage, 8 * j, kk)
+                for m in range(self.mt):
+                    for jj in range(2):
+                        accs[m][j + jj] = self.mma(a[m], b[jj], accs[m][j + jj])
+        return accs
+
+    # ------------------------------------------------------------------------------------------
+    # the streamed loop (shared by all three flash kernels)
+    # ------------------------------------------------------------------------------------------
+    def pipeline(self, n_tiles, issue, step, carried, types):
+        """Prologue (tiles 0..S-2) and ``scf.for`` over tiles with a cp.async ring.  ``issue(it, slot)``
+        copies tile ``it``; ``step(it, slot, carried) -> carried`` computes on a landed tile."""
+        ir, S = self.ir, self.S
+        grp = None
+        for st in range(S - 1):
+            self.guarded(ir.cmp("slt", st, n_tiles, "pro_live"), lambda st=st: issue(st, st))
+            grp = self.commit()
+        self.wait(grp, S - 2)
+        ir.emit("gpu.barrier")
+        names = [ir.fresh("it_arg") for _ in carried]
+        stage = ir.fresh("stage")
+        it = ir.fresh("it")
+        res = ir.fresh("loop")
+        iters = ", ".join([f"{stage} = {ir.v(0)}"] + [f"{n} = {v}" for n, v in zip(names, carried)])
+        tys = ["index"] + types
+        with ir.region(f"{res}:{len(tys)} = scf.for {it} = {ir.v(0)} to {ir.v(n_tiles)} step {ir.v(1)} "
+                       f"iter_args({iters}) -> ({', '.join(tys)}) {{"):
+            nxt = ir.add(it, S - 1, "next_it")
+            wslot = ir.select(ir.cmp("eq", stage, 0, "st0"), S - 1, ir.sub(stage, 1, "st_m1"), hint="wslot")
+            self.guarded(ir.cmp("slt", nxt, n_tiles, "pf_live"), lambda: issue(nxt, wslot))
+            g = self.commit()
+            out = step(it, stage, names)
+            self.wait(g, S - 2)
+            ir.emit("gpu.barrier")
+            ns = ir.add(stage, 1, "st_p1")
+            ns = ir.select(ir.cmp("eq", ns, S, "st_wrap"), 0, ns, hint="nstage")
+            ir.emit(f"scf.yield {', '.join([ir.v(ns)] + out)} : {', '.join(tys)}")
+        return [f"{res}#{i + 1}" for i in range(len(carried))]
+
+    def guarded(self, ok, body):
+        if ok is True:
+            body()
+        elif ok is not False:
+            with self.ir.region(f"scf.if {ok} {{"):
+                body()
+
+    def masked(self, cond, el, valid):
+        """Scores ``el`` with invalid entries replaced by MASKED, computed only where ``cond`` holds
+        (a uniform branch: tiles that cross the diagonal or the key tail)."""
+        ir = self.ir
+        if cond is False:
+            return el
+        flat = [x for row in el for tile in row for h in tile for x in h]
+        if cond is True:
+            return self._apply_mask(el, valid)
+        res = ir.fresh("msk")
+        n = len(flat)
+        with ir.region(f"{res}:{n} = scf.if {cond} -> ({', '.join(['f32'] * n)}) {{"):
+            m = self._apply_mask(el, valid)
+            ir.emit(f"scf.yield {', '.join(x for row in m for tile in row for h in tile for x in h)} : "
+                    f"{', '.join(['f32'] * n)}")
+            ir.else_()
+            ir.emit(f"scf.yield {', '.join(flat)} : {', '.join(['f32'] * n)}")
+        it = iter(f"{res}#{i}" for i in range(n))
+        return [[[[next(it) for _ in (0, 1)] for _ in (0, 1)] for _ in row] for row in el]
+
+    def _apply_mask(self, el, valid):
+        ir = self.ir
+        out = []
+        for m, row in enumerate(el):
+            r = []
+            for j, tile in enumerate(row):
+                r.append([[ir.select(valid(m, h, j, c), tile[h][c], ir.f(MASKED), ty="f32", hint="sm")
+                           for c in (0, 1)] for h in (0, 1)])
+            out.append(r)
+        return out
+
+    def row_off(self, m, h):
+        return ir_add3(self.ir, self.wrow, self.g, 16 * m + 8 * h)
+
+    # ------------------------------------------------------------------------------------------
+    def q_tile_setup(self):
+        """Forward and dQ: Q tile of this block, the (b, h) pair and the KV-tile range."""
+        ir, p = self.ir, self.p
+        self.q0 = ir.mul(self.bx, self.BR, "q0")
+        bh = self.by
+        b = ir.div(bh, p.heads, "b")
+        h = ir.rem(bh, p.heads, "h")
+        kvh = ir.add(ir.mul(b, p.kv_heads, "bkv"), ir.div(h, p.group, "hkv"), "kvh")
+        self.qbase = ir.add(ir.mul(bh, p.seq_q, "qrow_bh"), self.q0, "qbase")
+        self.kvbase = ir.mul(kvh, p.seq_k, "kvbase")
+        nk = _cdiv(p.seq_k, self.BC)
+        if p.causal:       # keys j <= i < q0 + BR: tiles wholly above the diagonal are skipped
+            last = ir.min(ir.add(self.q0, self.BR, "q_end"), p.seq_k, "kv_end")
+            self.n_kv = ir.div(ir.add(last, self.BC - 1, "kv_end_r"), self.BC, "n_kv")
+        else:
+            self.n_kv = nk
+
+    def kv_mask(self, kv0):
+        """(branch condition, per-element validity) of the scores of the KV tile at key kv0."""
+        ir, p = self.ir, self.p
+        cond = False
+        if p.seq_k % self.BC:
+            cond = ir.cmp("sgt", ir.add(kv0, self.BC, "kv_end"), p.seq_k, "kv_tail")
+        lim = ir.sub(p.seq_k, kv0, "kv_left") if p.seq_k % self.BC else None
+        diag = None
+        if p.causal:
+            cond = ir.or_(cond, ir.cmp("sgt", ir.add(kv0, self.BC - 1, "kv_last"), self.q0, "cross"), "need_mask")
+            diag = ir.sub(self.q0, kv0, "diag")                        # j <= i  <=>  coff - roff <= q0 - kv0
+            tdiff = ir.sub(ir.mul(self.t, 2, "t2"), ir.add(self.wrow, self.g, "wg"), "tdiff")
+
+        def valid(m, h, j, c):
+            coff_c = 8 * j + c
+            ok = True
+            if lim is not None:
+                ok = ir.cmp("slt", ir.add(ir.mul(self.t, 2, "t2"), coff_c, "coff"), lim, "kv_in")
+            if diag is not None:
+                ok = ir.and_(ok, ir.cmp("sle", ir.add(tdiff, coff_c - 16 * m - 8 * h, "cr"), diag, "causal_ok"))
+            return ok
+        return cond, valid
+
+    def rows_vals(self, name, limit_rows):
+        """Per-thread values of an FP32 row vector (LSE or D) for rows g+8h of each m tile (0 beyond T)."""
+        ir, p = self.ir, self.p
+        out = []
+        for m in range(self.mt):
+            for h in (0, 1):
+                roff = self.row_off(m, h)
+                row = ir.add(self.q0, roff, "vrow")
+                ok = ir.cmp("slt", row, p.seq_q, "vrow_ok") if p.seq_q % self.BR else True
+                src = ir.select(ok, ir.add(self.qbase, roff, "vsrc"), 0, hint="vsrc")
+                x = ir.let(f"{name}_r", f"memref.load %{name}[{ir.v(src)}] : {self.vt}")
+                out.append(ir.select(ok, x, ir.f(0.0), ty="f32", hint=f"{name}_r"))
+        return out
+
+    def store_rows(self, accs, name, base, row0, limit, scale=None):
+        """Store accumulators [mt][D/8] (times ``scale``) as rows base+roff of ``name`` (pairs per lane)."""
+        ir = self.ir
+        gty = self.gtype(name)
+        for m in range(self.mt):
+            for h in (0, 1):
+                roff = self.row_off(m, h)
+                ok = ir.cmp("slt", ir.add(row0, roff, "st_row"), limit, "st_ok") if limit % self.BR else True
+                grow = ir.add(base, roff, "st_grow")
+
+                def body(m=m, h=h, grow=grow):
+                    for j, acc in enumerate(accs[m]):
+                        xs = [ir.let("o", f"vector.extract {acc}[{h}, {c}] : f32 from vector<2x2xf32>") for c in (0, 1)]
+                        if scale is not None:
+                            xs = [ir.fop("mulf", x, scale if isinstance(scale, str) else ir.f(scale), "o_s") for x in xs]
+                        if self.T != "f32":
+                            xs = [ir.let("o_t", f"arith.truncf {x} : f32 to {self.T}") for x in xs]
+                        vec = ir.let("o_v", f"vector.from_elements {xs[0]}, {xs[1]} : vector<2x{self.T}>")
+                        col = ir.add(ir.mul(self.t, 2, "t2"), 8 * j, "st_col")
+                        ir.emit(f"vector.store {vec}, %{name}[{ir.v(grow)}, {ir.v(col)}] {{alignment = {2 * self.eb}}} : "
+                                f"{gty}, vector<2x{self.T}>")
+                self.guarded(ok, body)
+
+    def quad_sum(self, x):
+        ir = self.ir
+        for off in (1, 2):
+            x = ir.fop("addf", x, ir.shfl_xor(x, off), "qs")
+        return x
+
+    def quad_max(self, x):
+        ir = self.ir
+        for off in (1, 2):
+            x = ir.fop("maxnumf", x, ir.shfl_xor(x, off), "qm")
+        return x
+
+    # ------------------------------------------------------------------------------------------
+    def body_fwd(self):
+        ir, p = self.ir, self.p
+        self.q_tile_setup()
+        nd = self.D // 8
+        zero = ir.const(0.0, "vector<2x2xf32>")
+
+        def issue(it, slot):
+            kv0 = ir.mul(it, self.BC, "kv0")
+            if it == 0:
+                self.copy_tile("q", self.BR, self.qbase, self.q0, p.seq_q)
+            base = ir.add(self.kvbase, kv0, "kvrow")
+            self.copy_tile("k", self.BC, base, kv0, p.seq_k, slot)
+            self.copy_tile("v", self.BC, base, kv0, p.seq_k, slot)
+
+        nrow = 2 * self.mt
+        carried = [ir.f(MASKED)] * nrow + [ir.f(0.0)] * nrow + [zero] * (self.mt * nd)
+        types = ["f32"] * (2 * nrow) + ["vector<2x2xf32>"] * (self.mt * nd)
+
+        def step(it, stage, args):
+            m_old, l_old = args[:nrow], args[nrow:2 * nrow]
+            o = [args[2 * nrow + m * nd: 2 * nrow + (m + 1) * nd] for m in range(self.mt)]
+            ir.comment("S = Q K^T")
+            s = self.unpack(self.gemm_nk("q", "k", stage))
+            kv0 = ir.mul(it, self.BC, "kv0")
+            cond, valid = self.kv_mask(kv0)
+            s = self.masked(cond, s, valid)
+            ir.comment("online softmax (base 2)")
+            m_new, l_new, pe = [], [], [[None] * len(s[0]) for _ in range(self.mt)]
+            for m in range(self.mt):
+                for j in range(len(s[m])):
+                    pe[m][j] = [[None, None], [None, None]]
+                for h in (0, 1):
+                    r = 2 * m + h
+                    mx = None
+                    for tile in s[m]:
+                        for x in tile[h]:
+                            mx = x if mx is None else ir.fop("maxnumf", mx, x, "mx")
+                    mx = self.quad_max(mx)
+                    mn = ir.fop("maxnumf", m_old[r], ir.fop("mulf", mx, ir.f(self.c), "mxc"), "m_new")
+                    alpha = ir.exp2(ir.fop("subf", m_old[r], mn, "dm"))
+                    neg = ir.let("neg_m", f"arith.negf {mn} : f32")
+                    tot = None
+                    for j, tile in enumerate(s[m]):
+                        for c in (0, 1):
+                            e = ir.exp2(ir.fma(tile[h][c], ir.f(self.c), neg, "sc"))
+                            pe[m][j][h][c] = e
+                            tot = e if tot is None else ir.fop("addf", tot, e, "rs")
+                    l_new.append(ir.fma(l_old[r], alpha, tot, "l"))
+                    m_new.append(mn)
+                    o[m] = [self.scale_row(acc, h, alpha) for acc in o[m]]
+            ir.comment("O += P V")
+            o = self.gemm_kn(pe, "v", stage, o)
+            return m_new + l_new + [x for row in o for x in row]
+
+        out = self.pipeline(self.n_kv, issue, step, carried, types)
+        m_fin, l_fin = out[:nrow], out[nrow:2 * nrow]
+        o = [out[2 * nrow + m * nd: 2 * nrow + (m + 1) * nd] for m in range(self.mt)]
+        ir.comment("epilogue: O / l, LSE = (m + log2 l) ln 2")
+        lse_vals = []
+        for m in range(self.mt):
+            for h in (0, 1):
+                r = 2 * m + h
+                lt = self.quad_sum(l_fin[r])
+                inv = ir.fop("divf", ir.f(1.0), lt, "inv_l")
+                o[m] = [self.scale_row(acc, h, inv) for acc in o[m]]
+                lse_vals.append(ir.fop("mulf", ir.fop("addf", m_fin[r], ir.log2(lt), "lse2"), ir.f(LN2), "lse"))
+        self.store_rows(o, "out", self.qbase, self.q0, p.seq_q)
+        is_t0 = ir.cmp("eq", self.t, 0, "t_is0")
+        for m in range(self.mt):
+            for h in (0, 1):
+                roff = self.row_off(m, h)
+                ok = ir.and_(is_t0, ir.cmp("slt", ir.add(self.q0, roff, "lrow"), p.seq_q, "lrow_ok")
+                             if p.seq_q % self.BR else True)
+                src = ir.add(self.qbase, roff, "lidx")
+                self.guarded(ok, lambda src=src, x=lse_vals[2 * m + h]:
+                             ir.emit(f"memref.store {x}, %lse[{ir.v(src)}] : {self.vt}"))
+
+    def scale_row(self, acc, h, factor):
+        """acc (16x8 tile) with row half ``h`` multiplied by ``factor``."""
+        ir = self.ir
+        row = ir.let("ar", f"vector.extract {acc}[{h}] : vector<2xf32> from vector<2x2xf32>")
+        fv = ir.let("fb", f"vector.broadcast {factor} : f32 to vector<2xf32>")
+        prod = ir.let("ap", f"arith.mulf {row}, {fv} : vector<2xf32>")
+        return ir.let("acc_s", f"vector.insert {prod}, {acc}[{h}] : vector<2xf32> into vector<2x2xf32>")
+
+    # ------------------------------------------------------------------------------------------
+    def body_bwd_dq(self):
+        ir, p = self.ir, self.p
+        self.q_tile_setup()
+        nd = self.D // 8
+        zero = ir.const(0.0, "vector<2x2xf32>")
+        nl2 = [ir.fop("mulf", x, ir.f(-LOG2E), "nl2") for x in self.rows_vals("lse", p.seq_q)]
+        dlt = self.rows_vals("delta", p.seq_q)
+
+        def issue(it, slot):
+            kv0 = ir.mul(it, self.BC, "kv0")
+            if it == 0:
+                self.copy_tile("q", self.BR, self.qbase, self.q0, p.seq_q)
+                self.copy_tile("dout", self.BR, self.qbase, self.q0, p.seq_q)
+            base = ir.add(self.kvbase, kv0, "kvrow")
+            self.copy_tile("k", self.BC, base, kv0, p.seq_k, slot)
+            self.copy_tile("v", self.BC, base, kv0, p.seq_k, slot)
+
+        def step(it, stage, args):
+            acc = [args[m * nd:(m + 1) * nd] for m in range(self.mt)]
+            ir.comment("S = Q K^T, dP = dO V^T")
+            s = self.unpack(self.gemm_nk("q", "k", stage))
+            dp = self.unpack(self.gemm_nk("dout", "v", stage))
+            kv0 = ir.mul(it, self.BC, "kv0")
+            cond, valid = self.kv_mask(kv0)
+            s = self.masked(cond, s, valid)
+            ds = [[None] * len(s[0]) for _ in range(self.mt)]
+            for m in range(self.mt):
+                for j in range(len(s[m])):
+                    ds[m][j] = [[None, None], [None, None]]
+                    for h in (0, 1):
+                        r = 2 * m + h
+                        for c in (0, 1):
+                            pr = ir.exp2(ir.fma(s[m][j][h][c], ir.f(self.c), nl2[r], "sc"))
+                            ds[m][j][h][c] = ir.fop("mulf", pr, ir.fop("subf", dp[m][j][h][c], dlt[r], "dpd"), "ds")
+            ir.comment("dQ += dS K")
+            acc = self.gemm_kn(ds, "k", stage, acc)
+            return [x for row in acc for x in row]
+
+        out = self.pipeline(self.n_kv, issue, step, [zero] * (self.mt * nd), ["vector<2x2xf32>"] * (self.mt * nd))
+        acc = [out[m * nd:(m + 1) * nd] for m in range(self.mt)]
+        self.store_rows(acc, "dq", self.qbase, self.q0, p.seq_q, scale=p.scale)
+
+    # ------------------------------------------------------------------------------------------
+    def body_bwd_dkv(self):
+        ir, p = self.ir, self.p
+        nd = self.D // 8
+        zero = ir.const(0.0, "vector<2x2xf32>")
+        self.k0 = k0 = ir.mul(self.bx, self.BR, "k0")
+        bkv = self.by
+        b = ir.div(bkv, p.kv_heads, "b")
+        hk = ir.rem(bkv, p.kv_heads, "hk")
+        self.kbase = ir.add(ir.mul(bkv, p.seq_k, "krow_bkv"), k0, "kbase")
+        head0 = ir.add(ir.mul(b, p.heads, "bh0"), ir.mul(hk, p.group, "h0"), "qbh0")   # first query head (b, h)
+        nq_all = _cdiv(p.seq_q, self.BC)
+        if p.causal:      # query tiles wholly above the diagonal (all i < k0) are skipped
+            q_lo = ir.div(k0, self.BC, "q_lo")
+            nq = ir.max(ir.sub(nq_all, q_lo, "nq_raw"), 0, "nq")
+        else:
+            q_lo, nq = 0, nq_all
+        n_it = ir.mul(nq, p.group, "n_it")
+
+        def tile_of(it):
+            if p.group == 1:
+                return head0, ir.add(q_lo, it, "qt")
+            hd = ir.div(it, nq, "it_h")
+            return ir.add(head0, hd, "qbh"), ir.add(q_lo, ir.rem(it, nq, "it_q"), "qt")
+
+        def issue(it, slot):
+            if it == 0:
+                self.copy_tile("k", self.BR, self.kbase, k0, p.seq_k)
+                self.copy_tile("v", self.BR, self.kbase, k0, p.seq_k)
+            qbh, qt = tile_of(it)
+            qs = ir.mul(qt, self.BC, "qs")
+            base = ir.add(ir.mul(qbh, p.seq_q, "qrow_bh"), qs, "qrow")
+            self.copy_tile("q", self.BC, base, qs, p.seq_q, slot)
+            self.copy_tile("dout", self.BC, base, qs, p.seq_q, slot)
+            self.copy_vec("lse", base, qs, p.seq_q, slot)
+            self.copy_vec("delta", base, qs, p.seq_q, slot)
+
+        carried = [zero] * (2 * self.mt * nd)
+
+        def step(it, stage, args):
+            dk = [args[m * nd:(m + 1) * nd] for m in range(self.mt)]
+            dv = [args[(self.mt + m) * nd:(self.mt + m + 1) * nd] for m in range(self.mt)]
+            ir.comment("S^T = K Q^T, dP^T = V dO^T")
+            s = self.unpack(self.gemm_nk("k", "q", stage))
+            dp = self.unpack(self.gemm_nk("v", "dout", stage))
+            _, qt = tile_of(it)
+            qs = ir.mul(qt, self.BC, "qs")
+            if p.causal:        # key j = k0 + roff may not exceed query i = qs + coff
+                cond = ir.cmp("slt", qs, ir.add(k0, self.BR, "k_end"), "need_mask")
+                diag = ir.sub(qs, k0, "diag")                      # roff - coff <= qs - k0
+                tdiff = ir.sub(ir.add(self.wrow, self.g, "wg"), ir.mul(self.t, 2, "t2"), "tdiff")
+
+                def valid(m, h, j, c):
+                    return ir.cmp("sle", ir.add(tdiff, 16 * m + 8 * h - 8 * j - c, "cr"), diag, "causal_ok")
+                s = self.masked(cond, s, valid)
+            ir.comment("P^T = exp2(S^T c - lse log2 e), dS^T = P^T (dP^T - D)")
+            pt = [[None] * len(s[0]) for _ in range(self.mt)]
+            dst = [[None] * len(s[0]) for _ in range(self.mt)]
+            cols = {}
+            for j in range(len(s[0])):
+                for c in (0, 1):
+                    col = ir.add(ir.mul(self.t, 2, "t2"), 8 * j + c, "qcol")
+                    lv = ir.let("lse_c", f"memref.load {self.sm['lse']}[{ir.v(stage)}, {ir.v(col)}] : {self.vring_type()}")
+                    dv_ = ir.let("d_c", f"memref.load {self.sm['delta']}[{ir.v(stage)}, {ir.v(col)}] : {self.vring_type()}")
+                    cols[j, c] = (ir.fop("mulf", lv, ir.f(-LOG2E), "nl2"), dv_)
+            for m in range(self.mt):
+                for j in range(len(s[m])):
+                    pt[m][j] = [[None, None], [None, None]]
+                    dst[m][j] = [[None, None], [None, None]]
+                    for h in (0, 1):
+                        for c in (0, 1):
+                            nl2, dd = cols[j, c]
+                            e = ir.exp2(ir.fma(s[m][j][h][c], ir.f(self.c), nl2, "sc"))
+                            pt[m][j][h][c] = e
+                            dst[m][j][h][c] = ir.fop("mulf", e, ir.fop("subf", dp[m][j][h][c], dd, "dpd"), "ds")
+            ir.comment("dV += P^T dO, dK += dS^T Q")
+            dv = self.gemm_kn(pt, "dout", stage, dv)
+            dk = self.gemm_kn(dst, "q", stage, dk)
+            return [x for row in dk for x in row] + [x for row in dv for x in row]
+
+        out = self.pipeline(n_it, issue, step, carried, ["vector<2x2xf32>"] * len(carried))
+        dk = [out[m * nd:(m + 1) * nd] for m in range(self.mt)]
+        dv = [out[(self.mt + m) * nd:(self.mt + m + 1) * nd] for m in range(self.mt)]
+        self.store_rows(dk, "dk", self.kbase, k0, p.seq_k, scale=p.scale)
+        self.store_rows(dv, "dv", self.kbase, k0, p.seq_k)
+
+
+def ir_add3(ir, a, b, c):
+    return ir.add(ir.add(a, b, "rr"), c, "roff")
+
+
+# ----------------------------------------------------------------------------------------------
+def _build_pre(p: AttentionProblem, s: AttentionSchedule) -> str:
+    """D[row] = sum_d dO[row, d] * O[row, d] in FP32: 8 lanes per row, 16-byte loads, shuffles."""
+    kt = s.bwd_pre
+    ir = Text()
+    T, eb, D = p.storage, p.elem_bytes, p.head_dim
+    rows = p.batch * p.heads * p.seq_q
+    gty = f"memref<{rows}x{D}x{T}>"
+    vty = f"memref<{rows}xf32>"
+    vec = 16 // eb
+    rows_per_block = kt.threads // 8
+    ir.emit(f"// Nova attention bwd_pre: D = rowsum(dO * O) for {p.describe()}")
+    with ir.kernel(KERNEL_NAMES["bwd_pre"], [f"%out: {gty}", f"%dout: {gty}", f"%delta: {vty}"], kt.threads,
+                   minctasm=kt.blocks_per_sm):
+        tid = ir.let("tid", "gpu.thread_id x")
+        bx = ir.let("bx", "gpu.block_id x")
+        row = ir.add(ir.mul(bx, rows_per_block, "row0"), ir.div(tid, 8, "r_in"), "row")
+        l8 = ir.rem(tid, 8, "l8")
+        ok = ir.cmp("slt", row, rows, "row_ok") if rows % rows_per_block else True
+        srow = ir.select(ok, row, 0, hint="srow")
+        acc = None
+        for ch in range(D // (8 * vec)):
+            col = ir.add(ir.mul(l8, vec, "c8"), ch * 8 * vec, "col")
+            a = ir.let("o", f"vector.load %out[{ir.v(srow)}, {ir.v(col)}] : {gty}, vector<{vec}x{T}>")
+            b = ir.let("d", f"vector.load %dout[{ir.v(srow)}, {ir.v(col)}] : {gty}, vector<{vec}x{T}>")
+            if T != "f32":
+                a = ir.let("of", f"arith.extf {a} : vector<{vec}x{T}> to vector<{vec}xf32>")
+                b = ir.let("df", f"arith.extf {b} : vector<{vec}x{T}> to vector<{vec}xf32>")
+            prod = ir.let("pr", f"arith.mulf {a}, {b} : vector<{vec}xf32>")
+            acc = prod if acc is None else ir.let("acc", f"arith.addf {acc}, {prod} : vector<{vec}xf32>")
+        x = ir.let("sum", f"vector.reduction <add>, {acc} : vector<{vec}xf32> into f32")
+        for off in (1, 2, 4):
+            x = ir.fop("addf", x, ir.shfl_xor(x, off), "red")
+        st = ir.and_(ir.cmp("eq", l8, 0, "lead"), ok)
+        with ir.region(f"scf.if {st} {{"):
+            ir.emit(f"memref.store {x}, %delta[{ir.v(row)}] : {vty}")
+    return ir.text()

@@ -1,0 +1,81 @@
+"""Compile the attention kernels (MLIR -> PTX -> cubin) into ``KernelArtifact``s and the kernel cache.
+
+Host only (imports MLIR through ``nova.codegen.lower``).  Cache key = sha256 of the canonical JSON of
+(op "attention", role, problem, schedule, target, Nova version, toolchain, ABI): equal on every
+machine, so ``precompile_attention`` on a build host fills exactly what the device looks up.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import nova
+from nova.codegen.artifact import KernelArtifact
+from nova.kernels.attention.build import KERNEL_NAMES, PARAMS, build_module
+from nova.kernels.attention.schedule import ROLES
+
+ATTN_ABI = 1            # bump when the kernels' arguments, layouts or generated code change
+
+
+def attention_key(problem, schedule, role: str, target) -> str:
+    from nova.runtime.cache import CODEGEN_TOOLCHAIN, canonical_json
+    payload = {"op": "attention", "role": role, "problem": problem.to_dict(), "schedule": schedule.to_dict(),
+               "target": {"name": target.name, "arch": target.arch}, "nova": nova.__version__,
+               "toolchain": CODEGEN_TOOLCHAIN, "abi": ATTN_ABI}
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
+def summary(problem, role: str, target) -> str:
+    return f"{problem.describe()} [{role}] on {target.name} ({target.arch})"
+
+
+def compile_kernel(problem, schedule, role: str, *, cubin: bool = True) -> KernelArtifact:
+    from nova.codegen import MLIR_TOOLCHAIN, CodegenError
+    from nova.codegen import ptxas as _ptxas
+    from nova.codegen.lower import pipeline, to_ptx
+    kt = schedule.kernel(role)
+    text = build_module(problem, schedule, role)
+    try:
+        ptx = to_ptx(text, schedule.arch)
+    except CodegenError as e:
+        raise CodegenError(f"lowering {role} of {problem.describe()} failed: {e}") from None
+    resources, binary = {}, None
+    meta = {"problem": problem.to_dict(), "schedule": schedule.to_dict(), "role": role, "mlir": MLIR_TOOLCHAIN,
+            "pipeline": pipeline(schedule.arch)}
+    if cubin and _ptxas.available():
+        binary, resources = _ptxas.assemble(ptx, schedule.arch, kernel=KERNEL_NAMES[role])
+        meta["ptxas"] = _ptxas.version()
+    return KernelArtifact(name=KERNEL_NAMES[role], arch=schedule.arch, ptx=ptx, grid=tuple(kt.grid),
+                          block=(kt.threads, 1, 1), smem_bytes=kt.smem_bytes, params=PARAMS[role],
+                          cubin=binary, resources=resources, meta=meta)
+
+
+def get_or_compile(problem, schedule, role: str, target, cache=None, offline: bool | None = None):
+    """``(artifact, key, status)``: from the cache, else compiled (unless offline) and stored."""
+    from nova.runtime.cache import KernelCache, NotPrecompiledError, is_offline
+    cache = cache or KernelCache()
+    offline = is_offline() if offline is None else offline
+    key = attention_key(problem, schedule, role, target)
+    art = cache.get(key)
+    if art is not None:
+        return art, key, "cached"
+    if offline:
+        raise NotPrecompiledError(f"not precompiled: {summary(problem, role, target)} (key {key[:8]}…) in "
+                                  f"{cache.root}; on a machine with MLIR run: python -m nova.bench.attention "
+                                  f"--precompile --target {target.name} (or nova.kernels.attention."
+                                  f"precompile_attention) and carry the cache directory")
+    from nova.runtime.cache import CompilerUnavailableError, mlir_available
+    if not mlir_available():
+        raise CompilerUnavailableError(f"cannot compile {summary(problem, role, target)}: MLIR is not installed "
+                                       "here; set NOVA_OFFLINE=1 and use a precompiled cache")
+    art = compile_kernel(problem, schedule, role)
+    cache.put(key, art, summary(problem, role, target))
+    return art, key, "compiled"
+
+
+def precompile_attention(problem, target="h200", cache=None, roles=ROLES) -> list[tuple[str, str, str]]:
+    """Configure ``problem`` for ``target`` and put every kernel in the cache; [(role, key, status)]."""
+    from nova.hwmodel import get_target
+    from nova.kernels.attention.derive import configure_attention
+    gpu = get_target(target)
+    s = configure_attention(problem, gpu).schedule
+    return [(role, *get_or_compile(problem, s, role, gpu, cache, offline=False)[1:]) for role in roles]

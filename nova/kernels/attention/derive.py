@@ -1,0 +1,340 @@
+"""The Analytic Configurator for fused attention (mma.sync + cp.async family).
+
+One function per numbered step; each returns its value and the ``Step`` (formula with this GPU's
+numbers, value, reason) that ``nova-config explain attention`` prints.  Closed form: no search, no
+measurement.
+
+ 1. instruction        mma.sync shape and FP32 accumulation for the dtype
+ 2. exp vs MMA         MUFU (ex2) time per score against tensor-core time per score
+ 3. warps              one warp per scheduler; every warp owns 16 rows (one MMA row tile)
+ 4. streamed tile      per kernel: the largest KV (or Q) tile whose accumulators fit the registers
+ 5. stages             per kernel: Little's law for the cp.async ring, within shared memory
+ 6. occupancy          per kernel: blocks per SM from registers, shared memory, threads
+ 7. grid               per kernel: blocks, waves, causal tile skipping
+ 8. dQ strategy        separate dQ pass vs atomics
+ 9. prediction         per kernel time = max(tensor, MUFU, FP32 ALU, DRAM) / wave efficiency + launch
+"""
+from __future__ import annotations
+
+import time
+
+from nova.configurator.derivation import Derivation
+from nova.configurator.schedule import MmaInstr, Prediction, Step
+from nova.hwmodel import GPUModel, TargetError, get_target
+from nova.hwmodel.formula import Formula
+from nova.kernels.attention.problem import AttentionProblem
+from nova.kernels.attention.schedule import AttentionConfig, AttentionSchedule, KernelTile
+
+# Quantities the hardware model does not carry yet (used only when the target lacks them).
+MUFU_EX2_PER_CLK_SM = 16     # [CC] CUDA C++ Programming Guide, arithmetic instruction throughput: base-2
+                             # exponential / logarithm / reciprocal: 16 results per clock per SM, cc 8.0-9.0
+REG_OVERHEAD = {"fwd": 84, "bwd_dq": 96, "bwd_dkv": 72}   # fitted to ptxas 13.0 on the generated kernels:
+                             # addresses, softmax state, fragments in flight and the scalar copy of the
+                             # scores beyond the accumulators (tests/test_attention.py checks the estimate)
+REG_TF32_EXTRA = 24          # TF32 operands are rounded (cvt.rna) one element at a time: more live values
+KEPT, STREAMED = {"fwd": ("q",), "bwd_dq": ("q", "dout"), "bwd_dkv": ("k", "v")}, \
+                 {"fwd": ("k", "v"), "bwd_dq": ("k", "v"), "bwd_dkv": ("q", "dout")}
+GEMMS = {"fwd": 2, "bwd_dkv": 4, "bwd_dq": 3}          # matmuls per (query, key) pair in each kernel
+ALU_PER_SCORE = {"fwd": 5, "bwd_dkv": 4, "bwd_dq": 3}   # FP32 ops per score (scale/max/exp-arg/sum/convert)
+
+MUFU_SHARE = Formula("mufu_share", "tc_flops_per_clk_sm / (4 * D * mufu_per_clk_sm)")
+ACC_REGS = Formula("acc_regs", "(score_tiles * block_cols + out_tiles * D) / 2 + block_cols / 2")
+REGS = Formula("regs", "acc_regs + overhead")
+KEPT_BYTES = Formula("kept_bytes", "kept * block_rows * (D + pad) * elem_bytes")
+STAGE_BYTES = Formula("stage_bytes", "streamed * block_cols * (D + pad) * elem_bytes + vec_bytes")
+T_TILE = Formula("t_tile_ns", "1e9 * gemms * 2 * block_rows * block_cols * D / (tc_flops_per_clk_sm * clock_hz)")
+STAGES = Formula("stages", "1 + ceil(mem_latency_ns / t_tile_ns)")
+STAGES_SMEM = Formula("stages_max", "floor((smem_per_block - kept_bytes) / stage_bytes)")
+BPS_REGS = Formula("bps_regs", "floor(regs_per_sm / (warps * ceil(regs * 32 / reg_alloc_unit) * reg_alloc_unit))")
+BPS_SMEM = Formula("bps_smem", "floor(smem_per_sm / (smem_bytes + smem_reserved_per_block))")
+WAVES = Formula("waves", "ceil(blocks / (sm_count * blocks_per_sm))")
+T_TC = Formula("t_tc", "gemms * 2 * D * visited / (sm_count * clock_hz * tc_flops_per_clk_sm)")
+T_MUFU = Formula("t_mufu", "visited / (sm_count * clock_hz * mufu_per_clk_sm)")
+T_ALU = Formula("t_alu", "alu * visited / (sm_count * clock_hz * fp32_lanes_per_sm)")
+ATOMIC_BYTES = Formula("atomic_bytes", "4 * D * visited / block_cols")
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def _step(name, formula, reason, post=None, **values):
+    d = Derivation()
+    v = d.apply(name, formula, reason, post=post, **values)
+    return v, d.steps[-1]
+
+
+def _note(name, value, reason, formula=""):
+    return value, Step(name, formula or "-", value, reason, formula)
+
+
+def mufu_rate(gpu: GPUModel) -> float:
+    return gpu.mufu_ex2_per_clk_sm if gpu.has("mufu_ex2_per_clk_sm") else MUFU_EX2_PER_CLK_SM
+
+
+# ---- 1 -----------------------------------------------------------------------------------------
+def step1_instruction(p: AttentionProblem, gpu: GPUModel):
+    fam = "mma.sync"
+    if not gpu.supports(fam, p.dtype) or "cp.async" not in gpu.features:
+        raise TargetError(f"{gpu.name} ({gpu.arch}) has no mma.sync + cp.async path for {p.dtype}")
+    m, n, k = gpu.mma_shapes[fam][p.dtype]
+    mma = MmaInstr(fam, m, n, k, "f16" if p.dtype == "fp16" else p.dtype)
+    why = (f"{p.dtype}: every matmul (S = QK^T, O = PV and the backward's four) on {mma}, FP32 accumulation; "
+           "softmax in FP32")
+    if p.dtype == "tf32":
+        why += "; operands rounded to nearest TF32 (cvt.rna) like the GEMMs"
+    if "wgmma" in gpu.features:
+        why += "; wgmma/TMA (Hopper) is a later phase: the schedule's warpgroup/TMA fields stay unused"
+    return _note("1 instruction", mma, why)
+
+
+# ---- 2 -----------------------------------------------------------------------------------------
+def step2_exp_balance(p: AttentionProblem, gpu: GPUModel):
+    rate = gpu.tc_flops_per_clk_sm("mma.sync", p.dtype)
+    return _step("2 exp vs MMA", MUFU_SHARE,
+                 "MUFU (ex2) time per score over tensor time per score (forward: 4D FLOP per score): "
+                 "they are separate pipes, so the exponentials hide under the MMAs of other warps only while "
+                 "this is < 1; the kernel uses exactly one ex2 per score (scale*log2 e folded into an FMA)",
+                 tc_flops_per_clk_sm=rate, D=p.head_dim, mufu_per_clk_sm=mufu_rate(gpu))
+
+
+# ---- 3 -----------------------------------------------------------------------------------------
+def step3_warps(gpu: GPUModel):
+    w = int(gpu.warp_schedulers_per_sm)
+    return _note("3 warps", w, f"{w} warps per block, one per warp scheduler; each owns 16 rows (one m16 MMA tile) "
+                 "of the kept tile, so the row statistics (max, sum) stay inside a lane quad: no shared-memory reduction")
+
+
+# ---- 4 -----------------------------------------------------------------------------------------
+def step4_streamed_tile(p: AttentionProblem, gpu: GPUModel, role: str):
+    """Largest streamed tile (64 or 32 rows) whose register estimate fits the per-thread maximum."""
+    score_tiles = 2 if role != "fwd" else 1          # S (and dP) accumulators
+    out_tiles = 2 if role == "bwd_dkv" else 1        # O / dQ, or dK and dV
+    over = REG_OVERHEAD[role] + (REG_TF32_EXTRA if p.dtype == "tf32" else 0)
+    tried = []
+    for bc in (64, 32, 16):
+        acc = ACC_REGS(score_tiles=score_tiles, block_cols=bc, out_tiles=out_tiles, D=p.head_dim)
+        regs = REGS(acc_regs=acc, overhead=over)
+        tried.append(f"{bc}: {regs:.0f}")
+        if regs <= gpu.max_regs_per_thread or bc == 16:
+            break
+    d = Derivation()
+    acc = d.apply(f"4 {role} registers", ACC_REGS, "accumulators per thread: scores (S, and dP in the backward) of "
+                  "16 x block_cols plus outputs of 16 x D over 32 lanes, plus the scores' scalar copy during softmax",
+                  score_tiles=score_tiles, block_cols=bc, out_tiles=out_tiles, D=p.head_dim)
+    regs = d.apply(f"4 {role} tile", REGS, f"+ overhead fitted to ptxas ({over}); streamed tile rows tried "
+                   f"(regs): {', '.join(tried)}; the largest that fits {gpu.max_regs_per_thread:.0f} is {bc}",
+                   post=lambda v: int(min(v, gpu.max_regs_per_thread)), acc_regs=acc, overhead=over)
+    return (bc, int(regs)), d.steps
+
+
+# ---- 5 -----------------------------------------------------------------------------------------
+def step5_stages(p: AttentionProblem, gpu: GPUModel, role: str, rows: int, cols: int, pad: int, warps: int, regs: int):
+    """Ring depth: Little's law, within the shared memory of as many blocks as the registers allow."""
+    d = Derivation()
+    eb = p.elem_bytes
+    kept = d.apply(f"5 {role} kept smem", KEPT_BYTES, "the tile a block keeps for its whole life",
+                   kept=len(KEPT[role]), block_rows=rows, D=p.head_dim, pad=pad, elem_bytes=eb)
+    stage = d.apply(f"5 {role} stage smem", STAGE_BYTES, "one ring slot: the streamed tiles (+ LSE and D for dK/dV)",
+                    streamed=len(STREAMED[role]), block_cols=cols, D=p.head_dim, pad=pad, elem_bytes=eb,
+                    vec_bytes=8 * cols if role == "bwd_dkv" else 0)
+    rate = gpu.tc_flops_per_clk_sm("mma.sync", p.dtype)
+    t_tile = d.apply(f"5 {role} tile time", T_TILE, "tensor time of one streamed tile at the SM's mma.sync peak",
+                     gemms=GEMMS[role], block_rows=rows, block_cols=cols, D=p.head_dim,
+                     tc_flops_per_clk_sm=rate, clock_hz=gpu.clock_hz)
+    want = d.apply(f"5 {role} stages (latency)", STAGES, "Little's law: one slot computing, enough in flight to "
+                   "cover the loaded memory latency", post=int, mem_latency_ns=gpu.mem_latency_ns, t_tile_ns=t_tile)
+    bps_regs = int(BPS_REGS(regs_per_sm=gpu.regs_per_sm, warps=warps, regs=regs, reg_alloc_unit=gpu.reg_alloc_unit))
+    bps_regs = max(1, min(bps_regs, gpu.max_blocks_per_sm))
+    for bps in range(bps_regs, 0, -1):
+        share = min(gpu.smem_per_block, gpu.smem_per_sm / bps - gpu.smem_reserved_per_block)
+        cap = d.apply(f"5 {role} stages (smem)", STAGES_SMEM, f"what fits next to the kept tile in the shared memory "
+                      f"of one of {bps} block(s) per SM (the registers allow {bps_regs})", post=int,
+                      smem_per_block=share, kept_bytes=kept, stage_bytes=stage) if bps == 1 or \
+            STAGES_SMEM(smem_per_block=share, kept_bytes=kept, stage_bytes=stage) >= 2 else 0
+        if cap >= 2 or bps == 1:
+            break
+    stages = max(2, min(want, cap, 3))
+    from nova.kernels.attention.build import smem_plan          # the builder's layout: 128-byte aligned regions
+    total = smem_plan(p, KernelTile(role, rows, cols, warps, stages, pad, 0, 0, 1, (1, 1, 1)))["total"]
+    d.note(f"5 {role} stages", stages, f"clamped to [2, min({cap}, 3)]: occupancy first (a second block per SM hides "
+           "latency and the softmax better than a deeper ring), then Little's law")
+    return stages, int(total), d.steps
+
+
+# ---- 6 -----------------------------------------------------------------------------------------
+def step6_occupancy(gpu: GPUModel, role: str, warps: int, regs: int, smem: int):
+    d = Derivation()
+    br = d.apply(f"6 {role} blocks/SM (regs)", BPS_REGS, "register file / registers per block (256-register granules)",
+                 regs_per_sm=gpu.regs_per_sm, warps=warps, regs=regs, reg_alloc_unit=gpu.reg_alloc_unit)
+    bs = d.apply(f"6 {role} blocks/SM (smem)", BPS_SMEM, "shared memory per SM / per block (+1 KB reserved)",
+                 smem_per_sm=gpu.smem_per_sm, smem_bytes=smem, smem_reserved_per_block=gpu.smem_reserved_per_block)
+    bt = gpu.max_threads_per_sm // (32 * warps)
+    bps = int(max(1, min(br, bs, bt, gpu.max_blocks_per_sm)))
+    d.note(f"6 {role} blocks/SM", bps, f"min(registers {int(br)}, smem {int(bs)}, threads {int(bt)}); "
+           f"{bps * warps} warps per SM interleave MMA, ex2 and cp.async")
+    return bps, d.steps
+
+
+# ---- 7 -----------------------------------------------------------------------------------------
+def visited_pairs(p: AttentionProblem, role: str, rows: int, cols: int) -> int:
+    """(query, key) scores a kernel computes per (batch, head), counting whole visited tiles."""
+    tq, tk = p.seq_q, p.seq_k
+    total = 0
+    if role in ("fwd", "bwd_dq"):
+        for qt in range(_cdiv(tq, rows)):
+            end = min(tk, (qt + 1) * rows) if p.causal else tk
+            total += _cdiv(end, cols) * cols * rows
+    else:
+        for kt in range(_cdiv(tk, rows)):
+            lo = (kt * rows) // cols if p.causal else 0
+            total += max(0, _cdiv(tq, cols) - lo) * cols * rows
+    return total
+
+
+def step7_grid(p: AttentionProblem, gpu: GPUModel, role: str, rows: int, cols: int, bps: int):
+    if role == "bwd_dkv":
+        grid = (_cdiv(p.seq_k, rows), p.batch * p.kv_heads, 1)
+        what = f"KV tiles x (batch x kv heads); each walks {p.group} query head(s) of its group"
+    else:
+        grid = (_cdiv(p.seq_q, rows), p.batch * p.heads, 1)
+        what = "query tiles x (batch x heads)"
+    blocks = grid[0] * grid[1]
+    waves = WAVES(blocks=blocks, sm_count=gpu.sm_count, blocks_per_sm=bps)
+    vis = visited_pairs(p, role, rows, cols)
+    full = _cdiv(p.seq_q, 1) * p.seq_k
+    skip = f"; causal: {vis / (rows * _cdiv(p.seq_q if role != 'bwd_dkv' else p.seq_k, rows) * _cdiv(p.seq_k if role != 'bwd_dkv' else p.seq_q, cols) * cols):.0%} of the tiles visited (the rest lie above the diagonal)" if p.causal else ""
+    return grid, _note(f"7 {role} grid", f"{grid[0]} x {grid[1]}",
+                       f"{what}: {blocks} blocks, {waves:.0f} wave(s) of {int(gpu.sm_count) * bps}{skip}",
+                       f"waves = ceil({blocks} / ({int(gpu.sm_count)} * {bps})) = {waves:.0f}")[1], vis, full
+
+
+# ---- 8 -----------------------------------------------------------------------------------------
+def step8_dq_mode(p: AttentionProblem, gpu: GPUModel, dkv_cols: int, vis_dkv: int):
+    rate = gpu.tc_flops_per_clk_sm("mma.sync", p.dtype)
+    bh = p.batch * p.heads
+    extra_tc = 2 * 2 * p.head_dim * vis_dkv * bh / (gpu.sm_count * gpu.clock_hz * rate)
+    atomic = ATOMIC_BYTES(D=p.head_dim, visited=vis_dkv * bh, block_cols=dkv_cols)
+    t_atomic = atomic / gpu.l2_bw + 4 * p.batch * p.heads * p.seq_q * p.head_dim * 3 / gpu.dram_bw
+    return _note("8 dQ strategy", "separate",
+                 f"a dQ kernel recomputes S and dP (+{extra_tc * 1e6:.1f} us of tensor work) instead of adding "
+                 f"dS K into an FP32 dQ scratch with atomics from the dK/dV kernel ({atomic / 1e6:.1f} MB of L2 "
+                 f"atomics ~{t_atomic * 1e6:.1f} us + a B*H*T*D FP32 buffer, zeroing and a conversion pass): the "
+                 "separate pass is deterministic, needs no scratch and no shared-memory transpose of dS; "
+                 "atomics are not generated in this phase",
+                 "t_recompute = 4*D*visited/(SMs*clk*tc) vs atomic_bytes = 4*D*visited/block_cols")
+
+
+# ---- 9 -----------------------------------------------------------------------------------------
+def kernel_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, vis: int) -> tuple[float, dict]:
+    bh = p.batch * p.heads
+    if role == "bwd_pre":
+        t = (2 * bh * p.seq_q * p.head_dim * p.elem_bytes + 4 * bh * p.seq_q) / gpu.dram_bw
+        return t + gpu.launch_overhead_us * 1e-6, {"dram": t}
+    rate = gpu.tc_flops_per_clk_sm("mma.sync", p.dtype)
+    visited = vis * bh
+    t_tc = T_TC(gemms=GEMMS[role], D=p.head_dim, visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz,
+                tc_flops_per_clk_sm=rate)
+    t_mufu = T_MUFU(visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz, mufu_per_clk_sm=mufu_rate(gpu))
+    t_alu = T_ALU(alu=ALU_PER_SCORE[role], visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz,
+                  fp32_lanes_per_sm=gpu.fp32_lanes_per_sm)
+    nbytes = {"fwd": p.fwd_bytes, "bwd_dq": p.fwd_bytes + p.fwd_bytes // 2, "bwd_dkv": p.bwd_bytes}[role]
+    t_dram = nbytes / gpu.dram_bw
+    blocks = kt.grid[0] * kt.grid[1]
+    slots = gpu.sm_count * kt.blocks_per_sm
+    eff = blocks / (_cdiv(blocks, slots) * slots)
+    terms = {"tensor-core": t_tc, "mufu": t_mufu, "alu": t_alu, "dram": t_dram}
+    t = max(terms.values()) / eff + gpu.launch_overhead_us * 1e-6
+    return t, terms
+
+
+# ---- the whole derivation ------------------------------------------------------------------------
+def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h200") -> AttentionConfig:
+    t0 = time.perf_counter()
+    gpu = get_target(target)
+    p = problem
+    steps: list[Step] = []
+    mma, st = step1_instruction(p, gpu)
+    steps.append(st)
+    _, st = step2_exp_balance(p, gpu)
+    steps.append(st)
+    warps, st = step3_warps(gpu)
+    steps.append(st)
+    pad = 16 // p.elem_bytes
+    steps.append(Step("3 smem padding", "-", f"+{pad} elements",
+                      f"rows of D+{pad} elements: stride = 4 mod 8 words, so ldmatrix rows and the TF32 scalar reads "
+                      "of rows (2t, 2t+1) hit 32 distinct banks; 16-byte multiple for cp.async"))
+    kernels, visited = {}, {}
+    for role in ("fwd", "bwd_dkv", "bwd_dq"):
+        kw = warps
+        rows = 16 * kw
+        (cols, regs), sts = step4_streamed_tile(p, gpu, role)
+        steps += sts
+        stages, smem, sts = step5_stages(p, gpu, role, rows, cols, pad, kw, regs)
+        steps += sts
+        while smem > gpu.smem_per_block:          # small shared memory: halve the streamed tile, then the warps
+            if cols > 16:
+                cols //= 2
+                why = f"{role}: the tiles need more than {gpu.smem_per_block:.0f} B: streamed tile halved to {cols} rows"
+            elif kw > 1:
+                kw //= 2
+                rows = 16 * kw
+                why = f"{role}: still too large at 16 streamed rows: {kw} warps, kept tile of {rows} rows"
+            else:
+                raise TargetError(f"{p.describe()}: the {role} kernel does not fit {gpu.name}'s shared memory")
+            steps.append(Step(f"5 {role} shrink", "-", f"{rows}x{cols}", why))
+            stages, smem, sts = step5_stages(p, gpu, role, rows, cols, pad, kw, regs)
+            steps += sts
+        bps, sts = step6_occupancy(gpu, role, kw, regs, smem)
+        steps += sts
+        grid, st, vis, _ = step7_grid(p, gpu, role, rows, cols, bps)
+        steps.append(st)
+        kernels[role] = KernelTile(role, rows, cols, kw, stages, pad, int(smem), regs, bps, grid)
+        visited[role] = vis
+    rows_pre = 4 * 32 // 8
+    pre_grid = (_cdiv(p.batch * p.heads * p.seq_q, rows_pre), 1, 1)
+    kernels["bwd_pre"] = KernelTile("bwd_pre", rows_pre, 0, 4, 1, 0, 0, 32, 8, pre_grid)
+    steps.append(Step("7 bwd_pre grid", "-", f"{pre_grid[0]}",
+                      f"D = rowsum(dO*O): 8 lanes per row (16-byte loads, 3 shuffles), {rows_pre} rows per block"))
+    mode, st = step8_dq_mode(p, gpu, kernels["bwd_dkv"].block_cols, visited["bwd_dkv"])
+    steps.append(st)
+    sched = AttentionSchedule(gpu.arch if gpu.arch != "sm_90a" else "sm_90", mma, kernels["fwd"], kernels["bwd_pre"],
+                              kernels["bwd_dkv"], kernels["bwd_dq"], dq_mode=mode)
+    times, terms_all = {}, {}
+    for role in ("fwd", "bwd_pre", "bwd_dkv", "bwd_dq"):
+        t, terms = kernel_time(p, gpu, role, sched.kernel(role), visited.get(role, 0))
+        times[role] = t * 1e6
+        bound = max(terms, key=terms.get)
+        terms_all[role] = {"time_us": round(t * 1e6, 2), "bound": bound, **{k: round(v * 1e6, 2) for k, v in terms.items()}}
+        steps.append(Step(f"9 {role} time", "max(tensor, mufu, alu, dram) / wave efficiency + launch",
+                          f"{t * 1e6:.1f} us", f"{bound}-bound; " + ", ".join(f"{k} {v * 1e6:.1f}" for k, v in terms.items())))
+    total = sum(times.values())
+    flops = p.fwd_flops + p.bwd_flops
+    peak = gpu.peak_flops(p.dtype, "mma.sync")
+    floor = max(flops / peak, (p.fwd_bytes + p.bwd_bytes) / gpu.dram_bw)
+    fwd_bound = terms_all["fwd"]["bound"]
+    pred = Prediction(time_us=total, tflops=flops / (total * 1e-6) / 1e12, bound=fwd_bound, floor_us=floor * 1e6,
+                      terms_us={f"{r}": times[r] for r in times})
+    steps.append(Step("9 prediction", "-", f"{total:.1f} us",
+                      f"forward {times['fwd']:.1f} + backward {times['bwd_pre'] + times['bwd_dkv'] + times['bwd_dq']:.1f} us; "
+                      f"{pred.tflops:.1f} TFLOP/s of the algorithm's {flops / 1e9:.1f} GFLOP (7 matmuls' worth counted "
+                      f"as 5: the dQ pass recomputes 2); floor {floor * 1e6:.1f} us"))
+    return AttentionConfig(p, gpu, sched, pred, tuple(steps), terms_all, (time.perf_counter() - t0) * 1e3)
+
+
+def check_attention_schedule(p: AttentionProblem, s: AttentionSchedule, gpu: GPUModel) -> list[str]:
+    """Hardware limits every kernel of ``s`` must satisfy; returns the violations."""
+    out = []
+    for role in ("fwd", "bwd_dkv", "bwd_dq"):
+        k = s.kernel(role)
+        if k.smem_bytes > gpu.smem_per_block:
+            out.append(f"{role}: smem {k.smem_bytes} > {gpu.smem_per_block:.0f}")
+        if k.blocks_per_sm * (k.smem_bytes + gpu.smem_reserved_per_block) > gpu.smem_per_sm:
+            out.append(f"{role}: {k.blocks_per_sm} blocks x smem > {gpu.smem_per_sm:.0f}")
+        if k.regs_per_thread > gpu.max_regs_per_thread:
+            out.append(f"{role}: registers {k.regs_per_thread}")
+        if k.block_rows % (16 * k.warps) or k.block_cols % 16:
+            out.append(f"{role}: tile {k.block_rows}x{k.block_cols} does not divide into {k.warps} warps of m16 tiles")
+        if k.stages < 2:
+            out.append(f"{role}: fewer than 2 stages")
+    return out

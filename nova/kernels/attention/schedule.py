@@ -1,0 +1,108 @@
+"""``AttentionSchedule``: every decision the attention code generator needs, for all four kernels.
+
+One ``KernelTile`` per kernel (forward, backward preprocessing, backward dK/dV, backward dQ).  The
+configurator (``derive.py``) fills it; the MLIR builder (``build.py``) reads only it; the runtime
+hashes it into the kernel-cache key.  The Hopper fields (warpgroups, producer warps, TMA, swizzle)
+are there so a wgmma/TMA schedule fits the same dataclass; the mma.sync path leaves them at their
+"not used" defaults.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from nova.configurator.schedule import MmaInstr
+
+ROLES = ("fwd", "bwd_pre", "bwd_dkv", "bwd_dq")
+
+
+@dataclass(frozen=True)
+class KernelTile:
+    """The schedule of one attention kernel.
+
+    ``block_rows``: rows of the operand a block keeps for its whole life (the Q tile in the forward
+    and dQ kernels, the K/V tile in the dK/dV kernel); ``block_cols``: rows of the operand streamed
+    through the ``stages``-deep cp.async ring per step (K/V tiles, or Q/dO tiles).  Each warp owns
+    ``rows_per_warp`` = 16 x m-tiles of ``block_rows``.  ``smem_pad``: elements of padding per
+    shared-memory row (conflict-free ldmatrix and scalar TF32 fragment loads)."""
+    role: str
+    block_rows: int
+    block_cols: int
+    warps: int
+    stages: int
+    smem_pad: int
+    smem_bytes: int
+    regs_per_thread: int            # the derivation's estimate (ptxas verifies)
+    blocks_per_sm: int
+    grid: tuple[int, int, int]
+    # Hopper room: defaults mean "not used"
+    consumer_warpgroups: int = 0
+    producer_warps: int = 0
+    smem_layout: str = "pad"        # "pad" | "swizzle128" (TMA)
+
+    @property
+    def rows_per_warp(self) -> int:
+        return self.block_rows // max(1, self.warps)
+
+    @property
+    def threads(self) -> int:
+        return 32 * (self.warps + self.producer_warps)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["grid"] = list(self.grid)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "KernelTile":
+        d = dict(d)
+        d["grid"] = tuple(d["grid"])
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class AttentionSchedule:
+    arch: str                       # PTX target ("sm_80", "sm_86", "sm_90", ...)
+    mma: MmaInstr                   # tensor-core instruction of every matmul
+    fwd: KernelTile
+    bwd_pre: KernelTile
+    bwd_dkv: KernelTile
+    bwd_dq: KernelTile
+    dq_mode: str = "separate"       # "separate": a dQ kernel recomputes S and dP; "atomic": dK/dV adds dQ
+    tf32_rounding: str = "rna"      # operands rounded to nearest TF32 (cvt.rna), like the GEMMs
+    # Hopper room
+    tma: bool = False
+    cluster: int = 1
+
+    def kernel(self, role: str) -> KernelTile:
+        return getattr(self, role)
+
+    def to_dict(self) -> dict:
+        return {"arch": self.arch, "mma": asdict(self.mma), "dq_mode": self.dq_mode,
+                "tf32_rounding": self.tf32_rounding, "tma": self.tma, "cluster": self.cluster,
+                **{r: self.kernel(r).to_dict() for r in ROLES}}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "AttentionSchedule":
+        d = dict(d)
+        d["mma"] = MmaInstr(**d["mma"])
+        for r in ROLES:
+            d[r] = KernelTile.from_dict(d[r])
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """The configurator's answer: schedule, prediction and the derivation that explains it."""
+    problem: object
+    target: object
+    schedule: AttentionSchedule
+    prediction: object              # nova.configurator.schedule.Prediction (forward + backward)
+    derivation: tuple = ()
+    terms: dict = field(default_factory=dict)     # per kernel predicted us
+    config_time_ms: float = field(default=0.0, compare=False)
+
+    def to_dict(self) -> dict:
+        return {"op": "attention", "target": self.target.name, "arch": self.target.arch,
+                "problem": self.problem.to_dict(), "schedule": self.schedule.to_dict(),
+                "prediction": self.prediction.to_dict(), "kernels_us": self.terms,
+                "derivation": [st.to_dict() for st in self.derivation], "config_time_ms": self.config_time_ms}

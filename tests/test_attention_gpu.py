@@ -1,0 +1,106 @@
+"""Fused attention on a GPU: outputs and all three input gradients against a float64 reference.
+
+Fresh random data every case, NaN-poisoned output buffers (every element must be written), T never
+a multiple of a tile, T = 1, causal and not, D 64 and 128, TF32/BF16/FP16, GQA, Tq != Tk; and the
+memory check: nothing beyond O(B*H*T) besides inputs and outputs.  Run on the device from a
+precompiled cache (bench/attention_device.sh); the cases are nova.bench.attention.GPU_TEST_CASES.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from nova.bench.attention import GPU_TEST_CASES, MEMORY_CASE
+
+pytestmark = pytest.mark.gpu
+
+# relative Frobenius error bounds: (out, grads).  TF32 rounds operands to 10-bit mantissas, BF16 to 7,
+# FP16 to 10 (and the backward's P and dS are rounded to the operand type before their matmuls).
+TOL = {"tf32": (4e-3, 1e-2), "fp16": (4e-3, 1e-2), "bf16": (2.5e-2, 5e-2)}
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+def _reference(q, k, v, do, causal, scale):
+    torch = _torch()
+    qd, kd, vd = (x.double().detach().requires_grad_() for x in (q, k, v))
+    g = q.shape[1] // k.shape[1]
+    kk, vv = kd.repeat_interleave(g, dim=1), vd.repeat_interleave(g, dim=1)
+    s = (qd @ kk.transpose(-1, -2)) * scale
+    if causal:
+        tq, tk = s.shape[-2:]
+        mask = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril()
+        s = s.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    out = torch.softmax(s, dim=-1) @ vv
+    out.backward(do.double())
+    return out.detach(), lse.detach(), qd.grad, kd.grad, vd.grad
+
+
+def _rel(a, b):
+    a, b = a.double(), b.double()
+    assert not a.isnan().any(), "NaN in the result (an element was never written?)"
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+@pytest.mark.parametrize("case", GPU_TEST_CASES, ids=lambda c: "B{}H{}kv{}T{}x{}D{}{}-{}".format(
+    *c[:6], "-causal" if c[6] else "", c[7]))
+def test_forward_and_gradients_match_float64(case):
+    torch = _torch()
+    import nova
+    B, H, Hkv, Tq, Tk, D, causal, dtype = case
+    dt = {"tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    gen = torch.Generator(device="cuda").manual_seed(hash(case) & 0xFFFF)
+    q = torch.randn(B, H, Tq, D, device="cuda", dtype=dt, generator=gen)
+    k = torch.randn(B, Hkv, Tk, D, device="cuda", dtype=dt, generator=gen)
+    v = torch.randn(B, Hkv, Tk, D, device="cuda", dtype=dt, generator=gen)
+    do = torch.randn(B, H, Tq, D, device="cuda", dtype=dt, generator=gen)
+    scale = 1 / math.sqrt(D)
+    nan = float("nan")
+    out = torch.full_like(q, nan)
+    lse = torch.full((B, H, Tq), nan, device="cuda")
+    nova.attention(q, k, v, causal=causal, out=out, lse=lse)
+    dq, dk, dv = torch.full_like(q, nan), torch.full_like(k, nan), torch.full_like(v, nan)
+    nova.attention_backward(do, q, k, v, out, lse, causal=causal, dq=dq, dk=dk, dv=dv)
+    torch.cuda.synchronize()
+    r_out, r_lse, r_dq, r_dk, r_dv = _reference(q, k, v, do, causal, scale)
+    t_out, t_grad = TOL[dtype]
+    errs = {"out": _rel(out, r_out), "lse": _rel(lse, r_lse), "dq": _rel(dq, r_dq), "dk": _rel(dk, r_dk),
+            "dv": _rel(dv, r_dv)}
+    assert errs["out"] < t_out and errs["lse"] < t_out, errs
+    assert max(errs["dq"], errs["dk"], errs["dv"]) < t_grad, errs
+
+
+def test_memory_is_linear_in_sequence_length():
+    torch = _torch()
+    import nova
+    B, H, Hkv, T, _, D, causal, dtype = MEMORY_CASE
+    dt = torch.bfloat16
+    q, k, v, do = (torch.randn(B, H, T, D, device="cuda", dtype=dt) for _ in range(4))
+    out, lse = nova.attention(q, k, v, causal=causal)          # load the kernels first
+    nova.attention_backward(do, q, k, v, out, lse, causal=causal)
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out, lse = nova.attention(q, k, v, causal=causal)
+    dq, dk, dv = nova.attention_backward(do, q, k, v, out, lse, causal=causal)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - base
+    outputs = sum(t.numel() * t.element_size() for t in (out, lse, dq, dk, dv))
+    scratch = extra - outputs
+    assert scratch <= 4 * B * H * T + (1 << 20), (extra, outputs)     # D (one FP32 per row) + allocator slack
+    assert scratch < 4 * B * H * T * T / 8                             # nowhere near a T x T buffer
+
+
+def test_rejects_bad_inputs():
+    torch = _torch()
+    import nova
+    q = torch.randn(1, 2, 8, 64, device="cuda")
+    with pytest.raises(ValueError):
+        nova.attention(q, q.half(), q)
+    with pytest.raises(Exception, match="head_dim"):
+        x = torch.randn(1, 2, 8, 96, device="cuda")
+        nova.attention(x, x, x)
