@@ -1,9 +1,10 @@
 """The ``nova`` command: ``compile``, ``precompile`` and ``cache`` subcommands.
 
 Adding a subcommand = one ``add_<name>(subparsers)`` function that builds its parser and sets
-``run=<handler>``, appended to ``SUBCOMMANDS``.  Handlers return an exit status.  Errors that Nova
-raises for bad input or a failed step print one line on stderr (exit 1); the traceback is shown
-only with ``NOVA_DEBUG=1``.
+``run=<handler>``, appended to ``SUBCOMMANDS``.  Handlers return an exit status.  Errors print one
+line on stderr: exit 2 for bad input (shape, dtype, target, options, a problem no kernel can run),
+1 for a failed step (compile, driver, files); the traceback is shown only with ``NOVA_DEBUG=1``
+(``nova.cli.common``).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from nova.cli.common import CliParser, UsageError, add_version, check_tf32_fast, dispatch, dtype_list
 from nova.cli.shapes import ShapeError, parse_gemm_shape, parse_shape_list, read_suite
 
 
@@ -54,10 +56,20 @@ def shapes_from(args) -> list:
 
 
 def make_problem(shape: tuple[int, int, int], dtype: str, args):
+    """The problem of one shape and dtype.  ``--tf32-fast`` reaches bf16/fp16 problems too, which
+    normalise it away (``GemmProblem``): their keys are those ``nova.matmul(..., tf32_fast=True)``
+    looks up."""
     from nova.configurator.problem import GemmProblem
     M, N, K = shape
     return GemmProblem(M, N, K, dtype.strip(), args.trans_a, args.trans_b, args.bias, args.activation,
                        args.out_dtype, "truncate" if getattr(args, "tf32_fast", False) else "rna")
+
+
+def problems_from(shapes: list, args) -> list:
+    """Every (dtype, shape) problem of a command, dtype-major; ``--tf32-fast`` needs a tf32 in the list."""
+    dtypes = dtype_list(args.dtype)
+    check_tf32_fast(dtypes, getattr(args, "tf32_fast", False))
+    return [make_problem(s, d, args) for d in dtypes for s in shapes]
 
 
 def cache_from(args):
@@ -82,7 +94,11 @@ def run_compile(args) -> int:
     from nova.runtime.cache import compile_artifact, summary_line
     from nova.runtime.matmul import configure_schedule
     target = get_target(args.target)
-    problem = make_problem(args.shape, args.dtype, args)
+    if "," in args.dtype:
+        raise UsageError(f"nova compile builds one kernel: give one --dtype, not {args.dtype!r}")
+    [problem] = problems_from([args.shape], args)
+    if args.emit == "cubin" and args.output == "-":
+        raise UsageError("refusing to write a binary cubin to the terminal; pass -o FILE")
     schedule = configure_schedule(problem, target)
     if args.emit == "mlir":
         from nova.codegen import build_module
@@ -96,8 +112,6 @@ def run_compile(args) -> int:
         else:
             data = artifact.cubin
     if args.output == "-":
-        if args.emit == "cubin":
-            raise ValueError("refusing to write a binary cubin to the terminal; pass -o FILE")
         sys.stdout.write(data.decode())
     else:
         Path(args.output).write_bytes(data)
@@ -124,7 +138,7 @@ def run_precompile(args) -> int:
     shapes = shapes_from(args)
     target = get_target(args.target)
     cache = cache_from(args)
-    problems = [make_problem(s, d, args) for d in args.dtype.split(",") for s in shapes]
+    problems = problems_from(shapes, args)
     counts = {"compiled": 0, "cached": 0, "failed": 0}
     start = time.perf_counter()
     for i, problem in enumerate(problems, 1):
@@ -194,7 +208,7 @@ def add_bench(sub) -> None:
 
 def run_bench(args) -> int:
     from nova.runtime.bench import run_benchmark
-    run_benchmark(shapes_from(args), [d.strip() for d in args.dtype.split(",")], reps=args.reps, out=args.out, tag=args.tag,
+    run_benchmark(shapes_from(args), dtype_list(args.dtype), reps=args.reps, out=args.out, tag=args.tag,
                   log=lambda line: print(line, flush=True), settle_s=args.settle_s, graph_s=args.graph_s)
     return 0
 
@@ -226,9 +240,9 @@ def add_tune(sub) -> None:
 def run_tune(args) -> int:
     from nova.runtime.tune import run_precompile_cli
     if (args.shape is None) == (args.suite is None):
-        raise ValueError("give one shape (MxNxK) or --suite FILE")
+        raise UsageError("give one shape (MxNxK) or --suite FILE")
     shapes = [args.shape] if args.shape is not None else read_suite(args.suite)
-    problems = [make_problem(s, d, args) for d in args.dtype.split(",") for s in shapes]
+    problems = problems_from(shapes, args)
     return run_precompile_cli(problems, args.target, cache_from(args).root, args.limit, args.strategy,
                               args.jobs, args.manifest, args.family)
 
@@ -261,15 +275,17 @@ SUBCOMMANDS = [add_compile, add_precompile, add_cache, add_bench, add_tune, add_
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="nova", description="Nova: MLIR GEMM kernels with an analytic configurator.")
+    parser = CliParser(prog="nova", description="Nova: MLIR GEMM kernels with an analytic configurator.",
+                       epilog="Exit status: 0 success, 2 bad input or usage, 1 a failed step (compile, driver, files).")
+    add_version(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in SUBCOMMANDS:
         add(sub)
     return parser
 
 
-def _expected_errors() -> tuple[type, ...]:
-    """Exceptions that mean bad input or a failed step (one line), not a Nova bug."""
+def _runtime_errors() -> tuple[type, ...]:
+    """Exceptions that mean a failed step (exit 1, one line), not a Nova bug; bad input is exit 2."""
     from nova.runtime.driver import NovaRuntimeError
     errors: list[type] = [NovaRuntimeError, ValueError, TypeError, KeyError, OSError]
     try:
@@ -286,21 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "run", None) is None:
         parser.print_help(sys.stderr)
         return 2
-    debug = bool(os.environ.get("NOVA_DEBUG"))
-    try:
-        return int(args.run(args) or 0)
-    except KeyboardInterrupt:
-        print("nova: interrupted", file=sys.stderr)
-        return 130
-    except Exception as e:
-        if debug:
-            raise
-        if isinstance(e, _expected_errors()):
-            msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-            print(f"nova: error: {msg}", file=sys.stderr)
-            return 1
-        print(f"nova: internal error: {type(e).__name__}: {e} (set NOVA_DEBUG=1 for the traceback)", file=sys.stderr)
-        return 70
+    return dispatch("nova", lambda: args.run(args), _runtime_errors())
 
 
 if __name__ == "__main__":
