@@ -41,7 +41,8 @@ def add_problem_args(p: argparse.ArgumentParser, several_dtypes: bool = False) -
     p.add_argument("--activation", default="none", help="none, relu, gelu or silu")
     p.add_argument("--out-dtype", default=None, help="output storage f32, bf16 or f16 (default: input storage)")
     p.add_argument("--tf32-fast", action="store_true",
-                   help="tf32 only: let the tensor cores truncate FP32 instead of rounding to nearest (opt-in, ~2.6x error)")
+                   help="tf32 only: let the tensor cores truncate FP32 instead of rounding to nearest (opt-in, ~2.6x error)"
+                        + ("; with a list it applies to tf32, which the list must hold" if several_dtypes else ""))
 
 
 def add_shape_list_args(p: argparse.ArgumentParser) -> None:
@@ -81,10 +82,11 @@ def cache_from(args):
 def add_compile(sub) -> None:
     p = sub.add_parser("compile", help="configure and compile one kernel to MLIR, PTX or a cubin",
                        description="Configure one GEMM for a target and write its MLIR, PTX or cubin.")
-    p.add_argument("op", choices=["gemm"])
+    p.add_argument("op", choices=["gemm"], help="operation: gemm")
     p.add_argument("shape", type=_arg(parse_gemm_shape), help="S, SxS or MxNxK")
     add_problem_args(p)
-    p.add_argument("--emit", choices=["mlir", "ptx", "cubin"], default="ptx")
+    p.add_argument("--emit", choices=["mlir", "ptx", "cubin"], default="ptx",
+                   help="what to write: mlir (the kernel before lowering), ptx (default) or cubin (needs ptxas and -o)")
     p.add_argument("-o", "--output", default="-", help="output file ('-': stdout; not for cubin)")
     p.set_defaults(run=run_compile)
 
@@ -124,7 +126,7 @@ def add_precompile(sub) -> None:
     p = sub.add_parser("precompile", help="fill the kernel cache for a target (for offline GPU machines)",
                        description="Compile kernels into the cache so that a GPU machine without MLIR can run "
                                    "them with NOVA_OFFLINE=1 (carry the cache directory over).")
-    p.add_argument("op", choices=["gemm"])
+    p.add_argument("op", choices=["gemm"], help="operation: gemm")
     add_shape_list_args(p)
     add_problem_args(p, several_dtypes=True)
     p.add_argument("--cache-dir", default=None, help="cache directory (default: NOVA_CACHE_DIR or ~/.cache/nova)")
@@ -191,7 +193,7 @@ def add_bench(sub) -> None:
     p = sub.add_parser("bench", help="time Nova against cuBLAS (torch.matmul) on this GPU",
                        description="Nova vs cuBLAS side by side in one process: CUDA events, warm-up, median; "
                                    "writes <tag>.csv, <tag>.md and <tag>.json.  Needs torch and a GPU.")
-    p.add_argument("op", choices=["gemm"])
+    p.add_argument("op", choices=["gemm"], help="operation: gemm")
     add_shape_list_args(p)
     p.add_argument("--dtype", default="tf32", help="tf32, bf16, fp16 (comma-separated list allowed)")
     p.add_argument("--reps", type=int, default=50, help="timed runs per measurement (median; default 50)")
@@ -219,7 +221,7 @@ def add_tune(sub) -> None:
                        description="Enumerate every legal schedule of the GEMM (nova.configurator.space), "
                                    "compile each into the kernel cache and write a candidate manifest; time "
                                    "them on the GPU with bench/gemm_oracle.py (offline, from the cache).")
-    p.add_argument("op", choices=["gemm"])
+    p.add_argument("op", choices=["gemm"], help="operation: gemm")
     p.add_argument("shape", nargs="?", type=_arg(parse_gemm_shape), help="S, SxS or MxNxK (or --suite)")
     p.add_argument("--suite", help="file: one shape per line (# comments) or a JSON list")
     add_problem_args(p, several_dtypes=True)
