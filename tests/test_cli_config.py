@@ -53,7 +53,13 @@ def test_targets_and_show_target():
 
 @pytest.mark.parametrize("args, message", [
     (("explain", "matmul", "0x5"), "bad GEMM shape '0x5'"),
+    (("explain", "matmul", "4096x0"), "bad GEMM shape '4096x0': sizes must be positive"),
     (("explain", "matmul", "abc"), "bad GEMM shape 'abc'"),
+    (("explain", "matmul", "-3x4"), "bad GEMM shape '-3x4'"),
+    (("explain", "matmul", "-3x4", "--target", "h200"), "bad GEMM shape '-3x4'"),
+    (("explain", "matmul", "99999999999x2x3"), "GEMM dimension M=99999999999 exceeds the limit 2^31-1"),
+    (("explain", "matmul", "300000x300000x8"), "more than the 154.6 GB of the largest GPU"),
+    (("explain", "matmul", "64", "--dtype", "bf16", "--tf32-fast"), "--tf32-fast applies to --dtype tf32 only"),
     (("explain", "matmul", "64x128"), "ambiguous GEMM shape"),
     (("explain", "matmul", "64", "--target", "voodoo"), "unknown target 'voodoo'"),
     (("explain", "matmul", "64", "--dtype", "fp8"), "unsupported dtype 'fp8'"),
@@ -74,3 +80,45 @@ def test_tf32_fast_is_an_explicit_opt_in():
     assert json.loads(r.stdout)["problem"]["tf32_rounding"] == "truncate"
     default = json.loads(run("explain", "matmul", "1024", "--target", "h200", "--json").stdout)
     assert "tf32_rounding" not in default["problem"]        # round-to-nearest, key-stable default
+
+
+def test_version():
+    import nova
+    r = run("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"nova {nova.__version__}"
+
+
+def test_targets_json_lists_every_preset_with_its_key_figures():
+    from nova.hwmodel import PRESETS
+    r = run("targets", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert [t["target"] for t in rows] == list(PRESETS)
+    h200 = rows[-1]
+    assert (h200["arch"], h200["SMs"], h200["dram_TBps"]) == ("sm_90", 132, 4.8)
+    assert {"clock_GHz", "tf32_TFLOPs", "bf16_TFLOPs", "fp16_TFLOPs", "l2_MB", "smem_block_KB"} <= set(h200)
+
+
+def test_warpgroups_cover_the_tile_in_the_kernels_orientation():
+    """Swapped operands (C^T = B^T A^T): the warpgroups' rows run along N; the print says so and
+    its slabs add up to the tile (the README example, 4096^3 TF32 on the H200, is swapped)."""
+    import re
+    from nova.cli.config import tile_row, warp_row
+    from nova.configurator import GemmProblem, configure
+    swapped = 0
+    for problem in (GemmProblem(4096, 4096, 4096), GemmProblem(4096, 4096, 4096, "bf16"),
+                    GemmProblem(512, 4096, 1000, trans_b=True), GemmProblem(100, 3000, 64, "fp16")):
+        s = configure(problem, "h200").schedule
+        text = warp_row(s)[1]
+        m = re.match(r"(\d+) consumer warpgroups? of (\d+) \((M|N)\) x (\d+) \((M|N)\) covering the (\d+) \((M|N)\) x "
+                     r"(\d+) \((M|N)\) tile", text)
+        assert m, text
+        wgs, per, r1, cols, c1, rows, r2, cols2, c2 = m.groups()
+        assert int(wgs) * int(per) == int(rows) and cols == cols2 and (r1, c1) == (r2, c2)
+        along = {"M": s.block_m, "N": s.block_n}
+        assert (int(rows), int(cols)) == (along[r1], along[c1]) and r1 == ("N" if s.swap_ab else "M")
+        assert ("operands swapped" in tile_row(s)[1]) == s.swap_ab
+        swapped += s.swap_ab
+    assert swapped >= 1
+    r = run("explain", "matmul", "4096", "--target", "h200")
+    assert "2 consumer warpgroups of 64 (N) x 256 (M) covering the 128 (N) x 256 (M) tile" in " ".join(r.stdout.split())

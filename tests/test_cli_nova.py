@@ -87,15 +87,34 @@ def test_cache_list_and_clear(tmp_path):
 
 @pytest.mark.parametrize("args,fragment", [
     (["compile", "gemm", "4096x2", "--target", "h200"], "ambiguous GEMM shape '4096x2'"),
+    (["compile", "gemm", "-3x4", "--target", "h200"], "bad GEMM shape '-3x4'"),
     (["precompile", "gemm", "--shapes", "8x8x8x8", "--target", "h200"], "bad GEMM shape '8x8x8x8'"),
+    (["precompile", "gemm", "--shapes", "64,-8", "--target", "h200"], "bad GEMM shape '-8'"),
     (["compile", "gemm", "64", "--target", "h300"], "unknown target 'h300'"),
     (["compile", "gemm", "64", "--target", "h200", "--dtype", "fp64"], "unsupported dtype 'fp64'"),
+    (["compile", "gemm", "64", "--target", "h200", "--dtype", "tf32,bf16"], "give one --dtype"),
+    (["compile", "gemm", "64", "--target", "h200", "--emit", "cubin"], "refusing to write a binary cubin"),
+    (["compile", "gemm", "99999999999x2x3", "--target", "h200"], "GEMM dimension M=99999999999 exceeds the limit"),
+    (["precompile", "gemm", "--shapes", "64,300000x300000x8", "--target", "h200"], "more than the 154.6 GB"),
+    (["compile", "gemm", "64", "--target", "h200", "--dtype", "bf16", "--tf32-fast"],
+     "--tf32-fast applies to --dtype tf32 only"),
+    (["precompile", "gemm", "--shapes", "64", "--target", "h200", "--dtype", "bf16,fp16", "--tf32-fast"],
+     "--dtype bf16,fp16 has no tf32"),
+    (["tune", "gemm", "--target", "h200", "--exhaustive"], "give one shape (MxNxK) or --suite FILE"),
     (["precompile", "gemm", "--suite", "/nonexistent/suite.txt", "--target", "h200"], "cannot read suite file"),
     (["cache", "explode"], "invalid choice"),
 ])
-def test_bad_input_is_one_line(args, fragment, tmp_path):
-    line = one_line_error(nova(*args, cache_dir=tmp_path / "c"))
+def test_bad_input_is_one_line_and_exit_2(args, fragment, tmp_path):
+    p = nova(*args, cache_dir=tmp_path / "c")
+    line = one_line_error(p)
     assert fragment in line
+    assert p.returncode == 2, (p.returncode, line)
+
+
+def test_version():
+    import nova as nova_pkg
+    p = nova("--version")
+    assert p.returncode == 0 and p.stdout.strip() == f"nova {nova_pkg.__version__}"
 
 
 def test_debug_shows_traceback(tmp_path):
@@ -110,6 +129,10 @@ def test_offline_hint_is_a_valid_command():
     args = build_parser().parse_args(cmd.split()[1:])
     assert args.shapes == [(10, 20, 30)] and args.trans_a and args.trans_b and args.bias
     assert (args.activation, args.out_dtype, args.dtype, args.target) == ("gelu", "f32", "bf16", "h200")
+    assert not args.tf32_fast
+    cmd = precompile_command(GemmProblem(10, 20, 30, tf32_rounding="truncate"), "h200")
+    args = build_parser().parse_args(cmd.split()[1:])
+    assert args.tf32_fast and args.dtype == "tf32"
 
 
 def _codegen_ready() -> str:
@@ -154,5 +177,5 @@ def test_bench_without_gpu_is_one_clear_line():
     except ImportError:
         has_gpu = False
     if not has_gpu:
-        assert r.returncode != 0
+        assert r.returncode == 1                      # a runtime failure, not bad input
         assert r.stderr.strip().count("\n") == 0 and "no NVIDIA GPU" in r.stderr and "Traceback" not in r.stderr

@@ -356,6 +356,29 @@ def test_precompile_key_equals_runtime_key_on_h200(tmp_path, monkeypatch, fake_g
     assert KernelCache().path_for(resolved.key).exists()
 
 
+def test_precompile_tf32_fast_keys_equal_runtime_keys(tmp_path, monkeypatch, fake_gpu):
+    """``nova precompile --dtype tf32,bf16 --tf32-fast`` builds the BF16 kernel that an offline
+    ``nova.matmul(bf16, bf16, tf32_fast=True)`` looks up (tf32_fast means nothing for bf16) and the
+    truncating TF32 kernel that ``nova.matmul(f32, f32, tf32_fast=True)`` looks up."""
+    pytest.importorskip("nova.configurator.gemm")
+    from nova.cli.main import main
+    monkeypatch.setenv("NOVA_CACHE_DIR", str(tmp_path / "carried"))
+    monkeypatch.setattr(cache_mod, "compile_artifact", lambda p, s, t: make_artifact(cubin=None))
+    assert main(["precompile", "gemm", "--shapes", "64x48x32", "--target", "h200", "--dtype", "tf32,bf16",
+                 "--tf32-fast"]) == 0
+    assert len(KernelCache().entries()) == 2
+    monkeypatch.setenv("NOVA_OFFLINE", "1")
+    monkeypatch.setattr(cache_mod, "compile_artifact", lambda *a: pytest.fail("offline runtime compiled"))
+    for typestr, extra, dtype, rounding in (("<V2", {"descr": [("bfloat16", "<V2")]}, "bf16", "rna"),
+                                            ("<f4", {}, "tf32", "truncate")):
+        a, b = FakeArray((64, 32), typestr, **extra), FakeArray((32, 48), typestr, **extra)
+        out = FakeArray((64, 48), typestr, ptr=0x7F0000100000, **extra)
+        nova.matmul(a, b, out=out, tf32_fast=True)
+        [problem] = [r.problem for r in mm._kernels.values() if r.problem.dtype == dtype]
+        assert problem.tf32_rounding == rounding
+    assert sorted(fake_gpu.loads) == sorted(e.key for e in KernelCache().entries())
+
+
 # --------------------------------------------------------------------------- driver without a GPU
 def test_import_touches_neither_cuda_nor_mlir():
     code = ("import sys, nova, nova.runtime, nova.runtime.matmul, nova.cli.main; "

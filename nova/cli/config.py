@@ -1,29 +1,33 @@
 """``nova-config``: explain how Nova's Analytic Configurator schedules an operation.
 
     nova-config explain matmul 4096x4096 [--target h200] [--dtype tf32] [--json] [--symbolic]
-    nova-config targets
-    nova-config show-target h200
+    nova-config targets [--json]
+    nova-config show-target h200 [--json]
+    nova-config --version
 
-Bad input prints one line on stderr and exits with status 2 (``NOVA_DEBUG=1`` shows tracebacks).
+Bad input prints one line on stderr and exits with status 2, a runtime failure with 1
+(``nova.cli.common``; ``NOVA_DEBUG=1`` shows tracebacks).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
-from nova.cli.shapes import ShapeError, parse_gemm_shape
+from nova.cli.common import CliParser, add_version, check_tf32_fast, dispatch
+from nova.cli.shapes import parse_gemm_shape
 from nova.configurator import ACTIVATIONS, DTYPES, GemmProblem, ProblemError, configure
-from nova.hwmodel import PRESETS, TargetError, get_target
+from nova.hwmodel import PRESETS, get_target
 
 TARGET_CHOICES = list(PRESETS) + ["auto"]
 OPS = ("matmul", "gemm")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="nova-config", description="Nova's Analytic Configurator: derive a GPU "
-                                 "schedule in closed form and explain every decision.")
+    ap = CliParser(prog="nova-config", description="Nova's Analytic Configurator: derive a GPU "
+                   "schedule in closed form and explain every decision.",
+                   epilog="Exit status: 0 success, 2 bad input or usage, 1 a runtime failure.")
+    add_version(ap)
     sub = ap.add_subparsers(dest="command", required=True)
     ex = sub.add_parser("explain", help="derive and explain the schedule of one operation")
     ex.add_argument("op", help="operation: matmul (alias gemm)")
@@ -40,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="tf32 only: truncate FP32 to TF32 in the tensor cores instead of rounding to nearest (opt-in)")
     ex.add_argument("--json", action="store_true", help="machine-readable output (schedule, prediction, derivation)")
     ex.add_argument("--symbolic", action="store_true", help="show each formula as a sympy expression too")
-    sub.add_parser("targets", help="list the GPU presets with their key figures")
+    tg = sub.add_parser("targets", help="list the GPU presets with their key figures")
+    tg.add_argument("--json", action="store_true", help="machine-readable output: a list of the presets' key figures")
     st = sub.add_parser("show-target", help="print every quantity of one GPU model with its source")
     st.add_argument("name", help=f"{'|'.join(TARGET_CHOICES)}")
     st.add_argument("--json", action="store_true", help="machine-readable output")
@@ -56,6 +61,7 @@ def cmd_explain(args) -> int:
     if args.op not in OPS:
         raise ProblemError(f"unknown operation {args.op!r}; supported: matmul")
     M, N, K = parse_gemm_shape(args.shape)
+    check_tf32_fast([args.dtype], args.tf32_fast)
     problem = GemmProblem(M, N, K, dtype=args.dtype, trans_a=args.trans_a, trans_b=args.trans_b,
                           bias=args.bias, activation=args.activation,
                           tf32_rounding="truncate" if args.tf32_fast else "rna")
@@ -87,7 +93,7 @@ def render_explain(cfg, *, symbolic: bool = False, console=None) -> None:
     grid = s.grid(p.M, p.N)
     rows = [
         ("instruction", str(s.mma)),
-        ("block tile (block_m x block_n x block_k)", f"{s.block_m} x {s.block_n} x {s.block_k}"),
+        tile_row(s),
         warp_row(s),
         ("threads per block", s.threads_per_block),
         ("stages", s.stages),
@@ -126,9 +132,24 @@ def render_explain(cfg, *, symbolic: bool = False, console=None) -> None:
     console.print(f"[dim]configured in {cfg.config_time_ms:.3f} ms, no search, no measurement[/]")
 
 
+def tile_row(s) -> tuple[str, str]:
+    """The block tile in the problem's coordinates; with swapped operands also the kernel's own."""
+    tile = f"{s.block_m} x {s.block_n} x {s.block_k}"
+    if getattr(s, "swap_ab", False):
+        tile += (f" (operands swapped: the kernel computes C^T = B^T A^T on a {s.block_n} (N) x {s.block_m} (M) "
+                 f"tile)")
+    return ("block tile (block_m x block_n x block_k)", tile)
+
+
 def warp_row(s) -> tuple[str, str]:
+    """How the warps cover the block tile, in the kernel's orientation (rows first)."""
     if s.mma.family == "wgmma":
-        return ("warpgroups", f"{s.consumer_warpgroups} consumer warpgroups of {s.mma.m} x {s.block_n} "
+        swap = getattr(s, "swap_ab", False)
+        rows, cols = (s.block_n, s.block_m) if swap else (s.block_m, s.block_n)
+        rname, cname = ("N", "M") if swap else ("M", "N")
+        wgs = s.consumer_warpgroups
+        return ("warpgroups", f"{wgs} consumer warpgroup{'s' if wgs != 1 else ''} of {rows // wgs} ({rname}) x {cols} "
+                f"({cname}) covering the {rows} ({rname}) x {cols} ({cname}) tile "
                 f"(wgmma m{s.mma.m}n{s.mma.n}k{s.mma.k}) + 1 producer warpgroup issuing TMA")
     return ("warps (warps_m x warps_n), warp tile", f"{s.warps_m} x {s.warps_n} = {s.warps} warps, "
             f"{s.warp_tile_m} x {s.warp_tile_n} ({s.mma_tiles_m} x {s.mma_tiles_n} MMAs, "
@@ -138,6 +159,9 @@ def warp_row(s) -> tuple[str, str]:
 def cmd_targets(args) -> int:
     from rich.table import Table
     rows = [m.summary() for m in PRESETS.values()]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
     t = Table(title="Nova GPU presets (dense tensor-core peaks at the boost clock)")
     for col in rows[0]:
         t.add_column(col)
@@ -170,7 +194,6 @@ def cmd_show_target(args) -> int:
 
 
 COMMANDS = {"explain": cmd_explain, "targets": cmd_targets, "show-target": cmd_show_target}
-USER_ERRORS = (ShapeError, ProblemError, TargetError)
 
 
 def main(argv=None) -> int:
@@ -179,15 +202,7 @@ def main(argv=None) -> int:
         from nova.kernels.attention.cli import main as explain_attention
         return explain_attention(argv[2:])
     args = build_parser().parse_args(argv)
-    try:
-        return COMMANDS[args.command](args)
-    except USER_ERRORS as e:
-        if os.environ.get("NOVA_DEBUG"):
-            raise
-        print(f"nova-config: error: {e}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
-        return 0
+    return dispatch("nova-config", lambda: COMMANDS[args.command](args), (OSError,))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """The ``nova`` command: ``compile``, ``precompile`` and ``cache`` subcommands.
 
 Adding a subcommand = one ``add_<name>(subparsers)`` function that builds its parser and sets
-``run=<handler>``, appended to ``SUBCOMMANDS``.  Handlers return an exit status.  Errors that Nova
-raises for bad input or a failed step print one line on stderr (exit 1); the traceback is shown
-only with ``NOVA_DEBUG=1``.
+``run=<handler>``, appended to ``SUBCOMMANDS``.  Handlers return an exit status.  Errors print one
+line on stderr: exit 2 for bad input (shape, dtype, target, options, a problem no kernel can run),
+1 for a failed step (compile, driver, files); the traceback is shown only with ``NOVA_DEBUG=1``
+(``nova.cli.common``).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from nova.cli.common import CliParser, UsageError, add_version, check_tf32_fast, dispatch, dtype_list
 from nova.cli.shapes import ShapeError, parse_gemm_shape, parse_shape_list, read_suite
 
 
@@ -39,7 +41,8 @@ def add_problem_args(p: argparse.ArgumentParser, several_dtypes: bool = False) -
     p.add_argument("--activation", default="none", help="none, relu, gelu or silu")
     p.add_argument("--out-dtype", default=None, help="output storage f32, bf16 or f16 (default: input storage)")
     p.add_argument("--tf32-fast", action="store_true",
-                   help="tf32 only: let the tensor cores truncate FP32 instead of rounding to nearest (opt-in, ~2.6x error)")
+                   help="tf32 only: let the tensor cores truncate FP32 instead of rounding to nearest (opt-in, ~2.6x error)"
+                        + ("; with a list it applies to tf32, which the list must hold" if several_dtypes else ""))
 
 
 def add_shape_list_args(p: argparse.ArgumentParser) -> None:
@@ -54,10 +57,20 @@ def shapes_from(args) -> list:
 
 
 def make_problem(shape: tuple[int, int, int], dtype: str, args):
+    """The problem of one shape and dtype.  ``--tf32-fast`` reaches bf16/fp16 problems too, which
+    normalise it away (``GemmProblem``): their keys are those ``nova.matmul(..., tf32_fast=True)``
+    looks up."""
     from nova.configurator.problem import GemmProblem
     M, N, K = shape
     return GemmProblem(M, N, K, dtype.strip(), args.trans_a, args.trans_b, args.bias, args.activation,
                        args.out_dtype, "truncate" if getattr(args, "tf32_fast", False) else "rna")
+
+
+def problems_from(shapes: list, args) -> list:
+    """Every (dtype, shape) problem of a command, dtype-major; ``--tf32-fast`` needs a tf32 in the list."""
+    dtypes = dtype_list(args.dtype)
+    check_tf32_fast(dtypes, getattr(args, "tf32_fast", False))
+    return [make_problem(s, d, args) for d in dtypes for s in shapes]
 
 
 def cache_from(args):
@@ -69,10 +82,11 @@ def cache_from(args):
 def add_compile(sub) -> None:
     p = sub.add_parser("compile", help="configure and compile one kernel to MLIR, PTX or a cubin",
                        description="Configure one GEMM for a target and write its MLIR, PTX or cubin.")
-    p.add_argument("op", choices=["gemm"])
+    p.add_argument("op", choices=["gemm"], help="operation: gemm")
     p.add_argument("shape", type=_arg(parse_gemm_shape), help="S, SxS or MxNxK")
     add_problem_args(p)
-    p.add_argument("--emit", choices=["mlir", "ptx", "cubin"], default="ptx")
+    p.add_argument("--emit", choices=["mlir", "ptx", "cubin"], default="ptx",
+                   help="what to write: mlir (the kernel before lowering), ptx (default) or cubin (needs ptxas and -o)")
     p.add_argument("-o", "--output", default="-", help="output file ('-': stdout; not for cubin)")
     p.set_defaults(run=run_compile)
 
@@ -82,7 +96,11 @@ def run_compile(args) -> int:
     from nova.runtime.cache import compile_artifact, summary_line
     from nova.runtime.matmul import configure_schedule
     target = get_target(args.target)
-    problem = make_problem(args.shape, args.dtype, args)
+    if "," in args.dtype:
+        raise UsageError(f"nova compile builds one kernel: give one --dtype, not {args.dtype!r}")
+    [problem] = problems_from([args.shape], args)
+    if args.emit == "cubin" and args.output == "-":
+        raise UsageError("refusing to write a binary cubin to the terminal; pass -o FILE")
     schedule = configure_schedule(problem, target)
     if args.emit == "mlir":
         from nova.codegen import build_module
@@ -96,8 +114,6 @@ def run_compile(args) -> int:
         else:
             data = artifact.cubin
     if args.output == "-":
-        if args.emit == "cubin":
-            raise ValueError("refusing to write a binary cubin to the terminal; pass -o FILE")
         sys.stdout.write(data.decode())
     else:
         Path(args.output).write_bytes(data)
@@ -110,7 +126,7 @@ def add_precompile(sub) -> None:
     p = sub.add_parser("precompile", help="fill the kernel cache for a target (for offline GPU machines)",
                        description="Compile kernels into the cache so that a GPU machine without MLIR can run "
                                    "them with NOVA_OFFLINE=1 (carry the cache directory over).")
-    p.add_argument("op", choices=["gemm"])
+    p.add_argument("op", choices=["gemm"], help="operation: gemm")
     add_shape_list_args(p)
     add_problem_args(p, several_dtypes=True)
     p.add_argument("--cache-dir", default=None, help="cache directory (default: NOVA_CACHE_DIR or ~/.cache/nova)")
@@ -124,7 +140,7 @@ def run_precompile(args) -> int:
     shapes = shapes_from(args)
     target = get_target(args.target)
     cache = cache_from(args)
-    problems = [make_problem(s, d, args) for d in args.dtype.split(",") for s in shapes]
+    problems = problems_from(shapes, args)
     counts = {"compiled": 0, "cached": 0, "failed": 0}
     start = time.perf_counter()
     for i, problem in enumerate(problems, 1):
@@ -177,7 +193,7 @@ def add_bench(sub) -> None:
     p = sub.add_parser("bench", help="time Nova against cuBLAS (torch.matmul) on this GPU",
                        description="Nova vs cuBLAS side by side in one process: CUDA events, warm-up, median; "
                                    "writes <tag>.csv, <tag>.md and <tag>.json.  Needs torch and a GPU.")
-    p.add_argument("op", choices=["gemm"])
+    p.add_argument("op", choices=["gemm"], help="operation: gemm")
     add_shape_list_args(p)
     p.add_argument("--dtype", default="tf32", help="tf32, bf16, fp16 (comma-separated list allowed)")
     p.add_argument("--reps", type=int, default=50, help="timed runs per measurement (median; default 50)")
@@ -194,7 +210,7 @@ def add_bench(sub) -> None:
 
 def run_bench(args) -> int:
     from nova.runtime.bench import run_benchmark
-    run_benchmark(shapes_from(args), [d.strip() for d in args.dtype.split(",")], reps=args.reps, out=args.out, tag=args.tag,
+    run_benchmark(shapes_from(args), dtype_list(args.dtype), reps=args.reps, out=args.out, tag=args.tag,
                   log=lambda line: print(line, flush=True), settle_s=args.settle_s, graph_s=args.graph_s)
     return 0
 
@@ -205,7 +221,7 @@ def add_tune(sub) -> None:
                        description="Enumerate every legal schedule of the GEMM (nova.configurator.space), "
                                    "compile each into the kernel cache and write a candidate manifest; time "
                                    "them on the GPU with bench/gemm_oracle.py (offline, from the cache).")
-    p.add_argument("op", choices=["gemm"])
+    p.add_argument("op", choices=["gemm"], help="operation: gemm")
     p.add_argument("shape", nargs="?", type=_arg(parse_gemm_shape), help="S, SxS or MxNxK (or --suite)")
     p.add_argument("--suite", help="file: one shape per line (# comments) or a JSON list")
     add_problem_args(p, several_dtypes=True)
@@ -226,9 +242,9 @@ def add_tune(sub) -> None:
 def run_tune(args) -> int:
     from nova.runtime.tune import run_precompile_cli
     if (args.shape is None) == (args.suite is None):
-        raise ValueError("give one shape (MxNxK) or --suite FILE")
+        raise UsageError("give one shape (MxNxK) or --suite FILE")
     shapes = [args.shape] if args.shape is not None else read_suite(args.suite)
-    problems = [make_problem(s, d, args) for d in args.dtype.split(",") for s in shapes]
+    problems = problems_from(shapes, args)
     return run_precompile_cli(problems, args.target, cache_from(args).root, args.limit, args.strategy,
                               args.jobs, args.manifest, args.family)
 
@@ -261,15 +277,17 @@ SUBCOMMANDS = [add_compile, add_precompile, add_cache, add_bench, add_tune, add_
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="nova", description="Nova: MLIR GEMM kernels with an analytic configurator.")
+    parser = CliParser(prog="nova", description="Nova: MLIR GEMM kernels with an analytic configurator.",
+                       epilog="Exit status: 0 success, 2 bad input or usage, 1 a failed step (compile, driver, files).")
+    add_version(parser)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in SUBCOMMANDS:
         add(sub)
     return parser
 
 
-def _expected_errors() -> tuple[type, ...]:
-    """Exceptions that mean bad input or a failed step (one line), not a Nova bug."""
+def _runtime_errors() -> tuple[type, ...]:
+    """Exceptions that mean a failed step (exit 1, one line), not a Nova bug; bad input is exit 2."""
     from nova.runtime.driver import NovaRuntimeError
     errors: list[type] = [NovaRuntimeError, ValueError, TypeError, KeyError, OSError]
     try:
@@ -286,21 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "run", None) is None:
         parser.print_help(sys.stderr)
         return 2
-    debug = bool(os.environ.get("NOVA_DEBUG"))
-    try:
-        return int(args.run(args) or 0)
-    except KeyboardInterrupt:
-        print("nova: interrupted", file=sys.stderr)
-        return 130
-    except Exception as e:
-        if debug:
-            raise
-        if isinstance(e, _expected_errors()):
-            msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-            print(f"nova: error: {msg}", file=sys.stderr)
-            return 1
-        print(f"nova: internal error: {type(e).__name__}: {e} (set NOVA_DEBUG=1 for the traceback)", file=sys.stderr)
-        return 70
+    return dispatch("nova", lambda: args.run(args), _runtime_errors())
 
 
 if __name__ == "__main__":

@@ -2,6 +2,19 @@
 
 ``C[M,N] = act(A[M,K] @ B[K,N] + bias[N])`` with FP32 accumulation.  ``trans_a`` means A is stored
 as ``[K,M]`` row-major (i.e. column-major A); ``trans_b`` means B is stored as ``[N,K]`` row-major.
+
+Validation rejects what no kernel can run, with one line naming the limit:
+
+* each of M, N, K below 2^31 (``MAX_DIM``): TMA's tensor coordinates are signed 32-bit (its
+  dimension limit, 2^32, is looser); one limit for both kernel families;
+* A, B and C together no larger than ``MAX_GPU_BYTES``, the largest memory of any GPU Nova models.
+  With tiles of at least one 16x8 MMA this also bounds the launch grid: under 10^9 output tiles
+  (gridDim.x < 2^31); gridDim.y is 1 and gridDim.z (split-K) is at most the resident blocks of
+  the GPU, far below 65535.
+
+``tf32_rounding`` means something for ``dtype="tf32"`` only; for bf16/fp16 it is normalised to
+"rna", so ``tf32_fast`` never changes the kernel or the cache key of a 16-bit problem (the runtime
+and ``nova precompile`` agree).
 """
 from __future__ import annotations
 
@@ -17,6 +30,12 @@ DTYPES = {
 OUT_DTYPES = ("f32", "bf16", "f16")
 ACTIVATIONS = ("none", "relu", "gelu", "silu")
 TF32_ROUNDING = ("rna", "truncate")
+
+MAX_DIM = 2**31 - 1                  # TMA tensor coordinates are signed 32-bit
+# The largest device memory among the presets (nova/hwmodel/presets.py): the H200's 6 HBM3e stacks
+# of 24 GiB (141 GB usable; nvidia-smi reports 143,771 MiB).  Raise it with a larger preset.
+MAX_GPU_BYTES = 144 * 2**30
+MAX_GPU_NAME = "H200"
 
 
 class ProblemError(ValueError):
@@ -43,6 +62,9 @@ class GemmProblem:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ProblemError(f"GEMM dimension {name} must be a positive integer, got {v!r}")
+            if v > MAX_DIM:
+                raise ProblemError(f"GEMM dimension {name}={v} exceeds the limit 2^31-1 = {MAX_DIM} (TMA's tensor "
+                                   f"coordinates are signed 32-bit)")
         if self.dtype not in DTYPES:
             raise ProblemError(f"unsupported dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
         if self.activation not in ACTIVATIONS:
@@ -53,6 +75,12 @@ class GemmProblem:
             object.__setattr__(self, "out_dtype", DTYPES[self.dtype][2])
         if self.out_dtype not in OUT_DTYPES:
             raise ProblemError(f"unsupported output dtype {self.out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
+        if self.dtype != "tf32" and self.tf32_rounding != "rna":
+            object.__setattr__(self, "tf32_rounding", "rna")      # tf32_fast does not apply: same kernel, same key
+        total = self.footprint_bytes
+        if total > MAX_GPU_BYTES:
+            raise ProblemError(f"GEMM {self.M}x{self.N}x{self.K} {self.dtype}: A, B and C take {total / 1e9:.1f} GB, more "
+                               f"than the {MAX_GPU_BYTES / 1e9:.1f} GB of the largest GPU Nova models ({MAX_GPU_NAME})")
 
     @property
     def storage(self) -> str:
@@ -66,6 +94,12 @@ class GemmProblem:
     @property
     def out_bytes(self) -> int:
         return 4 if self.out_dtype == "f32" else 2
+
+    @property
+    def footprint_bytes(self) -> int:
+        """Device memory the operands take: A, B, C and the bias vector."""
+        bias = self.N * (4 if self.dtype == "tf32" else self.out_bytes) if self.bias else 0
+        return (self.M * self.K + self.K * self.N) * self.in_bytes + self.M * self.N * self.out_bytes + bias
 
     @property
     def flops(self) -> int:

@@ -255,6 +255,8 @@ def precompile_command(problem, target_name: str) -> str:
     from nova.configurator.problem import DTYPES
     if p.out_dtype != DTYPES[p.dtype][2]:
         cmd += f" --out-dtype {p.out_dtype}"
+    if p.dtype == "tf32" and p.tf32_rounding == "truncate":
+        cmd += " --tf32-fast"
     return cmd
 
 
