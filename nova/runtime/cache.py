@@ -252,8 +252,8 @@ def precompile_command(problem, target_name: str) -> str:
         cmd += " --bias"
     if p.activation != "none":
         cmd += f" --activation {p.activation}"
-    from nova.configurator.problem import DTYPES
-    if p.out_dtype != DTYPES[p.dtype][2]:
+    from nova.dtypes import MODES
+    if p.out_dtype != MODES[p.dtype].storage:
         cmd += f" --out-dtype {p.out_dtype}"
     return cmd
 
