@@ -83,7 +83,7 @@ def _from_cai(obj, name) -> TensorInfo:
     storage = storage or f"typestr {typestr!r}"
     item = dtypes.ELEMENT_TYPES[storage].bytes if storage in dtypes.ELEMENT_TYPES else _typestr_bytes(typestr)
     if cai.get("strides") is None:
-        strides = _c_strides(shape)
+        strides = c_strides(shape)
     else:
         byte_strides = tuple(int(s) for s in cai["strides"])
         if any(s % item for s in byte_strides):
@@ -121,7 +121,7 @@ def read_dlpack_capsule(capsule) -> dict:
     get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
     t = _DLTensor.from_address(get(capsule, b"dltensor"))   # DLManagedTensor starts with its DLTensor
     shape = tuple(t.shape[i] for i in range(t.ndim))
-    strides = tuple(t.strides[i] for i in range(t.ndim)) if t.strides else _c_strides(shape)
+    strides = tuple(t.strides[i] for i in range(t.ndim)) if t.strides else c_strides(shape)
     return {"ptr": (t.data or 0) + t.byte_offset, "shape": shape, "strides": strides,
             "device": (t.device.device_type, t.device.device_id),
             "dtype": (t.dtype.code, t.dtype.bits, t.dtype.lanes)}
@@ -143,7 +143,8 @@ def _from_dlpack(obj, name) -> TensorInfo:
     return TensorInfo(name, d["ptr"], d["shape"], d["strides"], storage, "dlpack", int(dev_id), (obj, capsule))
 
 
-def _c_strides(shape) -> tuple[int, ...]:
+def c_strides(shape) -> tuple[int, ...]:
+    """Row-major (C-order) strides of ``shape``, in elements."""
     if len(shape) == 2:
         return (shape[1], 1)
     strides, acc = [], 1
@@ -158,7 +159,7 @@ def is_c_contiguous(shape, strides) -> bool:
     """Row-major dense; the stride of a size-1 dimension does not matter."""
     if len(shape) == 2:
         return (shape[1] == 1 or strides[1] == 1) and (shape[0] == 1 or strides[0] == shape[1])
-    return all(n == 1 or s == e for n, s, e in zip(shape, strides, _c_strides(shape)))
+    return all(n == 1 or s == e for n, s, e in zip(shape, strides, c_strides(shape)))
 
 
 def gemm_operand(t: TensorInfo, expected: str) -> tuple[int, int, bool]:
