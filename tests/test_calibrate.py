@@ -1,22 +1,19 @@
-"""bench/calibrate.py on the committed H200 results: the stored Hopper calibration is reproducible
+"""nova.bench.calibrate on the committed H200 results: the stored Hopper calibration is reproducible
 from them, measured constants stay fixed, and each shape's timing window finds its clock samples."""
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
+from nova.bench import calibrate
+from nova.configurator import GemmProblem, configure
+from nova.configurator.space import label, measured_config, schedule_space
+from nova.hwmodel.calibration import load
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-import calibrate  # noqa: E402
-
-from nova.configurator import GemmProblem, configure  # noqa: E402
-from nova.configurator.space import label, measured_config, schedule_space  # noqa: E402
-from nova.hwmodel.calibration import load  # noqa: E402
-
 STORED = load("h200", "wgmma")
-RESULTS = ROOT / STORED["source"]["results"]
+RESULTS = ROOT / STORED["source"]["results"]      # provenance: the committed results file it was fitted on
 
 
 def test_stored_wgmma_calibration_is_reproducible():

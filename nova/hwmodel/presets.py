@@ -9,7 +9,7 @@ Sources, abbreviated in the tables below:
   [H200]    NVIDIA H200 datasheet (2024): H100 compute with 141 GB HBM3e at 4.8 TB/s
   [3060]    GeForce RTX 3060 12 GB product specifications (3,584 CUDA cores, 1.78 GHz boost,
             15 Gbps x 192-bit GDDR6 = 360 GB/s)
-  [MEASURED] measured on the device machine by a script in bench/, with the results file named
+  [MEASURED] measured on the device machine by a nova.bench job, with the results file named
   [EST]     an estimate, not a datasheet figure: stated with its reasoning, refined by the
             calibration of issue 5.  Never used to make a schedule illegal, only to rank.
 Dense tensor-core rates are FLOP per clock per SM (1 FMA = 2 FLOP), computed from the
@@ -132,7 +132,7 @@ def _hopper(name: str, full_name: str, dram_bw: float, dram_src: str) -> GPUMode
         "fp32_lanes_per_sm": Q(128, "lanes", "[H100] 128 FP32 lanes per SM"),
         "l2_bytes": Q(50 * MB, "B", "[H100] 50 MB L2 (the driver reports 60 MB)"),
         "dram_bw": Q(dram_bw, "B/s", dram_src),
-        "l2_bytes_per_clk": Q(37.6 * sms, "B/clk", "[MEASURED] bench/l2_probe.py on the H200 (same GH100 L2): 9.82 TB/s "
+        "l2_bytes_per_clk": Q(37.6 * sms, "B/clk", "[MEASURED] nova.bench.l2_probe on the H200 (same GH100 L2): 9.82 TB/s "
                               "of 16-byte ld.global.cg from an L2-resident buffer at a 1,980 MHz SM clock = 37.6 B/clk/SM "
                               "(bench/results/h200-v0.6/l2_probe.txt); the load/store (LSU) path: cp.async, epilogue stores"),
         "l2_tma_bytes_per_clk": Q(TMA_L2_B_PER_CLK_SM * sms, "B/clk", "[MEASURED] lower bound: the wgmma oracle's most "
