@@ -27,6 +27,21 @@ def test_stored_wgmma_calibration_is_reproducible():
     assert calibrate.stats(calibrate.errors(rows, c))["within_15pct"] == pytest.approx(STORED["after"]["within_15pct"])
 
 
+def test_calibrations_are_self_contained_package_data(tmp_path):
+    """A copy of the package alone (no bench/, another working directory) applies the calibration."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    shutil.copytree(ROOT / "nova", tmp_path / "nova", ignore=shutil.ignore_patterns("__pycache__"))
+    code = ("import nova; from nova.configurator import GemmProblem, configure; "
+            "c = configure(GemmProblem(4096, 4096, 4096), 'h200'); "
+            "assert nova.__file__.startswith(%r), nova.__file__; print(c.calibrated_time_us)" % str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)},
+                         capture_output=True, text=True, check=True).stdout
+    assert float(out) == pytest.approx(configure(GemmProblem(4096, 4096, 4096), "h200").calibrated_time_us)
+
+
 def test_fixed_constants_are_not_fitted():
     _, _, rows, _ = calibrate.load_rows(str(RESULTS), "h200", "wgmma")
     c = calibrate.fit(rows, {"eta_dram": 0.5, "t_launch_us": 2.0})
