@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Device smoke test of Nova's code generator (two halves, because MLIR and the GPU live apart).
 
-    python bench/device_smoke_codegen.py build   # here (MLIR + ptxas): writes bench/_smoke/*.ptx + cases.json
-    python bench/device_smoke_codegen.py run     # on the GPU (cupy, numpy; torch for the timing baseline)
+    PYTHONPATH=. python3 bench/device_smoke_codegen.py build   # here (MLIR + ptxas): writes bench/_smoke/*.ptx + cases.json
+    python3 bench/device_smoke_codegen.py run                  # on the GPU (cupy, numpy; torch for the timing baseline)
 
 ``run`` loads each PTX with ``cupy.RawModule``, launches it on fresh random data with C pre-filled
 with NaN (zeros when the artifact asks for ``zero_output``) plus a NaN guard band after C that must
@@ -30,11 +30,9 @@ def _schedule(problem, arch="sm_90", bm=128, bn=128, bk=None, wm=2, wn=4, stages
               split_k=1, group_m=8):
     from nova.codegen.gemm import _smem_plan
     from nova.configurator.schedule import MmaInstr, Schedule
-    eb = problem.in_bytes
-    if problem.dtype == "tf32":
-        mma, bk = MmaInstr("mma.sync", 16, 8, 8, "tf32"), bk or 32
-    else:
-        mma, bk = MmaInstr("mma.sync", 16, 8, 16, "bf16" if problem.dtype == "bf16" else "f16"), bk or 64
+    from nova.dtypes import mode
+    eb, e = problem.in_bytes, mode(problem.dtype)
+    mma, bk = MmaInstr("mma.sync", 16, 8, e.mma_k, e.name), bk or 128 // eb
 
     def vec(row_len, want):
         v = want or 16 // eb
@@ -52,7 +50,6 @@ def _schedule(problem, arch="sm_90", bm=128, bn=128, bk=None, wm=2, wn=4, stages
 
 
 def build():
-    sys.path.insert(0, os.path.dirname(HERE))
     from nova.codegen import compile_gemm
     from nova.configurator.problem import GemmProblem as G
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Hopper (wgmma) path: build here, check and time on the H200.
 
-  python3 bench/device_smoke_hopper.py --build            # host with MLIR: compile into bench/_hopper/
-  PYTHONPATH=. python3 bench/device_smoke_hopper.py       # device: correctness + timing, compact table
+  PYTHONPATH=. python3 bench/device_smoke_hopper.py --build   # host with MLIR: compile into bench/_hopper/
+  PYTHONPATH=. python3 bench/device_smoke_hopper.py           # device: correctness + timing, compact table
 
 Correctness: fresh random data, NaN-poisoned output, float64 reference (relative Frobenius
 error).  Timing: CUDA events, back-to-back launches, median of 5 batches; Nova (prep + GEMM, and
@@ -20,7 +20,6 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "_hopper")
-sys.path.insert(0, os.path.dirname(HERE))
 
 # (group, name, M, N, K, dtype, extra problem fields, block_n, stages, tensor-map type override, time?)
 # The override None takes the artifact's choice (TFLOAT32 for round-to-nearest TF32: the TMA unit
@@ -61,9 +60,10 @@ CASES = CHECK + PERF
 def schedule_for(p, block_n, stages):
     from nova.codegen import gemm_hopper as gh
     from nova.configurator.schedule import MmaInstr, Schedule
+    from nova.dtypes import mode
     wgs = 2
-    at = {"tf32": "tf32", "bf16": "bf16", "fp16": "f16"}[p.dtype]
-    return Schedule(arch="sm_90a", mma=MmaInstr("wgmma", 64, block_n, gh._KSTEP[p.dtype], at), block_m=64 * wgs,
+    e = mode(p.dtype)
+    return Schedule(arch="sm_90a", mma=MmaInstr("wgmma", 64, block_n, e.mma_k, e.name), block_m=64 * wgs,
                     block_n=block_n, block_k=128 // p.in_bytes, warps_m=4 * wgs, warps_n=1, stages=stages,
                     smem_layout="swizzle128", smem_pad_a=0, smem_pad_b=0,
                     smem_bytes=gh.smem_bytes(p, 64 * wgs, block_n, stages), vector_a=1, vector_b=1, vector_c=2,

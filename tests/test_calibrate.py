@@ -1,22 +1,19 @@
-"""bench/calibrate.py on the committed H200 results: the stored Hopper calibration is reproducible
+"""nova.bench.calibrate on the committed H200 results: the stored Hopper calibration is reproducible
 from them, measured constants stay fixed, and each shape's timing window finds its clock samples."""
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
 
+from nova.bench import calibrate
+from nova.configurator import GemmProblem, configure
+from nova.configurator.space import label, measured_config, schedule_space
+from nova.hwmodel.calibration import load
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-import calibrate  # noqa: E402
-
-from nova.configurator import GemmProblem, configure  # noqa: E402
-from nova.configurator.space import label, measured_config, schedule_space  # noqa: E402
-from nova.hwmodel.calibration import load  # noqa: E402
-
 STORED = load("h200", "wgmma")
-RESULTS = ROOT / STORED["source"]["results"]
+RESULTS = ROOT / STORED["source"]["results"]      # provenance: the committed results file it was fitted on
 
 
 def test_stored_wgmma_calibration_is_reproducible():
@@ -28,6 +25,21 @@ def test_stored_wgmma_calibration_is_reproducible():
     for k, v in STORED["constants"].items():
         assert c[k] == pytest.approx(v, rel=1e-6), k
     assert calibrate.stats(calibrate.errors(rows, c))["within_15pct"] == pytest.approx(STORED["after"]["within_15pct"])
+
+
+def test_calibrations_are_self_contained_package_data(tmp_path):
+    """A copy of the package alone (no bench/, another working directory) applies the calibration."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    shutil.copytree(ROOT / "nova", tmp_path / "nova", ignore=shutil.ignore_patterns("__pycache__"))
+    code = ("import nova; from nova.configurator import GemmProblem, configure; "
+            "c = configure(GemmProblem(4096, 4096, 4096), 'h200'); "
+            "assert nova.__file__.startswith(%r), nova.__file__; print(c.calibrated_time_us)" % str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)},
+                         capture_output=True, text=True, check=True).stdout
+    assert float(out) == pytest.approx(configure(GemmProblem(4096, 4096, 4096), "h200").calibrated_time_us)
 
 
 def test_fixed_constants_are_not_fitted():

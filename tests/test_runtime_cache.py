@@ -6,6 +6,7 @@ import dataclasses
 import json
 import multiprocessing as mp
 import os
+import pickle
 import random
 import subprocess
 import sys
@@ -259,6 +260,9 @@ def test_offline_miss_message(cache, monkeypatch):
     assert msg == (f"not precompiled: gemm 1000x1000x1000 tf32 NN -> f32 on h200 (sm_90) (key {key[:8]}…) in "
                    f"{cache.root}; on a machine with MLIR run: nova precompile gemm --shapes 1000x1000x1000 "
                    f"--target h200 --dtype tf32 and carry the cache directory")
+    e = info.value        # the error carries the data; nova.messages wrote the text
+    assert (e.problem, e.target, e.key, e.cache_root) == (p, H200, key, cache.root)
+    assert str(pickle.loads(pickle.dumps(e))) == msg
 
 
 def test_offline_env_and_hit(cache, monkeypatch):

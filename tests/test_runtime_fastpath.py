@@ -32,7 +32,7 @@ class FakeTensor:
 
     def __init__(self, shape, dtype, ptr, strides=None, device_index=0):
         self.shape, self.dtype, self.ptr, self.device_index = tuple(shape), dtype, ptr, device_index
-        self.strides = strides or tensors._c_strides(self.shape)
+        self.strides = strides or tensors.c_strides(self.shape)
 
     is_cuda = property(lambda self: self.device_index >= 0)
     device = property(lambda self: types.SimpleNamespace(index=self.device_index if self.is_cuda else None,

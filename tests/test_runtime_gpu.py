@@ -20,7 +20,8 @@ import pytest
 import nova
 from nova.configurator.problem import GemmProblem
 from nova.runtime import cache as cache_mod, driver, matmul as mm
-from nova.runtime.cache import KernelCache, NotPrecompiledError, is_offline, mlir_available, precompile_command
+from nova.messages import precompile_command
+from nova.runtime.cache import KernelCache, NotPrecompiledError, is_offline, mlir_available
 
 # (M, N, K, dtype, trans_a, trans_b, bias, activation): odd shapes, every dtype, transposes, epilogues
 CASES = [

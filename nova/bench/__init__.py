@@ -1,1 +1,20 @@
-"""Benchmark harnesses (importable package code; the scripts in bench/ are thin)."""
+"""Benchmarking, tuning and calibration: importable package code behind ``nova bench``/``nova tune``
+and the device jobs of ``bench/`` (run as ``python3 -m nova.bench.<module>``).
+
+    harness         measurement primitives: fresh operands, float64 references, errors, CUDA-event
+                    and CUDA-graph timing, one correctness check (``check_case``)
+    benchmark       Nova vs cuBLAS, ``nova bench gemm`` (CSV, Markdown, JSON)
+    correctness     the device correctness sweep (``python3 -m nova.bench.correctness``)
+    tune            the oracle's host side (``nova tune --exhaustive``: precompile a schedule space,
+                    a manifest) and its device side (check and time every candidate)
+    oracle          the device oracle run over a manifest (``python3 -m nova.bench.oracle``)
+    oracle_replay   replay an oracle results file against today's configurator (host)
+    calibrate       fit a preset's efficiency constants from a results file (host)
+    attention       fused attention vs torch SDPA backends (``python3 -m nova.bench.attention``)
+    kernel_profile, host_profile, l2_probe   device profiles (per-kernel time, host cost per call,
+                    L2/DRAM bandwidth)
+
+The device modules need torch (``harness.require_torch``) or cupy, imported when they run;
+importing the package touches neither.  Nothing in ``nova`` outside this package and ``nova.cli``
+imports it.
+"""

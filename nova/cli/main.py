@@ -209,7 +209,7 @@ def add_bench(sub) -> None:
 
 
 def run_bench(args) -> int:
-    from nova.runtime.bench import run_benchmark
+    from nova.bench.benchmark import run_benchmark
     run_benchmark(shapes_from(args), dtype_list(args.dtype), reps=args.reps, out=args.out, tag=args.tag,
                   log=lambda line: print(line, flush=True), settle_s=args.settle_s, graph_s=args.graph_s)
     return 0
@@ -220,7 +220,7 @@ def add_tune(sub) -> None:
     p = sub.add_parser("tune", help="precompile a GEMM's whole schedule space (the oracle's host side)",
                        description="Enumerate every legal schedule of the GEMM (nova.configurator.space), "
                                    "compile each into the kernel cache and write a candidate manifest; time "
-                                   "them on the GPU with bench/gemm_oracle.py (offline, from the cache).")
+                                   "them on the GPU with python3 -m nova.bench.oracle (offline, from the cache).")
     p.add_argument("op", choices=["gemm"], help="operation: gemm")
     p.add_argument("shape", nargs="?", type=_arg(parse_gemm_shape), help="S, SxS or MxNxK (or --suite)")
     p.add_argument("--suite", help="file: one shape per line (# comments) or a JSON list")
@@ -240,7 +240,7 @@ def add_tune(sub) -> None:
 
 
 def run_tune(args) -> int:
-    from nova.runtime.tune import run_precompile_cli
+    from nova.bench.tune import run_precompile_cli
     if (args.shape is None) == (args.suite is None):
         raise UsageError("give one shape (MxNxK) or --suite FILE")
     shapes = [args.shape] if args.shape is not None else read_suite(args.suite)
@@ -252,12 +252,12 @@ def run_tune(args) -> int:
 # --------------------------------------------------------------------------- nova report
 def add_report(sub) -> None:
     p = sub.add_parser("report", help="render benchmark/oracle results as an HTML + Markdown report (no GPU)",
-                       description="Read results files (nova bench / bench/gemm_bench.py JSON or CSV, "
-                                   "bench/gemm_oracle.py JSON) and write a self-contained report directory: "
+                       description="Read results files (nova bench JSON or CSV, "
+                                   "nova.bench.oracle JSON) and write a self-contained report directory: "
                                    "index.html, README.md, PNG plots.  Needs no GPU.")
     p.add_argument("--results", required=True, help="comma-separated benchmark results files (.json or .csv)")
     p.add_argument("--oracle", default=None,
-                   help="oracle results file(s) (bench/gemm_oracle.py JSON), comma-separated: the first is the run "
+                   help="oracle results file(s) (nova.bench.oracle JSON), comma-separated: the first is the run "
                         "of record, later ones are repeat runs compared with it (and their Inductor timings shown)")
     p.add_argument("--out", default=None, help="output directory (default: reports/<target>-<date>/)")
     p.add_argument("--title", default=None, help="report title")

@@ -32,13 +32,14 @@ from contextlib import contextmanager
 from nova.codegen import CodegenError
 from nova.configurator.problem import GemmProblem
 from nova.configurator.schedule import Schedule
+from nova.dtypes import MODES
 
 KERNEL_NAME = "nova_gemm"
 SUPPORTED_ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
 
 # Tensor-core instruction shape per input dtype (mma.sync, FP32 accumulation).
-_MMA_SHAPE = {"tf32": (16, 8, 8), "bf16": (16, 8, 16), "fp16": (16, 8, 16)}
-_MMA_ATYPE = {"tf32": "tf32", "bf16": "bf16", "fp16": "f16"}
+_MMA_SHAPE = {m: (16, 8, e.mma_k) for m, e in MODES.items()}      # nova/dtypes.py
+_MMA_ATYPE = {m: e.name for m, e in MODES.items()}
 _LOG2E = 1.4426950408889634
 _GELU_C = 0.7978845608028654  # sqrt(2/pi)
 

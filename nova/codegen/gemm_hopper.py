@@ -38,6 +38,7 @@ from nova.codegen import CodegenError
 from nova.codegen.gemm import SMEM, _Ir, _GemmKernel
 from nova.configurator.problem import GemmProblem
 from nova.configurator.schedule import Schedule
+from nova.dtypes import MODES
 
 KERNEL_NAME = "nova_gemm"
 PREP_NAME = "nova_prep"
@@ -45,8 +46,8 @@ ARCH = "sm_90a"
 WG = 128                    # threads per warpgroup
 SWIZZLE_BYTES = 128
 SLAB_M = 64                 # wgmma M
-_KSTEP = {"tf32": 8, "bf16": 16, "fp16": 16}
-_WG_TYPE = {"tf32": "tf32", "bf16": "bf16", "fp16": "f16"}
+_KSTEP = {m: e.mma_k for m, e in MODES.items()}         # nova/dtypes.py
+_WG_TYPE = {m: e.name for m, e in MODES.items()}
 
 
 def _cdiv(a, b):

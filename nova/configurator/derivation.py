@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from nova.configurator.schedule import Step
-from nova.hwmodel.formula import Formula, _fmt_number
+from nova.hwmodel.formula import Formula, fmt_number
 
 
 class Derivation:
@@ -16,9 +16,9 @@ class Derivation:
         to the decided one and is described in ``reason``."""
         raw = formula(**values)
         value = post(raw) if post else raw
-        text = f"{formula.substituted(**values)} = {_fmt_number(raw)}"
+        text = f"{formula.substituted(**values)} = {fmt_number(raw)}"
         if post and value != raw:
-            text += f" -> {_fmt_number(value)}"
+            text += f" -> {fmt_number(value)}"
         self.steps.append(Step(step, text, value, reason, formula.symbolic()))
         return value
 

@@ -44,7 +44,7 @@ class Config:
 
     @property
     def calibrated_time_us(self) -> float | None:
-        """The prediction with the target's fitted efficiency constants (``bench/calibrate.py``), when
+        """The prediction with the target's fitted efficiency constants (``nova.bench.calibrate``), when
         a calibration exists for this target and instruction family; None otherwise.  Schedule
         decisions never use it: it reports, it does not choose."""
         clock_and_time = self._calibrated()

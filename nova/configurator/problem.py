@@ -20,14 +20,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-# Input "dtype" names the tensor-core mode; storage is what lives in memory.
-DTYPES = {
-    # name: (storage dtype, bytes per element, default output storage)
-    "tf32": ("f32", 4, "f32"),   # FP32 storage, TF32 tensor cores, round-to-nearest (cvt.rna)
-    "bf16": ("bf16", 2, "bf16"),
-    "fp16": ("f16", 2, "f16"),
-}
-OUT_DTYPES = ("f32", "bf16", "f16")
+# Input "dtype" names the tensor-core mode (tf32: FP32 storage, TF32 tensor cores, round-to-nearest);
+# storage is what lives in memory; the default output storage is the inputs' (nova/dtypes.py).
+from nova.dtypes import ELEMENT_TYPES, MODES as DTYPES, OUT_STORAGES as OUT_DTYPES
+
 ACTIVATIONS = ("none", "relu", "gelu", "silu")
 TF32_ROUNDING = ("rna", "truncate")
 
@@ -72,7 +68,7 @@ class GemmProblem:
         if self.tf32_rounding not in TF32_ROUNDING:
             raise ProblemError(f"unsupported tf32_rounding {self.tf32_rounding!r}; choose one of {', '.join(TF32_ROUNDING)}")
         if self.out_dtype is None:
-            object.__setattr__(self, "out_dtype", DTYPES[self.dtype][2])
+            object.__setattr__(self, "out_dtype", DTYPES[self.dtype].storage)
         if self.out_dtype not in OUT_DTYPES:
             raise ProblemError(f"unsupported output dtype {self.out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
         if self.dtype != "tf32" and self.tf32_rounding != "rna":
@@ -85,15 +81,15 @@ class GemmProblem:
     @property
     def storage(self) -> str:
         """Element type of A and B in memory: 'f32', 'bf16' or 'f16'."""
-        return DTYPES[self.dtype][0]
+        return DTYPES[self.dtype].storage
 
     @property
     def in_bytes(self) -> int:
-        return DTYPES[self.dtype][1]
+        return DTYPES[self.dtype].bytes
 
     @property
     def out_bytes(self) -> int:
-        return 4 if self.out_dtype == "f32" else 2
+        return ELEMENT_TYPES[self.out_dtype].bytes
 
     @property
     def footprint_bytes(self) -> int:

@@ -48,14 +48,15 @@ class Formula:
 
     def substituted(self, **values) -> str:
         """The formula with numbers in place of the symbols, e.g. ``128*64/(128+64)``."""
-        return _SYMBOL.sub(lambda mt: _fmt_number(values[mt.group(0)]) if mt.group(0) in self.params
+        return _SYMBOL.sub(lambda mt: fmt_number(values[mt.group(0)]) if mt.group(0) in self.params
                            else mt.group(0), self.shown)
 
 
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _fmt_number(v) -> str:
+def fmt_number(v) -> str:
+    """A number as the derivations print it: integers whole, others (and anything >= 1e7) to 4 significant digits."""
     if isinstance(v, bool):
         return str(v)
     if abs(v) >= 1e7:

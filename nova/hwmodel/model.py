@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from nova.dtypes import MODES
 from nova.hwmodel.formula import Formula
 
 
@@ -23,7 +24,7 @@ class Quantity:
 
 
 # Tensor-core dtypes and instruction families a model can describe.
-MMA_DTYPES = ("tf32", "bf16", "fp16")
+MMA_DTYPES = tuple(MODES)           # the GEMM modes of nova/dtypes.py: tf32, bf16, fp16
 MMA_FAMILIES = ("mma.sync", "wgmma")
 
 # Derived figures, written once.

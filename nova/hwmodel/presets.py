@@ -9,7 +9,7 @@ Sources, abbreviated in the tables below:
   [H200]    NVIDIA H200 datasheet (2024): H100 compute with 141 GB HBM3e at 4.8 TB/s
   [3060]    GeForce RTX 3060 12 GB product specifications (3,584 CUDA cores, 1.78 GHz boost,
             15 Gbps x 192-bit GDDR6 = 360 GB/s)
-  [MEASURED] measured on the device machine by a script in bench/, with the results file named
+  [MEASURED] measured on the device machine by a nova.bench job, with the results file named
   [EST]     an estimate, not a datasheet figure: stated with its reasoning, refined by the
             calibration of issue 5.  Never used to make a schedule illegal, only to rank.
 Dense tensor-core rates are FLOP per clock per SM (1 FMA = 2 FLOP), computed from the
@@ -17,6 +17,7 @@ whitepapers' dense (not sparse) TFLOP/s at the boost clock they assume.
 """
 from __future__ import annotations
 
+from nova.dtypes import MODES
 from nova.hwmodel.model import GPUModel, Quantity as Q
 
 KB = 1024
@@ -29,8 +30,10 @@ LOADED_LATENCY_GDDR = ("[EST] loaded DRAM latency: ~600 ns idle load-to-use on G
 
 TMA_L2_B_PER_CLK_SM = 14.2e12 / 1.980e9 / 132      # 54.3 B/clk/SM: 14.2 TB/s at 1,980 MHz
 
-MMA_SYNC_SHAPES = {"tf32": (16, 8, 8), "bf16": (16, 8, 16), "fp16": (16, 8, 16)}
-WGMMA_SHAPES = {"tf32": (64, 256, 8), "bf16": (64, 256, 16), "fp16": (64, 256, 16)}  # n in 8..256
+# Instruction shapes (m, n, k) per GEMM mode; k is 32 bytes of the input type (nova/dtypes.py)
+MMA_SYNC_SHAPES = {m: (16, 8, e.mma_k) for m, e in MODES.items()}
+WGMMA_SHAPES = {m: (64, 256, e.mma_k) for m, e in MODES.items()}      # n in 8..256
+LAUNCH_OVERHEAD = Q(3.0, "us", "[EST] CUDA driver launch + kernel start, typical")
 
 
 def _cc8x_limits(max_threads: int, max_blocks: int, smem_sm_kb: int, smem_block_kb: int, cc: str) -> dict:
@@ -55,6 +58,14 @@ def _tc(family: str, dtype: str, tflops: float, sms: int, clock_hz: float, src: 
             Q(per_clk, "FLOP/clk/SM", f"{src}: {tflops} dense TFLOP/s / ({sms} SMs x {clock_hz / 1e9:.3f} GHz)"))
 
 
+def _tc_modes(family: str, tf32: float, half: float, sms: int, clock_hz: float, src: str,
+              half_src: str | None = None) -> dict:
+    """``_tc`` of every GEMM mode (nova/dtypes.py): TF32 at ``tf32`` dense TFLOP/s, the 16-bit modes
+    (bf16, fp16) at ``half``, with their sources."""
+    return dict(_tc(family, m, tf32 if m == "tf32" else half, sms, clock_hz, src if m == "tf32" else half_src or src)
+                for m in MODES)
+
+
 def rtx3060() -> GPUModel:
     sms, clk = 28, 1.777e9
     q = {
@@ -65,15 +76,14 @@ def rtx3060() -> GPUModel:
         "dram_bw": Q(360e9, "B/s", "[3060] 15 Gbps x 192-bit GDDR6"),
         "l2_bytes_per_clk": Q(48 * sms, "B/clk", "[EST] A100's 5120 B/clk L2 read rate [A100] per SM (~48 B/clk/SM) times 28 SMs"),
         "mem_latency_ns": Q(1000, "ns", LOADED_LATENCY_GDDR),
-        "launch_overhead_us": Q(3.0, "us", "[EST] CUDA driver launch + kernel start, typical"),
+        "launch_overhead_us": LAUNCH_OVERHEAD,
     }
     q.update(_cc8x_limits(1536, 16, 100, 99, "8.6"))
     # GA10x (consumer) tensor cores: FP32-accumulate FP16/BF16 at half, TF32 at a quarter of the
     # FP16-accumulate rate.  RTX 3080 [GA102]: TF32 29.8, FP16/BF16 (FP32 acc) 59.5 dense TFLOP/s at
     # 1,710 MHz on 68 SMs -> 256 and 512 FLOP/clk/SM; the same SM is in GA106.
-    q.update(dict([_tc("mma.sync", "tf32", 29.8, 68, 1.710e9, "[GA102] RTX 3080 (same GA10x SM)"),
-                   _tc("mma.sync", "bf16", 59.5, 68, 1.710e9, "[GA102] RTX 3080 (same GA10x SM), FP32 accumulate"),
-                   _tc("mma.sync", "fp16", 59.5, 68, 1.710e9, "[GA102] RTX 3080 (same GA10x SM), FP32 accumulate")]))
+    q.update(_tc_modes("mma.sync", 29.8, 59.5, 68, 1.710e9, "[GA102] RTX 3080 (same GA10x SM)",
+                       "[GA102] RTX 3080 (same GA10x SM), FP32 accumulate"))
     return GPUModel("rtx3060", "NVIDIA GeForce RTX 3060 12GB (GA106)", "sm_86", (8, 6), q,
                     ("cp.async",), {"mma.sync": MMA_SYNC_SHAPES})
 
@@ -88,12 +98,10 @@ def a100() -> GPUModel:
         "dram_bw": Q(2039e9, "B/s", "[A100] A100 80GB SXM: 2,039 GB/s HBM2e"),
         "l2_bytes_per_clk": Q(5120, "B/clk", "[A100] L2 read bandwidth 5120 bytes/clk"),
         "mem_latency_ns": Q(800, "ns", LOADED_LATENCY_HBM),
-        "launch_overhead_us": Q(3.0, "us", "[EST] CUDA driver launch + kernel start, typical"),
+        "launch_overhead_us": LAUNCH_OVERHEAD,
     }
     q.update(_cc8x_limits(2048, 32, 164, 163, "8.0"))
-    q.update(dict([_tc("mma.sync", "tf32", 156, sms, clk, "[A100]"),
-                   _tc("mma.sync", "bf16", 312, sms, clk, "[A100]"),
-                   _tc("mma.sync", "fp16", 312, sms, clk, "[A100]")]))
+    q.update(_tc_modes("mma.sync", 156, 312, sms, clk, "[A100]"))
     return GPUModel("a100", "NVIDIA A100 80GB SXM (GA100)", "sm_80", (8, 0), q,
                     ("cp.async",), {"mma.sync": MMA_SYNC_SHAPES})
 
@@ -108,12 +116,10 @@ def rtx4090() -> GPUModel:
         "dram_bw": Q(1008e9, "B/s", "[AD102] 21 Gbps x 384-bit GDDR6X"),
         "l2_bytes_per_clk": Q(48 * sms, "B/clk", "[EST] A100's per-SM L2 read rate [A100] (~48 B/clk/SM) times 128 SMs"),
         "mem_latency_ns": Q(1000, "ns", LOADED_LATENCY_GDDR),
-        "launch_overhead_us": Q(3.0, "us", "[EST] CUDA driver launch + kernel start, typical"),
+        "launch_overhead_us": LAUNCH_OVERHEAD,
     }
     q.update(_cc8x_limits(1536, 24, 100, 99, "8.9"))
-    q.update(dict([_tc("mma.sync", "tf32", 82.6, sms, clk, "[AD102] RTX 4090"),
-                   _tc("mma.sync", "bf16", 165.2, sms, clk, "[AD102] RTX 4090, FP32 accumulate"),
-                   _tc("mma.sync", "fp16", 165.2, sms, clk, "[AD102] RTX 4090, FP32 accumulate")]))
+    q.update(_tc_modes("mma.sync", 82.6, 165.2, sms, clk, "[AD102] RTX 4090", "[AD102] RTX 4090, FP32 accumulate"))
     return GPUModel("rtx4090", "NVIDIA GeForce RTX 4090 (AD102)", "sm_89", (8, 9), q,
                     ("cp.async",), {"mma.sync": MMA_SYNC_SHAPES})
 
@@ -126,7 +132,7 @@ def _hopper(name: str, full_name: str, dram_bw: float, dram_src: str) -> GPUMode
         "fp32_lanes_per_sm": Q(128, "lanes", "[H100] 128 FP32 lanes per SM"),
         "l2_bytes": Q(50 * MB, "B", "[H100] 50 MB L2 (the driver reports 60 MB)"),
         "dram_bw": Q(dram_bw, "B/s", dram_src),
-        "l2_bytes_per_clk": Q(37.6 * sms, "B/clk", "[MEASURED] bench/l2_probe.py on the H200 (same GH100 L2): 9.82 TB/s "
+        "l2_bytes_per_clk": Q(37.6 * sms, "B/clk", "[MEASURED] nova.bench.l2_probe on the H200 (same GH100 L2): 9.82 TB/s "
                               "of 16-byte ld.global.cg from an L2-resident buffer at a 1,980 MHz SM clock = 37.6 B/clk/SM "
                               "(bench/results/h200-v0.6/l2_probe.txt); the load/store (LSU) path: cp.async, epilogue stores"),
         "l2_tma_bytes_per_clk": Q(TMA_L2_B_PER_CLK_SM * sms, "B/clk", "[MEASURED] lower bound: the wgmma oracle's most "
@@ -134,16 +140,13 @@ def _hopper(name: str, full_name: str, dram_bw: float, dram_src: str) -> GPUMode
                                   "TF32 128x64 tiles, 396 us; bench/results/h200-oracle-wgmma-v0.5c-48), taken at the "
                                   "1,980 MHz maximum SM clock: the TMA unit's path, faster than the LSU's"),
         "mem_latency_ns": Q(800, "ns", LOADED_LATENCY_HBM),
-        "launch_overhead_us": Q(3.0, "us", "[EST] CUDA driver launch + kernel start, typical"),
+        "launch_overhead_us": LAUNCH_OVERHEAD,
         "max_cluster_size": Q(8, "blocks", "[H100] portable thread-block cluster size 8"),
     }
     q.update(_cc8x_limits(2048, 32, 228, 227, "9.0"))
-    q.update(dict([_tc("wgmma", "tf32", 494.7, sms, clk, "[H100] datasheet"),
-                   _tc("wgmma", "bf16", 989.4, sms, clk, "[H100] datasheet"),
-                   _tc("wgmma", "fp16", 989.4, sms, clk, "[H100] datasheet")]))
+    q.update(_tc_modes("wgmma", 494.7, 989.4, sms, clk, "[H100] datasheet"))
     # mma.sync still runs on sm_90 but cannot feed Hopper's tensor cores at the wgmma rate.
-    for dt, tf in (("tf32", 494.7), ("bf16", 989.4), ("fp16", 989.4)):
-        key, full = _tc("mma.sync", dt, tf / 2, sms, clk, "[EST] half the wgmma rate")
+    for key, full in _tc_modes("mma.sync", 494.7 / 2, 989.4 / 2, sms, clk, "[EST] half the wgmma rate").items():
         q[key] = Q(full.value, full.unit,
                    "[EST] mma.sync issues from one warp at a time and cannot keep Hopper's tensor cores busy; "
                    "taken as half the wgmma rate (Luo et al. 2024 measure mma.sync well below wgmma) until calibrated")

@@ -1,5 +1,5 @@
-"""Reading results files: benchmark (``nova bench`` / ``bench/gemm_bench.py``), correctness
-(``bench/gemm_correctness.py``) and oracle (``bench/gemm_oracle.py``) output, JSON or CSV.
+"""Reading results files: benchmark (``nova bench gemm``), correctness (``nova.bench.correctness``)
+and oracle (``nova.bench.oracle``) output, JSON or CSV.
 
 A benchmark JSON is ``{"environment": {...}, "rows": [...]}``; a CSV holds the rows only and takes
 its environment from a JSON of the same stem beside it when there is one.  A correctness JSON is

@@ -11,7 +11,8 @@ Layout: ``<dir>/kernels/<key[:2]>/<key>.json`` holding the artifact's ``to_dict(
 and a reader never sees a partial file.  A corrupt entry is reported once, deleted and rebuilt.
 
 Offline mode (``NOVA_OFFLINE=1`` or ``set_offline(True)``): cache only; a miss raises
-``NotPrecompiledError`` telling how to precompile.  Online: a miss compiles (MLIR imported lazily).
+``NotPrecompiledError``, whose message (``nova.messages``) tells how to precompile.  Online: a miss
+compiles (MLIR imported lazily).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import nova
 from nova.codegen.artifact import KernelArtifact
+from nova.messages import OFFLINE_HINT, not_precompiled, summary_line
 from nova.runtime.driver import NovaRuntimeError
 
 CODEGEN_TOOLCHAIN = "xtc-mlir-python-bindings==22.1.8.4"
@@ -35,7 +37,15 @@ ENTRY_FORMAT = 1
 
 
 class NotPrecompiledError(NovaRuntimeError):
-    """Offline mode and the kernel is not in the cache."""
+    """Offline mode and the kernel is not in the cache: carries ``problem``, ``target``, ``key`` and
+    ``cache_root``; the message (``nova.messages.not_precompiled``) names the command that builds it."""
+
+    def __init__(self, problem, target, key: str, cache_root):
+        super().__init__(not_precompiled(problem, target, key, cache_root))
+        self.problem, self.target, self.key, self.cache_root = problem, target, key, cache_root
+
+    def __reduce__(self):
+        return type(self), (self.problem, self.target, self.key, self.cache_root)
 
 
 class CompilerUnavailableError(NovaRuntimeError):
@@ -63,11 +73,6 @@ def kernel_key(problem, schedule, target) -> str:
     """sha256 hex of the canonical payload; ``target`` is anything with ``.name`` and ``.arch``."""
     payload = key_payload(problem.to_dict(), schedule.to_dict(), target.name, target.arch)
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
-
-
-def summary_line(problem, target) -> str:
-    """``"gemm 4096x4096x4096 tf32 NN -> f32 on h200 (sm_90)"``."""
-    return f"{problem.describe()} on {target.name} ({target.arch})"
 
 
 # --------------------------------------------------------------------------- offline switch
@@ -239,33 +244,6 @@ def _verify(entry, key: str) -> str:
 
 
 # --------------------------------------------------------------------------- cache-or-compile
-def precompile_command(problem, target_name: str) -> str:
-    """The ``nova precompile`` command line that produces ``problem``'s kernel for ``target_name``."""
-    p = problem
-    shape = f"{p.M}x{p.N}x{p.K}"
-    cmd = f"nova precompile gemm --shapes {shape} --target {target_name} --dtype {p.dtype}"
-    if p.trans_a:
-        cmd += " --trans-a"
-    if p.trans_b:
-        cmd += " --trans-b"
-    if p.bias:
-        cmd += " --bias"
-    if p.activation != "none":
-        cmd += f" --activation {p.activation}"
-    from nova.configurator.problem import DTYPES
-    if p.out_dtype != DTYPES[p.dtype][2]:
-        cmd += f" --out-dtype {p.out_dtype}"
-    if p.dtype == "tf32" and p.tf32_rounding == "truncate":
-        cmd += " --tf32-fast"
-    return cmd
-
-
-def not_precompiled_message(problem, target, key: str, cache: KernelCache) -> str:
-    return (f"not precompiled: {summary_line(problem, target)} (key {key[:8]}…) in {cache.root}; "
-            f"on a machine with MLIR run: {precompile_command(problem, target.name)} "
-            f"and carry the cache directory")
-
-
 def mlir_available() -> bool:
     try:
         return importlib.util.find_spec("mlir.ir") is not None
@@ -275,16 +253,14 @@ def mlir_available() -> bool:
 
 def compile_artifact(problem, schedule, target) -> KernelArtifact:
     """Run the code generator (imports MLIR); a missing MLIR becomes ``CompilerUnavailableError``."""
-    hint = ("set NOVA_OFFLINE=1 and use a cache filled by `nova precompile` on a machine with MLIR "
-            "(xtc-mlir-python-bindings)")
     if not mlir_available():
         raise CompilerUnavailableError(f"cannot compile {summary_line(problem, target)}: MLIR Python bindings "
-                                       f"are not installed here; {hint}")
+                                       f"are not installed here; {OFFLINE_HINT}")
     try:
         from nova.codegen import compile_gemm
     except ImportError as e:
         raise CompilerUnavailableError(f"cannot compile {summary_line(problem, target)}: the code generator "
-                                       f"is not importable ({e}); {hint}") from None
+                                       f"is not importable ({e}); {OFFLINE_HINT}") from None
     return compile_gemm(problem, schedule)
 
 
@@ -298,7 +274,7 @@ def get_or_compile(problem, schedule, target, cache: KernelCache | None = None,
     if artifact is not None:
         return artifact, key, "cached"
     if offline:
-        raise NotPrecompiledError(not_precompiled_message(problem, target, key, cache))
+        raise NotPrecompiledError(problem, target, key, cache.root)
     artifact = compile_artifact(problem, schedule, target)
     cache.put(key, artifact, summary_line(problem, target))
     return artifact, key, "compiled"

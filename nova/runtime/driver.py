@@ -111,6 +111,12 @@ def cuda():
         return _cu
 
 
+def launches_through_ctypes() -> bool:
+    """Whether launches call libcuda's ``cuLaunchKernelEx`` through ctypes (the fast path, once the
+    driver is initialised) rather than through cuda-bindings."""
+    return _hot.launch_ex is not None
+
+
 def gpu_available() -> bool:
     """True when the driver initialises and at least one device is visible."""
     try:

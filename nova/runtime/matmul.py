@@ -16,6 +16,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
+from nova import dtypes
 from nova.configurator.problem import GemmProblem
 from nova.runtime import driver, tensors
 from nova.runtime.cache import KernelCache, get_or_compile, summary_line
@@ -124,7 +125,7 @@ class ResolvedKernel:
         s, p = self.schedule, self.problem
         bias_vector = 1 if self.hopper is not None else s.vector_c
         return (("A", s.vector_a, p.in_bytes), ("B", s.vector_b, p.in_bytes), ("C", s.vector_c, p.out_bytes),
-                ("bias", bias_vector, tensors.ELEMENT_BYTES[bias_storage(p)]))
+                ("bias", bias_vector, dtypes.element(bias_storage(p)).bytes))
 
     def check_alignment(self, *pointers) -> None:
         """Raise the ValueError of the first pointer the kernel's vector accesses cannot use."""
@@ -297,7 +298,7 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
     if ta.device is not None and tb.device is not None and ta.device != tb.device:
         raise ValueError(f"a is on cuda:{ta.device} but b is on cuda:{tb.device}")
     to = tensors.describe(out, "out") if out is not None else None
-    out_dtype = to.storage if to is not None and to.storage in ("f32", "bf16", "f16") else None
+    out_dtype = to.storage if to is not None and to.storage in dtypes.OUT_STORAGES else None
     rounding = "truncate" if tf32_fast and dtype == "tf32" else "rna"
     fields = (M, N, K, dtype, trans_a, trans_b, bias is not None, activation, out_dtype, rounding)
     problem = _problems.get(fields)

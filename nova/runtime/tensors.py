@@ -13,13 +13,9 @@ import functools
 import sys
 from dataclasses import dataclass
 
-# Storage element type -> GEMM input mode (GemmProblem.dtype)
-STORAGE_TO_DTYPE = {"f32": "tf32", "bf16": "bf16", "f16": "fp16"}
-ELEMENT_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "f64": 8}
+from nova import dtypes
 
-_CAI_TYPESTR = {"f4": "f32", "f2": "f16", "f8": "f64"}
 _DL_CUDA, _DL_CUDA_MANAGED, _DL_CPU, _DL_CUDA_HOST = 2, 13, 1, 3
-_DL_FLOAT, _DL_BFLOAT = 2, 4
 
 
 @dataclass(slots=True)
@@ -60,20 +56,15 @@ def _from_torch(t, name, torch) -> TensorInfo:
     if not t.is_cuda:
         raise ValueError(f"{name}: tensor of shape {list(t.shape)} is on {t.device}, not on a CUDA GPU; "
                          f"move it with .cuda()")
-    storage = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16",
-               torch.float64: "f64"}.get(t.dtype, str(t.dtype).removeprefix("torch."))
+    storage = dtypes.by_torch(torch).get(t.dtype) or str(t.dtype).removeprefix("torch.")
     return TensorInfo(name, t.data_ptr(), tuple(t.shape), tuple(t.stride()), storage, "torch", t.device.index, t)
 
 
 def _from_cupy(a, name) -> TensorInfo:
-    storage = _numpy_storage(a.dtype)
+    storage = dtypes.BY_NUMPY.get(str(a.dtype), str(a.dtype))
     item = a.dtype.itemsize
     return TensorInfo(name, a.data.ptr, tuple(a.shape), tuple(s // item for s in a.strides), storage, "cupy",
                       a.device.id, a)
-
-
-def _numpy_storage(dtype) -> str:
-    return {"float32": "f32", "float16": "f16", "float64": "f64", "bfloat16": "bf16"}.get(str(dtype), str(dtype))
 
 
 def _from_cai(obj, name) -> TensorInfo:
@@ -86,13 +77,13 @@ def _from_cai(obj, name) -> TensorInfo:
         raise TypeError(f"{name}: malformed __cuda_array_interface__ ({e!r})") from None
     if cai.get("mask") is not None:
         raise ValueError(f"{name}: masked arrays (__cuda_array_interface__ 'mask') are not supported")
-    storage = _CAI_TYPESTR.get(typestr[1:]) if typestr[:1] in "<|=" else None
+    storage = dtypes.BY_CAI.get(typestr[1:]) if typestr[:1] in "<|=" else None
     if storage is None and "bfloat16" in str(cai.get("descr", "")):
         storage = "bf16"
     storage = storage or f"typestr {typestr!r}"
-    item = ELEMENT_BYTES.get(storage) or _typestr_bytes(typestr)
+    item = dtypes.ELEMENT_TYPES[storage].bytes if storage in dtypes.ELEMENT_TYPES else _typestr_bytes(typestr)
     if cai.get("strides") is None:
-        strides = _c_strides(shape)
+        strides = c_strides(shape)
     else:
         byte_strides = tuple(int(s) for s in cai["strides"])
         if any(s % item for s in byte_strides):
@@ -130,7 +121,7 @@ def read_dlpack_capsule(capsule) -> dict:
     get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
     t = _DLTensor.from_address(get(capsule, b"dltensor"))   # DLManagedTensor starts with its DLTensor
     shape = tuple(t.shape[i] for i in range(t.ndim))
-    strides = tuple(t.strides[i] for i in range(t.ndim)) if t.strides else _c_strides(shape)
+    strides = tuple(t.strides[i] for i in range(t.ndim)) if t.strides else c_strides(shape)
     return {"ptr": (t.data or 0) + t.byte_offset, "shape": shape, "strides": strides,
             "device": (t.device.device_type, t.device.device_id),
             "dtype": (t.dtype.code, t.dtype.bits, t.dtype.lanes)}
@@ -147,13 +138,13 @@ def _from_dlpack(obj, name) -> TensorInfo:
         capsule = obj.__dlpack__()
     d = read_dlpack_capsule(capsule)
     code, bits, lanes = d["dtype"]
-    storage = {(_DL_FLOAT, 32): "f32", (_DL_FLOAT, 16): "f16", (_DL_FLOAT, 64): "f64",
-               (_DL_BFLOAT, 16): "bf16"}.get((code, bits)) if lanes == 1 else None
+    storage = dtypes.BY_DLPACK.get((code, bits)) if lanes == 1 else None
     storage = storage or f"DLPack dtype (code {code}, {bits} bits, {lanes} lanes)"
     return TensorInfo(name, d["ptr"], d["shape"], d["strides"], storage, "dlpack", int(dev_id), (obj, capsule))
 
 
-def _c_strides(shape) -> tuple[int, ...]:
+def c_strides(shape) -> tuple[int, ...]:
+    """Row-major (C-order) strides of ``shape``, in elements."""
     if len(shape) == 2:
         return (shape[1], 1)
     strides, acc = [], 1
@@ -168,7 +159,7 @@ def is_c_contiguous(shape, strides) -> bool:
     """Row-major dense; the stride of a size-1 dimension does not matter."""
     if len(shape) == 2:
         return (shape[1] == 1 or strides[1] == 1) and (shape[0] == 1 or strides[0] == shape[1])
-    return all(n == 1 or s == e for n, s, e in zip(shape, strides, _c_strides(shape)))
+    return all(n == 1 or s == e for n, s, e in zip(shape, strides, c_strides(shape)))
 
 
 def gemm_operand(t: TensorInfo, expected: str) -> tuple[int, int, bool]:
@@ -188,12 +179,12 @@ def gemm_operand(t: TensorInfo, expected: str) -> tuple[int, int, bool]:
 def gemm_dtype(a: TensorInfo, b: TensorInfo) -> str:
     """The GemmProblem dtype for inputs ``a`` and ``b`` (float32 -> tf32, bfloat16 -> bf16, float16 -> fp16)."""
     for t in (a, b):
-        if t.storage not in STORAGE_TO_DTYPE:
+        if t.storage not in dtypes.MODE_OF_STORAGE:
             raise TypeError(f"{t}: unsupported element type; Nova GEMM inputs are float32 (TF32 tensor cores), "
                             f"bfloat16 or float16")
     if a.storage != b.storage:
         raise TypeError(f"{a} and {b} have different element types; convert one of them")
-    return STORAGE_TO_DTYPE[a.storage]
+    return dtypes.MODE_OF_STORAGE[a.storage]
 
 
 def check_output(out: TensorInfo, M: int, N: int, out_dtype: str) -> None:
@@ -248,13 +239,13 @@ def allocator(like: TensorInfo, shape: tuple[int, ...], storage: str):
     device (holding no reference to ``like``'s array)."""
     if like.framework == "torch":
         torch = sys.modules["torch"]
-        dt = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[storage]
+        dt = dtypes.torch_dtype(torch, storage)
         return functools.partial(torch.empty, shape, dtype=dt, device=like.keepalive.device)
     if like.framework == "cupy":
         cupy = sys.modules["cupy"]
         if storage == "bf16":
             raise TypeError(f"cupy has no bfloat16 arrays; pass out=... for a bf16 result of {like}")
-        dt, device = {"f32": cupy.float32, "f16": cupy.float16}[storage], like.device
+        dt, device = getattr(cupy, dtypes.element(storage).numpy), like.device
 
         def empty():
             with cupy.cuda.Device(device):

@@ -20,11 +20,12 @@ from __future__ import annotations
 import ctypes
 import threading
 
+from nova.dtypes import ELEMENT_TYPES
 from nova.runtime import driver
 
-# CUtensorMapDataType / swizzle / L2 promotion values (cuda.h)
-DATA_TYPES = {"f16": 6, "f32": 7, "bf16": 9, "tf32": 11}
-ELEMENT_BYTES = {"f16": 2, "f32": 4, "bf16": 2, "tf32": 4}
+# CUtensorMapDataType (nova/dtypes.py) / swizzle / L2 promotion values (cuda.h)
+DATA_TYPES = {n: e.tensor_map for n, e in ELEMENT_TYPES.items() if e.tensor_map is not None}
+ELEMENT_BYTES = {n: e.bytes for n, e in ELEMENT_TYPES.items()}
 SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}
 L2_PROMOTION_256B = 3
 OOB_FILL_ZERO = 0             # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE: out-of-bounds elements read as zero

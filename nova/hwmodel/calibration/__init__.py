@@ -1,4 +1,4 @@
-"""Efficiency constants per preset and instruction family, from device measurements (``bench/calibrate.py``).
+"""Efficiency constants per preset and instruction family, from device measurements (``nova.bench.calibrate``).
 
 The cost models (``nova/configurator/cost.py``, ``hopper.py``) predict
 
@@ -22,7 +22,10 @@ at a lower clock.  Constants measured elsewhere are held while the rest are fitt
 ``fixed``).
 
 ``<preset>.json`` (mma.sync) and ``<preset>.<family>.json`` beside this file store the constants with
-their provenance (results file, device, date, fit error, held constants).  ``Config.calibrated_time_us``,
+their provenance (results file, device, date, fit error, held constants).  They are self-contained
+package data: everything applied at run time is in them; ``source.results`` names the file of the
+Nova repository they were fitted on (``bench/results/...``), provenance that nothing reads at run
+time (``tests/test_calibrate.py`` refits from it).  ``Config.calibrated_time_us``,
 ``Config.calibrated_clock_mhz`` (and ``nova-config explain``) report the calibrated time and clock
 next to the model's; schedule decisions never use them (a calibration reports, it does not choose).
 """
@@ -62,7 +65,7 @@ CLOCK_EXPONENT = 3    # dynamic power ~ C V^2 f with V roughly proportional to f
 def calibrated_time_us(terms_us: dict, split_k, constants: dict):
     """The calibrated time from a ``Prediction.terms_us`` (microseconds), for either model:
     mma.sync terms (tensor-core, smem, l2, dram, fill) or Hopper terms (mma, l2, dram, fill,
-    epilogue, prep, split).  Works elementwise on numpy arrays (``bench/calibrate.py`` fits on them).
+    epilogue, prep, split).  Works elementwise on numpy arrays (``nova.bench.calibrate`` fits on them).
 
     With the power constants (``f_sustained_mhz``, ``f_max_mhz``, ``f_model_mhz``) the SM clock is
     predicted too (``clock_and_time``)."""

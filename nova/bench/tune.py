@@ -12,7 +12,7 @@ cache (``resolve_kernel`` without the configurator; a Hopper artifact launches t
 float64 on fresh data with a NaN-poisoned output, then times it with CUDA events: ``warmup``
 launches, then ``reps`` launches each bracketed by its own pair of events, queued behind a
 ``torch.cuda._sleep`` so host launch gaps never show; the median in microseconds.  Inputs rotate
-over sets larger than L2 for small shapes, as ``nova.runtime.bench`` does for Nova-vs-cuBLAS.
+over sets larger than L2 for small shapes, as ``nova.bench.benchmark`` does for Nova-vs-cuBLAS.
 
 Oracle row per problem: the analytic pick's time, the best candidate's, ``ratio = best_us /
 pick_us`` (1.0: the pick is the best; 0.5: the best is twice as fast), the pick's 1-based rank
@@ -26,6 +26,7 @@ import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
 
+from nova.bench.harness import TOLERANCE, nan_output, random_operands, reference, rel_fro
 from nova.configurator.problem import GemmProblem
 from nova.configurator.schedule import Schedule
 
@@ -142,19 +143,15 @@ class _Data:
     """Input sets for timing (rotated past L2 for small shapes) and fresh data for the check."""
 
     def __init__(self, torch, problem: GemmProblem, seed: int = 0, l2_bytes: int | None = None):
-        from nova.runtime.bench import _inputs
         self.torch, self.p = torch, problem
         gen = torch.Generator(device="cuda").manual_seed(seed)
         l2 = l2_bytes or getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 * 2**20)
         p = problem
         set_bytes = (p.M * p.K + p.K * p.N) * p.in_bytes + p.M * p.N * p.out_bytes
         self.n_sets = max(1, min(8, math.ceil(3 * l2 / set_bytes)))
-        self.sets = [_inputs(torch, p.M, p.N, p.K, p.dtype, gen, p.trans_a, p.trans_b) for _ in range(self.n_sets)]
-        self.outs = [self.empty_out() for _ in range(self.n_sets)]
-
-    def empty_out(self):
-        dt = {"f32": self.torch.float32, "bf16": self.torch.bfloat16, "f16": self.torch.float16}[self.p.out_dtype]
-        return self.torch.full((self.p.M, self.p.N), float("nan"), device="cuda", dtype=dt)
+        self.sets = [random_operands(torch, p.M, p.N, p.K, p.dtype, gen, p.trans_a, p.trans_b)
+                     for _ in range(self.n_sets)]
+        self.outs = [nan_output(torch, p.M, p.N, p.out_dtype) for _ in range(self.n_sets)]
 
 
 def _launch(resolved, a, b, c, stream: int) -> None:
@@ -170,15 +167,13 @@ def release_workspaces(resolved) -> None:
 
 def check_candidate(torch, resolved, problem: GemmProblem, seed: int) -> tuple[bool, float]:
     """Fresh random inputs, NaN-poisoned output, relative Frobenius error vs float64."""
-    from nova.runtime.bench import TOLERANCE, _inputs, rel_fro
     gen = torch.Generator(device="cuda").manual_seed(seed)
     p = problem
-    a, b = _inputs(torch, p.M, p.N, p.K, p.dtype, gen, p.trans_a, p.trans_b)
-    dt = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[p.out_dtype]
-    out = torch.full((p.M, p.N), float("nan"), device="cuda", dtype=dt)
+    a, b = random_operands(torch, p.M, p.N, p.K, p.dtype, gen, p.trans_a, p.trans_b)
+    out = nan_output(torch, p.M, p.N, p.out_dtype)
     _launch(resolved, a, b, out, torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
-    err = rel_fro(out, a.to(torch.float64) @ b.to(torch.float64))
+    err = rel_fro(out, reference(torch, a, b))
     return (not math.isnan(err) and err <= TOLERANCE[p.dtype]), err
 
 

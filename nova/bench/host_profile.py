@@ -2,11 +2,12 @@
 torch.matmul (with and without out=) and of each layer under nova.matmul, on small shapes where the
 GPU is never the bottleneck, plus a cProfile of the signature-cache hit path.
 
-    PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache python3 bench/host_profile.py --out $OUT
+    NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache python3 -m nova.bench.host_profile --out $OUT
 
 Timing: bursts of ``--burst`` calls right after a synchronize (the launch queue is empty, so no
 call waits for the GPU); per-call time = burst time / burst size; the median over ``--bursts``.
-Writes host_profile.txt (table + profiles) and host_profile.json to --out.
+Writes host_profile.txt (table + profiles) and host_profile.json to --out.  A white-box profile:
+it reads ``nova.runtime.matmul``'s signature-cache plans (``_plans``) to time each layer alone.
 """
 from __future__ import annotations
 
@@ -16,17 +17,16 @@ import io
 import json
 import pstats
 import statistics
+import sys
 import time
 
-import torch
-
 import nova
+from nova.bench.harness import random_operands, require_torch
+from nova.dtypes import torch_dtype
 from nova.runtime import driver, matmul as mm, tensors
 
-TORCH_DTYPES = {"tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
-
-def host_us(fn, bursts: int, burst: int) -> float:
+def host_us(torch, fn, bursts: int, burst: int) -> float:
     """Median host microseconds per call of ``fn`` over ``bursts`` bursts of ``burst`` calls."""
     for _ in range(3):
         fn()
@@ -41,7 +41,7 @@ def host_us(fn, bursts: int, burst: int) -> float:
     return statistics.median(times)
 
 
-def components(a, b, out):
+def components(torch, a, b, out):
     """name -> zero-argument callable: the public calls and each layer under a signature-cache hit."""
     key = mm.signature(a, b, out, None, "none", None, False)
     plan = mm._plans[key]
@@ -72,7 +72,7 @@ def components(a, b, out):
     return calls
 
 
-def profile_hits(a, b, out, n: int = 2000) -> str:
+def profile_hits(torch, a, b, out, n: int = 2000) -> str:
     pr = cProfile.Profile()
     pr.enable()
     for _ in range(n):
@@ -84,44 +84,44 @@ def profile_hits(a, b, out, n: int = 2000) -> str:
     return s.getvalue()
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="/tmp")
     ap.add_argument("--shapes", default="64x64x64")
     ap.add_argument("--dtypes", default="tf32,bf16")
     ap.add_argument("--bursts", type=int, default=200)
     ap.add_argument("--burst", type=int, default=20)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    torch = require_torch()
     rows, profiles = [], []
     driver.cuda()
     print(f"device: {torch.cuda.get_device_name()}; launches through ctypes cuLaunchKernelEx: "
-          f"{driver._hot.launch_ex is not None}", flush=True)
+          f"{driver.launches_through_ctypes()}", flush=True)
     for shape in args.shapes.split(","):
         M, N, K = map(int, shape.split("x"))
         for dt in args.dtypes.split(","):
-            tdt = TORCH_DTYPES[dt]
-            a = torch.randn(M, K, device="cuda").to(tdt)
-            b = torch.randn(K, N, device="cuda").to(tdt)
-            out = torch.empty(M, N, device="cuda", dtype=tdt)
+            a, b = random_operands(torch, M, N, K, dt, torch.Generator(device="cuda").manual_seed(0))
+            out = torch.empty(M, N, device="cuda", dtype=torch_dtype(torch, dt))
             nova.matmul(a, b, out=out)
             nova.matmul(a, b)
             torch.cuda.synchronize()
             r = mm._plans[mm.signature(a, b, out, None, "none", None, False)].resolved
             row = {"shape": shape, "dtype": dt, "family": "wgmma" if r.hopper is not None else "mma.sync",
                    "launches_per_call": 1 + (len(r.hopper.preps) if r.hopper is not None else 0) + int(r.zero_output)}
-            for name, fn in components(a, b, out).items():
-                row[f"{name}_us"] = round(host_us(fn, args.bursts, args.burst), 2)
+            for name, fn in components(torch, a, b, out).items():
+                row[f"{name}_us"] = round(host_us(torch, fn, args.bursts, args.burst), 2)
             rows.append(row)
             print(" ".join(f"{k}={v}" for k, v in row.items()), flush=True)
             profiles.append(f"---- cProfile of 2000 nova.matmul(a, b, out=out) hits, {shape} {dt}\n"
-                            + profile_hits(a, b, out))
+                            + profile_hits(torch, a, b, out))
     with open(f"{args.out}/host_profile.json", "w") as f:
         json.dump(rows, f, indent=1)
     with open(f"{args.out}/host_profile.txt", "w") as f:
         f.write("\n".join(" ".join(f"{k}={v}" for k, v in row.items()) for row in rows) + "\n\n")
         f.write("\n".join(profiles))
     print(profiles[-1][:4000])
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

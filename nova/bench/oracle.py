@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The oracle on the device: time every precompiled candidate schedule, compare the analytic pick.
 
 Host (MLIR, no GPU), e.g. the suite with 16 candidates per problem of the family the configurator
@@ -9,11 +8,11 @@ picks (wgmma on the H200; ``--family mma.sync`` for the Ampere-class kernel):
 
 Device (GPU, offline from the carried cache):
 
-    PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache python3 bench/gemm_oracle.py \
+    NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache python3 -m nova.bench.oracle \
         --manifest .nova-cache/tune-manifest.json --out $OUT
 
 Per candidate: correctness on fresh data with a NaN-poisoned output vs float64, then the median of
-``--reps`` event-timed launches after ``--warmup`` (``nova.runtime.tune``).  Writes ``oracle.json``
+``--reps`` event-timed launches after ``--warmup`` (``nova.bench.tune``).  Writes ``oracle.json``
 (environment, method, per-problem rows with every candidate's time) and ``oracle.csv`` (one row per
 problem), prints the geomean of best/pick per dtype and the worst shape.  ``--budget-s`` stops
 before a problem that would start past the budget (skipped problems are listed, not hidden).
@@ -29,9 +28,8 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from nova.runtime.tune import ORACLE_FORMAT, geomean, tune_problem  # noqa: E402
+from nova.bench.harness import environment, random_operands, require_torch
+from nova.bench.tune import ORACLE_FORMAT, geomean, tune_problem
 
 CSV_COLUMNS = ["M", "N", "K", "dtype", "family", "space_size", "candidates", "correct", "pick_schedule", "pick_us",
                "pick_predicted_us", "best_schedule", "best_us", "ratio", "pick_rank", "config_ms", "tune_s",
@@ -46,9 +44,8 @@ def config_ms(problem, target, family: str) -> float:
 
 def inductor(torch, problem, reps: int = 20) -> tuple[float, float]:
     """torch.compile(mode="max-autotune") on ``a @ b``: (compile + autotune seconds, kernel us)."""
-    from nova.runtime.bench import _inputs
     gen = torch.Generator(device="cuda").manual_seed(7)
-    a, b = _inputs(torch, problem.M, problem.N, problem.K, problem.dtype, gen)
+    a, b = random_operands(torch, problem.M, problem.N, problem.K, problem.dtype, gen)
     torch._dynamo.reset()
     fn = torch.compile(lambda x, y: x @ y, mode="max-autotune", dynamic=False)
     t0 = time.perf_counter()
@@ -118,13 +115,12 @@ def main(argv=None) -> int:
     import pandas as pd
     from nova.configurator.problem import GemmProblem
     from nova.hwmodel import get_target
-    from nova.runtime.bench import _torch, environment
     from nova.runtime.cache import KernelCache
 
     manifest = json.load(open(args.manifest))
     target = get_target(manifest["target"])
     cache = KernelCache(os.environ.get("NOVA_CACHE_DIR") or manifest.get("cache_dir"))
-    torch = _torch()
+    torch = require_torch()
     env = environment()
     total = sum(len(p["candidates"]) for p in manifest["problems"])
     rows, skipped = [], []

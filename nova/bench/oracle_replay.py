@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Replay an oracle run against today's configurator and cost model, without a GPU.
 
-For every problem of an oracle results file (bench/gemm_oracle.py) this asks today's
+For every problem of an oracle results file (``nova.bench.oracle``) this asks today's
 ``configure()`` for its pick in the row's instruction family (files without one are mma.sync runs)
 and looks the pick up among the candidates that were timed.  It
 reports the pick-vs-best ratio where the pick was measured, and how well the cost model ranks the
@@ -9,21 +8,18 @@ measured candidates (Spearman rank correlation of predicted vs measured time).  
 judged here first, then confirmed by a new device run: candidates that were not measured stay
 unknown, never guessed.
 
-    python bench/oracle_replay.py --oracle bench/results/h200-oracle-v0.2/oracle.json
+    python3 -m nova.bench.oracle_replay --oracle bench/results/h200-oracle-v0.2/oracle.json
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
-import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from nova.configurator import GemmProblem  # noqa: E402
-from nova.configurator.space import analytic_pick, label, predict_schedule, schedule_space  # noqa: E402
-from nova.hwmodel import get_target  # noqa: E402
+from nova.configurator import GemmProblem
+from nova.configurator.space import analytic_pick, label, predict_schedule, schedule_space
+from nova.hwmodel import get_target
 
 
 def spearman(xs, ys) -> float:

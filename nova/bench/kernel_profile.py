@@ -1,9 +1,8 @@
-#!/usr/bin/env python3
 """Per-kernel device time of ``nova.matmul`` calls (CUPTI through torch.profiler), next to the cost
 model's terms: where a call's time goes when it launches several kernels (operand-prep passes,
 split-K's memset) or when the model misses it.
 
-    PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache python bench/kernel_profile.py \
+    NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache python3 -m nova.bench.kernel_profile \
         --shapes 2047x2049x511,3000x5000x700 --dtypes bf16 --out $OUT
 
 Each shape runs ``--reps`` calls back to back after a warm-up (fresh random inputs); the table
@@ -17,17 +16,16 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from nova.bench.harness import random_operands, require_torch
 
 
 def profile_shape(torch, M, N, K, dtype, reps: int) -> dict:
     import nova
     from nova.configurator import GemmProblem, configure
     from nova.configurator.space import label
-    from nova.runtime.bench import _inputs
     from nova.runtime.matmul import resolve_target
     gen = torch.Generator(device="cuda").manual_seed(M * 31 + N * 7 + K)
-    a, b = _inputs(torch, M, N, K, dtype, gen)
+    a, b = random_operands(torch, M, N, K, dtype, gen)
     out = torch.empty((M, N), device="cuda", dtype=a.dtype)
     for _ in range(5):
         nova.matmul(a, b, out=out)
@@ -54,8 +52,7 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
-    from nova.runtime.bench import _torch
-    torch = _torch()
+    torch = require_torch()
     rows = []
     for dt in args.dtypes.split(","):
         for shape in args.shapes.split(","):

@@ -1,7 +1,7 @@
 """L2 bandwidth probe (device run): the L2 -> SM read and SM -> L2 write ceilings the hardware
 model only estimates, with a DRAM-sized footprint for comparison.
 
-    python3 bench/l2_probe.py --out $OUT          # needs cupy and a GPU; ~10 s on an H200
+    python3 -m nova.bench.l2_probe --out $OUT     # needs cupy and a GPU; ~10 s on an H200
 
 What is measured: cupy RawKernels stream 16-byte vectors (ld.global.cg / st.global.cg: cached in
 L2 only, so L1 never serves a repeated read) over a device buffer of a given footprint.  Every
@@ -107,13 +107,13 @@ def nvidia_smi() -> dict:
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="directory for l2_probe.json")
     ap.add_argument("--reps", type=int, default=15, help="timed launches per point (median)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed launches per point")
     ap.add_argument("--gb", type=float, default=16.0, help="GB moved per timed launch")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
     try:
         import cupy as cp

@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Fit the cost model's efficiency constants for one preset from a benchmark results file.
 
-    python3 bench/calibrate.py --results bench/results/h200-v0.1/bench.json [--preset h200] [--write]
+    python3 -m nova.bench.calibrate --results bench/results/h200-v0.1/bench.json [--preset h200] [--write]
 
 Model (``nova/hwmodel/calibration/__init__.py``, ``clock_and_time``): a few constants per preset
 and instruction family, never per shape,
@@ -45,9 +44,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from nova.hwmodel.calibration import calibrated_time_us  # noqa: E402
+from nova.hwmodel.calibration import calibrated_time_us
 
 BAND = 0.15
 GRID = {"eta_tc": (0.05, 1.5), "eta_dram": (0.05, 1.5), "t_launch_us": (0.0, 60.0)}
@@ -94,7 +91,7 @@ def _arrays(rows):
 
 def fit(rows, fixed: dict | None = None) -> dict:
     """Coarse-to-fine grid search of the log least-squares objective over the GRID constants;
-    ``fixed`` ones (measured elsewhere, e.g. eta_dram by bench/l2_probe.py) are held at their value,
+    ``fixed`` ones (measured elsewhere, e.g. eta_dram by nova.bench.l2_probe) are held at their value,
     and so are the power-limited clock's (``HELD_ONLY``), which are never fitted."""
     t, split, meas = _arrays(rows)
     log_meas = np.log(meas)
@@ -169,13 +166,13 @@ def parse_fixed(text: str) -> tuple[str, float]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--results", required=True, help="benchmark results JSON (nova bench / bench/gemm_bench.py)")
+    ap.add_argument("--results", required=True, help="benchmark results JSON (nova bench gemm)")
     ap.add_argument("--preset", default=None, help="hwmodel preset (default: from the results' device name)")
     ap.add_argument("--family", default="mma.sync", choices=["mma.sync", "wgmma"],
                     help="which model to fit: the Ampere-class mma.sync one or the Hopper wgmma one")
     ap.add_argument("--fix", action="append", default=[], metavar="NAME=VALUE",
                     help="hold a constant at a value measured elsewhere instead of fitting it, e.g. "
-                         "eta_dram=0.948 (bench/l2_probe.py: 1 GB read at 4.55 of 4.8 TB/s); repeatable; "
+                         "eta_dram=0.948 (nova.bench.l2_probe: 1 GB read at 4.55 of 4.8 TB/s); repeatable; "
                          "f_sustained_mhz=F and f_max_mhz=F together switch on the power-limited clock")
     ap.add_argument("--clocks", default=None,
                     help="nvidia-smi samples (clocks.csv beside the results): show each row's median SM clock")
@@ -220,7 +217,7 @@ def main(argv=None) -> int:
               "t_smem*s/eta_tc, t_l2*s, t_dram/eta_dram) + t_epilogue*s + t_fill + t_split + t_prep/eta_dram + "
               "launches * t_launch_us; s = f_model/f, f = min(f_max, f_sustained * duty^(-1/3)) with the power "
               "constants, else s = 1 (nova/hwmodel/calibration)",
-              "fit": "least squares on log(time), grid search (bench/calibrate.py)", "fixed": fixed,
+              "fit": "least squares on log(time), grid search (nova.bench.calibrate)", "fixed": fixed,
               "source": {"results": args.results, "device": env.get("device"), "date": env.get("date"),
                          "torch": env.get("torch"), "nova": env.get("nova"), "kernels": len(rows),
                          "skipped": skipped},

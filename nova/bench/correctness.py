@@ -1,12 +1,13 @@
-#!/usr/bin/env python3
 """Device correctness sweep for Nova GEMM kernels (run on a GPU, usually offline from a carried cache).
 
-    PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache python bench/gemm_correctness.py \
+    NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache python3 -m nova.bench.correctness \
         --suite bench/suites/correctness.txt --dtypes tf32,bf16,fp16 --out $OUT
 
-Every case: fresh random inputs, output poisoned with NaN, float64 reference, relative Frobenius
-error <= 5e-4 (tf32) or 1e-2 (bf16/fp16), no NaN left.  Writes correctness.csv and a summary JSON;
-exits 1 if any case fails.
+Every case (``nova.bench.harness.check_case``): fresh random inputs, output poisoned with NaN,
+float64 reference, relative Frobenius error within the mode's tolerance (nova/dtypes.py: 5e-4
+tf32, 1e-2 bf16/fp16), no NaN left.  Writes correctness.csv and a summary JSON; exits 1 if any
+case fails.  ``--print-precompile TARGET`` prints the ``nova precompile`` lines of the
+epilogue/layout cases (``bench/build_device_cache.sh``).
 """
 from __future__ import annotations
 
@@ -15,10 +16,8 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from nova.cli.shapes import read_suite  # noqa: E402
-from nova.runtime.bench import TOLERANCE, check_case, environment  # noqa: E402
+from nova.bench.harness import TOLERANCE, check_case, environment
+from nova.cli.shapes import read_suite
 
 EPILOGUE_CASES = [  # (M, N, K, dtype, bias, activation, trans_a, trans_b)
     (1000, 1000, 1000, "tf32", True, "relu", False, False),
@@ -50,10 +49,10 @@ def main(argv=None) -> int:
                     help="print the `nova precompile` commands for the epilogue/layout cases and exit")
     args = ap.parse_args(argv)
     if args.print_precompile:
+        from nova.configurator.problem import GemmProblem
+        from nova.messages import precompile_command
         for (m, n, k, dt, bias, act, ta, tb) in EPILOGUE_CASES:
-            flags = (" --bias" if bias else "") + (f" --activation {act}" if act != "none" else "") + \
-                    (" --trans-a" if ta else "") + (" --trans-b" if tb else "")
-            print(f"nova precompile gemm --shapes {m}x{n}x{k} --target {args.print_precompile} --dtype {dt}{flags}")
+            print(precompile_command(GemmProblem(m, n, k, dt, ta, tb, bias, act), args.print_precompile))
         return 0
 
     import pandas as pd
