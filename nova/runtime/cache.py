@@ -38,14 +38,16 @@ ENTRY_FORMAT = 1
 
 class NotPrecompiledError(NovaRuntimeError):
     """Offline mode and the kernel is not in the cache: carries ``problem``, ``target``, ``key`` and
-    ``cache_root``; the message (``nova.messages.not_precompiled``) names the command that builds it."""
+    ``cache_root``; the message (``nova.messages.not_precompiled`` for GEMMs, ``message`` from other
+    kernel families) names the command that builds it."""
 
-    def __init__(self, problem, target, key: str, cache_root):
-        super().__init__(not_precompiled(problem, target, key, cache_root))
+    def __init__(self, problem, target, key: str, cache_root, message: str | None = None):
+        super().__init__(message or not_precompiled(problem, target, key, cache_root))
         self.problem, self.target, self.key, self.cache_root = problem, target, key, cache_root
+        self.message = message
 
     def __reduce__(self):
-        return type(self), (self.problem, self.target, self.key, self.cache_root)
+        return type(self), (self.problem, self.target, self.key, self.cache_root, self.message)
 
 
 class CompilerUnavailableError(NovaRuntimeError):

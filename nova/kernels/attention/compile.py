@@ -59,10 +59,10 @@ def get_or_compile(problem, schedule, role: str, target, cache=None, offline: bo
     if art is not None:
         return art, key, "cached"
     if offline:
-        raise NotPrecompiledError(f"not precompiled: {summary(problem, role, target)} (key {key[:8]}…) in "
-                                  f"{cache.root}; on a machine with MLIR run: python -m nova.bench.attention "
-                                  f"--precompile --target {target.name} (or nova.kernels.attention."
-                                  f"precompile_attention) and carry the cache directory")
+        raise NotPrecompiledError(problem, target, key, cache.root, message=(
+            f"not precompiled: {summary(problem, role, target)} (key {key[:8]}…) in {cache.root}; on a machine "
+            f"with MLIR run: python -m nova.bench.attention --precompile --target {target.name} (or "
+            f"nova.kernels.attention.precompile_attention) and carry the cache directory"))
     from nova.runtime.cache import CompilerUnavailableError, mlir_available
     if not mlir_available():
         raise CompilerUnavailableError(f"cannot compile {summary(problem, role, target)}: MLIR is not installed "
