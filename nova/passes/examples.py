@@ -1,8 +1,8 @@
 """Hand-built IR graphs shaped like what the frontend captures, for tests and demonstrations.
 
-``transformer_step`` is the training step of a one-block GPT (token and position embeddings, one
-pre-norm attention block and MLP, final layer norm, a weight-tied LM head, cross-entropy loss), its
-backward and an AdamW update of every parameter, written the way ATen/autograd decompose it:
+``transformer_step`` is the training step of a small GPT (token and position embeddings, ``layers``
+pre-norm blocks of attention and MLP, final layer norm, a weight-tied LM head, cross-entropy loss),
+its backward and an AdamW update of every parameter, written the way ATen/autograd decompose it:
 linear layers as ``matmul(x, permute(w))`` + bias add, weight gradients as
 ``permute(matmul(permute(x), dy))``, head splits as slice/reshape/permute, duplicated ``view``s of
 the targets.  So the passes meet the transposes, identity views and duplicates they will meet in
@@ -43,27 +43,32 @@ class _Step:
 
 
 def transformer_step(batch: int = 2, seq: int = 8, dim: int = 16, heads: int = 2, vocab: int = 32,
-                     dtype: str = "f32", grads_as_outputs: bool = True, name: str = "gpt_block_step") -> Graph:
-    """One training step of a one-block GPT with AdamW (see the module docstring)."""
+                     dtype: str = "f32", grads_as_outputs: bool = True, layers: int = 1,
+                     name: str = "gpt_block_step") -> Graph:
+    """One training step of a GPT with ``layers`` blocks and AdamW (see the module docstring)."""
     g = Graph(name)
     s = _Step(g, dtype)
     B, T, C, H, V = batch, seq, dim, heads, vocab
     D = C // H
     BT = B * T
+    scale = 1.0 / math.sqrt(D)
     f = lambda *shape: TensorType(shape, dtype)                      # noqa: E731
 
     idx = g.input(TensorType((B, T), "i64"), "idx", "data")
     targets = g.input(TensorType((B, T), "i64"), "targets", "data")
-    shapes = {
-        "wte": (V, C), "wpe": (T, C),
+    block_shapes = {
         "ln1.weight": (C,), "ln1.bias": (C,),
         "attn.c_attn.weight": (3 * C, C), "attn.c_attn.bias": (3 * C,),
         "attn.c_proj.weight": (C, C), "attn.c_proj.bias": (C,),
         "ln2.weight": (C,), "ln2.bias": (C,),
         "mlp.c_fc.weight": (4 * C, C), "mlp.c_fc.bias": (4 * C,),
         "mlp.c_proj.weight": (C, 4 * C), "mlp.c_proj.bias": (C,),
-        "ln_f.weight": (C,), "ln_f.bias": (C,),
     }
+    shapes = {"wte": (V, C), "wpe": (T, C)}
+    for i in range(layers):
+        prefix = f"h.{i}." if layers > 1 else ""
+        shapes.update({prefix + n: shape for n, shape in block_shapes.items()})
+    shapes.update({"ln_f.weight": (C,), "ln_f.bias": (C,)})
     p = {n: g.input(f(*shape), n, "param") for n, shape in shapes.items()}
     first_param = 2
     moments = {}
@@ -72,32 +77,66 @@ def transformer_step(batch: int = 2, seq: int = 8, dim: int = 16, heads: int = 2
                       g.input(f(*shape), f"{n}.exp_avg_sq", "opt_state"))
     step = g.input(TensorType((), "f32"), "step", "opt_state")
 
+    def block_forward(x0, w):
+        ln1, mean1, rstd1 = s.op("layer_norm", x0, w["ln1.weight"], w["ln1.bias"], normalized_shape=(C,), eps=1e-5)
+        h1 = s.op("reshape", ln1, shape=(BT, C))
+        qkv = s.linear(h1, w["attn.c_attn.weight"], w["attn.c_attn.bias"])     # [BT,3C]
+        qkv3 = s.op("reshape", qkv, shape=(B, T, 3 * C))
+
+        def heads_of(i):
+            part = s.op("slice", qkv3, axis=2, start=i * C, end=(i + 1) * C)
+            return s.op("permute", s.op("reshape", part, shape=(B, T, H, D)), perm=(0, 2, 1, 3))
+        q, k, v = heads_of(0), heads_of(1), heads_of(2)
+        att, lse = s.op("attention", q, k, v, scale=scale, causal=True)
+        y = s.op("reshape", s.op("permute", att, perm=(0, 2, 1, 3)), shape=(BT, C))   # a copy: not a view
+        proj = s.linear(y, w["attn.c_proj.weight"], w["attn.c_proj.bias"])
+        x1 = s.op("add", x0, s.op("reshape", proj, shape=(B, T, C)))
+        ln2, mean2, rstd2 = s.op("layer_norm", x1, w["ln2.weight"], w["ln2.bias"], normalized_shape=(C,), eps=1e-5)
+        h2 = s.op("reshape", ln2, shape=(BT, C))
+        pre = s.linear(h2, w["mlp.c_fc.weight"], w["mlp.c_fc.bias"])          # [BT,4C]
+        act = s.op("gelu_tanh", pre)
+        mlp = s.linear(act, w["mlp.c_proj.weight"], w["mlp.c_proj.bias"])
+        x2 = s.op("add", x1, s.op("reshape", mlp, shape=(B, T, C)))
+        return x2, dict(x0=x0, mean1=mean1, rstd1=rstd1, h1=h1, q=q, k=k, v=v, att=att, lse=lse, y=y, x1=x1,
+                        mean2=mean2, rstd2=rstd2, h2=h2, pre=pre, act=act)
+
+    def block_backward(dx2, w, t):
+        """dx0 and the block's parameter gradients (by short name)."""
+        dmlp = s.op("reshape", dx2, shape=(BT, C))
+        dact, dfc2_w, dfc2_b = s.linear_backward(dmlp, t["act"], w["mlp.c_proj.weight"], True)
+        dpre = s.op("gelu_tanh_backward", dact, t["pre"])
+        dh2, dfc_w, dfc_b = s.linear_backward(dpre, t["h2"], w["mlp.c_fc.weight"], True)
+        dx1_ln, dln2_w, dln2_b = s.op("layer_norm_backward", s.op("reshape", dh2, shape=(B, T, C)), t["x1"],
+                                      t["mean2"], t["rstd2"], w["ln2.weight"], w["ln2.bias"], normalized_shape=(C,))
+        dx1 = s.op("add", dx2, dx1_ln)
+        dproj = s.op("reshape", dx1, shape=(BT, C))
+        dy, dproj_w, dproj_b = s.linear_backward(dproj, t["y"], w["attn.c_proj.weight"], True)
+        datt = s.op("permute", s.op("reshape", dy, shape=(B, T, H, D)), perm=(0, 2, 1, 3))
+        dq, dk, dv = s.op("attention_backward", datt, t["q"], t["k"], t["v"], t["att"], t["lse"],
+                          scale=scale, causal=True)
+        merge = lambda d: s.op("reshape", s.op("permute", d, perm=(0, 2, 1, 3)), shape=(B, T, C))   # noqa: E731
+        dqkv = s.op("reshape", s.op("concat", merge(dq), merge(dk), merge(dv), axis=2), shape=(BT, 3 * C))
+        dh1, dattn_w, dattn_b = s.linear_backward(dqkv, t["h1"], w["attn.c_attn.weight"], True)
+        dx0_ln, dln1_w, dln1_b = s.op("layer_norm_backward", s.op("reshape", dh1, shape=(B, T, C)), t["x0"],
+                                      t["mean1"], t["rstd1"], w["ln1.weight"], w["ln1.bias"], normalized_shape=(C,))
+        dx0 = s.op("add", dx1, dx0_ln)
+        return dx0, {"ln1.weight": dln1_w, "ln1.bias": dln1_b, "attn.c_attn.weight": dattn_w,
+                     "attn.c_attn.bias": dattn_b, "attn.c_proj.weight": dproj_w, "attn.c_proj.bias": dproj_b,
+                     "ln2.weight": dln2_w, "ln2.bias": dln2_b, "mlp.c_fc.weight": dfc_w, "mlp.c_fc.bias": dfc_b,
+                     "mlp.c_proj.weight": dfc2_w, "mlp.c_proj.bias": dfc2_b}
+
     # ---------------------------------------------------------------- forward
     pos_ids = s.op("iota", length=T, dtype="i64")
     tok = s.op("index_select", p["wte"], idx, axis=0)                     # [B,T,C]
     pos = s.op("index_select", p["wpe"], pos_ids, axis=0)                 # [T,C]
-    x0 = s.op("add", tok, pos)
-    ln1, mean1, rstd1 = s.op("layer_norm", x0, p["ln1.weight"], p["ln1.bias"], normalized_shape=(C,), eps=1e-5)
-    h1 = s.op("reshape", ln1, shape=(BT, C))
-    qkv = s.linear(h1, p["attn.c_attn.weight"], p["attn.c_attn.bias"])     # [BT,3C]
-    qkv3 = s.op("reshape", qkv, shape=(B, T, 3 * C))
-
-    def heads_of(i):
-        part = s.op("slice", qkv3, axis=2, start=i * C, end=(i + 1) * C)
-        return s.op("permute", s.op("reshape", part, shape=(B, T, H, D)), perm=(0, 2, 1, 3))
-    q, k, v = heads_of(0), heads_of(1), heads_of(2)
-    scale = 1.0 / math.sqrt(D)
-    att, lse = s.op("attention", q, k, v, scale=scale, causal=True)
-    y = s.op("reshape", s.op("permute", att, perm=(0, 2, 1, 3)), shape=(BT, C))   # a copy: not a view
-    proj = s.linear(y, p["attn.c_proj.weight"], p["attn.c_proj.bias"])
-    x1 = s.op("add", x0, s.op("reshape", proj, shape=(B, T, C)))
-    ln2, mean2, rstd2 = s.op("layer_norm", x1, p["ln2.weight"], p["ln2.bias"], normalized_shape=(C,), eps=1e-5)
-    h2 = s.op("reshape", ln2, shape=(BT, C))
-    pre = s.linear(h2, p["mlp.c_fc.weight"], p["mlp.c_fc.bias"])          # [BT,4C]
-    act = s.op("gelu_tanh", pre)
-    mlp = s.linear(act, p["mlp.c_proj.weight"], p["mlp.c_proj.bias"])
-    x2 = s.op("add", x1, s.op("reshape", mlp, shape=(B, T, C)))
-    lnf, meanf, rstdf = s.op("layer_norm", x2, p["ln_f.weight"], p["ln_f.bias"], normalized_shape=(C,), eps=1e-5)
+    x = s.op("add", tok, pos)
+    blocks = []
+    for i in range(layers):
+        prefix = f"h.{i}." if layers > 1 else ""
+        w = {n: p[prefix + n] for n in block_shapes}
+        x, saved = block_forward(x, w)
+        blocks.append((prefix, w, saved))
+    lnf, meanf, rstdf = s.op("layer_norm", x, p["ln_f.weight"], p["ln_f.bias"], normalized_shape=(C,), eps=1e-5)
     hf = s.op("reshape", lnf, shape=(BT, C))
     logits = s.linear(hf, p["wte"], None)                                 # weight-tied head [BT,V]
     logp = s.op("log_softmax", logits, axis=1)
@@ -108,32 +147,14 @@ def transformer_step(batch: int = 2, seq: int = 8, dim: int = 16, heads: int = 2
     dlogp = s.op("nll_loss_backward", dloss, logp, s.op("reshape", targets, shape=(BT,)), total_weight)
     dlogits = s.op("log_softmax_backward", dlogp, logp, axis=1)
     dhf, dwte_head, _ = s.linear_backward(dlogits, hf, p["wte"], has_bias=False)
-    dx2, dlnf_w, dlnf_b = s.op("layer_norm_backward", s.op("reshape", dhf, shape=(B, T, C)), x2, meanf, rstdf,
-                               p["ln_f.weight"], p["ln_f.bias"], normalized_shape=(C,))
-    dmlp = s.op("reshape", dx2, shape=(BT, C))
-    dact, dfc2_w, dfc2_b = s.linear_backward(dmlp, act, p["mlp.c_proj.weight"], True)
-    dpre = s.op("gelu_tanh_backward", dact, pre)
-    dh2, dfc_w, dfc_b = s.linear_backward(dpre, h2, p["mlp.c_fc.weight"], True)
-    dx1_ln, dln2_w, dln2_b = s.op("layer_norm_backward", s.op("reshape", dh2, shape=(B, T, C)), x1, mean2, rstd2,
-                                  p["ln2.weight"], p["ln2.bias"], normalized_shape=(C,))
-    dx1 = s.op("add", dx2, dx1_ln)
-    dproj = s.op("reshape", dx1, shape=(BT, C))
-    dy, dproj_w, dproj_b = s.linear_backward(dproj, y, p["attn.c_proj.weight"], True)
-    datt = s.op("permute", s.op("reshape", dy, shape=(B, T, H, D)), perm=(0, 2, 1, 3))
-    dq, dk, dv = s.op("attention_backward", datt, q, k, v, att, lse, scale=scale, causal=True)
-    merge = lambda d: s.op("reshape", s.op("permute", d, perm=(0, 2, 1, 3)), shape=(B, T, C))   # noqa: E731
-    dqkv = s.op("reshape", s.op("concat", merge(dq), merge(dk), merge(dv), axis=2), shape=(BT, 3 * C))
-    dh1, dattn_w, dattn_b = s.linear_backward(dqkv, h1, p["attn.c_attn.weight"], True)
-    dx0_ln, dln1_w, dln1_b = s.op("layer_norm_backward", s.op("reshape", dh1, shape=(B, T, C)), x0, mean1, rstd1,
-                                  p["ln1.weight"], p["ln1.bias"], normalized_shape=(C,))
-    dx0 = s.op("add", dx1, dx0_ln)
-    dwte = s.op("add", dwte_head, s.op("scatter_add", dx0, idx, axis=0, shape=(V, C)))
-    dwpe = s.op("scatter_add", s.op("sum", dx0, axes=(0,)), pos_ids, axis=0, shape=(T, C))
-    grads = {"wte": dwte, "wpe": dwpe, "ln1.weight": dln1_w, "ln1.bias": dln1_b,
-             "attn.c_attn.weight": dattn_w, "attn.c_attn.bias": dattn_b,
-             "attn.c_proj.weight": dproj_w, "attn.c_proj.bias": dproj_b,
-             "ln2.weight": dln2_w, "ln2.bias": dln2_b, "mlp.c_fc.weight": dfc_w, "mlp.c_fc.bias": dfc_b,
-             "mlp.c_proj.weight": dfc2_w, "mlp.c_proj.bias": dfc2_b, "ln_f.weight": dlnf_w, "ln_f.bias": dlnf_b}
+    dx, dlnf_w, dlnf_b = s.op("layer_norm_backward", s.op("reshape", dhf, shape=(B, T, C)), x, meanf, rstdf,
+                              p["ln_f.weight"], p["ln_f.bias"], normalized_shape=(C,))
+    grads = {"ln_f.weight": dlnf_w, "ln_f.bias": dlnf_b}
+    for prefix, w, saved in reversed(blocks):
+        dx, block_grads = block_backward(dx, w, saved)
+        grads.update({prefix + n: d for n, d in block_grads.items()})
+    grads["wte"] = s.op("add", dwte_head, s.op("scatter_add", dx, idx, axis=0, shape=(V, C)))
+    grads["wpe"] = s.op("scatter_add", s.op("sum", dx, axes=(0,)), pos_ids, axis=0, shape=(T, C))
 
     # ---------------------------------------------------------------- AdamW
     g.output(loss, "loss")

@@ -259,22 +259,26 @@ def _categories(graph: Graph, family, layouts, internal) -> dict[Value, str]:
 def _assign_offsets(storages: list[_Storage]) -> int:
     """Greedy by size with best fit: each buffer, largest first, goes to the smallest gap between
     the buffers already placed that are live at the same time (else above them)."""
-    placed: list[_Storage] = []
+    import numpy as np
+
+    todo = sorted((s for s in storages if s.size), key=lambda s: (-s.size, s.first, s.last))
+    for s in storages:
+        s.offset = 0
+    firsts = np.empty(len(todo), dtype=np.int64)
+    lasts = np.empty(len(todo), dtype=np.int64)
+    starts = np.empty(len(todo), dtype=np.int64)
+    stops = np.empty(len(todo), dtype=np.int64)
     top = 0
-    for s in sorted(storages, key=lambda s: (-s.size, s.first, s.last)):
-        if s.size == 0:
-            s.offset = 0
-            continue
-        busy = sorted((o.offset, o.offset + o.size) for o in placed
-                      if o.first <= s.last and s.first <= o.last)
-        best, best_gap, cursor = None, None, 0
-        for start, stop in busy:
-            gap = start - cursor
-            if gap >= s.size and (best_gap is None or gap < best_gap):
-                best, best_gap = cursor, gap
-            cursor = max(cursor, stop)
-        s.offset = cursor if best is None else best
-        placed.append(s)
+    for n, s in enumerate(todo):
+        live = (firsts[:n] <= s.last) & (lasts[:n] >= s.first)
+        order = np.argsort(starts[:n][live], kind="stable")
+        busy_start, busy_stop = starts[:n][live][order], stops[:n][live][order]
+        # cursor before each busy block = the highest stop below it; a gap is what lies between
+        cursor = np.concatenate(([0], np.maximum.accumulate(busy_stop)))
+        gaps = busy_start - cursor[:-1]
+        fits = np.flatnonzero(gaps >= s.size)
+        s.offset = int(cursor[-1]) if not fits.size else int(cursor[fits[np.argmin(gaps[fits])]])
+        firsts[n], lasts[n], starts[n], stops[n] = s.first, s.last, s.offset, s.offset + s.size
         top = max(top, s.offset + s.size)
     return top
 

@@ -20,8 +20,8 @@ from nova.passes.canonicalize import canonicalize
 from nova.passes.cse import cse
 from nova.passes.dce import dce
 from nova.passes.fusion import Group, format_bytes, fuse
-from nova.passes.memory import MemoryPlan, plan_memory
-from nova.passes.schedule import schedule
+from nova.passes.memory import MemoryPlan
+from nova.passes.schedule import schedule_with_plan
 
 
 @dataclass
@@ -46,8 +46,7 @@ def pipeline(graph: Graph, target=None) -> Planned:
     stats["canonicalize"] = len(g.nodes)
     verify(g)
     layouts = layout_analysis.analyze(g)
-    groups = schedule(g, fuse(g, layouts), layouts)
-    memory = plan_memory(g, groups, layouts)
+    groups, memory = schedule_with_plan(g, fuse(g, layouts), layouts)
     return Planned(g, groups, [n for grp in groups for n in grp.nodes], memory, target, stats)
 
 

@@ -87,16 +87,20 @@ def greedy_order(graph: Graph, groups: list[Group], layouts=None) -> list[Group]
 def schedule(graph: Graph, groups: list[Group], layouts=None) -> list[Group]:
     """The execution order of ``groups``: the greedy order if its memory plan needs a smaller arena
     than program order's, else program order."""
+    return schedule_with_plan(graph, groups, layouts)[0]
+
+
+def schedule_with_plan(graph: Graph, groups: list[Group], layouts=None):
+    """``schedule`` and the memory plan of the order it picked (planned once per candidate)."""
     from nova.passes.memory import plan_memory
     layouts = layouts if layouts is not None else layout_analysis.analyze(graph)
     if not is_topological(groups):
         raise ValueError("fusion returned groups out of topological order")
+    program_plan = plan_memory(graph, groups, layouts)
     greedy = greedy_order(graph, groups, layouts)
     if [id(g) for g in greedy] == [id(g) for g in groups]:
-        return list(groups)
-    program_arena = plan_memory(graph, groups, layouts).arena_bytes
-    greedy_arena = plan_memory(graph, greedy, layouts).arena_bytes
-    return greedy if greedy_arena < program_arena else list(groups)
-
-
-__all__ = ["schedule", "greedy_order", "group_dag", "is_topological"]
+        return list(groups), program_plan
+    greedy_plan = plan_memory(graph, greedy, layouts)
+    if greedy_plan.arena_bytes < program_plan.arena_bytes:
+        return greedy, greedy_plan
+    return list(groups), program_plan
