@@ -31,6 +31,7 @@ cannot close a cycle, and ordering groups by their last node is a topological or
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -303,15 +304,10 @@ def _epilogue(node: Node, producers, users, outputs, layouts, dry_run: bool = Fa
             return None
         if dry_run:
             return g
-        g.problem = GemmProblem(**{**_fields(problem), "bias": epi.bias is not None, "activation": epi.activation})
+        g.problem = dataclasses.replace(problem, bias=epi.bias is not None, activation=epi.activation)
         g.tail = node.outputs[0]
         return g
     return None
-
-
-def _fields(problem: GemmProblem) -> dict:
-    return {f: getattr(problem, f) for f in ("M", "N", "K", "dtype", "trans_a", "trans_b", "bias", "activation",
-                                              "out_dtype", "tf32_rounding")}
 
 
 # ------------------------------------------------------------------ boundaries and reasons
@@ -355,7 +351,7 @@ def _reason(group: Group, g: _Open, layouts, names) -> str:
         a, b = first.inputs
         if group.kernel == "nova":
             text = f"{group.problem.describe()} on a Nova GEMM kernel"
-            fused = [n.op for n in group.nodes[1:]]
+            fused = ["bias add" if n.op == "add" else n.op for n in group.nodes[1:]]
             if fused:
                 text += f"; {' and '.join(fused)} fused into the GEMM epilogue"
             return text

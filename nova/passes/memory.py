@@ -21,6 +21,9 @@ Rules, over the execution order (the groups' nodes one after another; position =
 * **Offsets.**  Buffers (in-place chains are one buffer) are placed largest first, each at the
   best-fitting gap among the buffers it is live with; offsets and sizes are multiples of 256 bytes.
 
+Outputs that are not donated stay in the arena until the end of the step (the executor copies them
+out, or hands out views valid until the next run); an output that is a view stays an alias.
+
 ``peak_bytes`` = arena bytes + external bytes (the device memory the step needs);
 ``live_peak_bytes`` = the largest live set (a lower bound for any plan).  ``breakdown`` splits
 ``peak_bytes``: external bytes by role, the arena's live bytes at its busiest position by category
