@@ -14,7 +14,7 @@ from nova.ir import Graph, TensorType
 from nova.ir import interpreter
 from nova.passes import fuse, pipeline, plan_memory, validate_memory_plan
 from nova.passes.examples import random_inputs, transformer_step
-from nova.passes.layout import analyze, view_strides
+from nova.passes.layout import view_strides
 from nova.passes.memory import aligned
 from nova.passes.pipeline import format_plan
 from nova.passes.reference import run_planned
