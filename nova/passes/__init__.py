@@ -1,0 +1,24 @@
+"""Graph passes: graph -> graph transformations and analyses, one module each.
+
+    dce.py            dead-code elimination (outputs are the roots)
+    cse.py            common-subexpression elimination (constants by value, dtype, shape)
+    canonicalize.py   views folded, identity views dropped, transposes absorbed into matmul layouts,
+                      trivial constants folded
+    layout.py         analysis: each value as a strided view of a root's storage (or a copy)
+    fusion.py         nodes -> kernel groups (GEMM epilogues, pointwise regions, reductions)
+    schedule.py       the order the groups run in (memory-greedy, never worse than program order)
+    memory.py         the memory plan: arena offsets, aliases, donation, in-place reuse, validation
+    pipeline.py       pipeline(graph, target) -> Planned; format_plan
+    examples.py       hand-built training-step graphs (tests, demonstrations)
+    rewrite.py        the Rewriter the rewriting passes share
+"""
+from nova.passes.canonicalize import canonicalize
+from nova.passes.cse import cse
+from nova.passes.dce import dce
+from nova.passes.fusion import Epilogue, Group, fuse
+from nova.passes.memory import MemoryPlan, ValuePlan, View, plan_memory, validate_memory_plan
+from nova.passes.pipeline import Planned, format_plan, pipeline
+from nova.passes.schedule import schedule
+
+__all__ = ["dce", "cse", "canonicalize", "fuse", "schedule", "plan_memory", "validate_memory_plan", "pipeline",
+           "format_plan", "Planned", "Group", "Epilogue", "MemoryPlan", "ValuePlan", "View"]

@@ -1,0 +1,408 @@
+"""Fusion: partition the nodes into kernel groups, in program order.
+
+Rules, applied to each node in program order (a node joins a group, or starts one):
+
+* ``matmul`` starts a ``gemm`` group.  It runs on a Nova GEMM kernel (``kernel="nova"``) when it is
+  one ``GemmProblem``: both operands f32 (TF32), bf16 or f16, a 2-D ``b``, an ``a`` that is 2-D or
+  batched without transpose (its batch axes fold into M), both operands dense; else ATen.
+* Epilogue: a pointwise consumer of a Nova GEMM joins its group when the GEMM kernel computes it
+  (``act(acc + bias)``, ``nova/configurator/problem.py``): first an ``add`` of a dense [N] bias of
+  the kernel's bias type, then one activation (relu, gelu_tanh, silu), and only when the value it
+  consumes has no other reader (the kernel writes one result).  In a training step the
+  pre-activation feeds the activation's backward, so there only the bias fuses.
+* Pointwise ops (and ``constant``/``iota`` fills) join the pointwise groups of their producers when
+  those produce the same iteration shape, or are scalar chains read by this node alone (inlined):
+  one kernel, inputs read once, intermediates never written.  A value also read outside the group
+  is a group output (written once, noted in the reason).
+* A reduction joins the pointwise group producing its input (same shape): the ``reduction`` group
+  reads the input once and never writes the fused producers' values unless others need them.
+  Nothing joins a group after its reduction.
+* Composites (attention, layer_norm, softmax, losses, optimizer updates) and data-movement ops
+  (concat, gathers, scatter_add) are groups of their own; so is each opaque ``aten`` op.
+* Views are ``view`` groups that launch nothing (``kernel="none"``) unless the layout analysis says
+  the result is not a strided view of its input, then one copy (``kernel="aten"``).
+
+Acyclicity: a node only joins *open* groups, those none of whose values a node outside them has
+read yet.  An open group has no successors, so adding a node (which has no successors either)
+cannot close a cycle, and ordering groups by their last node is a topological order.
+
+``kernel`` says what runs a group today: ``nova`` (a Nova kernel, intermediates never written),
+``aten`` (ATen fallback; the executor runs the group's nodes one by one) or ``none`` (a free view).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+from nova.configurator.problem import ACTIVATIONS, OUT_DTYPES, GemmProblem
+from nova.ir.graph import Graph, Node, Value
+from nova.ir.ops import kind
+from nova.ir.printer import value_names
+from nova.passes import layout as layout_analysis
+
+GROUP_KINDS = ("gemm", "pointwise", "reduction", "composite", "view", "opaque")
+KERNELS = ("nova", "aten", "none")
+NOVA_GEMM_MODES = {"f32": "tf32", "bf16": "bf16", "f16": "fp16"}      # operand storage -> GemmProblem.dtype
+_ACTIVATION_OPS = {"relu": "relu", "gelu_tanh": "gelu", "silu": "silu"}  # IR op -> GEMM epilogue activation
+EPILOGUE_ACTIVATIONS = {op: act for op, act in _ACTIVATION_OPS.items() if act in ACTIVATIONS}
+
+
+@dataclass
+class Epilogue:
+    """What a Nova GEMM applies before writing C: ``act(acc + bias)``."""
+    bias: Value | None = None
+    activation: str = "none"          # one of configurator.problem.ACTIVATIONS
+
+    def describe(self) -> str:
+        parts = (["bias"] if self.bias is not None else []) + ([self.activation] if self.activation != "none" else [])
+        return "+".join(parts) or "none"
+
+
+@dataclass
+class Group:
+    """One kernel launch (or none, for a free view): ``nodes`` in program order."""
+    kind: str                                     # one of GROUP_KINDS
+    nodes: list[Node]
+    reason: str                                   # one line: why these nodes are together
+    kernel: str = "aten"                          # one of KERNELS: what runs it today
+    inputs: list[Value] = field(default_factory=list)    # read from outside the group (first-read order)
+    outputs: list[Value] = field(default_factory=list)   # written to memory: read outside or graph outputs
+    epilogue: Epilogue | None = None              # gemm: what the kernel applies to the product
+    problem: GemmProblem | None = None            # nova gemm: the problem the configurator schedules
+
+    @property
+    def fused(self) -> bool:
+        """One kernel whose intermediates are never written (the memory plan gives them no buffer)."""
+        return self.kernel == "nova"
+
+    @property
+    def gemm_node(self) -> Node | None:
+        return self.nodes[0] if self.kind == "gemm" else None
+
+    def intermediates(self) -> list[Value]:
+        """Results of the group's nodes that are not group outputs."""
+        outs = set(self.outputs)
+        return [v for n in self.nodes for v in n.outputs if v not in outs]
+
+
+# ------------------------------------------------------------------ building groups
+class _Open:
+    """A group under construction."""
+
+    def __init__(self, kind_: str, node: Node, kernel: str = "aten", shape=None):
+        self.kind = kind_
+        self.nodes = [node]
+        self.kernel = kernel
+        self.open = True
+        self.shape = shape
+        self.tail = node.outputs[0]
+        self.epilogue = Epilogue() if kind_ == "gemm" else None
+        self.problem = None
+        self.why_not_nova = ""
+
+
+def fuse(graph: Graph, layouts=None) -> list[Group]:
+    """Partition ``graph``'s nodes into groups (rules in the module docstring), in a topological
+    order of the groups."""
+    return _Fuser(graph, layouts).run()
+
+
+class _Fuser:
+    """Places the nodes one at a time in a topological order that, among the ready nodes, takes
+    first one that can join an open group (else the first in program order): a value's pointwise
+    and reduction readers get to fuse before another reader closes its group."""
+
+    def __init__(self, graph: Graph, layouts=None):
+        self.graph = graph
+        self.layouts = layouts if layouts is not None else layout_analysis.analyze(graph)
+        self.users = graph.users()
+        self.outputs = set(graph.output_values())
+        self.group_of: dict[Node, _Open] = {}
+
+    def run(self) -> list[Group]:
+        graph = self.graph
+        index = {node: i for i, node in enumerate(graph.nodes)}
+        waiting = {node: len({v.producer for v in node.inputs if v.producer is not None}) for node in graph.nodes}
+        readers: dict[Node, list[Node]] = {}
+        for node in graph.nodes:
+            for p in dict.fromkeys(v.producer for v in node.inputs if v.producer is not None):
+                readers.setdefault(p, []).append(node)
+        ready = [n for n in graph.nodes if waiting[n] == 0]
+        placed: list[Node] = []
+        while ready:
+            pick = next((n for n in ready if self._joinable(n)), ready[0])
+            ready.remove(pick)
+            self._place(pick)
+            placed.append(pick)
+            for r in readers.get(pick, ()):
+                waiting[r] -= 1
+                if waiting[r] == 0:
+                    ready.insert(_bisect(ready, r, index), r)
+        position = {node: i for i, node in enumerate(placed)}
+        built = list({id(g): g for g in (self.group_of[n] for n in placed)}.values())
+        built.sort(key=lambda g: max(position[n] for n in g.nodes))     # topological (see module docstring)
+        names = value_names(graph)
+        return [_finish(g, index, self.users, self.outputs, self.layouts, names) for g in built]
+
+    # -------------------------------------------------------------- one node
+    def _producers(self, node: Node) -> list[_Open]:
+        groups = []
+        for v in node.inputs:
+            g = self.group_of.get(v.producer) if v.producer is not None else None
+            if g is not None and g not in groups:
+                groups.append(g)
+        return groups
+
+    def _candidates(self, node: Node, producers) -> list[_Open]:
+        shape = node.outputs[0].shape
+        found = [p for p in producers if p.kind == "pointwise" and p.open
+                 and (p.shape == shape or _inlinable(p, node, self.users, self.outputs))]
+        found.sort(key=lambda p: p.shape != shape)          # a same-shape group is the base
+        return found
+
+    def _reduction_base(self, node: Node) -> _Open | None:
+        x = node.inputs[0]
+        p = self.group_of.get(x.producer) if x.producer is not None else None
+        if p is not None and p.kind == "pointwise" and p.open and p.shape == x.shape:
+            return p
+        return None
+
+    def _joinable(self, node: Node) -> bool:
+        k = kind(node.op)
+        if k == "reduce":
+            return self._reduction_base(node) is not None
+        if k != "pointwise":
+            return False
+        producers = self._producers(node)
+        return bool(self._candidates(node, producers)) or \
+            _epilogue(node, producers, self.users, self.outputs, self.layouts, dry_run=True) is not None
+
+    def _place(self, node: Node) -> None:
+        k = kind(node.op)
+        producers = self._producers(node)
+        g = None
+        if k == "matmul":
+            g = _Open("gemm", node)
+            _classify_gemm(g, node, self.layouts)
+        elif k in ("pointwise", "creation"):
+            g = _epilogue(node, producers, self.users, self.outputs, self.layouts)
+            if g is not None:
+                g.nodes.append(node)
+            else:
+                candidates = self._candidates(node, producers)
+                if candidates:
+                    g = candidates[0]
+                    for other in candidates[1:]:
+                        for n in other.nodes:
+                            self.group_of[n] = g
+                        g.nodes.extend(other.nodes)
+                        other.nodes = []
+                    g.nodes.append(node)
+                    g.shape = node.outputs[0].shape
+                else:
+                    g = _Open("pointwise", node, shape=node.outputs[0].shape)
+        elif k == "reduce":
+            g = self._reduction_base(node)
+            if g is not None:
+                g.nodes.append(node)
+                g.kind = "reduction"
+            else:
+                g = _Open("reduction", node, shape=node.inputs[0].shape)
+        elif k == "view":
+            copy = layout_analysis.is_copy(node, self.layouts)
+            g = _Open("view", node, kernel="aten" if copy else "none")
+        elif k in ("composite", "memory"):
+            g = _Open("composite", node)
+        else:
+            g = _Open("opaque", node)
+        self.group_of[node] = g
+        for p in producers:
+            if p is not g and p.nodes:           # read from outside now (merged-away groups are empty)
+                p.open = False
+
+
+def _bisect(ready: list, node, index) -> int:
+    lo, hi = 0, len(ready)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if index[ready[mid]] < index[node]:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+def _inlinable(p: _Open, node: Node, users, outputs) -> bool:
+    """A scalar pointwise group read only by ``node``: recomputed per element inside node's group."""
+    if p.shape is None or math.prod(p.shape) != 1:
+        return False
+    members = set(p.nodes)
+    for n in p.nodes:
+        for v in n.outputs:
+            if v in outputs or any(u is not node and u not in members for u in users.get(v, ())):
+                return False
+    return True
+
+
+def _classify_gemm(g: _Open, node: Node, layouts) -> None:
+    a, b = node.inputs
+    ta, tb = bool(node.attrs.get("transpose_a")), bool(node.attrs.get("transpose_b"))
+    out = node.outputs[0]
+    why = ""
+    if a.dtype != b.dtype or a.dtype not in NOVA_GEMM_MODES:
+        why = f"operands {a.type} and {b.type}: Nova GEMM takes two f32, bf16 or f16 operands"
+    elif out.dtype not in OUT_DTYPES:
+        why = f"result type {out.type}"
+    elif b.type.rank != 2:
+        why = f"batched right operand {b.type}"
+    elif a.type.rank > 2 and ta:
+        why = f"batched transposed left operand {a.type}"
+    elif not (layouts[a].dense and layouts[b].dense):
+        why = "an operand is not dense in memory"
+    elif any(layouts[x].offset * x.type.itemsize % 16 for x in (a, b)):
+        why = "an operand starts off a 16-byte boundary"
+    if why:
+        g.why_not_nova = why
+        return
+    m = math.prod(a.shape[:-1]) if not ta else a.shape[-1]
+    k = a.shape[-2] if ta else a.shape[-1]
+    n = b.shape[-2] if tb else b.shape[-1]
+    if min(m, n, k) < 1:
+        g.why_not_nova = "an empty dimension"
+        return
+    g.kernel = "nova"
+    g.problem = GemmProblem(M=m, N=n, K=k, dtype=NOVA_GEMM_MODES[a.dtype], trans_a=ta, trans_b=tb,
+                            out_dtype=out.dtype)
+
+
+def _bias_type(problem: GemmProblem) -> str:
+    """The bias element type the kernel reads (runtime.matmul.bias_storage, kept in step)."""
+    return "f32" if problem.dtype == "tf32" else problem.out_dtype
+
+
+def _epilogue(node: Node, producers, users, outputs, layouts, dry_run: bool = False) -> _Open | None:
+    """The Nova GEMM group ``node`` extends as its epilogue (recorded unless ``dry_run``), or None."""
+    for g in producers:
+        if g.kind != "gemm" or g.kernel != "nova" or not g.open or g.tail not in node.inputs:
+            continue
+        tail = g.tail
+        if g.tail in outputs or len(users.get(tail, ())) != 1 or node.outputs[0].type != tail.type:
+            return None
+        epi, problem = g.epilogue, g.problem
+        if node.op == "add" and epi.bias is None and epi.activation == "none":
+            (bias,) = [v for v in node.inputs if v is not tail] or [None]
+            if bias is None or bias.shape != (problem.N,) or bias.dtype != _bias_type(problem) \
+                    or not layouts[bias].dense:
+                return None
+            if not dry_run:
+                epi.bias = bias
+        elif node.op in EPILOGUE_ACTIVATIONS and epi.activation == "none":
+            if not dry_run:
+                epi.activation = EPILOGUE_ACTIVATIONS[node.op]
+        else:
+            return None
+        if dry_run:
+            return g
+        g.problem = dataclasses.replace(problem, bias=epi.bias is not None, activation=epi.activation)
+        g.tail = node.outputs[0]
+        return g
+    return None
+
+
+# ------------------------------------------------------------------ boundaries and reasons
+def boundary(nodes, users, outputs) -> tuple[list[Value], list[Value]]:
+    """(values the nodes read from outside, values they produce that are read outside or are graph
+    outputs), each in first-occurrence order."""
+    members = set(nodes)
+    produced = {v for n in nodes for v in n.outputs}
+    ins, outs = [], []
+    for n in nodes:
+        for v in n.inputs:
+            if v not in produced and v not in ins:
+                ins.append(v)
+    for n in nodes:
+        for v in n.outputs:
+            if v in outputs or any(u not in members for u in users.get(v, ())):
+                outs.append(v)
+    return ins, outs
+
+
+def _finish(g: _Open, index, users, outputs, layouts, names) -> Group:
+    nodes = sorted(g.nodes, key=index.__getitem__)
+    ins, outs = boundary(nodes, users, outputs)
+    group = Group(g.kind, nodes, "", g.kernel, ins, outs,
+                  g.epilogue if g.kind == "gemm" else None, g.problem)
+    group.reason = _reason(group, g, layouts, names)
+    return group
+
+
+def format_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" or n >= 100 else f"{n:.3g} {unit}"
+        n /= 1024
+    return f"{n} GiB"
+
+
+def _reason(group: Group, g: _Open, layouts, names) -> str:
+    first = group.nodes[0]
+    if group.kind == "gemm":
+        a, b = first.inputs
+        if group.kernel == "nova":
+            text = f"{group.problem.describe()} on a Nova GEMM kernel"
+            fused = ["bias add" if n.op == "add" else n.op for n in group.nodes[1:]]
+            if fused:
+                text += f"; {' and '.join(fused)} fused into the GEMM epilogue"
+            return text
+        return f"matmul {a.type} x {b.type}: ATen ({g.why_not_nova})"
+    if group.kind == "view":
+        x, out = first.inputs[0], first.outputs[0]
+        if group.kernel == "aten":
+            return (f"{first.op} of {names[x]} ({layouts[x].describe()}) is not a strided view: "
+                    f"one copy into its own buffer")
+        return f"{first.op} of {names[x]}: a strided view of {names[layouts[out].root]}, launches nothing"
+    if group.kind == "composite":
+        what = "data movement" if kind(first.op) == "memory" else "a composite op"
+        return f"{first.op} on {first.outputs[0].type}: {what} with its own kernel"
+    if group.kind == "opaque":
+        return f"aten op {first.attrs.get('target')}: not modeled by the IR, runs as itself"
+    extra = ""
+    leaving = [v for v in group.outputs if v.producer is not group.nodes[-1]]
+    if leaving:
+        extra = f"; {_count(len(leaving), 'intermediate value')} also read outside, written once"
+    if group.kind == "reduction":
+        red = group.nodes[-1]
+        x = red.inputs[0]
+        text = f"{red.op} over axes {tuple(red.attrs['axes'])} of {x.type}"
+        if len(group.nodes) > 1:
+            saved_trips, saved_bytes = _savings(group)
+            text += (f" with {_count(len(group.nodes) - 1, 'pointwise producer')} fused: the input is read once; "
+                     f"saves {_count(saved_trips, 'round trip')} ({format_bytes(saved_bytes)})")
+        return text + extra
+    # pointwise
+    if len(group.nodes) == 1:
+        out = first.outputs[0]
+        if kind(first.op) == "creation":
+            return f"{first.op} fill of {out.type}, materialized: its readers are other kernels"
+        return f"{first.op} on {out.type}: no fusible neighbour"
+    saved_trips, saved_bytes = _savings(group)
+    shape_type = group.nodes[-1].outputs[0].type
+    return (f"{len(group.nodes)} pointwise ops on {shape_type}: one pass over memory saves "
+            f"{_count(saved_trips, 'round trip')} ({format_bytes(saved_bytes)})" + extra)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _savings(group: Group) -> tuple[int, int]:
+    """Tensor transfers (and bytes) of running each node alone minus running the group once."""
+    unfused = [v for n in group.nodes for v in n.inputs if not _is_fill(v)] + \
+              [v for n in group.nodes for v in n.outputs if not _is_fill(v)]
+    fused = [v for v in group.inputs if not _is_fill(v)] + [v for v in group.outputs if not _is_fill(v)]
+    return len(unfused) - len(fused), sum(v.type.nbytes for v in unfused) - sum(v.type.nbytes for v in fused)
+
+
+def _is_fill(v: Value) -> bool:
+    return v.producer is not None and kind(v.producer.op) == "creation"

@@ -1,0 +1,387 @@
+"""Memory planning: where every value of the scheduled graph lives, decided before anything runs.
+
+Rules, over the execution order (the groups' nodes one after another; position = index):
+
+* **Storage roots.**  A graph input is ``external``: the user owns its storage (parameters,
+  optimizer state, data), it is never in the arena.  A view is an ``alias`` of the root whose
+  storage it reads (shape, strides, offset from ``layout.py``); a reshape that cannot be a view is a
+  root (a copy).  Values inside a Nova-kernel group (a GEMM epilogue's intermediates) are ``fused``:
+  never written.  Every other node result gets arena bytes, the intermediates of an ATen-fallback
+  group included (the executor runs those nodes one by one; they are ``workspace``).
+* **Liveness.**  A root is live from the position that writes it to the last position that reads
+  it or any of its aliases; to the end when it or an alias is a graph output.  A node of a fused
+  group writes at the group's first position and reads at its last (one launch).
+* **Donation.**  An output with ``updates=i`` is written into input i's storage (it becomes
+  ``external``, ``donated``) when input i and its aliases are read nowhere after that write, except
+  by the producing node itself reading it element for element (a pointwise op or adamw/sgd reading
+  the whole input in its own layout), and input i is not itself an output.
+* **In place.**  The result of an ATen pointwise node (or adamw/sgd) takes the arena buffer of an
+  input root that dies at this node, when that input has the result's byte size and is read element
+  for element (same shape, dense, whole buffer).
+* **Offsets.**  Buffers (in-place chains are one buffer) are placed largest first, each at the
+  best-fitting gap among the buffers it is live with; offsets and sizes are multiples of 256 bytes.
+
+Outputs that are not donated stay in the arena until the end of the step (the executor copies them
+out, or hands out views valid until the next run); an output that is a view stays an alias.
+
+``peak_bytes`` = arena bytes + external bytes (the device memory the step needs);
+``live_peak_bytes`` = the largest live set (a lower bound for any plan).  ``breakdown`` splits
+``peak_bytes``: external bytes by role, the arena's live bytes at its busiest position by category
+(gradients, activations, workspace, ...), and ``arena_slack`` (arena bytes not live there).
+``validate_memory_plan`` re-derives liveness independently and checks that no two buffers live at
+the same time overlap.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nova.ir.graph import Graph, Node, Value
+from nova.ir.ops import kind
+from nova.passes import layout as layout_analysis
+from nova.passes.fusion import Group
+
+ALIGNMENT = 256
+ELEMENTWISE_COMPOSITES = ("adamw", "sgd")
+INPUT_CATEGORIES = {"param": "parameters", "opt_state": "optimizer_state", "grad": "gradients",
+                    "data": "data", "const": "data"}
+CATEGORIES = ("parameters", "optimizer_state", "data", "gradients", "activations", "workspace", "arena_slack")
+VALUE_KINDS = ("arena", "external", "alias", "fused")
+
+
+@dataclass(frozen=True)
+class View:
+    """How an alias reads its root's storage (in elements)."""
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+
+
+@dataclass
+class ValuePlan:
+    kind: str                         # one of VALUE_KINDS
+    nbytes: int                       # the value's own bytes
+    category: str                     # for the breakdown: parameters, gradients, activations, workspace, ...
+    offset: int | None = None         # arena: byte offset in the arena
+    input_index: int | None = None    # external: the graph input whose storage holds it
+    alias_of: Value | None = None     # alias: the root value whose storage it views
+    view: View | None = None          # alias: shape, strides, offset over the root's storage
+    live: tuple[int, int] | None = None   # roots with storage: [first, last] positions (end = len(order))
+    reuses: Value | None = None       # in place: took this value's arena buffer as it died here
+    donated: bool = False             # an updating output written into its input's storage
+
+
+@dataclass
+class MemoryPlan:
+    values: dict[Value, ValuePlan]
+    arena_bytes: int
+    peak_bytes: int                   # arena + external
+    live_peak_bytes: int              # largest live set (arena at its busiest position + external)
+    external_bytes: int
+    breakdown: dict[str, int]         # sums to peak_bytes
+    donations: list[tuple[int, int]]  # (output index, input index) written in place
+    order: list[Node] = field(default_factory=list)
+    alignment: int = ALIGNMENT
+
+    def __getitem__(self, value: Value) -> ValuePlan:
+        return self.values[value]
+
+    def root(self, value: Value) -> Value:
+        p = self.values[value]
+        return p.alias_of if p.kind == "alias" else value
+
+    def inplace(self) -> list[tuple[Value, Value]]:
+        """(dying value, value that took its buffer) pairs."""
+        return [(p.reuses, v) for v, p in self.values.items() if p.reuses is not None]
+
+
+def aligned(n: int, alignment: int = ALIGNMENT) -> int:
+    return -(-n // alignment) * alignment
+
+
+def elementwise_reader(node: Node, root: Value, out: Value, layouts) -> bool:
+    """``node`` may write ``out`` over ``root``'s storage: it is elementwise and reads ``root`` (in
+    any of its aliases) only element for element in ``out``'s own layout."""
+    if kind(node.op) != "pointwise" and node.op not in ELEMENTWISE_COMPOSITES:
+        return False
+    if root.type.nbytes != out.type.nbytes:
+        return False
+    for v in node.inputs:
+        lay = layouts[v]
+        if lay.root is root and not (lay.whole_root and lay.shape == out.shape):
+            return False
+    return True
+
+
+class _Storage:
+    def __init__(self, value: Value, first: int, last: int):
+        self.holders = [value]
+        self.nbytes = value.type.nbytes
+        self.size = aligned(self.nbytes)
+        self.first, self.last = first, last
+        self.offset = 0
+
+
+def plan_memory(graph: Graph, groups: list[Group], layouts=None) -> MemoryPlan:
+    """The memory plan of ``graph`` run as ``groups`` in this order (rules in the module docstring)."""
+    layouts = layouts if layouts is not None else layout_analysis.analyze(graph)
+    order = [n for g in groups for n in g.nodes]
+    if len(order) != len(graph.nodes) or set(order) != set(graph.nodes):
+        raise ValueError("the groups must hold every node of the graph exactly once")
+    end = len(order)
+    pos = {n: i for i, n in enumerate(order)}
+    group_of = {n: g for g in groups for n in g.nodes}
+    write_at = {n: pos[group_of[n].nodes[0]] if group_of[n].fused else pos[n] for n in order}
+    read_at = {n: pos[group_of[n].nodes[-1]] if group_of[n].fused else pos[n] for n in order}
+    users = graph.users()
+    out_values = set(graph.output_values())
+
+    all_values = [s.value for s in graph.inputs] + [v for n in graph.nodes for v in n.outputs]
+    family: dict[Value, list[Value]] = {}
+    for v in all_values:
+        family.setdefault(layouts[v].root, []).append(v)
+
+    def read_positions(root: Value) -> list[int]:
+        return [read_at[u] for v in family[root] for u in users.get(v, ())
+                if kind(u.op) != "view" or layout_analysis.is_copy(u, layouts)]
+
+    first: dict[Value, int] = {}
+    last: dict[Value, int] = {}
+    for root in family:
+        first[root] = write_at[root.producer] if root.producer is not None else -1
+        reads = read_positions(root)
+        last[root] = end if any(v in out_values for v in family[root]) else max(reads, default=first[root])
+
+    internal = {v for g in groups for v in g.intermediates()} | \
+        {v for g in groups for n in g.nodes for v in n.outputs if not users.get(v) and v not in out_values}
+    fused = {v for g in groups if g.fused for v in g.intermediates()}
+    categories = _categories(graph, family, layouts, internal)
+
+    # ---------------------------------------------------------------- donation
+    input_index = {s.value: i for i, s in enumerate(graph.inputs)}
+    donated: dict[Value, int] = {}
+    donations: list[tuple[int, int]] = []
+    for j, o in enumerate(graph.outputs):
+        if o.updates is None:
+            continue
+        v, x = o.value, graph.inputs[o.updates].value
+        if v is x:
+            donations.append((j, o.updates))
+            continue
+        if v.producer is None or layouts[v].root is not v or v in donated or v in fused \
+                or o.updates in donated.values() or any(a in out_values for a in family[x]):
+            continue
+        p = v.producer
+        reads = read_positions(x)
+        if all(r < write_at[p] or (r == write_at[p] and not group_of[p].fused
+                                   and elementwise_reader(p, x, v, layouts)) for r in reads):
+            donated[v] = o.updates
+            donations.append((j, o.updates))
+
+    # ---------------------------------------------------------------- in place, then buffers
+    storage_of: dict[Value, _Storage] = {}
+    storages: list[_Storage] = []
+    reuses: dict[Value, Value] = {}
+    for node in order:
+        claimed = set()
+        for v in node.outputs:
+            if layouts[v].root is not v or v in fused or v in donated:
+                continue
+            s = None
+            if not group_of[node].fused:
+                for x in dict.fromkeys(layouts[i].root for i in node.inputs):
+                    cand = storage_of.get(x)
+                    if cand is not None and cand.holders[-1] is x and cand.last == pos[node] \
+                            and id(cand) not in claimed and elementwise_reader(node, x, v, layouts):
+                        s = cand
+                        reuses[v] = x
+                        break
+            if s is None:
+                s = _Storage(v, first[v], last[v])
+                storages.append(s)
+            else:
+                s.holders.append(v)
+                s.last = last[v]
+            claimed.add(id(s))
+            storage_of[v] = s
+    arena_bytes = _assign_offsets(storages)
+
+    # ---------------------------------------------------------------- per value
+    values: dict[Value, ValuePlan] = {}
+    for v in all_values:
+        root = layouts[v].root
+        cat = categories[root]
+        if root is not v:
+            lay = layouts[v]
+            rp = values[root]
+            values[v] = ValuePlan("alias", v.type.nbytes, cat, offset=rp.offset, input_index=rp.input_index,
+                                  alias_of=root, view=View(lay.shape, lay.strides, lay.offset))
+        elif v in input_index:
+            values[v] = ValuePlan("external", v.type.nbytes, cat, input_index=input_index[v], live=(-1, end))
+        elif v in donated:
+            values[v] = ValuePlan("external", v.type.nbytes, cat, input_index=donated[v],
+                                  live=(first[v], last[v]), donated=True)
+        elif v in fused:
+            values[v] = ValuePlan("fused", v.type.nbytes, "workspace")
+        else:
+            values[v] = ValuePlan("arena", v.type.nbytes, cat, offset=storage_of[v].offset,
+                                  live=(first[v], last[v]), reuses=reuses.get(v))
+
+    external_bytes = sum(s.value.type.nbytes for s in graph.inputs)
+    breakdown, live_peak = _breakdown(graph, storages, categories, first, end, arena_bytes)
+    return MemoryPlan(values, arena_bytes, arena_bytes + external_bytes, live_peak + external_bytes,
+                      external_bytes, breakdown, donations, order)
+
+
+def _categories(graph: Graph, family, layouts, internal) -> dict[Value, str]:
+    """Each root -> its breakdown category."""
+    grads = {o.value for o in graph.outputs if o.role == "grad"} | \
+        {n.inputs[1] for n in graph.nodes if n.op in ELEMENTWISE_COMPOSITES}
+    roles = {}
+    for o in graph.outputs:
+        roles.setdefault(o.value, o.role)
+    out = {}
+    for s in graph.inputs:
+        out[s.value] = INPUT_CATEGORIES[s.role]
+    for root, members in family.items():
+        if root in out:
+            continue
+        member_roles = {roles.get(m) for m in members}
+        if any(m in grads for m in members):
+            out[root] = "gradients"
+        elif "param" in member_roles:
+            out[root] = "parameters"
+        elif "opt_state" in member_roles:
+            out[root] = "optimizer_state"
+        elif root in internal:
+            out[root] = "workspace"
+        else:
+            out[root] = "activations"
+    return out
+
+
+def _assign_offsets(storages: list[_Storage]) -> int:
+    """Greedy by size with best fit: each buffer, largest first, goes to the smallest gap between
+    the buffers already placed that are live at the same time (else above them)."""
+    import numpy as np
+
+    todo = sorted((s for s in storages if s.size), key=lambda s: (-s.size, s.first, s.last))
+    for s in storages:
+        s.offset = 0
+    firsts = np.empty(len(todo), dtype=np.int64)
+    lasts = np.empty(len(todo), dtype=np.int64)
+    starts = np.empty(len(todo), dtype=np.int64)
+    stops = np.empty(len(todo), dtype=np.int64)
+    top = 0
+    for n, s in enumerate(todo):
+        live = (firsts[:n] <= s.last) & (lasts[:n] >= s.first)
+        order = np.argsort(starts[:n][live], kind="stable")
+        busy_start, busy_stop = starts[:n][live][order], stops[:n][live][order]
+        # cursor before each busy block = the highest stop below it; a gap is what lies between
+        cursor = np.concatenate(([0], np.maximum.accumulate(busy_stop)))
+        gaps = busy_start - cursor[:-1]
+        fits = np.flatnonzero(gaps >= s.size)
+        s.offset = int(cursor[-1]) if not fits.size else int(cursor[fits[np.argmin(gaps[fits])]])
+        firsts[n], lasts[n], starts[n], stops[n] = s.first, s.last, s.offset, s.offset + s.size
+        top = max(top, s.offset + s.size)
+    return top
+
+
+def _breakdown(graph, storages, categories, first, end, arena_bytes) -> tuple[dict[str, int], int]:
+    delta = [0] * (end + 2)
+    for s in storages:
+        delta[max(s.first, 0)] += s.size
+        delta[s.last + 1] -= s.size
+    live, busiest, busiest_at = 0, 0, 0
+    for t in range(end + 1):
+        live += delta[t]
+        if live > busiest:
+            busiest, busiest_at = live, t
+    breakdown = dict.fromkeys(CATEGORIES, 0)
+    for s in graph.inputs:
+        breakdown[INPUT_CATEGORIES[s.role]] += s.value.type.nbytes
+    for s in storages:
+        if s.first <= busiest_at <= s.last and s.size:
+            holder = [h for h in s.holders if first[h] <= busiest_at][-1]
+            breakdown[categories[holder]] += s.size
+    breakdown["arena_slack"] = arena_bytes - busiest
+    return breakdown, busiest
+
+
+# ==================================================================== validation
+def validate_memory_plan(graph: Graph, groups: list[Group], plan: MemoryPlan) -> None:
+    """Raise ``AssertionError`` naming the first problem: a value without a plan, a misaligned or
+    out-of-arena buffer, two buffers live at the same time that overlap (other than a declared
+    in-place reuse at the node where the old value dies, read element for element), an alias that
+    does not describe its view, or a donation whose input is still read afterwards.  Liveness is
+    re-derived here from the graph and the groups, not taken from the plan."""
+    layouts = layout_analysis.analyze(graph)
+    order = [n for g in groups for n in g.nodes]
+    end = len(order)
+    pos = {n: i for i, n in enumerate(order)}
+    group_of = {n: g for g in groups for n in g.nodes}
+    span = {n: (pos[group_of[n].nodes[0]], pos[group_of[n].nodes[-1]]) if group_of[n].fused else (pos[n], pos[n])
+            for n in order}
+    outputs = set(graph.output_values())
+    inputs = [s.value for s in graph.inputs]
+
+    def root_of(v):
+        return plan[v].alias_of if plan[v].kind == "alias" else v
+
+    need: dict[Value, list[int]] = {}                 # root -> [write, last read or end]
+    for v in inputs:
+        need[v] = [-1, -1]
+    for node in order:
+        for v in node.inputs:
+            if kind(node.op) == "view" and plan[node.outputs[0]].kind == "alias":
+                continue                              # a free view reads nothing
+            r = root_of(v)
+            need[r][1] = max(need[r][1], span[node][1])
+        for v in node.outputs:
+            assert v in plan.values, f"value {v} of {node.op} has no plan"
+            if plan[v].kind != "alias":
+                need[v] = [span[node][0], span[node][0]]
+    for v in outputs:
+        need[root_of(v)][1] = end
+
+    for v, p in plan.values.items():
+        assert p.kind in VALUE_KINDS, f"unknown kind {p.kind}"
+        if p.kind == "alias":
+            lay = layouts[v]
+            assert lay.root is p.alias_of and p.view == View(lay.shape, lay.strides, lay.offset), \
+                f"alias {v} does not describe its view ({lay.describe()})"
+        if p.kind == "arena":
+            assert p.offset % plan.alignment == 0 and p.offset + p.nbytes <= plan.arena_bytes, \
+                f"buffer of {v} at {p.offset}+{p.nbytes} is misaligned or outside the arena ({plan.arena_bytes})"
+        if p.kind == "fused":
+            assert group_of[v.producer].fused and v not in outputs, f"{v} is fused but is written"
+    for i, v in enumerate(inputs):
+        assert plan[v].kind == "external" and plan[v].input_index == i, f"input {i} is not external"
+
+    arena = [v for v, p in plan.values.items() if p.kind == "arena" and p.nbytes]
+    arena.sort(key=lambda v: plan[v].offset)
+    for a_i, a in enumerate(arena):
+        pa = plan[a]
+        for b in arena[a_i + 1:]:
+            pb = plan[b]
+            if pb.offset >= pa.offset + pa.nbytes:
+                break
+            (fa, la), (fb, lb) = need[a], need[b]
+            if fa > lb or fb > la:
+                continue                               # never live together
+            earlier, later = (a, b) if fa <= fb else (b, a)
+            ok = plan[later].reuses is earlier and need[earlier][1] == need[later][0] \
+                and elementwise_reader(later.producer, earlier, later, layouts) \
+                and plan[earlier].offset == plan[later].offset
+            assert ok, f"buffers of {a} [{fa},{la}] and {b} [{fb},{lb}] overlap in time and in the arena"
+
+    for j, i in plan.donations:
+        v, x = graph.outputs[j].value, inputs[i]
+        assert graph.outputs[j].updates == i, f"output {j} does not update input {i}"
+        if v is x:
+            continue
+        assert plan[v].kind == "external" and plan[v].input_index == i and plan[v].donated
+        write = need[v][0]
+        assert x not in outputs and need[x][1] <= write, f"input {i} is read after output {j} overwrites it"
+        if need[x][1] == write:
+            assert elementwise_reader(v.producer, x, v, layouts), \
+                f"output {j} overwrites input {i} while {v.producer.op} still reads it in another layout"

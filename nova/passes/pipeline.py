@@ -1,0 +1,90 @@
+"""The passes in order: ``pipeline(graph) -> Planned`` (the contract of docs/graph-compiler.md §3).
+
+    verify -> dce -> cse -> canonicalize -> cse -> verify      the optimized graph
+           -> fuse                                              groups (kernels)
+           -> schedule                                          the order the groups run in
+           -> plan_memory                                       arena offsets, aliases, donation
+
+``format_plan`` renders the result for ``explain``: the pass statistics, each group with its kernel
+and reason, and the memory plan with its breakdown.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nova.ir.graph import Graph, Node
+from nova.ir.printer import value_names
+from nova.ir.verify import verify
+from nova.passes import layout as layout_analysis
+from nova.passes.canonicalize import canonicalize
+from nova.passes.cse import cse
+from nova.passes.dce import dce
+from nova.passes.fusion import Group, format_bytes, fuse
+from nova.passes.memory import MemoryPlan
+from nova.passes.schedule import schedule_with_plan
+
+
+@dataclass
+class Planned:
+    graph: Graph                      # the optimized graph (groups and memory refer to its values)
+    groups: list[Group]               # in execution order
+    order: list[Node]                 # the groups' nodes, one after another: what runs, in order
+    memory: MemoryPlan
+    target: object = None             # as given to pipeline (the compiler configures GEMMs for it)
+    stats: dict[str, int] = field(default_factory=dict)   # node count after each pass
+
+
+def pipeline(graph: Graph, target=None) -> Planned:
+    """Optimize, group, order and plan ``graph`` (which is left unchanged)."""
+    verify(graph)
+    stats = {"captured": len(graph.nodes)}
+    g = dce(graph)
+    stats["dce"] = len(g.nodes)
+    g = cse(g)
+    stats["cse"] = len(g.nodes)
+    g = cse(canonicalize(g))
+    stats["canonicalize"] = len(g.nodes)
+    verify(g)
+    layouts = layout_analysis.analyze(g)
+    groups, memory = schedule_with_plan(g, fuse(g, layouts), layouts)
+    return Planned(g, groups, [n for grp in groups for n in grp.nodes], memory, target, stats)
+
+
+def format_plan(planned: Planned, max_groups: int | None = None) -> str:
+    """A readable account of the plan: passes, groups with reasons, memory."""
+    g, mem = planned.graph, planned.memory
+    names = value_names(g)
+    launches = [grp for grp in planned.groups if grp.kernel != "none"]
+    nova = sum(grp.kernel == "nova" for grp in planned.groups)
+    lines = [f"plan {g.name}: {len(g.nodes)} nodes in {len(planned.groups)} groups, {len(launches)} launches "
+             f"({nova} on Nova kernels, {len(launches) - nova} on ATen), "
+             f"{len(planned.groups) - len(launches)} free views"]
+    if planned.stats:
+        lines.append("passes: " + " -> ".join(f"{k} {v}" for k, v in planned.stats.items()) + " nodes")
+    lines.append("groups (execution order):")
+    shown = planned.groups if max_groups is None else planned.groups[:max_groups]
+    for i, grp in enumerate(shown):
+        ops = "+".join(n.op for n in grp.nodes)
+        outs = ",".join(names[v] for v in grp.outputs) or "-"
+        lines.append(f"  {i:>3} {grp.kind:<9} {grp.kernel:<4} {ops:<28} -> {outs:<10} {grp.reason}")
+    if len(shown) < len(planned.groups):
+        lines.append(f"  ... {len(planned.groups) - len(shown)} more groups")
+    lines.append(f"memory: peak {format_bytes(mem.peak_bytes)} = arena {format_bytes(mem.arena_bytes)} "
+                 f"+ external {format_bytes(mem.external_bytes)} (largest live set "
+                 f"{format_bytes(mem.live_peak_bytes)})")
+    for cat, nbytes in mem.breakdown.items():
+        if nbytes:
+            lines.append(f"  {cat:<16} {format_bytes(nbytes):>10}")
+    updating = [o for o in g.outputs if o.updates is not None]
+    donated = [g.outputs[j].name for j, _ in mem.donations]
+    lines.append(f"  donation: {len(donated)} of {len(updating)} updating outputs written into their input's storage")
+    not_donated = [o.name for o in updating if o.name not in set(donated)]
+    if not_donated:
+        lines.append(f"    not donated (input still read later): {', '.join(not_donated)}")
+    kinds: dict[str, int] = {}
+    for p in mem.values.values():
+        kinds[p.kind] = kinds.get(p.kind, 0) + 1
+    lines.append(f"  values: {kinds.get('arena', 0)} arena buffers ({len(mem.inplace())} in place over a dying "
+                 f"input), {kinds.get('alias', 0)} aliases (free views), {kinds.get('external', 0)} external, "
+                 f"{kinds.get('fused', 0)} fused away")
+    return "\n".join(lines)

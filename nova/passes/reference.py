@@ -1,0 +1,66 @@
+"""A reference runner for a ``Planned`` step: the plan's contract, executable on CPU.
+
+``run_planned`` runs the groups in order over ONE arena (a byte tensor, poisoned with 0xFF so a read
+of never-written bytes shows up as NaN or a bad index) and the caller's input tensors as external
+storage: every value is read where the memory plan says it lives (arena offset, an input's storage,
+or an ``as_strided`` alias of its root) and every node result is written there.  A node computes
+all its results before writing any (what an elementwise kernel writing in place, or an ``out=``
+call, does).  The tests compare it with ``nova.ir.interpreter.run``: if the plan let two live
+values share bytes, or a donation overwrote an input still to be read, the results differ.  The
+executor (``nova/compiler``) does the same on GPU with real kernels.
+"""
+from __future__ import annotations
+
+from nova.ir.ops import kind, opdef
+from nova.ir.types import TORCH_NAMES
+
+
+def run_planned(planned, inputs, *, check_views: bool = True):
+    """Run ``planned`` on ``inputs`` (which it writes: donated outputs land in them); returns the
+    outputs as fresh tensors."""
+    import torch
+
+    mem = planned.memory
+    arena = torch.full((max(mem.arena_bytes, 1),), 0xFF, dtype=torch.uint8)
+    storage = list(inputs)
+    fused: dict = {}
+
+    def dtype(v):
+        return getattr(torch, TORCH_NAMES[v.dtype])
+
+    def root_tensor(v):
+        p = mem[v]
+        if p.kind == "external":
+            t = storage[p.input_index]
+            assert tuple(t.shape) == v.shape and t.is_contiguous()
+            return t.view(dtype(v)) if t.dtype != dtype(v) else t
+        if p.kind == "arena":
+            return arena[p.offset:p.offset + p.nbytes].view(dtype(v)).reshape(v.shape)
+        return fused[v]
+
+    def read(v):
+        p = mem[v]
+        if p.kind == "alias":
+            base = root_tensor(p.alias_of)
+            return base.as_strided(p.view.shape, p.view.strides, base.storage_offset() + p.view.offset)
+        return root_tensor(v)
+
+    for group in planned.groups:
+        for node in group.nodes:
+            args = [read(v) for v in node.inputs]
+            result = opdef(node.op).reference(torch, *args, **node.attrs)
+            results = [r.clone() for r in (result if isinstance(result, (tuple, list)) else (result,))]
+            if kind(node.op) == "view" and mem[node.outputs[0]].kind == "alias":
+                if check_views:
+                    assert torch.equal(results[0].nan_to_num(0.0) if results[0].is_floating_point() else results[0],
+                                       read(node.outputs[0]).nan_to_num(0.0)
+                                       if results[0].is_floating_point() else read(node.outputs[0])), \
+                        f"alias of {node.op} does not read what the view computes"
+                continue
+            for v, r in zip(node.outputs, results):
+                if mem[v].kind == "fused":
+                    fused[v] = r
+                else:
+                    root_tensor(v).copy_(r)
+        fused.clear()
+    return [read(o.value).clone() for o in planned.graph.outputs]

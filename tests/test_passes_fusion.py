@@ -1,0 +1,172 @@
+"""Fusion: GEMM epilogues, pointwise regions, reductions, composites and views, on small graphs and
+on the hand-built GPT-block training step."""
+import pytest
+import torch
+
+from nova.ir import Graph, TensorType
+from nova.ir import interpreter
+from nova.passes import canonicalize, fuse, pipeline
+from nova.passes.examples import linear_bias_gelu, random_inputs, transformer_step
+from nova.passes.reference import run_planned
+from nova.passes.schedule import is_topological
+
+F = lambda *shape: TensorType(shape, "f32")          # noqa: E731
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def ops_of(group):
+    return [n.op for n in group.nodes]
+
+
+def check_partition(graph, groups):
+    nodes = [n for g in groups for n in g.nodes]
+    assert len(nodes) == len(graph.nodes) and set(nodes) == set(graph.nodes)
+    assert is_topological(groups)
+
+
+def test_gemm_bias_gelu_is_one_nova_kernel_with_an_epilogue():
+    g = canonicalize(linear_bias_gelu(64, 32, 48))
+    groups = fuse(g)
+    check_partition(g, groups)
+    (gemm,) = groups
+    assert gemm.kind == "gemm" and gemm.kernel == "nova" and gemm.fused
+    assert ops_of(gemm) == ["matmul", "add", "gelu_tanh"]
+    assert gemm.epilogue.bias is g.inputs[2].value and gemm.epilogue.activation == "gelu"
+    p = gemm.problem
+    assert (p.M, p.N, p.K, p.dtype, p.trans_a, p.trans_b, p.bias, p.activation) == \
+        (64, 48, 32, "tf32", False, True, True, "gelu")
+    assert gemm.inputs == [v.value for v in g.inputs] and gemm.outputs == [g.outputs[0].value]
+    assert "gelu_tanh fused into the GEMM epilogue" in gemm.reason
+    planned = pipeline(linear_bias_gelu(64, 32, 48))
+    assert [v.kind for v in planned.memory.values.values()].count("fused") == 2   # product, biased product
+    inputs = random_inputs(planned.graph, 3)
+    torch.testing.assert_close(run_planned(planned, [t.clone() for t in inputs])[0],
+                               interpreter.run(linear_bias_gelu(64, 32, 48), inputs)[0])
+
+
+@pytest.mark.parametrize("case", ["matrix_bias", "bias_wrong_dtype", "activation_first", "product_read_twice",
+                                  "two_activations"])
+def test_epilogue_only_what_the_gemm_kernel_computes(case):
+    g = Graph()
+    x = g.input(F(8, 4), "x")
+    w = g.input(F(4, 6), "w")
+    y = g.op("matmul", x, w)
+    if case == "matrix_bias":
+        out = g.op("add", y, g.input(F(8, 6), "b"))               # not a [N] vector
+        expect = ["matmul"]
+    elif case == "bias_wrong_dtype":
+        out = g.op("add", y, g.input(TensorType((6,), "f16"), "b"))
+        expect = ["matmul"]
+    elif case == "activation_first":
+        out = g.op("add", g.op("relu", y), g.input(F(6), "b"))   # act(acc) + bias is not act(acc + bias)
+        expect = ["matmul", "relu"]
+    elif case == "product_read_twice":
+        out = g.op("mul", g.op("silu", y), y)
+        expect = ["matmul"]
+    else:
+        out = g.op("silu", g.op("relu", y))
+        expect = ["matmul", "relu"]
+    g.output(out, "out")
+    groups = fuse(g)
+    check_partition(g, groups)
+    assert ops_of(groups[0]) == expect
+
+
+def test_a_pointwise_region_fuses_and_notes_values_read_outside():
+    g = Graph()
+    x = g.input(F(256, 128), "x")
+    y = g.input(F(256, 128), "y")
+    b = g.input(F(128), "b")
+    a = g.op("add", x, y)
+    t = g.op("gelu_tanh", a)
+    c = g.op("mul", t, g.op("add", b, g.op("constant", value=1.0, dtype="f32")))   # [N] branch stays apart
+    g.output(c, "c")
+    g.output(g.op("matmul", t, w := g.input(F(128, 16), "w")), "t_w")               # t is also read by a GEMM
+    groups = fuse(g)
+    check_partition(g, groups)
+    region = next(gr for gr in groups if "gelu_tanh" in ops_of(gr))
+    assert region.kind == "pointwise" and ops_of(region) == ["add", "gelu_tanh", "mul"]
+    assert region.outputs == [t, c]                     # t written once for the GEMM
+    # unfused: add 3, gelu 2, mul 3 transfers; fused: read x, y, [N] once, write t, c: saves 3 of 128 KiB
+    assert "3 pointwise ops on f32[256,128]" in region.reason and "saves 3 round trips (384 KiB)" in region.reason
+    assert "also read outside" in region.reason
+    small = next(gr for gr in groups if gr.nodes[-1].op == "add" and gr.nodes[-1].outputs[0].shape == (128,))
+    assert ops_of(small) == ["constant", "add"]         # the scalar fill is inlined into its only reader
+
+
+def test_a_reduction_fuses_with_its_pointwise_producers_even_if_another_reader_comes_first():
+    g = Graph()
+    a = g.input(F(64, 32), "a")
+    b = g.input(F(64, 32), "b")
+    s = g.op("add", a, b)
+    e = g.op("exp", s)
+    g.output(g.op("matmul", e, g.input(F(32, 8), "w")), "mm")     # another reader of e, first in program order
+    g.output(g.op("sum", e, axes=(0,)), "colsum")
+    groups = fuse(g)
+    check_partition(g, groups)
+    red = next(gr for gr in groups if gr.kind == "reduction")
+    assert ops_of(red) == ["add", "exp", "sum"] and red.outputs == [e, g.outputs[1].value]
+    assert "with 2 pointwise producers fused" in red.reason
+
+
+def test_fusion_does_not_close_a_cycle_through_another_kernel():
+    g = Graph()
+    x = g.input(F(16, 16), "x")
+    a = g.op("exp", x)
+    m = g.op("matmul", a, a)                            # reads a
+    g.output(g.op("add", g.op("tanh", a), m), "y")      # tanh(a) + m: may not join a's group before m
+    groups = fuse(g)
+    check_partition(g, groups)
+    for gr in groups:
+        if "matmul" not in ops_of(gr):
+            assert not ({"exp", "add"} <= set(ops_of(gr)))
+
+
+def test_batched_or_f64_matmuls_run_on_aten():
+    g = Graph()
+    a = g.input(F(2, 8, 4), "a")
+    b = g.input(F(2, 4, 6), "b")
+    c = g.input(TensorType((8, 4), "f64"), "c")
+    d = g.input(TensorType((4, 6), "f64"), "d")
+    x = g.input(F(2, 8, 4), "x")
+    w = g.input(F(4, 6), "w")
+    g.output(g.op("matmul", a, b), "batched")
+    g.output(g.op("matmul", c, d), "f64")
+    g.output(g.op("matmul", x, w), "folded")            # [2,8,4] x [4,6]: batch folds into M
+    kernels = [(gr.kernel, gr.problem) for gr in fuse(g)]
+    assert [k for k, _ in kernels] == ["aten", "aten", "nova"]
+    assert (kernels[2][1].M, kernels[2][1].N, kernels[2][1].K) == (16, 6, 4)
+
+
+def test_training_step_groups():
+    planned = pipeline(transformer_step())
+    g, groups = planned.graph, planned.groups
+    check_partition(g, groups)
+    by_kind = {}
+    for gr in groups:
+        by_kind.setdefault(gr.kind, []).append(gr)
+    gemms = by_kind["gemm"]
+    assert len(gemms) == 15 and all(gr.kernel == "nova" for gr in gemms)
+    biased = [gr for gr in gemms if gr.epilogue.bias is not None]
+    assert len(biased) == 4 and all(gr.epilogue.activation == "none" for gr in gemms)   # gelu's input feeds its backward
+    assert sum(gr.problem.trans_a for gr in gemms) == 5          # the weight gradients: 4 linears and the head
+    assert all(len(gr.nodes) == 1 for gr in by_kind["composite"])
+    assert sorted({gr.nodes[0].op for gr in by_kind["composite"]}) == [
+        "adamw", "attention", "attention_backward", "concat", "index_select", "layer_norm", "layer_norm_backward",
+        "log_softmax", "log_softmax_backward", "nll_loss", "nll_loss_backward", "scatter_add"]
+    copies = [gr for gr in by_kind["view"] if gr.kernel == "aten"]
+    assert len(copies) == 4 and all(gr.nodes[0].op == "reshape" for gr in copies)   # head merges after permutes
+    assert all(gr.kernel == "none" for gr in by_kind["view"] if gr not in copies)
+    fused_reductions = [gr for gr in by_kind["reduction"] if len(gr.nodes) > 1]
+    assert {tuple(ops_of(gr)) for gr in fused_reductions} == {("gelu_tanh_backward", "sum"), ("add", "sum")}
+    for gr in groups:
+        assert gr.reason and "\n" not in gr.reason
+        assert gr.kernel == ("nova" if gr.kind == "gemm" else "none" if gr in by_kind["view"] and gr not in copies
+                             else "aten")
