@@ -141,6 +141,21 @@ def test_driver_runs_jax_in_its_own_process_and_it_tracks_eager(tmp_path):
     np.testing.assert_allclose(jx["losses"], eager["losses"], rtol=1e-5)
 
 
+def test_clock_samples_parse_and_summarise_over_the_timed_windows():
+    parse = train.ClockSampler.parse
+    a = parse("2026/10/28 12:00:00.000, 1980, 95.20, 31\n", 0.0)
+    b = parse("2026/10/28 12:00:01.500, 1425, [N/A], 60\n", 0.0)
+    assert a[1:] == (1980.0, 95.2, 31.0) and b[1:] == (1425.0, None, 60.0)
+    assert b[0] - a[0] == pytest.approx(1.5)
+    assert parse("timestamp, clocks.sm [MHz], power.draw [W], temperature.gpu\n", 0.0) is None
+    c = train.ClockSampler()
+    c.samples = [a, b, (b[0] + 0.1, 1410.0, 690.0, 61.0)]
+    sm = c.summary([(b[0] - 0.01, b[0] + 0.2)], t0=a[0])
+    assert sm["timed_samples"] == 2 and sm["timed_sm_mhz_median"] == pytest.approx(1417.5)
+    assert sm["timed_power_w_median"] == 690.0 and sm["first_sm_mhz"] == 1980.0
+    assert sm["trace"]["t_s"] == [0.0, 1.5, 1.6]
+
+
 # ----------------------------------------------------------------------------------- the summary
 def _fake(fw, tps, mem, losses, status="ok"):
     return {"schema": 1, "framework": fw, "model": "m", "batch": 4, "device": "cuda", "seq": 8, "status": status,

@@ -183,7 +183,7 @@ class ClockSampler:
         if not shutil.which("nvidia-smi"):
             return self
         gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
-        cmd = ["nvidia-smi", "-i", gpu, "--query-gpu=clocks.sm,power.draw,temperature.gpu",
+        cmd = ["nvidia-smi", "-i", gpu, "--query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu",
                "--format=csv,noheader,nounits", "-lms", str(self.interval_ms)]
         try:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -195,15 +195,30 @@ class ClockSampler:
         return self
 
     def _read(self):
+        for line in self.proc.stdout:
+            sample = self.parse(line, time.time())
+            if sample is not None:
+                self.samples.append(sample)
+
+    @staticmethod
+    def parse(line: str, now: float):
+        """``(unix time, sm MHz, power W, temperature C)`` from one line; the time is nvidia-smi's
+        own stamp (its output to a pipe may arrive in bursts), else ``now``."""
+        import datetime
+
         def num(text):
             try:
                 return float(text)
             except ValueError:       # "[N/A]" and the like
                 return None
-        for line in self.proc.stdout:
-            parts = [num(p.strip()) for p in line.split(",")][:3]
-            if len(parts) == 3 and parts[0] is not None:
-                self.samples.append((time.time(), *parts))
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 4 or num(parts[1]) is None:
+            return None
+        try:
+            t = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+        except ValueError:
+            t = now
+        return (t, num(parts[1]), num(parts[2]), num(parts[3]))
 
     def stop(self):
         if self.proc is not None:
@@ -374,7 +389,7 @@ def run_torch(args, cfg, tokens: np.ndarray, log) -> dict:
             "forloop": {"foreach": False}}[args.adamw_impl]
     opt = torch.optim.AdamW(model.parameters(), lr=ADAMW["lr"], betas=ADAMW["betas"], eps=ADAMW["eps"],
                             weight_decay=ADAMW["weight_decay"], **impl)
-    resolved = args.adamw_impl if args.adamw_impl != "default" else ("foreach" if cuda else "forloop")
+    resolved = args.adamw_impl if args.adamw_impl != "default" else _default_adamw_impl(torch, model, cuda)
     res["optimizer"] = {"class": "torch.optim.AdamW", **ADAMW, "impl_requested": args.adamw_impl,
                         "impl": resolved, "param_groups": 1}
     idx = torch.from_numpy(np.ascontiguousarray(tokens[:, :, :-1])).to(dev)
@@ -462,6 +477,16 @@ def run_torch(args, cfg, tokens: np.ndarray, log) -> dict:
     return res
 
 
+def _default_adamw_impl(torch, model, cuda: bool) -> str:
+    """What ``torch.optim.AdamW`` runs when the user names no implementation (torch's own rule)."""
+    try:
+        from torch.optim.optimizer import _default_to_fused_or_foreach
+        fused, foreach = _default_to_fused_or_foreach(list(model.parameters()), False, False)
+        return "fused" if fused else "foreach" if foreach else "forloop"
+    except Exception:
+        return "foreach" if cuda else "forloop"
+
+
 def _nova_report(step) -> dict:
     """``step.stats`` and ``step.explain()`` of a ``nova.compile`` step, and the engine it ran."""
     out: dict = {}
@@ -511,7 +536,7 @@ def run_jax(args, cfg, state_dict: dict, tokens: np.ndarray, log) -> dict:
     import jax.numpy as jnp
     from nova.bench import jax_gpt as tw
 
-    res: dict = {"jax": jax.__version__, "jaxlib": getattr(jax.lib, "__version__", None) or _pkg_version("jaxlib"),
+    res: dict = {"jax": jax.__version__, "jaxlib": _pkg_version("jaxlib"),
                  "optax": _pkg_version("optax"), "device_name": dev.device_kind, "backend": dev.platform,
                  "matmul_precision": getattr(jax.config, "jax_default_matmul_precision", None),
                  "XLA_PYTHON_CLIENT_PREALLOCATE": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
@@ -524,9 +549,10 @@ def run_jax(args, cfg, state_dict: dict, tokens: np.ndarray, log) -> dict:
     opt_state = jax.jit(opt.init)(params)
     res["optimizer"] = {"class": "optax.adamw", **ADAMW, "impl": "optax (XLA-fused in the jitted step)",
                         "param_groups": 1}
-    idx = jax.device_put(np.ascontiguousarray(tokens[:, :, :-1]).astype(np.int32), dev)
-    tgt = jax.device_put(np.ascontiguousarray(tokens[:, :, 1:]).astype(np.int32), dev)
-    res["data_device_bytes"] = int(idx.nbytes + tgt.nbytes)
+    # one device array per batch (indexing one big array would dispatch a slice op per step)
+    idx = [jax.device_put(np.ascontiguousarray(b[:, :-1], dtype=np.int32), dev) for b in tokens]
+    tgt = [jax.device_put(np.ascontiguousarray(b[:, 1:], dtype=np.int32), dev) for b in tokens]
+    res["data_device_bytes"] = int(sum(a.nbytes for a in idx + tgt))
     jax.block_until_ready((params, opt_state, idx, tgt))
     res["setup_s"] = time.perf_counter() - t_setup
 
