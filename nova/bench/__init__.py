@@ -11,6 +11,9 @@ and the device jobs of ``bench/`` (run as ``python3 -m nova.bench.<module>``).
     oracle_replay   replay an oracle results file against today's configurator (host)
     calibrate       fit a preset's efficiency constants from a results file (host)
     attention       fused attention vs torch SDPA backends (``python3 -m nova.bench.attention``)
+    train           the training-step benchmark: PyTorch eager, torch.compile, JAX, Nova on the
+                    built-in GPTs, one process per framework (``python3 -m nova.bench.train``);
+                    ``jax_gpt`` its JAX twin of the model, ``train_report`` the summary and plot
     kernel_profile, host_profile, l2_probe   device profiles (per-kernel time, host cost per call,
                     L2/DRAM bandwidth)
 

@@ -1,0 +1,773 @@
+"""The training-step benchmark: PyTorch eager, torch.compile, JAX and Nova on the built-in GPTs.
+
+    python3 -m nova.bench.train --framework {eager,compile,jax,nova} --model gpt42m --batch 32 \\
+        [--seq 512] [--steps 200] [--warmup 10] [--timed 50] [--repeats 5] --out DIR
+    python3 -m nova.bench.train --all --model gpt42m --batch 32 --out DIR    # each in its own process
+
+One framework per process.  Every framework starts from the same weights (the torch model built
+on the CPU after ``torch.manual_seed(seed)``; the JAX twin copies its ``state_dict``), trains on
+the same synthetic token stream (batch ``i`` is a function of ``(seed, i)`` alone, generated with
+numpy), with TF32 matrix products and the same AdamW (``ADAMW``: lr 3e-4, betas (0.9, 0.95), eps
+1e-8, weight decay 0.1 on every parameter, constant learning rate, no clipping; torch's default
+implementation, foreach on CUDA).
+
+What a run measures, in order:
+1. first step: wall time of step 0 to completion (compilation included);
+2. the loss curve: steps 0..steps-1 on batches 0..steps-1, each loss kept on the device and read
+   once at the end;
+3. settle: at least ``--warmup`` more steps and at least ``--settle-s`` seconds of steps back to
+   back, so the GPU is timed at the clock it holds under sustained load (an H200 leaves idle at its
+   1980 MHz boost and takes about a second to settle under its power cap: bench/NOTES.md, v0.6);
+4. steady state: ``--repeats`` times ``--timed`` steps back to back, timed with CUDA events around
+   the loop (JAX: host clock around the loop, ``block_until_ready`` on the whole state before and
+   after); tokens/s from the median repeat;
+5. peak memory over the whole run (torch: ``max_memory_allocated``/``max_memory_reserved``; JAX:
+   ``device.memory_stats()['peak_bytes_in_use']``), and for torch also the peak of the timed phase;
+6. the SM clock and board power, sampled with ``nvidia-smi`` every 100 ms, summarised over the
+   timed windows.
+
+Writes ``DIR/<framework>-<model>-b<batch>.json`` (fields: ``nova.bench.train`` docs in
+bench/README.md).  ``--all`` runs eager, compile, jax and nova one after another in their own
+processes, then writes ``DIR/summary-<model>-b<batch>.md`` and ``.png`` (``nova.bench.train_report``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+FRAMEWORKS = ("eager", "compile", "jax", "nova")
+# AdamW hyper-parameters, identical in every framework (optax.adamw takes the same numbers).
+ADAMW = {"lr": 3e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
+SCHEMA = 1
+
+
+class BenchError(Exception):
+    """A benchmark that cannot run; the message is one line for the user."""
+
+
+class Unavailable(BenchError):
+    """The framework is not available in this environment (exit status 2)."""
+
+
+def result_path(out: str | Path, framework: str, model: str, batch: int) -> Path:
+    return Path(out) / f"{framework}-{model}-b{batch}.json"
+
+
+# ------------------------------------------------------------------------------------- the model
+def _gpt_module():
+    try:
+        from nova.models import gpt
+    except ImportError as e:
+        raise BenchError(f"nova.models.gpt is not importable ({e}); the benchmark trains the built-in GPT") from None
+    return gpt
+
+
+def model_config(name: str):
+    gpt = _gpt_module()
+    try:
+        return gpt.CONFIGS[name]
+    except KeyError:
+        raise BenchError(f"unknown model {name!r}; known: {', '.join(sorted(gpt.CONFIGS))}") from None
+
+
+def config_dict(cfg) -> dict:
+    import dataclasses
+    if dataclasses.is_dataclass(cfg):
+        return dataclasses.asdict(cfg)
+    return {k: v for k, v in vars(cfg).items() if not k.startswith("_")}
+
+
+def build_torch_model(cfg, seed: int):
+    """The torch GPT, built on the CPU from ``seed`` (``GPT(cfg, seed=seed)`` draws its weights from
+    its own generator; ``torch.manual_seed`` as well, for anything else random): the same weights in
+    every framework and on every machine."""
+    import torch
+    gpt = _gpt_module()
+    torch.manual_seed(seed)
+    with torch.device("cpu"):
+        model = gpt.GPT(cfg, seed=seed)
+    return model
+
+
+def initial_state(model: str, seed: int):
+    """The torch model's config and initial ``state_dict`` (numpy arrays), built in a child process
+    so that the JAX process never imports torch (torch's CUDA libraries, loaded first, can clash
+    with jaxlib's own cuDNN/cuBLAS).  Returns ``(config, state_dict, seconds)``; the config is a
+    namespace with the fields of ``GPTConfig``."""
+    import tempfile
+    import types
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "init.npz"
+        r = subprocess.run([sys.executable, "-m", "nova.bench.train", "--export-init", str(path), "--model", model,
+                            "--seed", str(seed)], capture_output=True, text=True)
+        if r.returncode != 0:
+            tail = (r.stderr.strip().splitlines() or ["?"])[-1]
+            raise BenchError(f"exporting the torch model's initial weights failed: {tail}")
+        with np.load(path) as z:
+            sd = {k: z[k] for k in z.files if k != CONFIG_KEY}
+            cfg = types.SimpleNamespace(**json.loads(str(z[CONFIG_KEY])))
+    return cfg, sd, time.perf_counter() - t0
+
+
+CONFIG_KEY = "__config_json__"
+
+
+def export_init(model: str, seed: int, path: str) -> None:
+    """Write ``build_torch_model(model, seed).state_dict()`` and the config to ``path`` (npz)."""
+    cfg = model_config(model)
+    sd = build_torch_model(cfg, seed).state_dict()
+    np.savez(path, **{k: v.detach().cpu().numpy() for k, v in sd.items()},
+             **{CONFIG_KEY: np.array(json.dumps(config_dict(cfg)))})
+
+
+def torch_loss(model, idx, targets):
+    """The model's mean cross-entropy loss for ``(idx, targets)``."""
+    out = model(idx, targets)
+    return out[-1] if isinstance(out, (tuple, list)) else out
+
+
+# -------------------------------------------------------------------------------------- the data
+def token_batches(vocab: int, batch: int, seq: int, n: int, seed: int) -> np.ndarray:
+    """``n`` batches of ``seq + 1`` tokens, ``int64 [n, batch, seq + 1]``; inputs are ``[..., :-1]``,
+    targets ``[..., 1:]``.  Batch ``i`` depends on ``(seed, i)`` alone, so every framework, run
+    length and machine sees the same tokens.
+
+    A learnable stream, so the loss curve moves: each token follows its predecessor through a fixed
+    random successor table (4 successors per token, probability 0.75), otherwise it is drawn from a
+    fixed Zipf(1) unigram over a random permutation of the vocabulary."""
+    table_rng = np.random.default_rng([seed, 0x5EED])
+    succ = table_rng.integers(0, vocab, size=(vocab, 4))
+    zipf = 1.0 / np.arange(1, vocab + 1)
+    cdf = np.cumsum(zipf / zipf.sum())
+    cdf[-1] = 1.0
+    perm = table_rng.permutation(vocab)
+    out = np.empty((n, batch, seq + 1), dtype=np.int64)
+    for i in range(n):
+        rng = np.random.default_rng([seed, i])
+        unigram = perm[np.searchsorted(cdf, rng.random((batch, seq + 1)), side="right")]
+        follow = rng.random((batch, seq + 1)) < 0.75
+        pick = rng.integers(0, 4, size=(batch, seq + 1))
+        toks = out[i]
+        toks[:, 0] = unigram[:, 0]
+        for t in range(1, seq + 1):
+            toks[:, t] = np.where(follow[:, t], succ[toks[:, t - 1], pick[:, t]], unigram[:, t])
+    return out
+
+
+# ---------------------------------------------------------------------------- clocks and context
+class ClockSampler:
+    """SM clock, board power and temperature from ``nvidia-smi -lms``, each line stamped with
+    ``time.time()`` as it arrives.  Does nothing where nvidia-smi is absent."""
+
+    def __init__(self, interval_ms: int = 100):
+        self.interval_ms = interval_ms
+        self.samples: list[tuple[float, float, float, float]] = []
+        self.proc = None
+        self.thread = None
+
+    def start(self):
+        if not shutil.which("nvidia-smi"):
+            return self
+        gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
+        cmd = ["nvidia-smi", "-i", gpu, "--query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu",
+               "--format=csv,noheader,nounits", "-lms", str(self.interval_ms)]
+        try:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except OSError:
+            self.proc = None
+            return self
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+        return self
+
+    def _read(self):
+        for line in self.proc.stdout:
+            sample = self.parse(line, time.time())
+            if sample is not None:
+                self.samples.append(sample)
+
+    @staticmethod
+    def parse(line: str, now: float):
+        """``(unix time, sm MHz, power W, temperature C)`` from one line; the time is nvidia-smi's
+        own stamp (its output to a pipe may arrive in bursts), else ``now``."""
+        import datetime
+
+        def num(text):
+            try:
+                return float(text)
+            except ValueError:       # "[N/A]" and the like
+                return None
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 4 or num(parts[1]) is None:
+            return None
+        try:
+            t = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+        except ValueError:
+            t = now
+        return (t, num(parts[1]), num(parts[2]), num(parts[3]))
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            self.thread.join(timeout=5)
+        return self
+
+    def summary(self, windows: list[tuple[float, float]], t0: float) -> dict | None:
+        if not self.samples:
+            return None
+        inside = [s for s in self.samples if any(a <= s[0] <= b for a, b in windows)]
+        med = (lambda xs: statistics.median(xs) if xs else None)
+        return {"interval_ms": self.interval_ms, "timed_samples": len(inside),
+                "timed_sm_mhz_median": med([s[1] for s in inside]),
+                "timed_sm_mhz_min": min((s[1] for s in inside), default=None),
+                "timed_sm_mhz_max": max((s[1] for s in inside), default=None),
+                "timed_power_w_median": med([s[2] for s in inside if s[2] is not None]),
+                "first_sm_mhz": self.samples[0][1],
+                "trace": {"t_s": [round(s[0] - t0, 3) for s in self.samples],
+                          "sm_mhz": [s[1] for s in self.samples], "power_w": [s[2] for s in self.samples],
+                          "temp_c": [s[3] for s in self.samples]}}
+
+
+def _git_commit() -> str | None:
+    try:
+        root = Path(__file__).resolve().parents[2]
+        r = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                           text=True, timeout=10)
+        return r.stdout.strip() or None
+    except Exception:
+        return None
+
+
+def _base_environment() -> dict:
+    import nova
+    env = {"python": platform.python_version(), "numpy": np.__version__, "nova": nova.__version__,
+           "nova_commit": _git_commit(), "host": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+           "NOVA_OFFLINE": os.environ.get("NOVA_OFFLINE")}
+    return env
+
+
+# ----------------------------------------------------------------------------- the measurement
+def measure(run_step, sync, loss_values, timer, args, n_batches: int, log) -> dict:
+    """The common protocol (module docstring), for any framework:
+    ``run_step(i)`` launches one step on batch ``i`` and returns its loss handle (asynchronously);
+    ``sync()`` waits for everything launched; ``loss_values(handles)`` -> floats; ``timer(fn)`` runs
+    ``fn`` and returns the seconds it took on the device."""
+    res: dict = {}
+    t0 = time.perf_counter()
+    handles = [run_step(0)]
+    sync()
+    res["first_step_s"] = time.perf_counter() - t0
+    log(f"first step (compilation included): {res['first_step_s']:.2f} s")
+    t0 = time.perf_counter()
+    for i in range(1, args.steps):
+        handles.append(run_step(i))
+    sync()
+    res["curve_s"] = time.perf_counter() - t0
+    res["losses"] = [_finite(v) for v in loss_values(handles)]
+    log(f"loss curve: {args.steps} steps, loss {res['losses'][0]} -> {res['losses'][-1]} ({res['curve_s']:.1f} s)")
+
+    k = args.steps
+    n = 0
+    t0 = time.perf_counter()
+    while n < args.warmup or time.perf_counter() - t0 < args.settle_s:
+        for _ in range(4):
+            run_step(k % n_batches)
+            k += 1
+            n += 1
+        sync()
+    res["settle"] = {"steps": n, "seconds": time.perf_counter() - t0, "min_steps": args.warmup,
+                     "min_seconds": args.settle_s}
+
+    repeats_s, windows = [], []
+    for _ in range(args.repeats):
+        def loop(k0=k):
+            for j in range(args.timed):
+                run_step((k0 + j) % n_batches)
+        w0 = time.time()
+        repeats_s.append(timer(loop))
+        windows.append((w0, time.time()))
+        k += args.timed
+    med = statistics.median(repeats_s)
+    tokens = args.batch * args.seq * args.timed
+    res["timing"] = {"timed_steps": args.timed, "repeats": args.repeats, "repeat_s": repeats_s,
+                     "step_ms_median": med / args.timed * 1e3,
+                     "step_ms_min": min(repeats_s) / args.timed * 1e3,
+                     "step_ms_max": max(repeats_s) / args.timed * 1e3,
+                     "spread_pct": (max(repeats_s) - min(repeats_s)) / med * 100,
+                     "tokens_per_s": tokens / med,
+                     "tokens_per_s_repeats": [tokens / s for s in repeats_s],
+                     "windows_unix_s": windows}
+    log(f"steady: {res['timing']['step_ms_median']:.2f} ms/step, {res['timing']['tokens_per_s']:,.0f} tokens/s "
+        f"(median of {args.repeats} x {args.timed} steps, spread {res['timing']['spread_pct']:.1f}%)")
+    return res
+
+
+def _finite(x):
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _jsonable(obj, depth: int = 0):
+    """Best-effort JSON form of ``step.stats`` and similar objects."""
+    import dataclasses
+    if depth > 6:
+        return repr(obj)
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, float):
+        return _finite(obj)
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v, depth + 1) for v in obj]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _jsonable(getattr(obj, f.name), depth + 1) for f in dataclasses.fields(obj)}
+    if hasattr(obj, "item") and callable(obj.item):
+        try:
+            return _jsonable(obj.item(), depth + 1)
+        except Exception:
+            pass
+    if hasattr(obj, "__dict__"):
+        return {k: _jsonable(v, depth + 1) for k, v in vars(obj).items() if not k.startswith("_")}
+    return repr(obj)
+
+
+# ------------------------------------------------------------------------------ torch frameworks
+def _torch_setup(device: str):
+    import torch
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise BenchError("--device cuda, but torch sees no CUDA device (use --device cpu on a CPU-only machine)")
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    return torch
+
+
+def _nova_compile():
+    import nova
+    try:
+        fn = getattr(nova, "compile")
+    except AttributeError:
+        fn = None
+    if not callable(fn):
+        raise Unavailable("nova.compile is not available in this checkout (the graph compiler is not "
+                          "merged): the nova framework cannot run")
+    return fn
+
+
+def run_torch(args, cfg, tokens: np.ndarray, log) -> dict:
+    torch = _torch_setup(args.device)
+    nova_compile = _nova_compile() if args.framework == "nova" else None
+    dev = torch.device(args.device)
+    cuda = dev.type == "cuda"
+    res: dict = {"torch": torch.__version__, "cuda": torch.version.cuda,
+                 "device_name": torch.cuda.get_device_name(dev) if cuda else platform.processor() or "cpu",
+                 "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32,
+                          "cudnn": torch.backends.cudnn.allow_tf32} if cuda else None}
+    t_setup = time.perf_counter()
+    model = build_torch_model(cfg, args.seed).to(dev)
+    model.train()
+    impl = {"default": {}, "foreach": {"foreach": True}, "fused": {"fused": True},
+            "forloop": {"foreach": False}}[args.adamw_impl]
+    opt = torch.optim.AdamW(model.parameters(), lr=ADAMW["lr"], betas=ADAMW["betas"], eps=ADAMW["eps"],
+                            weight_decay=ADAMW["weight_decay"], **impl)
+    resolved = args.adamw_impl if args.adamw_impl != "default" else _default_adamw_impl(torch, model, cuda)
+    res["optimizer"] = {"class": "torch.optim.AdamW", **ADAMW, "impl_requested": args.adamw_impl,
+                        "impl": resolved, "param_groups": 1}
+    idx = torch.from_numpy(np.ascontiguousarray(tokens[:, :, :-1])).to(dev)
+    tgt = torch.from_numpy(np.ascontiguousarray(tokens[:, :, 1:])).to(dev)
+    res["data_device_bytes"] = idx.nbytes + tgt.nbytes
+
+    fwd = model
+    if args.framework == "compile":
+        kw = {} if args.compile_mode == "default" else {"mode": args.compile_mode}
+        fwd = torch.compile(model, **kw)
+        res["compile"] = {"scope": "model (torch.compile(model); backward by AOTAutograd, optimizer eager)",
+                          "mode": args.compile_mode}
+
+    def train_step(x, y):
+        loss = torch_loss(fwd, x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    step = compiled = train_step
+    if nova_compile is not None:
+        t0 = time.perf_counter()
+        compiled = nova_compile(train_step)
+        res["nova"] = {"compile_call_s": time.perf_counter() - t0, "backend": getattr(compiled, "backend", None)}
+
+        def step(x, y):
+            try:
+                return compiled(x, y)
+            except ImportError as e:     # a part of the pipeline (passes, executor) not in this checkout
+                raise Unavailable(f"nova.compile cannot build its program here ({e})") from None
+    if cuda:
+        torch.cuda.synchronize()
+    res["setup_s"] = time.perf_counter() - t_setup
+
+    def run_step(i):
+        return step(idx[i], tgt[i])
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    def loss_values(handles):
+        return torch.stack([h.reshape(()).float() for h in handles]).cpu().tolist()
+
+    def timer(fn):
+        if not cuda:
+            t0 = time.perf_counter()
+            fn()
+            return time.perf_counter() - t0
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        return a.elapsed_time(b) / 1e3
+
+    run_peaks = {}
+    if cuda:
+        plain_timer = timer
+
+        def timer(fn):
+            if not run_peaks:     # before the first timed repeat: keep the run's peaks, then reset
+                torch.cuda.synchronize()
+                run_peaks.update(allocated=torch.cuda.max_memory_allocated(dev),
+                                 reserved=torch.cuda.max_memory_reserved(dev))
+                torch.cuda.reset_peak_memory_stats(dev)
+            return plain_timer(fn)
+    res["timing_method"] = "cuda-events around the loop" if cuda else "host clock around the loop (cpu)"
+    res.update(measure(run_step, sync, loss_values, timer, args, tokens.shape[0], log))
+
+    if nova_compile is not None:
+        res["nova"].update(_nova_report(compiled))
+    if args.framework == "compile":
+        res["compile"].update(_dynamo_counters())
+    if cuda:
+        steady_alloc, steady_res = torch.cuda.max_memory_allocated(dev), torch.cuda.max_memory_reserved(dev)
+        res["memory"] = {"peak_allocated_bytes": max(steady_alloc, run_peaks["allocated"]),
+                         "peak_reserved_bytes": max(steady_res, run_peaks["reserved"]),
+                         "steady_peak_allocated_bytes": steady_alloc, "steady_peak_reserved_bytes": steady_res,
+                         "source": "torch.cuda.max_memory_allocated/reserved (whole run; steady_: timed phase)"}
+    else:
+        res["memory"] = None
+    return res
+
+
+def _default_adamw_impl(torch, model, cuda: bool) -> str:
+    """What ``torch.optim.AdamW`` runs when the user names no implementation (torch's own rule)."""
+    try:
+        from torch.optim.optimizer import _default_to_fused_or_foreach
+        fused, foreach = _default_to_fused_or_foreach(list(model.parameters()), False, False)
+        return "fused" if fused else "foreach" if foreach else "forloop"
+    except Exception:
+        return "foreach" if cuda else "forloop"
+
+
+def _nova_report(step) -> dict:
+    """``step.stats`` and ``step.explain()`` of a ``nova.compile`` step, and the engine it ran."""
+    out: dict = {}
+    last = getattr(step, "_last", None)
+    if last is not None and hasattr(last, "engine"):
+        out["engine"] = type(last.engine).__name__
+    stats = getattr(step, "stats", None)
+    out["stats"] = _jsonable(stats() if callable(stats) else stats)
+    explain = getattr(step, "explain", None)
+    if callable(explain):
+        import contextlib
+        import io
+        buf = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(buf):
+                text = explain()
+            out["explain"] = text if isinstance(text, str) else (buf.getvalue() or _jsonable(text))
+        except Exception as e:  # recorded, not fatal: the timing stands without it
+            out["explain_error"] = f"{type(e).__name__}: {e}"
+    return out
+
+
+def _dynamo_counters() -> dict:
+    try:
+        from torch._dynamo.utils import counters
+        return {"graph_breaks": sum(counters["graph_break"].values()),
+                "unique_graphs": counters["stats"].get("unique_graphs")}
+    except Exception:
+        return {}
+
+
+# ---------------------------------------------------------------------------------------- JAX
+def run_jax(args, cfg, state_dict: dict, tokens: np.ndarray, log) -> dict:
+    try:
+        import jax
+        import optax  # noqa: F401
+    except ImportError as e:
+        raise Unavailable(f"jax/optax not importable ({e}): the jax framework cannot run") from None
+    if args.device == "cuda":
+        jax.config.update("jax_default_matmul_precision", "tensorfloat32")
+        try:
+            dev = jax.devices("gpu")[0]
+        except RuntimeError:
+            raise BenchError("--device cuda, but jax has no GPU backend (jax.devices('gpu') failed)") from None
+    else:
+        dev = jax.devices("cpu")[0]
+    import jax.numpy as jnp
+    from nova.bench import jax_gpt as tw
+
+    res: dict = {"jax": jax.__version__, "jaxlib": _pkg_version("jaxlib"),
+                 "optax": _pkg_version("optax"), "device_name": dev.device_kind, "backend": dev.platform,
+                 "matmul_precision": getattr(jax.config, "jax_default_matmul_precision", None),
+                 "XLA_PYTHON_CLIENT_PREALLOCATE": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
+                 "XLA_PYTHON_CLIENT_MEM_FRACTION": os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION")}
+    t_setup = time.perf_counter()
+    tc = tw.config_from_torch(cfg)
+    params = jax.device_put(tw.params_from_torch(state_dict, tc), dev)
+    del state_dict
+    opt = tw.make_optimizer(ADAMW["lr"], ADAMW["betas"], ADAMW["eps"], ADAMW["weight_decay"])
+    opt_state = jax.jit(opt.init)(params)
+    res["optimizer"] = {"class": "optax.adamw", **ADAMW, "impl": "optax (XLA-fused in the jitted step)",
+                        "param_groups": 1}
+    # one device array per batch (indexing one big array would dispatch a slice op per step)
+    idx = [jax.device_put(np.ascontiguousarray(b[:, :-1], dtype=np.int32), dev) for b in tokens]
+    tgt = [jax.device_put(np.ascontiguousarray(b[:, 1:], dtype=np.int32), dev) for b in tokens]
+    res["data_device_bytes"] = int(sum(a.nbytes for a in idx + tgt))
+    jax.block_until_ready((params, opt_state, idx, tgt))
+    res["setup_s"] = time.perf_counter() - t_setup
+
+    step_jit = tw.make_train_step(tc, opt)
+    state = {"params": params, "opt_state": opt_state, "compiled": None}
+    del params, opt_state
+
+    def run_step(i):
+        if state["compiled"] is None:      # first call: lower + compile (AOT, timed apart), then run
+            t0 = time.perf_counter()
+            lowered = step_jit.lower(state["params"], state["opt_state"], idx[i], tgt[i])
+            t1 = time.perf_counter()
+            state["compiled"] = lowered.compile()
+            res["jit"] = {"lower_s": t1 - t0, "compile_s": time.perf_counter() - t1, "donated": ["params", "opt_state"]}
+        state["params"], state["opt_state"], loss = state["compiled"](state["params"], state["opt_state"],
+                                                                      idx[i], tgt[i])
+        state["loss"] = loss
+        return loss
+
+    def sync():
+        jax.block_until_ready((state["params"], state["opt_state"], state.get("loss")))
+
+    def loss_values(handles):
+        return [float(v) for v in np.asarray(jax.device_get(jnp.stack(handles)))]
+
+    def timer(fn):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        return time.perf_counter() - t0
+
+    res["timing_method"] = "host clock around the loop, block_until_ready(params, opt_state, loss) before and after"
+    res.update(measure(run_step, sync, loss_values, timer, args, tokens.shape[0], log))
+    res["torch_in_process"] = "torch" in sys.modules          # should stay False (initial_state)
+    stats = dev.memory_stats() if hasattr(dev, "memory_stats") else None
+    if stats:
+        res["memory"] = {"peak_allocated_bytes": stats.get("peak_bytes_in_use"),
+                         # XLA preallocates 75% of the card by default: its pool says nothing of the step
+                         "peak_reserved_bytes": None if os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "").lower()
+                         not in ("false", "0") else stats.get("peak_pool_bytes") or stats.get("pool_bytes"),
+                         "bytes_limit": stats.get("bytes_limit"),
+                         "source": "device.memory_stats()['peak_bytes_in_use'] (whole run)",
+                         "memory_stats": {k: v for k, v in stats.items() if isinstance(v, (int, float))}}
+    else:
+        res["memory"] = None
+    return res
+
+
+def _pkg_version(name: str) -> str | None:
+    try:
+        from importlib.metadata import version
+        return version(name)
+    except Exception:
+        return None
+
+
+# ---------------------------------------------------------------------------------------- a run
+def run_one(args) -> int:
+    """One framework in this process; writes its JSON (also on failure); returns the exit status."""
+    out = result_path(args.out, args.framework, args.model, args.batch)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log = (lambda line: print(f"[{args.framework}] {line}", flush=True))
+    t_proc = time.time()
+    rec: dict = {"schema": SCHEMA, "framework": args.framework, "model": args.model, "batch": args.batch,
+                 "device": args.device, "seed": args.seed, "status": "ok",
+                 "protocol": {"steps": args.steps, "warmup": args.warmup, "settle_s": args.settle_s,
+                              "timed": args.timed, "repeats": args.repeats},
+                 "environment": _base_environment()}
+    clocks = ClockSampler().start() if args.device == "cuda" else None
+    status = 0
+    try:
+        if args.framework == "nova":
+            _nova_compile()          # fail in one line before anything is built
+        if args.framework == "jax":
+            cfg, state_dict, rec["init_export_s"] = initial_state(args.model, args.seed)
+        else:
+            cfg = model_config(args.model)
+        max_seq = cfg.block_size
+        if args.seq is None:
+            args.seq = max_seq
+        if args.seq > max_seq:
+            raise BenchError(f"--seq {args.seq} exceeds {args.model}'s position table ({max_seq})")
+        rec.update({"seq": args.seq, "tokens_per_step": args.batch * args.seq, "config": config_dict(cfg)})
+        t0 = time.perf_counter()
+        n_batches = max(args.steps, 1)
+        tokens = token_batches(cfg.vocab_size, args.batch, args.seq, n_batches, args.seed)
+        rec["data"] = {"kind": "synthetic: successor table (p 0.75) over a Zipf(1) unigram, numpy default_rng([seed, i])",
+                       "batches": n_batches, "gen_s": time.perf_counter() - t0,
+                       "tokens_sha_first_batch": _digest(tokens[0])}
+        log(f"{args.model} b{args.batch}x{args.seq} on {args.device}: {args.steps} curve steps, "
+            f"settle >= {args.warmup} steps / {args.settle_s:g} s, {args.repeats} x {args.timed} timed")
+        if args.framework == "jax":
+            rec.update(run_jax(args, cfg, state_dict, tokens, log))
+            del state_dict
+        else:
+            rec.update(run_torch(args, cfg, tokens, log))
+    except Unavailable as e:
+        rec.update(status="unavailable", error=str(e))
+        print(f"nova.bench.train: {args.framework}: {e}", file=sys.stderr, flush=True)
+        status = 2
+    except BenchError as e:
+        rec.update(status="error", error=str(e))
+        print(f"nova.bench.train: {args.framework}: {e}", file=sys.stderr, flush=True)
+        status = 1
+    except Exception as e:
+        line = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        rec.update(status="error", error=line, traceback=traceback.format_exc())
+        print(f"nova.bench.train: {args.framework}: {line}", file=sys.stderr, flush=True)
+        if os.environ.get("NOVA_DEBUG"):
+            traceback.print_exc()
+        status = 1
+    finally:
+        if clocks is not None:
+            clocks.stop()
+            windows = rec.get("timing", {}).get("windows_unix_s", [])
+            rec["clocks"] = clocks.summary([tuple(w) for w in windows], t_proc)
+    rec["wall_s"] = time.time() - t_proc
+    out.write_text(json.dumps(rec, indent=1, allow_nan=False) + "\n")
+    log(f"wrote {out} ({rec['status']})")
+    return status
+
+
+def _digest(a: np.ndarray) -> str:
+    import hashlib
+    return hashlib.sha256(np.ascontiguousarray(a, dtype=np.int64).tobytes()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------- the driver
+def _child_argv(args, framework: str) -> list[str]:
+    argv = [sys.executable, "-m", "nova.bench.train", "--framework", framework, "--model", args.model,
+            "--batch", str(args.batch), "--steps", str(args.steps), "--warmup", str(args.warmup),
+            "--timed", str(args.timed), "--repeats", str(args.repeats), "--settle-s", str(args.settle_s),
+            "--seed", str(args.seed), "--device", args.device, "--out", str(args.out),
+            "--compile-mode", args.compile_mode, "--adamw-impl", args.adamw_impl]
+    if args.seq is not None:
+        argv += ["--seq", str(args.seq)]
+    return argv
+
+
+def run_all(args) -> int:
+    """Each framework in its own process, one after another, then the summary table and plot."""
+    frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
+    bad = [f for f in frameworks if f not in FRAMEWORKS]
+    if bad:
+        print(f"nova.bench.train: unknown framework(s) {bad}; choose from {', '.join(FRAMEWORKS)}", file=sys.stderr)
+        return 1
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    statuses = {}
+    for fw in frameworks:
+        path = result_path(args.out, fw, args.model, args.batch)
+        path.unlink(missing_ok=True)        # never report a stale result
+        print(f"== {fw}", flush=True)
+        t0 = time.time()
+        try:
+            rc = subprocess.run(_child_argv(args, fw), timeout=args.timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = 124
+            path.write_text(json.dumps({"schema": SCHEMA, "framework": fw, "model": args.model, "batch": args.batch,
+                                        "status": "timeout", "error": f"killed after {args.timeout} s"}) + "\n")
+        if not path.exists():
+            path.write_text(json.dumps({"schema": SCHEMA, "framework": fw, "model": args.model, "batch": args.batch,
+                                        "status": "error", "error": f"process exited {rc} without a result"}) + "\n")
+        statuses[fw] = rc
+        print(f"== {fw}: exit {rc}, {time.time() - t0:.0f} s", flush=True)
+    if not args.no_report:
+        from nova.bench.train_report import write_report
+        md, png = write_report(args.out, args.model, args.batch)
+        print(Path(md).read_text(), flush=True)
+        print(f"wrote {md} and {png}", flush=True)
+    return 0 if all(rc == 0 for rc in statuses.values()) else 1
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python3 -m nova.bench.train", description=__doc__.splitlines()[0])
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--framework", choices=FRAMEWORKS, help="run one framework in this process")
+    g.add_argument("--all", action="store_true", help="run --frameworks one after another, each in its own process, "
+                                                      "then write the summary")
+    ap.add_argument("--frameworks", default=",".join(FRAMEWORKS), help="with --all (default: %(default)s)")
+    ap.add_argument("--model", default="gpt42m")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--seq", type=int, default=None, help="tokens per sequence (default: the model's block_size)")
+    ap.add_argument("--steps", type=int, default=200, help="loss-curve steps (batches 0..steps-1)")
+    ap.add_argument("--warmup", type=int, default=10, help="at least this many steps after the curve before timing")
+    ap.add_argument("--settle-s", type=float, default=2.0, help="at least this many seconds of steps before timing "
+                                                                "(the GPU's clock under sustained load)")
+    ap.add_argument("--timed", type=int, default=50, help="steps per timed repeat")
+    ap.add_argument("--repeats", type=int, default=5, help="timed repeats (median reported)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--compile-mode", default="default",
+                    help="torch.compile mode for --framework compile (default, reduce-overhead, max-autotune, ...)")
+    ap.add_argument("--adamw-impl", choices=("default", "foreach", "fused", "forloop"), default="default",
+                    help="torch AdamW implementation (default: torch's choice, foreach on CUDA)")
+    ap.add_argument("--timeout", type=int, default=300, help="with --all: seconds per framework before it is killed")
+    ap.add_argument("--no-report", action="store_true", help="with --all: skip the summary")
+    g.add_argument("--export-init", metavar="NPZ", help=argparse.SUPPRESS)   # internal: the JAX run's weights
+    return ap
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    for name in ("steps", "timed", "repeats", "batch"):
+        if getattr(args, name) < 1:
+            print(f"nova.bench.train: --{name} must be at least 1", file=sys.stderr)
+            return 1
+    if args.all:
+        return run_all(args)
+    if args.export_init:
+        export_init(args.model, args.seed, args.export_init)
+        return 0
+    return run_one(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
