@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from nova.ir.types import TORCH_NAMES, IRError, TensorType, broadcast_shapes, promote
+from nova.ir.types import TORCH_NAMES, IRError, TensorType, broadcast_shapes, promote, promote_operands
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ POINTWISE = {
     "add": (2, lambda t, x, y: t.add(x, y), "promote"),
     "sub": (2, lambda t, x, y: t.sub(x, y), "promote"),
     "mul": (2, lambda t, x, y: t.mul(x, y), "promote"),
-    "div": (2, lambda t, x, y: t.div(x, y), "promote"),
+    "div": (2, lambda t, x, y: t.div(x, y), "promote_float"),
     "pow": (2, lambda t, x, y: t.pow(x, y), "promote"),
     "maximum": (2, lambda t, x, y: t.maximum(x, y), "promote"),
     "minimum": (2, lambda t, x, y: t.minimum(x, y), "promote"),
@@ -156,9 +156,11 @@ def _pointwise_infer(name, rule):
         elif rule == "promote_last2":
             if types[0].dtype != "bool":
                 raise IRError(f"condition must be bool, got {types[0]}")
-            dtype = promote(types[1].dtype, types[2].dtype)
+            dtype = promote_operands(types[1:])
         else:
-            dtype = promote(*(t.dtype for t in types))
+            dtype = promote_operands(types)
+            if rule == "promote_float" and dtype not in ("f64", "f32", "bf16", "f16"):
+                dtype = "f32"                      # true division of integers (torch's default float)
         return [TensorType(shape, dtype)]
     return infer_fn
 
@@ -376,7 +378,8 @@ define("attention_backward", "composite",
 
 
 def _norm_stats_type(x: TensorType, normalized_rank: int) -> TensorType:
-    return TensorType(x.shape[:x.rank - normalized_rank] + (1,) * normalized_rank, "f32" if x.dtype != "f64" else "f64")
+    """mean and rstd: one per normalized row, in the input's type (ATen's CPU kernel)."""
+    return TensorType(x.shape[:x.rank - normalized_rank] + (1,) * normalized_rank, x.dtype)
 
 
 def _infer_layer_norm(types, attrs):

@@ -89,3 +89,16 @@ def promote(*dtypes: str) -> str:
     if {"f16", "bf16"} <= set(dtypes):
         return "f32"
     return max(dtypes, key=order.index)
+
+
+def _category(dtype: str) -> int:
+    return 0 if dtype == "bool" else 1 if dtype in ("i32", "i64") else 2
+
+
+def promote_operands(types) -> str:
+    """torch's rule for tensors: the highest category (bool < integer < float) wins; within it,
+    operands with dimensions outrank 0-d ones (``f32[4] + f64[]`` is f32)."""
+    top = max(_category(t.dtype) for t in types)
+    in_top = [t for t in types if _category(t.dtype) == top]
+    dimensioned = [t for t in in_top if t.rank > 0]
+    return promote(*(t.dtype for t in (dimensioned or in_top)))
