@@ -1,0 +1,288 @@
+"""``explain`` for a whole program: what was captured, the kernels it runs (with why and their
+predicted times), each GEMM's schedule, the memory plan and the predicted step time.
+
+    report = explain_planned(captured_graph, planned, target, tokens_per_step=32 * 512)
+    render(report)                 # rich tables;  json.dumps(report) for other tools
+
+Every time is the configurator's closed-form prediction (no measurement): Nova GEMMs by
+``nova.configurator.configure`` (calibrated where the target has a calibration), attention by
+``nova.kernels.attention.configure_attention`` where the executor runs Nova's attention kernels,
+everything else by the fallback models of ``nova.compiler.cost``.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from nova.compiler import cost
+from nova.ir.graph import Node
+
+
+@dataclass
+class KernelReport:
+    index: int
+    kind: str                 # the group's kind: gemm, pointwise, reduction, composite, view, opaque
+    kernel: str               # what runs it: "nova", "aten" or "none" (a free view)
+    name: str                 # a readable name: the GEMM problem, the composite op, the fused ops
+    predicted_us: float
+    bound: str
+    formula: str
+    reason: str
+    origin: str = ""
+    schedule: dict | None = None
+
+
+@dataclass
+class ProgramReport:
+    name: str
+    target: str
+    captured_ops: dict
+    captured_nodes: int
+    passes: dict
+    kernels: list[KernelReport] = field(default_factory=list)
+    fallback_ops: dict = field(default_factory=dict)
+    memory: dict = field(default_factory=dict)
+    prediction: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# ------------------------------------------------------------------ per-group predictions
+def _bytes_of(values) -> int:
+    return sum(v.type.nbytes for v in values)
+
+
+def attention_problem(node: Node):
+    """The AttentionProblem of an ``attention``/``attention_backward`` node, or None when Nova's
+    attention kernels do not cover it (its dtype or head dimension)."""
+    from nova.kernels.attention import AttentionProblem, AttentionProblemError
+    q, k = (node.inputs[0], node.inputs[1]) if node.op == "attention" else (node.inputs[1], node.inputs[2])
+    dtype = {"f32": "tf32", "bf16": "bf16", "f16": "fp16"}.get(q.dtype)
+    if dtype is None:
+        return None
+    b, h, t_q, d = q.shape
+    try:
+        return AttentionProblem(b, h, t_q, k.shape[2], d, causal=bool(node.attrs.get("causal")), dtype=dtype,
+                                kv_heads=k.shape[1], scale=float(node.attrs["scale"]))
+    except AttentionProblemError:
+        return None
+
+
+def _attention_report(group, node: Node, target) -> tuple[float, str, str, str, dict | None]:
+    problem = attention_problem(node)
+    backward = node.op == "attention_backward"
+    if problem is not None:
+        from nova.kernels.attention import configure_attention
+        cfg = configure_attention(problem, target)
+        roles = ("bwd_pre", "bwd_dkv", "bwd_dq") if backward else ("fwd",)
+        t = sum(cfg.terms[r]["time_us"] for r in roles)
+        bound = max(roles, key=lambda r: cfg.terms[r]["time_us"])
+        return (t, cfg.terms[bound]["bound"], " + ".join(f"{r} {cfg.terms[r]['time_us']:.1f}" for r in roles),
+                "nova", {"roles": list(roles), "schedule": cfg.schedule.to_dict()})
+    q, k, v = (node.inputs[0], node.inputs[1], node.inputs[2]) if not backward else node.inputs[1:4]
+    b, h, t_q, d = q.shape
+    flops = cost.attention_flops(b, h, t_q, k.shape[2], d, v.shape[3], bool(node.attrs.get("causal")), backward)
+    kt = cost.attention_fallback_time(flops, target)
+    return kt.time_us, kt.bound, kt.formula, "aten", None
+
+
+def _gemm_report(group, target) -> tuple[float, str, str, dict | None]:
+    from nova.configurator import configure
+    cfg = configure(group.problem, target)
+    t = cfg.calibrated_time_us or cfg.prediction.time_us
+    s = cfg.schedule
+    schedule = {"tile": f"{s.block_m}x{s.block_n}x{s.block_k}", "stages": s.stages, "split_k": s.split_k,
+                "instruction": str(s.mma), "swap_ab": s.swap_ab, "persistent": s.persistent,
+                "model_us": round(cfg.prediction.time_us, 2),
+                "calibrated_us": None if cfg.calibrated_time_us is None else round(cfg.calibrated_time_us, 2)}
+    return t, cfg.prediction.bound, f"configure({group.problem.describe()})", schedule
+
+
+def _group_name(group) -> str:
+    if group.kind == "gemm" and group.problem is not None:
+        return group.problem.describe()
+    ops = [n.op for n in group.nodes]
+    return ops[0] if len(ops) == 1 else f"{ops[0]}+{len(ops) - 1} ({'+'.join(sorted(set(ops)))})"
+
+
+def kernel_reports(planned, target) -> list[KernelReport]:
+    """One report per group that launches a kernel, in execution order."""
+    reports = []
+    for index, group in enumerate(planned.groups):
+        if group.kernel == "none":
+            continue
+        node = group.nodes[0]
+        name, schedule, kernel = _group_name(group), None, group.kernel
+        if group.kind == "gemm" and group.problem is not None:
+            t, bound, formula, schedule = _gemm_report(group, target)
+        elif node.op in ("attention", "attention_backward"):
+            t, bound, formula, kernel, schedule = _attention_report(group, node, target)
+        else:
+            moved = _bytes_of(group.inputs) + _bytes_of(group.outputs)
+            launches = len(group.nodes) if group.kernel == "aten" else 1
+            kt = cost.memory_bound_time(moved, target, launches)
+            t, bound, formula = kt.time_us, kt.bound, kt.formula
+        reports.append(KernelReport(index, group.kind, kernel, name, round(t, 3), bound, formula, group.reason,
+                                    node.origin, schedule))
+    return reports
+
+
+# ------------------------------------------------------------------ the whole program
+def explain_planned(captured_graph, planned, target, tokens_per_step: int | None = None) -> dict:
+    """The JSON-able report of a planned program (keys: captured_ops, kernels, fallback_ops, memory,
+    prediction, ...)."""
+    from nova.hwmodel import get_target
+    target = get_target(target)
+    kernels = kernel_reports(planned, target)
+    fallback = {}
+    for node in captured_graph.nodes:
+        if node.op == "aten":
+            fallback[node.attrs["target"]] = fallback.get(node.attrs["target"], 0) + 1
+    mem = planned.memory
+    step_us = sum(k.predicted_us for k in kernels)
+    by_kind: dict[str, dict] = {}
+    for k in kernels:
+        key = f"{k.kind}/{k.kernel}"
+        entry = by_kind.setdefault(key, {"count": 0, "predicted_us": 0.0})
+        entry["count"] += 1
+        entry["predicted_us"] = round(entry["predicted_us"] + k.predicted_us, 3)
+    prediction = {"step_ms": round(step_us / 1e3, 4), "launches": len(kernels), "by_kind": by_kind}
+    if tokens_per_step:
+        prediction["tokens_per_step"] = tokens_per_step
+        prediction["tokens_per_s"] = round(tokens_per_step / (step_us * 1e-6)) if step_us else None
+    report = ProgramReport(
+        name=captured_graph.name, target=target.name, captured_ops=captured_graph.op_counts(),
+        captured_nodes=len(captured_graph.nodes), passes=dict(planned.stats), kernels=kernels,
+        fallback_ops=fallback,
+        memory={"peak_bytes": mem.peak_bytes, "arena_bytes": mem.arena_bytes, "external_bytes": mem.external_bytes,
+                "live_peak_bytes": mem.live_peak_bytes, "breakdown": dict(mem.breakdown),
+                "donations": len(mem.donations)},
+        prediction=prediction)
+    return report.to_dict()
+
+
+# ------------------------------------------------------------------ built-in training steps
+def training_step(model_name: str, batch: int, seq: int | None = None, optimizer: str = "adamw"):
+    """A built-in model's training step on the meta device (nothing allocated):
+    ``(fn, args, model, opt, tokens_per_step)`` ready for ``nova.frontend.capture``."""
+    import torch
+    from nova.models import gpt
+    if model_name not in gpt.CONFIGS:
+        raise ValueError(f"unknown model {model_name!r}; built-in models: {', '.join(gpt.CONFIGS)}")
+    cfg = gpt.CONFIGS[model_name]
+    seq = seq or cfg.block_size
+    if not 1 <= seq <= cfg.block_size:
+        raise ValueError(f"--seq {seq} is outside 1..{cfg.block_size} (the model's learned positions)")
+    if batch < 1:
+        raise ValueError(f"--batch must be positive, got {batch}")
+    with torch.device("meta"):
+        model = gpt.GPT(cfg)
+    if optimizer == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    elif optimizer == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=1e-2, momentum=0.9)
+    else:
+        raise ValueError(f"unknown optimizer {optimizer!r}; choose adamw or sgd")
+
+    def train_step(idx, targets):
+        loss = model(idx, targets)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    idx = torch.zeros((batch, seq), dtype=torch.long, device="meta")
+    return train_step, (idx, idx.clone()), model, opt, batch * seq
+
+
+def explain_train(model_name: str, batch: int, seq: int | None = None, target="h200",
+                  optimizer: str = "adamw") -> dict:
+    """Capture, plan and explain a built-in model's training step for ``target`` (no GPU needed)."""
+    import time
+    from nova.frontend import capture
+    from nova.passes import pipeline
+    fn, args, model, opt, tokens = training_step(model_name, batch, seq, optimizer)
+    t0 = time.perf_counter()
+    captured = capture(fn, args, models=[model], optimizers=[opt], name=f"train_{model_name}")
+    t1 = time.perf_counter()
+    planned = pipeline(captured.graph, target)
+    t2 = time.perf_counter()
+    report = explain_planned(captured.graph, planned, target, tokens)
+    report["model"] = {"name": model_name, "batch": batch, "seq": args[0].shape[1], "optimizer": optimizer,
+                       "parameters": sum(p.numel() for p in model.parameters())}
+    report["times_s"] = {"capture": round(t1 - t0, 3), "passes": round(t2 - t1, 3)}
+    return report
+
+
+# ------------------------------------------------------------------ rendering
+def _gb(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def render(report: dict, console=None, top: int = 12) -> None:
+    """Rich tables: captured ops, kernels by kind, the most expensive kernels with why, GEMM
+    schedules, the memory plan and the prediction."""
+    from rich.console import Console
+    from rich.table import Table
+    console = console or Console()
+    model = report.get("model")
+    head = f"{report['name']} on {report['target']}"
+    if model:
+        head += (f": {model['name']} ({model['parameters'] / 1e6:.1f}M parameters), batch {model['batch']} x "
+                 f"seq {model['seq']}, {model['optimizer']}")
+    console.print(head)
+    ops = report["captured_ops"]
+    console.print(f"captured {report['captured_nodes']} IR nodes, {len(ops)} distinct ops: "
+                  + ", ".join(f"{k} {v}" for k, v in list(ops.items())[:14]) + (" ..." if len(ops) > 14 else ""))
+    console.print("passes: " + " -> ".join(f"{k} {v}" for k, v in report["passes"].items()) + " nodes")
+    if report["fallback_ops"]:
+        console.print("opaque ATen ops: " + ", ".join(f"{k} x{v}" for k, v in report["fallback_ops"].items()))
+    else:
+        console.print("opaque ATen ops: none (every op is in the IR)")
+
+    by_kind = Table(title="kernels by kind (predicted)")
+    for col in ("kind / runs on", "launches", "predicted ms", "share"):
+        by_kind.add_column(col, justify="right" if col != "kind / runs on" else "left")
+    total = sum(v["predicted_us"] for v in report["prediction"]["by_kind"].values()) or 1.0
+    for key, v in sorted(report["prediction"]["by_kind"].items(), key=lambda kv: -kv[1]["predicted_us"]):
+        by_kind.add_row(key, str(v["count"]), f"{v['predicted_us'] / 1e3:.3f}", f"{v['predicted_us'] / total:.0%}")
+    console.print(by_kind)
+
+    kernels = sorted(report["kernels"], key=lambda k: -k["predicted_us"])[:top]
+    table = Table(title=f"the {len(kernels)} most expensive kernels")
+    for col in ("#", "kernel", "runs on", "predicted us", "bound", "why these ops, how predicted"):
+        table.add_column(col)
+    for k in kernels:
+        why = k["reason"] + (f"  [{k['formula']}]" if k["formula"] else "")
+        table.add_row(str(k["index"]), k["name"], k["kernel"], f"{k['predicted_us']:.1f}", k["bound"], why)
+    console.print(table)
+
+    gemms = [k for k in report["kernels"] if k["kind"] == "gemm" and k["schedule"]]
+    if gemms:
+        seen, sched = set(), Table(title="GEMM schedules (as explain matmul derives them)")
+        for col in ("problem", "tile", "stages", "split-K", "instruction", "predicted us", "count"):
+            sched.add_column(col)
+        counts: dict[str, int] = {}
+        for k in gemms:
+            counts[k["name"]] = counts.get(k["name"], 0) + 1
+        for k in gemms:
+            if k["name"] in seen:
+                continue
+            seen.add(k["name"])
+            s = k["schedule"]
+            sched.add_row(k["name"], s["tile"] + (" (swapped)" if s["swap_ab"] else ""), str(s["stages"]),
+                          str(s["split_k"]), s["instruction"], f"{k['predicted_us']:.1f}", str(counts[k["name"]]))
+        console.print(sched)
+
+    mem = report["memory"]
+    console.print(f"memory plan: peak {_gb(mem['peak_bytes'])} (arena {_gb(mem['arena_bytes'])} + user-owned "
+                  f"{_gb(mem['external_bytes'])}), {mem['donations']} updates written in place (donation)")
+    console.print("  " + ", ".join(f"{k} {_gb(v)}" for k, v in mem["breakdown"].items() if v))
+    p = report["prediction"]
+    line = f"Prediction: {p['step_ms']:.2f} ms per step over {p['launches']} launches"
+    if p.get("tokens_per_s"):
+        line += f", {p['tokens_per_s'] / 1e3:.1f}k tokens/s"
+    console.print(line + " (the configurator's models, no measurement)")
+    if "times_s" in report:
+        console.print(f"captured in {report['times_s']['capture']:.2f} s, planned in {report['times_s']['passes']:.2f} s, "
+                      "no GPU")
