@@ -402,6 +402,27 @@ def _foreach_scalar(name):
     return lambda ts, s: [getattr(t, method)(s) for t in ts]
 
 
+def _byte_range(t) -> tuple:
+    """(storage identity, first byte, one past the last byte) that ``t`` can touch."""
+    start = t.storage_offset() * t.element_size()
+    span = 0 if t.numel() == 0 else (1 + sum((d - 1) * s for d, s in zip(t.shape, t.stride()))) * t.element_size()
+    return t.untyped_storage()._cdata, start, start + span
+
+
+def overlap(a, b) -> bool:
+    """Whether tensors ``a`` and ``b`` may share bytes (same storage, intersecting byte ranges)."""
+    sa, a0, a1 = _byte_range(a)
+    sb, b0, b1 = _byte_range(b)
+    return sa == sb and a0 < b1 and b0 < a1
+
+
+def can_join_batch(batch_ins, batch_outs, ins, outs) -> bool:
+    """A node may join a foreach batch only if its outputs touch no input of the batch's nodes and
+    its inputs no output of theirs: the batch writes every output before it reads every input."""
+    return not any(overlap(o, i) for o in outs for group in batch_ins for i in group) and \
+        not any(overlap(o, i) for group in batch_outs for o in group for i in ins)
+
+
 def adamw_batch_key(node) -> tuple:
     """Consecutive adamw nodes with equal keys share one foreach batch: hyper-parameters and step."""
     a = node.attrs

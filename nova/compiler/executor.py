@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import torch
 
 from nova.compiler.aten_kernels import (Kernel, KernelContext, adamw, adamw_batch_key, build_kernel,
-                                        torch_dtype, view_of)
+                                        can_join_batch, torch_dtype, view_of)
 from nova.compiler.gemm_lowering import GemmLaunch, lower_matmul
 from nova.compiler.plan_view import ExecutorError, PlanView, read_plan
 from nova.ir.ops import opdef
@@ -325,13 +325,17 @@ class Program:
                     kernels.append(launch.kernel(self._gemm, self.target))
                     gemms.append(launch)
                     i += 1 + len(launch.epilogue)
-                elif node.op == "adamw":
+                elif node.op == "adamw":           # consecutive compatible updates: one foreach batch
                     key, j = adamw_batch_key(node), i
+                    batch_ins, batch_outs = [], []
                     while j < len(nodes) and nodes[j].op == "adamw" and adamw_batch_key(nodes[j]) == key:
+                        ins, outs = [tensors[v] for v in nodes[j].inputs], [tensors[v] for v in nodes[j].outputs]
+                        if batch_ins and not can_join_batch(batch_ins, batch_outs, ins, outs):
+                            break
+                        batch_ins.append(ins)
+                        batch_outs.append(outs)
                         j += 1
-                    batch = nodes[i:j]
-                    kernels.append(adamw(batch, [[tensors[v] for v in n.inputs] for n in batch],
-                                         [[tensors[v] for v in n.outputs] for n in batch], ctx))
+                    kernels.append(adamw(nodes[i:j], batch_ins, batch_outs, ctx))
                     i = j
                 else:
                     kernels.append(build_kernel(node, [tensors[v] for v in node.inputs],
