@@ -85,6 +85,19 @@ def test_donated_outputs_update_the_inputs_in_place_over_steps():
     assert program.stats["donated_outputs"] == 19 and program.stats["rebinds"] == 0
 
 
+def test_parameters_that_require_grad_are_updated_without_autograd():
+    """The user's parameters are ``nn.Parameter``s: in-place updates and out= kernels run without autograd."""
+    case = mlp_training_step()
+    inputs = case.inputs(7)
+    ref = interpreter.run(case.graph, [x.clone() for x in inputs])
+    inputs = [torch.nn.Parameter(x) if spec.role == "param" else x for x, spec in zip(inputs, case.graph.inputs)]
+    program = build(plan(case.graph, reuse=True, fuse_epilogue=True), "cpu")
+    got = program.run(inputs)
+    assert_close(case.graph, got, ref)
+    assert got[2] is inputs[2] and isinstance(got[2], torch.nn.Parameter) and got[2].requires_grad
+    assert not got[0].requires_grad and got[2].grad is None
+
+
 def test_without_donation_inputs_stay_and_results_are_fresh():
     case = mlp_training_step()
     planned = plan(case.graph, reuse=True, donate=False)

@@ -416,20 +416,21 @@ class Program:
             raise ExecutorError("a meta program only describes; build it on a CUDA device to run it")
         inputs = list(inputs)
         self._check_inputs(inputs)
-        if self._tensors is None or self._stale(inputs):
-            self._bind(inputs)
-        for i, slot in self._staged:
-            x = inputs[i]
-            if x.data_ptr() != slot.data_ptr() or x.device != slot.device:
-                slot.copy_(x)
-        if not self._use_graph:
-            self._execute()
-        elif self._cuda_graph is None:
-            self._warm_up_and_capture()
-        else:
-            self._cuda_graph.replay()
-        self.stats["runs"] += 1
-        return self._outputs(inputs)
+        with torch.no_grad():            # parameters require grad; the step writes them in place, out= everywhere
+            if self._tensors is None or self._stale(inputs):
+                self._bind(inputs)
+            for i, slot in self._staged:
+                x = inputs[i]
+                if x.data_ptr() != slot.data_ptr() or x.device != slot.device:
+                    slot.copy_(x)
+            if not self._use_graph:
+                self._execute()
+            elif self._cuda_graph is None:
+                self._warm_up_and_capture()
+            else:
+                self._cuda_graph.replay()
+            self.stats["runs"] += 1
+            return self._outputs(inputs)
 
     def _execute(self) -> None:
         index = -1
