@@ -47,7 +47,7 @@ from nova.compiler.gemm_lowering import GemmLaunch, lower_matmul
 from nova.compiler.plan_view import ExecutorError, PlanView, read_plan
 from nova.ir.ops import opdef
 
-__all__ = ["build", "gemm_problems", "Program", "Launch", "ExecutorError", "BOUND_ROLES"]
+__all__ = ["build", "gemm_problems", "precompile_commands", "Program", "Launch", "ExecutorError", "BOUND_ROLES"]
 
 ALIGN = 256                                          # byte alignment of slots the executor lays out itself
 BOUND_ROLES = ("param", "grad", "opt_state", "const")  # inputs used in place, by pointer
@@ -594,3 +594,17 @@ def gemm_problems(planned) -> list:
     bias, activation, out dtype) a CUDA program of ``planned`` launches, for ``nova precompile``.
     Bound inputs (parameters) are assumed contiguous, as the IR types describe them."""
     return Program(planned, "meta").gemm_problems()
+
+
+def precompile_commands(problems, target: str) -> list[str]:
+    """``nova precompile gemm`` command lines that build ``problems`` for ``target``, one per
+    distinct dtype/layout/epilogue (shapes joined)."""
+    from nova.runtime.cache import precompile_command
+    groups: dict[tuple, list[str]] = {}
+    for p in problems:
+        shape = f"{p.M}x{p.N}x{p.K}"
+        head, tail = precompile_command(p, target).split(f" --shapes {shape}")
+        groups.setdefault((head, tail), [])
+        if shape not in groups[(head, tail)]:
+            groups[(head, tail)].append(shape)
+    return [f"{head} --shapes {','.join(shapes)}{tail}" for (head, tail), shapes in groups.items()]
