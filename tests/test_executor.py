@@ -393,3 +393,27 @@ def test_layouts_nova_cannot_read_fall_back_to_torch():
     assert not nova.launches and program.stats["torch_gemms"] == 1
     assert any("neither row-major nor transposed" in f for f in program.stats["fallbacks"])
     assert layout(torch.empty(3, 5).mT) == "col" and layout(torch.empty(3, 5)[:, ::2]) is None
+
+
+def test_plans_that_overlap_live_values_are_refused():
+    case = mlp_training_step()
+    planned = plan(case.graph, reuse=True)
+    values = dict(planned.memory.values)
+    h_b = next(n for n in case.graph.nodes if n.op == "gelu_tanh").inputs[0]        # read again by gelu's backward
+    logp = next(n for n in case.graph.nodes if n.op == "log_softmax").outputs[0]
+    values[logp] = Placement(values[h_b].offset, values[logp].nbytes)
+    with pytest.raises(ExecutorError, match=r"the plan puts f32\[2,4,16\] \(live over launches \d+\.\.\d+\) and "
+                                            r"f32\[8,12\] .* on the same arena bytes"):
+        build(Planned(case.graph, planned.groups, planned.order,
+                      MemoryPlan(values, planned.memory.arena_bytes, planned.memory.peak_bytes,
+                                 planned.memory.donations)), "cpu")
+    # an elementwise node writing its result over the input it reads last is fine (in place)
+    g = Graph("in_place")
+    x = g.input(TensorType((4, 4), "f32"), "x", "data")
+    e = g.op("exp", x)
+    t = g.op("tanh", e)
+    g.output(t, "y")
+    p = plan(g)
+    p.memory.values[t] = Placement(p.memory.values[e].offset, p.memory.values[e].nbytes)
+    program = build(p, "cpu")
+    assert_close(g, program.run([torch.ones(4, 4)]), [torch.ones(4, 4).exp().tanh()])

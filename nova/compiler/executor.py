@@ -130,6 +130,7 @@ class Program:
         self._fallbacks: list[str] = []
         self._check_groups()
         self._layout()
+        self._check_arena_lifetimes()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
             self._mem_base = torch.cuda.memory_allocated(self.device)
@@ -239,6 +240,57 @@ class Program:
                     self.loc[v] = self._arena_loc(v, p, f"node {index} {node.op}")
                 else:
                     self.loc[v] = self._take("scratch", v)
+
+    def _check_arena_lifetimes(self) -> None:
+        """Values the plan puts on shared arena bytes must be alive at different times, in the
+        order the groups run: [first write, last read (through views too; outputs: the end)].
+        An elementwise node may write its result exactly over an input it reads last (in place)."""
+        g = self.graph
+        order = [n for group in self.plan.groups for n in group.nodes]
+        position = {n: i for i, n in enumerate(order)}
+        end = len(order)
+        root = {}
+        for spec in g.inputs:
+            root[spec.value] = spec.value
+        for n in g.nodes:
+            for v in n.outputs:
+                root[v] = root[n.inputs[0]] if self.loc[v][0] == "alias" else v
+        arena = {v: loc for v, loc in self.loc.items() if loc[0] == "arena"}
+        live = {v: [-1 if v in self._input_index else position.get(v.producer, end),
+                    -1 if v in self._input_index else position.get(v.producer, end)] for v in arena}
+        for n in order:
+            for x in n.inputs:
+                r = root.get(x)
+                if r in live:
+                    live[r][1] = max(live[r][1], position[n])
+        for o in g.outputs:
+            if root.get(o.value) in live:
+                live[root[o.value]][1] = end
+
+        def span(v):
+            _, offset, strides = arena[v]
+            nbytes = v.type.nbytes if strides is None else _strided_bytes(v.type.shape, strides, v.type.itemsize)
+            return offset, offset + nbytes
+
+        def in_place(a, b):         # b written over a by an elementwise node that reads a last
+            n = b.producer
+            return n is not None and opdef(n.op).kind == "pointwise" and \
+                any(root.get(x) is a for x in n.inputs) and span(a) == span(b)
+
+        values = sorted((v for v in arena if v.type.nbytes), key=lambda v: span(v)[0])
+        active = []
+        for v in values:
+            start, stop = span(v)
+            active = [u for u in active if span(u)[1] > start]
+            for u in active:
+                (uw, ur), (vw, vr) = live[u], live[v]
+                if ur < vw or vr < uw or (ur == vw and in_place(u, v)) or (vr == uw and in_place(v, u)):
+                    continue
+                lo, hi = max(start, span(u)[0]), min(stop, span(u)[1])
+                raise ExecutorError(f"{g.name}: the plan puts {u.type} (live over launches {uw}..{ur}) and "
+                                    f"{v.type} (live over {vw}..{vr}) on the same arena bytes [{lo}, {hi}) "
+                                    f"at the same time")
+            active.append(v)
 
     def _take(self, area: str, value):
         offset = self.area_bytes[area]
