@@ -275,7 +275,7 @@ class Program:
         def in_place(a, b):         # b written over a by an elementwise node that reads a last
             n = b.producer
             return n is not None and opdef(n.op).kind == "pointwise" and \
-                any(root.get(x) is a for x in n.inputs) and span(a) == span(b)
+                a in n.inputs and span(a) == span(b)
 
         values = sorted((v for v in arena if v.type.nbytes), key=lambda v: span(v)[0])
         active = []
