@@ -432,14 +432,14 @@ class Program:
         tensors = self._resolve(self.store, by_index)
         self._fallbacks = [f for f in self._fallbacks if not f.startswith("group ")]
         launches, ctx = self._make_launches(tensors, self.device)
+        if self._nova_errors:
+            self._resolve_nova_kernels(launches)      # before any state changes: a miss leaves the program unbound
         self._tensors, self._launches, self._ctx = tensors, launches, ctx
         self._bound = {i: (inputs[i].data_ptr(), inputs[i].stride()) for i in bound}
         self._bound_refs = [inputs[i] for i in bound]
         self._staged = [(i, tensors[spec.value]) for i, spec in enumerate(g.inputs)
                         if self.loc[spec.value][0] != "input"]
         self._cuda_graph = None
-        if self._nova_errors:
-            self._resolve_nova_kernels()
         measured = self.stats.get("measured_peak_bytes")
         counters = {k: self.stats.get(k, 0) for k in ("captures", "rebinds", "runs")}
         self.stats = self._stats(launches, ctx)
@@ -447,16 +447,16 @@ class Program:
         if rebinding:
             self.stats["rebinds"] += 1
 
-    def _resolve_nova_kernels(self) -> None:
-        """Load every Nova kernel now (offline: a missing one raises NotPrecompiledError here,
-        before the warm-up has touched any parameter)."""
+    def _resolve_nova_kernels(self, launches) -> None:
+        """Load every Nova kernel of ``launches`` now (offline: a missing one raises
+        NotPrecompiledError here, before the warm-up has touched any parameter)."""
         import nova
         if self._gemm is not nova.matmul:
             return
         from nova.runtime import driver
         from nova.runtime.matmul import resolve_kernel
         device = driver.get_device(self.device.index)
-        for problem in self.gemm_problems():
+        for problem in _distinct_problems(launches):
             resolve_kernel(problem, self.target, device)
 
     # ------------------------------------------------------------------ running
@@ -557,13 +557,7 @@ class Program:
 
     def gemm_problems(self) -> list:
         """The distinct Nova GEMM problems this program launches (``GemmProblem``), in launch order."""
-        seen = {}
-        for launch in self.launches:
-            for gemm in launch.gemms:
-                if gemm.backend == "nova":
-                    for p in gemm.problems():
-                        seen.setdefault(p, None)
-        return list(seen)
+        return _distinct_problems(self.launches)
 
     def _stats(self, launches, ctx) -> dict:
         per_kind = {}
@@ -620,6 +614,16 @@ class Program:
         for f in s["fallbacks"]:
             lines.append(f"  note: {f}")
         return "\n".join(lines)
+
+
+def _distinct_problems(launches) -> list:
+    seen = {}
+    for launch in launches:
+        for gemm in launch.gemms:
+            if gemm.backend == "nova":
+                for p in gemm.problems():
+                    seen.setdefault(p, None)
+    return list(seen)
 
 
 def _normalize_device(device) -> torch.device:
