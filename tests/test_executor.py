@@ -417,3 +417,44 @@ def test_plans_that_overlap_live_values_are_refused():
     p.memory.values[t] = Placement(p.memory.values[e].offset, p.memory.values[e].nbytes)
     program = build(p, "cpu")
     assert_close(g, program.run([torch.ones(4, 4)]), [torch.ones(4, 4).exp().tanh()])
+
+
+def test_meta_program_describes_the_cuda_program():
+    """Without a GPU: the CUDA program's kernels (efficient attention, its padded log-sum-exp
+    workspace, Nova GEMMs) and the precompile commands of its GEMMs."""
+    case = attention_block(B=2, T=40, heads=4, D=16)
+    program = build(plan(case.graph, reuse=True, fuse_epilogue=True), "meta")
+    s = program.stats
+    assert s["workspace_bytes"] == 2 * 4 * 64 * 4                  # lse of T = 40 padded to 64 rows
+    assert s["copies"] == 2 + 4 and s["nova_gemm_launches"] == 6 and s["torch_gemms"] == 0
+    text = program.describe()
+    assert "_scaled_dot_product_efficient_attention_backward (lse padded" in text and "nova gemm 80x192x64 tf32 NT" in text
+    from nova.compiler.executor import precompile_commands
+    commands = precompile_commands(program.gemm_problems(), "h200")
+    assert commands[0].startswith("nova precompile gemm --shapes 80x192x64,") and "--target h200 --dtype tf32" in commands[0]
+    shapes = [shape for c in commands for shape in c.split("--shapes ")[1].split(" ")[0].split(",")]
+    assert len(shapes) == len(program.gemm_problems())
+
+
+def test_no_fusion_when_the_epilogue_result_reuses_an_operand():
+    """A plan may put ``add(matmul(a, w), b)`` on ``a``'s bytes (``a`` is dead after the matmul);
+    a fused launch would write them while reading ``a``, so the bias add stays separate."""
+    g = Graph("reuse_operand")
+    x = g.input(TensorType((8, 16), "f32"), "x", "data")
+    w = g.input(TensorType((4, 16), "f32"), "w", "param")
+    b = g.input(TensorType((4,), "f32"), "b", "param")
+    a = g.op("exp", x)
+    mm = g.op("matmul", a, w, transpose_b=True)
+    y = g.op("add", mm, b)
+    g.output(y, "y")
+    case = Case(g, lambda gen, device: [torch.randn(8, 16, generator=gen), torch.randn(4, 16, generator=gen),
+                                        torch.randn(4, generator=gen)])
+    planned = plan(g, fuse_epilogue=True)
+    nova = EmulatedNova()
+    program, got, ref, _ = run_both(case, planned, gemm=nova)
+    assert program.stats["fused_epilogue_nodes"] == 1 and nova.launches[0][5]          # fused when apart
+    planned.memory.values[y] = Placement(planned.memory.values[a].offset, planned.memory.values[y].nbytes)
+    nova = EmulatedNova()
+    program, got, ref, _ = run_both(case, planned, gemm=nova)
+    assert_close(g, got, ref)
+    assert program.stats["fused_epilogue_nodes"] == 0 and not nova.launches[0][5]

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from nova.compiler.aten_kernels import Kernel
+from nova.compiler.aten_kernels import Kernel, overlap
 
 NOVA_DTYPES = {torch.float32: "tf32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 OUT_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
@@ -224,6 +224,10 @@ def lower_matmul(node, following, tensor_of, users, live_out, use_nova: bool) ->
             else:
                 activation = ACTIVATIONS[e.op]
         calls, reason = _calls(A, B, final)
+        if chain and any(t is not None and overlap(final, t) for t in (A, B, bias)):
+            # the plan may put the epilogue's result on an operand that is dead after the matmul:
+            # written by the fused launch while it reads that operand, it would be corrupted
+            reason = "the epilogue's result shares bytes with an operand"
         for c in calls:
             c.bias = bias
             reason = reason or _nova_problem_reason(c)
