@@ -458,3 +458,21 @@ def test_no_fusion_when_the_epilogue_result_reuses_an_operand():
     program, got, ref, _ = run_both(case, planned, gemm=nova)
     assert_close(g, got, ref)
     assert program.stats["fused_epilogue_nodes"] == 0 and not nova.launches[0][5]
+
+
+def test_unsafe_donations_are_refused():
+    case = mlp_training_step()
+    graph = case.graph
+    planned = plan(graph, batch_optimizer=False)
+    # run fc1.weight's (donated) update before the last matmul that reads the old weight
+    w1 = graph.inputs[4].value
+    reader = [n for n in graph.nodes if n.op == "matmul" and w1 in n.inputs][-1]
+    update = next(n for n in graph.nodes if n.op == "adamw" and n.inputs[0] is w1)
+    groups = [grp for grp in planned.groups if update not in grp.nodes]
+    at = next(k for k, grp in enumerate(groups) if reader in grp.nodes)
+    step_add = next(n for n in graph.nodes if n.op == "add" and n.inputs[0] is graph.inputs[-1].value)
+    groups = [grp for grp in groups if step_add not in grp.nodes]
+    groups[at:at] = [Group("pointwise", [step_add]), Group("composite", [update])]
+    with pytest.raises(ExecutorError, match=r"donates 'fc1.weight' into input 'fc1.weight', written at launch \d+ "
+                                            r"\(adamw\), but matmul reads that input at launch \d+"):
+        build(Planned(graph, groups, planned.order, planned.memory), "cpu")

@@ -255,6 +255,7 @@ class Program:
         for n in g.nodes:
             for v in n.outputs:
                 root[v] = root[n.inputs[0]] if self.loc[v][0] == "alias" else v
+        self._check_donations(order, position, root)
         arena = {v: loc for v, loc in self.loc.items() if loc[0] == "arena"}
         live = {v: [-1 if v in self._input_index else position.get(v.producer, end),
                     -1 if v in self._input_index else position.get(v.producer, end)] for v in arena}
@@ -291,6 +292,35 @@ class Program:
                                     f"{v.type} (live over {vw}..{vr}) on the same arena bytes [{lo}, {hi}) "
                                     f"at the same time")
             active.append(v)
+
+    def _check_donations(self, order, position, root) -> None:
+        """An output donated into input i overwrites the user's tensor when its producer runs:
+        nothing may read input i (or a view of it) later, nor at that launch except the producer
+        itself reading it directly as an elementwise op or an optimizer update; nor may the old
+        value be a graph output."""
+        g = self.graph
+        names = {o.value: o.name for o in g.outputs}
+        outputs = set(g.output_values())
+        for v, i in self.donated.items():
+            base, producer = g.inputs[i].value, v.producer
+            p = position.get(producer)
+            if p is None:
+                continue
+            for x in outputs:
+                if root.get(x) is base:
+                    raise ExecutorError(f"{g.name}: the plan donates {names[v]!r} into input {g.inputs[i].name!r}, "
+                                        f"whose old value is also a graph output")
+            in_place = opdef(producer.op).kind == "pointwise" or producer.op in ("adamw", "sgd")
+            for n in order:
+                for x in n.inputs:
+                    if root.get(x) is not base:
+                        continue
+                    q = position[n]
+                    if q < p or (n is producer and x is base and in_place):
+                        continue
+                    raise ExecutorError(f"{g.name}: the plan donates {names[v]!r} into input {g.inputs[i].name!r}, "
+                                        f"written at launch {p} ({producer.op}), but {n.op} reads that input at "
+                                        f"launch {q}{' through a view' if x is not base else ''}")
 
     def _take(self, area: str, value):
         offset = self.area_bytes[area]
