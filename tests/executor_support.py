@@ -417,6 +417,33 @@ ALL_CASES = {"mlp": mlp_training_step, "attention": attention_block, "grouped": 
 
 
 # =============================================================== comparisons
+def _wide(x):
+    """f32 -> f64 in a type name or an attribute value (tuples recursively)."""
+    if x == "f32":
+        return "f64"
+    if isinstance(x, tuple):
+        return tuple(_wide(y) for y in x)
+    return x
+
+
+def widen(graph) -> Graph:
+    """The same graph computing in float64 where it computes in float32 (inputs, constants,
+    casts, accumulation types, opaque result types): the GPU tests' reference."""
+    g = Graph(graph.name + "_f64")
+    env = {}
+    for spec in graph.inputs:
+        env[spec.value] = g.input(TensorType(spec.value.type.shape, _wide(spec.value.type.dtype)), spec.name, spec.role)
+    for n in graph.nodes:
+        attrs = {k: (_wide(v) if k in ("dtype", "out_dtype", "result_types") else v) for k, v in n.attrs.items()}
+        res = g.op(n.op, *[env[v] for v in n.inputs], **attrs)
+        for v, w in zip(n.outputs, res if isinstance(res, tuple) else (res,)):
+            env[v] = w
+    for o in graph.outputs:
+        g.output(env[o.value], o.name, o.role, o.updates)
+    return g
+
+
+
 def rel_error(got, ref) -> float:
     """Relative Frobenius error of floats (absolute when the reference is ~0); mismatches of
     integers/booleans count as 1.0."""

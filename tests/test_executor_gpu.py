@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from executor_support import (attention_block, grouped_attention, linear_inference, memory_ops_step,
-                              mlp_training_step, plan, pointwise_zoo, rel_error)
+                              mlp_training_step, plan, pointwise_zoo, rel_error, widen)
 from nova.compiler.executor import build, gemm_problems, precompile_commands
 from nova.ir import interpreter
 
@@ -57,9 +57,10 @@ def kernels():
 
 
 def reference64(graph, inputs):
-    """The interpreter on CPU float64 copies of ``inputs`` (integers kept)."""
+    """The interpreter on the float64 version of ``graph`` (``widen``) and CPU float64 copies of
+    ``inputs`` (integers kept)."""
     xs = [x.detach().cpu().double() if x.is_floating_point() else x.detach().cpu() for x in inputs]
-    return interpreter.run(graph, xs, check_types=False)
+    return interpreter.run(widen(graph), xs)
 
 
 def assert_close(graph, got, ref, what, tol=TOL):
