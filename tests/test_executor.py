@@ -4,7 +4,6 @@ donation, aliasing, arena reuse, stats, the Nova GEMM lowering (with an emulated
 and the plan reader's errors."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import pytest

@@ -9,7 +9,6 @@ Kernels come from a cache precompiled on a host with MLIR:
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -143,7 +142,8 @@ def test_peak_memory_within_the_plan(kernels):
     program = build(plan(case.graph, reuse=True, fuse_epilogue=True), "cuda")
     program.run(state)
     s = program.stats
-    owned = s["arena_bytes"] + s["constants_bytes"] + s["static_input_bytes"] + s["scratch_bytes"] + s["workspace_bytes"]
+    owned = sum(s[k] for k in ("arena_bytes", "constants_bytes", "static_input_bytes", "scratch_bytes",
+                               "workspace_bytes"))
     params = sum(x.numel() * x.element_size() for x, spec in zip(state, case.graph.inputs) if spec.role == "param")
     slack = 2 * params + (2 << 20)            # foreach temporaries (sqrt of the moments), allocator rounding
     assert s["arena_bytes"] <= s["measured_peak_bytes"] <= owned + slack, program.describe()

@@ -115,7 +115,8 @@ def _grad_input(overload, **kw):
 
 
 BACKWARD = {
-    "gelu_tanh_backward": (_grad_input(aten.gelu_backward.grad_input, approximate="tanh"), "aten.gelu_backward.grad_input"),
+    "gelu_tanh_backward": (_grad_input(aten.gelu_backward.grad_input, approximate="tanh"),
+                           "aten.gelu_backward.grad_input"),
     "gelu_erf_backward": (_grad_input(aten.gelu_backward.grad_input), "aten.gelu_backward.grad_input"),
     "silu_backward": (_grad_input(aten.silu_backward.grad_input), "aten.silu_backward.grad_input"),
     "sigmoid_backward": (_grad_input(aten.sigmoid_backward.grad_input), "aten.sigmoid_backward.grad_input"),
@@ -453,7 +454,8 @@ def adamw(nodes, ins_list, outs_list, ctx) -> Kernel:
     if current:
         chunks.append(current)
     div_, add_ = _foreach_scalar("div"), _foreach_scalar("add")
-    scalar_dtype = torch.float32 if params[0].dtype in (torch.float32, torch.bfloat16, torch.float16) else params[0].dtype
+    low = (torch.float32, torch.bfloat16, torch.float16)
+    scalar_dtype = torch.float32 if params[0].dtype in low else params[0].dtype
 
     def run():
         for o, i in pre_copies:

@@ -32,7 +32,15 @@ raises Nova's one-line ``NotPrecompiledError`` before anything runs), executes t
 side stream (the warm-up Nova GEMMs need before capture; it is this step's real execution) and
 captures the launches into one ``torch.cuda.CUDAGraph``; later runs copy the data inputs into
 their static slots and replay.  A bound input whose pointer or strides change (a parameter
-replaced, not updated in place) rebinds and recaptures (``stats["rebinds"]``).
+replaced, not updated in place) rebinds and recaptures (``stats["rebinds"]``).  Steps run under
+``torch.no_grad()`` (parameters require grad; nothing here is differentiated).
+
+Checks at build (one-line ``ExecutorError``): every node in at most one group and after the values
+it reads; values on shared arena bytes alive at different times in group order (an elementwise
+node may overwrite the input it reads last); a donated output written after every read of the old
+value.  ``stats["measured_peak_bytes"]`` (CUDA) is ``torch.cuda.max_memory_allocated`` over build
+and the first step (warm-up and capture) minus what was allocated before build; build resets the
+device's peak counter.
 """
 from __future__ import annotations
 
@@ -41,9 +49,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from nova.compiler.aten_kernels import (Kernel, KernelContext, adamw, adamw_batch_key, build_kernel,
-                                        can_join_batch, torch_dtype, view_of)
-from nova.compiler.gemm_lowering import GemmLaunch, lower_matmul
+from nova.compiler.aten_kernels import (KernelContext, adamw, adamw_batch_key, build_kernel, can_join_batch,
+                                        torch_dtype, view_of)
+from nova.compiler.gemm_lowering import lower_matmul
 from nova.compiler.plan_view import ExecutorError, PlanView, read_plan
 from nova.ir.ops import opdef
 
@@ -631,7 +639,8 @@ class Program:
             f"memory: arena {_fmt_bytes(s['arena_bytes'])} (plan peak {_fmt_bytes(s['peak_bytes'])}), constants "
             f"{_fmt_bytes(s['constants_bytes'])}, static inputs {_fmt_bytes(s['static_input_bytes'])}, scratch "
             f"{_fmt_bytes(s['scratch_bytes'])}, workspace {_fmt_bytes(s['workspace_bytes'])}"
-            + (f"; measured peak {_fmt_bytes(s['measured_peak_bytes'])}" if s["measured_peak_bytes"] is not None else ""),
+            + (f"; measured peak {_fmt_bytes(s['measured_peak_bytes'])}"
+               if s["measured_peak_bytes"] is not None else ""),
             f"per step: {s['kernels']} kernels ({s['nova_gemm_launches']} Nova GEMM launches, {s['torch_gemms']} "
             f"torch.matmul), {s['copies']} copies; outputs: {s['donated_outputs']} donated, "
             f"{s['cloned_outputs']} cloned",

@@ -9,7 +9,7 @@ What is read (exact attribute names; alternatives in brackets are accepted too):
         .kind                        "gemm" | "pointwise" | "reduction" | "composite" | "view" | "opaque"
         .nodes                       the group's nodes (nova.ir.Node), in program order
         .reason                      optional text (shown by describe())
-        .nova_kernel [.has_kernel, .nova]   optional bool: False = no Nova kernel for this gemm
+        .nova_kernel [.has_nova_kernel, .has_kernel, .nova]   optional bool: False = no Nova kernel for this gemm
                                      group (run it on torch.matmul); absent = try Nova
         (a GEMM epilogue recorded in the group is not read: the executor fuses bias/activation
         nodes that follow a matmul in the same group itself, when the intermediates are dead)
@@ -148,7 +148,8 @@ def _donations(memory, graph, placements) -> dict[int, int]:
     for k, i in out.items():
         o = graph.outputs[k]
         if o.updates is not None and o.updates != i:
-            raise ExecutorError(f"memory plan donates output {o.name!r} into input {i}, but it updates input {o.updates}")
+            raise ExecutorError(f"memory plan donates output {o.name!r} into input {i}, "
+                                f"but it updates input {o.updates}")
         if not 0 <= i < len(graph.inputs) or graph.inputs[i].value.type != o.value.type:
             raise ExecutorError(f"memory plan donates output {o.name!r} ({o.value.type}) into input {i}, "
                                 f"which does not exist or has another type")
@@ -173,7 +174,7 @@ def read_plan(planned) -> PlanView:
     peak_bytes = int(_first_attr(memory, ("peak_bytes",), arena_bytes) or arena_bytes)
     views = []
     for index, g in enumerate(groups):
-        nova = _first_attr(g, ("nova_kernel", "has_kernel", "nova"), True)
+        nova = _first_attr(g, ("nova_kernel", "has_nova_kernel", "has_kernel", "nova"), True)
         views.append(GroupView(index, str(getattr(g, "kind", "opaque")), list(getattr(g, "nodes", ())),
                                str(getattr(g, "reason", "") or ""), nova is not False))
     return PlanView(graph, views, placements, arena_bytes, peak_bytes, _donations(memory, graph, placements))
