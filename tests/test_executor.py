@@ -4,6 +4,7 @@ donation, aliasing, arena reuse, stats, the Nova GEMM lowering (with an emulated
 and the plan reader's errors."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pytest
@@ -475,3 +476,43 @@ def test_unsafe_donations_are_refused():
     with pytest.raises(ExecutorError, match=r"donates 'fc1.weight' into input 'fc1.weight', written at launch \d+ "
                                             r"\(adamw\), but matmul reads that input at launch \d+"):
         build(Planned(graph, groups, planned.order, planned.memory), "cpu")
+
+
+def test_cuda_attention_kernels_with_emulated_efficient_attention(monkeypatch):
+    """The CUDA branch of the attention kernels on CPU, with ATen's efficient-attention contract
+    emulated: the forward returns the log-sum-exp padded to 32 rows with +inf, the backward
+    requires that padding; grouped-query heads repeated and their gradients summed."""
+    import types
+    from nova.compiler import aten_kernels as ak
+    real = torch.ops.aten
+
+    def forward(q, k, v, bias, compute_lse, dropout, causal, *, scale):
+        out, lse = real._scaled_dot_product_flash_attention_for_cpu(q, k, v, dropout, causal, scale=scale)
+        t = q.shape[2]
+        padded = torch.full(q.shape[:2] + (-(-t // 32) * 32,), math.inf)
+        padded[..., :t] = lse
+        return out.transpose(1, 2).contiguous().transpose(1, 2), padded, torch.empty(()), torch.empty(())
+
+    def backward(dout, q, k, v, bias, out, lse, seed, offset, dropout, mask, causal, *, scale):
+        t = q.shape[2]
+        assert lse.shape[-1] % 32 == 0 and bool(torch.isinf(lse[..., t:]).all()) and k.shape[1] == q.shape[1]
+        return (*real._scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse[..., :t].contiguous(),
+                                                                          dropout, causal, scale=scale), None)
+
+    fake = types.SimpleNamespace(_scaled_dot_product_efficient_attention=forward,
+                                 _scaled_dot_product_efficient_attention_backward=backward)
+    monkeypatch.setattr(ak, "aten", fake)
+    case = grouped_attention(B=2, Hq=4, Hk=2, Tq=40, Tk=40, D=8)
+    ins = case.inputs(3)
+    fwd, bwd = case.graph.nodes[0], case.graph.nodes[1]
+    ctx = ak.KernelContext("cuda", torch.device("cpu"))
+    o, lse = (torch.full(v.type.shape, math.nan) for v in fwd.outputs)
+    kernel = ak.attention(fwd, ins[:3], [o, lse], ctx)
+    kernel.run()
+    grads = [torch.full(v.type.shape, math.nan) for v in bwd.outputs]
+    kernel_b = ak.attention_backward(bwd, [ins[3], *ins[:3], o, lse], grads, ctx)
+    kernel_b.run()
+    ref = interpreter.run(case.graph, ins)
+    for got, want in zip([o, lse, *grads], ref[:5]):
+        assert rel_error(got, want) < TOL
+    assert kernel.copies == 2 and kernel_b.copies == 4 and ctx.workspace_bytes == 2 * 4 * 64 * 4
