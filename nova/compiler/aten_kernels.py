@@ -1,0 +1,546 @@
+"""ATen kernels of the executor: for each IR op, a builder that binds one node's input tensors and
+output tensors (arena views, constants, the user's bound tensors) and returns a ``Kernel``, a
+closure that computes the node's results *into* its outputs.  Every decision (which ATen
+overload, which view, which workspace) is taken when the kernel is built; the closure only
+calls ATen, so a CUDA graph can capture it and nothing in it synchronises with the host.
+
+Where ATen has an out variant it is used (``torch.add(x, y, out=o)``,
+``aten.native_layer_norm.out``, ``aten._log_softmax.out``, ``aten.gelu_backward.grad_input``,
+``aten.nll_loss_forward.output`` ...).  Where it has none (scaled-dot-product attention, opaque
+``aten`` ops, the reference fallback) the kernel computes and ``copy_``-s into the output; each
+such copy is counted in ``Kernel.copies`` (``Program.stats["copies"]``).
+
+Attention: on CPU ``aten._scaled_dot_product_flash_attention_for_cpu`` (+ ``_backward``); on
+CUDA ``aten._scaled_dot_product_efficient_attention`` (+ ``_backward``) for f32/bf16/f16.  Both
+return the natural-log log-sum-exp per query row in f32, which is the IR's ``lse``; the CPU
+kernel's is a strided [B, H, T] view, the CUDA kernel's is [B, H, ceil(T/32)*32] with +inf in
+the padding, and its backward relies on that padding (it reads whole 32-row blocks without a
+bounds check), so the backward gets a static padded workspace whose padding stays +inf.
+Grouped-query attention repeats K/V heads for the kernel and sums dK/dV over the groups.
+Causal attention with T_q != T_k (the IR masks bottom-right, the kernels top-left) and dtypes
+the kernels lack run the IR reference (and copy).
+
+AdamW: in place on the (donated) parameter and moments with ``torch._foreach_*`` over the
+consecutive adamw nodes of a group that share hyper-parameters and the step tensor; the bias
+corrections are computed on the device from the 0-d step tensor (no ``.item()``), so the update
+is CUDA-graph capturable.  SGD: in-place ATen ops per node.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from nova.ir.ops import opdef
+from nova.ir.types import TORCH_NAMES
+
+aten = torch.ops.aten
+
+
+@dataclass
+class Kernel:
+    run: Callable[[], None]
+    what: str                    # for describe(): the ATen overload(s) it calls
+    copies: int = 0              # copy_ launches after a compute that has no out variant
+
+
+@dataclass
+class KernelContext:
+    """What builders need besides the tensors: the device kind the program runs on ("cpu" or
+    "cuda"; the tensors may be meta during a dry run) and a static workspace allocator."""
+    kind: str
+    device: torch.device
+    workspaces: list = field(default_factory=list)
+
+    def workspace(self, shape, dtype, fill=None):
+        """A buffer allocated once for the program's lifetime (not in the arena), optionally filled."""
+        t = torch.empty(tuple(shape), dtype=dtype, device=self.device)
+        if fill is not None:
+            t.fill_(fill)
+        self.workspaces.append(t)
+        return t
+
+    @property
+    def workspace_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.workspaces)
+
+
+def torch_dtype(ir_dtype: str):
+    return getattr(torch, TORCH_NAMES[ir_dtype])
+
+
+# =============================================================== the fallback: reference + copy
+def reference_kernel(node, ins, outs, ctx, why: str = "") -> Kernel:
+    """Run the op's IR reference (factory calls default to the program's device) and copy each
+    result into its output."""
+    ref = opdef(node.op).reference
+    attrs = dict(node.attrs)
+    device = ctx.device
+
+    def run():
+        with torch.device(device):
+            res = ref(torch, *ins, **attrs)
+        res = res if isinstance(res, (tuple, list)) else (res,)
+        for o, r in zip(outs, res):
+            o.copy_(r)
+    return Kernel(run, f"IR reference {node.op} + copy_" + (f" ({why})" if why else ""), len(outs))
+
+
+# =============================================================== pointwise
+def _gelu(approximate):
+    return lambda x, out: aten.gelu.out(x, approximate=approximate, out=out)
+
+
+UNARY = {
+    "neg": (torch.neg, "aten.neg.out"), "exp": (torch.exp, "aten.exp.out"), "log": (torch.log, "aten.log.out"),
+    "sqrt": (torch.sqrt, "aten.sqrt.out"), "rsqrt": (torch.rsqrt, "aten.rsqrt.out"),
+    "reciprocal": (torch.reciprocal, "aten.reciprocal.out"), "abs": (torch.abs, "aten.abs.out"),
+    "tanh": (torch.tanh, "aten.tanh.out"), "erf": (torch.erf, "aten.erf.out"), "sin": (torch.sin, "aten.sin.out"),
+    "cos": (torch.cos, "aten.cos.out"), "sigmoid": (torch.sigmoid, "aten.sigmoid.out"),
+    "relu": (lambda x, out: aten.relu.out(x, out=out), "aten.relu.out"),
+    "silu": (lambda x, out: aten.silu.out(x, out=out), "aten.silu.out"),
+    "gelu_tanh": (_gelu("tanh"), "aten.gelu.out(approximate=tanh)"),
+    "gelu_erf": (_gelu("none"), "aten.gelu.out"),
+    "logical_not": (torch.logical_not, "aten.logical_not.out"),
+}
+BINARY = {name: getattr(torch, name) for name in
+          ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
+           "logical_and", "logical_or")}
+
+
+def _grad_input(overload, **kw):
+    return lambda dy, x, out: overload(dy, x, **kw, grad_input=out)
+
+
+BACKWARD = {
+    "gelu_tanh_backward": (_grad_input(aten.gelu_backward.grad_input, approximate="tanh"),
+                           "aten.gelu_backward.grad_input"),
+    "gelu_erf_backward": (_grad_input(aten.gelu_backward.grad_input), "aten.gelu_backward.grad_input"),
+    "silu_backward": (_grad_input(aten.silu_backward.grad_input), "aten.silu_backward.grad_input"),
+    "sigmoid_backward": (_grad_input(aten.sigmoid_backward.grad_input), "aten.sigmoid_backward.grad_input"),
+    "tanh_backward": (_grad_input(aten.tanh_backward.grad_input), "aten.tanh_backward.grad_input"),
+    "relu_backward": (lambda dy, y, out: aten.threshold_backward.grad_input(dy, y, 0, grad_input=out),
+                      "aten.threshold_backward.grad_input"),
+}
+
+
+def pointwise(node, ins, outs, ctx) -> Kernel:
+    (o,) = outs
+    op = node.op
+    if op == "cast":
+        (x,) = ins
+        return Kernel(lambda: o.copy_(x), "copy_ (cast)")
+    if op == "where":
+        c, x, y = ins
+        return Kernel(lambda: torch.where(c, x, y, out=o), "aten.where.self_out")
+    if op in UNARY:
+        fn, what = UNARY[op]
+        (x,) = ins
+        return Kernel(lambda: fn(x, out=o), what)
+    if op in BINARY:
+        fn = BINARY[op]
+        x, y = ins
+        return Kernel(lambda: fn(x, y, out=o), f"aten.{op}.out")
+    if op in BACKWARD:
+        fn, what = BACKWARD[op]
+        dy, x = ins
+        return Kernel(lambda: fn(dy, x, out=o), what)
+    return reference_kernel(node, ins, outs, ctx, "no out variant listed")
+
+
+# =============================================================== reductions
+def reduction(node, ins, outs, ctx) -> Kernel:
+    (x,), (o,) = ins, outs
+    attrs = node.attrs
+    axes = tuple(a % x.dim() for a in attrs["axes"]) if x.dim() else ()
+    keep = bool(attrs.get("keepdim", False))
+    dtype = torch_dtype(attrs["dtype"]) if attrs.get("dtype") else None
+    if not axes:                                     # the IR's reduction over no axes is a copy
+        return Kernel(lambda: o.copy_(x), "copy_ (reduction over no axes)")
+    if node.op in ("sum", "mean"):
+        fn = torch.sum if node.op == "sum" else torch.mean
+        return Kernel(lambda: fn(x, dim=axes, keepdim=keep, dtype=dtype, out=o), f"aten.{node.op}.out")
+    fn = torch.amax if node.op == "max" else torch.amin
+    if x.dtype == o.dtype:
+        return Kernel(lambda: fn(x, dim=axes, keepdim=keep, out=o), f"aten.{fn.__name__}.out")
+    return Kernel(lambda: o.copy_(fn(x.to(o.dtype), dim=axes, keepdim=keep)), f"aten.{fn.__name__} + copy_", 1)
+
+
+# =============================================================== views (materialised)
+def view_of(node, x):
+    """The torch view the IR view op ``node`` makes of tensor ``x`` (raises when a reshape needs a copy)."""
+    a = node.attrs
+    if node.op == "reshape":
+        return x.view(tuple(a["shape"]))
+    if node.op == "permute":
+        return x.permute(tuple(a["perm"]))
+    if node.op == "expand":
+        return x.expand(tuple(a["shape"]))
+    if node.op == "slice":
+        index = [slice(None)] * x.dim()
+        index[a["axis"] % x.dim()] = slice(a["start"], a["end"], a.get("step", 1))
+        return x[tuple(index)]
+    raise ValueError(f"{node.op} is not a view op")
+
+
+def view_copy(node, ins, outs, ctx) -> Kernel:
+    """A view the planner did not alias (its layout needs data movement): one copy kernel."""
+    (x,), (o,) = ins, outs
+    if node.op == "reshape":
+        if o.is_contiguous():                        # x's elements in row-major order, no temporary
+            dst = o.view(x.shape)
+            return Kernel(lambda: dst.copy_(x), "copy_ (materialised reshape)")
+        return Kernel(lambda: o.copy_(x.reshape(o.shape)), "copy_ (materialised reshape)")
+    src = view_of(node, x)
+    return Kernel(lambda: o.copy_(src), f"copy_ (materialised {node.op})")
+
+
+# =============================================================== memory ops
+def _flat_index_shape(shape, axis, index):
+    return tuple(shape[:axis]) + (index.numel(),) + tuple(shape[axis + 1:])
+
+
+def memory(node, ins, outs, ctx) -> Kernel:
+    (o,) = outs
+    op, attrs = node.op, node.attrs
+    if op == "concat":
+        xs = list(ins)
+        axis = attrs["axis"] % xs[0].dim()
+        return Kernel(lambda: torch.cat(xs, axis, out=o), "aten.cat.out")
+    if op == "index_select":
+        x, index = ins
+        axis = attrs["axis"] % x.dim()
+        flat_shape = _flat_index_shape(x.shape, axis, index)
+        if o.is_contiguous():
+            o_flat = o.view(flat_shape)
+            return Kernel(lambda: torch.index_select(x, axis, index.reshape(-1), out=o_flat), "aten.index_select.out")
+        return Kernel(lambda: o.copy_(torch.index_select(x, axis, index.reshape(-1)).view(o.shape)),
+                      "aten.index_select + copy_", 1)
+    if op == "take_along_axis":
+        x, index = ins
+        axis = attrs["axis"] % x.dim()
+        return Kernel(lambda: torch.gather(x, axis, index, out=o), "aten.gather.out")
+    if op == "scatter_add":
+        src, index = ins
+        axis = attrs["axis"] % len(attrs["shape"])
+        flat_shape = _flat_index_shape(attrs["shape"], axis, index)
+
+        def run():
+            o.zero_()
+            o.index_add_(axis, index.reshape(-1), src.reshape(flat_shape))
+        return Kernel(run, "aten.zero_ + aten.index_add_")
+    return reference_kernel(node, ins, outs, ctx)
+
+
+# =============================================================== composites
+def layer_norm(node, ins, outs, ctx) -> Kernel:
+    a = node.attrs
+    x, rest = ins[0], list(ins[1:])
+    weight = rest.pop(0) if a.get("has_weight", True) else None
+    bias = rest.pop(0) if a.get("has_bias", True) else None
+    shape, eps = list(a["normalized_shape"]), float(a["eps"])
+    y, mean, rstd = outs
+    return Kernel(lambda: aten.native_layer_norm.out(x, shape, weight, bias, eps, out0=y, out1=mean, out2=rstd),
+                  "aten.native_layer_norm.out")
+
+
+def layer_norm_backward(node, ins, outs, ctx) -> Kernel:
+    a = node.attrs
+    dy, x, mean, rstd, rest = ins[0], ins[1], ins[2], ins[3], list(ins[4:])
+    has_w, has_b = a.get("has_weight", True), a.get("has_bias", True)
+    weight = rest.pop(0) if has_w else None
+    bias = rest.pop(0) if has_b else None
+    shape = list(a["normalized_shape"])
+    mask = [True, bool(has_w), bool(has_b)]
+    if all(mask):
+        dx, dw, db = outs
+        return Kernel(lambda: aten.native_layer_norm_backward.out(dy, x, shape, mean, rstd, weight, bias, mask,
+                                                                  out0=dx, out1=dw, out2=db),
+                      "aten.native_layer_norm_backward.out")
+
+    def run():           # without every output the out variant has nothing to write to: compute + copy
+        res = aten.native_layer_norm_backward(dy, x, shape, mean, rstd, weight, bias, mask)
+        for o, r in zip(outs, [r for r, keep in zip(res, mask) if keep]):
+            o.copy_(r)
+    return Kernel(run, "aten.native_layer_norm_backward + copy_", len(outs))
+
+
+def softmax_family(node, ins, outs, ctx) -> Kernel:
+    (o,) = outs
+    axis = node.attrs["axis"]
+    if node.op in ("softmax", "log_softmax"):
+        (x,) = ins
+        axis %= max(x.dim(), 1)
+        fn = aten._softmax.out if node.op == "softmax" else aten._log_softmax.out
+        return Kernel(lambda: fn(x, axis, False, out=o), f"aten._{node.op}.out")
+    dy, y = ins
+    axis %= max(y.dim(), 1)
+    if node.op == "softmax_backward":
+        return Kernel(lambda: aten._softmax_backward_data.out(dy, y, axis, y.dtype, grad_input=o),
+                      "aten._softmax_backward_data.out")
+    return Kernel(lambda: aten._log_softmax_backward_data.out(dy, y, axis, y.dtype, out=o),
+                  "aten._log_softmax_backward_data.out")
+
+
+REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
+
+
+def nll_loss(node, ins, outs, ctx) -> Kernel:
+    red = REDUCTIONS[node.attrs.get("reduction", "mean")]
+    ignore = int(node.attrs.get("ignore_index", -100))
+    if node.op == "nll_loss":
+        logp, target = ins
+        loss, total_weight = outs
+        return Kernel(lambda: aten.nll_loss_forward.output(logp, target, None, red, ignore, output=loss,
+                                                           total_weight=total_weight), "aten.nll_loss_forward.output")
+    dloss, logp, target, total_weight = ins
+    (o,) = outs
+    return Kernel(lambda: aten.nll_loss_backward.grad_input(dloss, logp, target, None, red, ignore, total_weight,
+                                                            grad_input=o), "aten.nll_loss_backward.grad_input")
+
+
+SDPA_CUDA_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+LSE_ALIGN = 32             # the CUDA efficient kernel pads its log-sum-exp rows to a multiple of 32
+
+
+def _repeat_heads(t, groups):
+    return t.repeat_interleave(groups, dim=1) if groups > 1 else t
+
+
+def _sum_head_groups(grad, out, groups):
+    """dK/dV of grouped-query attention: the repeated heads' gradients summed into ``out``."""
+    if groups == 1:
+        out.copy_(grad)
+    else:
+        torch.sum(grad.unflatten(1, (out.shape[1], groups)), dim=2, out=out)
+
+
+def _attention_fallback_reason(node, q, k, ctx) -> str:
+    if node.attrs.get("causal") and q.shape[2] != k.shape[2]:
+        return "causal with T_q != T_k: the IR masks bottom-right, the SDPA kernels top-left"
+    if ctx.kind == "cuda" and q.dtype not in SDPA_CUDA_DTYPES:
+        return f"no efficient-attention kernel for {q.dtype}"
+    if ctx.kind == "cpu" and q.dtype not in SDPA_CUDA_DTYPES + (torch.float64,):
+        return f"no CPU flash-attention kernel for {q.dtype}"
+    return ""
+
+
+def attention(node, ins, outs, ctx) -> Kernel:
+    q, k, v = ins
+    o, lse = outs
+    scale, causal = float(node.attrs["scale"]), bool(node.attrs.get("causal", False))
+    why = _attention_fallback_reason(node, q, k, ctx)
+    if why:
+        return reference_kernel(node, ins, outs, ctx, why)
+    groups = q.shape[1] // k.shape[1]
+    t_q = q.shape[2]
+    if ctx.kind == "cuda":
+        def run():
+            out, lse_padded, _, _ = aten._scaled_dot_product_efficient_attention(
+                q, _repeat_heads(k, groups), _repeat_heads(v, groups), None, True, 0.0, causal, scale=scale)
+            o.copy_(out)
+            lse.copy_(lse_padded[..., :t_q])
+        return Kernel(run, "aten._scaled_dot_product_efficient_attention + copy_ (out, lse[..., :T])", 2)
+
+    def run_cpu():
+        out, l = aten._scaled_dot_product_flash_attention_for_cpu(
+            q, _repeat_heads(k, groups), _repeat_heads(v, groups), 0.0, causal, scale=scale)
+        o.copy_(out)
+        lse.copy_(l)
+    return Kernel(run_cpu, "aten._scaled_dot_product_flash_attention_for_cpu + copy_ (out, lse)", 2)
+
+
+def attention_backward(node, ins, outs, ctx) -> Kernel:
+    dout, q, k, v, out, lse = ins
+    dq, dk, dv = outs
+    scale, causal = float(node.attrs["scale"]), bool(node.attrs.get("causal", False))
+    why = _attention_fallback_reason(node, q, k, ctx)
+    if why:
+        return reference_kernel(node, ins, outs, ctx, why)
+    groups = q.shape[1] // k.shape[1]
+    if ctx.kind == "cuda":
+        b, h, t_q = lse.shape
+        padded = -(-t_q // LSE_ALIGN) * LSE_ALIGN
+        lse_in = lse if padded == t_q and lse.is_contiguous() else \
+            ctx.workspace((b, h, padded), torch.float32, fill=math.inf)       # padding stays +inf
+        seed = torch.zeros((), dtype=torch.int64)     # philox seed/offset: read only with dropout > 0
+        offset = torch.zeros((), dtype=torch.int64)
+        copies = 3 + (lse_in is not lse)
+
+        def run():
+            if lse_in is not lse:
+                lse_in[..., :t_q].copy_(lse)
+            gq, gk, gv, _ = aten._scaled_dot_product_efficient_attention_backward(
+                dout, q, _repeat_heads(k, groups), _repeat_heads(v, groups), None, out, lse_in, seed, offset,
+                0.0, [True, True, True, False], causal, scale=scale)
+            dq.copy_(gq)
+            _sum_head_groups(gk, dk, groups)
+            _sum_head_groups(gv, dv, groups)
+        return Kernel(run, "aten._scaled_dot_product_efficient_attention_backward (lse padded to 32 with +inf) "
+                           "+ copy_ (dq, dk, dv)", copies)
+
+    def run_cpu():
+        gq, gk, gv = aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            dout, q, _repeat_heads(k, groups), _repeat_heads(v, groups), out, lse, 0.0, causal, scale=scale)
+        dq.copy_(gq)
+        _sum_head_groups(gk, dk, groups)
+        _sum_head_groups(gv, dv, groups)
+    return Kernel(run_cpu, "aten._scaled_dot_product_flash_attention_for_cpu_backward + copy_ (dq, dk, dv)", 3)
+
+
+# =============================================================== optimizers
+FOREACH_CHUNK_BYTES = 64 << 20      # temporaries of one foreach batch (sqrt of the second moments)
+
+
+def _foreach_scalar(name):
+    """``aten._foreach_<name>_.Tensor`` (a 0-d tensor scalar), else a per-tensor loop."""
+    overload = getattr(getattr(aten, f"_foreach_{name}_"), "Tensor", None)
+    if overload is not None:
+        return overload
+    method = f"{name}_"
+    return lambda ts, s: [getattr(t, method)(s) for t in ts]
+
+
+def _byte_range(t) -> tuple:
+    """(storage identity, first byte, one past the last byte) that ``t`` can touch."""
+    start = t.storage_offset() * t.element_size()
+    span = 0 if t.numel() == 0 else (1 + sum((d - 1) * s for d, s in zip(t.shape, t.stride()))) * t.element_size()
+    return t.untyped_storage()._cdata, start, start + span
+
+
+def overlap(a, b) -> bool:
+    """Whether tensors ``a`` and ``b`` may share bytes (same storage, intersecting byte ranges)."""
+    sa, a0, a1 = _byte_range(a)
+    sb, b0, b1 = _byte_range(b)
+    return sa == sb and a0 < b1 and b0 < a1
+
+
+def can_join_batch(batch_ins, batch_outs, ins, outs) -> bool:
+    """A node may join a foreach batch only if its outputs touch no input of the batch's nodes and
+    its inputs no output of theirs: the batch writes every output before it reads every input."""
+    return not any(overlap(o, i) for o in outs for group in batch_ins for i in group) and \
+        not any(overlap(o, i) for group in batch_outs for o in group for i in ins)
+
+
+def adamw_batch_key(node) -> tuple:
+    """Consecutive adamw nodes with equal keys share one foreach batch: hyper-parameters and step."""
+    a = node.attrs
+    return (tuple(sorted(a.items())), node.inputs[4], node.inputs[0].type.dtype)
+
+
+def adamw(nodes, ins_list, outs_list, ctx) -> Kernel:
+    """One foreach AdamW update of ``nodes`` (same hyper-parameters, same step tensor), in place on
+    their outputs; an output that is not its input's storage (not donated) is first copied from it."""
+    a = nodes[0].attrs
+    lr, beta1, beta2 = float(a["lr"]), float(a["beta1"]), float(a["beta2"])
+    eps, wd, maximize = float(a["eps"]), float(a["weight_decay"]), bool(a.get("maximize", False))
+    step = ins_list[0][4]
+    params = [outs[0] for outs in outs_list]
+    grads = [ins[1] for ins in ins_list]
+    exp_avgs = [outs[1] for outs in outs_list]
+    exp_avg_sqs = [outs[2] for outs in outs_list]
+    pre_copies = [(o, i) for ins, outs in zip(ins_list, outs_list)
+                  for o, i in ((outs[0], ins[0]), (outs[1], ins[2]), (outs[2], ins[3])) if o is not i]
+    chunks, current, size = [], [], 0
+    for j, p in enumerate(params):
+        nbytes = p.numel() * p.element_size()
+        if current and size + nbytes > FOREACH_CHUNK_BYTES:
+            chunks.append(current)
+            current, size = [], 0
+        current.append(j)
+        size += nbytes
+    if current:
+        chunks.append(current)
+    div_, add_ = _foreach_scalar("div"), _foreach_scalar("add")
+    low = (torch.float32, torch.bfloat16, torch.float16)
+    scalar_dtype = torch.float32 if params[0].dtype in low else params[0].dtype
+
+    def run():
+        for o, i in pre_copies:
+            o.copy_(i)
+        # bias corrections on the device from the step tensor (float64 like the reference's Python math)
+        t = step.to(torch.float64)
+        neg_step_size = -lr / (1 - torch.pow(beta1, t))
+        denom_scale = (torch.sqrt(1 - torch.pow(beta2, t)) * neg_step_size).to(scalar_dtype)
+        denom_shift = (eps / neg_step_size).to(scalar_dtype)
+        for idx in chunks:
+            P = [params[j] for j in idx]
+            M = [exp_avgs[j] for j in idx]
+            V = [exp_avg_sqs[j] for j in idx]
+            G = [grads[j] for j in idx]
+            if maximize:
+                G = torch._foreach_neg(G)
+            if wd:
+                torch._foreach_mul_(P, 1 - lr * wd)
+            torch._foreach_lerp_(M, G, 1 - beta1)
+            torch._foreach_mul_(V, beta2)
+            torch._foreach_addcmul_(V, G, G, 1 - beta2)
+            # (sqrt(v) / bc2_sqrt + eps) / (-step_size): param += m / that  ==  param -= step_size * m / denom
+            D = torch._foreach_sqrt(V)
+            div_(D, denom_scale)
+            add_(D, denom_shift)
+            torch._foreach_addcdiv_(P, M, D)
+    what = f"adamw x{len(nodes)}: aten._foreach_lerp_/mul_/addcmul_/sqrt/div_/add_/addcdiv_ " \
+           f"({len(chunks)} batch{'es' if len(chunks) != 1 else ''}), bias corrections from the step tensor"
+    return Kernel(run, what + (f" + copy_ x{len(pre_copies)} (not donated)" if pre_copies else ""), len(pre_copies))
+
+
+def sgd(node, ins, outs, ctx) -> Kernel:
+    a = node.attrs
+    lr, momentum = float(a["lr"]), float(a.get("momentum", 0.0))
+    dampening, wd = float(a.get("dampening", 0.0)), float(a.get("weight_decay", 0.0))
+    nesterov, maximize = bool(a.get("nesterov", False)), bool(a.get("maximize", False))
+    param, grad = ins[0], ins[1]
+    buf_in = ins[2] if len(ins) > 2 else None
+    param_out = outs[0]
+    buf_out = outs[1] if momentum else None
+    pre_copies = [(param_out, param)] if param_out is not param else []
+    if buf_in is not None and buf_out is not None and buf_out is not buf_in:
+        pre_copies.append((buf_out, buf_in))
+
+    def run():
+        for o, i in pre_copies:
+            o.copy_(i)
+        g = -grad if maximize else grad
+        if wd:
+            g = g + wd * param_out
+        if momentum:
+            if buf_in is None:
+                buf_out.copy_(g)
+            else:
+                buf_out.mul_(momentum).add_(g, alpha=1 - dampening)
+            g = g.add(buf_out, alpha=momentum) if nesterov else buf_out
+        param_out.add_(g, alpha=-lr)
+    return Kernel(run, "sgd: in-place aten.add_/mul_" + (f" + copy_ x{len(pre_copies)}" if pre_copies else ""),
+                  len(pre_copies))
+
+
+# =============================================================== the table
+BUILDERS = {
+    "pointwise": pointwise,
+    "reduce": reduction,
+    "view": view_copy,
+    "memory": memory,
+}
+COMPOSITES = {
+    "layer_norm": layer_norm, "layer_norm_backward": layer_norm_backward,
+    "softmax": softmax_family, "log_softmax": softmax_family,
+    "softmax_backward": softmax_family, "log_softmax_backward": softmax_family,
+    "nll_loss": nll_loss, "nll_loss_backward": nll_loss,
+    "attention": attention, "attention_backward": attention_backward,
+    "sgd": sgd,
+}
+
+
+def build_kernel(node, ins, outs, ctx) -> Kernel:
+    """The kernel of one node (matmul and adamw are built by the executor: GEMM lowering, batching)."""
+    if node.op in COMPOSITES:
+        return COMPOSITES[node.op](node, ins, outs, ctx)
+    builder = BUILDERS.get(opdef(node.op).kind)
+    if builder is not None:
+        return builder(node, ins, outs, ctx)
+    if node.op == "adamw":
+        return adamw([node], [ins], [outs], ctx)
+    return reference_kernel(node, ins, outs, ctx, "opaque aten op" if node.op == "aten" else "")

@@ -1,0 +1,705 @@
+"""The executor (issue 13): a planned graph becomes a ``Program``, one launch per kernel group over
+one arena, replayed as one CUDA graph on the GPU.
+
+    from nova.compiler.executor import build, gemm_problems
+    program = build(planned, "cuda")          # "cpu" in CI; "meta": a CUDA program that never runs
+    outputs = program.run(inputs)             # one tensor per graph input, graph order
+    program.stats; print(program.describe())
+    gemm_problems(planned)                    # every Nova GEMM a CUDA program launches (nova precompile)
+
+What ``build`` consumes from the planner is listed in ``nova/compiler/plan_view.py`` (duck-typed;
+that module is the only place that reads it).
+
+Tensors.  Every value gets its tensor once: arena values are views of one
+``torch.empty(arena_bytes, dtype=uint8)`` at their planned offset (contiguous, or the plan's
+strides); free views alias their input through the view op itself (``view``/``permute``/
+``expand``/slicing, so they share the base's storage); ``constant``/``iota`` results are filled
+once at build into a separate constants area (they never change, and the arena's bytes are reused);
+graph inputs are either *bound* (parameters, optimizer state, gradients, constants and every
+donation target: the user's tensor is used in place, by pointer) or *staged* (data: copied into a
+static slot each run when the caller's pointer differs); values the plan does not place get a
+private scratch buffer.  An output the plan donates into input i is the input's tensor itself:
+its producer writes the user's storage and ``run`` returns that very input object.  Every other
+output is returned as a fresh clone (never an arena view that the next step overwrites).
+
+Launches.  One per group, in the plan's order: ``matmul`` nodes on Nova GEMMs (CUDA) or
+``torch.matmul(out=)`` (CPU), with a following bias/activation folded in
+(``nova/compiler/gemm_lowering.py``); every other op on ATen kernels writing into the output
+tensors (``nova/compiler/aten_kernels.py``); free views and constants launch nothing.
+
+CUDA.  The first ``run`` binds the inputs, resolves every Nova kernel (offline mode: a missing one
+raises Nova's one-line ``NotPrecompiledError`` before anything runs), executes the step once on a
+side stream (the warm-up Nova GEMMs need before capture; it is this step's real execution) and
+captures the launches into one ``torch.cuda.CUDAGraph``; later runs copy the data inputs into
+their static slots and replay.  A bound input whose pointer or strides change (a parameter
+replaced, not updated in place) rebinds and recaptures (``stats["rebinds"]``).  Steps run under
+``torch.no_grad()`` (parameters require grad; nothing here is differentiated).
+
+Checks at build (one-line ``ExecutorError``): every node in at most one group and after the values
+it reads; values on shared arena bytes alive at different times in group order (an elementwise
+node may overwrite the input it reads last); a donated output written after every read of the old
+value.  ``stats["measured_peak_bytes"]`` (CUDA) is ``torch.cuda.max_memory_allocated`` over build
+and the first step (warm-up and capture) minus what was allocated before build; build resets the
+device's peak counter.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from nova.compiler.aten_kernels import (KernelContext, adamw, adamw_batch_key, build_kernel, can_join_batch,
+                                        torch_dtype, view_of)
+from nova.compiler.gemm_lowering import lower_matmul
+from nova.compiler.plan_view import ExecutorError, PlanView, read_plan
+from nova.ir.ops import opdef
+
+__all__ = ["build", "gemm_problems", "precompile_commands", "Program", "Launch", "ExecutorError", "BOUND_ROLES"]
+
+ALIGN = 256                                          # byte alignment of slots the executor lays out itself
+BOUND_ROLES = ("param", "grad", "opt_state", "const")  # inputs used in place, by pointer
+CREATION = ("constant", "iota")
+
+
+@dataclass
+class Launch:
+    """One group's work: its kernels in order (empty groups launch nothing and are not listed)."""
+    group: int
+    kind: str
+    nodes: list
+    kernels: list
+    gemms: list = field(default_factory=list)         # GemmLaunch of the group's matmuls
+
+    def __call__(self) -> None:
+        for k in self.kernels:
+            k.run()
+
+    @property
+    def copies(self) -> int:
+        return sum(k.copies for k in self.kernels)
+
+
+def _fmt_bytes(n) -> str:
+    if n is None:
+        return "n/a"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def _align(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def _strided_bytes(shape, strides, itemsize: int) -> int:
+    """Bytes spanned by a tensor of ``shape`` with element ``strides`` (0 when empty)."""
+    if math.prod(shape) == 0:
+        return 0
+    return (1 + sum((d - 1) * s for d, s in zip(shape, strides))) * itemsize
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
+
+
+class _GemmPlaceholder:
+    """The GEMM backend of a meta program: lowered like Nova's, never called."""
+
+    def __call__(self, *args, **kwargs):
+        raise ExecutorError("a meta program only describes; build it on a CUDA device to run it")
+
+
+class Program:
+    """A planned graph bound to a device: arena, constants, static input slots, launches."""
+
+    def __init__(self, planned, device, *, target=None, poison: bool = False, cuda_graph: bool | None = None,
+                 gemm=None):
+        self.plan: PlanView = read_plan(planned)
+        self.graph = self.plan.graph
+        self.device = _normalize_device(device)
+        self.kind = "cpu" if self.device.type == "cpu" else "cuda"       # meta: a CUDA program that only describes
+        self.target = target
+        if gemm is None and self.device.type == "cuda":
+            import nova
+            gemm = nova.matmul
+        elif gemm is None and self.device.type == "meta":
+            gemm = _GemmPlaceholder()
+        self._gemm = gemm
+        self._nova_errors = ()
+        if self.device.type == "cuda":
+            from nova.runtime.driver import NovaRuntimeError
+            self._nova_errors = (NovaRuntimeError,)
+        self._use_graph = self.device.type == "cuda" and (cuda_graph is None or cuda_graph)
+        self._input_index = {spec.value: i for i, spec in enumerate(self.graph.inputs)}
+        self._dtypes = [torch_dtype(spec.value.type.dtype) for spec in self.graph.inputs]
+        self._fallbacks: list[str] = []
+        self._check_groups()
+        self._layout()
+        self._check_arena_lifetimes()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self._mem_base = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self.store = self._allocate(self.device, poison)
+        self._fill_constants(self.store)
+        # a dry run on meta tensors: what the launches will be, before any input is seen
+        meta_store = self._allocate(torch.device("meta"), False)
+        meta_inputs = [torch.empty(spec.value.type.shape, dtype=dt, device="meta")
+                       for spec, dt in zip(self.graph.inputs, self._dtypes)]
+        self._dry_launches, self._dry_ctx = self._make_launches(self._resolve(meta_store, meta_inputs),
+                                                                torch.device("meta"))
+        self._tensors = None                 # Value -> tensor, once bound
+        self._launches = None
+        self._ctx = None
+        self._bound = {}                     # input index -> (data_ptr, strides) it was bound with
+        self._bound_refs = []
+        self._cuda_graph = None
+        self._capture_stream = None
+        self.stats = self._stats(self._dry_launches, self._dry_ctx)
+
+    # ------------------------------------------------------------------ validation of the plan
+    def _check_groups(self) -> None:
+        """Every node computed by at most one group, after the values it reads; outputs computed."""
+        g = self.graph
+        available = {spec.value for spec in g.inputs}
+        grouped = {}
+        for group in self.plan.groups:
+            for node in group.nodes:
+                if node in grouped:
+                    raise ExecutorError(f"{g.name}: node {node.op} is in groups {grouped[node]} and {group.index}")
+                grouped[node] = group.index
+        free = [n for n in g.nodes if n not in grouped and (n.op in CREATION or self._free_view(n))]
+
+        def mark_free():
+            changed = True
+            while changed:
+                changed = False
+                for n in free:
+                    if n.outputs[0] not in available and all(v in available for v in n.inputs):
+                        available.update(n.outputs)
+                        changed = True
+        mark_free()
+        for group in self.plan.groups:
+            for node in group.nodes:
+                for v in node.inputs:
+                    if v not in available:
+                        raise ExecutorError(f"{g.name}: group {group.index} ({group.kind}) runs {node.op}"
+                                            f"{' (' + node.origin + ')' if node.origin else ''} before the value "
+                                            f"{v.type} it reads is computed (is its producer in no group, or later?)")
+                available.update(node.outputs)
+            mark_free()
+        for o in g.outputs:
+            if o.value not in available:
+                raise ExecutorError(f"{g.name}: output {o.name!r} is computed by no group")
+
+    def _free_view(self, node) -> bool:
+        return opdef(node.op).kind == "view" and self.plan.placement(node.outputs[0]).kind == "alias"
+
+    # ------------------------------------------------------------------ layout (decided once)
+    def _layout(self) -> None:
+        """Where each value's tensor comes from: ``self.loc[value]`` is one of
+        ("input", i) bound user tensor, ("donated", i) written into bound input i,
+        ("alias", node) a view of the node's input, or (area, offset, strides) in one of the
+        byte areas "arena", "const", "staged", "scratch"."""
+        g, plan = self.graph, self.plan
+        self.loc = {}
+        self.area_bytes = {"arena": plan.arena_bytes, "const": 0, "staged": 0, "scratch": 0}
+        producer = {v: n for n in g.nodes for v in n.outputs}
+        self.donated = {}                    # output Value -> input index
+        for k, i in sorted(plan.donations.items()):
+            o = g.outputs[k]
+            node = producer.get(o.value)
+            why = ""
+            if node is None:
+                why = "it is a graph input, not a computed value"
+            elif node.op in CREATION or self._free_view(node):
+                why = f"it is a {'constant' if node.op in CREATION else 'free view'}"
+            elif o.value in self.donated and self.donated[o.value] != i:
+                why = "the value is already donated into another input"
+            if why:
+                self._fallbacks.append(f"donation of output {o.name!r} ignored ({why}): returned as a copy")
+            else:
+                self.donated[o.value] = i
+        targets = set(self.donated.values())
+        for i, spec in enumerate(g.inputs):
+            p = plan.placement(spec.value)
+            if spec.role in BOUND_ROLES or i in targets:
+                self.loc[spec.value] = ("input", i)
+            elif p.kind == "arena":
+                self.loc[spec.value] = self._arena_loc(spec.value, p, f"input {spec.name!r}")
+            else:
+                self.loc[spec.value] = self._take("staged", spec.value)
+        for index, node in enumerate(g.nodes):
+            for v in node.outputs:
+                p = plan.placement(v)
+                if v in self.donated:
+                    self.loc[v] = ("donated", self.donated[v])
+                elif node.op in CREATION:
+                    self.loc[v] = self._take("const", v)
+                elif p.kind == "alias":
+                    if opdef(node.op).kind != "view":
+                        raise ExecutorError(f"{g.name}: the plan aliases the result of node {index} {node.op}, "
+                                            f"which is not a view op")
+                    self.loc[v] = ("alias", node)
+                elif p.kind == "arena":
+                    self.loc[v] = self._arena_loc(v, p, f"node {index} {node.op}")
+                else:
+                    self.loc[v] = self._take("scratch", v)
+
+    def _check_arena_lifetimes(self) -> None:
+        """Values the plan puts on shared arena bytes must be alive at different times, in the
+        order the groups run: [first write, last read (through views too; outputs: the end)].
+        An elementwise node may write its result exactly over an input it reads last (in place)."""
+        g = self.graph
+        order = [n for group in self.plan.groups for n in group.nodes]
+        position = {n: i for i, n in enumerate(order)}
+        end = len(order)
+        root = {}
+        for spec in g.inputs:
+            root[spec.value] = spec.value
+        for n in g.nodes:
+            for v in n.outputs:
+                root[v] = root[n.inputs[0]] if self.loc[v][0] == "alias" else v
+        self._check_donations(order, position, root)
+        arena = {v: loc for v, loc in self.loc.items() if loc[0] == "arena"}
+        live = {v: [-1 if v in self._input_index else position.get(v.producer, end),
+                    -1 if v in self._input_index else position.get(v.producer, end)] for v in arena}
+        for n in order:
+            for x in n.inputs:
+                r = root.get(x)
+                if r in live:
+                    live[r][1] = max(live[r][1], position[n])
+        for o in g.outputs:
+            if root.get(o.value) in live:
+                live[root[o.value]][1] = end
+
+        def span(v):
+            _, offset, strides = arena[v]
+            nbytes = v.type.nbytes if strides is None else _strided_bytes(v.type.shape, strides, v.type.itemsize)
+            return offset, offset + nbytes
+
+        def in_place(a, b):         # b written over a by an elementwise node that reads a last
+            n = b.producer
+            return n is not None and opdef(n.op).kind == "pointwise" and \
+                a in n.inputs and span(a) == span(b)
+
+        values = sorted((v for v in arena if v.type.nbytes), key=lambda v: span(v)[0])
+        active = []
+        for v in values:
+            start, stop = span(v)
+            active = [u for u in active if span(u)[1] > start]
+            for u in active:
+                (uw, ur), (vw, vr) = live[u], live[v]
+                if ur < vw or vr < uw or (ur == vw and in_place(u, v)) or (vr == uw and in_place(v, u)):
+                    continue
+                lo, hi = max(start, span(u)[0]), min(stop, span(u)[1])
+                raise ExecutorError(f"{g.name}: the plan puts {u.type} (live over launches {uw}..{ur}) and "
+                                    f"{v.type} (live over {vw}..{vr}) on the same arena bytes [{lo}, {hi}) "
+                                    f"at the same time")
+            active.append(v)
+
+    def _check_donations(self, order, position, root) -> None:
+        """An output donated into input i overwrites the user's tensor when its producer runs:
+        nothing may read input i (or a view of it) later, nor at that launch except the producer
+        itself reading it directly as an elementwise op or an optimizer update; nor may the old
+        value be a graph output."""
+        g = self.graph
+        names = {o.value: o.name for o in g.outputs}
+        outputs = set(g.output_values())
+        for v, i in self.donated.items():
+            base, producer = g.inputs[i].value, v.producer
+            p = position.get(producer)
+            if p is None:
+                continue
+            for x in outputs:
+                if root.get(x) is base:
+                    raise ExecutorError(f"{g.name}: the plan donates {names[v]!r} into input {g.inputs[i].name!r}, "
+                                        f"whose old value is also a graph output")
+            in_place = opdef(producer.op).kind == "pointwise" or producer.op in ("adamw", "sgd")
+            for n in order:
+                for x in n.inputs:
+                    if root.get(x) is not base:
+                        continue
+                    q = position[n]
+                    if q < p or (n is producer and x is base and in_place):
+                        continue
+                    raise ExecutorError(f"{g.name}: the plan donates {names[v]!r} into input {g.inputs[i].name!r}, "
+                                        f"written at launch {p} ({producer.op}), but {n.op} reads that input at "
+                                        f"launch {q}{' through a view' if x is not base else ''}")
+
+    def _take(self, area: str, value):
+        offset = self.area_bytes[area]
+        self.area_bytes[area] = _align(offset + value.type.nbytes)
+        return (area, offset, None)
+
+    def _arena_loc(self, value, p, what: str):
+        need = value.type.nbytes if p.strides is None else \
+            _strided_bytes(value.type.shape, p.strides, value.type.itemsize)
+        if p.offset < 0 or p.offset + need > self.plan.arena_bytes or (p.nbytes and p.nbytes < need):
+            raise ExecutorError(f"{self.graph.name}: {what} ({value.type}) at arena offset {p.offset} needs {need} "
+                                f"bytes; the plan reserves {p.nbytes} in an arena of {self.plan.arena_bytes}")
+        if p.offset % value.type.itemsize:
+            raise ExecutorError(f"{self.graph.name}: {what} ({value.type}) at arena offset {p.offset} is not "
+                                f"aligned to its {value.type.itemsize}-byte elements")
+        return ("arena", p.offset, p.strides)
+
+    # ------------------------------------------------------------------ storage and tensors
+    def _allocate(self, device, poison: bool) -> dict:
+        store = {area: torch.empty(n, dtype=torch.uint8, device=device) for area, n in self.area_bytes.items()}
+        if poison:                           # 0xFF bytes: NaN floats, -1 integers (tests: every output written)
+            for area in ("arena", "staged", "scratch"):
+                store[area].fill_(255)
+        return store
+
+    def _area_view(self, store, loc, value):
+        area, offset, strides = loc
+        t = value.type
+        if strides is None:
+            return store[area][offset:offset + t.nbytes].view(torch_dtype(t.dtype)).view(t.shape)
+        span = _strided_bytes(t.shape, strides, t.itemsize)
+        return store[area][offset:offset + span].view(torch_dtype(t.dtype)).as_strided(t.shape, strides)
+
+    def _fill_constants(self, store) -> None:
+        for node in self.graph.nodes:
+            if node.op in CREATION:
+                v = node.outputs[0]
+                with torch.device(store["const"].device):
+                    value = opdef(node.op).reference(torch, **node.attrs)
+                self._area_view(store, self.loc[v], v).copy_(value)
+
+    def _resolve(self, store, inputs) -> dict:
+        """Value -> tensor for ``store`` and the bound ``inputs`` (by graph input index)."""
+        g = self.graph
+        tensors = {}
+        for i, spec in enumerate(g.inputs):
+            loc = self.loc[spec.value]
+            tensors[spec.value] = inputs[i] if loc[0] == "input" else self._area_view(store, loc, spec.value)
+        for index, node in enumerate(g.nodes):
+            for v in node.outputs:
+                loc = self.loc[v]
+                if loc[0] == "donated":
+                    tensors[v] = tensors[g.inputs[loc[1]].value]
+                elif loc[0] == "alias":
+                    base = tensors[node.inputs[0]]
+                    try:
+                        tensors[v] = view_of(node, base)
+                    except RuntimeError as e:
+                        raise ExecutorError(f"{g.name}: the plan aliases node {index} {node.op} {dict(node.attrs)} "
+                                            f"of a {list(base.shape)} tensor with strides {list(base.stride())}, "
+                                            f"which needs a copy ({_first_line(e)}); plan it a slot") from None
+                else:
+                    tensors[v] = self._area_view(store, loc, v)
+        return tensors
+
+    # ------------------------------------------------------------------ launches
+    def _make_launches(self, tensors, device) -> tuple[list, KernelContext]:
+        ctx = KernelContext(self.kind, device)
+        g = self.graph
+        users = g.users()
+        live_out = set(g.output_values())
+        launches = []
+        for group in self.plan.groups:
+            nodes = [n for n in group.nodes if n.op not in CREATION and not self._free_view(n)]
+            kernels, gemms, i = [], [], 0
+            while i < len(nodes):
+                node = nodes[i]
+                if node.op == "matmul":
+                    use_nova = self._gemm is not None and group.nova_kernel
+                    launch = lower_matmul(node, nodes[i + 1:], tensors.__getitem__, users, live_out, use_nova)
+                    if use_nova and launch.backend != "nova":
+                        self._note(f"group {group.index}: matmul {node.inputs[0].type} x {node.inputs[1].type} "
+                                   f"on torch.matmul ({launch.reason})")
+                    kernels.append(launch.kernel(self._gemm, self.target))
+                    gemms.append(launch)
+                    i += 1 + len(launch.epilogue)
+                elif node.op == "adamw":           # consecutive compatible updates: one foreach batch
+                    key, j = adamw_batch_key(node), i
+                    batch_ins, batch_outs = [], []
+                    while j < len(nodes) and nodes[j].op == "adamw" and adamw_batch_key(nodes[j]) == key:
+                        ins, outs = [tensors[v] for v in nodes[j].inputs], [tensors[v] for v in nodes[j].outputs]
+                        if batch_ins and not can_join_batch(batch_ins, batch_outs, ins, outs):
+                            break
+                        batch_ins.append(ins)
+                        batch_outs.append(outs)
+                        j += 1
+                    kernels.append(adamw(nodes[i:j], batch_ins, batch_outs, ctx))
+                    i = j
+                else:
+                    kernels.append(build_kernel(node, [tensors[v] for v in node.inputs],
+                                                [tensors[v] for v in node.outputs], ctx))
+                    i += 1
+            if kernels:
+                launches.append(Launch(group.index, group.kind, list(group.nodes), kernels, gemms))
+        return launches, ctx
+
+    def _note(self, text: str) -> None:
+        if text not in self._fallbacks:
+            self._fallbacks.append(text)
+
+    # ------------------------------------------------------------------ binding
+    def _check_inputs(self, inputs) -> None:
+        g = self.graph
+        if len(inputs) != len(g.inputs):
+            raise ExecutorError(f"{g.name} takes {len(g.inputs)} inputs "
+                                f"({', '.join(s.name for s in g.inputs)}), got {len(inputs)}")
+        for spec, x, dt in zip(g.inputs, inputs, self._dtypes):
+            if not isinstance(x, torch.Tensor) or x.dtype != dt or tuple(x.shape) != spec.value.type.shape:
+                got = f"{x.dtype}{list(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
+                raise ExecutorError(f"{g.name}: input {spec.name!r} must be {spec.value.type}, got {got}")
+
+    def _stale(self, inputs) -> bool:
+        for i, (ptr, strides) in self._bound.items():
+            x = inputs[i]
+            if x.data_ptr() != ptr or x.stride() != strides:
+                return True
+        return False
+
+    def _bind(self, inputs) -> None:
+        """Bind the user's tensors (bound inputs) and build the real launches."""
+        g = self.graph
+        rebinding = self._tensors is not None
+        bound = [i for i, spec in enumerate(g.inputs) if self.loc[spec.value][0] == "input"]
+        for i in bound:
+            if inputs[i].device != self.device:
+                raise ExecutorError(f"{g.name}: input {g.inputs[i].name!r} is on {inputs[i].device}; "
+                                    f"this program runs on {self.device} and uses it in place")
+        by_index = [inputs[i] if i in bound else None for i in range(len(g.inputs))]
+        tensors = self._resolve(self.store, by_index)
+        self._fallbacks = [f for f in self._fallbacks if not f.startswith("group ")]
+        launches, ctx = self._make_launches(tensors, self.device)
+        if self._nova_errors:
+            self._resolve_nova_kernels(launches)      # before any state changes: a miss leaves the program unbound
+        self._tensors, self._launches, self._ctx = tensors, launches, ctx
+        self._bound = {i: (inputs[i].data_ptr(), inputs[i].stride()) for i in bound}
+        self._bound_refs = [inputs[i] for i in bound]
+        self._staged = [(i, tensors[spec.value]) for i, spec in enumerate(g.inputs)
+                        if self.loc[spec.value][0] != "input"]
+        self._cuda_graph = None
+        measured = self.stats.get("measured_peak_bytes")
+        counters = {k: self.stats.get(k, 0) for k in ("captures", "rebinds", "runs")}
+        self.stats = self._stats(launches, ctx)
+        self.stats.update(counters, measured_peak_bytes=measured)
+        if rebinding:
+            self.stats["rebinds"] += 1
+
+    def _resolve_nova_kernels(self, launches) -> None:
+        """Load every Nova kernel of ``launches`` now (offline: a missing one raises
+        NotPrecompiledError here, before the warm-up has touched any parameter)."""
+        import nova
+        if self._gemm is not nova.matmul:
+            return
+        from nova.runtime import driver
+        from nova.runtime.matmul import resolve_kernel
+        device = driver.get_device(self.device.index)
+        for problem in _distinct_problems(launches):
+            resolve_kernel(problem, self.target, device)
+
+    # ------------------------------------------------------------------ running
+    def run(self, inputs) -> list:
+        """Run one step on ``inputs`` (one tensor per graph input); returns the outputs: donated
+        ones as the input objects they updated, graph inputs passed through as themselves, every
+        other one as a fresh tensor."""
+        if self.device.type == "meta":
+            raise ExecutorError("a meta program only describes; build it on a CUDA device to run it")
+        inputs = list(inputs)
+        self._check_inputs(inputs)
+        with torch.no_grad():            # parameters require grad; the step writes them in place, out= everywhere
+            if self._tensors is None or self._stale(inputs):
+                self._bind(inputs)
+            for i, slot in self._staged:
+                x = inputs[i]
+                if x.data_ptr() != slot.data_ptr() or x.device != slot.device:
+                    slot.copy_(x)
+            if not self._use_graph:
+                self._execute()
+            elif self._cuda_graph is None:
+                self._warm_up_and_capture()
+            else:
+                self._cuda_graph.replay()
+            self.stats["runs"] += 1
+            return self._outputs(inputs)
+
+    def _execute(self) -> None:
+        index = -1
+        try:
+            for index, launch in enumerate(self._launches):
+                launch()
+        except ExecutorError:
+            raise
+        except Exception as e:
+            if self._nova_errors and isinstance(e, self._nova_errors):
+                raise                                       # Nova's own one-line errors
+            launch = self._launches[index]
+            origin = next((n.origin for n in launch.nodes if n.origin), "")
+            raise ExecutorError(f"{self.graph.name}: launch {index} (group {launch.group}, {launch.kind}: "
+                                f"{'+'.join(n.op for n in launch.nodes)}{', ' + origin if origin else ''}) failed: "
+                                f"{type(e).__name__}: {_first_line(e)}") from e
+
+    def _warm_up_and_capture(self) -> None:
+        """Execute the step once on a side stream (its real execution, and the warm-up Nova GEMMs
+        need), then capture the same launches into one CUDA graph on that stream."""
+        stream = self._capture_stream or torch.cuda.Stream(self.device)
+        self._capture_stream = stream
+        current = torch.cuda.current_stream(self.device)
+        stream.wait_stream(current)
+        with torch.cuda.device(self.device), torch.cuda.stream(stream):
+            self._execute()
+        current.wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.device(self.device), torch.cuda.graph(graph, stream=stream):
+                self._execute()
+        except Exception as e:
+            if self._nova_errors and isinstance(e, self._nova_errors):
+                raise
+            raise ExecutorError(f"{self.graph.name}: capturing the step as a CUDA graph failed ({_first_line(e)}); "
+                                f"build(..., cuda_graph=False) runs it without a graph") from e
+        self._cuda_graph = graph
+        self.stats["captures"] += 1
+        if self.stats.get("measured_peak_bytes") is None:
+            torch.cuda.synchronize(self.device)
+            self.stats["measured_peak_bytes"] = torch.cuda.max_memory_allocated(self.device) - self._mem_base
+
+    def _outputs(self, inputs) -> list:
+        out = []
+        for o in self.graph.outputs:
+            loc = self.loc[o.value]
+            if loc[0] in ("input", "donated"):
+                out.append(inputs[loc[1]])                   # the very object the user passed (updated in place)
+            elif o.value in self._input_index:
+                out.append(inputs[self._input_index[o.value]])
+            else:
+                out.append(self._tensors[o.value].clone())
+        return out
+
+    # ------------------------------------------------------------------ inspection
+    def static_input(self, i: int):
+        """The static slot of staged input ``i`` (write a batch there to skip run()'s copy); None for bound inputs."""
+        loc = self.loc[self.graph.inputs[i].value]
+        return None if loc[0] == "input" else self._area_view(self.store, loc, self.graph.inputs[i].value)
+
+    def value_tensor(self, value):
+        """The tensor bound to IR ``value`` (after the first run; before it, a meta tensor of the dry run)."""
+        if self._tensors is not None:
+            return self._tensors[value]
+        meta_inputs = [torch.empty(s.value.type.shape, dtype=dt, device="meta")
+                       for s, dt in zip(self.graph.inputs, self._dtypes)]
+        return self._resolve(self._allocate(torch.device("meta"), False), meta_inputs)[value]
+
+    @property
+    def launches(self) -> list:
+        return self._launches if self._launches is not None else self._dry_launches
+
+    def gemm_problems(self) -> list:
+        """The distinct Nova GEMM problems this program launches (``GemmProblem``), in launch order."""
+        return _distinct_problems(self.launches)
+
+    def _stats(self, launches, ctx) -> dict:
+        per_kind = {}
+        for launch in launches:
+            per_kind[launch.kind] = per_kind.get(launch.kind, 0) + 1
+        gemms = [gl for launch in launches for gl in launch.gemms]
+        outputs = [self.loc[o.value][0] for o in self.graph.outputs]
+        return {
+            "device": str(self.device),
+            "groups": len(self.plan.groups),
+            "launches": dict(sorted(per_kind.items())),
+            "launches_total": len(launches),
+            "free_groups": len(self.plan.groups) - len(launches),
+            "kernels": sum(len(launch.kernels) for launch in launches),
+            "nova_gemm_launches": sum(len(gl.calls) for gl in gemms if gl.backend == "nova"),
+            "torch_gemms": sum(gl.backend == "torch" for gl in gemms),
+            "fused_epilogue_nodes": sum(len(gl.epilogue) for gl in gemms),
+            "copies": sum(launch.copies for launch in launches),
+            "arena_bytes": self.plan.arena_bytes,
+            "peak_bytes": self.plan.peak_bytes,
+            "constants_bytes": self.area_bytes["const"],
+            "static_input_bytes": self.area_bytes["staged"],
+            "scratch_bytes": self.area_bytes["scratch"],
+            "workspace_bytes": ctx.workspace_bytes,
+            "measured_peak_bytes": None,
+            "donated_outputs": sum(k == "donated" for k in outputs),
+            "cloned_outputs": sum(k not in ("donated", "input") and o.value not in self._input_index
+                                  for k, o in zip(outputs, self.graph.outputs)),
+            "cuda_graph": self._use_graph,
+            "captures": 0, "rebinds": 0, "runs": 0,
+            "fallbacks": list(self._fallbacks),
+        }
+
+    def describe(self) -> str:
+        s = self.stats
+        kinds = ", ".join(f"{k} {n}" for k, n in s["launches"].items())
+        mode = "one CUDA graph" if s["cuda_graph"] else ("eager" if self.device.type != "meta" else "not runnable")
+        lines = [
+            f"program {self.graph.name} on {self.device}: {s['groups']} groups -> {s['launches_total']} launches "
+            f"({kinds}), {s['free_groups']} free (views, constants); {mode}",
+            f"memory: arena {_fmt_bytes(s['arena_bytes'])} (plan peak {_fmt_bytes(s['peak_bytes'])}), constants "
+            f"{_fmt_bytes(s['constants_bytes'])}, static inputs {_fmt_bytes(s['static_input_bytes'])}, scratch "
+            f"{_fmt_bytes(s['scratch_bytes'])}, workspace {_fmt_bytes(s['workspace_bytes'])}"
+            + (f"; measured peak {_fmt_bytes(s['measured_peak_bytes'])}"
+               if s["measured_peak_bytes"] is not None else ""),
+            f"per step: {s['kernels']} kernels ({s['nova_gemm_launches']} Nova GEMM launches, {s['torch_gemms']} "
+            f"torch.matmul), {s['copies']} copies; outputs: {s['donated_outputs']} donated, "
+            f"{s['cloned_outputs']} cloned",
+            f"  {'#':>3}  {'group':>5}  {'kind':<10} {'nodes':<34} kernels",
+        ]
+        for i, launch in enumerate(self.launches):
+            ops = "+".join(n.op for n in launch.nodes)
+            whats = "; ".join(k.what for k in launch.kernels)
+            lines.append(f"  {i:>3}  {launch.group:>5}  {launch.kind:<10} {ops[:34]:<34} {whats}")
+        for f in s["fallbacks"]:
+            lines.append(f"  note: {f}")
+        return "\n".join(lines)
+
+
+def _distinct_problems(launches) -> list:
+    seen = {}
+    for launch in launches:
+        for gemm in launch.gemms:
+            if gemm.backend == "nova":
+                for p in gemm.problems():
+                    seen.setdefault(p, None)
+    return list(seen)
+
+
+def _normalize_device(device) -> torch.device:
+    d = torch.device(device)
+    if d.type == "cuda" and d.index is None:
+        d = torch.device("cuda", torch.cuda.current_device())
+    return d
+
+
+def build(planned, device, *, target=None, poison: bool = False, cuda_graph: bool | None = None, gemm=None) -> Program:
+    """The ``Program`` of ``planned`` (see ``nova/compiler/plan_view.py``) on ``device``.
+
+    ``target``: Nova's GPU preset for the GEMMs (default: ``NOVA_TARGET`` or the GPU's name).
+    ``poison``: fill the arena, static slots and scratch with 0xFF bytes (NaN) at build (tests).
+    ``cuda_graph``: on CUDA, False runs the launches eagerly every step (default: one CUDA graph).
+    ``gemm``: the GEMM backend, a callable with ``nova.matmul``'s signature (default: ``nova.matmul``
+    on CUDA, ``torch.matmul`` on CPU; tests pass an emulation to exercise the Nova lowering on CPU).
+    ``device="meta"``: the CUDA program's layout and launch list without a GPU (describe, GEMM problems)."""
+    return Program(planned, device, target=target, poison=poison, cuda_graph=cuda_graph, gemm=gemm)
+
+
+def gemm_problems(planned) -> list:
+    """Every Nova GEMM (``nova.configurator.problem.GemmProblem``: M, N, K, dtype, trans_a, trans_b,
+    bias, activation, out dtype) a CUDA program of ``planned`` launches, for ``nova precompile``.
+    Bound inputs (parameters) are assumed contiguous, as the IR types describe them."""
+    return Program(planned, "meta").gemm_problems()
+
+
+def precompile_commands(problems, target: str) -> list[str]:
+    """``nova precompile gemm`` command lines that build ``problems`` for ``target``, one per
+    distinct dtype/layout/epilogue (shapes joined)."""
+    from nova.runtime.cache import precompile_command
+    groups: dict[tuple, list[str]] = {}
+    for p in problems:
+        shape = f"{p.M}x{p.N}x{p.K}"
+        head, tail = precompile_command(p, target).split(f" --shapes {shape}")
+        groups.setdefault((head, tail), [])
+        if shape not in groups[(head, tail)]:
+            groups[(head, tail)].append(shape)
+    return [f"{head} --shapes {','.join(shapes)}{tail}" for (head, tail), shapes in groups.items()]

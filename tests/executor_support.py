@@ -1,0 +1,458 @@
+"""Shared by tests/test_executor.py (CPU) and tests/test_executor_gpu.py: a stand-in planner and
+hand-built IR graphs (a training step of an MLP with layer norm and AdamW, an attention block
+with its backward, embedding / memory / reduction ops with SGD, grouped-query and cross
+attention, pointwise ops).
+
+The stand-in planner produces what ``nova.passes`` will (``Planned(graph, groups, order,
+memory)``), simply: every node its own group (optionally a matmul with the bias add / activation
+after it, and consecutive adamw nodes, together), free views aliased when torch can view them,
+graph inputs external, updating outputs donated when no later node reads the old value, and
+either one slot per value or a first-fit arena that reuses bytes after a value's last use.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from nova.ir import Graph, TensorType, opdef
+
+CREATION = ("constant", "iota")
+GROUP_KIND = {"matmul": "gemm", "pointwise": "pointwise", "reduce": "reduction", "view": "view",
+              "memory": "opaque", "creation": "opaque", "composite": "composite", "opaque": "opaque"}
+
+
+# =============================================================== the stand-in planner
+@dataclass
+class Placement:
+    offset: int | None = None
+    nbytes: int = 0
+    alias_of: object = None
+    external: bool = False
+
+
+@dataclass
+class MemoryPlan:
+    values: dict
+    arena_bytes: int
+    peak_bytes: int
+    donations: dict = field(default_factory=dict)      # output index -> input index
+
+
+@dataclass
+class Group:
+    kind: str
+    nodes: list
+    reason: str = ""
+
+
+@dataclass
+class Planned:
+    graph: Graph
+    groups: list
+    order: list
+    memory: MemoryPlan
+
+
+def _groups(graph, fuse_epilogue: bool, batch_optimizer: bool) -> list[Group]:
+    nodes, groups, i = graph.nodes, [], 0
+    users = graph.users()
+    while i < len(nodes):
+        n = nodes[i]
+        members = [n]
+        if fuse_epilogue and n.op == "matmul":
+            current = n.outputs[0]
+            for follower in nodes[i + 1:i + 3]:
+                if follower.op in ("add", "relu", "gelu_tanh", "silu") and current in follower.inputs \
+                        and len(users.get(current, [])) == 1:
+                    members.append(follower)
+                    current = follower.outputs[0]
+                else:
+                    break
+        elif batch_optimizer and n.op == "adamw":
+            while i + len(members) < len(nodes) and nodes[i + len(members)].op == "adamw":
+                members.append(nodes[i + len(members)])
+        kind = GROUP_KIND[opdef(n.op).kind]
+        reason = "matmul + epilogue" if len(members) > 1 and kind == "gemm" else \
+            "optimizer update" if n.op == "adamw" else "one node"
+        groups.append(Group(kind, members, reason))
+        i += len(members)
+    return groups
+
+
+def plan(graph, *, reuse: bool = False, fuse_epilogue: bool = False, donate: bool = True,
+         batch_optimizer: bool = True, align: int = 256) -> Planned:
+    """A ``Planned`` for ``graph``; ``reuse=True`` lets values share arena bytes over time."""
+    position = {n: i for i, n in enumerate(graph.nodes)}
+    end = len(graph.nodes)
+    root, contiguous = {}, {}
+    for spec in graph.inputs:
+        root[spec.value], contiguous[spec.value] = spec.value, True
+    placements = {spec.value: Placement(external=True) for spec in graph.inputs}
+    for n in graph.nodes:
+        for v in n.outputs:
+            root[v], contiguous[v] = v, True
+        if opdef(n.op).kind == "view":
+            x, v = n.inputs[0], n.outputs[0]
+            if n.op != "reshape" or contiguous[x]:
+                root[v] = root[x]
+                contiguous[v] = n.op == "reshape"
+                placements[v] = Placement(alias_of=root[x])
+
+    users = graph.users()
+    outputs = set(graph.output_values())
+    aliases = {}
+    for v, r in root.items():
+        aliases.setdefault(r, []).append(v)
+
+    donations = {}
+    if donate:
+        donated_values = set()
+        for k, o in enumerate(graph.outputs):
+            node, i = o.value.producer, o.updates
+            if i is None or node is None or o.value in donated_values or root[o.value] is not o.value:
+                continue
+            if not (opdef(node.op).kind == "pointwise" or node.op in ("adamw", "sgd")):
+                continue
+            base = graph.inputs[i].value
+            if any(a in outputs for a in aliases[base]):
+                continue
+            here = position[node]
+            safe = all(position[u] < here or (u is node and a is base)
+                       for a in aliases[base] for u in users.get(a, []))
+            if safe:
+                donations[k] = i
+                donated_values.add(o.value)
+        donated = {graph.outputs[k].value for k in donations}
+    else:
+        donated = set()
+
+    # lifetimes of storage roots, in node positions: [defined, last read] (outputs: to the end)
+    live = {}
+    for n in graph.nodes:
+        for v in n.outputs:
+            if root[v] is v and v not in donated and v not in placements:
+                live[v] = [position[n], position[n]]
+    for n in graph.nodes:
+        for x in n.inputs:
+            r = root[x]
+            if r in live:
+                live[r][1] = max(live[r][1], position[n])
+    for v in outputs:
+        if root[v] in live:
+            live[root[v]][1] = end
+
+    def size(v):
+        return -(-v.type.nbytes // align) * align
+
+    arena, peak, active = 0, 0, []          # active: (offset, size, last)
+    for v, (start, last) in sorted(live.items(), key=lambda kv: kv[1][0]):
+        active = [b for b in active if b[2] >= start] if reuse else active
+        need, offset = size(v), 0
+        for b_off, b_size, _ in sorted(active):
+            if b_off - offset >= need:
+                break
+            offset = max(offset, b_off + b_size)
+        placements[v] = Placement(offset, need)
+        active.append((offset, need, last))
+        arena = max(arena, offset + need)
+    for t in range(end + 1):
+        peak = max(peak, sum(size(v) for v, (s, e) in live.items() if s <= t <= e))
+    memory = MemoryPlan(placements, arena, peak, donations)
+    return Planned(graph, _groups(graph, fuse_epilogue, batch_optimizer), list(graph.nodes), memory)
+
+
+# =============================================================== graphs
+@dataclass
+class Case:
+    """A graph and a function that makes fresh inputs for it: ``inputs(seed, device)``."""
+    graph: Graph
+    make: object
+
+    def inputs(self, seed: int = 0, device="cpu") -> list:
+        return self.make(torch.Generator().manual_seed(seed), device)
+
+
+def _randn(gen, shape, device, scale=1.0, dtype=torch.float32):
+    return (torch.randn(shape, generator=gen) * scale).to(dtype=dtype, device=device)
+
+
+def _state_inputs(gen, device, types):
+    return [_randn(gen, t.shape, device, 0.1) if role != "v" else
+            (torch.rand(t.shape, generator=gen) * 0.01).to(device) for role, t in types]
+
+
+def mlp_training_step(B=2, T=4, C=8, H=16, V=12, wd=0.1) -> Case:
+    """layer_norm -> linear + bias -> gelu -> linear + bias -> log_softmax -> nll, its backward, and
+    one AdamW step on every parameter (moments and the step count updated)."""
+    g = Graph("mlp_step")
+    f32 = "f32"
+    x = g.input(TensorType((B, T, C), f32), "x", "data")
+    target = g.input(TensorType((B * T,), "i64"), "target", "data")
+    params = {
+        "ln.weight": g.input(TensorType((C,), f32), "ln.weight", "param"),
+        "ln.bias": g.input(TensorType((C,), f32), "ln.bias", "param"),
+        "fc1.weight": g.input(TensorType((H, C), f32), "fc1.weight", "param"),
+        "fc1.bias": g.input(TensorType((H,), f32), "fc1.bias", "param"),
+        "fc2.weight": g.input(TensorType((V, H), f32), "fc2.weight", "param"),
+        "fc2.bias": g.input(TensorType((V,), f32), "fc2.bias", "param"),
+    }
+    moments = {name: (g.input(p.type, f"{name}.exp_avg", "opt_state"), g.input(p.type, f"{name}.exp_avg_sq", "opt_state"))
+               for name, p in params.items()}
+    step = g.input(TensorType((), f32), "step", "opt_state")
+    # forward
+    xn, mean, rstd = g.op("layer_norm", x, params["ln.weight"], params["ln.bias"], normalized_shape=(C,), eps=1e-5)
+    h_pre = g.op("matmul", xn, params["fc1.weight"], transpose_b=True)
+    h_b = g.op("add", h_pre, params["fc1.bias"])
+    h = g.op("gelu_tanh", h_b)
+    z = g.op("matmul", h, params["fc2.weight"], transpose_b=True)
+    z_b = g.op("add", z, params["fc2.bias"])
+    logits = g.op("reshape", z_b, shape=(B * T, V))
+    logp = g.op("log_softmax", logits, axis=-1)
+    loss, total_weight = g.op("nll_loss", logp, target)
+    # backward
+    one = g.op("constant", value=1.0, dtype=f32)
+    dlogp = g.op("nll_loss_backward", one, logp, target, total_weight)
+    dlogits = g.op("log_softmax_backward", dlogp, logp, axis=-1)
+    grads = {"fc2.bias": g.op("sum", dlogits, axes=(0,))}
+    h2 = g.op("reshape", h, shape=(B * T, H))
+    grads["fc2.weight"] = g.op("matmul", dlogits, h2, transpose_a=True)
+    dh2 = g.op("matmul", dlogits, params["fc2.weight"])
+    dh = g.op("reshape", dh2, shape=(B, T, H))
+    dh_b = g.op("gelu_tanh_backward", dh, h_b)
+    grads["fc1.bias"] = g.op("sum", dh_b, axes=(0, 1))
+    dh_b2 = g.op("reshape", dh_b, shape=(B * T, H))
+    xn2 = g.op("reshape", xn, shape=(B * T, C))
+    grads["fc1.weight"] = g.op("matmul", dh_b2, xn2, transpose_a=True)
+    dxn = g.op("matmul", dh_b, params["fc1.weight"])
+    dx, grads["ln.weight"], grads["ln.bias"] = g.op("layer_norm_backward", dxn, x, mean, rstd, params["ln.weight"],
+                                                    params["ln.bias"], normalized_shape=(C,))
+    # optimizer
+    step1 = g.op("add", step, one)
+    index = {spec.value: i for i, spec in enumerate(g.inputs)}
+    g.output(loss, "loss")
+    g.output(dx, "x.grad", "grad")
+    for name, p in params.items():
+        m, v = moments[name]
+        p1, m1, v1 = g.op("adamw", p, grads[name], m, v, step1, lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-8,
+                          weight_decay=wd)
+        g.output(p1, name, "param", updates=index[p])
+        g.output(m1, f"{name}.exp_avg", "opt_state", updates=index[m])
+        g.output(v1, f"{name}.exp_avg_sq", "opt_state", updates=index[v])
+    g.output(step1, "step", "opt_state", updates=index[step])
+
+    def make(gen, device):
+        out = [_randn(gen, (B, T, C), device), torch.randint(0, V, (B * T,), generator=gen).to(device)]
+        out += [_randn(gen, p.type.shape, device, 0.5) + (1.0 if name == "ln.weight" else 0.0)
+                for name, p in params.items()]
+        for name, p in params.items():
+            out += [_randn(gen, p.type.shape, device, 0.01), (torch.rand(p.type.shape, generator=gen) * 1e-3).to(device)]
+        out.append(torch.tensor(3.0, device=device))
+        return out
+    return Case(g, make)
+
+
+def attention_block(B=2, T=8, heads=2, D=4, causal=True) -> Case:
+    """qkv projection -> split heads (views) -> attention -> merge heads -> output projection, and the
+    backward of it all from an upstream gradient ``dy``."""
+    C = heads * D
+    g = Graph("attention_block")
+    x = g.input(TensorType((B, T, C), "f32"), "x", "data")
+    w_qkv = g.input(TensorType((3 * C, C), "f32"), "qkv.weight", "param")
+    w_o = g.input(TensorType((C, C), "f32"), "proj.weight", "param")
+    dy = g.input(TensorType((B, T, C), "f32"), "dy", "data")
+    scale = 1.0 / math.sqrt(D)
+    qkv = g.op("matmul", x, w_qkv, transpose_b=True)                                  # [B, T, 3C]
+
+    def head(j):
+        part = g.op("slice", qkv, axis=2, start=j * C, end=(j + 1) * C)               # strided view
+        split = g.op("reshape", part, shape=(B, T, heads, D))                         # materialised (stand-in)
+        return g.op("permute", split, perm=(0, 2, 1, 3))                              # [B, H, T, D] view
+    q, k, v = head(0), head(1), head(2)
+    o, lse = g.op("attention", q, k, v, scale=scale, causal=causal)
+    merged = g.op("reshape", g.op("permute", o, perm=(0, 2, 1, 3)), shape=(B, T, C))   # a copy
+    y = g.op("matmul", merged, w_o, transpose_b=True)
+    dy2 = g.op("reshape", dy, shape=(B * T, C))
+    d_wo = g.op("matmul", dy2, g.op("reshape", merged, shape=(B * T, C)), transpose_a=True)
+    d_merged = g.op("matmul", dy, w_o)
+    d_o = g.op("permute", g.op("reshape", d_merged, shape=(B, T, heads, D)), perm=(0, 2, 1, 3))
+    dq, dk, dv = g.op("attention_backward", d_o, q, k, v, o, lse, scale=scale, causal=causal)
+    parts = [g.op("reshape", g.op("permute", t, perm=(0, 2, 1, 3)), shape=(B, T, C)) for t in (dq, dk, dv)]
+    d_qkv = g.op("concat", *parts, axis=2)                                             # [B, T, 3C]
+    d_wqkv = g.op("matmul", g.op("reshape", d_qkv, shape=(B * T, 3 * C)), g.op("reshape", x, shape=(B * T, C)),
+                  transpose_a=True)
+    dx = g.op("matmul", d_qkv, w_qkv)
+    g.output(y, "y")
+    g.output(lse, "lse")
+    g.output(dx, "x.grad", "grad")
+    g.output(d_wqkv, "qkv.weight.grad", "grad")
+    g.output(d_wo, "proj.weight.grad", "grad")
+
+    def make(gen, device):
+        return [_randn(gen, (B, T, C), device), _randn(gen, (3 * C, C), device, 0.3), _randn(gen, (C, C), device, 0.3),
+                _randn(gen, (B, T, C), device)]
+    return Case(g, make)
+
+
+def grouped_attention(B=2, Hq=4, Hk=2, Tq=6, Tk=6, D=8, causal=True) -> Case:
+    """Attention and its backward on grouped-query heads (Hq = 2 Hk) and, with Tq != Tk, cross
+    attention with the IR's bottom-right causal mask; plus a truly batched matmul (scores)."""
+    g = Graph("grouped_attention")
+    q = g.input(TensorType((B, Hq, Tq, D), "f32"), "q", "data")
+    k = g.input(TensorType((B, Hk, Tk, D), "f32"), "k", "data")
+    v = g.input(TensorType((B, Hk, Tk, D), "f32"), "v", "data")
+    do = g.input(TensorType((B, Hq, Tq, D), "f32"), "dout", "data")
+    scale = 1.0 / math.sqrt(D)
+    o, lse = g.op("attention", q, k, v, scale=scale, causal=causal)
+    dq, dk, dv = g.op("attention_backward", do, q, k, v, o, lse, scale=scale, causal=causal)
+    k_first = g.op("slice", k, axis=1, start=0, end=1)                                 # [B, 1, Tk, D]
+    scores = g.op("matmul", q, k_first, transpose_b=True)                              # batched, broadcast
+    for value, name in ((o, "out"), (lse, "lse"), (dq, "dq"), (dk, "dk"), (dv, "dv"), (scores, "scores")):
+        g.output(value, name)
+
+    def make(gen, device):
+        return [_randn(gen, (B, Hq, Tq, D), device), _randn(gen, (B, Hk, Tk, D), device),
+                _randn(gen, (B, Hk, Tk, D), device), _randn(gen, (B, Hq, Tq, D), device)]
+    return Case(g, make)
+
+
+def memory_ops_step(B=2, T=6, C=8, V=10, Tmax=8) -> Case:
+    """Embedding lookup (index_select) + positions (iota), reductions, softmax and its backward,
+    where/compare/cast, concat, take_along_axis, expand/slice views, an opaque aten op,
+    scatter_add (embedding backward) and an SGD step with momentum and Nesterov."""
+    g = Graph("memory_ops")
+    idx = g.input(TensorType((B, T), "i64"), "idx", "data")
+    pick = g.input(TensorType((B, T, 1), "i64"), "pick", "data")
+    emb = g.input(TensorType((V, C), "f32"), "emb.weight", "param")
+    pos_table = g.input(TensorType((Tmax, C), "f32"), "pos.weight", "param")
+    buf = g.input(TensorType((V, C), "f32"), "emb.momentum_buffer", "opt_state")
+    e = g.op("index_select", emb, idx, axis=0)                                         # [B, T, C]
+    pos = g.op("iota", length=T, dtype="i64")
+    pe = g.op("index_select", pos_table, pos, axis=0)                                  # [T, C]
+    h = g.op("add", e, pe)
+    rowsum = g.op("sum", h, axes=(2,), keepdim=True, dtype="f64")                      # [B, T, 1] f64
+    colmax = g.op("max", h, axes=(1,))                                                 # [B, C]
+    mean = g.op("mean", h, axes=(0, 1))                                                # [C]
+    centered = g.op("sub", h, g.op("expand", g.op("reshape", mean, shape=(1, 1, C)), shape=(B, T, C)))
+    sm = g.op("softmax", centered, axis=-1)
+    dsm = g.op("softmax_backward", h, sm, axis=-1)
+    zero = g.op("constant", value=0.0, dtype="f32")
+    absval = g.op("where", g.op("gt", h, zero), h, g.op("neg", h))
+    wide = g.op("cast", absval, dtype="f64")
+    both = g.op("concat", h, absval, axis=2)                                           # [B, T, 2C]
+    picked = g.op("take_along_axis", both, pick, axis=2)                               # [B, T, 1]
+    odd = g.op("slice", h, axis=1, start=1, end=T, step=2)                             # strided view
+    csum = g.op("aten", odd, target="aten.cumsum.default", args=(("$", 0), 1),
+                result_types=(((B, len(range(1, T, 2)), C), "f32"),))
+    grad_emb = g.op("scatter_add", dsm, idx, axis=0, shape=(V, C))
+    index = {spec.value: i for i, spec in enumerate(g.inputs)}
+    emb1, buf1 = g.op("sgd", emb, grad_emb, buf, lr=0.1, momentum=0.9, weight_decay=0.01, nesterov=True)
+    for value, name in ((rowsum, "rowsum"), (colmax, "colmax"), (dsm, "dsm"), (wide, "wide"), (picked, "picked"),
+                        (csum, "cumsum"), (grad_emb, "emb.grad")):
+        g.output(value, name)
+    g.output(emb1, "emb.weight", "param", updates=index[emb])
+    g.output(buf1, "emb.momentum_buffer", "opt_state", updates=index[buf])
+
+    def make(gen, device):
+        return [torch.randint(0, V, (B, T), generator=gen).to(device),
+                torch.randint(0, 2 * C, (B, T, 1), generator=gen).to(device),
+                _randn(gen, (V, C), device), _randn(gen, (Tmax, C), device), _randn(gen, (V, C), device, 0.1)]
+    return Case(g, make)
+
+
+def pointwise_zoo(N=6, M=10) -> Case:
+    """Every pointwise op of the IR, chained (positive inputs where the op needs them)."""
+    g = Graph("pointwise_zoo")
+    x = g.input(TensorType((N, M), "f32"), "x", "data")
+    y = g.input(TensorType((M,), "f32"), "y", "data")
+    pos = g.op("add", g.op("abs", x), g.op("constant", value=0.5, dtype="f32"))
+    results = {}
+    for op in ("neg", "exp", "log", "sqrt", "rsqrt", "reciprocal", "abs", "tanh", "erf", "sin", "cos",
+               "sigmoid", "relu", "silu", "gelu_tanh", "gelu_erf"):
+        results[op] = g.op(op, pos if op in ("log", "sqrt", "rsqrt", "reciprocal") else x)
+    for op in ("add", "sub", "mul", "div", "maximum", "minimum"):
+        results[op] = g.op(op, x, y)
+    results["pow"] = g.op("pow", pos, y)
+    cmp = {op: g.op(op, x, y) for op in ("eq", "ne", "lt", "le", "gt", "ge")}
+    results["logic"] = g.op("logical_or", g.op("logical_and", cmp["lt"], g.op("logical_not", cmp["eq"])), cmp["ge"])
+    results.update({f"cmp_{k}": v for k, v in cmp.items()})
+    for op in ("gelu_tanh_backward", "gelu_erf_backward", "silu_backward"):
+        results[op] = g.op(op, results["mul"], x)
+    results["sigmoid_backward"] = g.op("sigmoid_backward", x, results["sigmoid"])
+    results["tanh_backward"] = g.op("tanh_backward", x, results["tanh"])
+    results["relu_backward"] = g.op("relu_backward", x, results["relu"])
+    results["min"] = g.op("min", x, axes=(0,), keepdim=True)
+    results["sum_all"] = g.op("sum", x, axes=())
+    for name, value in results.items():
+        g.output(value, name)
+
+    def make(gen, device):
+        return [_randn(gen, (N, M), device), _randn(gen, (M,), device)]
+    return Case(g, make)
+
+
+def linear_inference(B=2, T=4, C=8, H=16, activation="gelu_tanh") -> Case:
+    """linear + bias + activation whose pre-activation nobody reads (fully fusable), a second
+    linear without bias, and a matmul whose output is also a graph output (not fusable)."""
+    g = Graph("linear_inference")
+    x = g.input(TensorType((B, T, C), "f32"), "x", "data")
+    w1 = g.input(TensorType((H, C), "f32"), "fc1.weight", "param")
+    b1 = g.input(TensorType((H,), "f32"), "fc1.bias", "param")
+    w2 = g.input(TensorType((C, H), "f32"), "fc2.weight", "param")
+    h = g.op(activation, g.op("add", g.op("matmul", x, w1, transpose_b=True), b1))
+    y = g.op("matmul", h, w2, transpose_b=True)
+    r = g.op("relu", y)
+    g.output(y, "y")
+    g.output(r, "relu_y")
+
+    def make(gen, device):
+        return [_randn(gen, (B, T, C), device), _randn(gen, (H, C), device, 0.3), _randn(gen, (H,), device),
+                _randn(gen, (C, H), device, 0.3)]
+    return Case(g, make)
+
+
+ALL_CASES = {"mlp": mlp_training_step, "attention": attention_block, "grouped": grouped_attention,
+             "memory": memory_ops_step, "pointwise": pointwise_zoo, "linear": linear_inference}
+
+
+# =============================================================== comparisons
+def _wide(x):
+    """f32 -> f64 in a type name or an attribute value (tuples recursively)."""
+    if x == "f32":
+        return "f64"
+    if isinstance(x, tuple):
+        return tuple(_wide(y) for y in x)
+    return x
+
+
+def widen(graph) -> Graph:
+    """The same graph computing in float64 where it computes in float32 (inputs, constants,
+    casts, accumulation types, opaque result types): the GPU tests' reference."""
+    g = Graph(graph.name + "_f64")
+    env = {}
+    for spec in graph.inputs:
+        env[spec.value] = g.input(TensorType(spec.value.type.shape, _wide(spec.value.type.dtype)), spec.name, spec.role)
+    for n in graph.nodes:
+        attrs = {k: (_wide(v) if k in ("dtype", "out_dtype", "result_types") else v) for k, v in n.attrs.items()}
+        res = g.op(n.op, *[env[v] for v in n.inputs], **attrs)
+        for v, w in zip(n.outputs, res if isinstance(res, tuple) else (res,)):
+            env[v] = w
+    for o in graph.outputs:
+        g.output(env[o.value], o.name, o.role, o.updates)
+    return g
+
+
+
+def rel_error(got, ref) -> float:
+    """Relative Frobenius error of floats (absolute when the reference is ~0); mismatches of
+    integers/booleans count as 1.0."""
+    if got.shape != ref.shape:
+        return math.inf
+    if not ref.is_floating_point():
+        return 0.0 if torch.equal(got.cpu(), ref.cpu()) else 1.0
+    g, r = got.detach().cpu().double(), ref.detach().cpu().double()
+    if torch.isnan(g).any():
+        return math.inf
+    denom = float(r.norm())
+    return float((g - r).norm()) / (denom if denom > 1e-30 else 1.0)

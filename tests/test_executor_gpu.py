@@ -1,0 +1,215 @@
+"""GPU tests of the executor: the hand-built graphs of tests/executor_support.py as CUDA programs
+(Nova GEMMs, ATen kernels, one CUDA graph per step) against the reference interpreter run on the
+CPU in float64, at TF32 tolerance.
+
+Kernels come from a cache precompiled on a host with MLIR:
+
+    python tests/test_executor_gpu.py --target h200 | NOVA_CACHE_DIR=.nova-cache sh     # host
+    NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache python3 -m pytest -m gpu tests/test_executor_gpu.py   # GPU
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pytest
+import torch
+
+from executor_support import (attention_block, grouped_attention, linear_inference, memory_ops_step,
+                              mlp_training_step, plan, pointwise_zoo, rel_error, widen)
+from nova.compiler.executor import build, gemm_problems, precompile_commands
+from nova.ir import interpreter
+
+# Shapes: GEMM dimensions of 16..384, T = 40 (the efficient-attention log-sum-exp is padded to 64),
+# grouped-query heads, cross attention with Tq != Tk (the reference fallback) and a truly batched matmul.
+CASES = {
+    "mlp": lambda: mlp_training_step(B=4, T=32, C=64, H=128, V=96),
+    "attention": lambda: attention_block(B=2, T=40, heads=4, D=16),
+    "grouped": lambda: grouped_attention(B=2, Hq=4, Hk=2, Tq=40, Tk=40, D=16),
+    "cross": lambda: grouped_attention(B=2, Hq=2, Hk=2, Tq=24, Tk=40, D=16),
+    "memory": lambda: memory_ops_step(B=4, T=16, C=32, V=50, Tmax=16),
+    "pointwise": lambda: pointwise_zoo(N=16, M=32),
+    "linear": lambda: linear_inference(B=4, T=16, C=64, H=128),
+}
+TOL = 5e-3              # relative Frobenius error against float64: TF32 GEMMs and attention, chained
+
+
+def _cuda_reason() -> str:
+    if not torch.cuda.is_available():
+        return "no CUDA device visible to torch"
+    return ""
+
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(bool(_cuda_reason()), reason=_cuda_reason() or "gpu")]
+
+
+@pytest.fixture
+def kernels():
+    """Tests that launch Nova GEMMs need them in the cache (offline) or a code generator (online)."""
+    from nova.runtime.cache import is_offline, mlir_available
+    if not is_offline() and not mlir_available():
+        pytest.skip("no MLIR here: precompile (`python tests/test_executor_gpu.py --target T` prints the "
+                    "commands) and run with NOVA_OFFLINE=1 NOVA_CACHE_DIR=<carried cache>")
+
+
+def reference64(graph, inputs):
+    """The interpreter on the float64 version of ``graph`` (``widen``) and CPU float64 copies of
+    ``inputs`` (integers kept)."""
+    xs = [x.detach().cpu().double() if x.is_floating_point() else x.detach().cpu() for x in inputs]
+    return interpreter.run(widen(graph), xs)
+
+
+def assert_close(graph, got, ref, what, tol=TOL):
+    errors = {o.name: rel_error(g, r) for o, g, r in zip(graph.outputs, got, ref)}
+    bad = {k: f"{e:.2e}" for k, e in errors.items() if not e <= tol}
+    assert not bad, f"{graph.name} {what}: outputs off the float64 reference: {bad}"
+
+
+def refresh_data(case, state, seed):
+    fresh = case.inputs(seed, "cuda")
+    for i, spec in enumerate(case.graph.inputs):
+        if spec.role == "data":
+            state[i] = fresh[i]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_program_replays_match_float64(name, kernels):
+    """Three steps on fresh data: the first runs and captures, the next two replay the CUDA graph;
+    every output against float64, donated outputs are the input objects, updated in place."""
+    case = CASES[name]()
+    graph = case.graph
+    planned = plan(graph, reuse=True, fuse_epilogue=True)
+    state = case.inputs(1, "cuda")
+    pointers = {i: state[i].data_ptr() for i, s in enumerate(graph.inputs) if s.role != "data"}
+    program = build(planned, "cuda", poison=True)
+    for step in range(3):
+        refresh_data(case, state, 100 + step)
+        ref = reference64(graph, state)
+        got = program.run(state)
+        torch.cuda.synchronize()
+        assert_close(graph, got, ref, f"step {step}")
+        for o, result in zip(graph.outputs, got):
+            if o.updates is not None and o.value in program.donated:
+                assert result is state[o.updates]
+    assert {i: state[i].data_ptr() for i in pointers} == pointers, "bound inputs moved"
+    s = program.stats
+    assert s["cuda_graph"] and s["captures"] == 1 and s["runs"] == 3 and s["rebinds"] == 0
+    if any(n.op == "matmul" for n in graph.nodes):
+        assert s["nova_gemm_launches"] > 0 and s["torch_gemms"] == 0, s["fallbacks"]
+
+
+def test_replay_reads_new_data_each_step(kernels):
+    """The captured graph reads the static slots: new data gives new results (not step 1's)."""
+    case = CASES["linear"]()
+    program = build(plan(case.graph, fuse_epilogue=True), "cuda")
+    a, b = case.inputs(1, "cuda"), case.inputs(2, "cuda")
+    b[1:] = a[1:]                                          # same parameters, other data
+    first = program.run(a)[0]
+    second = program.run(b)[0]
+    third = program.run(a)[0]
+    torch.cuda.synchronize()
+    assert rel_error(second, first) > 0.1 and rel_error(third, first) < 1e-6
+    assert rel_error(second, reference64(case.graph, b)[0]) < TOL
+    assert program.stats["fused_epilogue_nodes"] == 2 and program.stats["captures"] == 1
+
+
+def test_donated_parameters_update_in_place(kernels):
+    case = CASES["mlp"]()
+    program = build(plan(case.graph, reuse=True, fuse_epilogue=True), "cuda")
+    state = case.inputs(3, "cuda")
+    params = [i for i, s in enumerate(case.graph.inputs) if s.role in ("param", "opt_state")]
+    before = {i: state[i].clone() for i in params}
+    ptrs = {i: state[i].data_ptr() for i in params}
+    for _ in range(2):
+        got = program.run(state)
+    torch.cuda.synchronize()
+    for k, o in enumerate(case.graph.outputs):
+        if o.updates is not None:
+            assert got[k] is state[o.updates] and state[o.updates].data_ptr() == ptrs[o.updates]
+            assert not torch.equal(state[o.updates], before[o.updates]), f"{o.name} not updated"
+    assert float(state[-1]) == float(before[len(state) - 1]) + 2
+
+
+def test_peak_memory_within_the_plan(kernels):
+    """Measured at the first step (arena, constants, static slots, workspaces, the kernels'
+    temporaries and the CUDA graph's pool): the plan's bytes plus a small slack."""
+    case = CASES["mlp"]()
+    state = case.inputs(4, "cuda")
+    torch.cuda.synchronize()
+    program = build(plan(case.graph, reuse=True, fuse_epilogue=True), "cuda")
+    program.run(state)
+    s = program.stats
+    owned = sum(s[k] for k in ("arena_bytes", "constants_bytes", "static_input_bytes", "scratch_bytes",
+                               "workspace_bytes"))
+    params = sum(x.numel() * x.element_size() for x, spec in zip(state, case.graph.inputs) if spec.role == "param")
+    slack = 2 * params + (2 << 20)            # foreach temporaries (sqrt of the moments), allocator rounding
+    assert s["arena_bytes"] <= s["measured_peak_bytes"] <= owned + slack, program.describe()
+
+
+def test_eager_mode_matches(kernels):
+    case = CASES["attention"]()
+    program = build(plan(case.graph, reuse=True), "cuda", cuda_graph=False, poison=True)
+    state = case.inputs(5, "cuda")
+    got = program.run(state)
+    torch.cuda.synchronize()
+    assert_close(case.graph, got, reference64(case.graph, state), "eager")
+    assert program.stats["captures"] == 0 and not program.stats["cuda_graph"]
+    # the log-sum-exp of T = 40 rows is padded to 64 for the efficient kernel's backward
+    assert program.stats["workspace_bytes"] >= 2 * 4 * 64 * 4
+
+
+def test_replaced_parameter_rebinds_and_recaptures(kernels):
+    case = CASES["mlp"]()
+    program = build(plan(case.graph, reuse=True), "cuda")
+    state = case.inputs(6, "cuda")
+    program.run(state)
+    state[2] = state[2].clone()                 # a parameter with new storage (not updated in place)
+    ref = reference64(case.graph, state)
+    got = program.run(state)
+    torch.cuda.synchronize()
+    assert_close(case.graph, got, ref, "after rebinding")
+    assert program.stats["rebinds"] == 1 and program.stats["captures"] == 2
+
+
+def test_offline_missing_kernel_fails_before_touching_parameters(tmp_path, monkeypatch):
+    from nova.runtime import cache as cache_mod, matmul as mm
+    from nova.runtime.cache import NotPrecompiledError
+    monkeypatch.setenv("NOVA_CACHE_DIR", str(tmp_path / "empty"))
+    cache_mod.set_offline(True)
+    mm.reset()
+    try:
+        case = mlp_training_step(B=3, T=5, C=24, H=40, V=56)
+        state = case.inputs(7, "cuda")
+        before = [x.clone() for x in state]
+        program = build(plan(case.graph), "cuda")
+        for _ in range(2):                      # the program stays unbound: the second run fails the same way
+            with pytest.raises(NotPrecompiledError, match=r"^not precompiled: gemm \d+x\d+x\d+ tf32 .*nova precompile gemm"):
+                program.run(state)
+        assert all(torch.equal(a, b) for a, b in zip(state, before)), "a parameter changed before the error"
+    finally:
+        cache_mod.set_offline(None)
+        mm.reset()
+
+
+# --------------------------------------------------------------------------- precompile commands
+def all_problems() -> list:
+    problems = {}
+    for make in CASES.values():
+        case = make()
+        for fused in (False, True):
+            for reuse in (False, True):
+                for p in gemm_problems(plan(case.graph, reuse=reuse, fuse_epilogue=fused)):
+                    problems.setdefault(p, None)
+    return list(problems)
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser(description="print the nova precompile commands for these GPU tests")
+    ap.add_argument("--target", default="h200")
+    for line in precompile_commands(all_problems(), ap.parse_args().target):
+        print(line)
+    sys.exit(0)
