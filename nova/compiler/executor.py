@@ -54,6 +54,7 @@ from nova.compiler.aten_kernels import (KernelContext, adamw, adamw_batch_key, b
 from nova.compiler.gemm_lowering import lower_matmul
 from nova.compiler.plan_view import ExecutorError, PlanView, read_plan
 from nova.ir.ops import opdef
+from nova.passes.memory import ELEMENTWISE_COMPOSITES
 
 __all__ = ["build", "gemm_problems", "precompile_commands", "Program", "Launch", "ExecutorError", "BOUND_ROLES"]
 
@@ -281,10 +282,10 @@ class Program:
             nbytes = v.type.nbytes if strides is None else _strided_bytes(v.type.shape, strides, v.type.itemsize)
             return offset, offset + nbytes
 
-        def in_place(a, b):         # b written over a by an elementwise node that reads a last
+        def in_place(a, b):         # b written over a by an elementwise node that reads a (or a view of it) last
             n = b.producer
-            return n is not None and opdef(n.op).kind == "pointwise" and \
-                a in n.inputs and span(a) == span(b)
+            return n is not None and (opdef(n.op).kind == "pointwise" or n.op in ELEMENTWISE_COMPOSITES) and \
+                any(x is a or root.get(x) is a for x in n.inputs) and span(a) == span(b)
 
         values = sorted((v for v in arena if v.type.nbytes), key=lambda v: span(v)[0])
         active = []
