@@ -249,7 +249,10 @@ def kernel_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, v
 
 
 # ---- the whole derivation ------------------------------------------------------------------------
-def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h200") -> AttentionConfig:
+def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h200", *,
+                        tiles: dict | None = None) -> AttentionConfig:
+    """``tiles`` (experiments only): {role: (block_rows, block_cols, stages, blocks_per_sm)} replaces
+    the derived tile of that role (any entry None keeps the derived value); the derivation says so."""
     t0 = time.perf_counter()
     gpu = get_target(target)
     p = problem
@@ -287,6 +290,16 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
             steps += sts
         bps, sts = step6_occupancy(gpu, role, kw, regs, smem)
         steps += sts
+        if tiles and role in tiles:
+            br, bc, stg, bp = tiles[role]
+            rows, cols = br or rows, bc or cols
+            if stg is None or bp is None:
+                stg2, smem, _ = step5_stages(p, gpu, role, rows, cols, pad, kw, regs)
+            stages = stg or stg2
+            from nova.kernels.attention.build import smem_plan
+            smem = smem_plan(p, KernelTile(role, rows, cols, kw, stages, pad, 0, 0, 1, (1, 1, 1)))["total"]
+            bps = bp or step6_occupancy(gpu, role, kw, regs, smem)[0]
+            steps.append(Step(f"override {role}", "-", f"{rows}x{cols} s{stages} b{bps}", "experiment: tile given by the caller"))
         grid, st, vis, _ = step7_grid(p, gpu, role, rows, cols, bps)
         steps.append(st)
         kernels[role] = KernelTile(role, rows, cols, kw, stages, pad, int(smem), regs, bps, grid)
