@@ -23,19 +23,12 @@ MANIFEST = "attention-variants.json"
 
 # (dtype, D) -> role -> [(block_rows, block_cols, stages, blocks_per_sm)]; None = derived value
 VARIANTS = {
-    ("tf32", 64): {"fwd": [(64, 32, None, None), (128, 32, None, None), (64, 64, 3, 2)],
-                   "bwd_dkv": [(64, 64, 2, 2), (64, 16, None, None), (128, 16, None, None)],
-                   "bwd_dq": [(64, 32, None, None), (128, 32, 2, None), (64, 64, 2, 1)]},
-    ("bf16", 64): {"fwd": [(64, 64, 3, 3), (128, 32, None, None), (128, 64, None, 2), (64, 128, 2, None)],
-                   "bwd_dkv": [(64, 32, None, None), (64, 32, 3, 3), (128, 32, 2, None)],
-                   "bwd_dq": [(64, 32, None, None), (128, 32, None, None), (64, 32, 3, 3)]},
-    ("tf32", 128): {"fwd": [(64, 32, None, None), (64, 32, 2, 2), (128, 16, None, None)],
-                    "bwd_dkv": [(64, 32, 2, None), (64, 16, 3, None)],
-                    "bwd_dq": [(64, 16, 2, 2), (64, 32, 2, 2)]},
-    ("bf16", 128): {"fwd": [(64, 32, None, None), (128, 32, None, None), (64, 64, 3, 2)],
-                    "bwd_dkv": [(64, 16, None, None), (64, 64, 2, 1), (128, 16, None, None)],
-                    "bwd_dq": [(64, 64, 2, None), (128, 32, 2, None), (64, 16, None, None)]},
+    ("tf32", 64): {},
+    ("bf16", 64): {"fwd": [(128, 64, 3, 2), (64, 64, 3, 3)], "bwd_dkv": [(64, 64, 3, 2)]},
+    ("tf32", 128): {},
+    ("bf16", 128): {"fwd": [(64, 64, 2, 2)], "bwd_dkv": [(64, 16, 3, 2)], "bwd_dq": [(64, 64, 2, 2)]},
 }
+TF32_PREP_VARIANTS = ("smem",)      # the derived TF32 tiles again, streamed tiles rounded in shared memory
 
 
 def entries(dtypes=("tf32", "bf16")):
@@ -54,6 +47,11 @@ def entries(dtypes=("tf32", "bf16")):
                     tag = f"{k.block_rows}x{k.block_cols}s{k.stages}b{k.blocks_per_sm}"
                     if s.kernel(role) != base.kernel(role):
                         out.append((p, s, role, tag))
+            if dt == "tf32":
+                import dataclasses
+                for prep in TF32_PREP_VARIANTS:
+                    s = dataclasses.replace(base, tf32_prep=prep)
+                    out += [(p, s, role, f"derived-{prep}") for role in ("fwd", "bwd_dkv", "bwd_dq")]
     return out
 
 

@@ -109,6 +109,7 @@ class _Flash:
         self.D = p.head_dim
         self.tf32 = p.dtype == "tf32"
         self.ks = 8 if self.tf32 else 16
+        self.round_streamed = self.tf32 and s.tf32_prep == "smem"   # else streamed fragments round on use
         self.BR, self.BC, self.S = kt.block_rows, kt.block_cols, kt.stages
         self.cols = self.D + kt.smem_pad
         self.mt = kt.rows_per_warp // 16
@@ -271,7 +272,7 @@ class _Flash:
 
     def round_landed(self, it, slot, n_tiles, first=False):
         """TF32: round the tiles of step ``it`` (ring ``slot``; the kept tiles too when ``first``)."""
-        if not self.tf32:
+        if not self.tf32 or (not first and not self.round_streamed):
             return
         kept = {"fwd": ("q",), "bwd_dq": ("q", "dout"), "bwd_dkv": ("k", "v")}[self.role]
         streamed = {"fwd": ("k", "v"), "bwd_dq": ("k", "v"), "bwd_dkv": ("q", "dout")}[self.role]
@@ -280,8 +281,9 @@ class _Flash:
             if first:
                 for n in kept:
                     self.round_own(n, self.BR)
-            for n in streamed:
-                self.round_own(n, self.BC, slot)
+            if self.round_streamed:
+                for n in streamed:
+                    self.round_own(n, self.BC, slot)
         self.guarded(self.ir.cmp("slt", it, n_tiles, "rnd_live"), body)
 
     def commit(self):
@@ -297,6 +299,10 @@ class _Flash:
         ir = self.ir
         i = ir.let("tf32_bits", f"nvvm.convert.float.to.tf32 {x} {{rnd = #nvvm.fp_rnd_mode<rna>}}")
         return ir.let("tf32", f"arith.bitcast {i} : i32 to f32")
+
+    def tf32s(self, x):
+        """A streamed-tile element: rounded here unless the tile was rounded in shared memory."""
+        return x if self.round_streamed else self.tf32r(x)
 
     def load_a(self, name, m0, kk):
         """A fragment (16 x ks) of kept tile ``name`` ([row][d] in smem) at rows m0.., cols kk.."""
@@ -328,7 +334,7 @@ class _Flash:
         out = []
         for h in range(2):
             if self.tf32:
-                el = [ir.let("b_e", f"vector.extract {frag}[{2 * h + e}, 0] : f32 from {vt}") for e in range(2)]
+                el = [self.tf32s(ir.let("b_e", f"vector.extract {frag}[{2 * h + e}, 0] : f32 from {vt}")) for e in range(2)]
                 out.append(ir.let("b_tf32", f"vector.from_elements {', '.join(el)} : vector<2x1xf32>"))
             else:
                 out.append(ir.let("b_half", f"vector.extract_strided_slice {frag} {{offsets = [{2 * h}, 0], "
@@ -353,7 +359,8 @@ class _Flash:
         r1 = ir.add(r0, 1, "bt_r1")
         for j in range(2):
             c = ir.add(ir.add(n0, self.g), 8 * j, "bt_c")
-            el = [ir.let("bt_e", f"memref.load {sm}[{ir.v(stage)}, {ir.v(r)}, {ir.v(c)}] : {rt}") for r in (r0, r1)]
+            el = [self.tf32s(ir.let("bt_e", f"memref.load {sm}[{ir.v(stage)}, {ir.v(r)}, {ir.v(c)}] : {rt}"))
+                  for r in (r0, r1)]
             out.append(ir.let("bt_tf32", f"vector.from_elements {', '.join(el)} : vector<2x1xf32>"))
         return out
 
