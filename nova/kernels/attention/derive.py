@@ -141,31 +141,35 @@ def step4_tile(p: AttentionProblem, gpu: GPUModel, role: str, warps: int, pad: i
     warp halve the shared-memory traffic of the streamed operand per MMA (its fragments serve both)."""
     tried, best = [], None
     ks = 8 if p.dtype == "tf32" else 16
-    for mt, bc in TILE_CANDIDATES:
-        regs = tile_regs(p, role, mt, bc)
-        rows = 16 * warps * mt
-        if bc < 2 * ks:
-            # one k step of the MMA per tile leaves the P V / dS K product a single dependent MMA per output
-            # tile: measured 5-30% slower than the model says for BF16 (v0.2 call 2), so at least two
-            tried.append(f"{rows}x{bc}: < 2 k steps")
-            continue
-        if regs > gpu.max_regs_per_thread:
-            tried.append(f"{rows}x{bc}: {regs:.0f} regs")
-            continue
-        stages, smem, _ = step5_stages(p, gpu, role, rows, bc, pad, warps, int(regs))
-        if smem > gpu.smem_per_block:
-            tried.append(f"{rows}x{bc}: smem {smem}")
-            continue
-        bps, _ = step6_occupancy(gpu, role, warps, int(regs), smem)
-        vis = visited_pairs(p, role, rows, bc)
-        kt = KernelTile(role, rows, bc, warps, stages, pad, smem, int(regs), bps, _grid(p, role, rows))
-        t, _ = kernel_time(p, gpu, role, kt, vis)
-        tried.append(f"{rows}x{bc}: {t * 1e6:.0f} us")
-        if best is None or t < best[0] * 0.97:      # ties (within 3%) go to the earlier, larger tile
-            best = (t, mt, bc, regs)
+    for w in sorted({warps, max(1, warps // 2), 1}, reverse=True):     # fewer warps only if nothing fits
+        if best is not None:
+            break
+        for mt, bc in TILE_CANDIDATES:
+            regs = tile_regs(p, role, mt, bc)
+            rows = 16 * w * mt
+            if bc < 2 * ks and not (mt, bc) == (1, 16):
+                # one k step of the MMA per tile leaves the P V / dS K product a single dependent MMA per output
+                # tile: measured 5-30% slower than the model says for BF16 (v0.2 call 2), so at least two
+                tried.append(f"{rows}x{bc}: < 2 k steps")
+                continue
+            if regs > gpu.max_regs_per_thread and (mt, bc) != (1, 16):    # 16 rows: the last resort, as phase 1
+                tried.append(f"{rows}x{bc}: {regs:.0f} regs")
+                continue
+            regs = min(regs, gpu.max_regs_per_thread)
+            stages, smem, _ = step5_stages(p, gpu, role, rows, bc, pad, w, int(regs))
+            if smem > gpu.smem_per_block:
+                tried.append(f"{rows}x{bc}: smem {smem}")
+                continue
+            bps, _ = step6_occupancy(gpu, role, w, int(regs), smem)
+            vis = visited_pairs(p, role, rows, bc)
+            kt = KernelTile(role, rows, bc, w, stages, pad, smem, int(regs), bps, _grid(p, role, rows))
+            t, _ = kernel_time(p, gpu, role, kt, vis)
+            tried.append(f"{rows}x{bc}{'' if w == warps else f' ({w} warps)'}: {t * 1e6:.0f} us")
+            if best is None or t < best[0] * 0.97:      # ties (within 3%) go to the earlier, larger tile
+                best = (t, mt, bc, regs, w)
     if best is None:
         raise TargetError(f"{p.describe()}: no {role} tile fits {gpu.name} ({'; '.join(tried)})")
-    _, mt, bc, regs = best
+    _, mt, bc, regs, warps = best
     d = Derivation()
     acc = d.apply(f"4 {role} registers", ACC_REGS, "accumulators per thread and m tile: scores (S, and dP in the "
                   "backward) of 16 x block_cols plus outputs of 16 x D over 32 lanes, plus the scores' scalar copy",
@@ -175,7 +179,7 @@ def step4_tile(p: AttentionProblem, gpu: GPUModel, role: str, warps: int, pad: i
            f"{mt} m tile(s) of 16 rows per warp, {bc} streamed rows; {regs:.0f} registers estimated (overhead "
            f"{REG_OVERHEAD[role]} fitted to ptxas, a second m tile adds {REG_SHARE[role]:.0%} of the first's "
            f"{acc:.0f}); candidates by predicted time (step 9): {', '.join(tried)}")
-    return (mt, bc, int(min(regs, gpu.max_regs_per_thread))), d.steps
+    return (mt, bc, int(min(regs, gpu.max_regs_per_thread)), warps), d.steps
 
 
 def _grid(p: AttentionProblem, role: str, rows: int):
@@ -342,8 +346,7 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
                       "of rows (2t, 2t+1) hit 32 distinct banks; 16-byte multiple for cp.async"))
     kernels, visited = {}, {}
     for role in ("fwd", "bwd_dkv", "bwd_dq"):
-        kw = warps
-        (mt, cols, regs), sts = step4_tile(p, gpu, role, kw, pad)
+        (mt, cols, regs, kw), sts = step4_tile(p, gpu, role, warps, pad)
         steps += sts
         rows = 16 * kw * mt
         stages, smem, sts = step5_stages(p, gpu, role, rows, cols, pad, kw, regs)
