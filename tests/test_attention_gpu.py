@@ -70,7 +70,11 @@ def test_forward_and_gradients_match_float64(case):
     torch.cuda.synchronize()
     r_out, r_lse, r_dq, r_dk, r_dv = _reference(q, k, v, do, causal, scale)
     t_out, t_grad = TOL[dtype]
-    floor = 1e-2 * float(r_dv.double().norm())     # the gradients' natural magnitude
+    # where the exact dQ and dK are 0 (a single key: the softmax is constant) the relative error is measured
+    # against the gradients' natural magnitude, |dV|/10: D = rowsum(dO*O) is exact FP32 while dP = dO V^T
+    # runs on rounded operands, so dS = P (dP - D) carries ~2^-11 |dO||V| of rounding noise (TF32: 2.6e-4 |dV|
+    # measured on the H200; the 1e-2 |dV| of phase 1 was never run and is below that noise)
+    floor = 0.1 * float(r_dv.double().norm())
     errs = {"out": _rel(out, r_out), "lse": _rel(lse, r_lse), "dq": _rel(dq, r_dq, floor),
             "dk": _rel(dk, r_dk, floor), "dv": _rel(dv, r_dv)}
     assert errs["out"] < t_out and errs["lse"] < t_out, errs

@@ -109,6 +109,7 @@ class _Flash:
         self.D = p.head_dim
         self.tf32 = p.dtype == "tf32"
         self.ks = 8 if self.tf32 else 16
+        self.round_streamed = self.tf32 and s.tf32_prep == "smem"   # else streamed fragments round on use
         self.BR, self.BC, self.S = kt.block_rows, kt.block_cols, kt.stages
         self.cols = self.D + kt.smem_pad
         self.mt = kt.rows_per_warp // 16
@@ -241,6 +242,50 @@ class _Flash:
                 with ir.region(f"scf.if {live} {{"):
                     one()
 
+    def round_own(self, name, rows, stage=None):
+        """TF32: round (cvt.rna) in place the 16-byte chunks of tile ``name`` that this thread itself
+        copied (``copy_tile``'s mapping), right after its cp.async group completed and before the
+        barrier that publishes the tile: every element is rounded once per block, not once per warp
+        and use, and no extra barrier is needed (a thread's own cp.async writes are visible to it
+        after cp.async.wait_group)."""
+        ir = self.ir
+        per_row = self.D // 4
+        total = rows * per_row
+        ty = self.kept_type() if stage is None else self.ring_type()
+        for i in range(_cdiv(total, self.threads)):
+            cid = ir.add(self.tid, i * self.threads, "cp_id")
+            live = True if (i + 1) * self.threads <= total else ir.cmp("slt", cid, total, "cp_live")
+            r = ir.div(cid, per_row, "cp_r")
+            col = ir.mul(ir.rem(cid, per_row, "cp_c"), 4, "cp_col")
+
+            def one():
+                idx = f"{'' if stage is None else ir.v(stage) + ', '}{ir.v(r)}, {ir.v(col)}"
+                x = ir.let("rw", f"vector.load {self.sm[name]}[{idx}] : {ty}, vector<4xf32>")
+                el = [self.tf32r(ir.let("rw_e", f"vector.extract {x}[{e}] : f32 from vector<4xf32>")) for e in range(4)]
+                y = ir.let("rw_r", f"vector.from_elements {', '.join(el)} : vector<4xf32>")
+                ir.emit(f"vector.store {y}, {self.sm[name]}[{idx}] : {ty}, vector<4xf32>")
+            if live is True:
+                one()
+            else:
+                with ir.region(f"scf.if {live} {{"):
+                    one()
+
+    def round_landed(self, it, slot, n_tiles, first=False):
+        """TF32: round the tiles of step ``it`` (ring ``slot``; the kept tiles too when ``first``)."""
+        if not self.tf32 or (not first and not self.round_streamed):
+            return
+        kept = {"fwd": ("q",), "bwd_dq": ("q", "dout"), "bwd_dkv": ("k", "v")}[self.role]
+        streamed = {"fwd": ("k", "v"), "bwd_dq": ("k", "v"), "bwd_dkv": ("q", "dout")}[self.role]
+
+        def body():
+            if first:
+                for n in kept:
+                    self.round_own(n, self.BR)
+            if self.round_streamed:
+                for n in streamed:
+                    self.round_own(n, self.BC, slot)
+        self.guarded(self.ir.cmp("slt", it, n_tiles, "rnd_live"), body)
+
     def commit(self):
         return self.ir.let("grp", '"nvgpu.device_async_create_group"() : () -> !nvgpu.device.async.token')
 
@@ -255,6 +300,10 @@ class _Flash:
         i = ir.let("tf32_bits", f"nvvm.convert.float.to.tf32 {x} {{rnd = #nvvm.fp_rnd_mode<rna>}}")
         return ir.let("tf32", f"arith.bitcast {i} : i32 to f32")
 
+    def tf32s(self, x):
+        """A streamed-tile element: rounded here unless the tile was rounded in shared memory."""
+        return x if self.round_streamed else self.tf32r(x)
+
     def load_a(self, name, m0, kk):
         """A fragment (16 x ks) of kept tile ``name`` ([row][d] in smem) at rows m0.., cols kk.."""
         ir, T = self.ir, self.T
@@ -265,7 +314,8 @@ class _Flash:
                                 f"{{numTiles = 4 : i32, transpose = false}} : {self.kept_type()} -> {vt}")
         if not self.tf32:
             return frag
-        el = [self.tf32r(ir.let("a_e", f"vector.extract {frag}[{e}, 0] : f32 from {vt}")) for e in range(4)]
+        # TF32: the tile was rounded (cvt.rna) in shared memory when it landed (``round_own``)
+        el = [ir.let("a_e", f"vector.extract {frag}[{e}, 0] : f32 from {vt}") for e in range(4)]
         return ir.let("a_tf32", f"vector.from_elements {', '.join(el)} : vector<4x1xf32>")
 
     def load_b_nk(self, name, stage, n0, kk):
@@ -284,7 +334,7 @@ class _Flash:
         out = []
         for h in range(2):
             if self.tf32:
-                el = [self.tf32r(ir.let("b_e", f"vector.extract {frag}[{2 * h + e}, 0] : f32 from {vt}")) for e in range(2)]
+                el = [self.tf32s(ir.let("b_e", f"vector.extract {frag}[{2 * h + e}, 0] : f32 from {vt}")) for e in range(2)]
                 out.append(ir.let("b_tf32", f"vector.from_elements {', '.join(el)} : vector<2x1xf32>"))
             else:
                 out.append(ir.let("b_half", f"vector.extract_strided_slice {frag} {{offsets = [{2 * h}, 0], "
@@ -309,7 +359,7 @@ class _Flash:
         r1 = ir.add(r0, 1, "bt_r1")
         for j in range(2):
             c = ir.add(ir.add(n0, self.g), 8 * j, "bt_c")
-            el = [self.tf32r(ir.let("bt_e", f"memref.load {sm}[{ir.v(stage)}, {ir.v(r)}, {ir.v(c)}] : {rt}"))
+            el = [self.tf32s(ir.let("bt_e", f"memref.load {sm}[{ir.v(stage)}, {ir.v(r)}, {ir.v(c)}] : {rt}"))
                   for r in (r0, r1)]
             out.append(ir.let("bt_tf32", f"vector.from_elements {', '.join(el)} : vector<2x1xf32>"))
         return out
@@ -404,6 +454,7 @@ class _Flash:
             self.guarded(ir.cmp("slt", st, n_tiles, "pro_live"), lambda st=st: issue(st, st))
             grp = self.commit()
         self.wait(grp, S - 2)
+        self.round_landed(0, 0, n_tiles, first=True)
         ir.emit("gpu.barrier")
         names = [ir.fresh("it_arg") for _ in carried]
         stage = ir.fresh("stage")
@@ -419,9 +470,10 @@ class _Flash:
             g = self.commit()
             out = step(it, stage, names)
             self.wait(g, S - 2)
-            ir.emit("gpu.barrier")
             ns = ir.add(stage, 1, "st_p1")
             ns = ir.select(ir.cmp("eq", ns, S, "st_wrap"), 0, ns, hint="nstage")
+            self.round_landed(ir.add(it, 1, "it_p1"), ns, n_tiles)       # tile it+1 has landed
+            ir.emit("gpu.barrier")
             ir.emit(f"scf.yield {', '.join([ir.v(ns)] + out)} : {', '.join(tys)}")
         return [f"{res}#{i + 1}" for i in range(len(carried))]
 

@@ -13,7 +13,7 @@ from nova.codegen.artifact import KernelArtifact
 from nova.kernels.attention.build import KERNEL_NAMES, PARAMS, build_module
 from nova.kernels.attention.schedule import ROLES
 
-ATTN_ABI = 1            # bump when the kernels' arguments, layouts or generated code change
+ATTN_ABI = 2            # bump when the kernels' arguments, layouts or generated code change (2: TF32 rounded in smem)
 
 
 def attention_key(problem, schedule, role: str, target) -> str:

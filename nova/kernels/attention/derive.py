@@ -31,7 +31,21 @@ MUFU_EX2_PER_CLK_SM = 16     # [CC] CUDA C++ Programming Guide, arithmetic instr
 REG_OVERHEAD = {"fwd": 84, "bwd_dq": 96, "bwd_dkv": 72}   # fitted to ptxas 13.0 on the generated kernels:
                              # addresses, softmax state, fragments in flight and the scalar copy of the
                              # scores beyond the accumulators (tests/test_attention.py checks the estimate)
-REG_TF32_EXTRA = 24          # TF32 operands are rounded (cvt.rna) one element at a time: more live values
+REG_TF32_EXTRA = 12          # TF32 streamed operands are rounded (cvt.rna) as they are loaded: more live values
+REG_SHARE = {"fwd": 0.9, "bwd_dq": 0.7, "bwd_dkv": 0.7}   # a second m tile per warp adds this share of the
+                             # first one's accumulator registers (fitted to ptxas 13.0 on 78 phase-2 variants:
+                             # addresses and fragments in flight are shared; bench/results/h200-attention-v0.2)
+ACHIEVED = 0.81              # [FITTED] share of the binding pipe's peak the mma.sync kernels sustain: 102 kernel
+                             # timings on the H200 (bench/results/h200-attention-v0.2/call{1,2}_variants.json) fit
+                             # t = max(smem, tensor)/0.81 + 6.3 us per block + 0.15 us per streamed tile (per
+                             # block slot): rms error 17%, 77 of 102 within 20%
+BLOCK_FIXED_US = 6.3         # [FITTED] per block: prologue (kept tile + first ring slots at DRAM latency),
+                             # epilogue and the tail of a causal triangle; the same fit
+TILE_FIXED_US = 0.15         # [FITTED] per streamed tile: barrier, cp.async issue and wait, the row statistics
+                             # and the O rescale that do not shrink with the tile; the same fit
+SMEM_WAVEFRONT_BYTES = 128   # [CC] shared memory delivers one 128-byte wavefront per clock per SM
+NK_GEMMS = {"fwd": 1, "bwd_dq": 2, "bwd_dkv": 2}      # matmuls with A = a kept tile, B = a streamed tile [n][k]
+KN_GEMMS = {"fwd": 1, "bwd_dq": 1, "bwd_dkv": 2}      # matmuls with A from registers, B = a streamed tile [k][n]
 KEPT, STREAMED = {"fwd": ("q",), "bwd_dq": ("q", "dout"), "bwd_dkv": ("k", "v")}, \
                  {"fwd": ("k", "v"), "bwd_dq": ("k", "v"), "bwd_dkv": ("q", "dout")}
 GEMMS = {"fwd": 2, "bwd_dkv": 4, "bwd_dq": 3}          # matmuls per (query, key) pair in each kernel
@@ -50,6 +64,10 @@ BPS_SMEM = Formula("bps_smem", "floor(smem_per_sm / (smem_bytes + smem_reserved_
 WAVES = Formula("waves", "ceil(blocks / (sm_count * blocks_per_sm))")
 T_TC = Formula("t_tc", "gemms * 2 * D * visited / (sm_count * clock_hz * tc_flops_per_clk_sm)")
 T_MUFU = Formula("t_mufu", "visited / (sm_count * clock_hz * mufu_per_clk_sm)")
+SMEM_WF = Formula("wavefronts", "nk * 4 * mt * D / ks + (nk + kn) * D * block_cols / (4 * ks) + extra")
+T_SMEM = Formula("t_smem", "wavefronts * visited / (16 * mt * block_cols) / (sm_count * clock_hz)")
+T_KERNEL = Formula("t_kernel", "Max(t_tc, t_smem, t_mufu, t_alu, t_dram) / achieved + (block_fixed * blocks + "
+                   "tile_fixed * tiles) / (sm_count * blocks_per_sm)")
 T_ALU = Formula("t_alu", "alu * visited / (sm_count * clock_hz * fp32_lanes_per_sm)")
 ATOMIC_BYTES = Formula("atomic_bytes", "4 * D * visited / block_cols")
 
@@ -106,26 +124,68 @@ def step3_warps(gpu: GPUModel):
 
 
 # ---- 4 -----------------------------------------------------------------------------------------
-def step4_streamed_tile(p: AttentionProblem, gpu: GPUModel, role: str):
-    """Largest streamed tile (64 or 32 rows) whose register estimate fits the per-thread maximum."""
+TILE_CANDIDATES = ((2, 64), (2, 32), (2, 16), (1, 64), (1, 32), (1, 16))   # (m tiles per warp, streamed rows)
+
+
+def tile_regs(p: AttentionProblem, role: str, mt: int, bc: int) -> float:
     score_tiles = 2 if role != "fwd" else 1          # S (and dP) accumulators
     out_tiles = 2 if role == "bwd_dkv" else 1        # O / dQ, or dK and dV
+    acc = ACC_REGS(score_tiles=score_tiles, block_cols=bc, out_tiles=out_tiles, D=p.head_dim)
     over = REG_OVERHEAD[role] + (REG_TF32_EXTRA if p.dtype == "tf32" else 0)
-    tried = []
-    for bc in (64, 32, 16):
-        acc = ACC_REGS(score_tiles=score_tiles, block_cols=bc, out_tiles=out_tiles, D=p.head_dim)
-        regs = REGS(acc_regs=acc, overhead=over)
-        tried.append(f"{bc}: {regs:.0f}")
-        if regs <= gpu.max_regs_per_thread or bc == 16:
+    return over + acc * (1 + REG_SHARE[role] * (mt - 1))
+
+
+def step4_tile(p: AttentionProblem, gpu: GPUModel, role: str, warps: int, pad: int):
+    """Every (m tiles per warp, streamed rows) candidate whose registers and shared memory fit, timed by
+    the step-9 model (a closed form: no measurement); the fastest is the kernel's tile.  Two m tiles per
+    warp halve the shared-memory traffic of the streamed operand per MMA (its fragments serve both)."""
+    tried, best = [], None
+    ks = 8 if p.dtype == "tf32" else 16
+    for w in sorted({warps, max(1, warps // 2), 1}, reverse=True):     # fewer warps only if nothing fits
+        if best is not None:
             break
+        for mt, bc in TILE_CANDIDATES:
+            regs = tile_regs(p, role, mt, bc)
+            rows = 16 * w * mt
+            if bc < 2 * ks and not (mt, bc) == (1, 16):
+                # one k step of the MMA per tile leaves the P V / dS K product a single dependent MMA per output
+                # tile: measured 5-30% slower than the model says for BF16 (v0.2 call 2), so at least two
+                tried.append(f"{rows}x{bc}: < 2 k steps")
+                continue
+            if regs > gpu.max_regs_per_thread and (mt, bc) != (1, 16):    # 16 rows: the last resort, as phase 1
+                tried.append(f"{rows}x{bc}: {regs:.0f} regs")
+                continue
+            regs = min(regs, gpu.max_regs_per_thread)
+            stages, smem, _ = step5_stages(p, gpu, role, rows, bc, pad, w, int(regs))
+            if smem > gpu.smem_per_block:
+                tried.append(f"{rows}x{bc}: smem {smem}")
+                continue
+            bps, _ = step6_occupancy(gpu, role, w, int(regs), smem)
+            vis = visited_pairs(p, role, rows, bc)
+            kt = KernelTile(role, rows, bc, w, stages, pad, smem, int(regs), bps, _grid(p, role, rows))
+            t, _ = kernel_time(p, gpu, role, kt, vis)
+            tried.append(f"{rows}x{bc}{'' if w == warps else f' ({w} warps)'}: {t * 1e6:.0f} us")
+            if best is None or t < best[0] * 0.97:      # ties (within 3%) go to the earlier, larger tile
+                best = (t, mt, bc, regs, w)
+    if best is None:
+        raise TargetError(f"{p.describe()}: no {role} tile fits {gpu.name} ({'; '.join(tried)})")
+    _, mt, bc, regs, warps = best
     d = Derivation()
-    acc = d.apply(f"4 {role} registers", ACC_REGS, "accumulators per thread: scores (S, and dP in the backward) of "
-                  "16 x block_cols plus outputs of 16 x D over 32 lanes, plus the scores' scalar copy during softmax",
-                  score_tiles=score_tiles, block_cols=bc, out_tiles=out_tiles, D=p.head_dim)
-    regs = d.apply(f"4 {role} tile", REGS, f"+ overhead fitted to ptxas ({over}); streamed tile rows tried "
-                   f"(regs): {', '.join(tried)}; the largest that fits {gpu.max_regs_per_thread:.0f} is {bc}",
-                   post=lambda v: int(min(v, gpu.max_regs_per_thread)), acc_regs=acc, overhead=over)
-    return (bc, int(regs)), d.steps
+    acc = d.apply(f"4 {role} registers", ACC_REGS, "accumulators per thread and m tile: scores (S, and dP in the "
+                  "backward) of 16 x block_cols plus outputs of 16 x D over 32 lanes, plus the scores' scalar copy",
+                  score_tiles=2 if role != "fwd" else 1, block_cols=bc, out_tiles=2 if role == "bwd_dkv" else 1,
+                  D=p.head_dim)
+    d.note(f"4 {role} tile", f"{16 * warps * mt}x{bc}",
+           f"{mt} m tile(s) of 16 rows per warp, {bc} streamed rows; {regs:.0f} registers estimated (overhead "
+           f"{REG_OVERHEAD[role]} fitted to ptxas, a second m tile adds {REG_SHARE[role]:.0%} of the first's "
+           f"{acc:.0f}); candidates by predicted time (step 9): {', '.join(tried)}")
+    return (mt, bc, int(min(regs, gpu.max_regs_per_thread)), warps), d.steps
+
+
+def _grid(p: AttentionProblem, role: str, rows: int):
+    if role == "bwd_dkv":
+        return (_cdiv(p.seq_k, rows), p.batch * p.kv_heads, 1)
+    return (_cdiv(p.seq_q, rows), p.batch * p.heads, 1)
 
 
 # ---- 5 -----------------------------------------------------------------------------------------
@@ -226,7 +286,20 @@ def step8_dq_mode(p: AttentionProblem, gpu: GPUModel, dkv_cols: int, vis_dkv: in
 
 
 # ---- 9 -----------------------------------------------------------------------------------------
-def kernel_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, vis: int) -> tuple[float, dict]:
+def smem_wavefronts(p: AttentionProblem, role: str, kt: KernelTile, tf32_prep: str = "fragment") -> float:
+    """128-byte shared-memory wavefronts per warp and streamed tile: ldmatrix of the kept A operand (per m
+    tile), of the streamed B operand (shared by the warp's m tiles), TF32 scalar B loads (4 per fragment
+    pair, conflict-free), the LSE/D columns of dK/dV and, for ``tf32_prep == "smem"``, the rounding pass."""
+    ks = 8 if p.dtype == "tf32" else 16
+    mt, bc, d = kt.rows_per_warp // 16, kt.block_cols, p.head_dim
+    extra = bc / 2 if role == "bwd_dkv" else 0
+    if p.dtype == "tf32" and tf32_prep == "smem":
+        extra += 2 * len(STREAMED[role]) * bc * d * 4 / SMEM_WAVEFRONT_BYTES / kt.warps
+    return SMEM_WF(nk=NK_GEMMS[role], kn=KN_GEMMS[role], mt=mt, D=d, ks=ks, block_cols=bc, extra=extra)
+
+
+def kernel_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, vis: int,
+                tf32_prep: str = "fragment") -> tuple[float, dict]:
     bh = p.batch * p.heads
     if role == "bwd_pre":
         t = (2 * bh * p.seq_q * p.head_dim * p.elem_bytes + 4 * bh * p.seq_q) / gpu.dram_bw
@@ -235,21 +308,28 @@ def kernel_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, v
     visited = vis * bh
     t_tc = T_TC(gemms=GEMMS[role], D=p.head_dim, visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz,
                 tc_flops_per_clk_sm=rate)
+    t_smem = T_SMEM(wavefronts=smem_wavefronts(p, role, kt, tf32_prep), visited=visited, mt=kt.rows_per_warp // 16,
+                    block_cols=kt.block_cols, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz)
     t_mufu = T_MUFU(visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz, mufu_per_clk_sm=mufu_rate(gpu))
     t_alu = T_ALU(alu=ALU_PER_SCORE[role], visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz,
                   fp32_lanes_per_sm=gpu.fp32_lanes_per_sm)
     nbytes = {"fwd": p.fwd_bytes, "bwd_dq": p.fwd_bytes + p.fwd_bytes // 2, "bwd_dkv": p.bwd_bytes}[role]
     t_dram = nbytes / gpu.dram_bw
     blocks = kt.grid[0] * kt.grid[1]
-    slots = gpu.sm_count * kt.blocks_per_sm
-    eff = blocks / (_cdiv(blocks, slots) * slots)
-    terms = {"tensor-core": t_tc, "mufu": t_mufu, "alu": t_alu, "dram": t_dram}
-    t = max(terms.values()) / eff + gpu.launch_overhead_us * 1e-6
+    terms = {"tensor-core": t_tc, "smem": t_smem, "mufu": t_mufu, "alu": t_alu, "dram": t_dram}
+    tiles = visited / (kt.block_rows * kt.block_cols)
+    t = T_KERNEL(t_tc=t_tc, t_smem=t_smem, t_mufu=t_mufu, t_alu=t_alu, t_dram=t_dram, achieved=ACHIEVED,
+                 block_fixed=BLOCK_FIXED_US * 1e-6, blocks=blocks, tile_fixed=TILE_FIXED_US * 1e-6, tiles=tiles,
+                 sm_count=gpu.sm_count, blocks_per_sm=kt.blocks_per_sm)
+    terms["blocks"] = (BLOCK_FIXED_US * blocks + TILE_FIXED_US * tiles) * 1e-6 / (gpu.sm_count * kt.blocks_per_sm)
     return t, terms
 
 
 # ---- the whole derivation ------------------------------------------------------------------------
-def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h200") -> AttentionConfig:
+def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h200", *,
+                        tiles: dict | None = None) -> AttentionConfig:
+    """``tiles`` (experiments only): {role: (block_rows, block_cols, stages, blocks_per_sm)} replaces
+    the derived tile of that role (any entry None keeps the derived value); the derivation says so."""
     t0 = time.perf_counter()
     gpu = get_target(target)
     p = problem
@@ -266,27 +346,23 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
                       "of rows (2t, 2t+1) hit 32 distinct banks; 16-byte multiple for cp.async"))
     kernels, visited = {}, {}
     for role in ("fwd", "bwd_dkv", "bwd_dq"):
-        kw = warps
-        rows = 16 * kw
-        (cols, regs), sts = step4_streamed_tile(p, gpu, role)
+        (mt, cols, regs, kw), sts = step4_tile(p, gpu, role, warps, pad)
         steps += sts
+        rows = 16 * kw * mt
         stages, smem, sts = step5_stages(p, gpu, role, rows, cols, pad, kw, regs)
         steps += sts
-        while smem > gpu.smem_per_block:          # small shared memory: halve the streamed tile, then the warps
-            if cols > 16:
-                cols //= 2
-                why = f"{role}: the tiles need more than {gpu.smem_per_block:.0f} B: streamed tile halved to {cols} rows"
-            elif kw > 1:
-                kw //= 2
-                rows = 16 * kw
-                why = f"{role}: still too large at 16 streamed rows: {kw} warps, kept tile of {rows} rows"
-            else:
-                raise TargetError(f"{p.describe()}: the {role} kernel does not fit {gpu.name}'s shared memory")
-            steps.append(Step(f"5 {role} shrink", "-", f"{rows}x{cols}", why))
-            stages, smem, sts = step5_stages(p, gpu, role, rows, cols, pad, kw, regs)
-            steps += sts
         bps, sts = step6_occupancy(gpu, role, kw, regs, smem)
         steps += sts
+        if tiles and role in tiles:
+            br, bc, stg, bp = tiles[role]
+            rows, cols = br or rows, bc or cols
+            if stg is None or bp is None:
+                stg2, smem, _ = step5_stages(p, gpu, role, rows, cols, pad, kw, regs)
+            stages = stg or stg2
+            from nova.kernels.attention.build import smem_plan
+            smem = smem_plan(p, KernelTile(role, rows, cols, kw, stages, pad, 0, 0, 1, (1, 1, 1)))["total"]
+            bps = bp or step6_occupancy(gpu, role, kw, regs, smem)[0]
+            steps.append(Step(f"override {role}", "-", f"{rows}x{cols} s{stages} b{bps}", "experiment: tile given by the caller"))
         grid, st, vis, _ = step7_grid(p, gpu, role, rows, cols, bps)
         steps.append(st)
         kernels[role] = KernelTile(role, rows, cols, kw, stages, pad, int(smem), regs, bps, grid)
@@ -304,9 +380,9 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
     for role in ("fwd", "bwd_pre", "bwd_dkv", "bwd_dq"):
         t, terms = kernel_time(p, gpu, role, sched.kernel(role), visited.get(role, 0))
         times[role] = t * 1e6
-        bound = max(terms, key=terms.get)
+        bound = max((k for k in terms if k != "blocks"), key=terms.get)
         terms_all[role] = {"time_us": round(t * 1e6, 2), "bound": bound, **{k: round(v * 1e6, 2) for k, v in terms.items()}}
-        steps.append(Step(f"9 {role} time", "max(tensor, mufu, alu, dram) / wave efficiency + launch",
+        steps.append(Step(f"9 {role} time", T_KERNEL.text if role != "bwd_pre" else "dram bytes / bandwidth + launch",
                           f"{t * 1e6:.1f} us", f"{bound}-bound; " + ", ".join(f"{k} {v * 1e6:.1f}" for k, v in terms.items())))
     total = sum(times.values())
     flops = p.fwd_flops + p.bwd_flops

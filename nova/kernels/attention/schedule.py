@@ -69,6 +69,8 @@ class AttentionSchedule:
     bwd_dq: KernelTile
     dq_mode: str = "separate"       # "separate": a dQ kernel recomputes S and dP; "atomic": dK/dV adds dQ
     tf32_rounding: str = "rna"      # operands rounded to nearest TF32 (cvt.rna), like the GEMMs
+    tf32_prep: str = "fragment"     # where streamed TF32 tiles are rounded: "fragment" (each use, in registers)
+                                    # or "smem" (once, in place, when they land); kept tiles: always in smem
     # Hopper room
     tma: bool = False
     cluster: int = 1
@@ -78,7 +80,7 @@ class AttentionSchedule:
 
     def to_dict(self) -> dict:
         return {"arch": self.arch, "mma": asdict(self.mma), "dq_mode": self.dq_mode,
-                "tf32_rounding": self.tf32_rounding, "tma": self.tma, "cluster": self.cluster,
+                "tf32_rounding": self.tf32_rounding, "tf32_prep": self.tf32_prep, "tma": self.tma, "cluster": self.cluster,
                 **{r: self.kernel(r).to_dict() for r in ROLES}}
 
     @classmethod
