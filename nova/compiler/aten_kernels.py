@@ -10,7 +10,9 @@ Where ATen has an out variant it is used (``torch.add(x, y, out=o)``,
 ``aten`` ops, the reference fallback) the kernel computes and ``copy_``-s into the output; each
 such copy is counted in ``Kernel.copies`` (``Program.stats["copies"]``).
 
-Attention: on CPU ``aten._scaled_dot_product_flash_attention_for_cpu`` (+ ``_backward``); on
+Attention: on CUDA Nova's fused kernels (``nova.attention``/``nova.attention_backward``) where they
+cover the problem (``NOVA_ATTENTION=aten`` turns them off); otherwise on CPU
+``aten._scaled_dot_product_flash_attention_for_cpu`` (+ ``_backward``); on
 CUDA ``aten._scaled_dot_product_efficient_attention`` (+ ``_backward``) for f32/bf16/f16.  Both
 return the natural-log log-sum-exp per query row in f32, which is the IR's ``lse``; the CPU
 kernel's is a strided [B, H, T] view, the CUDA kernel's is [B, H, ceil(T/32)*32] with +inf in
@@ -327,10 +329,43 @@ def _attention_fallback_reason(node, q, k, ctx) -> str:
     return ""
 
 
+def nova_attention_applies(node, ctx) -> bool:
+    """Nova's fused attention kernels run the node: on CUDA, unless ``NOVA_ATTENTION=aten``, when
+    they cover its dtype and head dimension (``nova.compiler.explain.attention_problem``) and the
+    causal mask needs no offset (T_q = T_k)."""
+    import os
+    from nova.compiler.explain import attention_problem
+    if ctx.kind != "cuda" or os.environ.get("NOVA_ATTENTION", "nova") == "aten":
+        return False
+    problem = attention_problem(node)
+    return problem is not None and (not problem.causal or problem.seq_q == problem.seq_k)
+
+
+def nova_attention(node, ins, outs, ctx) -> Kernel:
+    """Forward or backward on Nova's kernels, written into the arena's views (non-contiguous
+    operands are made contiguous first: counted as copies)."""
+    import nova
+    scale, causal = float(node.attrs["scale"]), bool(node.attrs.get("causal", False))
+    if node.op == "attention":
+        q, k, v = ins
+        o, lse = outs
+        copies = sum(not t.is_contiguous() for t in (q, k, v))
+        return Kernel(lambda: nova.attention(q, k, v, causal=causal, scale=scale, out=o, lse=lse),
+                      "nova.attention (fwd kernel)", copies)
+    dout, q, k, v, out, lse = ins
+    dq, dk, dv = outs
+    copies = sum(not t.is_contiguous() for t in (dout, q, k, v, out, lse))
+    return Kernel(lambda: nova.attention_backward(dout, q, k, v, out, lse, causal=causal, scale=scale,
+                                                  dq=dq, dk=dk, dv=dv),
+                  "nova.attention_backward (bwd_pre, bwd_dkv, bwd_dq kernels)", copies)
+
+
 def attention(node, ins, outs, ctx) -> Kernel:
     q, k, v = ins
     o, lse = outs
     scale, causal = float(node.attrs["scale"]), bool(node.attrs.get("causal", False))
+    if nova_attention_applies(node, ctx):
+        return nova_attention(node, ins, outs, ctx)
     why = _attention_fallback_reason(node, q, k, ctx)
     if why:
         return reference_kernel(node, ins, outs, ctx, why)
@@ -356,6 +391,8 @@ def attention_backward(node, ins, outs, ctx) -> Kernel:
     dout, q, k, v, out, lse = ins
     dq, dk, dv = outs
     scale, causal = float(node.attrs["scale"]), bool(node.attrs.get("causal", False))
+    if nova_attention_applies(node, ctx):
+        return nova_attention(node, ins, outs, ctx)
     why = _attention_fallback_reason(node, q, k, ctx)
     if why:
         return reference_kernel(node, ins, outs, ctx, why)
