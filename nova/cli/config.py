@@ -1,6 +1,8 @@
 """``nova-config``: explain how Nova's Analytic Configurator schedules an operation.
 
     nova-config explain matmul 4096x4096 [--target h200] [--dtype tf32] [--json] [--symbolic]
+    nova-config explain attention 32,8,512,64 [--causal] [--dtype tf32] [--target h200] [--json]
+    nova-config explain train gpt42m --batch 32 [--seq 512] [--target h200] [--json]
     nova-config targets [--json]
     nova-config show-target h200 [--json]
     nova-config --version
@@ -30,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_version(ap)
     sub = ap.add_subparsers(dest="command", required=True)
     ex = sub.add_parser("explain", help="derive and explain the schedule of one operation")
-    ex.add_argument("op", help="operation: matmul (alias gemm)")
+    ex.add_argument("op", help="operation: matmul (alias gemm); `explain attention` and `explain train` "
+                               "have their own options (see their --help)")
     ex.add_argument("shape", help="S (M=N=K=S), SxS (square operands, M=N=K=S) or MxNxK")
     ex.add_argument("--target", default="rtx3060",
                     help=f"GPU model: {'|'.join(TARGET_CHOICES)} (default rtx3060, the design's reference GPU; "
@@ -201,6 +204,9 @@ def main(argv=None) -> int:
     if argv[:2] == ["explain", "attention"]:       # fused attention (issue 11): nova/kernels/attention/cli.py
         from nova.kernels.attention.cli import main as explain_attention
         return explain_attention(argv[2:])
+    if argv[:2] == ["explain", "train"]:           # a whole training step (issue 13): nova/cli/train.py
+        from nova.cli.train import explain_main
+        return explain_main(argv[2:])
     args = build_parser().parse_args(argv)
     return dispatch("nova-config", lambda: COMMANDS[args.command](args), (OSError,))
 

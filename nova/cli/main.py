@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from nova.cli.train import MODEL_HELP
 from nova.cli.common import CliParser, UsageError, add_version, check_tf32_fast, dispatch, dtype_list
 from nova.cli.shapes import ShapeError, parse_gemm_shape, parse_shape_list, read_suite
 
@@ -45,9 +46,10 @@ def add_problem_args(p: argparse.ArgumentParser, several_dtypes: bool = False) -
                         + ("; with a list it applies to tf32, which the list must hold" if several_dtypes else ""))
 
 
-def add_shape_list_args(p: argparse.ArgumentParser) -> None:
-    """``--shapes S1,S2,...`` or ``--suite FILE`` (one of the two is required)."""
-    shapes = p.add_mutually_exclusive_group(required=True)
+def add_shape_list_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+    """``--shapes S1,S2,...`` or ``--suite FILE`` (one of the two is required, unless ``required``
+    is False and the command checks it itself)."""
+    shapes = p.add_mutually_exclusive_group(required=required)
     shapes.add_argument("--shapes", type=_arg(parse_shape_list), help="comma-separated S | SxS | MxNxK")
     shapes.add_argument("--suite", help="file: one shape per line (# comments) or a JSON list")
 
@@ -126,14 +128,30 @@ def add_precompile(sub) -> None:
     p = sub.add_parser("precompile", help="fill the kernel cache for a target (for offline GPU machines)",
                        description="Compile kernels into the cache so that a GPU machine without MLIR can run "
                                    "them with NOVA_OFFLINE=1 (carry the cache directory over).")
-    p.add_argument("op", choices=["gemm"], help="operation: gemm")
-    add_shape_list_args(p)
+    p.add_argument("op", choices=["gemm", "train"],
+                   help="gemm: the GEMMs of --shapes/--suite; train MODEL: every kernel of a built-in model's "
+                        "training step (nova precompile train gpt42m --batch 32 --target h200)")
+    p.add_argument("model", nargs="?", help="train only: " + MODEL_HELP)
+    add_shape_list_args(p, required=False)
     add_problem_args(p, several_dtypes=True)
+    p.add_argument("--batch", type=int, default=None, help="train only: sequences per step")
+    p.add_argument("--seq", type=int, default=None, help="train only: tokens per sequence (default: the model's)")
+    p.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"], help="train only: the optimizer")
     p.add_argument("--cache-dir", default=None, help="cache directory (default: NOVA_CACHE_DIR or ~/.cache/nova)")
     p.set_defaults(run=run_precompile)
 
 
 def run_precompile(args) -> int:
+    if args.op == "train":
+        if not args.model or not args.batch:
+            raise UsageError("precompile train needs a model and --batch (e.g. nova precompile train gpt42m --batch 32 "
+                             "--target h200)")
+        from nova.cli.train import run_precompile_train
+        return run_precompile_train(args)
+    if args.model:
+        raise UsageError(f"unexpected argument {args.model!r}: a model is taken by 'precompile train' only")
+    if args.shapes is None and args.suite is None:
+        raise UsageError("precompile gemm needs --shapes or --suite")
     from nova.hwmodel import get_target
     from nova.runtime.cache import CompilerUnavailableError, get_or_compile, summary_line
     from nova.runtime.matmul import configure_schedule

@@ -695,7 +695,7 @@ def gemm_problems(planned) -> list:
 def precompile_commands(problems, target: str) -> list[str]:
     """``nova precompile gemm`` command lines that build ``problems`` for ``target``, one per
     distinct dtype/layout/epilogue (shapes joined)."""
-    from nova.runtime.cache import precompile_command
+    from nova.messages import precompile_command
     groups: dict[tuple, list[str]] = {}
     for p in problems:
         shape = f"{p.M}x{p.N}x{p.K}"
