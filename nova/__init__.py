@@ -3,10 +3,10 @@
 Layers (data flows one way):  hwmodel -> configurator -> codegen -> runtime;  report reads results.
 
 Importing ``nova`` is cheap and never imports MLIR or the CUDA driver; ``nova.matmul`` loads the
-runtime on first access.
+runtime on first access, ``nova.compile`` (whole-step graph compilation) the frontend and compiler.
 """
 __version__ = "0.1.0"
-__all__ = ["matmul", "__version__"]
+__all__ = ["matmul", "compile", "NovaUnsupportedError", "__version__"]
 
 
 def __getattr__(name: str):
@@ -16,4 +16,12 @@ def __getattr__(name: str):
         from nova.runtime.matmul import matmul
         globals()["matmul"] = matmul
         return matmul
+    if name == "compile":
+        from nova.compiler import compile
+        globals()["compile"] = compile
+        return compile
+    if name == "NovaUnsupportedError":
+        from nova.frontend.errors import NovaUnsupportedError
+        globals()["NovaUnsupportedError"] = NovaUnsupportedError
+        return NovaUnsupportedError
     raise AttributeError(f"module 'nova' has no attribute {name!r}")

@@ -1,0 +1,266 @@
+"""Optimizers: recognised ``torch.optim`` classes are not traced (their default step calls
+``.item()``); their ``step()`` is replaced, while capturing, by Nova's own update emitted as the
+custom ops ``nova::adamw`` / ``nova::sgd`` / ``nova::sgd_momentum``, which the lowering maps to the
+IR composites ``adamw`` / ``sgd``.  Hyper-parameters are read from ``param_groups`` (and guarded);
+the optimizer state (``step``, ``exp_avg``, ``exp_avg_sq``, ``momentum_buffer``) becomes graph
+inputs and outputs.  Lazily-initialised state is created exactly as eager torch would create it
+(``StateInit``) on the first compiled call.
+
+Supported: ``torch.optim.AdamW``, ``torch.optim.Adam`` (coupled or decoupled weight decay),
+``torch.optim.SGD`` (momentum, dampening, nesterov, weight decay), each with ``maximize``;
+``foreach``/``fused``/``capturable`` only change where eager keeps ``step`` (matched).  Not:
+``amsgrad``, ``differentiable``, a closure, a grad scaler's ``grad_scale``/``found_inf``, step
+hooks, subclasses, other optimizers: ``NovaUnsupportedError``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from nova.frontend.errors import NovaUnsupportedError
+from nova.ir.ops import _ref_adamw, _ref_sgd
+
+# =================================================================== the custom ops
+_SCHEMAS = {
+    "adamw": "adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor step, float lr, "
+             "float beta1, float beta2, float eps, float weight_decay, bool maximize) -> (Tensor, Tensor, Tensor)",
+    "sgd": "sgd(Tensor param, Tensor grad, float lr, float weight_decay, bool maximize) -> Tensor",
+    "sgd_momentum": "sgd_momentum(Tensor param, Tensor grad, Tensor? momentum_buffer, float lr, float momentum, "
+                    "float dampening, float weight_decay, bool nesterov, bool maximize) -> (Tensor, Tensor)",
+}
+
+
+def _adamw_impl(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay, maximize):
+    return _ref_adamw(torch, param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay, maximize)
+
+
+def _sgd_impl(param, grad, lr, weight_decay, maximize):
+    return _ref_sgd(torch, param, grad, lr=lr, weight_decay=weight_decay, maximize=maximize)[0]
+
+
+def _sgd_momentum_impl(param, grad, momentum_buffer, lr, momentum, dampening, weight_decay, nesterov, maximize):
+    buffer = () if momentum_buffer is None else (momentum_buffer,)
+    return _ref_sgd(torch, param, grad, *buffer, lr=lr, momentum=momentum, dampening=dampening,
+                    weight_decay=weight_decay, nesterov=nesterov, maximize=maximize)
+
+
+def _fake(n):
+    def fake(param, *rest):
+        outs = tuple(torch.empty_like(param) for _ in range(n))
+        return outs[0] if n == 1 else outs
+    return fake
+
+
+def _define_ops():
+    try:
+        torch.ops.nova.adamw
+        return None                           # already defined (module reloaded)
+    except (AttributeError, RuntimeError):
+        pass
+    lib = torch.library.Library("nova", "FRAGMENT")
+    for name, impl, n in (("adamw", _adamw_impl, 3), ("sgd", _sgd_impl, 1), ("sgd_momentum", _sgd_momentum_impl, 2)):
+        lib.define(_SCHEMAS[name])
+        lib.impl(name, impl, "CompositeExplicitAutograd")
+        torch.library.register_fake(f"nova::{name}", _fake(n), lib=lib)
+    return lib
+
+
+_LIB = _define_ops()
+
+
+# =================================================================== state creation
+@dataclass(frozen=True)
+class StateInit:
+    """How eager torch creates a missing state entry on its first step: ``zeros_like`` the
+    parameter, or a 0-d ``step`` of ``dtype`` on ``device`` (None: the parameter's device)."""
+    kind: str                       # "zeros_like" | "step"
+    dtype: torch.dtype | None = None
+    device: str | None = None
+
+    def create(self, param: torch.Tensor) -> torch.Tensor:
+        if self.kind == "zeros_like":
+            return torch.zeros_like(param, memory_format=torch.preserve_format)
+        return torch.zeros((), dtype=self.dtype, device=self.device or param.device)
+
+    def signature(self, param: torch.Tensor) -> tuple:
+        if self.kind == "zeros_like":
+            return (tuple(param.shape), param.dtype, param.device.type)
+        return ((), self.dtype, self.device or param.device.type)
+
+
+def tensor_signature(t) -> tuple:
+    return (tuple(t.shape), t.dtype, t.device.type) if isinstance(t, torch.Tensor) else ("value", type(t).__name__)
+
+
+def _scalar_dtype(is_fused=None):
+    from torch.optim import optimizer as base
+    fn = getattr(base, "_get_scalar_dtype", None)
+    if fn is None:
+        return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+    return fn(is_fused=is_fused) if is_fused is not None else fn()
+
+
+def _float(x) -> float:
+    return float(x.item()) if isinstance(x, torch.Tensor) else float(x)
+
+
+# =================================================================== handlers
+class TraceContext:
+    """What a handler's traced step sees: the traced parameter leaves, the traced state and the
+    hyper-parameters (read before tracing: a tensor ``lr`` is a real tensor)."""
+
+    def leaf(self, param) -> torch.Tensor: ...
+    def state(self, opt, param) -> dict: ...
+    def hyper(self, opt) -> list[dict]: ...
+
+
+class Handler:
+    """One optimizer family: its checks, its state layout, its traced update."""
+    classes: tuple = ()
+    name = ""
+
+    def check(self, opt, where: str) -> None:
+        for attr in ("grad_scale", "found_inf"):
+            if getattr(opt, attr, None) is not None:
+                raise NovaUnsupportedError(f"{where}: {type(opt).__name__} with a grad scaler's {attr} is not supported")
+        for i, group in enumerate(opt.param_groups):
+            if group.get("differentiable"):
+                raise NovaUnsupportedError(f"{where}: {type(opt).__name__}(differentiable=True) is not supported "
+                                           f"(param_groups[{i}])")
+
+    def state_inputs(self, opt, group, param) -> list[tuple[str, StateInit | None]]:
+        """The state entries the update reads, as (key, how to create it when missing)."""
+        raise NotImplementedError
+
+    def state_signature(self, opt, group, param) -> tuple:
+        """What the captured graph assumes about ``opt.state[param]`` (missing entries that the
+        first step creates count as created, so the first and later steps share one graph)."""
+        state = opt.state.get(param, {})
+        sig = []
+        for key, init in self.state_inputs(opt, group, param):
+            sig.append((key, tensor_signature(state[key]) if key in state else init.signature(param)))
+        return tuple(sig)
+
+    def read_hyper(self, opt, group) -> dict:
+        """The group's hyper-parameters as Python numbers."""
+        raise NotImplementedError
+
+    def step(self, opt, ctx: TraceContext) -> None:
+        raise NotImplementedError
+
+
+class AdamHandler(Handler):
+    classes = (torch.optim.Adam, torch.optim.AdamW)
+    name = "adam"
+
+    def check(self, opt, where):
+        super().check(opt, where)
+        for i, group in enumerate(opt.param_groups):
+            if group.get("amsgrad"):
+                raise NovaUnsupportedError(f"{where}: {type(opt).__name__}(amsgrad=True) is not supported "
+                                           f"(param_groups[{i}])")
+
+    def state_inputs(self, opt, group, param):
+        on_device = group.get("capturable") or group.get("fused")
+        step = StateInit("step", _scalar_dtype(is_fused=group.get("fused")) if on_device else _scalar_dtype(),
+                         None if on_device else "cpu")
+        zeros = StateInit("zeros_like")
+        return [("step", step), ("exp_avg", zeros), ("exp_avg_sq", zeros)]
+
+    def read_hyper(self, opt, group):
+        beta1, beta2 = (_float(b) for b in group["betas"])
+        return dict(lr=_float(group["lr"]), eps=_float(group["eps"]), wd=_float(group["weight_decay"]),
+                    beta1=beta1, beta2=beta2, maximize=bool(group.get("maximize", False)),
+                    decoupled=bool(group.get("decoupled_weight_decay", isinstance(opt, torch.optim.AdamW))))
+
+    def step(self, opt, ctx):
+        for group, hp in zip(opt.param_groups, ctx.hyper(opt)):
+            lr, eps, wd, beta1, beta2 = hp["lr"], hp["eps"], hp["wd"], hp["beta1"], hp["beta2"]
+            maximize, decoupled = hp["maximize"], hp["decoupled"]
+            for p in group["params"]:
+                leaf = ctx.leaf(p)
+                grad = leaf.grad
+                if grad is None:
+                    continue
+                state = ctx.state(opt, p)
+                step = state["step"] + 1
+                op_wd, op_maximize = wd, maximize
+                if wd != 0 and not decoupled:          # Adam's coupled decay: grad + wd * param
+                    grad = (-grad if maximize else grad).add(leaf, alpha=wd)
+                    op_wd, op_maximize = 0.0, False
+                new_p, exp_avg, exp_avg_sq = torch.ops.nova.adamw(
+                    leaf, grad, state["exp_avg"], state["exp_avg_sq"], step,
+                    lr, beta1, beta2, eps, op_wd, op_maximize)
+                leaf.copy_(new_p)
+                state.update(step=step, exp_avg=exp_avg, exp_avg_sq=exp_avg_sq)
+
+
+class SGDHandler(Handler):
+    classes = (torch.optim.SGD,)
+    name = "sgd"
+
+    def state_inputs(self, opt, group, param):
+        if group["momentum"] != 0 and opt.state.get(param, {}).get("momentum_buffer") is not None:
+            return [("momentum_buffer", None)]
+        return []                  # first step: the buffer starts as the gradient (an output only)
+
+    def state_signature(self, opt, group, param):
+        return (group["momentum"] != 0,) + super().state_signature(opt, group, param)
+
+    def read_hyper(self, opt, group):
+        return dict(lr=_float(group["lr"]), wd=_float(group["weight_decay"]), momentum=_float(group["momentum"]),
+                    dampening=_float(group["dampening"]), nesterov=bool(group["nesterov"]),
+                    maximize=bool(group.get("maximize", False)))
+
+    def step(self, opt, ctx):
+        for group, hp in zip(opt.param_groups, ctx.hyper(opt)):
+            lr, wd, momentum, dampening = hp["lr"], hp["wd"], hp["momentum"], hp["dampening"]
+            nesterov, maximize = hp["nesterov"], hp["maximize"]
+            for p in group["params"]:
+                leaf = ctx.leaf(p)
+                if leaf.grad is None:
+                    continue
+                if momentum != 0:
+                    state = ctx.state(opt, p)
+                    new_p, buf = torch.ops.nova.sgd_momentum(
+                        leaf, leaf.grad, state.get("momentum_buffer"), lr, momentum, dampening, wd, nesterov, maximize)
+                    state["momentum_buffer"] = buf
+                else:
+                    new_p = torch.ops.nova.sgd(leaf, leaf.grad, lr, wd, maximize)
+                leaf.copy_(new_p)
+
+
+HANDLERS = (AdamHandler(), SGDHandler())
+
+
+def handler_for(opt, where: str = "") -> Handler:
+    """The handler of ``opt``'s exact class (a subclass may override ``step``: not recognised)."""
+    for handler in HANDLERS:
+        if type(opt) in handler.classes:
+            handler.check(opt, where or type(opt).__name__)
+            return handler
+    raise NovaUnsupportedError(f"{where or 'optimizer'}: optimizer class {type(opt).__module__}.{type(opt).__qualname__} "
+                               f"is not supported (Nova recognises torch.optim.AdamW, Adam and SGD)")
+
+
+def hyper_parameters(opt) -> tuple:
+    """Every param group's settings except its parameters, hashable (tensors read as floats)."""
+    groups = []
+    for group in opt.param_groups:
+        groups.append(tuple((k, _hashable(v)) for k, v in sorted(group.items()) if k != "params"))
+    return tuple(groups)
+
+
+def _hashable(v):
+    if isinstance(v, torch.Tensor):
+        return float(v.item()) if v.numel() == 1 else ("tensor", tuple(v.shape))
+    if isinstance(v, (list, tuple)):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
+    try:
+        hash(v)
+        return v
+    except TypeError:
+        return repr(v)
