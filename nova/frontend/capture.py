@@ -114,6 +114,12 @@ def _plan_inputs(found: Discovered, flat_args, arg_names) -> list[InputBinding]:
             if id(b) not in seen_buffers:
                 seen_buffers.add(id(b))
                 slots.append(InputBinding("buffer", f"{mname}.{path}" if multi else path, b))
+    for oname, opt in found.optimizers:       # parameters an optimizer holds outside the models found
+        for gi, group in enumerate(opt.param_groups):
+            for j, p in enumerate(group["params"]):
+                if id(p) not in param_names:
+                    param_names[id(p)] = f"{oname}.param_groups[{gi}].params[{j}]"
+                    slots.append(InputBinding("param", param_names[id(p)], p))
     for s in list(slots):
         if s.kind == "param" and s.tensor.grad is not None:
             slots.append(InputBinding("grad", s.name + ".grad", s.tensor))
@@ -121,10 +127,6 @@ def _plan_inputs(found: Discovered, flat_args, arg_names) -> list[InputBinding]:
         handler = handler_for(opt, oname)
         for gi, group in enumerate(opt.param_groups):
             for p in group["params"]:
-                if id(p) not in param_names:
-                    raise NovaUnsupportedError(
-                        f"optimizer {oname}: param_groups[{gi}] holds a parameter of shape {list(p.shape)} that is "
-                        f"not a parameter of any module the step uses; pass nova.compile(..., models=[...])")
                 state = opt.state.get(p, {})
                 for key, init in handler.state_inputs(opt, group, p):
                     slots.append(InputBinding("opt_state", f"{oname}.state[{param_names[id(p)]}].{key}", p, opt, key,
@@ -457,7 +459,9 @@ def _assemble(lowered, slots: list[InputBinding], record: dict, trace: _Trace):
                                            f"in-place updates of parameters, grads and optimizer state only")
 
     # prune inputs nothing reads
-    used = {v for node in g.nodes for v in node.inputs} | {p[0] for p in pending_outputs}
+    # (an input that an output updates stays: the planner may write the new value into its storage)
+    used = {v for node in g.nodes for v in node.inputs} | {p[0] for p in pending_outputs} \
+        | {input_value[p[3]] for p in pending_outputs if p[3] is not None}
     keep = [i for i in range(len(slots)) if input_value[i] in used]
     new_index = {old: new for new, old in enumerate(keep)}
     g.inputs = [g.inputs[i] for i in keep]

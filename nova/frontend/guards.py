@@ -74,7 +74,8 @@ def optimizer_signature(name: str, opt: torch.optim.Optimizer) -> tuple:
     handler = handler_for(opt, name)
     groups = []
     for group in opt.param_groups:
-        groups.append(tuple((id(p), handler.state_signature(opt, group, p)) for p in group["params"]))
+        groups.append(tuple((id(p), tuple(p.shape), p.dtype, None if p.grad is None else tensor_signature(p.grad),
+                             handler.state_signature(opt, group, p)) for p in group["params"]))
     hooks = len(getattr(opt, "_optimizer_step_pre_hooks", ())) + len(getattr(opt, "_optimizer_step_post_hooks", ()))
     return (name, id(opt), type(opt).__name__, hyper_parameters(opt), tuple(groups), hooks)
 
