@@ -94,7 +94,8 @@ class CompiledStep:
         flat_args = pytree.tree_flatten((tuple(args), dict(kwargs)))[0]
         bindings = entry.captured.bindings
         inputs, pending = bindings.gather(flat_args)
-        outputs = entry.engine(inputs)
+        with torch.no_grad():               # the step's own autograd is in the graph
+            outputs = entry.engine(inputs)
         return bindings.scatter(outputs, flat_args, pending, result_device=entry.device,
                                 outputs_alias_engine=getattr(entry.engine, "outputs_alias_engine", True))
 

@@ -341,6 +341,7 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
         raise _explain_failure(e, tracker) from e
     t1 = time.perf_counter()
 
+    _check_mutations(gm, record)
     graph_name = name or getattr(fn, "__name__", "step").replace("<", "").replace(">", "")
     lowered = lower(gm, [s.name for s in slots], [_ROLES[s.kind] for s in slots], graph_name)
     for cname, tensor in lowered.constants:
@@ -473,6 +474,20 @@ def _assemble(lowered, slots: list[InputBinding], record: dict, trace: _Trace):
                         result_spec=record["result_spec"], result_leaves=record["result_leaves"],
                         grads_to_none=grads_to_none, stepped=record["stepped"])
     return g, bindings
+
+
+def _check_mutations(gm, record: dict) -> None:
+    """Buffers and arguments must come out of the step as they went in (their FX output is their
+    own placeholder); parameters, grads and optimizer state may change."""
+    out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    kinds = [k for k in record["kinds"] if k[0] != "grad_none"]
+    for arg, (kind, what) in zip(out_node.args[0], kinds):
+        if kind in ("buffer", "data") and not (isinstance(arg, torch.fx.Node) and arg.op == "placeholder"):
+            origin = arg.meta.get("nova_origin", "") if isinstance(arg, torch.fx.Node) else ""
+            what_kind = "buffer" if kind == "buffer" else "argument"
+            raise NovaUnsupportedError(f"the step mutates its {what_kind} {what.name!r} in place"
+                                       f"{' at ' + origin if origin else ''} (e.g. BatchNorm running statistics in "
+                                       f"training mode); Nova updates parameters, grads and optimizer state only")
 
 
 def _index_of(items, item) -> int:

@@ -48,10 +48,14 @@ def _op(packet: str, overload: str = "default"):
     return getattr(pk, overload, None) if pk is not None else None
 
 
+class UnsupportedDtype(NovaUnsupportedError):
+    """A tensor whose element type the IR does not have (uint8, complex, float8...)."""
+
+
 def ir_type(t: torch.Tensor, what: str = "") -> TensorType:
     name = str(t.dtype).removeprefix("torch.")
     if name not in FROM_TORCH_NAMES:
-        raise NovaUnsupportedError(f"element type {t.dtype} is not supported by Nova's IR{' (' + what + ')' if what else ''}")
+        raise UnsupportedDtype(f"element type {t.dtype} is not supported by Nova's IR{' (' + what + ')' if what else ''}")
     return TensorType(tuple(int(d) for d in t.shape), FROM_TORCH_NAMES[name])
 
 
@@ -227,17 +231,20 @@ class Lowerer:
         args = self._lookup(node.args)
         kwargs = {k: self._lookup(v) for k, v in node.kwargs.items()}
         result = None
-        if fn is not None:
-            try:
-                result = fn(self, *args, **kwargs)
-            except Fallback:
-                fn = None
-        if fn is None:
-            if isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
-                hint = " (dropout with p > 0 in training mode)" if "dropout" in str(target) or "bernoulli" in str(target) else ""
-                raise NovaUnsupportedError(f"random op {target}{hint} is not supported{self.where()}")
-            result = self._opaque(node, args, kwargs)
-        return self._conform(result, node.meta.get("val"))
+        try:
+            if fn is not None:
+                try:
+                    result = fn(self, *args, **kwargs)
+                except Fallback:
+                    fn = None
+            if fn is None:
+                if isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
+                    hint = " (dropout with p > 0 in training mode)" if "dropout" in str(target) or "bernoulli" in str(target) else ""
+                    raise NovaUnsupportedError(f"random op {target}{hint} is not supported{self.where()}")
+                result = self._opaque(node, args, kwargs)
+            return self._conform(result, node.meta.get("val"))
+        except UnsupportedDtype as e:        # a value of a type the IR lacks: an error only if something reads it
+            return Unmodeled(f"a result of {target} ({e})")
 
     def _conform(self, result, val):
         """Check a lowering's result against torch's fake result; cast to torch's element type."""
@@ -259,6 +266,8 @@ class Lowerer:
         tensors: list[Value] = []
 
         def encode(a):
+            if isinstance(a, Unmodeled):
+                raise NovaUnsupportedError(f"op {target} reads {a.what}, which Nova does not model{self.where()}")
             if isinstance(a, Value):
                 tensors.append(a)
                 return ("$", len(tensors) - 1)
@@ -489,6 +498,21 @@ def _index(ctx, x, indices):
     return ctx.op("index_select", x, indices[present[0]], axis=present[0])
 
 
+@lowers(aten.index_put.default)
+def _index_put(ctx, x, indices, values, accumulate=False):
+    """``x[..., index, ...] += values`` with one integer index (index.Tensor's backward): scatter_add."""
+    present = [i for i, t in enumerate(indices) if t is not None]
+    if not accumulate or len(present) != 1 or indices[present[0]].dtype not in ("i64", "i32"):
+        raise Fallback()
+    axis, index = present[0], indices[present[0]]
+    src_shape = x.shape[:axis] + index.shape + x.shape[axis + 1:]
+    scattered = ctx.op("scatter_add", ctx.expand(ctx.cast(values, x.dtype), src_shape), index, axis=axis, shape=x.shape)
+    producer = x.producer
+    if producer is not None and producer.op == "constant" and producer.attrs["value"] == 0:
+        return scattered
+    return ctx.op("add", x, scattered)
+
+
 @lowers(aten.embedding_dense_backward.default)
 def _embedding_backward(ctx, grad, indices, num_weights, padding_idx, scale_grad_by_freq):
     if scale_grad_by_freq:
@@ -549,6 +573,16 @@ _UNARY = {aten.neg.default: "neg", aten.exp.default: "exp", aten.log.default: "l
           aten.logical_not.default: "logical_not"}
 for _target, _name in _UNARY.items():
     LOWERINGS[_target] = (lambda name: lambda ctx, x: ctx.op(name, x))(_name)
+
+
+@lowers(aten.sgn.default, aten.sign.default)
+def _sign(ctx, x):
+    """1 where x > 0, -1 where x < 0, else x * 0 (0, and NaN stays NaN); abs's backward."""
+    if x.dtype == "bool":
+        return x
+    one, minus_one = ctx.const(1, x.dtype), ctx.const(-1, x.dtype)
+    rest = ctx.op("where", ctx.binary("lt", x, 0, opmath=False), minus_one, ctx.binary("mul", x, 0, opmath=False))
+    return ctx.op("where", ctx.binary("gt", x, 0, opmath=False), one, rest)
 
 
 @lowers(aten.bitwise_not.default)
@@ -728,6 +762,8 @@ def _reduce(name):
         if not axes:                                # a 0-d input: nothing to reduce
             return x
         attrs = {"axes": axes, "keepdim": bool(keepdim)}
+        if dtype is None and name == "sum" and x.dtype in ("bool", "i32"):
+            attrs["dtype"] = "i64"                  # torch sums integers and booleans in int64
         if dtype is not None:
             attrs["dtype"] = ir_type(torch.empty((), dtype=dtype, device="meta")).dtype
         return ctx.op(name, x, **attrs)
