@@ -392,7 +392,7 @@ def _collect(result, slots, flat, trace: _Trace, record: dict) -> list:
             record["result_leaves"].append(("value", leaf))
     for slot, t in zip(slots, flat):
         if slot.kind == "param":
-            outs.append(t.detach())
+            outs.append(t)
             kinds.append(("param", slot))
             grad = t.grad
             if grad is None:

@@ -959,35 +959,51 @@ def _sdpa_cudnn_backward(ctx, dout, q, k, v, out, lse, philox_seed, philox_offse
 
 # ---------------------------------------------------------------- the optimizer ops (nova::*)
 def _nova_ops():
-    from nova.frontend import optim  # noqa: F401  (defines torch.ops.nova.*)
+    from nova.frontend import optim  # defines torch.ops.nova.*
     ops = torch.ops.nova
 
     @lowers(ops.adamw.default)
-    def _adamw(ctx, param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay, maximize):
-        attrs = dict(lr=float(lr), beta1=float(beta1), beta2=float(beta2), eps=float(eps),
-                     weight_decay=float(weight_decay))
-        if maximize:
-            attrs["maximize"] = True
-        return ctx.op("adamw", param, grad, exp_avg, exp_avg_sq, step, **attrs)
+    def _adamw(ctx, params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps, weight_decay, decoupled,
+               maximize):
+        """Per parameter: step + 1, Adam's coupled decay folded into the gradient, the IR adamw."""
+        outs = ([], [], [], [])
+        for p, g, m, v, t in zip(params, grads, exp_avgs, exp_avg_sqs, steps):
+            step = ctx.op("add", t, ctx.const(1, t.dtype))
+            if weight_decay != 0 and not decoupled:
+                g, wd, mx = ctx.binary("add", ctx.op("neg", g) if maximize else g,
+                                       ctx.binary("mul", p, weight_decay)), 0.0, False
+            else:
+                wd, mx = weight_decay, maximize
+            attrs = dict(lr=float(lr), beta1=float(beta1), beta2=float(beta2), eps=float(eps), weight_decay=float(wd))
+            if mx:
+                attrs["maximize"] = True
+            new = ctx.op("adamw", p, g, m, v, step, **attrs) + (step,)
+            for out, x in zip(outs, new):
+                out.append(x)
+        return tuple(x for out in outs for x in out)
 
     @lowers(ops.sgd.default)
-    def _sgd(ctx, param, grad, lr, weight_decay, maximize):
+    def _sgd(ctx, params, grads, buffers, lr, momentum, dampening, weight_decay, nesterov, maximize):
         attrs = dict(lr=float(lr), weight_decay=float(weight_decay))
+        if momentum:
+            attrs.update(momentum=float(momentum), dampening=float(dampening), nesterov=bool(nesterov))
         if maximize:
             attrs["maximize"] = True
-        return ctx.op("sgd", param, grad, **attrs)
-
-    @lowers(ops.sgd_momentum.default)
-    def _sgd_momentum(ctx, param, grad, buffer, lr, momentum, dampening, weight_decay, nesterov, maximize):
-        attrs = dict(lr=float(lr), momentum=float(momentum), dampening=float(dampening),
-                     weight_decay=float(weight_decay), nesterov=bool(nesterov))
-        if maximize:
-            attrs["maximize"] = True
-        inputs = (param, grad) if buffer is None else (param, grad, buffer)
-        return ctx.op("sgd", *inputs, **attrs)
+        new_params, new_buffers = [], []
+        for p, g, b in zip(params, grads, buffers):
+            out = ctx.op("sgd", *((p, g) if b is None else (p, g, b)), **attrs)
+            out = out if isinstance(out, tuple) else (out,)
+            new_params.append(out[0])
+            new_buffers += list(out[1:])
+        return tuple(new_params + new_buffers)
 
 
 _nova_ops()
+
+
+@lowers(_op("_foreach_copy"))
+def _foreach_copy(ctx, dsts, srcs, non_blocking=False):
+    return tuple(_copy(ctx, d, s) for d, s in zip(dsts, srcs))
 
 
 def _skip(ctx, *args, **kwargs):

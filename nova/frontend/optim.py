@@ -1,7 +1,7 @@
 """Optimizers: recognised ``torch.optim`` classes are not traced (their default step calls
 ``.item()``); their ``step()`` is replaced, while capturing, by Nova's own update emitted as the
-custom ops ``nova::adamw`` / ``nova::sgd`` / ``nova::sgd_momentum``, which the lowering maps to the
-IR composites ``adamw`` / ``sgd``.  Hyper-parameters are read from ``param_groups`` (and guarded);
+custom ops ``nova::adamw`` / ``nova::sgd`` (one per parameter group), which the lowering expands
+into the IR composites ``adamw`` / ``sgd``, one per parameter.  Hyper-parameters are read from ``param_groups`` (and guarded);
 the optimizer state (``step``, ``exp_avg``, ``exp_avg_sq``, ``momentum_buffer``) becomes graph
 inputs and outputs.  Lazily-initialised state is created exactly as eager torch would create it
 (``StateInit``) on the first compiled call.
@@ -22,34 +22,54 @@ from nova.frontend.errors import NovaUnsupportedError
 from nova.ir.ops import _ref_adamw, _ref_sgd
 
 # =================================================================== the custom ops
+# One op per parameter group (a traced op costs milliseconds; a model has hundreds of parameters).
+# Each returns the new values flat: adamw -> params, exp_avgs, exp_avg_sqs, steps (the step count
+# incremented); sgd -> params[, momentum buffers].  The lowering expands them per parameter.
 _SCHEMAS = {
-    "adamw": "adamw(Tensor param, Tensor grad, Tensor exp_avg, Tensor exp_avg_sq, Tensor step, float lr, "
-             "float beta1, float beta2, float eps, float weight_decay, bool maximize) -> (Tensor, Tensor, Tensor)",
-    "sgd": "sgd(Tensor param, Tensor grad, float lr, float weight_decay, bool maximize) -> Tensor",
-    "sgd_momentum": "sgd_momentum(Tensor param, Tensor grad, Tensor? momentum_buffer, float lr, float momentum, "
-                    "float dampening, float weight_decay, bool nesterov, bool maximize) -> (Tensor, Tensor)",
+    "adamw": "adamw(Tensor[] params, Tensor[] grads, Tensor[] exp_avgs, Tensor[] exp_avg_sqs, Tensor[] steps, "
+             "float lr, float beta1, float beta2, float eps, float weight_decay, bool decoupled, bool maximize) "
+             "-> Tensor[]",
+    "sgd": "sgd(Tensor[] params, Tensor[] grads, Tensor?[] momentum_buffers, float lr, float momentum, "
+           "float dampening, float weight_decay, bool nesterov, bool maximize) -> Tensor[]",
 }
 
 
-def _adamw_impl(param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay, maximize):
-    return _ref_adamw(torch, param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay, maximize)
+def _adam_grad(param, grad, weight_decay, decoupled, maximize):
+    """Adam's coupled decay (``grad + wd * param`` after ``maximize``) folded into the gradient;
+    returns (grad, weight decay and maximize left for ``adamw``)."""
+    if weight_decay != 0 and not decoupled:
+        grad = (-grad if maximize else grad).add(param, alpha=weight_decay)
+        return grad, 0.0, False
+    return grad, weight_decay, maximize
 
 
-def _sgd_impl(param, grad, lr, weight_decay, maximize):
-    return _ref_sgd(torch, param, grad, lr=lr, weight_decay=weight_decay, maximize=maximize)[0]
+def _adamw_impl(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps, weight_decay, decoupled,
+                maximize):
+    outs = ([], [], [], [])
+    for p, g, m, v, t in zip(params, grads, exp_avgs, exp_avg_sqs, steps):
+        g, wd, mx = _adam_grad(p, g, weight_decay, decoupled, maximize)
+        new = _ref_adamw(torch, p, g, m, v, t + 1, lr, beta1, beta2, eps, wd, mx) + (t + 1,)
+        for out, x in zip(outs, new):
+            out.append(x)
+    return [x for out in outs for x in out]
 
 
-def _sgd_momentum_impl(param, grad, momentum_buffer, lr, momentum, dampening, weight_decay, nesterov, maximize):
-    buffer = () if momentum_buffer is None else (momentum_buffer,)
-    return _ref_sgd(torch, param, grad, *buffer, lr=lr, momentum=momentum, dampening=dampening,
-                    weight_decay=weight_decay, nesterov=nesterov, maximize=maximize)
+def _sgd_impl(params, grads, momentum_buffers, lr, momentum, dampening, weight_decay, nesterov, maximize):
+    new_params, new_buffers = [], []
+    for p, g, b in zip(params, grads, momentum_buffers):
+        out = _ref_sgd(torch, p, g, *(() if b is None else (b,)), lr=lr, momentum=momentum, dampening=dampening,
+                       weight_decay=weight_decay, nesterov=nesterov, maximize=maximize)
+        new_params.append(out[0])
+        new_buffers += list(out[1:])
+    return new_params + new_buffers
 
 
-def _fake(n):
-    def fake(param, *rest):
-        outs = tuple(torch.empty_like(param) for _ in range(n))
-        return outs[0] if n == 1 else outs
-    return fake
+def _adamw_fake(params, grads, exp_avgs, exp_avg_sqs, steps, *rest):
+    return [torch.empty_like(t) for t in (*params, *exp_avgs, *exp_avg_sqs, *steps)]
+
+
+def _sgd_fake(params, grads, momentum_buffers, lr, momentum, *rest):
+    return [torch.empty_like(p) for p in params * (2 if momentum else 1)]     # distinct tensors
 
 
 def _define_ops():
@@ -59,10 +79,10 @@ def _define_ops():
     except (AttributeError, RuntimeError):
         pass
     lib = torch.library.Library("nova", "FRAGMENT")
-    for name, impl, n in (("adamw", _adamw_impl, 3), ("sgd", _sgd_impl, 1), ("sgd_momentum", _sgd_momentum_impl, 2)):
+    for name, impl, fake in (("adamw", _adamw_impl, _adamw_fake), ("sgd", _sgd_impl, _sgd_fake)):
         lib.define(_SCHEMAS[name])
         lib.impl(name, impl, "CompositeExplicitAutograd")
-        torch.library.register_fake(f"nova::{name}", _fake(n), lib=lib)
+        torch.library.register_fake(f"nova::{name}", fake, lib=lib)
     return lib
 
 
@@ -176,24 +196,19 @@ class AdamHandler(Handler):
 
     def step(self, opt, ctx):
         for group, hp in zip(opt.param_groups, ctx.hyper(opt)):
-            lr, eps, wd, beta1, beta2 = hp["lr"], hp["eps"], hp["wd"], hp["beta1"], hp["beta2"]
-            maximize, decoupled = hp["maximize"], hp["decoupled"]
-            for p in group["params"]:
-                leaf = ctx.leaf(p)
-                grad = leaf.grad
-                if grad is None:
-                    continue
-                state = ctx.state(opt, p)
-                step = state["step"] + 1
-                op_wd, op_maximize = wd, maximize
-                if wd != 0 and not decoupled:          # Adam's coupled decay: grad + wd * param
-                    grad = (-grad if maximize else grad).add(leaf, alpha=wd)
-                    op_wd, op_maximize = 0.0, False
-                new_p, exp_avg, exp_avg_sq = torch.ops.nova.adamw(
-                    leaf, grad, state["exp_avg"], state["exp_avg_sq"], step,
-                    lr, beta1, beta2, eps, op_wd, op_maximize)
-                leaf.copy_(new_p)
-                state.update(step=step, exp_avg=exp_avg, exp_avg_sq=exp_avg_sq)
+            ps = [p for p in group["params"] if ctx.leaf(p).grad is not None]
+            if not ps:
+                continue
+            leaves = [ctx.leaf(p) for p in ps]
+            states = [ctx.state(opt, p) for p in ps]
+            new = torch.ops.nova.adamw(
+                leaves, [x.grad for x in leaves], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
+                [s["step"] for s in states], hp["lr"], hp["beta1"], hp["beta2"], hp["eps"], hp["wd"],
+                hp["decoupled"], hp["maximize"])
+            n = len(ps)
+            torch._foreach_copy_(leaves, new[:n])
+            for i, state in enumerate(states):
+                state.update(step=new[3 * n + i], exp_avg=new[n + i], exp_avg_sq=new[2 * n + i])
 
 
 class SGDHandler(Handler):
@@ -215,20 +230,19 @@ class SGDHandler(Handler):
 
     def step(self, opt, ctx):
         for group, hp in zip(opt.param_groups, ctx.hyper(opt)):
-            lr, wd, momentum, dampening = hp["lr"], hp["wd"], hp["momentum"], hp["dampening"]
-            nesterov, maximize = hp["nesterov"], hp["maximize"]
-            for p in group["params"]:
-                leaf = ctx.leaf(p)
-                if leaf.grad is None:
-                    continue
-                if momentum != 0:
-                    state = ctx.state(opt, p)
-                    new_p, buf = torch.ops.nova.sgd_momentum(
-                        leaf, leaf.grad, state.get("momentum_buffer"), lr, momentum, dampening, wd, nesterov, maximize)
-                    state["momentum_buffer"] = buf
-                else:
-                    new_p = torch.ops.nova.sgd(leaf, leaf.grad, lr, wd, maximize)
-                leaf.copy_(new_p)
+            ps = [p for p in group["params"] if ctx.leaf(p).grad is not None]
+            if not ps:
+                continue
+            leaves = [ctx.leaf(p) for p in ps]
+            momentum = hp["momentum"] != 0
+            buffers = [ctx.state(opt, p).get("momentum_buffer") for p in ps] if momentum else [None] * len(ps)
+            new = torch.ops.nova.sgd(leaves, [x.grad for x in leaves], buffers, hp["lr"], hp["momentum"],
+                                     hp["dampening"], hp["wd"], hp["nesterov"], hp["maximize"])
+            n = len(ps)
+            torch._foreach_copy_(leaves, new[:n])
+            if momentum:
+                for i, p in enumerate(ps):
+                    ctx.state(opt, p)["momentum_buffer"] = new[n + i]
 
 
 HANDLERS = (AdamHandler(), SGDHandler())
