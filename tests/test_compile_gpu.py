@@ -1,0 +1,82 @@
+"""``nova.compile`` on the GPU: the executor's program (Nova GEMMs and attention, ATen for the rest,
+one CUDA graph) against eager PyTorch, step by step (run on the device; skipped without a GPU).
+
+GPT-42M at batch 32 x 512, the benchmark's step: its kernels come from the cache that
+``nova precompile train gpt42m --batch 32 --target h200`` fills (offline on the device)."""
+import copy
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def _rel(a, b) -> float:
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def _setup(torch, cfg_name="gpt42m", batch=32, seq=512):
+    from nova.models.gpt import GPT
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    model = GPT(cfg_name, seed=0).cuda()
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    vocab = model.config.vocab_size
+    batches = [(torch.randint(0, vocab, (batch, seq), device="cuda", generator=gen),
+                torch.randint(0, vocab, (batch, seq), device="cuda", generator=gen)) for _ in range(4)]
+    return model, batches
+
+
+def test_first_step_gradients_match_eager():
+    torch = pytest.importorskip("torch")
+    import nova
+    model, batches = _setup(torch)
+    twin = copy.deepcopy(model)
+
+    def grads_step(idx, targets):            # no optimizer, no zero_grad: .grad holds the gradients
+        loss = model(idx, targets)
+        loss.backward()
+        return loss
+
+    step = nova.compile(grads_step)
+    loss = step(*batches[0])
+    ref = twin(*batches[0])
+    ref.backward()
+    assert _rel(loss, ref.detach()) < 1e-3
+    worst = max((_rel(p.grad, q.grad), name) for (name, p), q in zip(model.named_parameters(), twin.parameters()))
+    assert worst[0] < 1e-3, f"gradient of {worst[1]}: relative error {worst[0]:.2e}"
+
+
+def test_adamw_steps_match_eager_and_keep_the_users_objects():
+    torch = pytest.importorskip("torch")
+    import nova
+    model, batches = _setup(torch)
+    twin = copy.deepcopy(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    opt_ref = torch.optim.AdamW(twin.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    pointers = [p.data_ptr() for p in model.parameters()]
+
+    def train_step(idx, targets):
+        loss = model(idx, targets)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    step = nova.compile(train_step)
+    for idx, targets in batches:
+        loss = step(idx, targets)
+        ref = twin(idx, targets)
+        ref.backward()
+        opt_ref.step()
+        opt_ref.zero_grad(set_to_none=True)
+        assert abs(float(loss) - float(ref)) <= 5e-3 * abs(float(ref))
+    assert [p.data_ptr() for p in model.parameters()] == pointers        # updated in place, not replaced
+    assert all(p.grad is None for p in model.parameters())
+    worst = max(_rel(p, q) for p, q in zip(model.parameters(), twin.parameters()))
+    assert worst < 1e-3
+    state, state_ref = opt.state_dict()["state"], opt_ref.state_dict()["state"]
+    assert state.keys() == state_ref.keys()
+    for i in state:
+        assert float(state[i]["step"]) == float(state_ref[i]["step"])
+        assert _rel(state[i]["exp_avg_sq"], state_ref[i]["exp_avg_sq"]) < 1e-2
