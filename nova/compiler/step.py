@@ -55,6 +55,49 @@ class ReferenceEngine:
         return interpreter.run(self.graph, cpu)
 
 
+class ProgramEngine:
+    """The executor's program as an engine.  Inputs on another device than the program (the CPU
+    ``step`` counts of torch's non-capturable optimizers) run through device mirrors: packed per
+    (shape, dtype) into one device buffer, copied in with one transfer per pack before the step and
+    back into the user's own tensors with one transfer per pack after it (the write-back then finds
+    them updated in place)."""
+    outputs_alias_engine = False
+
+    def __init__(self, program, device: torch.device):
+        self.program = program
+        self.device = device
+        self._packs = None          # [(input indices, device buffer)] for the foreign inputs
+        self._mirror_of = {}        # input index -> its mirror (a view of a pack's buffer)
+
+    def _mirrors(self, tensors):
+        foreign = tuple(i for i, t in enumerate(tensors) if t.device != self.device)
+        if self._packs is None or tuple(i for idx, _ in self._packs for i in idx) != foreign:
+            groups: dict[tuple, list[int]] = {}
+            for i in foreign:
+                groups.setdefault((tuple(tensors[i].shape), tensors[i].dtype), []).append(i)
+            self._packs, self._mirror_of = [], {}
+            for (shape, dtype), idx in groups.items():
+                buffer = torch.empty((len(idx), *shape), dtype=dtype, device=self.device)
+                self._packs.append((idx, buffer))
+                self._mirror_of.update({i: buffer[j] for j, i in enumerate(idx)})
+        return foreign
+
+    def __call__(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        foreign = self._mirrors(tensors)
+        if not foreign:
+            return self.program.run(tensors)
+        for idx, buffer in self._packs:
+            buffer.copy_(torch.stack([tensors[i] for i in idx]))
+        outputs = self.program.run([self._mirror_of.get(i, t) for i, t in enumerate(tensors)])
+        back = {id(m): i for i, m in self._mirror_of.items()}
+        if any(id(o) in back for o in outputs):
+            for idx, buffer in self._packs:
+                host = buffer.cpu()
+                torch._foreach_copy_([tensors[i] for i in idx], list(host.unbind(0)))
+            outputs = [tensors[back[id(o)]] if id(o) in back else o for o in outputs]
+        return outputs
+
+
 @dataclass
 class Entry:
     captured: Captured
@@ -129,9 +172,9 @@ class CompiledStep:
         returned values are cloned)."""
         if self.backend == "reference" or (self.backend == "auto" and device.type != "cuda"):
             return ReferenceEngine(graph)
-        from nova.compiler import executor          # filled by the executor (issue 13, compiler part)
+        from nova.compiler import executor
         from nova.passes import pipeline
-        return executor.build(pipeline(graph, device), device)
+        return ProgramEngine(executor.build(pipeline(graph), device), device)
 
     # ------------------------------------------------------------------ inspection
     @property

@@ -187,8 +187,8 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None) -> MemoryPlan:
             if layouts[v].root is not v or v in fused or v in donated:
                 continue
             s = None
-            if not group_of[node].fused:
-                for x in dict.fromkeys(layouts[i].root for i in node.inputs):
+            if not group_of[node].fused and len(node.outputs) == 1:   # a multi-output node (adamw) may
+                for x in dict.fromkeys(layouts[i].root for i in node.inputs):  # write one result before reading all inputs
                     cand = storage_of.get(x)
                     if cand is not None and cand.holders[-1] is x and cand.last == pos[node] \
                             and id(cand) not in claimed and elementwise_reader(node, x, v, layouts):
