@@ -5,7 +5,9 @@ runtime hashes it into the kernel-cache key.  It is the single source of truth f
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 
 
 @dataclass(frozen=True)
@@ -105,14 +107,43 @@ class Schedule:
         return cls(**d)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Step:
-    """One derivation step: what was decided, the formula, its value, and why."""
+    """One derivation step: what was decided, the formula, its value, and why.
+
+    ``formula`` is the formula with this problem's numbers in it, ``symbolic`` its sympy form
+    (``--symbolic``).  ``text`` holds both, or a function that prints them: a step recorded from a
+    ``Formula`` prints them on first use, so deciding a schedule never pays for (or imports sympy
+    for) text nobody reads."""
     step: str
-    formula: str                 # human-readable formula with the numbers substituted
     value: object
     reason: str
-    symbolic: str = ""           # the sympy expression, unevaluated (``--symbolic``)
+    text: "tuple[str, str] | Callable[[], tuple[str, str]]" = field(repr=False)
+
+    @classmethod
+    def note(cls, step: str, formula: str, value, reason: str, symbolic: str = "") -> "Step":
+        """A step whose texts are given."""
+        return cls(step, value, reason, (formula, symbolic))
+
+    @cached_property
+    def _texts(self) -> tuple[str, str]:
+        return self.text() if callable(self.text) else self.text
+
+    @property
+    def formula(self) -> str:
+        return self._texts[0]
+
+    @property
+    def symbolic(self) -> str:
+        return self._texts[1]
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Step):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    def __hash__(self) -> int:
+        return hash((self.step, self.formula, self.reason))
 
     def to_dict(self) -> dict:
         return {"step": self.step, "formula": self.formula, "value": _jsonable(self.value),
