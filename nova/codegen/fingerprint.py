@@ -22,7 +22,7 @@ import json
 import multiprocessing
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 DEFAULT_SUITE = "bench/suites/perf.txt"
@@ -71,17 +71,18 @@ def _canonical(obj) -> str:
 
 def _prep_kernels(artifact) -> dict:
     """The operand-prep artifacts (as dicts) a Hopper artifact carries, by operand."""
-    return artifact.meta.get("hopper", {}).get("prep_kernels", {})
+    return artifact.meta.get("prep_kernels", {})
 
 
 def _runtime_view(problem, schedule, artifact) -> dict | None:
     """What ``nova.runtime.tma.HopperGemm`` reads to encode the tensor maps (None for mma.sync)."""
-    hopper = artifact.meta.get("hopper")
-    if not hopper:
+    plan = schedule.hopper
+    if plan is None:
         return None
-    return {"tensor_map_type": hopper["tensor_map_type"], "storage": hopper["storage"],
-            "operands": {op: {"rows": o["rows"], "cols": o["cols"], "box": list(o["box"]), "prep": o["prep"]}
-                         for op, o in hopper["operands"].items()}}
+    return {"tensor_map_type": plan.operands.tensor_map_type, "storage": problem.storage,
+            "operands": {op: {"rows": role.rows, "cols": role.cols, "box": [plan.box(op).cols, plan.box(op).rows],
+                              "prep": None if role.prep is None else asdict(role.prep)}
+                         for op, role in (("a", plan.operands.a), ("b", plan.operands.b))}}
 
 
 def fingerprint_case(case: Case, ptx: bool = True) -> dict:
