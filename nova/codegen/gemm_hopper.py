@@ -43,6 +43,7 @@ from dataclasses import asdict
 
 from nova.codegen import CodegenError
 from nova.codegen.gemm import SMEM, _Ir, _GemmKernel
+from nova.configurator.hopper import output_vector     # the epilogue's store-width rule, to check vector_c
 from nova.configurator.problem import GemmProblem
 from nova.configurator.schedule import OperandPrep, Schedule
 
@@ -89,8 +90,8 @@ def check_supported(problem: GemmProblem, s: Schedule) -> None:
     warps = (s.warps_n, s.warps_m) if s.swap_ab else (s.warps_m, s.warps_n)
     if s.producer_warps != 4 or warps != (4 * s.consumer_warpgroups, 1):
         fail("the warp layout must be one producer warpgroup + 4 warps per consumer warpgroup along the wgmma rows")
-    if s.split_k > 1 and s.vector_c != 1:
-        fail(f"vector_c={s.vector_c}: split-K stores one element at a time (atomics)")
+    if s.vector_c != output_vector(problem, s.swap_ab, s.split_k):
+        fail(f"vector_c={s.vector_c}: the epilogue stores {output_vector(problem, s.swap_ab, s.split_k)} elements")
     per_row = SWIZZLE_BYTES // problem.in_bytes
     for op in ("a", "b"):
         extent, box = (s.block_m if op == "a" else s.block_n), h.box(op)
