@@ -58,17 +58,10 @@ CASES = CHECK + PERF
 
 
 def schedule_for(p, block_n, stages):
-    from nova.codegen import gemm_hopper as gh
-    from nova.configurator.schedule import MmaInstr, Schedule
-    from nova.dtypes import mode
-    wgs = 2
-    e = mode(p.dtype)
-    return Schedule(arch="sm_90a", mma=MmaInstr("wgmma", 64, block_n, e.mma_k, e.name), block_m=64 * wgs,
-                    block_n=block_n, block_k=128 // p.in_bytes, warps_m=4 * wgs, warps_n=1, stages=stages,
-                    smem_layout="swizzle128", smem_pad_a=0, smem_pad_b=0,
-                    smem_bytes=gh.smem_bytes(p, 64 * wgs, block_n, stages), vector_a=1, vector_b=1, vector_c=2,
-                    split_k=1, group_m=8, regs_per_thread=gh.consumer_regs(wgs), blocks_per_sm=1,
-                    consumer_warpgroups=wgs, producer_warps=4, persistent=True)
+    """2 consumer warpgroups x wgmma N = ``block_n``, a ``stages``-deep ring, group-M 8, on the H200."""
+    from nova.configurator.hopper import operand_plan, wgmma_schedule
+    from nova.hwmodel import get_target
+    return wgmma_schedule(p, get_target("h200"), operand_plan(p), wgs=2, n=block_n, split=1, stages=stages, group_m=8)
 
 
 def build():
@@ -88,7 +81,7 @@ def build():
             json.dump(art.to_dict(), f)
         index.append({"group": group, "name": name, "problem": p.to_dict(), "file": fn, "tmap": tmt, "timed": timed})
         print(f"{name:28s} regs {r.get('registers')} spill {r.get('spill_store_bytes')} "
-              f"preps {list(art.meta['hopper']['prep_kernels'])} {time.time() - t0:.1f}s")
+              f"preps {list(art.meta['prep_kernels'])} {time.time() - t0:.1f}s")
     with open(os.path.join(OUT, "index.json"), "w") as f:
         json.dump(index, f)
 
@@ -114,6 +107,7 @@ def one_case(c, dev, tdt, odt):
     import torch
     from nova.codegen.artifact import KernelArtifact
     from nova.configurator.problem import GemmProblem
+    from nova.configurator.schedule import Schedule
     from nova.runtime.tma import HopperGemm
     if True:
         pd = dict(c["problem"])
@@ -126,7 +120,7 @@ def one_case(c, dev, tdt, odt):
         Bop = Bkn.t().contiguous() if p.trans_b else Bkn          # what the kernel reads
         C = torch.full((p.M, p.N), float("nan"), device="cuda", dtype=odt[p.out_dtype])
         bias = torch.randn(p.N, device="cuda", generator=g).to(torch.float32 if p.dtype == "tf32" else odt[p.out_dtype]) if p.bias else None
-        k = HopperGemm(art, dev, p.describe(), tmap_f32_type=c["tmap"])
+        k = HopperGemm(art, Schedule.from_dict(art.meta["schedule"]), dev, p.describe(), tmap_f32_type=c["tmap"])
         torch.cuda.synchronize()
         k.run(A.data_ptr(), Bop.data_ptr(), C.data_ptr(), None if bias is None else bias.data_ptr(),
               torch.cuda.current_stream().cuda_stream)

@@ -50,6 +50,20 @@ def test_deterministic(problem, target):
     assert [s.to_dict() for s in a.derivation] == [s.to_dict() for s in b.derivation]
 
 
+def test_deciding_imports_no_sympy_until_a_derivation_is_shown():
+    """Cold start (issue 10): the configurator decides with plain-Python formulas; sympy prints the
+    derivation's formulas only when they are read (``nova-config explain``, ``--json``)."""
+    import subprocess
+    import sys
+    code = ("import sys\n"
+            "from nova.configurator import GemmProblem, configure\n"
+            "cfgs = [configure(GemmProblem(3000, 5000, 700, 'bf16'), t) for t in ('h200', 'rtx3060')]\n"
+            "assert 'sympy' not in sys.modules, 'deciding imported sympy'\n"
+            "assert 'floor(' in ''.join(st.formula for st in cfgs[1].derivation)\n"
+            "assert 'sympy' in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_bad_problems_are_rejected_clearly():
     with pytest.raises(ProblemError, match="M must be a positive integer"):
         GemmProblem(0, 5, 5)

@@ -86,16 +86,15 @@ def test_hopper_wave_fill_shrinks_n(hopper):
 
 
 def _feeds(plan):
-    return (plan["swap"], plan["a"]["feed"], plan["b"]["feed"],
-            plan["a"]["prep"] is not None, plan["b"]["prep"] is not None)
+    return (plan.swap, plan.a.feed, plan.b.feed, plan.a.prep is not None, plan.b.prep is not None)
 
 
 def test_operand_plan():
-    from nova.codegen.gemm_hopper import operand_plan, tensor_map_type
+    from nova.configurator.hopper import operand_plan, tensor_map_type
     # TF32: row-major B is N-major -> swap, B^T from registers, A K-major by descriptor, no prep
     nn = operand_plan(GemmProblem(256, 256, 256))
     assert _feeds(nn) == (True, "smem", "regs", False, False)
-    assert (nn["x"], nn["y"]) == ("b", "a") and (nn["b"]["rows"], nn["b"]["cols"]) == (256, 256)
+    assert (nn.x, nn.y) == ("b", "a") and (nn.b.rows, nn.b.cols) == (256, 256) and nn.tensor_map_type == "tf32"
     assert _feeds(operand_plan(GemmProblem(256, 256, 256, trans_b=True))) == (False, "smem", "smem", False, False)
     # transposed A (M-major) goes through registers without a swap
     assert _feeds(operand_plan(GemmProblem(256, 256, 256, trans_a=True, trans_b=True))) == (False, "regs", "smem", False, False)
@@ -109,7 +108,9 @@ def test_operand_plan():
     # the v0.4 layout (every non-K-major operand through a transpose pass) stays available for experiments
     assert _feeds(operand_plan(GemmProblem(256, 256, 256, "bf16"), transpose_in_kernel=False)) == (False, "smem", "smem", False, True)
     odd = operand_plan(GemmProblem(256, 256, 255, "bf16", trans_b=True))  # 510-byte rows: pad K
-    assert odd["a"]["prep"]["dst"] == [256, 256] and not odd["a"]["prep"]["transpose"]
+    assert odd.a.prep.dst == (256, 256) and not odd.a.prep.transpose
+    rounds = operand_plan(GemmProblem(256, 256, 256), prep_rounds=True)    # the v0.2 experiment: the prep rounds,
+    assert rounds.a.prep.round and rounds.b.prep.round and rounds.tensor_map_type == "f32"   # TMA does not
     assert tensor_map_type(GemmProblem(8, 8, 8)) == "tf32"
     assert tensor_map_type(GemmProblem(8, 8, 8, tf32_rounding="truncate")) == "f32"
     assert tensor_map_type(GemmProblem(8, 8, 8, "bf16")) == "bf16"
@@ -144,8 +145,45 @@ def test_ptxas_clean_sm90a(hopper, M, N, K, dtype, extra):
     bad = [ln for ln in r["ptxas_info"] if BAD_INFOS.search(ln)]
     assert not bad, bad
     assert "setmaxnreg.inc.sync.aligned.u32" in art.ptx and "wgmma.mma_async" in art.ptx
-    for op, d in art.meta["hopper"]["prep_kernels"].items():
+    for op, d in art.meta["prep_kernels"].items():
         assert d["resources"]["spill_store_bytes"] == 0, (op, d["resources"])
+
+
+def test_schedule_round_trips_through_json():
+    """Schedule.from_dict rebuilds every nested dataclass of the Hopper plan (the tune manifests and the
+    cache's meta carry schedules as JSON)."""
+    import json
+
+    from nova.configurator.schedule import Schedule
+    for p, target in ((GemmProblem(3000, 5000, 700, "bf16"), "h200"),          # A padded by a prep pass
+                      (GemmProblem(256, 256, 256, trans_a=True), "h200"),       # A transposed, swapped
+                      (GemmProblem(1000, 999, 1001, "fp16"), "rtx3060")):       # mma.sync: no Hopper plan
+        s = configure(p, target).schedule
+        again = Schedule.from_dict(json.loads(json.dumps(s.to_dict())))
+        assert again == s and hash(again) == hash(s)
+    assert configure(GemmProblem(3000, 5000, 700, "bf16"), "h200").schedule.hopper.operands.a.prep is not None
+
+
+def test_the_grid_follows_the_targets_sm_count():
+    """Issue 10: the persistent grid is the configurator's min(work units, SMs) for the target it was
+    configured for, stored in the schedule; the kernel is launched on exactly that many CTAs (it
+    walks its work units by gridDim), whatever the GPU (here an H200 with 114 SMs)."""
+    import dataclasses
+
+    from nova.codegen.gemm_hopper import build_hopper_module, compile_hopper
+    from nova.hwmodel import Quantity, get_target
+    from nova.runtime.cache import mlir_available
+    h200 = get_target("h200")
+    h114 = dataclasses.replace(h200, name="h200-114sm", q={**h200.q, "sm_count": Quantity(114, "SMs", "test")})
+    p = GemmProblem(4096, 4096, 4096, "bf16")
+    cfg = configure(p, h114)
+    s = cfg.schedule
+    assert s.persistent and s.hopper.ctas == 114 and configure(p, h200).schedule.hopper.ctas == 132
+    assert {st.step: st.value for st in cfg.derivation}["grid"] == "persistent, 114 CTAs"
+    text = build_hopper_module(p, s)
+    assert "gpu.grid_dim x" in text and "step %nblocks" in text     # the tile loop strides by the launched grid
+    if mlir_available():
+        assert compile_hopper(p, s, cubin=False).grid == (114, 1, 1)
 
 
 def test_tile_choice_uses_the_whole_model():

@@ -86,3 +86,30 @@ def test_formula_shows_and_evaluates():
     with pytest.raises(KeyError):
         g(a=1)
     assert math.isclose(Formula("e", "E * 2")(E=1.5), 3.0)   # E is a symbol, not Euler's number
+    assert Formula("w", "1e-9 * latency_ns").params == ("latency_ns",)
+
+
+def test_formulas_evaluate_exactly_as_sympy_prints_them():
+    """A formula is evaluated from its text without sympy; the text is written in the operation order
+    of sympy's printed form, so both give the same bits (what the derivation shows is what decides)."""
+    import random
+
+    import sympy
+
+    import nova.configurator.cost
+    import nova.configurator.gemm
+    import nova.configurator.hopper
+    import nova.configurator.space
+    import nova.hwmodel.model
+    formulas = {id(v): v for mod in (nova.configurator.cost, nova.configurator.gemm, nova.configurator.hopper,
+                                     nova.configurator.space, nova.hwmodel.model)
+                for v in vars(mod).values() if isinstance(v, Formula)}.values()
+    assert len(formulas) > 40
+    rng = random.Random(10)
+    for f in formulas:
+        lambdified = sympy.lambdify([sympy.Symbol(p) for p in f.params], f.expr,
+                                    modules=[{"ceiling": math.ceil, "floor": math.floor, "Min": min, "Max": max}, "math"])
+        for _ in range(500):
+            values = {p: rng.randint(1, 5000) if rng.random() < 0.5 else rng.uniform(1, 1e4) for p in f.params}
+            ours, theirs = f(**values), lambdified(*(values[p] for p in f.params))
+            assert (ours, type(ours)) == (theirs, type(theirs)), (f.name, values)

@@ -110,12 +110,28 @@ def _changed(value):
 def test_any_schedule_field_changes_the_key(field):
     s = make_schedule()
     p = GemmProblem(256, 256, 256)
-    if field.startswith("mma."):
+    if field == "hopper":
+        from nova.configurator import configure
+        changed = dataclasses.replace(s, hopper=configure(p, "h200").schedule.hopper)
+    elif field.startswith("mma."):
         sub = field.split(".")[1]
         changed = dataclasses.replace(s, mma=dataclasses.replace(s.mma, **{sub: _changed(getattr(s.mma, sub))}))
     else:
         changed = dataclasses.replace(s, **{field: _changed(getattr(s, field))})
     assert kernel_key(p, changed, H200) != kernel_key(p, s, H200)
+
+
+def test_the_hopper_plan_is_in_the_key():
+    """Two GPUs that differ only in their SM count get different persistent grids, so different keys."""
+    from nova.configurator import configure
+    from nova.hwmodel import Quantity, get_target
+    p = GemmProblem(4096, 4096, 4096)
+    s = configure(p, "h200").schedule
+    fewer_sms = dataclasses.replace(s, hopper=dataclasses.replace(s.hopper, ctas=114))
+    assert kernel_key(p, fewer_sms, H200) != kernel_key(p, s, H200)
+    h200 = get_target("h200")
+    h114 = dataclasses.replace(h200, q={**h200.q, "sm_count": Quantity(114, "SMs", "test")})
+    assert configure(p, h114).schedule.hopper == fewer_sms.hopper
 
 
 @given(st.sampled_from(["M", "N", "K", "dtype", "trans_a", "trans_b", "bias", "activation", "out_dtype"]))
@@ -350,7 +366,12 @@ def test_precompile_key_equals_runtime_key_on_h200(tmp_path, monkeypatch, fake_g
     pytest.importorskip("nova.configurator.gemm")
     from nova.cli.main import main
     monkeypatch.setenv("NOVA_CACHE_DIR", str(tmp_path / "carried"))
-    monkeypatch.setattr(cache_mod, "compile_artifact", lambda p, s, t: make_artifact(cubin=None))
+
+    def hopper_artifact(p, s, t):                             # the H200's schedule is a Hopper one
+        art = make_artifact(cubin=None, params=("tmap_a", "tmap_b", "C"))
+        art.meta["prep_kernels"] = {}
+        return art
+    monkeypatch.setattr(cache_mod, "compile_artifact", hopper_artifact)
     assert main(["precompile", "gemm", "--shapes", "200x300x400", "--target", "h200", "--dtype", "tf32"]) == 0
     monkeypatch.setenv("NOVA_OFFLINE", "1")
     monkeypatch.setattr(cache_mod, "compile_artifact", lambda *a: pytest.fail("offline runtime compiled"))

@@ -292,6 +292,19 @@ def test_resolved_kernel_launches_through_ctypes(fake_stack, torch, fake_libcuda
 
 
 # --------------------------------------------------------------------------- Hopper launches
+def hopper_schedule(a, b, map_type="tf32", prep=(), **changes):
+    """A schedule with a Hopper plan whose operands ``a``/``b`` = (rows, cols, box_rows, box_cols) are
+    K-major tensors read in one box per stage; the operands in ``prep`` go through a pad pass."""
+    from nova.configurator.schedule import HopperPlan, OperandPlan, OperandPrep, OperandRole, SmemRing, TmaBox
+
+    def role(op, rows, cols):
+        return OperandRole("k", rows, cols, "smem", OperandPrep(False, False, (rows, cols), (rows, cols)) if op in prep else None)
+    plan = HopperPlan(OperandPlan(role("a", *a[:2]), role("b", *b[:2]), False, map_type),
+                      TmaBox(a[3], a[2], 1), TmaBox(b[3], b[2], 1), producer_regs=56, consumer_regs=232,
+                      ring=SmemRing(1024, 128 * 128, 64 * 128), ctas=1)
+    return make_schedule(hopper=plan, **changes)
+
+
 def test_hopper_run_preps_b_and_memoises_tensor_maps(fake_gpu, monkeypatch):
     encoded = []
 
@@ -299,13 +312,10 @@ def test_hopper_run_preps_b_and_memoises_tensor_maps(fake_gpu, monkeypatch):
         encoded.append((ptr, dtype, rows, cols, box_rows, box_cols))
         return ptr + 0x8
     monkeypatch.setattr(tma, "device_tensor_map", fake_map)
-    meta = {"hopper": {"prep_kernels": {"b": make_artifact(params=("src", "dst")).to_dict()},
-                       "operands": {"a": {"rows": 64, "cols": 32, "box": [32, 128]},
-                                    "b": {"rows": 48, "cols": 32, "box": [32, 64]}},
-                       "storage": "f32", "tensor_map_type": "tf32"}}
     art = make_artifact(params=("tmap_a", "tmap_b", "C"))
-    art.meta.update(meta)
-    hop = tma.HopperGemm(art, fake_gpu.device, "gemm 64x48x32 tf32 NN -> f32")
+    art.meta["prep_kernels"] = {"b": make_artifact(params=("src", "dst")).to_dict()}
+    schedule = hopper_schedule((64, 32, 128, 32), (48, 32, 64, 32), prep="b")
+    hop = tma.HopperGemm(art, schedule, fake_gpu.device, "gemm 64x48x32 tf32 NN -> f32")
     hop.workspaces[5] = {"b": 0xB0000}                        # what workspace(5) would allocate
     for a_ptr in (0x10000, 0x10000, 0x11000):
         hop.run(a_ptr, 0x20000, 0x30000, None, 5)
@@ -329,12 +339,12 @@ def test_hopper_split_k_zeroes_the_output_before_the_gemm(fake_stack, monkeypatc
     monkeypatch.setattr(driver, "memset_async", lambda ptr, n, eb, stream, why: events.append(("zero", ptr, n, stream)))
     run = tma.HopperGemm.run
     monkeypatch.setattr(tma.HopperGemm, "run", lambda self, *a: events.append(("gemm",) + a[:3]) or run(self, *a))
+    monkeypatch.setattr(mm, "configure_schedule", lambda p, t: hopper_schedule((64, 32, 64, 32), (48, 32, 64, 32),
+                                                                               split_k=2, vector_c=1))
 
     def hopper_artifact(p, s, t):
         art = make_artifact(zero_output=True, params=("tmap_a", "tmap_b", "C"))
-        art.meta["hopper"] = {"prep_kernels": {}, "storage": "f32", "tensor_map_type": "tf32",
-                              "operands": {"a": {"rows": 64, "cols": 32, "box": [32, 64]},
-                                           "b": {"rows": 48, "cols": 32, "box": [32, 64]}}}
+        art.meta["prep_kernels"] = {}
         return art
     monkeypatch.setattr(cache_mod, "compile_artifact", hopper_artifact)
     a, b, out = FakeArray((64, 32), ptr=0x10000), FakeArray((32, 48), ptr=0x20000), FakeArray((64, 48), ptr=0x30000)
@@ -351,13 +361,12 @@ def test_hopper_checks_c_alignment_of_its_wide_stores(fake_stack, monkeypatch):
     monkeypatch.setattr(tma, "device_tensor_map", lambda device, ptr, *shape: ptr + 0x8)
     monkeypatch.setattr(tma.HopperGemm, "run", lambda self, *a: launched.append(a))
     # the Hopper rules' choice for a 16-bit output with N % 4 == 0 (output_vector): 4 elements per store
-    monkeypatch.setattr(mm, "configure_schedule", lambda p, t: make_schedule(vector_a=1, vector_b=1, vector_c=4))
+    monkeypatch.setattr(mm, "configure_schedule", lambda p, t: hopper_schedule(
+        (64, 32, 64, 64), (32, 48, 64, 64), "bf16", vector_a=1, vector_b=1, vector_c=4))
 
     def hopper_artifact(p, s, t):
         art = make_artifact(params=("tmap_a", "tmap_b", "C"))
-        art.meta["hopper"] = {"prep_kernels": {}, "storage": "bf16", "tensor_map_type": "bf16",
-                              "operands": {"a": {"rows": 64, "cols": 32, "box": [64, 64]},
-                                           "b": {"rows": 32, "cols": 48, "box": [64, 64]}}}
+        art.meta["prep_kernels"] = {}
         return art
     monkeypatch.setattr(cache_mod, "compile_artifact", hopper_artifact)
     a, b = FakeArray((64, 32), "<f2", ptr=0x10000), FakeArray((32, 48), "<f2", ptr=0x20000)
@@ -380,11 +389,9 @@ def test_hopper_release_frees_workspaces_and_forgets_stream_plans(fake_gpu, monk
     monkeypatch.setattr(driver, "restore_context", lambda previous: None)
     monkeypatch.setattr(tma, "device_tensor_map", lambda device, ptr, *shape: ptr + 0x8)
     art = make_artifact(params=("tmap_a", "tmap_b", "C"))
-    art.meta["hopper"] = {"prep_kernels": {"b": make_artifact(params=("src", "dst")).to_dict()},
-                          "operands": {"a": {"rows": 64, "cols": 32, "box": [32, 128]},
-                                       "b": {"rows": 48, "cols": 32, "box": [32, 64]}},
-                          "storage": "f32", "tensor_map_type": "tf32"}
-    hop = tma.HopperGemm(art, fake_gpu.device, "gemm 64x48x32 tf32 NN -> f32")
+    art.meta["prep_kernels"] = {"b": make_artifact(params=("src", "dst")).to_dict()}
+    schedule = hopper_schedule((64, 32, 128, 32), (48, 32, 64, 32), prep="b")
+    hop = tma.HopperGemm(art, schedule, fake_gpu.device, "gemm 64x48x32 tf32 NN -> f32")
     hop.run(0x10000, 0x20000, 0x30000, None, 5)
     hop.release()
     assert freed == [0xB0000] and hop.workspaces == {}

@@ -144,14 +144,16 @@ def test_every_wgmma_candidate_is_legal(wgmma_space):
 
 
 def test_wgmma_space_varies_only_the_searched_fields(wgmma_space):
-    """Built from the pick with dataclasses.replace: every other field (e.g. the operand plan) is the pick's."""
+    """Built by the Hopper rules' schedule builder: every field the space does not search is the pick's,
+    the operand plan included; the rest of the Hopper plan (boxes, registers, ring, grid) follows the tiling."""
     _, _, pick, schedules = wgmma_space
     searched = ("mma", "block_m", "block_n", "warps_m", "warps_n", "consumer_warpgroups", "stages", "smem_bytes",
-                "group_m", "persistent", "split_k", "vector_c")   # vector_c follows split_k
+                "group_m", "persistent", "split_k", "vector_c", "hopper")   # vector_c follows split_k
     keep = {k: v for k, v in pick.to_dict().items() if k not in searched}
     for s in schedules:
         assert {k: v for k, v in s.to_dict().items() if k not in searched} == keep
-        assert replace(s.mma, n=pick.mma.n) == pick.mma
+        assert replace(s.mma, n=pick.mma.n) == pick.mma and s.hopper.operands == pick.hopper.operands
+        assert s.smem_bytes == s.hopper.ring.size(s.stages)
     grid = [s for s in schedules if s != pick]
     assert {s.mma.n for s in grid} <= {64, 128, 256} and {s.consumer_warpgroups for s in grid} <= {1, 2}
     assert len({label(s) for s in schedules}) == len(schedules)
@@ -235,5 +237,5 @@ def test_wgmma_candidates_compile():
     space = enumerate_schedules(p, gpu, family="wgmma")
     for s in (space[0], space[-1]):                   # 1 warpgroup, shallow ring; 2 warpgroups, N=256
         art = compile_gemm(p, s, cubin=False)
-        assert art.meta["hopper"] and art.smem_bytes == s.smem_bytes
+        assert art.grid == (s.hopper.ctas, 1, 1) and art.smem_bytes == s.smem_bytes
         assert f".maxntid {128 * (1 + s.consumer_warpgroups)}" in art.ptx

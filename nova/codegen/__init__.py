@@ -38,7 +38,8 @@ def compile_gemm(problem, schedule, *, cubin: bool = True):
     Returns a :class:`nova.codegen.artifact.KernelArtifact` with entry ``nova_gemm``, params
     ``("A", "B", "C"[, "bias"])``, ``grid = schedule.grid(M, N)``, ``block = (threads, 1, 1)``,
     ``smem_bytes = schedule.smem_bytes`` (dynamic) and ``zero_output = split_k > 1``.
-    Raises :class:`CodegenError` with the problem and schedule named if any step fails.
+    A wgmma schedule goes to ``gemm_hopper.compile_hopper`` (tensor-map params, ``schedule.hopper.ctas``
+    CTAs).  Raises :class:`CodegenError` with the problem and schedule named if any step fails.
     """
     from nova.codegen.artifact import KernelArtifact
     from nova.codegen.gemm import KERNEL_NAME, build_gemm_module

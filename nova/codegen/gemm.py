@@ -36,6 +36,7 @@ from nova.dtypes import MODES
 
 KERNEL_NAME = "nova_gemm"
 SUPPORTED_ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
+MAX_THREADS_PER_BLOCK = 1024   # CUDA's limit on every supported architecture
 
 # Tensor-core instruction shape per input dtype (mma.sync, FP32 accumulation).
 _MMA_SHAPE = {m: (16, 8, e.mma_k) for m, e in MODES.items()}      # nova/dtypes.py
@@ -271,8 +272,8 @@ def check_supported(problem: GemmProblem, s: Schedule) -> None:
     if s.warp_tile_m % s.mma.m or s.warp_tile_n % s.mma.n or s.block_k % s.mma.k:
         fail(f"warp tile {s.warp_tile_m}x{s.warp_tile_n}x{s.block_k} is not a multiple of the "
              f"mma shape {s.mma.m}x{s.mma.n}x{s.mma.k}")
-    if s.threads_per_block > 1024:
-        fail(f"{s.threads_per_block} threads per block exceeds 1024")
+    if s.threads_per_block > MAX_THREADS_PER_BLOCK:
+        fail(f"{s.threads_per_block} threads per block exceeds {MAX_THREADS_PER_BLOCK}")
     eb = problem.in_bytes
     for op, vec, pad in (("A", s.vector_a, s.smem_pad_a), ("B", s.vector_b, s.smem_pad_b)):
         g = _operand_geometry(problem, s, op)

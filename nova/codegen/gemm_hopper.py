@@ -4,40 +4,48 @@
 
 Design (each point is a decision; the configurator's ``hopper.py`` explains the numbers):
 
+Every number the kernel and its launch depend on comes from the schedule (``schedule.hopper``,
+decided by ``nova/configurator/hopper.py``): the operand roles and TMA boxes, the setmaxnreg
+targets, the shared-memory ring, the grid.  Nothing here knows the target.
+
 * **Roles.**  ``1 + consumer_warpgroups`` warpgroups of 128 threads.  Warpgroup 0 is the producer:
-  it gives registers back (``setmaxnreg.dec 40``) and one thread issues the TMA loads; the
-  consumer warpgroups take them (``setmaxnreg.inc``) and each computes a 64 x block_n slab of the
-  block tile with ``wgmma.mma_async.m64nNk{8,16}`` (both operands from shared memory).
+  it gives registers back (``setmaxnreg.dec`` to ``hopper.producer_regs``) and one thread issues
+  the TMA loads; the consumer warpgroups take them (``setmaxnreg.inc`` to ``hopper.consumer_regs``)
+  and each computes a 64 x block_n slab of the block tile with ``wgmma.mma_async.m64nNk{8,16}``.
 * **Ring.**  ``stages`` slots of (A tile block_m x BK, B tile block_n x BK), BK = 128 bytes of K,
   each a TMA box stored with the 128-byte swizzle that the wgmma descriptors (layout type 1,
   SBO 1024 B) read.  ``full[s]`` (count 1 + transaction bytes) says a slot landed; ``empty[s]``
   (one arrival per consumer warp) says every consumer's wgmma on it completed.  Consumers keep one
   wgmma group in flight (``wait_group 1``) and release the previous slot.
-* **Persistent grid.**  ``min(tiles, SMs)`` CTAs walk the output tiles ``tile = blockIdx.x + i *
-  gridDim.x`` in group-M order; the ring's phase runs on across tiles, so the producer prefetches
+* **Persistent grid.**  ``hopper.ctas`` (min(work units, SMs)) CTAs walk the output tiles
+  ``tile = blockIdx.x + i * gridDim.x`` in group-M order; the ring's phase runs on across tiles, so the producer prefetches
   the next tile's K panels while the consumers run the epilogue of the current one.
-* **Operands.**  wgmma reads TF32 only K-major from shared memory, and TMA cannot transpose, so
-  both operands are fed K-major: A as ``[M, K]`` and B as ``Bt = [N, K]``.  When the problem's
-  layout is not that (row-major B, transposed A) or K rows are not 16-byte aligned (TMA stride rule),
-  a small *operand-prep* kernel writes a K-major, K-padded copy into a workspace first.
+* **Operands** (``hopper.operands``).  wgmma reads TF32 only K-major from shared memory: an
+  MN-major TF32 operand is loaded from its TMA tile into registers (the wgmma A operand, swapping
+  to C^T = B^T A^T for row-major B); 16-bit MN-major tiles are read by the descriptor's transpose
+  bit.  When TMA cannot read an operand (rows not 16-byte aligned) or TF32 has two MN-major
+  operands, a small *operand-prep* kernel writes a K-major, K-padded copy into a workspace first.
 * **TF32 rounding.**  ``problem.tf32_rounding == "rna"`` (default): the tensor maps of FP32
   operands use ``CU_TENSOR_MAP_DATA_TYPE_TFLOAT32``, and the TMA unit rounds each element to
   nearest TF32 while it copies (measured on the H200: relative error 2.940e-4 on raw FP32 data, the
   same as ``cvt.rna`` and cuBLAS; with a FLOAT32 map 7.78e-4), at no cost in speed (393 vs 384
   TFLOP/s at 4096^3).  So rounding costs nothing in the kernel: no shared-memory pass, no registers.
   "truncate" (``tf32_fast``) uses a FLOAT32 map and lets the tensor core truncate (~2.6x the
-  error).  The operand-prep kernel can also round (``cvt.rna``) but only does so when asked
-  (``prep_rounds=True``, the v0.2 experiment that measured the prep cost).
+  error).  The operand-prep kernel can also round (``cvt.rna``) but only does so when the operand
+  plan asks (``operand_plan(prep_rounds=True)``, the v0.2 experiment that measured the prep cost).
 * **Edges.**  TMA zero-fills out-of-bounds rows and the K tail; the epilogue stores with
   predicates on the ragged M/N edges.  Bias, activation and the output conversion are fused
   into the register epilogue.
 """
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from nova.codegen import CodegenError
 from nova.codegen.gemm import SMEM, _Ir, _GemmKernel
+from nova.configurator.hopper import output_vector     # the epilogue's store-width rule, to check vector_c
 from nova.configurator.problem import GemmProblem
-from nova.configurator.schedule import Schedule
+from nova.configurator.schedule import OperandPrep, Schedule
 from nova.dtypes import MODES
 
 KERNEL_NAME = "nova_gemm"
@@ -46,6 +54,7 @@ ARCH = "sm_90a"
 WG = 128                    # threads per warpgroup
 SWIZZLE_BYTES = 128
 SLAB_M = 64                 # wgmma M
+MBARRIER_WAIT_TICKS = 10000000   # suspend-time hint of each mbarrier try_wait (then the loop retries)
 _KSTEP = {m: e.mma_k for m, e in MODES.items()}         # nova/dtypes.py
 _WG_TYPE = {m: e.name for m, e in MODES.items()}
 
@@ -54,14 +63,7 @@ def _cdiv(a, b):
     return -(-a // b)
 
 
-# The operand plan (which operand needs a transpose/pad pass, the tensor maps' element type) is a
-# schedule decision: it lives in the configurator and is imported here.
-from nova.configurator.hopper import (PRODUCER_REGS, consumer_regs, operand_plan, output_vector,  # noqa: E402
-                                      tensor_map_type, tma_boxes)
-REGISTER_FILE = 65536       # 32-bit registers per SM (sm_90)
-
-
-def check_supported(problem: GemmProblem, s: Schedule, plan: dict | None = None) -> None:
+def check_supported(problem: GemmProblem, s: Schedule) -> None:
     what = f"{problem.describe()} on {s.arch}"
 
     def fail(msg):
@@ -71,11 +73,11 @@ def check_supported(problem: GemmProblem, s: Schedule, plan: dict | None = None)
         fail(f"MMA family {s.mma.family!r} (this builder generates wgmma)")
     if s.arch != ARCH:
         fail(f"arch {s.arch!r}; wgmma needs {ARCH}")
-    plan = plan or operand_plan(problem)
-    if s.swap_ab != plan["swap"]:
-        fail(f"swap_ab={s.swap_ab}, but the operand plan says {plan['swap']} (A {plan['a']['major']}-major, "
-             f"B {plan['b']['major']}-major)")
-    if s.swap_ab and plan[plan["x"]]["feed"] != "regs":
+    if s.hopper is None:
+        fail("the schedule has no Hopper plan (schedule.hopper)")
+    h = s.hopper
+    ops = h.operands
+    if s.swap_ab and ops.role(ops.x).feed != "regs":
         fail("a swapped kernel feeds B^T from registers")
     # wgmma rows (64 per consumer warpgroup, the warps) run along M, or along N when swapped
     rows, rows_name, cols, cols_name = ((s.block_n, "block_n", s.block_m, "block_m") if s.swap_ab
@@ -91,10 +93,16 @@ def check_supported(problem: GemmProblem, s: Schedule, plan: dict | None = None)
         fail("the warp layout must be one producer warpgroup + 4 warps per consumer warpgroup along the wgmma rows")
     if s.vector_c != output_vector(problem, s.swap_ab, s.split_k):
         fail(f"vector_c={s.vector_c}: the epilogue stores {output_vector(problem, s.swap_ab, s.split_k)} elements")
+    per_row = SWIZZLE_BYTES // problem.in_bytes
     for op in ("a", "b"):
-        extent = s.block_m if op == "a" else s.block_n
-        if plan[op]["major"] == "mn" and extent % (SWIZZLE_BYTES // problem.in_bytes):
+        extent, box = (s.block_m if op == "a" else s.block_n), h.box(op)
+        if ops.role(op).major == "mn" and extent % per_row:
             fail(f"an MN-major {op.upper()} tile of {extent} is not a whole number of 128-byte boxes")
+        covers = ((box.rows, box.count) == (extent, 1) if ops.role(op).major == "k"
+                  else box.rows == s.block_k and box.cols * box.count == extent)
+        if box.cols != per_row or not covers:
+            fail(f"TMA box {box} of {op.upper()} does not cover its {extent}-wide {ops.role(op).major}-major tile "
+                 "in 128-byte rows")
     if s.block_k * problem.in_bytes != SWIZZLE_BYTES:
         fail(f"block_k={s.block_k}: one 128-byte swizzle row of K ({SWIZZLE_BYTES // problem.in_bytes} elements)")
     if s.smem_layout != "swizzle128":
@@ -111,23 +119,16 @@ def check_supported(problem: GemmProblem, s: Schedule, plan: dict | None = None)
         fail("thread-block clusters are not implemented yet")
     if s.stages < 2:
         fail(f"stages={s.stages}")
-    need = smem_bytes(problem, s.block_m, s.block_n, s.stages)
-    if s.smem_bytes < need:
-        fail(f"smem_bytes={s.smem_bytes} < {need} needed by {s.stages} stages")
-
-
-def stage_bytes(block_m: int, block_n: int) -> int:
-    return (block_m + block_n) * SWIZZLE_BYTES
-
-
-def smem_bytes(problem: GemmProblem, block_m: int, block_n: int, stages: int) -> int:
-    """Dynamic shared memory: 1 KB of alignment slack (swizzled tiles start on 1024 B) + the ring."""
-    return 1024 + stages * stage_bytes(block_m, block_n)
-
-
-def grid(problem: GemmProblem, s: Schedule, sm_count: int) -> tuple[int, int, int]:
+    if (h.ring.x_bytes, h.ring.y_bytes) != (rows * SWIZZLE_BYTES, cols * SWIZZLE_BYTES):
+        fail(f"ring stage {h.ring}: a stage holds the {rows}- and {cols}-row tiles of 128 bytes")
+    if s.smem_bytes < h.ring.size(s.stages):
+        fail(f"smem_bytes={s.smem_bytes} < {h.ring.size(s.stages)} needed by {s.stages} stages")
+    if not h.producer_regs <= s.regs_per_thread <= h.consumer_regs:
+        fail(f"registers at entry ({s.regs_per_thread}) must lie between the producer's setmaxnreg target "
+             f"({h.producer_regs}) and the consumers' ({h.consumer_regs})")
     units = _cdiv(problem.M, s.block_m) * _cdiv(problem.N, s.block_n) * s.split_k
-    return (min(units, sm_count) if s.persistent else units, 1, 1)
+    if not 1 <= h.ctas <= units or (not s.persistent and h.ctas != units):
+        fail(f"grid of {h.ctas} CTAs for {units} work units ({'persistent' if s.persistent else 'one per CTA'})")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -149,7 +150,7 @@ class _HopperKernel:
     ctype = _GemmKernel.ctype          # C and bias memref types: the same epilogue ABI as mma.sync
     btype = _GemmKernel.btype
 
-    def __init__(self, p: GemmProblem, s: Schedule, wait_depth: int = 1, plan: dict | None = None):
+    def __init__(self, p: GemmProblem, s: Schedule, wait_depth: int = 1):
         self.p, self.s = p, s
         self.ir = _Ir()
         for n in ("tmA", "tmB", "tile", "kp", "it", "acc", "itc", "ktp", "itp"):
@@ -162,28 +163,23 @@ class _HopperKernel:
         self.BK = s.block_k
         self.kstep = s.mma.k
         self.ktiles = _cdiv(p.K, self.BK)
-        self.plan = plan or operand_plan(p)
+        self.h = s.hopper
+        self.ops = s.hopper.operands
         self.swap = s.swap_ab
-        self.X, self.Y = self.plan["x"], self.plan["y"]
+        self.X, self.Y = self.ops.x, self.ops.y
         self.I, self.J = (p.N, p.M) if self.swap else (p.M, p.N)
         self.tile_i, self.tile_j = SLAB_M * self.wgs, s.mma.n
-        self.rows = {self.X: self.tile_i, self.Y: self.tile_j}        # tile rows of each operand
-        self.x_bytes, self.y_bytes = self.tile_i * SWIZZLE_BYTES, self.tile_j * SWIZZLE_BYTES
-        self.stage = self.x_bytes + self.y_bytes
-        self.x_regs = self.plan[self.X]["feed"] == "regs"
+        self.x_bytes, self.stage = self.h.ring.x_bytes, self.h.ring.stage_bytes   # a ring slot: [X tile | Y tile]
+        self.x_regs = self.ops.role(self.X).feed == "regs"
         self.nacc = self.tile_j // 2
         self.acc_t = "!llvm.struct<(" + ", ".join(["f32"] * self.nacc) + ")>"
         self.mb_t = f"!nvgpu.mbarrier.group<memorySpace = {SMEM}, num_barriers = {s.stages}>"
         self.wait_depth = wait_depth
         self.ragged = {"m": p.M % s.block_m != 0, "n": p.N % s.block_n != 0}
 
-    def box(self, op):
-        """(box_cols, box_rows, boxes per stage) of operand ``op``'s tile."""
-        return tma_boxes(self.p, self.plan[op]["major"], self.rows[op])
-
     def box_type(self, op):
-        cols, rows, _ = self.box(op)
-        return f"memref<{rows}x{cols}x{self.T}, {SMEM}>"
+        box = self.h.box(op)
+        return f"memref<{box.rows}x{box.cols}x{self.T}, {SMEM}>"
 
     def tm_type(self, op):
         return (f"!nvgpu.tensormap.descriptor<tensor = {self.box_type(op)}, "
@@ -197,15 +193,13 @@ class _HopperKernel:
                 f"wgmma.m64n{self.tile_j}k{self.kstep}, {s.stages}-stage TMA ring, "
                 f"{'persistent' if s.persistent else 'one tile per CTA'}, group_m {s.group_m}"
                 + (", swapped (C^T = B^T A^T)" if self.swap else "")
-                + f", A {self.plan['a']['feed']}, B {self.plan['b']['feed']}")
+                + f", A {self.ops.a.feed}, B {self.ops.b.feed}")
         ir.emit(f"{SMEM} = #gpu.address_space<workgroup>")
         args = ["%pA: !llvm.ptr", "%pB: !llvm.ptr", f"%C: {self.ctype}"]
         if p.bias:
             args.append(f"%bias: {self.btype}")
-        # registers at entry, from the schedule: setmaxnreg then moves them from the producer to the
-        # consumers (entry <= the consumers' target, or ".inc" would be a decrease)
-        maxnreg = min(s.regs_per_thread, REGISTER_FILE // self.threads // 8 * 8, consumer_regs(REGISTER_FILE, self.wgs))
-        with ir.kernel(KERNEL_NAME, args, self.threads, maxnreg=maxnreg):
+        # registers at entry (the schedule's): setmaxnreg then moves them from the producer to the consumers
+        with ir.kernel(KERNEL_NAME, args, self.threads, maxnreg=s.regs_per_thread):
             ir.blank()
             self.setup()
             is_prod = ir.cmp("eq", self.wg, 0, "is_producer")
@@ -228,11 +222,12 @@ class _HopperKernel:
         self.tid = ir.let("tid", "gpu.thread_id x")
         self.wg = ir.div(self.tid, WG, "wg")
         self.lane = ir.rem(self.tid, 32, "lane")
-        ir.comment("---- shared memory: the ring starts at the first 1024-byte boundary of dynamic smem")
+        align = self.h.ring.align
+        ir.comment(f"---- shared memory: the ring starts at the first {align}-byte boundary of dynamic smem")
         self.dsm = ir.let("dsm", f"gpu.dynamic_shared_memory : memref<?xi8, {SMEM}>")
         addr = ir.let("dsm_addr", f"memref.extract_aligned_pointer_as_index {self.dsm} : memref<?xi8, {SMEM}> -> index")
-        up = ir.add(addr, 1023, "dsm_up")
-        al = ir.sub(up, ir.rem(up, 1024, "dsm_rem"), "dsm_aligned")
+        up = ir.add(addr, align - 1, "dsm_up")
+        al = ir.sub(up, ir.rem(up, align, "dsm_rem"), "dsm_aligned")
         self.base_off = ir.sub(al, addr, "ring_off")        # byte offset of the ring in the dsm view
         self.base_enc = ir.div(al, 16, "ring_enc")          # shared address >> 4 (wgmma descriptor units)
         ir.comment(f"---- mbarriers: full[{s.stages}] (TMA landed), empty[{s.stages}] (slot consumed)")
@@ -308,18 +303,18 @@ class _HopperKernel:
     def producer(self):
         ir = self.ir
         ir.comment("---- producer warpgroup: give registers back; thread 0 issues the TMA loads")
-        ir.emit(f"nvvm.setmaxregister decrease {PRODUCER_REGS}")
+        ir.emit(f"nvvm.setmaxregister decrease {self.h.producer_regs}")
         lead = ir.cmp("eq", self.tid, 0, "is_leader")
-        ticks = ir.const(10000000)
+        ticks = ir.const(MBARRIER_WAIT_TICKS)
         tx = ir.const(self.stage)
 
         def load(op, slot, slot_off, r0, k0):
             """TMA of operand ``op``'s tile (rows r0.., K k0..) into ring slot ``slot`` at byte ``slot_off``."""
-            cols, rows, count = self.box(op)
-            for c in range(count):
-                view = ir.let(f"tile{op.upper()}", f"memref.view {self.dsm}[{ir.v(ir.add(slot_off, c * rows * SWIZZLE_BYTES))}][] "
+            box = self.h.box(op)
+            for c in range(box.count):
+                view = ir.let(f"tile{op.upper()}", f"memref.view {self.dsm}[{ir.v(ir.add(slot_off, c * box.rows * SWIZZLE_BYTES))}][] "
                                                    f": memref<?xi8, {SMEM}> to {self.box_type(op)}")
-                coords = (k0, r0) if self.plan[op]["major"] == "k" else (ir.add(r0, c * cols), k0)
+                coords = (k0, r0) if self.ops.role(op).major == "k" else (ir.add(r0, c * box.cols), k0)
                 ir.emit(f"nvgpu.tma.async.load {self.tm[op]}[{ir.v(coords[0])}, {ir.v(coords[1])}], "
                         f"{self.full}[{slot}] to {view} : {self.tm_type(op)}, {self.mb_t} -> {self.box_type(op)}")
 
@@ -347,16 +342,16 @@ class _HopperKernel:
         """Bits 16-63 of a 128B-swizzled wgmma shared-memory descriptor (PTX ISA, matrix descriptor).
         K-major: LBO unused (16 B), SBO 1024 B between 8-row groups.  MN-major: LBO = the bytes between
         128-byte column blocks along M/N (one TMA box: BK rows x 128 B), SBO 1024 B between 8-row K groups."""
-        lbo = 16 if self.plan[op]["major"] == "k" else self.BK * SWIZZLE_BYTES
+        lbo = 16 if self.ops.role(op).major == "k" else self.BK * SWIZZLE_BYTES
         return ((lbo >> 4) << 16) | ((1024 >> 4) << 32) | (1 << 62)
 
     def kstep_bytes(self, op) -> int:
         """Byte advance of the descriptor start per wgmma k-step: along a K-major row, or down K rows."""
-        return self.kstep * (self.p.in_bytes if self.plan[op]["major"] == "k" else SWIZZLE_BYTES)
+        return self.kstep * (self.p.in_bytes if self.ops.role(op).major == "k" else SWIZZLE_BYTES)
 
     def consumer(self):
         ir, s, p = self.ir, self.s, self.p
-        creg = consumer_regs(REGISTER_FILE, self.wgs)
+        creg = self.h.consumer_regs
         ir.comment(f"---- consumer warpgroups: take registers ({creg}), wgmma on the ring, epilogue")
         ir.emit(f"nvvm.setmaxregister increase {creg}")
         ctid = ir.sub(self.tid, WG, "ctid")
@@ -366,13 +361,13 @@ class _HopperKernel:
         self.g = ir.div(self.lane, 4, "g")
         self.t = ir.rem(self.lane, 4, "t")
         lane0 = ir.cmp("eq", self.lane, 0, "lane0")
-        ticks = ir.const(10000000)
+        ticks = ir.const(MBARRIER_WAIT_TICKS)
         his = {op: ir.let(f"desc_hi_{op}", f"arith.constant {self.descriptor_hi(op)} : i64") for op in ("a", "b")}
         slab_enc = ir.mul(self.cwg, SLAB_M * SWIZZLE_BYTES // 16, "slab_enc")
         zero = ir.let("zero_acc", f"llvm.mlir.zero : {self.acc_t}")
         ws = self.wait_depth
-        layout_x = "col" if self.plan[self.X]["feed"] == "smem_t" else "row"
-        layout_y = "row" if self.plan[self.Y]["feed"] == "smem_t" else "col"
+        layout_x = "col" if self.ops.role(self.X).feed == "smem_t" else "row"
+        layout_y = "row" if self.ops.role(self.Y).feed == "smem_t" else "col"
         attrs = (f"shape = #nvvm.shape<m = 64, n = {self.tile_j}, k = {self.kstep}>, "
                  f"typeA = #nvvm.wgmma_type<{_WG_TYPE[p.dtype]}>, typeB = #nvvm.wgmma_type<{_WG_TYPE[p.dtype]}>, "
                  "typeD = #nvvm.wgmma_type<f32>, scaleD = #nvvm.wgmma_scale_out<one>, "
@@ -610,10 +605,10 @@ class _HopperKernel:
                 self.guarded(ok, store)
 
 
-def build_hopper_module(problem: GemmProblem, schedule: Schedule, *, wait_depth: int = 1, plan: dict | None = None) -> str:
-    """MLIR text of the Hopper kernel; ``plan`` overrides the operand plan (experiments)."""
-    check_supported(problem, schedule, plan)
-    return _HopperKernel(problem, schedule, wait_depth, plan).build()
+def build_hopper_module(problem: GemmProblem, schedule: Schedule, *, wait_depth: int = 1) -> str:
+    """MLIR text of the Hopper kernel (``wait_depth``: wgmma groups left in flight, an experiment knob)."""
+    check_supported(problem, schedule)
+    return _HopperKernel(problem, schedule, wait_depth).build()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -623,16 +618,16 @@ PREP_TILE = 32
 PREP_THREADS = 256
 
 
-def build_prep_module(problem: GemmProblem, prep: dict) -> str:
+def build_prep_module(problem: GemmProblem, prep: OperandPrep) -> str:
     """``dst[r, c] = rna?(src[c, r] if transpose else src[r, c])`` for c < K, 0 for K <= c < Kp.
 
     A 32x32 tile per block of 256 threads (8 rows per pass): reads along the source's rows and
     writes along the destination's rows through a padded shared tile, so both sides coalesce."""
     p, ir = problem, _Ir()
     T = p.storage
-    sr, sc = prep["src"]
-    dr, dc = prep["dst"]
-    tr, rnd = prep["transpose"], prep["round"]
+    sr, sc = prep.src
+    dr, dc = prep.dst
+    tr, rnd = prep.transpose, prep.round
     src_t, dst_t = f"memref<{sr}x{sc}x{T}>", f"memref<{dr}x{dc}x{T}>"
     tile_t = f"memref<{PREP_TILE}x{PREP_TILE + 1}x{T}, {SMEM}>"
     ir._taken.update({"src": 1, "dst": 1})
@@ -688,18 +683,20 @@ def build_prep_module(problem: GemmProblem, prep: dict) -> str:
     return ir.text()
 
 
-def prep_launch(prep: dict, in_bytes: int) -> dict:
-    dr, dc = prep["dst"]
+def prep_launch(prep: OperandPrep, in_bytes: int) -> dict:
+    dr, dc = prep.dst
     blocks = _cdiv(dr, PREP_TILE) * _cdiv(dc, PREP_TILE)
-    smem = PREP_TILE * (PREP_TILE + 1) * in_bytes if prep["transpose"] else 0
+    smem = PREP_TILE * (PREP_TILE + 1) * in_bytes if prep.transpose else 0
     return {"grid": (blocks, 1, 1), "block": (PREP_THREADS, 1, 1), "smem_bytes": smem}
 
 
 # ----------------------------------------------------------------------------------------------
-# Compile: main kernel + prep kernels -> one KernelArtifact (prep artifacts in meta["hopper"])
+# Compile: main kernel + prep kernels -> one KernelArtifact (prep artifacts in meta["prep_kernels"])
 # ----------------------------------------------------------------------------------------------
-def compile_hopper(problem: GemmProblem, schedule: Schedule, *, sm_count: int = 132, cubin: bool = True,
-                   wait_depth: int = 1, prep_rounds: bool = False):
+def compile_hopper(problem: GemmProblem, schedule: Schedule, *, cubin: bool = True, wait_depth: int = 1):
+    """The Hopper kernel's artifact: launched on ``schedule.hopper.ctas`` CTAs, with the operand-prep
+    kernels the operand plan asks for in ``meta["prep_kernels"]`` (by operand, as artifact dicts).
+    The runtime reads everything else (tensor maps, workspaces) from the schedule."""
     from nova.codegen import MLIR_TOOLCHAIN
     from nova.codegen import ptxas as _ptxas
     from nova.codegen.artifact import KernelArtifact
@@ -720,33 +717,23 @@ def compile_hopper(problem: GemmProblem, schedule: Schedule, *, sm_count: int = 
                 raise CodegenError(f"assembling {where} [{kernel}] failed: {e}") from None
         return ptx, binary, res
 
-    plan = operand_plan(problem, prep_rounds)
-    ptx, binary, resources = lower(build_hopper_module(problem, schedule, wait_depth=wait_depth, plan=plan), KERNEL_NAME)
+    s = schedule
+    ptx, binary, resources = lower(build_hopper_module(problem, s, wait_depth=wait_depth), KERNEL_NAME)
     preps = {}
     for op in ("a", "b"):
-        pr = plan[op]["prep"]
+        pr = s.hopper.operands.role(op).prep
         if pr is None:
             continue
         pptx, pbin, pres = lower(build_prep_module(problem, pr), PREP_NAME)
         launch = prep_launch(pr, problem.in_bytes)
         preps[op] = KernelArtifact(name=PREP_NAME, arch=ARCH, ptx=pptx, grid=launch["grid"], block=launch["block"],
                                    smem_bytes=launch["smem_bytes"], params=("src", "dst"), cubin=pbin,
-                                   resources=pres, meta={"prep": pr}).to_dict()
-    s = schedule
-    hopper = {
-        "operands": {op: {"rows": plan[op]["rows"], "cols": plan[op]["cols"], "prep": plan[op]["prep"],
-                          "major": plan[op]["major"], "feed": plan[op]["feed"],
-                          "box": list(tma_boxes(problem, plan[op]["major"], s.block_m if op == "a" else s.block_n)[:2])}
-                     for op in ("a", "b")},
-        "swap_ab": plan["swap"],
-        "storage": problem.storage, "tensor_map_type": "f32" if prep_rounds else tensor_map_type(problem),
-        "prep_kernels": preps, "swizzle": 128,
-    }
+                                   resources=pres, meta={"prep": asdict(pr)}).to_dict()
     meta = {"problem": problem.to_dict(), "schedule": s.to_dict(), "mlir": MLIR_TOOLCHAIN,
-            "pipeline": pipeline(ARCH), "hopper": hopper, "wait_depth": wait_depth}
+            "pipeline": pipeline(ARCH), "prep_kernels": preps, "wait_depth": wait_depth}
     if binary is not None:
         meta["ptxas"] = _ptxas.version()
     params = ("tmap_a", "tmap_b", "C") + (("bias",) if problem.bias else ())
-    return KernelArtifact(name=KERNEL_NAME, arch=ARCH, ptx=ptx, grid=grid(problem, s, sm_count),
+    return KernelArtifact(name=KERNEL_NAME, arch=ARCH, ptx=ptx, grid=(s.hopper.ctas, 1, 1),
                           block=(WG * (1 + s.consumer_warpgroups), 1, 1), smem_bytes=s.smem_bytes,
                           params=params, zero_output=s.split_k > 1, cubin=binary, resources=resources, meta=meta)

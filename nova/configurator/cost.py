@@ -30,7 +30,7 @@ T_TENSOR = Formula("t_tensor", "blocks_busiest_sm * t_block / util")
 WARP_INTENSITY = Formula("I_warp", "2 * warp_m * warp_n / ((warp_m + warp_n) * elem_bytes)")
 BLOCK_INTENSITY = Formula("I_block", "2 * block_m * block_n / ((block_m + block_n) * elem_bytes)")
 T_SMEM = Formula("t_smem", "t_tensor * tc_flops_per_clk_sm / (I_warp * smem_bytes_per_clk_sm)")
-L2_BYTES = Formula("l2_bytes", "tiles * split_k * (block_m + block_n) * k_slice * elem_bytes")
+L2_BYTES = Formula("l2_bytes", "elem_bytes * k_slice * split_k * tiles * (block_m + block_n)")
 DRAM_BYTES = Formula("dram_bytes", "a_bytes + b_bytes * b_refetch + c_bytes * (2 * split_k - 1)")
 FLOOR = Formula("floor", "Max(flops / peak_flops, min_bytes / dram_bw)")
 

@@ -1,18 +1,22 @@
 """The Analytic Configurator for GEMM: every schedule decision in closed form, with its reason.
 
-Order of decisions (each one a ``Step`` in the derivation):
+Order of decisions, one function each (``configure_mma_sync``), each returning its decision and
+the ``Step``(s) that explain it:
  1. instruction      tensor-core family and shape for the dtype on this target
  2. balances         machine balance (FLOP/B) of shared memory, L2 and DRAM
  3. warp tile        largest accumulator tile the register budget allows; checked against smem balance
  4. block tile       warp grid so the block's L2 intensity clears the L2 balance, clamped to the problem
- 5. waves            shrink the block tile while the output tiles cannot fill every SM slot
+ 5. wave fill        shrink the block tile while the output tiles cannot fill every SM slot
  6. block_k          one 128-byte line per tile row per stage
- 7. occupancy        blocks per SM from registers, threads and shared memory
- 8. stages           Little's law: bytes in flight = latency x consumption rate, within shared memory
- 9. split-K          when the tiles still fill less than half the machine and K is long
+ 7. occupancy        registers per thread; blocks per SM from registers, threads and shared memory;
+                     SM slots, output tiles, the block's L2 intensity
+ 8. split-K          when the tiles still fill less than half the machine and K is long
+ 9. stages           Little's law: bytes in flight = latency x consumption rate, within shared memory
 10. rasterization    group-M so one wave's A and B panels have the smallest L2 footprint
-11. vectors, padding 16-byte copies when rows allow; row padding that makes fragment loads conflict-free
+11. vectors, padding 16-byte copies when rows allow; row padding that makes fragment loads conflict-free;
+                     the shared memory of the ring
 12. prediction       the cost model (``cost.py``)
+The wgmma (Hopper) family has its own steps in ``hopper.py``.
 No search and no measurement: the same inputs always give the same schedule.
 """
 from __future__ import annotations
@@ -21,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 
 from nova.configurator.cost import BLOCK_INTENSITY, WARP_INTENSITY, cdiv, predict
-from nova.configurator.derivation import Derivation, NullDerivation
+from nova.configurator.derivation import Derivation, NullDerivation, formula_step, note
 from nova.configurator.hopper import configure_hopper, hopper_supported
 from nova.configurator.problem import GemmProblem
 from nova.configurator.schedule import MmaInstr, Prediction, Schedule, Step
@@ -67,7 +71,7 @@ class Config:
     def to_dict(self) -> dict:
         s = self.schedule
         sched = s.to_dict()
-        sched.update(warps=s.warps, threads_per_block=s.threads_per_block, warp_tile_m=s.warp_tile_m,
+        sched.update(warps=s.warps, threads_per_block=s.threads_per_block, swap_ab=s.swap_ab, warp_tile_m=s.warp_tile_m,
                      warp_tile_n=s.warp_tile_n, grid=list(s.grid(self.problem.M, self.problem.N)),
                      mma=str(s.mma), mma_instr=s.mma.__dict__ | {})
         return {"op": "matmul", "M": self.problem.M, "N": self.problem.N, "K": self.problem.K,
@@ -94,7 +98,7 @@ BPS_REGS = Formula("bps_regs", "floor(regs_per_sm / (warps * ceil(regs * 32 / re
 BPS_THREADS = Formula("bps_threads", "floor(max_threads_per_sm / threads)")
 BPS_SMEM = Formula("bps_smem", "floor(smem_per_sm / (2 * stage_bytes + smem_reserved_per_block))")
 STAGE_BYTES = Formula("stage_bytes", "(a_rows * (a_cols + pad_a) + b_rows * (b_cols + pad_b)) * elem_bytes")
-INFLIGHT = Formula("inflight", "mem_latency_ns * 1e-9 * tc_flops_per_clk_sm * clock_hz / I_block")
+INFLIGHT = Formula("inflight", "1e-9 * clock_hz * mem_latency_ns * tc_flops_per_clk_sm / I_block")
 STAGES = Formula("stages", "1 + ceil(inflight / (blocks_per_sm * stage_bytes))")
 RESIDENT = Formula("resident", "Min(blocks_per_sm, ceil(tiles * split_k / sm_count))")
 STAGES_SMEM = Formula("stages_max", "floor((smem_per_sm / blocks_per_sm - smem_reserved_per_block) / stage_bytes)")
@@ -106,6 +110,14 @@ ILP_WARP_MIN = 32         # >= 8 independent m16n8 MMAs per warp per k-step hide
 OVERHEAD_REGS = 40        # addresses, loop counters, predicates; fitted to ptxas on Nova's kernels (test_pipeline)
 PLAIN_COPY_REGS = 24      # an operand staged by plain loads (16-bit rows of odd length: no cp.async) holds its
                           # elements in registers; fitted to ptxas (bf16 255x511x300 TT: +18 registers)
+FRAG_A_REGS = 4           # 32-bit registers of one m16n8 MMA's A fragment (tf32 m16n8k8, 16-bit m16n8k16)
+FRAG_B_REGS = 2           # and of its B fragment
+MIN_BLOCK_WARPS_M = MIN_BLOCK_WARPS_N = 2   # 4 warps: one per warp scheduler
+MAX_BLOCK_WARPS = 8
+MIN_BLOCK_SIDE = 16       # the clamp to the problem keeps tiles at least this wide
+MIN_SPLIT_K_ITERS = 4     # split K only when it has at least this many block_k steps
+MIN_STAGES = 2            # one stage computing, one landing
+PLAIN_COPY_STAGES = 2     # element-wise copies hold every prefetched element in registers
 
 
 def configure(problem: GemmProblem, target: "GPUModel | str" = "rtx3060", *, family: str | None = None) -> Config:
@@ -119,126 +131,17 @@ def configure(problem: GemmProblem, target: "GPUModel | str" = "rtx3060", *, fam
     t0 = time.perf_counter()
     gpu = get_target(target)
     d = Derivation()
-    p = problem
-    b = p.in_bytes
-
     # ---- Hopper (issue 4): the wgmma/TMA path, rules in hopper.py; on by default for targets with
     # wgmma (the H200 sweep passed: 652/652, sanitizer clean); NOVA_HOPPER=0 forces mma.sync.
-    if family == "wgmma" and not use_hopper(p, gpu, forced=True):
+    if family == "wgmma" and not use_hopper(problem, gpu, forced=True):
         from nova.hwmodel import TargetError
-        raise TargetError(f"the wgmma path does not apply to {p.describe()} on {gpu.name} ({gpu.arch})")
-    if family != "mma.sync" and use_hopper(p, gpu, forced=family == "wgmma"):
-        schedule, prediction = configure_hopper(p, gpu, d)
-        d.note("prediction", f"{prediction.time_us:.1f} us",
-               f"{prediction.tflops:.1f} TFLOP/s, {prediction.bound}-bound; roofline floor {prediction.floor_us:.1f} us")
-        return Config(p, gpu, schedule, prediction, tuple(d.steps), (time.perf_counter() - t0) * 1e3)
-
-    # 1. instruction --------------------------------------------------------------------------
-    family = "mma.sync"
-    if not gpu.supports(family, p.dtype):
-        from nova.hwmodel import TargetError
-        raise TargetError(f"{gpu.name} ({gpu.arch}) has no {family} tensor-core path for {p.dtype}")
-    m, n, k = gpu.mma_shapes[family][p.dtype]
-    mma = MmaInstr(family, m, n, k, "f16" if p.dtype == "fp16" else p.dtype)
-    why = f"{p.dtype} on {gpu.arch}: {family} shape m{m}n{k and n}k{k}, FP32 accumulate"
-    if "wgmma" in gpu.features:
-        why += "; wgmma (Hopper) is faster but its code path is not generated yet (issue 4)"
-    d.note("instruction", str(mma), why)
-    rate = gpu.tc_flops_per_clk_sm(family, p.dtype)
-    peak = gpu.peak_flops(p.dtype, family)
-
-    # 2. balances -----------------------------------------------------------------------------
-    b_smem = d.apply("smem balance", SMEM_BALANCE, "FLOP per shared-memory byte the tensor cores need per SM",
-                     tc_flops_per_clk_sm=rate, smem_bytes_per_clk_sm=gpu.smem_bytes_per_clk_sm)
-    b_l2 = d.apply("L2 balance", L2_BALANCE, "FLOP per L2 byte at the tensor-core peak",
-                   peak_flops=peak, l2_bw=gpu.l2_bw)
-    d.apply("DRAM balance", DRAM_BALANCE, "FLOP per DRAM byte at the tensor-core peak (roofline ridge)",
-            peak_flops=peak, dram_bw=gpu.dram_bw)
-
-    # 3. warp tile ----------------------------------------------------------------------------
-    acc_regs = d.apply("accumulator budget", ACC_BUDGET,
-                       "accumulators get a quarter of a thread's registers: Nova's generated code needs ~120 more for "
-                       "fragments, 64-bit addresses and epilogues (ptxas, tests/test_pipeline.py), and every layout "
-                       "and epilogue must stay spill-free",
-                       max_regs_per_thread=gpu.max_regs_per_thread)
-    area = d.apply("warp tile area", WARP_TILE_AREA,
-                   "largest power-of-two warp tile whose FP32 accumulators (area/32 per lane) fit the budget",
-                   post=int, acc_regs=acc_regs)
-    warp_m = 1 << ((area.bit_length()) // 2)          # as square as possible, the M side the longer
-    warp_n = area // warp_m
-    w_min = d.apply("warp tile (smem)", WARP_TILE_MIN,
-                    f"smallest square warp tile whose smem intensity W/elem_bytes clears B_smem; the register-bound "
-                    f"tile {warp_m}x{warp_n} is chosen: more reuse per fragment, more independent MMAs",
-                    elem_bytes=b, B_smem=b_smem)
-    i_warp = WARP_INTENSITY(warp_m=warp_m, warp_n=warp_n, elem_bytes=b)
-    if i_warp < b_smem:
-        d.note("warp tile limit", f"{warp_m}x{warp_n}",
-               f"registers cap the warp tile's smem intensity at {i_warp:.1f} < B_smem {b_smem:.1f} FLOP/B "
-               f"(square side {w_min:.0f} needed): shared memory, not the tensor cores, will bound this kernel")
-
-    # 4. block tile ---------------------------------------------------------------------------
-    t_min = d.apply("block side (L2)", BLOCK_SIDE_MIN,
-                    "square block side whose L2 intensity 2*B*B/(2*B*elem_bytes) = B/elem_bytes clears B_l2",
-                    elem_bytes=b, B_l2=b_l2)
-    warps_m, warps_n = 2, 2                         # 4 warps: one per warp scheduler
-    while min(warps_m * warp_m, warps_n * warp_n) < t_min and warps_m * warps_n < 8:
-        if warps_n * warp_n <= warps_m * warp_m:
-            warps_n *= 2
-        else:
-            warps_m *= 2
-    block_m, block_n = warps_m * warp_m, warps_n * warp_n
-    d.note("block tile", f"{block_m}x{block_n}",
-           f"{warps_m}x{warps_n} warps of {warp_m}x{warp_n} (at least one warp per scheduler, at most 8 warps); "
-           f"block side {min(block_m, block_n)} vs T_min {t_min:.0f}")
-    # clamp to the problem: no tile dimension beyond the next power of two of M or N
-    cm = max(16, 1 << (p.M - 1).bit_length())
-    cn = max(16, 1 << (p.N - 1).bit_length())
-    if cm < block_m or cn < block_n:
-        block_m, block_n = min(block_m, cm), min(block_n, cn)
-        d.note("clamp to problem", f"{block_m}x{block_n}",
-               f"M={p.M}, N={p.N}: tiles no larger than the next power of two of the problem (min 16)")
-
-    block_k = min(int(LINE_BYTES // b), max(k, cdiv(p.K, k) * k))
-
-    # 5. waves: halve the block tile while tiles cannot fill the SM slots and the model gains ----
-    quiet = NullDerivation()
-    best = _plan(p, gpu, mma, block_m, block_n, block_k, warp_m, warp_n, quiet)
-    min_side = max(2 * m, ILP_WARP_MIN)
-    while True:
-        s_cur, pred_cur, tiles, slots = best
-        if tiles >= slots:
-            break
-        options = []
-        if block_n > min_side and cdiv(p.N, block_n // 2) > cdiv(p.N, block_n):
-            options.append((block_m, block_n // 2))
-        if block_m > min_side and cdiv(p.M, block_m // 2) > cdiv(p.M, block_m):
-            options.append((block_m // 2, block_n))
-        if not options:
-            break
-        # halve the larger side first (N on ties: keeps rows of B long for coalescing)
-        options.sort(key=lambda t: (t[0] * t[1], -t[1] if block_n >= block_m else -t[0]))
-        bm, bn = max(options, key=lambda t: (t[1] < block_n) if block_n >= block_m else (t[0] < block_m))
-        cand = _plan(p, gpu, mma, bm, bn, block_k, warp_m, warp_n, quiet)
-        if cand[1].time_us >= pred_cur.time_us:
-            d.note("wave fill", f"keep {block_m}x{block_n}",
-                   f"{tiles} tiles for {slots:.0f} slots, but halving to {bm}x{bn} would not help: model "
-                   f"{cand[1].time_us:.1f} us vs {pred_cur.time_us:.1f} us: no predicted gain")
-            break
-        d.note("wave fill", f"{bm}x{bn}",
-               f"{tiles} tiles cannot fill {slots:.0f} SM slots; halving the larger side -> {cand[2]} tiles, "
-               f"model {pred_cur.time_us:.1f} -> {cand[1].time_us:.1f} us", "tiles < sm_count * blocks_per_sm")
-        block_m, block_n, best = bm, bn, cand
-
-    # 6-11 for the chosen tile, recorded ---------------------------------------------------------
-    schedule, prediction, _, _ = _plan(p, gpu, mma, block_m, block_n, block_k, warp_m, warp_n, d)
-    violations = check_schedule(p, schedule, gpu)
-    if violations:
-        raise ScheduleError(f"configurator produced an illegal schedule for {p.describe()} on {gpu.name}: "
-                            + "; ".join(violations))
-    d.note("prediction", f"{prediction.time_us:.1f} us",
-           f"{prediction.tflops:.1f} TFLOP/s, {prediction.bound}-bound; roofline floor {prediction.floor_us:.1f} us")
-    elapsed = (time.perf_counter() - t0) * 1e3
-    return Config(p, gpu, schedule, prediction, tuple(d.steps), elapsed)
+        raise TargetError(f"the wgmma path does not apply to {problem.describe()} on {gpu.name} ({gpu.arch})")
+    if family != "mma.sync" and use_hopper(problem, gpu, forced=family == "wgmma"):
+        schedule, prediction = configure_hopper(problem, gpu, d)
+    else:
+        schedule, prediction = configure_mma_sync(problem, gpu, d)
+    d.record(prediction_step(prediction))
+    return Config(problem, gpu, schedule, prediction, tuple(d.steps), (time.perf_counter() - t0) * 1e3)
 
 
 def use_hopper(p: GemmProblem, gpu: GPUModel, forced: bool = False) -> bool:
@@ -250,128 +153,311 @@ def use_hopper(p: GemmProblem, gpu: GPUModel, forced: bool = False) -> bool:
     return hopper_supported(p, gpu)[0]
 
 
-def _plan(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_n: int, block_k: int,
-          warp_m: int, warp_n: int, d: Derivation):
-    """Steps 6-11 for a given block tile: occupancy, split-K, stages, raster, vectors, padding.
-    Returns (schedule, prediction, tiles, slots)."""
-    b = p.in_bytes
+def prediction_step(prediction: Prediction) -> tuple[Prediction, Step]:
+    """The last step of both families: the cost model's prediction of the schedule."""
+    return prediction, note("prediction", f"{prediction.time_us:.1f} us",
+                            f"{prediction.tflops:.1f} TFLOP/s, {prediction.bound}-bound; roofline floor "
+                            f"{prediction.floor_us:.1f} us")
+
+
+def configure_mma_sync(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[Schedule, Prediction]:
+    """Steps 1-11 of the module docstring for the mma.sync kernel, recorded in ``d``."""
+    mma = d.record(instruction(p, gpu))
+    b_smem, b_l2 = d.record(balances(p, gpu, mma))
+    warp_m, warp_n = d.record(warp_tile(p, gpu, b_smem))
+    block_m, block_n = d.record(block_tile(p, warp_m, warp_n, b_l2))
+    block_k = min(int(LINE_BYTES // p.in_bytes), max(mma.k, cdiv(p.K, mma.k) * mma.k))
+    block_m, block_n = d.record(wave_fill(p, gpu, mma, block_m, block_n, block_k, warp_m, warp_n))
+    schedule, prediction, _, _ = plan_tile(p, gpu, mma, block_m, block_n, block_k, warp_m, warp_n, d)
+    violations = check_schedule(p, schedule, gpu)
+    if violations:
+        raise ScheduleError(f"configurator produced an illegal schedule for {p.describe()} on {gpu.name}: "
+                            + "; ".join(violations))
+    return schedule, prediction
+
+
+# ---- steps 1-5: instruction, balances, warp tile, block tile, wave fill ------------------------
+def instruction(p: GemmProblem, gpu: GPUModel) -> tuple[MmaInstr, Step]:
+    """Step 1: the mma.sync shape for the dtype on this target, FP32 accumulation."""
+    family = "mma.sync"
+    if not gpu.supports(family, p.dtype):
+        from nova.hwmodel import TargetError
+        raise TargetError(f"{gpu.name} ({gpu.arch}) has no {family} tensor-core path for {p.dtype}")
+    m, n, k = gpu.mma_shapes[family][p.dtype]
+    mma = MmaInstr(family, m, n, k, "f16" if p.dtype == "fp16" else p.dtype)
+    why = f"{p.dtype} on {gpu.arch}: {family} shape m{m}n{k and n}k{k}, FP32 accumulate"
+    if "wgmma" in gpu.features:
+        why += ("; this target's wgmma path (hopper.py) is faster and is the default: mma.sync runs when "
+                "NOVA_HOPPER=0 or the family is forced")
+    return mma, note("instruction", str(mma), why)
+
+
+def balances(p: GemmProblem, gpu: GPUModel, mma: MmaInstr) -> tuple[tuple[float, float], list[Step]]:
+    """Step 2: the machine balance (FLOP per byte at the tensor peak) of shared memory, L2 and DRAM."""
     rate = gpu.tc_flops_per_clk_sm(mma.family, p.dtype)
-    d.apply("block_k", BLOCK_K, f"one {LINE_BYTES}-byte line per tile row per stage (full coalescing), "
-            f"at most K rounded up to the MMA k={mma.k}", post=lambda v: block_k, line_bytes=LINE_BYTES, elem_bytes=b)
+    peak = gpu.peak_flops(p.dtype, mma.family)
+    b_smem, smem = formula_step("smem balance", SMEM_BALANCE, "FLOP per shared-memory byte the tensor cores need per SM",
+                                tc_flops_per_clk_sm=rate, smem_bytes_per_clk_sm=gpu.smem_bytes_per_clk_sm)
+    b_l2, l2 = formula_step("L2 balance", L2_BALANCE, "FLOP per L2 byte at the tensor-core peak",
+                            peak_flops=peak, l2_bw=gpu.l2_bw)
+    _, dram = formula_step("DRAM balance", DRAM_BALANCE, "FLOP per DRAM byte at the tensor-core peak (roofline ridge)",
+                           peak_flops=peak, dram_bw=gpu.dram_bw)
+    return (b_smem, b_l2), [smem, l2, dram]
 
-    # vectors first: a copy path without cp.async costs registers
-    vector_a = _vector(p.M if p.trans_a else p.K, b)
-    vector_b = _vector(p.K if p.trans_b else p.N, b)
-    plain_copies = sum(1 for v in (vector_a, vector_b) if v * b < 4)
-    wm, wn = min(warp_m, block_m), min(warp_n, block_n)
-    wgm, wgn = block_m // wm, block_n // wn
-    threads = 32 * wgm * wgn
-    if plain_copies and block_k > mma.k:
-        block_k = d.note("block_k (element copies)", mma.k,
-                         "a 16-bit operand with rows of odd length cannot use cp.async (4-byte minimum): its elements "
-                         "pass through registers, so a stage holds as few as possible: block_k = MMA k")
-    # 7. occupancy
-    (a_rows, a_cols, pad_a), (b_rows, b_cols, pad_b) = smem_tiles(p, block_m, block_n, block_k)
-    regs = d.apply("registers per thread", REGS,
-                   "accumulators + A/B fragments + ~40 for addresses and loop state (+24 per operand copied "
-                   "without cp.async); fitted to ptxas, which the kernel's launch bounds then hold to",
-                   post=lambda v: int(min(v, gpu.max_regs_per_thread)),
-                   acc_regs=wm * wn // 32, frag_a_regs=4, mma_tiles_m=wm // mma.m, frag_b_regs=2,
-                   mma_tiles_n=wn // mma.n, overhead_regs=OVERHEAD_REGS, plain_copy_regs=PLAIN_COPY_REGS,
-                   plain_copies=plain_copies)
-    stage_bytes = STAGE_BYTES(a_rows=a_rows, a_cols=a_cols, pad_a=pad_a, b_rows=b_rows, b_cols=b_cols, pad_b=pad_b,
-                              elem_bytes=b)
-    limits = {
-        "registers": d.apply("blocks/SM (registers)", BPS_REGS, "register file / registers per block (256-register warp granules)",
-                             regs_per_sm=gpu.regs_per_sm, warps=wgm * wgn, regs=regs, reg_alloc_unit=gpu.reg_alloc_unit),
-        "threads": d.apply("blocks/SM (threads)", BPS_THREADS, "resident threads per SM / threads per block",
-                           max_threads_per_sm=gpu.max_threads_per_sm, threads=threads),
-        "smem": d.apply("blocks/SM (smem)", BPS_SMEM, "shared memory per SM / (at least 2 stages + 1 KB reserved)",
-                        smem_per_sm=gpu.smem_per_sm, stage_bytes=stage_bytes, smem_reserved_per_block=gpu.smem_reserved_per_block),
-        "block limit": gpu.max_blocks_per_sm,
-    }
-    bps = int(min(limits.values()))
-    d.note("blocks per SM", bps, "min of " + ", ".join(f"{k} {int(v)}" for k, v in limits.items()))
-    slots = d.apply("SM slots", SLOTS, "blocks that run at once", sm_count=gpu.sm_count, blocks_per_sm=bps)
-    tiles = d.apply("output tiles", TILES, "blocks of C", M=p.M, N=p.N, block_m=block_m, block_n=block_n)
-    i_block = d.apply("block intensity", BLOCK_INTENSITY, f"FLOP per byte streamed from L2 "
-                      f"(B_l2 = {gpu.balance(p.dtype, 'l2', mma.family):.1f})", block_m=block_m, block_n=block_n, elem_bytes=b)
 
-    # 9. split-K
-    k_iters = cdiv(p.K, block_k)
-    split_k = 1
-    if tiles < slots / 2 and k_iters >= 4:
-        if p.out_bytes < 4:
-            d.note("split-K", 1, f"tiles fill {tiles / slots:.0%} of the slots, but partial sums added atomically "
-                   f"into a {p.out_dtype} output would be rounded to 16 bits at every add")
-        elif p.activation != "none":
-            d.note("split-K", 1, f"tiles fill {tiles / slots:.0%} of the slots, but a {p.activation} epilogue "
-                   "cannot be applied to partial sums")
+def warp_tile(p: GemmProblem, gpu: GPUModel, b_smem: float) -> tuple[tuple[int, int], list[Step]]:
+    """Step 3: the largest power-of-two accumulator tile the register budget allows, as square as
+    possible (the M side the longer); checked against the shared-memory balance."""
+    acc_regs, budget = formula_step(
+        "accumulator budget", ACC_BUDGET, "accumulators get a quarter of a thread's registers: Nova's generated code "
+        "needs ~120 more for fragments, 64-bit addresses and epilogues (ptxas, tests/test_pipeline.py), and every "
+        "layout and epilogue must stay spill-free", max_regs_per_thread=gpu.max_regs_per_thread)
+    area, area_step = formula_step("warp tile area", WARP_TILE_AREA, "largest power-of-two warp tile whose FP32 "
+                                   "accumulators (area/32 per lane) fit the budget", post=int, acc_regs=acc_regs)
+    warp_m = 1 << ((area.bit_length()) // 2)
+    warp_n = area // warp_m
+    w_min, smem = formula_step("warp tile (smem)", WARP_TILE_MIN,
+                               f"smallest square warp tile whose smem intensity W/elem_bytes clears B_smem; the "
+                               f"register-bound tile {warp_m}x{warp_n} is chosen: more reuse per fragment, more "
+                               f"independent MMAs", elem_bytes=p.in_bytes, B_smem=b_smem)
+    steps = [budget, area_step, smem]
+    i_warp = WARP_INTENSITY(warp_m=warp_m, warp_n=warp_n, elem_bytes=p.in_bytes)
+    if i_warp < b_smem:
+        steps.append(note("warp tile limit", f"{warp_m}x{warp_n}",
+                          f"registers cap the warp tile's smem intensity at {i_warp:.1f} < B_smem {b_smem:.1f} FLOP/B "
+                          f"(square side {w_min:.0f} needed): shared memory, not the tensor cores, will bound this kernel"))
+    return (warp_m, warp_n), steps
+
+
+def block_tile(p: GemmProblem, warp_m: int, warp_n: int, b_l2: float) -> tuple[tuple[int, int], list[Step]]:
+    """Step 4: the warp grid whose block side clears the L2 balance (MIN_BLOCK_WARPS_M x
+    MIN_BLOCK_WARPS_N warps, doubling the shorter side up to MAX_BLOCK_WARPS), then clamped to the
+    problem: no side beyond the next power of two of M or N (at least MIN_BLOCK_SIDE)."""
+    t_min, side = formula_step("block side (L2)", BLOCK_SIDE_MIN, "square block side whose L2 intensity "
+                               "2*B*B/(2*B*elem_bytes) = B/elem_bytes clears B_l2", elem_bytes=p.in_bytes, B_l2=b_l2)
+    warps_m, warps_n = MIN_BLOCK_WARPS_M, MIN_BLOCK_WARPS_N
+    while min(warps_m * warp_m, warps_n * warp_n) < t_min and warps_m * warps_n < MAX_BLOCK_WARPS:
+        if warps_n * warp_n <= warps_m * warp_m:
+            warps_n *= 2
         else:
-            split_k = max(1, int(d.apply("split-K", SPLIT_K,
-                                         "tiles fill under half of the SM slots: split K so the slots fill, "
-                                         "keeping >= 2 block_k iterations per slice (partial sums add atomically)",
-                                         slots=slots, tiles=tiles, k_iters=k_iters)))
-    else:
-        d.note("split-K", 1, f"tiles fill {min(tiles / slots, 1):.0%} of one wave"
-               + (f" and K has only {k_iters} block_k steps" if k_iters < 4 else "") + ": no split")
+            warps_m *= 2
+    block_m, block_n = warps_m * warp_m, warps_n * warp_n
+    steps = [side, note("block tile", f"{block_m}x{block_n}",
+                        f"{warps_m}x{warps_n} warps of {warp_m}x{warp_n} (at least one warp per scheduler, at most "
+                        f"{MAX_BLOCK_WARPS} warps); block side {min(block_m, block_n)} vs T_min {t_min:.0f}")]
+    cm = max(MIN_BLOCK_SIDE, 1 << (p.M - 1).bit_length())
+    cn = max(MIN_BLOCK_SIDE, 1 << (p.N - 1).bit_length())
+    if cm < block_m or cn < block_n:
+        block_m, block_n = min(block_m, cm), min(block_n, cn)
+        steps.append(note("clamp to problem", f"{block_m}x{block_n}", f"M={p.M}, N={p.N}: tiles no larger than the "
+                          f"next power of two of the problem (min {MIN_BLOCK_SIDE})"))
+    return (block_m, block_n), steps
 
-    # 8. stages (after split-K: the K steps per slice bound the useful depth)
-    k_slice_iters = cdiv(k_iters, split_k)
-    resident = d.apply("resident blocks per SM", RESIDENT,
-                       "blocks actually sharing an SM: the occupancy limit, or fewer when the grid is smaller "
-                       "than the machine (they alone must hide the latency, and they share its shared memory)",
-                       post=int, blocks_per_sm=bps, tiles=tiles, split_k=split_k, sm_count=gpu.sm_count)
-    inflight = d.apply("bytes in flight per SM", INFLIGHT,
-                       "Little's law: loaded memory latency x the rate an SM consumes operand bytes at its tensor peak",
-                       mem_latency_ns=gpu.mem_latency_ns, tc_flops_per_clk_sm=rate, clock_hz=gpu.clock_hz, I_block=i_block)
-    stages = d.apply("stages (latency)", STAGES, "one stage computing plus enough stages in flight, shared by the "
-                     "resident blocks", post=int, inflight=inflight, blocks_per_sm=resident, stage_bytes=stage_bytes)
-    stages_max = d.apply("stages (smem)", STAGES_SMEM, "what fits in a resident block's share of shared memory",
-                         post=lambda v: int(min(v, gpu.smem_per_block // stage_bytes)),
-                         smem_per_sm=gpu.smem_per_sm, blocks_per_sm=resident,
-                         smem_reserved_per_block=gpu.smem_reserved_per_block, stage_bytes=stage_bytes)
-    stages = int(max(2, min(stages, stages_max, max(2, k_slice_iters))))
-    d.note("stages", stages, f"clamped to [2, min(smem fit {stages_max}, K steps per slice {k_slice_iters})]")
-    if plain_copies and stages > 2:
-        stages = d.note("stages (element copies)", 2,
-                        "element-wise copies keep every prefetched element in a register until it is stored "
-                        "(ptxas: 174 registers at 2 stages, spills from 6 on 255x511x301 bf16): 2 stages")
 
-    # 10. rasterization
-    tiles_m = cdiv(p.M, block_m)
-    group_m = 1
-    if tiles_m > 1 and tiles > 1:
-        group_m = d.apply("group-M", GROUP_M,
-                          "rows of tiles per raster group: a wave of W blocks touching G row panels of A and W/G "
-                          "column panels of B has the smallest footprint when G*block_m = (W/G)*block_n",
-                          post=lambda v: int(min(tiles_m, max(1, round(v)))), slots=slots, tiles=tiles,
-                          block_n=block_n, block_m=block_m)
-    else:
-        d.note("group-M", 1, "a single row of tiles: plain order")
+def wave_fill(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_n: int, block_k: int,
+              warp_m: int, warp_n: int) -> tuple[tuple[int, int], list[Step]]:
+    """Step 5: halve the block tile (the larger side first, N on ties: keeps rows of B long for
+    coalescing) while the tiles cannot fill the SM slots and the model predicts a gain."""
+    quiet = NullDerivation()
+    best = plan_tile(p, gpu, mma, block_m, block_n, block_k, warp_m, warp_n, quiet)
+    min_side = max(2 * mma.m, ILP_WARP_MIN)
+    steps = []
+    while True:
+        _, pred_cur, tiles, slots = best
+        if tiles >= slots:
+            break
+        options = []
+        if block_n > min_side and cdiv(p.N, block_n // 2) > cdiv(p.N, block_n):
+            options.append((block_m, block_n // 2))
+        if block_m > min_side and cdiv(p.M, block_m // 2) > cdiv(p.M, block_m):
+            options.append((block_m // 2, block_n))
+        if not options:
+            break
+        bm, bn = max(options, key=lambda t: (t[1] < block_n) if block_n >= block_m else (t[0] < block_m))
+        cand = plan_tile(p, gpu, mma, bm, bn, block_k, warp_m, warp_n, quiet)
+        if cand[1].time_us >= pred_cur.time_us:
+            steps.append(note("wave fill", f"keep {block_m}x{block_n}",
+                              f"{tiles} tiles for {slots:.0f} slots, but halving to {bm}x{bn} would not help: model "
+                              f"{cand[1].time_us:.1f} us vs {pred_cur.time_us:.1f} us: no predicted gain"))
+            break
+        steps.append(note("wave fill", f"{bm}x{bn}",
+                          f"{tiles} tiles cannot fill {slots:.0f} SM slots; halving the larger side -> {cand[2]} tiles, "
+                          f"model {pred_cur.time_us:.1f} -> {cand[1].time_us:.1f} us", "tiles < sm_count * blocks_per_sm"))
+        block_m, block_n, best = bm, bn, cand
+    return (block_m, block_n), steps
 
-    # 11. vectors and padding
+
+# ---- steps 6-11 for one block tile ---------------------------------------------------------------
+def plan_tile(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_n: int, block_k: int,
+              warp_m: int, warp_n: int, d: Derivation):
+    """Steps 6-11 for a given block tile: block_k, occupancy, split-K, stages, raster, vectors,
+    padding; recorded in ``d`` (a ``NullDerivation`` for the candidates of step 5).
+    Returns (schedule, prediction, tiles, slots)."""
+    vector_a = _vector(p.M if p.trans_a else p.K, p.in_bytes)   # vectors first: a copy path without
+    vector_b = _vector(p.K if p.trans_b else p.N, p.in_bytes)   # cp.async costs registers and stages
+    plain_copies = sum(1 for v in (vector_a, vector_b) if v * p.in_bytes < 4)
+    wm, wn = min(warp_m, block_m), min(warp_n, block_n)
+    warps_m, warps_n = block_m // wm, block_n // wn
+    block_k = d.record(block_k_step(p, mma, block_k, plain_copies))
+    (a_rows, a_cols, pad_a), (b_rows, b_cols, pad_b) = smem_tiles(p, block_m, block_n, block_k)
+    stage_bytes = STAGE_BYTES(a_rows=a_rows, a_cols=a_cols, pad_a=pad_a, b_rows=b_rows, b_cols=b_cols, pad_b=pad_b,
+                              elem_bytes=p.in_bytes)
+    regs = d.record(registers(gpu, mma, wm, wn, plain_copies))
+    bps = d.record(occupancy(gpu, warps_m * warps_n, regs, stage_bytes))
+    slots, tiles, i_block = d.record(fill(p, gpu, mma, block_m, block_n, bps))
+    k_iters = cdiv(p.K, block_k)
+    split_k = d.record(split_k_step(p, tiles, slots, k_iters))
+    resident, stages = d.record(pipeline_stages(p, gpu, mma, bps, tiles, split_k, i_block, stage_bytes,
+                                                cdiv(k_iters, split_k), plain_copies))
+    group_m = d.record(raster(p, slots, tiles, block_m, block_n))
     vector_c = 2 if p.N % 2 == 0 else 1
-    d.note("vector width", f"A {vector_a * b} B, B {vector_b * b} B, C {vector_c} elts",
-           "widest cp.async (16/8/4 bytes) that divides the row length, so no copy straddles a row end; "
-           "C stores pairs (the MMA fragment holds 2 adjacent columns)")
-    d.note("smem padding", f"A +{pad_a}, B +{pad_b} elements",
-           "row stride in 4-byte words = 4 mod 8 where tile rows run along M or N, = 8 mod 16 for TF32 tiles "
-           "whose rows run along K: the 32 lanes of a fragment load hit 32 different banks; pads are multiples "
-           "of 16 bytes so cp.async stays aligned")
+    d.record(vectors_and_padding(p, vector_a, vector_b, vector_c, pad_a, pad_b))
     smem_bytes = stages * stage_bytes
-    d.note("shared memory", f"{smem_bytes} B", f"{stages} stages x {stage_bytes} B per stage")
-    bps_smem = int(gpu.smem_per_sm // (smem_bytes + gpu.smem_reserved_per_block))
-    if bps_smem < bps:
-        # deeper pipelines only where fewer blocks than the occupancy limit are resident anyway
-        bps = d.note("blocks per SM (final)", bps_smem, f"{stages} stages leave room for {bps_smem} blocks; "
-                     f"the grid keeps at most {resident} per SM busy")
+    bps = d.record(shared_memory(gpu, stages, stage_bytes, bps, resident))
     schedule = Schedule(
-        arch=gpu.arch, mma=mma, block_m=block_m, block_n=block_n, block_k=block_k, warps_m=wgm, warps_n=wgn,
+        arch=gpu.arch, mma=mma, block_m=block_m, block_n=block_n, block_k=block_k, warps_m=warps_m, warps_n=warps_n,
         stages=stages, smem_layout="pad", smem_pad_a=pad_a, smem_pad_b=pad_b, smem_bytes=int(smem_bytes),
         vector_a=vector_a, vector_b=vector_b, vector_c=vector_c, split_k=split_k, group_m=group_m,
         regs_per_thread=regs, blocks_per_sm=bps)
     return schedule, predict(p, schedule, gpu), int(tiles), int(slots)
+
+
+def block_k_step(p: GemmProblem, mma: MmaInstr, block_k: int, plain_copies: int) -> tuple[int, list[Step]]:
+    """Step 6: one 128-byte line per tile row per stage (at most K rounded up to the MMA k); MMA k
+    when an operand is copied element by element (a stage then holds as few as possible)."""
+    _, line = formula_step("block_k", BLOCK_K, f"one {LINE_BYTES}-byte line per tile row per stage (full coalescing), "
+                           f"at most K rounded up to the MMA k={mma.k}", post=lambda v: block_k, line_bytes=LINE_BYTES,
+                           elem_bytes=p.in_bytes)
+    if not (plain_copies and block_k > mma.k):
+        return block_k, [line]
+    return mma.k, [line, note("block_k (element copies)", mma.k,
+                              "a 16-bit operand with rows of odd length cannot use cp.async (4-byte minimum): its "
+                              "elements pass through registers, so a stage holds as few as possible: block_k = MMA k")]
+
+
+def registers(gpu: GPUModel, mma: MmaInstr, wm: int, wn: int, plain_copies: int) -> tuple[int, Step]:
+    """Step 7a: registers per thread, fitted to ptxas (``REGS``), at most the per-thread limit."""
+    return formula_step("registers per thread", REGS,
+                        "accumulators + A/B fragments + ~40 for addresses and loop state (+24 per operand copied "
+                        "without cp.async); fitted to ptxas, which the kernel's launch bounds then hold to",
+                        post=lambda v: int(min(v, gpu.max_regs_per_thread)),
+                        acc_regs=wm * wn // 32, frag_a_regs=FRAG_A_REGS, mma_tiles_m=wm // mma.m, frag_b_regs=FRAG_B_REGS,
+                        mma_tiles_n=wn // mma.n, overhead_regs=OVERHEAD_REGS, plain_copy_regs=PLAIN_COPY_REGS,
+                        plain_copies=plain_copies)
+
+
+def occupancy(gpu: GPUModel, warps: int, regs: int, stage_bytes: int) -> tuple[int, list[Step]]:
+    """Step 7b: blocks per SM, the least of the register, thread, shared-memory and block limits."""
+    bps_regs, by_regs = formula_step("blocks/SM (registers)", BPS_REGS,
+                                     "register file / registers per block (256-register warp granules)",
+                                     regs_per_sm=gpu.regs_per_sm, warps=warps, regs=regs,
+                                     reg_alloc_unit=gpu.reg_alloc_unit)
+    bps_threads, by_threads = formula_step("blocks/SM (threads)", BPS_THREADS, "resident threads per SM / threads per block",
+                                           max_threads_per_sm=gpu.max_threads_per_sm, threads=32 * warps)
+    bps_smem, by_smem = formula_step("blocks/SM (smem)", BPS_SMEM, "shared memory per SM / (at least 2 stages + 1 KB "
+                                     "reserved)", smem_per_sm=gpu.smem_per_sm, stage_bytes=stage_bytes,
+                                     smem_reserved_per_block=gpu.smem_reserved_per_block)
+    limits = {"registers": bps_regs, "threads": bps_threads, "smem": bps_smem, "block limit": gpu.max_blocks_per_sm}
+    bps = int(min(limits.values()))
+    return bps, [by_regs, by_threads, by_smem,
+                 note("blocks per SM", bps, "min of " + ", ".join(f"{k} {int(v)}" for k, v in limits.items()))]
+
+
+def fill(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_n: int,
+         bps: int) -> tuple[tuple[float, float, float], list[Step]]:
+    """Step 7c: the SM slots, the output tiles and the block's L2 intensity."""
+    slots, by_slots = formula_step("SM slots", SLOTS, "blocks that run at once", sm_count=gpu.sm_count, blocks_per_sm=bps)
+    tiles, by_tiles = formula_step("output tiles", TILES, "blocks of C", M=p.M, N=p.N, block_m=block_m, block_n=block_n)
+    i_block, intensity = formula_step("block intensity", BLOCK_INTENSITY, f"FLOP per byte streamed from L2 "
+                                      f"(B_l2 = {gpu.balance(p.dtype, 'l2', mma.family):.1f})",
+                                      block_m=block_m, block_n=block_n, elem_bytes=p.in_bytes)
+    return (slots, tiles, i_block), [by_slots, by_tiles, intensity]
+
+
+def split_k_step(p: GemmProblem, tiles: int, slots: float, k_iters: int) -> tuple[int, Step]:
+    """Step 8: split K so the slots fill when the tiles fill under half of them and K is long,
+    unless the output is 16-bit or the epilogue is non-linear (partial sums add atomically)."""
+    if not (tiles < slots / 2 and k_iters >= MIN_SPLIT_K_ITERS):
+        return 1, note("split-K", 1, f"tiles fill {min(tiles / slots, 1):.0%} of one wave"
+                       + (f" and K has only {k_iters} block_k steps" if k_iters < MIN_SPLIT_K_ITERS else "") + ": no split")
+    if p.out_bytes < 4:
+        return 1, note("split-K", 1, f"tiles fill {tiles / slots:.0%} of the slots, but partial sums added atomically "
+                       f"into a {p.out_dtype} output would be rounded to 16 bits at every add")
+    if p.activation != "none":
+        return 1, note("split-K", 1, f"tiles fill {tiles / slots:.0%} of the slots, but a {p.activation} epilogue "
+                       "cannot be applied to partial sums")
+    return formula_step("split-K", SPLIT_K, "tiles fill under half of the SM slots: split K so the slots fill, keeping "
+                        ">= 2 block_k iterations per slice (partial sums add atomically)",
+                        post=lambda v: max(1, int(v)), slots=slots, tiles=tiles, k_iters=k_iters)
+
+
+def pipeline_stages(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, bps: int, tiles: int, split_k: int, i_block: float,
+                    stage_bytes: int, k_slice_iters: int, plain_copies: int) -> tuple[tuple[int, int], list[Step]]:
+    """Step 9 (after split-K: the K steps per slice bound the useful depth): Little's law, within the
+    resident blocks' share of shared memory.  Returns (resident blocks per SM, stages)."""
+    rate = gpu.tc_flops_per_clk_sm(mma.family, p.dtype)
+    resident, by_resident = formula_step(
+        "resident blocks per SM", RESIDENT, "blocks actually sharing an SM: the occupancy limit, or fewer when the grid "
+        "is smaller than the machine (they alone must hide the latency, and they share its shared memory)",
+        post=int, blocks_per_sm=bps, tiles=tiles, split_k=split_k, sm_count=gpu.sm_count)
+    inflight, by_inflight = formula_step(
+        "bytes in flight per SM", INFLIGHT, "Little's law: loaded memory latency x the rate an SM consumes operand "
+        "bytes at its tensor peak", mem_latency_ns=gpu.mem_latency_ns, tc_flops_per_clk_sm=rate, clock_hz=gpu.clock_hz,
+        I_block=i_block)
+    latency, by_latency = formula_step("stages (latency)", STAGES, "one stage computing plus enough stages in flight, "
+                                       "shared by the resident blocks", post=int, inflight=inflight,
+                                       blocks_per_sm=resident, stage_bytes=stage_bytes)
+    fit, by_smem = formula_step("stages (smem)", STAGES_SMEM, "what fits in a resident block's share of shared memory",
+                                post=lambda v: int(min(v, gpu.smem_per_block // stage_bytes)),
+                                smem_per_sm=gpu.smem_per_sm, blocks_per_sm=resident,
+                                smem_reserved_per_block=gpu.smem_reserved_per_block, stage_bytes=stage_bytes)
+    stages = int(max(MIN_STAGES, min(latency, fit, max(MIN_STAGES, k_slice_iters))))
+    steps = [by_resident, by_inflight, by_latency, by_smem,
+             note("stages", stages, f"clamped to [{MIN_STAGES}, min(smem fit {fit}, K steps per slice {k_slice_iters})]")]
+    if plain_copies and stages > PLAIN_COPY_STAGES:
+        stages = PLAIN_COPY_STAGES
+        steps.append(note("stages (element copies)", stages,
+                          "element-wise copies keep every prefetched element in a register until it is stored "
+                          "(ptxas: 174 registers at 2 stages, spills from 6 on 255x511x301 bf16): 2 stages"))
+    return (resident, stages), steps
+
+
+def raster(p: GemmProblem, slots: float, tiles: float, block_m: int, block_n: int) -> tuple[int, Step]:
+    """Step 10: group-M rasterization, the tile rows per group that minimise a wave's L2 footprint."""
+    tiles_m = cdiv(p.M, block_m)
+    if tiles_m <= 1 or tiles <= 1:
+        return 1, note("group-M", 1, "a single row of tiles: plain order")
+    return formula_step("group-M", GROUP_M, "rows of tiles per raster group: a wave of W blocks touching G row panels "
+                        "of A and W/G column panels of B has the smallest footprint when G*block_m = (W/G)*block_n",
+                        post=lambda v: int(min(tiles_m, max(1, round(v)))), slots=slots, tiles=tiles,
+                        block_n=block_n, block_m=block_m)
+
+
+def vectors_and_padding(p: GemmProblem, vector_a: int, vector_b: int, vector_c: int, pad_a: int,
+                        pad_b: int) -> tuple[tuple[int, int, int], list[Step]]:
+    """Step 11a: the copy widths (``_vector``) and the bank-conflict-free row pads (``smem_tiles``)."""
+    b = p.in_bytes
+    return (vector_a, vector_b, vector_c), [
+        note("vector width", f"A {vector_a * b} B, B {vector_b * b} B, C {vector_c} elts",
+             "widest cp.async (16/8/4 bytes) that divides the row length, so no copy straddles a row end; "
+             "C stores pairs (the MMA fragment holds 2 adjacent columns)"),
+        note("smem padding", f"A +{pad_a}, B +{pad_b} elements",
+             "row stride in 4-byte words = 4 mod 8 where tile rows run along M or N, = 8 mod 16 for TF32 tiles "
+             "whose rows run along K: the 32 lanes of a fragment load hit 32 different banks; pads are multiples "
+             "of 16 bytes so cp.async stays aligned")]
+
+
+def shared_memory(gpu: GPUModel, stages: int, stage_bytes: int, bps: int, resident: int) -> tuple[int, list[Step]]:
+    """Step 11b: the ring's shared memory, and the blocks per SM it leaves room for (deeper pipelines
+    only where fewer blocks than the occupancy limit are resident anyway)."""
+    smem_bytes = stages * stage_bytes
+    steps = [note("shared memory", f"{smem_bytes} B", f"{stages} stages x {stage_bytes} B per stage")]
+    bps_smem = int(gpu.smem_per_sm // (smem_bytes + gpu.smem_reserved_per_block))
+    if bps_smem < bps:
+        bps = bps_smem
+        steps.append(note("blocks per SM (final)", bps_smem, f"{stages} stages leave room for {bps_smem} blocks; "
+                          f"the grid keeps at most {resident} per SM busy"))
+    return bps, steps
 
 
 def check_schedule(p: GemmProblem, s: Schedule, gpu: GPUModel) -> list[str]:
@@ -389,7 +475,9 @@ def check_schedule(p: GemmProblem, s: Schedule, gpu: GPUModel) -> list[str]:
         out.append(f"{s.regs_per_thread} registers > {gpu.max_regs_per_thread:.0f}")
     if s.blocks_per_sm * s.threads_per_block * s.regs_per_thread > gpu.regs_per_sm:
         out.append("register file overflow at the stated blocks per SM")
-    if s.mma.family == "wgmma":     # each consumer warpgroup owns a 64 x wgmma-N slab (rows along N if swapped)
+    if s.mma.family == "wgmma" and s.hopper is None:
+        out.append("a wgmma schedule without its Hopper plan (schedule.hopper)")
+    elif s.mma.family == "wgmma":   # each consumer warpgroup owns a 64 x wgmma-N slab (rows along N if swapped)
         rows, cols = (s.block_n, s.block_m) if s.swap_ab else (s.block_m, s.block_n)
         if rows % (s.consumer_warpgroups * s.mma.m) or cols % s.mma.n or s.block_k % s.mma.k:
             out.append(f"tile {s.block_m}x{s.block_n}x{s.block_k} is not a multiple of warpgroups x wgmma shape")

@@ -3,61 +3,98 @@
 Used by ``configure()`` when the target has wgmma (unless ``NOVA_HOPPER=0``).
 The kernel it configures is ``nova/codegen/gemm_hopper.py``: one producer warpgroup (TMA), C
 consumer warpgroups each owning a 64 x N slab (wgmma m64nNk), a ring of S stages of 128-byte
-swizzled K panels, a persistent grid.  Decisions, in order:
+swizzled K panels, a persistent grid.  Every decision the kernel and its launch need is made here
+and stored in the ``Schedule`` (``Schedule.hopper``: operand roles, TMA boxes, setmaxnreg targets,
+the shared-memory ring, the grid); codegen and the runtime only read it.  One function per step,
+each returning its decision and the derivation row(s) that explain it:
 
- 1. instruction        wgmma.m64nNk{8,16}, FP32 accumulate; TF32 rounding by the TMA unit (TFLOAT32 maps)
- 2. operand roles      which operand is the wgmma A (registers for 32-bit MN-major data: C^T = B^T A^T)
- 3. register budget    the producer keeps 56 registers/thread (setmaxnreg.dec); the consumers share the rest
- 4. consumer WGs, N    largest N <= 256 whose N/2 accumulators + overhead fit; as many WGs as fit the budget
- 5. smem traffic       bytes/clock the wgmma operand reads + TMA writes need at the tensor peak vs 128 B/clk:
-                       the reason N = 256 (80 + 48 = 128 B/clk for TF32) beats N = 128 (96 + 64 = 160)
- 6. tile and split     of the few tile shapes (1-2 WGs x N, N/2, N/4) and K splits, the one step 13's model
-                       predicts fastest (smaller tiles or K slices give idle SMs work at a price)
- 7. stages             as many as fit the per-block shared memory (a deeper ring only hides more latency)
- 8. TMA boxes          [BK = 128 B of K] x [block_m] and x [block_n], 128-byte swizzle = the wgmma descriptor layout
- 9. cluster            1x1 (multicast not generated yet)
-10. grid               persistent: min(tiles x K slices, SMs) CTAs walk the work units
-11. rasterization      group-M, as for the mma.sync path
-12. operand prep       which operands need a transpose/pad pass (TMA needs 16-byte aligned rows)
-13. prediction         max(tensor x smem cap, L2 fills at each SM's port, DRAM) + first fill + epilogues
-                       + prep + split-K + launches (``time_terms``, ``total_time``)
+ 1. instruction          wgmma.m64nNk{8,16}, FP32 accumulate; TF32 rounding by the TMA unit (TFLOAT32 maps)
+ 2. operand roles        which operand is the wgmma A (registers for 32-bit MN-major data: C^T = B^T A^T),
+                         which needs a prep pass, the tensor maps' element type (``operand_plan``)
+ 3. consumer registers   the producer keeps 56 registers/thread (setmaxnreg.dec); as many consumer
+                         warpgroups as the rest lets hold the widest wgmma N
+ 4. warpgroup tile       largest N <= 256 whose N/2 accumulators + overhead fit the consumers' share
+ 5. smem traffic         bytes/clock the wgmma operand reads + TMA writes need at the tensor peak vs 128 B/clk:
+                         the reason N = 256 (80 + 48 = 128 B/clk for TF32) beats N = 128 (96 + 64 = 160)
+ 6. smem-bound fraction  the fraction of the tensor peak shared memory can feed
+ 7. clamp N              no wgmma N wider than the next power of two of its extent (shown when it clamps)
+ 8. tile and split       of the few tile shapes (1-2 WGs x N, N/2, N/4) and K splits, the one the
+                         prediction's model (step 15) predicts fastest; rows: output tiles, split-K
+ 9. stages               as many as fit the per-block shared memory (a deeper ring only hides more latency)
+10. TMA boxes            [BK = 128 B of K] x [block_m] and x [block_n], 128-byte swizzle = the wgmma descriptor layout
+11. cluster              1x1 (multicast not generated yet)
+12. grid                 persistent: min(tiles x K slices, SMs) CTAs walk the work units
+13. group-M              rasterization, as for the mma.sync path (shown when there are tile rows to group)
+14. operand prep         which operands need a transpose/pad pass (TMA needs 16-byte aligned rows)
+15. prediction           max(tensor x smem cap, L2 fills at each SM's port, DRAM) + first fill + epilogues
+                         + prep + split-K + launches (``time_terms``, ``total_time``; recorded by ``configure``)
+Explain prints the rows it records in this order, numbered as printed (steps 7 and 13 may be absent).
 """
 from __future__ import annotations
 
 import math
 
 from nova.configurator.cost import cdiv
+from nova.configurator.derivation import Derivation, formula_step, note
 from nova.configurator.problem import GemmProblem
-from nova.configurator.schedule import MmaInstr, Prediction, Schedule
+from nova.configurator.schedule import (HopperPlan, MmaInstr, OperandPlan, OperandPrep, OperandRole, Prediction,
+                                        Schedule, SmemRing, Step, TmaBox)
 from nova.hwmodel.formula import Formula
 
-WG_THREADS = 128
-PRODUCER_REGS = 56            # producer warpgroup after setmaxnreg.dec: one thread issues the TMA loads (at 40
-                              # ptxas spilled the producer's address math on some shapes, e.g. 8192x1536x512 bf16)
-SETMAXNREG_MAX = 232          # registers a thread may hold after setmaxnreg.inc (less than 255: PTX ISA)
-CONSUMER_OVERHEAD_REGS = 40   # descriptors, ring counters, epilogue addresses; ptxas: 168 regs at N=256 (128 acc)
-SWIZZLE = 128                 # bytes of K per smem row = TMA box inner extent = 128B swizzle span
-SLACK = 1024                  # runtime alignment of the ring to 1024 B (128B-swizzle atom)
+ARCH = "sm_90a"                # wgmma and setmaxnreg need the architecture-specific target
+WG_THREADS = 128               # threads per warpgroup
+WARPS_PER_WARPGROUP = WG_THREADS // 32
+WGMMA_M = 64                   # wgmma rows per consumer warpgroup
+PRODUCER_WARPS = WARPS_PER_WARPGROUP   # the producer is one warpgroup
+PRODUCER_REGS = 56             # producer warpgroup after setmaxnreg.dec: one thread issues the TMA loads (at 40
+                               # ptxas spilled the producer's address math on some shapes, e.g. 8192x1536x512 bf16)
+SETMAXNREG_MAX = 232           # registers a thread may hold after setmaxnreg.inc (less than 255: PTX ISA)
+SETMAXNREG_GRANULE = 8         # setmaxnreg counts are multiples of 8 (PTX ISA)
+CONSUMER_OVERHEAD_REGS = 40    # descriptors, ring counters, epilogue addresses; ptxas: 168 regs at N=256 (128 acc)
+MAX_CONSUMER_WARPGROUPS = 2    # 3 would leave too few registers for N = 256 (step 4)
+MIN_WGMMA_N = 64               # the narrowest tile N the rules consider
+SWIZZLE = 128                  # bytes of K per smem row = TMA box inner extent = 128B swizzle span
+RING_ALIGN = 1024              # the ring starts on a 1024-byte boundary (128B-swizzle atom): that much slack
+MIN_STAGES, MAX_STAGES = 2, 8  # one slot landing while one computes; deeper rings gain nothing measurable
+MIN_SLICE_K_TILES = 8          # a K slice streams >= 8 K tiles: the ring fill and the atomic epilogue amortise
+LAUNCH_S = 5e-6                # per kernel launch (the memset of split-K, each prep pass)
 
-CONSUMER_REGS = Formula("consumer_regs", "floor((regs_per_sm - 128 * producer_regs) / (128 * wgs) / 8) * 8")
+CONSUMER_REGS = Formula("consumer_regs", f"floor((regs_per_sm - {WG_THREADS} * producer_regs) / ({WG_THREADS} * wgs) "
+                                         f"/ {SETMAXNREG_GRANULE}) * {SETMAXNREG_GRANULE}")
+SMEM_TRAFFIC = Formula("smem_traffic", "rate * elem_bytes * ((64 + N) / (128 * N) + (block_m + N) / (2 * block_m * N))")
+SMEM_CAP = Formula("smem_cap", "Min(1, smem_bytes_per_clk / smem_traffic)")
+STAGES = Formula("stages", f"floor((smem_per_block - {RING_ALIGN}) / ((block_m + N) * {SWIZZLE}))")
+GROUP_M = Formula("group_m", "sqrt(Min(sm_count, tiles) * block_n / block_m)")
 
 
+# ---- registers ---------------------------------------------------------------------------------
 def consumer_regs(regs_per_sm: int, wgs: int) -> int:
     """setmaxnreg target of each consumer thread: what the producer gives back, shared by ``wgs``
     consumer warpgroups, a multiple of 8, at most SETMAXNREG_MAX."""
     return min(SETMAXNREG_MAX, int(CONSUMER_REGS(regs_per_sm=regs_per_sm, producer_regs=PRODUCER_REGS, wgs=wgs)))
-SMEM_TRAFFIC = Formula("smem_traffic", "rate * elem_bytes * ((64 + N) / (128 * N) + (block_m + N) / (2 * block_m * N))")
-SMEM_CAP = Formula("smem_cap", "Min(1, smem_bytes_per_clk / smem_traffic)")
-STAGES = Formula("stages", "floor((smem_per_block - 1024) / ((block_m + N) * 128))")
-GROUP_M = Formula("group_m", "sqrt(Min(sm_count, tiles) * block_n / block_m)")
 
 
-MIN_SLICE_K_TILES = 8          # a K slice streams >= 8 K tiles: the ring fill and the atomic epilogue amortise
-LAUNCH_S = 5e-6                # per kernel launch (the memset of split-K, each prep pass)
+def entry_regs(regs_per_sm: int, wgs: int) -> int:
+    """Registers per thread at launch (the kernel's maxnreg; setmaxnreg then moves them from the
+    producer to the consumers): the register file shared by the largest block (a producer and
+    MAX_CONSUMER_WARPGROUPS consumers), a multiple of 8, and no more than the consumers' target
+    (or setmaxnreg.inc would lower it)."""
+    largest_block = WG_THREADS * (1 + MAX_CONSUMER_WARPGROUPS)
+    return min(consumer_regs(regs_per_sm, wgs), regs_per_sm // largest_block // SETMAXNREG_GRANULE * SETMAXNREG_GRANULE)
 
 
+def widest_n(regs: int, n_max: int) -> int:
+    """The largest wgmma N (halving from ``n_max``, at least 8) whose N/2 FP32 accumulators plus
+    CONSUMER_OVERHEAD_REGS fit ``regs`` registers."""
+    n = n_max
+    while n > 8 and n // 2 + CONSUMER_OVERHEAD_REGS > regs:
+        n //= 2
+    return n
+
+
+# ---- the model (step 15) -------------------------------------------------------------------------
 def smem_cap(p: GemmProblem, gpu, block_i: int, n: int) -> float:
-    """Fraction of the tensor peak shared memory can feed a block_i x n tile (step 4's formulas)."""
+    """Fraction of the tensor peak shared memory can feed a block_i x n tile (steps 5 and 6's formulas)."""
     rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
     traffic = SMEM_TRAFFIC(rate=rate, elem_bytes=p.in_bytes, N=n, block_m=block_i)
     return float(SMEM_CAP(smem_bytes_per_clk=gpu.smem_bytes_per_clk_sm, smem_traffic=traffic))
@@ -138,168 +175,26 @@ def split_overhead(p: GemmProblem, gpu, split: int) -> float:
     return p.M * p.N * 4 / gpu.dram_bw + split * p.M * p.N * 4 * 2 / gpu.l2_bw
 
 
-def hopper_supported(problem: GemmProblem, gpu) -> tuple[bool, str]:
-    """Whether the Hopper kernel covers ``problem`` on ``gpu`` (else configure() uses mma.sync)."""
-    if "wgmma" not in gpu.features or "tma" not in gpu.features:
-        return False, f"{gpu.name} has no wgmma/TMA"
-    if not gpu.supports("wgmma", problem.dtype):
-        return False, f"no wgmma path for {problem.dtype}"
-    return True, "wgmma + TMA available"
+def prep_bytes(p: GemmProblem, operands: OperandPlan) -> int:
+    """DRAM bytes of the operand-prep passes: each reads and writes its operand once."""
+    return sum(2 * role.rows * role.cols * p.in_bytes for role in (operands.a, operands.b) if role.prep)
 
 
-def configure_hopper(p: GemmProblem, gpu, d):
-    """Steps 1-13 above; returns (schedule, prediction)."""
-    b = p.in_bytes
-    _, n_max, k = gpu.mma_shapes["wgmma"][p.dtype]
-    rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
-    rounding = ("the TMA unit rounds FP32 to nearest TF32 while it copies (tensor maps of type TFLOAT32: "
-                "2.94e-4 error on the H200, as cvt.rna/cuBLAS), free" if p.dtype == "tf32" and p.tf32_rounding == "rna"
-                else "tf32_fast: raw FP32, the tensor core truncates" if p.dtype == "tf32" else "16-bit inputs")
-    d.note("instruction", f"wgmma.m64nNk{k}.f32.{p.dtype}",
-           f"{p.dtype} on {gpu.arch}a: warpgroup MMA from shared memory, FP32 accumulate; {rounding}")
-    plan = operand_plan(p)
-    feeds = ", ".join(f"{op.upper()} {plan[op]['major'].upper()}-major -> {plan[op]['feed']}" for op in ("a", "b"))
-    if plan["swap"]:
-        d.note("operand roles", "C^T = B^T A^T", f"{feeds}: TF32 wgmma reads shared memory only K-major, and only its "
-               "A operand may come from registers, so row-major B (N-major) becomes the wgmma A operand, loaded "
-               "from its TMA tile into registers; wgmma rows run along N, the tile's N side is 64 per warpgroup")
-    else:
-        d.note("operand roles", "C = A B", f"{feeds}" + (": the transpose bit of the descriptor reads MN-major "
-               "16-bit tiles in place" if "smem_t" in feeds else ""))
-    I, J = (p.N, p.M) if plan["swap"] else (p.M, p.N)      # wgmma rows (64 per warpgroup) x wgmma N
-
-    # 2-3. registers -> consumer warpgroups and N
-    choice = None
-    for wgs in (2, 1):
-        regs = consumer_regs(gpu.regs_per_sm, wgs)
-        n = n_max
-        while n > 8 and n // 2 + CONSUMER_OVERHEAD_REGS > regs:
-            n //= 2
-        if choice is None or n * wgs > choice[1] * choice[0]:
-            choice = (wgs, n, regs)
-    wgs, n, regs = choice
-    d.apply("consumer registers", CONSUMER_REGS,
-            f"setmaxnreg: the producer warpgroup keeps {PRODUCER_REGS}, {wgs} consumer warpgroups share the rest "
-            f"(multiple of 8, at most {SETMAXNREG_MAX})", post=lambda v: regs,
-            regs_per_sm=gpu.regs_per_sm, producer_regs=PRODUCER_REGS, wgs=wgs)
-    d.note("warpgroup tile", f"64x{n}",
-           f"largest wgmma N <= {n_max} whose N/2 FP32 accumulators + {CONSUMER_OVERHEAD_REGS} registers fit {regs}; "
-           f"{wgs} consumer warpgroups -> block {64 * wgs}x{n} (3 would leave {int(CONSUMER_REGS(regs_per_sm=gpu.regs_per_sm, producer_regs=PRODUCER_REGS, wgs=3))} "
-           f"registers: N=256 does not fit)")
-    block_m = 64 * wgs
-
-    # 4. shared-memory traffic at the tensor peak (why N = 256)
-    traffic = {}
-    for nn in (n, n // 2):
-        traffic[nn] = SMEM_TRAFFIC(rate=rate, elem_bytes=b, N=nn, block_m=block_m)
-    cap = d.apply("smem traffic", SMEM_TRAFFIC,
-                  f"B/clk per SM the wgmma operand reads (A 64xk, B Nxk per 2*64*N*k FLOP) plus the TMA writes of "
-                  f"a {block_m}x{n} tile need at the tensor peak; N={n // 2} would need {traffic[n // 2]:.0f}",
-                  rate=rate, elem_bytes=b, N=n, block_m=block_m)
-    d.apply("smem-bound fraction", SMEM_CAP, "the fraction of the tensor peak shared memory can feed",
-                       smem_bytes_per_clk=gpu.smem_bytes_per_clk_sm, smem_traffic=cap)
-
-    # 5. fill the machine: of the few tile shapes (warpgroups x wgmma N) and K splits the kernel
-    #    offers, the one the model predicts fastest (smaller tiles or K slices give idle SMs work, at
-    #    the price of more shared-memory/L2 traffic per FLOP, or of zeroing + atomics)
-    jname = "M" if plan["swap"] else "N"
-    n_fit = max(64, 1 << (J - 1).bit_length())
-    if n_fit < n:
-        n = d.note("clamp N", n_fit, f"{jname}={J}: a wgmma N no wider than the next power of two of {jname} (min 64) "
-                   "wastes no MMA work")
-    ktiles = cdiv(p.K, SWIZZLE // b)
-    blocker = split_k_blocker(p)
-    candidates = []
-    for w in sorted({wgs, 1}, reverse=True):
-        for nn in (n, n // 2, n // 4):
-            if nn < 64 or (nn < n and cdiv(J, nn) == cdiv(J, 2 * nn)):
-                continue                                     # narrower N without more tiles: no gain
-            tiles_c = cdiv(I, 64 * w) * cdiv(J, nn)
-            splits = [1]
-            if blocker is None and 2 * tiles_c <= gpu.sm_count:
-                splits.append(max_split(ktiles, gpu.sm_count // tiles_c))
-            for sp in sorted(set(splits)):
-                t = time_terms(p, gpu, 64 * w, nn, sp)
-                slack = t["mma"] + t["l2"] + t["dram"]        # ties on the max: the most slack in the other limits
-                candidates.append((round(total_time(t), 12), slack, -w, -nn, sp, tiles_c))
-    t_best, _, w_neg, n_neg, split, tiles = min(candidates)  # then more warpgroups, wider N, no split
-    wgs, n, block_m = -w_neg, -n_neg, -64 * w_neg
-    table = ", ".join(f"{64 * -c[2]}x{-c[3]}{f' split {c[4]}' if c[4] > 1 else ''} {c[0] * 1e6:.1f}"
-                      for c in sorted(candidates))
-    d.note("tile and split", f"{block_m}x{n}" + (f", split-K {split}" if split > 1 else ""),
-           f"tiles are (wgmma rows) x (wgmma N); predicted us (step 13's model: max(the busiest SM's units of padded "
-           f"tile work at the smem-bound rate, the L2 fills, DRAM) + the ring's first fill + epilogues + prep"
-           f"{' + zeroing and atomics' if any(c[4] > 1 for c in candidates) else ''} + launches; on a tie, the "
-           f"candidate with the least mma + L2 + DRAM time): {table}")
-    tiles = d.note("output tiles", tiles, f"ceil({I}/{block_m}) * ceil({J}/{n})")
-    d.note("split-K", split, (f"{split} K slices of {cdiv(ktiles, split)} K tiles add into the zeroed FP32 output with "
-                              "atomics") if split > 1 else (blocker or "the model prefers whole-K tiles"))
-
-    # 6. stages
-    stages = int(d.apply("stages", STAGES, "every stage the per-block shared memory holds after 1 KB of alignment slack: "
-                         "one landing, one computing, the rest hide DRAM/L2 latency", post=int,
-                         smem_per_block=gpu.smem_per_block, block_m=block_m, N=n))
-    stages = max(2, min(stages, 8))
-    smem = SLACK + stages * (block_m + n) * SWIZZLE
-
-    # 7-11
-    bk = SWIZZLE // b
-    extent = {plan["x"]: block_m, plan["y"]: n}
-    boxes = {op: tma_boxes(p, plan[op]["major"], extent[op]) for op in ("a", "b")}
-    d.note("TMA boxes", ", ".join(f"{op.upper()} {boxes[op][2]} x [{boxes[op][1]}x{boxes[op][0]}]" for op in ("a", "b")),
-           f"128-byte swizzled boxes (inner extent 128 B, the span the wgmma descriptors and the register loads "
-           f"address): a K-major tile is one box [tile rows x {bk} of K], an MN-major tile is "
-           f"tile/{SWIZZLE // b} boxes [{bk} of K x {SWIZZLE // b}]; out-of-bounds rows and the K tail read as zero")
-    d.note("cluster", "1x1", "TMA multicast across a cluster is not generated yet")
-    units = tiles * split
-    grid = min(units, gpu.sm_count)
-    d.note("grid", f"persistent, {grid} CTAs",
-           "min(tiles x K slices, SMs) CTAs walk the work units; the ring runs on across them, so the producer loads the next "
-           "tile while the consumers store this one")
-    tiles_m = cdiv(I, block_m)
-    group_m = 1
-    if tiles_m > 1 and tiles > 1:
-        group_m = d.apply("group-M", GROUP_M, "tile rows per raster group: a wave's A and B panels have the smallest "
-                          "L2 footprint when G*block_m = (W/G)*block_n", post=lambda v: int(min(tiles_m, max(1, round(v)))),
-                          sm_count=gpu.sm_count, tiles=tiles, block_n=n, block_m=block_m)
-
-    # 12. operand prep
-    preps = [op.upper() + (" (transpose)" if plan[op]["prep"]["transpose"] else " (pad K)")
-             for op in ("a", "b") if plan[op]["prep"]]
-    prep_bytes = sum(2 * plan[op]["rows"] * plan[op]["cols"] * b for op in ("a", "b") if plan[op]["prep"])
-    d.note("operand prep", ", ".join(preps) or "none",
-           "TMA cannot transpose and needs 16-byte aligned rows: an operand whose rows are not (or a second MN-major "
-           "TF32 operand, which neither registers nor the descriptor can take) goes through one transpose/pad pass "
-           f"into a workspace ({prep_bytes / 1e6:.1f} MB of DRAM traffic)")
-
-    mma = MmaInstr("wgmma", 64, n, k, "f16" if p.dtype == "fp16" else p.dtype)
-    # the Schedule speaks the problem's coordinates: swapped, the wgmma rows (64 per warpgroup) run along N
-    tile_m, tile_n, warps_m, warps_n = (n, block_m, 1, 4 * wgs) if plan["swap"] else (block_m, n, 4 * wgs, 1)
-    s = Schedule(arch="sm_90a", mma=mma, block_m=tile_m, block_n=tile_n, block_k=bk, warps_m=warps_m, warps_n=warps_n,
-                 stages=stages, smem_layout="swizzle128", smem_pad_a=0, smem_pad_b=0, smem_bytes=smem,
-                 vector_a=1, vector_b=1, vector_c=output_vector(p, plan["swap"], split),  # TMA checks A/B bases
-                 split_k=split, group_m=group_m,
-                 regs_per_thread=min(regs, gpu.regs_per_sm // (WG_THREADS * 3) // 8 * 8), blocks_per_sm=1, cluster_m=1, cluster_n=1, consumer_warpgroups=wgs,
-                 producer_warps=4, persistent=True, swap_ab=plan["swap"])
-    return s, predict_hopper(p, gpu, s)
-
-
-def time_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int) -> dict:
+def time_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int, operands: OperandPlan | None = None) -> dict:
     """The model's terms in seconds for a tile of ``block_i`` wgmma rows x wgmma N = ``n`` and
     ``split`` K slices (what the kernel's time depends on; stages, raster and grid do not enter):
     mma, l2, dram (overlapped: the total takes their max), fill, epilogue, prep, split, launches."""
-    plan = operand_plan(p)
-    preps = [op for op in ("a", "b") if plan[op]["prep"]]
-    I, J = (p.N, p.M) if plan["swap"] else (p.M, p.N)
+    operands = operands or operand_plan(p)
+    I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
     units = cdiv(I, block_i) * cdiv(J, n) * split
     main = mainloop_time(p, gpu, block_i, n, units, cdiv(p.K, SWIZZLE // p.in_bytes), split, terms=True)
     t_dram = p.min_bytes / gpu.dram_bw
     return {"mma": main["mma"], "l2": main["l2"], "dram": t_dram, "smem_cap": main["smem_cap"],
             "fill": fill_time(p, gpu, block_i, n, units, dram_bound=t_dram >= max(main["mma"], main["l2"])),
             "epilogue": epilogue_time(p, gpu, block_i, n, units, split, rows=I, cols=J),
-            "prep": sum(2 * plan[op]["rows"] * plan[op]["cols"] * p.in_bytes for op in preps) / gpu.dram_bw,
+            "prep": prep_bytes(p, operands) / gpu.dram_bw,
             "split": split_overhead(p, gpu, split) if split > 1 else 0.0,
-            "launches": 1 + len(preps) + (split > 1)}
+            "launches": 1 + sum(1 for role in (operands.a, operands.b) if role.prep) + (split > 1)}
 
 
 def total_time(t: dict) -> float:
@@ -309,10 +204,10 @@ def total_time(t: dict) -> float:
 
 
 def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
-    """Step 13 for any wgmma schedule: max(tensor peak x smem cap x SM utilisation, L2 fills, DRAM)
+    """Step 15 for any wgmma schedule: max(tensor peak x smem cap x SM utilisation, L2 fills, DRAM)
     + the ring's first fill + the epilogues (not overlapped) + the operand-prep passes at DRAM
     bandwidth + split-K's zeroing and atomics + the launches."""
-    t = time_terms(p, gpu, s.mma.m * s.consumer_warpgroups, s.mma.n, s.split_k)
+    t = time_terms(p, gpu, s.mma.m * s.consumer_warpgroups, s.mma.n, s.split_k, s.hopper.operands)
     total = total_time(t)
     bound = max((t["mma"], "tensor-core"), (t["l2"], "l2"), (t["dram"], "dram"))[1]
     if t["smem_cap"] < 1 and bound == "tensor-core":
@@ -322,17 +217,16 @@ def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
                       terms_us={k: t[k] * 1e6 for k in ("mma", "l2", "dram", "fill", "epilogue", "prep", "split")})
 
 
-# ---- operand plan: where each operand comes from (codegen and runtime follow it)
-def tma_boxes(problem: GemmProblem, major: str, tile_rows: int) -> tuple[int, int, int]:
-    """(box_cols, box_rows, boxes per stage) of one operand's tile: the inner extent is always the
-    128-byte swizzle span.  K-major: one [tile_rows x BK] box; MN-major: tile_rows / (128 B) boxes of
-    [BK x 128 B], side by side along M/N (each 1024-byte aligned: BK rows of 128 B)."""
-    per_row = SWIZZLE // problem.in_bytes
-    if major == "k":
-        return per_row, tile_rows, 1
-    return per_row, per_row, cdiv(tile_rows, per_row)
+def hopper_supported(problem: GemmProblem, gpu) -> tuple[bool, str]:
+    """Whether the Hopper kernel covers ``problem`` on ``gpu`` (else configure() uses mma.sync)."""
+    if "wgmma" not in gpu.features or "tma" not in gpu.features:
+        return False, f"{gpu.name} has no wgmma/TMA"
+    if not gpu.supports("wgmma", problem.dtype):
+        return False, f"no wgmma path for {problem.dtype}"
+    return True, "wgmma + TMA available"
 
 
+# ---- the operand plan (step 2) ---------------------------------------------------------------------
 def k_pad(problem: GemmProblem) -> int:
     """K rounded up so a K-major row is a multiple of 16 bytes (TMA's stride rule)."""
     q = 16 // problem.in_bytes
@@ -347,21 +241,22 @@ def tensor_map_type(problem: GemmProblem) -> str:
     return problem.storage
 
 
-def operand_plan(problem: GemmProblem, prep_rounds: bool = False, transpose_in_kernel: bool = True) -> dict:
+def operand_plan(problem: GemmProblem, prep_rounds: bool = False, transpose_in_kernel: bool = True) -> OperandPlan:
     """Where each operand comes from and how the wgmma reads it (codegen and runtime follow it).
 
     For A and B: ``major`` ("k" or "mn": which index is contiguous in memory), the row-major
     ``[rows, cols]`` tensor the TMA map describes (K-major ``[M|N, K]``, MN-major ``[K, M|N]``),
     ``feed`` (how the wgmma reads the shared tile) and ``prep`` (None, or the pass that writes a
     K-major, K-padded copy first).  ``swap``: the kernel computes C^T = B^T A^T, so wgmma rows run
-    along N (then B is the wgmma A operand, "x", and A is "y").
+    along N (then B is the wgmma A operand, ``x``, and A is ``y``).
 
     Feeds: "smem" (K-major, descriptor), "smem_t" (MN-major, descriptor with the transpose bit:
     16-bit types only), "regs" (MN-major, loaded to registers: the wgmma A operand may come from
     registers, which is how 32-bit MN-major data gets in: TF32 wgmma has no transpose bit).
     A prep pass runs only when TMA cannot read the tensor (contiguous rows not a multiple of 16 B),
     when TF32 has two MN-major operands (only one can go through registers), or when asked
-    (``prep_rounds``: the v0.2 experiment; ``transpose_in_kernel=False``: the v0.4 layout)."""
+    (``prep_rounds``: the v0.2 experiment, whose prep pass rounds to TF32, so the tensor maps are
+    plain FP32; ``transpose_in_kernel=False``: the v0.4 layout)."""
     p = problem
     q = 16 // p.in_bytes                               # elements per 16 bytes (TMA stride rule)
     kp = k_pad(p)
@@ -373,20 +268,250 @@ def operand_plan(problem: GemmProblem, prep_rounds: bool = False, transpose_in_k
         ops[op] = {"dim": dim, "kmajor": kmajor, "prep": rna or not readable}
     if wide and not ops["a"]["kmajor"] and not ops["b"]["kmajor"]:
         ops["a"]["prep"] = True                        # two MN-major TF32 operands: transpose A
-    plan = {}
+    major = {op: "k" if (o["kmajor"] or o["prep"]) else "mn" for op, o in ops.items()}
+    swap = wide and major["b"] == "mn"
+    x, y = ("b", "a") if swap else ("a", "b")
+    feed = {x: "smem" if major[x] == "k" else ("regs" if wide else "smem_t"),
+            y: "smem" if major[y] == "k" else "smem_t"}
+    roles = {}
     for op, o in ops.items():
-        major = "k" if (o["kmajor"] or o["prep"]) else "mn"
-        plan[op] = {
-            "major": major,
-            "rows": o["dim"] if major == "k" else p.K,
-            "cols": (kp if o["prep"] else p.K) if major == "k" else o["dim"],
-            "prep": None if not o["prep"] else {"transpose": not o["kmajor"], "round": rna,
-                                                "src": [o["dim"], p.K] if o["kmajor"] else [p.K, o["dim"]],
-                                                "dst": [o["dim"], kp]},
-        }
-    plan["swap"] = wide and plan["b"]["major"] == "mn"
-    x, y = ("b", "a") if plan["swap"] else ("a", "b")
-    plan[x]["feed"] = "smem" if plan[x]["major"] == "k" else ("regs" if wide else "smem_t")
-    plan[y]["feed"] = "smem" if plan[y]["major"] == "k" else "smem_t"
-    plan["x"], plan["y"] = x, y
-    return plan
+        prep = None
+        if o["prep"]:
+            prep = OperandPrep(transpose=not o["kmajor"], round=rna,
+                               src=(o["dim"], p.K) if o["kmajor"] else (p.K, o["dim"]), dst=(o["dim"], kp))
+        rows, cols = ((o["dim"], kp if o["prep"] else p.K) if major[op] == "k" else (p.K, o["dim"]))
+        roles[op] = OperandRole(major[op], rows, cols, feed[op], prep)
+    return OperandPlan(roles["a"], roles["b"], swap, "f32" if rna else tensor_map_type(p))
+
+
+def tma_box(problem: GemmProblem, major: str, tile_rows: int) -> TmaBox:
+    """One operand's boxes per stage: the inner extent is always the 128-byte swizzle span.
+    K-major: one [tile_rows x BK] box; MN-major: tile_rows / (128 B) boxes of [BK x 128 B], side by
+    side along M/N (each 1024-byte aligned: BK rows of 128 B)."""
+    per_row = SWIZZLE // problem.in_bytes
+    if major == "k":
+        return TmaBox(per_row, tile_rows, 1)
+    return TmaBox(per_row, per_row, cdiv(tile_rows, per_row))
+
+
+# ---- the schedule --------------------------------------------------------------------------------
+def wgmma_schedule(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int, split: int, stages: int,
+                   group_m: int, persistent: bool = True) -> Schedule:
+    """The Hopper schedule of ``wgs`` consumer warpgroups x wgmma N = ``n``, ``split`` K slices and
+    a ``stages``-deep ring: the tile in the problem's coordinates (swapped, the wgmma rows run along
+    N), the TMA boxes, the setmaxnreg targets, the ring and the grid follow from these.  Used by
+    ``configure_hopper`` and by the schedule space (``space.py``)."""
+    k = gpu.mma_shapes["wgmma"][p.dtype][2]
+    block_i = WGMMA_M * wgs                                     # wgmma rows: along M, or N when swapped
+    rows, cols = (p.N, p.M) if operands.swap else (p.M, p.N)
+    units = cdiv(rows, block_i) * cdiv(cols, n) * split
+    extent = {operands.x: block_i, operands.y: n}
+    ring = SmemRing(RING_ALIGN, block_i * SWIZZLE, n * SWIZZLE)
+    plan = HopperPlan(operands, tma_box(p, operands.a.major, extent["a"]), tma_box(p, operands.b.major, extent["b"]),
+                      producer_regs=PRODUCER_REGS, consumer_regs=consumer_regs(gpu.regs_per_sm, wgs), ring=ring,
+                      ctas=min(units, gpu.sm_count) if persistent else units)
+    mma = MmaInstr("wgmma", WGMMA_M, n, k, "f16" if p.dtype == "fp16" else p.dtype)
+    warps = WARPS_PER_WARPGROUP * wgs                           # along the wgmma rows
+    tile_m, tile_n, warps_m, warps_n = (n, block_i, 1, warps) if operands.swap else (block_i, n, warps, 1)
+    return Schedule(arch=ARCH, mma=mma, block_m=tile_m, block_n=tile_n, block_k=SWIZZLE // p.in_bytes,
+                    warps_m=warps_m, warps_n=warps_n, stages=stages, smem_layout="swizzle128", smem_pad_a=0,
+                    smem_pad_b=0, smem_bytes=ring.size(stages), vector_a=1, vector_b=1,   # TMA checks A/B bases
+                    vector_c=output_vector(p, operands.swap, split), split_k=split, group_m=group_m,
+                    regs_per_thread=entry_regs(gpu.regs_per_sm, wgs), blocks_per_sm=1, cluster_m=1, cluster_n=1,
+                    consumer_warpgroups=wgs, producer_warps=PRODUCER_WARPS, persistent=persistent, hopper=plan)
+
+
+# ---- the steps -----------------------------------------------------------------------------------
+def instruction(p: GemmProblem, gpu) -> tuple[tuple[int, int], Step]:
+    """Step 1: wgmma with FP32 accumulation; (widest N, k) of the target's wgmma shape for the dtype."""
+    _, n_max, k = gpu.mma_shapes["wgmma"][p.dtype]
+    rounding = ("the TMA unit rounds FP32 to nearest TF32 while it copies (tensor maps of type TFLOAT32: "
+                "2.94e-4 error on the H200, as cvt.rna/cuBLAS), free" if p.dtype == "tf32" and p.tf32_rounding == "rna"
+                else "tf32_fast: raw FP32, the tensor core truncates" if p.dtype == "tf32" else "16-bit inputs")
+    return (n_max, k), note("instruction", f"wgmma.m64nNk{k}.f32.{p.dtype}",
+                            f"{p.dtype} on {gpu.arch}a: warpgroup MMA from shared memory, FP32 accumulate; {rounding}")
+
+
+def operand_roles(p: GemmProblem) -> tuple[OperandPlan, Step]:
+    """Step 2: ``operand_plan``."""
+    plan = operand_plan(p)
+    feeds = ", ".join(f"{op.upper()} {plan.role(op).major.upper()}-major -> {plan.role(op).feed}" for op in ("a", "b"))
+    if plan.swap:
+        roles, why = "C^T = B^T A^T", (f"{feeds}: TF32 wgmma reads shared memory only K-major, and only its A operand "
+                                       "may come from registers, so row-major B (N-major) becomes the wgmma A operand, "
+                                       "loaded from its TMA tile into registers; wgmma rows run along N, the tile's N "
+                                       "side is 64 per warpgroup")
+    else:
+        roles, why = "C = A B", f"{feeds}" + (": the transpose bit of the descriptor reads MN-major 16-bit tiles in "
+                                              "place" if "smem_t" in feeds else "")
+    return plan, note("operand roles", roles, why)
+
+
+def consumer_registers(gpu, n_max: int) -> tuple[tuple[int, int], Step]:
+    """Step 3: (consumer warpgroups, their setmaxnreg target): of 1..MAX_CONSUMER_WARPGROUPS, the
+    count whose registers hold the most wgmma columns in all (warpgroups x widest N), more
+    warpgroups on a tie."""
+    best = max(range(MAX_CONSUMER_WARPGROUPS, 0, -1),
+               key=lambda w: w * widest_n(consumer_regs(gpu.regs_per_sm, w), n_max))
+    regs = consumer_regs(gpu.regs_per_sm, best)
+    _, step = formula_step("consumer registers", CONSUMER_REGS,
+                           f"setmaxnreg: the producer warpgroup keeps {PRODUCER_REGS}, {best} consumer warpgroups share "
+                           f"the rest (multiple of {SETMAXNREG_GRANULE}, at most {SETMAXNREG_MAX})",
+                           post=lambda v: regs, regs_per_sm=gpu.regs_per_sm, producer_regs=PRODUCER_REGS, wgs=best)
+    return (best, regs), step
+
+
+def warpgroup_tile(gpu, n_max: int, wgs: int, regs: int) -> tuple[int, Step]:
+    """Step 4: the widest wgmma N whose accumulators fit the consumers' registers."""
+    n = widest_n(regs, n_max)
+    one_more = MAX_CONSUMER_WARPGROUPS + 1
+    left = int(CONSUMER_REGS(regs_per_sm=gpu.regs_per_sm, producer_regs=PRODUCER_REGS, wgs=one_more))
+    return n, note("warpgroup tile", f"{WGMMA_M}x{n}",
+                   f"largest wgmma N <= {n_max} whose N/2 FP32 accumulators + {CONSUMER_OVERHEAD_REGS} registers fit "
+                   f"{regs}; {wgs} consumer warpgroups -> block {WGMMA_M * wgs}x{n} ({one_more} would leave {left} "
+                   f"registers: N={n_max} does not fit)")
+
+
+def smem_traffic(p: GemmProblem, gpu, block_i: int, n: int) -> tuple[float, Step]:
+    """Step 5: shared-memory bytes per clock a block_i x n tile needs at the tensor peak (why N = 256)."""
+    rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
+    half = SMEM_TRAFFIC(rate=rate, elem_bytes=p.in_bytes, N=n // 2, block_m=block_i)
+    return formula_step("smem traffic", SMEM_TRAFFIC,
+                        f"B/clk per SM the wgmma operand reads (A 64xk, B Nxk per 2*64*N*k FLOP) plus the TMA writes of "
+                        f"a {block_i}x{n} tile need at the tensor peak; N={n // 2} would need {half:.0f}",
+                        rate=rate, elem_bytes=p.in_bytes, N=n, block_m=block_i)
+
+
+def smem_bound_fraction(gpu, traffic: float) -> tuple[float, Step]:
+    """Step 6: the fraction of the tensor peak shared memory can feed."""
+    return formula_step("smem-bound fraction", SMEM_CAP, "the fraction of the tensor peak shared memory can feed",
+                        smem_bytes_per_clk=gpu.smem_bytes_per_clk_sm, smem_traffic=traffic)
+
+
+def clamp_n(p: GemmProblem, operands: OperandPlan, n: int) -> tuple[int, Step | None]:
+    """Step 7: no wgmma N wider than the next power of two of its extent (at least MIN_WGMMA_N)."""
+    name, extent = ("M", p.M) if operands.swap else ("N", p.N)
+    fit = max(MIN_WGMMA_N, 1 << (extent - 1).bit_length())
+    if fit >= n:
+        return n, None
+    return fit, note("clamp N", fit, f"{name}={extent}: a wgmma N no wider than the next power of two of {name} "
+                     f"(min {MIN_WGMMA_N}) wastes no MMA work")
+
+
+def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int) -> list[tuple]:
+    """Step 8's candidates, each ``(predicted s, mma + L2 + DRAM s, -warpgroups, -N, split, tiles)``:
+    1..wgs warpgroups x N, N/2, N/4 (at least MIN_WGMMA_N; a narrower N only where it makes more
+    tiles), whole K, and when the tiles fill at most half the SMs the largest split that fills them."""
+    I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
+    ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
+    splittable = split_k_blocker(p) is None
+    out = []
+    for w in sorted({wgs, 1}, reverse=True):
+        for nn in (n, n // 2, n // 4):
+            if nn < MIN_WGMMA_N or (nn < n and cdiv(J, nn) == cdiv(J, 2 * nn)):
+                continue                                     # narrower N without more tiles: no gain
+            tiles = cdiv(I, WGMMA_M * w) * cdiv(J, nn)
+            splits = {1}
+            if splittable and 2 * tiles <= gpu.sm_count:
+                splits.add(max_split(ktiles, gpu.sm_count // tiles))
+            for sp in sorted(splits):
+                t = time_terms(p, gpu, WGMMA_M * w, nn, sp, operands)
+                slack = t["mma"] + t["l2"] + t["dram"]        # ties on the max: the most slack in the other limits
+                out.append((round(total_time(t), 12), slack, -w, -nn, sp, tiles))
+    return out
+
+
+def tile_and_split(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int) -> tuple[tuple[int, int, int, int], list[Step]]:
+    """Step 8: of ``tile_candidates`` the one the prediction's model ranks fastest (then more
+    warpgroups, wider N, no split): (warpgroups, N, split, output tiles)."""
+    candidates = tile_candidates(p, gpu, operands, wgs, n)
+    _, _, w_neg, n_neg, split, tiles = min(candidates)
+    wgs, n = -w_neg, -n_neg
+    block_i = WGMMA_M * wgs
+    I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
+    ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
+    table = ", ".join(f"{WGMMA_M * -c[2]}x{-c[3]}{f' split {c[4]}' if c[4] > 1 else ''} {c[0] * 1e6:.1f}"
+                      for c in sorted(candidates))
+    steps = [
+        note("tile and split", f"{block_i}x{n}" + (f", split-K {split}" if split > 1 else ""),
+             f"tiles are (wgmma rows) x (wgmma N); predicted us (the prediction's model: max(the busiest SM's units "
+             f"of padded tile work at the smem-bound rate, the L2 fills, DRAM) + the ring's first fill + epilogues + "
+             f"prep{' + zeroing and atomics' if any(c[4] > 1 for c in candidates) else ''} + launches; on a tie, the "
+             f"candidate with the least mma + L2 + DRAM time): {table}"),
+        note("output tiles", tiles, f"ceil({I}/{block_i}) * ceil({J}/{n})"),
+        note("split-K", split, (f"{split} K slices of {cdiv(ktiles, split)} K tiles add into the zeroed FP32 output "
+                                "with atomics") if split > 1 else (split_k_blocker(p) or "the model prefers whole-K tiles")),
+    ]
+    return (wgs, n, split, tiles), steps
+
+
+def ring_stages(gpu, block_i: int, n: int) -> tuple[int, Step]:
+    """Step 9: as many ring stages as the per-block shared memory holds, within [MIN_STAGES, MAX_STAGES]."""
+    sizes = {"smem_per_block": gpu.smem_per_block, "block_m": block_i, "N": n}
+    fit = int(STAGES(**sizes))
+    cap = f" (at most {MAX_STAGES})" if fit > MAX_STAGES else ""
+    return formula_step("stages", STAGES, "every stage the per-block shared memory holds after 1 KB of alignment "
+                        f"slack: one landing, one computing, the rest hide DRAM/L2 latency{cap}",
+                        post=lambda v: max(MIN_STAGES, min(int(v), MAX_STAGES)), **sizes)
+
+
+def tma_boxes(p: GemmProblem, plan: HopperPlan) -> tuple[tuple[TmaBox, TmaBox], Step]:
+    """Step 10: each operand's TMA boxes (``tma_box`` of its tile, decided in ``wgmma_schedule``)."""
+    bk = per_row = SWIZZLE // p.in_bytes
+    boxes = ", ".join(f"{op.upper()} {plan.box(op).count} x [{plan.box(op).rows}x{plan.box(op).cols}]" for op in ("a", "b"))
+    return (plan.box_a, plan.box_b), note(
+        "TMA boxes", boxes, f"128-byte swizzled boxes (inner extent 128 B, the span the wgmma descriptors and the "
+        f"register loads address): a K-major tile is one box [tile rows x {bk} of K], an MN-major tile is "
+        f"tile/{per_row} boxes [{bk} of K x {per_row}]; out-of-bounds rows and the K tail read as zero")
+
+
+def cluster() -> tuple[tuple[int, int], Step]:
+    """Step 11: no thread-block cluster."""
+    return (1, 1), note("cluster", "1x1", "TMA multicast across a cluster is not generated yet")
+
+
+def persistent_grid(plan: HopperPlan) -> tuple[int, Step]:
+    """Step 12: a persistent grid of min(work units, SMs) CTAs (decided in ``wgmma_schedule``)."""
+    return plan.ctas, note("grid", f"persistent, {plan.ctas} CTAs",
+                           "min(tiles x K slices, SMs) CTAs walk the work units; the ring runs on across them, so the "
+                           "producer loads the next tile while the consumers store this one")
+
+
+def raster_groups(gpu, tiles_i: int, tiles: int, block_i: int, n: int) -> tuple[int, Step | None]:
+    """Step 13: tile rows per raster group (1, not shown, without tile rows to group)."""
+    if tiles_i <= 1 or tiles <= 1:
+        return 1, None
+    return formula_step("group-M", GROUP_M, "tile rows per raster group: a wave's A and B panels have the smallest "
+                        "L2 footprint when G*block_m = (W/G)*block_n", post=lambda v: int(min(tiles_i, max(1, round(v)))),
+                        sm_count=gpu.sm_count, tiles=tiles, block_n=n, block_m=block_i)
+
+
+def operand_prep(p: GemmProblem, operands: OperandPlan) -> tuple[list[str], Step]:
+    """Step 14: the operands that go through a transpose/pad pass (decided in ``operand_plan``)."""
+    preps = [op.upper() + (" (transpose)" if operands.role(op).prep.transpose else " (pad K)")
+             for op in ("a", "b") if operands.role(op).prep]
+    return preps, note("operand prep", ", ".join(preps) or "none",
+                       "TMA cannot transpose and needs 16-byte aligned rows: an operand whose rows are not (or a second "
+                       "MN-major TF32 operand, which neither registers nor the descriptor can take) goes through one "
+                       f"transpose/pad pass into a workspace ({prep_bytes(p, operands) / 1e6:.1f} MB of DRAM traffic)")
+
+
+def configure_hopper(p: GemmProblem, gpu, d: Derivation) -> tuple[Schedule, Prediction]:
+    """Steps 1-14 above, recorded in ``d`` in that order; returns (schedule, prediction)."""
+    n_max, _ = d.record(instruction(p, gpu))
+    operands = d.record(operand_roles(p))
+    wgs, regs = d.record(consumer_registers(gpu, n_max))
+    n = d.record(warpgroup_tile(gpu, n_max, wgs, regs))
+    traffic = d.record(smem_traffic(p, gpu, WGMMA_M * wgs, n))
+    d.record(smem_bound_fraction(gpu, traffic))
+    n = d.record(clamp_n(p, operands, n))
+    wgs, n, split, tiles = d.record(tile_and_split(p, gpu, operands, wgs, n))
+    depth = d.record(ring_stages(gpu, WGMMA_M * wgs, n))
+    raster = raster_groups(gpu, cdiv(p.N if operands.swap else p.M, WGMMA_M * wgs), tiles, WGMMA_M * wgs, n)
+    s = wgmma_schedule(p, gpu, operands, wgs, n, split, depth, group_m=raster[0])
+    d.record(tma_boxes(p, s.hopper))
+    d.record(cluster())
+    d.record(persistent_grid(s.hopper))
+    d.record(raster)
+    d.record(operand_prep(p, operands))
+    return s, predict_hopper(p, gpu, s)

@@ -1,11 +1,16 @@
-"""The ``Schedule``: every decision the code generator needs, and nothing it must re-derive.
+"""The ``Schedule``: every decision the code generator and the runtime need, and nothing they must re-derive.
 
-The configurator produces it (with a prediction and a derivation); codegen consumes it; the
-runtime hashes it into the kernel-cache key.  It is the single source of truth for a kernel.
+The configurator produces it (with a prediction and a derivation); codegen and the runtime only
+read it; the runtime hashes it into the kernel-cache key.  It is the single source of truth for a
+kernel.  The Hopper (wgmma) kernel's further decisions, which depend on the target (its register
+file, its SM count), live in ``Schedule.hopper`` (``HopperPlan``); ``Schedule.from_dict`` rebuilds
+every nested dataclass, so ``from_dict(to_dict())`` round-trips through JSON.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 
 
 @dataclass(frozen=True)
@@ -20,6 +25,112 @@ class MmaInstr:
 
     def __str__(self) -> str:
         return f"{self.family}.m{self.m}n{self.n}k{self.k}.{self.acc_type}.{self.a_type}"
+
+
+# ---- the Hopper kernel's plan (nova/configurator/hopper.py decides it, codegen and runtime read it)
+@dataclass(frozen=True)
+class OperandPrep:
+    """A pass that writes a K-major, K-padded copy of an operand into a workspace before the GEMM
+    (TMA cannot transpose and needs 16-byte aligned rows): ``dst[r, c] = src[c, r]`` if
+    ``transpose`` else ``src[r, c]``, zero for c >= K; ``round``: also round FP32 to nearest TF32."""
+    transpose: bool
+    round: bool
+    src: tuple[int, int]         # the operand as stored, row-major [rows, cols]
+    dst: tuple[int, int]         # [M or N, K padded to 16 bytes]
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "OperandPrep":
+        return cls(d["transpose"], d["round"], tuple(d["src"]), tuple(d["dst"]))
+
+
+@dataclass(frozen=True)
+class OperandRole:
+    """Where one operand of the Hopper kernel comes from and how the wgmma reads it."""
+    major: str                   # "k" | "mn": which index is contiguous in the tensor TMA reads
+    rows: int                    # that tensor, row-major [rows, cols]: [M|N, K] K-major, [K, M|N] MN-major
+    cols: int
+    feed: str                    # "smem" (K-major descriptor) | "smem_t" (descriptor, transpose bit) | "regs"
+    prep: OperandPrep | None     # the pass that writes the tensor first, if any
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "OperandRole":
+        return cls(d["major"], d["rows"], d["cols"], d["feed"],
+                   None if d["prep"] is None else OperandPrep.from_dict(d["prep"]))
+
+
+@dataclass(frozen=True)
+class OperandPlan:
+    """The operand roles (hopper.py step 2): A and B, whether the kernel computes C^T = B^T A^T
+    (``swap``: wgmma rows run along N, B is the wgmma A operand), and the tensor maps' element type."""
+    a: OperandRole
+    b: OperandRole
+    swap: bool
+    tensor_map_type: str         # "tf32" (the TMA unit rounds FP32 to nearest) | "f32" | "bf16" | "f16"
+
+    @property
+    def x(self) -> str:
+        """The operand that is the wgmma A operand (its rows are the wgmma rows): "a", or "b" swapped."""
+        return "b" if self.swap else "a"
+
+    @property
+    def y(self) -> str:
+        """The wgmma B operand."""
+        return "a" if self.swap else "b"
+
+    def role(self, op: str) -> OperandRole:
+        return self.a if op == "a" else self.b
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "OperandPlan":
+        return cls(OperandRole.from_dict(d["a"]), OperandRole.from_dict(d["b"]), d["swap"], d["tensor_map_type"])
+
+
+@dataclass(frozen=True)
+class TmaBox:
+    """One operand's TMA box per ring stage: ``count`` boxes of [rows x cols] elements (cols x the
+    element size = the 128-byte swizzle span), side by side along M/N."""
+    cols: int
+    rows: int
+    count: int
+
+
+@dataclass(frozen=True)
+class SmemRing:
+    """The Hopper kernel's dynamic shared memory: the ring starts at the first ``align``-byte
+    boundary (the 128-byte swizzle atom; ``align`` bytes are reserved for it), then each stage holds
+    the wgmma A operand's tile (``x_bytes``) and the wgmma B operand's (``y_bytes``)."""
+    align: int
+    x_bytes: int
+    y_bytes: int
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.x_bytes + self.y_bytes
+
+    def size(self, stages: int) -> int:
+        """Dynamic shared memory of a ``stages``-deep ring: align + stages x (x_bytes + y_bytes)."""
+        return self.align + stages * self.stage_bytes
+
+
+@dataclass(frozen=True)
+class HopperPlan:
+    """The Hopper kernel's decisions beyond the tiling (hopper.py): operand roles, TMA boxes,
+    setmaxnreg targets, the shared-memory ring and the grid."""
+    operands: OperandPlan
+    box_a: TmaBox
+    box_b: TmaBox
+    producer_regs: int           # setmaxnreg.dec target of the producer warpgroup
+    consumer_regs: int           # setmaxnreg.inc target of each consumer warpgroup
+    ring: SmemRing
+    ctas: int                    # CTAs launched: min(work units, SMs) when persistent, else one per work unit
+
+    def box(self, op: str) -> TmaBox:
+        return self.box_a if op == "a" else self.box_b
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "HopperPlan":
+        return cls(OperandPlan.from_dict(d["operands"]), TmaBox(**d["box_a"]), TmaBox(**d["box_b"]),
+                   d["producer_regs"], d["consumer_regs"], SmemRing(**d["ring"]), d["ctas"])
 
 
 @dataclass(frozen=True)
@@ -49,13 +160,13 @@ class Schedule:
     # --- resources (estimates; ptxas verifies)
     regs_per_thread: int
     blocks_per_sm: int
-    # --- Hopper room (issue 4); defaults mean "not used"
+    # --- the Hopper (wgmma) kernel; defaults mean "not used"
     cluster_m: int = 1
     cluster_n: int = 1
     consumer_warpgroups: int = 0
     producer_warps: int = 0
     persistent: bool = False
-    swap_ab: bool = False          # the kernel computes C^T = B^T A^T: wgmma rows (warps) run along N
+    hopper: HopperPlan | None = None   # the wgmma kernel's plan (None for mma.sync)
 
     # ---- derived quantities (never stored twice)
     @property
@@ -65,6 +176,11 @@ class Schedule:
     @property
     def threads_per_block(self) -> int:
         return 32 * self.warps + 32 * self.producer_warps
+
+    @property
+    def swap_ab(self) -> bool:
+        """The kernel computes C^T = B^T A^T: wgmma rows (warps) run along N."""
+        return self.hopper is not None and self.hopper.operands.swap
 
     @property
     def warp_tile_m(self) -> int:
@@ -89,30 +205,60 @@ class Schedule:
         return self.warp_tile_m * self.warp_tile_n // 32
 
     def grid(self, M: int, N: int) -> tuple[int, int, int]:
-        """Launch grid: (output tiles, 1, split_k).  The kernel maps blockIdx.x to a tile by group-M."""
+        """(output tiles, 1, split_k): the mma.sync kernel's launch grid (it maps blockIdx.x to a tile
+        by group-M); the Hopper kernel's CTAs (``hopper.ctas``) walk these work units."""
         tiles = -(-M // self.block_m) * -(-N // self.block_n)
         return (tiles, 1, self.split_k)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["mma"] = asdict(self.mma)
-        return d
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Schedule":
         d = dict(d)
         d["mma"] = MmaInstr(**d["mma"])
+        if d.get("hopper") is not None:
+            d["hopper"] = HopperPlan.from_dict(d["hopper"])
         return cls(**d)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Step:
-    """One derivation step: what was decided, the formula, its value, and why."""
+    """One derivation step: what was decided, the formula, its value, and why.
+
+    ``formula`` is the formula with this problem's numbers in it, ``symbolic`` its sympy form
+    (``--symbolic``).  ``text`` holds both, or a function that prints them: a step recorded from a
+    ``Formula`` prints them on first use, so deciding a schedule never pays for (or imports sympy
+    for) text nobody reads."""
     step: str
-    formula: str                 # human-readable formula with the numbers substituted
     value: object
     reason: str
-    symbolic: str = ""           # the sympy expression, unevaluated (``--symbolic``)
+    text: "tuple[str, str] | Callable[[], tuple[str, str]]" = field(repr=False)
+
+    @classmethod
+    def note(cls, step: str, formula: str, value, reason: str, symbolic: str = "") -> "Step":
+        """A step whose texts are given."""
+        return cls(step, value, reason, (formula, symbolic))
+
+    @cached_property
+    def _texts(self) -> tuple[str, str]:
+        return self.text() if callable(self.text) else self.text
+
+    @property
+    def formula(self) -> str:
+        return self._texts[0]
+
+    @property
+    def symbolic(self) -> str:
+        return self._texts[1]
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Step):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    def __hash__(self) -> int:
+        return hash((self.step, self.formula, self.reason))
 
     def to_dict(self) -> dict:
         return {"step": self.step, "formula": self.formula, "value": _jsonable(self.value),

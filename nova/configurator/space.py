@@ -14,7 +14,7 @@ analytic pick (``configure``) is from the best.  The space is the cross product 
   split_k        {1, 2, 4, 8}, only into an f32 output without activation, no empty slice
   group_m        {1, 4, 8, 16}, values >= the number of tile rows merged (they raster identically)
 
-Every other field follows from these exactly as in the configurator's ``_plan`` (same helpers and
+Every other field follows from these exactly as in the configurator's ``plan_tile`` (same helpers and
 formulas): cp.async vectors (``_vector``), shared-memory tiles and pads (``smem_tiles``), the
 register estimate (``REGS``) and the blocks per SM, which is the most blocks that fit with that
 many stages:
@@ -30,10 +30,11 @@ the code generator builds (tests/test_space.py checks every candidate with codeg
 ``check_supported``, so this module never imports codegen).  The order is deterministic (sorted
 by the tuple of decisions).
 
-The wgmma (Hopper) family, on a target with wgmma, is built from the analytic pick with
-``dataclasses.replace`` (every field the Hopper rules set and the space does not vary, e.g. the
-operand plan, stays the pick's), in the pick's orientation (``swap_ab`` runs the wgmma rows along
-N: the space works in wgmma rows x wgmma N and maps back to block_m x block_n as the pick does):
+The wgmma (Hopper) family, on a target with wgmma, is built by the Hopper rules' own schedule
+builder (``hopper.wgmma_schedule``: the TMA boxes, setmaxnreg targets, shared-memory ring and grid
+follow from the tiling) with the pick's operand plan, in the pick's orientation (``swap_ab`` runs
+the wgmma rows along N: the space works in wgmma rows x wgmma N and maps back to block_m x block_n
+as the pick does):
 
   consumer WGs   1, 2: 64 wgmma rows each (4 warps per warpgroup), at most the next power of two
                  of the rows' extent (min 64); hopper.py's register rule (N/2 accumulators +
@@ -46,7 +47,7 @@ N: the space works in wgmma rows x wgmma N and maps back to block_m x block_n as
   group_m        {1, the pick's, 8, 16} clamped to the tile rows, as for mma.sync
   grid           persistent; also one CTA per work unit when there are more units than SMs
 
-The Hopper model (hopper.py step 13, ``predict_wgmma``) sees tiles and K slices but not stages,
+The Hopper model (hopper.py's prediction, ``predict_wgmma``) sees tiles and K slices but not stages,
 group-M or the grid, so model ranking breaks its ties toward the Hopper rules' choices: deeper
 rings, persistent.
 """
@@ -56,13 +57,12 @@ import dataclasses
 import itertools
 import random
 import zlib
-from dataclasses import replace
 
 from nova.configurator.cost import cdiv, predict
-from nova.configurator.gemm import (BPS_REGS, BPS_THREADS, LINE_BYTES, OVERHEAD_REGS, PLAIN_COPY_REGS, REGS,
-                                    STAGE_BYTES, _vector, check_schedule, configure, smem_tiles)
-from nova.configurator.hopper import (CONSUMER_OVERHEAD_REGS, SLACK, STAGES, SWIZZLE, consumer_regs, output_vector,
-                                      predict_hopper, split_k_blocker)
+from nova.configurator.gemm import (BPS_REGS, BPS_THREADS, FRAG_A_REGS, FRAG_B_REGS, LINE_BYTES, OVERHEAD_REGS,
+                                    PLAIN_COPY_REGS, REGS, STAGE_BYTES, _vector, check_schedule, configure, smem_tiles)
+from nova.configurator.hopper import (CONSUMER_OVERHEAD_REGS, STAGES, WGMMA_M, consumer_regs, operand_plan,
+                                      predict_hopper, split_k_blocker, wgmma_schedule)
 from nova.configurator.problem import GemmProblem
 from nova.configurator.schedule import MmaInstr, Prediction, Schedule
 from nova.hwmodel import GPUModel, get_target
@@ -123,10 +123,10 @@ def warp_grids(block_m: int, block_n: int, mma: MmaInstr) -> list[tuple[int, int
 
 def _tile_resources(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_n: int, block_k: int,
                     warps_m: int, warps_n: int, plain_copies: int) -> dict:
-    """Registers, stage bytes, pads and the smem-independent blocks/SM limit: ``_plan``'s formulas."""
+    """Registers, stage bytes, pads and the smem-independent blocks/SM limit: ``plan_tile``'s formulas."""
     (a_rows, a_cols, pad_a), (b_rows, b_cols, pad_b) = smem_tiles(p, block_m, block_n, block_k)
     wm, wn = block_m // warps_m, block_n // warps_n
-    regs = int(min(REGS(acc_regs=wm * wn // 32, frag_a_regs=4, mma_tiles_m=wm // mma.m, frag_b_regs=2,
+    regs = int(min(REGS(acc_regs=wm * wn // 32, frag_a_regs=FRAG_A_REGS, mma_tiles_m=wm // mma.m, frag_b_regs=FRAG_B_REGS,
                         mma_tiles_n=wn // mma.n, overhead_regs=OVERHEAD_REGS, plain_copy_regs=PLAIN_COPY_REGS,
                         plain_copies=plain_copies), gpu.max_regs_per_thread))
     warps = warps_m * warps_n
@@ -232,7 +232,7 @@ def _full_space(p: GemmProblem, gpu: GPUModel) -> list[Schedule]:
 
 # ---- the wgmma (Hopper) family
 def wgmma_fits(gpu: GPUModel, wgs: int, n: int) -> bool:
-    """hopper.py step 3: N/2 FP32 accumulators + the consumers' overhead fit their registers."""
+    """hopper.py's register rule (steps 3-4): N/2 FP32 accumulators + the consumers' overhead fit their registers."""
     return n // 2 + CONSUMER_OVERHEAD_REGS <= consumer_regs(gpu.regs_per_sm, wgs)
 
 
@@ -241,30 +241,26 @@ def _wgmma_space(p: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Schedule
     n_top = min(gpu.mma_shapes["wgmma"][p.dtype][1], max(64, _clamp_side(cols)))
     k_iters = cdiv(p.K, pick.block_k)
     splits = _split_options(k_iters, WGMMA_SPLIT_K + (pick.split_k,) if split_k_blocker(p) is None else (1,))
+    operands = operand_plan(p)
     out = []
     for wgs, n, split_k in itertools.product(WGMMA_WARPGROUPS, WGMMA_N, splits):
-        tile_rows = pick.mma.m * wgs
-        if tile_rows > max(pick.mma.m, _clamp_side(rows)) or n > n_top or not wgmma_fits(gpu, wgs, n):
+        tile_rows = WGMMA_M * wgs
+        if tile_rows > max(WGMMA_M, _clamp_side(rows)) or n > n_top or not wgmma_fits(gpu, wgs, n):
             continue
         units = cdiv(rows, tile_rows) * cdiv(cols, n) * split_k                    # tiles x K slices
-        block_m, block_n, warps_m, warps_n = (n, tile_rows, 1, 4 * wgs) if pick.swap_ab else (tile_rows, n, 4 * wgs, 1)
-        tiling = replace(pick, mma=replace(pick.mma, n=n), block_m=block_m, block_n=block_n, warps_m=warps_m,
-                         warps_n=warps_n, consumer_warpgroups=wgs, split_k=split_k,
-                         vector_c=output_vector(p, pick.swap_ab, split_k))
         max_stages = int(STAGES(smem_per_block=gpu.smem_per_block, block_m=tile_rows, N=n))
         groups = _group_options(rows, tile_rows, cols, n, WGMMA_GROUP_M + (pick.group_m,))
         for persistent in (True, False) if units > gpu.sm_count else (True,):
             panels = cdiv(k_iters, split_k) * (cdiv(units, gpu.sm_count) if persistent else 1)  # K tiles a CTA loads
             for stages, group_m in itertools.product(range(2, min(max_stages, max(2, panels)) + 1), groups):
-                s = replace(tiling, stages=stages, smem_bytes=SLACK + stages * (tile_rows + n) * SWIZZLE,
-                            group_m=group_m, persistent=persistent)
+                s = wgmma_schedule(p, gpu, operands, wgs, n, split_k, stages, group_m, persistent)
                 if not check_schedule(p, s, gpu):
                     out.append(s)
     return sorted(out, key=schedule_sort_key)
 
 
 def predict_wgmma(p: GemmProblem, s: Schedule, gpu: GPUModel) -> Prediction:
-    """hopper.py step 13 for any wgmma schedule (argument order of ``cost.predict``)."""
+    """hopper.py's prediction for any wgmma schedule (argument order of ``cost.predict``)."""
     return predict_hopper(p, gpu, s)
 
 

@@ -1,47 +1,61 @@
-"""A formula written once as a sympy expression, shown symbolically and evaluated fast.
+"""A formula written once: evaluated in plain Python, shown as a sympy expression on demand.
 
-``Formula("peak", "sm_count * clock_hz * tc_flops_per_clk")`` keeps the expression for display
-(``--symbolic``) and a lambdified numeric function for evaluation, so derivations stay both
-explainable and well under a millisecond.
+``Formula("peak", "sm_count * clock_hz * tc_flops_per_clk")`` compiles its text into a Python
+function of its symbols (every name except ``ceil``, ``floor``, ``sqrt``, ``log``, ``Min`` and
+``Max``, which are the math functions), so deciding a schedule never imports sympy.  The sympy
+expression is built the first time the formula is shown (``shown``, ``symbolic()``,
+``substituted()``), so a derivation still prints every formula in sympy's form.
+
+The text is evaluated exactly as written, so it is written in the operation order of sympy's
+printed form (``lambdify``'s): tests/test_hwmodel.py checks that both give bit-identical numbers.
 """
 from __future__ import annotations
 
 import math
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
-import sympy
+FUNCTIONS = {"ceil": math.ceil, "floor": math.floor, "sqrt": math.sqrt, "log": math.log, "Min": min, "Max": max}
 
 
 @dataclass(frozen=True)
 class Formula:
     name: str
     text: str
-    expr: sympy.Expr = field(init=False, repr=False, compare=False)
     params: tuple[str, ...] = field(init=False, repr=False, compare=False)
     fn: object = field(init=False, repr=False, compare=False)
-    shown: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        local = {"ceil": sympy.ceiling, "floor": sympy.floor, "sqrt": sympy.sqrt, "log": sympy.log,
-                 "Min": sympy.Min, "Max": sympy.Max}
-        # every other identifier is a symbol (so names like N, E or S never mean sympy objects)
-        for name in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", self.text):
-            local.setdefault(name, sympy.Symbol(name))
-        expr = sympy.sympify(self.text, locals=local)
-        params = tuple(sorted(str(s) for s in expr.free_symbols))
-        fn = sympy.lambdify([sympy.Symbol(p) for p in params], expr,
-                            modules=[{"ceiling": math.ceil, "floor": math.floor, "Min": min, "Max": max}, "math"])
-        object.__setattr__(self, "expr", expr)
+        names = compile(self.text, f"<formula {self.name}>", "eval").co_names
+        params = tuple(sorted(set(names) - set(FUNCTIONS)))
+        fn = eval(f"lambda {', '.join(params)}: {self.text}", {"__builtins__": {}, **FUNCTIONS})
         object.__setattr__(self, "params", params)
         object.__setattr__(self, "fn", fn)
-        object.__setattr__(self, "shown", sympy.sstr(expr))
 
     def __call__(self, **values) -> float:
-        missing = [p for p in self.params if p not in values]
-        if missing:
-            raise KeyError(f"formula {self.name}: missing values for {', '.join(missing)}")
-        return self.fn(*(values[p] for p in self.params))
+        try:
+            return self.fn(**values)
+        except TypeError:
+            missing = [p for p in self.params if p not in values]
+            if missing:
+                raise KeyError(f"formula {self.name}: missing values for {', '.join(missing)}") from None
+            raise
+
+    @cached_property
+    def expr(self):
+        """The sympy expression (imports sympy on first use)."""
+        import sympy
+        local = {"ceil": sympy.ceiling, "floor": sympy.floor, "sqrt": sympy.sqrt, "log": sympy.log,
+                 "Min": sympy.Min, "Max": sympy.Max}
+        local.update({p: sympy.Symbol(p) for p in self.params})   # so names like N, E or S never mean sympy objects
+        return sympy.sympify(self.text, locals=local)
+
+    @cached_property
+    def shown(self) -> str:
+        """The expression as sympy prints it."""
+        import sympy
+        return sympy.sstr(self.expr)
 
     def symbolic(self) -> str:
         return f"{self.name} = {self.shown}"

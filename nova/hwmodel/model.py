@@ -29,7 +29,7 @@ MMA_FAMILIES = ("mma.sync", "wgmma")
 
 # Derived figures, written once.
 PEAK_TENSOR_FLOPS = Formula("peak_flops", "sm_count * clock_hz * tc_flops_per_clk_sm")
-PEAK_FP32_FLOPS = Formula("peak_fp32_flops", "2 * sm_count * clock_hz * fp32_lanes_per_sm")
+PEAK_FP32_FLOPS = Formula("peak_fp32_flops", "2 * clock_hz * fp32_lanes_per_sm * sm_count")
 SMEM_BW = Formula("smem_bw", "sm_count * clock_hz * smem_bytes_per_clk_sm")
 L2_BW = Formula("l2_bw", "clock_hz * l2_bytes_per_clk")
 BALANCE = Formula("balance", "peak_flops / bandwidth")
@@ -49,6 +49,11 @@ class GPUModel:
     q: dict = field(default_factory=dict)
     features: tuple[str, ...] = ()      # "cp.async", "tma", "clusters", "wgmma", "setmaxnreg"
     mma_shapes: dict = field(default_factory=dict)   # family -> {dtype: (m, n, k)}
+
+    def __post_init__(self):
+        # each quantity's value as a plain attribute (``gpu.sm_count``): the configurator reads
+        # hundreds per schedule; names the class defines (methods, properties) keep their meaning
+        self.__dict__.update({k: v.value for k, v in self.q.items() if not hasattr(type(self), k)})
 
     # -- primary quantities --------------------------------------------------------------
     def __getattr__(self, item):

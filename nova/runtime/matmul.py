@@ -183,13 +183,13 @@ def resolve_kernel(problem: GemmProblem, target=None, device: Device | None = No
 
 def load_resolved(problem: GemmProblem, model, schedule, artifact, key: str, status: str,
                   device: Device) -> ResolvedKernel:
-    """Load ``artifact`` onto ``device`` as a ``ResolvedKernel``: a Hopper artifact (tensor-map ABI
-    ``(tmap_a*, tmap_b*, C*[, bias*])``) through ``nova.runtime.tma.HopperGemm``, an mma.sync one
-    after checking that it takes ``(a, b, c[, bias])``."""
+    """Load ``artifact`` onto ``device`` as a ``ResolvedKernel``: a Hopper schedule's artifact
+    (tensor-map ABI ``(tmap_a*, tmap_b*, C*[, bias*])``) through ``nova.runtime.tma.HopperGemm``,
+    an mma.sync one after checking that it takes ``(a, b, c[, bias])``."""
     slots = tuple(p.lower() for p in artifact.params)
-    if artifact.meta.get("hopper"):
+    if schedule.hopper is not None:
         from nova.runtime.tma import HopperGemm
-        hop = HopperGemm(artifact, device, problem.describe(), key)
+        hop = HopperGemm(artifact, schedule, device, problem.describe(), key)
         return ResolvedKernel(problem, model, schedule, key, status, hop.main, slots, bool(artifact.zero_output), hop)
     expected = ("a", "b", "c", "bias") if problem.bias else ("a", "b", "c")
     if slots != expected:

@@ -1,8 +1,10 @@
 """Hopper launches: TMA tensor maps, operand-prep workspaces, and the wgmma kernel (issue 4).
 
-A Hopper GEMM artifact (``meta["hopper"]``, see ``nova/codegen/gemm_hopper.py``) takes
-``(tmap_a*, tmap_b*, C*[, bias*])``: pointers to 128-byte ``CUtensorMap`` objects in *device*
-memory (MLIR's convention for ``!nvgpu.tensormap.descriptor``).  This module
+A Hopper GEMM artifact (``nova/codegen/gemm_hopper.py``) takes ``(tmap_a*, tmap_b*, C*[, bias*])``:
+pointers to 128-byte ``CUtensorMap`` objects in *device* memory (MLIR's convention for
+``!nvgpu.tensormap.descriptor``).  What the maps describe (each operand's tensor, box and element
+type) and which operands are prepped is the schedule's ``HopperPlan``; the prep kernels travel in
+the artifact (``meta["prep_kernels"]``).  This module
 
 * encodes tensor maps with ``cuTensorMapEncodeTiled`` through ctypes into a 64-byte aligned host
   buffer (the object cuda-bindings returns need not be aligned) and copies them to the device,
@@ -92,21 +94,20 @@ def device_tensor_map(device, ptr: int, dtype: str, rows: int, cols: int, box_ro
 
 
 class HopperGemm:
-    """A loaded Hopper GEMM: prep kernels, workspaces and the wgmma kernel of one artifact."""
+    """A loaded Hopper GEMM: prep kernels, workspaces and the wgmma kernel of one artifact, whose
+    tensor maps and workspaces follow ``schedule.hopper``."""
 
-    def __init__(self, artifact, device, what: str, key: str | None = None, tmap_f32_type: str | None = None):
+    def __init__(self, artifact, schedule, device, what: str, key: str | None = None, tmap_f32_type: str | None = None):
         from nova.codegen.artifact import KernelArtifact
-        h = artifact.meta["hopper"]
         self.device, self.what = device, what
+        self.plan = schedule.hopper
         self.main = driver.load_kernel(artifact, device, what, key)
         self.preps = {op: driver.load_kernel(KernelArtifact.from_dict(d), device, f"{what} [prep {op}]",
                                              None if key is None else f"{key}:prep_{op}")
-                      for op, d in h["prep_kernels"].items()}
-        self.operands = h["operands"]
-        self.storage = h["storage"]
+                      for op, d in artifact.meta["prep_kernels"].items()}
         # TF32 round-to-nearest: CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 makes the TMA unit round FP32 to
         # nearest while copying (measured); ``tmap_f32_type`` overrides it (experiments only)
-        self.map_type = tmap_f32_type or h.get("tensor_map_type", self.storage)
+        self.map_type = tmap_f32_type or self.plan.operands.tensor_map_type
         self.workspaces: dict[int, dict[str, int]] = {}     # stream -> operand -> device buffer
         self.maps: dict[str, dict[int, int]] = {"a": {}, "b": {}}   # operand -> its pointer -> device tensor map
         self.stream_plans: dict[int, tuple] = {}            # stream -> stream_plan(stream)
@@ -117,14 +118,14 @@ class HopperGemm:
         ws = self.workspaces.get(stream)
         if ws is not None:
             return ws
-        eb = ELEMENT_BYTES[self.storage]
+        eb = ELEMENT_BYTES[self.map_type]
         ws = {}
         cu = driver.cuda()
         previous = self.device.make_current()
         try:
             for op in self.preps:
-                o = self.operands[op]
-                ptr = int(driver.check(cu.cuMemAlloc(o["rows"] * o["cols"] * eb),
+                o = self.plan.operands.role(op)
+                ptr = int(driver.check(cu.cuMemAlloc(o.rows * o.cols * eb),
                                        f"allocating the {op} workspace of {self.what}"))
                 ws[op] = ptr
                 _keep.append(ptr)
@@ -156,9 +157,8 @@ class HopperGemm:
         ``device_tensor_map``'s key, which shares the maps process-wide."""
         hit = self.maps[op].get(ptr)
         if hit is None:
-            o = self.operands[op]
-            box_cols, box_rows = o["box"]
-            hit = device_tensor_map(self.device, ptr, self.map_type, o["rows"], o["cols"], box_rows, box_cols)
+            o, box = self.plan.operands.role(op), self.plan.box(op)
+            hit = device_tensor_map(self.device, ptr, self.map_type, o.rows, o.cols, box.rows, box.cols)
             self.maps[op][ptr] = hit
         return hit
 
