@@ -1,166 +1,116 @@
-"""Shared by tests/test_executor.py (CPU) and tests/test_executor_gpu.py: a stand-in planner and
-hand-built IR graphs (a training step of an MLP with layer norm and AdamW, an attention block
-with its backward, embedding / memory / reduction ops with SGD, grouped-query and cross
-attention, pointwise ops).
+"""Shared by tests/test_executor.py (CPU) and tests/test_executor_gpu.py: plans made of the real
+planner's types (``nova.passes``: ``Planned``, ``Group``, ``MemoryPlan``, ``ValuePlan``) and
+hand-built IR graphs (a training step of an MLP with layer norm and AdamW, an attention block with
+its backward, embedding / memory / reduction ops with SGD, grouped-query and cross attention,
+pointwise ops).
 
-The stand-in planner produces what ``nova.passes`` will (``Planned(graph, groups, order,
-memory)``), simply: every node its own group (optionally a matmul with the bias add / activation
-after it, and consecutive adamw nodes, together), free views aliased when torch can view them,
-graph inputs external, updating outputs donated when no later node reads the old value, and
-either one slot per value or a first-fit arena that reuses bytes after a value's last use.
+Plans:
+
+* ``planned(graph)``: the real pipeline, ``nova.passes.pipeline`` (optimized graph, fusion groups,
+  memory-greedy order, an arena whose bytes are reused over time, in-place updates, donation).
+* ``slot_per_value(planned, donate=True)``: the same graph and groups, memory planned by hand: every
+  value the real plan keeps in the arena (and, with ``donate=False``, every donated output) gets
+  bytes of its own for the whole step: nothing shares arena bytes, nothing is written in place.
+* ``node_groups(graph)``: the graph as captured (not optimized), one group per node in program
+  order (real ``Group`` objects built here; a matmul's group is marked for a Nova kernel), its
+  memory planned by the real ``nova.passes.plan_memory`` (reuse, in place, donation).
+
+Plans the tests break on purpose (overlapping live values, unsafe donations, aliases of non-views)
+are made by editing these with ``dataclasses.replace``.  Every plan made here passes the planner's
+own ``validate_memory_plan``.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from nova.ir import Graph, TensorType, opdef
+from nova.ir import Graph, TensorType
+from nova.ir.ops import kind
+from nova.passes import Group, Planned, ValuePlan, pipeline, plan_memory, validate_memory_plan
+from nova.passes import layout as layout_analysis
+from nova.passes.fusion import boundary
+from nova.passes.memory import aligned
 
 CREATION = ("constant", "iota")
-GROUP_KIND = {"matmul": "gemm", "pointwise": "pointwise", "reduce": "reduction", "view": "view",
-              "memory": "opaque", "creation": "opaque", "composite": "composite", "opaque": "opaque"}
 
 
-# =============================================================== the stand-in planner
-@dataclass
-class Placement:
-    offset: int | None = None
-    nbytes: int = 0
-    alias_of: object = None
-    external: bool = False
+# =============================================================== plans
+def planned(graph: Graph, target=None) -> Planned:
+    """The real pipeline's plan of ``graph`` (its ``graph`` is the optimized copy: look nodes up there)."""
+    return pipeline(graph, target)
 
 
-@dataclass
-class MemoryPlan:
-    values: dict
-    arena_bytes: int
-    peak_bytes: int
-    donations: dict = field(default_factory=dict)      # output index -> input index
+def slot_per_value(plan: Planned, *, donate: bool = True) -> Planned:
+    """``plan`` with every stored value on arena bytes of its own (see the module docstring);
+    aliases, graph inputs and fused values stay as they are; without ``donate`` the updating outputs
+    are arena values like any other and the inputs keep their old values."""
+    mem = plan.memory
+    end = len(plan.order)
+    values: dict = {}
+    top = 0
+    for v, p in mem.values.items():
+        if p.kind == "arena" or (p.donated and not donate):
+            values[v] = ValuePlan("arena", p.nbytes, p.category, offset=top, live=(0, end))
+            top += aligned(p.nbytes, mem.alignment)
+        else:
+            values[v] = p
+    for v, p in values.items():           # aliases describe their root's (possibly new) storage
+        if p.kind == "alias":
+            root = values[p.alias_of]
+            values[v] = dataclasses.replace(p, offset=root.offset, input_index=root.input_index)
+    external = mem.external_bytes
+    memory = dataclasses.replace(
+        mem, values=values, arena_bytes=top, peak_bytes=top + external, live_peak_bytes=top + external,
+        breakdown={**mem.breakdown, "arena_slack": 0}, donations=list(mem.donations) if donate else [])
+    out = dataclasses.replace(plan, memory=memory)
+    validate_memory_plan(out.graph, out.groups, out.memory)
+    return out
 
 
-@dataclass
-class Group:
-    kind: str
-    nodes: list
-    reason: str = ""
+GROUP_KINDS = {"matmul": "gemm", "pointwise": "pointwise", "creation": "pointwise", "reduce": "reduction",
+               "view": "view", "composite": "composite", "memory": "composite", "opaque": "opaque"}
 
 
-@dataclass
-class Planned:
-    graph: Graph
-    groups: list
-    order: list
-    memory: MemoryPlan
+def node_groups(graph: Graph, *, gemm_kernel: str = "nova") -> Planned:
+    """One real ``Group`` per node of ``graph`` (not optimized), in program order, planned by the real
+    ``plan_memory``.  Views that are strided views of their input launch nothing (``kernel="none"``),
+    other views are one copy; matmul groups get ``gemm_kernel`` (the executor checks the operands'
+    layouts itself and falls back to torch.matmul, noting why)."""
+    layouts = layout_analysis.analyze(graph)
+    users, outputs = graph.users(), set(graph.output_values())
+    groups = []
+    for node in graph.nodes:
+        k = GROUP_KINDS[kind(node.op)]
+        kernel = "aten"
+        if k == "view":
+            kernel = "aten" if layout_analysis.is_copy(node, layouts) else "none"
+        elif k == "gemm":
+            kernel = gemm_kernel
+        ins, outs = boundary([node], users, outputs)
+        groups.append(Group(k, [node], f"{node.op}: one node per group (test plan)", kernel, ins, outs))
+    memory = plan_memory(graph, groups, layouts)
+    validate_memory_plan(graph, groups, memory)
+    return Planned(graph, groups, [n for g in groups for n in g.nodes], memory)
 
 
-def _groups(graph, fuse_epilogue: bool, batch_optimizer: bool) -> list[Group]:
-    nodes, groups, i = graph.nodes, [], 0
-    users = graph.users()
-    while i < len(nodes):
-        n = nodes[i]
-        members = [n]
-        if fuse_epilogue and n.op == "matmul":
-            current = n.outputs[0]
-            for follower in nodes[i + 1:i + 3]:
-                if follower.op in ("add", "relu", "gelu_tanh", "silu") and current in follower.inputs \
-                        and len(users.get(current, [])) == 1:
-                    members.append(follower)
-                    current = follower.outputs[0]
-                else:
-                    break
-        elif batch_optimizer and n.op == "adamw":
-            while i + len(members) < len(nodes) and nodes[i + len(members)].op == "adamw":
-                members.append(nodes[i + len(members)])
-        kind = GROUP_KIND[opdef(n.op).kind]
-        reason = "matmul + epilogue" if len(members) > 1 and kind == "gemm" else \
-            "optimizer update" if n.op == "adamw" else "one node"
-        groups.append(Group(kind, members, reason))
-        i += len(members)
-    return groups
+def arena_values(plan: Planned) -> list:
+    """(value, ValuePlan) of every value the plan stores in the arena."""
+    return [(v, p) for v, p in plan.memory.values.items() if p.kind == "arena"]
 
 
-def plan(graph, *, reuse: bool = False, fuse_epilogue: bool = False, donate: bool = True,
-         batch_optimizer: bool = True, align: int = 256) -> Planned:
-    """A ``Planned`` for ``graph``; ``reuse=True`` lets values share arena bytes over time."""
-    position = {n: i for i, n in enumerate(graph.nodes)}
-    end = len(graph.nodes)
-    root, contiguous = {}, {}
-    for spec in graph.inputs:
-        root[spec.value], contiguous[spec.value] = spec.value, True
-    placements = {spec.value: Placement(external=True) for spec in graph.inputs}
-    for n in graph.nodes:
-        for v in n.outputs:
-            root[v], contiguous[v] = v, True
-        if opdef(n.op).kind == "view":
-            x, v = n.inputs[0], n.outputs[0]
-            if n.op != "reshape" or contiguous[x]:
-                root[v] = root[x]
-                contiguous[v] = n.op == "reshape"
-                placements[v] = Placement(alias_of=root[x])
+def fused_values(plan: Planned) -> list:
+    """Values the plan never writes (intermediates of a Nova GEMM's epilogue).  The CPU program
+    computes those groups unfused (torch.matmul, then the bias add and activation as ATen kernels),
+    so it needs them: they are what a CPU program's scratch holds."""
+    return [v for v, p in plan.memory.values.items() if p.kind == "fused"]
 
-    users = graph.users()
-    outputs = set(graph.output_values())
-    aliases = {}
-    for v, r in root.items():
-        aliases.setdefault(r, []).append(v)
 
-    donations = {}
-    if donate:
-        donated_values = set()
-        for k, o in enumerate(graph.outputs):
-            node, i = o.value.producer, o.updates
-            if i is None or node is None or o.value in donated_values or root[o.value] is not o.value:
-                continue
-            if not (opdef(node.op).kind == "pointwise" or node.op in ("adamw", "sgd")):
-                continue
-            base = graph.inputs[i].value
-            if any(a in outputs for a in aliases[base]):
-                continue
-            here = position[node]
-            safe = all(position[u] < here or (u is node and a is base)
-                       for a in aliases[base] for u in users.get(a, []))
-            if safe:
-                donations[k] = i
-                donated_values.add(o.value)
-        donated = {graph.outputs[k].value for k in donations}
-    else:
-        donated = set()
-
-    # lifetimes of storage roots, in node positions: [defined, last read] (outputs: to the end)
-    live = {}
-    for n in graph.nodes:
-        for v in n.outputs:
-            if root[v] is v and v not in donated and v not in placements:
-                live[v] = [position[n], position[n]]
-    for n in graph.nodes:
-        for x in n.inputs:
-            r = root[x]
-            if r in live:
-                live[r][1] = max(live[r][1], position[n])
-    for v in outputs:
-        if root[v] in live:
-            live[root[v]][1] = end
-
-    def size(v):
-        return -(-v.type.nbytes // align) * align
-
-    arena, peak, active = 0, 0, []          # active: (offset, size, last)
-    for v, (start, last) in sorted(live.items(), key=lambda kv: kv[1][0]):
-        active = [b for b in active if b[2] >= start] if reuse else active
-        need, offset = size(v), 0
-        for b_off, b_size, _ in sorted(active):
-            if b_off - offset >= need:
-                break
-            offset = max(offset, b_off + b_size)
-        placements[v] = Placement(offset, need)
-        active.append((offset, need, last))
-        arena = max(arena, offset + need)
-    for t in range(end + 1):
-        peak = max(peak, sum(size(v) for v, (s, e) in live.items() if s <= t <= e))
-    memory = MemoryPlan(placements, arena, peak, donations)
-    return Planned(graph, _groups(graph, fuse_epilogue, batch_optimizer), list(graph.nodes), memory)
+def scratch_bytes(values) -> int:
+    """What the executor sets aside for ``values`` (each rounded up to 256 bytes)."""
+    return sum(aligned(v.type.nbytes) for v in values)
 
 
 # =============================================================== graphs
@@ -410,6 +360,16 @@ def linear_inference(B=2, T=4, C=8, H=16, activation="gelu_tanh") -> Case:
         return [_randn(gen, (B, T, C), device), _randn(gen, (H, C), device, 0.3), _randn(gen, (H,), device),
                 _randn(gen, (C, H), device, 0.3)]
     return Case(g, make)
+
+
+def example_case(graph: Graph, int_high: int = 2) -> Case:
+    """A ``Case`` of one of ``nova.passes.examples``' graphs (inputs from its ``random_inputs``;
+    integers below ``int_high``, e.g. the vocabulary size for token ids)."""
+    from nova.passes.examples import random_inputs
+
+    def make(gen, device):
+        return [t.to(device) for t in random_inputs(graph, gen.initial_seed(), int_high)]
+    return Case(graph, make)
 
 
 ALL_CASES = {"mlp": mlp_training_step, "attention": attention_block, "grouped": grouped_attention,

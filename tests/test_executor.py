@@ -1,30 +1,39 @@
-"""CPU tests of the executor (``nova.compiler.executor``): programs built from hand-made IR graphs
-planned by the stand-in planner (tests/executor_support.py) against the reference interpreter,
-donation, aliasing, arena reuse, stats, the Nova GEMM lowering (with an emulated ``nova.matmul``)
-and the plan reader's errors."""
+"""CPU tests of the executor (``nova.compiler.executor``) on plans of the real planner's types
+(``nova.passes``): hand-made IR graphs and the passes' example training step planned by the real
+pipeline, by hand-built variants of it (tests/executor_support.py: one arena slot per value, one
+group per node) and by plans broken on purpose, against the reference interpreter: donation,
+aliasing, arena reuse, stats, the Nova GEMM lowering (with an emulated ``nova.matmul``) and the
+executor's refusals."""
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass
 
 import pytest
 import torch
 
-from executor_support import (ALL_CASES, Case, Group, MemoryPlan, Placement, Planned, attention_block,
-                              grouped_attention, linear_inference, memory_ops_step, mlp_training_step, plan,
-                              rel_error)
+from executor_support import (ALL_CASES, Case, arena_values, attention_block, fused_values, grouped_attention,
+                              linear_inference, memory_ops_step, mlp_training_step, node_groups, planned,
+                              rel_error, scratch_bytes, slot_per_value)
 from nova.compiler.executor import ExecutorError, build, gemm_problems
 from nova.compiler.gemm_lowering import layout
 from nova.ir import Graph, TensorType, interpreter, opdef
+from nova.passes import View, validate_memory_plan
+from nova.passes.examples import linear_bias_gelu, random_inputs, transformer_step
 
 TOL = 1e-5
+PLANS = {
+    "pipeline": planned,
+    "slot-per-value": lambda graph: slot_per_value(planned(graph)),
+    "node-groups": node_groups,
+}
 
 
-def run_both(case: Case, planned, seed=0, **kw):
+def run_both(case: Case, plan, seed=0, **kw):
     """(program, outputs, reference outputs, the inputs given to the program)."""
     inputs = case.inputs(seed)
     ref = interpreter.run(case.graph, [x.clone() for x in inputs])
-    program = build(planned, "cpu", poison=True, **kw)
+    program = build(plan, "cpu", poison=True, **kw)
     return program, program.run(inputs), ref, inputs
 
 
@@ -34,41 +43,71 @@ def assert_close(graph, got, ref, tol=TOL):
     assert not bad, f"{graph.name}: outputs off the interpreter: {bad}"
 
 
+def edited(plan, changes: dict, **memory_fields):
+    """``plan`` with some values' ``ValuePlan`` replaced (a value mapped to None is dropped) and
+    other ``MemoryPlan`` fields changed."""
+    values = dict(plan.memory.values)
+    for v, p in changes.items():
+        if p is None:
+            values.pop(v)
+        else:
+            values[v] = p
+    return dataclasses.replace(plan, memory=dataclasses.replace(plan.memory, values=values, **memory_fields))
+
+
+def node(plan, op, nth=0):
+    """The ``nth`` node of ``op`` in the plan's (optimized) graph, in program order."""
+    return [n for n in plan.graph.nodes if n.op == op][nth]
+
+
+def span(t):
+    return t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()
+
+
 # --------------------------------------------------------------------------- correctness
-@pytest.mark.parametrize("mode", ["slot-per-value", "reuse+fused"])
+@pytest.mark.parametrize("mode", list(PLANS))
 @pytest.mark.parametrize("name", list(ALL_CASES))
 def test_program_matches_the_interpreter(name, mode):
     case = ALL_CASES[name]()
-    planned = plan(case.graph, reuse=mode != "slot-per-value", fuse_epilogue=mode != "slot-per-value")
-    program, got, ref, _ = run_both(case, planned)
+    plan = PLANS[mode](case.graph)
+    program, got, ref, _ = run_both(case, plan)
     assert_close(case.graph, got, ref)
-    assert program.stats["runs"] == 1 and program.stats["scratch_bytes"] == 0
+    assert program.stats["runs"] == 1 and program.stats["arena_bytes"] == plan.memory.arena_bytes
+    # every value has planned storage (fused GEMM intermediates live in their group's result): no scratch
+    assert program.stats["scratch_bytes"] == 0
 
 
 def test_reused_arena_bytes_hold_values_at_different_times():
     case = mlp_training_step()
-    planned = plan(case.graph, reuse=True)
-    placed = [(v, p) for v, p in planned.memory.values.items() if p.offset is not None]
+    plan = planned(case.graph)
+    placed = arena_values(plan)
     overlapping = [(a, b) for i, (a, pa) in enumerate(placed) for b, pb in placed[i + 1:]
                    if pa.offset < pb.offset + pb.nbytes and pb.offset < pa.offset + pa.nbytes]
-    assert overlapping, "the reusing planner should let two values share arena bytes"
-    assert planned.memory.arena_bytes < sum(p.nbytes for _, p in placed)
-    program, got, ref, _ = run_both(case, planned)
+    assert overlapping, "the planner lets two values share arena bytes"
+    assert plan.memory.arena_bytes < sum(p.nbytes for _, p in placed)
+    assert plan.memory.inplace(), "and writes an elementwise result over the input it reads last"
+    program, got, ref, _ = run_both(case, plan)
     assert_close(case.graph, got, ref)
-    a, b = overlapping[0]
-    ta, tb = program.value_tensor(a), program.value_tensor(b)
-    span = lambda t: (t.data_ptr(), t.data_ptr() + t.numel() * t.element_size())
-    (a0, a1), (b0, b1) = span(ta), span(tb)
-    assert a0 < b1 and b0 < a1, "values the plan overlaps must share the program's arena bytes"
+    # the program keeps every arena value there, but constants (filled once, in their own area)
+    assert {v for v, _ in placed if program.loc[v][0] != "arena"} == \
+        {v for v, _ in placed if v.producer.op in ("constant", "iota")}
+    for a, b in overlapping:
+        if program.loc[a][0] != "arena" or program.loc[b][0] != "arena":
+            continue
+        (a0, a1), (b0, b1) = span(program.value_tensor(a)), span(program.value_tensor(b))
+        assert a0 < b1 and b0 < a1, "values the plan overlaps must share the program's arena bytes"
+    slots = slot_per_value(plan)
+    assert slots.memory.arena_bytes == sum(-(-p.nbytes // 256) * 256 for _, p in placed)
+    assert_close(case.graph, build(slots, "cpu", poison=True).run(case.inputs(0)), ref)
 
 
 # --------------------------------------------------------------------------- donation and outputs
 def test_donated_outputs_update_the_inputs_in_place_over_steps():
     case = mlp_training_step()
     graph = case.graph
-    planned = plan(graph, reuse=True, fuse_epilogue=True)
-    assert len(planned.memory.donations) == sum(o.updates is not None for o in graph.outputs)
-    program = build(planned, "cpu", poison=True)
+    plan = planned(graph)
+    assert len(plan.memory.donations) == sum(o.updates is not None for o in graph.outputs) == 19
+    program = build(plan, "cpu", poison=True)
     state = case.inputs(1)
     pointers = [x.data_ptr() for x in state]
     for step in range(3):
@@ -91,7 +130,7 @@ def test_parameters_that_require_grad_are_updated_without_autograd():
     inputs = case.inputs(7)
     ref = interpreter.run(case.graph, [x.clone() for x in inputs])
     inputs = [torch.nn.Parameter(x) if spec.role == "param" else x for x, spec in zip(inputs, case.graph.inputs)]
-    program = build(plan(case.graph, reuse=True, fuse_epilogue=True), "cpu")
+    program = build(planned(case.graph), "cpu")
     got = program.run(inputs)
     assert_close(case.graph, got, ref)
     assert got[2] is inputs[2] and isinstance(got[2], torch.nn.Parameter) and got[2].requires_grad
@@ -100,10 +139,11 @@ def test_parameters_that_require_grad_are_updated_without_autograd():
 
 def test_without_donation_inputs_stay_and_results_are_fresh():
     case = mlp_training_step()
-    planned = plan(case.graph, reuse=True, donate=False)
+    plan = slot_per_value(planned(case.graph), donate=False)
+    assert not plan.memory.donations and not any(p.donated for p in plan.memory.values.values())
     inputs = case.inputs(2)
     before = [x.clone() for x in inputs]
-    program = build(planned, "cpu", poison=True)
+    program = build(plan, "cpu", poison=True)
     got = program.run(inputs)
     assert all(torch.equal(a, b) for a, b in zip(inputs, before)), "inputs changed without donation"
     assert_close(case.graph, got, interpreter.run(case.graph, before))
@@ -117,7 +157,7 @@ def test_without_donation_inputs_stay_and_results_are_fresh():
 
 def test_results_survive_the_next_step():
     case = attention_block()
-    program = build(plan(case.graph, reuse=True), "cpu")
+    program = build(planned(case.graph), "cpu")
     first = program.run(case.inputs(3))
     kept = [t.clone() for t in first]
     second = program.run(case.inputs(4))
@@ -125,30 +165,83 @@ def test_results_survive_the_next_step():
     assert any(not torch.equal(a, b) for a, b in zip(first, second))
 
 
+# --------------------------------------------------------------------------- end to end: passes -> executor
+def _step_state_inputs(graph, state, seed):
+    """``state`` with fresh data inputs (the batch changes each step, the state carries over)."""
+    fresh = random_inputs(graph, seed, int_high=8)
+    return [fresh[i] if spec.role == "data" else state[i] for i, spec in enumerate(graph.inputs)]
+
+
+@pytest.mark.parametrize("example, donated, copies", [
+    # transformer_step: 16 parameters x (param, exp_avg, exp_avg_sq) + the step count donated; the
+    # CPU flash-attention kernels have no out= variants: out+lse and dq+dk+dv are copied in (5)
+    (transformer_step, 49, 5),
+    (linear_bias_gelu, 0, 0),
+], ids=["transformer_step", "linear_bias_gelu"])
+def test_passes_to_executor_end_to_end(example, donated, copies):
+    """``nova.passes.pipeline`` -> ``executor.build(planned, "cpu")`` -> three steps, each against
+    the interpreter on the captured graph; donated outputs are the very input tensors, updated in place.
+
+    Scratch: the plan has no storage for a Nova GEMM group's intermediates (the product, and the
+    biased product before a fused activation: ``ValuePlan.kind == "fused"``).  A CPU program
+    computes those groups unfused (torch.matmul, then the bias add / activation as ATen kernels),
+    so it needs them.  They are computed in the bytes of the group's result (the plan reserves
+    those from the launch's start), so the program needs no scratch; they used to get scratch of
+    their own: 24,576 bytes for linear_bias_gelu (two [64, 48] f32), 9,216 for transformer_step
+    (the four linears' products), and on CUDA too, where the Nova epilogue never writes them.
+    Copies: ATen kernels without an out= variant (CPU flash attention and its backward)."""
+    graph = example()
+    plan = planned(graph)
+    validate_memory_plan(plan.graph, plan.groups, plan.memory)
+    program = build(plan, "cpu", poison=True)
+    s = program.stats
+    assert s["donated_outputs"] == len(plan.memory.donations) == donated
+    assert s["copies"] == copies and s["scratch_bytes"] == 0 and not s["fallbacks"]
+    fused = fused_values(plan)
+    assert fused and all(program.loc[v][0] == "arena" for v in fused)
+    state = random_inputs(graph, 1, int_high=8)
+    for step in range(3):
+        state = _step_state_inputs(graph, state, 100 + step)
+        ref = interpreter.run(graph, [x.clone() for x in state])
+        pointers = [x.data_ptr() for x in state]
+        got = program.run(state)
+        assert_close(graph, got, ref)
+        for (k, i) in plan.memory.donations:
+            assert got[k] is state[i], f"{graph.outputs[k].name}: a donated output must be the input object"
+        assert [x.data_ptr() for x in state] == pointers
+        assert all(got[k] is not x for k, o in enumerate(graph.outputs) if o.updates is None for x in state)
+    s = program.stats                                       # (recomputed when the first run bound the inputs)
+    assert s["runs"] == 3 and s["rebinds"] == 0 and s["copies"] == copies and s["scratch_bytes"] == 0
+    if donated:
+        assert float(state[-1]) == 3.0 + 3
+
+
 # --------------------------------------------------------------------------- views, constants, stats
 def test_free_views_alias_their_base():
     case = attention_block()
-    planned = plan(case.graph)
-    program, got, ref, _ = run_both(case, planned)
+    plan = planned(case.graph)
+    program, got, ref, _ = run_both(case, plan)
     assert_close(case.graph, got, ref)
-    aliases = [v for v, p in planned.memory.values.items() if p.alias_of is not None]
+    aliases = [v for v, p in plan.memory.values.items() if p.kind == "alias"]
     assert len(aliases) >= 8
     for v in aliases:
-        node = v.producer
-        view, base = program.value_tensor(v), program.value_tensor(node.inputs[0])
-        assert view.untyped_storage().data_ptr() == base.untyped_storage().data_ptr(), node.op
-        assert torch.equal(view, opdef(node.op).reference(torch, base, **node.attrs))
-    # a view the planner cannot alias (a reshape of a sliced or permuted tensor) is one copy launch:
-    # q, k, v split into heads, the heads merged back, and dq, dk, dv merged
-    assert program.stats["launches"].get("view", 0) == 7
+        n = v.producer
+        view, base = program.value_tensor(v), program.value_tensor(n.inputs[0])
+        assert view.untyped_storage().data_ptr() == base.untyped_storage().data_ptr(), n.op
+        assert torch.equal(view, opdef(n.op).reference(torch, base, **n.attrs))
+    # a view the planner cannot alias (a reshape of a permuted tensor) is one copy launch: the heads
+    # merged back (twice: canonicalize folds the [B*T, C] reshape of the merged [B, T, C] copy into a
+    # second reshape of the permute) and dq, dk, dv merged; the q, k, v splits are strided views
+    copies = [g for g in plan.groups if g.kind == "view" and g.kernel == "aten"]
+    assert program.stats["launches"].get("view", 0) == len(copies) == 5
+    assert build(node_groups(case.graph), "cpu").stats["launches"]["view"] == 4
 
 
-def expected_launches(planned):
-    """Per group kind, the groups that compute something (not only constants or aliased views)."""
-    alias = {v for v, p in planned.memory.values.items() if p.alias_of is not None}
+def expected_launches(plan):
+    """Per group kind, the groups that compute something (not only constants or free views)."""
     counts = {}
-    for g in planned.groups:
-        if any(n.op not in ("constant", "iota") and not (n.outputs[0] in alias) for n in g.nodes):
+    for g in plan.groups:
+        if g.kernel != "none" and any(n.op not in ("constant", "iota") for n in g.nodes):
             counts[g.kind] = counts.get(g.kind, 0) + 1
     return counts
 
@@ -156,14 +249,14 @@ def expected_launches(planned):
 @pytest.mark.parametrize("name, copies", [("mlp", 0), ("attention", 5), ("memory", 1), ("grouped", 5)])
 def test_stats_count_launches_and_copies(name, copies):
     case = ALL_CASES[name]()
-    planned = plan(case.graph, reuse=True, fuse_epilogue=True)
-    program = build(planned, "cpu")
-    counts = expected_launches(planned)
+    plan = planned(case.graph)
+    program = build(plan, "cpu")
+    counts = expected_launches(plan)
     assert program.stats["launches"] == dict(sorted(counts.items()))
     assert program.stats["launches_total"] == sum(counts.values())
-    assert program.stats["free_groups"] == len(planned.groups) - sum(counts.values())
-    assert program.stats["arena_bytes"] == planned.memory.arena_bytes
-    assert program.stats["peak_bytes"] == planned.memory.peak_bytes
+    assert program.stats["free_groups"] == len(plan.groups) - sum(counts.values())
+    assert program.stats["arena_bytes"] == plan.memory.arena_bytes
+    assert program.stats["peak_bytes"] == plan.memory.peak_bytes
     # attention: out + lse copied (no out variant), its backward dq/dk/dv; grouped: the same;
     # memory: the opaque aten.cumsum's result; mlp: everything has an out variant
     assert program.stats["copies"] == copies
@@ -176,14 +269,15 @@ def test_stats_count_launches_and_copies(name, copies):
 
 def test_constants_are_filled_once_outside_the_arena():
     case = memory_ops_step()
-    planned = plan(case.graph, reuse=True)
-    program = build(planned, "cpu", poison=True)
-    consts = [n.outputs[0] for n in case.graph.nodes if n.op in ("constant", "iota")]
+    plan = planned(case.graph)
+    program = build(plan, "cpu", poison=True)
+    consts = [n.outputs[0] for n in plan.graph.nodes if n.op in ("constant", "iota")]
+    assert len(consts) >= 2
     for v in consts:
         assert program.loc[v][0] == "const"
     assert program.stats["constants_bytes"] >= 2 * 256
     program.run(case.inputs(0))
-    iota = next(n for n in case.graph.nodes if n.op == "iota")
+    iota = node(plan, "iota")
     assert torch.equal(program.value_tensor(iota.outputs[0]), torch.arange(iota.attrs["length"]))
     program.store["arena"].fill_(255)                       # trash every arena byte between steps
     assert_close(case.graph, program.run(case.inputs(1)), interpreter.run(case.graph, case.inputs(1)))
@@ -192,7 +286,7 @@ def test_constants_are_filled_once_outside_the_arena():
 # --------------------------------------------------------------------------- inputs
 def test_data_inputs_are_staged_and_replaced_parameters_rebind():
     case = linear_inference()
-    program = build(plan(case.graph, reuse=True), "cpu")
+    program = build(planned(case.graph), "cpu")
     inputs = case.inputs(5)
     program.run(inputs)
     slot = program.static_input(0)
@@ -207,7 +301,8 @@ def test_data_inputs_are_staged_and_replaced_parameters_rebind():
 
 def test_input_errors_are_one_line():
     case = linear_inference()
-    program = build(plan(case.graph), "cpu")
+    plan = planned(case.graph)
+    program = build(plan, "cpu")
     inputs = case.inputs(0)
     with pytest.raises(ExecutorError, match=r"takes 4 inputs \(x, fc1.weight, fc1.bias, fc2.weight\), got 3"):
         program.run(inputs[:3])
@@ -216,60 +311,59 @@ def test_input_errors_are_one_line():
     with pytest.raises(ExecutorError, match=r"input 'fc1.weight' must be f32\[16,8\], got torch.float64\[16, 8\]"):
         program.run(bad)
     with pytest.raises(ExecutorError, match="meta program only describes"):
-        build(plan(case.graph), "meta").run(inputs)
+        build(plan, "meta").run(inputs)
 
 
 # --------------------------------------------------------------------------- the plan reader
 def test_plan_errors_are_one_line():
     case = mlp_training_step()
-    planned = plan(case.graph)
-    missing = Planned(planned.graph, [g for g in planned.groups if g.nodes[0].op != "log_softmax"],
-                      planned.order, planned.memory)
+    plan = planned(case.graph)
+    missing = dataclasses.replace(plan, groups=[g for g in plan.groups if g.nodes[0].op != "log_softmax"])
     with pytest.raises(ExecutorError, match=r"runs nll_loss before the value f32\[8,12\] it reads is computed"):
         build(missing, "cpu")
-    doubled = Planned(planned.graph, planned.groups + planned.groups[:1], planned.order, planned.memory)
+    doubled = dataclasses.replace(plan, groups=plan.groups + plan.groups[:1])
     with pytest.raises(ExecutorError, match="is in groups 0 and"):
         build(doubled, "cpu")
-    values = dict(planned.memory.values)
-    gelu = next(n for n in case.graph.nodes if n.op == "gelu_tanh").outputs[0]
-    values[gelu] = Placement(alias_of=case.graph.inputs[0].value)
+    gelu = node(plan, "gelu_tanh").outputs[0]
+    x = plan.graph.inputs[0].value
+    as_alias = dataclasses.replace(plan.memory[gelu], kind="alias", offset=None, alias_of=x,
+                                   view=View(gelu.shape, (64, 16, 1), 0))
     with pytest.raises(ExecutorError, match="aliases the result of node .* gelu_tanh, which is not a view op"):
-        build(Planned(planned.graph, planned.groups, planned.order,
-                      MemoryPlan(values, planned.memory.arena_bytes, planned.memory.peak_bytes)), "cpu")
-    values = dict(planned.memory.values)
-    values[gelu] = Placement(planned.memory.arena_bytes - 4, 4)
+        build(edited(plan, {gelu: as_alias}), "cpu")
+    off_the_end = dataclasses.replace(plan.memory[gelu], offset=plan.memory.arena_bytes - 4)
     with pytest.raises(ExecutorError, match=r"node \d+ gelu_tanh \(f32\[2,4,16\]\) at arena offset \d+ needs 512 bytes"):
-        build(Planned(planned.graph, planned.groups, planned.order,
-                      MemoryPlan(values, planned.memory.arena_bytes, planned.memory.peak_bytes)), "cpu")
+        build(edited(plan, {gelu: off_the_end}), "cpu")
+    with pytest.raises(ExecutorError, match="unknown placement kind 'spilled'"):
+        build(edited(plan, {gelu: dataclasses.replace(plan.memory[gelu], kind="spilled")}), "cpu")
+    k, i = plan.memory.donations[0]
+    with pytest.raises(ExecutorError, match=rf"donates output '{plan.graph.outputs[k].name}' .* into input {i + 1}, "
+                                            rf"but it updates input {i}"):
+        build(edited(plan, {}, donations=[(k, i + 1)] + plan.memory.donations[1:]), "cpu")
 
 
-def test_plan_reader_takes_alternative_spellings_and_unplanned_values():
-    """Placements under ``.slots`` with ``.alias``, donations as a set of output indices, a dead
-    layer-norm statistic left out of the plan (it gets scratch)."""
-    case = mlp_training_step()
-    planned = plan(case.graph, reuse=True)
-
-    @dataclass
-    class Slot:
-        offset: int | None
-        nbytes: int
-        alias: object
-        external: bool
-
-    @dataclass
-    class Memory:
-        slots: dict
-        arena_bytes: int
-        donated: set
-
-    ln = next(n for n in case.graph.nodes if n.op == "layer_norm")
-    slots = {v: Slot(p.offset, p.nbytes, p.alias_of, p.external) for v, p in planned.memory.values.items()
-             if v is not ln.outputs[1]}
-    memory = Memory(slots, planned.memory.arena_bytes, set(planned.memory.donations))
-    program, got, ref, inputs = run_both(case, Planned(case.graph, planned.groups, planned.order, memory))
-    assert_close(case.graph, got, ref)
-    assert program.stats["scratch_bytes"] == 256 and program.stats["peak_bytes"] == planned.memory.arena_bytes
-    assert program.stats["donated_outputs"] == 19
+def test_values_without_a_placement_get_scratch():
+    """A Nova GEMM group's intermediates (fused: no storage in the plan) that the CPU program still
+    computes live in the group result's bytes; a value the plan leaves out entirely gets scratch."""
+    graph = linear_bias_gelu()
+    plan = planned(graph)
+    (group,) = plan.groups
+    assert group.kernel == "nova" and group.epilogue.describe() == "bias+gelu"
+    mm, biased = (n.outputs[0] for n in group.nodes[:2])
+    y = group.nodes[2].outputs[0]
+    assert plan.memory[mm].kind == plan.memory[biased].kind == "fused" and plan.memory[y].kind == "arena"
+    inputs = random_inputs(graph, 3)
+    ref = interpreter.run(graph, [x.clone() for x in inputs])
+    program = build(plan, "cpu", poison=True)
+    assert_close(graph, program.run(inputs), ref)
+    assert program.stats["scratch_bytes"] == 0
+    assert span(program.value_tensor(mm)) == span(program.value_tensor(biased)) == span(program.value_tensor(y))
+    unplaced = edited(plan, {mm: None, biased: None})
+    program = build(unplaced, "cpu", poison=True)
+    assert_close(graph, program.run(inputs), ref)
+    assert program.stats["scratch_bytes"] == scratch_bytes([mm, biased]) == 2 * 64 * 48 * 4
+    assert program.stats["peak_bytes"] == plan.memory.peak_bytes
+    for v in (mm, biased):
+        assert program.loc[v][0] == "scratch"
 
 
 # --------------------------------------------------------------------------- optimizer variants
@@ -305,9 +399,12 @@ def test_optimizer_variants(attrs):
             xs.append(torch.randn(5, 7, generator=gen))
         return xs
     case = Case(g, make)
+    plan = planned(g)
+    assert len(plan.memory.donations) == sum(u is not None for u in updates[:len(res)])
     for donate in (True, False):
-        program, got, ref, _ = run_both(case, plan(g, donate=donate))
+        program, got, ref, _ = run_both(case, plan if donate else slot_per_value(plan, donate=False))
         assert_close(g, got, ref)
+        assert program.stats["donated_outputs"] == (len(plan.memory.donations) if donate else 0)
 
 
 # --------------------------------------------------------------------------- the Nova GEMM lowering
@@ -342,42 +439,74 @@ def problem_tuples(problems):
 @pytest.mark.parametrize("name", ["linear", "mlp", "attention", "grouped"])
 def test_nova_lowering_with_an_emulated_nova(name):
     case = ALL_CASES[name]()
-    planned = plan(case.graph, reuse=True, fuse_epilogue=True)
+    plan = planned(case.graph)
     nova = EmulatedNova()
-    program, got, ref, _ = run_both(case, planned, gemm=nova)
+    program, got, ref, _ = run_both(case, plan, gemm=nova)
     assert_close(case.graph, got, ref)
-    assert program.stats["torch_gemms"] == 0 and len(nova.launches) == program.stats["nova_gemm_launches"]
-    assert set(problem_tuples(gemm_problems(planned))) == set(nova.launches)
+    assert len(nova.launches) == program.stats["nova_gemm_launches"]
+    assert set(problem_tuples(gemm_problems(plan))) == set(nova.launches)
+    # the planner sends to ATen what Nova cannot run (grouped: a batched right operand)
+    assert program.stats["torch_gemms"] == sum(g.kind == "gemm" and g.kernel != "nova" for g in plan.groups)
+
+
+@pytest.mark.parametrize("make", [transformer_step, linear_bias_gelu, lambda: mlp_training_step().graph,
+                                  lambda: attention_block(B=2, T=40, heads=4, D=16).graph],
+                         ids=["transformer_step", "linear_bias_gelu", "mlp", "attention"])
+def test_the_planners_gemm_problems_are_the_launched_ones(make):
+    """Each Nova group's ``Group.problem`` (what the configurator schedules for it) is exactly the
+    GEMM the CUDA program launches for it (epilogue included); ATen groups launch torch.matmul."""
+    plan = planned(make())
+    program = build(plan, "meta")
+    launched = {}
+    for launch in program.launches:
+        for gl in launch.gemms:
+            launched.setdefault(launch.group, []).extend(gl.problems() if gl.backend == "nova" else ["torch"])
+    for i, g in enumerate(plan.groups):
+        if g.kernel == "nova":
+            assert launched[i] == [g.problem], g.reason
+            assert program.launches[[l.group for l in program.launches].index(i)].gemms[0].epilogue == g.nodes[1:]
+        elif g.kind == "gemm":
+            assert launched[i] == ["torch"], g.reason
+    assert program.stats["scratch_bytes"] == 0 and not program.stats["fallbacks"]
 
 
 def test_linear_layers_flatten_and_fuse_their_epilogue():
     case = linear_inference(B=2, T=4, C=8, H=16)
-    planned = plan(case.graph, fuse_epilogue=True)
+    plan = planned(case.graph)
     nova = EmulatedNova()
-    program, got, ref, _ = run_both(case, planned, gemm=nova)
+    program, got, ref, _ = run_both(case, plan, gemm=nova)
     assert_close(case.graph, got, ref)
     # [2,4,8] x [16,8]^T + bias, gelu: one launch on the flattened rows; the second linear's output
     # is a graph output, so its relu stays an ATen kernel
     assert nova.launches == [(8, 16, 8, False, True, True, "gelu"), (8, 8, 16, False, True, False, "none")]
     assert program.stats["fused_epilogue_nodes"] == 2
     from nova.configurator.problem import GemmProblem
-    assert gemm_problems(planned) == [GemmProblem(8, 16, 8, "tf32", False, True, True, "gelu", "f32"),
-                                      GemmProblem(8, 8, 16, "tf32", False, True, False, "none", "f32")]
+    expected = [GemmProblem(8, 16, 8, "tf32", False, True, True, "gelu", "f32"),
+                GemmProblem(8, 8, 16, "tf32", False, True, False, "none", "f32")]
+    assert gemm_problems(plan) == expected == [g.problem for g in plan.groups if g.kernel == "nova"]
 
 
 def test_training_step_keeps_the_pre_activation_and_loops_true_batches():
     mlp = mlp_training_step(B=2, T=4, C=8, H=16, V=12)
     nova = EmulatedNova()
-    run_both(mlp, plan(mlp.graph, fuse_epilogue=True), gemm=nova)
+    run_both(mlp, planned(mlp.graph), gemm=nova)
     # forward linears fuse only the bias (gelu's input is read by its backward); weight gradients
     # read the activations transposed in place (trans_a)
     assert nova.launches[:2] == [(8, 16, 8, False, True, True, "none"), (8, 12, 16, False, True, True, "none")]
     assert (12, 16, 8, True, False, False, "none") in nova.launches
     grouped = grouped_attention(B=2, Hq=4, Hk=2)
+    plan = planned(grouped.graph)
+    (scores,) = [g for g in plan.groups if g.kind == "gemm"]
+    assert scores.kernel == "aten" and "batched right operand" in scores.reason
     nova = EmulatedNova()
-    program, got, ref, _ = run_both(grouped, plan(grouped.graph), gemm=nova)
+    program, got, ref, _ = run_both(grouped, plan, gemm=nova)
     assert_close(grouped.graph, got, ref)
-    assert len(nova.launches) == 2 * 4 and program.stats["nova_gemm_launches"] == 8     # one per (batch, head)
+    assert not nova.launches and program.stats["torch_gemms"] == 1
+    # a plan that does give the batched matmul to Nova: the executor loops over (batch, head)
+    nova = EmulatedNova()
+    program, got, ref, _ = run_both(grouped, node_groups(grouped.graph), gemm=nova)
+    assert_close(grouped.graph, got, ref)
+    assert len(nova.launches) == 2 * 4 and program.stats["nova_gemm_launches"] == 8
 
 
 def test_layouts_nova_cannot_read_fall_back_to_torch():
@@ -387,8 +516,15 @@ def test_layouts_nova_cannot_read_fall_back_to_torch():
     odd = g.op("slice", x, axis=1, start=0, end=16, step=2)          # every other column: no GEMM layout
     g.output(g.op("matmul", odd, g.op("slice", w, axis=0, start=0, end=8)), "y")
     case = Case(g, lambda gen, device: [torch.randn(8, 16, generator=gen), torch.randn(16, 4, generator=gen)])
+    plan = planned(g)
+    (mm,) = [grp for grp in plan.groups if grp.kind == "gemm"]
+    assert mm.kernel == "aten" and "not dense" in mm.reason              # the planner already knows
     nova = EmulatedNova()
-    program, got, ref, _ = run_both(case, plan(g), gemm=nova)
+    program, got, ref, _ = run_both(case, plan, gemm=nova)
+    assert_close(g, got, ref)
+    assert not nova.launches and program.stats["torch_gemms"] == 1 and not program.stats["fallbacks"]
+    nova = EmulatedNova()                                                 # a plan that asks for Nova anyway
+    program, got, ref, _ = run_both(case, node_groups(g), gemm=nova)
     assert_close(g, got, ref)
     assert not nova.launches and program.stats["torch_gemms"] == 1
     assert any("neither row-major nor transposed" in f for f in program.stats["fallbacks"])
@@ -397,33 +533,37 @@ def test_layouts_nova_cannot_read_fall_back_to_torch():
 
 def test_plans_that_overlap_live_values_are_refused():
     case = mlp_training_step()
-    planned = plan(case.graph, reuse=True)
-    values = dict(planned.memory.values)
-    h_b = next(n for n in case.graph.nodes if n.op == "gelu_tanh").inputs[0]        # read again by gelu's backward
-    logp = next(n for n in case.graph.nodes if n.op == "log_softmax").outputs[0]
-    values[logp] = Placement(values[h_b].offset, values[logp].nbytes)
+    plan = planned(case.graph)
+    h_b = node(plan, "gelu_tanh").inputs[0]                     # read again by gelu's backward
+    logp = node(plan, "log_softmax").outputs[0]
+    assert plan.memory[h_b].kind == plan.memory[logp].kind == "arena"
+    clash = dataclasses.replace(plan.memory[logp], offset=plan.memory[h_b].offset)
     with pytest.raises(ExecutorError, match=r"the plan puts f32\[2,4,16\] \(live over launches \d+\.\.\d+\) and "
                                             r"f32\[8,12\] .* on the same arena bytes"):
-        build(Planned(case.graph, planned.groups, planned.order,
-                      MemoryPlan(values, planned.memory.arena_bytes, planned.memory.peak_bytes,
-                                 planned.memory.donations)), "cpu")
-    # an elementwise node writing its result over the input it reads last is fine (in place)
+        build(edited(plan, {logp: clash}), "cpu")
+    # an elementwise node writing its result over the input it reads last is fine (in place): the
+    # planner does it, and a hand-made plan may too
     g = Graph("in_place")
     x = g.input(TensorType((4, 4), "f32"), "x", "data")
     e = g.op("exp", x)
     t = g.op("tanh", e)
-    g.output(t, "y")
-    p = plan(g)
-    p.memory.values[t] = Placement(p.memory.values[e].offset, p.memory.values[e].nbytes)
-    program = build(p, "cpu")
-    assert_close(g, program.run([torch.ones(4, 4)]), [torch.ones(4, 4).exp().tanh()])
+    s = g.op("sin", t)
+    g.output(s, "y")
+    p = node_groups(g)
+    assert p.memory[t].reuses is e and p.memory[s].reuses is t
+    assert p.memory[t].offset == p.memory[e].offset == p.memory[s].offset
+    assert_close(g, build(p, "cpu").run([torch.ones(4, 4)]), [torch.ones(4, 4).exp().tanh().sin()])
+    slots = slot_per_value(p)
+    assert slots.memory[t].offset != slots.memory[e].offset
+    p = edited(slots, {t: dataclasses.replace(slots.memory[t], offset=slots.memory[e].offset)})
+    assert_close(g, build(p, "cpu").run([torch.ones(4, 4)]), [torch.ones(4, 4).exp().tanh().sin()])
 
 
 def test_meta_program_describes_the_cuda_program():
     """Without a GPU: the CUDA program's kernels (efficient attention, its padded log-sum-exp
     workspace, Nova GEMMs) and the precompile commands of its GEMMs."""
     case = attention_block(B=2, T=40, heads=4, D=16)
-    program = build(plan(case.graph, reuse=True, fuse_epilogue=True), "meta")
+    program = build(planned(case.graph), "meta")
     s = program.stats
     assert s["workspace_bytes"] == 2 * 4 * 64 * 4                  # lse of T = 40 padded to 64 rows
     assert s["copies"] == 2 + 4 and s["nova_gemm_launches"] == 6 and s["torch_gemms"] == 0
@@ -431,14 +571,16 @@ def test_meta_program_describes_the_cuda_program():
     assert "_scaled_dot_product_efficient_attention_backward (lse padded" in text and "nova gemm 80x192x64 tf32 NT" in text
     from nova.compiler.executor import precompile_commands
     commands = precompile_commands(program.gemm_problems(), "h200")
-    assert commands[0].startswith("nova precompile gemm --shapes 80x192x64,") and "--target h200 --dtype tf32" in commands[0]
+    assert commands[0].startswith("nova precompile gemm --shapes 80x") and "--target h200 --dtype tf32" in commands[0]
     shapes = [shape for c in commands for shape in c.split("--shapes ")[1].split(" ")[0].split(",")]
     assert len(shapes) == len(program.gemm_problems())
 
 
 def test_no_fusion_when_the_epilogue_result_reuses_an_operand():
-    """A plan may put ``add(matmul(a, w), b)`` on ``a``'s bytes (``a`` is dead after the matmul);
-    a fused launch would write them while reading ``a``, so the bias add stays separate."""
+    """A plan may put ``add(matmul(a, w), b)`` on ``a``'s bytes (``a`` is dead after the matmul),
+    against the planner's own rule (a fused group's result is reserved from the launch's start);
+    a fused launch would write them while reading ``a``, so the bias add stays separate (and the
+    product gets scratch instead of the result's bytes)."""
     g = Graph("reuse_operand")
     x = g.input(TensorType((8, 16), "f32"), "x", "data")
     w = g.input(TensorType((4, 16), "f32"), "w", "param")
@@ -449,33 +591,58 @@ def test_no_fusion_when_the_epilogue_result_reuses_an_operand():
     g.output(y, "y")
     case = Case(g, lambda gen, device: [torch.randn(8, 16, generator=gen), torch.randn(4, 16, generator=gen),
                                         torch.randn(4, generator=gen)])
-    planned = plan(g, fuse_epilogue=True)
+    plan = planned(g)
+    a, y = node(plan, "exp").outputs[0], node(plan, "add").outputs[0]
     nova = EmulatedNova()
-    program, got, ref, _ = run_both(case, planned, gemm=nova)
+    program, got, ref, _ = run_both(case, plan, gemm=nova)
+    assert_close(g, got, ref)
     assert program.stats["fused_epilogue_nodes"] == 1 and nova.launches[0][5]          # fused when apart
-    planned.memory.values[y] = Placement(planned.memory.values[a].offset, planned.memory.values[y].nbytes)
+    assert program.stats["scratch_bytes"] == 0
+    bad = edited(plan, {y: dataclasses.replace(plan.memory[y], offset=plan.memory[a].offset)})
+    with pytest.raises(AssertionError, match="overlap"):
+        validate_memory_plan(bad.graph, bad.groups, bad.memory)
     nova = EmulatedNova()
-    program, got, ref, _ = run_both(case, planned, gemm=nova)
+    program, got, ref, _ = run_both(case, bad, gemm=nova)
     assert_close(g, got, ref)
     assert program.stats["fused_epilogue_nodes"] == 0 and not nova.launches[0][5]
+    assert program.stats["scratch_bytes"] == scratch_bytes([node(bad, "matmul").outputs[0]]) == 256
 
 
 def test_unsafe_donations_are_refused():
     case = mlp_training_step()
-    graph = case.graph
-    planned = plan(graph, batch_optimizer=False)
+    plan = planned(case.graph)
+    graph = plan.graph
     # run fc1.weight's (donated) update before the last matmul that reads the old weight
     w1 = graph.inputs[4].value
-    reader = [n for n in graph.nodes if n.op == "matmul" and w1 in n.inputs][-1]
-    update = next(n for n in graph.nodes if n.op == "adamw" and n.inputs[0] is w1)
-    groups = [grp for grp in planned.groups if update not in grp.nodes]
+    assert graph.inputs[4].name == "fc1.weight"
+    reader = [n for n in plan.order if n.op == "matmul" and w1 in n.inputs][-1]
+    update = next(grp for grp in plan.groups if grp.nodes[0].op == "adamw" and grp.nodes[0].inputs[0] is w1)
+    groups = [grp for grp in plan.groups if grp is not update]
     at = next(k for k, grp in enumerate(groups) if reader in grp.nodes)
-    step_add = next(n for n in graph.nodes if n.op == "add" and n.inputs[0] is graph.inputs[-1].value)
-    groups = [grp for grp in groups if step_add not in grp.nodes]
-    groups[at:at] = [Group("pointwise", [step_add]), Group("composite", [update])]
+    groups[at:at] = [update]
     with pytest.raises(ExecutorError, match=r"donates 'fc1.weight' into input 'fc1.weight', written at launch \d+ "
                                             r"\(adamw\), but matmul reads that input at launch \d+"):
-        build(Planned(graph, groups, planned.order, planned.memory), "cpu")
+        build(dataclasses.replace(plan, groups=groups), "cpu")
+
+
+# --------------------------------------------------------------------------- the GPU tests' helpers, on CPU
+def test_gpu_cases_plan_and_describe_on_meta():
+    """tests/test_executor_gpu.py's cases through the real pipeline as meta (CUDA) programs, its
+    precompile list and its float64 reference (``widen``), here where no GPU runs them."""
+    import test_executor_gpu as gpu
+    for name, make in gpu.CASES.items():
+        case = make()
+        plan = planned(case.graph)
+        gpu.check_gemm_backends(plan, build(plan, "meta"))
+    problems = gpu.all_problems()
+    assert problems and set(problems) >= {g.problem for g in planned(gpu.CASES["mlp"]().graph).groups if g.problem}
+    from nova.compiler.executor import precompile_commands
+    assert all(c.startswith("nova precompile gemm --shapes ") for c in precompile_commands(problems, "h200"))
+    case = mlp_training_step()
+    inputs = case.inputs(0)
+    ref64 = gpu.reference64(case.graph, inputs)
+    assert all(r.dtype == torch.float64 for r, x in zip(ref64, interpreter.run(case.graph, inputs)) if x.is_floating_point())
+    gpu.assert_close(case.graph, interpreter.run(case.graph, inputs), ref64, "f32 interpreter", tol=1e-5)
 
 
 def test_cuda_attention_kernels_with_emulated_efficient_attention(monkeypatch):

@@ -1,6 +1,8 @@
-"""GPU tests of the executor: the hand-built graphs of tests/executor_support.py as CUDA programs
-(Nova GEMMs, ATen kernels, one CUDA graph per step) against the reference interpreter run on the
-CPU in float64, at TF32 tolerance.
+"""GPU tests of the executor: the hand-built graphs of tests/executor_support.py, planned by the
+real pipeline (``nova.passes.pipeline``), as CUDA programs (Nova GEMMs, ATen kernels, one CUDA graph
+per step) against the reference interpreter run on the CPU in float64, at TF32 tolerance.  The CPU
+twin (tests/test_executor.py::test_gpu_cases_plan_and_describe_on_meta) builds these cases as meta
+programs and runs the precompile list and the float64 reference without a GPU.
 
 Kernels come from a cache precompiled on a host with MLIR:
 
@@ -18,10 +20,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pytest
 import torch
 
-from executor_support import (attention_block, grouped_attention, linear_inference, memory_ops_step,
-                              mlp_training_step, plan, pointwise_zoo, rel_error, widen)
+from executor_support import (attention_block, example_case, grouped_attention, linear_inference, memory_ops_step,
+                              mlp_training_step, planned, pointwise_zoo, rel_error, widen)
 from nova.compiler.executor import build, gemm_problems, precompile_commands
 from nova.ir import interpreter
+from nova.passes.examples import transformer_step
 
 # Shapes: GEMM dimensions of 16..384, T = 40 (the efficient-attention log-sum-exp is padded to 64),
 # grouped-query heads, cross attention with Tq != Tk (the reference fallback) and a truly batched matmul.
@@ -33,6 +36,7 @@ CASES = {
     "memory": lambda: memory_ops_step(B=4, T=16, C=32, V=50, Tmax=16),
     "pointwise": lambda: pointwise_zoo(N=16, M=32),
     "linear": lambda: linear_inference(B=4, T=16, C=64, H=128),
+    "gpt": lambda: example_case(transformer_step(batch=2, seq=40, dim=64, heads=4, vocab=96), int_high=96),
 }
 TOL = 5e-3              # relative Frobenius error against float64: TF32 GEMMs and attention, chained
 
@@ -81,30 +85,40 @@ def test_program_replays_match_float64(name, kernels):
     every output against float64, donated outputs are the input objects, updated in place."""
     case = CASES[name]()
     graph = case.graph
-    planned = plan(graph, reuse=True, fuse_epilogue=True)
+    plan = planned(graph)
     state = case.inputs(1, "cuda")
     pointers = {i: state[i].data_ptr() for i, s in enumerate(graph.inputs) if s.role != "data"}
-    program = build(planned, "cuda", poison=True)
+    program = build(plan, "cuda", poison=True)
     for step in range(3):
         refresh_data(case, state, 100 + step)
         ref = reference64(graph, state)
         got = program.run(state)
         torch.cuda.synchronize()
         assert_close(graph, got, ref, f"step {step}")
-        for o, result in zip(graph.outputs, got):
-            if o.updates is not None and o.value in program.donated:
-                assert result is state[o.updates]
+        for k, i in plan.memory.donations:
+            assert got[k] is state[i], f"{graph.outputs[k].name}: a donated output must be the input object"
     assert {i: state[i].data_ptr() for i in pointers} == pointers, "bound inputs moved"
     s = program.stats
     assert s["cuda_graph"] and s["captures"] == 1 and s["runs"] == 3 and s["rebinds"] == 0
-    if any(n.op == "matmul" for n in graph.nodes):
-        assert s["nova_gemm_launches"] > 0 and s["torch_gemms"] == 0, s["fallbacks"]
+    assert s["donated_outputs"] == len(plan.memory.donations)
+    check_gemm_backends(plan, program)
+
+
+def check_gemm_backends(plan, program) -> None:
+    """Nova GEMMs where the planner chose a Nova kernel, torch.matmul only where it chose ATen (a
+    batched right operand, say); no scratch (also run on meta programs by the CPU twin)."""
+    s = program.stats
+    nova_groups = sum(g.kernel == "nova" for g in plan.groups)
+    aten_groups = sum(g.kind == "gemm" and g.kernel != "nova" for g in plan.groups)
+    assert (s["nova_gemm_launches"] >= nova_groups) and (s["nova_gemm_launches"] > 0) == (nova_groups > 0), s
+    assert s["torch_gemms"] == aten_groups and not s["fallbacks"], s["fallbacks"]
+    assert s["scratch_bytes"] == 0
 
 
 def test_replay_reads_new_data_each_step(kernels):
     """The captured graph reads the static slots: new data gives new results (not step 1's)."""
     case = CASES["linear"]()
-    program = build(plan(case.graph, fuse_epilogue=True), "cuda")
+    program = build(planned(case.graph), "cuda")
     a, b = case.inputs(1, "cuda"), case.inputs(2, "cuda")
     b[1:] = a[1:]                                          # same parameters, other data
     first = program.run(a)[0]
@@ -118,7 +132,7 @@ def test_replay_reads_new_data_each_step(kernels):
 
 def test_donated_parameters_update_in_place(kernels):
     case = CASES["mlp"]()
-    program = build(plan(case.graph, reuse=True, fuse_epilogue=True), "cuda")
+    program = build(planned(case.graph), "cuda")
     state = case.inputs(3, "cuda")
     params = [i for i, s in enumerate(case.graph.inputs) if s.role in ("param", "opt_state")]
     before = {i: state[i].clone() for i in params}
@@ -139,7 +153,7 @@ def test_peak_memory_within_the_plan(kernels):
     case = CASES["mlp"]()
     state = case.inputs(4, "cuda")
     torch.cuda.synchronize()
-    program = build(plan(case.graph, reuse=True, fuse_epilogue=True), "cuda")
+    program = build(planned(case.graph), "cuda")
     program.run(state)
     s = program.stats
     owned = sum(s[k] for k in ("arena_bytes", "constants_bytes", "static_input_bytes", "scratch_bytes",
@@ -151,7 +165,7 @@ def test_peak_memory_within_the_plan(kernels):
 
 def test_eager_mode_matches(kernels):
     case = CASES["attention"]()
-    program = build(plan(case.graph, reuse=True), "cuda", cuda_graph=False, poison=True)
+    program = build(planned(case.graph), "cuda", cuda_graph=False, poison=True)
     state = case.inputs(5, "cuda")
     got = program.run(state)
     torch.cuda.synchronize()
@@ -163,7 +177,7 @@ def test_eager_mode_matches(kernels):
 
 def test_replaced_parameter_rebinds_and_recaptures(kernels):
     case = CASES["mlp"]()
-    program = build(plan(case.graph, reuse=True), "cuda")
+    program = build(planned(case.graph), "cuda")
     state = case.inputs(6, "cuda")
     program.run(state)
     state[2] = state[2].clone()                 # a parameter with new storage (not updated in place)
@@ -184,7 +198,7 @@ def test_offline_missing_kernel_fails_before_touching_parameters(tmp_path, monke
         case = mlp_training_step(B=3, T=5, C=24, H=40, V=56)
         state = case.inputs(7, "cuda")
         before = [x.clone() for x in state]
-        program = build(plan(case.graph), "cuda")
+        program = build(planned(case.graph), "cuda")
         for _ in range(2):                      # the program stays unbound: the second run fails the same way
             with pytest.raises(NotPrecompiledError, match=r"^not precompiled: gemm \d+x\d+x\d+ tf32 .*nova precompile gemm"):
                 program.run(state)
@@ -196,13 +210,11 @@ def test_offline_missing_kernel_fails_before_touching_parameters(tmp_path, monke
 
 # --------------------------------------------------------------------------- precompile commands
 def all_problems() -> list:
+    """Every Nova GEMM the programs of these tests launch (the real pipeline's plan of each case)."""
     problems = {}
     for make in CASES.values():
-        case = make()
-        for fused in (False, True):
-            for reuse in (False, True):
-                for p in gemm_problems(plan(case.graph, reuse=reuse, fuse_epilogue=fused)):
-                    problems.setdefault(p, None)
+        for p in gemm_problems(planned(make().graph)):
+            problems.setdefault(p, None)
     return list(problems)
 
 

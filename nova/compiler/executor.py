@@ -7,8 +7,8 @@ one arena, replayed as one CUDA graph on the GPU.
     program.stats; print(program.describe())
     gemm_problems(planned)                    # every Nova GEMM a CUDA program launches (nova precompile)
 
-What ``build`` consumes from the planner is listed in ``nova/compiler/plan_view.py`` (duck-typed;
-that module is the only place that reads it).
+What ``build`` consumes from the planner (``nova.passes``: ``Planned``, ``Group``, ``MemoryPlan``,
+``ValuePlan``) is listed in ``nova/compiler/plan_view.py``, the only place that reads it.
 
 Tensors.  Every value gets its tensor once: arena values are views of one
 ``torch.empty(arena_bytes, dtype=uint8)`` at their planned offset (contiguous, or the plan's
@@ -17,10 +17,12 @@ strides); free views alias their input through the view op itself (``view``/``pe
 once at build into a separate constants area (they never change, and the arena's bytes are reused);
 graph inputs are either *bound* (parameters, optimizer state, gradients, constants and every
 donation target: the user's tensor is used in place, by pointer) or *staged* (data: copied into a
-static slot each run when the caller's pointer differs); values the plan does not place get a
-private scratch buffer.  An output the plan donates into input i is the input's tensor itself:
-its producer writes the user's storage and ``run`` returns that very input object.  Every other
-output is returned as a fresh clone (never an arena view that the next step overwrites).
+static slot each run when the caller's pointer differs); a fused GEMM-epilogue intermediate (which
+a CPU program computes unfused) lives in the bytes of its group's result (see ``plan_view``);
+values the plan does not place at all get a private scratch buffer.  An output the plan donates
+into input i is the input's tensor itself: its producer writes the user's storage and ``run``
+returns that very input object.  Every other output is returned as a fresh clone (never an arena
+view that the next step overwrites).
 
 Launches.  One per group, in the plan's order: ``matmul`` nodes on Nova GEMMs (CUDA) or
 ``torch.matmul(out=)`` (CPU), with a following bias/activation folded in
@@ -233,6 +235,7 @@ class Program:
                 self.loc[spec.value] = self._arena_loc(spec.value, p, f"input {spec.name!r}")
             else:
                 self.loc[spec.value] = self._take("staged", spec.value)
+        in_result = []                       # fused epilogue values: placed once their group's result is
         for index, node in enumerate(g.nodes):
             for v in node.outputs:
                 p = plan.placement(v)
@@ -247,8 +250,48 @@ class Program:
                     self.loc[v] = ("alias", node)
                 elif p.kind == "arena":
                     self.loc[v] = self._arena_loc(v, p, f"node {index} {node.op}")
+                elif v in plan.fused_into:
+                    in_result.append(v)
                 else:
                     self.loc[v] = self._take("scratch", v)
+        group_of = {n: group for group in plan.groups for n in group.nodes}
+        for v in in_result:
+            # a fused GEMM product (or biased product): never written when a Nova kernel runs the
+            # whole epilogue; on CPU (torch.matmul, then ATen bias add / activation) and after a
+            # shortened Nova epilogue, computed in the group result's bytes and updated in place
+            # there (the plan reserves them from the launch's start).  Scratch when that result is
+            # not an arena buffer of the program (donated into an input, say) or shares bytes with
+            # a value the group reads (a plan that breaks that reservation).
+            loc = self.loc[plan.fused_into[v]]
+            if loc[0] == "arena" and loc[2] is None and not self._reads_bytes(group_of.get(v.producer), loc, v):
+                self.loc[v] = loc
+            else:
+                self.loc[v] = self._take("scratch", v)
+
+    def _arena_span(self, value):
+        """(first byte, one past the last) of the arena bytes ``value`` (or the root it views) may
+        touch, or None outside the arena."""
+        while self.loc.get(value, ("",))[0] == "alias":
+            value = self.loc[value][1].inputs[0]
+        loc = self.loc.get(value)
+        if loc is None or loc[0] != "arena":
+            return None
+        _, offset, strides = loc
+        t = value.type
+        return offset, offset + (t.nbytes if strides is None else _strided_bytes(t.shape, strides, t.itemsize))
+
+    def _reads_bytes(self, group, loc, value) -> bool:
+        """Whether ``group`` reads, from outside it, arena bytes that ``value`` placed at ``loc`` covers."""
+        if group is None:
+            return True
+        lo, hi = loc[1], loc[1] + value.type.nbytes
+        produced = {w for n in group.nodes for w in n.outputs}
+        for n in group.nodes:
+            for x in n.inputs:
+                span = None if x in produced else self._arena_span(x)
+                if span is not None and span[0] < hi and lo < span[1]:
+                    return True
+        return False
 
     def _check_arena_lifetimes(self) -> None:
         """Values the plan puts on shared arena bytes must be alive at different times, in the

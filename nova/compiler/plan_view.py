@@ -11,12 +11,20 @@
                              for an updating output written in place), "fused" (never written)
 
 A GEMM epilogue recorded in a group is not read: the executor fuses the bias/activation nodes that
-follow a matmul in the same group itself.  Values without storage in the plan (fused intermediates
-the executor still needs) get a private scratch buffer, counted in ``Program.stats["scratch_bytes"]``.
+follow a matmul in the same group itself.  A "fused" value (the product or the biased product inside
+a Nova GEMM group) is never written when the Nova kernel runs the whole chain, but a CPU program
+computes the group unfused (``torch.matmul``, then the bias add and activation as ATen kernels), and
+a Nova launch that cannot take the whole epilogue leaves its tail to ATen: both need the value.
+``PlanView.fused_into`` names, for each such value, the group result its elementwise chain ends in
+(same type, in the arena): the executor computes the chain in that result's bytes, one step after
+the other in place, which the plan already reserves for the whole launch.  Values the plan does not
+place at all get a private scratch buffer, counted in ``Program.stats["scratch_bytes"]``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from nova.ir.ops import opdef
 
 
 class ExecutorError(RuntimeError):
@@ -51,6 +59,7 @@ class PlanView:
     arena_bytes: int
     peak_bytes: int
     donations: dict[int, int] = field(default_factory=dict)    # output index -> input index
+    fused_into: dict = field(default_factory=dict)   # fused Value -> the arena group result it is computed in
 
     def placement(self, value) -> Placement:
         return self.placements.get(value, Placement("none"))
@@ -81,6 +90,31 @@ def _donations(memory, graph) -> dict[int, int]:
     return out
 
 
+def _fused_into(groups, memory, graph) -> dict:
+    """Each fused value -> the value its group's elementwise chain ends in: follow the one reader
+    inside the group while it is a pointwise op of one result of the same type, through fused
+    values, to a value the plan puts in the arena."""
+    users = graph.users()
+
+    def kind_of(v):
+        vp = memory.values.get(v)
+        return vp.kind if vp is not None else None
+
+    out = {}
+    for g in groups:
+        members = set(g.nodes)
+        for v in (v for n in g.nodes for v in n.outputs if kind_of(v) == "fused"):
+            w = v
+            while w is not None and (w is v or kind_of(w) == "fused"):
+                readers = [u for u in users.get(w, ()) if u in members]
+                ok = len(readers) == 1 and opdef(readers[0].op).kind == "pointwise" \
+                    and len(readers[0].outputs) == 1 and readers[0].outputs[0].type == v.type
+                w = readers[0].outputs[0] if ok else None
+            if w is not None and kind_of(w) == "arena":
+                out[v] = w
+    return out
+
+
 def read_plan(planned) -> PlanView:
     """The executor's view of ``planned``."""
     graph, memory = planned.graph, planned.memory
@@ -92,4 +126,5 @@ def read_plan(planned) -> PlanView:
             placements[v] = p
     views = [GroupView(index, g.kind, list(g.nodes), g.reason or "", not (g.kind == "gemm" and g.kernel != "nova"))
              for index, g in enumerate(planned.groups)]
-    return PlanView(graph, views, placements, memory.arena_bytes, memory.peak_bytes, _donations(memory, graph))
+    return PlanView(graph, views, placements, memory.arena_bytes, memory.peak_bytes, _donations(memory, graph),
+                    _fused_into(planned.groups, memory, graph))
