@@ -49,6 +49,14 @@ class Derivation:
             self.steps.extend(steps)
         return value
 
+    def apply(self, step: str, formula: Formula, reason: str, *, post=None, **values):
+        """Record ``formula_step(...)`` and return its value (derivations written inline)."""
+        return self.record(formula_step(step, formula, reason, post=post, **values))
+
+    def note(self, step: str, value, reason: str, formula: str = ""):
+        """Record ``note(...)`` and return ``value``."""
+        return self.record((value, note(step, value, reason, formula)))
+
 
 class NullDerivation(Derivation):
     """Records nothing (for candidates that are weighed, not shown)."""

@@ -83,7 +83,7 @@ def _step(name, formula, reason, post=None, **values):
 
 
 def _note(name, value, reason, formula=""):
-    return value, Step(name, formula or "-", value, reason, formula)
+    return value, Step.note(name, formula or "-", value, reason, formula)
 
 
 def mufu_rate(gpu: GPUModel) -> float:
@@ -341,7 +341,7 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
     warps, st = step3_warps(gpu)
     steps.append(st)
     pad = 16 // p.elem_bytes
-    steps.append(Step("3 smem padding", "-", f"+{pad} elements",
+    steps.append(Step.note("3 smem padding", "-", f"+{pad} elements",
                       f"rows of D+{pad} elements: stride = 4 mod 8 words, so ldmatrix rows and the TF32 scalar reads "
                       "of rows (2t, 2t+1) hit 32 distinct banks; 16-byte multiple for cp.async"))
     kernels, visited = {}, {}
@@ -362,7 +362,7 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
             from nova.kernels.attention.build import smem_plan
             smem = smem_plan(p, KernelTile(role, rows, cols, kw, stages, pad, 0, 0, 1, (1, 1, 1)))["total"]
             bps = bp or step6_occupancy(gpu, role, kw, regs, smem)[0]
-            steps.append(Step(f"override {role}", "-", f"{rows}x{cols} s{stages} b{bps}", "experiment: tile given by the caller"))
+            steps.append(Step.note(f"override {role}", "-", f"{rows}x{cols} s{stages} b{bps}", "experiment: tile given by the caller"))
         grid, st, vis, _ = step7_grid(p, gpu, role, rows, cols, bps)
         steps.append(st)
         kernels[role] = KernelTile(role, rows, cols, kw, stages, pad, int(smem), regs, bps, grid)
@@ -370,7 +370,7 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
     rows_pre = 4 * 32 // 8
     pre_grid = (_cdiv(p.batch * p.heads * p.seq_q, rows_pre), 1, 1)
     kernels["bwd_pre"] = KernelTile("bwd_pre", rows_pre, 0, 4, 1, 0, 0, 32, 8, pre_grid)
-    steps.append(Step("7 bwd_pre grid", "-", f"{pre_grid[0]}",
+    steps.append(Step.note("7 bwd_pre grid", "-", f"{pre_grid[0]}",
                       f"D = rowsum(dO*O): 8 lanes per row (16-byte loads, 3 shuffles), {rows_pre} rows per block"))
     mode, st = step8_dq_mode(p, gpu, kernels["bwd_dkv"].block_cols, visited["bwd_dkv"])
     steps.append(st)
@@ -382,7 +382,7 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
         times[role] = t * 1e6
         bound = max((k for k in terms if k != "blocks"), key=terms.get)
         terms_all[role] = {"time_us": round(t * 1e6, 2), "bound": bound, **{k: round(v * 1e6, 2) for k, v in terms.items()}}
-        steps.append(Step(f"9 {role} time", T_KERNEL.text if role != "bwd_pre" else "dram bytes / bandwidth + launch",
+        steps.append(Step.note(f"9 {role} time", T_KERNEL.text if role != "bwd_pre" else "dram bytes / bandwidth + launch",
                           f"{t * 1e6:.1f} us", f"{bound}-bound; " + ", ".join(f"{k} {v * 1e6:.1f}" for k, v in terms.items())))
     total = sum(times.values())
     flops = p.fwd_flops + p.bwd_flops
@@ -391,7 +391,7 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
     fwd_bound = terms_all["fwd"]["bound"]
     pred = Prediction(time_us=total, tflops=flops / (total * 1e-6) / 1e12, bound=fwd_bound, floor_us=floor * 1e6,
                       terms_us={f"{r}": times[r] for r in times})
-    steps.append(Step("9 prediction", "-", f"{total:.1f} us",
+    steps.append(Step.note("9 prediction", "-", f"{total:.1f} us",
                       f"forward {times['fwd']:.1f} + backward {times['bwd_pre'] + times['bwd_dkv'] + times['bwd_dq']:.1f} us; "
                       f"{pred.tflops:.1f} TFLOP/s of the algorithm's {flops / 1e9:.1f} GFLOP (7 matmuls' worth counted "
                       f"as 5: the dQ pass recomputes 2); floor {floor * 1e6:.1f} us"))
