@@ -157,7 +157,12 @@ def test_training_step_groups():
     biased = [gr for gr in gemms if gr.epilogue.bias is not None]
     assert len(biased) == 4 and all(gr.epilogue.activation == "none" for gr in gemms)   # gelu's input feeds its backward
     assert sum(gr.problem.trans_a for gr in gemms) == 5          # the weight gradients: 4 linears and the head
-    assert all(len(gr.nodes) == 1 for gr in by_kind["composite"])
+    updates = [gr for gr in by_kind["composite"] if gr.nodes[0].op == "adamw"]
+    from nova.passes.fusion import update_batch_key                     # one multi-tensor update per key
+    keys = [{update_batch_key(n) for n in gr.nodes} for gr in updates]
+    assert all(len(k) == 1 for k in keys) and len({next(iter(k)) for k in keys}) == len(updates)
+    assert sum(len(gr.nodes) for gr in updates) > 2 * len(updates)
+    assert all(len(gr.nodes) == 1 for gr in by_kind["composite"] if gr not in updates)
     assert sorted({gr.nodes[0].op for gr in by_kind["composite"]}) == [
         "adamw", "attention", "attention_backward", "concat", "index_select", "layer_norm", "layer_norm_backward",
         "log_softmax", "log_softmax_backward", "nll_loss", "nll_loss_backward", "scatter_add"]

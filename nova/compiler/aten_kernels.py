@@ -462,18 +462,21 @@ def can_join_batch(batch_ins, batch_outs, ins, outs) -> bool:
 
 
 def adamw_batch_key(node) -> tuple:
-    """Consecutive adamw nodes with equal keys share one foreach batch: hyper-parameters and step."""
-    a = node.attrs
-    return (tuple(sorted(a.items())), node.inputs[4], node.inputs[0].type.dtype)
+    """Consecutive adamw nodes with equal keys share one foreach batch: hyper-parameters and element
+    type (each parameter may have its own step tensor, as torch's optimizers keep them)."""
+    return (tuple(sorted(node.attrs.items())), node.inputs[0].type.dtype)
 
 
 def adamw(nodes, ins_list, outs_list, ctx) -> Kernel:
-    """One foreach AdamW update of ``nodes`` (same hyper-parameters, same step tensor), in place on
-    their outputs; an output that is not its input's storage (not donated) is first copied from it."""
+    """One foreach AdamW update of ``nodes`` (same hyper-parameters), in place on their outputs; an
+    output that is not its input's storage (not donated) is first copied from it.  The bias
+    corrections come from the step tensors on the device: one shared tensor, or one per parameter
+    (stacked into a vector, each parameter dividing by its own 0-d entries)."""
     a = nodes[0].attrs
     lr, beta1, beta2 = float(a["lr"]), float(a["beta1"]), float(a["beta2"])
     eps, wd, maximize = float(a["eps"]), float(a["weight_decay"]), bool(a.get("maximize", False))
-    step = ins_list[0][4]
+    steps = [ins[4] for ins in ins_list]
+    shared_step = all(t is steps[0] for t in steps)
     params = [outs[0] for outs in outs_list]
     grads = [ins[1] for ins in ins_list]
     exp_avgs = [outs[1] for outs in outs_list]
@@ -498,7 +501,7 @@ def adamw(nodes, ins_list, outs_list, ctx) -> Kernel:
         for o, i in pre_copies:
             o.copy_(i)
         # bias corrections on the device from the step tensor (float64 like the reference's Python math)
-        t = step.to(torch.float64)
+        t = (steps[0] if shared_step else torch.stack(steps)).to(torch.float64)
         neg_step_size = -lr / (1 - torch.pow(beta1, t))
         denom_scale = (torch.sqrt(1 - torch.pow(beta2, t)) * neg_step_size).to(scalar_dtype)
         denom_shift = (eps / neg_step_size).to(scalar_dtype)
@@ -516,11 +519,16 @@ def adamw(nodes, ins_list, outs_list, ctx) -> Kernel:
             torch._foreach_addcmul_(V, G, G, 1 - beta2)
             # (sqrt(v) / bc2_sqrt + eps) / (-step_size): param += m / that  ==  param -= step_size * m / denom
             D = torch._foreach_sqrt(V)
-            div_(D, denom_scale)
-            add_(D, denom_shift)
+            if shared_step:
+                div_(D, denom_scale)
+                add_(D, denom_shift)
+            else:
+                torch._foreach_div_(D, [denom_scale[j] for j in idx])
+                torch._foreach_add_(D, [denom_shift[j] for j in idx])
             torch._foreach_addcdiv_(P, M, D)
     what = f"adamw x{len(nodes)}: aten._foreach_lerp_/mul_/addcmul_/sqrt/div_/add_/addcdiv_ " \
-           f"({len(chunks)} batch{'es' if len(chunks) != 1 else ''}), bias corrections from the step tensor"
+           f"({len(chunks)} batch{'es' if len(chunks) != 1 else ''}), bias corrections from the step " \
+           f"{'tensor' if shared_step else 'tensors'}"
     return Kernel(run, what + (f" + copy_ x{len(pre_copies)} (not donated)" if pre_copies else ""), len(pre_copies))
 
 

@@ -119,6 +119,7 @@ class _Fuser:
         self.users = graph.users()
         self.outputs = set(graph.output_values())
         self.group_of: dict[Node, _Open] = {}
+        self.updates: dict[tuple, _Open] = {}     # optimizer-update groups by batch key
 
     def run(self) -> list[Group]:
         graph = self.graph
@@ -212,6 +213,13 @@ class _Fuser:
         elif k == "view":
             copy = layout_analysis.is_copy(node, self.layouts)
             g = _Open("view", node, kernel="aten" if copy else "none")
+        elif node.op in OPTIMIZER_UPDATES:
+            key = update_batch_key(node)
+            g = self.updates.get(key)
+            if g is None:
+                g = self.updates[key] = _Open("composite", node)
+            else:
+                g.nodes.append(node)
         elif k in ("composite", "memory"):
             g = _Open("composite", node)
         else:
@@ -220,6 +228,16 @@ class _Fuser:
         for p in producers:
             if p is not g and p.nodes:           # read from outside now (merged-away groups are empty)
                 p.open = False
+
+
+OPTIMIZER_UPDATES = ("adamw", "sgd")
+
+
+def update_batch_key(node: Node) -> tuple:
+    """Optimizer updates with equal keys form one group, run as one multi-tensor kernel: the same
+    op, hyper-parameters, element type and arity.  Their results are read only as graph outputs,
+    so the group may run once the last gradient exists."""
+    return (node.op, tuple(sorted(node.attrs.items())), node.inputs[0].type.dtype, len(node.inputs))
 
 
 def _bisect(ready: list, node, index) -> int:
@@ -362,6 +380,10 @@ def _reason(group: Group, g: _Open, layouts, names) -> str:
             return (f"{first.op} of {names[x]} ({layouts[x].describe()}) is not a strided view: "
                     f"one copy into its own buffer")
         return f"{first.op} of {names[x]}: a strided view of {names[layouts[out].root]}, launches nothing"
+    if group.kind == "composite" and first.op in OPTIMIZER_UPDATES and len(group.nodes) > 1:
+        elements = sum(n.outputs[0].type.numel for n in group.nodes)
+        return (f"{len(group.nodes)} {first.op} updates with the same hyper-parameters: one multi-tensor "
+                f"kernel over {elements / 1e6:.1f}M parameters")
     if group.kind == "composite":
         what = "data movement" if kind(first.op) == "memory" else "a composite op"
         return f"{first.op} on {first.outputs[0].type}: {what} with its own kernel"
