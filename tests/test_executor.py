@@ -616,8 +616,11 @@ def test_unsafe_donations_are_refused():
     w1 = graph.inputs[4].value
     assert graph.inputs[4].name == "fc1.weight"
     reader = [n for n in plan.order if n.op == "matmul" and w1 in n.inputs][-1]
-    update = next(grp for grp in plan.groups if grp.nodes[0].op == "adamw" and any(n.inputs[0] is w1 for n in grp.nodes))
-    groups = [grp for grp in plan.groups if grp is not update]
+    merged = next(grp for grp in plan.groups if grp.nodes[0].op == "adamw" and any(n.inputs[0] is w1 for n in grp.nodes))
+    node = next(n for n in merged.nodes if n.inputs[0] is w1)          # fc1.weight's update, alone
+    update = dataclasses.replace(merged, nodes=[node], inputs=list(node.inputs), outputs=list(node.outputs))
+    rest = dataclasses.replace(merged, nodes=[n for n in merged.nodes if n is not node])
+    groups = [rest if grp is merged else grp for grp in plan.groups]
     at = next(k for k, grp in enumerate(groups) if reader in grp.nodes)
     groups[at:at] = [update]
     with pytest.raises(ExecutorError, match=r"donates 'fc1.weight' into input 'fc1.weight', written at launch \d+ "
