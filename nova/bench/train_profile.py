@@ -1,0 +1,90 @@
+"""Where a training step's GPU time goes: per-kernel device time (CUPTI, through torch.profiler) of
+a few steps of PyTorch eager or ``nova.compile`` on a built-in GPT, grouped by kernel name.
+
+    python3 -m nova.bench.train_profile --framework nova --model gpt42m --batch 32 [--steps 5] [--out DIR]
+
+Prints the kernels by total time (with their count per step) and writes ``profile-<framework>.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+
+def kernel_family(name: str) -> str:
+    """A short family name for a CUDA kernel: Nova's, cuBLAS/cutlass GEMMs, attention, elementwise..."""
+    n = name.lower()
+    if n.startswith("nova_"):
+        return name.split("(")[0]
+    for key, family in (("gemm", "cublas/cutlass gemm"), ("fmha", "torch attention"), ("attention", "torch attention"),
+                        ("layer_norm", "layer_norm"), ("softmax", "softmax"), ("nll_loss", "nll_loss"),
+                        ("multi_tensor_apply", "foreach (optimizer)"), ("reduce", "reduction"),
+                        ("elementwise", "elementwise"), ("copy", "copy"), ("index", "index/gather/scatter"),
+                        ("embedding", "embedding"), ("memset", "memset"), ("fill", "fill")):
+        if key in n:
+            return family
+    return re.sub(r"<.*", "", name)[:60]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m nova.bench.train_profile", description=__doc__.splitlines()[0])
+    ap.add_argument("--framework", choices=["eager", "nova"], required=True)
+    ap.add_argument("--model", default="gpt42m")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--seq", type=int, default=None)
+    ap.add_argument("--steps", type=int, default=5, help="profiled steps (after 5 warm-up steps)")
+    ap.add_argument("--out", default=".")
+    args = ap.parse_args(argv)
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from nova.models.gpt import CONFIGS, GPT
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    cfg = CONFIGS[args.model]
+    seq = args.seq or cfg.block_size
+    model = GPT(cfg, seed=0).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
+
+    def train_step(idx, targets):
+        loss = model(idx, targets)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+    step = train_step
+    if args.framework == "nova":
+        import nova
+        step = nova.compile(train_step)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    idx = torch.randint(0, cfg.vocab_size, (args.batch, seq), device="cuda", generator=gen)
+    for _ in range(5):
+        step(idx, idx)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(args.steps):
+            step(idx, idx)
+        torch.cuda.synchronize()
+    rows: dict[str, dict] = {}
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        fam = kernel_family(e.name)
+        r = rows.setdefault(fam, {"us": 0.0, "count": 0, "example": e.name[:100]})
+        r["us"] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+        r["count"] += 1
+    total = sum(r["us"] for r in rows.values())
+    table = sorted(rows.items(), key=lambda kv: -kv[1]["us"])
+    print(f"{args.framework} {args.model} b{args.batch}x{seq}: {total / args.steps / 1e3:.2f} ms GPU time per step")
+    for fam, r in table[:30]:
+        print(f"  {r['us'] / args.steps / 1e3:8.3f} ms {r['count'] / args.steps:7.1f}/step  {fam}")
+    out = Path(args.out) / f"profile-{args.framework}.json"
+    out.write_text(json.dumps({"framework": args.framework, "model": args.model, "batch": args.batch, "seq": seq,
+                               "steps": args.steps, "gpu_ms_per_step": total / args.steps / 1e3,
+                               "kernels": {k: v for k, v in table}}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
