@@ -35,10 +35,10 @@ from nova.frontend.bindings import Bindings, InputBinding, OutputBinding
 from nova.frontend.discover import Discovered, discover
 from nova.frontend.errors import NovaUnsupportedError
 from nova.frontend.guards import GuardKey, guard_key
-from nova.frontend.lower import lower
+from nova.frontend.lower import Unmodeled, lower
 from nova.frontend.optim import TraceContext, handler_for
 from nova.frontend.origin import OriginTracker, traceback_location
-from nova.ir import Graph, verify
+from nova.ir import Graph, Value, verify
 
 _ROLES = {"param": "param", "buffer": "const", "grad": "grad", "opt_state": "opt_state", "data": "data",
           "const": "const"}
@@ -432,6 +432,9 @@ def _assemble(lowered, slots: list[InputBinding], record: dict, trace: _Trace):
         if kind == "grad_none":
             grads_to_none.append(what.tensor)
     for value, (kind, what) in zip(values, kinds):
+        if not isinstance(value, Value):
+            what_text = value.what if isinstance(value, Unmodeled) else repr(value)
+            raise NovaUnsupportedError(f"the step returns or keeps {what_text}, which Nova does not model")
         if kind == "result":
             pending_outputs.append((value, "result" if len(record["result_leaves"]) == 1 else f"result[{what}]",
                                     "result", None, OutputBinding("result", "result", result_index=what)))

@@ -780,6 +780,24 @@ LOWERINGS[aten.max.default] = _reduce("max")
 LOWERINGS[aten.min.default] = _reduce("min")
 
 
+@lowers(_op("linalg_vector_norm"))
+def _vector_norm(ctx, x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    """2-norm (sqrt of the sum of squares), 1-norm and inf-norm; grad clipping's norms."""
+    if dtype is not None:
+        x = ctx.cast(x, ir_type(torch.empty((), dtype=dtype, device="meta")).dtype)
+    axes = _axes(dim, x.type.rank)
+    if not axes:
+        raise Fallback()
+    attrs = {"axes": axes, "keepdim": bool(keepdim)}
+    if ord == 2:
+        return ctx.op("sqrt", ctx.op("sum", ctx.op("mul", x, x), **attrs))
+    if ord == 1:
+        return ctx.op("sum", ctx.op("abs", x), **attrs)
+    if ord == math.inf:
+        return ctx.op("max", ctx.op("abs", x), **attrs)
+    raise Fallback()
+
+
 # ====================================================================== matmul
 @lowers(aten.mm.default, aten.bmm.default)
 def _mm(ctx, a, b):
