@@ -280,6 +280,25 @@ def _intercepted(found: Discovered, trace: _Trace):
                     opt.__dict__.pop(k, None)
 
 
+@contextlib.contextmanager
+def _undiscovered_refused(found: Discovered):
+    """An optimizer the step uses but Nova did not find would run for real (on the user's tensors,
+    silently updating nothing): while tracing, its step() and zero_grad() raise instead."""
+    from torch.optim import optimizer as optimizer_mod
+
+    def refuse(opt, *args, **kwargs):
+        raise NovaUnsupportedError(f"the step uses a {type(opt).__name__} optimizer that Nova did not find among the "
+                                   f"function's globals and closure; pass nova.compile(..., optimizers=[...])")
+    handle = optimizer_mod.register_optimizer_step_pre_hook(refuse)
+    base_zero_grad = torch.optim.Optimizer.zero_grad
+    torch.optim.Optimizer.zero_grad = refuse
+    try:
+        yield
+    finally:
+        handle.remove()
+        torch.optim.Optimizer.zero_grad = base_zero_grad
+
+
 # ====================================================================== capture
 def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Discovered | None = None,
             name: str | None = None) -> Captured:
@@ -319,7 +338,7 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
             elif slot.kind == "data":
                 args_leaves[slot.arg_index] = t
         user_args, user_kwargs = pytree.tree_unflatten(args_leaves, args_spec)
-        with _swapped_tensors(found, replacements), _intercepted(found, trace), tracker:
+        with _swapped_tensors(found, replacements), _undiscovered_refused(found), _intercepted(found, trace), tracker:
             result = fn(*user_args, **user_kwargs)
         tracker.set("")
         return _collect(result, slots, flat, trace, record)

@@ -1019,6 +1019,11 @@ def _nova_ops():
 _nova_ops()
 
 
+@lowers(_op("_foreach_zero"))
+def _foreach_zero(ctx, tensors):
+    return tuple(ctx.zeros(t.shape, t.dtype) for t in tensors)
+
+
 @lowers(_op("_foreach_copy"))
 def _foreach_copy(ctx, dsts, srcs, non_blocking=False):
     return tuple(_copy(ctx, d, s) for d, s in zip(dsts, srcs))
