@@ -12,12 +12,15 @@ bindings to the user's objects and an *engine*: a callable ``engine(list[Tensor]
 - ``backend="reference"``: ``nova.ir.interpreter.run`` on CPU tensors (inputs on another device are
   copied to the CPU and results copied back by the write-back).
 - ``backend="auto"``: the reference engine on CPU; on CUDA, the planned program of
-  ``nova.passes.pipeline`` + ``nova.compiler.executor.build`` (the executor's hook, below).
+  ``nova.passes.pipeline`` + ``nova.compiler.executor.build`` (the executor's hook, below), or the
+  reference engine with a warning while this build has no executor.
+- ``backend="executor"``: the planned program, always.
 """
 from __future__ import annotations
 
 import functools
 import time
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -129,8 +132,15 @@ class CompiledStep:
         returned values are cloned)."""
         if self.backend == "reference" or (self.backend == "auto" and device.type != "cuda"):
             return ReferenceEngine(graph)
-        from nova.compiler import executor          # filled by the executor (issue 13, compiler part)
-        from nova.passes import pipeline
+        try:
+            from nova.compiler import executor      # filled by the executor (issue 13, compiler part)
+            from nova.passes import pipeline
+        except ImportError as e:
+            if self.backend == "executor":
+                raise
+            warnings.warn(f"nova.compile: no executor in this build ({e}); running the reference interpreter on "
+                          f"the CPU", stacklevel=3)
+            return ReferenceEngine(graph)
         return executor.build(pipeline(graph, device), device)
 
     # ------------------------------------------------------------------ inspection
