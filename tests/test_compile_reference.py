@@ -11,6 +11,7 @@ the first step's loss and gradients, and SGD trajectories, which do not amplify 
 import contextlib
 import dataclasses
 import io
+import warnings
 
 import pytest
 import torch
@@ -18,7 +19,12 @@ import torch
 import nova
 from nova.models.gpt import GPT
 from nova.models.gpt import CONFIGS as GPT_CONFIGS
+from nova.models.llama import CONFIGS as LLAMA_CONFIGS
 from nova.models.llama import Llama
+
+# one-layer models for the tests of semantics (capturing costs ~1 ms per traced op on 2 cores)
+GPT1 = dataclasses.replace(GPT_CONFIGS["tiny"], n_layer=1)
+LLAMA1 = dataclasses.replace(LLAMA_CONFIGS["tiny"], n_layer=1)
 
 
 def rel(a, b) -> float:
@@ -157,7 +163,7 @@ def test_optimizer_variants_match_eager(opt_factory):
 
 # ----------------------------------------------------------------------------- eager semantics
 def test_parameters_and_state_are_updated_in_place():
-    model = GPT("tiny")
+    model = GPT(GPT1)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     step = nova.compile(make_step(model, opt, zero="before"), backend="reference")
     params = [(p, p.data_ptr()) for p in model.parameters()]
@@ -174,7 +180,7 @@ def test_parameters_and_state_are_updated_in_place():
 
 
 def test_grads_accumulate_when_the_step_does_not_zero_them():
-    (mc, oc), (me, oe) = pair(lambda: GPT("tiny"), lambda m: torch.optim.SGD(m.parameters(), lr=0.1))
+    (mc, oc), (me, oe) = pair(lambda: GPT(GPT1), lambda m: torch.optim.SGD(m.parameters(), lr=0.1))
     step_c, step_e = nova.compile(make_step(mc, oc, zero="none"), backend="reference"), make_step(me, oe, zero="none")
     for idx, targets in batches(mc.config.vocab_size, 3):
         step_c(idx, targets)
@@ -187,7 +193,7 @@ def test_grads_accumulate_when_the_step_does_not_zero_them():
 
 
 def test_zero_grad_without_set_to_none_leaves_zero_grads():
-    (mc, oc), (me, oe) = pair(lambda: Llama("tiny"), lambda m: torch.optim.SGD(m.parameters(), lr=0.1))
+    (mc, oc), (me, oe) = pair(lambda: Llama(LLAMA1), lambda m: torch.optim.SGD(m.parameters(), lr=0.1))
     step_c = nova.compile(make_step(mc, oc, zero="after_keep"), backend="reference")
     step_e = make_step(me, oe, zero="after_keep")
     for idx, targets in batches(mc.config.vocab_size, 2):
@@ -199,8 +205,8 @@ def test_zero_grad_without_set_to_none_leaves_zero_grads():
 
 def test_checkpoint_resume_and_switching_back_to_eager():
     with default_dtype(torch.float64):
-        (mc, oc), (me, oe) = pair(lambda: GPT("tiny"), lambda m: torch.optim.AdamW(m.parameters(), lr=1e-2))
-        resumed_model = GPT("tiny", seed=5)
+        (mc, oc), (me, oe) = pair(lambda: GPT(GPT1), lambda m: torch.optim.AdamW(m.parameters(), lr=1e-2))
+        resumed_model = GPT(GPT1, seed=5)
     data = batches(mc.config.vocab_size, 5)
     step_c, step_e = nova.compile(make_step(mc, oc), backend="reference"), make_step(me, oe)
     for idx, targets in data[:3]:
@@ -227,7 +233,7 @@ def test_checkpoint_resume_and_switching_back_to_eager():
 
 # ----------------------------------------------------------------------------- the cache and guards
 def test_new_batch_size_compiles_a_new_graph_and_old_one_is_reused():
-    model = GPT("tiny")
+    model = GPT(GPT1)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     step = nova.compile(make_step(model, opt), backend="reference")
     v = model.config.vocab_size
@@ -242,7 +248,7 @@ def test_new_batch_size_compiles_a_new_graph_and_old_one_is_reused():
 
 def test_changed_learning_rate_is_detected_and_matches_eager():
     with default_dtype(torch.float64):
-        (mc, oc), (me, oe) = pair(lambda: GPT("tiny"), lambda m: torch.optim.AdamW(m.parameters(), lr=1e-2))
+        (mc, oc), (me, oe) = pair(lambda: GPT(GPT1), lambda m: torch.optim.AdamW(m.parameters(), lr=1e-2))
     step_c, step_e = nova.compile(make_step(mc, oc), backend="reference"), make_step(me, oe)
     data = batches(mc.config.vocab_size, 3)
     for i, (idx, targets) in enumerate(data):
@@ -259,7 +265,7 @@ def test_changed_learning_rate_is_detected_and_matches_eager():
 
 def test_a_changed_model_is_detected():
     global model_under_test
-    model_under_test = Llama("tiny")
+    model_under_test = Llama(LLAMA1)
     opt = torch.optim.SGD(model_under_test.parameters(), lr=0.1)
 
     def step_fn(idx, targets):
@@ -281,7 +287,7 @@ def test_a_changed_model_is_detected():
     assert step.stats.captures == 3 and "optimizer" in step.stats.last_recapture_reason
     # another model object under the same global name: its parameters are the ones trained
     old = model_under_test
-    model_under_test = Llama("tiny", seed=3)
+    model_under_test = Llama(LLAMA1, seed=3)
     before = [p.detach().clone() for p in model_under_test.parameters()]
     old_before = [p.detach().clone() for p in old.parameters()]
     step(*data[3])
@@ -294,7 +300,7 @@ def test_a_changed_model_is_detected():
 
 
 def test_forward_only_functions_with_and_without_no_grad():
-    model = GPT("tiny")
+    model = GPT(GPT1)
     params_before = [p.detach().clone() for p in model.parameters()]
     fwd = nova.compile(lambda x: model(x), backend="reference")
     idx = batches(model.config.vocab_size, 1)[0][0]
@@ -350,10 +356,70 @@ def test_explicit_models_and_optimizers():
 
 
 def test_capture_is_recorded_and_explained():
-    model = GPT(dataclasses.replace(GPT_CONFIGS["tiny"], n_layer=1))
+    model = GPT(GPT1)
     opt = torch.optim.AdamW(model.parameters())
     step = nova.compile(make_step(model, opt), backend="reference")
     step(*batches(model.config.vocab_size, 1)[0])
     assert step.stats.capture_s > 0 and step.stats.history[0][0] == "first call"
     text = step.explain()
     assert "adamw" in text and "attention_backward" in text
+
+
+def test_gradient_clipping_and_bfloat16_steps():
+    cfg = GPT1
+
+    def make(model, opt):
+        def step(idx, targets):
+            loss = model(idx, targets)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+            opt.step()
+            opt.zero_grad()
+            return loss
+        return step
+    with default_dtype(torch.float64):
+        (mc, oc), (me, oe) = pair(lambda: GPT(cfg), lambda m: torch.optim.AdamW(m.parameters(), lr=1e-2))
+    step_c, step_e = nova.compile(make(mc, oc), backend="reference"), make(me, oe)
+    for idx, targets in batches(cfg.vocab_size, 2):
+        assert rel(step_c(idx, targets), step_e(idx, targets)) < 1e-9
+    assert_same_state(mc, oc, me, oe, 1e-9)
+    assert not step_c.captured.stats.opaque            # the norms are lowered too
+
+    (mc, oc), (me, oe) = pair(lambda: GPT(cfg).to(torch.bfloat16), lambda m: torch.optim.SGD(m.parameters(), lr=0.1))
+    step_c, step_e = nova.compile(make(mc, oc), backend="reference"), make(me, oe)
+    idx, targets = batches(cfg.vocab_size, 1)[0]
+    loss_c, loss_e = step_c(idx, targets), step_e(idx, targets)
+    assert loss_c.dtype == torch.bfloat16 and rel(loss_c, loss_e) < 1e-2
+    assert all(p.dtype == torch.bfloat16 for p in mc.parameters())
+    # bf16 rounding (2^-8) in differently ordered sums: zero-initialised biases differ by ~1% after one step
+    assert max(rel(pc, pe) for pc, pe in zip(mc.parameters(), me.parameters())) < 5e-2
+
+
+def test_a_trainer_method_with_a_learning_rate_schedule():
+    """Modules and optimizers found as attributes of the bound method's object; an LR scheduler
+    changes lr every 2 steps (each change recaptures) and sees that the optimizer stepped."""
+    cfg = GPT1
+
+    class Trainer:
+        def __init__(self):
+            self.model = GPT(cfg).double()
+            self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1, momentum=0.9)
+            self.sched = torch.optim.lr_scheduler.StepLR(self.opt, step_size=2, gamma=0.5)
+
+        def step(self, idx, targets):
+            self.model.zero_grad(set_to_none=False)              # Module.zero_grad this time
+            loss = self.model(idx, targets)
+            loss.backward()
+            self.opt.step()
+            return loss
+    compiled, eager = Trainer(), Trainer()
+    step_c = nova.compile(compiled.step, backend="reference")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                            # e.g. "lr_scheduler.step() before optimizer.step()"
+        for idx, targets in batches(cfg.vocab_size, 5):
+            assert rel(step_c(idx, targets), eager.step(idx, targets)) < 1e-10
+            compiled.sched.step()
+            eager.sched.step()
+    assert_same_state(compiled.model, compiled.opt, eager.model, eager.opt, 1e-10)
+    # lr 0.1, 0.1, 0.05, 0.05, 0.025 and the first step without momentum buffers: 4 graphs
+    assert step_c.stats.captures == 4

@@ -1,5 +1,7 @@
 """Capture: the whole GPT/Llama training step as one functional IR graph, its inputs, outputs and
 origins; the user's objects untouched by capturing; unsupported constructs refused in one line."""
+import dataclasses
+
 import pytest
 import torch
 import torch.nn as nn
@@ -8,7 +10,10 @@ import nova
 from nova.frontend import NovaUnsupportedError, capture
 from nova.ir import OPS, verify
 from nova.models.gpt import GPT
+from nova.models.gpt import CONFIGS as GPT_CONFIGS
 from nova.models.llama import Llama
+
+GPT1 = dataclasses.replace(GPT_CONFIGS["tiny"], n_layer=1)
 
 
 def train_step_of(model, opt):
@@ -109,7 +114,7 @@ def test_every_node_names_where_it_came_from(gpt_capture):
 
 
 def test_capture_leaves_the_users_objects_untouched():
-    model = GPT("tiny")
+    model = GPT(GPT1)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     before = [p.detach().clone() for p in model.parameters()]
     step = train_step_of(model, opt)
@@ -124,7 +129,7 @@ def test_capture_leaves_the_users_objects_untouched():
 
 def test_capturing_a_meta_model_allocates_nothing():
     with torch.device("meta"):
-        model = GPT("tiny")
+        model = GPT(GPT1)
         idx = torch.zeros(4, 16, dtype=torch.long)
     opt = torch.optim.AdamW(model.parameters())
     captured = capture(train_step_of(model, opt), (idx, idx))
@@ -187,6 +192,14 @@ def test_unknown_optimizers_options_hooks_and_mutations_are_refused():
 
     stray = torch.randn(4)
     assert "neither a parameter or buffer" in _error(lambda x: m(x) + stray, x)
+
+    hidden = {"opt": torch.optim.SGD(m.parameters(), lr=0.1)}       # reached through a call Nova cannot see
+
+    def uses_hidden(x, get=lambda: hidden["opt"]):
+        m(x).sum().backward()
+        get().step()
+    assert "did not find" in _error(uses_hidden, x)
+    assert all(p.grad is None for p in m.parameters())             # nothing ran on the real tensors
 
 
 def test_eval_mode_dropout_and_batchnorm_are_fine():

@@ -8,6 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import nova
 from nova.frontend import lower
@@ -83,7 +84,13 @@ class Blocks(nn.Module):
         a1 = F.scaled_dot_product_attention(q, k, v)                       # not causal
         a2 = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3)
         a3 = F.scaled_dot_product_attention(q, k[:, :1], v[:, :1], is_causal=True, enable_gqa=True)
-        h = h + (a1 + a2 + a3).transpose(1, 2).reshape(2, 5, 8)
+        keep = torch.ones(5, 5, dtype=torch.bool).triu(-1)                # a boolean and an additive mask
+        a4 = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        a5 = F.scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(5, 5, dtype=x.dtype).masked_fill(~keep.T, -3))
+        a6 = F.scaled_dot_product_attention(q[:, :, :3], k, v, is_causal=True)   # 3 queries, 5 keys: top-left
+        with sdpa_kernel(SDPBackend.MATH):                                   # torch's own decomposition
+            a7 = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        h = h + (a1 + a2 + a3 + a4 + a5 + a7).transpose(1, 2).reshape(2, 5, 8) + a6.sum() * 0.1
         logits = self.head(h).view(10, 7)
         return (F.cross_entropy(logits, targets, ignore_index=2)
                 + F.cross_entropy(logits, targets, reduction="sum") * 0.01
@@ -137,7 +144,7 @@ def test_norms_attention_variants_and_losses_lower_exactly():
     step = _compare(Blocks, lambda g: (torch.randn(2, 5, 8, generator=g, dtype=torch.float64),
                                        torch.randint(0, 7, (10,), generator=g)))
     counts = step.graph.op_counts()
-    assert counts["attention"] == 3 and counts["attention_backward"] == 3
+    assert counts["attention"] == 3 and counts["attention_backward"] == 3     # the masked ones: primitives
     assert counts["layer_norm"] == 2 and counts["nll_loss"] == 3
     assert not step.captured.stats.opaque
     causal = sorted((n.attrs["causal"], n.attrs["scale"]) for n in step.graph.nodes if n.op == "attention")

@@ -12,12 +12,14 @@ bindings to the user's objects and an *engine*: a callable ``engine(list[Tensor]
 - ``backend="reference"``: ``nova.ir.interpreter.run`` on CPU tensors (inputs on another device are
   copied to the CPU and results copied back by the write-back).
 - ``backend="auto"``: the reference engine on CPU; on CUDA, the planned program of
-  ``nova.passes.pipeline`` + ``nova.compiler.executor.build`` (the executor's hook, below).
+  ``nova.passes.pipeline`` + ``nova.compiler.executor.build`` (``ProgramEngine``).
+- ``backend="executor"``: the planned program on any device (on CPU: ATen kernels, torch GEMMs).
 """
 from __future__ import annotations
 
 import functools
 import time
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable

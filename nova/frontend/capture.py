@@ -35,10 +35,10 @@ from nova.frontend.bindings import Bindings, InputBinding, OutputBinding
 from nova.frontend.discover import Discovered, discover
 from nova.frontend.errors import NovaUnsupportedError
 from nova.frontend.guards import GuardKey, guard_key
-from nova.frontend.lower import lower
+from nova.frontend.lower import Unmodeled, lower
 from nova.frontend.optim import TraceContext, handler_for
 from nova.frontend.origin import OriginTracker, traceback_location
-from nova.ir import Graph, verify
+from nova.ir import Graph, Value, verify
 
 _ROLES = {"param": "param", "buffer": "const", "grad": "grad", "opt_state": "opt_state", "data": "data",
           "const": "const"}
@@ -207,6 +207,7 @@ class _Trace(TraceContext):
         self.tracker = tracker
         self.hypers = {id(opt): [handler_for(opt, name).read_hyper(opt, g) for g in opt.param_groups]
                        for name, opt in found.optimizers}
+        self.opt_names = {id(opt): name for name, opt in found.optimizers}
         self.leaves: dict[int, torch.Tensor] = {}
         self.states: dict[tuple[int, int], dict] = {}     # (id(opt), id(p)) -> key -> traced tensor
         self.state_owner: dict[tuple[int, int], tuple] = {}
@@ -280,6 +281,25 @@ def _intercepted(found: Discovered, trace: _Trace):
                     opt.__dict__.pop(k, None)
 
 
+@contextlib.contextmanager
+def _undiscovered_refused(found: Discovered):
+    """An optimizer the step uses but Nova did not find would run for real (on the user's tensors,
+    silently updating nothing): while tracing, its step() and zero_grad() raise instead."""
+    from torch.optim import optimizer as optimizer_mod
+
+    def refuse(opt, *args, **kwargs):
+        raise NovaUnsupportedError(f"the step uses a {type(opt).__name__} optimizer that Nova did not find among the "
+                                   f"function's globals and closure; pass nova.compile(..., optimizers=[...])")
+    handle = optimizer_mod.register_optimizer_step_pre_hook(refuse)
+    base_zero_grad = torch.optim.Optimizer.zero_grad
+    torch.optim.Optimizer.zero_grad = refuse
+    try:
+        yield
+    finally:
+        handle.remove()
+        torch.optim.Optimizer.zero_grad = base_zero_grad
+
+
 # ====================================================================== capture
 def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Discovered | None = None,
             name: str | None = None) -> Captured:
@@ -299,7 +319,7 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
             module_names.setdefault(id(m), path if len(found.models) == 1 and path else _join(mname, path))
     tracker = OriginTracker(module_names)
     trace = _Trace(tracker, found)
-    record: dict = {}
+    returned = _Returned()
 
     def traced(*flat):
         tracker.attach()
@@ -319,10 +339,10 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
             elif slot.kind == "data":
                 args_leaves[slot.arg_index] = t
         user_args, user_kwargs = pytree.tree_unflatten(args_leaves, args_spec)
-        with _swapped_tensors(found, replacements), _intercepted(found, trace), tracker:
+        with _swapped_tensors(found, replacements), _undiscovered_refused(found), _intercepted(found, trace), tracker:
             result = fn(*user_args, **user_kwargs)
         tracker.set("")
-        return _collect(result, slots, flat, trace, record)
+        return _collect(result, slots, flat, trace, returned)
 
     fake_mode = torch._subclasses.fake_tensor.FakeTensorMode()
     examples = [_example(s, flat_args) for s in slots]
@@ -341,12 +361,12 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
         raise _explain_failure(e, tracker) from e
     t1 = time.perf_counter()
 
-    _check_mutations(gm, record)
+    _check_mutations(gm, returned)
     graph_name = name or getattr(fn, "__name__", "step").replace("<", "").replace(">", "")
     lowered = lower(gm, [s.name for s in slots], [_ROLES[s.kind] for s in slots], graph_name)
     for cname, tensor in lowered.constants:
         slots.append(InputBinding("const", f"constant.{cname}", tensor))
-    graph, bindings = _assemble(lowered, slots, record, trace)
+    graph, bindings = _assemble(lowered, slots, returned, trace)
     verify(graph)
     t2 = time.perf_counter()
     stats = CaptureStats(trace_s=t1 - t0, lower_s=t2 - t1, fx_nodes=len(gm.graph.nodes), ir_nodes=len(graph.nodes),
@@ -371,117 +391,59 @@ def _decompositions() -> dict:
     return table
 
 
-def _collect(result, slots, flat, trace: _Trace, record: dict) -> list:
+@dataclass
+class _Returned:
+    """What the traced function returned, in order: ``kinds[i]`` says what output i is."""
+    kinds: list = field(default_factory=list)          # ("result", leaf index) | ("param"|"grad"|"buffer"|"data", slot)
+    #                                                    | ("opt_state", (optimizer, parameter, key))
+    result_spec: Any = None
+    result_leaves: list = field(default_factory=list)
+    grads_to_none: list = field(default_factory=list)  # parameters whose .grad the step leaves None
+    stepped: list = field(default_factory=list)
+
+
+def _collect(result, slots, flat, trace: _Trace, returned: _Returned) -> list:
     """The traced function's outputs: the result's tensors, then the final value of every input
-    (parameters, grads, optimizer state, buffers, arguments).  ``record`` says what each is."""
-    leaves, spec = pytree.tree_flatten(result)
-    outs, kinds = [], []
-    record["result_spec"] = spec
-    record["result_leaves"] = []
+    (parameters, grads, optimizer state, buffers, arguments), described in ``returned``."""
+    leaves, returned.result_spec = pytree.tree_flatten(result)
+    outs = []
     inputs_by_id = {id(t): s for s, t in zip(slots, flat) if s.kind in ("param", "buffer", "data")}
     for leaf in leaves:
-        if isinstance(leaf, torch.Tensor):
-            if id(leaf) in inputs_by_id:
-                record["result_leaves"].append(("input", inputs_by_id[id(leaf)]))   # the user's own tensor
-            else:
-                index = len(record["result_leaves"])
-                record["result_leaves"].append(("output", index))
-                outs.append(leaf)
-                kinds.append(("result", index))
+        if isinstance(leaf, torch.Tensor) and id(leaf) in inputs_by_id:
+            returned.result_leaves.append(("input", inputs_by_id[id(leaf)]))   # the user's own tensor
+        elif isinstance(leaf, torch.Tensor):
+            index = len(returned.result_leaves)
+            returned.result_leaves.append(("output", index))
+            outs.append(leaf)
+            returned.kinds.append(("result", index))
         else:
-            record["result_leaves"].append(("value", leaf))
+            returned.result_leaves.append(("value", leaf))
     for slot, t in zip(slots, flat):
         if slot.kind == "param":
             outs.append(t)
-            kinds.append(("param", slot))
-            grad = t.grad
-            if grad is None:
-                kinds.append(("grad_none", slot))
+            returned.kinds.append(("param", slot))
+            if t.grad is None:
+                returned.grads_to_none.append(slot.tensor)
             else:
-                outs.append(grad)
-                kinds.append(("grad", slot))
+                outs.append(t.grad)
+                returned.kinds.append(("grad", slot))
         elif slot.kind in ("buffer", "data"):
             outs.append(t)
-            kinds.append((slot.kind, slot))
+            returned.kinds.append((slot.kind, slot))
     for key, state in trace.states.items():
         opt, p = trace.state_owner[key]
         for k, v in state.items():
-            if isinstance(v, torch.Tensor):
-                outs.append(v)
-                kinds.append(("opt_state", (opt, p, k)))
-    record["kinds"] = [k for k in kinds]
-    record["stepped"] = list(trace.stepped)
+            outs.append(v)
+            returned.kinds.append(("opt_state", (opt, p, k)))
+    returned.stepped = list(trace.stepped)
     return outs
 
 
-def _assemble(lowered, slots: list[InputBinding], record: dict, trace: _Trace):
-    """IR outputs and bindings from what the traced function returned; drop unchanged values and
-    unused inputs."""
-    g = lowered.graph
-    input_value = {s_index: g.inputs[s_index].value for s_index in range(len(slots))}
-    grad_slot = {id(s.tensor): i for i, s in enumerate(slots) if s.kind == "grad"}
-    state_slot = {(id(s.optimizer), id(s.tensor), s.key): i for i, s in enumerate(slots) if s.kind == "opt_state"}
-    param_slot = {id(s.tensor): i for i, s in enumerate(slots) if s.kind == "param"}
-
-    pending_outputs = []        # (value, name, role, updates slot index or None, OutputBinding)
-    grads_to_none = []
-    kinds = [k for k in record["kinds"] if k[0] != "grad_none"]
-    values = lowered.outputs
-    assert len(values) == len(kinds), (len(values), len(kinds))
-    for (kind, what) in record["kinds"]:
-        if kind == "grad_none":
-            grads_to_none.append(what.tensor)
-    for value, (kind, what) in zip(values, kinds):
-        if kind == "result":
-            pending_outputs.append((value, "result" if len(record["result_leaves"]) == 1 else f"result[{what}]",
-                                    "result", None, OutputBinding("result", "result", result_index=what)))
-        elif kind == "param":
-            i = param_slot[id(what.tensor)]
-            if value is not input_value[i]:
-                pending_outputs.append((value, what.name, "param", i, OutputBinding("param", what.name, what.tensor)))
-        elif kind == "grad":
-            i = grad_slot.get(id(what.tensor))
-            if i is not None and value is input_value[i]:
-                continue                                      # .grad untouched
-            name = what.name + ".grad"
-            pending_outputs.append((value, name, "grad", i, OutputBinding("grad", name, what.tensor)))
-        elif kind == "opt_state":
-            opt, p, key = what
-            i = state_slot.get((id(opt), id(p), key))
-            if i is not None and value is input_value[i]:
-                continue
-            name = slots[i].name if i is not None else \
-                f"{_opt_name(opt, slots)}.state[{slots[param_slot[id(p)]].name}].{key}"
-            pending_outputs.append((value, name, "opt_state", i, OutputBinding("opt_state", name, p, opt, key)))
-        elif kind in ("buffer", "data"):
-            if value is not input_value[_index_of(slots, what)]:
-                what_kind = "buffer" if kind == "buffer" else "argument"
-                raise NovaUnsupportedError(f"the step mutates its {what_kind} {what.name!r} in place; Nova supports "
-                                           f"in-place updates of parameters, grads and optimizer state only")
-
-    # prune inputs nothing reads
-    # (an input that an output updates stays: the planner may write the new value into its storage)
-    used = {v for node in g.nodes for v in node.inputs} | {p[0] for p in pending_outputs} \
-        | {input_value[p[3]] for p in pending_outputs if p[3] is not None}
-    keep = [i for i in range(len(slots)) if input_value[i] in used]
-    new_index = {old: new for new, old in enumerate(keep)}
-    g.inputs = [g.inputs[i] for i in keep]
-    out_bindings = []
-    for value, name, role, updates, binding in pending_outputs:
-        g.output(value, name, role, None if updates is None else new_index[updates])
-        out_bindings.append(binding)
-    bindings = Bindings(inputs=[slots[i] for i in keep], outputs=out_bindings,
-                        result_spec=record["result_spec"], result_leaves=record["result_leaves"],
-                        grads_to_none=grads_to_none, stepped=record["stepped"])
-    return g, bindings
-
-
-def _check_mutations(gm, record: dict) -> None:
+def _check_mutations(gm, returned: _Returned) -> None:
     """Buffers and arguments must come out of the step as they went in (their FX output is their
     own placeholder); parameters, grads and optimizer state may change."""
     out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    kinds = [k for k in record["kinds"] if k[0] != "grad_none"]
-    for arg, (kind, what) in zip(out_node.args[0], kinds):
+    for arg, (kind, what) in zip(out_node.args[0], returned.kinds):
         if kind in ("buffer", "data") and not (isinstance(arg, torch.fx.Node) and arg.op == "placeholder"):
             origin = arg.meta.get("nova_origin", "") if isinstance(arg, torch.fx.Node) else ""
             what_kind = "buffer" if kind == "buffer" else "argument"
@@ -490,15 +452,49 @@ def _check_mutations(gm, record: dict) -> None:
                                        f"training mode); Nova updates parameters, grads and optimizer state only")
 
 
-def _index_of(items, item) -> int:
-    return next(i for i, x in enumerate(items) if x is item)
+def _assemble(lowered, slots: list[InputBinding], returned: _Returned, trace: _Trace):
+    """Graph outputs and bindings from what the traced function returned: values equal to their
+    input are dropped (nothing changed), the others update their input; unused inputs are pruned."""
+    g = lowered.graph
+    input_value = [i.value for i in g.inputs]
+    slot_of = {(s.kind, id(s.optimizer), id(s.tensor), s.key): i for i, s in enumerate(slots)}
+    outputs = []                   # (value, name, role, index of the input it updates or None, OutputBinding)
+    for value, (kind, what) in zip(lowered.outputs, returned.kinds):
+        if not isinstance(value, Value):
+            what_text = value.what if isinstance(value, Unmodeled) else repr(value)
+            raise NovaUnsupportedError(f"the step returns or keeps {what_text}, which Nova does not model")
+        if kind == "result":
+            name = "result" if len(returned.result_leaves) == 1 else f"result[{what}]"
+            outputs.append((value, name, "result", None, OutputBinding("result", name, result_index=what)))
+            continue
+        if kind in ("buffer", "data"):
+            continue                                   # unchanged (checked on the FX graph)
+        if kind == "opt_state":
+            opt, p, key = what
+            i = slot_of.get(("opt_state", id(opt), id(p), key))
+            name = f"{trace.opt_names[id(opt)]}.state[{slots[slot_of[('param', id(None), id(p), '')]].name}].{key}"
+            binding = OutputBinding("opt_state", name, p, opt, key)
+        else:                                          # param, grad
+            i = slot_of.get((kind, id(None), id(what.tensor), ""))
+            name = what.name if kind == "param" else what.name + ".grad"
+            binding = OutputBinding(kind, name, what.tensor)
+        if i is not None and value is input_value[i]:
+            continue                                   # nothing changed
+        outputs.append((value, name, kind, i, binding))
 
-
-def _opt_name(opt, slots) -> str:
-    for s in slots:
-        if s.kind == "opt_state" and s.optimizer is opt:
-            return s.name.split(".state[")[0]
-    return type(opt).__name__
+    # prune the inputs nothing reads; an input that an output updates stays (the planner may write
+    # the new value into its storage)
+    used = {v for node in g.nodes for v in node.inputs} | {o[0] for o in outputs} \
+        | {input_value[o[3]] for o in outputs if o[3] is not None}
+    keep = [i for i, v in enumerate(input_value) if v in used]
+    new_index = {old: new for new, old in enumerate(keep)}
+    g.inputs = [g.inputs[i] for i in keep]
+    for value, name, role, updates, _ in outputs:
+        g.output(value, name, role, None if updates is None else new_index[updates])
+    bindings = Bindings(inputs=[slots[i] for i in keep], outputs=[o[4] for o in outputs],
+                        result_spec=returned.result_spec, result_leaves=returned.result_leaves,
+                        grads_to_none=returned.grads_to_none, stepped=returned.stepped)
+    return g, bindings
 
 
 def _explain_failure(e: Exception, tracker: OriginTracker) -> NovaUnsupportedError:

@@ -780,6 +780,24 @@ LOWERINGS[aten.max.default] = _reduce("max")
 LOWERINGS[aten.min.default] = _reduce("min")
 
 
+@lowers(_op("linalg_vector_norm"))
+def _vector_norm(ctx, x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    """2-norm (sqrt of the sum of squares), 1-norm and inf-norm; grad clipping's norms."""
+    if dtype is not None:
+        x = ctx.cast(x, ir_type(torch.empty((), dtype=dtype, device="meta")).dtype)
+    axes = _axes(dim, x.type.rank)
+    if not axes:
+        raise Fallback()
+    attrs = {"axes": axes, "keepdim": bool(keepdim)}
+    if ord == 2:
+        return ctx.op("sqrt", ctx.op("sum", ctx.op("mul", x, x), **attrs))
+    if ord == 1:
+        return ctx.op("sum", ctx.op("abs", x), **attrs)
+    if ord == math.inf:
+        return ctx.op("max", ctx.op("abs", x), **attrs)
+    raise Fallback()
+
+
 # ====================================================================== matmul
 @lowers(aten.mm.default, aten.bmm.default)
 def _mm(ctx, a, b):
@@ -869,15 +887,17 @@ def _nll_loss_backward(ctx, dloss, logp, target, weight, reduction, ignore_index
 # ---------------------------------------------------------------- attention (every SDPA kernel)
 def _attention(ctx, q, k, v, *, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None, n_results: int,
                lse_index: int = 1):
-    """Every SDPA kernel's forward -> the IR ``attention`` (natural-log log-sum-exp, f32, [B, H, T]).
+    """Every SDPA kernel's forward -> the IR ``attention`` (natural-log log-sum-exp, f32, [B, H, T]);
+    with a mask (or a non-square causal mask) -> the same computation in IR primitives.
     The kernel's own log-sum-exp output is handed over as is when torch's shape is [B, H, T];
     otherwise (mem-efficient pads T to 32, cuDNN adds a trailing 1) only its backward may read it."""
     if dropout_p:
         raise NovaUnsupportedError(f"attention with dropout_p={dropout_p} is not supported{ctx.where()}")
-    if attn_mask is not None:
-        raise Fallback()
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    out, lse = ctx.op("attention", q, k, v, scale=scale, causal=bool(is_causal))
+    if attn_mask is not None or _top_left_differs(q, k, is_causal):
+        out, lse = _masked_attention(ctx, q, k, v, attn_mask, scale, is_causal)
+    else:
+        out, lse = ctx.op("attention", q, k, v, scale=scale, causal=bool(is_causal))
     results = [None] * n_results
     results[0] = out
     val = ctx.meta[lse_index]
@@ -895,11 +915,84 @@ def _lse(x):
     return x.value if isinstance(x, Unmodeled) and x.value is not None else x
 
 
-def _attention_backward(ctx, dout, q, k, v, out, lse, *, scale, is_causal, dropout_p=0.0, n_results=3):
+def _top_left_differs(q, k, causal) -> bool:
+    """torch's causal mask is top-left aligned, the IR attention's bottom-right: they agree only
+    for square score matrices."""
+    return bool(causal) and q.shape[2] != k.shape[2]
+
+
+def _repeat_heads(ctx, x, heads: int):
+    """K/V of grouped-query attention repeated to ``heads`` heads (head h reads h // groups)."""
+    b, hk, s, d = x.shape
+    if hk == heads:
+        return x
+    g = heads // hk
+    x = ctx.expand(ctx.reshape(x, (b, hk, 1, s, d)), (b, hk, g, s, d))
+    return ctx.reshape(x, (b, heads, s, d))
+
+
+def _scores(ctx, q, k, mask, scale, causal):
+    """q k^T * scale (at least FP32), with the causal mask and ``mask`` (bool: keep; float: added)."""
+    wide = "f64" if q.dtype == "f64" else "f32"
+    s = ctx.op("mul", ctx.op("matmul", ctx.cast(q, wide), ctx.cast(k, wide), transpose_b=True), ctx.const(scale, wide))
+    t_q, t_k = s.shape[-2:]
+    if causal:                                  # torch's is_causal: top-left aligned (column <= row)
+        rows = ctx.reshape(ctx.op("iota", length=t_q, dtype="i64"), (t_q, 1))
+        cols = ctx.reshape(ctx.op("iota", length=t_k, dtype="i64"), (1, t_k))
+        keep = ctx.op("le", ctx.op("sub", cols, rows), ctx.const(0, "i64"))
+        s = ctx.op("where", keep, s, ctx.const(-math.inf, wide))
+    if mask is not None and mask.dtype == "bool":
+        s = ctx.op("where", mask, s, ctx.const(-math.inf, wide))
+    elif mask is not None:
+        s = ctx.op("add", s, ctx.cast(mask, wide))
+    return s
+
+
+def _masked_attention(ctx, q, k, v, mask, scale, causal):
+    """Attention with a mask, in IR primitives: (out, natural-log lse [B, H, T])."""
+    heads = q.shape[1]
+    k, v = _repeat_heads(ctx, k, heads), _repeat_heads(ctx, v, heads)
+    s = _scores(ctx, q, k, mask, scale, causal)
+    row_max = ctx.op("max", s, axes=(3,), keepdim=True)
+    row_max = ctx.op("where", ctx.op("eq", row_max, ctx.const(-math.inf, s.dtype)), ctx.const(0, s.dtype), row_max)
+    e = ctx.op("exp", ctx.op("sub", s, row_max))
+    total = ctx.op("sum", e, axes=(3,), keepdim=True)
+    out = ctx.op("matmul", ctx.op("div", e, total), ctx.cast(v, s.dtype))
+    lse = ctx.op("add", ctx.op("log", total), row_max)
+    return ctx.cast(out, q.dtype), ctx.reshape(lse, lse.shape[:3])
+
+
+def _masked_attention_backward(ctx, dout, q, k, v, out, lse, mask, scale, causal):
+    """dq, dk, dv of ``_masked_attention`` from its lse (scores recomputed), in IR primitives."""
+    heads, kv_heads = q.shape[1], k.shape[1]
+    kk, vv = _repeat_heads(ctx, k, heads), _repeat_heads(ctx, v, heads)
+    s = _scores(ctx, q, kk, mask, scale, causal)
+    w = s.dtype
+    p = ctx.op("exp", ctx.op("sub", s, ctx.reshape(ctx.cast(lse, w), lse.shape + (1,))))
+    do, o = ctx.cast(dout, w), ctx.cast(out, w)
+    dv = ctx.op("matmul", p, do, transpose_a=True)
+    dp = ctx.op("matmul", do, ctx.cast(vv, w), transpose_b=True)
+    delta = ctx.op("sum", ctx.op("mul", do, o), axes=(3,), keepdim=True)
+    ds = ctx.op("mul", p, ctx.op("sub", dp, delta))
+    dq = ctx.op("mul", ctx.op("matmul", ds, ctx.cast(kk, w)), ctx.const(scale, w))
+    dk = ctx.op("mul", ctx.op("matmul", ds, ctx.cast(q, w), transpose_a=True), ctx.const(scale, w))
+    if kv_heads != heads:                       # sum the repeated heads back
+        b, _, t_k, d = dk.shape
+        g = heads // kv_heads
+        dk = ctx.op("sum", ctx.reshape(dk, (b, kv_heads, g, t_k, d)), axes=(2,))
+        dv = ctx.op("sum", ctx.reshape(dv, (b, kv_heads, g, t_k, v.shape[3])), axes=(2,))
+    return ctx.cast(dq, q.dtype), ctx.cast(dk, k.dtype), ctx.cast(dv, v.dtype)
+
+
+def _attention_backward(ctx, dout, q, k, v, out, lse, *, scale, is_causal, dropout_p=0.0, attn_mask=None,
+                        n_results=3):
     if dropout_p:
         raise NovaUnsupportedError(f"attention with dropout_p={dropout_p} is not supported{ctx.where()}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    grads = ctx.op("attention_backward", dout, q, k, v, out, _lse(lse), scale=scale, causal=bool(is_causal))
+    if attn_mask is not None or _top_left_differs(q, k, is_causal):
+        grads = _masked_attention_backward(ctx, dout, q, k, v, out, _lse(lse), attn_mask, scale, is_causal)
+    else:
+        grads = ctx.op("attention_backward", dout, q, k, v, out, _lse(lse), scale=scale, causal=bool(is_causal))
     return tuple(grads) + (None,) * (n_results - 3)
 
 
@@ -911,9 +1004,8 @@ def _sdpa_cpu(ctx, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, s
 
 @lowers(_op("_scaled_dot_product_flash_attention_for_cpu_backward"))
 def _sdpa_cpu_backward(ctx, dout, q, k, v, out, lse, dropout_p, is_causal, *, attn_mask=None, scale=None):
-    if attn_mask is not None:
-        raise Fallback()
-    return _attention_backward(ctx, dout, q, k, v, out, lse, scale=scale, is_causal=is_causal, dropout_p=dropout_p)
+    return _attention_backward(ctx, dout, q, k, v, out, lse, scale=scale, is_causal=is_causal, dropout_p=dropout_p,
+                               attn_mask=attn_mask)
 
 
 @lowers(_op("_scaled_dot_product_flash_attention"))
@@ -936,10 +1028,10 @@ def _sdpa_efficient(ctx, q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, 
 @lowers(_op("_scaled_dot_product_efficient_attention_backward"))
 def _sdpa_efficient_backward(ctx, dout, q, k, v, attn_bias, out, lse, philox_seed, philox_offset, dropout_p,
                              grad_input_mask, is_causal=False, *, scale=None):
-    if attn_bias is not None:
-        raise Fallback()
+    if attn_bias is not None and grad_input_mask[3]:
+        raise Fallback()                         # the bias's own gradient
     return _attention_backward(ctx, dout, q, k, v, out, lse, scale=scale, is_causal=is_causal, dropout_p=dropout_p,
-                               n_results=4)
+                               attn_mask=attn_bias, n_results=4)
 
 
 @lowers(_op("_scaled_dot_product_cudnn_attention"))
@@ -952,9 +1044,8 @@ def _sdpa_cudnn(ctx, q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_c
 @lowers(_op("_scaled_dot_product_cudnn_attention_backward"))
 def _sdpa_cudnn_backward(ctx, dout, q, k, v, out, lse, philox_seed, philox_offset, attn_bias, cum_seq_q, cum_seq_k,
                          max_q, max_k, dropout_p, is_causal, *, scale=None):
-    if attn_bias is not None:
-        raise Fallback()
-    return _attention_backward(ctx, dout, q, k, v, out, lse, scale=scale, is_causal=is_causal, dropout_p=dropout_p)
+    return _attention_backward(ctx, dout, q, k, v, out, lse, scale=scale, is_causal=is_causal, dropout_p=dropout_p,
+                               attn_mask=attn_bias)
 
 
 # ---------------------------------------------------------------- the optimizer ops (nova::*)
@@ -999,6 +1090,11 @@ def _nova_ops():
 
 
 _nova_ops()
+
+
+@lowers(_op("_foreach_zero"))
+def _foreach_zero(ctx, tensors):
+    return tuple(ctx.zeros(t.shape, t.dtype) for t in tensors)
 
 
 @lowers(_op("_foreach_copy"))

@@ -397,9 +397,17 @@ def _affine_args(rest, has_weight, has_bias):
     return weight, bias
 
 
+def _widen_all(torch, *xs):
+    return [None if x is None else _wide(torch, x) for x in xs]
+
+
 def _ref_layer_norm(torch, x, *affine, normalized_shape, eps, has_weight=True, has_bias=True):
+    """Computed in at least FP32 with FP32 statistics (the type rule; CPU's own bf16/f16 kernel
+    would keep the statistics in the input type)."""
     weight, bias = _affine_args(affine, has_weight, has_bias)
-    return torch.ops.aten.native_layer_norm(x, list(normalized_shape), weight, bias, eps)
+    y, mean, rstd = torch.ops.aten.native_layer_norm(*_widen_all(torch, x), list(normalized_shape),
+                                                     *_widen_all(torch, weight, bias), eps)
+    return y.to(x.dtype), mean, rstd
 
 
 def _infer_layer_norm_backward(types, attrs):
@@ -413,8 +421,10 @@ def _infer_layer_norm_backward(types, attrs):
 def _ref_layer_norm_backward(torch, dy, x, mean, rstd, *affine, normalized_shape, has_weight=True, has_bias=True):
     weight, bias = _affine_args(affine, has_weight, has_bias)
     mask = [True, has_weight, has_bias]
-    dx, dw, db = torch.ops.aten.native_layer_norm_backward(dy, x, list(normalized_shape), mean, rstd, weight, bias, mask)
-    return tuple(t for t, keep in zip((dx, dw, db), mask) if keep)
+    wdy, wx, wmean, wrstd, ww, wb = _widen_all(torch, dy, x, mean, rstd, weight, bias)
+    dx, dw, db = torch.ops.aten.native_layer_norm_backward(wdy, wx, list(normalized_shape), wmean, wrstd, ww, wb, mask)
+    outs = (dx.to(x.dtype), None if dw is None else dw.to(weight.dtype), None if db is None else db.to(bias.dtype))
+    return tuple(t for t, keep in zip(outs, mask) if keep)
 
 
 define("layer_norm", "composite", _infer_layer_norm, _ref_layer_norm, None, ("normalized_shape", "eps"),

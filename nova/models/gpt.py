@@ -5,8 +5,8 @@
     loss = model(idx, targets)               # cross-entropy when targets are given
     logits = model(idx)                      # [B, T, vocab] otherwise
 
-Parameter counts (the tied head counted once): ``gpt42m`` 42,272,256 and ``gpt144m`` 145,735,680
-(see ``GPT.num_parameters``).  Built on ``device="meta"`` it allocates nothing (for capture only).
+Parameter counts (the tied head counted once): ``gpt42m`` 42,259,456 and ``gpt144m`` 145,739,520
+(``GPT.num_parameters``; tested).  Built on ``device="meta"`` it allocates nothing (for capture only).
 """
 from __future__ import annotations
 
