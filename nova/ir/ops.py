@@ -378,8 +378,9 @@ define("attention_backward", "composite",
 
 
 def _norm_stats_type(x: TensorType, normalized_rank: int) -> TensorType:
-    """mean and rstd: one per normalized row, in the input's type (ATen's CPU kernel)."""
-    return TensorType(x.shape[:x.rank - normalized_rank] + (1,) * normalized_rank, x.dtype)
+    """mean and rstd: one per normalized row, in FP32 (f64 for f64 input): the accumulation type of
+    ATen's CUDA kernel, which the reference follows for 16-bit inputs too."""
+    return TensorType(x.shape[:x.rank - normalized_rank] + (1,) * normalized_rank, "f64" if x.dtype == "f64" else "f32")
 
 
 def _infer_layer_norm(types, attrs):
