@@ -58,46 +58,94 @@ class ReferenceEngine:
 
 
 class ProgramEngine:
-    """The executor's program as an engine.  Inputs on another device than the program (the CPU
-    ``step`` counts of torch's non-capturable optimizers) run through device mirrors: packed per
-    (shape, dtype) into one device buffer, copied in with one transfer per pack before the step and
-    back into the user's own tensors with one transfer per pack after it (the write-back then finds
-    them updated in place)."""
+    """The executor's program as an engine.
+
+    Inputs on another device than the program (the CPU ``step`` counts of torch's non-capturable
+    optimizers) run through device mirrors, packed per (shape, dtype) into one device buffer.  The
+    outputs that update such inputs and depend on nothing else (``step + 1``) are also computed on
+    the host, by the reference semantics, and written into the user's tensors: no device-to-host
+    copy, so no step waits for the GPU.  A mirror is refreshed (one pinned, asynchronous copy per
+    pack) only when the host values differ from what it holds (the user changed the state)."""
     outputs_alias_engine = False
 
     def __init__(self, program, device: torch.device):
         self.program = program
+        self.graph = program.graph
         self.device = device
-        self._packs = None          # [(input indices, device buffer)] for the foreign inputs
+        self._foreign = None        # input indices on another device
+        self._packs = []            # [(input indices, device buffer, host copy of what it holds)]
         self._mirror_of = {}        # input index -> its mirror (a view of a pack's buffer)
+        self._host_outputs = {}     # output index -> input index, computed on the host
 
-    def _mirrors(self, tensors):
-        foreign = tuple(i for i, t in enumerate(tensors) if t.device != self.device)
-        if self._packs is None or tuple(i for idx, _ in self._packs for i in idx) != foreign:
-            groups: dict[tuple, list[int]] = {}
-            for i in foreign:
-                groups.setdefault((tuple(tensors[i].shape), tensors[i].dtype), []).append(i)
-            self._packs, self._mirror_of = [], {}
-            for (shape, dtype), idx in groups.items():
-                buffer = torch.empty((len(idx), *shape), dtype=dtype, device=self.device)
-                self._packs.append((idx, buffer))
-                self._mirror_of.update({i: buffer[j] for j, i in enumerate(idx)})
-        return foreign
+    def _prepare(self, tensors, foreign) -> None:
+        self._foreign = foreign
+        groups: dict[tuple, list[int]] = {}
+        for i in foreign:
+            groups.setdefault((tuple(tensors[i].shape), tensors[i].dtype), []).append(i)
+        self._packs, self._mirror_of = [], {}
+        for (shape, dtype), idx in groups.items():
+            buffer = torch.empty((len(idx), *shape), dtype=dtype, device=self.device)
+            self._packs.append([idx, buffer, None])
+            self._mirror_of.update({i: buffer[j] for j, i in enumerate(idx)})
+        index_of = {spec.value: i for i, spec in enumerate(self.graph.inputs)}
+        self._host_outputs = {k: o.updates for k, o in enumerate(self.graph.outputs)
+                              if o.updates in self._mirror_of and _reads_only(o.value, index_of, set(foreign))}
+
+    def _host_values(self, tensors) -> dict:
+        """The host-computable outputs, evaluated on the host inputs (before any is written)."""
+        from nova.ir.ops import opdef
+        env = {spec.value: tensors[i] for i, spec in enumerate(self.graph.inputs) if i in self._mirror_of}
+
+        def value(v):
+            if v not in env:
+                node = v.producer
+                result = opdef(node.op).reference(torch, *[value(x) for x in node.inputs], **node.attrs)
+                for out, r in zip(node.outputs, result if isinstance(result, (tuple, list)) else (result,)):
+                    env[out] = r
+            return env[v]
+        return {k: value(self.graph.outputs[k].value) for k in self._host_outputs}
 
     def __call__(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        foreign = self._mirrors(tensors)
+        foreign = tuple(i for i, t in enumerate(tensors) if t.device != self.device)
         if not foreign:
             return self.program.run(tensors)
-        for idx, buffer in self._packs:
-            buffer.copy_(torch.stack([tensors[i] for i in idx]))
+        if foreign != self._foreign:
+            self._prepare(tensors, foreign)
+        for pack in self._packs:
+            idx, buffer, held = pack
+            host = torch.stack([tensors[i] for i in idx])
+            if held is None or not torch.equal(host, held):
+                buffer.copy_(host.pin_memory(), non_blocking=True)
+                pack[2] = host
+        host_values = self._host_values(tensors)
         outputs = self.program.run([self._mirror_of.get(i, t) for i, t in enumerate(tensors)])
-        back = {id(m): i for i, m in self._mirror_of.items()}
-        if any(id(o) in back for o in outputs):
-            for idx, buffer in self._packs:
-                host = buffer.cpu()
-                torch._foreach_copy_([tensors[i] for i in idx], list(host.unbind(0)))
-            outputs = [tensors[back[id(o)]] if id(o) in back else o for o in outputs]
+        for k, i in self._host_outputs.items():
+            tensors[i].copy_(host_values[k])
+            outputs[k] = tensors[i]
+        mirrored = {id(m): i for i, m in self._mirror_of.items()}
+        if any(id(o) in mirrored for o in outputs):          # updated on the device only: copy back (syncs)
+            for idx, buffer, _ in self._packs:
+                torch._foreach_copy_([tensors[i] for i in idx], list(buffer.cpu().unbind(0)))
+            outputs = [tensors[mirrored[id(o)]] if id(o) in mirrored else o for o in outputs]
+        for pack in self._packs:                             # what each mirror holds now
+            pack[2] = torch.stack([tensors[i] for i in pack[0]])
         return outputs
+
+
+def _reads_only(value, index_of: dict, allowed: set) -> bool:
+    """``value`` is computed from the graph inputs in ``allowed`` (and constants) alone."""
+    stack, seen = [value], set()
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v.producer is None:
+            if index_of.get(v) not in allowed:
+                return False
+        else:
+            stack.extend(v.producer.inputs)
+    return True
 
 
 @dataclass
