@@ -3,10 +3,10 @@
 Layers (data flows one way):  hwmodel -> configurator -> codegen -> runtime;  report reads results.
 
 Importing ``nova`` is cheap and never imports MLIR or the CUDA driver; ``nova.matmul`` loads the
-runtime on first access.
+runtime on first access, ``nova.compile`` (whole-step graph compilation) the frontend and compiler.
 """
 __version__ = "0.1.0"
-__all__ = ["matmul", "attention", "attention_backward", "__version__"]
+__all__ = ["matmul", "compile", "attention", "attention_backward", "NovaUnsupportedError", "__version__"]
 
 
 def __getattr__(name: str):
@@ -20,4 +20,12 @@ def __getattr__(name: str):
         from nova.kernels.attention import launch
         globals()[name] = getattr(launch, name)
         return globals()[name]
+    if name == "compile":
+        from nova.compiler import compile
+        globals()["compile"] = compile
+        return compile
+    if name == "NovaUnsupportedError":
+        from nova.frontend.errors import NovaUnsupportedError
+        globals()["NovaUnsupportedError"] = NovaUnsupportedError
+        return NovaUnsupportedError
     raise AttributeError(f"module 'nova' has no attribute {name!r}")

@@ -439,13 +439,14 @@ def _infer_nll_loss(types, attrs):
     if logp.rank != 2 or target.shape != logp.shape[:1]:
         raise IRError(f"nll_loss takes [N, C] log-probabilities and [N] targets, got {logp}, {target}")
     scalar = TensorType((), logp.dtype)
-    return [scalar, scalar]
+    loss = TensorType(logp.shape[:1], logp.dtype) if attrs.get("reduction") == "none" else scalar
+    return [loss, scalar]
 
 
 define("nll_loss", "composite", _infer_nll_loss,
        lambda t, logp, target, reduction="mean", ignore_index=-100:
            t.ops.aten.nll_loss_forward(logp, target, None, {"none": 0, "mean": 1, "sum": 2}[reduction], ignore_index),
-       2, doc="(log-probabilities [N, C], target [N]) -> (loss, total_weight)")
+       2, doc="(log-probabilities [N, C], target [N]) -> (loss ([N] when reduction='none'), total_weight)")
 define("nll_loss_backward", "composite", lambda types, attrs: [types[1]],
        lambda t, dloss, logp, target, total_weight, reduction="mean", ignore_index=-100:
            t.ops.aten.nll_loss_backward(dloss, logp, target, None, {"none": 0, "mean": 1, "sum": 2}[reduction],

@@ -1,0 +1,178 @@
+"""Bindings: where each graph input comes from in the user's world and where each graph output
+goes back, so that after a compiled step ``model.parameters()``, their ``.grad`` and ``opt.state``
+hold what eager would hold.
+
+    tensors, pending = bindings.gather(flat_args)      # one tensor per graph input
+    outputs = engine(tensors)                           # one tensor per graph output
+    result = bindings.scatter(outputs, flat_args, pending)
+
+Write-back rules (eager's): parameters are updated in place (``p.copy_``, skipped when the engine
+already wrote into ``p``); optimizer state that exists is updated in place, state created by the
+first step is installed into ``opt.state[p]`` in torch's key order with torch's dtype and device;
+``.grad`` is updated in place when it exists, created (``empty_like(p)``) when it did not, and set to
+``None`` where the step leaves it ``None`` (``zero_grad(set_to_none=True)``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from nova.frontend.optim import StateInit
+
+
+@dataclass(eq=False)
+class InputBinding:
+    """One graph input: ``kind`` is param | buffer | grad | opt_state | data | const."""
+    kind: str
+    name: str
+    tensor: Any = None                 # param/buffer: the object; grad/opt_state: the parameter; const: the tensor
+    optimizer: Any = None
+    key: str = ""                      # opt_state: the state entry ("exp_avg", "step", ...)
+    arg_index: int = -1                # data: position among the flattened (args, kwargs) leaves
+    init: StateInit | None = None      # opt_state missing at capture: how eager creates it
+
+    def fetch(self, flat_args, pending: list) -> torch.Tensor:
+        if self.kind in ("param", "buffer", "const"):
+            return self.tensor
+        if self.kind == "grad":
+            return self.tensor.grad
+        if self.kind == "data":
+            return flat_args[self.arg_index]
+        state = self.optimizer.state.get(self.tensor)
+        value = state.get(self.key) if state else None
+        if value is None:
+            value = self.init.create(self.tensor)
+            pending.append((self, value))
+        return value
+
+
+@dataclass(eq=False)
+class OutputBinding:
+    """One graph output: ``kind`` is result | param | grad | opt_state."""
+    kind: str
+    name: str
+    tensor: Any = None                 # param/grad/opt_state: the parameter
+    optimizer: Any = None
+    key: str = ""
+    result_index: int = -1             # result: position among the returned value's leaves
+
+
+@dataclass
+class Bindings:
+    inputs: list[InputBinding]
+    outputs: list[OutputBinding]
+    result_spec: Any                   # pytree spec of the user's return value
+    result_leaves: list                # per leaf: ("output", k) | ("value", v) | ("input", InputBinding)
+    grads_to_none: list = field(default_factory=list)    # parameters whose .grad the step leaves None
+    stepped: list = field(default_factory=list)          # optimizers whose step() the function calls
+
+    def gather(self, flat_args) -> tuple[list[torch.Tensor], list]:
+        pending: list = []
+        return [b.fetch(flat_args, pending) for b in self.inputs], pending
+
+    def scatter(self, outputs, flat_args, pending, *, result_device=None, outputs_alias_engine=False):
+        """Write ``outputs`` back into the user's objects; returns the function's return value."""
+        if len(outputs) != len(self.outputs):
+            raise RuntimeError(f"the engine returned {len(outputs)} outputs, the graph has {len(self.outputs)}")
+        outputs = _unalias(outputs, self._targets())
+        for binding, value in pending:                    # state the first step creates (zeros, step 0)
+            self._state(binding.optimizer, binding.tensor)[binding.key] = value
+        results = {}
+        with torch.no_grad():
+            for binding, value in zip(self.outputs, outputs):
+                if binding.kind == "result":
+                    results[binding.result_index] = value
+                elif binding.kind == "param":
+                    if value is not binding.tensor:
+                        binding.tensor.copy_(value)
+                elif binding.kind == "opt_state":
+                    state = self._state(binding.optimizer, binding.tensor)
+                    current = state.get(binding.key)
+                    if _same_layout(current, value):
+                        if current is not value:
+                            current.copy_(value)
+                    else:
+                        state[binding.key] = _fresh_like(binding.tensor, value)
+                elif binding.kind == "grad":
+                    p = binding.tensor
+                    if _same_layout(p.grad, value):
+                        if p.grad is not value:
+                            p.grad.copy_(value)
+                    else:
+                        p.grad = _fresh_like(p, value)
+        for p in self.grads_to_none:
+            p.grad = None
+        for opt in self.stepped:
+            if hasattr(opt.step, "_wrapped_by_lr_sched"):    # what the LR scheduler's wrapper records
+                opt._opt_called = True
+        leaves = []
+        for kind, what in self.result_leaves:
+            if kind == "output":
+                value = results[what]
+                if outputs_alias_engine:
+                    value = value.clone()
+                if result_device is not None and value.device != result_device:
+                    value = value.to(result_device)
+                leaves.append(value)
+            elif kind == "input":
+                leaves.append(what.fetch(flat_args, []))
+            else:
+                leaves.append(what)
+        return pytree.tree_unflatten(leaves, self.result_spec)
+
+    def _targets(self) -> list[torch.Tensor]:
+        targets = []
+        for b in self.outputs:
+            if b.kind == "param":
+                targets.append(b.tensor)
+            elif b.kind == "grad" and b.tensor.grad is not None:
+                targets.append(b.tensor.grad)
+            elif b.kind == "opt_state":
+                state = b.optimizer.state.get(b.tensor)
+                if state and isinstance(state.get(b.key), torch.Tensor):
+                    targets.append(state[b.key])
+        return targets
+
+    @staticmethod
+    def _state(opt, param) -> dict:
+        return opt.state[param]           # a defaultdict: creates the entry like eager's first step
+
+
+def _same_layout(current, value) -> bool:
+    return isinstance(current, torch.Tensor) and current.shape == value.shape and current.dtype == value.dtype
+
+
+def _fresh_like(param: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """A new tensor the user owns, laid out like the parameter (as eager's grads and buffers are)."""
+    if value.shape == param.shape:
+        out = torch.empty_like(param, dtype=value.dtype, memory_format=torch.preserve_format)
+    else:
+        out = torch.empty(value.shape, dtype=value.dtype, device=param.device)
+    return out.copy_(value)
+
+
+def _unalias(outputs, targets) -> list:
+    """Clone any output that shares memory with a tensor about to be written (and is not that
+    tensor itself), so write-back order cannot corrupt it."""
+    if not targets:
+        return list(outputs)
+    storages = {}
+    for t in targets:
+        storages.setdefault(_storage(t), []).append(t)
+    out = []
+    for value in outputs:
+        owners = storages.get(_storage(value)) if isinstance(value, torch.Tensor) else None
+        if owners and not any(value is t for t in owners):
+            value = value.clone()
+        out.append(value)
+    return out
+
+
+def _storage(t: torch.Tensor):
+    try:
+        return (t.device, t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):
+        return (t.device, id(t))

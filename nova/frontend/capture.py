@@ -1,0 +1,518 @@
+"""Capture: a whole training step (forward, ``loss.backward()``, ``opt.step()``, ``zero_grad``) ->
+one value-semantic IR graph, traced on fake tensors (nothing allocated, no GPU, no compute on the
+user's tensors), plus the bindings to the user's objects and the guards.
+
+How (the recipe of ``/work/shared/design/graph-capture.md``):
+
+1. Every tensor the step reads becomes a graph input, a fake CPU tensor of its shape and dtype:
+   parameters (leaves with the parameter's ``requires_grad``), buffers, existing ``.grad``s (set
+   as the leaves' ``.grad`` so ``backward`` accumulates into them like eager), optimizer state
+   (missing state as the zeros eager would create), the tensor arguments.
+2. The parameters and buffers are swapped into the user's modules (by identity, so tied weights
+   stay tied); each optimizer's ``step``/``zero_grad`` is replaced by Nova's (``optim.py``).
+3. The user's function runs once under ``make_fx`` with dispatch functionalization: autograd runs
+   for real (on fakes), so ``loss.backward()`` traces the backward; in-place updates become
+   functional.  The traced function returns the final value of every input (parameters, grads,
+   state, buffers, arguments) plus the user's result.
+4. ``lower`` turns the FX graph into IR; outputs that equal their input are dropped (nothing
+   changed), others become outputs that update their input (``updates=``); unused inputs are
+   pruned.  Mutated buffers or arguments are refused (one line).
+
+Unsupported constructs raise ``NovaUnsupportedError`` with one line naming what and where.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from nova.frontend.bindings import Bindings, InputBinding, OutputBinding
+from nova.frontend.discover import Discovered, discover
+from nova.frontend.errors import NovaUnsupportedError
+from nova.frontend.guards import GuardKey, guard_key
+from nova.frontend.lower import lower
+from nova.frontend.optim import TraceContext, handler_for
+from nova.frontend.origin import OriginTracker, traceback_location
+from nova.ir import Graph, verify
+
+_ROLES = {"param": "param", "buffer": "const", "grad": "grad", "opt_state": "opt_state", "data": "data",
+          "const": "const"}
+
+
+@dataclass
+class CaptureStats:
+    trace_s: float = 0.0
+    lower_s: float = 0.0
+    fx_nodes: int = 0
+    ir_nodes: int = 0
+    opaque: dict = field(default_factory=dict)     # aten target -> count of opaque IR nodes
+
+    @property
+    def total_s(self) -> float:
+        return self.trace_s + self.lower_s
+
+
+@dataclass
+class Captured:
+    graph: Graph
+    bindings: Bindings
+    guards: GuardKey
+    fx: Any                       # the traced torch.fx.GraphModule (for debugging)
+    stats: CaptureStats
+
+
+# ====================================================================== checks
+def _check_supported(found: Discovered) -> None:
+    from torch.nn.modules import module as module_mod
+    for attr in ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                 "_global_backward_pre_hooks"):
+        if getattr(module_mod, attr, None):
+            raise NovaUnsupportedError(f"a global module hook is registered ({attr.strip('_')}); Nova cannot "
+                                       f"replay hooks")
+    from torch.optim import optimizer as optimizer_mod
+    if getattr(optimizer_mod, "_global_optimizer_pre_hooks", None) or \
+            getattr(optimizer_mod, "_global_optimizer_post_hooks", None):
+        raise NovaUnsupportedError("a global optimizer step hook is registered; Nova cannot replay hooks")
+    for name, model in found.models:
+        for path, m in model.named_modules():
+            for attr in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"):
+                if getattr(m, attr, None):
+                    raise NovaUnsupportedError(f"module {_join(name, path)} ({type(m).__name__}) has a "
+                                               f"{attr.strip('_').replace('_', ' ')[:-1]}; Nova cannot replay hooks")
+        for path, p in model.named_parameters():
+            if p._backward_hooks or getattr(p, "_post_accumulate_grad_hooks", None):
+                raise NovaUnsupportedError(f"parameter {_join(name, path)} has a tensor hook; Nova cannot replay hooks")
+    for name, opt in found.optimizers:
+        handler_for(opt, name)
+        if getattr(opt, "_optimizer_step_pre_hooks", None) or getattr(opt, "_optimizer_step_post_hooks", None):
+            raise NovaUnsupportedError(f"optimizer {name} has a step hook; Nova cannot replay hooks")
+
+
+def _join(prefix: str, path: str) -> str:
+    return f"{prefix}.{path}" if path else prefix
+
+
+# ====================================================================== the inputs
+def _plan_inputs(found: Discovered, flat_args, arg_names) -> list[InputBinding]:
+    """Every tensor the step may read, in graph-input order."""
+    multi = len(found.models) > 1
+    slots: list[InputBinding] = []
+    param_names: dict[int, str] = {}
+    for mname, model in found.models:
+        for path, p in model.named_parameters():
+            if id(p) not in param_names:
+                param_names[id(p)] = f"{mname}.{path}" if multi else path
+                slots.append(InputBinding("param", param_names[id(p)], p))
+    seen_buffers = set()
+    for mname, model in found.models:
+        for path, b in model.named_buffers():
+            if id(b) not in seen_buffers:
+                seen_buffers.add(id(b))
+                slots.append(InputBinding("buffer", f"{mname}.{path}" if multi else path, b))
+    for oname, opt in found.optimizers:       # parameters an optimizer holds outside the models found
+        for gi, group in enumerate(opt.param_groups):
+            for j, p in enumerate(group["params"]):
+                if id(p) not in param_names:
+                    param_names[id(p)] = f"{oname}.param_groups[{gi}].params[{j}]"
+                    slots.append(InputBinding("param", param_names[id(p)], p))
+    for s in list(slots):
+        if s.kind == "param" and s.tensor.grad is not None:
+            slots.append(InputBinding("grad", s.name + ".grad", s.tensor))
+    for oname, opt in found.optimizers:
+        handler = handler_for(opt, oname)
+        for gi, group in enumerate(opt.param_groups):
+            for p in group["params"]:
+                state = opt.state.get(p, {})
+                for key, init in handler.state_inputs(opt, group, p):
+                    slots.append(InputBinding("opt_state", f"{oname}.state[{param_names[id(p)]}].{key}", p, opt, key,
+                                              init=None if key in state else init))
+    for i, leaf in enumerate(flat_args):
+        if isinstance(leaf, torch.Tensor):
+            if leaf.requires_grad:
+                raise NovaUnsupportedError(f"argument {arg_names[i]} requires grad; Nova compiles steps whose "
+                                           f"trainable tensors are module parameters (pass it detached)")
+            slots.append(InputBinding("data", arg_names[i], arg_index=i))
+    return slots
+
+
+def _example(slot: InputBinding, flat_args) -> torch.Tensor:
+    """The real tensor (or what eager would create) a slot stands for, for its fake."""
+    if slot.kind in ("param", "buffer"):
+        return slot.tensor
+    if slot.kind == "grad":
+        return slot.tensor.grad
+    if slot.kind == "data":
+        return flat_args[slot.arg_index]
+    state = slot.optimizer.state.get(slot.tensor, {})
+    if slot.key in state:
+        value = state[slot.key]
+        if not isinstance(value, torch.Tensor):
+            raise NovaUnsupportedError(f"{slot.name} is a {type(value).__name__}, not a tensor")
+        return value
+    return slot.init.create(torch.empty_like(slot.tensor, device="meta"))
+
+
+def _fake_like(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="cpu")
+
+
+def _arg_names(fn, args, kwargs, n: int) -> list[str]:
+    """A readable name for each flattened argument leaf: ``idx``, ``batch[0]``, ``targets``."""
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        params = []
+    names = []
+    leaves = pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))[0] \
+        if hasattr(pytree, "tree_flatten_with_path") else []
+    for path, _ in leaves:
+        keys = [getattr(k, "idx", getattr(k, "key", None)) for k in path]
+        if keys and keys[0] == 0 and len(keys) > 1:
+            head = params[keys[1]] if keys[1] < len(params) else f"args[{keys[1]}]"
+        elif keys and keys[0] == 1 and len(keys) > 1:
+            head = str(keys[1])
+        else:
+            head = "arg"
+        names.append(head + "".join(f"[{k!r}]" for k in keys[2:]))
+    return names if len(names) == n else [f"arg{i}" for i in range(n)]
+
+
+# ====================================================================== swapping and interception
+@contextlib.contextmanager
+def _swapped_tensors(found: Discovered, replacements: dict[int, torch.Tensor]):
+    """Put the traced leaves into the user's modules in place of their parameters and buffers
+    (by identity: a tied weight is replaced everywhere it appears); restore them afterwards."""
+    saved = []
+    try:
+        for _, model in found.models:
+            for m in model.modules():
+                for store in (m._parameters, m._buffers):
+                    for k, t in list(store.items()):
+                        if t is not None and id(t) in replacements:
+                            saved.append((store, k, t))
+                            store[k] = replacements[id(t)]
+        yield
+    finally:
+        for store, k, t in reversed(saved):
+            store[k] = t
+
+
+class _Trace(TraceContext):
+    def __init__(self, tracker: OriginTracker, found: Discovered):
+        self.tracker = tracker
+        self.hypers = {id(opt): [handler_for(opt, name).read_hyper(opt, g) for g in opt.param_groups]
+                       for name, opt in found.optimizers}
+        self.leaves: dict[int, torch.Tensor] = {}
+        self.states: dict[tuple[int, int], dict] = {}     # (id(opt), id(p)) -> key -> traced tensor
+        self.state_owner: dict[tuple[int, int], tuple] = {}
+        self.stepped: list = []
+
+    def leaf(self, param):
+        return self.leaves[id(param)]
+
+    def hyper(self, opt):
+        return self.hypers[id(opt)]
+
+    def state(self, opt, param):
+        key = (id(opt), id(param))
+        if key not in self.states:
+            self.states[key] = {}
+            self.state_owner[key] = (opt, param)
+        return self.states[key]
+
+
+@contextlib.contextmanager
+def _intercepted(found: Discovered, trace: _Trace):
+    """Replace each optimizer's ``step`` and ``zero_grad`` by Nova's while tracing."""
+    saved = []
+
+    def make_step(name, opt, handler):
+        def step(closure=None):
+            if closure is not None:
+                raise NovaUnsupportedError(f"{name}.step(closure) is not supported; call the model before step()")
+            trace.tracker.set(f"optimizer {name} ({type(opt).__name__})")
+            trace.tracker.paused = True
+            try:
+                with torch.no_grad():
+                    handler.step(opt, trace)
+            finally:
+                trace.tracker.paused = False
+                trace.tracker.set("")
+            if opt not in trace.stepped:
+                trace.stepped.append(opt)
+        return step
+
+    def make_zero_grad(opt):
+        def zero_grad(set_to_none: bool = True):
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    leaf = trace.leaf(p)
+                    if leaf.grad is None:
+                        continue
+                    if set_to_none:
+                        leaf.grad = None
+                    else:
+                        if leaf.grad.grad_fn is not None:
+                            leaf.grad.detach_()
+                        else:
+                            leaf.grad.requires_grad_(False)
+                        leaf.grad.zero_()
+        return zero_grad
+
+    try:
+        for name, opt in found.optimizers:
+            handler = handler_for(opt, name)
+            saved.append((opt, {k: opt.__dict__[k] for k in ("step", "zero_grad") if k in opt.__dict__}))
+            opt.step = make_step(name, opt, handler)
+            opt.zero_grad = make_zero_grad(opt)
+        yield
+    finally:
+        for opt, attrs in saved:
+            for k in ("step", "zero_grad"):
+                if k in attrs:
+                    setattr(opt, k, attrs[k])
+                else:
+                    opt.__dict__.pop(k, None)
+
+
+# ====================================================================== capture
+def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Discovered | None = None,
+            name: str | None = None) -> Captured:
+    """Trace ``fn(*args, **kwargs)`` (one whole step) into an IR graph with its bindings and guards.
+    Nothing runs on the user's tensors and their state is left untouched."""
+    kwargs = dict(kwargs or {})
+    found = found or discover(fn, models, optimizers)
+    _check_supported(found)
+    guards = guard_key(found, args, kwargs)
+    flat_args, args_spec = pytree.tree_flatten((tuple(args), kwargs))
+    arg_names = _arg_names(fn, args, kwargs, len(flat_args))
+    slots = _plan_inputs(found, flat_args, arg_names)
+
+    module_names = {}
+    for mname, model in found.models:
+        for path, m in model.named_modules():
+            module_names.setdefault(id(m), path if len(found.models) == 1 and path else _join(mname, path))
+    tracker = OriginTracker(module_names)
+    trace = _Trace(tracker, found)
+    record: dict = {}
+
+    def traced(*flat):
+        tracker.attach()
+        replacements = {}
+        args_leaves = list(flat_args)
+        for slot, t in zip(slots, flat):
+            if slot.kind == "param":
+                t.requires_grad_(slot.tensor.requires_grad)
+                trace.leaves[id(slot.tensor)] = t
+                replacements[id(slot.tensor)] = t
+            elif slot.kind == "buffer":
+                replacements[id(slot.tensor)] = t
+            elif slot.kind == "grad":
+                trace.leaves[id(slot.tensor)].grad = t
+            elif slot.kind == "opt_state":
+                trace.state(slot.optimizer, slot.tensor)[slot.key] = t
+            elif slot.kind == "data":
+                args_leaves[slot.arg_index] = t
+        user_args, user_kwargs = pytree.tree_unflatten(args_leaves, args_spec)
+        with _swapped_tensors(found, replacements), _intercepted(found, trace), tracker:
+            result = fn(*user_args, **user_kwargs)
+        tracker.set("")
+        return _collect(result, slots, flat, trace, record)
+
+    fake_mode = torch._subclasses.fake_tensor.FakeTensorMode()
+    examples = [_example(s, flat_args) for s in slots]
+    with fake_mode:
+        fakes = [_fake_like(e) for e in examples]
+
+    from torch._subclasses.functional_tensor import FunctionalTensorMode, dispatch_functionalize
+    from torch.fx.experimental.proxy_tensor import make_fx
+    t0 = time.perf_counter()
+    try:
+        gm = make_fx(dispatch_functionalize(traced, FunctionalTensorMode()), decomposition_table=_decompositions(),
+                     tracing_mode="fake")(*fakes)
+    except NovaUnsupportedError:
+        raise
+    except Exception as e:
+        raise _explain_failure(e, tracker) from e
+    t1 = time.perf_counter()
+
+    _check_mutations(gm, record)
+    graph_name = name or getattr(fn, "__name__", "step").replace("<", "").replace(">", "")
+    lowered = lower(gm, [s.name for s in slots], [_ROLES[s.kind] for s in slots], graph_name)
+    for cname, tensor in lowered.constants:
+        slots.append(InputBinding("const", f"constant.{cname}", tensor))
+    graph, bindings = _assemble(lowered, slots, record, trace)
+    verify(graph)
+    t2 = time.perf_counter()
+    stats = CaptureStats(trace_s=t1 - t0, lower_s=t2 - t1, fx_nodes=len(gm.graph.nodes), ir_nodes=len(graph.nodes),
+                         opaque=lowered.opaque)
+    return Captured(graph, bindings, guards, gm, stats)
+
+
+def _decompositions() -> dict:
+    """ATen decompositions applied while tracing: only ops whose decomposition is exact and whose
+    parts the lowering covers (RMSNorm's fused kernels, where a torch version emits them)."""
+    from torch._decomp import decomposition_table
+    aten = torch.ops.aten
+    wanted = [getattr(aten, n, None) for n in ("_fused_rms_norm", "_fused_rms_norm_backward")]
+    table = {}
+    for packet in wanted:
+        if packet is None:
+            continue
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            if op in decomposition_table:
+                table[op] = decomposition_table[op]
+    return table
+
+
+def _collect(result, slots, flat, trace: _Trace, record: dict) -> list:
+    """The traced function's outputs: the result's tensors, then the final value of every input
+    (parameters, grads, optimizer state, buffers, arguments).  ``record`` says what each is."""
+    leaves, spec = pytree.tree_flatten(result)
+    outs, kinds = [], []
+    record["result_spec"] = spec
+    record["result_leaves"] = []
+    inputs_by_id = {id(t): s for s, t in zip(slots, flat) if s.kind in ("param", "buffer", "data")}
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            if id(leaf) in inputs_by_id:
+                record["result_leaves"].append(("input", inputs_by_id[id(leaf)]))   # the user's own tensor
+            else:
+                index = len(record["result_leaves"])
+                record["result_leaves"].append(("output", index))
+                outs.append(leaf)
+                kinds.append(("result", index))
+        else:
+            record["result_leaves"].append(("value", leaf))
+    for slot, t in zip(slots, flat):
+        if slot.kind == "param":
+            outs.append(t)
+            kinds.append(("param", slot))
+            grad = t.grad
+            if grad is None:
+                kinds.append(("grad_none", slot))
+            else:
+                outs.append(grad)
+                kinds.append(("grad", slot))
+        elif slot.kind in ("buffer", "data"):
+            outs.append(t)
+            kinds.append((slot.kind, slot))
+    for key, state in trace.states.items():
+        opt, p = trace.state_owner[key]
+        for k, v in state.items():
+            if isinstance(v, torch.Tensor):
+                outs.append(v)
+                kinds.append(("opt_state", (opt, p, k)))
+    record["kinds"] = [k for k in kinds]
+    record["stepped"] = list(trace.stepped)
+    return outs
+
+
+def _assemble(lowered, slots: list[InputBinding], record: dict, trace: _Trace):
+    """IR outputs and bindings from what the traced function returned; drop unchanged values and
+    unused inputs."""
+    g = lowered.graph
+    input_value = {s_index: g.inputs[s_index].value for s_index in range(len(slots))}
+    grad_slot = {id(s.tensor): i for i, s in enumerate(slots) if s.kind == "grad"}
+    state_slot = {(id(s.optimizer), id(s.tensor), s.key): i for i, s in enumerate(slots) if s.kind == "opt_state"}
+    param_slot = {id(s.tensor): i for i, s in enumerate(slots) if s.kind == "param"}
+
+    pending_outputs = []        # (value, name, role, updates slot index or None, OutputBinding)
+    grads_to_none = []
+    kinds = [k for k in record["kinds"] if k[0] != "grad_none"]
+    values = lowered.outputs
+    assert len(values) == len(kinds), (len(values), len(kinds))
+    for (kind, what) in record["kinds"]:
+        if kind == "grad_none":
+            grads_to_none.append(what.tensor)
+    for value, (kind, what) in zip(values, kinds):
+        if kind == "result":
+            pending_outputs.append((value, "result" if len(record["result_leaves"]) == 1 else f"result[{what}]",
+                                    "result", None, OutputBinding("result", "result", result_index=what)))
+        elif kind == "param":
+            i = param_slot[id(what.tensor)]
+            if value is not input_value[i]:
+                pending_outputs.append((value, what.name, "param", i, OutputBinding("param", what.name, what.tensor)))
+        elif kind == "grad":
+            i = grad_slot.get(id(what.tensor))
+            if i is not None and value is input_value[i]:
+                continue                                      # .grad untouched
+            name = what.name + ".grad"
+            pending_outputs.append((value, name, "grad", i, OutputBinding("grad", name, what.tensor)))
+        elif kind == "opt_state":
+            opt, p, key = what
+            i = state_slot.get((id(opt), id(p), key))
+            if i is not None and value is input_value[i]:
+                continue
+            name = slots[i].name if i is not None else \
+                f"{_opt_name(opt, slots)}.state[{slots[param_slot[id(p)]].name}].{key}"
+            pending_outputs.append((value, name, "opt_state", i, OutputBinding("opt_state", name, p, opt, key)))
+        elif kind in ("buffer", "data"):
+            if value is not input_value[_index_of(slots, what)]:
+                what_kind = "buffer" if kind == "buffer" else "argument"
+                raise NovaUnsupportedError(f"the step mutates its {what_kind} {what.name!r} in place; Nova supports "
+                                           f"in-place updates of parameters, grads and optimizer state only")
+
+    # prune inputs nothing reads
+    # (an input that an output updates stays: the planner may write the new value into its storage)
+    used = {v for node in g.nodes for v in node.inputs} | {p[0] for p in pending_outputs} \
+        | {input_value[p[3]] for p in pending_outputs if p[3] is not None}
+    keep = [i for i in range(len(slots)) if input_value[i] in used]
+    new_index = {old: new for new, old in enumerate(keep)}
+    g.inputs = [g.inputs[i] for i in keep]
+    out_bindings = []
+    for value, name, role, updates, binding in pending_outputs:
+        g.output(value, name, role, None if updates is None else new_index[updates])
+        out_bindings.append(binding)
+    bindings = Bindings(inputs=[slots[i] for i in keep], outputs=out_bindings,
+                        result_spec=record["result_spec"], result_leaves=record["result_leaves"],
+                        grads_to_none=grads_to_none, stepped=record["stepped"])
+    return g, bindings
+
+
+def _check_mutations(gm, record: dict) -> None:
+    """Buffers and arguments must come out of the step as they went in (their FX output is their
+    own placeholder); parameters, grads and optimizer state may change."""
+    out_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    kinds = [k for k in record["kinds"] if k[0] != "grad_none"]
+    for arg, (kind, what) in zip(out_node.args[0], kinds):
+        if kind in ("buffer", "data") and not (isinstance(arg, torch.fx.Node) and arg.op == "placeholder"):
+            origin = arg.meta.get("nova_origin", "") if isinstance(arg, torch.fx.Node) else ""
+            what_kind = "buffer" if kind == "buffer" else "argument"
+            raise NovaUnsupportedError(f"the step mutates its {what_kind} {what.name!r} in place"
+                                       f"{' at ' + origin if origin else ''} (e.g. BatchNorm running statistics in "
+                                       f"training mode); Nova updates parameters, grads and optimizer state only")
+
+
+def _index_of(items, item) -> int:
+    return next(i for i, x in enumerate(items) if x is item)
+
+
+def _opt_name(opt, slots) -> str:
+    for s in slots:
+        if s.kind == "opt_state" and s.optimizer is opt:
+            return s.name.split(".state[")[0]
+    return type(opt).__name__
+
+
+def _explain_failure(e: Exception, tracker: OriginTracker) -> NovaUnsupportedError:
+    """One line for an exception raised while tracing the user's step."""
+    where = tracker.current or traceback_location(e.__traceback__)
+    at = f" at {where}" if where else ""
+    kind = type(e).__name__
+    text = str(e).strip().splitlines()[0] if str(e).strip() else kind
+    if kind in ("DataDependentOutputException", "DynamicOutputShapeException", "GuardOnDataDependentSymNode",
+                "DataDependentOutputError"):
+        return NovaUnsupportedError(f"data-dependent Python control flow or host read ({text}: .item(), bool(tensor), "
+                                    f"if/while on a tensor value, or a data-dependent shape){at}")
+    if "FakeTensor" in text or "convert all Tensors" in text:
+        return NovaUnsupportedError(f"the step uses a tensor that is neither a parameter or buffer of the modules "
+                                    f"found, nor an argument (a module attribute or a global? make it a buffer, pass "
+                                    f"it as an argument, or name its module in models=){at}")
+    return NovaUnsupportedError(f"capturing the step failed{at}: {kind}: {text}")

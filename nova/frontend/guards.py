@@ -1,0 +1,111 @@
+"""Guards: what must stay true for a captured graph to be reused.
+
+``GuardKey`` is a hashable snapshot of everything the captured graph depends on: the inputs'
+shapes/dtypes/devices (and non-tensor arguments' values), grad mode, each model's parameters and
+buffers (identity, shape, dtype, device, ``requires_grad``, whether ``.grad`` is set), module
+training flags and hook counts, each optimizer's class, hyper-parameters, parameter groups and
+state structure.  ``nova.compile`` keys its cache on it; ``describe_change`` says in one line which
+part changed (for ``CompiledStep.stats``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+from torch.utils import _pytree as pytree
+
+from nova.frontend.optim import handler_for, hyper_parameters, tensor_signature
+
+
+@dataclass(frozen=True)
+class GuardKey:
+    inputs: tuple
+    treespec: str
+    grad_enabled: bool
+    models: tuple
+    optimizers: tuple
+
+    def describe_change(self, other: "GuardKey | None") -> str:
+        """One line: which part differs from ``other`` (the previous call's key)."""
+        if other is None:
+            return "first call"
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if mine != theirs:
+                if f.name == "optimizers":
+                    return _optimizer_change(mine, theirs)
+                return {"inputs": "input shapes, dtypes or values changed",
+                        "treespec": "the arguments' structure changed",
+                        "grad_enabled": "grad mode changed",
+                        "models": "a model changed (parameters, buffers, grads, training mode or hooks)"}[f.name]
+        return "no change"
+
+
+def arg_signature(leaf) -> tuple:
+    if isinstance(leaf, torch.Tensor):
+        return ("tensor", tuple(leaf.shape), leaf.dtype, leaf.device.type, leaf.requires_grad)
+    try:
+        hash(leaf)
+        return ("value", type(leaf).__name__, leaf)
+    except TypeError:
+        return ("object", type(leaf).__name__, id(leaf))
+
+
+def hook_count(module: torch.nn.Module) -> int:
+    n = 0
+    for m in module.modules():
+        n += len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) \
+            + len(getattr(m, "_backward_pre_hooks", ()))
+    for p in module.parameters():
+        n += len(p._backward_hooks or {}) + len(getattr(p, "_post_accumulate_grad_hooks", None) or {})
+    return n
+
+
+def model_signature(name: str, model: torch.nn.Module) -> tuple:
+    params = tuple((n, id(p), tuple(p.shape), p.dtype, p.device.type, p.requires_grad,
+                    None if p.grad is None else tensor_signature(p.grad))
+                   for n, p in model.named_parameters())
+    buffers = tuple((n, id(b), tuple(b.shape), b.dtype, b.device.type) for n, b in model.named_buffers())
+    training = tuple(m.training for m in model.modules())
+    return (name, id(model), params, buffers, training, hook_count(model))
+
+
+def optimizer_signature(name: str, opt: torch.optim.Optimizer) -> tuple:
+    handler = handler_for(opt, name)
+    groups = []
+    for group in opt.param_groups:
+        groups.append(tuple((id(p), tuple(p.shape), p.dtype, None if p.grad is None else tensor_signature(p.grad),
+                             handler.state_signature(opt, group, p)) for p in group["params"]))
+    hooks = len(getattr(opt, "_optimizer_step_pre_hooks", ())) + len(getattr(opt, "_optimizer_step_post_hooks", ()))
+    return (name, id(opt), type(opt).__name__, hyper_parameters(opt), tuple(groups), hooks)
+
+
+def guard_key(found, args, kwargs) -> GuardKey:
+    leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+    return GuardKey(
+        inputs=tuple(arg_signature(x) for x in leaves),
+        treespec=str(spec),
+        grad_enabled=torch.is_grad_enabled(),
+        models=tuple(model_signature(n, m) for n, m in found.models),
+        optimizers=tuple(optimizer_signature(n, o) for n, o in found.optimizers),
+    )
+
+
+def _optimizer_change(mine: tuple, theirs: tuple) -> str:
+    if len(mine) != len(theirs):
+        return "the set of optimizers changed"
+    for a, b in zip(mine, theirs):
+        if a[1:3] != b[1:3]:
+            return f"optimizer {a[0]} was replaced"
+        if a[3] != b[3]:
+            changes = []
+            for i, (ga, gb) in enumerate(zip(a[3], b[3])):
+                da, db = dict(ga), dict(gb)
+                changes += [f"param_groups[{i}].{k} {db.get(k)!r} -> {da.get(k)!r}"
+                            for k in sorted(set(da) | set(db)) if da.get(k) != db.get(k)]
+            return f"optimizer {a[0]} hyper-parameters changed: " + (", ".join(changes) or "groups added or removed")
+        if a[4] != b[4]:
+            return f"optimizer {a[0]} parameter groups or state changed"
+        if a[5] != b[5]:
+            return f"optimizer {a[0]} hooks changed"
+    return "optimizers changed"

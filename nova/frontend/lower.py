@@ -1,0 +1,1016 @@
+"""Lowering: a functional FX graph of ATen ops (what ``capture`` traces) -> ``nova.ir.Graph``.
+
+One table, ``LOWERINGS``, maps each ATen overload to a small function ``(ctx, *args, **kwargs)``
+that emits IR ops through ``ctx`` and returns the IR value(s) of the FX node (a tuple for ops with
+several results, ``None`` for a result nothing models).  After each node the result is checked
+against the fake tensor torch computed (``node.meta["val"]``): the shape must agree, a different
+element type gets a ``cast`` (torch's own result type is the truth).
+
+Python scalars become ``constant`` nodes in the op's math type (f32 for half types, the tensor's
+type otherwise), views keep value semantics (``reshape``/``permute``/``expand``/``slice``), and
+``detach``/``clone``/``alias`` are the identity.  Every IR node carries the FX node's
+``meta["nova_origin"]`` (module path and source line).
+
+An op without a lowering becomes the opaque ``aten`` op when all its arguments are tensors or
+plain constants (counted in ``Lowered.opaque``), else one ``NovaUnsupportedError`` line naming the
+op and where it came from.  Random ops (dropout with p > 0 in training, ``rand``...) are refused:
+the compiled step could not reproduce eager's random stream.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field
+
+import torch
+
+from nova.frontend.errors import NovaUnsupportedError
+from nova.ir import Graph, TensorType, Value
+from nova.ir.types import FROM_TORCH_NAMES, IRError
+
+aten = torch.ops.aten
+LOWERINGS: dict = {}
+
+
+def lowers(*targets):
+    """Register a lowering for ATen overloads (targets missing from this torch are skipped)."""
+    def register(fn):
+        for target in targets:
+            if target is not None:
+                LOWERINGS[target] = fn
+        return fn
+    return register
+
+
+def _op(packet: str, overload: str = "default"):
+    """``aten.<packet>.<overload>`` if this torch has it (keeps the table valid across versions)."""
+    pk = getattr(aten, packet, None)
+    return getattr(pk, overload, None) if pk is not None else None
+
+
+class UnsupportedDtype(NovaUnsupportedError):
+    """A tensor whose element type the IR does not have (uint8, complex, float8...)."""
+
+
+def ir_type(t: torch.Tensor, what: str = "") -> TensorType:
+    name = str(t.dtype).removeprefix("torch.")
+    if name not in FROM_TORCH_NAMES:
+        raise UnsupportedDtype(f"element type {t.dtype} is not supported by Nova's IR{' (' + what + ')' if what else ''}")
+    return TensorType(tuple(int(d) for d in t.shape), FROM_TORCH_NAMES[name])
+
+
+class Unmodeled:
+    """An FX result the IR does not model (a random seed, a padded log-sum-exp, a debug mask).
+    Reading it anywhere but where its producer's partner expects it is an error."""
+
+    def __init__(self, what: str, value: Value | None = None):
+        self.what = what
+        self.value = value
+
+
+class Fallback(Exception):
+    """Raised by a lowering for an argument combination it does not handle: use the opaque op."""
+
+
+@dataclass
+class Lowered:
+    graph: Graph
+    outputs: list                 # the IR value of each FX output (None where the FX output is None)
+    constants: list = field(default_factory=list)   # (name, real tensor) of each lifted constant input
+    opaque: dict = field(default_factory=dict)      # aten target -> count of opaque nodes
+
+
+# ====================================================================== the driver
+class Lowerer:
+    """Walks the FX graph in order; ``ctx`` for the lowering functions."""
+
+    def __init__(self, gm: torch.fx.GraphModule, input_names: list[str], input_roles: list[str], name: str):
+        self.gm = gm
+        self.graph = Graph(name)
+        self.input_names = input_names
+        self.input_roles = input_roles
+        self.env: dict = {}
+        self.node = None
+        self.origin = ""
+        self.constants: list = []
+        self.opaque: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ helpers for lowerings
+    @property
+    def meta(self):
+        return self.node.meta.get("val")
+
+    def where(self) -> str:
+        return f" at {self.origin}" if self.origin else ""
+
+    def op(self, name: str, *inputs, **attrs):
+        for v in inputs:
+            if not isinstance(v, Value):
+                what = v.what if isinstance(v, Unmodeled) else repr(v)
+                raise NovaUnsupportedError(f"{self.node.target} reads {what}, which Nova does not model{self.where()}")
+        try:
+            return self.graph.op(name, *inputs, origin=self.origin, **attrs)
+        except IRError as e:
+            raise IRError(f"lowering {self.node.target}{self.where()}: {e}") from None
+
+    def const(self, value, dtype: str, shape=()) -> Value:
+        if dtype == "bool":
+            value = bool(value)
+        elif dtype in ("i64", "i32"):
+            value = int(value)
+        else:
+            value = float(value)
+        attrs = {"shape": tuple(shape)} if shape else {}
+        return self.op("constant", value=value, dtype=dtype, **attrs)
+
+    def scalar(self, x, other, *, opmath: bool = True) -> Value:
+        """``x`` as an IR value: a Value stays; a Python number becomes a constant of the type torch
+        would compute it in against ``other`` (f32 for half types when ``opmath``)."""
+        if isinstance(x, Value) or isinstance(x, Unmodeled):
+            return x
+        od = other.dtype if isinstance(other, Value) else None
+        if od in ("f16", "bf16"):
+            dtype = "f32" if opmath else od
+        elif od in ("f32", "f64"):
+            dtype = od
+        elif od in ("i32", "i64"):
+            dtype = "f32" if isinstance(x, float) else od
+        elif od == "bool":
+            dtype = "f32" if isinstance(x, float) else ("bool" if isinstance(x, bool) else "i64")
+        else:
+            dtype = "f32" if isinstance(x, float) else ("bool" if isinstance(x, bool) else "i64")
+        return self.const(x, dtype)
+
+    def binary(self, name: str, a, b, *, opmath: bool = True) -> Value:
+        if not isinstance(a, Value) and not isinstance(b, Value):
+            raise Fallback()
+        a = self.scalar(a, b, opmath=opmath)
+        b = self.scalar(b, a, opmath=opmath)
+        return self.op(name, a, b)
+
+    def scaled(self, x, alpha):
+        """``alpha * x`` (no node when alpha is 1)."""
+        if alpha == 1:
+            return x
+        if isinstance(x, Value):
+            return self.binary("mul", x, alpha)
+        return x * alpha
+
+    def cast(self, v: Value, dtype: str) -> Value:
+        return v if v.dtype == dtype else self.op("cast", v, dtype=dtype)
+
+    def reshape(self, v: Value, shape) -> Value:
+        shape = tuple(int(d) for d in shape)
+        return v if v.shape == shape else self.op("reshape", v, shape=shape)
+
+    def expand(self, v: Value, shape) -> Value:
+        shape = tuple(int(d) for d in shape)
+        return v if v.shape == shape else self.op("expand", v, shape=shape)
+
+    def slice(self, v: Value, axis: int, start: int, end: int, step: int = 1) -> Value:
+        if start == 0 and end == v.shape[axis] and step == 1:
+            return v
+        return self.op("slice", v, axis=axis, start=start, end=end, step=step)
+
+    def zeros(self, shape, dtype: str) -> Value:
+        return self.const(0, dtype, shape)
+
+    def out_type(self, index: int | None = None) -> TensorType:
+        val = self.meta if index is None else self.meta[index]
+        return ir_type(val)
+
+    # ------------------------------------------------------------------ the walk
+    def run(self) -> Lowered:
+        placeholders = 0
+        outputs = None
+        for node in self.gm.graph.nodes:
+            self.node = node
+            self.origin = node.meta.get("nova_origin", "") or ""
+            if node.op == "placeholder":
+                val = node.meta["val"]
+                self.env[node] = self.graph.input(ir_type(val, self.input_names[placeholders]),
+                                                  self.input_names[placeholders], self.input_roles[placeholders])
+                placeholders += 1
+            elif node.op == "get_attr":
+                self.env[node] = self._constant_attr(node)
+            elif node.op == "call_function":
+                self.env[node] = self._call(node)
+            elif node.op == "output":
+                outputs = [self._lookup(a) for a in node.args[0]]
+            else:
+                raise NovaUnsupportedError(f"FX node kind {node.op} ({node.target}) is not supported{self.where()}")
+        return Lowered(self.graph, outputs or [], self.constants, dict(sorted(self.opaque.items())))
+
+    def _lookup(self, a):
+        if isinstance(a, torch.fx.Node):
+            return self.env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(self._lookup(x) for x in a)
+        return a
+
+    def _constant_attr(self, node):
+        tensor = getattr(self.gm, node.target)
+        if not isinstance(tensor, torch.Tensor) or isinstance(tensor, torch._subclasses.FakeTensor) \
+                or tensor.device.type == "meta":
+            raise NovaUnsupportedError(f"a constant tensor without a value ({node.target}){self.where()}")
+        t = ir_type(tensor, node.target)
+        if tensor.numel() == 1:
+            return self.const(tensor.item(), t.dtype, t.shape)
+        self.constants.append((node.target, tensor))
+        return self.graph.input(t, f"constant.{node.target}", "const")
+
+    def _call(self, node):
+        target = node.target
+        if target is operator.getitem:
+            container, index = node.args
+            return self.env[container][index]
+        if str(target) == "aten._local_scalar_dense.default":
+            raise NovaUnsupportedError(f"reading a tensor's value on the host (.item(), bool(tensor)) is not "
+                                       f"supported{self.where()}")
+        fn = LOWERINGS.get(target)
+        args = self._lookup(node.args)
+        kwargs = {k: self._lookup(v) for k, v in node.kwargs.items()}
+        result = None
+        try:
+            if fn is not None:
+                try:
+                    result = fn(self, *args, **kwargs)
+                except Fallback:
+                    fn = None
+            if fn is None:
+                if isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
+                    hint = " (dropout with p > 0 in training mode)" if "dropout" in str(target) or "bernoulli" in str(target) else ""
+                    raise NovaUnsupportedError(f"random op {target}{hint} is not supported{self.where()}")
+                result = self._opaque(node, args, kwargs)
+            return self._conform(result, node.meta.get("val"))
+        except UnsupportedDtype as e:        # a value of a type the IR lacks: an error only if something reads it
+            return Unmodeled(f"a result of {target} ({e})")
+
+    def _conform(self, result, val):
+        """Check a lowering's result against torch's fake result; cast to torch's element type."""
+        if isinstance(val, torch.Tensor):
+            if isinstance(result, Unmodeled) or result is None:
+                return result
+            if not isinstance(result, Value):
+                raise IRError(f"lowering {self.node.target} returned {type(result).__name__}, expected one value")
+            expected = ir_type(val)
+            if result.shape != expected.shape:
+                raise IRError(f"lowering {self.node.target}{self.where()} produced {result.type}, torch has {expected}")
+            return self.cast(result, expected.dtype)
+        if isinstance(val, (tuple, list)) and isinstance(result, (tuple, list)):
+            return tuple(self._conform(r, v) for r, v in zip(result, val)) + tuple(result[len(val):])
+        return result
+
+    def _opaque(self, node, args, kwargs):
+        target = node.target
+        tensors: list[Value] = []
+
+        def encode(a):
+            if isinstance(a, Unmodeled):
+                raise NovaUnsupportedError(f"op {target} reads {a.what}, which Nova does not model{self.where()}")
+            if isinstance(a, Value):
+                tensors.append(a)
+                return ("$", len(tensors) - 1)
+            if isinstance(a, (list, tuple)):
+                return tuple(encode(x) for x in a)
+            if a is None or isinstance(a, (bool, int, float, str)):
+                return a
+            raise NovaUnsupportedError(f"op {target} is not supported (no lowering, and its argument "
+                                       f"{a!r} cannot be passed to an opaque aten node){self.where()}")
+        if not isinstance(target, torch._ops.OpOverload):
+            raise NovaUnsupportedError(f"op {target} is not supported{self.where()}")
+        enc_args = encode(tuple(args))
+        enc_kwargs = tuple((k, encode(v)) for k, v in sorted(kwargs.items()))
+        val = node.meta.get("val")
+        vals = val if isinstance(val, (tuple, list)) else (val,)
+        if not vals or not all(isinstance(v, torch.Tensor) for v in vals):
+            raise NovaUnsupportedError(f"op {target} is not supported (no lowering, and it returns non-tensors)"
+                                       f"{self.where()}")
+        types = [ir_type(v, str(target)) for v in vals]
+        name = str(target)
+        self.opaque[name] = self.opaque.get(name, 0) + 1
+        out = self.op("aten", *tensors, target=name, args=enc_args, kwargs=enc_kwargs,
+                      result_types=tuple((t.shape, t.dtype) for t in types))
+        return out if isinstance(val, (tuple, list)) else out
+
+
+def lower(gm, input_names, input_roles, name: str = "step") -> Lowered:
+    """Lower ``gm`` (placeholders in the order of ``input_names``/``input_roles``)."""
+    return Lowerer(gm, list(input_names), list(input_roles), name).run()
+
+
+# ====================================================================== helpers
+def _axis(d: int, rank: int) -> int:
+    return d % rank if rank else 0
+
+
+def _axes(dims, rank: int) -> tuple[int, ...]:
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return tuple(range(rank))
+    if isinstance(dims, int):
+        dims = (dims,)
+    return tuple(sorted(_axis(d, rank) for d in dims))
+
+
+def _clamp_slice(size: int, start, end, step) -> tuple[int, int, int]:
+    start = 0 if start is None else start
+    end = size if end is None else end
+    start = start + size if start < 0 else start
+    end = end + size if end < 0 else end
+    start, end = min(max(start, 0), size), min(max(end, 0), size)
+    return start, max(start, end), step or 1
+
+
+# ====================================================================== identity and views
+@lowers(aten.detach.default, aten.alias.default, aten.clone.default, aten.lift_fresh_copy.default,
+        _op("_to_copy"), _op("contiguous"), _op("_conj"), _op("resolve_conj"), _op("resolve_neg"))
+def _identity(ctx, x, *args, **kwargs):
+    return x                                  # value semantics; _to_copy's dtype change is a cast (conform)
+
+
+@lowers(aten.copy.default)
+def _copy(ctx, dst, src, non_blocking=False):
+    if not isinstance(src, Value):
+        return ctx.const(src, dst.dtype, dst.shape)
+    return ctx.expand(ctx.cast(src, dst.dtype), dst.shape)
+
+
+@lowers(aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.squeeze.dim, aten.squeeze.default,
+        _op("squeeze", "dims"), aten.unsqueeze.default, _op("flatten", "using_ints"), _op("unflatten", "int"))
+def _view(ctx, x, *args, **kwargs):
+    return ctx.reshape(x, ctx.meta.shape)
+
+
+@lowers(aten.expand.default)
+def _expand(ctx, x, size, implicit=False):
+    return ctx.expand(x, ctx.meta.shape)
+
+
+@lowers(aten.t.default)
+def _t(ctx, x):
+    return x if x.type.rank < 2 else ctx.op("permute", x, perm=(1, 0))
+
+
+@lowers(aten.transpose.int)
+def _transpose(ctx, x, d0, d1):
+    d0, d1 = _axis(d0, x.type.rank), _axis(d1, x.type.rank)
+    if d0 == d1:
+        return x
+    perm = list(range(x.type.rank))
+    perm[d0], perm[d1] = d1, d0
+    return ctx.op("permute", x, perm=tuple(perm))
+
+
+@lowers(aten.permute.default)
+def _permute(ctx, x, dims):
+    perm = tuple(_axis(d, x.type.rank) for d in dims)
+    return x if perm == tuple(range(x.type.rank)) else ctx.op("permute", x, perm=perm)
+
+
+@lowers(aten.slice.Tensor)
+def _slice(ctx, x, dim=0, start=None, end=None, step=1):
+    axis = _axis(dim, x.type.rank)
+    return ctx.slice(x, axis, *_clamp_slice(x.shape[axis], start, end, step))
+
+
+@lowers(aten.select.int)
+def _select(ctx, x, dim, index):
+    axis = _axis(dim, x.type.rank)
+    index = index + x.shape[axis] if index < 0 else index
+    return ctx.reshape(ctx.slice(x, axis, index, index + 1), ctx.meta.shape)
+
+
+@lowers(_op("narrow"))
+def _narrow(ctx, x, dim, start, length):
+    axis = _axis(dim, x.type.rank)
+    start = start + x.shape[axis] if start < 0 else start
+    return ctx.slice(x, axis, start, start + length)
+
+
+def _split_at(ctx, x, sizes, dim):
+    axis = _axis(dim, x.type.rank)
+    out, start = [], 0
+    for size in sizes:
+        out.append(ctx.slice(x, axis, start, start + size))
+        start += size
+    return tuple(out)
+
+
+@lowers(aten.split.Tensor)
+def _split(ctx, x, split_size, dim=0):
+    n = x.shape[_axis(dim, x.type.rank)]
+    sizes = [min(split_size, n - i) for i in range(0, n, split_size)] if split_size else [n]
+    return _split_at(ctx, x, sizes or [0], dim)
+
+
+@lowers(aten.split_with_sizes.default)
+def _split_with_sizes(ctx, x, split_sizes, dim=0):
+    return _split_at(ctx, x, split_sizes, dim)
+
+
+@lowers(aten.unbind.int)
+def _unbind(ctx, x, dim=0):
+    axis = _axis(dim, x.type.rank)
+    shape = x.shape[:axis] + x.shape[axis + 1:]
+    return tuple(ctx.reshape(s, shape) for s in _split_at(ctx, x, [1] * x.shape[axis], axis))
+
+
+@lowers(aten.cat.default)
+def _cat(ctx, tensors, dim=0):
+    tensors = [t for t in tensors if not (t.type.rank == 1 and t.shape[0] == 0)] or list(tensors[:1])
+    if len(tensors) == 1:
+        return tensors[0]
+    return ctx.op("concat", *tensors, axis=_axis(dim, tensors[0].type.rank))
+
+
+@lowers(aten.stack.default)
+def _stack(ctx, tensors, dim=0):
+    rank = tensors[0].type.rank + 1
+    axis = _axis(dim, rank)
+    parts = [ctx.reshape(t, t.shape[:axis] + (1,) + t.shape[axis:]) for t in tensors]
+    return parts[0] if len(parts) == 1 else ctx.op("concat", *parts, axis=axis)
+
+
+def _pad_into(ctx, grad: Value, shape, axis: int, start: int, end: int, base: Value | None = None):
+    """``base`` (zeros when None) of ``shape`` with ``grad`` in ``[start:end]`` along ``axis``."""
+    size = shape[axis]
+    parts = []
+    if start > 0:
+        parts.append(ctx.slice(base, axis, 0, start) if base is not None else
+                     ctx.zeros(tuple(shape[:axis]) + (start,) + tuple(shape[axis + 1:]), grad.dtype))
+    parts.append(grad)
+    if end < size:
+        parts.append(ctx.slice(base, axis, end, size) if base is not None else
+                     ctx.zeros(tuple(shape[:axis]) + (size - end,) + tuple(shape[axis + 1:]), grad.dtype))
+    return parts[0] if len(parts) == 1 else ctx.op("concat", *parts, axis=axis)
+
+
+@lowers(aten.slice_backward.default)
+def _slice_backward(ctx, grad, input_sizes, dim, start, end, step):
+    axis = _axis(dim, len(input_sizes))
+    start, end, step = _clamp_slice(input_sizes[axis], start, end, step)
+    if step != 1:
+        raise Fallback()
+    return _pad_into(ctx, grad, tuple(input_sizes), axis, start, end)
+
+
+@lowers(aten.slice_scatter.default)
+def _slice_scatter(ctx, base, src, dim=0, start=None, end=None, step=1):
+    axis = _axis(dim, base.type.rank)
+    start, end, step = _clamp_slice(base.shape[axis], start, end, step)
+    if step != 1:
+        raise Fallback()
+    return _pad_into(ctx, ctx.cast(src, base.dtype), base.shape, axis, start, end, base)
+
+
+@lowers(aten.select_backward.default)
+def _select_backward(ctx, grad, input_sizes, dim, index):
+    axis = _axis(dim, len(input_sizes))
+    index = index + input_sizes[axis] if index < 0 else index
+    grad = ctx.reshape(grad, grad.shape[:axis] + (1,) + grad.shape[axis:])
+    return _pad_into(ctx, grad, tuple(input_sizes), axis, index, index + 1)
+
+
+@lowers(aten.select_scatter.default)
+def _select_scatter(ctx, base, src, dim, index):
+    axis = _axis(dim, base.type.rank)
+    index = index + base.shape[axis] if index < 0 else index
+    src = ctx.reshape(ctx.cast(src, base.dtype), src.shape[:axis] + (1,) + src.shape[axis:])
+    return _pad_into(ctx, src, base.shape, axis, index, index + 1, base)
+
+
+# ====================================================================== gather / scatter
+@lowers(aten.embedding.default)
+def _embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return ctx.op("index_select", weight, indices, axis=0)
+
+
+@lowers(aten.index_select.default)
+def _index_select(ctx, x, dim, index):
+    return ctx.op("index_select", x, index, axis=_axis(dim, x.type.rank))
+
+
+@lowers(aten.index.Tensor)
+def _index(ctx, x, indices):
+    present = [i for i, t in enumerate(indices) if t is not None]
+    if len(present) != 1 or indices[present[0]].dtype not in ("i64", "i32"):
+        raise Fallback()
+    return ctx.op("index_select", x, indices[present[0]], axis=present[0])
+
+
+@lowers(aten.index_put.default)
+def _index_put(ctx, x, indices, values, accumulate=False):
+    """``x[..., index, ...] += values`` with one integer index (index.Tensor's backward): scatter_add."""
+    present = [i for i, t in enumerate(indices) if t is not None]
+    if not accumulate or len(present) != 1 or indices[present[0]].dtype not in ("i64", "i32"):
+        raise Fallback()
+    axis, index = present[0], indices[present[0]]
+    src_shape = x.shape[:axis] + index.shape + x.shape[axis + 1:]
+    scattered = ctx.op("scatter_add", ctx.expand(ctx.cast(values, x.dtype), src_shape), index, axis=axis, shape=x.shape)
+    producer = x.producer
+    if producer is not None and producer.op == "constant" and producer.attrs["value"] == 0:
+        return scattered
+    return ctx.op("add", x, scattered)
+
+
+@lowers(aten.embedding_dense_backward.default)
+def _embedding_backward(ctx, grad, indices, num_weights, padding_idx, scale_grad_by_freq):
+    if scale_grad_by_freq:
+        raise NovaUnsupportedError(f"embedding with scale_grad_by_freq=True is not supported{ctx.where()}")
+    shape = (num_weights,) + grad.shape[indices.type.rank:]
+    out = ctx.op("scatter_add", grad, indices, axis=0, shape=shape)
+    if padding_idx is not None and padding_idx >= 0:       # the padding row gets no gradient
+        rows = ctx.reshape(ctx.op("iota", length=num_weights, dtype="i64"), (num_weights,) + (1,) * (len(shape) - 1))
+        out = ctx.op("where", ctx.op("eq", rows, ctx.const(padding_idx, "i64")), ctx.const(0, out.dtype), out)
+    return out
+
+
+@lowers(aten.gather.default)
+def _gather(ctx, x, dim, index, sparse_grad=False):
+    return ctx.op("take_along_axis", x, index, axis=_axis(dim, x.type.rank))
+
+
+# ====================================================================== creation
+@lowers(aten.full.default, aten.full_like.default, aten.zeros.default, aten.zeros_like.default, aten.ones.default,
+        aten.ones_like.default, aten.empty.memory_format, aten.empty_like.default, aten.empty_strided.default,
+        aten.new_zeros.default, aten.new_ones.default, aten.new_full.default, aten.new_empty.default,
+        aten.new_empty_strided.default, aten.scalar_tensor.default, aten.fill.Scalar, aten.zero.default)
+def _filled(ctx, *args, **kwargs):
+    name = ctx.node.target._overloadpacket.__name__
+    value = {"ones": 1, "ones_like": 1, "new_ones": 1}.get(name, 0)
+    if name in ("full", "full_like", "fill"):
+        value = args[1]
+    elif name == "new_full":
+        value = args[2]
+    elif name == "scalar_tensor":
+        value = args[0]
+    t = ctx.out_type()
+    return ctx.const(value, t.dtype, t.shape)
+
+
+@lowers(aten.fill.Tensor)
+def _fill_tensor(ctx, x, value):
+    return ctx.expand(ctx.cast(value, x.dtype), x.shape)
+
+
+@lowers(aten.arange.default, aten.arange.start, aten.arange.start_step)
+def _arange(ctx, *args, **kwargs):
+    numbers = [a for a in args if isinstance(a, (int, float))]
+    start, step = (0, 1) if len(numbers) == 1 else (numbers[0], numbers[2] if len(numbers) > 2 else 1)
+    t = ctx.out_type()
+    n = t.shape[0]
+    if float(start).is_integer() and float(step).is_integer():
+        return ctx.op("iota", length=n, dtype=t.dtype, start=int(start), step=int(step))
+    i = ctx.op("iota", length=n, dtype="f64")                       # start + i * step, in double like torch
+    return ctx.op("add", ctx.op("mul", i, ctx.const(step, "f64")), ctx.const(start, "f64"))
+
+
+# ====================================================================== pointwise
+_UNARY = {aten.neg.default: "neg", aten.exp.default: "exp", aten.log.default: "log", aten.sqrt.default: "sqrt",
+          aten.rsqrt.default: "rsqrt", aten.reciprocal.default: "reciprocal", aten.abs.default: "abs",
+          aten.tanh.default: "tanh", aten.erf.default: "erf", aten.sin.default: "sin", aten.cos.default: "cos",
+          aten.sigmoid.default: "sigmoid", aten.relu.default: "relu", aten.silu.default: "silu",
+          aten.logical_not.default: "logical_not"}
+for _target, _name in _UNARY.items():
+    LOWERINGS[_target] = (lambda name: lambda ctx, x: ctx.op(name, x))(_name)
+
+
+@lowers(aten.sgn.default, aten.sign.default)
+def _sign(ctx, x):
+    """1 where x > 0, -1 where x < 0, else x * 0 (0, and NaN stays NaN); abs's backward."""
+    if x.dtype == "bool":
+        return x
+    one, minus_one = ctx.const(1, x.dtype), ctx.const(-1, x.dtype)
+    rest = ctx.op("where", ctx.binary("lt", x, 0, opmath=False), minus_one, ctx.binary("mul", x, 0, opmath=False))
+    return ctx.op("where", ctx.binary("gt", x, 0, opmath=False), one, rest)
+
+
+@lowers(aten.bitwise_not.default)
+def _bitwise_not(ctx, x):
+    if x.dtype != "bool":
+        raise Fallback()
+    return ctx.op("logical_not", x)
+
+
+@lowers(aten.add.Tensor, aten.add.Scalar)
+def _add(ctx, a, b, alpha=1):
+    return ctx.binary("add", a, ctx.scaled(b, alpha))
+
+
+@lowers(aten.sub.Tensor, aten.sub.Scalar)
+def _sub(ctx, a, b, alpha=1):
+    return ctx.binary("sub", a, ctx.scaled(b, alpha))
+
+
+@lowers(aten.rsub.Tensor, aten.rsub.Scalar)
+def _rsub(ctx, a, b, alpha=1):
+    return ctx.binary("sub", b, ctx.scaled(a, alpha))
+
+
+@lowers(aten.mul.Tensor, aten.mul.Scalar)
+def _mul(ctx, a, b):
+    return ctx.binary("mul", a, b)
+
+
+@lowers(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
+def _div(ctx, a, b, rounding_mode=None):
+    if rounding_mode is not None:
+        raise Fallback()
+    t = ctx.out_type()
+    if isinstance(a, Value) and a.dtype != t.dtype:        # integer / integer is a float division
+        a = ctx.cast(a, t.dtype)
+    if isinstance(b, Value) and b.dtype != t.dtype:
+        b = ctx.cast(b, t.dtype)
+    return ctx.binary("div", a, b)
+
+
+@lowers(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
+def _pow(ctx, a, b):
+    return ctx.binary("pow", a, b)
+
+
+@lowers(aten.maximum.default)
+def _maximum(ctx, a, b):
+    return ctx.binary("maximum", a, b)
+
+
+@lowers(aten.minimum.default)
+def _minimum(ctx, a, b):
+    return ctx.binary("minimum", a, b)
+
+
+@lowers(aten.clamp.default, aten.clamp.Tensor)
+def _clamp(ctx, x, min=None, max=None):
+    if min is not None:
+        x = ctx.binary("maximum", x, min, opmath=False)
+    if max is not None:
+        x = ctx.binary("minimum", x, max, opmath=False)
+    return x
+
+
+@lowers(aten.clamp_min.default)
+def _clamp_min(ctx, x, min):
+    return ctx.binary("maximum", x, min, opmath=False)
+
+
+@lowers(aten.clamp_max.default)
+def _clamp_max(ctx, x, max):
+    return ctx.binary("minimum", x, max, opmath=False)
+
+
+for _packet in ("eq", "ne", "lt", "le", "gt", "ge"):
+    for _overload in ("Tensor", "Scalar"):
+        LOWERINGS[getattr(getattr(aten, _packet), _overload)] = \
+            (lambda name: lambda ctx, a, b: ctx.binary(name, a, b, opmath=False))(_packet)
+for _packet, _name in (("logical_and", "logical_and"), ("logical_or", "logical_or")):
+    LOWERINGS[getattr(aten, _packet).default] = (lambda name: lambda ctx, a, b: ctx.binary(name, a, b))(_name)
+
+
+@lowers(aten.where.self, _op("where", "ScalarSelf"), _op("where", "ScalarOther"), _op("where", "Scalar"))
+def _where(ctx, cond, a, b):
+    t = ctx.out_type()
+    a = a if isinstance(a, Value) else ctx.const(a, t.dtype)
+    b = b if isinstance(b, Value) else ctx.const(b, t.dtype)
+    return ctx.op("where", cond, a, b)
+
+
+@lowers(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def _masked_fill(ctx, x, mask, value):
+    value = ctx.cast(value, x.dtype) if isinstance(value, Value) else ctx.const(value, x.dtype)
+    return ctx.op("where", mask, value, x)
+
+
+@lowers(aten.lerp.Scalar, aten.lerp.Tensor)
+def _lerp(ctx, start, end, weight):
+    """torch's formula: weight < 0.5 ? start + weight * (end - start) : end - (end - start) * (1 - weight)."""
+    diff = ctx.op("sub", end, start)
+    if not isinstance(weight, Value):
+        if abs(weight) < 0.5:
+            return ctx.op("add", start, ctx.binary("mul", diff, weight))
+        return ctx.op("sub", end, ctx.binary("mul", diff, 1 - weight))
+    low = ctx.op("add", start, ctx.op("mul", weight, diff))
+    high = ctx.op("sub", end, ctx.op("mul", diff, ctx.binary("sub", 1, weight)))
+    return ctx.op("where", ctx.binary("lt", ctx.op("abs", weight), 0.5), low, high)
+
+
+@lowers(aten.addcmul.default)
+def _addcmul(ctx, x, t1, t2, value=1):
+    return ctx.op("add", x, ctx.scaled(ctx.op("mul", t1, t2), value))
+
+
+@lowers(aten.addcdiv.default)
+def _addcdiv(ctx, x, t1, t2, value=1):
+    return ctx.op("add", x, ctx.scaled(ctx.op("div", t1, t2), value))
+
+
+@lowers(aten.gelu.default)
+def _gelu(ctx, x, approximate="none"):
+    return ctx.op("gelu_tanh" if approximate == "tanh" else "gelu_erf", x)
+
+
+@lowers(aten.gelu_backward.default)
+def _gelu_backward(ctx, dy, x, approximate="none"):
+    return ctx.op("gelu_tanh_backward" if approximate == "tanh" else "gelu_erf_backward", dy, x)
+
+
+@lowers(aten.silu_backward.default)
+def _silu_backward(ctx, dy, x):
+    return ctx.op("silu_backward", dy, x)
+
+
+@lowers(aten.sigmoid_backward.default)
+def _sigmoid_backward(ctx, dy, y):
+    return ctx.op("sigmoid_backward", dy, y)
+
+
+@lowers(aten.tanh_backward.default)
+def _tanh_backward(ctx, dy, y):
+    return ctx.op("tanh_backward", dy, y)
+
+
+@lowers(aten.threshold_backward.default)
+def _threshold_backward(ctx, dy, x, threshold):
+    if threshold != 0:
+        raise Fallback()
+    return ctx.op("relu_backward", dy, x)
+
+
+def _triangle(ctx, x, diagonal, keep):
+    rows, cols = x.shape[-2:]
+    r = ctx.reshape(ctx.op("iota", length=rows, dtype="i64"), (rows, 1))
+    c = ctx.reshape(ctx.op("iota", length=cols, dtype="i64"), (1, cols))
+    mask = ctx.op(keep, ctx.op("sub", c, r), ctx.const(diagonal, "i64"))
+    return ctx.op("where", mask, x, ctx.const(0, x.dtype))
+
+
+@lowers(aten.tril.default)
+def _tril(ctx, x, diagonal=0):
+    return _triangle(ctx, x, diagonal, "le")
+
+
+@lowers(aten.triu.default)
+def _triu(ctx, x, diagonal=0):
+    return _triangle(ctx, x, diagonal, "ge")
+
+
+# ====================================================================== reductions
+def _reduce(name):
+    def lowering(ctx, x, dim=None, keepdim=False, dtype=None):
+        if isinstance(dim, torch.dtype):           # sum.default(x, dtype)
+            dim, dtype = None, dim
+        axes = _axes(dim, x.type.rank)
+        if not axes:                                # a 0-d input: nothing to reduce
+            return x
+        attrs = {"axes": axes, "keepdim": bool(keepdim)}
+        if dtype is None and name == "sum" and x.dtype in ("bool", "i32"):
+            attrs["dtype"] = "i64"                  # torch sums integers and booleans in int64
+        if dtype is not None:
+            attrs["dtype"] = ir_type(torch.empty((), dtype=dtype, device="meta")).dtype
+        return ctx.op(name, x, **attrs)
+    return lowering
+
+
+LOWERINGS[aten.sum.default] = _reduce("sum")
+LOWERINGS[aten.sum.dim_IntList] = _reduce("sum")
+LOWERINGS[aten.mean.default] = _reduce("mean")
+LOWERINGS[aten.mean.dim] = _reduce("mean")
+LOWERINGS[aten.amax.default] = _reduce("max")
+LOWERINGS[aten.amin.default] = _reduce("min")
+LOWERINGS[aten.max.default] = _reduce("max")
+LOWERINGS[aten.min.default] = _reduce("min")
+
+
+# ====================================================================== matmul
+@lowers(aten.mm.default, aten.bmm.default)
+def _mm(ctx, a, b):
+    return ctx.op("matmul", a, b)
+
+
+@lowers(aten.addmm.default, aten.baddbmm.default)
+def _addmm(ctx, bias, a, b, beta=1, alpha=1):
+    product = ctx.scaled(ctx.op("matmul", a, b), alpha)
+    if beta == 0:
+        return product
+    return ctx.op("add", product, ctx.scaled(bias, beta))
+
+
+# ====================================================================== composites
+@lowers(aten._softmax.default)
+def _softmax(ctx, x, dim, half_to_float=False):
+    x = ctx.cast(x, "f32") if half_to_float else x
+    return ctx.op("softmax", x, axis=_axis(dim, x.type.rank))
+
+
+@lowers(aten._log_softmax.default)
+def _log_softmax(ctx, x, dim, half_to_float=False):
+    x = ctx.cast(x, "f32") if half_to_float else x
+    return ctx.op("log_softmax", x, axis=_axis(dim, x.type.rank))
+
+
+@lowers(aten._softmax_backward_data.default)
+def _softmax_backward(ctx, dy, y, dim, input_dtype):
+    return ctx.op("softmax_backward", dy, y, axis=_axis(dim, y.type.rank))
+
+
+@lowers(aten._log_softmax_backward_data.default)
+def _log_softmax_backward(ctx, dy, y, dim, input_dtype):
+    return ctx.op("log_softmax_backward", dy, y, axis=_axis(dim, y.type.rank))
+
+
+@lowers(_op("_safe_softmax"))
+def _safe_softmax(ctx, x, dim, dtype=None):
+    """softmax, with rows that are entirely -inf giving zeros instead of NaN."""
+    if dtype is not None:
+        x = ctx.cast(x, ir_type(torch.empty((), dtype=dtype, device="meta")).dtype)
+    axis = _axis(dim, x.type.rank)
+    y = ctx.op("softmax", x, axis=axis)
+    row_max = ctx.op("max", x, axes=(axis,), keepdim=True)
+    all_masked = ctx.op("eq", row_max, ctx.const(-math.inf, x.dtype))
+    return ctx.op("where", all_masked, ctx.const(0, y.dtype), y)
+
+
+@lowers(aten.native_layer_norm.default)
+def _layer_norm(ctx, x, normalized_shape, weight, bias, eps):
+    affine = [v for v in (weight, bias) if v is not None]
+    return ctx.op("layer_norm", x, *affine, normalized_shape=tuple(normalized_shape), eps=float(eps),
+                  has_weight=weight is not None, has_bias=bias is not None)
+
+
+@lowers(aten.native_layer_norm_backward.default)
+def _layer_norm_backward(ctx, dy, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    affine = [v for v in (weight, bias) if v is not None]
+    outs = ctx.op("layer_norm_backward", dy, x, mean, rstd, *affine, normalized_shape=tuple(normalized_shape),
+                  has_weight=weight is not None, has_bias=bias is not None)
+    outs = list(outs) if isinstance(outs, tuple) else [outs]
+    dx = outs.pop(0)
+    dw = outs.pop(0) if weight is not None else None
+    db = outs.pop(0) if bias is not None else None
+    return tuple(v if keep else None for v, keep in zip((dx, dw, db), output_mask))
+
+
+_REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
+
+
+@lowers(aten.nll_loss_forward.default)
+def _nll_loss(ctx, logp, target, weight, reduction, ignore_index):
+    if weight is not None or logp.type.rank != 2:
+        raise Fallback()
+    return ctx.op("nll_loss", logp, target, reduction=_REDUCTIONS[reduction], ignore_index=int(ignore_index))
+
+
+@lowers(aten.nll_loss_backward.default)
+def _nll_loss_backward(ctx, dloss, logp, target, weight, reduction, ignore_index, total_weight):
+    if weight is not None or logp.type.rank != 2:
+        raise Fallback()
+    return ctx.op("nll_loss_backward", dloss, logp, target, total_weight, reduction=_REDUCTIONS[reduction],
+                  ignore_index=int(ignore_index))
+
+
+# ---------------------------------------------------------------- attention (every SDPA kernel)
+def _attention(ctx, q, k, v, *, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None, n_results: int,
+               lse_index: int = 1):
+    """Every SDPA kernel's forward -> the IR ``attention`` (natural-log log-sum-exp, f32, [B, H, T]).
+    The kernel's own log-sum-exp output is handed over as is when torch's shape is [B, H, T];
+    otherwise (mem-efficient pads T to 32, cuDNN adds a trailing 1) only its backward may read it."""
+    if dropout_p:
+        raise NovaUnsupportedError(f"attention with dropout_p={dropout_p} is not supported{ctx.where()}")
+    if attn_mask is not None:
+        raise Fallback()
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    out, lse = ctx.op("attention", q, k, v, scale=scale, causal=bool(is_causal))
+    results = [None] * n_results
+    results[0] = out
+    val = ctx.meta[lse_index]
+    if isinstance(val, torch.Tensor) and tuple(val.shape) == lse.shape:
+        results[lse_index] = lse
+    else:
+        results[lse_index] = Unmodeled("the attention kernel's log-sum-exp in its own layout", lse)
+    for i in range(n_results):
+        if results[i] is None:
+            results[i] = Unmodeled(f"result {i} of {ctx.node.target} (a seed, offset or debug mask)")
+    return tuple(results)
+
+
+def _lse(x):
+    return x.value if isinstance(x, Unmodeled) and x.value is not None else x
+
+
+def _attention_backward(ctx, dout, q, k, v, out, lse, *, scale, is_causal, dropout_p=0.0, n_results=3):
+    if dropout_p:
+        raise NovaUnsupportedError(f"attention with dropout_p={dropout_p} is not supported{ctx.where()}")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    grads = ctx.op("attention_backward", dout, q, k, v, out, _lse(lse), scale=scale, causal=bool(is_causal))
+    return tuple(grads) + (None,) * (n_results - 3)
+
+
+@lowers(_op("_scaled_dot_product_flash_attention_for_cpu"))
+def _sdpa_cpu(ctx, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    return _attention(ctx, q, k, v, dropout_p=dropout_p, is_causal=is_causal, attn_mask=attn_mask, scale=scale,
+                      n_results=2)
+
+
+@lowers(_op("_scaled_dot_product_flash_attention_for_cpu_backward"))
+def _sdpa_cpu_backward(ctx, dout, q, k, v, out, lse, dropout_p, is_causal, *, attn_mask=None, scale=None):
+    if attn_mask is not None:
+        raise Fallback()
+    return _attention_backward(ctx, dout, q, k, v, out, lse, scale=scale, is_causal=is_causal, dropout_p=dropout_p)
+
+
+@lowers(_op("_scaled_dot_product_flash_attention"))
+def _sdpa_flash(ctx, q, k, v, dropout_p=0.0, is_causal=False, return_debug_mask=False, *, scale=None):
+    return _attention(ctx, q, k, v, dropout_p=dropout_p, is_causal=is_causal, scale=scale, n_results=9)
+
+
+@lowers(_op("_scaled_dot_product_flash_attention_backward"))
+def _sdpa_flash_backward(ctx, dout, q, k, v, out, lse, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal,
+                         philox_seed, philox_offset, *, scale=None):
+    return _attention_backward(ctx, dout, q, k, v, out, lse, scale=scale, is_causal=is_causal, dropout_p=dropout_p)
+
+
+@lowers(_op("_scaled_dot_product_efficient_attention"))
+def _sdpa_efficient(ctx, q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, *, scale=None):
+    return _attention(ctx, q, k, v, dropout_p=dropout_p, is_causal=is_causal, attn_mask=attn_bias, scale=scale,
+                      n_results=4)
+
+
+@lowers(_op("_scaled_dot_product_efficient_attention_backward"))
+def _sdpa_efficient_backward(ctx, dout, q, k, v, attn_bias, out, lse, philox_seed, philox_offset, dropout_p,
+                             grad_input_mask, is_causal=False, *, scale=None):
+    if attn_bias is not None:
+        raise Fallback()
+    return _attention_backward(ctx, dout, q, k, v, out, lse, scale=scale, is_causal=is_causal, dropout_p=dropout_p,
+                               n_results=4)
+
+
+@lowers(_op("_scaled_dot_product_cudnn_attention"))
+def _sdpa_cudnn(ctx, q, k, v, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False,
+                return_debug_mask=False, *, scale=None):
+    return _attention(ctx, q, k, v, dropout_p=dropout_p, is_causal=is_causal, attn_mask=attn_bias, scale=scale,
+                      n_results=9)
+
+
+@lowers(_op("_scaled_dot_product_cudnn_attention_backward"))
+def _sdpa_cudnn_backward(ctx, dout, q, k, v, out, lse, philox_seed, philox_offset, attn_bias, cum_seq_q, cum_seq_k,
+                         max_q, max_k, dropout_p, is_causal, *, scale=None):
+    if attn_bias is not None:
+        raise Fallback()
+    return _attention_backward(ctx, dout, q, k, v, out, lse, scale=scale, is_causal=is_causal, dropout_p=dropout_p)
+
+
+# ---------------------------------------------------------------- the optimizer ops (nova::*)
+def _nova_ops():
+    from nova.frontend import optim  # defines torch.ops.nova.*
+    ops = torch.ops.nova
+
+    @lowers(ops.adamw.default)
+    def _adamw(ctx, params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps, weight_decay, decoupled,
+               maximize):
+        """Per parameter: step + 1, Adam's coupled decay folded into the gradient, the IR adamw."""
+        outs = ([], [], [], [])
+        for p, g, m, v, t in zip(params, grads, exp_avgs, exp_avg_sqs, steps):
+            step = ctx.op("add", t, ctx.const(1, t.dtype))
+            if weight_decay != 0 and not decoupled:
+                g, wd, mx = ctx.binary("add", ctx.op("neg", g) if maximize else g,
+                                       ctx.binary("mul", p, weight_decay)), 0.0, False
+            else:
+                wd, mx = weight_decay, maximize
+            attrs = dict(lr=float(lr), beta1=float(beta1), beta2=float(beta2), eps=float(eps), weight_decay=float(wd))
+            if mx:
+                attrs["maximize"] = True
+            new = ctx.op("adamw", p, g, m, v, step, **attrs) + (step,)
+            for out, x in zip(outs, new):
+                out.append(x)
+        return tuple(x for out in outs for x in out)
+
+    @lowers(ops.sgd.default)
+    def _sgd(ctx, params, grads, buffers, lr, momentum, dampening, weight_decay, nesterov, maximize):
+        attrs = dict(lr=float(lr), weight_decay=float(weight_decay))
+        if momentum:
+            attrs.update(momentum=float(momentum), dampening=float(dampening), nesterov=bool(nesterov))
+        if maximize:
+            attrs["maximize"] = True
+        new_params, new_buffers = [], []
+        for p, g, b in zip(params, grads, buffers):
+            out = ctx.op("sgd", *((p, g) if b is None else (p, g, b)), **attrs)
+            out = out if isinstance(out, tuple) else (out,)
+            new_params.append(out[0])
+            new_buffers += list(out[1:])
+        return tuple(new_params + new_buffers)
+
+
+_nova_ops()
+
+
+@lowers(_op("_foreach_copy"))
+def _foreach_copy(ctx, dsts, srcs, non_blocking=False):
+    return tuple(_copy(ctx, d, s) for d, s in zip(dsts, srcs))
+
+
+def _skip(ctx, *args, **kwargs):
+    return None
+
+
+for _name in ("_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size", "_assert_async"):
+    for _overload in ("default", "msg"):
+        if _op(_name, _overload) is not None:
+            LOWERINGS[_op(_name, _overload)] = _skip

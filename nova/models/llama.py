@@ -1,0 +1,130 @@
+"""A small Llama-style model: RMSNorm (``nn.RMSNorm``), rotary position embeddings (cos/sin
+tables as non-persistent buffers, rotate-half form), SwiGLU MLP, causal SDPA with grouped-query
+attention (K/V heads repeated), untied LM head.
+
+    model = Llama(CONFIGS["tiny"], seed=0)
+    loss = model(idx, targets)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from nova.models.gpt import init_weights
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    vocab_size: int
+    dim: int
+    n_layer: int
+    n_head: int
+    n_kv_head: int
+    hidden_dim: int          # SwiGLU inner width
+    max_seq_len: int
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+
+
+CONFIGS = {
+    "tiny": LlamaConfig(vocab_size=80, dim=32, n_layer=2, n_head=4, n_kv_head=2, hidden_dim=64, max_seq_len=16),
+}
+
+
+def rotary_tables(head_dim: int, max_seq_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin, [max_seq_len, head_dim], each frequency repeated for both halves."""
+    freqs = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)
+    angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float32), freqs)
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos(), angles.sin()
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def apply_rotary(x, cos, sin):
+    """x [B, H, T, D]; cos/sin [T, D]."""
+    return x * cos + rotate_half(x) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.n_head, self.n_kv_head = cfg.n_head, cfg.n_kv_head
+        self.head_dim = cfg.dim // cfg.n_head
+        self.wq = nn.Linear(cfg.dim, cfg.n_head * self.head_dim, bias=False)
+        self.wk = nn.Linear(cfg.dim, cfg.n_kv_head * self.head_dim, bias=False)
+        self.wv = nn.Linear(cfg.dim, cfg.n_kv_head * self.head_dim, bias=False)
+        self.wo = nn.Linear(cfg.n_head * self.head_dim, cfg.dim, bias=False)
+
+    def forward(self, x, cos, sin):
+        b, t, _ = x.shape
+        q = self.wq(x).view(b, t, self.n_head, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(b, t, self.n_kv_head, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(b, t, self.n_kv_head, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        groups = self.n_head // self.n_kv_head
+        if groups > 1:                                   # repeat K/V heads (grouped-query attention)
+            k = k[:, :, None].expand(b, self.n_kv_head, groups, t, self.head_dim).reshape(b, self.n_head, t, -1)
+            v = v[:, :, None].expand(b, self.n_kv_head, groups, t, self.head_dim).reshape(b, self.n_head, t, -1)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.wo(y.transpose(1, 2).reshape(b, t, -1))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.w1 = nn.Linear(cfg.dim, cfg.hidden_dim, bias=False)
+        self.w3 = nn.Linear(cfg.dim, cfg.hidden_dim, bias=False)
+        self.w2 = nn.Linear(cfg.hidden_dim, cfg.dim, bias=False)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.attention_norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
+        self.attention = Attention(cfg)
+        self.ffn_norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
+        self.feed_forward = FeedForward(cfg)
+
+    def forward(self, x, cos, sin):
+        x = x + self.attention(self.attention_norm(x), cos, sin)
+        return x + self.feed_forward(self.ffn_norm(x))
+
+
+class Llama(nn.Module):
+    def __init__(self, cfg: LlamaConfig | str, seed: int = 0):
+        super().__init__()
+        cfg = CONFIGS[cfg] if isinstance(cfg, str) else cfg
+        self.config = cfg
+        self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
+        self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        cos, sin = rotary_tables(cfg.dim // cfg.n_head, cfg.max_seq_len, cfg.rope_theta)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        init_weights(self, seed, residual_scale=1 / math.sqrt(2 * cfg.n_layer))
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, idx, targets=None):
+        t = idx.shape[1]
+        cos, sin = self.rope_cos[:t], self.rope_sin[:t]
+        x = self.tok_embeddings(idx)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        logits = self.output(self.norm(x))
+        if targets is None:
+            return logits
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
