@@ -164,8 +164,8 @@ def test_training_step_groups():
     assert sum(len(gr.nodes) for gr in updates) > 2 * len(updates)
     assert all(len(gr.nodes) == 1 for gr in by_kind["composite"] if gr not in updates)
     assert sorted({gr.nodes[0].op for gr in by_kind["composite"]}) == [
-        "adamw", "attention", "attention_backward", "concat", "index_select", "layer_norm", "layer_norm_backward",
-        "log_softmax", "log_softmax_backward", "nll_loss", "nll_loss_backward", "scatter_add"]
+        "adamw", "attention", "attention_backward", "concat", "cross_entropy", "cross_entropy_backward",
+        "index_select", "layer_norm", "layer_norm_backward", "scatter_add"]          # the loss fused (cross_entropy.py)
     copies = [gr for gr in by_kind["view"] if gr.kernel == "aten"]
     assert len(copies) == 4 and all(gr.nodes[0].op == "reshape" for gr in copies)   # head merges after permutes
     assert all(gr.kernel == "none" for gr in by_kind["view"] if gr not in copies)

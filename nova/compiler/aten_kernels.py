@@ -22,6 +22,12 @@ Grouped-query attention repeats K/V heads for the kernel and sums dK/dV over the
 Causal attention with T_q != T_k (the IR masks bottom-right, the kernels top-left) and dtypes
 the kernels lack run the IR reference (and copy).
 
+Cross-entropy (``cross_entropy``/``cross_entropy_backward``, f32/f64): the logits in row chunks
+of at most ``cost.CROSS_ENTROPY_CHUNK_BYTES`` (an L2-sized static workspace), two ATen launches
+per chunk and a few on [N] vectors; no [N, C] temporary (``torch.logsumexp`` would allocate one
+and read the logits three times).  The backward is elementwise over the logits, so the planner
+may write dlogits over them.
+
 AdamW: in place on the (donated) parameter and moments with ``torch._foreach_*`` over the
 consecutive adamw nodes of a group that share hyper-parameters and the step tensor; the bias
 corrections are computed on the device from the 0-d step tensor (no ``.item()``), so the update
@@ -303,6 +309,118 @@ def nll_loss(node, ins, outs, ctx) -> Kernel:
                                                             grad_input=o), "aten.nll_loss_backward.grad_input")
 
 
+# =============================================================== cross-entropy
+CROSS_ENTROPY_DTYPES = (torch.float32, torch.float64)
+
+
+def _cross_entropy_chunks(x) -> list[tuple[int, int]]:
+    from nova.compiler import cost
+    n, c = x.shape
+    rows = cost.cross_entropy_chunk_rows(n, c * x.element_size())
+    return [(r, min(r + rows, n)) for r in range(0, n, rows)]
+
+
+def _cross_entropy_rows(t, ignore, ctx):
+    """Per-row workspaces and the kernels that fill them: kept-row mask (bool [N]) and targets
+    with ignored rows pointing at class 0 (int64 [N, 1], a valid gather/scatter index)."""
+    keep = ctx.workspace(t.shape, torch.bool)
+    safe = ctx.workspace((t.shape[0], 1), torch.int64)
+    safe_flat = safe[:, 0]
+
+    def run():
+        torch.ne(t, ignore, out=keep)
+        torch.mul(t, keep, out=safe_flat)
+    return keep, safe, run
+
+
+def cross_entropy(node, ins, outs, ctx) -> Kernel:
+    """loss and per-row log-sum-exp without writing log-probabilities: per row chunk (at most
+    ``cost.CROSS_ENTROPY_CHUNK_BYTES``) ``_log_softmax`` into a static L2-sized workspace and its
+    row max (value and column: the logits' argmax, where log p = -log(sum exp(x - max)) has the
+    smallest magnitude), so lse = x[argmax] - log p[argmax]; then on [N] vectors the target logits
+    (one gather), per-row losses lse - x[target] masked by ignore_index, their sum (/ kept rows for
+    'mean': 0/0 = nan when every row is ignored, as torch).  The logits are read once; nothing
+    synchronises with the host."""
+    x, t = ins
+    loss, lse = outs
+    if x.dtype not in CROSS_ENTROPY_DTYPES or lse.dtype != x.dtype:
+        return reference_kernel(node, ins, outs, ctx, f"no cross-entropy kernel for {x.dtype}")
+    ignore = int(node.attrs.get("ignore_index", -100))
+    mean = node.attrs.get("reduction", "mean") == "mean"
+    n = x.shape[0]
+    chunks = _cross_entropy_chunks(x)
+    ws = ctx.workspace((chunks[0][1] - chunks[0][0] if chunks else 0, x.shape[1]), x.dtype)
+    lp_max = ctx.workspace((n, 1), x.dtype)
+    arg = ctx.workspace((n, 1), torch.int64)
+    x_arg = ctx.workspace((n, 1), x.dtype)
+    x_t = ctx.workspace((n, 1), x.dtype)
+    per_row = ctx.workspace((n,), x.dtype)
+    count = ctx.workspace((), torch.int64)
+    keep, safe, rows = _cross_entropy_rows(t, ignore, ctx)
+
+    def run():
+        rows()
+        for r0, r1 in chunks:
+            w = ws[:r1 - r0]
+            aten._log_softmax.out(x[r0:r1], 1, False, out=w)
+            torch.max(w, 1, keepdim=True, out=(lp_max[r0:r1], arg[r0:r1]))
+        torch.gather(x, 1, arg, out=x_arg)
+        torch.sub(x_arg[:, 0], lp_max[:, 0], out=lse)
+        torch.gather(x, 1, safe, out=x_t)
+        torch.sub(lse, x_t[:, 0], out=per_row)
+        per_row.mul_(keep)
+        torch.sum(per_row, 0, out=loss)
+        if mean:
+            torch.sum(keep, 0, out=count)
+            loss.div_(count)
+    return Kernel(run, f"cross_entropy: {len(chunks)} row chunk(s) of aten._log_softmax.out + max.dim_max "
+                       f"(workspace), gathers and [N] reductions")
+
+
+def cross_entropy_backward(node, ins, outs, ctx) -> Kernel:
+    """dlogits = exp(x - lse) * s - s * onehot(target), s = dloss / kept rows ('mean') or dloss,
+    per row, zero for ignored rows.  Per row chunk two passes, the second over the chunk the first
+    just wrote (in L2): ``sub.out`` (x - lse) and ``elu_backward.grad_input`` with grad_output s[:, None],
+    alpha = scale = input_scale = 1, which is s * exp(y) for y <= 0 (x - lse is never positive:
+    lse >= max x) in one pass; then one ``scatter_add_`` of -s at the targets.  Elementwise over
+    the logits (each element read before its own result is written, nothing read afterwards), so
+    dlogits may be the logits' own buffer (the planner's in-place rule).  The scale stays on the
+    device (no ``.item()``): CUDA-graph capturable."""
+    dloss, x, t, lse = ins
+    (dx,) = outs
+    if x.dtype not in CROSS_ENTROPY_DTYPES or lse.dtype != x.dtype:
+        return reference_kernel(node, ins, outs, ctx, f"no cross-entropy kernel for {x.dtype}")
+    ignore = int(node.attrs.get("ignore_index", -100))
+    mean = node.attrs.get("reduction", "mean") == "mean"
+    n = x.shape[0]
+    chunks = _cross_entropy_chunks(x)
+    count = ctx.workspace((), torch.int64)
+    scale = ctx.workspace((), x.dtype)
+    row_scale = ctx.workspace((n, 1), x.dtype)
+    neg_row_scale = ctx.workspace((n, 1), x.dtype)
+    keep, safe, rows = _cross_entropy_rows(t, ignore, ctx)
+    keep_col = keep[:, None]
+    lse_col = lse[:, None]
+
+    def run():
+        rows()
+        if mean:
+            torch.sum(keep, 0, out=count)
+            count.clamp_min_(1)                       # no kept row: a zero gradient, as torch
+            torch.div(dloss, count, out=scale)
+            torch.mul(keep_col, scale, out=row_scale)
+        else:
+            torch.mul(keep_col, dloss, out=row_scale)
+        for r0, r1 in chunks:
+            d = dx[r0:r1]
+            torch.sub(x[r0:r1], lse_col[r0:r1], out=d)
+            aten.elu_backward.grad_input(row_scale[r0:r1], 1.0, 1.0, 1.0, False, d, grad_input=d)
+        torch.neg(row_scale, out=neg_row_scale)
+        dx.scatter_add_(1, safe, neg_row_scale)
+    return Kernel(run, f"cross_entropy_backward: {len(chunks)} row chunk(s) of aten.sub.out + "
+                       f"aten.elu_backward.grad_input (scale * exp), aten.scatter_add_ at the targets")
+
+
 SDPA_CUDA_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 LSE_ALIGN = 32             # the CUDA efficient kernel pads its log-sum-exp rows to a multiple of 32
 
@@ -574,6 +692,7 @@ COMPOSITES = {
     "softmax": softmax_family, "log_softmax": softmax_family,
     "softmax_backward": softmax_family, "log_softmax_backward": softmax_family,
     "nll_loss": nll_loss, "nll_loss_backward": nll_loss,
+    "cross_entropy": cross_entropy, "cross_entropy_backward": cross_entropy_backward,
     "attention": attention, "attention_backward": attention_backward,
     "sgd": sgd,
 }

@@ -5,6 +5,8 @@ configurator still predicts them, from the same hardware model and calibration a
 
     memory-bound group   t = bytes / (dram_bw * eta_dram) + launches * t_launch
     attention (FP32)     t = flops / (peak_fp32 * ETA_ATTENTION_FP32) + t_launch
+    cross-entropy        memory-bound: the logits read once (and dlogits written once), launches
+                         per row chunk (``cross_entropy_launches``)
 
 ``eta_dram`` (0.948, measured by bench/l2_probe.py) and ``t_launch`` (1.05 us, the CUDA-graph gap)
 are the target's calibrated constants (``nova/hwmodel/calibration``); without a calibration the
@@ -19,6 +21,10 @@ from dataclasses import dataclass
 
 ETA_ATTENTION_FP32 = 0.43
 BACKWARD_FLOP_RATIO = 2.5      # attention backward: 5 matmuls of the forward's 2 (FlashAttention-2, sec. 3)
+# Cross-entropy kernels (nova/compiler/aten_kernels.py) walk the logits in row chunks of at most this
+# many bytes, so that the chunk's intermediate (log-probabilities, or dlogits between its two
+# passes) stays in L2 (50 MB on an H100/H200) while the logits stream through once.
+CROSS_ENTROPY_CHUNK_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -68,3 +74,20 @@ def attention_fallback_time(flops: float, target) -> KernelTime:
     t = flops / rate * 1e6 + c["t_launch_us"]
     return KernelTime(t, "fp32", f"{flops / 1e9:.2f} GFLOP / ({target.peak_fp32_flops() / 1e12:.1f} TFLOP/s x "
                                  f"{ETA_ATTENTION_FP32}) + {c['t_launch_us']:.2f} us")
+
+
+def cross_entropy_chunk_rows(rows: int, row_bytes: int) -> int:
+    """Rows per chunk of the cross-entropy kernels (at least one)."""
+    return max(1, min(rows, CROSS_ENTROPY_CHUNK_BYTES // max(row_bytes, 1)))
+
+
+def cross_entropy_launches(op: str, rows: int, row_bytes: int, reduction: str = "mean") -> int:
+    """ATen launches of the executor's ``cross_entropy``/``cross_entropy_backward`` kernel: two per
+    row chunk (forward: _log_softmax.out, max.dim_max; backward: sub.out, elu_backward.grad_input)
+    and the per-row bookkeeping on [N] vectors (forward 8, backward 5; 'mean' adds 2 and 3)."""
+    chunk = cross_entropy_chunk_rows(rows, row_bytes)
+    chunks = -(-rows // chunk) if rows else 0
+    mean = reduction == "mean"
+    if op == "cross_entropy":
+        return 2 * chunks + 8 + 2 * mean
+    return 2 * chunks + 5 + 3 * mean

@@ -362,7 +362,7 @@ class Program:
                 if root.get(x) is base:
                     raise ExecutorError(f"{g.name}: the plan donates {names[v]!r} into input {g.inputs[i].name!r}, "
                                         f"whose old value is also a graph output")
-            in_place = opdef(producer.op).kind == "pointwise" or producer.op in ("adamw", "sgd")
+            in_place = opdef(producer.op).kind == "pointwise" or producer.op in ELEMENTWISE_COMPOSITES
             for n in order:
                 for x in n.inputs:
                     if root.get(x) is not base:

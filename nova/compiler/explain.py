@@ -120,6 +120,11 @@ def kernel_reports(planned, target) -> list[KernelReport]:
         else:
             moved = _bytes_of(group.inputs) + _bytes_of(group.outputs)
             launches = len(group.nodes) if group.kernel == "aten" else 1
+            if node.op in ("cross_entropy", "cross_entropy_backward"):
+                logits = node.inputs[0] if node.op == "cross_entropy" else node.inputs[1]
+                launches = cost.cross_entropy_launches(node.op, logits.shape[0],
+                                                       logits.shape[1] * logits.type.itemsize,
+                                                       node.attrs.get("reduction", "mean"))
             kt = cost.memory_bound_time(moved, target, launches)
             t, bound, formula = kt.time_us, kt.bound, kt.formula
         reports.append(KernelReport(index, group.kind, kernel, name, round(t, 3), bound, formula, group.reason,

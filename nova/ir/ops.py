@@ -9,7 +9,8 @@ against).  Kinds, for passes and the planner:
     memory     concat, index_select, take_along_axis, scatter_add
     creation   constant, iota
     composite  attention(+backward), layer_norm(+backward), softmax/log_softmax(+backward),
-               nll_loss(+backward), adamw, sgd         ops with a dedicated kernel
+               nll_loss(+backward), cross_entropy(+backward),
+               adamw, sgd                              ops with a dedicated kernel
     opaque     aten                                    an ATen op the IR does not know (listed by explain)
 
 Attributes are plain Python values (int, float, bool, str, tuples of them, None) so that graphs
@@ -463,6 +464,80 @@ define("nll_loss_backward", "composite", lambda types, attrs: [types[1]],
            t.ops.aten.nll_loss_backward(dloss, logp, target, None, {"none": 0, "mean": 1, "sum": 2}[reduction],
                                         ignore_index, total_weight),
        4, doc="(dloss, logp, target, total_weight) -> dlogp")
+
+
+CROSS_ENTROPY_REDUCTIONS = ("mean", "sum")
+
+
+def _lse_dtype(dtype: str) -> str:
+    """The log-sum-exp rows' type: f32 (f64 for f64 logits), like attention's."""
+    return "f64" if dtype == "f64" else "f32"
+
+
+def _check_cross_entropy(logits: TensorType, target: TensorType, attrs) -> None:
+    if logits.rank != 2 or target.shape != logits.shape[:1] or not logits.is_float:
+        raise IRError(f"takes float logits [N, C] and targets [N], got {logits}, {target}")
+    if target.dtype not in ("i64", "i32"):
+        raise IRError(f"targets must be an integer tensor, got {target}")
+    if attrs.get("reduction", "mean") not in CROSS_ENTROPY_REDUCTIONS:
+        raise IRError(f"reduction must be one of {', '.join(CROSS_ENTROPY_REDUCTIONS)}, "
+                      f"got {attrs.get('reduction')!r}")
+
+
+def _infer_cross_entropy(types, attrs):
+    logits, target = types
+    _check_cross_entropy(logits, target, attrs)
+    return [TensorType((), logits.dtype), TensorType(logits.shape[:1], _lse_dtype(logits.dtype))]
+
+
+def _infer_cross_entropy_backward(types, attrs):
+    dloss, logits, target, lse = types
+    _check_cross_entropy(logits, target, attrs)
+    if dloss.shape != () or lse.shape != logits.shape[:1]:
+        raise IRError(f"takes dloss [] and lse [N] with logits {logits}, got {dloss}, {lse}")
+    return [logits]
+
+
+def _cross_entropy_rows(torch, target, ignore_index):
+    """(kept rows as a bool mask, targets with ignored rows pointing at class 0, as [N, 1] int64)."""
+    keep = target != ignore_index
+    return keep, torch.where(keep, target, 0).to(torch.int64)[:, None]
+
+
+def _ref_cross_entropy(torch, logits, target, reduction="mean", ignore_index=-100):
+    """torch's F.cross_entropy(logits, target, reduction=, ignore_index=) (no weights, no label
+    smoothing) computed at least in FP32 (float64 exact for f64), and each row's log-sum-exp."""
+    x = _wide(torch, logits)
+    lse = torch.logsumexp(x, dim=-1)
+    keep, safe = _cross_entropy_rows(torch, target, ignore_index)
+    per_row = torch.where(keep, lse - x.gather(1, safe)[:, 0], 0)
+    loss = per_row.sum()
+    if reduction == "mean":
+        loss = loss / keep.sum()                 # 0/0 = nan when every row is ignored, as torch
+    return loss.to(logits.dtype), lse.to(torch.float64 if logits.dtype == torch.float64 else torch.float32)
+
+
+def _ref_cross_entropy_backward(torch, dloss, logits, target, lse, reduction="mean", ignore_index=-100):
+    """d loss / d logits = (softmax(logits) - onehot(target)) * dloss / count per kept row, zero
+    rows where target == ignore_index (count: the kept rows for 'mean', 1 for 'sum'; torch's
+    gradient is zero when no row is kept).  softmax(logits) = exp(logits - lse)."""
+    x = _wide(torch, logits)
+    keep, safe = _cross_entropy_rows(torch, target, ignore_index)
+    scale = dloss.to(x.dtype)
+    if reduction == "mean":
+        scale = scale / keep.sum().clamp_min(1)
+    row = torch.where(keep, scale, 0).to(x.dtype)[:, None]               # [N, 1]
+    dx = torch.exp(x - lse.to(x.dtype)[:, None]) * row
+    dx.scatter_add_(1, safe, -row)
+    return dx.to(logits.dtype)
+
+
+define("cross_entropy", "composite", _infer_cross_entropy, _ref_cross_entropy, 2,
+       doc="(logits [N, C], target [N]) -> (loss [], lse [N] f32): F.cross_entropy with reduction "
+           "mean|sum and ignore_index, without writing log-probabilities")
+define("cross_entropy_backward", "composite", _infer_cross_entropy_backward, _ref_cross_entropy_backward, 4,
+       doc="(dloss [], logits, target, lse) -> dlogits = (softmax(logits) - onehot(target)) * dloss / count, "
+           "ignored rows zero")
 
 
 def _ref_adamw(torch, param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay, maximize=False):

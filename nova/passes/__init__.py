@@ -4,6 +4,7 @@
     cse.py            common-subexpression elimination (constants by value, dtype, shape)
     canonicalize.py   views folded, identity views dropped, transposes absorbed into matmul layouts,
                       trivial constants folded
+    cross_entropy.py  log_softmax -> nll_loss (+ their backward) -> cross_entropy (+ backward) composites
     layout.py         analysis: each value as a strided view of a root's storage (or a copy)
     fusion.py         nodes -> kernel groups (GEMM epilogues, pointwise regions, reductions)
     schedule.py       the order the groups run in (memory-greedy, never worse than program order)
@@ -13,6 +14,7 @@
     rewrite.py        the Rewriter the rewriting passes share
 """
 from nova.passes.canonicalize import canonicalize
+from nova.passes.cross_entropy import fuse_cross_entropy
 from nova.passes.cse import cse
 from nova.passes.dce import dce
 from nova.passes.fusion import Epilogue, Group, fuse
@@ -20,5 +22,6 @@ from nova.passes.memory import MemoryPlan, ValuePlan, View, plan_memory, validat
 from nova.passes.pipeline import Planned, format_plan, pipeline
 from nova.passes.schedule import schedule
 
-__all__ = ["dce", "cse", "canonicalize", "fuse", "schedule", "plan_memory", "validate_memory_plan", "pipeline",
-           "format_plan", "Planned", "Group", "Epilogue", "MemoryPlan", "ValuePlan", "View"]
+__all__ = ["dce", "cse", "canonicalize", "fuse_cross_entropy", "fuse", "schedule", "plan_memory",
+           "validate_memory_plan", "pipeline", "format_plan", "Planned", "Group", "Epilogue", "MemoryPlan",
+           "ValuePlan", "View"]

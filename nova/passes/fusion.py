@@ -17,8 +17,9 @@ Rules, applied to each node in program order (a node joins a group, or starts on
 * A reduction joins the pointwise group producing its input (same shape): the ``reduction`` group
   reads the input once and never writes the fused producers' values unless others need them.
   Nothing joins a group after its reduction.
-* Composites (attention, layer_norm, softmax, losses, optimizer updates) and data-movement ops
-  (concat, gathers, scatter_add) are groups of their own; so is each opaque ``aten`` op.
+* Composites (attention, layer_norm, softmax, losses, cross_entropy, optimizer updates) and
+  data-movement ops (concat, gathers, scatter_add) are groups of their own; so is each opaque
+  ``aten`` op.
 * Views are ``view`` groups that launch nothing (``kernel="none"``) unless the layout analysis says
   the result is not a strided view of its input, then one copy (``kernel="aten"``).
 
@@ -385,6 +386,12 @@ def _reason(group: Group, g: _Open, layouts, names) -> str:
         return (f"{len(group.nodes)} {first.op} updates with the same hyper-parameters: one multi-tensor "
                 f"kernel over {elements / 1e6:.1f}M parameters")
     if group.kind == "composite":
+        if first.op == "cross_entropy":
+            return (f"cross_entropy of {first.inputs[0].type} logits: log-sum-exp per row and the target "
+                    f"logits, no log-probabilities written")
+        if first.op == "cross_entropy_backward":
+            return (f"cross_entropy_backward -> {first.outputs[0].type}: (softmax - onehot) * dloss / count "
+                    f"from the logits and lse, elementwise (may take the logits' buffer)")
         what = "data movement" if kind(first.op) == "memory" else "a composite op"
         return f"{first.op} on {first.outputs[0].type}: {what} with its own kernel"
     if group.kind == "opaque":

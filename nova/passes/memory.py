@@ -15,7 +15,8 @@ Rules, over the execution order (the groups' nodes one after another; position =
   ``external``, ``donated``) when input i and its aliases are read nowhere after that write, except
   by the producing node itself reading it element for element (a pointwise op or adamw/sgd reading
   the whole input in its own layout), and input i is not itself an output.
-* **In place.**  The result of an ATen pointwise node (or adamw/sgd) takes the arena buffer of an
+* **In place.**  The result of an ATen pointwise node (or an ``ELEMENTWISE_COMPOSITES`` node:
+  adamw/sgd, cross_entropy_backward writing dlogits over the logits) takes the arena buffer of an
   input root that dies at this node, when that input has the result's byte size and is read element
   for element (same shape, dense, whole buffer).
 * **Offsets.**  Buffers (in-place chains are one buffer) are placed largest first, each at the
@@ -41,7 +42,13 @@ from nova.passes import layout as layout_analysis
 from nova.passes.fusion import Group
 
 ALIGNMENT = 256
-ELEMENTWISE_COMPOSITES = ("adamw", "sgd")
+OPTIMIZER_UPDATES = ("adamw", "sgd")          # (param, grad, ...) -> updated state, elementwise
+# Composites whose kernels read each input element, at most, before writing the result element at
+# the same position (and nothing else of the same buffer afterwards): their result may take the
+# buffer of an input that dies at them.  cross_entropy_backward reads logits[i, j] (and per-row
+# values) and writes dlogits[i, j] (aten_kernels.cross_entropy_backward: sub, elu_backward, then
+# scatter_add_ of -scale at the targets, which reads only dlogits).
+ELEMENTWISE_COMPOSITES = OPTIMIZER_UPDATES + ("cross_entropy_backward",)
 INPUT_CATEGORIES = {"param": "parameters", "opt_state": "optimizer_state", "grad": "gradients",
                     "data": "data", "const": "data"}
 CATEGORIES = ("parameters", "optimizer_state", "data", "gradients", "activations", "workspace", "arena_slack")
@@ -235,7 +242,7 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None) -> MemoryPlan:
 def _categories(graph: Graph, family, layouts, internal) -> dict[Value, str]:
     """Each root -> its breakdown category."""
     grads = {o.value for o in graph.outputs if o.role == "grad"} | \
-        {n.inputs[1] for n in graph.nodes if n.op in ELEMENTWISE_COMPOSITES}
+        {n.inputs[1] for n in graph.nodes if n.op in OPTIMIZER_UPDATES}
     roles = {}
     for o in graph.outputs:
         roles.setdefault(o.value, o.role)

@@ -1,6 +1,7 @@
 """The passes in order: ``pipeline(graph) -> Planned`` (the contract of docs/graph-compiler.md §3).
 
-    verify -> dce -> cse -> canonicalize -> cse -> verify      the optimized graph
+    verify -> dce -> cse -> canonicalize -> cse                 the optimized graph
+           -> cross_entropy -> verify                           log_softmax+nll_loss (+backward) fused
            -> fuse                                              groups (kernels)
            -> schedule                                          the order the groups run in
            -> plan_memory                                       arena offsets, aliases, donation
@@ -17,6 +18,7 @@ from nova.ir.printer import value_names
 from nova.ir.verify import verify
 from nova.passes import layout as layout_analysis
 from nova.passes.canonicalize import canonicalize
+from nova.passes.cross_entropy import fuse_cross_entropy
 from nova.passes.cse import cse
 from nova.passes.dce import dce
 from nova.passes.fusion import Group, format_bytes, fuse
@@ -44,6 +46,8 @@ def pipeline(graph: Graph, target=None) -> Planned:
     stats["cse"] = len(g.nodes)
     g = cse(canonicalize(g))
     stats["canonicalize"] = len(g.nodes)
+    g = fuse_cross_entropy(g)
+    stats["cross_entropy"] = len(g.nodes)
     verify(g)
     layouts = layout_analysis.analyze(g)
     groups, memory = schedule_with_plan(g, fuse(g, layouts), layouts)
