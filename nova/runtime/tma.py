@@ -104,7 +104,7 @@ class HopperGemm:
         self.main = driver.load_kernel(artifact, device, what, key)
         self.preps = {op: driver.load_kernel(KernelArtifact.from_dict(d), device, f"{what} [prep {op}]",
                                              None if key is None else f"{key}:prep_{op}")
-                      for op, d in artifact.meta["prep_kernels"].items()}
+                      for op, d in artifact.meta.get("prep_kernels", {}).items()}
         # TF32 round-to-nearest: CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 makes the TMA unit round FP32 to
         # nearest while copying (measured); ``tmap_f32_type`` overrides it (experiments only)
         self.map_type = tmap_f32_type or self.plan.operands.tensor_map_type
