@@ -186,3 +186,22 @@ def test_bench_without_gpu_is_one_clear_line():
     if not has_gpu:
         assert r.returncode == 1                      # a runtime failure, not bad input
         assert r.stderr.strip().count("\n") == 0 and "no NVIDIA GPU" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_bench_train_forwards_its_arguments(monkeypatch):
+    from nova.bench import train
+    from nova.cli import main as cli
+    seen = {}
+
+    def fake_main(argv=None, prog=None):
+        seen["argv"], seen["prog"] = argv, prog
+        return 0
+    monkeypatch.setattr(train, "main", fake_main)
+    argv = ["--all", "--model", "tiny", "--batch", "3", "--seq", "8", "--steps", "4", "--out", "/tmp/x"]
+    assert cli.main(["bench", "train", *argv]) == 0
+    assert seen == {"argv": argv, "prog": "nova bench train"}
+    # the forwarded flags are nova.bench.train's own
+    args = train.parser("nova bench train").parse_args(argv)
+    assert args.all and args.model == "tiny" and args.batch == 3 and args.seq == 8 and args.out == "/tmp/x"
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "gemm", "--shapes", "64", "--model", "tiny"])     # only train forwards

@@ -726,8 +726,8 @@ def run_all(args) -> int:
     return 0 if all(rc == 0 for rc in statuses.values()) else 1
 
 
-def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python3 -m nova.bench.train", description=__doc__.splitlines()[0])
+def parser(prog: str = "python3 -m nova.bench.train") -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--framework", choices=FRAMEWORKS, help="run one framework in this process")
     g.add_argument("--all", action="store_true", help="run --frameworks one after another, each in its own process, "
@@ -755,8 +755,9 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv=None) -> int:
-    args = parser().parse_args(argv)
+def main(argv=None, prog: str = "python3 -m nova.bench.train") -> int:
+    """The command line (also ``nova bench train ...``, which passes ``prog``)."""
+    args = parser(prog).parse_args(argv)
     for name in ("steps", "timed", "repeats", "batch"):
         if getattr(args, name) < 1:
             print(f"nova.bench.train: --{name} must be at least 1", file=sys.stderr)

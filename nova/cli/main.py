@@ -1,4 +1,4 @@
-"""The ``nova`` command: ``compile``, ``precompile`` and ``cache`` subcommands.
+"""The ``nova`` command: ``compile``, ``precompile``, ``cache``, ``bench``, ``tune`` and ``report``.
 
 Adding a subcommand = one ``add_<name>(subparsers)`` function that builds its parser and sets
 ``run=<handler>``, appended to ``SUBCOMMANDS``.  Handlers return an exit status.  Errors print one
@@ -208,10 +208,13 @@ def run_cache(args) -> int:
 
 # --------------------------------------------------------------------------- nova bench
 def add_bench(sub) -> None:
-    p = sub.add_parser("bench", help="time Nova against cuBLAS (torch.matmul) on this GPU",
+    bench = sub.add_parser("bench", help="time Nova against cuBLAS (gemm) or other frameworks (train) on this GPU",
+                           description="nova bench gemm: Nova vs cuBLAS GEMMs; nova bench train: the training-step "
+                                       "benchmark (nova.bench.train) with the same flags.")
+    ops = bench.add_subparsers(dest="op", metavar="OP", required=True)
+    p = ops.add_parser("gemm", help="Nova vs cuBLAS (torch.matmul) GEMMs",
                        description="Nova vs cuBLAS side by side in one process: CUDA events, warm-up, median; "
                                    "writes <tag>.csv, <tag>.md and <tag>.json.  Needs torch and a GPU.")
-    p.add_argument("op", choices=["gemm"], help="operation: gemm")
     add_shape_list_args(p)
     p.add_argument("--dtype", default="tf32", help="tf32, bf16, fp16 (comma-separated list allowed)")
     p.add_argument("--reps", type=int, default=50, help="timed runs per measurement (median; default 50)")
@@ -224,6 +227,16 @@ def add_bench(sub) -> None:
                    help="minimum seconds of CUDA-graph replay per library and shape (default 0.3: long enough "
                         "for 50 ms clock samples to see the timed kernel)")
     p.set_defaults(run=run_bench)
+    t = ops.add_parser("train", add_help=False, help="the training-step benchmark: eager, torch.compile, JAX, Nova",
+                       description="Every argument after 'train' goes to python3 -m nova.bench.train "
+                                   "(--model, --batch, --seq, --framework or --all, --steps, --out, ...; "
+                                   "nova bench train --help lists them).")
+    t.set_defaults(run=run_bench_train, forwards=True)
+
+
+def run_bench_train(args) -> int:
+    from nova.bench import train
+    return train.main(args.forwarded, prog="nova bench train")
 
 
 def run_bench(args) -> int:
@@ -318,7 +331,11 @@ def _runtime_errors() -> tuple[type, ...]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if getattr(args, "forwards", False):           # nova bench train ...: its arguments are nova.bench.train's
+        args.forwarded = extra
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "run", None) is None:
         parser.print_help(sys.stderr)
         return 2

@@ -14,6 +14,11 @@ bindings to the user's objects and an *engine*: a callable ``engine(list[Tensor]
 - ``backend="auto"``: the reference engine on CPU; on CUDA, the planned program of
   ``nova.passes.pipeline`` + ``nova.compiler.executor.build`` (``ProgramEngine``).
 - ``backend="executor"``: the planned program on any device (on CPU: ATen kernels, torch GEMMs).
+
+The plan (``pipeline``'s ``Planned``) is cached on disk by the captured graph's structural hash
+(``nova.compiler.plan_cache``: ``<NOVA_CACHE_DIR>/plans/``; ``NOVA_PLAN_CACHE=0`` turns it off), so
+a second process captures, hashes, loads the plan and builds the program without the passes.
+``stats.plan_cache`` says "hit" or "miss", ``stats.pipeline_s`` and ``stats.build_s`` the times.
 """
 from __future__ import annotations
 
@@ -40,6 +45,9 @@ class StepStats:
     capture_s: float = 0.0              # the last capture (trace + lowering)
     total_capture_s: float = 0.0
     engine_build_s: float = 0.0         # the last engine build (passes + program)
+    plan_cache: str = ""                # the last engine build's plan: "hit", "miss", "off" ("" = no plan)
+    pipeline_s: float = 0.0             # the last engine build: the passes, or loading their plan from disk
+    build_s: float = 0.0                # the last engine build: the executor's program
     last_recapture_reason: str = ""
     history: list = field(default_factory=list)    # (reason, capture seconds) per capture
 
@@ -223,8 +231,21 @@ class CompiledStep:
         if self.backend == "reference" or (self.backend == "auto" and device.type != "cuda"):
             return ReferenceEngine(graph)
         from nova.compiler import executor
-        from nova.passes import pipeline
-        return ProgramEngine(executor.build(pipeline(graph), device), device)
+        planned = self._plan(graph, None, device, _engine_target_name(device))
+        t0 = time.perf_counter()
+        engine = ProgramEngine(executor.build(planned, device), device)
+        self.stats.build_s = time.perf_counter() - t0
+        return engine
+
+    def _plan(self, graph, target, device: torch.device, target_name=None):
+        """``pipeline(graph, target)``, through the on-disk plan cache; records ``stats.plan_cache``
+        and ``stats.pipeline_s``."""
+        from nova.compiler import plan_cache
+        t0 = time.perf_counter()
+        planned, status = plan_cache.plan(graph, target, device.type, target_name=target_name)
+        self.stats.pipeline_s = time.perf_counter() - t0
+        self.stats.plan_cache = status
+        return planned
 
     # ------------------------------------------------------------------ inspection
     @property
@@ -240,17 +261,70 @@ class CompiledStep:
     def cache_size(self) -> int:
         return len(self._cache)
 
-    def explain(self) -> str:
-        """Op counts of the last captured graph (the full explain is the compiler's)."""
+    def explain(self, target=None, json: bool = False):
+        """The whole-program report of the last captured graph (``nova.compiler.explain``): captured
+        op counts, kernels by kind, fusion groups and why, each GEMM's schedule, the memory plan and
+        the predicted step time, for ``target`` (a preset name or ``GPUModel``; default: the CUDA
+        device's preset, ``nova.runtime.matmul.resolve_target``, else ``"h200"``).  Text (rich
+        tables rendered to a string), or the JSON-able dict with ``json=True``."""
         if self._last is None:
-            return "nothing captured yet: call the compiled step once"
-        g, st = self._last.captured.graph, self._last.captured.stats
+            return {} if json else "nothing captured yet: call the compiled step once"
+        from nova.compiler.explain import explain_planned, render
+        captured, device = self._last.captured, self._last.device
+        if target is None:
+            target = _default_target(device)
+        name = getattr(target, "name", target)
+        pipeline_s, status = self.stats.pipeline_s, self.stats.plan_cache
+        planned = self._plan(captured.graph, name, device, name)
+        planned_s, planned_status = self.stats.pipeline_s, self.stats.plan_cache
+        self.stats.pipeline_s, self.stats.plan_cache = pipeline_s, status     # stats describe the engine
+        tokens = _tokens_per_step(captured.graph)
+        report = explain_planned(captured.graph, planned, target, tokens)
+        report["times_s"] = {"capture": round(captured.stats.total_s, 3), "passes": round(planned_s, 3)}
+        report["plan_cache"] = planned_status
+        if json:
+            return report
+        import io
+        from rich.console import Console
+        g, st = captured.graph, captured.stats
         lines = [f"graph {g.name}: {len(g.inputs)} inputs, {len(g.nodes)} nodes, {len(g.outputs)} outputs; "
                  f"captured in {st.total_s:.2f} s ({st.fx_nodes} ATen nodes)"]
         lines += [f"  {op:24s} {n}" for op, n in g.op_counts().items()]
         if st.opaque:
             lines.append("opaque aten ops: " + ", ".join(f"{k} x{v}" for k, v in st.opaque.items()))
-        return "\n".join(lines)
+        buf = io.StringIO()
+        render(report, console=Console(file=buf, width=160, force_terminal=False, color_system=None))
+        return "\n".join(lines) + "\n\n" + buf.getvalue().rstrip() + f"\n(plan: {planned_status})"
+
+
+def _engine_target_name(device: torch.device):
+    """The target name the program's GEMMs are configured for (part of the plan cache key)."""
+    if device.type != "cuda":
+        return None
+    try:
+        from nova.runtime.matmul import resolve_target
+        return resolve_target().name
+    except Exception:
+        return None
+
+
+def _default_target(device: torch.device):
+    if device.type == "cuda":
+        try:
+            from nova.runtime.matmul import resolve_target
+            return resolve_target()
+        except Exception:
+            pass
+    return "h200"
+
+
+def _tokens_per_step(graph) -> int | None:
+    """Tokens per step: the elements of the first integer 2-D data input (the token ids), if any."""
+    for spec in graph.inputs:
+        t = spec.value.type
+        if spec.role == "data" and len(t.shape) == 2 and t.dtype.startswith(("i", "s", "u")):
+            return t.shape[0] * t.shape[1]
+    return None
 
 
 def _device_of(found, args, kwargs) -> torch.device:

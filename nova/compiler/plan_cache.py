@@ -1,0 +1,200 @@
+"""The compiled-step cache: ``pipeline``'s ``Planned`` on disk, keyed by the captured graph's
+structural hash, so a second process (or a second ``nova.compile`` of the same step) captures,
+hashes, loads the plan and builds the program without running the passes.
+
+Key = sha256 of the canonical JSON of ``structural_hash(captured graph)``, the target name, the
+device kind, the Nova version, ``PLAN_ABI`` and a fingerprint of the planning code (the sources of
+``nova/ir`` and ``nova/passes``: editing a pass in a checkout never reuses a plan made before).  Layout: ``<cache dir>/plans/<key[:2]>/<key>.plan``
+under the kernel cache directory (``NOVA_CACHE_DIR``, ``nova.runtime.cache.default_cache_dir``).
+An entry is ``MAGIC``, the sha256 of the payload, a newline, then the pickled payload (a dict with
+the key, the captured and optimized graphs' structural hashes and the ``Planned``).  The checksum is
+verified before unpickling; after loading, the optimized graph's hash and its inputs/outputs are
+checked position by position against the captured graph.  Writes are atomic (temp file in the same
+directory + ``os.replace``).  A corrupt, unreadable or stale entry is warned about once
+(``PlanCacheWarning``), deleted and rebuilt.  ``NOVA_PLAN_CACHE=0`` turns the cache off.
+
+Like the kernel cache (whose cubins run on the GPU), the directory must be trusted: entries are
+pickles.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import pickle
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+import nova
+from nova.ir.hashing import structural_hash
+
+PLAN_ABI = 1            # bump whenever Planned, Graph, Group, MemoryPlan or the passes' output changes meaning
+MAGIC = b"NOVAPLAN1\n"
+
+_reported: set = set()
+_lock = threading.Lock()
+
+
+class PlanCacheWarning(UserWarning):
+    """A plan cache entry could not be read or did not match its key; it was deleted and is rebuilt."""
+
+
+def enabled() -> bool:
+    """False when ``NOVA_PLAN_CACHE`` is 0/false/no/off."""
+    return os.environ.get("NOVA_PLAN_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def plans_dir(root: str | os.PathLike | None = None) -> Path:
+    if root is None:
+        from nova.runtime.cache import default_cache_dir
+        root = default_cache_dir()
+    return Path(root).expanduser() / "plans"
+
+
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """sha256 over the sources that decide a plan: ``nova/ir``, ``nova/passes`` and this module."""
+    base = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for path in sorted([*base.joinpath("ir").rglob("*.py"), *base.joinpath("passes").rglob("*.py"),
+                        Path(__file__).resolve()]):
+        h.update(str(path.relative_to(base)).encode() + b"\0")
+        try:
+            h.update(path.read_bytes())
+        except OSError:
+            pass
+    return h.hexdigest()
+
+
+def plan_key(graph_hash: str, target_name: str | None, device_kind: str) -> str:
+    import json
+    payload = {"graph": graph_hash, "target": str(target_name), "device": device_kind,
+               "nova": nova.__version__, "abi": PLAN_ABI, "code": code_fingerprint()}
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def path_for(key: str, root=None) -> Path:
+    return plans_dir(root) / key[:2] / f"{key}.plan"
+
+
+def _matches(captured, planned) -> str:
+    """Why the loaded plan's graph does not line up with the captured graph by position ('' if it does)."""
+    g = planned.graph
+    if len(g.inputs) != len(captured.inputs) or len(g.outputs) != len(captured.outputs):
+        return "its inputs/outputs differ in number from the captured graph's"
+    for i, (a, b) in enumerate(zip(g.inputs, captured.inputs)):
+        if str(a.value.type) != str(b.value.type) or a.role != b.role:
+            return f"input {i} differs ({a.value.type} {a.role} vs {b.value.type} {b.role})"
+    for i, (a, b) in enumerate(zip(g.outputs, captured.outputs)):
+        if (str(a.value.type) != str(b.value.type) or a.role != b.role or a.updates != b.updates):
+            return f"output {i} differs"
+    return ""
+
+
+def _warn(path: Path, why: str) -> None:
+    try:
+        st = path.stat()
+        ident = (str(path), st.st_mtime_ns, st.st_size)
+    except OSError:
+        ident = (str(path),)
+    with _lock:
+        first = ident not in _reported
+        _reported.add(ident)
+    if first:
+        warnings.warn(f"Nova plan cache entry {path} is unusable ({why}); ignoring it, the plan is rebuilt",
+                      PlanCacheWarning, stacklevel=4)
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+def load(graph, target_name, device_kind: str, root=None, graph_hash: str | None = None):
+    """The cached ``Planned`` of ``graph`` (the captured graph) or None (miss, or an unusable entry:
+    warned once and deleted)."""
+    graph_hash = graph_hash or structural_hash(graph)
+    key = plan_key(graph_hash, target_name, device_kind)
+    path = path_for(key, root)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        _warn(path, f"unreadable: {e}")
+        return None
+    head = len(MAGIC) + 65
+    if not data.startswith(MAGIC) or len(data) < head or data[head - 1:head] != b"\n":
+        _warn(path, "not a Nova plan file")
+        return None
+    digest, body = data[len(MAGIC):head - 1].decode("ascii", "replace"), data[head:]
+    if hashlib.sha256(body).hexdigest() != digest:
+        _warn(path, "checksum mismatch")
+        return None
+    try:
+        entry = pickle.loads(body)
+        planned = entry["planned"]
+        ok = (entry.get("key") == key and entry.get("graph_hash") == graph_hash
+              and structural_hash(planned.graph) == entry.get("plan_hash"))
+    except Exception as e:       # a stale class path, a truncated pickle, a missing field
+        _warn(path, f"unloadable ({type(e).__name__}: {e})")
+        return None
+    if not ok:
+        _warn(path, "its hashes do not match the key")
+        return None
+    why = _matches(graph, planned)
+    if why:
+        _warn(path, why)
+        return None
+    return planned
+
+
+def store(graph, planned, target_name, device_kind: str, root=None, graph_hash: str | None = None) -> Path | None:
+    """Write ``planned`` under ``graph``'s key atomically; None when it could not be written (the
+    cache is an optimisation: a failure to store is silent)."""
+    graph_hash = graph_hash or structural_hash(graph)
+    key = plan_key(graph_hash, target_name, device_kind)
+    path = path_for(key, root)
+    try:
+        body = pickle.dumps({"key": key, "graph_hash": graph_hash, "plan_hash": structural_hash(planned.graph),
+                             "nova": nova.__version__, "abi": PLAN_ABI, "planned": planned},
+                            protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, RecursionError, TypeError, AttributeError):
+        return None
+    data = MAGIC + hashlib.sha256(body).hexdigest().encode("ascii") + b"\n" + body
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return path
+    except OSError:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        return None
+
+
+def plan(graph, target=None, device_kind: str = "cpu", root=None, target_name=None):
+    """``(planned, status)``: the cached plan of ``graph`` (status ``"hit"``), else ``pipeline(graph,
+    target)`` stored for next time (``"miss"``), or ``"off"`` when ``NOVA_PLAN_CACHE=0``."""
+    from nova.passes import pipeline
+    if target_name is None:
+        target_name = getattr(target, "name", target)
+    if not enabled():
+        return pipeline(graph, target), "off"
+    graph_hash = structural_hash(graph)
+    planned = load(graph, target_name, device_kind, root, graph_hash)
+    if planned is not None:
+        return planned, "hit"
+    planned = pipeline(graph, target)
+    store(graph, planned, target_name, device_kind, root, graph_hash)
+    return planned, "miss"
