@@ -478,15 +478,24 @@ def nova_attention(node, ins, outs, ctx) -> Kernel:
                   "nova.attention_backward (bwd_pre, bwd_dkv, bwd_dq kernels)", copies)
 
 
-def attention(node, ins, outs, ctx) -> Kernel:
-    q, k, v = ins
-    o, lse = outs
-    scale, causal = float(node.attrs["scale"]), bool(node.attrs.get("causal", False))
+def nova_or_reference_attention(node, ins, outs, ctx, q, k) -> Kernel | None:
+    """Nova's attention kernel where it applies; else the reference kernel where the fallback has a
+    reason; else None (the caller's ATen kernel)."""
     if nova_attention_applies(node, ctx):
         return nova_attention(node, ins, outs, ctx)
     why = _attention_fallback_reason(node, q, k, ctx)
     if why:
         return reference_kernel(node, ins, outs, ctx, why)
+    return None
+
+
+def attention(node, ins, outs, ctx) -> Kernel:
+    q, k, v = ins
+    o, lse = outs
+    scale, causal = float(node.attrs["scale"]), bool(node.attrs.get("causal", False))
+    chosen = nova_or_reference_attention(node, ins, outs, ctx, q, k)
+    if chosen is not None:
+        return chosen
     groups = q.shape[1] // k.shape[1]
     t_q = q.shape[2]
     if ctx.kind == "cuda":
@@ -509,11 +518,9 @@ def attention_backward(node, ins, outs, ctx) -> Kernel:
     dout, q, k, v, out, lse = ins
     dq, dk, dv = outs
     scale, causal = float(node.attrs["scale"]), bool(node.attrs.get("causal", False))
-    if nova_attention_applies(node, ctx):
-        return nova_attention(node, ins, outs, ctx)
-    why = _attention_fallback_reason(node, q, k, ctx)
-    if why:
-        return reference_kernel(node, ins, outs, ctx, why)
+    chosen = nova_or_reference_attention(node, ins, outs, ctx, q, k)
+    if chosen is not None:
+        return chosen
     groups = q.shape[1] // k.shape[1]
     if ctx.kind == "cuda":
         b, h, t_q = lse.shape
