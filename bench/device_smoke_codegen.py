@@ -28,8 +28,9 @@ GUARD = 4096  # elements after C that must stay NaN
 # ----------------------------------------------------------------------------------------------
 def _schedule(problem, arch="sm_90", bm=128, bn=128, bk=None, wm=2, wn=4, stages=3, va=None, vb=None,
               split_k=1, group_m=8):
-    from nova.codegen.gemm import _smem_plan
-    from nova.configurator.schedule import MmaInstr, Schedule
+    from nova.kernels.gemm.emit_ampere import smem_plan
+    from nova.configurator.step import MmaInstr
+    from nova.kernels.gemm.schedule import Schedule
     from nova.dtypes import mode
     eb, e = problem.in_bytes, mode(problem.dtype)
     mma, bk = MmaInstr("mma.sync", 16, 8, e.mma_k, e.name), bk or 128 // eb
@@ -46,12 +47,12 @@ def _schedule(problem, arch="sm_90", bm=128, bn=128, bk=None, wm=2, wn=4, stages
                  stages=stages, smem_layout="pad", smem_pad_a=pad, smem_pad_b=pad, smem_bytes=0,
                  vector_a=vec(a_row, va), vector_b=vec(b_row, vb), vector_c=2, split_k=split_k,
                  group_m=group_m, regs_per_thread=0, blocks_per_sm=1)
-    return dataclasses.replace(s, smem_bytes=_smem_plan(problem, s)["total"])
+    return dataclasses.replace(s, smem_bytes=smem_plan(problem, s)["total"])
 
 
 def build():
     from nova.codegen import compile_gemm
-    from nova.configurator.problem import GemmProblem as G
+    from nova.kernels.gemm.problem import GemmProblem as G
 
     cases = [
         ("tf32_256", G(256, 256, 256), {}),
@@ -110,7 +111,7 @@ def build():
         s = _schedule(p, **kw)
         art = compile_gemm(p, s)
         if prefetch:
-            from nova.codegen.gemm import build_gemm_module
+            from nova.kernels.gemm.emit_ampere import build_gemm_module
             from nova.codegen.lower import to_ptx
             from nova.codegen.ptxas import assemble
             ptx = to_ptx(build_gemm_module(p, s, fragment_prefetch=True), s.arch)

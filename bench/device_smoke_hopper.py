@@ -59,14 +59,14 @@ CASES = CHECK + PERF
 
 def schedule_for(p, block_n, stages):
     """2 consumer warpgroups x wgmma N = ``block_n``, a ``stages``-deep ring, group-M 8, on the H200."""
-    from nova.configurator.hopper import operand_plan, wgmma_schedule
+    from nova.kernels.gemm.hopper import operand_plan, wgmma_schedule
     from nova.hwmodel import get_target
     return wgmma_schedule(p, get_target("h200"), operand_plan(p), wgs=2, n=block_n, split=1, stages=stages, group_m=8)
 
 
 def build():
-    from nova.codegen.gemm_hopper import compile_hopper
-    from nova.configurator.problem import GemmProblem
+    from nova.kernels.gemm.emit_hopper import compile_hopper
+    from nova.kernels.gemm.problem import GemmProblem
     os.makedirs(OUT, exist_ok=True)
     index = []
     for case in CASES:
@@ -106,8 +106,8 @@ def run_group(group):
 def one_case(c, dev, tdt, odt):
     import torch
     from nova.codegen.artifact import KernelArtifact
-    from nova.configurator.problem import GemmProblem
-    from nova.configurator.schedule import Schedule
+    from nova.kernels.gemm.problem import GemmProblem
+    from nova.kernels.gemm.schedule import Schedule
     from nova.runtime.tma import HopperGemm
     if True:
         pd = dict(c["problem"])

@@ -8,7 +8,7 @@ import pytest
 
 from nova.bench import calibrate
 from nova.configurator import GemmProblem, configure
-from nova.configurator.space import label, measured_config, schedule_space
+from nova.kernels.gemm.space import label, measured_config, schedule_space
 from nova.hwmodel.calibration import load
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -123,7 +123,7 @@ def test_debug_shows_traceback(tmp_path):
 
 
 def test_offline_hint_is_a_valid_command():
-    from nova.configurator.problem import GemmProblem
+    from nova.kernels.gemm.problem import GemmProblem
     from nova.messages import precompile_command
     cmd = precompile_command(GemmProblem(10, 20, 30, "bf16", True, True, True, "gelu", "f32"), "h200")
     args = build_parser().parse_args(cmd.split()[1:])
@@ -135,7 +135,7 @@ def test_offline_hint_is_a_valid_command():
 def test_offline_hint_builds_the_same_kernel_key():
     """The hint's command configures the very problem that missed (tf32_fast included)."""
     from nova.cli.main import make_problem
-    from nova.configurator.problem import GemmProblem
+    from nova.kernels.gemm.problem import GemmProblem
     from nova.messages import precompile_command
     for p in (GemmProblem(64, 32, 16, tf32_rounding="truncate"), GemmProblem(7, 8, 9, "fp16", out_dtype="f32")):
         args = build_parser().parse_args(precompile_command(p, "h200").split()[1:])

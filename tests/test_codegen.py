@@ -13,8 +13,9 @@ import sys
 import pytest
 
 from nova.codegen import CodegenError, compile_gemm
-from nova.configurator.problem import GemmProblem
-from nova.configurator.schedule import MmaInstr, Schedule
+from nova.kernels.gemm.problem import GemmProblem
+from nova.configurator.step import MmaInstr
+from nova.kernels.gemm.schedule import Schedule
 
 mlir = pytest.importorskip("mlir.ir", reason="MLIR Python bindings not installed")
 
@@ -24,7 +25,7 @@ needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas no
 def make_schedule(p: GemmProblem, arch="sm_80", bm=128, bn=128, bk=None, wm=2, wn=4, stages=3,
                   va=None, vb=None, split_k=1, group_m=8, **extra) -> Schedule:
     """A hand-built schedule like the configurator's: 16-byte copies lowered to fit row lengths."""
-    from nova.codegen.gemm import _smem_plan
+    from nova.kernels.gemm.emit_ampere import smem_plan
     eb = p.in_bytes
     if p.dtype == "tf32":
         mma, bk = MmaInstr("mma.sync", 16, 8, 8, "tf32"), bk or 32
@@ -40,7 +41,7 @@ def make_schedule(p: GemmProblem, arch="sm_80", bm=128, bn=128, bk=None, wm=2, w
                  stages=stages, smem_layout="pad", smem_pad_a=16 // eb, smem_pad_b=16 // eb, smem_bytes=0,
                  vector_a=vec(p.M if p.trans_a else p.K, va), vector_b=vec(p.K if p.trans_b else p.N, vb),
                  vector_c=2, split_k=split_k, group_m=group_m, regs_per_thread=0, blocks_per_sm=1)
-    s = dataclasses.replace(s, smem_bytes=_smem_plan(p, s)["total"])
+    s = dataclasses.replace(s, smem_bytes=smem_plan(p, s)["total"])
     return dataclasses.replace(s, **extra) if extra else s
 
 
@@ -48,7 +49,7 @@ def make_schedule(p: GemmProblem, arch="sm_80", bm=128, bn=128, bk=None, wm=2, w
 # MLIR text
 # ----------------------------------------------------------------------------------------------
 def test_module_text_tf32_stages_and_ops():
-    from nova.codegen.gemm import build_gemm_module
+    from nova.kernels.gemm.emit_ampere import build_gemm_module
     p = GemmProblem(256, 256, 256)
     s = make_schedule(p, stages=3)
     text = build_gemm_module(p, s)
@@ -67,7 +68,7 @@ def test_module_text_tf32_stages_and_ops():
 
 @pytest.mark.parametrize("stages", [2, 4])
 def test_module_text_reflects_stage_count(stages):
-    from nova.codegen.gemm import build_gemm_module
+    from nova.kernels.gemm.emit_ampere import build_gemm_module
     p = GemmProblem(512, 512, 512, dtype="fp16")
     text = build_gemm_module(p, make_schedule(p, stages=stages))
     assert f"memref<{stages}x128x72xf16, #smem>" in text
@@ -77,7 +78,7 @@ def test_module_text_reflects_stage_count(stages):
 
 
 def test_module_text_bf16_splitk_bias():
-    from nova.codegen.gemm import build_gemm_module
+    from nova.kernels.gemm.emit_ampere import build_gemm_module
     p = GemmProblem(1000, 33, 7, dtype="bf16", bias=True)
     text = build_gemm_module(p, make_schedule(p, split_k=2))
     # nvgpu.mma.sync cannot lower bf16 in MLIR 22; the builder emits the NVVM op for it
@@ -90,7 +91,7 @@ def test_module_text_bf16_splitk_bias():
 
 
 def test_module_text_edges_use_src_elements():
-    from nova.codegen.gemm import build_gemm_module
+    from nova.kernels.gemm.emit_ampere import build_gemm_module
     p = GemmProblem(1000, 36, 100)
     text = build_gemm_module(p, make_schedule(p))
     # ragged M and K: copies carry a srcElements operand (zero-fill)
@@ -158,7 +159,7 @@ def test_compile_without_cubin_and_artifact_roundtrip():
 @needs_ptxas
 def test_ptxas_assemble_reports_and_errors():
     from nova.codegen.lower import to_ptx
-    from nova.codegen.gemm import build_gemm_module
+    from nova.kernels.gemm.emit_ampere import build_gemm_module
     from nova.codegen.ptxas import assemble
     p = GemmProblem(128, 128, 128, dtype="fp16")
     ptx = to_ptx(build_gemm_module(p, make_schedule(p)), "sm_80")
@@ -183,7 +184,7 @@ ptxas info    : Used 168 registers, used 1 barriers, 32 bytes smem, 380 bytes cm
 
 
 def test_dynamic_smem_symbol_is_extern():
-    from nova.codegen.gemm import build_gemm_module
+    from nova.kernels.gemm.emit_ampere import build_gemm_module
     from nova.codegen.lower import to_ptx
     p = GemmProblem(256, 256, 256)
     ptx = to_ptx(build_gemm_module(p, make_schedule(p)), "sm_80")

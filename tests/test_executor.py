@@ -480,7 +480,7 @@ def test_linear_layers_flatten_and_fuse_their_epilogue():
     # is a graph output, so its relu stays an ATen kernel
     assert nova.launches == [(8, 16, 8, False, True, True, "gelu"), (8, 8, 16, False, True, False, "none")]
     assert program.stats["fused_epilogue_nodes"] == 2
-    from nova.configurator.problem import GemmProblem
+    from nova.kernels.gemm.problem import GemmProblem
     expected = [GemmProblem(8, 16, 8, "tf32", False, True, True, "gelu", "f32"),
                 GemmProblem(8, 8, 16, "tf32", False, True, False, "none", "f32")]
     assert gemm_problems(plan) == expected == [g.problem for g in plan.groups if g.kernel == "nova"]

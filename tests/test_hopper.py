@@ -12,7 +12,7 @@ import re
 import pytest
 
 from nova.configurator import GemmProblem, configure
-from nova.configurator.problem import ProblemError
+from nova.kernels.gemm.problem import ProblemError
 
 BAD_INFOS = re.compile(r"C75(08|13|15|17|19)")   # C7513: wgmmas serialised
 
@@ -90,7 +90,7 @@ def _feeds(plan):
 
 
 def test_operand_plan():
-    from nova.configurator.hopper import operand_plan, tensor_map_type
+    from nova.kernels.gemm.hopper import operand_plan, tensor_map_type
     # TF32: row-major B is N-major -> swap, B^T from registers, A K-major by descriptor, no prep
     nn = operand_plan(GemmProblem(256, 256, 256))
     assert _feeds(nn) == (True, "smem", "regs", False, False)
@@ -117,7 +117,7 @@ def test_operand_plan():
 
 
 def test_hopper_mlir_has_the_machinery(hopper):
-    from nova.codegen.gemm_hopper import build_hopper_module
+    from nova.kernels.gemm.emit_hopper import build_hopper_module
     p = GemmProblem(4096, 4096, 4096)
     text = build_hopper_module(p, configure(p, "h200").schedule)
     for needle in ("nvgpu.tma.async.load", "nvgpu.mbarrier.try_wait.parity", "nvvm.setmaxregister decrease 56",
@@ -154,7 +154,7 @@ def test_schedule_round_trips_through_json():
     cache's meta carry schedules as JSON)."""
     import json
 
-    from nova.configurator.schedule import Schedule
+    from nova.kernels.gemm.schedule import Schedule
     for p, target in ((GemmProblem(3000, 5000, 700, "bf16"), "h200"),          # A padded by a prep pass
                       (GemmProblem(256, 256, 256, trans_a=True), "h200"),       # A transposed, swapped
                       (GemmProblem(1000, 999, 1001, "fp16"), "rtx3060")):       # mma.sync: no Hopper plan
@@ -170,7 +170,7 @@ def test_the_grid_follows_the_targets_sm_count():
     walks its work units by gridDim), whatever the GPU (here an H200 with 114 SMs)."""
     import dataclasses
 
-    from nova.codegen.gemm_hopper import build_hopper_module, compile_hopper
+    from nova.kernels.gemm.emit_hopper import build_hopper_module, compile_hopper
     from nova.hwmodel import Quantity, get_target
     from nova.runtime.cache import mlir_available
     h200 = get_target("h200")
@@ -190,7 +190,7 @@ def test_tile_choice_uses_the_whole_model():
     """The tile-and-split step ranks its candidates by the prediction itself (DRAM and the ring fill
     included): 8192x64x8192 TF32 is DRAM-bound whatever the tile, so a split-K's zeroing, atomics
     and extra launch cannot pay (the v0.5c oracle: split-K 4 at 0.90 of 64x64 whole-K tiles)."""
-    from nova.configurator.hopper import time_terms, total_time
+    from nova.kernels.gemm.hopper import time_terms, total_time
     from nova.hwmodel import get_target
     gpu = get_target("h200")
     p = GemmProblem(8192, 64, 8192)
@@ -203,7 +203,7 @@ def test_tile_choice_uses_the_whole_model():
 def test_model_charges_padded_tile_work_and_atomic_epilogues():
     """A 64-wide tile over N = 7 does the work of N = 64 (the v0.5c oracle's 384x7x4096 miss), and a
     split-K epilogue (4-byte atomics) costs 4x the plain one."""
-    from nova.configurator.hopper import epilogue_time, mainloop_time, output_vector
+    from nova.kernels.gemm.hopper import epilogue_time, mainloop_time, output_vector
     from nova.hwmodel import get_target
     gpu = get_target("h200")
     narrow, full = GemmProblem(384, 7, 4096), GemmProblem(384, 64, 4096)

@@ -96,13 +96,13 @@ def test_formulas_evaluate_exactly_as_sympy_prints_them():
 
     import sympy
 
-    import nova.configurator.cost
-    import nova.configurator.gemm
-    import nova.configurator.hopper
-    import nova.configurator.space
+    import nova.kernels.gemm.cost
+    import nova.kernels.gemm.ampere
+    import nova.kernels.gemm.hopper
+    import nova.kernels.gemm.space
     import nova.hwmodel.model
-    formulas = {id(v): v for mod in (nova.configurator.cost, nova.configurator.gemm, nova.configurator.hopper,
-                                     nova.configurator.space, nova.hwmodel.model)
+    formulas = {id(v): v for mod in (nova.kernels.gemm.cost, nova.kernels.gemm.ampere, nova.kernels.gemm.hopper,
+                                     nova.kernels.gemm.space, nova.hwmodel.model)
                 for v in vars(mod).values() if isinstance(v, Formula)}.values()
     assert len(formulas) > 40
     rng = random.Random(10)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from nova.cli.shapes import read_suite
-from nova.configurator.problem import MAX_DIM, MAX_GPU_BYTES, GemmProblem, ProblemError
+from nova.kernels.gemm.problem import MAX_DIM, MAX_GPU_BYTES, GemmProblem, ProblemError
 
 REPO = Path(__file__).resolve().parents[1]
 

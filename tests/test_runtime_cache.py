@@ -19,8 +19,9 @@ from hypothesis import given, settings, strategies as st
 
 import nova
 from nova.codegen.artifact import KernelArtifact
-from nova.configurator.problem import GemmProblem
-from nova.configurator.schedule import MmaInstr, Schedule
+from nova.kernels.gemm.problem import GemmProblem
+from nova.configurator.step import MmaInstr
+from nova.kernels.gemm.schedule import Schedule
 from nova.runtime import cache as cache_mod
 from nova.runtime import driver, matmul as mm, tensors
 from nova.runtime.cache import (CacheCorruptionWarning, CompilerUnavailableError, KernelCache, NotPrecompiledError,
@@ -363,7 +364,7 @@ def fake_gpu(monkeypatch):
 def test_precompile_key_equals_runtime_key_on_h200(tmp_path, monkeypatch, fake_gpu):
     """``nova precompile --target h200`` on a host fills the entry an H200 runtime looks up, offline."""
     pytest.importorskip("nova.hwmodel")
-    pytest.importorskip("nova.configurator.gemm")
+    pytest.importorskip("nova.kernels.gemm.configure")
     from nova.cli.main import main
     monkeypatch.setenv("NOVA_CACHE_DIR", str(tmp_path / "carried"))
 
@@ -385,12 +386,17 @@ def test_precompile_tf32_fast_keys_equal_runtime_keys(tmp_path, monkeypatch, fak
     """``nova precompile --dtype tf32,bf16 --tf32-fast`` builds the BF16 kernel that an offline
     ``nova.matmul(bf16, bf16, tf32_fast=True)`` looks up (tf32_fast means nothing for bf16) and the
     truncating TF32 kernel that ``nova.matmul(f32, f32, tf32_fast=True)`` looks up."""
-    pytest.importorskip("nova.configurator.gemm")
+    pytest.importorskip("nova.kernels.gemm.configure")
     from nova.cli.main import main
     monkeypatch.setenv("NOVA_CACHE_DIR", str(tmp_path / "carried"))
-    monkeypatch.setenv("NOVA_TARGET", "a100")           # the mma.sync family: no tensor maps to encode here
-    monkeypatch.setattr(cache_mod, "compile_artifact", lambda p, s, t: make_artifact(cubin=None))
-    assert main(["precompile", "gemm", "--shapes", "64x48x32", "--target", "a100", "--dtype", "tf32,bf16",
+    def hopper_artifact(p, s, t):                             # the H200's schedules are Hopper ones
+        art = make_artifact(cubin=None, params=("tmap_a", "tmap_b", "C"))
+        art.meta["prep_kernels"] = {}
+        return art
+    monkeypatch.setattr(cache_mod, "compile_artifact", hopper_artifact)
+    from nova.runtime import tma
+    monkeypatch.setattr(tma, "device_tensor_map", lambda device, ptr, *shape: ptr + 0x8)   # no libcuda here
+    assert main(["precompile", "gemm", "--shapes", "64x48x32", "--target", "h200", "--dtype", "tf32,bf16",
                  "--tf32-fast"]) == 0
     assert len(KernelCache().entries()) == 2
     monkeypatch.setenv("NOVA_OFFLINE", "1")

@@ -295,7 +295,7 @@ def test_resolved_kernel_launches_through_ctypes(fake_stack, torch, fake_libcuda
 def hopper_schedule(a, b, map_type="tf32", prep=(), **changes):
     """A schedule with a Hopper plan whose operands ``a``/``b`` = (rows, cols, box_rows, box_cols) are
     K-major tensors read in one box per stage; the operands in ``prep`` go through a pad pass."""
-    from nova.configurator.schedule import HopperPlan, OperandPlan, OperandPrep, OperandRole, SmemRing, TmaBox
+    from nova.kernels.gemm.schedule import HopperPlan, OperandPlan, OperandPrep, OperandRole, SmemRing, TmaBox
 
     def role(op, rows, cols):
         return OperandRole("k", rows, cols, "smem", OperandPrep(False, False, (rows, cols), (rows, cols)) if op in prep else None)

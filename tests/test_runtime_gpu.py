@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import nova
-from nova.configurator.problem import GemmProblem
+from nova.kernels.gemm.problem import GemmProblem
 from nova.runtime import cache as cache_mod, driver, matmul as mm
 from nova.messages import precompile_command
 from nova.runtime.cache import KernelCache, NotPrecompiledError, is_offline, mlir_available

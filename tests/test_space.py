@@ -1,15 +1,15 @@
-"""The oracle's schedule space (nova.configurator.space) and the host side of `nova tune`."""
+"""The oracle's schedule space (nova.kernels.gemm.space) and the host side of `nova tune`."""
 import json
 from dataclasses import replace
 
 import pytest
 
 from nova.codegen import CodegenError
-from nova.codegen.gemm import check_supported
-from nova.codegen.gemm_hopper import check_supported as check_supported_hopper
+from nova.kernels.gemm.emit_ampere import check_supported
+from nova.kernels.gemm.emit_hopper import check_supported as check_supported_hopper
 from nova.configurator import GemmProblem, check_schedule, configure
-from nova.configurator.hopper import output_vector
-from nova.configurator.space import (MAX_ACC_REGS, _full_space, _wgmma_space, analytic_pick, consumer_regs,
+from nova.kernels.gemm.hopper import output_vector
+from nova.kernels.gemm.space import (MAX_ACC_REGS, mma_sync_space, wgmma_space_around, analytic_pick, consumer_regs,
                                      enumerate_schedules, label, predict_wgmma, wgmma_fits)
 from nova.hwmodel import get_target
 
@@ -74,7 +74,7 @@ def test_pick_is_a_natural_point_of_the_space():
     """For the usual shapes the pick is found by the enumeration itself, with the same resources."""
     for shape in [(4096, 4096, 4096, "bf16"), (1024, 1024, 1024, "bf16"), (3000, 5000, 700, "bf16")]:
         p = GemmProblem(*shape)
-        assert configure(p, "h200", family="mma.sync").schedule in _full_space(p, get_target("h200"))
+        assert configure(p, "h200", family="mma.sync").schedule in mma_sync_space(p, get_target("h200"))
 
 
 def test_split_k_only_into_f32_without_activation():
@@ -163,7 +163,7 @@ def test_wgmma_space_of_a_large_gemm():
     """4096^3: both warpgroup counts, every N, stages 2 up to what fits, both grids (more tiles than SMs)."""
     p, gpu = GemmProblem(4096, 4096, 4096, "bf16"), get_target("h200")
     pick = analytic_pick(p, gpu, "wgmma")
-    space = _wgmma_space(p, gpu, pick)
+    space = wgmma_space_around(p, gpu, pick)
     assert pick in space                                          # a natural point, not added
     tiles = {(s.consumer_warpgroups, s.mma.n) for s in space}
     assert tiles == {(w, n) for w in (1, 2) for n in (64, 128, 256)}
@@ -184,7 +184,7 @@ def test_wgmma_split_k_values():
     gpu = get_target("h200")
     p = GemmProblem(256, 256, 16384, "tf32")                   # 512 K tiles, 2-8 output tiles
     pick = analytic_pick(p, gpu, "wgmma")
-    space = _wgmma_space(p, gpu, pick)
+    space = wgmma_space_around(p, gpu, pick)
     assert pick.split_k > 1 and pick in space
     assert {s.split_k for s in space} == {1, 2, 4, 8, 16, 32, pick.split_k}
     p = GemmProblem(512, 512, 40, "tf32")                       # 2 K tiles: split 2 only

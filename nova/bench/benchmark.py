@@ -74,7 +74,7 @@ def bench_case(M, N, K, dtype, *, reps=50, warmup=10, seed=0, l2_bytes=None, set
     row["predicted_bound"] = cfg.prediction.bound
     row["prediction_error"] = cfg.prediction.time_us / row["nova_graph_us"] - 1     # the model predicts device time
     s = cfg.schedule
-    from nova.configurator.space import label
+    from nova.kernels.gemm.space import label
     row["schedule"] = label(s)
     row["family"] = s.mma.family
     row["nova_error"] = nova_err

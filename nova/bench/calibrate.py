@@ -53,7 +53,7 @@ GRID = {"eta_tc": (0.05, 1.5), "eta_dram": (0.05, 1.5), "t_launch_us": (0.0, 60.
 def load_rows(path: str, preset: str | None, family: str = "mma.sync"):
     """Rows of the results file with today's prediction terms; returns (preset, env, rows, skipped)."""
     from nova.configurator import GemmProblem
-    from nova.configurator.space import measured_config
+    from nova.kernels.gemm.space import measured_config
     from nova.hwmodel import get_target
     from nova.runtime.matmul import preset_for_device_name
     data = json.load(open(path))

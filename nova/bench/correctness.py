@@ -49,7 +49,7 @@ def main(argv=None) -> int:
                     help="print the `nova precompile` commands for the epilogue/layout cases and exit")
     args = ap.parse_args(argv)
     if args.print_precompile:
-        from nova.configurator.problem import GemmProblem
+        from nova.kernels.gemm.problem import GemmProblem
         from nova.messages import precompile_command
         for (m, n, k, dt, bias, act, ta, tb) in EPILOGUE_CASES:
             print(precompile_command(GemmProblem(m, n, k, dt, ta, tb, bias, act), args.print_precompile))

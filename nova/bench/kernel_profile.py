@@ -22,7 +22,7 @@ from nova.bench.harness import random_operands, require_torch
 def profile_shape(torch, M, N, K, dtype, reps: int) -> dict:
     import nova
     from nova.configurator import GemmProblem, configure
-    from nova.configurator.space import label
+    from nova.kernels.gemm.space import label
     from nova.runtime.matmul import resolve_target
     gen = torch.Generator(device="cuda").manual_seed(M * 31 + N * 7 + K)
     a, b = random_operands(torch, M, N, K, dtype, gen)

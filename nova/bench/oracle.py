@@ -113,7 +113,7 @@ def main(argv=None) -> int:
         ap.error("--reps must be at least 20")
 
     import pandas as pd
-    from nova.configurator.problem import GemmProblem
+    from nova.kernels.gemm.problem import GemmProblem
     from nova.hwmodel import get_target
     from nova.runtime.cache import KernelCache
 

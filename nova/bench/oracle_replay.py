@@ -18,7 +18,7 @@ import math
 import sys
 
 from nova.configurator import GemmProblem
-from nova.configurator.space import analytic_pick, label, predict_schedule, schedule_space
+from nova.kernels.gemm.space import analytic_pick, label, predict_schedule, schedule_space
 from nova.hwmodel import get_target
 
 

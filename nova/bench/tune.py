@@ -1,6 +1,6 @@
 """Exhaustive tuning (the oracle of issue 5): precompile a schedule space, then time it on the device.
 
-Host (MLIR, no GPU): ``precompile_space`` enumerates ``nova.configurator.space`` for each problem,
+Host (MLIR, no GPU): ``precompile_space`` enumerates ``nova.kernels.gemm.space`` for each problem,
 in one instruction family (default: the one the configurator picks, wgmma on Hopper), compiles every
 candidate into the kernel cache (the cache key hashes the schedule, so every candidate has its own
 entry) and returns a *manifest*: per problem, the family, each candidate's schedule, cache key,
@@ -27,8 +27,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 from nova.bench.harness import TOLERANCE, nan_output, random_operands, reference, rel_fro
-from nova.configurator.problem import GemmProblem
-from nova.configurator.schedule import Schedule
+from nova.kernels.gemm.problem import GemmProblem
+from nova.kernels.gemm.schedule import Schedule
 
 MANIFEST_FORMAT = "nova-tune-manifest/1"
 ORACLE_FORMAT = "nova-oracle/1"
@@ -39,7 +39,7 @@ MEASURED_OVER_PREDICTED = 1.7  # v0.1 on the H200: kernels took ~1.6x the predic
 # =========================================================================== host: precompile
 def _compile_entry(job: tuple) -> dict:
     """Compile one candidate into the cache (runs in a worker process); returns its manifest entry."""
-    from nova.configurator.space import label, predict_schedule
+    from nova.kernels.gemm.space import label, predict_schedule
     from nova.hwmodel import get_target
     from nova.runtime.cache import KernelCache, get_or_compile
 
@@ -65,7 +65,7 @@ def precompile_space(problems: list[GemmProblem], target, cache_root: str, limit
                      strategy: str = "mixed", jobs: int = 1, progress=None, family: str | None = None) -> dict:
     """Enumerate, subsample (``limit``) and compile every candidate of every problem; the manifest.
     ``family``: "wgmma" or "mma.sync"; None = the family the configurator picks for each problem."""
-    from nova.configurator.space import analytic_pick, schedule_space, subsample
+    from nova.kernels.gemm.space import analytic_pick, schedule_space, subsample
     from nova.hwmodel import get_target
     import nova
 

@@ -65,7 +65,7 @@ def check_tf32_fast(dtypes: list[str], tf32_fast: bool) -> None:
 def usage_errors() -> tuple[type, ...]:
     """Exceptions that mean bad input (exit 2); imported lazily (the configurator loads sympy)."""
     from nova.cli.shapes import ShapeError
-    from nova.configurator.problem import ProblemError
+    from nova.kernels.gemm.problem import ProblemError
     from nova.hwmodel.model import TargetError
     return ShapeError, ProblemError, TargetError, UsageError
 

@@ -62,7 +62,7 @@ def make_problem(shape: tuple[int, int, int], dtype: str, args):
     """The problem of one shape and dtype.  ``--tf32-fast`` reaches bf16/fp16 problems too, which
     normalise it away (``GemmProblem``): their keys are those ``nova.matmul(..., tf32_fast=True)``
     looks up."""
-    from nova.configurator.problem import GemmProblem
+    from nova.kernels.gemm.problem import GemmProblem
     M, N, K = shape
     return GemmProblem(M, N, K, dtype.strip(), args.trans_a, args.trans_b, args.bias, args.activation,
                        args.out_dtype, "truncate" if getattr(args, "tf32_fast", False) else "rna")
@@ -249,7 +249,7 @@ def run_bench(args) -> int:
 # --------------------------------------------------------------------------- nova tune
 def add_tune(sub) -> None:
     p = sub.add_parser("tune", help="precompile a GEMM's whole schedule space (the oracle's host side)",
-                       description="Enumerate every legal schedule of the GEMM (nova.configurator.space), "
+                       description="Enumerate every legal schedule of the GEMM (nova.kernels.gemm.space), "
                                    "compile each into the kernel cache and write a candidate manifest; time "
                                    "them on the GPU with python3 -m nova.bench.oracle (offline, from the cache).")
     p.add_argument("op", choices=["gemm"], help="operation: gemm")

@@ -1,4 +1,6 @@
-"""Nova's code generator: ``(GemmProblem, Schedule) -> KernelArtifact`` (MLIR -> PTX -> cubin).
+"""Nova's code generator, family-independent: the MLIR text scaffold (``builder``), the lowering
+pipeline to PTX (``lower``), ptxas (``ptxas``) and the artifact (``artifact``).  The kernel families'
+builders live in ``nova/kernels/<family>/``.
 
 Importing this package is cheap: MLIR is imported lazily inside the functions (the runtime imports
 ``nova.codegen.artifact`` on machines without MLIR).
@@ -6,8 +8,7 @@ Importing this package is cheap: MLIR is imported lazily inside the functions (t
     from nova.codegen import compile_gemm
     art = compile_gemm(problem, schedule)      # PTX (+ cubin and ptxas resources when ptxas exists)
 
-Modules: ``gemm`` builds the MLIR kernel, ``lower`` runs the pass pipeline and extracts the PTX,
-``ptxas`` assembles it and reports registers/spills/shared memory.
+``compile_gemm`` and ``build_module`` are the façade of ``nova.kernels.gemm.compile``.
 """
 from __future__ import annotations
 
@@ -18,72 +19,36 @@ class CodegenError(RuntimeError):
     """The code generator cannot produce (or assemble) a kernel for this problem/schedule."""
 
 
-def _describe_schedule(s) -> str:
-    return (f"{s.arch} {s.mma} tile {s.block_m}x{s.block_n}x{s.block_k} warps {s.warps_m}x{s.warps_n} "
-            f"stages {s.stages} split_k {s.split_k}")
+def lower_and_assemble(mlir_text: str, arch: str, kernel: str, where: str, *, cubin: bool = True):
+    """Lower ``mlir_text`` to PTX and, when ``cubin`` and ``ptxas`` is on PATH, assemble ``kernel``.
+
+    Returns ``(ptx, binary, resources, ptxas_version)``; ``binary`` and ``ptxas_version`` are None
+    when nothing was assembled.  A failure raises :class:`CodegenError` naming ``where``."""
+    from nova.codegen import ptxas
+    from nova.codegen.lower import to_ptx
+    try:
+        ptx = to_ptx(mlir_text, arch)
+    except CodegenError as e:
+        raise CodegenError(f"lowering {where} failed: {e}") from None
+    if not (cubin and ptxas.available()):
+        return ptx, None, {}, None
+    try:
+        binary, resources = ptxas.assemble(ptx, arch, kernel=kernel)
+    except CodegenError as e:
+        raise CodegenError(f"assembling {where} failed: {e}") from None
+    return ptx, binary, resources, ptxas.version()
 
 
 def build_module(problem, schedule) -> str:
-    """The kernel's MLIR before lowering, for either instruction family (``nova compile --emit mlir``)."""
-    if schedule.mma.family == "wgmma":
-        from nova.codegen.gemm_hopper import build_hopper_module
-        return build_hopper_module(problem, schedule)
-    from nova.codegen.gemm import build_gemm_module
-    return build_gemm_module(problem, schedule)
+    """The GEMM kernel's MLIR before lowering (``nova.kernels.gemm.compile.build_module``)."""
+    from nova.kernels.gemm.compile import build_module as build
+    return build(problem, schedule)
 
 
 def compile_gemm(problem, schedule, *, cubin: bool = True):
-    """Build, lower and (when ``ptxas`` is on PATH and ``cubin``) assemble the GEMM kernel.
-
-    Returns a :class:`nova.codegen.artifact.KernelArtifact` with entry ``nova_gemm``, params
-    ``("A", "B", "C"[, "bias"])``, ``grid = schedule.grid(M, N)``, ``block = (threads, 1, 1)``,
-    ``smem_bytes = schedule.smem_bytes`` (dynamic) and ``zero_output = split_k > 1``.
-    A wgmma schedule goes to ``gemm_hopper.compile_hopper`` (tensor-map params, ``schedule.hopper.ctas``
-    CTAs).  Raises :class:`CodegenError` with the problem and schedule named if any step fails.
-    """
-    from nova.codegen.artifact import KernelArtifact
-    from nova.codegen.gemm import KERNEL_NAME, build_gemm_module
-    from nova.codegen.lower import pipeline, to_ptx
-    from nova.codegen import ptxas as _ptxas
-
-    if schedule.mma.family == "wgmma" and schedule.arch == "sm_90a":   # Hopper path (issue 4): gemm_hopper.py
-        from nova.codegen.gemm_hopper import compile_hopper
-        return compile_hopper(problem, schedule, cubin=cubin)
-    where = f"{problem.describe()} with schedule [{_describe_schedule(schedule)}]"
-    mlir_text = build_gemm_module(problem, schedule)   # raises CodegenError for unsupported input
-    try:
-        ptx = to_ptx(mlir_text, schedule.arch)
-    except CodegenError as e:
-        raise CodegenError(f"lowering {where} failed: {e}") from None
-
-    resources: dict = {}
-    binary = None
-    meta = {
-        "problem": problem.to_dict(),
-        "schedule": schedule.to_dict(),
-        "mlir": MLIR_TOOLCHAIN,
-        "pipeline": pipeline(schedule.arch),
-    }
-    if cubin and _ptxas.available():
-        try:
-            binary, resources = _ptxas.assemble(ptx, schedule.arch, kernel=KERNEL_NAME)
-        except CodegenError as e:
-            raise CodegenError(f"assembling {where} failed: {e}") from None
-        meta["ptxas"] = _ptxas.version()
-    params = ("A", "B", "C") + (("bias",) if problem.bias else ())
-    return KernelArtifact(
-        name=KERNEL_NAME,
-        arch=schedule.arch,
-        ptx=ptx,
-        grid=tuple(schedule.grid(problem.M, problem.N)),
-        block=(schedule.threads_per_block, 1, 1),
-        smem_bytes=schedule.smem_bytes,
-        params=params,
-        zero_output=schedule.split_k > 1,
-        cubin=binary,
-        resources=resources,
-        meta=meta,
-    )
+    """The GEMM kernel's artifact (``nova.kernels.gemm.compile.compile_gemm``)."""
+    from nova.kernels.gemm.compile import compile_gemm as compile_
+    return compile_(problem, schedule, cubin=cubin)
 
 
-__all__ = ["CodegenError", "compile_gemm", "MLIR_TOOLCHAIN"]
+__all__ = ["CodegenError", "compile_gemm", "build_module", "lower_and_assemble", "MLIR_TOOLCHAIN"]

@@ -313,6 +313,12 @@ def nll_loss(node, ins, outs, ctx) -> Kernel:
 CROSS_ENTROPY_DTYPES = (torch.float32, torch.float64)
 
 
+def _cross_entropy_attrs(node, x):
+    """``(ignore_index, reduction is mean, rows, row chunks)`` of a cross-entropy node over logits ``x``."""
+    return (int(node.attrs.get("ignore_index", -100)), node.attrs.get("reduction", "mean") == "mean", x.shape[0],
+            _cross_entropy_chunks(x))
+
+
 def _cross_entropy_chunks(x) -> list[tuple[int, int]]:
     from nova.compiler import cost
     n, c = x.shape
@@ -345,10 +351,7 @@ def cross_entropy(node, ins, outs, ctx) -> Kernel:
     loss, lse = outs
     if x.dtype not in CROSS_ENTROPY_DTYPES or lse.dtype != x.dtype:
         return reference_kernel(node, ins, outs, ctx, f"no cross-entropy kernel for {x.dtype}")
-    ignore = int(node.attrs.get("ignore_index", -100))
-    mean = node.attrs.get("reduction", "mean") == "mean"
-    n = x.shape[0]
-    chunks = _cross_entropy_chunks(x)
+    ignore, mean, n, chunks = _cross_entropy_attrs(node, x)
     ws = ctx.workspace((chunks[0][1] - chunks[0][0] if chunks else 0, x.shape[1]), x.dtype)
     lp_max = ctx.workspace((n, 1), x.dtype)
     arg = ctx.workspace((n, 1), torch.int64)
@@ -390,10 +393,7 @@ def cross_entropy_backward(node, ins, outs, ctx) -> Kernel:
     (dx,) = outs
     if x.dtype not in CROSS_ENTROPY_DTYPES or lse.dtype != x.dtype:
         return reference_kernel(node, ins, outs, ctx, f"no cross-entropy kernel for {x.dtype}")
-    ignore = int(node.attrs.get("ignore_index", -100))
-    mean = node.attrs.get("reduction", "mean") == "mean"
-    n = x.shape[0]
-    chunks = _cross_entropy_chunks(x)
+    ignore, mean, n, chunks = _cross_entropy_attrs(node, x)
     count = ctx.workspace((), torch.int64)
     scale = ctx.workspace((), x.dtype)
     row_scale = ctx.workspace((n, 1), x.dtype)
@@ -478,15 +478,24 @@ def nova_attention(node, ins, outs, ctx) -> Kernel:
                   "nova.attention_backward (bwd_pre, bwd_dkv, bwd_dq kernels)", copies)
 
 
-def attention(node, ins, outs, ctx) -> Kernel:
-    q, k, v = ins
-    o, lse = outs
-    scale, causal = float(node.attrs["scale"]), bool(node.attrs.get("causal", False))
+def nova_or_reference_attention(node, ins, outs, ctx, q, k) -> Kernel | None:
+    """Nova's attention kernel where it applies; else the reference kernel where the fallback has a
+    reason; else None (the caller's ATen kernel)."""
     if nova_attention_applies(node, ctx):
         return nova_attention(node, ins, outs, ctx)
     why = _attention_fallback_reason(node, q, k, ctx)
     if why:
         return reference_kernel(node, ins, outs, ctx, why)
+    return None
+
+
+def attention(node, ins, outs, ctx) -> Kernel:
+    q, k, v = ins
+    o, lse = outs
+    scale, causal = float(node.attrs["scale"]), bool(node.attrs.get("causal", False))
+    chosen = nova_or_reference_attention(node, ins, outs, ctx, q, k)
+    if chosen is not None:
+        return chosen
     groups = q.shape[1] // k.shape[1]
     t_q = q.shape[2]
     if ctx.kind == "cuda":
@@ -509,11 +518,9 @@ def attention_backward(node, ins, outs, ctx) -> Kernel:
     dout, q, k, v, out, lse = ins
     dq, dk, dv = outs
     scale, causal = float(node.attrs["scale"]), bool(node.attrs.get("causal", False))
-    if nova_attention_applies(node, ctx):
-        return nova_attention(node, ins, outs, ctx)
-    why = _attention_fallback_reason(node, q, k, ctx)
-    if why:
-        return reference_kernel(node, ins, outs, ctx, why)
+    chosen = nova_or_reference_attention(node, ins, outs, ctx, q, k)
+    if chosen is not None:
+        return chosen
     groups = q.shape[1] // k.shape[1]
     if ctx.kind == "cuda":
         b, h, t_q = lse.shape

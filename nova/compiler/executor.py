@@ -729,7 +729,7 @@ def build(planned, device, *, target=None, poison: bool = False, cuda_graph: boo
 
 
 def gemm_problems(planned) -> list:
-    """Every Nova GEMM (``nova.configurator.problem.GemmProblem``: M, N, K, dtype, trans_a, trans_b,
+    """Every Nova GEMM (``nova.kernels.gemm.problem.GemmProblem``: M, N, K, dtype, trans_a, trans_b,
     bias, activation, out dtype) a CUDA program of ``planned`` launches, for ``nova precompile``.
     Bound inputs (parameters) are assumed contiguous, as the IR types describe them."""
     return Program(planned, "meta").gemm_problems()

@@ -59,8 +59,8 @@ class GemmLaunch:
     torch_args: tuple = ()                            # (A, B, C) for the torch path
 
     def problems(self) -> list:
-        """The ``nova.configurator.problem.GemmProblem`` of each Nova launch."""
-        from nova.configurator.problem import GemmProblem
+        """The ``nova.kernels.gemm.problem.GemmProblem`` of each Nova launch."""
+        from nova.kernels.gemm.problem import GemmProblem
         out = []
         for c in self.calls:
             M, K = c.a.shape

@@ -1,8 +1,32 @@
-"""The Analytic Configurator: closed-form schedules, predictions and derivations."""
-from nova.configurator.cost import predict, roofline_floor_s
-from nova.configurator.gemm import Config, ScheduleError, check_schedule, configure
-from nova.configurator.problem import ACTIVATIONS, DTYPES, GemmProblem, ProblemError
-from nova.configurator.schedule import MmaInstr, Prediction, Schedule, Step
+"""The Analytic Configurator: closed-form schedules, predictions and derivations.
+
+This package holds what every kernel family's derivation shares (``step``: ``Step``, ``Prediction``,
+``MmaInstr``; ``derivation``: recording the steps) and the public façade of the GEMM family, whose
+problem, schedule and derivations live in ``nova/kernels/gemm/``:
+
+    from nova.configurator import GemmProblem, configure
+    cfg = configure(GemmProblem(4096, 4096, 4096, "bf16"), "h200")
+
+The façade imports lazily, so ``nova.kernels.gemm`` may import ``nova.configurator.step`` and
+``nova.configurator.derivation`` without a cycle.
+"""
+from nova.configurator.step import MmaInstr, Prediction, Step
+
+_GEMM = {
+    "configure": "configure", "Config": "configure",
+    "ScheduleError": "schedule", "Schedule": "schedule",
+    "check_schedule": "ampere",
+    "predict": "cost", "roofline_floor_s": "cost",
+    "GemmProblem": "problem", "ProblemError": "problem", "DTYPES": "problem", "ACTIVATIONS": "problem",
+}
+
+
+def __getattr__(name):
+    if name in _GEMM:
+        import importlib
+        return getattr(importlib.import_module(f"nova.kernels.gemm.{_GEMM[name]}"), name)
+    raise AttributeError(f"module 'nova.configurator' has no attribute {name!r}")
+
 
 __all__ = ["configure", "Config", "ScheduleError", "check_schedule", "predict", "roofline_floor_s",
            "GemmProblem", "ProblemError", "DTYPES", "ACTIVATIONS", "Schedule", "MmaInstr", "Prediction", "Step"]

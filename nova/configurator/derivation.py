@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from nova.configurator.schedule import Step
+from nova.configurator.step import Step
 from nova.hwmodel.formula import Formula, fmt_number
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from nova.frontend.errors import NovaUnsupportedError
-from nova.ir.ops import _ref_adamw, _ref_sgd
+from nova.ir.ops import ref_adamw, ref_sgd
 
 # =================================================================== the custom ops
 # One op per parameter group (a traced op costs milliseconds; a model has hundreds of parameters).
@@ -48,7 +48,7 @@ def _adamw_impl(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, e
     outs = ([], [], [], [])
     for p, g, m, v, t in zip(params, grads, exp_avgs, exp_avg_sqs, steps):
         g, wd, mx = _adam_grad(p, g, weight_decay, decoupled, maximize)
-        new = _ref_adamw(torch, p, g, m, v, t + 1, lr, beta1, beta2, eps, wd, mx) + (t + 1,)
+        new = ref_adamw(torch, p, g, m, v, t + 1, lr, beta1, beta2, eps, wd, mx) + (t + 1,)
         for out, x in zip(outs, new):
             out.append(x)
     return [x for out in outs for x in out]
@@ -57,7 +57,7 @@ def _adamw_impl(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, e
 def _sgd_impl(params, grads, momentum_buffers, lr, momentum, dampening, weight_decay, nesterov, maximize):
     new_params, new_buffers = [], []
     for p, g, b in zip(params, grads, momentum_buffers):
-        out = _ref_sgd(torch, p, g, *(() if b is None else (b,)), lr=lr, momentum=momentum, dampening=dampening,
+        out = ref_sgd(torch, p, g, *(() if b is None else (b,)), lr=lr, momentum=momentum, dampening=dampening,
                        weight_decay=weight_decay, nesterov=nesterov, maximize=maximize)
         new_params.append(out[0])
         new_buffers += list(out[1:])
@@ -87,6 +87,15 @@ def _define_ops():
 
 
 _LIB = _define_ops()
+
+
+def live_groups(opt, ctx):
+    """``(group, hyper-parameters, params with a gradient, their leaves)`` of each of ``opt``'s
+    parameter groups that has any parameter with a gradient."""
+    for group, hp in zip(opt.param_groups, ctx.hyper(opt)):
+        ps = [p for p in group["params"] if ctx.leaf(p).grad is not None]
+        if ps:
+            yield group, hp, ps, [ctx.leaf(p) for p in ps]
 
 
 # =================================================================== state creation
@@ -195,11 +204,7 @@ class AdamHandler(Handler):
                     decoupled=bool(group.get("decoupled_weight_decay", isinstance(opt, torch.optim.AdamW))))
 
     def step(self, opt, ctx):
-        for group, hp in zip(opt.param_groups, ctx.hyper(opt)):
-            ps = [p for p in group["params"] if ctx.leaf(p).grad is not None]
-            if not ps:
-                continue
-            leaves = [ctx.leaf(p) for p in ps]
+        for group, hp, ps, leaves in live_groups(opt, ctx):
             states = [ctx.state(opt, p) for p in ps]
             new = torch.ops.nova.adamw(
                 leaves, [x.grad for x in leaves], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
@@ -229,11 +234,7 @@ class SGDHandler(Handler):
                     maximize=bool(group.get("maximize", False)))
 
     def step(self, opt, ctx):
-        for group, hp in zip(opt.param_groups, ctx.hyper(opt)):
-            ps = [p for p in group["params"] if ctx.leaf(p).grad is not None]
-            if not ps:
-                continue
-            leaves = [ctx.leaf(p) for p in ps]
+        for group, hp, ps, leaves in live_groups(opt, ctx):
             momentum = hp["momentum"] != 0
             buffers = [ctx.state(opt, p).get("momentum_buffer") for p in ps] if momentum else [None] * len(ps)
             new = torch.ops.nova.sgd(leaves, [x.grad for x in leaves], buffers, hp["lr"], hp["momentum"],

@@ -540,7 +540,7 @@ define("cross_entropy_backward", "composite", _infer_cross_entropy_backward, _re
            "ignored rows zero")
 
 
-def _ref_adamw(torch, param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay, maximize=False):
+def ref_adamw(torch, param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay, maximize=False):
     """torch.optim.AdamW's single-tensor update (``_single_tensor_adamw``), out of place.
     ``step`` is the step count after this update's increment."""
     if maximize:
@@ -562,11 +562,11 @@ def _infer_adamw(types, attrs):
     return [param, exp_avg, exp_avg_sq]
 
 
-define("adamw", "composite", _infer_adamw, _ref_adamw, 5, ("lr", "beta1", "beta2", "eps", "weight_decay"),
+define("adamw", "composite", _infer_adamw, ref_adamw, 5, ("lr", "beta1", "beta2", "eps", "weight_decay"),
        doc="(param, grad, exp_avg, exp_avg_sq, step after increment) -> (param', exp_avg', exp_avg_sq')")
 
 
-def _ref_sgd(torch, param, grad, *buffer, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False,
+def ref_sgd(torch, param, grad, *buffer, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False,
              maximize=False):
     """torch.optim.SGD's single-tensor update, out of place; without a momentum buffer input the
     buffer starts as the gradient (torch's first step)."""
@@ -586,7 +586,7 @@ def _infer_sgd(types, attrs):
     return [param, param] if attrs.get("momentum") else [param]
 
 
-define("sgd", "composite", _infer_sgd, _ref_sgd, None, ("lr",),
+define("sgd", "composite", _infer_sgd, ref_sgd, None, ("lr",),
        doc="(param, grad[, momentum_buffer]) -> (param'[, momentum_buffer'])")
 
 

@@ -6,7 +6,7 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   one ``GemmProblem``: both operands f32 (TF32), bf16 or f16, a 2-D ``b``, an ``a`` that is 2-D or
   batched without transpose (its batch axes fold into M), both operands dense; else ATen.
 * Epilogue: a pointwise consumer of a Nova GEMM joins its group when the GEMM kernel computes it
-  (``act(acc + bias)``, ``nova/configurator/problem.py``): first an ``add`` of a dense [N] bias of
+  (``act(acc + bias)``, ``nova/kernels/gemm/problem.py``): first an ``add`` of a dense [N] bias of
   the kernel's bias type, then one activation (relu, gelu_tanh, silu), and only when the value it
   consumes has no other reader (the kernel writes one result).  In a training step the
   pre-activation feeds the activation's backward, so there only the bias fuses.
@@ -36,7 +36,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from nova.configurator.problem import ACTIVATIONS, OUT_DTYPES, GemmProblem
+from nova.kernels.gemm.problem import ACTIVATIONS, OUT_DTYPES, GemmProblem
 from nova.ir.graph import Graph, Node, Value
 from nova.ir.ops import kind
 from nova.ir.printer import value_names
@@ -53,7 +53,7 @@ EPILOGUE_ACTIVATIONS = {op: act for op, act in _ACTIVATION_OPS.items() if act in
 class Epilogue:
     """What a Nova GEMM applies before writing C: ``act(acc + bias)``."""
     bias: Value | None = None
-    activation: str = "none"          # one of configurator.problem.ACTIVATIONS
+    activation: str = "none"          # one of nova.kernels.gemm.problem.ACTIVATIONS
 
     def describe(self) -> str:
         parts = (["bias"] if self.bias is not None else []) + ([self.activation] if self.activation != "none" else [])

@@ -43,7 +43,7 @@ def roofline(bench: pd.DataFrame, target, out: Path, env: dict) -> str:
     """Achieved TFLOP/s vs arithmetic intensity (FLOP per compulsory DRAM byte), one panel per dtype.
     Roofs: the datasheet tensor peak (best instruction family), the mma.sync rate Nova's kernel uses
     (the hwmodel's figure), and DRAM bandwidth x intensity (Williams et al., CACM 2009)."""
-    from nova.configurator.problem import GemmProblem
+    from nova.kernels.gemm.problem import GemmProblem
     dtypes = sorted(bench.dtype.unique())
     fig, axes = plt.subplots(1, len(dtypes), figsize=(6.2 * len(dtypes), 4.8), squeeze=False)
     for ax, dt in zip(axes[0], dtypes):
@@ -133,7 +133,7 @@ def prediction_scatter(bench: pd.DataFrame, out: Path, env: dict, extra: pd.Seri
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
     ax.set_xlabel("measured device time, us (CUDA-graph replay; back-to-back in older files)")
-    ax.set_ylabel("predicted, us (nova.configurator.cost)")
+    ax.set_ylabel("predicted, us (nova.kernels.gemm.cost)")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)

@@ -103,7 +103,7 @@ def calibrated_predictions(bench: pd.DataFrame, target) -> pd.Series | None:
     if target is None or "schedule" not in bench.columns:
         return None
     from nova.configurator import GemmProblem
-    from nova.configurator.space import measured_config
+    from nova.kernels.gemm.space import measured_config
     from nova.hwmodel.calibration import calibrated_time_us, load
     cals = {f: load(target.name, f) for f in ("mma.sync", "wgmma")}
     if not any(cals.values()):

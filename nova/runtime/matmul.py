@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass, field
 
 from nova import dtypes
-from nova.configurator.problem import GemmProblem
+from nova.kernels.gemm.problem import GemmProblem
 from nova.runtime import driver, tensors
 from nova.runtime.cache import KernelCache, get_or_compile, summary_line
 from nova.runtime.driver import Device, LoadedKernel, NovaRuntimeError

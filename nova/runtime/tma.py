@@ -1,6 +1,6 @@
 """Hopper launches: TMA tensor maps, operand-prep workspaces, and the wgmma kernel (issue 4).
 
-A Hopper GEMM artifact (``nova/codegen/gemm_hopper.py``) takes ``(tmap_a*, tmap_b*, C*[, bias*])``:
+A Hopper GEMM artifact (``nova/kernels/gemm/emit_hopper.py``) takes ``(tmap_a*, tmap_b*, C*[, bias*])``:
 pointers to 128-byte ``CUtensorMap`` objects in *device* memory (MLIR's convention for
 ``!nvgpu.tensormap.descriptor``).  What the maps describe (each operand's tensor, box and element
 type) and which operands are prepped is the schedule's ``HopperPlan``; the prep kernels travel in

@@ -1,6 +1,6 @@
 """Efficiency constants per preset and instruction family, from device measurements (``nova.bench.calibrate``).
 
-The cost models (``nova/configurator/cost.py``, ``hopper.py``) predict
+The cost models (``nova/kernels/gemm/cost.py``, ``hopper.py``) predict
 
     time = max(t_tensor, t_smem, t_l2, t_dram) + t_fill + t_epilogue + ... + t_launch
 

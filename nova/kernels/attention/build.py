@@ -365,26 +365,9 @@ class _Flash:
         return out
 
     def mma(self, a, b, acc):
-        ir = self.ir
         if self.tf32:
-            return ir.let("acc", f"nvgpu.mma.sync({a}, {b}, {acc}) {{mmaShape = [16, 8, 8], tf32Enabled}} : "
-                                 "(vector<4x1xf32>, vector<2x1xf32>, vector<2x2xf32>) -> vector<2x2xf32>")
-        if self.T == "f16":
-            return ir.let("acc", f"nvgpu.mma.sync({a}, {b}, {acc}) {{mmaShape = [16, 8, 16]}} : "
-                                 "(vector<4x2xf16>, vector<2x2xf16>, vector<2x2xf32>) -> vector<2x2xf32>")
-        # bf16: nvgpu.mma.sync cannot lower bf16 in MLIR 22; the NVVM op on packed i32 halves
-        ar = [ir.let("a_i", f"llvm.bitcast {ir.let('a_p', f'vector.extract {a}[{r}] : vector<2xbf16> from vector<4x2xbf16>')}"
-                            " : vector<2xbf16> to i32") for r in range(4)]
-        br = [ir.let("b_i", f"llvm.bitcast {ir.let('b_p', f'vector.extract {b}[{r}] : vector<2xbf16> from vector<2x2xbf16>')}"
-                            " : vector<2xbf16> to i32") for r in range(2)]
-        cs = [ir.let("c_e", f"vector.extract {acc}[{r}, {c}] : f32 from vector<2x2xf32>") for r in (0, 1) for c in (0, 1)]
-        st = "!llvm.struct<(f32, f32, f32, f32)>"
-        d = ir.let("d", f"nvvm.mma.sync A[{', '.join(ar)}] B[{', '.join(br)}] C[{', '.join(cs)}] "
-                        "{layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>, "
-                        "multiplicandAPtxType = #nvvm.mma_type<bf16>, multiplicandBPtxType = #nvvm.mma_type<bf16>, "
-                        f"shape = #nvvm.shape<m = 16, n = 8, k = 16>}} : (i32, i32, f32) -> {st}")
-        ds = [ir.let("d_e", f"llvm.extractvalue {d}[{e}] : {st}") for e in range(4)]
-        return ir.let("acc", f"vector.from_elements {', '.join(ds)} : vector<2x2xf32>")
+            return self.ir.mma_sync(a, b, acc, "tf32", 8)
+        return self.ir.mma_sync(a, b, acc, "f16" if self.T == "f16" else "bf16", 16)
 
     # ------------------------------------------------------------------------------------------
     # accumulators as scalars: acc[m][j] is a 16x8 tile; element (h, c) is row g+8h, col 2t+c

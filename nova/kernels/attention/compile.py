@@ -29,21 +29,16 @@ def summary(problem, role: str, target) -> str:
 
 
 def compile_kernel(problem, schedule, role: str, *, cubin: bool = True) -> KernelArtifact:
-    from nova.codegen import MLIR_TOOLCHAIN, CodegenError
-    from nova.codegen import ptxas as _ptxas
-    from nova.codegen.lower import pipeline, to_ptx
+    from nova.codegen import MLIR_TOOLCHAIN, lower_and_assemble
+    from nova.codegen.lower import pipeline
     kt = schedule.kernel(role)
     text = build_module(problem, schedule, role)
-    try:
-        ptx = to_ptx(text, schedule.arch)
-    except CodegenError as e:
-        raise CodegenError(f"lowering {role} of {problem.describe()} failed: {e}") from None
-    resources, binary = {}, None
+    ptx, binary, resources, ptxas_version = lower_and_assemble(text, schedule.arch, KERNEL_NAMES[role],
+                                                               f"{role} of {problem.describe()}", cubin=cubin)
     meta = {"problem": problem.to_dict(), "schedule": schedule.to_dict(), "role": role, "mlir": MLIR_TOOLCHAIN,
             "pipeline": pipeline(schedule.arch)}
-    if cubin and _ptxas.available():
-        binary, resources = _ptxas.assemble(ptx, schedule.arch, kernel=KERNEL_NAMES[role])
-        meta["ptxas"] = _ptxas.version()
+    if ptxas_version is not None:
+        meta["ptxas"] = ptxas_version
     return KernelArtifact(name=KERNEL_NAMES[role], arch=schedule.arch, ptx=ptx, grid=tuple(kt.grid),
                           block=(kt.threads, 1, 1), smem_bytes=kt.smem_bytes, params=PARAMS[role],
                           cubin=binary, resources=resources, meta=meta)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 
 from nova.configurator.derivation import Derivation
-from nova.configurator.schedule import MmaInstr, Prediction, Step
+from nova.configurator.step import MmaInstr, Prediction, Step
 from nova.hwmodel import GPUModel, TargetError, get_target
 from nova.hwmodel.formula import Formula
 from nova.kernels.attention.problem import AttentionProblem

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from nova.configurator.schedule import MmaInstr
+from nova.configurator.step import MmaInstr
 
 ROLES = ("fwd", "bwd_pre", "bwd_dkv", "bwd_dq")
 
@@ -98,7 +98,7 @@ class AttentionConfig:
     problem: object
     target: object
     schedule: AttentionSchedule
-    prediction: object              # nova.configurator.schedule.Prediction (forward + backward)
+    prediction: object              # nova.configurator.step.Prediction (forward + backward)
     derivation: tuple = ()
     terms: dict = field(default_factory=dict)     # per kernel predicted us
     config_time_ms: float = field(default=0.0, compare=False)

@@ -22,215 +22,29 @@ The kernel is an Ampere-class tensor-core GEMM (``mma.sync``; it also runs on Ho
 * **Epilogue.**  Optional bias (slice 0 only under split-K), activation (relu, gelu-tanh, silu),
   conversion to the output type, then plain stores or, with split-K, ``memref.atomic_rmw addf``.
 
-The MLIR is generated as text by small helper methods (``_Ir``) that name SSA values after what
+The MLIR is generated as text by small helper methods (``nova.codegen.builder.Ir``) that name SSA values after what
 they hold and fold compile-time index arithmetic, so ``nova compile --emit mlir`` is readable.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 from nova.codegen import CodegenError
-from nova.configurator.problem import GemmProblem
-from nova.configurator.schedule import Schedule
+from nova.codegen.builder import SMEM, Ir
 from nova.dtypes import MODES
+from nova.kernels.gemm.problem import GemmProblem
+from nova.kernels.gemm.schedule import Schedule
 
 KERNEL_NAME = "nova_gemm"
 SUPPORTED_ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
 MAX_THREADS_PER_BLOCK = 1024   # CUDA's limit on every supported architecture
+RESERVED_NAMES = ("A", "B", "C", "bias", "kt", "stage")   # spelled directly in the kernels' text
+MMA_NAMES = {"tf32": "acc_tf32", "f16": "acc_f16", "a_bits": "a_bits", "a_pair": "a_pair", "b_bits": "b_bits",
+             "b_pair": "b_pair", "c_elt": "c_elt", "d": "d_bf16", "d_elt": "d_elt", "bf16": "acc_bf16"}
 
 # Tensor-core instruction shape per input dtype (mma.sync, FP32 accumulation).
 _MMA_SHAPE = {m: (16, 8, e.mma_k) for m, e in MODES.items()}      # nova/dtypes.py
 _MMA_ATYPE = {m: e.name for m, e in MODES.items()}
 _LOG2E = 1.4426950408889634
 _GELU_C = 0.7978845608028654  # sqrt(2/pi)
-
-SMEM = "#smem"  # alias for #gpu.address_space<workgroup>, declared at the top of the module
-
-
-# ----------------------------------------------------------------------------------------------
-# A tiny MLIR text emitter
-# ----------------------------------------------------------------------------------------------
-class _Ir:
-    """Appends MLIR ops as text.
-
-    Index values are either Python ints (compile-time constants, folded) or SSA names ("%row").
-    Constants are hoisted into one block at the top of the function.
-    """
-
-    def __init__(self):
-        self.lines: list[str] = []
-        self.level = 0
-        # names spelled directly in the text (function arguments, loop variables) are reserved
-        self._taken: dict[str, int] = {n: 1 for n in ("A", "B", "C", "bias", "kt", "stage")}
-        self._consts: dict[tuple, str] = {}
-        self._const_lines: list[str] = []
-        self._const_anchor = None
-        self._memo: list[dict] = [{}]   # pure ops already emitted, one scope per open region
-
-    # -- text
-    def emit(self, text: str) -> None:
-        self.lines.append("  " * self.level + text)
-
-    def comment(self, text: str) -> None:
-        self.emit("// " + text)
-
-    def blank(self) -> None:
-        self.lines.append("")
-
-    def fresh(self, hint: str) -> str:
-        n = self._taken.get(hint, 0)
-        self._taken[hint] = n + 1
-        return f"%{hint}" if n == 0 else f"%{hint}_{n}"
-
-    def let(self, hint: str, rhs: str) -> str:
-        name = self.fresh(hint)
-        self.emit(f"{name} = {rhs}")
-        return name
-
-    def pure(self, hint: str, rhs: str) -> str:
-        """Like ``let`` for side-effect-free ops: reuse an identical value visible in this scope."""
-        for scope in reversed(self._memo):
-            if rhs in scope:
-                return scope[rhs]
-        name = self.let(hint, rhs)
-        self._memo[-1][rhs] = name
-        return name
-
-    @contextmanager
-    def region(self, header: str, close: str = "}"):
-        self.emit(header)
-        self.level += 1
-        self._memo.append({})
-        yield
-        self._memo.pop()
-        self.level -= 1
-        self.emit(close)
-
-    @contextmanager
-    def kernel(self, name: str, args: list[str], threads: int, **nvvm_attrs):
-        """``gpu.func @name(args)`` inside Nova's module scaffold (``gpu.module @nova_kernels``), with
-        ``known_block_size`` and ``nvvm.<attr> = <value> : i32`` attributes; constants created in
-        its body are printed at its top."""
-        extra = "".join(f", nvvm.{k} = {v} : i32" for k, v in nvvm_attrs.items())
-        with self.region("module attributes {gpu.container_module} {"):
-            with self.region("gpu.module @nova_kernels {"):
-                with self.region(f"gpu.func @{name}({', '.join(args)}) kernel attributes "
-                                 f"{{known_block_size = array<i32: {threads}, 1, 1>{extra}}} {{"):
-                    self.anchor_constants()
-                    yield
-
-    def anchor_constants(self) -> None:
-        """Constants created from now on are printed at this point (top of the function body)."""
-        self._const_anchor = (len(self.lines), self.level)
-
-    def text(self) -> str:
-        lines = list(self.lines)
-        if self._const_anchor is not None:
-            pos, level = self._const_anchor
-            lines[pos:pos] = ["  " * level + s for s in self._const_lines]
-        return "\n".join(lines) + "\n"
-
-    # -- constants
-    def const(self, value, ty: str = "index") -> str:
-        key = (ty, repr(value))
-        if key not in self._consts:
-            if ty == "index":
-                name = self.fresh(f"c{value}" if value >= 0 else f"c_neg{-value}")
-                lit = str(value)
-            elif ty == "i1":
-                name = self.fresh("true" if value else "false")
-                lit = "true" if value else "false"
-            elif ty.startswith("vector"):
-                name = self.fresh("zero_acc" if value == 0.0 else "cst_vec")
-                lit = f"dense<{float(value)!r}>"
-            else:
-                name = self.fresh(f"cst_{ty}")
-                lit = repr(float(value))
-            self._consts[key] = name
-            self._const_lines.append(f"{name} = arith.constant {lit} : {ty}")
-        return self._consts[key]
-
-    def v(self, x) -> str:
-        """Materialize an index value (int -> constant)."""
-        return self.const(x) if isinstance(x, int) else x
-
-    # -- index arithmetic with folding
-    def add(self, a, b, hint="idx"):
-        if isinstance(a, int) and isinstance(b, int):
-            return a + b
-        if isinstance(a, int) and a == 0:
-            return b
-        if isinstance(b, int) and b == 0:
-            return a
-        return self.pure(hint, f"arith.addi {self.v(a)}, {self.v(b)} : index")
-
-    def sub(self, a, b, hint="idx"):
-        if isinstance(a, int) and isinstance(b, int):
-            return a - b
-        if isinstance(b, int) and b == 0:
-            return a
-        return self.pure(hint, f"arith.subi {self.v(a)}, {self.v(b)} : index")
-
-    def mul(self, a, b, hint="idx"):
-        if isinstance(a, int) and isinstance(b, int):
-            return a * b
-        for x, y in ((a, b), (b, a)):
-            if isinstance(x, int):
-                if x == 0:
-                    return 0
-                if x == 1:
-                    return y
-        return self.pure(hint, f"arith.muli {self.v(a)}, {self.v(b)} : index")
-
-    def div(self, a, b, hint="idx"):
-        """Unsigned division of non-negative index values."""
-        if isinstance(a, int) and isinstance(b, int):
-            return a // b
-        if isinstance(b, int) and b == 1:
-            return a
-        return self.pure(hint, f"arith.divui {self.v(a)}, {self.v(b)} : index")
-
-    def rem(self, a, b, hint="idx"):
-        if isinstance(a, int) and isinstance(b, int):
-            return a % b
-        if isinstance(b, int) and b == 1:
-            return 0
-        return self.pure(hint, f"arith.remui {self.v(a)}, {self.v(b)} : index")
-
-    def min(self, a, b, hint="idx"):
-        if isinstance(a, int) and isinstance(b, int):
-            return min(a, b)
-        return self.pure(hint, f"arith.minsi {self.v(a)}, {self.v(b)} : index")
-
-    def max(self, a, b, hint="idx"):
-        if isinstance(a, int) and isinstance(b, int):
-            return max(a, b)
-        return self.pure(hint, f"arith.maxsi {self.v(a)}, {self.v(b)} : index")
-
-    def cmp(self, pred: str, a, b, hint="ok"):
-        """Signed index comparison -> i1 (or a Python bool when both sides are known)."""
-        if isinstance(a, int) and isinstance(b, int):
-            return {"slt": a < b, "sle": a <= b, "sgt": a > b, "sge": a >= b,
-                    "eq": a == b, "ne": a != b}[pred]
-        return self.pure(hint, f"arith.cmpi {pred}, {self.v(a)}, {self.v(b)} : index")
-
-    def and_(self, a, b, hint="ok"):
-        if a is True:
-            return b
-        if b is True:
-            return a
-        if a is False or b is False:
-            return False
-        return self.pure(hint, f"arith.andi {a}, {b} : i1")
-
-    def select(self, cond, a, b, ty="index", hint="sel"):
-        if cond is True:
-            return a
-        if cond is False:
-            return b
-        va = self.v(a) if ty == "index" else a
-        vb = self.v(b) if ty == "index" else b
-        return self.pure(hint, f"arith.select {cond}, {va}, {vb} : {ty}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -287,7 +101,7 @@ def check_supported(problem: GemmProblem, s: Schedule) -> None:
         if pad < 0 or (g.smem_cols * eb) % 16:
             fail(f"smem_pad_{op.lower()}={pad}: rows of {g.smem_cols} elements ({g.smem_cols * eb} B) "
                  "must be a multiple of 16 bytes (cp.async / ldmatrix alignment)")
-    need = _smem_plan(problem, s)["total"]
+    need = smem_plan(problem, s)["total"]
     if s.smem_bytes < need:
         fail(f"schedule.smem_bytes={s.smem_bytes} is smaller than the {need} bytes the "
              f"{s.stages}-stage A/B ring needs")
@@ -322,7 +136,7 @@ def _operand_geometry(p: GemmProblem, s: Schedule, op: str) -> _Geom:
     return _Geom("B", p.K, p.N, s.block_k, s.block_n, s.smem_pad_b, "k", "n")
 
 
-def _smem_plan(p: GemmProblem, s: Schedule) -> dict:
+def smem_plan(p: GemmProblem, s: Schedule) -> dict:
     a = _operand_geometry(p, s, "A")
     b = _operand_geometry(p, s, "B")
     a_bytes = s.stages * a.tile_rows * a.smem_cols * p.in_bytes
@@ -339,18 +153,18 @@ def split_k_chunk(p: GemmProblem, s: Schedule) -> int:
 # ----------------------------------------------------------------------------------------------
 # The kernel
 # ----------------------------------------------------------------------------------------------
-class _GemmKernel:
+class GemmKernel:
     def __init__(self, p: GemmProblem, s: Schedule, fragment_prefetch: bool = False):
         self.p, self.s = p, s
         self.prefetch = fragment_prefetch
-        self.ir = _Ir()
+        self.ir = Ir(RESERVED_NAMES)
         self.T = p.storage                                   # element type of A and B
         self.O = p.out_dtype                                 # element type of C
         self.BT = "f32" if p.dtype == "tf32" else p.out_dtype  # element type of bias
         self.threads = s.threads_per_block
         self.ga = _operand_geometry(p, s, "A")
         self.gb = _operand_geometry(p, s, "B")
-        self.smem = _smem_plan(p, s)
+        self.smem = smem_plan(p, s)
         self.bound = {"m": p.M, "n": p.N, "k": p.K}
         block = {"m": s.block_m, "n": s.block_n, "k": s.block_k}
         # A dimension needs run-time bounds checks only if the tiles do not divide it.
@@ -726,28 +540,9 @@ class _GemmKernel:
         return out
 
     def mma(self, a: str, b: str, acc: str) -> str:
-        ir, s = self.ir, self.s
-        shape = f"[{s.mma.m}, {s.mma.n}, {s.mma.k}]"
-        if self.p.dtype == "tf32":
-            return ir.let("acc_tf32", f"nvgpu.mma.sync({a}, {b}, {acc}) {{mmaShape = {shape}, tf32Enabled}} : "
-                                      "(vector<4x1xf32>, vector<2x1xf32>, vector<2x2xf32>) -> vector<2x2xf32>")
-        if self.p.dtype == "fp16":
-            return ir.let("acc_f16", f"nvgpu.mma.sync({a}, {b}, {acc}) {{mmaShape = {shape}}} : "
-                                     "(vector<4x2xf16>, vector<2x2xf16>, vector<2x2xf32>) -> vector<2x2xf32>")
-        # bf16: nvgpu.mma.sync cannot lower bf16 operands in MLIR 22 ("failed to deduce operand
-        # PTX types"), so this one instruction is written in the NVVM dialect on packed i32 halves.
-        ar = [ir.let("a_bits", f"llvm.bitcast {ir.let('a_pair', f'vector.extract {a}[{r}] : vector<2xbf16> from vector<4x2xbf16>')} "
-                               ": vector<2xbf16> to i32") for r in range(4)]
-        br = [ir.let("b_bits", f"llvm.bitcast {ir.let('b_pair', f'vector.extract {b}[{r}] : vector<2xbf16> from vector<2x2xbf16>')} "
-                               ": vector<2xbf16> to i32") for r in range(2)]
-        cs = [ir.let("c_elt", f"vector.extract {acc}[{r}, {c}] : f32 from vector<2x2xf32>") for r in (0, 1) for c in (0, 1)]
-        st = "!llvm.struct<(f32, f32, f32, f32)>"
-        d = ir.let("d_bf16", f"nvvm.mma.sync A[{', '.join(ar)}] B[{', '.join(br)}] C[{', '.join(cs)}] "
-                             "{layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>, "
-                             "multiplicandAPtxType = #nvvm.mma_type<bf16>, multiplicandBPtxType = #nvvm.mma_type<bf16>, "
-                             f"shape = #nvvm.shape<m = {s.mma.m}, n = {s.mma.n}, k = {s.mma.k}>}} : (i32, i32, f32) -> {st}")
-        ds = [ir.let("d_elt", f"llvm.extractvalue {d}[{e}] : {st}") for e in range(4)]
-        return ir.let("acc_bf16", f"vector.from_elements {', '.join(ds)} : vector<2x2xf32>")
+        s = self.s
+        a_type = {"tf32": "tf32", "fp16": "f16"}.get(self.p.dtype, "bf16")
+        return self.ir.mma_sync(a, b, acc, a_type, s.mma.k, MMA_NAMES)
 
     def fragment_types(self) -> list[str]:
         s = self.s
@@ -919,4 +714,4 @@ def build_gemm_module(problem: GemmProblem, schedule: Schedule, *, fragment_pref
     barrier (register double buffering).  Off by default: it costs ~30-40% more registers
     (e.g. 128 -> 171 for tf32 128x128x32 / 8 warps), which halves occupancy; see the report."""
     check_supported(problem, schedule)
-    return _GemmKernel(problem, schedule, fragment_prefetch).build()
+    return GemmKernel(problem, schedule, fragment_prefetch).build()

@@ -9,13 +9,13 @@ analytic pick (``configure``) is from the best.  The space is the cross product 
                  (block_m/warps_m) x (block_n/warps_n) a multiple of the MMA shape and its FP32
                  accumulators warp_m*warp_n/32 <= 128 registers per thread
   block_k        MMA k .. 128 bytes / element (one L2 line per row, as the configurator), powers of
-                 two, each clamped to K rounded up to the MMA k (``gemm.py`` step 6)
+                 two, each clamped to K rounded up to the MMA k (``ampere.py`` step 6)
   stages         2..6, within shared memory, and at most max(2, K tiles per split-K slice)
   split_k        {1, 2, 4, 8}, only into an f32 output without activation, no empty slice
   group_m        {1, 4, 8, 16}, values >= the number of tile rows merged (they raster identically)
 
 Every other field follows from these exactly as in the configurator's ``plan_tile`` (same helpers and
-formulas): cp.async vectors (``_vector``), shared-memory tiles and pads (``smem_tiles``), the
+formulas): cp.async vectors (``copy_vector``), shared-memory tiles and pads (``smem_tiles``), the
 register estimate (``REGS``) and the blocks per SM, which is the most blocks that fit with that
 many stages:
 
@@ -58,13 +58,14 @@ import itertools
 import random
 import zlib
 
-from nova.configurator.cost import cdiv, predict
-from nova.configurator.gemm import (BPS_REGS, BPS_THREADS, FRAG_A_REGS, FRAG_B_REGS, LINE_BYTES, OVERHEAD_REGS,
-                                    PLAIN_COPY_REGS, REGS, STAGE_BYTES, _vector, check_schedule, configure, smem_tiles)
-from nova.configurator.hopper import (CONSUMER_OVERHEAD_REGS, STAGES, WGMMA_M, consumer_regs, operand_plan,
+from nova.kernels.gemm.cost import cdiv, predict
+from nova.kernels.gemm.ampere import (BPS_REGS, BPS_THREADS, FRAG_A_REGS, FRAG_B_REGS, LINE_BYTES, OVERHEAD_REGS, PLAIN_COPY_REGS, REGS, STAGE_BYTES, copy_vector, check_schedule, smem_tiles)
+from nova.kernels.gemm.configure import configure
+from nova.kernels.gemm.hopper import (CONSUMER_OVERHEAD_REGS, STAGES, WGMMA_M, consumer_regs, operand_plan,
                                       predict_hopper, split_k_blocker, wgmma_schedule)
-from nova.configurator.problem import GemmProblem
-from nova.configurator.schedule import MmaInstr, Prediction, Schedule
+from nova.kernels.gemm.problem import GemmProblem
+from nova.configurator.step import MmaInstr, Prediction
+from nova.kernels.gemm.schedule import Schedule
 from nova.hwmodel import GPUModel, get_target
 from nova.hwmodel.formula import Formula
 
@@ -163,9 +164,9 @@ def schedule_space(problem: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[
     """The sorted space of ``pick``'s instruction family, holding ``pick`` (added when the
     enumeration does not reach it, e.g. a split-K of 3 or a group-M of 11)."""
     if pick.mma.family == "wgmma":
-        space = _wgmma_space(problem, gpu, pick)
+        space = wgmma_space_around(problem, gpu, pick)
     else:
-        space = _full_space(problem, gpu)
+        space = mma_sync_space(problem, gpu)
     if pick not in space:
         space = sorted(space + [pick], key=schedule_sort_key)
     return space
@@ -189,11 +190,11 @@ def _group_options(rows: int, tile_rows: int, cols: int, tile_cols: int, values)
     return [1]
 
 
-def _full_space(p: GemmProblem, gpu: GPUModel) -> list[Schedule]:
+def mma_sync_space(p: GemmProblem, gpu: GPUModel) -> list[Schedule]:
     mma = _mma_for(p, gpu)
     b = p.in_bytes
-    vector_a = _vector(p.M if p.trans_a else p.K, b)
-    vector_b = _vector(p.K if p.trans_b else p.N, b)
+    vector_a = copy_vector(p.M if p.trans_a else p.K, b)
+    vector_b = copy_vector(p.K if p.trans_b else p.N, b)
     vector_c = 2 if p.N % 2 == 0 else 1
     plain_copies = sum(1 for v in (vector_a, vector_b) if v * b < 4)
     split_ok = p.out_bytes == 4 and p.activation == "none"
@@ -236,7 +237,7 @@ def wgmma_fits(gpu: GPUModel, wgs: int, n: int) -> bool:
     return n // 2 + CONSUMER_OVERHEAD_REGS <= consumer_regs(gpu.regs_per_sm, wgs)
 
 
-def _wgmma_space(p: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Schedule]:
+def wgmma_space_around(p: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Schedule]:
     rows, cols = (p.N, p.M) if pick.swap_ab else (p.M, p.N)       # wgmma rows (the warps) x wgmma N
     n_top = min(gpu.mma_shapes["wgmma"][p.dtype][1], max(64, _clamp_side(cols)))
     k_iters = cdiv(p.K, pick.block_k)

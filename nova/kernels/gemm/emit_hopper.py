@@ -5,7 +5,7 @@
 Design (each point is a decision; the configurator's ``hopper.py`` explains the numbers):
 
 Every number the kernel and its launch depend on comes from the schedule (``schedule.hopper``,
-decided by ``nova/configurator/hopper.py``): the operand roles and TMA boxes, the setmaxnreg
+decided by ``nova/kernels/gemm/hopper.py``): the operand roles and TMA boxes, the setmaxnreg
 targets, the shared-memory ring, the grid.  Nothing here knows the target.
 
 * **Roles.**  ``1 + consumer_warpgroups`` warpgroups of 128 threads.  Warpgroup 0 is the producer:
@@ -42,11 +42,12 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from nova.codegen import CodegenError
-from nova.codegen.gemm import SMEM, _Ir, _GemmKernel
-from nova.configurator.hopper import output_vector     # the epilogue's store-width rule, to check vector_c
-from nova.configurator.problem import GemmProblem
-from nova.configurator.schedule import OperandPrep, Schedule
+from nova.codegen.builder import SMEM, Ir
 from nova.dtypes import MODES
+from nova.kernels.gemm.emit_ampere import RESERVED_NAMES, GemmKernel
+from nova.kernels.gemm.hopper import output_vector     # the epilogue's store-width rule, to check vector_c
+from nova.kernels.gemm.problem import GemmProblem
+from nova.kernels.gemm.schedule import OperandPrep, Schedule
 
 KERNEL_NAME = "nova_gemm"
 PREP_NAME = "nova_prep"
@@ -140,21 +141,20 @@ class _HopperKernel:
     kernel computes C^T = B^T A^T, i = n, j = m, X = B, Y = A.  X is the wgmma A operand (shared
     memory, or registers for a 32-bit MN-major tile), Y the wgmma B operand (shared memory)."""
     # epilogue helpers shared with the mma.sync kernel (they only use self.ir, self.p, self.O, ...)
-    fconst = _GemmKernel.fconst
-    exp2 = _GemmKernel.exp2
-    times_sigmoid = _GemmKernel.times_sigmoid
-    activation = _GemmKernel.activation
-    to_out = _GemmKernel.to_out
-    guarded = _GemmKernel.guarded
-    load_bias = _GemmKernel.load_bias
-    ctype = _GemmKernel.ctype          # C and bias memref types: the same epilogue ABI as mma.sync
-    btype = _GemmKernel.btype
+    fconst = GemmKernel.fconst
+    exp2 = GemmKernel.exp2
+    times_sigmoid = GemmKernel.times_sigmoid
+    activation = GemmKernel.activation
+    to_out = GemmKernel.to_out
+    guarded = GemmKernel.guarded
+    load_bias = GemmKernel.load_bias
+    ctype = GemmKernel.ctype          # C and bias memref types: the same epilogue ABI as mma.sync
+    btype = GemmKernel.btype
 
     def __init__(self, p: GemmProblem, s: Schedule, wait_depth: int = 1):
         self.p, self.s = p, s
-        self.ir = _Ir()
-        for n in ("tmA", "tmB", "tile", "kp", "it", "acc", "itc", "ktp", "itp"):
-            self.ir._taken[n] = 1
+        self.ir = Ir(RESERVED_NAMES)
+        self.ir.reserve("tmA", "tmB", "tile", "kp", "it", "acc", "itc", "ktp", "itp")
         self.T = p.storage
         self.O = p.out_dtype
         self.BT = "f32" if p.dtype == "tf32" else p.out_dtype
@@ -204,11 +204,8 @@ class _HopperKernel:
             self.setup()
             is_prod = ir.cmp("eq", self.wg, 0, "is_producer")
             ir.emit(f"scf.if {is_prod} {{")
-            ir.level += 1
-            ir._memo.append({})
-            self.producer()
-            ir._memo.pop()
-            ir.level -= 1
+            with ir.scope():
+                self.producer()
             with ir.region("} else {", close="}"):
                 self.consumer()
             ir.emit("gpu.return")
@@ -565,9 +562,9 @@ class _HopperKernel:
                 vals = values(cols, idx)
                 self.store_two(vals, row, cols, row_ok, pair_ok)
 
-    store_one = _GemmKernel.store_one       # split-K: atomic add into the zeroed output
-    store_two = _GemmKernel.store_two
-    store_pair = _GemmKernel.store_pair
+    store_one = GemmKernel.store_one       # split-K: atomic add into the zeroed output
+    store_two = GemmKernel.store_two
+    store_pair = GemmKernel.store_pair
 
     def store_quads(self, rows_i, col0, values):
         """16-bit output, 8-byte stores: lanes t and t^1 swap one 4-byte pair per two column blocks
@@ -623,14 +620,14 @@ def build_prep_module(problem: GemmProblem, prep: OperandPrep) -> str:
 
     A 32x32 tile per block of 256 threads (8 rows per pass): reads along the source's rows and
     writes along the destination's rows through a padded shared tile, so both sides coalesce."""
-    p, ir = problem, _Ir()
+    p, ir = problem, Ir(RESERVED_NAMES)
     T = p.storage
     sr, sc = prep.src
     dr, dc = prep.dst
     tr, rnd = prep.transpose, prep.round
     src_t, dst_t = f"memref<{sr}x{sc}x{T}>", f"memref<{dr}x{dc}x{T}>"
     tile_t = f"memref<{PREP_TILE}x{PREP_TILE + 1}x{T}, {SMEM}>"
-    ir._taken.update({"src": 1, "dst": 1})
+    ir.reserve("src", "dst")
     ir.emit(f"// Nova operand prep for {p.describe()}: {'transpose, ' if tr else ''}"
             f"{'round to TF32 (rna), ' if rnd else ''}pad K to {dc}")
     ir.emit(f"{SMEM} = #gpu.address_space<workgroup>")
@@ -697,42 +694,31 @@ def compile_hopper(problem: GemmProblem, schedule: Schedule, *, cubin: bool = Tr
     """The Hopper kernel's artifact: launched on ``schedule.hopper.ctas`` CTAs, with the operand-prep
     kernels the operand plan asks for in ``meta["prep_kernels"]`` (by operand, as artifact dicts).
     The runtime reads everything else (tensor maps, workspaces) from the schedule."""
-    from nova.codegen import MLIR_TOOLCHAIN
-    from nova.codegen import ptxas as _ptxas
+    from nova.codegen import MLIR_TOOLCHAIN, lower_and_assemble
     from nova.codegen.artifact import KernelArtifact
-    from nova.codegen.lower import pipeline, to_ptx
+    from nova.codegen.lower import pipeline
 
     where = f"{problem.describe()} (Hopper, block {schedule.block_m}x{schedule.block_n}, {schedule.stages} stages)"
 
     def lower(text, kernel):
-        try:
-            ptx = to_ptx(text, ARCH)
-        except CodegenError as e:
-            raise CodegenError(f"lowering {where} [{kernel}] failed: {e}") from None
-        binary, res = None, {}
-        if cubin and _ptxas.available():
-            try:
-                binary, res = _ptxas.assemble(ptx, ARCH, kernel=kernel)
-            except CodegenError as e:
-                raise CodegenError(f"assembling {where} [{kernel}] failed: {e}") from None
-        return ptx, binary, res
+        return lower_and_assemble(text, ARCH, kernel, f"{where} [{kernel}]", cubin=cubin)
 
     s = schedule
-    ptx, binary, resources = lower(build_hopper_module(problem, s, wait_depth=wait_depth), KERNEL_NAME)
+    ptx, binary, resources, ptxas_version = lower(build_hopper_module(problem, s, wait_depth=wait_depth), KERNEL_NAME)
     preps = {}
     for op in ("a", "b"):
         pr = s.hopper.operands.role(op).prep
         if pr is None:
             continue
-        pptx, pbin, pres = lower(build_prep_module(problem, pr), PREP_NAME)
+        pptx, pbin, pres, _ = lower(build_prep_module(problem, pr), PREP_NAME)
         launch = prep_launch(pr, problem.in_bytes)
         preps[op] = KernelArtifact(name=PREP_NAME, arch=ARCH, ptx=pptx, grid=launch["grid"], block=launch["block"],
                                    smem_bytes=launch["smem_bytes"], params=("src", "dst"), cubin=pbin,
                                    resources=pres, meta={"prep": asdict(pr)}).to_dict()
     meta = {"problem": problem.to_dict(), "schedule": s.to_dict(), "mlir": MLIR_TOOLCHAIN,
             "pipeline": pipeline(ARCH), "prep_kernels": preps, "wait_depth": wait_depth}
-    if binary is not None:
-        meta["ptxas"] = _ptxas.version()
+    if ptxas_version is not None:
+        meta["ptxas"] = ptxas_version
     params = ("tmap_a", "tmap_b", "C") + (("bias",) if problem.bias else ())
     return KernelArtifact(name=KERNEL_NAME, arch=ARCH, ptx=ptx, grid=(s.hopper.ctas, 1, 1),
                           block=(WG * (1 + s.consumer_warpgroups), 1, 1), smem_bytes=s.smem_bytes,

@@ -21,64 +21,13 @@ No search and no measurement: the same inputs always give the same schedule.
 """
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
-
-from nova.configurator.cost import BLOCK_INTENSITY, WARP_INTENSITY, cdiv, predict
 from nova.configurator.derivation import Derivation, NullDerivation, formula_step, note
-from nova.configurator.hopper import configure_hopper, hopper_supported
-from nova.configurator.problem import GemmProblem
-from nova.configurator.schedule import MmaInstr, Prediction, Schedule, Step
-from nova.hwmodel import GPUModel, get_target
+from nova.configurator.step import MmaInstr, Prediction, Step
+from nova.hwmodel import GPUModel
 from nova.hwmodel.formula import Formula
-
-
-class ScheduleError(RuntimeError):
-    """The configurator produced a schedule that violates a hardware limit (a Nova bug)."""
-
-
-@dataclass(frozen=True)
-class Config:
-    problem: GemmProblem
-    target: GPUModel
-    schedule: Schedule
-    prediction: Prediction
-    derivation: tuple[Step, ...]
-    config_time_ms: float = field(default=0.0, compare=False)
-
-    @property
-    def calibrated_time_us(self) -> float | None:
-        """The prediction with the target's fitted efficiency constants (``nova.bench.calibrate``), when
-        a calibration exists for this target and instruction family; None otherwise.  Schedule
-        decisions never use it: it reports, it does not choose."""
-        clock_and_time = self._calibrated()
-        return None if clock_and_time is None else float(clock_and_time[1])
-
-    @property
-    def calibrated_clock_mhz(self) -> float | None:
-        """The SM clock the calibration predicts for this kernel (its power-limited clock), when the
-        calibration has the power constants; None otherwise."""
-        clock_and_time = self._calibrated()
-        return None if clock_and_time is None or clock_and_time[0] is None else float(clock_and_time[0])
-
-    def _calibrated(self):
-        from nova.hwmodel.calibration import clock_and_time, load
-        cal = load(self.target.name, self.schedule.mma.family)
-        if cal is None:
-            return None
-        return clock_and_time(self.prediction.terms_us, self.schedule.split_k, cal["constants"])
-
-    def to_dict(self) -> dict:
-        s = self.schedule
-        sched = s.to_dict()
-        sched.update(warps=s.warps, threads_per_block=s.threads_per_block, swap_ab=s.swap_ab, warp_tile_m=s.warp_tile_m,
-                     warp_tile_n=s.warp_tile_n, grid=list(s.grid(self.problem.M, self.problem.N)),
-                     mma=str(s.mma), mma_instr=s.mma.__dict__ | {})
-        return {"op": "matmul", "M": self.problem.M, "N": self.problem.N, "K": self.problem.K,
-                "dtype": self.problem.dtype, "target": self.target.name, "arch": self.target.arch,
-                "problem": self.problem.to_dict(), "schedule": sched, "prediction": self.prediction.to_dict(),
-                "derivation": [st.to_dict() for st in self.derivation], "config_time_ms": self.config_time_ms,
-                "calibrated_time_us": self.calibrated_time_us, "calibrated_clock_mhz": self.calibrated_clock_mhz}
+from nova.kernels.gemm.cost import BLOCK_INTENSITY, WARP_INTENSITY, cdiv, predict
+from nova.kernels.gemm.problem import GemmProblem
+from nova.kernels.gemm.schedule import Schedule, ScheduleError
 
 
 # ---- formulas (each shown in the derivation) ------------------------------------------------
@@ -118,46 +67,6 @@ MIN_BLOCK_SIDE = 16       # the clamp to the problem keeps tiles at least this w
 MIN_SPLIT_K_ITERS = 4     # split K only when it has at least this many block_k steps
 MIN_STAGES = 2            # one stage computing, one landing
 PLAIN_COPY_STAGES = 2     # element-wise copies hold every prefetched element in registers
-
-
-def configure(problem: GemmProblem, target: "GPUModel | str" = "rtx3060", *, family: str | None = None) -> Config:
-    """Derive the schedule for ``problem`` on ``target``.  Pure and deterministic.
-
-    ``family`` picks the tensor-core instruction family: None = the fastest the target and the code
-    generator support (wgmma on Hopper unless ``NOVA_HOPPER=0``), ``"mma.sync"`` = the Ampere-class
-    path on any target (used by the oracle's schedule space)."""
-    if family not in (None, "mma.sync", "wgmma"):
-        raise ValueError(f"unknown MMA family {family!r}; choose mma.sync or wgmma")
-    t0 = time.perf_counter()
-    gpu = get_target(target)
-    d = Derivation()
-    # ---- Hopper (issue 4): the wgmma/TMA path, rules in hopper.py; on by default for targets with
-    # wgmma (the H200 sweep passed: 652/652, sanitizer clean); NOVA_HOPPER=0 forces mma.sync.
-    if family == "wgmma" and not use_hopper(problem, gpu, forced=True):
-        from nova.hwmodel import TargetError
-        raise TargetError(f"the wgmma path does not apply to {problem.describe()} on {gpu.name} ({gpu.arch})")
-    if family != "mma.sync" and use_hopper(problem, gpu, forced=family == "wgmma"):
-        schedule, prediction = configure_hopper(problem, gpu, d)
-    else:
-        schedule, prediction = configure_mma_sync(problem, gpu, d)
-    d.record(prediction_step(prediction))
-    return Config(problem, gpu, schedule, prediction, tuple(d.steps), (time.perf_counter() - t0) * 1e3)
-
-
-def use_hopper(p: GemmProblem, gpu: GPUModel, forced: bool = False) -> bool:
-    """The wgmma path applies: the target has wgmma/TMA, the problem is supported, and (unless
-    ``forced``) the user did not opt out with ``NOVA_HOPPER=0``."""
-    import os
-    if not forced and os.environ.get("NOVA_HOPPER", "1") == "0":
-        return False
-    return hopper_supported(p, gpu)[0]
-
-
-def prediction_step(prediction: Prediction) -> tuple[Prediction, Step]:
-    """The last step of both families: the cost model's prediction of the schedule."""
-    return prediction, note("prediction", f"{prediction.time_us:.1f} us",
-                            f"{prediction.tflops:.1f} TFLOP/s, {prediction.bound}-bound; roofline floor "
-                            f"{prediction.floor_us:.1f} us")
 
 
 def configure_mma_sync(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[Schedule, Prediction]:
@@ -293,8 +202,8 @@ def plan_tile(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_
     """Steps 6-11 for a given block tile: block_k, occupancy, split-K, stages, raster, vectors,
     padding; recorded in ``d`` (a ``NullDerivation`` for the candidates of step 5).
     Returns (schedule, prediction, tiles, slots)."""
-    vector_a = _vector(p.M if p.trans_a else p.K, p.in_bytes)   # vectors first: a copy path without
-    vector_b = _vector(p.K if p.trans_b else p.N, p.in_bytes)   # cp.async costs registers and stages
+    vector_a = copy_vector(p.M if p.trans_a else p.K, p.in_bytes)   # vectors first: a copy path without
+    vector_b = copy_vector(p.K if p.trans_b else p.N, p.in_bytes)   # cp.async costs registers and stages
     plain_copies = sum(1 for v in (vector_a, vector_b) if v * p.in_bytes < 4)
     wm, wn = min(warp_m, block_m), min(warp_n, block_n)
     warps_m, warps_n = block_m // wm, block_n // wn
@@ -435,7 +344,7 @@ def raster(p: GemmProblem, slots: float, tiles: float, block_m: int, block_n: in
 
 def vectors_and_padding(p: GemmProblem, vector_a: int, vector_b: int, vector_c: int, pad_a: int,
                         pad_b: int) -> tuple[tuple[int, int, int], list[Step]]:
-    """Step 11a: the copy widths (``_vector``) and the bank-conflict-free row pads (``smem_tiles``)."""
+    """Step 11a: the copy widths (``copy_vector``) and the bank-conflict-free row pads (``smem_tiles``)."""
     b = p.in_bytes
     return (vector_a, vector_b, vector_c), [
         note("vector width", f"A {vector_a * b} B, B {vector_b * b} B, C {vector_c} elts",
@@ -492,7 +401,7 @@ def check_schedule(p: GemmProblem, s: Schedule, gpu: GPUModel) -> list[str]:
     return out
 
 
-def _vector(row_len: int, elem_bytes: int) -> int:
+def copy_vector(row_len: int, elem_bytes: int) -> int:
     """Elements per cp.async: 16, 8 or 4 bytes, the widest whose element count divides the row."""
     for nbytes in (16, 8, 4):
         v = nbytes // elem_bytes

@@ -1,7 +1,7 @@
 """Hopper rules (issue 4): the wgmma schedule in closed form, each decision explained.
 
 Used by ``configure()`` when the target has wgmma (unless ``NOVA_HOPPER=0``).
-The kernel it configures is ``nova/codegen/gemm_hopper.py``: one producer warpgroup (TMA), C
+The kernel it configures is ``nova/kernels/gemm/emit_hopper.py``: one producer warpgroup (TMA), C
 consumer warpgroups each owning a 64 x N slab (wgmma m64nNk), a ring of S stages of 128-byte
 swizzled K panels, a persistent grid.  Every decision the kernel and its launch need is made here
 and stored in the ``Schedule`` (``Schedule.hopper``: operand roles, TMA boxes, setmaxnreg targets,
@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import math
 
-from nova.configurator.cost import cdiv
+from nova.kernels.gemm.cost import cdiv
 from nova.configurator.derivation import Derivation, formula_step, note
-from nova.configurator.problem import GemmProblem
-from nova.configurator.schedule import (HopperPlan, MmaInstr, OperandPlan, OperandPrep, OperandRole, Prediction,
-                                        Schedule, SmemRing, Step, TmaBox)
+from nova.kernels.gemm.problem import GemmProblem
+from nova.configurator.step import MmaInstr, Prediction, Step
+from nova.kernels.gemm.schedule import HopperPlan, OperandPlan, OperandPrep, OperandRole, Schedule, SmemRing, TmaBox
 from nova.hwmodel.formula import Formula
 
 ARCH = "sm_90a"                # wgmma and setmaxnreg need the architecture-specific target

@@ -12,8 +12,9 @@ prediction is at or above it because each term only adds to its roofline counter
 """
 from __future__ import annotations
 
-from nova.configurator.problem import GemmProblem
-from nova.configurator.schedule import Prediction, Schedule
+from nova.kernels.gemm.problem import GemmProblem
+from nova.configurator.step import Prediction
+from nova.kernels.gemm.schedule import Schedule
 from nova.hwmodel.formula import Formula
 from nova.hwmodel.model import GPUModel
 

@@ -1,0 +1,65 @@
+"""Compiling a GEMM: ``(GemmProblem, Schedule) -> KernelArtifact`` for either instruction family.
+
+Host only (imports MLIR through ``nova.codegen.lower``).  ``nova.codegen.compile_gemm`` and
+``nova.codegen.build_module`` are the public spellings of these two functions.
+"""
+from __future__ import annotations
+
+
+def describe_schedule(s) -> str:
+    return (f"{s.arch} {s.mma} tile {s.block_m}x{s.block_n}x{s.block_k} warps {s.warps_m}x{s.warps_n} "
+            f"stages {s.stages} split_k {s.split_k}")
+
+
+def build_module(problem, schedule) -> str:
+    """The kernel's MLIR before lowering, for either instruction family (``nova compile --emit mlir``)."""
+    if schedule.mma.family == "wgmma":
+        from nova.kernels.gemm.emit_hopper import build_hopper_module
+        return build_hopper_module(problem, schedule)
+    from nova.kernels.gemm.emit_ampere import build_gemm_module
+    return build_gemm_module(problem, schedule)
+
+
+def compile_gemm(problem, schedule, *, cubin: bool = True):
+    """Build, lower and (when ``ptxas`` is on PATH and ``cubin``) assemble the GEMM kernel.
+
+    Returns a :class:`nova.codegen.artifact.KernelArtifact` with entry ``nova_gemm``, params
+    ``("A", "B", "C"[, "bias"])``, ``grid = schedule.grid(M, N)``, ``block = (threads, 1, 1)``,
+    ``smem_bytes = schedule.smem_bytes`` (dynamic) and ``zero_output = split_k > 1``.
+    A wgmma schedule goes to ``emit_hopper.compile_hopper`` (tensor-map params, ``schedule.hopper.ctas``
+    CTAs).  Raises :class:`CodegenError` with the problem and schedule named if any step fails.
+    """
+    from nova.codegen import MLIR_TOOLCHAIN, lower_and_assemble
+    from nova.codegen.artifact import KernelArtifact
+    from nova.codegen.lower import pipeline
+    from nova.kernels.gemm.emit_ampere import KERNEL_NAME, build_gemm_module
+
+    if schedule.mma.family == "wgmma" and schedule.arch == "sm_90a":   # Hopper path (issue 4): emit_hopper.py
+        from nova.kernels.gemm.emit_hopper import compile_hopper
+        return compile_hopper(problem, schedule, cubin=cubin)
+    where = f"{problem.describe()} with schedule [{describe_schedule(schedule)}]"
+    mlir_text = build_gemm_module(problem, schedule)   # raises CodegenError for unsupported input
+    ptx, binary, resources, ptxas_version = lower_and_assemble(mlir_text, schedule.arch, KERNEL_NAME, where,
+                                                               cubin=cubin)
+    meta = {
+        "problem": problem.to_dict(),
+        "schedule": schedule.to_dict(),
+        "mlir": MLIR_TOOLCHAIN,
+        "pipeline": pipeline(schedule.arch),
+    }
+    if ptxas_version is not None:
+        meta["ptxas"] = ptxas_version
+    params = ("A", "B", "C") + (("bias",) if problem.bias else ())
+    return KernelArtifact(
+        name=KERNEL_NAME,
+        arch=schedule.arch,
+        ptx=ptx,
+        grid=tuple(schedule.grid(problem.M, problem.N)),
+        block=(schedule.threads_per_block, 1, 1),
+        smem_bytes=schedule.smem_bytes,
+        params=params,
+        zero_output=schedule.split_k > 1,
+        cubin=binary,
+        resources=resources,
+        meta=meta,
+    )

@@ -1,0 +1,100 @@
+"""``configure(problem, target)``: the GEMM family's entry point.  It picks the instruction family
+(wgmma on Hopper unless ``NOVA_HOPPER=0``, else mma.sync), runs that family's derivation
+(``hopper.py`` or ``ampere.py``), records the prediction as the last step and returns the ``Config``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from nova.configurator.derivation import Derivation, note
+from nova.configurator.step import Prediction, Step
+from nova.hwmodel import GPUModel, get_target
+from nova.kernels.gemm.ampere import configure_mma_sync
+from nova.kernels.gemm.hopper import configure_hopper, hopper_supported
+from nova.kernels.gemm.problem import GemmProblem
+from nova.kernels.gemm.schedule import Schedule
+
+
+@dataclass(frozen=True)
+class Config:
+    problem: GemmProblem
+    target: GPUModel
+    schedule: Schedule
+    prediction: Prediction
+    derivation: tuple[Step, ...]
+    config_time_ms: float = field(default=0.0, compare=False)
+
+    @property
+    def calibrated_time_us(self) -> float | None:
+        """The prediction with the target's fitted efficiency constants (``nova.bench.calibrate``), when
+        a calibration exists for this target and instruction family; None otherwise.  Schedule
+        decisions never use it: it reports, it does not choose."""
+        clock_and_time = self._calibrated()
+        return None if clock_and_time is None else float(clock_and_time[1])
+
+    @property
+    def calibrated_clock_mhz(self) -> float | None:
+        """The SM clock the calibration predicts for this kernel (its power-limited clock), when the
+        calibration has the power constants; None otherwise."""
+        clock_and_time = self._calibrated()
+        return None if clock_and_time is None or clock_and_time[0] is None else float(clock_and_time[0])
+
+    def _calibrated(self):
+        from nova.hwmodel.calibration import clock_and_time, load
+        cal = load(self.target.name, self.schedule.mma.family)
+        if cal is None:
+            return None
+        return clock_and_time(self.prediction.terms_us, self.schedule.split_k, cal["constants"])
+
+    def to_dict(self) -> dict:
+        s = self.schedule
+        sched = s.to_dict()
+        sched.update(warps=s.warps, threads_per_block=s.threads_per_block, swap_ab=s.swap_ab, warp_tile_m=s.warp_tile_m,
+                     warp_tile_n=s.warp_tile_n, grid=list(s.grid(self.problem.M, self.problem.N)),
+                     mma=str(s.mma), mma_instr=s.mma.__dict__ | {})
+        return {"op": "matmul", "M": self.problem.M, "N": self.problem.N, "K": self.problem.K,
+                "dtype": self.problem.dtype, "target": self.target.name, "arch": self.target.arch,
+                "problem": self.problem.to_dict(), "schedule": sched, "prediction": self.prediction.to_dict(),
+                "derivation": [st.to_dict() for st in self.derivation], "config_time_ms": self.config_time_ms,
+                "calibrated_time_us": self.calibrated_time_us, "calibrated_clock_mhz": self.calibrated_clock_mhz}
+
+
+def configure(problem: GemmProblem, target: "GPUModel | str" = "rtx3060", *, family: str | None = None) -> Config:
+    """Derive the schedule for ``problem`` on ``target``.  Pure and deterministic.
+
+    ``family`` picks the tensor-core instruction family: None = the fastest the target and the code
+    generator support (wgmma on Hopper unless ``NOVA_HOPPER=0``), ``"mma.sync"`` = the Ampere-class
+    path on any target (used by the oracle's schedule space)."""
+    if family not in (None, "mma.sync", "wgmma"):
+        raise ValueError(f"unknown MMA family {family!r}; choose mma.sync or wgmma")
+    t0 = time.perf_counter()
+    gpu = get_target(target)
+    d = Derivation()
+    # ---- Hopper (issue 4): the wgmma/TMA path, rules in hopper.py; on by default for targets with
+    # wgmma (the H200 sweep passed: 652/652, sanitizer clean); NOVA_HOPPER=0 forces mma.sync.
+    if family == "wgmma" and not use_hopper(problem, gpu, forced=True):
+        from nova.hwmodel import TargetError
+        raise TargetError(f"the wgmma path does not apply to {problem.describe()} on {gpu.name} ({gpu.arch})")
+    if family != "mma.sync" and use_hopper(problem, gpu, forced=family == "wgmma"):
+        schedule, prediction = configure_hopper(problem, gpu, d)
+    else:
+        schedule, prediction = configure_mma_sync(problem, gpu, d)
+    d.record(prediction_step(prediction))
+    return Config(problem, gpu, schedule, prediction, tuple(d.steps), (time.perf_counter() - t0) * 1e3)
+
+
+def use_hopper(p: GemmProblem, gpu: GPUModel, forced: bool = False) -> bool:
+    """The wgmma path applies: the target has wgmma/TMA, the problem is supported, and (unless
+    ``forced``) the user did not opt out with ``NOVA_HOPPER=0``."""
+    import os
+    if not forced and os.environ.get("NOVA_HOPPER", "1") == "0":
+        return False
+    return hopper_supported(p, gpu)[0]
+
+
+def prediction_step(prediction: Prediction) -> tuple[Prediction, Step]:
+    """The last step of both families: the cost model's prediction of the schedule."""
+    return prediction, note("prediction", f"{prediction.time_us:.1f} us",
+                            f"{prediction.tflops:.1f} TFLOP/s, {prediction.bound}-bound; roofline floor "
+                            f"{prediction.floor_us:.1f} us")
