@@ -39,6 +39,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import torch
     from torch.profiler import ProfilerActivity, profile
+    from nova.models import make_train_step
     from nova.models.gpt import CONFIGS, GPT
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
@@ -47,12 +48,7 @@ def main(argv=None) -> int:
     model = GPT(cfg, seed=0).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
 
-    def train_step(idx, targets):
-        loss = model(idx, targets)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
+    train_step = make_train_step(model, opt)
     step = train_step
     if args.framework == "nova":
         import nova

@@ -171,7 +171,7 @@ def training_step(model_name: str, batch: int, seq: int | None = None, optimizer
     """A built-in model's training step on the meta device (nothing allocated):
     ``(fn, args, model, opt, tokens_per_step)`` ready for ``nova.frontend.capture``."""
     import torch
-    from nova.models import gpt
+    from nova.models import gpt, make_train_step
     if model_name not in gpt.CONFIGS:
         raise ValueError(f"unknown model {model_name!r}; built-in models: {', '.join(gpt.CONFIGS)}")
     cfg = gpt.CONFIGS[model_name]
@@ -189,12 +189,7 @@ def training_step(model_name: str, batch: int, seq: int | None = None, optimizer
     else:
         raise ValueError(f"unknown optimizer {optimizer!r}; choose adamw or sgd")
 
-    def train_step(idx, targets):
-        loss = model(idx, targets)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
+    train_step = make_train_step(model, opt)
 
     idx = torch.zeros((batch, seq), dtype=torch.long, device="meta")
     return train_step, (idx, idx.clone()), model, opt, batch * seq

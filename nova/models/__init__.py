@@ -8,4 +8,15 @@ from nova.models.gpt import GPT, GPTConfig
 from nova.models.llama import CONFIGS as LLAMA_CONFIGS
 from nova.models.llama import Llama, LlamaConfig
 
-__all__ = ["GPT", "GPTConfig", "GPT_CONFIGS", "Llama", "LlamaConfig", "LLAMA_CONFIGS"]
+__all__ = ["GPT", "GPTConfig", "GPT_CONFIGS", "Llama", "LlamaConfig", "LLAMA_CONFIGS", "make_train_step"]
+
+
+def make_train_step(model, opt):
+    """The standard training step: forward with targets (the loss), backward, optimizer step, zero grads."""
+    def train_step(idx, targets):
+        loss = model(idx, targets)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+    return train_step
