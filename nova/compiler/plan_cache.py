@@ -22,12 +22,11 @@ import functools
 import hashlib
 import os
 import pickle
-import tempfile
 import threading
-import warnings
 from pathlib import Path
 
 import nova
+from nova.fileio import atomic_write, discard_bad_entry
 from nova.ir.hashing import structural_hash
 
 PLAN_ABI = 1            # bump whenever Planned, Graph, Group, MemoryPlan or the passes' output changes meaning
@@ -95,21 +94,8 @@ def _matches(captured, planned) -> str:
 
 
 def _warn(path: Path, why: str) -> None:
-    try:
-        st = path.stat()
-        ident = (str(path), st.st_mtime_ns, st.st_size)
-    except OSError:
-        ident = (str(path),)
-    with _lock:
-        first = ident not in _reported
-        _reported.add(ident)
-    if first:
-        warnings.warn(f"Nova plan cache entry {path} is unusable ({why}); ignoring it, the plan is rebuilt",
-                      PlanCacheWarning, stacklevel=4)
-    try:
-        path.unlink()
-    except OSError:
-        pass
+    discard_bad_entry(path, f"Nova plan cache entry {path} is unusable ({why}); ignoring it, the plan is rebuilt",
+                      PlanCacheWarning, _reported, _lock, stacklevel=4)
 
 
 def load(graph, target_name, device_kind: str, root=None, graph_hash: str | None = None):
@@ -164,22 +150,11 @@ def store(graph, planned, target_name, device_kind: str, root=None, graph_hash: 
     except (pickle.PicklingError, RecursionError, TypeError, AttributeError):
         return None
     data = MAGIC + hashlib.sha256(body).hexdigest().encode("ascii") + b"\n" + body
-    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        atomic_write(path, data, key)
         return path
     except OSError:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
         return None
 
 

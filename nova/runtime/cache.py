@@ -20,14 +20,13 @@ import hashlib
 import importlib.util
 import json
 import os
-import tempfile
 import threading
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import nova
 from nova.codegen.artifact import KernelArtifact
+from nova.fileio import atomic_write, discard_bad_entry
 from nova.messages import OFFLINE_HINT, not_precompiled, summary_line
 from nova.runtime.driver import NovaRuntimeError
 
@@ -151,21 +150,8 @@ class KernelCache:
             return None
 
     def _corrupt(self, path: Path, why: str) -> None:
-        try:
-            st = path.stat()
-            ident = (str(path), st.st_mtime_ns, st.st_size)
-        except OSError:
-            ident = (str(path),)
-        with self._lock:
-            first = ident not in self._reported
-            self._reported.add(ident)
-        if first:
-            warnings.warn(f"Nova kernel cache entry {path} is corrupt ({why}); ignoring it, it will be rebuilt",
-                          CacheCorruptionWarning, stacklevel=3)
-        try:
-            path.unlink()
-        except OSError:
-            pass
+        discard_bad_entry(path, f"Nova kernel cache entry {path} is corrupt ({why}); ignoring it, it will be rebuilt",
+                          CacheCorruptionWarning, self._reported, self._lock, stacklevel=3)
 
     # ---- write
     def put(self, key: str, artifact: KernelArtifact, summary: str) -> Path:
@@ -175,19 +161,7 @@ class KernelCache:
         entry["sha256"] = _digest(entry)
         path = self.path_for(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(canonical_json(entry))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        atomic_write(path, canonical_json(entry).encode("utf-8"), key)
         return path
 
     # ---- listing and maintenance
