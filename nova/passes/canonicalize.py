@@ -92,15 +92,19 @@ class _Canonicalizer:
         return self.rw.emit(op, ins, attrs, origin)
 
     # ------------------------------------------------------------ views
-    def _reshape(self, ins, attrs, origin):
+    def _shape_view(self, op, ins, attrs, origin):
+        """reshape/expand: a no-op to the same shape vanishes, a chain of the same op collapses to one."""
         (x,) = ins
         shape = tuple(attrs["shape"])
         if shape == x.shape:
             return [x]
         p = x.producer
-        if p is not None and p.op == "reshape":
-            return self.build("reshape", [p.inputs[0]], {"shape": shape}, origin)
+        if p is not None and p.op == op:
+            return self.build(op, [p.inputs[0]], {"shape": shape}, origin)
         return self._refill(x, shape, origin)
+
+    def _reshape(self, ins, attrs, origin):
+        return self._shape_view("reshape", ins, attrs, origin)
 
     def _permute(self, ins, attrs, origin):
         (x,) = ins
@@ -114,14 +118,7 @@ class _Canonicalizer:
         return self._refill(x, tuple(x.shape[i] for i in perm), origin)
 
     def _expand(self, ins, attrs, origin):
-        (x,) = ins
-        shape = tuple(attrs["shape"])
-        if shape == x.shape:
-            return [x]
-        p = x.producer
-        if p is not None and p.op == "expand":
-            return self.build("expand", [p.inputs[0]], {"shape": shape}, origin)
-        return self._refill(x, shape, origin)
+        return self._shape_view("expand", ins, attrs, origin)
 
     def _slice(self, ins, attrs, origin):
         (x,) = ins
