@@ -199,22 +199,20 @@ class Ir:
         return self.pure(hint, f"arith.cmpi {pred}, {self.v(a)}, {self.v(b)} : index")
 
     def and_(self, a, b, hint="ok"):
-        if a is True:
-            return b
-        if b is True:
-            return a
-        if a is False or b is False:
-            return False
-        return self.pure(hint, f"arith.andi {a}, {b} : i1")
+        return self._logic("andi", True, a, b, hint)
 
     def or_(self, a, b, hint="ok"):
-        if a is False:
+        return self._logic("ori", False, a, b, hint)
+
+    def _logic(self, op, unit, a, b, hint):
+        """i1 ``arith.andi``/``arith.ori`` folding known operands: ``unit`` is the identity, its negation absorbs."""
+        if a is unit:
             return b
-        if b is False:
+        if b is unit:
             return a
-        if a is True or b is True:
-            return True
-        return self.pure(hint, f"arith.ori {a}, {b} : i1")
+        if a is (not unit) or b is (not unit):
+            return not unit
+        return self.pure(hint, f"arith.{op} {a}, {b} : i1")
 
     def select(self, cond, a, b, ty="index", hint="sel"):
         if cond is True:
