@@ -21,6 +21,7 @@ from nova.kernels.gemm.problem import GemmProblem
 from nova.runtime import driver, tensors
 from nova.runtime.cache import KernelCache, get_or_compile, summary_line
 from nova.runtime.driver import Device, LoadedKernel, NovaRuntimeError
+from nova.runtime.memo import memoized
 
 # Device name (cuDeviceGetName) -> hwmodel preset.  Variants with other SM counts fall through to
 # from_device(): "RTX 3060 Ti", "RTX 4090 D", "GH200".
@@ -169,16 +170,12 @@ def resolve_kernel(problem: GemmProblem, target=None, device: Device | None = No
     device = device or driver.get_device()
     model = _runtime_target(target, device)
     memo = (problem, model.name, model.arch, device.ordinal)
-    hit = _kernels.get(memo)
-    if hit is not None:
-        return hit
-    with _lock:
-        if memo in _kernels:
-            return _kernels[memo]
+
+    def make():
         schedule = configure_schedule(problem, model)
         artifact, key, status = get_or_compile(problem, schedule, model, cache)
-        resolved = _kernels[memo] = load_resolved(problem, model, schedule, artifact, key, status, device)
-        return resolved
+        return load_resolved(problem, model, schedule, artifact, key, status, device)
+    return memoized(_kernels, _lock, memo, make)
 
 
 def load_resolved(problem: GemmProblem, model, schedule, artifact, key: str, status: str,

@@ -24,6 +24,7 @@ import threading
 
 from nova.dtypes import ELEMENT_TYPES
 from nova.runtime import driver
+from nova.runtime.memo import memoized
 
 # CUtensorMapDataType (nova/dtypes.py) / swizzle / L2 promotion values (cuda.h)
 DATA_TYPES = {n: e.tensor_map for n, e in ELEMENT_TYPES.items() if e.tensor_map is not None}
@@ -74,12 +75,8 @@ def encode_tiled_2d(ptr: int, dtype: str, rows: int, cols: int, box_rows: int, b
 def device_tensor_map(device, ptr: int, dtype: str, rows: int, cols: int, box_rows: int, box_cols: int) -> int:
     """Device pointer to a cached ``CUtensorMap`` describing ``ptr``."""
     key = (device.ordinal, ptr, dtype, rows, cols, box_rows, box_cols)
-    hit = _maps.get(key)
-    if hit is not None:
-        return hit
-    with _lock:
-        if key in _maps:
-            return _maps[key]
+
+    def make():
         blob = encode_tiled_2d(ptr, dtype, rows, cols, box_rows, box_cols)
         cu = driver.cuda()
         previous = device.make_current()
@@ -89,8 +86,8 @@ def device_tensor_map(device, ptr: int, dtype: str, rows: int, cols: int, box_ro
             driver.check(cu.cuMemcpyHtoD(dptr, ctypes.addressof(buf), 128), "copying a tensor map to the device")
         finally:
             driver.restore_context(previous)
-        _maps[key] = dptr
         return dptr
+    return memoized(_maps, _lock, key, make)
 
 
 class HopperGemm:
