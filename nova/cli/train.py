@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 
-from nova.cli.common import CliParser, dispatch
+from nova.cli.common import CliParser, UsageError, dispatch
 
 MODEL_HELP = "built-in model: tiny, gpt42m (vocab 32768, d 512, 8 layers) or gpt144m (vocab 50304, d 768, 15 layers)"
 
@@ -23,6 +23,18 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq", type=int, default=None, help="tokens per sequence (default: the model's context length)")
     p.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"],
                    help="adamw (lr 3e-4, betas 0.9/0.95, weight decay 0.1) or sgd (lr 1e-2, momentum 0.9)")
+
+
+def check_train_args(args) -> None:
+    """Bad model, batch or sequence length: one usage line (exit 2), before anything is captured."""
+    from nova.models.gpt import CONFIGS
+    if args.model not in CONFIGS:
+        raise UsageError(f"unknown model {args.model!r}; built-in models: {', '.join(CONFIGS)}")
+    if args.batch is None or args.batch < 1:
+        raise UsageError(f"--batch must be a positive integer, got {args.batch}")
+    longest = CONFIGS[args.model].block_size
+    if args.seq is not None and not 1 <= args.seq <= longest:
+        raise UsageError(f"--seq {args.seq} is outside 1..{longest} ({args.model}'s learned positions)")
 
 
 def explain_parser() -> argparse.ArgumentParser:
@@ -41,6 +53,7 @@ def explain_main(argv) -> int:
     args = explain_parser().parse_args(argv)
 
     def run() -> int:
+        check_train_args(args)
         from nova.compiler.explain import explain_train, render
         report = explain_train(args.model, args.batch, args.seq, args.target, args.optimizer)
         if args.json:
@@ -60,6 +73,7 @@ def run_precompile_train(args) -> int:
     from nova.hwmodel import get_target
     from nova.passes import pipeline
     from nova.runtime.cache import KernelCache
+    check_train_args(args)
     target = get_target(args.target)
     fn, fargs, model, opt, _ = training_step(args.model, args.batch, args.seq, args.optimizer)
     captured = capture(fn, fargs, models=[model], optimizers=[opt], name=f"train_{args.model}")

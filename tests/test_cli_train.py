@@ -1,0 +1,51 @@
+"""``nova-config explain train`` and ``nova precompile train``: the whole-program commands, on the
+tiny GPT (no GPU, no memory for the model: it is captured on the meta device)."""
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+from nova.cli.config import main as config_main          # noqa: E402
+from nova.cli.main import main as nova_main              # noqa: E402
+
+
+def test_explain_train_json_has_the_documented_keys(capsys):
+    assert config_main(["explain", "train", "tiny", "--batch", "2", "--target", "h200", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    for key in ("captured_ops", "kernels", "fallback_ops", "memory", "prediction", "model"):
+        assert key in report
+    assert report["fallback_ops"] == {}                       # every op of the GPT step is in the IR
+    kinds = {k["kind"] for k in report["kernels"]}
+    assert {"gemm", "composite"} <= kinds
+    assert all(k["predicted_us"] > 0 and k["name"] for k in report["kernels"])
+    gemms = [k for k in report["kernels"] if k["kind"] == "gemm" and k["kernel"] == "nova"]
+    assert gemms and all(k["schedule"]["tile"] for k in gemms)
+    mem, pred = report["memory"], report["prediction"]
+    assert mem["peak_bytes"] >= mem["arena_bytes"] > 0 and sum(mem["breakdown"].values()) == mem["peak_bytes"]
+    assert pred["step_ms"] == pytest.approx(sum(k["predicted_us"] for k in report["kernels"]) / 1e3, rel=1e-3)
+    assert pred["tokens_per_s"] == pytest.approx(2 * 16 / (pred["step_ms"] * 1e-3), rel=1e-2)
+
+
+def test_explain_train_text_names_the_parts(capsys):
+    assert config_main(["explain", "train", "tiny", "--batch", "2", "--target", "h200", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    for part in ("captured", "kernels by kind", "most expensive kernels", "GEMM schedules", "memory plan",
+                 "Prediction:"):
+        assert part in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["explain", "train", "bogus", "--batch", "2"], "unknown model 'bogus'"),
+    (["explain", "train", "tiny", "--batch", "0"], "--batch must be a positive integer"),
+    (["explain", "train", "tiny", "--batch", "2", "--seq", "99"], "--seq 99 is outside 1..16"),
+])
+def test_bad_training_arguments_are_one_line(argv, message, capsys):
+    assert config_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_precompile_train_needs_a_model_and_a_batch(capsys):
+    assert nova_main(["precompile", "train", "--target", "h200"]) == 2
+    assert "needs a model and --batch" in capsys.readouterr().err
