@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 
-from nova.configurator.derivation import Derivation
+from nova.configurator.derivation import Derivation, formula_step, note
 from nova.configurator.step import MmaInstr, Prediction, Step
 from nova.hwmodel import GPUModel, TargetError, get_target
 from nova.hwmodel.formula import Formula
@@ -76,14 +76,11 @@ def _cdiv(a, b):
     return -(-a // b)
 
 
-def _step(name, formula, reason, post=None, **values):
-    d = Derivation()
-    v = d.apply(name, formula, reason, post=post, **values)
-    return v, d.steps[-1]
+_step = formula_step          # (value, Step) of a Formula applied to this problem's numbers
 
 
 def _note(name, value, reason, formula=""):
-    return value, Step.note(name, formula or "-", value, reason, formula)
+    return value, note(name, value, reason, formula)
 
 
 def mufu_rate(gpu: GPUModel) -> float:
