@@ -586,12 +586,6 @@ def can_join_batch(batch_ins, batch_outs, ins, outs) -> bool:
         not any(overlap(o, i) for group in batch_outs for o in group for i in ins)
 
 
-def adamw_batch_key(node) -> tuple:
-    """Consecutive adamw nodes with equal keys share one foreach batch: hyper-parameters and element
-    type (each parameter may have its own step tensor, as torch's optimizers keep them)."""
-    return (tuple(sorted(node.attrs.items())), node.inputs[0].type.dtype)
-
-
 def adamw(nodes, ins_list, outs_list, ctx) -> Kernel:
     """One foreach AdamW update of ``nodes`` (same hyper-parameters), in place on their outputs; an
     output that is not its input's storage (not donated) is first copied from it.  The bias

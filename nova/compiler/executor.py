@@ -51,11 +51,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from nova.compiler.aten_kernels import (KernelContext, adamw, adamw_batch_key, build_kernel, can_join_batch,
+from nova.compiler.aten_kernels import (KernelContext, adamw, build_kernel, can_join_batch,
                                         torch_dtype, view_of)
 from nova.compiler.gemm_lowering import lower_matmul
 from nova.compiler.plan_view import ExecutorError, PlanView, read_plan
 from nova.ir.ops import opdef
+from nova.passes.fusion import update_batch_key
 from nova.passes.memory import ELEMENTWISE_COMPOSITES
 
 __all__ = ["build", "gemm_problems", "precompile_commands", "Program", "Launch", "ExecutorError", "BOUND_ROLES"]
@@ -460,9 +461,9 @@ class Program:
                     gemms.append(launch)
                     i += 1 + len(launch.epilogue)
                 elif node.op == "adamw":           # consecutive compatible updates: one foreach batch
-                    key, j = adamw_batch_key(node), i
+                    key, j = update_batch_key(node), i     # the fusion pass's key (its groups are batches)
                     batch_ins, batch_outs = [], []
-                    while j < len(nodes) and nodes[j].op == "adamw" and adamw_batch_key(nodes[j]) == key:
+                    while j < len(nodes) and update_batch_key(nodes[j]) == key:
                         ins, outs = [tensors[v] for v in nodes[j].inputs], [tensors[v] for v in nodes[j].outputs]
                         if batch_ins and not can_join_batch(batch_ins, batch_outs, ins, outs):
                             break
