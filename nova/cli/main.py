@@ -9,7 +9,6 @@ line on stderr: exit 2 for bad input (shape, dtype, target, options, a problem n
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -153,31 +152,13 @@ def run_precompile(args) -> int:
     if args.shapes is None and args.suite is None:
         raise UsageError("precompile gemm needs --shapes or --suite")
     from nova.hwmodel import get_target
-    from nova.runtime.cache import CompilerUnavailableError, get_or_compile, summary_line
-    from nova.runtime.matmul import configure_schedule
+    from nova.runtime.matmul import precompile_gemms
     shapes = shapes_from(args)
     target = get_target(args.target)
     cache = cache_from(args)
     problems = problems_from(shapes, args)
-    counts = {"compiled": 0, "cached": 0, "failed": 0}
     start = time.perf_counter()
-    for i, problem in enumerate(problems, 1):
-        label = f"[{i}/{len(problems)}] {summary_line(problem, target)}"
-        t0 = time.perf_counter()
-        try:
-            schedule = configure_schedule(problem, target)
-            _, key, status = get_or_compile(problem, schedule, target, cache, offline=False)
-        except CompilerUnavailableError:
-            raise
-        except Exception as e:        # one bad kernel must not stop the batch; reported and counted
-            if os.environ.get("NOVA_DEBUG"):
-                raise
-            counts["failed"] += 1
-            print(f"{label}: FAILED: {type(e).__name__}: {e}", flush=True)
-            continue
-        counts[status] += 1
-        what = "already cached" if status == "cached" else f"compiled in {time.perf_counter() - t0:.2f} s"
-        print(f"{label}: {what} (key {key[:12]})", flush=True)
+    counts = precompile_gemms(problems, target, cache, log=lambda line: print(line, flush=True))
     print(f"precompiled {len(problems)} kernels for {target.name} into {cache.root}: {counts['compiled']} compiled, "
           f"{counts['cached']} already cached, {counts['failed']} failed ({time.perf_counter() - start:.1f} s)")
     return 1 if counts["failed"] else 0

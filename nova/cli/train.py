@@ -78,6 +78,5 @@ def run_precompile_train(args) -> int:
     fn, fargs, model, opt, _ = training_step(args.model, args.batch, args.seq, args.optimizer)
     captured = capture(fn, fargs, models=[model], optimizers=[opt], name=f"train_{args.model}")
     planned = pipeline(captured.graph, target)
-    precompile_planned(planned, target, KernelCache(args.cache_dir),
-                       log=lambda line: print(line, flush=True))
-    return 0
+    counts = precompile_planned(planned, target, KernelCache(args.cache_dir), log=lambda line: print(line, flush=True))
+    return 1 if counts["failed"] else 0

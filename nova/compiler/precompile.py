@@ -21,28 +21,21 @@ def step_kernels(planned) -> tuple[list, list]:
 
 
 def precompile_planned(planned, target, cache, log=print) -> dict:
-    """Compile the step's kernels for ``target`` into ``cache``; returns the counts by status."""
+    """Compile the step's kernels for ``target`` into ``cache``; returns the counts by status
+    (compiled, cached, failed: a GEMM that fails is reported and the rest go on)."""
     from nova.kernels.attention import precompile_attention
-    from nova.messages import summary_line
-    from nova.runtime.cache import get_or_compile
-    from nova.runtime.matmul import configure_schedule
+    from nova.runtime.matmul import precompile_gemms
     gemms, attention = step_kernels(planned)
-    counts = {"compiled": 0, "cached": 0}
     start = time.perf_counter()
-    for i, problem in enumerate(gemms, 1):
-        t0 = time.perf_counter()
-        _, key, status = get_or_compile(problem, configure_schedule(problem, target), target, cache, offline=False)
-        counts[status] += 1
-        log(f"[gemm {i}/{len(gemms)}] {summary_line(problem, target)}: {status} in {time.perf_counter() - t0:.2f} s "
-            f"(key {key[:12]})")
+    counts = precompile_gemms(gemms, target, cache, log, label="gemm ")
     for i, problem in enumerate(attention, 1):
         t0 = time.perf_counter()
         results = precompile_attention(problem, target, cache)
         for _, _, status in results:
             counts[status] += 1
-        log(f"[attention {i}/{len(attention)}] {problem.describe() if hasattr(problem, 'describe') else problem}: "
+        log(f"[attention {i}/{len(attention)}] {problem.describe()}: "
             f"{len(results)} kernels in {time.perf_counter() - t0:.2f} s")
     log(f"precompiled {len(gemms)} GEMMs and {len(attention)} attention problems for {target.name} into {cache.root}: "
-        f"{counts['compiled']} kernels compiled, {counts['cached']} already cached "
+        f"{counts['compiled']} kernels compiled, {counts['cached']} already cached, {counts['failed']} failed "
         f"({time.perf_counter() - start:.1f} s)")
     return counts

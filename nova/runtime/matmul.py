@@ -60,6 +60,33 @@ def configure_schedule(problem: GemmProblem, target):
     return configure(problem, target).schedule
 
 
+def precompile_gemms(problems, target, cache, log=print, label: str = "") -> dict:
+    """Configure and compile ``problems`` for ``target`` into ``cache`` (what ``nova precompile``
+    does for a shape list and for a whole step); one line per problem through ``log``.  A problem
+    that fails is reported and counted (``NOVA_DEBUG=1`` raises it) and the batch goes on; a
+    missing MLIR stops it.  Returns the counts: compiled, cached, failed."""
+    import time
+    from nova.runtime.cache import CompilerUnavailableError
+    counts = {"compiled": 0, "cached": 0, "failed": 0}
+    for i, problem in enumerate(problems, 1):
+        line = f"[{label}{i}/{len(problems)}] {summary_line(problem, target)}"
+        t0 = time.perf_counter()
+        try:
+            _, key, status = get_or_compile(problem, configure_schedule(problem, target), target, cache, offline=False)
+        except CompilerUnavailableError:
+            raise
+        except Exception as e:        # one bad kernel must not stop the batch; reported and counted
+            if os.environ.get("NOVA_DEBUG"):
+                raise
+            counts["failed"] += 1
+            log(f"{line}: FAILED: {type(e).__name__}: {e}")
+            continue
+        counts[status] += 1
+        what = "already cached" if status == "cached" else f"compiled in {time.perf_counter() - t0:.2f} s"
+        log(f"{line}: {what} (key {key[:12]})")
+    return counts
+
+
 # --------------------------------------------------------------------------- target resolution
 def resolve_target(target=None, device: Device | None = None):
     """The ``GPUModel`` to configure for: ``target`` (preset name or model) if given, else
