@@ -88,7 +88,6 @@ def precompile(jobs: int, out_path: str) -> int:
 
 def run(manifest: str, out_dir: str, iters: int) -> int:
     import torch
-    from nova.kernels.attention.schedule import AttentionSchedule
     from nova.runtime import driver
     from nova.runtime.cache import KernelCache
     rows = json.load(open(manifest))

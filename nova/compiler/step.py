@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import time
-import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable

@@ -1050,7 +1050,7 @@ def _sdpa_cudnn_backward(ctx, dout, q, k, v, out, lse, philox_seed, philox_offse
 
 # ---------------------------------------------------------------- the optimizer ops (nova::*)
 def _nova_ops():
-    from nova.frontend import optim  # defines torch.ops.nova.*
+    from nova.frontend import optim  # noqa: F401  (importing it defines torch.ops.nova.*)
     ops = torch.ops.nova
 
     @lowers(ops.adamw.default)

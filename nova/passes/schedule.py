@@ -44,7 +44,6 @@ def greedy_order(graph: Graph, groups: list[Group], layouts=None) -> list[Group]
     """The memory-greedy topological order of ``groups`` (see the module docstring)."""
     layouts = layouts if layouts is not None else layout_analysis.analyze(graph)
     preds, succs = group_dag(groups)
-    owner = {n: i for i, g in enumerate(groups) for n in g.nodes}
     out_roots = {layouts[v].root for v in graph.output_values()}
     updating = {o.value for o in graph.outputs if o.updates is not None}
 
