@@ -6,6 +6,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from nova.models import make_train_step  # noqa: E402  (needs torch)
+
 
 @pytest.mark.parametrize("model_name", ["gpt", "llama"])
 def test_executor_steps_match_eager(model_name):
@@ -21,13 +23,7 @@ def test_executor_steps_match_eager(model_name):
     pointers = [p.data_ptr() for p in model.parameters()]
     start = [p.detach().clone() for p in twin.parameters()]
 
-    def train_step(idx, targets):
-        loss = model(idx, targets)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
-
+    train_step = make_train_step(model, opt)
     step = nova.compile(train_step, backend="executor")
     gen = torch.Generator().manual_seed(0)
     vocab = model.config.vocab_size

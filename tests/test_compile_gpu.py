@@ -57,13 +57,8 @@ def test_adamw_steps_match_eager_and_keep_the_users_objects():
     pointers = [p.data_ptr() for p in model.parameters()]
     start = [p.detach().clone() for p in twin.parameters()]
 
-    def train_step(idx, targets):
-        loss = model(idx, targets)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
-
+    from nova.models import make_train_step
+    train_step = make_train_step(model, opt)
     step = nova.compile(train_step)
     for idx, targets in batches:
         loss = step(idx, targets)

@@ -13,6 +13,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from nova.models import make_train_step  # noqa: E402  (needs torch)
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -23,13 +25,7 @@ def _run(batch=2, steps=2):
     model = GPT("tiny", seed=0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
-    def train_step(idx, targets):
-        loss = model(idx, targets)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
-
+    train_step = make_train_step(model, opt)
     step = nova.compile(train_step, backend="executor")
     gen = torch.Generator().manual_seed(0)
     vocab = model.config.vocab_size
