@@ -36,6 +36,8 @@ def precompile_command(problem, target_name: str) -> str:
         cmd += f" --out-dtype {p.out_dtype}"
     if p.tf32_rounding == "truncate":
         cmd += " --tf32-fast"
+    if p.deterministic:
+        cmd += " --deterministic"
     return cmd
 
 

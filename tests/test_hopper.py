@@ -33,7 +33,10 @@ SPREAD = [
     (4096, 4096, 4096, "bf16", {"trans_a": True}),                     # both operands by the transpose bit
     (4096, 4096, 128, "tf32", {}),          # spilled the producer at 40 registers (found by the wgmma oracle build)
     (8192, 1536, 512, "bf16", {}),          # likewise (128 B of spills)
-    (128, 4096, 4096, "tf32", {"bias": True}),                         # split-K: atomics, bias from slice 0
+    (128, 4096, 4096, "tf32", {"bias": True}),
+    (512, 512, 16384, "bf16", {"trans_a": True}),                      # split-K workspace (a weight gradient)
+    (300, 200, 8192, "bf16", {"trans_a": True, "bias": True, "activation": "gelu"}),   # workspace, ragged, epilogue
+    (512, 384, 16384, "tf32", {"deterministic": True}),                # workspace: never atomics
 ]
 
 
@@ -147,6 +150,52 @@ def test_ptxas_clean_sm90a(hopper, M, N, K, dtype, extra):
     assert "setmaxnreg.inc.sync.aligned.u32" in art.ptx and "wgmma.mma_async" in art.ptx
     for op, d in art.meta["prep_kernels"].items():
         assert d["resources"]["spill_store_bytes"] == 0, (op, d["resources"])
+    assert ("reduce_kernel" in art.meta) == s.split_workspace
+    if s.split_workspace:
+        reduce = art.meta["reduce_kernel"]
+        assert reduce["resources"]["spill_store_bytes"] == 0 and reduce["params"] == ["W", "C"] + (["bias"] if p.bias else [])
+        assert art.params == ("tmap_a", "tmap_b", "W") and not art.zero_output
+
+
+def test_split_k_reductions_follow_the_problem():
+    """Deep K with few output tiles splits; a 16-bit output, an activation or a deterministic problem
+    adds the slices through the workspace (FP32 atomics cannot: rounding, non-linearity, order)."""
+    from nova.kernels.gemm.hopper import atomic_split_blocker, split_reductions
+    for p in (GemmProblem(512, 512, 16384, "bf16", trans_a=True),
+              GemmProblem(256, 256, 16384, "tf32", activation="relu"),
+              GemmProblem(512, 384, 16384, "tf32", deterministic=True)):
+        s = configure(p, "h200").schedule
+        assert s.split_k > 1 and s.split_reduction == "workspace" and s.split_workspace and not s.zero_output
+        assert split_reductions(p) == ("workspace",) and atomic_split_blocker(p)
+    assert split_reductions(GemmProblem(256, 256, 16384, "tf32")) == ("atomic", "workspace")
+    assert "deterministic" in GemmProblem(8, 8, 8, deterministic=True).describe()
+    assert "deterministic" not in GemmProblem(8, 8, 8).to_dict()          # the default keeps keys unchanged
+    with pytest.raises(ProblemError, match="deterministic"):
+        GemmProblem(8, 8, 8, deterministic="yes")
+
+
+def test_split_k_workspace_kernels(hopper):
+    """The GEMM stores raw FP32 partials (no atomics, no bias, no activation) at rows kslice * M + m of
+    a [split * M, N] workspace; the reduction kernel reads the slices in order and does the epilogue."""
+    from nova.kernels.gemm.emit_hopper import build_hopper_module, build_split_reduce_module
+    p = GemmProblem(300, 200, 8192, "bf16", trans_a=True, bias=True, activation="gelu")
+    s = configure(p, "h200").schedule
+    main = build_hopper_module(p, s)
+    assert f"%C: memref<{s.split_k * 300}x200xf32>" in main and "%bias" not in main
+    assert "atomic_rmw" not in main and "ex2.approx" not in main and "slice_row0" in main
+    reduce = build_split_reduce_module(p, s)
+    assert f"%W: memref<{s.split_k * 300 * 200}xf32>" in reduce and "%C: memref<60000xbf16>" in reduce
+    assert "%bias: memref<200xbf16>" in reduce and "ex2.approx" in reduce and "arith.truncf" in reduce
+    assert f"scf.for %slice = %c1 to %c{s.split_k} step %c1" in reduce
+    atomic = configure(GemmProblem(256, 256, 16384, "tf32"), "h200").schedule
+    from dataclasses import replace
+    from nova.kernels.gemm.hopper import output_vector
+    atomic = replace(atomic, split_reduction="atomic", vector_c=output_vector(GemmProblem(256, 256, 16384), atomic.swap_ab,
+                                                                                atomic.split_k, "atomic"))
+    assert "memref.atomic_rmw addf" in build_hopper_module(GemmProblem(256, 256, 16384), atomic)
+    from nova.codegen import CodegenError
+    with pytest.raises(CodegenError, match="no reduction kernel"):
+        build_split_reduce_module(GemmProblem(256, 256, 16384), atomic)
 
 
 def test_schedule_round_trips_through_json():

@@ -398,3 +398,28 @@ def test_hopper_release_frees_workspaces_and_forgets_stream_plans(fake_gpu, monk
     hop.run(0x10000, 0x20000, 0x30000, None, 5)
     assert hop.preps["b"].launches == [((0x20000, 0xB0000), 5), ((0x20000, 0xD0000), 5)]
     assert hop.main.launches[-1] == ((0x10008, 0xD0008, 0x30000), 5)
+
+
+def test_hopper_split_k_workspace_runs_the_gemm_then_the_reduction(fake_gpu, monkeypatch):
+    """A split-K workspace schedule: the GEMM writes its FP32 partials into the stream's
+    [split_k * M, N] workspace (never C, no bias), then the reduction kernel reads them and writes C
+    with the bias; nothing zeroes C.  An artifact without its reduction kernel is refused."""
+    allocated = []
+    fake_cu = types.SimpleNamespace(cuMemAlloc=lambda n: allocated.append(n) or (0, 0xE0000))
+    monkeypatch.setattr(driver, "cuda", lambda: fake_cu)
+    monkeypatch.setattr(driver, "check", lambda result, doing: result[1] if len(result) > 1 else None)
+    monkeypatch.setattr(driver, "restore_context", lambda previous: None)
+    monkeypatch.setattr(tma, "device_tensor_map", lambda device, ptr, *shape: ptr + 0x8)
+    schedule = hopper_schedule((64, 32, 128, 32), (48, 32, 64, 32), split_k=4, split_reduction="workspace", vector_c=4)
+    art = make_artifact(params=("tmap_a", "tmap_b", "W"))
+    art.meta.update(problem={"M": 64, "N": 48, "K": 32}, prep_kernels={},
+                    reduce_kernel=make_artifact(params=("W", "C", "bias")).to_dict())
+    hop = tma.HopperGemm(art, schedule, fake_gpu.device, "gemm 64x48x32 bf16 NN +bias -> bf16")
+    hop.run(0x10000, 0x20000, 0x30000, 0x40000, 5)
+    hop.run(0x10000, 0x20000, 0x31000, 0x40000, 5)
+    assert allocated == [4 * 64 * 48 * 4]                     # one workspace per stream, split x M x N x f32
+    assert hop.main.launches == [((0x10008, 0x20008, 0xE0000), 5)] * 2
+    assert hop.reduce.launches == [((0xE0000, 0x30000, 0x40000), 5), ((0xE0000, 0x31000, 0x40000), 5)]
+    del art.meta["reduce_kernel"]
+    with pytest.raises(driver.NovaRuntimeError, match="no reduction kernel"):
+        tma.HopperGemm(art, schedule, fake_gpu.device, "gemm 64x48x32 bf16 NN +bias -> bf16")

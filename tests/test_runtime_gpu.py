@@ -35,7 +35,13 @@ CASES = [
     (256, 192, 128, "tf32", False, True, False, "none"),
     (384, 256, 128, "tf32", False, False, True, "relu"),
     (384, 256, 128, "bf16", False, False, True, "relu"),
+    # deep K (a weight gradient's shape): split-K through a workspace (16-bit output, activation) or atomics
+    (512, 512, 16384, "bf16", True, False, False, "none"),
+    (300, 200, 8192, "bf16", True, False, True, "gelu"),
+    (512, 512, 16384, "tf32", True, False, False, "none"),
+    (200, 96, 12000, "tf32", False, False, True, "silu"),
 ]
+DETERMINISTIC_CASE = (512, 384, 16384, "tf32")
 TOLERANCE = {"tf32": 2e-3, "bf16": 1e-2, "fp16": 1e-2}   # relative Frobenius error vs float64
 
 
@@ -106,6 +112,20 @@ def test_matmul_torch_vs_float64(case, kernels):
     assert int(torch.isnan(out).sum()) == 0, f"{case_id(case)} (seed {seed}): output elements left unwritten"
     err = rel_fro(torch, out, reference(torch, a, b, bias, act))
     assert err < TOLERANCE[dtype], f"{case_id(case)} (seed {seed}): relative Frobenius error {err:.2e}"
+
+
+def test_deterministic_split_k_gives_the_same_bits_every_run(kernels):
+    torch = pytest.importorskip("torch")
+    M, N, K, dtype = DETERMINISTIC_CASE
+    a, b, _, _ = make_inputs(torch, M, N, K, dtype, False, False, seed=int.from_bytes(os.urandom(4), "little"))
+    runs = []
+    for _ in range(3):
+        out = torch.full((M, N), float("nan"), device="cuda")
+        nova.matmul(a, b, out=out, deterministic=True)
+        runs.append(out)
+    torch.cuda.synchronize()
+    assert rel_fro(torch, runs[0], reference(torch, a, b, None, "none")) < TOLERANCE[dtype]
+    assert all(torch.equal(runs[0], r) for r in runs[1:]), "deterministic split-K differed between runs"
 
 
 def test_matmul_allocates_output_like_inputs(kernels):
@@ -387,8 +407,11 @@ def precompile_commands(target: str) -> list[str]:
     groups: dict[tuple, list[str]] = {}
     extra = [(256, 256, 256, "tf32", False, False, False, "none")]     # allocate/stream/overhead/offline tests
     extra += [(M, N, K, dt, False, False, False, "none") for M, N, K, dt in GRAPH_CASES]
-    for M, N, K, dt, ta, tb, bias, act in CASES + extra:
-        flags = precompile_command(GemmProblem(M, N, K, dt, ta, tb, bias, act), target).split(" --dtype ")[1]
+    problems = [GemmProblem(M, N, K, dt, ta, tb, bias, act) for M, N, K, dt, ta, tb, bias, act in CASES + extra]
+    problems.append(GemmProblem(*DETERMINISTIC_CASE, deterministic=True))
+    for p in problems:
+        M, N, K = p.M, p.N, p.K
+        flags = precompile_command(p, target).split(" --dtype ")[1]
         dtype, _, rest = flags.partition(" ")
         groups.setdefault((rest, dtype), []).append(f"{M}x{N}x{K}")
     return [f"nova precompile gemm --shapes {','.join(dict.fromkeys(shapes))} --target {target} --dtype {dtype}"

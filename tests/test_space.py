@@ -148,7 +148,7 @@ def test_wgmma_space_varies_only_the_searched_fields(wgmma_space):
     the operand plan included; the rest of the Hopper plan (boxes, registers, ring, grid) follows the tiling."""
     _, _, pick, schedules = wgmma_space
     searched = ("mma", "block_m", "block_n", "warps_m", "warps_n", "consumer_warpgroups", "stages", "smem_bytes",
-                "group_m", "persistent", "split_k", "vector_c", "hopper")   # vector_c follows split_k
+                "group_m", "persistent", "split_k", "split_reduction", "vector_c", "hopper")   # vector_c follows the split
     keep = {k: v for k, v in pick.to_dict().items() if k not in searched}
     for s in schedules:
         assert {k: v for k, v in s.to_dict().items() if k not in searched} == keep
@@ -189,8 +189,15 @@ def test_wgmma_split_k_values():
     assert {s.split_k for s in space} == {1, 2, 4, 8, 16, 32, pick.split_k}
     p = GemmProblem(512, 512, 40, "tf32")                       # 2 K tiles: split 2 only
     assert {s.split_k for s in enumerate_schedules(p, gpu, family="wgmma")} == {1, 2}
-    for p in (GemmProblem(256, 256, 16384, "bf16"), GemmProblem(256, 256, 16384, "tf32", activation="relu")):
-        assert {s.split_k for s in enumerate_schedules(p, gpu, family="wgmma")} == {1}
+    # a 16-bit output or an activation: the slices add only through a workspace
+    for p in (GemmProblem(256, 256, 16384, "bf16"), GemmProblem(256, 256, 16384, "tf32", activation="relu"),
+              GemmProblem(256, 256, 16384, "tf32", deterministic=True)):
+        space = enumerate_schedules(p, gpu, family="wgmma")
+        assert {s.split_k for s in space} == {1, 2, 4, 8, 16, 32}
+        assert {s.split_reduction for s in space if s.split_k > 1} == {"workspace"}
+    # an f32 output: both ways for each split
+    space = enumerate_schedules(GemmProblem(256, 256, 16384, "tf32"), gpu, family="wgmma")
+    assert {(s.split_k, s.split_reduction) for s in space if s.split_k == 4} == {(4, "atomic"), (4, "workspace")}
 
 
 def test_wgmma_split_k_follows_codegen(wgmma_space):
@@ -201,8 +208,13 @@ def test_wgmma_split_k_follows_codegen(wgmma_space):
         supported = True
     except CodegenError:
         supported = False
-    if p.out_dtype == "f32":                         # split-K accumulates into an f32 output
-        assert supported == any(s.split_k > 1 for s in schedules)
+    atomics = [s for s in schedules if s.zero_output]
+    assert supported or not atomics                  # atomic split-K only where codegen builds it
+    if p.out_dtype != "f32" or p.activation != "none" or p.deterministic:
+        assert not supported                         # atomics need an f32 output, a linear epilogue
+    for s in schedules:
+        if s.split_workspace:
+            check_supported_hopper(p, s)             # a workspace split builds for any problem
 
 
 def test_wgmma_model_scores_like_the_configurator():

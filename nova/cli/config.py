@@ -45,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--activation", default="none", help=f"epilogue activation: {'|'.join(ACTIVATIONS)}")
     ex.add_argument("--tf32-fast", action="store_true",
                     help="tf32 only: truncate FP32 to TF32 in the tensor cores instead of rounding to nearest (opt-in)")
+    ex.add_argument("--out-dtype", default=None, help="output storage f32, bf16 or f16 (default: the inputs' storage)")
+    ex.add_argument("--deterministic", action="store_true",
+                    help="the same bits on every run: split-K adds its slices in a workspace, in order, not with atomics")
     ex.add_argument("--json", action="store_true", help="machine-readable output (schedule, prediction, derivation)")
     ex.add_argument("--symbolic", action="store_true", help="show each formula as a sympy expression too")
     tg = sub.add_parser("targets", help="list the GPU presets with their key figures")
@@ -66,8 +69,8 @@ def cmd_explain(args) -> int:
     M, N, K = parse_gemm_shape(args.shape)
     check_tf32_fast([args.dtype], args.tf32_fast)
     problem = GemmProblem(M, N, K, dtype=args.dtype, trans_a=args.trans_a, trans_b=args.trans_b,
-                          bias=args.bias, activation=args.activation,
-                          tf32_rounding="truncate" if args.tf32_fast else "rna")
+                          bias=args.bias, activation=args.activation, out_dtype=args.out_dtype,
+                          tf32_rounding="truncate" if args.tf32_fast else "rna", deterministic=args.deterministic)
     cfg = configure(problem, get_target(args.target))
     if args.json:
         print(json.dumps(cfg.to_dict(), indent=1))
@@ -103,10 +106,14 @@ def render_explain(cfg, *, symbolic: bool = False, console=None) -> None:
         ("shared memory", f"{s.smem_bytes} B ({s.smem_layout}: A +{s.smem_pad_a}, B +{s.smem_pad_b} elements per row)"),
         ("registers per thread (estimate)", s.regs_per_thread),
         ("blocks per SM", s.blocks_per_sm),
-        ("grid", f"{min(grid[0], int(gpu.sm_count))} persistent CTAs walking {grid[0]} tiles" if s.persistent else
+        ("grid", f"{s.hopper.ctas} persistent CTAs walking {grid[0] * grid[2]} work units ({grid[0]} tiles x "
+                 f"{grid[2]} K slices)" if s.persistent and s.hopper is not None else
          f"{grid[0]} x {grid[1]} x {grid[2]} ({grid[0] * grid[2]} blocks, "
          f"{grid[0] * grid[2] / (gpu.sm_count * s.blocks_per_sm):.2f} waves)"),
-        ("split-K", s.split_k),
+        ("split-K", s.split_k if s.split_k == 1 else
+         f"{s.split_k}: " + ("FP32 atomic adds into the zeroed C" if s.split_reduction == "atomic" else
+                            f"FP32 partials in a {s.split_k}x{p.M}x{p.N} workspace, added in slice order by a "
+                            "reduction kernel (deterministic)")),
         ("rasterization", f"group-M {s.group_m}"),
         ("global vector width", f"A {s.vector_a}, B {s.vector_b}, C {s.vector_c} elements"),
     ]

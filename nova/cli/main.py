@@ -43,6 +43,9 @@ def add_problem_args(p: argparse.ArgumentParser, several_dtypes: bool = False) -
     p.add_argument("--tf32-fast", action="store_true",
                    help="tf32 only: let the tensor cores truncate FP32 instead of rounding to nearest (opt-in, ~2.6x error)"
                         + ("; with a list it applies to tf32, which the list must hold" if several_dtypes else ""))
+    p.add_argument("--deterministic", action="store_true",
+                   help="the same bits on every run: split-K adds its slices in a workspace, in order, not with atomics "
+                        "(what nova.matmul does under NOVA_DETERMINISTIC=1 or torch.use_deterministic_algorithms)")
 
 
 def add_shape_list_args(p: argparse.ArgumentParser, required: bool = True) -> None:
@@ -64,7 +67,8 @@ def make_problem(shape: tuple[int, int, int], dtype: str, args):
     from nova.kernels.gemm.problem import GemmProblem
     M, N, K = shape
     return GemmProblem(M, N, K, dtype.strip(), args.trans_a, args.trans_b, args.bias, args.activation,
-                       args.out_dtype, "truncate" if getattr(args, "tf32_fast", False) else "rna")
+                       args.out_dtype, "truncate" if getattr(args, "tf32_fast", False) else "rna",
+                       getattr(args, "deterministic", False))
 
 
 def problems_from(shapes: list, args) -> list:

@@ -92,6 +92,7 @@ def _gemm_report(group, target) -> tuple[float, str, str, dict | None]:
     t = cfg.calibrated_time_us or cfg.prediction.time_us
     s = cfg.schedule
     schedule = {"tile": f"{s.block_m}x{s.block_n}x{s.block_k}", "stages": s.stages, "split_k": s.split_k,
+                "split_reduction": s.split_reduction if s.split_k > 1 else None,
                 "instruction": str(s.mma), "swap_ab": s.swap_ab, "persistent": s.persistent,
                 "model_us": round(cfg.prediction.time_us, 2),
                 "calibrated_us": None if cfg.calibrated_time_us is None else round(cfg.calibrated_time_us, 2)}
@@ -271,7 +272,8 @@ def render(report: dict, console=None, top: int = 12) -> None:
             seen.add(k["name"])
             s = k["schedule"]
             sched.add_row(k["name"], s["tile"] + (" (swapped)" if s["swap_ab"] else ""), str(s["stages"]),
-                          str(s["split_k"]), s["instruction"], f"{k['predicted_us']:.1f}", str(counts[k["name"]]))
+                          str(s["split_k"]) + ({"workspace": " ws", "atomic": " atomic"}.get(s.get("split_reduction"), "")),
+                          s["instruction"], f"{k['predicted_us']:.1f}", str(counts[k["name"]]))
         console.print(sched)
 
     mem = report["memory"]

@@ -59,15 +59,18 @@ class GemmLaunch:
     torch_args: tuple = ()                            # (A, B, C) for the torch path
 
     def problems(self) -> list:
-        """The ``nova.kernels.gemm.problem.GemmProblem`` of each Nova launch."""
+        """The ``nova.kernels.gemm.problem.GemmProblem`` of each Nova launch (deterministic as
+        ``nova.matmul`` decides when the launch runs: ``default_deterministic``)."""
         from nova.kernels.gemm.problem import GemmProblem
+        from nova.runtime.matmul import default_deterministic
+        deterministic = default_deterministic()
         out = []
         for c in self.calls:
             M, K = c.a.shape
             N = c.b.shape[1]
             out.append(GemmProblem(int(M), int(N), int(K), NOVA_DTYPES[c.a.dtype], layout(c.a) == "col",
                                    layout(c.b) == "col", c.bias is not None, self.activation,
-                                   OUT_DTYPES[c.out.dtype]))
+                                   OUT_DTYPES[c.out.dtype], deterministic=deterministic))
         return out
 
     def describe(self) -> str:

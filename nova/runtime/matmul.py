@@ -114,6 +114,20 @@ def env_target():
     return os.environ.get("NOVA_TARGET")
 
 
+_NOVA_DETERMINISTIC_KEY = os.environ.encodekey("NOVA_DETERMINISTIC") if _environ is not None else None
+
+
+def default_deterministic() -> bool:
+    """Whether a GEMM that does not say must be deterministic (bitwise the same run to run):
+    ``$NOVA_DETERMINISTIC=1``, or ``torch.use_deterministic_algorithms(True)`` when torch is
+    imported.  Read on every call (from the dict behind ``os.environ``, as ``env_target``)."""
+    raw = _environ.get(_NOVA_DETERMINISTIC_KEY) if _environ is not None else os.environ.get("NOVA_DETERMINISTIC")
+    if raw is not None and raw not in (b"", b"0", "", "0"):
+        return True
+    enabled = getattr(sys.modules.get("torch"), "are_deterministic_algorithms_enabled", None)
+    return enabled is not None and enabled()
+
+
 _targets: dict[tuple, object] = {}
 
 
@@ -258,7 +272,7 @@ def plain_torch_types() -> frozenset:
     return _torch_types
 
 
-def signature(a, b, out, bias, activation, target, tf32_fast) -> tuple | None:
+def signature(a, b, out, bias, activation, target, tf32_fast, deterministic: bool = False) -> tuple | None:
     """The signature-cache key of a ``matmul`` call on plain torch tensors; None for anything else.
 
     It holds every input of matmul's checks and kernel choice except the data pointers: each
@@ -277,7 +291,7 @@ def signature(a, b, out, bias, activation, target, tf32_fast) -> tuple | None:
     if o is False or c is False:
         return None
     return (a.dtype, a.shape, a.stride(), a.get_device(), b.dtype, b.shape, b.stride(), b.get_device(),
-            o, c, activation, target, bool(tf32_fast), env_target())
+            o, c, activation, target, bool(tf32_fast), deterministic, env_target())
 
 
 # --------------------------------------------------------------------------- entry points
@@ -290,11 +304,15 @@ def launch_gemm(problem: GemmProblem, a_ptr: int, b_ptr: int, c_ptr: int, bias_p
     return resolved
 
 
-def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, tf32_fast: bool = False):
+def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, tf32_fast: bool = False,
+           deterministic: bool | None = None):
     """``act(a @ b + bias)`` with a Nova kernel; returns ``out`` (allocated like ``a`` when None).
 
     ``tf32_fast=True`` (float32 inputs only) lets the tensor cores truncate FP32 to TF32 instead of
     rounding to nearest: no rounding work, ~2.6x larger error (7.7e-4 vs 2.9e-4 relative); opt-in.
+    ``deterministic=True`` asks for the same bits on every run: a split-K kernel then adds its K
+    slices in a fixed order (a workspace and a reduction kernel) instead of with FP32 atomics.  None
+    (the default) follows ``$NOVA_DETERMINISTIC`` and ``torch.use_deterministic_algorithms``.
     ``a`` is [M, K], ``b`` is [K, N]: torch tensors, cupy arrays, or objects with
     ``__cuda_array_interface__``/``__dlpack__``.  float32 runs on TF32 tensor cores; bfloat16 and
     float16 likewise.  A transposed view (``x.T`` of a contiguous matrix) is read in place.
@@ -304,7 +322,9 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
     skip the checks and the kernel lookup below (``signature``): they read the data pointers, check
     their alignment, allocate ``out`` if needed, read the current stream and launch.
     """
-    key = signature(a, b, out, bias, activation, target, tf32_fast)
+    if deterministic is None:
+        deterministic = default_deterministic()
+    key = signature(a, b, out, bias, activation, target, tf32_fast, bool(deterministic))
     plan = _plans.get(key) if key is not None else None
     if plan is not None:
         if out is None:
@@ -324,7 +344,7 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
     to = tensors.describe(out, "out") if out is not None else None
     out_dtype = to.storage if to is not None and to.storage in dtypes.OUT_STORAGES else None
     rounding = "truncate" if tf32_fast and dtype == "tf32" else "rna"
-    fields = (M, N, K, dtype, trans_a, trans_b, bias is not None, activation, out_dtype, rounding)
+    fields = (M, N, K, dtype, trans_a, trans_b, bias is not None, activation, out_dtype, rounding, bool(deterministic))
     problem = _problems.get(fields)
     if problem is None:
         problem = _problems.setdefault(fields, GemmProblem(*fields))

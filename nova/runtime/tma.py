@@ -10,10 +10,11 @@ the artifact (``meta["prep_kernels"]``).  This module
   buffer (the object cuda-bindings returns need not be aligned) and copies them to the device,
   cached per (device, pointer, shape, box, type): repeated calls on the same buffers cost a dict
   lookup, not an encode;
-* runs the operand-prep kernels (transpose to K-major / pad K / round to TF32) into per-kernel
-  workspaces, stream-ordered before the GEMM (a workspace is reused by later calls on any stream:
-  callers that run one problem concurrently on several streams must synchronise them);
-* launches the GEMM.
+* runs the operand-prep kernels (transpose to K-major / pad K / round to TF32) into per-stream
+  workspaces, stream-ordered before the GEMM;
+* launches the GEMM, and for a split-K workspace schedule (``Schedule.split_workspace``) the GEMM
+  writes its slices' FP32 partials into a per-stream ``[split_k * M, N]`` workspace and the
+  reduction kernel (``meta["reduce_kernel"]``) adds them into C with the epilogue.
 
 Nothing here imports MLIR or touches CUDA at import time.
 """
@@ -91,8 +92,8 @@ def device_tensor_map(device, ptr: int, dtype: str, rows: int, cols: int, box_ro
 
 
 class HopperGemm:
-    """A loaded Hopper GEMM: prep kernels, workspaces and the wgmma kernel of one artifact, whose
-    tensor maps and workspaces follow ``schedule.hopper``."""
+    """A loaded Hopper GEMM: prep kernels, workspaces, the wgmma kernel and the split-K reduction
+    kernel of one artifact, whose tensor maps and workspaces follow the schedule."""
 
     def __init__(self, artifact, schedule, device, what: str, key: str | None = None, tmap_f32_type: str | None = None):
         from nova.codegen.artifact import KernelArtifact
@@ -102,16 +103,26 @@ class HopperGemm:
         self.preps = {op: driver.load_kernel(KernelArtifact.from_dict(d), device, f"{what} [prep {op}]",
                                              None if key is None else f"{key}:prep_{op}")
                       for op, d in artifact.meta.get("prep_kernels", {}).items()}
+        reduce = artifact.meta.get("reduce_kernel")
+        self.reduce = None if reduce is None else driver.load_kernel(
+            KernelArtifact.from_dict(reduce), device, f"{what} [split-K reduction]", None if key is None else f"{key}:reduce")
+        if (self.reduce is not None) != schedule.split_workspace:
+            raise driver.NovaRuntimeError(f"{what}: the schedule {'adds' if schedule.split_workspace else 'does not add'} "
+                                          f"its K slices in a workspace but the artifact "
+                                          f"{'has no' if self.reduce is None else 'has a'} reduction kernel (stale cache?)")
+        problem = artifact.meta.get("problem", {})
+        self.partial_bytes = schedule.split_k * problem.get("M", 0) * problem.get("N", 0) * 4 if self.reduce else 0
         # TF32 round-to-nearest: CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 makes the TMA unit round FP32 to
         # nearest while copying (measured); ``tmap_f32_type`` overrides it (experiments only)
         self.map_type = tmap_f32_type or self.plan.operands.tensor_map_type
-        self.workspaces: dict[int, dict[str, int]] = {}     # stream -> operand -> device buffer
+        self.workspaces: dict[int, dict[str, int]] = {}     # stream -> operand ("w": the partials) -> device buffer
         self.maps: dict[str, dict[int, int]] = {"a": {}, "b": {}}   # operand -> its pointer -> device tensor map
         self.stream_plans: dict[int, tuple] = {}            # stream -> stream_plan(stream)
 
     def workspace(self, stream: int) -> dict[str, int]:
-        """The prep buffers of ``stream``: one set per stream, so calls of the same problem on two
-        streams never overwrite each other's prepped operands (calls on one stream are ordered)."""
+        """The prep buffers (by operand) and the split-K partials (``"w"``) of ``stream``: one set
+        per stream, so calls of the same problem on two streams never overwrite each other's
+        workspaces (calls on one stream are ordered)."""
         ws = self.workspaces.get(stream)
         if ws is not None:
             return ws
@@ -120,10 +131,12 @@ class HopperGemm:
         cu = driver.cuda()
         previous = self.device.make_current()
         try:
-            for op in self.preps:
-                o = self.plan.operands.role(op)
-                ptr = int(driver.check(cu.cuMemAlloc(o.rows * o.cols * eb),
-                                       f"allocating the {op} workspace of {self.what}"))
+            sizes = {op: self.plan.operands.role(op).rows * self.plan.operands.role(op).cols * eb for op in self.preps}
+            if self.reduce is not None:
+                sizes["w"] = self.partial_bytes
+            for op, size in sizes.items():
+                ptr = int(driver.check(cu.cuMemAlloc(size), f"allocating the {op} workspace of {self.what} "
+                                                            f"({size / 2**20:.1f} MiB)"))
                 ws[op] = ptr
                 _keep.append(ptr)
         finally:
@@ -159,30 +172,36 @@ class HopperGemm:
             self.maps[op][ptr] = hit
         return hit
 
-    def stream_plan(self, stream: int) -> tuple[tuple, tuple]:
-        """``(preps, maps)`` of ``stream``: the prep launches as (kernel, operand index, workspace) and
-        the tensor maps of [a, b] that are fixed on this stream (a prepped operand is read from the
-        stream's workspace, which never moves), None where the map follows the caller's pointer."""
+    def stream_plan(self, stream: int) -> tuple[tuple, tuple, int | None]:
+        """``(preps, maps, partials)`` of ``stream``: the prep launches as (kernel, operand index,
+        workspace), the tensor maps of [a, b] that are fixed on this stream (a prepped operand is
+        read from the stream's workspace, which never moves), None where the map follows the
+        caller's pointer, and the split-K partials' workspace (None without one)."""
         plan = self.stream_plans.get(stream)
         if plan is None:
-            ws = self.workspace(stream) if self.preps else {}
+            ws = self.workspace(stream) if self.preps or self.reduce is not None else {}
             preps = tuple((kernel, "ab".index(op), ws[op]) for op, kernel in self.preps.items())
             maps = tuple(self.tensor_map(op, ws[op]) if op in ws else None for op in "ab")
-            plan = self.stream_plans.setdefault(stream, (preps, maps))
+            plan = self.stream_plans.setdefault(stream, (preps, maps, ws.get("w")))
         return plan
 
     def main_args(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None, maps: tuple) -> tuple:
-        """The GEMM kernel's arguments ``(tmap_a, tmap_b, C[, bias])``; ``maps`` from ``stream_plan``."""
+        """The GEMM kernel's arguments ``(tmap_a, tmap_b, C[, bias])`` (with a split-K workspace,
+        ``c_ptr`` is the workspace and the bias goes to the reduction); ``maps`` from ``stream_plan``."""
         args = (maps[0] or self.tensor_map("a", a_ptr), maps[1] or self.tensor_map("b", b_ptr), c_ptr)
         return args if bias_ptr is None else args + (bias_ptr,)
 
     def run(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None = None, stream: int = 0,
             skip_prep: bool = False) -> None:
-        """Enqueue the prep kernels (if any) and the GEMM on ``stream``: per call, one stream-plan
-        lookup, the prep launches, a tensor-map lookup per unprepped operand and the GEMM launch
-        (``skip_prep``: benchmarks of the GEMM alone)."""
-        preps, maps = self.stream_plan(stream)
+        """Enqueue the prep kernels (if any), the GEMM and the split-K reduction (if any) on
+        ``stream``: per call, one stream-plan lookup, the prep launches, a tensor-map lookup per
+        unprepped operand and the launches (``skip_prep``: benchmarks of the GEMM alone)."""
+        preps, maps, partials = self.stream_plan(stream)
         if not skip_prep:
             for kernel, op, workspace in preps:
                 kernel.launch(((a_ptr, b_ptr)[op], workspace), stream)
-        self.main.launch(self.main_args(a_ptr, b_ptr, c_ptr, bias_ptr, maps), stream)
+        if partials is None:
+            self.main.launch(self.main_args(a_ptr, b_ptr, c_ptr, bias_ptr, maps), stream)
+            return
+        self.main.launch(self.main_args(a_ptr, b_ptr, partials, None, maps), stream)
+        self.reduce.launch((partials, c_ptr) if bias_ptr is None else (partials, c_ptr, bias_ptr), stream)

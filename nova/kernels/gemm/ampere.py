@@ -27,7 +27,7 @@ from nova.hwmodel import GPUModel
 from nova.hwmodel.formula import Formula
 from nova.kernels.gemm.cost import BLOCK_INTENSITY, WARP_INTENSITY, cdiv, predict
 from nova.kernels.gemm.problem import GemmProblem
-from nova.kernels.gemm.schedule import Schedule, ScheduleError
+from nova.kernels.gemm.schedule import SPLIT_REDUCTIONS, Schedule, ScheduleError
 
 
 # ---- formulas (each shown in the derivation) ------------------------------------------------
@@ -295,6 +295,9 @@ def split_k_step(p: GemmProblem, tiles: int, slots: float, k_iters: int) -> tupl
     if p.activation != "none":
         return 1, note("split-K", 1, f"tiles fill {tiles / slots:.0%} of the slots, but a {p.activation} epilogue "
                        "cannot be applied to partial sums")
+    if p.deterministic:
+        return 1, note("split-K", 1, f"tiles fill {tiles / slots:.0%} of the slots, but the problem is deterministic "
+                       "and atomic adds land in a varying order")
     return formula_step("split-K", SPLIT_K, "tiles fill under half of the SM slots: split K so the slots fill, keeping "
                         ">= 2 block_k iterations per slice (partial sums add atomically)",
                         post=lambda v: max(1, int(v)), slots=slots, tiles=tiles, k_iters=k_iters)
@@ -394,10 +397,18 @@ def check_schedule(p: GemmProblem, s: Schedule, gpu: GPUModel) -> list[str]:
         out.append(f"tile {s.block_m}x{s.block_n}x{s.block_k} is not a multiple of warps x MMA shape")
     if s.stages < 2:
         out.append("fewer than 2 pipeline stages")
-    if s.split_k < 1 or (s.split_k > 1 and p.activation != "none"):
-        out.append("split-K with a non-linear epilogue")
-    if s.split_k > 1 and p.out_bytes < 4:
-        out.append("split-K into a 16-bit output")
+    if s.split_k < 1:
+        out.append(f"split_k={s.split_k}")
+    if s.split_reduction not in SPLIT_REDUCTIONS:
+        out.append(f"split reduction {s.split_reduction!r}")
+    if s.zero_output and p.activation != "none":
+        out.append("atomic split-K with a non-linear epilogue")
+    if s.zero_output and p.out_bytes < 4:
+        out.append("atomic split-K into a 16-bit output")
+    if s.zero_output and p.deterministic:
+        out.append("atomic split-K in a deterministic problem (the adds' order varies)")
+    if s.split_workspace and s.mma.family != "wgmma":
+        out.append("a split-K workspace on the mma.sync kernel (Hopper only)")
     return out
 
 

@@ -25,7 +25,7 @@ def compile_gemm(problem, schedule, *, cubin: bool = True):
 
     Returns a :class:`nova.codegen.artifact.KernelArtifact` with entry ``nova_gemm``, params
     ``("A", "B", "C"[, "bias"])``, ``grid = schedule.grid(M, N)``, ``block = (threads, 1, 1)``,
-    ``smem_bytes = schedule.smem_bytes`` (dynamic) and ``zero_output = split_k > 1``.
+    ``smem_bytes = schedule.smem_bytes`` (dynamic) and ``zero_output`` (split-K adds atomically into C).
     A wgmma schedule goes to ``emit_hopper.compile_hopper`` (tensor-map params, ``schedule.hopper.ctas``
     CTAs).  Raises :class:`CodegenError` with the problem and schedule named if any step fails.
     """
@@ -58,7 +58,7 @@ def compile_gemm(problem, schedule, *, cubin: bool = True):
         block=(schedule.threads_per_block, 1, 1),
         smem_bytes=schedule.smem_bytes,
         params=params,
-        zero_output=schedule.split_k > 1,
+        zero_output=schedule.zero_output,
         cubin=binary,
         resources=resources,
         meta=meta,

@@ -45,12 +45,13 @@ from nova.codegen import CodegenError
 from nova.codegen.builder import SMEM, Ir
 from nova.dtypes import MODES
 from nova.kernels.gemm.emit_ampere import RESERVED_NAMES, GemmKernel
-from nova.kernels.gemm.hopper import output_vector     # the epilogue's store-width rule, to check vector_c
+from nova.kernels.gemm.hopper import atomic_split_blocker, output_vector    # rules the schedule must follow
 from nova.kernels.gemm.problem import GemmProblem
-from nova.kernels.gemm.schedule import OperandPrep, Schedule
+from nova.kernels.gemm.schedule import SPLIT_REDUCTIONS, OperandPrep, Schedule
 
 KERNEL_NAME = "nova_gemm"
 PREP_NAME = "nova_prep"
+REDUCE_NAME = "nova_split_reduce"
 ARCH = "sm_90a"
 WG = 128                    # threads per warpgroup
 SWIZZLE_BYTES = 128
@@ -92,8 +93,9 @@ def check_supported(problem: GemmProblem, s: Schedule) -> None:
     warps = (s.warps_n, s.warps_m) if s.swap_ab else (s.warps_m, s.warps_n)
     if s.producer_warps != 4 or warps != (4 * s.consumer_warpgroups, 1):
         fail("the warp layout must be one producer warpgroup + 4 warps per consumer warpgroup along the wgmma rows")
-    if s.vector_c != output_vector(problem, s.swap_ab, s.split_k):
-        fail(f"vector_c={s.vector_c}: the epilogue stores {output_vector(problem, s.swap_ab, s.split_k)} elements")
+    stores = output_vector(problem, s.swap_ab, s.split_k, s.split_reduction)
+    if s.vector_c != stores:
+        fail(f"vector_c={s.vector_c}: C is stored {stores} elements at a time")
     per_row = SWIZZLE_BYTES // problem.in_bytes
     for op in ("a", "b"):
         extent, box = (s.block_m if op == "a" else s.block_n), h.box(op)
@@ -110,9 +112,12 @@ def check_supported(problem: GemmProblem, s: Schedule) -> None:
         fail(f"smem_layout {s.smem_layout!r}: the wgmma path uses 'swizzle128'")
     if s.split_k < 1:
         fail(f"split_k={s.split_k}")
+    if s.split_reduction not in SPLIT_REDUCTIONS:
+        fail(f"split reduction {s.split_reduction!r}; one of {', '.join(SPLIT_REDUCTIONS)}")
     if s.split_k > 1:
-        if problem.out_dtype != "f32" or problem.activation != "none":
-            fail("split-K accumulates with FP32 atomics: FP32 output and no activation only")
+        blocker = atomic_split_blocker(problem)
+        if s.split_reduction == "atomic" and blocker:
+            fail(f"split-K with FP32 atomics: {blocker} (use the workspace reduction)")
         per = _cdiv(_cdiv(problem.K, s.block_k), s.split_k)
         if (s.split_k - 1) * per >= _cdiv(problem.K, s.block_k):
             fail(f"split_k={s.split_k} leaves a K slice empty ({_cdiv(problem.K, s.block_k)} K tiles)")
@@ -148,15 +153,17 @@ class _HopperKernel:
     to_out = GemmKernel.to_out
     guarded = GemmKernel.guarded
     load_bias = GemmKernel.load_bias
-    ctype = GemmKernel.ctype          # C and bias memref types: the same epilogue ABI as mma.sync
-    btype = GemmKernel.btype
+    btype = GemmKernel.btype          # the bias memref type: the same epilogue ABI as mma.sync
 
     def __init__(self, p: GemmProblem, s: Schedule, wait_depth: int = 1):
         self.p, self.s = p, s
         self.ir = Ir(RESERVED_NAMES)
         self.ir.reserve("tmA", "tmB", "tile", "kp", "it", "acc", "itc", "ktp", "itp")
         self.T = p.storage
-        self.O = p.out_dtype
+        # split-K through a workspace: this kernel stores each slice's raw FP32 partial tile at rows
+        # kslice * M + m of a [split_k * M, N] workspace; the reduction kernel does the epilogue
+        self.partial = s.split_workspace
+        self.O = "f32" if self.partial else p.out_dtype
         self.BT = "f32" if p.dtype == "tf32" else p.out_dtype
         self.wgs = s.consumer_warpgroups
         self.threads = WG * (1 + self.wgs)
@@ -177,6 +184,12 @@ class _HopperKernel:
         self.wait_depth = wait_depth
         self.ragged = {"m": p.M % s.block_m != 0, "n": p.N % s.block_n != 0}
 
+    @property
+    def ctype(self) -> str:
+        """The memref type of the kernel's output argument: C [M, N], or the split-K workspace."""
+        rows = self.s.split_k * self.p.M if self.partial else self.p.M
+        return f"memref<{rows}x{self.p.N}x{self.O}>"
+
     def box_type(self, op):
         box = self.h.box(op)
         return f"memref<{box.rows}x{box.cols}x{self.T}, {SMEM}>"
@@ -196,7 +209,7 @@ class _HopperKernel:
                 + f", A {self.ops.a.feed}, B {self.ops.b.feed}")
         ir.emit(f"{SMEM} = #gpu.address_space<workgroup>")
         args = ["%pA: !llvm.ptr", "%pB: !llvm.ptr", f"%C: {self.ctype}"]
-        if p.bias:
+        if p.bias and not self.partial:
             args.append(f"%bias: {self.btype}")
         # registers at entry (the schedule's): setmaxnreg then moves them from the producer to the consumers
         with ir.kernel(KERNEL_NAME, args, self.threads, maxnreg=s.regs_per_thread):
@@ -533,10 +546,13 @@ class _HopperKernel:
         else:   # C[m = j, n = i]: accumulators (h=0, h=1) of one column are C[m, n], C[m, n + 1]
             pairs = lambda jj: [((ir.add(col0, 8 * jj + d, "out_row"), rows_i[0]), (4 * jj + d, 4 * jj + 2 + d))
                                 for d in (0, 1)]
-        pair_ok = self.s.vector_c >= 2
+        pair_ok = p.N % 2 == 0 if self.partial else self.s.vector_c >= 2
         bias_cache = {}
 
         first = ir.cmp("eq", self.kslice, 0, "first_slice") if self.kslice is not None else None
+        if self.partial:
+            ir.comment("split-K workspace: the raw FP32 partial at row kslice * M + m; the reduction kernel adds")
+            slice_rows = ir.mul(self.kslice, p.M, "slice_row0")
 
         def bias(col):
             if col not in bias_cache:
@@ -547,12 +563,15 @@ class _HopperKernel:
             vals = []
             for d in (0, 1):
                 x = ir.let("c", f"llvm.extractvalue {acc}[{idx[d]}] : {self.acc_t}")
+                if self.partial:
+                    vals.append(x)
+                    continue
                 if p.bias:
                     x = ir.let("c_bias", f"arith.addf {x}, {bias(cols[d])} : f32")
                 vals.append(self.to_out(self.activation(x)))
             return vals
 
-        if self.s.vector_c == 4:
+        if self.s.vector_c == 4 and not self.partial:
             self.store_quads(rows_i, col0, values)
             return
         for jj in range(self.tile_j // 8):
@@ -560,9 +579,16 @@ class _HopperKernel:
                 cols = [col, ir.add(col, 1, "out_col1")]
                 row_ok = ir.cmp("slt", row, p.M, "row_ok") if self.ragged["m"] else True
                 vals = values(cols, idx)
-                self.store_two(vals, row, cols, row_ok, pair_ok)
+                self.store_two(vals, ir.add(row, slice_rows, "ws_row") if self.partial else row, cols, row_ok, pair_ok)
 
-    store_one = GemmKernel.store_one       # split-K: atomic add into the zeroed output
+    def store_one(self, val, row, col):
+        """One element: a plain store into the workspace, else as the mma.sync kernel (an atomic
+        add into the zeroed output under atomic split-K)."""
+        if self.partial:
+            self.ir.emit(f"memref.store {val}, %C[{self.ir.v(row)}, {self.ir.v(col)}] : {self.ctype}")
+        else:
+            GemmKernel.store_one(self, val, row, col)
+
     store_two = GemmKernel.store_two
     store_pair = GemmKernel.store_pair
 
@@ -688,12 +714,87 @@ def prep_launch(prep: OperandPrep, in_bytes: int) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------
+# Split-K reduction: C = act(sum of the slices' FP32 partials + bias), in slice order
+# ----------------------------------------------------------------------------------------------
+REDUCE_THREADS = 256
+
+
+class _SplitReduce:
+    """``C[e .. e+v) = out(act(W[0, e..] + W[1, e..] + ... + W[split-1, e..] + bias[col..]))`` over
+    the flat index e of C (row-major [M, N]), v = ``schedule.vector_c`` adjacent elements of one row
+    per thread (N % v == 0).  The slices add in slice order whatever order the GEMM's CTAs ran in:
+    the result is the same bits on every run."""
+    fconst = GemmKernel.fconst
+    exp2 = GemmKernel.exp2
+    times_sigmoid = GemmKernel.times_sigmoid
+    activation = GemmKernel.activation
+    to_out = GemmKernel.to_out
+
+    def __init__(self, p: GemmProblem, s: Schedule):
+        self.p, self.s, self.ir = p, s, Ir(RESERVED_NAMES)
+        self.O = p.out_dtype
+        self.BT = "f32" if p.dtype == "tf32" else p.out_dtype
+        self.vec = s.vector_c
+
+    def build(self) -> str:
+        p, s, ir, v = self.p, self.s, self.ir, self.vec
+        size = p.M * p.N
+        ws_t, c_t, b_t = f"memref<{s.split_k * size}xf32>", f"memref<{size}x{self.O}>", f"memref<{p.N}x{self.BT}>"
+        acc_t, out_t = f"vector<{v}xf32>", f"vector<{v}x{self.O}>"
+        ir.reserve("W", "C", "bias", "slice", "acc")
+        ir.emit(f"// Nova split-K reduction for {p.describe()}: {s.split_k} FP32 partial slices -> C, "
+                f"{v} elements per thread")
+        args = [f"%W: {ws_t}", f"%C: {c_t}"] + ([f"%bias: {b_t}"] if p.bias else [])
+        with ir.kernel(REDUCE_NAME, args, REDUCE_THREADS):
+            tid = ir.let("tid", "gpu.thread_id x")
+            bid = ir.let("bid", "gpu.block_id x")
+            e = ir.mul(ir.add(ir.mul(bid, REDUCE_THREADS), tid, "thread"), v, "e")
+            with ir.region(f"scf.if {ir.cmp('slt', e, size, 'in_c')} {{"):
+                first = ir.let("w0", f"vector.load %W[{ir.v(e)}] : {ws_t}, {acc_t}")
+                total = ir.fresh("sum")
+                with ir.region(f"{total} = scf.for %slice = {ir.v(1)} to {ir.v(s.split_k)} step {ir.v(1)} "
+                               f"iter_args(%acc = {first}) -> ({acc_t}) {{"):
+                    at = ir.add(ir.mul("%slice", size, "slice_off"), e, "w_at")
+                    w = ir.let("w", f"vector.load %W[{ir.v(at)}] : {ws_t}, {acc_t}")
+                    ir.emit(f"scf.yield {ir.let('acc_next', f'arith.addf %acc, {w} : {acc_t}')} : {acc_t}")
+                col = ir.rem(e, p.N, "col") if p.bias else None
+                outs = []
+                for d in range(v):
+                    x = ir.let("x", f"vector.extract {total}[{d}] : f32 from {acc_t}")
+                    if p.bias:
+                        b = ir.let("b", f"memref.load %bias[{ir.v(ir.add(col, d, 'bias_col'))}] : {b_t}")
+                        if self.BT != "f32":
+                            b = ir.let("b_f32", f"arith.extf {b} : {self.BT} to f32")
+                        x = ir.let("x_bias", f"arith.addf {x}, {b} : f32")
+                    outs.append(self.to_out(self.activation(x)))
+                y = ir.let("y", f"vector.from_elements {', '.join(outs)} : {out_t}")
+                ir.emit(f"vector.store {y}, %C[{ir.v(e)}] {{alignment = {v * p.out_bytes}}} : {c_t}, {out_t}")
+            ir.emit("gpu.return")
+        return ir.text()
+
+
+def build_split_reduce_module(problem: GemmProblem, schedule: Schedule) -> str:
+    """MLIR text of the split-K reduction kernel of a workspace schedule (``Schedule.split_workspace``)."""
+    if not schedule.split_workspace:
+        raise CodegenError(f"{problem.describe()}: the schedule adds its K slices "
+                           f"{'atomically' if schedule.split_k > 1 else 'not at all (no split)'}: no reduction kernel")
+    return _SplitReduce(problem, schedule).build()
+
+
+def reduce_launch(problem: GemmProblem, schedule: Schedule) -> dict:
+    threads = _cdiv(problem.M * problem.N, schedule.vector_c)
+    return {"grid": (_cdiv(threads, REDUCE_THREADS), 1, 1), "block": (REDUCE_THREADS, 1, 1), "smem_bytes": 0}
+
+
+# ----------------------------------------------------------------------------------------------
 # Compile: main kernel + prep kernels -> one KernelArtifact (prep artifacts in meta["prep_kernels"])
 # ----------------------------------------------------------------------------------------------
 def compile_hopper(problem: GemmProblem, schedule: Schedule, *, cubin: bool = True, wait_depth: int = 1):
     """The Hopper kernel's artifact: launched on ``schedule.hopper.ctas`` CTAs, with the operand-prep
-    kernels the operand plan asks for in ``meta["prep_kernels"]`` (by operand, as artifact dicts).
-    The runtime reads everything else (tensor maps, workspaces) from the schedule."""
+    kernels the operand plan asks for in ``meta["prep_kernels"]`` (by operand, as artifact dicts)
+    and, for a split-K workspace, the reduction kernel in ``meta["reduce_kernel"]`` (params
+    ``(W, C[, bias])``; the GEMM itself then takes ``(tmap_a, tmap_b, W)``).  The runtime reads
+    everything else (tensor maps, workspaces) from the schedule."""
     from nova.codegen import MLIR_TOOLCHAIN, lower_and_assemble
     from nova.codegen.artifact import KernelArtifact
     from nova.codegen.lower import pipeline
@@ -717,9 +818,15 @@ def compile_hopper(problem: GemmProblem, schedule: Schedule, *, cubin: bool = Tr
                                    resources=pres, meta={"prep": asdict(pr)}).to_dict()
     meta = {"problem": problem.to_dict(), "schedule": s.to_dict(), "mlir": MLIR_TOOLCHAIN,
             "pipeline": pipeline(ARCH), "prep_kernels": preps, "wait_depth": wait_depth}
+    if s.split_workspace:
+        rptx, rbin, rres, _ = lower(build_split_reduce_module(problem, s), REDUCE_NAME)
+        launch = reduce_launch(problem, s)
+        meta["reduce_kernel"] = KernelArtifact(
+            name=REDUCE_NAME, arch=ARCH, ptx=rptx, grid=launch["grid"], block=launch["block"], smem_bytes=0,
+            params=("W", "C") + (("bias",) if problem.bias else ()), cubin=rbin, resources=rres).to_dict()
     if ptxas_version is not None:
         meta["ptxas"] = ptxas_version
-    params = ("tmap_a", "tmap_b", "C") + (("bias",) if problem.bias else ())
+    params = ("tmap_a", "tmap_b", "W" if s.split_workspace else "C") + (("bias",) if problem.bias and not s.split_workspace else ())
     return KernelArtifact(name=KERNEL_NAME, arch=ARCH, ptx=ptx, grid=(s.hopper.ctas, 1, 1),
                           block=(WG * (1 + s.consumer_warpgroups), 1, 1), smem_bytes=s.smem_bytes,
-                          params=params, zero_output=s.split_k > 1, cubin=binary, resources=resources, meta=meta)
+                          params=params, zero_output=s.zero_output, cubin=binary, resources=resources, meta=meta)

@@ -18,8 +18,10 @@ each returning its decision and the derivation row(s) that explain it:
                          the reason N = 256 (80 + 48 = 128 B/clk for TF32) beats N = 128 (96 + 64 = 160)
  6. smem-bound fraction  the fraction of the tensor peak shared memory can feed
  7. clamp N              no wgmma N wider than the next power of two of its extent (shown when it clamps)
- 8. tile and split       of the few tile shapes (1-2 WGs x N, N/2, N/4) and K splits, the one the
-                         prediction's model (step 15) predicts fastest; rows: output tiles, split-K
+ 8. tile and split       of the few tile shapes (1-2 WGs x N, N/2, N/4), K splits and ways to add the
+                         slices (FP32 atomics into C, or a workspace + a reduction kernel: any output,
+                         deterministic), the one the prediction's model (step 15) predicts fastest;
+                         rows: output tiles, split-K
  9. stages               as many as fit the per-block shared memory (a deeper ring only hides more latency)
 10. TMA boxes            [BK = 128 B of K] x [block_m] and x [block_n], 128-byte swizzle = the wgmma descriptor layout
 11. cluster              1x1 (multicast not generated yet)
@@ -118,28 +120,35 @@ def mainloop_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, ktiles:
     return max(t_mma, t_l2)
 
 
-def output_vector(p: GemmProblem, swap: bool, split: int) -> int:
-    """Elements per epilogue store: 1 under split-K (scalar atomics); 4 (8 bytes, after a lane
-    exchange) for 16-bit outputs with N % 4 == 0; else a pair when N is even (along N: swapped, the
-    two wgmma rows of a lane are adjacent n).  The runtime checks C's alignment against it."""
+def output_vector(p: GemmProblem, swap: bool, split: int, reduction: str = "atomic") -> int:
+    """Elements per store into C: 1 under atomic split-K (scalar atomics); under a split-K
+    workspace the reduction kernel's, 4 when N % 4 == 0, else 2 when N is even (a thread adds
+    that many adjacent partials of one row); without split, 4 (8 bytes, after a lane exchange) for
+    16-bit outputs with N % 4 == 0, else a pair when N is even (along N: swapped, the two wgmma
+    rows of a lane are adjacent n).  The runtime checks C's alignment against it."""
     if split > 1:
-        return 1
+        if reduction == "atomic":
+            return 1
+        return 4 if p.N % 4 == 0 else (2 if p.N % 2 == 0 else 1)
     if p.out_bytes == 2 and not swap and p.N % 4 == 0:
         return 4
     return 2 if p.N % 2 == 0 else 1
 
 
 def epilogue_time(p: GemmProblem, gpu, block_m: int, block_n: int, units: int, split: int = 1, *,
-                  rows: int, cols: int) -> float:
+                  rows: int, cols: int, reduction: str = "atomic") -> float:
     """Seconds the busiest SM spends storing its tiles, not overlapped with the main loop (the
     consumers run the epilogue between tiles): ceil(units / SMs) x the tile's stored elements
     (block_m x block_n, clipped to the ``rows`` x ``cols`` of C in the tile's coordinates) x out_bytes
-    at the SM's share of the L2 bandwidth of the load/store path.  Under split-K each element is a 4-byte atomic
-    read-modify-write instead of half of an 8-byte store: 2 x the L2 traffic in 2 x the accesses."""
+    at the SM's share of the L2 bandwidth of the load/store path.  Under atomic split-K each element is a 4-byte atomic
+    read-modify-write instead of half of an 8-byte store: 2 x the L2 traffic in 2 x the accesses;
+    into a split-K workspace each element is a plain 4-byte FP32 store."""
     per_sm_bw = gpu.l2_bw / gpu.sm_count
-    atomic = 4 if split > 1 else 1
+    element_bytes, factor = p.out_bytes, 1
+    if split > 1:
+        element_bytes, factor = 4, (4 if reduction == "atomic" else 1)
     stored = min(block_m, rows) * min(block_n, cols)          # a tile wider than C stores only C's part
-    return math.ceil(units / gpu.sm_count) * stored * p.out_bytes * atomic / per_sm_bw
+    return math.ceil(units / gpu.sm_count) * stored * element_bytes * factor / per_sm_bw
 
 
 def fill_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, dram_bound: bool = False) -> float:
@@ -151,13 +160,21 @@ def fill_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, dram_bound:
     return gpu.mem_latency_ns * 1e-9 + transfer
 
 
-def split_k_blocker(p: GemmProblem) -> str | None:
-    """Why split-K cannot apply (None if it can): the slices add with FP32 atomics."""
+def atomic_split_blocker(p: GemmProblem) -> str | None:
+    """Why K slices cannot add with FP32 atomics into C (None if they can)."""
     if p.out_dtype != "f32":
         return f"the {p.out_dtype} output cannot take FP32 atomic adds"
     if p.activation != "none":
         return f"{p.activation}(sum) is not a sum of {p.activation}s"
+    if p.deterministic:
+        return "the problem is deterministic and atomic adds land in a varying order"
     return None
+
+
+def split_reductions(p: GemmProblem) -> tuple[str, ...]:
+    """How K slices may add up for ``p``: through a workspace and a reduction kernel always (any
+    output, any epilogue, a fixed order); with FP32 atomics into C when ``atomic_split_blocker`` allows."""
+    return ("workspace",) if atomic_split_blocker(p) else ("atomic", "workspace")
 
 
 def max_split(ktiles: int, limit: int) -> int:
@@ -169,10 +186,16 @@ def max_split(ktiles: int, limit: int) -> int:
     return 1
 
 
-def split_overhead(p: GemmProblem, gpu, split: int) -> float:
-    """Zeroing C (M*N*4 bytes) and the slices' atomic read-modify-writes in L2; the memset's launch
-    is counted with the other launches."""
-    return p.M * p.N * 4 / gpu.dram_bw + split * p.M * p.N * 4 * 2 / gpu.l2_bw
+def split_overhead(p: GemmProblem, gpu, split: int, reduction: str = "atomic") -> float:
+    """What adding the K slices costs beyond the epilogue's stores (their launch, the memset's or
+    the reduction kernel's, is counted with the other launches).  Atomic: zeroing C (M*N*4 bytes of
+    DRAM) and the slices' atomic read-modify-writes in L2.  Workspace: the reduction kernel reads
+    split*M*N*4 bytes of partials (from L2 when they fit in half of it, else DRAM) and writes C
+    (M*N*out_bytes) to DRAM."""
+    if reduction == "atomic":
+        return p.M * p.N * 4 / gpu.dram_bw + split * p.M * p.N * 4 * 2 / gpu.l2_bw
+    partials = split * p.M * p.N * 4
+    return partials / (gpu.l2_bw if partials <= gpu.l2_bytes / 2 else gpu.dram_bw) + p.M * p.N * p.out_bytes / gpu.dram_bw
 
 
 def prep_bytes(p: GemmProblem, operands: OperandPlan) -> int:
@@ -180,10 +203,12 @@ def prep_bytes(p: GemmProblem, operands: OperandPlan) -> int:
     return sum(2 * role.rows * role.cols * p.in_bytes for role in (operands.a, operands.b) if role.prep)
 
 
-def time_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int, operands: OperandPlan | None = None) -> dict:
+def time_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int, operands: OperandPlan | None = None,
+               reduction: str = "atomic") -> dict:
     """The model's terms in seconds for a tile of ``block_i`` wgmma rows x wgmma N = ``n`` and
-    ``split`` K slices (what the kernel's time depends on; stages, raster and grid do not enter):
-    mma, l2, dram (overlapped: the total takes their max), fill, epilogue, prep, split, launches."""
+    ``split`` K slices added by ``reduction`` (what the kernel's time depends on; stages, raster
+    and grid do not enter): mma, l2, dram (overlapped: the total takes their max), fill, epilogue,
+    prep, split, launches."""
     operands = operands or operand_plan(p)
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
     units = cdiv(I, block_i) * cdiv(J, n) * split
@@ -191,9 +216,9 @@ def time_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int, operands: 
     t_dram = p.min_bytes / gpu.dram_bw
     return {"mma": main["mma"], "l2": main["l2"], "dram": t_dram, "smem_cap": main["smem_cap"],
             "fill": fill_time(p, gpu, block_i, n, units, dram_bound=t_dram >= max(main["mma"], main["l2"])),
-            "epilogue": epilogue_time(p, gpu, block_i, n, units, split, rows=I, cols=J),
+            "epilogue": epilogue_time(p, gpu, block_i, n, units, split, rows=I, cols=J, reduction=reduction),
             "prep": prep_bytes(p, operands) / gpu.dram_bw,
-            "split": split_overhead(p, gpu, split) if split > 1 else 0.0,
+            "split": split_overhead(p, gpu, split, reduction) if split > 1 else 0.0,
             "launches": 1 + sum(1 for role in (operands.a, operands.b) if role.prep) + (split > 1)}
 
 
@@ -206,8 +231,8 @@ def total_time(t: dict) -> float:
 def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
     """Step 15 for any wgmma schedule: max(tensor peak x smem cap x SM utilisation, L2 fills, DRAM)
     + the ring's first fill + the epilogues (not overlapped) + the operand-prep passes at DRAM
-    bandwidth + split-K's zeroing and atomics + the launches."""
-    t = time_terms(p, gpu, s.mma.m * s.consumer_warpgroups, s.mma.n, s.split_k, s.hopper.operands)
+    bandwidth + adding the split-K slices (zeroing and atomics, or the reduction kernel) + the launches."""
+    t = time_terms(p, gpu, s.mma.m * s.consumer_warpgroups, s.mma.n, s.split_k, s.hopper.operands, s.split_reduction)
     total = total_time(t)
     bound = max((t["mma"], "tensor-core"), (t["l2"], "l2"), (t["dram"], "dram"))[1]
     if t["smem_cap"] < 1 and bound == "tensor-core":
@@ -296,9 +321,9 @@ def tma_box(problem: GemmProblem, major: str, tile_rows: int) -> TmaBox:
 
 # ---- the schedule --------------------------------------------------------------------------------
 def wgmma_schedule(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int, split: int, stages: int,
-                   group_m: int, persistent: bool = True) -> Schedule:
+                   group_m: int, persistent: bool = True, reduction: str = "atomic") -> Schedule:
     """The Hopper schedule of ``wgs`` consumer warpgroups x wgmma N = ``n``, ``split`` K slices and
-    a ``stages``-deep ring: the tile in the problem's coordinates (swapped, the wgmma rows run along
+    a ``stages``-deep ring (the slices added by ``reduction``): the tile in the problem's coordinates (swapped, the wgmma rows run along
     N), the TMA boxes, the setmaxnreg targets, the ring and the grid follow from these.  Used by
     ``configure_hopper`` and by the schedule space (``space.py``)."""
     k = gpu.mma_shapes["wgmma"][p.dtype][2]
@@ -316,9 +341,10 @@ def wgmma_schedule(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int,
     return Schedule(arch=ARCH, mma=mma, block_m=tile_m, block_n=tile_n, block_k=SWIZZLE // p.in_bytes,
                     warps_m=warps_m, warps_n=warps_n, stages=stages, smem_layout="swizzle128", smem_pad_a=0,
                     smem_pad_b=0, smem_bytes=ring.size(stages), vector_a=1, vector_b=1,   # TMA checks A/B bases
-                    vector_c=output_vector(p, operands.swap, split), split_k=split, group_m=group_m,
+                    vector_c=output_vector(p, operands.swap, split, reduction), split_k=split, group_m=group_m,
                     regs_per_thread=entry_regs(gpu.regs_per_sm, wgs), blocks_per_sm=1, cluster_m=1, cluster_n=1,
-                    consumer_warpgroups=wgs, producer_warps=PRODUCER_WARPS, persistent=persistent, hopper=plan)
+                    consumer_warpgroups=wgs, producer_warps=PRODUCER_WARPS, persistent=persistent, hopper=plan,
+                    split_reduction=reduction)
 
 
 # ---- the steps -----------------------------------------------------------------------------------
@@ -398,51 +424,73 @@ def clamp_n(p: GemmProblem, operands: OperandPlan, n: int) -> tuple[int, Step | 
                      f"(min {MIN_WGMMA_N}) wastes no MMA work")
 
 
+def split_candidates(ktiles: int, tiles: int, sm_count: int) -> list[int]:
+    """K splits step 8 considers for ``tiles`` output tiles: none, and when the tiles fill at most
+    half the SMs the largest split that fills them (``max_split``) and its halvings down to 2 (a
+    smaller split writes fewer partials)."""
+    splits = [1]
+    if 2 * tiles <= sm_count:
+        top = max_split(ktiles, sm_count // tiles)
+        while top > 1:
+            splits.append(top)
+            top //= 2
+    return splits
+
+
 def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int) -> list[tuple]:
-    """Step 8's candidates, each ``(predicted s, mma + L2 + DRAM s, -warpgroups, -N, split, tiles)``:
-    1..wgs warpgroups x N, N/2, N/4 (at least MIN_WGMMA_N; a narrower N only where it makes more
-    tiles), whole K, and when the tiles fill at most half the SMs the largest split that fills them."""
+    """Step 8's candidates, each ``(predicted s, mma + L2 + DRAM s, -warpgroups, -N, split,
+    reduction, tiles)``: 1..wgs warpgroups x N, N/2, N/4 (at least MIN_WGMMA_N; a narrower N only
+    where it makes more tiles) x the ``split_candidates``, each split added by every reduction
+    ``split_reductions`` allows."""
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
     ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
-    splittable = split_k_blocker(p) is None
     out = []
     for w in sorted({wgs, 1}, reverse=True):
         for nn in (n, n // 2, n // 4):
             if nn < MIN_WGMMA_N or (nn < n and cdiv(J, nn) == cdiv(J, 2 * nn)):
                 continue                                     # narrower N without more tiles: no gain
             tiles = cdiv(I, WGMMA_M * w) * cdiv(J, nn)
-            splits = {1}
-            if splittable and 2 * tiles <= gpu.sm_count:
-                splits.add(max_split(ktiles, gpu.sm_count // tiles))
-            for sp in sorted(splits):
-                t = time_terms(p, gpu, WGMMA_M * w, nn, sp, operands)
-                slack = t["mma"] + t["l2"] + t["dram"]        # ties on the max: the most slack in the other limits
-                out.append((round(total_time(t), 12), slack, -w, -nn, sp, tiles))
+            for sp in split_candidates(ktiles, tiles, gpu.sm_count):
+                for reduction in (split_reductions(p) if sp > 1 else ("atomic",)):
+                    t = time_terms(p, gpu, WGMMA_M * w, nn, sp, operands, reduction)
+                    slack = t["mma"] + t["l2"] + t["dram"]    # ties on the max: the most slack in the other limits
+                    out.append((round(total_time(t), 12), slack, -w, -nn, sp, reduction, tiles))
     return out
 
 
-def tile_and_split(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int) -> tuple[tuple[int, int, int, int], list[Step]]:
+def describe_split(p: GemmProblem, split: int, reduction: str, ktiles: int) -> str:
+    """The split-K row's explanation."""
+    if split == 1:
+        return "the model prefers whole-K tiles"
+    slices = f"{split} K slices of {cdiv(ktiles, split)} K tiles"
+    if reduction == "atomic":
+        return f"{slices} add into the zeroed FP32 output with atomics (cheaper than a workspace here)"
+    why = atomic_split_blocker(p) or "cheaper than atomics here"
+    return (f"{slices} store FP32 partials in a {split}x{p.M}x{p.N} workspace ({split * p.M * p.N * 4 / 1e6:.1f} MB); "
+            f"a reduction kernel adds them in slice order, then the epilogue ({why})")
+
+
+def tile_and_split(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int) -> tuple[tuple, list[Step]]:
     """Step 8: of ``tile_candidates`` the one the prediction's model ranks fastest (then more
-    warpgroups, wider N, no split): (warpgroups, N, split, output tiles)."""
+    warpgroups, wider N, no split, atomics): (warpgroups, N, split, reduction, output tiles)."""
     candidates = tile_candidates(p, gpu, operands, wgs, n)
-    _, _, w_neg, n_neg, split, tiles = min(candidates)
+    _, _, w_neg, n_neg, split, reduction, tiles = min(candidates)
     wgs, n = -w_neg, -n_neg
     block_i = WGMMA_M * wgs
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
     ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
-    table = ", ".join(f"{WGMMA_M * -c[2]}x{-c[3]}{f' split {c[4]}' if c[4] > 1 else ''} {c[0] * 1e6:.1f}"
+    table = ", ".join(f"{WGMMA_M * -c[2]}x{-c[3]}{f' split {c[4]} {c[5]}' if c[4] > 1 else ''} {c[0] * 1e6:.1f}"
                       for c in sorted(candidates))
     steps = [
-        note("tile and split", f"{block_i}x{n}" + (f", split-K {split}" if split > 1 else ""),
+        note("tile and split", f"{block_i}x{n}" + (f", split-K {split} ({reduction})" if split > 1 else ""),
              f"tiles are (wgmma rows) x (wgmma N); predicted us (the prediction's model: max(the busiest SM's units "
              f"of padded tile work at the smem-bound rate, the L2 fills, DRAM) + the ring's first fill + epilogues + "
-             f"prep{' + zeroing and atomics' if any(c[4] > 1 for c in candidates) else ''} + launches; on a tie, the "
+             f"prep{' + adding the K slices' if any(c[4] > 1 for c in candidates) else ''} + launches; on a tie, the "
              f"candidate with the least mma + L2 + DRAM time): {table}"),
         note("output tiles", tiles, f"ceil({I}/{block_i}) * ceil({J}/{n})"),
-        note("split-K", split, (f"{split} K slices of {cdiv(ktiles, split)} K tiles add into the zeroed FP32 output "
-                                "with atomics") if split > 1 else (split_k_blocker(p) or "the model prefers whole-K tiles")),
+        note("split-K", split if split == 1 else f"{split}, {reduction}", describe_split(p, split, reduction, ktiles)),
     ]
-    return (wgs, n, split, tiles), steps
+    return (wgs, n, split, reduction, tiles), steps
 
 
 def ring_stages(gpu, block_i: int, n: int) -> tuple[int, Step]:
@@ -505,10 +553,10 @@ def configure_hopper(p: GemmProblem, gpu, d: Derivation) -> tuple[Schedule, Pred
     traffic = d.record(smem_traffic(p, gpu, WGMMA_M * wgs, n))
     d.record(smem_bound_fraction(gpu, traffic))
     n = d.record(clamp_n(p, operands, n))
-    wgs, n, split, tiles = d.record(tile_and_split(p, gpu, operands, wgs, n))
+    wgs, n, split, reduction, tiles = d.record(tile_and_split(p, gpu, operands, wgs, n))
     depth = d.record(ring_stages(gpu, WGMMA_M * wgs, n))
     raster = raster_groups(gpu, cdiv(p.N if operands.swap else p.M, WGMMA_M * wgs), tiles, WGMMA_M * wgs, n)
-    s = wgmma_schedule(p, gpu, operands, wgs, n, split, depth, group_m=raster[0])
+    s = wgmma_schedule(p, gpu, operands, wgs, n, split, depth, group_m=raster[0], reduction=reduction)
     d.record(tma_boxes(p, s.hopper))
     d.record(cluster())
     d.record(persistent_grid(s.hopper))

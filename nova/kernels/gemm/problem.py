@@ -52,6 +52,9 @@ class GemmProblem:
     # TF32 only: "rna" rounds both operands to nearest (cuBLAS's accuracy); "truncate" is the
     # opt-in ``tf32_fast`` mode (the tensor core truncates raw FP32: ~2.6x larger error).
     tf32_rounding: str = "rna"
+    # Bitwise reproducible results run to run: K slices (split-K) add in a fixed order (a workspace
+    # and a reduction kernel) instead of with FP32 atomics, whose order varies.
+    deterministic: bool = False
 
     def __post_init__(self):
         for name in ("M", "N", "K"):
@@ -71,6 +74,8 @@ class GemmProblem:
             object.__setattr__(self, "out_dtype", DTYPES[self.dtype].storage)
         if self.out_dtype not in OUT_DTYPES:
             raise ProblemError(f"unsupported output dtype {self.out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
+        if not isinstance(self.deterministic, bool):
+            raise ProblemError(f"deterministic must be True or False, got {self.deterministic!r}")
         if self.dtype != "tf32" and self.tf32_rounding != "rna":
             object.__setattr__(self, "tf32_rounding", "rna")      # tf32_fast does not apply: same kernel, same key
         total = self.footprint_bytes
@@ -115,10 +120,13 @@ class GemmProblem:
             epi.append(self.activation)
         fast = " tf32_fast" if self.dtype == "tf32" and self.tf32_rounding == "truncate" else ""
         return (f"gemm {self.M}x{self.N}x{self.K} {self.dtype}{fast} {t}"
-                + (f" +{'+'.join(epi)}" if epi else "") + f" -> {self.out_dtype}")
+                + (f" +{'+'.join(epi)}" if epi else "") + f" -> {self.out_dtype}"
+                + (" deterministic" if self.deterministic else ""))
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        if d["tf32_rounding"] == "rna":      # the default stays out: cache keys of v0.1 kernels are unchanged
-            del d["tf32_rounding"]
+        if d["tf32_rounding"] == "rna":      # the defaults stay out: a problem's dict (and key) only grows
+            del d["tf32_rounding"]           # when it asks for something new
+        if not d["deterministic"]:
+            del d["deterministic"]
         return d

@@ -13,6 +13,9 @@ from dataclasses import asdict, dataclass
 from nova.configurator.step import MmaInstr
 
 
+SPLIT_REDUCTIONS = ("atomic", "workspace")   # Schedule.split_reduction
+
+
 class ScheduleError(RuntimeError):
     """The configurator produced a schedule that violates a hardware limit (a Nova bug)."""
 
@@ -145,7 +148,7 @@ class Schedule:
     vector_b: int
     vector_c: int                  # elements per epilogue store
     # --- grid
-    split_k: int                   # K split into this many slices (grid.z); >1 accumulates atomically
+    split_k: int                   # K split into this many slices (grid.z / work units)
     group_m: int                   # rasterization: tile rows per L2 group (1 = row-major order)
     # --- resources (estimates; ptxas verifies)
     regs_per_thread: int
@@ -157,6 +160,11 @@ class Schedule:
     producer_warps: int = 0
     persistent: bool = False
     hopper: HopperPlan | None = None   # the wgmma kernel's plan (None for mma.sync)
+    # How split_k > 1 slices add up: "atomic" (FP32 atomic adds into the zeroed C: f32 output, no
+    # activation, order varies run to run) or "workspace" (each slice stores its FP32 partial tile
+    # in a [split_k, M, N] workspace; a reduction kernel adds them in slice order, then bias,
+    # activation and the output conversion: any output, deterministic; Hopper only)
+    split_reduction: str = "atomic"
 
     # ---- derived quantities (never stored twice)
     @property
@@ -193,6 +201,16 @@ class Schedule:
     def acc_regs_per_thread(self) -> int:
         """FP32 accumulator registers per thread: warp tile / 32 lanes."""
         return self.warp_tile_m * self.warp_tile_n // 32
+
+    @property
+    def zero_output(self) -> bool:
+        """The runtime zeroes C before the launch: split-K slices add into it with atomics."""
+        return self.split_k > 1 and self.split_reduction == "atomic"
+
+    @property
+    def split_workspace(self) -> bool:
+        """Split-K slices write FP32 partials to a workspace that a reduction kernel adds up."""
+        return self.split_k > 1 and self.split_reduction == "workspace"
 
     def grid(self, M: int, N: int) -> tuple[int, int, int]:
         """(output tiles, 1, split_k): the mma.sync kernel's launch grid (it maps blockIdx.x to a tile

@@ -11,7 +11,8 @@ analytic pick (``configure``) is from the best.  The space is the cross product 
   block_k        MMA k .. 128 bytes / element (one L2 line per row, as the configurator), powers of
                  two, each clamped to K rounded up to the MMA k (``ampere.py`` step 6)
   stages         2..6, within shared memory, and at most max(2, K tiles per split-K slice)
-  split_k        {1, 2, 4, 8}, only into an f32 output without activation, no empty slice
+  split_k        {1, 2, 4, 8}, only into an f32 output without activation in a problem that is
+                 not deterministic (the slices add atomically), no empty slice
   group_m        {1, 4, 8, 16}, values >= the number of tile rows merged (they raster identically)
 
 Every other field follows from these exactly as in the configurator's ``plan_tile`` (same helpers and
@@ -40,8 +41,10 @@ as the pick does):
                  of the rows' extent (min 64); hopper.py's register rule (N/2 accumulators +
                  overhead within the consumers' setmaxnreg share) rejects what does not fit
   wgmma N        64, 128, 256 up to the target's wgmma N and the next power of two of N's extent
-  split_k        {1, 2, 4, 8, 16, 32, the pick's} into an f32 output without activation
-                 (hopper.py's ``split_k_blocker``), no empty K slice
+  split_k        {1, 2, 4, 8, 16, 32, the pick's}, no empty K slice, each split added by every
+                 reduction hopper.py's ``split_reductions`` allows (FP32 atomics into an f32
+                 output without activation; a workspace + reduction kernel where the tiles fill
+                 at most half the SMs, as hopper.py's ``split_candidates``)
   stages         2 .. hopper.py's ``STAGES`` (what the per-block shared memory holds), and no more
                  than the K tiles a CTA ever loads (K tiles per slice x its work units)
   group_m        {1, the pick's, 8, 16} clamped to the tile rows, as for mma.sync
@@ -62,7 +65,7 @@ from nova.kernels.gemm.cost import cdiv, predict
 from nova.kernels.gemm.ampere import (BPS_REGS, BPS_THREADS, FRAG_A_REGS, FRAG_B_REGS, LINE_BYTES, OVERHEAD_REGS, PLAIN_COPY_REGS, REGS, STAGE_BYTES, copy_vector, check_schedule, smem_tiles)
 from nova.kernels.gemm.configure import configure
 from nova.kernels.gemm.hopper import (CONSUMER_OVERHEAD_REGS, STAGES, WGMMA_M, consumer_regs, operand_plan,
-                                      predict_hopper, split_k_blocker, wgmma_schedule)
+                                      predict_hopper, split_reductions, wgmma_schedule)
 from nova.kernels.gemm.problem import GemmProblem
 from nova.configurator.step import MmaInstr, Prediction
 from nova.kernels.gemm.schedule import Schedule
@@ -173,7 +176,8 @@ def schedule_space(problem: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[
 
 
 def schedule_sort_key(s: Schedule) -> tuple:
-    return (s.block_m, s.block_n, s.warps_m, s.warps_n, s.block_k, s.stages, s.split_k, s.group_m, not s.persistent)
+    return (s.block_m, s.block_n, s.warps_m, s.warps_n, s.block_k, s.stages, s.split_k, s.split_reduction,
+            s.group_m, not s.persistent)
 
 
 def _split_options(k_iters: int, values) -> list[int]:
@@ -197,7 +201,7 @@ def mma_sync_space(p: GemmProblem, gpu: GPUModel) -> list[Schedule]:
     vector_b = copy_vector(p.K if p.trans_b else p.N, b)
     vector_c = 2 if p.N % 2 == 0 else 1
     plain_copies = sum(1 for v in (vector_a, vector_b) if v * b < 4)
-    split_ok = p.out_bytes == 4 and p.activation == "none"
+    split_ok = p.out_bytes == 4 and p.activation == "none" and not p.deterministic     # atomic adds only
     max_m, max_n = _clamp_side(p.M), _clamp_side(p.N)
     out: set[Schedule] = set()
     for block_m, block_n in itertools.product(BLOCK_SIDES, BLOCK_SIDES):
@@ -241,20 +245,25 @@ def wgmma_space_around(p: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Sc
     rows, cols = (p.N, p.M) if pick.swap_ab else (p.M, p.N)       # wgmma rows (the warps) x wgmma N
     n_top = min(gpu.mma_shapes["wgmma"][p.dtype][1], max(64, _clamp_side(cols)))
     k_iters = cdiv(p.K, pick.block_k)
-    splits = _split_options(k_iters, WGMMA_SPLIT_K + (pick.split_k,) if split_k_blocker(p) is None else (1,))
+    splits = _split_options(k_iters, WGMMA_SPLIT_K + (pick.split_k,))
     operands = operand_plan(p)
     out = []
-    for wgs, n, split_k in itertools.product(WGMMA_WARPGROUPS, WGMMA_N, splits):
+    ways = [(split_k, reduction) for split_k in splits
+            for reduction in (split_reductions(p) if split_k > 1 else ("atomic",))]
+    for wgs, n, (split_k, reduction) in itertools.product(WGMMA_WARPGROUPS, WGMMA_N, ways):
         tile_rows = WGMMA_M * wgs
         if tile_rows > max(WGMMA_M, _clamp_side(rows)) or n > n_top or not wgmma_fits(gpu, wgs, n):
             continue
-        units = cdiv(rows, tile_rows) * cdiv(cols, n) * split_k                    # tiles x K slices
+        tiles = cdiv(rows, tile_rows) * cdiv(cols, n)
+        if reduction == "workspace" and 2 * tiles > gpu.sm_count and (split_k, reduction) != (pick.split_k, pick.split_reduction):
+            continue                       # as hopper.py's split_candidates: a workspace only where tiles leave SMs idle
+        units = tiles * split_k                                                    # tiles x K slices
         max_stages = int(STAGES(smem_per_block=gpu.smem_per_block, block_m=tile_rows, N=n))
         groups = _group_options(rows, tile_rows, cols, n, WGMMA_GROUP_M + (pick.group_m,))
         for persistent in (True, False) if units > gpu.sm_count else (True,):
             panels = cdiv(k_iters, split_k) * (cdiv(units, gpu.sm_count) if persistent else 1)  # K tiles a CTA loads
             for stages, group_m in itertools.product(range(2, min(max_stages, max(2, panels)) + 1), groups):
-                s = wgmma_schedule(p, gpu, operands, wgs, n, split_k, stages, group_m, persistent)
+                s = wgmma_schedule(p, gpu, operands, wgs, n, split_k, stages, group_m, persistent, reduction)
                 if not check_schedule(p, s, gpu):
                     out.append(s)
     return sorted(out, key=schedule_sort_key)
@@ -312,10 +321,12 @@ def _tiling(s: Schedule) -> tuple:
 
 def label(s: Schedule) -> str:
     """``"128x128x32 w2x4 st2 sk1 g16"``: the same notation as ``bench/results`` (``schedule`` column);
-    a wgmma schedule with one CTA per tile (not persistent) ends in `` np``."""
+    a split-K through a workspace reads ``sk8ws``; a wgmma schedule with one CTA per tile (not
+    persistent) ends in `` np``."""
     grid = " np" if s.mma.family == "wgmma" and not s.persistent else ""
+    ws = "ws" if s.split_workspace else ""
     return (f"{s.block_m}x{s.block_n}x{s.block_k} w{s.warps_m}x{s.warps_n} st{s.stages} "
-            f"sk{s.split_k} g{s.group_m}{grid}")
+            f"sk{s.split_k}{ws} g{s.group_m}{grid}")
 
 
 def measured_config(problem: GemmProblem, target: "GPUModel | str", schedule_label: str | None):
