@@ -380,7 +380,7 @@ def run_device(entries, dtypes, out, *, settle_s: float = 1.0, rounds: int = 5, 
     if jax is not None:
         env["jax"] = jax.__version__
         env["jax_device"] = str(jax.devices("gpu")[0])
-        env["jax_default_matmul_precision"] = str(jax.config.jax_default_matmul_precision)
+        env["jax_default_matmul_precision"] = str(getattr(jax.config, "jax_default_matmul_precision", "n/a"))
     settings = {"dtypes": list(dtypes), "settle_s": settle_s, "rounds": rounds, "min_time_s": min_time_s,
                 "seed": seed, "budget_s": budget_s,
                 "xla_precision": "lax.Precision.DEFAULT (jax's default: TF32 for f32 on NVIDIA GPUs)"}
