@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nova.cli.main import build_parser
-from nova.cli.shapes import ShapeError, parse_gemm_shape, parse_shape_list, read_suite
+from nova.cli.shapes import ShapeError, parse_gemm_shape, parse_shape_list, read_suite, read_suite_entries
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,6 +61,39 @@ def test_shape_list_and_suites(tmp_path):
         read_suite(bad)
     with pytest.raises(ShapeError, match="cannot read suite file"):
         read_suite(tmp_path / "missing.txt")
+
+
+def test_json_suite_objects(tmp_path):
+    from nova.cli.main import build_parser, problems_from
+    from nova.kernels.gemm.problem import GemmProblem
+    js = tmp_path / "s.json"
+    js.write_text(json.dumps([{"M": 8, "N": 16, "K": 32, "trans_a": True, "bias": True, "role": "dW", "count": 3},
+                              "64", {"M": 1, "N": 2, "K": 3, "trans_b": False}]))
+    assert read_suite_entries(js) == [((8, 16, 32), {"trans_a": True, "bias": True}), ((64, 64, 64), {}),
+                                      ((1, 2, 3), {"trans_b": False})]
+    args = build_parser().parse_args(["precompile", "gemm", "--suite", str(js), "--target", "h200", "--trans-b",
+                                      "--dtype", "bf16"])
+    assert problems_from(read_suite_entries(js), args) == [      # an entry's fields win over the flags
+        GemmProblem(8, 16, 32, "bf16", True, True, True), GemmProblem(64, 64, 64, "bf16", False, True),
+        GemmProblem(1, 2, 3, "bf16", False, False)]
+    with pytest.raises(ShapeError, match="only 'nova precompile gemm' reads"):
+        read_suite(js)                             # bench/tune would drop the layouts: refused
+    js.write_text(json.dumps([{"M": 8, "N": 16, "K": 32, "trans_a": False, "activation": "none"}]))
+    assert read_suite(js) == [(8, 16, 32)]         # default fields change nothing
+    for bad, fragment in (({"M": 8, "N": 16}, "needs integer M, N and K"),
+                          ({"M": 8, "N": 16, "K": 4, "trans_a": 1}, "trans_a=1 in .* must be true or false")):
+        js.write_text(json.dumps([bad]))
+        with pytest.raises(ShapeError, match=fragment):
+            read_suite_entries(js)
+
+
+def test_precompile_with_a_bad_json_suite_is_one_line(tmp_path, capsys):
+    from nova.cli.main import main
+    js = tmp_path / "s.json"
+    js.write_text(json.dumps([{"M": 8, "N": 16, "K": 4, "bias": "yes"}]))
+    assert main(["precompile", "gemm", "--suite", str(js), "--target", "h200", "--cache-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bias=\"yes\"" in err and "must be true or false" in err
 
 
 # --------------------------------------------------------------------------- subprocess

@@ -203,19 +203,40 @@ def graph_replay(torch, fn, reps: int, rounds: int = 5, min_seconds: float = 0.0
     return statistics.median(means), window
 
 
-def settle(torch, fns, seconds: float) -> int:
+def settle(torch, fns, seconds: float, sync=None) -> int:
     """Run ``fns`` round-robin, back to back, for ``seconds`` of wall time (synchronising every few
     milliseconds so the queue stays short): the GPU reaches the clock it holds under sustained load
-    before anything is timed.  Returns the number of calls."""
-    torch.cuda.synchronize()
+    before anything is timed.  ``sync`` waits for all of them (default ``torch.cuda.synchronize``;
+    a library on its own stream adds its wait).  Returns the number of calls."""
+    sync = sync or torch.cuda.synchronize
+    sync()
     t_end, calls = time.perf_counter() + seconds, 0
     while time.perf_counter() < t_end:
         for _ in range(8):
             for fn in fns:
                 fn(calls)
             calls += 1
-        torch.cuda.synchronize()
+        sync()
     return calls
+
+
+def wall_per_call(fn, sync, reps: int) -> float:
+    """Back-to-back by the host's wall clock: ``reps`` calls of ``fn`` between two ``sync()`` (a
+    device synchronisation that also waits for a library's own stream), microseconds per call.
+    Events recorded on torch's stream would not see work that another library (XLA) queues on its
+    own stream; the wall clock times every library the same way."""
+    sync()
+    t0 = time.perf_counter()
+    for i in range(reps):
+        fn(i)
+    sync()
+    return (time.perf_counter() - t0) / reps * 1e6
+
+
+def geomean(values) -> float:
+    """Geometric mean of the positive, non-NaN ``values`` (NaN when none)."""
+    vals = [float(v) for v in values if v is not None and not math.isnan(v) and v > 0]
+    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else math.nan
 
 
 def host_overhead(torch, fn, reps: int = 200) -> float:

@@ -28,8 +28,8 @@ import statistics
 import sys
 import time
 
-from nova.bench.harness import environment, random_operands, require_torch
-from nova.bench.tune import ORACLE_FORMAT, geomean, tune_problem
+from nova.bench.harness import environment, geomean, random_operands, require_torch
+from nova.bench.tune import ORACLE_FORMAT, tune_problem
 
 CSV_COLUMNS = ["M", "N", "K", "dtype", "family", "space_size", "candidates", "correct", "pick_schedule", "pick_us",
                "pick_predicted_us", "best_schedule", "best_us", "ratio", "pick_rank", "config_ms", "tune_s",

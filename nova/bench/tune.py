@@ -260,11 +260,6 @@ def oracle_row(problem: GemmProblem, entry: dict, timed: list[dict], tune_s: flo
             "tune_s": tune_s, "timed": timed}
 
 
-def geomean(values) -> float:
-    vals = [v for v in values if v is not None and v > 0]
-    return math.exp(sum(math.log(v) for v in vals) / len(vals)) if vals else math.nan
-
-
 def cpu_count() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 

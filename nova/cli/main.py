@@ -15,7 +15,7 @@ from pathlib import Path
 
 from nova.cli.train import MODEL_HELP
 from nova.cli.common import CliParser, UsageError, add_version, check_tf32_fast, dispatch, dtype_list
-from nova.cli.shapes import ShapeError, parse_gemm_shape, parse_shape_list, read_suite
+from nova.cli.shapes import ShapeError, parse_gemm_shape, parse_shape_list, read_suite, read_suite_entries
 
 
 def _arg(parse):
@@ -48,34 +48,45 @@ def add_problem_args(p: argparse.ArgumentParser, several_dtypes: bool = False) -
                         "(what nova.matmul does under NOVA_DETERMINISTIC=1 or torch.use_deterministic_algorithms)")
 
 
-def add_shape_list_args(p: argparse.ArgumentParser, required: bool = True) -> None:
+SUITE_HELP = "file: one shape per line (# comments) or a JSON list"
+PRECOMPILE_SUITE_HELP = (SUITE_HELP + "; in nova precompile gemm a JSON object entry {\"M\", \"N\", \"K\", "
+                         "\"trans_a\", \"trans_b\", \"bias\", \"activation\", \"out_dtype\"} sets its own "
+                         "layout and epilogue (missing keys: the flags), e.g. bench/suites/train_gemms.json")
+
+
+def add_shape_list_args(p: argparse.ArgumentParser, required: bool = True, suite_help: str | None = None) -> None:
     """``--shapes S1,S2,...`` or ``--suite FILE`` (one of the two is required, unless ``required``
     is False and the command checks it itself)."""
     shapes = p.add_mutually_exclusive_group(required=required)
     shapes.add_argument("--shapes", type=_arg(parse_shape_list), help="comma-separated S | SxS | MxNxK")
-    shapes.add_argument("--suite", help="file: one shape per line (# comments) or a JSON list")
+    shapes.add_argument("--suite", help=suite_help or SUITE_HELP)
 
 
 def shapes_from(args) -> list:
     return args.shapes if args.shapes is not None else read_suite(args.suite)
 
 
-def make_problem(shape: tuple[int, int, int], dtype: str, args):
-    """The problem of one shape and dtype.  ``--tf32-fast`` reaches bf16/fp16 problems too, which
-    normalise it away (``GemmProblem``): their keys are those ``nova.matmul(..., tf32_fast=True)``
-    looks up."""
+def make_problem(shape: tuple[int, int, int], dtype: str, args, fields: dict | None = None):
+    """The problem of one shape and dtype; ``fields`` (a JSON suite entry's trans_a, trans_b,
+    bias, activation, out_dtype) override the command's flags.  ``--tf32-fast`` reaches bf16/fp16
+    problems too, which normalise it away (``GemmProblem``): their keys are those
+    ``nova.matmul(..., tf32_fast=True)`` looks up."""
     from nova.kernels.gemm.problem import GemmProblem
     M, N, K = shape
-    return GemmProblem(M, N, K, dtype.strip(), args.trans_a, args.trans_b, args.bias, args.activation,
-                       args.out_dtype, "truncate" if getattr(args, "tf32_fast", False) else "rna",
+    f = {"trans_a": args.trans_a, "trans_b": args.trans_b, "bias": args.bias, "activation": args.activation,
+         "out_dtype": args.out_dtype, **(fields or {})}
+    return GemmProblem(M, N, K, dtype.strip(), f["trans_a"], f["trans_b"], f["bias"], f["activation"],
+                       f["out_dtype"], "truncate" if getattr(args, "tf32_fast", False) else "rna",
                        getattr(args, "deterministic", False))
 
 
 def problems_from(shapes: list, args) -> list:
-    """Every (dtype, shape) problem of a command, dtype-major; ``--tf32-fast`` needs a tf32 in the list."""
+    """Every (dtype, shape) problem of a command, dtype-major; ``--tf32-fast`` needs a tf32 in the list.
+    ``shapes`` holds (M, N, K) tuples or ``(shape, fields)`` suite entries (``read_suite_entries``)."""
     dtypes = dtype_list(args.dtype)
     check_tf32_fast(dtypes, getattr(args, "tf32_fast", False))
-    return [make_problem(s, d, args) for d in dtypes for s in shapes]
+    entries = [s if isinstance(s[0], tuple) else (s, {}) for s in shapes]
+    return [make_problem(s, d, args, fields) for d in dtypes for s, fields in entries]
 
 
 def cache_from(args):
@@ -135,7 +146,7 @@ def add_precompile(sub) -> None:
                    help="gemm: the GEMMs of --shapes/--suite; train MODEL: every kernel of a built-in model's "
                         "training step (nova precompile train gpt42m --batch 32 --target h200)")
     p.add_argument("model", nargs="?", help="train only: " + MODEL_HELP)
-    add_shape_list_args(p, required=False)
+    add_shape_list_args(p, required=False, suite_help=PRECOMPILE_SUITE_HELP)
     add_problem_args(p, several_dtypes=True)
     p.add_argument("--batch", type=int, default=None, help="train only: sequences per step")
     p.add_argument("--seq", type=int, default=None, help="train only: tokens per sequence (default: the model's)")
@@ -157,10 +168,10 @@ def run_precompile(args) -> int:
         raise UsageError("precompile gemm needs --shapes or --suite")
     from nova.hwmodel import get_target
     from nova.runtime.matmul import precompile_gemms
-    shapes = shapes_from(args)
+    shapes = args.shapes if args.shapes is not None else read_suite_entries(args.suite)
     target = get_target(args.target)
     cache = cache_from(args)
-    problems = problems_from(shapes, args)
+    problems = list(dict.fromkeys(problems_from(shapes, args)))      # a problem listed twice compiles once
     start = time.perf_counter()
     counts = precompile_gemms(problems, target, cache, log=lambda line: print(line, flush=True))
     print(f"precompiled {len(problems)} kernels for {target.name} into {cache.root}: {counts['compiled']} compiled, "
@@ -239,7 +250,7 @@ def add_tune(sub) -> None:
                                    "them on the GPU with python3 -m nova.bench.oracle (offline, from the cache).")
     p.add_argument("op", choices=["gemm"], help="operation: gemm")
     p.add_argument("shape", nargs="?", type=_arg(parse_gemm_shape), help="S, SxS or MxNxK (or --suite)")
-    p.add_argument("--suite", help="file: one shape per line (# comments) or a JSON list")
+    p.add_argument("--suite", help=SUITE_HELP)
     add_problem_args(p, several_dtypes=True)
     p.add_argument("--exhaustive", action="store_true", required=True,
                    help="search Nova's own schedule space (the only mode)")

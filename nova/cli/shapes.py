@@ -3,7 +3,14 @@
 Rule: ``S`` means M=N=K=S; ``SxS`` (two equal sizes) means square operands, M=N=K=S; ``MxNxK`` is
 general.  Two unequal sizes are ambiguous and rejected, as is anything else.  Separators: ``x``,
 ``X`` or ``×``.  A suite file holds one shape per line (``#`` comments) or a JSON list of shapes
-(strings like ``"64x64x64"`` or ``[M, N, K]`` lists).
+(strings like ``"64x64x64"``, ``[M, N, K]`` lists, or objects ``{"M": .., "N": .., "K": ..}``).
+
+An object may also fix the problem's layout and epilogue (``LAYOUT_FIELDS``: ``trans_a``,
+``trans_b``, ``bias``, ``activation``, ``out_dtype``); its other keys (a benchmark's ``model``,
+``role``, ``count``, ...) are ignored.  ``read_suite_entries`` returns those fields and only
+``nova precompile gemm`` reads them (each problem's own layout, the command's flags filling in the
+rest); ``read_suite``, which returns bare shapes for the commands that take one layout for all,
+rejects a suite that sets them rather than drop them.
 """
 from __future__ import annotations
 
@@ -47,8 +54,33 @@ def parse_shape_list(text: str) -> list[tuple[int, int, int]]:
     return [parse_gemm_shape(s) for s in items]
 
 
-def read_suite(path: str | Path) -> list[tuple[int, int, int]]:
-    """Shapes from a suite file: JSON list, or one shape per line with ``#`` comments."""
+# The per-entry problem fields a JSON suite object may set: (JSON types, what they are, the default).
+LAYOUT_FIELDS = {"trans_a": (bool, "true or false", False), "trans_b": (bool, "true or false", False),
+                 "bias": (bool, "true or false", False), "activation": (str, "a string", "none"),
+                 "out_dtype": ((str, type(None)), "a string or null", None)}
+
+
+def _json_entry(item, p: Path) -> tuple[tuple[int, int, int], dict]:
+    """(shape, layout fields) of one JSON suite item."""
+    if isinstance(item, list):
+        if len(item) != 3 or not all(isinstance(d, int) and not isinstance(d, bool) for d in item):
+            raise ShapeError(f"suite file {p}: {item!r} is not an [M, N, K] list of integers")
+        return parse_gemm_shape("x".join(str(d) for d in item)), {}
+    if isinstance(item, dict):
+        dims = [item.get(k) for k in ("M", "N", "K")]
+        if not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+            raise ShapeError(f"suite file {p}: {item!r} needs integer M, N and K")
+        fields = {k: item[k] for k in LAYOUT_FIELDS if k in item}
+        for k, v in fields.items():
+            types, what, _ = LAYOUT_FIELDS[k]
+            if not isinstance(v, types):
+                raise ShapeError(f"suite file {p}: {k}={json.dumps(v)} in {item!r} must be {what}")
+        return parse_gemm_shape("x".join(str(d) for d in dims)), fields
+    return parse_gemm_shape(str(item)), {}
+
+
+def read_suite_entries(path: str | Path) -> list[tuple[tuple[int, int, int], dict]]:
+    """``(shape, layout fields)`` of every entry of a suite file (fields only from JSON objects)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -59,23 +91,32 @@ def read_suite(path: str | Path) -> list[tuple[int, int, int]]:
             items = json.loads(text)
         except json.JSONDecodeError as e:
             raise ShapeError(f"suite file {p} is not valid JSON: {e}") from None
-        shapes = []
-        for item in items:
-            if isinstance(item, list):
-                if len(item) != 3 or not all(isinstance(d, int) and not isinstance(d, bool) for d in item):
-                    raise ShapeError(f"suite file {p}: {item!r} is not an [M, N, K] list of integers")
-                shapes.append(parse_gemm_shape("x".join(str(d) for d in item)))
-            else:
-                shapes.append(parse_gemm_shape(str(item)))
+        if not isinstance(items, list):
+            raise ShapeError(f"suite file {p}: a JSON suite is a list of shapes")
+        entries = [_json_entry(item, p) for item in items]
     else:
-        shapes = []
+        entries = []
         for n, line in enumerate(text.splitlines(), 1):
             line = line.split("#", 1)[0].strip()
             if line:
                 try:
-                    shapes.append(parse_gemm_shape(line))
+                    entries.append((parse_gemm_shape(line), {}))
                 except ShapeError as e:
                     raise ShapeError(f"{p}:{n}: {e}") from None
-    if not shapes:
+    if not entries:
         raise ShapeError(f"suite file {p} lists no shapes")
-    return shapes
+    return entries
+
+
+def read_suite(path: str | Path) -> list[tuple[int, int, int]]:
+    """Shapes from a suite file: JSON list, or one shape per line with ``#`` comments.  A suite whose
+    entries set layouts or epilogues other than the defaults is refused: only ``nova precompile
+    gemm`` reads those."""
+    entries = read_suite_entries(path)
+    for shape, fields in entries:
+        fields = {k: v for k, v in fields.items() if v != LAYOUT_FIELDS[k][2]}
+        if fields:
+            raise ShapeError(f"suite file {path}: the entry {'x'.join(map(str, shape))} sets "
+                             f"{', '.join(sorted(fields))}, which only 'nova precompile gemm' reads; "
+                             f"this command takes --shapes or a suite of bare shapes")
+    return [shape for shape, _ in entries]

@@ -67,16 +67,12 @@ def explain_main(argv) -> int:
 
 def run_precompile_train(args) -> int:
     """``nova precompile train``: every GEMM and attention kernel of the step, into the cache."""
-    from nova.compiler.explain import training_step
+    from nova.compiler.explain import plan_training_step
     from nova.compiler.precompile import precompile_planned
-    from nova.frontend import capture
     from nova.hwmodel import get_target
-    from nova.passes import pipeline
     from nova.runtime.cache import KernelCache
     check_train_args(args)
     target = get_target(args.target)
-    fn, fargs, model, opt, _ = training_step(args.model, args.batch, args.seq, args.optimizer)
-    captured = capture(fn, fargs, models=[model], optimizers=[opt], name=f"train_{args.model}")
-    planned = pipeline(captured.graph, target)
+    planned, _ = plan_training_step(args.model, args.batch, args.seq, args.optimizer, target)
     counts = precompile_planned(planned, target, KernelCache(args.cache_dir), log=lambda line: print(line, flush=True))
     return 1 if counts["failed"] else 0

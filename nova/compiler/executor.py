@@ -6,6 +6,7 @@ one arena, replayed as one CUDA graph on the GPU.
     outputs = program.run(inputs)             # one tensor per graph input, graph order
     program.stats; print(program.describe())
     gemm_problems(planned)                    # every Nova GEMM a CUDA program launches (nova precompile)
+    gemm_problem_counts(planned)              # ... and how many times per step
 
 What ``build`` consumes from the planner (``nova.passes``: ``Planned``, ``Group``, ``MemoryPlan``,
 ``ValuePlan``) is listed in ``nova/compiler/plan_view.py``, the only place that reads it.
@@ -59,7 +60,7 @@ from nova.ir.ops import opdef
 from nova.passes.fusion import update_batch_key
 from nova.passes.memory import ELEMENTWISE_COMPOSITES
 
-__all__ = ["build", "gemm_problems", "precompile_commands", "Program", "Launch", "ExecutorError", "BOUND_ROLES"]
+__all__ = ["build", "gemm_problems", "gemm_problem_counts", "precompile_commands", "Program", "Launch", "ExecutorError", "BOUND_ROLES"]
 
 ALIGN = 256                                          # byte alignment of slots the executor lays out itself
 BOUND_ROLES = ("param", "grad", "opt_state", "const")  # inputs used in place, by pointer
@@ -642,6 +643,10 @@ class Program:
         """The distinct Nova GEMM problems this program launches (``GemmProblem``), in launch order."""
         return _distinct_problems(self.launches)
 
+    def gemm_problem_counts(self) -> dict:
+        """``{GemmProblem: Nova launches per step}``, the distinct problems in launch order."""
+        return _problem_counts(self.launches)
+
     def _stats(self, launches, ctx) -> dict:
         per_kind = {}
         for launch in launches:
@@ -700,14 +705,18 @@ class Program:
         return "\n".join(lines)
 
 
-def _distinct_problems(launches) -> list:
-    seen = {}
+def _problem_counts(launches) -> dict:
+    counts = {}
     for launch in launches:
         for gemm in launch.gemms:
             if gemm.backend == "nova":
                 for p in gemm.problems():
-                    seen.setdefault(p, None)
-    return list(seen)
+                    counts[p] = counts.get(p, 0) + 1
+    return counts
+
+
+def _distinct_problems(launches) -> list:
+    return list(_problem_counts(launches))
 
 
 def _normalize_device(device) -> torch.device:
@@ -734,6 +743,12 @@ def gemm_problems(planned) -> list:
     bias, activation, out dtype) a CUDA program of ``planned`` launches, for ``nova precompile``.
     Bound inputs (parameters) are assumed contiguous, as the IR types describe them."""
     return Program(planned, "meta").gemm_problems()
+
+
+def gemm_problem_counts(planned) -> dict:
+    """``gemm_problems(planned)`` with how many times one step launches each (a batched matmul
+    looped over its elements counts once per element): ``{GemmProblem: launches}``."""
+    return Program(planned, "meta").gemm_problem_counts()
 
 
 def precompile_commands(problems, target: str) -> list[str]:

@@ -196,6 +196,18 @@ def training_step(model_name: str, batch: int, seq: int | None = None, optimizer
     return train_step, (idx, idx.clone()), model, opt, batch * seq
 
 
+def plan_training_step(model_name: str, batch: int, seq: int | None = None, optimizer: str = "adamw",
+                       target="h200"):
+    """A built-in model's training step captured and planned for ``target`` on the meta device:
+    ``(planned, tokens_per_step)``, what ``nova precompile train`` and the GEMM suite
+    (``nova.bench.train_gemms``) read the step's kernels from."""
+    from nova.frontend import capture
+    from nova.passes import pipeline
+    fn, args, model, opt, tokens = training_step(model_name, batch, seq, optimizer)
+    captured = capture(fn, args, models=[model], optimizers=[opt], name=f"train_{model_name}")
+    return pipeline(captured.graph, target), tokens
+
+
 def explain_train(model_name: str, batch: int, seq: int | None = None, target="h200",
                   optimizer: str = "adamw") -> dict:
     """Capture, plan and explain a built-in model's training step for ``target`` (no GPU needed)."""
