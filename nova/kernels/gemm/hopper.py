@@ -424,17 +424,23 @@ def clamp_n(p: GemmProblem, operands: OperandPlan, n: int) -> tuple[int, Step | 
                      f"(min {MIN_WGMMA_N}) wastes no MMA work")
 
 
+SPLIT_TRIES = (2, 3, 4, 5, 6, 8, 10, 12, 16)   # splits step 8 prices besides the one that fills the SMs
+
+
 def split_candidates(ktiles: int, tiles: int, sm_count: int) -> list[int]:
-    """K splits step 8 considers for ``tiles`` output tiles: none, and when the tiles fill at most
-    half the SMs the largest split that fills them (``max_split``) and its halvings down to 2 (a
-    smaller split writes fewer partials)."""
-    splits = [1]
-    if 2 * tiles <= sm_count:
-        top = max_split(ktiles, sm_count // tiles)
-        while top > 1:
-            splits.append(top)
-            top //= 2
-    return splits
+    """K splits step 8 considers for ``tiles`` output tiles: none, and when the tiles make less
+    than two waves (some SMs idle in the last one) ``SPLIT_TRIES`` and the largest split that fills
+    the SMs (``max_split``), each leaving every slice >= MIN_SLICE_K_TILES K tiles: a split that
+    evens out the last wave can pay even where the tiles alone fill more than half the SMs
+    (measured: 768x3072x16384 TF32, 72 tiles, split 8 ran 13% faster than none)."""
+    if tiles >= 2 * sm_count:
+        return [1]
+    splits = {1, max_split(ktiles, sm_count // tiles)}
+    for s in SPLIT_TRIES:
+        per = cdiv(ktiles, s)
+        if per >= MIN_SLICE_K_TILES and (s - 1) * per < ktiles:
+            splits.add(s)
+    return sorted(splits)
 
 
 def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int) -> list[tuple]:

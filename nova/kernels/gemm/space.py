@@ -43,8 +43,8 @@ as the pick does):
   wgmma N        64, 128, 256 up to the target's wgmma N and the next power of two of N's extent
   split_k        {1, 2, 4, 8, 16, 32, the pick's}, no empty K slice, each split added by every
                  reduction hopper.py's ``split_reductions`` allows (FP32 atomics into an f32
-                 output without activation; a workspace + reduction kernel where the tiles fill
-                 at most half the SMs, as hopper.py's ``split_candidates``)
+                 output without activation; a workspace + reduction kernel where the tiles make
+                 less than two waves, as hopper.py's ``split_candidates``)
   stages         2 .. hopper.py's ``STAGES`` (what the per-block shared memory holds), and no more
                  than the K tiles a CTA ever loads (K tiles per slice x its work units)
   group_m        {1, the pick's, 8, 16} clamped to the tile rows, as for mma.sync
@@ -255,8 +255,8 @@ def wgmma_space_around(p: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Sc
         if tile_rows > max(WGMMA_M, _clamp_side(rows)) or n > n_top or not wgmma_fits(gpu, wgs, n):
             continue
         tiles = cdiv(rows, tile_rows) * cdiv(cols, n)
-        if reduction == "workspace" and 2 * tiles > gpu.sm_count and (split_k, reduction) != (pick.split_k, pick.split_reduction):
-            continue                       # as hopper.py's split_candidates: a workspace only where tiles leave SMs idle
+        if reduction == "workspace" and tiles >= 2 * gpu.sm_count and (split_k, reduction) != (pick.split_k, pick.split_reduction):
+            continue                       # as hopper.py's split_candidates: a workspace only under two waves of tiles
         units = tiles * split_k                                                    # tiles x K slices
         max_stages = int(STAGES(smem_per_block=gpu.smem_per_block, block_m=tile_rows, N=n))
         groups = _group_options(rows, tile_rows, cols, n, WGMMA_GROUP_M + (pick.group_m,))

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Issue 12 device job (one call): the runtime's GPU tests (split-K workspace, determinism), the
+# GEMM suite of the GPT training steps (Nova vs cuBLAS vs XLA), the wgmma oracle of the dW shapes
+# (bench/suites/dw.txt, manifest from `nova tune gemm --suite bench/suites/dw.txt --trans-a ...`),
+# and optionally the GPT-42M step (Nova and eager).  Host first: see bench/README.md (issue 12).
+#   STAGES="tests suite oracle train" bash bench/issue12_device.sh
+# Results: $OUT/issue12.tgz (everything) + the summaries beside it (the device tool returns 8 files).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH=. PYTHONUNBUFFERED=1 NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache NOVA_TARGET=h200
+OUT=${OUT:-bench/results}; RES=/tmp/issue12; mkdir -p "$RES" "$OUT"
+STAGES=${STAGES:-tests suite oracle}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit --format=csv | tee "$RES/log.txt"
+for stage in $STAGES; do
+  echo "== $stage $(date +%T)" | tee -a "$RES/log.txt"
+  case $stage in
+    tests)  timeout 200 python3 -m pytest -m gpu tests/test_runtime_gpu.py -q -p no:cacheprovider 2>&1 \
+              | tail -n 25 | tee "$RES/gpu-tests.txt" | tee -a "$RES/log.txt" ;;
+    suite)  OUT=$RES timeout ${SUITE_S:-330} bash bench/train_gemms_device.sh --budget-s $(( ${SUITE_S:-330} - 40 )) \
+              2>&1 | tail -n 60 >> "$RES/log.txt" ;;
+    oracle) timeout ${ORACLE_S:-170} python3 -m nova.bench.oracle --manifest .nova-cache/tune-manifest.json \
+              --out "$RES" --tag oracle-dw --budget-s $(( ${ORACLE_S:-170} - 30 )) 2>&1 | tail -n 40 >> "$RES/log.txt" ;;
+    train)  timeout 240 python3 -m nova.bench.train --all --frameworks eager,nova --model gpt42m --batch 32 \
+              --out "$RES/train" --timeout 110 2>&1 | tail -n 30 >> "$RES/log.txt" ;;
+  esac
+done
+tar czf "$OUT/issue12.tgz" -C "$RES" .
+cp "$RES/log.txt" "$OUT/"
+[ -f "$RES/train-gemms/train_gemms.md" ] && cp "$RES/train-gemms/train_gemms.md" "$OUT/"
+ls -la "$OUT"
