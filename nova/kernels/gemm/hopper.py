@@ -279,7 +279,8 @@ def operand_plan(problem: GemmProblem, prep_rounds: bool = False, transpose_in_k
     16-bit types only), "regs" (MN-major, loaded to registers: the wgmma A operand may come from
     registers, which is how 32-bit MN-major data gets in: TF32 wgmma has no transpose bit).
     A prep pass runs only when TMA cannot read the tensor (contiguous rows not a multiple of 16 B),
-    when TF32 has two MN-major operands (only one can go through registers), or when asked
+    when TF32 has two MN-major operands (only one can go through registers: the smaller is
+    transposed, A on a tie), or when asked
     (``prep_rounds``: the v0.2 experiment, whose prep pass rounds to TF32, so the tensor maps are
     plain FP32; ``transpose_in_kernel=False``: the v0.4 layout)."""
     p = problem
@@ -291,8 +292,10 @@ def operand_plan(problem: GemmProblem, prep_rounds: bool = False, transpose_in_k
     for op, dim, kmajor in (("a", p.M, not p.trans_a), ("b", p.N, p.trans_b)):
         readable = (p.K % q == 0) if kmajor else (dim % q == 0 and transpose_in_kernel)
         ops[op] = {"dim": dim, "kmajor": kmajor, "prep": rna or not readable}
-    if wide and not ops["a"]["kmajor"] and not ops["b"]["kmajor"]:
-        ops["a"]["prep"] = True                        # two MN-major TF32 operands: transpose A
+    if wide and not any(o["kmajor"] or o["prep"] for o in ops.values()):
+        # two MN-major TF32 operands: one goes through registers, the other is transposed; the
+        # smaller one (M x K vs N x K elements), e.g. X, not the logits' gradient, of an LM head's dW
+        ops["a" if p.M <= p.N else "b"]["prep"] = True
     major = {op: "k" if (o["kmajor"] or o["prep"]) else "mn" for op, o in ops.items()}
     swap = wide and major["b"] == "mn"
     x, y = ("b", "a") if swap else ("a", "b")
