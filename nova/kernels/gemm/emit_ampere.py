@@ -458,6 +458,20 @@ class GemmKernel:
             return True
         return not self.p.trans_a if op == "A" else self.p.trans_b
 
+    def ldmatrix_address(self, hint: str, base, kk, mn_q, k_q, k_contiguous: bool):
+        """Row, column and transpose flag of this lane's ldmatrix row address (``<hint>_lm_row``,
+        ``<hint>_lm_col``) for the MMA tile at M/N offset ``base`` and K offset ``kk``: the lane's 8x8
+        matrix lies ``mn_q`` halves along M/N and ``k_q`` halves along K.  Smem [mn][k] (K contiguous)
+        is read as it is, smem [k][mn] transposed by ldmatrix."""
+        ir = self.ir
+        if k_contiguous:
+            row = ir.add(base, ir.add(self.lm_r, ir.mul(mn_q, 8)), f"{hint}_lm_row")
+            col = ir.add(ir.mul(k_q, self.kstep // 2), kk, f"{hint}_lm_col")
+            return row, col, "false"
+        row = ir.add(ir.add(self.lm_r, ir.mul(k_q, 8)), kk, f"{hint}_lm_row")
+        col = ir.add(base, ir.mul(mn_q, 8), f"{hint}_lm_col")
+        return row, col, "true"
+
     def tf32_round(self, x: str) -> str:
         ir = self.ir
         i = ir.let("tf32_bits", f"nvvm.convert.float.to.tf32 {x} {{rnd = #nvvm.fp_rnd_mode<rna>}}")
@@ -467,16 +481,9 @@ class GemmKernel:
         """A fragment of MMA tile row ``i`` at K offset ``kk`` within the tile."""
         ir, s, sm, st = self.ir, self.s, self.sA, self.stype(self.ga)
         m = ir.add(self.wm0, i * s.mma.m)
-        half = self.kstep // 2
         if self.use_ldmatrix("A"):
-            if not self.p.trans_a:    # smem [m][k]: matrices (m0-7,k-lo) (m8-15,k-lo) (m0-7,k-hi) (m8-15,k-hi)
-                row = ir.add(m, ir.add(self.lm_r, ir.mul(self.q_lo, 8)), "a_lm_row")
-                col = ir.add(ir.mul(self.q_hi, half), kk, "a_lm_col")
-                trans = "false"
-            else:                     # smem [k][m], transposed by ldmatrix
-                row = ir.add(ir.add(self.lm_r, ir.mul(self.q_hi, 8)), kk, "a_lm_row")
-                col = ir.add(m, ir.mul(self.q_lo, 8), "a_lm_col")
-                trans = "true"
+            # matrices (m0-7,k-lo) (m8-15,k-lo) (m0-7,k-hi) (m8-15,k-hi): q_lo picks the m half, q_hi the k half
+            row, col, trans = self.ldmatrix_address("a", m, kk, self.q_lo, self.q_hi, not self.p.trans_a)
             vt = f"vector<4x{4 // self.p.in_bytes}x{self.T}>"
             frag = ir.let("a_frag", f"nvgpu.ldmatrix {sm}[{ir.v(stage)}, {ir.v(row)}, {ir.v(col)}] "
                                     f"{{numTiles = 4 : i32, transpose = {trans}}} : {st} -> {vt}")
@@ -499,18 +506,12 @@ class GemmKernel:
         Returns a list of one or two fragments (vector<2xXxT>)."""
         ir, s, sm, st = self.ir, self.s, self.sB, self.stype(self.gb)
         n = ir.add(self.wn0, j * s.mma.n)
-        half = self.kstep // 2
         per32 = 4 // self.p.in_bytes
         if self.use_ldmatrix("B"):
             tiles = 4 if pair else 2
-            if self.p.trans_b:        # smem [n][k]: matrices (n0-7,k-lo) (n0-7,k-hi) (n8-15,k-lo) (n8-15,k-hi)
-                row = ir.add(n, ir.add(self.lm_r, ir.mul(self.q_hi, 8)), "b_lm_row")
-                col = ir.add(ir.mul(self.q_lo, half), kk, "b_lm_col")
-                trans = "false"
-            else:                     # smem [k][n] (16-bit only), transposed by ldmatrix
-                row = ir.add(ir.add(self.lm_r, ir.mul(self.q_lo, 8)), kk, "b_lm_row")
-                col = ir.add(n, ir.mul(self.q_hi, 8), "b_lm_col")
-                trans = "true"
+            # matrices (n0-7,k-lo) (n0-7,k-hi) (n8-15,k-lo) (n8-15,k-hi): q_hi picks the n half, q_lo the k half
+            # (smem [k][n] is 16-bit only)
+            row, col, trans = self.ldmatrix_address("b", n, kk, self.q_hi, self.q_lo, self.p.trans_b)
             vt = f"vector<{tiles}x{per32}x{self.T}>"
             frag = ir.let("b_frags", f"nvgpu.ldmatrix {sm}[{ir.v(stage)}, {ir.v(row)}, {ir.v(col)}] "
                                      f"{{numTiles = {tiles} : i32, transpose = {trans}}} : {st} -> {vt}")
