@@ -23,6 +23,7 @@ scores of keys beyond T_k are masked.  No T x T buffer exists anywhere.
 """
 from __future__ import annotations
 
+from nova.codegen import check_mma_sync_target
 from nova.kernels.attention.mlirtext import SMEM, Text
 from nova.kernels.attention.problem import AttentionProblem
 from nova.kernels.attention.schedule import AttentionSchedule, KernelTile
@@ -75,10 +76,7 @@ def check_supported(p: AttentionProblem, s: AttentionSchedule, role: str) -> Non
     def fail(msg):
         raise AttentionCodegenError(f"cannot generate {role} for {p.describe()} on {s.arch}: {msg}")
 
-    if s.arch not in SUPPORTED_ARCHES:
-        fail(f"arch {s.arch!r} (supported: {', '.join(SUPPORTED_ARCHES)})")
-    if s.mma.family != "mma.sync":
-        fail(f"MMA family {s.mma.family} (only mma.sync in this phase)")
+    check_mma_sync_target(s, SUPPORTED_ARCHES, fail)
     if role == "bwd_pre":
         return
     if kt.block_rows % (16 * kt.warps) or kt.block_cols % 16:
@@ -222,7 +220,7 @@ class _Flash:
                 ok = ir.cmp("slt", ir.add(tile0, r, "cp_trow"), limit, "cp_ok") if ragged else True
                 dst = f"{self.sm[name]}[{'' if stage is None else ir.v(stage) + ', '}{ir.v(r)}, {ir.v(col)}]"
                 self.cp_async(name, (grow, col), dst, vec, ok, "cp", " {bypassL1}", types)
-            self.guarded(live, one)
+            self.ir.guarded(live, one)
 
     def copy_vec(self, name, base, tile0, limit, stage):
         """cp.async ``block_cols`` FP32 values (LSE or D) into their ring slot, 4 bytes each."""
@@ -237,7 +235,7 @@ class _Flash:
                 src = ir.add(base, e, "cv_src")
                 dst = f"{self.sm[name]}[{ir.v(stage)}, {ir.v(e)}]"
                 self.cp_async(name, (src,), dst, 1, ok, "cv", "", f"{self.vt} to {self.vring_type()}")
-            self.guarded(live, one)
+            self.ir.guarded(live, one)
 
     def round_own(self, name, rows, stage=None):
         """TF32: round (cvt.rna) in place the 16-byte chunks of tile ``name`` that this thread itself
@@ -254,7 +252,7 @@ class _Flash:
                 el = [self.tf32r(ir.let("rw_e", f"vector.extract {x}[{e}] : f32 from vector<4xf32>")) for e in range(4)]
                 y = ir.let("rw_r", f"vector.from_elements {', '.join(el)} : vector<4xf32>")
                 ir.emit(f"vector.store {y}, {self.sm[name]}[{idx}] : {ty}, vector<4xf32>")
-            self.guarded(live, one)
+            self.ir.guarded(live, one)
 
     def round_landed(self, it, slot, n_tiles, first=False):
         """TF32: round the tiles of step ``it`` (ring ``slot``; the kept tiles too when ``first``)."""
@@ -270,7 +268,7 @@ class _Flash:
             if self.round_streamed:
                 for n in streamed:
                     self.round_own(n, self.BC, slot)
-        self.guarded(self.ir.cmp("slt", it, n_tiles, "rnd_live"), body)
+        self.ir.guarded(self.ir.cmp("slt", it, n_tiles, "rnd_live"), body)
 
     def commit(self):
         return self.ir.let("grp", '"nvgpu.device_async_create_group"() : () -> !nvgpu.device.async.token')
@@ -418,7 +416,7 @@ class _Flash:
         ir, S = self.ir, self.S
         grp = None
         for st in range(S - 1):
-            self.guarded(ir.cmp("slt", st, n_tiles, "pro_live"), lambda st=st: issue(st, st))
+            self.ir.guarded(ir.cmp("slt", st, n_tiles, "pro_live"), lambda st=st: issue(st, st))
             grp = self.commit()
         self.wait(grp, S - 2)
         self.round_landed(0, 0, n_tiles, first=True)
@@ -433,7 +431,7 @@ class _Flash:
                        f"iter_args({iters}) -> ({', '.join(tys)}) {{"):
             nxt = ir.add(it, S - 1, "next_it")
             wslot = ir.select(ir.cmp("eq", stage, 0, "st0"), S - 1, ir.sub(stage, 1, "st_m1"), hint="wslot")
-            self.guarded(ir.cmp("slt", nxt, n_tiles, "pf_live"), lambda: issue(nxt, wslot))
+            self.ir.guarded(ir.cmp("slt", nxt, n_tiles, "pf_live"), lambda: issue(nxt, wslot))
             g = self.commit()
             out = step(it, stage, names)
             self.wait(g, S - 2)
@@ -443,13 +441,6 @@ class _Flash:
             ir.emit("gpu.barrier")
             ir.emit(f"scf.yield {', '.join([ir.v(ns)] + out)} : {', '.join(tys)}")
         return [f"{res}#{i + 1}" for i in range(len(carried))]
-
-    def guarded(self, ok, body):
-        if ok is True:
-            body()
-        elif ok is not False:
-            with self.ir.region(f"scf.if {ok} {{"):
-                body()
 
     def masked(self, cond, el, valid):
         """Scores ``el`` with invalid entries replaced by MASKED, computed only where ``cond`` holds
@@ -561,7 +552,7 @@ class _Flash:
                         col = ir.add(ir.mul(self.t, 2, "t2"), 8 * j, "st_col")
                         ir.emit(f"vector.store {vec}, %{name}[{ir.v(grow)}, {ir.v(col)}] {{alignment = {2 * self.eb}}} : "
                                 f"{gty}, vector<2x{self.T}>")
-                self.guarded(ok, body)
+                self.ir.guarded(ok, body)
 
     def quad_sum(self, x):
         ir = self.ir
@@ -650,7 +641,7 @@ class _Flash:
                 ok = ir.and_(is_t0, ir.cmp("slt", ir.add(self.q0, roff, "lrow"), p.seq_q, "lrow_ok")
                              if p.seq_q % self.BR else True)
                 src = ir.add(self.qbase, roff, "lidx")
-                self.guarded(ok, lambda src=src, x=lse_vals[2 * m + h]:
+                self.ir.guarded(ok, lambda src=src, x=lse_vals[2 * m + h]:
                              ir.emit(f"memref.store {x}, %lse[{ir.v(src)}] : {self.vt}"))
 
     def scale_row(self, acc, h, factor):

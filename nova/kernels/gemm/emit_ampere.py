@@ -27,7 +27,7 @@ they hold and fold compile-time index arithmetic, so ``nova compile --emit mlir`
 """
 from __future__ import annotations
 
-from nova.codegen import CodegenError
+from nova.codegen import CodegenError, check_mma_sync_target
 from nova.codegen.builder import SMEM, Ir
 from nova.dtypes import MODES
 from nova.kernels.gemm.problem import GemmProblem
@@ -61,10 +61,7 @@ def check_supported(problem: GemmProblem, s: Schedule) -> None:
     def fail(msg):
         raise CodegenError(f"cannot generate {what}: {msg}")
 
-    if s.arch not in SUPPORTED_ARCHES:
-        fail(f"unsupported arch {s.arch!r}; supported: {', '.join(SUPPORTED_ARCHES)}")
-    if s.mma.family != "mma.sync":
-        fail(f"MMA family {s.mma.family!r} is not supported yet (only 'mma.sync')")
+    check_mma_sync_target(s, SUPPORTED_ARCHES, fail)
     want = _MMA_SHAPE[problem.dtype]
     if (s.mma.m, s.mma.n, s.mma.k) != want:
         fail(f"mma shape m{s.mma.m}n{s.mma.n}k{s.mma.k} does not match dtype {problem.dtype} "
@@ -674,24 +671,17 @@ class GemmKernel:
             b = ir.select(first_slice, b, self.fconst(0.0), ty="f32", hint="bias")
         return b
 
-    def guarded(self, ok, body):
-        if ok is True:
-            body()
-        elif ok is not False:
-            with self.ir.region(f"scf.if {ok} {{"):
-                body()
-
     def store_two(self, vals, row, cols, row_ok, pair: bool):
         """C[row, cols[0..1]] = vals: one 2-element store when ``pair`` (N even: both columns are in
         bounds together and 2-element aligned), else two guarded element stores."""
         ir, p = self.ir, self.p
         if pair:
             ok = ir.and_(row_ok, ir.cmp("slt", cols[0], p.N, "col_ok") if self.ragged["n"] else True)
-            self.guarded(ok, lambda: self.store_pair(vals, row, cols[0]))
+            self.ir.guarded(ok, lambda: self.store_pair(vals, row, cols[0]))
         else:
             for d in (0, 1):
                 ok = ir.and_(row_ok, ir.cmp("slt", cols[d], p.N, "col_ok") if self.ragged["n"] else True)
-                self.guarded(ok, lambda d=d: self.store_one(vals[d], row, cols[d]))
+                self.ir.guarded(ok, lambda d=d: self.store_one(vals[d], row, cols[d]))
 
     def store_one(self, val, row, col):
         ir = self.ir
