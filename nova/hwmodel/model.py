@@ -20,7 +20,6 @@ class Quantity:
     value: float
     unit: str
     source: str
-    description: str = ""
 
 
 # Tensor-core dtypes and instruction families a model can describe.
