@@ -183,14 +183,21 @@ def run(out_dir: str, dtypes, iters: int) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m nova.bench.attention")
+def arguments(prog: str, jobs: int) -> argparse.ArgumentParser:
+    """The options of the attention benchmarks (this one and ``attention_variants``): the host
+    precompiles with ``jobs`` processes, the device times ``--iters`` calls into ``--out``."""
+    ap = argparse.ArgumentParser(prog=prog)
     ap.add_argument("--precompile", action="store_true", help="host: compile every needed kernel into the cache")
-    ap.add_argument("--target", default="h200")
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=jobs)
     ap.add_argument("--out", default="bench/results/attention")
-    ap.add_argument("--dtypes", default="tf32,bf16")
     ap.add_argument("--iters", type=int, default=20)
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = arguments("python -m nova.bench.attention", jobs=2)
+    ap.add_argument("--target", default="h200")
+    ap.add_argument("--dtypes", default="tf32,bf16")
     a = ap.parse_args(argv)
     if a.precompile:
         return precompile(a.target, a.jobs)

@@ -11,12 +11,11 @@ derived forward and preprocessing kernels.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 
-from nova.bench.attention import BENCH_SHAPES
+from nova.bench.attention import BENCH_SHAPES, arguments
 from nova.kernels.attention.problem import AttentionProblem
 
 MANIFEST = "attention-variants.json"
@@ -145,12 +144,8 @@ def run(manifest: str, out_dir: str, iters: int) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m nova.bench.attention_variants")
-    ap.add_argument("--precompile", action="store_true")
-    ap.add_argument("--jobs", type=int, default=4)
+    ap = arguments("python -m nova.bench.attention_variants", jobs=4)
     ap.add_argument("--manifest", default=None)
-    ap.add_argument("--out", default="bench/results/attention")
-    ap.add_argument("--iters", type=int, default=20)
     a = ap.parse_args(argv)
     from nova.runtime.cache import KernelCache
     manifest = a.manifest or os.path.join(str(KernelCache().root), MANIFEST)

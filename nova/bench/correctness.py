@@ -18,22 +18,23 @@ import sys
 
 from nova.bench.harness import TOLERANCE, check_case, environment
 from nova.cli.shapes import read_suite
+from nova.kernels.gemm.problem import GemmProblem
 
-EPILOGUE_CASES = [  # (M, N, K, dtype, bias, activation, trans_a, trans_b)
-    (1000, 1000, 1000, "tf32", True, "relu", False, False),
-    (127, 4097, 129, "tf32", True, "gelu", False, False),
-    (513, 257, 1025, "bf16", True, "silu", False, False),
-    (64, 64, 64, "fp16", True, "none", False, False),
-    (1000, 33, 777, "tf32", False, "none", True, False),
-    (1000, 33, 777, "tf32", False, "none", False, True),
-    (255, 511, 300, "bf16", False, "none", True, True),
+EPILOGUE_CASES = [
+    GemmProblem(1000, 1000, 1000, "tf32", bias=True, activation="relu"),
+    GemmProblem(127, 4097, 129, "tf32", bias=True, activation="gelu"),
+    GemmProblem(513, 257, 1025, "bf16", bias=True, activation="silu"),
+    GemmProblem(64, 64, 64, "fp16", bias=True),
+    GemmProblem(1000, 33, 777, "tf32", trans_a=True),
+    GemmProblem(1000, 33, 777, "tf32", trans_b=True),
+    GemmProblem(255, 511, 300, "bf16", trans_a=True, trans_b=True),
     # v0.5 operand feeds (Hopper): A^T from registers unswapped; A^T transposed + swapped; both 16-bit
     # operands by the descriptor's transpose bit; swapped TF32 with ragged M, bias and activation
-    (256, 512, 384, "tf32", False, "none", True, True),
-    (512, 256, 128, "tf32", True, "relu", True, False),
-    (512, 768, 256, "bf16", True, "gelu", True, False),
-    (1000, 1024, 520, "tf32", True, "gelu", False, False),
-    (72, 136, 24, "fp16", False, "none", True, False),
+    GemmProblem(256, 512, 384, "tf32", trans_a=True, trans_b=True),
+    GemmProblem(512, 256, 128, "tf32", trans_a=True, bias=True, activation="relu"),
+    GemmProblem(512, 768, 256, "bf16", trans_a=True, bias=True, activation="gelu"),
+    GemmProblem(1000, 1024, 520, "tf32", bias=True, activation="gelu"),
+    GemmProblem(72, 136, 24, "fp16", trans_a=True),
 ]
 
 
@@ -49,10 +50,9 @@ def main(argv=None) -> int:
                     help="print the `nova precompile` commands for the epilogue/layout cases and exit")
     args = ap.parse_args(argv)
     if args.print_precompile:
-        from nova.kernels.gemm.problem import GemmProblem
         from nova.messages import precompile_command
-        for (m, n, k, dt, bias, act, ta, tb) in EPILOGUE_CASES:
-            print(precompile_command(GemmProblem(m, n, k, dt, ta, tb, bias, act), args.print_precompile))
+        for p in EPILOGUE_CASES:
+            print(precompile_command(p, args.print_precompile))
         return 0
 
     import pandas as pd
@@ -60,16 +60,17 @@ def main(argv=None) -> int:
     if args.limit:
         shapes = shapes[:args.limit]
     dtypes = [d for d in args.dtypes.split(",") if d]
-    cases = [(m, n, k, dt, False, "none", False, False) for dt in dtypes for (m, n, k) in shapes]
+    cases = [GemmProblem(m, n, k, dt) for dt in dtypes for (m, n, k) in shapes]
     if not args.no_epilogues:
-        cases += [c for c in EPILOGUE_CASES if c[3] in dtypes]
+        cases += [p for p in EPILOGUE_CASES if p.dtype in dtypes]
     rows = []
-    for i, (m, n, k, dt, bias, act, ta, tb) in enumerate(cases):
-        r = check_case(m, n, k, dt, seed=1000 + i, bias=bias, activation=act, trans_a=ta, trans_b=tb)
+    for i, p in enumerate(cases):
+        r = check_case(p.M, p.N, p.K, p.dtype, seed=1000 + i, bias=p.bias, activation=p.activation,
+                       trans_a=p.trans_a, trans_b=p.trans_b)
         rows.append(r)
         if not r["ok"]:
-            print(f"FAIL {m}x{n}x{k} {dt} bias={bias} act={act} ta={ta} tb={tb}: err={r['error']:.3e} "
-                  f"nan={r['nan_count']} {r['failure']}", flush=True)
+            print(f"FAIL {p.M}x{p.N}x{p.K} {p.dtype} bias={p.bias} act={p.activation} ta={p.trans_a} "
+                  f"tb={p.trans_b}: err={r['error']:.3e} nan={r['nan_count']} {r['failure']}", flush=True)
     df = pd.DataFrame(rows)
     os.makedirs(args.out, exist_ok=True)
     df.to_csv(os.path.join(args.out, f"{args.tag}.csv"), index=False)

@@ -51,20 +51,18 @@ TOP_NAMES = {
     "lnf_w": "transformer.ln_f.weight",
     "lnf_b": "transformer.ln_f.bias",
 }
-BLOCK_NAMES = {   # leaf: (torch name, transpose)
-    "ln1_w": ("transformer.h.{i}.ln_1.weight", False),
-    "ln1_b": ("transformer.h.{i}.ln_1.bias", False),
-    "qkv_w": ("transformer.h.{i}.attn.c_attn.weight", True),
-    "qkv_b": ("transformer.h.{i}.attn.c_attn.bias", False),
-    "proj_w": ("transformer.h.{i}.attn.c_proj.weight", True),
-    "proj_b": ("transformer.h.{i}.attn.c_proj.bias", False),
-    "ln2_w": ("transformer.h.{i}.ln_2.weight", False),
-    "ln2_b": ("transformer.h.{i}.ln_2.bias", False),
-    "fc_w": ("transformer.h.{i}.mlp.c_fc.weight", True),
-    "fc_b": ("transformer.h.{i}.mlp.c_fc.bias", False),
-    "fc2_w": ("transformer.h.{i}.mlp.c_proj.weight", True),
-    "fc2_b": ("transformer.h.{i}.mlp.c_proj.bias", False),
+BLOCK_MODULES = {   # leaf prefix: (torch module of block {i}, a Linear: its weight is transposed)
+    "ln1": ("ln_1", False),
+    "qkv": ("attn.c_attn", True),
+    "proj": ("attn.c_proj", True),
+    "ln2": ("ln_2", False),
+    "fc": ("mlp.c_fc", True),
+    "fc2": ("mlp.c_proj", True),
 }
+# leaf: (torch name, transpose); each module's weight is leaf <prefix>_w and its bias <prefix>_b
+BLOCK_NAMES = {f"{prefix}_{leaf}": (f"transformer.h.{{i}}.{module}.{param}", linear and param == "weight")
+               for prefix, (module, linear) in BLOCK_MODULES.items()
+               for leaf, param in (("w", "weight"), ("b", "bias"))}
 # A state_dict entry that is the tied LM head (the same tensor as ``wte``): not a separate leaf.
 TIED_HEAD = "lm_head.weight"
 
@@ -103,7 +101,7 @@ def params_from_torch(state_dict, tc: TwinConfig) -> dict:
     for path, (name, tr) in torch_name_map(tc).items():
         if name not in sd:
             raise KeyError(f"jax twin: torch parameter {name!r} not found (state_dict has "
-                           f"{sorted(sd)[:8]}...); update TOP_NAMES/BLOCK_NAMES in nova/bench/jax_gpt.py")
+                           f"{sorted(sd)[:8]}...); update TOP_NAMES/BLOCK_MODULES in nova/bench/jax_gpt.py")
         a = _np(sd[name])
         a = np.ascontiguousarray(a.T) if tr else a
         used.add(name)

@@ -19,6 +19,15 @@ class CodegenError(RuntimeError):
     """The code generator cannot produce (or assemble) a kernel for this problem/schedule."""
 
 
+def check_mma_sync_target(schedule, supported: tuple[str, ...], fail) -> None:
+    """The first checks of an mma.sync kernel builder (GEMM, attention): the schedule's arch is one the
+    builder supports and its MMA family is mma.sync.  ``fail(msg)`` raises the builder's error."""
+    if schedule.arch not in supported:
+        fail(f"unsupported arch {schedule.arch!r}; supported: {', '.join(supported)}")
+    if schedule.mma.family != "mma.sync":
+        fail(f"MMA family {schedule.mma.family!r} is not supported yet (only 'mma.sync')")
+
+
 def lower_and_assemble(mlir_text: str, arch: str, kernel: str, where: str, *, cubin: bool = True):
     """Lower ``mlir_text`` to PTX and, when ``cubin`` and ``ptxas`` is on PATH, assemble ``kernel``.
 
@@ -51,4 +60,5 @@ def compile_gemm(problem, schedule, *, cubin: bool = True):
     return compile_(problem, schedule, cubin=cubin)
 
 
-__all__ = ["CodegenError", "compile_gemm", "build_module", "lower_and_assemble", "MLIR_TOOLCHAIN"]
+__all__ = ["CodegenError", "check_mma_sync_target", "compile_gemm", "build_module", "lower_and_assemble",
+           "MLIR_TOOLCHAIN"]

@@ -83,6 +83,15 @@ class Ir:
             yield
         self.emit(close)
 
+    def guarded(self, ok, body):
+        """``body()`` where the i1 ``ok`` holds: inline when ``ok`` is known True, nothing when it is
+        known False, else inside ``scf.if``."""
+        if ok is True:
+            body()
+        elif ok is not False:
+            with self.region(f"scf.if {ok} {{"):
+                body()
+
     def else_(self):
         """Switch from the then-region of an ``scf.if`` to its else-region (inside ``region``)."""
         self._memo[-1] = {}

@@ -607,11 +607,6 @@ def _rsub(ctx, a, b, alpha=1):
     return ctx.binary("sub", b, ctx.scaled(a, alpha))
 
 
-@lowers(aten.mul.Tensor, aten.mul.Scalar)
-def _mul(ctx, a, b):
-    return ctx.binary("mul", a, b)
-
-
 @lowers(aten.div.Tensor, aten.div.Scalar, aten.div.Tensor_mode, aten.div.Scalar_mode)
 def _div(ctx, a, b, rounding_mode=None):
     if rounding_mode is not None:
@@ -622,21 +617,6 @@ def _div(ctx, a, b, rounding_mode=None):
     if isinstance(b, Value) and b.dtype != t.dtype:
         b = ctx.cast(b, t.dtype)
     return ctx.binary("div", a, b)
-
-
-@lowers(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
-def _pow(ctx, a, b):
-    return ctx.binary("pow", a, b)
-
-
-@lowers(aten.maximum.default)
-def _maximum(ctx, a, b):
-    return ctx.binary("maximum", a, b)
-
-
-@lowers(aten.minimum.default)
-def _minimum(ctx, a, b):
-    return ctx.binary("minimum", a, b)
 
 
 @lowers(aten.clamp.default, aten.clamp.Tensor)
@@ -658,12 +638,17 @@ def _clamp_max(ctx, x, max):
     return ctx.binary("minimum", x, max, opmath=False)
 
 
+# ATen ops that are one binary IR op of the same name (tensor or scalar operands, in opmath)
+_BINARY = {aten.mul.Tensor: "mul", aten.mul.Scalar: "mul", aten.pow.Tensor_Scalar: "pow",
+           aten.pow.Tensor_Tensor: "pow", aten.pow.Scalar: "pow", aten.maximum.default: "maximum",
+           aten.minimum.default: "minimum", aten.logical_and.default: "logical_and",
+           aten.logical_or.default: "logical_or"}
+for _target, _name in _BINARY.items():
+    LOWERINGS[_target] = (lambda name: lambda ctx, a, b: ctx.binary(name, a, b))(_name)
 for _packet in ("eq", "ne", "lt", "le", "gt", "ge"):
     for _overload in ("Tensor", "Scalar"):
         LOWERINGS[getattr(getattr(aten, _packet), _overload)] = \
             (lambda name: lambda ctx, a, b: ctx.binary(name, a, b, opmath=False))(_packet)
-for _packet, _name in (("logical_and", "logical_and"), ("logical_or", "logical_or")):
-    LOWERINGS[getattr(aten, _packet).default] = (lambda name: lambda ctx, a, b: ctx.binary(name, a, b))(_name)
 
 
 @lowers(aten.where.self, _op("where", "ScalarSelf"), _op("where", "ScalarOther"), _op("where", "Scalar"))
@@ -713,19 +698,9 @@ def _gelu_backward(ctx, dy, x, approximate="none"):
     return ctx.op("gelu_tanh_backward" if approximate == "tanh" else "gelu_erf_backward", dy, x)
 
 
-@lowers(aten.silu_backward.default)
-def _silu_backward(ctx, dy, x):
-    return ctx.op("silu_backward", dy, x)
-
-
-@lowers(aten.sigmoid_backward.default)
-def _sigmoid_backward(ctx, dy, y):
-    return ctx.op("sigmoid_backward", dy, y)
-
-
-@lowers(aten.tanh_backward.default)
-def _tanh_backward(ctx, dy, y):
-    return ctx.op("tanh_backward", dy, y)
+# backward ops that are one IR op of the same name: (gradient, forward input or output)
+for _name in ("silu_backward", "sigmoid_backward", "tanh_backward"):
+    LOWERINGS[getattr(aten, _name).default] = (lambda name: lambda ctx, dy, x: ctx.op(name, dy, x))(_name)
 
 
 @lowers(aten.threshold_backward.default)

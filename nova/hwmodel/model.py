@@ -20,7 +20,6 @@ class Quantity:
     value: float
     unit: str
     source: str
-    description: str = ""
 
 
 # Tensor-core dtypes and instruction families a model can describe.
@@ -33,6 +32,9 @@ PEAK_FP32_FLOPS = Formula("peak_fp32_flops", "2 * clock_hz * fp32_lanes_per_sm *
 SMEM_BW = Formula("smem_bw", "sm_count * clock_hz * smem_bytes_per_clk_sm")
 L2_BW = Formula("l2_bw", "clock_hz * l2_bytes_per_clk")
 BALANCE = Formula("balance", "peak_flops / bandwidth")
+# Occupancy: the blocks of ``warps`` warps of ``regs`` registers a thread that fit one SM's register
+# file (registers are allocated per warp in units of ``reg_alloc_unit``); every kernel family's.
+BPS_REGS = Formula("bps_regs", "floor(regs_per_sm / (warps * ceil(regs * 32 / reg_alloc_unit) * reg_alloc_unit))")
 
 
 @dataclass(frozen=True)

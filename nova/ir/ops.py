@@ -96,53 +96,37 @@ define("matmul", "matmul", _infer_matmul, _ref_matmul, 2,
 
 
 # =============================================================== pointwise
-def _aten(name):
-    return lambda torch, *xs, **kw: getattr(torch.ops.aten, name)(*xs, **kw)
+def _torch(name):
+    """The reference of an op that is torch's function of the same name."""
+    return lambda torch, *xs: getattr(torch, name)(*xs)
+
+
+def _aten(name, **fixed):
+    return lambda torch, *xs: getattr(torch.ops.aten, name)(*xs, **fixed)
 
 
 POINTWISE = {
     # name: (arity, reference(torch, *xs, **attrs), result-type rule)
     "neg": (1, lambda t, x: -x, "same"),
-    "exp": (1, lambda t, x: t.exp(x), "same"),
-    "log": (1, lambda t, x: t.log(x), "same"),
-    "sqrt": (1, lambda t, x: t.sqrt(x), "same"),
-    "rsqrt": (1, lambda t, x: t.rsqrt(x), "same"),
-    "reciprocal": (1, lambda t, x: t.reciprocal(x), "same"),
-    "abs": (1, lambda t, x: t.abs(x), "same"),
-    "tanh": (1, lambda t, x: t.tanh(x), "same"),
-    "erf": (1, lambda t, x: t.erf(x), "same"),
-    "sin": (1, lambda t, x: t.sin(x), "same"),
-    "cos": (1, lambda t, x: t.cos(x), "same"),
-    "sigmoid": (1, lambda t, x: t.sigmoid(x), "same"),
-    "relu": (1, lambda t, x: t.relu(x), "same"),
     "silu": (1, lambda t, x: t.nn.functional.silu(x), "same"),
     "gelu_tanh": (1, lambda t, x: t.nn.functional.gelu(x, approximate="tanh"), "same"),
     "gelu_erf": (1, lambda t, x: t.nn.functional.gelu(x), "same"),
-    "logical_not": (1, lambda t, x: t.logical_not(x), "bool"),
     "cast": (1, lambda t, x, dtype: x.to(_torch_dtype(t, dtype)), "attr"),
-    "add": (2, lambda t, x, y: t.add(x, y), "promote"),
-    "sub": (2, lambda t, x, y: t.sub(x, y), "promote"),
-    "mul": (2, lambda t, x, y: t.mul(x, y), "promote"),
-    "div": (2, lambda t, x, y: t.div(x, y), "promote_float"),
-    "pow": (2, lambda t, x, y: t.pow(x, y), "promote"),
-    "maximum": (2, lambda t, x, y: t.maximum(x, y), "promote"),
-    "minimum": (2, lambda t, x, y: t.minimum(x, y), "promote"),
-    "eq": (2, lambda t, x, y: t.eq(x, y), "bool"),
-    "ne": (2, lambda t, x, y: t.ne(x, y), "bool"),
-    "lt": (2, lambda t, x, y: t.lt(x, y), "bool"),
-    "le": (2, lambda t, x, y: t.le(x, y), "bool"),
-    "gt": (2, lambda t, x, y: t.gt(x, y), "bool"),
-    "ge": (2, lambda t, x, y: t.ge(x, y), "bool"),
-    "logical_and": (2, lambda t, x, y: t.logical_and(x, y), "bool"),
-    "logical_or": (2, lambda t, x, y: t.logical_or(x, y), "bool"),
-    "gelu_tanh_backward": (2, lambda t, dy, x: t.ops.aten.gelu_backward(dy, x, approximate="tanh"), "promote"),
-    "gelu_erf_backward": (2, lambda t, dy, x: t.ops.aten.gelu_backward(dy, x), "promote"),
-    "silu_backward": (2, lambda t, dy, x: t.ops.aten.silu_backward(dy, x), "promote"),
-    "sigmoid_backward": (2, lambda t, dy, y: t.ops.aten.sigmoid_backward(dy, y), "promote"),
-    "tanh_backward": (2, lambda t, dy, y: t.ops.aten.tanh_backward(dy, y), "promote"),
+    "gelu_tanh_backward": (2, _aten("gelu_backward", approximate="tanh"), "promote"),
+    "gelu_erf_backward": (2, _aten("gelu_backward"), "promote"),
     "relu_backward": (2, lambda t, dy, y: t.ops.aten.threshold_backward(dy, y, 0), "promote"),
-    "where": (3, lambda t, c, x, y: t.where(c, x, y), "promote_last2"),
 }
+# The ops whose reference is torch's function (or, for a backward, ATen's op) of the same name,
+# by (arity, result-type rule)
+for _names, _arity, _rule in (
+        ("exp log sqrt rsqrt reciprocal abs tanh erf sin cos sigmoid relu", 1, "same"),
+        ("logical_not", 1, "bool"),
+        ("add sub mul pow maximum minimum", 2, "promote"),
+        ("div", 2, "promote_float"),
+        ("eq ne lt le gt ge logical_and logical_or", 2, "bool"),
+        ("where", 3, "promote_last2")):
+    POINTWISE.update({n: (_arity, _torch(n), _rule) for n in _names.split()})
+POINTWISE.update({n: (2, _aten(n), "promote") for n in ("silu_backward", "sigmoid_backward", "tanh_backward")})
 
 
 def _pointwise_infer(name, rule):

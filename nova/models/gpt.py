@@ -10,12 +10,13 @@ Parameter counts (the tied head counted once): ``gpt42m`` 42,259,456 and ``gpt14
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from nova.models.common import LanguageModel
 
 
 @dataclass(frozen=True)
@@ -73,11 +74,11 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
-class GPT(nn.Module):
-    def __init__(self, cfg: GPTConfig | str, seed: int = 0):
-        super().__init__()
-        cfg = CONFIGS[cfg] if isinstance(cfg, str) else cfg
-        self.config = cfg
+class GPT(LanguageModel):
+    CONFIGS = CONFIGS
+    IGNORE_INDEX = -1
+
+    def build(self, cfg: GPTConfig):
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
             wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
@@ -86,36 +87,11 @@ class GPT(nn.Module):
         ))
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.transformer.wte.weight          # tied
-        init_weights(self, seed, residual_scale=1 / math.sqrt(2 * cfg.n_layer))
 
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())
-
-    def forward(self, idx, targets=None):
+    def logits(self, idx):
         b, t = idx.shape
         pos = torch.arange(0, t, dtype=torch.long, device=idx.device)
         x = self.transformer.wte(idx) + self.transformer.wpe(pos)
         for block in self.transformer.h:
             x = block(x)
-        logits = self.lm_head(self.transformer.ln_f(x))
-        if targets is None:
-            return logits
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
-
-
-def init_weights(model: nn.Module, seed: int, residual_scale: float = 1.0, std: float = 0.02) -> None:
-    """GPT-2's init from one seed: N(0, std) weights (``c_proj``/``wo``/``w2`` scaled by
-    ``residual_scale``), zero biases, unit norm weights.  Nothing to do on the meta device."""
-    if any(p.device.type == "meta" for p in model.parameters()):
-        return
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            leaf = name.rsplit(".", 1)[-1]
-            if leaf == "bias":
-                p.zero_()
-            elif p.dim() == 1:                            # norm weights
-                p.fill_(1.0)
-            else:
-                scale = residual_scale if name.endswith(("c_proj.weight", "wo.weight", "w2.weight")) else 1.0
-                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float32).mul_(std * scale))
+        return self.lm_head(self.transformer.ln_f(x))

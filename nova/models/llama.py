@@ -7,14 +7,13 @@ attention (K/V heads repeated), untied LM head.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nova.models.gpt import init_weights
+from nova.models.common import LanguageModel
 
 
 @dataclass(frozen=True)
@@ -101,11 +100,10 @@ class Block(nn.Module):
         return x + self.feed_forward(self.ffn_norm(x))
 
 
-class Llama(nn.Module):
-    def __init__(self, cfg: LlamaConfig | str, seed: int = 0):
-        super().__init__()
-        cfg = CONFIGS[cfg] if isinstance(cfg, str) else cfg
-        self.config = cfg
+class Llama(LanguageModel):
+    CONFIGS = CONFIGS
+
+    def build(self, cfg: LlamaConfig):
         self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
@@ -113,18 +111,11 @@ class Llama(nn.Module):
         cos, sin = rotary_tables(cfg.dim // cfg.n_head, cfg.max_seq_len, cfg.rope_theta)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
-        init_weights(self, seed, residual_scale=1 / math.sqrt(2 * cfg.n_layer))
 
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())
-
-    def forward(self, idx, targets=None):
+    def logits(self, idx):
         t = idx.shape[1]
         cos, sin = self.rope_cos[:t], self.rope_sin[:t]
         x = self.tok_embeddings(idx)
         for layer in self.layers:
             x = layer(x, cos, sin)
-        logits = self.output(self.norm(x))
-        if targets is None:
-            return logits
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return self.output(self.norm(x))

@@ -23,6 +23,7 @@ scores of keys beyond T_k are masked.  No T x T buffer exists anywhere.
 """
 from __future__ import annotations
 
+from nova.codegen import check_mma_sync_target
 from nova.kernels.attention.mlirtext import SMEM, Text
 from nova.kernels.attention.problem import AttentionProblem
 from nova.kernels.attention.schedule import AttentionSchedule, KernelTile
@@ -75,10 +76,7 @@ def check_supported(p: AttentionProblem, s: AttentionSchedule, role: str) -> Non
     def fail(msg):
         raise AttentionCodegenError(f"cannot generate {role} for {p.describe()} on {s.arch}: {msg}")
 
-    if s.arch not in SUPPORTED_ARCHES:
-        fail(f"arch {s.arch!r} (supported: {', '.join(SUPPORTED_ARCHES)})")
-    if s.mma.family != "mma.sync":
-        fail(f"MMA family {s.mma.family} (only mma.sync in this phase)")
+    check_mma_sync_target(s, SUPPORTED_ARCHES, fail)
     if role == "bwd_pre":
         return
     if kt.block_rows % (16 * kt.warps) or kt.block_cols % 16:
@@ -183,39 +181,46 @@ class _Flash:
     # ------------------------------------------------------------------------------------------
     # global -> shared
     # ------------------------------------------------------------------------------------------
-    def copy_tile(self, name, rows, base_row, tile0, limit, stage=None):
-        """cp.async rows [base_row, base_row+rows) of global ``name`` into its smem tile (ring slot
-        ``stage``); rows with tile0+r >= limit are zero-filled."""
+    def thread_chunks(self, rows, vec):
+        """This thread's chunks of ``vec`` elements of a ``rows`` x D tile, as ``(live, row, col)``;
+        ``live`` is True where every thread has the chunk.  ``copy_tile`` and ``round_own`` share it."""
         ir = self.ir
-        vec = 16 // self.eb
         per_row = self.D // vec
         total = rows * per_row
-        ragged = limit % rows != 0
-        gty = self.gtype(name)
-        dty = self.kept_type() if stage is None else self.ring_type()
         for i in range(_cdiv(total, self.threads)):
             cid = ir.add(self.tid, i * self.threads, "cp_id")
             live = True if (i + 1) * self.threads <= total else ir.cmp("slt", cid, total, "cp_live")
             r = ir.div(cid, per_row, "cp_r")
             col = ir.mul(ir.rem(cid, per_row, "cp_c"), vec, "cp_col")
+            yield live, r, col
 
+    def cp_async(self, name, index, dst, count, ok, hint, flags, types):
+        """cp.async ``count`` elements of global ``name`` at ``index`` (row first) into ``dst``.  Unless
+        ``ok`` is known true, a false ``ok`` reads 0 elements from row 0: ``dst`` is zero-filled."""
+        ir = self.ir
+        row, rest = index[0], index[1:]
+        n = None
+        if ok is not True:
+            n = ir.select(ok, count, 0, hint=f"{hint}_n")
+            row = ir.select(ok, row, 0, hint=f"{hint}_src")
+        idx = ", ".join(ir.v(x) for x in (row, *rest))
+        size = f"{count}" if n is None else f"{count}, {ir.v(n)}"
+        ir.let("cp", f"nvgpu.device_async_copy %{name}[{idx}], {dst}, {size}{flags} : {types}")
+
+    def copy_tile(self, name, rows, base_row, tile0, limit, stage=None):
+        """cp.async rows [base_row, base_row+rows) of global ``name`` into its smem tile (ring slot
+        ``stage``); rows with tile0+r >= limit are zero-filled."""
+        ir = self.ir
+        vec = 16 // self.eb
+        ragged = limit % rows != 0
+        types = f"{self.gtype(name)} to {self.kept_type() if stage is None else self.ring_type()}"
+        for live, r, col in self.thread_chunks(rows, vec):
             def one():
                 grow = ir.add(base_row, r, "cp_grow")
                 ok = ir.cmp("slt", ir.add(tile0, r, "cp_trow"), limit, "cp_ok") if ragged else True
                 dst = f"{self.sm[name]}[{'' if stage is None else ir.v(stage) + ', '}{ir.v(r)}, {ir.v(col)}]"
-                if ok is True:
-                    ir.let("cp", f"nvgpu.device_async_copy %{name}[{ir.v(grow)}, {ir.v(col)}], {dst}, {vec} "
-                                 f"{{bypassL1}} : {gty} to {dty}")
-                else:
-                    n = ir.select(ok, vec, 0, hint="cp_n")
-                    src = ir.select(ok, grow, 0, hint="cp_src")
-                    ir.let("cp", f"nvgpu.device_async_copy %{name}[{ir.v(src)}, {ir.v(col)}], {dst}, {vec}, "
-                                 f"{ir.v(n)} {{bypassL1}} : {gty} to {dty}")
-            if live is True:
-                one()
-            else:
-                with ir.region(f"scf.if {live} {{"):
-                    one()
+                self.cp_async(name, (grow, col), dst, vec, ok, "cp", " {bypassL1}", types)
+            self.ir.guarded(live, one)
 
     def copy_vec(self, name, base, tile0, limit, stage):
         """cp.async ``block_cols`` FP32 values (LSE or D) into their ring slot, 4 bytes each."""
@@ -229,18 +234,8 @@ class _Flash:
                 ok = ir.cmp("slt", ir.add(tile0, e, "cv_row"), limit, "cv_ok") if limit % n else True
                 src = ir.add(base, e, "cv_src")
                 dst = f"{self.sm[name]}[{ir.v(stage)}, {ir.v(e)}]"
-                if ok is True:
-                    ir.let("cp", f"nvgpu.device_async_copy %{name}[{ir.v(src)}], {dst}, 1 : {self.vt} to {self.vring_type()}")
-                else:
-                    cnt = ir.select(ok, 1, 0, hint="cv_n")
-                    src = ir.select(ok, src, 0, hint="cv_src")
-                    ir.let("cp", f"nvgpu.device_async_copy %{name}[{ir.v(src)}], {dst}, 1, {ir.v(cnt)} : "
-                                 f"{self.vt} to {self.vring_type()}")
-            if live is True:
-                one()
-            else:
-                with ir.region(f"scf.if {live} {{"):
-                    one()
+                self.cp_async(name, (src,), dst, 1, ok, "cv", "", f"{self.vt} to {self.vring_type()}")
+            self.ir.guarded(live, one)
 
     def round_own(self, name, rows, stage=None):
         """TF32: round (cvt.rna) in place the 16-byte chunks of tile ``name`` that this thread itself
@@ -249,26 +244,15 @@ class _Flash:
         and use, and no extra barrier is needed (a thread's own cp.async writes are visible to it
         after cp.async.wait_group)."""
         ir = self.ir
-        per_row = self.D // 4
-        total = rows * per_row
         ty = self.kept_type() if stage is None else self.ring_type()
-        for i in range(_cdiv(total, self.threads)):
-            cid = ir.add(self.tid, i * self.threads, "cp_id")
-            live = True if (i + 1) * self.threads <= total else ir.cmp("slt", cid, total, "cp_live")
-            r = ir.div(cid, per_row, "cp_r")
-            col = ir.mul(ir.rem(cid, per_row, "cp_c"), 4, "cp_col")
-
+        for live, r, col in self.thread_chunks(rows, 4):
             def one():
                 idx = f"{'' if stage is None else ir.v(stage) + ', '}{ir.v(r)}, {ir.v(col)}"
                 x = ir.let("rw", f"vector.load {self.sm[name]}[{idx}] : {ty}, vector<4xf32>")
                 el = [self.tf32r(ir.let("rw_e", f"vector.extract {x}[{e}] : f32 from vector<4xf32>")) for e in range(4)]
                 y = ir.let("rw_r", f"vector.from_elements {', '.join(el)} : vector<4xf32>")
                 ir.emit(f"vector.store {y}, {self.sm[name]}[{idx}] : {ty}, vector<4xf32>")
-            if live is True:
-                one()
-            else:
-                with ir.region(f"scf.if {live} {{"):
-                    one()
+            self.ir.guarded(live, one)
 
     def round_landed(self, it, slot, n_tiles, first=False):
         """TF32: round the tiles of step ``it`` (ring ``slot``; the kept tiles too when ``first``)."""
@@ -284,7 +268,7 @@ class _Flash:
             if self.round_streamed:
                 for n in streamed:
                     self.round_own(n, self.BC, slot)
-        self.guarded(self.ir.cmp("slt", it, n_tiles, "rnd_live"), body)
+        self.ir.guarded(self.ir.cmp("slt", it, n_tiles, "rnd_live"), body)
 
     def commit(self):
         return self.ir.let("grp", '"nvgpu.device_async_create_group"() : () -> !nvgpu.device.async.token')
@@ -382,20 +366,26 @@ class _Flash:
         return [[ir.let("v", f"vector.from_elements {e[0][0]}, {e[0][1]}, {e[1][0]}, {e[1][1]} : vector<2x2xf32>")
                  for e in row] for row in el]
 
+    def mma_steps(self, accs, k_extent, n_tiles, a_frag, b_frags):
+        """``accs[m][j] += A @ B`` over ``k_extent`` in k-steps: ``a_frag(m, kk)`` is the A fragment of m
+        tile ``m``, ``b_frags(n0, kk)`` the B fragments of the n tiles at n0 and n0 + 8."""
+        for kk in range(0, k_extent, self.ks):
+            a = [a_frag(m, kk) for m in range(self.mt)]
+            for j in range(0, n_tiles, 2):
+                b = b_frags(8 * j, kk)
+                for m in range(self.mt):
+                    for jj in range(2):
+                        accs[m][j + jj] = self.mma(a[m], b[jj], accs[m][j + jj])
+        return accs
+
     def gemm_nk(self, a_name, b_name, stage):
         """acc[mt][BC/8] = A(kept, rows of this warp) @ B(ring slot, stored [n][k])^T over the head dim."""
         ir = self.ir
         zero = ir.const(0.0, "vector<2x2xf32>")
         nt = self.BC // 8
         accs = [[zero] * nt for _ in range(self.mt)]
-        for kk in range(0, self.D, self.ks):
-            a = [self.load_a(a_name, ir.add(self.wrow, 16 * m), kk) for m in range(self.mt)]
-            for j in range(0, nt, 2):
-                b = self.load_b_nk(b_name, stage, 8 * j, kk)
-                for m in range(self.mt):
-                    for jj in range(2):
-                        accs[m][j + jj] = self.mma(a[m], b[jj], accs[m][j + jj])
-        return accs
+        return self.mma_steps(accs, self.D, nt, lambda m, kk: self.load_a(a_name, ir.add(self.wrow, 16 * m), kk),
+                              lambda n0, kk: self.load_b_nk(b_name, stage, n0, kk))
 
     def p_to_a(self, el_m, kk):
         """A fragment (16 x ks) of the k-step at key offset kk from scalar accumulators of one m tile.
@@ -414,16 +404,8 @@ class _Flash:
 
     def gemm_kn(self, el, b_name, stage, accs):
         """accs[mt][D/8] += P (scalar accumulators, mt x BC) @ B(ring slot, stored [k][n])."""
-        accs = [list(r) for r in accs]
-        nd = self.D // 8
-        for kk in range(0, self.BC, self.ks):
-            a = [self.p_to_a(el[m], kk) for m in range(self.mt)]
-            for j in range(0, nd, 2):
-                b = self.load_b_kn(b_name, stage, 8 * j, kk)
-                for m in range(self.mt):
-                    for jj in range(2):
-                        accs[m][j + jj] = self.mma(a[m], b[jj], accs[m][j + jj])
-        return accs
+        return self.mma_steps([list(r) for r in accs], self.BC, self.D // 8, lambda m, kk: self.p_to_a(el[m], kk),
+                              lambda n0, kk: self.load_b_kn(b_name, stage, n0, kk))
 
     # ------------------------------------------------------------------------------------------
     # the streamed loop (shared by all three flash kernels)
@@ -434,7 +416,7 @@ class _Flash:
         ir, S = self.ir, self.S
         grp = None
         for st in range(S - 1):
-            self.guarded(ir.cmp("slt", st, n_tiles, "pro_live"), lambda st=st: issue(st, st))
+            self.ir.guarded(ir.cmp("slt", st, n_tiles, "pro_live"), lambda st=st: issue(st, st))
             grp = self.commit()
         self.wait(grp, S - 2)
         self.round_landed(0, 0, n_tiles, first=True)
@@ -449,7 +431,7 @@ class _Flash:
                        f"iter_args({iters}) -> ({', '.join(tys)}) {{"):
             nxt = ir.add(it, S - 1, "next_it")
             wslot = ir.select(ir.cmp("eq", stage, 0, "st0"), S - 1, ir.sub(stage, 1, "st_m1"), hint="wslot")
-            self.guarded(ir.cmp("slt", nxt, n_tiles, "pf_live"), lambda: issue(nxt, wslot))
+            self.ir.guarded(ir.cmp("slt", nxt, n_tiles, "pf_live"), lambda: issue(nxt, wslot))
             g = self.commit()
             out = step(it, stage, names)
             self.wait(g, S - 2)
@@ -459,13 +441,6 @@ class _Flash:
             ir.emit("gpu.barrier")
             ir.emit(f"scf.yield {', '.join([ir.v(ns)] + out)} : {', '.join(tys)}")
         return [f"{res}#{i + 1}" for i in range(len(carried))]
-
-    def guarded(self, ok, body):
-        if ok is True:
-            body()
-        elif ok is not False:
-            with self.ir.region(f"scf.if {ok} {{"):
-                body()
 
     def masked(self, cond, el, valid):
         """Scores ``el`` with invalid entries replaced by MASKED, computed only where ``cond`` holds
@@ -577,7 +552,7 @@ class _Flash:
                         col = ir.add(ir.mul(self.t, 2, "t2"), 8 * j, "st_col")
                         ir.emit(f"vector.store {vec}, %{name}[{ir.v(grow)}, {ir.v(col)}] {{alignment = {2 * self.eb}}} : "
                                 f"{gty}, vector<2x{self.T}>")
-                self.guarded(ok, body)
+                self.ir.guarded(ok, body)
 
     def quad_sum(self, x):
         ir = self.ir
@@ -666,7 +641,7 @@ class _Flash:
                 ok = ir.and_(is_t0, ir.cmp("slt", ir.add(self.q0, roff, "lrow"), p.seq_q, "lrow_ok")
                              if p.seq_q % self.BR else True)
                 src = ir.add(self.qbase, roff, "lidx")
-                self.guarded(ok, lambda src=src, x=lse_vals[2 * m + h]:
+                self.ir.guarded(ok, lambda src=src, x=lse_vals[2 * m + h]:
                              ir.emit(f"memref.store {x}, %lse[{ir.v(src)}] : {self.vt}"))
 
     def scale_row(self, acc, h, factor):

@@ -22,6 +22,7 @@ from nova.configurator.derivation import Derivation, formula_step, note
 from nova.configurator.step import MmaInstr, Prediction, Step
 from nova.hwmodel import GPUModel, TargetError, get_target
 from nova.hwmodel.formula import Formula
+from nova.hwmodel.model import BPS_REGS
 from nova.kernels.attention.problem import AttentionProblem
 from nova.kernels.attention.schedule import AttentionConfig, AttentionSchedule, KernelTile
 
@@ -59,7 +60,6 @@ STAGE_BYTES = Formula("stage_bytes", "streamed * block_cols * (D + pad) * elem_b
 T_TILE = Formula("t_tile_ns", "1e9 * gemms * 2 * block_rows * block_cols * D / (tc_flops_per_clk_sm * clock_hz)")
 STAGES = Formula("stages", "1 + ceil(mem_latency_ns / t_tile_ns)")
 STAGES_SMEM = Formula("stages_max", "floor((smem_per_block - kept_bytes) / stage_bytes)")
-BPS_REGS = Formula("bps_regs", "floor(regs_per_sm / (warps * ceil(regs * 32 / reg_alloc_unit) * reg_alloc_unit))")
 BPS_SMEM = Formula("bps_smem", "floor(smem_per_sm / (smem_bytes + smem_reserved_per_block))")
 WAVES = Formula("waves", "ceil(blocks / (sm_count * blocks_per_sm))")
 T_TC = Formula("t_tc", "gemms * 2 * D * visited / (sm_count * clock_hz * tc_flops_per_clk_sm)")

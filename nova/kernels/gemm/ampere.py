@@ -25,6 +25,7 @@ from nova.configurator.derivation import Derivation, NullDerivation, formula_ste
 from nova.configurator.step import MmaInstr, Prediction, Step
 from nova.hwmodel import GPUModel
 from nova.hwmodel.formula import Formula
+from nova.hwmodel.model import BPS_REGS
 from nova.kernels.gemm.cost import BLOCK_INTENSITY, WARP_INTENSITY, cdiv, predict
 from nova.kernels.gemm.problem import GemmProblem
 from nova.kernels.gemm.schedule import SPLIT_REDUCTIONS, Schedule, ScheduleError
@@ -43,7 +44,6 @@ TILES = Formula("tiles", "ceil(M / block_m) * ceil(N / block_n)")
 BLOCK_K = Formula("block_k", "line_bytes / elem_bytes")
 REGS = Formula("regs", "acc_regs + frag_a_regs * mma_tiles_m + frag_b_regs * mma_tiles_n + overhead_regs "
                        "+ plain_copy_regs * plain_copies")
-BPS_REGS = Formula("bps_regs", "floor(regs_per_sm / (warps * ceil(regs * 32 / reg_alloc_unit) * reg_alloc_unit))")
 BPS_THREADS = Formula("bps_threads", "floor(max_threads_per_sm / threads)")
 BPS_SMEM = Formula("bps_smem", "floor(smem_per_sm / (2 * stage_bytes + smem_reserved_per_block))")
 STAGE_BYTES = Formula("stage_bytes", "(a_rows * (a_cols + pad_a) + b_rows * (b_cols + pad_b)) * elem_bytes")

@@ -27,7 +27,7 @@ they hold and fold compile-time index arithmetic, so ``nova compile --emit mlir`
 """
 from __future__ import annotations
 
-from nova.codegen import CodegenError
+from nova.codegen import CodegenError, check_mma_sync_target
 from nova.codegen.builder import SMEM, Ir
 from nova.dtypes import MODES
 from nova.kernels.gemm.problem import GemmProblem
@@ -61,10 +61,7 @@ def check_supported(problem: GemmProblem, s: Schedule) -> None:
     def fail(msg):
         raise CodegenError(f"cannot generate {what}: {msg}")
 
-    if s.arch not in SUPPORTED_ARCHES:
-        fail(f"unsupported arch {s.arch!r}; supported: {', '.join(SUPPORTED_ARCHES)}")
-    if s.mma.family != "mma.sync":
-        fail(f"MMA family {s.mma.family!r} is not supported yet (only 'mma.sync')")
+    check_mma_sync_target(s, SUPPORTED_ARCHES, fail)
     want = _MMA_SHAPE[problem.dtype]
     if (s.mma.m, s.mma.n, s.mma.k) != want:
         fail(f"mma shape m{s.mma.m}n{s.mma.n}k{s.mma.k} does not match dtype {problem.dtype} "
@@ -460,6 +457,20 @@ class GemmKernel:
             return True
         return not self.p.trans_a if op == "A" else self.p.trans_b
 
+    def ldmatrix_address(self, hint: str, base, kk, mn_q, k_q, k_contiguous: bool):
+        """Row, column and transpose flag of this lane's ldmatrix row address (``<hint>_lm_row``,
+        ``<hint>_lm_col``) for the MMA tile at M/N offset ``base`` and K offset ``kk``: the lane's 8x8
+        matrix lies ``mn_q`` halves along M/N and ``k_q`` halves along K.  Smem [mn][k] (K contiguous)
+        is read as it is, smem [k][mn] transposed by ldmatrix."""
+        ir = self.ir
+        if k_contiguous:
+            row = ir.add(base, ir.add(self.lm_r, ir.mul(mn_q, 8)), f"{hint}_lm_row")
+            col = ir.add(ir.mul(k_q, self.kstep // 2), kk, f"{hint}_lm_col")
+            return row, col, "false"
+        row = ir.add(ir.add(self.lm_r, ir.mul(k_q, 8)), kk, f"{hint}_lm_row")
+        col = ir.add(base, ir.mul(mn_q, 8), f"{hint}_lm_col")
+        return row, col, "true"
+
     def tf32_round(self, x: str) -> str:
         ir = self.ir
         i = ir.let("tf32_bits", f"nvvm.convert.float.to.tf32 {x} {{rnd = #nvvm.fp_rnd_mode<rna>}}")
@@ -469,16 +480,9 @@ class GemmKernel:
         """A fragment of MMA tile row ``i`` at K offset ``kk`` within the tile."""
         ir, s, sm, st = self.ir, self.s, self.sA, self.stype(self.ga)
         m = ir.add(self.wm0, i * s.mma.m)
-        half = self.kstep // 2
         if self.use_ldmatrix("A"):
-            if not self.p.trans_a:    # smem [m][k]: matrices (m0-7,k-lo) (m8-15,k-lo) (m0-7,k-hi) (m8-15,k-hi)
-                row = ir.add(m, ir.add(self.lm_r, ir.mul(self.q_lo, 8)), "a_lm_row")
-                col = ir.add(ir.mul(self.q_hi, half), kk, "a_lm_col")
-                trans = "false"
-            else:                     # smem [k][m], transposed by ldmatrix
-                row = ir.add(ir.add(self.lm_r, ir.mul(self.q_hi, 8)), kk, "a_lm_row")
-                col = ir.add(m, ir.mul(self.q_lo, 8), "a_lm_col")
-                trans = "true"
+            # matrices (m0-7,k-lo) (m8-15,k-lo) (m0-7,k-hi) (m8-15,k-hi): q_lo picks the m half, q_hi the k half
+            row, col, trans = self.ldmatrix_address("a", m, kk, self.q_lo, self.q_hi, not self.p.trans_a)
             vt = f"vector<4x{4 // self.p.in_bytes}x{self.T}>"
             frag = ir.let("a_frag", f"nvgpu.ldmatrix {sm}[{ir.v(stage)}, {ir.v(row)}, {ir.v(col)}] "
                                     f"{{numTiles = 4 : i32, transpose = {trans}}} : {st} -> {vt}")
@@ -501,18 +505,12 @@ class GemmKernel:
         Returns a list of one or two fragments (vector<2xXxT>)."""
         ir, s, sm, st = self.ir, self.s, self.sB, self.stype(self.gb)
         n = ir.add(self.wn0, j * s.mma.n)
-        half = self.kstep // 2
         per32 = 4 // self.p.in_bytes
         if self.use_ldmatrix("B"):
             tiles = 4 if pair else 2
-            if self.p.trans_b:        # smem [n][k]: matrices (n0-7,k-lo) (n0-7,k-hi) (n8-15,k-lo) (n8-15,k-hi)
-                row = ir.add(n, ir.add(self.lm_r, ir.mul(self.q_hi, 8)), "b_lm_row")
-                col = ir.add(ir.mul(self.q_lo, half), kk, "b_lm_col")
-                trans = "false"
-            else:                     # smem [k][n] (16-bit only), transposed by ldmatrix
-                row = ir.add(ir.add(self.lm_r, ir.mul(self.q_lo, 8)), kk, "b_lm_row")
-                col = ir.add(n, ir.mul(self.q_hi, 8), "b_lm_col")
-                trans = "true"
+            # matrices (n0-7,k-lo) (n0-7,k-hi) (n8-15,k-lo) (n8-15,k-hi): q_hi picks the n half, q_lo the k half
+            # (smem [k][n] is 16-bit only)
+            row, col, trans = self.ldmatrix_address("b", n, kk, self.q_hi, self.q_lo, self.p.trans_b)
             vt = f"vector<{tiles}x{per32}x{self.T}>"
             frag = ir.let("b_frags", f"nvgpu.ldmatrix {sm}[{ir.v(stage)}, {ir.v(row)}, {ir.v(col)}] "
                                      f"{{numTiles = {tiles} : i32, transpose = {trans}}} : {st} -> {vt}")
@@ -675,24 +673,17 @@ class GemmKernel:
             b = ir.select(first_slice, b, self.fconst(0.0), ty="f32", hint="bias")
         return b
 
-    def guarded(self, ok, body):
-        if ok is True:
-            body()
-        elif ok is not False:
-            with self.ir.region(f"scf.if {ok} {{"):
-                body()
-
     def store_two(self, vals, row, cols, row_ok, pair: bool):
         """C[row, cols[0..1]] = vals: one 2-element store when ``pair`` (N even: both columns are in
         bounds together and 2-element aligned), else two guarded element stores."""
         ir, p = self.ir, self.p
         if pair:
             ok = ir.and_(row_ok, ir.cmp("slt", cols[0], p.N, "col_ok") if self.ragged["n"] else True)
-            self.guarded(ok, lambda: self.store_pair(vals, row, cols[0]))
+            self.ir.guarded(ok, lambda: self.store_pair(vals, row, cols[0]))
         else:
             for d in (0, 1):
                 ok = ir.and_(row_ok, ir.cmp("slt", cols[d], p.N, "col_ok") if self.ragged["n"] else True)
-                self.guarded(ok, lambda d=d: self.store_one(vals[d], row, cols[d]))
+                self.ir.guarded(ok, lambda d=d: self.store_one(vals[d], row, cols[d]))
 
     def store_one(self, val, row, col):
         ir = self.ir

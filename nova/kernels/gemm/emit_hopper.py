@@ -151,7 +151,6 @@ class _HopperKernel:
     times_sigmoid = GemmKernel.times_sigmoid
     activation = GemmKernel.activation
     to_out = GemmKernel.to_out
-    guarded = GemmKernel.guarded
     load_bias = GemmKernel.load_bias
     btype = GemmKernel.btype          # the bias memref type: the same epilogue ABI as mma.sync
 
@@ -418,7 +417,7 @@ class _HopperKernel:
             if ws == 0:
                 release(itc)
             else:
-                self.guarded(ir.cmp("sgt", kt, 0, "not_first"), lambda: release(ir.sub(itc, 1, "it_prev")))
+                self.ir.guarded(ir.cmp("sgt", kt, 0, "not_first"), lambda: release(ir.sub(itc, 1, "it_prev")))
             return acc, ir.add(itc, 1, "itc_next")
 
         # Register-fed X with a wgmma group left in flight: the fragments of consecutive K tiles must
@@ -625,7 +624,7 @@ class _HopperKernel:
                     q4 = ir.let("quad", f"vector.bitcast {v} : vector<2xi32> to vector<4x{self.O}>")
                     ir.emit(f"vector.store {q4}, %C[{ir.v(row)}, {ir.v(col)}] {{alignment = {4 * p.out_bytes}}} : "
                             f"{self.ctype}, vector<4x{self.O}>")
-                self.guarded(ok, store)
+                self.ir.guarded(ok, store)
 
 
 def build_hopper_module(problem: GemmProblem, schedule: Schedule, *, wait_depth: int = 1) -> str:

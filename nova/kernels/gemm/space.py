@@ -62,7 +62,7 @@ import random
 import zlib
 
 from nova.kernels.gemm.cost import cdiv, predict
-from nova.kernels.gemm.ampere import (BPS_REGS, BPS_THREADS, FRAG_A_REGS, FRAG_B_REGS, LINE_BYTES, OVERHEAD_REGS, PLAIN_COPY_REGS, REGS, STAGE_BYTES, copy_vector, check_schedule, smem_tiles)
+from nova.kernels.gemm.ampere import (BPS_THREADS, FRAG_A_REGS, FRAG_B_REGS, LINE_BYTES, OVERHEAD_REGS, PLAIN_COPY_REGS, REGS, STAGE_BYTES, copy_vector, check_schedule, smem_tiles)
 from nova.kernels.gemm.configure import configure
 from nova.kernels.gemm.hopper import (CONSUMER_OVERHEAD_REGS, STAGES, WGMMA_M, consumer_regs, operand_plan,
                                       predict_hopper, split_reductions, wgmma_schedule)
@@ -71,6 +71,7 @@ from nova.configurator.step import MmaInstr, Prediction
 from nova.kernels.gemm.schedule import Schedule
 from nova.hwmodel import GPUModel, get_target
 from nova.hwmodel.formula import Formula
+from nova.hwmodel.model import BPS_REGS
 
 BLOCK_SIDES = (16, 32, 64, 128, 256)
 WARP_COUNTS = (1, 2, 4, 8)
