@@ -2,7 +2,8 @@
 # Issue 12 device job (one call): the runtime's GPU tests (split-K workspace, determinism), the
 # GEMM suite of the GPT training steps (Nova vs cuBLAS vs XLA), the wgmma oracle of the dW shapes
 # (bench/suites/dw.txt, manifest from `nova tune gemm --suite bench/suites/dw.txt --trans-a ...`),
-# and optionally the GPT-42M step (Nova and eager).  Host first: see bench/README.md (issue 12).
+# the four layouts of three BF16 shapes (bench/suites/layouts.json), and the GPT-42M step (Nova and
+# eager).  Host first: see bench/README.md (issue 12).
 #   STAGES="tests suite oracle train" bash bench/issue12_device.sh
 # Results: $OUT/issue12.tgz (everything) + the summaries beside it (the device tool returns 8 files).
 set -uo pipefail
@@ -20,6 +21,9 @@ for stage in $STAGES; do
               2>&1 | tail -n 60 >> "$RES/log.txt" ;;
     oracle) timeout ${ORACLE_S:-170} python3 -m nova.bench.oracle --manifest .nova-cache/tune-manifest.json \
               --out "$RES" --tag oracle-dw --budget-s $(( ${ORACLE_S:-170} - 30 )) 2>&1 | tail -n 40 >> "$RES/log.txt" ;;
+    layouts) mkdir -p "$RES/layouts"; timeout ${LAYOUTS_S:-120} python3 -m nova.bench.train_gemms --device \
+              --suite bench/suites/layouts.json --dtypes bf16 --out "$RES/layouts" --settle-s 0.5 --rounds 3 \
+              --budget-s $(( ${LAYOUTS_S:-120} - 20 )) 2>&1 | tail -n 20 >> "$RES/log.txt" ;;
     train)  timeout 240 python3 -m nova.bench.train --all --frameworks eager,nova --model gpt42m --batch 32 \
               --out "$RES/train" --timeout 110 2>&1 | tail -n 30 >> "$RES/log.txt" ;;
   esac
