@@ -24,6 +24,10 @@ for stage in $STAGES; do
     layouts) mkdir -p "$RES/layouts"; timeout ${LAYOUTS_S:-120} python3 -m nova.bench.train_gemms --device \
               --suite bench/suites/layouts.json --dtypes bf16 --out "$RES/layouts" --settle-s 0.5 --rounds 3 \
               --budget-s $(( ${LAYOUTS_S:-120} - 20 )) 2>&1 | tail -n 20 >> "$RES/log.txt" ;;
+    profile) timeout 90 python3 -m nova.bench.kernel_profile --shapes ${PROFILE_SHAPES:-512x2048x16384,4096x4096x4096} \
+              --dtypes bf16 --out "$RES" 2>&1 | tail -n 30 >> "$RES/log.txt" ;;
+    trainprofile) timeout 120 python3 -m nova.bench.train_profile --framework nova --model gpt42m --batch 32 \
+              --out "$RES" 2>&1 | tail -n 40 >> "$RES/log.txt" ;;
     train)  timeout 240 python3 -m nova.bench.train --all --frameworks eager,nova --model gpt42m --batch 32 \
               --out "$RES/train" --timeout 110 2>&1 | tail -n 30 >> "$RES/log.txt" ;;
   esac
