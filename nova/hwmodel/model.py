@@ -6,6 +6,7 @@ balance per memory level) are ``Formula``s over the primary quantities, never ty
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from nova.dtypes import MODES
 from nova.hwmodel.formula import Formula
@@ -88,25 +89,30 @@ class GPUModel:
         return max(fams, key=lambda f: self.tc_flops_per_clk_sm(f, dtype))
 
     def peak_flops(self, dtype: str, family: str | None = None) -> float:
-        family = family or self.best_family(dtype)
-        return PEAK_TENSOR_FLOPS(sm_count=self.sm_count, clock_hz=self.clock_hz,
-                                 tc_flops_per_clk_sm=self.tc_flops_per_clk_sm(family, dtype))
+        """Dense tensor FLOP/s; memoised on the (frozen) model: the configurator asks hundreds of times."""
+        memo = self.__dict__.setdefault("_peak_memo", {})
+        hit = memo.get((dtype, family))
+        if hit is None:
+            fam = family or self.best_family(dtype)
+            hit = memo[(dtype, family)] = PEAK_TENSOR_FLOPS(sm_count=self.sm_count, clock_hz=self.clock_hz,
+                                                            tc_flops_per_clk_sm=self.tc_flops_per_clk_sm(fam, dtype))
+        return hit
 
     def peak_fp32_flops(self) -> float:
         return PEAK_FP32_FLOPS(sm_count=self.sm_count, clock_hz=self.clock_hz,
                                fp32_lanes_per_sm=self.fp32_lanes_per_sm)
 
     # -- memory levels -----------------------------------------------------------------------
-    @property
+    @cached_property
     def smem_bw(self) -> float:
         return SMEM_BW(sm_count=self.sm_count, clock_hz=self.clock_hz,
                        smem_bytes_per_clk_sm=self.smem_bytes_per_clk_sm)
 
-    @property
+    @cached_property
     def l2_bw(self) -> float:
         return L2_BW(clock_hz=self.clock_hz, l2_bytes_per_clk=self.l2_bytes_per_clk)
 
-    @property
+    @cached_property
     def l2_tma_bw(self) -> float:
         """L2 -> shared memory bandwidth of TMA tile loads (Hopper); the load/store path's where the
         target has no separate figure."""

@@ -34,6 +34,7 @@ Explain prints the rows it records in this order, numbered as printed (steps 7 a
 """
 from __future__ import annotations
 
+import functools
 import math
 
 from nova.kernels.gemm.cost import cdiv
@@ -97,9 +98,14 @@ def widest_n(regs: int, n_max: int) -> int:
 # ---- the model (step 15) -------------------------------------------------------------------------
 def smem_cap(p: GemmProblem, gpu, block_i: int, n: int) -> float:
     """Fraction of the tensor peak shared memory can feed a block_i x n tile (steps 5 and 6's formulas)."""
-    rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
-    traffic = SMEM_TRAFFIC(rate=rate, elem_bytes=p.in_bytes, N=n, block_m=block_i)
-    return float(SMEM_CAP(smem_bytes_per_clk=gpu.smem_bytes_per_clk_sm, smem_traffic=traffic))
+    return _smem_cap(gpu.tc_flops_per_clk_sm("wgmma", p.dtype), p.in_bytes, gpu.smem_bytes_per_clk_sm, block_i, n)
+
+
+@functools.lru_cache(maxsize=1024)
+def _smem_cap(rate: float, elem_bytes: int, smem_bytes_per_clk: float, block_i: int, n: int) -> float:
+    """``smem_cap`` on plain numbers, memoised: step 8 prices the same few tiles for every split."""
+    traffic = SMEM_TRAFFIC(rate=rate, elem_bytes=elem_bytes, N=n, block_m=block_i)
+    return float(SMEM_CAP(smem_bytes_per_clk=smem_bytes_per_clk, smem_traffic=traffic))
 
 
 def mainloop_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, ktiles: int, split: int = 1,
