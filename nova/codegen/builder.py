@@ -190,6 +190,16 @@ class Ir:
             return 0
         return self.pure(hint or self.index_hint, f"arith.remui {self.v(a)}, {self.v(b)} : index")
 
+    def xor(self, a, b, hint=None):
+        """Bitwise exclusive or of non-negative index values."""
+        if isinstance(a, int) and isinstance(b, int):
+            return a ^ b
+        if isinstance(a, int) and a == 0:
+            return b
+        if isinstance(b, int) and b == 0:
+            return a
+        return self.pure(hint or self.index_hint, f"arith.xori {self.v(a)}, {self.v(b)} : index")
+
     def min(self, a, b, hint=None):
         if isinstance(a, int) and isinstance(b, int):
             return min(a, b)

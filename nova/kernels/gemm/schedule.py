@@ -14,6 +14,7 @@ from nova.configurator.step import MmaInstr
 
 
 SPLIT_REDUCTIONS = ("atomic", "workspace")   # Schedule.split_reduction
+EPILOGUES = ("registers", "tma_store")       # HopperPlan.epilogue
 
 
 class ScheduleError(RuntimeError):
@@ -91,24 +92,26 @@ class TmaBox:
 class SmemRing:
     """The Hopper kernel's dynamic shared memory: the ring starts at the first ``align``-byte
     boundary (the 128-byte swizzle atom; ``align`` bytes are reserved for it), then each stage holds
-    the wgmma A operand's tile (``x_bytes``) and the wgmma B operand's (``y_bytes``)."""
+    the wgmma A operand's tile (``x_bytes``) and the wgmma B operand's (``y_bytes``); after the
+    stages, ``staging`` bytes stage the TMA-store epilogue's boxes (0 with the register epilogue)."""
     align: int
     x_bytes: int
     y_bytes: int
+    staging: int = 0
 
     @property
     def stage_bytes(self) -> int:
         return self.x_bytes + self.y_bytes
 
     def size(self, stages: int) -> int:
-        """Dynamic shared memory of a ``stages``-deep ring: align + stages x (x_bytes + y_bytes)."""
-        return self.align + stages * self.stage_bytes
+        """Dynamic shared memory of a ``stages``-deep ring: align + stages x (x_bytes + y_bytes) + staging."""
+        return self.align + stages * self.stage_bytes + self.staging
 
 
 @dataclass(frozen=True)
 class HopperPlan:
     """The Hopper kernel's decisions beyond the tiling (hopper.py): operand roles, TMA boxes,
-    setmaxnreg targets, the shared-memory ring and the grid."""
+    setmaxnreg targets, the shared-memory ring, the grid and the epilogue."""
     operands: OperandPlan
     box_a: TmaBox
     box_b: TmaBox
@@ -116,14 +119,25 @@ class HopperPlan:
     consumer_regs: int           # setmaxnreg.inc target of each consumer warpgroup
     ring: SmemRing
     ctas: int                    # CTAs launched: min(work units, SMs) when persistent, else one per work unit
+    # How the consumers write C (hopper.py's epilogue step): "registers" (predicated stores from the
+    # wgmma accumulators) or "tma_store" (each consumer warpgroup stages its slab in shared memory,
+    # one ``box_c`` step at a time, double-buffered in ``ring.staging``, and TMA-stores it, so the
+    # stores drain while the next tile's K loop runs)
+    epilogue: str = "registers"
+    box_c: TmaBox | None = None  # tma_store: C's TMA box; ``count`` boxes side by side along N per staging step
 
     def box(self, op: str) -> TmaBox:
-        return self.box_a if op == "a" else self.box_b
+        return {"a": self.box_a, "b": self.box_b, "c": self.box_c}[op]
+
+    @property
+    def tma_store(self) -> bool:
+        return self.epilogue == "tma_store"
 
     @classmethod
     def from_dict(cls, d: dict) -> "HopperPlan":
         return cls(OperandPlan.from_dict(d["operands"]), TmaBox(**d["box_a"]), TmaBox(**d["box_b"]),
-                   d["producer_regs"], d["consumer_regs"], SmemRing(**d["ring"]), d["ctas"])
+                   d["producer_regs"], d["consumer_regs"], SmemRing(**d["ring"]), d["ctas"],
+                   d.get("epilogue", "registers"), None if d.get("box_c") is None else TmaBox(**d["box_c"]))
 
 
 @dataclass(frozen=True)
