@@ -38,6 +38,21 @@ SPREAD = [
     (300, 200, 8192, "bf16", {"trans_a": True, "bias": True, "activation": "gelu"}),   # workspace, ragged, epilogue
     (512, 384, 16384, "tf32", {"deterministic": True}),                # workspace: never atomics
 ]
+# The TMA-store epilogue (the configurator's choice for each, test_tma_store_cases_are_the_configurators_choice)
+TMA_SPREAD = [
+    (16384, 32768, 512, "bf16", {"trans_b": True}),                    # the LM head of issue 12
+    (3000, 5000, 700, "bf16", {"bias": True, "activation": "gelu"}),   # ragged M and N, B by the transpose bit
+    (5000, 3000, 1000, "fp16", {"trans_b": True}),
+    (4095, 4104, 1024, "bf16", {"trans_b": True, "bias": True, "activation": "silu"}),   # 128x128 tiles, ragged
+    (16384, 2048, 512, "tf32", {"trans_b": True, "bias": True}),       # f32 output: rotated staging writes
+    (8192, 1536, 512, "bf16", {"out_dtype": "f32"}),                   # f32 output from bf16 inputs
+    (4000, 4004, 700, "bf16", {"trans_a": True, "trans_b": True, "out_dtype": "f32"}),
+    (3000, 5000, 700, "tf32", {"trans_a": True, "trans_b": True, "bias": True}),        # A^T from registers
+    (4096, 4096, 4096, "tf32", {}),                                    # swapped: boxes of C's rows along N
+    (4095, 4100, 1000, "tf32", {"bias": True}),                        # swapped, ragged, bias along wgmma rows
+    (3000, 5000, 700, "tf32", {"activation": "gelu"}),
+    (4096, 4096, 1024, "tf32", {"out_dtype": "bf16"}),                 # swapped, 16-bit output
+]
 
 
 @pytest.fixture
@@ -133,7 +148,7 @@ def test_hopper_mlir_has_the_machinery(hopper):
     assert '"nvvm.wgmma.mma_async"' in text16 and "layoutB = #nvvm.mma_layout<row>" in text16   # transpose bit
 
 
-@pytest.mark.parametrize("M,N,K,dtype,extra", SPREAD, ids=lambda v: str(v))
+@pytest.mark.parametrize("M,N,K,dtype,extra", SPREAD + TMA_SPREAD, ids=lambda v: str(v))
 def test_ptxas_clean_sm90a(hopper, M, N, K, dtype, extra):
     from nova.codegen import compile_gemm, ptxas
     if not ptxas.available():
@@ -151,6 +166,10 @@ def test_ptxas_clean_sm90a(hopper, M, N, K, dtype, extra):
     for op, d in art.meta["prep_kernels"].items():
         assert d["resources"]["spill_store_bytes"] == 0, (op, d["resources"])
     assert ("reduce_kernel" in art.meta) == s.split_workspace
+    if s.hopper.tma_store:
+        assert art.params[:3] == ("tmap_a", "tmap_b", "tmap_c") and "cp.async.bulk.tensor.2d.global.shared::cta" in art.ptx
+        assert "cp.async.bulk.wait_group.read" in art.ptx and "fence.proxy.async.shared::cta" in art.ptx
+        assert "st.global" not in art.ptx and r["smem_bytes"] + s.smem_bytes <= 232448, r
     if s.split_workspace:
         reduce = art.meta["reduce_kernel"]
         assert reduce["resources"]["spill_store_bytes"] == 0 and reduce["params"] == ["W", "C"] + (["bias"] if p.bias else [])
@@ -272,3 +291,190 @@ def test_model_charges_padded_tile_work_and_atomic_epilogues():
     assert output_vector(GemmProblem(64, 64, 64), True, 1) == 2
     assert output_vector(GemmProblem(64, 64, 64), True, 4) == 1
     assert output_vector(GemmProblem(64, 66, 64, "bf16"), False, 1) == 2
+
+
+@pytest.mark.parametrize("M,N,K,dtype,extra", TMA_SPREAD, ids=lambda v: str(v))
+def test_tma_store_cases_are_the_configurators_choice(M, N, K, dtype, extra):
+    """Each TMA_SPREAD case is routed to the TMA-store epilogue, with its staging beside the ring."""
+    from nova.kernels.gemm.hopper import c_box, staging_bytes
+    cfg = configure(GemmProblem(M, N, K, dtype, **extra), "h200")
+    s = cfg.schedule
+    assert s.hopper.epilogue == "tma_store" and s.split_k == 1, {st.step: st.value for st in cfg.derivation}
+    assert s.hopper.box_c == c_box(cfg.problem, s.swap_ab) and s.vector_c * cfg.problem.out_bytes == 16
+    assert s.hopper.ring.staging == staging_bytes(s.consumer_warpgroups, "tma_store") == s.consumer_warpgroups * 16384
+    assert s.smem_bytes == s.hopper.ring.size(s.stages) <= 232448
+    assert {st.step: st.value for st in cfg.derivation}["epilogue"] == "TMA store"
+
+
+def test_epilogue_step_keeps_registers_where_the_tma_store_cannot_or_does_not_pay():
+    """Registers: under split-K, when C's rows are not a multiple of 16 bytes (no tensor map), and
+    where every SM runs one tile (nothing to overlap: the staging writes and the final drain only add)."""
+    for p, why in ((GemmProblem(512, 512, 16384, "bf16", trans_a=True), "split-K keeps its epilogue"),
+                   (GemmProblem(4096, 4098, 512, "bf16"), "not a multiple of 16 bytes"),
+                   (GemmProblem(1000, 1000, 1000, "tf32", bias=True, activation="silu"), "does not pay")):
+        cfg = configure(p, "h200")
+        steps = {st.step: st for st in cfg.derivation}
+        assert cfg.schedule.hopper.epilogue == "registers" and cfg.schedule.hopper.box_c is None
+        assert cfg.schedule.hopper.ring.staging == 0 and steps["epilogue"].value == "registers"
+        assert why in steps["epilogue"].reason, steps["epilogue"].reason
+    lm_head = configure(GemmProblem(16384, 32768, 512, "bf16", trans_b=True), "h200")
+    why = {st.step: st for st in lm_head.derivation}["epilogue"].reason
+    assert "vs registers" in why and "32 KB per CTA" in why
+
+
+def test_tma_store_model_overlaps_the_staged_stores():
+    """The TMA store's cost: the staging writes (shared memory) and the wait for all but the staged
+    16 KB per warpgroup to leave are not overlapped; the staged stores count in the L2 term (with
+    the fills); the last tile's staged stores drain before the kernel exits.  The ring term is the
+    latency bound of the ring's depth and binds only where the ring is shallow."""
+    from nova.hwmodel import get_target
+    from nova.kernels.gemm.hopper import (epilogue_time, ring_time, time_terms, tma_store_time, total_time,
+                                          operand_plan)
+    gpu = get_target("h200")
+    p = GemmProblem(16384, 32768, 512, "bf16", trans_b=True)
+    units = 128 * 128
+    serial, overlapped = tma_store_time(p, gpu, 128, 256, units, rows=16384, cols=32768)
+    per_sm = -(-units // gpu.sm_count)
+    bw = gpu.l2_tma_bw / gpu.sm_count
+    staged = 2 * 2 * 8192
+    assert overlapped == pytest.approx(per_sm * staged / bw)
+    waited = 128 * 256 * 2 - staged                 # must leave before the last step is written
+    per_tile = max((128 * 256 * 2 + waited) / (gpu.smem_bytes_per_clk_sm * gpu.clock_hz), waited / bw) \
+        + 4 * 64 / gpu.clock_hz
+    assert serial == pytest.approx(per_sm * per_tile + staged / bw)
+    assert serial < epilogue_time(p, gpu, 128, 256, units, rows=16384, cols=32768)
+    reg, tma = (time_terms(p, gpu, 128, 256, 1, operand_plan(p), "atomic", e) for e in ("registers", "tma_store"))
+    assert tma["l2"] == pytest.approx(reg["l2"] + overlapped) and tma["mma"] == reg["mma"]
+    assert total_time(tma) < total_time(reg)
+    # a tile that fits in the staging buffers waits for nothing: only its writes and steps
+    small, _ = tma_store_time(p, gpu, 64, 64, 1, rows=16384, cols=32768)
+    assert small == pytest.approx(64 * 64 * 2 / (gpu.smem_bytes_per_clk_sm * gpu.clock_hz) + 64 / gpu.clock_hz
+                                  + 64 * 64 * 2 / bw)
+    # the ring: max(stages - 2, 1) loads ahead, each the loaded latency; 4 stages do not bind at 128x256
+    assert ring_time(p, gpu, units, 8, 1, 3) == pytest.approx(2 * ring_time(p, gpu, units, 8, 1, 4))
+    assert ring_time(p, gpu, units, 8, 1, 2) == ring_time(p, gpu, units, 8, 1, 3)
+    assert reg["ring"] < reg["mma"] and time_terms(p, gpu, 128, 256, 1, stages=3)["ring"] > reg["ring"]
+
+
+def test_staging_shrinks_the_ring_only_where_the_smem_is_short():
+    """Step 10: the stages formula leaves the staging boxes their 16 KB per consumer warpgroup: a
+    128x256 tile keeps 4 stages (48 KB each), a 128x128 tile goes from 7 to 6."""
+    from nova.hwmodel import get_target
+    from nova.kernels.gemm.hopper import ring_depth, staging_bytes
+    gpu = get_target("h200")
+    assert ring_depth(gpu, 128, 256) == ring_depth(gpu, 128, 256, staging_bytes(2, "tma_store")) == 4
+    assert (ring_depth(gpu, 128, 128), ring_depth(gpu, 128, 128, staging_bytes(2, "tma_store"))) == (7, 6)
+    cfg = configure(GemmProblem(4095, 4104, 1024, "bf16", trans_b=True, bias=True, activation="silu"), gpu)
+    steps = {st.step: st for st in cfg.derivation}
+    assert cfg.schedule.stages == steps["stages"].value == 6 and "32 KB of epilogue staging" in steps["stages"].reason
+
+
+def test_tma_store_mlir_has_the_machinery(hopper):
+    from nova.kernels.gemm.emit_hopper import build_hopper_module
+    p = GemmProblem(16384, 2048, 512, "tf32", trans_b=True, bias=True)
+    text = build_hopper_module(p, configure(p, "h200").schedule)
+    for needle in ("%pC: !llvm.ptr", "nvgpu.tma.async.store", "nvvm.cp.async.bulk.wait_group 1 {read}",
+                   "nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}",
+                   "nvvm.barrier id = %wg_bar number_of_threads = %c128_i32", "nvvm.cp.async.bulk.commit.group",
+                   "nvvm.cp.async.bulk.wait_group 0", "memref<64x32xf32, #smem>"):
+        assert needle in text, needle
+    assert "%C: memref" not in text and "vector.store" in text
+    assert text.count("nvvm.barrier id") == 2 * 8           # two per 8 KB step: 64x256 f32 = 8 steps
+
+
+# ---- the staging layout, lane by lane --------------------------------------------------------
+def _simulate_staging(p, s):
+    """Every lane's staging stores of one consumer warpgroup (the emitter's own address code run on
+    integer lane ids): ``{step: {(slab row, slab col): byte}}`` (each element of C's slab, checked
+    against the wgmma D fragment the value comes from) and per store instruction (wavefronts,
+    ideal wavefronts) of shared memory."""
+    from collections import defaultdict
+
+    from nova.kernels.gemm.emit_hopper import _HopperKernel
+    k = _HopperKernel(p, s)
+    k.dsm, k.base_off, ob, box = "%dsm", 0, p.out_bytes, s.hopper.box_c
+    written, waves = defaultdict(dict), []
+    for w in range(4):
+        instrs = defaultdict(list)
+        for lane in range(32):
+            k.warp, k.g, k.t = w, lane // 4, lane % 4
+            if k.x_regs:
+                k.fragment_setup()
+            q = sum(weight * bit for weight, bit in k.staging_rotation())
+            for step in range(k.tile_j // (box.rows if k.swap else box.cols)):
+                for gi, (items, slot) in enumerate(k.staging_groups(step)):
+                    for i in range(len(items)):
+                        row, col, byte = slot(i)
+                        for e, a in enumerate(items[i ^ q][1]):   # D fragment: row g + 8h, column 8jj + 2t + d
+                            h, jj, d = a % 4 // 2, a // 4, a % 2
+                            wrow, wcol = k.slab_row(h), 8 * jj + 2 * k.t + d
+                            assert ((wcol, wrow) if k.swap else (wrow, wcol)) == (row, col + e), (w, lane, step, i)
+                            assert (row, col + e) not in written[step]
+                            written[step][(row, col + e)] = byte + e * ob
+                        instrs[(step, gi, i)].append(byte)
+        for addrs in instrs.values():
+            size = 2 * ob                                      # bytes per lane
+            lanes = 128 // size                                # lanes one wavefront serves at best
+            total = 0
+            for first in range(0, 32, lanes):
+                banks = defaultdict(set)
+                for byte in addrs[first:first + lanes]:
+                    for word in range(byte // 4, (byte + size) // 4):
+                        banks[word % 32].add(word)
+                total += max(len(v) for v in banks.values())
+            waves.append((total, 32 * size // 128))
+    return k, written, waves
+
+
+@pytest.mark.parametrize("dtype,extra,n", [
+    ("bf16", {"trans_b": True}, 256), ("fp16", {}, 64), ("tf32", {"trans_b": True}, 256),
+    ("bf16", {"out_dtype": "f32"}, 128), ("tf32", {"trans_a": True, "trans_b": True}, 128),
+    ("tf32", {"trans_a": True, "trans_b": True, "out_dtype": "bf16"}, 256), ("tf32", {}, 256),
+    ("tf32", {"out_dtype": "bf16"}, 128)], ids=str)
+def test_staging_layout_is_tmas_and_bank_conflict_free(dtype, extra, n):
+    """The staging writes put every element of the warpgroup's slab exactly once where TMA's 128-byte
+    swizzle expects it (chunk XOR row % 8 inside each box), and no store instruction of a warp
+    meets itself in a bank: 16-bit words fill 32 banks per warp, FP32 pairs 32 per half-warp (the
+    lanes' rotation; without it FP32 stores take 2 x the wavefronts)."""
+    from nova.hwmodel import get_target
+    from nova.kernels.gemm.emit_hopper import _HopperKernel
+    from nova.kernels.gemm.hopper import operand_plan, wgmma_schedule
+    p = GemmProblem(512, 512, 512, dtype, **extra)
+    s = wgmma_schedule(p, get_target("h200"), operand_plan(p), 2, n, 1, 4, 1, epilogue="tma_store")
+    k, written, waves = _simulate_staging(p, s)
+    box, ob = s.hopper.box_c, p.out_bytes
+    rows, cols = (n, 64) if k.swap else (64, n)
+    for r in range(rows):
+        for c in range(cols):
+            if k.swap:
+                step, rb, kbox, cb = r // box.rows, r % box.rows, c // box.cols, c % box.cols
+            else:
+                step, rb, kbox, cb = c // box.cols, r, 0, c % box.cols
+            byte = kbox * box.rows * 128 + rb * 128 + ((cb * ob // 16) ^ (rb % 8)) * 16 + cb * ob % 16
+            assert written[step][(r, c)] == byte, (r, c)
+    assert sum(map(len, written.values())) == rows * cols
+    assert all(t == ideal for t, ideal in waves), sorted(set(waves))
+    if ob == 4:
+        monkey = _HopperKernel.staging_rotation
+        try:
+            _HopperKernel.staging_rotation = lambda self: []
+            assert all(t == 2 * ideal for t, ideal in _simulate_staging(p, s)[2])
+        finally:
+            _HopperKernel.staging_rotation = monkey
+
+
+def test_tma_store_odd_step_counts_alternate_buffers_across_tiles(hopper):
+    """A 64-wide 16-bit tile is one 8 KB staging step: its buffer alternates with the CTA's tile count
+    ((tile - blockIdx) / gridDim), one tile per CTA uses buffer 0; both assemble clean."""
+    from nova.codegen import compile_gemm, ptxas
+    from nova.hwmodel import get_target
+    from nova.kernels.gemm.emit_hopper import build_hopper_module
+    from nova.kernels.gemm.hopper import operand_plan, wgmma_schedule
+    gpu = get_target("h200")
+    for p, persistent in ((GemmProblem(1000, 1000, 300, "bf16", bias=True), True), (GemmProblem(1000, 1000, 300, "fp16"), False)):
+        s = wgmma_schedule(p, gpu, operand_plan(p), 2, 64, 1, 6, 1, persistent=persistent, epilogue="tma_store")
+        text = build_hopper_module(p, s)
+        assert ("%tile_n = arith.divui" in text) == persistent and text.count("nvgpu.tma.async.store") == 1
+        if ptxas.available():
+            r = compile_gemm(p, s).resources
+            assert r["spill_store_bytes"] == 0 and not [ln for ln in r["ptxas_info"] if BAD_INFOS.search(ln)], r

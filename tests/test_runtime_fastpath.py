@@ -292,16 +292,19 @@ def test_resolved_kernel_launches_through_ctypes(fake_stack, torch, fake_libcuda
 
 
 # --------------------------------------------------------------------------- Hopper launches
-def hopper_schedule(a, b, map_type="tf32", prep=(), **changes):
+def hopper_schedule(a, b, map_type="tf32", prep=(), box_c=None, **changes):
     """A schedule with a Hopper plan whose operands ``a``/``b`` = (rows, cols, box_rows, box_cols) are
-    K-major tensors read in one box per stage; the operands in ``prep`` go through a pad pass."""
+    K-major tensors read in one box per stage; the operands in ``prep`` go through a pad pass;
+    ``box_c`` (rows, cols): the TMA-store epilogue with that box of C."""
     from nova.kernels.gemm.schedule import HopperPlan, OperandPlan, OperandPrep, OperandRole, SmemRing, TmaBox
 
     def role(op, rows, cols):
         return OperandRole("k", rows, cols, "smem", OperandPrep(False, False, (rows, cols), (rows, cols)) if op in prep else None)
     plan = HopperPlan(OperandPlan(role("a", *a[:2]), role("b", *b[:2]), False, map_type),
                       TmaBox(a[3], a[2], 1), TmaBox(b[3], b[2], 1), producer_regs=56, consumer_regs=232,
-                      ring=SmemRing(1024, 128 * 128, 64 * 128), ctas=1)
+                      ring=SmemRing(1024, 128 * 128, 64 * 128, 0 if box_c is None else 32768), ctas=1,
+                      epilogue="registers" if box_c is None else "tma_store",
+                      box_c=None if box_c is None else TmaBox(box_c[1], box_c[0], 1))
     return make_schedule(hopper=plan, **changes)
 
 
@@ -330,6 +333,53 @@ def test_hopper_run_preps_b_and_memoises_tensor_maps(fake_gpu, monkeypatch):
     assert hop.preps["b"].launches[-1] == ((0x20000, 0xC0000), 6)
     assert hop.main.launches[-1] == ((0x10008, 0xC0008, 0x30000), 6)
 
+
+def test_hopper_tma_store_passes_cs_tensor_map_memoised_per_pointer(fake_gpu, monkeypatch):
+    """The TMA-store epilogue (``HopperPlan.epilogue``): the kernel's third argument is C's tensor map
+    (the output type, [M, N], the schedule's box), encoded once per C pointer like A's and B's; an
+    artifact whose kernel takes a plain C is refused."""
+    encoded = []
+
+    def fake_map(device, ptr, dtype, rows, cols, box_rows, box_cols):
+        encoded.append((ptr, dtype, rows, cols, box_rows, box_cols))
+        return ptr + 0x8
+    monkeypatch.setattr(tma, "device_tensor_map", fake_map)
+    art = make_artifact(params=("tmap_a", "tmap_b", "tmap_c", "bias"))
+    art.meta.update(problem={"M": 64, "N": 48, "K": 32, "out_dtype": "f32"}, prep_kernels={})
+    schedule = hopper_schedule((64, 32, 128, 32), (48, 32, 64, 32), box_c=(64, 32), vector_c=4)
+    hop = tma.HopperGemm(art, schedule, fake_gpu.device, "gemm 64x48x32 tf32 NT +bias -> f32")
+    for c_ptr in (0x30000, 0x30000, 0x31000):
+        hop.run(0x10000, 0x20000, c_ptr, 0x40000, 5)
+    assert hop.main.launches == [((0x10008, 0x20008, 0x30008, 0x40000), 5)] * 2 + [((0x10008, 0x20008, 0x31008, 0x40000), 5)]
+    assert encoded == [(0x10000, "tf32", 64, 32, 128, 32), (0x20000, "tf32", 48, 32, 64, 32),
+                       (0x30000, "f32", 64, 48, 64, 32), (0x31000, "f32", 64, 48, 64, 32)]   # C's: once per pointer
+    stale = make_artifact(params=("tmap_a", "tmap_b", "C", "bias"))
+    stale.meta.update(art.meta)
+    with pytest.raises(driver.NovaRuntimeError, match="stores C by TMA but the kernel takes"):
+        tma.HopperGemm(stale, schedule, fake_gpu.device, "gemm 64x48x32 tf32 NT +bias -> f32")
+
+
+def test_hopper_tma_store_checks_c_base_alignment(fake_stack, monkeypatch):
+    """A TMA-store schedule needs C's base 16-byte aligned (``vector_c`` = 16 bytes of elements): a
+    C that is only 8-byte aligned is refused with a one-line error naming the TMA store, before any
+    launch."""
+    launched = []
+    monkeypatch.setattr(tma, "device_tensor_map", lambda device, ptr, *shape: ptr + 0x8)
+    monkeypatch.setattr(tma.HopperGemm, "run", lambda self, *a: launched.append(a))
+    monkeypatch.setattr(mm, "configure_schedule", lambda p, t: hopper_schedule(
+        (64, 32, 64, 32), (48, 32, 64, 32), box_c=(64, 32), vector_a=1, vector_b=1, vector_c=4))
+
+    def hopper_artifact(p, s, t):
+        art = make_artifact(params=("tmap_a", "tmap_b", "tmap_c"))
+        art.meta.update(problem=p.to_dict(), prep_kernels={})
+        return art
+    monkeypatch.setattr(cache_mod, "compile_artifact", hopper_artifact)
+    a, b = FakeArray((64, 32), ptr=0x10000), FakeArray((32, 48), ptr=0x20000)
+    with pytest.raises(ValueError, match=r"C: device pointer 0x30008 is not 16-byte aligned, which the TMA store of C"):
+        nova.matmul(a, b, out=FakeArray((64, 48), ptr=0x30008), target="h200")
+    assert launched == []
+    nova.matmul(a, b, out=FakeArray((64, 48), ptr=0x30010), target="h200")
+    assert len(launched) == 1
 
 def test_hopper_split_k_zeroes_the_output_before_the_gemm(fake_stack, monkeypatch):
     """A Hopper artifact with zero_output (split-K: FP32 atomics into C) gets C zeroed first, on the

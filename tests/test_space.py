@@ -203,8 +203,9 @@ def test_wgmma_split_k_values():
 def test_wgmma_split_k_follows_codegen(wgmma_space):
     """The space offers split-K exactly when the Hopper code generator builds it."""
     p, _, pick, schedules = wgmma_space
+    registers = replace(pick.hopper, epilogue="registers", box_c=None, ring=replace(pick.hopper.ring, staging=0))
     try:
-        check_supported_hopper(p, replace(pick, split_k=2, vector_c=output_vector(p, pick.swap_ab, 2)))
+        check_supported_hopper(p, replace(pick, split_k=2, vector_c=output_vector(p, pick.swap_ab, 2), hopper=registers))
         supported = True
     except CodegenError:
         supported = False
@@ -218,7 +219,7 @@ def test_wgmma_split_k_follows_codegen(wgmma_space):
 
 
 def test_wgmma_model_scores_like_the_configurator():
-    """``predict_wgmma`` is hopper.py step 13: the configurator's prediction for its own pick."""
+    """``predict_wgmma`` is hopper.py step 16: the configurator's prediction for its own pick."""
     gpu = get_target("h200")
     for shape in [(4096, 4096, 4096, "tf32"), (4096, 4096, 4096, "bf16"), (8192, 1536, 512, "bf16"),
                   (512, 512, 512, "tf32"), (128, 4096, 4096, "tf32"), (256, 256, 16384, "tf32"), (1000, 33, 7, "bf16"),

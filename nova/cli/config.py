@@ -117,6 +117,8 @@ def render_explain(cfg, *, symbolic: bool = False, console=None) -> None:
         ("rasterization", f"group-M {s.group_m}"),
         ("global vector width", f"A {s.vector_a}, B {s.vector_b}, C {s.vector_c} elements"),
     ]
+    if s.hopper is not None:
+        rows.append(epilogue_row(s))
     for k_, v in rows:
         sch.add_row(k_, str(v))
     console.print(sch)
@@ -140,6 +142,18 @@ def render_explain(cfg, *, symbolic: bool = False, console=None) -> None:
                       f"by {gpu.name}'s efficiency constants, nova/hwmodel/calibration/"
                       f"{path_for(gpu.name, s.mma.family).name})")
     console.print(f"[dim]configured in {cfg.config_time_ms:.3f} ms, no search, no measurement[/]")
+
+
+def epilogue_row(s) -> tuple[str, str]:
+    """How the Hopper kernel writes C: from registers, or staged in shared memory and TMA-stored."""
+    h = s.hopper
+    if not h.tma_store:
+        return ("epilogue", "registers: predicated stores from the wgmma accumulators between tiles")
+    box, wgs = h.box_c, s.consumer_warpgroups
+    boxes = f"{box.count} x [{box.rows}x{box.cols}]" if box.count > 1 else f"[{box.rows}x{box.cols}]"
+    return ("epilogue", f"TMA store: per consumer warpgroup 2 staging buffers of {boxes} elements "
+                        f"({h.ring.staging // wgs // 2} B each, 128B swizzle), {h.ring.staging} B per CTA; the stores "
+                        "drain while the next tile's K loop runs")
 
 
 def tile_row(s) -> tuple[str, str]:

@@ -162,8 +162,9 @@ class ResolvedKernel:
 
     def vector_accesses(self) -> tuple[tuple[str, int, int], ...]:
         """(argument, vector elements, element bytes) of the kernel's pointer arguments: the mma.sync
-        kernel's cp.async/store widths; the Hopper kernel's TMA (16-byte bases) and epilogue stores
-        (it reads the bias one element at a time)."""
+        kernel's cp.async/store widths; the Hopper kernel's TMA (16-byte bases: A and B checked when
+        their maps are encoded, C by ``vector_c`` = 16 bytes under the TMA-store epilogue) and
+        epilogue stores (it reads the bias one element at a time)."""
         s, p = self.schedule, self.problem
         bias_vector = 1 if self.hopper is not None else s.vector_c
         return (("A", s.vector_a, p.in_bytes), ("B", s.vector_b, p.in_bytes), ("C", s.vector_c, p.out_bytes),
@@ -171,9 +172,11 @@ class ResolvedKernel:
 
     def check_alignment(self, *pointers) -> None:
         """Raise the ValueError of the first pointer the kernel's vector accesses cannot use."""
+        tma_c = self.hopper is not None and self.schedule.hopper.tma_store
         for (name, vector, elem_bytes), ptr in zip(self.vector_accesses(), pointers):
             if ptr is not None:
-                tensors.check_alignment(name, ptr, vector, elem_bytes)
+                access = "the TMA store of C (its tensor map's base)" if tma_c and name == "C" else None
+                tensors.check_alignment(name, ptr, vector, elem_bytes, access)
 
     def run(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None = None, stream: int = 0) -> None:
         """Enqueue (zero C if split-K needs it, then) the kernel on ``stream``; no synchronisation.

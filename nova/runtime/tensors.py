@@ -205,12 +205,14 @@ def check_bias(bias: TensorInfo, N: int, storage: str) -> None:
         raise ValueError(f"{bias}: must be contiguous, got stride {bias.strides[0]}")
 
 
-def check_alignment(name: str, ptr: int, vector: int, elem_bytes: int) -> None:
-    """Vector loads/stores of ``vector`` elements need ``ptr`` aligned to ``vector * elem_bytes`` bytes."""
+def check_alignment(name: str, ptr: int, vector: int, elem_bytes: int, access: str | None = None) -> None:
+    """Vector loads/stores of ``vector`` elements need ``ptr`` aligned to ``vector * elem_bytes`` bytes
+    (``access`` names them in the error, default "this kernel's N-element vector accesses")."""
     align = vector * elem_bytes
     if align > 1 and ptr % align:
-        raise ValueError(f"{name}: device pointer {ptr:#x} is not {align}-byte aligned, which this kernel's "
-                         f"{vector}-element vector accesses need (a sliced view?); pass an aligned copy")
+        access = access or f"this kernel's {vector}-element vector accesses"
+        raise ValueError(f"{name}: device pointer {ptr:#x} is not {align}-byte aligned, which {access} need "
+                         "(a sliced view?); pass an aligned copy")
 
 
 # --------------------------------------------------------------------------- framework services

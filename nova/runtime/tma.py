@@ -1,10 +1,12 @@
 """Hopper launches: TMA tensor maps, operand-prep workspaces, and the wgmma kernel (issue 4).
 
-A Hopper GEMM artifact (``nova/kernels/gemm/emit_hopper.py``) takes ``(tmap_a*, tmap_b*, C*[, bias*])``:
+A Hopper GEMM artifact (``nova/kernels/gemm/emit_hopper.py``) takes ``(tmap_a*, tmap_b*, C*[, bias*])``,
+or ``(tmap_a*, tmap_b*, tmap_c*[, bias*])`` with the TMA-store epilogue (``HopperPlan.epilogue``):
 pointers to 128-byte ``CUtensorMap`` objects in *device* memory (MLIR's convention for
 ``!nvgpu.tensormap.descriptor``).  What the maps describe (each operand's tensor, box and element
-type) and which operands are prepped is the schedule's ``HopperPlan``; the prep kernels travel in
-the artifact (``meta["prep_kernels"]``).  This module
+type; C's box ``HopperPlan.box_c`` over the ``[M, N]`` output of the artifact's problem) and which
+operands are prepped is the schedule's ``HopperPlan``; the prep kernels travel in the artifact
+(``meta["prep_kernels"]``).  This module
 
 * encodes tensor maps with ``cuTensorMapEncodeTiled`` through ctypes into a 64-byte aligned host
   buffer (the object cuda-bindings returns need not be aligned) and copies them to the device,
@@ -112,11 +114,22 @@ class HopperGemm:
                                           f"{'has no' if self.reduce is None else 'has a'} reduction kernel (stale cache?)")
         problem = artifact.meta.get("problem", {})
         self.partial_bytes = schedule.split_k * problem.get("M", 0) * problem.get("N", 0) * 4 if self.reduce else 0
+        # the TMA-store epilogue writes C through a tensor map: C [M, N] of the output type, C's box
+        self.c_map = None
+        if self.plan.tma_store:
+            if not {"M", "N", "out_dtype"} <= problem.keys():
+                raise driver.NovaRuntimeError(f"{what}: the schedule stores C by TMA but the artifact does not say "
+                                              "C's shape (meta['problem']; stale cache?)")
+            if tuple(artifact.params[2:3]) != ("tmap_c",):
+                raise driver.NovaRuntimeError(f"{what}: the schedule stores C by TMA but the kernel takes "
+                                              f"{artifact.params} (stale cache?)")
+            box = self.plan.box_c
+            self.c_map = (problem["out_dtype"], problem["M"], problem["N"], box.rows, box.cols)
         # TF32 round-to-nearest: CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 makes the TMA unit round FP32 to
         # nearest while copying (measured); ``tmap_f32_type`` overrides it (experiments only)
         self.map_type = tmap_f32_type or self.plan.operands.tensor_map_type
         self.workspaces: dict[int, dict[str, int]] = {}     # stream -> operand ("w": the partials) -> device buffer
-        self.maps: dict[str, dict[int, int]] = {"a": {}, "b": {}}   # operand -> its pointer -> device tensor map
+        self.maps: dict[str, dict[int, int]] = {"a": {}, "b": {}, "c": {}}   # operand -> its pointer -> device tensor map
         self.stream_plans: dict[int, tuple] = {}            # stream -> stream_plan(stream)
 
     def workspace(self, stream: int) -> dict[str, int]:
@@ -162,13 +175,17 @@ class HopperGemm:
             driver.restore_context(previous)
 
     def tensor_map(self, op: str, ptr: int) -> int:
-        """The device tensor map of operand ``op`` at ``ptr``.  Memoised here by pointer alone (the
-        shape, box and type are this kernel's): one int-keyed lookup per call instead of building
-        ``device_tensor_map``'s key, which shares the maps process-wide."""
+        """The device tensor map of operand ``op`` ("a", "b", or "c": the TMA-store epilogue's
+        output) at ``ptr``.  Memoised here by pointer alone (the shape, box and type are this
+        kernel's): one int-keyed lookup per call instead of building ``device_tensor_map``'s key,
+        which shares the maps process-wide."""
         hit = self.maps[op].get(ptr)
         if hit is None:
-            o, box = self.plan.operands.role(op), self.plan.box(op)
-            hit = device_tensor_map(self.device, ptr, self.map_type, o.rows, o.cols, box.rows, box.cols)
+            if op == "c":
+                hit = device_tensor_map(self.device, ptr, *self.c_map)
+            else:
+                o, box = self.plan.operands.role(op), self.plan.box(op)
+                hit = device_tensor_map(self.device, ptr, self.map_type, o.rows, o.cols, box.rows, box.cols)
             self.maps[op][ptr] = hit
         return hit
 
@@ -187,8 +204,10 @@ class HopperGemm:
 
     def main_args(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None, maps: tuple) -> tuple:
         """The GEMM kernel's arguments ``(tmap_a, tmap_b, C[, bias])`` (with a split-K workspace,
-        ``c_ptr`` is the workspace and the bias goes to the reduction); ``maps`` from ``stream_plan``."""
-        args = (maps[0] or self.tensor_map("a", a_ptr), maps[1] or self.tensor_map("b", b_ptr), c_ptr)
+        ``c_ptr`` is the workspace and the bias goes to the reduction; with the TMA-store epilogue,
+        C's tensor map); ``maps`` from ``stream_plan``."""
+        args = (maps[0] or self.tensor_map("a", a_ptr), maps[1] or self.tensor_map("b", b_ptr),
+                c_ptr if self.c_map is None else self.tensor_map("c", c_ptr))
         return args if bias_ptr is None else args + (bias_ptr,)
 
     def run(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None = None, stream: int = 0,

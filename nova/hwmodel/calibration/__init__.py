@@ -2,7 +2,7 @@
 
 The cost models (``nova/kernels/gemm/cost.py``, ``hopper.py``) predict
 
-    time = max(t_tensor, t_smem, t_l2, t_dram) + t_fill + t_epilogue + ... + t_launch
+    time = max(t_tensor, t_smem, t_l2, t_dram, t_ring) + t_fill + t_epilogue + ... + t_launch
 
 from datasheet, [EST] and [MEASURED] figures at the preset's clock.  A calibration holds a few
 constants, never per shape, and scales the model's terms:
@@ -13,7 +13,7 @@ constants, never per shape, and scales the model's terms:
     t_launch_us  per-launch cost (split-K adds a memset launch, an operand prep its pass)
     f_sustained_mhz, f_max_mhz, f_model_mhz   (optional) the power-limited SM clock, below
 
-    time_cal = max(t_tensor*s/eta_tc, t_smem*s/eta_tc, t_l2*s, t_dram/eta_dram) + t_epilogue*s
+    time_cal = max(t_tensor*s/eta_tc, t_smem*s/eta_tc, t_l2*s, t_dram/eta_dram, t_ring) + t_epilogue*s
                + t_fill + t_split + t_prep/eta_dram + launches*t_launch_us
 
 with s = 1, or with the power constants s = f_model / f and f = min(f_max, f_sustained *
@@ -64,7 +64,7 @@ CLOCK_EXPONENT = 3    # dynamic power ~ C V^2 f with V roughly proportional to f
 
 def calibrated_time_us(terms_us: dict, split_k, constants: dict):
     """The calibrated time from a ``Prediction.terms_us`` (microseconds), for either model:
-    mma.sync terms (tensor-core, smem, l2, dram, fill) or Hopper terms (mma, l2, dram, fill,
+    mma.sync terms (tensor-core, smem, l2, dram, fill) or Hopper terms (mma, l2, dram, ring, fill,
     epilogue, prep, split).  Works elementwise on numpy arrays (``nova.bench.calibrate`` fits on them).
 
     With the power constants (``f_sustained_mhz``, ``f_max_mhz``, ``f_model_mhz``) the SM clock is
@@ -80,8 +80,9 @@ def predicted_clock_mhz(terms_us: dict, split_k, constants: dict):
 def clock_and_time(terms_us: dict, split_k, constants: dict):
     """(SM clock in MHz or None, calibrated time in us).
 
-    time = max(compute, L2, DRAM / eta_dram) + epilogue + fill + split + prep / eta_dram
-           + launches * t_launch, with compute = tensor (or smem) time / eta_tc.
+    time = max(compute, L2, DRAM / eta_dram, ring) + epilogue + fill + split + prep / eta_dram
+           + launches * t_launch, with compute = tensor (or smem) time / eta_tc (the Hopper model's ring
+           latency bound is in nanoseconds of memory latency: not scaled).
     Power-limited clock: the terms that run on the SM clock (tensor, L2, epilogue stores) scale by
     f_model / f, and f = min(f_max, f_sustained * duty^(-1/3)): duty is the fraction of the call the
     tensor cores are busy (compute / time), f_sustained the clock the GPU holds at its power cap
@@ -89,7 +90,7 @@ def clock_and_time(terms_us: dict, split_k, constants: dict):
     fixed-point iteration from f_max."""
     c, t = constants, terms_us
     compute0 = np.maximum(t.get("tensor-core", 0) + t.get("mma", 0), t.get("smem", 0)) / c["eta_tc"]  # one is 0
-    dram = t.get("dram", 0) / c["eta_dram"]
+    dram = np.maximum(t.get("dram", 0) / c["eta_dram"], t.get("ring", 0))
     fixed = (t.get("fill", 0) + t.get("split", 0) + t.get("prep", 0) / c["eta_dram"]
              + launches_of(t, split_k) * c["t_launch_us"])
 

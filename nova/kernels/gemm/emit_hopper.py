@@ -33,9 +33,20 @@ targets, the shared-memory ring, the grid.  Nothing here knows the target.
   "truncate" (``tf32_fast``) uses a FLOAT32 map and lets the tensor core truncate (~2.6x the
   error).  The operand-prep kernel can also round (``cvt.rna``) but only does so when the operand
   plan asks (``operand_plan(prep_rounds=True)``, the v0.2 experiment that measured the prep cost).
-* **Edges.**  TMA zero-fills out-of-bounds rows and the K tail; the epilogue stores with
-  predicates on the ragged M/N edges.  Bias, activation and the output conversion are fused
-  into the register epilogue.
+* **Edges.**  TMA zero-fills out-of-bounds rows and the K tail; the register epilogue stores with
+  predicates on the ragged M/N edges (the TMA store clips them).  Bias, activation and the output
+  conversion are fused into the epilogue.
+* **Epilogue** (``hopper.epilogue``).  "registers": each thread stores its accumulators into C
+  (predicated) between tiles.  "tma_store": each consumer warpgroup writes its 64 x N slab into
+  shared memory one 8 KB step at a time (``hopper.box_c``: a [64 x 128 B] box of C, or, swapped,
+  boxes of C's rows side by side along N), 128-byte swizzled, in two buffers after the ring; per
+  step its elected thread first waits until the store that last read the buffer has read it
+  (``cp.async.bulk.wait_group.read 1``), the warpgroup syncs on its named barrier (id 1 + its
+  index; the kernel's ``gpu.barrier`` is id 0), writes, fences the async proxy, syncs again, and
+  the elected thread issues the step's TMA store(s) and commits a bulk group.  The consumers then
+  go on to the next tile while the stores drain; ``wait_group 0`` before the kernel exits.  The
+  register -> shared writes are bank-conflict-free: where a warp's lanes would meet in a bank, a
+  lane writes its items in a rotated order (``staging_rotation``: slot i holds item i ^ q).
 """
 from __future__ import annotations
 
@@ -45,9 +56,10 @@ from nova.codegen import CodegenError
 from nova.codegen.builder import SMEM, Ir
 from nova.dtypes import MODES
 from nova.kernels.gemm.emit_ampere import RESERVED_NAMES, GemmKernel
-from nova.kernels.gemm.hopper import atomic_split_blocker, output_vector    # rules the schedule must follow
+from nova.kernels.gemm.hopper import (STAGING_BUFFERS, STAGING_STEP_BYTES, atomic_split_blocker, c_box,  # rules the
+                                      output_vector, staging_bytes, tma_store_blocker)     # schedule must follow
 from nova.kernels.gemm.problem import GemmProblem
-from nova.kernels.gemm.schedule import SPLIT_REDUCTIONS, OperandPrep, Schedule
+from nova.kernels.gemm.schedule import EPILOGUES, SPLIT_REDUCTIONS, OperandPrep, Schedule
 
 KERNEL_NAME = "nova_gemm"
 PREP_NAME = "nova_prep"
@@ -93,9 +105,22 @@ def check_supported(problem: GemmProblem, s: Schedule) -> None:
     warps = (s.warps_n, s.warps_m) if s.swap_ab else (s.warps_m, s.warps_n)
     if s.producer_warps != 4 or warps != (4 * s.consumer_warpgroups, 1):
         fail("the warp layout must be one producer warpgroup + 4 warps per consumer warpgroup along the wgmma rows")
-    stores = output_vector(problem, s.swap_ab, s.split_k, s.split_reduction)
+    if h.epilogue not in EPILOGUES:
+        fail(f"epilogue {h.epilogue!r}; one of {', '.join(EPILOGUES)}")
+    if h.tma_store:
+        blocker = tma_store_blocker(problem, s.swap_ab, s.split_k, cols)
+        if blocker:
+            fail(f"TMA-store epilogue: {blocker}")
+        if h.box_c != c_box(problem, s.swap_ab):
+            fail(f"C's TMA box {h.box_c}: the staging steps are {c_box(problem, s.swap_ab)}")
+    elif h.box_c is not None:
+        fail("a C box without the TMA-store epilogue")
+    if h.ring.staging != staging_bytes(s.consumer_warpgroups, h.epilogue):
+        fail(f"ring staging {h.ring.staging} B: the {h.epilogue} epilogue of {s.consumer_warpgroups} consumer "
+             f"warpgroup(s) stages {staging_bytes(s.consumer_warpgroups, h.epilogue)} B")
+    stores = output_vector(problem, s.swap_ab, s.split_k, s.split_reduction, h.epilogue)
     if s.vector_c != stores:
-        fail(f"vector_c={s.vector_c}: C is stored {stores} elements at a time")
+        fail(f"vector_c={s.vector_c}: C is stored {stores} elements at a time ({h.epilogue})")
     per_row = SWIZZLE_BYTES // problem.in_bytes
     for op in ("a", "b"):
         extent, box = (s.block_m if op == "a" else s.block_n), h.box(op)
@@ -128,7 +153,8 @@ def check_supported(problem: GemmProblem, s: Schedule) -> None:
     if (h.ring.x_bytes, h.ring.y_bytes) != (rows * SWIZZLE_BYTES, cols * SWIZZLE_BYTES):
         fail(f"ring stage {h.ring}: a stage holds the {rows}- and {cols}-row tiles of 128 bytes")
     if s.smem_bytes < h.ring.size(s.stages):
-        fail(f"smem_bytes={s.smem_bytes} < {h.ring.size(s.stages)} needed by {s.stages} stages")
+        fail(f"smem_bytes={s.smem_bytes} < {h.ring.size(s.stages)} needed by {s.stages} stages"
+             + (f" and {h.ring.staging} B of staging" if h.ring.staging else ""))
     if not h.producer_regs <= s.regs_per_thread <= h.consumer_regs:
         fail(f"registers at entry ({s.regs_per_thread}) must lie between the producer's setmaxnreg target "
              f"({h.producer_regs}) and the consumers' ({h.consumer_regs})")
@@ -157,7 +183,7 @@ class _HopperKernel:
     def __init__(self, p: GemmProblem, s: Schedule, wait_depth: int = 1):
         self.p, self.s = p, s
         self.ir = Ir(RESERVED_NAMES)
-        self.ir.reserve("tmA", "tmB", "tile", "kp", "it", "acc", "itc", "ktp", "itp")
+        self.ir.reserve("tmA", "tmB", "tmC", "pC", "tile", "kp", "it", "acc", "itc", "ktp", "itp")
         self.T = p.storage
         # split-K through a workspace: this kernel stores each slice's raw FP32 partial tile at rows
         # kslice * M + m of a [split_k * M, N] workspace; the reduction kernel does the epilogue
@@ -182,6 +208,7 @@ class _HopperKernel:
         self.mb_t = f"!nvgpu.mbarrier.group<memorySpace = {SMEM}, num_barriers = {s.stages}>"
         self.wait_depth = wait_depth
         self.ragged = {"m": p.M % s.block_m != 0, "n": p.N % s.block_n != 0}
+        self.tma_store = self.h.tma_store
 
     @property
     def ctype(self) -> str:
@@ -197,6 +224,16 @@ class _HopperKernel:
         return (f"!nvgpu.tensormap.descriptor<tensor = {self.box_type(op)}, "
                 "swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>")
 
+    @property
+    def c_box_type(self) -> str:
+        box = self.h.box_c
+        return f"memref<{box.rows}x{box.cols}x{self.O}, {SMEM}>"
+
+    @property
+    def c_tm_type(self) -> str:
+        return (f"!nvgpu.tensormap.descriptor<tensor = {self.c_box_type}, "
+                "swizzle = swizzle_128b, l2promo = l2promo_256b, oob = zero, interleave = none>")
+
     # ------------------------------------------------------------------------------------------
     def build(self) -> str:
         p, s, ir = self.p, self.s, self.ir
@@ -205,9 +242,10 @@ class _HopperKernel:
                 f"wgmma.m64n{self.tile_j}k{self.kstep}, {s.stages}-stage TMA ring, "
                 f"{'persistent' if s.persistent else 'one tile per CTA'}, group_m {s.group_m}"
                 + (", swapped (C^T = B^T A^T)" if self.swap else "")
-                + f", A {self.ops.a.feed}, B {self.ops.b.feed}")
+                + f", A {self.ops.a.feed}, B {self.ops.b.feed}"
+                + (", TMA-store epilogue" if self.tma_store else ""))
         ir.emit(f"{SMEM} = #gpu.address_space<workgroup>")
-        args = ["%pA: !llvm.ptr", "%pB: !llvm.ptr", f"%C: {self.ctype}"]
+        args = ["%pA: !llvm.ptr", "%pB: !llvm.ptr", "%pC: !llvm.ptr" if self.tma_store else f"%C: {self.ctype}"]
         if p.bias and not self.partial:
             args.append(f"%bias: {self.btype}")
         # registers at entry (the schedule's): setmaxnreg then moves them from the producer to the consumers
@@ -228,6 +266,9 @@ class _HopperKernel:
         self.tm = {"a": "%tmA", "b": "%tmB"}
         for op, ptr in (("a", "%pA"), ("b", "%pB")):
             ir.emit(f"{self.tm[op]} = builtin.unrealized_conversion_cast {ptr} : !llvm.ptr to {self.tm_type(op)}")
+        if self.tma_store:
+            self.tm["c"] = "%tmC"
+            ir.emit(f"%tmC = builtin.unrealized_conversion_cast %pC : !llvm.ptr to {self.c_tm_type}")
         self.tid = ir.let("tid", "gpu.thread_id x")
         self.wg = ir.div(self.tid, WG, "wg")
         self.lane = ir.rem(self.tid, 32, "lane")
@@ -365,7 +406,7 @@ class _HopperKernel:
         ir.emit(f"nvvm.setmaxregister increase {creg}")
         ctid = ir.sub(self.tid, WG, "ctid")
         self.cwg = ir.div(ctid, WG, "cwg")
-        wtid = ir.rem(ctid, WG, "wg_tid")
+        wtid = self.wtid = ir.rem(ctid, WG, "wg_tid")
         self.warp = ir.div(wtid, 32, "wg_warp")
         self.g = ir.div(self.lane, 4, "g")
         self.t = ir.rem(self.lane, 4, "t")
@@ -384,6 +425,8 @@ class _HopperKernel:
                  f"layoutA = #nvvm.mma_layout<{layout_x}>, layoutB = #nvvm.mma_layout<{layout_y}>")
         if self.x_regs:
             self.fragment_setup()
+        if self.tma_store:
+            self.staging_setup()
 
         def desc(op, enc):
             x = ir.let("d_i64", f"arith.index_cast {ir.v(enc)} : index to i64")
@@ -458,10 +501,17 @@ class _HopperKernel:
             if ws:
                 ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
                 release(ir.sub(it_out, 1, "it_last"))
-            self.epilogue(acc_out, i0, j0)
+            if self.tma_store:
+                self.tma_epilogue(acc_out, i0, j0, tile)
+            else:
+                self.epilogue(acc_out, i0, j0)
             return it_out
 
         self.tile_loop(tile_body)
+        if self.tma_store:
+            ir.comment("the staging buffers must outlive the TMA stores that read them; C is complete at exit")
+            with ir.region(f"scf.if {self.wg_leader} {{"):
+                ir.emit("nvvm.cp.async.bulk.wait_group 0")
 
     # ------------------------------------------------------------------------------------------
     # X from registers (32-bit MN-major tile: TF32 wgmma has no transpose bit, registers can take it)
@@ -546,12 +596,29 @@ class _HopperKernel:
             pairs = lambda jj: [((ir.add(col0, 8 * jj + d, "out_row"), rows_i[0]), (4 * jj + d, 4 * jj + 2 + d))
                                 for d in (0, 1)]
         pair_ok = p.N % 2 == 0 if self.partial else self.s.vector_c >= 2
-        bias_cache = {}
 
         first = ir.cmp("eq", self.kslice, 0, "first_slice") if self.kslice is not None else None
         if self.partial:
             ir.comment("split-K workspace: the raw FP32 partial at row kslice * M + m; the reduction kernel adds")
             slice_rows = ir.mul(self.kslice, p.M, "slice_row0")
+        values = self.output_values(acc, first)
+
+        if self.s.vector_c == 4 and not self.partial:
+            self.store_quads(rows_i, col0, values)
+            return
+        for jj in range(self.tile_j // 8):
+            for (row, col), idx in pairs(jj):
+                cols = [col, ir.add(col, 1, "out_col1")]
+                row_ok = ir.cmp("slt", row, p.M, "row_ok") if self.ragged["m"] else True
+                vals = values(cols, idx)
+                self.store_two(vals, ir.add(row, slice_rows, "ws_row") if self.partial else row, cols, row_ok, pair_ok)
+
+    def output_values(self, acc, first):
+        """``values(cols, idx)``: the two accumulators ``idx`` of C's columns ``cols`` (they set the
+        bias), each through bias, activation and the output conversion (raw into a split-K
+        workspace; ``first``: only K slice 0 adds the bias); each bias element is loaded once."""
+        ir, p = self.ir, self.p
+        bias_cache = {}
 
         def bias(col):
             if col not in bias_cache:
@@ -569,16 +636,7 @@ class _HopperKernel:
                     x = ir.let("c_bias", f"arith.addf {x}, {bias(cols[d])} : f32")
                 vals.append(self.to_out(self.activation(x)))
             return vals
-
-        if self.s.vector_c == 4 and not self.partial:
-            self.store_quads(rows_i, col0, values)
-            return
-        for jj in range(self.tile_j // 8):
-            for (row, col), idx in pairs(jj):
-                cols = [col, ir.add(col, 1, "out_col1")]
-                row_ok = ir.cmp("slt", row, p.M, "row_ok") if self.ragged["m"] else True
-                vals = values(cols, idx)
-                self.store_two(vals, ir.add(row, slice_rows, "ws_row") if self.partial else row, cols, row_ok, pair_ok)
+        return values
 
     def store_one(self, val, row, col):
         """One element: a plain store into the workspace, else as the mma.sync kernel (an atomic
@@ -625,6 +683,169 @@ class _HopperKernel:
                     ir.emit(f"vector.store {q4}, %C[{ir.v(row)}, {ir.v(col)}] {{alignment = {4 * p.out_bytes}}} : "
                             f"{self.ctype}, vector<4x{self.O}>")
                 self.ir.guarded(ok, store)
+
+    # ------------------------------------------------------------------------------------------
+    # TMA-store epilogue (hopper.epilogue == "tma_store")
+    def staging_setup(self):
+        """This consumer warpgroup's staging buffers (``STAGING_BUFFERS`` steps of 8 KB after the
+        ring, 1024-byte aligned as the 128-byte swizzle needs), its named barrier and elected thread."""
+        ir, s, ob = self.ir, self.s, self.p.out_bytes
+        ir.comment(f"---- TMA-store epilogue: {STAGING_BUFFERS} staging steps of {STAGING_STEP_BYTES} B per consumer "
+                   "warpgroup after the ring; named barrier 1 + warpgroup")
+        self.stg_step = STAGING_STEP_BYTES // ob                      # elements per staging step
+        stg_off = ir.add(self.base_off, s.stages * self.stage, "stg_off")
+        self.stg_t = f"memref<{self.h.ring.staging // ob}x{self.O}, {SMEM}>"
+        self.stg = ir.let("stg", f"memref.view {self.dsm}[{ir.v(stg_off)}][] : memref<?xi8, {SMEM}> to {self.stg_t}")
+        self.stg_wg_off = ir.add(stg_off, ir.mul(self.cwg, STAGING_BUFFERS * STAGING_STEP_BYTES), "stg_wg_off")
+        self.stg_wg_elem = ir.mul(self.cwg, STAGING_BUFFERS * self.stg_step, "stg_wg_elem")
+        self.wg_bar = ir.let("wg_bar", f"arith.index_cast {ir.v(ir.add(self.cwg, 1, 'wg_bar_idx'))} : index to i32")
+        self.wg_leader = ir.cmp("eq", self.wtid, 0, "wg_leader")
+
+    def slab_row(self, h):
+        """Slab-local wgmma row (0..63) of this lane's accumulator rows g (h = 0) and g + 8 (h = 1):
+        16 x warp + g (+ 8), or with a register-fed X the adjacent pair frag_i (+ 1)."""
+        ir = self.ir
+        if self.x_regs:
+            return ir.add(self.frag_i, h, "slab_row")
+        return ir.add(ir.mul(self.warp, 16), ir.add(self.g, 8 * h), "slab_row")
+
+    def staging_rotation(self) -> list[tuple[int, object]]:
+        """This lane's rotation q as ``[(weight, bit)]`` (q = sum of weight x bit, each bit 0 or 1):
+        in a group of store slots the lane writes item i ^ q into slot i, so that the lanes of one
+        store never meet in a shared-memory bank (a 128-byte swizzled row XORs its 16-byte chunks
+        with row % 8, and the lanes of a (half-)warp cover too few rows % 8).  Not swapped, the items
+        are the box's 8-column blocks of one accumulator row: f32 q = g % 4; with a register-fed X
+        (rows frag_i) f32 q = 2 x bit 1 of g, 16-bit q = bit 1 of g; 16-bit with X from shared memory
+        needs none.  Swapped, the items are the two columns d of one 8-column block: q = bit 1 of g.
+        tests/test_hopper.py simulates every lane's addresses."""
+        ir, g = self.ir, self.g
+        b0, b1 = ir.rem(g, 2, "g_bit0"), ir.rem(ir.div(g, 2, "g_half"), 2, "g_bit1")
+        f32 = self.p.out_bytes == 4
+        if self.swap or (self.x_regs and not f32):
+            return [(1, b1)]
+        if self.x_regs:
+            return [(2, b1)]
+        return [(1, b0), (2, b1)] if f32 else []
+
+    def staging_byte(self, r, c):
+        """Byte of element (r, c) in a 128-byte-swizzled box of 128-byte rows (TMA's SWIZZLE_128B:
+        16-byte chunk c' = c XOR r % 8)."""
+        ir, ob = self.ir, self.p.out_bytes
+        cb = ir.mul(c, ob)
+        chunk = ir.xor(ir.div(cb, 16), ir.rem(r, 8), "stg_chunk")
+        return ir.add(ir.add(ir.mul(r, SWIZZLE_BYTES), ir.mul(chunk, 16)), ir.rem(cb, 16), "stg_byte")
+
+    def staging_groups(self, step):
+        """The store slots of staging step ``step`` for this lane: a list of groups, each
+        ``(items, slot)``: ``items`` the group's (C columns, accumulator indices) pairs (static, in
+        item order: the values' source) and ``slot(i)`` -> (slab-local row, slab-local column, byte
+        in the step's buffer) of the item slot i writes (item i ^ q, ``staging_rotation``).  Slab
+        coordinates are C's: not swapped (row, column) = (wgmma row, j); swapped (j, wgmma row)."""
+        ir, box = self.ir, self.h.box_c
+        q = 0
+        for weight, bit in self.staging_rotation():
+            q = ir.add(q, ir.mul(bit, weight), "stg_rot")
+        two_t = ir.mul(self.t, 2)
+        groups = []
+        if not self.swap:                               # a step = one box: 64 slab rows x box.cols columns
+            per = box.cols // 8                         # 8-column blocks per box
+            for h in (0, 1):
+                r = self.slab_row(h)
+                jjs = [step * per + b for b in range(per)]
+                items = [([8 * jj, 8 * jj + 1], (4 * jj + 2 * h, 4 * jj + 2 * h + 1)) for jj in jjs]
+
+                def slot(i, r=r):
+                    c = ir.add(ir.mul(ir.xor(i, q, "stg_item"), 8), two_t, "stg_col")
+                    return r, ir.add(c, step * box.cols), self.staging_byte(r, c)
+                groups.append((items, slot))
+        else:                                           # a step = box.rows rows of C x the slab's 64 columns
+            lr = self.slab_row(0)                       # the pair (h = 0, 1) is two adjacent columns of C
+            k, c = ir.div(lr, box.cols, "stg_box"), ir.rem(lr, box.cols, "stg_col")
+            box_off = ir.mul(k, box.rows * SWIZZLE_BYTES)
+            for jl in range(box.rows // 8):
+                jj = step * (box.rows // 8) + jl
+                items = [([0, 1], (4 * jj + d, 4 * jj + 2 + d)) for d in (0, 1)]
+
+                def slot(i, jl=jl):
+                    r = ir.add(ir.add(ir.xor(i, q, "stg_item"), two_t), 8 * jl, "stg_row")
+                    return ir.add(r, step * box.rows), lr, ir.add(box_off, self.staging_byte(r, c))
+                groups.append((items, slot))
+        return groups
+
+    def rotate(self, vals, ty):
+        """[vals[i ^ q] for i]: a conditional swap per bit of this lane's rotation q."""
+        ir, out = self.ir, list(vals)
+        for weight, bit in self.staging_rotation():
+            cond = ir.cmp("ne", bit, 0, "rot_bit")
+            for i in range(len(out)):
+                if not i & weight:
+                    a, b = out[i], out[i | weight]
+                    out[i] = ir.select(cond, b, a, ty=ty, hint="rot")
+                    out[i | weight] = ir.select(cond, a, b, ty=ty, hint="rot")
+        return out
+
+    def wg_barrier(self):
+        """bar.sync over this consumer warpgroup's 128 threads (named barrier 1 + warpgroup)."""
+        n = self.ir.pure("c128_i32", f"arith.constant {WG} : i32")
+        self.ir.emit(f"nvvm.barrier id = {self.wg_bar} number_of_threads = {n}")
+
+    def tma_epilogue(self, acc, i0, j0, tile):
+        """Stage the warpgroup's 64 x tile_j slab one 8 KB step at a time and TMA-store it (module
+        docstring): per step, wait for the buffer (its last store has read it), sync, write the
+        step's accumulators (bias, activation, conversion) into the swizzled box(es), fence the async
+        proxy, sync, and the elected thread stores the box(es) and commits one bulk group."""
+        ir, p, box = self.ir, self.p, self.h.box_c
+        ob, O = p.out_bytes, self.O
+        ir.comment("---- epilogue: wgmma D fragment -> (bias, activation, convert) -> staging (swizzled) -> TMA store")
+        slab = ir.add(i0, ir.mul(self.cwg, SLAB_M), "slab_i0")
+        rows0, cols0 = (j0, slab) if self.swap else (slab, j0)      # the slab's origin in C
+        values = self.output_values(acc, None)
+        pair_t = f"vector<2x{O}>"
+        extent = box.rows if self.swap else box.cols                # j per step
+        steps = self.tile_j // extent
+        if steps % STAGING_BUFFERS:                                 # the buffer alternates across tiles too
+            local = (ir.div(ir.sub(tile, self.bid), self.nblocks, "tile_n") if self.s.persistent else 0)
+            first = ir.mul(local, steps, "stg_first")
+        else:
+            first = 0
+        for step in range(steps):
+            buf = ir.rem(ir.add(first, step), STAGING_BUFFERS, "stg_buf")
+            ir.comment(f"staging step {step}: buffer free (its last store has read it), then write")
+            with ir.region(f"scf.if {self.wg_leader} {{"):
+                ir.emit(f"nvvm.cp.async.bulk.wait_group {STAGING_BUFFERS - 1} {{read}}")
+            self.wg_barrier()
+            base = ir.add(self.stg_wg_elem, ir.mul(buf, self.stg_step), "stg_base")
+            for items, slot in self.staging_groups(step):
+                vals = []
+                for cols, idx in items:
+                    if self.swap:
+                        cs = [ir.add(cols0, self.slab_row(h), "out_col") for h in (0, 1)]
+                    else:
+                        cs = [ir.add(ir.add(cols0, ir.mul(self.t, 2)), c, "out_col") for c in cols]
+                    v = values(cs, idx)
+                    vals.append(ir.let("pair", f"vector.from_elements {v[0]}, {v[1]} : {pair_t}"))
+                for i, v in enumerate(self.rotate(vals, pair_t)):
+                    _, _, byte = slot(i)
+                    at = ir.add(base, ir.div(byte, ob), "stg_at")
+                    ir.emit(f"vector.store {v}, {self.stg}[{ir.v(at)}] {{alignment = {2 * ob}}} : {self.stg_t}, {pair_t}")
+            ir.emit("nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}")
+            self.wg_barrier()
+            with ir.region(f"scf.if {self.wg_leader} {{"):
+                off = ir.add(self.stg_wg_off, ir.mul(buf, STAGING_STEP_BYTES), "stg_buf_off")
+                for k in range(box.count):
+                    if self.swap:
+                        r0, c0 = ir.add(rows0, step * box.rows), ir.add(cols0, k * box.cols)
+                    else:
+                        r0, c0 = rows0, ir.add(cols0, step * box.cols)
+                    view = ir.let("stg_box", f"memref.view {self.dsm}[{ir.v(ir.add(off, k * box.rows * SWIZZLE_BYTES))}][] "
+                                             f": memref<?xi8, {SMEM}> to {self.c_box_type}")
+                    inside = ir.and_(ir.cmp("slt", r0, p.M, "box_in_m"), ir.cmp("slt", c0, p.N, "box_in_n"))
+
+                    def store(view=view, r0=r0, c0=c0):
+                        ir.emit(f"nvgpu.tma.async.store {view} to {self.tm['c']}[{ir.v(c0)}, {ir.v(r0)}] : "
+                                f"{self.c_box_type} -> {self.c_tm_type}")
+                    self.ir.guarded(inside, store)              # a box wholly past a ragged edge stores nothing
+                ir.emit("nvvm.cp.async.bulk.commit.group")
 
 
 def build_hopper_module(problem: GemmProblem, schedule: Schedule, *, wait_depth: int = 1) -> str:
@@ -792,8 +1013,9 @@ def compile_hopper(problem: GemmProblem, schedule: Schedule, *, cubin: bool = Tr
     """The Hopper kernel's artifact: launched on ``schedule.hopper.ctas`` CTAs, with the operand-prep
     kernels the operand plan asks for in ``meta["prep_kernels"]`` (by operand, as artifact dicts)
     and, for a split-K workspace, the reduction kernel in ``meta["reduce_kernel"]`` (params
-    ``(W, C[, bias])``; the GEMM itself then takes ``(tmap_a, tmap_b, W)``).  The runtime reads
-    everything else (tensor maps, workspaces) from the schedule."""
+    ``(W, C[, bias])``; the GEMM itself then takes ``(tmap_a, tmap_b, W)``; with the TMA-store
+    epilogue it takes ``(tmap_a, tmap_b, tmap_c[, bias])``).  The runtime reads everything else
+    (tensor maps, workspaces) from the schedule."""
     from nova.codegen import MLIR_TOOLCHAIN, lower_and_assemble
     from nova.codegen.artifact import KernelArtifact
     from nova.codegen.lower import pipeline
@@ -825,7 +1047,8 @@ def compile_hopper(problem: GemmProblem, schedule: Schedule, *, cubin: bool = Tr
             params=("W", "C") + (("bias",) if problem.bias else ()), cubin=rbin, resources=rres).to_dict()
     if ptxas_version is not None:
         meta["ptxas"] = ptxas_version
-    params = ("tmap_a", "tmap_b", "W" if s.split_workspace else "C") + (("bias",) if problem.bias and not s.split_workspace else ())
+    c_param = "W" if s.split_workspace else ("tmap_c" if s.hopper.tma_store else "C")
+    params = ("tmap_a", "tmap_b", c_param) + (("bias",) if problem.bias and not s.split_workspace else ())
     return KernelArtifact(name=KERNEL_NAME, arch=ARCH, ptx=ptx, grid=(s.hopper.ctas, 1, 1),
                           block=(WG * (1 + s.consumer_warpgroups), 1, 1), smem_bytes=s.smem_bytes,
                           params=params, zero_output=s.zero_output, cubin=binary, resources=resources, meta=meta)

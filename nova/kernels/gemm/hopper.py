@@ -20,17 +20,22 @@ each returning its decision and the derivation row(s) that explain it:
  7. clamp N              no wgmma N wider than the next power of two of its extent (shown when it clamps)
  8. tile and split       of the few tile shapes (1-2 WGs x N, N/2, N/4), K splits and ways to add the
                          slices (FP32 atomics into C, or a workspace + a reduction kernel: any output,
-                         deterministic), the one the prediction's model (step 15) predicts fastest;
-                         rows: output tiles, split-K
- 9. stages               as many as fit the per-block shared memory (a deeper ring only hides more latency)
-10. TMA boxes            [BK = 128 B of K] x [block_m] and x [block_n], 128-byte swizzle = the wgmma descriptor layout
-11. cluster              1x1 (multicast not generated yet)
-12. grid                 persistent: min(tiles x K slices, SMs) CTAs walk the work units
-13. group-M              rasterization, as for the mma.sync path (shown when there are tile rows to group)
-14. operand prep         which operands need a transpose/pad pass (TMA needs 16-byte aligned rows)
-15. prediction           max(tensor x smem cap, L2 fills at each SM's port, DRAM) + first fill + epilogues
-                         + prep + split-K + launches (``time_terms``, ``total_time``; recorded by ``configure``)
-Explain prints the rows it records in this order, numbered as printed (steps 7 and 13 may be absent).
+                         deterministic), each with the epilogue it would use, the one the prediction's
+                         model (step 16) predicts fastest; rows: output tiles, split-K
+ 9. epilogue             registers (predicated stores from the accumulators, between tiles) or the TMA
+                         store (each consumer warpgroup stages its slab in 2 x 8 KB swizzled boxes and
+                         TMA-stores them: they drain while the next tile's K loop runs), by the model
+10. stages               as many as fit the per-block shared memory beside the staging boxes (a deeper
+                         ring only hides more latency)
+11. TMA boxes            [BK = 128 B of K] x [block_m] and x [block_n], 128-byte swizzle = the wgmma descriptor layout
+12. cluster              1x1 (multicast not generated yet)
+13. grid                 persistent: min(tiles x K slices, SMs) CTAs walk the work units
+14. group-M              rasterization, as for the mma.sync path (shown when there are tile rows to group)
+15. operand prep         which operands need a transpose/pad pass (TMA needs 16-byte aligned rows)
+16. prediction           max(tensor x smem cap, L2 fills (+ TMA stores) at each SM's port, DRAM, the ring's
+                         latency bound) + first fill + epilogues + prep + split-K + launches
+                         (``time_terms``, ``total_time``; recorded by ``configure``)
+Explain prints the rows it records in this order, numbered as printed (steps 7 and 14 may be absent).
 """
 from __future__ import annotations
 
@@ -61,12 +66,19 @@ RING_ALIGN = 1024              # the ring starts on a 1024-byte boundary (128B-s
 MIN_STAGES, MAX_STAGES = 2, 8  # one slot landing while one computes; deeper rings gain nothing measurable
 MIN_SLICE_K_TILES = 8          # a K slice streams >= 8 K tiles: the ring fill and the atomic epilogue amortise
 LAUNCH_S = 5e-6                # per kernel launch (the memset of split-K, each prep pass)
+# The TMA-store epilogue (step 9): each consumer warpgroup writes its 64 x N slab into shared memory one
+# 8 KB step at a time (a 64 x 128 B box of C, or two 32 x 128 B boxes swapped), 128-byte swizzled,
+# double-buffered: one step is written while the TMA store of the previous one reads its buffer.
+STAGING_BUFFERS = 2
+STAGING_STEP_BYTES = WGMMA_M * SWIZZLE
+STAGING_STEP_CLK = 64          # [EST] per step and warpgroup: the proxy fence, two 128-thread named barriers,
+                               # the elected thread's TMA issue, commit and wait
 
 CONSUMER_REGS = Formula("consumer_regs", f"floor((regs_per_sm - {WG_THREADS} * producer_regs) / ({WG_THREADS} * wgs) "
                                          f"/ {SETMAXNREG_GRANULE}) * {SETMAXNREG_GRANULE}")
 SMEM_TRAFFIC = Formula("smem_traffic", "rate * elem_bytes * ((64 + N) / (128 * N) + (block_m + N) / (2 * block_m * N))")
 SMEM_CAP = Formula("smem_cap", "Min(1, smem_bytes_per_clk / smem_traffic)")
-STAGES = Formula("stages", f"floor((smem_per_block - {RING_ALIGN}) / ((block_m + N) * {SWIZZLE}))")
+STAGES = Formula("stages", f"floor((smem_per_block - {RING_ALIGN} - staging) / ((block_m + N) * {SWIZZLE}))")
 GROUP_M = Formula("group_m", "sqrt(Min(sm_count, tiles) * block_n / block_m)")
 
 
@@ -95,7 +107,7 @@ def widest_n(regs: int, n_max: int) -> int:
     return n
 
 
-# ---- the model (step 15) -------------------------------------------------------------------------
+# ---- the model (step 16) -------------------------------------------------------------------------
 def smem_cap(p: GemmProblem, gpu, block_i: int, n: int) -> float:
     """Fraction of the tensor peak shared memory can feed a block_i x n tile (steps 5 and 6's formulas)."""
     return _smem_cap(gpu.tc_flops_per_clk_sm("wgmma", p.dtype), p.in_bytes, gpu.smem_bytes_per_clk_sm, block_i, n)
@@ -126,16 +138,19 @@ def mainloop_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, ktiles:
     return max(t_mma, t_l2)
 
 
-def output_vector(p: GemmProblem, swap: bool, split: int, reduction: str = "atomic") -> int:
+def output_vector(p: GemmProblem, swap: bool, split: int, reduction: str = "atomic", epilogue: str = "registers") -> int:
     """Elements per store into C: 1 under atomic split-K (scalar atomics); under a split-K
     workspace the reduction kernel's, 4 when N % 4 == 0, else 2 when N is even (a thread adds
-    that many adjacent partials of one row); without split, 4 (8 bytes, after a lane exchange) for
-    16-bit outputs with N % 4 == 0, else a pair when N is even (along N: swapped, the two wgmma
-    rows of a lane are adjacent n).  The runtime checks C's alignment against it."""
+    that many adjacent partials of one row); the TMA store's 16 bytes (its tensor map needs C's
+    base 16-byte aligned); else, registers, 4 (8 bytes, after a lane exchange) for 16-bit outputs
+    with N % 4 == 0, else a pair when N is even (along N: swapped, the two wgmma rows of a lane are
+    adjacent n).  The runtime checks C's alignment against it."""
     if split > 1:
         if reduction == "atomic":
             return 1
         return 4 if p.N % 4 == 0 else (2 if p.N % 2 == 0 else 1)
+    if epilogue == "tma_store":
+        return 16 // p.out_bytes
     if p.out_bytes == 2 and not swap and p.N % 4 == 0:
         return 4
     return 2 if p.N % 2 == 0 else 1
@@ -143,18 +158,87 @@ def output_vector(p: GemmProblem, swap: bool, split: int, reduction: str = "atom
 
 def epilogue_time(p: GemmProblem, gpu, block_m: int, block_n: int, units: int, split: int = 1, *,
                   rows: int, cols: int, reduction: str = "atomic") -> float:
-    """Seconds the busiest SM spends storing its tiles, not overlapped with the main loop (the
-    consumers run the epilogue between tiles): ceil(units / SMs) x the tile's stored elements
-    (block_m x block_n, clipped to the ``rows`` x ``cols`` of C in the tile's coordinates) x out_bytes
-    at the SM's share of the L2 bandwidth of the load/store path.  Under atomic split-K each element is a 4-byte atomic
-    read-modify-write instead of half of an 8-byte store: 2 x the L2 traffic in 2 x the accesses;
-    into a split-K workspace each element is a plain 4-byte FP32 store."""
+    """Seconds the busiest SM spends storing its tiles from registers, not overlapped with the main
+    loop (the consumers run the epilogue between tiles): ceil(units / SMs) x the tile's stored
+    elements (block_m x block_n, clipped to the ``rows`` x ``cols`` of C in the tile's coordinates)
+    x out_bytes at the SM's share of the L2 bandwidth of the load/store path.  Under atomic split-K
+    each element is a 4-byte atomic read-modify-write instead of half of an 8-byte store: 2 x the L2
+    traffic in 2 x the accesses; into a split-K workspace each element is a plain 4-byte FP32 store."""
     per_sm_bw = gpu.l2_bw / gpu.sm_count
     element_bytes, factor = p.out_bytes, 1
     if split > 1:
         element_bytes, factor = 4, (4 if reduction == "atomic" else 1)
     stored = min(block_m, rows) * min(block_n, cols)          # a tile wider than C stores only C's part
     return math.ceil(units / gpu.sm_count) * stored * element_bytes * factor / per_sm_bw
+
+
+def staging_bytes(wgs: int, epilogue: str) -> int:
+    """Shared memory of the TMA-store epilogue's staging boxes (0 for the register epilogue)."""
+    return wgs * STAGING_BUFFERS * STAGING_STEP_BYTES if epilogue == "tma_store" else 0
+
+
+def c_box(p: GemmProblem, swap: bool) -> TmaBox:
+    """C's TMA box of the TMA-store epilogue: 128-byte rows (the swizzle span), one 8 KB staging
+    step per box set.  Not swapped: [64 slab rows x 128 B]; swapped (the slab's 64 wgmma rows run
+    along N): ``count`` boxes side by side along N, each [8 KB / (64 x out_bytes) rows of M x 128 B]."""
+    per_row = SWIZZLE // p.out_bytes
+    if not swap:
+        return TmaBox(per_row, WGMMA_M, 1)
+    return TmaBox(per_row, STAGING_STEP_BYTES // (WGMMA_M * p.out_bytes), WGMMA_M // per_row)
+
+
+def tma_store_blocker(p: GemmProblem, swap: bool, split: int, n: int) -> str | None:
+    """Why C cannot be written by the TMA-store epilogue (None if it can); C's base alignment is the
+    runtime's check (``output_vector``: 16 bytes)."""
+    if split > 1:
+        return "split-K keeps its epilogue (FP32 atomics into C, or partials into the workspace)"
+    if p.N * p.out_bytes % 16:
+        return (f"C's rows ({p.N} x {p.out_bytes} B = {p.N * p.out_bytes} B) are not a multiple of 16 bytes: "
+                "a tensor map cannot describe C")
+    box = c_box(p, swap)
+    step = box.rows if swap else box.cols
+    if n % step:
+        return f"wgmma N = {n} is not a whole number of {step}-wide staging steps"
+    return None
+
+
+def tma_store_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, *, rows: int, cols: int) -> tuple[float, float]:
+    """(not overlapped, overlapped) seconds of the busiest SM's TMA-store epilogues.  Per tile the
+    consumers write the whole block_i x n tile into the staging boxes (shared memory at its
+    bandwidth: the writes are bank-conflict-free by construction, emit_hopper's lane rotation)
+    while the TMA reads what it stores, and cannot finish before all but the staged bytes have
+    left (the stored tile, clipped to C, less the 2 x 8 KB per warpgroup, at the SM's share of the
+    TMA unit's L2 bandwidth), plus STAGING_STEP_CLK per 8 KB step.  The staged remainder drains
+    while the next tile's K loop runs (overlapped: the caller adds it to the L2 term), except the
+    last tile's, which the kernel waits for before it exits."""
+    per_sm = math.ceil(units / gpu.sm_count)
+    wgs = block_i // WGMMA_M
+    tile = block_i * n * p.out_bytes                           # written to shared memory, ragged parts too
+    stored = min(block_i, rows) * min(n, cols) * p.out_bytes   # what reaches C
+    staged = min(stored, staging_bytes(wgs, "tma_store"))
+    waited = stored - staged
+    bw = gpu.l2_tma_bw / gpu.sm_count
+    smem = (tile + waited) / (gpu.smem_bytes_per_clk_sm * gpu.clock_hz)
+    steps = tile // (wgs * STAGING_STEP_BYTES)                  # per warpgroup; the two run side by side
+    per_tile = max(smem, waited / bw) + steps * STAGING_STEP_CLK / gpu.clock_hz
+    return per_sm * per_tile + staged / bw, per_sm * staged / bw
+
+
+def ring_depth(gpu, block_i: int, n: int, staging: int = 0) -> int:
+    """Ring stages (step 10): what the per-block shared memory holds beside ``staging`` bytes of
+    epilogue staging, within [MIN_STAGES, MAX_STAGES]."""
+    fit = int(STAGES(smem_per_block=gpu.smem_per_block, block_m=block_i, N=n, staging=staging))
+    return max(MIN_STAGES, min(fit, MAX_STAGES))
+
+
+def ring_time(p: GemmProblem, gpu, units: int, ktiles: int, split: int, stages: int) -> float:
+    """Seconds the ring's depth allows the busiest SM's K tiles: the consumers hold two slots (one
+    computing, one retiring: a wgmma group stays in flight), so max(stages - 2, 1) TMA loads run
+    ahead of the tensor cores, each taking the loaded memory latency (Little's law: a ring deep
+    enough for the L2 bandwidth never binds).  The wgmma oracle (h200-oracle-wgmma-v0.5c-48): 128x256
+    tiles at 3 stages run 0.72-0.79 us per K tile (this bound: 0.80), at 4 stages compute-bound."""
+    per_sm = math.ceil(units / gpu.sm_count)
+    return per_sm * cdiv(ktiles, split) * gpu.mem_latency_ns * 1e-9 / max(stages - 2, 1)
 
 
 def fill_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, dram_bound: bool = False) -> float:
@@ -210,42 +294,55 @@ def prep_bytes(p: GemmProblem, operands: OperandPlan) -> int:
 
 
 def time_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int, operands: OperandPlan | None = None,
-               reduction: str = "atomic") -> dict:
-    """The model's terms in seconds for a tile of ``block_i`` wgmma rows x wgmma N = ``n`` and
-    ``split`` K slices added by ``reduction`` (what the kernel's time depends on; stages, raster
-    and grid do not enter): mma, l2, dram (overlapped: the total takes their max), fill, epilogue,
-    prep, split, launches."""
+               reduction: str = "atomic", epilogue: str = "registers", stages: int | None = None) -> dict:
+    """The model's terms in seconds for a tile of ``block_i`` wgmma rows x wgmma N = ``n``, ``split``
+    K slices added by ``reduction``, C written by ``epilogue`` and a ``stages``-deep ring (None: as
+    deep as step 10 makes it beside the epilogue's staging; raster and grid do not enter): mma,
+    l2, dram, ring (overlapped: the total takes their max), fill, epilogue, prep, split, launches.
+    The TMA store's overlapped stores count in the L2 term (the SM's TMA unit moves them beside
+    the tile fills); its writes to shared memory and the waits for its drain are the epilogue."""
     operands = operands or operand_plan(p)
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
     units = cdiv(I, block_i) * cdiv(J, n) * split
-    main = mainloop_time(p, gpu, block_i, n, units, cdiv(p.K, SWIZZLE // p.in_bytes), split, terms=True)
+    ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
+    main = mainloop_time(p, gpu, block_i, n, units, ktiles, split, terms=True)
+    if stages is None:
+        stages = ring_depth(gpu, block_i, n, staging_bytes(block_i // WGMMA_M, epilogue))
+    t_l2 = main["l2"]
+    if epilogue == "tma_store":
+        t_epilogue, overlapped = tma_store_time(p, gpu, block_i, n, units, rows=I, cols=J)
+        t_l2 += overlapped
+    else:
+        t_epilogue = epilogue_time(p, gpu, block_i, n, units, split, rows=I, cols=J, reduction=reduction)
     t_dram = p.min_bytes / gpu.dram_bw
-    return {"mma": main["mma"], "l2": main["l2"], "dram": t_dram, "smem_cap": main["smem_cap"],
-            "fill": fill_time(p, gpu, block_i, n, units, dram_bound=t_dram >= max(main["mma"], main["l2"])),
-            "epilogue": epilogue_time(p, gpu, block_i, n, units, split, rows=I, cols=J, reduction=reduction),
-            "prep": prep_bytes(p, operands) / gpu.dram_bw,
+    t_ring = ring_time(p, gpu, units, ktiles, split, stages)
+    return {"mma": main["mma"], "l2": t_l2, "dram": t_dram, "ring": t_ring, "smem_cap": main["smem_cap"],
+            "fill": fill_time(p, gpu, block_i, n, units, dram_bound=t_dram >= max(main["mma"], t_l2, t_ring)),
+            "epilogue": t_epilogue, "prep": prep_bytes(p, operands) / gpu.dram_bw,
             "split": split_overhead(p, gpu, split, reduction) if split > 1 else 0.0,
             "launches": 1 + sum(1 for role in (operands.a, operands.b) if role.prep) + (split > 1)}
 
 
 def total_time(t: dict) -> float:
-    """Seconds from ``time_terms``: max(mma, l2, dram) + fill + epilogue + prep + split + launches."""
-    return (max(t["mma"], t["l2"], t["dram"]) + t["fill"] + t["epilogue"] + t["prep"] + t["split"]
+    """Seconds from ``time_terms``: max(mma, l2, dram, ring) + fill + epilogue + prep + split + launches."""
+    return (max(t["mma"], t["l2"], t["dram"], t["ring"]) + t["fill"] + t["epilogue"] + t["prep"] + t["split"]
             + LAUNCH_S * t["launches"])
 
 
 def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
-    """Step 15 for any wgmma schedule: max(tensor peak x smem cap x SM utilisation, L2 fills, DRAM)
-    + the ring's first fill + the epilogues (not overlapped) + the operand-prep passes at DRAM
-    bandwidth + adding the split-K slices (zeroing and atomics, or the reduction kernel) + the launches."""
-    t = time_terms(p, gpu, s.mma.m * s.consumer_warpgroups, s.mma.n, s.split_k, s.hopper.operands, s.split_reduction)
+    """Step 16 for any wgmma schedule: max(tensor peak x smem cap x SM utilisation, L2 fills (+ the
+    TMA store's overlapped stores), DRAM, the ring's latency bound) + the ring's first fill + the
+    epilogues (not overlapped) + the operand-prep passes at DRAM bandwidth + adding the split-K
+    slices (zeroing and atomics, or the reduction kernel) + the launches."""
+    t = time_terms(p, gpu, s.mma.m * s.consumer_warpgroups, s.mma.n, s.split_k, s.hopper.operands, s.split_reduction,
+                   s.hopper.epilogue, s.stages)
     total = total_time(t)
-    bound = max((t["mma"], "tensor-core"), (t["l2"], "l2"), (t["dram"], "dram"))[1]
+    bound = max((t["mma"], "tensor-core"), (t["l2"], "l2"), (t["dram"], "dram"), (t["ring"], "ring latency"))[1]
     if t["smem_cap"] < 1 and bound == "tensor-core":
         bound = "smem"
     return Prediction(time_us=total * 1e6, tflops=p.flops / total / 1e12, bound=bound,
                       floor_us=max(p.flops / gpu.peak_flops(p.dtype, "wgmma"), t["dram"]) * 1e6,
-                      terms_us={k: t[k] * 1e6 for k in ("mma", "l2", "dram", "fill", "epilogue", "prep", "split")})
+                      terms_us={k: t[k] * 1e6 for k in ("mma", "l2", "dram", "ring", "fill", "epilogue", "prep", "split")})
 
 
 def hopper_supported(problem: GemmProblem, gpu) -> tuple[bool, str]:
@@ -330,30 +427,47 @@ def tma_box(problem: GemmProblem, major: str, tile_rows: int) -> TmaBox:
 
 # ---- the schedule --------------------------------------------------------------------------------
 def wgmma_schedule(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int, split: int, stages: int,
-                   group_m: int, persistent: bool = True, reduction: str = "atomic") -> Schedule:
-    """The Hopper schedule of ``wgs`` consumer warpgroups x wgmma N = ``n``, ``split`` K slices and
-    a ``stages``-deep ring (the slices added by ``reduction``): the tile in the problem's coordinates (swapped, the wgmma rows run along
-    N), the TMA boxes, the setmaxnreg targets, the ring and the grid follow from these.  Used by
-    ``configure_hopper`` and by the schedule space (``space.py``)."""
+                   group_m: int, persistent: bool = True, reduction: str = "atomic",
+                   epilogue: str = "registers") -> Schedule:
+    """The Hopper schedule of ``wgs`` consumer warpgroups x wgmma N = ``n``, ``split`` K slices,
+    a ``stages``-deep ring and C written by ``epilogue`` (the slices added by ``reduction``): the
+    tile in the problem's coordinates (swapped, the wgmma rows run along N), the TMA boxes, the
+    setmaxnreg targets, the shared-memory ring (and staging) and the grid follow from these.  Used
+    by ``configure_hopper`` and by the schedule space (``space.py``)."""
     k = gpu.mma_shapes["wgmma"][p.dtype][2]
     block_i = WGMMA_M * wgs                                     # wgmma rows: along M, or N when swapped
     rows, cols = (p.N, p.M) if operands.swap else (p.M, p.N)
     units = cdiv(rows, block_i) * cdiv(cols, n) * split
     extent = {operands.x: block_i, operands.y: n}
-    ring = SmemRing(RING_ALIGN, block_i * SWIZZLE, n * SWIZZLE)
+    ring = SmemRing(RING_ALIGN, block_i * SWIZZLE, n * SWIZZLE, staging_bytes(wgs, epilogue))
     plan = HopperPlan(operands, tma_box(p, operands.a.major, extent["a"]), tma_box(p, operands.b.major, extent["b"]),
                       producer_regs=PRODUCER_REGS, consumer_regs=consumer_regs(gpu.regs_per_sm, wgs), ring=ring,
-                      ctas=min(units, gpu.sm_count) if persistent else units)
+                      ctas=min(units, gpu.sm_count) if persistent else units, epilogue=epilogue,
+                      box_c=c_box(p, operands.swap) if epilogue == "tma_store" else None)
     mma = MmaInstr("wgmma", WGMMA_M, n, k, "f16" if p.dtype == "fp16" else p.dtype)
     warps = WARPS_PER_WARPGROUP * wgs                           # along the wgmma rows
     tile_m, tile_n, warps_m, warps_n = (n, block_i, 1, warps) if operands.swap else (block_i, n, warps, 1)
     return Schedule(arch=ARCH, mma=mma, block_m=tile_m, block_n=tile_n, block_k=SWIZZLE // p.in_bytes,
                     warps_m=warps_m, warps_n=warps_n, stages=stages, smem_layout="swizzle128", smem_pad_a=0,
                     smem_pad_b=0, smem_bytes=ring.size(stages), vector_a=1, vector_b=1,   # TMA checks A/B bases
-                    vector_c=output_vector(p, operands.swap, split, reduction), split_k=split, group_m=group_m,
-                    regs_per_thread=entry_regs(gpu.regs_per_sm, wgs), blocks_per_sm=1, cluster_m=1, cluster_n=1,
-                    consumer_warpgroups=wgs, producer_warps=PRODUCER_WARPS, persistent=persistent, hopper=plan,
-                    split_reduction=reduction)
+                    vector_c=output_vector(p, operands.swap, split, reduction, epilogue), split_k=split,
+                    group_m=group_m, regs_per_thread=entry_regs(gpu.regs_per_sm, wgs), blocks_per_sm=1, cluster_m=1,
+                    cluster_n=1, consumer_warpgroups=wgs, producer_warps=PRODUCER_WARPS, persistent=persistent,
+                    hopper=plan, split_reduction=reduction)
+
+
+def best_epilogue(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int, split: int,
+                  reduction: str = "atomic") -> tuple[str, dict]:
+    """The epilogue the model predicts faster for this tile (registers on a tie or where the TMA
+    store cannot write C: ``tma_store_blocker``) and each candidate's ``time_terms``."""
+    block_i = WGMMA_M * wgs
+    terms = {e: time_terms(p, gpu, block_i, n, split, operands, reduction, e) for e in epilogues(p, operands, split, n)}
+    return min(terms, key=lambda e: (round(total_time(terms[e]), 12), e)), terms
+
+
+def epilogues(p: GemmProblem, operands: OperandPlan, split: int, n: int) -> tuple[str, ...]:
+    """The epilogues a tile may use: registers always, the TMA store unless ``tma_store_blocker``."""
+    return ("registers",) if tma_store_blocker(p, operands.swap, split, n) else ("registers", "tma_store")
 
 
 # ---- the steps -----------------------------------------------------------------------------------
@@ -454,9 +568,9 @@ def split_candidates(ktiles: int, tiles: int, sm_count: int) -> list[int]:
 
 def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int) -> list[tuple]:
     """Step 8's candidates, each ``(predicted s, mma + L2 + DRAM s, -warpgroups, -N, split,
-    reduction, tiles)``: 1..wgs warpgroups x N, N/2, N/4 (at least MIN_WGMMA_N; a narrower N only
-    where it makes more tiles) x the ``split_candidates``, each split added by every reduction
-    ``split_reductions`` allows."""
+    reduction, tiles, epilogue)``: 1..wgs warpgroups x N, N/2, N/4 (at least MIN_WGMMA_N; a
+    narrower N only where it makes more tiles) x the ``split_candidates``, each split added by every
+    reduction ``split_reductions`` allows, each written by every epilogue ``epilogues`` allows."""
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
     ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
     out = []
@@ -467,9 +581,10 @@ def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int
             tiles = cdiv(I, WGMMA_M * w) * cdiv(J, nn)
             for sp in split_candidates(ktiles, tiles, gpu.sm_count):
                 for reduction in (split_reductions(p) if sp > 1 else ("atomic",)):
-                    t = time_terms(p, gpu, WGMMA_M * w, nn, sp, operands, reduction)
-                    slack = t["mma"] + t["l2"] + t["dram"]    # ties on the max: the most slack in the other limits
-                    out.append((round(total_time(t), 12), slack, -w, -nn, sp, reduction, tiles))
+                    for epilogue in epilogues(p, operands, sp, nn):
+                        t = time_terms(p, gpu, WGMMA_M * w, nn, sp, operands, reduction, epilogue)
+                        slack = t["mma"] + t["l2"] + t["dram"]    # ties on the max: the most slack in the other limits
+                        out.append((round(total_time(t), 12), slack, -w, -nn, sp, reduction, tiles, epilogue))
     return out
 
 
@@ -487,39 +602,72 @@ def describe_split(p: GemmProblem, split: int, reduction: str, ktiles: int) -> s
 
 def tile_and_split(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int) -> tuple[tuple, list[Step]]:
     """Step 8: of ``tile_candidates`` the one the prediction's model ranks fastest (then more
-    warpgroups, wider N, no split, atomics): (warpgroups, N, split, reduction, output tiles)."""
+    warpgroups, wider N, no split, atomics, registers): (warpgroups, N, split, reduction, output
+    tiles, epilogue)."""
     candidates = tile_candidates(p, gpu, operands, wgs, n)
-    _, _, w_neg, n_neg, split, reduction, tiles = min(candidates)
+    _, _, w_neg, n_neg, split, reduction, tiles, epilogue = min(candidates)
     wgs, n = -w_neg, -n_neg
     block_i = WGMMA_M * wgs
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
     ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
-    table = ", ".join(f"{WGMMA_M * -c[2]}x{-c[3]}{f' split {c[4]} {c[5]}' if c[4] > 1 else ''} {c[0] * 1e6:.1f}"
-                      for c in sorted(candidates))
+    best = {}                                                # each tile and split with its faster epilogue
+    for c in sorted(candidates):
+        best.setdefault(c[2:6], c)
+    table = ", ".join(f"{WGMMA_M * -c[2]}x{-c[3]}{f' split {c[4]} {c[5]}' if c[4] > 1 else ''}"
+                      f"{' tma' if c[7] == 'tma_store' else ''} {c[0] * 1e6:.1f}" for c in sorted(best.values()))
+    tma = any(c[7] == "tma_store" for c in candidates)
     steps = [
         note("tile and split", f"{block_i}x{n}" + (f", split-K {split} ({reduction})" if split > 1 else ""),
              f"tiles are (wgmma rows) x (wgmma N); predicted us (the prediction's model: max(the busiest SM's units "
-             f"of padded tile work at the smem-bound rate, the L2 fills, DRAM) + the ring's first fill + epilogues + "
-             f"prep{' + adding the K slices' if any(c[4] > 1 for c in candidates) else ''} + launches; on a tie, the "
+             f"of padded tile work at the smem-bound rate, the L2 fills, DRAM, the ring's latency bound) + the ring's "
+             f"first fill + epilogues + prep{' + adding the K slices' if any(c[4] > 1 for c in candidates) else ''} + "
+             f"launches{', each with its faster epilogue (tma: the TMA store)' if tma else ''}; on a tie, the "
              f"candidate with the least mma + L2 + DRAM time): {table}"),
         note("output tiles", tiles, f"ceil({I}/{block_i}) * ceil({J}/{n})"),
         note("split-K", split if split == 1 else f"{split}, {reduction}", describe_split(p, split, reduction, ktiles)),
     ]
-    return (wgs, n, split, reduction, tiles), steps
+    return (wgs, n, split, reduction, tiles, epilogue), steps
 
 
-def ring_stages(gpu, block_i: int, n: int) -> tuple[int, Step]:
-    """Step 9: as many ring stages as the per-block shared memory holds, within [MIN_STAGES, MAX_STAGES]."""
-    sizes = {"smem_per_block": gpu.smem_per_block, "block_m": block_i, "N": n}
+def epilogue_step(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int, split: int,
+                  reduction: str) -> tuple[str, Step]:
+    """Step 9: registers or the TMA store, whichever the model predicts faster for the chosen tile
+    (``best_epilogue``; step 8 ranked the tiles with it)."""
+    blocker = tma_store_blocker(p, operands.swap, split, n)
+    if blocker:
+        return "registers", note("epilogue", "registers", f"predicated stores from the accumulators between tiles; "
+                                 f"no TMA store: {blocker}")
+    epilogue, terms = best_epilogue(p, gpu, operands, wgs, n, split, reduction)
+    reg, tma = terms["registers"], terms["tma_store"]
+    box = c_box(p, operands.swap)
+    boxes = f"{box.count} x [{box.rows}x{box.cols}]" if box.count > 1 else f"[{box.rows}x{box.cols}]"
+    stages = {e: ring_depth(gpu, WGMMA_M * wgs, n, staging_bytes(wgs, e)) for e in terms}
+    why = (f"TMA store: each consumer warpgroup writes its {WGMMA_M}x{n} slab into {STAGING_BUFFERS} staging "
+           f"buffers of {boxes} {p.out_dtype} (128-byte swizzle, {STAGING_STEP_BYTES // 1024} KB each: "
+           f"{staging_bytes(wgs, 'tma_store') // 1024} KB per CTA) and TMA-stores them, so all but the last step's "
+           f"stores drain while the next tile's K loop runs; predicted {total_time(tma) * 1e6:.1f} us (epilogue "
+           f"{tma['epilogue'] * 1e6:.1f} us not overlapped, L2 {tma['l2'] * 1e6:.1f} us with the stores, "
+           f"{stages['tma_store']} stages: ring bound {tma['ring'] * 1e6:.1f} us) vs registers "
+           f"{total_time(reg) * 1e6:.1f} us (epilogue {reg['epilogue'] * 1e6:.1f} us, {stages['registers']} stages)")
+    if epilogue == "registers":
+        why = "registers: the TMA store does not pay here. " + why
+    return epilogue, note("epilogue", "TMA store" if epilogue == "tma_store" else "registers", why)
+
+
+def ring_stages(gpu, block_i: int, n: int, staging: int = 0) -> tuple[int, Step]:
+    """Step 10: as many ring stages as the per-block shared memory holds beside the epilogue's
+    staging boxes, within [MIN_STAGES, MAX_STAGES]."""
+    sizes = {"smem_per_block": gpu.smem_per_block, "block_m": block_i, "N": n, "staging": staging}
     fit = int(STAGES(**sizes))
     cap = f" (at most {MAX_STAGES})" if fit > MAX_STAGES else ""
-    return formula_step("stages", STAGES, "every stage the per-block shared memory holds after 1 KB of alignment "
-                        f"slack: one landing, one computing, the rest hide DRAM/L2 latency{cap}",
+    beside = f" and {staging // 1024} KB of epilogue staging" if staging else ""
+    return formula_step("stages", STAGES, f"every stage the per-block shared memory holds after 1 KB of alignment "
+                        f"slack{beside}: one landing, one computing, the rest hide DRAM/L2 latency{cap}",
                         post=lambda v: max(MIN_STAGES, min(int(v), MAX_STAGES)), **sizes)
 
 
 def tma_boxes(p: GemmProblem, plan: HopperPlan) -> tuple[tuple[TmaBox, TmaBox], Step]:
-    """Step 10: each operand's TMA boxes (``tma_box`` of its tile, decided in ``wgmma_schedule``)."""
+    """Step 11: each operand's TMA boxes (``tma_box`` of its tile, decided in ``wgmma_schedule``)."""
     bk = per_row = SWIZZLE // p.in_bytes
     boxes = ", ".join(f"{op.upper()} {plan.box(op).count} x [{plan.box(op).rows}x{plan.box(op).cols}]" for op in ("a", "b"))
     return (plan.box_a, plan.box_b), note(
@@ -529,19 +677,19 @@ def tma_boxes(p: GemmProblem, plan: HopperPlan) -> tuple[tuple[TmaBox, TmaBox], 
 
 
 def cluster() -> tuple[tuple[int, int], Step]:
-    """Step 11: no thread-block cluster."""
+    """Step 12: no thread-block cluster."""
     return (1, 1), note("cluster", "1x1", "TMA multicast across a cluster is not generated yet")
 
 
 def persistent_grid(plan: HopperPlan) -> tuple[int, Step]:
-    """Step 12: a persistent grid of min(work units, SMs) CTAs (decided in ``wgmma_schedule``)."""
+    """Step 13: a persistent grid of min(work units, SMs) CTAs (decided in ``wgmma_schedule``)."""
     return plan.ctas, note("grid", f"persistent, {plan.ctas} CTAs",
                            "min(tiles x K slices, SMs) CTAs walk the work units; the ring runs on across them, so the "
                            "producer loads the next tile while the consumers store this one")
 
 
 def raster_groups(gpu, tiles_i: int, tiles: int, block_i: int, n: int) -> tuple[int, Step | None]:
-    """Step 13: tile rows per raster group (1, not shown, without tile rows to group)."""
+    """Step 14: tile rows per raster group (1, not shown, without tile rows to group)."""
     if tiles_i <= 1 or tiles <= 1:
         return 1, None
     return formula_step("group-M", GROUP_M, "tile rows per raster group: a wave's A and B panels have the smallest "
@@ -550,7 +698,7 @@ def raster_groups(gpu, tiles_i: int, tiles: int, block_i: int, n: int) -> tuple[
 
 
 def operand_prep(p: GemmProblem, operands: OperandPlan) -> tuple[list[str], Step]:
-    """Step 14: the operands that go through a transpose/pad pass (decided in ``operand_plan``)."""
+    """Step 15: the operands that go through a transpose/pad pass (decided in ``operand_plan``)."""
     preps = [op.upper() + (" (transpose)" if operands.role(op).prep.transpose else " (pad K)")
              for op in ("a", "b") if operands.role(op).prep]
     return preps, note("operand prep", ", ".join(preps) or "none",
@@ -560,7 +708,7 @@ def operand_prep(p: GemmProblem, operands: OperandPlan) -> tuple[list[str], Step
 
 
 def configure_hopper(p: GemmProblem, gpu, d: Derivation) -> tuple[Schedule, Prediction]:
-    """Steps 1-14 above, recorded in ``d`` in that order; returns (schedule, prediction)."""
+    """Steps 1-15 above, recorded in ``d`` in that order; returns (schedule, prediction)."""
     n_max, _ = d.record(instruction(p, gpu))
     operands = d.record(operand_roles(p))
     wgs, regs = d.record(consumer_registers(gpu, n_max))
@@ -568,10 +716,12 @@ def configure_hopper(p: GemmProblem, gpu, d: Derivation) -> tuple[Schedule, Pred
     traffic = d.record(smem_traffic(p, gpu, WGMMA_M * wgs, n))
     d.record(smem_bound_fraction(gpu, traffic))
     n = d.record(clamp_n(p, operands, n))
-    wgs, n, split, reduction, tiles = d.record(tile_and_split(p, gpu, operands, wgs, n))
-    depth = d.record(ring_stages(gpu, WGMMA_M * wgs, n))
+    wgs, n, split, reduction, tiles, _ = d.record(tile_and_split(p, gpu, operands, wgs, n))
+    epilogue = d.record(epilogue_step(p, gpu, operands, wgs, n, split, reduction))
+    depth = d.record(ring_stages(gpu, WGMMA_M * wgs, n, staging_bytes(wgs, epilogue)))
     raster = raster_groups(gpu, cdiv(p.N if operands.swap else p.M, WGMMA_M * wgs), tiles, WGMMA_M * wgs, n)
-    s = wgmma_schedule(p, gpu, operands, wgs, n, split, depth, group_m=raster[0], reduction=reduction)
+    s = wgmma_schedule(p, gpu, operands, wgs, n, split, depth, group_m=raster[0], reduction=reduction,
+                       epilogue=epilogue)
     d.record(tma_boxes(p, s.hopper))
     d.record(cluster())
     d.record(persistent_grid(s.hopper))

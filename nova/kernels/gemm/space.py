@@ -45,14 +45,17 @@ as the pick does):
                  reduction hopper.py's ``split_reductions`` allows (FP32 atomics into an f32
                  output without activation; a workspace + reduction kernel where the tiles make
                  less than two waves, as hopper.py's ``split_candidates``)
-  stages         2 .. hopper.py's ``STAGES`` (what the per-block shared memory holds), and no more
-                 than the K tiles a CTA ever loads (K tiles per slice x its work units)
+  epilogue       registers, and the TMA store where hopper.py's ``epilogues`` allows it (no split-K,
+                 C's rows a multiple of 16 bytes)
+  stages         2 .. hopper.py's ``STAGES`` (what the per-block shared memory holds beside the
+                 epilogue's staging), and no more than the K tiles a CTA ever loads (K tiles per
+                 slice x its work units)
   group_m        {1, the pick's, 8, 16} clamped to the tile rows, as for mma.sync
   grid           persistent; also one CTA per work unit when there are more units than SMs
 
-The Hopper model (hopper.py's prediction, ``predict_wgmma``) sees tiles and K slices but not stages,
-group-M or the grid, so model ranking breaks its ties toward the Hopper rules' choices: deeper
-rings, persistent.
+The Hopper model (hopper.py's prediction, ``predict_wgmma``) sees tiles, K slices, the epilogue and
+the ring's depth (its latency bound) but not group-M or the grid, so model ranking breaks its ties
+toward the Hopper rules' choices: deeper rings, persistent.
 """
 from __future__ import annotations
 
@@ -64,8 +67,8 @@ import zlib
 from nova.kernels.gemm.cost import cdiv, predict
 from nova.kernels.gemm.ampere import (BPS_THREADS, FRAG_A_REGS, FRAG_B_REGS, LINE_BYTES, OVERHEAD_REGS, PLAIN_COPY_REGS, REGS, STAGE_BYTES, copy_vector, check_schedule, smem_tiles)
 from nova.kernels.gemm.configure import configure
-from nova.kernels.gemm.hopper import (CONSUMER_OVERHEAD_REGS, STAGES, WGMMA_M, consumer_regs, operand_plan,
-                                      predict_hopper, split_reductions, wgmma_schedule)
+from nova.kernels.gemm.hopper import (CONSUMER_OVERHEAD_REGS, STAGES, WGMMA_M, consumer_regs, epilogues,
+                                      operand_plan, predict_hopper, split_reductions, staging_bytes, wgmma_schedule)
 from nova.kernels.gemm.problem import GemmProblem
 from nova.configurator.step import MmaInstr, Prediction
 from nova.kernels.gemm.schedule import Schedule
@@ -178,7 +181,7 @@ def schedule_space(problem: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[
 
 def schedule_sort_key(s: Schedule) -> tuple:
     return (s.block_m, s.block_n, s.warps_m, s.warps_n, s.block_k, s.stages, s.split_k, s.split_reduction,
-            s.group_m, not s.persistent)
+            s.group_m, not s.persistent, s.hopper is not None and s.hopper.tma_store)
 
 
 def _split_options(k_iters: int, values) -> list[int]:
@@ -259,14 +262,17 @@ def wgmma_space_around(p: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Sc
         if reduction == "workspace" and tiles >= 2 * gpu.sm_count and (split_k, reduction) != (pick.split_k, pick.split_reduction):
             continue                       # as hopper.py's split_candidates: a workspace only under two waves of tiles
         units = tiles * split_k                                                    # tiles x K slices
-        max_stages = int(STAGES(smem_per_block=gpu.smem_per_block, block_m=tile_rows, N=n))
         groups = _group_options(rows, tile_rows, cols, n, WGMMA_GROUP_M + (pick.group_m,))
-        for persistent in (True, False) if units > gpu.sm_count else (True,):
-            panels = cdiv(k_iters, split_k) * (cdiv(units, gpu.sm_count) if persistent else 1)  # K tiles a CTA loads
-            for stages, group_m in itertools.product(range(2, min(max_stages, max(2, panels)) + 1), groups):
-                s = wgmma_schedule(p, gpu, operands, wgs, n, split_k, stages, group_m, persistent, reduction)
-                if not check_schedule(p, s, gpu):
-                    out.append(s)
+        for epilogue in epilogues(p, operands, split_k, n):
+            max_stages = int(STAGES(smem_per_block=gpu.smem_per_block, block_m=tile_rows, N=n,
+                                    staging=staging_bytes(wgs, epilogue)))
+            for persistent in (True, False) if units > gpu.sm_count else (True,):
+                panels = cdiv(k_iters, split_k) * (cdiv(units, gpu.sm_count) if persistent else 1)  # K tiles a CTA loads
+                for stages, group_m in itertools.product(range(2, min(max_stages, max(2, panels)) + 1), groups):
+                    s = wgmma_schedule(p, gpu, operands, wgs, n, split_k, stages, group_m, persistent, reduction,
+                                       epilogue)
+                    if not check_schedule(p, s, gpu):
+                        out.append(s)
     return sorted(out, key=schedule_sort_key)
 
 
@@ -281,8 +287,9 @@ def predict_schedule(p: GemmProblem, s: Schedule, gpu: GPUModel) -> Prediction:
 
 
 def _model_order(p: GemmProblem, s: Schedule, gpu: GPUModel) -> tuple:
-    """Predicted time; the Hopper model does not see stages or the grid, so its ties go to the
-    Hopper rules' choices (the deepest ring, persistent) before the sort key."""
+    """Predicted time; the Hopper model does not see the grid (and stages only where the ring's
+    latency bound binds), so its ties go to the Hopper rules' choices (the deepest ring,
+    persistent) before the sort key."""
     ties = (-s.stages, not s.persistent) if s.mma.family == "wgmma" else ()
     return (predict_schedule(p, s, gpu).time_us, *ties, schedule_sort_key(s))
 
@@ -323,11 +330,12 @@ def _tiling(s: Schedule) -> tuple:
 def label(s: Schedule) -> str:
     """``"128x128x32 w2x4 st2 sk1 g16"``: the same notation as ``bench/results`` (``schedule`` column);
     a split-K through a workspace reads ``sk8ws``; a wgmma schedule with one CTA per tile (not
-    persistent) ends in `` np``."""
+    persistent) ends in `` np``, one with the TMA-store epilogue in `` tma``."""
     grid = " np" if s.mma.family == "wgmma" and not s.persistent else ""
     ws = "ws" if s.split_workspace else ""
+    tma = " tma" if s.hopper is not None and s.hopper.tma_store else ""
     return (f"{s.block_m}x{s.block_n}x{s.block_k} w{s.warps_m}x{s.warps_n} st{s.stages} "
-            f"sk{s.split_k}{ws} g{s.group_m}{grid}")
+            f"sk{s.split_k}{ws} g{s.group_m}{grid}{tma}")
 
 
 def measured_config(problem: GemmProblem, target: "GPUModel | str", schedule_label: str | None):
