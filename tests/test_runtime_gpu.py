@@ -40,8 +40,21 @@ CASES = [
     (300, 200, 8192, "bf16", True, False, True, "gelu"),
     (512, 512, 16384, "tf32", True, False, False, "none"),
     (200, 96, 12000, "tf32", False, False, True, "silu"),
+    # the TMA-store epilogue on the H200 (hopper.py's epilogue step; tests/test_hopper.py TMA_SPREAD):
+    # 16-bit boxes, ragged M and N, bias + activation; FP32 boxes with the lanes' rotation (NT: A
+    # and B K-major; TT: A^T from registers); swapped TF32 (boxes of C's rows side by side along N)
+    (3000, 5000, 700, "bf16", False, False, True, "gelu"),
+    (4095, 4104, 1024, "bf16", False, True, True, "silu"),
+    (5000, 3000, 1000, "fp16", False, True, False, "none"),
+    (2048, 2048, 512, "tf32", False, True, True, "none"),
+    (3000, 5000, 700, "tf32", True, True, True, "none"),
+    (3000, 5000, 700, "tf32", False, False, True, "none"),
+    (4095, 4100, 1000, "tf32", False, False, False, "relu"),
 ]
+TMA_STORE_CASES = CASES[-7:]
 DETERMINISTIC_CASE = (512, 384, 16384, "tf32")
+# C of the first (stored by TMA on the H200) is the A of the second, launched right after it
+CHAIN = ((2048, 2048, 512, "bf16"), (2048, 1024, 2048, "bf16"))
 TOLERANCE = {"tf32": 2e-3, "bf16": 1e-2, "fp16": 1e-2}   # relative Frobenius error vs float64
 
 
@@ -114,6 +127,34 @@ def test_matmul_torch_vs_float64(case, kernels):
     assert err < TOLERANCE[dtype], f"{case_id(case)} (seed {seed}): relative Frobenius error {err:.2e}"
 
 
+def test_tma_store_cases_use_the_tma_store_on_hopper(kernels):
+    """The TMA_STORE_CASES exercise the TMA-store epilogue (on an sm_90 device)."""
+    if driver.get_device().cc < (9, 0):
+        pytest.skip("the TMA-store epilogue is a Hopper-path schedule")
+    for M, N, K, dt, ta, tb, bias, act in TMA_STORE_CASES + [CHAIN[0] + (False, False, False, "none")]:
+        resolved = mm.resolve_kernel(GemmProblem(M, N, K, dt, ta, tb, bias, act))
+        assert resolved.schedule.hopper.epilogue == "tma_store", resolved.problem.describe()
+
+
+def test_tma_stored_output_feeds_the_next_kernel(kernels):
+    """The TMA-store epilogue writes C through the async proxy (and waits for its stores before the
+    CTA exits): the next kernel on the stream, a GEMM whose A is that C, reads all of it, with no
+    synchronisation between the two launches."""
+    torch = pytest.importorskip("torch")
+    (M, N, K, dt), (_, N2, _, _) = CHAIN
+    seed = int.from_bytes(os.urandom(4), "little")
+    a, b, gen, tdt = make_inputs(torch, M, N, K, dt, False, False, seed=seed)
+    e = torch.randn((N, N2), device="cuda", generator=gen).to(tdt)
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=tdt)
+    d = torch.full((M, N2), float("nan"), device="cuda", dtype=tdt)
+    nova.matmul(a, b, out=c)
+    nova.matmul(c, e, out=d)
+    torch.cuda.synchronize()
+    assert int(torch.isnan(d).sum()) == 0, f"seed {seed}: the second GEMM read unwritten elements of C"
+    assert rel_fro(torch, c, reference(torch, a, b, None, "none")) < TOLERANCE[dt]
+    assert rel_fro(torch, d, reference(torch, c, e, None, "none")) < TOLERANCE[dt], f"seed {seed}"
+
+
 def test_deterministic_split_k_gives_the_same_bits_every_run(kernels):
     torch = pytest.importorskip("torch")
     M, N, K, dtype = DETERMINISTIC_CASE
@@ -150,7 +191,8 @@ def test_matmul_on_a_side_stream(kernels):
 
 # Graph capture: a Hopper TF32 kernel (operand swap), split-K (its memset is captured too: C is
 # NaN-poisoned before each replay) and an operand-prep pass (fp16, K % 8 != 0).
-GRAPH_CASES = [(1000, 1000, 1000, "tf32"), (64, 1024, 4096, "tf32"), (333, 257, 129, "fp16")]
+GRAPH_CASES = [(1000, 1000, 1000, "tf32"), (64, 1024, 4096, "tf32"), (333, 257, 129, "fp16"),
+               (3000, 2048, 700, "tf32")]                   # the last: C's tensor map made before the capture
 
 
 @pytest.mark.parametrize("shape", GRAPH_CASES, ids=lambda c: "x".join(map(str, c[:3])) + "-" + c[3])
@@ -417,7 +459,7 @@ def precompile_commands(target: str) -> list[str]:
     """One ``nova precompile`` line per distinct epilogue/layout among the problems these tests run."""
     groups: dict[tuple, list[str]] = {}
     extra = [(256, 256, 256, "tf32", False, False, False, "none")]     # allocate/stream/overhead/offline tests
-    extra += [(M, N, K, dt, False, False, False, "none") for M, N, K, dt in GRAPH_CASES]
+    extra += [(M, N, K, dt, False, False, False, "none") for M, N, K, dt in GRAPH_CASES + list(CHAIN)]
     problems = [GemmProblem(M, N, K, dt, ta, tb, bias, act) for M, N, K, dt, ta, tb, bias, act in CASES + extra]
     problems.append(GemmProblem(*DETERMINISTIC_CASE, deterministic=True))
     for p in problems:

@@ -644,8 +644,8 @@ def epilogue_step(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int, 
     stages = {e: ring_depth(gpu, WGMMA_M * wgs, n, staging_bytes(wgs, e)) for e in terms}
     why = (f"TMA store: each consumer warpgroup writes its {WGMMA_M}x{n} slab into {STAGING_BUFFERS} staging "
            f"buffers of {boxes} {p.out_dtype} (128-byte swizzle, {STAGING_STEP_BYTES // 1024} KB each: "
-           f"{staging_bytes(wgs, 'tma_store') // 1024} KB per CTA) and TMA-stores them, so all but the last step's "
-           f"stores drain while the next tile's K loop runs; predicted {total_time(tma) * 1e6:.1f} us (epilogue "
+           f"{staging_bytes(wgs, 'tma_store') // 1024} KB per CTA) and TMA-stores them: the last two steps' stores "
+           f"drain while the next tile's K loop runs (the rest must leave first); predicted {total_time(tma) * 1e6:.1f} us (epilogue "
            f"{tma['epilogue'] * 1e6:.1f} us not overlapped, L2 {tma['l2'] * 1e6:.1f} us with the stores, "
            f"{stages['tma_store']} stages: ring bound {tma['ring'] * 1e6:.1f} us) vs registers "
            f"{total_time(reg) * 1e6:.1f} us (epilogue {reg['epilogue'] * 1e6:.1f} us, {stages['registers']} stages)")
