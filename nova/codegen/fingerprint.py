@@ -12,7 +12,7 @@ and the RTX 3060, mma.sync).  Per case it records the schedule, a hash of the pr
 derivation (what ``nova-config explain`` prints), the sha256 of the main kernel's MLIR
 (``nova.codegen.build_module``) and, with PTX on (the default), of its PTX, its launch geometry,
 the operand-prep kernels' PTX and what the runtime reads to launch a Hopper kernel (tensor-map
-shapes, boxes and element type).  No cubin: ptxas output is not part of the fingerprint.
+shapes, boxes and element type; C's with the TMA-store epilogue).  No cubin: ptxas output is not part of the fingerprint.
 """
 from __future__ import annotations
 
@@ -79,10 +79,14 @@ def _runtime_view(problem, schedule, artifact) -> dict | None:
     plan = schedule.hopper
     if plan is None:
         return None
-    return {"tensor_map_type": plan.operands.tensor_map_type, "storage": problem.storage,
+    view = {"tensor_map_type": plan.operands.tensor_map_type, "storage": problem.storage,
             "operands": {op: {"rows": role.rows, "cols": role.cols, "box": [plan.box(op).cols, plan.box(op).rows],
                               "prep": None if role.prep is None else asdict(role.prep)}
                          for op, role in (("a", plan.operands.a), ("b", plan.operands.b))}}
+    if plan.tma_store:                   # the TMA-store epilogue's map of C (absent otherwise: older views stand)
+        view["c"] = {"rows": problem.M, "cols": problem.N, "box": [plan.box_c.cols, plan.box_c.rows],
+                     "type": problem.out_dtype}
+    return view
 
 
 def fingerprint_case(case: Case, ptx: bool = True) -> dict:
