@@ -227,7 +227,13 @@ def tma_store_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, *, row
 def ring_depth(gpu, block_i: int, n: int, staging: int = 0) -> int:
     """Ring stages (step 10): what the per-block shared memory holds beside ``staging`` bytes of
     epilogue staging, within [MIN_STAGES, MAX_STAGES]."""
-    fit = int(STAGES(smem_per_block=gpu.smem_per_block, block_m=block_i, N=n, staging=staging))
+    return _ring_depth(gpu.smem_per_block, block_i, n, staging)
+
+
+@functools.lru_cache(maxsize=1024)
+def _ring_depth(smem_per_block: float, block_i: int, n: int, staging: int) -> int:
+    """``ring_depth`` on plain numbers, memoised: step 8 prices the same few tiles for every split."""
+    fit = int(STAGES(smem_per_block=smem_per_block, block_m=block_i, N=n, staging=staging))
     return max(MIN_STAGES, min(fit, MAX_STAGES))
 
 
