@@ -307,26 +307,36 @@ def time_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int, operands: 
     l2, dram, ring (overlapped: the total takes their max), fill, epilogue, prep, split, launches.
     The TMA store's overlapped stores count in the L2 term (the SM's TMA unit moves them beside
     the tile fills); its writes to shared memory and the waits for its drain are the epilogue."""
+    return epilogue_terms(p, gpu, block_i, n, split, operands, reduction, (epilogue,), stages)[epilogue]
+
+
+def epilogue_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int, operands: OperandPlan | None = None,
+                   reduction: str = "atomic", epilogues: tuple[str, ...] = ("registers",),
+                   stages: int | None = None) -> dict[str, dict]:
+    """``time_terms`` of one tile for each of ``epilogues``, the rest of the model computed once."""
     operands = operands or operand_plan(p)
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
     units = cdiv(I, block_i) * cdiv(J, n) * split
     ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
     main = mainloop_time(p, gpu, block_i, n, units, ktiles, split, terms=True)
-    if stages is None:
-        stages = ring_depth(gpu, block_i, n, staging_bytes(block_i // WGMMA_M, epilogue))
-    t_l2 = main["l2"]
-    if epilogue == "tma_store":
-        t_epilogue, overlapped = tma_store_time(p, gpu, block_i, n, units, rows=I, cols=J)
-        t_l2 += overlapped
-    else:
-        t_epilogue = epilogue_time(p, gpu, block_i, n, units, split, rows=I, cols=J, reduction=reduction)
-    t_dram = p.min_bytes / gpu.dram_bw
-    t_ring = ring_time(p, gpu, units, ktiles, split, stages)
-    return {"mma": main["mma"], "l2": t_l2, "dram": t_dram, "ring": t_ring, "smem_cap": main["smem_cap"],
-            "fill": fill_time(p, gpu, block_i, n, units, dram_bound=t_dram >= max(main["mma"], t_l2, t_ring)),
-            "epilogue": t_epilogue, "prep": prep_bytes(p, operands) / gpu.dram_bw,
-            "split": split_overhead(p, gpu, split, reduction) if split > 1 else 0.0,
-            "launches": 1 + sum(1 for role in (operands.a, operands.b) if role.prep) + (split > 1)}
+    shared = {"mma": main["mma"], "dram": p.min_bytes / gpu.dram_bw, "smem_cap": main["smem_cap"],
+              "prep": prep_bytes(p, operands) / gpu.dram_bw,
+              "split": split_overhead(p, gpu, split, reduction) if split > 1 else 0.0,
+              "launches": 1 + sum(1 for role in (operands.a, operands.b) if role.prep) + (split > 1)}
+    out = {}
+    for epilogue in epilogues:
+        depth = stages or ring_depth(gpu, block_i, n, staging_bytes(block_i // WGMMA_M, epilogue))
+        t_l2 = main["l2"]
+        if epilogue == "tma_store":
+            t_epilogue, overlapped = tma_store_time(p, gpu, block_i, n, units, rows=I, cols=J)
+            t_l2 += overlapped
+        else:
+            t_epilogue = epilogue_time(p, gpu, block_i, n, units, split, rows=I, cols=J, reduction=reduction)
+        t_ring = ring_time(p, gpu, units, ktiles, split, depth)
+        dram_bound = shared["dram"] >= max(main["mma"], t_l2, t_ring)
+        out[epilogue] = {**shared, "l2": t_l2, "ring": t_ring, "epilogue": t_epilogue,
+                         "fill": fill_time(p, gpu, block_i, n, units, dram_bound=dram_bound)}
+    return out
 
 
 def total_time(t: dict) -> float:
@@ -466,8 +476,7 @@ def best_epilogue(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int, 
                   reduction: str = "atomic") -> tuple[str, dict]:
     """The epilogue the model predicts faster for this tile (registers on a tie or where the TMA
     store cannot write C: ``tma_store_blocker``) and each candidate's ``time_terms``."""
-    block_i = WGMMA_M * wgs
-    terms = {e: time_terms(p, gpu, block_i, n, split, operands, reduction, e) for e in epilogues(p, operands, split, n)}
+    terms = epilogue_terms(p, gpu, WGMMA_M * wgs, n, split, operands, reduction, epilogues(p, operands, split, n))
     return min(terms, key=lambda e: (round(total_time(terms[e]), 12), e)), terms
 
 
@@ -587,8 +596,8 @@ def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int
             tiles = cdiv(I, WGMMA_M * w) * cdiv(J, nn)
             for sp in split_candidates(ktiles, tiles, gpu.sm_count):
                 for reduction in (split_reductions(p) if sp > 1 else ("atomic",)):
-                    for epilogue in epilogues(p, operands, sp, nn):
-                        t = time_terms(p, gpu, WGMMA_M * w, nn, sp, operands, reduction, epilogue)
+                    terms = epilogue_terms(p, gpu, WGMMA_M * w, nn, sp, operands, reduction, epilogues(p, operands, sp, nn))
+                    for epilogue, t in terms.items():
                         slack = t["mma"] + t["l2"] + t["dram"]    # ties on the max: the most slack in the other limits
                         out.append((round(total_time(t), 12), slack, -w, -nn, sp, reduction, tiles, epilogue))
     return out
