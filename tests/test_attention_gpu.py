@@ -1,9 +1,14 @@
 """Fused attention on a GPU: outputs and all three input gradients against a float64 reference.
 
 Fresh random data every case, NaN-poisoned output buffers (every element must be written), T never
-a multiple of a tile, T = 1, causal and not, D 64 and 128, TF32/BF16/FP16, GQA, Tq != Tk; and the
-memory check: nothing beyond O(B*H*T) besides inputs and outputs.  Run on the device from a
-precompiled cache (bench/attention_device.sh); the cases are nova.bench.attention.GPU_TEST_CASES.
+a multiple of a tile, T = 1, causal and not, D 64 and 128, TF32/BF16/FP16, GQA, Tq != Tk; strided
+operands read and written in place (q/k/v views of a fused projection, a transposed dout, outputs
+into views; nothing outside an output view written) and strides the kernels cannot address (copied);
+and the memory check: nothing beyond O(B*H*T) besides inputs and outputs.  Run on the device from a
+precompiled cache (bench/attention_device.sh); the cases are nova.bench.attention.GPU_TEST_CASES and
+STRIDED_GPU_CASES, and ``python -m nova.bench.attention --precompile --target h200`` (on a host with
+MLIR, into $NOVA_CACHE_DIR) compiles every kernel they use (``python tests/test_attention_gpu.py``
+lists them).
 """
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import math
 
 import pytest
 
-from nova.bench.attention import GPU_TEST_CASES, MEMORY_CASE
+from nova.bench.attention import GPU_TEST_CASES, MEMORY_CASE, STRIDED_GPU_CASES, strided_operands
 
 pytestmark = pytest.mark.gpu
 
@@ -68,6 +73,12 @@ def test_forward_and_gradients_match_float64(case):
     dq, dk, dv = torch.full_like(q, nan), torch.full_like(k, nan), torch.full_like(v, nan)
     nova.attention_backward(do, q, k, v, out, lse, causal=causal, dq=dq, dk=dk, dv=dv)
     torch.cuda.synchronize()
+    _check_against_float64(dtype, (q, k, v, do), (out, lse, dq, dk, dv), causal, scale)
+
+
+def _check_against_float64(dtype, inputs, results, causal, scale):
+    q, k, v, do = inputs
+    out, lse, dq, dk, dv = results
     r_out, r_lse, r_dq, r_dk, r_dv = _reference(q, k, v, do, causal, scale)
     t_out, t_grad = TOL[dtype]
     # where the exact dQ and dK are 0 (a single key: the softmax is constant) the relative error is measured
@@ -79,6 +90,34 @@ def test_forward_and_gradients_match_float64(case):
             "dk": _rel(dk, r_dk, floor), "dv": _rel(dv, r_dv)}
     assert errs["out"] < t_out and errs["lse"] < t_out, errs
     assert max(errs["dq"], errs["dk"], errs["dv"]) < t_grad, errs
+
+
+@pytest.mark.parametrize("case", STRIDED_GPU_CASES, ids=lambda c: "B{}H{}kv{}T{}x{}D{}{}-{}-{}".format(
+    *c[:6], "-causal" if c[6] else "", c[7], c[8]))
+def test_strided_operands_in_place_match_float64(case):
+    """q, k, v, dout and the four outputs as views (``strided_operands``): read and written in place
+    (``padded``: copied), only the outputs' own elements written, the results those of float64."""
+    torch = _torch()
+    import nova
+    from nova.kernels.attention.launch import plan_operands
+    B, H, Hkv, Tq, Tk, D, causal, dtype, layout = case
+    gen = torch.Generator(device="cuda").manual_seed(hash(case) & 0xFFFF)
+    t = strided_operands(case, torch, "cuda", gen)
+    q, k, v, do, out, dq, dk, dv = (t[n] for n in ("q", "k", "v", "dout", "out", "dq", "dk", "dv"))
+    nan = float("nan")
+    bases = {id(o._base): o._base for o in (out, dq, dk, dv)}       # every output is a view of a poisoned buffer
+    for base in bases.values():
+        base.fill_(nan)
+    _, copies = plan_operands(q, k, v, causal, out=out, dout=do, dq=dq, dk=dk, dv=dv)
+    assert bool(copies) == (layout == "padded"), copies
+    lse = torch.full((B, H, Tq), nan, device="cuda")
+    nova.attention(q, k, v, causal=causal, out=out, lse=lse)
+    nova.attention_backward(do, q, k, v, out, lse, causal=causal, dq=dq, dk=dk, dv=dv)
+    torch.cuda.synchronize()
+    _check_against_float64(dtype, (q, k, v, do), (out, lse, dq, dk, dv), causal, 1 / math.sqrt(D))
+    for base in bases.values():                  # written exactly where an output view is (none overlap)
+        views = sum(o.numel() for o in (out, dq, dk, dv) if o._base is base)
+        assert int((~base.isnan()).sum()) == views, "an output wrote outside its view"
 
 
 def test_memory_is_linear_in_sequence_length():
@@ -111,3 +150,13 @@ def test_rejects_bad_inputs():
     with pytest.raises(Exception, match="head_dim"):
         x = torch.randn(1, 2, 8, 96, device="cuda")
         nova.attention(x, x, x)
+
+
+if __name__ == "__main__":
+    import sys
+    from nova.bench.attention import all_kernels
+    print("# the kernels of these tests (and of the attention benchmark), compiled on a host with MLIR by:")
+    print("#   NOVA_CACHE_DIR=.nova-cache python -m nova.bench.attention --precompile --target h200")
+    for problem, roles in all_kernels():
+        print(f"{problem.describe()}  [{', '.join(roles)}]")
+    sys.exit(0)

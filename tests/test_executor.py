@@ -576,6 +576,30 @@ def test_meta_program_describes_the_cuda_program():
     assert len(shapes) == len(program.gemm_problems())
 
 
+def test_gpt_step_attention_reads_its_strided_views_without_copies(monkeypatch):
+    """A GPT step's attention (head dimension 64: Nova's kernels) as a meta CUDA program: q, k, v are
+    views of the fused qkv projection and dout a transposed view of the output projection's gradient;
+    the kernels address them in place (no copies), and the precompile list (``step_kernels``) holds the
+    problems with exactly those strides, the forward's and the backward's kernels once each."""
+    from nova.compiler.explain import plan_training_step
+    from nova.compiler.precompile import step_kernels
+    from nova.models import gpt
+    monkeypatch.setitem(gpt.CONFIGS, "d64", gpt.GPTConfig(vocab_size=64, n_embd=128, n_layer=2, n_head=2, block_size=32))
+    planned, _ = plan_training_step("d64", 2, 24)
+    program = build(planned, "meta")
+    kernels = [k for launch in program.launches for k in launch.kernels if k.attention]
+    assert len(kernels) == 2 * 2 and [k.copies for k in kernels] == [0] * 4
+    assert not any("copy" in k.what for k in kernels)
+    gemms, attention = step_kernels(planned)
+    assert gemms == program.gemm_problems() and attention == program.attention_kernels()
+    (fwd, fwd_roles), (bwd, bwd_roles) = attention
+    assert fwd_roles == ("fwd",) and bwd_roles == ("bwd_pre", "bwd_dkv", "bwd_dq")
+    qkv = (24 * 3 * 128, 64, 3 * 128)                      # [B, T, 3, H, D] -> [B, H, T, D]
+    assert dict(fwd.strides) == {"q": qkv, "k": qkv, "v": qkv}
+    assert dict(bwd.strides) == {"q": qkv, "k": qkv, "v": qkv, "dout": (24 * 128, 64, 128)}
+    assert fwd.for_role("fwd") == bwd.for_role("fwd")      # one forward kernel
+
+
 def test_no_fusion_when_the_epilogue_result_reuses_an_operand():
     """A plan may put ``add(matmul(a, w), b)`` on ``a``'s bytes (``a`` is dead after the matmul),
     against the planner's own rule (a fused group's result is reserved from the launch's start);

@@ -37,10 +37,82 @@ GPU_TEST_CASES = (
 )
 MEMORY_CASE = (1, 2, 2, 2048, 2048, 64, True, "bf16")
 
+# tests/test_attention_gpu.py's strided operands: (B, H, Hkv, Tq, Tk, D, causal, dtype, layout), the
+# layouts of ``strided_operands``; T never a multiple of a tile
+STRIDED_GPU_CASES = (
+    (2, 3, 3, 77, 77, 64, True, "tf32", "fused"),
+    (2, 4, 4, 200, 200, 64, False, "bf16", "fused"),
+    (1, 4, 2, 150, 150, 64, True, "bf16", "fused"),       # GQA
+    (1, 2, 2, 130, 130, 128, False, "tf32", "fused"),
+    (2, 2, 2, 100, 100, 128, True, "fp16", "fused"),
+    (1, 4, 2, 50, 190, 64, True, "tf32", "separate"),    # GQA, Tq != Tk
+    (1, 3, 3, 70, 70, 64, False, "bf16", "padded"),       # strides the kernels cannot address: copies
+)
+TORCH_DTYPE = {"tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
 
 def problem_of(case) -> AttentionProblem:
-    b, h, hkv, tq, tk, d, causal, dtype = case
+    b, h, hkv, tq, tk, d, causal, dtype = case[:8]
     return AttentionProblem(b, h, tq, tk, d, causal=causal, dtype=dtype, kv_heads=hkv)
+
+
+def strided_operands(case, torch, device="meta", generator=None) -> dict:
+    """The operands of a strided case as views: q, k, v, dout (random unless on the meta device) and
+    out, dq, dk, dv (uninitialised), with ``buffers``: every tensor they view.  Layouts:
+
+    * ``fused``: q, k, v head-transposed views of one projection ``[B, T, H + 2*Hkv, D]`` (a GPT's qkv,
+      Tq = Tk); dout of ``[B, Tq, H*D]`` (the output projection's gradient); out of ``[B, Tq, H, D]``; dq,
+      dk, dv of one gradient ``[B, T, H + 2*Hkv, D]``.
+    * ``separate``: q (and dout, out, dq) of ``[B, Tq, H, D]``, k and v (dk and dv) of one ``[B, Tk, 2, Hkv, D]``.
+    * ``padded``: each operand the ``[..., :D]`` slice of its own ``[B, H|Hkv, T, D + 1]``: a row of D + 1
+      elements is no multiple of 16 bytes, so the launcher copies every operand (and back for outputs)."""
+    b, h, hkv, tq, tk, d, _, dtype, layout = case
+    dt = getattr(torch, TORCH_DTYPE[dtype])
+
+    def new(*shape, random=False):
+        if random and device != "meta":
+            return torch.randn(*shape, device=device, dtype=dt, generator=generator)
+        return torch.empty(*shape, device=device, dtype=dt)
+
+    bufs = []
+
+    def keep(x):
+        bufs.append(x)
+        return x
+
+    out = {}
+    for grads in (False, True):
+        names = ("dq", "dk", "dv") if grads else ("q", "k", "v")
+        if layout == "fused":
+            x = keep(new(b, tq, h + 2 * hkv, d, random=not grads))
+            parts = (x[:, :, :h], x[:, :, h:h + hkv], x[:, :, h + hkv:])
+        elif layout == "separate":
+            kv = keep(new(b, tk, 2, hkv, d, random=not grads))
+            parts = (keep(new(b, tq, h, d, random=not grads)), kv[:, :, 0], kv[:, :, 1])
+        else:
+            parts = [keep(new(b, n, t, d + 1, random=not grads))[..., :d].transpose(1, 2)
+                     for t, n in ((tq, h), (tk, hkv), (tk, hkv))]
+        out.update({n: x.transpose(1, 2) for n, x in zip(names, parts)})
+    for name, random in (("dout", True), ("out", False)):
+        if layout == "fused" and name == "dout":
+            out[name] = keep(new(b, tq, h * d, random=True)).view(b, tq, h, d).transpose(1, 2)
+        elif layout == "padded":
+            out[name] = keep(new(b, h, tq, d + 1, random=random))[..., :d]
+        else:
+            out[name] = keep(new(b, tq, h, d, random=random)).transpose(1, 2)
+    out["buffers"] = bufs
+    return out
+
+
+def strided_kernels(case) -> list:
+    """``(AttentionProblem, roles)`` the launcher resolves for a strided case (its forward, its backward)."""
+    import torch
+    from nova.kernels.attention.launch import plan_operands
+    t = strided_operands(case, torch)
+    causal = case[6]
+    fwd, _ = plan_operands(t["q"], t["k"], t["v"], causal, out=t["out"])
+    bwd, _ = plan_operands(t["q"], t["k"], t["v"], causal, **{n: t[n] for n in ("out", "dout", "dq", "dk", "dv")})
+    return [(fwd, ("fwd",)), (bwd, ("bwd_pre", "bwd_dkv", "bwd_dq"))]
 
 
 def bench_problems(dtypes=BENCH_DTYPES):
@@ -51,40 +123,45 @@ def all_problems():
     return bench_problems() + [problem_of(c) for c in GPU_TEST_CASES + (MEMORY_CASE,)]
 
 
+def all_kernels() -> list:
+    """``(problem, roles)`` of every kernel the device run needs: the benchmark's and the GPU tests'."""
+    from nova.kernels.attention.schedule import ROLES
+    out = [(p, ROLES) for p in all_problems()] + [e for c in STRIDED_GPU_CASES for e in strided_kernels(c)]
+    return list(dict.fromkeys(out))
+
+
 def precompile(target: str, jobs: int = 2) -> int:
     """Compile every kernel the device run needs into the kernel cache ($NOVA_CACHE_DIR); print resources."""
     from concurrent.futures import ProcessPoolExecutor
-    probs = all_problems()
+    entries = all_kernels()
     with ProcessPoolExecutor(jobs) as ex:
-        results = list(ex.map(_precompile_one, [(p, target) for p in probs]))
+        results = list(ex.map(_precompile_one, [(p, roles, target) for p, roles in entries]))
     bad = 0
-    for p, rows in zip(probs, results):
+    for (p, _), rows in zip(entries, results):
         for role, key, status, res in rows:
             spill = res.get("spill_store_bytes", 0) + res.get("spill_load_bytes", 0)
             bad += spill > 0
-            print(f"{status:8s} {key[:10]} {p.describe()} [{role}] regs {res.get('registers')} spill {spill} "
+            print(f"{status:8s} {key[:10]} {p.for_role(role).describe()} [{role}] regs {res.get('registers')} spill {spill} "
                   f"smem {res.get('smem_bytes')}", flush=True)
     print(f"{sum(len(r) for r in results)} kernels, {bad} with spills")
     return 1 if bad else 0
 
 
 def _precompile_one(args):
-    p, target = args
+    p, roles, target = args
     from nova.hwmodel import get_target
     from nova.kernels.attention.compile import get_or_compile
     from nova.kernels.attention.derive import configure_attention
-    from nova.kernels.attention.schedule import ROLES
     gpu = get_target(target)
     s = configure_attention(p, gpu).schedule
     out = []
-    for role in ROLES:
+    for role in roles:
         art, key, status = get_or_compile(p, s, role, gpu, offline=False)
         out.append((role, key, status, {k: v for k, v in art.resources.items() if k != "ptxas_info"}))
     return out
 
 
 # ---------------------------------------------------------------------------------------- timing
-TORCH_DTYPE = {"tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def _time(fn, iters, warmup=3):

@@ -11,7 +11,8 @@ Where ATen has an out variant it is used (``torch.add(x, y, out=o)``,
 such copy is counted in ``Kernel.copies`` (``Program.stats["copies"]``).
 
 Attention: on CUDA Nova's fused kernels (``nova.attention``/``nova.attention_backward``) where they
-cover the problem (``NOVA_ATTENTION=aten`` turns them off); otherwise on CPU
+cover the problem (``NOVA_ATTENTION=aten`` turns them off), reading and writing the arena's strided
+views in place (the q/k/v slices of the fused projection, the transposed dout); otherwise on CPU
 ``aten._scaled_dot_product_flash_attention_for_cpu`` (+ ``_backward``); on
 CUDA ``aten._scaled_dot_product_efficient_attention`` (+ ``_backward``) for f32/bf16/f16.  Both
 return the natural-log log-sum-exp per query row in f32, which is the IR's ``lse``; the CPU
@@ -52,6 +53,7 @@ class Kernel:
     run: Callable[[], None]
     what: str                    # for describe(): the ATen overload(s) it calls
     copies: int = 0              # copy_ launches after a compute that has no out variant
+    attention: tuple | None = None   # Nova attention: (AttentionProblem, roles of the kernels it launches)
 
 
 @dataclass
@@ -460,22 +462,34 @@ def nova_attention_applies(node, ctx) -> bool:
 
 
 def nova_attention(node, ins, outs, ctx) -> Kernel:
-    """Forward or backward on Nova's kernels, written into the arena's views (non-contiguous
-    operands are made contiguous first: counted as copies)."""
+    """Forward or backward on Nova's kernels, written into the arena's views.  Strided operands
+    (the q/k/v views of the fused projection, a transposed dout, strided outputs) are addressed in
+    place; one the kernels cannot address (``launch.plan_operands``: its head dimension not contiguous,
+    a stride not a multiple of 16 bytes) is copied by the launcher, counted as a copy and named in
+    ``what``.  ``Kernel.attention`` holds the problem (with the strides) and the kernels it runs: what
+    ``nova precompile train`` compiles (``Program.attention_kernels``, the meta dry run's strides)."""
     import nova
+    from nova.kernels.attention.launch import plan_operands
     scale, causal = float(node.attrs["scale"]), bool(node.attrs.get("causal", False))
     if node.op == "attention":
         q, k, v = ins
         o, lse = outs
-        copies = sum(not t.is_contiguous() for t in (q, k, v))
+        problem, copies = plan_operands(q, k, v, causal, scale, out=o)
         return Kernel(lambda: nova.attention(q, k, v, causal=causal, scale=scale, out=o, lse=lse),
-                      "nova.attention (fwd kernel)", copies)
+                      "nova.attention (fwd kernel)" + _copy_note(copies), len(copies), (problem, ("fwd",)))
     dout, q, k, v, out, lse = ins
     dq, dk, dv = outs
-    copies = sum(not t.is_contiguous() for t in (dout, q, k, v, out, lse))
+    problem, copies = plan_operands(q, k, v, causal, scale, out=out, dout=dout, dq=dq, dk=dk, dv=dv)
+    if not lse.is_contiguous():
+        copies["lse"] = "lse is not contiguous"
     return Kernel(lambda: nova.attention_backward(dout, q, k, v, out, lse, causal=causal, scale=scale,
                                                   dq=dq, dk=dk, dv=dv),
-                  "nova.attention_backward (bwd_pre, bwd_dkv, bwd_dq kernels)", copies)
+                  "nova.attention_backward (bwd_pre, bwd_dkv, bwd_dq kernels)" + _copy_note(copies), len(copies),
+                  (problem, ("bwd_pre", "bwd_dkv", "bwd_dq")))
+
+
+def _copy_note(copies: dict) -> str:
+    return "".join(f" + copy {name} ({why})" for name, why in copies.items())
 
 
 def nova_or_reference_attention(node, ins, outs, ctx, q, k) -> Kernel | None:

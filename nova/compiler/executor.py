@@ -6,6 +6,7 @@ one arena, replayed as one CUDA graph on the GPU.
     outputs = program.run(inputs)             # one tensor per graph input, graph order
     program.stats; print(program.describe())
     gemm_problems(planned)                    # every Nova GEMM a CUDA program launches (nova precompile)
+    attention_kernels(planned)                # ... and every Nova attention launch (problem with strides, roles)
     gemm_problem_counts(planned)              # ... and how many times per step
 
 What ``build`` consumes from the planner (``nova.passes``: ``Planned``, ``Group``, ``MemoryPlan``,
@@ -60,7 +61,7 @@ from nova.ir.ops import opdef
 from nova.passes.fusion import update_batch_key
 from nova.passes.memory import ELEMENTWISE_COMPOSITES
 
-__all__ = ["build", "gemm_problems", "gemm_problem_counts", "precompile_commands", "Program", "Launch", "ExecutorError", "BOUND_ROLES"]
+__all__ = ["build", "gemm_problems", "gemm_problem_counts", "attention_kernels", "precompile_commands", "Program", "Launch", "ExecutorError", "BOUND_ROLES"]
 
 ALIGN = 256                                          # byte alignment of slots the executor lays out itself
 BOUND_ROLES = ("param", "grad", "opt_state", "const")  # inputs used in place, by pointer
@@ -535,6 +536,9 @@ class Program:
         """Load every Nova kernel of ``launches`` now (offline: a missing one raises
         NotPrecompiledError here, before the warm-up has touched any parameter)."""
         import nova
+        from nova.kernels.attention.launch import resolve
+        for problem, roles in _distinct_attention(launches):
+            resolve(problem, self.device.index, None, roles)       # the target nova.attention resolves
         if self._gemm is not nova.matmul:
             return
         from nova.runtime import driver
@@ -647,6 +651,11 @@ class Program:
         """``{GemmProblem: Nova launches per step}``, the distinct problems in launch order."""
         return _problem_counts(self.launches)
 
+    def attention_kernels(self) -> list:
+        """The distinct Nova attention launches of this program, ``(AttentionProblem, roles)`` in launch
+        order; each problem carries its operands' strides as the launches see them (the arena views)."""
+        return _distinct_attention(self.launches)
+
     def _stats(self, launches, ctx) -> dict:
         per_kind = {}
         for launch in launches:
@@ -719,6 +728,10 @@ def _distinct_problems(launches) -> list:
     return list(_problem_counts(launches))
 
 
+def _distinct_attention(launches) -> list:
+    return list(dict.fromkeys(k.attention for launch in launches for k in launch.kernels if k.attention))
+
+
 def _normalize_device(device) -> torch.device:
     d = torch.device(device)
     if d.type == "cuda" and d.index is None:
@@ -743,6 +756,12 @@ def gemm_problems(planned) -> list:
     bias, activation, out dtype) a CUDA program of ``planned`` launches, for ``nova precompile``.
     Bound inputs (parameters) are assumed contiguous, as the IR types describe them."""
     return Program(planned, "meta").gemm_problems()
+
+
+def attention_kernels(planned) -> list:
+    """Every Nova attention launch (``(AttentionProblem, roles)``, distinct, launch order) a CUDA program
+    of ``planned`` makes, with the strides of its operands' arena views, for ``nova precompile``."""
+    return Program(planned, "meta").attention_kernels()
 
 
 def gemm_problem_counts(planned) -> dict:

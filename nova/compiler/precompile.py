@@ -6,18 +6,13 @@ import time
 
 
 def step_kernels(planned) -> tuple[list, list]:
-    """(GEMM problems, attention problems) of the CUDA program of ``planned``, each distinct, in
-    launch order: the Nova GEMMs the executor launches (``executor.gemm_problems``) and the
-    attention nodes Nova's fused kernels cover (``explain.attention_problem``)."""
-    from nova.compiler.executor import gemm_problems
-    from nova.compiler.explain import attention_problem
-    attention = []
-    for node in planned.graph.nodes:
-        if node.op in ("attention", "attention_backward"):
-            problem = attention_problem(node)
-            if problem is not None and problem not in attention:
-                attention.append(problem)
-    return gemm_problems(planned), attention
+    """(GEMM problems, attention launches) of the CUDA program of ``planned``, each distinct, in
+    launch order, as its dry run on meta tensors builds them: the Nova GEMMs the executor launches
+    (``Program.gemm_problems``) and its Nova attention launches, ``(AttentionProblem, roles)`` with the
+    strides of the arena views they read and write (``Program.attention_kernels``)."""
+    from nova.compiler.executor import Program
+    program = Program(planned, "meta")
+    return program.gemm_problems(), program.attention_kernels()
 
 
 def precompile_planned(planned, target, cache, log=print) -> dict:
@@ -28,14 +23,14 @@ def precompile_planned(planned, target, cache, log=print) -> dict:
     gemms, attention = step_kernels(planned)
     start = time.perf_counter()
     counts = precompile_gemms(gemms, target, cache, log, label="gemm ")
-    for i, problem in enumerate(attention, 1):
+    for i, (problem, roles) in enumerate(attention, 1):
         t0 = time.perf_counter()
-        results = precompile_attention(problem, target, cache)
+        results = precompile_attention(problem, target, cache, roles=roles)
         for _, _, status in results:
             counts[status] += 1
-        log(f"[attention {i}/{len(attention)}] {problem.describe()}: "
+        log(f"[attention {i}/{len(attention)}] {problem.describe()} ({', '.join(roles)}): "
             f"{len(results)} kernels in {time.perf_counter() - t0:.2f} s")
-    log(f"precompiled {len(gemms)} GEMMs and {len(attention)} attention problems for {target.name} into {cache.root}: "
+    log(f"precompiled {len(gemms)} GEMMs and {len(attention)} attention launches for {target.name} into {cache.root}: "
         f"{counts['compiled']} kernels compiled, {counts['cached']} already cached, {counts['failed']} failed "
         f"({time.perf_counter() - start:.1f} s)")
     return counts

@@ -20,6 +20,11 @@ Four FlashAttention-2-style kernels on ``mma.sync`` + ``cp.async`` (sm_80+; also
 
 Tails: rows beyond T are zero-filled by cp.async (``srcElements`` = 0), stores are predicated, and
 scores of keys beyond T_k are masked.  No T x T buffer exists anywhere.
+
+Global memory: each ``[B, H, T, D]`` operand is a 1-D memref of its extent, addressed by element offset
+``b*sB + h*sH + t*sT + d`` with the problem's static strides (``AttentionProblem.operand_strides``);
+where the layout allows it folds to ``bh*sH + t*sT`` or, contiguous, ``row*D``.  lse and delta are
+contiguous ``[B*H*Tq]`` FP32 vectors.
 """
 from __future__ import annotations
 
@@ -89,6 +94,44 @@ def check_supported(p: AttentionProblem, s: AttentionSchedule, role: str) -> Non
         fail(f"smem_bytes {kt.smem_bytes} < the {smem_plan(p, kt)['total']} bytes the tiles need")
 
 
+def global_type(p: AttentionProblem, name: str) -> str:
+    """The kernels' view of a ``[B, H, T, D]`` operand: a 1-D memref over its extent."""
+    return f"memref<{p.extent(name)}x{p.storage}>"
+
+
+def rows_at(ir, p: AttentionProblem, name: str, row, coords=None) -> tuple[str, object]:
+    """Where flat row ``row`` = (b*heads + h)*T + t of operand ``name`` is: ``("row", row)`` where the
+    operand's rows are one evenly strided stack (the contiguous layout; row r at element r*sT), else
+    ``("off", element offset)``: ``bh*sH + t*sT`` where its heads are one stack, else ``b*sB + h*sH + t*sT``.
+    ``coords`` = (b, h, bh, t) where the caller has them (else divided out of ``row``)."""
+    sb, sh, st = p.operand_strides(name)
+    _, nh, nt, _ = p.operand_shape(name)
+    if sb == nh * sh and sh == nt * st:
+        return "row", row
+    if coords is None:
+        bh, t = ir.div(row, nt, "g_bhi"), ir.rem(row, nt, "g_ti")
+        b, h = ir.div(bh, nh, "g_bi"), ir.rem(bh, nh, "g_hi")
+    else:
+        b, h, bh, t = coords
+    head = ir.mul(bh, sh, "g_bh") if sb == nh * sh else ir.add(ir.mul(b, sb, "g_b"), ir.mul(h, sh, "g_h"), "g_bh")
+    return "off", ir.add(head, ir.mul(t, st, "g_t"), "g_off")
+
+
+def rows_advance(ir, p: AttentionProblem, name: str, at, n):
+    """``at`` (``rows_at``) moved ``n`` rows on."""
+    kind, x = at
+    return kind, ir.add(x, n if kind == "row" else ir.mul(n, p.operand_strides(name)[2], "g_adv"), "g_next")
+
+
+def element_at(ir, p: AttentionProblem, name: str, at, r, col, hint: str):
+    """Element offset of column ``col`` of row ``r`` past ``at``: (row + r)*sT + col, or off + r*sT + col."""
+    kind, x = at
+    st = p.operand_strides(name)[2]
+    if kind == "row":
+        return ir.add(ir.mul(ir.add(x, r, f"{hint}_grow"), st, f"{hint}_roff"), col, f"{hint}_src")
+    return ir.add(ir.add(x, ir.mul(r, st, f"{hint}_roff"), f"{hint}_grow"), col, f"{hint}_src")
+
+
 def build_module(p: AttentionProblem, s: AttentionSchedule, role: str) -> str:
     check_supported(p, s, role)
     if role == "bwd_pre":
@@ -114,14 +157,11 @@ class _Flash:
         self.threads = kt.threads
         self.plan = smem_plan(p, kt)
         self.c = p.scale * LOG2E               # scores -> base-2 exponent
-        rows_q = p.batch * p.heads * p.seq_q
-        rows_k = p.batch * p.kv_heads * p.seq_k
-        self.gt = {"q": f"memref<{rows_q}x{self.D}x{self.T}>", "k": f"memref<{rows_k}x{self.D}x{self.T}>"}
-        self.vt = f"memref<{rows_q}xf32>"
+        self.vt = f"memref<{p.batch * p.heads * p.seq_q}xf32>"
 
     # ---- types
     def gtype(self, name):
-        return self.gt["k" if name in ("k", "v", "dk", "dv") else "q"]
+        return global_type(self.p, name)
 
     def kept_type(self):
         return f"memref<{self.BR}x{self.cols}x{self.T}, {SMEM}>"
@@ -194,32 +234,33 @@ class _Flash:
             col = ir.mul(ir.rem(cid, per_row, "cp_c"), vec, "cp_col")
             yield live, r, col
 
-    def cp_async(self, name, index, dst, count, ok, hint, flags, types):
-        """cp.async ``count`` elements of global ``name`` at ``index`` (row first) into ``dst``.  Unless
-        ``ok`` is known true, a false ``ok`` reads 0 elements from row 0: ``dst`` is zero-filled."""
+    def cp_async(self, name, src, dst, count, ok, hint, flags, types):
+        """cp.async ``count`` elements of global ``name`` at element offset ``src`` into ``dst``.  Unless
+        ``ok`` is known true, a false ``ok`` reads 0 elements from offset 0: ``dst`` is zero-filled."""
         ir = self.ir
-        row, rest = index[0], index[1:]
         n = None
         if ok is not True:
             n = ir.select(ok, count, 0, hint=f"{hint}_n")
-            row = ir.select(ok, row, 0, hint=f"{hint}_src")
-        idx = ", ".join(ir.v(x) for x in (row, *rest))
+            src = ir.select(ok, src, 0, hint=f"{hint}_src")
         size = f"{count}" if n is None else f"{count}, {ir.v(n)}"
-        ir.let("cp", f"nvgpu.device_async_copy %{name}[{idx}], {dst}, {size}{flags} : {types}")
+        ir.let("cp", f"nvgpu.device_async_copy %{name}[{ir.v(src)}], {dst}, {size}{flags} : {types}")
 
-    def copy_tile(self, name, rows, base_row, tile0, limit, stage=None):
-        """cp.async rows [base_row, base_row+rows) of global ``name`` into its smem tile (ring slot
-        ``stage``); rows with tile0+r >= limit are zero-filled."""
+    def rows_at(self, name, b, h, bh, t, row):
+        return rows_at(self.ir, self.p, name, row, (b, h, bh, t))
+
+    def copy_tile(self, name, rows, base, tile0, limit, stage=None):
+        """cp.async the ``rows`` rows of global ``name`` from ``base`` (``rows_at``) on into its smem tile
+        (ring slot ``stage``); rows with tile0+r >= limit are zero-filled."""
         ir = self.ir
         vec = 16 // self.eb
         ragged = limit % rows != 0
         types = f"{self.gtype(name)} to {self.kept_type() if stage is None else self.ring_type()}"
         for live, r, col in self.thread_chunks(rows, vec):
             def one():
-                grow = ir.add(base_row, r, "cp_grow")
+                src = element_at(ir, self.p, name, base, r, col, "cp")
                 ok = ir.cmp("slt", ir.add(tile0, r, "cp_trow"), limit, "cp_ok") if ragged else True
                 dst = f"{self.sm[name]}[{'' if stage is None else ir.v(stage) + ', '}{ir.v(r)}, {ir.v(col)}]"
-                self.cp_async(name, (grow, col), dst, vec, ok, "cp", " {bypassL1}", types)
+                self.cp_async(name, src, dst, vec, ok, "cp", " {bypassL1}", types)
             self.ir.guarded(live, one)
 
     def copy_vec(self, name, base, tile0, limit, stage):
@@ -234,7 +275,7 @@ class _Flash:
                 ok = ir.cmp("slt", ir.add(tile0, e, "cv_row"), limit, "cv_ok") if limit % n else True
                 src = ir.add(base, e, "cv_src")
                 dst = f"{self.sm[name]}[{ir.v(stage)}, {ir.v(e)}]"
-                self.cp_async(name, (src,), dst, 1, ok, "cv", "", f"{self.vt} to {self.vring_type()}")
+                self.cp_async(name, src, dst, 1, ok, "cv", "", f"{self.vt} to {self.vring_type()}")
             self.ir.guarded(live, one)
 
     def round_own(self, name, rows, stage=None):
@@ -484,15 +525,25 @@ class _Flash:
         bh = self.by
         b = ir.div(bh, p.heads, "b")
         h = ir.rem(bh, p.heads, "h")
-        kvh = ir.add(ir.mul(b, p.kv_heads, "bkv"), ir.div(h, p.group, "hkv"), "kvh")
-        self.qbase = ir.add(ir.mul(bh, p.seq_q, "qrow_bh"), self.q0, "qbase")
-        self.kvbase = ir.mul(kvh, p.seq_k, "kvbase")
+        hkv = ir.div(h, p.group, "hkv")
+        kvh = ir.add(ir.mul(b, p.kv_heads, "bkv"), hkv, "kvh")
+        self.qbase = ir.add(ir.mul(bh, p.seq_q, "qrow_bh"), self.q0, "qbase")       # row of lse / delta
+        kvrow = ir.mul(kvh, p.seq_k, "kvbase")
+        names = PARAMS[self.role]
+        self.at = {n: self.rows_at(n, b, h, bh, self.q0, self.qbase) for n in ("q", "out", "dout", "dq") if n in names}
+        self.at.update({n: self.rows_at(n, b, hkv, kvh, 0, kvrow) for n in ("k", "v")})
         nk = _cdiv(p.seq_k, self.BC)
         if p.causal:       # keys j <= i < q0 + BR: tiles wholly above the diagonal are skipped
             last = ir.min(ir.add(self.q0, self.BR, "q_end"), p.seq_k, "kv_end")
             self.n_kv = ir.div(ir.add(last, self.BC - 1, "kv_end_r"), self.BC, "n_kv")
         else:
             self.n_kv = nk
+
+    def copy_kv_tiles(self, kv0, slot):
+        """Forward and dQ: the K and V tiles of keys kv0.. into ring slot ``slot``."""
+        ir, p = self.ir, self.p
+        for n in ("k", "v"):
+            self.copy_tile(n, self.BC, rows_advance(ir, p, n, self.at[n], kv0), kv0, p.seq_k, slot)
 
     def kv_mask(self, kv0):
         """(branch condition, per-element validity) of the scores of the KV tile at key kv0."""
@@ -532,16 +583,17 @@ class _Flash:
         return out
 
     def store_rows(self, accs, name, base, row0, limit, scale=None):
-        """Store accumulators [mt][D/8] (times ``scale``) as rows base+roff of ``name`` (pairs per lane)."""
+        """Store accumulators [mt][D/8] (times ``scale``) as rows roff past ``base`` (``rows_at``) of
+        ``name`` (pairs per lane)."""
         ir = self.ir
         gty = self.gtype(name)
         for m in range(self.mt):
             for h in (0, 1):
                 roff = self.row_off(m, h)
                 ok = ir.cmp("slt", ir.add(row0, roff, "st_row"), limit, "st_ok") if limit % self.BR else True
-                grow = ir.add(base, roff, "st_grow")
+                row = rows_advance(ir, self.p, name, base, roff)
 
-                def body(m=m, h=h, grow=grow):
+                def body(m=m, h=h, row=row):
                     for j, acc in enumerate(accs[m]):
                         xs = [ir.let("o", f"vector.extract {acc}[{h}, {c}] : f32 from vector<2x2xf32>") for c in (0, 1)]
                         if scale is not None:
@@ -550,7 +602,8 @@ class _Flash:
                             xs = [ir.let("o_t", f"arith.truncf {x} : f32 to {self.T}") for x in xs]
                         vec = ir.let("o_v", f"vector.from_elements {xs[0]}, {xs[1]} : vector<2x{self.T}>")
                         col = ir.add(ir.mul(self.t, 2, "t2"), 8 * j, "st_col")
-                        ir.emit(f"vector.store {vec}, %{name}[{ir.v(grow)}, {ir.v(col)}] {{alignment = {2 * self.eb}}} : "
+                        dst = element_at(ir, self.p, name, row, 0, col, "st")
+                        ir.emit(f"vector.store {vec}, %{name}[{ir.v(dst)}] {{alignment = {2 * self.eb}}} : "
                                 f"{gty}, vector<2x{self.T}>")
                 self.ir.guarded(ok, body)
 
@@ -576,10 +629,8 @@ class _Flash:
         def issue(it, slot):
             kv0 = ir.mul(it, self.BC, "kv0")
             if it == 0:
-                self.copy_tile("q", self.BR, self.qbase, self.q0, p.seq_q)
-            base = ir.add(self.kvbase, kv0, "kvrow")
-            self.copy_tile("k", self.BC, base, kv0, p.seq_k, slot)
-            self.copy_tile("v", self.BC, base, kv0, p.seq_k, slot)
+                self.copy_tile("q", self.BR, self.at["q"], self.q0, p.seq_q)
+            self.copy_kv_tiles(kv0, slot)
 
         nrow = 2 * self.mt
         carried = [ir.f(MASKED)] * nrow + [ir.f(0.0)] * nrow + [zero] * (self.mt * nd)
@@ -633,7 +684,7 @@ class _Flash:
                 inv = ir.fop("divf", ir.f(1.0), lt, "inv_l")
                 o[m] = [self.scale_row(acc, h, inv) for acc in o[m]]
                 lse_vals.append(ir.fop("mulf", ir.fop("addf", m_fin[r], ir.log2(lt), "lse2"), ir.f(LN2), "lse"))
-        self.store_rows(o, "out", self.qbase, self.q0, p.seq_q)
+        self.store_rows(o, "out", self.at["out"], self.q0, p.seq_q)
         is_t0 = ir.cmp("eq", self.t, 0, "t_is0")
         for m in range(self.mt):
             for h in (0, 1):
@@ -664,11 +715,9 @@ class _Flash:
         def issue(it, slot):
             kv0 = ir.mul(it, self.BC, "kv0")
             if it == 0:
-                self.copy_tile("q", self.BR, self.qbase, self.q0, p.seq_q)
-                self.copy_tile("dout", self.BR, self.qbase, self.q0, p.seq_q)
-            base = ir.add(self.kvbase, kv0, "kvrow")
-            self.copy_tile("k", self.BC, base, kv0, p.seq_k, slot)
-            self.copy_tile("v", self.BC, base, kv0, p.seq_k, slot)
+                self.copy_tile("q", self.BR, self.at["q"], self.q0, p.seq_q)
+                self.copy_tile("dout", self.BR, self.at["dout"], self.q0, p.seq_q)
+            self.copy_kv_tiles(kv0, slot)
 
         def step(it, stage, args):
             acc = [args[m * nd:(m + 1) * nd] for m in range(self.mt)]
@@ -693,7 +742,7 @@ class _Flash:
 
         out = self.pipeline(self.n_kv, issue, step, [zero] * (self.mt * nd), ["vector<2x2xf32>"] * (self.mt * nd))
         acc = [out[m * nd:(m + 1) * nd] for m in range(self.mt)]
-        self.store_rows(acc, "dq", self.qbase, self.q0, p.seq_q, scale=p.scale)
+        self.store_rows(acc, "dq", self.at["dq"], self.q0, p.seq_q, scale=p.scale)
 
     # ------------------------------------------------------------------------------------------
     def body_bwd_dkv(self):
@@ -704,8 +753,10 @@ class _Flash:
         bkv = self.by
         b = ir.div(bkv, p.kv_heads, "b")
         hk = ir.rem(bkv, p.kv_heads, "hk")
-        self.kbase = ir.add(ir.mul(bkv, p.seq_k, "krow_bkv"), k0, "kbase")
-        head0 = ir.add(ir.mul(b, p.heads, "bh0"), ir.mul(hk, p.group, "h0"), "qbh0")   # first query head (b, h)
+        kbase = ir.add(ir.mul(bkv, p.seq_k, "krow_bkv"), k0, "kbase")
+        kat = {n: self.rows_at(n, b, hk, bkv, k0, kbase) for n in ("k", "v", "dk", "dv")}
+        h0 = ir.mul(hk, p.group, "h0")
+        head0 = ir.add(ir.mul(b, p.heads, "bh0"), h0, "qbh0")        # first query head (b, h0)
         nq_all = _cdiv(p.seq_q, self.BC)
         if p.causal:      # query tiles wholly above the diagonal (all i < k0) are skipped
             q_lo = ir.div(k0, self.BC, "q_lo")
@@ -715,20 +766,21 @@ class _Flash:
         n_it = ir.mul(nq, p.group, "n_it")
 
         def tile_of(it):
+            """(query head, flat query head b*H + h, query tile) of step ``it``."""
             if p.group == 1:
-                return head0, ir.add(q_lo, it, "qt")
+                return h0, head0, ir.add(q_lo, it, "qt")
             hd = ir.div(it, nq, "it_h")
-            return ir.add(head0, hd, "qbh"), ir.add(q_lo, ir.rem(it, nq, "it_q"), "qt")
+            return ir.add(h0, hd, "qh"), ir.add(head0, hd, "qbh"), ir.add(q_lo, ir.rem(it, nq, "it_q"), "qt")
 
         def issue(it, slot):
             if it == 0:
-                self.copy_tile("k", self.BR, self.kbase, k0, p.seq_k)
-                self.copy_tile("v", self.BR, self.kbase, k0, p.seq_k)
-            qbh, qt = tile_of(it)
+                self.copy_tile("k", self.BR, kat["k"], k0, p.seq_k)
+                self.copy_tile("v", self.BR, kat["v"], k0, p.seq_k)
+            qh, qbh, qt = tile_of(it)
             qs = ir.mul(qt, self.BC, "qs")
             base = ir.add(ir.mul(qbh, p.seq_q, "qrow_bh"), qs, "qrow")
-            self.copy_tile("q", self.BC, base, qs, p.seq_q, slot)
-            self.copy_tile("dout", self.BC, base, qs, p.seq_q, slot)
+            for n in ("q", "dout"):
+                self.copy_tile(n, self.BC, self.rows_at(n, b, qh, qbh, qs, base), qs, p.seq_q, slot)
             self.copy_vec("lse", base, qs, p.seq_q, slot)
             self.copy_vec("delta", base, qs, p.seq_q, slot)
 
@@ -740,7 +792,7 @@ class _Flash:
             ir.comment("S^T = K Q^T, dP^T = V dO^T")
             s = self.unpack(self.gemm_nk("k", "q", stage))
             dp = self.unpack(self.gemm_nk("v", "dout", stage))
-            _, qt = tile_of(it)
+            qt = tile_of(it)[2]
             qs = ir.mul(qt, self.BC, "qs")
             if p.causal:        # key j = k0 + roff may not exceed query i = qs + coff
                 cond = ir.cmp("slt", qs, ir.add(k0, self.BR, "k_end"), "need_mask")
@@ -778,8 +830,8 @@ class _Flash:
         out = self.pipeline(n_it, issue, step, carried, ["vector<2x2xf32>"] * len(carried))
         dk = [out[m * nd:(m + 1) * nd] for m in range(self.mt)]
         dv = [out[(self.mt + m) * nd:(self.mt + m + 1) * nd] for m in range(self.mt)]
-        self.store_rows(dk, "dk", self.kbase, k0, p.seq_k, scale=p.scale)
-        self.store_rows(dv, "dv", self.kbase, k0, p.seq_k)
+        self.store_rows(dk, "dk", kat["dk"], k0, p.seq_k, scale=p.scale)
+        self.store_rows(dv, "dv", kat["dv"], k0, p.seq_k)
 
 
 def ir_add3(ir, a, b, c):
@@ -793,24 +845,26 @@ def _build_pre(p: AttentionProblem, s: AttentionSchedule) -> str:
     ir = Text()
     T, eb, D = p.storage, p.elem_bytes, p.head_dim
     rows = p.batch * p.heads * p.seq_q
-    gty = f"memref<{rows}x{D}x{T}>"
+    gty = {n: global_type(p, n) for n in ("out", "dout")}
     vty = f"memref<{rows}xf32>"
     vec = 16 // eb
     rows_per_block = kt.threads // 8
     ir.emit(f"// Nova attention bwd_pre: D = rowsum(dO * O) for {p.describe()}")
-    with ir.kernel(KERNEL_NAMES["bwd_pre"], [f"%out: {gty}", f"%dout: {gty}", f"%delta: {vty}"], kt.threads,
-                   minctasm=kt.blocks_per_sm):
+    with ir.kernel(KERNEL_NAMES["bwd_pre"], [f"%out: {gty['out']}", f"%dout: {gty['dout']}", f"%delta: {vty}"],
+                   kt.threads, minctasm=kt.blocks_per_sm):
         tid = ir.let("tid", "gpu.thread_id x")
         bx = ir.let("bx", "gpu.block_id x")
         row = ir.add(ir.mul(bx, rows_per_block, "row0"), ir.div(tid, 8, "r_in"), "row")
         l8 = ir.rem(tid, 8, "l8")
         ok = ir.cmp("slt", row, rows, "row_ok") if rows % rows_per_block else True
         srow = ir.select(ok, row, 0, hint="srow")
+        start = {n: rows_at(ir, p, n, srow) for n in ("out", "dout")}
         acc = None
         for ch in range(D // (8 * vec)):
             col = ir.add(ir.mul(l8, vec, "c8"), ch * 8 * vec, "col")
-            a = ir.let("o", f"vector.load %out[{ir.v(srow)}, {ir.v(col)}] : {gty}, vector<{vec}x{T}>")
-            b = ir.let("d", f"vector.load %dout[{ir.v(srow)}, {ir.v(col)}] : {gty}, vector<{vec}x{T}>")
+            src = {n: element_at(ir, p, n, start[n], 0, col, "r") for n in start}
+            a = ir.let("o", f"vector.load %out[{ir.v(src['out'])}] : {gty['out']}, vector<{vec}x{T}>")
+            b = ir.let("d", f"vector.load %dout[{ir.v(src['dout'])}] : {gty['dout']}, vector<{vec}x{T}>")
             if T != "f32":
                 a = ir.let("of", f"arith.extf {a} : vector<{vec}x{T}> to vector<{vec}xf32>")
                 b = ir.let("df", f"arith.extf {b} : vector<{vec}x{T}> to vector<{vec}xf32>")

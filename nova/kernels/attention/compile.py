@@ -2,7 +2,10 @@
 
 Host only (imports MLIR through ``nova.codegen.lower``).  Cache key = sha256 of the canonical JSON of
 (op "attention", role, problem, schedule, target, Nova version, toolchain, ABI): equal on every
-machine, so ``precompile_attention`` on a build host fills exactly what the device looks up.
+machine, so ``precompile_attention`` on a build host fills exactly what the device looks up.  A
+kernel is built, keyed and described by ``problem.for_role(role)``: only the strides of the operands
+it reads or writes count, so a forward and a backward problem that differ in dout's strides share
+the forward kernel.
 """
 from __future__ import annotations
 
@@ -13,25 +16,28 @@ from nova.codegen.artifact import KernelArtifact
 from nova.kernels.attention.build import KERNEL_NAMES, PARAMS, build_module
 from nova.kernels.attention.schedule import ROLES
 
-ATTN_ABI = 2            # bump when the kernels' arguments, layouts or generated code change (2: TF32 rounded in smem)
+ATTN_ABI = 2            # bump when the kernels' arguments, layouts or generated code change (2: TF32 rounded in smem);
+                        # strides (a 1-D view per operand) left it at 2: same pointers, same results, and a contiguous
+                        # problem's PTX identical but for ragged tiles' zero-fill source address (cached kernels stay valid)
 
 
 def attention_key(problem, schedule, role: str, target) -> str:
     from nova.runtime.cache import CODEGEN_TOOLCHAIN, canonical_json
-    payload = {"op": "attention", "role": role, "problem": problem.to_dict(), "schedule": schedule.to_dict(),
-               "target": {"name": target.name, "arch": target.arch}, "nova": nova.__version__,
+    payload = {"op": "attention", "role": role, "problem": problem.for_role(role).to_dict(),
+               "schedule": schedule.to_dict(), "target": {"name": target.name, "arch": target.arch}, "nova": nova.__version__,
                "toolchain": CODEGEN_TOOLCHAIN, "abi": ATTN_ABI}
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
 
 
 def summary(problem, role: str, target) -> str:
-    return f"{problem.describe()} [{role}] on {target.name} ({target.arch})"
+    return f"{problem.for_role(role).describe()} [{role}] on {target.name} ({target.arch})"
 
 
 def compile_kernel(problem, schedule, role: str, *, cubin: bool = True) -> KernelArtifact:
     from nova.codegen import MLIR_TOOLCHAIN, lower_and_assemble
     from nova.codegen.lower import pipeline
     kt = schedule.kernel(role)
+    problem = problem.for_role(role)
     text = build_module(problem, schedule, role)
     ptx, binary, resources, ptxas_version = lower_and_assemble(text, schedule.arch, KERNEL_NAMES[role],
                                                                f"{role} of {problem.describe()}", cubin=cubin)

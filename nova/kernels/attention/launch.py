@@ -8,14 +8,19 @@ memoised kernels and only launch.  Kernels run on torch's current stream; nothin
 
 Layout: q ``[B, H, Tq, D]``, k and v ``[B, Hkv, Tk, D]`` (Hkv divides H: grouped-query attention),
 torch float32 (TF32 tensor cores, round-to-nearest), bfloat16 or float16.  ``lse`` is
-``[B, H, Tq]`` float32, natural log.  Non-contiguous inputs are made contiguous (a copy).
+``[B, H, Tq]`` float32, natural log.  Strided operands (views such as the q/k/v slices of a fused
+``[B, T, 3, H, D]`` projection, a transposed dout, or ``out``/``dq``/``dk``/``dv`` arena views) are read
+and written in place when their head dimension is contiguous and their other strides are multiples
+of 16 bytes (``plan_operands``: the strides become part of the problem, so each layout has its own
+kernels); any other operand goes through a contiguous copy (an output: written there, then copied
+back).  lse must be contiguous when given as the forward's output.
 """
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from nova.kernels.attention.problem import AttentionProblem
+from nova.kernels.attention.problem import AttentionProblem, strides_reason
 
 _DTYPES = {"torch.float32": "tf32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
 
@@ -31,7 +36,8 @@ _memo: dict[tuple, _Resolved] = {}
 _lock = threading.RLock()
 
 
-def _resolve(problem: AttentionProblem, device_index, target, roles) -> _Resolved:
+def resolve(problem: AttentionProblem, device_index, target, roles) -> _Resolved:
+    """The schedule and the loaded kernels ``roles`` of ``problem`` on the device (memoised)."""
     from nova.runtime import driver
     from nova.runtime.matmul import resolve_target
     device = driver.get_device(device_index)
@@ -54,11 +60,10 @@ def _resolve(problem: AttentionProblem, device_index, target, roles) -> _Resolve
 
 
 def _problem(q, k, v, causal, scale) -> AttentionProblem:
+    """The contiguous problem of q, k, v's shapes and dtype (no device check: meta tensors plan too)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:
             raise ValueError(f"{name} must be [B, H, T, D], got shape {list(t.shape)}")
-        if not t.is_cuda:
-            raise ValueError(f"{name} must be a CUDA tensor")
     if q.dtype != k.dtype or q.dtype != v.dtype or str(q.dtype) not in _DTYPES:
         raise ValueError(f"q, k, v must share one dtype of float32/bfloat16/float16, got {q.dtype}, {k.dtype}, {v.dtype}")
     B, H, Tq, D = q.shape
@@ -69,58 +74,109 @@ def _problem(q, k, v, causal, scale) -> AttentionProblem:
                             scale=scale)
 
 
-def _stream(t):
-    import torch
-    return torch.cuda.current_stream(t.device).cuda_stream
+def copy_reason(name: str, t, elem_bytes: int) -> str:
+    """Why operand ``name`` must go through a contiguous copy before the kernels read (or, an output,
+    write) it: strides they cannot address (``problem.strides_reason``) or a base address that is not
+    16-byte aligned (cp.async; not known on the meta device, where the executor plans); '' for none."""
+    why = strides_reason(name, tuple(t.shape), tuple(t.stride()), elem_bytes)
+    if not why and t.device.type != "meta" and t.data_ptr() % 16:
+        why = f"{name}'s address is not 16-byte aligned"
+    return why
 
 
-def _check_out(name, t, shape, dtype):
-    if t is not None and (tuple(t.shape) != tuple(shape) or t.dtype != dtype or not t.is_contiguous()):
-        raise ValueError(f"{name} must be a contiguous {dtype} tensor of shape {list(shape)}")
+def plan_operands(q, k, v, causal=False, scale=None, **others) -> tuple[AttentionProblem, dict[str, str]]:
+    """``(problem, copies)`` for these tensors: the problem carries the strides of every operand the
+    kernels address in place; ``copies`` maps each other operand to why it is copied (to contiguous
+    memory, and back for an output).  ``others``: out, dout, dq, dk, dv (None: allocated contiguous)."""
+    p = _problem(q, k, v, causal, scale)
+    named = {"q": q, "k": k, "v": v, **{n: t for n, t in others.items() if t is not None}}
+    copies = {n: why for n, t in named.items() if (why := copy_reason(n, t, p.elem_bytes))}
+    strides = {n: tuple(t.stride()) for n, t in named.items() if n not in copies}
+    return replace(p, strides=strides), copies
+
+
+def _on_cuda(*named):
+    for name, t in named:
+        if not t.is_cuda:
+            raise ValueError(f"{name} must be a CUDA tensor")
+
+
+def _check_out(name, t, shape, dtype, contiguous=False):
+    if t is not None and (tuple(t.shape) != tuple(shape) or t.dtype != dtype or (contiguous and not t.is_contiguous())):
+        raise ValueError(f"{name} must be a {'contiguous ' if contiguous else ''}{dtype} tensor of shape {list(shape)}")
     return t
 
 
-def _aligned(*ts):
-    """cp.async and the paired stores need 16-byte aligned bases: copy a misaligned view."""
-    return tuple(t if t.data_ptr() % 16 == 0 else t.clone() for t in ts)
+def _dense(t):
+    """A contiguous, freshly allocated (so 16-byte aligned) copy."""
+    import torch
+    return t.clone(memory_format=torch.contiguous_format)
+
+
+def _inputs(copies, named):
+    return [_dense(t) if n in copies else t for n, t in named]
+
+
+def _output(copies, name, t, like):
+    """(buffer the kernel writes, tensor to copy it into afterwards or None)."""
+    import torch
+    if t is None:
+        return torch.empty(like.shape, dtype=like.dtype, device=like.device), None
+    if name in copies:
+        return torch.empty(t.shape, dtype=t.dtype, device=t.device), t
+    return t, None
+
+
+def _vector(t):
+    """lse / delta: contiguous [B, H, T] FP32, 16-byte aligned."""
+    return t if t.is_contiguous() and t.data_ptr() % 16 == 0 else _dense(t)
 
 
 def attention(q, k, v, causal: bool = False, scale: float | None = None, *, out=None, lse=None, target=None):
     """Fused attention forward; returns ``(out, lse)`` (written into ``out``/``lse`` when given)."""
     import torch
-    p = _problem(q, k, v, causal, scale)
-    q, k, v = _aligned(q.contiguous(), k.contiguous(), v.contiguous())
-    r = _resolve(p, q.device.index, target, ("fwd",))
-    out = _check_out("out", out, q.shape, q.dtype)
-    lse = _check_out("lse", lse, (p.batch, p.heads, p.seq_q), torch.float32)
-    out = torch.empty_like(q) if out is None else out
+    _on_cuda(("q", q), ("k", k), ("v", v))
+    _check_out("out", out, q.shape, q.dtype)
+    p, copies = plan_operands(q, k, v, causal, scale, out=out)
+    _check_out("lse", lse, (p.batch, p.heads, p.seq_q), torch.float32, contiguous=True)
+    q, k, v = _inputs(copies, (("q", q), ("k", k), ("v", v)))
+    r = resolve(p, q.device.index, target, ("fwd",))
+    o, back = _output(copies, "out", out, q)
     lse = torch.empty((p.batch, p.heads, p.seq_q), dtype=torch.float32, device=q.device) if lse is None else lse
-    r.kernels["fwd"].launch((q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr()), _stream(q))
-    return out, lse
+    r.kernels["fwd"].launch((q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr()), _stream(q))
+    if back is not None:
+        back.copy_(o)
+    return (o if back is None else back), lse
 
 
 def attention_backward(dout, q, k, v, out, lse, causal: bool = False, scale: float | None = None, *,
                        dq=None, dk=None, dv=None, target=None):
     """Gradients of ``attention``: returns ``(dq, dk, dv)``.  Extra memory: one FP32 value per query row (D)."""
     import torch
-    p = _problem(q, k, v, causal, scale)
+    _on_cuda(("q", q), ("k", k), ("v", v), ("dout", dout), ("out", out), ("lse", lse))
     if tuple(dout.shape) != tuple(q.shape) or tuple(out.shape) != tuple(q.shape) or dout.dtype != q.dtype \
             or out.dtype != q.dtype:
         raise ValueError("dout and out must have q's shape and dtype")
+    for name, t, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v)):
+        _check_out(name, t, like.shape, like.dtype)
+    p, copies = plan_operands(q, k, v, causal, scale, out=out, dout=dout, dq=dq, dk=dk, dv=dv)
     if tuple(lse.shape) != (p.batch, p.heads, p.seq_q) or lse.dtype != torch.float32:
         raise ValueError(f"lse must be float32 [B, H, Tq] = {[p.batch, p.heads, p.seq_q]}")
-    q, k, v, dout, out, lse = _aligned(*(t.contiguous() for t in (q, k, v, dout, out, lse)))
-    r = _resolve(p, q.device.index, target, ("bwd_pre", "bwd_dkv", "bwd_dq"))
+    q, k, v, dout, out = _inputs(copies, (("q", q), ("k", k), ("v", v), ("dout", dout), ("out", out)))
+    lse = _vector(lse)
+    r = resolve(p, q.device.index, target, ("bwd_pre", "bwd_dkv", "bwd_dq"))
     s = _stream(q)
     delta = torch.empty((p.batch, p.heads, p.seq_q), dtype=torch.float32, device=q.device)
-    dq = torch.empty_like(q) if _check_out("dq", dq, q.shape, q.dtype) is None else dq
-    dk = torch.empty_like(k) if _check_out("dk", dk, k.shape, k.dtype) is None else dk
-    dv = torch.empty_like(v) if _check_out("dv", dv, v.shape, v.dtype) is None else dv
+    (gq, bq), (gk, bk), (gv, bv) = (_output(copies, n, t, like) for n, t, like in (("dq", dq, q), ("dk", dk, k),
+                                                                                   ("dv", dv, v)))
     r.kernels["bwd_pre"].launch((out.data_ptr(), dout.data_ptr(), delta.data_ptr()), s)
     qp, kp, vp, dop, lp, dp = q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), lse.data_ptr(), delta.data_ptr()
-    r.kernels["bwd_dkv"].launch((qp, kp, vp, dop, lp, dp, dk.data_ptr(), dv.data_ptr()), s)
-    r.kernels["bwd_dq"].launch((qp, kp, vp, dop, lp, dp, dq.data_ptr()), s)
-    return dq, dk, dv
+    r.kernels["bwd_dkv"].launch((qp, kp, vp, dop, lp, dp, gk.data_ptr(), gv.data_ptr()), s)
+    r.kernels["bwd_dq"].launch((qp, kp, vp, dop, lp, dp, gq.data_ptr()), s)
+    for g, back in ((gq, bq), (gk, bk), (gv, bv)):
+        if back is not None:
+            back.copy_(g)
+    return tuple(g if back is None else back for g, back in ((gq, bq), (gk, bk), (gv, bv)))
 
 
 def reset() -> None:

@@ -4,7 +4,17 @@
 (grouped-query attention when ``kv_heads < heads``), FP32 accumulation and FP32 softmax, plus the
 per-row log-sum-exp ``lse[b,h,i] = log(sum_j exp(scale * q_i . k_j))`` (natural log, FP32) that the
 backward pass needs.  Layout: q ``[B, H, Tq, D]``, k and v ``[B, Hkv, Tk, D]``, out like q, lse
-``[B, H, Tq]``; all contiguous (torch's ``scaled_dot_product_attention`` layout).
+``[B, H, Tq]`` (torch's ``scaled_dot_product_attention`` layout).
+
+Strides.  The eight ``[B, H|Hkv, T, D]`` operands (``OPERANDS``: q, k, v, out and, in the backward,
+dout, dq, dk, dv) are contiguous unless ``strides`` gives their element strides ``(sB, sH, sT)``: the
+head dimension is always contiguous (stride 1), the other three are arbitrary multiples of 16 bytes
+(cp.async copies 16-byte chunks), and an output's elements must not overlap.  In a training step q, k
+and v are views of the fused projection ``[B, T, 3, H, D]`` and dout a transposed ``[B, T, H*D]``: the
+kernels read them in place.  Strides are static (a kernel is generated per problem): ``strides`` is
+normalised to the operands that differ from the contiguous layout (a dimension of size 1 has no
+stride), so a contiguous problem's dict and cache key are what they were without the field.  lse and
+the backward's delta are always contiguous ``[B*H*Tq]`` FP32.
 
 ``causal`` masks key ``j > i`` (top-left aligned, as torch's ``is_causal``): every row keeps key 0,
 so no row is ever fully masked.
@@ -12,15 +22,52 @@ so no row is ever fully masked.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 # name: (storage element type, bytes per element)
 ATTN_DTYPES = {"tf32": ("f32", 4), "bf16": ("bf16", 2), "fp16": ("f16", 2)}
 HEAD_DIMS = (64, 128)          # head dimensions the mma.sync kernels are generated for
+OPERANDS = ("q", "k", "v", "out", "dout", "dq", "dk", "dv")   # the [B, H|Hkv, T, D] tensors
+KV_OPERANDS = ("k", "v", "dk", "dv")                          # [B, Hkv, Tk, D]; the others [B, H, Tq, D]
+OUTPUTS = ("out", "dq", "dk", "dv")                           # written: their elements must not overlap
+# the operands each kernel reads or writes (build.PARAMS without lse/delta): a kernel's cache key holds
+# only their strides, so the forward of a step and its backward share the kernels they both use
+ROLE_OPERANDS = {"fwd": ("q", "k", "v", "out"), "bwd_pre": ("out", "dout"),
+                 "bwd_dkv": ("q", "k", "v", "dout", "dk", "dv"), "bwd_dq": ("q", "k", "v", "dout", "dq")}
 
 
 class AttentionProblemError(ValueError):
     """A problem statement no attention kernel can compute."""
+
+
+def dense_strides(shape) -> tuple[int, int, int, int]:
+    """Element strides of a contiguous ``[B, H, T, D]`` tensor."""
+    _, h, t, d = shape
+    return (h * t * d, t * d, d, 1)
+
+
+def strides_reason(name: str, shape, strides, elem_bytes: int) -> str:
+    """Why the kernels cannot address operand ``name`` of ``shape`` ``[B, H, T, D]`` with element
+    ``strides`` (four, as ``torch.Tensor.stride()``) in place; '' when they can."""
+    strides = tuple(strides)
+    if len(strides) != 4 or any(not isinstance(x, int) or isinstance(x, bool) for x in strides):
+        return f"{name} needs 4 integer strides [sB, sH, sT, sD], got {list(strides)}"
+    if any(x < 0 for x in strides):
+        return f"{name}'s strides {list(strides)} are negative"
+    if strides[3] != 1 and shape[3] > 1:
+        return f"{name}'s head dimension is not contiguous (stride {strides[3]}, the kernels need 1)"
+    vec = 16 // elem_bytes
+    for dim, n, x in zip("BHT", shape, strides):
+        if n > 1 and x % vec:
+            return (f"{name}'s {dim} stride {x} is not a multiple of 16 bytes ({vec} elements; cp.async copies "
+                    f"16-byte chunks)")
+    if name in OUTPUTS:             # non-overlapping: by increasing stride, each steps over the ones below
+        span = 0
+        for x, n in sorted((x, n) for n, x in zip(shape, strides) if n > 1):
+            if x <= span:
+                return f"{name}'s strides {list(strides)} overlap (an output element would be written twice)"
+            span += (n - 1) * x
+    return ""
 
 
 @dataclass(frozen=True)
@@ -34,6 +81,9 @@ class AttentionProblem:
     dtype: str = "tf32"
     kv_heads: int | None = None      # None: = heads (multi-head attention)
     scale: float | None = None       # None: 1/sqrt(head_dim)
+    # {operand: (sB, sH, sT)} (or a trailing sD = 1) for the operands that are not contiguous; stored
+    # as a tuple of (operand, (sB, sH, sT)) pairs in OPERANDS order, contiguous ones left out
+    strides: tuple = ()
 
     def __post_init__(self):
         for name in ("batch", "heads", "seq_q", "seq_k", "head_dim"):
@@ -56,6 +106,52 @@ class AttentionProblem:
         if isinstance(sc, bool) or not isinstance(sc, (int, float)) or not math.isfinite(sc) or sc <= 0:
             raise AttentionProblemError(f"scale must be a positive finite number, got {self.scale!r}")
         object.__setattr__(self, "scale", float(sc))
+        object.__setattr__(self, "strides", self._normalized_strides())
+
+    def _normalized_strides(self) -> tuple:
+        given = self.strides
+        if isinstance(given, dict):
+            given = given.items()
+        try:
+            given = {name: tuple(st) for name, st in given}
+        except (TypeError, ValueError):
+            raise AttentionProblemError(f"strides must map operands to (sB, sH, sT), got {self.strides!r}") from None
+        out = []
+        for name in given:
+            if name not in OPERANDS:
+                raise AttentionProblemError(f"strides of unknown operand {name!r}; operands: {', '.join(OPERANDS)}")
+        for name in OPERANDS:
+            if name not in given:
+                continue
+            st = given[name] + ((1,) if len(given[name]) == 3 else ())
+            shape = self.operand_shape(name)
+            why = strides_reason(name, shape, st, self.elem_bytes)
+            if why:
+                raise AttentionProblemError(f"unsupported attention strides: {why}")
+            dense = dense_strides(shape)
+            st = tuple(x if n > 1 else c for n, x, c in zip(shape[:3], st, dense))   # size 1: no stride
+            if st != dense[:3]:
+                out.append((name, st))
+        return tuple(out)
+
+    def operand_shape(self, name: str) -> tuple[int, int, int, int]:
+        """``[B, H, Tq, D]``, or ``[B, Hkv, Tk, D]`` for k, v and their gradients."""
+        if name in KV_OPERANDS:
+            return (self.batch, self.kv_heads, self.seq_k, self.head_dim)
+        return (self.batch, self.heads, self.seq_q, self.head_dim)
+
+    def operand_strides(self, name: str) -> tuple[int, int, int]:
+        """Element strides (sB, sH, sT) of operand ``name`` (the head dimension's is 1)."""
+        return dict(self.strides).get(name) or dense_strides(self.operand_shape(name))[:3]
+
+    def extent(self, name: str) -> int:
+        """Elements from the operand's first to its last, inclusive (the kernels' 1-D view of it)."""
+        return 1 + sum((n - 1) * x for n, x in zip(self.operand_shape(name), self.operand_strides(name) + (1,)))
+
+    def for_role(self, role: str) -> "AttentionProblem":
+        """This problem with only the strides of the operands kernel ``role`` reads or writes."""
+        keep = ROLE_OPERANDS[role]
+        return replace(self, strides=tuple(e for e in self.strides if e[0] in keep))
 
     @property
     def storage(self) -> str:
@@ -106,8 +202,14 @@ class AttentionProblem:
     def describe(self) -> str:
         kv = f" kv_heads={self.kv_heads}" if self.kv_heads != self.heads else ""
         t = f"T={self.seq_q}" if self.seq_q == self.seq_k else f"Tq={self.seq_q} Tk={self.seq_k}"
+        st = "".join(f" {n}[{','.join(map(str, x))}]" for n, x in self.strides)
         return (f"attention B={self.batch} H={self.heads}{kv} {t} D={self.head_dim} {self.dtype}"
-                f"{' causal' if self.causal else ''} scale={self.scale:.6g}")
+                f"{' causal' if self.causal else ''} scale={self.scale:.6g}{' strides' + st if st else ''}")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if self.strides:                 # contiguous operands stay out: a contiguous problem's dict is unchanged
+            d["strides"] = {n: list(x) for n, x in self.strides}
+        else:
+            del d["strides"]
+        return d
