@@ -15,8 +15,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,po
 for stage in $STAGES; do
   echo "== $stage $(date +%T)" | tee -a "$RES/log.txt"
   case $stage in
-    tests)  timeout 200 python3 -m pytest -m gpu tests/test_runtime_gpu.py -q -p no:cacheprovider 2>&1 \
-              | tail -n 25 | tee "$RES/gpu-tests.txt" | tee -a "$RES/log.txt" ;;
+    tests)  timeout ${TESTS_S:-200} python3 -m pytest -m gpu ${TESTS:-tests/test_runtime_gpu.py} -q -p no:cacheprovider \
+              2>&1 | tail -n 40 | tee "$RES/gpu-tests.txt" | tee -a "$RES/log.txt" ;;
     suite)  OUT=$RES timeout ${SUITE_S:-330} bash bench/train_gemms_device.sh --budget-s $(( ${SUITE_S:-330} - 40 )) \
               2>&1 | tail -n 60 >> "$RES/log.txt" ;;
     oracle) timeout ${ORACLE_S:-170} python3 -m nova.bench.oracle --manifest .nova-cache/tune-manifest.json \
@@ -31,8 +31,8 @@ for stage in $STAGES; do
     train)  timeout 240 python3 -m nova.bench.train --all --frameworks eager,nova --model gpt42m --batch 32 \
               --out "$RES/train" --timeout 110 2>&1 | tail -n 30 >> "$RES/log.txt" ;;
   esac
+  tar czf "$OUT/issue12.tgz" -C "$RES" .          # after every stage: a call stopped at its limit keeps what ran
 done
-tar czf "$OUT/issue12.tgz" -C "$RES" .
 cp "$RES/log.txt" "$OUT/"
 [ -f "$RES/train-gemms/train_gemms.md" ] && cp "$RES/train-gemms/train_gemms.md" "$OUT/"
 ls -la "$OUT"

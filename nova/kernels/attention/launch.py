@@ -101,6 +101,12 @@ def _on_cuda(*named):
             raise ValueError(f"{name} must be a CUDA tensor")
 
 
+def _stream(t):
+    """The raw handle of torch's current stream on ``t``'s device: the launches queue there."""
+    import torch
+    return torch.cuda.current_stream(t.device).cuda_stream
+
+
 def _check_out(name, t, shape, dtype, contiguous=False):
     if t is not None and (tuple(t.shape) != tuple(shape) or t.dtype != dtype or (contiguous and not t.is_contiguous())):
         raise ValueError(f"{name} must be a {'contiguous ' if contiguous else ''}{dtype} tensor of shape {list(shape)}")
