@@ -106,6 +106,18 @@ def _group_name(group) -> str:
     return ops[0] if len(ops) == 1 else f"{ops[0]}+{len(ops) - 1} ({'+'.join(sorted(set(ops)))})"
 
 
+def _group_traffic(group) -> tuple[int, int]:
+    """(DRAM bytes, launches) of a memory-bound group.  On ATen kernels (``group.kernel == "aten"``)
+    every op is its own kernel that reads its inputs and writes its outputs, intermediates
+    included: the sum over the group's data-moving nodes (views move nothing, unless the group is
+    a view that copies).  A fused kernel would move only the group's inputs and outputs."""
+    if group.kernel != "aten":
+        return _bytes_of(group.inputs) + _bytes_of(group.outputs), 1
+    from nova.ir.ops import kind
+    moving = [n for n in group.nodes if kind(n.op) != "view"] or list(group.nodes)
+    return sum(_bytes_of(n.inputs) + _bytes_of(n.outputs) for n in moving), len(moving)
+
+
 def kernel_reports(planned, target) -> list[KernelReport]:
     """One report per group that launches a kernel, in execution order."""
     reports = []
@@ -119,8 +131,7 @@ def kernel_reports(planned, target) -> list[KernelReport]:
         elif node.op in ("attention", "attention_backward"):
             t, bound, formula, kernel, schedule = _attention_report(group, node, target)
         else:
-            moved = _bytes_of(group.inputs) + _bytes_of(group.outputs)
-            launches = len(group.nodes) if group.kernel == "aten" else 1
+            moved, launches = _group_traffic(group)
             if node.op in ("cross_entropy", "cross_entropy_backward"):
                 logits = node.inputs[0] if node.op == "cross_entropy" else node.inputs[1]
                 launches = cost.cross_entropy_launches(node.op, logits.shape[0],
