@@ -28,7 +28,7 @@ for stage in $STAGES; do
               --dtypes bf16 --out "$RES" 2>&1 | tail -n 30 >> "$RES/log.txt" ;;
     trainprofile) timeout 120 python3 -m nova.bench.train_profile --framework nova --model gpt42m --batch 32 \
               --out "$RES" 2>&1 | tail -n 40 >> "$RES/log.txt" ;;
-    train)  timeout ${TRAIN_S:-240} python3 -m nova.bench.train --all --frameworks ${FRAMEWORKS:-eager,nova} --model gpt42m --batch 32 \
+    train)  timeout ${TRAIN_S:-240} python3 -m nova.bench.train --all --frameworks ${FRAMEWORKS:-eager,nova} --model ${MODEL:-gpt42m} --batch ${BATCH:-32} \
               --out "$RES/train" --timeout 110 2>&1 | tail -n 30 >> "$RES/log.txt" ;;
   esac
   tar czf "$OUT/issue12.tgz" -C "$RES" .          # after every stage: a call stopped at its limit keeps what ran
