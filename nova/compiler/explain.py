@@ -118,9 +118,65 @@ def _group_traffic(group) -> tuple[int, int]:
     return sum(_bytes_of(n.inputs) + _bytes_of(n.outputs) for n in moving), len(moving)
 
 
+# Groups priced by their closed form even where dispatch counting works: the cross-entropy kernels
+# keep each row chunk's intermediates in L2 by design (cost.CROSS_ENTROPY_CHUNK_BYTES), so their
+# DRAM bytes are the logits once, not every call's operands (their launches agree with the count).
+CLOSED_FORM_OPS = ("cross_entropy", "cross_entropy_backward")
+# ATen calls that allocate or alias without running a kernel
+_NO_KERNEL = frozenset({"aten::empty", "aten::empty_strided", "aten::detach", "aten::alias", "aten::lift_fresh"})
+
+
+def aten_dispatch(planned) -> dict[int, tuple[int, int]]:
+    """``{group index: (ATen ops, DRAM bytes they move)}`` for the groups that run on ATen kernels,
+    counted by running the executor's own launches on meta tensors under a dispatch mode: each
+    non-view op is one kernel (at least) that reads its tensor arguments and writes its results.
+    An IR node often launches several (a cross-entropy chunk loop, an optimizer group's foreach
+    calls).  Groups whose launch cannot run on meta (Nova's own kernels) are left out; their
+    reports keep the closed form."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from nova.compiler.executor import Program
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = self.bytes = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if func.is_view or func._schema.name in _NO_KERNEL:
+                return out
+            tensors = {}
+            for x in torch.utils._pytree.tree_leaves((args, kwargs, out)):
+                if isinstance(x, torch.Tensor):
+                    tensors[id(x)] = x.numel() * x.element_size()
+            self.ops += 1
+            self.bytes += sum(tensors.values())
+            return out
+
+    out = {}
+    try:
+        program = Program(planned, "meta")
+    except Exception:                     # a plan the executor cannot lay out: closed forms only
+        return out
+    for launch in program.launches:
+        if launch.kind == "gemm":
+            continue
+        count = Count()
+        try:
+            with torch.no_grad(), count:
+                launch()
+        except Exception:                 # not runnable on meta (Nova's attention launcher)
+            continue
+        out[launch.group] = (count.ops, count.bytes)
+    return out
+
+
 def kernel_reports(planned, target) -> list[KernelReport]:
     """One report per group that launches a kernel, in execution order."""
     reports = []
+    dispatched = aten_dispatch(planned)
     for index, group in enumerate(planned.groups):
         if group.kernel == "none":
             continue
@@ -130,6 +186,10 @@ def kernel_reports(planned, target) -> list[KernelReport]:
             t, bound, formula, schedule = _gemm_report(group, target)
         elif node.op in ("attention", "attention_backward"):
             t, bound, formula, kernel, schedule = _attention_report(group, node, target)
+        elif index in dispatched and group.kernel == "aten" and node.op not in CLOSED_FORM_OPS:
+            launches, moved = dispatched[index]
+            kt = cost.memory_bound_time(moved, target, launches)
+            t, bound, formula = kt.time_us, kt.bound, kt.formula + f" ({launches} ATen calls, counted on meta)"
         else:
             moved, launches = _group_traffic(group)
             if node.op in ("cross_entropy", "cross_entropy_backward"):
