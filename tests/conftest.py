@@ -24,3 +24,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny tensors: one torch thread is fastest, and a busy 2-core machine does not thrash.
+    Modules of many small interpreter runs use it with ``pytestmark = pytest.mark.usefixtures(...)``."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

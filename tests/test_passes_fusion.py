@@ -13,12 +13,7 @@ from nova.passes.schedule import is_topological
 F = lambda *shape: TensorType(shape, "f32")          # noqa: E731
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def ops_of(group):

@@ -9,12 +9,7 @@ from nova.passes.examples import linear_bias_gelu, random_inputs, transformer_st
 from nova.passes.reference import run_planned
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_pipeline_returns_a_consistent_plan_and_leaves_its_input_alone():

@@ -11,13 +11,7 @@ from nova.passes.examples import random_inputs, transformer_step
 F = lambda *shape: TensorType(shape, "f32")          # noqa: E731
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one torch thread is fastest, and a busy 2-core machine does not thrash."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def same_results(before, after, seed=0, int_high=2):
