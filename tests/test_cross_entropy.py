@@ -182,17 +182,12 @@ def test_pass_leaves_other_uses_alone(case):
 
 def test_pass_on_the_captured_tiny_gpt_step():
     from nova.frontend import capture
+    from nova.models import make_train_step
     from nova.models.gpt import GPT
     model = GPT("tiny")
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)    # linear in the gradients (Adam's
                                                                         # first step is sign(g): noise-bound)
-
-    def step(idx, targets):
-        loss = model(idx, targets)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
+    step = make_train_step(model, opt)
     gen = torch.Generator().manual_seed(0)
     idx = torch.randint(0, 96, (2, 8), generator=gen)
     targets = torch.randint(0, 96, (2, 8), generator=gen)

@@ -12,18 +12,9 @@ from nova.ir import OPS, verify
 from nova.models.gpt import GPT
 from nova.models.gpt import CONFIGS as GPT_CONFIGS
 from nova.models.llama import Llama
+from nova.models import make_train_step
 
 GPT1 = dataclasses.replace(GPT_CONFIGS["tiny"], n_layer=1)
-
-
-def train_step_of(model, opt):
-    def train_step(idx, targets):
-        loss = model(idx, targets)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
-    return train_step
 
 
 def tokens(model, shape=(2, 8)):
@@ -36,14 +27,14 @@ def tokens(model, shape=(2, 8)):
 def gpt_capture():
     model = GPT("tiny")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    return model, opt, capture(train_step_of(model, opt), tokens(model))
+    return model, opt, capture(make_train_step(model, opt), tokens(model))
 
 
 @pytest.fixture(scope="module")
 def llama_capture():
     model = Llama("tiny")
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    return model, opt, capture(train_step_of(model, opt), tokens(model))
+    return model, opt, capture(make_train_step(model, opt), tokens(model))
 
 
 @pytest.mark.parametrize("which", ["gpt", "llama"])
@@ -117,7 +108,7 @@ def test_capture_leaves_the_users_objects_untouched():
     model = GPT(GPT1)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     before = [p.detach().clone() for p in model.parameters()]
-    step = train_step_of(model, opt)
+    step = make_train_step(model, opt)
     captured = capture(step, tokens(model))
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), before))
     assert all(p.grad is None for p in model.parameters()) and len(opt.state) == 0
@@ -132,7 +123,7 @@ def test_capturing_a_meta_model_allocates_nothing():
         model = GPT(GPT1)
         idx = torch.zeros(4, 16, dtype=torch.long)
     opt = torch.optim.AdamW(model.parameters())
-    captured = capture(train_step_of(model, opt), (idx, idx))
+    captured = capture(make_train_step(model, opt), (idx, idx))
     assert captured.graph.inputs[-1].value.type.shape == (4, 16)
     assert "aten" not in captured.graph.op_counts()
 

@@ -7,6 +7,7 @@ import torch
 
 from nova.frontend import capture
 from nova.ir import OPS
+from nova.models import make_train_step
 from nova.models.gpt import GPT
 from nova.models.llama import Llama
 
@@ -41,13 +42,7 @@ def test_whole_step_capture_of_the_paper_models(name, batch, seq):
         model = GPT(name)
         idx = torch.zeros(batch, seq, dtype=torch.long)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
-
-    def train_step(idx, targets):
-        loss = model(idx, targets)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
+    train_step = make_train_step(model, opt)
     t0 = time.perf_counter()
     captured = capture(train_step, (idx, idx))
     seconds = time.perf_counter() - t0
