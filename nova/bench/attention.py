@@ -164,7 +164,8 @@ def _precompile_one(args):
 # ---------------------------------------------------------------------------------------- timing
 
 
-def _time(fn, iters, warmup=3):
+def event_time_us(fn, iters, warmup=3):
+    """Microseconds per call of ``fn``: ``warmup`` calls, then ``iters`` back to back between two CUDA events."""
     import torch
     for _ in range(warmup):
         fn()
@@ -189,7 +190,7 @@ def _time_graph(fn, iters):
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         fn()
-    return _time(g.replay, iters)
+    return event_time_us(g.replay, iters)
 
 
 def bench_one(B, H, T, D, dtype, iters):
@@ -209,8 +210,8 @@ def bench_one(B, H, T, D, dtype, iters):
     def nova_step():
         o, l_ = nova.attention(q, k, v, causal=True)
         buf["g"] = nova.attention_backward(do, q, k, v, o, l_, causal=True)
-    row["nova_fwd_us"] = _time(lambda: nova.attention(q, k, v, causal=True), iters)
-    row["nova_us"] = _time(nova_step, iters)
+    row["nova_fwd_us"] = event_time_us(lambda: nova.attention(q, k, v, causal=True), iters)
+    row["nova_us"] = event_time_us(nova_step, iters)
     try:
         row["nova_graph_us"] = _time_graph(nova_step, iters)
     except Exception as e:                                   # report, do not hide
@@ -230,7 +231,7 @@ def bench_one(B, H, T, D, dtype, iters):
             o.backward(do)
         try:
             with sdpa_kernel([be]):
-                row[f"torch_{name}_us"] = _time(step, max(3, iters // 4) if name == "math" else iters)
+                row[f"torch_{name}_us"] = event_time_us(step, max(3, iters // 4) if name == "math" else iters)
         except Exception as e:
             row[f"torch_{name}_us"] = None
             row[f"torch_{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"

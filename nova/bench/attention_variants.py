@@ -15,7 +15,7 @@ import json
 import os
 import sys
 
-from nova.bench.attention import BENCH_SHAPES, arguments
+from nova.bench.attention import BENCH_SHAPES, arguments, event_time_us
 from nova.kernels.attention.problem import AttentionProblem
 
 MANIFEST = "attention-variants.json"
@@ -123,15 +123,7 @@ def run(manifest: str, out_dir: str, iters: int) -> int:
         else:
             ref = t["ref"][r["role"]]
             diff = float(((res - ref).abs().nan_to_num(float("inf"))).max() / ref.abs().max())
-        for _ in range(3):
-            kern.launch(ptrs, stream)
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(iters):
-            kern.launch(ptrs, stream)
-        b.record()
-        torch.cuda.synchronize()
-        us = a.elapsed_time(b) * 1e3 / iters
+        us = event_time_us(lambda: kern.launch(ptrs, stream), iters)
         row = {"problem": p.describe(), "dtype": p.dtype, "D": p.head_dim, "T": p.seq_q, "role": r["role"],
                "tag": r["tag"], "tile": r["tile"], "registers": r["registers"], "us": round(us, 2),
                "max_diff": diff}
