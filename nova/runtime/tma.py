@@ -112,8 +112,10 @@ class HopperGemm:
             raise driver.NovaRuntimeError(f"{what}: the schedule {'adds' if schedule.split_workspace else 'does not add'} "
                                           f"its K slices in a workspace but the artifact "
                                           f"{'has no' if self.reduce is None else 'has a'} reduction kernel (stale cache?)")
-        problem = artifact.meta.get("problem", {})
-        self.partial_bytes = schedule.split_k * problem.get("M", 0) * problem.get("N", 0) * 4 if self.reduce else 0
+        self.partial_bytes = 0                                # the [split_k * M, N] FP32 partials' workspace
+        if self.reduce is not None:
+            problem = artifact.meta["problem"]                # compile_hopper always records it
+            self.partial_bytes = schedule.split_k * problem["M"] * problem["N"] * 4
         # the TMA-store epilogue writes C through a tensor map: C [M, N] of the output type, C's box
         self.c_map = None
         if self.plan.tma_store:

@@ -273,11 +273,16 @@ def split_reductions(p: GemmProblem) -> tuple[str, ...]:
     return ("workspace",) if atomic_split_blocker(p) else ("atomic", "workspace")
 
 
+def slices_fit(ktiles: int, split: int) -> bool:
+    """Each of ``split`` K slices holds >= MIN_SLICE_K_TILES of the ``ktiles`` K tiles, none empty."""
+    per = cdiv(ktiles, split)
+    return per >= MIN_SLICE_K_TILES and (split - 1) * per < ktiles
+
+
 def max_split(ktiles: int, limit: int) -> int:
-    """Largest split <= limit whose slices all hold >= MIN_SLICE_K_TILES K tiles (none empty)."""
+    """Largest split <= limit whose slices fit (``slices_fit``)."""
     for s in range(max(1, limit), 1, -1):
-        per = cdiv(ktiles, s)
-        if per >= MIN_SLICE_K_TILES and (s - 1) * per < ktiles:
+        if slices_fit(ktiles, s):
             return s
     return 1
 
@@ -565,19 +570,21 @@ def clamp_n(p: GemmProblem, operands: OperandPlan, n: int) -> tuple[int, Step | 
 SPLIT_TRIES = (2, 3, 4, 5, 6, 8, 10, 12, 16)   # splits step 8 prices besides the one that fills the SMs
 
 
+def splits_may_pay(tiles: int, sm_count: int) -> bool:
+    """Whether splitting K can help ``tiles`` output tiles: they make less than two waves."""
+    return tiles < 2 * sm_count
+
+
 def split_candidates(ktiles: int, tiles: int, sm_count: int) -> list[int]:
     """K splits step 8 considers for ``tiles`` output tiles: none, and when the tiles make less
     than two waves (some SMs idle in the last one) ``SPLIT_TRIES`` and the largest split that fills
     the SMs (``max_split``), each leaving every slice >= MIN_SLICE_K_TILES K tiles: a split that
     evens out the last wave can pay even where the tiles alone fill more than half the SMs
     (measured: 768x3072x16384 TF32, 72 tiles, split 8 ran 13% faster than none)."""
-    if tiles >= 2 * sm_count:
+    if not splits_may_pay(tiles, sm_count):
         return [1]
     splits = {1, max_split(ktiles, sm_count // tiles)}
-    for s in SPLIT_TRIES:
-        per = cdiv(ktiles, s)
-        if per >= MIN_SLICE_K_TILES and (s - 1) * per < ktiles:
-            splits.add(s)
+    splits.update(s for s in SPLIT_TRIES if slices_fit(ktiles, s))
     return sorted(splits)
 
 

@@ -68,7 +68,8 @@ from nova.kernels.gemm.cost import cdiv, predict
 from nova.kernels.gemm.ampere import (BPS_THREADS, FRAG_A_REGS, FRAG_B_REGS, LINE_BYTES, OVERHEAD_REGS, PLAIN_COPY_REGS, REGS, STAGE_BYTES, copy_vector, check_schedule, smem_tiles)
 from nova.kernels.gemm.configure import configure
 from nova.kernels.gemm.hopper import (CONSUMER_OVERHEAD_REGS, STAGES, WGMMA_M, consumer_regs, epilogues,
-                                      operand_plan, predict_hopper, split_reductions, staging_bytes, wgmma_schedule)
+                                      operand_plan, predict_hopper, split_reductions, splits_may_pay, staging_bytes,
+                                      wgmma_schedule)
 from nova.kernels.gemm.problem import GemmProblem
 from nova.configurator.step import MmaInstr, Prediction
 from nova.kernels.gemm.schedule import Schedule
@@ -259,7 +260,8 @@ def wgmma_space_around(p: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Sc
         if tile_rows > max(WGMMA_M, _clamp_side(rows)) or n > n_top or not wgmma_fits(gpu, wgs, n):
             continue
         tiles = cdiv(rows, tile_rows) * cdiv(cols, n)
-        if reduction == "workspace" and tiles >= 2 * gpu.sm_count and (split_k, reduction) != (pick.split_k, pick.split_reduction):
+        if reduction == "workspace" and not splits_may_pay(tiles, gpu.sm_count) and \
+                (split_k, reduction) != (pick.split_k, pick.split_reduction):
             continue                       # as hopper.py's split_candidates: a workspace only under two waves of tiles
         units = tiles * split_k                                                    # tiles x K slices
         groups = _group_options(rows, tile_rows, cols, n, WGMMA_GROUP_M + (pick.group_m,))
