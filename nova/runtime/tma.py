@@ -112,16 +112,16 @@ class HopperGemm:
             raise driver.NovaRuntimeError(f"{what}: the schedule {'adds' if schedule.split_workspace else 'does not add'} "
                                           f"its K slices in a workspace but the artifact "
                                           f"{'has no' if self.reduce is None else 'has a'} reduction kernel (stale cache?)")
-        self.partial_bytes = 0                                # the [split_k * M, N] FP32 partials' workspace
-        if self.reduce is not None:
-            problem = artifact.meta["problem"]                # compile_hopper always records it
-            self.partial_bytes = schedule.split_k * problem["M"] * problem["N"] * 4
+        # the split-K workspace and the TMA store of C need C's shape (compile_hopper records the problem)
+        problem = artifact.meta.get("problem", {})
+        needed = ({"M", "N"} if self.reduce is not None else set()) | ({"M", "N", "out_dtype"} if self.plan.tma_store else set())
+        if not needed <= problem.keys():
+            raise driver.NovaRuntimeError(f"{what}: the schedule {'adds K slices in a workspace' if self.reduce else 'stores C by TMA'} "
+                                          "but the artifact does not say C's shape (meta['problem']; stale cache?)")
+        self.partial_bytes = schedule.split_k * problem["M"] * problem["N"] * 4 if self.reduce else 0
         # the TMA-store epilogue writes C through a tensor map: C [M, N] of the output type, C's box
         self.c_map = None
         if self.plan.tma_store:
-            if not {"M", "N", "out_dtype"} <= problem.keys():
-                raise driver.NovaRuntimeError(f"{what}: the schedule stores C by TMA but the artifact does not say "
-                                              "C's shape (meta['problem']; stale cache?)")
             if tuple(artifact.params[2:3]) != ("tmap_c",):
                 raise driver.NovaRuntimeError(f"{what}: the schedule stores C by TMA but the kernel takes "
                                               f"{artifact.params} (stale cache?)")
