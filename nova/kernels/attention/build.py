@@ -21,8 +21,8 @@ Four FlashAttention-2-style kernels on ``mma.sync`` + ``cp.async`` (sm_80+; also
 TF32 score precision (``problem.score_precision``): with "3xtf32" the score product (S = Q K^T in
 ``fwd`` and ``bwd_dq``, S^T = K Q^T in ``bwd_dkv``) reads its operands unrounded (the kept one is not
 rounded in shared memory) and splits each fragment element in registers, x = big + small (big = x
-rounded to TF32, small = x - big rounded to TF32), then accumulates small*big + big*small + big*big:
-three MMAs per score k-step, no extra shared-memory reads.
+with the bits TF32 drops cleared, small = the rest: ``tf32_split``), then accumulates small*big +
+big*small + big*big: three MMAs per score k-step, no extra shared-memory reads.
 
 Tails: rows beyond T are zero-filled by cp.async (``srcElements`` = 0), stores are predicated, and
 scores of keys beyond T_k are masked.  No T x T buffer exists anywhere.
@@ -48,6 +48,7 @@ PARAMS = {"fwd": ("q", "k", "v", "out", "lse"),
 SUPPORTED_ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90")
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
+TF32_KEEP_MASK = -(1 << 13)  # 0xFFFFE000 as i32: sign, exponent and the 10 mantissa bits TF32 keeps
 MASKED = -1.0e30           # finite "minus infinity": exp2 of it is 0 and no inf - inf NaN can appear
 
 
@@ -338,9 +339,16 @@ class _Flash:
         return ir.let("tf32", f"arith.bitcast {i} : i32 to f32")
 
     def tf32_split(self, x) -> tuple[str, str]:
-        """(big, small): x rounded to TF32, and the rest x - big rounded to TF32."""
-        big = self.tf32r(x)
-        return big, self.tf32r(self.ir.fop("subf", x, big, "tf32_rest"))
+        """(big, small) with x = big + small exactly: big = x with the 13 mantissa bits TF32 drops
+        cleared (one AND), small = x - big (one FSUB, exact: the cleared bits).  The tensor core reads
+        small's top 10 mantissa bits (it ignores the low 13 of a .tf32 register), so small * big and
+        big * small carry < 2^-20 |x y| of error, as does the small * small term left out.  Two
+        instructions an element, where cvt.rna costs three (FSETP, IMAD, LOP3) twice."""
+        ir = self.ir
+        bits = ir.let("x_bits", f"arith.bitcast {x} : f32 to i32")
+        hi = ir.let("big_bits", f"arith.andi {bits}, {ir.const(TF32_KEEP_MASK, 'i32')} : i32")
+        big = ir.let("big", f"arith.bitcast {hi} : i32 to f32")
+        return big, ir.fop("subf", x, big, "small")
 
     def split_fragment(self, values, shape) -> tuple[str, str]:
         """The (big, small) TF32 fragments of raw FP32 fragment ``values``."""

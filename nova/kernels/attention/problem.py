@@ -55,7 +55,7 @@ def score_precision_for(dtype: str) -> str:
     for ``dtype`` problems: for TF32 ``$NOVA_ATTENTION_PRECISION``, by default "3xtf32" (scores as
     accurate as PyTorch's FP32 attention: single-TF32 scores moved GPT-144M's loss curve by up to 1.8%,
     median 0.86%, where 3xtf32 stays at a median 0.14%; bench/NOTES.md), "tf32" the faster opt-in
-    (~35% less attention time); else "tf32" (the 16-bit kernels multiply exactly, FP32 accumulation)."""
+    (~23% less attention time); else "tf32" (the 16-bit kernels multiply exactly, FP32 accumulation)."""
     import os
     want = os.environ.get("NOVA_ATTENTION_PRECISION", "3xtf32").strip().lower() or "3xtf32"
     if want not in SCORE_PRECISIONS:
