@@ -44,7 +44,7 @@ for stage in $STAGES; do
               2>&1 | tail -n 30 >> "$RES/log.txt" ;;
     clusters) for c in ${CLUSTERS:-none 2x1 1x2}; do mkdir -p "$RES/clusters-$c"
               ( [ "$c" = none ] || export NOVA_CLUSTER=$c; timeout ${CLUSTER_S:-100} python3 -m nova.bench.train_gemms --device \
-                --suite bench/suites/cluster_probe.json --dtypes ${CLUSTER_DTYPES:-bf16} --out "$RES/clusters-$c" --settle-s 0.5 \
+                --suite ${CLUSTER_SUITE:-bench/suites/cluster_probe.json} --dtypes ${CLUSTER_DTYPES:-bf16} --out "$RES/clusters-$c" --settle-s 0.5 \
                 --rounds 3 --budget-s $(( ${CLUSTER_S:-100} - 20 )) 2>&1 | tail -n 12 >> "$RES/log.txt" ); done ;;
     train)  timeout ${TRAIN_S:-240} python3 -m nova.bench.train --all --frameworks ${FRAMEWORKS:-eager,nova} --model ${MODEL:-gpt42m} --batch ${BATCH:-32} \
               --out "$RES/train" --timeout 110 2>&1 | tail -n 30 >> "$RES/log.txt" ;;
