@@ -96,7 +96,7 @@ def render_explain(cfg, *, symbolic: bool = False, console=None) -> None:
     console.print(t)
 
     sch = Table(title="Schedule", show_header=False)
-    grid = s.grid(p.M, p.N)
+    grid = s.grid(p.M, p.N, p.batch)
     rows = [
         ("instruction", str(s.mma)),
         tile_row(s),

@@ -21,7 +21,8 @@ each returning its decision and the derivation row(s) that explain it:
  8. tile and split       of the few tile shapes (1-2 WGs x N, N/2, N/4), K splits and ways to add the
                          slices (FP32 atomics into C, or a workspace + a reduction kernel: any output,
                          deterministic), each with the epilogue it would use, the one the prediction's
-                         model (step 16) predicts fastest; rows: output tiles, split-K
+                         model (step 16) predicts fastest; rows: output tiles, (batched) work units,
+                         split-K (never with a batch: the batch elements fill the SMs instead)
  9. epilogue             registers (predicated stores from the accumulators, between tiles) or the TMA
                          store (each consumer warpgroup stages its slab in 2 x 8 KB swizzled boxes and
                          TMA-stores them: they drain while the next tile's K loop runs), by the model
@@ -29,13 +30,19 @@ each returning its decision and the derivation row(s) that explain it:
                          ring only hides more latency)
 11. TMA boxes            [BK = 128 B of K] x [block_m] and x [block_n], 128-byte swizzle = the wgmma descriptor layout
 12. cluster              1x1 (multicast not generated yet)
-13. grid                 persistent: min(tiles x K slices, SMs) CTAs walk the work units
+13. grid                 persistent: min(tiles x K slices (x batch), SMs) CTAs walk the work units
 14. group-M              rasterization, as for the mma.sync path (shown when there are tile rows to group)
 15. operand prep         which operands need a transpose/pad pass (TMA needs 16-byte aligned rows)
 16. prediction           max(tensor x smem cap, L2 fills (+ TMA stores) at each SM's port, DRAM, the ring's
                          latency bound) + first fill + epilogues + prep + split-K + launches
                          (``time_terms``, ``total_time``; recorded by ``configure``)
 Explain prints the rows it records in this order, numbered as printed (steps 7 and 14 may be absent).
+
+Batched GEMMs (``problem.batch`` > 1): a work unit is (batch element, output tile); the model's
+per-SM counts, DRAM bytes and prep passes scale with the batch (``batch_units``, ``min_bytes``,
+``prep_bytes``); group-M rasterises within a batch element; K is never split.  Each operand's tensor
+map is 3-D (batch outermost, its batch stride) or, broadcast, the 2-D map of one matrix
+(``operand_plan``).
 """
 from __future__ import annotations
 
@@ -144,7 +151,16 @@ def output_vector(p: GemmProblem, swap: bool, split: int, reduction: str = "atom
     that many adjacent partials of one row); the TMA store's 16 bytes (its tensor map needs C's
     base 16-byte aligned); else, registers, 4 (8 bytes, after a lane exchange) for 16-bit outputs
     with N % 4 == 0, else a pair when N is even (along N: swapped, the two wgmma rows of a lane are
-    adjacent n).  The runtime checks C's alignment against it."""
+    adjacent n); batched, halved until it divides C's batch stride (every batch element's C is then
+    as aligned as the first).  The runtime checks C's alignment against it."""
+    v = _output_vector(p, swap, split, reduction, epilogue)
+    while p.batch_stride("c") % v:
+        v //= 2
+    return v
+
+
+def _output_vector(p: GemmProblem, swap: bool, split: int, reduction: str, epilogue: str) -> int:
+    """``output_vector`` of one C matrix."""
     if split > 1:
         if reduction == "atomic":
             return 1
@@ -194,6 +210,9 @@ def tma_store_blocker(p: GemmProblem, swap: bool, split: int, n: int) -> str | N
         return "split-K keeps its epilogue (FP32 atomics into C, or partials into the workspace)"
     if p.N * p.out_bytes % 16:
         return (f"C's rows ({p.N} x {p.out_bytes} B = {p.N * p.out_bytes} B) are not a multiple of 16 bytes: "
+                "a tensor map cannot describe C")
+    if p.batch_stride("c") * p.out_bytes % 16:
+        return (f"C's batch stride ({p.batch_stride('c')} x {p.out_bytes} B) is not a multiple of 16 bytes: "
                 "a tensor map cannot describe C")
     box = c_box(p, swap)
     step = box.rows if swap else box.cols
@@ -300,8 +319,10 @@ def split_overhead(p: GemmProblem, gpu, split: int, reduction: str = "atomic") -
 
 
 def prep_bytes(p: GemmProblem, operands: OperandPlan) -> int:
-    """DRAM bytes of the operand-prep passes: each reads and writes its operand once."""
-    return sum(2 * role.rows * role.cols * p.in_bytes for role in (operands.a, operands.b) if role.prep)
+    """DRAM bytes of the operand-prep passes: each reads and writes its operand (every matrix of a
+    batched one) once."""
+    return sum(2 * role.rows * role.cols * role.prep.batch * p.in_bytes
+               for role in (operands.a, operands.b) if role.prep)
 
 
 def time_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int, operands: OperandPlan | None = None,
@@ -321,7 +342,7 @@ def epilogue_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int, operan
     """``time_terms`` of one tile for each of ``epilogues``, the rest of the model computed once."""
     operands = operands or operand_plan(p)
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
-    units = cdiv(I, block_i) * cdiv(J, n) * split
+    units = cdiv(I, block_i) * cdiv(J, n) * split * p.batch
     ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
     main = mainloop_time(p, gpu, block_i, n, units, ktiles, split, terms=True)
     shared = {"mma": main["mma"], "dram": p.min_bytes / gpu.dram_bw, "smem_cap": main["smem_cap"],
@@ -402,9 +423,11 @@ def operand_plan(problem: GemmProblem, prep_rounds: bool = False, transpose_in_k
     Feeds: "smem" (K-major, descriptor), "smem_t" (MN-major, descriptor with the transpose bit:
     16-bit types only), "regs" (MN-major, loaded to registers: the wgmma A operand may come from
     registers, which is how 32-bit MN-major data gets in: TF32 wgmma has no transpose bit).
-    A prep pass runs only when TMA cannot read the tensor (contiguous rows not a multiple of 16 B),
-    when TF32 has two MN-major operands (only one can go through registers: the smaller is
-    transposed, A on a tie), or when asked
+    A prep pass runs only when TMA cannot read the tensor (contiguous rows not a multiple of 16 B;
+    batched, a batch stride that is not a multiple of 16 B or that overlaps the matrices:
+    ``tma_batch_stride``), when TF32 has two MN-major operands (only one can go through registers:
+    the smaller is transposed, A on a tie; batched, counting a broadcast operand's one matrix), or
+    when asked
     (``prep_rounds``: the v0.2 experiment, whose prep pass rounds to TF32, so the tensor maps are
     plain FP32; ``transpose_in_kernel=False``: the v0.4 layout)."""
     p = problem
@@ -415,11 +438,12 @@ def operand_plan(problem: GemmProblem, prep_rounds: bool = False, transpose_in_k
     ops = {}
     for op, dim, kmajor in (("a", p.M, not p.trans_a), ("b", p.N, p.trans_b)):
         readable = (p.K % q == 0) if kmajor else (dim % q == 0 and transpose_in_kernel)
+        readable = readable and tma_batch_stride(p, op)
         ops[op] = {"dim": dim, "kmajor": kmajor, "prep": rna or not readable}
     if wide and not any(o["kmajor"] or o["prep"] for o in ops.values()):
         # two MN-major TF32 operands: one goes through registers, the other is transposed; the
         # smaller one (M x K vs N x K elements), e.g. X, not the logits' gradient, of an LM head's dW
-        ops["a" if p.M <= p.N else "b"]["prep"] = True
+        ops["a" if p.matrices("a") * p.M <= p.matrices("b") * p.N else "b"]["prep"] = True
     major = {op: "k" if (o["kmajor"] or o["prep"]) else "mn" for op, o in ops.items()}
     swap = wide and major["b"] == "mn"
     x, y = ("b", "a") if swap else ("a", "b")
@@ -428,12 +452,26 @@ def operand_plan(problem: GemmProblem, prep_rounds: bool = False, transpose_in_k
     roles = {}
     for op, o in ops.items():
         prep = None
+        batch = p.matrices(op)                         # 1: unbatched or broadcast (one 2-D map)
         if o["prep"]:
             prep = OperandPrep(transpose=not o["kmajor"], round=rna,
-                               src=(o["dim"], p.K) if o["kmajor"] else (p.K, o["dim"]), dst=(o["dim"], kp))
+                               src=(o["dim"], p.K) if o["kmajor"] else (p.K, o["dim"]), dst=(o["dim"], kp),
+                               batch=batch, src_stride=p.batch_stride(op) if batch > 1 else 0)
         rows, cols = ((o["dim"], kp if o["prep"] else p.K) if major[op] == "k" else (p.K, o["dim"]))
-        roles[op] = OperandRole(major[op], rows, cols, feed[op], prep)
+        stride = 0 if batch == 1 else (rows * cols if o["prep"] else p.batch_stride(op))   # a workspace is packed
+        roles[op] = OperandRole(major[op], rows, cols, feed[op], prep, batch, stride)
     return OperandPlan(roles["a"], roles["b"], swap, "f32" if rna else tensor_map_type(p))
+
+
+def tma_batch_stride(p: GemmProblem, op: str) -> bool:
+    """Whether a 3-D tensor map can step operand ``op`` ("a" or "b") from one batch element to the
+    next: its batch stride is a multiple of 16 bytes (cuTensorMapEncodeTiled's rule for every
+    stride) and no smaller than one matrix (the map's dimensions then never overlap).  Trivially
+    true without a batch dimension (unbatched or broadcast: a 2-D map)."""
+    if p.matrices(op) == 1:
+        return True
+    stride = p.batch_stride(op)
+    return stride * p.in_bytes % 16 == 0 and stride >= p.packed_stride(op)
 
 
 def tma_box(problem: GemmProblem, major: str, tile_rows: int) -> TmaBox:
@@ -458,7 +496,7 @@ def wgmma_schedule(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int,
     k = gpu.mma_shapes["wgmma"][p.dtype][2]
     block_i = WGMMA_M * wgs                                     # wgmma rows: along M, or N when swapped
     rows, cols = (p.N, p.M) if operands.swap else (p.M, p.N)
-    units = cdiv(rows, block_i) * cdiv(cols, n) * split
+    units = cdiv(rows, block_i) * cdiv(cols, n) * split * p.batch
     extent = {operands.x: block_i, operands.y: n}
     ring = SmemRing(RING_ALIGN, block_i * SWIZZLE, n * SWIZZLE, staging_bytes(wgs, epilogue))
     plan = HopperPlan(operands, tma_box(p, operands.a.major, extent["a"]), tma_box(p, operands.b.major, extent["b"]),
@@ -591,7 +629,7 @@ def split_candidates(ktiles: int, tiles: int, sm_count: int) -> list[int]:
 def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int) -> list[tuple]:
     """Step 8's candidates, each ``(predicted s, mma + L2 + DRAM s, -warpgroups, -N, split,
     reduction, tiles, epilogue)``: 1..wgs warpgroups x N, N/2, N/4 (at least MIN_WGMMA_N; a
-    narrower N only where it makes more tiles) x the ``split_candidates``, each split added by every
+    narrower N only where it makes more tiles) x the ``split_candidates`` (none with a batch), each split added by every
     reduction ``split_reductions`` allows, each written by every epilogue ``epilogues`` allows."""
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
     ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
@@ -601,7 +639,7 @@ def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int
             if nn < MIN_WGMMA_N or (nn < n and cdiv(J, nn) == cdiv(J, 2 * nn)):
                 continue                                     # narrower N without more tiles: no gain
             tiles = cdiv(I, WGMMA_M * w) * cdiv(J, nn)
-            for sp in split_candidates(ktiles, tiles, gpu.sm_count):
+            for sp in split_candidates(ktiles, tiles, gpu.sm_count) if p.batch == 1 else [1]:
                 for reduction in (split_reductions(p) if sp > 1 else ("atomic",)):
                     terms = epilogue_terms(p, gpu, WGMMA_M * w, nn, sp, operands, reduction, epilogues(p, operands, sp, nn))
                     for epilogue, t in terms.items():
@@ -612,6 +650,9 @@ def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int
 
 def describe_split(p: GemmProblem, split: int, reduction: str, ktiles: int) -> str:
     """The split-K row's explanation."""
+    if split == 1 and p.batch > 1:
+        return (f"not with a batch: its {p.batch} elements multiply the work units instead (split-K is not "
+                "supported for batched GEMMs)")
     if split == 1:
         return "the model prefers whole-K tiles"
     slices = f"{split} K slices of {cdiv(ktiles, split)} K tiles"
@@ -620,6 +661,14 @@ def describe_split(p: GemmProblem, split: int, reduction: str, ktiles: int) -> s
     why = atomic_split_blocker(p) or "cheaper than atomics here"
     return (f"{slices} store FP32 partials in a {split}x{p.M}x{p.N} workspace ({split * p.M * p.N * 4 / 1e6:.1f} MB); "
             f"a reduction kernel adds them in slice order, then the epilogue ({why})")
+
+
+def batch_units(p: GemmProblem, tiles: int) -> list[Step]:
+    """The work-units row of a batched problem (none unbatched): tiles x batch."""
+    if p.batch == 1:
+        return []
+    return [note("work units", tiles * p.batch, f"{tiles} output tiles x batch {p.batch}: a unit is (batch element, "
+                 "tile); group-M orders the tiles within an element")]
 
 
 def tile_and_split(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int) -> tuple[tuple, list[Step]]:
@@ -646,6 +695,7 @@ def tile_and_split(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int)
              f"launches{', each with its faster epilogue (tma: the TMA store)' if tma else ''}; on a tie, the "
              f"candidate with the least mma + L2 + DRAM time): {table}"),
         note("output tiles", tiles, f"ceil({I}/{block_i}) * ceil({J}/{n})"),
+        *batch_units(p, tiles),
         note("split-K", split if split == 1 else f"{split}, {reduction}", describe_split(p, split, reduction, ktiles)),
     ]
     return (wgs, n, split, reduction, tiles, epilogue), steps
@@ -703,11 +753,11 @@ def cluster() -> tuple[tuple[int, int], Step]:
     return (1, 1), note("cluster", "1x1", "TMA multicast across a cluster is not generated yet")
 
 
-def persistent_grid(plan: HopperPlan) -> tuple[int, Step]:
+def persistent_grid(plan: HopperPlan, batched: bool = False) -> tuple[int, Step]:
     """Step 13: a persistent grid of min(work units, SMs) CTAs (decided in ``wgmma_schedule``)."""
     return plan.ctas, note("grid", f"persistent, {plan.ctas} CTAs",
-                           "min(tiles x K slices, SMs) CTAs walk the work units; the ring runs on across them, so the "
-                           "producer loads the next tile while the consumers store this one")
+                           f"min(tiles x {'batch' if batched else 'K slices'}, SMs) CTAs walk the work units; the ring "
+                           "runs on across them, so the producer loads the next tile while the consumers store this one")
 
 
 def raster_groups(gpu, tiles_i: int, tiles: int, block_i: int, n: int) -> tuple[int, Step | None]:
@@ -746,7 +796,7 @@ def configure_hopper(p: GemmProblem, gpu, d: Derivation) -> tuple[Schedule, Pred
                        epilogue=epilogue)
     d.record(tma_boxes(p, s.hopper))
     d.record(cluster())
-    d.record(persistent_grid(s.hopper))
+    d.record(persistent_grid(s.hopper, p.batch > 1))
     d.record(raster)
     d.record(operand_prep(p, operands))
     return s, predict_hopper(p, gpu, s)
