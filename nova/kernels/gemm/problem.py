@@ -48,6 +48,20 @@ class ProblemError(ValueError):
     """A problem statement that no kernel can compute (bad shape, dtype, epilogue)."""
 
 
+def batched_fields(batch: int, M: int, N: int, K: int, trans_a: bool, stride_a: int, stride_b: int,
+                   stride_c: int) -> tuple[int, tuple]:
+    """``(M, (batch, stride_a, stride_b, stride_c))``: the problem's M and batch fields for ``batch``
+    GEMMs whose operands lie ``stride_*`` elements apart (0: broadcast), as ``nova.matmul`` and the
+    graph compiler state them.  A batch of one is one GEMM (no batch fields); A's matrices packed
+    (row-major, ``stride_a`` = M*K) and C's packed against one broadcast B are one [batch*M, K] x
+    [K, N] GEMM (its tiles then span the elements' rows: no padding per element)."""
+    if batch == 1:
+        return M, ()
+    if stride_b == 0 and not trans_a and stride_a == M * K and stride_c == M * N:
+        return batch * M, ()
+    return M, (batch, stride_a, stride_b, stride_c)
+
+
 @dataclass(frozen=True)
 class GemmProblem:
     M: int
