@@ -11,7 +11,7 @@ import re
 import pytest
 
 from nova.configurator import configure
-from nova.kernels.gemm.problem import GemmProblem, ProblemError, batched_fields
+from nova.kernels.gemm.problem import MAX_DIM, GemmProblem, ProblemError
 from nova.kernels.gemm.schedule import Schedule
 
 BAD_INFOS = re.compile(r"C75(08|13|15|17|19)")   # tests/test_hopper.py: wgmmas serialised and friends
@@ -53,12 +53,16 @@ def test_batch_errors_are_one_line(kw, error):
         GemmProblem(size, size, size, "tf32", **kw)
 
 
-def test_flattening_rule():
-    """Packed A (not transposed) and packed C against one B: one [batch*M, K] GEMM."""
-    assert batched_fields(4, 8, 6, 5, False, 40, 0, 48) == (32, ())
-    assert batched_fields(4, 8, 6, 5, True, 40, 0, 48) == (8, (4, 40, 0, 48))        # A transposed: batched
-    assert batched_fields(4, 8, 6, 5, False, 40, 30, 48) == (8, (4, 40, 30, 48))
-    assert batched_fields(1, 8, 6, 5, False, 0, 0, 48) == (8, ())
+def test_packed_a_and_c_against_one_b_is_the_flat_gemm():
+    """Packed A (not transposed) and packed C against one broadcast B: one [batch*M, K] GEMM, the
+    same problem (and key) however it is stated."""
+    flat = GemmProblem(32, 6, 5, "bf16", False, True)
+    assert GemmProblem(8, 6, 5, "bf16", False, True, batch=4, batch_stride_b=0) == flat
+    assert GemmProblem(8, 6, 5, "bf16", True, batch=4, batch_stride_b=0).batch == 4        # A transposed: batched
+    assert GemmProblem(8, 6, 5, "bf16", batch=4, batch_stride_b=0, batch_stride_c=50).batch == 4   # C padded
+    assert GemmProblem(8, 6, 5, "bf16", batch=4).batch == 4                                # B batched
+    with pytest.raises(ProblemError, match=r"M=\d+ \(a batch of 2 packed A matrices against one B\) exceeds"):
+        GemmProblem(MAX_DIM // 2 + 1, 1, 1, "bf16", batch=2, batch_stride_b=0)
 
 
 # --------------------------------------------------------------------------- the configurator
@@ -104,7 +108,7 @@ def test_operand_plan_of_batched_operands():
     """Batched operands get 3-D tensor maps with their batch stride; a broadcast one the 2-D map of
     its one matrix; a batch stride TMA cannot use goes through a batched prep pass into a packed
     workspace (3-D map over it); a broadcast operand that needs prep is prepped once."""
-    s = configure(GemmProblem(256, 192, 128, "bf16", batch=3, batch_stride_b=0), "h200").schedule
+    s = configure(GemmProblem(256, 192, 128, "bf16", True, batch=3, batch_stride_b=0), "h200").schedule
     a, b = s.hopper.operands.a, s.hopper.operands.b
     assert (a.batch, a.batch_stride, a.prep) == (3, 256 * 128, None) and (b.batch, b.batch_stride) == (1, 0)
     odd = GemmProblem(256, 192, 128, "bf16", batch=3, batch_stride_a=256 * 128 + 1)      # 2 B off 16
@@ -268,9 +272,13 @@ def test_cli_shapes_and_strides():
 def test_explain_matmul_json_states_the_batch(capsys):
     from nova.cli.config import main
     assert main(["explain", "matmul", "4x512x512x64", "--target", "h200", "--dtype", "bf16", "--batch-strides",
-                 "packed,0,packed", "--json"]) == 0
+                 "0,packed,packed", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
-    assert d["batch"] == 4 and d["problem"]["batch"] == 4 and d["problem"]["batch_stride_b"] == 0
+    assert d["batch"] == 4 and d["problem"]["batch"] == 4 and d["problem"]["batch_stride_a"] == 0
+    assert main(["explain", "matmul", "4x512x512x64", "--target", "h200", "--batch-strides", "packed,0,packed",
+                 "--json"]) == 0                                   # packed A and C, one B: the flat GEMM
+    flat = json.loads(capsys.readouterr().out)
+    assert (flat["batch"], flat["M"]) == (1, 2048)
     units = next(st for st in d["derivation"] if st["step"] == "work units")
     assert units["value"] == d["schedule"]["grid"][0]
     assert main(["explain", "matmul", "4x512x512x64", "--target", "a100", "--dtype", "bf16"]) == 0

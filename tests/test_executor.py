@@ -417,7 +417,7 @@ class EmulatedNova:
         self.launches = []
 
     def __call__(self, a, b, *, out, bias=None, activation="none", target=None):
-        from nova.kernels.gemm.problem import batched_fields
+        from nova.kernels.gemm.problem import GemmProblem
         from nova.runtime.tensors import is_c_contiguous
 
         def transposed(name, t):
@@ -430,11 +430,11 @@ class EmulatedNova:
         assert is_c_contiguous(out.shape[-2:], out.stride()[-2:])
         assert out.shape[-2:] == (a.shape[-2], b.shape[-1]) and a.shape[:-2] == b.shape[:-2] == out.shape[:-2]
         assert a.dtype == b.dtype and (bias is None or bias.shape == (b.shape[-1],))
-        (M, K), N, batch = a.shape[-2:], b.shape[-1], ()
-        if a.dim() == 3:
+        (M, K), N, batch = a.shape[-2:], b.shape[-1], {}
+        if a.dim() == 3 and out.shape[0] > 1:
             strides = [t.stride(0) if t.shape[0] > 1 else 0 for t in (a, b, out)]
-            M, batch = batched_fields(out.shape[0], M, N, K, ta, *strides[:2], strides[2] or M * N)
-        self.launches.append((M, N, K, ta, tb, bias is not None, activation, *batch))
+            batch = dict(zip(("batch", "batch_stride_a", "batch_stride_b", "batch_stride_c"), [out.shape[0]] + strides))
+        self.launches += problem_tuples([GemmProblem(M, N, K, "tf32", ta, tb, bias is not None, activation, **batch)])
         r = a @ b + (bias if bias is not None else 0)
         r = {"none": r, "relu": torch.relu(r), "silu": torch.nn.functional.silu(r),
              "gelu": torch.nn.functional.gelu(r, approximate="tanh")}[activation]

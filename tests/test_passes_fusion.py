@@ -150,7 +150,7 @@ def test_batched_matmuls_are_one_batched_nova_gemm_and_f64_runs_on_aten():
     batched, _, folded, scores, sliced, head_t = groups
     assert batched.problem == GemmProblem(8, 6, 4, "tf32", batch=2)
     assert (folded.problem.M, folded.problem.N, folded.problem.K, folded.problem.batch) == (16, 6, 4, 1)
-    # packed q against one broadcast key: one [6*8, 4] x [4, 5] GEMM (batched_fields)
+    # packed q against one broadcast key: one [6*8, 4] x [4, 5] GEMM (GemmProblem normalises it)
     assert scores.problem == GemmProblem(48, 5, 4, "tf32", trans_b=True)
     assert "the batch axes of b" in sliced.reason and "not one stride apart" in sliced.reason
     assert head_t.problem == GemmProblem(4, 6, 5, "tf32", trans_a=True, batch=2, batch_stride_a=80, batch_stride_b=30)

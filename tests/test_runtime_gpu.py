@@ -177,7 +177,7 @@ def test_tma_store_cases_use_the_tma_store_on_hopper(kernels):
         assert resolved.schedule.hopper.epilogue == "tma_store", resolved.problem.describe()
 
 
-def batched_fields_of(case) -> tuple:
+def case_fields(case) -> tuple:
     """``(B, M, N, K, dtype, trans_a, trans_b, bias, activation, broadcast, pads)`` of a
     BATCHED_CASES (packed) or STRIDED_CASES (no epilogue, no broadcast) case."""
     if isinstance(case[-1], tuple):
@@ -186,30 +186,26 @@ def batched_fields_of(case) -> tuple:
 
 
 def batched_id(c):
-    B, M, N, K, dt, ta, tb, bias, act, bcast, pads = batched_fields_of(c)
+    B, M, N, K, dt, ta, tb, bias, act, bcast, pads = case_fields(c)
     extra = ("-bias" if bias else "") + (f"-{act}" if act != "none" else "") + (f"-bcast{bcast}" if bcast else "") \
         + ("-pad" + "_".join(map(str, pads)) if any(pads) else "")
     return f"{B}x{M}x{N}x{K}-{dt}-{'T' if ta else 'N'}{'T' if tb else 'N'}{extra}"
 
 
 def batched_problem(case) -> GemmProblem:
-    """The problem ``nova.matmul`` states for a BATCHED_CASES or STRIDED_CASES case (its flattening
-    rule, ``batched_fields``, included): what the precompile lister builds."""
-    from nova.kernels.gemm.problem import batched_fields
-    B, M, N, K, dtype, ta, tb, bias, act, bcast, pads = batched_fields_of(case)
-    if B == 1:
-        bcast = "ab"                                             # a batch of one is one matrix
-    stride = {op: 0 if bcast and op in bcast else size + pad
-              for op, size, pad in zip("abc", (M * K, K * N, M * N), pads)}
-    rows, fields = batched_fields(B, M, N, K, ta, stride["a"], stride["b"], stride["c"])
-    return GemmProblem(rows, N, K, dtype, ta, tb, bias, act, None, "rna", False, *fields)
+    """The problem ``nova.matmul`` states for a BATCHED_CASES or STRIDED_CASES case (``GemmProblem``
+    normalises a batch of one, and packed A and C against one B, to the unbatched GEMM): what the
+    precompile lister builds."""
+    B, M, N, K, dtype, ta, tb, bias, act, bcast, pads = case_fields(case)
+    strides = [0 if bcast == op else size + pad for op, size, pad in zip("abc", (M * K, K * N, M * N), pads)]
+    return GemmProblem(M, N, K, dtype, ta, tb, bias, act, None, "rna", False, B, *strides)
 
 
 def batched_inputs(torch, case, seed):
     """(a, b, bias, out, dtype) of a batched case: fresh randn operands stored as the case says
     (``.mT`` views of row-major [K, M] / [N, K] matrices where transposed, 2-D where broadcast,
     matrices ``pad`` elements apart), a NaN-poisoned [B, M, N] output (its matrices padded too)."""
-    B, M, N, K, dtype, ta, tb, bias_on, act, bcast, pads = batched_fields_of(case)
+    B, M, N, K, dtype, ta, tb, bias_on, act, bcast, pads = case_fields(case)
     gen = torch.Generator(device="cuda").manual_seed(seed)
     tdt = {"tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
 

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 import torch
 
 from nova.compiler.aten_kernels import Kernel, overlap
-from nova.kernels.gemm.problem import batched_fields
 from nova.passes.layout import merged_batch_stride
 
 NOVA_DTYPES = {torch.float32: "tf32", torch.bfloat16: "bf16", torch.float16: "fp16"}
@@ -53,19 +52,16 @@ class GemmCall:
     bias: object = None          # [N] or None
 
     def problem_fields(self) -> tuple:
-        """``(M, N, K, trans_a, trans_b, batch fields)`` as ``nova.matmul`` states the problem
-        (``batched_fields``: its flattening rule included)."""
+        """``(M, N, K, trans_a, trans_b, (batch, stride_a, stride_b, stride_c) or ())`` as
+        ``nova.matmul`` states the problem (``GemmProblem`` then normalises the batch)."""
         a, b, out = self.a, self.b, self.out
-        M, K = a.shape[-2:]
-        N = b.shape[-1]
+        M, K = (int(d) for d in a.shape[-2:])
+        N = int(b.shape[-1])
         trans_a, trans_b = layout(a) == "col", layout(b) == "col"
-        if out.dim() == 2:
-            return int(M), int(N), int(K), trans_a, trans_b, ()
-        count = int(out.shape[0])
-        strides = [int(t.stride(0)) if t.shape[0] > 1 else 0 for t in (a, b)]
-        M, fields = batched_fields(count, int(M), int(N), int(K), trans_a, *strides,
-                                   int(out.stride(0)) if count > 1 else int(M * N))
-        return M, int(N), int(K), trans_a, trans_b, fields
+        if out.dim() == 2 or out.shape[0] == 1:
+            return M, N, K, trans_a, trans_b, ()
+        strides = tuple(int(t.stride(0)) if t.shape[0] > 1 else 0 for t in (a, b, out))
+        return M, N, K, trans_a, trans_b, (int(out.shape[0]),) + strides
 
 
 @dataclass

@@ -38,7 +38,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from nova.kernels.gemm.problem import ACTIVATIONS, OUT_DTYPES, GemmProblem, batched_fields
+from nova.kernels.gemm.problem import ACTIVATIONS, OUT_DTYPES, GemmProblem
 from nova.ir.graph import Graph, Node, Value
 from nova.ir.ops import kind
 from nova.ir.printer import value_names
@@ -300,8 +300,9 @@ def batched_gemm(g: _Open, node: Node, layouts) -> None:
     """Classify a truly batched matmul (a batched ``b``, or a batched transposed ``a``): one batched
     Nova GEMM when each operand's matrices are row-major and its batch axes, broadcast to the
     result's, merge into one stride (``layout.merged_batch_stride``), the operands start on 16-byte
-    boundaries and no dimension is empty; else ATen with the reason.  The problem's M and batch are
-    ``batched_fields``' (what the executor's launch states: ``gemm_lowering``)."""
+    boundaries and no dimension is empty; else ATen with the reason.  ``GemmProblem`` normalises
+    the batch as for the executor's launch (``gemm_lowering``): packed A and C against one B is one
+    flat GEMM."""
     a, b = node.inputs
     ta, tb = bool(node.attrs.get("transpose_a")), bool(node.attrs.get("transpose_b"))
     out = node.outputs[0]
@@ -328,10 +329,9 @@ def batched_gemm(g: _Open, node: Node, layouts) -> None:
     if min(m, n, k, count) < 1:
         g.why_not_nova = "an empty dimension"
         return
-    rows, fields = batched_fields(count, m, n, k, ta, strides["a"], strides["b"], m * n)
     g.kernel = "nova"
-    g.problem = GemmProblem(rows, n, k, NOVA_GEMM_MODES[a.dtype], ta, tb, out_dtype=out.dtype,
-                            **dict(zip(("batch", "batch_stride_a", "batch_stride_b", "batch_stride_c"), fields)))
+    g.problem = GemmProblem(m, n, k, NOVA_GEMM_MODES[a.dtype], ta, tb, out_dtype=out.dtype, batch=count,
+                            batch_stride_a=strides["a"], batch_stride_b=strides["b"], batch_stride_c=m * n)
 
 
 def _bias_type(problem: GemmProblem) -> str:

@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass, field
 
 from nova import dtypes
-from nova.kernels.gemm.problem import GemmProblem, batched_fields
+from nova.kernels.gemm.problem import GemmProblem
 from nova.runtime import driver, tensors
 from nova.runtime.cache import KernelCache, get_or_compile, summary_line
 from nova.runtime.driver import Device, LoadedKernel, NovaRuntimeError
@@ -380,8 +380,8 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
 def batched_problem(ta, tb, to) -> tuple[tuple, tuple]:
     """``((M, N, K, trans_a, trans_b[, batch, stride_a, stride_b, stride_c]), out_shape)`` of a
     matmul with a 3-D operand (``tensors.batched_operand``: 2-D or a batch of one is broadcast,
-    stride 0).  C is [batch, M, N] (``out``'s batch stride, else packed).  The problem's M and batch
-    fields are ``batched_fields``' (a batch of one, or packed A and C against one B, is unbatched)."""
+    stride 0).  C is [batch, M, N] (``out``'s batch stride, else packed).  ``GemmProblem`` normalises
+    a batch of one, or packed A and C against one B, to the unbatched problem."""
     batch_a, M, K, trans_a, stride_a = tensors.batched_operand(ta, "[M, K]")
     batch_b, K_b, N, trans_b, stride_b = tensors.batched_operand(tb, "[K, N]")
     if K != K_b:
@@ -389,8 +389,9 @@ def batched_problem(ta, tb, to) -> tuple[tuple, tuple]:
                          f"{list(tb.shape)}")
     batch = tensors.batch_count(batch_a, batch_b, ta, tb)
     stride_c = tensors.batched_output_stride(to, batch, M, N) if to is not None else M * N
-    rows, fields = batched_fields(batch, M, N, K, trans_a, stride_a, stride_b, stride_c)
-    return (rows, N, K, trans_a, trans_b, *fields), (batch, M, N)
+    if batch == 1:
+        return (M, N, K, trans_a, trans_b), (1, M, N)
+    return (M, N, K, trans_a, trans_b, batch, stride_a, stride_b, stride_c), (batch, M, N)
 
 
 def bias_storage(problem: GemmProblem) -> str:

@@ -7,7 +7,10 @@ Batched (``batch`` > 1): ``C[b] = act(A[b] @ B[b] + bias)`` for ``b < batch``, o
 operand's matrices lie ``batch_stride_a/b/c`` elements apart (None: packed, ``M*K``, ``K*N``,
 ``M*N``); a stride of 0 broadcasts A or B (one matrix read by every batch element, e.g. a weight).
 C's matrices must not overlap (stride >= M*N).  ``batch = 1`` is the plain problem: its strides are
-normalised to None, so its key, schedule and kernel are those of an unbatched GEMM.  Strides the
+normalised to None, so its key, schedule and kernel are those of an unbatched GEMM; so is a batch
+whose A matrices (row-major) and C matrices lie packed against one broadcast B: it is normalised to
+the one [batch*M, K] x [K, N] GEMM (its tiles span the elements' rows, no padding per element), the
+same problem however ``nova.matmul``, the graph compiler or the CLI state it.  Strides the
 TMA unit cannot use (not a multiple of 16 bytes, overlapping input matrices) are not errors: the
 Hopper configurator sends such an operand through its operand-prep pass (``hopper.operand_plan``).
 
@@ -46,20 +49,6 @@ MAX_GPU_NAME = "H200"
 
 class ProblemError(ValueError):
     """A problem statement that no kernel can compute (bad shape, dtype, epilogue)."""
-
-
-def batched_fields(batch: int, M: int, N: int, K: int, trans_a: bool, stride_a: int, stride_b: int,
-                   stride_c: int) -> tuple[int, tuple]:
-    """``(M, (batch, stride_a, stride_b, stride_c))``: the problem's M and batch fields for ``batch``
-    GEMMs whose operands lie ``stride_*`` elements apart (0: broadcast), as ``nova.matmul`` and the
-    graph compiler state them.  A batch of one is one GEMM (no batch fields); A's matrices packed
-    (row-major, ``stride_a`` = M*K) and C's packed against one broadcast B are one [batch*M, K] x
-    [K, N] GEMM (its tiles then span the elements' rows: no padding per element)."""
-    if batch == 1:
-        return M, ()
-    if stride_b == 0 and not trans_a and stride_a == M * K and stride_c == M * N:
-        return batch * M, ()
-    return M, (batch, stride_a, stride_b, stride_c)
 
 
 @dataclass(frozen=True)
@@ -115,7 +104,8 @@ class GemmProblem:
                                f"than the {MAX_GPU_BYTES / 1e9:.1f} GB of the largest GPU Nova models ({MAX_GPU_NAME})")
 
     def _check_batch(self) -> None:
-        """Validate the batch and normalise its strides: None (packed) -> M*K, K*N, M*N; batch = 1 -> None."""
+        """Validate the batch and normalise it: strides None (packed) -> M*K, K*N, M*N; batch = 1 ->
+        strides None; packed row-major A and packed C against a broadcast B -> batch 1, M x batch."""
         b = self.batch
         if not isinstance(b, int) or isinstance(b, bool) or b < 1:
             raise ProblemError(f"GEMM batch must be a positive integer, got {b!r}")
@@ -136,6 +126,13 @@ class GemmProblem:
         if b > 1 and self.batch_stride_c < packed["c"]:
             raise ProblemError(f"batch stride of C ({self.batch_stride_c} elements) is smaller than one C matrix "
                                f"(M*N = {packed['c']}): the {b} outputs would overlap")
+        if b > 1 and self.batch_stride_b == 0 and not self.trans_a and self.batch_strides[::2] == (packed["a"], packed["c"]):
+            if b * self.M > MAX_DIM:
+                raise ProblemError(f"GEMM dimension M={b * self.M} (a batch of {b} packed A matrices against one B) "
+                                   f"exceeds the limit 2^31-1 = {MAX_DIM}")
+            for name, value in (("M", b * self.M), ("batch", 1), ("batch_stride_a", None), ("batch_stride_b", None),
+                                ("batch_stride_c", None)):
+                object.__setattr__(self, name, value)
 
     @property
     def batch_strides(self) -> tuple[int, int, int]:
