@@ -5,6 +5,9 @@
 # the four layouts of three BF16 shapes (bench/suites/layouts.json), and the GPT-42M step (Nova and
 # eager).  Host first: see bench/README.md (issue 12).
 #   STAGES="tests suite oracle train" bash bench/issue12_device.sh
+# Stages: tests suite oracle layouts profile trainprofile train (FRAMEWORKS, MODEL, BATCH), trainalt (Nova
+# under ALT_ENV, default NOVA_ATTENTION_PRECISION=tf32, beside the train stage's eager run or EAGER_FROM),
+# attention (GPU tests + benchmark, ATTN_DTYPES).
 # Results: $OUT/issue12.tgz (everything) + the summaries beside it (the device tool returns 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +31,16 @@ for stage in $STAGES; do
               --dtypes bf16 --out "$RES" 2>&1 | tail -n 30 >> "$RES/log.txt" ;;
     trainprofile) timeout 120 python3 -m nova.bench.train_profile --framework nova --model gpt42m --batch 32 \
               --out "$RES" 2>&1 | tail -n 40 >> "$RES/log.txt" ;;
+    attention) timeout ${ATTN_TESTS_S:-150} python3 -m pytest -m gpu tests/test_attention_gpu.py -q -p no:cacheprovider \
+              2>&1 | tail -n 30 | tee "$RES/attention-tests.txt" | tee -a "$RES/log.txt"
+            mkdir -p "$RES/attention"; timeout ${ATTN_BENCH_S:-300} python3 -m nova.bench.attention --out "$RES/attention" \
+              --dtypes ${ATTN_DTYPES:-tf32,3xtf32} 2>&1 | tail -n 20 | tee -a "$RES/log.txt" ;;
+    trainalt) ALT=${ALT_ENV:-NOVA_ATTENTION_PRECISION=tf32}; D="$RES/train-${ALT//[^A-Za-z0-9]/_}"; mkdir -p "$D"
+            cp "$RES"/train/eager-*.json ${EAGER_FROM:-} "$D/" 2>/dev/null
+            env $ALT timeout ${TRAIN_S:-240} python3 -m nova.bench.train --framework nova \
+              --model ${MODEL:-gpt42m} --batch ${BATCH:-32} --out "$D" 2>&1 | tail -n 20 >> "$RES/log.txt"
+            python3 -m nova.bench.train_report "$D" --model ${MODEL:-gpt42m} --batch ${BATCH:-32} \
+              2>&1 | tail -n 30 >> "$RES/log.txt" ;;
     train)  timeout ${TRAIN_S:-240} python3 -m nova.bench.train --all --frameworks ${FRAMEWORKS:-eager,nova} --model ${MODEL:-gpt42m} --batch ${BATCH:-32} \
               --out "$RES/train" --timeout 110 2>&1 | tail -n 30 >> "$RES/log.txt" ;;
   esac

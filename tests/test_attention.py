@@ -288,3 +288,60 @@ def test_cli_explain_attention(capsys):
     assert out["schedule"]["fwd"]["block_rows"] % 16 == 0 and out["derivation"]
     assert main(["explain", "attention", "32,8,512,96", "--target", "h200"]) == 2
     assert "head_dim" in capsys.readouterr().err
+
+
+# ---- 3xtf32 scores (problem.score_precision) ---------------------------------------------------
+def test_split_scores_are_a_tf32_problem_option():
+    from nova.kernels.attention.problem import AttentionProblemError
+    p = AttentionProblem(2, 4, 64, 64, 64, dtype="tf32", score_precision="3xtf32")
+    assert p.split_scores and p.to_dict()["score_precision"] == "3xtf32" and "3xtf32" in p.describe()
+    assert "score_precision" not in AttentionProblem(2, 4, 64, 64, 64).to_dict()     # old keys unchanged
+    with pytest.raises(AttentionProblemError, match="tf32 attention only"):
+        AttentionProblem(2, 4, 64, 64, 64, dtype="bf16", score_precision="3xtf32")
+    with pytest.raises(AttentionProblemError, match="score_precision"):
+        AttentionProblem(2, 4, 64, 64, 64, score_precision="fp64")
+
+
+def test_split_scores_cost_two_more_matmuls_per_pair():
+    from nova.kernels.attention.derive import GEMMS, gemms_per_pair
+    one = AttentionProblem(32, 8, 512, 512, 64, causal=True)
+    three = AttentionProblem(32, 8, 512, 512, 64, causal=True, score_precision="3xtf32")
+    for role in ("fwd", "bwd_dq", "bwd_dkv"):
+        assert gemms_per_pair(one, role) == GEMMS[role] and gemms_per_pair(three, role) == GEMMS[role] + 2
+    gpu = PRESETS["h200"]
+    t1, t3 = configure_attention(one, gpu).prediction.time_us, configure_attention(three, gpu).prediction.time_us
+    assert 1.2 * t1 < t3 < 2.0 * t1, (t1, t3)
+
+
+def test_environment_states_the_score_precision(monkeypatch):
+    from nova.kernels.attention.problem import AttentionProblemError, score_precision_for
+    monkeypatch.delenv("NOVA_ATTENTION_PRECISION", raising=False)
+    assert score_precision_for("tf32") == "3xtf32" and score_precision_for("bf16") == "tf32"    # the default
+    monkeypatch.setenv("NOVA_ATTENTION_PRECISION", "tf32")
+    assert score_precision_for("tf32") == "tf32" and score_precision_for("bf16") == "tf32"
+    monkeypatch.setenv("NOVA_ATTENTION_PRECISION", "fast")
+    with pytest.raises(AttentionProblemError, match="NOVA_ATTENTION_PRECISION"):
+        score_precision_for("tf32")
+
+
+@needs_ptxas
+@pytest.mark.parametrize("role", ["fwd", "bwd_dkv", "bwd_dq"])
+@pytest.mark.parametrize("D, causal, group", [(64, True, 1), (128, False, 2)])
+def test_split_score_kernels_assemble_without_spills(role, D, causal, group):
+    """Each score MMA becomes three (small*big, big*small, big*big) on fragments split in registers:
+    on the same tiles, the kernel's MMAs grow from GEMMS to GEMMS + 2 per pair; no spills at the
+    derived schedule's occupancy."""
+    from nova.kernels.attention.compile import compile_kernel
+    from nova.kernels.attention.derive import GEMMS
+    gpu = PRESETS["h200"]
+    problems = {pr: AttentionProblem(2, 4, 333, 333, D, causal=causal, kv_heads=4 // group, score_precision=pr)
+                for pr in ("tf32", "3xtf32")}
+    s = configure_attention(problems["3xtf32"], gpu).schedule
+    art = compile_kernel(problems["3xtf32"], s, role)
+    r, k = art.resources, s.kernel(role)
+    assert r["spill_store_bytes"] == 0 and r["spill_load_bytes"] == 0 and r["stack_bytes"] == 0, r
+    per_warp = -(-r["registers"] * 32 // 256) * 256
+    assert k.blocks_per_sm * k.warps * per_warp <= gpu.regs_per_sm, (r["registers"], k.blocks_per_sm)
+    single = compile_kernel(problems["tf32"], s, role, cubin=False)          # the same tiles, one score MMA
+    count = {pr: a.ptx.count("mma.sync.aligned.m16n8k8") for pr, a in (("3xtf32", art), ("tf32", single))}
+    assert count["3xtf32"] * GEMMS[role] == count["tf32"] * (GEMMS[role] + 2), count

@@ -237,7 +237,8 @@ def test_hopper_runtime_encodes_3d_maps_from_the_plan(monkeypatch):
     encoded = []
     monkeypatch.setattr(tma, "device_tensor_map", lambda device, ptr, *shape: encoded.append((ptr, shape)) or ptr + 8)
     monkeypatch.setattr(tma.driver, "load_kernel", lambda *a, **k: types.SimpleNamespace(launches=[]))
-    art = types.SimpleNamespace(meta={"problem": p.to_dict(), "prep_kernels": {}}, params=("tmap_a", "tmap_b", "tmap_c", "bias"))
+    art = types.SimpleNamespace(meta={"problem": p.to_dict(), "prep_kernels": {}}, params=("tmap_a", "tmap_b", "tmap_c", "bias"),
+                                grid=(s.hopper.ctas, 1, 1))
     hop = tma.HopperGemm(art, s, types.SimpleNamespace(ordinal=0), p.describe())
     hop.tensor_map("a", 0x1000), hop.tensor_map("b", 0x2000), hop.tensor_map("c", 0x3000)
     box_a, box_b, box_c = s.hopper.box_a, s.hopper.box_b, s.hopper.box_c
@@ -303,3 +304,15 @@ def test_suite_entries_carry_the_batch(tmp_path):
     from nova.cli.shapes import ShapeError
     with pytest.raises(ShapeError, match="B=0 .* must be a positive integer"):
         read_suite_entries(bad)
+
+
+def test_batched_problems_run_without_thread_block_clusters(monkeypatch):
+    """Clusters (hopper.py step 12) walk one GEMM's cluster tiles: a batched problem stays 1x1, even
+    under NOVA_CLUSTER, and the derivation says why."""
+    p = GemmProblem(4096, 4096, 1024, "bf16", batch=4)
+    monkeypatch.setenv("NOVA_CLUSTER", "2x1")
+    cfg = configure(p, "h200")
+    assert (cfg.schedule.cluster_m, cfg.schedule.cluster_n) == (1, 1)
+    assert "2x1: not with a batch" in _steps(cfg)["cluster"].reason
+    monkeypatch.delenv("NOVA_CLUSTER")
+    assert (configure(p, "h200").schedule.cluster_m, configure(p, "h200").schedule.cluster_n) == (1, 1)

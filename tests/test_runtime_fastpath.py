@@ -520,3 +520,16 @@ def test_hopper_split_k_workspace_runs_the_gemm_then_the_reduction(fake_gpu, mon
     del art.meta["reduce_kernel"]
     with pytest.raises(driver.NovaRuntimeError, match="no reduction kernel"):
         tma.HopperGemm(art, schedule, fake_gpu.device, "gemm 64x48x32 bf16 NN +bias -> bf16")
+
+
+def test_hopper_cluster_kernel_launches_whole_clusters(fake_gpu):
+    """A kernel in thread-block clusters carries its shape in its PTX (.reqnctapercluster) and is
+    launched as any other; its artifact's grid must be whole clusters (a stale one is refused)."""
+    import dataclasses
+    schedule = hopper_schedule((64, 32, 128, 32), (48, 32, 64, 32), cluster_m=2)
+    art = make_artifact(params=("tmap_a", "tmap_b", "C"))
+    art.meta["prep_kernels"] = {}
+    tma.HopperGemm(art, schedule, fake_gpu.device, "gemm 64x48x32 tf32 NN -> f32")    # 64 CTAs: 32 clusters
+    odd = dataclasses.replace(art, grid=(63, 1, 1))
+    with pytest.raises(driver.NovaRuntimeError, match="not whole clusters of 2"):
+        tma.HopperGemm(odd, schedule, fake_gpu.device, "gemm 64x48x32 tf32 NN -> f32")

@@ -53,6 +53,24 @@ CASES = [
     (4095, 4100, 1000, "tf32", False, False, False, "relu"),
 ]
 TMA_STORE_CASES = CASES[-7:]
+# Thread-block clusters with TMA multicast (hopper.py step 12), each shape forced with NOVA_CLUSTER (and
+# precompiled so: precompile_commands): 2x1 and 1x2 (and one 4x1), bf16 and tf32; M or N not a
+# multiple of the cluster tile, so a CTA's tile lies wholly outside C (it loads its slice of the shared
+# tile for its peer and stores nothing); the split-K workspace; the TMA store; bias + gelu; swapped
+# TF32 (B^T from registers); A^T from registers; operand prep
+CLUSTER_CASES = [
+    ("2x1", (512, 2048, 16384, "bf16", True, False, False, "none")),     # the issue's dW: split-K workspace
+    ("1x2", (512, 2048, 16384, "bf16", True, False, False, "none")),
+    ("2x1", (300, 200, 8192, "bf16", True, False, True, "gelu")),        # workspace, bias + gelu, a tile outside C
+    ("2x1", (384, 640, 4096, "bf16", False, True, True, "none")),        # 3 tile rows: a tile outside C
+    ("2x1", (3000, 5000, 700, "bf16", False, False, True, "gelu")),      # TMA store, ragged, A padded by a prep pass
+    ("1x2", (3000, 5000, 700, "bf16", False, False, True, "gelu")),
+    ("1x2", (4095, 4100, 1000, "tf32", False, False, False, "relu")),    # swapped, TMA store, a tile outside C
+    ("2x1", (1000, 1000, 1000, "tf32", False, False, False, "none")),    # swapped, register epilogue, ragged
+    ("1x2", (768, 3072, 16384, "tf32", True, False, False, "none")),     # A transposed by a prep pass, workspace
+    ("1x2", (3000, 5000, 700, "tf32", True, True, True, "none")),        # A^T from registers, TMA store
+    ("4x1", (2900, 3000, 1000, "bf16", False, False, False, "none")),    # extent 4, a tile outside C
+]
 DETERMINISTIC_CASE = (512, 384, 16384, "tf32")
 # C of the first (stored by TMA on the H200) is the A of the second, launched right after it
 CHAIN = ((2048, 2048, 512, "bf16"), (2048, 1024, 2048, "bf16"))
@@ -154,6 +172,11 @@ def reference(torch, a, b, bias, activation):
 
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_matmul_torch_vs_float64(case, kernels):
+    check_matmul(case)
+
+
+def check_matmul(case):
+    """``nova.matmul`` of ``case`` on fresh random data into a NaN-poisoned output vs float64."""
     torch = pytest.importorskip("torch")
     M, N, K, dtype, trans_a, trans_b, has_bias, act = case
     seed = int.from_bytes(os.urandom(4), "little")           # fresh data every run; printed on failure
@@ -166,6 +189,30 @@ def test_matmul_torch_vs_float64(case, kernels):
     assert int(torch.isnan(out).sum()) == 0, f"{case_id(case)} (seed {seed}): output elements left unwritten"
     err = rel_fro(torch, out, reference(torch, a, b, bias, act))
     assert err < TOLERANCE[dtype], f"{case_id(case)} (seed {seed}): relative Frobenius error {err:.2e}"
+
+
+@pytest.fixture
+def cluster(monkeypatch):
+    """``cluster("2x1")``: configure with NOVA_CLUSTER=2x1 from now on (the runtime's memos are
+    cleared, here and after the test)."""
+    def force(shape):
+        monkeypatch.setenv("NOVA_CLUSTER", shape)
+        mm.reset()
+    yield force
+    mm.reset()
+
+
+@pytest.mark.parametrize("shape,case", CLUSTER_CASES, ids=lambda v: v if isinstance(v, str) else case_id(v))
+def test_cluster_matmul_vs_float64(shape, case, kernels, cluster):
+    """A kernel in thread-block clusters (TMA multicast of one operand, remote releases of the ring's
+    slots, cluster barriers) computes what the 1x1 kernel computes, every element written."""
+    if driver.get_device().cc < (9, 0):
+        pytest.skip("thread-block clusters are a Hopper-path schedule")
+    cluster(shape)
+    resolved = mm.resolve_kernel(GemmProblem(*case))
+    s = resolved.schedule
+    assert f"{s.cluster_m}x{s.cluster_n}" == shape, resolved.problem.describe()
+    check_matmul(case)
 
 
 def test_tma_store_cases_use_the_tma_store_on_hopper(kernels):
@@ -591,13 +638,15 @@ def test_offline_uses_only_the_given_cache(monkeypatch, kernels):
 
 # --------------------------------------------------------------------------- precompile commands
 def precompile_commands(target: str) -> list[str]:
-    """One ``nova precompile`` line per distinct epilogue/layout among the problems these tests run."""
+    """One ``nova precompile`` line per distinct epilogue/layout among the problems these tests run
+    (the cluster cases' lines set NOVA_CLUSTER, the batched mma.sync cases' NOVA_HOPPER=0, as their tests do)."""
     groups: dict[tuple, list[str]] = {}
     extra = [(256, 256, 256, "tf32", False, False, False, "none")]     # allocate/stream/overhead/offline tests
     extra += [(M, N, K, dt, False, False, False, "none") for M, N, K, dt in GRAPH_CASES + list(CHAIN)]
-    problems = [GemmProblem(M, N, K, dt, ta, tb, bias, act) for M, N, K, dt, ta, tb, bias, act in CASES + extra]
-    problems.append(GemmProblem(*DETERMINISTIC_CASE, deterministic=True))
-    problems = [("", p) for p in problems] + [("", batched_problem(c)) for c in BATCHED_CASES + STRIDED_CASES]
+    problems = [("", GemmProblem(*case)) for case in CASES + extra]
+    problems.append(("", GemmProblem(*DETERMINISTIC_CASE, deterministic=True)))
+    problems += [(f"NOVA_CLUSTER={shape} ", GemmProblem(*case)) for shape, case in CLUSTER_CASES]
+    problems += [("", batched_problem(c)) for c in BATCHED_CASES + STRIDED_CASES]
     problems += [("NOVA_HOPPER=0 ", batched_problem(c)) for c in MMA_SYNC_CASES + STRIDED_CASES[:2]]
     for env, p in problems:
         flags = precompile_command(p, target).split(" --dtype ")[1]

@@ -148,7 +148,8 @@ def test_wgmma_space_varies_only_the_searched_fields(wgmma_space):
     the operand plan included; the rest of the Hopper plan (boxes, registers, ring, grid) follows the tiling."""
     _, _, pick, schedules = wgmma_space
     searched = ("mma", "block_m", "block_n", "warps_m", "warps_n", "consumer_warpgroups", "stages", "smem_bytes",
-                "group_m", "persistent", "split_k", "split_reduction", "vector_c", "hopper")   # vector_c follows the split
+                "group_m", "persistent", "split_k", "split_reduction", "vector_c", "hopper",   # vector_c follows the split
+                "cluster_m", "cluster_n")
     keep = {k: v for k, v in pick.to_dict().items() if k not in searched}
     for s in schedules:
         assert {k: v for k, v in s.to_dict().items() if k not in searched} == keep

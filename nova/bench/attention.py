@@ -11,12 +11,14 @@ process; a backend that refuses a dtype is reported as unsupported.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import os
 import sys
 import time
 
-from nova.kernels.attention.problem import AttentionProblem
+from nova.kernels.attention.problem import AttentionProblem, score_precision_for
 
 # (B, H, T, D) of the benchmark, all causal
 BENCH_SHAPES = ((32, 8, 512, 64), (16, 12, 1024, 64), (8, 16, 2048, 128))
@@ -36,6 +38,12 @@ GPU_TEST_CASES = (
     (1, 2, 2, 190, 50, 128, False, "bf16"),
 )
 MEMORY_CASE = (1, 2, 2, 2048, 2048, 64, True, "bf16")
+# tests/test_attention_gpu.py's 3xtf32-score cases (B, H, Hkv, Tq, Tk, D, causal): each runs with
+# score_precision "tf32" and "3xtf32" on the same large-logit data
+SPLIT_SCORE_GPU_CASES = (
+    (2, 3, 3, 77, 77, 64, True),
+    (1, 4, 2, 130, 130, 128, False),        # GQA
+)
 
 # tests/test_attention_gpu.py's strided operands: (B, H, Hkv, Tq, Tk, D, causal, dtype, layout), the
 # layouts of ``strided_operands``; T never a multiple of a tile
@@ -48,12 +56,34 @@ STRIDED_GPU_CASES = (
     (1, 4, 2, 50, 190, 64, True, "tf32", "separate"),    # GQA, Tq != Tk
     (1, 3, 3, 70, 70, 64, False, "bf16", "padded"),       # strides the kernels cannot address: copies
 )
-TORCH_DTYPE = {"tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+TORCH_DTYPE = {"tf32": "float32", "3xtf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
-def problem_of(case) -> AttentionProblem:
+@contextlib.contextmanager
+def score_precision(name: str):
+    """Within the block, FP32 attention problems state ``name`` (``$NOVA_ATTENTION_PRECISION``, which
+    ``nova.attention`` reads): the benchmark's "3xtf32" rows time the split score product."""
+    old = os.environ.get("NOVA_ATTENTION_PRECISION")
+    os.environ["NOVA_ATTENTION_PRECISION"] = name
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["NOVA_ATTENTION_PRECISION"]
+        else:
+            os.environ["NOVA_ATTENTION_PRECISION"] = old
+
+
+def problem_of(case, stated: bool = False) -> AttentionProblem:
+    """The problem of a case as ``nova.attention`` states it (TF32: the default score precision,
+    ``score_precision_for``), or, ``stated``, as its dtype label says: "tf32" single-TF32 scores,
+    "3xtf32" the split score product (the benchmark's rows)."""
     b, h, hkv, tq, tk, d, causal, dtype = case[:8]
-    return AttentionProblem(b, h, tq, tk, d, causal=causal, dtype=dtype, kv_heads=hkv)
+    if dtype == "3xtf32":
+        dtype, precision = "tf32", "3xtf32"
+    else:
+        precision = "tf32" if stated else score_precision_for(dtype)
+    return AttentionProblem(b, h, tq, tk, d, causal=causal, dtype=dtype, kv_heads=hkv, score_precision=precision)
 
 
 def strided_operands(case, torch, device="meta", generator=None) -> dict:
@@ -115,12 +145,13 @@ def strided_kernels(case) -> list:
     return [(fwd, ("fwd",)), (bwd, ("bwd_pre", "bwd_dkv", "bwd_dq"))]
 
 
-def bench_problems(dtypes=BENCH_DTYPES):
-    return [AttentionProblem(b, h, t, t, d, causal=True, dtype=dt) for (b, h, t, d) in BENCH_SHAPES for dt in dtypes]
+def bench_problems(dtypes=BENCH_DTYPES + ("3xtf32",)):
+    return [problem_of((b, h, h, t, t, d, True, dt), stated=True) for (b, h, t, d) in BENCH_SHAPES for dt in dtypes]
 
 
 def all_problems():
-    return bench_problems() + [problem_of(c) for c in GPU_TEST_CASES + (MEMORY_CASE,)]
+    split = [problem_of(c + (dt,), stated=True) for c in SPLIT_SCORE_GPU_CASES for dt in ("tf32", "3xtf32")]
+    return bench_problems() + [problem_of(c) for c in GPU_TEST_CASES + (MEMORY_CASE,)] + split
 
 
 def all_kernels() -> list:
@@ -195,15 +226,21 @@ def _time_graph(fn, iters):
 
 def bench_one(B, H, T, D, dtype, iters):
     import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    import nova
     torch.manual_seed(0)
     dt = getattr(torch, TORCH_DTYPE[dtype])
     q, k, v, do = (torch.randn(B, H, T, D, device="cuda", dtype=dt) for _ in range(4))
     torch.backends.cuda.matmul.allow_tf32 = False
     row = {"shape": f"B{B}.H{H}.T{T}.D{D}", "dtype": dtype, "causal": True}
+    with score_precision("3xtf32" if dtype == "3xtf32" else "tf32"):
+        _time_nova(row, q, k, v, do, iters)
+    _time_torch(row, q, k, v, do, iters)
+    return row
 
+
+def _time_nova(row, q, k, v, do, iters):
+    import torch
+    import torch.nn.functional as F
+    import nova
     out, lse = nova.attention(q, k, v, causal=True)
     buf = {}
 
@@ -222,6 +259,16 @@ def bench_one(B, H, T, D, dtype, iters):
     gn = buf["g"]
     row["max_err_out"] = float((out.float() - ref.float()).abs().max())
     row["max_err_dq"] = float((gn[0].float() - qr.grad.float()).abs().max())
+    if q.dtype == torch.float32:         # the score product's accuracy: LSE against float64
+        s = (q.double() @ k.double().transpose(-1, -2)) * (1 / math.sqrt(q.shape[-1]))
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril(), float("-inf"))
+        row["max_err_lse"] = float((lse.double() - torch.logsumexp(s, dim=-1)).abs().max())
+        del s
+
+
+def _time_torch(row, q, k, v, do, iters):
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
                      ("efficient", SDPBackend.EFFICIENT_ATTENTION), ("math", SDPBackend.MATH)):
         qa, ka, va = (x.detach().clone().requires_grad_() for x in (q, k, v))
@@ -239,7 +286,6 @@ def bench_one(B, H, T, D, dtype, iters):
     best = min(torch_times) if torch_times else None
     nova_best = min(x for x in (row["nova_us"], row.get("nova_graph_us")) if x)
     row["speedup_vs_best_torch"] = best / nova_best if best else None
-    return row
 
 
 def run(out_dir: str, dtypes, iters: int) -> int:

@@ -102,9 +102,10 @@ class Ir:
     @contextmanager
     def kernel(self, name: str, args: list[str], threads: int, **nvvm_attrs):
         """``gpu.func @name(args)`` inside Nova's module scaffold (``gpu.module @nova_kernels``), with
-        ``known_block_size`` and ``nvvm.<attr> = <value> : i32`` attributes; constants created in
-        its body are printed at its top."""
-        extra = "".join(f", nvvm.{k} = {v} : i32" for k, v in nvvm_attrs.items())
+        ``known_block_size`` and ``nvvm.<attr> = <value> : i32`` attributes (a tuple value:
+        ``array<i32: ...>``, e.g. ``cluster_dim``); constants created in its body are printed at its top."""
+        extra = "".join(f", nvvm.{k} = array<i32: {', '.join(map(str, v))}>" if isinstance(v, tuple)
+                        else f", nvvm.{k} = {v} : i32" for k, v in nvvm_attrs.items())
         with self.region("module attributes {gpu.container_module} {"):
             with self.region("gpu.module @nova_kernels {"):
                 with self.region(f"gpu.func @{name}({', '.join(args)}) kernel attributes "

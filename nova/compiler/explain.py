@@ -56,6 +56,7 @@ def attention_problem(node: Node):
     """The AttentionProblem of an ``attention``/``attention_backward`` node, or None when Nova's
     attention kernels do not cover it (its dtype or head dimension)."""
     from nova.kernels.attention import AttentionProblem, AttentionProblemError
+    from nova.kernels.attention.problem import score_precision_for
     q, k = (node.inputs[0], node.inputs[1]) if node.op == "attention" else (node.inputs[1], node.inputs[2])
     dtype = {"f32": "tf32", "bf16": "bf16", "f16": "fp16"}.get(q.dtype)
     if dtype is None:
@@ -63,7 +64,8 @@ def attention_problem(node: Node):
     b, h, t_q, d = q.shape
     try:
         return AttentionProblem(b, h, t_q, k.shape[2], d, causal=bool(node.attrs.get("causal")), dtype=dtype,
-                                kv_heads=k.shape[1], scale=float(node.attrs["scale"]))
+                                kv_heads=k.shape[1], scale=float(node.attrs["scale"]),
+                                score_precision=score_precision_for(dtype))
     except AttentionProblemError:
         return None
 

@@ -20,6 +20,10 @@ gets a 3-D map, batch outermost with its batch stride (C's from the problem's ``
   writes its slices' FP32 partials into a per-stream ``[split_k * M, N]`` workspace and the
   reduction kernel (``meta["reduce_kernel"]``) adds them into C with the epilogue.
 
+A kernel in thread-block clusters (``Schedule.cluster_m`` x ``cluster_n``) carries its cluster shape
+in its PTX (``.reqnctapercluster``): it is launched like any other, on the artifact's grid (the
+plan's CTA count, whole clusters), with no launch attribute, so CUDA-graph capture is unchanged.
+
 Nothing here imports MLIR or touches CUDA at import time.
 """
 from __future__ import annotations
@@ -116,6 +120,10 @@ class HopperGemm:
         from nova.codegen.artifact import KernelArtifact
         self.device, self.what = device, what
         self.plan = schedule.hopper
+        size = schedule.cluster_m * schedule.cluster_n
+        if artifact.grid[0] % size:
+            raise driver.NovaRuntimeError(f"{what}: a grid of {artifact.grid[0]} CTAs is not whole clusters of "
+                                          f"{size} (stale cache?)")
         self.main = driver.load_kernel(artifact, device, what, key)
         self.preps = {op: driver.load_kernel(KernelArtifact.from_dict(d), device, f"{what} [prep {op}]",
                                              None if key is None else f"{key}:prep_{op}")

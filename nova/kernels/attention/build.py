@@ -18,6 +18,12 @@ Four FlashAttention-2-style kernels on ``mma.sync`` + ``cp.async`` (sm_80+; also
 * ``bwd_dq``   grid (Q tiles, B*H).  Q and dO stay; K/V stream.  S, dP recomputed; dQ += dS K.
                (dQ by a separate pass, not atomics: deterministic, no FP32 dQ scratch; see derive.py.)
 
+TF32 score precision (``problem.score_precision``): with "3xtf32" the score product (S = Q K^T in
+``fwd`` and ``bwd_dq``, S^T = K Q^T in ``bwd_dkv``) reads its operands unrounded (the kept one is not
+rounded in shared memory) and splits each fragment element in registers, x = big + small (big = x
+with the bits TF32 drops cleared, small = the rest: ``tf32_split``), then accumulates small*big +
+big*small + big*big: three MMAs per score k-step, no extra shared-memory reads.
+
 Tails: rows beyond T are zero-filled by cp.async (``srcElements`` = 0), stores are predicated, and
 scores of keys beyond T_k are masked.  No T x T buffer exists anywhere.
 
@@ -42,6 +48,7 @@ PARAMS = {"fwd": ("q", "k", "v", "out", "lse"),
 SUPPORTED_ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90")
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
+TF32_KEEP_MASK = -(1 << 13)  # 0xFFFFE000 as i32: sign, exponent and the 10 mantissa bits TF32 keeps
 MASKED = -1.0e30           # finite "minus infinity": exp2 of it is 0 and no inf - inf NaN can appear
 
 
@@ -90,6 +97,8 @@ def check_supported(p: AttentionProblem, s: AttentionSchedule, role: str) -> Non
         fail("the cp.async ring needs at least 2 stages")
     if ((p.head_dim + kt.smem_pad) * p.elem_bytes) % 16:
         fail(f"padded rows must be a multiple of 16 bytes (pad {kt.smem_pad})")
+    if p.split_scores and s.tf32_prep == "smem":
+        fail("3xtf32 scores need unrounded streamed tiles (tf32_prep 'fragment')")
     if kt.smem_bytes < smem_plan(p, kt)["total"]:
         fail(f"smem_bytes {kt.smem_bytes} < the {smem_plan(p, kt)['total']} bytes the tiles need")
 
@@ -151,6 +160,9 @@ class _Flash:
         self.tf32 = p.dtype == "tf32"
         self.ks = 8 if self.tf32 else 16
         self.round_streamed = self.tf32 and s.tf32_prep == "smem"   # else streamed fragments round on use
+        # the score product's operands (A kept, B streamed): split into big + small TF32 parts if asked
+        self.score_pair = {"fwd": ("q", "k"), "bwd_dq": ("q", "k"), "bwd_dkv": ("k", "q")}.get(role, ())
+        self.split = p.split_scores
         self.BR, self.BC, self.S = kt.block_rows, kt.block_cols, kt.stages
         self.cols = self.D + kt.smem_pad
         self.mt = kt.rows_per_warp // 16
@@ -305,7 +317,8 @@ class _Flash:
         def body():
             if first:
                 for n in kept:
-                    self.round_own(n, self.BR)
+                    if not (self.split and n == self.score_pair[0]):     # split on use, from the raw values
+                        self.round_own(n, self.BR)
             if self.round_streamed:
                 for n in streamed:
                     self.round_own(n, self.BC, slot)
@@ -325,6 +338,25 @@ class _Flash:
         i = ir.let("tf32_bits", f"nvvm.convert.float.to.tf32 {x} {{rnd = #nvvm.fp_rnd_mode<rna>}}")
         return ir.let("tf32", f"arith.bitcast {i} : i32 to f32")
 
+    def tf32_split(self, x) -> tuple[str, str]:
+        """(big, small) with x = big + small exactly: big = x with the 13 mantissa bits TF32 drops
+        cleared (one AND), small = x - big (one FSUB, exact: the cleared bits).  The tensor core reads
+        small's top 10 mantissa bits (it ignores the low 13 of a .tf32 register), so small * big and
+        big * small carry < 2^-20 |x y| of error, as does the small * small term left out.  Two
+        instructions an element, where cvt.rna costs three (FSETP, IMAD, LOP3) twice."""
+        ir = self.ir
+        bits = ir.let("x_bits", f"arith.bitcast {x} : f32 to i32")
+        hi = ir.let("big_bits", f"arith.andi {bits}, {ir.const(TF32_KEEP_MASK, 'i32')} : i32")
+        big = ir.let("big", f"arith.bitcast {hi} : i32 to f32")
+        return big, ir.fop("subf", x, big, "small")
+
+    def split_fragment(self, values, shape) -> tuple[str, str]:
+        """The (big, small) TF32 fragments of raw FP32 fragment ``values``."""
+        ir = self.ir
+        parts = [self.tf32_split(x) for x in values]
+        return tuple(ir.let(hint, f"vector.from_elements {', '.join(p[i] for p in parts)} : {shape}")
+                     for i, hint in enumerate(("f_big", "f_small")))
+
     def tf32s(self, x):
         """A streamed-tile element: rounded here unless the tile was rounded in shared memory."""
         return x if self.round_streamed else self.tf32r(x)
@@ -341,6 +373,8 @@ class _Flash:
             return frag
         # TF32: the tile was rounded (cvt.rna) in shared memory when it landed (``round_own``)
         el = [ir.let("a_e", f"vector.extract {frag}[{e}, 0] : f32 from {vt}") for e in range(4)]
+        if self.split and name == self.score_pair[0]:
+            return self.split_fragment(el, "vector<4x1xf32>")
         return ir.let("a_tf32", f"vector.from_elements {', '.join(el)} : vector<4x1xf32>")
 
     def load_b_nk(self, name, stage, n0, kk):
@@ -352,13 +386,18 @@ class _Flash:
         vt = f"vector<4x{per32}x{T}>"
         frag = ir.let("b_frag", f"nvgpu.ldmatrix {self.sm[name]}[{ir.v(stage)}, {ir.v(row)}, {ir.v(col)}] "
                                 f"{{numTiles = 4 : i32, transpose = false}} : {self.ring_type()} -> {vt}")
-        return self.split_b(frag, vt, per32)
+        return self.split_b(frag, vt, per32, split=self.split and name == self.score_pair[1])
 
-    def split_b(self, frag, vt, per32):
+    def split_b(self, frag, vt, per32, split=False):
+        """The two 8-wide n tiles' B fragments of an ldmatrix x4 result; ``split``: each as its (big,
+        small) TF32 pair (3xtf32 scores)."""
         ir = self.ir
         out = []
         for h in range(2):
-            if self.tf32:
+            if split:
+                el = [ir.let("b_e", f"vector.extract {frag}[{2 * h + e}, 0] : f32 from {vt}") for e in range(2)]
+                out.append(self.split_fragment(el, "vector<2x1xf32>"))
+            elif self.tf32:
                 el = [self.tf32s(ir.let("b_e", f"vector.extract {frag}[{2 * h + e}, 0] : f32 from {vt}")) for e in range(2)]
                 out.append(ir.let("b_tf32", f"vector.from_elements {', '.join(el)} : vector<2x1xf32>"))
             else:
@@ -390,6 +429,11 @@ class _Flash:
         return out
 
     def mma(self, a, b, acc):
+        if isinstance(a, tuple):            # 3xtf32: (big, small) pairs, the small products first
+            (a_big, a_small), (b_big, b_small) = a, b
+            for x, y in ((a_small, b_big), (a_big, b_small), (a_big, b_big)):
+                acc = self.ir.mma_sync(x, y, acc, "tf32", 8)
+            return acc
         if self.tf32:
             return self.ir.mma_sync(a, b, acc, "tf32", 8)
         return self.ir.mma_sync(a, b, acc, "f16" if self.T == "f16" else "bf16", 16)

@@ -6,7 +6,8 @@ import json
 import os
 import sys
 
-from nova.kernels.attention.problem import ATTN_DTYPES, AttentionProblem, AttentionProblemError
+from nova.kernels.attention.problem import (ATTN_DTYPES, SCORE_PRECISIONS, AttentionProblem, AttentionProblemError,
+                                           score_precision_for)
 
 
 def parse_shape(text: str) -> tuple[int, int, int, int, int]:
@@ -33,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--kv-heads", type=int, default=None, help="key/value heads (grouped-query attention)")
     ap.add_argument("--scale", type=float, default=None, help="softmax scale (default 1/sqrt(D))")
     ap.add_argument("--target", default="rtx3060", help="GPU model (see nova-config targets; auto = live GPU)")
+    ap.add_argument("--score-precision", default=None, choices=SCORE_PRECISIONS,
+                    help="tf32 only: S = Q K^T as one TF32 product (tf32) or three (3xtf32, FP32-accurate scores); "
+                         "default $NOVA_ATTENTION_PRECISION, else 3xtf32")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     return ap
 
@@ -44,8 +48,9 @@ def main(argv=None) -> int:
         from nova.hwmodel import get_target
         from nova.kernels.attention.derive import configure_attention
         b, h, tq, tk, d = parse_shape(args.shape)
+        precision = args.score_precision or score_precision_for(args.dtype)
         p = AttentionProblem(b, h, tq, tk, d, causal=args.causal, dtype=args.dtype, kv_heads=args.kv_heads,
-                             scale=args.scale)
+                             scale=args.scale, score_precision=precision)
         cfg = configure_attention(p, get_target(args.target))
     except (AttentionProblemError, TargetError) as e:
         if os.environ.get("NOVA_DEBUG"):

@@ -51,6 +51,8 @@ KEPT, STREAMED = {"fwd": ("q",), "bwd_dq": ("q", "dout"), "bwd_dkv": ("k", "v")}
                  {"fwd": ("k", "v"), "bwd_dq": ("k", "v"), "bwd_dkv": ("q", "dout")}
 GEMMS = {"fwd": 2, "bwd_dkv": 4, "bwd_dq": 3}          # matmuls per (query, key) pair in each kernel
 ALU_PER_SCORE = {"fwd": 5, "bwd_dkv": 4, "bwd_dq": 3}   # FP32 ops per score (scale/max/exp-arg/sum/convert)
+SPLIT_OPS_PER_ELEMENT = 2    # 3xtf32 scores: AND + FSUB per fragment element (build.tf32_split)
+REG_SPLIT_EXTRA = 16         # 3xtf32 scores: the small halves of the fragments in flight (an estimate; ptxas checks)
 
 MUFU_SHARE = Formula("mufu_share", "tc_flops_per_clk_sm / (4 * D * mufu_per_clk_sm)")
 ACC_REGS = Formula("acc_regs", "(score_tiles * block_cols + out_tiles * D) / 2 + block_cols / 2")
@@ -96,7 +98,10 @@ def step1_instruction(p: AttentionProblem, gpu: GPUModel):
     mma = MmaInstr(fam, m, n, k, "f16" if p.dtype == "fp16" else p.dtype)
     why = (f"{p.dtype}: every matmul (S = QK^T, O = PV and the backward's four) on {mma}, FP32 accumulation; "
            "softmax in FP32")
-    if p.dtype == "tf32":
+    if p.split_scores:
+        why += ("; 3xtf32 scores: S = Qb Kb + Qb Ks + Qs Kb (x = big + small, each rounded to TF32), "
+                "FP32-accurate scores at three MMAs per score k-step; the other products on TF32 (cvt.rna)")
+    elif p.dtype == "tf32":
         why += "; operands rounded to nearest TF32 (cvt.rna) like the GEMMs"
     if "wgmma" in gpu.features:
         why += "; wgmma/TMA (Hopper) is a later phase: the schedule's warpgroup/TMA fields stay unused"
@@ -128,7 +133,7 @@ def tile_regs(p: AttentionProblem, role: str, mt: int, bc: int) -> float:
     score_tiles = 2 if role != "fwd" else 1          # S (and dP) accumulators
     out_tiles = 2 if role == "bwd_dkv" else 1        # O / dQ, or dK and dV
     acc = ACC_REGS(score_tiles=score_tiles, block_cols=bc, out_tiles=out_tiles, D=p.head_dim)
-    over = REG_OVERHEAD[role] + (REG_TF32_EXTRA if p.dtype == "tf32" else 0)
+    over = REG_OVERHEAD[role] + (REG_TF32_EXTRA if p.dtype == "tf32" else 0) + (REG_SPLIT_EXTRA if p.split_scores else 0)
     return over + acc * (1 + REG_SHARE[role] * (mt - 1))
 
 
@@ -186,6 +191,21 @@ def _grid(p: AttentionProblem, role: str, rows: int):
 
 
 # ---- 5 -----------------------------------------------------------------------------------------
+def gemms_per_pair(p: AttentionProblem, role: str) -> int:
+    """Tensor-core matmuls per (query, key) pair: ``GEMMS[role]``, two more where the score product is
+    split into three TF32 products (``problem.score_precision == "3xtf32"``)."""
+    return GEMMS[role] + (2 if p.split_scores else 0)
+
+
+def alu_per_score(p: AttentionProblem, role: str, rows_per_warp: int, block_cols: int) -> float:
+    """FP32 lane operations per score: ``ALU_PER_SCORE[role]``, plus, for 3xtf32 scores, the split of
+    every score-operand fragment element: a warp splits its A rows (16 mt x D) and the streamed B tile
+    (block_cols x D) once per tile of 16 mt x block_cols scores, ``SPLIT_OPS_PER_ELEMENT`` each:
+    2 D (1/block_cols + 1/(16 mt))."""
+    extra = SPLIT_OPS_PER_ELEMENT * p.head_dim * (1 / block_cols + 1 / rows_per_warp) if p.split_scores else 0
+    return ALU_PER_SCORE[role] + extra
+
+
 def step5_stages(p: AttentionProblem, gpu: GPUModel, role: str, rows: int, cols: int, pad: int, warps: int, regs: int):
     """Ring depth: Little's law, within the shared memory of as many blocks as the registers allow."""
     d = Derivation()
@@ -197,7 +217,7 @@ def step5_stages(p: AttentionProblem, gpu: GPUModel, role: str, rows: int, cols:
                     vec_bytes=8 * cols if role == "bwd_dkv" else 0)
     rate = gpu.tc_flops_per_clk_sm("mma.sync", p.dtype)
     t_tile = d.apply(f"5 {role} tile time", T_TILE, "tensor time of one streamed tile at the SM's mma.sync peak",
-                     gemms=GEMMS[role], block_rows=rows, block_cols=cols, D=p.head_dim,
+                     gemms=gemms_per_pair(p, role), block_rows=rows, block_cols=cols, D=p.head_dim,
                      tc_flops_per_clk_sm=rate, clock_hz=gpu.clock_hz)
     want = d.apply(f"5 {role} stages (latency)", STAGES, "Little's law: one slot computing, enough in flight to "
                    "cover the loaded memory latency", post=int, mem_latency_ns=gpu.mem_latency_ns, t_tile_ns=t_tile)
@@ -303,12 +323,12 @@ def kernel_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, v
         return t + gpu.launch_overhead_us * 1e-6, {"dram": t}
     rate = gpu.tc_flops_per_clk_sm("mma.sync", p.dtype)
     visited = vis * bh
-    t_tc = T_TC(gemms=GEMMS[role], D=p.head_dim, visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz,
+    t_tc = T_TC(gemms=gemms_per_pair(p, role), D=p.head_dim, visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz,
                 tc_flops_per_clk_sm=rate)
     t_smem = T_SMEM(wavefronts=smem_wavefronts(p, role, kt, tf32_prep), visited=visited, mt=kt.rows_per_warp // 16,
                     block_cols=kt.block_cols, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz)
     t_mufu = T_MUFU(visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz, mufu_per_clk_sm=mufu_rate(gpu))
-    t_alu = T_ALU(alu=ALU_PER_SCORE[role], visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz,
+    t_alu = T_ALU(alu=alu_per_score(p, role, kt.rows_per_warp, kt.block_cols), visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz,
                   fp32_lanes_per_sm=gpu.fp32_lanes_per_sm)
     nbytes = {"fwd": p.fwd_bytes, "bwd_dq": p.fwd_bytes + p.fwd_bytes // 2, "bwd_dkv": p.bwd_bytes}[role]
     t_dram = nbytes / gpu.dram_bw

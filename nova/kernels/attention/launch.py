@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, replace
 
-from nova.kernels.attention.problem import AttentionProblem, strides_reason
+from nova.kernels.attention.problem import AttentionProblem, score_precision_for, strides_reason
 
 _DTYPES = {"torch.float32": "tf32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
 
@@ -70,8 +70,9 @@ def _problem(q, k, v, causal, scale) -> AttentionProblem:
     Bk, Hkv, Tk, Dk = k.shape
     if tuple(v.shape) != tuple(k.shape) or Bk != B or Dk != D:
         raise ValueError(f"k and v must be [B, Hkv, Tk, D] matching q {list(q.shape)}: got {list(k.shape)}, {list(v.shape)}")
-    return AttentionProblem(B, H, Tq, Tk, D, causal=bool(causal), dtype=_DTYPES[str(q.dtype)], kv_heads=Hkv,
-                            scale=scale)
+    dtype = _DTYPES[str(q.dtype)]
+    return AttentionProblem(B, H, Tq, Tk, D, causal=bool(causal), dtype=dtype, kv_heads=Hkv, scale=scale,
+                            score_precision=score_precision_for(dtype))
 
 
 def copy_reason(name: str, t, elem_bytes: int) -> str:

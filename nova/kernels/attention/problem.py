@@ -18,6 +18,15 @@ the backward's delta are always contiguous ``[B*H*Tq]`` FP32.
 
 ``causal`` masks key ``j > i`` (top-left aligned, as torch's ``is_causal``): every row keeps key 0,
 so no row is ever fully masked.
+
+``score_precision`` (TF32 only) is how the score product ``S = Q K^T`` is computed: ``"tf32"``, one
+TF32 tensor-core product (inputs rounded to 10 mantissa bits: each score carries a relative error of
+about 2^-11 of ``|q| |k|``), or ``"3xtf32"``, the split product ``S = Qb Kb + Qb Ks + Qs Kb`` with
+``x = xb + xs`` (``xb`` = x rounded to TF32, ``xs`` = the rest rounded to TF32), FP32-accurate to about
+2^-21 at three times the score MMAs.  The softmax exponentiates scores, so an absolute score error
+``e`` becomes a relative probability error ``e``: at large logits TF32 scores change a training
+run's trajectory where the GEMMs' TF32 rounding does not (the GPT-144M loss drift of
+``bench/NOTES.md``).  P V, dP and the gradient products stay single TF32 (their errors are relative).
 """
 from __future__ import annotations
 
@@ -26,6 +35,7 @@ from dataclasses import asdict, dataclass, replace
 
 # name: (storage element type, bytes per element)
 ATTN_DTYPES = {"tf32": ("f32", 4), "bf16": ("bf16", 2), "fp16": ("f16", 2)}
+SCORE_PRECISIONS = ("tf32", "3xtf32")   # how TF32 computes S = Q K^T (module docstring)
 HEAD_DIMS = (64, 128)          # head dimensions the mma.sync kernels are generated for
 OPERANDS = ("q", "k", "v", "out", "dout", "dq", "dk", "dv")   # the [B, H|Hkv, T, D] tensors
 KV_OPERANDS = ("k", "v", "dk", "dv")                          # [B, Hkv, Tk, D]; the others [B, H, Tq, D]
@@ -38,6 +48,19 @@ ROLE_OPERANDS = {"fwd": ("q", "k", "v", "out"), "bwd_pre": ("out", "dout"),
 
 class AttentionProblemError(ValueError):
     """A problem statement no attention kernel can compute."""
+
+
+def score_precision_for(dtype: str) -> str:
+    """The score precision that ``nova.attention``, compiled programs and ``nova-config explain`` state
+    for ``dtype`` problems: for TF32 ``$NOVA_ATTENTION_PRECISION``, by default "3xtf32" (scores as
+    accurate as PyTorch's FP32 attention: single-TF32 scores moved GPT-144M's loss curve by up to 1.8%,
+    median 0.86%, where 3xtf32 stays at a median 0.14%; bench/NOTES.md), "tf32" the faster opt-in
+    (~23% less attention time); else "tf32" (the 16-bit kernels multiply exactly, FP32 accumulation)."""
+    import os
+    want = os.environ.get("NOVA_ATTENTION_PRECISION", "3xtf32").strip().lower() or "3xtf32"
+    if want not in SCORE_PRECISIONS:
+        raise AttentionProblemError(f"NOVA_ATTENTION_PRECISION={want!r}: choose one of {', '.join(SCORE_PRECISIONS)}")
+    return want if dtype == "tf32" else "tf32"
 
 
 def dense_strides(shape) -> tuple[int, int, int, int]:
@@ -84,6 +107,7 @@ class AttentionProblem:
     # {operand: (sB, sH, sT)} (or a trailing sD = 1) for the operands that are not contiguous; stored
     # as a tuple of (operand, (sB, sH, sT)) pairs in OPERANDS order, contiguous ones left out
     strides: tuple = ()
+    score_precision: str = "tf32"    # TF32 only: "tf32" or "3xtf32" (the module docstring)
 
     def __post_init__(self):
         for name in ("batch", "heads", "seq_q", "seq_k", "head_dim"):
@@ -96,6 +120,12 @@ class AttentionProblem:
         if self.head_dim not in HEAD_DIMS:
             raise AttentionProblemError(f"head_dim {self.head_dim} is not supported; choose one of "
                                         f"{', '.join(map(str, HEAD_DIMS))}")
+        if self.score_precision not in SCORE_PRECISIONS:
+            raise AttentionProblemError(f"unsupported score_precision {self.score_precision!r}; choose one of "
+                                        f"{', '.join(SCORE_PRECISIONS)}")
+        if self.score_precision != "tf32" and self.dtype != "tf32":
+            raise AttentionProblemError(f"score_precision {self.score_precision!r} applies to tf32 attention only, "
+                                        f"not {self.dtype}")
         if not isinstance(self.causal, bool):
             raise AttentionProblemError(f"causal must be True or False, got {self.causal!r}")
         kv = self.heads if self.kv_heads is None else self.kv_heads
@@ -154,6 +184,11 @@ class AttentionProblem:
         return replace(self, strides=tuple(e for e in self.strides if e[0] in keep))
 
     @property
+    def split_scores(self) -> bool:
+        """S = Q K^T as three TF32 products (``score_precision == "3xtf32"``)."""
+        return self.score_precision == "3xtf32"
+
+    @property
     def storage(self) -> str:
         return ATTN_DTYPES[self.dtype][0]
 
@@ -203,7 +238,8 @@ class AttentionProblem:
         kv = f" kv_heads={self.kv_heads}" if self.kv_heads != self.heads else ""
         t = f"T={self.seq_q}" if self.seq_q == self.seq_k else f"Tq={self.seq_q} Tk={self.seq_k}"
         st = "".join(f" {n}[{','.join(map(str, x))}]" for n, x in self.strides)
-        return (f"attention B={self.batch} H={self.heads}{kv} {t} D={self.head_dim} {self.dtype}"
+        sp = " 3xtf32-scores" if self.split_scores else ""
+        return (f"attention B={self.batch} H={self.heads}{kv} {t} D={self.head_dim} {self.dtype}{sp}"
                 f"{' causal' if self.causal else ''} scale={self.scale:.6g}{' strides' + st if st else ''}")
 
     def to_dict(self) -> dict:
@@ -212,4 +248,6 @@ class AttentionProblem:
             d["strides"] = {n: list(x) for n, x in self.strides}
         else:
             del d["strides"]
+        if not self.split_scores:        # likewise the default precision: earlier problems' keys unchanged
+            del d["score_precision"]
         return d

@@ -53,6 +53,30 @@ targets, the shared-memory ring, the grid.  Nothing here knows the target.
   go on to the next tile while the stores drain; ``wait_group 0`` before the kernel exits.  The
   register -> shared writes are bank-conflict-free: where a warp's lanes would meet in a bank, a
   lane writes its items in a rotated order (``staging_rotation``: slot i holds item i ^ q).
+* **Clusters** (``schedule.cluster_m`` x ``cluster_n``, hopper.py step 12; 1-D: 2x1, 1x2, up to 8).
+  The kernel carries the shape (``nvvm.cluster_dim`` -> PTX ``.reqnctapercluster``), so a plain
+  launch of ``hopper.ctas`` CTAs (a multiple of the cluster size) forms the clusters: no launch
+  attribute, CUDA graphs unchanged.  Each cluster walks *cluster units* (cluster tiles of ci x cj
+  tiles, x K slices; ``group_m`` counts cluster-tile rows) from ``%clusterid.x`` in steps of
+  ``%nclusterid.x``, and each CTA computes the tile at its ``%cluster_ctarank`` along the cluster,
+  so all CTAs of a cluster run the same units and K tiles.  The CTAs along M share B's
+  tile (along N, A's): the shared tile's TMA boxes are split into cluster-size slices
+  (``schedule.multicast``, ``hopper.tma_box``) and CTA r loads slice r with
+  ``cp.async.bulk.tensor ... .multicast::cluster`` (mask = every CTA), so it lands at the same
+  offset in each CTA and signals each one's ``full[s]``, which still expects the whole stage's
+  bytes (a peer's bytes may come before the local expect_tx: the tx-count goes negative, the
+  producer's arrival keeps the phase open).  A CTA's slot may be overwritten only when the
+  consumers of every CTA its producer writes into are done with it, and every producer of the
+  cluster writes into it: ``empty[s]`` counts 4 x warpgroups x cluster-size arrivals, and lane r of
+  each consumer warp releases a slot on the ``empty[s]`` of the CTA of rank r (``mapa`` +
+  ``mbarrier.arrive.release.cluster.shared::cluster``).  Cluster barriers (``barrier.cluster.arrive``
+  release + ``wait`` acquire, after ``fence.mbarrier_init.release.cluster``) replace the CTA
+  barrier after the mbarrier init (no multicast or remote arrive before every peer's barriers
+  exist) and end the kernel (no CTA exits while a peer can still arrive on its barriers).  A tile
+  of a ragged cluster tile may lie wholly outside C: it loads (TMA zero-fills; its slice of the
+  shared tile feeds its peers) and computes, and stores nothing (the register epilogue's
+  predicates count C's edge in cluster tiles; the TMA store skips boxes wholly outside C; the
+  split-K workspace's rows are predicated the same way).
 """
 from __future__ import annotations
 
@@ -61,7 +85,8 @@ from nova.codegen.builder import SMEM, Ir
 from nova.dtypes import MODES
 from nova.kernels.gemm.emit_ampere import RESERVED_NAMES, GemmKernel, batched_memref
 from nova.kernels.gemm.hopper import (STAGING_BUFFERS, STAGING_STEP_BYTES, atomic_split_blocker, c_box,  # rules the
-                                      output_vector, staging_bytes, tma_store_blocker)     # schedule must follow
+                                      cluster_blocker, cluster_extents, cluster_units,    # schedule must follow
+                                      output_vector, staging_bytes, tma_store_blocker)
 from nova.kernels.gemm.problem import GemmProblem
 from nova.kernels.gemm.schedule import EPILOGUES, SPLIT_REDUCTIONS, OperandPrep, Schedule
 
@@ -126,11 +151,16 @@ def check_supported(problem: GemmProblem, s: Schedule) -> None:
     if s.vector_c != stores:
         fail(f"vector_c={s.vector_c}: C is stored {stores} elements at a time ({h.epilogue})")
     per_row = SWIZZLE_BYTES // problem.in_bytes
+    cluster = (s.cluster_m, s.cluster_n)
+    blocker = cluster_blocker(problem, s, cluster)
+    if blocker:
+        fail(f"cluster {s.cluster_m}x{s.cluster_n}: {blocker}")
     for op in ("a", "b"):
         extent, box = (s.block_m if op == "a" else s.block_n), h.box(op)
+        slices = s.multicast[1] if s.multicast and s.multicast[0] == op else 1     # a multicast tile: one slice per CTA
         if ops.role(op).major == "mn" and extent % per_row:
             fail(f"an MN-major {op.upper()} tile of {extent} is not a whole number of 128-byte boxes")
-        covers = ((box.rows, box.count) == (extent, 1) if ops.role(op).major == "k"
+        covers = ((box.rows * box.count, box.count) == (extent, slices) if ops.role(op).major == "k"
                   else box.rows == s.block_k and box.cols * box.count == extent)
         if box.cols != per_row or not covers:
             fail(f"TMA box {box} of {op.upper()} does not cover its {extent}-wide {ops.role(op).major}-major tile "
@@ -150,8 +180,6 @@ def check_supported(problem: GemmProblem, s: Schedule) -> None:
         per = _cdiv(_cdiv(problem.K, s.block_k), s.split_k)
         if (s.split_k - 1) * per >= _cdiv(problem.K, s.block_k):
             fail(f"split_k={s.split_k} leaves a K slice empty ({_cdiv(problem.K, s.block_k)} K tiles)")
-    if s.cluster_m != 1 or s.cluster_n != 1:
-        fail("thread-block clusters are not implemented yet")
     if s.stages < 2:
         fail(f"stages={s.stages}")
     if (h.ring.x_bytes, h.ring.y_bytes) != (rows * SWIZZLE_BYTES, cols * SWIZZLE_BYTES):
@@ -164,7 +192,12 @@ def check_supported(problem: GemmProblem, s: Schedule) -> None:
              f"({h.producer_regs}) and the consumers' ({h.consumer_regs})")
     check_batch(problem, s, fail)
     units = _cdiv(problem.M, s.block_m) * _cdiv(problem.N, s.block_n) * s.split_k * problem.batch
-    if not 1 <= h.ctas <= units or (not s.persistent and h.ctas != units):
+    if cluster != (1, 1):                  # whole clusters, each walking cluster units (ragged ones padded)
+        size = s.cluster_m * s.cluster_n
+        per = cluster_units(_cdiv(problem.M, s.block_m), _cdiv(problem.N, s.block_n), s.split_k, cluster)
+        if h.ctas % size or not size <= h.ctas <= per * size:
+            fail(f"grid of {h.ctas} CTAs for {per} units of {s.cluster_m}x{s.cluster_n} clusters")
+    elif not 1 <= h.ctas <= units or (not s.persistent and h.ctas != units):
         fail(f"grid of {h.ctas} CTAs for {units} work units ({'persistent' if s.persistent else 'one per CTA'})")
 
 
@@ -228,8 +261,14 @@ class _HopperKernel:
         self.acc_t = "!llvm.struct<(" + ", ".join(["f32"] * self.nacc) + ")>"
         self.mb_t = f"!nvgpu.mbarrier.group<memorySpace = {SMEM}, num_barriers = {s.stages}>"
         self.wait_depth = wait_depth
-        self.ragged = {"m": p.M % s.block_m != 0, "n": p.N % s.block_n != 0}
+        # a tile may lie past C's edge where C is not whole (cluster) tiles: its stores are predicated
+        self.ragged = {"m": p.M % (s.block_m * s.cluster_m) != 0, "n": p.N % (s.block_n * s.cluster_n) != 0}
         self.tma_store = self.h.tma_store
+        # thread-block cluster (module docstring): ci x cj CTAs along the wgmma rows x wgmma N; the
+        # multicast group is the whole (1-D) cluster
+        self.ci, self.cj = cluster_extents((s.cluster_m, s.cluster_n), self.swap)
+        self.csize = self.ci * self.cj
+        self.shared_op = s.multicast[0] if s.multicast else None
         self.batch_index = None      # the work unit's batch element (batched problems: set by tile_loop)
 
     @property
@@ -275,13 +314,16 @@ class _HopperKernel:
                 f"{'persistent' if s.persistent else 'one tile per CTA'}, group_m {s.group_m}"
                 + (", swapped (C^T = B^T A^T)" if self.swap else "")
                 + f", A {self.ops.a.feed}, B {self.ops.b.feed}"
-                + (", TMA-store epilogue" if self.tma_store else ""))
+                + (", TMA-store epilogue" if self.tma_store else "")
+                + (f", {s.cluster_m}x{s.cluster_n} cluster multicasting {self.shared_op.upper()}" if self.csize > 1 else ""))
         ir.emit(f"{SMEM} = #gpu.address_space<workgroup>")
         args = ["%pA: !llvm.ptr", "%pB: !llvm.ptr", "%pC: !llvm.ptr" if self.tma_store else f"%C: {self.ctype}"]
         if p.bias and not self.partial:
             args.append(f"%bias: {self.btype}")
-        # registers at entry (the schedule's): setmaxnreg then moves them from the producer to the consumers
-        with ir.kernel(KERNEL_NAME, args, self.threads, maxnreg=s.regs_per_thread):
+        # registers at entry (the schedule's): setmaxnreg then moves them from the producer to the consumers;
+        # a cluster's shape is the kernel's (PTX .reqnctapercluster): a plain launch of a multiple of it
+        cluster = {"cluster_dim": (self.csize, 1, 1)} if self.csize > 1 else {}
+        with ir.kernel(KERNEL_NAME, args, self.threads, maxnreg=s.regs_per_thread, **cluster):
             ir.blank()
             self.setup()
             is_prod = ir.cmp("eq", self.wg, 0, "is_producer")
@@ -290,6 +332,9 @@ class _HopperKernel:
                 self.producer()
             with ir.region("} else {", close="}"):
                 self.consumer()
+            if self.csize > 1:
+                ir.comment("no CTA leaves while a peer may still arrive on its barriers (or multicast into it)")
+                self.cluster_sync()
             ir.emit("gpu.return")
         return ir.text()
 
@@ -312,38 +357,73 @@ class _HopperKernel:
         al = ir.sub(up, ir.rem(up, align, "dsm_rem"), "dsm_aligned")
         self.base_off = ir.sub(al, addr, "ring_off")        # byte offset of the ring in the dsm view
         self.base_enc = ir.div(al, 16, "ring_enc")          # shared address >> 4 (wgmma descriptor units)
-        ir.comment(f"---- mbarriers: full[{s.stages}] (TMA landed), empty[{s.stages}] (slot consumed)")
+        ir.comment(f"---- mbarriers: full[{s.stages}] (TMA landed), empty[{s.stages}] (slot consumed"
+                   + (f" by the consumers of all {self.csize} CTAs of the cluster)" if self.csize > 1 else ")"))
         self.full = ir.let("full", f"nvgpu.mbarrier.create -> {self.mb_t}")
         self.empty = ir.let("empty", f"nvgpu.mbarrier.create -> {self.mb_t}")
         t0 = ir.cmp("eq", self.tid, 0, "is_t0")
         for i in range(s.stages):
             ir.emit(f"nvgpu.mbarrier.init {self.full}[{ir.v(i)}], {ir.v(1)}, predicate = {t0} : {self.mb_t}")
-            ir.emit(f"nvgpu.mbarrier.init {self.empty}[{ir.v(i)}], {ir.v(4 * self.wgs)}, predicate = {t0} : {self.mb_t}")
+            ir.emit(f"nvgpu.mbarrier.init {self.empty}[{ir.v(i)}], {ir.v(4 * self.wgs * self.csize)}, "
+                    f"predicate = {t0} : {self.mb_t}")
         with ir.region(f"scf.if {t0} {{"):
             ir.emit("nvvm.fence.mbarrier.init")
-        ir.emit("gpu.barrier")
+        if self.csize > 1:
+            ir.comment("every CTA's barriers are initialised before any peer multicasts into it or arrives on them")
+            self.cluster_sync()
+        else:
+            ir.emit("gpu.barrier")
         self.bid = ir.let("bid", "gpu.block_id x")
         self.nblocks = ir.let("nblocks", "gpu.grid_dim x") if s.persistent else None
         self.tiles_i, self.tiles_j = _cdiv(self.I, self.tile_i), _cdiv(self.J, self.tile_j)
-        self.ntiles = self.tiles_i * self.tiles_j
+        self.walk_i, self.walk_j = _cdiv(self.tiles_i, self.ci), _cdiv(self.tiles_j, self.cj)   # (cluster) tiles walked
+        self.ntiles = self.walk_i * self.walk_j
         self.k_per_slice = _cdiv(self.ktiles, s.split_k)
+        self.rank = 0
+        if self.csize > 1:
+            self.cluster_ids()
         ir.blank()
 
+    def cluster_sync(self):
+        """barrier.cluster.arrive (release) + barrier.cluster.wait (acquire) by every thread of the
+        cluster; not .aligned: the threads come from divergent branches (the producer's, the
+        elected threads')."""
+        self.ir.emit("nvvm.cluster.arrive")
+        self.ir.emit("nvvm.cluster.wait")
+
+    def cluster_ids(self):
+        """This CTA's rank in its (1-D) cluster (%cluster_ctarank: the bit of the multicast masks,
+        the CTA ``mapa`` addresses), the cluster's index (%clusterid.x) and the clusters (%nclusterid.x)."""
+        ir = self.ir
+
+        def sreg(hint, reg):
+            raw = ir.let(f"{hint}_i32", f"nvvm.read.ptx.sreg.{reg} : i32")
+            return ir.let(hint, f"arith.index_cast {raw} : i32 to index")
+        self.rank = sreg("cta_rank", "cluster.ctarank")
+        self.cluster_id = sreg("cluster_id", "clusterid.x")
+        self.nclusters = sreg("nclusters", "nclusterid.x")
+        self.mc_mask = ir.let("mc_mask", f"arith.constant {(1 << self.csize) - 1} : i16")
+
     def tile_origin(self, tile):
-        """(i0, j0) of output tile ``tile`` in group order (``group_m`` tile rows along i per group)."""
+        """(i0, j0) of output tile ``tile`` in group order (``group_m`` tile rows along i per group).
+        In a cluster, ``tile`` is a cluster tile (ci x cj tiles; ``group_m`` counts cluster-tile rows)
+        and this CTA computes the one at its rank along the cluster."""
         ir, s = self.ir, self.s
-        gm = max(1, min(s.group_m, self.tiles_i))
-        tn = self.tiles_j
+        gm = max(1, min(s.group_m, self.walk_i))
+        tn = self.walk_j
         if gm == 1:
             pm, pn = ir.div(tile, tn, "pid_i"), ir.rem(tile, tn, "pid_j")
         else:
             per = gm * tn
             group = ir.div(tile, per, "group")
             first = ir.mul(group, gm, "group_first_i")
-            rows = ir.min(ir.sub(self.tiles_i, first, "rows_left"), gm, "group_rows")
+            rows = ir.min(ir.sub(self.walk_i, first, "rows_left"), gm, "group_rows")
             inside = ir.rem(tile, per, "pid_in_group")
             pm = ir.add(first, ir.rem(inside, rows), "pid_i")
             pn = ir.div(inside, rows, "pid_j")
+        if self.csize > 1:                      # the tile at this CTA's rank in the cluster tile
+            pm = ir.add(ir.mul(pm, self.ci), self.rank if self.ci > 1 else 0, "cta_tile_i")
+            pn = ir.add(ir.mul(pn, self.cj), self.rank if self.cj > 1 else 0, "cta_tile_j")
         return ir.mul(pm, self.tile_i, "i0"), ir.mul(pn, self.tile_j, "j0")
 
     def slot_phase(self, it, flip=False):
@@ -363,10 +443,13 @@ class _HopperKernel:
         per, ktiles)); batched, of batch element u / tiles (``self.batch_index``)."""
         ir, s = self.ir, self.s
         units = self.ntiles * s.split_k * self.p.batch
-        if s.persistent:
+        if self.csize > 1:                      # each cluster walks cluster units, all its CTAs the same ones
+            lo, step = self.cluster_id, self.nclusters
+        elif s.persistent:
             lo, step = self.bid, self.nblocks
         else:
             lo, step = self.bid, units          # exactly one iteration
+        self.walk = (lo, step)
         res = ir.fresh("it_out")
         with ir.region(f"{res} = scf.for %tile = {ir.v(lo)} to {ir.v(units)} step {ir.v(step)} "
                        f"iter_args(%it = {ir.v(0)}) -> (index) {{"):
@@ -396,14 +479,22 @@ class _HopperKernel:
         tx = ir.const(self.stage)
 
         def load(op, slot, slot_off, r0, k0):
-            """TMA of operand ``op``'s tile (rows r0.., K k0..) into ring slot ``slot`` at byte ``slot_off``."""
+            """TMA of operand ``op``'s tile (rows r0.., K k0..) into ring slot ``slot`` at byte ``slot_off``.
+            The tile a cluster shares: this CTA's slice (boxes rank x per ..), multicast to the same
+            offset of every CTA of the cluster (each one's full[slot] counts the bytes that land in it)."""
             box = self.h.box(op)
-            for c in range(box.count):
-                view = ir.let(f"tile{op.upper()}", f"memref.view {self.dsm}[{ir.v(ir.add(slot_off, c * box.rows * SWIZZLE_BYTES))}][] "
+            shared = op == self.shared_op
+            per = box.count // self.csize if shared else box.count
+            multicast = f" multicast_mask = {self.mc_mask}" if shared else ""
+            for q in range(per):
+                c = ir.add(ir.mul(self.rank, per), q, "box") if shared else q
+                off = ir.add(slot_off, ir.mul(c, box.rows * SWIZZLE_BYTES, "box_off"))
+                view = ir.let(f"tile{op.upper()}", f"memref.view {self.dsm}[{ir.v(off)}][] "
                                                    f": memref<?xi8, {SMEM}> to {self.box_type(op)}")
-                coords = (k0, r0) if self.ops.role(op).major == "k" else (ir.add(r0, c * box.cols), k0)
+                coords = ((k0, ir.add(r0, ir.mul(c, box.rows, "box_row"))) if self.ops.role(op).major == "k"
+                          else (ir.add(r0, ir.mul(c, box.cols, "box_col")), k0))
                 ir.emit(f"nvgpu.tma.async.load {self.tm[op]}[{self.tma_coords(op, *coords)}], "
-                        f"{self.full}[{slot}] to {view} : {self.tm_type(op)}, {self.mb_t} -> {self.box_type(op)}")
+                        f"{self.full}[{slot}] to {view}{multicast} : {self.tm_type(op)}, {self.mb_t} -> {self.box_type(op)}")
 
         def tile_body(tile, k_begin, k_count, it):
             i0, j0 = self.tile_origin(tile)
@@ -471,6 +562,9 @@ class _HopperKernel:
 
         def release(it_prev):
             slot = ir.rem(it_prev, s.stages, "rel_slot")
+            if self.csize > 1:
+                self.release_cluster(slot)
+                return
             with ir.region(f"scf.if {lane0} {{"):
                 ir.let("tok", f"nvgpu.mbarrier.arrive {self.empty}[{ir.v(slot)}] : {self.mb_t} -> !nvgpu.mbarrier.token")
 
@@ -549,6 +643,19 @@ class _HopperKernel:
             ir.comment("the staging buffers must outlive the TMA stores that read them; C is complete at exit")
             with ir.region(f"scf.if {self.wg_leader} {{"):
                 ir.emit("nvvm.cp.async.bulk.wait_group 0")
+
+    def release_cluster(self, slot):
+        """The warp's release of ring slot ``slot`` to every producer that writes into this CTA (all
+        of the cluster's: each multicasts its slice here): lane r arrives on empty[slot] of the CTA
+        of rank r (``mapa`` maps the barrier's shared address into that CTA's), release at cluster
+        scope, so the producers reuse the slot only once every consumer of the cluster is done."""
+        ir = self.ir
+        lane_i32 = ir.pure("lane_i32", f"arith.index_cast {self.lane} : index to i32")
+        with ir.region(f"scf.if {ir.cmp('slt', self.lane, self.csize, 'signals_peer')} {{"):
+            local = ir.let("empty_addr", f"nvgpu.mbarrier.get {self.empty}[{ir.v(slot)}] : {self.mb_t} -> i32")
+            ptr = ir.let("empty_ptr", f"llvm.inttoptr {local} : i32 to !llvm.ptr<3>")
+            peer = ir.let("peer_empty", f"nvvm.mapa {ptr}, {lane_i32} : !llvm.ptr<3> -> !llvm.ptr<7>")
+            ir.emit(f"nvvm.mbarrier.arrive {peer} {{scope = #nvvm.mem_scope<cluster>}} : !llvm.ptr<7>")
 
     # ------------------------------------------------------------------------------------------
     # X from registers (32-bit MN-major tile: TF32 wgmma has no transpose bit, registers can take it)
@@ -842,7 +949,8 @@ class _HopperKernel:
         steps = self.tile_j // extent
         if steps % STAGING_BUFFERS:                                 # the buffer alternates across tiles too
             # the work units this CTA ran before this one (%tile: the unit, of any batch element)
-            local = (ir.div(ir.sub("%tile", self.bid), self.nblocks, "tile_n") if self.s.persistent else 0)
+            lo, step = self.walk
+            local = (ir.div(ir.sub("%tile", lo), step, "tile_n") if self.s.persistent else 0)
             first = ir.mul(local, steps, "stg_first")
         else:
             first = 0

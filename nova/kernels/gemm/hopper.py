@@ -29,8 +29,14 @@ each returning its decision and the derivation row(s) that explain it:
 10. stages               as many as fit the per-block shared memory beside the staging boxes (a deeper
                          ring only hides more latency)
 11. TMA boxes            [BK = 128 B of K] x [block_m] and x [block_n], 128-byte swizzle = the wgmma descriptor layout
-12. cluster              1x1 (multicast not generated yet)
-13. grid                 persistent: min(tiles x K slices (x batch), SMs) CTAs walk the work units
+12. cluster              1x1, or 2x1 / 1x2 CTAs along M / N that share one operand's tile (B's along M, A's
+                         along N): each CTA TMA-loads 1/extent of it with .multicast::cluster into every CTA of
+                         the cluster, so that operand's L2 -> SM fill bytes divide by the extent; chosen where
+                         the model (step 16: ``fill_share``, ``cluster_pacing``, ``CLUSTER_SYNC_S``) predicts
+                         it faster than 1x1, 1x1 on a tie; ``NOVA_CLUSTER=MxN`` forces a shape (tests, experiments);
+                         1x1 for a batched problem (``cluster_blocker``)
+13. grid                 persistent: min(tiles x K slices (x batch), SMs) CTAs walk the work units (with a cluster:
+                         min(cluster units, SMs / cluster size) clusters, a multiple of the cluster size)
 14. group-M              rasterization, as for the mma.sync path (shown when there are tile rows to group)
 15. operand prep         which operands need a transpose/pad pass (TMA needs 16-byte aligned rows)
 16. prediction           max(tensor x smem cap, L2 fills (+ TMA stores) at each SM's port, DRAM, the ring's
@@ -80,6 +86,15 @@ STAGING_BUFFERS = 2
 STAGING_STEP_BYTES = WGMMA_M * SWIZZLE
 STAGING_STEP_CLK = 64          # [EST] per step and warpgroup: the proxy fence, two 128-thread named barriers,
                                # the elected thread's TMA issue, commit and wait
+# Thread-block clusters (step 12): the CTAs of a cluster along M (cluster_m) compute tiles of the same N
+# range and share B's tile, along N (cluster_n) A's; each loads 1/extent of the shared tile and multicasts
+# it into every CTA of the cluster (emit_hopper's module docstring).
+CLUSTER_SHAPES = ((2, 1), (1, 2))   # (cluster_m, cluster_n) step 12 prices beside 1x1
+SLACK_TERMS = ("mma", "l2", "dram")  # a tie on the predicted time goes to the least of these in all (as in step 8)
+CLUSTER_SYNC_S = 1e-6          # [EST] per kernel: the cluster-wide barriers after the mbarrier init and before
+                               # exit, and the launch placing each cluster's CTAs on one GPC
+SWIZZLE_ATOM_ROWS = 8          # a 128-byte-swizzled box spans whole 8-row (1024-byte) atoms: a K-major slice too
+MAX_PORTABLE_CLUSTER = 8       # CTAs per cluster every sm_90 GPU launches (CUDA: more needs a non-portable opt-in)
 
 CONSUMER_REGS = Formula("consumer_regs", f"floor((regs_per_sm - {WG_THREADS} * producer_regs) / ({WG_THREADS} * wgs) "
                                          f"/ {SETMAXNREG_GRANULE}) * {SETMAXNREG_GRANULE}")
@@ -87,6 +102,8 @@ SMEM_TRAFFIC = Formula("smem_traffic", "rate * elem_bytes * ((64 + N) / (128 * N
 SMEM_CAP = Formula("smem_cap", "Min(1, smem_bytes_per_clk / smem_traffic)")
 STAGES = Formula("stages", f"floor((smem_per_block - {RING_ALIGN} - staging) / ((block_m + N) * {SWIZZLE}))")
 GROUP_M = Formula("group_m", "sqrt(Min(sm_count, tiles) * block_n / block_m)")
+FILL_SHARE = Formula("fill_share", "(block_i / cluster_j + N / cluster_i) / (block_i + N)")
+CLUSTER_SLOTS = Formula("clusters", "floor(sm_count / cluster_size)")
 
 
 # ---- registers ---------------------------------------------------------------------------------
@@ -326,25 +343,32 @@ def prep_bytes(p: GemmProblem, operands: OperandPlan) -> int:
 
 
 def time_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int, operands: OperandPlan | None = None,
-               reduction: str = "atomic", epilogue: str = "registers", stages: int | None = None) -> dict:
+               reduction: str = "atomic", epilogue: str = "registers", stages: int | None = None,
+               cluster: tuple[int, int] = (1, 1)) -> dict:
     """The model's terms in seconds for a tile of ``block_i`` wgmma rows x wgmma N = ``n``, ``split``
     K slices added by ``reduction``, C written by ``epilogue`` and a ``stages``-deep ring (None: as
     deep as step 10 makes it beside the epilogue's staging; raster and grid do not enter): mma,
     l2, dram, ring (overlapped: the total takes their max), fill, epilogue, prep, split, launches.
     The TMA store's overlapped stores count in the L2 term (the SM's TMA unit moves them beside
-    the tile fills); its writes to shared memory and the waits for its drain are the epilogue."""
-    return epilogue_terms(p, gpu, block_i, n, split, operands, reduction, (epilogue,), stages)[epilogue]
+    the tile fills); its writes to shared memory and the waits for its drain are the epilogue.
+    ``cluster`` (cluster_m, cluster_n): as ``cluster_pacing`` and ``fill_share`` say."""
+    return epilogue_terms(p, gpu, block_i, n, split, operands, reduction, (epilogue,), stages, cluster)[epilogue]
 
 
 def epilogue_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int, operands: OperandPlan | None = None,
                    reduction: str = "atomic", epilogues: tuple[str, ...] = ("registers",),
-                   stages: int | None = None) -> dict[str, dict]:
+                   stages: int | None = None, cluster: tuple[int, int] = (1, 1)) -> dict[str, dict]:
     """``time_terms`` of one tile for each of ``epilogues``, the rest of the model computed once."""
     operands = operands or operand_plan(p)
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
     units = cdiv(I, block_i) * cdiv(J, n) * split * p.batch
     ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
-    main = mainloop_time(p, gpu, block_i, n, units, ktiles, split, terms=True)
+    paced = units                           # the unit count whose ceil(/ SMs) is the busiest SM's share
+    if cluster != (1, 1):
+        paced = cluster_pacing(gpu, I, J, block_i, n, split, cluster_extents(cluster, operands.swap))
+    main = mainloop_time(p, gpu, block_i, n, paced, ktiles, split, terms=True)
+    if cluster != (1, 1):
+        main["l2"] *= fill_share(block_i, n, cluster_extents(cluster, operands.swap))
     shared = {"mma": main["mma"], "dram": p.min_bytes / gpu.dram_bw, "smem_cap": main["smem_cap"],
               "prep": prep_bytes(p, operands) / gpu.dram_bw,
               "split": split_overhead(p, gpu, split, reduction) if split > 1 else 0.0,
@@ -354,15 +378,53 @@ def epilogue_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int, operan
         depth = stages or ring_depth(gpu, block_i, n, staging_bytes(block_i // WGMMA_M, epilogue))
         t_l2 = main["l2"]
         if epilogue == "tma_store":
-            t_epilogue, overlapped = tma_store_time(p, gpu, block_i, n, units, rows=I, cols=J)
+            t_epilogue, overlapped = tma_store_time(p, gpu, block_i, n, paced, rows=I, cols=J)
             t_l2 += overlapped
         else:
-            t_epilogue = epilogue_time(p, gpu, block_i, n, units, split, rows=I, cols=J, reduction=reduction)
-        t_ring = ring_time(p, gpu, units, ktiles, split, depth)
+            t_epilogue = epilogue_time(p, gpu, block_i, n, paced, split, rows=I, cols=J, reduction=reduction)
+        t_ring = ring_time(p, gpu, paced, ktiles, split, depth)
         dram_bound = shared["dram"] >= max(main["mma"], t_l2, t_ring)
-        out[epilogue] = {**shared, "l2": t_l2, "ring": t_ring, "epilogue": t_epilogue,
-                         "fill": fill_time(p, gpu, block_i, n, units, dram_bound=dram_bound)}
+        t_fill = fill_time(p, gpu, block_i, n, units, dram_bound=dram_bound)
+        if cluster != (1, 1):
+            t_fill += CLUSTER_SYNC_S
+        out[epilogue] = {**shared, "l2": t_l2, "ring": t_ring, "epilogue": t_epilogue, "fill": t_fill}
     return out
+
+
+# ---- thread-block clusters (step 12) ----------------------------------------------------------------
+def cluster_extents(cluster: tuple[int, int], swap: bool) -> tuple[int, int]:
+    """(cluster_i, cluster_j): the cluster's CTAs along the wgmma rows and along wgmma N, from
+    (cluster_m, cluster_n) (swapped, the wgmma rows run along N)."""
+    return (cluster[1], cluster[0]) if swap else cluster
+
+
+def cluster_units(tiles_i: int, tiles_j: int, split: int, extents: tuple[int, int]) -> int:
+    """Work units of a clustered grid: cluster tiles (extents[0] x extents[1] tiles, the ragged last
+    ones padded with tiles wholly outside C, which load and compute but store nothing) x K slices."""
+    return cdiv(tiles_i, extents[0]) * cdiv(tiles_j, extents[1]) * split
+
+
+def cluster_slots(gpu, size: int) -> int:
+    """Clusters of ``size`` CTAs (one CTA per SM) the GPU holds at once: floor(SMs / size) [EST]; a
+    cluster runs on one GPC, so GPCs whose SM count ``size`` does not divide hold fewer (exact for
+    size 2: an H100/H200 GPC is whole TPCs of 2 SMs)."""
+    return int(CLUSTER_SLOTS(sm_count=gpu.sm_count, cluster_size=size))
+
+
+def cluster_pacing(gpu, I: int, J: int, block_i: int, n: int, split: int, extents: tuple[int, int]) -> int:
+    """The 1x1 unit count with the same busiest-SM share as a clustered grid: every CTA of a
+    cluster runs ceil(cluster units / ``cluster_slots``) units (the clusters walk the cluster units as
+    the CTAs walk the units without one), so the model's per-SM terms take that many x SMs."""
+    units = cluster_units(cdiv(I, block_i), cdiv(J, n), split, extents)
+    return math.ceil(units / cluster_slots(gpu, extents[0] * extents[1])) * gpu.sm_count
+
+
+def fill_share(block_i: int, n: int, extents: tuple[int, int]) -> float:
+    """The fraction of a unit's L2 -> SM fill bytes each CTA of a cluster loads: the wgmma A operand's
+    tile (block_i rows) is shared by the cluster_j CTAs along N, the B operand's (n rows) by the
+    cluster_i CTAs along the rows, and each loads 1/extent of a shared tile (TMA multicast delivers
+    the rest from its peers' loads): (block_i/cluster_j + n/cluster_i) / (block_i + n)."""
+    return float(FILL_SHARE(block_i=block_i, N=n, cluster_i=extents[0], cluster_j=extents[1]))
 
 
 def total_time(t: dict) -> float:
@@ -377,7 +439,7 @@ def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
     epilogues (not overlapped) + the operand-prep passes at DRAM bandwidth + adding the split-K
     slices (zeroing and atomics, or the reduction kernel) + the launches."""
     t = time_terms(p, gpu, s.mma.m * s.consumer_warpgroups, s.mma.n, s.split_k, s.hopper.operands, s.split_reduction,
-                   s.hopper.epilogue, s.stages)
+                   s.hopper.epilogue, s.stages, (s.cluster_m, s.cluster_n))
     total = total_time(t)
     bound = max((t["mma"], "tensor-core"), (t["l2"], "l2"), (t["dram"], "dram"), (t["ring"], "ring latency"))[1]
     if t["smem_cap"] < 1 and bound == "tensor-core":
@@ -474,34 +536,45 @@ def tma_batch_stride(p: GemmProblem, op: str) -> bool:
     return stride * p.in_bytes % 16 == 0 and stride >= p.packed_stride(op)
 
 
-def tma_box(problem: GemmProblem, major: str, tile_rows: int) -> TmaBox:
+def tma_box(problem: GemmProblem, major: str, tile_rows: int, slices: int = 1) -> TmaBox:
     """One operand's boxes per stage: the inner extent is always the 128-byte swizzle span.
     K-major: one [tile_rows x BK] box; MN-major: tile_rows / (128 B) boxes of [BK x 128 B], side by
-    side along M/N (each 1024-byte aligned: BK rows of 128 B)."""
+    side along M/N (each 1024-byte aligned: BK rows of 128 B).  A tile multicast in a cluster is
+    loaded in ``slices`` equal parts, one per CTA (step 12): K-major, ``slices`` boxes of
+    [tile_rows / slices x BK] (stacked they are the one box's bytes: the swizzle follows the shared
+    address); MN-major, the same boxes, count / slices per CTA (``multicast_blocker`` checks both)."""
     per_row = SWIZZLE // problem.in_bytes
     if major == "k":
-        return TmaBox(per_row, tile_rows, 1)
+        return TmaBox(per_row, tile_rows // slices, slices)
     return TmaBox(per_row, per_row, cdiv(tile_rows, per_row))
 
 
 # ---- the schedule --------------------------------------------------------------------------------
 def wgmma_schedule(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int, split: int, stages: int,
                    group_m: int, persistent: bool = True, reduction: str = "atomic",
-                   epilogue: str = "registers") -> Schedule:
+                   epilogue: str = "registers", cluster: tuple[int, int] = (1, 1)) -> Schedule:
     """The Hopper schedule of ``wgs`` consumer warpgroups x wgmma N = ``n``, ``split`` K slices,
-    a ``stages``-deep ring and C written by ``epilogue`` (the slices added by ``reduction``): the
-    tile in the problem's coordinates (swapped, the wgmma rows run along N), the TMA boxes, the
-    setmaxnreg targets, the shared-memory ring (and staging) and the grid follow from these.  Used
-    by ``configure_hopper`` and by the schedule space (``space.py``)."""
+    a ``stages``-deep ring, C written by ``epilogue`` (the slices added by ``reduction``) and CTAs
+    in clusters of ``cluster`` = (cluster_m, cluster_n) (step 12; ``group_m`` then counts cluster-tile
+    rows): the tile in the problem's coordinates (swapped, the wgmma rows run along N), the TMA
+    boxes, the setmaxnreg targets, the shared-memory ring (and staging) and the grid follow from
+    these.  Used by ``configure_hopper`` and by the schedule space (``space.py``)."""
     k = gpu.mma_shapes["wgmma"][p.dtype][2]
     block_i = WGMMA_M * wgs                                     # wgmma rows: along M, or N when swapped
     rows, cols = (p.N, p.M) if operands.swap else (p.M, p.N)
     units = cdiv(rows, block_i) * cdiv(cols, n) * split * p.batch
     extent = {operands.x: block_i, operands.y: n}
+    slices = {"a": cluster[1], "b": cluster[0]}                 # along M the CTAs share B's tile, along N A's
+    ctas = min(units, gpu.sm_count) if persistent else units
+    if cluster != (1, 1):
+        size = cluster[0] * cluster[1]
+        per_cluster = cluster_units(cdiv(rows, block_i), cdiv(cols, n), split, cluster_extents(cluster, operands.swap))
+        ctas = min(per_cluster, cluster_slots(gpu, size)) * size
     ring = SmemRing(RING_ALIGN, block_i * SWIZZLE, n * SWIZZLE, staging_bytes(wgs, epilogue))
-    plan = HopperPlan(operands, tma_box(p, operands.a.major, extent["a"]), tma_box(p, operands.b.major, extent["b"]),
+    plan = HopperPlan(operands, tma_box(p, operands.a.major, extent["a"], slices["a"]),
+                      tma_box(p, operands.b.major, extent["b"], slices["b"]),
                       producer_regs=PRODUCER_REGS, consumer_regs=consumer_regs(gpu.regs_per_sm, wgs), ring=ring,
-                      ctas=min(units, gpu.sm_count) if persistent else units, epilogue=epilogue,
+                      ctas=ctas, epilogue=epilogue,
                       box_c=c_box(p, operands.swap) if epilogue == "tma_store" else None)
     mma = MmaInstr("wgmma", WGMMA_M, n, k, "f16" if p.dtype == "fp16" else p.dtype)
     warps = WARPS_PER_WARPGROUP * wgs                           # along the wgmma rows
@@ -510,9 +583,9 @@ def wgmma_schedule(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int,
                     warps_m=warps_m, warps_n=warps_n, stages=stages, smem_layout="swizzle128", smem_pad_a=0,
                     smem_pad_b=0, smem_bytes=ring.size(stages), vector_a=1, vector_b=1,   # TMA checks A/B bases
                     vector_c=output_vector(p, operands.swap, split, reduction, epilogue), split_k=split,
-                    group_m=group_m, regs_per_thread=entry_regs(gpu.regs_per_sm, wgs), blocks_per_sm=1, cluster_m=1,
-                    cluster_n=1, consumer_warpgroups=wgs, producer_warps=PRODUCER_WARPS, persistent=persistent,
-                    hopper=plan, split_reduction=reduction)
+                    group_m=group_m, regs_per_thread=entry_regs(gpu.regs_per_sm, wgs), blocks_per_sm=1,
+                    cluster_m=cluster[0], cluster_n=cluster[1], consumer_warpgroups=wgs, producer_warps=PRODUCER_WARPS,
+                    persistent=persistent, hopper=plan, split_reduction=reduction)
 
 
 def best_epilogue(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int, split: int,
@@ -738,35 +811,174 @@ def ring_stages(gpu, block_i: int, n: int, staging: int = 0) -> tuple[int, Step]
                         post=lambda v: max(MIN_STAGES, min(int(v), MAX_STAGES)), **sizes)
 
 
-def tma_boxes(p: GemmProblem, plan: HopperPlan) -> tuple[tuple[TmaBox, TmaBox], Step]:
-    """Step 11: each operand's TMA boxes (``tma_box`` of its tile, decided in ``wgmma_schedule``)."""
+def tma_boxes(p: GemmProblem, plan: HopperPlan, multicast: tuple[str, int] | None = None) -> tuple[tuple[TmaBox, TmaBox], Step]:
+    """Step 11: each operand's TMA boxes (``tma_box`` of its tile, decided in ``wgmma_schedule``;
+    ``multicast``: the operand a cluster shares and its extent, ``Schedule.multicast``)."""
     bk = per_row = SWIZZLE // p.in_bytes
     boxes = ", ".join(f"{op.upper()} {plan.box(op).count} x [{plan.box(op).rows}x{plan.box(op).cols}]" for op in ("a", "b"))
+    shared = ""
+    if multicast:
+        shared = (f"; {multicast[0].upper()}'s tile, which the cluster shares, in {multicast[1]} equal slices, one "
+                  f"per CTA (a K-major tile as {multicast[1]} boxes)")
     return (plan.box_a, plan.box_b), note(
         "TMA boxes", boxes, f"128-byte swizzled boxes (inner extent 128 B, the span the wgmma descriptors and the "
         f"register loads address): a K-major tile is one box [tile rows x {bk} of K], an MN-major tile is "
-        f"tile/{per_row} boxes [{bk} of K x {per_row}]; out-of-bounds rows and the K tail read as zero")
+        f"tile/{per_row} boxes [{bk} of K x {per_row}]{shared}; out-of-bounds rows and the K tail read as zero")
 
 
-def cluster() -> tuple[tuple[int, int], Step]:
-    """Step 12: no thread-block cluster."""
-    return (1, 1), note("cluster", "1x1", "TMA multicast across a cluster is not generated yet")
+def forced_cluster() -> tuple[int, int] | None:
+    """``NOVA_CLUSTER=MxN`` (cluster_m x cluster_n, e.g. 2x1), read at each configure: step 12 then
+    takes that shape wherever ``cluster_blocker`` allows it (tests and experiments); None when unset."""
+    import os
+    text = os.environ.get("NOVA_CLUSTER", "").strip().lower()
+    if not text:
+        return None
+    try:
+        cm, cn = (int(v) for v in text.split("x"))
+    except ValueError:
+        raise ValueError(f"NOVA_CLUSTER={text!r}: expected MxN, e.g. 2x1 (CTAs along M x along N)") from None
+    if cm < 1 or cn < 1:
+        raise ValueError(f"NOVA_CLUSTER={text!r}: cluster extents are >= 1")
+    return cm, cn
 
 
-def persistent_grid(plan: HopperPlan, batched: bool = False) -> tuple[int, Step]:
-    """Step 13: a persistent grid of min(work units, SMs) CTAs (decided in ``wgmma_schedule``)."""
+def target_cluster_blocker(gpu, cluster: tuple[int, int]) -> str | None:
+    """Why ``gpu`` cannot launch clusters of ``cluster`` = (cluster_m, cluster_n) CTAs (None if it can)."""
+    if cluster == (1, 1):
+        return None
+    if "clusters" not in gpu.features:
+        return f"{gpu.name} has no thread-block clusters"
+    if cluster[0] * cluster[1] > gpu.max_cluster_size:
+        return f"{cluster[0] * cluster[1]} CTAs per cluster: {gpu.name} allows {gpu.max_cluster_size}"
+    return None
+
+
+def cluster_blocker(p: GemmProblem, s: Schedule, cluster: tuple[int, int]) -> str | None:
+    """Why the kernel cannot run schedule ``s``'s tile in clusters of ``cluster`` = (cluster_m,
+    cluster_n) on any target (None if it can; ``target_cluster_blocker`` adds the target's limits):
+    one operand multicast per cluster (1-D clusters), a portable size (PTX's
+    ``.reqnctapercluster`` beyond MAX_PORTABLE_CLUSTER needs a launch attribute), a persistent grid,
+    no wider than the problem's tiles along the cluster, and the shared tile split into equal
+    slices of whole TMA boxes (``tma_box``)."""
+    cm, cn = cluster
+    if cluster == (1, 1):
+        return None
+    if p.batch > 1:
+        return "not with a batch (the clustered tile walk covers one GEMM)"
+    if cm < 1 or cn < 1:
+        return f"cluster {cm}x{cn}: extents are >= 1"
+    if cm > 1 and cn > 1:
+        return f"a {cm}x{cn} cluster would multicast both operands (the kernel multicasts one: 1-D clusters)"
+    if cm * cn > MAX_PORTABLE_CLUSTER:
+        return f"{cm * cn} CTAs per cluster: more than the portable {MAX_PORTABLE_CLUSTER}"
+    if not s.persistent:
+        return "the clusters walk a persistent grid's units"
+    dim, extent, tile, size = ("M", cm, s.block_m, p.M) if cm > 1 else ("N", cn, s.block_n, p.N)
+    if cdiv(size, tile) < extent:
+        return f"{cdiv(size, tile)} tile(s) of {tile} along {dim}={size}: no cluster wider than the problem"
+    op = "b" if cm > 1 else "a"                      # along M the CTAs share B's tile, along N A's
+    rows = s.block_n if op == "b" else s.block_m
+    per_row = SWIZZLE // p.in_bytes
+    if s.hopper.operands.role(op).major == "k":
+        if rows % (extent * SWIZZLE_ATOM_ROWS):
+            return (f"{op.upper()}'s {rows}-row tile does not split into {extent} slices of whole "
+                    f"{SWIZZLE_ATOM_ROWS}-row swizzle atoms")
+    elif cdiv(rows, per_row) % extent:
+        return f"{op.upper()}'s {rows}-wide tile is {cdiv(rows, per_row)} boxes of 128 B: not {extent} equal slices"
+    return None
+
+
+def cluster_schedule(p: GemmProblem, gpu, s: Schedule, cluster: tuple[int, int]) -> Schedule:
+    """Schedule ``s`` (1x1) with its CTAs in clusters of ``cluster``: the sliced TMA box of the shared
+    operand, the grid in whole clusters and the raster groups over cluster tiles (``raster_groups``)."""
+    if cluster == (1, 1):
+        return s
+    wgs, n, ops = s.consumer_warpgroups, s.mma.n, s.hopper.operands
+    group_m = cluster_raster(p, gpu, ops, WGMMA_M * wgs, n, cluster)[0]
+    return wgmma_schedule(p, gpu, ops, wgs, n, s.split_k, s.stages, group_m, s.persistent, s.split_reduction,
+                          s.hopper.epilogue, cluster)
+
+
+def cluster_raster(p: GemmProblem, gpu, operands: OperandPlan, block_i: int, n: int,
+                   cluster: tuple[int, int]) -> tuple[int, Step | None]:
+    """Step 14 for a clustered grid: ``raster_groups`` over cluster tiles (cluster_i x block_i by
+    cluster_j x n), ``cluster_slots`` of them per wave."""
+    I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
+    ci, cj = cluster_extents(cluster, operands.swap)
+    ctiles_i, ctiles_j = cdiv(cdiv(I, block_i), ci), cdiv(cdiv(J, n), cj)
+    return raster_groups(gpu, ctiles_i, ctiles_i * ctiles_j, ci * block_i, cj * n, slots=cluster_slots(gpu, ci * cj))
+
+
+def cluster(p: GemmProblem, gpu, s: Schedule) -> tuple[Schedule, Step]:
+    """Step 12: schedule ``s`` (tile, split, epilogue and ring decided) in thread-block clusters where
+    the model predicts them faster.  Candidates: 1x1 and ``CLUSTER_SHAPES`` that ``cluster_blocker``
+    allows; each priced by the prediction's model (``predict_hopper``): the CTAs of a cluster share
+    one operand's tile, so each fills ``fill_share`` of a unit's bytes from L2 (multicast), and the
+    clusters walk the cluster units (``cluster_pacing``: ``cluster_slots`` clusters at a time, ragged
+    cluster tiles padded), plus ``CLUSTER_SYNC_S``.  The fastest; 1x1 on a tie.  ``NOVA_CLUSTER``
+    forces a shape (``forced_cluster``)."""
+    forced = forced_cluster()
+    shapes = [forced] if forced not in (None, (1, 1)) else ([] if forced else list(CLUSTER_SHAPES))
+    base = predict_hopper(p, gpu, s)
+    priced, blocked = [], []
+    for shape in shapes:
+        blocker = target_cluster_blocker(gpu, shape) or cluster_blocker(p, s, shape)
+        if blocker:
+            blocked.append(f"{shape[0]}x{shape[1]}: {blocker}")
+            continue
+        c = cluster_schedule(p, gpu, s, shape)
+        priced.append((predict_hopper(p, gpu, c), c))
+    pick = s
+    if priced:                              # the fastest, then the most slack in the other limits (as step 8)
+        pred, c = min(priced, key=lambda pc: (round(pc[0].time_us, 6), sum(pc[0].terms_us[k] for k in SLACK_TERMS)))
+        if forced or round(pred.time_us, 6) < round(base.time_us, 6):
+            pick = c
+    table = "; ".join([f"1x1 {base.time_us:.1f} (L2 fills {base.terms_us['l2']:.1f})"]
+                      + [f"{c.cluster_m}x{c.cluster_n} {pr.time_us:.1f} (L2 fills {pr.terms_us['l2']:.1f}, "
+                         f"{c.hopper.ctas // (c.cluster_m * c.cluster_n)} clusters)" for pr, c in priced])
+    ops = s.hopper.operands
+    block_i = WGMMA_M * s.consumer_warpgroups
+    why = (f"CTAs along M share B's tile, along N A's: each TMA-loads 1/extent of the shared tile and multicasts "
+           f"it into every CTA of the cluster, so its L2 -> SM fill bytes divide by the extent; the clusters walk "
+           f"cluster tiles, floor(SMs / cluster size) at a time, and cost {CLUSTER_SYNC_S * 1e6:.0f} us of "
+           f"cluster barriers; predicted us: {table}")
+    if blocked:
+        why += "; not possible: " + "; ".join(blocked)
+    if forced:
+        why = f"NOVA_CLUSTER={forced[0]}x{forced[1]} forces the shape. " + why
+    elif pick is s:
+        why = "1x1: no cluster shape is predicted faster. " + why
+    shape = (pick.cluster_m, pick.cluster_n)
+    ci, cj = cluster_extents(shape, ops.swap)
+    formula = (f"fill share = (block_i/cluster_j + N/cluster_i)/(block_i + N) = ({block_i}/{cj} + {s.mma.n}/{ci})/"
+               f"({block_i} + {s.mma.n}) = {fill_share(block_i, s.mma.n, (ci, cj)):.4g}")
+    return pick, note("cluster", f"{shape[0]}x{shape[1]}", why, formula)
+
+
+def persistent_grid(s: Schedule, batched: bool = False) -> tuple[int, Step]:
+    """Step 13: a persistent grid of min(work units, SMs) CTAs, with a cluster min(cluster units,
+    ``cluster_slots``) clusters (decided in ``wgmma_schedule``); ``batched``: the units are (batch
+    element, tile)."""
+    plan, size = s.hopper, s.cluster_m * s.cluster_n
+    walk = f"min(tiles x {'batch' if batched else 'K slices'}, SMs) CTAs walk the work units"
+    if size > 1:
+        walk = (f"min(cluster tiles x K slices, floor(SMs / {size})) clusters of {s.cluster_m}x{s.cluster_n} CTAs "
+                f"({plan.ctas // size}) walk the cluster units, each CTA its own tile of the cluster tile")
     return plan.ctas, note("grid", f"persistent, {plan.ctas} CTAs",
-                           f"min(tiles x {'batch' if batched else 'K slices'}, SMs) CTAs walk the work units; the ring "
-                           "runs on across them, so the producer loads the next tile while the consumers store this one")
+                           f"{walk}; the ring runs on across them, so the producer loads the next tile while the "
+                           "consumers store this one")
 
 
-def raster_groups(gpu, tiles_i: int, tiles: int, block_i: int, n: int) -> tuple[int, Step | None]:
-    """Step 14: tile rows per raster group (1, not shown, without tile rows to group)."""
+def raster_groups(gpu, tiles_i: int, tiles: int, block_i: int, n: int,
+                  slots: int | None = None) -> tuple[int, Step | None]:
+    """Step 14: tile rows per raster group (1, not shown, without tile rows to group); with a
+    cluster, cluster-tile rows of cluster tiles, ``slots`` (``cluster_slots``) of them per wave."""
     if tiles_i <= 1 or tiles <= 1:
         return 1, None
-    return formula_step("group-M", GROUP_M, "tile rows per raster group: a wave's A and B panels have the smallest "
+    rows = "tile rows" if slots is None else f"cluster-tile rows (W: {slots} clusters at a time)"
+    return formula_step("group-M", GROUP_M, f"{rows} per raster group: a wave's A and B panels have the smallest "
                         "L2 footprint when G*block_m = (W/G)*block_n", post=lambda v: int(min(tiles_i, max(1, round(v)))),
-                        sm_count=gpu.sm_count, tiles=tiles, block_n=n, block_m=block_i)
+                        sm_count=gpu.sm_count if slots is None else slots, tiles=tiles, block_n=n, block_m=block_i)
 
 
 def operand_prep(p: GemmProblem, operands: OperandPlan) -> tuple[list[str], Step]:
@@ -794,9 +1006,12 @@ def configure_hopper(p: GemmProblem, gpu, d: Derivation) -> tuple[Schedule, Pred
     raster = raster_groups(gpu, cdiv(p.N if operands.swap else p.M, WGMMA_M * wgs), tiles, WGMMA_M * wgs, n)
     s = wgmma_schedule(p, gpu, operands, wgs, n, split, depth, group_m=raster[0], reduction=reduction,
                        epilogue=epilogue)
-    d.record(tma_boxes(p, s.hopper))
-    d.record(cluster())
-    d.record(persistent_grid(s.hopper, p.batch > 1))
+    s, cluster_row = cluster(p, gpu, s)
+    if s.cluster_m * s.cluster_n > 1:
+        raster = cluster_raster(p, gpu, operands, WGMMA_M * wgs, n, (s.cluster_m, s.cluster_n))
+    d.record(tma_boxes(p, s.hopper, s.multicast))
+    d.record((s, cluster_row))
+    d.record(persistent_grid(s, p.batch > 1))
     d.record(raster)
     d.record(operand_prep(p, operands))
     return s, predict_hopper(p, gpu, s)

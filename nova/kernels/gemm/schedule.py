@@ -194,7 +194,7 @@ class Schedule:
     regs_per_thread: int
     blocks_per_sm: int
     # --- the Hopper (wgmma) kernel; defaults mean "not used"
-    cluster_m: int = 1
+    cluster_m: int = 1             # thread-block cluster: CTAs along M x along N (``multicast``: the tile they share)
     cluster_n: int = 1
     consumer_warpgroups: int = 0
     producer_warps: int = 0
@@ -246,6 +246,15 @@ class Schedule:
     def zero_output(self) -> bool:
         """The runtime zeroes C before the launch: split-K slices add into it with atomics."""
         return self.split_k > 1 and self.split_reduction == "atomic"
+
+    @property
+    def multicast(self) -> tuple[str, int] | None:
+        """(operand, extent) of a thread-block cluster's shared tile: the CTAs of a cluster along M
+        compute tiles of one N range and share B's tile, along N A's (1-D clusters, hopper.py step
+        12); None without a cluster."""
+        if self.cluster_m * self.cluster_n == 1:
+            return None
+        return ("b", self.cluster_m) if self.cluster_m > 1 else ("a", self.cluster_n)
 
     @property
     def split_workspace(self) -> bool:

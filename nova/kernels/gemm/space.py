@@ -52,6 +52,9 @@ as the pick does):
                  slice x its work units)
   group_m        {1, the pick's, 8, 16} clamped to the tile rows, as for mma.sync
   grid           persistent; also one CTA per work unit when there are more units than SMs
+  cluster        1x1, and each of hopper.py's ``CLUSTER_SHAPES`` (2x1, 1x2: TMA multicast of B's / A's
+                 tile) that its ``cluster_blocker`` and ``target_cluster_blocker`` allow, on a
+                 persistent grid; group_m then counts cluster-tile rows (clamped to them)
 
 The Hopper model (hopper.py's prediction, ``predict_wgmma``) sees tiles, K slices, the epilogue and
 the ring's depth (its latency bound) but not group-M or the grid, so model ranking breaks its ties
@@ -67,8 +70,9 @@ import zlib
 from nova.kernels.gemm.cost import cdiv, predict
 from nova.kernels.gemm.ampere import (BPS_THREADS, FRAG_A_REGS, FRAG_B_REGS, LINE_BYTES, OVERHEAD_REGS, PLAIN_COPY_REGS, REGS, STAGE_BYTES, copy_vector, check_schedule, smem_tiles)
 from nova.kernels.gemm.configure import configure
-from nova.kernels.gemm.hopper import (CONSUMER_OVERHEAD_REGS, STAGES, WGMMA_M, consumer_regs, epilogues,
-                                      operand_plan, predict_hopper, split_reductions, splits_may_pay, staging_bytes,
+from nova.kernels.gemm.hopper import (CLUSTER_SHAPES, CONSUMER_OVERHEAD_REGS, STAGES, WGMMA_M, cluster_blocker,
+                                      cluster_extents, consumer_regs, epilogues, operand_plan, predict_hopper,
+                                      split_reductions, splits_may_pay, staging_bytes, target_cluster_blocker,
                                       wgmma_schedule)
 from nova.kernels.gemm.problem import GemmProblem
 from nova.configurator.step import MmaInstr, Prediction
@@ -186,7 +190,7 @@ def schedule_space(problem: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[
 
 def schedule_sort_key(s: Schedule) -> tuple:
     return (s.block_m, s.block_n, s.warps_m, s.warps_n, s.block_k, s.stages, s.split_k, s.split_reduction,
-            s.group_m, not s.persistent, s.hopper is not None and s.hopper.tma_store)
+            s.group_m, not s.persistent, s.hopper is not None and s.hopper.tma_store, s.cluster_m, s.cluster_n)
 
 
 def _split_options(k_iters: int, values) -> list[int]:
@@ -279,7 +283,26 @@ def wgmma_space_around(p: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Sc
                                        epilogue)
                     if not check_schedule(p, s, gpu):
                         out.append(s)
-    return sorted(out, key=schedule_sort_key)
+                        out += cluster_variants(p, gpu, s)
+    return sorted(dict.fromkeys(out), key=schedule_sort_key)
+
+
+def cluster_variants(p: GemmProblem, gpu: GPUModel, s: Schedule) -> list[Schedule]:
+    """``s`` (1x1) in each of hopper.py's ``CLUSTER_SHAPES`` that the kernel and the target allow,
+    its group_m clamped to the cluster-tile rows (two group_m values may give one schedule: the
+    caller drops repeats)."""
+    out = []
+    wgs, n, ops = s.consumer_warpgroups, s.mma.n, s.hopper.operands
+    for shape in CLUSTER_SHAPES:
+        if target_cluster_blocker(gpu, shape) or cluster_blocker(p, s, shape):
+            continue
+        ci = cluster_extents(shape, ops.swap)[0]
+        rows = cdiv(cdiv(p.N if ops.swap else p.M, WGMMA_M * wgs), ci)          # cluster-tile rows
+        c = wgmma_schedule(p, gpu, ops, wgs, n, s.split_k, s.stages, max(1, min(s.group_m, rows)), s.persistent,
+                           s.split_reduction, s.hopper.epilogue, shape)
+        if not check_schedule(p, c, gpu):
+            out.append(c)
+    return out
 
 
 def predict_wgmma(p: GemmProblem, s: Schedule, gpu: GPUModel) -> Prediction:
@@ -336,12 +359,14 @@ def _tiling(s: Schedule) -> tuple:
 def label(s: Schedule) -> str:
     """``"128x128x32 w2x4 st2 sk1 g16"``: the same notation as ``bench/results`` (``schedule`` column);
     a split-K through a workspace reads ``sk8ws``; a wgmma schedule with one CTA per tile (not
-    persistent) ends in `` np``, one with the TMA-store epilogue in `` tma``."""
+    persistent) ends in `` np``, one with the TMA-store epilogue in `` tma``, one in thread-block
+    clusters in `` c2x1`` (cluster_m x cluster_n)."""
     grid = " np" if s.mma.family == "wgmma" and not s.persistent else ""
     ws = "ws" if s.split_workspace else ""
     tma = " tma" if s.hopper is not None and s.hopper.tma_store else ""
+    cluster = f" c{s.cluster_m}x{s.cluster_n}" if s.cluster_m * s.cluster_n > 1 else ""
     return (f"{s.block_m}x{s.block_n}x{s.block_k} w{s.warps_m}x{s.warps_n} st{s.stages} "
-            f"sk{s.split_k}{ws} g{s.group_m}{grid}{tma}")
+            f"sk{s.split_k}{ws} g{s.group_m}{grid}{tma}{cluster}")
 
 
 def measured_config(problem: GemmProblem, target: "GPUModel | str", schedule_label: str | None):

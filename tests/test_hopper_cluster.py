@@ -1,0 +1,286 @@
+"""Thread-block clusters with TMA multicast on the Hopper path (hopper.py step 12, emit_hopper's
+"Clusters"), host side: the configurator's rule, the forced shapes (``NOVA_CLUSTER``), the tile walk,
+and MLIR -> PTX -> ptxas for sm_90a with the cluster machinery in the PTX.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from nova.configurator import GemmProblem, configure
+from nova.hwmodel import get_target
+
+BAD_INFOS = re.compile(r"C75(08|13|15|17|19)")   # as tests/test_hopper.py: wgmma serialised, setmaxnreg ignored
+# (cluster, M, N, K, dtype, problem options): bf16 and tf32, NN/NT/TN/TT, split-K through the
+# workspace, the TMA-store epilogue, bias + activation, swapped TF32 (B^T from registers), A^T from
+# registers, operand prep, and clusters whose last cluster tile holds a tile wholly outside C
+CLUSTER_SPREAD = [
+    ("2x1", 512, 2048, 16384, "bf16", {"trans_a": True}),                     # the issue's dW: split-K workspace
+    ("1x2", 512, 2048, 16384, "bf16", {"trans_a": True}),
+    ("2x1", 3000, 5000, 700, "bf16", {"bias": True, "activation": "gelu"}),   # TMA store, A padded by a prep pass
+    ("1x2", 3000, 5000, 700, "bf16", {"bias": True, "activation": "gelu"}),
+    ("2x1", 16384, 32768, 512, "bf16", {"trans_b": True}),                    # NT, TMA store, K-major slices of B
+    ("1x2", 16384, 32768, 512, "bf16", {"trans_b": True}),                    # K-major slices of A
+    ("2x1", 384, 640, 4096, "bf16", {"trans_b": True, "bias": True}),         # 3 tile rows: one tile outside C
+    ("2x1", 300, 200, 8192, "bf16", {"trans_a": True, "bias": True, "activation": "gelu"}),   # ragged, outside C
+    ("2x1", 4096, 4096, 4096, "tf32", {}),                                    # swapped: B^T (regs) shared
+    ("1x2", 4095, 4100, 1000, "tf32", {"activation": "relu"}),                # swapped, TMA store, a tile outside C
+    ("2x1", 1000, 1000, 1000, "tf32", {}),
+    ("1x2", 768, 3072, 16384, "tf32", {"trans_a": True}),                     # A prepped, split-K workspace
+    ("1x2", 3000, 5000, 700, "tf32", {"trans_a": True, "trans_b": True, "bias": True}),   # A^T from registers
+    ("2x1", 2048, 2048, 512, "tf32", {"trans_b": True, "bias": True}),        # f32 TMA store
+    ("4x1", 4096, 4096, 4096, "bf16", {}),                                    # extent 4 (forced only)
+]
+
+
+def _id(case):
+    cl, M, N, K, dt, extra = case
+    return f"{cl}-{M}x{N}x{K}-{dt}-" + "".join(f"{k}={v}" for k, v in extra.items())
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    """``forced("2x1")`` sets NOVA_CLUSTER for this test."""
+    return lambda shape: monkeypatch.setenv("NOVA_CLUSTER", shape)
+
+
+@pytest.fixture(autouse=True)
+def no_forced_cluster(monkeypatch):
+    monkeypatch.delenv("NOVA_CLUSTER", raising=False)
+
+
+def _shape(text):
+    return tuple(int(v) for v in text.split("x"))
+
+
+@pytest.mark.parametrize("case", CLUSTER_SPREAD, ids=_id)
+def test_cluster_kernels_assemble_with_the_cluster_machinery(case, forced):
+    from nova.codegen import compile_gemm, ptxas
+    if not ptxas.available():
+        pytest.skip("ptxas not on PATH")
+    cl, M, N, K, dtype, extra = case
+    forced(cl)
+    p = GemmProblem(M, N, K, dtype, **extra)
+    s = configure(p, "h200").schedule
+    size = s.cluster_m * s.cluster_n
+    assert (s.cluster_m, s.cluster_n) == _shape(cl) and s.hopper.ctas % size == 0
+    art = compile_gemm(p, s)
+    ptx, r = art.ptx, art.resources
+    assert f".reqnctapercluster {size}, 1, 1" in ptx and art.grid == (s.hopper.ctas, 1, 1)
+    assert "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster" in ptx
+    assert "mapa.shared::cluster" in ptx and "mbarrier.arrive.release.cluster.shared::cluster.b64" in ptx
+    assert ptx.count("barrier.cluster.arrive;") == 2 and ptx.count("barrier.cluster.wait;") == 2
+    assert "fence.mbarrier_init.release.cluster" in ptx and "%cluster_ctarank" in ptx and "%nclusterid.x" in ptx
+    assert r["spill_store_bytes"] == 0 and r["spill_load_bytes"] == 0 and r["stack_bytes"] == 0, r
+    assert r["registers"] <= 168, r
+    assert not [ln for ln in r["ptxas_info"] if BAD_INFOS.search(ln)], r["ptxas_info"]
+    assert ("reduce_kernel" in art.meta) == s.split_workspace
+
+
+def test_cluster_mlir_counts_every_consumer_of_the_cluster(forced):
+    """empty[s] expects 4 warps x warpgroups x cluster size arrivals; lane r of each consumer warp
+    arrives on the CTA of rank r; the shared tile's boxes are this CTA's slice, multicast."""
+    from nova.kernels.gemm.emit_hopper import build_hopper_module
+    forced("2x1")
+    p = GemmProblem(512, 2048, 16384, "bf16", trans_a=True)
+    s = configure(p, "h200").schedule
+    text = build_hopper_module(p, s)
+    assert s.consumer_warpgroups == 2 and text.count("nvgpu.mbarrier.init %empty") == s.stages
+    assert all(f"nvgpu.mbarrier.init %empty[%c{i}], %c16," in text for i in range(s.stages))
+    assert "nvvm.cluster_dim = array<i32: 2, 1, 1>" in text and "gpu.barrier" not in text
+    assert "%signals_peer = arith.cmpi slt, %lane, %c2 : index" in text
+    assert "nvvm.mapa %empty_ptr, %lane_i32 : !llvm.ptr<3> -> !llvm.ptr<7>" in text
+    assert text.count("multicast_mask = %mc_mask") == s.hopper.box_b.count // 2    # B (shared): 2 of its 4 boxes
+    assert "scf.for %tile = %cluster_id to %c64 step %nclusters" in text            # 2x8 cluster tiles x 4 slices
+
+
+def test_one_by_one_kernels_have_no_cluster_machinery():
+    """A 1x1 schedule generates the kernel it generated before clusters existed (the fingerprint
+    checks the bytes): no cluster attribute, barrier, rank, multicast or remote arrive."""
+    from nova.kernels.gemm.emit_hopper import build_hopper_module
+    p = GemmProblem(4096, 4096, 4096, "bf16")
+    s = configure(p, "h200").schedule
+    assert (s.cluster_m, s.cluster_n) == (1, 1) and s.multicast is None
+    text = build_hopper_module(p, s)
+    for needle in ("cluster", "multicast", "mapa", "ctarank"):
+        assert needle not in text, needle
+    assert "gpu.barrier" in text and "step %nblocks" in text
+
+
+def test_the_cluster_walk_covers_every_tile_once_per_k_slice(forced):
+    """The emitter's own tile walk, run on integers: every cluster unit's CTAs compute distinct tiles,
+    together every tile of C once per K slice, and the only extra tiles lie wholly outside C."""
+    from nova.kernels.gemm.emit_hopper import _HopperKernel
+    for cl, p in (("2x1", GemmProblem(384, 640, 4096, "bf16", trans_b=True)),
+                  ("1x2", GemmProblem(4095, 4100, 1000, "tf32")),
+                  ("2x1", GemmProblem(300, 200, 8192, "bf16", trans_a=True)),
+                  ("4x1", GemmProblem(2900, 3000, 1000, "bf16"))):
+        forced(cl)
+        s = configure(p, "h200").schedule
+        assert (s.cluster_m, s.cluster_n) == _shape(cl)
+        k = _HopperKernel(p, s)
+        k.tiles_i, k.tiles_j = -(-k.I // k.tile_i), -(-k.J // k.tile_j)
+        k.walk_i, k.walk_j = -(-k.tiles_i // k.ci), -(-k.tiles_j // k.cj)
+        seen, outside = set(), 0
+        for tile in range(k.walk_i * k.walk_j):
+            origins = set()
+            for rank in range(k.csize):
+                k.rank = rank
+                i0, j0 = k.tile_origin(tile)
+                origins.add((i0, j0))
+                if i0 >= k.I or j0 >= k.J:
+                    outside += 1
+                else:
+                    assert (i0, j0) not in seen
+                    seen.add((i0, j0))
+            assert len(origins) == k.csize
+        assert len(seen) == k.tiles_i * k.tiles_j
+        assert outside == k.walk_i * k.walk_j * k.csize - len(seen) > 0, (cl, p.describe())
+        assert k.ragged["m" if s.cluster_m > 1 else "n"]           # so the epilogue predicates those stores
+
+
+def test_configurator_picks_a_cluster_where_the_model_predicts_a_gain():
+    """Where a tile's L2 fills bind (narrow tiles: 128x4096x4096 BF16 is 64x64 tiles), multicasting
+    one operand's tile cuts them and the model predicts a gain: a cluster.  Where the tensor cores
+    bind (512x2048x16384 BF16 dW: mma 35.8 us vs L2 31.6) or the problem is small, the cluster's
+    barriers are all it adds: 1x1.  The step records every candidate's prediction."""
+    from nova.kernels.gemm.hopper import predict_hopper
+    for p, shape in ((GemmProblem(128, 4096, 4096, "bf16"), (1, 2)), (GemmProblem(128, 4096, 4096), (2, 1)),
+                     (GemmProblem(1024, 1024, 1024), (1, 2))):
+        cfg = configure(p, "h200")
+        s = cfg.schedule
+        assert (s.cluster_m, s.cluster_n) == shape, p.describe()
+        base = predict_hopper(p, cfg.target, configure_one_by_one(p))
+        assert cfg.prediction.time_us < base.time_us and cfg.prediction.terms_us["l2"] < base.terms_us["l2"]
+        step = {st.step: st for st in cfg.derivation}["cluster"]
+        assert step.value == f"{shape[0]}x{shape[1]}" and f"1x1 {base.time_us:.1f}" in step.reason
+        assert s.hopper.ctas % (s.cluster_m * s.cluster_n) == 0
+    for p in (GemmProblem(512, 2048, 16384, "bf16", trans_a=True), GemmProblem(256, 256, 256, "bf16"),
+              GemmProblem(8192, 8192, 8192, "bf16"), GemmProblem(16384, 32768, 512, "bf16", trans_b=True)):
+        cfg = configure(p, "h200")
+        step = {st.step: st for st in cfg.derivation}["cluster"]
+        assert (cfg.schedule.cluster_m, cfg.schedule.cluster_n) == (1, 1) and step.value == "1x1", p.describe()
+        assert step.reason.startswith("1x1: no cluster shape is predicted faster")
+
+
+def configure_one_by_one(p):
+    """The configurator's schedule with clusters forced off (NOVA_CLUSTER=1x1)."""
+    import os
+    old = os.environ.get("NOVA_CLUSTER")
+    os.environ["NOVA_CLUSTER"] = "1x1"
+    try:
+        return configure(p, "h200").schedule
+    finally:
+        if old is None:
+            del os.environ["NOVA_CLUSTER"]
+        else:
+            os.environ["NOVA_CLUSTER"] = old
+
+
+def test_cluster_model_terms():
+    """Multicast divides the shared tile's fill bytes by the extent; the clusters walk cluster units
+    floor(SMs / size) at a time (ragged cluster tiles padded); the barriers cost CLUSTER_SYNC_S."""
+    from nova.kernels.gemm.hopper import (CLUSTER_SYNC_S, cluster_pacing, cluster_slots, fill_share, operand_plan,
+                                          time_terms)
+    gpu = get_target("h200")
+    assert fill_share(128, 256, (2, 1)) == pytest.approx(256 / 384)      # B's 256 rows shared along M
+    assert fill_share(128, 256, (1, 2)) == pytest.approx(320 / 384)      # A's 128 rows shared along N
+    assert cluster_slots(gpu, 2) == 66 and cluster_slots(gpu, 4) == 33
+    # 512x2048 in 128x256 tiles x 4 K slices: 128 units on 132 SMs, 64 cluster units on 66 clusters
+    assert cluster_pacing(gpu, 512, 2048, 128, 256, 4, (2, 1)) == gpu.sm_count
+    # 3 tile rows in clusters of 2 along them: 2 cluster rows x 100 columns = 200 > 66 -> 4 per SM
+    assert cluster_pacing(gpu, 384, 25600, 128, 256, 1, (2, 1)) == 4 * gpu.sm_count
+    p = GemmProblem(512, 2048, 16384, "bf16", trans_a=True)
+    ops = operand_plan(p)
+    one = time_terms(p, gpu, 128, 256, 4, ops, "workspace")
+    two = time_terms(p, gpu, 128, 256, 4, ops, "workspace", cluster=(2, 1))
+    assert two["l2"] == pytest.approx(one["l2"] * 256 / 384) and two["mma"] == one["mma"]
+    assert two["fill"] == pytest.approx(one["fill"] + CLUSTER_SYNC_S)
+
+
+def test_forced_cluster_shapes_and_what_blocks_them(forced):
+    from nova.codegen import CodegenError
+    from nova.kernels.gemm.emit_hopper import check_supported
+    from nova.kernels.gemm.hopper import cluster_blocker
+    p = GemmProblem(4096, 4096, 4096, "bf16")
+    forced("1x2")
+    s = configure(p, "h200").schedule
+    assert (s.cluster_m, s.cluster_n) == (1, 2) and s.multicast == ("a", 2)
+    assert (s.hopper.box_a.rows, s.hopper.box_a.count) == (64, 2)          # A K-major: 2 slices of 64 rows
+    assert {st.step: st for st in configure(p, "h200").derivation}["cluster"].reason.startswith("NOVA_CLUSTER=1x2")
+    forced("2x2")                                   # not generated: falls back to 1x1 and says why
+    cfg = configure(p, "h200")
+    assert (cfg.schedule.cluster_m, cfg.schedule.cluster_n) == (1, 1)
+    assert "multicast both operands" in {st.step: st for st in cfg.derivation}["cluster"].reason
+    forced("two")
+    with pytest.raises(ValueError, match="NOVA_CLUSTER"):
+        configure(p, "h200")
+    forced("1x1")
+    one = configure(p, "h200").schedule
+    assert cluster_blocker(p, one, (2, 1)) is None
+    thin = GemmProblem(64, 4096, 4096, "bf16", trans_b=True)            # one tile row
+    assert "wider than the problem" in cluster_blocker(thin, configure(thin, "h200").schedule, (2, 1))
+    assert "persistent" in cluster_blocker(p, dataclasses.replace(one, persistent=False), (2, 1))
+    assert "portable" in cluster_blocker(p, one, (16, 1))
+    assert "equal slices" in cluster_blocker(GemmProblem(128, 4096, 4096, "bf16"),
+                                             configure(GemmProblem(128, 4096, 4096, "bf16"), "h200").schedule, (2, 1))
+    with pytest.raises(CodegenError, match="cluster 2x2: .*multicast both operands"):
+        check_supported(p, dataclasses.replace(one, cluster_m=2, cluster_n=2))
+
+
+def test_cluster_schedules_key_and_round_trip(forced):
+    """The cluster shape is part of the schedule: its own cache key, JSON round trip, its label."""
+    import json
+
+    from nova.kernels.gemm.schedule import Schedule
+    from nova.kernels.gemm.space import label
+    from nova.runtime.cache import kernel_key
+    p, gpu = GemmProblem(512, 2048, 16384, "bf16", trans_a=True), get_target("h200")
+    one = configure(p, gpu).schedule
+    forced("2x1")
+    two = configure(p, gpu).schedule
+    assert kernel_key(p, one, gpu) != kernel_key(p, two, gpu)
+    assert Schedule.from_dict(json.loads(json.dumps(two.to_dict()))) == two
+    assert label(two).endswith(" c2x1") and " c" not in label(one).split("g")[-1]
+
+
+def test_atomic_split_k_in_a_cluster_assembles():
+    """FP32 atomics into C (the configurator prefers the workspace today, so built directly)."""
+    from nova.codegen import compile_gemm, ptxas
+    from nova.kernels.gemm.hopper import operand_plan, wgmma_schedule
+    if not ptxas.available():
+        pytest.skip("ptxas not on PATH")
+    p, gpu = GemmProblem(512, 256, 16384), get_target("h200")
+    s = wgmma_schedule(p, gpu, operand_plan(p), 2, 128, 8, 6, 1, reduction="atomic", cluster=(2, 1))
+    art = compile_gemm(p, s)
+    assert s.zero_output and art.zero_output and re.search(r"(red|atom)\.global\.add\.f32", art.ptx)
+    assert ".reqnctapercluster 2, 1, 1" in art.ptx and art.resources["spill_store_bytes"] == 0
+
+
+def test_the_space_enumerates_cluster_shapes():
+    """The oracle measures the pick's cluster choice: the wgmma space holds 2x1 and 1x2 variants of its
+    persistent schedules (every one accepted by codegen: tests/test_space.py)."""
+    from nova.kernels.gemm.space import enumerate_schedules
+    space = enumerate_schedules(GemmProblem(1024, 1024, 1024, "bf16"), "h200")
+    shapes = {(s.cluster_m, s.cluster_n) for s in space}
+    assert shapes == {(1, 1), (2, 1), (1, 2)}
+    assert all(s.persistent and s.hopper.ctas % 2 == 0 for s in space if s.cluster_m * s.cluster_n > 1)
+
+
+def test_the_gpu_tests_cluster_cases_get_their_shapes(forced):
+    """Each cluster case of tests/test_runtime_gpu.py is configured in the shape it forces (a shape
+    the kernel cannot run would fall back to 1x1), and its precompile line forces it too; the
+    default cases' 1000x1000x1000 TF32 (also captured in a CUDA graph there) picks 1x2 itself."""
+    from test_runtime_gpu import CASES, CLUSTER_CASES, precompile_commands
+    lines = precompile_commands("h200")
+    for shape, case in CLUSTER_CASES:
+        forced(shape)
+        s = configure(GemmProblem(*case), "h200").schedule
+        assert (s.cluster_m, s.cluster_n) == _shape(shape), case
+        assert any(ln.startswith(f"NOVA_CLUSTER={shape} nova precompile gemm --shapes ") and
+                   "{}x{}x{}".format(*case[:3]) in ln for ln in lines), case
+    forced("")
+    picks = {case: configure(GemmProblem(*case), "h200").schedule for case in CASES}
+    assert {case[:4] for case, s in picks.items() if s.cluster_m * s.cluster_n > 1} == {(1000, 1000, 1000, "tf32")}
