@@ -137,18 +137,9 @@ def one_case(c, dev, tdt, odt):
             stream = torch.cuda.current_stream().cuda_stream
 
             def bench(fn, reps):
-                fn()
-                torch.cuda.synchronize()
-                ts = []
-                for _ in range(5):
-                    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    e0.record()
-                    for _ in range(reps):
-                        fn()
-                    e1.record()
-                    torch.cuda.synchronize()
-                    ts.append(e0.elapsed_time(e1) / reps * 1e3)
-                return sorted(ts)[2]
+                """Median of 5 rounds of ``reps`` back-to-back calls (nova.bench.attention.event_time_us)."""
+                from nova.bench.attention import event_time_us
+                return sorted(event_time_us(fn, reps, warmup=1 if i == 0 else 0) for i in range(5))[2]
             reps = max(3, min(50, int(2e11 / p.flops)))
             args = (A.data_ptr(), Bop.data_ptr(), C.data_ptr(), None, stream)
             t_all = bench(lambda: k.run(*args), reps)

@@ -7,7 +7,8 @@
 #   STAGES="tests suite oracle train" bash bench/issue12_device.sh
 # Stages: tests suite oracle layouts profile trainprofile train (FRAMEWORKS, MODEL, BATCH), trainalt (Nova
 # under ALT_ENV, default NOVA_ATTENTION_PRECISION=tf32, beside the train stage's eager run or EAGER_FROM),
-# attention (GPU tests + benchmark, ATTN_DTYPES).
+# attention (GPU tests + benchmark, ATTN_DTYPES), clusters (bench/suites/cluster_probe.json under
+# NOVA_CLUSTER = each of CLUSTERS, "none" = the configurator's pick).
 # Results: $OUT/issue12.tgz (everything) + the summaries beside it (the device tool returns 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +42,10 @@ for stage in $STAGES; do
               --model ${MODEL:-gpt42m} --batch ${BATCH:-32} --out "$D" 2>&1 | tail -n 20 >> "$RES/log.txt"
             python3 -m nova.bench.train_report "$D" --model ${MODEL:-gpt42m} --batch ${BATCH:-32} \
               2>&1 | tail -n 30 >> "$RES/log.txt" ;;
+    clusters) for c in ${CLUSTERS:-none 2x1 1x2}; do mkdir -p "$RES/clusters-$c"
+              ( [ "$c" = none ] || export NOVA_CLUSTER=$c; timeout ${CLUSTER_S:-100} python3 -m nova.bench.train_gemms --device \
+                --suite bench/suites/cluster_probe.json --dtypes ${CLUSTER_DTYPES:-bf16} --out "$RES/clusters-$c" --settle-s 0.5 \
+                --rounds 3 --budget-s $(( ${CLUSTER_S:-100} - 20 )) 2>&1 | tail -n 12 >> "$RES/log.txt" ); done ;;
     train)  timeout ${TRAIN_S:-240} python3 -m nova.bench.train --all --frameworks ${FRAMEWORKS:-eager,nova} --model ${MODEL:-gpt42m} --batch ${BATCH:-32} \
               --out "$RES/train" --timeout 110 2>&1 | tail -n 30 >> "$RES/log.txt" ;;
   esac

@@ -100,7 +100,7 @@ def test_every_node_names_where_it_came_from(gpt_capture):
     assert by_op["attention"].startswith("transformer.h.0.attn (gpt.py:")
     assert by_op["attention_backward"].startswith("transformer.h.1.attn (gpt.py:")   # backward runs last layer first
     assert by_op["attention_backward"].endswith("[backward]")
-    assert by_op["layer_norm"].startswith("transformer.h.0.ln_1 (gpt.py:")
+    assert by_op["layer_norm"].startswith("transformer.h.0.ln_1 (common.py:")   # applied by the shared PreNormBlock
     assert by_op["adamw"] == "optimizer opt (AdamW)"
 
 

@@ -1,10 +1,11 @@
 """The hardware model: sourced quantities, derived figures computed (not typed), from_device."""
 import math
+from types import SimpleNamespace
 
 import pytest
 
 from nova.hwmodel import PRESETS, TargetError, get_target, model_from_attributes
-from nova.hwmodel.formula import Formula
+from nova.hwmodel.formula import Formula, formulas
 
 
 @pytest.mark.parametrize("name", list(PRESETS))
@@ -89,6 +90,24 @@ def test_formula_shows_and_evaluates():
     assert Formula("w", "1e-9 * latency_ns").params == ("latency_ns",)
 
 
+def test_formula_table():
+    """``formulas``: one ``name = expression`` a line, deeper-indented lines continue the one above,
+    comments and blank lines skipped; each formula by its name."""
+    f = formulas("""
+        # occupancy
+        slots = sm_count * blocks_per_sm
+        t = Max(a, b) / achieved
+            + fixed * blocks        # continued
+    """)
+    assert f.slots == Formula("slots", "sm_count * blocks_per_sm")
+    assert f.t.text == "Max(a, b) / achieved + fixed * blocks"
+    assert sorted(vars(f)) == ["slots", "t"]
+    with pytest.raises(ValueError, match="defined twice"):
+        formulas("x = a\nx = b")
+    with pytest.raises(ValueError, match="is not 'name = expression'"):
+        formulas("x + 1")
+
+
 def test_formulas_evaluate_exactly_as_sympy_prints_them():
     """A formula is evaluated from its text without sympy; the text is written in the operation order
     of sympy's printed form, so both give the same bits (what the derivation shows is what decides)."""
@@ -101,9 +120,15 @@ def test_formulas_evaluate_exactly_as_sympy_prints_them():
     import nova.kernels.gemm.hopper
     import nova.kernels.gemm.space
     import nova.hwmodel.model
-    formulas = {id(v): v for mod in (nova.kernels.gemm.cost, nova.kernels.gemm.ampere, nova.kernels.gemm.hopper,
+    def formulas_of(module):          # its Formula constants and the formulas of its tables (``formulas``)
+        for v in vars(module).values():
+            if isinstance(v, Formula):
+                yield v
+            elif isinstance(v, SimpleNamespace):
+                yield from (f for f in vars(v).values() if isinstance(f, Formula))
+    formulas = {id(f): f for mod in (nova.kernels.gemm.cost, nova.kernels.gemm.ampere, nova.kernels.gemm.hopper,
                                      nova.kernels.gemm.space, nova.hwmodel.model)
-                for v in vars(mod).values() if isinstance(v, Formula)}.values()
+                for f in formulas_of(mod)}.values()
     assert len(formulas) > 40
     rng = random.Random(10)
     for f in formulas:

@@ -5,9 +5,33 @@ It names SSA values after what they hold and folds compile-time index arithmetic
 """
 from __future__ import annotations
 
+import builtins
+import operator
 from contextlib import contextmanager
 
 SMEM = "#smem"  # alias for #gpu.address_space<workgroup>, declared at the top of the module
+
+
+def index_op(mlir_op: str, fold, *, identity: int | None = None, fixes: tuple[int, int] | None = None,
+             commutative: bool = False, doc: str = ""):
+    """An index arithmetic method of ``Ir``: ``ir.op(a, b, hint=None)``, each operand an int (a
+    compile-time constant) or an SSA name.  Two ints fold to ``fold(a, b)``.  An int right operand
+    equal to ``identity`` gives the other operand, one equal to ``fixes[0]`` gives ``fixes[1]``, and
+    so does an int left operand where the op is ``commutative``: ``x * 1 = x``, ``0 * x = 0``,
+    ``x % 1 = 0``.  Anything else emits ``%hint = <mlir_op> a, b : index`` (or reuses an identical
+    one in scope)."""
+    def method(self, a, b, hint=None):
+        if isinstance(a, int) and isinstance(b, int):
+            return fold(a, b)
+        for known, other in ((b, a), (a, b)) if commutative else ((b, a),):
+            if isinstance(known, int):
+                if fixes is not None and known == fixes[0]:
+                    return fixes[1]
+                if identity is not None and known == identity:
+                    return other
+        return self.pure(hint or self.index_hint, f"{mlir_op} {self.v(a)}, {self.v(b)} : index")
+    method.__doc__ = f"``{mlir_op}``" + (f": {doc}" if doc else "") + " (folded where ``index_op`` says)"
+    return method
 
 
 # ----------------------------------------------------------------------------------------------
@@ -148,68 +172,18 @@ class Ir:
         """Materialize an index value (int -> constant)."""
         return self.const(x) if isinstance(x, int) else x
 
-    # -- index arithmetic with folding
-    def add(self, a, b, hint=None):
-        if isinstance(a, int) and isinstance(b, int):
-            return a + b
-        if isinstance(a, int) and a == 0:
-            return b
-        if isinstance(b, int) and b == 0:
-            return a
-        return self.pure(hint or self.index_hint, f"arith.addi {self.v(a)}, {self.v(b)} : index")
-
-    def sub(self, a, b, hint=None):
-        if isinstance(a, int) and isinstance(b, int):
-            return a - b
-        if isinstance(b, int) and b == 0:
-            return a
-        return self.pure(hint or self.index_hint, f"arith.subi {self.v(a)}, {self.v(b)} : index")
-
-    def mul(self, a, b, hint=None):
-        if isinstance(a, int) and isinstance(b, int):
-            return a * b
-        for x, y in ((a, b), (b, a)):
-            if isinstance(x, int):
-                if x == 0:
-                    return 0
-                if x == 1:
-                    return y
-        return self.pure(hint or self.index_hint, f"arith.muli {self.v(a)}, {self.v(b)} : index")
-
-    def div(self, a, b, hint=None):
-        """Unsigned division of non-negative index values."""
-        if isinstance(a, int) and isinstance(b, int):
-            return a // b
-        if isinstance(b, int) and b == 1:
-            return a
-        return self.pure(hint or self.index_hint, f"arith.divui {self.v(a)}, {self.v(b)} : index")
-
-    def rem(self, a, b, hint=None):
-        if isinstance(a, int) and isinstance(b, int):
-            return a % b
-        if isinstance(b, int) and b == 1:
-            return 0
-        return self.pure(hint or self.index_hint, f"arith.remui {self.v(a)}, {self.v(b)} : index")
-
-    def xor(self, a, b, hint=None):
-        """Bitwise exclusive or of non-negative index values."""
-        if isinstance(a, int) and isinstance(b, int):
-            return a ^ b
-        if isinstance(a, int) and a == 0:
-            return b
-        if isinstance(b, int) and b == 0:
-            return a
-        return self.pure(hint or self.index_hint, f"arith.xori {self.v(a)}, {self.v(b)} : index")
-
-    def min(self, a, b, hint=None):
-        if isinstance(a, int) and isinstance(b, int):
-            return min(a, b)
-        return self.pure(hint or self.index_hint, f"arith.minsi {self.v(a)}, {self.v(b)} : index")
-
-    def max(self, a, b, hint=None):
-        if isinstance(a, int) and isinstance(b, int):
-            return max(a, b)
-        return self.pure(hint or self.index_hint, f"arith.maxsi {self.v(a)}, {self.v(b)} : index")
+    # -- index arithmetic with folding: ``ir.add(a, b, hint=None)`` etc. on ints (compile-time constants)
+    # or SSA names; per op its MLIR op, the fold of two ints, its identity and the operand value that
+    # fixes the result (``index_op``)
+    add = index_op("arith.addi", operator.add, identity=0, commutative=True)
+    sub = index_op("arith.subi", operator.sub, identity=0)
+    mul = index_op("arith.muli", operator.mul, identity=1, fixes=(0, 0), commutative=True)
+    div = index_op("arith.divui", operator.floordiv, identity=1, doc="unsigned division of non-negative index values")
+    rem = index_op("arith.remui", operator.mod, fixes=(1, 0), doc="unsigned remainder of non-negative index values")
+    xor = index_op("arith.xori", operator.xor, identity=0, commutative=True,
+                   doc="bitwise exclusive or of non-negative index values")
+    min = index_op("arith.minsi", builtins.min)
+    max = index_op("arith.maxsi", builtins.max)
 
     def cmp(self, pred: str, a, b, hint="ok"):
         """Signed index comparison -> i1 (or a Python bool when both sides are known)."""

@@ -8,13 +8,18 @@ expression is built the first time the formula is shown (``shown``, ``symbolic()
 
 The text is evaluated exactly as written, so it is written in the operation order of sympy's
 printed form (``lambdify``'s): tests/test_hwmodel.py checks that both give bit-identical numbers.
+
+A module's formulas are written as one text table, one ``name = expression`` a line, and read by
+name: ``F = formulas(table)``, then ``F.stages(...)`` (``formulas`` below).
 """
 from __future__ import annotations
 
 import math
 import re
+import textwrap
 from dataclasses import dataclass, field
 from functools import cached_property
+from types import SimpleNamespace
 
 FUNCTIONS = {"ceil": math.ceil, "floor": math.floor, "sqrt": math.sqrt, "log": math.log, "Min": min, "Max": max}
 
@@ -67,6 +72,31 @@ class Formula:
 
 
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def formulas(table: str) -> SimpleNamespace:
+    """The ``Formula`` of every line of a text table, as attributes named after them.
+
+    ``formulas("tiles = ceil(M / block_m) * ceil(N / block_n)").tiles`` is
+    ``Formula("tiles", "ceil(M / block_m) * ceil(N / block_n)")``.  One ``name = expression`` a line;
+    a line indented deeper than the table continues the expression above it (the pieces joined by one
+    space); blank lines and ``#`` comments are skipped.  A name may stand only once in a table."""
+    texts: dict[str, str] = {}
+    name = None
+    for line in textwrap.dedent(table).splitlines():
+        line = line.split("#", 1)[0].rstrip()
+        if not line:
+            continue
+        if line[0].isspace() and name is not None:          # continuation of the formula above
+            texts[name] += " " + line.strip()
+            continue
+        name, eq, text = (part.strip() for part in line.partition("="))
+        if not eq or not name.isidentifier() or not text:
+            raise ValueError(f"formula table: {line.strip()!r} is not 'name = expression'")
+        if name in texts:
+            raise ValueError(f"formula table: {name} is defined twice")
+        texts[name] = text
+    return SimpleNamespace(**{n: Formula(n, t) for n, t in texts.items()})
 
 
 def fmt_number(v) -> str:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from nova.dtypes import MODES
-from nova.hwmodel.formula import Formula
+from nova.hwmodel.formula import formulas
 
 
 class TargetError(ValueError):
@@ -27,15 +27,17 @@ class Quantity:
 MMA_DTYPES = tuple(MODES)           # the GEMM modes of nova/dtypes.py: tf32, bf16, fp16
 MMA_FAMILIES = ("mma.sync", "wgmma")
 
-# Derived figures, written once.
-PEAK_TENSOR_FLOPS = Formula("peak_flops", "sm_count * clock_hz * tc_flops_per_clk_sm")
-PEAK_FP32_FLOPS = Formula("peak_fp32_flops", "2 * clock_hz * fp32_lanes_per_sm * sm_count")
-SMEM_BW = Formula("smem_bw", "sm_count * clock_hz * smem_bytes_per_clk_sm")
-L2_BW = Formula("l2_bw", "clock_hz * l2_bytes_per_clk")
-BALANCE = Formula("balance", "peak_flops / bandwidth")
-# Occupancy: the blocks of ``warps`` warps of ``regs`` registers a thread that fit one SM's register
-# file (registers are allocated per warp in units of ``reg_alloc_unit``); every kernel family's.
-BPS_REGS = Formula("bps_regs", "floor(regs_per_sm / (warps * ceil(regs * 32 / reg_alloc_unit) * reg_alloc_unit))")
+# Derived figures, written once (``F.peak_flops`` is "peak_flops = ...").
+F = formulas("""
+    peak_flops = sm_count * clock_hz * tc_flops_per_clk_sm
+    peak_fp32_flops = 2 * clock_hz * fp32_lanes_per_sm * sm_count
+    smem_bw = sm_count * clock_hz * smem_bytes_per_clk_sm
+    l2_bw = clock_hz * l2_bytes_per_clk
+    balance = peak_flops / bandwidth
+    # Occupancy: the blocks of ``warps`` warps of ``regs`` registers a thread that fit one SM's register
+    # file (registers are allocated per warp in units of ``reg_alloc_unit``); every kernel family's.
+    bps_regs = floor(regs_per_sm / (warps * ceil(regs * 32 / reg_alloc_unit) * reg_alloc_unit))
+""")
 
 
 @dataclass(frozen=True)
@@ -94,23 +96,23 @@ class GPUModel:
         hit = memo.get((dtype, family))
         if hit is None:
             fam = family or self.best_family(dtype)
-            hit = memo[(dtype, family)] = PEAK_TENSOR_FLOPS(sm_count=self.sm_count, clock_hz=self.clock_hz,
-                                                            tc_flops_per_clk_sm=self.tc_flops_per_clk_sm(fam, dtype))
+            hit = memo[(dtype, family)] = F.peak_flops(sm_count=self.sm_count, clock_hz=self.clock_hz,
+                                                       tc_flops_per_clk_sm=self.tc_flops_per_clk_sm(fam, dtype))
         return hit
 
     def peak_fp32_flops(self) -> float:
-        return PEAK_FP32_FLOPS(sm_count=self.sm_count, clock_hz=self.clock_hz,
-                               fp32_lanes_per_sm=self.fp32_lanes_per_sm)
+        return F.peak_fp32_flops(sm_count=self.sm_count, clock_hz=self.clock_hz,
+                                 fp32_lanes_per_sm=self.fp32_lanes_per_sm)
 
     # -- memory levels -----------------------------------------------------------------------
     @cached_property
     def smem_bw(self) -> float:
-        return SMEM_BW(sm_count=self.sm_count, clock_hz=self.clock_hz,
-                       smem_bytes_per_clk_sm=self.smem_bytes_per_clk_sm)
+        return F.smem_bw(sm_count=self.sm_count, clock_hz=self.clock_hz,
+                         smem_bytes_per_clk_sm=self.smem_bytes_per_clk_sm)
 
     @cached_property
     def l2_bw(self) -> float:
-        return L2_BW(clock_hz=self.clock_hz, l2_bytes_per_clk=self.l2_bytes_per_clk)
+        return F.l2_bw(clock_hz=self.clock_hz, l2_bytes_per_clk=self.l2_bytes_per_clk)
 
     @cached_property
     def l2_tma_bw(self) -> float:
@@ -118,7 +120,7 @@ class GPUModel:
         target has no separate figure."""
         if not self.has("l2_tma_bytes_per_clk"):
             return self.l2_bw
-        return L2_BW(clock_hz=self.clock_hz, l2_bytes_per_clk=self.l2_tma_bytes_per_clk)
+        return F.l2_bw(clock_hz=self.clock_hz, l2_bytes_per_clk=self.l2_tma_bytes_per_clk)
 
     def bandwidth(self, level: str) -> float:
         return {"dram": self.dram_bw, "l2": self.l2_bw, "smem": self.smem_bw}[level]
@@ -126,7 +128,7 @@ class GPUModel:
     def balance(self, dtype: str, level: str, family: str | None = None) -> float:
         """Machine balance in FLOP/byte: the intensity a kernel must reach at ``level``
         to be compute-bound (Williams et al., Roofline, CACM 2009)."""
-        return BALANCE(peak_flops=self.peak_flops(dtype, family), bandwidth=self.bandwidth(level))
+        return F.balance(peak_flops=self.peak_flops(dtype, family), bandwidth=self.bandwidth(level))
 
     def summary(self) -> dict:
         """Key figures for ``nova-config targets``."""

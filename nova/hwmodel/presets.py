@@ -1,6 +1,8 @@
 """GPU presets.  Every primary number states its source; derived figures come from ``model.py``.
+Each chip's own figures (SMs, clock, L2, DRAM, ...) are in gpus.toml beside this file, one table per
+GPU; the per-SM limits of its compute capability and its tensor-core rates are below.
 
-Sources, abbreviated in the tables below:
+Sources, abbreviated here and in gpus.toml:
   [CC]      CUDA C++ Programming Guide, "Technical Specifications per Compute Capability" (CUDA 12/13)
   [GA102]   NVIDIA Ampere GA102 GPU Architecture whitepaper (2021), incl. RTX 3080 TF32/FP16 tables
   [A100]    NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020) and A100 80GB datasheet
@@ -17,16 +19,25 @@ whitepapers' dense (not sparse) TFLOP/s at the boost clock they assume.
 """
 from __future__ import annotations
 
+import tomllib
+from pathlib import Path
+
 from nova.dtypes import MODES
 from nova.hwmodel.model import GPUModel, Quantity as Q
 
 KB = 1024
-MB = 1024 * 1024
 
-LOADED_LATENCY_HBM = ("[EST] loaded DRAM latency: ~500 ns idle load-to-use on HBM parts (Jia et al., Luo et al. "
-                      "microbenchmarks) plus queueing when every SM streams at once")
-LOADED_LATENCY_GDDR = ("[EST] loaded DRAM latency: ~600 ns idle load-to-use on GDDR parts (Jia et al. microbenchmarks) "
-                       "plus queueing when every SM streams at once")
+# The primary figures of every preset (their values and sources in gpus.toml, beside this file), in
+# the order a GPUModel lists them, with their units.
+UNITS = {"sm_count": "SMs", "clock_hz": "Hz", "fp32_lanes_per_sm": "lanes", "l2_bytes": "B", "dram_bw": "B/s",
+         "l2_bytes_per_clk": "B/clk", "l2_tma_bytes_per_clk": "B/clk", "mem_latency_ns": "ns",
+         "launch_overhead_us": "us", "max_cluster_size": "blocks"}
+GPU_FIGURES = tomllib.loads(Path(__file__).with_name("gpus.toml").read_text(encoding="utf-8"))
+
+LOADED_LATENCY_HBM = Q(800, "ns", "[EST] loaded DRAM latency: ~500 ns idle load-to-use on HBM parts (Jia et al., "
+                       "Luo et al. microbenchmarks) plus queueing when every SM streams at once")
+LOADED_LATENCY_GDDR = Q(1000, "ns", "[EST] loaded DRAM latency: ~600 ns idle load-to-use on GDDR parts (Jia et al. "
+                        "microbenchmarks) plus queueing when every SM streams at once")
 
 TMA_L2_B_PER_CLK_SM = 14.2e12 / 1.980e9 / 132      # 54.3 B/clk/SM: 14.2 TB/s at 1,980 MHz
 
@@ -34,6 +45,18 @@ TMA_L2_B_PER_CLK_SM = 14.2e12 / 1.980e9 / 132      # 54.3 B/clk/SM: 14.2 TB/s at
 MMA_SYNC_SHAPES = {m: (16, 8, e.mma_k) for m, e in MODES.items()}
 WGMMA_SHAPES = {m: (64, 256, e.mma_k) for m, e in MODES.items()}      # n in 8..256
 LAUNCH_OVERHEAD = Q(3.0, "us", "[EST] CUDA driver launch + kernel start, typical")
+
+
+def _figures(*tables: str, **given: Q) -> dict:
+    """The primary figures of a preset, in ``UNITS`` order: the ``[value, source]`` pairs of the
+    gpus.toml ``tables`` (a chip's, then a product's that adds its own), the ``given`` quantities
+    and the launch overhead."""
+    pairs = {}
+    for table in tables:
+        pairs.update(GPU_FIGURES[table])
+    q = {name: Q(value, UNITS[name], source) for name, (value, source) in pairs.items()}
+    q.update(given, launch_overhead_us=LAUNCH_OVERHEAD)
+    return {name: q[name] for name in UNITS if name in q}
 
 
 def _cc8x_limits(max_threads: int, max_blocks: int, smem_sm_kb: int, smem_block_kb: int, cc: str) -> dict:
@@ -67,17 +90,7 @@ def _tc_modes(family: str, tf32: float, half: float, sms: int, clock_hz: float, 
 
 
 def rtx3060() -> GPUModel:
-    sms, clk = 28, 1.777e9
-    q = {
-        "sm_count": Q(sms, "SMs", "[3060] 3,584 CUDA cores / 128 per SM"),
-        "clock_hz": Q(clk, "Hz", "[3060] boost clock 1,777 MHz (peaks below assume it)"),
-        "fp32_lanes_per_sm": Q(128, "lanes", "[GA102] GA10x SM: 128 FP32 lanes"),
-        "l2_bytes": Q(3 * MB, "B", "[GA102] GA106 L2 cache 3 MB"),
-        "dram_bw": Q(360e9, "B/s", "[3060] 15 Gbps x 192-bit GDDR6"),
-        "l2_bytes_per_clk": Q(48 * sms, "B/clk", "[EST] A100's 5120 B/clk L2 read rate [A100] per SM (~48 B/clk/SM) times 28 SMs"),
-        "mem_latency_ns": Q(1000, "ns", LOADED_LATENCY_GDDR),
-        "launch_overhead_us": LAUNCH_OVERHEAD,
-    }
+    q = _figures("rtx3060", mem_latency_ns=LOADED_LATENCY_GDDR)
     q.update(_cc8x_limits(1536, 16, 100, 99, "8.6"))
     # GA10x (consumer) tensor cores: FP32-accumulate FP16/BF16 at half, TF32 at a quarter of the
     # FP16-accumulate rate.  RTX 3080 [GA102]: TF32 29.8, FP16/BF16 (FP32 acc) 59.5 dense TFLOP/s at
@@ -89,60 +102,31 @@ def rtx3060() -> GPUModel:
 
 
 def a100() -> GPUModel:
-    sms, clk = 108, 1.410e9
-    q = {
-        "sm_count": Q(sms, "SMs", "[A100] 108 SMs"),
-        "clock_hz": Q(clk, "Hz", "[A100] boost clock 1,410 MHz"),
-        "fp32_lanes_per_sm": Q(64, "lanes", "[A100] 64 FP32 lanes per SM"),
-        "l2_bytes": Q(40 * MB, "B", "[A100] 40 MB L2"),
-        "dram_bw": Q(2039e9, "B/s", "[A100] A100 80GB SXM: 2,039 GB/s HBM2e"),
-        "l2_bytes_per_clk": Q(5120, "B/clk", "[A100] L2 read bandwidth 5120 bytes/clk"),
-        "mem_latency_ns": Q(800, "ns", LOADED_LATENCY_HBM),
-        "launch_overhead_us": LAUNCH_OVERHEAD,
-    }
+    q = _figures("a100", mem_latency_ns=LOADED_LATENCY_HBM)
     q.update(_cc8x_limits(2048, 32, 164, 163, "8.0"))
-    q.update(_tc_modes("mma.sync", 156, 312, sms, clk, "[A100]"))
+    q.update(_tc_modes("mma.sync", 156, 312, q["sm_count"].value, q["clock_hz"].value, "[A100]"))
     return GPUModel("a100", "NVIDIA A100 80GB SXM (GA100)", "sm_80", (8, 0), q,
                     ("cp.async",), {"mma.sync": MMA_SYNC_SHAPES})
 
 
 def rtx4090() -> GPUModel:
-    sms, clk = 128, 2.520e9
-    q = {
-        "sm_count": Q(sms, "SMs", "[AD102] RTX 4090: 128 SMs (16,384 CUDA cores)"),
-        "clock_hz": Q(clk, "Hz", "[AD102] RTX 4090 boost clock 2,520 MHz"),
-        "fp32_lanes_per_sm": Q(128, "lanes", "[AD102] 128 FP32 lanes per SM"),
-        "l2_bytes": Q(72 * MB, "B", "[AD102] RTX 4090: 72 MB L2"),
-        "dram_bw": Q(1008e9, "B/s", "[AD102] 21 Gbps x 384-bit GDDR6X"),
-        "l2_bytes_per_clk": Q(48 * sms, "B/clk", "[EST] A100's per-SM L2 read rate [A100] (~48 B/clk/SM) times 128 SMs"),
-        "mem_latency_ns": Q(1000, "ns", LOADED_LATENCY_GDDR),
-        "launch_overhead_us": LAUNCH_OVERHEAD,
-    }
+    q = _figures("rtx4090", mem_latency_ns=LOADED_LATENCY_GDDR)
     q.update(_cc8x_limits(1536, 24, 100, 99, "8.9"))
-    q.update(_tc_modes("mma.sync", 82.6, 165.2, sms, clk, "[AD102] RTX 4090", "[AD102] RTX 4090, FP32 accumulate"))
+    q.update(_tc_modes("mma.sync", 82.6, 165.2, q["sm_count"].value, q["clock_hz"].value, "[AD102] RTX 4090",
+                       "[AD102] RTX 4090, FP32 accumulate"))
     return GPUModel("rtx4090", "NVIDIA GeForce RTX 4090 (AD102)", "sm_89", (8, 9), q,
                     ("cp.async",), {"mma.sync": MMA_SYNC_SHAPES})
 
 
-def _hopper(name: str, full_name: str, dram_bw: float, dram_src: str) -> GPUModel:
-    sms, clk = 132, 1.830e9
-    q = {
-        "sm_count": Q(sms, "SMs", "[H100] H100 SXM5: 132 SMs"),
-        "clock_hz": Q(clk, "Hz", "[H100] datasheet tensor figures assume a 1,830 MHz boost clock"),
-        "fp32_lanes_per_sm": Q(128, "lanes", "[H100] 128 FP32 lanes per SM"),
-        "l2_bytes": Q(50 * MB, "B", "[H100] 50 MB L2 (the driver reports 60 MB)"),
-        "dram_bw": Q(dram_bw, "B/s", dram_src),
-        "l2_bytes_per_clk": Q(37.6 * sms, "B/clk", "[MEASURED] nova.bench.l2_probe on the H200 (same GH100 L2): 9.82 TB/s "
-                              "of 16-byte ld.global.cg from an L2-resident buffer at a 1,980 MHz SM clock = 37.6 B/clk/SM "
-                              "(bench/results/h200-v0.6/l2_probe.txt); the load/store (LSU) path: cp.async, epilogue stores"),
-        "l2_tma_bytes_per_clk": Q(TMA_L2_B_PER_CLK_SM * sms, "B/clk", "[MEASURED] lower bound: the wgmma oracle's most "
-                                  "L2-heavy TMA-fed kernels sustain 13.6-14.2 TB/s of tile fills (e.g. 1024x14336x4096 "
-                                  "TF32 128x64 tiles, 396 us; bench/results/h200-oracle-wgmma-v0.5c-48), taken at the "
-                                  "1,980 MHz maximum SM clock: the TMA unit's path, faster than the LSU's"),
-        "mem_latency_ns": Q(800, "ns", LOADED_LATENCY_HBM),
-        "launch_overhead_us": LAUNCH_OVERHEAD,
-        "max_cluster_size": Q(8, "blocks", "[H100] portable thread-block cluster size 8"),
-    }
+def _hopper(name: str, full_name: str) -> GPUModel:
+    """A GH100 part: the chip's figures with the DRAM of gpus.toml's ``name`` table."""
+    chip = GPU_FIGURES["gh100"]
+    sms, clk = chip["sm_count"][0], chip["clock_hz"][0]
+    q = _figures("gh100", name, mem_latency_ns=LOADED_LATENCY_HBM, l2_tma_bytes_per_clk=Q(
+        TMA_L2_B_PER_CLK_SM * sms, "B/clk", "[MEASURED] lower bound: the wgmma oracle's most "
+        "L2-heavy TMA-fed kernels sustain 13.6-14.2 TB/s of tile fills (e.g. 1024x14336x4096 "
+        "TF32 128x64 tiles, 396 us; bench/results/h200-oracle-wgmma-v0.5c-48), taken at the "
+        "1,980 MHz maximum SM clock: the TMA unit's path, faster than the LSU's"))
     q.update(_cc8x_limits(2048, 32, 228, 227, "9.0"))
     q.update(_tc_modes("wgmma", 494.7, 989.4, sms, clk, "[H100] datasheet"))
     # mma.sync still runs on sm_90 but cannot feed Hopper's tensor cores at the wgmma rate.
@@ -156,11 +140,11 @@ def _hopper(name: str, full_name: str, dram_bw: float, dram_src: str) -> GPUMode
 
 
 def h100() -> GPUModel:
-    return _hopper("h100", "NVIDIA H100 SXM5 80GB (GH100)", 3.35e12, "[H100] H100 SXM: 3.35 TB/s HBM3")
+    return _hopper("h100", "NVIDIA H100 SXM5 80GB (GH100)")
 
 
 def h200() -> GPUModel:
-    return _hopper("h200", "NVIDIA H200 SXM 141GB (GH100)", 4.8e12, "[H200] 4.8 TB/s HBM3e")
+    return _hopper("h200", "NVIDIA H200 SXM 141GB (GH100)")
 
 
 PRESETS: dict[str, GPUModel] = {m.name: m for m in (rtx3060(), a100(), rtx4090(), h100(), h200())}

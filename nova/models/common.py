@@ -1,5 +1,5 @@
 """What the built-in models share: the config (given, or named in the model's ``CONFIGS``), GPT-2's
-initialisation from one seed, the parameter count, and the loss."""
+initialisation from one seed, the parameter count, the loss, and the pre-norm residual block."""
 from __future__ import annotations
 
 import math
@@ -31,6 +31,29 @@ class LanguageModel(nn.Module):
         if targets is None:
             return logits
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=self.IGNORE_INDEX)
+
+
+class PreNormBlock(nn.Module):
+    """A pre-norm transformer block: ``x = x + attn(attn_norm(x))``, then ``x + mlp(mlp_norm(x))``.
+
+    Its four modules are given by keyword in that order (the attention's norm, the attention, the
+    MLP's norm, the MLP); the keywords are their attribute names, so each model keeps its own
+    state_dict keys (GPT-2's ``ln_1, attn, ln_2, mlp``, Llama's ``attention_norm, attention,
+    ffn_norm, feed_forward``).  ``forward(x, *args)`` passes ``args`` (Llama's rotary tables) on
+    to the attention."""
+
+    def __init__(self, **modules: nn.Module):
+        super().__init__()
+        if len(modules) != 4:
+            raise TypeError(f"PreNormBlock takes 4 modules (attention norm, attention, MLP norm, MLP), got {list(modules)}")
+        self.names = tuple(modules)          # attention norm, attention, MLP norm, MLP
+        for name, module in modules.items():
+            self.add_module(name, module)
+
+    def forward(self, x, *attn_args):
+        attn_norm, attn, mlp_norm, mlp = (getattr(self, name) for name in self.names)
+        x = x + attn(attn_norm(x), *attn_args)
+        return x + mlp(mlp_norm(x))
 
 
 def init_weights(model: nn.Module, seed: int, residual_scale: float = 1.0, std: float = 0.02) -> None:

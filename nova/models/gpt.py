@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nova.models.common import LanguageModel
+from nova.models.common import LanguageModel, PreNormBlock
 
 
 @dataclass(frozen=True)
@@ -61,17 +61,10 @@ class MLP(nn.Module):
         return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
 
 
-class Block(nn.Module):
-    def __init__(self, cfg: GPTConfig):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
-        self.attn = CausalSelfAttention(cfg)
-        self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
-        self.mlp = MLP(cfg)
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+def block(cfg: GPTConfig) -> PreNormBlock:
+    # LayerNorm, attention, LayerNorm, MLP under GPT-2's names (the state_dict keys)
+    return PreNormBlock(ln_1=nn.LayerNorm(cfg.n_embd, bias=cfg.bias), attn=CausalSelfAttention(cfg),
+                        ln_2=nn.LayerNorm(cfg.n_embd, bias=cfg.bias), mlp=MLP(cfg))
 
 
 class GPT(LanguageModel):
@@ -82,7 +75,7 @@ class GPT(LanguageModel):
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
             wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
-            h=nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer)),
+            h=nn.ModuleList(block(cfg) for _ in range(cfg.n_layer)),
             ln_f=nn.LayerNorm(cfg.n_embd, bias=cfg.bias),
         ))
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)

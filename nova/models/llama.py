@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from nova.models.common import LanguageModel
+from nova.models.common import LanguageModel, PreNormBlock
 
 
 @dataclass(frozen=True)
@@ -87,17 +87,10 @@ class FeedForward(nn.Module):
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
-class Block(nn.Module):
-    def __init__(self, cfg: LlamaConfig):
-        super().__init__()
-        self.attention_norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
-        self.attention = Attention(cfg)
-        self.ffn_norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
-        self.feed_forward = FeedForward(cfg)
-
-    def forward(self, x, cos, sin):
-        x = x + self.attention(self.attention_norm(x), cos, sin)
-        return x + self.feed_forward(self.ffn_norm(x))
+def block(cfg: LlamaConfig) -> PreNormBlock:
+    # RMSNorm, attention, RMSNorm, SwiGLU feed-forward under Llama's names (the state_dict keys)
+    return PreNormBlock(attention_norm=nn.RMSNorm(cfg.dim, eps=cfg.norm_eps), attention=Attention(cfg),
+                        ffn_norm=nn.RMSNorm(cfg.dim, eps=cfg.norm_eps), feed_forward=FeedForward(cfg))
 
 
 class Llama(LanguageModel):
@@ -105,7 +98,7 @@ class Llama(LanguageModel):
 
     def build(self, cfg: LlamaConfig):
         self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.layers = nn.ModuleList(block(cfg) for _ in range(cfg.n_layer))
         self.norm = nn.RMSNorm(cfg.dim, eps=cfg.norm_eps)
         self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         cos, sin = rotary_tables(cfg.dim // cfg.n_head, cfg.max_seq_len, cfg.rope_theta)

@@ -21,8 +21,8 @@ import time
 from nova.configurator.derivation import Derivation, formula_step, note
 from nova.configurator.step import MmaInstr, Prediction, Step
 from nova.hwmodel import GPUModel, TargetError, get_target
-from nova.hwmodel.formula import Formula
-from nova.hwmodel.model import BPS_REGS
+from nova.hwmodel.formula import formulas
+from nova.hwmodel.model import F as HW
 from nova.kernels.attention.problem import AttentionProblem
 from nova.kernels.attention.schedule import AttentionConfig, AttentionSchedule, KernelTile
 
@@ -54,24 +54,26 @@ ALU_PER_SCORE = {"fwd": 5, "bwd_dkv": 4, "bwd_dq": 3}   # FP32 ops per score (sc
 SPLIT_OPS_PER_ELEMENT = 2    # 3xtf32 scores: AND + FSUB per fragment element (build.tf32_split)
 REG_SPLIT_EXTRA = 16         # 3xtf32 scores: the small halves of the fragments in flight (an estimate; ptxas checks)
 
-MUFU_SHARE = Formula("mufu_share", "tc_flops_per_clk_sm / (4 * D * mufu_per_clk_sm)")
-ACC_REGS = Formula("acc_regs", "(score_tiles * block_cols + out_tiles * D) / 2 + block_cols / 2")
-REGS = Formula("regs", "acc_regs + overhead")
-KEPT_BYTES = Formula("kept_bytes", "kept * block_rows * (D + pad) * elem_bytes")
-STAGE_BYTES = Formula("stage_bytes", "streamed * block_cols * (D + pad) * elem_bytes + vec_bytes")
-T_TILE = Formula("t_tile_ns", "1e9 * gemms * 2 * block_rows * block_cols * D / (tc_flops_per_clk_sm * clock_hz)")
-STAGES = Formula("stages", "1 + ceil(mem_latency_ns / t_tile_ns)")
-STAGES_SMEM = Formula("stages_max", "floor((smem_per_block - kept_bytes) / stage_bytes)")
-BPS_SMEM = Formula("bps_smem", "floor(smem_per_sm / (smem_bytes + smem_reserved_per_block))")
-WAVES = Formula("waves", "ceil(blocks / (sm_count * blocks_per_sm))")
-T_TC = Formula("t_tc", "gemms * 2 * D * visited / (sm_count * clock_hz * tc_flops_per_clk_sm)")
-T_MUFU = Formula("t_mufu", "visited / (sm_count * clock_hz * mufu_per_clk_sm)")
-SMEM_WF = Formula("wavefronts", "nk * 4 * mt * D / ks + (nk + kn) * D * block_cols / (4 * ks) + extra")
-T_SMEM = Formula("t_smem", "wavefronts * visited / (16 * mt * block_cols) / (sm_count * clock_hz)")
-T_KERNEL = Formula("t_kernel", "Max(t_tc, t_smem, t_mufu, t_alu, t_dram) / achieved + (block_fixed * blocks + "
-                   "tile_fixed * tiles) / (sm_count * blocks_per_sm)")
-T_ALU = Formula("t_alu", "alu * visited / (sm_count * clock_hz * fp32_lanes_per_sm)")
-ATOMIC_BYTES = Formula("atomic_bytes", "4 * D * visited / block_cols")
+# Formulas, each shown in the derivation with this GPU's numbers (``F.stages`` is "stages = ...").
+F = formulas("""
+    mufu_share = tc_flops_per_clk_sm / (4 * D * mufu_per_clk_sm)
+    acc_regs = (score_tiles * block_cols + out_tiles * D) / 2 + block_cols / 2
+    kept_bytes = kept * block_rows * (D + pad) * elem_bytes
+    stage_bytes = streamed * block_cols * (D + pad) * elem_bytes + vec_bytes
+    t_tile_ns = 1e9 * gemms * 2 * block_rows * block_cols * D / (tc_flops_per_clk_sm * clock_hz)
+    stages = 1 + ceil(mem_latency_ns / t_tile_ns)
+    stages_max = floor((smem_per_block - kept_bytes) / stage_bytes)
+    bps_smem = floor(smem_per_sm / (smem_bytes + smem_reserved_per_block))
+    waves = ceil(blocks / (sm_count * blocks_per_sm))
+    t_tc = gemms * 2 * D * visited / (sm_count * clock_hz * tc_flops_per_clk_sm)
+    t_mufu = visited / (sm_count * clock_hz * mufu_per_clk_sm)
+    wavefronts = nk * 4 * mt * D / ks + (nk + kn) * D * block_cols / (4 * ks) + extra
+    t_smem = wavefronts * visited / (16 * mt * block_cols) / (sm_count * clock_hz)
+    t_kernel = Max(t_tc, t_smem, t_mufu, t_alu, t_dram) / achieved
+        + (block_fixed * blocks + tile_fixed * tiles) / (sm_count * blocks_per_sm)
+    t_alu = alu * visited / (sm_count * clock_hz * fp32_lanes_per_sm)
+    atomic_bytes = 4 * D * visited / block_cols
+""")
 
 
 def _cdiv(a, b):
@@ -111,7 +113,7 @@ def step1_instruction(p: AttentionProblem, gpu: GPUModel):
 # ---- 2 -----------------------------------------------------------------------------------------
 def step2_exp_balance(p: AttentionProblem, gpu: GPUModel):
     rate = gpu.tc_flops_per_clk_sm("mma.sync", p.dtype)
-    return _step("2 exp vs MMA", MUFU_SHARE,
+    return _step("2 exp vs MMA", F.mufu_share,
                  "MUFU (ex2) time per score over tensor time per score (forward: 4D FLOP per score): "
                  "they are separate pipes, so the exponentials hide under the MMAs of other warps only while "
                  "this is < 1; the kernel uses exactly one ex2 per score (scale*log2 e folded into an FMA)",
@@ -132,7 +134,7 @@ TILE_CANDIDATES = ((2, 64), (2, 32), (2, 16), (1, 64), (1, 32), (1, 16))   # (m 
 def tile_regs(p: AttentionProblem, role: str, mt: int, bc: int) -> float:
     score_tiles = 2 if role != "fwd" else 1          # S (and dP) accumulators
     out_tiles = 2 if role == "bwd_dkv" else 1        # O / dQ, or dK and dV
-    acc = ACC_REGS(score_tiles=score_tiles, block_cols=bc, out_tiles=out_tiles, D=p.head_dim)
+    acc = F.acc_regs(score_tiles=score_tiles, block_cols=bc, out_tiles=out_tiles, D=p.head_dim)
     over = REG_OVERHEAD[role] + (REG_TF32_EXTRA if p.dtype == "tf32" else 0) + (REG_SPLIT_EXTRA if p.split_scores else 0)
     return over + acc * (1 + REG_SHARE[role] * (mt - 1))
 
@@ -173,7 +175,7 @@ def step4_tile(p: AttentionProblem, gpu: GPUModel, role: str, warps: int, pad: i
         raise TargetError(f"{p.describe()}: no {role} tile fits {gpu.name} ({'; '.join(tried)})")
     _, mt, bc, regs, warps = best
     d = Derivation()
-    acc = d.apply(f"4 {role} registers", ACC_REGS, "accumulators per thread and m tile: scores (S, and dP in the "
+    acc = d.apply(f"4 {role} registers", F.acc_regs, "accumulators per thread and m tile: scores (S, and dP in the "
                   "backward) of 16 x block_cols plus outputs of 16 x D over 32 lanes, plus the scores' scalar copy",
                   score_tiles=2 if role != "fwd" else 1, block_cols=bc, out_tiles=2 if role == "bwd_dkv" else 1,
                   D=p.head_dim)
@@ -210,25 +212,25 @@ def step5_stages(p: AttentionProblem, gpu: GPUModel, role: str, rows: int, cols:
     """Ring depth: Little's law, within the shared memory of as many blocks as the registers allow."""
     d = Derivation()
     eb = p.elem_bytes
-    kept = d.apply(f"5 {role} kept smem", KEPT_BYTES, "the tile a block keeps for its whole life",
+    kept = d.apply(f"5 {role} kept smem", F.kept_bytes, "the tile a block keeps for its whole life",
                    kept=len(KEPT[role]), block_rows=rows, D=p.head_dim, pad=pad, elem_bytes=eb)
-    stage = d.apply(f"5 {role} stage smem", STAGE_BYTES, "one ring slot: the streamed tiles (+ LSE and D for dK/dV)",
+    stage = d.apply(f"5 {role} stage smem", F.stage_bytes, "one ring slot: the streamed tiles (+ LSE and D for dK/dV)",
                     streamed=len(STREAMED[role]), block_cols=cols, D=p.head_dim, pad=pad, elem_bytes=eb,
                     vec_bytes=8 * cols if role == "bwd_dkv" else 0)
     rate = gpu.tc_flops_per_clk_sm("mma.sync", p.dtype)
-    t_tile = d.apply(f"5 {role} tile time", T_TILE, "tensor time of one streamed tile at the SM's mma.sync peak",
+    t_tile = d.apply(f"5 {role} tile time", F.t_tile_ns, "tensor time of one streamed tile at the SM's mma.sync peak",
                      gemms=gemms_per_pair(p, role), block_rows=rows, block_cols=cols, D=p.head_dim,
                      tc_flops_per_clk_sm=rate, clock_hz=gpu.clock_hz)
-    want = d.apply(f"5 {role} stages (latency)", STAGES, "Little's law: one slot computing, enough in flight to "
+    want = d.apply(f"5 {role} stages (latency)", F.stages, "Little's law: one slot computing, enough in flight to "
                    "cover the loaded memory latency", post=int, mem_latency_ns=gpu.mem_latency_ns, t_tile_ns=t_tile)
-    bps_regs = int(BPS_REGS(regs_per_sm=gpu.regs_per_sm, warps=warps, regs=regs, reg_alloc_unit=gpu.reg_alloc_unit))
+    bps_regs = int(HW.bps_regs(regs_per_sm=gpu.regs_per_sm, warps=warps, regs=regs, reg_alloc_unit=gpu.reg_alloc_unit))
     bps_regs = max(1, min(bps_regs, gpu.max_blocks_per_sm))
     for bps in range(bps_regs, 0, -1):
         share = min(gpu.smem_per_block, gpu.smem_per_sm / bps - gpu.smem_reserved_per_block)
-        cap = d.apply(f"5 {role} stages (smem)", STAGES_SMEM, f"what fits next to the kept tile in the shared memory "
+        cap = d.apply(f"5 {role} stages (smem)", F.stages_max, f"what fits next to the kept tile in the shared memory "
                       f"of one of {bps} block(s) per SM (the registers allow {bps_regs})", post=int,
                       smem_per_block=share, kept_bytes=kept, stage_bytes=stage) if bps == 1 or \
-            STAGES_SMEM(smem_per_block=share, kept_bytes=kept, stage_bytes=stage) >= 2 else 0
+            F.stages_max(smem_per_block=share, kept_bytes=kept, stage_bytes=stage) >= 2 else 0
         if cap >= 2 or bps == 1:
             break
     stages = max(2, min(want, cap, 3))
@@ -242,9 +244,9 @@ def step5_stages(p: AttentionProblem, gpu: GPUModel, role: str, rows: int, cols:
 # ---- 6 -----------------------------------------------------------------------------------------
 def step6_occupancy(gpu: GPUModel, role: str, warps: int, regs: int, smem: int):
     d = Derivation()
-    br = d.apply(f"6 {role} blocks/SM (regs)", BPS_REGS, "register file / registers per block (256-register granules)",
+    br = d.apply(f"6 {role} blocks/SM (regs)", HW.bps_regs, "register file / registers per block (256-register granules)",
                  regs_per_sm=gpu.regs_per_sm, warps=warps, regs=regs, reg_alloc_unit=gpu.reg_alloc_unit)
-    bs = d.apply(f"6 {role} blocks/SM (smem)", BPS_SMEM, "shared memory per SM / per block (+1 KB reserved)",
+    bs = d.apply(f"6 {role} blocks/SM (smem)", F.bps_smem, "shared memory per SM / per block (+1 KB reserved)",
                  smem_per_sm=gpu.smem_per_sm, smem_bytes=smem, smem_reserved_per_block=gpu.smem_reserved_per_block)
     bt = gpu.max_threads_per_sm // (32 * warps)
     bps = int(max(1, min(br, bs, bt, gpu.max_blocks_per_sm)))
@@ -277,7 +279,7 @@ def step7_grid(p: AttentionProblem, gpu: GPUModel, role: str, rows: int, cols: i
         grid = (_cdiv(p.seq_q, rows), p.batch * p.heads, 1)
         what = "query tiles x (batch x heads)"
     blocks = grid[0] * grid[1]
-    waves = WAVES(blocks=blocks, sm_count=gpu.sm_count, blocks_per_sm=bps)
+    waves = F.waves(blocks=blocks, sm_count=gpu.sm_count, blocks_per_sm=bps)
     vis = visited_pairs(p, role, rows, cols)
     full = _cdiv(p.seq_q, 1) * p.seq_k
     skip = f"; causal: {vis / (rows * _cdiv(p.seq_q if role != 'bwd_dkv' else p.seq_k, rows) * _cdiv(p.seq_k if role != 'bwd_dkv' else p.seq_q, cols) * cols):.0%} of the tiles visited (the rest lie above the diagonal)" if p.causal else ""
@@ -291,7 +293,7 @@ def step8_dq_mode(p: AttentionProblem, gpu: GPUModel, dkv_cols: int, vis_dkv: in
     rate = gpu.tc_flops_per_clk_sm("mma.sync", p.dtype)
     bh = p.batch * p.heads
     extra_tc = 2 * 2 * p.head_dim * vis_dkv * bh / (gpu.sm_count * gpu.clock_hz * rate)
-    atomic = ATOMIC_BYTES(D=p.head_dim, visited=vis_dkv * bh, block_cols=dkv_cols)
+    atomic = F.atomic_bytes(D=p.head_dim, visited=vis_dkv * bh, block_cols=dkv_cols)
     t_atomic = atomic / gpu.l2_bw + 4 * p.batch * p.heads * p.seq_q * p.head_dim * 3 / gpu.dram_bw
     return _note("8 dQ strategy", "separate",
                  f"a dQ kernel recomputes S and dP (+{extra_tc * 1e6:.1f} us of tensor work) instead of adding "
@@ -312,7 +314,7 @@ def smem_wavefronts(p: AttentionProblem, role: str, kt: KernelTile, tf32_prep: s
     extra = bc / 2 if role == "bwd_dkv" else 0
     if p.dtype == "tf32" and tf32_prep == "smem":
         extra += 2 * len(STREAMED[role]) * bc * d * 4 / SMEM_WAVEFRONT_BYTES / kt.warps
-    return SMEM_WF(nk=NK_GEMMS[role], kn=KN_GEMMS[role], mt=mt, D=d, ks=ks, block_cols=bc, extra=extra)
+    return F.wavefronts(nk=NK_GEMMS[role], kn=KN_GEMMS[role], mt=mt, D=d, ks=ks, block_cols=bc, extra=extra)
 
 
 def kernel_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, vis: int,
@@ -323,21 +325,22 @@ def kernel_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, v
         return t + gpu.launch_overhead_us * 1e-6, {"dram": t}
     rate = gpu.tc_flops_per_clk_sm("mma.sync", p.dtype)
     visited = vis * bh
-    t_tc = T_TC(gemms=gemms_per_pair(p, role), D=p.head_dim, visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz,
-                tc_flops_per_clk_sm=rate)
-    t_smem = T_SMEM(wavefronts=smem_wavefronts(p, role, kt, tf32_prep), visited=visited, mt=kt.rows_per_warp // 16,
-                    block_cols=kt.block_cols, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz)
-    t_mufu = T_MUFU(visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz, mufu_per_clk_sm=mufu_rate(gpu))
-    t_alu = T_ALU(alu=alu_per_score(p, role, kt.rows_per_warp, kt.block_cols), visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz,
-                  fp32_lanes_per_sm=gpu.fp32_lanes_per_sm)
+    t_tc = F.t_tc(gemms=gemms_per_pair(p, role), D=p.head_dim, visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz,
+                  tc_flops_per_clk_sm=rate)
+    t_smem = F.t_smem(wavefronts=smem_wavefronts(p, role, kt, tf32_prep), visited=visited, mt=kt.rows_per_warp // 16,
+                      block_cols=kt.block_cols, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz)
+    t_mufu = F.t_mufu(visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz, mufu_per_clk_sm=mufu_rate(gpu))
+    t_alu = F.t_alu(alu=alu_per_score(p, role, kt.rows_per_warp, kt.block_cols), visited=visited,
+                    sm_count=gpu.sm_count, clock_hz=gpu.clock_hz,
+                    fp32_lanes_per_sm=gpu.fp32_lanes_per_sm)
     nbytes = {"fwd": p.fwd_bytes, "bwd_dq": p.fwd_bytes + p.fwd_bytes // 2, "bwd_dkv": p.bwd_bytes}[role]
     t_dram = nbytes / gpu.dram_bw
     blocks = kt.grid[0] * kt.grid[1]
     terms = {"tensor-core": t_tc, "smem": t_smem, "mufu": t_mufu, "alu": t_alu, "dram": t_dram}
     tiles = visited / (kt.block_rows * kt.block_cols)
-    t = T_KERNEL(t_tc=t_tc, t_smem=t_smem, t_mufu=t_mufu, t_alu=t_alu, t_dram=t_dram, achieved=ACHIEVED,
-                 block_fixed=BLOCK_FIXED_US * 1e-6, blocks=blocks, tile_fixed=TILE_FIXED_US * 1e-6, tiles=tiles,
-                 sm_count=gpu.sm_count, blocks_per_sm=kt.blocks_per_sm)
+    t = F.t_kernel(t_tc=t_tc, t_smem=t_smem, t_mufu=t_mufu, t_alu=t_alu, t_dram=t_dram, achieved=ACHIEVED,
+                   block_fixed=BLOCK_FIXED_US * 1e-6, blocks=blocks, tile_fixed=TILE_FIXED_US * 1e-6, tiles=tiles,
+                   sm_count=gpu.sm_count, blocks_per_sm=kt.blocks_per_sm)
     terms["blocks"] = (BLOCK_FIXED_US * blocks + TILE_FIXED_US * tiles) * 1e-6 / (gpu.sm_count * kt.blocks_per_sm)
     return t, terms
 
@@ -399,7 +402,7 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
         times[role] = t * 1e6
         bound = max((k for k in terms if k != "blocks"), key=terms.get)
         terms_all[role] = {"time_us": round(t * 1e6, 2), "bound": bound, **{k: round(v * 1e6, 2) for k, v in terms.items()}}
-        steps.append(Step.note(f"9 {role} time", T_KERNEL.text if role != "bwd_pre" else "dram bytes / bandwidth + launch",
+        steps.append(Step.note(f"9 {role} time", F.t_kernel.text if role != "bwd_pre" else "dram bytes / bandwidth + launch",
                           f"{t * 1e6:.1f} us", f"{bound}-bound; " + ", ".join(f"{k} {v * 1e6:.1f}" for k, v in terms.items())))
     total = sum(times.values())
     flops = p.fwd_flops + p.bwd_flops

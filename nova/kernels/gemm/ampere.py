@@ -31,35 +31,37 @@ import math
 from nova.configurator.derivation import Derivation, NullDerivation, formula_step, note
 from nova.configurator.step import MmaInstr, Prediction, Step
 from nova.hwmodel import GPUModel
-from nova.hwmodel.formula import Formula
-from nova.hwmodel.model import BPS_REGS
-from nova.kernels.gemm.cost import BLOCK_INTENSITY, WARP_INTENSITY, cdiv, predict
+from nova.hwmodel.formula import formulas
+from nova.hwmodel.model import F as HW
+from nova.kernels.gemm.cost import F as COST, cdiv, predict
 from nova.kernels.gemm.problem import GemmProblem
 from nova.kernels.gemm.schedule import SPLIT_REDUCTIONS, Schedule, ScheduleError
 
 
-# ---- formulas (each shown in the derivation) ------------------------------------------------
-SMEM_BALANCE = Formula("B_smem", "tc_flops_per_clk_sm / smem_bytes_per_clk_sm")
-L2_BALANCE = Formula("B_l2", "peak_flops / l2_bw")
-DRAM_BALANCE = Formula("B_dram", "peak_flops / dram_bw")
-ACC_BUDGET = Formula("acc_regs", "ceil(max_regs_per_thread / 4)")
-WARP_TILE_AREA = Formula("warp_area", "2**floor(log(32 * acc_regs, 2))")
-WARP_TILE_MIN = Formula("W_min", "elem_bytes * B_smem")
-BLOCK_SIDE_MIN = Formula("T_min", "elem_bytes * B_l2")
-SLOTS = Formula("slots", "sm_count * blocks_per_sm")
-TILES = Formula("tiles", "ceil(M / block_m) * ceil(N / block_n)")
-BLOCK_K = Formula("block_k", "line_bytes / elem_bytes")
-REGS = Formula("regs", "acc_regs + frag_a_regs * mma_tiles_m + frag_b_regs * mma_tiles_n + overhead_regs "
-                       "+ plain_copy_regs * plain_copies")
-BPS_THREADS = Formula("bps_threads", "floor(max_threads_per_sm / threads)")
-BPS_SMEM = Formula("bps_smem", "floor(smem_per_sm / (2 * stage_bytes + smem_reserved_per_block))")
-STAGE_BYTES = Formula("stage_bytes", "(a_rows * (a_cols + pad_a) + b_rows * (b_cols + pad_b)) * elem_bytes")
-INFLIGHT = Formula("inflight", "1e-9 * clock_hz * mem_latency_ns * tc_flops_per_clk_sm / I_block")
-STAGES = Formula("stages", "1 + ceil(inflight / (blocks_per_sm * stage_bytes))")
-RESIDENT = Formula("resident", "Min(blocks_per_sm, ceil(tiles * split_k / sm_count))")
-STAGES_SMEM = Formula("stages_max", "floor((smem_per_sm / blocks_per_sm - smem_reserved_per_block) / stage_bytes)")
-SPLIT_K = Formula("split_k", "Min(floor(slots / tiles), floor(k_iters / 2))")
-GROUP_M = Formula("group_m", "sqrt(Min(slots, tiles) * block_n / block_m)")
+# ---- formulas (each shown in the derivation; ``F.stages`` is "stages = ...") ------------------
+F = formulas("""
+    B_smem = tc_flops_per_clk_sm / smem_bytes_per_clk_sm
+    B_l2 = peak_flops / l2_bw
+    B_dram = peak_flops / dram_bw
+    acc_regs = ceil(max_regs_per_thread / 4)
+    warp_area = 2**floor(log(32 * acc_regs, 2))
+    W_min = elem_bytes * B_smem
+    T_min = elem_bytes * B_l2
+    slots = sm_count * blocks_per_sm
+    tiles = ceil(M / block_m) * ceil(N / block_n)
+    block_k = line_bytes / elem_bytes
+    regs = acc_regs + frag_a_regs * mma_tiles_m + frag_b_regs * mma_tiles_n + overhead_regs
+        + plain_copy_regs * plain_copies
+    bps_threads = floor(max_threads_per_sm / threads)
+    bps_smem = floor(smem_per_sm / (2 * stage_bytes + smem_reserved_per_block))
+    stage_bytes = (a_rows * (a_cols + pad_a) + b_rows * (b_cols + pad_b)) * elem_bytes
+    inflight = 1e-9 * clock_hz * mem_latency_ns * tc_flops_per_clk_sm / I_block
+    stages = 1 + ceil(inflight / (blocks_per_sm * stage_bytes))
+    resident = Min(blocks_per_sm, ceil(tiles * split_k / sm_count))
+    stages_max = floor((smem_per_sm / blocks_per_sm - smem_reserved_per_block) / stage_bytes)
+    split_k = Min(floor(slots / tiles), floor(k_iters / 2))
+    group_m = sqrt(Min(slots, tiles) * block_n / block_m)
+""")
 
 LINE_BYTES = 128          # a full L2 cache line per row and stage
 ILP_WARP_MIN = 32         # >= 8 independent m16n8 MMAs per warp per k-step hide the tensor pipe latency [EST]
@@ -112,11 +114,11 @@ def balances(p: GemmProblem, gpu: GPUModel, mma: MmaInstr) -> tuple[tuple[float,
     """Step 2: the machine balance (FLOP per byte at the tensor peak) of shared memory, L2 and DRAM."""
     rate = gpu.tc_flops_per_clk_sm(mma.family, p.dtype)
     peak = gpu.peak_flops(p.dtype, mma.family)
-    b_smem, smem = formula_step("smem balance", SMEM_BALANCE, "FLOP per shared-memory byte the tensor cores need per SM",
+    b_smem, smem = formula_step("smem balance", F.B_smem, "FLOP per shared-memory byte the tensor cores need per SM",
                                 tc_flops_per_clk_sm=rate, smem_bytes_per_clk_sm=gpu.smem_bytes_per_clk_sm)
-    b_l2, l2 = formula_step("L2 balance", L2_BALANCE, "FLOP per L2 byte at the tensor-core peak",
+    b_l2, l2 = formula_step("L2 balance", F.B_l2, "FLOP per L2 byte at the tensor-core peak",
                             peak_flops=peak, l2_bw=gpu.l2_bw)
-    _, dram = formula_step("DRAM balance", DRAM_BALANCE, "FLOP per DRAM byte at the tensor-core peak (roofline ridge)",
+    _, dram = formula_step("DRAM balance", F.B_dram, "FLOP per DRAM byte at the tensor-core peak (roofline ridge)",
                            peak_flops=peak, dram_bw=gpu.dram_bw)
     return (b_smem, b_l2), [smem, l2, dram]
 
@@ -125,19 +127,19 @@ def warp_tile(p: GemmProblem, gpu: GPUModel, b_smem: float) -> tuple[tuple[int, 
     """Step 3: the largest power-of-two accumulator tile the register budget allows, as square as
     possible (the M side the longer); checked against the shared-memory balance."""
     acc_regs, budget = formula_step(
-        "accumulator budget", ACC_BUDGET, "accumulators get a quarter of a thread's registers: Nova's generated code "
+        "accumulator budget", F.acc_regs, "accumulators get a quarter of a thread's registers: Nova's generated code "
         "needs ~120 more for fragments, 64-bit addresses and epilogues (ptxas, tests/test_pipeline.py), and every "
         "layout and epilogue must stay spill-free", max_regs_per_thread=gpu.max_regs_per_thread)
-    area, area_step = formula_step("warp tile area", WARP_TILE_AREA, "largest power-of-two warp tile whose FP32 "
+    area, area_step = formula_step("warp tile area", F.warp_area, "largest power-of-two warp tile whose FP32 "
                                    "accumulators (area/32 per lane) fit the budget", post=int, acc_regs=acc_regs)
     warp_m = 1 << ((area.bit_length()) // 2)
     warp_n = area // warp_m
-    w_min, smem = formula_step("warp tile (smem)", WARP_TILE_MIN,
+    w_min, smem = formula_step("warp tile (smem)", F.W_min,
                                f"smallest square warp tile whose smem intensity W/elem_bytes clears B_smem; the "
                                f"register-bound tile {warp_m}x{warp_n} is chosen: more reuse per fragment, more "
                                f"independent MMAs", elem_bytes=p.in_bytes, B_smem=b_smem)
     steps = [budget, area_step, smem]
-    i_warp = WARP_INTENSITY(warp_m=warp_m, warp_n=warp_n, elem_bytes=p.in_bytes)
+    i_warp = COST.I_warp(warp_m=warp_m, warp_n=warp_n, elem_bytes=p.in_bytes)
     if i_warp < b_smem:
         steps.append(note("warp tile limit", f"{warp_m}x{warp_n}",
                           f"registers cap the warp tile's smem intensity at {i_warp:.1f} < B_smem {b_smem:.1f} FLOP/B "
@@ -149,7 +151,7 @@ def block_tile(p: GemmProblem, warp_m: int, warp_n: int, b_l2: float) -> tuple[t
     """Step 4: the warp grid whose block side clears the L2 balance (MIN_BLOCK_WARPS_M x
     MIN_BLOCK_WARPS_N warps, doubling the shorter side up to MAX_BLOCK_WARPS), then clamped to the
     problem: no side beyond the next power of two of M or N (at least MIN_BLOCK_SIDE)."""
-    t_min, side = formula_step("block side (L2)", BLOCK_SIDE_MIN, "square block side whose L2 intensity "
+    t_min, side = formula_step("block side (L2)", F.T_min, "square block side whose L2 intensity "
                                "2*B*B/(2*B*elem_bytes) = B/elem_bytes clears B_l2", elem_bytes=p.in_bytes, B_l2=b_l2)
     warps_m, warps_n = MIN_BLOCK_WARPS_M, MIN_BLOCK_WARPS_N
     while min(warps_m * warp_m, warps_n * warp_n) < t_min and warps_m * warps_n < MAX_BLOCK_WARPS:
@@ -217,8 +219,8 @@ def plan_tile(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_
     warps_m, warps_n = block_m // wm, block_n // wn
     block_k = d.record(block_k_step(p, mma, block_k, plain_copies))
     (a_rows, a_cols, pad_a), (b_rows, b_cols, pad_b) = smem_tiles(p, block_m, block_n, block_k)
-    stage_bytes = STAGE_BYTES(a_rows=a_rows, a_cols=a_cols, pad_a=pad_a, b_rows=b_rows, b_cols=b_cols, pad_b=pad_b,
-                              elem_bytes=p.in_bytes)
+    stage_bytes = F.stage_bytes(a_rows=a_rows, a_cols=a_cols, pad_a=pad_a, b_rows=b_rows, b_cols=b_cols, pad_b=pad_b,
+                                elem_bytes=p.in_bytes)
     regs = d.record(registers(gpu, mma, wm, wn, plain_copies))
     bps = d.record(occupancy(gpu, warps_m * warps_n, regs, stage_bytes))
     slots, tiles, i_block = d.record(fill(p, gpu, mma, block_m, block_n, bps))
@@ -243,7 +245,7 @@ def plan_tile(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_
 def block_k_step(p: GemmProblem, mma: MmaInstr, block_k: int, plain_copies: int) -> tuple[int, list[Step]]:
     """Step 6: one 128-byte line per tile row per stage (at most K rounded up to the MMA k); MMA k
     when an operand is copied element by element (a stage then holds as few as possible)."""
-    _, line = formula_step("block_k", BLOCK_K, f"one {LINE_BYTES}-byte line per tile row per stage (full coalescing), "
+    _, line = formula_step("block_k", F.block_k, f"one {LINE_BYTES}-byte line per tile row per stage (full coalescing), "
                            f"at most K rounded up to the MMA k={mma.k}", post=lambda v: block_k, line_bytes=LINE_BYTES,
                            elem_bytes=p.in_bytes)
     if not (plain_copies and block_k > mma.k):
@@ -254,8 +256,8 @@ def block_k_step(p: GemmProblem, mma: MmaInstr, block_k: int, plain_copies: int)
 
 
 def registers(gpu: GPUModel, mma: MmaInstr, wm: int, wn: int, plain_copies: int) -> tuple[int, Step]:
-    """Step 7a: registers per thread, fitted to ptxas (``REGS``), at most the per-thread limit."""
-    return formula_step("registers per thread", REGS,
+    """Step 7a: registers per thread, fitted to ptxas (``F.regs``), at most the per-thread limit."""
+    return formula_step("registers per thread", F.regs,
                         "accumulators + A/B fragments + ~40 for addresses and loop state (+24 per operand copied "
                         "without cp.async); fitted to ptxas, which the kernel's launch bounds then hold to",
                         post=lambda v: int(min(v, gpu.max_regs_per_thread)),
@@ -266,13 +268,13 @@ def registers(gpu: GPUModel, mma: MmaInstr, wm: int, wn: int, plain_copies: int)
 
 def occupancy(gpu: GPUModel, warps: int, regs: int, stage_bytes: int) -> tuple[int, list[Step]]:
     """Step 7b: blocks per SM, the least of the register, thread, shared-memory and block limits."""
-    bps_regs, by_regs = formula_step("blocks/SM (registers)", BPS_REGS,
+    bps_regs, by_regs = formula_step("blocks/SM (registers)", HW.bps_regs,
                                      "register file / registers per block (256-register warp granules)",
                                      regs_per_sm=gpu.regs_per_sm, warps=warps, regs=regs,
                                      reg_alloc_unit=gpu.reg_alloc_unit)
-    bps_threads, by_threads = formula_step("blocks/SM (threads)", BPS_THREADS, "resident threads per SM / threads per block",
+    bps_threads, by_threads = formula_step("blocks/SM (threads)", F.bps_threads, "resident threads per SM / threads per block",
                                            max_threads_per_sm=gpu.max_threads_per_sm, threads=32 * warps)
-    bps_smem, by_smem = formula_step("blocks/SM (smem)", BPS_SMEM, "shared memory per SM / (at least 2 stages + 1 KB "
+    bps_smem, by_smem = formula_step("blocks/SM (smem)", F.bps_smem, "shared memory per SM / (at least 2 stages + 1 KB "
                                      "reserved)", smem_per_sm=gpu.smem_per_sm, stage_bytes=stage_bytes,
                                      smem_reserved_per_block=gpu.smem_reserved_per_block)
     limits = {"registers": bps_regs, "threads": bps_threads, "smem": bps_smem, "block limit": gpu.max_blocks_per_sm}
@@ -285,9 +287,9 @@ def fill(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_n: in
          bps: int) -> tuple[tuple[float, float, float], list[Step]]:
     """Step 7c: the SM slots, the output tiles (of one batch element; batched, a row with the work
     units, tiles x batch) and the block's L2 intensity."""
-    slots, by_slots = formula_step("SM slots", SLOTS, "blocks that run at once", sm_count=gpu.sm_count, blocks_per_sm=bps)
-    tiles, by_tiles = formula_step("output tiles", TILES, "blocks of C", M=p.M, N=p.N, block_m=block_m, block_n=block_n)
-    i_block, intensity = formula_step("block intensity", BLOCK_INTENSITY, f"FLOP per byte streamed from L2 "
+    slots, by_slots = formula_step("SM slots", F.slots, "blocks that run at once", sm_count=gpu.sm_count, blocks_per_sm=bps)
+    tiles, by_tiles = formula_step("output tiles", F.tiles, "blocks of C", M=p.M, N=p.N, block_m=block_m, block_n=block_n)
+    i_block, intensity = formula_step("block intensity", COST.I_block, f"FLOP per byte streamed from L2 "
                                       f"(B_l2 = {gpu.balance(p.dtype, 'l2', mma.family):.1f})",
                                       block_m=block_m, block_n=block_n, elem_bytes=p.in_bytes)
     batched = [] if p.batch == 1 else [note("work units", int(tiles) * p.batch, f"{int(tiles)} tiles x batch {p.batch}: "
@@ -314,7 +316,7 @@ def split_k_step(p: GemmProblem, tiles: int, slots: float, k_iters: int) -> tupl
     if p.deterministic:
         return 1, note("split-K", 1, f"tiles fill {tiles / slots:.0%} of the slots, but the problem is deterministic "
                        "and atomic adds land in a varying order")
-    return formula_step("split-K", SPLIT_K, "tiles fill under half of the SM slots: split K so the slots fill, keeping "
+    return formula_step("split-K", F.split_k, "tiles fill under half of the SM slots: split K so the slots fill, keeping "
                         ">= 2 block_k iterations per slice (partial sums add atomically)",
                         post=lambda v: max(1, int(v)), slots=slots, tiles=tiles, k_iters=k_iters)
 
@@ -325,17 +327,17 @@ def pipeline_stages(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, bps: int, tile
     resident blocks' share of shared memory.  Returns (resident blocks per SM, stages)."""
     rate = gpu.tc_flops_per_clk_sm(mma.family, p.dtype)
     resident, by_resident = formula_step(
-        "resident blocks per SM", RESIDENT, "blocks actually sharing an SM: the occupancy limit, or fewer when the grid "
+        "resident blocks per SM", F.resident, "blocks actually sharing an SM: the occupancy limit, or fewer when the grid "
         "is smaller than the machine (they alone must hide the latency, and they share its shared memory)",
         post=int, blocks_per_sm=bps, tiles=tiles, split_k=split_k, sm_count=gpu.sm_count)
     inflight, by_inflight = formula_step(
-        "bytes in flight per SM", INFLIGHT, "Little's law: loaded memory latency x the rate an SM consumes operand "
+        "bytes in flight per SM", F.inflight, "Little's law: loaded memory latency x the rate an SM consumes operand "
         "bytes at its tensor peak", mem_latency_ns=gpu.mem_latency_ns, tc_flops_per_clk_sm=rate, clock_hz=gpu.clock_hz,
         I_block=i_block)
-    latency, by_latency = formula_step("stages (latency)", STAGES, "one stage computing plus enough stages in flight, "
+    latency, by_latency = formula_step("stages (latency)", F.stages, "one stage computing plus enough stages in flight, "
                                        "shared by the resident blocks", post=int, inflight=inflight,
                                        blocks_per_sm=resident, stage_bytes=stage_bytes)
-    fit, by_smem = formula_step("stages (smem)", STAGES_SMEM, "what fits in a resident block's share of shared memory",
+    fit, by_smem = formula_step("stages (smem)", F.stages_max, "what fits in a resident block's share of shared memory",
                                 post=lambda v: int(min(v, gpu.smem_per_block // stage_bytes)),
                                 smem_per_sm=gpu.smem_per_sm, blocks_per_sm=resident,
                                 smem_reserved_per_block=gpu.smem_reserved_per_block, stage_bytes=stage_bytes)
@@ -355,7 +357,7 @@ def raster(p: GemmProblem, slots: float, tiles: float, block_m: int, block_n: in
     tiles_m = cdiv(p.M, block_m)
     if tiles_m <= 1 or tiles <= 1:
         return 1, note("group-M", 1, "a single row of tiles: plain order")
-    return formula_step("group-M", GROUP_M, "rows of tiles per raster group: a wave of W blocks touching G row panels "
+    return formula_step("group-M", F.group_m, "rows of tiles per raster group: a wave of W blocks touching G row panels "
                         "of A and W/G column panels of B has the smallest footprint when G*block_m = (W/G)*block_n",
                         post=lambda v: int(min(tiles_m, max(1, round(v)))), slots=slots, tiles=tiles,
                         block_n=block_n, block_m=block_m)

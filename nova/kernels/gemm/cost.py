@@ -17,25 +17,28 @@ from __future__ import annotations
 from nova.kernels.gemm.problem import GemmProblem
 from nova.configurator.step import Prediction
 from nova.kernels.gemm.schedule import Schedule
-from nova.hwmodel.formula import Formula
+from nova.hwmodel.formula import formulas
 from nova.hwmodel.model import GPUModel
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-K_SLICE = Formula("k_slice", "ceil(ceil(K / split_k) / block_k) * block_k")
-WAVES = Formula("waves", "ceil(tiles * split_k / (sm_count * blocks_per_sm))")
-BLOCKS_PER_SM_BUSIEST = Formula("blocks_busiest_sm", "ceil(tiles * split_k / sm_count)")
-SCHEDULER_UTIL = Formula("util", "Min(1, Min(blocks_per_sm, blocks_busiest_sm) * warps / warp_schedulers_per_sm)")
-T_BLOCK = Formula("t_block", "2 * block_m * block_n * k_slice / (tc_flops_per_clk_sm * clock_hz)")
-T_TENSOR = Formula("t_tensor", "blocks_busiest_sm * t_block / util")
-WARP_INTENSITY = Formula("I_warp", "2 * warp_m * warp_n / ((warp_m + warp_n) * elem_bytes)")
-BLOCK_INTENSITY = Formula("I_block", "2 * block_m * block_n / ((block_m + block_n) * elem_bytes)")
-T_SMEM = Formula("t_smem", "t_tensor * tc_flops_per_clk_sm / (I_warp * smem_bytes_per_clk_sm)")
-L2_BYTES = Formula("l2_bytes", "elem_bytes * k_slice * split_k * tiles * (block_m + block_n)")
-DRAM_BYTES = Formula("dram_bytes", "a_bytes + b_bytes * b_refetch + c_bytes * (2 * split_k - 1)")
-FLOOR = Formula("floor", "Max(flops / peak_flops, min_bytes / dram_bw)")
+# The model's formulas (``F.t_tensor`` is "t_tensor = ..."); the derivation shows some of them.
+F = formulas("""
+    k_slice = ceil(ceil(K / split_k) / block_k) * block_k
+    waves = ceil(tiles * split_k / (sm_count * blocks_per_sm))
+    blocks_busiest_sm = ceil(tiles * split_k / sm_count)
+    util = Min(1, Min(blocks_per_sm, blocks_busiest_sm) * warps / warp_schedulers_per_sm)
+    t_block = 2 * block_m * block_n * k_slice / (tc_flops_per_clk_sm * clock_hz)
+    t_tensor = blocks_busiest_sm * t_block / util
+    I_warp = 2 * warp_m * warp_n / ((warp_m + warp_n) * elem_bytes)
+    I_block = 2 * block_m * block_n / ((block_m + block_n) * elem_bytes)
+    t_smem = t_tensor * tc_flops_per_clk_sm / (I_warp * smem_bytes_per_clk_sm)
+    l2_bytes = elem_bytes * k_slice * split_k * tiles * (block_m + block_n)
+    dram_bytes = a_bytes + b_bytes * b_refetch + c_bytes * (2 * split_k - 1)
+    floor = Max(flops / peak_flops, min_bytes / dram_bw)
+""")
 
 
 def tiles_of(problem: GemmProblem, block_m: int, block_n: int) -> int:
@@ -44,8 +47,8 @@ def tiles_of(problem: GemmProblem, block_m: int, block_n: int) -> int:
 
 
 def roofline_floor_s(problem: GemmProblem, gpu: GPUModel) -> float:
-    return FLOOR(flops=problem.flops, peak_flops=gpu.peak_flops(problem.dtype),
-                 min_bytes=problem.min_bytes, dram_bw=gpu.dram_bw)
+    return F.floor(flops=problem.flops, peak_flops=gpu.peak_flops(problem.dtype),
+                   min_bytes=problem.min_bytes, dram_bw=gpu.dram_bw)
 
 
 def b_refetch(problem: GemmProblem, s: Schedule, gpu: GPUModel) -> int:
@@ -59,22 +62,22 @@ def b_refetch(problem: GemmProblem, s: Schedule, gpu: GPUModel) -> int:
 def predict(problem: GemmProblem, s: Schedule, gpu: GPUModel) -> Prediction:
     rate = gpu.tc_flops_per_clk_sm(s.mma.family, problem.dtype)
     tiles = tiles_of(problem, s.block_m, s.block_n)
-    k_slice = K_SLICE(K=problem.K, split_k=s.split_k, block_k=s.block_k)
-    waves = WAVES(tiles=tiles, split_k=s.split_k, sm_count=gpu.sm_count, blocks_per_sm=s.blocks_per_sm)
-    busiest = BLOCKS_PER_SM_BUSIEST(tiles=tiles, split_k=s.split_k, sm_count=gpu.sm_count)
-    util = SCHEDULER_UTIL(blocks_per_sm=s.blocks_per_sm, blocks_busiest_sm=busiest, warps=s.warps,
-                          warp_schedulers_per_sm=gpu.warp_schedulers_per_sm)
-    t_block = T_BLOCK(block_m=s.block_m, block_n=s.block_n, k_slice=k_slice, tc_flops_per_clk_sm=rate,
-                      clock_hz=gpu.clock_hz)
-    t_tensor = T_TENSOR(blocks_busiest_sm=busiest, t_block=t_block, util=util)
-    i_warp = WARP_INTENSITY(warp_m=s.warp_tile_m, warp_n=s.warp_tile_n, elem_bytes=problem.in_bytes)
-    t_smem = T_SMEM(t_tensor=t_tensor, tc_flops_per_clk_sm=rate, I_warp=i_warp,
-                    smem_bytes_per_clk_sm=gpu.smem_bytes_per_clk_sm)
-    t_l2 = L2_BYTES(tiles=tiles, split_k=s.split_k, block_m=s.block_m, block_n=s.block_n, k_slice=k_slice,
-                    elem_bytes=problem.in_bytes) / gpu.l2_bw
+    k_slice = F.k_slice(K=problem.K, split_k=s.split_k, block_k=s.block_k)
+    waves = F.waves(tiles=tiles, split_k=s.split_k, sm_count=gpu.sm_count, blocks_per_sm=s.blocks_per_sm)
+    busiest = F.blocks_busiest_sm(tiles=tiles, split_k=s.split_k, sm_count=gpu.sm_count)
+    util = F.util(blocks_per_sm=s.blocks_per_sm, blocks_busiest_sm=busiest, warps=s.warps,
+                  warp_schedulers_per_sm=gpu.warp_schedulers_per_sm)
+    t_block = F.t_block(block_m=s.block_m, block_n=s.block_n, k_slice=k_slice, tc_flops_per_clk_sm=rate,
+                        clock_hz=gpu.clock_hz)
+    t_tensor = F.t_tensor(blocks_busiest_sm=busiest, t_block=t_block, util=util)
+    i_warp = F.I_warp(warp_m=s.warp_tile_m, warp_n=s.warp_tile_n, elem_bytes=problem.in_bytes)
+    t_smem = F.t_smem(t_tensor=t_tensor, tc_flops_per_clk_sm=rate, I_warp=i_warp,
+                      smem_bytes_per_clk_sm=gpu.smem_bytes_per_clk_sm)
+    t_l2 = F.l2_bytes(tiles=tiles, split_k=s.split_k, block_m=s.block_m, block_n=s.block_n, k_slice=k_slice,
+                      elem_bytes=problem.in_bytes) / gpu.l2_bw
     p = problem
-    dram = DRAM_BYTES(a_bytes=p.matrices("a") * p.M * p.K * p.in_bytes, b_bytes=p.matrices("b") * p.K * p.N * p.in_bytes,
-                      b_refetch=b_refetch(p, s, gpu), c_bytes=p.batch * p.M * p.N * p.out_bytes, split_k=s.split_k)
+    dram = F.dram_bytes(a_bytes=p.matrices("a") * p.M * p.K * p.in_bytes, b_bytes=p.matrices("b") * p.K * p.N * p.in_bytes,
+                        b_refetch=b_refetch(p, s, gpu), c_bytes=p.batch * p.M * p.N * p.out_bytes, split_k=s.split_k)
     t_dram = dram / gpu.dram_bw
     t_fill = waves * gpu.mem_latency_ns * 1e-9
     t_launch = gpu.launch_overhead_us * 1e-6 * (2 if s.split_k > 1 else 1)   # split-K adds the C memset

@@ -60,7 +60,7 @@ from nova.configurator.derivation import Derivation, formula_step, note
 from nova.kernels.gemm.problem import GemmProblem
 from nova.configurator.step import MmaInstr, Prediction, Step
 from nova.kernels.gemm.schedule import HopperPlan, OperandPlan, OperandPrep, OperandRole, Schedule, SmemRing, TmaBox
-from nova.hwmodel.formula import Formula
+from nova.hwmodel.formula import formulas
 
 ARCH = "sm_90a"                # wgmma and setmaxnreg need the architecture-specific target
 WG_THREADS = 128               # threads per warpgroup
@@ -96,21 +96,24 @@ CLUSTER_SYNC_S = 1e-6          # [EST] per kernel: the cluster-wide barriers aft
 SWIZZLE_ATOM_ROWS = 8          # a 128-byte-swizzled box spans whole 8-row (1024-byte) atoms: a K-major slice too
 MAX_PORTABLE_CLUSTER = 8       # CTAs per cluster every sm_90 GPU launches (CUDA: more needs a non-portable opt-in)
 
-CONSUMER_REGS = Formula("consumer_regs", f"floor((regs_per_sm - {WG_THREADS} * producer_regs) / ({WG_THREADS} * wgs) "
-                                         f"/ {SETMAXNREG_GRANULE}) * {SETMAXNREG_GRANULE}")
-SMEM_TRAFFIC = Formula("smem_traffic", "rate * elem_bytes * ((64 + N) / (128 * N) + (block_m + N) / (2 * block_m * N))")
-SMEM_CAP = Formula("smem_cap", "Min(1, smem_bytes_per_clk / smem_traffic)")
-STAGES = Formula("stages", f"floor((smem_per_block - {RING_ALIGN} - staging) / ((block_m + N) * {SWIZZLE}))")
-GROUP_M = Formula("group_m", "sqrt(Min(sm_count, tiles) * block_n / block_m)")
-FILL_SHARE = Formula("fill_share", "(block_i / cluster_j + N / cluster_i) / (block_i + N)")
-CLUSTER_SLOTS = Formula("clusters", "floor(sm_count / cluster_size)")
+# Formulas, with this module's constants written in (``F.stages`` is "stages = ...").
+F = formulas(f"""
+    consumer_regs = floor((regs_per_sm - {WG_THREADS} * producer_regs) / ({WG_THREADS} * wgs)
+        / {SETMAXNREG_GRANULE}) * {SETMAXNREG_GRANULE}
+    smem_traffic = rate * elem_bytes * ((64 + N) / (128 * N) + (block_m + N) / (2 * block_m * N))
+    smem_cap = Min(1, smem_bytes_per_clk / smem_traffic)
+    stages = floor((smem_per_block - {RING_ALIGN} - staging) / ((block_m + N) * {SWIZZLE}))
+    group_m = sqrt(Min(sm_count, tiles) * block_n / block_m)
+    fill_share = (block_i / cluster_j + N / cluster_i) / (block_i + N)
+    clusters = floor(sm_count / cluster_size)
+""")
 
 
 # ---- registers ---------------------------------------------------------------------------------
 def consumer_regs(regs_per_sm: int, wgs: int) -> int:
     """setmaxnreg target of each consumer thread: what the producer gives back, shared by ``wgs``
     consumer warpgroups, a multiple of 8, at most SETMAXNREG_MAX."""
-    return min(SETMAXNREG_MAX, int(CONSUMER_REGS(regs_per_sm=regs_per_sm, producer_regs=PRODUCER_REGS, wgs=wgs)))
+    return min(SETMAXNREG_MAX, int(F.consumer_regs(regs_per_sm=regs_per_sm, producer_regs=PRODUCER_REGS, wgs=wgs)))
 
 
 def entry_regs(regs_per_sm: int, wgs: int) -> int:
@@ -140,8 +143,8 @@ def smem_cap(p: GemmProblem, gpu, block_i: int, n: int) -> float:
 @functools.lru_cache(maxsize=1024)
 def _smem_cap(rate: float, elem_bytes: int, smem_bytes_per_clk: float, block_i: int, n: int) -> float:
     """``smem_cap`` on plain numbers, memoised: step 8 prices the same few tiles for every split."""
-    traffic = SMEM_TRAFFIC(rate=rate, elem_bytes=elem_bytes, N=n, block_m=block_i)
-    return float(SMEM_CAP(smem_bytes_per_clk=smem_bytes_per_clk, smem_traffic=traffic))
+    traffic = F.smem_traffic(rate=rate, elem_bytes=elem_bytes, N=n, block_m=block_i)
+    return float(F.smem_cap(smem_bytes_per_clk=smem_bytes_per_clk, smem_traffic=traffic))
 
 
 def mainloop_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, ktiles: int, split: int = 1,
@@ -269,7 +272,7 @@ def ring_depth(gpu, block_i: int, n: int, staging: int = 0) -> int:
 @functools.lru_cache(maxsize=1024)
 def _ring_depth(smem_per_block: float, block_i: int, n: int, staging: int) -> int:
     """``ring_depth`` on plain numbers, memoised: step 8 prices the same few tiles for every split."""
-    fit = int(STAGES(smem_per_block=smem_per_block, block_m=block_i, N=n, staging=staging))
+    fit = int(F.stages(smem_per_block=smem_per_block, block_m=block_i, N=n, staging=staging))
     return max(MIN_STAGES, min(fit, MAX_STAGES))
 
 
@@ -408,7 +411,7 @@ def cluster_slots(gpu, size: int) -> int:
     """Clusters of ``size`` CTAs (one CTA per SM) the GPU holds at once: floor(SMs / size) [EST]; a
     cluster runs on one GPC, so GPCs whose SM count ``size`` does not divide hold fewer (exact for
     size 2: an H100/H200 GPC is whole TPCs of 2 SMs)."""
-    return int(CLUSTER_SLOTS(sm_count=gpu.sm_count, cluster_size=size))
+    return int(F.clusters(sm_count=gpu.sm_count, cluster_size=size))
 
 
 def cluster_pacing(gpu, I: int, J: int, block_i: int, n: int, split: int, extents: tuple[int, int]) -> int:
@@ -424,7 +427,7 @@ def fill_share(block_i: int, n: int, extents: tuple[int, int]) -> float:
     tile (block_i rows) is shared by the cluster_j CTAs along N, the B operand's (n rows) by the
     cluster_i CTAs along the rows, and each loads 1/extent of a shared tile (TMA multicast delivers
     the rest from its peers' loads): (block_i/cluster_j + n/cluster_i) / (block_i + n)."""
-    return float(FILL_SHARE(block_i=block_i, N=n, cluster_i=extents[0], cluster_j=extents[1]))
+    return float(F.fill_share(block_i=block_i, N=n, cluster_i=extents[0], cluster_j=extents[1]))
 
 
 def total_time(t: dict) -> float:
@@ -634,7 +637,7 @@ def consumer_registers(gpu, n_max: int) -> tuple[tuple[int, int], Step]:
     best = max(range(MAX_CONSUMER_WARPGROUPS, 0, -1),
                key=lambda w: w * widest_n(consumer_regs(gpu.regs_per_sm, w), n_max))
     regs = consumer_regs(gpu.regs_per_sm, best)
-    _, step = formula_step("consumer registers", CONSUMER_REGS,
+    _, step = formula_step("consumer registers", F.consumer_regs,
                            f"setmaxnreg: the producer warpgroup keeps {PRODUCER_REGS}, {best} consumer warpgroups share "
                            f"the rest (multiple of {SETMAXNREG_GRANULE}, at most {SETMAXNREG_MAX})",
                            post=lambda v: regs, regs_per_sm=gpu.regs_per_sm, producer_regs=PRODUCER_REGS, wgs=best)
@@ -645,7 +648,7 @@ def warpgroup_tile(gpu, n_max: int, wgs: int, regs: int) -> tuple[int, Step]:
     """Step 4: the widest wgmma N whose accumulators fit the consumers' registers."""
     n = widest_n(regs, n_max)
     one_more = MAX_CONSUMER_WARPGROUPS + 1
-    left = int(CONSUMER_REGS(regs_per_sm=gpu.regs_per_sm, producer_regs=PRODUCER_REGS, wgs=one_more))
+    left = int(F.consumer_regs(regs_per_sm=gpu.regs_per_sm, producer_regs=PRODUCER_REGS, wgs=one_more))
     return n, note("warpgroup tile", f"{WGMMA_M}x{n}",
                    f"largest wgmma N <= {n_max} whose N/2 FP32 accumulators + {CONSUMER_OVERHEAD_REGS} registers fit "
                    f"{regs}; {wgs} consumer warpgroups -> block {WGMMA_M * wgs}x{n} ({one_more} would leave {left} "
@@ -655,8 +658,8 @@ def warpgroup_tile(gpu, n_max: int, wgs: int, regs: int) -> tuple[int, Step]:
 def smem_traffic(p: GemmProblem, gpu, block_i: int, n: int) -> tuple[float, Step]:
     """Step 5: shared-memory bytes per clock a block_i x n tile needs at the tensor peak (why N = 256)."""
     rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
-    half = SMEM_TRAFFIC(rate=rate, elem_bytes=p.in_bytes, N=n // 2, block_m=block_i)
-    return formula_step("smem traffic", SMEM_TRAFFIC,
+    half = F.smem_traffic(rate=rate, elem_bytes=p.in_bytes, N=n // 2, block_m=block_i)
+    return formula_step("smem traffic", F.smem_traffic,
                         f"B/clk per SM the wgmma operand reads (A 64xk, B Nxk per 2*64*N*k FLOP) plus the TMA writes of "
                         f"a {block_i}x{n} tile need at the tensor peak; N={n // 2} would need {half:.0f}",
                         rate=rate, elem_bytes=p.in_bytes, N=n, block_m=block_i)
@@ -664,7 +667,7 @@ def smem_traffic(p: GemmProblem, gpu, block_i: int, n: int) -> tuple[float, Step
 
 def smem_bound_fraction(gpu, traffic: float) -> tuple[float, Step]:
     """Step 6: the fraction of the tensor peak shared memory can feed."""
-    return formula_step("smem-bound fraction", SMEM_CAP, "the fraction of the tensor peak shared memory can feed",
+    return formula_step("smem-bound fraction", F.smem_cap, "the fraction of the tensor peak shared memory can feed",
                         smem_bytes_per_clk=gpu.smem_bytes_per_clk_sm, smem_traffic=traffic)
 
 
@@ -803,10 +806,10 @@ def ring_stages(gpu, block_i: int, n: int, staging: int = 0) -> tuple[int, Step]
     """Step 10: as many ring stages as the per-block shared memory holds beside the epilogue's
     staging boxes, within [MIN_STAGES, MAX_STAGES]."""
     sizes = {"smem_per_block": gpu.smem_per_block, "block_m": block_i, "N": n, "staging": staging}
-    fit = int(STAGES(**sizes))
+    fit = int(F.stages(**sizes))
     cap = f" (at most {MAX_STAGES})" if fit > MAX_STAGES else ""
     beside = f" and {staging // 1024} KB of epilogue staging" if staging else ""
-    return formula_step("stages", STAGES, f"every stage the per-block shared memory holds after 1 KB of alignment "
+    return formula_step("stages", F.stages, f"every stage the per-block shared memory holds after 1 KB of alignment "
                         f"slack{beside}: one landing, one computing, the rest hide DRAM/L2 latency{cap}",
                         post=lambda v: max(MIN_STAGES, min(int(v), MAX_STAGES)), **sizes)
 
@@ -976,7 +979,7 @@ def raster_groups(gpu, tiles_i: int, tiles: int, block_i: int, n: int,
     if tiles_i <= 1 or tiles <= 1:
         return 1, None
     rows = "tile rows" if slots is None else f"cluster-tile rows (W: {slots} clusters at a time)"
-    return formula_step("group-M", GROUP_M, f"{rows} per raster group: a wave's A and B panels have the smallest "
+    return formula_step("group-M", F.group_m, f"{rows} per raster group: a wave's A and B panels have the smallest "
                         "L2 footprint when G*block_m = (W/G)*block_n", post=lambda v: int(min(tiles_i, max(1, round(v)))),
                         sm_count=gpu.sm_count if slots is None else slots, tiles=tiles, block_n=n, block_m=block_i)
 

@@ -17,8 +17,8 @@ analytic pick (``configure``) is from the best.  The space is the cross product 
 
 Every other field follows from these exactly as in the configurator's ``plan_tile`` (same helpers and
 formulas): cp.async vectors (``copy_vector``), shared-memory tiles and pads (``smem_tiles``), the
-register estimate (``REGS``) and the blocks per SM, which is the most blocks that fit with that
-many stages:
+register estimate (``ampere.F.regs``) and the blocks per SM, which is the most blocks that fit with
+that many stages:
 
   blocks_per_sm = min(bps_regs, bps_threads, floor(smem_per_sm / (stages*stage_bytes + reserved)),
                       max_blocks_per_sm)
@@ -47,7 +47,7 @@ as the pick does):
                  less than two waves, as hopper.py's ``split_candidates``)
   epilogue       registers, and the TMA store where hopper.py's ``epilogues`` allows it (no split-K,
                  C's rows a multiple of 16 bytes)
-  stages         2 .. hopper.py's ``STAGES`` (what the per-block shared memory holds beside the
+  stages         2 .. hopper.py's ``F.stages`` (what the per-block shared memory holds beside the
                  epilogue's staging), and no more than the K tiles a CTA ever loads (K tiles per
                  slice x its work units)
   group_m        {1, the pick's, 8, 16} clamped to the tile rows, as for mma.sync
@@ -68,9 +68,9 @@ import random
 import zlib
 
 from nova.kernels.gemm.cost import cdiv, predict
-from nova.kernels.gemm.ampere import (BPS_THREADS, FRAG_A_REGS, FRAG_B_REGS, LINE_BYTES, OVERHEAD_REGS, PLAIN_COPY_REGS, REGS, STAGE_BYTES, copy_vector, check_schedule, smem_tiles)
+from nova.kernels.gemm.ampere import (F as AMPERE, FRAG_A_REGS, FRAG_B_REGS, LINE_BYTES, OVERHEAD_REGS, PLAIN_COPY_REGS, copy_vector, check_schedule, smem_tiles)
 from nova.kernels.gemm.configure import configure
-from nova.kernels.gemm.hopper import (CLUSTER_SHAPES, CONSUMER_OVERHEAD_REGS, STAGES, WGMMA_M, cluster_blocker,
+from nova.kernels.gemm.hopper import (CLUSTER_SHAPES, CONSUMER_OVERHEAD_REGS, F as HOPPER, WGMMA_M, cluster_blocker,
                                       cluster_extents, consumer_regs, epilogues, operand_plan, predict_hopper,
                                       split_reductions, splits_may_pay, staging_bytes, target_cluster_blocker,
                                       wgmma_schedule)
@@ -79,7 +79,7 @@ from nova.configurator.step import MmaInstr, Prediction
 from nova.kernels.gemm.schedule import Schedule
 from nova.hwmodel import GPUModel, get_target
 from nova.hwmodel.formula import Formula
-from nova.hwmodel.model import BPS_REGS
+from nova.hwmodel.model import F as HW
 
 BLOCK_SIDES = (16, 32, 64, 128, 256)
 WARP_COUNTS = (1, 2, 4, 8)
@@ -139,15 +139,15 @@ def _tile_resources(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, 
     """Registers, stage bytes, pads and the smem-independent blocks/SM limit: ``plan_tile``'s formulas."""
     (a_rows, a_cols, pad_a), (b_rows, b_cols, pad_b) = smem_tiles(p, block_m, block_n, block_k)
     wm, wn = block_m // warps_m, block_n // warps_n
-    regs = int(min(REGS(acc_regs=wm * wn // 32, frag_a_regs=FRAG_A_REGS, mma_tiles_m=wm // mma.m, frag_b_regs=FRAG_B_REGS,
-                        mma_tiles_n=wn // mma.n, overhead_regs=OVERHEAD_REGS, plain_copy_regs=PLAIN_COPY_REGS,
-                        plain_copies=plain_copies), gpu.max_regs_per_thread))
+    regs = int(min(AMPERE.regs(acc_regs=wm * wn // 32, frag_a_regs=FRAG_A_REGS, mma_tiles_m=wm // mma.m,
+                               frag_b_regs=FRAG_B_REGS, mma_tiles_n=wn // mma.n, overhead_regs=OVERHEAD_REGS,
+                               plain_copy_regs=PLAIN_COPY_REGS, plain_copies=plain_copies), gpu.max_regs_per_thread))
     warps = warps_m * warps_n
-    bps = min(BPS_REGS(regs_per_sm=gpu.regs_per_sm, warps=warps, regs=regs, reg_alloc_unit=gpu.reg_alloc_unit),
-              BPS_THREADS(max_threads_per_sm=gpu.max_threads_per_sm, threads=32 * warps),
+    bps = min(HW.bps_regs(regs_per_sm=gpu.regs_per_sm, warps=warps, regs=regs, reg_alloc_unit=gpu.reg_alloc_unit),
+              AMPERE.bps_threads(max_threads_per_sm=gpu.max_threads_per_sm, threads=32 * warps),
               gpu.max_blocks_per_sm)
-    stage_bytes = STAGE_BYTES(a_rows=a_rows, a_cols=a_cols, pad_a=pad_a, b_rows=b_rows, b_cols=b_cols,
-                              pad_b=pad_b, elem_bytes=p.in_bytes)
+    stage_bytes = AMPERE.stage_bytes(a_rows=a_rows, a_cols=a_cols, pad_a=pad_a, b_rows=b_rows, b_cols=b_cols,
+                                     pad_b=pad_b, elem_bytes=p.in_bytes)
     return {"regs": regs, "pad_a": pad_a, "pad_b": pad_b, "stage_bytes": int(stage_bytes), "bps_no_smem": int(bps)}
 
 
@@ -274,8 +274,8 @@ def wgmma_space_around(p: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Sc
         units = tiles * split_k                                                    # tiles x K slices
         groups = _group_options(rows, tile_rows, cols, n, WGMMA_GROUP_M + (pick.group_m,))
         for epilogue in epilogues(p, operands, split_k, n):
-            max_stages = int(STAGES(smem_per_block=gpu.smem_per_block, block_m=tile_rows, N=n,
-                                    staging=staging_bytes(wgs, epilogue)))
+            max_stages = int(HOPPER.stages(smem_per_block=gpu.smem_per_block, block_m=tile_rows, N=n,
+                                           staging=staging_bytes(wgs, epilogue)))
             for persistent in (True, False) if units > gpu.sm_count else (True,):
                 panels = cdiv(k_iters, split_k) * (cdiv(units, gpu.sm_count) if persistent else 1)  # K tiles a CTA loads
                 for stages, group_m in itertools.product(range(2, min(max_stages, max(2, panels)) + 1), groups):
