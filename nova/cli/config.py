@@ -163,11 +163,13 @@ def batch_row(p, s) -> tuple[str, str]:
     """A batched problem's matrices: each operand's batch stride, broadcast or in a tensor map."""
     def operand(op):
         stride = p.batch_stride(op)
-        text = "broadcast (one matrix)" if stride == 0 else f"stride {stride}" + (" (packed)" if stride == p.packed_stride(op) else "")
+        text = "broadcast (one matrix)" if stride == 0 else f"stride {stride}"
+        if stride and stride == p.packed_stride(op):
+            text += " (packed)"
         if s.hopper is not None and op != "c":
             role = s.hopper.operands.role(op)
-            text += ": " + ("prep pass into a packed workspace, " if role.prep is not None and role.batch > 1 else "") + \
-                ("3-D tensor map" if role.batch > 1 else "2-D tensor map")
+            prep = "prep pass into a packed workspace, " if role.prep is not None and role.batch > 1 else ""
+            text += f": {prep}{'3-D' if role.batch > 1 else '2-D'} tensor map"
         return f"{op.upper()} {text}"
     return ("batch", f"{p.batch} GEMMs in one launch; " + ", ".join(operand(op) for op in "abc"))
 

@@ -76,8 +76,9 @@ def predict(problem: GemmProblem, s: Schedule, gpu: GPUModel) -> Prediction:
     t_l2 = F.l2_bytes(tiles=tiles, split_k=s.split_k, block_m=s.block_m, block_n=s.block_n, k_slice=k_slice,
                       elem_bytes=problem.in_bytes) / gpu.l2_bw
     p = problem
-    dram = F.dram_bytes(a_bytes=p.matrices("a") * p.M * p.K * p.in_bytes, b_bytes=p.matrices("b") * p.K * p.N * p.in_bytes,
-                        b_refetch=b_refetch(p, s, gpu), c_bytes=p.batch * p.M * p.N * p.out_bytes, split_k=s.split_k)
+    dram = F.dram_bytes(a_bytes=p.matrices("a") * p.M * p.K * p.in_bytes,
+                        b_bytes=p.matrices("b") * p.K * p.N * p.in_bytes, b_refetch=b_refetch(p, s, gpu),
+                        c_bytes=p.batch * p.M * p.N * p.out_bytes, split_k=s.split_k)
     t_dram = dram / gpu.dram_bw
     t_fill = waves * gpu.mem_latency_ns * 1e-9
     t_launch = gpu.launch_overhead_us * 1e-6 * (2 if s.split_k > 1 else 1)   # split-K adds the C memset

@@ -209,7 +209,8 @@ def check_batch(problem: GemmProblem, s: Schedule, fail) -> None:
     for op in ("a", "b"):
         role = s.hopper.operands.role(op)
         prep_batch = role.prep.batch if role.prep else role.batch
-        if role.batch not in (1, problem.batch) or prep_batch != role.batch or (role.batch > 1) != (role.batch_stride > 0):
+        if role.batch not in (1, problem.batch) or prep_batch != role.batch or \
+                (role.batch > 1) != (role.batch_stride > 0):
             fail(f"{op.upper()}'s tensor map covers {role.batch} matrices {role.batch_stride} elements apart "
                  f"(prep: {prep_batch}); the problem has a batch of {problem.batch}")
         if role.batch_stride * problem.in_bytes % 16:

@@ -20,10 +20,11 @@ Validation rejects what no kernel can run, with one line naming the limit:
   32-bit (its dimension limit, 2^32, is looser); one limit for both kernel families;
 * batch strides non-negative, C's no smaller than one C matrix (M*N: batch elements of the output
   would overlap);
-* A, B and C (every batch element, from the first element to the end of the last) together no larger than ``MAX_GPU_BYTES``, the largest memory of any GPU Nova models.
-  With tiles of at least one 16x8 MMA this also bounds the launch grid: under 10^9 output tiles
-  over all batch elements (gridDim.x < 2^31); gridDim.y is 1 and gridDim.z (split-K) is at most the resident blocks of
-  the GPU, far below 65535.
+* A, B and C (over the batch: from the first element to the end of the last matrix) together no
+  larger than ``MAX_GPU_BYTES``, the largest memory of any GPU Nova models.  With tiles of at least
+  one 16x8 MMA this also bounds the launch grid: under 10^9 output tiles over all batch elements
+  (gridDim.x < 2^31); gridDim.y is 1 and gridDim.z (split-K) is at most the resident blocks of the
+  GPU, far below 65535.
 
 ``tf32_rounding`` means something for ``dtype="tf32"`` only; for bf16/fp16 it is normalised to
 "rna", so ``tf32_fast`` never changes the kernel or the cache key of a 16-bit problem (the runtime
@@ -126,7 +127,8 @@ class GemmProblem:
         if b > 1 and self.batch_stride_c < packed["c"]:
             raise ProblemError(f"batch stride of C ({self.batch_stride_c} elements) is smaller than one C matrix "
                                f"(M*N = {packed['c']}): the {b} outputs would overlap")
-        if b > 1 and self.batch_stride_b == 0 and not self.trans_a and self.batch_strides[::2] == (packed["a"], packed["c"]):
+        packed_ac = self.batch_strides[::2] == (packed["a"], packed["c"])
+        if b > 1 and self.batch_stride_b == 0 and not self.trans_a and packed_ac:
             if b * self.M > MAX_DIM:
                 raise ProblemError(f"GEMM dimension M={b * self.M} (a batch of {b} packed A matrices against one B) "
                                    f"exceeds the limit 2^31-1 = {MAX_DIM}")
