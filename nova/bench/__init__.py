@@ -10,6 +10,8 @@ and the device jobs of ``bench/`` (run as ``python3 -m nova.bench.<module>``).
     oracle          the device oracle run over a manifest (``python3 -m nova.bench.oracle``)
     oracle_replay   replay an oracle results file against today's configurator (host)
     calibrate       fit a preset's efficiency constants from a results file (host)
+    calibrate_aten  fit a preset's constants of ATen's kernels (per kind) from a training-step
+                    profile of ``train_profile`` (host)
     attention       fused attention vs torch SDPA backends (``python3 -m nova.bench.attention``)
     train           the training-step benchmark: PyTorch eager, torch.compile, JAX, Nova on the
                     built-in GPTs, one process per framework (``python3 -m nova.bench.train``);

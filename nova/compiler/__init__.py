@@ -6,6 +6,7 @@
                    (plan_view.py reads the planner's result, aten_kernels.py and gemm_lowering.py
                    build the launches)
     explain.py     the whole-program explain;  cost.py  the times of ATen-fallback kernels
+                   (aten_launches.py: the CUDA kernels behind an ATen call, counted on meta)
     precompile.py  every kernel of a planned step into the kernel cache
 
 Importing the package is cheap: ``compile`` and ``CompiledStep`` load torch on first access.

@@ -10,7 +10,18 @@ configurator still predicts them, from the same hardware model and calibration a
 
 ``eta_dram`` (0.948, measured by bench/l2_probe.py) and ``t_launch`` (1.05 us, the CUDA-graph gap)
 are the target's calibrated constants (``nova/hwmodel/calibration``); without a calibration the
-datasheet bandwidth and the preset's launch overhead stand.  ``ETA_ATTENTION_FP32`` is fitted
+datasheet bandwidth and the preset's launch overhead stand.
+
+Where the target has a calibration of ATen's kernels (``<preset>.aten.json``, fitted by
+``nova.bench.calibrate_aten`` on a CUPTI profile of a training step), an ATen group is priced kind
+by kind from the kernels its calls launch (``nova.compiler.aten_launches``: counted on meta):
+
+    ATen kernels        t = sum over kinds of  kernels * t_fixed + bytes / (dram_bw * eta_kind)
+
+``t_fixed`` is a kernel's duration when it moves (almost) nothing and ``eta_kind`` the fraction of
+the DRAM bandwidth the kind reaches on its bytes (small tensors, row reductions and L2 reuse
+included, as the profile measured them); this replaces the memory-bound form and the cross-entropy
+closed form for such groups.  ``ETA_ATTENTION_FP32`` is fitted
 on the two measurements of PyTorch's FP32 memory-efficient attention (forward + backward) in
 ``shared/design/graph-capture.md``: 32x8x512x64 causal 1,230 us (0.395 of the FP32 peak) and
 16x12x1024x64 causal 3,128 us (0.466); their mean 0.43 predicts each within 9%.
@@ -32,6 +43,7 @@ class KernelTime:
     time_us: float
     bound: str                   # "dram" | "fp32" | "launch"
     formula: str                 # the formula with numbers, for explain
+    terms: dict | None = None    # ATen kinds: {kind: {kernels, bytes, eta, calibrated, time_us}}
 
 
 def calibration_constants(target) -> dict:
@@ -44,6 +56,36 @@ def calibration_constants(target) -> dict:
             c = stored["constants"]
             return {"eta_dram": c["eta_dram"], "t_launch_us": c["t_launch_us"]}
     return {"eta_dram": 1.0, "t_launch_us": target.launch_overhead_us}
+
+
+def aten_calibration(target) -> dict | None:
+    """The target's calibration of ATen's kernels (``{"constants": {"t_fixed_us", "eta": {kind: ...}},
+    "source": ...}``), or None where none is stored."""
+    from nova.hwmodel import calibration
+    return calibration.load(target.name, "aten")
+
+
+def aten_kinds_time(kinds: dict, target, stored: dict) -> KernelTime:
+    """ATen kernels priced kind by kind with the stored calibration: ``kinds`` maps a kind to
+    ``(kernels, bytes)``.  A kind the calibration lacks is priced memory-bound (eta_dram, t_launch)
+    and its term says so.  ``KernelTime.terms`` holds each kind's kernels, bytes, eta and time."""
+    c = stored["constants"]
+    fallback = calibration_constants(target)
+    terms, parts = {}, []
+    t_fixed_total = t_bytes_total = 0.0
+    for kind, (kernels, nbytes) in sorted(kinds.items(), key=lambda kv: -kv[1][1]):
+        calibrated = kind in c["eta"]
+        eta = c["eta"][kind] if calibrated else fallback["eta_dram"]
+        t_fixed = c["t_fixed_us"] if calibrated else fallback["t_launch_us"]
+        t_bytes = nbytes / (target.dram_bw * eta) * 1e6
+        t_fixed_total += kernels * t_fixed
+        t_bytes_total += t_bytes
+        terms[kind] = {"kernels": kernels, "bytes": nbytes, "eta": round(eta, 4), "calibrated": calibrated,
+                       "time_us": round(kernels * t_fixed + t_bytes, 3)}
+        parts.append(f"{kind} {kernels} x {t_fixed:.2f} us + {nbytes / 1e6:.1f} MB at {eta:.3f}"
+                     + ("" if calibrated else " (uncalibrated kind)"))
+    bound = "dram" if t_bytes_total >= t_fixed_total else "launch"
+    return KernelTime(t_fixed_total + t_bytes_total, bound, "; ".join(parts), terms)
 
 
 def memory_bound_time(bytes_moved: int, target, launches: int = 1) -> KernelTime:

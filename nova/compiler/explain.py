@@ -7,7 +7,11 @@ predicted times), each GEMM's schedule, the memory plan and the predicted step t
 Every time is the configurator's closed-form prediction (no measurement): Nova GEMMs by
 ``nova.configurator.configure`` (calibrated where the target has a calibration), attention by
 ``nova.kernels.attention.configure_attention`` where the executor runs Nova's attention kernels,
-everything else by the fallback models of ``nova.compiler.cost``.
+the groups on ATen kernels kind by kind from the target's calibration of them where it has one
+(``cost.aten_kinds_time``; the kernels counted on meta, ``nova.compiler.aten_launches``), else by
+the memory-bound and closed-form models of ``nova.compiler.cost``.  Each kernel report names the
+model that priced it (``model``); ``prediction["aten"]`` says which one priced the ATen groups and
+sums them by kind.
 """
 from __future__ import annotations
 
@@ -29,6 +33,8 @@ class KernelReport:
     reason: str
     origin: str = ""
     schedule: dict | None = None
+    model: str = ""           # what priced it: gemm/attention configurator, aten kinds (calibrated), memory-bound, ...
+    aten_kinds: dict | None = None   # calibrated ATen groups: {kind: {kernels, bytes, eta, calibrated, time_us}}
 
 
 @dataclass
@@ -120,42 +126,23 @@ def _group_traffic(group) -> tuple[int, int]:
     return sum(_bytes_of(n.inputs) + _bytes_of(n.outputs) for n in moving), len(moving)
 
 
-# Groups priced by their closed form even where dispatch counting works: the cross-entropy kernels
-# keep each row chunk's intermediates in L2 by design (cost.CROSS_ENTROPY_CHUNK_BYTES), so their
-# DRAM bytes are the logits once, not every call's operands (their launches agree with the count).
+# Groups priced by their closed form where the target has no calibration of ATen's kernels: the
+# cross-entropy kernels keep each row chunk's intermediates in L2 by design
+# (cost.CROSS_ENTROPY_CHUNK_BYTES), so their DRAM bytes are the logits once, not every call's
+# operands (their launches agree with the count).  A calibration measured them as they run.
 CLOSED_FORM_OPS = ("cross_entropy", "cross_entropy_backward")
-# ATen calls that allocate or alias without running a kernel
-_NO_KERNEL = frozenset({"aten::empty", "aten::empty_strided", "aten::detach", "aten::alias", "aten::lift_fresh"})
 
 
-def aten_dispatch(planned) -> dict[int, tuple[int, int]]:
-    """``{group index: (ATen ops, DRAM bytes they move)}`` for the groups that run on ATen kernels,
-    counted by running the executor's own launches on meta tensors under a dispatch mode: each
-    non-view op is one kernel (at least) that reads its tensor arguments and writes its results.
-    An IR node often launches several (a cross-entropy chunk loop, an optimizer group's foreach
-    calls).  Groups whose launch cannot run on meta (Nova's own kernels) are left out; their
-    reports keep the closed form."""
+def aten_dispatch(planned) -> dict:
+    """``{group index: aten_launches.Dispatched}`` for the groups that run on ATen kernels, counted
+    by running the executor's own launches on meta tensors under a dispatch mode: each ATen call's
+    CUDA kernels by kind, with the bytes they move (``nova.compiler.aten_launches``).  An IR node
+    often launches several (a cross-entropy chunk loop, an optimizer group's foreach calls).  Groups
+    whose launch cannot run on meta (Nova's own kernels) are left out; their reports keep the
+    closed form."""
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
+    from nova.compiler.aten_launches import counting_mode
     from nova.compiler.executor import Program
-
-    class Count(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = self.bytes = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            out = func(*args, **kwargs)
-            if func.is_view or func._schema.name in _NO_KERNEL:
-                return out
-            tensors = {}
-            for x in torch.utils._pytree.tree_leaves((args, kwargs, out)):
-                if isinstance(x, torch.Tensor):
-                    tensors[id(x)] = x.numel() * x.element_size()
-            self.ops += 1
-            self.bytes += sum(tensors.values())
-            return out
 
     out = {}
     try:
@@ -165,45 +152,81 @@ def aten_dispatch(planned) -> dict[int, tuple[int, int]]:
     for launch in program.launches:
         if launch.kind == "gemm":
             continue
-        count = Count()
+        mode = counting_mode()
         try:
-            with torch.no_grad(), count:
+            with torch.no_grad(), mode:
                 launch()
         except Exception:                 # not runnable on meta (Nova's attention launcher)
             continue
-        out[launch.group] = (count.ops, count.bytes)
+        out[launch.group] = mode.dispatched
     return out
+
+
+def aten_model(target) -> dict:
+    """Which model prices the ATen groups on ``target``: the stored calibration (its file, profile and
+    date) or the uncalibrated memory-bound form."""
+    stored = cost.aten_calibration(target)
+    if not stored:
+        return {"model": "memory-bound", "calibration": None}
+    from nova.hwmodel import calibration
+    return {"model": "calibrated", "calibration": {
+        "file": calibration.path_for(target.name, "aten").name, "profile": stored["source"]["profile"],
+        "device": stored["source"].get("device"), "fitted": stored.get("fitted"),
+        "t_fixed_us": stored["constants"]["t_fixed_us"]}}
 
 
 def kernel_reports(planned, target) -> list[KernelReport]:
     """One report per group that launches a kernel, in execution order."""
     reports = []
     dispatched = aten_dispatch(planned)
+    stored = cost.aten_calibration(target)
     for index, group in enumerate(planned.groups):
         if group.kernel == "none":
             continue
         node = group.nodes[0]
-        name, schedule, kernel = _group_name(group), None, group.kernel
+        name, schedule, kernel, kinds = _group_name(group), None, group.kernel, None
         if group.kind == "gemm" and group.problem is not None:
             t, bound, formula, schedule = _gemm_report(group, target)
+            model = "gemm configurator" + (" (calibrated)" if schedule["calibrated_us"] is not None else "")
         elif node.op in ("attention", "attention_backward"):
             t, bound, formula, kernel, schedule = _attention_report(group, node, target)
-        elif index in dispatched and group.kernel == "aten" and node.op not in CLOSED_FORM_OPS:
-            launches, moved = dispatched[index]
-            kt = cost.memory_bound_time(moved, target, launches)
-            t, bound, formula = kt.time_us, kt.bound, kt.formula + f" ({launches} ATen calls, counted on meta)"
+            model = "attention configurator" if kernel == "nova" else "fp32 attention"
+        elif index in dispatched and group.kernel == "aten" and (stored or node.op not in CLOSED_FORM_OPS):
+            d = dispatched[index]
+            counted = f" ({d.calls} ATen calls, {d.kernels} kernels, counted on meta)"
+            if stored:
+                kt = cost.aten_kinds_time(d.kinds, target, stored)
+                model, kinds = "aten kinds (calibrated)", kt.terms
+            else:
+                kt = cost.memory_bound_time(d.bytes, target, d.kernels)
+                model = "memory-bound"
+            t, bound, formula = kt.time_us, kt.bound, kt.formula + counted
         else:
             moved, launches = _group_traffic(group)
+            model = "memory-bound"
             if node.op in ("cross_entropy", "cross_entropy_backward"):
                 logits = node.inputs[0] if node.op == "cross_entropy" else node.inputs[1]
                 launches = cost.cross_entropy_launches(node.op, logits.shape[0],
                                                        logits.shape[1] * logits.type.itemsize,
                                                        node.attrs.get("reduction", "mean"))
+                model = "cross-entropy closed form"
             kt = cost.memory_bound_time(moved, target, launches)
             t, bound, formula = kt.time_us, kt.bound, kt.formula
         reports.append(KernelReport(index, group.kind, kernel, name, round(t, 3), bound, formula, group.reason,
-                                    node.origin, schedule))
+                                    node.origin, schedule, model, kinds))
     return reports
+
+
+def aten_kind_totals(kernels) -> dict:
+    """``{kind: {kernels, bytes, predicted_us}}`` over the reports priced kind by kind."""
+    totals: dict[str, dict] = {}
+    for k in kernels:
+        for kind, term in (k.aten_kinds or {}).items():
+            entry = totals.setdefault(kind, {"kernels": 0, "bytes": 0, "eta": term["eta"], "predicted_us": 0.0})
+            entry["kernels"] += term["kernels"]
+            entry["bytes"] += term["bytes"]
+            entry["predicted_us"] = round(entry["predicted_us"] + term["time_us"], 3)
+    return dict(sorted(totals.items(), key=lambda kv: -kv[1]["predicted_us"]))
 
 
 # ------------------------------------------------------------------ the whole program
@@ -225,7 +248,8 @@ def explain_planned(captured_graph, planned, target, tokens_per_step: int | None
         entry = by_kind.setdefault(key, {"count": 0, "predicted_us": 0.0})
         entry["count"] += 1
         entry["predicted_us"] = round(entry["predicted_us"] + k.predicted_us, 3)
-    prediction = {"step_ms": round(step_us / 1e3, 4), "launches": len(kernels), "by_kind": by_kind}
+    prediction = {"step_ms": round(step_us / 1e3, 4), "launches": len(kernels), "by_kind": by_kind,
+                  "aten": {**aten_model(target), "kinds": aten_kind_totals(kernels)}}
     if tokens_per_step:
         prediction["tokens_per_step"] = tokens_per_step
         prediction["tokens_per_s"] = round(tokens_per_step / (step_us * 1e-6)) if step_us else None
@@ -305,10 +329,30 @@ def _gb(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
+def _render_aten(aten: dict | None, console) -> None:
+    """Which model priced the ATen groups; with a calibration, its kinds' kernels, bytes and times."""
+    from rich.table import Table
+    if not aten:
+        return
+    cal = aten["calibration"]
+    if cal is None:
+        console.print("ATen groups: memory-bound model (bytes at eta_dram of DRAM + t_launch per kernel; "
+                      "no ATen calibration for this target)")
+        return
+    table = Table(title=f"ATen kernels by kind (calibrated: {cal['file']}, t_fixed {cal['t_fixed_us']:.2f} us "
+                        f"per kernel, fitted on {cal['profile']})")
+    for col in ("kind", "kernels", "GB moved", "eta (of DRAM bw)", "predicted ms"):
+        table.add_column(col, justify="left" if col == "kind" else "right")
+    for kind, v in aten["kinds"].items():
+        table.add_row(kind, str(v["kernels"]), f"{v['bytes'] / 1e9:.2f}", f"{v['eta']:.3f}", f"{v['predicted_us'] / 1e3:.3f}")
+    console.print(table)
+
+
 def render(report: dict, console=None, top: int = 12) -> None:
     """Rich tables: captured ops, kernels by kind, the most expensive kernels with why, GEMM
     schedules, the memory plan and the prediction."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
     console = console or Console()
     model = report.get("model")
@@ -333,13 +377,14 @@ def render(report: dict, console=None, top: int = 12) -> None:
     for key, v in sorted(report["prediction"]["by_kind"].items(), key=lambda kv: -kv[1]["predicted_us"]):
         by_kind.add_row(key, str(v["count"]), f"{v['predicted_us'] / 1e3:.3f}", f"{v['predicted_us'] / total:.0%}")
     console.print(by_kind)
+    _render_aten(report["prediction"].get("aten"), console)
 
     kernels = sorted(report["kernels"], key=lambda k: -k["predicted_us"])[:top]
     table = Table(title=f"the {len(kernels)} most expensive kernels")
     for col in ("#", "kernel", "runs on", "predicted us", "bound", "why these ops, how predicted"):
         table.add_column(col)
     for k in kernels:
-        why = k["reason"] + (f"  [{k['formula']}]" if k["formula"] else "")
+        why = escape(k["reason"] + (f"  [{k['model']}: {k['formula']}]" if k["formula"] else ""))
         table.add_row(str(k["index"]), k["name"], k["kernel"], f"{k['predicted_us']:.1f}", k["bound"], why)
     console.print(table)
 

@@ -28,6 +28,12 @@ Nova repository they were fitted on (``bench/results/...``), provenance that not
 time (``tests/test_calibrate.py`` refits from it).  ``Config.calibrated_time_us``,
 ``Config.calibrated_clock_mhz`` (and ``nova-config explain``) report the calibrated time and clock
 next to the model's; schedule decisions never use them (a calibration reports, it does not choose).
+
+``<preset>.aten.json`` (family ``aten``) calibrates the kernels ATen runs for a compiled step's
+non-GEMM groups instead (``nova.bench.calibrate_aten`` on a CUPTI profile of a training step,
+``source.profile``): ``t_fixed_us`` per kernel and ``eta`` per kernel kind, applied by
+``nova.compiler.cost.aten_kinds_time`` (``nova-config explain train``); ``tests/test_calibrate_aten.py``
+refits it from the committed profile.
 """
 from __future__ import annotations
 
