@@ -60,28 +60,19 @@ def test_a_true_bmm_is_one_batched_nova_gemm_in_the_plan():
             self.w = nn.Parameter(torch.randn(4, 6, 5) * 0.3)
             self.b = nn.Parameter(torch.randn(4, 1, 5) * 0.1)
 
-        def forward(self, x):                     # x [4, 3, 6]
+        def forward(self, x, target):             # x [4, 3, 6], target [4, 3, 3]
             y = torch.baddbmm(self.b, x, self.w)
-            return torch.bmm(y, y.transpose(1, 2)).square().mean()
+            return (torch.bmm(y, y.transpose(1, 2)) - target).square().mean()
 
     torch.manual_seed(0)
-    model, twin = Experts(), None
+    model = Experts()
     twin = copy.deepcopy(model)
     opt, opt_ref = (torch.optim.SGD(m.parameters(), lr=1e-2) for m in (model, twin))
-
-    def make(m, o):
-        def step(x):
-            o.zero_grad()
-            loss = m(x)
-            loss.backward()
-            o.step()
-            return loss
-        return step
-    step, eager = nova.compile(make(model, opt), backend="executor"), make(twin, opt_ref)
+    step, eager = nova.compile(make_train_step(model, opt), backend="executor"), make_train_step(twin, opt_ref)
     gen = torch.Generator().manual_seed(1)
     for _ in range(2):
-        x = torch.randn(4, 3, 6, generator=gen)
-        assert torch.allclose(step(x), eager(x), rtol=1e-5, atol=1e-6)
+        x, target = torch.randn(4, 3, 6, generator=gen), torch.randn(4, 3, 3, generator=gen)
+        assert torch.allclose(step(x, target), eager(x, target), rtol=1e-5, atol=1e-6)
     groups = [g for g in step._last.engine.program.plan.groups if g.kind == "gemm"]
     batched = [g.reason for g in groups if g.nova_kernel and g.reason.startswith("gemm 4x")]   # "gemm 4x3x5x6 ..."
     assert len(batched) >= 3, [g.reason for g in groups]
