@@ -23,7 +23,8 @@ def summary_line(problem, target) -> str:
 def precompile_command(problem, target_name: str) -> str:
     """The ``nova precompile`` command line that produces ``problem``'s kernel for ``target_name``."""
     p = problem
-    cmd = f"nova precompile gemm --shapes {p.M}x{p.N}x{p.K} --target {target_name} --dtype {p.dtype}"
+    batch = f"{p.batch}x" if p.batch > 1 else ""
+    cmd = f"nova precompile gemm --shapes {batch}{p.M}x{p.N}x{p.K} --target {target_name} --dtype {p.dtype}"
     if p.trans_a:
         cmd += " --trans-a"
     if p.trans_b:
@@ -38,6 +39,8 @@ def precompile_command(problem, target_name: str) -> str:
         cmd += " --tf32-fast"
     if p.deterministic:
         cmd += " --deterministic"
+    if not p.packed_batch:
+        cmd += f" --batch-strides {p.strides_text()}"
     return cmd
 
 

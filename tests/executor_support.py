@@ -362,6 +362,26 @@ def linear_inference(B=2, T=4, C=8, H=16, activation="gelu_tanh") -> Case:
     return Case(g, make)
 
 
+def batched_attention_step(B=2, H=3, T=6, D=4) -> Case:
+    """Attention spelled with true batched matmuls (``torch.bmm``/``torch.matmul`` on [B, H, T, D]) and
+    its backward: every matmul is one batched GEMM of B*H matrices (transposes in place)."""
+    g = Graph("batched_attention")
+    q, k, v, do = (g.input(TensorType((B, H, T, D), "f32"), name, "data") for name in ("q", "k", "v", "dout"))
+    s = g.op("matmul", q, k, transpose_b=True)                                          # [B, H, T, T]
+    p = g.op("softmax", s, axis=-1)
+    o = g.op("matmul", p, v)
+    dv = g.op("matmul", p, do, transpose_a=True)
+    ds = g.op("softmax_backward", g.op("matmul", do, v, transpose_b=True), p, axis=-1)
+    dq = g.op("matmul", ds, k)
+    dk = g.op("matmul", ds, q, transpose_a=True)
+    for value, name in ((o, "out"), (dq, "dq"), (dk, "dk"), (dv, "dv")):
+        g.output(value, name)
+
+    def make(gen, device):
+        return [_randn(gen, (B, H, T, D), device) for _ in range(4)]
+    return Case(g, make)
+
+
 def example_case(graph: Graph, int_high: int = 2) -> Case:
     """A ``Case`` of one of ``nova.passes.examples``' graphs (inputs from its ``random_inputs``;
     integers below ``int_high``, e.g. the vocabulary size for token ids)."""
@@ -373,7 +393,8 @@ def example_case(graph: Graph, int_high: int = 2) -> Case:
 
 
 ALL_CASES = {"mlp": mlp_training_step, "attention": attention_block, "grouped": grouped_attention,
-             "memory": memory_ops_step, "pointwise": pointwise_zoo, "linear": linear_inference}
+             "memory": memory_ops_step, "pointwise": pointwise_zoo, "linear": linear_inference,
+             "bmm": batched_attention_step}
 
 
 # =============================================================== comparisons

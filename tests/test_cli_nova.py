@@ -121,7 +121,11 @@ def test_cache_list_and_clear(tmp_path):
 @pytest.mark.parametrize("args,fragment", [
     (["compile", "gemm", "4096x2", "--target", "h200"], "ambiguous GEMM shape '4096x2'"),
     (["compile", "gemm", "-3x4", "--target", "h200"], "bad GEMM shape '-3x4'"),
-    (["precompile", "gemm", "--shapes", "8x8x8x8", "--target", "h200"], "bad GEMM shape '8x8x8x8'"),
+    (["precompile", "gemm", "--shapes", "8x8x8x8x8", "--target", "h200"], "bad GEMM shape '8x8x8x8x8'"),
+    (["precompile", "gemm", "--shapes", "3x8x8x8", "--batch-strides", "0,packed", "--target", "h200"],
+     "bad batch strides"),
+    (["precompile", "gemm", "--shapes", "3x8x8x8", "--batch-strides", "packed,packed,10", "--target", "h200"],
+     "batch stride of C (10 elements) is smaller than one C matrix"),
     (["precompile", "gemm", "--shapes", "64,-8", "--target", "h200"], "bad GEMM shape '-8'"),
     (["compile", "gemm", "64", "--target", "h300"], "unknown target 'h300'"),
     (["compile", "gemm", "64", "--target", "h200", "--dtype", "fp64"], "unsupported dtype 'fp64'"),
@@ -160,19 +164,21 @@ def test_offline_hint_is_a_valid_command():
     from nova.messages import precompile_command
     cmd = precompile_command(GemmProblem(10, 20, 30, "bf16", True, True, True, "gelu", "f32"), "h200")
     args = build_parser().parse_args(cmd.split()[1:])
-    assert args.shapes == [(10, 20, 30)] and args.trans_a and args.trans_b and args.bias
+    assert args.shapes == [((10, 20, 30), {})] and args.trans_a and args.trans_b and args.bias
     assert (args.activation, args.out_dtype, args.dtype, args.target) == ("gelu", "f32", "bf16", "h200")
     assert not args.tf32_fast
 
 
 def test_offline_hint_builds_the_same_kernel_key():
-    """The hint's command configures the very problem that missed (tf32_fast included)."""
+    """The hint's command configures the very problem that missed (tf32_fast and the batch included)."""
     from nova.cli.main import make_problem
     from nova.kernels.gemm.problem import GemmProblem
     from nova.messages import precompile_command
-    for p in (GemmProblem(64, 32, 16, tf32_rounding="truncate"), GemmProblem(7, 8, 9, "fp16", out_dtype="f32")):
+    for p in (GemmProblem(64, 32, 16, tf32_rounding="truncate"), GemmProblem(7, 8, 9, "fp16", out_dtype="f32"),
+              GemmProblem(64, 32, 16, "bf16", batch=3),
+              GemmProblem(7, 8, 9, "fp16", True, batch=5, batch_stride_a=0, batch_stride_c=100)):
         args = build_parser().parse_args(precompile_command(p, "h200").split()[1:])
-        assert [make_problem(s, d, args) for d in args.dtype.split(",") for s in args.shapes] == [p]
+        assert [make_problem(s, d, args, f) for d in args.dtype.split(",") for s, f in args.shapes] == [p]
 
 
 def _codegen_ready() -> str:

@@ -45,3 +45,35 @@ def test_executor_steps_match_eager(model_name):
     assert diff < 1e-3 * moved
     program = step._last.engine.program
     assert program.stats["donated_outputs"] > 0
+
+
+def test_a_true_bmm_is_one_batched_nova_gemm_in_the_plan():
+    """``torch.bmm``/``baddbmm`` in a captured training step: the plan gives each batched matmul
+    (forward and the weight gradient, read transposed in place) one batched Nova GEMM, and the
+    executor's program (torch.matmul on CPU) matches eager."""
+    import nova
+    from torch import nn
+
+    class Experts(nn.Module):                     # a batch of 4 independent [6 -> 5] linear maps
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(4, 6, 5) * 0.3)
+            self.b = nn.Parameter(torch.randn(4, 1, 5) * 0.1)
+
+        def forward(self, x, target):             # x [4, 3, 6], target [4, 3, 3]
+            y = torch.baddbmm(self.b, x, self.w)
+            return (torch.bmm(y, y.transpose(1, 2)) - target).square().mean()
+
+    torch.manual_seed(0)
+    model = Experts()
+    twin = copy.deepcopy(model)
+    opt, opt_ref = (torch.optim.SGD(m.parameters(), lr=1e-2) for m in (model, twin))
+    step, eager = nova.compile(make_train_step(model, opt), backend="executor"), make_train_step(twin, opt_ref)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(2):
+        x, target = torch.randn(4, 3, 6, generator=gen), torch.randn(4, 3, 3, generator=gen)
+        assert torch.allclose(step(x, target), eager(x, target), rtol=1e-5, atol=1e-6)
+    groups = [g for g in step._last.engine.program.plan.groups if g.kind == "gemm"]
+    batched = [g.reason for g in groups if g.nova_kernel and g.reason.startswith("gemm 4x")]   # "gemm 4x3x5x6 ..."
+    assert len(batched) >= 3, [g.reason for g in groups]
+    assert any(" TN " in r for r in batched) and any(" NT " in r for r in batched)     # dW = x^T dY, y y^T

@@ -12,8 +12,8 @@ import math
 import pytest
 import torch
 
-from executor_support import (ALL_CASES, Case, arena_values, attention_block, fused_values, grouped_attention,
-                              linear_inference, memory_ops_step, mlp_training_step, node_groups, planned,
+from executor_support import (ALL_CASES, Case, arena_values, attention_block, batched_attention_step, fused_values,
+                              grouped_attention, linear_inference, memory_ops_step, mlp_training_step, node_groups, planned,
                               rel_error, scratch_bytes, slot_per_value)
 from nova.compiler.executor import ExecutorError, build, gemm_problems
 from nova.compiler.gemm_lowering import layout
@@ -409,22 +409,32 @@ def test_optimizer_variants(attrs):
 
 # --------------------------------------------------------------------------- the Nova GEMM lowering
 class EmulatedNova:
-    """``nova.matmul``'s contract on CPU tensors (2-D operands row-major or transposed, row-major
-    output, [N] bias, relu/gelu/silu), recording each launch."""
+    """``nova.matmul``'s contract on CPU tensors (2-D operands row-major or transposed, or 3-D
+    batches of such matrices with any batch stride; a row-major output, [B, M, N] batched; [N]
+    bias, relu/gelu/silu), recording each launch as ``problem_tuples`` does its problem."""
 
     def __init__(self):
         self.launches = []
 
     def __call__(self, a, b, *, out, bias=None, activation="none", target=None):
+        from nova.kernels.gemm.problem import GemmProblem
         from nova.runtime.tensors import is_c_contiguous
-        for name, t in (("a", a), ("b", b)):
-            assert t.dim() == 2, f"{name} must be 2-D"
-            rows, cols = t.shape
-            assert is_c_contiguous(t.shape, t.stride()) or is_c_contiguous((cols, rows), t.stride()[::-1]), name
-        assert is_c_contiguous(out.shape, out.stride()) and out.shape == (a.shape[0], b.shape[1])
-        assert a.dtype == b.dtype and (bias is None or bias.shape == (b.shape[1],))
-        self.launches.append((a.shape[0], b.shape[1], a.shape[1], not is_c_contiguous(a.shape, a.stride()),
-                              not is_c_contiguous(b.shape, b.stride()), bias is not None, activation))
+
+        def transposed(name, t):
+            rows, cols = t.shape[-2:]
+            row_major = is_c_contiguous((rows, cols), t.stride()[-2:])
+            assert row_major or is_c_contiguous((cols, rows), t.stride()[-2:][::-1]), name
+            return not row_major
+        assert a.dim() == b.dim() == out.dim() and a.dim() in (2, 3)
+        ta, tb = transposed("a", a), transposed("b", b)
+        assert is_c_contiguous(out.shape[-2:], out.stride()[-2:])
+        assert out.shape[-2:] == (a.shape[-2], b.shape[-1]) and a.shape[:-2] == b.shape[:-2] == out.shape[:-2]
+        assert a.dtype == b.dtype and (bias is None or bias.shape == (b.shape[-1],))
+        (M, K), N, batch = a.shape[-2:], b.shape[-1], {}
+        if a.dim() == 3 and out.shape[0] > 1:
+            strides = [t.stride(0) if t.shape[0] > 1 else 0 for t in (a, b, out)]
+            batch = dict(zip(("batch", "batch_stride_a", "batch_stride_b", "batch_stride_c"), [out.shape[0]] + strides))
+        self.launches += problem_tuples([GemmProblem(M, N, K, "tf32", ta, tb, bias is not None, activation, **batch)])
         r = a @ b + (bias if bias is not None else 0)
         r = {"none": r, "relu": torch.relu(r), "silu": torch.nn.functional.silu(r),
              "gelu": torch.nn.functional.gelu(r, approximate="tanh")}[activation]
@@ -433,10 +443,11 @@ class EmulatedNova:
 
 
 def problem_tuples(problems):
-    return [(p.M, p.N, p.K, p.trans_a, p.trans_b, p.bias, p.activation) for p in problems]
+    return [(p.M, p.N, p.K, p.trans_a, p.trans_b, p.bias, p.activation)
+            + ((p.batch, p.batch_stride_a, p.batch_stride_b, p.batch_stride_c) if p.batch > 1 else ()) for p in problems]
 
 
-@pytest.mark.parametrize("name", ["linear", "mlp", "attention", "grouped"])
+@pytest.mark.parametrize("name", ["linear", "mlp", "attention", "grouped", "bmm"])
 def test_nova_lowering_with_an_emulated_nova(name):
     case = ALL_CASES[name]()
     plan = planned(case.graph)
@@ -497,16 +508,39 @@ def test_training_step_keeps_the_pre_activation_and_loops_true_batches():
     grouped = grouped_attention(B=2, Hq=4, Hk=2)
     plan = planned(grouped.graph)
     (scores,) = [g for g in plan.groups if g.kind == "gemm"]
-    assert scores.kernel == "aten" and "batched right operand" in scores.reason
+    # k's first head of each batch element, broadcast over the 4 query heads: (b, h) -> b * 96, not
+    # one stride over the flat (b, h)
+    assert scores.kernel == "aten" and "the batch axes of b" in scores.reason
     nova = EmulatedNova()
     program, got, ref, _ = run_both(grouped, plan, gemm=nova)
     assert_close(grouped.graph, got, ref)
     assert not nova.launches and program.stats["torch_gemms"] == 1
-    # a plan that does give the batched matmul to Nova: the executor loops over (batch, head)
+    # a plan that does give the batched matmul to Nova: one launch per batch element, each over the
+    # 4 heads against one key matrix (packed q, broadcast k: one [4*6, 8] x [8, 6] GEMM)
     nova = EmulatedNova()
     program, got, ref, _ = run_both(grouped, node_groups(grouped.graph), gemm=nova)
     assert_close(grouped.graph, got, ref)
-    assert len(nova.launches) == 2 * 4 and program.stats["nova_gemm_launches"] == 8
+    assert nova.launches == [(24, 6, 8, False, True, False, "none")] * 2 and program.stats["nova_gemm_launches"] == 2
+
+
+def test_true_batched_matmuls_are_one_batched_nova_gemm_each():
+    """A step of true batched matmuls ([B, H, T, D] attention and its backward, transposes read in
+    place): the plan gives each matmul one batched Nova GEMM of B*H matrices, the executor launches
+    exactly those problems once each, and the step matches the interpreter."""
+    case = batched_attention_step(B=2, H=3, T=6, D=4)
+    plan = planned(case.graph)
+    gemms = [g for g in plan.groups if g.kind == "gemm"]
+    assert len(gemms) == 6 and all(g.kernel == "nova" and g.problem.batch == 6 for g in gemms), \
+        [g.reason for g in gemms]
+    assert all("gemm 6x" in g.reason for g in gemms)                  # the plan's reason names the batch
+    nova = EmulatedNova()
+    program, got, ref, _ = run_both(case, plan, gemm=nova)
+    assert_close(case.graph, got, ref)
+    assert sorted(nova.launches) == sorted(problem_tuples(g.problem for g in gemms))
+    assert set(problem_tuples(gemm_problems(plan))) == set(nova.launches)
+    assert program.stats["nova_gemm_launches"] == 6 and program.stats["torch_gemms"] == 0
+    assert sorted({(p.trans_a, p.trans_b) for p in gemm_problems(plan)}) == [(False, False), (False, True),
+                                                                               (True, False)]
 
 
 def test_layouts_nova_cannot_read_fall_back_to_torch():

@@ -20,14 +20,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pytest
 import torch
 
-from executor_support import (attention_block, example_case, grouped_attention, linear_inference, memory_ops_step,
-                              mlp_training_step, planned, pointwise_zoo, rel_error, widen)
+from executor_support import (attention_block, batched_attention_step, example_case, grouped_attention,
+                              linear_inference, memory_ops_step, mlp_training_step, planned, pointwise_zoo, rel_error,
+                              widen)
 from nova.compiler.executor import build, gemm_problems, precompile_commands
 from nova.ir import interpreter
 from nova.passes.examples import transformer_step
 
 # Shapes: GEMM dimensions of 16..384, T = 40 (the efficient-attention log-sum-exp is padded to 64),
-# grouped-query heads, cross attention with Tq != Tk (the reference fallback) and a truly batched matmul.
+# grouped-query heads, cross attention with Tq != Tk (the reference fallback), a truly batched matmul
+# (grouped: ATen, its batch axes are not one stride apart) and attention spelled with batched matmuls
+# (bmm: each one batched Nova GEMM of B*H matrices).
 CASES = {
     "mlp": lambda: mlp_training_step(B=4, T=32, C=64, H=128, V=96),
     "attention": lambda: attention_block(B=2, T=40, heads=4, D=16),
@@ -37,6 +40,7 @@ CASES = {
     "pointwise": lambda: pointwise_zoo(N=16, M=32),
     "linear": lambda: linear_inference(B=4, T=16, C=64, H=128),
     "gpt": lambda: example_case(transformer_step(batch=2, seq=40, dim=64, heads=4, vocab=96), int_high=96),
+    "bmm": lambda: batched_attention_step(B=2, H=4, T=40, D=16),
 }
 TOL = 5e-3              # relative Frobenius error against float64: TF32 GEMMs and attention, chained
 

@@ -3,6 +3,7 @@ on the hand-built GPT-block training step."""
 import pytest
 import torch
 
+from nova.kernels.gemm.problem import GemmProblem
 from nova.ir import Graph, TensorType
 from nova.ir import interpreter
 from nova.passes import canonicalize, fuse, pipeline
@@ -124,7 +125,7 @@ def test_fusion_does_not_close_a_cycle_through_another_kernel():
             assert not ({"exp", "add"} <= set(ops_of(gr)))
 
 
-def test_batched_or_f64_matmuls_run_on_aten():
+def test_batched_matmuls_are_one_batched_nova_gemm_and_f64_runs_on_aten():
     g = Graph()
     a = g.input(F(2, 8, 4), "a")
     b = g.input(F(2, 4, 6), "b")
@@ -132,12 +133,27 @@ def test_batched_or_f64_matmuls_run_on_aten():
     d = g.input(TensorType((4, 6), "f64"), "d")
     x = g.input(F(2, 8, 4), "x")
     w = g.input(F(4, 6), "w")
+    q = g.input(F(2, 3, 8, 4), "q")                     # [B, H, T, D] against one [1, 1, T, D] key: broadcast
+    k = g.input(F(1, 1, 5, 4), "k")
+    kv = g.input(F(2, 4, 5, 4), "kv")
+    y = g.input(F(2, 1, 5, 6), "y")
     g.output(g.op("matmul", a, b), "batched")
     g.output(g.op("matmul", c, d), "f64")
     g.output(g.op("matmul", x, w), "folded")            # [2,8,4] x [4,6]: batch folds into M
-    kernels = [(gr.kernel, gr.problem) for gr in fuse(g)]
-    assert [k for k, _ in kernels] == ["aten", "aten", "nova"]
-    assert (kernels[2][1].M, kernels[2][1].N, kernels[2][1].K) == (16, 6, 4)
+    g.output(g.op("matmul", q, k, transpose_b=True), "scores")
+    # heads 0..2 of 4: (b, h) at b * 80 + h * 20, not one stride apart over the flat (b, h)
+    g.output(g.op("matmul", q, g.op("slice", kv, axis=1, start=0, end=3), transpose_b=True), "sliced")
+    # head 0 of each batch element, read transposed: batch stride 80
+    g.output(g.op("matmul", g.op("slice", kv, axis=1, start=0, end=1), y, transpose_a=True), "head_t")
+    groups = [gr for gr in fuse(g) if gr.kind == "gemm"]
+    assert [gr.kernel for gr in groups] == ["nova", "aten", "nova", "nova", "aten", "nova"]
+    batched, _, folded, scores, sliced, head_t = groups
+    assert batched.problem == GemmProblem(8, 6, 4, "tf32", batch=2)
+    assert (folded.problem.M, folded.problem.N, folded.problem.K, folded.problem.batch) == (16, 6, 4, 1)
+    # packed q against one broadcast key: one [6*8, 4] x [4, 5] GEMM (GemmProblem normalises it)
+    assert scores.problem == GemmProblem(48, 5, 4, "tf32", trans_b=True)
+    assert "the batch axes of b" in sliced.reason and "not one stride apart" in sliced.reason
+    assert head_t.problem == GemmProblem(4, 6, 5, "tf32", trans_a=True, batch=2, batch_stride_a=80, batch_stride_b=30)
 
 
 def test_training_step_groups():

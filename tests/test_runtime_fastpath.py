@@ -164,6 +164,53 @@ def test_bias_and_options_are_part_of_the_signature(fake_stack, torch):
     assert [ptrs[3] for ptrs, _ in launches() if len(ptrs) == 4] == [0x40000] * 3
 
 
+# --------------------------------------------------------------------------- batched matmul
+def test_batched_operands_state_one_batched_problem(fake_stack, torch):
+    """3-D operands (torch.bmm/matmul semantics): each matrix row-major or transposed, the batch
+    dimension's stride read as the problem's batch stride (a 2-D operand or a batch of one is
+    broadcast), the output allocated [B, M, N]; one launch on the base pointers."""
+    from nova.kernels.gemm.problem import GemmProblem
+    f32 = torch.float32
+    a, b = FakeTensor((3, 64, 32), f32, 0x100000), FakeTensor((3, 32, 48), f32, 0x200000)
+    c = nova.matmul(a, b)
+    assert c.shape == (3, 64, 48) and torch.allocations == [((3, 64, 48), f32, 0)]
+    a_t = FakeTensor((3, 64, 32), f32, 0x100000, strides=(4096, 1, 64))      # each matrix stored [K, M]
+    w = FakeTensor((32, 48), f32, 0x200000)
+    out = FakeTensor((3, 64, 48), f32, 0x300000, strides=(64 * 48 + 64, 48, 1))   # padded between matrices
+    nova.matmul(a_t, w, out=out)
+    nova.matmul(FakeTensor((64, 32), f32, 0x100000), b)                      # a broadcast over b's batch
+    nova.matmul(a, w)                                                        # packed a, one w: one flat GEMM
+    nova.matmul(FakeTensor((1, 64, 32), f32, 0x100000), FakeTensor((1, 32, 48), f32, 0x200000))
+    assert fake_stack.configured == [
+        GemmProblem(64, 48, 32, "tf32", batch=3),
+        GemmProblem(64, 48, 32, "tf32", True, batch=3, batch_stride_a=4096, batch_stride_b=0,
+                    batch_stride_c=64 * 48 + 64),
+        GemmProblem(64, 48, 32, "tf32", batch=3, batch_stride_a=0),
+        GemmProblem(192, 48, 32, "tf32"),
+        GemmProblem(64, 48, 32, "tf32")]
+    assert launches()[1] == ((0x100000, 0x200000, 0x300000), 0)
+    nova.matmul(a, b)                                                        # a signature hit allocates [B, M, N]
+    assert torch.allocations[-1] == ((3, 64, 48), f32, 0) and len(fake_stack.configured) == 5
+
+
+@pytest.mark.parametrize("shapes,out,error", [
+    (((3, 8, 4), (5, 4, 6)), None, "batch sizes differ: a .* holds 3 matrices, b .* 5"),
+    (((3, 8, 4), (3, 5, 6)), None, r"inner dimensions differ: a is \[.., M, K\] = \[3, 8, 4\]"),
+    (((2, 3, 8, 4), (4, 6)), None, r"a: expected a 2-D matrix \[M, K\] or a 3-D batch \[batch, M, K\]"),
+    (((3, 8, 4), (3, 4, 6)), (3, 6, 8), r"out .*: expected shape \[3, 8, 6\]"),
+    (((3, 8, 4), (3, 4, 6)), (8, 6), r"out .*: expected shape \[3, 8, 6\]"),
+])
+def test_batched_shape_errors_are_one_line(fake_stack, torch, shapes, out, error):
+    f32 = torch.float32
+    a, b = (FakeTensor(s, f32, 0x100000 * (i + 1)) for i, s in enumerate(shapes))
+    kw = {} if out is None else {"out": FakeTensor(out, f32, 0x300000)}
+    with pytest.raises(ValueError, match=error):
+        nova.matmul(a, b, **kw)
+    overlapping = FakeTensor((3, 8, 6), f32, 0x300000, strides=(40, 6, 1))
+    with pytest.raises(ValueError, match=r"batch stride 40 \(elements\) makes its \[8, 6\] matrices overlap"):
+        nova.matmul(FakeTensor((3, 8, 4), f32, 0x100000), FakeTensor((3, 4, 6), f32, 0x200000), out=overlapping)
+
+
 def test_nova_target_change_and_reset(fake_stack, torch, monkeypatch):
     a, b = FakeTensor((64, 32), torch.float32, 0x10000), FakeTensor((32, 48), torch.float32, 0x20000)
     nova.matmul(a, b)

@@ -3,7 +3,8 @@ data, NaN-poisoned outputs), raw-pointer ``launch_gemm``, driver error paths, of
 
 On a GPU machine without MLIR, precompile on a host that has it and carry the cache over:
 
-    python tests/test_runtime_gpu.py --target h200      # prints the `nova precompile` commands
+    python tests/test_runtime_gpu.py --target h200      # prints the `nova precompile` commands (run them
+                                                        # as printed: some set NOVA_HOPPER=0)
     NOVA_OFFLINE=1 NOVA_CACHE_DIR=/carried/cache python -m pytest -m gpu tests/test_runtime_gpu.py
 
 With NOVA_OFFLINE=1 every test uses only that cache (a miss fails with the command to run).
@@ -75,6 +76,46 @@ DETERMINISTIC_CASE = (512, 384, 16384, "tf32")
 # C of the first (stored by TMA on the H200) is the A of the second, launched right after it
 CHAIN = ((2048, 2048, 512, "bf16"), (2048, 1024, 2048, "bf16"))
 TOLERANCE = {"tf32": 2e-3, "bf16": 1e-2, "fp16": 1e-2}   # relative Frobenius error vs float64
+
+# Batched GEMMs (one launch): (batch, M, N, K, dtype, trans_a, trans_b, bias, activation, broadcast),
+# broadcast "a"/"b": that operand is one 2-D matrix for the whole batch.  NN/NT/TN/TT in bf16 and
+# tf32, ragged M/N/K, batch 1 (a [1, M, K] batch: the unbatched kernel), 3, 17 and 256, operand
+# prep passes over every matrix (K % 8, TF32 with two MN-major operands), bias + activations, the
+# TMA-store epilogue with a 3-D map of C, a deep K (no split-K with a batch).  On the H200 each
+# configures the wgmma family; what the problem is: ``batched_problem``.
+BATCHED_CASES = [
+    (3, 127, 253, 61, "bf16", False, False, False, "none", None),      # ragged, both operands prepped
+    (17, 300, 200, 256, "bf16", False, True, False, "none", None),
+    (3, 256, 192, 128, "bf16", True, False, False, "none", None),
+    (3, 333, 257, 129, "bf16", True, True, True, "gelu", None),
+    (1, 256, 192, 128, "bf16", False, True, False, "none", None),
+    (3, 300, 200, 256, "tf32", False, False, False, "none", None),      # swapped: B^T from registers
+    (17, 127, 253, 64, "tf32", False, True, False, "none", None),
+    (3, 256, 192, 128, "tf32", True, False, False, "none", None),       # two MN-major TF32: B prepped, batched
+    (5, 1000, 1000, 512, "tf32", True, True, False, "none", None),
+    (1, 127, 253, 61, "tf32", True, True, False, "none", None),
+    (3, 384, 256, 128, "bf16", True, False, True, "relu", "b"),          # broadcast B (2-D tensor map)
+    (3, 255, 511, 320, "bf16", True, True, False, "none", "a"),          # broadcast A, prepped once
+    (4, 512, 384, 256, "tf32", False, False, True, "silu", "a"),
+    (17, 200, 96, 512, "tf32", True, False, True, "gelu", "b"),
+    (256, 512, 512, 64, "bf16", False, True, False, "none", None),       # attention scores, TMA store
+    (4, 2048, 2048, 512, "bf16", False, False, True, "gelu", None),     # TMA store
+    (3, 3000, 2048, 512, "tf32", False, True, True, "none", "a"),       # TMA store, ragged M, broadcast A
+    (8, 1024, 1024, 1024, "tf32", False, False, False, "none", None),   # TMA store
+    (3, 256, 256, 8192, "bf16", True, False, False, "none", None),      # deep K: unbatched it would split
+    (3, 64, 1024, 4096, "fp16", False, False, False, "none", None),
+]
+BATCHED_TMA_STORE_CASES = [BATCHED_CASES[i] for i in (8, 14, 15, 16, 17)]
+# Strided batches: (batch, M, N, K, dtype, trans_a, trans_b, (pad_a, pad_b, pad_c)): each operand's
+# matrices ``pad`` elements apart beyond packed (an odd pad: a stride TMA cannot use, so Hopper preps
+# that operand; the mma.sync kernel narrows its vectors)
+STRIDED_CASES = [
+    (3, 256, 192, 128, "bf16", False, False, (3, 0, 64)),
+    (5, 200, 96, 512, "tf32", True, False, (0, 8, 1)),
+    (3, 128, 256, 64, "bf16", False, True, (64, 5, 0)),
+]
+# The mma.sync family on the H200 too (NOVA_HOPPER=0; precompiled with the variable set)
+MMA_SYNC_CASES = [BATCHED_CASES[i] for i in (0, 3, 10, 13, 12)]
 
 
 def _gpu_reason() -> str:
@@ -182,6 +223,100 @@ def test_tma_store_cases_use_the_tma_store_on_hopper(kernels):
     for M, N, K, dt, ta, tb, bias, act in TMA_STORE_CASES + [CHAIN[0] + (False, False, False, "none")]:
         resolved = mm.resolve_kernel(GemmProblem(M, N, K, dt, ta, tb, bias, act))
         assert resolved.schedule.hopper.epilogue == "tma_store", resolved.problem.describe()
+
+
+def case_fields(case) -> tuple:
+    """``(B, M, N, K, dtype, trans_a, trans_b, bias, activation, broadcast, pads)`` of a
+    BATCHED_CASES (packed) or STRIDED_CASES (no epilogue, no broadcast) case."""
+    if isinstance(case[-1], tuple):
+        return (*case[:7], False, "none", None, case[-1])
+    return (*case, (0, 0, 0))
+
+
+def batched_id(c):
+    B, M, N, K, dt, ta, tb, bias, act, bcast, pads = case_fields(c)
+    extra = ("-bias" if bias else "") + (f"-{act}" if act != "none" else "") + (f"-bcast{bcast}" if bcast else "") \
+        + ("-pad" + "_".join(map(str, pads)) if any(pads) else "")
+    return f"{B}x{M}x{N}x{K}-{dt}-{'T' if ta else 'N'}{'T' if tb else 'N'}{extra}"
+
+
+def batched_problem(case) -> GemmProblem:
+    """The problem ``nova.matmul`` states for a BATCHED_CASES or STRIDED_CASES case (``GemmProblem``
+    normalises a batch of one, and packed A and C against one B, to the unbatched GEMM): what the
+    precompile lister builds."""
+    B, M, N, K, dtype, ta, tb, bias, act, bcast, pads = case_fields(case)
+    strides = [0 if bcast == op else size + pad for op, size, pad in zip("abc", (M * K, K * N, M * N), pads)]
+    return GemmProblem(M, N, K, dtype, ta, tb, bias, act, None, "rna", False, B, *strides)
+
+
+def batched_inputs(torch, case, seed):
+    """(a, b, bias, out, dtype) of a batched case: fresh randn operands stored as the case says
+    (``.mT`` views of row-major [K, M] / [N, K] matrices where transposed, 2-D where broadcast,
+    matrices ``pad`` elements apart), a NaN-poisoned [B, M, N] output (its matrices padded too)."""
+    B, M, N, K, dtype, ta, tb, bias_on, act, bcast, pads = case_fields(case)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    tdt = {"tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+
+    def batch_of(rows, cols, pad, fill=None):
+        flat = torch.empty(B * (rows * cols + pad) + rows * cols, device="cuda", dtype=tdt)
+        if fill is None:
+            flat.copy_(torch.randn(flat.numel(), device="cuda", generator=gen))
+        else:
+            flat.fill_(fill)
+        return flat.as_strided((B, rows, cols), (rows * cols + pad, cols, 1))
+
+    def operand(rows, cols, trans, pad, broadcast):
+        if broadcast:
+            x = torch.randn((cols, rows) if trans else (rows, cols), device="cuda", generator=gen).to(tdt)
+            return x.T if trans else x
+        x = batch_of(cols, rows, pad) if trans else batch_of(rows, cols, pad)
+        return x.mT if trans else x
+    a = operand(M, K, ta, pads[0], bcast == "a")
+    b = operand(K, N, tb, pads[1], bcast == "b")
+    bias = torch.randn(N, device="cuda", generator=gen).to(torch.float32 if dtype == "tf32" else tdt) if bias_on else None
+    return a, b, bias, act, batch_of(M, N, pads[2], float("nan")), dtype
+
+
+def check_batched(torch, case):
+    """nova.matmul on a batched case (one launch of ``batched_problem(case)``, the problem the lister
+    precompiles) vs float64 torch.matmul: every element written."""
+    seed = int.from_bytes(os.urandom(4), "little")
+    a, b, bias, act, out, dtype = batched_inputs(torch, case, seed)
+    assert nova.matmul(a, b, out=out, bias=bias, activation=act) is out
+    assert batched_problem(case) in {memo[0] for memo in mm._kernels}, batched_id(case)
+    torch.cuda.synchronize()
+    assert int(torch.isnan(out).sum()) == 0, f"{batched_id(case)} (seed {seed}): output elements left unwritten"
+    err = rel_fro(torch, out, reference(torch, a, b, bias, act))
+    assert err < TOLERANCE[dtype], f"{batched_id(case)} (seed {seed}): relative Frobenius error {err:.2e}"
+
+
+@pytest.mark.parametrize("case", BATCHED_CASES + STRIDED_CASES, ids=batched_id)
+def test_batched_matmul_vs_float64(case, kernels):
+    torch = pytest.importorskip("torch")
+    check_batched(torch, case)
+
+
+def test_batched_tma_store_cases_use_the_tma_store_on_hopper(kernels):
+    """The BATCHED_TMA_STORE_CASES store C by TMA through a 3-D tensor map of C (on an sm_90 device);
+    the other batched cases store from registers."""
+    if driver.get_device().cc < (9, 0):
+        pytest.skip("the TMA-store epilogue is a Hopper-path schedule")
+    for case in BATCHED_CASES + STRIDED_CASES:
+        resolved = mm.resolve_kernel(batched_problem(case))
+        assert resolved.schedule.hopper.tma_store == (case in BATCHED_TMA_STORE_CASES), batched_id(case)
+
+
+@pytest.mark.parametrize("case", MMA_SYNC_CASES + STRIDED_CASES[:2], ids=batched_id)
+def test_batched_mma_sync_family(case, kernels, monkeypatch):
+    """The mma.sync kernel's batched grid and 3-D memrefs, on an sm_90 device too (NOVA_HOPPER=0)."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setenv("NOVA_HOPPER", "0")
+    mm.reset()
+    try:
+        check_batched(torch, case)
+        assert mm.resolve_kernel(batched_problem(case)).schedule.mma.family == "mma.sync"
+    finally:
+        mm.reset()
 
 
 def test_tma_stored_output_feeds_the_next_kernel(kernels):
@@ -505,18 +640,20 @@ def test_offline_uses_only_the_given_cache(monkeypatch, kernels):
 # --------------------------------------------------------------------------- precompile commands
 def precompile_commands(target: str) -> list[str]:
     """One ``nova precompile`` line per distinct epilogue/layout among the problems these tests run
-    (the cluster cases' lines set NOVA_CLUSTER as their tests do)."""
+    (the cluster cases' lines set NOVA_CLUSTER, the batched mma.sync cases' NOVA_HOPPER=0, as their tests do)."""
     groups: dict[tuple, list[str]] = {}
     extra = [(256, 256, 256, "tf32", False, False, False, "none")]     # allocate/stream/overhead/offline tests
     extra += [(M, N, K, dt, False, False, False, "none") for M, N, K, dt in GRAPH_CASES + list(CHAIN)]
     problems = [("", GemmProblem(*case)) for case in CASES + extra]
     problems.append(("", GemmProblem(*DETERMINISTIC_CASE, deterministic=True)))
     problems += [(f"NOVA_CLUSTER={shape} ", GemmProblem(*case)) for shape, case in CLUSTER_CASES]
+    problems += [("", batched_problem(c)) for c in BATCHED_CASES + STRIDED_CASES]
+    problems += [("NOVA_HOPPER=0 ", batched_problem(c)) for c in MMA_SYNC_CASES + STRIDED_CASES[:2]]
     for env, p in problems:
-        M, N, K = p.M, p.N, p.K
         flags = precompile_command(p, target).split(" --dtype ")[1]
         dtype, _, rest = flags.partition(" ")
-        groups.setdefault((env, rest, dtype), []).append(f"{M}x{N}x{K}")
+        groups.setdefault((env, rest, dtype), []).append(f"{p.batch}x{p.M}x{p.N}x{p.K}" if p.batch > 1
+                                                         else f"{p.M}x{p.N}x{p.K}")
     return [f"{env}nova precompile gemm --shapes {','.join(dict.fromkeys(shapes))} --target {target} --dtype {dtype}"
             + (f" {rest}" if rest else "") for (env, rest, dtype), shapes in groups.items()]
 

@@ -84,6 +84,26 @@ def test_precompiling_the_suite_builds_the_kernels_the_device_run_looks_up():
     assert any(p.trans_a for p in compiled) and any(p.trans_b for p in compiled) and any(p.bias for p in compiled)
 
 
+BATCHED_SUITE = REPO / "bench" / "suites" / "batched_gemms.json"
+
+
+def test_batched_suite_precompiles_the_batched_problems_the_device_run_looks_up():
+    """bench/suites/batched_gemms.json: ``B`` and ``batch_strides`` reach ``nova precompile gemm --suite``
+    and the device run alike (one batched problem per entry); the file is ``suite_text``'s."""
+    from nova.cli.main import build_parser, problems_from
+    args = build_parser().parse_args(["precompile", "gemm", "--suite", str(BATCHED_SUITE), "--target", "h200",
+                                      "--dtype", "tf32,bf16"])
+    compiled = problems_from(read_suite_entries(args.suite), args)
+    entries = tg.load_suite(BATCHED_SUITE)
+    assert compiled == [tg.case_problem(e, d) for d in ("tf32", "bf16") for e in entries]
+    assert all(p.batch == e["B"] > 1 for p, e in zip(compiled, entries))
+    assert BATCHED_SUITE.read_text() == tg.suite_text(entries)
+    shared = next(p for p in compiled if p.batch_stride_b == 0)
+    assert shared.trans_a and shared.bias                     # a transposed batch against one weight: batched
+    with pytest.raises(ValueError, match="batch_strides must be three of"):
+        tg.batch_of({"B": 2, "batch_strides": [16, 0, 0]})
+
+
 def _row(model, role, dtype, ratio, count=1, status="ok"):
     nova_us = 100.0
     return {"model": model, "role": role, "dtype": dtype, "M": 64, "N": 64, "K": 64, "count": count,
@@ -122,6 +142,22 @@ def test_xla_gemm_reads_the_stored_layouts():
             c = tg.xla_gemm(jax, ta, tb, True, "relu")(tg.to_jax(jax, a), tg.to_jax(jax, b), tg.to_jax(jax, bias))
             ref = torch.relu((a.T if ta else a) @ (b.T if tb else b) + bias)
             assert torch.allclose(torch.from_dlpack(c), ref, atol=1e-5), (ta, tb)
+
+
+def test_xla_gemm_with_a_batch_dimension():
+    """Batched operands as stored: both batched (a dot_general batch dimension) or one broadcast
+    (2-D), every layout; the result is [B, M, N]."""
+    jax = pytest.importorskip("jax")
+    import torch
+    B, M, N, K = 3, 5, 7, 4
+    for batched in ((True, True), (True, False), (False, True)):
+        for ta in (False, True):
+            for tb in (False, True):
+                a = torch.randn(((B,) if batched[0] else ()) + ((K, M) if ta else (M, K)))
+                b = torch.randn(((B,) if batched[1] else ()) + ((N, K) if tb else (K, N)))
+                c = tg.xla_gemm(jax, ta, tb, batched=batched)(tg.to_jax(jax, a), tg.to_jax(jax, b))
+                ref = (a.mT if ta else a) @ (b.mT if tb else b)
+                assert ref.shape == (B, M, N) and torch.allclose(torch.from_dlpack(c), ref, atol=1e-5), (batched, ta, tb)
 
 
 def test_device_mode_without_a_gpu_is_one_line(capsys):

@@ -45,6 +45,14 @@ files are rewritten after every case, and cases after ``--budget-s`` seconds are
 
 Targets of the issue (reported, never adjusted): geomean ratio >= 1.05 in TF32 and >= 1.0 in BF16,
 no shape below 0.9.  Results: ``train_gemms.json`` (rows, summary, environment), ``.csv``, ``.md``.
+
+Batched suites (``bench/suites/batched_gemms.json``, hand-written, ``--suite``): an entry may also
+carry ``B`` (the GEMM's batch, default 1; ``batch`` is the training step's batch of sequences) and
+``batch_strides`` ``[A, B, C]`` ("packed"/null, or 0: that operand is one 2-D matrix for the whole
+batch), the fields ``nova precompile gemm --suite`` reads.  Each library then runs the whole batch
+in one call: Nova one batched launch (``nova.matmul`` on [B, ...] operands), cuBLAS
+``torch.bmm``/``torch.baddbmm`` (strided-batched GEMM; ``torch.matmul`` where an operand is
+broadcast), XLA ``lax.dot_general`` with the batch as a batch dimension (``xla_gemm``).
 """
 from __future__ import annotations
 
@@ -61,6 +69,7 @@ SUITE = "bench/suites/train_gemms.json"
 SUITE_STEPS = (("gpt42m", 32, 512), ("gpt144m", 16, 1024))     # (model, batch, seq) of the suite
 ROLES = {(False, True): "forward", (False, False): "dX", (True, False): "dW"}   # (trans_a, trans_b) -> role
 ENTRY_KEYS = ("model", "batch", "seq", "M", "N", "K", "trans_a", "trans_b", "role", "count", "bias", "activation")
+OPTIONAL_KEYS = {"B": 1, "batch_strides": None}      # a batched entry (module docstring): its defaults
 TARGETS = {"tf32": 1.05, "bf16": 1.0}     # geomean of Nova / max(cuBLAS, XLA) per dtype
 FLOOR = 0.9                               # no shape below
 LIBS = ("nova", "cublas", "xla")
@@ -102,8 +111,11 @@ def suite_entries(steps=SUITE_STEPS, **kw) -> list[dict]:
 
 
 def suite_text(entries) -> str:
-    """The suite file: a JSON list, one entry per line (deterministic, diff-friendly)."""
-    return "[\n" + ",\n".join(json.dumps({k: e[k] for k in ENTRY_KEYS}) for e in entries) + "\n]\n"
+    """The suite file: a JSON list, one entry per line (deterministic, diff-friendly); the batch
+    fields only where they are not the defaults."""
+    def keys(e):
+        return {k: e[k] for k in ENTRY_KEYS} | {k: e[k] for k, d in OPTIONAL_KEYS.items() if e.get(k, d) != d}
+    return "[\n" + ",\n".join(json.dumps(keys(e)) for e in entries) + "\n]\n"
 
 
 def load_suite(path=SUITE) -> list[dict]:
@@ -125,7 +137,17 @@ def case_problem(entry: dict, dtype: str):
     """The ``GemmProblem`` Nova runs for ``entry`` in ``dtype`` (the key ``nova.matmul`` looks up)."""
     from nova.kernels.gemm.problem import GemmProblem
     return GemmProblem(entry["M"], entry["N"], entry["K"], dtype, entry["trans_a"], entry["trans_b"],
-                       entry["bias"], entry["activation"])
+                       entry["bias"], entry["activation"], None, "rna", False, *batch_of(entry))
+
+
+def batch_of(entry: dict) -> tuple:
+    """``(B, stride_a, stride_b, stride_c)`` of an entry (None: packed, 0: broadcast); the benchmark
+    builds packed or broadcast operands only."""
+    strides = entry.get("batch_strides") or [None] * 3
+    if len(strides) != 3 or any(s not in (None, "packed", 0) for s in strides):
+        raise ValueError(f"GEMM suite entry {entry!r}: batch_strides must be three of \"packed\", null or 0 "
+                         "(the benchmark makes packed or broadcast operands)")
+    return (entry.get("B", 1), *(None if s == "packed" else s for s in strides))
 
 
 def precompile_command(path: str, dtypes, target: str = "h200", cache_dir: str = ".nova-cache") -> str:
@@ -156,17 +178,25 @@ def load_jax(log=print):
     return jax
 
 
-def xla_gemm(jax, trans_a: bool, trans_b: bool, bias: bool = False, activation: str = "none"):
+def xla_gemm(jax, trans_a: bool, trans_b: bool, bias: bool = False, activation: str = "none",
+             batched: tuple[bool, bool] = (False, False)):
     """A jitted ``act(op(A) @ op(B) + bias)`` taking A and B as stored: A [M, K] or [K, M]
     (``trans_a``), B [K, N] or [N, K] (``trans_b``); the transposition is ``dot_general``'s
-    dimension numbers, so XLA sees the layout.  Output in the inputs' dtype."""
+    dimension numbers, so XLA sees the layout.  Output in the inputs' dtype.  ``batched``: which
+    operands carry a leading batch axis [B, ...]: both, a ``dot_general`` batch dimension; one, a
+    free axis of it (the other, 2-D, broadcast), the result [B, M, N] either way."""
     lax = jax.lax
-    dims = (((0 if trans_a else 1,), (1 if trans_b else 0,)), ((), ()))
+    ra, rb = (3 if x else 2 for x in batched)
+    contract = ((ra - 2 if trans_a else ra - 1,), (rb - 1 if trans_b else rb - 2,))
+    dims = (contract, ((0,), (0,)) if all(batched) else ((), ()))
+    b_only = batched == (False, True)            # result [M, B, N]: the batch axis moves to the front
     act = {"none": None, "relu": jax.nn.relu, "silu": jax.nn.silu,
            "gelu": lambda x: jax.nn.gelu(x, approximate=True)}[activation]
 
     def f(a, b, *rest):
         c = lax.dot_general(a, b, dims, precision=lax.Precision.DEFAULT)
+        if b_only:
+            c = jax.numpy.transpose(c, (1, 0, 2))
         if bias:
             c = c + rest[0]
         return act(c) if act else c
@@ -188,13 +218,19 @@ def bench_case(torch, jax, entry: dict, dtype: str, *, seed: int, settle_s: floa
     from nova.dtypes import MODES
     M, N, K, ta, tb = entry["M"], entry["N"], entry["K"], entry["trans_a"], entry["trans_b"]
     act, storage = entry["activation"], MODES[dtype].storage
-    row = {k: entry[k] for k in ENTRY_KEYS} | {"dtype": dtype, "status": "ok", "failure": ""}
+    row = entry_row(entry) | {"dtype": dtype, "status": "ok", "failure": ""}
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    a, b = random_operands(torch, M, N, K, dtype, gen, ta, tb)
+    B, stride_a, stride_b, _ = batch_of(entry)
+    if B == 1:
+        a, b = random_operands(torch, M, N, K, dtype, gen, ta, tb)
+        outs = {name: nan_output(torch, M, N, storage) for name in ("nova", "cublas")}
+    else:                     # [B, ...] operands in the stored layouts (2-D where broadcast), [B, M, N] outputs
+        a = batched_operand(torch, B if stride_a != 0 else 0, M, K, ta, dtype, gen)
+        b = batched_operand(torch, B if stride_b != 0 else 0, K, N, tb, dtype, gen)
+        outs = {name: nan_output(torch, M, N, storage).expand(B, M, N).clone() for name in ("nova", "cublas")}
     bias = None
     if entry["bias"]:         # Nova's rule: an f32 bias for TF32 inputs, else the output's type
         bias = torch.randn(N, device="cuda", generator=gen).to(torch.float32 if dtype == "tf32" else a.dtype)
-    outs = {name: nan_output(torch, M, N, storage) for name in ("nova", "cublas")}
     ref = reference(torch, a, b, bias, act)
     state = {"xla_last": None}
 
@@ -207,21 +243,28 @@ def bench_case(torch, jax, entry: dict, dtype: str, *, seed: int, settle_s: floa
         nova.matmul(a, b, out=outs["nova"], bias=bias, activation=act)
 
     def cublas_fn(i=0):
-        if bias is None:
+        if a.dim() == b.dim() == 3:          # strided-batched GEMM
+            if bias is None:
+                torch.bmm(a, b, out=outs["cublas"])
+            else:
+                torch.baddbmm(bias, a, b, out=outs["cublas"])
+        elif bias is None:
             torch.matmul(a, b, out=outs["cublas"])
-        else:
+        elif a.dim() == b.dim() == 2:
             torch.addmm(bias, a, b, out=outs["cublas"])
+        else:                                # a broadcast operand: torch.matmul, then the bias
+            torch.matmul(a, b, out=outs["cublas"]).add_(bias)
         if act != "none":
             outs["cublas"].copy_(apply_activation(torch, outs["cublas"], act))
 
     fns = {"nova": nova_fn, "cublas": cublas_fn}
     if jax is not None:
-        f = xla_gemm(jax, ta, tb, bias is not None, act)
+        f = xla_gemm(jax, ta, tb, bias is not None, act, (a.dim() == 3, b.dim() == 3))
         xargs = []
 
         def xla_fn(i=0):
             if not xargs:            # the first call (inside the checks below) moves the operands over
-                xargs.extend([to_jax(jax, a.T if ta else a), to_jax(jax, b.T if tb else b)] +
+                xargs.extend([to_jax(jax, a.mT if ta else a), to_jax(jax, b.mT if tb else b)] +
                              ([to_jax(jax, bias)] if bias is not None else []))
             state["xla_last"] = f(*xargs)
         fns["xla"] = xla_fn
@@ -263,7 +306,7 @@ def bench_case(torch, jax, entry: dict, dtype: str, *, seed: int, settle_s: floa
         for name, fn in fns.items():
             times[name].append(wall_per_call(fn, sync, reps[name]))
     row["t_end"] = time.time()
-    flops = 2 * M * N * K
+    flops = 2 * M * N * K * B
     for name in LIBS:
         us = statistics.median(times[name]) if times.get(name) else math.nan
         row[f"{name}_us"] = us
@@ -278,6 +321,21 @@ def bench_case(torch, jax, entry: dict, dtype: str, *, seed: int, settle_s: floa
     row["ratio_vs_xla"] = row["xla_us"] / row["nova_us"] if row["status"] == "ok" else math.nan
     state["xla_last"] = None
     return row
+
+
+def entry_row(entry: dict) -> dict:
+    """The entry's fields a result row starts with (``B``, 1 when unbatched, included)."""
+    return {k: entry[k] for k in ENTRY_KEYS} | {"B": entry.get("B", 1)}
+
+
+def batched_operand(torch, batch: int, rows: int, cols: int, trans: bool, dtype: str, gen):
+    """Fresh ``randn`` [batch, rows, cols] in GEMM mode ``dtype``: the ``.mT`` view of a packed
+    [batch, cols, rows] where ``trans``; ``batch`` 0: one 2-D matrix (broadcast over the batch)."""
+    from nova.dtypes import torch_dtype
+    lead = (batch,) if batch else ()
+    x = torch.randn(lead + ((cols, rows) if trans else (rows, cols)), device="cuda", generator=gen)
+    x = x.to(torch_dtype(torch, dtype))
+    return x.mT if trans else x
 
 
 # ------------------------------------------------------------------------------ summary
@@ -331,7 +389,7 @@ def verdict_lines(summary: dict) -> list[str]:
     return lines
 
 
-COLUMNS = ["model", "role", "M", "N", "K", "trans_a", "trans_b", "bias", "count", "dtype", "nova_tflops",
+COLUMNS = ["model", "role", "B", "M", "N", "K", "trans_a", "trans_b", "bias", "count", "dtype", "nova_tflops",
            "cublas_tflops", "xla_tflops", "best", "ratio", "nova_us", "cublas_us", "xla_us", "nova_error",
            "cublas_error", "xla_error", "status", "failure"]
 
@@ -341,8 +399,8 @@ def markdown(rows, summary, env, settings) -> str:
     df = pd.DataFrame(rows, columns=COLUMNS)
     head = (f"# Training-step GEMMs: Nova vs cuBLAS vs XLA\n\n{env.get('device')} ({env.get('sms')} SMs), torch "
             f"{env.get('torch')} (CUDA {env.get('cuda')}), jax {env.get('jax', 'n/a')}, Nova {env.get('nova')}, "
-            f"{env.get('date')}.  Every GEMM of the training steps of bench/suites/train_gemms.json "
-            f"(`count` launches per step); each shape after {settings['settle_s']:g} s of the three back to back, "
+            f"{env.get('date')}.  Every GEMM of {settings.get('suite', SUITE)} (`count` launches per step, "
+            f"`B` GEMMs per launch); each shape after {settings['settle_s']:g} s of the three back to back, "
             f"then {settings['rounds']} interleaved rounds of back-to-back calls (>= {settings['min_time_s'] * 1e3:g} "
             f"ms each, host wall clock between device synchronisations), median per call.  `ratio` = Nova's "
             f"TFLOP/s / the better of cuBLAS and XLA (`best`).\n\n")
@@ -369,7 +427,7 @@ def _md_table(df) -> str:
 
 # ------------------------------------------------------------------------------ the device run
 def run_device(entries, dtypes, out, *, settle_s: float = 1.0, rounds: int = 5, min_time_s: float = 0.02,
-               seed: int = 0, budget_s: float = 480.0, log=print) -> dict:
+               seed: int = 0, budget_s: float = 480.0, log=print, suite: str = SUITE) -> dict:
     """Every entry x dtype (dtype-major); ``train_gemms.json/.csv/.md`` under ``out`` are rewritten
     after every case (a run stopped from outside leaves what it measured).  Once ``budget_s``
     seconds have passed, the remaining cases are recorded as skipped instead of run."""
@@ -381,15 +439,16 @@ def run_device(entries, dtypes, out, *, settle_s: float = 1.0, rounds: int = 5, 
         env["jax"] = jax.__version__
         env["jax_device"] = str(jax.devices("gpu")[0])
         env["jax_default_matmul_precision"] = str(getattr(jax.config, "jax_default_matmul_precision", "n/a"))
-    settings = {"dtypes": list(dtypes), "settle_s": settle_s, "rounds": rounds, "min_time_s": min_time_s,
+    settings = {"suite": suite, "dtypes": list(dtypes), "settle_s": settle_s, "rounds": rounds, "min_time_s": min_time_s,
                 "seed": seed, "budget_s": budget_s,
                 "xla_precision": "lax.Precision.DEFAULT (jax's default: TF32 for f32 on NVIDIA GPUs)"}
     rows, start = [], time.perf_counter()
     cases = [(e, dt) for dt in dtypes for e in entries]
     for i, (e, dt) in enumerate(cases, 1):
-        shape = f"[{i}/{len(cases)}] {e['model']} {e['role']:<7} {e['M']}x{e['N']}x{e['K']} {dt}"
+        batch = f"{e['B']}x" if e.get("B", 1) > 1 else ""
+        shape = f"[{i}/{len(cases)}] {e['model']} {e['role']:<7} {batch}{e['M']}x{e['N']}x{e['K']} {dt}"
         if time.perf_counter() - start > budget_s:
-            rows.append({k: e[k] for k in ENTRY_KEYS} | {"dtype": dt, "status": "skipped", "ratio": math.nan,
+            rows.append(entry_row(e) | {"dtype": dt, "status": "skipped", "ratio": math.nan,
                                                          "failure": f"not run: past the {budget_s:g} s budget"})
             log(f"{shape}: skipped (past the {budget_s:g} s budget)")
             continue
@@ -398,7 +457,7 @@ def run_device(entries, dtypes, out, *, settle_s: float = 1.0, rounds: int = 5, 
             r = bench_case(torch, jax, e, dt, seed=seed + i, settle_s=settle_s * (3 if i == 1 else 1),
                            rounds=rounds, min_time_s=min_time_s, log=log)
         except Exception as ex:       # one line, and the run goes on (the shape counts as failed)
-            r = {k: e[k] for k in ENTRY_KEYS} | {"dtype": dt, "status": "failed", "ratio": math.nan,
+            r = entry_row(e) | {"dtype": dt, "status": "failed", "ratio": math.nan,
                                                  "failure": _one_line(ex)}
             for lib in LIBS:
                 r[f"{lib}_tflops"] = math.nan
@@ -479,7 +538,8 @@ def main(argv=None) -> int:
             raise UsageError(f"unknown dtype {unknown[0]!r} in --dtypes; choose from {', '.join(MODES)}")
         if args.list:
             for e in entries:
-                print(f"{e['model']:8} {e['role']:7} {e['M']}x{e['N']}x{e['K']} "
+                print(f"{e['model']:8} {e['role']:7} {str(e['B']) + 'x' if e.get('B', 1) > 1 else ''}"
+                      f"{e['M']}x{e['N']}x{e['K']} "
                       f"{'T' if e['trans_a'] else 'N'}{'T' if e['trans_b'] else 'N'}"
                       f"{' +bias' if e['bias'] else ''}{' +' + e['activation'] if e['activation'] != 'none' else ''}"
                       f" x{e['count']}")
@@ -487,7 +547,7 @@ def main(argv=None) -> int:
             return 0
         result = run_device(entries, dtypes, args.out, settle_s=args.settle_s, rounds=args.rounds,
                             min_time_s=args.min_time_s, seed=args.seed, budget_s=args.budget_s,
-                            log=lambda line: print(line, flush=True))
+                            log=lambda line: print(line, flush=True), suite=args.suite)
         return 1 if any(r["status"] != "ok" for r in result["rows"]) else 0
     return dispatch("nova.bench.train_gemms", run, (NovaRuntimeError, ValueError, OSError))
 

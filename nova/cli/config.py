@@ -1,6 +1,7 @@
 """``nova-config``: explain how Nova's Analytic Configurator schedules an operation.
 
     nova-config explain matmul 4096x4096 [--target h200] [--dtype tf32] [--json] [--symbolic]
+    nova-config explain matmul 256x512x512x64 [--batch-strides 0,packed,packed] ...   (a batch of 256 GEMMs)
     nova-config explain attention 32,8,512,64 [--causal] [--dtype tf32] [--target h200] [--json]
     nova-config explain train gpt42m --batch 32 [--seq 512] [--target h200] [--json]
     nova-config targets [--json]
@@ -17,7 +18,7 @@ import json
 import sys
 
 from nova.cli.common import CliParser, add_version, check_tf32_fast, dispatch
-from nova.cli.shapes import parse_gemm_shape
+from nova.cli.shapes import STRIDES_HELP, parse_batch_strides, parse_problem_shape
 from nova.configurator import ACTIVATIONS, DTYPES, GemmProblem, ProblemError, configure
 from nova.hwmodel import PRESETS, get_target
 
@@ -34,7 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("explain", help="derive and explain the schedule of one operation")
     ex.add_argument("op", help="operation: matmul (alias gemm); `explain attention` and `explain train` "
                                "have their own options (see their --help)")
-    ex.add_argument("shape", help="S (M=N=K=S), SxS (square operands, M=N=K=S) or MxNxK")
+    ex.add_argument("shape", help="S (M=N=K=S), SxS (square operands, M=N=K=S), MxNxK or BxMxNxK (a batch of B "
+                                  "MxNxK GEMMs in one launch)")
     ex.add_argument("--target", default="rtx3060",
                     help=f"GPU model: {'|'.join(TARGET_CHOICES)} (default rtx3060, the design's reference GPU; "
                          "auto reads the live GPU)")
@@ -48,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--out-dtype", default=None, help="output storage f32, bf16 or f16 (default: the inputs' storage)")
     ex.add_argument("--deterministic", action="store_true",
                     help="the same bits on every run: split-K adds its slices in a workspace, in order, not with atomics")
+    ex.add_argument("--batch-strides", default=None, metavar="A,B,C", help=STRIDES_HELP)
     ex.add_argument("--json", action="store_true", help="machine-readable output (schedule, prediction, derivation)")
     ex.add_argument("--symbolic", action="store_true", help="show each formula as a sympy expression too")
     tg = sub.add_parser("targets", help="list the GPU presets with their key figures")
@@ -66,11 +69,14 @@ def _console():
 def cmd_explain(args) -> int:
     if args.op not in OPS:
         raise ProblemError(f"unknown operation {args.op!r}; supported: matmul")
-    M, N, K = parse_gemm_shape(args.shape)
+    (M, N, K), batch = parse_problem_shape(args.shape)
     check_tf32_fast([args.dtype], args.tf32_fast)
+    strides = parse_batch_strides(args.batch_strides) if args.batch_strides is not None else (None, None, None)
     problem = GemmProblem(M, N, K, dtype=args.dtype, trans_a=args.trans_a, trans_b=args.trans_b,
                           bias=args.bias, activation=args.activation, out_dtype=args.out_dtype,
-                          tf32_rounding="truncate" if args.tf32_fast else "rna", deterministic=args.deterministic)
+                          tf32_rounding="truncate" if args.tf32_fast else "rna", deterministic=args.deterministic,
+                          batch=batch.get("B", 1), batch_stride_a=strides[0], batch_stride_b=strides[1],
+                          batch_stride_c=strides[2])
     cfg = configure(problem, get_target(args.target))
     if args.json:
         print(json.dumps(cfg.to_dict(), indent=1))
@@ -96,7 +102,7 @@ def render_explain(cfg, *, symbolic: bool = False, console=None) -> None:
     console.print(t)
 
     sch = Table(title="Schedule", show_header=False)
-    grid = s.grid(p.M, p.N)
+    grid = s.grid(p.M, p.N, p.batch)
     rows = [
         ("instruction", str(s.mma)),
         tile_row(s),
@@ -106,8 +112,8 @@ def render_explain(cfg, *, symbolic: bool = False, console=None) -> None:
         ("shared memory", f"{s.smem_bytes} B ({s.smem_layout}: A +{s.smem_pad_a}, B +{s.smem_pad_b} elements per row)"),
         ("registers per thread (estimate)", s.regs_per_thread),
         ("blocks per SM", s.blocks_per_sm),
-        ("grid", f"{s.hopper.ctas} persistent CTAs walking {grid[0] * grid[2]} work units ({grid[0]} tiles x "
-                 f"{grid[2]} K slices)" if s.persistent and s.hopper is not None else
+        ("grid", f"{s.hopper.ctas} persistent CTAs walking {grid[0] * grid[2]} work units ({units_text(p, grid)})"
+         if s.persistent and s.hopper is not None else
          f"{grid[0]} x {grid[1]} x {grid[2]} ({grid[0] * grid[2]} blocks, "
          f"{grid[0] * grid[2] / (gpu.sm_count * s.blocks_per_sm):.2f} waves)"),
         ("split-K", s.split_k if s.split_k == 1 else
@@ -119,6 +125,8 @@ def render_explain(cfg, *, symbolic: bool = False, console=None) -> None:
     ]
     if s.hopper is not None:
         rows.append(epilogue_row(s))
+    if p.batch > 1:
+        rows.append(batch_row(p, s))
     for k_, v in rows:
         sch.add_row(k_, str(v))
     console.print(sch)
@@ -142,6 +150,28 @@ def render_explain(cfg, *, symbolic: bool = False, console=None) -> None:
                       f"by {gpu.name}'s efficiency constants, nova/hwmodel/calibration/"
                       f"{path_for(gpu.name, s.mma.family).name})")
     console.print(f"[dim]configured in {cfg.config_time_ms:.3f} ms, no search, no measurement[/]")
+
+
+def units_text(p, grid) -> str:
+    """What the Hopper kernel's work units are: tiles x K slices, or tiles x batch elements."""
+    if p.batch > 1:
+        return f"{grid[0] // p.batch} tiles x batch {p.batch}"
+    return f"{grid[0]} tiles x {grid[2]} K slices"
+
+
+def batch_row(p, s) -> tuple[str, str]:
+    """A batched problem's matrices: each operand's batch stride, broadcast or in a tensor map."""
+    def operand(op):
+        stride = p.batch_stride(op)
+        text = "broadcast (one matrix)" if stride == 0 else f"stride {stride}"
+        if stride and stride == p.packed_stride(op):
+            text += " (packed)"
+        if s.hopper is not None and op != "c":
+            role = s.hopper.operands.role(op)
+            prep = "prep pass into a packed workspace, " if role.prep is not None and role.batch > 1 else ""
+            text += f": {prep}{'3-D' if role.batch > 1 else '2-D'} tensor map"
+        return f"{op.upper()} {text}"
+    return ("batch", f"{p.batch} GEMMs in one launch; " + ", ".join(operand(op) for op in "abc"))
 
 
 def epilogue_row(s) -> tuple[str, str]:

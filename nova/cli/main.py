@@ -15,7 +15,8 @@ from pathlib import Path
 
 from nova.cli.train import MODEL_HELP
 from nova.cli.common import CliParser, UsageError, add_version, check_tf32_fast, dispatch, dtype_list
-from nova.cli.shapes import ShapeError, parse_gemm_shape, parse_shape_list, read_suite, read_suite_entries
+from nova.cli.shapes import (STRIDES_HELP, ShapeError, parse_batch_strides, parse_gemm_shape, parse_problem_shape,
+                             parse_problem_shape_list, parse_shape_list, read_suite, read_suite_entries)
 
 
 def _arg(parse):
@@ -30,8 +31,8 @@ def _arg(parse):
 
 
 # --------------------------------------------------------------------------- shared arguments
-def add_problem_args(p: argparse.ArgumentParser, several_dtypes: bool = False) -> None:
-    """Target, dtype and epilogue options of a GEMM."""
+def add_problem_args(p: argparse.ArgumentParser, several_dtypes: bool = False, batched: bool = False) -> None:
+    """Target, dtype and epilogue options of a GEMM (``batched``: and ``--batch-strides``)."""
     p.add_argument("--target", required=True, help="hwmodel preset (rtx3060, a100, rtx4090, h100, h200) or auto")
     p.add_argument("--dtype", default="tf32",
                    help="input mode: tf32, bf16 or fp16" + (" (comma-separated list allowed)" if several_dtypes else ""))
@@ -46,19 +47,28 @@ def add_problem_args(p: argparse.ArgumentParser, several_dtypes: bool = False) -
     p.add_argument("--deterministic", action="store_true",
                    help="the same bits on every run: split-K adds its slices in a workspace, in order, not with atomics "
                         "(what nova.matmul does under NOVA_DETERMINISTIC=1 or torch.use_deterministic_algorithms)")
+    if batched:
+        p.add_argument("--batch-strides", type=_arg(parse_batch_strides), default=None, metavar="A,B,C",
+                       help=STRIDES_HELP)
 
 
 SUITE_HELP = "file: one shape per line (# comments) or a JSON list"
 PRECOMPILE_SUITE_HELP = (SUITE_HELP + "; in nova precompile gemm a JSON object entry {\"M\", \"N\", \"K\", "
-                         "\"trans_a\", \"trans_b\", \"bias\", \"activation\", \"out_dtype\"} sets its own "
-                         "layout and epilogue (missing keys: the flags), e.g. bench/suites/train_gemms.json")
+                         "\"trans_a\", \"trans_b\", \"bias\", \"activation\", \"out_dtype\", \"B\", "
+                         "\"batch_strides\"} sets its own layout, epilogue and batch (missing keys: the flags), e.g. "
+                         "bench/suites/train_gemms.json, bench/suites/batched_gemms.json; a text line may be BxMxNxK")
 
 
-def add_shape_list_args(p: argparse.ArgumentParser, required: bool = True, suite_help: str | None = None) -> None:
+def add_shape_list_args(p: argparse.ArgumentParser, required: bool = True, suite_help: str | None = None,
+                        batched: bool = False) -> None:
     """``--shapes S1,S2,...`` or ``--suite FILE`` (one of the two is required, unless ``required``
-    is False and the command checks it itself)."""
+    is False and the command checks it itself); ``batched``: shapes may be ``BxMxNxK``."""
     shapes = p.add_mutually_exclusive_group(required=required)
-    shapes.add_argument("--shapes", type=_arg(parse_shape_list), help="comma-separated S | SxS | MxNxK")
+    if batched:
+        shapes.add_argument("--shapes", type=_arg(parse_problem_shape_list),
+                            help="comma-separated S | SxS | MxNxK | BxMxNxK (a batch of B GEMMs)")
+    else:
+        shapes.add_argument("--shapes", type=_arg(parse_shape_list), help="comma-separated S | SxS | MxNxK")
     shapes.add_argument("--suite", help=suite_help or SUITE_HELP)
 
 
@@ -68,16 +78,17 @@ def shapes_from(args) -> list:
 
 def make_problem(shape: tuple[int, int, int], dtype: str, args, fields: dict | None = None):
     """The problem of one shape and dtype; ``fields`` (a JSON suite entry's trans_a, trans_b,
-    bias, activation, out_dtype) override the command's flags.  ``--tf32-fast`` reaches bf16/fp16
-    problems too, which normalise it away (``GemmProblem``): their keys are those
-    ``nova.matmul(..., tf32_fast=True)`` looks up."""
+    bias, activation, out_dtype, B, batch_strides; a ``BxMxNxK`` shape's B) override the command's
+    flags.  ``--tf32-fast`` reaches bf16/fp16 problems too, which normalise it away
+    (``GemmProblem``): their keys are those ``nova.matmul(..., tf32_fast=True)`` looks up."""
     from nova.kernels.gemm.problem import GemmProblem
     M, N, K = shape
     f = {"trans_a": args.trans_a, "trans_b": args.trans_b, "bias": args.bias, "activation": args.activation,
-         "out_dtype": args.out_dtype, **(fields or {})}
+         "out_dtype": args.out_dtype, "B": 1, "batch_strides": getattr(args, "batch_strides", None), **(fields or {})}
+    strides = parse_batch_strides(f["batch_strides"]) if f["batch_strides"] is not None else (None, None, None)
     return GemmProblem(M, N, K, dtype.strip(), f["trans_a"], f["trans_b"], f["bias"], f["activation"],
                        f["out_dtype"], "truncate" if getattr(args, "tf32_fast", False) else "rna",
-                       getattr(args, "deterministic", False))
+                       getattr(args, "deterministic", False), f["B"], *strides)
 
 
 def problems_from(shapes: list, args) -> list:
@@ -99,8 +110,8 @@ def add_compile(sub) -> None:
     p = sub.add_parser("compile", help="configure and compile one kernel to MLIR, PTX or a cubin",
                        description="Configure one GEMM for a target and write its MLIR, PTX or cubin.")
     p.add_argument("op", choices=["gemm"], help="operation: gemm")
-    p.add_argument("shape", type=_arg(parse_gemm_shape), help="S, SxS or MxNxK")
-    add_problem_args(p)
+    p.add_argument("shape", type=_arg(parse_problem_shape), help="S, SxS, MxNxK or BxMxNxK (a batch of B GEMMs)")
+    add_problem_args(p, batched=True)
     p.add_argument("--emit", choices=["mlir", "ptx", "cubin"], default="ptx",
                    help="what to write: mlir (the kernel before lowering), ptx (default) or cubin (needs ptxas and -o)")
     p.add_argument("-o", "--output", default="-", help="output file ('-': stdout; not for cubin)")
@@ -146,8 +157,8 @@ def add_precompile(sub) -> None:
                    help="gemm: the GEMMs of --shapes/--suite; train MODEL: every kernel of a built-in model's "
                         "training step (nova precompile train gpt42m --batch 32 --target h200)")
     p.add_argument("model", nargs="?", help="train only: " + MODEL_HELP)
-    add_shape_list_args(p, required=False, suite_help=PRECOMPILE_SUITE_HELP)
-    add_problem_args(p, several_dtypes=True)
+    add_shape_list_args(p, required=False, suite_help=PRECOMPILE_SUITE_HELP, batched=True)
+    add_problem_args(p, several_dtypes=True, batched=True)
     p.add_argument("--batch", type=int, default=None, help="train only: sequences per step")
     p.add_argument("--seq", type=int, default=None, help="train only: tokens per sequence (default: the model's)")
     p.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"], help="train only: the optimizer")

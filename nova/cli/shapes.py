@@ -5,9 +5,15 @@ general.  Two unequal sizes are ambiguous and rejected, as is anything else.  Se
 ``X`` or ``×``.  A suite file holds one shape per line (``#`` comments) or a JSON list of shapes
 (strings like ``"64x64x64"``, ``[M, N, K]`` lists, or objects ``{"M": .., "N": .., "K": ..}``).
 
+A batched GEMM (``explain matmul``, ``compile gemm``, ``precompile gemm``: ``parse_problem_shape``)
+is ``BxMxNxK``: B GEMMs of MxNxK, their operands packed unless ``--batch-strides`` (or a JSON
+entry's ``batch_strides``) says otherwise.
+
 An object may also fix the problem's layout and epilogue (``LAYOUT_FIELDS``: ``trans_a``,
-``trans_b``, ``bias``, ``activation``, ``out_dtype``); its other keys (a benchmark's ``model``,
-``role``, ``count``, ...) are ignored.  ``read_suite_entries`` returns those fields and only
+``trans_b``, ``bias``, ``activation``, ``out_dtype``) and its batch (``B``, ``batch_strides``
+``[A, B, C]``: elements, "packed" or null; "batch" in a training suite is the model's batch of
+sequences, not the GEMM's); its other keys (a benchmark's ``model``, ``role``, ``count``, ...) are
+ignored.  ``read_suite_entries`` returns those fields and only
 ``nova precompile gemm`` reads them (each problem's own layout, the command's flags filling in the
 rest); ``read_suite``, which returns bare shapes for the commands that take one layout for all,
 rejects a suite that sets them rather than drop them.
@@ -46,6 +52,50 @@ def parse_gemm_shape(text: str) -> tuple[int, int, int]:
     return dims[0], dims[1], dims[2]
 
 
+def parse_problem_shape(text: str) -> tuple[tuple[int, int, int], dict]:
+    """``parse_gemm_shape``'s shapes with ``{}``, or ``"BxMxNxK"`` -> ``((M, N, K), {"B": B})``: a batch
+    of B GEMMs (``B`` the suite field ``LAYOUT_FIELDS`` reads)."""
+    parts = _SEP.split(str(text).strip())
+    if len(parts) < 4:
+        return parse_gemm_shape(text), {}
+    if len(parts) > 4 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ShapeError(f"bad GEMM shape {text!r}: expected S, SxS, MxNxK or BxMxNxK (a batch of B GEMMs) with "
+                         f"positive integers (e.g. 4096 or 8x512x512x64)")
+    b, m, n, k = (int(p) for p in parts)
+    return (m, n, k), {"B": b}
+
+
+def parse_problem_shape_list(text: str) -> list[tuple[tuple[int, int, int], dict]]:
+    """Comma-separated ``parse_problem_shape`` shapes: ``"4096,8x512x512x64"``."""
+    items = [s for s in str(text).split(",") if s.strip()]
+    if not items:
+        raise ShapeError(f"no GEMM shapes in {text!r}")
+    return [parse_problem_shape(s) for s in items]
+
+
+STRIDES_HELP = ("batched shapes only: the batch strides of A, B and C in elements, each an integer or 'packed' "
+                "(default packed,packed,packed); 0 broadcasts A or B, e.g. 0,packed,packed")
+
+
+def parse_batch_strides(value) -> tuple:
+    """``"0,packed,packed"`` (``--batch-strides``) or a JSON list ``[0, "packed", null]`` ->
+    ``(0, None, None)``: the batch strides of A, B and C in elements, None = packed."""
+    items = [x.strip() for x in value.split(",")] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or len(items) != 3:
+        raise ShapeError(f"bad batch strides {value!r}: expected three, for A, B and C (e.g. 0,packed,packed)")
+    out = []
+    for x in items:
+        if x is None or x == "packed":
+            out.append(None)
+        elif isinstance(x, int) and not isinstance(x, bool) and x >= 0:
+            out.append(x)
+        elif isinstance(x, str) and x.isdigit():
+            out.append(int(x))
+        else:
+            raise ShapeError(f"bad batch stride {x!r} in {value!r}: a non-negative integer (elements) or 'packed'")
+    return tuple(out)
+
+
 def parse_shape_list(text: str) -> list[tuple[int, int, int]]:
     """Comma-separated shapes: ``"64,128x128x256"``."""
     items = [s for s in str(text).split(",") if s.strip()]
@@ -57,7 +107,9 @@ def parse_shape_list(text: str) -> list[tuple[int, int, int]]:
 # The per-entry problem fields a JSON suite object may set: (JSON types, what they are, the default).
 LAYOUT_FIELDS = {"trans_a": (bool, "true or false", False), "trans_b": (bool, "true or false", False),
                  "bias": (bool, "true or false", False), "activation": (str, "a string", "none"),
-                 "out_dtype": ((str, type(None)), "a string or null", None)}
+                 "out_dtype": ((str, type(None)), "a string or null", None),
+                 "B": (int, "a positive integer (the GEMM's batch)", 1),
+                 "batch_strides": ((list, type(None)), 'a list [A, B, C] of strides (elements, "packed" or null)', None)}
 
 
 def _json_entry(item, p: Path) -> tuple[tuple[int, int, int], dict]:
@@ -73,14 +125,20 @@ def _json_entry(item, p: Path) -> tuple[tuple[int, int, int], dict]:
         fields = {k: item[k] for k in LAYOUT_FIELDS if k in item}
         for k, v in fields.items():
             types, what, _ = LAYOUT_FIELDS[k]
-            if not isinstance(v, types):
+            if not isinstance(v, types) or isinstance(v, bool) and types is int or k == "B" and v < 1:
                 raise ShapeError(f"suite file {p}: {k}={json.dumps(v)} in {item!r} must be {what}")
+        if fields.get("batch_strides") is not None:
+            try:
+                parse_batch_strides(fields["batch_strides"])
+            except ShapeError as e:
+                raise ShapeError(f"suite file {p}: {e} in {item!r}") from None
         return parse_gemm_shape("x".join(str(d) for d in dims)), fields
     return parse_gemm_shape(str(item)), {}
 
 
 def read_suite_entries(path: str | Path) -> list[tuple[tuple[int, int, int], dict]]:
-    """``(shape, layout fields)`` of every entry of a suite file (fields only from JSON objects)."""
+    """``(shape, layout fields)`` of every entry of a suite file (fields from JSON objects, and a
+    text line's ``BxMxNxK`` batch)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -100,7 +158,7 @@ def read_suite_entries(path: str | Path) -> list[tuple[tuple[int, int, int], dic
             line = line.split("#", 1)[0].strip()
             if line:
                 try:
-                    entries.append((parse_gemm_shape(line), {}))
+                    entries.append(parse_problem_shape(line))
                 except ShapeError as e:
                     raise ShapeError(f"{p}:{n}: {e}") from None
     if not entries:
@@ -116,7 +174,8 @@ def read_suite(path: str | Path) -> list[tuple[int, int, int]]:
     for shape, fields in entries:
         fields = {k: v for k, v in fields.items() if v != LAYOUT_FIELDS[k][2]}
         if fields:
-            raise ShapeError(f"suite file {path}: the entry {'x'.join(map(str, shape))} sets "
+            batch = f"{fields['B']}x" if "B" in fields else ""
+            raise ShapeError(f"suite file {path}: the entry {batch}{'x'.join(map(str, shape))} sets "
                              f"{', '.join(sorted(fields))}, which only 'nova precompile gemm' reads; "
                              f"this command takes --shapes or a suite of bare shapes")
     return [shape for shape, _ in entries]

@@ -22,7 +22,7 @@ import json
 import multiprocessing
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_SUITE = "bench/suites/perf.txt"
@@ -81,7 +81,7 @@ def _runtime_view(problem, schedule, artifact) -> dict | None:
         return None
     view = {"tensor_map_type": plan.operands.tensor_map_type, "storage": problem.storage,
             "operands": {op: {"rows": role.rows, "cols": role.cols, "box": [plan.box(op).cols, plan.box(op).rows],
-                              "prep": None if role.prep is None else asdict(role.prep)}
+                              "prep": None if role.prep is None else role.prep.to_dict()}
                          for op, role in (("a", plan.operands.a), ("b", plan.operands.b))}}
     if plan.tma_store:                   # the TMA-store epilogue's map of C (absent otherwise: older views stand)
         view["c"] = {"rows": problem.M, "cols": problem.N, "box": [plan.box_c.cols, plan.box_c.rows],

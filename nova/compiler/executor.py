@@ -776,7 +776,7 @@ def precompile_commands(problems, target: str) -> list[str]:
     from nova.messages import precompile_command
     groups: dict[tuple, list[str]] = {}
     for p in problems:
-        shape = f"{p.M}x{p.N}x{p.K}"
+        shape = f"{p.batch}x{p.M}x{p.N}x{p.K}" if p.batch > 1 else f"{p.M}x{p.N}x{p.K}"
         head, tail = precompile_command(p, target).split(f" --shapes {shape}")
         groups.setdefault((head, tail), [])
         if shape not in groups[(head, tail)]:

@@ -1,16 +1,20 @@
 """Lowering of the IR's ``matmul`` (+ a bias/activation epilogue) to GEMM launches.
 
 Nova GEMM kernels (``nova.matmul(a, b, out=c, bias=, activation=)``) take 2-D operands that are
-row-major or the transpose of a row-major matrix (read in place), a row-major output, a [N] bias
-(f32 for TF32 inputs, else the output's type) and relu / gelu (tanh) / silu.  An IR matmul
+row-major or the transpose of a row-major matrix (read in place), or 3-D batches of such matrices
+(any batch stride, 0 broadcasting), a row-major output ([B, M, N] batched), a [N] bias (f32 for
+TF32 inputs, else the output's type) and relu / gelu (tanh) / silu.  An IR matmul
 ``[..., M, K] x [..., K, N]`` (``transpose_a/b`` read the operand's last two axes swapped)
 becomes:
 
   * 2-D x 2-D: one launch, transposed operands as ``x.mT`` views;
   * batched x 2-D (a linear layer on [B, T, C]) whose rows merge into one [B*T, K] view: one
     launch on the flattened rows;
-  * otherwise (truly batched, or a 2-D A against batched B): one launch per batch element, up to
-    ``MAX_BATCH_LOOP`` elements; beyond that, and for any operand Nova cannot read (layout, dtype,
+  * otherwise (truly batched, or a 2-D A against batched B): one batched launch whose batch is the
+    result's batch axes, each operand viewed as [batch, rows, cols] with one batch stride (its
+    broadcast axes stride 0: ``layout.merged_batch_stride``); where the axes do not merge into one
+    stride, one batched launch per element of the leading axes that do not (up to
+    ``MAX_BATCH_LOOP`` launches); beyond that, and for any operand Nova cannot read (layout, dtype,
     16-byte alignment, empty dimensions), ``torch.matmul`` (cuBLAS) with the reason recorded.
 
 Epilogue fusion: the nodes right after a matmul in the same group are folded into the launch when
@@ -31,20 +35,33 @@ from dataclasses import dataclass, field
 import torch
 
 from nova.compiler.aten_kernels import Kernel, overlap
+from nova.passes.layout import merged_batch_stride
 
 NOVA_DTYPES = {torch.float32: "tf32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 OUT_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 ACTIVATIONS = {"relu": "relu", "gelu_tanh": "gelu", "silu": "silu"}
-MAX_BATCH_LOOP = 64          # batched matmuls with more elements go to torch.matmul (one cuBLAS batched call)
+MAX_BATCH_LOOP = 64          # batched matmuls needing more launches go to torch.matmul (one cuBLAS batched call)
 ALIGN_BYTES = 16             # the widest vector access / TMA base alignment of Nova's kernels
 
 
 @dataclass
 class GemmCall:
-    a: object                    # 2-D [M, K] (row-major or transposed view)
-    b: object                    # 2-D [K, N]
-    out: object                  # 2-D [M, N] row-major
+    a: object                    # 2-D [M, K] (row-major or transposed view), or batched [count, M, K]
+    b: object                    # 2-D [K, N], or batched [count, K, N] (batch stride 0: broadcast)
+    out: object                  # 2-D [M, N] row-major, or batched [count, M, N]
     bias: object = None          # [N] or None
+
+    def problem_fields(self) -> tuple:
+        """``(M, N, K, trans_a, trans_b, (batch, stride_a, stride_b, stride_c) or ())`` as
+        ``nova.matmul`` states the problem (``GemmProblem`` then normalises the batch)."""
+        a, b, out = self.a, self.b, self.out
+        M, K = (int(d) for d in a.shape[-2:])
+        N = int(b.shape[-1])
+        trans_a, trans_b = layout(a) == "col", layout(b) == "col"
+        if out.dim() == 2 or out.shape[0] == 1:
+            return M, N, K, trans_a, trans_b, ()
+        strides = tuple(int(t.stride(0)) if t.shape[0] > 1 else 0 for t in (a, b, out))
+        return M, N, K, trans_a, trans_b, (int(out.shape[0]),) + strides
 
 
 @dataclass
@@ -66,18 +83,16 @@ class GemmLaunch:
         deterministic = default_deterministic()
         out = []
         for c in self.calls:
-            M, K = c.a.shape
-            N = c.b.shape[1]
-            out.append(GemmProblem(int(M), int(N), int(K), NOVA_DTYPES[c.a.dtype], layout(c.a) == "col",
-                                   layout(c.b) == "col", c.bias is not None, self.activation,
-                                   OUT_DTYPES[c.out.dtype], deterministic=deterministic))
+            M, N, K, trans_a, trans_b, batch = c.problem_fields()
+            out.append(GemmProblem(M, N, K, NOVA_DTYPES[c.a.dtype], trans_a, trans_b, c.bias is not None,
+                                   self.activation, OUT_DTYPES[c.out.dtype], "rna", deterministic, *batch))
         return out
 
     def describe(self) -> str:
         if self.backend == "torch":
             return "torch.matmul" + (f" ({self.reason})" if self.reason else "")
         a, b, c = self.calls[0].a, self.calls[0].b, self.calls[0].out
-        shape = f"{c.shape[0]}x{c.shape[1]}x{a.shape[1]} {NOVA_DTYPES[a.dtype]} " \
+        shape = f"{'x'.join(map(str, c.shape))}x{a.shape[-1]} {NOVA_DTYPES[a.dtype]} " \
                 f"{'T' if layout(a) == 'col' else 'N'}{'T' if layout(b) == 'col' else 'N'}"
         extra = (" +bias" if self.calls[0].bias is not None else "") + \
                 (f" +{self.activation}" if self.activation != "none" else "")
@@ -110,12 +125,14 @@ def _c_contiguous(shape, strides) -> bool:
 
 
 def layout(t) -> str | None:
-    """"row" (row-major), "col" (transpose of a row-major matrix) or None, as Nova reads a 2-D operand."""
-    if t.dim() != 2:
+    """"row" (row-major), "col" (transpose of a row-major matrix) or None, as Nova reads a 2-D operand
+    or each matrix of a 3-D batch (the batch stride is free)."""
+    if t.dim() not in (2, 3):
         return None
-    if _c_contiguous(tuple(t.shape), t.stride()):
+    shape, strides = tuple(t.shape)[-2:], t.stride()[-2:]
+    if _c_contiguous(shape, strides):
         return "row"
-    if _c_contiguous(tuple(t.shape)[::-1], t.stride()[::-1]):
+    if _c_contiguous(shape[::-1], strides[::-1]):
         return "col"
     return None
 
@@ -135,7 +152,7 @@ def _nova_problem_reason(c: GemmCall) -> str:
         return f"operands {a.dtype}/{b.dtype}: Nova GEMMs take f32 (TF32), bf16 or f16 pairs"
     if out.dtype not in OUT_DTYPES:
         return f"output {out.dtype}"
-    if min(a.shape[0], a.shape[1], b.shape[1]) == 0:
+    if min(*a.shape, b.shape[-1]) == 0:
         return "an empty dimension"
     if layout(a) is None or layout(b) is None:
         return "an operand neither row-major nor transposed row-major"
@@ -171,12 +188,29 @@ def _calls(A, B, C) -> tuple[list, str]:
             flat = None
         if flat is not None and layout(flat.a) is not None and layout(flat.out) == "row":
             return [flat], ""
-    count = math.prod(batch)
-    if count > MAX_BATCH_LOOP:
-        return [], f"batched matmul of {count} > {MAX_BATCH_LOOP} elements"
+    return _batched_calls(A, B, C, batch)
+
+
+def _batched_calls(A, B, C, batch) -> tuple[list, str]:
+    """Batched launches of ``C = A @ B``: the batch axes from the first whose trailing axes merge
+    into one stride for A, B and C (``merged_batch_stride``; all of them, usually: one launch), one
+    launch per element of the axes before it; or ([], reason) beyond ``MAX_BATCH_LOOP`` launches."""
     Ae = A.expand(batch + tuple(A.shape[-2:]))
     Be = B.expand(batch + tuple(B.shape[-2:]))
-    return [GemmCall(Ae[idx], Be[idx], C[idx]) for idx in itertools.product(*map(range, batch))], ""
+    for split in range(len(batch)):
+        inner = batch[split:]
+        strides = [merged_batch_stride(inner, t.stride()[split:len(batch)]) for t in (Ae, Be, C)]
+        if None in strides:
+            continue
+        count, launches = math.prod(inner), math.prod(batch[:split])
+        if launches > MAX_BATCH_LOOP:
+            return [], f"batched matmul of {launches} > {MAX_BATCH_LOOP} launches (its batch axes do not merge)"
+
+        def view(t, s):              # [count, rows, cols], the batch s elements apart
+            return t.as_strided((count,) + tuple(t.shape[-2:]), (s,) + t.stride()[-2:], t.storage_offset())
+        return [GemmCall(*(view(t[idx], s) for t, s in zip((Ae, Be, C), strides)))
+                for idx in itertools.product(*map(range, batch[:split]))], ""
+    return [], "batch axes that merge into no stride"      # not reached: one axis always has one
 
 
 def _operands(node, a, b):

@@ -4,7 +4,9 @@ Rules, applied to each node in program order (a node joins a group, or starts on
 
 * ``matmul`` starts a ``gemm`` group.  It runs on a Nova GEMM kernel (``kernel="nova"``) when it is
   one ``GemmProblem``: both operands f32 (TF32), bf16 or f16, a 2-D ``b``, an ``a`` that is 2-D or
-  batched without transpose (its batch axes fold into M), both operands dense; else ATen.
+  batched without transpose (its batch axes fold into M), both operands dense; or truly batched
+  (``batched_gemm``): each operand's matrices row-major (the transpose flags read them swapped),
+  its batch axes (broadcast ones stride 0) one stride apart in the flat batch order; else ATen.
 * Epilogue: a pointwise consumer of a Nova GEMM joins its group when the GEMM kernel computes it
   (``act(acc + bias)``, ``nova/kernels/gemm/problem.py``): first an ``add`` of a dense [N] bias of
   the kernel's bias type, then one activation (relu, gelu_tanh, silu), and only when the value it
@@ -273,10 +275,9 @@ def _classify_gemm(g: _Open, node: Node, layouts) -> None:
         why = f"operands {a.type} and {b.type}: Nova GEMM takes two f32, bf16 or f16 operands"
     elif out.dtype not in OUT_DTYPES:
         why = f"result type {out.type}"
-    elif b.type.rank != 2:
-        why = f"batched right operand {b.type}"
-    elif a.type.rank > 2 and ta:
-        why = f"batched transposed left operand {a.type}"
+    elif b.type.rank != 2 or (a.type.rank > 2 and ta):
+        batched_gemm(g, node, layouts)
+        return
     elif not (layouts[a].dense and layouts[b].dense):
         why = "an operand is not dense in memory"
     elif any(layouts[x].offset * x.type.itemsize % 16 for x in (a, b)):
@@ -293,6 +294,44 @@ def _classify_gemm(g: _Open, node: Node, layouts) -> None:
     g.kernel = "nova"
     g.problem = GemmProblem(M=m, N=n, K=k, dtype=NOVA_GEMM_MODES[a.dtype], trans_a=ta, trans_b=tb,
                             out_dtype=out.dtype)
+
+
+def batched_gemm(g: _Open, node: Node, layouts) -> None:
+    """Classify a truly batched matmul (a batched ``b``, or a batched transposed ``a``): one batched
+    Nova GEMM when each operand's matrices are row-major and its batch axes, broadcast to the
+    result's, merge into one stride (``layout.merged_batch_stride``), the operands start on 16-byte
+    boundaries and no dimension is empty; else ATen with the reason.  ``GemmProblem`` normalises
+    the batch as for the executor's launch (``gemm_lowering``): packed A and C against one B is one
+    flat GEMM."""
+    a, b = node.inputs
+    ta, tb = bool(node.attrs.get("transpose_a")), bool(node.attrs.get("transpose_b"))
+    out = node.outputs[0]
+    batch = out.shape[:-2]
+    strides = {}
+    for name, x in (("a", a), ("b", b)):
+        lay = layouts[x]
+        rows, cols = lay.shape[-2:]
+        if not ((cols == 1 or lay.strides[-1] == 1) and (rows == 1 or lay.strides[-2] == cols)):
+            g.why_not_nova = f"the matrices of {name} ({lay.describe()}) are not row-major"
+            return
+        pad = len(batch) - (len(lay.shape) - 2)              # broadcast: missing axes, extent-1 axes stride 0
+        axes = [0] * pad + [0 if n == 1 else st for n, st in zip(lay.shape[:-2], lay.strides[:-2])]
+        strides[name] = layout_analysis.merged_batch_stride(batch, axes)
+        if strides[name] is None:
+            g.why_not_nova = f"the batch axes of {name} ({lay.describe()}) are not one stride apart"
+            return
+        if lay.offset * x.type.itemsize % 16:
+            g.why_not_nova = "an operand starts off a 16-byte boundary"
+            return
+    m, k = (a.shape[-1], a.shape[-2]) if ta else a.shape[-2:]
+    n = b.shape[-2] if tb else b.shape[-1]
+    count = math.prod(batch)
+    if min(m, n, k, count) < 1:
+        g.why_not_nova = "an empty dimension"
+        return
+    g.kernel = "nova"
+    g.problem = GemmProblem(m, n, k, NOVA_GEMM_MODES[a.dtype], ta, tb, out_dtype=out.dtype, batch=count,
+                            batch_stride_a=strides["a"], batch_stride_b=strides["b"], batch_stride_c=m * n)
 
 
 def _bias_type(problem: GemmProblem) -> str:

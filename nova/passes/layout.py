@@ -50,6 +50,21 @@ class Layout:
         return f"shape {list(self.shape)} strides {list(self.strides)} offset {self.offset}"
 
 
+def merged_batch_stride(shape, strides) -> int | None:
+    """The one stride s with strides[d] = s * prod(shape[d+1:]) for every axis of extent > 1 (0 when
+    none, or broadcast): batch axes of ``shape`` whose matrices lie s elements apart in their flat
+    (row-major) order, i.e. one batch dimension for a batched GEMM; None when no such s exists."""
+    s, inner = None, 1
+    for n, st in zip(reversed(tuple(shape)), reversed(tuple(strides))):
+        if n != 1:
+            if s is None:
+                s = st
+            elif st != s * inner:
+                return None
+        inner *= n
+    return s or 0
+
+
 def view_strides(old_shape, old_strides, new_shape) -> tuple[int, ...] | None:
     """The strides of ``view(new_shape)`` of a tensor with ``old_shape``/``old_strides``, or None
     when no strides express it.  A port of ATen's ``computeStride`` (TensorUtils.cpp), so it agrees

@@ -319,6 +319,9 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
     ``a`` is [M, K], ``b`` is [K, N]: torch tensors, cupy arrays, or objects with
     ``__cuda_array_interface__``/``__dlpack__``.  float32 runs on TF32 tensor cores; bfloat16 and
     float16 likewise.  A transposed view (``x.T`` of a contiguous matrix) is read in place.
+    Batched (``torch.bmm``/``torch.matmul`` semantics): ``a`` [B, M, K] or [M, K], ``b`` [B, K, N]
+    or [K, N] (a 2-D operand or a batch of one is broadcast), ``out`` [B, M, N]; each matrix
+    row-major or transposed, the batch dimension any stride (one launch; ``batched_problem``).
     Runs on the framework's current stream (torch, cupy) or the legacy default stream; no sync.
 
     Repeated calls on plain torch tensors with the same dtypes, shapes, strides, devices and options
@@ -337,36 +340,58 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
         return out
 
     ta, tb = tensors.describe(a, "a"), tensors.describe(b, "b")
-    M, K, trans_a = tensors.gemm_operand(ta, "[M, K]")
-    K_b, N, trans_b = tensors.gemm_operand(tb, "[K, N]")
-    if K != K_b:
-        raise ValueError(f"inner dimensions differ: a is [M, K] = {list(ta.shape)}, b is [K, N] = {list(tb.shape)}")
+    to = tensors.describe(out, "out") if out is not None else None
+    if len(ta.shape) == 2 and len(tb.shape) == 2:
+        M, K, trans_a = tensors.gemm_operand(ta, "[M, K]")
+        K_b, N, trans_b = tensors.gemm_operand(tb, "[K, N]")
+        if K != K_b:
+            raise ValueError(f"inner dimensions differ: a is [M, K] = {list(ta.shape)}, b is [K, N] = {list(tb.shape)}")
+        batch, out_shape = (), (M, N)
+    else:
+        (M, N, K, trans_a, trans_b, *batch), out_shape = batched_problem(ta, tb, to)
     dtype = tensors.gemm_dtype(ta, tb)
     if ta.device is not None and tb.device is not None and ta.device != tb.device:
         raise ValueError(f"a is on cuda:{ta.device} but b is on cuda:{tb.device}")
-    to = tensors.describe(out, "out") if out is not None else None
     out_dtype = to.storage if to is not None and to.storage in dtypes.OUT_STORAGES else None
     rounding = "truncate" if tf32_fast and dtype == "tf32" else "rna"
-    fields = (M, N, K, dtype, trans_a, trans_b, bias is not None, activation, out_dtype, rounding, bool(deterministic))
+    fields = (M, N, K, dtype, trans_a, trans_b, bias is not None, activation, out_dtype, rounding, bool(deterministic),
+              *batch)
     problem = _problems.get(fields)
     if problem is None:
         problem = _problems.setdefault(fields, GemmProblem(*fields))
     if to is not None:
-        tensors.check_output(to, M, N, problem.out_dtype)
+        tensors.check_output(to, M, N, problem.out_dtype, batched=len(out_shape) == 3)
     tbias = tensors.describe(bias, "bias") if bias is not None else None
     if tbias is not None:
         tensors.check_bias(tbias, N, bias_storage(problem))
 
     resolved = resolve_kernel(problem, target, driver.get_device(ta.device if ta.device is not None else tb.device))
     if to is None:
-        out = tensors.empty(ta, (M, N), problem.out_dtype)
+        out = tensors.empty(ta, out_shape, problem.out_dtype)
         to = tensors.describe(out, "out")
     stream = tensors.stream_source(ta)
     # alignment of A, B, C and bias is checked in ResolvedKernel.run, on every call
     resolved.run(ta.ptr, tb.ptr, to.ptr, tbias.ptr if tbias is not None else None, stream())
     if key is not None:            # validated and launched: this signature takes the short path from now on
-        _plans[key] = Plan(resolved, tensors.allocator(ta, (M, N), problem.out_dtype), stream)
+        _plans[key] = Plan(resolved, tensors.allocator(ta, out_shape, problem.out_dtype), stream)
     return out
+
+
+def batched_problem(ta, tb, to) -> tuple[tuple, tuple]:
+    """``((M, N, K, trans_a, trans_b[, batch, stride_a, stride_b, stride_c]), out_shape)`` of a
+    matmul with a 3-D operand (``tensors.batched_operand``: 2-D or a batch of one is broadcast,
+    stride 0).  C is [batch, M, N] (``out``'s batch stride, else packed).  ``GemmProblem`` normalises
+    a batch of one, or packed A and C against one B, to the unbatched problem."""
+    batch_a, M, K, trans_a, stride_a = tensors.batched_operand(ta, "[M, K]")
+    batch_b, K_b, N, trans_b, stride_b = tensors.batched_operand(tb, "[K, N]")
+    if K != K_b:
+        raise ValueError(f"inner dimensions differ: a is [.., M, K] = {list(ta.shape)}, b is [.., K, N] = "
+                         f"{list(tb.shape)}")
+    batch = tensors.batch_count(batch_a, batch_b, ta, tb)
+    stride_c = tensors.batched_output_stride(to, batch, M, N) if to is not None else M * N
+    if batch == 1:
+        return (M, N, K, trans_a, trans_b), (1, M, N)
+    return (M, N, K, trans_a, trans_b, batch, stride_a, stride_b, stride_c), (batch, M, N)
 
 
 def bias_storage(problem: GemmProblem) -> str:

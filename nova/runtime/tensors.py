@@ -176,6 +176,44 @@ def gemm_operand(t: TensorInfo, expected: str) -> tuple[int, int, bool]:
                      f"row-major nor the transpose of a row-major matrix; make it contiguous first")
 
 
+def batched_operand(t: TensorInfo, expected: str) -> tuple[int, int, int, bool, int]:
+    """``(matrices, rows, cols, transposed, batch_stride)`` of a 2-D operand (1 matrix, stride 0) or
+    of a 3-D batch ``[batch, rows, cols]`` of matrices each row-major or transposed (``gemm_operand``'s
+    rule), ``batch_stride`` elements apart (0 for a batch of one)."""
+    if len(t.shape) == 2:
+        return (1, *gemm_operand(t, expected), 0)
+    if len(t.shape) != 3:
+        raise ValueError(f"{t.name}: expected a 2-D matrix {expected} or a 3-D batch [batch, {expected[1:-1]}], "
+                         f"got shape {list(t.shape)} ({t.storage})")
+    matrix = TensorInfo(t.name, t.ptr, t.shape[1:], t.strides[1:], t.storage, t.framework, t.device)
+    rows, cols, transposed = gemm_operand(matrix, expected)
+    stride = t.strides[0] if t.shape[0] > 1 else 0
+    if stride < 0:
+        raise ValueError(f"{t.name}: negative batch stride {stride} (elements); make it contiguous first")
+    return t.shape[0], rows, cols, transposed, stride
+
+
+def batch_count(a: int, b: int, a_info: TensorInfo, b_info: TensorInfo) -> int:
+    """The batch of ``a`` and ``b`` matrices (torch.matmul's broadcasting: equal, or one of them 1)."""
+    if a != b and 1 not in (a, b):
+        raise ValueError(f"batch sizes differ: {a_info} holds {a} matrices, {b_info} {b} (equal, or one of them 1 "
+                         "to broadcast)")
+    return max(a, b)
+
+
+def batched_output_stride(out: TensorInfo, batch: int, M: int, N: int) -> int:
+    """Check the shape and layout of a batched output ``[batch, M, N]`` (each matrix row-major; its
+    element type is ``check_output``'s) and return its batch stride (elements; M*N for a batch of one)."""
+    if tuple(out.shape) != (batch, M, N):
+        raise ValueError(f"{out}: expected shape [{batch}, {M}, {N}]")
+    if not is_c_contiguous(out.shape[1:], out.strides[1:]):
+        raise ValueError(f"{out}: each [{M}, {N}] matrix must be row-major contiguous, got strides {list(out.strides)}")
+    stride = out.strides[0] if batch > 1 else M * N
+    if stride < M * N:
+        raise ValueError(f"{out}: batch stride {stride} (elements) makes its [{M}, {N}] matrices overlap")
+    return stride
+
+
 def gemm_dtype(a: TensorInfo, b: TensorInfo) -> str:
     """The GemmProblem dtype for inputs ``a`` and ``b`` (float32 -> tf32, bfloat16 -> bf16, float16 -> fp16)."""
     for t in (a, b):
@@ -187,12 +225,14 @@ def gemm_dtype(a: TensorInfo, b: TensorInfo) -> str:
     return dtypes.MODE_OF_STORAGE[a.storage]
 
 
-def check_output(out: TensorInfo, M: int, N: int, out_dtype: str) -> None:
-    if tuple(out.shape) != (M, N):
+def check_output(out: TensorInfo, M: int, N: int, out_dtype: str, batched: bool = False) -> None:
+    """A 2-D output [M, N], row-major, of ``out_dtype``; ``batched``: only its element type (the shape
+    and layout of a [batch, M, N] output are ``batched_output_stride``'s)."""
+    if not batched and tuple(out.shape) != (M, N):
         raise ValueError(f"{out}: expected shape [{M}, {N}]")
     if out.storage != out_dtype:
         raise TypeError(f"{out}: expected element type {out_dtype}")
-    if not is_c_contiguous(out.shape, out.strides):
+    if not batched and not is_c_contiguous(out.shape, out.strides):
         raise ValueError(f"{out}: must be row-major contiguous, got strides {list(out.strides)}")
 
 

@@ -5,7 +5,9 @@ or ``(tmap_a*, tmap_b*, tmap_c*[, bias*])`` with the TMA-store epilogue (``Hoppe
 pointers to 128-byte ``CUtensorMap`` objects in *device* memory (MLIR's convention for
 ``!nvgpu.tensormap.descriptor``).  What the maps describe (each operand's tensor, box and element
 type; C's box ``HopperPlan.box_c`` over the ``[M, N]`` output of the artifact's problem) and which
-operands are prepped is the schedule's ``HopperPlan``; the prep kernels travel in the artifact
+operands are prepped is the schedule's ``HopperPlan``; a batched operand (``OperandRole.batch`` > 1)
+gets a 3-D map, batch outermost with its batch stride (C's from the problem's ``batch`` and
+``batch_stride_c``); the prep kernels travel in the artifact
 (``meta["prep_kernels"]``).  This module
 
 * encodes tensor maps with ``cuTensorMapEncodeTiled`` through ctypes into a 64-byte aligned host
@@ -60,31 +62,39 @@ def _encode_fn():
 
 
 def encode_tiled_2d(ptr: int, dtype: str, rows: int, cols: int, box_rows: int, box_cols: int,
-                    swizzle: int = 128) -> bytes:
+                    swizzle: int = 128, batch: int = 1, batch_stride: int = 0) -> bytes:
     """The 128 bytes of a ``CUtensorMap`` for a row-major ``[rows, cols]`` tensor at ``ptr``
-    (row stride ``cols`` elements), box ``[box_rows, box_cols]``, out-of-bounds reads as zero."""
+    (row stride ``cols`` elements), box ``[box_rows, box_cols]``, out-of-bounds reads as zero.
+    ``batch`` > 1: a 3-D map of ``batch`` such matrices ``batch_stride`` elements apart (box
+    ``[1, box_rows, box_cols]``); TMA needs that stride, like the rows, a multiple of 16 bytes."""
     eb = ELEMENT_BYTES[dtype]
-    if (cols * eb) % 16 or ptr % 16:
-        raise driver.NovaRuntimeError(f"TMA needs 16-byte aligned rows and base: {rows}x{cols} {dtype} at {ptr:#x}")
+    if (cols * eb) % 16 or ptr % 16 or (batch > 1 and batch_stride * eb % 16):
+        raise driver.NovaRuntimeError(f"TMA needs 16-byte aligned rows, batch stride and base: "
+                                      f"{batch}x{rows}x{cols} {dtype} (batch stride {batch_stride}) at {ptr:#x}")
     raw = (ctypes.c_uint8 * (128 + 64))()
     addr = ctypes.addressof(raw)
     aligned = addr + (-addr % 64)                 # the driver requires a 64-byte aligned CUtensorMap*
     a64 = lambda *xs: (ctypes.c_uint64 * len(xs))(*xs)
     a32 = lambda *xs: (ctypes.c_uint32 * len(xs))(*xs)
-    err = _encode_fn()(aligned, DATA_TYPES[dtype], 2, ptr, a64(cols, rows), a64(cols * eb),
-                       a32(box_cols, box_rows), a32(1, 1), 0, SWIZZLE[swizzle], L2_PROMOTION_256B, OOB_FILL_ZERO)
+    dims, strides, box = (cols, rows), (cols * eb,), (box_cols, box_rows)
+    if batch > 1:
+        dims, strides, box = dims + (batch,), strides + (batch_stride * eb,), box + (1,)
+    err = _encode_fn()(aligned, DATA_TYPES[dtype], len(dims), ptr, a64(*dims), a64(*strides),
+                       a32(*box), a32(*(1,) * len(dims)), 0, SWIZZLE[swizzle], L2_PROMOTION_256B, OOB_FILL_ZERO)
     if err != 0:
-        raise driver.NovaRuntimeError(f"cuTensorMapEncodeTiled({rows}x{cols} {dtype}, box {box_rows}x{box_cols}) "
+        shape = f"{batch}x{rows}x{cols}" if batch > 1 else f"{rows}x{cols}"
+        raise driver.NovaRuntimeError(f"cuTensorMapEncodeTiled({shape} {dtype}, box {box_rows}x{box_cols}) "
                                       f"failed: CUresult {err}")
     return ctypes.string_at(aligned, 128)
 
 
-def device_tensor_map(device, ptr: int, dtype: str, rows: int, cols: int, box_rows: int, box_cols: int) -> int:
-    """Device pointer to a cached ``CUtensorMap`` describing ``ptr``."""
-    key = (device.ordinal, ptr, dtype, rows, cols, box_rows, box_cols)
+def device_tensor_map(device, ptr: int, dtype: str, rows: int, cols: int, box_rows: int, box_cols: int,
+                      batch: int = 1, batch_stride: int = 0) -> int:
+    """Device pointer to a cached ``CUtensorMap`` describing ``ptr`` (3-D with ``batch`` > 1)."""
+    key = (device.ordinal, ptr, dtype, rows, cols, box_rows, box_cols, batch, batch_stride)
 
     def make():
-        blob = encode_tiled_2d(ptr, dtype, rows, cols, box_rows, box_cols)
+        blob = encode_tiled_2d(ptr, dtype, rows, cols, box_rows, box_cols, batch=batch, batch_stride=batch_stride)
         cu = driver.cuda()
         previous = device.make_current()
         try:
@@ -95,6 +105,11 @@ def device_tensor_map(device, ptr: int, dtype: str, rows: int, cols: int, box_ro
             driver.restore_context(previous)
         return dptr
     return memoized(_maps, _lock, key, make)
+
+
+def workspace_bytes(role, elem_bytes: int) -> int:
+    """Bytes of an operand-prep workspace: every matrix the pass writes, packed [batch, rows, cols]."""
+    return role.rows * role.cols * role.prep.batch * elem_bytes
 
 
 class HopperGemm:
@@ -123,6 +138,8 @@ class HopperGemm:
         # the split-K workspace and the TMA store of C need C's shape (compile_hopper records the problem)
         problem = artifact.meta.get("problem", {})
         needed = ({"M", "N"} if self.reduce is not None else set()) | ({"M", "N", "out_dtype"} if self.plan.tma_store else set())
+        if self.plan.tma_store and problem.get("batch", 1) > 1:
+            needed |= {"batch_stride_c"}
         if not needed <= problem.keys():
             raise driver.NovaRuntimeError(f"{what}: the schedule {'adds K slices in a workspace' if self.reduce else 'stores C by TMA'} "
                                           "but the artifact does not say C's shape (meta['problem']; stale cache?)")
@@ -134,7 +151,9 @@ class HopperGemm:
                 raise driver.NovaRuntimeError(f"{what}: the schedule stores C by TMA but the kernel takes "
                                               f"{artifact.params} (stale cache?)")
             box = self.plan.box_c
-            self.c_map = (problem["out_dtype"], problem["M"], problem["N"], box.rows, box.cols)
+            batch = problem.get("batch", 1)           # batched: C's 3-D map, batch outermost
+            self.c_map = (problem["out_dtype"], problem["M"], problem["N"], box.rows, box.cols) + \
+                ((batch, problem["batch_stride_c"]) if batch > 1 else ())
         # TF32 round-to-nearest: CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 makes the TMA unit round FP32 to
         # nearest while copying (measured); ``tmap_f32_type`` overrides it (experiments only)
         self.map_type = tmap_f32_type or self.plan.operands.tensor_map_type
@@ -154,7 +173,7 @@ class HopperGemm:
         cu = driver.cuda()
         previous = self.device.make_current()
         try:
-            sizes = {op: self.plan.operands.role(op).rows * self.plan.operands.role(op).cols * eb for op in self.preps}
+            sizes = {op: workspace_bytes(self.plan.operands.role(op), eb) for op in self.preps}
             if self.reduce is not None:
                 sizes["w"] = self.partial_bytes
             for op, size in sizes.items():
@@ -195,7 +214,8 @@ class HopperGemm:
                 hit = device_tensor_map(self.device, ptr, *self.c_map)
             else:
                 o, box = self.plan.operands.role(op), self.plan.box(op)
-                hit = device_tensor_map(self.device, ptr, self.map_type, o.rows, o.cols, box.rows, box.cols)
+                batched = (o.batch, o.batch_stride) if o.batch > 1 else ()      # a 3-D map
+                hit = device_tensor_map(self.device, ptr, self.map_type, o.rows, o.cols, box.rows, box.cols, *batched)
             self.maps[op][ptr] = hit
         return hit
 

@@ -18,8 +18,15 @@ the ``Step``(s) that explain it:
 12. prediction       the cost model (``cost.py``)
 The wgmma (Hopper) family has its own steps in ``hopper.py``.
 No search and no measurement: the same inputs always give the same schedule.
+
+Batched GEMMs (``problem.batch`` > 1): the grid's blocks are (batch element, output tile), so the
+wave fill, the resident blocks and the prediction count tiles x batch (``work units``); group-M
+orders the tiles within an element; K is never split; the copy and store vectors also divide each
+operand's batch stride (``batch_aligned``), so every element is as aligned as the first.
 """
 from __future__ import annotations
+
+import math
 
 from nova.configurator.derivation import Derivation, NullDerivation, formula_step, note
 from nova.configurator.step import MmaInstr, Prediction, Step
@@ -204,8 +211,9 @@ def plan_tile(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_
     """Steps 6-11 for a given block tile: block_k, occupancy, split-K, stages, raster, vectors,
     padding; recorded in ``d`` (a ``NullDerivation`` for the candidates of step 5).
     Returns (schedule, prediction, tiles, slots)."""
-    vector_a = copy_vector(p.M if p.trans_a else p.K, p.in_bytes)   # vectors first: a copy path without
-    vector_b = copy_vector(p.K if p.trans_b else p.N, p.in_bytes)   # cp.async costs registers and stages
+    vector_a = copy_vector(batch_aligned(p, "a", p.M if p.trans_a else p.K), p.in_bytes)   # vectors first: a copy
+    vector_b = copy_vector(batch_aligned(p, "b", p.K if p.trans_b else p.N), p.in_bytes)   # path without cp.async
+    # costs registers and stages
     plain_copies = sum(1 for v in (vector_a, vector_b) if v * p.in_bytes < 4)
     wm, wn = min(warp_m, block_m), min(warp_n, block_n)
     warps_m, warps_n = block_m // wm, block_n // wn
@@ -216,12 +224,13 @@ def plan_tile(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_
     regs = d.record(registers(gpu, mma, wm, wn, plain_copies))
     bps = d.record(occupancy(gpu, warps_m * warps_n, regs, stage_bytes))
     slots, tiles, i_block = d.record(fill(p, gpu, mma, block_m, block_n, bps))
+    units = tiles * p.batch                                # blocks over the batch (tiles when unbatched)
     k_iters = cdiv(p.K, block_k)
-    split_k = d.record(split_k_step(p, tiles, slots, k_iters))
-    resident, stages = d.record(pipeline_stages(p, gpu, mma, bps, tiles, split_k, i_block, stage_bytes,
+    split_k = d.record(split_k_step(p, units, slots, k_iters))
+    resident, stages = d.record(pipeline_stages(p, gpu, mma, bps, units, split_k, i_block, stage_bytes,
                                                 cdiv(k_iters, split_k), plain_copies))
     group_m = d.record(raster(p, slots, tiles, block_m, block_n))
-    vector_c = 2 if p.N % 2 == 0 else 1
+    vector_c = 2 if batch_aligned(p, "c", p.N) % 2 == 0 else 1
     d.record(vectors_and_padding(p, vector_a, vector_b, vector_c, pad_a, pad_b))
     smem_bytes = stages * stage_bytes
     bps = d.record(shared_memory(gpu, stages, stage_bytes, bps, resident))
@@ -230,7 +239,7 @@ def plan_tile(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_
         stages=stages, smem_layout="pad", smem_pad_a=pad_a, smem_pad_b=pad_b, smem_bytes=int(smem_bytes),
         vector_a=vector_a, vector_b=vector_b, vector_c=vector_c, split_k=split_k, group_m=group_m,
         regs_per_thread=regs, blocks_per_sm=bps)
-    return schedule, predict(p, schedule, gpu), int(tiles), int(slots)
+    return schedule, predict(p, schedule, gpu), int(units), int(slots)
 
 
 def block_k_step(p: GemmProblem, mma: MmaInstr, block_k: int, plain_copies: int) -> tuple[int, list[Step]]:
@@ -276,18 +285,25 @@ def occupancy(gpu: GPUModel, warps: int, regs: int, stage_bytes: int) -> tuple[i
 
 def fill(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_n: int,
          bps: int) -> tuple[tuple[float, float, float], list[Step]]:
-    """Step 7c: the SM slots, the output tiles and the block's L2 intensity."""
+    """Step 7c: the SM slots, the output tiles (of one batch element; batched, a row with the work
+    units, tiles x batch) and the block's L2 intensity."""
     slots, by_slots = formula_step("SM slots", F.slots, "blocks that run at once", sm_count=gpu.sm_count, blocks_per_sm=bps)
     tiles, by_tiles = formula_step("output tiles", F.tiles, "blocks of C", M=p.M, N=p.N, block_m=block_m, block_n=block_n)
     i_block, intensity = formula_step("block intensity", COST.I_block, f"FLOP per byte streamed from L2 "
                                       f"(B_l2 = {gpu.balance(p.dtype, 'l2', mma.family):.1f})",
                                       block_m=block_m, block_n=block_n, elem_bytes=p.in_bytes)
-    return (slots, tiles, i_block), [by_slots, by_tiles, intensity]
+    batched = [] if p.batch == 1 else [note("work units", int(tiles) * p.batch, f"{int(tiles)} tiles x batch {p.batch}: "
+                                            "one block per (batch element, tile), group-M within an element")]
+    return (slots, tiles, i_block), [by_slots, by_tiles, *batched, intensity]
 
 
 def split_k_step(p: GemmProblem, tiles: int, slots: float, k_iters: int) -> tuple[int, Step]:
-    """Step 8: split K so the slots fill when the tiles fill under half of them and K is long,
-    unless the output is 16-bit or the epilogue is non-linear (partial sums add atomically)."""
+    """Step 8: split K so the slots fill when the tiles (x batch) fill under half of them and K is
+    long, unless the output is 16-bit or the epilogue is non-linear (partial sums add atomically),
+    or the problem is batched (not supported: the batch elements fill the slots instead)."""
+    if p.batch > 1:
+        return 1, note("split-K", 1, f"not with a batch: its {p.batch} elements multiply the blocks instead "
+                       f"({tiles} for {slots:.0f} slots; split-K is not supported for batched GEMMs)")
     if not (tiles < slots / 2 and k_iters >= MIN_SPLIT_K_ITERS):
         return 1, note("split-K", 1, f"tiles fill {min(tiles / slots, 1):.0%} of one wave"
                        + (f" and K has only {k_iters} block_k steps" if k_iters < MIN_SPLIT_K_ITERS else "") + ": no split")
@@ -412,6 +428,13 @@ def check_schedule(p: GemmProblem, s: Schedule, gpu: GPUModel) -> list[str]:
     if s.split_workspace and s.mma.family != "wgmma":
         out.append("a split-K workspace on the mma.sync kernel (Hopper only)")
     return out
+
+
+def batch_aligned(p: GemmProblem, op: str, row_len: int) -> int:
+    """The length a vector of operand ``op`` must divide: its rows' ``row_len``, and batched its batch
+    stride too (gcd; a broadcast or unbatched operand: ``row_len``), so that no vector straddles a
+    row and every batch element's matrix starts as aligned as the first."""
+    return math.gcd(row_len, p.batch_stride(op))
 
 
 def copy_vector(row_len: int, elem_bytes: int) -> int:

@@ -24,7 +24,7 @@ def compile_gemm(problem, schedule, *, cubin: bool = True):
     """Build, lower and (when ``ptxas`` is on PATH and ``cubin``) assemble the GEMM kernel.
 
     Returns a :class:`nova.codegen.artifact.KernelArtifact` with entry ``nova_gemm``, params
-    ``("A", "B", "C"[, "bias"])``, ``grid = schedule.grid(M, N)``, ``block = (threads, 1, 1)``,
+    ``("A", "B", "C"[, "bias"])``, ``grid = schedule.grid(M, N, batch)``, ``block = (threads, 1, 1)``,
     ``smem_bytes = schedule.smem_bytes`` (dynamic) and ``zero_output`` (split-K adds atomically into C).
     A wgmma schedule goes to ``emit_hopper.compile_hopper`` (tensor-map params, ``schedule.hopper.ctas``
     CTAs).  Raises :class:`CodegenError` with the problem and schedule named if any step fails.
@@ -54,7 +54,7 @@ def compile_gemm(problem, schedule, *, cubin: bool = True):
         name=KERNEL_NAME,
         arch=schedule.arch,
         ptx=ptx,
-        grid=tuple(schedule.grid(problem.M, problem.N)),
+        grid=tuple(schedule.grid(problem.M, problem.N, problem.batch)),
         block=(schedule.threads_per_block, 1, 1),
         smem_bytes=schedule.smem_bytes,
         params=params,

@@ -51,9 +51,10 @@ class Config:
         s = self.schedule
         sched = s.to_dict()
         sched.update(warps=s.warps, threads_per_block=s.threads_per_block, swap_ab=s.swap_ab, warp_tile_m=s.warp_tile_m,
-                     warp_tile_n=s.warp_tile_n, grid=list(s.grid(self.problem.M, self.problem.N)),
+                     warp_tile_n=s.warp_tile_n, grid=list(s.grid(self.problem.M, self.problem.N, self.problem.batch)),
                      mma=str(s.mma), mma_instr=s.mma.__dict__ | {})
-        return {"op": "matmul", "M": self.problem.M, "N": self.problem.N, "K": self.problem.K,
+        return {"op": "matmul", "batch": self.problem.batch, "M": self.problem.M, "N": self.problem.N,
+                "K": self.problem.K,
                 "dtype": self.problem.dtype, "target": self.target.name, "arch": self.target.arch,
                 "problem": self.problem.to_dict(), "schedule": sched, "prediction": self.prediction.to_dict(),
                 "derivation": [st.to_dict() for st in self.derivation], "config_time_ms": self.config_time_ms,

@@ -8,7 +8,9 @@ time = max(t_tensor, t_smem, t_l2, t_dram) + t_fill + t_launch, where
   t_dram   = DRAM bytes (A once, B once per group-M row group unless it fits L2, C once) / DRAM bandwidth
   t_fill   = one memory latency per wave (the pipeline prologue)
 The roofline floor is max(FLOPs / best tensor peak, compulsory bytes / DRAM bandwidth); every
-prediction is at or above it because each term only adds to its roofline counterpart.
+prediction is at or above it because each term only adds to its roofline counterpart.  Batched,
+``tiles`` counts every batch element's tiles and the DRAM bytes every distinct matrix (a broadcast
+operand once).
 """
 from __future__ import annotations
 
@@ -40,7 +42,8 @@ F = formulas("""
 
 
 def tiles_of(problem: GemmProblem, block_m: int, block_n: int) -> int:
-    return cdiv(problem.M, block_m) * cdiv(problem.N, block_n)
+    """Output tiles of every batch element: ceil(M / block_m) * ceil(N / block_n) * batch."""
+    return cdiv(problem.M, block_m) * cdiv(problem.N, block_n) * problem.batch
 
 
 def roofline_floor_s(problem: GemmProblem, gpu: GPUModel) -> float:
@@ -72,9 +75,10 @@ def predict(problem: GemmProblem, s: Schedule, gpu: GPUModel) -> Prediction:
                       smem_bytes_per_clk_sm=gpu.smem_bytes_per_clk_sm)
     t_l2 = F.l2_bytes(tiles=tiles, split_k=s.split_k, block_m=s.block_m, block_n=s.block_n, k_slice=k_slice,
                       elem_bytes=problem.in_bytes) / gpu.l2_bw
-    dram = F.dram_bytes(a_bytes=problem.M * problem.K * problem.in_bytes, b_bytes=problem.K * problem.N * problem.in_bytes,
-                        b_refetch=b_refetch(problem, s, gpu), c_bytes=problem.M * problem.N * problem.out_bytes,
-                        split_k=s.split_k)
+    p = problem
+    dram = F.dram_bytes(a_bytes=p.matrices("a") * p.M * p.K * p.in_bytes,
+                        b_bytes=p.matrices("b") * p.K * p.N * p.in_bytes, b_refetch=b_refetch(p, s, gpu),
+                        c_bytes=p.batch * p.M * p.N * p.out_bytes, split_k=s.split_k)
     t_dram = dram / gpu.dram_bw
     t_fill = waves * gpu.mem_latency_ns * 1e-9
     t_launch = gpu.launch_overhead_us * 1e-6 * (2 if s.split_k > 1 else 1)   # split-K adds the C memset

@@ -3,7 +3,10 @@
 The kernel is an Ampere-class tensor-core GEMM (``mma.sync``; it also runs on Hopper):
 
 * **Grid.**  ``blockIdx.x`` enumerates output tiles of ``block_m x block_n`` in group-M order
-  (Triton's rasterization), ``blockIdx.z`` is the split-K slice.  Slice ``z`` covers the K range
+  (Triton's rasterization), ``blockIdx.z`` is the split-K slice.  Batched (``problem.batch`` > 1),
+  ``blockIdx.x`` = batch element x tiles + tile, and each batched operand is a 3-D memref
+  ``[batch, rows, cols]`` with its batch stride (``batched_memref``; a broadcast one stays 2-D), so
+  every access adds the block's batch element as its first index (``GemmKernel.at``).  Slice ``z`` covers the K range
   ``[z*Kc, (z+1)*Kc)`` with ``Kc = ceil(ceil(K/split_k)/block_k)*block_k``.
 * **Pipeline.**  A ring of ``stages`` shared-memory buffers per operand is filled by ``cp.async``
   (``nvgpu.device_async_copy``); ``stages-1`` copy groups are kept in flight.  Loop iteration
@@ -76,6 +79,8 @@ def check_supported(problem: GemmProblem, s: Schedule) -> None:
         fail(f"stages={s.stages}; the cp.async pipeline needs at least 2")
     if s.split_k < 1:
         fail(f"split_k={s.split_k} must be >= 1")
+    if s.split_k > 1 and problem.batch > 1:
+        fail(f"split_k={s.split_k} with a batch of {problem.batch}: batched GEMMs do not split K")
     if s.split_k > 1 and problem.activation != "none":
         fail("split-K accumulates partial sums atomically, so it cannot apply an activation")
     if s.split_workspace:
@@ -144,6 +149,14 @@ def smem_plan(p: GemmProblem, s: Schedule) -> dict:
     return {"a_offset": 0, "a_bytes": a_bytes, "b_offset": b_off, "b_bytes": b_bytes, "total": b_off + b_bytes}
 
 
+def batched_memref(p: GemmProblem, op: str, rows: int, cols: int, elem: str) -> str:
+    """The global memref type of operand ``op`` ("a", "b", "c") stored as row-major ``[rows, cols]``:
+    2-D, or batched ``[batch, rows, cols]`` with the operand's batch stride."""
+    if p.matrices(op) == 1:
+        return f"memref<{rows}x{cols}x{elem}>"
+    return f"memref<{p.batch}x{rows}x{cols}x{elem}, strided<[{p.batch_stride(op)}, {cols}, 1]>>"
+
+
 def split_k_chunk(p: GemmProblem, s: Schedule) -> int:
     """Kc: the K extent of one split-K slice (a multiple of block_k)."""
     return _ceil_div(_ceil_div(p.K, s.split_k), s.block_k) * s.block_k
@@ -170,17 +183,25 @@ class GemmKernel:
         self.ragged = {d: self.bound[d] % block[d] != 0 for d in "mnk"}
         self.kstep = s.mma.k
         self.n_acc = s.mma_tiles_m * s.mma_tiles_n
+        self.batch_index = None                              # this block's batch element (batched problems)
 
     # -- types
     def gtype(self, g: _Geom) -> str:
-        return f"memref<{g.global_rows}x{g.global_cols}x{self.T}>"
+        return batched_memref(self.p, g.name.lower(), g.global_rows, g.global_cols, self.T)
+
+    def at(self, name: str, row, col) -> str:
+        """``%name[row, col]``: element (row, col) of operand ``name`` ("A", "B", "C"), in this block's
+        batch element when the operand is batched (``%name[batch, row, col]``)."""
+        ir = self.ir
+        batch = f"{ir.v(self.batch_index)}, " if self.p.matrices(name.lower()) > 1 else ""
+        return f"%{name}[{batch}{ir.v(row)}, {ir.v(col)}]"
 
     def stype(self, g: _Geom) -> str:
         return f"memref<{self.s.stages}x{g.tile_rows}x{g.smem_cols}x{self.T}, {SMEM}>"
 
     @property
     def ctype(self) -> str:
-        return f"memref<{self.p.M}x{self.p.N}x{self.O}>"
+        return batched_memref(self.p, "c", self.p.M, self.p.N, self.O)
 
     @property
     def btype(self) -> str:
@@ -234,6 +255,10 @@ class GemmKernel:
         ir.comment(f"---- output tile of this block: {tiles_m}x{tiles_n} tiles, group-M swizzle "
                    f"({gm} tile rows per group)")
         pid = ir.let("pid", "gpu.block_id x")
+        if p.batch > 1:
+            ir.comment(f"batched: block = batch element x {tiles_m * tiles_n} tiles + tile")
+            self.batch_index = ir.div(pid, tiles_m * tiles_n, "batch")
+            pid = ir.rem(pid, tiles_m * tiles_n, "pid_tile")
         if gm == 1:
             pid_m = ir.div(pid, tiles_n, "pid_m")
             pid_n = ir.rem(pid, tiles_n, "pid_n")
@@ -347,14 +372,14 @@ class GemmKernel:
             ok = True if full else ir.cmp("sgt", count, 0, f"{g.name}_ok")
             srow = ir.select(ok, grow, 0, hint=f"{g.name}_srow")
             scol = ir.select(ok, gcol, 0, hint=f"{g.name}_scol")
-            val = ir.let(f"{g.name}_elt", f"memref.load %{g.name}[{ir.v(srow)}, {ir.v(scol)}] : {self.gtype(g)}")
+            val = ir.let(f"{g.name}_elt", f"memref.load {self.at(g.name, srow, scol)} : {self.gtype(g)}")
             if ok is not True:
                 val = ir.select(ok, val, ir.const(0.0, self.T), ty=self.T, hint=f"{g.name}_elt")
             ir.emit(f"memref.store {val}, {dst} : {self.stype(g)}")
             return
         bypass = " {bypassL1}" if vec * self.p.in_bytes == 16 else ""
         if full:
-            src = f"%{g.name}[{ir.v(grow)}, {ir.v(gcol)}]"
+            src = self.at(g.name, grow, gcol)
             ir.let(f"cp_{g.name}", f"nvgpu.device_async_copy {src}, {dst}, {vec}{bypass} : "
                                    f"{self.gtype(g)} to {self.stype(g)}")
         else:
@@ -362,7 +387,7 @@ class GemmKernel:
             ok = ir.cmp("sgt", count, 0, f"{g.name}_ok")
             srow = ir.select(ok, grow, 0, hint=f"{g.name}_srow")
             scol = ir.select(ok, gcol, 0, hint=f"{g.name}_scol")
-            src = f"%{g.name}[{ir.v(srow)}, {ir.v(scol)}]"
+            src = self.at(g.name, srow, scol)
             ir.let(f"cp_{g.name}", f"nvgpu.device_async_copy {src}, {dst}, {vec}, {ir.v(count)}{bypass} : "
                                    f"{self.gtype(g)} to {self.stype(g)}")
 
@@ -688,15 +713,15 @@ class GemmKernel:
     def store_one(self, val, row, col):
         ir = self.ir
         if self.s.split_k > 1:
-            ir.let("old", f"memref.atomic_rmw addf {val}, %C[{ir.v(row)}, {ir.v(col)}] : "
+            ir.let("old", f"memref.atomic_rmw addf {val}, {self.at('C', row, col)} : "
                           f"({self.O}, {self.ctype}) -> {self.O}")
         else:
-            ir.emit(f"memref.store {val}, %C[{ir.v(row)}, {ir.v(col)}] : {self.ctype}")
+            ir.emit(f"memref.store {val}, {self.at('C', row, col)} : {self.ctype}")
 
     def store_pair(self, vals, row, col):
         ir = self.ir
         vec = ir.let("pair", f"vector.from_elements {vals[0]}, {vals[1]} : vector<2x{self.O}>")
-        ir.emit(f"vector.store {vec}, %C[{ir.v(row)}, {ir.v(col)}] {{alignment = {2 * self.p.out_bytes}}} : "
+        ir.emit(f"vector.store {vec}, {self.at('C', row, col)} {{alignment = {2 * self.p.out_bytes}}} : "
                 f"{self.ctype}, vector<2x{self.O}>")
 
 

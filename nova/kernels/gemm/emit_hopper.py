@@ -33,6 +33,12 @@ targets, the shared-memory ring, the grid.  Nothing here knows the target.
   "truncate" (``tf32_fast``) uses a FLOAT32 map and lets the tensor core truncate (~2.6x the
   error).  The operand-prep kernel can also round (``cvt.rna``) but only does so when the operand
   plan asks (``operand_plan(prep_rounds=True)``, the v0.2 experiment that measured the prep cost).
+* **Batched** (``problem.batch`` > 1).  A work unit is (batch element, tile): unit u is tile
+  u % tiles of element u / tiles (group-M within an element).  A batched operand's tensor map is
+  3-D (its box ``[1, rows, cols]``, the element the outer coordinate; ``OperandRole.batch``), a
+  broadcast one the 2-D map of its one matrix; C is a 3-D memref with its batch stride (register
+  epilogue) or a 3-D tensor map (TMA store).  K is never split with a batch.  The prep kernel
+  transposes/pads every matrix of a batched operand into a packed workspace.
 * **Edges.**  TMA zero-fills out-of-bounds rows and the K tail; the register epilogue stores with
   predicates on the ragged M/N edges (the TMA store clips them).  Bias, activation and the output
   conversion are fused into the epilogue.
@@ -74,12 +80,10 @@ targets, the shared-memory ring, the grid.  Nothing here knows the target.
 """
 from __future__ import annotations
 
-from dataclasses import asdict
-
 from nova.codegen import CodegenError
 from nova.codegen.builder import SMEM, Ir
 from nova.dtypes import MODES
-from nova.kernels.gemm.emit_ampere import RESERVED_NAMES, GemmKernel
+from nova.kernels.gemm.emit_ampere import RESERVED_NAMES, GemmKernel, batched_memref
 from nova.kernels.gemm.hopper import (STAGING_BUFFERS, STAGING_STEP_BYTES, atomic_split_blocker, c_box,  # rules the
                                       cluster_blocker, cluster_extents, cluster_units,    # schedule must follow
                                       output_vector, staging_bytes, tma_store_blocker)
@@ -186,7 +190,8 @@ def check_supported(problem: GemmProblem, s: Schedule) -> None:
     if not h.producer_regs <= s.regs_per_thread <= h.consumer_regs:
         fail(f"registers at entry ({s.regs_per_thread}) must lie between the producer's setmaxnreg target "
              f"({h.producer_regs}) and the consumers' ({h.consumer_regs})")
-    units = _cdiv(problem.M, s.block_m) * _cdiv(problem.N, s.block_n) * s.split_k
+    check_batch(problem, s, fail)
+    units = _cdiv(problem.M, s.block_m) * _cdiv(problem.N, s.block_n) * s.split_k * problem.batch
     if cluster != (1, 1):                  # whole clusters, each walking cluster units (ragged ones padded)
         size = s.cluster_m * s.cluster_n
         per = cluster_units(_cdiv(problem.M, s.block_m), _cdiv(problem.N, s.block_n), s.split_k, cluster)
@@ -194,6 +199,22 @@ def check_supported(problem: GemmProblem, s: Schedule) -> None:
             fail(f"grid of {h.ctas} CTAs for {per} units of {s.cluster_m}x{s.cluster_n} clusters")
     elif not 1 <= h.ctas <= units or (not s.persistent and h.ctas != units):
         fail(f"grid of {h.ctas} CTAs for {units} work units ({'persistent' if s.persistent else 'one per CTA'})")
+
+
+def check_batch(problem: GemmProblem, s: Schedule, fail) -> None:
+    """A batched problem's schedule: no split-K, and each operand's tensor map covers the batch as
+    the operand plan says (3-D over every matrix with a 16-byte batch stride, or a 2-D map of one)."""
+    if problem.batch > 1 and s.split_k > 1:
+        fail(f"split_k={s.split_k} with a batch of {problem.batch}: batched GEMMs do not split K")
+    for op in ("a", "b"):
+        role = s.hopper.operands.role(op)
+        prep_batch = role.prep.batch if role.prep else role.batch
+        if role.batch not in (1, problem.batch) or prep_batch != role.batch or \
+                (role.batch > 1) != (role.batch_stride > 0):
+            fail(f"{op.upper()}'s tensor map covers {role.batch} matrices {role.batch_stride} elements apart "
+                 f"(prep: {prep_batch}); the problem has a batch of {problem.batch}")
+        if role.batch_stride * problem.in_bytes % 16:
+            fail(f"{op.upper()}'s batch stride {role.batch_stride} is not a multiple of 16 bytes (TMA)")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -212,6 +233,7 @@ class _HopperKernel:
     to_out = GemmKernel.to_out
     load_bias = GemmKernel.load_bias
     btype = GemmKernel.btype          # the bias memref type: the same epilogue ABI as mma.sync
+    at = GemmKernel.at                # %C[(batch, )row, col]
 
     def __init__(self, p: GemmProblem, s: Schedule, wait_depth: int = 1):
         self.p, self.s = p, s
@@ -248,16 +270,28 @@ class _HopperKernel:
         self.ci, self.cj = cluster_extents((s.cluster_m, s.cluster_n), self.swap)
         self.csize = self.ci * self.cj
         self.shared_op = s.multicast[0] if s.multicast else None
+        self.batch_index = None      # the work unit's batch element (batched problems: set by tile_loop)
 
     @property
     def ctype(self) -> str:
-        """The memref type of the kernel's output argument: C [M, N], or the split-K workspace."""
+        """The memref type of the kernel's output argument: C [M, N] ([batch, M, N] batched), or the
+        split-K workspace."""
         rows = self.s.split_k * self.p.M if self.partial else self.p.M
-        return f"memref<{rows}x{self.p.N}x{self.O}>"
+        return batched_memref(self.p, "c", rows, self.p.N, self.O)
 
     def box_type(self, op):
+        """Shared-memory type of one TMA box of ``op`` ("a", "b", "c"): ``[rows, cols]``, or
+        ``[1, rows, cols]`` where the operand's tensor map is 3-D (batched)."""
         box = self.h.box(op)
-        return f"memref<{box.rows}x{box.cols}x{self.T}, {SMEM}>"
+        batched = self.h.operands.role(op).batch > 1 if op != "c" else self.p.batch > 1
+        return f"memref<{'1x' if batched else ''}{box.rows}x{box.cols}x{self.O if op == 'c' else self.T}, {SMEM}>"
+
+    def tma_coords(self, op, inner, outer) -> str:
+        """The TMA coordinates of a box of ``op``: (inner, outer), and the batch element where the
+        operand's tensor map is 3-D."""
+        batched = self.h.operands.role(op).batch > 1 if op != "c" else self.p.batch > 1
+        coords = [inner, outer] + ([self.batch_index] if batched else [])
+        return ", ".join(self.ir.v(c) for c in coords)
 
     def tm_type(self, op):
         return (f"!nvgpu.tensormap.descriptor<tensor = {self.box_type(op)}, "
@@ -265,8 +299,7 @@ class _HopperKernel:
 
     @property
     def c_box_type(self) -> str:
-        box = self.h.box_c
-        return f"memref<{box.rows}x{box.cols}x{self.O}, {SMEM}>"
+        return self.box_type("c")
 
     @property
     def c_tm_type(self) -> str:
@@ -405,11 +438,12 @@ class _HopperKernel:
         return slot, par
 
     def tile_loop(self, body):
-        """scf.for over this CTA's work units (output tile x K slice) carrying the ring iteration
-        counter; ``body(tile, k_begin, k_count, it)`` returns the new it.  Unit u is tile u % tiles of
-        K slice u / tiles: slice z covers K tiles [z * per, min((z + 1) * per, ktiles))."""
+        """scf.for over this CTA's work units (output tile x K slice, or batch element x tile)
+        carrying the ring iteration counter; ``body(tile, k_begin, k_count, it)`` returns the new it.
+        Unit u is tile u % tiles of K slice u / tiles: slice z covers K tiles [z * per, min((z + 1) *
+        per, ktiles)); batched, of batch element u / tiles (``self.batch_index``)."""
         ir, s = self.ir, self.s
-        units = self.ntiles * s.split_k
+        units = self.ntiles * s.split_k * self.p.batch
         if self.csize > 1:                      # each cluster walks cluster units, all its CTAs the same ones
             lo, step = self.cluster_id, self.nclusters
         elif s.persistent:
@@ -420,7 +454,11 @@ class _HopperKernel:
         res = ir.fresh("it_out")
         with ir.region(f"{res} = scf.for %tile = {ir.v(lo)} to {ir.v(units)} step {ir.v(step)} "
                        f"iter_args(%it = {ir.v(0)}) -> (index) {{"):
-            if s.split_k == 1:
+            if self.p.batch > 1:                # batched (no split-K): unit = batch element x tiles + tile
+                self.kslice = None
+                self.batch_index = ir.div("%tile", self.ntiles, "batch")
+                out = body(ir.rem("%tile", self.ntiles, "unit_tile"), 0, self.ktiles, "%it")
+            elif s.split_k == 1:
                 self.kslice = None
                 out = body("%tile", 0, self.ktiles, "%it")
             else:
@@ -456,7 +494,7 @@ class _HopperKernel:
                                                    f": memref<?xi8, {SMEM}> to {self.box_type(op)}")
                 coords = ((k0, ir.add(r0, ir.mul(c, box.rows, "box_row"))) if self.ops.role(op).major == "k"
                           else (ir.add(r0, ir.mul(c, box.cols, "box_col")), k0))
-                ir.emit(f"nvgpu.tma.async.load {self.tm[op]}[{ir.v(coords[0])}, {ir.v(coords[1])}], "
+                ir.emit(f"nvgpu.tma.async.load {self.tm[op]}[{self.tma_coords(op, *coords)}], "
                         f"{self.full}[{slot}] to {view}{multicast} : {self.tm_type(op)}, {self.mb_t} -> {self.box_type(op)}")
 
         def tile_body(tile, k_begin, k_count, it):
@@ -596,7 +634,7 @@ class _HopperKernel:
                 ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
                 release(ir.sub(it_out, 1, "it_last"))
             if self.tma_store:
-                self.tma_epilogue(acc_out, i0, j0, tile)
+                self.tma_epilogue(acc_out, i0, j0)
             else:
                 self.epilogue(acc_out, i0, j0)
             return it_out
@@ -787,7 +825,7 @@ class _HopperKernel:
                 def store(lo=lo, hi=hi, row=row, col=col):
                     v = ir.let("quad_w", f"vector.from_elements {lo}, {hi} : vector<2xi32>")
                     q4 = ir.let("quad", f"vector.bitcast {v} : vector<2xi32> to vector<4x{self.O}>")
-                    ir.emit(f"vector.store {q4}, %C[{ir.v(row)}, {ir.v(col)}] {{alignment = {4 * p.out_bytes}}} : "
+                    ir.emit(f"vector.store {q4}, {self.at('C', row, col)} {{alignment = {4 * p.out_bytes}}} : "
                             f"{self.ctype}, vector<4x{self.O}>")
                 self.ir.guarded(ok, store)
 
@@ -896,7 +934,7 @@ class _HopperKernel:
         n = self.ir.pure("c128_i32", f"arith.constant {WG} : i32")
         self.ir.emit(f"nvvm.barrier id = {self.wg_bar} number_of_threads = {n}")
 
-    def tma_epilogue(self, acc, i0, j0, tile):
+    def tma_epilogue(self, acc, i0, j0):
         """Stage the warpgroup's 64 x tile_j slab one 8 KB step at a time and TMA-store it (module
         docstring): per step, wait for the buffer (its last store has read it), sync, write the
         step's accumulators (bias, activation, conversion) into the swizzled box(es), fence the async
@@ -911,8 +949,9 @@ class _HopperKernel:
         extent = box.rows if self.swap else box.cols                # j per step
         steps = self.tile_j // extent
         if steps % STAGING_BUFFERS:                                 # the buffer alternates across tiles too
+            # the work units this CTA ran before this one (%tile: the unit, of any batch element)
             lo, step = self.walk
-            local = (ir.div(ir.sub(tile, lo), step, "tile_n") if self.s.persistent else 0)
+            local = (ir.div(ir.sub("%tile", lo), step, "tile_n") if self.s.persistent else 0)
             first = ir.mul(local, steps, "stg_first")
         else:
             first = 0
@@ -950,7 +989,7 @@ class _HopperKernel:
                     inside = ir.and_(ir.cmp("slt", r0, p.M, "box_in_m"), ir.cmp("slt", c0, p.N, "box_in_n"))
 
                     def store(view=view, r0=r0, c0=c0):
-                        ir.emit(f"nvgpu.tma.async.store {view} to {self.tm['c']}[{ir.v(c0)}, {ir.v(r0)}] : "
+                        ir.emit(f"nvgpu.tma.async.store {view} to {self.tm['c']}[{self.tma_coords('c', c0, r0)}] : "
                                 f"{self.c_box_type} -> {self.c_tm_type}")
                     self.ir.guarded(inside, store)              # a box wholly past a ragged edge stores nothing
                 ir.emit("nvvm.cp.async.bulk.commit.group")
@@ -973,13 +1012,19 @@ def build_prep_module(problem: GemmProblem, prep: OperandPrep) -> str:
     """``dst[r, c] = rna?(src[c, r] if transpose else src[r, c])`` for c < K, 0 for K <= c < Kp.
 
     A 32x32 tile per block of 256 threads (8 rows per pass): reads along the source's rows and
-    writes along the destination's rows through a padded shared tile, so both sides coalesce."""
+    writes along the destination's rows through a padded shared tile, so both sides coalesce.
+    Batched (``prep.batch`` > 1): block = matrix x tiles + tile; the source is ``[batch, sr, sc]``
+    with its batch stride, the workspace a packed ``[batch, dr, dc]``."""
     p, ir = problem, Ir(RESERVED_NAMES)
     T = p.storage
     sr, sc = prep.src
     dr, dc = prep.dst
     tr, rnd = prep.transpose, prep.round
     src_t, dst_t = f"memref<{sr}x{sc}x{T}>", f"memref<{dr}x{dc}x{T}>"
+    matrix = ""                                       # "%batch, ": the batch index of every global access
+    if prep.batch > 1:
+        src_t = f"memref<{prep.batch}x{sr}x{sc}x{T}, strided<[{prep.src_stride}, {sc}, 1]>>"
+        dst_t = f"memref<{prep.batch}x{dr}x{dc}x{T}>"
     tile_t = f"memref<{PREP_TILE}x{PREP_TILE + 1}x{T}, {SMEM}>"
     ir.reserve("src", "dst")
     ir.emit(f"// Nova operand prep for {p.describe()}: {'transpose, ' if tr else ''}"
@@ -989,6 +1034,10 @@ def build_prep_module(problem: GemmProblem, prep: OperandPrep) -> str:
     with ir.kernel(PREP_NAME, [f"%src: {src_t}", f"%dst: {dst_t}"], PREP_THREADS):
         tid = ir.let("tid", "gpu.thread_id x")
         bid = ir.let("bid", "gpu.block_id x")
+        if prep.batch > 1:
+            tiles = gx * _cdiv(dr, PREP_TILE)
+            matrix = f"{ir.v(ir.div(bid, tiles, 'batch'))}, "
+            bid = ir.rem(bid, tiles, "bid_tile")
         tx, ty = ir.rem(tid, 32, "tx"), ir.div(tid, 32, "ty")
         c0 = ir.mul(ir.rem(bid, gx, "bx"), PREP_TILE, "c0")     # dst column (K) origin
         r0 = ir.mul(ir.div(bid, gx, "by"), PREP_TILE, "r0")     # dst row origin
@@ -1004,13 +1053,13 @@ def build_prep_module(problem: GemmProblem, prep: OperandPrep) -> str:
             """src element at (r, c) of the source, 0 outside."""
             ok = ir.and_(ir.cmp("slt", r, sr, "src_r_ok"), ir.cmp("slt", c, sc, "src_c_ok"))
             rr, cc = ir.select(ok, r, 0, hint="src_r"), ir.select(ok, c, 0, hint="src_c")
-            x = ir.let("x", f"memref.load %src[{ir.v(rr)}, {ir.v(cc)}] : {src_t}")
+            x = ir.let("x", f"memref.load %src[{matrix}{ir.v(rr)}, {ir.v(cc)}] : {src_t}")
             return ir.select(ok, x, zero, ty=T, hint="x")
 
         def store(r, c, x):
             ok = ir.and_(ir.cmp("slt", r, dr, "dst_r_ok"), ir.cmp("slt", c, dc, "dst_c_ok"))
             with ir.region(f"scf.if {ok} {{"):
-                ir.emit(f"memref.store {rounded(x)}, %dst[{ir.v(r)}, {ir.v(c)}] : {dst_t}")
+                ir.emit(f"memref.store {rounded(x)}, %dst[{matrix}{ir.v(r)}, {ir.v(c)}] : {dst_t}")
 
         if not tr:
             for i in range(PREP_TILE // 8):
@@ -1035,8 +1084,9 @@ def build_prep_module(problem: GemmProblem, prep: OperandPrep) -> str:
 
 
 def prep_launch(prep: OperandPrep, in_bytes: int) -> dict:
+    """The prep kernel's launch: a block per 32x32 tile of the workspace, of every matrix."""
     dr, dc = prep.dst
-    blocks = _cdiv(dr, PREP_TILE) * _cdiv(dc, PREP_TILE)
+    blocks = _cdiv(dr, PREP_TILE) * _cdiv(dc, PREP_TILE) * prep.batch
     smem = PREP_TILE * (PREP_TILE + 1) * in_bytes if prep.transpose else 0
     return {"grid": (blocks, 1, 1), "block": (PREP_THREADS, 1, 1), "smem_bytes": smem}
 
@@ -1144,7 +1194,7 @@ def compile_hopper(problem: GemmProblem, schedule: Schedule, *, cubin: bool = Tr
         launch = prep_launch(pr, problem.in_bytes)
         preps[op] = KernelArtifact(name=PREP_NAME, arch=ARCH, ptx=pptx, grid=launch["grid"], block=launch["block"],
                                    smem_bytes=launch["smem_bytes"], params=("src", "dst"), cubin=pbin,
-                                   resources=pres, meta={"prep": asdict(pr)}).to_dict()
+                                   resources=pres, meta={"prep": pr.to_dict()}).to_dict()
     meta = {"problem": problem.to_dict(), "schedule": s.to_dict(), "mlir": MLIR_TOOLCHAIN,
             "pipeline": pipeline(ARCH), "prep_kernels": preps, "wait_depth": wait_depth}
     if s.split_workspace:

@@ -21,7 +21,8 @@ each returning its decision and the derivation row(s) that explain it:
  8. tile and split       of the few tile shapes (1-2 WGs x N, N/2, N/4), K splits and ways to add the
                          slices (FP32 atomics into C, or a workspace + a reduction kernel: any output,
                          deterministic), each with the epilogue it would use, the one the prediction's
-                         model (step 16) predicts fastest; rows: output tiles, split-K
+                         model (step 16) predicts fastest; rows: output tiles, (batched) work units,
+                         split-K (never with a batch: the batch elements fill the SMs instead)
  9. epilogue             registers (predicated stores from the accumulators, between tiles) or the TMA
                          store (each consumer warpgroup stages its slab in 2 x 8 KB swizzled boxes and
                          TMA-stores them: they drain while the next tile's K loop runs), by the model
@@ -32,8 +33,9 @@ each returning its decision and the derivation row(s) that explain it:
                          along N): each CTA TMA-loads 1/extent of it with .multicast::cluster into every CTA of
                          the cluster, so that operand's L2 -> SM fill bytes divide by the extent; chosen where
                          the model (step 16: ``fill_share``, ``cluster_pacing``, ``CLUSTER_SYNC_S``) predicts
-                         it faster than 1x1, 1x1 on a tie; ``NOVA_CLUSTER=MxN`` forces a shape (tests, experiments)
-13. grid                 persistent: min(tiles x K slices, SMs) CTAs walk the work units (with a cluster:
+                         it faster than 1x1, 1x1 on a tie; ``NOVA_CLUSTER=MxN`` forces a shape (tests, experiments);
+                         1x1 for a batched problem (``cluster_blocker``)
+13. grid                 persistent: min(tiles x K slices (x batch), SMs) CTAs walk the work units (with a cluster:
                          min(cluster units, SMs / cluster size) clusters, a multiple of the cluster size)
 14. group-M              rasterization, as for the mma.sync path (shown when there are tile rows to group)
 15. operand prep         which operands need a transpose/pad pass (TMA needs 16-byte aligned rows)
@@ -41,6 +43,12 @@ each returning its decision and the derivation row(s) that explain it:
                          latency bound) + first fill + epilogues + prep + split-K + launches
                          (``time_terms``, ``total_time``; recorded by ``configure``)
 Explain prints the rows it records in this order, numbered as printed (steps 7 and 14 may be absent).
+
+Batched GEMMs (``problem.batch`` > 1): a work unit is (batch element, output tile); the model's
+per-SM counts, DRAM bytes and prep passes scale with the batch (``batch_units``, ``min_bytes``,
+``prep_bytes``); group-M rasterises within a batch element; K is never split.  Each operand's tensor
+map is 3-D (batch outermost, its batch stride) or, broadcast, the 2-D map of one matrix
+(``operand_plan``).
 """
 from __future__ import annotations
 
@@ -163,7 +171,16 @@ def output_vector(p: GemmProblem, swap: bool, split: int, reduction: str = "atom
     that many adjacent partials of one row); the TMA store's 16 bytes (its tensor map needs C's
     base 16-byte aligned); else, registers, 4 (8 bytes, after a lane exchange) for 16-bit outputs
     with N % 4 == 0, else a pair when N is even (along N: swapped, the two wgmma rows of a lane are
-    adjacent n).  The runtime checks C's alignment against it."""
+    adjacent n); batched, halved until it divides C's batch stride (every batch element's C is then
+    as aligned as the first).  The runtime checks C's alignment against it."""
+    v = _output_vector(p, swap, split, reduction, epilogue)
+    while p.batch_stride("c") % v:
+        v //= 2
+    return v
+
+
+def _output_vector(p: GemmProblem, swap: bool, split: int, reduction: str, epilogue: str) -> int:
+    """``output_vector`` of one C matrix."""
     if split > 1:
         if reduction == "atomic":
             return 1
@@ -213,6 +230,9 @@ def tma_store_blocker(p: GemmProblem, swap: bool, split: int, n: int) -> str | N
         return "split-K keeps its epilogue (FP32 atomics into C, or partials into the workspace)"
     if p.N * p.out_bytes % 16:
         return (f"C's rows ({p.N} x {p.out_bytes} B = {p.N * p.out_bytes} B) are not a multiple of 16 bytes: "
+                "a tensor map cannot describe C")
+    if p.batch_stride("c") * p.out_bytes % 16:
+        return (f"C's batch stride ({p.batch_stride('c')} x {p.out_bytes} B) is not a multiple of 16 bytes: "
                 "a tensor map cannot describe C")
     box = c_box(p, swap)
     step = box.rows if swap else box.cols
@@ -319,8 +339,10 @@ def split_overhead(p: GemmProblem, gpu, split: int, reduction: str = "atomic") -
 
 
 def prep_bytes(p: GemmProblem, operands: OperandPlan) -> int:
-    """DRAM bytes of the operand-prep passes: each reads and writes its operand once."""
-    return sum(2 * role.rows * role.cols * p.in_bytes for role in (operands.a, operands.b) if role.prep)
+    """DRAM bytes of the operand-prep passes: each reads and writes its operand (every matrix of a
+    batched one) once."""
+    return sum(2 * role.rows * role.cols * role.prep.batch * p.in_bytes
+               for role in (operands.a, operands.b) if role.prep)
 
 
 def time_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int, operands: OperandPlan | None = None,
@@ -342,7 +364,7 @@ def epilogue_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int, operan
     """``time_terms`` of one tile for each of ``epilogues``, the rest of the model computed once."""
     operands = operands or operand_plan(p)
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
-    units = cdiv(I, block_i) * cdiv(J, n) * split
+    units = cdiv(I, block_i) * cdiv(J, n) * split * p.batch
     ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
     paced = units                           # the unit count whose ceil(/ SMs) is the busiest SM's share
     if cluster != (1, 1):
@@ -466,9 +488,11 @@ def operand_plan(problem: GemmProblem, prep_rounds: bool = False, transpose_in_k
     Feeds: "smem" (K-major, descriptor), "smem_t" (MN-major, descriptor with the transpose bit:
     16-bit types only), "regs" (MN-major, loaded to registers: the wgmma A operand may come from
     registers, which is how 32-bit MN-major data gets in: TF32 wgmma has no transpose bit).
-    A prep pass runs only when TMA cannot read the tensor (contiguous rows not a multiple of 16 B),
-    when TF32 has two MN-major operands (only one can go through registers: the smaller is
-    transposed, A on a tie), or when asked
+    A prep pass runs only when TMA cannot read the tensor (contiguous rows not a multiple of 16 B;
+    batched, a batch stride that is not a multiple of 16 B or that overlaps the matrices:
+    ``tma_batch_stride``), when TF32 has two MN-major operands (only one can go through registers:
+    the smaller is transposed, A on a tie; batched, counting a broadcast operand's one matrix), or
+    when asked
     (``prep_rounds``: the v0.2 experiment, whose prep pass rounds to TF32, so the tensor maps are
     plain FP32; ``transpose_in_kernel=False``: the v0.4 layout)."""
     p = problem
@@ -479,11 +503,12 @@ def operand_plan(problem: GemmProblem, prep_rounds: bool = False, transpose_in_k
     ops = {}
     for op, dim, kmajor in (("a", p.M, not p.trans_a), ("b", p.N, p.trans_b)):
         readable = (p.K % q == 0) if kmajor else (dim % q == 0 and transpose_in_kernel)
+        readable = readable and tma_batch_stride(p, op)
         ops[op] = {"dim": dim, "kmajor": kmajor, "prep": rna or not readable}
     if wide and not any(o["kmajor"] or o["prep"] for o in ops.values()):
         # two MN-major TF32 operands: one goes through registers, the other is transposed; the
         # smaller one (M x K vs N x K elements), e.g. X, not the logits' gradient, of an LM head's dW
-        ops["a" if p.M <= p.N else "b"]["prep"] = True
+        ops["a" if p.matrices("a") * p.M <= p.matrices("b") * p.N else "b"]["prep"] = True
     major = {op: "k" if (o["kmajor"] or o["prep"]) else "mn" for op, o in ops.items()}
     swap = wide and major["b"] == "mn"
     x, y = ("b", "a") if swap else ("a", "b")
@@ -492,12 +517,26 @@ def operand_plan(problem: GemmProblem, prep_rounds: bool = False, transpose_in_k
     roles = {}
     for op, o in ops.items():
         prep = None
+        batch = p.matrices(op)                         # 1: unbatched or broadcast (one 2-D map)
         if o["prep"]:
             prep = OperandPrep(transpose=not o["kmajor"], round=rna,
-                               src=(o["dim"], p.K) if o["kmajor"] else (p.K, o["dim"]), dst=(o["dim"], kp))
+                               src=(o["dim"], p.K) if o["kmajor"] else (p.K, o["dim"]), dst=(o["dim"], kp),
+                               batch=batch, src_stride=p.batch_stride(op) if batch > 1 else 0)
         rows, cols = ((o["dim"], kp if o["prep"] else p.K) if major[op] == "k" else (p.K, o["dim"]))
-        roles[op] = OperandRole(major[op], rows, cols, feed[op], prep)
+        stride = 0 if batch == 1 else (rows * cols if o["prep"] else p.batch_stride(op))   # a workspace is packed
+        roles[op] = OperandRole(major[op], rows, cols, feed[op], prep, batch, stride)
     return OperandPlan(roles["a"], roles["b"], swap, "f32" if rna else tensor_map_type(p))
+
+
+def tma_batch_stride(p: GemmProblem, op: str) -> bool:
+    """Whether a 3-D tensor map can step operand ``op`` ("a" or "b") from one batch element to the
+    next: its batch stride is a multiple of 16 bytes (cuTensorMapEncodeTiled's rule for every
+    stride) and no smaller than one matrix (the map's dimensions then never overlap).  Trivially
+    true without a batch dimension (unbatched or broadcast: a 2-D map)."""
+    if p.matrices(op) == 1:
+        return True
+    stride = p.batch_stride(op)
+    return stride * p.in_bytes % 16 == 0 and stride >= p.packed_stride(op)
 
 
 def tma_box(problem: GemmProblem, major: str, tile_rows: int, slices: int = 1) -> TmaBox:
@@ -526,7 +565,7 @@ def wgmma_schedule(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int,
     k = gpu.mma_shapes["wgmma"][p.dtype][2]
     block_i = WGMMA_M * wgs                                     # wgmma rows: along M, or N when swapped
     rows, cols = (p.N, p.M) if operands.swap else (p.M, p.N)
-    units = cdiv(rows, block_i) * cdiv(cols, n) * split
+    units = cdiv(rows, block_i) * cdiv(cols, n) * split * p.batch
     extent = {operands.x: block_i, operands.y: n}
     slices = {"a": cluster[1], "b": cluster[0]}                 # along M the CTAs share B's tile, along N A's
     ctas = min(units, gpu.sm_count) if persistent else units
@@ -666,7 +705,7 @@ def split_candidates(ktiles: int, tiles: int, sm_count: int) -> list[int]:
 def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int) -> list[tuple]:
     """Step 8's candidates, each ``(predicted s, mma + L2 + DRAM s, -warpgroups, -N, split,
     reduction, tiles, epilogue)``: 1..wgs warpgroups x N, N/2, N/4 (at least MIN_WGMMA_N; a
-    narrower N only where it makes more tiles) x the ``split_candidates``, each split added by every
+    narrower N only where it makes more tiles) x the ``split_candidates`` (none with a batch), each split added by every
     reduction ``split_reductions`` allows, each written by every epilogue ``epilogues`` allows."""
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
     ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
@@ -676,7 +715,7 @@ def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int
             if nn < MIN_WGMMA_N or (nn < n and cdiv(J, nn) == cdiv(J, 2 * nn)):
                 continue                                     # narrower N without more tiles: no gain
             tiles = cdiv(I, WGMMA_M * w) * cdiv(J, nn)
-            for sp in split_candidates(ktiles, tiles, gpu.sm_count):
+            for sp in split_candidates(ktiles, tiles, gpu.sm_count) if p.batch == 1 else [1]:
                 for reduction in (split_reductions(p) if sp > 1 else ("atomic",)):
                     terms = epilogue_terms(p, gpu, WGMMA_M * w, nn, sp, operands, reduction, epilogues(p, operands, sp, nn))
                     for epilogue, t in terms.items():
@@ -687,6 +726,9 @@ def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int
 
 def describe_split(p: GemmProblem, split: int, reduction: str, ktiles: int) -> str:
     """The split-K row's explanation."""
+    if split == 1 and p.batch > 1:
+        return (f"not with a batch: its {p.batch} elements multiply the work units instead (split-K is not "
+                "supported for batched GEMMs)")
     if split == 1:
         return "the model prefers whole-K tiles"
     slices = f"{split} K slices of {cdiv(ktiles, split)} K tiles"
@@ -695,6 +737,14 @@ def describe_split(p: GemmProblem, split: int, reduction: str, ktiles: int) -> s
     why = atomic_split_blocker(p) or "cheaper than atomics here"
     return (f"{slices} store FP32 partials in a {split}x{p.M}x{p.N} workspace ({split * p.M * p.N * 4 / 1e6:.1f} MB); "
             f"a reduction kernel adds them in slice order, then the epilogue ({why})")
+
+
+def batch_units(p: GemmProblem, tiles: int) -> list[Step]:
+    """The work-units row of a batched problem (none unbatched): tiles x batch."""
+    if p.batch == 1:
+        return []
+    return [note("work units", tiles * p.batch, f"{tiles} output tiles x batch {p.batch}: a unit is (batch element, "
+                 "tile); group-M orders the tiles within an element")]
 
 
 def tile_and_split(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int) -> tuple[tuple, list[Step]]:
@@ -721,6 +771,7 @@ def tile_and_split(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int)
              f"launches{', each with its faster epilogue (tma: the TMA store)' if tma else ''}; on a tie, the "
              f"candidate with the least mma + L2 + DRAM time): {table}"),
         note("output tiles", tiles, f"ceil({I}/{block_i}) * ceil({J}/{n})"),
+        *batch_units(p, tiles),
         note("split-K", split if split == 1 else f"{split}, {reduction}", describe_split(p, split, reduction, ktiles)),
     ]
     return (wgs, n, split, reduction, tiles, epilogue), steps
@@ -815,6 +866,8 @@ def cluster_blocker(p: GemmProblem, s: Schedule, cluster: tuple[int, int]) -> st
     cm, cn = cluster
     if cluster == (1, 1):
         return None
+    if p.batch > 1:
+        return "not with a batch (the clustered tile walk covers one GEMM)"
     if cm < 1 or cn < 1:
         return f"cluster {cm}x{cn}: extents are >= 1"
     if cm > 1 and cn > 1:
@@ -910,11 +963,12 @@ def cluster(p: GemmProblem, gpu, s: Schedule) -> tuple[Schedule, Step]:
     return pick, note("cluster", f"{shape[0]}x{shape[1]}", why, formula)
 
 
-def persistent_grid(s: Schedule) -> tuple[int, Step]:
+def persistent_grid(s: Schedule, batched: bool = False) -> tuple[int, Step]:
     """Step 13: a persistent grid of min(work units, SMs) CTAs, with a cluster min(cluster units,
-    ``cluster_slots``) clusters (decided in ``wgmma_schedule``)."""
+    ``cluster_slots``) clusters (decided in ``wgmma_schedule``); ``batched``: the units are (batch
+    element, tile)."""
     plan, size = s.hopper, s.cluster_m * s.cluster_n
-    walk = "min(tiles x K slices, SMs) CTAs walk the work units"
+    walk = f"min(tiles x {'batch' if batched else 'K slices'}, SMs) CTAs walk the work units"
     if size > 1:
         walk = (f"min(cluster tiles x K slices, floor(SMs / {size})) clusters of {s.cluster_m}x{s.cluster_n} CTAs "
                 f"({plan.ctas // size}) walk the cluster units, each CTA its own tile of the cluster tile")
@@ -965,7 +1019,7 @@ def configure_hopper(p: GemmProblem, gpu, d: Derivation) -> tuple[Schedule, Pred
         raster = cluster_raster(p, gpu, operands, WGMMA_M * wgs, n, (s.cluster_m, s.cluster_n))
     d.record(tma_boxes(p, s.hopper, s.multicast))
     d.record((s, cluster_row))
-    d.record(persistent_grid(s))
+    d.record(persistent_grid(s, p.batch > 1))
     d.record(raster)
     d.record(operand_prep(p, operands))
     return s, predict_hopper(p, gpu, s)

@@ -3,14 +3,28 @@
 ``C[M,N] = act(A[M,K] @ B[K,N] + bias[N])`` with FP32 accumulation.  ``trans_a`` means A is stored
 as ``[K,M]`` row-major (i.e. column-major A); ``trans_b`` means B is stored as ``[N,K]`` row-major.
 
+Batched (``batch`` > 1): ``C[b] = act(A[b] @ B[b] + bias)`` for ``b < batch``, one launch.  Each
+operand's matrices lie ``batch_stride_a/b/c`` elements apart (None: packed, ``M*K``, ``K*N``,
+``M*N``); a stride of 0 broadcasts A or B (one matrix read by every batch element, e.g. a weight).
+C's matrices must not overlap (stride >= M*N).  ``batch = 1`` is the plain problem: its strides are
+normalised to None, so its key, schedule and kernel are those of an unbatched GEMM; so is a batch
+whose A matrices (row-major) and C matrices lie packed against one broadcast B: it is normalised to
+the one [batch*M, K] x [K, N] GEMM (its tiles span the elements' rows, no padding per element), the
+same problem however ``nova.matmul``, the graph compiler or the CLI state it.  Strides the
+TMA unit cannot use (not a multiple of 16 bytes, overlapping input matrices) are not errors: the
+Hopper configurator sends such an operand through its operand-prep pass (``hopper.operand_plan``).
+
 Validation rejects what no kernel can run, with one line naming the limit:
 
-* each of M, N, K below 2^31 (``MAX_DIM``): TMA's tensor coordinates are signed 32-bit (its
-  dimension limit, 2^32, is looser); one limit for both kernel families;
-* A, B and C together no larger than ``MAX_GPU_BYTES``, the largest memory of any GPU Nova models.
-  With tiles of at least one 16x8 MMA this also bounds the launch grid: under 10^9 output tiles
-  (gridDim.x < 2^31); gridDim.y is 1 and gridDim.z (split-K) is at most the resident blocks of
-  the GPU, far below 65535.
+* each of M, N, K (and the batch) below 2^31 (``MAX_DIM``): TMA's tensor coordinates are signed
+  32-bit (its dimension limit, 2^32, is looser); one limit for both kernel families;
+* batch strides non-negative, C's no smaller than one C matrix (M*N: batch elements of the output
+  would overlap);
+* A, B and C (over the batch: from the first element to the end of the last matrix) together no
+  larger than ``MAX_GPU_BYTES``, the largest memory of any GPU Nova models.  With tiles of at least
+  one 16x8 MMA this also bounds the launch grid: under 10^9 output tiles over all batch elements
+  (gridDim.x < 2^31); gridDim.y is 1 and gridDim.z (split-K) is at most the resident blocks of the
+  GPU, far below 65535.
 
 ``tf32_rounding`` means something for ``dtype="tf32"`` only; for bf16/fp16 it is normalised to
 "rna", so ``tf32_fast`` never changes the kernel or the cache key of a 16-bit problem (the runtime
@@ -55,6 +69,12 @@ class GemmProblem:
     # Bitwise reproducible results run to run: K slices (split-K) add in a fixed order (a workspace
     # and a reduction kernel) instead of with FP32 atomics, whose order varies.
     deterministic: bool = False
+    # Batched GEMM (module docstring): the batch count and each operand's batch stride in elements
+    # (None: packed; 0: A or B broadcast over the batch).  batch = 1 normalises the strides to None.
+    batch: int = 1
+    batch_stride_a: int | None = None
+    batch_stride_b: int | None = None
+    batch_stride_c: int | None = None
 
     def __post_init__(self):
         for name in ("M", "N", "K"):
@@ -78,10 +98,62 @@ class GemmProblem:
             raise ProblemError(f"deterministic must be True or False, got {self.deterministic!r}")
         if self.dtype != "tf32" and self.tf32_rounding != "rna":
             object.__setattr__(self, "tf32_rounding", "rna")      # tf32_fast does not apply: same kernel, same key
+        self._check_batch()
         total = self.footprint_bytes
         if total > MAX_GPU_BYTES:
             raise ProblemError(f"GEMM {self.M}x{self.N}x{self.K} {self.dtype}: A, B and C take {total / 1e9:.1f} GB, more "
                                f"than the {MAX_GPU_BYTES / 1e9:.1f} GB of the largest GPU Nova models ({MAX_GPU_NAME})")
+
+    def _check_batch(self) -> None:
+        """Validate the batch and normalise it: strides None (packed) -> M*K, K*N, M*N; batch = 1 ->
+        strides None; packed row-major A and packed C against a broadcast B -> batch 1, M x batch."""
+        b = self.batch
+        if not isinstance(b, int) or isinstance(b, bool) or b < 1:
+            raise ProblemError(f"GEMM batch must be a positive integer, got {b!r}")
+        if b > MAX_DIM:
+            raise ProblemError(f"GEMM batch={b} exceeds the limit 2^31-1 = {MAX_DIM} (TMA's tensor coordinates are "
+                               f"signed 32-bit)")
+        packed = {"a": self.M * self.K, "b": self.K * self.N, "c": self.M * self.N}
+        for op, dense in packed.items():
+            name = f"batch_stride_{op}"
+            v = getattr(self, name)
+            if b == 1:
+                object.__setattr__(self, name, None)               # meaningless without a batch: same key
+                continue
+            if v is None:
+                object.__setattr__(self, name, dense)
+            elif not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ProblemError(f"batch stride of {op.upper()} must be a non-negative integer (elements), got {v!r}")
+        if b > 1 and self.batch_stride_c < packed["c"]:
+            raise ProblemError(f"batch stride of C ({self.batch_stride_c} elements) is smaller than one C matrix "
+                               f"(M*N = {packed['c']}): the {b} outputs would overlap")
+        packed_ac = self.batch_strides[::2] == (packed["a"], packed["c"])
+        if b > 1 and self.batch_stride_b == 0 and not self.trans_a and packed_ac:
+            if b * self.M > MAX_DIM:
+                raise ProblemError(f"GEMM dimension M={b * self.M} (a batch of {b} packed A matrices against one B) "
+                                   f"exceeds the limit 2^31-1 = {MAX_DIM}")
+            for name, value in (("M", b * self.M), ("batch", 1), ("batch_stride_a", None), ("batch_stride_b", None),
+                                ("batch_stride_c", None)):
+                object.__setattr__(self, name, value)
+
+    @property
+    def batch_strides(self) -> tuple[int, int, int]:
+        """(A, B, C) batch strides in elements; 0 for every operand of an unbatched problem."""
+        if self.batch == 1:
+            return 0, 0, 0
+        return self.batch_stride_a, self.batch_stride_b, self.batch_stride_c
+
+    def batch_stride(self, op: str) -> int:
+        """Elements between operand ``op``'s ("a", "b", "c") consecutive matrices; 0 when unbatched or broadcast."""
+        return self.batch_strides["abc".index(op)]
+
+    def matrices(self, op: str) -> int:
+        """How many distinct matrices operand ``op`` holds: the batch, or 1 (unbatched or broadcast)."""
+        return self.batch if self.batch_stride(op) else 1
+
+    def packed_stride(self, op: str) -> int:
+        """Elements of one matrix of operand ``op``: M*K, K*N or M*N."""
+        return {"a": self.M * self.K, "b": self.K * self.N, "c": self.M * self.N}[op]
 
     @property
     def storage(self) -> str:
@@ -96,20 +168,28 @@ class GemmProblem:
     def out_bytes(self) -> int:
         return ELEMENT_TYPES[self.out_dtype].bytes
 
+    def extent(self, op: str) -> int:
+        """Elements from operand ``op``'s first element to the end of its last matrix:
+        (matrices - 1) x batch stride + one matrix."""
+        return (self.matrices(op) - 1) * self.batch_stride(op) + self.packed_stride(op)
+
     @property
     def footprint_bytes(self) -> int:
-        """Device memory the operands take: A, B, C and the bias vector."""
+        """Device memory the operands take: A, B, C (their extents over the batch) and the bias vector."""
         bias = self.N * (4 if self.dtype == "tf32" else self.out_bytes) if self.bias else 0
-        return (self.M * self.K + self.K * self.N) * self.in_bytes + self.M * self.N * self.out_bytes + bias
+        return (self.extent("a") + self.extent("b")) * self.in_bytes + self.extent("c") * self.out_bytes + bias
 
     @property
     def flops(self) -> int:
-        return 2 * self.M * self.N * self.K
+        """2 x M x N x K per batch element."""
+        return 2 * self.M * self.N * self.K * self.batch
 
     @property
     def min_bytes(self) -> int:
-        """Compulsory DRAM traffic: read A and B once, write C once (bias is negligible)."""
-        return (self.M * self.K + self.K * self.N) * self.in_bytes + self.M * self.N * self.out_bytes
+        """Compulsory DRAM traffic: read each distinct matrix of A and B once (a broadcast one once in
+        all), write every C once (bias is negligible)."""
+        return ((self.matrices("a") * self.M * self.K + self.matrices("b") * self.K * self.N) * self.in_bytes
+                + self.batch * self.M * self.N * self.out_bytes)
 
     def describe(self) -> str:
         t = ("T" if self.trans_a else "N") + ("T" if self.trans_b else "N")
@@ -119,9 +199,21 @@ class GemmProblem:
         if self.activation != "none":
             epi.append(self.activation)
         fast = " tf32_fast" if self.dtype == "tf32" and self.tf32_rounding == "truncate" else ""
-        return (f"gemm {self.M}x{self.N}x{self.K} {self.dtype}{fast} {t}"
+        batch = f"{self.batch}x" if self.batch > 1 else ""
+        return (f"gemm {batch}{self.M}x{self.N}x{self.K} {self.dtype}{fast} {t}"
                 + (f" +{'+'.join(epi)}" if epi else "") + f" -> {self.out_dtype}"
-                + (" deterministic" if self.deterministic else ""))
+                + (" deterministic" if self.deterministic else "")
+                + (f" (batch strides A,B,C = {self.strides_text()})" if not self.packed_batch else ""))
+
+    @property
+    def packed_batch(self) -> bool:
+        """Unbatched, or every operand's matrices packed one after the other."""
+        return all(self.batch_stride(op) == self.packed_stride(op) for op in "abc") or self.batch == 1
+
+    def strides_text(self) -> str:
+        """``"A,B,C"`` batch strides as ``--batch-strides`` spells them: elements, or "packed"."""
+        return ",".join("packed" if self.batch_stride(op) == self.packed_stride(op) else str(self.batch_stride(op))
+                        for op in "abc")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -129,4 +221,7 @@ class GemmProblem:
             del d["tf32_rounding"]           # when it asks for something new
         if not d["deterministic"]:
             del d["deterministic"]
+        if d["batch"] == 1:                  # an unbatched problem keeps the key it always had
+            for k in ("batch", "batch_stride_a", "batch_stride_b", "batch_stride_c"):
+                del d[k]
         return d

@@ -4,7 +4,9 @@ The configurator produces it (with a prediction and a derivation); codegen and t
 read it; the runtime hashes it into the kernel-cache key.  It is the single source of truth for a
 kernel.  The Hopper (wgmma) kernel's further decisions, which depend on the target (its register
 file, its SM count), live in ``Schedule.hopper`` (``HopperPlan``); ``Schedule.from_dict`` rebuilds
-every nested dataclass, so ``from_dict(to_dict())`` round-trips through JSON.
+every nested dataclass, so ``from_dict(to_dict())`` round-trips through JSON.  Fields added for
+batched GEMMs are left out of ``to_dict`` at their defaults, so an unbatched schedule's dict (and
+cache key) is the one it always was.
 """
 from __future__ import annotations
 
@@ -21,20 +23,33 @@ class ScheduleError(RuntimeError):
     """The configurator produced a schedule that violates a hardware limit (a Nova bug)."""
 
 
+def _without_defaults(d: dict, **defaults) -> dict:
+    """``d`` without the keys whose value is the given default (fields added after the format was fixed)."""
+    return {k: v for k, v in d.items() if k not in defaults or v != defaults[k]}
+
+
 # ---- the Hopper kernel's plan (nova/kernels/gemm/hopper.py decides it, codegen and runtime read it)
 @dataclass(frozen=True)
 class OperandPrep:
     """A pass that writes a K-major, K-padded copy of an operand into a workspace before the GEMM
     (TMA cannot transpose and needs 16-byte aligned rows): ``dst[r, c] = src[c, r]`` if
-    ``transpose`` else ``src[r, c]``, zero for c >= K; ``round``: also round FP32 to nearest TF32."""
+    ``transpose`` else ``src[r, c]``, zero for c >= K; ``round``: also round FP32 to nearest TF32.
+    Batched: ``batch`` matrices, the source's ``src_stride`` elements apart, the workspace's packed
+    (``dst[0] * dst[1]`` apart)."""
     transpose: bool
     round: bool
     src: tuple[int, int]         # the operand as stored, row-major [rows, cols]
     dst: tuple[int, int]         # [M or N, K padded to 16 bytes]
+    batch: int = 1               # matrices the pass writes (1: unbatched or a broadcast operand)
+    src_stride: int = 0          # elements between the source's matrices (batch > 1)
+
+    def to_dict(self) -> dict:
+        return _without_defaults(asdict(self), batch=1, src_stride=0)
 
     @classmethod
     def from_dict(cls, d: dict) -> "OperandPrep":
-        return cls(d["transpose"], d["round"], tuple(d["src"]), tuple(d["dst"]))
+        return cls(d["transpose"], d["round"], tuple(d["src"]), tuple(d["dst"]), d.get("batch", 1),
+                   d.get("src_stride", 0))
 
 
 @dataclass(frozen=True)
@@ -45,11 +60,22 @@ class OperandRole:
     cols: int
     feed: str                    # "smem" (K-major descriptor) | "smem_t" (descriptor, transpose bit) | "regs"
     prep: OperandPrep | None     # the pass that writes the tensor first, if any
+    # Batched GEMM: the tensor TMA reads holds ``batch`` matrices ``batch_stride`` elements apart (a
+    # 3-D tensor map, batch the outer dimension); batch 1, stride 0: one 2-D map that every batch
+    # element reads (unbatched, or a broadcast operand)
+    batch: int = 1
+    batch_stride: int = 0
+
+    def to_dict(self) -> dict:
+        d = _without_defaults(asdict(self), batch=1, batch_stride=0)
+        d["prep"] = None if self.prep is None else self.prep.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "OperandRole":
         return cls(d["major"], d["rows"], d["cols"], d["feed"],
-                   None if d["prep"] is None else OperandPrep.from_dict(d["prep"]))
+                   None if d["prep"] is None else OperandPrep.from_dict(d["prep"]), d.get("batch", 1),
+                   d.get("batch_stride", 0))
 
 
 @dataclass(frozen=True)
@@ -235,14 +261,19 @@ class Schedule:
         """Split-K slices write FP32 partials to a workspace that a reduction kernel adds up."""
         return self.split_k > 1 and self.split_reduction == "workspace"
 
-    def grid(self, M: int, N: int) -> tuple[int, int, int]:
-        """(output tiles, 1, split_k): the mma.sync kernel's launch grid (it maps blockIdx.x to a tile
-        by group-M); the Hopper kernel's CTAs (``hopper.ctas``) walk these work units."""
+    def grid(self, M: int, N: int, batch: int = 1) -> tuple[int, int, int]:
+        """(output tiles x batch, 1, split_k): the mma.sync kernel's launch grid (it maps blockIdx.x to
+        a batch element, blockIdx.x / tiles, and a tile of it by group-M); the Hopper kernel's CTAs
+        (``hopper.ctas``) walk these work units."""
         tiles = -(-M // self.block_m) * -(-N // self.block_n)
-        return (tiles, 1, self.split_k)
+        return (tiles * batch, 1, self.split_k)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if self.hopper is not None:          # batched fields only where they are not the defaults
+            ops = d["hopper"]["operands"]
+            ops["a"], ops["b"] = self.hopper.operands.a.to_dict(), self.hopper.operands.b.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Schedule":

@@ -174,7 +174,11 @@ def analytic_pick(problem: GemmProblem, gpu: GPUModel, family: str | None = None
 
 def schedule_space(problem: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Schedule]:
     """The sorted space of ``pick``'s instruction family, holding ``pick`` (added when the
-    enumeration does not reach it, e.g. a split-K of 3 or a group-M of 11)."""
+    enumeration does not reach it, e.g. a split-K of 3 or a group-M of 11).  Unbatched GEMMs only:
+    the space's candidates count one matrix's tiles."""
+    if problem.batch > 1:
+        raise ValueError(f"{problem.describe()}: the schedule space (nova tune, the oracle) covers unbatched GEMMs "
+                         "only; the configurator's pick is nova-config explain matmul")
     if pick.mma.family == "wgmma":
         space = wgmma_space_around(problem, gpu, pick)
     else:
