@@ -8,7 +8,8 @@
 # Stages: tests suite oracle layouts profile trainprofile train (FRAMEWORKS, MODEL, BATCH), trainalt (Nova
 # under ALT_ENV, default NOVA_ATTENTION_PRECISION=tf32, beside the train stage's eager run or EAGER_FROM),
 # attention (GPU tests + benchmark, ATTN_DTYPES), clusters (bench/suites/cluster_probe.json under
-# NOVA_CLUSTER = each of CLUSTERS, "none" = the configurator's pick).
+# NOVA_CLUSTER = each of CLUSTERS, "none" = the configurator's pick; CLUSTER_SUITE), batched
+# (bench/suites/batched_gemms.json: Nova vs torch.bmm vs XLA).
 # Results: $OUT/issue12.tgz (everything) + the summaries beside it (the device tool returns 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +47,9 @@ for stage in $STAGES; do
               ( [ "$c" = none ] || export NOVA_CLUSTER=$c; timeout ${CLUSTER_S:-100} python3 -m nova.bench.train_gemms --device \
                 --suite ${CLUSTER_SUITE:-bench/suites/cluster_probe.json} --dtypes ${CLUSTER_DTYPES:-bf16} --out "$RES/clusters-$c" --settle-s 0.5 \
                 --rounds 3 --budget-s $(( ${CLUSTER_S:-100} - 20 )) 2>&1 | tail -n 12 >> "$RES/log.txt" ); done ;;
+    batched) OUT=$RES/batched timeout ${BATCHED_S:-150} bash bench/train_gemms_device.sh --suite bench/suites/batched_gemms.json \
+              --dtypes ${BATCHED_DTYPES:-tf32,bf16} --settle-s 0.5 --rounds 3 --budget-s $(( ${BATCHED_S:-150} - 30 )) \
+              2>&1 | tail -n 20 >> "$RES/log.txt" ;;
     train)  timeout ${TRAIN_S:-240} python3 -m nova.bench.train --all --frameworks ${FRAMEWORKS:-eager,nova} --model ${MODEL:-gpt42m} --batch ${BATCH:-32} \
               --out "$RES/train" --timeout 110 2>&1 | tail -n 30 >> "$RES/log.txt" ;;
   esac

@@ -316,9 +316,9 @@ def test_split_scores_cost_two_more_matmuls_per_pair():
 def test_environment_states_the_score_precision(monkeypatch):
     from nova.kernels.attention.problem import AttentionProblemError, score_precision_for
     monkeypatch.delenv("NOVA_ATTENTION_PRECISION", raising=False)
-    assert score_precision_for("tf32") == "3xtf32" and score_precision_for("bf16") == "tf32"    # the default
-    monkeypatch.setenv("NOVA_ATTENTION_PRECISION", "tf32")
-    assert score_precision_for("tf32") == "tf32" and score_precision_for("bf16") == "tf32"
+    assert score_precision_for("tf32") == "tf32" and score_precision_for("bf16") == "tf32"      # the default
+    monkeypatch.setenv("NOVA_ATTENTION_PRECISION", "3xtf32")
+    assert score_precision_for("tf32") == "3xtf32" and score_precision_for("bf16") == "tf32"
     monkeypatch.setenv("NOVA_ATTENTION_PRECISION", "fast")
     with pytest.raises(AttentionProblemError, match="NOVA_ATTENTION_PRECISION"):
         score_precision_for("tf32")

@@ -51,7 +51,7 @@ KEPT, STREAMED = {"fwd": ("q",), "bwd_dq": ("q", "dout"), "bwd_dkv": ("k", "v")}
                  {"fwd": ("k", "v"), "bwd_dq": ("k", "v"), "bwd_dkv": ("q", "dout")}
 GEMMS = {"fwd": 2, "bwd_dkv": 4, "bwd_dq": 3}          # matmuls per (query, key) pair in each kernel
 ALU_PER_SCORE = {"fwd": 5, "bwd_dkv": 4, "bwd_dq": 3}   # FP32 ops per score (scale/max/exp-arg/sum/convert)
-SPLIT_OPS_PER_ELEMENT = 2    # 3xtf32 scores: AND + FSUB per fragment element (build.tf32_split)
+SPLIT_OPS_PER_ELEMENT = 3    # 3xtf32 scores: IADD + AND + FSUB per fragment element (build.tf32_split)
 REG_SPLIT_EXTRA = 16         # 3xtf32 scores: the small halves of the fragments in flight (an estimate; ptxas checks)
 
 # Formulas, each shown in the derivation with this GPU's numbers (``F.stages`` is "stages = ...").
@@ -203,7 +203,7 @@ def alu_per_score(p: AttentionProblem, role: str, rows_per_warp: int, block_cols
     """FP32 lane operations per score: ``ALU_PER_SCORE[role]``, plus, for 3xtf32 scores, the split of
     every score-operand fragment element: a warp splits its A rows (16 mt x D) and the streamed B tile
     (block_cols x D) once per tile of 16 mt x block_cols scores, ``SPLIT_OPS_PER_ELEMENT`` each:
-    2 D (1/block_cols + 1/(16 mt))."""
+    3 D (1/block_cols + 1/(16 mt))."""
     extra = SPLIT_OPS_PER_ELEMENT * p.head_dim * (1 / block_cols + 1 / rows_per_warp) if p.split_scores else 0
     return ALU_PER_SCORE[role] + extra
 

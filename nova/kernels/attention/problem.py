@@ -52,12 +52,14 @@ class AttentionProblemError(ValueError):
 
 def score_precision_for(dtype: str) -> str:
     """The score precision that ``nova.attention``, compiled programs and ``nova-config explain`` state
-    for ``dtype`` problems: for TF32 ``$NOVA_ATTENTION_PRECISION``, by default "3xtf32" (scores as
-    accurate as PyTorch's FP32 attention: single-TF32 scores moved GPT-144M's loss curve by up to 1.8%,
-    median 0.86%, where 3xtf32 stays at a median 0.14%; bench/NOTES.md), "tf32" the faster opt-in
-    (~23% less attention time); else "tf32" (the 16-bit kernels multiply exactly, FP32 accumulation)."""
+    for ``dtype`` problems: for TF32 ``$NOVA_ATTENTION_PRECISION``, by default "tf32" (one TF32
+    product, like every float32 matmul Nova runs), "3xtf32" the opt-in for FP32-accurate scores
+    (~30% more attention time).  Whether 3xtf32 keeps a training run closer to eager's was measured
+    and not shown: GPT-144M's loss curves with 3xtf32 scores came out a median 0.14%, 0.73% and 1.58%
+    from eager's in three runs, single TF32 0.86%, where two eager runs of GPT-42M differ by up to 0.5%
+    (bench/NOTES.md, session 6).  Else "tf32" (the 16-bit kernels multiply exactly, FP32 accumulation)."""
     import os
-    want = os.environ.get("NOVA_ATTENTION_PRECISION", "3xtf32").strip().lower() or "3xtf32"
+    want = os.environ.get("NOVA_ATTENTION_PRECISION", "tf32").strip().lower() or "tf32"
     if want not in SCORE_PRECISIONS:
         raise AttentionProblemError(f"NOVA_ATTENTION_PRECISION={want!r}: choose one of {', '.join(SCORE_PRECISIONS)}")
     return want if dtype == "tf32" else "tf32"

@@ -91,6 +91,10 @@ STAGING_STEP_CLK = 64          # [EST] per step and warpgroup: the proxy fence, 
 # it into every CTA of the cluster (emit_hopper's module docstring).
 CLUSTER_SHAPES = ((2, 1), (1, 2))   # (cluster_m, cluster_n) step 12 prices beside 1x1
 SLACK_TERMS = ("mma", "l2", "dram")  # a tie on the predicted time goes to the least of these in all (as in step 8)
+AUTO_CLUSTERS = False          # [MEASURED] the configurator picks no cluster on its own: on the H200 every cluster
+                               # kernel it picked ran 1.7-3.2x slower than the 1x1 one where the model predicted
+                               # gains (bench/results/h200-session6/call4, clusters-none vs clusters-1x1): the
+                               # model lacks a cost of the cluster kernel that outweighs the multicast's saving
 CLUSTER_SYNC_S = 1e-6          # [EST] per kernel: the cluster-wide barriers after the mbarrier init and before
                                # exit, and the launch placing each cluster's CTAs on one GPC
 SWIZZLE_ATOM_ROWS = 8          # a 128-byte-swizzled box spans whole 8-row (1024-byte) atoms: a K-major slice too
@@ -939,7 +943,7 @@ def cluster(p: GemmProblem, gpu, s: Schedule) -> tuple[Schedule, Step]:
     pick = s
     if priced:                              # the fastest, then the most slack in the other limits (as step 8)
         pred, c = min(priced, key=lambda pc: (round(pc[0].time_us, 6), sum(pc[0].terms_us[k] for k in SLACK_TERMS)))
-        if forced or round(pred.time_us, 6) < round(base.time_us, 6):
+        if forced or (AUTO_CLUSTERS and round(pred.time_us, 6) < round(base.time_us, 6)):
             pick = c
     table = "; ".join([f"1x1 {base.time_us:.1f} (L2 fills {base.terms_us['l2']:.1f})"]
                       + [f"{c.cluster_m}x{c.cluster_n} {pr.time_us:.1f} (L2 fills {pr.terms_us['l2']:.1f}, "
@@ -954,6 +958,9 @@ def cluster(p: GemmProblem, gpu, s: Schedule) -> tuple[Schedule, Step]:
         why += "; not possible: " + "; ".join(blocked)
     if forced:
         why = f"NOVA_CLUSTER={forced[0]}x{forced[1]} forces the shape. " + why
+    elif pick is s and priced and not AUTO_CLUSTERS and round(pred.time_us, 6) < round(base.time_us, 6):
+        why = ("1x1: the model predicts a cluster faster, but cluster kernels measured 1.7-3.2x slower than 1x1 "
+               "on the H200 where it did (AUTO_CLUSTERS; NOVA_CLUSTER forces one). " + why)
     elif pick is s:
         why = "1x1: no cluster shape is predicted faster. " + why
     shape = (pick.cluster_m, pick.cluster_n)
