@@ -930,6 +930,10 @@ def cluster(p: GemmProblem, gpu, s: Schedule) -> tuple[Schedule, Step]:
     cluster tiles padded), plus ``CLUSTER_SYNC_S``.  The fastest; 1x1 on a tie.  ``NOVA_CLUSTER``
     forces a shape (``forced_cluster``)."""
     forced = forced_cluster()
+    if forced is None and not AUTO_CLUSTERS:       # not priced: no time spent on a choice that is not made
+        return s, note("cluster", "1x1", "1x1: the configurator picks no cluster on its own (AUTO_CLUSTERS): "
+                       "where the model predicted clusters faster, they measured 1.7-3.2x slower than 1x1 on the "
+                       "H200 (bench/results/h200-session6/call4); NOVA_CLUSTER=MxN forces one")
     shapes = [forced] if forced not in (None, (1, 1)) else ([] if forced else list(CLUSTER_SHAPES))
     base = predict_hopper(p, gpu, s)
     priced, blocked = [], []
@@ -958,9 +962,6 @@ def cluster(p: GemmProblem, gpu, s: Schedule) -> tuple[Schedule, Step]:
         why += "; not possible: " + "; ".join(blocked)
     if forced:
         why = f"NOVA_CLUSTER={forced[0]}x{forced[1]} forces the shape. " + why
-    elif pick is s and priced and not AUTO_CLUSTERS and round(pred.time_us, 6) < round(base.time_us, 6):
-        why = ("1x1: the model predicts a cluster faster, but cluster kernels measured 1.7-3.2x slower than 1x1 "
-               "on the H200 where it did (AUTO_CLUSTERS; NOVA_CLUSTER forces one). " + why)
     elif pick is s:
         why = "1x1: no cluster shape is predicted faster. " + why
     shape = (pick.cluster_m, pick.cluster_n)
