@@ -87,7 +87,7 @@ def test_cluster_kernels_assemble_with_the_cluster_machinery(case, forced):
     ptx, r = art.ptx, art.resources
     assert f".reqnctapercluster {size}, 1, 1" in ptx and art.grid == (s.hopper.ctas, 1, 1)
     assert "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster" in ptx
-    assert "mapa.shared::cluster" in ptx and "mbarrier.arrive.release.cluster.shared::cluster.b64" in ptx
+    assert "mapa.shared::cluster" in ptx and "mbarrier.arrive.shared::cluster.b64" in ptx and ".release.cluster.shared::cluster" not in ptx
     assert ptx.count("barrier.cluster.arrive;") == 2 and ptx.count("barrier.cluster.wait;") == 2
     assert "fence.mbarrier_init.release.cluster" in ptx and "%cluster_ctarank" in ptx and "%nclusterid.x" in ptx
     assert r["spill_store_bytes"] == 0 and r["spill_load_bytes"] == 0 and r["stack_bytes"] == 0, r
@@ -159,11 +159,11 @@ def test_the_cluster_walk_covers_every_tile_once_per_k_slice(forced):
 
 
 def test_the_model_prefers_clusters_it_is_not_trusted_with(monkeypatch):
-    """The H200 measured every cluster kernel the model preferred 1.7-3.2x slower than its 1x1 kernel
-    (bench/results/h200-session6/call4): by default the configurator keeps 1x1 and says why."""
+    """The H200 measured every cluster kernel the model preferred slower than its 1x1 kernel
+    (bench/results/h200-session6/call4, call7): by default the configurator keeps 1x1 and says why."""
     p = GemmProblem(1024, 1024, 1024)
     step = {st.step: st for st in configure(p, "h200").derivation}["cluster"]
-    assert step.value == "1x1" and "measured 1.7-3.2x slower" in step.reason
+    assert step.value == "1x1" and "measured slower than 1x1" in step.reason
 
 
 def test_configurator_picks_a_cluster_where_the_model_predicts_a_gain(monkeypatch):

@@ -91,10 +91,10 @@ STAGING_STEP_CLK = 64          # [EST] per step and warpgroup: the proxy fence, 
 # it into every CTA of the cluster (emit_hopper's module docstring).
 CLUSTER_SHAPES = ((2, 1), (1, 2))   # (cluster_m, cluster_n) step 12 prices beside 1x1
 SLACK_TERMS = ("mma", "l2", "dram")  # a tie on the predicted time goes to the least of these in all (as in step 8)
-AUTO_CLUSTERS = False          # [MEASURED] the configurator picks no cluster on its own: on the H200 every cluster
-                               # kernel it picked ran 1.7-3.2x slower than the 1x1 one where the model predicted
-                               # gains (bench/results/h200-session6/call4, clusters-none vs clusters-1x1): the
-                               # model lacks a cost of the cluster kernel that outweighs the multicast's saving
+AUTO_CLUSTERS = False          # [MEASURED] the configurator picks no cluster on its own: on the H200 the cluster
+                               # kernels it picked ran 1.7-3.2x slower than 1x1 where the model predicted gains
+                               # (bench/results/h200-session6/call4); with CTA-scope releases (CODEGEN_ABI 7) still
+                               # 7-11% slower on the two kernels measured (call 7): not yet a gain anywhere measured
 CLUSTER_SYNC_S = 1e-6          # [EST] per kernel: the cluster-wide barriers after the mbarrier init and before
                                # exit, and the launch placing each cluster's CTAs on one GPC
 SWIZZLE_ATOM_ROWS = 8          # a 128-byte-swizzled box spans whole 8-row (1024-byte) atoms: a K-major slice too
@@ -932,8 +932,9 @@ def cluster(p: GemmProblem, gpu, s: Schedule) -> tuple[Schedule, Step]:
     forced = forced_cluster()
     if forced is None and not AUTO_CLUSTERS:       # not priced: no time spent on a choice that is not made
         return s, note("cluster", "1x1", "1x1: the configurator picks no cluster on its own (AUTO_CLUSTERS): "
-                       "where the model predicted clusters faster, they measured 1.7-3.2x slower than 1x1 on the "
-                       "H200 (bench/results/h200-session6/call4); NOVA_CLUSTER=MxN forces one")
+                       "where the model predicted clusters faster, they measured slower than 1x1 on the H200 "
+                       "(1.7-3.2x, then 7-11% with CTA-scope releases; bench/NOTES.md, session 6); "
+                       "NOVA_CLUSTER=MxN forces one")
     shapes = [forced] if forced not in (None, (1, 1)) else ([] if forced else list(CLUSTER_SHAPES))
     base = predict_hopper(p, gpu, s)
     priced, blocked = [], []
