@@ -195,16 +195,9 @@ def test_configurator_picks_a_cluster_where_the_model_predicts_a_gain(monkeypatc
 
 def configure_one_by_one(p):
     """The configurator's schedule with clusters forced off (NOVA_CLUSTER=1x1)."""
-    import os
-    old = os.environ.get("NOVA_CLUSTER")
-    os.environ["NOVA_CLUSTER"] = "1x1"
-    try:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NOVA_CLUSTER", "1x1")
         return configure(p, "h200").schedule
-    finally:
-        if old is None:
-            del os.environ["NOVA_CLUSTER"]
-        else:
-            os.environ["NOVA_CLUSTER"] = old
 
 
 def test_cluster_model_terms():

@@ -11,12 +11,12 @@ process; a backend that refuses a dtype is reported as unsupported.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
 import sys
 import time
+from unittest import mock
 
 from nova.kernels.attention.problem import AttentionProblem, score_precision_for
 
@@ -59,19 +59,10 @@ STRIDED_GPU_CASES = (
 TORCH_DTYPE = {"tf32": "float32", "3xtf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
-@contextlib.contextmanager
 def score_precision(name: str):
     """Within the block, FP32 attention problems state ``name`` (``$NOVA_ATTENTION_PRECISION``, which
     ``nova.attention`` reads): the benchmark's "3xtf32" rows time the split score product."""
-    old = os.environ.get("NOVA_ATTENTION_PRECISION")
-    os.environ["NOVA_ATTENTION_PRECISION"] = name
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ["NOVA_ATTENTION_PRECISION"]
-        else:
-            os.environ["NOVA_ATTENTION_PRECISION"] = old
+    return mock.patch.dict(os.environ, {"NOVA_ATTENTION_PRECISION": name})
 
 
 def problem_of(case, stated: bool = False) -> AttentionProblem:

@@ -101,7 +101,7 @@ def step1_instruction(p: AttentionProblem, gpu: GPUModel):
     why = (f"{p.dtype}: every matmul (S = QK^T, O = PV and the backward's four) on {mma}, FP32 accumulation; "
            "softmax in FP32")
     if p.split_scores:
-        why += ("; 3xtf32 scores: S = Qb Kb + Qb Ks + Qs Kb (x = big + small, each rounded to TF32), "
+        why += ("; 3xtf32 scores: S = Qb Kb + Qb Ks + Qs Kb (x = big + small, big rounded to TF32, small the rest), "
                 "FP32-accurate scores at three MMAs per score k-step; the other products on TF32 (cvt.rna)")
     elif p.dtype == "tf32":
         why += "; operands rounded to nearest TF32 (cvt.rna) like the GEMMs"

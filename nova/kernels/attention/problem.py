@@ -22,11 +22,11 @@ so no row is ever fully masked.
 ``score_precision`` (TF32 only) is how the score product ``S = Q K^T`` is computed: ``"tf32"``, one
 TF32 tensor-core product (inputs rounded to 10 mantissa bits: each score carries a relative error of
 about 2^-11 of ``|q| |k|``), or ``"3xtf32"``, the split product ``S = Qb Kb + Qb Ks + Qs Kb`` with
-``x = xb + xs`` (``xb`` = x rounded to TF32, ``xs`` = the rest rounded to TF32), FP32-accurate to about
-2^-21 at three times the score MMAs.  The softmax exponentiates scores, so an absolute score error
-``e`` becomes a relative probability error ``e``: at large logits TF32 scores change a training
-run's trajectory where the GEMMs' TF32 rounding does not (the GPT-144M loss drift of
-``bench/NOTES.md``).  P V, dP and the gradient products stay single TF32 (their errors are relative).
+``x = xb + xs`` (``xb`` = x rounded to TF32, ``xs`` = the exact rest, of which the tensor core reads
+the top 10 mantissa bits), FP32-accurate to about 2^-21 at three times the score MMAs.  The softmax
+exponentiates scores, so an absolute score error ``e`` becomes a relative probability error ``e``.
+Whether that moves a training run measurably was not shown (``score_precision_for``).  P V, dP and
+the gradient products stay single TF32 (their errors are relative).
 """
 from __future__ import annotations
 
