@@ -1,5 +1,6 @@
 """``nova-config`` through a subprocess, as users run it."""
 import json
+import os
 import subprocess
 import sys
 
@@ -72,6 +73,13 @@ def test_bad_input_is_one_clear_line(args, message):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_bad_cluster_setting_is_one_clear_line():
+    r = subprocess.run([sys.executable, "-m", "nova.cli.config", "explain", "matmul", "4096", "--target", "h200"],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "NOVA_CLUSTER": "two"})
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "NOVA_CLUSTER='two': expected MxN" in lines[0], r.stderr
 
 
 def test_tf32_fast_is_an_explicit_opt_in():

@@ -46,6 +46,15 @@ def test_bad_training_arguments_are_one_line(argv, message, capsys):
     assert len(err) == 1 and message in err[0]
 
 
+def test_a_bad_attention_precision_is_one_line_not_a_silent_fallback(capsys, monkeypatch):
+    """A typo in $NOVA_ATTENTION_PRECISION is the user's error: explain (and the executor, which asks
+    the same question) must not quietly treat the attention as one Nova's kernels do not cover."""
+    monkeypatch.setenv("NOVA_ATTENTION_PRECISION", "fast")
+    assert config_main(["explain", "train", "tiny", "--batch", "2", "--target", "h200"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "NOVA_ATTENTION_PRECISION='fast': choose one of tf32, 3xtf32" in err[0]
+
+
 def test_precompile_train_needs_a_model_and_a_batch(capsys):
     assert nova_main(["precompile", "train", "--target", "h200"]) == 2
     assert "needs a model and --batch" in capsys.readouterr().err

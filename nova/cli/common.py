@@ -65,9 +65,10 @@ def check_tf32_fast(dtypes: list[str], tf32_fast: bool) -> None:
 def usage_errors() -> tuple[type, ...]:
     """Exceptions that mean bad input (exit 2); imported lazily (the configurator loads sympy)."""
     from nova.cli.shapes import ShapeError
+    from nova.kernels.attention.problem import AttentionProblemError
     from nova.kernels.gemm.problem import ProblemError
     from nova.hwmodel.model import TargetError
-    return ShapeError, ProblemError, TargetError, UsageError
+    return ShapeError, ProblemError, AttentionProblemError, TargetError, UsageError
 
 
 def dispatch(prog: str, call, runtime_errors: tuple[type, ...] = ()) -> int:

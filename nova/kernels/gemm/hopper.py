@@ -57,7 +57,7 @@ import math
 
 from nova.kernels.gemm.cost import cdiv
 from nova.configurator.derivation import Derivation, formula_step, note
-from nova.kernels.gemm.problem import GemmProblem
+from nova.kernels.gemm.problem import GemmProblem, ProblemError
 from nova.configurator.step import MmaInstr, Prediction, Step
 from nova.kernels.gemm.schedule import HopperPlan, OperandPlan, OperandPrep, OperandRole, Schedule, SmemRing, TmaBox
 from nova.hwmodel.formula import formulas
@@ -843,9 +843,9 @@ def forced_cluster() -> tuple[int, int] | None:
     try:
         cm, cn = (int(v) for v in text.split("x"))
     except ValueError:
-        raise ValueError(f"NOVA_CLUSTER={text!r}: expected MxN, e.g. 2x1 (CTAs along M x along N)") from None
+        raise ProblemError(f"NOVA_CLUSTER={text!r}: expected MxN, e.g. 2x1 (CTAs along M x along N)") from None
     if cm < 1 or cn < 1:
-        raise ValueError(f"NOVA_CLUSTER={text!r}: cluster extents are >= 1")
+        raise ProblemError(f"NOVA_CLUSTER={text!r}: cluster extents are >= 1")
     return cm, cn
 
 
