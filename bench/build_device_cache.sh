@@ -15,7 +15,7 @@ tail -n 1 /tmp/nova-precompile-1.log /tmp/nova-precompile-2.log
 $P --suite bench/suites/perf.txt --dtype tf32,bf16,fp16 | tail -n 1
 $P --suite bench/suites/ksweep.txt --dtype tf32,bf16 | tail -n 1
 # epilogue/layout cases of the sweep, and the kernels of tests/test_runtime_gpu.py
-python3 -m nova.bench.correctness --print-precompile "$TARGET" | while read -r cmd; do $cmd < /dev/null | tail -n 1; done
-python3 tests/test_runtime_gpu.py --target "$TARGET" | while read -r cmd; do $cmd < /dev/null | tail -n 1; done
+python3 -m nova.bench.correctness --print-precompile "$TARGET" | while read -r cmd; do eval "$cmd" < /dev/null | tail -n 1; done
+python3 tests/test_runtime_gpu.py --target "$TARGET" | while read -r cmd; do eval "$cmd" < /dev/null | tail -n 1; done
 tar czf .nova-cache.tgz "$NOVA_CACHE_DIR"
 ls -la .nova-cache.tgz

@@ -9,7 +9,8 @@
 # under ALT_ENV, default NOVA_ATTENTION_PRECISION=tf32, beside the train stage's eager run or EAGER_FROM),
 # attention (GPU tests + benchmark, ATTN_DTYPES), clusters (bench/suites/cluster_probe.json under
 # NOVA_CLUSTER = each of CLUSTERS, "none" = the configurator's pick; CLUSTER_SUITE), batched
-# (bench/suites/batched_gemms.json: Nova vs torch.bmm vs XLA).
+# (bench/suites/batched_gemms.json: Nova vs torch.bmm vs XLA), sanitizer (every GPU test file of SAN_TESTS
+# under each compute-sanitizer tool of SAN_TOOLS, default memcheck racecheck synccheck initcheck, SAN_S each).
 # Results: $OUT/issue12.tgz (everything) + the summaries beside it (the device tool returns 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +51,12 @@ for stage in $STAGES; do
     batched) OUT=$RES/batched timeout ${BATCHED_S:-150} bash bench/train_gemms_device.sh --suite bench/suites/batched_gemms.json \
               --dtypes ${BATCHED_DTYPES:-tf32,bf16} --settle-s 0.5 --rounds 3 --budget-s $(( ${BATCHED_S:-150} - 30 )) \
               2>&1 | tail -n 20 >> "$RES/log.txt" ;;
+    sanitizer) for tool in ${SAN_TOOLS:-memcheck racecheck synccheck initcheck}; do
+              echo "== compute-sanitizer $tool $(date +%T)" | tee -a "$RES/log.txt"
+              timeout ${SAN_S:-150} compute-sanitizer --tool $tool --report-api-errors no --target-processes all \
+                python3 -m pytest -m gpu ${SAN_TESTS:-tests/test_runtime_gpu.py tests/test_attention_gpu.py} -q -p no:cacheprovider \
+                > "$RES/sanitizer-$tool.txt" 2>&1; echo "exit $?" >> "$RES/sanitizer-$tool.txt"
+              grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed|^exit" "$RES/sanitizer-$tool.txt" | tee -a "$RES/log.txt"; done ;;
     train)  timeout ${TRAIN_S:-240} python3 -m nova.bench.train --all --frameworks ${FRAMEWORKS:-eager,nova} --model ${MODEL:-gpt42m} --batch ${BATCH:-32} \
               --out "$RES/train" --timeout 110 2>&1 | tail -n 30 >> "$RES/log.txt" ;;
   esac
