@@ -27,7 +27,7 @@ from nova.configurator.step import MmaInstr, Prediction, Step
 from nova.hwmodel import GPUModel, TargetError, get_target
 from nova.hwmodel.formula import formulas
 from nova.hwmodel.model import F as HW
-from nova.kernels.attention.problem import AttentionProblem
+from nova.kernels.attention.problem import AttentionProblem, AttentionProblemError
 from nova.kernels.attention.schedule import AttentionConfig, AttentionSchedule, KernelTile
 
 # Quantities the hardware model does not carry yet (used only when the target lacks them).
@@ -417,9 +417,9 @@ def hopper_fwd_time(p: AttentionProblem, gpu: GPUModel, kt: KernelTile, vis: int
     return t, terms
 
 
-def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float):
+def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float, force: bool = False):
     """(KernelTile or None, steps, predicted seconds or None): the Hopper forward's schedule, and
-    whether it beats the mma.sync forward (``mma_fwd_us``, step 9)."""
+    whether it beats the mma.sync forward (``mma_fwd_us``, step 9); ``force``: taken wherever it can run."""
     why = hopper_blocker(p, gpu)
     if why:
         return None, [note("10 fwd path", "mma.sync", f"the forward stays on mma.sync + cp.async: {why}")], None
@@ -492,6 +492,10 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float)
            "the block's diagonal are loaded")
     d.note("10 fwd time (Hopper)", f"{t * 1e6:.1f} us", ", ".join(f"{k} {v * 1e6:.1f}" for k, v in terms.items())
            + f"; bound: {max((k for k in terms if k != 'blocks'), key=terms.get)}", F.t_hopper.text)
+    if force:
+        d.note("10 fwd path", "wgmma + TMA", f"NOVA_ATTENTION_HOPPER=force (the model: Hopper {t * 1e6:.1f} us, "
+               f"mma.sync {mma_fwd_us:.1f} us); the backward stays on mma.sync + cp.async")
+        return kt, d.steps, t
     if t * 1e6 >= mma_fwd_us:
         d.note("10 fwd path", "mma.sync", f"Hopper forward {t * 1e6:.1f} us >= mma.sync forward {mma_fwd_us:.1f} us")
         return None, d.steps, None
@@ -501,10 +505,19 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float)
 
 
 # ---- the whole derivation ------------------------------------------------------------------------
-def hopper_allowed() -> bool:
-    """``$NOVA_ATTENTION_HOPPER`` = 0 keeps the forward on mma.sync (A/B measurements); default on."""
+HOPPER_MODES = ("auto", "off", "force")
+
+
+def hopper_mode() -> str:
+    """``$NOVA_ATTENTION_HOPPER``: "auto" (default: the Hopper forward where step 10 predicts it faster),
+    "off" (0: the forward stays on mma.sync, for A/B measurements) or "force" (the Hopper forward wherever
+    it can run: tests of small and ragged problems the model leaves on mma.sync)."""
     import os
-    return os.environ.get("NOVA_ATTENTION_HOPPER", "1").strip() not in ("0", "off", "no", "false")
+    want = os.environ.get("NOVA_ATTENTION_HOPPER", "auto").strip().lower() or "auto"
+    want = {"0": "off", "1": "auto", "no": "off", "false": "off"}.get(want, want)
+    if want not in HOPPER_MODES:
+        raise AttentionProblemError(f"NOVA_ATTENTION_HOPPER={want!r}: choose one of {', '.join(HOPPER_MODES)}")
+    return want
 
 
 def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h200", *,
@@ -557,15 +570,16 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
     mode, st = step8_dq_mode(p, gpu, kernels["bwd_dkv"].block_cols, visited["bwd_dkv"])
     steps.append(st)
     tma = False
-    if not (tiles and "fwd" in tiles) and hopper_allowed():
+    hmode = hopper_mode()
+    if not (tiles and "fwd" in tiles) and hmode != "off" and "wgmma" in gpu.features:
         mma_fwd, _ = kernel_time(p, gpu, "fwd", kernels["fwd"], visited["fwd"])
-        hkt, sts, _ = step10_hopper_forward(p, gpu, mma_fwd * 1e6)
+        hkt, sts, _ = step10_hopper_forward(p, gpu, mma_fwd * 1e6, force=hmode == "force")
         steps += sts
         if hkt is not None:
             kernels["fwd"], tma = hkt, True
             visited["fwd"] = visited_pairs(p, "fwd", hkt.block_rows, hkt.block_cols)
-    elif "wgmma" in gpu.features:
-        steps.append(note("10 fwd path", "mma.sync", "NOVA_ATTENTION_HOPPER=0 or an experiment's forward tile: "
+    elif "wgmma" in gpu.features and not (tiles and "fwd" in tiles):
+        steps.append(note("10 fwd path", "mma.sync", "NOVA_ATTENTION_HOPPER=off or an experiment's forward tile: "
                           "the forward stays on mma.sync"))
     sched = AttentionSchedule(gpu.arch if gpu.arch != "sm_90a" else "sm_90", mma, kernels["fwd"], kernels["bwd_pre"],
                               kernels["bwd_dkv"], kernels["bwd_dq"], dq_mode=mode, tma=tma)

@@ -42,7 +42,8 @@ def resolve(problem: AttentionProblem, device_index, target, roles) -> _Resolved
     from nova.runtime.matmul import resolve_target
     device = driver.get_device(device_index)
     model = resolve_target(target, device)
-    memo = (problem, model.name, device.ordinal)
+    from nova.kernels.attention.derive import hopper_mode
+    memo = (problem, model.name, device.ordinal, hopper_mode())      # $NOVA_ATTENTION_HOPPER picks the forward
     hit = _memo.get(memo)
     if hit is not None and all(r in hit.kernels for r in roles):
         return hit
