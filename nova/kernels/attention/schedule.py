@@ -57,6 +57,8 @@ class KernelTile:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["grid"] = list(self.grid)
+        if not self.hopper:              # mma.sync tiles: the dict they always had
+            del d["producer_regs"], d["consumer_regs"]
         return d
 
     @classmethod
