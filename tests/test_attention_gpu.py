@@ -211,9 +211,11 @@ def test_rejects_bad_inputs():
 
 if __name__ == "__main__":
     import sys
-    from nova.bench.attention import all_kernels
+    from nova.bench.attention import all_kernels, mode_kernels
     print("# the kernels of these tests (and of the attention benchmark), compiled on a host with MLIR by:")
     print("#   NOVA_CACHE_DIR=.nova-cache python -m nova.bench.attention --precompile --target h200")
     for problem, roles in all_kernels():
         print(f"{problem.describe()}  [{', '.join(roles)}]")
+    for problem, roles, mode in mode_kernels():
+        print(f"{problem.describe()}  [{', '.join(roles)}] NOVA_ATTENTION_HOPPER={mode}")
     sys.exit(0)
