@@ -177,7 +177,8 @@ def test_schedule_round_trips_json():
 mlir = pytest.importorskip("mlir.ir", reason="MLIR Python bindings not installed")
 
 
-def test_module_text_parses_and_holds_the_pieces():
+def test_module_text_parses_and_holds_the_pieces(monkeypatch):
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "off")         # the mma.sync forward on the H200
     p = AttentionProblem(2, 4, 100, 100, 64, causal=True, dtype="bf16", kv_heads=2)
     s = configure_attention(p, "h200").schedule
     text = build_module(p, s, "fwd")
@@ -190,9 +191,10 @@ def test_module_text_parses_and_holds_the_pieces():
     assert "rna" in t32 and "tf32Enabled" in t32
 
 
-def test_module_text_addresses_the_strides():
+def test_module_text_addresses_the_strides(monkeypatch):
     """Strided operands are 1-D memrefs over their extent, addressed b*sB + h*sH + t*sT + d; contiguous
     ones row*D + d (the flat row the kernels always used); lse and delta stay [B*H*T] FP32."""
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "off")         # the mma.sync forward on the H200
     kw = dict(causal=True, dtype="bf16", kv_heads=2)
     p = AttentionProblem(2, 4, 100, 100, 64, **kw, strides=fused_strides(2, 4, 2, 100, 64))
     plain = AttentionProblem(2, 4, 100, 100, 64, **kw)
@@ -345,3 +347,117 @@ def test_split_score_kernels_assemble_without_spills(role, D, causal, group):
     single = compile_kernel(problems["tf32"], s, role, cubin=False)          # the same tiles, one score MMA
     count = {pr: a.ptx.count("mma.sync.aligned.m16n8k8") for pr, a in (("3xtf32", art), ("tf32", single))}
     assert count["3xtf32"] * GEMMS[role] == count["tf32"] * (GEMMS[role] + 2), count
+
+
+# ---- the Hopper forward (issue 11) --------------------------------------------------------------
+BENCH = [(32, 8, 512, 64), (16, 12, 1024, 64), (8, 16, 2048, 128)]
+
+
+@pytest.mark.parametrize("shape", BENCH)
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_hopper_forward_is_derived_for_16_bit_on_the_h200(shape, dtype, monkeypatch):
+    """bf16/fp16 on the H200: step 10 puts the forward on TMA + wgmma (128 query rows = 2 consumer
+    warpgroups x 64, a producer warpgroup, 128-key tiles, setmaxnreg 40/232, one block per SM), predicted
+    faster than the mma.sync forward; the backward tiles and kernels are those of the mma.sync schedule."""
+    from nova.kernels.attention.build_hopper import smem_plan_hopper
+    monkeypatch.delenv("NOVA_ATTENTION_HOPPER", raising=False)
+    b, h, t, d = shape
+    p = AttentionProblem(b, h, t, t, d, causal=True, dtype=dtype)
+    gpu = PRESETS["h200"]
+    cfg = configure_attention(p, gpu)
+    s, k = cfg.schedule, cfg.schedule.fwd
+    assert s.tma and k.hopper and k.block_rows == 128 and k.consumer_warpgroups == 2 and k.producer_warps == 4
+    assert k.block_cols == 128 and k.threads == 384 and k.smem_layout == "swizzle128"
+    assert (k.producer_regs, k.consumer_regs) == (40, 232) and k.regs_per_thread * k.threads <= gpu.regs_per_sm
+    assert k.smem_bytes == smem_plan_hopper(p, 128, 128, k.stages)["total"] <= gpu.smem_per_block
+    assert k.grid == (-(-t // 128), b * h, 1) and 2 <= k.stages <= 4
+    assert check_attention_schedule(p, s, gpu) == []
+    steps = {st.step: st for st in cfg.derivation}
+    assert steps["10 fwd path"].value == "wgmma + TMA" and "backward kernels stay on mma.sync" in steps["10 fwd path"].reason
+    assert all(st.formula and st.reason for st in cfg.derivation)
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "off")
+    off = configure_attention(p, gpu)
+    assert not off.schedule.tma and not off.schedule.fwd.hopper
+    assert [off.schedule.kernel(r) for r in ROLES[1:]] == [s.kernel(r) for r in ROLES[1:]]
+    assert cfg.terms["fwd"]["time_us"] < off.terms["fwd"]["time_us"]
+    assert steps["10 fwd path"].value == "wgmma + TMA"
+
+
+def test_hopper_forward_falls_back_with_a_reason(monkeypatch):
+    monkeypatch.delenv("NOVA_ATTENTION_HOPPER", raising=False)
+    why = lambda cfg: {st.step: st for st in cfg.derivation}["10 fwd path"]
+    tf32 = configure_attention(AttentionProblem(32, 8, 512, 512, 64, causal=True), "h200")
+    assert not tf32.schedule.tma and "TF32 stays on mma.sync" in why(tf32).reason
+    # a broadcast K/V head (stride 0) cannot be a tensor map
+    bc = AttentionProblem(2, 4, 256, 256, 64, dtype="bf16", strides={"k": (256 * 64, 0, 64), "v": (256 * 64, 0, 64)})
+    cfg = configure_attention(bc, "h200")
+    assert not cfg.schedule.tma and "stride is 0" in why(cfg).reason
+    # no wgmma: no step 10 at all (the A100's derivation is what it was)
+    a100 = configure_attention(AttentionProblem(32, 8, 512, 512, 64, causal=True, dtype="bf16"), "a100")
+    assert not a100.schedule.tma and not any(st.step.startswith("10 ") for st in a100.derivation)
+    # small problems stay on mma.sync by the model; force takes the Hopper kernel wherever it runs
+    tiny = AttentionProblem(1, 2, 1, 1, 64, causal=True, dtype="fp16")
+    assert not configure_attention(tiny, "h200").schedule.tma
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
+    assert configure_attention(tiny, "h200").schedule.tma
+    assert not configure_attention(AttentionProblem(1, 2, 1, 1, 64), "h200").schedule.tma      # TF32: never
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "sometimes")
+    with pytest.raises(AttentionProblemError, match="NOVA_ATTENTION_HOPPER"):
+        configure_attention(tiny, "h200")
+
+
+def test_hopper_module_text(monkeypatch):
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
+    p = AttentionProblem(2, 4, 100, 100, 128, causal=True, dtype="bf16", kv_heads=2,
+                         strides={"out": (100 * 4 * 128, 128, 4 * 128)})
+    s = configure_attention(p, "h200").schedule
+    text = build_module(p, s, "fwd")
+    for piece in ("%tmap_q: !llvm.ptr", "nvgpu.tma.async.load", "nvvm.setmaxregister decrease 40",
+                  "nvvm.setmaxregister increase 232", '"nvvm.wgmma.mma_async"', "m64n128k16.f32.bf16.bf16",
+                  "nvgpu.mbarrier.try_wait.parity", "ex2.approx", "gpu.shuffle xor", "%lse: memref<800xf32>",
+                  f"%out: memref<{p.extent('out')}xbf16>", "memref<1x1x128x64xbf16, #smem>"):
+        assert piece in text, piece
+    assert "nvgpu.device_async_copy" not in text and "mma.sync" not in text
+    with mlir.Context():
+        mlir.Module.parse(text).operation.verify()
+    # the backward of the same schedule is the mma.sync kernels' text
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "off")
+    off = configure_attention(p, "h200").schedule
+    assert all(build_module(p, s, r) == build_module(p, off, r) for r in ("bwd_pre", "bwd_dkv", "bwd_dq"))
+
+
+HOPPER_PTX_CASES = [("bf16", 64, True, 1, 333), ("bf16", 128, False, 2, 333), ("fp16", 64, False, 1, 200),
+                    ("fp16", 128, True, 3, 300), ("bf16", 128, True, 1, 1), ("fp16", 64, True, 2, 150)]
+
+
+@needs_ptxas
+@pytest.mark.parametrize("dtype, D, causal, group, T", HOPPER_PTX_CASES)
+def test_hopper_forward_assembles_without_spills(dtype, D, causal, group, T, monkeypatch):
+    """sm_90a, no spills (the consumers' 232 registers after setmaxnreg hold S, P and O of a 128-key
+    tile), 384 threads of 168 registers at launch (one block per SM), the wgmma count: D/16 for
+    S = Q K^T and BC/16 for O += P V per tile."""
+    from nova.kernels.attention.compile import compile_kernel
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
+    p = AttentionProblem(1, 3 if group == 3 else 4, T, T, D, causal=causal, dtype=dtype, kv_heads=(3 if group == 3 else 4) // group)
+    gpu = PRESETS["h200"]
+    s = configure_attention(p, gpu).schedule
+    art = compile_kernel(p, s, "fwd")
+    r, k = art.resources, s.fwd
+    assert ".target sm_90a" in art.ptx and art.arch == "sm_90a" and art.params[:3] == ("tmap_q", "tmap_k", "tmap_v")
+    assert r["spill_store_bytes"] == 0 and r["spill_load_bytes"] == 0 and r["stack_bytes"] == 0, r
+    assert r["registers"] <= k.regs_per_thread and art.block == (384, 1, 1) and art.smem_bytes == k.smem_bytes
+    assert art.ptx.count("wgmma.mma_async") == D // 16 + k.block_cols // 16
+    assert art.ptx.count("cp.async.bulk.tensor.4d") >= 3 * D // 64          # Q, K, V boxes (LLVM may unroll)
+
+
+def test_cli_explain_shows_the_hopper_forward(capsys, monkeypatch):
+    from nova.cli.config import main
+    monkeypatch.delenv("NOVA_ATTENTION_HOPPER", raising=False)
+    assert main(["explain", "attention", "32,8,512,64", "--causal", "--dtype", "bf16", "--target", "h200", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["schedule"]["tma"] is True and out["schedule"]["fwd"]["consumer_warpgroups"] == 2
+    rows = {d["step"]: d for d in out["derivation"]}
+    assert rows["10 fwd path"]["value"] == "wgmma + TMA" and "10 fwd time (Hopper)" in rows
+    assert main(["explain", "attention", "32,8,512,64", "--causal", "--dtype", "bf16", "--target", "h200"]) == 0
+    text = capsys.readouterr().out
+    assert "10 fwd path" in text and "wgmma + TMA" in text

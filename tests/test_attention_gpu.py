@@ -6,7 +6,9 @@ operands read and written in place (q/k/v views of a fused projection, a transpo
 into views; nothing outside an output view written) and strides the kernels cannot address (copied);
 and the memory check: nothing beyond O(B*H*T) besides inputs and outputs.  Run on the device from a
 precompiled cache (bench/attention_device.sh); the cases are nova.bench.attention.GPU_TEST_CASES and
-STRIDED_GPU_CASES, and ``python -m nova.bench.attention --precompile --target h200`` (on a host with
+STRIDED_GPU_CASES (their 16-bit ones once more with the Hopper forward forced, ``hopper_cases``: on an
+H200 the configurator takes it by its model, which leaves small problems such as T = 1 on mma.sync;
+the backward always runs on mma.sync, from the Hopper forward's O and LSE), and ``python -m nova.bench.attention --precompile --target h200`` (on a host with
 MLIR, into $NOVA_CACHE_DIR) compiles every kernel they use (``python tests/test_attention_gpu.py``
 lists them).
 """
@@ -16,8 +18,8 @@ import math
 
 import pytest
 
-from nova.bench.attention import (GPU_TEST_CASES, MEMORY_CASE, SPLIT_SCORE_GPU_CASES, STRIDED_GPU_CASES, score_precision,
-                                  strided_operands)
+from nova.bench.attention import (GPU_TEST_CASES, MEMORY_CASE, SPLIT_SCORE_GPU_CASES, STRIDED_GPU_CASES, hopper_cases,
+                                  hopper_mode, score_precision, strided_operands)
 
 pytestmark = pytest.mark.gpu
 
@@ -153,6 +155,28 @@ def test_split_scores_are_fp32_accurate(case):
     assert lse_err["3xtf32"] * 20 < lse_err["tf32"], lse_err
 
 
+@pytest.mark.parametrize("case, strided", hopper_cases(), ids=["B{}H{}kv{}T{}x{}D{}{}-{}".format(
+    *c[:6], "-causal" if c[6] else "", c[7]) + (f"-{c[8]}" if strided else "") for c, strided in hopper_cases()])
+def test_hopper_forward_forced_matches_float64(case, strided):
+    """The same checks with ``NOVA_ATTENTION_HOPPER=force``: on an sm_90 device every 16-bit forward
+    runs on the TMA + wgmma kernel (T = 1, ragged T, GQA, Tq != Tk, strided views), and the
+    mma.sync backward consumes its O and LSE."""
+    torch = _torch()
+    from nova.kernels.attention.launch import plan_operands, resolve
+    with hopper_mode("force"):
+        if strided:
+            test_strided_operands_in_place_match_float64(case)
+        else:
+            test_forward_and_gradients_match_float64(case)
+        B, H, Hkv, Tq, Tk, D, causal, dtype = case[:8]
+        dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+        q = torch.empty(B, H, Tq, D, device="cuda", dtype=dt)
+        k = torch.empty(B, Hkv, Tk, D, device="cuda", dtype=dt)
+        p, _ = plan_operands(q, k, k, causal)
+        if torch.cuda.get_device_capability() >= (9, 0) and not strided:
+            assert resolve(p, q.device.index, None, ("fwd",)).schedule.tma      # the Hopper forward ran
+
+
 def test_memory_is_linear_in_sequence_length():
     torch = _torch()
     import nova
@@ -187,9 +211,11 @@ def test_rejects_bad_inputs():
 
 if __name__ == "__main__":
     import sys
-    from nova.bench.attention import all_kernels
+    from nova.bench.attention import all_kernels, mode_kernels
     print("# the kernels of these tests (and of the attention benchmark), compiled on a host with MLIR by:")
     print("#   NOVA_CACHE_DIR=.nova-cache python -m nova.bench.attention --precompile --target h200")
     for problem, roles in all_kernels():
         print(f"{problem.describe()}  [{', '.join(roles)}]")
+    for problem, roles, mode in mode_kernels():
+        print(f"{problem.describe()}  [{', '.join(roles)}] NOVA_ATTENTION_HOPPER={mode}")
     sys.exit(0)

@@ -152,30 +152,60 @@ def all_kernels() -> list:
     return list(dict.fromkeys(out))
 
 
+def hopper_mode(mode: str):
+    """Within the block, ``$NOVA_ATTENTION_HOPPER`` = ``mode`` ("auto", "off", "force"): which forward
+    ``nova.attention`` configures on sm_90 (``derive.hopper_mode``)."""
+    return mock.patch.dict(os.environ, {"NOVA_ATTENTION_HOPPER": mode})
+
+
+def hopper_cases() -> list:
+    """tests/test_attention_gpu.py's 16-bit cases run again with the Hopper forward forced (the model
+    leaves small problems such as T = 1 on mma.sync): (case, strided)."""
+    return [(c, False) for c in GPU_TEST_CASES if c[7] in ("bf16", "fp16")] + \
+           [(c, True) for c in STRIDED_GPU_CASES if c[7] in ("bf16", "fp16")]
+
+
+def mode_kernels() -> list:
+    """``(problem, roles, mode)`` the device run needs under another ``$NOVA_ATTENTION_HOPPER``: every
+    kernel of the forced-Hopper GPU tests ("force": the schedule, so every key, differs) and the
+    benchmark's 16-bit mma.sync forwards ("off": the forward A/B of ``_time_nova``)."""
+    from nova.kernels.attention.schedule import ROLES
+    out = []
+    for case, strided in hopper_cases():
+        entries = strided_kernels(case) if strided else [(problem_of(case), ROLES)]
+        out += [(p, roles, "force") for p, roles in entries]
+    out += [(p, ("fwd",), "off") for p in bench_problems(("bf16", "fp16"))]
+    return list(dict.fromkeys(out))
+
+
 def precompile(target: str, jobs: int = 2) -> int:
     """Compile every kernel the device run needs into the kernel cache ($NOVA_CACHE_DIR); print resources."""
     from concurrent.futures import ProcessPoolExecutor
-    entries = all_kernels()
+    entries = [(p, roles, None) for p, roles in all_kernels()] + mode_kernels()
     with ProcessPoolExecutor(jobs) as ex:
-        results = list(ex.map(_precompile_one, [(p, roles, target) for p, roles in entries]))
+        results = list(ex.map(_precompile_one, [(p, roles, target, mode) for p, roles, mode in entries]))
     bad = 0
-    for (p, _), rows in zip(entries, results):
+    for (p, _, mode), rows in zip(entries, results):
         for role, key, status, res in rows:
             spill = res.get("spill_store_bytes", 0) + res.get("spill_load_bytes", 0)
             bad += spill > 0
-            print(f"{status:8s} {key[:10]} {p.for_role(role).describe()} [{role}] regs {res.get('registers')} spill {spill} "
+            print(f"{status:8s} {key[:10]} {p.for_role(role).describe()} [{role}{f' hopper={mode}' if mode else ''}] regs {res.get('registers')} spill {spill} "
                   f"smem {res.get('smem_bytes')}", flush=True)
     print(f"{sum(len(r) for r in results)} kernels, {bad} with spills")
     return 1 if bad else 0
 
 
 def _precompile_one(args):
-    p, roles, target = args
+    p, roles, target, mode = args
     from nova.hwmodel import get_target
     from nova.kernels.attention.compile import get_or_compile
     from nova.kernels.attention.derive import configure_attention
     gpu = get_target(target)
-    s = configure_attention(p, gpu).schedule
+    if mode is None:
+        s = configure_attention(p, gpu).schedule
+    else:
+        with hopper_mode(mode):
+            s = configure_attention(p, gpu).schedule
     out = []
     for role in roles:
         art, key, status = get_or_compile(p, s, role, gpu, offline=False)
@@ -239,6 +269,10 @@ def _time_nova(row, q, k, v, do, iters):
         o, l_ = nova.attention(q, k, v, causal=True)
         buf["g"] = nova.attention_backward(do, q, k, v, o, l_, causal=True)
     row["nova_fwd_us"] = event_time_us(lambda: nova.attention(q, k, v, causal=True), iters)
+    if q.dtype != torch.float32:         # the forward A/B: the mma.sync forward of the same problem (issue 11)
+        with hopper_mode("off"):
+            nova.attention(q, k, v, causal=True)
+            row["nova_fwd_mma_sync_us"] = event_time_us(lambda: nova.attention(q, k, v, causal=True), iters)
     row["nova_us"] = event_time_us(nova_step, iters)
     try:
         row["nova_graph_us"] = _time_graph(nova_step, iters)
@@ -290,7 +324,8 @@ def run(out_dir: str, dtypes, iters: int) -> int:
             r = bench_one(B, H, T, D, dt, iters)
             rows.append(r)
             ts = "  ".join(f"{n} {r.get(f'torch_{n}_us') or float('nan'):.0f}" for n in ("flash", "cudnn", "efficient", "math"))
-            print(f"{r['shape']:18s} {dt:5s} nova fwd {r['nova_fwd_us']:.0f} fwd+bwd {r['nova_us']:.0f} "
+            print(f"{r['shape']:18s} {dt:5s} nova fwd {r['nova_fwd_us']:.0f} (mma.sync "
+                  f"{r.get('nova_fwd_mma_sync_us') or float('nan'):.0f}) fwd+bwd {r['nova_us']:.0f} "
                   f"(graph {r.get('nova_graph_us') or float('nan'):.0f}) us | torch {ts} | x{r['speedup_vs_best_torch'] or 0:.2f} "
                   f"vs best | err out {r['max_err_out']:.2e} dq {r['max_err_dq']:.2e} ({time.time() - t0:.0f}s)", flush=True)
     with open(os.path.join(out_dir, "attention_bench.json"), "w") as f:

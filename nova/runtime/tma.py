@@ -88,6 +88,53 @@ def encode_tiled_2d(ptr: int, dtype: str, rows: int, cols: int, box_rows: int, b
     return ctypes.string_at(aligned, 128)
 
 
+def encode_tiled(ptr: int, dtype: str, dims: tuple, strides: tuple, box: tuple, swizzle: int = 128) -> bytes:
+    """The 128 bytes of a ``CUtensorMap`` of any rank: ``dims`` innermost first (the innermost contiguous),
+    ``strides`` the byte strides of dims[1:], ``box`` the box extents; out-of-bounds reads as zero."""
+    if ptr % 16 or any(x % 16 for x in strides):
+        raise driver.NovaRuntimeError(f"TMA needs a 16-byte aligned base and strides: dims {dims} byte strides "
+                                      f"{strides} {dtype} at {ptr:#x}")
+    raw = (ctypes.c_uint8 * (128 + 64))()
+    addr = ctypes.addressof(raw)
+    aligned = addr + (-addr % 64)
+    a64 = lambda *xs: (ctypes.c_uint64 * len(xs))(*xs)
+    a32 = lambda *xs: (ctypes.c_uint32 * len(xs))(*xs)
+    err = _encode_fn()(aligned, DATA_TYPES[dtype], len(dims), ptr, a64(*dims), a64(*strides), a32(*box),
+                       a32(*(1,) * len(dims)), 0, SWIZZLE[swizzle], L2_PROMOTION_256B, OOB_FILL_ZERO)
+    if err != 0:
+        raise driver.NovaRuntimeError(f"cuTensorMapEncodeTiled(dims {dims}, byte strides {strides} {dtype}, box {box}) "
+                                      f"failed: CUresult {err}")
+    return ctypes.string_at(aligned, 128)
+
+
+def _to_device(device, blob: bytes) -> int:
+    cu = driver.cuda()
+    previous = device.make_current()
+    try:
+        dptr = int(driver.check(cu.cuMemAlloc(128), "allocating a tensor map"))
+        buf = ctypes.create_string_buffer(blob, 128)
+        driver.check(cu.cuMemcpyHtoD(dptr, ctypes.addressof(buf), 128), "copying a tensor map to the device")
+    finally:
+        driver.restore_context(previous)
+    return dptr
+
+
+def attention_tensor_map(device, ptr: int, dtype: str, shape: tuple, strides: tuple, box_rows: int,
+                         box_cols: int) -> int:
+    """Device pointer to a cached 4-D ``CUtensorMap`` of a ``[B, H, T, D]`` attention operand with
+    element ``strides`` (sB, sH, sT) (the head dim contiguous): dims (D, T, H, B), box
+    ``[1, 1, box_rows, box_cols]``, 128-byte swizzle (the Hopper forward, nova/kernels/attention/build_hopper.py)."""
+    key = ("attn", device.ordinal, ptr, dtype, tuple(shape), tuple(strides), box_rows, box_cols)
+    eb = ELEMENT_BYTES[dtype]
+    b, h, t, d = shape
+    sb, sh, st = strides
+
+    def make():
+        blob = encode_tiled(ptr, dtype, (d, t, h, b), (st * eb, sh * eb, sb * eb), (box_cols, box_rows, 1, 1))
+        return _to_device(device, blob)
+    return memoized(_maps, _lock, key, make)
+
+
 def device_tensor_map(device, ptr: int, dtype: str, rows: int, cols: int, box_rows: int, box_cols: int,
                       batch: int = 1, batch_stride: int = 0) -> int:
     """Device pointer to a cached ``CUtensorMap`` describing ``ptr`` (3-D with ``batch`` > 1)."""

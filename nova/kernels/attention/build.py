@@ -1,6 +1,7 @@
 """The attention kernel builder: ``(AttentionProblem, AttentionSchedule, role) -> MLIR text``.
 
-Four FlashAttention-2-style kernels on ``mma.sync`` + ``cp.async`` (sm_80+; also sm_90):
+Four FlashAttention-2-style kernels on ``mma.sync`` + ``cp.async`` (sm_80+; also sm_90; where the
+schedule puts the forward on TMA + wgmma, ``schedule.tma``, ``build_module`` hands it to ``build_hopper``):
 
 * ``fwd``      grid (Q tiles, B*H).  The block's Q tile stays in shared memory; K/V tiles stream
                through a ``stages``-deep cp.async ring.  Per KV tile: S = Q K^T (FP32), online
@@ -142,7 +143,25 @@ def element_at(ir, p: AttentionProblem, name: str, at, r, col, hint: str):
     return ir.add(ir.add(x, ir.mul(r, st, f"{hint}_roff"), f"{hint}_grow"), col, f"{hint}_src")
 
 
+def kernel_arch(s: AttentionSchedule, role: str) -> str:
+    """The PTX target of kernel ``role``: sm_90a for the Hopper forward (wgmma, setmaxnreg), else the schedule's."""
+    return "sm_90a" if s.kernel(role).hopper else s.arch
+
+
+def kernel_params(s: AttentionSchedule, role: str) -> tuple[str, ...]:
+    """The kernel's parameters: the Hopper forward reads q, k, v through tensor maps."""
+    if s.kernel(role).hopper:
+        from nova.kernels.attention.build_hopper import PARAMS as HOPPER_PARAMS
+        return HOPPER_PARAMS
+    return PARAMS[role]
+
+
 def build_module(p: AttentionProblem, s: AttentionSchedule, role: str) -> str:
+    if s.kernel(role).hopper:
+        from nova.kernels.attention.build_hopper import build_hopper_fwd
+        if role != "fwd":
+            raise AttentionCodegenError(f"{role}: only the forward has a Hopper kernel")
+        return build_hopper_fwd(p, s)
     check_supported(p, s, role)
     if role == "bwd_pre":
         return _build_pre(p, s)

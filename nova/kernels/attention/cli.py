@@ -77,14 +77,19 @@ def render(cfg) -> None:
         v = f"{st.value:.4g}" if isinstance(st.value, float) else str(st.value)
         t.add_row(str(i), st.step, st.formula, v, st.reason)
     con.print(t)
-    k = Table(title=f"Schedule ({s.mma}, dQ: {s.dq_mode})")
+    title = f"Schedule ({s.mma}, dQ: {s.dq_mode})"
+    if s.tma:
+        title = (f"Schedule (forward: wgmma + TMA, {s.fwd.consumer_warpgroups} consumer warpgroups + a producer, "
+                 f"setmaxnreg {s.fwd.producer_regs}/{s.fwd.consumer_regs}; backward: {s.mma}, dQ: {s.dq_mode})")
+    k = Table(title=title)
     for col in ("kernel", "kept x streamed rows", "warps", "stages", "smem B", "regs (est.)", "blocks/SM", "grid",
                 "predicted us", "bound"):
         k.add_column(col)
     for role in ("fwd", "bwd_pre", "bwd_dkv", "bwd_dq"):
         kt = s.kernel(role)
         tm = cfg.terms.get(role, {})
-        k.add_row(role, f"{kt.block_rows} x {kt.block_cols}", str(kt.warps), str(kt.stages), str(kt.smem_bytes),
+        warps = f"{kt.warps} + {kt.producer_warps}" if kt.hopper else str(kt.warps)
+        k.add_row(role, f"{kt.block_rows} x {kt.block_cols}", warps, str(kt.stages), str(kt.smem_bytes),
                   str(kt.regs_per_thread), str(kt.blocks_per_sm), "x".join(map(str, kt.grid)),
                   f"{tm.get('time_us', 0):.1f}", str(tm.get("bound", "")))
     con.print(k)

@@ -13,14 +13,15 @@ import hashlib
 
 import nova
 from nova.codegen.artifact import KernelArtifact
-from nova.kernels.attention.build import KERNEL_NAMES, PARAMS, build_module
+from nova.kernels.attention.build import KERNEL_NAMES, build_module, kernel_arch, kernel_params
 from nova.kernels.attention.schedule import ROLES
 
-ATTN_ABI = 4            # bump when the kernels' arguments, layouts or generated code change (2: TF32 rounded in smem);
+ATTN_ABI = 5            # bump when the kernels' arguments, layouts or generated code change (2: TF32 rounded in smem);
                         # strides (a 1-D view per operand) left it at 2: same pointers, same results, and a contiguous
                         # problem's PTX identical but for ragged tiles' zero-fill source address (cached kernels stay valid);
                         # 3: the 3xtf32 score split by truncation (a 3xtf32 kernel of ABI 2 rounded with cvt.rna);
-                        # 4: the split rounds big to nearest by integer arithmetic (truncation biased the scores)
+                        # 4: the split rounds big to nearest by integer arithmetic (truncation biased the scores);
+                        # 5: the Hopper forward (TMA + wgmma, sm_90a, q/k/v through tensor maps) on sm_90 targets
 
 
 def attention_key(problem, schedule, role: str, target) -> str:
@@ -41,14 +42,15 @@ def compile_kernel(problem, schedule, role: str, *, cubin: bool = True) -> Kerne
     kt = schedule.kernel(role)
     problem = problem.for_role(role)
     text = build_module(problem, schedule, role)
-    ptx, binary, resources, ptxas_version = lower_and_assemble(text, schedule.arch, KERNEL_NAMES[role],
+    arch = kernel_arch(schedule, role)
+    ptx, binary, resources, ptxas_version = lower_and_assemble(text, arch, KERNEL_NAMES[role],
                                                                f"{role} of {problem.describe()}", cubin=cubin)
     meta = {"problem": problem.to_dict(), "schedule": schedule.to_dict(), "role": role, "mlir": MLIR_TOOLCHAIN,
-            "pipeline": pipeline(schedule.arch)}
+            "pipeline": pipeline(arch)}
     if ptxas_version is not None:
         meta["ptxas"] = ptxas_version
-    return KernelArtifact(name=KERNEL_NAMES[role], arch=schedule.arch, ptx=ptx, grid=tuple(kt.grid),
-                          block=(kt.threads, 1, 1), smem_bytes=kt.smem_bytes, params=PARAMS[role],
+    return KernelArtifact(name=KERNEL_NAMES[role], arch=arch, ptx=ptx, grid=tuple(kt.grid),
+                          block=(kt.threads, 1, 1), smem_bytes=kt.smem_bytes, params=kernel_params(schedule, role),
                           cubin=binary, resources=resources, meta=meta)
 
 

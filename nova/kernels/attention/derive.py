@@ -13,6 +13,10 @@ measurement.
  7. grid               per kernel: blocks, waves, causal tile skipping
  8. dQ strategy        separate dQ pass vs atomics
  9. prediction         per kernel time = max(tensor, MUFU, FP32 ALU, DRAM) / wave efficiency + launch
+10. Hopper forward     (sm_90 targets with wgmma + TMA, BF16/FP16) the forward on TMA + mbarrier ring + wgmma
+                       with warp specialization (``build_hopper.py``): warpgroups, registers, key tile,
+                       stages, shared memory, grid and its predicted time; taken when that time is below
+                       the mma.sync forward's (step 9).  The backward stays on mma.sync.
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ from nova.configurator.step import MmaInstr, Prediction, Step
 from nova.hwmodel import GPUModel, TargetError, get_target
 from nova.hwmodel.formula import formulas
 from nova.hwmodel.model import F as HW
-from nova.kernels.attention.problem import AttentionProblem
+from nova.kernels.attention.problem import AttentionProblem, AttentionProblemError
 from nova.kernels.attention.schedule import AttentionConfig, AttentionSchedule, KernelTile
 
 # Quantities the hardware model does not carry yet (used only when the target lacks them).
@@ -73,6 +77,14 @@ F = formulas("""
         + (block_fixed * blocks + tile_fixed * tiles) / (sm_count * blocks_per_sm)
     t_alu = alu * visited / (sm_count * clock_hz * fp32_lanes_per_sm)
     atomic_bytes = 4 * D * visited / block_cols
+    hopper_consumer_regs = floor((regs_per_sm - 128 * producer_regs) / (128 * wgs) / 8) * 8
+    hopper_regs = 3 * block_cols / 4 + D / 2 + overhead
+    hopper_stage_bytes = 2 * block_cols * D * elem_bytes
+    hopper_smem = block_rows * D * elem_bytes + stages * stage_bytes + align
+    t_softmax = (mufu_clk + alu_clk) * visited / (sm_count * clock_hz)
+    t_hopper_core = Max(t_tc, t_softmax, (t_tc + t_softmax) / wgs)
+    t_hopper = Max(t_hopper_core, t_smem, t_dram) / achieved
+        + (block_fixed * blocks + tile_fixed * tiles) / (sm_count * blocks_per_sm)
 """)
 
 
@@ -106,7 +118,8 @@ def step1_instruction(p: AttentionProblem, gpu: GPUModel):
     elif p.dtype == "tf32":
         why += "; operands rounded to nearest TF32 (cvt.rna) like the GEMMs"
     if "wgmma" in gpu.features:
-        why += "; wgmma/TMA (Hopper) is a later phase: the schedule's warpgroup/TMA fields stay unused"
+        why += ("; the forward may instead run on wgmma + TMA (step 10 weighs it); the backward stays on "
+                "mma.sync + cp.async")
     return _note("1 instruction", mma, why)
 
 
@@ -320,6 +333,8 @@ def smem_wavefronts(p: AttentionProblem, role: str, kt: KernelTile, tf32_prep: s
 def kernel_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, vis: int,
                 tf32_prep: str = "fragment") -> tuple[float, dict]:
     bh = p.batch * p.heads
+    if kt.hopper:
+        return hopper_fwd_time(p, gpu, kt, vis)
     if role == "bwd_pre":
         t = (2 * bh * p.seq_q * p.head_dim * p.elem_bytes + 4 * bh * p.seq_q) / gpu.dram_bw
         return t + gpu.launch_overhead_us * 1e-6, {"dram": t}
@@ -345,11 +360,171 @@ def kernel_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, v
     return t, terms
 
 
+# ---- 10 ----------------------------------------------------------------------------------------
+HOPPER_DTYPES = ("bf16", "fp16")     # TF32 P V would need V K-major (wgmma TF32 reads only K-major B)
+HOPPER_PRODUCER_REGS = 40    # the producer warpgroup after setmaxnreg.dec: one thread, a TMA loop (FA3: 24-56)
+HOPPER_SETMAXNREG_MAX = 232  # as the GEMM path (nova/kernels/gemm/hopper.py SETMAXNREG_MAX)
+HOPPER_WGS = 2               # consumer warpgroups: one's softmax runs while the other's wgmmas do (step 10)
+HOPPER_REG_OVERHEAD = 56     # [EST] consumer registers beyond S (BC/2), P (BC/4) and O (D/2): softmax state,
+                             # descriptors, addresses; ptxas (no spills at 232) checks it
+HOPPER_KEY_TILES = (128, 64)  # wgmma N of S = Q K^T (keys per streamed tile), largest first
+HOPPER_ALIGN = 1024          # the tiles start on a 1024-byte boundary (128-byte swizzle atom): that much slack
+HOPPER_ACHIEVED = ACHIEVED   # [EST] share of the binding pipe sustained: the mma.sync kernels' fitted 0.81 until
+                             # the Hopper forward is measured
+HOPPER_BLOCK_FIXED_US = 2.0  # [EST] per block: Q and the first K/V tile at DRAM latency through TMA, the
+                             # epilogue, the causal triangle's uneven tail (mma.sync fit: 6.3 with cp.async)
+HOPPER_TILE_FIXED_US = 0.15  # [EST] per streamed tile: a warpgroup's wgmma waits (S, then P V) and ring
+                             # barriers not hidden by the other warpgroup; the mma.sync fit's per-tile figure
+HOPPER_ALU_PER_SCORE = 5     # FP32 ops per score: max, FMA (scale, -max), sum, half a cvt pack, mask select
+
+
+def hopper_blocker(p: AttentionProblem, gpu: GPUModel) -> str:
+    """Why the forward cannot run on the Hopper kernel ('' when it can)."""
+    from nova.kernels.attention.build_hopper import tma_blocker
+    if not {"wgmma", "tma", "setmaxnreg"} <= set(gpu.features) or not gpu.supports("wgmma", "bf16"):
+        return f"{gpu.name} ({gpu.arch}) has no wgmma + TMA"
+    if p.dtype not in HOPPER_DTYPES:
+        return (f"{p.dtype}: O = P V needs V as wgmma's B operand MN-major (keys x D, D contiguous), and wgmma "
+                "reads TF32 B only K-major (no transpose bit for 32-bit types): TF32 stays on mma.sync")
+    return tma_blocker(p)
+
+
+def hopper_fwd_time(p: AttentionProblem, gpu: GPUModel, kt: KernelTile, vis: int) -> tuple[float, dict]:
+    """Step 10's model of the Hopper forward: within a consumer warpgroup S = Q K^T, the softmax and
+    O += P V run one after another; ``wgs`` warpgroups interleave, so the SM is bound by the tensor core,
+    by the softmax pipes (MUFU ex2 + FP32 ALU), or by one warpgroup's chain / wgs."""
+    rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
+    visited = vis * p.batch * p.heads
+    clk = gpu.sm_count * gpu.clock_hz
+    t_tc = F.t_tc(gemms=2, D=p.head_dim, visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz,
+                  tc_flops_per_clk_sm=rate)
+    t_sfx = F.t_softmax(mufu_clk=1 / mufu_rate(gpu), alu_clk=HOPPER_ALU_PER_SCORE / gpu.fp32_lanes_per_sm,
+                        visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz)
+    # shared memory per 64 x BC scores of a warpgroup: Q (64 x D) and K (BC x D) for S, V (BC x D) for P V
+    smem_bytes = (64 + 2 * kt.block_cols) * p.head_dim * p.elem_bytes
+    t_smem = smem_bytes / (64 * kt.block_cols) * visited / (SMEM_WAVEFRONT_BYTES * clk)
+    t_dram = p.fwd_bytes / gpu.dram_bw
+    wgs = kt.consumer_warpgroups
+    core = F.t_hopper_core(t_tc=t_tc, t_softmax=t_sfx, wgs=wgs)
+    blocks = kt.grid[0] * kt.grid[1]
+    tiles = visited / (kt.block_rows * kt.block_cols)
+    t = F.t_hopper(t_hopper_core=core, t_smem=t_smem, t_dram=t_dram, achieved=HOPPER_ACHIEVED,
+                   block_fixed=HOPPER_BLOCK_FIXED_US * 1e-6, blocks=blocks, tile_fixed=HOPPER_TILE_FIXED_US * 1e-6,
+                   tiles=tiles, sm_count=gpu.sm_count, blocks_per_sm=kt.blocks_per_sm)
+    terms = {"tensor-core": t_tc, "softmax": t_sfx, "chain/wgs": (t_tc + t_sfx) / wgs, "smem": t_smem,
+             "dram": t_dram,
+             "blocks": (HOPPER_BLOCK_FIXED_US * blocks + HOPPER_TILE_FIXED_US * tiles) * 1e-6 / gpu.sm_count}
+    return t, terms
+
+
+def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float, force: bool = False):
+    """(KernelTile or None, steps, predicted seconds or None): the Hopper forward's schedule, and
+    whether it beats the mma.sync forward (``mma_fwd_us``, step 9); ``force``: taken wherever it can run."""
+    why = hopper_blocker(p, gpu)
+    if why:
+        return None, [note("10 fwd path", "mma.sync", f"the forward stays on mma.sync + cp.async: {why}")], None
+    d = Derivation()
+    wgs = HOPPER_WGS
+    d.note("10 fwd instruction", f"wgmma m64nNk16 + m64n{p.head_dim}k16",
+           f"S = Q K^T (N = keys per tile, below): wgmma with both operands in shared memory, K-major over D (128-byte swizzle); O += P V: "
+           f"wgmma with A = P from registers (the m64nN accumulator layout is the m64k16 register A layout "
+           f"pairwise, packed to {p.dtype}) and B = V [keys, D] MN-major (the descriptor's transpose bit); "
+           "FP32 accumulation; TMA loads, a full/empty mbarrier ring")
+    cregs = d.apply("10 consumer registers", F.hopper_consumer_regs,
+                    f"setmaxnreg: the producer warpgroup keeps {HOPPER_PRODUCER_REGS} (one thread issues TMA), "
+                    f"{wgs} consumer warpgroups share the rest (at most {HOPPER_SETMAXNREG_MAX})",
+                    post=lambda v: int(min(v, HOPPER_SETMAXNREG_MAX)), regs_per_sm=gpu.regs_per_sm,
+                    producer_regs=HOPPER_PRODUCER_REGS, wgs=wgs)
+    d.note("10 warpgroups", f"1 producer + {wgs} consumers",
+           f"block_rows = 64 x {wgs} = {64 * wgs} query rows, 64 per consumer warpgroup (wgmma M); two so that "
+           "one warpgroup's softmax (MUFU, FP32) runs while the other's wgmmas do (a warpgroup alone runs "
+           "S, softmax, P V in sequence); three would leave "
+           f"{int(F.hopper_consumer_regs(regs_per_sm=gpu.regs_per_sm, producer_regs=HOPPER_PRODUCER_REGS, wgs=3))} "
+           "registers per consumer thread, too few for S, P and O of a 128-key tile")
+    rows = 64 * wgs
+    entry = min(cregs, gpu.regs_per_sm // (128 * (1 + wgs)) // 8 * 8)
+    grid = (_cdiv(p.seq_q, rows), p.batch * p.heads, 1)
+    eb = p.elem_bytes
+    rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
+    tried, best = [], None
+    for bc in HOPPER_KEY_TILES:
+        regs = F.hopper_regs(block_cols=bc, D=p.head_dim, overhead=HOPPER_REG_OVERHEAD)
+        if regs > cregs:
+            tried.append(f"{bc} keys: {regs:.0f} regs")
+            continue
+        stage = F.hopper_stage_bytes(block_cols=bc, D=p.head_dim, elem_bytes=eb)
+        t_tile = F.t_tile_ns(gemms=2, block_rows=rows, block_cols=bc, D=p.head_dim, tc_flops_per_clk_sm=rate,
+                             clock_hz=gpu.clock_hz)
+        want = int(F.stages(mem_latency_ns=gpu.mem_latency_ns, t_tile_ns=t_tile))
+        cap = int((gpu.smem_per_block - rows * p.head_dim * eb - HOPPER_ALIGN) // stage)
+        stages = max(2, min(want, cap, 4))
+        smem = int(F.hopper_smem(block_rows=rows, D=p.head_dim, elem_bytes=eb, stages=stages, stage_bytes=stage,
+                                 align=HOPPER_ALIGN))
+        if smem > gpu.smem_per_block or cap < 2:
+            tried.append(f"{bc} keys: smem {smem}")
+            continue
+        kt = KernelTile("fwd", rows, bc, 4 * wgs, stages, 0, smem, entry, 1, grid, consumer_warpgroups=wgs,
+                        producer_warps=4, smem_layout="swizzle128", producer_regs=HOPPER_PRODUCER_REGS,
+                        consumer_regs=cregs)
+        vis = visited_pairs(p, "fwd", rows, bc)
+        t, terms = hopper_fwd_time(p, gpu, kt, vis)
+        tried.append(f"{bc} keys: {t * 1e6:.1f} us")
+        if best is None or t < best[0] * 0.97:
+            best = (t, kt, regs, want, cap, stage, t_tile, vis, terms)
+    if best is None:
+        d.note("10 fwd path", "mma.sync", f"no Hopper key tile fits ({'; '.join(tried)})")
+        return None, d.steps, None
+    t, kt, regs, want, cap, stage, t_tile, vis, terms = best
+    d.apply("10 key tile registers", F.hopper_regs, f"per consumer thread: S (BC/2 FP32), P (BC/4 packed), O (D/2 "
+            f"FP32) + {HOPPER_REG_OVERHEAD} [EST] <= {cregs}; candidates {', '.join(tried)}",
+            block_cols=kt.block_cols, D=p.head_dim, overhead=HOPPER_REG_OVERHEAD)
+    d.note("10 key tile", f"{rows}x{kt.block_cols}", f"{kt.block_cols} keys per streamed K/V tile (wgmma N of S); "
+           f"the fastest (within 3%: the larger) by this step's model")
+    d.note("10 stages", kt.stages, f"Little's law: 1 + ceil({gpu.mem_latency_ns:.0f} ns / {t_tile:.0f} ns of tensor "
+           f"time per tile) = {want}, within the {cap} K/V slots of {stage} B that fit beside Q, clamped to [2, 4]")
+    d.apply("10 smem", F.hopper_smem, "Q once + the K/V ring (each tile D/64 TMA boxes of [rows, 128 B], "
+            "128-byte swizzle) + alignment slack; 1 block per SM (the registers: "
+            f"{128 * (1 + wgs)} threads x {entry} at launch)", block_rows=rows, D=p.head_dim, elem_bytes=eb,
+            stages=kt.stages, stage_bytes=stage, align=HOPPER_ALIGN)
+    blocks = grid[0] * grid[1]
+    d.note("10 grid", f"{grid[0]} x {grid[1]}", f"query tiles x (batch x heads): {blocks} blocks, "
+           f"{_cdiv(blocks, int(gpu.sm_count))} wave(s) of {int(gpu.sm_count)}; causal: only the K/V tiles up to "
+           "the block's diagonal are loaded")
+    d.note("10 fwd time (Hopper)", f"{t * 1e6:.1f} us", ", ".join(f"{k} {v * 1e6:.1f}" for k, v in terms.items())
+           + f"; bound: {max((k for k in terms if k != 'blocks'), key=terms.get)}", F.t_hopper.text)
+    if force:
+        d.note("10 fwd path", "wgmma + TMA", f"NOVA_ATTENTION_HOPPER=force (the model: Hopper {t * 1e6:.1f} us, "
+               f"mma.sync {mma_fwd_us:.1f} us); the backward stays on mma.sync + cp.async")
+        return kt, d.steps, t
+    if t * 1e6 >= mma_fwd_us:
+        d.note("10 fwd path", "mma.sync", f"Hopper forward {t * 1e6:.1f} us >= mma.sync forward {mma_fwd_us:.1f} us")
+        return None, d.steps, None
+    d.note("10 fwd path", "wgmma + TMA", f"Hopper forward {t * 1e6:.1f} us < mma.sync forward {mma_fwd_us:.1f} us "
+           "(step 9); the backward kernels stay on mma.sync + cp.async and read this forward's O and LSE")
+    return kt, d.steps, t
+
+
 # ---- the whole derivation ------------------------------------------------------------------------
+HOPPER_MODES = ("auto", "off", "force")
+
+
+def hopper_mode() -> str:
+    """``$NOVA_ATTENTION_HOPPER``: "auto" (default: the Hopper forward where step 10 predicts it faster),
+    "off" (0: the forward stays on mma.sync, for A/B measurements) or "force" (the Hopper forward wherever
+    it can run: tests of small and ragged problems the model leaves on mma.sync)."""
+    import os
+    want = os.environ.get("NOVA_ATTENTION_HOPPER", "auto").strip().lower() or "auto"
+    want = {"0": "off", "1": "auto", "no": "off", "false": "off"}.get(want, want)
+    if want not in HOPPER_MODES:
+        raise AttentionProblemError(f"NOVA_ATTENTION_HOPPER={want!r}: choose one of {', '.join(HOPPER_MODES)}")
+    return want
+
+
 def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h200", *,
                         tiles: dict | None = None) -> AttentionConfig:
     """``tiles`` (experiments only): {role: (block_rows, block_cols, stages, blocks_per_sm)} replaces
-    the derived tile of that role (any entry None keeps the derived value); the derivation says so."""
+    the derived tile of that role (any entry None keeps the derived value); the derivation says so.
+    A ``tiles`` entry for "fwd" keeps the forward on mma.sync."""
     t0 = time.perf_counter()
     gpu = get_target(target)
     p = problem
@@ -394,15 +569,28 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
                       f"D = rowsum(dO*O): 8 lanes per row (16-byte loads, 3 shuffles), {rows_pre} rows per block"))
     mode, st = step8_dq_mode(p, gpu, kernels["bwd_dkv"].block_cols, visited["bwd_dkv"])
     steps.append(st)
+    tma = False
+    hmode = hopper_mode()
+    if not (tiles and "fwd" in tiles) and hmode != "off" and "wgmma" in gpu.features:
+        mma_fwd, _ = kernel_time(p, gpu, "fwd", kernels["fwd"], visited["fwd"])
+        hkt, sts, _ = step10_hopper_forward(p, gpu, mma_fwd * 1e6, force=hmode == "force")
+        steps += sts
+        if hkt is not None:
+            kernels["fwd"], tma = hkt, True
+            visited["fwd"] = visited_pairs(p, "fwd", hkt.block_rows, hkt.block_cols)
+    elif "wgmma" in gpu.features and not (tiles and "fwd" in tiles):
+        steps.append(note("10 fwd path", "mma.sync", "NOVA_ATTENTION_HOPPER=off or an experiment's forward tile: "
+                          "the forward stays on mma.sync"))
     sched = AttentionSchedule(gpu.arch if gpu.arch != "sm_90a" else "sm_90", mma, kernels["fwd"], kernels["bwd_pre"],
-                              kernels["bwd_dkv"], kernels["bwd_dq"], dq_mode=mode)
+                              kernels["bwd_dkv"], kernels["bwd_dq"], dq_mode=mode, tma=tma)
     times, terms_all = {}, {}
     for role in ("fwd", "bwd_pre", "bwd_dkv", "bwd_dq"):
         t, terms = kernel_time(p, gpu, role, sched.kernel(role), visited.get(role, 0))
         times[role] = t * 1e6
         bound = max((k for k in terms if k != "blocks"), key=terms.get)
         terms_all[role] = {"time_us": round(t * 1e6, 2), "bound": bound, **{k: round(v * 1e6, 2) for k, v in terms.items()}}
-        steps.append(Step.note(f"9 {role} time", F.t_kernel.text if role != "bwd_pre" else "dram bytes / bandwidth + launch",
+        text = F.t_hopper.text if sched.kernel(role).hopper else F.t_kernel.text
+        steps.append(Step.note(f"9 {role} time", text if role != "bwd_pre" else "dram bytes / bandwidth + launch",
                           f"{t * 1e6:.1f} us", f"{bound}-bound; " + ", ".join(f"{k} {v * 1e6:.1f}" for k, v in terms.items())))
     total = sum(times.values())
     flops = p.fwd_flops + p.bwd_flops

@@ -42,7 +42,8 @@ def resolve(problem: AttentionProblem, device_index, target, roles) -> _Resolved
     from nova.runtime.matmul import resolve_target
     device = driver.get_device(device_index)
     model = resolve_target(target, device)
-    memo = (problem, model.name, device.ordinal)
+    from nova.kernels.attention.derive import hopper_mode
+    memo = (problem, model.name, device.ordinal, hopper_mode())      # $NOVA_ATTENTION_HOPPER picks the forward
     hit = _memo.get(memo)
     if hit is not None and all(r in hit.kernels for r in roles):
         return hit
@@ -150,10 +151,27 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, *, out=
     r = resolve(p, q.device.index, target, ("fwd",))
     o, back = _output(copies, "out", out, q)
     lse = torch.empty((p.batch, p.heads, p.seq_q), dtype=torch.float32, device=q.device) if lse is None else lse
-    r.kernels["fwd"].launch((q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr()), _stream(q))
+    if r.schedule.tma:          # the Hopper forward reads q, k, v through TMA tensor maps (build_hopper.py)
+        args = hopper_maps(r, q, k, v) + (o.data_ptr(), lse.data_ptr())
+    else:
+        args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr())
+    r.kernels["fwd"].launch(args, _stream(q))
     if back is not None:
         back.copy_(o)
     return (o if back is None else back), lse
+
+
+def hopper_maps(r: _Resolved, q, k, v) -> tuple[int, int, int]:
+    """Device pointers of the tensor maps of q, k, v for the Hopper forward: 4-D (D, T, H, B) with
+    the problem's strides, boxes of the schedule's query / key rows x 128 bytes (cached per pointer)."""
+    from nova.runtime import driver
+    from nova.runtime.tma import attention_tensor_map
+    p, kt = r.problem, r.schedule.fwd
+    device = driver.get_device(q.device.index)
+    cols = 128 // p.elem_bytes
+    return tuple(attention_tensor_map(device, t.data_ptr(), p.storage, p.operand_shape(n), p.operand_strides(n),
+                                      kt.block_rows if n == "q" else kt.block_cols, cols)
+                 for n, t in (("q", q), ("k", k), ("v", v)))
 
 
 def attention_backward(dout, q, k, v, out, lse, causal: bool = False, scale: float | None = None, *,

@@ -38,10 +38,17 @@ class KernelTile:
     consumer_warpgroups: int = 0
     producer_warps: int = 0
     smem_layout: str = "pad"        # "pad" | "swizzle128" (TMA)
+    producer_regs: int = 0          # Hopper: setmaxnreg targets of the producer and consumer warpgroups
+    consumer_regs: int = 0
 
     @property
     def rows_per_warp(self) -> int:
         return self.block_rows // max(1, self.warps)
+
+    @property
+    def hopper(self) -> bool:
+        """A TMA + wgmma kernel (warp-specialized: a producer warpgroup and consumer warpgroups)."""
+        return self.consumer_warpgroups > 0
 
     @property
     def threads(self) -> int:
@@ -50,6 +57,8 @@ class KernelTile:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["grid"] = list(self.grid)
+        if not self.hopper:              # mma.sync tiles: the dict they always had
+            del d["producer_regs"], d["consumer_regs"]
         return d
 
     @classmethod
@@ -71,7 +80,7 @@ class AttentionSchedule:
     tf32_rounding: str = "rna"      # operands rounded to nearest TF32 (cvt.rna), like the GEMMs
     tf32_prep: str = "fragment"     # where streamed TF32 tiles are rounded: "fragment" (each use, in registers)
                                     # or "smem" (once, in place, when they land); kept tiles: always in smem
-    # Hopper room
+    # Hopper: the forward on TMA + wgmma (build_hopper.py); the backward stays on mma.sync
     tma: bool = False
     cluster: int = 1
 

@@ -1,0 +1,447 @@
+"""The Hopper attention forward (issue 11): TMA + mbarrier ring + wgmma, warp-specialized.
+
+``(AttentionProblem, AttentionSchedule with tma) -> MLIR text`` for sm_90a, BF16/FP16.  The other
+three attention kernels (backward) stay on mma.sync (``build.py``) and read this kernel's outputs:
+O in the output dtype and the natural-log LSE ``[B*H*Tq]`` FP32, exactly as the mma.sync forward.
+
+Design (every number comes from ``schedule.fwd``; ``derive.py`` explains them):
+
+* **Grid and roles.**  One CTA per (query tile of ``block_rows`` = 64 x C rows, batch x head);
+  ``1 + C`` warpgroups of 128 threads.  Warpgroup 0 is the producer (``setmaxnreg.dec`` to
+  ``producer_regs``; one thread issues every TMA load), warpgroups 1..C are consumers
+  (``setmaxnreg.inc`` to ``consumer_regs``), each owning 64 query rows.
+* **Operands.**  q, k, v are read through 4-D tensor maps ``(D, T, H, B)`` with the operands' own
+  strides (a strided view needs no copy), boxes ``[1, 1, rows, 64]`` (128 bytes of the head dim,
+  128-byte swizzle; D = 128 is two boxes side by side).  TMA zero-fills rows past T.
+* **Q** is loaded once (barrier ``q_full``).  **K and V** stream through a ``stages``-deep ring:
+  ``full[s]`` (arrival + K and V transaction bytes), ``empty[s]`` (one arrival per consumer warp
+  after its wgmmas on the slot completed).
+* **S = Q K^T**: ``wgmma.m64n{BC}k16`` with both operands in shared memory, K-major over D
+  (descriptor layout 128B swizzle, SBO 1024 B, k-steps of 32 bytes inside a box).
+* **Online softmax** on the accumulator fragment: thread (warp w, lane g*4+t) holds rows
+  16w + g (+8) x columns 8j + 2t (+1); the row max and sum need two shuffles over the lane quad.
+  Base 2 with scale * log2(e) folded into one FMA; masks (causal on diagonal tiles, keys >= Tk on
+  the tail tile) replace scores by a finite -1e30 in a uniform branch, so no row ever produces a NaN.
+* **O += P V**: P packed to 16 bits in registers *is* the wgmma A fragment (the accumulator layout
+  of m64nN equals the register A layout of m64k16 pairwise), so the second wgmma takes A from
+  registers (inline PTX, ``wgmma ... {a0..a3}, descB``); V ``[keys, D]`` is MN-major as the B
+  operand (K = keys): the transpose bit, LBO = the bytes between the 64-column boxes, SBO 1024 B.
+* **Epilogue**: O / rowsum stored from registers (pairs, predicated on rows < Tq; strided ``out``
+  addressed by its strides), LSE = (m + log2 l) ln 2 by the quad's first lane.
+"""
+from __future__ import annotations
+
+from nova.kernels.attention.build import (LN2, LOG2E, MASKED, AttentionCodegenError, element_at, global_type,
+                                          rows_advance, rows_at)
+from nova.kernels.attention.mlirtext import SMEM, Text
+from nova.kernels.attention.problem import AttentionProblem
+from nova.kernels.attention.schedule import AttentionSchedule
+
+KERNEL_NAME = "nova_attn_fwd"
+PARAMS = ("tmap_q", "tmap_k", "tmap_v", "out", "lse")
+ARCH = "sm_90a"
+WG = 128
+SWIZZLE = 128                 # bytes per swizzled row = a TMA box's inner extent
+ALIGN = 1024                  # the 128-byte swizzle atom: every box starts on a 1024-byte boundary
+MBARRIER_WAIT_TICKS = 10000000
+WG_TYPE = {"bf16": "bf16", "fp16": "f16"}
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def box_cols(p: AttentionProblem) -> int:
+    """Head-dim elements per TMA box (one 128-byte swizzled row)."""
+    return SWIZZLE // p.elem_bytes
+
+
+def smem_plan_hopper(p: AttentionProblem, rows: int, cols: int, stages: int) -> dict:
+    """Byte offsets (past the 1024-byte aligned base) of Q and of each ring slot's K and V tiles."""
+    q = rows * p.head_dim * p.elem_bytes
+    kv = cols * p.head_dim * p.elem_bytes
+    return {"q": 0, "ring": q, "kv": kv, "stage": 2 * kv, "total": q + stages * 2 * kv + ALIGN}
+
+
+def tma_blocker(p: AttentionProblem) -> str:
+    """Why q, k, v cannot be read through this kernel's 4-D tensor maps ('' when they can): TMA needs
+    16-byte strides (the problem's own rule) and no zero stride (a broadcast head or batch)."""
+    for name in ("q", "k", "v"):
+        shape = p.operand_shape(name)
+        for dim, n, x in zip("BHT", shape, p.operand_strides(name)):
+            if n > 1 and x == 0:
+                return f"{name}'s {dim} stride is 0 (broadcast): a tensor map needs a positive stride"
+    return ""
+
+
+def check_supported(p: AttentionProblem, s: AttentionSchedule) -> None:
+    kt = s.fwd
+
+    def fail(msg):
+        raise AttentionCodegenError(f"cannot generate the Hopper forward for {p.describe()}: {msg}")
+
+    if not s.tma:
+        fail("the schedule's forward is not on the TMA/wgmma path (schedule.tma)")
+    if p.dtype not in WG_TYPE:
+        fail(f"dtype {p.dtype}: the Hopper forward is 16-bit (TF32 P V would need a K-major V)")
+    if kt.consumer_warpgroups < 1 or kt.block_rows != 64 * kt.consumer_warpgroups:
+        fail(f"block_rows {kt.block_rows} must be 64 x consumer warpgroups ({kt.consumer_warpgroups})")
+    if kt.producer_warps != 4 or kt.warps != 4 * kt.consumer_warpgroups:
+        fail("one producer warpgroup and 4 warps per consumer warpgroup")
+    if kt.block_cols % 16 or not 16 <= kt.block_cols <= 256:
+        fail(f"block_cols {kt.block_cols}: wgmma N (keys) must be a multiple of 16 in [16, 256]")
+    if p.head_dim % box_cols(p):
+        fail(f"head_dim {p.head_dim} is not a whole number of 128-byte boxes")
+    if kt.stages < 2:
+        fail("the ring needs 2 stages")
+    if kt.smem_layout != "swizzle128":
+        fail(f"smem_layout {kt.smem_layout!r}")
+    need = smem_plan_hopper(p, kt.block_rows, kt.block_cols, kt.stages)["total"]
+    if kt.smem_bytes < need:
+        fail(f"smem_bytes {kt.smem_bytes} < {need}")
+    if not kt.producer_regs <= kt.regs_per_thread <= kt.consumer_regs:
+        fail(f"entry registers {kt.regs_per_thread} outside [{kt.producer_regs}, {kt.consumer_regs}]")
+    why = tma_blocker(p)
+    if why:
+        fail(why)
+
+
+class _HopperFwd:
+    def __init__(self, p: AttentionProblem, s: AttentionSchedule):
+        self.p, self.s = p, s
+        self.kt = kt = s.fwd
+        self.ir = Text()
+        self.T = p.storage
+        self.D = p.head_dim
+        self.BR, self.BC, self.S = kt.block_rows, kt.block_cols, kt.stages
+        self.C = kt.consumer_warpgroups
+        self.bcols = box_cols(p)
+        self.nbox = self.D // self.bcols
+        self.plan = smem_plan_hopper(p, self.BR, self.BC, self.S)
+        self.c = p.scale * LOG2E
+        self.vt = f"memref<{p.batch * p.heads * p.seq_q}xf32>"
+        self.mb = lambda n: f"!nvgpu.mbarrier.group<memorySpace = {SMEM}, num_barriers = {n}>"
+        self.ns, self.no = self.BC // 2, self.D // 2          # accumulators per thread: S, O
+        self.s_t = "!llvm.struct<(" + ", ".join(["f32"] * self.ns) + ")>"
+        self.o_t = "!llvm.struct<(" + ", ".join(["f32"] * self.no) + ")>"
+
+    # ---- types
+    def box_type(self, rows):
+        return f"memref<1x1x{rows}x{self.bcols}x{self.T}, {SMEM}>"
+
+    def tm_type(self, rows):
+        return (f"!nvgpu.tensormap.descriptor<tensor = {self.box_type(rows)}, swizzle = swizzle_128b, "
+                "l2promo = l2promo_256b, oob = zero, interleave = none>")
+
+    # ------------------------------------------------------------------------------------------
+    def build(self) -> str:
+        p, kt, ir = self.p, self.kt, self.ir
+        ir.emit(f"// Nova attention fwd (Hopper): {p.describe()}")
+        ir.emit(f"// block {self.BR} query rows ({self.C} consumer warpgroups x 64) x {self.BC} keys per tile, "
+                f"{self.S}-stage TMA ring of K and V, wgmma m64n{self.BC}k16 (S = Q K^T, smem x smem) and "
+                f"m64n{self.D}k16 (O += P V, P from registers), {ARCH}")
+        args = ["%tmap_q: !llvm.ptr", "%tmap_k: !llvm.ptr", "%tmap_v: !llvm.ptr",
+                f"%out: {global_type(p, 'out')}", f"%lse: {self.vt}"]
+        with ir.kernel(KERNEL_NAME, args, kt.threads, maxnreg=kt.regs_per_thread):
+            self.setup()
+            is_prod = ir.cmp("eq", self.wg, 0, "is_producer")
+            ir.emit(f"scf.if {is_prod} {{")
+            with ir.scope():
+                self.producer()
+            with ir.region("} else {", close="}"):
+                self.consumer()
+        return ir.text()
+
+    def setup(self):
+        ir, p = self.ir, self.p
+        self.tm = {}
+        for n, rows in (("q", self.BR), ("k", self.BC), ("v", self.BC)):
+            self.tm[n] = ir.let(f"tm_{n}", f"builtin.unrealized_conversion_cast %tmap_{n} : !llvm.ptr to "
+                                           f"{self.tm_type(rows)}")
+        self.tid = ir.let("tid", "gpu.thread_id x")
+        self.wg = ir.div(self.tid, WG, "wg")
+        self.lane = ir.rem(self.tid, 32, "lane")
+        self.bx = ir.let("bx", "gpu.block_id x")
+        self.by = ir.let("by", "gpu.block_id y")
+        ir.comment(f"---- shared memory: Q then the ring, from the first {ALIGN}-byte boundary of dynamic smem")
+        self.dsm = ir.let("dsm", f"gpu.dynamic_shared_memory : memref<?xi8, {SMEM}>")
+        addr = ir.let("dsm_addr", f"memref.extract_aligned_pointer_as_index {self.dsm} : memref<?xi8, {SMEM}> -> index")
+        up = ir.add(addr, ALIGN - 1, "dsm_up")
+        al = ir.sub(up, ir.rem(up, ALIGN, "dsm_rem"), "dsm_aligned")
+        self.base_off = ir.sub(al, addr, "base_off")
+        self.base_enc = ir.div(al, 16, "base_enc")
+        ir.comment(f"---- mbarriers: q_full, full[{self.S}] (K and V landed), empty[{self.S}] (every consumer warp done)")
+        self.qbar = ir.let("q_full", f"nvgpu.mbarrier.create -> {self.mb(1)}")
+        self.full = ir.let("full", f"nvgpu.mbarrier.create -> {self.mb(self.S)}")
+        self.empty = ir.let("empty", f"nvgpu.mbarrier.create -> {self.mb(self.S)}")
+        t0 = ir.cmp("eq", self.tid, 0, "is_t0")
+        ir.emit(f"nvgpu.mbarrier.init {self.qbar}[{ir.v(0)}], {ir.v(1)}, predicate = {t0} : {self.mb(1)}")
+        for i in range(self.S):
+            ir.emit(f"nvgpu.mbarrier.init {self.full}[{ir.v(i)}], {ir.v(1)}, predicate = {t0} : {self.mb(self.S)}")
+            ir.emit(f"nvgpu.mbarrier.init {self.empty}[{ir.v(i)}], {ir.v(4 * self.C)}, predicate = {t0} : "
+                    f"{self.mb(self.S)}")
+        with ir.region(f"scf.if {t0} {{"):
+            ir.emit("nvvm.fence.mbarrier.init")
+        ir.emit("gpu.barrier")
+        # this block's query tile, (b, h), its KV head and the KV tiles it visits
+        self.q0 = ir.mul(self.bx, self.BR, "q0")
+        bh = self.by
+        self.b = ir.div(bh, p.heads, "b")
+        self.h = ir.rem(bh, p.heads, "h")
+        self.hkv = ir.div(self.h, p.group, "hkv")
+        self.bh = bh
+        if p.causal:       # keys j <= i < q0 + BR: tiles wholly above the diagonal are never loaded
+            last = ir.min(ir.add(self.q0, self.BR, "q_end"), p.seq_k, "kv_end")
+            self.n_kv = ir.div(ir.add(last, self.BC - 1, "kv_end_r"), self.BC, "n_kv")
+        else:
+            self.n_kv = _cdiv(p.seq_k, self.BC)
+
+    def slot_phase(self, it, flip=False):
+        ir, S = self.ir, self.S
+        slot = ir.rem(it, S, "slot")
+        bit = ir.let("par_i", f"arith.index_cast {ir.v(ir.div(it, S, 'round'))} : index to i64")
+        par = ir.let("par", f"arith.trunci {bit} : i64 to i1")
+        if flip:
+            par = ir.let("par_flip", f"arith.xori {par}, {ir.pure('true1', 'arith.constant true')} : i1")
+        return slot, par
+
+    # ------------------------------------------------------------------------------------------
+    def producer(self):
+        ir = self.ir
+        ir.comment("---- producer warpgroup: give registers back; thread 0 issues the TMA loads")
+        ir.emit(f"nvvm.setmaxregister decrease {self.kt.producer_regs}")
+        ticks = ir.const(MBARRIER_WAIT_TICKS)
+        box_bytes = {"q": self.BR * SWIZZLE, "k": self.BC * SWIZZLE, "v": self.BC * SWIZZLE}
+
+        def load(name, bar, off, t0, head):
+            rows = self.BR if name == "q" else self.BC
+            for i in range(self.nbox):
+                view = ir.let(f"box_{name}", f"memref.view {self.dsm}[{ir.v(ir.add(off, i * box_bytes[name]))}][] "
+                                             f": memref<?xi8, {SMEM}> to {self.box_type(rows)}")
+                coords = ", ".join(ir.v(c) for c in (i * self.bcols, t0, head, self.b))
+                ir.emit(f"nvgpu.tma.async.load {self.tm[name]}[{coords}], {bar} to {view} : "
+                        f"{self.tm_type(rows)}, {self.mb(1 if name == 'q' else self.S)} -> {self.box_type(rows)}")
+
+        with ir.region(f"scf.if {ir.cmp('eq', self.tid, 0, 'is_leader')} {{"):
+            qb = ir.const(self.nbox * box_bytes["q"])
+            ir.emit(f"nvgpu.mbarrier.arrive.expect_tx {self.qbar}[{ir.v(0)}], {qb} : {self.mb(1)}")
+            load("q", f"{self.qbar}[{ir.v(0)}]", self.base_off, self.q0, self.h)
+            tx = ir.const(2 * self.plan["kv"])
+            with ir.region(f"scf.for %itp = {ir.v(0)} to {ir.v(self.n_kv)} step {ir.v(1)} {{"):
+                slot, par = self.slot_phase("%itp", flip=True)
+                ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.empty}[{slot}], {par}, {ticks} : {self.mb(self.S)}")
+                ir.emit(f"nvgpu.mbarrier.arrive.expect_tx {self.full}[{slot}], {tx} : {self.mb(self.S)}")
+                kv0 = ir.mul("%itp", self.BC, "kv0")
+                koff = ir.add(ir.add(self.base_off, self.plan["ring"]), ir.mul(slot, self.plan["stage"]), "k_off")
+                load("k", f"{self.full}[{slot}]", koff, kv0, self.hkv)
+                load("v", f"{self.full}[{slot}]", ir.add(koff, self.plan["kv"], "v_off"), kv0, self.hkv)
+
+    # ------------------------------------------------------------------------------------------
+    def desc(self, enc, hi):
+        ir = self.ir
+        x = ir.let("d_i64", f"arith.index_cast {ir.v(enc)} : index to i64")
+        return ir.let("desc", f"arith.addi {x}, {hi} : i64")
+
+    def kmajor_enc(self, base_enc, rows, kk):
+        """Descriptor start (shared address >> 4) of k-step ``kk`` of a K-major [rows, D] tile stored as
+        D/64 boxes of [rows, 128 B]: box kk*16 // 64, 32 bytes per k-step inside it."""
+        per_box = self.bcols // 16
+        return self.ir.add(base_enc, ((kk // per_box) * rows * SWIZZLE + (kk % per_box) * 32) // 16, "enc_k")
+
+    def consumer(self):
+        ir, p = self.ir, self.p
+        kt = self.kt
+        ir.comment(f"---- consumer warpgroups: take registers ({kt.consumer_regs}); S = Q K^T, softmax, O += P V")
+        ir.emit(f"nvvm.setmaxregister increase {kt.consumer_regs}")
+        ctid = ir.sub(self.tid, WG, "ctid")
+        self.cwg = ir.div(ctid, WG, "cwg")
+        wtid = ir.rem(ctid, WG, "wg_tid")
+        self.warp = ir.div(wtid, 32, "wg_warp")
+        self.g = ir.div(self.lane, 4, "g")
+        self.t = ir.rem(self.lane, 4, "t")
+        lane0 = ir.cmp("eq", self.lane, 0, "lane0")
+        ticks = ir.const(MBARRIER_WAIT_TICKS)
+        sbo = (1024 >> 4) << 32
+        hi_k = ir.let("desc_hi_k", f"arith.constant {(1 << 16) | sbo | (1 << 62)} : i64")         # K-major: LBO unused
+        hi_v = ir.let("desc_hi_v", f"arith.constant {(((self.BC * SWIZZLE) >> 4) << 16) | sbo | (1 << 62)} : i64")
+        # rows of this warpgroup: r0 = q0 + 64 cwg; the thread's rows r0 + 16 warp + g (+ 8)
+        self.r0 = ir.add(self.q0, ir.mul(self.cwg, 64), "wg_row0")
+        q_enc = ir.add(ir.add(self.base_enc, ir.div(self.plan["q"], 16)), ir.mul(self.cwg, 64 * SWIZZLE // 16), "q_enc")
+        attrs = (f"shape = #nvvm.shape<m = 64, n = {self.BC}, k = 16>, "
+                 f"typeA = #nvvm.wgmma_type<{WG_TYPE[p.dtype]}>, typeB = #nvvm.wgmma_type<{WG_TYPE[p.dtype]}>, "
+                 "typeD = #nvvm.wgmma_type<f32>, scaleD = #nvvm.wgmma_scale_out<one>, "
+                 "scaleA = #nvvm.wgmma_scale_in<one>, scaleB = #nvvm.wgmma_scale_in<one>, "
+                 "layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>")
+        zero_s = ir.let("zero_s", f"llvm.mlir.zero : {self.s_t}")
+        zero_o = ir.let("zero_o", f"llvm.mlir.zero : {self.o_t}")
+        ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.qbar}[{ir.v(0)}], {ir.pure('false1', 'arith.constant false')}, "
+                f"{ticks} : {self.mb(1)}")
+        m_init, l_init = ir.f(MASKED), ir.f(0.0)
+        res = ir.fresh("loop")
+        with ir.region(f"{res}:5 = scf.for %it = {ir.v(0)} to {ir.v(self.n_kv)} step {ir.v(1)} iter_args("
+                       f"%m0 = {m_init}, %m1 = {m_init}, %l0 = {l_init}, %l1 = {l_init}, %o_acc = {zero_o}) -> "
+                       f"(f32, f32, f32, f32, {self.o_t}) {{"):
+            ir.reserve("it", "m0", "m1", "l0", "l1", "o_acc")
+            slot, par = self.slot_phase("%it")
+            ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.full}[{slot}], {par}, {ticks} : {self.mb(self.S)}")
+            k_enc = ir.add(ir.add(self.base_enc, self.plan["ring"] // 16), ir.mul(slot, self.plan["stage"] // 16),
+                           "k_enc")
+            v_enc = ir.add(k_enc, self.plan["kv"] // 16, "v_enc")
+            ir.comment("S = Q K^T (wgmma, both operands K-major in shared memory)")
+            ir.emit("nvvm.wgmma.fence.aligned")
+            acc = zero_s
+            for kk in range(self.D // 16):
+                da = self.desc(self.kmajor_enc(q_enc, self.BR, kk), hi_k)
+                db = self.desc(self.kmajor_enc(k_enc, self.BC, kk), hi_k)
+                acc = ir.let("s_acc", f'"nvvm.wgmma.mma_async"({acc}, {da}, {db}) <{{{attrs}}}> : '
+                                      f"({self.s_t}, i64, i64) -> {self.s_t}")
+            ir.emit("nvvm.wgmma.commit.group.sync.aligned")
+            ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
+            s = [ir.let("s", f"llvm.extractvalue {acc}[{i}] : {self.s_t}") for i in range(self.ns)]
+            kv0 = ir.mul("%it", self.BC, "kv0")
+            s = self.masked(kv0, s)
+            ir.comment("online softmax (base 2): rows g (h = 0) and g + 8 (h = 1)")
+            m_new, l_new, alphas, pe = [], [], [], [None] * self.ns
+            for h in (0, 1):
+                idx = [4 * j + 2 * h + c for j in range(self.BC // 8) for c in (0, 1)]
+                mx = None
+                for i in idx:
+                    mx = s[i] if mx is None else ir.fop("maxnumf", mx, s[i], "mx")
+                for off in (1, 2):
+                    mx = ir.fop("maxnumf", mx, ir.shfl_xor(mx, off), "qm")
+                m_old, l_old = (f"%m{h}", f"%l{h}")
+                mn = ir.fop("maxnumf", m_old, ir.fop("mulf", mx, ir.f(self.c), "mxc"), "m_new")
+                alpha = ir.exp2(ir.fop("subf", m_old, mn, "dm"))
+                neg = ir.let("neg_m", f"arith.negf {mn} : f32")
+                tot = None
+                for i in idx:
+                    e = ir.exp2(ir.fma(s[i], ir.f(self.c), neg, "sc"))
+                    pe[i] = e
+                    tot = e if tot is None else ir.fop("addf", tot, e, "rs")
+                l_new.append(ir.fma(l_old, alpha, tot, "l"))
+                m_new.append(mn)
+                alphas.append(alpha)
+            ir.comment("O *= alpha (per row), P to 16 bits: the register A fragments of O += P V")
+            o = "%o_acc"
+            for i in range(self.no):
+                h = (i // 2) % 2
+                x = ir.let("o", f"llvm.extractvalue {o}[{i}] : {self.o_t}")
+                o = ir.let("o_s", f"llvm.insertvalue {ir.fop('mulf', x, alphas[h], 'o_r')}, {o}[{i}] : {self.o_t}")
+            packed = [self.pack(pe[2 * i], pe[2 * i + 1]) for i in range(self.ns // 2)]
+            ir.emit("nvvm.wgmma.fence.aligned")
+            for kk in range(self.BC // 16):
+                frag = packed[4 * kk: 4 * kk + 4]
+                db = self.desc(ir.add(v_enc, kk * 16 * SWIZZLE // 16, "v_enc_k"), hi_v)
+                o = self.wgmma_rs(o, frag, db)
+            ir.emit("nvvm.wgmma.commit.group.sync.aligned")
+            ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
+            with ir.region(f"scf.if {lane0} {{"):
+                ir.let("tok", f"nvgpu.mbarrier.arrive {self.empty}[{ir.v(slot)}] : {self.mb(self.S)} -> "
+                              "!nvgpu.mbarrier.token")
+            ir.emit(f"scf.yield {', '.join(m_new + l_new + [o])} : f32, f32, f32, f32, {self.o_t}")
+        self.epilogue([f"{res}#0", f"{res}#1"], [f"{res}#2", f"{res}#3"], f"{res}#4")
+
+    def pack(self, a, b):
+        ir, T = self.ir, self.T
+        xs = [ir.let("pt", f"arith.truncf {x} : f32 to {T}") for x in (a, b)]
+        v = ir.let("pv", f"vector.from_elements {xs[0]}, {xs[1]} : vector<2x{T}>")
+        w = ir.let("pw", f"vector.bitcast {v} : vector<2x{T}> to vector<1xi32>")
+        return ir.let("pa", f"vector.extract {w}[0] : i32 from vector<1xi32>")
+
+    def wgmma_rs(self, acc, frag, db):
+        """``wgmma.mma_async`` m64n{D}k16 with A (P) from registers, B (V) MN-major (transpose bit):
+        inline PTX (MLIR's NVVM op has only the shared-memory A form); accumulators tied in/out."""
+        ir, n = self.ir, self.no
+        accs = [ir.let("d", f"llvm.extractvalue {acc}[{i}] : {self.o_t}") for i in range(n)]
+        one = ir.pure("one_i32", "arith.constant 1 : i32")
+        d_list = ", ".join(f"${i}" for i in range(n))
+        a_list = ", ".join(f"${n + i}" for i in range(4))
+        ty = WG_TYPE[self.p.dtype]
+        ptx = (f"{{\\n.reg .pred p;\\nsetp.ne.b32 p, ${n + 5}, 0;\\n"
+               f"wgmma.mma_async.sync.aligned.m64n{self.D}k16.f32.{ty}.{ty} "
+               f"{{{d_list}}}, {{{a_list}}}, ${n + 4}, p, 1, 1, 1;\\n}}")
+        cons = ",".join(["=f"] * n + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(n)])
+        operands = ", ".join(list(frag) + [db, one] + accs)
+        types = ", ".join(["i32"] * 4 + ["i64", "i32"] + ["f32"] * n)
+        return ir.let("o_acc", f'llvm.inline_asm has_side_effects asm_dialect = att "{ptx}", "{cons}" '
+                               f"{operands} : ({types}) -> {self.o_t}")
+
+    # ------------------------------------------------------------------------------------------
+    def masked(self, kv0, s):
+        """Scores with keys beyond Tk (tail tile) and, causal, keys after the row (tiles crossing this
+        warpgroup's diagonal) replaced by MASKED, in a branch taken only where a tile needs it.  Key
+        column 8j + c + 2t of row roff + 8h is valid iff 8j + c < L_h - 2t, L_h = min(Tk - kv0,
+        r0 + roff + 8h + 1 - kv0): one bound per row, each score compared with a constant."""
+        ir, p = self.ir, self.p
+        cond = False
+        if p.seq_k % self.BC:
+            cond = ir.cmp("sgt", ir.add(kv0, self.BC, "kv_end"), p.seq_k, "kv_tail")
+        if p.causal:
+            cond = ir.or_(cond, ir.cmp("sgt", ir.add(kv0, self.BC - 1, "kv_last"), self.r0, "cross"), "need_mask")
+        if cond is False:
+            return s
+
+        def apply():
+            t2 = ir.mul(self.t, 2, "t2")
+            bounds = []
+            for h in (0, 1):
+                lim = ir.sub(p.seq_k, kv0, "kv_left") if p.seq_k % self.BC else self.BC
+                if p.causal:
+                    row = ir.add(ir.add(self.r0, ir.mul(self.warp, 16)), ir.add(self.g, 8 * h + 1), "row_end")
+                    lim = ir.min(lim, ir.sub(row, kv0, "diag_end"), "col_end")
+                bounds.append(ir.sub(lim, t2, "col_bound"))
+            out = []
+            for i, x in enumerate(s):
+                j, h, c = i // 4, (i // 2) % 2, i % 2
+                ok = ir.cmp("sgt", bounds[h], 8 * j + c, "col_ok")
+                out.append(ir.select(ok, x, ir.f(MASKED), ty="f32", hint="sm"))
+            return out
+        if cond is True:
+            return apply()
+        res = ir.fresh("msk")
+        n = len(s)
+        tys = ", ".join(["f32"] * n)
+        with ir.region(f"{res}:{n} = scf.if {cond} -> ({tys}) {{"):
+            ir.emit(f"scf.yield {', '.join(apply())} : {tys}")
+            ir.else_()
+            ir.emit(f"scf.yield {', '.join(s)} : {tys}")
+        return [f"{res}#{i}" for i in range(n)]
+
+    # ------------------------------------------------------------------------------------------
+    def epilogue(self, m_fin, l_fin, o):
+        ir, p = self.ir, self.p
+        ir.comment("---- epilogue: O / l in the output dtype, LSE = (m + log2 l) ln 2")
+        inv, lse = [], []
+        for h in (0, 1):
+            lt = l_fin[h]
+            for off in (1, 2):
+                lt = ir.fop("addf", lt, ir.shfl_xor(lt, off), "qs")
+            inv.append(ir.fop("divf", ir.f(1.0), lt, "inv_l"))
+            lse.append(ir.fop("mulf", ir.fop("addf", m_fin[h], ir.log2(lt), "lse2"), ir.f(LN2), "lse"))
+        gty = global_type(p, "out")
+        qbase = ir.add(ir.mul(self.bh, p.seq_q, "qrow_bh"), self.q0, "qbase")       # row of lse
+        at = rows_at(ir, p, "out", qbase, (self.b, self.h, self.bh, self.q0))
+        is_t0 = ir.cmp("eq", self.t, 0, "t_is0")
+        for h in (0, 1):
+            roff = ir.add(ir.add(ir.mul(self.cwg, 64), ir.mul(self.warp, 16)), ir.add(self.g, 8 * h), "row_off")
+            ok = ir.cmp("slt", ir.add(self.q0, roff, "st_row"), p.seq_q, "st_ok") if p.seq_q % self.BR else True
+            row = rows_advance(ir, p, "out", at, roff)
+
+            def body(h=h, row=row, roff=roff):
+                for j in range(self.D // 8):
+                    xs = [ir.let("o", f"llvm.extractvalue {o}[{4 * j + 2 * h + c}] : {self.o_t}") for c in (0, 1)]
+                    xs = [ir.let("o_t", f"arith.truncf {ir.fop('mulf', x, inv[h], 'o_n')} : f32 to {self.T}") for x in xs]
+                    vec = ir.let("o_v", f"vector.from_elements {xs[0]}, {xs[1]} : vector<2x{self.T}>")
+                    col = ir.add(ir.mul(self.t, 2, "t2"), 8 * j, "st_col")
+                    dst = element_at(ir, p, "out", row, 0, col, "st")
+                    ir.emit(f"vector.store {vec}, %out[{ir.v(dst)}] {{alignment = {2 * p.elem_bytes}}} : "
+                            f"{gty}, vector<2x{self.T}>")
+                src = ir.add(qbase, roff, "lidx")
+                with ir.region(f"scf.if {is_t0} {{"):
+                    ir.emit(f"memref.store {lse[h]}, %lse[{ir.v(src)}] : {self.vt}")
+            ir.guarded(ok, body)
+
+
+def build_hopper_fwd(p: AttentionProblem, s: AttentionSchedule) -> str:
+    check_supported(p, s)
+    return _HopperFwd(p, s).build()
