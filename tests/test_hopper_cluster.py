@@ -246,7 +246,7 @@ def test_forced_cluster_shapes_and_what_blocks_them(forced):
     assert "persistent" in cluster_blocker(p, dataclasses.replace(one, persistent=False), (2, 1))
     assert "portable" in cluster_blocker(p, one, (16, 1))
     nn = GemmProblem(128, 4096, 4096, "bf16")                          # B MN-major: kept out of clusters
-    assert "MN-major 16-bit" in cluster_blocker(nn, configure(nn, "h200").schedule, (2, 1))
+    assert "MN-major 16-bit" in cluster_blocker(nn, configure(nn, "h200").schedule, (1, 2))
     with pytest.raises(CodegenError, match="cluster 2x2: .*multicast both operands"):
         check_supported(p, dataclasses.replace(one, cluster_m=2, cluster_n=2))
 
@@ -305,3 +305,100 @@ def test_the_gpu_tests_cluster_cases_get_their_shapes(forced):
     forced("")
     picks = {case: configure(GemmProblem(*case), "h200").schedule for case in CASES}
     assert not [case for case, s in picks.items() if s.cluster_m * s.cluster_n > 1]
+
+
+# ---- the cluster's TMA writes = the 1x1 kernel's, on integers ------------------------------------
+def _kernel_walk(k):
+    """The tile-walk numbers ``setup`` would compute (the kernel is not built)."""
+    k.tiles_i, k.tiles_j = -(-k.I // k.tile_i), -(-k.J // k.tile_j)
+    k.walk_i, k.walk_j = -(-k.tiles_i // k.ci), -(-k.tiles_j // k.cj)
+    return k
+
+
+def _tma_rows(k, rank, i0, j0, k0):
+    """What CTA ``rank`` of kernel ``k``'s TMA loads write for one ring slot: {destination rank:
+    set of 128-byte rows (operand, outer global index, inner global index, smem byte offset in the
+    slot)} (a K-major row is (M|N row, K start), an MN-major row (K row, M|N start)), and the bytes
+    that land in each destination (its full[slot] counts them).  Computed with the emitter's own
+    box functions (box_index, box_smem_offset, box_coords) on integers."""
+    from nova.kernels.gemm.emit_hopper import SWIZZLE_BYTES, box_coords, box_index, box_smem_offset, boxes_per_cta
+    ir, rows, landed = k.ir, {}, {}
+    for op, r0, tile_off in ((k.X, i0, 0), (k.Y, j0, k.x_bytes)):
+        box, major = k.h.box(op), k.ops.role(op).major
+        shared = op == k.shared_op
+        per = boxes_per_cta(box, shared, k.csize)
+        for q in range(per):
+            c = box_index(ir, shared, rank, per, q)
+            off = tile_off + box_smem_offset(ir, box, c)
+            assert off % 1024 == 0, (op, c, off)       # whole swizzle atoms: TMA's swizzle is the descriptor's
+            inner, outer = box_coords(ir, major, box, c, r0, k0)
+            for dest in (range(k.csize) if shared else (rank,)):
+                rows.setdefault(dest, set()).update(
+                    (op, outer + i, inner, off + i * SWIZZLE_BYTES) for i in range(box.rows))
+                landed[dest] = landed.get(dest, 0) + box.rows * SWIZZLE_BYTES
+    return rows, landed
+
+
+def _descriptor_rows(k, i0, j0, k0):
+    """The 128-byte rows where the consumers read the slot (wgmma descriptors, or the register
+    fragments of an MN-major TF32 X, which address the same boxes): a K-major tile row by row, an
+    MN-major tile as 128-byte column blocks ``LBO`` apart (LBO from the kernel's descriptor)."""
+    from nova.kernels.gemm.emit_hopper import SWIZZLE_BYTES
+    rows = set()
+    for op, r0, extent, tile_off in ((k.X, i0, k.tile_i, 0), (k.Y, j0, k.tile_j, k.x_bytes)):
+        if k.ops.role(op).major == "k":
+            rows |= {(op, r0 + i, k0, tile_off + i * SWIZZLE_BYTES) for i in range(extent)}
+            continue
+        per_row = SWIZZLE_BYTES // k.p.in_bytes
+        lbo = ((k.descriptor_hi(op) >> 16) & 0x3FFF) << 4
+        assert lbo == k.BK * SWIZZLE_BYTES
+        rows |= {(op, k0 + kk, r0 + b * per_row, tile_off + b * lbo + kk * SWIZZLE_BYTES)
+                 for b in range(extent // per_row) for kk in range(k.BK)}
+    return rows
+
+
+LAYOUT_PROBLEMS = [(M, N, K, dt, {"trans_a": ta, "trans_b": tb})
+                   for M, N, K in ((2900, 3000, 1000), (512, 2048, 16384), (300, 200, 8192))
+                   for dt in ("bf16", "fp16", "tf32") for ta in (False, True) for tb in (False, True)]
+
+
+@pytest.mark.parametrize("case", LAYOUT_PROBLEMS, ids=lambda c: _id(("any",) + tuple(c)))
+def test_cluster_tma_writes_are_the_one_by_one_kernels(case):
+    """Every layout and dtype, every cluster shape the slicing allows (MN-major 16-bit included,
+    whatever cluster_blocker says of them on the device): for each cluster tile and K tile, the TMA
+    boxes the cluster's CTAs issue put, into each CTA, exactly the 128-byte rows (global rows and
+    columns, smem offsets) that the 1x1 kernel's loads put there for that CTA's tile, signal the
+    same full[slot], whose expect_tx (the stage's bytes) they fill exactly, and those are the rows
+    where the consumers' descriptors read."""
+    from nova.kernels.gemm.emit_hopper import _HopperKernel
+    from nova.kernels.gemm.hopper import cluster_blocker, cluster_schedule
+    M, N, K, dtype, extra = case
+    p, gpu = GemmProblem(M, N, K, dtype, **extra), get_target("h200")
+    one = configure_one_by_one(p)
+    k1 = _kernel_walk(_HopperKernel(p, one))
+    checked = 0
+    for shape in ((2, 1), (1, 2), (4, 1), (1, 4)):
+        why = cluster_blocker(p, one, shape)
+        if why and "MN-major 16-bit" not in why:
+            continue
+        s = cluster_schedule(p, gpu, one, shape)
+        k = _kernel_walk(_HopperKernel(p, s))
+        assert (k.tile_i, k.tile_j, k.x_bytes, k.stage) == (k1.tile_i, k1.tile_j, k1.x_bytes, k1.stage)
+        tiles = range(k.walk_i * k.walk_j)
+        for tile in (tiles if len(tiles) <= 16 else list(tiles[:8]) + list(tiles[-8:])):
+            for k0 in (0, k.BK * (k.ktiles - 1)):
+                origins, writes, landed = {}, {}, {}
+                for rank in range(k.csize):
+                    k.rank = rank
+                    origins[rank] = k.tile_origin(tile)
+                    rows, got = _tma_rows(k, rank, *origins[rank], k0)
+                    for dest, rs in rows.items():
+                        writes.setdefault(dest, set()).update(rs)
+                        landed[dest] = landed.get(dest, 0) + got[dest]
+                for rank, (i0, j0) in origins.items():
+                    want, want_bytes = _tma_rows(k1, 0, i0, j0, k0)
+                    assert writes[rank] == want[0], (shape, tile, rank)
+                    assert landed[rank] == want_bytes[0] == k.stage, (shape, tile, rank)
+                    assert writes[rank] == _descriptor_rows(k1, i0, j0, k0), (shape, tile, rank)
+        checked += 1
+    assert checked or p.dtype == "tf32" and not any(v for v in extra.values()), p.describe()

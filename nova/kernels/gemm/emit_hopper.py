@@ -218,6 +218,36 @@ def check_batch(problem: GemmProblem, s: Schedule, fail) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
+# Where the TMA boxes of an operand's tile go (the producer's loads; tests/test_hopper_cluster.py
+# checks, on integers, that a cluster's CTAs together write what the 1x1 kernel writes).  ``ir``
+# is an Ir (index values, or plain ints that it folds).
+# ----------------------------------------------------------------------------------------------
+def boxes_per_cta(box, shared: bool, csize: int) -> int:
+    """Boxes of a tile one CTA loads: all of them, or its slice of a tile its cluster shares."""
+    return box.count // csize if shared else box.count
+
+
+def box_index(ir, shared: bool, rank, per: int, q: int):
+    """Index (along the tile) of the q-th box this CTA loads: q, or rank x per + q of a shared tile."""
+    return ir.add(ir.mul(rank, per), q, "box") if shared else q
+
+
+def box_smem_offset(ir, box, c):
+    """Byte offset of box c from its tile's start in the ring slot: the boxes are stacked whole,
+    ``box.rows`` rows of 128 bytes each (K-major: rows of M/N; MN-major: BK rows of K, so box c is
+    the c-th 128-byte column block along M/N, where the descriptor's LBO = BK x 128 B puts it)."""
+    return ir.mul(c, box.rows * SWIZZLE_BYTES, "box_off")
+
+
+def box_coords(ir, major: str, box, c, r0, k0):
+    """TMA coordinates (inner, outer) of box c of the tile at rows r0 (M/N) and K k0: K-major
+    (k0, r0 + c x box.rows); MN-major (r0 + c x box.cols, k0)."""
+    if major == "k":
+        return k0, ir.add(r0, ir.mul(c, box.rows, "box_row"))
+    return ir.add(r0, ir.mul(c, box.cols, "box_col")), k0
+
+
+# ----------------------------------------------------------------------------------------------
 # The kernel
 # ----------------------------------------------------------------------------------------------
 class _HopperKernel:
@@ -485,15 +515,14 @@ class _HopperKernel:
             offset of every CTA of the cluster (each one's full[slot] counts the bytes that land in it)."""
             box = self.h.box(op)
             shared = op == self.shared_op
-            per = box.count // self.csize if shared else box.count
+            per = boxes_per_cta(box, shared, self.csize)
             multicast = f" multicast_mask = {self.mc_mask}" if shared else ""
             for q in range(per):
-                c = ir.add(ir.mul(self.rank, per), q, "box") if shared else q
-                off = ir.add(slot_off, ir.mul(c, box.rows * SWIZZLE_BYTES, "box_off"))
+                c = box_index(ir, shared, self.rank, per, q)
+                off = ir.add(slot_off, box_smem_offset(ir, box, c))
                 view = ir.let(f"tile{op.upper()}", f"memref.view {self.dsm}[{ir.v(off)}][] "
                                                    f": memref<?xi8, {SMEM}> to {self.box_type(op)}")
-                coords = ((k0, ir.add(r0, ir.mul(c, box.rows, "box_row"))) if self.ops.role(op).major == "k"
-                          else (ir.add(r0, ir.mul(c, box.cols, "box_col")), k0))
+                coords = box_coords(ir, self.ops.role(op).major, box, c, r0, k0)
                 ir.emit(f"nvgpu.tma.async.load {self.tm[op]}[{self.tma_coords(op, *coords)}], "
                         f"{self.full}[{slot}] to {view}{multicast} : {self.tm_type(op)}, {self.mb_t} -> {self.box_type(op)}")
 
