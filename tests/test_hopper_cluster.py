@@ -402,3 +402,40 @@ def test_cluster_tma_writes_are_the_one_by_one_kernels(case):
                     assert writes[rank] == _descriptor_rows(k1, i0, j0, k0), (shape, tile, rank)
         checked += 1
     assert checked or p.dtype == "tf32" and not any(v for v in extra.values()), p.describe()
+
+
+def test_cluster_experiments_take_the_cross_cta_traffic_out_one_step_at_a_time(forced, monkeypatch):
+    """bench/probes/cluster_mn_major.py's variants: "local_loads" loads the shared tile in each CTA
+    (no multicast; peers still release each other's slots), "local_all" also releases only its own
+    slots (the 1x1 ring in a cluster launch); the default kernel is unchanged by the knob, and a
+    1x1 schedule ignores it."""
+    from nova.codegen import CodegenError
+    from nova.kernels.gemm.emit_hopper import build_hopper_module
+    monkeypatch.setenv("NOVA_CLUSTER_MN_MAJOR", "1")
+    forced("1x2")
+    p = GemmProblem(3000, 5000, 700, "bf16")                  # B MN-major (not shared), A K-major shared
+    s = configure(p, "h200").schedule
+    assert (s.cluster_m, s.cluster_n) == (1, 2) and s.hopper.operands.b.feed == "smem_t"
+    base = build_hopper_module(p, s)
+    assert base == build_hopper_module(p, s, cluster_experiment=None)
+    loads = build_hopper_module(p, s, cluster_experiment="local_loads")
+    alone = build_hopper_module(p, s, cluster_experiment="local_all")
+    assert "multicast_mask" in base and "multicast_mask" not in loads and "multicast_mask" not in alone
+    assert loads.count("nvgpu.tma.async.load") == base.count("nvgpu.tma.async.load") + 1   # A's 2 boxes, not 1
+    assert "nvvm.mapa" in loads and "nvvm.mapa" not in alone
+    assert "nvgpu.mbarrier.init %empty[%c0], %c16," in loads and "nvgpu.mbarrier.init %empty[%c0], %c8," in alone
+    assert all("nvvm.cluster_dim = array<i32: 2, 1, 1>" in t for t in (base, loads, alone))
+    with pytest.raises(CodegenError, match="cluster experiment"):
+        build_hopper_module(p, s, cluster_experiment="nothing")
+    forced("1x1")
+    one = configure(p, "h200").schedule
+    assert build_hopper_module(p, one, cluster_experiment="local_all") == build_hopper_module(p, one)
+
+
+def test_mn_major_clusters_are_refused_unless_an_experiment_asks(monkeypatch):
+    from nova.kernels.gemm.hopper import cluster_blocker
+    p = GemmProblem(512, 2048, 16384, "bf16", trans_a=True)
+    s = configure_one_by_one(p)
+    assert "MN-major 16-bit" in cluster_blocker(p, s, (2, 1))
+    monkeypatch.setenv("NOVA_CLUSTER_MN_MAJOR", "1")
+    assert cluster_blocker(p, s, (2, 1)) is None
