@@ -439,3 +439,107 @@ def test_mn_major_clusters_are_refused_unless_an_experiment_asks(monkeypatch):
     assert "MN-major 16-bit" in cluster_blocker(p, s, (2, 1))
     monkeypatch.setenv("NOVA_CLUSTER_MN_MAJOR", "1")
     assert cluster_blocker(p, s, (2, 1)) is None
+
+
+# ---- the ring protocol of a cluster, as a model under random interleavings -----------------------
+class _Mbarrier:
+    """mbarrier rules (PTX): a phase completes when its pending arrivals and its tx-count are both
+    zero (the tx-count may go below zero while a peer's bytes land before the local expect_tx);
+    try_wait.parity(p) passes once the phase of parity p has completed."""
+    def __init__(self, count):
+        self.count, self.pending, self.tx, self.phase = count, count, 0, 0
+
+    def _settle(self):
+        if self.pending == 0 and self.tx == 0:
+            self.phase, self.pending = self.phase + 1, self.count
+
+    def arrive(self, expect_tx=0):
+        self.tx += expect_tx
+        self.pending -= 1
+        assert self.pending >= 0
+        self._settle()
+
+    def complete_tx(self, n):
+        self.tx -= n
+        self._settle()
+
+    def passed(self, parity):
+        return (self.phase & 1) != parity
+
+
+def _ring_run(csize, stages, iters, own_boxes, shared_boxes, seed):
+    """One random interleaving of the kernel's ring in a cluster: each producer waits empty[s]
+    (flipped parity), arrive.expect_tx(full[s], stage bytes), issues its own boxes and its slice
+    of the shared tile multicast to every CTA (landing later, in any order: complete_tx on each
+    destination's full[s]); each consumer waits full[s], reads the slot until it releases it one
+    K tile later (wait_group 1) on the empty[s] of every CTA of the cluster (remote arrivals land
+    later), the last slot at the end.  Asserts a consumer reads only its own round's boxes and no
+    box lands in a slot its consumer is still reading."""
+    import random
+    rng = random.Random(seed)
+    per = shared_boxes // csize
+    stage = own_boxes + shared_boxes
+    full = [[_Mbarrier(1) for _ in range(stages)] for _ in range(csize)]
+    empty = [[_Mbarrier(csize) for _ in range(stages)] for _ in range(csize)]
+    data = [[[None] * stage for _ in range(stages)] for _ in range(csize)]
+    reading = [[None] * stages for _ in range(csize)]
+    prod, cons, last, done, events = [0] * csize, [0] * csize, [None] * csize, [False] * csize, []
+
+    def release(r):
+        s = last[r] % stages
+        reading[r][s] = None
+        events.extend(("arrive", d, s) for d in range(csize))
+
+    while True:
+        moves = [("event", i) for i in range(len(events))]
+        for r in range(csize):
+            it = prod[r]
+            if it < iters and empty[r][it % stages].passed(((it // stages) & 1) ^ 1):
+                moves.append(("produce", r))
+            it = cons[r]
+            if it < iters and full[r][it % stages].passed((it // stages) & 1):
+                moves.append(("consume", r))
+            elif it == iters and not done[r]:
+                moves.append(("finish", r))
+        if not moves:
+            assert all(done) and prod == [iters] * csize, f"deadlock: producers {prod}, consumers {cons}"
+            return
+        kind, x = rng.choice(moves)
+        if kind == "produce":
+            it = prod[x]
+            s = it % stages
+            full[x][s].arrive(expect_tx=stage)
+            events.extend(("land", x, s, b, it) for b in range(own_boxes))
+            events.extend(("land", d, s, own_boxes + x * per + q, it) for q in range(per) for d in range(csize))
+            prod[x] += 1
+        elif kind == "consume":
+            it = cons[x]
+            s = it % stages
+            assert data[x][s] == [it] * stage, (x, s, it, data[x][s])
+            reading[x][s] = it
+            if last[x] is not None:
+                release(x)
+            last[x], cons[x] = it, it + 1
+        elif kind == "finish":
+            release(x)
+            done[x] = True
+        else:
+            ev = events.pop(x)
+            if ev[0] == "land":
+                _, d, s, b, it = ev
+                assert reading[d][s] is None, f"round {it} landed in CTA {d} slot {s} during round {reading[d][s]}"
+                data[d][s][b] = it
+                full[d][s].complete_tx(1)
+            else:
+                empty[ev[1]][ev[2]].arrive()
+
+
+def test_the_cluster_ring_protocol_holds_under_any_interleaving():
+    """The protocol the emitter implements (module docstring, 'Clusters'), independent of the
+    operands' majors: with the box placement equal to the 1x1 kernel's (the test above), this is
+    what would have to fail for a cluster kernel to read wrong data."""
+    for csize in (2, 4):
+        for stages in (2, 3, 4):
+            for own, shared in ((1, csize), (2, 2 * csize), (4, csize)):
+                for seed in range(25):
+                    _ring_run(csize, stages, 3 * stages + 1, own, shared, seed)
