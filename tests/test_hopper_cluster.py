@@ -246,7 +246,7 @@ def test_forced_cluster_shapes_and_what_blocks_them(forced):
     assert "persistent" in cluster_blocker(p, dataclasses.replace(one, persistent=False), (2, 1))
     assert "portable" in cluster_blocker(p, one, (16, 1))
     nn = GemmProblem(128, 4096, 4096, "bf16")                          # B MN-major: kept out of clusters
-    assert "MN-major 16-bit" in cluster_blocker(nn, configure(nn, "h200").schedule, (2, 1))
+    assert "MN-major 16-bit" in cluster_blocker(nn, configure(nn, "h200").schedule, (1, 2))
     with pytest.raises(CodegenError, match="cluster 2x2: .*multicast both operands"):
         check_supported(p, dataclasses.replace(one, cluster_m=2, cluster_n=2))
 
@@ -305,3 +305,241 @@ def test_the_gpu_tests_cluster_cases_get_their_shapes(forced):
     forced("")
     picks = {case: configure(GemmProblem(*case), "h200").schedule for case in CASES}
     assert not [case for case, s in picks.items() if s.cluster_m * s.cluster_n > 1]
+
+
+# ---- the cluster's TMA writes = the 1x1 kernel's, on integers ------------------------------------
+def _kernel_walk(k):
+    """The tile-walk numbers ``setup`` would compute (the kernel is not built)."""
+    k.tiles_i, k.tiles_j = -(-k.I // k.tile_i), -(-k.J // k.tile_j)
+    k.walk_i, k.walk_j = -(-k.tiles_i // k.ci), -(-k.tiles_j // k.cj)
+    return k
+
+
+def _tma_rows(k, rank, i0, j0, k0):
+    """What CTA ``rank`` of kernel ``k``'s TMA loads write for one ring slot: {destination rank:
+    set of 128-byte rows (operand, outer global index, inner global index, smem byte offset in the
+    slot)} (a K-major row is (M|N row, K start), an MN-major row (K row, M|N start)), and the bytes
+    that land in each destination (its full[slot] counts them).  Computed with the emitter's own
+    box functions (box_index, box_smem_offset, box_coords) on integers."""
+    from nova.kernels.gemm.emit_hopper import SWIZZLE_BYTES, box_coords, box_index, box_smem_offset, boxes_per_cta
+    ir, rows, landed = k.ir, {}, {}
+    for op, r0, tile_off in ((k.X, i0, 0), (k.Y, j0, k.x_bytes)):
+        box, major = k.h.box(op), k.ops.role(op).major
+        shared = op == k.shared_op
+        per = boxes_per_cta(box, shared, k.csize)
+        for q in range(per):
+            c = box_index(ir, shared, rank, per, q)
+            off = tile_off + box_smem_offset(ir, box, c)
+            assert off % 1024 == 0, (op, c, off)       # whole swizzle atoms: TMA's swizzle is the descriptor's
+            inner, outer = box_coords(ir, major, box, c, r0, k0)
+            for dest in (range(k.csize) if shared else (rank,)):
+                rows.setdefault(dest, set()).update(
+                    (op, outer + i, inner, off + i * SWIZZLE_BYTES) for i in range(box.rows))
+                landed[dest] = landed.get(dest, 0) + box.rows * SWIZZLE_BYTES
+    return rows, landed
+
+
+def _descriptor_rows(k, i0, j0, k0):
+    """The 128-byte rows where the consumers read the slot (wgmma descriptors, or the register
+    fragments of an MN-major TF32 X, which address the same boxes): a K-major tile row by row, an
+    MN-major tile as 128-byte column blocks ``LBO`` apart (LBO from the kernel's descriptor)."""
+    from nova.kernels.gemm.emit_hopper import SWIZZLE_BYTES
+    rows = set()
+    for op, r0, extent, tile_off in ((k.X, i0, k.tile_i, 0), (k.Y, j0, k.tile_j, k.x_bytes)):
+        if k.ops.role(op).major == "k":
+            rows |= {(op, r0 + i, k0, tile_off + i * SWIZZLE_BYTES) for i in range(extent)}
+            continue
+        per_row = SWIZZLE_BYTES // k.p.in_bytes
+        lbo = ((k.descriptor_hi(op) >> 16) & 0x3FFF) << 4
+        assert lbo == k.BK * SWIZZLE_BYTES
+        rows |= {(op, k0 + kk, r0 + b * per_row, tile_off + b * lbo + kk * SWIZZLE_BYTES)
+                 for b in range(extent // per_row) for kk in range(k.BK)}
+    return rows
+
+
+LAYOUT_PROBLEMS = [(M, N, K, dt, {"trans_a": ta, "trans_b": tb})
+                   for M, N, K in ((2900, 3000, 1000), (512, 2048, 16384), (300, 200, 8192))
+                   for dt in ("bf16", "fp16", "tf32") for ta in (False, True) for tb in (False, True)]
+
+
+@pytest.mark.parametrize("case", LAYOUT_PROBLEMS, ids=lambda c: _id(("any",) + tuple(c)))
+def test_cluster_tma_writes_are_the_one_by_one_kernels(case):
+    """Every layout and dtype, every cluster shape the slicing allows (MN-major 16-bit included,
+    whatever cluster_blocker says of them on the device): for each cluster tile and K tile, the TMA
+    boxes the cluster's CTAs issue put, into each CTA, exactly the 128-byte rows (global rows and
+    columns, smem offsets) that the 1x1 kernel's loads put there for that CTA's tile, signal the
+    same full[slot], whose expect_tx (the stage's bytes) they fill exactly, and those are the rows
+    where the consumers' descriptors read."""
+    from nova.kernels.gemm.emit_hopper import _HopperKernel
+    from nova.kernels.gemm.hopper import cluster_blocker, cluster_schedule
+    M, N, K, dtype, extra = case
+    p, gpu = GemmProblem(M, N, K, dtype, **extra), get_target("h200")
+    one = configure_one_by_one(p)
+    k1 = _kernel_walk(_HopperKernel(p, one))
+    checked = 0
+    for shape in ((2, 1), (1, 2), (4, 1), (1, 4)):
+        why = cluster_blocker(p, one, shape)
+        if why and "MN-major 16-bit" not in why:
+            continue
+        s = cluster_schedule(p, gpu, one, shape)
+        k = _kernel_walk(_HopperKernel(p, s))
+        assert (k.tile_i, k.tile_j, k.x_bytes, k.stage) == (k1.tile_i, k1.tile_j, k1.x_bytes, k1.stage)
+        tiles = range(k.walk_i * k.walk_j)
+        for tile in (tiles if len(tiles) <= 16 else list(tiles[:8]) + list(tiles[-8:])):
+            for k0 in (0, k.BK * (k.ktiles - 1)):
+                origins, writes, landed = {}, {}, {}
+                for rank in range(k.csize):
+                    k.rank = rank
+                    origins[rank] = k.tile_origin(tile)
+                    rows, got = _tma_rows(k, rank, *origins[rank], k0)
+                    for dest, rs in rows.items():
+                        writes.setdefault(dest, set()).update(rs)
+                        landed[dest] = landed.get(dest, 0) + got[dest]
+                for rank, (i0, j0) in origins.items():
+                    want, want_bytes = _tma_rows(k1, 0, i0, j0, k0)
+                    assert writes[rank] == want[0], (shape, tile, rank)
+                    assert landed[rank] == want_bytes[0] == k.stage, (shape, tile, rank)
+                    assert writes[rank] == _descriptor_rows(k1, i0, j0, k0), (shape, tile, rank)
+        checked += 1
+    assert checked or p.dtype == "tf32" and not any(v for v in extra.values()), p.describe()
+
+
+def test_cluster_experiments_take_the_cross_cta_traffic_out_one_step_at_a_time(forced, monkeypatch):
+    """bench/probes/cluster_mn_major.py's variants: "local_loads" loads the shared tile in each CTA
+    (no multicast; peers still release each other's slots), "local_all" also releases only its own
+    slots (the 1x1 ring in a cluster launch); the default kernel is unchanged by the knob, and a
+    1x1 schedule ignores it."""
+    from nova.codegen import CodegenError
+    from nova.kernels.gemm.emit_hopper import build_hopper_module
+    monkeypatch.setenv("NOVA_CLUSTER_MN_MAJOR", "1")
+    forced("1x2")
+    p = GemmProblem(3000, 5000, 700, "bf16")                  # B MN-major (not shared), A K-major shared
+    s = configure(p, "h200").schedule
+    assert (s.cluster_m, s.cluster_n) == (1, 2) and s.hopper.operands.b.feed == "smem_t"
+    base = build_hopper_module(p, s)
+    assert base == build_hopper_module(p, s, cluster_experiment=None)
+    loads = build_hopper_module(p, s, cluster_experiment="local_loads")
+    alone = build_hopper_module(p, s, cluster_experiment="local_all")
+    assert "multicast_mask" in base and "multicast_mask" not in loads and "multicast_mask" not in alone
+    assert loads.count("nvgpu.tma.async.load") == base.count("nvgpu.tma.async.load") + 1   # A's 2 boxes, not 1
+    assert "nvvm.mapa" in loads and "nvvm.mapa" not in alone
+    assert "nvgpu.mbarrier.init %empty[%c0], %c16," in loads and "nvgpu.mbarrier.init %empty[%c0], %c8," in alone
+    assert all("nvvm.cluster_dim = array<i32: 2, 1, 1>" in t for t in (base, loads, alone))
+    with pytest.raises(CodegenError, match="cluster experiment"):
+        build_hopper_module(p, s, cluster_experiment="nothing")
+    forced("1x1")
+    one = configure(p, "h200").schedule
+    assert build_hopper_module(p, one, cluster_experiment="local_all") == build_hopper_module(p, one)
+
+
+def test_mn_major_clusters_are_refused_unless_an_experiment_asks(monkeypatch):
+    from nova.kernels.gemm.hopper import cluster_blocker
+    p = GemmProblem(512, 2048, 16384, "bf16", trans_a=True)
+    s = configure_one_by_one(p)
+    assert "MN-major 16-bit" in cluster_blocker(p, s, (2, 1))
+    monkeypatch.setenv("NOVA_CLUSTER_MN_MAJOR", "1")
+    assert cluster_blocker(p, s, (2, 1)) is None
+
+
+# ---- the ring protocol of a cluster, as a model under random interleavings -----------------------
+class _Mbarrier:
+    """mbarrier rules (PTX): a phase completes when its pending arrivals and its tx-count are both
+    zero (the tx-count may go below zero while a peer's bytes land before the local expect_tx);
+    try_wait.parity(p) passes once the phase of parity p has completed."""
+    def __init__(self, count):
+        self.count, self.pending, self.tx, self.phase = count, count, 0, 0
+
+    def _settle(self):
+        if self.pending == 0 and self.tx == 0:
+            self.phase, self.pending = self.phase + 1, self.count
+
+    def arrive(self, expect_tx=0):
+        self.tx += expect_tx
+        self.pending -= 1
+        assert self.pending >= 0
+        self._settle()
+
+    def complete_tx(self, n):
+        self.tx -= n
+        self._settle()
+
+    def passed(self, parity):
+        return (self.phase & 1) != parity
+
+
+def _ring_run(csize, stages, iters, own_boxes, shared_boxes, seed):
+    """One random interleaving of the kernel's ring in a cluster: each producer waits empty[s]
+    (flipped parity), arrive.expect_tx(full[s], stage bytes), issues its own boxes and its slice
+    of the shared tile multicast to every CTA (landing later, in any order: complete_tx on each
+    destination's full[s]); each consumer waits full[s], reads the slot until it releases it one
+    K tile later (wait_group 1) on the empty[s] of every CTA of the cluster (remote arrivals land
+    later), the last slot at the end.  Asserts a consumer reads only its own round's boxes and no
+    box lands in a slot its consumer is still reading."""
+    import random
+    rng = random.Random(seed)
+    per = shared_boxes // csize
+    stage = own_boxes + shared_boxes
+    full = [[_Mbarrier(1) for _ in range(stages)] for _ in range(csize)]
+    empty = [[_Mbarrier(csize) for _ in range(stages)] for _ in range(csize)]
+    data = [[[None] * stage for _ in range(stages)] for _ in range(csize)]
+    reading = [[None] * stages for _ in range(csize)]
+    prod, cons, last, done, events = [0] * csize, [0] * csize, [None] * csize, [False] * csize, []
+
+    def release(r):
+        s = last[r] % stages
+        reading[r][s] = None
+        events.extend(("arrive", d, s) for d in range(csize))
+
+    while True:
+        moves = [("event", i) for i in range(len(events))]
+        for r in range(csize):
+            it = prod[r]
+            if it < iters and empty[r][it % stages].passed(((it // stages) & 1) ^ 1):
+                moves.append(("produce", r))
+            it = cons[r]
+            if it < iters and full[r][it % stages].passed((it // stages) & 1):
+                moves.append(("consume", r))
+            elif it == iters and not done[r]:
+                moves.append(("finish", r))
+        if not moves:
+            assert all(done) and prod == [iters] * csize, f"deadlock: producers {prod}, consumers {cons}"
+            return
+        kind, x = rng.choice(moves)
+        if kind == "produce":
+            it = prod[x]
+            s = it % stages
+            full[x][s].arrive(expect_tx=stage)
+            events.extend(("land", x, s, b, it) for b in range(own_boxes))
+            events.extend(("land", d, s, own_boxes + x * per + q, it) for q in range(per) for d in range(csize))
+            prod[x] += 1
+        elif kind == "consume":
+            it = cons[x]
+            s = it % stages
+            assert data[x][s] == [it] * stage, (x, s, it, data[x][s])
+            reading[x][s] = it
+            if last[x] is not None:
+                release(x)
+            last[x], cons[x] = it, it + 1
+        elif kind == "finish":
+            release(x)
+            done[x] = True
+        else:
+            ev = events.pop(x)
+            if ev[0] == "land":
+                _, d, s, b, it = ev
+                assert reading[d][s] is None, f"round {it} landed in CTA {d} slot {s} during round {reading[d][s]}"
+                data[d][s][b] = it
+                full[d][s].complete_tx(1)
+            else:
+                empty[ev[1]][ev[2]].arrive()
+
+
+def test_the_cluster_ring_protocol_holds_under_any_interleaving():
+    """The protocol the emitter implements (module docstring, 'Clusters'), independent of the
+    operands' majors: with the box placement equal to the 1x1 kernel's (the test above), this is
+    what would have to fail for a cluster kernel to read wrong data."""
+    for csize in (2, 4):
+        for stages in (2, 3, 4):
+            for own, shared in ((1, csize), (2, 2 * csize), (4, csize)):
+                for seed in range(25):
+                    _ring_run(csize, stages, 3 * stages + 1, own, shared, seed)

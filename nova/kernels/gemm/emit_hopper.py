@@ -98,6 +98,7 @@ WG = 128                    # threads per warpgroup
 SWIZZLE_BYTES = 128
 SLAB_M = 64                 # wgmma M
 MBARRIER_WAIT_TICKS = 10000000   # suspend-time hint of each mbarrier try_wait (then the loop retries)
+CLUSTER_EXPERIMENTS = ("local_loads", "local_all")   # build_hopper_module(cluster_experiment=...): probes only
 _KSTEP = {m: e.mma_k for m, e in MODES.items()}         # nova/dtypes.py
 _WG_TYPE = {m: e.name for m, e in MODES.items()}
 
@@ -218,6 +219,36 @@ def check_batch(problem: GemmProblem, s: Schedule, fail) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
+# Where the TMA boxes of an operand's tile go (the producer's loads; tests/test_hopper_cluster.py
+# checks, on integers, that a cluster's CTAs together write what the 1x1 kernel writes).  ``ir``
+# is an Ir (index values, or plain ints that it folds).
+# ----------------------------------------------------------------------------------------------
+def boxes_per_cta(box, shared: bool, csize: int) -> int:
+    """Boxes of a tile one CTA loads: all of them, or its slice of a tile its cluster shares."""
+    return box.count // csize if shared else box.count
+
+
+def box_index(ir, shared: bool, rank, per: int, q: int):
+    """Index (along the tile) of the q-th box this CTA loads: q, or rank x per + q of a shared tile."""
+    return ir.add(ir.mul(rank, per), q, "box") if shared else q
+
+
+def box_smem_offset(ir, box, c):
+    """Byte offset of box c from its tile's start in the ring slot: the boxes are stacked whole,
+    ``box.rows`` rows of 128 bytes each (K-major: rows of M/N; MN-major: BK rows of K, so box c is
+    the c-th 128-byte column block along M/N, where the descriptor's LBO = BK x 128 B puts it)."""
+    return ir.mul(c, box.rows * SWIZZLE_BYTES, "box_off")
+
+
+def box_coords(ir, major: str, box, c, r0, k0):
+    """TMA coordinates (inner, outer) of box c of the tile at rows r0 (M/N) and K k0: K-major
+    (k0, r0 + c x box.rows); MN-major (r0 + c x box.cols, k0)."""
+    if major == "k":
+        return k0, ir.add(r0, ir.mul(c, box.rows, "box_row"))
+    return ir.add(r0, ir.mul(c, box.cols, "box_col")), k0
+
+
+# ----------------------------------------------------------------------------------------------
 # The kernel
 # ----------------------------------------------------------------------------------------------
 class _HopperKernel:
@@ -235,7 +266,7 @@ class _HopperKernel:
     btype = GemmKernel.btype          # the bias memref type: the same epilogue ABI as mma.sync
     at = GemmKernel.at                # %C[(batch, )row, col]
 
-    def __init__(self, p: GemmProblem, s: Schedule, wait_depth: int = 1):
+    def __init__(self, p: GemmProblem, s: Schedule, wait_depth: int = 1, cluster_experiment: str | None = None):
         self.p, self.s = p, s
         self.ir = Ir(RESERVED_NAMES)
         self.ir.reserve("tmA", "tmB", "tmC", "pC", "tile", "kp", "it", "acc", "itc", "ktp", "itp")
@@ -270,6 +301,14 @@ class _HopperKernel:
         self.ci, self.cj = cluster_extents((s.cluster_m, s.cluster_n), self.swap)
         self.csize = self.ci * self.cj
         self.shared_op = s.multicast[0] if s.multicast else None
+        # experiments (CLUSTER_EXPERIMENTS; default None: the kernel above): "local_loads", each CTA
+        # loads the whole shared tile itself (no multicast); "local_all", also releases only its own
+        # slots (the 1x1 ring in a cluster launch, walking cluster tiles)
+        if cluster_experiment not in (None,) + CLUSTER_EXPERIMENTS:
+            raise CodegenError(f"cluster experiment {cluster_experiment!r}; one of {', '.join(CLUSTER_EXPERIMENTS)}")
+        self.experiment = cluster_experiment if self.csize > 1 else None
+        self.release_peers = self.csize > 1 and self.experiment != "local_all"
+        self.arrivals = 4 * self.wgs * (self.csize if self.release_peers else 1)
         self.batch_index = None      # the work unit's batch element (batched problems: set by tile_loop)
 
     @property
@@ -316,7 +355,8 @@ class _HopperKernel:
                 + (", swapped (C^T = B^T A^T)" if self.swap else "")
                 + f", A {self.ops.a.feed}, B {self.ops.b.feed}"
                 + (", TMA-store epilogue" if self.tma_store else "")
-                + (f", {s.cluster_m}x{s.cluster_n} cluster multicasting {self.shared_op.upper()}" if self.csize > 1 else ""))
+                + (f", {s.cluster_m}x{s.cluster_n} cluster multicasting {self.shared_op.upper()}" if self.csize > 1 else "")
+                + (f", experiment {self.experiment}" if self.experiment else ""))
         ir.emit(f"{SMEM} = #gpu.address_space<workgroup>")
         args = ["%pA: !llvm.ptr", "%pB: !llvm.ptr", "%pC: !llvm.ptr" if self.tma_store else f"%C: {self.ctype}"]
         if p.bias and not self.partial:
@@ -365,7 +405,7 @@ class _HopperKernel:
         t0 = ir.cmp("eq", self.tid, 0, "is_t0")
         for i in range(s.stages):
             ir.emit(f"nvgpu.mbarrier.init {self.full}[{ir.v(i)}], {ir.v(1)}, predicate = {t0} : {self.mb_t}")
-            ir.emit(f"nvgpu.mbarrier.init {self.empty}[{ir.v(i)}], {ir.v(4 * self.wgs * self.csize)}, "
+            ir.emit(f"nvgpu.mbarrier.init {self.empty}[{ir.v(i)}], {ir.v(self.arrivals)}, "
                     f"predicate = {t0} : {self.mb_t}")
         with ir.region(f"scf.if {t0} {{"):
             ir.emit("nvvm.fence.mbarrier.init")
@@ -484,16 +524,15 @@ class _HopperKernel:
             The tile a cluster shares: this CTA's slice (boxes rank x per ..), multicast to the same
             offset of every CTA of the cluster (each one's full[slot] counts the bytes that land in it)."""
             box = self.h.box(op)
-            shared = op == self.shared_op
-            per = box.count // self.csize if shared else box.count
+            shared = op == self.shared_op and self.experiment is None
+            per = boxes_per_cta(box, shared, self.csize)
             multicast = f" multicast_mask = {self.mc_mask}" if shared else ""
             for q in range(per):
-                c = ir.add(ir.mul(self.rank, per), q, "box") if shared else q
-                off = ir.add(slot_off, ir.mul(c, box.rows * SWIZZLE_BYTES, "box_off"))
+                c = box_index(ir, shared, self.rank, per, q)
+                off = ir.add(slot_off, box_smem_offset(ir, box, c))
                 view = ir.let(f"tile{op.upper()}", f"memref.view {self.dsm}[{ir.v(off)}][] "
                                                    f": memref<?xi8, {SMEM}> to {self.box_type(op)}")
-                coords = ((k0, ir.add(r0, ir.mul(c, box.rows, "box_row"))) if self.ops.role(op).major == "k"
-                          else (ir.add(r0, ir.mul(c, box.cols, "box_col")), k0))
+                coords = box_coords(ir, self.ops.role(op).major, box, c, r0, k0)
                 ir.emit(f"nvgpu.tma.async.load {self.tm[op]}[{self.tma_coords(op, *coords)}], "
                         f"{self.full}[{slot}] to {view}{multicast} : {self.tm_type(op)}, {self.mb_t} -> {self.box_type(op)}")
 
@@ -563,7 +602,7 @@ class _HopperKernel:
 
         def release(it_prev):
             slot = ir.rem(it_prev, s.stages, "rel_slot")
-            if self.csize > 1:
+            if self.release_peers:
                 self.release_cluster(slot)
                 return
             with ir.region(f"scf.if {lane0} {{"):
@@ -998,10 +1037,12 @@ class _HopperKernel:
                 ir.emit("nvvm.cp.async.bulk.commit.group")
 
 
-def build_hopper_module(problem: GemmProblem, schedule: Schedule, *, wait_depth: int = 1) -> str:
-    """MLIR text of the Hopper kernel (``wait_depth``: wgmma groups left in flight, an experiment knob)."""
+def build_hopper_module(problem: GemmProblem, schedule: Schedule, *, wait_depth: int = 1,
+                        cluster_experiment: str | None = None) -> str:
+    """MLIR text of the Hopper kernel (``wait_depth``: wgmma groups left in flight, and
+    ``cluster_experiment`` (CLUSTER_EXPERIMENTS), experiment knobs)."""
     check_supported(problem, schedule)
-    return _HopperKernel(problem, schedule, wait_depth).build()
+    return _HopperKernel(problem, schedule, wait_depth, cluster_experiment).build()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1170,7 +1211,8 @@ def reduce_launch(problem: GemmProblem, schedule: Schedule) -> dict:
 # ----------------------------------------------------------------------------------------------
 # Compile: main kernel + prep kernels -> one KernelArtifact (prep artifacts in meta["prep_kernels"])
 # ----------------------------------------------------------------------------------------------
-def compile_hopper(problem: GemmProblem, schedule: Schedule, *, cubin: bool = True, wait_depth: int = 1):
+def compile_hopper(problem: GemmProblem, schedule: Schedule, *, cubin: bool = True, wait_depth: int = 1,
+                   cluster_experiment: str | None = None):
     """The Hopper kernel's artifact: launched on ``schedule.hopper.ctas`` CTAs, with the operand-prep
     kernels the operand plan asks for in ``meta["prep_kernels"]`` (by operand, as artifact dicts)
     and, for a split-K workspace, the reduction kernel in ``meta["reduce_kernel"]`` (params
@@ -1187,7 +1229,8 @@ def compile_hopper(problem: GemmProblem, schedule: Schedule, *, cubin: bool = Tr
         return lower_and_assemble(text, ARCH, kernel, f"{where} [{kernel}]", cubin=cubin)
 
     s = schedule
-    ptx, binary, resources, ptxas_version = lower(build_hopper_module(problem, s, wait_depth=wait_depth), KERNEL_NAME)
+    ptx, binary, resources, ptxas_version = lower(build_hopper_module(problem, s, wait_depth=wait_depth,
+                                                                      cluster_experiment=cluster_experiment), KERNEL_NAME)
     preps = {}
     for op in ("a", "b"):
         pr = s.hopper.operands.role(op).prep
@@ -1200,6 +1243,8 @@ def compile_hopper(problem: GemmProblem, schedule: Schedule, *, cubin: bool = Tr
                                    resources=pres, meta={"prep": pr.to_dict()}).to_dict()
     meta = {"problem": problem.to_dict(), "schedule": s.to_dict(), "mlir": MLIR_TOOLCHAIN,
             "pipeline": pipeline(ARCH), "prep_kernels": preps, "wait_depth": wait_depth}
+    if cluster_experiment:
+        meta["cluster_experiment"] = cluster_experiment
     if s.split_workspace:
         rptx, rbin, rres, _ = lower(build_split_reduce_module(problem, s), REDUCE_NAME)
         launch = reduce_launch(problem, s)

@@ -849,6 +849,14 @@ def forced_cluster() -> tuple[int, int] | None:
     return cm, cn
 
 
+def mn_major_clusters_forced() -> bool:
+    """``NOVA_CLUSTER_MN_MAJOR=1`` (experiments only, with NOVA_CLUSTER): ``cluster_blocker`` lets 16-bit
+    MN-major tiles into clusters, so the device can be probed for their wrong results
+    (bench/probes/cluster_mn_major.py; precompile with the same setting)."""
+    import os
+    return os.environ.get("NOVA_CLUSTER_MN_MAJOR", "").strip() == "1"
+
+
 def target_cluster_blocker(gpu, cluster: tuple[int, int]) -> str | None:
     """Why ``gpu`` cannot launch clusters of ``cluster`` = (cluster_m, cluster_n) CTAs (None if it can)."""
     if cluster == (1, 1):
@@ -880,11 +888,6 @@ def cluster_blocker(p: GemmProblem, s: Schedule, cluster: tuple[int, int]) -> st
         return f"{cm * cn} CTAs per cluster: more than the portable {MAX_PORTABLE_CLUSTER}"
     if not s.persistent:
         return "the clusters walk a persistent grid's units"
-    transposed = [op.upper() for op in "ab" if s.hopper.operands.role(op).feed == "smem_t"]
-    if transposed:
-        return (f"{' and '.join(transposed)} MN-major 16-bit (read through the descriptor's transpose bit): cluster "
-                f"kernels with such a tile computed wrong results on the H200 (bench/NOTES.md, session 6), so "
-                f"clusters run only with K-major tiles until that is found")
     dim, extent, tile, size = ("M", cm, s.block_m, p.M) if cm > 1 else ("N", cn, s.block_n, p.N)
     if cdiv(size, tile) < extent:
         return f"{cdiv(size, tile)} tile(s) of {tile} along {dim}={size}: no cluster wider than the problem"
@@ -897,6 +900,11 @@ def cluster_blocker(p: GemmProblem, s: Schedule, cluster: tuple[int, int]) -> st
                     f"{SWIZZLE_ATOM_ROWS}-row swizzle atoms")
     elif cdiv(rows, per_row) % extent:
         return f"{op.upper()}'s {rows}-wide tile is {cdiv(rows, per_row)} boxes of 128 B: not {extent} equal slices"
+    transposed = [op.upper() for op in "ab" if s.hopper.operands.role(op).feed == "smem_t"]
+    if transposed and not mn_major_clusters_forced():
+        return (f"{' and '.join(transposed)} MN-major 16-bit (read through the descriptor's transpose bit): cluster "
+                f"kernels with such a tile computed wrong results on the H200 (bench/NOTES.md, session 6), so "
+                f"clusters run only with K-major tiles until that is found")
     return None
 
 
