@@ -45,7 +45,8 @@ class Config:
         cal = load(self.target.name, self.schedule.mma.family)
         if cal is None:
             return None
-        return clock_and_time(self.prediction.terms_us, self.schedule.split_k, cal["constants"])
+        s = self.schedule              # stream-K launches a reduction kernel as a split-K workspace does
+        return clock_and_time(self.prediction.terms_us, 2 if s.stream_k else s.split_k, cal["constants"])
 
     def to_dict(self) -> dict:
         s = self.schedule
