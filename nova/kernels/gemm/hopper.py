@@ -816,10 +816,16 @@ def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int
     """Step 8's candidates, each ``(predicted s, mma + L2 + DRAM s, -warpgroups, -N, split,
     reduction, tiles, epilogue)``: 1..wgs warpgroups x N, N/2, N/4 (at least MIN_WGMMA_N; a
     narrower N only where it makes more tiles) x the ``split_candidates`` (none with a batch), each split added by every
-    reduction ``split_reductions`` allows, each written by every epilogue ``epilogues`` allows."""
+    reduction ``split_reductions`` allows, each written by every epilogue ``epilogues`` allows; and
+    the tile walked stream-K (``stream_k_terms``, split 1, registers) where ``stream_k_blocker`` allows
+    it and the tiles make less than two waves.  ``NOVA_STREAM_K`` (``forced_stream_k``): 1, only
+    stream-K candidates, at any tile count; 0 none; unset, none either while ``NOVA_CLUSTER`` forces a
+    cluster (clusters walk whole tiles)."""
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
     ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
     forced = forced_stream_k()
+    if forced is None and forced_cluster() not in (None, (1, 1)):
+        forced = False                  # NOVA_CLUSTER forces clusters, which walk whole tiles: no stream-K
     out = []
     for w in sorted({wgs, 1}, reverse=True):
         for nn in (n, n // 2, n // 4):
