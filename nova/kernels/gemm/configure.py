@@ -45,8 +45,7 @@ class Config:
         cal = load(self.target.name, self.schedule.mma.family)
         if cal is None:
             return None
-        s = self.schedule              # stream-K launches a reduction kernel as a split-K workspace does
-        return clock_and_time(self.prediction.terms_us, 2 if s.stream_k else s.split_k, cal["constants"])
+        return clock_and_time(self.prediction.terms_us, self.schedule.launch_split, cal["constants"])
 
     def to_dict(self) -> dict:
         s = self.schedule

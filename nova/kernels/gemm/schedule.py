@@ -347,6 +347,12 @@ class Schedule:
         return self.stream_k_tiles > 0
 
     @property
+    def launch_split(self) -> int:
+        """The split the calibration's launch count reads (``launches_of``: one more launch when > 1):
+        ``split_k``, or 2 for stream-K (its reduction kernel is one more launch, as split-K's)."""
+        return 2 if self.stream_k else self.split_k
+
+    @property
     def split_workspace(self) -> bool:
         """Split-K slices write FP32 partials to a workspace that a reduction kernel adds up."""
         return self.split_k > 1 and self.split_reduction == "workspace"
