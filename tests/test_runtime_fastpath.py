@@ -522,6 +522,33 @@ def test_hopper_split_k_workspace_runs_the_gemm_then_the_reduction(fake_gpu, mon
         tma.HopperGemm(art, schedule, fake_gpu.device, "gemm 64x48x32 bf16 NN +bias -> bf16")
 
 
+def test_hopper_stream_k_runs_the_gemm_into_c_and_the_workspace_then_the_reduction(fake_gpu, monkeypatch):
+    """A stream-K schedule: the GEMM takes (tmap_a, tmap_b, C, W, bias) (whole tiles into C, split
+    tiles' partials into the stream's [slots * M, N] workspace), then the reduction kernel (W, C,
+    bias); the workspace's slots are the walk's (``Schedule.stream_k_plan``)."""
+    import dataclasses
+    allocated = []
+    fake_cu = types.SimpleNamespace(cuMemAlloc=lambda n: allocated.append(n) or (0, 0xE0000))
+    monkeypatch.setattr(driver, "cuda", lambda: fake_cu)
+    monkeypatch.setattr(driver, "check", lambda result, doing: result[1] if len(result) > 1 else None)
+    monkeypatch.setattr(driver, "restore_context", lambda previous: None)
+    monkeypatch.setattr(tma, "device_tensor_map", lambda device, ptr, *shape: ptr + 0x8)
+    schedule = hopper_schedule((256, 3200, 128, 32), (128, 3200, 128, 32), stream_k_tiles=2)
+    schedule = dataclasses.replace(schedule, hopper=dataclasses.replace(schedule.hopper, ctas=5))
+    assert schedule.stream_k_plan(256, 128, 3200).slots == 3          # 2 tiles x 100 K tiles on 5 CTAs
+    art = make_artifact(params=("tmap_a", "tmap_b", "C", "W", "bias"))
+    art.meta.update(problem={"M": 256, "N": 128, "K": 3200}, prep_kernels={},
+                    reduce_kernel=make_artifact(params=("W", "C", "bias")).to_dict())
+    hop = tma.HopperGemm(art, schedule, fake_gpu.device, "gemm 256x128x3200 bf16 NN +bias -> bf16")
+    hop.run(0x10000, 0x20000, 0x30000, 0x40000, 5)
+    assert allocated == [3 * 256 * 128 * 4]
+    assert hop.main.launches == [((0x10008, 0x20008, 0x30000, 0xE0000, 0x40000), 5)]
+    assert hop.reduce.launches == [((0xE0000, 0x30000, 0x40000), 5)]
+    del art.meta["reduce_kernel"]
+    with pytest.raises(driver.NovaRuntimeError, match="no reduction kernel"):
+        tma.HopperGemm(art, schedule, fake_gpu.device, "gemm 256x128x3200 bf16 NN +bias -> bf16")
+
+
 def test_hopper_cluster_kernel_launches_whole_clusters(fake_gpu):
     """A kernel in thread-block clusters carries its shape in its PTX (.reqnctapercluster) and is
     launched as any other; its artifact's grid must be whole clusters (a stale one is refused)."""

@@ -70,6 +70,23 @@ CLUSTER_CASES = [
     ("1x2", (3000, 5000, 700, "tf32", True, True, True, "none")),        # A^T from registers, TMA store
     ("4x1", (2900, 3000, 1000, "bf16", False, True, False, "none")),     # extent 4, a tile outside C
 ]
+# Stream-K (hopper.py step 8, ``Schedule.stream_k``), each forced with NOVA_STREAM_K=1 (and precompiled
+# so): the BF16 weight gradients of issue 12 (A stored [K, M]), bias, ragged M and N with K not a
+# multiple of 64 (gelu), a hybrid walk (264 tiles walked whole before the stream-K tiles), TF32 (A
+# through registers or a prep pass; swapped with B^T from registers), NN, FP16, an f32 output
+STREAM_K_CASES = [
+    (768, 3072, 16384, "bf16", True, False, False, "none"),
+    (2304, 768, 16384, "bf16", True, False, True, "none"),
+    (1536, 512, 16384, "bf16", True, False, False, "none"),
+    (3072, 768, 16384, "bf16", True, False, False, "none"),
+    (1000, 600, 5000, "bf16", True, False, True, "gelu"),
+    (4000, 4000, 2000, "bf16", False, True, True, "silu"),
+    (700, 300, 9000, "tf32", True, False, True, "none"),
+    (1000, 1000, 3000, "tf32", False, False, False, "relu"),
+    (500, 384, 7000, "bf16", False, False, False, "none"),
+    (1536, 512, 16384, "fp16", True, False, False, "none"),
+    (512, 2048, 16384, "tf32", True, False, False, "none"),
+]
 # MN-major 16-bit tiles (the descriptor's transpose bit) computed wrong results in clusters on the H200
 # (bench/results/h200-session6/call3): hopper.cluster_blocker keeps them 1x1 (tests/test_hopper_cluster.py)
 DETERMINISTIC_CASE = (512, 384, 16384, "tf32")
@@ -214,6 +231,43 @@ def test_cluster_matmul_vs_float64(shape, case, kernels, cluster):
     s = resolved.schedule
     assert f"{s.cluster_m}x{s.cluster_n}" == shape, resolved.problem.describe()
     check_matmul(case)
+
+
+@pytest.fixture
+def stream_k(monkeypatch):
+    """Configure with NOVA_STREAM_K=1 from now on (the runtime's memos are cleared, here and after)."""
+    monkeypatch.setenv("NOVA_STREAM_K", "1")
+    mm.reset()
+    yield
+    mm.reset()
+
+
+@pytest.mark.parametrize("case", STREAM_K_CASES, ids=case_id)
+def test_stream_k_matmul_vs_float64(case, kernels, stream_k):
+    """A stream-K kernel (whole tiles into C, split tiles' FP32 partials into the workspace, the
+    reduction kernel adds them in segment order) vs float64, every element written."""
+    if driver.get_device().cc < (9, 0):
+        pytest.skip("stream-K is a Hopper-path schedule")
+    resolved = mm.resolve_kernel(GemmProblem(*case))
+    assert resolved.schedule.stream_k, resolved.problem.describe()
+    check_matmul(case)
+
+
+def test_stream_k_gives_the_same_bits_every_run(kernels, stream_k):
+    """Stream-K is deterministic: the segments add in slot order whatever order the CTAs ran in."""
+    torch = pytest.importorskip("torch")
+    if driver.get_device().cc < (9, 0):
+        pytest.skip("stream-K is a Hopper-path schedule")
+    M, N, K, dtype, trans_a, trans_b, _, _ = STREAM_K_CASES[0]
+    a, b, _, tdt = make_inputs(torch, M, N, K, dtype, trans_a, trans_b, seed=int.from_bytes(os.urandom(4), "little"))
+    runs = []
+    for _ in range(3):
+        out = torch.full((M, N), float("nan"), device="cuda", dtype=tdt)
+        nova.matmul(a, b, out=out)
+        runs.append(out)
+    torch.cuda.synchronize()
+    assert all(torch.equal(runs[0], r) for r in runs[1:]), "stream-K differed between runs"
+    assert rel_fro(torch, runs[0], reference(torch, a, b, None, "none")) < TOLERANCE[dtype]
 
 
 def test_tma_store_cases_use_the_tma_store_on_hopper(kernels):
@@ -640,13 +694,15 @@ def test_offline_uses_only_the_given_cache(monkeypatch, kernels):
 # --------------------------------------------------------------------------- precompile commands
 def precompile_commands(target: str) -> list[str]:
     """One ``nova precompile`` line per distinct epilogue/layout among the problems these tests run
-    (the cluster cases' lines set NOVA_CLUSTER, the batched mma.sync cases' NOVA_HOPPER=0, as their tests do)."""
+    (the cluster cases' lines set NOVA_CLUSTER, the stream-K cases' NOVA_STREAM_K=1, the batched mma.sync
+    cases' NOVA_HOPPER=0, as their tests do)."""
     groups: dict[tuple, list[str]] = {}
     extra = [(256, 256, 256, "tf32", False, False, False, "none")]     # allocate/stream/overhead/offline tests
     extra += [(M, N, K, dt, False, False, False, "none") for M, N, K, dt in GRAPH_CASES + list(CHAIN)]
     problems = [("", GemmProblem(*case)) for case in CASES + extra]
     problems.append(("", GemmProblem(*DETERMINISTIC_CASE, deterministic=True)))
     problems += [(f"NOVA_CLUSTER={shape} ", GemmProblem(*case)) for shape, case in CLUSTER_CASES]
+    problems += [("NOVA_STREAM_K=1 ", GemmProblem(*case)) for case in STREAM_K_CASES]
     problems += [("", batched_problem(c)) for c in BATCHED_CASES + STRIDED_CASES]
     problems += [("NOVA_HOPPER=0 ", batched_problem(c)) for c in MMA_SYNC_CASES + STRIDED_CASES[:2]]
     for env, p in problems:

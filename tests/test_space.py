@@ -149,7 +149,7 @@ def test_wgmma_space_varies_only_the_searched_fields(wgmma_space):
     _, _, pick, schedules = wgmma_space
     searched = ("mma", "block_m", "block_n", "warps_m", "warps_n", "consumer_warpgroups", "stages", "smem_bytes",
                 "group_m", "persistent", "split_k", "split_reduction", "vector_c", "hopper",   # vector_c follows the split
-                "cluster_m", "cluster_n")
+                "cluster_m", "cluster_n", "stream_k_tiles")
     keep = {k: v for k, v in pick.to_dict().items() if k not in searched}
     for s in schedules:
         assert {k: v for k, v in s.to_dict().items() if k not in searched} == keep

@@ -112,11 +112,13 @@ def render_explain(cfg, *, symbolic: bool = False, console=None) -> None:
         ("shared memory", f"{s.smem_bytes} B ({s.smem_layout}: A +{s.smem_pad_a}, B +{s.smem_pad_b} elements per row)"),
         ("registers per thread (estimate)", s.regs_per_thread),
         ("blocks per SM", s.blocks_per_sm),
-        ("grid", f"{s.hopper.ctas} persistent CTAs walking {grid[0] * grid[2]} work units ({units_text(p, grid)})"
+        ("grid", f"{s.hopper.ctas} persistent CTAs walking {grid[0]} tiles, the last {s.stream_k_tiles} by K-tile "
+         "ranges (stream-K)" if s.stream_k else
+         f"{s.hopper.ctas} persistent CTAs walking {grid[0] * grid[2]} work units ({units_text(p, grid)})"
          if s.persistent and s.hopper is not None else
          f"{grid[0]} x {grid[1]} x {grid[2]} ({grid[0] * grid[2]} blocks, "
          f"{grid[0] * grid[2] / (gpu.sm_count * s.blocks_per_sm):.2f} waves)"),
-        ("split-K", s.split_k if s.split_k == 1 else
+        ("split-K", stream_k_row(p, s) if s.stream_k else s.split_k if s.split_k == 1 else
          f"{s.split_k}: " + ("FP32 atomic adds into the zeroed C" if s.split_reduction == "atomic" else
                             f"FP32 partials in a {s.split_k}x{p.M}x{p.N} workspace, added in slice order by a "
                             "reduction kernel (deterministic)")),
@@ -157,6 +159,15 @@ def units_text(p, grid) -> str:
     if p.batch > 1:
         return f"{grid[0] // p.batch} tiles x batch {p.batch}"
     return f"{grid[0]} tiles x {grid[2]} K slices"
+
+
+def stream_k_row(p, s) -> str:
+    """The split-K row of a stream-K schedule: the walk (``Schedule.stream_k_plan``) in numbers."""
+    plan = s.stream_k_plan(p.M, p.N, p.K)
+    dp = f"{plan.dp_tiles} tiles walked whole, then " if plan.dp_tiles else ""
+    return (f"none; {dp}stream-K over the last {plan.sk_tiles} tiles: {plan.iters} K-tile iterations on "
+            f"{plan.ctas} CTAs ({plan.per_cta:.1f} each), partials for {plan.split_tiles} tiles (up to {plan.slots} "
+            f"segments, a {plan.slots}x{p.M}x{p.N} FP32 workspace) added in order by a reduction kernel (deterministic)")
 
 
 def batch_row(p, s) -> tuple[str, str]:

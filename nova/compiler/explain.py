@@ -100,7 +100,7 @@ def _gemm_report(group, target) -> tuple[float, str, str, dict | None]:
     t = cfg.calibrated_time_us or cfg.prediction.time_us
     s = cfg.schedule
     schedule = {"tile": f"{s.block_m}x{s.block_n}x{s.block_k}", "stages": s.stages, "split_k": s.split_k,
-                "split_reduction": s.split_reduction if s.split_k > 1 else None,
+                "split_reduction": s.split_reduction if s.split_k > 1 else "stream_k" if s.stream_k else None,
                 "instruction": str(s.mma), "swap_ab": s.swap_ab, "persistent": s.persistent,
                 "model_us": round(cfg.prediction.time_us, 2),
                 "calibrated_us": None if cfg.calibrated_time_us is None else round(cfg.calibrated_time_us, 2)}
@@ -402,7 +402,7 @@ def render(report: dict, console=None, top: int = 12) -> None:
             seen.add(k["name"])
             s = k["schedule"]
             sched.add_row(k["name"], s["tile"] + (" (swapped)" if s["swap_ab"] else ""), str(s["stages"]),
-                          str(s["split_k"]) + ({"workspace": " ws", "atomic": " atomic"}.get(s.get("split_reduction"), "")),
+                          str(s["split_k"]) + ({"workspace": " ws", "atomic": " atomic", "stream_k": " stream-K"}.get(s.get("split_reduction"), "")),
                           s["instruction"], f"{k['predicted_us']:.1f}", str(counts[k["name"]]))
         console.print(sched)
 

@@ -18,7 +18,10 @@ gets a 3-D map, batch outermost with its batch stride (C's from the problem's ``
   workspaces, stream-ordered before the GEMM;
 * launches the GEMM, and for a split-K workspace schedule (``Schedule.split_workspace``) the GEMM
   writes its slices' FP32 partials into a per-stream ``[split_k * M, N]`` workspace and the
-  reduction kernel (``meta["reduce_kernel"]``) adds them into C with the epilogue.
+  reduction kernel (``meta["reduce_kernel"]``) adds them into C with the epilogue; a stream-K
+  schedule (``Schedule.stream_k``) takes C and a ``[slots * M, N]`` workspace
+  (``Schedule.stream_k_plan(M, N, K).slots``): it stores the tiles of one segment in C, the split
+  tiles' partials in the workspace, and the reduction kernel adds those.
 
 A kernel in thread-block clusters (``Schedule.cluster_m`` x ``cluster_n``) carries its cluster shape
 in its PTX (``.reqnctapercluster``): it is launched like any other, on the artifact's grid (the
@@ -178,19 +181,23 @@ class HopperGemm:
         reduce = artifact.meta.get("reduce_kernel")
         self.reduce = None if reduce is None else driver.load_kernel(
             KernelArtifact.from_dict(reduce), device, f"{what} [split-K reduction]", None if key is None else f"{key}:reduce")
-        if (self.reduce is not None) != schedule.split_workspace:
-            raise driver.NovaRuntimeError(f"{what}: the schedule {'adds' if schedule.split_workspace else 'does not add'} "
+        reduces = schedule.split_workspace or schedule.stream_k
+        if (self.reduce is not None) != reduces:
+            raise driver.NovaRuntimeError(f"{what}: the schedule {'adds' if reduces else 'does not add'} "
                                           f"its K slices in a workspace but the artifact "
                                           f"{'has no' if self.reduce is None else 'has a'} reduction kernel (stale cache?)")
         # the split-K workspace and the TMA store of C need C's shape (compile_hopper records the problem)
         problem = artifact.meta.get("problem", {})
-        needed = ({"M", "N"} if self.reduce is not None else set()) | ({"M", "N", "out_dtype"} if self.plan.tma_store else set())
+        needed = ({"M", "N"} | ({"K"} if schedule.stream_k else set()) if self.reduce is not None else set()) | ({"M", "N", "out_dtype"} if self.plan.tma_store else set())
         if self.plan.tma_store and problem.get("batch", 1) > 1:
             needed |= {"batch_stride_c"}
         if not needed <= problem.keys():
             raise driver.NovaRuntimeError(f"{what}: the schedule {'adds K slices in a workspace' if self.reduce else 'stores C by TMA'} "
                                           "but the artifact does not say C's shape (meta['problem']; stale cache?)")
-        self.partial_bytes = schedule.split_k * problem["M"] * problem["N"] * 4 if self.reduce else 0
+        slots = schedule.stream_k_plan(problem["M"], problem["N"], problem["K"]).slots if schedule.stream_k else \
+            schedule.split_k
+        self.partial_bytes = slots * problem["M"] * problem["N"] * 4 if self.reduce else 0
+        self.stream_k = schedule.stream_k           # the GEMM takes C and the workspace
         # the TMA-store epilogue writes C through a tensor map: C [M, N] of the output type, C's box
         self.c_map = None
         if self.plan.tma_store:
@@ -281,7 +288,8 @@ class HopperGemm:
 
     def main_args(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None, maps: tuple) -> tuple:
         """The GEMM kernel's arguments ``(tmap_a, tmap_b, C[, bias])`` (with a split-K workspace,
-        ``c_ptr`` is the workspace and the bias goes to the reduction; with the TMA-store epilogue,
+        ``c_ptr`` is the workspace and the bias goes to the reduction; stream-K appends the workspace
+        and then the bias in ``run``; with the TMA-store epilogue,
         C's tensor map); ``maps`` from ``stream_plan``."""
         args = (maps[0] or self.tensor_map("a", a_ptr), maps[1] or self.tensor_map("b", b_ptr),
                 c_ptr if self.c_map is None else self.tensor_map("c", c_ptr))
@@ -299,5 +307,9 @@ class HopperGemm:
         if partials is None:
             self.main.launch(self.main_args(a_ptr, b_ptr, c_ptr, bias_ptr, maps), stream)
             return
-        self.main.launch(self.main_args(a_ptr, b_ptr, partials, None, maps), stream)
+        if self.stream_k:
+            args = self.main_args(a_ptr, b_ptr, c_ptr, None, maps) + (partials,)
+            self.main.launch(args if bias_ptr is None else args + (bias_ptr,), stream)
+        else:
+            self.main.launch(self.main_args(a_ptr, b_ptr, partials, None, maps), stream)
         self.reduce.launch((partials, c_ptr) if bias_ptr is None else (partials, c_ptr, bias_ptr), stream)

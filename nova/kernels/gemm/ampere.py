@@ -427,6 +427,8 @@ def check_schedule(p: GemmProblem, s: Schedule, gpu: GPUModel) -> list[str]:
         out.append("atomic split-K in a deterministic problem (the adds' order varies)")
     if s.split_workspace and s.mma.family != "wgmma":
         out.append("a split-K workspace on the mma.sync kernel (Hopper only)")
+    if s.stream_k and (s.mma.family != "wgmma" or s.split_k != 1 or p.batch > 1):
+        out.append("stream-K runs on the Hopper kernel only, unbatched, without split-K")
     return out
 
 

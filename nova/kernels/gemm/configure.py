@@ -45,7 +45,7 @@ class Config:
         cal = load(self.target.name, self.schedule.mma.family)
         if cal is None:
             return None
-        return clock_and_time(self.prediction.terms_us, self.schedule.split_k, cal["constants"])
+        return clock_and_time(self.prediction.terms_us, self.schedule.launch_split, cal["constants"])
 
     def to_dict(self) -> dict:
         s = self.schedule

@@ -193,13 +193,34 @@ def check_supported(problem: GemmProblem, s: Schedule) -> None:
              f"({h.producer_regs}) and the consumers' ({h.consumer_regs})")
     check_batch(problem, s, fail)
     units = _cdiv(problem.M, s.block_m) * _cdiv(problem.N, s.block_n) * s.split_k * problem.batch
-    if cluster != (1, 1):                  # whole clusters, each walking cluster units (ragged ones padded)
+    if s.stream_k:
+        check_stream_k(problem, s, fail)
+    elif cluster != (1, 1):                  # whole clusters, each walking cluster units (ragged ones padded)
         size = s.cluster_m * s.cluster_n
         per = cluster_units(_cdiv(problem.M, s.block_m), _cdiv(problem.N, s.block_n), s.split_k, cluster)
         if h.ctas % size or not size <= h.ctas <= per * size:
             fail(f"grid of {h.ctas} CTAs for {per} units of {s.cluster_m}x{s.cluster_n} clusters")
     elif not 1 <= h.ctas <= units or (not s.persistent and h.ctas != units):
         fail(f"grid of {h.ctas} CTAs for {units} work units ({'persistent' if s.persistent else 'one per CTA'})")
+
+
+def check_stream_k(problem: GemmProblem, s: Schedule, fail) -> None:
+    """A stream-K schedule (``Schedule.stream_k``): unbatched, no split-K, a persistent 1x1 grid of
+    at most one CTA per stream-K iteration, the register epilogue."""
+    if problem.batch > 1:
+        fail(f"stream-K with a batch of {problem.batch}: the batched walk covers whole tiles")
+    if s.split_k != 1:
+        fail(f"stream-K with split_k={s.split_k}: the stream-K walk replaces the K slices")
+    if not s.persistent or s.cluster_m * s.cluster_n != 1:
+        fail("stream-K runs on a persistent grid of single CTAs (no cluster)")
+    if s.hopper.tma_store:
+        fail("stream-K keeps the register epilogue (a segment stores C or an FP32 partial tile)")
+    tiles = _cdiv(problem.M, s.block_m) * _cdiv(problem.N, s.block_n)
+    try:
+        s.stream_k_plan(problem.M, problem.N, problem.K)
+    except ValueError:
+        fail(f"stream-K over {s.stream_k_tiles} of {tiles} tiles x {_cdiv(problem.K, s.block_k)} K tiles on "
+             f"{s.hopper.ctas} CTAs: 1 <= stream-K tiles <= tiles and 1 <= CTAs <= their K-tile iterations")
 
 
 def check_batch(problem: GemmProblem, s: Schedule, fail) -> None:
@@ -264,7 +285,6 @@ class _HopperKernel:
     to_out = GemmKernel.to_out
     load_bias = GemmKernel.load_bias
     btype = GemmKernel.btype          # the bias memref type: the same epilogue ABI as mma.sync
-    at = GemmKernel.at                # %C[(batch, )row, col]
 
     def __init__(self, p: GemmProblem, s: Schedule, wait_depth: int = 1, cluster_experiment: str | None = None):
         self.p, self.s = p, s
@@ -310,13 +330,33 @@ class _HopperKernel:
         self.release_peers = self.csize > 1 and self.experiment != "local_all"
         self.arrivals = 4 * self.wgs * (self.csize if self.release_peers else 1)
         self.batch_index = None      # the work unit's batch element (batched problems: set by tile_loop)
+        # stream-K (Schedule.stream_k): the walk's closed forms; while the consumers' epilogue of a
+        # split tile's segment is emitted, C is the workspace %W (``c_arg``) at slot ``workspace_slot``
+        self.sk = s.stream_k_plan(p.M, p.N, p.K) if s.stream_k else None
+        self.segment = None          # (whole tile: i1, segment index) of the stream-K unit (set by tile_loop)
+        self.c_arg, self.workspace_slot = "C", None
+        if self.sk is not None:
+            self.ir.reserve("W", "skt", "its")
 
     @property
     def ctype(self) -> str:
         """The memref type of the kernel's output argument: C [M, N] ([batch, M, N] batched), or the
         split-K workspace."""
+        if self.c_arg == "W":
+            return self.wtype
         rows = self.s.split_k * self.p.M if self.partial else self.p.M
         return batched_memref(self.p, "c", rows, self.p.N, self.O)
+
+    @property
+    def wtype(self) -> str:
+        """The memref type of the stream-K workspace: [slots x M, N] FP32."""
+        return f"memref<{self.sk.slots * self.p.M}x{self.p.N}xf32>"
+
+    def at(self, name, row, col) -> str:
+        """``%C[(batch, )row, col]`` (GemmKernel's), or the stream-K workspace's ``%W[row, col]``."""
+        if name == "C" and self.c_arg == "W":
+            return f"%W[{self.ir.v(row)}, {self.ir.v(col)}]"
+        return GemmKernel.at(self, name, row, col)
 
     def box_type(self, op):
         """Shared-memory type of one TMA box of ``op`` ("a", "b", "c"): ``[rows, cols]``, or
@@ -356,9 +396,13 @@ class _HopperKernel:
                 + f", A {self.ops.a.feed}, B {self.ops.b.feed}"
                 + (", TMA-store epilogue" if self.tma_store else "")
                 + (f", {s.cluster_m}x{s.cluster_n} cluster multicasting {self.shared_op.upper()}" if self.csize > 1 else "")
-                + (f", experiment {self.experiment}" if self.experiment else ""))
+                + (f", experiment {self.experiment}" if self.experiment else "")
+                + (f", stream-K over the last {self.sk.sk_tiles} tiles ({self.sk.slots} workspace slots)"
+                   if self.sk is not None else ""))
         ir.emit(f"{SMEM} = #gpu.address_space<workgroup>")
         args = ["%pA: !llvm.ptr", "%pB: !llvm.ptr", "%pC: !llvm.ptr" if self.tma_store else f"%C: {self.ctype}"]
+        if self.sk is not None:
+            args.append(f"%W: {self.wtype}")
         if p.bias and not self.partial:
             args.append(f"%bias: {self.btype}")
         # registers at entry (the schedule's): setmaxnreg then moves them from the producer to the consumers;
@@ -483,6 +527,9 @@ class _HopperKernel:
         Unit u is tile u % tiles of K slice u / tiles: slice z covers K tiles [z * per, min((z + 1) *
         per, ktiles)); batched, of batch element u / tiles (``self.batch_index``)."""
         ir, s = self.ir, self.s
+        if self.sk is not None:
+            self.stream_k_loop(body)
+            return
         units = self.ntiles * s.split_k * self.p.batch
         if self.csize > 1:                      # each cluster walks cluster units, all its CTAs the same ones
             lo, step = self.cluster_id, self.nclusters
@@ -509,6 +556,44 @@ class _HopperKernel:
                 count = ir.min(ir.sub(self.ktiles, begin, "k_left"), per, "k_count")
                 out = body(tile, begin, count, "%it")
             ir.emit(f"scf.yield {ir.v(out)} : index")
+
+    def stream_k_loop(self, body):
+        """``tile_loop`` of a stream-K schedule (``hopper.StreamKPlan``; the producer and the consumers
+        walk it alike, so their ring counters agree): the data-parallel tiles bid, bid + G, ... <
+        dp_tiles whole, then CTA bid's iterations [floor(bid*I/G), floor((bid+1)*I/G)) of the stream-K
+        tiles, one unit per tile they touch: tile dp_tiles + t, its K tiles [max(lo, t*kt), min(hi,
+        (t+1)*kt)) - t*kt; ``self.segment`` = (the tile is one segment, bid - owner(t*kt)), owner(i)
+        = floor(((i+1)*G - 1)/I)."""
+        ir, sk = self.ir, self.sk
+        G, I, kt = sk.ctas, sk.iters, sk.ktiles
+        self.kslice = None
+        self.walk = (self.bid, self.nblocks)
+        it = ir.v(0)
+        if sk.dp_tiles:
+            res = ir.fresh("it_dp")
+            with ir.region(f"{res} = scf.for %tile = {ir.v(self.bid)} to {ir.v(sk.dp_tiles)} step {ir.v(self.nblocks)} "
+                           f"iter_args(%it = {ir.v(0)}) -> (index) {{"):
+                out = body("%tile", 0, kt, "%it")
+                ir.emit(f"scf.yield {ir.v(out)} : index")
+            it = res
+
+        def owner(i):
+            return ir.div(ir.sub(ir.mul(ir.add(i, 1), G), 1), I, "sk_owner")
+        ir.comment(f"---- stream-K: this CTA's share of {I} K-tile iterations of the last {sk.sk_tiles} tiles")
+        lo = ir.div(ir.mul(self.bid, I), G, "sk_lo")
+        hi = ir.div(ir.mul(ir.add(self.bid, 1), I), G, "sk_hi")
+        t0, t1 = ir.div(lo, kt, "sk_t0"), ir.div(ir.add(hi, kt - 1), kt, "sk_t1")
+        res = ir.fresh("it_out")
+        with ir.region(f"{res} = scf.for %skt = {ir.v(t0)} to {ir.v(t1)} step {ir.v(1)} "
+                       f"iter_args(%its = {it}) -> (index) {{"):
+            base = ir.mul("%skt", kt, "sk_base")
+            begin = ir.sub(ir.max(lo, base), base, "k_begin")
+            count = ir.sub(ir.sub(ir.min(hi, ir.add(base, kt)), base), begin, "k_count")
+            first, last = owner(base), owner(ir.add(base, kt - 1))
+            self.segment = (ir.cmp("eq", first, last, "whole_tile"), ir.sub(self.bid, first, "segment"))
+            out = body(ir.add("%skt", sk.dp_tiles, "sk_tile"), begin, count, "%its")
+            ir.emit(f"scf.yield {ir.v(out)} : index")
+        self.segment = None
 
     # ------------------------------------------------------------------------------------------
     def producer(self):
@@ -674,6 +759,8 @@ class _HopperKernel:
                 release(ir.sub(it_out, 1, "it_last"))
             if self.tma_store:
                 self.tma_epilogue(acc_out, i0, j0)
+            elif self.segment is not None:
+                self.stream_k_epilogue(acc_out, i0, j0)
             else:
                 self.epilogue(acc_out, i0, j0)
             return it_out
@@ -683,6 +770,22 @@ class _HopperKernel:
             ir.comment("the staging buffers must outlive the TMA stores that read them; C is complete at exit")
             with ir.region(f"scf.if {self.wg_leader} {{"):
                 ir.emit("nvvm.cp.async.bulk.wait_group 0")
+
+    def stream_k_epilogue(self, acc, i0, j0):
+        """A stream-K segment: the whole tile stores C with the epilogue; a part of a split tile stores
+        its raw FP32 partial at rows segment x M + m of the workspace %W (the reduction adds them)."""
+        ir = self.ir
+        whole, segment = self.segment
+        with ir.region(f"scf.if {whole} {{"):
+            self.epilogue(acc, i0, j0)
+            ir.else_()
+            ir.comment("stream-K: a split tile's segment -> its FP32 partial in workspace slot `segment`")
+            saved = (self.partial, self.O, self.c_arg, self.workspace_slot)
+            self.partial, self.O, self.c_arg, self.workspace_slot = True, "f32", "W", segment
+            try:
+                self.epilogue(acc, i0, j0)
+            finally:
+                self.partial, self.O, self.c_arg, self.workspace_slot = saved
 
     def release_cluster(self, slot):
         """The warp's release of ring slot ``slot`` to every producer that writes into this CTA (all
@@ -787,7 +890,8 @@ class _HopperKernel:
         first = ir.cmp("eq", self.kslice, 0, "first_slice") if self.kslice is not None else None
         if self.partial:
             ir.comment("split-K workspace: the raw FP32 partial at row kslice * M + m; the reduction kernel adds")
-            slice_rows = ir.mul(self.kslice, p.M, "slice_row0")
+            slot = self.kslice if self.workspace_slot is None else self.workspace_slot
+            slice_rows = ir.mul(slot, p.M, "slice_row0")
         values = self.output_values(acc, first)
 
         if self.s.vector_c == 4 and not self.partial:
@@ -829,7 +933,7 @@ class _HopperKernel:
         """One element: a plain store into the workspace, else as the mma.sync kernel (an atomic
         add into the zeroed output under atomic split-K)."""
         if self.partial:
-            self.ir.emit(f"memref.store {val}, %C[{self.ir.v(row)}, {self.ir.v(col)}] : {self.ctype}")
+            self.ir.emit(f"memref.store {val}, {self.at('C', row, col)} : {self.ctype}")
         else:
             GemmKernel.store_one(self, val, row, col)
 
@@ -1158,23 +1262,64 @@ class _SplitReduce:
         self.BT = "f32" if p.dtype == "tf32" else p.out_dtype
         self.vec = s.vector_c
 
+    def stream_k_segments(self, e):
+        """Stream-K: the i1 "element ``e`` lies in a split tile" and that tile's segment count (the
+        slots to add), from the walk's closed forms: the tile (i, j) of C's element (swapped: i
+        along N), its walk index u by inverting tile_origin's group-M order (group = pid_i / gm,
+        rows = min(tiles_i - group*gm, gm), u = group*gm*tiles_j + pid_j*rows + pid_i - group*gm),
+        stream-K tile t = u - dp_tiles, and owner(t*kt + kt - 1) - owner(t*kt) + 1 segments."""
+        ir, p, s, sk = self.ir, self.p, self.s, self.sk
+        swap = s.swap_ab
+        tile_i, tile_j = (s.block_n, s.block_m) if swap else (s.block_m, s.block_n)
+        I, J = (p.N, p.M) if swap else (p.M, p.N)
+        tiles_i, tiles_j = _cdiv(I, tile_i), _cdiv(J, tile_j)
+        row, col = ir.div(e, p.N, "row"), ir.rem(e, p.N, "col")
+        ei, ej = (col, row) if swap else (row, col)
+        pid_i, pid_j = ir.div(ei, tile_i, "pid_i"), ir.div(ej, tile_j, "pid_j")
+        gm = max(1, min(s.group_m, tiles_i))
+        group = ir.div(pid_i, gm, "group")
+        first_i = ir.mul(group, gm, "group_first_i")
+        rows = ir.min(ir.sub(tiles_i, first_i, "rows_left"), gm, "group_rows")
+        u = ir.add(ir.add(ir.mul(group, gm * tiles_j), ir.mul(pid_j, rows)), ir.sub(pid_i, first_i), "tile")
+        t = ir.sub(ir.max(u, sk.dp_tiles), sk.dp_tiles, "sk_t") if sk.dp_tiles else u
+        base = ir.mul(t, sk.ktiles, "sk_base")
+
+        def owner(i):
+            return ir.div(ir.sub(ir.mul(ir.add(i, 1), sk.ctas), 1), sk.iters, "sk_owner")
+        count = ir.add(ir.sub(owner(ir.add(base, sk.ktiles - 1)), owner(base)), 1, "segments")
+        split = ir.cmp("sgt", count, 1, "split_tile")
+        if sk.dp_tiles:                         # a data-parallel tile: the GEMM stored it
+            split = ir.and_(ir.cmp("sge", u, sk.dp_tiles, "sk_tile"), split, "split_tile")
+        return split, count
+
     def build(self) -> str:
         p, s, ir, v = self.p, self.s, self.ir, self.vec
         size = p.M * p.N
-        ws_t, c_t, b_t = f"memref<{s.split_k * size}xf32>", f"memref<{size}x{self.O}>", f"memref<{p.N}x{self.BT}>"
+        self.sk = s.stream_k_plan(p.M, p.N, p.K) if s.stream_k else None
+        slots = self.sk.slots if self.sk is not None else s.split_k
+        ws_t, c_t, b_t = f"memref<{slots * size}xf32>", f"memref<{size}x{self.O}>", f"memref<{p.N}x{self.BT}>"
         acc_t, out_t = f"vector<{v}xf32>", f"vector<{v}x{self.O}>"
         ir.reserve("W", "C", "bias", "slice", "acc")
-        ir.emit(f"// Nova split-K reduction for {p.describe()}: {s.split_k} FP32 partial slices -> C, "
-                f"{v} elements per thread")
+        if self.sk is None:
+            ir.emit(f"// Nova split-K reduction for {p.describe()}: {s.split_k} FP32 partial slices -> C, "
+                    f"{v} elements per thread")
+        else:
+            ir.emit(f"// Nova stream-K reduction for {p.describe()}: each split tile's FP32 partial segments "
+                    f"(up to {slots}) -> C, {v} elements per thread; tiles in one segment are the GEMM's")
         args = [f"%W: {ws_t}", f"%C: {c_t}"] + ([f"%bias: {b_t}"] if p.bias else [])
         with ir.kernel(REDUCE_NAME, args, REDUCE_THREADS):
             tid = ir.let("tid", "gpu.thread_id x")
             bid = ir.let("bid", "gpu.block_id x")
             e = ir.mul(ir.add(ir.mul(bid, REDUCE_THREADS), tid, "thread"), v, "e")
             with ir.region(f"scf.if {ir.cmp('slt', e, size, 'in_c')} {{"):
+                if self.sk is not None:
+                    split, count = self.stream_k_segments(e)
+                    ir.emit(f"scf.if {split} {{")
+                    ir.level += 1
                 first = ir.let("w0", f"vector.load %W[{ir.v(e)}] : {ws_t}, {acc_t}")
                 total = ir.fresh("sum")
-                with ir.region(f"{total} = scf.for %slice = {ir.v(1)} to {ir.v(s.split_k)} step {ir.v(1)} "
+                slices = s.split_k if self.sk is None else count
+                with ir.region(f"{total} = scf.for %slice = {ir.v(1)} to {ir.v(slices)} step {ir.v(1)} "
                                f"iter_args(%acc = {first}) -> ({acc_t}) {{"):
                     at = ir.add(ir.mul("%slice", size, "slice_off"), e, "w_at")
                     w = ir.let("w", f"vector.load %W[{ir.v(at)}] : {ws_t}, {acc_t}")
@@ -1191,13 +1336,17 @@ class _SplitReduce:
                     outs.append(self.to_out(self.activation(x)))
                 y = ir.let("y", f"vector.from_elements {', '.join(outs)} : {out_t}")
                 ir.emit(f"vector.store {y}, %C[{ir.v(e)}] {{alignment = {v * p.out_bytes}}} : {c_t}, {out_t}")
+                if self.sk is not None:
+                    ir.level -= 1
+                    ir.emit("}")
             ir.emit("gpu.return")
         return ir.text()
 
 
 def build_split_reduce_module(problem: GemmProblem, schedule: Schedule) -> str:
-    """MLIR text of the split-K reduction kernel of a workspace schedule (``Schedule.split_workspace``)."""
-    if not schedule.split_workspace:
+    """MLIR text of the reduction kernel of a split-K workspace schedule (``Schedule.split_workspace``)
+    or of a stream-K one (``Schedule.stream_k``: only the split tiles' elements, their segments' slots)."""
+    if not (schedule.split_workspace or schedule.stream_k):
         raise CodegenError(f"{problem.describe()}: the schedule adds its K slices "
                            f"{'atomically' if schedule.split_k > 1 else 'not at all (no split)'}: no reduction kernel")
     return _SplitReduce(problem, schedule).build()
@@ -1217,7 +1366,8 @@ def compile_hopper(problem: GemmProblem, schedule: Schedule, *, cubin: bool = Tr
     kernels the operand plan asks for in ``meta["prep_kernels"]`` (by operand, as artifact dicts)
     and, for a split-K workspace, the reduction kernel in ``meta["reduce_kernel"]`` (params
     ``(W, C[, bias])``; the GEMM itself then takes ``(tmap_a, tmap_b, W)``; with the TMA-store
-    epilogue it takes ``(tmap_a, tmap_b, tmap_c[, bias])``).  The runtime reads everything else
+    epilogue it takes ``(tmap_a, tmap_b, tmap_c[, bias])``; stream-K, ``(tmap_a, tmap_b, C, W[,
+    bias])`` and a reduction kernel over the split tiles).  The runtime reads everything else
     (tensor maps, workspaces) from the schedule."""
     from nova.codegen import MLIR_TOOLCHAIN, lower_and_assemble
     from nova.codegen.artifact import KernelArtifact
@@ -1245,7 +1395,7 @@ def compile_hopper(problem: GemmProblem, schedule: Schedule, *, cubin: bool = Tr
             "pipeline": pipeline(ARCH), "prep_kernels": preps, "wait_depth": wait_depth}
     if cluster_experiment:
         meta["cluster_experiment"] = cluster_experiment
-    if s.split_workspace:
+    if s.split_workspace or s.stream_k:
         rptx, rbin, rres, _ = lower(build_split_reduce_module(problem, s), REDUCE_NAME)
         launch = reduce_launch(problem, s)
         meta["reduce_kernel"] = KernelArtifact(
@@ -1254,7 +1404,8 @@ def compile_hopper(problem: GemmProblem, schedule: Schedule, *, cubin: bool = Tr
     if ptxas_version is not None:
         meta["ptxas"] = ptxas_version
     c_param = "W" if s.split_workspace else ("tmap_c" if s.hopper.tma_store else "C")
-    params = ("tmap_a", "tmap_b", c_param) + (("bias",) if problem.bias and not s.split_workspace else ())
+    params = (("tmap_a", "tmap_b", c_param) + (("W",) if s.stream_k else ())
+              + (("bias",) if problem.bias and not s.split_workspace else ()))
     return KernelArtifact(name=KERNEL_NAME, arch=ARCH, ptx=ptx, grid=(s.hopper.ctas, 1, 1),
                           block=(WG * (1 + s.consumer_warpgroups), 1, 1), smem_bytes=s.smem_bytes,
                           params=params, zero_output=s.zero_output, cubin=binary, resources=resources, meta=meta)

@@ -59,7 +59,8 @@ from nova.kernels.gemm.cost import cdiv
 from nova.configurator.derivation import Derivation, formula_step, note
 from nova.kernels.gemm.problem import GemmProblem, ProblemError
 from nova.configurator.step import MmaInstr, Prediction, Step
-from nova.kernels.gemm.schedule import HopperPlan, OperandPlan, OperandPrep, OperandRole, Schedule, SmemRing, TmaBox
+from nova.kernels.gemm.schedule import (HopperPlan, OperandPlan, OperandPrep, OperandRole, Schedule, SmemRing,
+                                        StreamKPlan, TmaBox)
 from nova.hwmodel.formula import formulas
 
 ARCH = "sm_90a"                # wgmma and setmaxnreg need the architecture-specific target
@@ -330,6 +331,98 @@ def max_split(ktiles: int, limit: int) -> int:
     return 1
 
 
+# ---- stream-K (step 8) ------------------------------------------------------------------------------
+def stream_k_region(tiles: int, sm_count: int) -> int:
+    """Tiles the stream-K walk splits (as CUTLASS's hybrid): all of them when they make less than
+    two waves, else the last partial wave plus one full wave, tiles % SMs + SMs (the tiles before
+    them make whole waves, walked whole); 0 when the tiles make whole waves."""
+    if tiles % sm_count == 0:
+        return 0
+    return tiles if tiles < 2 * sm_count else tiles % sm_count + sm_count
+
+
+def stream_k_ctas(tiles: int, sk_tiles: int, ktiles: int, sm_count: int) -> int:
+    """The persistent grid G of a stream-K walk: every SM; with no data-parallel tiles and fewer than
+    SMs x MIN_SLICE_K_TILES iterations, one CTA per MIN_SLICE_K_TILES of them (each CTA streams at least that)."""
+    if sk_tiles < tiles:
+        return sm_count
+    return max(1, min(sm_count, sk_tiles * ktiles // MIN_SLICE_K_TILES))
+
+
+def stream_k_plan(tiles: int, ktiles: int, sm_count: int) -> StreamKPlan | None:
+    """The stream-K walk of ``tiles`` tiles of ``ktiles`` K tiles (``stream_k_region``,
+    ``stream_k_ctas``); None when no tile would split."""
+    sk = stream_k_region(tiles, sm_count)
+    if sk == 0:
+        return None
+    return StreamKPlan(tiles, sk, ktiles, stream_k_ctas(tiles, sk, ktiles, sm_count))
+
+
+def schedule_stream_k_plan(p: GemmProblem, s: Schedule) -> StreamKPlan:
+    """The stream-K walk of schedule ``s`` (``s.stream_k``): ``Schedule.stream_k_plan``."""
+    return s.stream_k_plan(p.M, p.N, p.K)
+
+
+def stream_k_blocker(p: GemmProblem, tiles: int, ktiles: int, sm_count: int) -> str | None:
+    """Why the Hopper kernel cannot walk ``tiles`` tiles stream-K (None if it can): unbatched only (a
+    batch's elements fill the SMs), tiles not in whole waves, and at least one tile split in two."""
+    if p.batch > 1:
+        return f"not with a batch ({p.batch} elements: the batched walk covers whole tiles)"
+    plan = stream_k_plan(tiles, ktiles, sm_count)
+    if plan is None:
+        return f"{tiles} tiles make whole waves on {sm_count} SMs: nothing to balance"
+    if plan.slots < 2:
+        return f"{plan.iters} K-tile iterations on {plan.ctas} CTAs leave every tile in one CTA"
+    return None
+
+
+def forced_stream_k() -> bool | None:
+    """``NOVA_STREAM_K``: 1 forces stream-K (step 8 ranks only stream-K candidates, also where the
+    tiles make two waves or more; an error where no tile shape allows it), 0 rules it out; unset or
+    empty: the model decides.  Read at each configure (tests and experiments)."""
+    import os
+    text = os.environ.get("NOVA_STREAM_K", "").strip().lower()
+    if not text:
+        return None
+    if text not in ("0", "1"):
+        raise ProblemError(f"NOVA_STREAM_K={text!r}: expected 1 (force stream-K) or 0 (never)")
+    return text == "1"
+
+
+def stream_k_terms(p: GemmProblem, gpu, block_i: int, n: int, operands: OperandPlan | None = None,
+                   stages: int | None = None, plan: StreamKPlan | None = None) -> dict:
+    """``time_terms`` of a stream-K walk of ``block_i`` x ``n`` tiles (``stream_k_plan``): the busiest
+    CTA runs ``busiest_iters`` = ceil(dp/G) x ktiles + ceil(I/G) K tiles (tensor and L2 terms as
+    ``mainloop_time``, the ring's bound as ``ring_time``); its epilogue stores ceil(dp/G) C tiles and
+    up to ``max_cta_segments`` segments, each a C tile or an FP32 partial tile (priced as partials);
+    the reduction reads the partial segments' FP32 tiles (from L2 when they fit in half of it, else
+    DRAM) and writes the split tiles' part of C to DRAM; launches: the GEMM, the preps, the reduction."""
+    operands = operands or operand_plan(p)
+    I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
+    tiles = cdiv(I, block_i) * cdiv(J, n)
+    ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
+    plan = plan or stream_k_plan(tiles, ktiles, gpu.sm_count)
+    cap = smem_cap(p, gpu, block_i, n)
+    busiest = plan.busiest_iters
+    k_iter = min(p.K, SWIZZLE // p.in_bytes)
+    t_mma = busiest * 2 * block_i * n * k_iter / (gpu.peak_flops(p.dtype, "wgmma") / gpu.sm_count * cap)
+    t_l2 = busiest * (block_i + n) * SWIZZLE / (gpu.l2_tma_bw / gpu.sm_count)
+    stored = min(block_i, I) * min(n, J)
+    per_sm_bw = gpu.l2_bw / gpu.sm_count
+    t_epilogue = (cdiv(plan.dp_tiles, plan.ctas) * stored * p.out_bytes + plan.max_cta_segments * stored * 4) / per_sm_bw
+    tile_elems = p.M * p.N / tiles                          # C's elements per tile, ragged ones averaged
+    partials = plan.partial_segments * tile_elems * 4
+    t_split = (partials / (gpu.l2_bw if partials <= gpu.l2_bytes / 2 else gpu.dram_bw)
+               + plan.split_tiles * tile_elems * p.out_bytes / gpu.dram_bw)
+    depth = stages or ring_depth(gpu, block_i, n)
+    t_ring = busiest * gpu.mem_latency_ns * 1e-9 / max(depth - 2, 1)
+    t_dram = p.min_bytes / gpu.dram_bw
+    t_fill = fill_time(p, gpu, block_i, n, plan.ctas, dram_bound=t_dram >= max(t_mma, t_l2, t_ring))
+    return {"mma": t_mma, "l2": t_l2, "dram": t_dram, "smem_cap": cap, "ring": t_ring, "fill": t_fill,
+            "epilogue": t_epilogue, "prep": prep_bytes(p, operands) / gpu.dram_bw, "split": t_split,
+            "launches": 2 + sum(1 for role in (operands.a, operands.b) if role.prep)}
+
+
 def split_overhead(p: GemmProblem, gpu, split: int, reduction: str = "atomic") -> float:
     """What adding the K slices costs beyond the epilogue's stores (their launch, the memset's or
     the reduction kernel's, is counted with the other launches).  Atomic: zeroing C (M*N*4 bytes of
@@ -445,8 +538,12 @@ def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
     TMA store's overlapped stores), DRAM, the ring's latency bound) + the ring's first fill + the
     epilogues (not overlapped) + the operand-prep passes at DRAM bandwidth + adding the split-K
     slices (zeroing and atomics, or the reduction kernel) + the launches."""
-    t = time_terms(p, gpu, s.mma.m * s.consumer_warpgroups, s.mma.n, s.split_k, s.hopper.operands, s.split_reduction,
-                   s.hopper.epilogue, s.stages, (s.cluster_m, s.cluster_n))
+    if s.stream_k:
+        t = stream_k_terms(p, gpu, s.mma.m * s.consumer_warpgroups, s.mma.n, s.hopper.operands, s.stages,
+                           schedule_stream_k_plan(p, s))
+    else:
+        t = time_terms(p, gpu, s.mma.m * s.consumer_warpgroups, s.mma.n, s.split_k, s.hopper.operands,
+                       s.split_reduction, s.hopper.epilogue, s.stages, (s.cluster_m, s.cluster_n))
     total = total_time(t)
     bound = max((t["mma"], "tensor-core"), (t["l2"], "l2"), (t["dram"], "dram"), (t["ring"], "ring latency"))[1]
     if t["smem_cap"] < 1 and bound == "tensor-core":
@@ -565,7 +662,9 @@ def wgmma_schedule(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int,
     in clusters of ``cluster`` = (cluster_m, cluster_n) (step 12; ``group_m`` then counts cluster-tile
     rows): the tile in the problem's coordinates (swapped, the wgmma rows run along N), the TMA
     boxes, the setmaxnreg targets, the shared-memory ring (and staging) and the grid follow from
-    these.  Used by ``configure_hopper`` and by the schedule space (``space.py``)."""
+    these.  ``reduction`` "stream_k" (``split`` 1): the stream-K walk of ``stream_k_plan`` (its tiles
+    and grid; ``Schedule.stream_k_tiles``).  Used by ``configure_hopper`` and by the schedule space
+    (``space.py``)."""
     k = gpu.mma_shapes["wgmma"][p.dtype][2]
     block_i = WGMMA_M * wgs                                     # wgmma rows: along M, or N when swapped
     rows, cols = (p.N, p.M) if operands.swap else (p.M, p.N)
@@ -573,6 +672,13 @@ def wgmma_schedule(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int,
     extent = {operands.x: block_i, operands.y: n}
     slices = {"a": cluster[1], "b": cluster[0]}                 # along M the CTAs share B's tile, along N A's
     ctas = min(units, gpu.sm_count) if persistent else units
+    sk_tiles = 0
+    if reduction == "stream_k":             # split 1; the last tiles' K iterations spread over the CTAs
+        walk = stream_k_plan(units, cdiv(p.K, SWIZZLE // p.in_bytes), gpu.sm_count)
+        if walk is None or split != 1 or p.batch > 1 or cluster != (1, 1) or not persistent or epilogue != "registers":
+            raise ProblemError(f"{p.describe()}: no stream-K walk of {units} tiles of {block_i}x{n} (one per K tile "
+                               "split, unbatched, persistent, 1x1, register epilogue)")
+        sk_tiles, ctas, reduction = walk.sk_tiles, walk.ctas, "atomic"
     if cluster != (1, 1):
         size = cluster[0] * cluster[1]
         per_cluster = cluster_units(cdiv(rows, block_i), cdiv(cols, n), split, cluster_extents(cluster, operands.swap))
@@ -592,7 +698,7 @@ def wgmma_schedule(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int,
                     vector_c=output_vector(p, operands.swap, split, reduction, epilogue), split_k=split,
                     group_m=group_m, regs_per_thread=entry_regs(gpu.regs_per_sm, wgs), blocks_per_sm=1,
                     cluster_m=cluster[0], cluster_n=cluster[1], consumer_warpgroups=wgs, producer_warps=PRODUCER_WARPS,
-                    persistent=persistent, hopper=plan, split_reduction=reduction)
+                    persistent=persistent, hopper=plan, split_reduction=reduction, stream_k_tiles=sk_tiles)
 
 
 def best_epilogue(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int, split: int,
@@ -710,15 +816,29 @@ def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int
     """Step 8's candidates, each ``(predicted s, mma + L2 + DRAM s, -warpgroups, -N, split,
     reduction, tiles, epilogue)``: 1..wgs warpgroups x N, N/2, N/4 (at least MIN_WGMMA_N; a
     narrower N only where it makes more tiles) x the ``split_candidates`` (none with a batch), each split added by every
-    reduction ``split_reductions`` allows, each written by every epilogue ``epilogues`` allows."""
+    reduction ``split_reductions`` allows, each written by every epilogue ``epilogues`` allows; and
+    the tile walked stream-K (``stream_k_terms``, split 1, registers) where ``stream_k_blocker`` allows
+    it and the tiles make less than two waves.  ``NOVA_STREAM_K`` (``forced_stream_k``): 1, only
+    stream-K candidates, at any tile count; 0 none; unset, none either while ``NOVA_CLUSTER`` forces a
+    cluster (clusters walk whole tiles)."""
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
     ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
+    forced = forced_stream_k()
+    if forced is None and forced_cluster() not in (None, (1, 1)):
+        forced = False                  # NOVA_CLUSTER forces clusters, which walk whole tiles: no stream-K
     out = []
     for w in sorted({wgs, 1}, reverse=True):
         for nn in (n, n // 2, n // 4):
             if nn < MIN_WGMMA_N or (nn < n and cdiv(J, nn) == cdiv(J, 2 * nn)):
                 continue                                     # narrower N without more tiles: no gain
             tiles = cdiv(I, WGMMA_M * w) * cdiv(J, nn)
+            if forced is not False and (forced or splits_may_pay(tiles, gpu.sm_count)) and \
+                    not stream_k_blocker(p, tiles, ktiles, gpu.sm_count):
+                t = stream_k_terms(p, gpu, WGMMA_M * w, nn, operands)
+                out.append((round(total_time(t), 12), t["mma"] + t["l2"] + t["dram"], -w, -nn, 1, "stream_k", tiles,
+                            "registers"))
+            if forced:
+                continue
             for sp in split_candidates(ktiles, tiles, gpu.sm_count) if p.batch == 1 else [1]:
                 for reduction in (split_reductions(p) if sp > 1 else ("atomic",)):
                     terms = epilogue_terms(p, gpu, WGMMA_M * w, nn, sp, operands, reduction, epilogues(p, operands, sp, nn))
@@ -743,6 +863,34 @@ def describe_split(p: GemmProblem, split: int, reduction: str, ktiles: int) -> s
             f"a reduction kernel adds them in slice order, then the epilogue ({why})")
 
 
+def describe_stream_k(p: GemmProblem, gpu, operands: OperandPlan, block_i: int, n: int, candidates: list) -> str:
+    """The split-K row's explanation of a stream-K pick: the walk's closed forms with their numbers,
+    and the best split-K and no-split candidates beside it."""
+    I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
+    tiles = cdiv(I, block_i) * cdiv(J, n)
+    plan = stream_k_plan(tiles, cdiv(p.K, SWIZZLE // p.in_bytes), gpu.sm_count)
+    t = stream_k_terms(p, gpu, block_i, n, operands, plan=plan)
+    others = []
+    for what, keep in (("best split-K", lambda c: c[4] > 1), ("no split", lambda c: c[4] == 1 and c[5] != "stream_k")):
+        rest = sorted(c for c in candidates if keep(c))
+        if rest:
+            c = rest[0]
+            others.append(f"{what} {WGMMA_M * -c[2]}x{-c[3]}{f' split {c[4]}' if c[4] > 1 else ''} {c[0] * 1e6:.1f} us")
+    dp = (f"the first {plan.dp_tiles} tiles walked whole ({cdiv(plan.dp_tiles, plan.ctas)} per CTA), then "
+          if plan.dp_tiles else "")
+    forced = "NOVA_STREAM_K=1 forces stream-K. " if forced_stream_k() else ""
+    return (f"{forced}{dp}the last {plan.sk_tiles} tiles' I = {plan.sk_tiles} x {plan.ktiles} = {plan.iters} K-tile "
+            f"iterations split evenly over G = {plan.ctas} CTAs: CTA c runs [floor(c*I/G), floor((c+1)*I/G)), "
+            f"ceil(I/G) = {cdiv(plan.iters, plan.ctas)} (I/G = {plan.per_cta:.1f}) each, vs whole tiles or equal K "
+            f"slices that leave SMs idle in the last wave; a tile's segments run from owner(first) to owner(last), "
+            f"owner(i) = floor(((i+1)*G - 1)/I): {plan.split_tiles} tiles split into up to {plan.slots} segments "
+            f"store {plan.partial_segments} FP32 partial tiles ({plan.partial_segments * p.M * p.N / tiles * 4 / 1e6:.1f} MB, "
+            f"a {plan.slots}x{p.M}x{p.N} workspace) that a reduction kernel adds in segment order, then the epilogue "
+            f"(deterministic); a tile in one segment stores C directly; predicted {total_time(t) * 1e6:.1f} us (busiest "
+            f"CTA {plan.busiest_iters} K tiles, reduction {t['split'] * 1e6:.1f} us)"
+            + (f" vs {', '.join(others)}" if others else ""))
+
+
 def batch_units(p: GemmProblem, tiles: int) -> list[Step]:
     """The work-units row of a batched problem (none unbatched): tiles x batch."""
     if p.batch == 1:
@@ -756,6 +904,11 @@ def tile_and_split(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int)
     warpgroups, wider N, no split, atomics, registers): (warpgroups, N, split, reduction, output
     tiles, epilogue)."""
     candidates = tile_candidates(p, gpu, operands, wgs, n)
+    if not candidates:                                       # NOVA_STREAM_K=1 where no tile allows it
+        I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
+        tiles = cdiv(I, WGMMA_M * wgs) * cdiv(J, n)
+        why = stream_k_blocker(p, tiles, cdiv(p.K, SWIZZLE // p.in_bytes), gpu.sm_count)
+        raise ProblemError(f"NOVA_STREAM_K=1: {p.describe()} cannot run stream-K on {gpu.name}: {why}")
     _, _, w_neg, n_neg, split, reduction, tiles, epilogue = min(candidates)
     wgs, n = -w_neg, -n_neg
     block_i = WGMMA_M * wgs
@@ -765,18 +918,22 @@ def tile_and_split(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int)
     for c in sorted(candidates):
         best.setdefault(c[2:6], c)
     table = ", ".join(f"{WGMMA_M * -c[2]}x{-c[3]}{f' split {c[4]} {c[5]}' if c[4] > 1 else ''}"
+                      f"{' stream-K' if c[5] == 'stream_k' else ''}"
                       f"{' tma' if c[7] == 'tma_store' else ''} {c[0] * 1e6:.1f}" for c in sorted(best.values()))
     tma = any(c[7] == "tma_store" for c in candidates)
     steps = [
-        note("tile and split", f"{block_i}x{n}" + (f", split-K {split} ({reduction})" if split > 1 else ""),
+        note("tile and split", f"{block_i}x{n}" + (f", split-K {split} ({reduction})" if split > 1 else "")
+             + (", stream-K" if reduction == "stream_k" else ""),
              f"tiles are (wgmma rows) x (wgmma N); predicted us (the prediction's model: max(the busiest SM's units "
              f"of padded tile work at the smem-bound rate, the L2 fills, DRAM, the ring's latency bound) + the ring's "
-             f"first fill + epilogues + prep{' + adding the K slices' if any(c[4] > 1 for c in candidates) else ''} + "
+             f"first fill + epilogues + prep{' + adding the K slices' if any(c[4] > 1 or c[5] == 'stream_k' for c in candidates) else ''} + "
              f"launches{', each with its faster epilogue (tma: the TMA store)' if tma else ''}; on a tie, the "
              f"candidate with the least mma + L2 + DRAM time): {table}"),
         note("output tiles", tiles, f"ceil({I}/{block_i}) * ceil({J}/{n})"),
         *batch_units(p, tiles),
-        note("split-K", split if split == 1 else f"{split}, {reduction}", describe_split(p, split, reduction, ktiles)),
+        note("split-K", "stream-K" if reduction == "stream_k" else split if split == 1 else f"{split}, {reduction}",
+             describe_stream_k(p, gpu, operands, block_i, n, candidates) if reduction == "stream_k"
+             else describe_split(p, split, reduction, ktiles)),
     ]
     return (wgs, n, split, reduction, tiles, epilogue), steps
 
@@ -786,6 +943,8 @@ def epilogue_step(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int, 
     """Step 9: registers or the TMA store, whichever the model predicts faster for the chosen tile
     (``best_epilogue``; step 8 ranked the tiles with it)."""
     blocker = tma_store_blocker(p, operands.swap, split, n)
+    if reduction == "stream_k":
+        blocker = "stream-K keeps the register epilogue (a segment stores C or an FP32 partial tile)"
     if blocker:
         return "registers", note("epilogue", "registers", f"predicated stores from the accumulators between tiles; "
                                  f"no TMA store: {blocker}")
@@ -888,6 +1047,8 @@ def cluster_blocker(p: GemmProblem, s: Schedule, cluster: tuple[int, int]) -> st
         return f"{cm * cn} CTAs per cluster: more than the portable {MAX_PORTABLE_CLUSTER}"
     if not s.persistent:
         return "the clusters walk a persistent grid's units"
+    if s.stream_k:
+        return "not with stream-K (its CTAs walk K-tile ranges of their own)"
     dim, extent, tile, size = ("M", cm, s.block_m, p.M) if cm > 1 else ("N", cn, s.block_n, p.N)
     if cdiv(size, tile) < extent:
         return f"{cdiv(size, tile)} tile(s) of {tile} along {dim}={size}: no cluster wider than the problem"
@@ -986,6 +1147,9 @@ def persistent_grid(s: Schedule, batched: bool = False) -> tuple[int, Step]:
     element, tile)."""
     plan, size = s.hopper, s.cluster_m * s.cluster_n
     walk = f"min(tiles x {'batch' if batched else 'K slices'}, SMs) CTAs walk the work units"
+    if s.stream_k:
+        walk = ("stream-K: every SM's CTA walks its data-parallel tiles, then its balanced range of the stream-K "
+                "tiles' K-tile iterations")
     if size > 1:
         walk = (f"min(cluster tiles x K slices, floor(SMs / {size})) clusters of {s.cluster_m}x{s.cluster_n} CTAs "
                 f"({plan.ctas // size}) walk the cluster units, each CTA its own tile of the cluster tile")

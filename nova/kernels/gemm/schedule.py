@@ -10,6 +10,7 @@ cache key) is the one it always was.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass
 
 from nova.configurator.step import MmaInstr
@@ -26,6 +27,82 @@ class ScheduleError(RuntimeError):
 def _without_defaults(d: dict, **defaults) -> dict:
     """``d`` without the keys whose value is the given default (fields added after the format was fixed)."""
     return {k: v for k, v in d.items() if k not in defaults or v != defaults[k]}
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class StreamKPlan:
+    """The stream-K walk in closed form (``Schedule.stream_k_tiles``).  ``tiles`` output tiles in the
+    walk order (group-M); the first ``dp_tiles`` are walked whole (CTA c: tiles c, c + G, ...), the
+    last ``sk_tiles`` are split by K tiles: their I = sk_tiles x ktiles (tile, K tile) iterations,
+    iteration i = t x ktiles + k of stream-K tile t, are shared by the G = ``ctas`` CTAs, CTA c
+    running [floor(c*I/G), floor((c+1)*I/G)).  The owner of iteration i is floor(((i+1)*G - 1)/I);
+    tile t's segments run from the owner of its first iteration to the owner of its last, and a
+    CTA's segment index within the tile is c - that first owner.  The kernel (emit_hopper's
+    ``tile_loop``), the reduction kernel and the runtime's workspace all read these."""
+
+    def __init__(self, tiles: int, sk_tiles: int, ktiles: int, ctas: int):
+        if not (0 < sk_tiles <= tiles and ktiles > 0 and 0 < ctas <= sk_tiles * ktiles):
+            raise ValueError(f"stream-K: {sk_tiles} of {tiles} tiles x {ktiles} K tiles on {ctas} CTAs")
+        self.tiles, self.sk_tiles, self.ktiles, self.ctas = tiles, sk_tiles, ktiles, ctas
+        self.dp_tiles = tiles - sk_tiles
+        self.iters = sk_tiles * ktiles
+
+    def owner(self, i: int) -> int:
+        """The CTA that runs stream-K iteration ``i``: floor(((i+1)*G - 1)/I)."""
+        return ((i + 1) * self.ctas - 1) // self.iters
+
+    def cta_range(self, c: int) -> tuple[int, int]:
+        """CTA ``c``'s stream-K iterations [floor(c*I/G), floor((c+1)*I/G))."""
+        return c * self.iters // self.ctas, (c + 1) * self.iters // self.ctas
+
+    def segments(self, t: int) -> tuple[int, int]:
+        """(first CTA, segment count) of stream-K tile ``t`` (0-based within the stream-K tiles)."""
+        first = self.owner(t * self.ktiles)
+        return first, self.owner(t * self.ktiles + self.ktiles - 1) - first + 1
+
+    @functools.cached_property
+    def slots(self) -> int:
+        """Workspace slots: the most segments of any stream-K tile (S_max; [slots, M, N] FP32)."""
+        return max(self.segments(t)[1] for t in range(self.sk_tiles))
+
+    @functools.cached_property
+    def split_tiles(self) -> int:
+        """Stream-K tiles of more than one segment (their partials go through the workspace)."""
+        return sum(1 for t in range(self.sk_tiles) if self.segments(t)[1] > 1)
+
+    @functools.cached_property
+    def partial_segments(self) -> int:
+        """Segments that store FP32 partials: every segment of a split tile."""
+        return sum(n for n in (self.segments(t)[1] for t in range(self.sk_tiles)) if n > 1)
+
+    @property
+    def per_cta(self) -> float:
+        """The balanced share of stream-K iterations, I / G."""
+        return self.iters / self.ctas
+
+    @property
+    def busiest_iters(self) -> int:
+        """K tiles the busiest CTA runs: ceil(dp_tiles / G) x ktiles + ceil(I / G)."""
+        return _cdiv(self.dp_tiles, self.ctas) * self.ktiles + _cdiv(self.iters, self.ctas)
+
+    @property
+    def max_cta_segments(self) -> int:
+        """The most stream-K segments one CTA runs: ceil((ceil(I/G) - 1) / ktiles) + 1, at most the tiles."""
+        return min(self.sk_tiles, _cdiv(_cdiv(self.iters, self.ctas) - 1, self.ktiles) + 1)
+
+    def walk(self, c: int) -> list[tuple[int, int, int, int, int]]:
+        """CTA ``c``'s work as the kernel walks it: (tile in walk order, first K tile, K tiles,
+        segment index, the tile's segments); data-parallel tiles are (tile, 0, ktiles, 0, 1)."""
+        out = [(u, 0, self.ktiles, 0, 1) for u in range(c, self.dp_tiles, self.ctas)]
+        lo, hi = self.cta_range(c)
+        for t in range(lo // self.ktiles, _cdiv(hi, self.ktiles)):
+            begin, end = max(lo, t * self.ktiles), min(hi, (t + 1) * self.ktiles)
+            first, count = self.segments(t)
+            out.append((self.dp_tiles + t, begin - t * self.ktiles, end - begin, c - first, count))
+        return out
 
 
 # ---- the Hopper kernel's plan (nova/kernels/gemm/hopper.py decides it, codegen and runtime read it)
@@ -205,6 +282,14 @@ class Schedule:
     # in a [split_k, M, N] workspace; a reduction kernel adds them in slice order, then bias,
     # activation and the output conversion: any output, deterministic; Hopper only)
     split_reduction: str = "atomic"
+    # Stream-K (hopper.py step 8; split_k = 1): the last ``stream_k_tiles`` output tiles of the walk
+    # order are not walked whole: their (tile, K tile) iterations, I = stream_k_tiles x K tiles, are
+    # split evenly over the ``hopper.ctas`` = G persistent CTAs (CTA c runs [floor(c*I/G),
+    # floor((c+1)*I/G))), after the first tiles' data-parallel walk.  A CTA's piece of a tile is a
+    # segment; a tile's one segment stores C with the epilogue, several store FP32 partials into
+    # workspace slot (c - the tile's first CTA) and a reduction kernel adds them in slot order, then
+    # the epilogue (deterministic).  0: no stream-K.  ``hopper.stream_k_plan`` has the closed forms.
+    stream_k_tiles: int = 0
 
     # ---- derived quantities (never stored twice)
     @property
@@ -257,9 +342,26 @@ class Schedule:
         return ("b", self.cluster_m) if self.cluster_m > 1 else ("a", self.cluster_n)
 
     @property
+    def stream_k(self) -> bool:
+        """The last ``stream_k_tiles`` tiles are split over the CTAs by K iterations (stream-K)."""
+        return self.stream_k_tiles > 0
+
+    @property
+    def launch_split(self) -> int:
+        """The split the calibration's launch count reads (``launches_of``: one more launch when > 1):
+        ``split_k``, or 2 for stream-K (its reduction kernel is one more launch, as split-K's)."""
+        return 2 if self.stream_k else self.split_k
+
+    @property
     def split_workspace(self) -> bool:
         """Split-K slices write FP32 partials to a workspace that a reduction kernel adds up."""
         return self.split_k > 1 and self.split_reduction == "workspace"
+
+    def stream_k_plan(self, M: int, N: int, K: int) -> StreamKPlan:
+        """The stream-K walk (``stream_k``) of this schedule for an M x N x K GEMM: its tiles, K tiles
+        and grid (``hopper.ctas``)."""
+        tiles = _cdiv(M, self.block_m) * _cdiv(N, self.block_n)
+        return StreamKPlan(tiles, self.stream_k_tiles, _cdiv(K, self.block_k), self.hopper.ctas)
 
     def grid(self, M: int, N: int, batch: int = 1) -> tuple[int, int, int]:
         """(output tiles x batch, 1, split_k): the mma.sync kernel's launch grid (it maps blockIdx.x to
@@ -269,7 +371,7 @@ class Schedule:
         return (tiles * batch, 1, self.split_k)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        d = _without_defaults(asdict(self), stream_k_tiles=0)     # no stream-K: the dict (and key) it always had
         if self.hopper is not None:          # batched fields only where they are not the defaults
             ops = d["hopper"]["operands"]
             ops["a"], ops["b"] = self.hopper.operands.a.to_dict(), self.hopper.operands.b.to_dict()

@@ -45,6 +45,10 @@ as the pick does):
                  reduction hopper.py's ``split_reductions`` allows (FP32 atomics into an f32
                  output without activation; a workspace + reduction kernel where the tiles make
                  less than two waves, as hopper.py's ``split_candidates``)
+  stream-K       split 1 with the last tiles' K iterations spread over the CTAs (hopper.py's
+                 ``stream_k_plan``), where ``stream_k_blocker`` allows it and the tiles make less than
+                 two waves (as hopper.py's ``tile_candidates``; any tile count when the pick is stream-K);
+                 register epilogue, persistent, 1x1
   epilogue       registers, and the TMA store where hopper.py's ``epilogues`` allows it (no split-K,
                  C's rows a multiple of 16 bytes)
   stages         2 .. hopper.py's ``F.stages`` (what the per-block shared memory holds beside the
@@ -72,8 +76,8 @@ from nova.kernels.gemm.ampere import (F as AMPERE, FRAG_A_REGS, FRAG_B_REGS, LIN
 from nova.kernels.gemm.configure import configure
 from nova.kernels.gemm.hopper import (CLUSTER_SHAPES, CONSUMER_OVERHEAD_REGS, F as HOPPER, WGMMA_M, cluster_blocker,
                                       cluster_extents, consumer_regs, epilogues, operand_plan, predict_hopper,
-                                      split_reductions, splits_may_pay, staging_bytes, target_cluster_blocker,
-                                      wgmma_schedule)
+                                      split_reductions, splits_may_pay, staging_bytes, stream_k_blocker,
+                                      stream_k_plan, target_cluster_blocker, wgmma_schedule)
 from nova.kernels.gemm.problem import GemmProblem
 from nova.configurator.step import MmaInstr, Prediction
 from nova.kernels.gemm.schedule import Schedule
@@ -190,7 +194,8 @@ def schedule_space(problem: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[
 
 def schedule_sort_key(s: Schedule) -> tuple:
     return (s.block_m, s.block_n, s.warps_m, s.warps_n, s.block_k, s.stages, s.split_k, s.split_reduction,
-            s.group_m, not s.persistent, s.hopper is not None and s.hopper.tma_store, s.cluster_m, s.cluster_n)
+            s.group_m, not s.persistent, s.hopper is not None and s.hopper.tma_store, s.cluster_m, s.cluster_n,
+            s.stream_k_tiles)
 
 
 def _split_options(k_iters: int, values) -> list[int]:
@@ -262,12 +267,24 @@ def wgmma_space_around(p: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Sc
     operands = operand_plan(p)
     out = []
     ways = [(split_k, reduction) for split_k in splits
-            for reduction in (split_reductions(p) if split_k > 1 else ("atomic",))]
+            for reduction in (split_reductions(p) if split_k > 1 else ("atomic",))] + [(1, "stream_k")]
     for wgs, n, (split_k, reduction) in itertools.product(WGMMA_WARPGROUPS, WGMMA_N, ways):
         tile_rows = WGMMA_M * wgs
         if tile_rows > max(WGMMA_M, _clamp_side(rows)) or n > n_top or not wgmma_fits(gpu, wgs, n):
             continue
         tiles = cdiv(rows, tile_rows) * cdiv(cols, n)
+        if reduction == "stream_k":        # as hopper.py's tile_candidates: under two waves (or the pick's way)
+            if stream_k_blocker(p, tiles, k_iters, gpu.sm_count) or \
+                    not (splits_may_pay(tiles, gpu.sm_count) or pick.stream_k):
+                continue
+            groups = _group_options(rows, tile_rows, cols, n, WGMMA_GROUP_M + (pick.group_m,))
+            max_stages = int(HOPPER.stages(smem_per_block=gpu.smem_per_block, block_m=tile_rows, N=n, staging=0))
+            panels = stream_k_plan(tiles, k_iters, gpu.sm_count).busiest_iters           # K tiles a CTA loads
+            for stages, group_m in itertools.product(range(2, min(max_stages, max(2, panels)) + 1), groups):
+                s = wgmma_schedule(p, gpu, operands, wgs, n, 1, stages, group_m, True, "stream_k", "registers")
+                if not check_schedule(p, s, gpu):
+                    out.append(s)
+            continue
         if reduction == "workspace" and not splits_may_pay(tiles, gpu.sm_count) and \
                 (split_k, reduction) != (pick.split_k, pick.split_reduction):
             continue                       # as hopper.py's split_candidates: a workspace only under two waves of tiles
@@ -360,13 +377,14 @@ def label(s: Schedule) -> str:
     """``"128x128x32 w2x4 st2 sk1 g16"``: the same notation as ``bench/results`` (``schedule`` column);
     a split-K through a workspace reads ``sk8ws``; a wgmma schedule with one CTA per tile (not
     persistent) ends in `` np``, one with the TMA-store epilogue in `` tma``, one in thread-block
-    clusters in `` c2x1`` (cluster_m x cluster_n)."""
+    clusters in `` c2x1`` (cluster_m x cluster_n), a stream-K one in `` streamk72`` (its stream-K tiles)."""
     grid = " np" if s.mma.family == "wgmma" and not s.persistent else ""
     ws = "ws" if s.split_workspace else ""
     tma = " tma" if s.hopper is not None and s.hopper.tma_store else ""
     cluster = f" c{s.cluster_m}x{s.cluster_n}" if s.cluster_m * s.cluster_n > 1 else ""
+    stream = f" streamk{s.stream_k_tiles}" if s.stream_k else ""
     return (f"{s.block_m}x{s.block_n}x{s.block_k} w{s.warps_m}x{s.warps_n} st{s.stages} "
-            f"sk{s.split_k}{ws} g{s.group_m}{grid}{tma}{cluster}")
+            f"sk{s.split_k}{ws} g{s.group_m}{grid}{tma}{cluster}{stream}")
 
 
 def measured_config(problem: GemmProblem, target: "GPUModel | str", schedule_label: str | None):

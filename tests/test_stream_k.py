@@ -1,0 +1,308 @@
+"""Stream-K on the Hopper path (issue 12, step 3), host side: the walk's closed forms
+(``schedule.StreamKPlan``) against a brute-force partition, the emitted kernels' index arithmetic
+against the same closed forms (a small evaluator of the MLIR's index ops), ptxas on stream-K kernels,
+the configurator's decision (explain, JSON, ``NOVA_STREAM_K``) and the oracle's space."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from nova.codegen import CodegenError
+from nova.configurator import GemmProblem, configure
+from nova.kernels.gemm import hopper
+from nova.kernels.gemm.emit_hopper import build_hopper_module, build_split_reduce_module, check_supported
+from nova.kernels.gemm.problem import ProblemError
+from nova.kernels.gemm.schedule import Schedule, StreamKPlan
+
+DW = (768, 3072, 16384, "bf16", {"trans_a": True})      # issue 12's weight gradient: 72 tiles on 132 SMs
+
+
+@pytest.fixture
+def stream_k(monkeypatch):
+    """``stream_k("1")``: configure with NOVA_STREAM_K set from now on."""
+    def force(value):
+        monkeypatch.setenv("NOVA_STREAM_K", value)
+    monkeypatch.delenv("NOVA_STREAM_K", raising=False)
+    monkeypatch.setenv("NOVA_HOPPER", "1")
+    return force
+
+
+# ---- the walk's closed forms -----------------------------------------------------------------------
+@st.composite
+def plans(draw):
+    tiles = draw(st.integers(1, 400))
+    sk = draw(st.integers(1, tiles))
+    ktiles = draw(st.integers(1, 300))
+    ctas = draw(st.integers(1, min(300, sk * ktiles)))
+    return StreamKPlan(tiles, sk, ktiles, ctas)
+
+
+@settings(max_examples=300, deadline=None)
+@given(plans())
+def test_the_walk_covers_every_k_tile_of_every_tile_once(plan):
+    """The CTAs' walks (data-parallel tiles whole, then each CTA's [floor(c*I/G), floor((c+1)*I/G))
+    cut at tile boundaries) cover every (tile, K tile) exactly once; each stream-K tile's pieces are
+    its segments: CTAs first..first+count-1 (``segments``), segment index c - first, below ``slots``;
+    a whole tile is its one segment."""
+    seen = {}
+    pieces: dict[int, list] = {}
+    for c in range(plan.ctas):
+        walk = plan.walk(c)
+        assert [u for u, *_ in walk] == sorted(u for u, *_ in walk)        # tiles in walk order
+        for u, begin, count, seg, nseg in walk:
+            assert count >= 1 and 0 <= begin and begin + count <= plan.ktiles
+            for k in range(begin, begin + count):
+                assert (u, k) not in seen, (u, k, c, seen[(u, k)])
+                seen[(u, k)] = c
+            pieces.setdefault(u, []).append((c, seg, nseg, begin, count))
+        lo, hi = plan.cta_range(c)
+        assert hi > lo                                                      # every CTA has work
+        assert all(plan.owner(i) == c for i in (lo, hi - 1))
+    assert len(seen) == plan.tiles * plan.ktiles
+    for u, ps in pieces.items():
+        if u < plan.dp_tiles:
+            assert ps == [(u % plan.ctas, 0, 1, 0, plan.ktiles)]
+            continue
+        first, count = plan.segments(u - plan.dp_tiles)
+        assert [c for c, *_ in ps] == list(range(first, first + count))
+        assert [seg for _, seg, *_ in ps] == list(range(count)) and all(n == count for _, _, n, *_ in ps)
+        assert count <= plan.slots
+        assert (count == 1) == (ps[0][3:] == (0, plan.ktiles))
+    assert plan.split_tiles == sum(1 for t in range(plan.sk_tiles) if plan.segments(t)[1] > 1)
+    busiest = max(sum(count for _, _, count, *_ in plan.walk(c)) for c in range(plan.ctas))
+    assert busiest <= plan.busiest_iters
+    assert max(sum(1 for u, *_ in plan.walk(c) if u >= plan.dp_tiles) for c in range(plan.ctas)) <= plan.max_cta_segments
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 800), st.integers(1, 600), st.sampled_from([78, 108, 132]))
+def test_the_region_and_grid_rules(tiles, ktiles, sms):
+    """``stream_k_region``: all tiles under two waves, else the last partial wave + one full wave
+    (the data-parallel tiles make whole waves), none when the tiles make whole waves; the grid gives
+    every CTA at least MIN_SLICE_K_TILES iterations (or one, when there are fewer)."""
+    sk = hopper.stream_k_region(tiles, sms)
+    if tiles % sms == 0:
+        assert sk == 0
+        return
+    assert (tiles - sk) % sms == 0 and 0 < sk <= tiles and (sk == tiles or sk < 2 * sms)
+    plan = hopper.stream_k_plan(tiles, ktiles, sms)
+    assert plan.ctas <= sms and (plan.dp_tiles == 0 or plan.ctas == sms)
+    assert plan.iters // plan.ctas >= min(hopper.MIN_SLICE_K_TILES, plan.iters) or plan.dp_tiles
+
+
+# ---- the emitted index arithmetic vs the closed forms ------------------------------------------------
+_ARITH = re.compile(r"^\s*(%[\w]+) = arith\.(addi|subi|muli|divui|remui|minsi|maxsi|cmpi|andi|constant) (.*)$")
+_PRED = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "slt": lambda a, b: a < b,
+         "sgt": lambda a, b: a > b, "sge": lambda a, b: a >= b, "sle": lambda a, b: a <= b}
+_OPS = {"addi": lambda a, b: a + b, "subi": lambda a, b: a - b, "muli": lambda a, b: a * b,
+        "divui": lambda a, b: a // b, "remui": lambda a, b: a % b, "minsi": min, "maxsi": max,
+        "andi": lambda a, b: a and b}
+
+
+def evaluate(lines, env):
+    """Evaluate the index/i1 arith ops of ``lines`` in order (an op with an unknown operand is skipped)."""
+    env = dict(env)
+    for line in lines:
+        m = _ARITH.match(line)
+        if not m:
+            continue
+        name, op, rest = m.groups()
+        if op == "constant":
+            v = rest.split(":")[0].strip()
+            if re.fullmatch(r"-?\d+", v):
+                env[name] = int(v)
+            elif v in ("true", "false"):
+                env[name] = v == "true"
+            continue
+        pred = None
+        if op == "cmpi":
+            pred, rest = rest.split(",", 1)
+        args = [a.strip() for a in rest.split(":")[0].split(",")]
+        if not all(a in env for a in args):
+            continue
+        a, b = (env[x] for x in args)
+        env[name] = _PRED[pred.strip()](a, b) if op == "cmpi" else _OPS[op](a, b)
+    return env
+
+
+def kernel_walk(text: str, plan: StreamKPlan, bid: int) -> list[tuple]:
+    """What the producer's stream-K loop header computes for CTA ``bid``: per %skt iteration
+    (tile, first K tile, K tiles, segment, whole tile), by evaluating the emitted MLIR."""
+    lines = text.splitlines()
+    head = next(i for i, ln in enumerate(lines) if "scf.for %skt" in ln)
+    env = evaluate(lines[:head], {"%bid": bid})
+    m = re.search(r"scf\.for %skt = (\S+) to (\S+) step", lines[head])
+    t0, t1 = (env[v] if v in env else int(v.removeprefix("%c")) for v in m.groups())
+    body = lines[head + 1:head + 60]
+    out = []
+    for t in range(t0, t1):
+        e = evaluate(body, {**env, "%skt": t})
+        pick = lambda prefix: next(e[k] for k in sorted(e, key=len) if k.startswith(prefix) and k not in env)  # noqa: E731
+        out.append((t + plan.dp_tiles, pick("%k_begin"), pick("%k_count"), pick("%segment"), pick("%whole_tile")))
+    return out
+
+
+STREAM_K_SHAPES = [
+    (768, 3072, 16384, "bf16", {"trans_a": True}),                       # the dW shape: 72 tiles, all stream-K
+    (1000, 600, 5000, "bf16", {"trans_a": True, "bias": True, "activation": "gelu"}),   # tails, K % 64 != 0
+    (4000, 4000, 2000, "bf16", {"trans_b": True, "bias": True, "activation": "silu"}),  # hybrid: 264 whole tiles first
+    (700, 300, 9000, "tf32", {"trans_a": True, "bias": True}),           # TF32, A through registers or prep
+    (1000, 1000, 3000, "tf32", {"activation": "relu"}),                  # TF32 swapped: B^T from registers
+    (500, 384, 7000, "bf16", {}),                                        # NN
+    (1536, 512, 16384, "fp16", {"trans_a": True}),
+    (512, 2048, 16384, "tf32", {"trans_a": True}),                       # f32 output
+    (2304, 768, 4000, "bf16", {"trans_a": True, "trans_b": True, "out_dtype": "f32"}),  # TT, f32 out of bf16
+]
+
+
+def forced_schedule(M, N, K, dtype, extra) -> tuple[GemmProblem, Schedule]:
+    p = GemmProblem(M, N, K, dtype, **extra)
+    s = configure(p, "h200").schedule
+    assert s.stream_k, (p.describe(), s)
+    return p, s
+
+
+@pytest.mark.parametrize("M,N,K,dtype,extra", STREAM_K_SHAPES, ids=str)
+def test_the_kernel_and_the_reduction_compute_the_closed_forms(stream_k, M, N, K, dtype, extra):
+    """The emitted GEMM's stream-K loop (evaluated for several CTAs) walks ``StreamKPlan.walk``'s
+    pieces, and the reduction kernel's per-element test and segment count (evaluated on elements of
+    every tile) are the tile's ``segments``."""
+    stream_k("1")
+    p, s = forced_schedule(M, N, K, dtype, extra)
+    plan = s.stream_k_plan(p.M, p.N, p.K)
+    text = build_hopper_module(p, s)
+    assert f"%W: memref<{plan.slots * p.M}x{p.N}xf32>" in text
+    for c in sorted({0, 1, plan.ctas // 3, plan.ctas // 2, plan.ctas - 1}):
+        want = [(u, b, n, seg, nseg == 1) for u, b, n, seg, nseg in plan.walk(c) if u >= plan.dp_tiles]
+        assert kernel_walk(text, plan, c) == want, c
+    reduce = build_split_reduce_module(p, s).splitlines()
+    cut = next(i for i, ln in enumerate(reduce) if "scf.if %split_tile" in ln)
+    v = s.vector_c
+    swap = s.swap_ab
+    tile_i, tile_j = (s.block_n, s.block_m) if swap else (s.block_m, s.block_n)
+    tiles_i, tiles_j = -(-(p.N if swap else p.M) // tile_i), -(-(p.M if swap else p.N) // tile_j)
+    gm = max(1, min(s.group_m, tiles_i))
+    for u in range(0, plan.tiles, max(1, plan.tiles // 40)):
+        # the tile at walk index u (tile_origin's group-M order), one of its elements
+        group, inside = divmod(u, gm * tiles_j)
+        rows = min(tiles_i - group * gm, gm)
+        pi, pj = group * gm + inside % rows, inside // rows
+        i, j = min(pi * tile_i + 5, (p.N if swap else p.M) - 1), pj * tile_j + 2 * v
+        j = min(j, (p.M if swap else p.N) - 1)
+        row, col = (j, i) if swap else (i, j)
+        col -= col % v
+        e = row * p.N + col
+        env = evaluate(reduce[:cut], {"%bid": e // v // 256, "%tid": e // v % 256})
+        assert env["%e"] == e
+        segments = plan.segments(u - plan.dp_tiles)[1] if u >= plan.dp_tiles else 1
+        assert env["%split_tile"] == (segments > 1), (u, e)
+        if segments > 1:
+            assert env["%segments"] == segments, (u, e)
+
+
+@pytest.mark.parametrize("M,N,K,dtype,extra", STREAM_K_SHAPES, ids=str)
+def test_stream_k_kernels_assemble_without_spills(stream_k, M, N, K, dtype, extra):
+    from nova.codegen import compile_gemm, ptxas
+    if not ptxas.available():
+        pytest.skip("ptxas not on PATH")
+    stream_k("1")
+    p, s = forced_schedule(M, N, K, dtype, extra)
+    art = compile_gemm(p, s)
+    r = art.resources
+    assert r["spill_store_bytes"] == 0 and r["spill_load_bytes"] == 0 and r["stack_bytes"] == 0, r
+    assert not [ln for ln in r["ptxas_info"] if re.search(r"C75(08|13|15|17|19)", ln)], r["ptxas_info"]
+    assert art.params == ("tmap_a", "tmap_b", "C", "W") + (("bias",) if p.bias else ()) and not art.zero_output
+    assert art.grid == (s.hopper.ctas, 1, 1)
+    reduce = art.meta["reduce_kernel"]
+    assert reduce["resources"]["spill_store_bytes"] == 0
+    assert reduce["params"] == ["W", "C"] + (["bias"] if p.bias else [])
+
+
+# ---- the configurator ------------------------------------------------------------------------------
+def test_the_dw_shape_picks_stream_k_and_says_why(stream_k):
+    p = GemmProblem(*DW[:4], **DW[4])
+    cfg = configure(p, "h200")
+    s = cfg.schedule
+    assert s.stream_k and s.stream_k_tiles == 72 and s.split_k == 1 and s.hopper.ctas == 132
+    assert not s.hopper.tma_store and s.persistent and (s.cluster_m, s.cluster_n) == (1, 1)
+    row = next(st for st in cfg.derivation if st.step == "split-K")
+    assert row.value == "stream-K"
+    for needle in ("I = 72 x 256 = 18432", "G = 132 CTAs", "floor(((i+1)*G - 1)/I)", "I/G = 139.6",
+                   "a reduction kernel adds in segment order", "best split-K 128x256 split 5"):
+        assert needle in row.reason, needle
+    # the prediction beats the split-K and no-split candidates it was ranked against
+    stream_k("0")
+    old = configure(p, "h200")
+    assert not old.schedule.stream_k and old.schedule.split_k == 5
+    assert cfg.prediction.time_us < old.prediction.time_us
+    assert Schedule.from_dict(json.loads(json.dumps(s.to_dict()))) == s
+    assert "stream_k_tiles" not in old.schedule.to_dict()          # other schedules keep their dict (and key)
+
+
+def test_explain_json_and_table_show_the_walk():
+    env = {**os.environ, "NOVA_HOPPER": "1"}
+    env.pop("NOVA_STREAM_K", None)
+    args = [sys.executable, "-m", "nova.cli.config", "explain", "matmul", "768x3072x16384", "--dtype", "bf16",
+            "--trans-a", "--target", "h200"]
+    r = subprocess.run(args + ["--json"], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["schedule"]["stream_k_tiles"] == 72 and d["schedule"]["split_k"] == 1
+    assert any(st["step"] == "split-K" and st["value"] == "stream-K" for st in d["derivation"])
+    r = subprocess.run(args, capture_output=True, text=True, timeout=120, env={**env, "COLUMNS": "400"})
+    assert r.returncode == 0, r.stderr
+    text = " ".join(re.sub("[\u2500-\u257f]", " ", r.stdout).split())       # the table's cells, unwrapped
+    assert "stream-K over the last 72 tiles: 18432 K-tile iterations on 132 CTAs (139.6 each)" in text
+    assert "added in order by a reduction kernel (deterministic)" in text
+
+
+def test_forced_stream_k_where_not_allowed_is_one_clear_line():
+    """NOVA_STREAM_K=1 on a batched problem: one 'error:' line, exit 2; a bad value likewise."""
+    base = [sys.executable, "-m", "nova.cli.config", "explain", "matmul"]
+    rest = ["--dtype", "bf16", "--target", "h200"]
+    for shape, value, message in (("4x512x512x16384", "1", "cannot run stream-K"),
+                                  ("512x512x16384", "yes", "NOVA_STREAM_K='yes': expected 1")):
+        r = subprocess.run(base + [shape] + rest, capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "NOVA_HOPPER": "1", "NOVA_STREAM_K": value})
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and message in lines[0], r.stderr
+        assert "Traceback" not in r.stderr
+
+
+def test_forced_stream_k_in_python_and_codegen_checks(stream_k):
+    stream_k("1")
+    with pytest.raises(ProblemError, match="not with a batch"):
+        configure(GemmProblem(512, 512, 16384, "bf16", trans_a=True, batch=4), "h200")
+    # a stream-K schedule handed to the code generator with a problem it does not fit: one clear line
+    p, s = forced_schedule(*DW[:4], DW[4])
+    batched = GemmProblem(*DW[:4], **DW[4], batch=2)
+    with pytest.raises(CodegenError, match="stream-K with a batch of 2") as e:
+        check_supported(batched, s)
+    assert "\n" not in str(e.value)
+
+
+def test_no_stream_k_means_the_old_pick(stream_k):
+    """NOVA_STREAM_K=0: step 8 never prices stream-K (the pick of before)."""
+    stream_k("0")
+    s = configure(GemmProblem(*DW[:4], **DW[4]), "h200").schedule
+    assert not s.stream_k and s.split_k > 1 and s.split_workspace
+
+
+def test_the_space_holds_stream_k_candidates(stream_k):
+    """The oracle's space (nova tune --exhaustive) enumerates stream-K schedules the code generator
+    accepts, and the configurator's stream-K pick is one of them."""
+    from nova.kernels.gemm.space import enumerate_schedules, label
+    p = GemmProblem(*DW[:4], **DW[4])
+    space = enumerate_schedules(p, "h200")
+    sk = [s for s in space if s.stream_k]
+    assert sk and all(s.split_k == 1 and not s.hopper.tma_store for s in sk)
+    for s in sk:
+        check_supported(p, s)
+    assert configure(p, "h200").schedule in sk
+    assert "streamk72" in label(sk[-1]) or any("streamk" in label(s) for s in sk)
