@@ -10,7 +10,8 @@
 # attention (GPU tests + benchmark, ATTN_DTYPES), clusters (bench/suites/cluster_probe.json under
 # NOVA_CLUSTER = each of CLUSTERS, "none" = the configurator's pick; CLUSTER_SUITE), batched
 # (bench/suites/batched_gemms.json: Nova vs torch.bmm vs XLA), sanitizer (every GPU test file of SAN_TESTS
-# under each compute-sanitizer tool of SAN_TOOLS, default memcheck racecheck synccheck initcheck, SAN_S each).
+# under each compute-sanitizer tool of SAN_TOOLS, default memcheck racecheck synccheck initcheck, SAN_S each;
+# SAN_K a pytest -k filter), probe (the command PROBE, PROBE_S). suite: SUITE (default the training GEMMs), SUITE_DTYPES.
 # Results: $OUT/issue12.tgz (everything) + the summaries beside it (the device tool returns 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +24,7 @@ for stage in $STAGES; do
   case $stage in
     tests)  timeout ${TESTS_S:-200} python3 -m pytest -m gpu ${TESTS:-tests/test_runtime_gpu.py} -q -p no:cacheprovider \
               2>&1 | tail -n 40 | tee "$RES/gpu-tests.txt" | tee -a "$RES/log.txt" ;;
-    suite)  OUT=$RES timeout ${SUITE_S:-330} bash bench/train_gemms_device.sh --budget-s $(( ${SUITE_S:-330} - 40 )) \
+    suite)  OUT=$RES timeout ${SUITE_S:-330} bash bench/train_gemms_device.sh ${SUITE:+--suite $SUITE} ${SUITE_DTYPES:+--dtypes $SUITE_DTYPES} --budget-s $(( ${SUITE_S:-330} - 40 )) \
               2>&1 | tail -n 60 >> "$RES/log.txt" ;;
     oracle) timeout ${ORACLE_S:-170} python3 -m nova.bench.oracle --manifest .nova-cache/tune-manifest.json \
               --out "$RES" --tag oracle-dw --budget-s $(( ${ORACLE_S:-170} - 30 )) 2>&1 | tail -n 40 >> "$RES/log.txt" ;;
@@ -54,9 +55,10 @@ for stage in $STAGES; do
     sanitizer) for tool in ${SAN_TOOLS:-memcheck racecheck synccheck initcheck}; do
               echo "== compute-sanitizer $tool $(date +%T)" | tee -a "$RES/log.txt"
               timeout ${SAN_S:-150} compute-sanitizer --tool $tool --report-api-errors no --target-processes all \
-                python3 -m pytest -m gpu ${SAN_TESTS:-tests/test_runtime_gpu.py tests/test_attention_gpu.py} -q -p no:cacheprovider \
+                python3 -m pytest -m gpu ${SAN_TESTS:-tests/test_runtime_gpu.py tests/test_attention_gpu.py} ${SAN_K:+-k "$SAN_K"} -q -p no:cacheprovider \
                 > "$RES/sanitizer-$tool.txt" 2>&1; echo "exit $?" >> "$RES/sanitizer-$tool.txt"
               grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed|^exit" "$RES/sanitizer-$tool.txt" | tee -a "$RES/log.txt"; done ;;
+    probe)  timeout ${PROBE_S:-120} bash -c "${PROBE:-true}" 2>&1 | tail -n ${PROBE_LINES:-80} | tee "$RES/probe.txt" >> "$RES/log.txt" ;;
     train)  timeout ${TRAIN_S:-240} python3 -m nova.bench.train --all --frameworks ${FRAMEWORKS:-eager,nova} --model ${MODEL:-gpt42m} --batch ${BATCH:-32} \
               --out "$RES/train" --timeout 110 2>&1 | tail -n 30 >> "$RES/log.txt" ;;
   esac
