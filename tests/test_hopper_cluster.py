@@ -33,7 +33,8 @@ CLUSTER_SPREAD = [
     ("4x1", 4096, 4096, 4096, "bf16", {"trans_b": True}),                     # extent 4 (forced only)
 ]
 # 16-bit problems with an MN-major operand: on the H200 their cluster kernels computed wrong results
-# (bench/results/h200-session6/call3), so the configurator and NOVA_CLUSTER keep them 1x1
+# (bench/results/h200-session6/call3) until the descriptors' start address was masked to 14 bits
+# (session 7); NOVA_CLUSTER now forces them like any other
 MN_MAJOR_16BIT = [
     ("2x1", 512, 2048, 16384, "bf16", {"trans_a": True}),
     ("1x2", 3000, 5000, 700, "bf16", {"bias": True, "activation": "gelu"}),
@@ -42,14 +43,15 @@ MN_MAJOR_16BIT = [
 
 
 @pytest.mark.parametrize("case", MN_MAJOR_16BIT, ids=lambda c: _id(c))
-def test_mn_major_16bit_tiles_stay_out_of_clusters(case, forced):
+def test_mn_major_16bit_tiles_enter_clusters(case, forced):
     from nova.kernels.gemm.hopper import cluster_blocker
     cl, M, N, K, dtype, extra = case
     forced(cl)
     p = GemmProblem(M, N, K, dtype, **extra)
     cfg = configure(p, "h200")
-    assert (cfg.schedule.cluster_m, cfg.schedule.cluster_n) == (1, 1)
-    assert "MN-major 16-bit" in cluster_blocker(p, cfg.schedule, _shape(cl))
+    assert (cfg.schedule.cluster_m, cfg.schedule.cluster_n) == _shape(cl)
+    assert "smem_t" in (cfg.schedule.hopper.operands.a.feed, cfg.schedule.hopper.operands.b.feed)
+    assert cluster_blocker(p, cfg.schedule, _shape(cl)) is None
 
 
 def _id(case):
@@ -245,8 +247,8 @@ def test_forced_cluster_shapes_and_what_blocks_them(forced):
     assert "wider than the problem" in cluster_blocker(thin, configure(thin, "h200").schedule, (2, 1))
     assert "persistent" in cluster_blocker(p, dataclasses.replace(one, persistent=False), (2, 1))
     assert "portable" in cluster_blocker(p, one, (16, 1))
-    nn = GemmProblem(128, 4096, 4096, "bf16")                          # B MN-major: kept out of clusters
-    assert "MN-major 16-bit" in cluster_blocker(nn, configure(nn, "h200").schedule, (1, 2))
+    nn = GemmProblem(128, 4096, 4096, "bf16")                          # B MN-major: allowed (masked descriptors)
+    assert cluster_blocker(nn, configure(nn, "h200").schedule, (1, 2)) is None
     with pytest.raises(CodegenError, match="cluster 2x2: .*multicast both operands"):
         check_supported(p, dataclasses.replace(one, cluster_m=2, cluster_n=2))
 
@@ -411,7 +413,6 @@ def test_cluster_experiments_take_the_cross_cta_traffic_out_one_step_at_a_time(f
     1x1 schedule ignores it."""
     from nova.codegen import CodegenError
     from nova.kernels.gemm.emit_hopper import build_hopper_module
-    monkeypatch.setenv("NOVA_CLUSTER_MN_MAJOR", "1")
     forced("1x2")
     p = GemmProblem(3000, 5000, 700, "bf16")                  # B MN-major (not shared), A K-major shared
     s = configure(p, "h200").schedule
@@ -432,13 +433,25 @@ def test_cluster_experiments_take_the_cross_cta_traffic_out_one_step_at_a_time(f
     assert build_hopper_module(p, one, cluster_experiment="local_all") == build_hopper_module(p, one)
 
 
-def test_mn_major_clusters_are_refused_unless_an_experiment_asks(monkeypatch):
+def test_cluster_descriptors_mask_the_start_address_to_its_14_bits(forced):
+    """In a cluster launch rank r's shared::cta addresses carry r above bit 18 (they are its
+    shared::cluster addresses); unmasked, >> 4 carries that into the descriptor's LBO field and rank
+    >= 1 CTAs read MN-major tiles' boxes 1.. from the wrong place (the H200's wrong results of
+    session 6).  Cluster kernels mask (addr >> 4) to the 14-bit start field; MN-major 16-bit tiles are
+    allowed in clusters again; 1x1 kernels are unchanged (no mask)."""
+    from nova.kernels.gemm.emit_hopper import build_hopper_module
     from nova.kernels.gemm.hopper import cluster_blocker
     p = GemmProblem(512, 2048, 16384, "bf16", trans_a=True)
     s = configure_one_by_one(p)
-    assert "MN-major 16-bit" in cluster_blocker(p, s, (2, 1))
-    monkeypatch.setenv("NOVA_CLUSTER_MN_MAJOR", "1")
     assert cluster_blocker(p, s, (2, 1)) is None
+    assert "arith.andi %ring_enc, %c16383" not in build_hopper_module(p, s)
+    forced("2x1")
+    c = configure(p, "h200").schedule
+    assert (c.cluster_m, c.cluster_n) == (2, 1) and c.hopper.operands.b.feed == "smem_t"
+    text = build_hopper_module(p, c)
+    assert "%ring_enc14 = arith.andi %ring_enc, %c16383 : index" in text
+    after = text.split("%ring_enc14 = arith.andi %ring_enc, %c16383 : index")[1]
+    assert "%ring_enc," not in after and "%ring_enc14" in after    # descriptors start from the masked base
 
 
 # ---- the ring protocol of a cluster, as a model under random interleavings -----------------------

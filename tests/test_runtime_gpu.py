@@ -69,6 +69,13 @@ CLUSTER_CASES = [
     ("1x2", (768, 3072, 16384, "tf32", True, False, False, "none")),     # A transposed by a prep pass, workspace
     ("1x2", (3000, 5000, 700, "tf32", True, True, True, "none")),        # A^T from registers, TMA store
     ("4x1", (2900, 3000, 1000, "bf16", False, True, False, "none")),     # extent 4, a tile outside C
+    # MN-major 16-bit tiles (the descriptor's transpose bit; wrong on rank >= 1 before the 14-bit mask
+    # of the descriptor's start address, session 7): dW (A^T and B MN-major, B shared), NN (B
+    # MN-major, not shared), TT (A MN-major shared), FP16, bias + gelu, ragged
+    ("2x1", (512, 2048, 16384, "bf16", True, False, False, "none")),
+    ("1x2", (3000, 5000, 700, "bf16", False, False, True, "gelu")),
+    ("1x2", (1000, 1500, 2000, "fp16", True, True, False, "none")),
+    ("2x1", (8192, 8192, 8192, "bf16", False, False, False, "none")),
 ]
 # Stream-K (hopper.py step 8, ``Schedule.stream_k``), each forced with NOVA_STREAM_K=1 (and precompiled
 # so): the BF16 weight gradients of issue 12 (A stored [K, M]), bias, ragged M and N with K not a

@@ -8,7 +8,7 @@ offsets, signalling the same barriers with the stage's bytes
 (tests/test_hopper_cluster.py::test_cluster_tma_writes_are_the_one_by_one_kernels), and the ring
 protocol holds under any interleaving of a model with the mbarrier's phase/pending/tx rules; so this
 maps the device's error instead of guessing.  ``build`` compiles each case (forced cluster shapes,
-MN-major 16-bit ones included through NOVA_CLUSTER_MN_MAJOR=1) in three variants of the kernel:
+MN-major 16-bit ones included) in three variants of the kernel:
 
 * ``base``: the cluster kernel (TMA multicast of the shared tile, remote releases);
 * ``local_loads``: no multicast (each CTA loads the whole shared tile itself), remote releases kept;
@@ -42,7 +42,6 @@ VARIANTS = (None, "local_loads", "local_all")
 
 
 def build(out: Path) -> None:
-    os.environ["NOVA_CLUSTER_MN_MAJOR"] = "1"
     from nova.configurator import GemmProblem, configure
     from nova.kernels.gemm.emit_hopper import compile_hopper
     out.mkdir(parents=True, exist_ok=True)

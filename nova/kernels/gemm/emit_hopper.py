@@ -98,6 +98,7 @@ WG = 128                    # threads per warpgroup
 SWIZZLE_BYTES = 128
 SLAB_M = 64                 # wgmma M
 MBARRIER_WAIT_TICKS = 10000000   # suspend-time hint of each mbarrier try_wait (then the loop retries)
+DESC_START_MASK = (1 << 14) - 1  # the wgmma descriptor's start-address field: (shared address >> 4) & 0x3FFF
 CLUSTER_EXPERIMENTS = ("local_loads", "local_all")   # build_hopper_module(cluster_experiment=...): probes only
 _KSTEP = {m: e.mma_k for m, e in MODES.items()}         # nova/dtypes.py
 _WG_TYPE = {m: e.name for m, e in MODES.items()}
@@ -442,6 +443,13 @@ class _HopperKernel:
         al = ir.sub(up, ir.rem(up, align, "dsm_rem"), "dsm_aligned")
         self.base_off = ir.sub(al, addr, "ring_off")        # byte offset of the ring in the dsm view
         self.base_enc = ir.div(al, 16, "ring_enc")          # shared address >> 4 (wgmma descriptor units)
+        if self.csize > 1:
+            # In a cluster launch a CTA's shared::cta addresses are shared::cluster addresses of its own
+            # rank: rank r sets bits above the 18 a CTA's shared memory spans, and >> 4 would carry them
+            # into the descriptor's LBO field (bits 16-29).  The start-address field is 14 bits: mask it.
+            # (Without the mask, rank >= 1 CTAs read MN-major tiles' boxes 1.. from base + c x (LBO +
+            # rank x 256 B): wrong results, NaN from unwritten smem; H200, session 7, call 1.)
+            self.base_enc = ir.let("ring_enc14", f"arith.andi {ir.v(self.base_enc)}, {ir.v(DESC_START_MASK)} : index")
         ir.comment(f"---- mbarriers: full[{s.stages}] (TMA landed), empty[{s.stages}] (slot consumed"
                    + (f" by the consumers of all {self.csize} CTAs of the cluster)" if self.csize > 1 else ")"))
         self.full = ir.let("full", f"nvgpu.mbarrier.create -> {self.mb_t}")

@@ -416,11 +416,25 @@ def stream_k_terms(p: GemmProblem, gpu, block_i: int, n: int, operands: OperandP
                + plan.split_tiles * tile_elems * p.out_bytes / gpu.dram_bw)
     depth = stages or ring_depth(gpu, block_i, n)
     t_ring = busiest * gpu.mem_latency_ns * 1e-9 / max(depth - 2, 1)
-    t_dram = p.min_bytes / gpu.dram_bw
+    t_dram = stream_k_dram_bytes(p, gpu, block_i, n, plan) / gpu.dram_bw
     t_fill = fill_time(p, gpu, block_i, n, plan.ctas, dram_bound=t_dram >= max(t_mma, t_l2, t_ring))
     return {"mma": t_mma, "l2": t_l2, "dram": t_dram, "smem_cap": cap, "ring": t_ring, "fill": t_fill,
             "epilogue": t_epilogue, "prep": prep_bytes(p, operands) / gpu.dram_bw, "split": t_split,
             "launches": 2 + sum(1 for role in (operands.a, operands.b) if role.prep)}
+
+
+def stream_k_dram_bytes(p: GemmProblem, gpu, block_i: int, n: int, plan: StreamKPlan) -> float:
+    """DRAM bytes of a stream-K walk.  CTA c starts at iteration floor(c*I/G), so the CTAs running
+    together sit at different K offsets and share no K tile: when A and B do not fit in half of L2,
+    every stream-K iteration streams its (block_i + n) x 64-element K tile from DRAM,
+    ``iters x (block_i + n) x 128 B``, beside the data-parallel tiles' operands (read once, as in
+    ``p.min_bytes``).  Measured on the H200 (session 7, call 1): BF16 768x3072x16384 dW 191 us vs
+    906 MB / 4.8 TB/s = 189 us; 2304x768 166 vs 141; 1536x512 73 vs 63 (the split-K walk it
+    replaced, slice-major, keeps concurrent CTAs on the same K: 171, 115, 63 us)."""
+    operands = (p.M + p.N) * p.K * p.in_bytes
+    if operands <= gpu.l2_bytes / 2:
+        return p.min_bytes
+    return p.min_bytes - operands * plan.sk_tiles / plan.tiles + plan.iters * (block_i + n) * SWIZZLE
 
 
 def split_overhead(p: GemmProblem, gpu, split: int, reduction: str = "atomic") -> float:
@@ -1008,14 +1022,6 @@ def forced_cluster() -> tuple[int, int] | None:
     return cm, cn
 
 
-def mn_major_clusters_forced() -> bool:
-    """``NOVA_CLUSTER_MN_MAJOR=1`` (experiments only, with NOVA_CLUSTER): ``cluster_blocker`` lets 16-bit
-    MN-major tiles into clusters, so the device can be probed for their wrong results
-    (bench/probes/cluster_mn_major.py; precompile with the same setting)."""
-    import os
-    return os.environ.get("NOVA_CLUSTER_MN_MAJOR", "").strip() == "1"
-
-
 def target_cluster_blocker(gpu, cluster: tuple[int, int]) -> str | None:
     """Why ``gpu`` cannot launch clusters of ``cluster`` = (cluster_m, cluster_n) CTAs (None if it can)."""
     if cluster == (1, 1):
@@ -1061,11 +1067,6 @@ def cluster_blocker(p: GemmProblem, s: Schedule, cluster: tuple[int, int]) -> st
                     f"{SWIZZLE_ATOM_ROWS}-row swizzle atoms")
     elif cdiv(rows, per_row) % extent:
         return f"{op.upper()}'s {rows}-wide tile is {cdiv(rows, per_row)} boxes of 128 B: not {extent} equal slices"
-    transposed = [op.upper() for op in "ab" if s.hopper.operands.role(op).feed == "smem_t"]
-    if transposed and not mn_major_clusters_forced():
-        return (f"{' and '.join(transposed)} MN-major 16-bit (read through the descriptor's transpose bit): cluster "
-                f"kernels with such a tile computed wrong results on the H200 (bench/NOTES.md, session 6), so "
-                f"clusters run only with K-major tiles until that is found")
     return None
 
 
