@@ -151,6 +151,9 @@ def kernel_arch(s: AttentionSchedule, role: str) -> str:
 def kernel_params(s: AttentionSchedule, role: str) -> tuple[str, ...]:
     """The kernel's parameters: the Hopper forward reads q, k, v through tensor maps."""
     if s.kernel(role).hopper:
+        if role != "fwd":
+            from nova.kernels.attention.build_hopper_bwd import PARAMS as HOPPER_BWD_PARAMS
+            return HOPPER_BWD_PARAMS[role]
         from nova.kernels.attention.build_hopper import PARAMS as HOPPER_PARAMS
         return HOPPER_PARAMS
     return PARAMS[role]
@@ -158,9 +161,10 @@ def kernel_params(s: AttentionSchedule, role: str) -> tuple[str, ...]:
 
 def build_module(p: AttentionProblem, s: AttentionSchedule, role: str) -> str:
     if s.kernel(role).hopper:
-        from nova.kernels.attention.build_hopper import build_hopper_fwd
         if role != "fwd":
-            raise AttentionCodegenError(f"{role}: only the forward has a Hopper kernel")
+            from nova.kernels.attention.build_hopper_bwd import build_hopper_bwd
+            return build_hopper_bwd(p, s, role)
+        from nova.kernels.attention.build_hopper import build_hopper_fwd
         return build_hopper_fwd(p, s)
     check_supported(p, s, role)
     if role == "bwd_pre":
