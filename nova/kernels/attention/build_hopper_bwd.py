@@ -172,7 +172,7 @@ class _HopperBwd:
         return ir.text()
 
     def setup(self):
-        ir, p = self.ir, self.p
+        ir = self.ir
         self.tm = {}
         for n in ("q", "k", "v", "dout"):
             self.tm[n] = ir.let(f"tm_{n}", f"builtin.unrealized_conversion_cast %tmap_{n} : !llvm.ptr to "
@@ -278,7 +278,7 @@ class _HopperBwd:
                     f"{self.tm_type(rows)}, {self.mb(nbar)} -> {self.box_type(rows)}")
 
     def producer(self):
-        ir, p = self.ir, self.p
+        ir = self.ir
         ir.comment("---- producer warpgroup: give registers back; thread 0 issues the TMA loads"
                    + ("; warp 1 writes each slot's LSE/D columns" if self.dkv else ""))
         ir.emit(f"nvvm.setmaxregister decrease {self.kt.producer_regs}")
