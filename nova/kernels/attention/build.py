@@ -1,7 +1,8 @@
 """The attention kernel builder: ``(AttentionProblem, AttentionSchedule, role) -> MLIR text``.
 
 Four FlashAttention-2-style kernels on ``mma.sync`` + ``cp.async`` (sm_80+; also sm_90; where the
-schedule puts the forward on TMA + wgmma, ``schedule.tma``, ``build_module`` hands it to ``build_hopper``):
+schedule puts the forward on TMA + wgmma, ``schedule.tma``, ``build_module`` hands it to ``build_hopper``, and
+a Hopper dK/dV or dQ tile, ``KernelTile.hopper``, to ``build_hopper_bwd``):
 
 * ``fwd``      grid (Q tiles, B*H).  The block's Q tile stays in shared memory; K/V tiles stream
                through a ``stages``-deep cp.async ring.  Per KV tile: S = Q K^T (FP32), online

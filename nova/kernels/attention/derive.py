@@ -668,9 +668,10 @@ HOPPER_MODES = ("auto", "off", "force")
 
 
 def hopper_mode() -> str:
-    """``$NOVA_ATTENTION_HOPPER``: "auto" (default: the Hopper forward where step 10 predicts it faster),
-    "off" (0: the forward stays on mma.sync, for A/B measurements) or "force" (the Hopper forward wherever
-    it can run: tests of small and ragged problems the model leaves on mma.sync)."""
+    """``$NOVA_ATTENTION_HOPPER``: "auto" (default: the Hopper forward where step 10 predicts it faster, the
+    Hopper dK/dV and dQ kernels where step 11 does), "off" (0: every kernel stays on mma.sync, for A/B
+    measurements) or "force" (the Hopper kernels wherever they can run: tests of small and ragged problems
+    the model leaves on mma.sync)."""
     import os
     want = os.environ.get("NOVA_ATTENTION_HOPPER", "auto").strip().lower() or "auto"
     want = {"0": "off", "1": "auto", "no": "off", "false": "off"}.get(want, want)
