@@ -373,12 +373,12 @@ def test_hopper_forward_is_derived_for_16_bit_on_the_h200(shape, dtype, monkeypa
     assert k.grid == (-(-t // 128), b * h, 1) and 2 <= k.stages <= 4
     assert check_attention_schedule(p, s, gpu) == []
     steps = {st.step: st for st in cfg.derivation}
-    assert steps["10 fwd path"].value == "wgmma + TMA" and "backward kernels stay on mma.sync" in steps["10 fwd path"].reason
+    assert steps["10 fwd path"].value == "wgmma + TMA" and "backward kernels (step 11)" in steps["10 fwd path"].reason
     assert all(st.formula and st.reason for st in cfg.derivation)
     monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "off")
     off = configure_attention(p, gpu)
     assert not off.schedule.tma and not off.schedule.fwd.hopper
-    assert [off.schedule.kernel(r) for r in ROLES[1:]] == [s.kernel(r) for r in ROLES[1:]]
+    assert off.schedule.bwd_pre == s.bwd_pre and not any(off.schedule.kernel(r).hopper for r in ROLES)
     assert cfg.terms["fwd"]["time_us"] < off.terms["fwd"]["time_us"]
     assert steps["10 fwd path"].value == "wgmma + TMA"
 
@@ -420,10 +420,10 @@ def test_hopper_module_text(monkeypatch):
     assert "nvgpu.device_async_copy" not in text and "mma.sync" not in text
     with mlir.Context():
         mlir.Module.parse(text).operation.verify()
-    # the backward of the same schedule is the mma.sync kernels' text
+    # bwd_pre of the same schedule is the mma.sync kernel's text (dK/dV and dQ: the Hopper backward, below)
     monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "off")
     off = configure_attention(p, "h200").schedule
-    assert all(build_module(p, s, r) == build_module(p, off, r) for r in ("bwd_pre", "bwd_dkv", "bwd_dq"))
+    assert build_module(p, s, "bwd_pre") == build_module(p, off, "bwd_pre")
 
 
 HOPPER_PTX_CASES = [("bf16", 64, True, 1, 333), ("bf16", 128, False, 2, 333), ("fp16", 64, False, 1, 200),
@@ -461,3 +461,126 @@ def test_cli_explain_shows_the_hopper_forward(capsys, monkeypatch):
     assert main(["explain", "attention", "32,8,512,64", "--causal", "--dtype", "bf16", "--target", "h200"]) == 0
     text = capsys.readouterr().out
     assert "10 fwd path" in text and "wgmma + TMA" in text
+
+
+# ---- the Hopper backward (issue 11) -------------------------------------------------------------
+@pytest.mark.parametrize("shape", BENCH)
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_hopper_backward_is_derived_for_16_bit_on_the_h200(shape, dtype, monkeypatch):
+    """bf16/fp16 on the H200: step 11 puts dK/dV and dQ on TMA + wgmma (128 kept rows = 2 consumer
+    warpgroups x 64, a producer warpgroup, setmaxnreg 32/240), each predicted faster than its mma.sync
+    kernel; bwd_pre stays; ``off`` keeps every kernel on mma.sync."""
+    from nova.kernels.attention.build_hopper_bwd import smem_plan_hopper_bwd
+    monkeypatch.delenv("NOVA_ATTENTION_HOPPER", raising=False)
+    b, h, t, d = shape
+    p = AttentionProblem(b, h, t, t, d, causal=True, dtype=dtype)
+    gpu = PRESETS["h200"]
+    cfg = configure_attention(p, gpu)
+    s = cfg.schedule
+    assert check_attention_schedule(p, s, gpu) == []
+    steps = {st.step: st for st in cfg.derivation}
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "off")
+    off = configure_attention(p, gpu)
+    assert not any(off.schedule.kernel(r).hopper for r in ROLES) and not any(st.step.startswith("11 ")
+                                                                            for st in off.derivation)
+    for role in ("bwd_dkv", "bwd_dq"):
+        k = s.kernel(role)
+        assert k.hopper and k.block_rows == 128 and k.consumer_warpgroups == 2 and k.threads == 384
+        assert (k.producer_regs, k.consumer_regs) == (32, 240) and k.regs_per_thread * k.threads <= gpu.regs_per_sm
+        assert k.block_cols in (64, 128) and 2 <= k.stages <= 4 and k.smem_layout == "swizzle128"
+        assert k.smem_bytes == smem_plan_hopper_bwd(p, role, 128, k.block_cols, k.stages)["total"] <= gpu.smem_per_block
+        kv = role == "bwd_dkv"
+        assert k.grid == (-(-t // 128), b * h, 1)
+        assert steps[f"11 {role} path"].value == "wgmma + TMA" and f"11 {role} time (Hopper)" in steps
+        assert cfg.terms[role]["time_us"] < off.terms[role]["time_us"]
+        if kv:          # 128 query rows per tile would spill (registers, step 11)
+            assert k.block_cols == 64
+    assert s.bwd_pre == off.schedule.bwd_pre
+    assert all(st.formula and st.reason for st in cfg.derivation)
+
+
+def test_hopper_backward_falls_back_with_a_reason(monkeypatch):
+    monkeypatch.delenv("NOVA_ATTENTION_HOPPER", raising=False)
+    why = lambda cfg, role: {st.step: st for st in cfg.derivation}[f"11 {role} path"]
+    tf32 = configure_attention(AttentionProblem(32, 8, 512, 512, 64, causal=True), "h200")
+    assert not any(tf32.schedule.kernel(r).hopper for r in ROLES)
+    assert "TF32 stays on mma.sync" in why(tf32, "bwd_dkv").reason and "MN-major" in why(tf32, "bwd_dq").reason
+    # a broadcast dout (stride 0) cannot be a tensor map: the backward stays, the forward need not
+    bc = AttentionProblem(2, 4, 256, 256, 64, causal=True, dtype="bf16", strides={"dout": (0, 256 * 64, 64)})
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
+    cfg = configure_attention(bc, "h200")
+    assert cfg.schedule.tma and not cfg.schedule.bwd_dkv.hopper and not cfg.schedule.bwd_dq.hopper
+    assert "dout's B stride is 0" in why(cfg, "bwd_dq").reason
+    # no wgmma: no step 11 (the A100's derivation is what it was)
+    monkeypatch.delenv("NOVA_ATTENTION_HOPPER")
+    a100 = configure_attention(AttentionProblem(32, 8, 512, 512, 64, causal=True, dtype="bf16"), "a100")
+    assert not any(st.step.startswith("11 ") for st in a100.derivation)
+    # force takes the Hopper backward wherever it runs (T = 1 included); an experiment's tile stays mma.sync
+    tiny = AttentionProblem(1, 2, 1, 1, 64, causal=True, dtype="fp16")
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
+    s = configure_attention(tiny, "h200").schedule
+    assert s.bwd_dkv.hopper and s.bwd_dq.hopper
+    ex = configure_attention(tiny, "h200", tiles={"bwd_dkv": (64, 64, 2, 1)})
+    assert not ex.schedule.bwd_dkv.hopper and ex.schedule.bwd_dq.hopper
+
+
+def test_hopper_backward_module_text(monkeypatch):
+    from nova.kernels.attention.build import kernel_params
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
+    p = AttentionProblem(2, 4, 100, 100, 128, causal=True, dtype="bf16", kv_heads=2,
+                         strides={"dk": (100 * 2 * 128, 128, 2 * 128), "dout": (100 * 4 * 128, 128, 4 * 128)})
+    s = configure_attention(p, "h200").schedule
+    for role, outs in (("bwd_dkv", ("dk", "dv")), ("bwd_dq", ("dq",))):
+        text = build_module(p.for_role(role), s, role)
+        assert kernel_params(s, role) == ("tmap_q", "tmap_k", "tmap_v", "tmap_dout", "lse", "delta") + outs
+        for piece in ("%tmap_dout: !llvm.ptr", "nvgpu.tma.async.load", "nvvm.setmaxregister decrease 32",
+                      "nvvm.setmaxregister increase 240", '"nvvm.wgmma.mma_async"', "m64n128k16.f32.bf16.bf16",
+                      "nvgpu.mbarrier.try_wait.parity", "ex2.approx", "%lse: memref<800xf32>", "%delta: memref<800xf32>",
+                      f"%{outs[0]}: memref<{p.extent(outs[0])}xbf16>"):
+            assert piece in text, (role, piece)
+        assert "nvgpu.device_async_copy" not in text and "mma.sync" not in text
+        with mlir.Context():
+            mlir.Module.parse(text).operation.verify()
+    dkv = build_module(p.for_role("bwd_dkv"), s, "bwd_dkv")
+    assert "nvgpu.mbarrier.arrive %full" in dkv and f"memref<{s.bwd_dkv.stages}x64xf32, #smem>" in dkv
+
+
+HOPPER_BWD_PTX_CASES = [("bf16", 64, True, 1, 512), ("bf16", 128, True, 1, 333), ("fp16", 64, False, 1, 333),
+                        ("bf16", 128, False, 2, 200), ("fp16", 128, True, 3, 300), ("bf16", 64, True, 1, 1),
+                        ("fp16", 64, True, 2, 150)]
+
+
+@needs_ptxas
+@pytest.mark.parametrize("dtype, D, causal, group, T", HOPPER_BWD_PTX_CASES)
+def test_hopper_backward_assembles_without_spills(dtype, D, causal, group, T, monkeypatch):
+    """sm_90a, no spills (the consumers' 240 registers after setmaxnreg hold dK and dV or dQ, S and dP),
+    384 threads of 168 registers at launch, the wgmma count per tile: D/16 for each of S and dP, N/16 for
+    each register-A product (dV and dK, or dQ); TMA boxes of q, k, v and dout."""
+    from nova.kernels.attention.compile import compile_kernel
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
+    H = 3 if group == 3 else 4
+    p = AttentionProblem(1, H, T, T, D, causal=causal, dtype=dtype, kv_heads=H // group)
+    gpu = PRESETS["h200"]
+    s = configure_attention(p, gpu).schedule
+    for role, products in (("bwd_dkv", 2), ("bwd_dq", 1)):
+        art = compile_kernel(p, s, role)
+        r, k = art.resources, s.kernel(role)
+        assert ".target sm_90a" in art.ptx and art.arch == "sm_90a" and art.params[3] == "tmap_dout"
+        assert r["spill_store_bytes"] == 0 and r["spill_load_bytes"] == 0 and r["stack_bytes"] == 0, (role, r)
+        assert r["registers"] <= k.regs_per_thread and art.block == (384, 1, 1) and art.smem_bytes == k.smem_bytes
+        assert art.ptx.count("wgmma.mma_async") == 2 * D // 16 + products * k.block_cols // 16
+        assert art.ptx.count("cp.async.bulk.tensor.4d") >= 4 * D // 64
+
+
+def test_cli_explain_shows_the_hopper_backward(capsys, monkeypatch):
+    from nova.cli.config import main
+    monkeypatch.delenv("NOVA_ATTENTION_HOPPER", raising=False)
+    assert main(["explain", "attention", "32,8,512,64", "--causal", "--dtype", "bf16", "--target", "h200", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for role in ("bwd_dkv", "bwd_dq"):
+        assert out["schedule"][role]["consumer_warpgroups"] == 2
+    rows = {d["step"]: d for d in out["derivation"]}
+    assert rows["11 bwd_dkv path"]["value"] == "wgmma + TMA" and "11 bwd_dq time (Hopper)" in rows
+    assert main(["explain", "attention", "32,8,512,64", "--causal", "--dtype", "bf16", "--target", "h200"]) == 0
+    text = capsys.readouterr().out
+    assert "11 bwd_dkv path" in text and "backward: wgmma + TMA" in text

@@ -6,9 +6,9 @@ operands read and written in place (q/k/v views of a fused projection, a transpo
 into views; nothing outside an output view written) and strides the kernels cannot address (copied);
 and the memory check: nothing beyond O(B*H*T) besides inputs and outputs.  Run on the device from a
 precompiled cache (bench/attention_device.sh); the cases are nova.bench.attention.GPU_TEST_CASES and
-STRIDED_GPU_CASES (their 16-bit ones once more with the Hopper forward forced, ``hopper_cases``: on an
-H200 the configurator takes it by its model, which leaves small problems such as T = 1 on mma.sync;
-the backward always runs on mma.sync, from the Hopper forward's O and LSE), and ``python -m nova.bench.attention --precompile --target h200`` (on a host with
+STRIDED_GPU_CASES (their 16-bit ones once more with the Hopper kernels forced, ``hopper_cases``: on an
+H200 the configurator takes the Hopper forward and backward by its model, which leaves small problems
+such as T = 1 on mma.sync; forced, dK/dV and dQ run on wgmma too), and ``python -m nova.bench.attention --precompile --target h200`` (on a host with
 MLIR, into $NOVA_CACHE_DIR) compiles every kernel they use (``python tests/test_attention_gpu.py``
 lists them).
 """
@@ -159,8 +159,8 @@ def test_split_scores_are_fp32_accurate(case):
     *c[:6], "-causal" if c[6] else "", c[7]) + (f"-{c[8]}" if strided else "") for c, strided in hopper_cases()])
 def test_hopper_forward_forced_matches_float64(case, strided):
     """The same checks with ``NOVA_ATTENTION_HOPPER=force``: on an sm_90 device every 16-bit forward
-    runs on the TMA + wgmma kernel (T = 1, ragged T, GQA, Tq != Tk, strided views), and the
-    mma.sync backward consumes its O and LSE."""
+    and the backward's dK/dV and dQ run on the TMA + wgmma kernels (T = 1, ragged T, GQA, Tq != Tk,
+    strided views); bwd_pre stays on its mma.sync-path kernel."""
     torch = _torch()
     from nova.kernels.attention.launch import plan_operands, resolve
     with hopper_mode("force"):
@@ -174,7 +174,9 @@ def test_hopper_forward_forced_matches_float64(case, strided):
         k = torch.empty(B, Hkv, Tk, D, device="cuda", dtype=dt)
         p, _ = plan_operands(q, k, k, causal)
         if torch.cuda.get_device_capability() >= (9, 0) and not strided:
-            assert resolve(p, q.device.index, None, ("fwd",)).schedule.tma      # the Hopper forward ran
+            sched = resolve(p, q.device.index, None, ("fwd",)).schedule
+            assert sched.tma                                                     # the Hopper forward ran
+            assert sched.bwd_dkv.hopper and sched.bwd_dq.hopper                  # and the Hopper backward
 
 
 def test_memory_is_linear_in_sequence_length():

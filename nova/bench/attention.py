@@ -168,13 +168,13 @@ def hopper_cases() -> list:
 def mode_kernels() -> list:
     """``(problem, roles, mode)`` the device run needs under another ``$NOVA_ATTENTION_HOPPER``: every
     kernel of the forced-Hopper GPU tests ("force": the schedule, so every key, differs) and the
-    benchmark's 16-bit mma.sync forwards ("off": the forward A/B of ``_time_nova``)."""
+    benchmark's 16-bit mma.sync kernels ("off": the forward and backward A/B of ``_time_nova``)."""
     from nova.kernels.attention.schedule import ROLES
     out = []
     for case, strided in hopper_cases():
         entries = strided_kernels(case) if strided else [(problem_of(case), ROLES)]
         out += [(p, roles, "force") for p, roles in entries]
-    out += [(p, ("fwd",), "off") for p in bench_problems(("bf16", "fp16"))]
+    out += [(p, ROLES, "off") for p in bench_problems(("bf16", "fp16"))]     # forward and backward A/B
     return list(dict.fromkeys(out))
 
 
@@ -269,10 +269,13 @@ def _time_nova(row, q, k, v, do, iters):
         o, l_ = nova.attention(q, k, v, causal=True)
         buf["g"] = nova.attention_backward(do, q, k, v, o, l_, causal=True)
     row["nova_fwd_us"] = event_time_us(lambda: nova.attention(q, k, v, causal=True), iters)
-    if q.dtype != torch.float32:         # the forward A/B: the mma.sync forward of the same problem (issue 11)
+    row["nova_bwd_us"] = event_time_us(lambda: nova.attention_backward(do, q, k, v, out, lse, causal=True), iters)
+    if q.dtype != torch.float32:         # the A/B: the mma.sync kernels of the same problem (issue 11)
         with hopper_mode("off"):
             nova.attention(q, k, v, causal=True)
             row["nova_fwd_mma_sync_us"] = event_time_us(lambda: nova.attention(q, k, v, causal=True), iters)
+            row["nova_bwd_mma_sync_us"] = event_time_us(
+                lambda: nova.attention_backward(do, q, k, v, out, lse, causal=True), iters)
     row["nova_us"] = event_time_us(nova_step, iters)
     try:
         row["nova_graph_us"] = _time_graph(nova_step, iters)

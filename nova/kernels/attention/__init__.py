@@ -1,6 +1,6 @@
 """Fused attention (FlashAttention-2 style) on the mma.sync + cp.async path, and on sm_90 a BF16/FP16
-forward on TMA + wgmma (``build_hopper``, FlashAttention-3 style): the problem, the schedule, the
-configurator's derivation, the MLIR builders, compilation and the launcher.
+forward and backward on TMA + wgmma (``build_hopper``, ``build_hopper_bwd``, FlashAttention-3 style): the
+problem, the schedule, the configurator's derivation, the MLIR builders, compilation and the launcher.
 
     from nova.kernels.attention import AttentionProblem, configure_attention
     cfg = configure_attention(AttentionProblem(32, 8, 512, 512, 64, causal=True, dtype="bf16"), "h200")

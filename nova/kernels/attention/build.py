@@ -1,7 +1,8 @@
 """The attention kernel builder: ``(AttentionProblem, AttentionSchedule, role) -> MLIR text``.
 
 Four FlashAttention-2-style kernels on ``mma.sync`` + ``cp.async`` (sm_80+; also sm_90; where the
-schedule puts the forward on TMA + wgmma, ``schedule.tma``, ``build_module`` hands it to ``build_hopper``):
+schedule puts the forward on TMA + wgmma, ``schedule.tma``, ``build_module`` hands it to ``build_hopper``, and
+a Hopper dK/dV or dQ tile, ``KernelTile.hopper``, to ``build_hopper_bwd``):
 
 * ``fwd``      grid (Q tiles, B*H).  The block's Q tile stays in shared memory; K/V tiles stream
                through a ``stages``-deep cp.async ring.  Per KV tile: S = Q K^T (FP32), online
@@ -151,6 +152,9 @@ def kernel_arch(s: AttentionSchedule, role: str) -> str:
 def kernel_params(s: AttentionSchedule, role: str) -> tuple[str, ...]:
     """The kernel's parameters: the Hopper forward reads q, k, v through tensor maps."""
     if s.kernel(role).hopper:
+        if role != "fwd":
+            from nova.kernels.attention.build_hopper_bwd import PARAMS as HOPPER_BWD_PARAMS
+            return HOPPER_BWD_PARAMS[role]
         from nova.kernels.attention.build_hopper import PARAMS as HOPPER_PARAMS
         return HOPPER_PARAMS
     return PARAMS[role]
@@ -158,9 +162,10 @@ def kernel_params(s: AttentionSchedule, role: str) -> tuple[str, ...]:
 
 def build_module(p: AttentionProblem, s: AttentionSchedule, role: str) -> str:
     if s.kernel(role).hopper:
-        from nova.kernels.attention.build_hopper import build_hopper_fwd
         if role != "fwd":
-            raise AttentionCodegenError(f"{role}: only the forward has a Hopper kernel")
+            from nova.kernels.attention.build_hopper_bwd import build_hopper_bwd
+            return build_hopper_bwd(p, s, role)
+        from nova.kernels.attention.build_hopper import build_hopper_fwd
         return build_hopper_fwd(p, s)
     check_supported(p, s, role)
     if role == "bwd_pre":

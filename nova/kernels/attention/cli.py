@@ -78,9 +78,17 @@ def render(cfg) -> None:
         t.add_row(str(i), st.step, st.formula, v, st.reason)
     con.print(t)
     title = f"Schedule ({s.mma}, dQ: {s.dq_mode})"
-    if s.tma:
-        title = (f"Schedule (forward: wgmma + TMA, {s.fwd.consumer_warpgroups} consumer warpgroups + a producer, "
-                 f"setmaxnreg {s.fwd.producer_regs}/{s.fwd.consumer_regs}; backward: {s.mma}, dQ: {s.dq_mode})")
+    hb = [r for r in ("bwd_dkv", "bwd_dq") if s.kernel(r).hopper]
+    if s.tma or hb:
+        fwd = (f"forward: wgmma + TMA, {s.fwd.consumer_warpgroups} consumer warpgroups + a producer, setmaxnreg "
+               f"{s.fwd.producer_regs}/{s.fwd.consumer_regs}" if s.tma else f"forward: {s.mma}")
+        if hb:
+            k = s.kernel(hb[0])
+            bwd = (f"backward: wgmma + TMA ({', '.join(hb)}; setmaxnreg {k.producer_regs}/{k.consumer_regs})"
+                   + ("" if len(hb) == 2 else f", the rest {s.mma}"))
+        else:
+            bwd = f"backward: {s.mma}"
+        title = f"Schedule ({fwd}; {bwd}, dQ: {s.dq_mode})"
     k = Table(title=title)
     for col in ("kernel", "kept x streamed rows", "warps", "stages", "smem B", "regs (est.)", "blocks/SM", "grid",
                 "predicted us", "bound"):

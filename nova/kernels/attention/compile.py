@@ -16,12 +16,13 @@ from nova.codegen.artifact import KernelArtifact
 from nova.kernels.attention.build import KERNEL_NAMES, build_module, kernel_arch, kernel_params
 from nova.kernels.attention.schedule import ROLES
 
-ATTN_ABI = 5            # bump when the kernels' arguments, layouts or generated code change (2: TF32 rounded in smem);
+ATTN_ABI = 6            # bump when the kernels' arguments, layouts or generated code change (2: TF32 rounded in smem);
                         # strides (a 1-D view per operand) left it at 2: same pointers, same results, and a contiguous
                         # problem's PTX identical but for ragged tiles' zero-fill source address (cached kernels stay valid);
                         # 3: the 3xtf32 score split by truncation (a 3xtf32 kernel of ABI 2 rounded with cvt.rna);
                         # 4: the split rounds big to nearest by integer arithmetic (truncation biased the scores);
                         # 5: the Hopper forward (TMA + wgmma, sm_90a, q/k/v through tensor maps) on sm_90 targets
+                        # 6: the Hopper backward (dK/dV and dQ on TMA + wgmma, q/k/v/dout through tensor maps)
 
 
 def attention_key(problem, schedule, role: str, target) -> str:

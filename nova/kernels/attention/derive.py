@@ -16,7 +16,10 @@ measurement.
 10. Hopper forward     (sm_90 targets with wgmma + TMA, BF16/FP16) the forward on TMA + mbarrier ring + wgmma
                        with warp specialization (``build_hopper.py``): warpgroups, registers, key tile,
                        stages, shared memory, grid and its predicted time; taken when that time is below
-                       the mma.sync forward's (step 9).  The backward stays on mma.sync.
+                       the mma.sync forward's (step 9).
+11. Hopper backward    (same targets and dtypes) dK/dV and dQ on TMA + mbarrier ring + wgmma (``build_hopper_bwd.py``):
+                       per kernel its streamed tile, registers, stages, shared memory, grid and predicted time,
+                       taken where that time is below the mma.sync kernel's (step 9); bwd_pre stays (a DRAM pass).
 """
 from __future__ import annotations
 
@@ -83,6 +86,8 @@ F = formulas("""
     hopper_smem = block_rows * D * elem_bytes + stages * stage_bytes + align
     t_softmax = (mufu_clk + alu_clk) * visited / (sm_count * clock_hz)
     t_hopper_core = Max(t_tc, t_softmax, (t_tc + t_softmax) / wgs)
+    hopper_bwd_regs = outs * D / 2 + block_cols + outs * block_cols / 8 + overhead
+    hopper_bwd_smem = 2 * block_rows * D * elem_bytes + stages * (2 * block_cols * D * elem_bytes + vec_bytes) + align
     t_hopper = Max(t_hopper_core, t_smem, t_dram) / achieved
         + (block_fixed * blocks + tile_fixed * tiles) / (sm_count * blocks_per_sm)
 """)
@@ -118,8 +123,8 @@ def step1_instruction(p: AttentionProblem, gpu: GPUModel):
     elif p.dtype == "tf32":
         why += "; operands rounded to nearest TF32 (cvt.rna) like the GEMMs"
     if "wgmma" in gpu.features:
-        why += ("; the forward may instead run on wgmma + TMA (step 10 weighs it); the backward stays on "
-                "mma.sync + cp.async")
+        why += ("; the forward may instead run on wgmma + TMA (step 10 weighs it), the backward's dK/dV and dQ "
+                "kernels too (step 11)")
     return _note("1 instruction", mma, why)
 
 
@@ -334,6 +339,8 @@ def kernel_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, v
                 tf32_prep: str = "fragment") -> tuple[float, dict]:
     bh = p.batch * p.heads
     if kt.hopper:
+        if role != "fwd":
+            return hopper_bwd_time(p, gpu, role, kt, vis)
         return hopper_fwd_time(p, gpu, kt, vis)
     if role == "bwd_pre":
         t = (2 * bh * p.seq_q * p.head_dim * p.elem_bytes + 4 * bh * p.seq_q) / gpu.dram_bw
@@ -494,14 +501,166 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float,
            + f"; bound: {max((k for k in terms if k != 'blocks'), key=terms.get)}", F.t_hopper.text)
     if force:
         d.note("10 fwd path", "wgmma + TMA", f"NOVA_ATTENTION_HOPPER=force (the model: Hopper {t * 1e6:.1f} us, "
-               f"mma.sync {mma_fwd_us:.1f} us); the backward stays on mma.sync + cp.async")
+               f"mma.sync {mma_fwd_us:.1f} us); the backward: step 11")
         return kt, d.steps, t
     if t * 1e6 >= mma_fwd_us:
         d.note("10 fwd path", "mma.sync", f"Hopper forward {t * 1e6:.1f} us >= mma.sync forward {mma_fwd_us:.1f} us")
         return None, d.steps, None
     d.note("10 fwd path", "wgmma + TMA", f"Hopper forward {t * 1e6:.1f} us < mma.sync forward {mma_fwd_us:.1f} us "
-           "(step 9); the backward kernels stay on mma.sync + cp.async and read this forward's O and LSE")
+           "(step 9); the backward kernels (step 11) read this forward's O and LSE")
     return kt, d.steps, t
+
+
+# ---- 11 ----------------------------------------------------------------------------------------
+HOPPER_BWD_PRODUCER_REGS = 32    # the backward's producer warpgroup: one TMA thread and (dK/dV) one warp
+                                 # writing LSE/D columns (24 spills that warp's loop in ptxas 13.0; FA3: 24)
+HOPPER_BWD_SETMAXNREG_MAX = 240  # (65536 - 128 x 32) / 256 = 240 (FA3's backward: 240)
+HOPPER_BWD_REG_OVERHEAD = 32     # [FITTED] consumer registers beyond the output accumulators (D/2 each), S and
+                                 # dP (N/2 each, both live when their wgmmas complete) and the 16-bit P/dS pairs
+                                 # in flight (N/8 per packed operand): LSE/D, descriptors, addresses.  ptxas 13.0:
+                                 # dK/dV D64 N128 spills 80 B at 240, D128 N64 and dQ D128 N128 do not
+                                 # (tests/test_attention.py assembles every case without spills)
+HOPPER_BWD_TILES = {"bwd_dkv": (128, 64), "bwd_dq": (128, 64)}   # streamed rows (wgmma N of S), largest first
+HOPPER_BWD_ALU_PER_SCORE = {"bwd_dkv": 5, "bwd_dq": 4}   # FP32 ops per score: FMA (scale, -LSE), dP - D, x P,
+                                 # two half cvt packs (P and dS; dQ packs dS only, plus the mask select), dK/dV:
+                                 # the LSE/D column loads
+HOPPER_BWD_GEMMS = {"bwd_dkv": 4, "bwd_dq": 3}           # S, dP, dV, dK / S, dP, dQ
+HOPPER_BWD_SMEM_TILES = {"bwd_dkv": 4, "bwd_dq": 3}      # streamed tiles read per 64 x BC scores (B operands)
+
+
+def hopper_bwd_blocker(p: AttentionProblem, gpu: GPUModel) -> str:
+    """Why the backward cannot run on the Hopper kernels ('' when it can)."""
+    from nova.kernels.attention.build_hopper_bwd import tma_blocker_bwd
+    if not {"wgmma", "tma", "setmaxnreg"} <= set(gpu.features) or not gpu.supports("wgmma", "bf16"):
+        return f"{gpu.name} ({gpu.arch}) has no wgmma + TMA"
+    if p.dtype not in HOPPER_DTYPES:
+        return (f"{p.dtype}: dV += P^T dO, dK += dS^T Q and dQ += dS K need dO, Q and K as wgmma's B operand "
+                "MN-major (rows x D, D contiguous), and wgmma reads TF32 B only K-major (no transpose bit for "
+                "32-bit types): TF32 stays on mma.sync")
+    return tma_blocker_bwd(p)
+
+
+def hopper_bwd_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, vis: int) -> tuple[float, dict]:
+    """Step 11's model of a Hopper backward kernel, the forward's (step 10) with its matmuls: within a
+    consumer warpgroup the two score-shaped wgmmas, the elementwise P/dS and the register-A wgmmas run in
+    sequence; ``wgs`` warpgroups interleave."""
+    rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
+    visited = vis * p.batch * p.heads
+    clk = gpu.sm_count * gpu.clock_hz
+    t_tc = F.t_tc(gemms=HOPPER_BWD_GEMMS[role], D=p.head_dim, visited=visited, sm_count=gpu.sm_count,
+                  clock_hz=gpu.clock_hz, tc_flops_per_clk_sm=rate)
+    t_sfx = F.t_softmax(mufu_clk=1 / mufu_rate(gpu), alu_clk=HOPPER_BWD_ALU_PER_SCORE[role] / gpu.fp32_lanes_per_sm,
+                        visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz)
+    # shared memory per 64 x BC scores of a warpgroup: its two kept 64-row tiles (A of S and dP) and the
+    # streamed tiles as B (S, dP, and dV/dK or dQ)
+    smem_bytes = (2 * 64 + HOPPER_BWD_SMEM_TILES[role] * kt.block_cols) * p.head_dim * p.elem_bytes
+    t_smem = smem_bytes / (64 * kt.block_cols) * visited / (SMEM_WAVEFRONT_BYTES * clk)
+    nbytes = {"bwd_dq": p.fwd_bytes + p.fwd_bytes // 2, "bwd_dkv": p.bwd_bytes}[role]
+    t_dram = nbytes / gpu.dram_bw
+    wgs = kt.consumer_warpgroups
+    core = F.t_hopper_core(t_tc=t_tc, t_softmax=t_sfx, wgs=wgs)
+    blocks = kt.grid[0] * kt.grid[1]
+    tiles = visited / (kt.block_rows * kt.block_cols)
+    t = F.t_hopper(t_hopper_core=core, t_smem=t_smem, t_dram=t_dram, achieved=HOPPER_ACHIEVED,
+                   block_fixed=HOPPER_BLOCK_FIXED_US * 1e-6, blocks=blocks, tile_fixed=HOPPER_TILE_FIXED_US * 1e-6,
+                   tiles=tiles, sm_count=gpu.sm_count, blocks_per_sm=kt.blocks_per_sm)
+    terms = {"tensor-core": t_tc, "elementwise": t_sfx, "chain/wgs": (t_tc + t_sfx) / wgs, "smem": t_smem,
+             "dram": t_dram,
+             "blocks": (HOPPER_BLOCK_FIXED_US * blocks + HOPPER_TILE_FIXED_US * tiles) * 1e-6 / gpu.sm_count}
+    return t, terms
+
+
+def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us: float, force: bool = False):
+    """(KernelTile or None, steps): the Hopper schedule of backward kernel ``role`` (bwd_dkv or bwd_dq)
+    and whether it beats the mma.sync kernel's step-9 time ``mma_us``; ``force``: taken wherever it runs."""
+    from nova.kernels.attention.build_hopper_bwd import smem_plan_hopper_bwd
+    tag = f"11 {role}"
+    why = hopper_bwd_blocker(p, gpu)
+    if why:
+        return None, [note(f"{tag} path", "mma.sync", f"{role} stays on mma.sync + cp.async: {why}")]
+    d = Derivation()
+    wgs = HOPPER_WGS
+    prod = HOPPER_BWD_PRODUCER_REGS
+    if role == "bwd_dkv":
+        d.note(f"{tag} instruction", f"wgmma m64nNk16 x2 + m64n{p.head_dim}k16 x2",
+               "per key block (64 keys per consumer warpgroup) and streamed query tile (N rows): S^T = K Q^T and "
+               "dP^T = V dO^T with both operands K-major in shared memory; dV += P^T dO and dK += dS^T Q with A = "
+               f"P^T / dS^T packed to {p.dtype} in registers (the accumulator layout is the register A layout) and "
+               "B = dO / Q [queries, D] MN-major (the transpose bit); LSE and D of the tile's queries written to "
+               "the ring slot by a producer warp; every query head of the GQA group streamed through one block")
+    else:
+        d.note(f"{tag} instruction", f"wgmma m64nNk16 x2 + m64n{p.head_dim}k16",
+               "per query block (64 rows per consumer warpgroup) and streamed key tile (N keys): S = Q K^T and "
+               "dP = dO V^T (smem x smem), dQ += dS K with dS from registers and K MN-major; a separate pass, not "
+               "FP32 atomics from the dK/dV kernel (step 8's reasons: deterministic, no scratch, no conversion)")
+    cregs = d.apply(f"{tag} consumer registers", F.hopper_consumer_regs,
+                    f"setmaxnreg: the producer warpgroup keeps {prod}, {wgs} consumer warpgroups share the rest "
+                    f"(at most {HOPPER_BWD_SETMAXNREG_MAX})",
+                    post=lambda v: int(min(v, HOPPER_BWD_SETMAXNREG_MAX)), regs_per_sm=gpu.regs_per_sm,
+                    producer_regs=prod, wgs=wgs)
+    rows = 64 * wgs
+    entry = min(cregs, gpu.regs_per_sm // (128 * (1 + wgs)) // 8 * 8)
+    grid = _grid(p, role, rows)
+    eb = p.elem_bytes
+    rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
+    outs = 2 if role == "bwd_dkv" else 1
+    tried, best = [], None
+    for bc in HOPPER_BWD_TILES[role]:
+        regs = F.hopper_bwd_regs(outs=outs, D=p.head_dim, block_cols=bc, overhead=HOPPER_BWD_REG_OVERHEAD)
+        if regs > cregs:
+            tried.append(f"{bc} rows: {regs:.0f} regs")
+            continue
+        vec = 8 * bc if role == "bwd_dkv" else 0
+        stage = 2 * bc * p.head_dim * eb + vec
+        t_tile = F.t_tile_ns(gemms=HOPPER_BWD_GEMMS[role], block_rows=rows, block_cols=bc, D=p.head_dim,
+                             tc_flops_per_clk_sm=rate, clock_hz=gpu.clock_hz)
+        want = int(F.stages(mem_latency_ns=gpu.mem_latency_ns, t_tile_ns=t_tile))
+        cap = int((gpu.smem_per_block - 2 * rows * p.head_dim * eb - HOPPER_ALIGN) // stage)
+        stages = max(2, min(want, cap, 4))
+        smem = smem_plan_hopper_bwd(p, role, rows, bc, stages)["total"]
+        if smem > gpu.smem_per_block or cap < 2:
+            tried.append(f"{bc} rows: smem {smem}")
+            continue
+        kt = KernelTile(role, rows, bc, 4 * wgs, stages, 0, smem, entry, 1, grid, consumer_warpgroups=wgs,
+                        producer_warps=4, smem_layout="swizzle128", producer_regs=prod, consumer_regs=cregs)
+        vis = visited_pairs(p, role, rows, bc)
+        t, terms = hopper_bwd_time(p, gpu, role, kt, vis)
+        tried.append(f"{bc} rows: {t * 1e6:.1f} us")
+        if best is None or t < best[0] * 0.97:
+            best = (t, kt, want, cap, stage, t_tile, terms, vec)
+    if best is None:
+        d.note(f"{tag} path", "mma.sync", f"no Hopper tile fits ({'; '.join(tried)})")
+        return None, d.steps
+    t, kt, want, cap, stage, t_tile, terms, vec = best
+    d.apply(f"{tag} registers", F.hopper_bwd_regs, f"per consumer thread: {'dK and dV' if outs == 2 else 'dQ'} "
+            f"(D/2 FP32 each), S and dP (N/2 FP32 each, both live when their wgmmas complete), the packed "
+            f"{'P/dS' if outs == 2 else 'dS'} pairs in flight (N/8 each) + {HOPPER_BWD_REG_OVERHEAD} [FITTED to "
+            f"ptxas] <= {cregs}; candidates {', '.join(tried)}",
+            outs=outs, D=p.head_dim, block_cols=kt.block_cols, overhead=HOPPER_BWD_REG_OVERHEAD)
+    what = "query rows per streamed Q/dO tile" if role == "bwd_dkv" else "keys per streamed K/V tile"
+    d.note(f"{tag} tile", f"{rows}x{kt.block_cols}", f"{rows} kept rows (64 per consumer warpgroup), "
+           f"{kt.block_cols} {what} (wgmma N of S): the fastest (within 3%: the larger) by this step's model")
+    d.note(f"{tag} stages", kt.stages, f"Little's law: 1 + ceil({gpu.mem_latency_ns:.0f} ns / {t_tile:.0f} ns of "
+           f"tensor time per tile) = {want}, within the {cap} slots of {stage} B that fit beside the kept tiles, "
+           "clamped to [2, 4]")
+    d.apply(f"{tag} smem", F.hopper_bwd_smem, "the two kept tiles + the ring (the two streamed tiles"
+            f"{' and their LSE/D columns' if vec else ''}) + alignment slack; 1 block per SM ({128 * (1 + wgs)} "
+            f"threads x {entry} registers at launch)", block_rows=rows, D=p.head_dim, elem_bytes=eb,
+            stages=kt.stages, block_cols=kt.block_cols, vec_bytes=vec, align=HOPPER_ALIGN)
+    blocks = grid[0] * grid[1]
+    d.note(f"{tag} grid", f"{grid[0]} x {grid[1]}", f"{blocks} blocks, {_cdiv(blocks, int(gpu.sm_count))} wave(s) "
+           f"of {int(gpu.sm_count)}")
+    d.note(f"{tag} time (Hopper)", f"{t * 1e6:.1f} us", ", ".join(f"{k} {v * 1e6:.1f}" for k, v in terms.items())
+           + f"; bound: {max((k for k in terms if k != 'blocks'), key=terms.get)}", F.t_hopper.text)
+    if force:
+        d.note(f"{tag} path", "wgmma + TMA", f"NOVA_ATTENTION_HOPPER=force (the model: Hopper {t * 1e6:.1f} us, "
+               f"mma.sync {mma_us:.1f} us)")
+        return kt, d.steps
+    if t * 1e6 >= mma_us:
+        d.note(f"{tag} path", "mma.sync", f"Hopper {role} {t * 1e6:.1f} us >= mma.sync {mma_us:.1f} us (step 9)")
+        return None, d.steps
+    d.note(f"{tag} path", "wgmma + TMA", f"Hopper {role} {t * 1e6:.1f} us < mma.sync {mma_us:.1f} us (step 9)")
+    return kt, d.steps
 
 
 # ---- the whole derivation ------------------------------------------------------------------------
@@ -509,9 +668,10 @@ HOPPER_MODES = ("auto", "off", "force")
 
 
 def hopper_mode() -> str:
-    """``$NOVA_ATTENTION_HOPPER``: "auto" (default: the Hopper forward where step 10 predicts it faster),
-    "off" (0: the forward stays on mma.sync, for A/B measurements) or "force" (the Hopper forward wherever
-    it can run: tests of small and ragged problems the model leaves on mma.sync)."""
+    """``$NOVA_ATTENTION_HOPPER``: "auto" (default: the Hopper forward where step 10 predicts it faster, the
+    Hopper dK/dV and dQ kernels where step 11 does), "off" (0: every kernel stays on mma.sync, for A/B
+    measurements) or "force" (the Hopper kernels wherever they can run: tests of small and ragged problems
+    the model leaves on mma.sync)."""
     import os
     want = os.environ.get("NOVA_ATTENTION_HOPPER", "auto").strip().lower() or "auto"
     want = {"0": "off", "1": "auto", "no": "off", "false": "off"}.get(want, want)
@@ -581,6 +741,17 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
     elif "wgmma" in gpu.features and not (tiles and "fwd" in tiles):
         steps.append(note("10 fwd path", "mma.sync", "NOVA_ATTENTION_HOPPER=off or an experiment's forward tile: "
                           "the forward stays on mma.sync"))
+    if hmode != "off" and "wgmma" in gpu.features:
+        for role in ("bwd_dkv", "bwd_dq"):
+            if tiles and role in tiles:
+                steps.append(note(f"11 {role} path", "mma.sync", "an experiment's tile: stays on mma.sync"))
+                continue
+            mma_t, _ = kernel_time(p, gpu, role, kernels[role], visited[role])
+            hkt, sts = step11_hopper_backward(p, gpu, role, mma_t * 1e6, force=hmode == "force")
+            steps += sts
+            if hkt is not None:
+                kernels[role] = hkt
+                visited[role] = visited_pairs(p, role, hkt.block_rows, hkt.block_cols)
     sched = AttentionSchedule(gpu.arch if gpu.arch != "sm_90a" else "sm_90", mma, kernels["fwd"], kernels["bwd_pre"],
                               kernels["bwd_dkv"], kernels["bwd_dq"], dq_mode=mode, tma=tma)
     times, terms_all = {}, {}

@@ -174,6 +174,20 @@ def hopper_maps(r: _Resolved, q, k, v) -> tuple[int, int, int]:
                  for n, t in (("q", q), ("k", k), ("v", v)))
 
 
+def hopper_bwd_maps(r: _Resolved, role: str, q, k, v, dout) -> tuple[int, int, int, int]:
+    """Device pointers of the tensor maps of q, k, v, dout for a Hopper backward kernel: 4-D (D, T, H, B)
+    with the problem's strides, boxes of the kernel's kept or streamed rows x 128 bytes (cached per pointer)."""
+    from nova.kernels.attention.build_hopper_bwd import tensor_map_rows
+    from nova.runtime import driver
+    from nova.runtime.tma import attention_tensor_map
+    p = r.problem
+    device = driver.get_device(q.device.index)
+    cols = 128 // p.elem_bytes
+    return tuple(attention_tensor_map(device, t.data_ptr(), p.storage, p.operand_shape(n), p.operand_strides(n),
+                                      tensor_map_rows(r.schedule, role, n), cols)
+                 for n, t in (("q", q), ("k", k), ("v", v), ("dout", dout)))
+
+
 def attention_backward(dout, q, k, v, out, lse, causal: bool = False, scale: float | None = None, *,
                        dq=None, dk=None, dv=None, target=None):
     """Gradients of ``attention``: returns ``(dq, dk, dv)``.  Extra memory: one FP32 value per query row (D)."""
@@ -196,8 +210,12 @@ def attention_backward(dout, q, k, v, out, lse, causal: bool = False, scale: flo
                                                                                    ("dv", dv, v)))
     r.kernels["bwd_pre"].launch((out.data_ptr(), dout.data_ptr(), delta.data_ptr()), s)
     qp, kp, vp, dop, lp, dp = q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), lse.data_ptr(), delta.data_ptr()
-    r.kernels["bwd_dkv"].launch((qp, kp, vp, dop, lp, dp, gk.data_ptr(), gv.data_ptr()), s)
-    r.kernels["bwd_dq"].launch((qp, kp, vp, dop, lp, dp, gq.data_ptr()), s)
+    for role, outs in (("bwd_dkv", (gk.data_ptr(), gv.data_ptr())), ("bwd_dq", (gq.data_ptr(),))):
+        if r.schedule.kernel(role).hopper:       # q, k, v, dout through TMA tensor maps (build_hopper_bwd.py)
+            ins = hopper_bwd_maps(r, role, q, k, v, dout)
+        else:
+            ins = (qp, kp, vp, dop)
+        r.kernels[role].launch(ins + (lp, dp) + outs, s)
     for g, back in ((gq, bq), (gk, bk), (gv, bv)):
         if back is not None:
             back.copy_(g)

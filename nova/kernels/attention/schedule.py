@@ -80,7 +80,8 @@ class AttentionSchedule:
     tf32_rounding: str = "rna"      # operands rounded to nearest TF32 (cvt.rna), like the GEMMs
     tf32_prep: str = "fragment"     # where streamed TF32 tiles are rounded: "fragment" (each use, in registers)
                                     # or "smem" (once, in place, when they land); kept tiles: always in smem
-    # Hopper: the forward on TMA + wgmma (build_hopper.py); the backward stays on mma.sync
+    # Hopper: the forward on TMA + wgmma (build_hopper.py); a backward kernel is on TMA + wgmma where its
+    # KernelTile is (``hopper``: build_hopper_bwd.py)
     tma: bool = False
     cluster: int = 1
 

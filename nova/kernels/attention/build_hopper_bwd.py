@@ -1,0 +1,607 @@
+"""The Hopper attention backward (issue 11): dK/dV and dQ on TMA + mbarrier ring + wgmma, warp-specialized.
+
+``(AttentionProblem, AttentionSchedule, role) -> MLIR text`` for sm_90a, BF16/FP16, roles ``bwd_dkv``
+and ``bwd_dq`` (``bwd_pre``, D = rowsum(dO * O), stays the mma.sync builder's: it is a DRAM pass).
+Both kernels read the forward's natural-log LSE and ``bwd_pre``'s D ``[B*H*Tq]`` FP32 exactly as the
+mma.sync backward does, and write dQ, dK, dV in the input dtype at the operands' strides.
+
+The two kernels are one pattern (every number from ``schedule.bwd_dkv`` / ``schedule.bwd_dq``;
+``derive.py`` step 11 explains them): a CTA keeps two tiles of ``block_rows`` = 64 x C rows (one
+TMA load, barrier ``kept_full``) and streams two tiles of ``block_cols`` rows through a
+``stages``-deep full/empty mbarrier ring; 1 + C warpgroups, warpgroup 0 the producer (``setmaxnreg.dec``),
+consumers of 64 kept rows each (``setmaxnreg.inc``).  Per streamed tile a consumer computes
+
+* ``bwd_dkv`` (kept K, V of a key block; streamed Q, dO of each query tile of every query head of
+  the GQA group): S^T = K Q^T and dP^T = V dO^T (wgmma m64n{BC}k16, both operands K-major in shared
+  memory), P^T = exp2(S^T c - LSE log2 e), dS^T = P^T (dP^T - D), then dV += P^T dO and
+  dK += dS^T Q with A = P^T / dS^T packed to 16 bits *in registers* (the m64nN accumulator layout is
+  the m64k16 register A layout pairwise) and B = dO / Q ``[queries, D]`` MN-major (the descriptor's
+  transpose bit, as the forward's V).  LSE and D of the tile's query columns: warp 1 of the producer
+  warpgroup loads them (0 beyond Tq) into the ring slot, pre-multiplied (-LSE log2 e), and its 32 lanes
+  arrive on the slot's ``full`` barrier beside the TMA transaction.  dK x scale and dV stored at the end.
+* ``bwd_dq`` (kept Q, dO of a query block; streamed K, V): S = Q K^T, dP = dO V^T, the same P and dS
+  with LSE and D of the thread's two rows (registers, loaded once), dQ += dS K (B = K MN-major).
+  dQ x scale stored at the end.  No atomics: deterministic, S and dP are recomputed (7 matmuls per
+  score in all, like the mma.sync backward).
+
+Masks as the forward: causal (key > query) and, in dQ, keys >= Tk replaced by a finite -1e30 in a
+branch taken only by tiles that need it, so P is exactly 0 there and no NaN appears.  Rows beyond T
+are zero-filled by TMA (LSE and D read as 0): their P is finite and their dO / Q rows are 0, so they
+add nothing (the mma.sync backward's argument); outputs beyond T are not stored.
+"""
+from __future__ import annotations
+
+from nova.kernels.attention.build import (LOG2E, MASKED, AttentionCodegenError, element_at, global_type, rows_advance,
+                                          rows_at)
+from nova.kernels.attention.build_hopper import ALIGN, ARCH, MBARRIER_WAIT_TICKS, SWIZZLE, WG, WG_TYPE, box_cols, \
+    tma_blocker
+from nova.kernels.attention.mlirtext import SMEM, Text
+from nova.kernels.attention.problem import AttentionProblem
+from nova.kernels.attention.schedule import AttentionSchedule
+
+KERNEL_NAMES = {"bwd_dkv": "nova_attn_bwd_dkv", "bwd_dq": "nova_attn_bwd_dq"}
+PARAMS = {"bwd_dkv": ("tmap_q", "tmap_k", "tmap_v", "tmap_dout", "lse", "delta", "dk", "dv"),
+          "bwd_dq": ("tmap_q", "tmap_k", "tmap_v", "tmap_dout", "lse", "delta", "dq")}
+# (kept tiles, streamed tiles) per role: the first of each pair makes the scores, the second dP
+KEPT = {"bwd_dkv": ("k", "v"), "bwd_dq": ("q", "dout")}
+STREAMED = {"bwd_dkv": ("q", "dout"), "bwd_dq": ("k", "v")}
+VEC_LANES = 32                 # producer warp 1 loads the dK/dV kernel's LSE and D columns
+
+
+def tensor_map_rows(s: AttentionSchedule, role: str, name: str) -> int:
+    """Box rows of operand ``name``'s tensor map in kernel ``role`` (kept tiles: block_rows)."""
+    kt = s.kernel(role)
+    return kt.block_rows if name in KEPT[role] else kt.block_cols
+
+
+def smem_plan_hopper_bwd(p: AttentionProblem, role: str, rows: int, cols: int, stages: int) -> dict:
+    """Byte offsets past the 1024-byte aligned base: the two kept tiles, the ring (each slot the two
+    streamed tiles) and, for dK/dV, the LSE and D columns of each slot (FP32)."""
+    kept = rows * p.head_dim * p.elem_bytes
+    tile = cols * p.head_dim * p.elem_bytes
+    ring = 2 * kept
+    vec = ring + stages * 2 * tile
+    vec_bytes = 2 * stages * cols * 4 if role == "bwd_dkv" else 0
+    return {"kept0": 0, "kept1": kept, "ring": ring, "tile": tile, "stage": 2 * tile, "vec": vec,
+            "vec_bytes": vec_bytes, "total": vec + vec_bytes + ALIGN}
+
+
+def tma_blocker_bwd(p: AttentionProblem) -> str:
+    """Why q, k, v or dout cannot be read through the backward's 4-D tensor maps ('' when they can): the
+    forward's rule (``build_hopper.tma_blocker``: no zero stride) for dout too."""
+    why = tma_blocker(p)
+    if why:
+        return why
+    for dim, n, x in zip("BHT", p.operand_shape("dout"), p.operand_strides("dout")):
+        if n > 1 and x == 0:
+            return f"dout's {dim} stride is 0 (broadcast): a tensor map needs a positive stride"
+    return ""
+
+
+def check_supported(p: AttentionProblem, s: AttentionSchedule, role: str) -> None:
+    kt = s.kernel(role)
+
+    def fail(msg):
+        raise AttentionCodegenError(f"cannot generate the Hopper {role} for {p.describe()}: {msg}")
+
+    if role not in KERNEL_NAMES:
+        fail("only bwd_dkv and bwd_dq have a Hopper kernel")
+    if not kt.hopper:
+        fail("the schedule's kernel is not on the TMA/wgmma path")
+    if p.dtype not in WG_TYPE:
+        fail(f"dtype {p.dtype}: the Hopper backward is 16-bit (TF32 dV/dK/dQ would need K-major B operands)")
+    if kt.consumer_warpgroups < 1 or kt.block_rows != 64 * kt.consumer_warpgroups:
+        fail(f"block_rows {kt.block_rows} must be 64 x consumer warpgroups ({kt.consumer_warpgroups})")
+    if kt.producer_warps != 4 or kt.warps != 4 * kt.consumer_warpgroups:
+        fail("one producer warpgroup and 4 warps per consumer warpgroup")
+    if kt.block_cols % 16 or not 16 <= kt.block_cols <= 256:
+        fail(f"block_cols {kt.block_cols}: wgmma N must be a multiple of 16 in [16, 256]")
+    if role == "bwd_dkv" and kt.block_cols % VEC_LANES:
+        fail(f"block_cols {kt.block_cols}: a multiple of {VEC_LANES} (LSE/D columns per producer lane)")
+    if p.head_dim % box_cols(p):
+        fail(f"head_dim {p.head_dim} is not a whole number of 128-byte boxes")
+    if kt.stages < 2:
+        fail("the ring needs 2 stages")
+    if kt.smem_layout != "swizzle128":
+        fail(f"smem_layout {kt.smem_layout!r}")
+    need = smem_plan_hopper_bwd(p, role, kt.block_rows, kt.block_cols, kt.stages)["total"]
+    if kt.smem_bytes < need:
+        fail(f"smem_bytes {kt.smem_bytes} < {need}")
+    if not kt.producer_regs <= kt.regs_per_thread <= kt.consumer_regs:
+        fail(f"entry registers {kt.regs_per_thread} outside [{kt.producer_regs}, {kt.consumer_regs}]")
+    why = tma_blocker_bwd(p)
+    if why:
+        fail(why)
+
+
+class _HopperBwd:
+    def __init__(self, p: AttentionProblem, s: AttentionSchedule, role: str):
+        self.p, self.s, self.role = p, s, role
+        self.dkv = role == "bwd_dkv"
+        self.kt = kt = s.kernel(role)
+        self.ir = Text()
+        self.T = p.storage
+        self.D = p.head_dim
+        self.BR, self.BC, self.S = kt.block_rows, kt.block_cols, kt.stages
+        self.C = kt.consumer_warpgroups
+        self.bcols = box_cols(p)
+        self.nbox = self.D // self.bcols
+        self.plan = smem_plan_hopper_bwd(p, role, self.BR, self.BC, self.S)
+        self.c = p.scale * LOG2E
+        self.vt = f"memref<{p.batch * p.heads * p.seq_q}xf32>"
+        self.mb = lambda n: f"!nvgpu.mbarrier.group<memorySpace = {SMEM}, num_barriers = {n}>"
+        self.ns, self.no = self.BC // 2, self.D // 2          # accumulators per thread: scores, an output
+        self.s_t = "!llvm.struct<(" + ", ".join(["f32"] * self.ns) + ")>"
+        self.o_t = "!llvm.struct<(" + ", ".join(["f32"] * self.no) + ")>"
+        self.kept, self.streamed = KEPT[role], STREAMED[role]
+        self.outs = ("dk", "dv") if self.dkv else ("dq",)
+
+    # ---- types
+    def rows_of(self, name):
+        return self.BR if name in self.kept else self.BC
+
+    def box_type(self, rows):
+        return f"memref<1x1x{rows}x{self.bcols}x{self.T}, {SMEM}>"
+
+    def tm_type(self, rows):
+        return (f"!nvgpu.tensormap.descriptor<tensor = {self.box_type(rows)}, swizzle = swizzle_128b, "
+                "l2promo = l2promo_256b, oob = zero, interleave = none>")
+
+    def vec_type(self):
+        return f"memref<{self.S}x{self.BC}xf32, {SMEM}>"
+
+    # ------------------------------------------------------------------------------------------
+    def build(self) -> str:
+        p, kt, ir = self.p, self.kt, self.ir
+        what = ("dK/dV: S^T = K Q^T, dP^T = V dO^T, dV += P^T dO, dK += dS^T Q" if self.dkv else
+                "dQ: S = Q K^T, dP = dO V^T, dQ += dS K")
+        ir.emit(f"// Nova attention {self.role} (Hopper): {p.describe()}")
+        ir.emit(f"// {what}; kept {self.BR} rows ({self.C} consumer warpgroups x 64), {self.BC} streamed rows per "
+                f"tile, {self.S}-stage TMA ring, wgmma m64n{self.BC}k16 (smem x smem) and m64n{self.D}k16 "
+                f"(A from registers, B MN-major), {ARCH}")
+        args = ["%tmap_q: !llvm.ptr", "%tmap_k: !llvm.ptr", "%tmap_v: !llvm.ptr", "%tmap_dout: !llvm.ptr",
+                f"%lse: {self.vt}", f"%delta: {self.vt}"] + [f"%{n}: {global_type(p, n)}" for n in self.outs]
+        with ir.kernel(KERNEL_NAMES[self.role], args, kt.threads, maxnreg=kt.regs_per_thread):
+            self.setup()
+            is_prod = ir.cmp("eq", self.wg, 0, "is_producer")
+            ir.emit(f"scf.if {is_prod} {{")
+            with ir.scope():
+                self.producer()
+            with ir.region("} else {", close="}"):
+                self.consumer()
+        return ir.text()
+
+    def setup(self):
+        ir = self.ir
+        self.tm = {}
+        for n in ("q", "k", "v", "dout"):
+            self.tm[n] = ir.let(f"tm_{n}", f"builtin.unrealized_conversion_cast %tmap_{n} : !llvm.ptr to "
+                                           f"{self.tm_type(self.rows_of(n))}")
+        self.tid = ir.let("tid", "gpu.thread_id x")
+        self.wg = ir.div(self.tid, WG, "wg")
+        self.lane = ir.rem(self.tid, 32, "lane")
+        self.bx = ir.let("bx", "gpu.block_id x")
+        self.by = ir.let("by", "gpu.block_id y")
+        ir.comment(f"---- shared memory: the kept tiles, the ring (and LSE/D columns), from the first {ALIGN}-byte "
+                   "boundary of dynamic smem")
+        self.dsm = ir.let("dsm", f"gpu.dynamic_shared_memory : memref<?xi8, {SMEM}>")
+        addr = ir.let("dsm_addr", f"memref.extract_aligned_pointer_as_index {self.dsm} : memref<?xi8, {SMEM}> -> index")
+        up = ir.add(addr, ALIGN - 1, "dsm_up")
+        al = ir.sub(up, ir.rem(up, ALIGN, "dsm_rem"), "dsm_aligned")
+        self.base_off = ir.sub(al, addr, "base_off")
+        self.base_enc = ir.div(al, 16, "base_enc")
+        if self.dkv:
+            vb = ir.add(self.base_off, self.plan["vec"], "vec_off")
+            self.nl2_sm = ir.let("nl2_sm", f"memref.view {self.dsm}[{ir.v(vb)}][] : memref<?xi8, {SMEM}> to "
+                                           f"{self.vec_type()}")
+            vd = ir.add(vb, self.S * self.BC * 4, "dlt_off")
+            self.dlt_sm = ir.let("dlt_sm", f"memref.view {self.dsm}[{ir.v(vd)}][] : memref<?xi8, {SMEM}> to "
+                                           f"{self.vec_type()}")
+        arrivals = 1 + (VEC_LANES if self.dkv else 0)
+        ir.comment(f"---- mbarriers: kept_full, full[{self.S}] (streamed tiles landed: the TMA leader"
+                   f"{' + 32 lanes of LSE/D' if self.dkv else ''}), empty[{self.S}] (every consumer warp done)")
+        self.kbar = ir.let("kept_full", f"nvgpu.mbarrier.create -> {self.mb(1)}")
+        self.full = ir.let("full", f"nvgpu.mbarrier.create -> {self.mb(self.S)}")
+        self.empty = ir.let("empty", f"nvgpu.mbarrier.create -> {self.mb(self.S)}")
+        t0 = ir.cmp("eq", self.tid, 0, "is_t0")
+        ir.emit(f"nvgpu.mbarrier.init {self.kbar}[{ir.v(0)}], {ir.v(1)}, predicate = {t0} : {self.mb(1)}")
+        for i in range(self.S):
+            ir.emit(f"nvgpu.mbarrier.init {self.full}[{ir.v(i)}], {ir.v(arrivals)}, predicate = {t0} : "
+                    f"{self.mb(self.S)}")
+            ir.emit(f"nvgpu.mbarrier.init {self.empty}[{ir.v(i)}], {ir.v(4 * self.C)}, predicate = {t0} : "
+                    f"{self.mb(self.S)}")
+        with ir.region(f"scf.if {t0} {{"):
+            ir.emit("nvvm.fence.mbarrier.init")
+        ir.emit("gpu.barrier")
+        self.k0 = ir.mul(self.bx, self.BR, "row0")      # first kept row: a key (dK/dV) or a query (dQ)
+        if self.dkv:
+            self.setup_dkv()
+        else:
+            self.setup_dq()
+
+    def setup_dkv(self):
+        ir, p = self.ir, self.p
+        bkv = self.by
+        self.b = ir.div(bkv, p.kv_heads, "b")
+        self.hk = ir.rem(bkv, p.kv_heads, "hk")
+        self.bkv = bkv
+        self.h0 = ir.mul(self.hk, p.group, "h0")
+        self.head0 = ir.add(ir.mul(self.b, p.heads, "bh0"), self.h0, "qbh0")     # first query head (b, h0)
+        nq_all = -(-p.seq_q // self.BC)
+        if p.causal:          # query tiles wholly before the block's first key (all i < k0) are skipped
+            self.q_lo = ir.div(self.k0, self.BC, "q_lo")
+            self.nq = ir.max(ir.sub(nq_all, self.q_lo, "nq_raw"), 0, "nq")
+        else:
+            self.q_lo, self.nq = 0, nq_all
+        self.n_it = ir.mul(self.nq, p.group, "n_it")
+
+    def tile_of(self, it):
+        """dK/dV: (query head, flat query head b*H + h, query tile) of step ``it``."""
+        ir, p = self.ir, self.p
+        if p.group == 1:
+            return self.h0, self.head0, ir.add(self.q_lo, it, "qt")
+        hd = ir.div(it, self.nq, "it_h")
+        return ir.add(self.h0, hd, "qh"), ir.add(self.head0, hd, "qbh"), ir.add(self.q_lo, ir.rem(it, self.nq, "it_q"),
+                                                                             "qt")
+
+    def setup_dq(self):
+        ir, p = self.ir, self.p
+        bh = self.by
+        self.b = ir.div(bh, p.heads, "b")
+        self.h = ir.rem(bh, p.heads, "h")
+        self.hkv = ir.div(self.h, p.group, "hkv")
+        self.bh = bh
+        if p.causal:       # keys j <= i < q0 + BR: tiles wholly after the diagonal are never loaded
+            last = ir.min(ir.add(self.k0, self.BR, "q_end"), p.seq_k, "kv_end")
+            self.n_it = ir.div(ir.add(last, self.BC - 1, "kv_end_r"), self.BC, "n_kv")
+        else:
+            self.n_it = -(-p.seq_k // self.BC)
+
+    def slot_phase(self, it, flip=False):
+        ir, S = self.ir, self.S
+        slot = ir.rem(it, S, "slot")
+        bit = ir.let("par_i", f"arith.index_cast {ir.v(ir.div(it, S, 'round'))} : index to i64")
+        par = ir.let("par", f"arith.trunci {bit} : i64 to i1")
+        if flip:
+            par = ir.let("par_flip", f"arith.xori {par}, {ir.pure('true1', 'arith.constant true')} : i1")
+        return slot, par
+
+    # ------------------------------------------------------------------------------------------
+    def load(self, name, bar, off, t0, head, nbar):
+        ir = self.ir
+        rows = self.rows_of(name)
+        for i in range(self.nbox):
+            view = ir.let(f"box_{name}", f"memref.view {self.dsm}[{ir.v(ir.add(off, i * rows * SWIZZLE))}][] "
+                                         f": memref<?xi8, {SMEM}> to {self.box_type(rows)}")
+            coords = ", ".join(ir.v(c) for c in (i * self.bcols, t0, head, self.b))
+            ir.emit(f"nvgpu.tma.async.load {self.tm[name]}[{coords}], {bar} to {view} : "
+                    f"{self.tm_type(rows)}, {self.mb(nbar)} -> {self.box_type(rows)}")
+
+    def producer(self):
+        ir = self.ir
+        ir.comment("---- producer warpgroup: give registers back; thread 0 issues the TMA loads"
+                   + ("; warp 1 writes each slot's LSE/D columns" if self.dkv else ""))
+        ir.emit(f"nvvm.setmaxregister decrease {self.kt.producer_regs}")
+        ticks = ir.const(MBARRIER_WAIT_TICKS)
+        kept_head = self.hk if self.dkv else self.h
+        with ir.region(f"scf.if {ir.cmp('eq', self.tid, 0, 'is_leader')} {{"):
+            kb = ir.const(2 * self.nbox * self.BR * SWIZZLE)
+            ir.emit(f"nvgpu.mbarrier.arrive.expect_tx {self.kbar}[{ir.v(0)}], {kb} : {self.mb(1)}")
+            for i, name in enumerate(self.kept):
+                self.load(name, f"{self.kbar}[{ir.v(0)}]", ir.add(self.base_off, self.plan[f"kept{i}"]), self.k0,
+                          kept_head, 1)
+            tx = ir.const(2 * self.plan["tile"])
+            with ir.region(f"scf.for %itp = {ir.v(0)} to {ir.v(self.n_it)} step {ir.v(1)} {{"):
+                slot, par = self.slot_phase("%itp", flip=True)
+                ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.empty}[{slot}], {par}, {ticks} : {self.mb(self.S)}")
+                ir.emit(f"nvgpu.mbarrier.arrive.expect_tx {self.full}[{slot}], {tx} : {self.mb(self.S)}")
+                off = ir.add(ir.add(self.base_off, self.plan["ring"]), ir.mul(slot, self.plan["stage"]), "s_off")
+                if self.dkv:
+                    qh, _, qt = self.tile_of("%itp")
+                    t0, head = ir.mul(qt, self.BC, "qs"), qh
+                else:
+                    t0, head = ir.mul("%itp", self.BC, "kv0"), self.hkv
+                for i, name in enumerate(self.streamed):
+                    self.load(name, f"{self.full}[{slot}]", ir.add(off, i * self.plan["tile"]), t0, head, self.S)
+        if self.dkv:
+            self.producer_vectors(ticks)
+
+    def producer_vectors(self, ticks):
+        """Warp 1 of the producer warpgroup: per ring slot, -LSE log2 e and D of the tile's query
+        columns (0 beyond Tq) into shared memory, then each lane arrives on the slot's full barrier."""
+        ir, p = self.ir, self.p
+        warp1 = ir.cmp("eq", ir.div(self.tid, 32, "pwarp"), 1, "is_vec_warp")
+        with ir.region(f"scf.if {warp1} {{"):
+            with ir.region(f"scf.for %itv = {ir.v(0)} to {ir.v(self.n_it)} step {ir.v(1)} {{"):
+                slot, par = self.slot_phase("%itv", flip=True)
+                ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.empty}[{slot}], {par}, {ticks} : {self.mb(self.S)}")
+                _, qbh, qt = self.tile_of("%itv")
+                qs = ir.mul(qt, self.BC, "qs")
+                base = ir.add(ir.mul(qbh, p.seq_q, "qrow_bh"), qs, "qrow")
+                for i in range(self.BC // VEC_LANES):
+                    col = ir.add(self.lane, i * VEC_LANES, "vcol")
+                    ok = ir.cmp("slt", ir.add(qs, col, "vrow"), p.seq_q, "vrow_ok") if p.seq_q % self.BC else True
+                    src = ir.select(ok, ir.add(base, col, "vsrc"), 0, hint="vsrc")
+                    lv = ir.let("lse_v", f"memref.load %lse[{ir.v(src)}] : {self.vt}")
+                    dv = ir.let("dlt_v", f"memref.load %delta[{ir.v(src)}] : {self.vt}")
+                    nl2 = ir.fop("mulf", lv, ir.f(-LOG2E), "nl2_v")
+                    if ok is not True:
+                        nl2 = ir.select(ok, nl2, ir.f(0.0), ty="f32", hint="nl2_v")
+                        dv = ir.select(ok, dv, ir.f(0.0), ty="f32", hint="dlt_v")
+                    ir.emit(f"memref.store {nl2}, {self.nl2_sm}[{ir.v(slot)}, {ir.v(col)}] : {self.vec_type()}")
+                    ir.emit(f"memref.store {dv}, {self.dlt_sm}[{ir.v(slot)}, {ir.v(col)}] : {self.vec_type()}")
+                ir.let("vtok", f"nvgpu.mbarrier.arrive {self.full}[{ir.v(slot)}] : {self.mb(self.S)} -> "
+                               "!nvgpu.mbarrier.token")
+
+    # ------------------------------------------------------------------------------------------
+    def desc(self, enc, hi):
+        ir = self.ir
+        x = ir.let("d_i64", f"arith.index_cast {ir.v(enc)} : index to i64")
+        return ir.let("desc", f"arith.addi {x}, {hi} : i64")
+
+    def kmajor_enc(self, base_enc, rows, kk):
+        """Descriptor start (shared address >> 4) of k-step ``kk`` of a K-major [rows, D] tile stored as
+        D/64 boxes of [rows, 128 B]: box kk*16 // 64, 32 bytes per k-step inside it."""
+        per_box = self.bcols // 16
+        return self.ir.add(base_enc, ((kk // per_box) * rows * SWIZZLE + (kk % per_box) * 32) // 16, "enc_k")
+
+    def i64(self, v: int) -> str:
+        return self.ir.pure(f"k{v}_i64", f"arith.constant {v} : i64")
+
+    def opaque(self, x):
+        """``x`` (i64) through an inline-asm move with side effects: descriptors derived from it are computed
+        where they are used, not hoisted out of the loop (the kept tile's D/8 loop-invariant descriptors
+        would otherwise hold 2 registers each for the kernel's life)."""
+        return self.ir.let("desc_base", f'llvm.inline_asm has_side_effects asm_dialect = att "mov.b64 $0, $1;", '
+                                        f'"=l,l" {x} : (i64) -> i64')
+
+    def wgmma_ss(self, a_enc, b_enc, hi):
+        """acc[m64 x BC] = A (64 kept rows) B^T (BC streamed rows), both K-major over D, from zero."""
+        ir = self.ir
+        acc = self.zero_s
+        a0 = self.opaque(self.desc(a_enc, hi))
+        b0 = self.desc(b_enc, hi)
+        for kk in range(self.D // 16):
+            da = ir.let("desc", f"arith.addi {a0}, {self.i64(self.kmajor_enc(0, self.BR, kk))} : i64")
+            db = ir.let("desc", f"arith.addi {b0}, {self.i64(self.kmajor_enc(0, self.BC, kk))} : i64")
+            acc = ir.let("s_acc", f'"nvvm.wgmma.mma_async"({acc}, {da}, {db}) <{{{self.attrs}}}> : '
+                                  f"({self.s_t}, i64, i64) -> {self.s_t}")
+        return acc
+
+    def consumer(self):
+        ir, p, kt = self.ir, self.p, self.kt
+        ir.comment(f"---- consumer warpgroups: take registers ({kt.consumer_regs})")
+        ir.emit(f"nvvm.setmaxregister increase {kt.consumer_regs}")
+        ctid = ir.sub(self.tid, WG, "ctid")
+        self.cwg = ir.div(ctid, WG, "cwg")
+        wtid = ir.rem(ctid, WG, "wg_tid")
+        self.warp = ir.div(wtid, 32, "wg_warp")
+        self.g = ir.div(self.lane, 4, "g")
+        self.t = ir.rem(self.lane, 4, "t")
+        lane0 = ir.cmp("eq", self.lane, 0, "lane0")
+        ticks = ir.const(MBARRIER_WAIT_TICKS)
+        sbo = (1024 >> 4) << 32
+        hi_k = ir.let("desc_hi_k", f"arith.constant {(1 << 16) | sbo | (1 << 62)} : i64")         # K-major: LBO unused
+        hi_mn = ir.let("desc_hi_mn", f"arith.constant {(((self.BC * SWIZZLE) >> 4) << 16) | sbo | (1 << 62)} : i64")
+        self.r0 = ir.add(self.k0, ir.mul(self.cwg, 64), "wg_row0")
+        wg_off = ir.mul(self.cwg, 64 * SWIZZLE // 16)
+        a_enc = [ir.add(ir.add(self.base_enc, self.plan[f"kept{i}"] // 16), wg_off, f"a{i}_enc") for i in (0, 1)]
+        ty = WG_TYPE[p.dtype]
+        self.attrs = (f"shape = #nvvm.shape<m = 64, n = {self.BC}, k = 16>, "
+                      f"typeA = #nvvm.wgmma_type<{ty}>, typeB = #nvvm.wgmma_type<{ty}>, "
+                      "typeD = #nvvm.wgmma_type<f32>, scaleD = #nvvm.wgmma_scale_out<one>, "
+                      "scaleA = #nvvm.wgmma_scale_in<one>, scaleB = #nvvm.wgmma_scale_in<one>, "
+                      "layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>")
+        self.zero_s = ir.let("zero_s", f"llvm.mlir.zero : {self.s_t}")
+        zero_o = ir.let("zero_o", f"llvm.mlir.zero : {self.o_t}")
+        if not self.dkv:        # dQ: LSE and D of the thread's rows g (h = 0) and g + 8 (h = 1), once
+            self.row_nl2, self.row_dlt = self.row_vectors()
+        ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.kbar}[{ir.v(0)}], {ir.pure('false1', 'arith.constant false')}, "
+                f"{ticks} : {self.mb(1)}")
+        nacc = len(self.outs)
+        res = ir.fresh("loop")
+        iters = ", ".join(f"%acc{i} = {zero_o}" for i in range(nacc))
+        with ir.region(f"{res}:{nacc} = scf.for %it = {ir.v(0)} to {ir.v(self.n_it)} step {ir.v(1)} iter_args("
+                       f"{iters}) -> ({', '.join([self.o_t] * nacc)}) {{"):
+            ir.reserve("it", *(f"acc{i}" for i in range(nacc)))
+            slot, par = self.slot_phase("%it")
+            ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.full}[{slot}], {par}, {ticks} : {self.mb(self.S)}")
+            b_enc0 = ir.add(ir.add(self.base_enc, self.plan["ring"] // 16), ir.mul(slot, self.plan["stage"] // 16),
+                            "b0_enc")
+            b_enc1 = ir.add(b_enc0, self.plan["tile"] // 16, "b1_enc")
+            names = ("S^T = K Q^T, dP^T = V dO^T" if self.dkv else "S = Q K^T, dP = dO V^T")
+            ir.comment(f"{names} (wgmma, both operands K-major in shared memory)")
+            ir.emit("nvvm.wgmma.fence.aligned")
+            s_acc = self.wgmma_ss(a_enc[0], b_enc0, hi_k)
+            dp_acc = self.wgmma_ss(a_enc[1], b_enc1, hi_k)
+            ir.emit("nvvm.wgmma.commit.group.sync.aligned")
+            ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
+            s = [ir.let("s", f"llvm.extractvalue {s_acc}[{i}] : {self.s_t}") for i in range(self.ns)]
+            dp = [ir.let("dp", f"llvm.extractvalue {dp_acc}[{i}] : {self.s_t}") for i in range(self.ns)]
+            c0 = ir.mul(self.tile_of("%it")[2] if self.dkv else "%it", self.BC, "col0")   # first streamed row
+            s = self.masked(c0, s)
+            ir.comment("P = exp2(S c - LSE log2 e), dS = P (dP - D)")
+            pe, ds = [], []          # packed to 16 bits pair by pair: the register A fragments
+            for i in range(0, self.ns, 2):
+                pair_p, pair_ds = [], []
+                for i2 in (i, i + 1):
+                    j, h, c = i2 // 4, (i2 // 2) % 2, i2 % 2
+                    nl2, dlt = self.col_vectors(slot, j, c) if self.dkv else (self.row_nl2[h], self.row_dlt[h])
+                    e = ir.exp2(ir.fma(s[i2], ir.f(self.c), nl2, "sc"))
+                    pair_p.append(e)
+                    pair_ds.append(ir.fop("mulf", e, ir.fop("subf", dp[i2], dlt, "dpd"), "ds"))
+                if self.dkv:
+                    pe.append(self.pack(*pair_p))
+                ds.append(self.pack(*pair_ds))
+            acc = [f"%acc{i}" for i in range(nacc)]
+            ir.emit("nvvm.wgmma.fence.aligned")
+            if self.dkv:
+                ir.comment("dV += P^T dO, dK += dS^T Q (A from registers, B MN-major)")
+                acc[1] = self.gemm_rs(acc[1], pe, b_enc1, hi_mn)
+                acc[0] = self.gemm_rs(acc[0], ds, b_enc0, hi_mn)
+            else:
+                ir.comment("dQ += dS K (A from registers, B MN-major)")
+                acc[0] = self.gemm_rs(acc[0], ds, b_enc0, hi_mn)
+            ir.emit("nvvm.wgmma.commit.group.sync.aligned")
+            ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
+            with ir.region(f"scf.if {lane0} {{"):
+                ir.let("tok", f"nvgpu.mbarrier.arrive {self.empty}[{ir.v(slot)}] : {self.mb(self.S)} -> "
+                              "!nvgpu.mbarrier.token")
+            ir.emit(f"scf.yield {', '.join(acc)} : {', '.join([self.o_t] * nacc)}")
+        self.epilogue([f"{res}#{i}" for i in range(nacc)])
+
+    def col_vectors(self, slot, j, c):
+        """dK/dV: -LSE log2 e and D of query column 8j + 2t + c of the slot (loaded once per pair of c)."""
+        ir = self.ir
+        key = (slot, j)
+        if getattr(self, "_cols_key", None) != key[0]:
+            self._cols_key, self._cols = key[0], {}
+        if j not in self._cols:
+            col = ir.add(ir.mul(self.t, 2, "t2"), 8 * j, "qcol")
+            vals = []
+            for sm, hint in ((self.nl2_sm, "nl2"), (self.dlt_sm, "dlt")):
+                v = ir.let(f"{hint}_c2", f"vector.load {sm}[{ir.v(slot)}, {ir.v(col)}] : {self.vec_type()}, vector<2xf32>")
+                vals.append([ir.let(f"{hint}_c", f"vector.extract {v}[{k}] : f32 from vector<2xf32>") for k in (0, 1)])
+            self._cols[j] = vals
+        nl2, dlt = self._cols[j]
+        return nl2[c], dlt[c]
+
+    def row_vectors(self):
+        """dQ: -LSE log2 e and D of the thread's rows (0 beyond Tq)."""
+        ir, p = self.ir, self.p
+        nl2, dlt = [], []
+        qbase = ir.add(ir.mul(self.bh, p.seq_q, "qrow_bh"), self.r0, "qbase_wg")
+        for h in (0, 1):
+            roff = ir.add(ir.mul(self.warp, 16), ir.add(self.g, 8 * h), "vrow_off")
+            ok = ir.cmp("slt", ir.add(self.r0, roff, "vrow"), p.seq_q, "vrow_ok") if p.seq_q % self.BR else True
+            src = ir.select(ok, ir.add(qbase, roff, "vsrc"), 0, hint="vsrc")
+            lv = ir.let("lse_r", f"memref.load %lse[{ir.v(src)}] : {self.vt}")
+            dv = ir.let("dlt_r", f"memref.load %delta[{ir.v(src)}] : {self.vt}")
+            x = ir.fop("mulf", lv, ir.f(-LOG2E), "nl2_r")
+            nl2.append(ir.select(ok, x, ir.f(0.0), ty="f32", hint="nl2_r"))
+            dlt.append(ir.select(ok, dv, ir.f(0.0), ty="f32", hint="dlt_r"))
+        return nl2, dlt
+
+    def pack(self, a, b):
+        ir, T = self.ir, self.T
+        xs = [ir.let("pt", f"arith.truncf {x} : f32 to {T}") for x in (a, b)]
+        v = ir.let("pv", f"vector.from_elements {xs[0]}, {xs[1]} : vector<2x{T}>")
+        w = ir.let("pw", f"vector.bitcast {v} : vector<2x{T}> to vector<1xi32>")
+        return ir.let("pa", f"vector.extract {w}[0] : i32 from vector<1xi32>")
+
+    def gemm_rs(self, acc, packed, b_enc, hi):
+        """acc[m64 x D] += A[m64 x BC] B[BC x D]: A the scores-shaped values packed to 16 bits in pairs (the
+        register A fragments), B a streamed tile [BC rows, D] MN-major, BC/16 k-steps of 16 rows."""
+        ir = self.ir
+        for kk in range(self.BC // 16):
+            db = self.desc(ir.add(b_enc, kk * 16 * SWIZZLE // 16, "b_enc_k"), hi)
+            acc = self.wgmma_rs(acc, packed[4 * kk: 4 * kk + 4], db)
+        return acc
+
+    def wgmma_rs(self, acc, frag, db):
+        """``wgmma.mma_async`` m64n{D}k16 with A from registers, B MN-major (transpose bit): inline PTX
+        (MLIR's NVVM op has only the shared-memory A form); accumulators tied in/out."""
+        ir, n = self.ir, self.no
+        accs = [ir.let("d", f"llvm.extractvalue {acc}[{i}] : {self.o_t}") for i in range(n)]
+        one = ir.pure("one_i32", "arith.constant 1 : i32")
+        d_list = ", ".join(f"${i}" for i in range(n))
+        a_list = ", ".join(f"${n + i}" for i in range(4))
+        ty = WG_TYPE[self.p.dtype]
+        ptx = (f"{{\\n.reg .pred p;\\nsetp.ne.b32 p, ${n + 5}, 0;\\n"
+               f"wgmma.mma_async.sync.aligned.m64n{self.D}k16.f32.{ty}.{ty} "
+               f"{{{d_list}}}, {{{a_list}}}, ${n + 4}, p, 1, 1, 1;\\n}}")
+        cons = ",".join(["=f"] * n + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(n)])
+        operands = ", ".join(list(frag) + [db, one] + accs)
+        types = ", ".join(["i32"] * 4 + ["i64", "i32"] + ["f32"] * n)
+        return ir.let("o_acc", f'llvm.inline_asm has_side_effects asm_dialect = att "{ptx}", "{cons}" '
+                               f"{operands} : ({types}) -> {self.o_t}")
+
+    # ------------------------------------------------------------------------------------------
+    def masked(self, c0, s):
+        """Scores with masked pairs replaced by MASKED, in a branch taken only where a tile needs it.
+        Accumulator element (row 16 warp + g + 8h of this warpgroup's 64, column 8j + 2t + c of the tile).
+        dQ (rows queries, columns keys from c0): key < Tk and, causal, key <= query: column 8j + c <
+        L_h - 2t, L_h = min(Tk - c0, r0 + roff_h + 1 - c0).  dK/dV (rows keys, columns queries from c0),
+        causal only: query >= key: 8j + c > r0 + roff_h - c0 - 1 - 2t."""
+        ir, p = self.ir, self.p
+        cond = False
+        if not self.dkv and p.seq_k % self.BC:
+            cond = ir.cmp("sgt", ir.add(c0, self.BC, "kv_end"), p.seq_k, "kv_tail")
+        if p.causal:
+            if self.dkv:     # the warpgroup's last key r0 + 63 after the tile's first query c0
+                cross = ir.cmp("sgt", ir.add(self.r0, 63, "key_last"), c0, "cross")
+            else:            # the tile's last key after the warpgroup's first query r0
+                cross = ir.cmp("sgt", ir.add(c0, self.BC - 1, "kv_last"), self.r0, "cross")
+            cond = ir.or_(cond, cross, "need_mask")
+        if cond is False:
+            return s
+
+        def apply():
+            t2 = ir.mul(self.t, 2, "t2")
+            bounds = []
+            for h in (0, 1):
+                row = ir.add(ir.add(self.r0, ir.mul(self.warp, 16)), ir.add(self.g, 8 * h), "mrow")
+                if self.dkv:     # valid iff 8j + c > row - c0 - 1 - 2t
+                    bounds.append(ir.sub(ir.sub(ir.sub(row, c0, "kq"), 1, "kq1"), t2, "col_lo"))
+                    continue
+                lim = ir.sub(p.seq_k, c0, "kv_left") if p.seq_k % self.BC else self.BC
+                if p.causal:
+                    lim = ir.min(lim, ir.sub(ir.add(row, 1, "row_end"), c0, "diag_end"), "col_end")
+                bounds.append(ir.sub(lim, t2, "col_bound"))
+            out = []
+            for i, x in enumerate(s):
+                j, h, c = i // 4, (i // 2) % 2, i % 2
+                if self.dkv:
+                    ok = ir.cmp("slt", bounds[h], 8 * j + c, "col_ok")
+                else:
+                    ok = ir.cmp("sgt", bounds[h], 8 * j + c, "col_ok")
+                out.append(ir.select(ok, x, ir.f(MASKED), ty="f32", hint="sm"))
+            return out
+        if cond is True:
+            return apply()
+        res = ir.fresh("msk")
+        n = len(s)
+        tys = ", ".join(["f32"] * n)
+        with ir.region(f"{res}:{n} = scf.if {cond} -> ({tys}) {{"):
+            ir.emit(f"scf.yield {', '.join(apply())} : {tys}")
+            ir.else_()
+            ir.emit(f"scf.yield {', '.join(s)} : {tys}")
+        return [f"{res}#{i}" for i in range(n)]
+
+    # ------------------------------------------------------------------------------------------
+    def epilogue(self, accs):
+        ir, p = self.ir, self.p
+        ir.comment("---- epilogue: " + ("dK x scale and dV" if self.dkv else "dQ x scale") + " in the input dtype")
+        if self.dkv:
+            limit = p.seq_k
+            first = ir.add(ir.mul(self.bkv, p.seq_k, "krow_bkv"), self.k0, "kbase")
+            coords = (self.b, self.hk, self.bkv, self.k0)
+        else:
+            limit = p.seq_q
+            first = ir.add(ir.mul(self.bh, p.seq_q, "qrow_bh"), self.k0, "qbase")
+            coords = (self.b, self.h, self.bh, self.k0)
+        for name, acc, scale in zip(self.outs, accs, (p.scale, None)):
+            gty = global_type(p, name)
+            at = rows_at(ir, p, name, first, coords)
+            for h in (0, 1):
+                roff = ir.add(ir.add(ir.mul(self.cwg, 64), ir.mul(self.warp, 16)), ir.add(self.g, 8 * h), "row_off")
+                ok = ir.cmp("slt", ir.add(self.k0, roff, "st_row"), limit, "st_ok") if limit % self.BR else True
+                row = rows_advance(ir, p, name, at, roff)
+
+                def body(h=h, row=row, name=name, acc=acc, scale=scale, gty=gty):
+                    for j in range(self.D // 8):
+                        xs = [ir.let("o", f"llvm.extractvalue {acc}[{4 * j + 2 * h + c}] : {self.o_t}") for c in (0, 1)]
+                        if scale is not None:
+                            xs = [ir.fop("mulf", x, ir.f(scale), "o_s") for x in xs]
+                        xs = [ir.let("o_t", f"arith.truncf {x} : f32 to {self.T}") for x in xs]
+                        vec = ir.let("o_v", f"vector.from_elements {xs[0]}, {xs[1]} : vector<2x{self.T}>")
+                        col = ir.add(ir.mul(self.t, 2, "t2"), 8 * j, "st_col")
+                        dst = element_at(ir, p, name, row, 0, col, "st")
+                        ir.emit(f"vector.store {vec}, %{name}[{ir.v(dst)}] {{alignment = {2 * p.elem_bytes}}} : "
+                                f"{gty}, vector<2x{self.T}>")
+                ir.guarded(ok, body)
+
+
+def build_hopper_bwd(p: AttentionProblem, s: AttentionSchedule, role: str) -> str:
+    check_supported(p, s, role)
+    return _HopperBwd(p, s, role).build()
