@@ -1,8 +1,9 @@
 """The Hopper attention forward (issue 11): TMA + mbarrier ring + wgmma, warp-specialized.
 
-``(AttentionProblem, AttentionSchedule with tma) -> MLIR text`` for sm_90a, BF16/FP16.  The other
-three attention kernels (backward) stay on mma.sync (``build.py``) and read this kernel's outputs:
-O in the output dtype and the natural-log LSE ``[B*H*Tq]`` FP32, exactly as the mma.sync forward.
+``(AttentionProblem, AttentionSchedule with tma) -> MLIR text`` for sm_90a, BF16/FP16.  The backward
+kernels (the wgmma dK/dV and dQ of ``build_hopper_bwd.py`` where step 11 picks them, else the
+mma.sync ones of ``build.py``; ``bwd_pre`` always mma.sync) read this kernel's outputs: O in the
+output dtype and the natural-log LSE ``[B*H*Tq]`` FP32, exactly as the mma.sync forward writes them.
 
 Design (every number comes from ``schedule.fwd``; ``derive.py`` explains them):
 
