@@ -680,6 +680,18 @@ def hopper_mode() -> str:
     return want
 
 
+def hopper_backward_enabled() -> bool:
+    """``$NOVA_ATTENTION_HOPPER_BWD=1``: let step 11 weigh the wgmma dK/dV and dQ kernels (under
+    NOVA_ATTENTION_HOPPER's auto or force).  Off by default: in their first device run (H200,
+    session 7, call 2) they hung on the first BF16 case (B2 H2 T200 D64, auto and forced alike), while
+    the Hopper forward passed every case; until that is found the backward stays on mma.sync."""
+    import os
+    want = os.environ.get("NOVA_ATTENTION_HOPPER_BWD", "0").strip()
+    if want not in ("0", "1"):
+        raise AttentionProblemError(f"NOVA_ATTENTION_HOPPER_BWD={want!r}: choose 1 (on) or 0 (off)")
+    return want == "1"
+
+
 def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h200", *,
                         tiles: dict | None = None) -> AttentionConfig:
     """``tiles`` (experiments only): {role: (block_rows, block_cols, stages, blocks_per_sm)} replaces
@@ -741,7 +753,11 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
     elif "wgmma" in gpu.features and not (tiles and "fwd" in tiles):
         steps.append(note("10 fwd path", "mma.sync", "NOVA_ATTENTION_HOPPER=off or an experiment's forward tile: "
                           "the forward stays on mma.sync"))
-    if hmode != "off" and "wgmma" in gpu.features:
+    if hmode != "off" and "wgmma" in gpu.features and not hopper_backward_enabled():
+        for role in ("bwd_dkv", "bwd_dq"):
+            steps.append(note(f"11 {role} path", "mma.sync", "the wgmma backward is off (NOVA_ATTENTION_HOPPER_BWD=1 "
+                              "turns it on): it hung in its first H200 run (bench/NOTES.md, session 7)"))
+    elif hmode != "off" and "wgmma" in gpu.features:
         for role in ("bwd_dkv", "bwd_dq"):
             if tiles and role in tiles:
                 steps.append(note(f"11 {role} path", "mma.sync", "an experiment's tile: stays on mma.sync"))
