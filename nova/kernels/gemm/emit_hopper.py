@@ -77,6 +77,36 @@ targets, the shared-memory ring, the grid.  Nothing here knows the target.
   shared tile feeds its peers) and computes, and stores nothing (the register epilogue's
   predicates count C's edge in cluster tiles; the TMA store skips boxes wholly outside C; the
   split-K workspace's rows are predicated the same way).
+* **Ping-pong consumers** (``schedule.consumers == "pingpong"``, hopper.py's consumers step; as
+  CUTLASS's ``KernelTmaWarpSpecializedPingpong``).  The two consumer warpgroups compute *different*
+  work units: the CTA's units (its walk ``bid, bid + G, ...``, index j) alternate, warpgroup w taking
+  j = w, w + 2, ...; each computes the whole tile (``tile_slabs`` 64-row slabs x N: one accumulator
+  set and one wgmma per slab and k-step) and runs its own epilogue, which overlaps the other
+  warpgroup's K loop.  The producer is unchanged: it loads the units in the CTA's order, so unit j's
+  K tiles are ring iterations j x ktiles .. (j + 1) x ktiles - 1 (every unit streams all of K: no
+  split-K, no stream-K), and warpgroup w's loop starts at it = w x ktiles and skips the other's
+  ktiles after each unit.  ``empty[s]`` counts the 4 warps of one warpgroup (only one reads a slot).
+  The TMA-store epilogue keeps one pair of staging buffers per warpgroup (their stores may overlap).
+
+  Why the K loops must be ordered (named barriers ``PINGPONG_ORDER_BARRIER + w``: warpgroup w
+  ``bar.sync``s on its own before unit j > 0, the other ``bar.arrive``s on it after waiting for every
+  K tile of unit j - 1, 256 threads in all; an arrival only where the CTA has a unit j + 1, so no
+  barrier is left half-complete at exit).  ``try_wait.parity(r & 1)`` on ``full[s]`` passes once the
+  phase of that parity completed: if the barrier had completed only r - 1 phases (it is one behind),
+  the phase of parity r & 1 it sees completed is r - 2, and the wait passes on a slot whose round r
+  has not landed (a stale slot: wrong results); if it had completed r + 1 (one ahead) the wait would
+  block for ever.  A waiter on ring iteration i (round r = i / S) is safe exactly when round r - 1
+  of slot s (iteration i - S) has completed and round r + 1 has not.  The second holds in any
+  order: iteration i + S is loaded only after empty[s] saw iteration i's release, which follows the
+  wait.  The first needs the ordering: without it, warpgroup 1 could wait on unit 1's iteration i
+  = ktiles + x while iteration i - S, of unit 0 (when S > x), has not landed yet, e.g. S = 4,
+  ktiles = 8: iteration 8 waits on slot 0 round 2 while round 1 (iteration 4) is still in flight.
+  With the ordering, unit j's owner starts waiting only after unit j - 1's owner has seen every
+  full phase of unit j - 1 complete, and transitively of every earlier unit, so every iteration
+  before j x ktiles has landed, and within its own unit it waits in order.  Empty phases cannot mix
+  either: iteration i + S's consumer releases only after i + S landed, which needed iteration i's
+  release (tests/test_hopper_pingpong.py runs this protocol under random interleavings, and shows
+  the unordered variant reading stale slots).
 """
 from __future__ import annotations
 

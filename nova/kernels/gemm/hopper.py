@@ -26,6 +26,13 @@ each returning its decision and the derivation row(s) that explain it:
  9. epilogue             registers (predicated stores from the accumulators, between tiles) or the TMA
                          store (each consumer warpgroup stages its slab in 2 x 8 KB swizzled boxes and
                          TMA-stores them: they drain while the next tile's K loop runs), by the model
+    consumers            cooperative (the warpgroups split each tile: steps 8-9) or ping-pong (each
+                         warpgroup computes whole 64x256 or 128x128 tiles, the CTA's units alternately,
+                         one's epilogue under the other's K loop: ``pingpong_terms``), by the model
+                         (``AUTO_PINGPONG``) or ``NOVA_PINGPONG``; not with split-K, stream-K, clusters or
+                         one CTA per unit (``pingpong_blocker``).  Recorded where ping-pong is picked or
+                         NOVA_PINGPONG is set (``EXPLAIN_PINGPONG_ALWAYS``), so cooperative derivations
+                         keep their rows
 10. stages               as many as fit the per-block shared memory beside the staging boxes (a deeper
                          ring only hides more latency)
 11. TMA boxes            [BK = 128 B of K] x [block_m] and x [block_n], 128-byte swizzle = the wgmma descriptor layout
@@ -633,12 +640,16 @@ def pingpong_terms(p: GemmProblem, gpu, slabs: int, n: int, operands: OperandPla
     return out
 
 
-def pingpong_candidates(p: GemmProblem, gpu, operands: OperandPlan, n_max: int) -> list[tuple]:
+def pingpong_candidates(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, min_units: int = 2) -> list[tuple]:
     """Every ping-pong (slabs, N, epilogue) with its terms: ``(predicted s, mma + L2 + DRAM s, -slabs, -N,
-    epilogue, terms)``, fastest first (then the most slack, the larger tile)."""
+    epilogue, terms)``, fastest first (then the most slack, the larger tile); only tiles that give the
+    busiest CTA at least ``min_units`` units (with one, the second warpgroup has nothing to overlap:
+    the kernel is a one-warpgroup tile, which the cooperative candidates already price)."""
     out = []
     for slabs, n in pingpong_tiles(p, gpu, operands, n_max):
         for epilogue, t in pingpong_terms(p, gpu, slabs, n, operands, epilogues(p, operands, 1, n)).items():
+            if t["units_per_sm"] < min_units:
+                continue
             out.append((round(total_time(t), 12), t["mma"] + t["l2"] + t["dram"], -slabs, -n, epilogue, t))
     return sorted(out, key=lambda c: c[:5])
 
@@ -663,9 +674,11 @@ def pingpong_step(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, s: Sch
         blocker = "not considered while NOVA_CLUSTER or NOVA_STREAM_K=1 forces a walk of its own"
     else:
         blocker = None
-    candidates = [] if blocker else pingpong_candidates(p, gpu, operands, n_max)
+    candidates = [] if blocker else pingpong_candidates(p, gpu, operands, n_max, 1 if forced else 2)
     if not candidates and not blocker:
-        blocker = f"not possible: no warpgroup tile's accumulators fit {consumer_regs(gpu.regs_per_sm, 2)} registers"
+        blocker = ("not possible: no warpgroup tile both fits the registers and gives a CTA two units to "
+                   "alternate" if pingpong_tiles(p, gpu, operands, n_max) else
+                   f"not possible: no warpgroup tile's accumulators fit {consumer_regs(gpu.regs_per_sm, 2)} registers")
     if forced and blocker:
         raise ProblemError(f"NOVA_PINGPONG=1: {p.describe()} cannot run ping-pong consumers on {gpu.name}: {blocker}")
     if blocker:
