@@ -329,6 +329,8 @@ PTXAS_CASES = [   # (M, N, K, dtype, problem options, slabs, N, epilogue)
     (4000, 4004, 700, "bf16", {"trans_a": True, "trans_b": True, "out_dtype": "f32"}, 2, 128, "tma_store"),
     (1000, 1000, 300, "bf16", {"bias": True}, 1, 64, "tma_store"),            # one staging step per tile
     (4096, 4096, 4000, "tf32", {}, 1, 256, "registers"),                      # register-fed, odd K-tile count
+    (4096, 4096, 4000, "tf32", {}, 2, 64, "registers"),                       # two register-fed slabs, odd tail
+    (1000, 1000, 1000, "tf32", {"trans_a": True, "trans_b": True}, 2, 64, "tma_store"),   # A^T from registers
 ]
 
 
@@ -360,3 +362,24 @@ def test_forced_pingpong_picks_assemble_clean(env):
         assert s.pingpong
         r = compile_gemm(p, s).resources
         assert r["spill_store_bytes"] == 0 and not [ln for ln in r["ptxas_info"] if BAD_INFOS.search(ln)], r
+
+
+def test_the_gpu_tests_pingpong_cases_are_pingpong_and_assemble(env):
+    """Each ping-pong case of tests/test_runtime_gpu.py is configured ping-pong under NOVA_PINGPONG=1, its
+    precompile line sets it, and the kernel assembles clean."""
+    from nova.codegen import compile_gemm, ptxas
+    from test_runtime_gpu import (PINGPONG_BATCHED_CASES, PINGPONG_CASES, PINGPONG_F32_OUT, batched_problem,
+                                  precompile_commands)
+    lines = precompile_commands("h200")
+    env(NOVA_PINGPONG="1")
+    problems = ([GemmProblem(*c) for c in PINGPONG_CASES] + [GemmProblem(*PINGPONG_F32_OUT, out_dtype="f32")]
+                + [batched_problem(c) for c in PINGPONG_BATCHED_CASES])
+    for p in problems:
+        s = configure(p, "h200").schedule
+        assert s.pingpong, p.describe()
+        shape = f"{p.batch}x{p.M}x{p.N}x{p.K}" if p.batch > 1 else f"{p.M}x{p.N}x{p.K}"
+        assert any(ln.startswith("NOVA_PINGPONG=1 nova precompile gemm --shapes ") and shape in ln for ln in lines)
+        if ptxas.available():
+            r = compile_gemm(p, s).resources
+            assert r["spill_store_bytes"] == 0 and not [ln for ln in r["ptxas_info"] if BAD_INFOS.search(ln)], r
+    assert {configure(p, "h200").schedule.hopper.epilogue for p in problems} == {"registers", "tma_store"}

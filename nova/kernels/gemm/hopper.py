@@ -602,8 +602,9 @@ def pingpong_terms(p: GemmProblem, gpu, slabs: int, n: int, operands: OperandPla
     cap: a smaller tile needs more TMA writes per FLOP; its fills more L2 bytes per FLOP; its ring more K
     tiles per FLOP).  A warpgroup's epilogue e runs under the other's K loop m (per unit), so the CTA runs
     two units every max(2m, m + e): exposed per unit max(0, (e - m)/2), then the last unit's whole e:
-    epilogue = (U - 1) x max(0, (e - m)/2) + e + U x PINGPONG_HANDOFF_CLK.  With the TMA store all of C
-    drains during the K loops (the L2 term), and where the K loop is smem-bound its staging writes take
+    epilogue = (U - 1) x max(0, (e - m)/2) + e + U x PINGPONG_HANDOFF_CLK.  All of C leaves during the
+    K loops: its bytes join the L2 term (the TMA store's at the TMA unit's rate, the register stores'
+    at the load/store path's), and where the K loop is smem-bound the TMA store's staging writes take
     shared-memory time from it (added to the tensor term)."""
     operands = operands or operand_plan(p)
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
@@ -627,8 +628,9 @@ def pingpong_terms(p: GemmProblem, gpu, slabs: int, n: int, operands: OperandPla
             t_l2 += per_sm * stored / (gpu.l2_tma_bw / gpu.sm_count)
             if main["smem_cap"] < 1:
                 t_mma += per_sm * block_i * n * p.out_bytes / (gpu.smem_bytes_per_clk_sm * clock)
-        else:
+        else:                                               # the stores leave through the SM's L2 port too
             e_unit = epilogue_time(p, gpu, block_i, n, gpu.sm_count, rows=I, cols=J)
+            t_l2 += per_sm * min(block_i, I) * min(n, J) * p.out_bytes / (gpu.l2_bw / gpu.sm_count)
         t_ring = ring_time(p, gpu, units, ktiles, 1, depth)
         m_unit = max(t_mma, t_l2, t_ring) / per_sm
         t_epilogue = ((per_sm - 1) * max(0.0, (e_unit - m_unit) / 2) + e_unit
