@@ -151,8 +151,9 @@ def test_mma_sync_mlir_indexes_the_batch():
     assert re.search(r"%C\[%batch, ", text) and re.search(r"%A\[%batch, ", text) and not re.search(r"%B\[%batch", text)
 
 
-def test_hopper_mlir_walks_batch_elements_with_3d_maps():
+def test_hopper_mlir_walks_batch_elements_with_3d_maps(monkeypatch):
     from nova.codegen import build_module
+    monkeypatch.setenv("NOVA_PINGPONG", "0")           # the cooperative pick: the TMA store (a 3-D map of C)
     p = GemmProblem(3000, 2048, 512, "tf32", False, True, True, batch=3, batch_stride_a=0)
     s = configure(p, "h200").schedule
     assert s.hopper.epilogue == "tma_store"
@@ -232,6 +233,7 @@ def test_hopper_runtime_encodes_3d_maps_from_the_plan(monkeypatch):
     matrix, and encodes 3-D maps with the batch stride in bytes."""
     import types
     from nova.runtime import tma
+    monkeypatch.setenv("NOVA_PINGPONG", "0")           # the cooperative pick: the TMA store (a 3-D map of C)
     p = GemmProblem(3000, 2048, 512, "tf32", False, True, True, batch=3, batch_stride_a=0)
     s = configure(p, "h200").schedule
     encoded = []

@@ -28,7 +28,7 @@ def test_every_schedule_fits_every_capacity(problem, target):
     assert s.regs_per_thread <= 255
     if s.mma.family == "wgmma":   # Hopper: consumer warpgroups each own a 64-row slab (along N when swapped)
         rows, cols = (s.block_n, s.block_m) if s.swap_ab else (s.block_m, s.block_n)
-        assert s.arch == "sm_90a" and rows == s.consumer_warpgroups * s.mma.m and cols == s.mma.n
+        assert s.arch == "sm_90a" and rows == s.tile_slabs * s.mma.m and cols == s.mma.n   # ping-pong: a warpgroup's tile
     else:
         assert s.block_m % (s.warps_m * s.mma.m) == 0 and s.block_n % (s.warps_n * s.mma.n) == 0
         assert not s.split_workspace                                 # the workspace reduction is Hopper's

@@ -294,9 +294,11 @@ def test_model_charges_padded_tile_work_and_atomic_epilogues():
 
 
 @pytest.mark.parametrize("M,N,K,dtype,extra", TMA_SPREAD, ids=lambda v: str(v))
-def test_tma_store_cases_are_the_configurators_choice(M, N, K, dtype, extra):
-    """Each TMA_SPREAD case is routed to the TMA-store epilogue, with its staging beside the ring."""
+def test_tma_store_cases_are_the_configurators_choice(M, N, K, dtype, extra, monkeypatch):
+    """Each TMA_SPREAD case is routed to the TMA-store epilogue, with its staging beside the ring (the
+    cooperative consumers: some of these the model would run ping-pong, tests/test_hopper_pingpong.py)."""
     from nova.kernels.gemm.hopper import c_box, staging_bytes
+    monkeypatch.setenv("NOVA_PINGPONG", "0")
     cfg = configure(GemmProblem(M, N, K, dtype, **extra), "h200")
     s = cfg.schedule
     assert s.hopper.epilogue == "tma_store" and s.split_k == 1, {st.step: st.value for st in cfg.derivation}
@@ -356,9 +358,10 @@ def test_tma_store_model_overlaps_the_staged_stores():
     assert reg["ring"] < reg["mma"] and time_terms(p, gpu, 128, 256, 1, stages=3)["ring"] > reg["ring"]
 
 
-def test_staging_shrinks_the_ring_only_where_the_smem_is_short():
+def test_staging_shrinks_the_ring_only_where_the_smem_is_short(monkeypatch):
     """Step 10: the stages formula leaves the staging boxes their 16 KB per consumer warpgroup: a
-    128x256 tile keeps 4 stages (48 KB each), a 128x128 tile goes from 7 to 6."""
+    128x256 tile keeps 4 stages (48 KB each), a 128x128 tile goes from 7 to 6 (cooperative consumers)."""
+    monkeypatch.setenv("NOVA_PINGPONG", "0")
     from nova.hwmodel import get_target
     from nova.kernels.gemm.hopper import ring_depth, staging_bytes
     gpu = get_target("h200")

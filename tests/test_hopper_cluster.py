@@ -68,6 +68,7 @@ def forced(monkeypatch):
 @pytest.fixture(autouse=True)
 def no_forced_cluster(monkeypatch):
     monkeypatch.delenv("NOVA_CLUSTER", raising=False)
+    monkeypatch.setenv("NOVA_PINGPONG", "0")     # clusters run the cooperative consumers (hopper.pingpong_blocker)
 
 
 def _shape(text):

@@ -94,6 +94,26 @@ STREAM_K_CASES = [
     (1536, 512, 16384, "fp16", True, False, False, "none"),
     (512, 2048, 16384, "tf32", True, False, False, "none"),
 ]
+# Ping-pong consumers (hopper.py's consumers step, ``Schedule.consumers``), each forced with NOVA_PINGPONG=1
+# (and precompiled so): the two consumer warpgroups alternate the CTA's tiles, their K loops ordered by
+# named barriers.  The forward of issue 12 (BF16 NT, 16384x2048x512) and its NN dX twin (B by the
+# transpose bit), with the TMA store; 128-row tiles per warpgroup (two slabs) and 64-row ones; TF32 NT
+# and NN (swapped: B^T from registers, one 64-row slab per warpgroup), A^T from registers; ragged M, N
+# and K with bias + gelu / silu (register and TMA-store epilogues); a single K tile; units per CTA odd
+# and even, and CTAs with one unit (300x200: 20 CTAs); an f32 output from bf16; a batch
+PINGPONG_CASES = [
+    (16384, 2048, 512, "bf16", False, True, False, "none"),
+    (16384, 2048, 512, "bf16", False, False, False, "none"),
+    (4095, 4100, 1000, "bf16", True, False, True, "gelu"),
+    (3000, 5000, 700, "fp16", False, False, True, "silu"),
+    (2048, 2048, 512, "tf32", False, True, True, "none"),
+    (3000, 5000, 700, "tf32", False, False, False, "relu"),
+    (1000, 1000, 1000, "tf32", True, True, False, "none"),
+    (4000, 4004, 64, "bf16", False, True, False, "none"),
+    (1023, 1025, 40, "bf16", False, False, True, "gelu"),
+    (300, 200, 999, "bf16", False, True, False, "none"),
+]
+PINGPONG_F32_OUT = (4096, 4096, 128, "bf16")        # f32 output from bf16 inputs (out_dtype: its own test)
 # MN-major 16-bit tiles (the descriptor's transpose bit) computed wrong results in clusters on the H200
 # (bench/results/h200-session6/call3): hopper.cluster_blocker keeps them 1x1 (tests/test_hopper_cluster.py)
 DETERMINISTIC_CASE = (512, 384, 16384, "tf32")
@@ -137,6 +157,11 @@ STRIDED_CASES = [
     (3, 256, 192, 128, "bf16", False, False, (3, 0, 64)),
     (5, 200, 96, 512, "tf32", True, False, (0, 8, 1)),
     (3, 128, 256, 64, "bf16", False, True, (64, 5, 0)),
+]
+# Ping-pong over a batch (NOVA_PINGPONG=1): packed, and with a broadcast A
+PINGPONG_BATCHED_CASES = [
+    (3, 1000, 1000, 512, "bf16", False, True, True, "gelu", None),
+    (4, 2048, 2048, 256, "tf32", False, False, False, "none", "a"),
 ]
 # The mma.sync family on the H200 too (NOVA_HOPPER=0; precompiled with the variable set)
 MMA_SYNC_CASES = [BATCHED_CASES[i] for i in (0, 3, 10, 13, 12)]
@@ -278,12 +303,55 @@ def test_stream_k_gives_the_same_bits_every_run(kernels, stream_k):
 
 
 def test_tma_store_cases_use_the_tma_store_on_hopper(kernels):
-    """The TMA_STORE_CASES exercise the TMA-store epilogue (on an sm_90 device)."""
+    """The TMA_STORE_CASES exercise the TMA-store epilogue (on an sm_90 device); a case the model runs
+    with ping-pong consumers picks its epilogue by their model (the forced PINGPONG_CASES cover both)."""
     if driver.get_device().cc < (9, 0):
         pytest.skip("the TMA-store epilogue is a Hopper-path schedule")
     for M, N, K, dt, ta, tb, bias, act in TMA_STORE_CASES + [CHAIN[0] + (False, False, False, "none")]:
         resolved = mm.resolve_kernel(GemmProblem(M, N, K, dt, ta, tb, bias, act))
-        assert resolved.schedule.hopper.epilogue == "tma_store", resolved.problem.describe()
+        s = resolved.schedule
+        assert s.hopper.epilogue == "tma_store" or s.pingpong, resolved.problem.describe()
+
+
+@pytest.fixture
+def pingpong(monkeypatch):
+    """Configure with NOVA_PINGPONG=1 from now on (the runtime's memos are cleared, here and after)."""
+    monkeypatch.setenv("NOVA_PINGPONG", "1")
+    mm.reset()
+    yield
+    mm.reset()
+
+
+@pytest.mark.parametrize("case", PINGPONG_CASES, ids=case_id)
+def test_pingpong_matmul_vs_float64(case, kernels, pingpong):
+    """Ping-pong consumers (the warpgroups alternate tiles, named barriers order their K loops, each
+    its own epilogue) vs float64 on fresh random data, every element of a NaN-poisoned C written."""
+    if driver.get_device().cc < (9, 0):
+        pytest.skip("ping-pong consumers are a Hopper-path schedule")
+    resolved = mm.resolve_kernel(GemmProblem(*case))
+    assert resolved.schedule.pingpong, resolved.problem.describe()
+    check_matmul(case)
+
+
+def test_pingpong_f32_output_and_batch(kernels, pingpong):
+    """Ping-pong with an f32 output from bf16 inputs, and a batched problem (every (batch element, tile)
+    unit streams all of K, so the warpgroups' ring positions hold), vs float64."""
+    torch = pytest.importorskip("torch")
+    if driver.get_device().cc < (9, 0):
+        pytest.skip("ping-pong consumers are a Hopper-path schedule")
+    M, N, K, dtype = PINGPONG_F32_OUT
+    seed = int.from_bytes(os.urandom(4), "little")
+    a, b, _, _ = make_inputs(torch, M, N, K, dtype, False, False, seed=seed)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float32)
+    nova.matmul(a, b, out=out)
+    resolved = mm.resolve_kernel(GemmProblem(M, N, K, dtype, out_dtype="f32"))
+    assert resolved.schedule.pingpong
+    torch.cuda.synchronize()
+    assert int(torch.isnan(out).sum()) == 0, f"seed {seed}: output elements left unwritten"
+    assert rel_fro(torch, out, reference(torch, a, b, None, "none")) < TOLERANCE[dtype], f"seed {seed}"
+    for case in PINGPONG_BATCHED_CASES:
+        assert mm.resolve_kernel(batched_problem(case)).schedule.pingpong, batched_id(case)
+        check_batched(torch, case)
 
 
 def case_fields(case) -> tuple:
@@ -364,7 +432,8 @@ def test_batched_tma_store_cases_use_the_tma_store_on_hopper(kernels):
         pytest.skip("the TMA-store epilogue is a Hopper-path schedule")
     for case in BATCHED_CASES + STRIDED_CASES:
         resolved = mm.resolve_kernel(batched_problem(case))
-        assert resolved.schedule.hopper.tma_store == (case in BATCHED_TMA_STORE_CASES), batched_id(case)
+        s = resolved.schedule                   # ping-pong picks choose their epilogue by their own model
+        assert s.hopper.tma_store == (case in BATCHED_TMA_STORE_CASES) or s.pingpong, batched_id(case)
 
 
 @pytest.mark.parametrize("case", MMA_SYNC_CASES + STRIDED_CASES[:2], ids=batched_id)
@@ -701,8 +770,8 @@ def test_offline_uses_only_the_given_cache(monkeypatch, kernels):
 # --------------------------------------------------------------------------- precompile commands
 def precompile_commands(target: str) -> list[str]:
     """One ``nova precompile`` line per distinct epilogue/layout among the problems these tests run
-    (the cluster cases' lines set NOVA_CLUSTER, the stream-K cases' NOVA_STREAM_K=1, the batched mma.sync
-    cases' NOVA_HOPPER=0, as their tests do)."""
+    (the cluster cases' lines set NOVA_CLUSTER, the stream-K cases' NOVA_STREAM_K=1, the ping-pong cases'
+    NOVA_PINGPONG=1, the batched mma.sync cases' NOVA_HOPPER=0, as their tests do)."""
     groups: dict[tuple, list[str]] = {}
     extra = [(256, 256, 256, "tf32", False, False, False, "none")]     # allocate/stream/overhead/offline tests
     extra += [(M, N, K, dt, False, False, False, "none") for M, N, K, dt in GRAPH_CASES + list(CHAIN)]
@@ -710,6 +779,9 @@ def precompile_commands(target: str) -> list[str]:
     problems.append(("", GemmProblem(*DETERMINISTIC_CASE, deterministic=True)))
     problems += [(f"NOVA_CLUSTER={shape} ", GemmProblem(*case)) for shape, case in CLUSTER_CASES]
     problems += [("NOVA_STREAM_K=1 ", GemmProblem(*case)) for case in STREAM_K_CASES]
+    problems += [("NOVA_PINGPONG=1 ", GemmProblem(*case)) for case in PINGPONG_CASES]
+    problems.append(("NOVA_PINGPONG=1 ", GemmProblem(*PINGPONG_F32_OUT, out_dtype="f32")))
+    problems += [("NOVA_PINGPONG=1 ", batched_problem(c)) for c in PINGPONG_BATCHED_CASES]
     problems += [("", batched_problem(c)) for c in BATCHED_CASES + STRIDED_CASES]
     problems += [("NOVA_HOPPER=0 ", batched_problem(c)) for c in MMA_SYNC_CASES + STRIDED_CASES[:2]]
     for env, p in problems:

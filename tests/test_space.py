@@ -149,7 +149,7 @@ def test_wgmma_space_varies_only_the_searched_fields(wgmma_space):
     _, _, pick, schedules = wgmma_space
     searched = ("mma", "block_m", "block_n", "warps_m", "warps_n", "consumer_warpgroups", "stages", "smem_bytes",
                 "group_m", "persistent", "split_k", "split_reduction", "vector_c", "hopper",   # vector_c follows the split
-                "cluster_m", "cluster_n", "stream_k_tiles")
+                "cluster_m", "cluster_n", "stream_k_tiles", "consumers")
     keep = {k: v for k, v in pick.to_dict().items() if k not in searched}
     for s in schedules:
         assert {k: v for k, v in s.to_dict().items() if k not in searched} == keep
@@ -157,6 +157,7 @@ def test_wgmma_space_varies_only_the_searched_fields(wgmma_space):
         assert s.smem_bytes == s.hopper.ring.size(s.stages)
     grid = [s for s in schedules if s != pick]
     assert {s.mma.n for s in grid} <= {64, 128, 256} and {s.consumer_warpgroups for s in grid} <= {1, 2}
+    assert all(s.consumer_warpgroups == 2 and s.tile_slabs in (1, 2) for s in grid if s.pingpong)
     assert len({label(s) for s in schedules}) == len(schedules)
 
 
@@ -166,11 +167,15 @@ def test_wgmma_space_of_a_large_gemm():
     pick = analytic_pick(p, gpu, "wgmma")
     space = wgmma_space_around(p, gpu, pick)
     assert pick in space                                          # a natural point, not added
-    tiles = {(s.consumer_warpgroups, s.mma.n) for s in space}
+    coop = [s for s in space if not s.pingpong]
+    tiles = {(s.consumer_warpgroups, s.mma.n) for s in coop}
     assert tiles == {(w, n) for w in (1, 2) for n in (64, 128, 256)}
-    deepest = {t: max(s.stages for s in space if (s.consumer_warpgroups, s.mma.n) == t) for t in tiles}
+    deepest = {t: max(s.stages for s in coop if (s.consumer_warpgroups, s.mma.n) == t) for t in tiles}
     assert deepest[(2, 256)] == 4 and deepest[(1, 64)] == 14      # (232448 - 1024) // ((rows + N) * 128)
     assert {s.persistent for s in space} == {True, False} and {s.split_k for s in space} == {1}
+    pingpong = {(s.tile_slabs, s.mma.n) for s in space if s.pingpong}    # ping-pong: 64 or 128 rows x N per warpgroup
+    assert pingpong == {(1, 64), (1, 128), (1, 256), (2, 64), (2, 128)}   # 2 x 256 needs 256 accumulators
+    assert all(s.persistent for s in space if s.pingpong)
     assert {s.group_m for s in space} == {1, 8, 16, pick.group_m}
 
 
@@ -235,7 +240,7 @@ def test_wgmma_subsample_holds_the_pick_and_each_tiling():
     pick = analytic_pick(p, gpu, "wgmma")
     some = enumerate_schedules(p, gpu, limit=6, strategy="model", family="wgmma")
     assert some[0] == pick and len(some) == 6
-    assert len({(s.consumer_warpgroups, s.mma.n) for s in some}) == 6   # the model's best of every tiling
+    assert len({(s.block_m, s.block_n, s.warps_m, s.warps_n) for s in some}) == 6   # the model's best of every tiling
     for strategy in ("mixed", "uniform"):
         some = enumerate_schedules(p, gpu, limit=12, strategy=strategy, family="wgmma")
         assert some[0] == pick and len(set(some)) == 12

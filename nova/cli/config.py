@@ -213,6 +213,11 @@ def warp_row(s) -> tuple[str, str]:
         rows, cols = (s.block_n, s.block_m) if swap else (s.block_m, s.block_n)
         rname, cname = ("N", "M") if swap else ("M", "N")
         wgs = s.consumer_warpgroups
+        if getattr(s, "pingpong", False):
+            return ("warpgroups", f"ping-pong: {wgs} consumer warpgroups, each computing whole {rows} ({rname}) x "
+                    f"{cols} ({cname}) tiles ({s.tile_slabs} x wgmma m{s.mma.m}n{s.mma.n}k{s.mma.k} per k-step), the "
+                    "CTA's tiles alternately, one's epilogue under the other's K loop (named barriers order their "
+                    "K loops) + 1 producer warpgroup issuing TMA")
         return ("warpgroups", f"{wgs} consumer warpgroup{'s' if wgs != 1 else ''} of {rows // wgs} ({rname}) x {cols} "
                 f"({cname}) covering the {rows} ({rname}) x {cols} ({cname}) tile "
                 f"(wgmma m{s.mma.m}n{s.mma.n}k{s.mma.k}) + 1 producer warpgroup issuing TMA")

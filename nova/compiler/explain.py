@@ -104,6 +104,8 @@ def _gemm_report(group, target) -> tuple[float, str, str, dict | None]:
                 "instruction": str(s.mma), "swap_ab": s.swap_ab, "persistent": s.persistent,
                 "model_us": round(cfg.prediction.time_us, 2),
                 "calibrated_us": None if cfg.calibrated_time_us is None else round(cfg.calibrated_time_us, 2)}
+    if getattr(s, "pingpong", False):
+        schedule["consumers"] = "pingpong"
     return t, cfg.prediction.bound, f"configure({group.problem.describe()})", schedule
 
 
@@ -401,7 +403,8 @@ def render(report: dict, console=None, top: int = 12) -> None:
                 continue
             seen.add(k["name"])
             s = k["schedule"]
-            sched.add_row(k["name"], s["tile"] + (" (swapped)" if s["swap_ab"] else ""), str(s["stages"]),
+            sched.add_row(k["name"], s["tile"] + (" (swapped)" if s["swap_ab"] else "")
+                          + (" ping-pong" if s.get("consumers") == "pingpong" else ""), str(s["stages"]),
                           str(s["split_k"]) + ({"workspace": " ws", "atomic": " atomic", "stream_k": " stream-K"}.get(s.get("split_reduction"), "")),
                           s["instruction"], f"{k['predicted_us']:.1f}", str(counts[k["name"]]))
         console.print(sched)

@@ -409,7 +409,7 @@ def check_schedule(p: GemmProblem, s: Schedule, gpu: GPUModel) -> list[str]:
         out.append("a wgmma schedule without its Hopper plan (schedule.hopper)")
     elif s.mma.family == "wgmma":   # each consumer warpgroup owns a 64 x wgmma-N slab (rows along N if swapped)
         rows, cols = (s.block_n, s.block_m) if s.swap_ab else (s.block_m, s.block_n)
-        if rows % (s.consumer_warpgroups * s.mma.m) or cols % s.mma.n or s.block_k % s.mma.k:
+        if rows % (s.tile_slabs * s.mma.m) or cols % s.mma.n or s.block_k % s.mma.k:   # ping-pong: a warpgroup's slabs
             out.append(f"tile {s.block_m}x{s.block_n}x{s.block_k} is not a multiple of warpgroups x wgmma shape")
     elif s.block_m % (s.warps_m * s.mma.m) or s.block_n % (s.warps_n * s.mma.n) or s.block_k % s.mma.k:
         out.append(f"tile {s.block_m}x{s.block_n}x{s.block_k} is not a multiple of warps x MMA shape")

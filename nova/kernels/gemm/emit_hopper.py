@@ -77,6 +77,36 @@ targets, the shared-memory ring, the grid.  Nothing here knows the target.
   shared tile feeds its peers) and computes, and stores nothing (the register epilogue's
   predicates count C's edge in cluster tiles; the TMA store skips boxes wholly outside C; the
   split-K workspace's rows are predicated the same way).
+* **Ping-pong consumers** (``schedule.consumers == "pingpong"``, hopper.py's consumers step; as
+  CUTLASS's ``KernelTmaWarpSpecializedPingpong``).  The two consumer warpgroups compute *different*
+  work units: the CTA's units (its walk ``bid, bid + G, ...``, index j) alternate, warpgroup w taking
+  j = w, w + 2, ...; each computes the whole tile (``tile_slabs`` 64-row slabs x N: one accumulator
+  set and one wgmma per slab and k-step) and runs its own epilogue, which overlaps the other
+  warpgroup's K loop.  The producer is unchanged: it loads the units in the CTA's order, so unit j's
+  K tiles are ring iterations j x ktiles .. (j + 1) x ktiles - 1 (every unit streams all of K: no
+  split-K, no stream-K), and warpgroup w's loop starts at it = w x ktiles and skips the other's
+  ktiles after each unit.  ``empty[s]`` counts the 4 warps of one warpgroup (only one reads a slot).
+  The TMA-store epilogue keeps one pair of staging buffers per warpgroup (their stores may overlap).
+
+  Why the K loops must be ordered (named barriers ``PINGPONG_ORDER_BARRIER + w``: warpgroup w
+  ``bar.sync``s on its own before unit j > 0, the other ``bar.arrive``s on it after waiting for every
+  K tile of unit j - 1, 256 threads in all; an arrival only where the CTA has a unit j + 1, so no
+  barrier is left half-complete at exit).  ``try_wait.parity(r & 1)`` on ``full[s]`` passes once the
+  phase of that parity completed: if the barrier had completed only r - 1 phases (it is one behind),
+  the phase of parity r & 1 it sees completed is r - 2, and the wait passes on a slot whose round r
+  has not landed (a stale slot: wrong results); if it had completed r + 1 (one ahead) the wait would
+  block for ever.  A waiter on ring iteration i (round r = i / S) is safe exactly when round r - 1
+  of slot s (iteration i - S) has completed and round r + 1 has not.  The second holds in any
+  order: iteration i + S is loaded only after empty[s] saw iteration i's release, which follows the
+  wait.  The first needs the ordering: without it, warpgroup 1 could wait on unit 1's iteration i
+  = ktiles + x while iteration i - S, of unit 0 (when S > x), has not landed yet, e.g. S = 4,
+  ktiles = 8: iteration 8 waits on slot 0 round 2 while round 1 (iteration 4) is still in flight.
+  With the ordering, unit j's owner starts waiting only after unit j - 1's owner has seen every
+  full phase of unit j - 1 complete, and transitively of every earlier unit, so every iteration
+  before j x ktiles has landed, and within its own unit it waits in order.  Empty phases cannot mix
+  either: iteration i + S's consumer releases only after i + S landed, which needed iteration i's
+  release (tests/test_hopper_pingpong.py runs this protocol under random interleavings, and shows
+  the unordered variant reading stale slots).
 """
 from __future__ import annotations
 
@@ -84,11 +114,12 @@ from nova.codegen import CodegenError
 from nova.codegen.builder import SMEM, Ir
 from nova.dtypes import MODES
 from nova.kernels.gemm.emit_ampere import RESERVED_NAMES, GemmKernel, batched_memref
-from nova.kernels.gemm.hopper import (STAGING_BUFFERS, STAGING_STEP_BYTES, atomic_split_blocker, c_box,  # rules the
-                                      cluster_blocker, cluster_extents, cluster_units,    # schedule must follow
-                                      output_vector, staging_bytes, tma_store_blocker)
+from nova.kernels.gemm.hopper import (PINGPONG_ORDER_BARRIER, PINGPONG_SLABS, STAGING_BUFFERS,  # rules the
+                                      STAGING_STEP_BYTES, atomic_split_blocker, c_box,     # schedule must follow
+                                      cluster_blocker, cluster_extents, cluster_units, output_vector,
+                                      pingpong_blocker, staging_bytes, tma_store_blocker)
 from nova.kernels.gemm.problem import GemmProblem
-from nova.kernels.gemm.schedule import EPILOGUES, SPLIT_REDUCTIONS, OperandPrep, Schedule
+from nova.kernels.gemm.schedule import CONSUMER_SCHEDULES, EPILOGUES, SPLIT_REDUCTIONS, OperandPrep, Schedule
 
 KERNEL_NAME = "nova_gemm"
 PREP_NAME = "nova_prep"
@@ -131,7 +162,17 @@ def check_supported(problem: GemmProblem, s: Schedule) -> None:
         fail(f"mma shape m{s.mma.m}n{s.mma.n}k{s.mma.k}: need m64n{cols}k{_KSTEP[problem.dtype]}")
     if not (8 <= cols <= 256 and cols % 8 == 0):
         fail(f"{cols_name}={cols}: wgmma N is a multiple of 8 in [8, 256]")
-    if s.consumer_warpgroups < 1 or rows != SLAB_M * s.consumer_warpgroups:
+    if s.consumers not in CONSUMER_SCHEDULES:
+        fail(f"consumers {s.consumers!r}; one of {', '.join(CONSUMER_SCHEDULES)}")
+    if s.pingpong:
+        blocker = pingpong_blocker(problem, s.consumer_warpgroups, s.split_k,
+                                   "stream_k" if s.stream_k else s.split_reduction, (s.cluster_m, s.cluster_n),
+                                   s.persistent)
+        if blocker:
+            fail(f"ping-pong consumers: {blocker}")
+        if rows % SLAB_M or rows // SLAB_M not in PINGPONG_SLABS:
+            fail(f"{rows_name}={rows}: a ping-pong warpgroup's tile is 64 x one of {PINGPONG_SLABS} rows")
+    elif s.consumer_warpgroups < 1 or rows != SLAB_M * s.consumer_warpgroups:
         fail(f"{rows_name}={rows} must be 64 x consumer_warpgroups ({s.consumer_warpgroups})")
     warps = (s.warps_n, s.warps_m) if s.swap_ab else (s.warps_m, s.warps_n)
     if s.producer_warps != 4 or warps != (4 * s.consumer_warpgroups, 1):
@@ -307,7 +348,11 @@ class _HopperKernel:
         self.swap = s.swap_ab
         self.X, self.Y = self.ops.x, self.ops.y
         self.I, self.J = (p.N, p.M) if self.swap else (p.M, p.N)
-        self.tile_i, self.tile_j = SLAB_M * self.wgs, s.mma.n
+        # ping-pong (Schedule.consumers): each warpgroup computes whole tiles of ``slabs`` 64-row slabs
+        # (one accumulator set and one wgmma per slab and k-step); cooperative: one slab per warpgroup
+        self.pingpong = s.pingpong
+        self.slabs = s.tile_slabs if self.pingpong else 1
+        self.tile_i, self.tile_j = SLAB_M * s.tile_slabs, s.mma.n
         self.x_bytes, self.stage = self.h.ring.x_bytes, self.h.ring.stage_bytes   # a ring slot: [X tile | Y tile]
         self.x_regs = self.ops.role(self.X).feed == "regs"
         self.nacc = self.tile_j // 2
@@ -329,7 +374,8 @@ class _HopperKernel:
             raise CodegenError(f"cluster experiment {cluster_experiment!r}; one of {', '.join(CLUSTER_EXPERIMENTS)}")
         self.experiment = cluster_experiment if self.csize > 1 else None
         self.release_peers = self.csize > 1 and self.experiment != "local_all"
-        self.arrivals = 4 * self.wgs * (self.csize if self.release_peers else 1)
+        # empty[s] arrivals: every consumer warp that reads the slot (ping-pong: one warpgroup's)
+        self.arrivals = 4 * (1 if self.pingpong else self.wgs) * (self.csize if self.release_peers else 1)
         self.batch_index = None      # the work unit's batch element (batched problems: set by tile_loop)
         # stream-K (Schedule.stream_k): the walk's closed forms; while the consumers' epilogue of a
         # split tile's segment is emitted, C is the workspace %W (``c_arg``) at slot ``workspace_slot``
@@ -338,6 +384,8 @@ class _HopperKernel:
         self.c_arg, self.workspace_slot = "C", None
         if self.sk is not None:
             self.ir.reserve("W", "skt", "its")
+        if self.slabs > 1:
+            self.ir.reserve(*(f"acc{q}" for q in range(1, self.slabs)))
 
     @property
     def ctype(self) -> str:
@@ -399,7 +447,9 @@ class _HopperKernel:
                 + (f", {s.cluster_m}x{s.cluster_n} cluster multicasting {self.shared_op.upper()}" if self.csize > 1 else "")
                 + (f", experiment {self.experiment}" if self.experiment else "")
                 + (f", stream-K over the last {self.sk.sk_tiles} tiles ({self.sk.slots} workspace slots)"
-                   if self.sk is not None else ""))
+                   if self.sk is not None else "")
+                + (f", ping-pong consumers ({self.tile_i}x{self.tile_j} per warpgroup, units alternately)"
+                   if self.pingpong else ""))
         ir.emit(f"{SMEM} = #gpu.address_space<workgroup>")
         args = ["%pA: !llvm.ptr", "%pB: !llvm.ptr", "%pC: !llvm.ptr" if self.tma_store else f"%C: {self.ctype}"]
         if self.sk is not None:
@@ -529,11 +579,14 @@ class _HopperKernel:
             par = ir.let("par_flip", f"arith.xori {par}, {ir.pure('true1', 'arith.constant true')} : i1")
         return slot, par
 
-    def tile_loop(self, body):
+    def tile_loop(self, body, warpgroup=None):
         """scf.for over this CTA's work units (output tile x K slice, or batch element x tile)
         carrying the ring iteration counter; ``body(tile, k_begin, k_count, it)`` returns the new it.
         Unit u is tile u % tiles of K slice u / tiles: slice z covers K tiles [z * per, min((z + 1) *
-        per, ktiles)); batched, of batch element u / tiles (``self.batch_index``)."""
+        per, ktiles)); batched, of batch element u / tiles (``self.batch_index``).  ``warpgroup`` (a
+        ping-pong consumer's index w): only the CTA's units j = w, w + 2, ..., unit j's K tiles at
+        ring iterations j x ktiles .. (every unit streams all of K): the loop starts at it = w x
+        ktiles and steps over the other warpgroup's units' ktiles."""
         ir, s = self.ir, self.s
         if self.sk is not None:
             self.stream_k_loop(body)
@@ -545,10 +598,16 @@ class _HopperKernel:
             lo, step = self.bid, self.nblocks
         else:
             lo, step = self.bid, units          # exactly one iteration
+        it0, skip = None, 0
+        if warpgroup is not None:
+            self.cta_walk = (lo, step, units)
+            lo = ir.add(lo, ir.mul(warpgroup, step), "pp_first")
+            step = ir.mul(step, 2, "pp_step")
+            it0, skip = ir.mul(warpgroup, self.ktiles, "pp_it0"), self.ktiles
         self.walk = (lo, step)
         res = ir.fresh("it_out")
         with ir.region(f"{res} = scf.for %tile = {ir.v(lo)} to {ir.v(units)} step {ir.v(step)} "
-                       f"iter_args(%it = {ir.v(0)}) -> (index) {{"):
+                       f"iter_args(%it = {ir.v(0 if it0 is None else it0)}) -> (index) {{"):
             if self.p.batch > 1:                # batched (no split-K): unit = batch element x tiles + tile
                 self.kslice = None
                 self.batch_index = ir.div("%tile", self.ntiles, "batch")
@@ -563,6 +622,8 @@ class _HopperKernel:
                 begin = ir.mul(self.kslice, per, "k_begin")
                 count = ir.min(ir.sub(self.ktiles, begin, "k_left"), per, "k_count")
                 out = body(tile, begin, count, "%it")
+            if skip:                            # the other warpgroup's unit: its K tiles are not ours
+                out = ir.add(out, skip, "pp_it_next")
             ir.emit(f"scf.yield {ir.v(out)} : index")
 
     def stream_k_loop(self, body):
@@ -674,7 +735,12 @@ class _HopperKernel:
         lane0 = ir.cmp("eq", self.lane, 0, "lane0")
         ticks = ir.const(MBARRIER_WAIT_TICKS)
         his = {op: ir.let(f"desc_hi_{op}", f"arith.constant {self.descriptor_hi(op)} : i64") for op in ("a", "b")}
-        slab_enc = ir.mul(self.cwg, SLAB_M * SWIZZLE_BYTES // 16, "slab_enc")
+        # the X slab(s) this warpgroup reads in a ring slot, in wgmma-descriptor units: its own 64 rows
+        # (cooperative), or every slab of its tile (ping-pong)
+        if self.pingpong:
+            slab_encs = [q * SLAB_M * SWIZZLE_BYTES // 16 for q in range(self.slabs)]
+        else:
+            slab_encs = [ir.mul(self.cwg, SLAB_M * SWIZZLE_BYTES // 16, "slab_enc")]
         zero = ir.let("zero_acc", f"llvm.mlir.zero : {self.acc_t}")
         ws = self.wait_depth
         layout_x = "col" if self.ops.role(self.X).feed == "smem_t" else "row"
@@ -688,6 +754,8 @@ class _HopperKernel:
             self.fragment_setup()
         if self.tma_store:
             self.staging_setup()
+        if self.pingpong:
+            self.order_setup()
 
         def desc(op, enc):
             x = ir.let("d_i64", f"arith.index_cast {ir.v(enc)} : index to i64")
@@ -701,47 +769,58 @@ class _HopperKernel:
             with ir.region(f"scf.if {lane0} {{"):
                 ir.let("tok", f"nvgpu.mbarrier.arrive {self.empty}[{ir.v(slot)}] : {self.mb_t} -> !nvgpu.mbarrier.token")
 
-        def k_tile(kt, itc, acc):
-            """One K tile: wait for its slot, wgmma over it, release the previous slot."""
+        def k_tile(kt, itc, accs):
+            """One K tile: wait for its slot, wgmma over it (each slab), release the previous slot."""
             slot, par = self.slot_phase(itc)
             ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.full}[{slot}], {par}, {ticks} : {self.mb_t}")
             senc = ir.add(self.base_enc, ir.mul(slot, self.stage // 16, "slot_enc"), "stage_enc")
-            xenc = ir.add(senc, slab_enc, "x_enc")
+            xencs = [ir.add(senc, e, "x_enc") for e in slab_encs]
             yenc = ir.add(senc, self.x_bytes // 16, "y_enc")
             steps = range(self.BK // self.kstep)
-            frags = [self.load_fragment(slot, kk) for kk in steps] if self.x_regs else None
+            frags = None
+            if self.x_regs:
+                frags = [[self.load_fragment(slot, kk, q if self.pingpong else None) for kk in steps]
+                         for q in range(self.slabs)]
+            accs = list(accs)
             ir.emit("nvvm.wgmma.fence.aligned")
             for kk in steps:
                 db = desc(self.Y, ir.add(yenc, kk * self.kstep_bytes(self.Y) // 16, "y_enc_k"))
-                if self.x_regs:
-                    acc = self.wgmma_rs(acc, frags[kk], db)
-                else:
-                    da = desc(self.X, ir.add(xenc, kk * self.kstep_bytes(self.X) // 16, "x_enc_k"))
-                    acc = ir.let("acc_k", f'"nvvm.wgmma.mma_async"({acc}, {da}, {db}) <{{{attrs}}}> : '
-                                          f"({self.acc_t}, i64, i64) -> {self.acc_t}")
+                for q in range(self.slabs):
+                    if self.x_regs:
+                        accs[q] = self.wgmma_rs(accs[q], frags[q][kk], db)
+                    else:
+                        da = desc(self.X, ir.add(xencs[q], kk * self.kstep_bytes(self.X) // 16, "x_enc_k"))
+                        accs[q] = ir.let("acc_k", f'"nvvm.wgmma.mma_async"({accs[q]}, {da}, {db}) <{{{attrs}}}> : '
+                                                  f"({self.acc_t}, i64, i64) -> {self.acc_t}")
             ir.emit("nvvm.wgmma.commit.group.sync.aligned")
             ir.emit(f"nvvm.wgmma.wait.group.sync.aligned {ws}")
             if ws == 0:
                 release(itc)
             else:
                 self.ir.guarded(ir.cmp("sgt", kt, 0, "not_first"), lambda: release(ir.sub(itc, 1, "it_prev")))
-            return acc, ir.add(itc, 1, "itc_next")
+            return accs, ir.add(itc, 1, "itc_next")
 
         # Register-fed X with a wgmma group left in flight: the fragments of consecutive K tiles must
         # live in different registers (PTX: a register an in-flight wgmma reads must not be written
         # before its wait_group), so the loop body holds two K tiles, each with its own fragments.
         unroll = 2 if self.x_regs and ws else 1
+        n = self.slabs
+        acc_names = ["%acc"] + [f"%acc{q}" for q in range(1, n)]
+        acc_types = ", ".join([self.acc_t] * n)
 
         def tile_body(tile, k_begin, k_count, it):
             i0, j0 = self.tile_origin(tile)
+            if self.pingpong:
+                self.order_wait(tile)
             res = ir.fresh("kres")
-            with ir.region(f"{res}:2 = scf.for %kp = {ir.v(0)} to {ir.v(ir.div(k_count, unroll, 'k_pairs'))} "
-                           f"step {ir.v(1)} iter_args(%acc = {zero}, %itc = {it}) -> ({self.acc_t}, index) {{"):
-                acc, itc = "%acc", "%itc"
+            inits = ", ".join(f"{a} = {zero}" for a in acc_names)
+            with ir.region(f"{res}:{n + 1} = scf.for %kp = {ir.v(0)} to {ir.v(ir.div(k_count, unroll, 'k_pairs'))} "
+                           f"step {ir.v(1)} iter_args({inits}, %itc = {it}) -> ({acc_types}, index) {{"):
+                accs, itc = acc_names, "%itc"
                 for u in range(unroll):
-                    acc, itc = k_tile(ir.add(ir.mul("%kp", unroll), u, "kt"), itc, acc)
-                ir.emit(f"scf.yield {acc}, {ir.v(itc)} : {self.acc_t}, index")
-            acc_out, it_out = f"{res}#0", f"{res}#1"
+                    accs, itc = k_tile(ir.add(ir.mul("%kp", unroll), u, "kt"), itc, accs)
+                ir.emit(f"scf.yield {', '.join(accs)}, {ir.v(itc)} : {acc_types}, index")
+            accs_out, it_out = [f"{res}#{q}" for q in range(n)], f"{res}#{n}"
             if unroll > 1:                                  # odd tail of the unrolled loop
                 # The tail's fragments are new registers that the allocator may place where the
                 # loop's last in-flight wgmma group still reads; ptxas then serialises every wgmma
@@ -750,30 +829,34 @@ class _HopperKernel:
                 odd = ir.cmp("ne", ir.rem(k_count, unroll, "k_odd"), 0, "has_tail")
                 if odd is True:
                     ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
-                    acc_out, it_out = k_tile(ir.sub(k_count, 1), it_out, acc_out)
+                    accs_out, it_out = k_tile(ir.sub(k_count, 1), it_out, accs_out)
                 elif odd is not False:
                     tail = ir.fresh("tail")
-                    with ir.region(f"{tail}:2 = scf.if {odd} -> ({self.acc_t}, index) {{", close="} else {"):
+                    with ir.region(f"{tail}:{n + 1} = scf.if {odd} -> ({acc_types}, index) {{", close="} else {"):
                         ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
-                        a2, i2 = k_tile(ir.sub(k_count, 1, "k_last"), it_out, acc_out)
-                        ir.emit(f"scf.yield {a2}, {ir.v(i2)} : {self.acc_t}, index")
+                        a2, i2 = k_tile(ir.sub(k_count, 1, "k_last"), it_out, accs_out)
+                        ir.emit(f"scf.yield {', '.join(a2)}, {ir.v(i2)} : {acc_types}, index")
                     ir.level += 1
-                    ir.emit(f"scf.yield {acc_out}, {it_out} : {self.acc_t}, index")
+                    ir.emit(f"scf.yield {', '.join(accs_out)}, {it_out} : {acc_types}, index")
                     ir.level -= 1
                     ir.emit("}")
-                    acc_out, it_out = f"{tail}#0", f"{tail}#1"
+                    accs_out, it_out = [f"{tail}#{q}" for q in range(n)], f"{tail}#{n}"
+            if self.pingpong:                               # every K tile of this unit waited for: the
+                self.order_signal()                         # other warpgroup's next unit may start
             if ws:
                 ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
                 release(ir.sub(it_out, 1, "it_last"))
-            if self.tma_store:
-                self.tma_epilogue(acc_out, i0, j0)
-            elif self.segment is not None:
-                self.stream_k_epilogue(acc_out, i0, j0)
-            else:
-                self.epilogue(acc_out, i0, j0)
+            for q, acc_out in enumerate(accs_out):
+                slab = q if self.pingpong else None
+                if self.tma_store:
+                    self.tma_epilogue(acc_out, i0, j0, slab)
+                elif self.segment is not None:
+                    self.stream_k_epilogue(acc_out, i0, j0)
+                else:
+                    self.epilogue(acc_out, i0, j0, slab)
             return it_out
 
-        self.tile_loop(tile_body)
+        self.tile_loop(tile_body, self.cwg if self.pingpong else None)
         if self.tma_store:
             ir.comment("the staging buffers must outlive the TMA stores that read them; C is complete at exit")
             with ir.region(f"scf.if {self.wg_leader} {{"):
@@ -812,6 +895,40 @@ class _HopperKernel:
             ir.emit(f"nvvm.mbarrier.arrive {peer} : !llvm.ptr<7>")
 
     # ------------------------------------------------------------------------------------------
+    # Ping-pong consumers (module docstring, "Ping-pong consumers")
+    def order_setup(self):
+        """The named barriers that order the two warpgroups' K loops: warpgroup w waits on barrier
+        PINGPONG_ORDER_BARRIER + w (bar.sync, its 128 threads), the other arrives on it (bar.arrive,
+        128 more: 256 in all) once it has waited for every K tile of its unit."""
+        ir = self.ir
+        ir.comment(f"---- ping-pong: named barriers {PINGPONG_ORDER_BARRIER} + w order the warpgroups' K loops "
+                   "(warpgroup w bar.syncs on its own, the other bar.arrives on it)")
+        mine = ir.add(self.cwg, PINGPONG_ORDER_BARRIER, "order_mine_idx")
+        other = ir.sub(PINGPONG_ORDER_BARRIER + 1, self.cwg, "order_other_idx")
+        self.order_mine = ir.let("order_mine", f"arith.index_cast {ir.v(mine)} : index to i32")
+        self.order_other = ir.let("order_other", f"arith.index_cast {ir.v(other)} : index to i32")
+        self.order_n = ir.pure("c256_i32", f"arith.constant {2 * WG} : i32")
+
+    def order_wait(self, tile):
+        """Before the K loop of the CTA's unit j (``%tile``; j > 0): wait until the warpgroup of unit
+        j - 1 has waited for all of its K tiles."""
+        ir = self.ir
+        lo, step, units = self.cta_walk
+        self.order_j = ir.div(ir.sub("%tile", lo), step, "pp_unit")
+        ir.guarded(ir.cmp("sgt", self.order_j, 0, "pp_after_first"), lambda: ir.emit(
+            f"nvvm.barrier id = {self.order_mine} number_of_threads = {self.order_n}"))
+
+    def order_signal(self):
+        """After waiting for every K tile of unit j: let the other warpgroup start unit j + 1 (if the
+        CTA has one: every arrival meets a bar.sync, no barrier is left half-complete at exit)."""
+        ir = self.ir
+        lo, step, units = self.cta_walk
+        count = ir.div(ir.sub(ir.add(ir.sub(units, lo, "pp_left"), step), 1), step, "pp_units")
+        more = ir.cmp("slt", ir.add(self.order_j, 1, "pp_next"), count, "pp_has_next")
+        ir.guarded(more, lambda: ir.emit(
+            f"nvvm.barrier.arrive id = {self.order_other} number_of_threads = {self.order_n}"))
+
+    # ------------------------------------------------------------------------------------------
     # X from registers (32-bit MN-major tile: TF32 wgmma has no transpose bit, registers can take it)
     def fragment_setup(self):
         """Per-thread byte offsets of the two 8-byte loads of each k-step, and the rows they feed.
@@ -844,10 +961,13 @@ class _HopperKernel:
                                          f"to memref<{words}xi32, {SMEM}>")
         self.ring32_t = f"memref<{words}xi32, {SMEM}>"
 
-    def load_fragment(self, slot, kk):
-        """The 4 registers of k-step ``kk`` (two 8-byte shared loads), as i32 SSA values."""
+    def load_fragment(self, slot, kk, slab=None):
+        """The 4 registers of k-step ``kk`` (two 8-byte shared loads), as i32 SSA values, of this
+        warpgroup's slab (cooperative) or of slab ``slab`` of the tile (ping-pong)."""
         ir = self.ir
-        base = ir.add(ir.mul(slot, self.stage, "slot_bytes"), ir.mul(self.cwg, SLAB_M * SWIZZLE_BYTES), "frag_slab")
+        slot_bytes = ir.mul(slot, self.stage, "slot_bytes")
+        slab_off = ir.mul(self.cwg, SLAB_M * SWIZZLE_BYTES) if slab is None else slab * SLAB_M * SWIZZLE_BYTES
+        base = ir.add(slot_bytes, slab_off, "frag_slab")
         regs = []
         for off in self.frag_off:
             byte = ir.add(ir.add(base, off), kk * self.kstep * SWIZZLE_BYTES, "frag_byte")
@@ -874,13 +994,13 @@ class _HopperKernel:
                                f"{operands} : ({types}) -> {self.acc_t}")
 
     # ------------------------------------------------------------------------------------------
-    def epilogue(self, acc, i0, j0):
+    def epilogue(self, acc, i0, j0, slab=None):
         """Thread holds, for jj < tile_j/8: wgmma rows (g, g+8) x columns (8jj + 2t, +1).  Rows map to
         i = 16*warp + g (+8), or with a register-fed X to the adjacent pair frag_i (+1).  Not swapped:
         C[i, j] (column pairs stored together); swapped: C[j, i] (row pairs are adjacent n: stored together)."""
         ir, p = self.ir, self.p
         ir.comment("---- epilogue: wgmma D fragment -> (bias, activation, convert) -> predicated stores")
-        slab = ir.add(i0, ir.mul(self.cwg, SLAB_M), "slab_i0")
+        slab = self.slab_origin(i0, slab)
         if self.x_regs:
             rows_i = [ir.add(slab, ir.add(self.frag_i, h), "out_i") for h in (0, 1)]
         else:
@@ -1088,7 +1208,14 @@ class _HopperKernel:
         n = self.ir.pure("c128_i32", f"arith.constant {WG} : i32")
         self.ir.emit(f"nvvm.barrier id = {self.wg_bar} number_of_threads = {n}")
 
-    def tma_epilogue(self, acc, i0, j0):
+    def slab_origin(self, i0, slab):
+        """wgmma row of the first row of this thread's slab: i0 + 64 x its warpgroup (cooperative), or
+        i0 + 64 x ``slab`` (ping-pong: the warpgroup's tile holds every slab)."""
+        if slab is None:
+            return self.ir.add(i0, self.ir.mul(self.cwg, SLAB_M), "slab_i0")
+        return self.ir.add(i0, slab * SLAB_M, "slab_i0")
+
+    def tma_epilogue(self, acc, i0, j0, slab=None):
         """Stage the warpgroup's 64 x tile_j slab one 8 KB step at a time and TMA-store it (module
         docstring): per step, wait for the buffer (its last store has read it), sync, write the
         step's accumulators (bias, activation, conversion) into the swizzled box(es), fence the async
@@ -1096,19 +1223,23 @@ class _HopperKernel:
         ir, p, box = self.ir, self.p, self.h.box_c
         ob, O = p.out_bytes, self.O
         ir.comment("---- epilogue: wgmma D fragment -> (bias, activation, convert) -> staging (swizzled) -> TMA store")
-        slab = ir.add(i0, ir.mul(self.cwg, SLAB_M), "slab_i0")
+        q = slab
+        slab = self.slab_origin(i0, q)
         rows0, cols0 = (j0, slab) if self.swap else (slab, j0)      # the slab's origin in C
         values = self.output_values(acc, None)
         pair_t = f"vector<2x{O}>"
         extent = box.rows if self.swap else box.cols                # j per step
         steps = self.tile_j // extent
-        if steps % STAGING_BUFFERS:                                 # the buffer alternates across tiles too
-            # the work units this CTA ran before this one (%tile: the unit, of any batch element)
+        per_tile = steps * self.slabs                               # this warpgroup's steps per tile
+        if per_tile % STAGING_BUFFERS:                              # the buffer alternates across tiles too
+            # the work units this warpgroup ran before this one (%tile: the unit, of any batch element)
             lo, step = self.walk
             local = (ir.div(ir.sub("%tile", lo), step, "tile_n") if self.s.persistent else 0)
-            first = ir.mul(local, steps, "stg_first")
+            first = ir.mul(local, per_tile, "stg_first")
         else:
             first = 0
+        if q:                                                       # the tile's earlier slabs' steps
+            first = ir.add(first, q * steps, "stg_first_slab")
         for step in range(steps):
             buf = ir.rem(ir.add(first, step), STAGING_BUFFERS, "stg_buf")
             ir.comment(f"staging step {step}: buffer free (its last store has read it), then write")

@@ -26,6 +26,13 @@ each returning its decision and the derivation row(s) that explain it:
  9. epilogue             registers (predicated stores from the accumulators, between tiles) or the TMA
                          store (each consumer warpgroup stages its slab in 2 x 8 KB swizzled boxes and
                          TMA-stores them: they drain while the next tile's K loop runs), by the model
+    consumers            cooperative (the warpgroups split each tile: steps 8-9) or ping-pong (each
+                         warpgroup computes whole 64x256 or 128x128 tiles, the CTA's units alternately,
+                         one's epilogue under the other's K loop: ``pingpong_terms``), by the model
+                         (``AUTO_PINGPONG``) or ``NOVA_PINGPONG``; not with split-K, stream-K, clusters or
+                         one CTA per unit (``pingpong_blocker``).  Recorded where ping-pong is picked or
+                         NOVA_PINGPONG is set (``EXPLAIN_PINGPONG_ALWAYS``), so cooperative derivations
+                         keep their rows
 10. stages               as many as fit the per-block shared memory beside the staging boxes (a deeper
                          ring only hides more latency)
 11. TMA boxes            [BK = 128 B of K] x [block_m] and x [block_n], 128-byte swizzle = the wgmma descriptor layout
@@ -98,6 +105,16 @@ AUTO_CLUSTERS = False          # [MEASURED] the configurator picks no cluster on
                                # 7-11% slower on the two kernels measured (call 7): not yet a gain anywhere measured
 CLUSTER_SYNC_S = 1e-6          # [EST] per kernel: the cluster-wide barriers after the mbarrier init and before
                                # exit, and the launch placing each cluster's CTAs on one GPC
+# Ping-pong consumers (``pingpong_step``): the two consumer warpgroups compute different tiles, the
+# CTA's units alternately, their K loops ordered by two named barriers (emit_hopper's module docstring),
+# so one warpgroup's epilogue runs while the other's K loop feeds the tensor cores.
+AUTO_PINGPONG = True           # the model may pick ping-pong on its own; False: only NOVA_PINGPONG=1 does
+EXPLAIN_PINGPONG_ALWAYS = False  # record the ping-pong row in every derivation (False: only where it is picked
+                               # or NOVA_PINGPONG is set, so the derivations of cooperative picks stay as they were)
+PINGPONG_SLABS = (1, 2)        # 64-row wgmma slabs of one warpgroup's tile (64xN: one wgmma per k-step; 128xN: two)
+PINGPONG_HANDOFF_CLK = 32      # [EST] per unit: the ordering barrier's bar.arrive -> bar.sync wake-up of the other
+                               # warpgroup (its first wgmma issues while the last ones of the previous unit run)
+PINGPONG_ORDER_BARRIER = 3     # named barriers 3 and 4 order the K loops (0: the CTA barrier, 1-2: TMA-store staging)
 SWIZZLE_ATOM_ROWS = 8          # a 128-byte-swizzled box spans whole 8-row (1024-byte) atoms: a K-major slice too
 MAX_PORTABLE_CLUSTER = 8       # CTAs per cluster every sm_90 GPU launches (CUDA: more needs a non-portable opt-in)
 
@@ -505,6 +522,207 @@ def epilogue_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int, operan
     return out
 
 
+# ---- ping-pong consumers (the consumers step) -------------------------------------------------------
+pingpong_reasons = {
+    "split": ("not with split-K: the last K slice's units stream fewer K tiles, and each warpgroup finds its "
+              "units' ring positions as unit j x K tiles (every unit streams all of K)"),
+    "stream_k": ("not with stream-K: its units are K-tile ranges of varying length (the ring positions are "
+                 "unit j x K tiles) and its CTAs balance K iterations, not tiles"),
+    "cluster": ("not with a thread-block cluster: the cluster's CTAs release each other's ring slots every K "
+                "tile, written for the cooperative walk (one consumer set per slot)"),
+    "persistent": "not with one CTA per work unit: the second warpgroup would have no tile to overlap",
+    "warpgroups": "needs 2 consumer warpgroups (one computes while the other stores)",
+}
+
+
+def pingpong_blocker(p: GemmProblem, wgs: int, split: int = 1, reduction: str = "atomic",
+                     cluster: tuple[int, int] = (1, 1), persistent: bool = True) -> str | None:
+    """Why the kernel cannot run ping-pong consumers for these decisions (None if it can).  A batch is
+    fine: every (batch element, tile) unit streams all of K."""
+    if wgs != 2:
+        return pingpong_reasons["warpgroups"]
+    if split > 1:
+        return pingpong_reasons["split"]
+    if reduction == "stream_k":
+        return pingpong_reasons["stream_k"]
+    if cluster != (1, 1):
+        return pingpong_reasons["cluster"]
+    if not persistent:
+        return pingpong_reasons["persistent"]
+    return None
+
+
+def forced_pingpong() -> bool | None:
+    """``NOVA_PINGPONG``: 1 forces ping-pong consumers (the fastest ping-pong tile by the model; an error
+    where none can run), 0 rules them out; unset or empty: the model decides (``AUTO_PINGPONG``).  Read
+    at each configure (tests and experiments)."""
+    import os
+    text = os.environ.get("NOVA_PINGPONG", "").strip().lower()
+    if not text:
+        return None
+    if text not in ("0", "1"):
+        raise ProblemError(f"NOVA_PINGPONG={text!r}: expected 1 (force ping-pong consumers) or 0 (never)")
+    return text == "1"
+
+
+def pingpong_regs(p: GemmProblem, operands: OperandPlan, slabs: int, n: int) -> int:
+    """Registers a ping-pong consumer thread needs: its tile's slabs x N/2 FP32 accumulators,
+    CONSUMER_OVERHEAD_REGS, and with a register-fed X (32-bit MN-major) the fragments of two K tiles
+    per slab (the loop holds two K tiles: 2 x BK/k k-steps x 4 registers)."""
+    frags = 0
+    if operands.role(operands.x).feed == "regs":
+        frags = slabs * 2 * (SWIZZLE // p.in_bytes // 8) * 4
+    return slabs * n // 2 + CONSUMER_OVERHEAD_REGS + frags
+
+
+def pingpong_tiles(p: GemmProblem, gpu, operands: OperandPlan, n_max: int) -> list[tuple[int, int]]:
+    """(slabs, N) of the warpgroup tiles ping-pong may use: ``PINGPONG_SLABS`` x N in n_max, n_max/2,
+    n_max/4 (at least MIN_WGMMA_N), no wider than the next power of two of their extents (as step 7),
+    whose registers (``pingpong_regs``) fit two consumer warpgroups' share."""
+    I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
+    regs = consumer_regs(gpu.regs_per_sm, 2)
+    out = []
+    for slabs in PINGPONG_SLABS:
+        if slabs > 1 and WGMMA_M * slabs > max(WGMMA_M, 1 << (I - 1).bit_length()):
+            continue
+        for n in (n_max, n_max // 2, n_max // 4):
+            if n < MIN_WGMMA_N or n > max(MIN_WGMMA_N, 1 << (J - 1).bit_length()):
+                continue
+            if pingpong_regs(p, operands, slabs, n) <= regs:
+                out.append((slabs, n))
+    return out
+
+
+def pingpong_terms(p: GemmProblem, gpu, slabs: int, n: int, operands: OperandPlan | None = None,
+                   epilogues: tuple[str, ...] = ("registers",), stages: int | None = None) -> dict[str, dict]:
+    """``time_terms`` of ping-pong consumers on warpgroup tiles of ``slabs`` x 64 rows x ``n``, for each of
+    ``epilogues``.  The units are these tiles (x batch); the busiest CTA runs U = ceil(units / SMs) of
+    them, alternately on its two warpgroups, the K loops one after the other (the ordering barrier): the
+    tensor, L2-fill and ring terms are ``mainloop_time`` / ``ring_time`` of the warpgroup tile (its smem
+    cap: a smaller tile needs more TMA writes per FLOP; its fills more L2 bytes per FLOP; its ring more K
+    tiles per FLOP).  A warpgroup's epilogue e runs under the other's K loop m (per unit), so the CTA runs
+    two units every max(2m, m + e): exposed per unit max(0, (e - m)/2), then the last unit's whole e:
+    epilogue = (U - 1) x max(0, (e - m)/2) + e + U x PINGPONG_HANDOFF_CLK.  All of C leaves during the
+    K loops: its bytes join the L2 term (the TMA store's at the TMA unit's rate, the register stores'
+    at the load/store path's), and where the K loop is smem-bound the TMA store's staging writes take
+    shared-memory time from it (added to the tensor term)."""
+    operands = operands or operand_plan(p)
+    I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
+    block_i = WGMMA_M * slabs
+    units = cdiv(I, block_i) * cdiv(J, n) * p.batch
+    per_sm = math.ceil(units / gpu.sm_count)
+    ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
+    main = mainloop_time(p, gpu, block_i, n, units, ktiles, terms=True)
+    shared = {"dram": p.min_bytes / gpu.dram_bw, "smem_cap": main["smem_cap"],
+              "prep": prep_bytes(p, operands) / gpu.dram_bw, "split": 0.0,
+              "launches": 1 + sum(1 for role in (operands.a, operands.b) if role.prep)}
+    clock = gpu.clock_hz
+    out = {}
+    for epilogue in epilogues:
+        depth = stages or ring_depth(gpu, block_i, n, staging_bytes(2, epilogue))
+        t_mma, t_l2 = main["mma"], main["l2"]
+        if epilogue == "tma_store":
+            whole, staged = tma_store_time(p, gpu, block_i, n, gpu.sm_count, rows=I, cols=J)
+            e_unit = whole - staged                         # one tile: its writes, waits and steps
+            stored = min(block_i, I) * min(n, J) * p.out_bytes
+            t_l2 += per_sm * stored / (gpu.l2_tma_bw / gpu.sm_count)
+            if main["smem_cap"] < 1:
+                t_mma += per_sm * block_i * n * p.out_bytes / (gpu.smem_bytes_per_clk_sm * clock)
+        else:                                               # the stores leave through the SM's L2 port too
+            e_unit = epilogue_time(p, gpu, block_i, n, gpu.sm_count, rows=I, cols=J)
+            t_l2 += per_sm * min(block_i, I) * min(n, J) * p.out_bytes / (gpu.l2_bw / gpu.sm_count)
+        t_ring = ring_time(p, gpu, units, ktiles, 1, depth)
+        m_unit = max(t_mma, t_l2, t_ring) / per_sm
+        t_epilogue = ((per_sm - 1) * max(0.0, (e_unit - m_unit) / 2) + e_unit
+                      + per_sm * PINGPONG_HANDOFF_CLK / clock)
+        dram_bound = shared["dram"] >= max(t_mma, t_l2, t_ring)
+        out[epilogue] = {**shared, "mma": t_mma, "l2": t_l2, "ring": t_ring, "epilogue": t_epilogue,
+                         "fill": fill_time(p, gpu, block_i, n, units, dram_bound=dram_bound),
+                         "unit_mainloop": m_unit, "unit_epilogue": e_unit, "units_per_sm": per_sm}
+    return out
+
+
+def pingpong_candidates(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, min_units: int = 2) -> list[tuple]:
+    """Every ping-pong (slabs, N, epilogue) with its terms: ``(predicted s, mma + L2 + DRAM s, -slabs, -N,
+    epilogue, terms)``, fastest first (then the most slack, the larger tile); only tiles that give the
+    busiest CTA at least ``min_units`` units (with one, the second warpgroup has nothing to overlap:
+    the kernel is a one-warpgroup tile, which the cooperative candidates already price)."""
+    out = []
+    for slabs, n in pingpong_tiles(p, gpu, operands, n_max):
+        for epilogue, t in pingpong_terms(p, gpu, slabs, n, operands, epilogues(p, operands, 1, n)).items():
+            if t["units_per_sm"] < min_units:
+                continue
+            out.append((round(total_time(t), 12), t["mma"] + t["l2"] + t["dram"], -slabs, -n, epilogue, t))
+    return sorted(out, key=lambda c: c[:5])
+
+
+def pingpong_step(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, s: Schedule) -> tuple[Schedule, Step | None]:
+    """The consumers step: cooperative (schedule ``s``: steps 8-10 decided it) or ping-pong consumers
+    (``pingpong_terms``: the fastest warpgroup tile and epilogue), whichever the model predicts faster
+    (cooperative on a tie; ping-pong only with ``AUTO_PINGPONG``); ``NOVA_PINGPONG`` forces or excludes
+    it.  The row is recorded where ping-pong is picked or NOVA_PINGPONG is set (``EXPLAIN_PINGPONG_ALWAYS``:
+    always), so the derivations of cooperative picks stay as they were."""
+    forced = forced_pingpong()
+    if forced is False:
+        return s, note("consumers", "cooperative", "NOVA_PINGPONG=0: ping-pong consumers are not considered; "
+                       f"the {s.consumer_warpgroups} consumer warpgroup(s) split each tile")
+    if forced and forced_cluster() not in (None, (1, 1)):
+        blocker = pingpong_reasons["cluster"] + " (NOVA_CLUSTER forces one)"
+    elif forced and forced_stream_k():
+        blocker = pingpong_reasons["stream_k"] + " (NOVA_STREAM_K=1 forces it)"
+    elif forced:
+        blocker = None                                  # forced: ping-pong's own (unsplit) tiles replace the pick
+    elif forced_cluster() not in (None, (1, 1)) or forced_stream_k():
+        blocker = "not considered while NOVA_CLUSTER or NOVA_STREAM_K=1 forces a walk of its own"
+    else:
+        blocker = None
+    candidates = [] if blocker else pingpong_candidates(p, gpu, operands, n_max, 1 if forced else 2)
+    if not candidates and not blocker:
+        blocker = ("not possible: no warpgroup tile both fits the registers and gives a CTA two units to "
+                   "alternate" if pingpong_tiles(p, gpu, operands, n_max) else
+                   f"not possible: no warpgroup tile's accumulators fit {consumer_regs(gpu.regs_per_sm, 2)} registers")
+    if forced and blocker:
+        raise ProblemError(f"NOVA_PINGPONG=1: {p.describe()} cannot run ping-pong consumers on {gpu.name}: {blocker}")
+    if blocker:
+        step = note("consumers", "cooperative", f"cooperative: ping-pong is {blocker}")
+        return s, (step if EXPLAIN_PINGPONG_ALWAYS else None)
+    base = predict_hopper(p, gpu, s)
+    t_pp, _, slabs_neg, n_neg, epilogue, t = candidates[0]
+    slabs, n = -slabs_neg, -n_neg
+    pick = bool(forced) or (AUTO_PINGPONG and round(t_pp * 1e6, 6) < round(base.time_us, 6))
+    best = {}
+    for c in candidates:                                # each warpgroup tile with its faster epilogue
+        best.setdefault((c[2], c[3]), c)
+    table = ", ".join(f"{WGMMA_M * -c[2]}x{-c[3]}{' tma' if c[4] == 'tma_store' else ''} {c[0] * 1e6:.1f}"
+                      for c in best.values())
+    split = (f" split {s.split_k}" if s.split_k > 1 else "") + (" stream-K" if s.stream_k else "")
+    coop = (f"cooperative {s.mma.m * s.tile_slabs}x{s.mma.n}{split}{' tma' if s.hopper.tma_store else ''} "
+            f"{base.time_us:.1f} (its epilogue {base.terms_us['epilogue']:.1f} us not overlapped)")
+    formula = (f"t = max(mma, L2, ring) + (U - 1) x max(0, (e - m)/2) + e + U x {PINGPONG_HANDOFF_CLK} clk + fill "
+               f"+ launches: U = {t['units_per_sm']} units per SM, m = {t['unit_mainloop'] * 1e6:.3f} us per unit "
+               f"(tensor {t['mma'] * 1e6:.1f} us at smem cap {t['smem_cap']:.3g}, L2 {t['l2'] * 1e6:.1f}, ring "
+               f"{t['ring'] * 1e6:.1f}), e = {t['unit_epilogue'] * 1e6:.3f} us per unit -> {t_pp * 1e6:.1f} us")
+    why = (f"each consumer warpgroup computes whole {WGMMA_M * slabs}x{n} tiles ({slabs} wgmma m64n{n} per k-step, "
+           f"{slabs * n // 2} accumulators), the CTA's units alternately; named barriers order their K loops, so "
+           f"one's epilogue runs under the other's K loop and only the last unit's shows; the smaller tile costs "
+           f"more TMA writes, L2 fills and ring slots per FLOP; predicted us: ping-pong {table} vs {coop}")
+    if forced:
+        why = "NOVA_PINGPONG=1 forces ping-pong. " + why
+    elif not pick:
+        why = "cooperative: " + ("AUTO_PINGPONG is off. " if not AUTO_PINGPONG
+                                 else "ping-pong is not predicted faster. ") + why
+    if not pick:
+        step = note("consumers", "cooperative", why, formula)
+        return s, (step if EXPLAIN_PINGPONG_ALWAYS else None)
+    I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
+    block_i = WGMMA_M * slabs
+    depth = ring_depth(gpu, block_i, n, staging_bytes(2, epilogue))
+    group_m = raster_groups(gpu, cdiv(I, block_i), cdiv(I, block_i) * cdiv(J, n), block_i, n)[0]
+    pp = wgmma_schedule(p, gpu, operands, 2, n, 1, depth, group_m, epilogue=epilogue, pingpong=slabs)
+    return pp, note("consumers", f"ping-pong, {block_i}x{n} per warpgroup" + (", TMA store" if epilogue == "tma_store"
+                                                                               else ""), why, formula)
+
+
 # ---- thread-block clusters (step 12) ----------------------------------------------------------------
 def cluster_extents(cluster: tuple[int, int], swap: bool) -> tuple[int, int]:
     """(cluster_i, cluster_j): the cluster's CTAs along the wgmma rows and along wgmma N, from
@@ -555,6 +773,9 @@ def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
     if s.stream_k:
         t = stream_k_terms(p, gpu, s.mma.m * s.consumer_warpgroups, s.mma.n, s.hopper.operands, s.stages,
                            schedule_stream_k_plan(p, s))
+    elif s.pingpong:
+        t = pingpong_terms(p, gpu, s.tile_slabs, s.mma.n, s.hopper.operands, (s.hopper.epilogue,),
+                           s.stages)[s.hopper.epilogue]
     else:
         t = time_terms(p, gpu, s.mma.m * s.consumer_warpgroups, s.mma.n, s.split_k, s.hopper.operands,
                        s.split_reduction, s.hopper.epilogue, s.stages, (s.cluster_m, s.cluster_n))
@@ -670,7 +891,7 @@ def tma_box(problem: GemmProblem, major: str, tile_rows: int, slices: int = 1) -
 # ---- the schedule --------------------------------------------------------------------------------
 def wgmma_schedule(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int, split: int, stages: int,
                    group_m: int, persistent: bool = True, reduction: str = "atomic",
-                   epilogue: str = "registers", cluster: tuple[int, int] = (1, 1)) -> Schedule:
+                   epilogue: str = "registers", cluster: tuple[int, int] = (1, 1), pingpong: int = 0) -> Schedule:
     """The Hopper schedule of ``wgs`` consumer warpgroups x wgmma N = ``n``, ``split`` K slices,
     a ``stages``-deep ring, C written by ``epilogue`` (the slices added by ``reduction``) and CTAs
     in clusters of ``cluster`` = (cluster_m, cluster_n) (step 12; ``group_m`` then counts cluster-tile
@@ -678,9 +899,15 @@ def wgmma_schedule(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int,
     boxes, the setmaxnreg targets, the shared-memory ring (and staging) and the grid follow from
     these.  ``reduction`` "stream_k" (``split`` 1): the stream-K walk of ``stream_k_plan`` (its tiles
     and grid; ``Schedule.stream_k_tiles``).  Used by ``configure_hopper`` and by the schedule space
-    (``space.py``)."""
+    (``space.py``).  ``pingpong`` > 0: ping-pong consumers (``Schedule.consumers``), each of the ``wgs``
+    (2) warpgroups computing whole tiles of ``pingpong`` 64-row slabs x ``n`` (``pingpong_blocker``
+    says where not)."""
     k = gpu.mma_shapes["wgmma"][p.dtype][2]
-    block_i = WGMMA_M * wgs                                     # wgmma rows: along M, or N when swapped
+    if pingpong:
+        why = pingpong_blocker(p, wgs, split, reduction, cluster, persistent)
+        if why:
+            raise ProblemError(f"{p.describe()}: no ping-pong consumers: {why}")
+    block_i = WGMMA_M * (pingpong or wgs)                       # wgmma rows: along M, or N when swapped
     rows, cols = (p.N, p.M) if operands.swap else (p.M, p.N)
     units = cdiv(rows, block_i) * cdiv(cols, n) * split * p.batch
     extent = {operands.x: block_i, operands.y: n}
@@ -712,7 +939,8 @@ def wgmma_schedule(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int,
                     vector_c=output_vector(p, operands.swap, split, reduction, epilogue), split_k=split,
                     group_m=group_m, regs_per_thread=entry_regs(gpu.regs_per_sm, wgs), blocks_per_sm=1,
                     cluster_m=cluster[0], cluster_n=cluster[1], consumer_warpgroups=wgs, producer_warps=PRODUCER_WARPS,
-                    persistent=persistent, hopper=plan, split_reduction=reduction, stream_k_tiles=sk_tiles)
+                    persistent=persistent, hopper=plan, split_reduction=reduction, stream_k_tiles=sk_tiles,
+                    consumers="pingpong" if pingpong else "cooperative")
 
 
 def best_epilogue(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int, split: int,
@@ -1055,6 +1283,8 @@ def cluster_blocker(p: GemmProblem, s: Schedule, cluster: tuple[int, int]) -> st
         return "the clusters walk a persistent grid's units"
     if s.stream_k:
         return "not with stream-K (its CTAs walk K-tile ranges of their own)"
+    if s.pingpong:
+        return pingpong_reasons["cluster"]
     dim, extent, tile, size = ("M", cm, s.block_m, p.M) if cm > 1 else ("N", cn, s.block_n, p.N)
     if cdiv(size, tile) < extent:
         return f"{cdiv(size, tile)} tile(s) of {tile} along {dim}={size}: no cluster wider than the problem"
@@ -1192,10 +1422,16 @@ def configure_hopper(p: GemmProblem, gpu, d: Derivation) -> tuple[Schedule, Pred
     n = d.record(clamp_n(p, operands, n))
     wgs, n, split, reduction, tiles, _ = d.record(tile_and_split(p, gpu, operands, wgs, n))
     epilogue = d.record(epilogue_step(p, gpu, operands, wgs, n, split, reduction))
-    depth = d.record(ring_stages(gpu, WGMMA_M * wgs, n, staging_bytes(wgs, epilogue)))
+    depth = ring_depth(gpu, WGMMA_M * wgs, n, staging_bytes(wgs, epilogue))
     raster = raster_groups(gpu, cdiv(p.N if operands.swap else p.M, WGMMA_M * wgs), tiles, WGMMA_M * wgs, n)
     s = wgmma_schedule(p, gpu, operands, wgs, n, split, depth, group_m=raster[0], reduction=reduction,
                        epilogue=epilogue)
+    s = d.record(pingpong_step(p, gpu, operands, n_max, s))
+    if s.pingpong:                                   # the consumers step replaced the tile and its epilogue
+        wgs, n = s.tile_slabs, s.mma.n               # the ring and the raster follow one warpgroup's tile
+        I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
+        raster = raster_groups(gpu, cdiv(I, WGMMA_M * wgs), cdiv(I, WGMMA_M * wgs) * cdiv(J, n), WGMMA_M * wgs, n)
+    d.record(ring_stages(gpu, WGMMA_M * wgs, n, s.hopper.ring.staging))
     s, cluster_row = cluster(p, gpu, s)
     if s.cluster_m * s.cluster_n > 1:
         raster = cluster_raster(p, gpu, operands, WGMMA_M * wgs, n, (s.cluster_m, s.cluster_n))

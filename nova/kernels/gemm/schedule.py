@@ -18,6 +18,7 @@ from nova.configurator.step import MmaInstr
 
 SPLIT_REDUCTIONS = ("atomic", "workspace")   # Schedule.split_reduction
 EPILOGUES = ("registers", "tma_store")       # HopperPlan.epilogue
+CONSUMER_SCHEDULES = ("cooperative", "pingpong")   # Schedule.consumers
 
 
 class ScheduleError(RuntimeError):
@@ -290,6 +291,12 @@ class Schedule:
     # workspace slot (c - the tile's first CTA) and a reduction kernel adds them in slot order, then
     # the epilogue (deterministic).  0: no stream-K.  ``hopper.stream_k_plan`` has the closed forms.
     stream_k_tiles: int = 0
+    # How the consumer warpgroups share the work (hopper.py's epilogue step): "cooperative" (the
+    # warpgroups split each tile, 64 wgmma rows each) or "pingpong" (each warpgroup computes whole
+    # tiles, the CTA's units alternately, their K loops ordered by named barriers so that one's
+    # epilogue runs under the other's K loop; block tile = one warpgroup's tile, ``tile_slabs`` x 64
+    # wgmma rows x wgmma N).  Left out of ``to_dict`` when cooperative (the dict it always had).
+    consumers: str = "cooperative"
 
     # ---- derived quantities (never stored twice)
     @property
@@ -299,6 +306,18 @@ class Schedule:
     @property
     def threads_per_block(self) -> int:
         return 32 * self.warps + 32 * self.producer_warps
+
+    @property
+    def pingpong(self) -> bool:
+        """The consumer warpgroups compute different tiles, alternately (``consumers``)."""
+        return self.consumers == "pingpong"
+
+    @property
+    def tile_slabs(self) -> int:
+        """64-row wgmma slabs of one work unit's tile (its wgmma rows / 64): the consumer warpgroups
+        (one slab each) when cooperative, the slabs one warpgroup computes when ping-pong."""
+        rows = self.block_n if self.swap_ab else self.block_m
+        return rows // self.mma.m if self.pingpong else self.consumer_warpgroups
 
     @property
     def swap_ab(self) -> bool:
@@ -371,7 +390,8 @@ class Schedule:
         return (tiles * batch, 1, self.split_k)
 
     def to_dict(self) -> dict:
-        d = _without_defaults(asdict(self), stream_k_tiles=0)     # no stream-K: the dict (and key) it always had
+        d = _without_defaults(asdict(self), stream_k_tiles=0,      # no stream-K, cooperative: the dict (and
+                              consumers="cooperative")              # key) it always had
         if self.hopper is not None:          # batched fields only where they are not the defaults
             ops = d["hopper"]["operands"]
             ops["a"], ops["b"] = self.hopper.operands.a.to_dict(), self.hopper.operands.b.to_dict()

@@ -59,6 +59,9 @@ as the pick does):
   cluster        1x1, and each of hopper.py's ``CLUSTER_SHAPES`` (2x1, 1x2: TMA multicast of B's / A's
                  tile) that its ``cluster_blocker`` and ``target_cluster_blocker`` allow, on a
                  persistent grid; group_m then counts cluster-tile rows (clamped to them)
+  consumers      cooperative, and ping-pong (hopper.py's consumers step: two warpgroups on whole tiles,
+                 alternately) on hopper.py's ``pingpong_tiles`` (64 or 128 wgmma rows x N whose registers
+                 fit), split 1, persistent, 1x1, each epilogue, stages and group_m as above
 
 The Hopper model (hopper.py's prediction, ``predict_wgmma``) sees tiles, K slices, the epilogue and
 the ring's depth (its latency bound) but not group-M or the grid, so model ranking breaks its ties
@@ -75,9 +78,9 @@ from nova.kernels.gemm.cost import cdiv, predict
 from nova.kernels.gemm.ampere import (F as AMPERE, FRAG_A_REGS, FRAG_B_REGS, LINE_BYTES, OVERHEAD_REGS, PLAIN_COPY_REGS, copy_vector, check_schedule, smem_tiles)
 from nova.kernels.gemm.configure import configure
 from nova.kernels.gemm.hopper import (CLUSTER_SHAPES, CONSUMER_OVERHEAD_REGS, F as HOPPER, WGMMA_M, cluster_blocker,
-                                      cluster_extents, consumer_regs, epilogues, operand_plan, predict_hopper,
-                                      split_reductions, splits_may_pay, staging_bytes, stream_k_blocker,
-                                      stream_k_plan, target_cluster_blocker, wgmma_schedule)
+                                      cluster_extents, consumer_regs, epilogues, operand_plan, pingpong_tiles,
+                                      predict_hopper, split_reductions, splits_may_pay, staging_bytes,
+                                      stream_k_blocker, stream_k_plan, target_cluster_blocker, wgmma_schedule)
 from nova.kernels.gemm.problem import GemmProblem
 from nova.configurator.step import MmaInstr, Prediction
 from nova.kernels.gemm.schedule import Schedule
@@ -195,7 +198,7 @@ def schedule_space(problem: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[
 def schedule_sort_key(s: Schedule) -> tuple:
     return (s.block_m, s.block_n, s.warps_m, s.warps_n, s.block_k, s.stages, s.split_k, s.split_reduction,
             s.group_m, not s.persistent, s.hopper is not None and s.hopper.tma_store, s.cluster_m, s.cluster_n,
-            s.stream_k_tiles)
+            s.stream_k_tiles, s.pingpong)
 
 
 def _split_options(k_iters: int, values) -> list[int]:
@@ -301,7 +304,30 @@ def wgmma_space_around(p: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Sc
                     if not check_schedule(p, s, gpu):
                         out.append(s)
                         out += cluster_variants(p, gpu, s)
+    out += pingpong_space(p, gpu, operands, k_iters, pick)
     return sorted(dict.fromkeys(out), key=schedule_sort_key)
+
+
+def pingpong_space(p: GemmProblem, gpu: GPUModel, operands, k_iters: int, pick: Schedule) -> list[Schedule]:
+    """Ping-pong schedules (hopper.py's consumers step): each of ``pingpong_tiles`` (slabs x N) with
+    every epilogue ``epilogues`` allows, split 1, persistent, 1x1, stages 2 .. what the shared memory
+    holds (and no more than the K tiles a CTA loads), group_m as for the cooperative tiles."""
+    rows, cols = (p.N, p.M) if operands.swap else (p.M, p.N)
+    n_max = gpu.mma_shapes["wgmma"][p.dtype][1]
+    out = []
+    for slabs, n in pingpong_tiles(p, gpu, operands, n_max):
+        tile_rows = WGMMA_M * slabs
+        units = cdiv(rows, tile_rows) * cdiv(cols, n)
+        groups = _group_options(rows, tile_rows, cols, n, WGMMA_GROUP_M + (pick.group_m,))
+        for epilogue in epilogues(p, operands, 1, n):
+            max_stages = int(HOPPER.stages(smem_per_block=gpu.smem_per_block, block_m=tile_rows, N=n,
+                                           staging=staging_bytes(2, epilogue)))
+            panels = k_iters * cdiv(units, gpu.sm_count)                  # K tiles a CTA loads
+            for stages, group_m in itertools.product(range(2, min(max_stages, max(2, panels)) + 1), groups):
+                s = wgmma_schedule(p, gpu, operands, 2, n, 1, stages, group_m, epilogue=epilogue, pingpong=slabs)
+                if not check_schedule(p, s, gpu):
+                    out.append(s)
+    return out
 
 
 def cluster_variants(p: GemmProblem, gpu: GPUModel, s: Schedule) -> list[Schedule]:
@@ -377,14 +403,16 @@ def label(s: Schedule) -> str:
     """``"128x128x32 w2x4 st2 sk1 g16"``: the same notation as ``bench/results`` (``schedule`` column);
     a split-K through a workspace reads ``sk8ws``; a wgmma schedule with one CTA per tile (not
     persistent) ends in `` np``, one with the TMA-store epilogue in `` tma``, one in thread-block
-    clusters in `` c2x1`` (cluster_m x cluster_n), a stream-K one in `` streamk72`` (its stream-K tiles)."""
+    clusters in `` c2x1`` (cluster_m x cluster_n), a stream-K one in `` streamk72`` (its stream-K tiles),
+    one with ping-pong consumers in `` pp``."""
     grid = " np" if s.mma.family == "wgmma" and not s.persistent else ""
     ws = "ws" if s.split_workspace else ""
     tma = " tma" if s.hopper is not None and s.hopper.tma_store else ""
     cluster = f" c{s.cluster_m}x{s.cluster_n}" if s.cluster_m * s.cluster_n > 1 else ""
     stream = f" streamk{s.stream_k_tiles}" if s.stream_k else ""
+    pingpong = " pp" if s.pingpong else ""
     return (f"{s.block_m}x{s.block_n}x{s.block_k} w{s.warps_m}x{s.warps_n} st{s.stages} "
-            f"sk{s.split_k}{ws} g{s.group_m}{grid}{tma}{cluster}{stream}")
+            f"sk{s.split_k}{ws} g{s.group_m}{grid}{tma}{cluster}{stream}{pingpong}")
 
 
 def measured_config(problem: GemmProblem, target: "GPUModel | str", schedule_label: str | None):

@@ -1,0 +1,385 @@
+"""Ping-pong consumers on the Hopper path (hopper.py's consumers step, emit_hopper's "Ping-pong
+consumers"), host side: the ring + ordering-barrier protocol as a model under random interleavings,
+the configurator's pricing, forcing and explain rows, and ptxas on the kernels (no spills, no wgmma
+serialisation)."""
+from __future__ import annotations
+
+import os
+import random
+import re
+import subprocess
+import sys
+
+import pytest
+
+from nova.codegen import CodegenError
+from nova.configurator import GemmProblem, configure
+from nova.hwmodel import get_target
+from nova.kernels.gemm import hopper
+from nova.kernels.gemm.emit_hopper import build_hopper_module, check_supported
+from nova.kernels.gemm.hopper import (operand_plan, pingpong_terms, ring_depth, staging_bytes, total_time,
+                                      wgmma_schedule)
+from nova.kernels.gemm.problem import ProblemError
+from nova.kernels.gemm.schedule import Schedule
+
+BAD_INFOS = re.compile(r"C75(08|13|15|17|19)")   # as tests/test_hopper.py
+H200 = get_target("h200")
+
+
+@pytest.fixture
+def env(monkeypatch):
+    monkeypatch.setenv("NOVA_HOPPER", "1")
+    for name in ("NOVA_PINGPONG", "NOVA_STREAM_K", "NOVA_CLUSTER"):
+        monkeypatch.delenv(name, raising=False)
+
+    def set_(**values):
+        for k, v in values.items():
+            monkeypatch.setenv(k, v)
+    return set_
+
+
+def pingpong_schedule(p, slabs, n, epilogue, stages=None):
+    ops = operand_plan(p)
+    depth = stages or ring_depth(H200, 64 * slabs, n, staging_bytes(2, epilogue))
+    return wgmma_schedule(p, H200, ops, 2, n, 1, depth, 8, epilogue=epilogue, pingpong=slabs)
+
+
+# ---- the protocol: producer + two consumer warpgroups, ring of S slots, ordering barriers ------------
+class _Mbarrier:
+    """mbarrier phases (PTX): a phase completes when its pending arrivals and its tx-count are zero;
+    try_wait.parity(p) passes when the current phase's parity differs from p, i.e. once "the phase
+    of parity p" completed; it cannot tell phase r from r - 2 (the ambiguity the ordering removes)."""
+    def __init__(self, count):
+        self.count, self.pending, self.tx, self.phase = count, count, 0, 0
+
+    def _settle(self):
+        if self.pending == 0 and self.tx == 0:
+            self.phase, self.pending = self.phase + 1, self.count
+
+    def arrive(self, expect_tx=0):
+        self.tx += expect_tx
+        self.pending -= 1
+        assert self.pending >= 0
+        self._settle()
+
+    def complete_tx(self, n):
+        self.tx -= n
+        self._settle()
+
+    def passed(self, parity):
+        return (self.phase & 1) != parity
+
+
+class StaleRead(AssertionError):
+    pass
+
+
+def pingpong_run(stages, units, ktiles, boxes, seed, ordered=True):
+    """One random interleaving of the ping-pong kernel's protocol in one CTA: the producer walks the
+    units' K tiles in order (iteration it = j x ktiles + k): waits empty[s] (flipped parity),
+    arrive.expect_tx(full[s]), its boxes land later one by one; consumer warpgroup w takes units
+    j = w, w + 2, ...: before unit j > 0 it bar.syncs on its ordering barrier (``ordered``), waits
+    full[s] for each K tile (the slot must then hold that iteration's boxes, else StaleRead), releases
+    the previous K tile's slot (4 warps: 4 arrivals, landing in any order), after its last K tile
+    bar.arrives on the other's barrier if the CTA has a unit j + 1, then releases the last slot.
+    Named barriers: a bar.arrive while the previous one is still unmatched would complete a phase
+    without the waiter (asserted never to happen); every arrival is matched at the end."""
+    rng = random.Random(seed)
+    full = [_Mbarrier(1) for _ in range(stages)]
+    empty = [_Mbarrier(4) for _ in range(stages)]
+    data = [[None] * boxes for _ in range(stages)]
+    reading = [None] * stages
+    iters = units * ktiles
+    prod = 0
+    # consumer state: the unit index j, the K tile k, the slot held for release, phase of its program
+    cons = [{"j": w, "k": 0, "held": None, "state": "start"} for w in (0, 1)]
+    arrived = [False, False]            # ordering barrier w: the other warpgroup's arrival, not yet synced
+    events = []
+
+    def release(s):
+        reading[s] = None
+        events.extend(("empty", s) for _ in range(4))
+
+    while True:
+        moves = [("event", i) for i in range(len(events))]
+        if prod < iters and empty[prod % stages].passed(((prod // stages) & 1) ^ 1):
+            moves.append(("produce", None))
+        for w, c in enumerate(cons):
+            if c["state"] == "done":
+                continue
+            if c["state"] == "start":
+                if c["j"] >= units:
+                    moves.append(("finish", w))
+                elif c["j"] == 0 or not ordered or arrived[w]:
+                    moves.append(("begin", w))
+            elif c["state"] == "loop":
+                it = c["j"] * ktiles + c["k"]
+                if full[it % stages].passed((it // stages) & 1):
+                    moves.append(("consume", w))
+        if not moves:
+            assert all(c["state"] == "done" for c in cons) and prod == iters, f"deadlock: {prod}, {cons}"
+            assert not any(arrived), "an ordering barrier left half-complete"
+            return
+        kind, x = rng.choice(moves)
+        if kind == "produce":
+            s = prod % stages
+            full[s].arrive(expect_tx=boxes)
+            events.extend(("land", s, b, prod) for b in range(boxes))
+            prod += 1
+        elif kind == "begin":
+            c = cons[x]
+            if c["j"] > 0 and ordered:
+                arrived[x] = False      # bar.sync consumes the other warpgroup's arrival
+            c["state"], c["k"] = "loop", 0
+        elif kind == "consume":
+            c = cons[x]
+            it = c["j"] * ktiles + c["k"]
+            s = it % stages
+            if data[s] != [it] * boxes or reading[s] is not None:
+                raise StaleRead(f"warpgroup {x} passed full[{s}] for iteration {it}; slot holds {data[s]}")
+            reading[s] = it
+            if c["held"] is not None:
+                release(c["held"])
+            c["held"] = s
+            c["k"] += 1
+            if c["k"] == ktiles:        # every K tile waited for: signal, retire, release, next unit
+                if ordered and c["j"] + 1 < units:
+                    assert not arrived[1 - x], "a second bar.arrive before the waiter's bar.sync"
+                    arrived[1 - x] = True
+                release(c["held"])
+                c["held"], c["j"], c["state"] = None, c["j"] + 2, "start"
+        elif kind == "finish":
+            cons[x]["state"] = "done"
+        else:
+            ev = events.pop(x)
+            if ev[0] == "land":
+                _, s, b, it = ev
+                assert reading[s] is None, f"iteration {it} landed in slot {s} while {reading[s]} is read"
+                data[s][b] = it
+                full[s].complete_tx(1)
+            else:
+                empty[ev[1]].arrive()
+
+
+def test_the_pingpong_ring_protocol_holds_under_any_interleaving():
+    """With the ordering barriers every wait reads its own iteration's boxes, nothing lands in a slot
+    being read, no deadlock, no barrier left half-complete: across ring depths, K-tile counts (fewer
+    and more than the stages) and unit counts (odd: the last unit's warpgroup has no one to signal)."""
+    for stages in (2, 3, 4, 7):
+        for ktiles in (1, 2, 3, 8):
+            for units in (1, 2, 3, 6):
+                for seed in range(12):
+                    pingpong_run(stages, units, ktiles, 2, seed)
+
+
+def test_without_the_ordering_the_parity_waits_read_stale_slots():
+    """The same protocol without the ordering barriers: the second warpgroup's parity wait on unit 1
+    passes on a slot whose previous round has not landed (emit_hopper's docstring), so some
+    interleavings read stale data: the barrier is required for correctness, not only for speed."""
+    stale = 0
+    for seed in range(200):
+        try:
+            pingpong_run(4, 4, 8, 2, seed, ordered=False)
+        except StaleRead:
+            stale += 1
+    assert stale > 0
+
+
+# ---- the schedule and the kernel ------------------------------------------------------------------
+def test_pingpong_schedule_keys_and_round_trip(env):
+    p = GemmProblem(16384, 2048, 512, "bf16", trans_b=True)
+    coop = configure(p, "h200").schedule
+    assert not coop.pingpong and "consumers" not in coop.to_dict()       # the cooperative dict (and key) as before
+    s = pingpong_schedule(p, 2, 128, "tma_store")
+    d = s.to_dict()
+    assert d["consumers"] == "pingpong" and Schedule.from_dict(d) == s
+    assert (s.block_m, s.block_n, s.consumer_warpgroups, s.tile_slabs) == (128, 128, 2, 2)
+    assert s.hopper.ring.staging == staging_bytes(2, "tma_store")      # one staging pair per warpgroup
+
+
+def test_pingpong_mlir_has_the_ordering_and_one_warpgroup_per_slot(env):
+    p = GemmProblem(1000, 999, 1001, "fp16", bias=True, activation="gelu")
+    s = pingpong_schedule(p, 2, 128, "registers")
+    text = build_hopper_module(p, s)
+    assert "nvvm.barrier id = %order_mine number_of_threads = %c256_i32" in text
+    assert "nvvm.barrier.arrive id = %order_other number_of_threads = %c256_i32" in text
+    assert "%pp_it0 = arith.muli %cwg, %c" in text and "ping-pong consumers (128x128 per warpgroup" in text
+    assert ", %c4, predicate = %is_t0" in text                          # empty[s]: one warpgroup's 4 warps
+    assert text.count('"nvvm.wgmma.mma_async"') == 2 * (64 // 16)     # 2 slabs x 4 k-steps per K tile
+    coop = configure(GemmProblem(1000, 999, 1001, "fp16", bias=True, activation="gelu"), "h200").schedule
+    assert "order_mine" not in build_hopper_module(p, coop)
+
+
+def test_codegen_refuses_pingpong_where_the_walk_does_not_fit(env):
+    """A ping-pong schedule with split-K, stream-K, a cluster or one CTA per unit: one clear line."""
+    import dataclasses
+    p = GemmProblem(4096, 4096, 4096, "bf16")
+    s = pingpong_schedule(p, 2, 128, "registers")
+    for change, message in (({"split_k": 2, "split_reduction": "workspace"}, "not with split-K"),
+                            ({"persistent": False}, "not with one CTA per work unit"),
+                            ({"cluster_m": 2}, "not with a thread-block cluster")):
+        with pytest.raises(CodegenError, match=message) as e:
+            check_supported(p, dataclasses.replace(s, **change))
+        assert "\n" not in str(e.value)
+    with pytest.raises(ProblemError, match="not with split-K"):
+        wgmma_schedule(p, H200, operand_plan(p), 2, 128, 2, 4, 8, reduction="workspace", pingpong=2)
+
+
+# ---- the configurator -----------------------------------------------------------------------------
+def test_the_model_hides_all_but_the_last_epilogue():
+    """pingpong_terms: U units per SM, the epilogue e of a unit under the other warpgroup's K loop m
+    (exposed (e - m)/2 per unit where e > m), the last one's e whole."""
+    p = GemmProblem(16384, 2048, 512, "bf16", trans_b=True)
+    t = pingpong_terms(p, H200, 2, 128, None, ("registers", "tma_store"))
+    for e in ("registers", "tma_store"):
+        x = t[e]
+        assert x["units_per_sm"] == 16384 * 2048 // (128 * 128) // 132 + 1
+        hidden = x["unit_epilogue"] < x["unit_mainloop"]
+        assert hidden
+        expected = x["unit_epilogue"] + x["units_per_sm"] * hopper.PINGPONG_HANDOFF_CLK / H200.clock_hz
+        assert x["epilogue"] == pytest.approx(expected)
+    # the cooperative epilogue is paid per tile: ping-pong's is a small fraction of it
+    coop = configure(p, "h200")
+    assert t["registers"]["epilogue"] * 1e6 < coop.prediction.terms_us["epilogue"] / 4
+
+
+def test_forcing_and_excluding_pingpong(env):
+    p = GemmProblem(16384, 2048, 512, "bf16", trans_b=True)
+    env(NOVA_PINGPONG="1")
+    c = configure(p, "h200")
+    assert c.schedule.pingpong and [st for st in c.derivation if st.step == "consumers"]
+    row = next(st for st in c.derivation if st.step == "consumers")
+    assert row.value.startswith("ping-pong") and "NOVA_PINGPONG=1 forces" in row.reason and "U = " in row.formula
+    steps = [st.step for st in c.derivation]
+    assert steps.index("epilogue") < steps.index("consumers") < steps.index("stages")
+    assert c.prediction.time_us == pytest.approx(total_time(pingpong_terms(
+        p, H200, c.schedule.tile_slabs, c.schedule.mma.n, c.schedule.hopper.operands, (c.schedule.hopper.epilogue,),
+        c.schedule.stages)[c.schedule.hopper.epilogue]) * 1e6)
+    env(NOVA_PINGPONG="0")
+    c0 = configure(GemmProblem(4096, 4096, 128, "bf16"), "h200")         # the model's ping-pong pick, excluded
+    assert not c0.schedule.pingpong
+    assert next(st for st in c0.derivation if st.step == "consumers").reason.startswith("NOVA_PINGPONG=0")
+
+
+def test_automatic_picks_and_the_switch(env, monkeypatch):
+    """The model picks ping-pong where the epilogue outweighs the smaller tile's costs (short K), and
+    keeps the cooperative tile (with no consumers row: its derivation as before) where not;
+    AUTO_PINGPONG = False leaves every pick cooperative."""
+    short = GemmProblem(4096, 4096, 128, "bf16")
+    lm_head = GemmProblem(16384, 32768, 512, "bf16", trans_b=True)
+    assert configure(short, "h200").schedule.pingpong
+    c = configure(lm_head, "h200")
+    assert not c.schedule.pingpong and "consumers" not in [st.step for st in c.derivation]
+    monkeypatch.setattr(hopper, "EXPLAIN_PINGPONG_ALWAYS", True)
+    row = next(st for st in configure(lm_head, "h200").derivation if st.step == "consumers")
+    assert row.value == "cooperative" and "not predicted faster" in row.reason
+    monkeypatch.setattr(hopper, "AUTO_PINGPONG", False)
+    assert not configure(short, "h200").schedule.pingpong
+
+
+def test_forcing_errors_are_one_line(env):
+    base = [sys.executable, "-m", "nova.cli.config", "explain", "matmul"]
+    rest = ["--dtype", "bf16", "--target", "h200"]
+    for shape, extra, message in (
+            ("512x512x16384", {"NOVA_PINGPONG": "yes"}, "NOVA_PINGPONG='yes': expected 1"),
+            ("512x512x16384", {"NOVA_PINGPONG": "1", "NOVA_STREAM_K": "1"}, "not with stream-K"),
+            ("4096x4096x4096", {"NOVA_PINGPONG": "1", "NOVA_CLUSTER": "2x1"}, "not with a thread-block cluster")):
+        r = subprocess.run(base + [shape] + rest, capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "NOVA_HOPPER": "1", **extra})
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and message in lines[0], r.stderr
+        assert "Traceback" not in r.stderr
+
+
+def test_explain_json_shows_the_pingpong_schedule(env):
+    r = subprocess.run([sys.executable, "-m", "nova.cli.config", "explain", "matmul", "16384x2048x512", "--dtype",
+                        "bf16", "--trans-b", "--target", "h200", "--json"], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "NOVA_HOPPER": "1", "NOVA_PINGPONG": "1"})
+    import json
+    d = json.loads(r.stdout)
+    assert d["schedule"]["consumers"] == "pingpong"
+    assert any(st["step"] == "consumers" and st["value"].startswith("ping-pong") for st in d["derivation"])
+    text = subprocess.run([sys.executable, "-m", "nova.cli.config", "explain", "matmul", "16384x2048x512", "--dtype",
+                           "bf16", "--trans-b", "--target", "h200"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "NOVA_HOPPER": "1", "NOVA_PINGPONG": "1", "COLUMNS": "200"}).stdout
+    assert "ping-pong" in text and "consumers" in text
+
+
+def test_the_space_holds_pingpong_candidates(env):
+    from nova.kernels.gemm.space import enumerate_schedules, label
+    p = GemmProblem(16384, 2048, 512, "bf16", trans_b=True)
+    pp = [s for s in enumerate_schedules(p, "h200") if s.pingpong]
+    assert pp and all(label(s).endswith(" pp") for s in pp)
+    assert {(s.tile_slabs, s.mma.n) for s in pp} >= {(1, 256), (2, 128)}
+    assert {s.hopper.epilogue for s in pp} == {"registers", "tma_store"}
+    for s in pp[::17]:
+        check_supported(p, s)
+
+
+# ---- ptxas ------------------------------------------------------------------------------------------
+PTXAS_CASES = [   # (M, N, K, dtype, problem options, slabs, N, epilogue)
+    (16384, 2048, 512, "bf16", {"trans_b": True}, 2, 128, "tma_store"),       # the forward of issue 12
+    (16384, 2048, 512, "bf16", {"trans_b": True}, 1, 256, "registers"),
+    (16384, 2048, 512, "bf16", {}, 2, 128, "tma_store"),                      # NN: B by the transpose bit
+    (1000, 999, 1001, "fp16", {"bias": True, "activation": "gelu"}, 2, 128, "registers"),   # tails in M, N, K
+    (3000, 5000, 700, "fp16", {"trans_b": True, "bias": True, "activation": "silu"}, 1, 256, "tma_store"),
+    (4096, 4096, 4096, "tf32", {}, 1, 256, "registers"),                      # NN: swapped, X from registers
+    (4095, 4100, 1000, "tf32", {"bias": True}, 1, 256, "tma_store"),          # swapped, ragged, bias along N
+    (3000, 5000, 700, "tf32", {"trans_b": True, "bias": True, "activation": "relu"}, 2, 128, "tma_store"),
+    (4000, 4004, 700, "bf16", {"trans_a": True, "trans_b": True, "out_dtype": "f32"}, 2, 128, "tma_store"),
+    (1000, 1000, 300, "bf16", {"bias": True}, 1, 64, "tma_store"),            # one staging step per tile
+    (4096, 4096, 4000, "tf32", {}, 1, 256, "registers"),                      # register-fed, odd K-tile count
+    (4096, 4096, 4000, "tf32", {}, 2, 64, "registers"),                       # two register-fed slabs, odd tail
+    (1000, 1000, 1000, "tf32", {"trans_a": True, "trans_b": True}, 2, 64, "tma_store"),   # A^T from registers
+]
+
+
+@pytest.mark.parametrize("case", PTXAS_CASES, ids=lambda c: f"{c[0]}x{c[1]}x{c[2]}-{c[3]}-{c[5]}x{c[6]}-{c[7]}")
+def test_pingpong_kernels_assemble_clean(env, case):
+    from nova.codegen import compile_gemm, ptxas
+    if not ptxas.available():
+        pytest.skip("ptxas not on PATH")
+    M, N, K, dtype, extra, slabs, n, epilogue = case
+    p = GemmProblem(M, N, K, dtype, **extra)
+    s = pingpong_schedule(p, slabs, n, epilogue)
+    art = compile_gemm(p, s)
+    r = art.resources
+    assert r["spill_store_bytes"] == 0 and r["spill_load_bytes"] == 0 and r["stack_bytes"] == 0, r
+    assert not [ln for ln in r["ptxas_info"] if BAD_INFOS.search(ln)], r["ptxas_info"]
+    assert "bar.arrive" in art.ptx and "wgmma.mma_async" in art.ptx
+    assert art.block == (384, 1, 1) and art.smem_bytes == s.smem_bytes <= 232448
+
+
+def test_forced_pingpong_picks_assemble_clean(env):
+    """What NOVA_PINGPONG=1 configures for the GPU tests' main shapes assembles clean."""
+    from nova.codegen import compile_gemm, ptxas
+    if not ptxas.available():
+        pytest.skip("ptxas not on PATH")
+    env(NOVA_PINGPONG="1")
+    for p in (GemmProblem(16384, 2048, 512, "bf16", trans_b=True), GemmProblem(2048, 1024, 512, "tf32"),
+              GemmProblem(2048, 1536, 512, "bf16", trans_b=True, batch=3)):
+        s = configure(p, "h200").schedule
+        assert s.pingpong
+        r = compile_gemm(p, s).resources
+        assert r["spill_store_bytes"] == 0 and not [ln for ln in r["ptxas_info"] if BAD_INFOS.search(ln)], r
+
+
+def test_the_gpu_tests_pingpong_cases_are_pingpong_and_assemble(env):
+    """Each ping-pong case of tests/test_runtime_gpu.py is configured ping-pong under NOVA_PINGPONG=1, its
+    precompile line sets it, and the kernel assembles clean."""
+    from nova.codegen import compile_gemm, ptxas
+    from test_runtime_gpu import (PINGPONG_BATCHED_CASES, PINGPONG_CASES, PINGPONG_F32_OUT, batched_problem,
+                                  precompile_commands)
+    lines = precompile_commands("h200")
+    env(NOVA_PINGPONG="1")
+    problems = ([GemmProblem(*c) for c in PINGPONG_CASES] + [GemmProblem(*PINGPONG_F32_OUT, out_dtype="f32")]
+                + [batched_problem(c) for c in PINGPONG_BATCHED_CASES])
+    for p in problems:
+        s = configure(p, "h200").schedule
+        assert s.pingpong, p.describe()
+        shape = f"{p.batch}x{p.M}x{p.N}x{p.K}" if p.batch > 1 else f"{p.M}x{p.N}x{p.K}"
+        assert any(ln.startswith("NOVA_PINGPONG=1 nova precompile gemm --shapes ") and shape in ln for ln in lines)
+        if ptxas.available():
+            r = compile_gemm(p, s).resources
+            assert r["spill_store_bytes"] == 0 and not [ln for ln in r["ptxas_info"] if BAD_INFOS.search(ln)], r
+    assert {configure(p, "h200").schedule.hopper.epilogue for p in problems} == {"registers", "tma_store"}
