@@ -262,11 +262,14 @@ def test_forcing_and_excluding_pingpong(env):
 
 
 def test_automatic_picks_and_the_switch(env, monkeypatch):
-    """The model picks ping-pong where the epilogue outweighs the smaller tile's costs (short K), and
-    keeps the cooperative tile (with no consumers row: its derivation as before) where not;
-    AUTO_PINGPONG = False leaves every pick cooperative."""
+    """With AUTO_PINGPONG (off until the device has measured ping-pong) the model picks it where the
+    epilogue outweighs the smaller tile's costs (short K), and keeps the cooperative tile (with no
+    consumers row: its derivation as before) where not; AUTO_PINGPONG = False leaves every pick
+    cooperative."""
     short = GemmProblem(4096, 4096, 128, "bf16")
     lm_head = GemmProblem(16384, 32768, 512, "bf16", trans_b=True)
+    assert not configure(short, "h200").schedule.pingpong or hopper.AUTO_PINGPONG
+    monkeypatch.setattr(hopper, "AUTO_PINGPONG", True)
     assert configure(short, "h200").schedule.pingpong
     c = configure(lm_head, "h200")
     assert not c.schedule.pingpong and "consumers" not in [st.step for st in c.derivation]

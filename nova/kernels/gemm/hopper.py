@@ -108,7 +108,8 @@ CLUSTER_SYNC_S = 1e-6          # [EST] per kernel: the cluster-wide barriers aft
 # Ping-pong consumers (``pingpong_step``): the two consumer warpgroups compute different tiles, the
 # CTA's units alternately, their K loops ordered by two named barriers (emit_hopper's module docstring),
 # so one warpgroup's epilogue runs while the other's K loop feeds the tensor cores.
-AUTO_PINGPONG = True           # the model may pick ping-pong on its own; False: only NOVA_PINGPONG=1 does
+AUTO_PINGPONG = False          # the model may pick ping-pong on its own (True) or only NOVA_PINGPONG=1 does (False: until
+                               # the device has measured it: session 7 merged it unmeasured)
 EXPLAIN_PINGPONG_ALWAYS = False  # record the ping-pong row in every derivation (False: only where it is picked
                                # or NOVA_PINGPONG is set, so the derivations of cooperative picks stay as they were)
 PINGPONG_SLABS = (1, 2)        # 64-row wgmma slabs of one warpgroup's tile (64xN: one wgmma per k-step; 128xN: two)
