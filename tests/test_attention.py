@@ -159,7 +159,8 @@ def test_derivation_fits_the_hardware(target, dtype, D):
     assert all(st.formula and st.reason for st in cfg.derivation)
 
 
-def test_derivation_is_deterministic_and_causal_skips_tiles():
+def test_derivation_is_deterministic_and_causal_skips_tiles(monkeypatch):
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "off")        # both on the mma.sync forward: like with like
     p = AttentionProblem(8, 4, 2048, 2048, 64, causal=True, dtype="bf16")
     a, b = configure_attention(p, "h200"), configure_attention(p, "h200")
     assert a.schedule == b.schedule
@@ -356,14 +357,21 @@ BENCH = [(32, 8, 512, 64), (16, 12, 1024, 64), (8, 16, 2048, 128)]
 @pytest.mark.parametrize("shape", BENCH)
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_hopper_forward_is_derived_for_16_bit_on_the_h200(shape, dtype, monkeypatch):
-    """bf16/fp16 on the H200: step 10 puts the forward on TMA + wgmma (128 query rows = 2 consumer
-    warpgroups x 64, a producer warpgroup, 128-key tiles, setmaxnreg 40/232, one block per SM), predicted
-    faster than the mma.sync forward; the backward tiles and kernels are those of the mma.sync schedule."""
+    """bf16/fp16 on the H200: step 10's Hopper forward (TMA + wgmma, 128 query rows = 2 consumer
+    warpgroups x 64, a producer warpgroup, 128-key tiles, setmaxnreg 40/232, one block per SM), taken
+    where predicted faster than the mma.sync forward: at D128 (measured 313 vs 575 us on the H200), not
+    at D64 (measured 95-102 vs 79-90 us at T512: the per-block cost fitted to those runs); the backward
+    tiles and kernels are those of the mma.sync schedule."""
     from nova.kernels.attention.build_hopper import smem_plan_hopper
     monkeypatch.delenv("NOVA_ATTENTION_HOPPER", raising=False)
     b, h, t, d = shape
     p = AttentionProblem(b, h, t, t, d, causal=True, dtype=dtype)
     gpu = PRESETS["h200"]
+    auto = configure_attention(p, gpu)
+    auto_path = {st.step: st for st in auto.derivation}["10 fwd path"]
+    assert auto.schedule.tma == (d == 128) and auto_path.value == ("wgmma + TMA" if d == 128 else "mma.sync")
+    assert ("<" if d == 128 else ">=") in auto_path.reason
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
     cfg = configure_attention(p, gpu)
     s, k = cfg.schedule, cfg.schedule.fwd
     assert s.tma and k.hopper and k.block_rows == 128 and k.consumer_warpgroups == 2 and k.producer_warps == 4
@@ -373,13 +381,13 @@ def test_hopper_forward_is_derived_for_16_bit_on_the_h200(shape, dtype, monkeypa
     assert k.grid == (-(-t // 128), b * h, 1) and 2 <= k.stages <= 4
     assert check_attention_schedule(p, s, gpu) == []
     steps = {st.step: st for st in cfg.derivation}
-    assert steps["10 fwd path"].value == "wgmma + TMA" and "backward kernels (step 11)" in steps["10 fwd path"].reason
+    assert steps["10 fwd path"].value == "wgmma + TMA" and "step 11" in steps["10 fwd path"].reason
     assert all(st.formula and st.reason for st in cfg.derivation)
     monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "off")
     off = configure_attention(p, gpu)
     assert not off.schedule.tma and not off.schedule.fwd.hopper
     assert off.schedule.bwd_pre == s.bwd_pre and not any(off.schedule.kernel(r).hopper for r in ROLES)
-    assert cfg.terms["fwd"]["time_us"] < off.terms["fwd"]["time_us"]
+    assert (cfg.terms["fwd"]["time_us"] < off.terms["fwd"]["time_us"]) == (d == 128)
     assert steps["10 fwd path"].value == "wgmma + TMA"
 
 
@@ -453,12 +461,12 @@ def test_hopper_forward_assembles_without_spills(dtype, D, causal, group, T, mon
 def test_cli_explain_shows_the_hopper_forward(capsys, monkeypatch):
     from nova.cli.config import main
     monkeypatch.delenv("NOVA_ATTENTION_HOPPER", raising=False)
-    assert main(["explain", "attention", "32,8,512,64", "--causal", "--dtype", "bf16", "--target", "h200", "--json"]) == 0
+    assert main(["explain", "attention", "8,16,2048,128", "--causal", "--dtype", "bf16", "--target", "h200", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["schedule"]["tma"] is True and out["schedule"]["fwd"]["consumer_warpgroups"] == 2
     rows = {d["step"]: d for d in out["derivation"]}
     assert rows["10 fwd path"]["value"] == "wgmma + TMA" and "10 fwd time (Hopper)" in rows
-    assert main(["explain", "attention", "32,8,512,64", "--causal", "--dtype", "bf16", "--target", "h200"]) == 0
+    assert main(["explain", "attention", "8,16,2048,128", "--causal", "--dtype", "bf16", "--target", "h200"]) == 0
     text = capsys.readouterr().out
     assert "10 fwd path" in text and "wgmma + TMA" in text
 
@@ -472,7 +480,7 @@ def test_hopper_backward_is_derived_for_16_bit_on_the_h200(shape, dtype, monkeyp
     kernel; bwd_pre stays; ``off`` keeps every kernel on mma.sync."""
     monkeypatch.setenv("NOVA_ATTENTION_HOPPER_BWD", "1")        # off by default (hung on the H200)
     from nova.kernels.attention.build_hopper_bwd import smem_plan_hopper_bwd
-    monkeypatch.delenv("NOVA_ATTENTION_HOPPER", raising=False)
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")        # the structure, wherever the model puts it
     b, h, t, d = shape
     p = AttentionProblem(b, h, t, t, d, causal=True, dtype=dtype)
     gpu = PRESETS["h200"]
@@ -493,7 +501,6 @@ def test_hopper_backward_is_derived_for_16_bit_on_the_h200(shape, dtype, monkeyp
         kv = role == "bwd_dkv"
         assert k.grid == (-(-t // 128), b * h, 1)
         assert steps[f"11 {role} path"].value == "wgmma + TMA" and f"11 {role} time (Hopper)" in steps
-        assert cfg.terms[role]["time_us"] < off.terms[role]["time_us"]
         if kv:          # 128 query rows per tile would spill (registers, step 11)
             assert k.block_cols == 64
     assert s.bwd_pre == off.schedule.bwd_pre
@@ -579,7 +586,7 @@ def test_hopper_backward_assembles_without_spills(dtype, D, causal, group, T, mo
 def test_cli_explain_shows_the_hopper_backward(capsys, monkeypatch):
     monkeypatch.setenv("NOVA_ATTENTION_HOPPER_BWD", "1")        # off by default (hung on the H200)
     from nova.cli.config import main
-    monkeypatch.delenv("NOVA_ATTENTION_HOPPER", raising=False)
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")        # the rows, wherever the model puts the kernels
     assert main(["explain", "attention", "32,8,512,64", "--causal", "--dtype", "bf16", "--target", "h200", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     for role in ("bwd_dkv", "bwd_dq"):
@@ -596,7 +603,7 @@ def test_hopper_backward_is_off_by_default_and_says_why(monkeypatch):
     unless NOVA_ATTENTION_HOPPER_BWD=1, and says so; the forward keeps its Hopper path."""
     monkeypatch.delenv("NOVA_ATTENTION_HOPPER_BWD", raising=False)
     monkeypatch.delenv("NOVA_ATTENTION_HOPPER", raising=False)
-    cfg = configure_attention(AttentionProblem(32, 8, 512, 512, 64, causal=True, dtype="bf16"), "h200")
+    cfg = configure_attention(AttentionProblem(8, 16, 2048, 2048, 128, causal=True, dtype="bf16"), "h200")
     assert cfg.schedule.tma and cfg.schedule.fwd.hopper
     assert not cfg.schedule.bwd_dkv.hopper and not cfg.schedule.bwd_dq.hopper
     row = next(st for st in cfg.derivation if st.step == "11 bwd_dkv path")
