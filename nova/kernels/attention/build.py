@@ -160,11 +160,15 @@ def kernel_params(s: AttentionSchedule, role: str) -> tuple[str, ...]:
     return PARAMS[role]
 
 
-def build_module(p: AttentionProblem, s: AttentionSchedule, role: str) -> str:
+def build_module(p: AttentionProblem, s: AttentionSchedule, role: str, watchdog_ms: int | None = None) -> str:
+    """The kernel's MLIR; ``watchdog_ms`` (Hopper dK/dV and dQ only): the debug build with bounded mbarrier
+    waits (build_hopper_bwd.WATCHDOG_FIELDS; never cached: bench/probes/attention_bwd_hang.py)."""
+    if watchdog_ms and not (role in ("bwd_dkv", "bwd_dq") and s.kernel(role).hopper):
+        raise AttentionCodegenError(f"watchdog builds exist for the Hopper dK/dV and dQ kernels only, not {role}")
     if s.kernel(role).hopper:
         if role != "fwd":
             from nova.kernels.attention.build_hopper_bwd import build_hopper_bwd
-            return build_hopper_bwd(p, s, role)
+            return build_hopper_bwd(p, s, role, watchdog_ms)
         from nova.kernels.attention.build_hopper import build_hopper_fwd
         return build_hopper_fwd(p, s)
     check_supported(p, s, role)

@@ -102,6 +102,10 @@ def check_supported(p: AttentionProblem, s: AttentionSchedule) -> None:
         fail(f"smem_bytes {kt.smem_bytes} < {need}")
     if not kt.producer_regs <= kt.regs_per_thread <= kt.consumer_regs:
         fail(f"entry registers {kt.regs_per_thread} outside [{kt.producer_regs}, {kt.consumer_regs}]")
+    held, want = kt.regs_per_thread * kt.threads, 128 * (kt.producer_regs + kt.consumer_warpgroups * kt.consumer_regs)
+    if want > held:       # setmaxnreg.inc waits until the block's pool has the registers: it never would
+        fail(f"setmaxnreg {kt.producer_regs}/{kt.consumer_regs} needs {want} registers, the block holds {held} "
+             f"({kt.threads} x {kt.regs_per_thread}): the consumers' setmaxnreg.inc would wait forever")
     why = tma_blocker(p)
     if why:
         fail(why)

@@ -47,6 +47,21 @@ KEPT = {"bwd_dkv": ("k", "v"), "bwd_dq": ("q", "dout")}
 STREAMED = {"bwd_dkv": ("q", "dout"), "bwd_dq": ("k", "v")}
 VEC_LANES = 32                 # producer warp 1 loads the dK/dV kernel's LSE and D columns
 
+# ---- debug builds (``watchdog_ms``, bench/probes/attention_bwd_hang.py): every mbarrier wait bounded in time
+# (%globaltimer); a thread whose wait runs out records where it waited into the int32 buffer passed as the
+# extra last parameter ``watchdog`` (the first such thread wins an atomic CAS on word 0), counts itself in
+# word TIMED_OUT and exits.  Words HEARTBEATS.. count the warps (or threads) that got past each point, so a
+# hang outside an mbarrier wait (setmaxnreg) shows too when the buffer is host-mapped memory read while the
+# kernel still runs.  Every access is system-scope (the buffer may be pinned host memory).
+WATCHDOG_WORDS = 32
+WATCHDOG_FIELDS = ("state", "bx", "by", "tid", "role", "barrier", "slot", "parity", "iteration", "tries", "n_it")
+WATCHDOG_TIMED_OUT = 12        # threads whose wait ran out (each one exits)
+WATCHDOG_HEARTBEATS = {16: "producer warps past setmaxnreg.dec", 17: "consumer warps past setmaxnreg.inc",
+                       18: "consumer warps past kept_full", 19: "consumer warps done with the loop",
+                       20: "producer TMA threads done issuing", 21: "producer warp-1 warps done (dK/dV)"}
+WATCHDOG_ROLES = ("producer TMA thread", "producer warp 1 (LSE/D)", "consumer")
+WATCHDOG_BARRIERS = ("kept_full", "full", "empty")
+
 
 def tensor_map_rows(s: AttentionSchedule, role: str, name: str) -> int:
     """Box rows of operand ``name``'s tensor map in kernel ``role`` (kept tiles: block_rows)."""
@@ -109,14 +124,19 @@ def check_supported(p: AttentionProblem, s: AttentionSchedule, role: str) -> Non
         fail(f"smem_bytes {kt.smem_bytes} < {need}")
     if not kt.producer_regs <= kt.regs_per_thread <= kt.consumer_regs:
         fail(f"entry registers {kt.regs_per_thread} outside [{kt.producer_regs}, {kt.consumer_regs}]")
+    held, want = kt.regs_per_thread * kt.threads, 128 * (kt.producer_regs + kt.consumer_warpgroups * kt.consumer_regs)
+    if want > held:       # setmaxnreg.inc waits until the block's pool has the registers: it never would
+        fail(f"setmaxnreg {kt.producer_regs}/{kt.consumer_regs} needs {want} registers, the block holds {held} "
+             f"({kt.threads} x {kt.regs_per_thread}): the consumers' setmaxnreg.inc would wait forever")
     why = tma_blocker_bwd(p)
     if why:
         fail(why)
 
 
 class _HopperBwd:
-    def __init__(self, p: AttentionProblem, s: AttentionSchedule, role: str):
+    def __init__(self, p: AttentionProblem, s: AttentionSchedule, role: str, watchdog_ms: int | None = None):
         self.p, self.s, self.role = p, s, role
+        self.watchdog_ms = watchdog_ms
         self.dkv = role == "bwd_dkv"
         self.kt = kt = s.kernel(role)
         self.ir = Text()
@@ -161,6 +181,8 @@ class _HopperBwd:
                 f"(A from registers, B MN-major), {ARCH}")
         args = ["%tmap_q: !llvm.ptr", "%tmap_k: !llvm.ptr", "%tmap_v: !llvm.ptr", "%tmap_dout: !llvm.ptr",
                 f"%lse: {self.vt}", f"%delta: {self.vt}"] + [f"%{n}: {global_type(p, n)}" for n in self.outs]
+        if self.watchdog_ms:
+            args.append(f"%watchdog: memref<{WATCHDOG_WORDS}xi32>")
         with ir.kernel(KERNEL_NAMES[self.role], args, kt.threads, maxnreg=kt.regs_per_thread):
             self.setup()
             is_prod = ir.cmp("eq", self.wg, 0, "is_producer")
@@ -182,6 +204,10 @@ class _HopperBwd:
         self.lane = ir.rem(self.tid, 32, "lane")
         self.bx = ir.let("bx", "gpu.block_id x")
         self.by = ir.let("by", "gpu.block_id y")
+        if self.watchdog_ms:
+            wa = ir.let("wd_base", f"memref.extract_aligned_pointer_as_index %watchdog : memref<{WATCHDOG_WORDS}xi32> "
+                                   "-> index")
+            self.wd_ptr = ir.let("wd_ptr", f"arith.index_cast {wa} : index to i64")
         ir.comment(f"---- shared memory: the kept tiles, the ring (and LSE/D columns), from the first {ALIGN}-byte "
                    "boundary of dynamic smem")
         self.dsm = ir.let("dsm", f"gpu.dynamic_shared_memory : memref<?xi8, {SMEM}>")
@@ -267,6 +293,67 @@ class _HopperBwd:
         return slot, par
 
     # ------------------------------------------------------------------------------------------
+    def wait(self, group, nbar, slot, par, ticks, *, role, barrier, it):
+        """Wait for phase parity ``par`` of barrier ``group[slot]``; in a watchdog build the wait is bounded:
+        after ``watchdog_ms`` this thread records (block, thread, role, barrier, slot, parity, iteration,
+        tries, trip count) unless another thread did first, and exits."""
+        ir = self.ir
+        if not self.watchdog_ms:
+            ir.emit(f"nvgpu.mbarrier.try_wait.parity {group}[{ir.v(slot)}], {par}, {ticks} : {self.mb(nbar)}")
+            return
+        ir.comment(f"watchdog: bounded wait on {WATCHDOG_BARRIERS[barrier]} ({WATCHDOG_ROLES[role]})")
+        addr = ir.let("wd_addr", f"nvgpu.mbarrier.get {group}[{ir.v(slot)}] : {self.mb(nbar)} -> i32")
+        par32 = ir.let("wd_par", f"arith.extui {par} : i1 to i32")
+        now = 'llvm.inline_asm has_side_effects asm_dialect = att "mov.u64 $0, %globaltimer;", "=l"  : () -> i64'
+        t0 = ir.let("wd_t0", now)
+        budget = ir.let("wd_budget", f"arith.constant {int(self.watchdog_ms) * 1000000} : i64")
+        zero = ir.let("wd_zero", "arith.constant 0 : i32")
+        one = ir.let("wd_one", "arith.constant 1 : i32")
+        res, n, n1, ok1 = ir.fresh("wd_res"), ir.fresh("wd_n"), ir.fresh("wd_n1"), ir.fresh("wd_okb")
+        ir.emit(f"{res}:2 = scf.while ({n} = {zero}) : (i32) -> (i32, i32) {{")
+        with ir.scope():
+            ok = ir.let("wd_ok", 'llvm.inline_asm has_side_effects asm_dialect = att "{\\n.reg .pred p;\\n'
+                                 'mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2;\\nselp.b32 $0, 1, 0, p;\\n}", '
+                                 f'"=r,r,r" {addr}, {par32} : (i32, i32) -> i32')
+            el = ir.let("wd_el", f"arith.subi {ir.let('wd_t', now)}, {t0} : i64")
+            over = ir.let("wd_over", f"arith.cmpi ugt, {el}, {budget} : i64")
+            done = ir.let("wd_done", f"arith.cmpi ne, {ok}, {zero} : i32")
+            stop = ir.let("wd_stop", f"arith.ori {done}, {over} : i1")
+            go = ir.let("wd_go", f"arith.xori {stop}, {ir.let('wd_true', 'arith.constant true')} : i1")
+            nn = ir.let("wd_nn", f"arith.addi {n}, {one} : i32")
+            ir.emit(f"scf.condition({go}) {nn}, {ok} : i32, i32")
+        ir.emit("} do {")
+        ir.emit(f"^bb0({n1}: i32, {ok1}: i32):")
+        with ir.scope():
+            ir.emit(f"scf.yield {n1} : i32")
+        ir.emit("}")
+        fail = ir.let("wd_fail", f"arith.cmpi eq, {res}#1, {zero} : i32")
+        with ir.region(f"scf.if {fail} {{"):
+            i32 = lambda x: ir.let("wd_f", f"arith.index_cast {ir.v(x)} : index to i32")
+            fields = [i32(self.bx), i32(self.by), i32(self.tid), i32(role), i32(barrier), i32(slot), par32, i32(it)
+                      if it != -1 else ir.let("wd_m1", "arith.constant -1 : i32"), f"{res}#0", i32(self.n_it)]
+            body = ["{", ".reg .b32 old;", ".reg .pred won;", "atom.relaxed.sys.cas.b32 old, [$0], 0, 1;",
+                    "setp.eq.b32 won, old, 0;"]
+            body += [f"@won st.relaxed.sys.b32 [$0+{4 * (i + 1)}], ${i + 1};" for i in range(len(fields))]
+            body += ["fence.sc.sys;", "@won st.relaxed.sys.b32 [$0], 2;",
+                     f"red.relaxed.sys.add.u32 [$0+{4 * WATCHDOG_TIMED_OUT}], 1;", "fence.sc.sys;", "exit;", "}"]
+            cons = ",".join(["l"] + ["r"] * len(fields))
+            ir.emit('llvm.inline_asm has_side_effects asm_dialect = att "' + "\\n".join(body) + f'", "{cons}" '
+                    f"{self.wd_ptr}, {', '.join(fields)} : (i64, {', '.join(['i32'] * len(fields))}) -> ()")
+
+    def heartbeat(self, word, pred):
+        """Watchdog builds: where ``pred`` holds, add 1 to word ``word`` of the watchdog buffer."""
+        if not self.watchdog_ms:
+            return
+        ir = self.ir
+
+        def body():
+            off = ir.let("wd_off", f"arith.constant {4 * word} : i64")
+            at = ir.let("wd_hb", f"arith.addi {self.wd_ptr}, {off} : i64")
+            ir.emit('llvm.inline_asm has_side_effects asm_dialect = att "red.relaxed.sys.add.u32 [$0], 1;", "l" '
+                    f"{at} : (i64) -> ()")
+        ir.guarded(pred, body)
+
     def load(self, name, bar, off, t0, head, nbar):
         ir = self.ir
         rows = self.rows_of(name)
@@ -282,6 +369,8 @@ class _HopperBwd:
         ir.comment("---- producer warpgroup: give registers back; thread 0 issues the TMA loads"
                    + ("; warp 1 writes each slot's LSE/D columns" if self.dkv else ""))
         ir.emit(f"nvvm.setmaxregister decrease {self.kt.producer_regs}")
+        if self.watchdog_ms:
+            self.heartbeat(16, ir.cmp("eq", self.lane, 0, "plane0"))
         ticks = ir.const(MBARRIER_WAIT_TICKS)
         kept_head = self.hk if self.dkv else self.h
         with ir.region(f"scf.if {ir.cmp('eq', self.tid, 0, 'is_leader')} {{"):
@@ -293,7 +382,7 @@ class _HopperBwd:
             tx = ir.const(2 * self.plan["tile"])
             with ir.region(f"scf.for %itp = {ir.v(0)} to {ir.v(self.n_it)} step {ir.v(1)} {{"):
                 slot, par = self.slot_phase("%itp", flip=True)
-                ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.empty}[{slot}], {par}, {ticks} : {self.mb(self.S)}")
+                self.wait(self.empty, self.S, slot, par, ticks, role=0, barrier=2, it="%itp")
                 ir.emit(f"nvgpu.mbarrier.arrive.expect_tx {self.full}[{slot}], {tx} : {self.mb(self.S)}")
                 off = ir.add(ir.add(self.base_off, self.plan["ring"]), ir.mul(slot, self.plan["stage"]), "s_off")
                 if self.dkv:
@@ -303,6 +392,7 @@ class _HopperBwd:
                     t0, head = ir.mul("%itp", self.BC, "kv0"), self.hkv
                 for i, name in enumerate(self.streamed):
                     self.load(name, f"{self.full}[{slot}]", ir.add(off, i * self.plan["tile"]), t0, head, self.S)
+            self.heartbeat(20, True)
         if self.dkv:
             self.producer_vectors(ticks)
 
@@ -314,7 +404,7 @@ class _HopperBwd:
         with ir.region(f"scf.if {warp1} {{"):
             with ir.region(f"scf.for %itv = {ir.v(0)} to {ir.v(self.n_it)} step {ir.v(1)} {{"):
                 slot, par = self.slot_phase("%itv", flip=True)
-                ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.empty}[{slot}], {par}, {ticks} : {self.mb(self.S)}")
+                self.wait(self.empty, self.S, slot, par, ticks, role=1, barrier=2, it="%itv")
                 _, qbh, qt = self.tile_of("%itv")
                 qs = ir.mul(qt, self.BC, "qs")
                 base = ir.add(ir.mul(qbh, p.seq_q, "qrow_bh"), qs, "qrow")
@@ -332,6 +422,7 @@ class _HopperBwd:
                     ir.emit(f"memref.store {dv}, {self.dlt_sm}[{ir.v(slot)}, {ir.v(col)}] : {self.vec_type()}")
                 ir.let("vtok", f"nvgpu.mbarrier.arrive {self.full}[{ir.v(slot)}] : {self.mb(self.S)} -> "
                                "!nvgpu.mbarrier.token")
+            self.heartbeat(21, ir.cmp("eq", self.lane, 0, "vlane0"))
 
     # ------------------------------------------------------------------------------------------
     def desc(self, enc, hi):
@@ -372,6 +463,8 @@ class _HopperBwd:
         ir, p, kt = self.ir, self.p, self.kt
         ir.comment(f"---- consumer warpgroups: take registers ({kt.consumer_regs})")
         ir.emit(f"nvvm.setmaxregister increase {kt.consumer_regs}")
+        if self.watchdog_ms:
+            self.heartbeat(17, ir.cmp("eq", self.lane, 0, "clane0"))
         ctid = ir.sub(self.tid, WG, "ctid")
         self.cwg = ir.div(ctid, WG, "cwg")
         wtid = ir.rem(ctid, WG, "wg_tid")
@@ -396,8 +489,8 @@ class _HopperBwd:
         zero_o = ir.let("zero_o", f"llvm.mlir.zero : {self.o_t}")
         if not self.dkv:        # dQ: LSE and D of the thread's rows g (h = 0) and g + 8 (h = 1), once
             self.row_nl2, self.row_dlt = self.row_vectors()
-        ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.kbar}[{ir.v(0)}], {ir.pure('false1', 'arith.constant false')}, "
-                f"{ticks} : {self.mb(1)}")
+        self.wait(self.kbar, 1, 0, ir.pure('false1', 'arith.constant false'), ticks, role=2, barrier=0, it=-1)
+        self.heartbeat(18, lane0)
         nacc = len(self.outs)
         res = ir.fresh("loop")
         iters = ", ".join(f"%acc{i} = {zero_o}" for i in range(nacc))
@@ -405,7 +498,7 @@ class _HopperBwd:
                        f"{iters}) -> ({', '.join([self.o_t] * nacc)}) {{"):
             ir.reserve("it", *(f"acc{i}" for i in range(nacc)))
             slot, par = self.slot_phase("%it")
-            ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.full}[{slot}], {par}, {ticks} : {self.mb(self.S)}")
+            self.wait(self.full, self.S, slot, par, ticks, role=2, barrier=1, it="%it")
             b_enc0 = ir.add(ir.add(self.base_enc, self.plan["ring"] // 16), ir.mul(slot, self.plan["stage"] // 16),
                             "b0_enc")
             b_enc1 = ir.add(b_enc0, self.plan["tile"] // 16, "b1_enc")
@@ -448,6 +541,7 @@ class _HopperBwd:
                 ir.let("tok", f"nvgpu.mbarrier.arrive {self.empty}[{ir.v(slot)}] : {self.mb(self.S)} -> "
                               "!nvgpu.mbarrier.token")
             ir.emit(f"scf.yield {', '.join(acc)} : {', '.join([self.o_t] * nacc)}")
+        self.heartbeat(19, lane0)
         self.epilogue([f"{res}#{i}" for i in range(nacc)])
 
     def col_vectors(self, slot, j, c):
@@ -602,6 +696,11 @@ class _HopperBwd:
                 ir.guarded(ok, body)
 
 
-def build_hopper_bwd(p: AttentionProblem, s: AttentionSchedule, role: str) -> str:
-    check_supported(p, s, role)
-    return _HopperBwd(p, s, role).build()
+def build_hopper_bwd(p: AttentionProblem, s: AttentionSchedule, role: str, watchdog_ms: int | None = None,
+                     check: bool = True) -> str:
+    """The kernel's MLIR; ``watchdog_ms``: the debug build (bounded mbarrier waits, an extra ``watchdog``
+    parameter, see WATCHDOG_FIELDS); ``check=False`` skips ``check_supported`` (probes only: a schedule
+    the checks refuse, e.g. ABI 6's setmaxnreg targets, to reproduce what it did)."""
+    if check:
+        check_supported(p, s, role)
+    return _HopperBwd(p, s, role, watchdog_ms).build()

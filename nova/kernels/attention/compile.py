@@ -16,13 +16,15 @@ from nova.codegen.artifact import KernelArtifact
 from nova.kernels.attention.build import KERNEL_NAMES, build_module, kernel_arch, kernel_params
 from nova.kernels.attention.schedule import ROLES
 
-ATTN_ABI = 6            # bump when the kernels' arguments, layouts or generated code change (2: TF32 rounded in smem);
+ATTN_ABI = 7            # bump when the kernels' arguments, layouts or generated code change (2: TF32 rounded in smem);
                         # strides (a 1-D view per operand) left it at 2: same pointers, same results, and a contiguous
                         # problem's PTX identical but for ragged tiles' zero-fill source address (cached kernels stay valid);
                         # 3: the 3xtf32 score split by truncation (a 3xtf32 kernel of ABI 2 rounded with cvt.rna);
                         # 4: the split rounds big to nearest by integer arithmetic (truncation biased the scores);
                         # 5: the Hopper forward (TMA + wgmma, sm_90a, q/k/v through tensor maps) on sm_90 targets
                         # 6: the Hopper backward (dK/dV and dQ on TMA + wgmma, q/k/v/dout through tensor maps)
+                        # 7: the Hopper backward's setmaxnreg targets fit the block's registers at launch (ABI 6's
+                        # 32/240 needed 65536 of the 64512 the block holds: setmaxnreg.inc waited forever)
 
 
 def attention_key(problem, schedule, role: str, target) -> str:
@@ -37,21 +39,26 @@ def summary(problem, role: str, target) -> str:
     return f"{problem.for_role(role).describe()} [{role}] on {target.name} ({target.arch})"
 
 
-def compile_kernel(problem, schedule, role: str, *, cubin: bool = True) -> KernelArtifact:
+def compile_kernel(problem, schedule, role: str, *, cubin: bool = True, watchdog_ms: int | None = None) -> KernelArtifact:
+    """``watchdog_ms``: the Hopper dK/dV or dQ kernel's debug build (bounded mbarrier waits, one more
+    parameter, ``watchdog``); such an artifact is for probes and never goes into the cache."""
     from nova.codegen import MLIR_TOOLCHAIN, lower_and_assemble
     from nova.codegen.lower import pipeline
     kt = schedule.kernel(role)
     problem = problem.for_role(role)
-    text = build_module(problem, schedule, role)
+    text = build_module(problem, schedule, role, watchdog_ms)
     arch = kernel_arch(schedule, role)
     ptx, binary, resources, ptxas_version = lower_and_assemble(text, arch, KERNEL_NAMES[role],
                                                                f"{role} of {problem.describe()}", cubin=cubin)
     meta = {"problem": problem.to_dict(), "schedule": schedule.to_dict(), "role": role, "mlir": MLIR_TOOLCHAIN,
             "pipeline": pipeline(arch)}
+    if watchdog_ms:
+        meta["watchdog_ms"] = watchdog_ms
     if ptxas_version is not None:
         meta["ptxas"] = ptxas_version
     return KernelArtifact(name=KERNEL_NAMES[role], arch=arch, ptx=ptx, grid=tuple(kt.grid),
-                          block=(kt.threads, 1, 1), smem_bytes=kt.smem_bytes, params=kernel_params(schedule, role),
+                          block=(kt.threads, 1, 1), smem_bytes=kt.smem_bytes,
+                          params=kernel_params(schedule, role) + (("watchdog",) if watchdog_ms else ()),
                           cubin=binary, resources=resources, meta=meta)
 
 

@@ -80,7 +80,8 @@ F = formulas("""
         + (block_fixed * blocks + tile_fixed * tiles) / (sm_count * blocks_per_sm)
     t_alu = alu * visited / (sm_count * clock_hz * fp32_lanes_per_sm)
     atomic_bytes = 4 * D * visited / block_cols
-    hopper_consumer_regs = floor((regs_per_sm - 128 * producer_regs) / (128 * wgs) / 8) * 8
+    hopper_entry_regs = floor(regs_per_sm / (128 * (1 + wgs)) / 8) * 8
+    hopper_consumer_regs = floor((128 * (1 + wgs) * entry_regs - 128 * producer_regs) / (128 * wgs) / 8) * 8
     hopper_regs = 3 * block_cols / 4 + D / 2 + overhead
     hopper_stage_bytes = 2 * block_cols * D * elem_bytes
     hopper_smem = block_rows * D * elem_bytes + stages * stage_bytes + align
@@ -441,19 +442,21 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float,
            f"wgmma with A = P from registers (the m64nN accumulator layout is the m64k16 register A layout "
            f"pairwise, packed to {p.dtype}) and B = V [keys, D] MN-major (the descriptor's transpose bit); "
            "FP32 accumulation; TMA loads, a full/empty mbarrier ring")
+    entry = int(F.hopper_entry_regs(regs_per_sm=gpu.regs_per_sm, wgs=wgs))
     cregs = d.apply("10 consumer registers", F.hopper_consumer_regs,
                     f"setmaxnreg: the producer warpgroup keeps {HOPPER_PRODUCER_REGS} (one thread issues TMA), "
-                    f"{wgs} consumer warpgroups share the rest (at most {HOPPER_SETMAXNREG_MAX})",
-                    post=lambda v: int(min(v, HOPPER_SETMAXNREG_MAX)), regs_per_sm=gpu.regs_per_sm,
+                    f"{wgs} consumer warpgroups share the rest of the block's registers at launch ({128 * (1 + wgs)} threads x "
+                    f"{entry}: setmaxnreg.inc waits for registers the block does not hold, forever; at most "
+                    f"{HOPPER_SETMAXNREG_MAX})",
+                    post=lambda v: int(min(v, HOPPER_SETMAXNREG_MAX)), entry_regs=entry,
                     producer_regs=HOPPER_PRODUCER_REGS, wgs=wgs)
     d.note("10 warpgroups", f"1 producer + {wgs} consumers",
            f"block_rows = 64 x {wgs} = {64 * wgs} query rows, 64 per consumer warpgroup (wgmma M); two so that "
            "one warpgroup's softmax (MUFU, FP32) runs while the other's wgmmas do (a warpgroup alone runs "
            "S, softmax, P V in sequence); three would leave "
-           f"{int(F.hopper_consumer_regs(regs_per_sm=gpu.regs_per_sm, producer_regs=HOPPER_PRODUCER_REGS, wgs=3))} "
+           f"{int(F.hopper_consumer_regs(entry_regs=F.hopper_entry_regs(regs_per_sm=gpu.regs_per_sm, wgs=3), producer_regs=HOPPER_PRODUCER_REGS, wgs=3))} "
            "registers per consumer thread, too few for S, P and O of a 128-key tile")
     rows = 64 * wgs
-    entry = min(cregs, gpu.regs_per_sm // (128 * (1 + wgs)) // 8 * 8)
     grid = (_cdiv(p.seq_q, rows), p.batch * p.heads, 1)
     eb = p.elem_bytes
     rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
@@ -516,13 +519,19 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float,
 
 
 # ---- 11 ----------------------------------------------------------------------------------------
-HOPPER_BWD_PRODUCER_REGS = 32    # the backward's producer warpgroup: one TMA thread and (dK/dV) one warp
-                                 # writing LSE/D columns (24 spills that warp's loop in ptxas 13.0; FA3: 24)
-HOPPER_BWD_SETMAXNREG_MAX = 240  # (65536 - 128 x 32) / 256 = 240 (FA3's backward: 240)
+HOPPER_BWD_PRODUCER_REGS = {"bwd_dkv": 32, "bwd_dq": 24}   # the producer warpgroup after setmaxnreg.dec: one TMA
+                                 # thread and (dK/dV) one warp writing LSE/D columns (24 spills that warp's loop in
+                                 # ptxas 13.0: 52 B at B2 H2 T200 D64; dQ has no such warp: FA3's 24).  The block
+                                 # holds 384 x 168 = 64512 registers from launch: producer x 128 + consumer x 256
+                                 # must fit in them, or setmaxnreg.inc waits forever (the first H200 run's hang:
+                                 # 32 x 128 + 240 x 256 = 65536).  dK/dV: 32 -> 232 consumer registers, dQ: 24 -> 240
+HOPPER_BWD_SETMAXNREG_MAX = 240  # FA3's backward: 240 (with a 24-register producer)
 HOPPER_BWD_REG_OVERHEAD = 32     # [FITTED] consumer registers beyond the output accumulators (D/2 each), S and
                                  # dP (N/2 each, both live when their wgmmas complete) and the 16-bit P/dS pairs
                                  # in flight (N/8 per packed operand): LSE/D, descriptors, addresses.  ptxas 13.0:
-                                 # dK/dV D64 N128 spills 80 B at 240, D128 N64 and dQ D128 N128 do not
+                                 # dK/dV D64 N128 spills 80 B at 240, D128 N64 and dQ D128 N128 do not; dK/dV
+                                 # D128 N64 spills 16 B at 232 (B8 H16 T2048 causal), so with a 32-register
+                                 # producer D128 dK/dV stays on mma.sync (the estimate, 240 > 232, says so)
                                  # (tests/test_attention.py assembles every case without spills)
 HOPPER_BWD_TILES = {"bwd_dkv": (128, 64), "bwd_dq": (128, 64)}   # streamed rows (wgmma N of S), largest first
 HOPPER_BWD_ALU_PER_SCORE = {"bwd_dkv": 5, "bwd_dq": 4}   # FP32 ops per score: FMA (scale, -LSE), dP - D, x P,
@@ -584,7 +593,7 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
         return None, [note(f"{tag} path", "mma.sync", f"{role} stays on mma.sync + cp.async: {why}")]
     d = Derivation()
     wgs = HOPPER_WGS
-    prod = HOPPER_BWD_PRODUCER_REGS
+    prod = HOPPER_BWD_PRODUCER_REGS[role]
     if role == "bwd_dkv":
         d.note(f"{tag} instruction", f"wgmma m64nNk16 x2 + m64n{p.head_dim}k16 x2",
                "per key block (64 keys per consumer warpgroup) and streamed query tile (N rows): S^T = K Q^T and "
@@ -597,13 +606,14 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
                "per query block (64 rows per consumer warpgroup) and streamed key tile (N keys): S = Q K^T and "
                "dP = dO V^T (smem x smem), dQ += dS K with dS from registers and K MN-major; a separate pass, not "
                "FP32 atomics from the dK/dV kernel (step 8's reasons: deterministic, no scratch, no conversion)")
+    entry = int(F.hopper_entry_regs(regs_per_sm=gpu.regs_per_sm, wgs=wgs))
     cregs = d.apply(f"{tag} consumer registers", F.hopper_consumer_regs,
                     f"setmaxnreg: the producer warpgroup keeps {prod}, {wgs} consumer warpgroups share the rest "
-                    f"(at most {HOPPER_BWD_SETMAXNREG_MAX})",
-                    post=lambda v: int(min(v, HOPPER_BWD_SETMAXNREG_MAX)), regs_per_sm=gpu.regs_per_sm,
+                    f"of the block's registers at launch ({128 * (1 + wgs)} threads x {entry}: setmaxnreg.inc waits for "
+                    f"registers the block does not hold, forever; at most {HOPPER_BWD_SETMAXNREG_MAX})",
+                    post=lambda v: int(min(v, HOPPER_BWD_SETMAXNREG_MAX)), entry_regs=entry,
                     producer_regs=prod, wgs=wgs)
     rows = 64 * wgs
-    entry = min(cregs, gpu.regs_per_sm // (128 * (1 + wgs)) // 8 * 8)
     grid = _grid(p, role, rows)
     eb = p.elem_bytes
     rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
@@ -688,7 +698,9 @@ def hopper_backward_enabled() -> bool:
     """``$NOVA_ATTENTION_HOPPER_BWD=1``: let step 11 weigh the wgmma dK/dV and dQ kernels (under
     NOVA_ATTENTION_HOPPER's auto or force).  Off by default: in their first device run (H200,
     session 7, call 2) they hung on the first BF16 case (B2 H2 T200 D64, auto and forced alike), while
-    the Hopper forward passed every case; until that is found the backward stays on mma.sync."""
+    the Hopper forward passed every case.  The cause (found on the host, ATTN_ABI 7): the consumers'
+    setmaxnreg.inc 240 asked for registers the block never held (32 x 128 + 240 x 256 > 384 x 168), so they
+    waited forever; fixed, but off until a device run has passed the GPU tests with it."""
     import os
     want = os.environ.get("NOVA_ATTENTION_HOPPER_BWD", "0").strip()
     if want not in ("0", "1"):
@@ -760,7 +772,8 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
     if hmode != "off" and "wgmma" in gpu.features and not hopper_backward_enabled():
         for role in ("bwd_dkv", "bwd_dq"):
             steps.append(note(f"11 {role} path", "mma.sync", "the wgmma backward is off (NOVA_ATTENTION_HOPPER_BWD=1 "
-                              "turns it on): it hung in its first H200 run (bench/NOTES.md, session 7)"))
+                              "turns it on): it hung in its first H200 run (setmaxnreg beyond the block's registers, "
+                              "fixed in ATTN_ABI 7; bench/NOTES.md, session 7), not yet re-run"))
     elif hmode != "off" and "wgmma" in gpu.features:
         for role in ("bwd_dkv", "bwd_dq"):
             if tiles and role in tiles:
@@ -812,4 +825,7 @@ def check_attention_schedule(p: AttentionProblem, s: AttentionSchedule, gpu: GPU
             out.append(f"{role}: tile {k.block_rows}x{k.block_cols} does not divide into {k.warps} warps of m16 tiles")
         if k.stages < 2:
             out.append(f"{role}: fewer than 2 stages")
+        if k.hopper and 128 * (k.producer_regs + k.consumer_warpgroups * k.consumer_regs) > k.threads * k.regs_per_thread:
+            out.append(f"{role}: setmaxnreg {k.producer_regs}/{k.consumer_regs} exceeds the {k.threads} x "
+                       f"{k.regs_per_thread} registers the block holds (setmaxnreg.inc would wait forever)")
     return out
