@@ -695,14 +695,13 @@ def hopper_mode() -> str:
 
 
 def hopper_backward_enabled() -> bool:
-    """``$NOVA_ATTENTION_HOPPER_BWD=1``: let step 11 weigh the wgmma dK/dV and dQ kernels (under
-    NOVA_ATTENTION_HOPPER's auto or force).  Off by default: in their first device run (H200,
-    session 7, call 2) they hung on the first BF16 case (B2 H2 T200 D64, auto and forced alike), while
-    the Hopper forward passed every case.  The cause (found on the host, ATTN_ABI 7): the consumers'
-    setmaxnreg.inc 240 asked for registers the block never held (32 x 128 + 240 x 256 > 384 x 168), so they
-    waited forever; fixed, but off until a device run has passed the GPU tests with it."""
+    """``$NOVA_ATTENTION_HOPPER_BWD``: "1" (default) lets step 11 weigh the wgmma dK/dV and dQ kernels
+    (under NOVA_ATTENTION_HOPPER's auto or force), "0" keeps them on mma.sync (A/B runs).  History: in
+    their first device run (H200, session 7, call 2) they hung, because the consumers' setmaxnreg.inc
+    240 asked for registers the block never held (32 x 128 + 240 x 256 > 384 x 168); with the split
+    derived from the block's launch allocation (ATTN_ABI 7) every GPU test passes (call 4)."""
     import os
-    want = os.environ.get("NOVA_ATTENTION_HOPPER_BWD", "0").strip()
+    want = os.environ.get("NOVA_ATTENTION_HOPPER_BWD", "1").strip()
     if want not in ("0", "1"):
         raise AttentionProblemError(f"NOVA_ATTENTION_HOPPER_BWD={want!r}: choose 1 (on) or 0 (off)")
     return want == "1"
@@ -771,9 +770,8 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
                           "the forward stays on mma.sync"))
     if hmode != "off" and "wgmma" in gpu.features and not hopper_backward_enabled():
         for role in ("bwd_dkv", "bwd_dq"):
-            steps.append(note(f"11 {role} path", "mma.sync", "the wgmma backward is off (NOVA_ATTENTION_HOPPER_BWD=1 "
-                              "turns it on): it hung in its first H200 run (setmaxnreg beyond the block's registers, "
-                              "fixed in ATTN_ABI 7; bench/NOTES.md, session 7), not yet re-run"))
+            steps.append(note(f"11 {role} path", "mma.sync", "NOVA_ATTENTION_HOPPER_BWD=0: the backward stays on "
+                              "mma.sync"))
     elif hmode != "off" and "wgmma" in gpu.features:
         for role in ("bwd_dkv", "bwd_dq"):
             if tiles and role in tiles:
