@@ -179,8 +179,8 @@ def test_hopper_forward_forced_matches_float64(case, strided):
             sched = resolve(p, q.device.index, None, ("fwd",)).schedule
             assert sched.tma                                                     # the Hopper forward ran
             want = hopper_backward_enabled()
-            # and the Hopper backward (dK/dV at D128 stays on mma.sync: 240 registers estimated > 232)
-            assert sched.bwd_dkv.hopper == (want and D == 64) and sched.bwd_dq.hopper == want
+            # and the Hopper backward (dK/dV at D128 with 32-row query tiles: 64 would need 240 registers)
+            assert sched.bwd_dkv.hopper == want and sched.bwd_dq.hopper == want
 
 
 def test_memory_is_linear_in_sequence_length():

@@ -533,7 +533,7 @@ HOPPER_BWD_REG_OVERHEAD = 32     # [FITTED] consumer registers beyond the output
                                  # D128 N64 spills 16 B at 232 (B8 H16 T2048 causal), so with a 32-register
                                  # producer D128 dK/dV stays on mma.sync (the estimate, 240 > 232, says so)
                                  # (tests/test_attention.py assembles every case without spills)
-HOPPER_BWD_TILES = {"bwd_dkv": (128, 64), "bwd_dq": (128, 64)}   # streamed rows (wgmma N of S), largest first
+HOPPER_BWD_TILES = {"bwd_dkv": (128, 64, 32), "bwd_dq": (128, 64)}   # streamed rows (wgmma N of S), largest first
 HOPPER_BWD_ALU_PER_SCORE = {"bwd_dkv": 5, "bwd_dq": 4}   # FP32 ops per score: FMA (scale, -LSE), dP - D, x P,
                                  # two half cvt packs (P and dS; dQ packs dS only, plus the mask select), dK/dV:
                                  # the LSE/D column loads
