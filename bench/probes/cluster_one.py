@@ -1,5 +1,6 @@
-"""One GEMM launched a few times (for ncu): ``python3 bench/probes/cluster_one.py M N K dtype [NT]``;
-the cluster shape comes from $NOVA_CLUSTER (precompiled with the same setting)."""
+"""One GEMM launched a few times (for ncu): ``python3 bench/probes/cluster_one.py M N K dtype [NN|NT|TN]``
+(TN: A stored [K, M], the weight gradient's layout); the cluster shape comes from $NOVA_CLUSTER
+(precompiled with the same setting)."""
 import sys
 
 import torch
@@ -7,9 +8,10 @@ import torch
 import nova
 
 M, N, K, dtype = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-nt = len(sys.argv) > 5 and sys.argv[5] == "NT"
+layout = sys.argv[5] if len(sys.argv) > 5 else "NN"
+nt = layout == "NT"
 dt = torch.float32 if dtype == "tf32" else torch.bfloat16
-a = torch.randn(M, K, device="cuda", dtype=dt)
+a = torch.randn(K, M, device="cuda", dtype=dt).t() if layout == "TN" else torch.randn(M, K, device="cuda", dtype=dt)
 b = torch.randn(N, K, device="cuda", dtype=dt).t() if nt else torch.randn(K, N, device="cuda", dtype=dt)
 for _ in range(5):
     c = nova.matmul(a, b)
