@@ -38,6 +38,10 @@ GPU_TEST_CASES = (
     (1, 2, 2, 190, 50, 128, False, "bf16"),
 )
 MEMORY_CASE = (1, 2, 2, 2048, 2048, 64, True, "bf16")
+# 16-bit problems on which the GPU tests compare Nova's error with torch's flash kernel's (issue 11's
+# bound), sized so that on the H200 the wgmma forward (D128) and dK/dV and dQ run
+FLASH_CASES = ((2, 4, 4, 1000, 1000, 64, True, "bf16"), (1, 8, 8, 777, 777, 128, True, "bf16"),
+               (2, 4, 4, 1000, 1000, 64, False, "fp16"))
 # tests/test_attention_gpu.py's 3xtf32-score cases (B, H, Hkv, Tq, Tk, D, causal): each runs with
 # score_precision "tf32" and "3xtf32" on the same large-logit data
 SPLIT_SCORE_GPU_CASES = (
@@ -142,7 +146,7 @@ def bench_problems(dtypes=BENCH_DTYPES + ("3xtf32",)):
 
 def all_problems():
     split = [problem_of(c + (dt,), stated=True) for c in SPLIT_SCORE_GPU_CASES for dt in ("tf32", "3xtf32")]
-    return bench_problems() + [problem_of(c) for c in GPU_TEST_CASES + (MEMORY_CASE,)] + split
+    return bench_problems() + [problem_of(c) for c in GPU_TEST_CASES + (MEMORY_CASE,) + FLASH_CASES] + split
 
 
 def all_kernels() -> list:
