@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from nova.bench.attention import FLASH_CASES, GPU_TEST_CASES, problem_of
-from nova.kernels.attention.bounds import check_attention_kernel, check_bounds, tensor_map_dims
+from nova.kernels.attention.bounds import access_summary, check_attention_kernel, check_bounds, tensor_map_dims
 from nova.kernels.attention.build_hopper_bwd import build_hopper_bwd
 from nova.kernels.attention.derive import configure_attention
 
@@ -42,6 +42,9 @@ def test_the_check_sees_out_of_bounds_accesses(monkeypatch):
     text = build_hopper_bwd(p, s, "bwd_dkv")
     check = lambda t, smem=kt.smem_bytes: check_bounds(t, kt.grid, kt.threads, smem, tensor_map_dims(p))
     assert check(text) == []
+    # all of them seen: 2 LSE/D loads x 2 column halves, 2 outputs x 2 rows x D/8 stores; 4 LSE/D smem stores,
+    # 2 x BC/8 loads, 15 mbarrier ops; kept k, v and streamed q, dout boxes; 8 S/dP wgmmas x 2 descriptors + 8
+    assert access_summary(text, tensor_map_dims(p)) == {"global": 36, "smem": 35, "view": 6, "tma": 4, "wgmma": 24}
     broken = {
         "slt, %st_row, %c1000": "slt, %st_row, %c1023",                 # dK/dV rows beyond Tk stored
         "tm_q[%c0, %qs, %hk, %b]": "tm_q[%c0, %qs, %by, %b]",           # a head coordinate beyond H

@@ -119,10 +119,12 @@ def parse(text: str, tma_dims: dict[str, tuple[int, ...]] | None = None) -> Kern
         if m and line.endswith("{"):
             stack.append(("if", m.group(1), True))
             continue
-        if line.endswith("{") and not line.startswith("^"):
-            stack.append(("other",))
-            # a definition line that opens a region (scf.while) still defines nothing we evaluate
+        if line.endswith("{"):
+            stack.append(("other",))       # the module, the function, scf.while: nothing to evaluate here
             continue
+        for grp, i, n in re.findall(r"nvgpu\.mbarrier\.(?:init|arrive(?:\.expect_tx)?|try_wait\.parity|get)\s+"
+                                    r"(%[\w$.-]+)\[(%[\w$.-]+)\].*?num_barriers = (\d+)", line):
+            accesses.append(Access("smem", ln, line, grp, [i], (int(n),), 1, conds, loops))
         d = _DEF.match(line)
         if d:
             name, op, rest = d.groups()
@@ -155,9 +157,6 @@ def parse(text: str, tma_dims: dict[str, tuple[int, ...]] | None = None) -> Kern
                 ops = _operands(rest.split('"')[-1])
                 accesses.append(Access("wgmma", ln, line, "B (register A)", [ops[4]], (), 1, conds, loops))
             continue
-        for grp, i, n in re.findall(r"nvgpu\.mbarrier\.(?:init|arrive(?:\.expect_tx)?|try_wait\.parity|get)\s+"
-                                    r"(%[\w$.-]+)\[(%[\w$.-]+)\].*?num_barriers = (\d+)", line):
-            accesses.append(Access("smem", ln, line, grp, [i], (int(n),), 1, conds, loops))
         if line.startswith("memref.store") or line.startswith("vector.store"):
             mem, idx = re.search(r",\s*(%[\w$.-]+)\[([^\]]*)\]", line).groups()
             _add_mem(accesses, ln, line, mem, _operands(idx), args, views, line, conds, loops)
