@@ -1,0 +1,57 @@
+"""Every memory access of the Hopper attention kernels in bounds, for every block, thread and loop
+iteration (``nova.kernels.attention.bounds``: the generated MLIR's index arithmetic evaluated exactly,
+on the host).  Session 7's illegal address (wgmma dK/dV, B2 H4 T1000 D64 FP16 non-causal on the H200)
+is not an out-of-bounds index of the kernel: its problem is checked here with the passing ones."""
+from __future__ import annotations
+
+import pytest
+
+from nova.bench.attention import FLASH_CASES, GPU_TEST_CASES, problem_of
+from nova.kernels.attention.bounds import access_summary, check_attention_kernel, check_bounds, tensor_map_dims
+from nova.kernels.attention.build_hopper_bwd import build_hopper_bwd
+from nova.kernels.attention.derive import configure_attention
+
+FAILING = (2, 4, 4, 1000, 1000, 64, False, "fp16")          # session 7's last device call
+CASES = tuple(dict.fromkeys((FAILING,) + FLASH_CASES + tuple(c for c in GPU_TEST_CASES if c[7] != "tf32") + (
+    (2, 4, 4, 1000, 1000, 64, False, "bf16"), (2, 4, 4, 1024, 1024, 64, False, "fp16"),
+    (1, 1, 1, 1000, 1000, 64, False, "fp16"), (2, 4, 4, 600, 600, 64, False, "bf16"),
+    (2, 4, 4, 1000, 1000, 128, False, "bf16"), (2, 8, 2, 333, 1000, 64, False, "fp16"))))
+
+
+def _schedule(case, monkeypatch):
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER_BWD", "1")
+    p = problem_of(case)
+    s = configure_attention(p, "h200").schedule
+    assert s.bwd_dkv.hopper and s.bwd_dq.hopper and s.tma
+    return p, s
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "B{}H{}kv{}T{}x{}D{}{}-{}".format(
+    *c[:6], "-causal" if c[6] else "", c[7]))
+def test_hopper_kernels_access_memory_in_bounds(case, monkeypatch):
+    p, s = _schedule(case, monkeypatch)
+    for role in ("fwd", "bwd_dkv", "bwd_dq"):
+        assert check_attention_kernel(p, s, role) == [], role
+
+
+def test_the_check_sees_out_of_bounds_accesses(monkeypatch):
+    """The failing problem's dK/dV kernel with one bound broken at a time: each is reported."""
+    p, s = _schedule(FAILING, monkeypatch)
+    kt = s.bwd_dkv
+    text = build_hopper_bwd(p, s, "bwd_dkv")
+    check = lambda t, smem=kt.smem_bytes: check_bounds(t, kt.grid, kt.threads, smem, tensor_map_dims(p))
+    assert check(text) == []
+    # all of them seen: 2 LSE/D loads x 2 column halves, 2 outputs x 2 rows x D/8 stores; 4 LSE/D smem stores,
+    # 2 x BC/8 loads, 15 mbarrier ops; kept k, v and streamed q, dout boxes; 8 S/dP wgmmas x 2 descriptors + 8
+    assert access_summary(text, tensor_map_dims(p)) == {"global": 36, "smem": 35, "view": 6, "tma": 4, "wgmma": 24}
+    broken = {
+        "slt, %st_row, %c1000": "slt, %st_row, %c1023",                 # dK/dV rows beyond Tk stored
+        "tm_q[%c0, %qs, %hk, %b]": "tm_q[%c0, %qs, %by, %b]",           # a head coordinate beyond H
+        "%nl2_sm[%slot_1, %vcol]": "%nl2_sm[%slot_1, %vrow_1]",         # an LSE column beyond the slot
+        "%vsrc_3 = arith.select %vrow_ok_1, %vsrc_2, %c0": "%vsrc_3 = arith.select %vrow_ok_1, %vsrc_2, %c8192",
+    }
+    for old, new in broken.items():
+        assert old in text, old
+        assert check(text.replace(old, new)), new
+    assert check(text, kt.smem_bytes - 64)                              # less dynamic smem than the plan
