@@ -111,6 +111,7 @@ def encode_tiled(ptr: int, dtype: str, dims: tuple, strides: tuple, box: tuple, 
 
 
 def _to_device(device, blob: bytes) -> int:
+    """Device pointer to a fresh 128-byte copy of an encoded tensor map (on ``device``'s context)."""
     cu = driver.cuda()
     previous = device.make_current()
     try:
@@ -145,15 +146,7 @@ def device_tensor_map(device, ptr: int, dtype: str, rows: int, cols: int, box_ro
 
     def make():
         blob = encode_tiled_2d(ptr, dtype, rows, cols, box_rows, box_cols, batch=batch, batch_stride=batch_stride)
-        cu = driver.cuda()
-        previous = device.make_current()
-        try:
-            dptr = int(driver.check(cu.cuMemAlloc(128), "allocating a tensor map"))
-            buf = ctypes.create_string_buffer(blob, 128)
-            driver.check(cu.cuMemcpyHtoD(dptr, ctypes.addressof(buf), 128), "copying a tensor map to the device")
-        finally:
-            driver.restore_context(previous)
-        return dptr
+        return _to_device(device, blob)
     return memoized(_maps, _lock, key, make)
 
 
