@@ -111,10 +111,15 @@ def check_supported(p: AttentionProblem, s: AttentionSchedule) -> None:
         fail(why)
 
 
-class _HopperFwd:
-    def __init__(self, p: AttentionProblem, s: AttentionSchedule):
+class HopperAttentionKernel:
+    """What the Hopper forward (``_HopperFwd``) and the backward's kernels (``build_hopper_bwd``) share:
+    the kernel tile's sizes and register types, the TMA box and tensor-map types, a ring slot's
+    phase, wgmma descriptors (K-major k-steps) and the register-A ``wgmma`` with FP32 pairs packed
+    to 16 bits.  ``kt`` is the schedule's KernelTile of the kernel being built."""
+
+    def __init__(self, p: AttentionProblem, s: AttentionSchedule, kt):
         self.p, self.s = p, s
-        self.kt = kt = s.fwd
+        self.kt = kt
         self.ir = Text()
         self.T = p.storage
         self.D = p.head_dim
@@ -122,21 +127,73 @@ class _HopperFwd:
         self.C = kt.consumer_warpgroups
         self.bcols = box_cols(p)
         self.nbox = self.D // self.bcols
-        self.plan = smem_plan_hopper(p, self.BR, self.BC, self.S)
         self.c = p.scale * LOG2E
         self.vt = f"memref<{p.batch * p.heads * p.seq_q}xf32>"
         self.mb = lambda n: f"!nvgpu.mbarrier.group<memorySpace = {SMEM}, num_barriers = {n}>"
-        self.ns, self.no = self.BC // 2, self.D // 2          # accumulators per thread: S, O
+        self.ns, self.no = self.BC // 2, self.D // 2          # accumulators per thread: scores, an output
         self.s_t = "!llvm.struct<(" + ", ".join(["f32"] * self.ns) + ")>"
         self.o_t = "!llvm.struct<(" + ", ".join(["f32"] * self.no) + ")>"
 
-    # ---- types
     def box_type(self, rows):
         return f"memref<1x1x{rows}x{self.bcols}x{self.T}, {SMEM}>"
 
     def tm_type(self, rows):
         return (f"!nvgpu.tensormap.descriptor<tensor = {self.box_type(rows)}, swizzle = swizzle_128b, "
                 "l2promo = l2promo_256b, oob = zero, interleave = none>")
+
+    def slot_phase(self, it, flip=False):
+        ir, S = self.ir, self.S
+        slot = ir.rem(it, S, "slot")
+        bit = ir.let("par_i", f"arith.index_cast {ir.v(ir.div(it, S, 'round'))} : index to i64")
+        par = ir.let("par", f"arith.trunci {bit} : i64 to i1")
+        if flip:
+            par = ir.let("par_flip", f"arith.xori {par}, {ir.pure('true1', 'arith.constant true')} : i1")
+        return slot, par
+
+    def desc(self, enc, hi):
+        ir = self.ir
+        x = ir.let("d_i64", f"arith.index_cast {ir.v(enc)} : index to i64")
+        return ir.let("desc", f"arith.addi {x}, {hi} : i64")
+
+    def kmajor_enc(self, base_enc, rows, kk):
+        """Descriptor start (shared address >> 4) of k-step ``kk`` of a K-major [rows, D] tile stored as
+        D/64 boxes of [rows, 128 B]: box kk*16 // 64, 32 bytes per k-step inside it."""
+        per_box = self.bcols // 16
+        return self.ir.add(base_enc, ((kk // per_box) * rows * SWIZZLE + (kk % per_box) * 32) // 16, "enc_k")
+
+    def pack(self, a, b):
+        ir, T = self.ir, self.T
+        xs = [ir.let("pt", f"arith.truncf {x} : f32 to {T}") for x in (a, b)]
+        v = ir.let("pv", f"vector.from_elements {xs[0]}, {xs[1]} : vector<2x{T}>")
+        w = ir.let("pw", f"vector.bitcast {v} : vector<2x{T}> to vector<1xi32>")
+        return ir.let("pa", f"vector.extract {w}[0] : i32 from vector<1xi32>")
+
+    def wgmma_rs(self, acc, frag, db):
+        """``wgmma.mma_async`` m64n{D}k16 with A from registers (the forward's P, the backward's P^T
+        or dS^T packed to 16 bits), B MN-major (transpose bit): inline PTX (MLIR's NVVM op has only
+        the shared-memory A form); accumulators tied in/out."""
+        ir, n = self.ir, self.no
+        accs = [ir.let("d", f"llvm.extractvalue {acc}[{i}] : {self.o_t}") for i in range(n)]
+        one = ir.pure("one_i32", "arith.constant 1 : i32")
+        d_list = ", ".join(f"${i}" for i in range(n))
+        a_list = ", ".join(f"${n + i}" for i in range(4))
+        ty = WG_TYPE[self.p.dtype]
+        ptx = (f"{{\\n.reg .pred p;\\nsetp.ne.b32 p, ${n + 5}, 0;\\n"
+               f"wgmma.mma_async.sync.aligned.m64n{self.D}k16.f32.{ty}.{ty} "
+               f"{{{d_list}}}, {{{a_list}}}, ${n + 4}, p, 1, 1, 1;\\n}}")
+        cons = ",".join(["=f"] * n + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(n)])
+        operands = ", ".join(list(frag) + [db, one] + accs)
+        types = ", ".join(["i32"] * 4 + ["i64", "i32"] + ["f32"] * n)
+        return ir.let("o_acc", f'llvm.inline_asm has_side_effects asm_dialect = att "{ptx}", "{cons}" '
+                               f"{operands} : ({types}) -> {self.o_t}")
+
+
+class _HopperFwd(HopperAttentionKernel):
+    def __init__(self, p: AttentionProblem, s: AttentionSchedule):
+        super().__init__(p, s, s.fwd)
+        self.plan = smem_plan_hopper(p, self.BR, self.BC, self.S)
+
+    # ---- types
 
     # ------------------------------------------------------------------------------------------
     def build(self) -> str:
@@ -201,15 +258,6 @@ class _HopperFwd:
         else:
             self.n_kv = _cdiv(p.seq_k, self.BC)
 
-    def slot_phase(self, it, flip=False):
-        ir, S = self.ir, self.S
-        slot = ir.rem(it, S, "slot")
-        bit = ir.let("par_i", f"arith.index_cast {ir.v(ir.div(it, S, 'round'))} : index to i64")
-        par = ir.let("par", f"arith.trunci {bit} : i64 to i1")
-        if flip:
-            par = ir.let("par_flip", f"arith.xori {par}, {ir.pure('true1', 'arith.constant true')} : i1")
-        return slot, par
-
     # ------------------------------------------------------------------------------------------
     def producer(self):
         ir = self.ir
@@ -242,16 +290,6 @@ class _HopperFwd:
                 load("v", f"{self.full}[{slot}]", ir.add(koff, self.plan["kv"], "v_off"), kv0, self.hkv)
 
     # ------------------------------------------------------------------------------------------
-    def desc(self, enc, hi):
-        ir = self.ir
-        x = ir.let("d_i64", f"arith.index_cast {ir.v(enc)} : index to i64")
-        return ir.let("desc", f"arith.addi {x}, {hi} : i64")
-
-    def kmajor_enc(self, base_enc, rows, kk):
-        """Descriptor start (shared address >> 4) of k-step ``kk`` of a K-major [rows, D] tile stored as
-        D/64 boxes of [rows, 128 B]: box kk*16 // 64, 32 bytes per k-step inside it."""
-        per_box = self.bcols // 16
-        return self.ir.add(base_enc, ((kk // per_box) * rows * SWIZZLE + (kk % per_box) * 32) // 16, "enc_k")
 
     def consumer(self):
         ir, p = self.ir, self.p
@@ -345,31 +383,6 @@ class _HopperFwd:
                               "!nvgpu.mbarrier.token")
             ir.emit(f"scf.yield {', '.join(m_new + l_new + [o])} : f32, f32, f32, f32, {self.o_t}")
         self.epilogue([f"{res}#0", f"{res}#1"], [f"{res}#2", f"{res}#3"], f"{res}#4")
-
-    def pack(self, a, b):
-        ir, T = self.ir, self.T
-        xs = [ir.let("pt", f"arith.truncf {x} : f32 to {T}") for x in (a, b)]
-        v = ir.let("pv", f"vector.from_elements {xs[0]}, {xs[1]} : vector<2x{T}>")
-        w = ir.let("pw", f"vector.bitcast {v} : vector<2x{T}> to vector<1xi32>")
-        return ir.let("pa", f"vector.extract {w}[0] : i32 from vector<1xi32>")
-
-    def wgmma_rs(self, acc, frag, db):
-        """``wgmma.mma_async`` m64n{D}k16 with A (P) from registers, B (V) MN-major (transpose bit):
-        inline PTX (MLIR's NVVM op has only the shared-memory A form); accumulators tied in/out."""
-        ir, n = self.ir, self.no
-        accs = [ir.let("d", f"llvm.extractvalue {acc}[{i}] : {self.o_t}") for i in range(n)]
-        one = ir.pure("one_i32", "arith.constant 1 : i32")
-        d_list = ", ".join(f"${i}" for i in range(n))
-        a_list = ", ".join(f"${n + i}" for i in range(4))
-        ty = WG_TYPE[self.p.dtype]
-        ptx = (f"{{\\n.reg .pred p;\\nsetp.ne.b32 p, ${n + 5}, 0;\\n"
-               f"wgmma.mma_async.sync.aligned.m64n{self.D}k16.f32.{ty}.{ty} "
-               f"{{{d_list}}}, {{{a_list}}}, ${n + 4}, p, 1, 1, 1;\\n}}")
-        cons = ",".join(["=f"] * n + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(n)])
-        operands = ", ".join(list(frag) + [db, one] + accs)
-        types = ", ".join(["i32"] * 4 + ["i64", "i32"] + ["f32"] * n)
-        return ir.let("o_acc", f'llvm.inline_asm has_side_effects asm_dialect = att "{ptx}", "{cons}" '
-                               f"{operands} : ({types}) -> {self.o_t}")
 
     # ------------------------------------------------------------------------------------------
     def masked(self, kv0, s):

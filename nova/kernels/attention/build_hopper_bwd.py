@@ -33,9 +33,9 @@ from __future__ import annotations
 
 from nova.kernels.attention.build import (LOG2E, MASKED, AttentionCodegenError, element_at, global_type, rows_advance,
                                           rows_at)
-from nova.kernels.attention.build_hopper import ALIGN, ARCH, MBARRIER_WAIT_TICKS, SWIZZLE, WG, WG_TYPE, box_cols, \
-    tma_blocker
-from nova.kernels.attention.mlirtext import SMEM, Text
+from nova.kernels.attention.build_hopper import ALIGN, ARCH, MBARRIER_WAIT_TICKS, SWIZZLE, WG, WG_TYPE, \
+    HopperAttentionKernel, box_cols, tma_blocker
+from nova.kernels.attention.mlirtext import SMEM
 from nova.kernels.attention.problem import AttentionProblem
 from nova.kernels.attention.schedule import AttentionSchedule
 
@@ -133,39 +133,19 @@ def check_supported(p: AttentionProblem, s: AttentionSchedule, role: str) -> Non
         fail(why)
 
 
-class _HopperBwd:
+class _HopperBwd(HopperAttentionKernel):
     def __init__(self, p: AttentionProblem, s: AttentionSchedule, role: str, watchdog_ms: int | None = None):
-        self.p, self.s, self.role = p, s, role
+        super().__init__(p, s, s.kernel(role))
+        self.role = role
         self.watchdog_ms = watchdog_ms
         self.dkv = role == "bwd_dkv"
-        self.kt = kt = s.kernel(role)
-        self.ir = Text()
-        self.T = p.storage
-        self.D = p.head_dim
-        self.BR, self.BC, self.S = kt.block_rows, kt.block_cols, kt.stages
-        self.C = kt.consumer_warpgroups
-        self.bcols = box_cols(p)
-        self.nbox = self.D // self.bcols
         self.plan = smem_plan_hopper_bwd(p, role, self.BR, self.BC, self.S)
-        self.c = p.scale * LOG2E
-        self.vt = f"memref<{p.batch * p.heads * p.seq_q}xf32>"
-        self.mb = lambda n: f"!nvgpu.mbarrier.group<memorySpace = {SMEM}, num_barriers = {n}>"
-        self.ns, self.no = self.BC // 2, self.D // 2          # accumulators per thread: scores, an output
-        self.s_t = "!llvm.struct<(" + ", ".join(["f32"] * self.ns) + ")>"
-        self.o_t = "!llvm.struct<(" + ", ".join(["f32"] * self.no) + ")>"
         self.kept, self.streamed = KEPT[role], STREAMED[role]
         self.outs = ("dk", "dv") if self.dkv else ("dq",)
 
     # ---- types
     def rows_of(self, name):
         return self.BR if name in self.kept else self.BC
-
-    def box_type(self, rows):
-        return f"memref<1x1x{rows}x{self.bcols}x{self.T}, {SMEM}>"
-
-    def tm_type(self, rows):
-        return (f"!nvgpu.tensormap.descriptor<tensor = {self.box_type(rows)}, swizzle = swizzle_128b, "
-                "l2promo = l2promo_256b, oob = zero, interleave = none>")
 
     def vec_type(self):
         return f"memref<{self.S}x{self.BC}xf32, {SMEM}>"
@@ -282,15 +262,6 @@ class _HopperBwd:
             self.n_it = ir.div(ir.add(last, self.BC - 1, "kv_end_r"), self.BC, "n_kv")
         else:
             self.n_it = -(-p.seq_k // self.BC)
-
-    def slot_phase(self, it, flip=False):
-        ir, S = self.ir, self.S
-        slot = ir.rem(it, S, "slot")
-        bit = ir.let("par_i", f"arith.index_cast {ir.v(ir.div(it, S, 'round'))} : index to i64")
-        par = ir.let("par", f"arith.trunci {bit} : i64 to i1")
-        if flip:
-            par = ir.let("par_flip", f"arith.xori {par}, {ir.pure('true1', 'arith.constant true')} : i1")
-        return slot, par
 
     # ------------------------------------------------------------------------------------------
     def wait(self, group, nbar, slot, par, ticks, *, role, barrier, it):
@@ -425,16 +396,6 @@ class _HopperBwd:
             self.heartbeat(21, ir.cmp("eq", self.lane, 0, "vlane0"))
 
     # ------------------------------------------------------------------------------------------
-    def desc(self, enc, hi):
-        ir = self.ir
-        x = ir.let("d_i64", f"arith.index_cast {ir.v(enc)} : index to i64")
-        return ir.let("desc", f"arith.addi {x}, {hi} : i64")
-
-    def kmajor_enc(self, base_enc, rows, kk):
-        """Descriptor start (shared address >> 4) of k-step ``kk`` of a K-major [rows, D] tile stored as
-        D/64 boxes of [rows, 128 B]: box kk*16 // 64, 32 bytes per k-step inside it."""
-        per_box = self.bcols // 16
-        return self.ir.add(base_enc, ((kk // per_box) * rows * SWIZZLE + (kk % per_box) * 32) // 16, "enc_k")
 
     def i64(self, v: int) -> str:
         return self.ir.pure(f"k{v}_i64", f"arith.constant {v} : i64")
@@ -576,13 +537,6 @@ class _HopperBwd:
             dlt.append(ir.select(ok, dv, ir.f(0.0), ty="f32", hint="dlt_r"))
         return nl2, dlt
 
-    def pack(self, a, b):
-        ir, T = self.ir, self.T
-        xs = [ir.let("pt", f"arith.truncf {x} : f32 to {T}") for x in (a, b)]
-        v = ir.let("pv", f"vector.from_elements {xs[0]}, {xs[1]} : vector<2x{T}>")
-        w = ir.let("pw", f"vector.bitcast {v} : vector<2x{T}> to vector<1xi32>")
-        return ir.let("pa", f"vector.extract {w}[0] : i32 from vector<1xi32>")
-
     def gemm_rs(self, acc, packed, b_enc, hi):
         """acc[m64 x D] += A[m64 x BC] B[BC x D]: A the scores-shaped values packed to 16 bits in pairs (the
         register A fragments), B a streamed tile [BC rows, D] MN-major, BC/16 k-steps of 16 rows."""
@@ -591,24 +545,6 @@ class _HopperBwd:
             db = self.desc(ir.add(b_enc, kk * 16 * SWIZZLE // 16, "b_enc_k"), hi)
             acc = self.wgmma_rs(acc, packed[4 * kk: 4 * kk + 4], db)
         return acc
-
-    def wgmma_rs(self, acc, frag, db):
-        """``wgmma.mma_async`` m64n{D}k16 with A from registers, B MN-major (transpose bit): inline PTX
-        (MLIR's NVVM op has only the shared-memory A form); accumulators tied in/out."""
-        ir, n = self.ir, self.no
-        accs = [ir.let("d", f"llvm.extractvalue {acc}[{i}] : {self.o_t}") for i in range(n)]
-        one = ir.pure("one_i32", "arith.constant 1 : i32")
-        d_list = ", ".join(f"${i}" for i in range(n))
-        a_list = ", ".join(f"${n + i}" for i in range(4))
-        ty = WG_TYPE[self.p.dtype]
-        ptx = (f"{{\\n.reg .pred p;\\nsetp.ne.b32 p, ${n + 5}, 0;\\n"
-               f"wgmma.mma_async.sync.aligned.m64n{self.D}k16.f32.{ty}.{ty} "
-               f"{{{d_list}}}, {{{a_list}}}, ${n + 4}, p, 1, 1, 1;\\n}}")
-        cons = ",".join(["=f"] * n + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(n)])
-        operands = ", ".join(list(frag) + [db, one] + accs)
-        types = ", ".join(["i32"] * 4 + ["i64", "i32"] + ["f32"] * n)
-        return ir.let("o_acc", f'llvm.inline_asm has_side_effects asm_dialect = att "{ptx}", "{cons}" '
-                               f"{operands} : ({types}) -> {self.o_t}")
 
     # ------------------------------------------------------------------------------------------
     def masked(self, c0, s):
