@@ -134,6 +134,71 @@ class HopperAttentionKernel:
         self.s_t = "!llvm.struct<(" + ", ".join(["f32"] * self.ns) + ")>"
         self.o_t = "!llvm.struct<(" + ", ".join(["f32"] * self.no) + ")>"
 
+    # ---- the prologue and the consumers' coordinates, as both kernels emit them
+    def thread_ids(self, tensor_rows: dict):
+        """The operands' tensor maps (``%tmap_<name>``, boxes of ``rows`` rows), the thread's id,
+        warpgroup and lane, the block's ids."""
+        ir = self.ir
+        self.tm = {}
+        for n, rows in tensor_rows.items():
+            self.tm[n] = ir.let(f"tm_{n}", f"builtin.unrealized_conversion_cast %tmap_{n} : !llvm.ptr to "
+                                           f"{self.tm_type(rows)}")
+        self.tid = ir.let("tid", "gpu.thread_id x")
+        self.wg = ir.div(self.tid, WG, "wg")
+        self.lane = ir.rem(self.tid, 32, "lane")
+        self.bx = ir.let("bx", "gpu.block_id x")
+        self.by = ir.let("by", "gpu.block_id y")
+
+    def aligned_smem(self, what: str):
+        """Dynamic shared memory from its first ALIGN-byte boundary (the 128-byte swizzle atom):
+        ``base_off`` its byte offset in the ``dsm`` view, ``base_enc`` its address >> 4 (descriptors)."""
+        ir = self.ir
+        ir.comment(f"---- shared memory: {what}")
+        self.dsm = ir.let("dsm", f"gpu.dynamic_shared_memory : memref<?xi8, {SMEM}>")
+        addr = ir.let("dsm_addr", f"memref.extract_aligned_pointer_as_index {self.dsm} : memref<?xi8, {SMEM}> -> index")
+        up = ir.add(addr, ALIGN - 1, "dsm_up")
+        al = ir.sub(up, ir.rem(up, ALIGN, "dsm_rem"), "dsm_aligned")
+        self.base_off = ir.sub(al, addr, "base_off")
+        self.base_enc = ir.div(al, 16, "base_enc")
+
+    def ring_barriers(self, kept: str, full_arrivals: int, what: str) -> str:
+        """The mbarriers: ``kept`` (one, the tiles loaded once), full[S] (``full_arrivals`` arrivals and
+        the TMA bytes) and empty[S] (every consumer warp), initialised by thread 0 and fenced before
+        the block's barrier; returns ``kept``'s SSA name."""
+        ir = self.ir
+        ir.comment(f"---- mbarriers: {what}")
+        kbar = ir.let(kept, f"nvgpu.mbarrier.create -> {self.mb(1)}")
+        self.full = ir.let("full", f"nvgpu.mbarrier.create -> {self.mb(self.S)}")
+        self.empty = ir.let("empty", f"nvgpu.mbarrier.create -> {self.mb(self.S)}")
+        t0 = ir.cmp("eq", self.tid, 0, "is_t0")
+        ir.emit(f"nvgpu.mbarrier.init {kbar}[{ir.v(0)}], {ir.v(1)}, predicate = {t0} : {self.mb(1)}")
+        for i in range(self.S):
+            ir.emit(f"nvgpu.mbarrier.init {self.full}[{ir.v(i)}], {ir.v(full_arrivals)}, predicate = {t0} : "
+                    f"{self.mb(self.S)}")
+            ir.emit(f"nvgpu.mbarrier.init {self.empty}[{ir.v(i)}], {ir.v(4 * self.C)}, predicate = {t0} : "
+                    f"{self.mb(self.S)}")
+        with ir.region(f"scf.if {t0} {{"):
+            ir.emit("nvvm.fence.mbarrier.init")
+        ir.emit("gpu.barrier")
+        return kbar
+
+    def consumer_threads(self) -> str:
+        """A consumer thread's coordinates: its warpgroup ``cwg`` among the consumers, ``warp`` in it,
+        and the accumulator layout's quad row ``g`` and column ``t``; returns the lane-0 predicate."""
+        ir = self.ir
+        ctid = ir.sub(self.tid, WG, "ctid")
+        self.cwg = ir.div(ctid, WG, "cwg")
+        wtid = ir.rem(ctid, WG, "wg_tid")
+        self.warp = ir.div(wtid, 32, "wg_warp")
+        self.g = ir.div(self.lane, 4, "g")
+        self.t = ir.rem(self.lane, 4, "t")
+        return ir.cmp("eq", self.lane, 0, "lane0")
+
+    def descriptor_hi(self, name: str, lbo: int) -> str:
+        """Bits 16-63 of a 128B-swizzled wgmma descriptor as an i64 constant: LBO ``lbo`` bytes (unused
+        K-major: 16), SBO 1024 bytes between 8-row groups, swizzle mode 1 (128 B) in bits 62-63."""
+        return self.ir.let(name, f"arith.constant {((lbo >> 4) << 16) | ((1024 >> 4) << 32) | (1 << 62)} : i64")
+
     def box_type(self, rows):
         return f"memref<1x1x{rows}x{self.bcols}x{self.T}, {SMEM}>"
 
@@ -216,35 +281,10 @@ class _HopperFwd(HopperAttentionKernel):
 
     def setup(self):
         ir, p = self.ir, self.p
-        self.tm = {}
-        for n, rows in (("q", self.BR), ("k", self.BC), ("v", self.BC)):
-            self.tm[n] = ir.let(f"tm_{n}", f"builtin.unrealized_conversion_cast %tmap_{n} : !llvm.ptr to "
-                                           f"{self.tm_type(rows)}")
-        self.tid = ir.let("tid", "gpu.thread_id x")
-        self.wg = ir.div(self.tid, WG, "wg")
-        self.lane = ir.rem(self.tid, 32, "lane")
-        self.bx = ir.let("bx", "gpu.block_id x")
-        self.by = ir.let("by", "gpu.block_id y")
-        ir.comment(f"---- shared memory: Q then the ring, from the first {ALIGN}-byte boundary of dynamic smem")
-        self.dsm = ir.let("dsm", f"gpu.dynamic_shared_memory : memref<?xi8, {SMEM}>")
-        addr = ir.let("dsm_addr", f"memref.extract_aligned_pointer_as_index {self.dsm} : memref<?xi8, {SMEM}> -> index")
-        up = ir.add(addr, ALIGN - 1, "dsm_up")
-        al = ir.sub(up, ir.rem(up, ALIGN, "dsm_rem"), "dsm_aligned")
-        self.base_off = ir.sub(al, addr, "base_off")
-        self.base_enc = ir.div(al, 16, "base_enc")
-        ir.comment(f"---- mbarriers: q_full, full[{self.S}] (K and V landed), empty[{self.S}] (every consumer warp done)")
-        self.qbar = ir.let("q_full", f"nvgpu.mbarrier.create -> {self.mb(1)}")
-        self.full = ir.let("full", f"nvgpu.mbarrier.create -> {self.mb(self.S)}")
-        self.empty = ir.let("empty", f"nvgpu.mbarrier.create -> {self.mb(self.S)}")
-        t0 = ir.cmp("eq", self.tid, 0, "is_t0")
-        ir.emit(f"nvgpu.mbarrier.init {self.qbar}[{ir.v(0)}], {ir.v(1)}, predicate = {t0} : {self.mb(1)}")
-        for i in range(self.S):
-            ir.emit(f"nvgpu.mbarrier.init {self.full}[{ir.v(i)}], {ir.v(1)}, predicate = {t0} : {self.mb(self.S)}")
-            ir.emit(f"nvgpu.mbarrier.init {self.empty}[{ir.v(i)}], {ir.v(4 * self.C)}, predicate = {t0} : "
-                    f"{self.mb(self.S)}")
-        with ir.region(f"scf.if {t0} {{"):
-            ir.emit("nvvm.fence.mbarrier.init")
-        ir.emit("gpu.barrier")
+        self.thread_ids({"q": self.BR, "k": self.BC, "v": self.BC})
+        self.aligned_smem(f"Q then the ring, from the first {ALIGN}-byte boundary of dynamic smem")
+        self.qbar = self.ring_barriers("q_full", 1, f"q_full, full[{self.S}] (K and V landed), empty[{self.S}] "
+                                       "(every consumer warp done)")
         # this block's query tile, (b, h), its KV head and the KV tiles it visits
         self.q0 = ir.mul(self.bx, self.BR, "q0")
         bh = self.by
@@ -296,17 +336,10 @@ class _HopperFwd(HopperAttentionKernel):
         kt = self.kt
         ir.comment(f"---- consumer warpgroups: take registers ({kt.consumer_regs}); S = Q K^T, softmax, O += P V")
         ir.emit(f"nvvm.setmaxregister increase {kt.consumer_regs}")
-        ctid = ir.sub(self.tid, WG, "ctid")
-        self.cwg = ir.div(ctid, WG, "cwg")
-        wtid = ir.rem(ctid, WG, "wg_tid")
-        self.warp = ir.div(wtid, 32, "wg_warp")
-        self.g = ir.div(self.lane, 4, "g")
-        self.t = ir.rem(self.lane, 4, "t")
-        lane0 = ir.cmp("eq", self.lane, 0, "lane0")
+        lane0 = self.consumer_threads()
         ticks = ir.const(MBARRIER_WAIT_TICKS)
-        sbo = (1024 >> 4) << 32
-        hi_k = ir.let("desc_hi_k", f"arith.constant {(1 << 16) | sbo | (1 << 62)} : i64")         # K-major: LBO unused
-        hi_v = ir.let("desc_hi_v", f"arith.constant {(((self.BC * SWIZZLE) >> 4) << 16) | sbo | (1 << 62)} : i64")
+        hi_k = self.descriptor_hi("desc_hi_k", 16)                     # K-major: LBO unused
+        hi_v = self.descriptor_hi("desc_hi_v", self.BC * SWIZZLE)     # V MN-major: its 64-column boxes
         # rows of this warpgroup: r0 = q0 + 64 cwg; the thread's rows r0 + 16 warp + g (+ 8)
         self.r0 = ir.add(self.q0, ir.mul(self.cwg, 64), "wg_row0")
         q_enc = ir.add(ir.add(self.base_enc, ir.div(self.plan["q"], 16)), ir.mul(self.cwg, 64 * SWIZZLE // 16), "q_enc")

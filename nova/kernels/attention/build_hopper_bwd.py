@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from nova.kernels.attention.build import (LOG2E, MASKED, AttentionCodegenError, element_at, global_type, rows_advance,
                                           rows_at)
-from nova.kernels.attention.build_hopper import ALIGN, ARCH, MBARRIER_WAIT_TICKS, SWIZZLE, WG, WG_TYPE, \
+from nova.kernels.attention.build_hopper import ALIGN, ARCH, MBARRIER_WAIT_TICKS, SWIZZLE, WG_TYPE, \
     HopperAttentionKernel, box_cols, tma_blocker
 from nova.kernels.attention.mlirtext import SMEM
 from nova.kernels.attention.problem import AttentionProblem
@@ -175,27 +175,13 @@ class _HopperBwd(HopperAttentionKernel):
 
     def setup(self):
         ir = self.ir
-        self.tm = {}
-        for n in ("q", "k", "v", "dout"):
-            self.tm[n] = ir.let(f"tm_{n}", f"builtin.unrealized_conversion_cast %tmap_{n} : !llvm.ptr to "
-                                           f"{self.tm_type(self.rows_of(n))}")
-        self.tid = ir.let("tid", "gpu.thread_id x")
-        self.wg = ir.div(self.tid, WG, "wg")
-        self.lane = ir.rem(self.tid, 32, "lane")
-        self.bx = ir.let("bx", "gpu.block_id x")
-        self.by = ir.let("by", "gpu.block_id y")
+        self.thread_ids({n: self.rows_of(n) for n in ("q", "k", "v", "dout")})
         if self.watchdog_ms:
             wa = ir.let("wd_base", f"memref.extract_aligned_pointer_as_index %watchdog : memref<{WATCHDOG_WORDS}xi32> "
                                    "-> index")
             self.wd_ptr = ir.let("wd_ptr", f"arith.index_cast {wa} : index to i64")
-        ir.comment(f"---- shared memory: the kept tiles, the ring (and LSE/D columns), from the first {ALIGN}-byte "
-                   "boundary of dynamic smem")
-        self.dsm = ir.let("dsm", f"gpu.dynamic_shared_memory : memref<?xi8, {SMEM}>")
-        addr = ir.let("dsm_addr", f"memref.extract_aligned_pointer_as_index {self.dsm} : memref<?xi8, {SMEM}> -> index")
-        up = ir.add(addr, ALIGN - 1, "dsm_up")
-        al = ir.sub(up, ir.rem(up, ALIGN, "dsm_rem"), "dsm_aligned")
-        self.base_off = ir.sub(al, addr, "base_off")
-        self.base_enc = ir.div(al, 16, "base_enc")
+        self.aligned_smem(f"the kept tiles, the ring (and LSE/D columns), from the first {ALIGN}-byte "
+                          "boundary of dynamic smem")
         if self.dkv:
             vb = ir.add(self.base_off, self.plan["vec"], "vec_off")
             self.nl2_sm = ir.let("nl2_sm", f"memref.view {self.dsm}[{ir.v(vb)}][] : memref<?xi8, {SMEM}> to "
@@ -203,22 +189,10 @@ class _HopperBwd(HopperAttentionKernel):
             vd = ir.add(vb, self.S * self.BC * 4, "dlt_off")
             self.dlt_sm = ir.let("dlt_sm", f"memref.view {self.dsm}[{ir.v(vd)}][] : memref<?xi8, {SMEM}> to "
                                            f"{self.vec_type()}")
-        arrivals = 1 + (VEC_LANES if self.dkv else 0)
-        ir.comment(f"---- mbarriers: kept_full, full[{self.S}] (streamed tiles landed: the TMA leader"
-                   f"{' + 32 lanes of LSE/D' if self.dkv else ''}), empty[{self.S}] (every consumer warp done)")
-        self.kbar = ir.let("kept_full", f"nvgpu.mbarrier.create -> {self.mb(1)}")
-        self.full = ir.let("full", f"nvgpu.mbarrier.create -> {self.mb(self.S)}")
-        self.empty = ir.let("empty", f"nvgpu.mbarrier.create -> {self.mb(self.S)}")
-        t0 = ir.cmp("eq", self.tid, 0, "is_t0")
-        ir.emit(f"nvgpu.mbarrier.init {self.kbar}[{ir.v(0)}], {ir.v(1)}, predicate = {t0} : {self.mb(1)}")
-        for i in range(self.S):
-            ir.emit(f"nvgpu.mbarrier.init {self.full}[{ir.v(i)}], {ir.v(arrivals)}, predicate = {t0} : "
-                    f"{self.mb(self.S)}")
-            ir.emit(f"nvgpu.mbarrier.init {self.empty}[{ir.v(i)}], {ir.v(4 * self.C)}, predicate = {t0} : "
-                    f"{self.mb(self.S)}")
-        with ir.region(f"scf.if {t0} {{"):
-            ir.emit("nvvm.fence.mbarrier.init")
-        ir.emit("gpu.barrier")
+        self.kbar = self.ring_barriers(
+            "kept_full", 1 + (VEC_LANES if self.dkv else 0),
+            f"kept_full, full[{self.S}] (streamed tiles landed: the TMA leader"
+            f"{' + 32 lanes of LSE/D' if self.dkv else ''}), empty[{self.S}] (every consumer warp done)")
         self.k0 = ir.mul(self.bx, self.BR, "row0")      # first kept row: a key (dK/dV) or a query (dQ)
         if self.dkv:
             self.setup_dkv()
@@ -426,17 +400,10 @@ class _HopperBwd(HopperAttentionKernel):
         ir.emit(f"nvvm.setmaxregister increase {kt.consumer_regs}")
         if self.watchdog_ms:
             self.heartbeat(17, ir.cmp("eq", self.lane, 0, "clane0"))
-        ctid = ir.sub(self.tid, WG, "ctid")
-        self.cwg = ir.div(ctid, WG, "cwg")
-        wtid = ir.rem(ctid, WG, "wg_tid")
-        self.warp = ir.div(wtid, 32, "wg_warp")
-        self.g = ir.div(self.lane, 4, "g")
-        self.t = ir.rem(self.lane, 4, "t")
-        lane0 = ir.cmp("eq", self.lane, 0, "lane0")
+        lane0 = self.consumer_threads()
         ticks = ir.const(MBARRIER_WAIT_TICKS)
-        sbo = (1024 >> 4) << 32
-        hi_k = ir.let("desc_hi_k", f"arith.constant {(1 << 16) | sbo | (1 << 62)} : i64")         # K-major: LBO unused
-        hi_mn = ir.let("desc_hi_mn", f"arith.constant {(((self.BC * SWIZZLE) >> 4) << 16) | sbo | (1 << 62)} : i64")
+        hi_k = self.descriptor_hi("desc_hi_k", 16)                     # K-major: LBO unused
+        hi_mn = self.descriptor_hi("desc_hi_mn", self.BC * SWIZZLE)   # streamed tiles MN-major
         self.r0 = ir.add(self.k0, ir.mul(self.cwg, 64), "wg_row0")
         wg_off = ir.mul(self.cwg, 64 * SWIZZLE // 16)
         a_enc = [ir.add(ir.add(self.base_enc, self.plan[f"kept{i}"] // 16), wg_off, f"a{i}_enc") for i in (0, 1)]
