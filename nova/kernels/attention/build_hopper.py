@@ -199,6 +199,22 @@ class HopperAttentionKernel:
         K-major: 16), SBO 1024 bytes between 8-row groups, swizzle mode 1 (128 B) in bits 62-63."""
         return self.ir.let(name, f"arith.constant {((lbo >> 4) << 16) | ((1024 >> 4) << 32) | (1 << 62)} : i64")
 
+    def where(self, cond, apply, s: list) -> list:
+        """The scores ``apply()`` returns (the masked ones) where ``cond`` holds, ``s`` where it does not:
+        inline when ``cond`` is the constant True, else one ``scf.if`` yielding either (the masking
+        branch is taken only by the tiles that need it)."""
+        ir = self.ir
+        if cond is True:
+            return apply()
+        res = ir.fresh("msk")
+        n = len(s)
+        tys = ", ".join(["f32"] * n)
+        with ir.region(f"{res}:{n} = scf.if {cond} -> ({tys}) {{"):
+            ir.emit(f"scf.yield {', '.join(apply())} : {tys}")
+            ir.else_()
+            ir.emit(f"scf.yield {', '.join(s)} : {tys}")
+        return [f"{res}#{i}" for i in range(n)]
+
     def box_type(self, rows):
         return f"memref<1x1x{rows}x{self.bcols}x{self.T}, {SMEM}>"
 
@@ -447,16 +463,7 @@ class _HopperFwd(HopperAttentionKernel):
                 ok = ir.cmp("sgt", bounds[h], 8 * j + c, "col_ok")
                 out.append(ir.select(ok, x, ir.f(MASKED), ty="f32", hint="sm"))
             return out
-        if cond is True:
-            return apply()
-        res = ir.fresh("msk")
-        n = len(s)
-        tys = ", ".join(["f32"] * n)
-        with ir.region(f"{res}:{n} = scf.if {cond} -> ({tys}) {{"):
-            ir.emit(f"scf.yield {', '.join(apply())} : {tys}")
-            ir.else_()
-            ir.emit(f"scf.yield {', '.join(s)} : {tys}")
-        return [f"{res}#{i}" for i in range(n)]
+        return self.where(cond, apply, s)
 
     # ------------------------------------------------------------------------------------------
     def epilogue(self, m_fin, l_fin, o):

@@ -554,16 +554,7 @@ class _HopperBwd(HopperAttentionKernel):
                     ok = ir.cmp("sgt", bounds[h], 8 * j + c, "col_ok")
                 out.append(ir.select(ok, x, ir.f(MASKED), ty="f32", hint="sm"))
             return out
-        if cond is True:
-            return apply()
-        res = ir.fresh("msk")
-        n = len(s)
-        tys = ", ".join(["f32"] * n)
-        with ir.region(f"{res}:{n} = scf.if {cond} -> ({tys}) {{"):
-            ir.emit(f"scf.yield {', '.join(apply())} : {tys}")
-            ir.else_()
-            ir.emit(f"scf.yield {', '.join(s)} : {tys}")
-        return [f"{res}#{i}" for i in range(n)]
+        return self.where(cond, apply, s)
 
     # ------------------------------------------------------------------------------------------
     def epilogue(self, accs):
