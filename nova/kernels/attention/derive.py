@@ -401,21 +401,25 @@ def hopper_blocker(p: AttentionProblem, gpu: GPUModel) -> str:
     return tma_blocker(p)
 
 
-def hopper_fwd_time(p: AttentionProblem, gpu: GPUModel, kt: KernelTile, vis: int) -> tuple[float, dict]:
-    """Step 10's model of the Hopper forward: within a consumer warpgroup S = Q K^T, the softmax and
-    O += P V run one after another; ``wgs`` warpgroups interleave, so the SM is bound by the tensor core,
-    by the softmax pipes (MUFU ex2 + FP32 ALU), or by one warpgroup's chain / wgs."""
+def hopper_kernel_time(p: AttentionProblem, gpu: GPUModel, kt: KernelTile, vis: int, *, gemms: int,
+                       alu_per_score: float, kept_tiles: int, streamed_tiles: int, dram_bytes: int,
+                       pipe: str) -> tuple[float, dict]:
+    """The model of a Hopper attention kernel (steps 10 and 11): within a consumer warpgroup the
+    score-shaped wgmmas, the elementwise pass (``pipe``: MUFU ex2 + ``alu_per_score`` FP32 ops per
+    score) and the register-A wgmmas run in sequence; ``wgs`` warpgroups interleave, so the SM is
+    bound by the tensor core (``gemms`` matmuls of a score tile's size), by the elementwise pipes, by
+    one warpgroup's chain / wgs, by shared memory (per 64 x BC scores of a warpgroup: ``kept_tiles``
+    64-row tiles and ``streamed_tiles`` BC-row tiles of D elements) or by DRAM (``dram_bytes``)."""
     rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
     visited = vis * p.batch * p.heads
     clk = gpu.sm_count * gpu.clock_hz
-    t_tc = F.t_tc(gemms=2, D=p.head_dim, visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz,
+    t_tc = F.t_tc(gemms=gemms, D=p.head_dim, visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz,
                   tc_flops_per_clk_sm=rate)
-    t_sfx = F.t_softmax(mufu_clk=1 / mufu_rate(gpu), alu_clk=HOPPER_ALU_PER_SCORE / gpu.fp32_lanes_per_sm,
+    t_sfx = F.t_softmax(mufu_clk=1 / mufu_rate(gpu), alu_clk=alu_per_score / gpu.fp32_lanes_per_sm,
                         visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz)
-    # shared memory per 64 x BC scores of a warpgroup: Q (64 x D) and K (BC x D) for S, V (BC x D) for P V
-    smem_bytes = (64 + 2 * kt.block_cols) * p.head_dim * p.elem_bytes
+    smem_bytes = (kept_tiles * 64 + streamed_tiles * kt.block_cols) * p.head_dim * p.elem_bytes
     t_smem = smem_bytes / (64 * kt.block_cols) * visited / (SMEM_WAVEFRONT_BYTES * clk)
-    t_dram = p.fwd_bytes / gpu.dram_bw
+    t_dram = dram_bytes / gpu.dram_bw
     wgs = kt.consumer_warpgroups
     core = F.t_hopper_core(t_tc=t_tc, t_softmax=t_sfx, wgs=wgs)
     blocks = kt.grid[0] * kt.grid[1]
@@ -423,10 +427,17 @@ def hopper_fwd_time(p: AttentionProblem, gpu: GPUModel, kt: KernelTile, vis: int
     t = F.t_hopper(t_hopper_core=core, t_smem=t_smem, t_dram=t_dram, achieved=HOPPER_ACHIEVED,
                    block_fixed=HOPPER_BLOCK_FIXED_US * 1e-6, blocks=blocks, tile_fixed=HOPPER_TILE_FIXED_US * 1e-6,
                    tiles=tiles, sm_count=gpu.sm_count, blocks_per_sm=kt.blocks_per_sm)
-    terms = {"tensor-core": t_tc, "softmax": t_sfx, "chain/wgs": (t_tc + t_sfx) / wgs, "smem": t_smem,
+    terms = {"tensor-core": t_tc, pipe: t_sfx, "chain/wgs": (t_tc + t_sfx) / wgs, "smem": t_smem,
              "dram": t_dram,
              "blocks": (HOPPER_BLOCK_FIXED_US * blocks + HOPPER_TILE_FIXED_US * tiles) * 1e-6 / gpu.sm_count}
     return t, terms
+
+
+def hopper_fwd_time(p: AttentionProblem, gpu: GPUModel, kt: KernelTile, vis: int) -> tuple[float, dict]:
+    """Step 10's model of the Hopper forward (``hopper_kernel_time``): S = Q K^T and O += P V, the
+    softmax between them; shared memory per warpgroup tile: Q (64 x D) and K, V (BC x D)."""
+    return hopper_kernel_time(p, gpu, kt, vis, gemms=2, alu_per_score=HOPPER_ALU_PER_SCORE, kept_tiles=1,
+                              streamed_tiles=2, dram_bytes=p.fwd_bytes, pipe="softmax")
 
 
 def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float, force: bool = False):
@@ -554,33 +565,14 @@ def hopper_bwd_blocker(p: AttentionProblem, gpu: GPUModel) -> str:
 
 
 def hopper_bwd_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, vis: int) -> tuple[float, dict]:
-    """Step 11's model of a Hopper backward kernel, the forward's (step 10) with its matmuls: within a
-    consumer warpgroup the two score-shaped wgmmas, the elementwise P/dS and the register-A wgmmas run in
-    sequence; ``wgs`` warpgroups interleave."""
-    rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
-    visited = vis * p.batch * p.heads
-    clk = gpu.sm_count * gpu.clock_hz
-    t_tc = F.t_tc(gemms=HOPPER_BWD_GEMMS[role], D=p.head_dim, visited=visited, sm_count=gpu.sm_count,
-                  clock_hz=gpu.clock_hz, tc_flops_per_clk_sm=rate)
-    t_sfx = F.t_softmax(mufu_clk=1 / mufu_rate(gpu), alu_clk=HOPPER_BWD_ALU_PER_SCORE[role] / gpu.fp32_lanes_per_sm,
-                        visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz)
-    # shared memory per 64 x BC scores of a warpgroup: its two kept 64-row tiles (A of S and dP) and the
-    # streamed tiles as B (S, dP, and dV/dK or dQ)
-    smem_bytes = (2 * 64 + HOPPER_BWD_SMEM_TILES[role] * kt.block_cols) * p.head_dim * p.elem_bytes
-    t_smem = smem_bytes / (64 * kt.block_cols) * visited / (SMEM_WAVEFRONT_BYTES * clk)
-    nbytes = {"bwd_dq": p.fwd_bytes + p.fwd_bytes // 2, "bwd_dkv": p.bwd_bytes}[role]
-    t_dram = nbytes / gpu.dram_bw
-    wgs = kt.consumer_warpgroups
-    core = F.t_hopper_core(t_tc=t_tc, t_softmax=t_sfx, wgs=wgs)
-    blocks = kt.grid[0] * kt.grid[1]
-    tiles = visited / (kt.block_rows * kt.block_cols)
-    t = F.t_hopper(t_hopper_core=core, t_smem=t_smem, t_dram=t_dram, achieved=HOPPER_ACHIEVED,
-                   block_fixed=HOPPER_BLOCK_FIXED_US * 1e-6, blocks=blocks, tile_fixed=HOPPER_TILE_FIXED_US * 1e-6,
-                   tiles=tiles, sm_count=gpu.sm_count, blocks_per_sm=kt.blocks_per_sm)
-    terms = {"tensor-core": t_tc, "elementwise": t_sfx, "chain/wgs": (t_tc + t_sfx) / wgs, "smem": t_smem,
-             "dram": t_dram,
-             "blocks": (HOPPER_BLOCK_FIXED_US * blocks + HOPPER_TILE_FIXED_US * tiles) * 1e-6 / gpu.sm_count}
-    return t, terms
+    """Step 11's model of a Hopper backward kernel (``hopper_kernel_time``): the two score-shaped wgmmas
+    (S and dP), the elementwise P/dS and the register-A wgmmas; shared memory per warpgroup tile: its
+    two kept 64-row tiles (A of S and dP) and the streamed tiles as B (S, dP, and dV/dK or dQ)."""
+    return hopper_kernel_time(p, gpu, kt, vis, gemms=HOPPER_BWD_GEMMS[role],
+                              alu_per_score=HOPPER_BWD_ALU_PER_SCORE[role], kept_tiles=2,
+                              streamed_tiles=HOPPER_BWD_SMEM_TILES[role],
+                              dram_bytes={"bwd_dq": p.fwd_bytes + p.fwd_bytes // 2, "bwd_dkv": p.bwd_bytes}[role],
+                              pipe="elementwise")
 
 
 def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us: float, force: bool = False):
