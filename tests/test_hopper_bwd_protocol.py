@@ -16,6 +16,7 @@ import pytest
 from nova.kernels.attention.build import build_module
 from nova.kernels.attention.derive import configure_attention
 from nova.kernels.attention.problem import AttentionProblem
+from mbarrier_model import Mbarrier
 
 # (B, H, Hkv, T, D, causal, dtype)
 PROBLEMS = [(2, 2, 2, 200, 64, False, "bf16"), (1, 2, 2, 128, 64, False, "bf16"), (32, 8, 8, 512, 64, True, "bf16"),
@@ -34,30 +35,6 @@ def _kernels(case):
     p = AttentionProblem(B, H, T, T, D, causal=causal, dtype=dtype, kv_heads=Hkv)
     s = configure_attention(p, "h200").schedule
     return p, s, [r for r in ("bwd_dkv", "bwd_dq") if s.kernel(r).hopper]
-
-
-class _Mbarrier:
-    """PTX mbarrier: a phase completes when its pending arrivals and its tx-count both reach zero;
-    try_wait.parity(p) passes once the phase of parity p has completed."""
-    def __init__(self, count):
-        self.count, self.pending, self.tx, self.phase = count, count, 0, 0
-
-    def _settle(self):
-        if self.pending == 0 and self.tx == 0:
-            self.phase, self.pending = self.phase + 1, self.count
-
-    def arrive(self, expect_tx=0):
-        self.tx += expect_tx
-        self.pending -= 1
-        assert self.pending >= 0, "more arrivals than the barrier's count in one phase"
-        self._settle()
-
-    def complete_tx(self, n):
-        self.tx -= n
-        self._settle()
-
-    def passed(self, parity):
-        return (self.phase & 1) != parity
 
 
 def _protocol(text):
@@ -110,8 +87,8 @@ def _ring(stages, iters, vec_lanes, consumer_warps, boxes, seed):
     lane waits empty[s] the same way, writes its columns and arrives on full[s]; each consumer warp waits
     full[s], reads the slot (TMA boxes and LSE/D columns of its round) and arrives on empty[s]."""
     rng = random.Random(seed)
-    full = [_Mbarrier(1 + vec_lanes) for _ in range(stages)]
-    empty = [_Mbarrier(consumer_warps) for _ in range(stages)]
+    full = [Mbarrier(1 + vec_lanes) for _ in range(stages)]
+    empty = [Mbarrier(consumer_warps) for _ in range(stages)]
     data = [[None] * (boxes + vec_lanes) for _ in range(stages)]
     readers = [set() for _ in range(stages)]
     tma, lanes, cons, landing = 0, [0] * vec_lanes, [0] * consumer_warps, []

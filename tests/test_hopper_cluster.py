@@ -11,6 +11,7 @@ import pytest
 
 from nova.configurator import GemmProblem, configure
 from nova.hwmodel import get_target
+from mbarrier_model import Mbarrier
 
 BAD_INFOS = re.compile(r"C75(08|13|15|17|19)")   # as tests/test_hopper.py: wgmma serialised, setmaxnreg ignored
 # (cluster, M, N, K, dtype, problem options): bf16 and tf32, NN/NT/TN/TT, split-K through the
@@ -456,29 +457,6 @@ def test_cluster_descriptors_mask_the_start_address_to_its_14_bits(forced):
 
 
 # ---- the ring protocol of a cluster, as a model under random interleavings -----------------------
-class _Mbarrier:
-    """mbarrier rules (PTX): a phase completes when its pending arrivals and its tx-count are both
-    zero (the tx-count may go below zero while a peer's bytes land before the local expect_tx);
-    try_wait.parity(p) passes once the phase of parity p has completed."""
-    def __init__(self, count):
-        self.count, self.pending, self.tx, self.phase = count, count, 0, 0
-
-    def _settle(self):
-        if self.pending == 0 and self.tx == 0:
-            self.phase, self.pending = self.phase + 1, self.count
-
-    def arrive(self, expect_tx=0):
-        self.tx += expect_tx
-        self.pending -= 1
-        assert self.pending >= 0
-        self._settle()
-
-    def complete_tx(self, n):
-        self.tx -= n
-        self._settle()
-
-    def passed(self, parity):
-        return (self.phase & 1) != parity
 
 
 def _ring_run(csize, stages, iters, own_boxes, shared_boxes, seed):
@@ -493,8 +471,8 @@ def _ring_run(csize, stages, iters, own_boxes, shared_boxes, seed):
     rng = random.Random(seed)
     per = shared_boxes // csize
     stage = own_boxes + shared_boxes
-    full = [[_Mbarrier(1) for _ in range(stages)] for _ in range(csize)]
-    empty = [[_Mbarrier(csize) for _ in range(stages)] for _ in range(csize)]
+    full = [[Mbarrier(1) for _ in range(stages)] for _ in range(csize)]
+    empty = [[Mbarrier(csize) for _ in range(stages)] for _ in range(csize)]
     data = [[[None] * stage for _ in range(stages)] for _ in range(csize)]
     reading = [[None] * stages for _ in range(csize)]
     prod, cons, last, done, events = [0] * csize, [0] * csize, [None] * csize, [False] * csize, []

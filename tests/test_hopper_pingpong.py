@@ -21,6 +21,7 @@ from nova.kernels.gemm.hopper import (operand_plan, pingpong_terms, ring_depth, 
                                       wgmma_schedule)
 from nova.kernels.gemm.problem import ProblemError
 from nova.kernels.gemm.schedule import Schedule
+from mbarrier_model import Mbarrier
 
 BAD_INFOS = re.compile(r"C75(08|13|15|17|19)")   # as tests/test_hopper.py
 H200 = get_target("h200")
@@ -45,29 +46,6 @@ def pingpong_schedule(p, slabs, n, epilogue, stages=None):
 
 
 # ---- the protocol: producer + two consumer warpgroups, ring of S slots, ordering barriers ------------
-class _Mbarrier:
-    """mbarrier phases (PTX): a phase completes when its pending arrivals and its tx-count are zero;
-    try_wait.parity(p) passes when the current phase's parity differs from p, i.e. once "the phase
-    of parity p" completed; it cannot tell phase r from r - 2 (the ambiguity the ordering removes)."""
-    def __init__(self, count):
-        self.count, self.pending, self.tx, self.phase = count, count, 0, 0
-
-    def _settle(self):
-        if self.pending == 0 and self.tx == 0:
-            self.phase, self.pending = self.phase + 1, self.count
-
-    def arrive(self, expect_tx=0):
-        self.tx += expect_tx
-        self.pending -= 1
-        assert self.pending >= 0
-        self._settle()
-
-    def complete_tx(self, n):
-        self.tx -= n
-        self._settle()
-
-    def passed(self, parity):
-        return (self.phase & 1) != parity
 
 
 class StaleRead(AssertionError):
@@ -85,8 +63,8 @@ def pingpong_run(stages, units, ktiles, boxes, seed, ordered=True):
     Named barriers: a bar.arrive while the previous one is still unmatched would complete a phase
     without the waiter (asserted never to happen); every arrival is matched at the end."""
     rng = random.Random(seed)
-    full = [_Mbarrier(1) for _ in range(stages)]
-    empty = [_Mbarrier(4) for _ in range(stages)]
+    full = [Mbarrier(1) for _ in range(stages)]
+    empty = [Mbarrier(4) for _ in range(stages)]
     data = [[None] * boxes for _ in range(stages)]
     reading = [None] * stages
     iters = units * ktiles
