@@ -242,42 +242,34 @@ def check_matmul(case):
 
 
 @pytest.fixture
-def cluster(monkeypatch):
-    """``cluster("2x1")``: configure with NOVA_CLUSTER=2x1 from now on (the runtime's memos are
-    cleared, here and after the test)."""
-    def force(shape):
-        monkeypatch.setenv("NOVA_CLUSTER", shape)
+def force(monkeypatch):
+    """``force("NOVA_CLUSTER", "2x1")``: configure with that schedule switch from now on (the
+    runtime's memos are cleared, here and after the test)."""
+    def setenv(name, value):
+        monkeypatch.setenv(name, value)
         mm.reset()
-    yield force
+    yield setenv
     mm.reset()
 
 
 @pytest.mark.parametrize("shape,case", CLUSTER_CASES, ids=lambda v: v if isinstance(v, str) else case_id(v))
-def test_cluster_matmul_vs_float64(shape, case, kernels, cluster):
+def test_cluster_matmul_vs_float64(shape, case, kernels, force):
     """A kernel in thread-block clusters (TMA multicast of one operand, remote releases of the ring's
     slots, cluster barriers) computes what the 1x1 kernel computes, every element written."""
     if driver.get_device().cc < (9, 0):
         pytest.skip("thread-block clusters are a Hopper-path schedule")
-    cluster(shape)
+    force("NOVA_CLUSTER", shape)
     resolved = mm.resolve_kernel(GemmProblem(*case))
     s = resolved.schedule
     assert f"{s.cluster_m}x{s.cluster_n}" == shape, resolved.problem.describe()
     check_matmul(case)
 
 
-@pytest.fixture
-def stream_k(monkeypatch):
-    """Configure with NOVA_STREAM_K=1 from now on (the runtime's memos are cleared, here and after)."""
-    monkeypatch.setenv("NOVA_STREAM_K", "1")
-    mm.reset()
-    yield
-    mm.reset()
-
-
 @pytest.mark.parametrize("case", STREAM_K_CASES, ids=case_id)
-def test_stream_k_matmul_vs_float64(case, kernels, stream_k):
+def test_stream_k_matmul_vs_float64(case, kernels, force):
     """A stream-K kernel (whole tiles into C, split tiles' FP32 partials into the workspace, the
     reduction kernel adds them in segment order) vs float64, every element written."""
+    force("NOVA_STREAM_K", "1")
     if driver.get_device().cc < (9, 0):
         pytest.skip("stream-K is a Hopper-path schedule")
     resolved = mm.resolve_kernel(GemmProblem(*case))
@@ -285,8 +277,9 @@ def test_stream_k_matmul_vs_float64(case, kernels, stream_k):
     check_matmul(case)
 
 
-def test_stream_k_gives_the_same_bits_every_run(kernels, stream_k):
+def test_stream_k_gives_the_same_bits_every_run(kernels, force):
     """Stream-K is deterministic: the segments add in slot order whatever order the CTAs ran in."""
+    force("NOVA_STREAM_K", "1")
     torch = pytest.importorskip("torch")
     if driver.get_device().cc < (9, 0):
         pytest.skip("stream-K is a Hopper-path schedule")
@@ -313,19 +306,11 @@ def test_tma_store_cases_use_the_tma_store_on_hopper(kernels):
         assert s.hopper.epilogue == "tma_store" or s.pingpong, resolved.problem.describe()
 
 
-@pytest.fixture
-def pingpong(monkeypatch):
-    """Configure with NOVA_PINGPONG=1 from now on (the runtime's memos are cleared, here and after)."""
-    monkeypatch.setenv("NOVA_PINGPONG", "1")
-    mm.reset()
-    yield
-    mm.reset()
-
-
 @pytest.mark.parametrize("case", PINGPONG_CASES, ids=case_id)
-def test_pingpong_matmul_vs_float64(case, kernels, pingpong):
+def test_pingpong_matmul_vs_float64(case, kernels, force):
     """Ping-pong consumers (the warpgroups alternate tiles, named barriers order their K loops, each
     its own epilogue) vs float64 on fresh random data, every element of a NaN-poisoned C written."""
+    force("NOVA_PINGPONG", "1")
     if driver.get_device().cc < (9, 0):
         pytest.skip("ping-pong consumers are a Hopper-path schedule")
     resolved = mm.resolve_kernel(GemmProblem(*case))
@@ -333,9 +318,10 @@ def test_pingpong_matmul_vs_float64(case, kernels, pingpong):
     check_matmul(case)
 
 
-def test_pingpong_f32_output_and_batch(kernels, pingpong):
+def test_pingpong_f32_output_and_batch(kernels, force):
     """Ping-pong with an f32 output from bf16 inputs, and a batched problem (every (batch element, tile)
     unit streams all of K, so the warpgroups' ring positions hold), vs float64."""
+    force("NOVA_PINGPONG", "1")
     torch = pytest.importorskip("torch")
     if driver.get_device().cc < (9, 0):
         pytest.skip("ping-pong consumers are a Hopper-path schedule")
