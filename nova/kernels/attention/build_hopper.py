@@ -75,6 +75,33 @@ def tma_blocker(p: AttentionProblem) -> str:
     return ""
 
 
+def check_kernel_tile(p: AttentionProblem, kt, need: int, fail) -> None:
+    """The checks of a warp-specialized Hopper attention tile (the forward's and the backward's):
+    64 rows per consumer warpgroup and one producer warpgroup, wgmma N in [16, 256], whole 128-byte
+    boxes of D, a ring of >= 2 stages, 128-byte swizzle, at least ``need`` bytes of shared memory,
+    and a setmaxnreg split the block's registers at launch can hold; ``fail(message)`` raises."""
+    if kt.consumer_warpgroups < 1 or kt.block_rows != 64 * kt.consumer_warpgroups:
+        fail(f"block_rows {kt.block_rows} must be 64 x consumer warpgroups ({kt.consumer_warpgroups})")
+    if kt.producer_warps != 4 or kt.warps != 4 * kt.consumer_warpgroups:
+        fail("one producer warpgroup and 4 warps per consumer warpgroup")
+    if kt.block_cols % 16 or not 16 <= kt.block_cols <= 256:
+        fail(f"block_cols {kt.block_cols}: wgmma N must be a multiple of 16 in [16, 256]")
+    if p.head_dim % box_cols(p):
+        fail(f"head_dim {p.head_dim} is not a whole number of 128-byte boxes")
+    if kt.stages < 2:
+        fail("the ring needs 2 stages")
+    if kt.smem_layout != "swizzle128":
+        fail(f"smem_layout {kt.smem_layout!r}")
+    if kt.smem_bytes < need:
+        fail(f"smem_bytes {kt.smem_bytes} < {need}")
+    if not kt.producer_regs <= kt.regs_per_thread <= kt.consumer_regs:
+        fail(f"entry registers {kt.regs_per_thread} outside [{kt.producer_regs}, {kt.consumer_regs}]")
+    held, want = kt.regs_per_thread * kt.threads, 128 * (kt.producer_regs + kt.consumer_warpgroups * kt.consumer_regs)
+    if want > held:       # setmaxnreg.inc waits until the block's pool has the registers: it never would
+        fail(f"setmaxnreg {kt.producer_regs}/{kt.consumer_regs} needs {want} registers, the block holds {held} "
+             f"({kt.threads} x {kt.regs_per_thread}): the consumers' setmaxnreg.inc would wait forever")
+
+
 def check_supported(p: AttentionProblem, s: AttentionSchedule) -> None:
     kt = s.fwd
 
@@ -85,27 +112,7 @@ def check_supported(p: AttentionProblem, s: AttentionSchedule) -> None:
         fail("the schedule's forward is not on the TMA/wgmma path (schedule.tma)")
     if p.dtype not in WG_TYPE:
         fail(f"dtype {p.dtype}: the Hopper forward is 16-bit (TF32 P V would need a K-major V)")
-    if kt.consumer_warpgroups < 1 or kt.block_rows != 64 * kt.consumer_warpgroups:
-        fail(f"block_rows {kt.block_rows} must be 64 x consumer warpgroups ({kt.consumer_warpgroups})")
-    if kt.producer_warps != 4 or kt.warps != 4 * kt.consumer_warpgroups:
-        fail("one producer warpgroup and 4 warps per consumer warpgroup")
-    if kt.block_cols % 16 or not 16 <= kt.block_cols <= 256:
-        fail(f"block_cols {kt.block_cols}: wgmma N (keys) must be a multiple of 16 in [16, 256]")
-    if p.head_dim % box_cols(p):
-        fail(f"head_dim {p.head_dim} is not a whole number of 128-byte boxes")
-    if kt.stages < 2:
-        fail("the ring needs 2 stages")
-    if kt.smem_layout != "swizzle128":
-        fail(f"smem_layout {kt.smem_layout!r}")
-    need = smem_plan_hopper(p, kt.block_rows, kt.block_cols, kt.stages)["total"]
-    if kt.smem_bytes < need:
-        fail(f"smem_bytes {kt.smem_bytes} < {need}")
-    if not kt.producer_regs <= kt.regs_per_thread <= kt.consumer_regs:
-        fail(f"entry registers {kt.regs_per_thread} outside [{kt.producer_regs}, {kt.consumer_regs}]")
-    held, want = kt.regs_per_thread * kt.threads, 128 * (kt.producer_regs + kt.consumer_warpgroups * kt.consumer_regs)
-    if want > held:       # setmaxnreg.inc waits until the block's pool has the registers: it never would
-        fail(f"setmaxnreg {kt.producer_regs}/{kt.consumer_regs} needs {want} registers, the block holds {held} "
-             f"({kt.threads} x {kt.regs_per_thread}): the consumers' setmaxnreg.inc would wait forever")
+    check_kernel_tile(p, kt, smem_plan_hopper(p, kt.block_rows, kt.block_cols, kt.stages)["total"], fail)
     why = tma_blocker(p)
     if why:
         fail(why)
@@ -135,6 +142,18 @@ class HopperAttentionKernel:
         self.o_t = "!llvm.struct<(" + ", ".join(["f32"] * self.no) + ")>"
 
     # ---- the prologue and the consumers' coordinates, as both kernels emit them
+    def roles(self):
+        """The kernel body: the prologue (``setup``), then warpgroup 0 as the producer and the others
+        as consumers (each kernel's ``producer`` and ``consumer``)."""
+        ir = self.ir
+        self.setup()
+        is_prod = ir.cmp("eq", self.wg, 0, "is_producer")
+        ir.emit(f"scf.if {is_prod} {{")
+        with ir.scope():
+            self.producer()
+        with ir.region("} else {", close="}"):
+            self.consumer()
+
     def thread_ids(self, tensor_rows: dict):
         """The operands' tensor maps (``%tmap_<name>``, boxes of ``rows`` rows), the thread's id,
         warpgroup and lane, the block's ids."""
@@ -286,13 +305,7 @@ class _HopperFwd(HopperAttentionKernel):
         args = ["%tmap_q: !llvm.ptr", "%tmap_k: !llvm.ptr", "%tmap_v: !llvm.ptr",
                 f"%out: {global_type(p, 'out')}", f"%lse: {self.vt}"]
         with ir.kernel(KERNEL_NAME, args, kt.threads, maxnreg=kt.regs_per_thread):
-            self.setup()
-            is_prod = ir.cmp("eq", self.wg, 0, "is_producer")
-            ir.emit(f"scf.if {is_prod} {{")
-            with ir.scope():
-                self.producer()
-            with ir.region("} else {", close="}"):
-                self.consumer()
+            self.roles()
         return ir.text()
 
     def setup(self):

@@ -34,7 +34,7 @@ from __future__ import annotations
 from nova.kernels.attention.build import (LOG2E, MASKED, AttentionCodegenError, element_at, global_type, rows_advance,
                                           rows_at)
 from nova.kernels.attention.build_hopper import ALIGN, ARCH, MBARRIER_WAIT_TICKS, SWIZZLE, WG_TYPE, \
-    HopperAttentionKernel, box_cols, tma_blocker
+    HopperAttentionKernel, check_kernel_tile, tma_blocker
 from nova.kernels.attention.mlirtext import SMEM
 from nova.kernels.attention.problem import AttentionProblem
 from nova.kernels.attention.schedule import AttentionSchedule
@@ -105,29 +105,9 @@ def check_supported(p: AttentionProblem, s: AttentionSchedule, role: str) -> Non
         fail("the schedule's kernel is not on the TMA/wgmma path")
     if p.dtype not in WG_TYPE:
         fail(f"dtype {p.dtype}: the Hopper backward is 16-bit (TF32 dV/dK/dQ would need K-major B operands)")
-    if kt.consumer_warpgroups < 1 or kt.block_rows != 64 * kt.consumer_warpgroups:
-        fail(f"block_rows {kt.block_rows} must be 64 x consumer warpgroups ({kt.consumer_warpgroups})")
-    if kt.producer_warps != 4 or kt.warps != 4 * kt.consumer_warpgroups:
-        fail("one producer warpgroup and 4 warps per consumer warpgroup")
-    if kt.block_cols % 16 or not 16 <= kt.block_cols <= 256:
-        fail(f"block_cols {kt.block_cols}: wgmma N must be a multiple of 16 in [16, 256]")
     if role == "bwd_dkv" and kt.block_cols % VEC_LANES:
         fail(f"block_cols {kt.block_cols}: a multiple of {VEC_LANES} (LSE/D columns per producer lane)")
-    if p.head_dim % box_cols(p):
-        fail(f"head_dim {p.head_dim} is not a whole number of 128-byte boxes")
-    if kt.stages < 2:
-        fail("the ring needs 2 stages")
-    if kt.smem_layout != "swizzle128":
-        fail(f"smem_layout {kt.smem_layout!r}")
-    need = smem_plan_hopper_bwd(p, role, kt.block_rows, kt.block_cols, kt.stages)["total"]
-    if kt.smem_bytes < need:
-        fail(f"smem_bytes {kt.smem_bytes} < {need}")
-    if not kt.producer_regs <= kt.regs_per_thread <= kt.consumer_regs:
-        fail(f"entry registers {kt.regs_per_thread} outside [{kt.producer_regs}, {kt.consumer_regs}]")
-    held, want = kt.regs_per_thread * kt.threads, 128 * (kt.producer_regs + kt.consumer_warpgroups * kt.consumer_regs)
-    if want > held:       # setmaxnreg.inc waits until the block's pool has the registers: it never would
-        fail(f"setmaxnreg {kt.producer_regs}/{kt.consumer_regs} needs {want} registers, the block holds {held} "
-             f"({kt.threads} x {kt.regs_per_thread}): the consumers' setmaxnreg.inc would wait forever")
+    check_kernel_tile(p, kt, smem_plan_hopper_bwd(p, role, kt.block_rows, kt.block_cols, kt.stages)["total"], fail)
     why = tma_blocker_bwd(p)
     if why:
         fail(why)
@@ -164,13 +144,7 @@ class _HopperBwd(HopperAttentionKernel):
         if self.watchdog_ms:
             args.append(f"%watchdog: memref<{WATCHDOG_WORDS}xi32>")
         with ir.kernel(KERNEL_NAMES[self.role], args, kt.threads, maxnreg=kt.regs_per_thread):
-            self.setup()
-            is_prod = ir.cmp("eq", self.wg, 0, "is_producer")
-            ir.emit(f"scf.if {is_prod} {{")
-            with ir.scope():
-                self.producer()
-            with ir.region("} else {", close="}"):
-                self.consumer()
+            self.roles()
         return ir.text()
 
     def setup(self):
