@@ -142,6 +142,21 @@ class HopperAttentionKernel:
         self.o_t = "!llvm.struct<(" + ", ".join(["f32"] * self.no) + ")>"
 
     # ---- the prologue and the consumers' coordinates, as both kernels emit them
+    def query_block(self, q0):
+        """A block of query rows from ``q0`` (the forward's, dQ's): its (b, h) from block y = b*H + h,
+        its KV head ``hkv``; returns the number of KV tiles it visits (causal: keys j <= i < q0 + BR,
+        so tiles wholly after the diagonal are never loaded)."""
+        ir, p = self.ir, self.p
+        bh = self.by
+        self.b = ir.div(bh, p.heads, "b")
+        self.h = ir.rem(bh, p.heads, "h")
+        self.hkv = ir.div(self.h, p.group, "hkv")
+        self.bh = bh
+        if p.causal:
+            last = ir.min(ir.add(q0, self.BR, "q_end"), p.seq_k, "kv_end")
+            return ir.div(ir.add(last, self.BC - 1, "kv_end_r"), self.BC, "n_kv")
+        return _cdiv(p.seq_k, self.BC)
+
     def roles(self):
         """The kernel body: the prologue (``setup``), then warpgroup 0 as the producer and the others
         as consumers (each kernel's ``producer`` and ``consumer``)."""
@@ -309,23 +324,13 @@ class _HopperFwd(HopperAttentionKernel):
         return ir.text()
 
     def setup(self):
-        ir, p = self.ir, self.p
+        ir = self.ir
         self.thread_ids({"q": self.BR, "k": self.BC, "v": self.BC})
         self.aligned_smem(f"Q then the ring, from the first {ALIGN}-byte boundary of dynamic smem")
         self.qbar = self.ring_barriers("q_full", 1, f"q_full, full[{self.S}] (K and V landed), empty[{self.S}] "
                                        "(every consumer warp done)")
-        # this block's query tile, (b, h), its KV head and the KV tiles it visits
         self.q0 = ir.mul(self.bx, self.BR, "q0")
-        bh = self.by
-        self.b = ir.div(bh, p.heads, "b")
-        self.h = ir.rem(bh, p.heads, "h")
-        self.hkv = ir.div(self.h, p.group, "hkv")
-        self.bh = bh
-        if p.causal:       # keys j <= i < q0 + BR: tiles wholly above the diagonal are never loaded
-            last = ir.min(ir.add(self.q0, self.BR, "q_end"), p.seq_k, "kv_end")
-            self.n_kv = ir.div(ir.add(last, self.BC - 1, "kv_end_r"), self.BC, "n_kv")
-        else:
-            self.n_kv = _cdiv(p.seq_k, self.BC)
+        self.n_kv = self.query_block(self.q0)
 
     # ------------------------------------------------------------------------------------------
     def producer(self):

@@ -199,17 +199,7 @@ class _HopperBwd(HopperAttentionKernel):
                                                                              "qt")
 
     def setup_dq(self):
-        ir, p = self.ir, self.p
-        bh = self.by
-        self.b = ir.div(bh, p.heads, "b")
-        self.h = ir.rem(bh, p.heads, "h")
-        self.hkv = ir.div(self.h, p.group, "hkv")
-        self.bh = bh
-        if p.causal:       # keys j <= i < q0 + BR: tiles wholly after the diagonal are never loaded
-            last = ir.min(ir.add(self.k0, self.BR, "q_end"), p.seq_k, "kv_end")
-            self.n_it = ir.div(ir.add(last, self.BC - 1, "kv_end_r"), self.BC, "n_kv")
-        else:
-            self.n_it = -(-p.seq_k // self.BC)
+        self.n_it = self.query_block(self.k0)
 
     # ------------------------------------------------------------------------------------------
     def wait(self, group, nbar, slot, par, ticks, *, role, barrier, it):
