@@ -497,16 +497,23 @@ def test_hopper_release_frees_workspaces_and_forgets_stream_plans(fake_gpu, monk
     assert hop.main.launches[-1] == ((0x10008, 0xD0008, 0x30000), 5)
 
 
-def test_hopper_split_k_workspace_runs_the_gemm_then_the_reduction(fake_gpu, monkeypatch):
-    """A split-K workspace schedule: the GEMM writes its FP32 partials into the stream's
-    [split_k * M, N] workspace (never C, no bias), then the reduction kernel reads them and writes C
-    with the bias; nothing zeroes C.  An artifact without its reduction kernel is refused."""
+def _fake_workspace_driver(monkeypatch) -> list:
+    """A driver whose cuMemAlloc records each workspace size (returned list) and hands out 0xE0000,
+    and tensor maps at the operand's pointer + 8: for the workspace schedules' launch tests."""
     allocated = []
     fake_cu = types.SimpleNamespace(cuMemAlloc=lambda n: allocated.append(n) or (0, 0xE0000))
     monkeypatch.setattr(driver, "cuda", lambda: fake_cu)
     monkeypatch.setattr(driver, "check", lambda result, doing: result[1] if len(result) > 1 else None)
     monkeypatch.setattr(driver, "restore_context", lambda previous: None)
     monkeypatch.setattr(tma, "device_tensor_map", lambda device, ptr, *shape: ptr + 0x8)
+    return allocated
+
+
+def test_hopper_split_k_workspace_runs_the_gemm_then_the_reduction(fake_gpu, monkeypatch):
+    """A split-K workspace schedule: the GEMM writes its FP32 partials into the stream's
+    [split_k * M, N] workspace (never C, no bias), then the reduction kernel reads them and writes C
+    with the bias; nothing zeroes C.  An artifact without its reduction kernel is refused."""
+    allocated = _fake_workspace_driver(monkeypatch)
     schedule = hopper_schedule((64, 32, 128, 32), (48, 32, 64, 32), split_k=4, split_reduction="workspace", vector_c=4)
     art = make_artifact(params=("tmap_a", "tmap_b", "W"))
     art.meta.update(problem={"M": 64, "N": 48, "K": 32}, prep_kernels={},
@@ -527,12 +534,7 @@ def test_hopper_stream_k_runs_the_gemm_into_c_and_the_workspace_then_the_reducti
     tiles' partials into the stream's [slots * M, N] workspace), then the reduction kernel (W, C,
     bias); the workspace's slots are the walk's (``Schedule.stream_k_plan``)."""
     import dataclasses
-    allocated = []
-    fake_cu = types.SimpleNamespace(cuMemAlloc=lambda n: allocated.append(n) or (0, 0xE0000))
-    monkeypatch.setattr(driver, "cuda", lambda: fake_cu)
-    monkeypatch.setattr(driver, "check", lambda result, doing: result[1] if len(result) > 1 else None)
-    monkeypatch.setattr(driver, "restore_context", lambda previous: None)
-    monkeypatch.setattr(tma, "device_tensor_map", lambda device, ptr, *shape: ptr + 0x8)
+    allocated = _fake_workspace_driver(monkeypatch)
     schedule = hopper_schedule((256, 3200, 128, 32), (128, 3200, 128, 32), stream_k_tiles=2)
     schedule = dataclasses.replace(schedule, hopper=dataclasses.replace(schedule.hopper, ctas=5))
     assert schedule.stream_k_plan(256, 128, 3200).slots == 3          # 2 tiles x 100 K tiles on 5 CTAs
