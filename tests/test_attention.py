@@ -479,7 +479,7 @@ def test_hopper_backward_is_derived_for_16_bit_on_the_h200(shape, dtype, monkeyp
     warpgroups x 64, a producer warpgroup, setmaxnreg 32/232 for dK/dV and 24/240 for dQ: what the block
     holds at launch, 384 x 168); D128 dK/dV streams 32-row query tiles (64 rows: 240 registers
     estimated > 232); bwd_pre stays; ``off`` keeps every kernel on mma.sync."""
-    monkeypatch.setenv("NOVA_ATTENTION_HOPPER_BWD", "1")        # off by default (session 7)
+    monkeypatch.delenv("NOVA_ATTENTION_HOPPER_BWD", raising=False)     # on by default
     from nova.kernels.attention.build_hopper_bwd import smem_plan_hopper_bwd
     monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")        # the structure, wherever the model puts it
     b, h, t, d = shape
@@ -512,7 +512,7 @@ def test_hopper_backward_is_derived_for_16_bit_on_the_h200(shape, dtype, monkeyp
 
 
 def test_hopper_backward_falls_back_with_a_reason(monkeypatch):
-    monkeypatch.setenv("NOVA_ATTENTION_HOPPER_BWD", "1")        # off by default (session 7)
+    monkeypatch.delenv("NOVA_ATTENTION_HOPPER_BWD", raising=False)     # on by default
     monkeypatch.delenv("NOVA_ATTENTION_HOPPER", raising=False)
     why = lambda cfg, role: {st.step: st for st in cfg.derivation}[f"11 {role} path"]
     tf32 = configure_attention(AttentionProblem(32, 8, 512, 512, 64, causal=True), "h200")
@@ -538,7 +538,7 @@ def test_hopper_backward_falls_back_with_a_reason(monkeypatch):
 
 
 def test_hopper_backward_module_text(monkeypatch):
-    monkeypatch.setenv("NOVA_ATTENTION_HOPPER_BWD", "1")        # off by default (session 7)
+    monkeypatch.delenv("NOVA_ATTENTION_HOPPER_BWD", raising=False)     # on by default
     from nova.kernels.attention.build import kernel_params
     monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
     p = AttentionProblem(2, 4, 100, 100, 64, causal=True, dtype="bf16", kv_heads=2,
@@ -571,7 +571,7 @@ def test_hopper_backward_assembles_without_spills(dtype, D, causal, group, T, mo
     or dQ, S and dP; the producers' 32 or 24), setmaxnreg within the block's registers at launch,
     384 threads of 168 registers at launch, the wgmma count per tile: D/16 for each of S and dP, N/16 for
     each register-A product (dV and dK, or dQ); TMA boxes of q, k, v and dout."""
-    monkeypatch.setenv("NOVA_ATTENTION_HOPPER_BWD", "1")        # off by default (session 7)
+    monkeypatch.delenv("NOVA_ATTENTION_HOPPER_BWD", raising=False)     # on by default
     from nova.kernels.attention.compile import compile_kernel
     monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
     H = 3 if group == 3 else 4
@@ -594,7 +594,7 @@ def test_hopper_backward_assembles_without_spills(dtype, D, causal, group, T, mo
 
 
 def test_cli_explain_shows_the_hopper_backward(capsys, monkeypatch):
-    monkeypatch.setenv("NOVA_ATTENTION_HOPPER_BWD", "1")        # off by default (session 7)
+    monkeypatch.delenv("NOVA_ATTENTION_HOPPER_BWD", raising=False)     # on by default
     from nova.cli.config import main
     monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")        # the rows, wherever the model puts the kernels
     assert main(["explain", "attention", "32,8,512,64", "--causal", "--dtype", "bf16", "--target", "h200", "--json"]) == 0
@@ -608,18 +608,18 @@ def test_cli_explain_shows_the_hopper_backward(capsys, monkeypatch):
     assert "11 bwd_dkv path" in text and "backward: wgmma + TMA" in text
 
 
-def test_hopper_backward_is_off_by_default_and_the_switch_turns_it_on(monkeypatch):
-    """Until the illegal address of the wgmma dK/dV kernel on one H200 case is found, step 11 keeps
-    dK/dV and dQ on mma.sync unless NOVA_ATTENTION_HOPPER_BWD=1, and says why; the forward's path is
-    unaffected; a bad value is one clear error."""
+def test_hopper_backward_is_on_by_default_and_the_switch_turns_it_off(monkeypatch):
+    """Step 11 weighs the wgmma dK/dV and dQ by default; NOVA_ATTENTION_HOPPER_BWD=0 keeps them on
+    mma.sync and the derivation says why; the forward's path is unaffected; a bad value is one clear
+    error."""
     monkeypatch.delenv("NOVA_ATTENTION_HOPPER", raising=False)
-    monkeypatch.delenv("NOVA_ATTENTION_HOPPER_BWD", raising=False)
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER_BWD", "0")
     p = AttentionProblem(16, 12, 1024, 1024, 64, causal=True, dtype="bf16")
     off = configure_attention(p, "h200")
     assert not off.schedule.bwd_dkv.hopper and not off.schedule.bwd_dq.hopper
     row = next(st for st in off.derivation if st.step == "11 bwd_dkv path")
-    assert row.value == "mma.sync" and "NOVA_ATTENTION_HOPPER_BWD=1" in row.reason
-    monkeypatch.setenv("NOVA_ATTENTION_HOPPER_BWD", "1")
+    assert row.value == "mma.sync" and "NOVA_ATTENTION_HOPPER_BWD=0" in row.reason
+    monkeypatch.delenv("NOVA_ATTENTION_HOPPER_BWD")
     on = configure_attention(p, "h200")
     assert on.schedule.bwd_dkv.hopper and on.schedule.bwd_dq.hopper
     assert off.schedule.fwd == on.schedule.fwd

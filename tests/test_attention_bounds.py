@@ -1,13 +1,16 @@
 """Every memory access of the Hopper attention kernels in bounds, for every block, thread and loop
 iteration (``nova.kernels.attention.bounds``: the generated MLIR's index arithmetic evaluated exactly,
 on the host).  Session 7's illegal address (wgmma dK/dV, B2 H4 T1000 D64 FP16 non-causal on the H200)
-is not an out-of-bounds index of the kernel: its problem is checked here with the passing ones."""
+is not an out-of-bounds index of the kernel: its problem is checked here with the passing ones.  It
+was ptxas (session 8): the descriptors' high word left unwritten on the consumers' path; the kernels
+now mask the descriptor start to 14 bits, which the last test keeps."""
 from __future__ import annotations
 
 import pytest
 
 from nova.bench.attention import FLASH_CASES, GPU_TEST_CASES, problem_of
 from nova.kernels.attention.bounds import access_summary, check_attention_kernel, check_bounds, tensor_map_dims
+from nova.kernels.attention.build_hopper import build_hopper_fwd
 from nova.kernels.attention.build_hopper_bwd import build_hopper_bwd
 from nova.kernels.attention.derive import configure_attention
 
@@ -55,3 +58,19 @@ def test_the_check_sees_out_of_bounds_accesses(monkeypatch):
         assert old in text, old
         assert check(text.replace(old, new)), new
     assert check(text, kt.smem_bytes - 64)                              # less dynamic smem than the plan
+
+
+@pytest.mark.parametrize("case", [FAILING, (1, 8, 8, 777, 777, 128, True, "bf16")], ids=["failing", "D128-causal"])
+def test_descriptors_start_from_the_14_bit_masked_base(case, monkeypatch):
+    """Every wgmma descriptor of the forward, dK/dV and dQ kernels is built from the shared address >> 4
+    masked to the start field's 14 bits, never from the unmasked value: without the mask ptxas 13.0
+    split the descriptor's 64-bit add and left its high word (SBO, swizzle) unwritten on the
+    consumers' path of the failing problem's dK/dV kernel (H200, session 8, call 1: memcheck
+    "out-of-range shared address" at an HGMMA; SASS read by nvdisasm)."""
+    p, s = _schedule(case, monkeypatch)
+    for role in ("fwd", "bwd_dkv", "bwd_dq"):
+        text = build_hopper_fwd(p, s) if role == "fwd" else build_hopper_bwd(p, s, role)
+        masked = "%base_enc14 = arith.andi %base_enc, %c16383 : index"
+        assert text.count(masked) == 1, role
+        after = text.split(masked)[1]
+        assert "%base_enc," not in after and "%base_enc " not in after and "%base_enc14" in after, role

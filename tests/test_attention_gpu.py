@@ -160,7 +160,7 @@ def test_split_scores_are_fp32_accurate(case):
 def test_hopper_forward_forced_matches_float64(case, strided):
     """The same checks with ``NOVA_ATTENTION_HOPPER=force``: on an sm_90 device every 16-bit forward
     runs on the TMA + wgmma kernel (T = 1, ragged T, GQA, Tq != Tk, strided views), and with
-    NOVA_ATTENTION_HOPPER_BWD=1 (off by default: session 7) the backward's dK/dV
+    NOVA_ATTENTION_HOPPER_BWD=1 (the default) the backward's dK/dV
     and dQ too; bwd_pre stays on its mma.sync-path kernel."""
     torch = _torch()
     from nova.kernels.attention.derive import hopper_backward_enabled

@@ -37,6 +37,7 @@ from nova.kernels.attention.build import (LN2, LOG2E, MASKED, AttentionCodegenEr
 from nova.kernels.attention.mlirtext import SMEM, Text
 from nova.kernels.attention.problem import AttentionProblem
 from nova.kernels.attention.schedule import AttentionSchedule
+from nova.kernels.gemm.emit_hopper import DESC_START_MASK
 
 KERNEL_NAME = "nova_attn_fwd"
 PARAMS = ("tmap_q", "tmap_k", "tmap_v", "out", "lse")
@@ -193,7 +194,13 @@ class HopperAttentionKernel:
         up = ir.add(addr, ALIGN - 1, "dsm_up")
         al = ir.sub(up, ir.rem(up, ALIGN, "dsm_rem"), "dsm_aligned")
         self.base_off = ir.sub(al, addr, "base_off")
-        self.base_enc = ir.div(al, 16, "base_enc")
+        # The descriptor's start-address field is 14 bits (shared address >> 4, < 256 KB).  Masking it
+        # also tells ptxas the descriptor's high word is the constant of ``descriptor_hi``: without the
+        # mask ptxas 13.0 split the 64-bit add into halves and, in the non-causal D64 dK/dV kernel, never
+        # wrote the high half on the consumers' path (an uninitialised uniform register as SBO and
+        # swizzle: out-of-range shared reads, CUDA_ERROR_ILLEGAL_ADDRESS; H200, session 8, call 1).
+        self.base_enc = ir.let("base_enc14", f"arith.andi {ir.v(ir.div(al, 16, 'base_enc'))}, "
+                                             f"{ir.v(DESC_START_MASK)} : index")
 
     def ring_barriers(self, kept: str, full_arrivals: int, what: str) -> str:
         """The mbarriers: ``kept`` (one, the tiles loaded once), full[S] (``full_arrivals`` arrivals and

@@ -687,15 +687,15 @@ def hopper_mode() -> str:
 
 
 def hopper_backward_enabled() -> bool:
-    """``$NOVA_ATTENTION_HOPPER_BWD``: "1" lets step 11 weigh the wgmma dK/dV and dQ kernels (under
-    NOVA_ATTENTION_HOPPER's auto or force), "0" (default) keeps them on mma.sync.  History (H200,
-    session 7): the first run hung (setmaxnreg beyond the block's registers, fixed in ATTN_ABI 7);
-    then every attention GPU test passed with it on (calls 4-6) and the BF16 backward ran 1.3-1.8x
-    faster, but the last call's new case, B2 H4 T1000 D64 FP16 non-causal, hit an illegal address
-    in the wgmma dK/dV kernel (not yet localised: bench/probes/attention_cases.py is the probe).
-    Off by default until that is found: a crash is not an acceptable default."""
+    """``$NOVA_ATTENTION_HOPPER_BWD``: "1" (default) lets step 11 weigh the wgmma dK/dV and dQ kernels
+    (under NOVA_ATTENTION_HOPPER's auto or force), "0" keeps them on mma.sync (A/B runs).  History
+    (H200): session 7's first run hung (setmaxnreg beyond the block's registers, fixed in ATTN_ABI
+    7); then an illegal address in the non-causal D64 dK/dV kernel kept it opt-in.  Session 8 found
+    that one with compute-sanitizer (out-of-range shared reads at an HGMMA) and the SASS: ptxas had
+    left the descriptors' high word unwritten on the consumers' path; the 14-bit start mask of
+    ATTN_ABI 8 fixed it (every attention GPU test passes, memcheck clean), so it is on again."""
     import os
-    want = os.environ.get("NOVA_ATTENTION_HOPPER_BWD", "0").strip()
+    want = os.environ.get("NOVA_ATTENTION_HOPPER_BWD", "1").strip()
     if want not in ("0", "1"):
         raise AttentionProblemError(f"NOVA_ATTENTION_HOPPER_BWD={want!r}: choose 1 (on) or 0 (off)")
     return want == "1"
@@ -764,9 +764,8 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
                           "the forward stays on mma.sync"))
     if hmode != "off" and "wgmma" in gpu.features and not hopper_backward_enabled():
         for role in ("bwd_dkv", "bwd_dq"):
-            steps.append(note(f"11 {role} path", "mma.sync", "the wgmma backward is off by default "
-                              "(NOVA_ATTENTION_HOPPER_BWD=1 turns it on): an illegal address in its dK/dV kernel on "
-                              "one H200 case (bench/NOTES.md, session 7) is not yet found"))
+            steps.append(note(f"11 {role} path", "mma.sync", "NOVA_ATTENTION_HOPPER_BWD=0: the backward stays "
+                              "on mma.sync"))
     elif hmode != "off" and "wgmma" in gpu.features:
         for role in ("bwd_dkv", "bwd_dq"):
             if tiles and role in tiles:
