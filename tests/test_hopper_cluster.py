@@ -440,13 +440,13 @@ def test_cluster_descriptors_mask_the_start_address_to_its_14_bits(forced):
     shared::cluster addresses); unmasked, >> 4 carries that into the descriptor's LBO field and rank
     >= 1 CTAs read MN-major tiles' boxes 1.. from the wrong place (the H200's wrong results of
     session 6).  Cluster kernels mask (addr >> 4) to the 14-bit start field; MN-major 16-bit tiles are
-    allowed in clusters again; 1x1 kernels are unchanged (no mask)."""
+    allowed in clusters again; 1x1 kernels mask too (session 8: ptxas, see emit_hopper)."""
     from nova.kernels.gemm.emit_hopper import build_hopper_module
     from nova.kernels.gemm.hopper import cluster_blocker
     p = GemmProblem(512, 2048, 16384, "bf16", trans_a=True)
     s = configure_one_by_one(p)
     assert cluster_blocker(p, s, (2, 1)) is None
-    assert "arith.andi %ring_enc, %c16383" not in build_hopper_module(p, s)
+    assert "%ring_enc14 = arith.andi %ring_enc, %c16383 : index" in build_hopper_module(p, s)
     forced("2x1")
     c = configure(p, "h200").schedule
     assert (c.cluster_m, c.cluster_n) == (2, 1) and c.hopper.operands.b.feed == "smem_t"

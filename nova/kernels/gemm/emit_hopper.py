@@ -493,13 +493,14 @@ class _HopperKernel:
         al = ir.sub(up, ir.rem(up, align, "dsm_rem"), "dsm_aligned")
         self.base_off = ir.sub(al, addr, "ring_off")        # byte offset of the ring in the dsm view
         self.base_enc = ir.div(al, 16, "ring_enc")          # shared address >> 4 (wgmma descriptor units)
-        if self.csize > 1:
-            # In a cluster launch a CTA's shared::cta addresses are shared::cluster addresses of its own
-            # rank: rank r sets bits above the 18 a CTA's shared memory spans, and >> 4 would carry them
-            # into the descriptor's LBO field (bits 16-29).  The start-address field is 14 bits: mask it.
-            # (Without the mask, rank >= 1 CTAs read MN-major tiles' boxes 1.. from base + c x (LBO +
-            # rank x 256 B): wrong results, NaN from unwritten smem; H200, session 7, call 1.)
-            self.base_enc = ir.let("ring_enc14", f"arith.andi {ir.v(self.base_enc)}, {ir.v(DESC_START_MASK)} : index")
+        # The start-address field is 14 bits: mask (addr >> 4) to it, in every kernel.  Two reasons seen
+        # on the H200: (1) in a cluster launch a CTA's shared::cta addresses are shared::cluster
+        # addresses of its own rank, bits above the 18 a CTA spans, which >> 4 carries into the LBO
+        # field (rank >= 1 CTAs read MN-major boxes 1.. from the wrong place: session 7, call 1);
+        # (2) without the mask ptxas 13.0 splits the descriptor's 64-bit add into halves and once left
+        # the high word (SBO, swizzle) unwritten on the consumers' path (the attention dK/dV kernel:
+        # out-of-range shared reads, session 8, call 1).  With it the high word is a constant.
+        self.base_enc = ir.let("ring_enc14", f"arith.andi {ir.v(self.base_enc)}, {ir.v(DESC_START_MASK)} : index")
         ir.comment(f"---- mbarriers: full[{s.stages}] (TMA landed), empty[{s.stages}] (slot consumed"
                    + (f" by the consumers of all {self.csize} CTAs of the cluster)" if self.csize > 1 else ")"))
         self.full = ir.let("full", f"nvgpu.mbarrier.create -> {self.mb_t}")
