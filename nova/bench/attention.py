@@ -41,7 +41,9 @@ MEMORY_CASE = (1, 2, 2, 2048, 2048, 64, True, "bf16")
 # 16-bit problems on which the GPU tests compare Nova's error with torch's flash kernel's (issue 11's
 # bound), sized so that on the H200 the wgmma forward (D128) and dK/dV and dQ run
 FLASH_CASES = ((2, 4, 4, 1000, 1000, 64, True, "bf16"), (1, 8, 8, 777, 777, 128, True, "bf16"),
-               (2, 4, 4, 1000, 1000, 64, False, "fp16"))
+               (2, 4, 4, 1000, 1000, 64, False, "fp16"),
+               # more query tiles than SMs: the persistent Hopper forward, ~4 and ~2.5 work tiles per CTA
+               (4, 16, 16, 1000, 1000, 64, True, "bf16"), (2, 24, 24, 777, 777, 64, False, "fp16"))
 # tests/test_attention_gpu.py's 3xtf32-score cases (B, H, Hkv, Tq, Tk, D, causal): each runs with
 # score_precision "tf32" and "3xtf32" on the same large-logit data
 SPLIT_SCORE_GPU_CASES = (

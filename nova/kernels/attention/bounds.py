@@ -18,10 +18,12 @@ bounds evaluated too) with numpy, and returns the violations:
   inside the dynamic shared memory.
 
 Only what the index arithmetic needs is interpreted: ``arith`` integer ops, ``gpu.thread_id`` /
-``block_id``, ``scf.for`` / ``scf.if`` (else regions negated), ``memref.extract_aligned_pointer_as_index``
+``block_id`` / ``grid_dim``, ``scf.for`` / ``scf.if`` (else regions negated), ``memref.extract_aligned_pointer_as_index``
 of the dynamic shared memory (``dsm_addr``), the identity inline-asm move of a descriptor.  Values that
 are not integers (floats, loaded data) are never addresses in these kernels; an address that depends on
-one raises ``BoundsError``.
+one raises ``BoundsError``.  A loop-carried index (``scf.for ... iter_args(%x = init)``) is known only
+in the one form the kernels carry, a counter yielded modulo a constant (``scf.yield (..) % C`` with
+0 <= init < C, the persistent forward's ring position): it is checked over all of [0, C).
 """
 from __future__ import annotations
 
@@ -56,7 +58,7 @@ class Access:
     extent: tuple = ()         # memref shape (global / smem), view bytes (view), dims (tma)
     width: int = 1             # vector elements along the last dim
     conds: list = field(default_factory=list)    # (ssa name, wanted truth)
-    loops: list = field(default_factory=list)    # (iv, lb, ub, step)
+    loops: list = field(default_factory=list)    # (iv, lb, ub, step, loop-carried names)
 
 
 @dataclass
@@ -64,6 +66,7 @@ class Kernel:
     defs: dict
     accesses: list
     args: dict                 # name -> memref shape (global memref arguments)
+    carried: dict = field(default_factory=dict)   # loop-carried index -> C: it ranges over [0, C)
 
 
 def _operands(s: str) -> list[str]:
@@ -84,7 +87,8 @@ _BYTES = {"f32": 4, "f16": 2, "bf16": 2, "i8": 1, "i32": 4, "f64": 8}
 def parse(text: str, tma_dims: dict[str, tuple[int, ...]] | None = None) -> Kernel:
     """The definitions, memory accesses and their enclosing regions of the (one) kernel in ``text``."""
     defs, accesses, args = {}, [], {}
-    stack = []                 # per open region: ("for", iv, lb, ub, step) / ("if", cond, truth) / ("other",)
+    stack = []                 # per open region: ("for", iv, lb, ub, step, carried) / ("if", cond, truth) / ("other",)
+    yields = {}                # loop-carried name -> (its init, the SSA value its loop yields)
     tm_of = {}                 # tensor-map SSA value -> operand name
     views = {}                 # smem view SSA value -> shape
     for ln, raw in enumerate(text.splitlines(), 1):
@@ -95,7 +99,7 @@ def parse(text: str, tma_dims: dict[str, tuple[int, ...]] | None = None) -> Kern
             for name, ty in re.findall(r"(%\w+): (memref<[^>]*>)", line):
                 args[name] = _shape(ty)[0]
         conds = [(f[1], f[2]) for f in stack if f[0] == "if"]
-        loops = [(f[1], f[2], f[3], f[4]) for f in stack if f[0] == "for"]
+        loops = [(f[1], f[2], f[3], f[4], f[5]) for f in stack if f[0] == "for"]
         if line == "}" or line.startswith("} {") or (line.startswith("}") and not line.endswith("{")):
             if stack:
                 stack.pop()
@@ -113,7 +117,21 @@ def parse(text: str, tma_dims: dict[str, tuple[int, ...]] | None = None) -> Kern
             continue
         m = re.match(r"^(?:%[\w]+(?::\d+)?\s*=\s*)?scf\.for\s+(%\w+)\s*=\s*(%\w+)\s+to\s+(%\w+)\s+step\s+(%\w+)", line)
         if m:
-            stack.append(("for",) + m.groups())
+            it = re.search(r"iter_args\((.*?)\)\s*->\s*\((.*?)\)", line)
+            carried, order = (), ()
+            if it:
+                pairs = re.findall(r"(%[\w$.-]+)\s*=\s*(%[\w$.-]+)", it.group(1))
+                order = tuple(n for n, _ in pairs)
+                types = [t.strip() for t in it.group(2).split(",")]
+                carried = tuple(n for (n, init), ty in zip(pairs, types) if ty == "index")
+                yields.update({n: (init, None) for (n, init) in pairs if n in carried})
+            stack.append(("for",) + m.groups() + (carried, order))
+            continue
+        if line.startswith("scf.yield") and stack and stack[-1][0] == "for" and stack[-1][5]:
+            vals = _operands(line[len("scf.yield"):].split(":")[0])
+            for n, v in zip(stack[-1][6], vals):
+                if n in stack[-1][5]:
+                    yields[n] = (yields[n][0], v)
             continue
         m = re.match(r"^(?:%[\w]+(?::\d+)?\s*=\s*)?scf\.if\s+(%[\w$.-]+)", line)
         if m and line.endswith("{"):
@@ -167,7 +185,16 @@ def parse(text: str, tma_dims: dict[str, tuple[int, ...]] | None = None) -> Kern
             if dims is None:
                 raise BoundsError(f"line {ln}: no tensor-map dims for operand {name!r}")
             accesses.append(Access("tma", ln, line, name, _operands(m.group(2)), tuple(dims), 1, conds, loops))
-    return Kernel(defs, accesses, args)
+    carried = {}
+    for n, (init, val) in yields.items():      # x = (..) % C with a constant C and 0 <= init < C
+        d = defs.get(val) if val else None
+        if d and d[0] in ("arith.remui", "arith.remsi"):
+            c, i0 = defs.get(_operands(d[1])[1]), defs.get(init)
+            if c and c[0] == "arith.constant" and i0 and i0[0] == "arith.constant":
+                cv, iv = int(c[1].split(":")[0]), int(i0[1].split(":")[0])
+                if 0 <= iv < cv:
+                    carried[n] = cv
+    return Kernel(defs, accesses, args, carried)
 
 
 def _add_mem(accesses, ln, line, mem, idx, args, views, rest, conds, loops, width=1):
@@ -232,6 +259,8 @@ class _Eval:
             val = self.env["tid"]
         elif op == "gpu.block_id":
             val = self.env["bx" if rest.strip().startswith("x") else "by"]
+        elif op == "gpu.grid_dim" and rest.strip().startswith("x"):
+            val = self.env["grid_x"]
         else:
             raise BoundsError(f"line {ln}: {name} = {op} is not integer index arithmetic")
         self.memo[name] = val
@@ -239,22 +268,35 @@ class _Eval:
 
 
 def _grid_env(kernel: Kernel, acc: Access, grid, threads, dsm_addr):
-    """The broadcast environment of an access: axes tid, bx, by, then one per enclosing loop."""
-    nl = len(acc.loops)
-    shape = lambda n, ax: np.arange(n, dtype=np.int64).reshape([-1 if i == ax else 1 for i in range(3 + nl)])
-    env = {"tid": shape(threads, 0), "bx": shape(grid[0], 1), "by": shape(grid[1], 2), "dsm_addr": np.int64(dsm_addr)}
+    """The broadcast environment of an access: axes tid, bx, by, then one per enclosing loop and one
+    per known loop-carried index of it (over its whole range)."""
+    carried = [n for lp in acc.loops for n in lp[4] if n in kernel.carried]
+    nax = 3 + len(acc.loops) + len(carried)
+    shape = lambda n, ax: np.arange(n, dtype=np.int64).reshape([-1 if i == ax else 1 for i in range(nax)])
+    env = {"tid": shape(threads, 0), "bx": shape(grid[0], 1), "by": shape(grid[1], 2), "dsm_addr": np.int64(dsm_addr),
+           "grid_x": np.int64(grid[0])}
     sizes = [threads, grid[0], grid[1]]
-    for i, (iv, lb, ub, step) in enumerate(acc.loops):
+    ax = 3
+    reached = np.bool_(True)          # the outer loops' iterations that run (an inner loop's bounds there only)
+    for iv, lb, ub, step, names in acc.loops:
         ev = _Eval(kernel, env)
         lo, hi, st = (np.asarray(ev(x)) for x in (lb, ub, step))
         if np.any(st != 1):
             raise BoundsError(f"line {acc.line}: loop {iv} with step != 1")
-        n = int(max(0, int(hi.max()) - int(lo.min())))
-        iv_vals = shape(n, 3 + i) + lo
-        env[iv] = iv_vals
+        lo_r, hi_r = (np.broadcast_to(x, np.broadcast(x, reached).shape)[np.broadcast_to(reached, np.broadcast(
+            x, reached).shape)] for x in (lo, hi))
+        n = int(max(0, int(hi_r.max(initial=0)) - int(lo_r.min(initial=0))))
+        env[iv] = shape(n, ax) + lo
+        reached = reached & (env[iv] < hi) & (env[iv] >= lo)
         sizes.append(n)
+        ax += 1
+        for name in names:
+            if name in kernel.carried:
+                env[name] = shape(kernel.carried[name], ax)
+                sizes.append(kernel.carried[name])
+                ax += 1
     valid = np.ones(sizes, dtype=bool)
-    for iv, lb, ub, _ in acc.loops:
+    for iv, lb, ub, _, _ in acc.loops:
         ev = _Eval(kernel, env)
         valid = valid & (env[iv] < ev(ub)) & (env[iv] >= ev(lb))
     return env, valid

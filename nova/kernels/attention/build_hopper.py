@@ -143,12 +143,12 @@ class HopperAttentionKernel:
         self.o_t = "!llvm.struct<(" + ", ".join(["f32"] * self.no) + ")>"
 
     # ---- the prologue and the consumers' coordinates, as both kernels emit them
-    def query_block(self, q0):
-        """A block of query rows from ``q0`` (the forward's, dQ's): its (b, h) from block y = b*H + h,
-        its KV head ``hkv``; returns the number of KV tiles it visits (causal: keys j <= i < q0 + BR,
-        so tiles wholly after the diagonal are never loaded)."""
+    def query_block(self, q0, bh=None):
+        """A block of query rows from ``q0`` (the forward's, dQ's): its (b, h) from ``bh`` = b*H + h
+        (default block y), its KV head ``hkv``; returns the number of KV tiles it visits (causal: keys
+        j <= i < q0 + BR, so tiles wholly after the diagonal are never loaded)."""
         ir, p = self.ir, self.p
-        bh = self.by
+        bh = self.by if bh is None else bh
         self.b = ir.div(bh, p.heads, "b")
         self.h = ir.rem(bh, p.heads, "h")
         self.hkv = ir.div(self.h, p.group, "hkv")
@@ -202,17 +202,23 @@ class HopperAttentionKernel:
         self.base_enc = ir.let("base_enc14", f"arith.andi {ir.v(ir.div(al, 16, 'base_enc'))}, "
                                              f"{ir.v(DESC_START_MASK)} : index")
 
-    def ring_barriers(self, kept: str, full_arrivals: int, what: str) -> str:
+    def ring_barriers(self, kept: str, full_arrivals: int, what: str, kept_empty: str = "") -> str:
         """The mbarriers: ``kept`` (one, the tiles loaded once), full[S] (``full_arrivals`` arrivals and
         the TMA bytes) and empty[S] (every consumer warp), initialised by thread 0 and fenced before
-        the block's barrier; returns ``kept``'s SSA name."""
+        the block's barrier; returns ``kept``'s SSA name.  ``kept_empty`` (a persistent kernel, whose
+        kept tile is reloaded per work tile): also that barrier, every consumer warp, as ``self.kept_empty``."""
         ir = self.ir
         ir.comment(f"---- mbarriers: {what}")
         kbar = ir.let(kept, f"nvgpu.mbarrier.create -> {self.mb(1)}")
+        if kept_empty:
+            self.kept_empty = ir.let(kept_empty, f"nvgpu.mbarrier.create -> {self.mb(1)}")
         self.full = ir.let("full", f"nvgpu.mbarrier.create -> {self.mb(self.S)}")
         self.empty = ir.let("empty", f"nvgpu.mbarrier.create -> {self.mb(self.S)}")
         t0 = ir.cmp("eq", self.tid, 0, "is_t0")
         ir.emit(f"nvgpu.mbarrier.init {kbar}[{ir.v(0)}], {ir.v(1)}, predicate = {t0} : {self.mb(1)}")
+        if kept_empty:
+            ir.emit(f"nvgpu.mbarrier.init {self.kept_empty}[{ir.v(0)}], {ir.v(4 * self.C)}, predicate = {t0} : "
+                    f"{self.mb(1)}")
         for i in range(self.S):
             ir.emit(f"nvgpu.mbarrier.init {self.full}[{ir.v(i)}], {ir.v(full_arrivals)}, predicate = {t0} : "
                     f"{self.mb(self.S)}")
@@ -331,13 +337,61 @@ class _HopperFwd(HopperAttentionKernel):
         return ir.text()
 
     def setup(self):
-        ir = self.ir
+        ir, p = self.ir, self.p
         self.thread_ids({"q": self.BR, "k": self.BC, "v": self.BC})
         self.aligned_smem(f"Q then the ring, from the first {ALIGN}-byte boundary of dynamic smem")
-        self.qbar = self.ring_barriers("q_full", 1, f"q_full, full[{self.S}] (K and V landed), empty[{self.S}] "
-                                       "(every consumer warp done)")
-        self.q0 = ir.mul(self.bx, self.BR, "q0")
-        self.n_kv = self.query_block(self.q0)
+        self.persistent = self.kt.persistent
+        self.qbar = self.ring_barriers(
+            "q_full", 1, f"q_full, full[{self.S}] (K and V landed), empty[{self.S}] (every consumer warp done)"
+            + (", q_empty (every consumer warp's last S = Q K^T of a tile done: Q's buffer free)"
+               if self.persistent else ""), kept_empty="q_empty" if self.persistent else "")
+        if self.persistent:
+            self.n_qt = _cdiv(p.seq_q, self.BR)
+            self.n_bh = p.batch * p.heads
+            ir.comment(f"persistent: {self.n_qt * self.n_bh} work tiles (query tile, b*H + h), tile t = bx + i x "
+                       f"grid; query tiles in decreasing order (causal: the longest first)")
+            grid = ir.let("grid_x", "gpu.grid_dim x")
+            left = ir.sub(self.n_qt * self.n_bh, self.bx, "tiles_left")
+            self.my_tiles = ir.div(ir.add(left, ir.sub(grid, 1, "grid_m1"), "tiles_left_r"), grid, "my_tiles")
+            self.grid_x = grid
+        else:
+            self.q0 = ir.mul(self.bx, self.BR, "q0")
+            self.n_kv = self.query_block(self.q0)
+
+    def work_tile(self, i):
+        """Persistent: the coordinates of this CTA's work tile ``i`` (t = bx + i x grid): ``q0``, the
+        query block's (b, h) and KV head, ``n_kv``."""
+        ir = self.ir
+        t = ir.add(self.bx, ir.mul(i, self.grid_x, "t_step"), "tile")
+        qt = ir.sub(self.n_qt - 1, ir.div(t, self.n_bh, "t_q"), "qt")
+        self.q0 = ir.mul(qt, self.BR, "q0")
+        self.n_kv = self.query_block(self.q0, ir.rem(t, self.n_bh, "t_bh"))
+
+    def tiles(self, iv: str, ring: str, body):
+        """``body(ring_base)`` once per work tile: inline (ring base 0) in a one-tile-per-block kernel;
+        persistent, inside ``scf.for iv`` over this CTA's tiles carrying the ring's position (the K/V
+        ring continues across tiles; carried modulo 2S, all a slot and its parity need)."""
+        ir = self.ir
+        if not self.persistent:
+            body(0)
+            return
+        res = ir.fresh(f"{ring}_end")
+        with ir.region(f"{res} = scf.for %{iv} = {ir.v(0)} to {ir.v(self.my_tiles)} step {ir.v(1)} "
+                       f"iter_args(%{ring} = {ir.v(0)}) -> (index) {{"):
+            ir.reserve(iv, ring)
+            self.work_tile(f"%{iv}")
+            body(f"%{ring}")
+            nxt = ir.rem(ir.add(f"%{ring}", self.n_kv, "ring_next"), 2 * self.S, "ring_mod")
+            ir.emit(f"scf.yield {ir.v(nxt)} : index")
+
+    def tile_parity(self, iv: str, flip: bool):
+        """Persistent: the parity of work tile ``iv``'s phase of q_full (q_empty: ``flip``)."""
+        ir = self.ir
+        bit = ir.let("qpar_i", f"arith.index_cast {iv} : index to i64")
+        par = ir.let("qpar", f"arith.trunci {bit} : i64 to i1")
+        if flip:
+            par = ir.let("qpar_flip", f"arith.xori {par}, {ir.pure('true1', 'arith.constant true')} : i1")
+        return par
 
     # ------------------------------------------------------------------------------------------
     def producer(self):
@@ -356,19 +410,25 @@ class _HopperFwd(HopperAttentionKernel):
                 ir.emit(f"nvgpu.tma.async.load {self.tm[name]}[{coords}], {bar} to {view} : "
                         f"{self.tm_type(rows)}, {self.mb(1 if name == 'q' else self.S)} -> {self.box_type(rows)}")
 
-        with ir.region(f"scf.if {ir.cmp('eq', self.tid, 0, 'is_leader')} {{"):
+        def tile(ring):
+            if self.persistent:
+                ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.kept_empty}[{ir.v(0)}], "
+                        f"{self.tile_parity('%tp', flip=True)}, {ticks} : {self.mb(1)}")
             qb = ir.const(self.nbox * box_bytes["q"])
             ir.emit(f"nvgpu.mbarrier.arrive.expect_tx {self.qbar}[{ir.v(0)}], {qb} : {self.mb(1)}")
             load("q", f"{self.qbar}[{ir.v(0)}]", self.base_off, self.q0, self.h)
             tx = ir.const(2 * self.plan["kv"])
             with ir.region(f"scf.for %itp = {ir.v(0)} to {ir.v(self.n_kv)} step {ir.v(1)} {{"):
-                slot, par = self.slot_phase("%itp", flip=True)
+                slot, par = self.slot_phase(ir.add(ring, "%itp", "it_ring"), flip=True)
                 ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.empty}[{slot}], {par}, {ticks} : {self.mb(self.S)}")
                 ir.emit(f"nvgpu.mbarrier.arrive.expect_tx {self.full}[{slot}], {tx} : {self.mb(self.S)}")
                 kv0 = ir.mul("%itp", self.BC, "kv0")
                 koff = ir.add(ir.add(self.base_off, self.plan["ring"]), ir.mul(slot, self.plan["stage"]), "k_off")
                 load("k", f"{self.full}[{slot}]", koff, kv0, self.hkv)
                 load("v", f"{self.full}[{slot}]", ir.add(koff, self.plan["kv"], "v_off"), kv0, self.hkv)
+
+        with ir.region(f"scf.if {ir.cmp('eq', self.tid, 0, 'is_leader')} {{"):
+            self.tiles("tp", "ring_p", tile)
 
     # ------------------------------------------------------------------------------------------
 
@@ -381,8 +441,6 @@ class _HopperFwd(HopperAttentionKernel):
         ticks = ir.const(MBARRIER_WAIT_TICKS)
         hi_k = self.descriptor_hi("desc_hi_k", 16)                     # K-major: LBO unused
         hi_v = self.descriptor_hi("desc_hi_v", self.BC * SWIZZLE)     # V MN-major: its 64-column boxes
-        # rows of this warpgroup: r0 = q0 + 64 cwg; the thread's rows r0 + 16 warp + g (+ 8)
-        self.r0 = ir.add(self.q0, ir.mul(self.cwg, 64), "wg_row0")
         q_enc = ir.add(ir.add(self.base_enc, ir.div(self.plan["q"], 16)), ir.mul(self.cwg, 64 * SWIZZLE // 16), "q_enc")
         attrs = (f"shape = #nvvm.shape<m = 64, n = {self.BC}, k = 16>, "
                  f"typeA = #nvvm.wgmma_type<{WG_TYPE[p.dtype]}>, typeB = #nvvm.wgmma_type<{WG_TYPE[p.dtype]}>, "
@@ -391,72 +449,89 @@ class _HopperFwd(HopperAttentionKernel):
                  "layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>")
         zero_s = ir.let("zero_s", f"llvm.mlir.zero : {self.s_t}")
         zero_o = ir.let("zero_o", f"llvm.mlir.zero : {self.o_t}")
-        ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.qbar}[{ir.v(0)}], {ir.pure('false1', 'arith.constant false')}, "
-                f"{ticks} : {self.mb(1)}")
-        m_init, l_init = ir.f(MASKED), ir.f(0.0)
-        res = ir.fresh("loop")
-        with ir.region(f"{res}:5 = scf.for %it = {ir.v(0)} to {ir.v(self.n_kv)} step {ir.v(1)} iter_args("
-                       f"%m0 = {m_init}, %m1 = {m_init}, %l0 = {l_init}, %l1 = {l_init}, %o_acc = {zero_o}) -> "
-                       f"(f32, f32, f32, f32, {self.o_t}) {{"):
-            ir.reserve("it", "m0", "m1", "l0", "l1", "o_acc")
-            slot, par = self.slot_phase("%it")
-            ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.full}[{slot}], {par}, {ticks} : {self.mb(self.S)}")
-            k_enc = ir.add(ir.add(self.base_enc, self.plan["ring"] // 16), ir.mul(slot, self.plan["stage"] // 16),
-                           "k_enc")
-            v_enc = ir.add(k_enc, self.plan["kv"] // 16, "v_enc")
-            ir.comment("S = Q K^T (wgmma, both operands K-major in shared memory)")
-            ir.emit("nvvm.wgmma.fence.aligned")
-            acc = zero_s
-            for kk in range(self.D // 16):
-                da = self.desc(self.kmajor_enc(q_enc, self.BR, kk), hi_k)
-                db = self.desc(self.kmajor_enc(k_enc, self.BC, kk), hi_k)
-                acc = ir.let("s_acc", f'"nvvm.wgmma.mma_async"({acc}, {da}, {db}) <{{{attrs}}}> : '
-                                      f"({self.s_t}, i64, i64) -> {self.s_t}")
-            ir.emit("nvvm.wgmma.commit.group.sync.aligned")
-            ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
-            s = [ir.let("s", f"llvm.extractvalue {acc}[{i}] : {self.s_t}") for i in range(self.ns)]
-            kv0 = ir.mul("%it", self.BC, "kv0")
-            s = self.masked(kv0, s)
-            ir.comment("online softmax (base 2): rows g (h = 0) and g + 8 (h = 1)")
-            m_new, l_new, alphas, pe = [], [], [], [None] * self.ns
-            for h in (0, 1):
-                idx = [4 * j + 2 * h + c for j in range(self.BC // 8) for c in (0, 1)]
-                mx = None
-                for i in idx:
-                    mx = s[i] if mx is None else ir.fop("maxnumf", mx, s[i], "mx")
-                for off in (1, 2):
-                    mx = ir.fop("maxnumf", mx, ir.shfl_xor(mx, off), "qm")
-                m_old, l_old = (f"%m{h}", f"%l{h}")
-                mn = ir.fop("maxnumf", m_old, ir.fop("mulf", mx, ir.f(self.c), "mxc"), "m_new")
-                alpha = ir.exp2(ir.fop("subf", m_old, mn, "dm"))
-                neg = ir.let("neg_m", f"arith.negf {mn} : f32")
-                tot = None
-                for i in idx:
-                    e = ir.exp2(ir.fma(s[i], ir.f(self.c), neg, "sc"))
-                    pe[i] = e
-                    tot = e if tot is None else ir.fop("addf", tot, e, "rs")
-                l_new.append(ir.fma(l_old, alpha, tot, "l"))
-                m_new.append(mn)
-                alphas.append(alpha)
-            ir.comment("O *= alpha (per row), P to 16 bits: the register A fragments of O += P V")
-            o = "%o_acc"
-            for i in range(self.no):
-                h = (i // 2) % 2
-                x = ir.let("o", f"llvm.extractvalue {o}[{i}] : {self.o_t}")
-                o = ir.let("o_s", f"llvm.insertvalue {ir.fop('mulf', x, alphas[h], 'o_r')}, {o}[{i}] : {self.o_t}")
-            packed = [self.pack(pe[2 * i], pe[2 * i + 1]) for i in range(self.ns // 2)]
-            ir.emit("nvvm.wgmma.fence.aligned")
-            for kk in range(self.BC // 16):
-                frag = packed[4 * kk: 4 * kk + 4]
-                db = self.desc(ir.add(v_enc, kk * 16 * SWIZZLE // 16, "v_enc_k"), hi_v)
-                o = self.wgmma_rs(o, frag, db)
-            ir.emit("nvvm.wgmma.commit.group.sync.aligned")
-            ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
-            with ir.region(f"scf.if {lane0} {{"):
-                ir.let("tok", f"nvgpu.mbarrier.arrive {self.empty}[{ir.v(slot)}] : {self.mb(self.S)} -> "
-                              "!nvgpu.mbarrier.token")
-            ir.emit(f"scf.yield {', '.join(m_new + l_new + [o])} : f32, f32, f32, f32, {self.o_t}")
-        self.epilogue([f"{res}#0", f"{res}#1"], [f"{res}#2", f"{res}#3"], f"{res}#4")
+
+        def tile(ring):
+            # rows of this warpgroup: r0 = q0 + 64 cwg; the thread's rows r0 + 16 warp + g (+ 8)
+            self.r0 = ir.add(self.q0, ir.mul(self.cwg, 64), "wg_row0")
+            qpar = self.tile_parity("%tc", flip=False) if self.persistent else ir.pure("false1", "arith.constant false")
+            ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.qbar}[{ir.v(0)}], {qpar}, {ticks} : {self.mb(1)}")
+            m_init, l_init = ir.f(MASKED), ir.f(0.0)
+            res = ir.fresh("loop")
+            with ir.region(f"{res}:5 = scf.for %it = {ir.v(0)} to {ir.v(self.n_kv)} step {ir.v(1)} iter_args("
+                           f"%m0 = {m_init}, %m1 = {m_init}, %l0 = {l_init}, %l1 = {l_init}, %o_acc = {zero_o}) -> "
+                           f"(f32, f32, f32, f32, {self.o_t}) {{"):
+                ir.reserve("it", "m0", "m1", "l0", "l1", "o_acc")
+                self.kv_step(ring, lane0, ticks, hi_k, hi_v, q_enc, attrs, zero_s)
+            self.epilogue([f"{res}#0", f"{res}#1"], [f"{res}#2", f"{res}#3"], f"{res}#4")
+
+        self.tiles("tc", "ring_c", tile)
+
+    def kv_step(self, ring, lane0, ticks, hi_k, hi_v, q_enc, attrs, zero_s):
+        """One K/V tile of the consumers' loop (``%it``): S = Q K^T, the online softmax, O += P V."""
+        ir = self.ir
+        slot, par = self.slot_phase(ir.add(ring, "%it", "it_ring"))
+        ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.full}[{slot}], {par}, {ticks} : {self.mb(self.S)}")
+        k_enc = ir.add(ir.add(self.base_enc, self.plan["ring"] // 16), ir.mul(slot, self.plan["stage"] // 16),
+                       "k_enc")
+        v_enc = ir.add(k_enc, self.plan["kv"] // 16, "v_enc")
+        ir.comment("S = Q K^T (wgmma, both operands K-major in shared memory)")
+        ir.emit("nvvm.wgmma.fence.aligned")
+        acc = zero_s
+        for kk in range(self.D // 16):
+            da = self.desc(self.kmajor_enc(q_enc, self.BR, kk), hi_k)
+            db = self.desc(self.kmajor_enc(k_enc, self.BC, kk), hi_k)
+            acc = ir.let("s_acc", f'"nvvm.wgmma.mma_async"({acc}, {da}, {db}) <{{{attrs}}}> : '
+                                  f"({self.s_t}, i64, i64) -> {self.s_t}")
+        ir.emit("nvvm.wgmma.commit.group.sync.aligned")
+        ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
+        if self.persistent:
+            ir.comment("the tile's last S read Q: release Q's buffer to the producer (the next tile's Q)")
+            last = ir.cmp("eq", "%it", ir.sub(self.n_kv, 1, "kv_last_it"), "is_last_kv")
+            with ir.region(f"scf.if {ir.and_(last, lane0, 'q_release')} {{"):
+                ir.let("qtok", f"nvgpu.mbarrier.arrive {self.kept_empty}[{ir.v(0)}] : {self.mb(1)} -> "
+                               "!nvgpu.mbarrier.token")
+        s = [ir.let("s", f"llvm.extractvalue {acc}[{i}] : {self.s_t}") for i in range(self.ns)]
+        kv0 = ir.mul("%it", self.BC, "kv0")
+        s = self.masked(kv0, s)
+        ir.comment("online softmax (base 2): rows g (h = 0) and g + 8 (h = 1)")
+        m_new, l_new, alphas, pe = [], [], [], [None] * self.ns
+        for h in (0, 1):
+            idx = [4 * j + 2 * h + c for j in range(self.BC // 8) for c in (0, 1)]
+            mx = None
+            for i in idx:
+                mx = s[i] if mx is None else ir.fop("maxnumf", mx, s[i], "mx")
+            for off in (1, 2):
+                mx = ir.fop("maxnumf", mx, ir.shfl_xor(mx, off), "qm")
+            m_old, l_old = (f"%m{h}", f"%l{h}")
+            mn = ir.fop("maxnumf", m_old, ir.fop("mulf", mx, ir.f(self.c), "mxc"), "m_new")
+            alpha = ir.exp2(ir.fop("subf", m_old, mn, "dm"))
+            neg = ir.let("neg_m", f"arith.negf {mn} : f32")
+            tot = None
+            for i in idx:
+                e = ir.exp2(ir.fma(s[i], ir.f(self.c), neg, "sc"))
+                pe[i] = e
+                tot = e if tot is None else ir.fop("addf", tot, e, "rs")
+            l_new.append(ir.fma(l_old, alpha, tot, "l"))
+            m_new.append(mn)
+            alphas.append(alpha)
+        ir.comment("O *= alpha (per row), P to 16 bits: the register A fragments of O += P V")
+        o = "%o_acc"
+        for i in range(self.no):
+            h = (i // 2) % 2
+            x = ir.let("o", f"llvm.extractvalue {o}[{i}] : {self.o_t}")
+            o = ir.let("o_s", f"llvm.insertvalue {ir.fop('mulf', x, alphas[h], 'o_r')}, {o}[{i}] : {self.o_t}")
+        packed = [self.pack(pe[2 * i], pe[2 * i + 1]) for i in range(self.ns // 2)]
+        ir.emit("nvvm.wgmma.fence.aligned")
+        for kk in range(self.BC // 16):
+            frag = packed[4 * kk: 4 * kk + 4]
+            db = self.desc(ir.add(v_enc, kk * 16 * SWIZZLE // 16, "v_enc_k"), hi_v)
+            o = self.wgmma_rs(o, frag, db)
+        ir.emit("nvvm.wgmma.commit.group.sync.aligned")
+        ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
+        with ir.region(f"scf.if {lane0} {{"):
+            ir.let("tok", f"nvgpu.mbarrier.arrive {self.empty}[{ir.v(slot)}] : {self.mb(self.S)} -> "
+                          "!nvgpu.mbarrier.token")
+        ir.emit(f"scf.yield {', '.join(m_new + l_new + [o])} : f32, f32, f32, f32, {self.o_t}")
 
     # ------------------------------------------------------------------------------------------
     def masked(self, kv0, s):

@@ -385,6 +385,15 @@ HOPPER_BLOCK_FIXED_US = 7.5  # [FITTED] per block: Q and the first K/V tile at D
                              # 32x8x512x64 95/102 us, 16x12x1024x64 120/165, 8x16x2048x128 313/313) with the
                              # other constants held: per block 9.5, 6.5, 7.2 us; the model then says
                              # 83 / 154 / 318 us (-16%, +8%, +2% of the runs' means)
+HOPPER_PERSISTENT_FIXED_US = 5.9  # [FITTED] per work tile (query tile) of the persistent forward, and
+HOPPER_PERSISTENT_STEP_US = 0.37  # [FITTED] per K/V step of it.  Estimated 1.5 and 0.15 before the device run
+                             # (the per-block 7.5 above taken for launch, loads at DRAM latency and the causal
+                             # tail, which persistence hides: the model said 36/84/225 us).  Measured (session
+                             # 8, call 4, BF16 causal): 32x8x512x64 87 us, 16x12x1024x64 135, 8x16x2048x128
+                             # 326 (one block per tile: 84/143/320): persistence saved ~6% at T1024 only.
+                             # Least squares of both constants on those three (in sample): 75/147/323 us.
+                             # The per-step term is the serial S -> softmax -> P V chain of a warpgroup the
+                             # core's interleaving (two warpgroups) does not hide: FA3's in-warpgroup overlap
 HOPPER_TILE_FIXED_US = 0.15  # [EST] per streamed tile: a warpgroup's wgmma waits (S, then P V) and ring
                              # barriers not hidden by the other warpgroup; the mma.sync fit's per-tile figure
 HOPPER_ALU_PER_SCORE = 5     # FP32 ops per score: max, FMA (scale, -max), sum, half a cvt pack, mask select
@@ -422,14 +431,18 @@ def hopper_kernel_time(p: AttentionProblem, gpu: GPUModel, kt: KernelTile, vis: 
     t_dram = dram_bytes / gpu.dram_bw
     wgs = kt.consumer_warpgroups
     core = F.t_hopper_core(t_tc=t_tc, t_softmax=t_sfx, wgs=wgs)
-    blocks = kt.grid[0] * kt.grid[1]
+    if kt.persistent:     # the fixed cost is paid per work tile, the launch's once per CTA is in it
+        blocks, fixed = _cdiv(p.seq_q, kt.block_rows) * p.batch * p.heads, HOPPER_PERSISTENT_FIXED_US
+        step = HOPPER_PERSISTENT_STEP_US
+    else:
+        blocks, fixed, step = kt.grid[0] * kt.grid[1], HOPPER_BLOCK_FIXED_US, HOPPER_TILE_FIXED_US
     tiles = visited / (kt.block_rows * kt.block_cols)
     t = F.t_hopper(t_hopper_core=core, t_smem=t_smem, t_dram=t_dram, achieved=HOPPER_ACHIEVED,
-                   block_fixed=HOPPER_BLOCK_FIXED_US * 1e-6, blocks=blocks, tile_fixed=HOPPER_TILE_FIXED_US * 1e-6,
+                   block_fixed=fixed * 1e-6, blocks=blocks, tile_fixed=step * 1e-6,
                    tiles=tiles, sm_count=gpu.sm_count, blocks_per_sm=kt.blocks_per_sm)
     terms = {"tensor-core": t_tc, pipe: t_sfx, "chain/wgs": (t_tc + t_sfx) / wgs, "smem": t_smem,
              "dram": t_dram,
-             "blocks": (HOPPER_BLOCK_FIXED_US * blocks + HOPPER_TILE_FIXED_US * tiles) * 1e-6 / gpu.sm_count}
+             "blocks": (fixed * blocks + step * tiles) * 1e-6 / gpu.sm_count}
     return t, terms
 
 
@@ -468,7 +481,9 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float,
            f"{int(F.hopper_consumer_regs(entry_regs=F.hopper_entry_regs(regs_per_sm=gpu.regs_per_sm, wgs=3), producer_regs=HOPPER_PRODUCER_REGS, wgs=3))} "
            "registers per consumer thread, too few for S, P and O of a 128-key tile")
     rows = 64 * wgs
-    grid = (_cdiv(p.seq_q, rows), p.batch * p.heads, 1)
+    work = _cdiv(p.seq_q, rows) * p.batch * p.heads
+    persistent = hopper_persistent() and work > gpu.sm_count
+    grid = (int(gpu.sm_count), 1, 1) if persistent else (_cdiv(p.seq_q, rows), p.batch * p.heads, 1)
     eb = p.elem_bytes
     rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
     tried, best = [], None
@@ -490,7 +505,7 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float,
             continue
         kt = KernelTile("fwd", rows, bc, 4 * wgs, stages, 0, smem, entry, 1, grid, consumer_warpgroups=wgs,
                         producer_warps=4, smem_layout="swizzle128", producer_regs=HOPPER_PRODUCER_REGS,
-                        consumer_regs=cregs)
+                        consumer_regs=cregs, persistent=persistent)
         vis = visited_pairs(p, "fwd", rows, bc)
         t, terms = hopper_fwd_time(p, gpu, kt, vis)
         tried.append(f"{bc} keys: {t * 1e6:.1f} us")
@@ -512,9 +527,16 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float,
             f"{128 * (1 + wgs)} threads x {entry} at launch)", block_rows=rows, D=p.head_dim, elem_bytes=eb,
             stages=kt.stages, stage_bytes=stage, align=HOPPER_ALIGN)
     blocks = grid[0] * grid[1]
-    d.note("10 grid", f"{grid[0]} x {grid[1]}", f"query tiles x (batch x heads): {blocks} blocks, "
-           f"{_cdiv(blocks, int(gpu.sm_count))} wave(s) of {int(gpu.sm_count)}; causal: only the K/V tiles up to "
-           "the block's diagonal are loaded")
+    if persistent:
+        d.note("10 grid", f"{grid[0]} (persistent)", f"{work} work tiles (query tiles x batch x heads) > "
+               f"{int(gpu.sm_count)} SMs: one CTA per SM loops over tiles bx, bx + {grid[0]}, ... in decreasing "
+               "query-tile order (causal: the longest first), its K/V ring running on across tiles, so the next "
+               "tile's Q and first K/V load during this tile's last softmax and epilogue "
+               f"(NOVA_ATTENTION_PERSISTENT=0: a block per tile)")
+    else:
+        d.note("10 grid", f"{grid[0]} x {grid[1]}", f"query tiles x (batch x heads): {blocks} blocks, "
+               f"{_cdiv(blocks, int(gpu.sm_count))} wave(s) of {int(gpu.sm_count)}; causal: only the K/V tiles up "
+               "to the block's diagonal are loaded")
     d.note("10 fwd time (Hopper)", f"{t * 1e6:.1f} us", ", ".join(f"{k} {v * 1e6:.1f}" for k, v in terms.items())
            + f"; bound: {max((k for k in terms if k != 'blocks'), key=terms.get)}", F.t_hopper.text)
     if force:
@@ -684,6 +706,16 @@ def hopper_mode() -> str:
     if want not in HOPPER_MODES:
         raise AttentionProblemError(f"NOVA_ATTENTION_HOPPER={want!r}: choose one of {', '.join(HOPPER_MODES)}")
     return want
+
+
+def hopper_persistent() -> bool:
+    """``$NOVA_ATTENTION_PERSISTENT``: "1" (default) makes the Hopper forward persistent where it has
+    more work tiles than SMs (step 10), "0" keeps one block per query tile (A/B runs)."""
+    import os
+    want = os.environ.get("NOVA_ATTENTION_PERSISTENT", "1").strip()
+    if want not in ("0", "1"):
+        raise AttentionProblemError(f"NOVA_ATTENTION_PERSISTENT={want!r}: choose 1 (on) or 0 (off)")
+    return want == "1"
 
 
 def hopper_backward_enabled() -> bool:

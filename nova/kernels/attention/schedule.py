@@ -40,6 +40,7 @@ class KernelTile:
     smem_layout: str = "pad"        # "pad" | "swizzle128" (TMA)
     producer_regs: int = 0          # Hopper: setmaxnreg targets of the producer and consumer warpgroups
     consumer_regs: int = 0
+    persistent: bool = False        # Hopper forward: grid[0] CTAs (<= the SMs) each loop over query tiles
 
     @property
     def rows_per_warp(self) -> int:
@@ -59,6 +60,8 @@ class KernelTile:
         d["grid"] = list(self.grid)
         if not self.hopper:              # mma.sync tiles: the dict they always had
             del d["producer_regs"], d["consumer_regs"]
+        if not self.persistent:          # the dict (so the cache key) of every kernel before it
+            del d["persistent"]
         return d
 
     @classmethod
