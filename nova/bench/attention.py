@@ -5,7 +5,9 @@
 
 Timing: each candidate runs forward + backward; after warm-up, ``--iters`` calls are timed with CUDA
 events, and Nova is also timed by CUDA-graph replay (its launcher allocates nothing it cannot
-capture).  torch backends are tried one by one with ``torch.nn.attention.sdpa_kernel`` in the same
+capture): fwd+bwd and each of forward and backward alone (``*_graph_us``), the GPU's time without the
+Python launch path, which back-to-back event timing includes when it is slower than the kernels
+(session 8: a T512 forward "took" 75-144 us by events, by replay far less).  torch backends are tried one by one with ``torch.nn.attention.sdpa_kernel`` in the same
 process; a backend that refuses a dtype is reported as unsupported.
 """
 from __future__ import annotations
@@ -274,14 +276,22 @@ def _time_nova(row, q, k, v, do, iters):
     def nova_step():
         o, l_ = nova.attention(q, k, v, causal=True)
         buf["g"] = nova.attention_backward(do, q, k, v, o, l_, causal=True)
-    row["nova_fwd_us"] = event_time_us(lambda: nova.attention(q, k, v, causal=True), iters)
-    row["nova_bwd_us"] = event_time_us(lambda: nova.attention_backward(do, q, k, v, out, lse, causal=True), iters)
+    fwd = lambda: nova.attention(q, k, v, causal=True)
+    bwd = lambda: nova.attention_backward(do, q, k, v, out, lse, causal=True)
+
+    def both(tag):
+        row[f"nova_fwd{tag}_us"] = event_time_us(fwd, iters)
+        row[f"nova_bwd{tag}_us"] = event_time_us(bwd, iters)
+        for name, fn in (("fwd", fwd), ("bwd", bwd)):
+            try:
+                row[f"nova_{name}{tag}_graph_us"] = _time_graph(fn, iters)
+            except Exception as e:                           # report, do not hide
+                row[f"nova_{name}{tag}_graph_error"] = f"{type(e).__name__}: {e}"[:200]
+    both("")
     if q.dtype != torch.float32:         # the A/B: the mma.sync kernels of the same problem (issue 11)
         with hopper_mode("off"):
             nova.attention(q, k, v, causal=True)
-            row["nova_fwd_mma_sync_us"] = event_time_us(lambda: nova.attention(q, k, v, causal=True), iters)
-            row["nova_bwd_mma_sync_us"] = event_time_us(
-                lambda: nova.attention_backward(do, q, k, v, out, lse, causal=True), iters)
+            both("_mma_sync")
     row["nova_us"] = event_time_us(nova_step, iters)
     try:
         row["nova_graph_us"] = _time_graph(nova_step, iters)
@@ -333,8 +343,10 @@ def run(out_dir: str, dtypes, iters: int) -> int:
             r = bench_one(B, H, T, D, dt, iters)
             rows.append(r)
             ts = "  ".join(f"{n} {r.get(f'torch_{n}_us') or float('nan'):.0f}" for n in ("flash", "cudnn", "efficient", "math"))
-            print(f"{r['shape']:18s} {dt:5s} nova fwd {r['nova_fwd_us']:.0f} (mma.sync "
-                  f"{r.get('nova_fwd_mma_sync_us') or float('nan'):.0f}) fwd+bwd {r['nova_us']:.0f} "
+            g = lambda key: r.get(key) or float("nan")
+            print(f"{r['shape']:18s} {dt:5s} nova fwd {g('nova_fwd_graph_us'):.0f} bwd {g('nova_bwd_graph_us'):.0f} "
+                  f"(mma.sync {g('nova_fwd_mma_sync_graph_us'):.0f} / {g('nova_bwd_mma_sync_graph_us'):.0f}; graph "
+                  f"replay) fwd+bwd {r['nova_us']:.0f} "
                   f"(graph {r.get('nova_graph_us') or float('nan'):.0f}) us | torch {ts} | x{r['speedup_vs_best_torch'] or 0:.2f} "
                   f"vs best | err out {r['max_err_out']:.2e} dq {r['max_err_dq']:.2e} ({time.time() - t0:.0f}s)", flush=True)
     with open(os.path.join(out_dir, "attention_bench.json"), "w") as f:

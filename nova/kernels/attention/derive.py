@@ -385,15 +385,16 @@ HOPPER_BLOCK_FIXED_US = 7.5  # [FITTED] per block: Q and the first K/V tile at D
                              # 32x8x512x64 95/102 us, 16x12x1024x64 120/165, 8x16x2048x128 313/313) with the
                              # other constants held: per block 9.5, 6.5, 7.2 us; the model then says
                              # 83 / 154 / 318 us (-16%, +8%, +2% of the runs' means)
-HOPPER_PERSISTENT_FIXED_US = 5.9  # [FITTED] per work tile (query tile) of the persistent forward, and
-HOPPER_PERSISTENT_STEP_US = 0.37  # [FITTED] per K/V step of it.  Estimated 1.5 and 0.15 before the device run
-                             # (the per-block 7.5 above taken for launch, loads at DRAM latency and the causal
-                             # tail, which persistence hides: the model said 36/84/225 us).  Measured (session
-                             # 8, call 4, BF16 causal): 32x8x512x64 87 us, 16x12x1024x64 135, 8x16x2048x128
-                             # 326 (one block per tile: 84/143/320): persistence saved ~6% at T1024 only.
-                             # Least squares of both constants on those three (in sample): 75/147/323 us.
-                             # The per-step term is the serial S -> softmax -> P V chain of a warpgroup the
-                             # core's interleaving (two warpgroups) does not hide: FA3's in-warpgroup overlap
+HOPPER_PERSISTENT_FIXED_US = 0.0  # [FITTED] per work tile (query tile) of the persistent forward, and
+HOPPER_PERSISTENT_STEP_US = 1.03  # [FITTED] per K/V step of it.  Estimated 1.5 and 0.15 before the device run
+                             # (the model said 36/84/225 us).  Measured by CUDA-graph replay (session 8, call 6,
+                             # BF16 causal): 32x8x512x64 43 us, 16x12x1024x64 89, 8x16x2048x128 327 (the
+                             # mma.sync forward: 62/136/568).  A per-work-tile term does not fit them (least
+                             # squares with both constants makes it negative): the tile switch is hidden; one
+                             # per-step constant (in sample) gives 42/113/318 us (-3%, +27%, -3%).  What it
+                             # stands for: the serial S -> softmax -> P V chain of a warpgroup that the core's
+                             # interleaving of two does not hide.  (Call 4's event timings, 87/135/326, were
+                             # the Python launch path at D64, not the kernel: bench/NOTES.md, session 8.)
 HOPPER_TILE_FIXED_US = 0.15  # [EST] per streamed tile: a warpgroup's wgmma waits (S, then P V) and ring
                              # barriers not hidden by the other warpgroup; the mma.sync fit's per-tile figure
 HOPPER_ALU_PER_SCORE = 5     # FP32 ops per score: max, FMA (scale, -max), sum, half a cvt pack, mask select
