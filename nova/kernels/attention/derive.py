@@ -553,12 +553,14 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float,
 
 
 # ---- 11 ----------------------------------------------------------------------------------------
-HOPPER_BWD_PRODUCER_REGS = {"bwd_dkv": 32, "bwd_dq": 24}   # the producer warpgroup after setmaxnreg.dec: one TMA
-                                 # thread and (dK/dV) one warp writing LSE/D columns (24 spills that warp's loop in
-                                 # ptxas 13.0: 52 B at B2 H2 T200 D64; dQ has no such warp: FA3's 24).  The block
-                                 # holds 384 x 168 = 64512 registers from launch: producer x 128 + consumer x 256
-                                 # must fit in them, or setmaxnreg.inc waits forever (the first H200 run's hang:
-                                 # 32 x 128 + 240 x 256 = 65536).  dK/dV: 32 -> 232 consumer registers, dQ: 24 -> 240
+HOPPER_BWD_PRODUCER_REGS = {"bwd_dkv": (32, 24), "bwd_dq": (24,)}   # the producer warpgroup after setmaxnreg.dec:
+                                 # one TMA thread and (dK/dV) one warp writing LSE/D columns.  The block holds
+                                 # 384 x 168 = 64512 registers from launch: producer x 128 + consumer x 256 must fit
+                                 # in them, or setmaxnreg.inc waits forever (the first H200 run's hang: 32 x 128 +
+                                 # 240 x 256 = 65536).  dQ: 24 -> 240 consumer registers (FA3's).  dK/dV: 32 -> 232
+                                 # first (24 spilled the LSE/D warp's loop in ptxas 13.0: 52 B at B2 H2 T200 D64);
+                                 # 24 -> 240 where that lets the consumers hold a tile >= 3% faster by the model
+                                 # (D128: 64-row query tiles instead of 32; ptxas: no spills there)
 HOPPER_BWD_SETMAXNREG_MAX = 240  # FA3's backward: 240 (with a 24-register producer)
 HOPPER_BWD_REG_OVERHEAD = 32     # [FITTED] consumer registers beyond the output accumulators (D/2 each), S and
                                  # dP (N/2 each, both live when their wgmmas complete) and the 16-bit P/dS pairs
@@ -608,7 +610,6 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
         return None, [note(f"{tag} path", "mma.sync", f"{role} stays on mma.sync + cp.async: {why}")]
     d = Derivation()
     wgs = HOPPER_WGS
-    prod = HOPPER_BWD_PRODUCER_REGS[role]
     if role == "bwd_dkv":
         d.note(f"{tag} instruction", f"wgmma m64nNk16 x2 + m64n{p.head_dim}k16 x2",
                "per key block (64 keys per consumer warpgroup) and streamed query tile (N rows): S^T = K Q^T and "
@@ -622,22 +623,20 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
                "dP = dO V^T (smem x smem), dQ += dS K with dS from registers and K MN-major; a separate pass, not "
                "FP32 atomics from the dK/dV kernel (step 8's reasons: deterministic, no scratch, no conversion)")
     entry = int(F.hopper_entry_regs(regs_per_sm=gpu.regs_per_sm, wgs=wgs))
-    cregs = d.apply(f"{tag} consumer registers", F.hopper_consumer_regs,
-                    f"setmaxnreg: the producer warpgroup keeps {prod}, {wgs} consumer warpgroups share the rest "
-                    f"of the block's registers at launch ({128 * (1 + wgs)} threads x {entry}: setmaxnreg.inc waits for "
-                    f"registers the block does not hold, forever; at most {HOPPER_BWD_SETMAXNREG_MAX})",
-                    post=lambda v: int(min(v, HOPPER_BWD_SETMAXNREG_MAX)), entry_regs=entry,
-                    producer_regs=prod, wgs=wgs)
     rows = 64 * wgs
     grid = _grid(p, role, rows)
     eb = p.elem_bytes
     rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
     outs = 2 if role == "bwd_dkv" else 1
     tried, best = [], None
-    for bc in HOPPER_BWD_TILES[role]:
+    prods = HOPPER_BWD_PRODUCER_REGS[role]
+    for prod, bc in ((pr, bc) for pr in prods for bc in HOPPER_BWD_TILES[role]):
+        cregs = int(min(F.hopper_consumer_regs(entry_regs=entry, producer_regs=prod, wgs=wgs),
+                        HOPPER_BWD_SETMAXNREG_MAX))
         regs = F.hopper_bwd_regs(outs=outs, D=p.head_dim, block_cols=bc, overhead=HOPPER_BWD_REG_OVERHEAD)
+        name = f"{bc} rows" + (f" ({prod}/{cregs})" if len(prods) > 1 else "")
         if regs > cregs:
-            tried.append(f"{bc} rows: {regs:.0f} regs")
+            tried.append(f"{name}: {regs:.0f} regs")
             continue
         vec = 8 * bc if role == "bwd_dkv" else 0
         stage = 2 * bc * p.head_dim * eb + vec
@@ -648,19 +647,28 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
         stages = max(2, min(want, cap, 4))
         smem = smem_plan_hopper_bwd(p, role, rows, bc, stages)["total"]
         if smem > gpu.smem_per_block or cap < 2:
-            tried.append(f"{bc} rows: smem {smem}")
+            tried.append(f"{name}: smem {smem}")
             continue
         kt = KernelTile(role, rows, bc, 4 * wgs, stages, 0, smem, entry, 1, grid, consumer_warpgroups=wgs,
                         producer_warps=4, smem_layout="swizzle128", producer_regs=prod, consumer_regs=cregs)
         vis = visited_pairs(p, role, rows, bc)
         t, terms = hopper_bwd_time(p, gpu, role, kt, vis)
-        tried.append(f"{bc} rows: {t * 1e6:.1f} us")
+        tried.append(f"{name}: {t * 1e6:.1f} us")
         if best is None or t < best[0] * 0.97:
             best = (t, kt, want, cap, stage, t_tile, terms, vec)
     if best is None:
         d.note(f"{tag} path", "mma.sync", f"no Hopper tile fits ({'; '.join(tried)})")
         return None, d.steps
     t, kt, want, cap, stage, t_tile, terms, vec = best
+    prod, cregs = kt.producer_regs, kt.consumer_regs
+    d.apply(f"{tag} consumer registers", F.hopper_consumer_regs,
+            f"setmaxnreg: the producer warpgroup keeps {prod}"
+            + (f" (of {', '.join(map(str, prods))}: the fastest tile's, fewer only if >= 3% faster)" if len(prods) > 1
+               else "")
+            + f", {wgs} consumer warpgroups share the rest of the block's registers at launch ({128 * (1 + wgs)} "
+            f"threads x {entry}: setmaxnreg.inc waits for registers the block does not hold, forever; at most "
+            f"{HOPPER_BWD_SETMAXNREG_MAX})",
+            post=lambda v: int(min(v, HOPPER_BWD_SETMAXNREG_MAX)), entry_regs=entry, producer_regs=prod, wgs=wgs)
     d.apply(f"{tag} registers", F.hopper_bwd_regs, f"per consumer thread: {'dK and dV' if outs == 2 else 'dQ'} "
             f"(D/2 FP32 each), S and dP (N/2 FP32 each, both live when their wgmmas complete), the packed "
             f"{'P/dS' if outs == 2 else 'dS'} pairs in flight (N/8 each) + {HOPPER_BWD_REG_OVERHEAD} [FITTED to "
