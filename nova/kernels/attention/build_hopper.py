@@ -241,6 +241,16 @@ class HopperAttentionKernel:
         self.t = ir.rem(self.lane, 4, "t")
         return ir.cmp("eq", self.lane, 0, "lane0")
 
+    def finish_step(self, lane0, slot):
+        """The end of a consumer's ring step: commit the register-A products and wait for them, then
+        lane 0 of each warp releases ``slot`` (its tiles read) on the empty barrier."""
+        ir = self.ir
+        ir.emit("nvvm.wgmma.commit.group.sync.aligned")
+        ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
+        with ir.region(f"scf.if {lane0} {{"):
+            ir.let("tok", f"nvgpu.mbarrier.arrive {self.empty}[{ir.v(slot)}] : {self.mb(self.S)} -> "
+                          "!nvgpu.mbarrier.token")
+
     def descriptor_hi(self, name: str, lbo: int) -> str:
         """Bits 16-63 of a 128B-swizzled wgmma descriptor as an i64 constant: LBO ``lbo`` bytes (unused
         K-major: 16), SBO 1024 bytes between 8-row groups, swizzle mode 1 (128 B) in bits 62-63."""
@@ -526,11 +536,7 @@ class _HopperFwd(HopperAttentionKernel):
             frag = packed[4 * kk: 4 * kk + 4]
             db = self.desc(ir.add(v_enc, kk * 16 * SWIZZLE // 16, "v_enc_k"), hi_v)
             o = self.wgmma_rs(o, frag, db)
-        ir.emit("nvvm.wgmma.commit.group.sync.aligned")
-        ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
-        with ir.region(f"scf.if {lane0} {{"):
-            ir.let("tok", f"nvgpu.mbarrier.arrive {self.empty}[{ir.v(slot)}] : {self.mb(self.S)} -> "
-                          "!nvgpu.mbarrier.token")
+        self.finish_step(lane0, slot)
         ir.emit(f"scf.yield {', '.join(m_new + l_new + [o])} : f32, f32, f32, f32, {self.o_t}")
 
     # ------------------------------------------------------------------------------------------

@@ -427,11 +427,7 @@ class _HopperBwd(HopperAttentionKernel):
             else:
                 ir.comment("dQ += dS K (A from registers, B MN-major)")
                 acc[0] = self.gemm_rs(acc[0], ds, b_enc0, hi_mn)
-            ir.emit("nvvm.wgmma.commit.group.sync.aligned")
-            ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
-            with ir.region(f"scf.if {lane0} {{"):
-                ir.let("tok", f"nvgpu.mbarrier.arrive {self.empty}[{ir.v(slot)}] : {self.mb(self.S)} -> "
-                              "!nvgpu.mbarrier.token")
+            self.finish_step(lane0, slot)
             ir.emit(f"scf.yield {', '.join(acc)} : {', '.join([self.o_t] * nacc)}")
         self.heartbeat(19, lane0)
         self.epilogue([f"{res}#{i}" for i in range(nacc)])
