@@ -413,13 +413,15 @@ def hopper_blocker(p: AttentionProblem, gpu: GPUModel) -> str:
 
 def hopper_kernel_time(p: AttentionProblem, gpu: GPUModel, kt: KernelTile, vis: int, *, gemms: int,
                        alu_per_score: float, kept_tiles: int, streamed_tiles: int, dram_bytes: int,
-                       pipe: str) -> tuple[float, dict]:
+                       pipe: str, achieved: float = HOPPER_ACHIEVED,
+                       block_fixed_us: float = HOPPER_BLOCK_FIXED_US) -> tuple[float, dict]:
     """The model of a Hopper attention kernel (steps 10 and 11): within a consumer warpgroup the
     score-shaped wgmmas, the elementwise pass (``pipe``: MUFU ex2 + ``alu_per_score`` FP32 ops per
     score) and the register-A wgmmas run in sequence; ``wgs`` warpgroups interleave, so the SM is
     bound by the tensor core (``gemms`` matmuls of a score tile's size), by the elementwise pipes, by
     one warpgroup's chain / wgs, by shared memory (per 64 x BC scores of a warpgroup: ``kept_tiles``
-    64-row tiles and ``streamed_tiles`` BC-row tiles of D elements) or by DRAM (``dram_bytes``)."""
+    64-row tiles and ``streamed_tiles`` BC-row tiles of D elements) or by DRAM (``dram_bytes``);
+    ``achieved`` and ``block_fixed_us``: the fitted share of that bound and cost per block."""
     rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
     visited = vis * p.batch * p.heads
     clk = gpu.sm_count * gpu.clock_hz
@@ -436,9 +438,9 @@ def hopper_kernel_time(p: AttentionProblem, gpu: GPUModel, kt: KernelTile, vis: 
         blocks, fixed = _cdiv(p.seq_q, kt.block_rows) * p.batch * p.heads, HOPPER_PERSISTENT_FIXED_US
         step = HOPPER_PERSISTENT_STEP_US
     else:
-        blocks, fixed, step = kt.grid[0] * kt.grid[1], HOPPER_BLOCK_FIXED_US, HOPPER_TILE_FIXED_US
+        blocks, fixed, step = kt.grid[0] * kt.grid[1], block_fixed_us, HOPPER_TILE_FIXED_US
     tiles = visited / (kt.block_rows * kt.block_cols)
-    t = F.t_hopper(t_hopper_core=core, t_smem=t_smem, t_dram=t_dram, achieved=HOPPER_ACHIEVED,
+    t = F.t_hopper(t_hopper_core=core, t_smem=t_smem, t_dram=t_dram, achieved=achieved,
                    block_fixed=fixed * 1e-6, blocks=blocks, tile_fixed=step * 1e-6,
                    tiles=tiles, sm_count=gpu.sm_count, blocks_per_sm=kt.blocks_per_sm)
     terms = {"tensor-core": t_tc, pipe: t_sfx, "chain/wgs": (t_tc + t_sfx) / wgs, "smem": t_smem,
@@ -561,6 +563,12 @@ HOPPER_BWD_PRODUCER_REGS = {"bwd_dkv": (32, 24), "bwd_dq": (24,)}   # the produc
                                  # first (24 spilled the LSE/D warp's loop in ptxas 13.0: 52 B at B2 H2 T200 D64);
                                  # 24 -> 240 where that lets the consumers hold a tile >= 3% faster by the model
                                  # (D128: 64-row query tiles instead of 32; ptxas: no spills there)
+HOPPER_BWD_ACHIEVED = 0.70       # [FITTED] share of the binding pipe the wgmma dK/dV and dQ sustain, and
+HOPPER_BWD_BLOCK_FIXED_US = 4.0  # [FITTED] their cost per block.  Until session 8 they used the forward's 0.81 and
+                                 # 7.5 us (fitted to event timings that were the launch path at D64): +34/+47%
+                                 # at 32x8x512x64, +1/+28% at 16x12x1024x64, -4/+7% at 8x16x2048x128 (dK/dV/dQ)
+                                 # against CUPTI's kernel times (call 10, BF16 causal: 83/59, 173/117, 542/384
+                                 # us).  Least squares of both on those six (in sample): +12/+9%, -14/+2%, -2/+5%
 HOPPER_BWD_SETMAXNREG_MAX = 240  # FA3's backward: 240 (with a 24-register producer)
 HOPPER_BWD_REG_OVERHEAD = 32     # [FITTED] consumer registers beyond the output accumulators (D/2 each), S and
                                  # dP (N/2 each, both live when their wgmmas complete) and the 16-bit P/dS pairs
@@ -597,7 +605,7 @@ def hopper_bwd_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTil
                               alu_per_score=HOPPER_BWD_ALU_PER_SCORE[role], kept_tiles=2,
                               streamed_tiles=HOPPER_BWD_SMEM_TILES[role],
                               dram_bytes={"bwd_dq": p.fwd_bytes + p.fwd_bytes // 2, "bwd_dkv": p.bwd_bytes}[role],
-                              pipe="elementwise")
+                              pipe="elementwise", achieved=HOPPER_BWD_ACHIEVED, block_fixed_us=HOPPER_BWD_BLOCK_FIXED_US)
 
 
 def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us: float, force: bool = False):
