@@ -2,7 +2,8 @@
 # Host (MLIR, no GPU): every kernel of `bench/issue12_device.sh`'s stages into one cache directory —
 # the GPU tests' kernels (runtime, executor, attention: each test file prints its precompile
 # commands), the GPT training steps (compile tests, train stage), the training-GEMM suite and the
-# attention benchmark.  Idempotent: kernels already in the cache are skipped.
+# attention benchmark.  Idempotent: kernels already in the cache are skipped; stale ones (an older
+# kernel ABI) are pruned at the end.
 #   bash bench/build_session_cache.sh                 # -> .nova-cache/ (carry it: `run --carry .nova-cache`)
 #   PARTS="tests attention" bash bench/build_session_cache.sh
 set -euo pipefail
@@ -22,4 +23,5 @@ for part in ${PARTS:-tests attention train suite}; do
              --cache-dir "$NOVA_CACHE_DIR" | tail -n 1 ;;
   esac
 done
+nova cache prune --cache-dir "$NOVA_CACHE_DIR" | tail -n 1     # an ABI bump's stale generation: the carry is 64 MiB
 du -sh "$NOVA_CACHE_DIR"

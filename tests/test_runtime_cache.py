@@ -638,3 +638,38 @@ def test_other_context_is_restored(fake_cu):
     assert dev.make_current() is None                        # already current: no call, nothing to restore
     driver.restore_context(previous)
     assert int(fake_cu.state["current"]) == 0x9999
+
+
+# --------------------------------------------------------------------------- prune
+def test_prune_removes_what_no_key_of_todays_code_reaches(cache, monkeypatch):
+    """A GEMM and an attention kernel stored under today's keys stay; a kernel ABI bump makes that
+    family's entries stale (never looked up again) and prune deletes them, the other family's stay;
+    an entry under a key nothing computes and a corrupt one go too; --dry-run deletes nothing."""
+    from nova.configurator import configure
+    from nova.kernels.attention import compile as attention_compile
+    from nova.kernels.attention.derive import configure_attention
+    from nova.kernels.attention.problem import AttentionProblem
+    gp = GemmProblem(512, 256, 128)
+    gs = configure(gp, "h200").schedule
+    gemm_key = kernel_key(gp, gs, H200)
+    cache.put(gemm_key, dataclasses.replace(make_artifact(), meta={"problem": gp.to_dict(), "schedule": gs.to_dict()}),
+              summary_line(gp, H200))
+    ap = AttentionProblem(2, 4, 300, 300, 64, causal=True, dtype="bf16")
+    sched = configure_attention(ap, "h200").schedule
+    attn_key = attention_compile.attention_key(ap, sched, "fwd", H200)
+    cache.put(attn_key, dataclasses.replace(make_artifact(), name="nova_attn_fwd", meta={
+        "problem": ap.for_role("fwd").to_dict(), "schedule": sched.to_dict(), "role": "fwd"}), "attention fwd")
+    assert cache.prune() == [] and len(cache.entries()) == 2
+    cache.put("ee" + "1" * 62, dataclasses.replace(make_artifact(), meta={"problem": gp.to_dict(),
+                                                                          "schedule": gs.to_dict()}), "orphan")
+    bad = cache.put("ff" + "2" * 62, make_artifact(), "corrupt")
+    bad.write_text(bad.read_text().replace("nova_gemm", "nova_gemx"))
+    assert sorted(e.summary for e in cache.prune(dry_run=True)) == ["corrupt", "orphan"] and len(cache.entries()) == 4
+    assert sorted(e.summary for e in cache.prune()) == ["corrupt", "orphan"]
+    with monkeypatch.context() as m:
+        m.setattr(attention_compile, "ATTN_ABI", attention_compile.ATTN_ABI + 1)
+        assert [e.key for e in cache.prune()] == [attn_key]
+    with monkeypatch.context() as m:
+        m.setattr(cache_mod, "CODEGEN_ABI", cache_mod.CODEGEN_ABI + 1)
+        assert [e.key for e in cache.prune()] == [gemm_key]
+    assert cache.entries() == []

@@ -192,8 +192,12 @@ def run_precompile(args) -> int:
 
 # --------------------------------------------------------------------------- nova cache
 def add_cache(sub) -> None:
-    p = sub.add_parser("cache", help="list, clear or locate the kernel cache")
-    p.add_argument("action", choices=["list", "clear", "path"])
+    p = sub.add_parser("cache", help="list, prune, clear or locate the kernel cache",
+                       description="list: every kernel; prune: delete the ones this Nova would never look up "
+                                   "(corrupt, or built by an older Nova, toolchain or kernel ABI); clear: delete "
+                                   "all; path: the directory.")
+    p.add_argument("action", choices=["list", "prune", "clear", "path"])
+    p.add_argument("--dry-run", action="store_true", help="prune: list what would be deleted, delete nothing")
     p.add_argument("--cache-dir", default=None, help="cache directory (default: NOVA_CACHE_DIR or ~/.cache/nova)")
     p.set_defaults(run=run_cache)
 
@@ -204,6 +208,13 @@ def run_cache(args) -> int:
         print(cache.root)
     elif args.action == "clear":
         print(f"removed {cache.clear()} kernels from {cache.root}")
+    elif args.action == "prune":
+        gone = cache.prune(dry_run=args.dry_run)
+        for e in gone:
+            print(f"{e.key[:12]}  {e.size / 1024:8.1f} KB  {'stale' if e.valid else 'CORRUPT':9s}  {e.summary}")
+        left = len(cache.entries())
+        print(f"{'would remove' if args.dry_run else 'removed'} {len(gone)} kernels "
+              f"({sum(e.size for e in gone) / 2**20:.1f} MB) from {cache.root}; {left} kept")
     else:
         entries = cache.entries()
         for e in entries:

@@ -76,6 +76,20 @@ def key_payload(problem: dict, schedule: dict, target_name: str, target_arch: st
             "nova": nova.__version__, "toolchain": CODEGEN_TOOLCHAIN, "abi": CODEGEN_ABI}
 
 
+def current_keys(entry: dict) -> set[str]:
+    """The keys today's code would give a cache entry's own problem and schedule, on every known target
+    (entries do not name theirs): an entry stored under none of them is stale, left by an older
+    Nova, toolchain or kernel ABI, and is never looked up again (``KernelCache.prune``)."""
+    from nova.hwmodel.presets import PRESETS
+    meta = entry["meta"]
+    targets = {(t.name, t.arch) for t in PRESETS.values()}
+    if str(entry.get("name", "")).startswith("nova_attn"):
+        from nova.kernels.attention.compile import entry_key
+        return {entry_key(entry, name, arch) for name, arch in targets}
+    return {hashlib.sha256(canonical_json(key_payload(meta["problem"], meta["schedule"], name, arch)).encode())
+            .hexdigest() for name, arch in targets}
+
+
 def kernel_key(problem, schedule, target) -> str:
     """sha256 hex of the canonical payload; ``target`` is anything with ``.name`` and ``.arch``."""
     payload = key_payload(problem.to_dict(), schedule.to_dict(), target.name, target.arch)
@@ -188,6 +202,27 @@ class KernelCache:
                 size = 0
             out.append(CacheEntry(key, summary, path, size, valid, has_cubin))
         return sorted(out, key=lambda e: (e.summary, e.key))
+
+    def prune(self, dry_run: bool = False) -> list[CacheEntry]:
+        """Delete (unless ``dry_run``) the entries today's code would never look up: corrupt ones and
+        stale ones (``current_keys``: built by an older Nova, toolchain or kernel ABI; each ABI bump
+        leaves a generation of them).  Returns what was (or would be) removed."""
+        gone = []
+        for e in self.entries():
+            stale = not e.valid
+            if not stale:
+                try:
+                    stale = e.key not in current_keys(json.loads(e.path.read_bytes().decode("utf-8")))
+                except (OSError, ValueError, KeyError, TypeError):
+                    stale = True
+            if stale:
+                gone.append(e)
+                if not dry_run:
+                    try:
+                        e.path.unlink()
+                    except FileNotFoundError:
+                        pass
+        return gone
 
     def clear(self) -> int:
         """Delete every entry (and stray temp files); returns how many entries were removed."""

@@ -30,11 +30,22 @@ ATTN_ABI = 8            # bump when the kernels' arguments, layouts or generated
 
 
 def attention_key(problem, schedule, role: str, target) -> str:
+    return _key(role, problem.for_role(role).to_dict(), schedule.to_dict(), target.name, target.arch)
+
+
+def _key(role: str, problem: dict, schedule: dict, target_name: str, target_arch: str) -> str:
     from nova.runtime.cache import CODEGEN_TOOLCHAIN, canonical_json
-    payload = {"op": "attention", "role": role, "problem": problem.for_role(role).to_dict(),
-               "schedule": schedule.to_dict(), "target": {"name": target.name, "arch": target.arch}, "nova": nova.__version__,
+    payload = {"op": "attention", "role": role, "problem": problem, "schedule": schedule,
+               "target": {"name": target_name, "arch": target_arch}, "nova": nova.__version__,
                "toolchain": CODEGEN_TOOLCHAIN, "abi": ATTN_ABI}
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
+def entry_key(entry: dict, target_name: str, target_arch: str) -> str:
+    """The key today's code gives a cached attention kernel's own problem, schedule and role on that
+    target (``nova cache prune``: an entry whose file is not named so is never looked up again)."""
+    meta = entry["meta"]
+    return _key(meta["role"], meta["problem"], meta["schedule"], target_name, target_arch)
 
 
 def summary(problem, role: str, target) -> str:
