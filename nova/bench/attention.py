@@ -38,6 +38,7 @@ GPU_TEST_CASES = (
     (1, 3, 1, 300, 300, 128, True, "fp16"),       # GQA (multi-query)
     (1, 2, 2, 50, 190, 64, True, "fp16"),         # Tq != Tk
     (1, 2, 2, 190, 50, 128, False, "bf16"),
+    (3, 16, 4, 700, 1000, 64, True, "bf16"),      # GQA, Tq != Tk, 288 work tiles: the persistent forward
 )
 MEMORY_CASE = (1, 2, 2, 2048, 2048, 64, True, "bf16")
 # 16-bit problems on which the GPU tests compare Nova's error with torch's flash kernel's (issue 11's
@@ -63,6 +64,7 @@ STRIDED_GPU_CASES = (
     (2, 2, 2, 100, 100, 128, True, "fp16", "fused"),
     (1, 4, 2, 50, 190, 64, True, "tf32", "separate"),    # GQA, Tq != Tk
     (1, 3, 3, 70, 70, 64, False, "bf16", "padded"),       # strides the kernels cannot address: copies
+    (4, 12, 12, 600, 600, 64, True, "bf16", "fused"),     # 240 work tiles: the persistent forward, in place
 )
 TORCH_DTYPE = {"tf32": "float32", "3xtf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 

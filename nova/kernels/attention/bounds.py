@@ -234,10 +234,11 @@ class _Eval:
             val = _BIN[op](self(ops[0]), self(ops[1]))
         elif op in ("arith.divui", "arith.remui", "arith.divsi", "arith.remsi"):
             a, b = self(ops[0]), self(ops[1])
-            if op.startswith("arith.div"):
-                val = a // b if op.endswith("ui") else np.trunc(np.asarray(a) / b).astype(np.int64)
-            else:
-                val = a % b if op.endswith("ui") else np.fmod(a, b)
+            with np.errstate(divide="ignore", invalid="ignore"):   # / 0 only where a loop runs no iteration
+                if op.startswith("arith.div"):
+                    val = a // b if op.endswith("ui") else np.trunc(np.asarray(a) / b).astype(np.int64)
+                else:
+                    val = a % b if op.endswith("ui") else np.fmod(a, b)
             if op.endswith("ui"):       # a negative operand is a huge unsigned value: poison (out of any bounds)
                 val = np.where(np.asarray(a) < 0, POISON, val)
         elif op == "arith.cmpi":
