@@ -384,7 +384,10 @@ HOPPER_BLOCK_FIXED_US = 7.5  # [FITTED] per block: Q and the first K/V tile at D
                              # run; fitted to the forward's H200 times (session 7 calls 1 and 3, BF16 causal:
                              # 32x8x512x64 95/102 us, 16x12x1024x64 120/165, 8x16x2048x128 313/313) with the
                              # other constants held: per block 9.5, 6.5, 7.2 us; the model then says
-                             # 83 / 154 / 318 us (-16%, +8%, +2% of the runs' means)
+                             # 83 / 154 / 318 us (-16%, +8%, +2% of the runs' means).  Those D64 times were
+                             # CUDA events around Python calls, i.e. partly the launch path (session 8), so
+                             # this over-prices short blocks; since session 8 it prices only the forward with
+                             # a block per query tile (work tiles <= SMs, or NOVA_ATTENTION_PERSISTENT=0)
 HOPPER_PERSISTENT_FIXED_US = 0.0  # [FITTED] per work tile (query tile) of the persistent forward, and
 HOPPER_PERSISTENT_STEP_US = 1.03  # [FITTED] per K/V step of it.  Estimated 1.5 and 0.15 before the device run
                              # (the model said 36/84/225 us).  Measured by CUDA-graph replay (session 8, call 6,
