@@ -7,16 +7,20 @@ output dtype and the natural-log LSE ``[B*H*Tq]`` FP32, exactly as the mma.sync 
 
 Design (every number comes from ``schedule.fwd``; ``derive.py`` explains them):
 
-* **Grid and roles.**  One CTA per (query tile of ``block_rows`` = 64 x C rows, batch x head);
-  ``1 + C`` warpgroups of 128 threads.  Warpgroup 0 is the producer (``setmaxnreg.dec`` to
+* **Grid and roles.**  One CTA per (query tile of ``block_rows`` = 64 x C rows, batch x head), or,
+  ``fwd.persistent`` (more such work tiles than SMs), ``grid[0]`` CTAs that each loop over work
+  tiles bx, bx + grid, ... in decreasing query-tile order (causal: the longest first); ``1 + C``
+  warpgroups of 128 threads.  Warpgroup 0 is the producer (``setmaxnreg.dec`` to
   ``producer_regs``; one thread issues every TMA load), warpgroups 1..C are consumers
   (``setmaxnreg.inc`` to ``consumer_regs``), each owning 64 query rows.
 * **Operands.**  q, k, v are read through 4-D tensor maps ``(D, T, H, B)`` with the operands' own
   strides (a strided view needs no copy), boxes ``[1, 1, rows, 64]`` (128 bytes of the head dim,
   128-byte swizzle; D = 128 is two boxes side by side).  TMA zero-fills rows past T.
-* **Q** is loaded once (barrier ``q_full``).  **K and V** stream through a ``stages``-deep ring:
-  ``full[s]`` (arrival + K and V transaction bytes), ``empty[s]`` (one arrival per consumer warp
-  after its wgmmas on the slot completed).
+* **Q** is loaded once per work tile (barrier ``q_full``; persistent: ``q_empty`` frees its buffer
+  after the tile's last S = QK^T, so the next tile's Q loads during this one's last softmax and
+  epilogue).  **K and V** stream through a ``stages``-deep ring: ``full[s]`` (arrival + K and V
+  transaction bytes), ``empty[s]`` (one arrival per consumer warp after its wgmmas on the slot
+  completed); persistent, the ring runs on across tiles (its position carried modulo 2 x stages).
 * **S = Q K^T**: ``wgmma.m64n{BC}k16`` with both operands in shared memory, K-major over D
   (descriptor layout 128B swizzle, SBO 1024 B, k-steps of 32 bytes inside a box).
 * **Online softmax** on the accumulator fragment: thread (warp w, lane g*4+t) holds rows
@@ -327,11 +331,11 @@ class HopperAttentionKernel:
 
 
 class _HopperFwd(HopperAttentionKernel):
+    """The forward: ``setup`` (barriers; persistent: this CTA's tile count), then per work tile
+    (``tiles``) the producer's TMA loads and the consumers' S, softmax, P V loop and epilogue."""
     def __init__(self, p: AttentionProblem, s: AttentionSchedule):
         super().__init__(p, s, s.fwd)
         self.plan = smem_plan_hopper(p, self.BR, self.BC, self.S)
-
-    # ---- types
 
     # ------------------------------------------------------------------------------------------
     def build(self) -> str:
