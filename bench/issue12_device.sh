@@ -7,7 +7,9 @@
 #   STAGES="tests suite oracle train" bash bench/issue12_device.sh
 # Stages: tests suite oracle layouts profile trainprofile train (FRAMEWORKS, MODEL, BATCH), trainalt (Nova
 # under ALT_ENV, default NOVA_ATTENTION_PRECISION=tf32, beside the train stage's eager run or EAGER_FROM),
-# attention (GPU tests + benchmark, ATTN_DTYPES), clusters (bench/suites/cluster_probe.json under
+# attention (GPU tests + benchmark, ATTN_DTYPES), kerneltimes (each attention kernel's CUPTI time against
+# its prediction, bench/probes/attention_kernel_times.py, under NOVA_ATTENTION_HOPPER = each of KT_MODES,
+# default "auto force off"), clusters (bench/suites/cluster_probe.json under
 # NOVA_CLUSTER = each of CLUSTERS, "none" = the configurator's pick; CLUSTER_SUITE), batched
 # (bench/suites/batched_gemms.json: Nova vs torch.bmm vs XLA), sanitizer (every GPU test file of SAN_TESTS
 # under each compute-sanitizer tool of SAN_TOOLS, default memcheck racecheck synccheck initcheck, SAN_S each;
@@ -58,6 +60,9 @@ for stage in $STAGES; do
                 python3 -m pytest -m gpu ${SAN_TESTS:-tests/test_runtime_gpu.py tests/test_attention_gpu.py} ${SAN_K:+-k "$SAN_K"} -q -p no:cacheprovider \
                 > "$RES/sanitizer-$tool.txt" 2>&1; echo "exit $?" >> "$RES/sanitizer-$tool.txt"
               grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed|^exit" "$RES/sanitizer-$tool.txt" | tee -a "$RES/log.txt"; done ;;
+    kerneltimes) for m in ${KT_MODES:-auto force off}; do
+              NOVA_ATTENTION_HOPPER=$m timeout ${KT_S:-90} python3 bench/probes/attention_kernel_times.py \
+                "$RES/kernel_times_$m.json" 2>&1 | grep "^B" | tee -a "$RES/log.txt"; done ;;
     probe)  timeout ${PROBE_S:-120} bash -c "${PROBE:-true}" 2>&1 | tail -n ${PROBE_LINES:-80} | tee "$RES/probe.txt" >> "$RES/log.txt" ;;
     train)  timeout ${TRAIN_S:-240} python3 -m nova.bench.train --all --frameworks ${FRAMEWORKS:-eager,nova} --model ${MODEL:-gpt42m} --batch ${BATCH:-32} \
               --out "$RES/train" --timeout 110 2>&1 | tail -n 30 >> "$RES/log.txt" ;;
