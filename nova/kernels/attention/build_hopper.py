@@ -167,18 +167,13 @@ class HopperAttentionKernel:
         as consumers (each kernel's ``producer`` and ``consumer``)."""
         ir = self.ir
         self.setup()
-        is_prod = ir.cmp("eq", self.wg, 0, "is_producer")
-        ir.emit(f"scf.if {is_prod} {{")
-        with ir.scope():
-            self.producer()
-        with ir.region("} else {", close="}"):
-            self.consumer()
+        ir.if_else(ir.cmp("eq", self.wg, 0, "is_producer"), self.producer, self.consumer)
 
     def thread_ids(self, tensor_rows: dict):
         """The operands' tensor maps (``%tmap_<name>``, boxes of ``rows`` rows), the thread's id,
         warpgroup and lane, the block's ids."""
         ir = self.ir
-        self.tm = {}
+        self.tm, self.tm_rows = {}, dict(tensor_rows)
         for n, rows in tensor_rows.items():
             self.tm[n] = ir.let(f"tm_{n}", f"builtin.unrealized_conversion_cast %tmap_{n} : !llvm.ptr to "
                                            f"{self.tm_type(rows)}")
@@ -187,6 +182,19 @@ class HopperAttentionKernel:
         self.lane = ir.rem(self.tid, 32, "lane")
         self.bx = ir.let("bx", "gpu.block_id x")
         self.by = ir.let("by", "gpu.block_id y")
+
+    def load(self, name, bar, off, t0, head, nbar):
+        """TMA-load operand ``name``'s tile (its D/64 boxes of ``tm_rows[name]`` rows x 128 bytes) from
+        row ``t0`` of head ``head`` (batch ``self.b``) to byte ``off`` of dynamic smem, completing on
+        ``bar`` (an mbarrier of a group of ``nbar``)."""
+        ir = self.ir
+        rows = self.tm_rows[name]
+        for i in range(self.nbox):
+            view = ir.let(f"box_{name}", f"memref.view {self.dsm}[{ir.v(ir.add(off, i * rows * SWIZZLE))}][] "
+                                         f": memref<?xi8, {SMEM}> to {self.box_type(rows)}")
+            coords = ", ".join(ir.v(c) for c in (i * self.bcols, t0, head, self.b))
+            ir.emit(f"nvgpu.tma.async.load {self.tm[name]}[{coords}], {bar} to {view} : "
+                    f"{self.tm_type(rows)}, {self.mb(nbar)} -> {self.box_type(rows)}")
 
     def aligned_smem(self, what: str):
         """Dynamic shared memory from its first ALIGN-byte boundary (the 128-byte swizzle atom):
@@ -413,24 +421,14 @@ class _HopperFwd(HopperAttentionKernel):
         ir.comment("---- producer warpgroup: give registers back; thread 0 issues the TMA loads")
         ir.emit(f"nvvm.setmaxregister decrease {self.kt.producer_regs}")
         ticks = ir.const(MBARRIER_WAIT_TICKS)
-        box_bytes = {"q": self.BR * SWIZZLE, "k": self.BC * SWIZZLE, "v": self.BC * SWIZZLE}
-
-        def load(name, bar, off, t0, head):
-            rows = self.BR if name == "q" else self.BC
-            for i in range(self.nbox):
-                view = ir.let(f"box_{name}", f"memref.view {self.dsm}[{ir.v(ir.add(off, i * box_bytes[name]))}][] "
-                                             f": memref<?xi8, {SMEM}> to {self.box_type(rows)}")
-                coords = ", ".join(ir.v(c) for c in (i * self.bcols, t0, head, self.b))
-                ir.emit(f"nvgpu.tma.async.load {self.tm[name]}[{coords}], {bar} to {view} : "
-                        f"{self.tm_type(rows)}, {self.mb(1 if name == 'q' else self.S)} -> {self.box_type(rows)}")
 
         def tile(ring):
             if self.persistent:
                 ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.kept_empty}[{ir.v(0)}], "
                         f"{self.tile_parity('%tp', flip=True)}, {ticks} : {self.mb(1)}")
-            qb = ir.const(self.nbox * box_bytes["q"])
+            qb = ir.const(self.nbox * self.BR * SWIZZLE)
             ir.emit(f"nvgpu.mbarrier.arrive.expect_tx {self.qbar}[{ir.v(0)}], {qb} : {self.mb(1)}")
-            load("q", f"{self.qbar}[{ir.v(0)}]", self.base_off, self.q0, self.h)
+            self.load("q", f"{self.qbar}[{ir.v(0)}]", self.base_off, self.q0, self.h, 1)
             tx = ir.const(2 * self.plan["kv"])
             with ir.region(f"scf.for %itp = {ir.v(0)} to {ir.v(self.n_kv)} step {ir.v(1)} {{"):
                 slot, par = self.slot_phase(ir.add(ring, "%itp", "it_ring"), flip=True)
@@ -438,8 +436,8 @@ class _HopperFwd(HopperAttentionKernel):
                 ir.emit(f"nvgpu.mbarrier.arrive.expect_tx {self.full}[{slot}], {tx} : {self.mb(self.S)}")
                 kv0 = ir.mul("%itp", self.BC, "kv0")
                 koff = ir.add(ir.add(self.base_off, self.plan["ring"]), ir.mul(slot, self.plan["stage"]), "k_off")
-                load("k", f"{self.full}[{slot}]", koff, kv0, self.hkv)
-                load("v", f"{self.full}[{slot}]", ir.add(koff, self.plan["kv"], "v_off"), kv0, self.hkv)
+                self.load("k", f"{self.full}[{slot}]", koff, kv0, self.hkv, self.S)
+                self.load("v", f"{self.full}[{slot}]", ir.add(koff, self.plan["kv"], "v_off"), kv0, self.hkv, self.S)
 
         with ir.region(f"scf.if {ir.cmp('eq', self.tid, 0, 'is_leader')} {{"):
             self.tiles("tp", "ring_p", tile)

@@ -263,16 +263,6 @@ class _HopperBwd(HopperAttentionKernel):
                     f"{at} : (i64) -> ()")
         ir.guarded(pred, body)
 
-    def load(self, name, bar, off, t0, head, nbar):
-        ir = self.ir
-        rows = self.rows_of(name)
-        for i in range(self.nbox):
-            view = ir.let(f"box_{name}", f"memref.view {self.dsm}[{ir.v(ir.add(off, i * rows * SWIZZLE))}][] "
-                                         f": memref<?xi8, {SMEM}> to {self.box_type(rows)}")
-            coords = ", ".join(ir.v(c) for c in (i * self.bcols, t0, head, self.b))
-            ir.emit(f"nvgpu.tma.async.load {self.tm[name]}[{coords}], {bar} to {view} : "
-                    f"{self.tm_type(rows)}, {self.mb(nbar)} -> {self.box_type(rows)}")
-
     def producer(self):
         ir = self.ir
         ir.comment("---- producer warpgroup: give registers back; thread 0 issues the TMA loads"
