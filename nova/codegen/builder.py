@@ -116,6 +116,15 @@ class Ir:
             with self.region(f"scf.if {ok} {{"):
                 body()
 
+    def if_else(self, cond, then, otherwise):
+        """``then()`` where the i1 ``cond`` holds and ``otherwise()`` where it does not: one ``scf.if``
+        with an else region and no results (a warp-specialized kernel's producer / consumer split)."""
+        self.emit(f"scf.if {cond} {{")
+        with self.scope():
+            then()
+        with self.region("} else {", close="}"):
+            otherwise()
+
     def else_(self):
         """Switch from the then-region of an ``scf.if`` to its else-region (inside ``region``)."""
         self._memo[-1] = {}

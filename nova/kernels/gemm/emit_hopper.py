@@ -462,12 +462,7 @@ class _HopperKernel:
         with ir.kernel(KERNEL_NAME, args, self.threads, maxnreg=s.regs_per_thread, **cluster):
             ir.blank()
             self.setup()
-            is_prod = ir.cmp("eq", self.wg, 0, "is_producer")
-            ir.emit(f"scf.if {is_prod} {{")
-            with ir.scope():
-                self.producer()
-            with ir.region("} else {", close="}"):
-                self.consumer()
+            ir.if_else(ir.cmp("eq", self.wg, 0, "is_producer"), self.producer, self.consumer)
             if self.csize > 1:
                 ir.comment("no CTA leaves while a peer may still arrive on its barriers (or multicast into it)")
                 self.cluster_sync()
