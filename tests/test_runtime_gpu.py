@@ -252,17 +252,27 @@ def force(monkeypatch):
     mm.reset()
 
 
+def require_hopper(why: str) -> None:
+    """Skip (with ``why``) unless the device is sm_90: the schedule under test is Hopper-only."""
+    if driver.get_device().cc < (9, 0):
+        pytest.skip(why)
+
+
+def check_forced_matmul(case, chosen) -> None:
+    """The case's kernel, configured under the test's forced switch, has the schedule ``chosen(s)``
+    asks for, and matches float64 (``check_matmul``)."""
+    resolved = mm.resolve_kernel(GemmProblem(*case))
+    assert chosen(resolved.schedule), resolved.problem.describe()
+    check_matmul(case)
+
+
 @pytest.mark.parametrize("shape,case", CLUSTER_CASES, ids=lambda v: v if isinstance(v, str) else case_id(v))
 def test_cluster_matmul_vs_float64(shape, case, kernels, force):
     """A kernel in thread-block clusters (TMA multicast of one operand, remote releases of the ring's
     slots, cluster barriers) computes what the 1x1 kernel computes, every element written."""
-    if driver.get_device().cc < (9, 0):
-        pytest.skip("thread-block clusters are a Hopper-path schedule")
+    require_hopper("thread-block clusters are a Hopper-path schedule")
     force("NOVA_CLUSTER", shape)
-    resolved = mm.resolve_kernel(GemmProblem(*case))
-    s = resolved.schedule
-    assert f"{s.cluster_m}x{s.cluster_n}" == shape, resolved.problem.describe()
-    check_matmul(case)
+    check_forced_matmul(case, lambda s: f"{s.cluster_m}x{s.cluster_n}" == shape)
 
 
 @pytest.mark.parametrize("case", STREAM_K_CASES, ids=case_id)
@@ -270,19 +280,15 @@ def test_stream_k_matmul_vs_float64(case, kernels, force):
     """A stream-K kernel (whole tiles into C, split tiles' FP32 partials into the workspace, the
     reduction kernel adds them in segment order) vs float64, every element written."""
     force("NOVA_STREAM_K", "1")
-    if driver.get_device().cc < (9, 0):
-        pytest.skip("stream-K is a Hopper-path schedule")
-    resolved = mm.resolve_kernel(GemmProblem(*case))
-    assert resolved.schedule.stream_k, resolved.problem.describe()
-    check_matmul(case)
+    require_hopper("stream-K is a Hopper-path schedule")
+    check_forced_matmul(case, lambda s: s.stream_k)
 
 
 def test_stream_k_gives_the_same_bits_every_run(kernels, force):
     """Stream-K is deterministic: the segments add in slot order whatever order the CTAs ran in."""
     force("NOVA_STREAM_K", "1")
     torch = pytest.importorskip("torch")
-    if driver.get_device().cc < (9, 0):
-        pytest.skip("stream-K is a Hopper-path schedule")
+    require_hopper("stream-K is a Hopper-path schedule")
     M, N, K, dtype, trans_a, trans_b, _, _ = STREAM_K_CASES[0]
     a, b, _, tdt = make_inputs(torch, M, N, K, dtype, trans_a, trans_b, seed=int.from_bytes(os.urandom(4), "little"))
     runs = []
@@ -298,8 +304,7 @@ def test_stream_k_gives_the_same_bits_every_run(kernels, force):
 def test_tma_store_cases_use_the_tma_store_on_hopper(kernels):
     """The TMA_STORE_CASES exercise the TMA-store epilogue (on an sm_90 device); a case the model runs
     with ping-pong consumers picks its epilogue by their model (the forced PINGPONG_CASES cover both)."""
-    if driver.get_device().cc < (9, 0):
-        pytest.skip("the TMA-store epilogue is a Hopper-path schedule")
+    require_hopper("the TMA-store epilogue is a Hopper-path schedule")
     for M, N, K, dt, ta, tb, bias, act in TMA_STORE_CASES + [CHAIN[0] + (False, False, False, "none")]:
         resolved = mm.resolve_kernel(GemmProblem(M, N, K, dt, ta, tb, bias, act))
         s = resolved.schedule
@@ -311,11 +316,8 @@ def test_pingpong_matmul_vs_float64(case, kernels, force):
     """Ping-pong consumers (the warpgroups alternate tiles, named barriers order their K loops, each
     its own epilogue) vs float64 on fresh random data, every element of a NaN-poisoned C written."""
     force("NOVA_PINGPONG", "1")
-    if driver.get_device().cc < (9, 0):
-        pytest.skip("ping-pong consumers are a Hopper-path schedule")
-    resolved = mm.resolve_kernel(GemmProblem(*case))
-    assert resolved.schedule.pingpong, resolved.problem.describe()
-    check_matmul(case)
+    require_hopper("ping-pong consumers are a Hopper-path schedule")
+    check_forced_matmul(case, lambda s: s.pingpong)
 
 
 def test_pingpong_f32_output_and_batch(kernels, force):
@@ -323,8 +325,7 @@ def test_pingpong_f32_output_and_batch(kernels, force):
     unit streams all of K, so the warpgroups' ring positions hold), vs float64."""
     force("NOVA_PINGPONG", "1")
     torch = pytest.importorskip("torch")
-    if driver.get_device().cc < (9, 0):
-        pytest.skip("ping-pong consumers are a Hopper-path schedule")
+    require_hopper("ping-pong consumers are a Hopper-path schedule")
     M, N, K, dtype = PINGPONG_F32_OUT
     seed = int.from_bytes(os.urandom(4), "little")
     a, b, _, _ = make_inputs(torch, M, N, K, dtype, False, False, seed=seed)
@@ -414,8 +415,7 @@ def test_batched_matmul_vs_float64(case, kernels):
 def test_batched_tma_store_cases_use_the_tma_store_on_hopper(kernels):
     """The BATCHED_TMA_STORE_CASES store C by TMA through a 3-D tensor map of C (on an sm_90 device);
     the other batched cases store from registers."""
-    if driver.get_device().cc < (9, 0):
-        pytest.skip("the TMA-store epilogue is a Hopper-path schedule")
+    require_hopper("the TMA-store epilogue is a Hopper-path schedule")
     for case in BATCHED_CASES + STRIDED_CASES:
         resolved = mm.resolve_kernel(batched_problem(case))
         s = resolved.schedule                   # ping-pong picks choose their epilogue by their own model
@@ -548,8 +548,7 @@ def test_capture_without_warm_up_says_what_to_do(kernels):
     child process: a capture that fails leaves torch's default CUDA generator unusable for the rest
     of the process ("Offset increment outside graph capture"), which broke the tests after it."""
     import subprocess
-    if driver.get_device().cc < (9, 0):
-        pytest.skip("tensor maps are a Hopper-path resource")
+    require_hopper("tensor maps are a Hopper-path resource")
     run = subprocess.run([sys.executable, "-c", CAPTURE_WITHOUT_WARM_UP], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     assert "call nova.matmul once with the same tensors on the capture stream" in run.stdout, run.stdout + run.stderr[-2000:]
