@@ -186,6 +186,10 @@ class KernelCache:
     # ---- listing and maintenance
     def entries(self) -> list[CacheEntry]:
         """Every entry on disk (sorted by summary); corrupt ones are listed with ``valid=False``."""
+        return [e for e, _ in self._scan()]
+
+    def _scan(self) -> list[tuple[CacheEntry, dict | None]]:
+        """Every entry on disk with its parsed JSON (None where it does not parse), sorted by summary."""
         out = []
         for path in sorted(self.kernels_dir.glob("*/*.json")):
             key = path.stem
@@ -195,25 +199,25 @@ class KernelCache:
                 summary = str(entry.get("summary", "?"))
                 has_cubin = bool(entry.get("cubin"))
             except (OSError, ValueError, AttributeError):
-                valid, summary, has_cubin = False, "?", False
+                entry, valid, summary, has_cubin = None, False, "?", False
             try:
                 size = path.stat().st_size
             except OSError:
                 size = 0
-            out.append(CacheEntry(key, summary, path, size, valid, has_cubin))
-        return sorted(out, key=lambda e: (e.summary, e.key))
+            out.append((CacheEntry(key, summary, path, size, valid, has_cubin), entry))
+        return sorted(out, key=lambda pair: (pair[0].summary, pair[0].key))
 
     def prune(self, dry_run: bool = False) -> list[CacheEntry]:
         """Delete (unless ``dry_run``) the entries today's code would never look up: corrupt ones and
         stale ones (``current_keys``: built by an older Nova, toolchain or kernel ABI; each ABI bump
         leaves a generation of them).  Returns what was (or would be) removed."""
         gone = []
-        for e in self.entries():
+        for e, entry in self._scan():
             stale = not e.valid
             if not stale:
                 try:
-                    stale = e.key not in current_keys(json.loads(e.path.read_bytes().decode("utf-8")))
-                except (OSError, ValueError, KeyError, TypeError):
+                    stale = e.key not in current_keys(entry)
+                except (KeyError, TypeError):
                     stale = True
             if stale:
                 gone.append(e)
