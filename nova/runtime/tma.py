@@ -74,21 +74,11 @@ def encode_tiled_2d(ptr: int, dtype: str, rows: int, cols: int, box_rows: int, b
     if (cols * eb) % 16 or ptr % 16 or (batch > 1 and batch_stride * eb % 16):
         raise driver.NovaRuntimeError(f"TMA needs 16-byte aligned rows, batch stride and base: "
                                       f"{batch}x{rows}x{cols} {dtype} (batch stride {batch_stride}) at {ptr:#x}")
-    raw = (ctypes.c_uint8 * (128 + 64))()
-    addr = ctypes.addressof(raw)
-    aligned = addr + (-addr % 64)                 # the driver requires a 64-byte aligned CUtensorMap*
-    a64 = lambda *xs: (ctypes.c_uint64 * len(xs))(*xs)
-    a32 = lambda *xs: (ctypes.c_uint32 * len(xs))(*xs)
     dims, strides, box = (cols, rows), (cols * eb,), (box_cols, box_rows)
     if batch > 1:
         dims, strides, box = dims + (batch,), strides + (batch_stride * eb,), box + (1,)
-    err = _encode_fn()(aligned, DATA_TYPES[dtype], len(dims), ptr, a64(*dims), a64(*strides),
-                       a32(*box), a32(*(1,) * len(dims)), 0, SWIZZLE[swizzle], L2_PROMOTION_256B, OOB_FILL_ZERO)
-    if err != 0:
-        shape = f"{batch}x{rows}x{cols}" if batch > 1 else f"{rows}x{cols}"
-        raise driver.NovaRuntimeError(f"cuTensorMapEncodeTiled({shape} {dtype}, box {box_rows}x{box_cols}) "
-                                      f"failed: CUresult {err}")
-    return ctypes.string_at(aligned, 128)
+    shape = f"{batch}x{rows}x{cols}" if batch > 1 else f"{rows}x{cols}"
+    return _encode(ptr, dtype, dims, strides, box, swizzle, f"{shape} {dtype}, box {box_rows}x{box_cols}")
 
 
 def encode_tiled(ptr: int, dtype: str, dims: tuple, strides: tuple, box: tuple, swizzle: int = 128) -> bytes:
@@ -97,6 +87,12 @@ def encode_tiled(ptr: int, dtype: str, dims: tuple, strides: tuple, box: tuple, 
     if ptr % 16 or any(x % 16 for x in strides):
         raise driver.NovaRuntimeError(f"TMA needs a 16-byte aligned base and strides: dims {dims} byte strides "
                                       f"{strides} {dtype} at {ptr:#x}")
+    return _encode(ptr, dtype, dims, strides, box, swizzle, f"dims {dims}, byte strides {strides} {dtype}, box {box}")
+
+
+def _encode(ptr: int, dtype: str, dims: tuple, strides: tuple, box: tuple, swizzle: int, what: str) -> bytes:
+    """cuTensorMapEncodeTiled into a 64-byte aligned buffer (the driver requires it); ``what`` describes
+    the map in the error."""
     raw = (ctypes.c_uint8 * (128 + 64))()
     addr = ctypes.addressof(raw)
     aligned = addr + (-addr % 64)
@@ -105,8 +101,7 @@ def encode_tiled(ptr: int, dtype: str, dims: tuple, strides: tuple, box: tuple, 
     err = _encode_fn()(aligned, DATA_TYPES[dtype], len(dims), ptr, a64(*dims), a64(*strides), a32(*box),
                        a32(*(1,) * len(dims)), 0, SWIZZLE[swizzle], L2_PROMOTION_256B, OOB_FILL_ZERO)
     if err != 0:
-        raise driver.NovaRuntimeError(f"cuTensorMapEncodeTiled(dims {dims}, byte strides {strides} {dtype}, box {box}) "
-                                      f"failed: CUresult {err}")
+        raise driver.NovaRuntimeError(f"cuTensorMapEncodeTiled({what}) failed: CUresult {err}")
     return ctypes.string_at(aligned, 128)
 
 
