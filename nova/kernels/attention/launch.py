@@ -161,31 +161,29 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, *, out=
     return (o if back is None else back), lse
 
 
-def hopper_maps(r: _Resolved, q, k, v) -> tuple[int, int, int]:
-    """Device pointers of the tensor maps of q, k, v for the Hopper forward: 4-D (D, T, H, B) with
-    the problem's strides, boxes of the schedule's query / key rows x 128 bytes (cached per pointer)."""
-    from nova.runtime import driver
-    from nova.runtime.tma import attention_tensor_map
-    p, kt = r.problem, r.schedule.fwd
-    device = driver.get_device(q.device.index)
-    cols = 128 // p.elem_bytes
-    return tuple(attention_tensor_map(device, t.data_ptr(), p.storage, p.operand_shape(n), p.operand_strides(n),
-                                      kt.block_rows if n == "q" else kt.block_cols, cols)
-                 for n, t in (("q", q), ("k", k), ("v", v)))
-
-
-def hopper_bwd_maps(r: _Resolved, role: str, q, k, v, dout) -> tuple[int, int, int, int]:
-    """Device pointers of the tensor maps of q, k, v, dout for a Hopper backward kernel: 4-D (D, T, H, B)
-    with the problem's strides, boxes of the kernel's kept or streamed rows x 128 bytes (cached per pointer)."""
-    from nova.kernels.attention.build_hopper_bwd import tensor_map_rows
+def _tensor_maps(r: _Resolved, named, rows_of) -> tuple[int, ...]:
+    """Device pointers of the tensor maps of the ``(name, tensor)`` pairs ``named``: 4-D (D, T, H, B)
+    with the problem's strides, boxes of ``rows_of(name)`` rows x 128 bytes (cached per pointer)."""
     from nova.runtime import driver
     from nova.runtime.tma import attention_tensor_map
     p = r.problem
-    device = driver.get_device(q.device.index)
+    device = driver.get_device(named[0][1].device.index)
     cols = 128 // p.elem_bytes
     return tuple(attention_tensor_map(device, t.data_ptr(), p.storage, p.operand_shape(n), p.operand_strides(n),
-                                      tensor_map_rows(r.schedule, role, n), cols)
-                 for n, t in (("q", q), ("k", k), ("v", v), ("dout", dout)))
+                                      rows_of(n), cols) for n, t in named)
+
+
+def hopper_maps(r: _Resolved, q, k, v) -> tuple[int, int, int]:
+    """The Hopper forward's tensor maps of q, k, v: boxes of the schedule's query / key rows."""
+    kt = r.schedule.fwd
+    return _tensor_maps(r, (("q", q), ("k", k), ("v", v)), lambda n: kt.block_rows if n == "q" else kt.block_cols)
+
+
+def hopper_bwd_maps(r: _Resolved, role: str, q, k, v, dout) -> tuple[int, int, int, int]:
+    """A Hopper backward kernel's tensor maps of q, k, v, dout: boxes of its kept or streamed rows."""
+    from nova.kernels.attention.build_hopper_bwd import tensor_map_rows
+    return _tensor_maps(r, (("q", q), ("k", k), ("v", v), ("dout", dout)),
+                        lambda n: tensor_map_rows(r.schedule, role, n))
 
 
 def attention_backward(dout, q, k, v, out, lse, causal: bool = False, scale: float | None = None, *,
