@@ -1031,7 +1031,10 @@ class _HopperKernel:
     def output_values(self, acc, first):
         """``values(cols, idx)``: the two accumulators ``idx`` of C's columns ``cols`` (they set the
         bias), each through bias, activation and the output conversion (raw into a split-K
-        workspace; ``first``: only K slice 0 adds the bias); each bias element is loaded once."""
+        workspace; ``first``: only K slice 0 adds the bias); each bias element is loaded once.
+        ``values.prefetch(cols)`` issues the bias loads of ``cols`` now (the TMA-store epilogue
+        loads the next step's bias before this step's barrier: its latency then hides behind the
+        staging writes instead of stalling every step)."""
         ir, p = self.ir, self.p
         bias_cache = {}
 
@@ -1051,6 +1054,12 @@ class _HopperKernel:
                     x = ir.let("c_bias", f"arith.addf {x}, {bias(cols[d])} : f32")
                 vals.append(self.to_out(self.activation(x)))
             return vals
+
+        def prefetch(cols):
+            if p.bias and not self.partial:
+                for col in cols:
+                    bias(col)
+        values.prefetch = prefetch
         return values
 
     def store_one(self, val, row, col):
@@ -1236,20 +1245,44 @@ class _HopperKernel:
             first = 0
         if q:                                                       # the tile's earlier slabs' steps
             first = ir.add(first, q * steps, "stg_first_slab")
+        groups = {}
+
+        def step_columns(step):
+            """Staging step ``step``'s groups and, per item, the C columns its two values take the bias
+            of (not swapped: cols0 + 2t + its column offsets; swapped, the slab rows' columns of C)."""
+            if step not in groups:
+                grps = self.staging_groups(step)
+                if self.swap:
+                    cs = [ir.add(cols0, self.slab_row(h), "out_col") for h in (0, 1)]
+                    cols = [[cs for _ in items] for items, _ in grps]
+                else:
+                    cols = [[[ir.add(ir.add(cols0, ir.mul(self.t, 2)), c, "out_col") for c in item_cols]
+                             for item_cols, _ in items] for items, _ in grps]
+                groups[step] = (grps, cols)
+            return groups[step]
+
+        def prefetch(step):
+            _, cols = step_columns(step)
+            values.prefetch([c for grp in cols for cs in grp for c in cs])
+
+        # The bias of step s + 1 is loaded before step s's barriers (one step's 8 registers more; not in
+        # a ping-pong tile, whose other slab's accumulators leave no room: ptxas spilled there).
+        ahead = not self.pingpong
+        if ahead:
+            prefetch(0)
         for step in range(steps):
             buf = ir.rem(ir.add(first, step), STAGING_BUFFERS, "stg_buf")
             ir.comment(f"staging step {step}: buffer free (its last store has read it), then write")
+            if ahead and step + 1 < steps:
+                prefetch(step + 1)                                  # in flight across this step's barriers
             with ir.region(f"scf.if {self.wg_leader} {{"):
                 ir.emit(f"nvvm.cp.async.bulk.wait_group {STAGING_BUFFERS - 1} {{read}}")
             self.wg_barrier()
             base = ir.add(self.stg_wg_elem, ir.mul(buf, self.stg_step), "stg_base")
-            for items, slot in self.staging_groups(step):
+            grps, cols = step_columns(step)
+            for (items, slot), grp_cols in zip(grps, cols):
                 vals = []
-                for cols, idx in items:
-                    if self.swap:
-                        cs = [ir.add(cols0, self.slab_row(h), "out_col") for h in (0, 1)]
-                    else:
-                        cs = [ir.add(ir.add(cols0, ir.mul(self.t, 2)), c, "out_col") for c in cols]
+                for (cols, idx), cs in zip(items, grp_cols):
                     v = values(cs, idx)
                     vals.append(ir.let("pair", f"vector.from_elements {v[0]}, {v[1]} : {pair_t}"))
                 for i, v in enumerate(self.rotate(vals, pair_t)):
