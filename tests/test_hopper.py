@@ -7,14 +7,13 @@ registers were touched between issue and wait) and C7508 (setmaxnreg ignored).
 """
 from __future__ import annotations
 
-import re
 
 import pytest
 
 from nova.configurator import GemmProblem, configure
 from nova.kernels.gemm.problem import ProblemError
 
-BAD_INFOS = re.compile(r"C75(08|13|15|17|19)")   # C7513: wgmmas serialised
+from nova.codegen.ptxas import WGMMA_HAZARDS as BAD_INFOS   # wgmmas serialised, arrive/wait injected, setmaxnreg ignored
 
 SPREAD = [
     (4096, 4096, 4096, "tf32", {}),

@@ -13,7 +13,7 @@ from nova.configurator import GemmProblem, configure
 from nova.hwmodel import get_target
 from mbarrier_model import Mbarrier
 
-BAD_INFOS = re.compile(r"C75(08|13|15|17|19)")   # as tests/test_hopper.py: wgmma serialised, setmaxnreg ignored
+from nova.codegen.ptxas import WGMMA_HAZARDS as BAD_INFOS   # wgmmas serialised, arrive/wait injected, setmaxnreg ignored
 # (cluster, M, N, K, dtype, problem options): bf16 and tf32, NN/NT/TN/TT, split-K through the
 # workspace, the TMA-store epilogue, bias + activation, swapped TF32 (B^T from registers), A^T from
 # registers, operand prep, and clusters whose last cluster tile holds a tile wholly outside C

@@ -11,6 +11,19 @@ import tempfile
 from nova.codegen import CodegenError
 
 
+# ptxas's notes that a kernel's wgmmas do not run as written (``ptxas -v`` info lines):
+#   C7508 setmaxnreg ignored;  C7513/C7515 wgmmas serialised;  C7517/C7519 a warpgroup.wait/arrive
+#   injected because registers an in-flight wgmma reads or writes were touched between its issue and
+#   its wait (e.g. accumulators zeroed by movs after the wgmma.fence);  C7520 wgmmas serialised by a
+#   compiler-inserted warpgroup.arrive on a divergent path.  Every kernel Nova picks must be free of them.
+WGMMA_HAZARDS = re.compile(r"C75(08|13|15|17|19|20)")
+
+
+def wgmma_hazards(resources: dict) -> list[str]:
+    """The ``ptxas -v`` lines of ``resources`` (``parse_resources``) that are WGMMA_HAZARDS."""
+    return [ln for ln in resources.get("ptxas_info", ()) if WGMMA_HAZARDS.search(ln)]
+
+
 def available() -> bool:
     return shutil.which("ptxas") is not None
 

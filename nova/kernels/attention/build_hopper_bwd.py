@@ -336,15 +336,20 @@ class _HopperBwd(HopperAttentionKernel):
                                         f'"=l,l" {x} : (i64) -> i64')
 
     def wgmma_ss(self, a_enc, b_enc, hi):
-        """acc[m64 x BC] = A (64 kept rows) B^T (BC streamed rows), both K-major over D, from zero."""
+        """acc[m64 x BC] = A (64 kept rows) B^T (BC streamed rows), both K-major over D.  The first k-step
+        has scale-d 0 (D = A B) on an undefined accumulator: starting from a zero struct, LLVM wrote the
+        zeros with ``mov``s after the ``wgmma.fence`` and, for the second product (dP after S), while
+        the first was in flight, so ptxas injected a ``warpgroup.arrive`` and a ``warpgroup.wait``
+        (C7519/C7517) that drained S before dP could start."""
         ir = self.ir
-        acc = self.zero_s
+        acc = self.undef_s
         a0 = self.opaque(self.desc(a_enc, hi))
         b0 = self.desc(b_enc, hi)
         for kk in range(self.D // 16):
             da = ir.let("desc", f"arith.addi {a0}, {self.i64(self.kmajor_enc(0, self.BR, kk))} : i64")
             db = ir.let("desc", f"arith.addi {b0}, {self.i64(self.kmajor_enc(0, self.BC, kk))} : i64")
-            acc = ir.let("s_acc", f'"nvvm.wgmma.mma_async"({acc}, {da}, {db}) <{{{self.attrs}}}> : '
+            attrs = self.attrs_first if kk == 0 else self.attrs
+            acc = ir.let("s_acc", f'"nvvm.wgmma.mma_async"({acc}, {da}, {db}) <{{{attrs}}}> : '
                                   f"({self.s_t}, i64, i64) -> {self.s_t}")
         return acc
 
@@ -367,7 +372,8 @@ class _HopperBwd(HopperAttentionKernel):
                       "typeD = #nvvm.wgmma_type<f32>, scaleD = #nvvm.wgmma_scale_out<one>, "
                       "scaleA = #nvvm.wgmma_scale_in<one>, scaleB = #nvvm.wgmma_scale_in<one>, "
                       "layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>")
-        self.zero_s = ir.let("zero_s", f"llvm.mlir.zero : {self.s_t}")
+        self.attrs_first = self.attrs.replace("scaleD = #nvvm.wgmma_scale_out<one>", "scaleD = #nvvm.wgmma_scale_out<zero>")
+        self.undef_s = ir.let("undef_s", f"llvm.mlir.undef : {self.s_t}")
         zero_o = ir.let("zero_o", f"llvm.mlir.zero : {self.o_t}")
         if not self.dkv:        # dQ: LSE and D of the thread's rows g (h = 0) and g + 8 (h = 1), once
             self.row_nl2, self.row_dlt = self.row_vectors()
