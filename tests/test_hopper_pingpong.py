@@ -180,7 +180,8 @@ def test_pingpong_mlir_has_the_ordering_and_one_warpgroup_per_slot(env):
     text = build_hopper_module(p, s)
     assert "nvvm.barrier id = %order_mine number_of_threads = %c256_i32" in text
     assert "nvvm.barrier.arrive id = %order_other number_of_threads = %c256_i32" in text
-    assert "%pp_it0 = arith.muli %cwg, %c" in text and "ping-pong consumers (128x128 per warpgroup" in text
+    assert "%pp_it0 = arith.muli %wu, %c" in text and "ping-pong consumers (128x128 per warpgroup" in text
+    assert "gpu.shuffle idx %wu_i32, %c0_i32, %c32_i32" in text        # the warpgroup index, warp-uniform
     assert ", %c4, predicate = %is_t0" in text                          # empty[s]: one warpgroup's 4 warps
     assert text.count('"nvvm.wgmma.mma_async"') == 2 * (64 // 16)     # 2 slabs x 4 k-steps per K tile
     coop = configure(GemmProblem(1000, 999, 1001, "fp16", bias=True, activation="gelu"), "h200").schedule

@@ -31,7 +31,7 @@ from nova.messages import OFFLINE_HINT, not_precompiled, summary_line
 from nova.runtime.driver import NovaRuntimeError
 
 CODEGEN_TOOLCHAIN = "xtc-mlir-python-bindings==22.1.8.4"
-CODEGEN_ABI = 10           # bump whenever the kernel ABI (arguments, layout, launch contract) or the generated code changes
+CODEGEN_ABI = 11           # bump whenever the kernel ABI (arguments, layout, launch contract) or the generated code changes
                            # 4: the Hopper plan is in the schedule (Schedule.hopper), not in the artifact's meta["hopper"]
                            # 5: split-K through a workspace (Schedule.split_reduction, meta["reduce_kernel"])
                            # 6: the TMA-store epilogue (HopperPlan.epilogue, box_c, SmemRing.staging; C by a tensor map)
@@ -39,6 +39,8 @@ CODEGEN_ABI = 10           # bump whenever the kernel ABI (arguments, layout, la
                            # 8: cluster kernels mask the wgmma descriptor start to 14 bits (the rank carried into LBO)
                            # 9: every Hopper kernel masks it (ptxas once left a descriptor's high word unwritten)
                            # 10: the TMA-store epilogue loads the next staging step's bias ahead of its barriers
+                           # 11: ping-pong kernels: a warp-uniform warpgroup index and fenced accumulators (ptxas had
+                           #     serialised every wgmma of them, C7520)
 ENTRY_FORMAT = 1
 
 

@@ -597,6 +597,7 @@ class _HopperKernel:
         it0, skip = None, 0
         if warpgroup is not None:
             self.cta_walk = (lo, step, units)
+            warpgroup = self.warp_uniform(warpgroup)
             lo = ir.add(lo, ir.mul(warpgroup, step), "pp_first")
             step = ir.mul(step, 2, "pp_step")
             it0, skip = ir.mul(warpgroup, self.ktiles, "pp_it0"), self.ktiles
@@ -621,6 +622,18 @@ class _HopperKernel:
             if skip:                            # the other warpgroup's unit: its K tiles are not ours
                 out = ir.add(out, skip, "pp_it_next")
             ir.emit(f"scf.yield {ir.v(out)} : index")
+
+    def warp_uniform(self, x):
+        """``x`` (an index the same on every lane of a warp, e.g. tid / 128) broadcast from lane 0 with
+        ``shfl.sync.idx``, which ptxas knows to be warp-uniform.  A ping-pong warpgroup's tile loop
+        starts at bid + w x grid: with w = tid / 128 as such, ptxas took the loop's wgmmas for a
+        divergent path and serialised every one of them (C7520)."""
+        ir = self.ir
+        x32 = ir.let("wu_i32", f"arith.index_cast {ir.v(x)} : index to i32")
+        c0, c32 = ir.pure("c0_i32", "arith.constant 0 : i32"), ir.pure("c32_i32", "arith.constant 32 : i32")
+        out, ok = ir.fresh("wu_b"), ir.fresh("wu_ok")
+        ir.emit(f"{out}, {ok} = gpu.shuffle idx {x32}, {c0}, {c32} : i32")
+        return ir.let("wu", f"arith.index_cast {out} : i32 to index")
 
     def stream_k_loop(self, body):
         """``tile_loop`` of a stream-K schedule (``hopper.StreamKPlan``; the producer and the consumers
@@ -778,6 +791,8 @@ class _HopperKernel:
                 frags = [[self.load_fragment(slot, kk, q if self.pingpong else None) for kk in steps]
                          for q in range(self.slabs)]
             accs = list(accs)
+            if self.pingpong:
+                accs = [self.fence_operand(a) for a in accs]
             ir.emit("nvvm.wgmma.fence.aligned")
             for kk in steps:
                 db = desc(self.Y, ir.add(yenc, kk * self.kstep_bytes(self.Y) // 16, "y_enc_k"))
@@ -971,6 +986,17 @@ class _HopperKernel:
                                  f"{self.ring32_t}, vector<2xi32>")
             regs += [ir.let("a", f"vector.extract {vec}[{d}] : i32 from vector<2xi32>") for d in (0, 1)]
         return [regs[0], regs[1], regs[2], regs[3]]      # (row g, k t), (g+8, t), (g, t+4), (g+8, t+4)
+
+    def fence_operand(self, acc):
+        """``acc`` through an empty inline asm that reads and writes every accumulator register (CUTLASS's
+        ``warpgroup_fence_operand``): their values are defined before the ``wgmma.fence`` that follows.
+        A ping-pong warpgroup's second slab started from zeros that LLVM wrote with ``mov``s after the
+        first slab's wgmmas were issued, and ptxas injected a ``warpgroup.arrive`` there (C7519)."""
+        ir, n = self.ir, self.nacc
+        vals = [ir.let("d", f"llvm.extractvalue {acc}[{i}] : {self.acc_t}") for i in range(n)]
+        cons = ",".join(["=f"] * n + [str(i) for i in range(n)])
+        return ir.let("acc_f", f'llvm.inline_asm has_side_effects asm_dialect = att "", "{cons}" '
+                               f"{', '.join(vals)} : ({', '.join(['f32'] * n)}) -> {self.acc_t}")
 
     def wgmma_rs(self, acc, frag, db):
         """``wgmma.mma_async`` with A from registers (TF32): inline PTX, as MLIR's NVVM op has only
