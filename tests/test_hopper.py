@@ -93,7 +93,7 @@ def test_hopper_rules_4096(hopper):
     assert steps["operand prep"].value == "none"           # no transpose pass any more (v0.5)
     assert steps["operand roles"].value == "C^T = B^T A^T"
     bf = configure(GemmProblem(4096, 4096, 4096, "bf16"), "h200")
-    assert (bf.schedule.block_m, bf.schedule.block_n, bf.schedule.swap_ab) == (128, 256, False)
+    assert (bf.schedule.block_m, bf.schedule.block_n, bf.schedule.swap_ab, bf.schedule.pingpong) == (128, 256, False, False)
     assert "transpose bit" in {st.step: st for st in bf.derivation}["operand roles"].reason
 
 
@@ -371,8 +371,9 @@ def test_staging_shrinks_the_ring_only_where_the_smem_is_short(monkeypatch):
     assert cfg.schedule.stages == steps["stages"].value == 6 and "32 KB of epilogue staging" in steps["stages"].reason
 
 
-def test_tma_store_mlir_has_the_machinery(hopper):
+def test_tma_store_mlir_has_the_machinery(hopper, monkeypatch):
     from nova.kernels.gemm.emit_hopper import build_hopper_module
+    monkeypatch.setenv("NOVA_PINGPONG", "0")          # the cooperative tile (the default here is ping-pong)
     p = GemmProblem(16384, 2048, 512, "tf32", trans_b=True, bias=True)
     text = build_hopper_module(p, configure(p, "h200").schedule)
     for needle in ("%pC: !llvm.ptr", "nvgpu.tma.async.store", "nvvm.cp.async.bulk.wait_group 1 {read}",

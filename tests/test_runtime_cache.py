@@ -122,8 +122,10 @@ def test_any_schedule_field_changes_the_key(field):
     assert kernel_key(p, changed, H200) != kernel_key(p, s, H200)
 
 
-def test_the_hopper_plan_is_in_the_key():
-    """Two GPUs that differ only in their SM count get different persistent grids, so different keys."""
+def test_the_hopper_plan_is_in_the_key(monkeypatch):
+    """Two GPUs that differ only in their SM count get different persistent grids, so different keys
+    (cooperative consumers: with 114 SMs the model would take ping-pong tiles, a different plan)."""
+    monkeypatch.setenv("NOVA_PINGPONG", "0")
     from nova.configurator import configure
     from nova.hwmodel import Quantity, get_target
     p = GemmProblem(4096, 4096, 4096)

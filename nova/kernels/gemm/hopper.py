@@ -108,8 +108,19 @@ CLUSTER_SYNC_S = 1e-6          # [EST] per kernel: the cluster-wide barriers aft
 # Ping-pong consumers (``pingpong_step``): the two consumer warpgroups compute different tiles, the
 # CTA's units alternately, their K loops ordered by two named barriers (emit_hopper's module docstring),
 # so one warpgroup's epilogue runs while the other's K loop feeds the tensor cores.
-AUTO_PINGPONG = False          # the model may pick ping-pong on its own (True) or only NOVA_PINGPONG=1 does (False: until
-                               # the device has measured it: session 7 merged it unmeasured)
+AUTO_PINGPONG = True           # the model may pick ping-pong on its own (True) or only NOVA_PINGPONG=1 does (False).
+                               # Session 7 measured it at half rate and left it off: ptxas had serialised every wgmma
+                               # of those kernels (C7520, fixed in CODEGEN_ABI 11); session 9, call 5 measured it again
+COOPERATIVE_KLOOP_TENSOR = 0.81  # [MEAS] the tensor pipe's busy fraction in a cooperative K loop (two warpgroups on one
+                               # tile, each slot released when both are done): Nsight Compute, TF32 16384x3072x768
+                               # 128x256 (session 9, call 4): 74.5% over the kernel, whose epilogue is ~8.5% of it ->
+                               # 0.81 in the K loop, where the model's smem cap says 1.0.  A ping-pong warpgroup tile
+                               # runs at its smem cap (cuBLAS's 128x128 ping-pong: 82.9%, the model's cap 0.8).  Used
+                               # where the consumers step compares the two (``cooperative_compared``)
+PINGPONG_KLOOP_TENSOR = 0.74   # [MEAS] the same for a ping-pong warpgroup's K loop (one warpgroup's 2 x m64 wgmma chain
+                               # at a time): session 9, call 6, the deep-K shapes the model had moved to ping-pong
+                               # ran at 0.88-0.96 (mean 0.91) of their cooperative rate, whose exposed epilogue is
+                               # small there: 0.91 x 0.81
 EXPLAIN_PINGPONG_ALWAYS = False  # record the ping-pong row in every derivation (False: only where it is picked
                                # or NOVA_PINGPONG is set, so the derivations of cooperative picks stay as they were)
 PINGPONG_SLABS = (1, 2)        # 64-row wgmma slabs of one warpgroup's tile (64xN: one wgmma per k-step; 128xN: two)
@@ -264,7 +275,8 @@ def tma_store_blocker(p: GemmProblem, swap: bool, split: int, n: int) -> str | N
     return None
 
 
-def tma_store_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, *, rows: int, cols: int) -> tuple[float, float]:
+def tma_store_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, *, rows: int, cols: int,
+                   bw: float | None = None) -> tuple[float, float]:
     """(not overlapped, overlapped) seconds of the busiest SM's TMA-store epilogues.  Per tile the
     consumers write the whole block_i x n tile into the staging boxes (shared memory at its
     bandwidth: the writes are bank-conflict-free by construction, emit_hopper's lane rotation)
@@ -272,14 +284,15 @@ def tma_store_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, *, row
     left (the stored tile, clipped to C, less the 2 x 8 KB per warpgroup, at the SM's share of the
     TMA unit's L2 bandwidth), plus STAGING_STEP_CLK per 8 KB step.  The staged remainder drains
     while the next tile's K loop runs (overlapped: the caller adds it to the L2 term), except the
-    last tile's, which the kernel waits for before it exits."""
+    last tile's, which the kernel waits for before it exits.  ``bw``: the drain rate (default the TMA
+    unit's L2 bandwidth; ``cooperative_compared`` passes ``drain_bw``)."""
     per_sm = math.ceil(units / gpu.sm_count)
     wgs = block_i // WGMMA_M
     tile = block_i * n * p.out_bytes                           # written to shared memory, ragged parts too
     stored = min(block_i, rows) * min(n, cols) * p.out_bytes   # what reaches C
     staged = min(stored, staging_bytes(wgs, "tma_store"))
     waited = stored - staged
-    bw = gpu.l2_tma_bw / gpu.sm_count
+    bw = (bw or gpu.l2_tma_bw) / gpu.sm_count
     smem = (tile + waited) / (gpu.smem_bytes_per_clk_sm * gpu.clock_hz)
     steps = tile // (wgs * STAGING_STEP_BYTES)                  # per warpgroup; the two run side by side
     per_tile = max(smem, waited / bw) + steps * STAGING_STEP_CLK / gpu.clock_hz
@@ -606,7 +619,8 @@ def pingpong_terms(p: GemmProblem, gpu, slabs: int, n: int, operands: OperandPla
     epilogue = (U - 1) x max(0, (e - m)/2) + e + U x PINGPONG_HANDOFF_CLK.  All of C leaves during the
     K loops: its bytes join the L2 term (the TMA store's at the TMA unit's rate, the register stores'
     at the load/store path's), and where the K loop is smem-bound the TMA store's staging writes take
-    shared-memory time from it (added to the tensor term)."""
+    shared-memory time from it (added to the tensor term).  One warpgroup's wgmma chain at a time keeps
+    the tensor pipe at most PINGPONG_KLOOP_TENSOR busy: t_mma x cap / min(cap, 0.74)."""
     operands = operands or operand_plan(p)
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
     block_i = WGMMA_M * slabs
@@ -632,6 +646,7 @@ def pingpong_terms(p: GemmProblem, gpu, slabs: int, n: int, operands: OperandPla
         else:                                               # the stores leave through the SM's L2 port too
             e_unit = epilogue_time(p, gpu, block_i, n, gpu.sm_count, rows=I, cols=J)
             t_l2 += per_sm * min(block_i, I) * min(n, J) * p.out_bytes / (gpu.l2_bw / gpu.sm_count)
+        t_mma *= main["smem_cap"] / min(main["smem_cap"], PINGPONG_KLOOP_TENSOR)   # one warpgroup's chain at a time
         t_ring = ring_time(p, gpu, units, ktiles, 1, depth)
         m_unit = max(t_mma, t_l2, t_ring) / per_sm
         t_epilogue = ((per_sm - 1) * max(0.0, (e_unit - m_unit) / 2) + e_unit
@@ -688,9 +703,10 @@ def pingpong_step(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, s: Sch
         step = note("consumers", "cooperative", f"cooperative: ping-pong is {blocker}")
         return s, (step if EXPLAIN_PINGPONG_ALWAYS else None)
     base = predict_hopper(p, gpu, s)
+    t_coop = cooperative_compared(p, gpu, s)
     t_pp, _, slabs_neg, n_neg, epilogue, t = candidates[0]
     slabs, n = -slabs_neg, -n_neg
-    pick = bool(forced) or (AUTO_PINGPONG and round(t_pp * 1e6, 6) < round(base.time_us, 6))
+    pick = bool(forced) or (AUTO_PINGPONG and round(t_pp * 1e6, 6) < round(t_coop * 1e6, 6))
     best = {}
     for c in candidates:                                # each warpgroup tile with its faster epilogue
         best.setdefault((c[2], c[3]), c)
@@ -698,7 +714,8 @@ def pingpong_step(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, s: Sch
                       for c in best.values())
     split = (f" split {s.split_k}" if s.split_k > 1 else "") + (" stream-K" if s.stream_k else "")
     coop = (f"cooperative {s.mma.m * s.tile_slabs}x{s.mma.n}{split}{' tma' if s.hopper.tma_store else ''} "
-            f"{base.time_us:.1f} (its epilogue {base.terms_us['epilogue']:.1f} us not overlapped)")
+            f"{t_coop * 1e6:.1f} (its K loop at most {COOPERATIVE_KLOOP_TENSOR:g} of the tensor peak, measured; "
+            f"{base.time_us:.1f} at its smem cap; its epilogue {base.terms_us['epilogue']:.1f} us not overlapped)")
     formula = (f"t = max(mma, L2, ring) + (U - 1) x max(0, (e - m)/2) + e + U x {PINGPONG_HANDOFF_CLK} clk + fill "
                f"+ launches: U = {t['units_per_sm']} units per SM, m = {t['unit_mainloop'] * 1e6:.3f} us per unit "
                f"(tensor {t['mma'] * 1e6:.1f} us at smem cap {t['smem_cap']:.3g}, L2 {t['l2'] * 1e6:.1f}, ring "
@@ -766,20 +783,51 @@ def total_time(t: dict) -> float:
             + LAUNCH_S * t["launches"])
 
 
+def schedule_terms(p: GemmProblem, gpu, s: Schedule) -> dict:
+    """The model's terms (seconds) of any wgmma schedule: stream-K, ping-pong or cooperative."""
+    if s.stream_k:
+        return stream_k_terms(p, gpu, s.mma.m * s.consumer_warpgroups, s.mma.n, s.hopper.operands, s.stages,
+                              schedule_stream_k_plan(p, s))
+    if s.pingpong:
+        return pingpong_terms(p, gpu, s.tile_slabs, s.mma.n, s.hopper.operands, (s.hopper.epilogue,),
+                              s.stages)[s.hopper.epilogue]
+    return time_terms(p, gpu, s.mma.m * s.consumer_warpgroups, s.mma.n, s.split_k, s.hopper.operands,
+                      s.split_reduction, s.hopper.epilogue, s.stages, (s.cluster_m, s.cluster_n))
+
+
+def drain_bw(p: GemmProblem, gpu) -> float:
+    """Bytes/s at which the SMs' stores of C leave for good: the DRAM bandwidth, however fast the TMA
+    unit writes L2 (C's lines are written back to DRAM by the time the next kernel's stores arrive:
+    in a training step's or a benchmark's stream of GEMMs the write rate is DRAM's)."""
+    return gpu.dram_bw
+
+
+def cooperative_compared(p: GemmProblem, gpu, s: Schedule) -> float:
+    """Seconds of the cooperative schedule ``s`` as the consumers step weighs it against ping-pong, with
+    two corrections measured on the device (session 9, calls 4-6) that the cooperative tile choice
+    (steps 7-10: their derivations and keys stay as they were) does not need, as they scale its
+    candidates alike: its K loop's tensor term at min(smem cap, COOPERATIVE_KLOOP_TENSOR) of the
+    peak, t_mma x cap / min(cap, 0.81); and its TMA-store epilogue waiting for C's bytes beyond the
+    staging at ``drain_bw`` (DRAM, for a C larger than L2) instead of the TMA unit's L2 rate.  With
+    both, the exposed epilogue of the short-K forwards is ~20% of their time, as their ping-pong
+    speed-ups say (call 5), where the model had 8-12%."""
+    t = dict(schedule_terms(p, gpu, s))
+    cap = t["smem_cap"]
+    t["mma"] *= cap / min(cap, COOPERATIVE_KLOOP_TENSOR)
+    if s.hopper.tma_store and not s.stream_k and s.split_k == 1:
+        I, J = (p.N, p.M) if s.hopper.operands.swap else (p.M, p.N)
+        block_i = s.mma.m * s.consumer_warpgroups
+        units = cdiv(I, block_i) * cdiv(J, s.mma.n) * p.batch
+        t["epilogue"] = tma_store_time(p, gpu, block_i, s.mma.n, units, rows=I, cols=J, bw=drain_bw(p, gpu))[0]
+    return total_time(t)
+
+
 def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
     """Step 16 for any wgmma schedule: max(tensor peak x smem cap x SM utilisation, L2 fills (+ the
     TMA store's overlapped stores), DRAM, the ring's latency bound) + the ring's first fill + the
     epilogues (not overlapped) + the operand-prep passes at DRAM bandwidth + adding the split-K
     slices (zeroing and atomics, or the reduction kernel) + the launches."""
-    if s.stream_k:
-        t = stream_k_terms(p, gpu, s.mma.m * s.consumer_warpgroups, s.mma.n, s.hopper.operands, s.stages,
-                           schedule_stream_k_plan(p, s))
-    elif s.pingpong:
-        t = pingpong_terms(p, gpu, s.tile_slabs, s.mma.n, s.hopper.operands, (s.hopper.epilogue,),
-                           s.stages)[s.hopper.epilogue]
-    else:
-        t = time_terms(p, gpu, s.mma.m * s.consumer_warpgroups, s.mma.n, s.split_k, s.hopper.operands,
-                       s.split_reduction, s.hopper.epilogue, s.stages, (s.cluster_m, s.cluster_n))
+    t = schedule_terms(p, gpu, s)
     total = total_time(t)
     bound = max((t["mma"], "tensor-core"), (t["l2"], "l2"), (t["dram"], "dram"), (t["ring"], "ring latency"))[1]
     if t["smem_cap"] < 1 and bound == "tensor-core":
