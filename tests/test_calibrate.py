@@ -23,8 +23,21 @@ def test_stored_wgmma_calibration_is_reproducible():
     fixed = STORED.get("fixed") or {}
     c = calibrate.fit(rows, fixed)
     for k, v in STORED["constants"].items():
-        assert c[k] == pytest.approx(v, rel=1e-6), k
+        if k != "eta_tc_pingpong":             # fitted on its own rows (next test)
+            assert c[k] == pytest.approx(v, rel=1e-6), k
     assert calibrate.stats(calibrate.errors(rows, c))["within_15pct"] == pytest.approx(STORED["after"]["within_15pct"])
+
+
+def test_stored_pingpong_eta_is_reproducible():
+    """eta_tc_pingpong refits from the suite CSV it names to the stored value and statistics, and every
+    ping-pong pick there lands within 15% (in sample and left out); cooperative kernels keep eta_tc."""
+    held = {k: v for k, v in STORED["constants"].items() if k != "eta_tc_pingpong"}
+    eta, st = calibrate.fit_pingpong(str(ROOT / STORED["pingpong"]["results"]), "h200", held)
+    assert eta == pytest.approx(STORED["constants"]["eta_tc_pingpong"]) and st["kernels"] == STORED["pingpong"]["kernels"]
+    assert st["within_15pct"] == st["leave_one_out"]["within_15pct"] == 1.0
+    from nova.hwmodel.calibration import constants_for
+    assert constants_for(STORED["constants"], False)["eta_tc"] == STORED["constants"]["eta_tc"]
+    assert constants_for(STORED["constants"], True)["eta_tc"] == STORED["constants"]["eta_tc_pingpong"]
 
 
 def test_calibrations_are_self_contained_package_data(tmp_path):

@@ -136,6 +136,39 @@ def leave_one_shape_out(rows, fixed: dict | None = None) -> np.ndarray:
     return out
 
 
+def fit_pingpong(results_csv: str, preset: str, constants: dict) -> tuple[float, dict]:
+    """``eta_tc_pingpong``: the Hopper calibration's eta_tc for ping-pong kernels, the other
+    ``constants`` held.  Rows: the training-GEMM suite CSV (``nova.bench.train_gemms``) whose problem
+    the configurator picks ping-pong for; measured time ``nova_us`` (back-to-back, power settled).
+    Least squares on log(time) over 0.5-2.0 (by 0.01, then 0.001 around the best); returns it with its in-sample and
+    leave-one-out errors (``stats``)."""
+    import pandas as pd
+    from nova.configurator import GemmProblem, configure
+    from nova.hwmodel.calibration import clock_and_time
+    points = []
+    for r in pd.read_csv(results_csv).to_dict("records"):
+        p = GemmProblem(M=int(r["M"]), N=int(r["N"]), K=int(r["K"]), dtype=str(r["dtype"]), trans_a=bool(r["trans_a"]),
+                        trans_b=bool(r["trans_b"]), bias=bool(r["bias"]))
+        c = configure(p, preset)
+        if c.schedule.pingpong and r.get("nova_us") == r.get("nova_us"):
+            points.append((c.prediction.terms_us, c.schedule.launch_split, float(r["nova_us"])))
+
+    def err(eta, pts):
+        cc = {**constants, "eta_tc": eta}
+        return np.array([clock_and_time(t, sk, cc)[1] / m - 1 for t, sk, m in pts])
+
+    def loss(e, pts):
+        return float(np.sum(np.log1p(err(e, pts)) ** 2))
+
+    def best(pts):                             # coarse (0.01) then fine (0.001) around the coarse best
+        coarse = min(np.round(np.arange(0.5, 2.0, 0.01), 2), key=lambda e: loss(e, pts))
+        return float(min(np.round(np.arange(coarse - 0.01, coarse + 0.0105, 0.001), 3), key=lambda e: loss(e, pts)))
+
+    eta = best(points)
+    loo = np.array([err(best(points[:i] + points[i + 1:]), [points[i]])[0] for i in range(len(points))])
+    return eta, {"kernels": len(points), **stats(err(eta, points)), "leave_one_out": stats(loo)}
+
+
 def row_clocks(rows, clocks_csv: str) -> list[float]:
     """Median SM clock (MHz) of the nvidia-smi samples inside each row's timing window (Nova's
     graph replay, ``nova_graph_window``, from v0.6d on; else the whole shape, ``t_start``..``t_end``,

@@ -104,7 +104,7 @@ def calibrated_predictions(bench: pd.DataFrame, target) -> pd.Series | None:
         return None
     from nova.configurator import GemmProblem
     from nova.kernels.gemm.space import measured_config
-    from nova.hwmodel.calibration import calibrated_time_us, load
+    from nova.hwmodel.calibration import calibrated_time_us, constants_for, load
     cals = {f: load(target.name, f) for f in ("mma.sync", "wgmma")}
     if not any(cals.values()):
         return None
@@ -112,7 +112,8 @@ def calibrated_predictions(bench: pd.DataFrame, target) -> pd.Series | None:
     for r in bench.itertuples():
         cfg = measured_config(GemmProblem(int(r.M), int(r.N), int(r.K), r.dtype), target, r.schedule)
         cal = cals.get(cfg.schedule.mma.family) if cfg is not None else None   # each family its own fit
-        out.append(float(calibrated_time_us(cfg.prediction.terms_us, cfg.schedule.launch_split, cal["constants"]))
+        out.append(float(calibrated_time_us(cfg.prediction.terms_us, cfg.schedule.launch_split,
+                                            constants_for(cal["constants"], cfg.schedule.pingpong)))
                    if cal else math.nan)
     return pd.Series(out, index=bench.index)
 

@@ -9,6 +9,10 @@ constants, never per shape, and scales the model's terms:
 
     eta_tc       achievable fraction of the modelled tensor-core rate; divides t_tensor and t_smem
                  (both are issue-rate limits inside the SM)
+    eta_tc_pingpong  (wgmma, optional) the same for ping-pong kernels, fitted on their own
+                 measurements (``constants_for``): their modelled K loop (smem cap and
+                 ``hopper.PINGPONG_KLOOP_TENSOR``, a factor the consumers step needs relative to the
+                 cooperative one) is absolute-pessimistic, so it exceeds 1
     eta_dram     achievable fraction of the datasheet DRAM bandwidth; divides t_dram and t_prep
     t_launch_us  per-launch cost (split-K adds a memset launch, an operand prep its pass)
     f_sustained_mhz, f_max_mhz, f_model_mhz   (optional) the power-limited SM clock, below
@@ -58,6 +62,15 @@ def load(preset: str, family: str = "mma.sync") -> dict | None:
     Read once per process (the files ship with the package); treat the result as read-only."""
     p = path_for(preset, family)
     return json.loads(p.read_text()) if p.exists() else None
+
+
+def constants_for(constants: dict, pingpong: bool) -> dict:
+    """The constants to apply to a kernel: ``eta_tc_pingpong`` in place of ``eta_tc`` for a ping-pong
+    kernel where the calibration has it (a ping-pong row fitted with the cooperative eta_tc was ~39%
+    pessimistic on the H200, session 9)."""
+    if pingpong and "eta_tc_pingpong" in constants:
+        return {**constants, "eta_tc": constants["eta_tc_pingpong"]}
+    return constants
 
 
 def launches_of(terms_us: dict, split_k: int) -> int:

@@ -41,11 +41,12 @@ class Config:
         return None if clock_and_time is None or clock_and_time[0] is None else float(clock_and_time[0])
 
     def _calibrated(self):
-        from nova.hwmodel.calibration import clock_and_time, load
+        from nova.hwmodel.calibration import clock_and_time, constants_for, load
         cal = load(self.target.name, self.schedule.mma.family)
         if cal is None:
             return None
-        return clock_and_time(self.prediction.terms_us, self.schedule.launch_split, cal["constants"])
+        return clock_and_time(self.prediction.terms_us, self.schedule.launch_split,
+                              constants_for(cal["constants"], self.schedule.pingpong))
 
     def to_dict(self) -> dict:
         s = self.schedule
