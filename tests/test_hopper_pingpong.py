@@ -372,3 +372,24 @@ def test_the_gpu_tests_pingpong_cases_are_pingpong_and_assemble(env):
             r = compile_gemm(p, s).resources
             assert r["spill_store_bytes"] == 0 and not [ln for ln in r["ptxas_info"] if BAD_INFOS.search(ln)], r
     assert {configure(p, "h200").schedule.hopper.epilogue for p in problems} == {"registers", "tma_store"}
+
+
+def test_the_training_steps_picks_assemble_free_of_wgmma_hazards(env):
+    """The configurator's own picks for the GPT training steps' GEMMs (every third of
+    bench/suites/train_gemms.json in TF32 and BF16: ping-pong forwards, cooperative dX and split-K dW)
+    assemble without spills and free of WGMMA_HAZARDS: session 9 found ping-pong kernels whose every
+    wgmma ptxas had serialised (C7520) only by scanning a cache, as no test looked at the picks."""
+    import json
+    from nova.codegen import compile_gemm, ptxas
+    if not ptxas.available():
+        pytest.skip("ptxas not on PATH")
+    entries = json.load(open("bench/suites/train_gemms.json"))[::3]
+    kinds = set()
+    for e in entries:
+        for dtype in ("tf32", "bf16"):
+            p = GemmProblem(e["M"], e["N"], e["K"], dtype, e["trans_a"], e["trans_b"], bias=e["bias"])
+            s = configure(p, "h200").schedule
+            kinds.add("pingpong" if s.pingpong else ("split" if s.split_k > 1 else "cooperative"))
+            r = compile_gemm(p, s).resources
+            assert r["spill_store_bytes"] == 0 and not [ln for ln in r["ptxas_info"] if BAD_INFOS.search(ln)], (p.describe(), r)
+    assert kinds == {"pingpong", "split", "cooperative"}, kinds

@@ -626,8 +626,10 @@ class _HopperKernel:
     def warp_uniform(self, x):
         """``x`` (an index the same on every lane of a warp, e.g. tid / 128) broadcast from lane 0 with
         ``shfl.sync.idx``, which ptxas knows to be warp-uniform.  A ping-pong warpgroup's tile loop
-        starts at bid + w x grid: with w = tid / 128 as such, ptxas took the loop's wgmmas for a
-        divergent path and serialised every one of them (C7520)."""
+        starts at bid + w x grid.  With w = tid / 128 as such and the second slab's zeros written
+        between wgmmas, ptxas serialised every wgmma of the kernel (C7520); with this broadcast it
+        injected one arrive/wait instead (C7519/C7517), which ``fence_operand`` removes (the fences
+        alone also give a clean kernel; the kernels measured on the H200 have both)."""
         ir = self.ir
         x32 = ir.let("wu_i32", f"arith.index_cast {ir.v(x)} : index to i32")
         c0, c32 = ir.pure("c0_i32", "arith.constant 0 : i32"), ir.pure("c32_i32", "arith.constant 32 : i32")
