@@ -675,3 +675,26 @@ def test_prune_removes_what_no_key_of_todays_code_reaches(cache, monkeypatch):
         m.setattr(cache_mod, "CODEGEN_ABI", cache_mod.CODEGEN_ABI + 1)
         assert [e.key for e in cache.prune()] == [gemm_key]
     assert cache.entries() == []
+
+
+def test_prune_max_size_drops_the_least_recently_used(cache):
+    """With max_bytes, prune deletes valid entries oldest-used first (mtime: ``put`` sets it, a ``get``
+    hit refreshes it) until the rest fit; a dry run deletes nothing; a limit they fit deletes nothing."""
+    from nova.configurator import configure
+    keys = []
+    for i, m in enumerate((512, 640, 768)):
+        p = GemmProblem(m, 256, 128)
+        s = configure(p, "h200").schedule
+        k = kernel_key(p, s, H200)
+        path = cache.put(k, dataclasses.replace(make_artifact(), meta={"problem": p.to_dict(), "schedule": s.to_dict()}),
+                         summary_line(p, H200))
+        os.utime(path, (time.time() - 1000 + 100 * i,) * 2)      # put in order: keys[0] oldest
+        keys.append(k)
+    assert cache.get(keys[0]) is not None                        # used now: the most recent
+    sizes = {e.key: e.size for e in cache.entries()}
+    assert cache.prune(max_bytes=sum(sizes.values())) == []
+    two = sizes[keys[0]] + sizes[keys[2]]
+    assert [e.key for e in cache.prune(dry_run=True, max_bytes=two)] == [keys[1]] and len(cache.entries()) == 3
+    assert [e.key for e in cache.prune(max_bytes=two)] == [keys[1]]
+    assert sorted(e.key for e in cache.entries()) == sorted([keys[0], keys[2]])
+    assert [e.key for e in cache.prune(max_bytes=0)] == [keys[2], keys[0]] and cache.entries() == []

@@ -198,8 +198,26 @@ def add_cache(sub) -> None:
                                    "all; path: the directory.")
     p.add_argument("action", choices=["list", "prune", "clear", "path"])
     p.add_argument("--dry-run", action="store_true", help="prune: list what would be deleted, delete nothing")
+    p.add_argument("--max-size", type=byte_size, default=None, metavar="SIZE",
+                   help="prune: then delete the least recently used kernels until the cache holds at most SIZE "
+                        "(bytes, or with K, M, G: KiB, MiB, GiB; e.g. 40M)")
     p.add_argument("--cache-dir", default=None, help="cache directory (default: NOVA_CACHE_DIR or ~/.cache/nova)")
     p.set_defaults(run=run_cache)
+
+
+def byte_size(text: str) -> int:
+    """'40M' -> 41943040: bytes, or a number with K, M or G (powers of 1024)."""
+    import argparse
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(t[-1:], 1)
+    number = t[:-1] if scale > 1 else t
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size: give bytes or a number with K, M or G (e.g. 40M)")
+    return int(value * scale)
 
 
 def run_cache(args) -> int:
@@ -209,9 +227,11 @@ def run_cache(args) -> int:
     elif args.action == "clear":
         print(f"removed {cache.clear()} kernels from {cache.root}")
     elif args.action == "prune":
-        gone = cache.prune(dry_run=args.dry_run)
+        stale = {e.key for e in cache.prune(dry_run=True)}
+        gone = cache.prune(dry_run=args.dry_run, max_bytes=args.max_size)
         for e in gone:
-            print(f"{e.key[:12]}  {e.size / 1024:8.1f} KB  {'stale' if e.valid else 'CORRUPT':9s}  {e.summary}")
+            why = "CORRUPT" if not e.valid else ("stale" if e.key in stale else "unused")
+            print(f"{e.key[:12]}  {e.size / 1024:8.1f} KB  {why:9s}  {e.summary}")
         left = len(cache.entries())
         print(f"{'would remove' if args.dry_run else 'removed'} {len(gone)} kernels "
               f"({sum(e.size for e in gone) / 2**20:.1f} MB) from {cache.root}; {left} kept")

@@ -166,10 +166,15 @@ class KernelCache:
             if problem:
                 self._corrupt(path, problem)
                 return None
-            return KernelArtifact.from_dict(entry)
+            artifact = KernelArtifact.from_dict(entry)
         except (ValueError, KeyError, TypeError) as e:   # UTF-8, JSON, base64 and missing-field errors
             self._corrupt(path, f"unparsable ({type(e).__name__}: {e})")
             return None
+        try:                                             # the entry's last use: prune --max-size drops the
+            os.utime(path)                               # least recently used first (a read-only cache: as it is)
+        except OSError:
+            pass
+        return artifact
 
     def _corrupt(self, path: Path, why: str) -> None:
         discard_bad_entry(path, f"Nova kernel cache entry {path} is corrupt ({why}); ignoring it, it will be rebuilt",
@@ -210,11 +215,14 @@ class KernelCache:
             out.append((CacheEntry(key, summary, path, size, valid, has_cubin), entry))
         return sorted(out, key=lambda pair: (pair[0].summary, pair[0].key))
 
-    def prune(self, dry_run: bool = False) -> list[CacheEntry]:
+    def prune(self, dry_run: bool = False, max_bytes: int | None = None) -> list[CacheEntry]:
         """Delete (unless ``dry_run``) the entries today's code would never look up: corrupt ones and
         stale ones (``current_keys``: built by an older Nova, toolchain or kernel ABI; each ABI bump
-        leaves a generation of them).  Returns what was (or would be) removed."""
-        gone = []
+        leaves a generation of them); then, with ``max_bytes``, the least recently used of the rest
+        (file mtime: ``get`` refreshes it, ``put`` sets it) until the entries take at most
+        ``max_bytes`` (a tuning run leaves hundreds of candidates behind).  Returns what was (or would
+        be) removed, the stale ones first."""
+        gone, kept = [], []
         for e, entry in self._scan():
             stale = not e.valid
             if not stale:
@@ -222,13 +230,20 @@ class KernelCache:
                     stale = e.key not in current_keys(entry)
                 except (KeyError, TypeError):
                     stale = True
-            if stale:
+            (gone if stale else kept).append(e)
+        if max_bytes is not None:
+            total = sum(e.size for e in kept)
+            for e in sorted(kept, key=lambda e: (_mtime(e.path), e.key)):
+                if total <= max_bytes:
+                    break
                 gone.append(e)
-                if not dry_run:
-                    try:
-                        e.path.unlink()
-                    except FileNotFoundError:
-                        pass
+                total -= e.size
+        if not dry_run:
+            for e in gone:
+                try:
+                    e.path.unlink()
+                except FileNotFoundError:
+                    pass
         return gone
 
     def clear(self) -> int:
@@ -249,6 +264,13 @@ class KernelCache:
             except OSError:
                 pass
         return removed
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _digest(entry: dict) -> str:
