@@ -150,7 +150,7 @@ def fit_pingpong(results_csv: str, preset: str, constants: dict) -> tuple[float,
         p = GemmProblem(M=int(r["M"]), N=int(r["N"]), K=int(r["K"]), dtype=str(r["dtype"]), trans_a=bool(r["trans_a"]),
                         trans_b=bool(r["trans_b"]), bias=bool(r["bias"]))
         c = configure(p, preset)
-        if c.schedule.pingpong and r.get("nova_us") == r.get("nova_us"):
+        if c.schedule.pingpong and pd.notna(r["nova_us"]):
             points.append((c.prediction.terms_us, c.schedule.launch_split, float(r["nova_us"])))
 
     def err(eta, pts):

@@ -68,6 +68,11 @@ def random_operands(torch, M, N, K, dtype, gen, trans_a=False, trans_b=False):
     return (a.T if trans_a else a), (b.T if trans_b else b)
 
 
+def random_bias(torch, N, dtype, gen):
+    """A fresh ``randn`` bias of length N in torch dtype ``dtype`` (the operands' storage)."""
+    return torch.randn(N, device="cuda", generator=gen).to(dtype)
+
+
 def nan_output(torch, M, N, storage):
     """An [M, N] output of element type ``storage`` filled with NaN: whatever a kernel leaves unwritten shows."""
     return torch.full((M, N), float("nan"), device="cuda", dtype=torch_dtype(torch, storage))
@@ -108,7 +113,7 @@ def check_case(M, N, K, dtype, *, seed, bias=False, activation="none", trans_a=F
     gen = torch.Generator(device="cuda").manual_seed(seed)
     a, b = random_operands(torch, M, N, K, dtype, gen, trans_a, trans_b)
     out = torch.full((M, N), float("nan"), device="cuda", dtype=a.dtype)
-    bias_t = torch.randn(N, device="cuda", generator=gen).to(a.dtype) if bias else None
+    bias_t = random_bias(torch, N, a.dtype, gen) if bias else None
     row = {"M": M, "N": N, "K": K, "dtype": dtype, "trans_a": trans_a, "trans_b": trans_b, "bias": bias,
            "activation": activation}
     try:

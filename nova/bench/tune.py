@@ -26,7 +26,7 @@ import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from nova.bench.harness import TOLERANCE, nan_output, random_operands, reference, rel_fro
+from nova.bench.harness import TOLERANCE, nan_output, random_bias, random_operands, reference, rel_fro
 from nova.dtypes import torch_dtype
 from nova.kernels.gemm.problem import GemmProblem
 from nova.kernels.gemm.schedule import Schedule
@@ -151,15 +151,13 @@ class _Data:
         set_bytes = (p.M * p.K + p.K * p.N) * p.in_bytes + p.M * p.N * p.out_bytes
         self.n_sets = max(1, min(8, math.ceil(3 * l2 / set_bytes)))
         self.sets = [(*random_operands(torch, p.M, p.N, p.K, p.dtype, gen, p.trans_a, p.trans_b),
-                      random_bias(torch, p, gen)) for _ in range(self.n_sets)]
+                      problem_bias(torch, p, gen)) for _ in range(self.n_sets)]
         self.outs = [nan_output(torch, p.M, p.N, p.out_dtype) for _ in range(self.n_sets)]
 
 
-def random_bias(torch, problem: GemmProblem, gen):
-    """A fresh ``randn`` bias of length N in the operands' storage type (None without a bias)."""
-    if not problem.bias:
-        return None
-    return torch.randn(problem.N, device="cuda", generator=gen).to(torch_dtype(torch, problem.dtype))
+def problem_bias(torch, problem: GemmProblem, gen):
+    """``harness.random_bias`` for ``problem`` (None without a bias)."""
+    return random_bias(torch, problem.N, torch_dtype(torch, problem.dtype), gen) if problem.bias else None
 
 
 def _launch(resolved, a, b, bias, c, stream: int) -> None:
@@ -178,7 +176,7 @@ def check_candidate(torch, resolved, problem: GemmProblem, seed: int) -> tuple[b
     gen = torch.Generator(device="cuda").manual_seed(seed)
     p = problem
     a, b = random_operands(torch, p.M, p.N, p.K, p.dtype, gen, p.trans_a, p.trans_b)
-    bias = random_bias(torch, p, gen)
+    bias = problem_bias(torch, p, gen)
     out = nan_output(torch, p.M, p.N, p.out_dtype)
     _launch(resolved, a, b, bias, out, torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
