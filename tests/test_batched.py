@@ -14,7 +14,7 @@ from nova.configurator import configure
 from nova.kernels.gemm.problem import MAX_DIM, GemmProblem, ProblemError
 from nova.kernels.gemm.schedule import Schedule
 
-from nova.codegen.ptxas import WGMMA_HAZARDS as BAD_INFOS   # wgmmas serialised, arrive/wait injected, setmaxnreg ignored
+from nova.codegen.ptxas import wgmma_hazards   # wgmmas serialised, arrive/wait injected, setmaxnreg ignored
 
 
 # --------------------------------------------------------------------------- the problem
@@ -173,7 +173,7 @@ def _assemble(p, target, family=None):
     kernels = [art.resources] + [d["resources"] for d in art.meta.get("prep_kernels", {}).values()]
     for r in kernels:
         assert r["spill_store_bytes"] == 0 and r["spill_load_bytes"] == 0 and r["stack_bytes"] == 0, r
-        assert not [ln for ln in r["ptxas_info"] if BAD_INFOS.search(ln)], r["ptxas_info"]
+        assert not wgmma_hazards(r), r["ptxas_info"]
     return art
 
 

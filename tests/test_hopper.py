@@ -7,13 +7,12 @@ registers were touched between issue and wait) and C7508 (setmaxnreg ignored).
 """
 from __future__ import annotations
 
-
 import pytest
 
 from nova.configurator import GemmProblem, configure
 from nova.kernels.gemm.problem import ProblemError
 
-from nova.codegen.ptxas import WGMMA_HAZARDS as BAD_INFOS   # wgmmas serialised, arrive/wait injected, setmaxnreg ignored
+from nova.codegen.ptxas import wgmma_hazards   # wgmmas serialised, arrive/wait injected, setmaxnreg ignored
 
 SPREAD = [
     (4096, 4096, 4096, "tf32", {}),
@@ -159,7 +158,7 @@ def test_ptxas_clean_sm90a(hopper, M, N, K, dtype, extra):
     assert art.arch == "sm_90a" and ".target sm_90a" in art.ptx
     assert r["spill_store_bytes"] == 0 and r["spill_load_bytes"] == 0 and r["stack_bytes"] == 0, r
     assert r["registers"] <= 168, r
-    bad = [ln for ln in r["ptxas_info"] if BAD_INFOS.search(ln)]
+    bad = wgmma_hazards(r)
     assert not bad, bad
     assert "setmaxnreg.inc.sync.aligned.u32" in art.ptx and "wgmma.mma_async" in art.ptx
     for op, d in art.meta["prep_kernels"].items():
@@ -480,4 +479,4 @@ def test_tma_store_odd_step_counts_alternate_buffers_across_tiles(hopper):
         assert ("%tile_n = arith.divui" in text) == persistent and text.count("nvgpu.tma.async.store") == 1
         if ptxas.available():
             r = compile_gemm(p, s).resources
-            assert r["spill_store_bytes"] == 0 and not [ln for ln in r["ptxas_info"] if BAD_INFOS.search(ln)], r
+            assert r["spill_store_bytes"] == 0 and not wgmma_hazards(r), r

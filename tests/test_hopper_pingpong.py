@@ -22,7 +22,7 @@ from nova.kernels.gemm.problem import ProblemError
 from nova.kernels.gemm.schedule import Schedule
 from mbarrier_model import Mbarrier
 
-from nova.codegen.ptxas import WGMMA_HAZARDS as BAD_INFOS   # wgmmas serialised, arrive/wait injected, setmaxnreg ignored
+from nova.codegen.ptxas import wgmma_hazards   # wgmmas serialised, arrive/wait injected, setmaxnreg ignored
 H200 = get_target("h200")
 
 
@@ -334,7 +334,7 @@ def test_pingpong_kernels_assemble_clean(env, case):
     art = compile_gemm(p, s)
     r = art.resources
     assert r["spill_store_bytes"] == 0 and r["spill_load_bytes"] == 0 and r["stack_bytes"] == 0, r
-    assert not [ln for ln in r["ptxas_info"] if BAD_INFOS.search(ln)], r["ptxas_info"]
+    assert not wgmma_hazards(r), r["ptxas_info"]
     assert "bar.arrive" in art.ptx and "wgmma.mma_async" in art.ptx
     assert art.block == (384, 1, 1) and art.smem_bytes == s.smem_bytes <= 232448
 
@@ -350,7 +350,7 @@ def test_forced_pingpong_picks_assemble_clean(env):
         s = configure(p, "h200").schedule
         assert s.pingpong
         r = compile_gemm(p, s).resources
-        assert r["spill_store_bytes"] == 0 and not [ln for ln in r["ptxas_info"] if BAD_INFOS.search(ln)], r
+        assert r["spill_store_bytes"] == 0 and not wgmma_hazards(r), r
 
 
 def test_the_gpu_tests_pingpong_cases_are_pingpong_and_assemble(env):
@@ -370,7 +370,7 @@ def test_the_gpu_tests_pingpong_cases_are_pingpong_and_assemble(env):
         assert any(ln.startswith("NOVA_PINGPONG=1 nova precompile gemm --shapes ") and shape in ln for ln in lines)
         if ptxas.available():
             r = compile_gemm(p, s).resources
-            assert r["spill_store_bytes"] == 0 and not [ln for ln in r["ptxas_info"] if BAD_INFOS.search(ln)], r
+            assert r["spill_store_bytes"] == 0 and not wgmma_hazards(r), r
     assert {configure(p, "h200").schedule.hopper.epilogue for p in problems} == {"registers", "tma_store"}
 
 
@@ -391,5 +391,5 @@ def test_the_training_steps_picks_assemble_free_of_wgmma_hazards(env):
             s = configure(p, "h200").schedule
             kinds.add("pingpong" if s.pingpong else ("split" if s.split_k > 1 else "cooperative"))
             r = compile_gemm(p, s).resources
-            assert r["spill_store_bytes"] == 0 and not [ln for ln in r["ptxas_info"] if BAD_INFOS.search(ln)], (p.describe(), r)
+            assert r["spill_store_bytes"] == 0 and not wgmma_hazards(r), (p.describe(), r)
     assert kinds == {"pingpong", "split", "cooperative"}, kinds
