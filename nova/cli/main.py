@@ -207,7 +207,6 @@ def add_cache(sub) -> None:
 
 def byte_size(text: str) -> int:
     """'40M' -> 41943040: bytes, or a number with K, M or G (powers of 1024)."""
-    import argparse
     t = text.strip().upper().removesuffix("B").removesuffix("I")
     scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(t[-1:], 1)
     number = t[:-1] if scale > 1 else t
@@ -227,10 +226,9 @@ def run_cache(args) -> int:
     elif args.action == "clear":
         print(f"removed {cache.clear()} kernels from {cache.root}")
     elif args.action == "prune":
-        stale = {e.key for e in cache.prune(dry_run=True)}
         gone = cache.prune(dry_run=args.dry_run, max_bytes=args.max_size)
         for e in gone:
-            why = "CORRUPT" if not e.valid else ("stale" if e.key in stale else "unused")
+            why = "CORRUPT" if e.pruned == "corrupt" else e.pruned
             print(f"{e.key[:12]}  {e.size / 1024:8.1f} KB  {why:9s}  {e.summary}")
         left = len(cache.entries())
         print(f"{'would remove' if args.dry_run else 'removed'} {len(gone)} kernels "

@@ -16,6 +16,7 @@ compiles (MLIR imported lazily).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -132,6 +133,7 @@ class CacheEntry:
     size: int
     valid: bool
     has_cubin: bool = False             # the entry carries a cubin (else PTX only, JIT at load)
+    pruned: str = ""                    # why ``prune`` removed it: "corrupt", "stale" or "unused"
 
 
 class KernelCache:
@@ -221,7 +223,7 @@ class KernelCache:
         leaves a generation of them); then, with ``max_bytes``, the least recently used of the rest
         (file mtime: ``get`` refreshes it, ``put`` sets it) until the entries take at most
         ``max_bytes`` (a tuning run leaves hundreds of candidates behind).  Returns what was (or would
-        be) removed, the stale ones first."""
+        be) removed, the stale ones first, each with ``pruned`` saying why."""
         gone, kept = [], []
         for e, entry in self._scan():
             stale = not e.valid
@@ -230,13 +232,16 @@ class KernelCache:
                     stale = e.key not in current_keys(entry)
                 except (KeyError, TypeError):
                     stale = True
-            (gone if stale else kept).append(e)
+            if stale:
+                gone.append(dataclasses.replace(e, pruned="stale" if e.valid else "corrupt"))
+            else:
+                kept.append(e)
         if max_bytes is not None:
             total = sum(e.size for e in kept)
             for e in sorted(kept, key=lambda e: (_mtime(e.path), e.key)):
                 if total <= max_bytes:
                     break
-                gone.append(e)
+                gone.append(dataclasses.replace(e, pruned="unused"))
                 total -= e.size
         if not dry_run:
             for e in gone:
