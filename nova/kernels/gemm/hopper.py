@@ -285,7 +285,7 @@ def tma_store_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, *, row
     TMA unit's L2 bandwidth), plus STAGING_STEP_CLK per 8 KB step.  The staged remainder drains
     while the next tile's K loop runs (overlapped: the caller adds it to the L2 term), except the
     last tile's, which the kernel waits for before it exits.  ``bw``: the drain rate (default the TMA
-    unit's L2 bandwidth; ``cooperative_compared`` passes ``drain_bw``)."""
+    unit's L2 bandwidth; ``cooperative_compared`` passes DRAM's)."""
     per_sm = math.ceil(units / gpu.sm_count)
     wgs = block_i // WGMMA_M
     tile = block_i * n * p.out_bytes                           # written to shared memory, ragged parts too
@@ -713,8 +713,8 @@ def pingpong_step(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, s: Sch
     if blocker:
         step = note("consumers", "cooperative", f"cooperative: ping-pong is {blocker}")
         return s, (step if EXPLAIN_PINGPONG_ALWAYS else None)
-    base = predict_hopper(p, gpu, s)
-    t_coop = cooperative_compared(p, gpu, s)
+    terms = schedule_terms(p, gpu, s)
+    t_base, t_coop = total_time(terms), cooperative_compared(p, gpu, s, terms)
     t_pp, _, slabs_neg, n_neg, epilogue, t = candidates[0]
     slabs, n = -slabs_neg, -n_neg
     pick = bool(forced) or (AUTO_PINGPONG and round(t_pp * 1e6, 6) < round(t_coop * 1e6, 6))
@@ -726,7 +726,7 @@ def pingpong_step(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, s: Sch
     split = (f" split {s.split_k}" if s.split_k > 1 else "") + (" stream-K" if s.stream_k else "")
     coop = (f"cooperative {s.mma.m * s.tile_slabs}x{s.mma.n}{split}{' tma' if s.hopper.tma_store else ''} "
             f"{t_coop * 1e6:.1f} (its K loop at most {COOPERATIVE_KLOOP_TENSOR:g} of the tensor peak, measured; "
-            f"{base.time_us:.1f} at its smem cap; its epilogue {base.terms_us['epilogue']:.1f} us not overlapped)")
+            f"{t_base * 1e6:.1f} at its smem cap; its epilogue {terms['epilogue'] * 1e6:.1f} us not overlapped)")
     formula = (f"t = max(mma, L2, ring) + (U - 1) x max(0, (e - m)/2) + e + U x {PINGPONG_HANDOFF_CLK} clk + fill "
                f"+ launches: U = {t['units_per_sm']} units per SM, m = {t['unit_mainloop'] * 1e6:.3f} us per unit "
                f"(tensor {t['mma'] * 1e6:.1f} us at smem cap {t['smem_cap']:.3g}, L2 {t['l2'] * 1e6:.1f}, ring "
@@ -806,30 +806,25 @@ def schedule_terms(p: GemmProblem, gpu, s: Schedule) -> dict:
                       s.split_reduction, s.hopper.epilogue, s.stages, (s.cluster_m, s.cluster_n))
 
 
-def drain_bw(p: GemmProblem, gpu) -> float:
-    """Bytes/s at which the SMs' stores of C leave for good: the DRAM bandwidth, however fast the TMA
-    unit writes L2 (C's lines are written back to DRAM by the time the next kernel's stores arrive:
-    in a training step's or a benchmark's stream of GEMMs the write rate is DRAM's)."""
-    return gpu.dram_bw
-
-
-def cooperative_compared(p: GemmProblem, gpu, s: Schedule) -> float:
-    """Seconds of the cooperative schedule ``s`` as the consumers step weighs it against ping-pong, with
-    two corrections measured on the device (session 9, calls 4-6) that the cooperative tile choice
-    (steps 7-10: their derivations and keys stay as they were) does not need, as they scale its
-    candidates alike: its K loop's tensor term at min(smem cap, COOPERATIVE_KLOOP_TENSOR) of the
-    peak, t_mma x cap / min(cap, 0.81); and its TMA-store epilogue waiting for C's bytes beyond the
-    staging at ``drain_bw`` (DRAM, for a C larger than L2) instead of the TMA unit's L2 rate.  With
-    both, the exposed epilogue of the short-K forwards is ~20% of their time, as their ping-pong
-    speed-ups say (call 5), where the model had 8-12%."""
-    t = dict(schedule_terms(p, gpu, s))
+def cooperative_compared(p: GemmProblem, gpu, s: Schedule, terms: dict) -> float:
+    """Seconds of the cooperative schedule ``s`` (its ``schedule_terms``: ``terms``) as the consumers step
+    weighs it against ping-pong, with two corrections measured on the device (session 9, calls 4-6)
+    that the cooperative tile choice (steps 7-10: their derivations and keys stay as they were) does
+    not need, as they scale its candidates alike: its K loop's tensor term at min(smem cap,
+    COOPERATIVE_KLOOP_TENSOR) of the peak, t_mma x cap / min(cap, 0.81); and its TMA-store epilogue
+    waiting for C's bytes beyond the staging at the DRAM bandwidth instead of the TMA unit's L2 rate
+    (C's lines are written back to DRAM by the time the next kernel's stores arrive: in a training
+    step's or a benchmark's stream of GEMMs the write rate is DRAM's).  With both, the exposed
+    epilogue of the short-K forwards is ~20% of their time, as their ping-pong speed-ups say (call
+    5), where the model had 8-12%."""
+    t = dict(terms)
     cap = t["smem_cap"]
     t["mma"] *= cap / min(cap, COOPERATIVE_KLOOP_TENSOR)
     if s.hopper.tma_store and not s.stream_k and s.split_k == 1:
         I, J = (p.N, p.M) if s.hopper.operands.swap else (p.M, p.N)
         block_i = s.mma.m * s.consumer_warpgroups
         units = cdiv(I, block_i) * cdiv(J, s.mma.n) * p.batch
-        t["epilogue"] = tma_store_time(p, gpu, block_i, s.mma.n, units, rows=I, cols=J, bw=drain_bw(p, gpu))[0]
+        t["epilogue"] = tma_store_time(p, gpu, block_i, s.mma.n, units, rows=I, cols=J, bw=gpu.dram_bw)[0]
     return total_time(t)
 
 
