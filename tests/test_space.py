@@ -9,7 +9,7 @@ from nova.kernels.gemm.emit_ampere import check_supported
 from nova.kernels.gemm.emit_hopper import check_supported as check_supported_hopper
 from nova.configurator import GemmProblem, check_schedule, configure
 from nova.kernels.gemm.hopper import output_vector
-from nova.kernels.gemm.space import (MAX_ACC_REGS, mma_sync_space, wgmma_space_around, analytic_pick, consumer_regs,
+from nova.kernels.gemm.space import (MAX_ACC_REGS, WGMMA_SPLIT_K, mma_sync_space, wgmma_space_around, analytic_pick, consumer_regs,
                                      enumerate_schedules, label, predict_wgmma, wgmma_fits)
 from nova.hwmodel import get_target
 
@@ -192,14 +192,14 @@ def test_wgmma_split_k_values():
     pick = analytic_pick(p, gpu, "wgmma")
     space = wgmma_space_around(p, gpu, pick)
     assert pick.split_k > 1 and pick in space
-    assert {s.split_k for s in space} == {1, 2, 4, 8, 16, 32, pick.split_k}
+    assert {s.split_k for s in space} == {*WGMMA_SPLIT_K, pick.split_k}
     p = GemmProblem(512, 512, 40, "tf32")                       # 2 K tiles: split 2 only
     assert {s.split_k for s in enumerate_schedules(p, gpu, family="wgmma")} == {1, 2}
     # a 16-bit output or an activation: the slices add only through a workspace
     for p in (GemmProblem(256, 256, 16384, "bf16"), GemmProblem(256, 256, 16384, "tf32", activation="relu"),
               GemmProblem(256, 256, 16384, "tf32", deterministic=True)):
         space = enumerate_schedules(p, gpu, family="wgmma")
-        assert {s.split_k for s in space} == {1, 2, 4, 8, 16, 32}
+        assert {s.split_k for s in space} == set(WGMMA_SPLIT_K) == {1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 32}
         assert {s.split_reduction for s in space if s.split_k > 1} == {"workspace"}
     # an f32 output: both ways for each split
     space = enumerate_schedules(GemmProblem(256, 256, 16384, "tf32"), gpu, family="wgmma")
@@ -244,6 +244,23 @@ def test_wgmma_subsample_holds_the_pick_and_each_tiling():
     for strategy in ("mixed", "uniform"):
         some = enumerate_schedules(p, gpu, limit=12, strategy=strategy, family="wgmma")
         assert some[0] == pick and len(set(some)) == 12
+
+
+def test_structure_subsample_keeps_one_of_each_kernel_kind():
+    """``structure``: the pick, then the model's best of every coarse kind (split or not, stream-K,
+    cluster, ping-pong, epilogue) before any second schedule of a kind, no two of one structure.
+    (Session 10: on the deep-K dW shapes the measured best was a kind the model ranks last.)"""
+    from nova.kernels.gemm.space import _kind, _structure, schedule_space
+    p, gpu = GemmProblem(1536, 512, 16384, "bf16", trans_a=True), get_target("h200")
+    pick = analytic_pick(p, gpu, "wgmma")
+    kinds = {_kind(s) for s in schedule_space(p, gpu, pick)}
+    some = enumerate_schedules(p, gpu, limit=len(kinds) + 3, strategy="structure", family="wgmma")
+    assert some[0] == pick and len(some) == len(kinds) + 3
+    assert len({_structure(s) for s in some}) == len(some)
+    assert {_kind(s) for s in some} == kinds
+    assert any(s.pingpong for s in some) and any(s.split_k > 1 for s in some) and any(s.split_k == 1 for s in some)
+    with pytest.raises(ValueError, match="structure"):
+        enumerate_schedules(p, gpu, limit=4, strategy="fastest", family="wgmma")
 
 
 def test_wgmma_candidates_compile():

@@ -296,8 +296,9 @@ def add_tune(sub) -> None:
                    help="search Nova's own schedule space (the only mode)")
     p.add_argument("--limit", type=int, default=None,
                    help="at most N candidates per problem (deterministic; always includes the analytic pick)")
-    p.add_argument("--strategy", default="mixed", choices=["mixed", "model", "uniform"],
-                   help="how --limit subsamples: model-ranked, seeded-uniform, or half each (default)")
+    p.add_argument("--strategy", default="mixed", choices=["mixed", "model", "uniform", "structure"],
+                   help="how --limit subsamples: model-ranked, seeded-uniform, half each (default), or the "
+                        "model's best of each kernel structure (tiling, split, cluster, ping-pong, epilogue)")
     p.add_argument("--family", default=None, choices=["wgmma", "mma.sync"],
                    help="instruction family of the space (default: the configurator's, i.e. wgmma on Hopper)")
     p.add_argument("--jobs", type=int, default=1, help="compiler processes (default 1)")

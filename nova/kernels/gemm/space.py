@@ -41,7 +41,7 @@ as the pick does):
                  of the rows' extent (min 64); hopper.py's register rule (N/2 accumulators +
                  overhead within the consumers' setmaxnreg share) rejects what does not fit
   wgmma N        64, 128, 256 up to the target's wgmma N and the next power of two of N's extent
-  split_k        {1, 2, 4, 8, 16, 32, the pick's}, no empty K slice, each split added by every
+  split_k        {1, hopper.py's SPLIT_TRIES (2, 3, 4, 5, 6, 8, 10, 12, 16), 32, the pick's}, no empty K slice, each split added by every
                  reduction hopper.py's ``split_reductions`` allows (FP32 atomics into an f32
                  output without activation; a workspace + reduction kernel where the tiles make
                  less than two waves, as hopper.py's ``split_candidates``)
@@ -77,7 +77,7 @@ import zlib
 from nova.kernels.gemm.cost import cdiv, predict
 from nova.kernels.gemm.ampere import (F as AMPERE, FRAG_A_REGS, FRAG_B_REGS, LINE_BYTES, OVERHEAD_REGS, PLAIN_COPY_REGS, copy_vector, check_schedule, smem_tiles)
 from nova.kernels.gemm.configure import configure
-from nova.kernels.gemm.hopper import (CLUSTER_SHAPES, CONSUMER_OVERHEAD_REGS, F as HOPPER, WGMMA_M, cluster_blocker,
+from nova.kernels.gemm.hopper import (CLUSTER_SHAPES, CONSUMER_OVERHEAD_REGS, F as HOPPER, SPLIT_TRIES, WGMMA_M, cluster_blocker,
                                       cluster_extents, consumer_regs, epilogues, operand_plan, pingpong_tiles,
                                       predict_hopper, split_reductions, splits_may_pay, staging_bytes,
                                       stream_k_blocker, stream_k_plan, target_cluster_blocker, wgmma_schedule)
@@ -97,7 +97,7 @@ MAX_ACC_REGS = 128          # FP32 accumulator registers per thread (half the 25
 
 WGMMA_WARPGROUPS = (1, 2)
 WGMMA_N = (64, 128, 256)
-WGMMA_SPLIT_K = (1, 2, 4, 8, 16, 32)   # and the pick's (it fills the SMs with full tiles: up to SMs / tiles)
+WGMMA_SPLIT_K = tuple(sorted({1, 32, *SPLIT_TRIES}))   # step 8's tries, 32, and the pick's (it fills the SMs: up to SMs / tiles)
 WGMMA_GROUP_M = (1, 8, 16)             # and the pick's
 
 BPS_SMEM_STAGES = Formula("bps_smem", "floor(smem_per_sm / (stages * stage_bytes + smem_reserved_per_block))")
@@ -366,21 +366,39 @@ def _model_order(p: GemmProblem, s: Schedule, gpu: GPUModel) -> tuple:
     return (predict_schedule(p, s, gpu).time_us, *ties, schedule_sort_key(s))
 
 
+SUBSAMPLE_STRATEGIES = ("mixed", "model", "uniform", "structure")
+
+
 def subsample(problem: GemmProblem, gpu: GPUModel, space: list[Schedule], pick: Schedule, limit: int,
               strategy: str = "mixed") -> list[Schedule]:
     """At most ``limit`` schedules, the analytic pick first, chosen deterministically.
 
     ``model``: the pick and the schedules the cost model of their family ranks fastest, the best
     of each distinct block/warp tiling first (tests the model's ranking near its optimum).
+    ``structure``: the pick and the model's best schedule of each distinct structure (tiling,
+    split-K and its reduction, stream-K, cluster, ping-pong, epilogue, persistence), the best of
+    each coarse kind (split or not, stream-K, cluster, ping-pong, epilogue) first, then the rest
+    fastest first: which kind of kernel wins, each at its best stages and raster.
     ``uniform``: the pick and a seeded random sample (seed = CRC32 of the problem), an unbiased
     look at the whole space.  ``mixed`` (default): half of each, so the oracle can find a better
     schedule the model ranks badly, not only among its favourites.
     """
     if limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
-    if strategy not in ("mixed", "model", "uniform"):
-        raise ValueError(f"unknown subsample strategy {strategy!r}: mixed, model or uniform")
+    if strategy not in SUBSAMPLE_STRATEGIES:
+        raise ValueError(f"unknown subsample strategy {strategy!r}: {', '.join(SUBSAMPLE_STRATEGIES)}")
     rest = [s for s in space if s != pick]
+    if strategy == "structure":
+        ranked = sorted(rest, key=lambda s: _model_order(problem, s, gpu))
+        best: dict[tuple, Schedule] = {_structure(pick): pick}
+        for s in ranked:
+            best.setdefault(_structure(s), s)
+        kinds: dict[tuple, Schedule] = {}          # the best of each coarse kind first: none is crowded out
+        for s in best.values():
+            kinds.setdefault(_kind(s), s)
+        firsts = [s for s in kinds.values() if s != pick]
+        chosen = (firsts + [s for s in best.values() if s != pick and s not in firsts])[:limit - 1]
+        return [pick] + sorted(chosen, key=schedule_sort_key)
     n_model = {"model": limit - 1, "uniform": 0, "mixed": limit // 2}[strategy]
     ranked = sorted(rest, key=lambda s: _model_order(problem, s, gpu))
     # the model's best schedule of each distinct block/warp tiling first, then its runners-up
@@ -397,6 +415,19 @@ def subsample(problem: GemmProblem, gpu: GPUModel, space: list[Schedule], pick: 
 
 def _tiling(s: Schedule) -> tuple:
     return (s.block_m, s.block_n, s.warps_m, s.warps_n)
+
+
+def _kind(s: Schedule) -> tuple:
+    """The coarse kind of kernel ``s`` is (the ``structure`` subsample keeps the best of each)."""
+    return (s.split_k > 1, s.stream_k_tiles > 0, s.cluster_m * s.cluster_n > 1, s.pingpong,
+            s.hopper.epilogue if s.hopper else None)
+
+
+def _structure(s: Schedule) -> tuple:
+    """What kind of kernel ``s`` is, beside its stages and raster (the ``structure`` subsample)."""
+    hopper = s.hopper
+    return (_tiling(s), s.block_k, s.split_k, s.split_reduction, s.stream_k_tiles, s.cluster_m, s.cluster_n,
+            s.pingpong, hopper.epilogue if hopper else None, s.persistent)
 
 
 def label(s: Schedule) -> str:
