@@ -35,6 +35,12 @@ SPREAD = [
     (512, 512, 16384, "bf16", {"trans_a": True}),                      # split-K workspace (a weight gradient)
     (300, 200, 8192, "bf16", {"trans_a": True, "bias": True, "activation": "gelu"}),   # workspace, ragged, epilogue
     (512, 384, 16384, "tf32", {"deterministic": True}),                # workspace: never atomics
+    # 192-wide tiles (tile_widths): registers epilogue ragged, split-K workspace with 16-byte partials,
+    # the TMA store with an MN-major A, swapped TF32
+    (777, 1555, 4096, "bf16", {}),
+    (768, 3072, 16384, "bf16", {"trans_a": True}),
+    (2500, 1800, 1024, "bf16", {"trans_a": True, "bias": True}),
+    (3072, 1000, 2048, "tf32", {}),
 ]
 # The TMA-store epilogue (the configurator's choice for each, test_tma_store_cases_are_the_configurators_choice)
 TMA_SPREAD = [
@@ -172,6 +178,23 @@ def test_ptxas_clean_sm90a(hopper, M, N, K, dtype, extra):
         reduce = art.meta["reduce_kernel"]
         assert reduce["resources"]["spill_store_bytes"] == 0 and reduce["params"] == ["W", "C"] + (["bias"] if p.bias else [])
         assert art.params == ("tmap_a", "tmap_b", "W") and not art.zero_output
+        # the partials leave in 16-byte stores after a lane exchange where the rows allow it (session 10)
+        quads = not s.swap_ab and p.N % 4 == 0
+        assert ("st.global.v4.b32" in art.ptx) == quads and ("st.global.v2.b32" in art.ptx) != quads, s.swap_ab
+        assert ("shfl.sync.bfly" in art.ptx) == quads
+
+
+def test_192_wide_tiles_are_step_8_candidates():
+    """Step 8 tries 3/4 of the widest N where that is whole 64-column TMA boxes (256 -> 192, the
+    libraries' deep-K tiles), and picks it where it fills the SMs better: 1536^3 BF16 makes 96 tiles of
+    128x192 against 72 of 128x256 and 144 of 128x128."""
+    from nova.kernels.gemm.hopper import tile_widths
+    assert tile_widths(256) == (256, 192, 128, 64) and tile_widths(128) == (128, 64, 32)
+    s = configure(GemmProblem(1536, 1536, 1536, "bf16"), "h200").schedule
+    assert (s.block_m, s.block_n, s.split_k) == (128, 192, 1) and s.mma.n == 192
+    assert s.hopper.box_b.count == 3 and s.hopper.ring.y_bytes == 192 * 128
+    t = configure(GemmProblem(3072, 1000, 2048, "tf32"), "h200").schedule    # swapped: 192 wgmma N along M
+    assert t.swap_ab and (t.block_m, t.block_n) == (192, 128)
 
 
 def test_split_k_reductions_follow_the_problem():
@@ -358,16 +381,19 @@ def test_tma_store_model_overlaps_the_staged_stores():
 
 def test_staging_shrinks_the_ring_only_where_the_smem_is_short(monkeypatch):
     """Step 10: the stages formula leaves the staging boxes their 16 KB per consumer warpgroup: a
-    128x256 tile keeps 4 stages (48 KB each), a 128x128 tile goes from 7 to 6 (cooperative consumers)."""
+    128x256 tile keeps 4 stages (48 KB each), a 128x192 one goes from 5 to 4 (40 KB), a 128x128 one
+    from 7 to 6 (cooperative consumers)."""
     monkeypatch.setenv("NOVA_PINGPONG", "0")
     from nova.hwmodel import get_target
     from nova.kernels.gemm.hopper import ring_depth, staging_bytes
     gpu = get_target("h200")
     assert ring_depth(gpu, 128, 256) == ring_depth(gpu, 128, 256, staging_bytes(2, "tma_store")) == 4
     assert (ring_depth(gpu, 128, 128), ring_depth(gpu, 128, 128, staging_bytes(2, "tma_store"))) == (7, 6)
+    assert (ring_depth(gpu, 128, 192), ring_depth(gpu, 128, 192, staging_bytes(2, "tma_store"))) == (5, 4)
     cfg = configure(GemmProblem(4095, 4104, 1024, "bf16", trans_b=True, bias=True, activation="silu"), gpu)
     steps = {st.step: st for st in cfg.derivation}
-    assert cfg.schedule.stages == steps["stages"].value == 6 and "32 KB of epilogue staging" in steps["stages"].reason
+    assert cfg.schedule.hopper.tma_store and cfg.schedule.block_n == 192               # 22 x 32 tiles of 128x192
+    assert cfg.schedule.stages == steps["stages"].value == 4 and "32 KB of epilogue staging" in steps["stages"].reason
 
 
 def test_tma_store_mlir_has_the_machinery(hopper, monkeypatch):

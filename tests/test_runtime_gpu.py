@@ -41,6 +41,13 @@ CASES = [
     (300, 200, 8192, "bf16", True, False, True, "gelu"),
     (512, 512, 16384, "tf32", True, False, False, "none"),
     (200, 96, 12000, "tf32", False, False, True, "silu"),
+    # 192-wide tiles (hopper.py's tile_widths, session 10): ragged M and N, every epilogue, swapped TF32,
+    # the split-K workspace's 16-byte partial stores
+    (777, 1555, 4096, "bf16", False, False, False, "none"),
+    (777, 1555, 4096, "tf32", False, True, True, "relu"),
+    (2500, 1800, 1024, "bf16", True, False, True, "none"),
+    (3072, 1000, 2048, "tf32", False, False, False, "none"),
+    (768, 3072, 16384, "bf16", True, False, False, "none"),
     # the TMA-store epilogue on the H200 (hopper.py's epilogue step; tests/test_hopper.py TMA_SPREAD):
     # 16-bit boxes, ragged M and N, bias + activation; FP32 boxes with the lanes' rotation (NT: A
     # and B K-major; TT: A^T from registers); swapped TF32 (boxes of C's rows side by side along N)
@@ -74,7 +81,7 @@ CLUSTER_CASES = [
     # MN-major, not shared), TT (A MN-major shared), FP16, bias + gelu, ragged
     ("2x1", (512, 2048, 16384, "bf16", True, False, False, "none")),
     ("1x2", (3000, 5000, 700, "bf16", False, False, True, "gelu")),
-    ("1x2", (1000, 1500, 2000, "fp16", True, True, False, "none")),
+    ("1x2", (2000, 1500, 2000, "fp16", True, True, False, "none")),     # a 128x192 tile, A MN-major shared
     ("2x1", (8192, 8192, 8192, "bf16", False, False, False, "none")),
 ]
 # Stream-K (hopper.py step 8, ``Schedule.stream_k``), each forced with NOVA_STREAM_K=1 (and precompiled

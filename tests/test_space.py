@@ -9,7 +9,7 @@ from nova.kernels.gemm.emit_ampere import check_supported
 from nova.kernels.gemm.emit_hopper import check_supported as check_supported_hopper
 from nova.configurator import GemmProblem, check_schedule, configure
 from nova.kernels.gemm.hopper import output_vector
-from nova.kernels.gemm.space import (MAX_ACC_REGS, WGMMA_SPLIT_K, mma_sync_space, wgmma_space_around, analytic_pick, consumer_regs,
+from nova.kernels.gemm.space import (MAX_ACC_REGS, WGMMA_N, WGMMA_SPLIT_K, mma_sync_space, wgmma_space_around, analytic_pick, consumer_regs,
                                      enumerate_schedules, label, predict_wgmma, wgmma_fits)
 from nova.hwmodel import get_target
 
@@ -156,7 +156,7 @@ def test_wgmma_space_varies_only_the_searched_fields(wgmma_space):
         assert replace(s.mma, n=pick.mma.n) == pick.mma and s.hopper.operands == pick.hopper.operands
         assert s.smem_bytes == s.hopper.ring.size(s.stages)
     grid = [s for s in schedules if s != pick]
-    assert {s.mma.n for s in grid} <= {64, 128, 256} and {s.consumer_warpgroups for s in grid} <= {1, 2}
+    assert {s.mma.n for s in grid} <= set(WGMMA_N) and {s.consumer_warpgroups for s in grid} <= {1, 2}
     assert all(s.consumer_warpgroups == 2 and s.tile_slabs in (1, 2) for s in grid if s.pingpong)
     assert len({label(s) for s in schedules}) == len(schedules)
 
@@ -169,7 +169,7 @@ def test_wgmma_space_of_a_large_gemm():
     assert pick in space                                          # a natural point, not added
     coop = [s for s in space if not s.pingpong]
     tiles = {(s.consumer_warpgroups, s.mma.n) for s in coop}
-    assert tiles == {(w, n) for w in (1, 2) for n in (64, 128, 256)}
+    assert tiles == {(w, n) for w in (1, 2) for n in (64, 128, 192, 256)}
     deepest = {t: max(s.stages for s in coop if (s.consumer_warpgroups, s.mma.n) == t) for t in tiles}
     assert deepest[(2, 256)] == 4 and deepest[(1, 64)] == 14      # (232448 - 1024) // ((rows + N) * 128)
     assert {s.persistent for s in space} == {True, False} and {s.split_k for s in space} == {1}

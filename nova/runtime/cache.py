@@ -32,7 +32,7 @@ from nova.messages import OFFLINE_HINT, not_precompiled, summary_line
 from nova.runtime.driver import NovaRuntimeError
 
 CODEGEN_TOOLCHAIN = "xtc-mlir-python-bindings==22.1.8.4"
-CODEGEN_ABI = 11           # bump whenever the kernel ABI (arguments, layout, launch contract) or the generated code changes
+CODEGEN_ABI = 12           # bump whenever the kernel ABI (arguments, layout, launch contract) or the generated code changes
                            # 4: the Hopper plan is in the schedule (Schedule.hopper), not in the artifact's meta["hopper"]
                            # 5: split-K through a workspace (Schedule.split_reduction, meta["reduce_kernel"])
                            # 6: the TMA-store epilogue (HopperPlan.epilogue, box_c, SmemRing.staging; C by a tensor map)

@@ -1049,6 +1049,9 @@ class _HopperKernel:
         if self.s.vector_c == 4 and not self.partial:
             self.store_quads(rows_i, col0, values)
             return
+        if self.partial and not self.swap and p.N % 4 == 0 and self.tile_j % 16 == 0:
+            self.store_partial_quads(rows_i, col0, values, slice_rows)
+            return
         for jj in range(self.tile_j // 8):
             for (row, col), idx in pairs(jj):
                 cols = [col, ir.add(col, 1, "out_col1")]
@@ -1101,14 +1104,22 @@ class _HopperKernel:
     store_two = GemmKernel.store_two
     store_pair = GemmKernel.store_pair
 
+    def quad_lanes(self):
+        """(odd, shift, 1, 32) of the lane exchanges of ``store_quads`` and ``store_partial_quads``: an
+        odd lane takes column block jj+1, its quad starting 6 columns past its even partner's, and
+        swaps with lane t^1 (xor 1, width 32)."""
+        ir = self.ir
+        odd = ir.cmp("ne", ir.rem(self.t, 2, "t_odd"), 0, "lane_odd")
+        shift = ir.select(odd, 6, 0, hint="quad_shift")       # odd lane: block jj+1, its partner's columns first
+        one, width = ir.pure("c1_i32", "arith.constant 1 : i32"), ir.pure("c32_i32", "arith.constant 32 : i32")
+        return odd, shift, one, width
+
     def store_quads(self, rows_i, col0, values):
         """16-bit output, 8-byte stores: lanes t and t^1 swap one 4-byte pair per two column blocks
         (one shuffle), so the even lane holds 4 adjacent columns of block jj and the odd lane 4 of
         block jj+1; a quad then writes 32 contiguous bytes per row (a full sector) instead of 16."""
         ir, p = self.ir, self.p
-        odd = ir.cmp("ne", ir.rem(self.t, 2, "t_odd"), 0, "lane_odd")
-        shift = ir.select(odd, 6, 0, hint="quad_shift")       # odd lane: block jj+1, its partner's columns first
-        one, width = ir.pure("c1_i32", "arith.constant 1 : i32"), ir.pure("c32_i32", "arith.constant 32 : i32")
+        odd, shift, one, width = self.quad_lanes()
         pair_t = f"vector<2x{self.O}>"
         for jj in range(0, self.tile_j // 8, 2):
             for h in (0, 1):
@@ -1134,6 +1145,42 @@ class _HopperKernel:
                     q4 = ir.let("quad", f"vector.bitcast {v} : vector<2xi32> to vector<4x{self.O}>")
                     ir.emit(f"vector.store {q4}, {self.at('C', row, col)} {{alignment = {4 * p.out_bytes}}} : "
                             f"{self.ctype}, vector<4x{self.O}>")
+                self.ir.guarded(ok, store)
+
+    def store_partial_quads(self, rows_i, col0, values, slice_rows):
+        """FP32 partials into the split-K / stream-K workspace, 16-byte stores: lanes t and t^1 swap
+        one column pair per two column blocks (two shuffles), so the even lane holds 4 adjacent columns
+        of block jj and the odd lane 4 of block jj+1 (as ``store_quads``).  Half the store
+        instructions of 8-byte pairs: the partial epilogue waits on the load/store queue (LG throttle,
+        31% of the warp cycles of a split-K unit; bench/NOTES.md, session 10).  N % 4 == 0 keeps every
+        row 16-byte aligned and a quad of columns wholly in or out of bounds."""
+        ir, p = self.ir, self.p
+        odd, shift, one, width = self.quad_lanes()
+        for jj in range(0, self.tile_j // 8, 2):
+            for h in (0, 1):
+                row = rows_i[h]
+                pairs = []
+                for q in (0, 1):
+                    c = ir.add(col0, 8 * (jj + q), "out_col")
+                    pairs.append(values([c, ir.add(c, 1, "out_col1")], (4 * (jj + q) + 2 * h, 4 * (jj + q) + 2 * h + 1)))
+                got = []
+                for d in (0, 1):               # the even lane sends its block jj+1 pair, the odd its block jj pair
+                    send = ir.select(odd, pairs[0][d], pairs[1][d], ty="f32", hint="send")
+                    g = ir.fresh("got")
+                    ir.emit(f"{g}, {ir.fresh('got_ok')} = gpu.shuffle xor {send}, {one}, {width} : f32")
+                    got.append(g)
+                quad = [ir.select(odd, got[0], pairs[0][0], ty="f32", hint="q0"),
+                        ir.select(odd, got[1], pairs[0][1], ty="f32", hint="q1"),
+                        ir.select(odd, pairs[1][0], got[0], ty="f32", hint="q2"),
+                        ir.select(odd, pairs[1][1], got[1], ty="f32", hint="q3")]
+                col = ir.add(ir.add(col0, 8 * jj, "quad_col0"), shift, "quad_col")
+                row_ok = ir.cmp("slt", row, p.M, "row_ok") if self.ragged["m"] else True
+                ok = ir.and_(row_ok, ir.cmp("slt", col, p.N, "col_ok") if self.ragged["n"] else True)
+
+                def store(quad=quad, row=row, col=col):
+                    v = ir.let("quad", f"vector.from_elements {', '.join(quad)} : vector<4xf32>")
+                    ir.emit(f"vector.store {v}, {self.at('C', ir.add(row, slice_rows, 'ws_row'), col)} "
+                            f"{{alignment = 16}} : {self.ctype}, vector<4xf32>")
                 self.ir.guarded(ok, store)
 
     # ------------------------------------------------------------------------------------------

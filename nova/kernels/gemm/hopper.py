@@ -18,7 +18,7 @@ each returning its decision and the derivation row(s) that explain it:
                          the reason N = 256 (80 + 48 = 128 B/clk for TF32) beats N = 128 (96 + 64 = 160)
  6. smem-bound fraction  the fraction of the tensor peak shared memory can feed
  7. clamp N              no wgmma N wider than the next power of two of its extent (shown when it clamps)
- 8. tile and split       of the few tile shapes (1-2 WGs x N, N/2, N/4), K splits and ways to add the
+ 8. tile and split       of the few tile shapes (1-2 WGs x N, 3N/4, N/2, N/4), K splits and ways to add the
                          slices (FP32 atomics into C, or a workspace + a reduction kernel: any output,
                          deterministic), each with the epilogue it would use, the one the prediction's
                          model (step 16) predicts fastest; rows: output tiles, (batched) work units,
@@ -1109,9 +1109,17 @@ def split_candidates(ktiles: int, tiles: int, sm_count: int) -> list[int]:
     return sorted(splits)
 
 
+def tile_widths(n: int) -> tuple[int, ...]:
+    """The wgmma N step 8 tries below the widest N = ``n``: n, 3n/4 where that is whole 64-column
+    TMA boxes (256 -> 192: cuBLAS's and XLA's 128x192 / 192x192 tiles on the deep-K weight
+    gradients, session 10), n/2, n/4."""
+    three_quarters = 3 * n // 4
+    return (n,) + ((three_quarters,) if three_quarters % 64 == 0 else ()) + (n // 2, n // 4)
+
+
 def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int) -> list[tuple]:
     """Step 8's candidates, each ``(predicted s, mma + L2 + DRAM s, -warpgroups, -N, split,
-    reduction, tiles, epilogue)``: 1..wgs warpgroups x N, N/2, N/4 (at least MIN_WGMMA_N; a
+    reduction, tiles, epilogue)``: 1..wgs warpgroups x ``tile_widths(N)`` (at least MIN_WGMMA_N; a
     narrower N only where it makes more tiles) x the ``split_candidates`` (none with a batch), each split added by every
     reduction ``split_reductions`` allows, each written by every epilogue ``epilogues`` allows; and
     the tile walked stream-K (``stream_k_terms``, split 1, registers) where ``stream_k_blocker`` allows
@@ -1125,8 +1133,9 @@ def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int
         forced = False                  # NOVA_CLUSTER forces clusters, which walk whole tiles: no stream-K
     out = []
     for w in sorted({wgs, 1}, reverse=True):
-        for nn in (n, n // 2, n // 4):
-            if nn < MIN_WGMMA_N or (nn < n and cdiv(J, nn) == cdiv(J, 2 * nn)):
+        for nn in tile_widths(n):
+            wider = n if nn == 3 * n // 4 else 2 * nn
+            if nn < MIN_WGMMA_N or (nn < n and cdiv(J, nn) == cdiv(J, wider)):
                 continue                                     # narrower N without more tiles: no gain
             tiles = cdiv(I, WGMMA_M * w) * cdiv(J, nn)
             if forced is not False and (forced or splits_may_pay(tiles, gpu.sm_count)) and \
@@ -1142,6 +1151,15 @@ def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int
                     for epilogue, t in terms.items():
                         slack = t["mma"] + t["l2"] + t["dram"]    # ties on the max: the most slack in the other limits
                         out.append((round(total_time(t), 12), slack, -w, -nn, sp, reduction, tiles, epilogue))
+    cluster = forced_cluster()
+    if cluster not in (None, (1, 1)) and len(cluster) == 2 and min(cluster) == 1:
+        # NOVA_CLUSTER forces a shape: the tiles whose shared operand it can slice, where there are any
+        # (else all, and step 12 says why the cluster is not possible)
+        def admits(c):
+            rows, cols = WGMMA_M * -c[2], -c[3]
+            bm, bn = (cols, rows) if operands.swap else (rows, cols)
+            return shared_tile_blocker(p, operands, bm, bn, cluster) is None
+        out = [c for c in out if admits(c)] or out
     return out
 
 
@@ -1290,8 +1308,9 @@ def tma_boxes(p: GemmProblem, plan: HopperPlan, multicast: tuple[str, int] | Non
 
 
 def forced_cluster() -> tuple[int, int] | None:
-    """``NOVA_CLUSTER=MxN`` (cluster_m x cluster_n, e.g. 2x1), read at each configure: step 12 then
-    takes that shape wherever ``cluster_blocker`` allows it (tests and experiments); None when unset."""
+    """``NOVA_CLUSTER=MxN`` (cluster_m x cluster_n, e.g. 2x1), read at each configure: step 8 then keeps
+    the tiles whose shared operand the shape can slice (where any can) and step 12 takes the shape
+    wherever ``cluster_blocker`` allows it (tests and experiments); None when unset."""
     import os
     text = os.environ.get("NOVA_CLUSTER", "").strip().lower()
     if not text:
@@ -1343,10 +1362,20 @@ def cluster_blocker(p: GemmProblem, s: Schedule, cluster: tuple[int, int]) -> st
     dim, extent, tile, size = ("M", cm, s.block_m, p.M) if cm > 1 else ("N", cn, s.block_n, p.N)
     if cdiv(size, tile) < extent:
         return f"{cdiv(size, tile)} tile(s) of {tile} along {dim}={size}: no cluster wider than the problem"
+    return shared_tile_blocker(p, s.hopper.operands, s.block_m, s.block_n, cluster)
+
+
+def shared_tile_blocker(p: GemmProblem, operands: OperandPlan, block_m: int, block_n: int,
+                        cluster: tuple[int, int]) -> str | None:
+    """Why a 1-D ``cluster``'s CTAs cannot share the block_m x block_n tile's operand (None if they
+    can): along M they share B's tile, along N A's, each CTA loading an equal slice of whole TMA boxes
+    (K-major: whole swizzle atoms of rows; MN-major: whole 128-byte boxes)."""
+    cm, cn = cluster
+    extent = cm if cm > 1 else cn
     op = "b" if cm > 1 else "a"                      # along M the CTAs share B's tile, along N A's
-    rows = s.block_n if op == "b" else s.block_m
+    rows = block_n if op == "b" else block_m
     per_row = SWIZZLE // p.in_bytes
-    if s.hopper.operands.role(op).major == "k":
+    if operands.role(op).major == "k":
         if rows % (extent * SWIZZLE_ATOM_ROWS):
             return (f"{op.upper()}'s {rows}-row tile does not split into {extent} slices of whole "
                     f"{SWIZZLE_ATOM_ROWS}-row swizzle atoms")

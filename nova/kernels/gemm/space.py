@@ -40,7 +40,7 @@ as the pick does):
   consumer WGs   1, 2: 64 wgmma rows each (4 warps per warpgroup), at most the next power of two
                  of the rows' extent (min 64); hopper.py's register rule (N/2 accumulators +
                  overhead within the consumers' setmaxnreg share) rejects what does not fit
-  wgmma N        64, 128, 256 up to the target's wgmma N and the next power of two of N's extent
+  wgmma N        64, 128, 192, 256 up to the target's wgmma N and the next power of two of N's extent
   split_k        {1, hopper.py's SPLIT_TRIES (2, 3, 4, 5, 6, 8, 10, 12, 16), 32, the pick's}, no empty K slice, each split added by every
                  reduction hopper.py's ``split_reductions`` allows (FP32 atomics into an f32
                  output without activation; a workspace + reduction kernel where the tiles make
@@ -96,7 +96,7 @@ GROUP_M_VALUES = (1, 4, 8, 16)
 MAX_ACC_REGS = 128          # FP32 accumulator registers per thread (half the 255-register file)
 
 WGMMA_WARPGROUPS = (1, 2)
-WGMMA_N = (64, 128, 256)
+WGMMA_N = (64, 128, 192, 256)   # hopper.py's tile_widths of 256 and below
 WGMMA_SPLIT_K = tuple(sorted({1, 32, *SPLIT_TRIES}))   # step 8's tries, 32, and the pick's (it fills the SMs: up to SMs / tiles)
 WGMMA_GROUP_M = (1, 8, 16)             # and the pick's
 
