@@ -1152,7 +1152,7 @@ def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int
                         slack = t["mma"] + t["l2"] + t["dram"]    # ties on the max: the most slack in the other limits
                         out.append((round(total_time(t), 12), slack, -w, -nn, sp, reduction, tiles, epilogue))
     cluster = forced_cluster()
-    if cluster not in (None, (1, 1)) and len(cluster) == 2 and min(cluster) == 1:
+    if cluster not in (None, (1, 1)) and min(cluster) == 1:        # a 1-D shape (forced_cluster gives two extents)
         # NOVA_CLUSTER forces a shape: the tiles whose shared operand it can slice, where there are any
         # (else all, and step 12 says why the cluster is not possible)
         def admits(c):
