@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pytest
 
 from nova.codegen.ptxas import wgmma_hazards
@@ -398,11 +399,62 @@ def test_hopper_forward_is_derived_for_16_bit_on_the_h200(shape, dtype, persiste
     assert steps["10 fwd path"].value == "wgmma + TMA"
 
 
+@pytest.mark.parametrize("shape", BENCH[:2])
+def test_hopper_forward_is_derived_for_tf32_on_the_h200(shape, monkeypatch):
+    """TF32 on the H200: the Hopper forward with the producer's V^T copy (a ring slot holds K, V and
+    V^T: 128-key tiles fit twice beside Q at D64), taken where predicted faster than mma.sync; its
+    backward stays on mma.sync (no transposed operands there), with the reason."""
+    from nova.kernels.attention.build_hopper import smem_plan_hopper
+    monkeypatch.delenv("NOVA_ATTENTION_HOPPER", raising=False)
+    b, h, t, d = shape
+    p = AttentionProblem(b, h, t, t, d, causal=True, dtype="tf32")
+    gpu = PRESETS["h200"]
+    cfg = configure_attention(p, gpu)
+    s, k = cfg.schedule, cfg.schedule.fwd
+    steps = {st.step: st for st in cfg.derivation}
+    assert s.tma and k.hopper and k.block_rows == 128 and k.block_cols == 128 and k.stages == 2
+    plan = smem_plan_hopper(p, 128, 128, 2)
+    assert plan["stage"] == 3 * 128 * 64 * 4 and k.smem_bytes == plan["total"] <= gpu.smem_per_block
+    assert "m64nNk8" in steps["10 fwd instruction"].value and "V^T" in steps["10 fwd instruction"].reason
+    assert check_attention_schedule(p, s, gpu) == []
+    assert not s.bwd_dkv.hopper and not s.bwd_dq.hopper
+    assert "K-major" in steps["11 bwd_dq path"].reason
+    off_steps = {st.step: st for st in configure_attention(p, gpu).derivation}
+    assert off_steps["10 fwd path"].value == "wgmma + TMA"
+    # 3xtf32 scores stay on the mma.sync forward
+    split = configure_attention(AttentionProblem(b, h, t, t, d, causal=True, score_precision="3xtf32"), gpu)
+    assert not split.schedule.tma and "3xtf32" in {st.step: st for st in split.derivation}["10 fwd path"].reason
+
+
+def test_tf32_score_accumulators_are_the_a_fragment_of_permuted_keys():
+    """The TF32 forward's O += P V without a shuffle: each thread's S accumulators of an 8-key group
+    (m64nN layout, CUTLASS CLayout_64xN: d[2h + c] = S[g + 8h, 2t + c]) taken in the order 0, 2, 1, 3
+    are the m64k8 register A fragment (ALayout_64x8: (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)) of
+    a matrix whose k index is the key permuted by ``vt_position``; V^T holds V's rows in that order,
+    so the product is P V exactly."""
+    from nova.kernels.attention.build_hopper import vt_position
+    rng = np.random.default_rng(0)
+    keys, n = 32, 16
+    P, V = rng.standard_normal((16, keys)), rng.standard_normal((keys, n))
+    assert sorted(vt_position(x) for x in range(keys)) == list(range(keys))
+    Vt = np.empty_like(V)
+    for key in range(keys):
+        Vt[vt_position(key)] = V[key]                       # B's row k = the key at position k
+    A = np.full((16, keys), np.nan)
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        for j in range(keys // 8):
+            acc = [P[g + 8 * h, 8 * j + 2 * t + c] for h in (0, 1) for c in (0, 1)]   # d[4j + 2h + c]
+            frag = [acc[i] for i in (0, 2, 1, 3)]
+            for (row, kk), x in zip(((g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)), frag):
+                A[row, 8 * j + kk] = x
+    assert not np.isnan(A).any()
+    np.testing.assert_allclose(A @ Vt, P @ V, rtol=1e-12)
+
+
 def test_hopper_forward_falls_back_with_a_reason(monkeypatch):
     monkeypatch.delenv("NOVA_ATTENTION_HOPPER", raising=False)
     why = lambda cfg: {st.step: st for st in cfg.derivation}["10 fwd path"]
-    tf32 = configure_attention(AttentionProblem(32, 8, 512, 512, 64, causal=True), "h200")
-    assert not tf32.schedule.tma and "TF32 stays on mma.sync" in why(tf32).reason
     # a broadcast K/V head (stride 0) cannot be a tensor map
     bc = AttentionProblem(2, 4, 256, 256, 64, dtype="bf16", strides={"k": (256 * 64, 0, 64), "v": (256 * 64, 0, 64)})
     cfg = configure_attention(bc, "h200")
@@ -415,7 +467,8 @@ def test_hopper_forward_falls_back_with_a_reason(monkeypatch):
     assert not configure_attention(tiny, "h200").schedule.tma
     monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
     assert configure_attention(tiny, "h200").schedule.tma
-    assert not configure_attention(AttentionProblem(1, 2, 1, 1, 64), "h200").schedule.tma      # TF32: never
+    assert configure_attention(AttentionProblem(1, 2, 1, 1, 64), "h200").schedule.tma          # TF32 too
+    assert not configure_attention(AttentionProblem(1, 2, 1, 1, 64, score_precision="3xtf32"), "h200").schedule.tma
     monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "sometimes")
     with pytest.raises(AttentionProblemError, match="NOVA_ATTENTION_HOPPER"):
         configure_attention(tiny, "h200")
@@ -441,16 +494,36 @@ def test_hopper_module_text(monkeypatch):
     assert build_module(p, s, "bwd_pre") == build_module(p, off, "bwd_pre")
 
 
+def test_hopper_tf32_module_text(monkeypatch):
+    """TF32: S and P V are k8 wgmmas, P V's A from registers without the transpose immediate, the
+    producer's transposer warps (vt_full barriers, the async-proxy fence), P rounded by integer add
+    and mask, O stored as FP32 (no truncation)."""
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
+    p = AttentionProblem(2, 4, 100, 100, 64, causal=True, dtype="tf32", kv_heads=2)
+    s = configure_attention(p, "h200").schedule
+    text = build_module(p, s, "fwd")
+    bc = s.fwd.block_cols
+    for piece in (f"k = 8>", "typeA = #nvvm.wgmma_type<tf32>", "m64n64k8.f32.tf32.tf32", "p, 1, 1;",
+                  "%vt_full = nvgpu.mbarrier.create", "nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>",
+                  "arith.cmpi sge, %tid, %c32", "arith.andi %p_up", "memref<1x1x128x32xf32, #smem>",
+                  f"memref<{bc * 64}xf32, #smem>"):
+        assert piece in text, piece
+    assert "arith.truncf" not in text and "vector<2xbf16>" not in text
+    with mlir.Context():
+        mlir.Module.parse(text).operation.verify()
+
+
 HOPPER_PTX_CASES = [("bf16", 64, True, 1, 333), ("bf16", 128, False, 2, 333), ("fp16", 64, False, 1, 200),
-                    ("fp16", 128, True, 3, 300), ("bf16", 128, True, 1, 1), ("fp16", 64, True, 2, 150)]
+                    ("fp16", 128, True, 3, 300), ("bf16", 128, True, 1, 1), ("fp16", 64, True, 2, 150),
+                    ("tf32", 64, True, 1, 333), ("tf32", 128, False, 2, 200)]
 
 
 @needs_ptxas
 @pytest.mark.parametrize("dtype, D, causal, group, T", HOPPER_PTX_CASES)
 def test_hopper_forward_assembles_without_spills(dtype, D, causal, group, T, monkeypatch):
     """sm_90a, no spills (the consumers' 232 registers after setmaxnreg hold S, P and O of a 128-key
-    tile), 384 threads of 168 registers at launch (one block per SM), the wgmma count: D/16 for
-    S = Q K^T and BC/16 for O += P V per tile."""
+    tile), 384 threads of 168 registers at launch (one block per SM), the wgmma count: D/k for
+    S = Q K^T and BC/k for O += P V per tile (k = 16, TF32 8)."""
     from nova.kernels.attention.compile import compile_kernel
     monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
     p = AttentionProblem(1, 3 if group == 3 else 4, T, T, D, causal=causal, dtype=dtype, kv_heads=(3 if group == 3 else 4) // group)
@@ -462,7 +535,8 @@ def test_hopper_forward_assembles_without_spills(dtype, D, causal, group, T, mon
     assert r["spill_store_bytes"] == 0 and r["spill_load_bytes"] == 0 and r["stack_bytes"] == 0, r
     assert not wgmma_hazards(r), r["ptxas_info"]
     assert r["registers"] <= k.regs_per_thread and art.block == (384, 1, 1) and art.smem_bytes == k.smem_bytes
-    assert art.ptx.count("wgmma.mma_async") == D // 16 + k.block_cols // 16
+    kstep = 8 if dtype == "tf32" else 16
+    assert art.ptx.count("wgmma.mma_async") == D // kstep + k.block_cols // kstep
     assert art.ptx.count("cp.async.bulk.tensor.4d") >= 3 * D // 64          # Q, K, V boxes (LLVM may unroll)
 
 
@@ -527,7 +601,7 @@ def test_hopper_backward_falls_back_with_a_reason(monkeypatch):
     monkeypatch.delenv("NOVA_ATTENTION_HOPPER", raising=False)
     why = lambda cfg, role: {st.step: st for st in cfg.derivation}[f"11 {role} path"]
     tf32 = configure_attention(AttentionProblem(32, 8, 512, 512, 64, causal=True), "h200")
-    assert not any(tf32.schedule.kernel(r).hopper for r in ROLES)
+    assert not any(tf32.schedule.kernel(r).hopper for r in ("bwd_dkv", "bwd_dq"))     # the forward is (step 10)
     assert "TF32 stays on mma.sync" in why(tf32, "bwd_dkv").reason and "MN-major" in why(tf32, "bwd_dq").reason
     # a broadcast dout (stride 0) cannot be a tensor map: the backward stays, the forward need not
     bc = AttentionProblem(2, 4, 256, 256, 64, causal=True, dtype="bf16", strides={"dout": (0, 256 * 64, 64)})

@@ -38,6 +38,19 @@ def test_hopper_kernels_access_memory_in_bounds(case, monkeypatch):
         assert check_attention_kernel(p, s, role) == [], role
 
 
+@pytest.mark.parametrize("case", [(2, 3, 3, 77, 77, 64, True, "tf32"), (1, 2, 2, 130, 130, 128, False, "tf32"),
+                                  (2, 4, 4, 1000, 1000, 64, True, "tf32")], ids=["D64-causal", "D128", "T1000"])
+def test_hopper_tf32_forward_accesses_memory_in_bounds(case, monkeypatch):
+    """TF32's forward adds the transposer warps' V -> V^T copy in shared memory: every load and store
+    of it inside its ring slot's views, for every slot, unit and lane."""
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
+    p = problem_of(case)
+    s = configure_attention(p, "h200").schedule
+    assert s.tma and not s.bwd_dq.hopper
+    assert check_attention_kernel(p, s, "fwd") == []
+    assert access_summary(build_hopper_fwd(p, s), tensor_map_dims(p))["view"] == 8 + 6 * (p.head_dim // 64 - 1)
+
+
 def test_the_check_sees_out_of_bounds_accesses(monkeypatch):
     """The failing problem's dK/dV kernel with one bound broken at a time: each is reported."""
     p, s = _schedule(FAILING, monkeypatch)

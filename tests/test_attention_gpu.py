@@ -158,12 +158,12 @@ def test_split_scores_are_fp32_accurate(case):
 @pytest.mark.parametrize("case, strided", hopper_cases(), ids=["B{}H{}kv{}T{}x{}D{}{}-{}".format(
     *c[:6], "-causal" if c[6] else "", c[7]) + (f"-{c[8]}" if strided else "") for c, strided in hopper_cases()])
 def test_hopper_forward_forced_matches_float64(case, strided):
-    """The same checks with ``NOVA_ATTENTION_HOPPER=force``: on an sm_90 device every 16-bit forward
-    runs on the TMA + wgmma kernel (T = 1, ragged T, GQA, Tq != Tk, strided views), and with
-    NOVA_ATTENTION_HOPPER_BWD=1 (the default) the backward's dK/dV
-    and dQ too; bwd_pre stays on its mma.sync-path kernel."""
+    """The same checks with ``NOVA_ATTENTION_HOPPER=force``: on an sm_90 device every forward runs on
+    the TMA + wgmma kernel (T = 1, ragged T, GQA, Tq != Tk, strided views; TF32 with its V^T copy), and
+    with NOVA_ATTENTION_HOPPER_BWD=1 (the default) the 16-bit backward's dK/dV and dQ too (TF32's stay
+    on mma.sync); bwd_pre stays on its mma.sync-path kernel."""
     torch = _torch()
-    from nova.kernels.attention.derive import hopper_backward_enabled
+    from nova.kernels.attention.derive import HOPPER_BWD_DTYPES, hopper_backward_enabled
     from nova.kernels.attention.launch import plan_operands, resolve
     with hopper_mode("force"):
         if strided:
@@ -171,14 +171,14 @@ def test_hopper_forward_forced_matches_float64(case, strided):
         else:
             test_forward_and_gradients_match_float64(case)
         B, H, Hkv, Tq, Tk, D, causal, dtype = case[:8]
-        dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+        dt = {"tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
         q = torch.empty(B, H, Tq, D, device="cuda", dtype=dt)
         k = torch.empty(B, Hkv, Tk, D, device="cuda", dtype=dt)
         p, _ = plan_operands(q, k, k, causal)
         if torch.cuda.get_device_capability() >= (9, 0) and not strided:
             sched = resolve(p, q.device.index, None, ("fwd",)).schedule
             assert sched.tma                                                     # the Hopper forward ran
-            want = hopper_backward_enabled()
+            want = hopper_backward_enabled() and dtype in HOPPER_BWD_DTYPES
             # and the Hopper backward (dK/dV at D128 with 32-row query tiles: 64 would need 240 registers)
             assert sched.bwd_dkv.hopper == want and sched.bwd_dq.hopper == want
 

@@ -4,6 +4,7 @@ models' fixed terms are fitted on (device, offline cache; session 8).  CUDA even
 measure the launch path when it is slower than the kernel; kernel records do not.
 
     NOVA_ATTENTION_HOPPER=force python3 bench/probes/attention_kernel_times.py OUT.json   # and =off
+    KT_DTYPES=tf32,bf16 ...                                  # the dtypes (default bf16)
 """
 import json
 import os
@@ -21,8 +22,8 @@ def main(out):
     from nova.kernels.attention.derive import configure_attention
     from nova.kernels.attention.problem import AttentionProblem
     rows = []
-    for dtype in ("bf16",):
-        dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    for dtype in os.environ.get("KT_DTYPES", "bf16").split(","):
+        dt = {"tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
         for B, H, T, D in SHAPES:
             q, k, v, do = (torch.randn(B, H, T, D, device="cuda", dtype=dt) for _ in range(4))
             cfg = configure_attention(AttentionProblem(B, H, T, T, D, causal=True, dtype=dtype), "h200")

@@ -169,10 +169,10 @@ def hopper_mode(mode: str):
 
 
 def hopper_cases() -> list:
-    """tests/test_attention_gpu.py's 16-bit cases run again with the Hopper forward forced (the model
-    leaves small problems such as T = 1 on mma.sync): (case, strided)."""
-    return [(c, False) for c in GPU_TEST_CASES if c[7] in ("bf16", "fp16")] + \
-           [(c, True) for c in STRIDED_GPU_CASES if c[7] in ("bf16", "fp16")]
+    """tests/test_attention_gpu.py's cases run again with the Hopper forward forced (the model leaves
+    small problems such as T = 1 on mma.sync): (case, strided).  TF32 included: its forward has a
+    Hopper kernel (V^T written by the producer), its backward stays on mma.sync."""
+    return [(c, False) for c in GPU_TEST_CASES] + [(c, True) for c in STRIDED_GPU_CASES]
 
 
 def mode_kernels() -> list:
@@ -184,7 +184,7 @@ def mode_kernels() -> list:
     for case, strided in hopper_cases():
         entries = strided_kernels(case) if strided else [(problem_of(case), ROLES)]
         out += [(p, roles, "force") for p, roles in entries]
-    out += [(p, ROLES, "off") for p in bench_problems(("bf16", "fp16"))]     # forward and backward A/B
+    out += [(p, ROLES, "off") for p in bench_problems(("tf32", "bf16", "fp16"))]     # forward and backward A/B
     return list(dict.fromkeys(out))
 
 
@@ -290,8 +290,8 @@ def _time_nova(row, q, k, v, do, iters):
             except Exception as e:                           # report, do not hide
                 row[f"nova_{name}{tag}_graph_error"] = f"{type(e).__name__}: {e}"[:200]
     both("")
-    if q.dtype != torch.float32:         # the A/B: the mma.sync kernels of the same problem (issue 11)
-        with hopper_mode("off"):
+    if not (q.dtype == torch.float32 and score_precision_for("tf32") == "3xtf32"):   # 3xtf32: mma.sync only
+        with hopper_mode("off"):         # the A/B: the mma.sync kernels of the same problem (issue 11)
             nova.attention(q, k, v, causal=True)
             both("_mma_sync")
     row["nova_us"] = event_time_us(nova_step, iters)

@@ -1,6 +1,6 @@
 """The Hopper attention forward (issue 11): TMA + mbarrier ring + wgmma, warp-specialized.
 
-``(AttentionProblem, AttentionSchedule with tma) -> MLIR text`` for sm_90a, BF16/FP16.  The backward
+``(AttentionProblem, AttentionSchedule with tma) -> MLIR text`` for sm_90a, BF16/FP16/TF32.  The backward
 kernels (the wgmma dK/dV and dQ of ``build_hopper_bwd.py`` where step 11 picks them, else the
 mma.sync ones of ``build.py``; ``bwd_pre`` always mma.sync) read this kernel's outputs: O in the
 output dtype and the natural-log LSE ``[B*H*Tq]`` FP32, exactly as the mma.sync forward writes them.
@@ -31,6 +31,20 @@ Design (every number comes from ``schedule.fwd``; ``derive.py`` explains them):
   of m64nN equals the register A layout of m64k16 pairwise), so the second wgmma takes A from
   registers (inline PTX, ``wgmma ... {a0..a3}, descB``); V ``[keys, D]`` is MN-major as the B
   operand (K = keys): the transpose bit, LBO = the bytes between the 64-column boxes, SBO 1024 B.
+* **TF32** (FP32 storage; the tensor maps are of type TF32, so TMA rounds Q, K and V to nearest as
+  they land).  S = Q K^T is m64nBCk8 exactly as above (32-byte k-steps).  O += P V cannot read V
+  as it lands: wgmma reads 32-bit B only K-major (no transpose bit), i.e. it needs V^T [D, keys] with
+  the keys contiguous.  So warps 1-3 of the producer warpgroup (the *transposers*; warp 0 keeps the
+  TMA thread) copy each landed V tile into a V^T buffer of the same ring slot, 128-byte swizzled
+  like a K-major tile, and arrive on ``vt_full[s]`` after a ``fence.proxy.async`` (their generic
+  stores become visible to wgmma's async-proxy reads).  The copy also *permutes the keys* of every
+  8-key group, so that the score accumulators are the register A fragment without a shuffle: the
+  TF32 A layout of m64k8 (CUTLASS ``ALayout_64x8``) holds (row g, k t), (g + 8, t), (g, t + 4),
+  (g + 8, t + 4), the accumulators hold (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1) of each
+  8-column group j; so k-step j takes accumulators 4j, 4j + 2, 4j + 1, 4j + 3 and its B row k holds
+  key 8j + 2k (k < 4) or 8j + 2(k - 4) + 1 (``vt_position``).  P is rounded to TF32 in registers
+  (``(bits + 2^12) & ~(2^13 - 1)``, to nearest, ties away, as cvt.rna) and the second wgmma is
+  m64n{D}k8 with A from registers.
 * **Epilogue**: O / rowsum stored from registers (pairs, predicated on rows < Tq; strided ``out``
   addressed by its strides), LSE = (m + log2 l) ln 2 by the quad's first lane.
 """
@@ -50,7 +64,11 @@ WG = 128
 SWIZZLE = 128                 # bytes per swizzled row = a TMA box's inner extent
 ALIGN = 1024                  # the 128-byte swizzle atom: every box starts on a 1024-byte boundary
 MBARRIER_WAIT_TICKS = 10000000
-WG_TYPE = {"bf16": "bf16", "fp16": "f16"}
+WG_TYPE = {"bf16": "bf16", "fp16": "f16", "tf32": "tf32"}
+KSTEP_BYTES = 32              # a wgmma k-step reads 32 bytes of each K-major row: k16 (16-bit), k8 (TF32)
+TRANSPOSER_WARPS = 3          # TF32: producer warps 1-3 write V^T (warp 0 holds the TMA thread)
+TF32_KEEP_MASK = -(1 << 13)   # 0xFFFFE000 as i32: the bits a TF32 operand keeps
+TF32_HALF_ULP = 1 << 12       # half of TF32's last mantissa bit: added before the mask, it rounds to nearest
 
 
 def _cdiv(a, b):
@@ -62,11 +80,24 @@ def box_cols(p: AttentionProblem) -> int:
     return SWIZZLE // p.elem_bytes
 
 
+def transposes_v(p: AttentionProblem) -> bool:
+    """TF32: the forward's producer writes V^T beside each landed V (module docstring)."""
+    return p.dtype == "tf32"
+
+
 def smem_plan_hopper(p: AttentionProblem, rows: int, cols: int, stages: int) -> dict:
-    """Byte offsets (past the 1024-byte aligned base) of Q and of each ring slot's K and V tiles."""
+    """Byte offsets (past the 1024-byte aligned base) of Q and of each ring slot's K and V tiles (TF32:
+    and V^T, at ``vt`` past the slot's K)."""
     q = rows * p.head_dim * p.elem_bytes
     kv = cols * p.head_dim * p.elem_bytes
-    return {"q": 0, "ring": q, "kv": kv, "stage": 2 * kv, "total": q + stages * 2 * kv + ALIGN}
+    tiles = 3 if transposes_v(p) else 2
+    return {"q": 0, "ring": q, "kv": kv, "vt": 2 * kv, "stage": tiles * kv, "total": q + stages * tiles * kv + ALIGN}
+
+
+def vt_position(key: int) -> int:
+    """Where key ``key`` of an 8-key group sits in V^T's K order (TF32): the A fragment's k index
+    t holds key 2t, k index t + 4 key 2t + 1 (module docstring), so key o goes to o/2 + 4 (o & 1)."""
+    return (key & ~7) + ((key & 7) >> 1) + 4 * (key & 1)
 
 
 def tma_blocker(p: AttentionProblem) -> str:
@@ -116,7 +147,11 @@ def check_supported(p: AttentionProblem, s: AttentionSchedule) -> None:
     if not s.tma:
         fail("the schedule's forward is not on the TMA/wgmma path (schedule.tma)")
     if p.dtype not in WG_TYPE:
-        fail(f"dtype {p.dtype}: the Hopper forward is 16-bit (TF32 P V would need a K-major V)")
+        fail(f"dtype {p.dtype}: the Hopper forward is BF16, FP16 or TF32")
+    if p.split_scores:
+        fail("3xtf32 scores run on the mma.sync forward")
+    if transposes_v(p) and kt.block_cols % 32:
+        fail(f"block_cols {kt.block_cols}: the TF32 V^T boxes are 32 keys (128 bytes) wide")
     check_kernel_tile(p, kt, smem_plan_hopper(p, kt.block_rows, kt.block_cols, kt.stages)["total"], fail)
     why = tma_blocker(p)
     if why:
@@ -139,6 +174,9 @@ class HopperAttentionKernel:
         self.C = kt.consumer_warpgroups
         self.bcols = box_cols(p)
         self.nbox = self.D // self.bcols
+        self.tf32 = p.dtype == "tf32"
+        self.kstep = KSTEP_BYTES // p.elem_bytes          # elements per wgmma k-step: 16, TF32 8
+        self.ksteps = self.D // self.kstep                  # k-steps of a product over D
         self.c = p.scale * LOG2E
         self.vt = f"memref<{p.batch * p.heads * p.seq_q}xf32>"
         self.mb = lambda n: f"!nvgpu.mbarrier.group<memorySpace = {SMEM}, num_barriers = {n}>"
@@ -214,11 +252,13 @@ class HopperAttentionKernel:
         self.base_enc = ir.let("base_enc14", f"arith.andi {ir.v(ir.div(al, 16, 'base_enc'))}, "
                                              f"{ir.v(DESC_START_MASK)} : index")
 
-    def ring_barriers(self, kept: str, full_arrivals: int, what: str, kept_empty: str = "") -> str:
+    def ring_barriers(self, kept: str, full_arrivals: int, what: str, kept_empty: str = "",
+                      extra_ring: tuple[str, int] | None = None) -> str:
         """The mbarriers: ``kept`` (one, the tiles loaded once), full[S] (``full_arrivals`` arrivals and
         the TMA bytes) and empty[S] (every consumer warp), initialised by thread 0 and fenced before
         the block's barrier; returns ``kept``'s SSA name.  ``kept_empty`` (a persistent kernel, whose
-        kept tile is reloaded per work tile): also that barrier, every consumer warp, as ``self.kept_empty``."""
+        kept tile is reloaded per work tile): also that barrier, every consumer warp, as ``self.kept_empty``.
+        ``extra_ring`` = (name, arrivals): one more group of S barriers, as ``self.<name>``."""
         ir = self.ir
         ir.comment(f"---- mbarriers: {what}")
         kbar = ir.let(kept, f"nvgpu.mbarrier.create -> {self.mb(1)}")
@@ -226,6 +266,10 @@ class HopperAttentionKernel:
             self.kept_empty = ir.let(kept_empty, f"nvgpu.mbarrier.create -> {self.mb(1)}")
         self.full = ir.let("full", f"nvgpu.mbarrier.create -> {self.mb(self.S)}")
         self.empty = ir.let("empty", f"nvgpu.mbarrier.create -> {self.mb(self.S)}")
+        extra = None
+        if extra_ring:
+            extra = ir.let(extra_ring[0], f"nvgpu.mbarrier.create -> {self.mb(self.S)}")
+            setattr(self, extra_ring[0], extra)
         t0 = ir.cmp("eq", self.tid, 0, "is_t0")
         ir.emit(f"nvgpu.mbarrier.init {kbar}[{ir.v(0)}], {ir.v(1)}, predicate = {t0} : {self.mb(1)}")
         if kept_empty:
@@ -236,6 +280,9 @@ class HopperAttentionKernel:
                     f"{self.mb(self.S)}")
             ir.emit(f"nvgpu.mbarrier.init {self.empty}[{ir.v(i)}], {ir.v(4 * self.C)}, predicate = {t0} : "
                     f"{self.mb(self.S)}")
+            if extra:
+                ir.emit(f"nvgpu.mbarrier.init {extra}[{ir.v(i)}], {ir.v(extra_ring[1])}, predicate = {t0} : "
+                        f"{self.mb(self.S)}")
         with ir.region(f"scf.if {t0} {{"):
             ir.emit("nvvm.fence.mbarrier.init")
         ir.emit("gpu.barrier")
@@ -308,8 +355,9 @@ class HopperAttentionKernel:
     def kmajor_enc(self, base_enc, rows, kk):
         """Descriptor start (shared address >> 4) of k-step ``kk`` of a K-major [rows, D] tile stored as
         D/64 boxes of [rows, 128 B]: box kk*16 // 64, 32 bytes per k-step inside it."""
-        per_box = self.bcols // 16
-        return self.ir.add(base_enc, ((kk // per_box) * rows * SWIZZLE + (kk % per_box) * 32) // 16, "enc_k")
+        per_box = SWIZZLE // KSTEP_BYTES
+        return self.ir.add(base_enc, ((kk // per_box) * rows * SWIZZLE + (kk % per_box) * KSTEP_BYTES) // 16,
+                           "enc_k")
 
     def pack(self, a, b):
         ir, T = self.ir, self.T
@@ -318,19 +366,29 @@ class HopperAttentionKernel:
         w = ir.let("pw", f"vector.bitcast {v} : vector<2x{T}> to vector<1xi32>")
         return ir.let("pa", f"vector.extract {w}[0] : i32 from vector<1xi32>")
 
+    def tf32_bits(self, x):
+        """``x`` rounded to TF32 (to nearest, ties away, as cvt.rna) as the i32 a register A fragment
+        holds: (bits + 2^12) & ~(2^13 - 1), two integer instructions."""
+        ir = self.ir
+        bits = ir.let("p_bits", f"arith.bitcast {x} : f32 to i32")
+        up = ir.let("p_up", f"arith.addi {bits}, {ir.const(TF32_HALF_ULP, 'i32')} : i32")
+        return ir.let("pa", f"arith.andi {up}, {ir.const(TF32_KEEP_MASK, 'i32')} : i32")
+
     def wgmma_rs(self, acc, frag, db):
         """``wgmma.mma_async`` m64n{D}k16 with A from registers (the forward's P, the backward's P^T
-        or dS^T packed to 16 bits), B MN-major (transpose bit): inline PTX (MLIR's NVVM op has only
-        the shared-memory A form); accumulators tied in/out."""
+        or dS^T packed to 16 bits), B MN-major (transpose bit); TF32: m64n{D}k8, B K-major (TF32 has
+        no transpose bit).  Inline PTX (MLIR's NVVM op has only the shared-memory A form);
+        accumulators tied in/out."""
         ir, n = self.ir, self.no
         accs = [ir.let("d", f"llvm.extractvalue {acc}[{i}] : {self.o_t}") for i in range(n)]
         one = ir.pure("one_i32", "arith.constant 1 : i32")
         d_list = ", ".join(f"${i}" for i in range(n))
         a_list = ", ".join(f"${n + i}" for i in range(4))
         ty = WG_TYPE[self.p.dtype]
+        imm = "1, 1" if self.tf32 else "1, 1, 1"        # scale-a, scale-b (16-bit: and transpose-b)
         ptx = (f"{{\\n.reg .pred p;\\nsetp.ne.b32 p, ${n + 5}, 0;\\n"
-               f"wgmma.mma_async.sync.aligned.m64n{self.D}k16.f32.{ty}.{ty} "
-               f"{{{d_list}}}, {{{a_list}}}, ${n + 4}, p, 1, 1, 1;\\n}}")
+               f"wgmma.mma_async.sync.aligned.m64n{self.D}k{self.kstep}.f32.{ty}.{ty} "
+               f"{{{d_list}}}, {{{a_list}}}, ${n + 4}, p, {imm};\\n}}")
         cons = ",".join(["=f"] * n + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(n)])
         operands = ", ".join(list(frag) + [db, one] + accs)
         types = ", ".join(["i32"] * 4 + ["i64", "i32"] + ["f32"] * n)
@@ -366,7 +424,10 @@ class _HopperFwd(HopperAttentionKernel):
         self.qbar = self.ring_barriers(
             "q_full", 1, f"q_full, full[{self.S}] (K and V landed), empty[{self.S}] (every consumer warp done)"
             + (", q_empty (every consumer warp's last S = Q K^T of a tile done: Q's buffer free)"
-               if self.persistent else ""), kept_empty="q_empty" if self.persistent else "")
+               if self.persistent else "")
+            + (f", vt_full[{self.S}] (every transposer thread wrote V^T)" if self.tf32 else ""),
+            kept_empty="q_empty" if self.persistent else "",
+            extra_ring=("vt_full", TRANSPOSER_WARPS * 32) if self.tf32 else None)
         if self.persistent:
             self.n_qt = _cdiv(p.seq_q, self.BR)
             self.n_bh = p.batch * p.heads
@@ -441,6 +502,60 @@ class _HopperFwd(HopperAttentionKernel):
 
         with ir.region(f"scf.if {ir.cmp('eq', self.tid, 0, 'is_leader')} {{"):
             self.tiles("tp", "ring_p", tile)
+        if self.tf32:
+            with ir.region(f"scf.if {ir.cmp('sge', self.tid, 32, 'is_transposer')} {{"):
+                self.tiles("tx", "ring_x", self.transpose_tiles)
+
+    def transpose_tiles(self, ring):
+        """TF32, producer warps 1-3: for each K/V step of the work tile, wait until V landed, write
+        V^T into the slot's V^T buffer (keys permuted, ``vt_position``), fence the async proxy and
+        arrive on ``vt_full``.  V^T is BC/32 boxes of [D rows, 32 keys = 128 B], 128-byte swizzled
+        (chunk c of row r at c ^ (r % 8)), i.e. the K-major layout of the B operand of O += P V.
+        Work unit u = (key box, 4 head-dim columns): lane l reads key 32 kb + l's 16 bytes (one
+        swizzled chunk of V) and stores its 4 values in 4 rows of V^T; a warp's stores to a row
+        are 32 distinct words of one 128-byte row (no bank conflict), its reads 4 wavefronts."""
+        ir, p = self.ir, self.p
+        ticks = ir.const(MBARRIER_WAIT_TICKS)
+        key_boxes, chunks = self.BC // 32, self.D // 4
+        units = key_boxes * chunks
+        per_warp = _cdiv(units, TRANSPOSER_WARPS)
+        xwarp = ir.sub(ir.div(self.tid, 32, "p_warp"), 1, "x_warp")
+        lane = self.lane
+        l7 = ir.rem(lane, 8, "l7")
+        pos = ir.add(ir.add(ir.sub(lane, l7, "l_grp"), ir.div(l7, 2, "l_half")),
+                     ir.mul(ir.rem(lane, 2, "l_odd"), 4, "l_odd4"), "vt_pos")      # vt_position(lane)
+        pos_chunk, pos_word = ir.div(pos, 4, "pos_chunk"), ir.rem(pos, 4, "pos_word")
+        f32v = f"memref<{self.BC * self.D}xf32, {SMEM}>"
+        with ir.region(f"scf.for %itx = {ir.v(0)} to {ir.v(self.n_kv)} step {ir.v(1)} {{"):
+            slot, par = self.slot_phase(ir.add(ring, "%itx", "it_ring"))
+            ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.full}[{slot}], {par}, {ticks} : {self.mb(self.S)}")
+            v_off = ir.add(ir.add(self.base_off, self.plan["ring"] + self.plan["kv"]),
+                           ir.mul(slot, self.plan["stage"]), "v_off")
+            vt_off = ir.add(v_off, self.plan["vt"] - self.plan["kv"], "vt_off")
+            vs = ir.let("v_f32", f"memref.view {self.dsm}[{ir.v(v_off)}][] : memref<?xi8, {SMEM}> to {f32v}")
+            vts = ir.let("vt_f32", f"memref.view {self.dsm}[{ir.v(vt_off)}][] : memref<?xi8, {SMEM}> to {f32v}")
+            with ir.region(f"scf.for %xu = {ir.v(0)} to {ir.v(per_warp)} step {ir.v(1)} {{"):
+                u = ir.add(ir.mul("%xu", TRANSPOSER_WARPS, "xu3"), xwarp, "unit")
+
+                def unit(u=u):
+                    kb, dc = ir.rem(u, key_boxes, "kbox"), ir.div(u, key_boxes, "dchunk")
+                    key = ir.add(ir.mul(kb, 32, "kb32"), lane, "key")
+                    # V: box dc / 8 of [BC rows, 128 B], row key, chunk (dc % 8) ^ (key % 8)
+                    src = ir.add(ir.add(ir.mul(ir.div(dc, 8, "vbox"), self.BC * 32, "vbox_off"),
+                                        ir.mul(key, 32, "vrow_off")),
+                                 ir.mul(ir.xor(ir.rem(dc, 8, "vchunk"), l7, "vchunk_sw"), 4, "vchunk_off"), "v_src")
+                    x = ir.let("vx", f"vector.load {vs}[{ir.v(src)}] : {f32v}, vector<4xf32>")
+                    for e in range(4):
+                        d = ir.add(ir.mul(dc, 4, "d4"), e, "vt_row")
+                        dst = ir.add(ir.add(ir.mul(kb, self.D * 32, "vtbox_off"), ir.mul(d, 32, "vtrow_off")),
+                                     ir.add(ir.mul(ir.xor(pos_chunk, ir.rem(d, 8, "d8"), "vtchunk_sw"), 4, "vtc"),
+                                            pos_word, "vt_col"), "vt_dst")
+                        el = ir.let("vx_e", f"vector.extract {x}[{e}] : f32 from vector<4xf32>")
+                        ir.emit(f"memref.store {el}, {vts}[{ir.v(dst)}] : {f32v}")
+                ir.guarded(ir.cmp("slt", u, units, "unit_ok") if units % TRANSPOSER_WARPS else True, unit)
+            ir.emit("nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}")
+            ir.let("vt_tok", f"nvgpu.mbarrier.arrive {self.vt_full}[{slot}] : {self.mb(self.S)} -> "
+                             "!nvgpu.mbarrier.token")
 
     # ------------------------------------------------------------------------------------------
 
@@ -452,9 +567,10 @@ class _HopperFwd(HopperAttentionKernel):
         lane0 = self.consumer_threads()
         ticks = ir.const(MBARRIER_WAIT_TICKS)
         hi_k = self.descriptor_hi("desc_hi_k", 16)                     # K-major: LBO unused
-        hi_v = self.descriptor_hi("desc_hi_v", self.BC * SWIZZLE)     # V MN-major: its 64-column boxes
+        hi_v = (hi_k if self.tf32 else                              # TF32: V^T K-major, like K
+                self.descriptor_hi("desc_hi_v", self.BC * SWIZZLE))   # V MN-major: its 64-column boxes
         q_enc = ir.add(ir.add(self.base_enc, ir.div(self.plan["q"], 16)), ir.mul(self.cwg, 64 * SWIZZLE // 16), "q_enc")
-        attrs = (f"shape = #nvvm.shape<m = 64, n = {self.BC}, k = 16>, "
+        attrs = (f"shape = #nvvm.shape<m = 64, n = {self.BC}, k = {self.kstep}>, "
                  f"typeA = #nvvm.wgmma_type<{WG_TYPE[p.dtype]}>, typeB = #nvvm.wgmma_type<{WG_TYPE[p.dtype]}>, "
                  "typeD = #nvvm.wgmma_type<f32>, scaleD = #nvvm.wgmma_scale_out<one>, "
                  "scaleA = #nvvm.wgmma_scale_in<one>, scaleB = #nvvm.wgmma_scale_in<one>, "
@@ -485,11 +601,11 @@ class _HopperFwd(HopperAttentionKernel):
         ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.full}[{slot}], {par}, {ticks} : {self.mb(self.S)}")
         k_enc = ir.add(ir.add(self.base_enc, self.plan["ring"] // 16), ir.mul(slot, self.plan["stage"] // 16),
                        "k_enc")
-        v_enc = ir.add(k_enc, self.plan["kv"] // 16, "v_enc")
+        v_enc = ir.add(k_enc, self.plan["vt" if self.tf32 else "kv"] // 16, "v_enc")
         ir.comment("S = Q K^T (wgmma, both operands K-major in shared memory)")
         ir.emit("nvvm.wgmma.fence.aligned")
         acc = zero_s
-        for kk in range(self.D // 16):
+        for kk in range(self.ksteps):
             da = self.desc(self.kmajor_enc(q_enc, self.BR, kk), hi_k)
             db = self.desc(self.kmajor_enc(k_enc, self.BC, kk), hi_k)
             acc = ir.let("s_acc", f'"nvvm.wgmma.mma_async"({acc}, {da}, {db}) <{{{attrs}}}> : '
@@ -532,11 +648,20 @@ class _HopperFwd(HopperAttentionKernel):
             h = (i // 2) % 2
             x = ir.let("o", f"llvm.extractvalue {o}[{i}] : {self.o_t}")
             o = ir.let("o_s", f"llvm.insertvalue {ir.fop('mulf', x, alphas[h], 'o_r')}, {o}[{i}] : {self.o_t}")
-        packed = [self.pack(pe[2 * i], pe[2 * i + 1]) for i in range(self.ns // 2)]
+        if self.tf32:
+            ir.comment("TF32: V^T (keys permuted by the transposers) must be complete in this slot")
+            ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.vt_full}[{slot}], {par}, {ticks} : {self.mb(self.S)}")
+            rounded = [self.tf32_bits(x) for x in pe]
+            frags = [[rounded[4 * kk + i] for i in (0, 2, 1, 3)] for kk in range(self.BC // 8)]
+        else:
+            packed = [self.pack(pe[2 * i], pe[2 * i + 1]) for i in range(self.ns // 2)]
+            frags = [packed[4 * kk: 4 * kk + 4] for kk in range(self.BC // 16)]
         ir.emit("nvvm.wgmma.fence.aligned")
-        for kk in range(self.BC // 16):
-            frag = packed[4 * kk: 4 * kk + 4]
-            db = self.desc(ir.add(v_enc, kk * 16 * SWIZZLE // 16, "v_enc_k"), hi_v)
+        for kk, frag in enumerate(frags):
+            if self.tf32:
+                db = self.desc(self.kmajor_enc(v_enc, self.D, kk), hi_v)
+            else:
+                db = self.desc(ir.add(v_enc, kk * 16 * SWIZZLE // 16, "v_enc_k"), hi_v)
             o = self.wgmma_rs(o, frag, db)
         self.finish_step(lane0, slot)
         ir.emit(f"scf.yield {', '.join(m_new + l_new + [o])} : f32, f32, f32, f32, {self.o_t}")
@@ -596,7 +721,9 @@ class _HopperFwd(HopperAttentionKernel):
             def body(h=h, row=row, roff=roff):
                 for j in range(self.D // 8):
                     xs = [ir.let("o", f"llvm.extractvalue {o}[{4 * j + 2 * h + c}] : {self.o_t}") for c in (0, 1)]
-                    xs = [ir.let("o_t", f"arith.truncf {ir.fop('mulf', x, inv[h], 'o_n')} : f32 to {self.T}") for x in xs]
+                    xs = [ir.fop('mulf', x, inv[h], 'o_n') for x in xs]
+                    if self.T != "f32":
+                        xs = [ir.let("o_t", f"arith.truncf {x} : f32 to {self.T}") for x in xs]
                     vec = ir.let("o_v", f"vector.from_elements {xs[0]}, {xs[1]} : vector<2x{self.T}>")
                     col = ir.add(ir.mul(self.t, 2, "t2"), 8 * j, "st_col")
                     dst = element_at(ir, p, "out", row, 0, col, "st")

@@ -13,11 +13,11 @@ measurement.
  7. grid               per kernel: blocks, waves, causal tile skipping
  8. dQ strategy        separate dQ pass vs atomics
  9. prediction         per kernel time = max(tensor, MUFU, FP32 ALU, DRAM) / wave efficiency + launch
-10. Hopper forward     (sm_90 targets with wgmma + TMA, BF16/FP16) the forward on TMA + mbarrier ring + wgmma
+10. Hopper forward     (sm_90 targets with wgmma + TMA, BF16/FP16/TF32) the forward on TMA + mbarrier ring + wgmma
                        with warp specialization (``build_hopper.py``): warpgroups, registers, key tile,
                        stages, shared memory, grid and its predicted time; taken when that time is below
                        the mma.sync forward's (step 9).
-11. Hopper backward    (same targets and dtypes) dK/dV and dQ on TMA + mbarrier ring + wgmma (``build_hopper_bwd.py``):
+11. Hopper backward    (same targets, BF16/FP16) dK/dV and dQ on TMA + mbarrier ring + wgmma (``build_hopper_bwd.py``):
                        per kernel its streamed tile, registers, stages, shared memory, grid and predicted time,
                        taken where that time is below the mma.sync kernel's (step 9); bwd_pre stays (a DRAM pass).
 """
@@ -82,8 +82,8 @@ F = formulas("""
     atomic_bytes = 4 * D * visited / block_cols
     hopper_entry_regs = floor(regs_per_sm / (128 * (1 + wgs)) / 8) * 8
     hopper_consumer_regs = floor((128 * (1 + wgs) * entry_regs - 128 * producer_regs) / (128 * wgs) / 8) * 8
-    hopper_regs = 3 * block_cols / 4 + D / 2 + overhead
-    hopper_stage_bytes = 2 * block_cols * D * elem_bytes
+    hopper_regs = block_cols / 2 + block_cols * elem_bytes / 8 + D / 2 + overhead
+    hopper_stage_bytes = tiles * block_cols * D * elem_bytes
     hopper_smem = block_rows * D * elem_bytes + stages * stage_bytes + align
     t_softmax = (mufu_clk + alu_clk) * visited / (sm_count * clock_hz)
     t_hopper_core = Max(t_tc, t_softmax, (t_tc + t_softmax) / wgs)
@@ -369,13 +369,16 @@ def kernel_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, v
 
 
 # ---- 10 ----------------------------------------------------------------------------------------
-HOPPER_DTYPES = ("bf16", "fp16")     # TF32 P V would need V K-major (wgmma TF32 reads only K-major B)
+HOPPER_DTYPES = ("bf16", "fp16", "tf32")   # the forward; TF32 with V^T written by the producer (build_hopper.py)
+HOPPER_BWD_DTYPES = ("bf16", "fp16")   # TF32 dV, dK, dQ would need dO^T, Q^T, K^T (wgmma TF32 reads only K-major B)
+HOPPER_TF32_ROUND_ALU = 1.5  # TF32 forward: P rounded by IADD + LOP3 per score where 16 bits pack half a cvt
 HOPPER_PRODUCER_REGS = 40    # the producer warpgroup after setmaxnreg.dec: one thread, a TMA loop (FA3: 24-56)
 HOPPER_SETMAXNREG_MAX = 232  # as the GEMM path (nova/kernels/gemm/hopper.py SETMAXNREG_MAX)
 HOPPER_WGS = 2               # consumer warpgroups: one's softmax runs while the other's wgmmas do (step 10)
 HOPPER_REG_OVERHEAD = 56     # [EST] consumer registers beyond S (BC/2), P (BC/4) and O (D/2): softmax state,
                              # descriptors, addresses; ptxas (no spills at 232) checks it
-HOPPER_KEY_TILES = (128, 64)  # wgmma N of S = Q K^T (keys per streamed tile), largest first
+HOPPER_KEY_TILES = {"bf16": (128, 64), "fp16": (128, 64), "tf32": (128, 64, 32)}   # wgmma N of S = Q K^T (keys
+                             # per streamed tile), largest first; TF32 D128 fits only 32 (a stage holds K, V, V^T)
 HOPPER_ALIGN = 1024          # the tiles start on a 1024-byte boundary (128-byte swizzle atom): that much slack
 HOPPER_ACHIEVED = ACHIEVED   # [EST] share of the binding pipe sustained: the mma.sync kernels' fitted 0.81 until
                              # the Hopper forward is measured
@@ -406,11 +409,12 @@ HOPPER_ALU_PER_SCORE = 5     # FP32 ops per score: max, FMA (scale, -max), sum, 
 def hopper_blocker(p: AttentionProblem, gpu: GPUModel) -> str:
     """Why the forward cannot run on the Hopper kernel ('' when it can)."""
     from nova.kernels.attention.build_hopper import tma_blocker
-    if not {"wgmma", "tma", "setmaxnreg"} <= set(gpu.features) or not gpu.supports("wgmma", "bf16"):
-        return f"{gpu.name} ({gpu.arch}) has no wgmma + TMA"
+    if not {"wgmma", "tma", "setmaxnreg"} <= set(gpu.features) or not gpu.supports("wgmma", p.dtype):
+        return f"{gpu.name} ({gpu.arch}) has no wgmma + TMA for {p.dtype}"
     if p.dtype not in HOPPER_DTYPES:
-        return (f"{p.dtype}: O = P V needs V as wgmma's B operand MN-major (keys x D, D contiguous), and wgmma "
-                "reads TF32 B only K-major (no transpose bit for 32-bit types): TF32 stays on mma.sync")
+        return f"{p.dtype}: no Hopper forward"
+    if p.split_scores:
+        return "3xtf32 scores (NOVA_ATTENTION_PRECISION) run on the mma.sync forward (three products per score)"
     return tma_blocker(p)
 
 
@@ -454,9 +458,14 @@ def hopper_kernel_time(p: AttentionProblem, gpu: GPUModel, kt: KernelTile, vis: 
 
 def hopper_fwd_time(p: AttentionProblem, gpu: GPUModel, kt: KernelTile, vis: int) -> tuple[float, dict]:
     """Step 10's model of the Hopper forward (``hopper_kernel_time``): S = Q K^T and O += P V, the
-    softmax between them; shared memory per warpgroup tile: Q (64 x D) and K, V (BC x D)."""
-    return hopper_kernel_time(p, gpu, kt, vis, gemms=2, alu_per_score=HOPPER_ALU_PER_SCORE, kept_tiles=1,
-                              streamed_tiles=2, dram_bytes=p.fwd_bytes, pipe="softmax")
+    softmax between them; shared memory per warpgroup tile: Q (64 x D) and K, V (BC x D).  TF32: the
+    producer's V -> V^T copy reads and writes a BC x D tile per block step (per warpgroup: 2 / wgs
+    tiles more), and P is rounded (``HOPPER_TF32_ROUND_ALU``)."""
+    tf32 = p.dtype == "tf32"
+    return hopper_kernel_time(p, gpu, kt, vis, gemms=2,
+                              alu_per_score=HOPPER_ALU_PER_SCORE + (HOPPER_TF32_ROUND_ALU if tf32 else 0),
+                              kept_tiles=1, streamed_tiles=2 + (2 / kt.consumer_warpgroups if tf32 else 0),
+                              dram_bytes=p.fwd_bytes, pipe="softmax")
 
 
 def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float, force: bool = False):
@@ -467,11 +476,20 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float,
         return None, [note("10 fwd path", "mma.sync", f"the forward stays on mma.sync + cp.async: {why}")], None
     d = Derivation()
     wgs = HOPPER_WGS
-    d.note("10 fwd instruction", f"wgmma m64nNk16 + m64n{p.head_dim}k16",
-           f"S = Q K^T (N = keys per tile, below): wgmma with both operands in shared memory, K-major over D (128-byte swizzle); O += P V: "
-           f"wgmma with A = P from registers (the m64nN accumulator layout is the m64k16 register A layout "
-           f"pairwise, packed to {p.dtype}) and B = V [keys, D] MN-major (the descriptor's transpose bit); "
-           "FP32 accumulation; TMA loads, a full/empty mbarrier ring")
+    tf32 = p.dtype == "tf32"
+    k = 8 if tf32 else 16
+    if tf32:
+        pv = ("wgmma with A = P from registers, rounded to TF32 (the m64nN accumulators of each 8-key group, taken "
+              "in the order 0, 2, 1, 3, are the m64k8 register A fragment when the keys are permuted), B = V^T "
+              "[D, keys] K-major: wgmma reads 32-bit B only K-major, so producer warps 1-3 copy each landed V "
+              "tile to V^T in the ring slot, keys permuted, and signal a vt_full barrier")
+    else:
+        pv = (f"wgmma with A = P from registers (the m64nN accumulator layout is the m64k16 register A layout "
+              f"pairwise, packed to {p.dtype}) and B = V [keys, D] MN-major (the descriptor's transpose bit)")
+    d.note("10 fwd instruction", f"wgmma m64nNk{k} + m64n{p.head_dim}k{k}",
+           f"S = Q K^T (N = keys per tile, below): wgmma with both operands in shared memory, K-major over D "
+           f"(128-byte swizzle); O += P V: {pv}; FP32 accumulation; TMA loads"
+           + (" (TF32 tensor maps: rounded to nearest as they land)" if tf32 else "") + ", a full/empty mbarrier ring")
     entry = int(F.hopper_entry_regs(regs_per_sm=gpu.regs_per_sm, wgs=wgs))
     cregs = d.apply("10 consumer registers", F.hopper_consumer_regs,
                     f"setmaxnreg: the producer warpgroup keeps {HOPPER_PRODUCER_REGS} (one thread issues TMA), "
@@ -493,12 +511,12 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float,
     eb = p.elem_bytes
     rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
     tried, best = [], None
-    for bc in HOPPER_KEY_TILES:
-        regs = F.hopper_regs(block_cols=bc, D=p.head_dim, overhead=HOPPER_REG_OVERHEAD)
+    for bc in HOPPER_KEY_TILES[p.dtype]:
+        regs = F.hopper_regs(block_cols=bc, D=p.head_dim, elem_bytes=eb, overhead=HOPPER_REG_OVERHEAD)
         if regs > cregs:
             tried.append(f"{bc} keys: {regs:.0f} regs")
             continue
-        stage = F.hopper_stage_bytes(block_cols=bc, D=p.head_dim, elem_bytes=eb)
+        stage = F.hopper_stage_bytes(tiles=3 if tf32 else 2, block_cols=bc, D=p.head_dim, elem_bytes=eb)
         t_tile = F.t_tile_ns(gemms=2, block_rows=rows, block_cols=bc, D=p.head_dim, tc_flops_per_clk_sm=rate,
                              clock_hz=gpu.clock_hz)
         want = int(F.stages(mem_latency_ns=gpu.mem_latency_ns, t_tile_ns=t_tile))
@@ -521,14 +539,15 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float,
         d.note("10 fwd path", "mma.sync", f"no Hopper key tile fits ({'; '.join(tried)})")
         return None, d.steps, None
     t, kt, regs, want, cap, stage, t_tile, vis, terms = best
-    d.apply("10 key tile registers", F.hopper_regs, f"per consumer thread: S (BC/2 FP32), P (BC/4 packed), O (D/2 "
+    d.apply("10 key tile registers", F.hopper_regs, f"per consumer thread: S (BC/2 FP32), P (BC/2 x elem_bytes/4: "
+            f"{'TF32 words' if tf32 else '16-bit pairs'}), O (D/2 "
             f"FP32) + {HOPPER_REG_OVERHEAD} [EST] <= {cregs}; candidates {', '.join(tried)}",
-            block_cols=kt.block_cols, D=p.head_dim, overhead=HOPPER_REG_OVERHEAD)
+            block_cols=kt.block_cols, D=p.head_dim, elem_bytes=eb, overhead=HOPPER_REG_OVERHEAD)
     d.note("10 key tile", f"{rows}x{kt.block_cols}", f"{kt.block_cols} keys per streamed K/V tile (wgmma N of S); "
            f"the fastest (within 3%: the larger) by this step's model")
     d.note("10 stages", kt.stages, f"Little's law: 1 + ceil({gpu.mem_latency_ns:.0f} ns / {t_tile:.0f} ns of tensor "
            f"time per tile) = {want}, within the {cap} K/V slots of {stage} B that fit beside Q, clamped to [2, 4]")
-    d.apply("10 smem", F.hopper_smem, "Q once + the K/V ring (each tile D/64 TMA boxes of [rows, 128 B], "
+    d.apply("10 smem", F.hopper_smem, f"Q once + the {'K/V/V^T' if tf32 else 'K/V'} ring (each tile TMA boxes of [rows, 128 B], "
             "128-byte swizzle) + alignment slack; 1 block per SM (the registers: "
             f"{128 * (1 + wgs)} threads x {entry} at launch)", block_rows=rows, D=p.head_dim, elem_bytes=eb,
             stages=kt.stages, stage_bytes=stage, align=HOPPER_ALIGN)
@@ -593,7 +612,7 @@ def hopper_bwd_blocker(p: AttentionProblem, gpu: GPUModel) -> str:
     from nova.kernels.attention.build_hopper_bwd import tma_blocker_bwd
     if not {"wgmma", "tma", "setmaxnreg"} <= set(gpu.features) or not gpu.supports("wgmma", "bf16"):
         return f"{gpu.name} ({gpu.arch}) has no wgmma + TMA"
-    if p.dtype not in HOPPER_DTYPES:
+    if p.dtype not in HOPPER_BWD_DTYPES:
         return (f"{p.dtype}: dV += P^T dO, dK += dS^T Q and dQ += dS K need dO, Q and K as wgmma's B operand "
                 "MN-major (rows x D, D contiguous), and wgmma reads TF32 B only K-major (no transpose bit for "
                 "32-bit types): TF32 stays on mma.sync")

@@ -163,13 +163,15 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, *, out=
 
 def _tensor_maps(r: _Resolved, named, rows_of) -> tuple[int, ...]:
     """Device pointers of the tensor maps of the ``(name, tensor)`` pairs ``named``: 4-D (D, T, H, B)
-    with the problem's strides, boxes of ``rows_of(name)`` rows x 128 bytes (cached per pointer)."""
+    with the problem's strides, boxes of ``rows_of(name)`` rows x 128 bytes (cached per pointer).  TF32:
+    maps of type TF32, so TMA rounds every element to nearest as it lands (as the GEMMs' maps)."""
     from nova.runtime import driver
     from nova.runtime.tma import attention_tensor_map
     p = r.problem
     device = driver.get_device(named[0][1].device.index)
     cols = 128 // p.elem_bytes
-    return tuple(attention_tensor_map(device, t.data_ptr(), p.storage, p.operand_shape(n), p.operand_strides(n),
+    map_type = "tf32" if p.dtype == "tf32" else p.storage
+    return tuple(attention_tensor_map(device, t.data_ptr(), map_type, p.operand_shape(n), p.operand_strides(n),
                                       rows_of(n), cols) for n, t in named)
 
 
