@@ -402,8 +402,8 @@ def test_hopper_forward_is_derived_for_16_bit_on_the_h200(shape, dtype, persiste
 @pytest.mark.parametrize("shape", BENCH[:2])
 def test_hopper_forward_is_derived_for_tf32_on_the_h200(shape, monkeypatch):
     """TF32 on the H200: the Hopper forward with the producer's V^T copy (a ring slot holds K, V and
-    V^T: 128-key tiles fit twice beside Q at D64), taken where predicted faster than mma.sync; its
-    backward stays on mma.sync (no transposed operands there), with the reason."""
+    V^T: 128-key tiles fit twice beside Q at D64), taken where predicted faster than mma.sync; the
+    backward's kernels likewise with their transposes."""
     from nova.kernels.attention.build_hopper import smem_plan_hopper
     monkeypatch.delenv("NOVA_ATTENTION_HOPPER", raising=False)
     b, h, t, d = shape
@@ -417,8 +417,11 @@ def test_hopper_forward_is_derived_for_tf32_on_the_h200(shape, monkeypatch):
     assert plan["stage"] == 3 * 128 * 64 * 4 and k.smem_bytes == plan["total"] <= gpu.smem_per_block
     assert "m64nNk8" in steps["10 fwd instruction"].value and "V^T" in steps["10 fwd instruction"].reason
     assert check_attention_schedule(p, s, gpu) == []
-    assert not s.bwd_dkv.hopper and not s.bwd_dq.hopper
-    assert "K-major" in steps["11 bwd_dq path"].reason
+    # the backward: dQ on wgmma at both shapes, dK/dV at T1024 (a 0.3% tie for mma.sync at T512), each
+    # with the producer's transposes in its ring (K^T; Q^T and dO^T)
+    assert s.bwd_dq.hopper and s.bwd_dkv.hopper == (t == 1024)
+    assert "K^T" in steps["11 bwd_dq instruction"].reason and "Q^T and dO^T" in steps["11 bwd_dkv instruction"].reason
+    assert s.bwd_dq.producer_regs == 40 and s.bwd_dq.block_cols == 64
     off_steps = {st.step: st for st in configure_attention(p, gpu).derivation}
     assert off_steps["10 fwd path"].value == "wgmma + TMA"
     # 3xtf32 scores stay on the mma.sync forward
@@ -600,9 +603,12 @@ def test_hopper_backward_falls_back_with_a_reason(monkeypatch):
     monkeypatch.delenv("NOVA_ATTENTION_HOPPER_BWD", raising=False)     # on by default
     monkeypatch.delenv("NOVA_ATTENTION_HOPPER", raising=False)
     why = lambda cfg, role: {st.step: st for st in cfg.derivation}[f"11 {role} path"]
-    tf32 = configure_attention(AttentionProblem(32, 8, 512, 512, 64, causal=True), "h200")
-    assert not any(tf32.schedule.kernel(r).hopper for r in ("bwd_dkv", "bwd_dq"))     # the forward is (step 10)
-    assert "TF32 stays on mma.sync" in why(tf32, "bwd_dkv").reason and "MN-major" in why(tf32, "bwd_dq").reason
+    split = configure_attention(AttentionProblem(32, 8, 512, 512, 64, causal=True, score_precision="3xtf32"), "h200")
+    assert not any(split.schedule.kernel(r).hopper for r in ROLES)
+    assert "3xtf32" in why(split, "bwd_dkv").reason and "3xtf32" in why(split, "bwd_dq").reason
+    # TF32 D128: a slot of K, V and K^T (dQ) or Q, dO and their transposes (dK/dV) leaves no tile that fits
+    d128 = configure_attention(AttentionProblem(8, 16, 2048, 2048, 128, causal=True), "h200")
+    assert not d128.schedule.bwd_dkv.hopper and "no Hopper tile fits" in why(d128, "bwd_dkv").reason
     # a broadcast dout (stride 0) cannot be a tensor map: the backward stays, the forward need not
     bc = AttentionProblem(2, 4, 256, 256, 64, causal=True, dtype="bf16", strides={"dout": (0, 256 * 64, 64)})
     monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
@@ -646,7 +652,7 @@ def test_hopper_backward_module_text(monkeypatch):
 
 HOPPER_BWD_PTX_CASES = [("bf16", 64, True, 1, 512), ("bf16", 128, True, 1, 333), ("fp16", 64, False, 1, 333),
                         ("bf16", 128, False, 2, 200), ("fp16", 128, True, 3, 300), ("bf16", 64, True, 1, 1),
-                        ("fp16", 64, True, 2, 150)]
+                        ("fp16", 64, True, 2, 150), ("tf32", 64, True, 1, 512), ("tf32", 64, False, 2, 130)]
 
 
 @needs_ptxas
@@ -655,7 +661,8 @@ def test_hopper_backward_assembles_without_spills(dtype, D, causal, group, T, mo
     """sm_90a, no spills (the consumers' 232 (dK/dV) or 240 (dQ) registers after setmaxnreg hold dK and dV
     or dQ, S and dP; the producers' 32 or 24), setmaxnreg within the block's registers at launch,
     384 threads of 168 registers at launch, the wgmma count per tile: D/16 for each of S and dP, N/16 for
-    each register-A product (dV and dK, or dQ); TMA boxes of q, k, v and dout."""
+    each register-A product (dV and dK, or dQ); TMA boxes of q, k, v and dout.  TF32: k = 8 for all
+    four (D/8, N/8), and the producer keeps 40 registers (its idle warps transpose tiles)."""
     monkeypatch.delenv("NOVA_ATTENTION_HOPPER_BWD", raising=False)     # on by default
     from nova.kernels.attention.compile import compile_kernel
     monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
@@ -675,7 +682,8 @@ def test_hopper_backward_assembles_without_spills(dtype, D, causal, group, T, mo
         if T > k.block_cols:
             assert not wgmma_hazards(r), (role, r["ptxas_info"])
         assert r["registers"] <= k.regs_per_thread and art.block == (384, 1, 1) and art.smem_bytes == k.smem_bytes
-        assert art.ptx.count("wgmma.mma_async") == 2 * D // 16 + products * k.block_cols // 16
+        kstep = 8 if dtype == "tf32" else 16
+        assert art.ptx.count("wgmma.mma_async") == 2 * D // kstep + products * k.block_cols // kstep
         assert art.ptx.count("cp.async.bulk.tensor.4d") >= 4 * D // 64
         assert f"setmaxnreg.dec.sync.aligned.u32 \t{k.producer_regs}" in art.ptx
         assert f"setmaxnreg.inc.sync.aligned.u32 \t{k.consumer_regs}" in art.ptx

@@ -40,14 +40,15 @@ def test_hopper_kernels_access_memory_in_bounds(case, monkeypatch):
 
 @pytest.mark.parametrize("case", [(2, 3, 3, 77, 77, 64, True, "tf32"), (1, 2, 2, 130, 130, 128, False, "tf32"),
                                   (2, 4, 4, 1000, 1000, 64, True, "tf32")], ids=["D64-causal", "D128", "T1000"])
-def test_hopper_tf32_forward_accesses_memory_in_bounds(case, monkeypatch):
-    """TF32's forward adds the transposer warps' V -> V^T copy in shared memory: every load and store
-    of it inside its ring slot's views, for every slot, unit and lane."""
+def test_hopper_tf32_kernels_access_memory_in_bounds(case, monkeypatch):
+    """TF32's kernels add the transposer warps' copies in shared memory (V^T; K^T; Q^T and dO^T): every
+    load and store of them inside their ring slot's views, for every slot, unit and lane."""
     monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
     p = problem_of(case)
     s = configure_attention(p, "h200").schedule
-    assert s.tma and not s.bwd_dq.hopper
-    assert check_attention_kernel(p, s, "fwd") == []
+    assert s.tma and s.bwd_dq.hopper == (p.head_dim == 64)
+    for role in ("fwd", "bwd_dkv", "bwd_dq") if p.head_dim == 64 else ("fwd",):
+        assert check_attention_kernel(p, s, role) == [], role
     assert access_summary(build_hopper_fwd(p, s), tensor_map_dims(p))["view"] == 8 + 6 * (p.head_dim // 64 - 1)
 
 

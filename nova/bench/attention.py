@@ -177,14 +177,16 @@ def hopper_cases() -> list:
 
 def mode_kernels() -> list:
     """``(problem, roles, mode)`` the device run needs under another ``$NOVA_ATTENTION_HOPPER``: every
-    kernel of the forced-Hopper GPU tests ("force": the schedule, so every key, differs) and the
-    benchmark's 16-bit mma.sync kernels ("off": the forward and backward A/B of ``_time_nova``)."""
+    kernel of the forced-Hopper GPU tests ("force": the schedule, so every key, differs), the
+    benchmark's mma.sync kernels ("off": the forward and backward A/B of ``_time_nova``) and its TF32
+    kernels forced onto wgmma (bench/probes/attention_kernel_times.py under "force")."""
     from nova.kernels.attention.schedule import ROLES
     out = []
     for case, strided in hopper_cases():
         entries = strided_kernels(case) if strided else [(problem_of(case), ROLES)]
         out += [(p, roles, "force") for p, roles in entries]
     out += [(p, ROLES, "off") for p in bench_problems(("tf32", "bf16", "fp16"))]     # forward and backward A/B
+    out += [(p, ROLES, "force") for p in bench_problems(("tf32",))]     # TF32's kernel times with every kernel on wgmma
     return list(dict.fromkeys(out))
 
 

@@ -366,6 +366,61 @@ class HopperAttentionKernel:
         w = ir.let("pw", f"vector.bitcast {v} : vector<2x{T}> to vector<1xi32>")
         return ir.let("pa", f"vector.extract {w}[0] : i32 from vector<1xi32>")
 
+    # ---- TF32: producer warps that transpose streamed tiles (wgmma reads 32-bit B only K-major)
+    def transposer_lanes(self, first_warp: int, warps: int) -> dict:
+        """The per-thread constants of ``transpose_tile`` for producer warps first_warp ..
+        first_warp + warps - 1: the warp's index among them, the lane, and where the lane's row lands
+        in a 32-row group of the transposed tile (``vt_position``)."""
+        ir = self.ir
+        lane = self.lane
+        l7 = ir.rem(lane, 8, "l7")
+        pos = ir.add(ir.add(ir.sub(lane, l7, "l_grp"), ir.div(l7, 2, "l_half")),
+                     ir.mul(ir.rem(lane, 2, "l_odd"), 4, "l_odd4"), "vt_pos")      # vt_position(lane)
+        return {"warp": ir.sub(ir.div(self.tid, 32, "p_warp"), first_warp, "x_warp"), "warps": warps, "l7": l7,
+                "pos_chunk": ir.div(pos, 4, "pos_chunk"), "pos_word": ir.rem(pos, 4, "pos_word")}
+
+    def transpose_tile(self, lanes: dict, src_off, dst_off, rows: int | None = None):
+        """Copy the landed [rows, D] FP32 tile at byte ``src_off`` of dynamic smem (TMA's layout: D/32
+        boxes of [rows, 128 B], 128-byte swizzled) to its transpose at ``dst_off``: rows/32 boxes of
+        [D, 32 rows = 128 B], swizzled the same way (chunk c of row r at c ^ (r % 8)), i.e. the K-major
+        layout of a wgmma B operand whose K is the tile's rows; within each group of 8 rows the order is
+        ``vt_position``'s (the S accumulators are then the register A fragment).  Work unit u = (row
+        box, 4 head-dim columns) per warp: lane l reads row 32 kb + l's 16 bytes (one swizzled chunk) and
+        stores its 4 values in 4 rows of the transpose; a warp's stores to a row are 32 distinct words
+        of one 128-byte row (no bank conflict), its reads 4 wavefronts."""
+        ir = self.ir
+        rows = rows or self.BC
+        row_boxes, chunks = rows // 32, self.D // 4
+        units, nw = row_boxes * chunks, lanes["warps"]
+        f32v = f"memref<{rows * self.D}xf32, {SMEM}>"
+        src_v = ir.let("x_src", f"memref.view {self.dsm}[{ir.v(src_off)}][] : memref<?xi8, {SMEM}> to {f32v}")
+        dst_v = ir.let("x_dst", f"memref.view {self.dsm}[{ir.v(dst_off)}][] : memref<?xi8, {SMEM}> to {f32v}")
+        with ir.region(f"scf.for %xu = {ir.v(0)} to {ir.v(_cdiv(units, nw))} step {ir.v(1)} {{"):
+            u = ir.add(ir.mul("%xu", nw, "xu_w"), lanes["warp"], "unit")
+
+            def unit(u=u):
+                kb, dc = ir.rem(u, row_boxes, "kbox"), ir.div(u, row_boxes, "dchunk")
+                row = ir.add(ir.mul(kb, 32, "kb32"), self.lane, "x_row")
+                # source: box dc / 8 of [rows, 128 B], row ``row``, chunk (dc % 8) ^ (row % 8)
+                src = ir.add(ir.add(ir.mul(ir.div(dc, 8, "vbox"), rows * 32, "vbox_off"), ir.mul(row, 32, "vrow_off")),
+                             ir.mul(ir.xor(ir.rem(dc, 8, "vchunk"), lanes["l7"], "vchunk_sw"), 4, "vchunk_off"), "v_src")
+                x = ir.let("vx", f"vector.load {src_v}[{ir.v(src)}] : {f32v}, vector<4xf32>")
+                for e in range(4):
+                    d = ir.add(ir.mul(dc, 4, "d4"), e, "vt_row")
+                    dst = ir.add(ir.add(ir.mul(kb, self.D * 32, "vtbox_off"), ir.mul(d, 32, "vtrow_off")),
+                                 ir.add(ir.mul(ir.xor(lanes["pos_chunk"], ir.rem(d, 8, "d8"), "vtchunk_sw"), 4, "vtc"),
+                                        lanes["pos_word"], "vt_col"), "vt_dst")
+                    el = ir.let("vx_e", f"vector.extract {x}[{e}] : f32 from vector<4xf32>")
+                    ir.emit(f"memref.store {el}, {dst_v}[{ir.v(dst)}] : {f32v}")
+            ir.guarded(ir.cmp("slt", u, units, "unit_ok") if units % nw else True, unit)
+
+    def publish_transposed(self, group, slot):
+        """After a transposer thread's stores: fence them into the async proxy (wgmma's reads) and
+        arrive on ``group[slot]`` (one arrival per transposer thread)."""
+        ir = self.ir
+        ir.emit("nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}")
+        ir.let("xt_tok", f"nvgpu.mbarrier.arrive {group}[{ir.v(slot)}] : {self.mb(self.S)} -> !nvgpu.mbarrier.token")
+
     def tf32_bits(self, x):
         """``x`` rounded to TF32 (to nearest, ties away, as cvt.rna) as the i32 a register A fragment
         holds: (bits + 2^12) & ~(2^13 - 1), two integer instructions."""
@@ -508,54 +563,18 @@ class _HopperFwd(HopperAttentionKernel):
 
     def transpose_tiles(self, ring):
         """TF32, producer warps 1-3: for each K/V step of the work tile, wait until V landed, write
-        V^T into the slot's V^T buffer (keys permuted, ``vt_position``), fence the async proxy and
-        arrive on ``vt_full``.  V^T is BC/32 boxes of [D rows, 32 keys = 128 B], 128-byte swizzled
-        (chunk c of row r at c ^ (r % 8)), i.e. the K-major layout of the B operand of O += P V.
-        Work unit u = (key box, 4 head-dim columns): lane l reads key 32 kb + l's 16 bytes (one
-        swizzled chunk of V) and stores its 4 values in 4 rows of V^T; a warp's stores to a row
-        are 32 distinct words of one 128-byte row (no bank conflict), its reads 4 wavefronts."""
-        ir, p = self.ir, self.p
+        V^T into the slot's V^T buffer (``transpose_tile``), fence the async proxy and arrive on
+        ``vt_full``."""
+        ir = self.ir
         ticks = ir.const(MBARRIER_WAIT_TICKS)
-        key_boxes, chunks = self.BC // 32, self.D // 4
-        units = key_boxes * chunks
-        per_warp = _cdiv(units, TRANSPOSER_WARPS)
-        xwarp = ir.sub(ir.div(self.tid, 32, "p_warp"), 1, "x_warp")
-        lane = self.lane
-        l7 = ir.rem(lane, 8, "l7")
-        pos = ir.add(ir.add(ir.sub(lane, l7, "l_grp"), ir.div(l7, 2, "l_half")),
-                     ir.mul(ir.rem(lane, 2, "l_odd"), 4, "l_odd4"), "vt_pos")      # vt_position(lane)
-        pos_chunk, pos_word = ir.div(pos, 4, "pos_chunk"), ir.rem(pos, 4, "pos_word")
-        f32v = f"memref<{self.BC * self.D}xf32, {SMEM}>"
+        lanes = self.transposer_lanes(1, TRANSPOSER_WARPS)
         with ir.region(f"scf.for %itx = {ir.v(0)} to {ir.v(self.n_kv)} step {ir.v(1)} {{"):
             slot, par = self.slot_phase(ir.add(ring, "%itx", "it_ring"))
             ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.full}[{slot}], {par}, {ticks} : {self.mb(self.S)}")
             v_off = ir.add(ir.add(self.base_off, self.plan["ring"] + self.plan["kv"]),
                            ir.mul(slot, self.plan["stage"]), "v_off")
-            vt_off = ir.add(v_off, self.plan["vt"] - self.plan["kv"], "vt_off")
-            vs = ir.let("v_f32", f"memref.view {self.dsm}[{ir.v(v_off)}][] : memref<?xi8, {SMEM}> to {f32v}")
-            vts = ir.let("vt_f32", f"memref.view {self.dsm}[{ir.v(vt_off)}][] : memref<?xi8, {SMEM}> to {f32v}")
-            with ir.region(f"scf.for %xu = {ir.v(0)} to {ir.v(per_warp)} step {ir.v(1)} {{"):
-                u = ir.add(ir.mul("%xu", TRANSPOSER_WARPS, "xu3"), xwarp, "unit")
-
-                def unit(u=u):
-                    kb, dc = ir.rem(u, key_boxes, "kbox"), ir.div(u, key_boxes, "dchunk")
-                    key = ir.add(ir.mul(kb, 32, "kb32"), lane, "key")
-                    # V: box dc / 8 of [BC rows, 128 B], row key, chunk (dc % 8) ^ (key % 8)
-                    src = ir.add(ir.add(ir.mul(ir.div(dc, 8, "vbox"), self.BC * 32, "vbox_off"),
-                                        ir.mul(key, 32, "vrow_off")),
-                                 ir.mul(ir.xor(ir.rem(dc, 8, "vchunk"), l7, "vchunk_sw"), 4, "vchunk_off"), "v_src")
-                    x = ir.let("vx", f"vector.load {vs}[{ir.v(src)}] : {f32v}, vector<4xf32>")
-                    for e in range(4):
-                        d = ir.add(ir.mul(dc, 4, "d4"), e, "vt_row")
-                        dst = ir.add(ir.add(ir.mul(kb, self.D * 32, "vtbox_off"), ir.mul(d, 32, "vtrow_off")),
-                                     ir.add(ir.mul(ir.xor(pos_chunk, ir.rem(d, 8, "d8"), "vtchunk_sw"), 4, "vtc"),
-                                            pos_word, "vt_col"), "vt_dst")
-                        el = ir.let("vx_e", f"vector.extract {x}[{e}] : f32 from vector<4xf32>")
-                        ir.emit(f"memref.store {el}, {vts}[{ir.v(dst)}] : {f32v}")
-                ir.guarded(ir.cmp("slt", u, units, "unit_ok") if units % TRANSPOSER_WARPS else True, unit)
-            ir.emit("nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}")
-            ir.let("vt_tok", f"nvgpu.mbarrier.arrive {self.vt_full}[{slot}] : {self.mb(self.S)} -> "
-                             "!nvgpu.mbarrier.token")
+            self.transpose_tile(lanes, v_off, ir.add(v_off, self.plan["vt"] - self.plan["kv"], "vt_off"))
+            self.publish_transposed(self.vt_full, slot)
 
     # ------------------------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The Hopper attention backward (issue 11): dK/dV and dQ on TMA + mbarrier ring + wgmma, warp-specialized.
 
-``(AttentionProblem, AttentionSchedule, role) -> MLIR text`` for sm_90a, BF16/FP16, roles ``bwd_dkv``
+``(AttentionProblem, AttentionSchedule, role) -> MLIR text`` for sm_90a, BF16/FP16/TF32, roles ``bwd_dkv``
 and ``bwd_dq`` (``bwd_pre``, D = rowsum(dO * O), stays the mma.sync builder's: it is a DRAM pass).
 Both kernels read the forward's natural-log LSE and ``bwd_pre``'s D ``[B*H*Tq]`` FP32 exactly as the
 mma.sync backward does, and write dQ, dK, dV in the input dtype at the operands' strides.
@@ -24,6 +24,13 @@ consumers of 64 kept rows each (``setmaxnreg.inc``).  Per streamed tile a consum
   dQ x scale stored at the end.  No atomics: deterministic, S and dP are recomputed (7 matmuls per
   score in all, like the mma.sync backward).
 
+TF32 (the forward's scheme, ``build_hopper.py``): wgmma reads 32-bit B only K-major, so the B operands
+of the register-A products are transposed in shared memory as they land: idle producer warps
+(``TRANSPOSER_WARPS``: 1-3 in dQ, 2-3 in dK/dV, where warp 1 writes LSE/D) copy K (dQ), Q and dO
+(dK/dV) of each ring slot into [D, rows] tiles with each 8-row group permuted (``vt_position``) and
+arrive on ``xt_full[s]``; P^T / dS^T are rounded to TF32 in registers and taken in the accumulator
+order 0, 2, 1, 3 per k-step of 8.  S and dP are k8 products over D.
+
 Masks as the forward: causal (key > query) and, in dQ, keys >= Tk replaced by a finite -1e30 in a
 branch taken only by tiles that need it, so P is exactly 0 there and no NaN appears.  Rows beyond T
 are zero-filled by TMA (LSE and D read as 0): their P is finite and their dO / Q rows are 0, so they
@@ -46,6 +53,8 @@ PARAMS = {"bwd_dkv": ("tmap_q", "tmap_k", "tmap_v", "tmap_dout", "lse", "delta",
 KEPT = {"bwd_dkv": ("k", "v"), "bwd_dq": ("q", "dout")}
 STREAMED = {"bwd_dkv": ("q", "dout"), "bwd_dq": ("k", "v")}
 VEC_LANES = 32                 # producer warp 1 loads the dK/dV kernel's LSE and D columns
+TRANSPOSED = {"bwd_dkv": (0, 1), "bwd_dq": (0,)}   # TF32: the streamed tiles a register-A product reads as B
+TRANSPOSER_WARPS = {"bwd_dkv": (2, 2), "bwd_dq": (1, 3)}   # TF32: (first producer warp, count) transposing
 
 # ---- debug builds (``watchdog_ms``, bench/probes/attention_bwd_hang.py): every mbarrier wait bounded in time
 # (%globaltimer); a thread whose wait runs out records where it waited into the int32 buffer passed as the
@@ -59,8 +68,8 @@ WATCHDOG_TIMED_OUT = 12        # threads whose wait ran out (each one exits)
 WATCHDOG_HEARTBEATS = {16: "producer warps past setmaxnreg.dec", 17: "consumer warps past setmaxnreg.inc",
                        18: "consumer warps past kept_full", 19: "consumer warps done with the loop",
                        20: "producer TMA threads done issuing", 21: "producer warp-1 warps done (dK/dV)"}
-WATCHDOG_ROLES = ("producer TMA thread", "producer warp 1 (LSE/D)", "consumer")
-WATCHDOG_BARRIERS = ("kept_full", "full", "empty")
+WATCHDOG_ROLES = ("producer TMA thread", "producer warp 1 (LSE/D)", "consumer", "producer transposer (TF32)")
+WATCHDOG_BARRIERS = ("kept_full", "full", "empty", "xt_full")
 
 
 def tensor_map_rows(s: AttentionSchedule, role: str, name: str) -> int:
@@ -71,13 +80,15 @@ def tensor_map_rows(s: AttentionSchedule, role: str, name: str) -> int:
 
 def smem_plan_hopper_bwd(p: AttentionProblem, role: str, rows: int, cols: int, stages: int) -> dict:
     """Byte offsets past the 1024-byte aligned base: the two kept tiles, the ring (each slot the two
-    streamed tiles) and, for dK/dV, the LSE and D columns of each slot (FP32)."""
+    streamed tiles, TF32: then their transposes ``TRANSPOSED``, from ``xt``) and, for dK/dV, the LSE and
+    D columns of each slot (FP32)."""
     kept = rows * p.head_dim * p.elem_bytes
     tile = cols * p.head_dim * p.elem_bytes
+    tiles = 2 + (len(TRANSPOSED[role]) if p.dtype == "tf32" else 0)
     ring = 2 * kept
-    vec = ring + stages * 2 * tile
+    vec = ring + stages * tiles * tile
     vec_bytes = 2 * stages * cols * 4 if role == "bwd_dkv" else 0
-    return {"kept0": 0, "kept1": kept, "ring": ring, "tile": tile, "stage": 2 * tile, "vec": vec,
+    return {"kept0": 0, "kept1": kept, "ring": ring, "tile": tile, "xt": 2 * tile, "stage": tiles * tile, "vec": vec,
             "vec_bytes": vec_bytes, "total": vec + vec_bytes + ALIGN}
 
 
@@ -104,7 +115,11 @@ def check_supported(p: AttentionProblem, s: AttentionSchedule, role: str) -> Non
     if not kt.hopper:
         fail("the schedule's kernel is not on the TMA/wgmma path")
     if p.dtype not in WG_TYPE:
-        fail(f"dtype {p.dtype}: the Hopper backward is 16-bit (TF32 dV/dK/dQ would need K-major B operands)")
+        fail(f"dtype {p.dtype}: the Hopper backward is BF16, FP16 or TF32")
+    if p.split_scores:
+        fail("3xtf32 scores run on the mma.sync backward")
+    if p.dtype == "tf32" and kt.block_cols % 32:
+        fail(f"block_cols {kt.block_cols}: the TF32 transposed tiles are 32 rows (128 bytes) wide")
     if role == "bwd_dkv" and kt.block_cols % VEC_LANES:
         fail(f"block_cols {kt.block_cols}: a multiple of {VEC_LANES} (LSE/D columns per producer lane)")
     check_kernel_tile(p, kt, smem_plan_hopper_bwd(p, role, kt.block_rows, kt.block_cols, kt.stages)["total"], fail)
@@ -163,10 +178,13 @@ class _HopperBwd(HopperAttentionKernel):
             vd = ir.add(vb, self.S * self.BC * 4, "dlt_off")
             self.dlt_sm = ir.let("dlt_sm", f"memref.view {self.dsm}[{ir.v(vd)}][] : memref<?xi8, {SMEM}> to "
                                            f"{self.vec_type()}")
+        xwarps = TRANSPOSER_WARPS[self.role][1]
         self.kbar = self.ring_barriers(
             "kept_full", 1 + (VEC_LANES if self.dkv else 0),
             f"kept_full, full[{self.S}] (streamed tiles landed: the TMA leader"
-            f"{' + 32 lanes of LSE/D' if self.dkv else ''}), empty[{self.S}] (every consumer warp done)")
+            f"{' + 32 lanes of LSE/D' if self.dkv else ''}), empty[{self.S}] (every consumer warp done)"
+            + (f", xt_full[{self.S}] (every transposer thread wrote its transposes)" if self.tf32 else ""),
+            extra_ring=("xt_full", 32 * xwarps) if self.tf32 else None)
         self.k0 = ir.mul(self.bx, self.BR, "row0")      # first kept row: a key (dK/dV) or a query (dQ)
         if self.dkv:
             self.setup_dkv()
@@ -294,6 +312,26 @@ class _HopperBwd(HopperAttentionKernel):
             self.heartbeat(20, True)
         if self.dkv:
             self.producer_vectors(ticks)
+        if self.tf32:
+            self.producer_transposes(ticks)
+
+    def producer_transposes(self, ticks):
+        """TF32: producer warps TRANSPOSER_WARPS[role], per ring slot once it landed: the transposes of the
+        streamed tiles the register-A products read as B (``transpose_tile``), then ``xt_full[slot]``."""
+        ir = self.ir
+        first, count = TRANSPOSER_WARPS[self.role]
+        pwarp = ir.div(self.tid, 32, "pwarp")
+        mine = ir.and_(ir.cmp("sge", pwarp, first, "x_lo"), ir.cmp("slt", pwarp, first + count, "x_hi"), "is_transposer")
+        with ir.region(f"scf.if {mine} {{"):
+            lanes = self.transposer_lanes(first, count)
+            with ir.region(f"scf.for %itx = {ir.v(0)} to {ir.v(self.n_it)} step {ir.v(1)} {{"):
+                slot, par = self.slot_phase("%itx")
+                self.wait(self.full, self.S, slot, par, ticks, role=3, barrier=1, it="%itx")
+                off = ir.add(ir.add(self.base_off, self.plan["ring"]), ir.mul(slot, self.plan["stage"]), "s_off")
+                for j, i in enumerate(TRANSPOSED[self.role]):
+                    self.transpose_tile(lanes, ir.add(off, i * self.plan["tile"], "xt_src"),
+                                        ir.add(off, self.plan["xt"] + j * self.plan["tile"], "xt_dst"))
+                self.publish_transposed(self.xt_full, slot)
 
     def producer_vectors(self, ticks):
         """Warp 1 of the producer warpgroup: per ring slot, -LSE log2 e and D of the tile's query
@@ -345,7 +383,7 @@ class _HopperBwd(HopperAttentionKernel):
         acc = self.undef_s
         a0 = self.opaque(self.desc(a_enc, hi))
         b0 = self.desc(b_enc, hi)
-        for kk in range(self.D // 16):
+        for kk in range(self.ksteps):
             da = ir.let("desc", f"arith.addi {a0}, {self.i64(self.kmajor_enc(0, self.BR, kk))} : i64")
             db = ir.let("desc", f"arith.addi {b0}, {self.i64(self.kmajor_enc(0, self.BC, kk))} : i64")
             attrs = self.attrs_first if kk == 0 else self.attrs
@@ -362,12 +400,13 @@ class _HopperBwd(HopperAttentionKernel):
         lane0 = self.consumer_threads()
         ticks = ir.const(MBARRIER_WAIT_TICKS)
         hi_k = self.descriptor_hi("desc_hi_k", 16)                     # K-major: LBO unused
-        hi_mn = self.descriptor_hi("desc_hi_mn", self.BC * SWIZZLE)   # streamed tiles MN-major
+        hi_mn = (hi_k if self.tf32 else                              # TF32: the transposes, K-major
+                 self.descriptor_hi("desc_hi_mn", self.BC * SWIZZLE))   # streamed tiles MN-major
         self.r0 = ir.add(self.k0, ir.mul(self.cwg, 64), "wg_row0")
         wg_off = ir.mul(self.cwg, 64 * SWIZZLE // 16)
         a_enc = [ir.add(ir.add(self.base_enc, self.plan[f"kept{i}"] // 16), wg_off, f"a{i}_enc") for i in (0, 1)]
         ty = WG_TYPE[p.dtype]
-        self.attrs = (f"shape = #nvvm.shape<m = 64, n = {self.BC}, k = 16>, "
+        self.attrs = (f"shape = #nvvm.shape<m = 64, n = {self.BC}, k = {self.kstep}>, "
                       f"typeA = #nvvm.wgmma_type<{ty}>, typeB = #nvvm.wgmma_type<{ty}>, "
                       "typeD = #nvvm.wgmma_type<f32>, scaleD = #nvvm.wgmma_scale_out<one>, "
                       "scaleA = #nvvm.wgmma_scale_in<one>, scaleB = #nvvm.wgmma_scale_in<one>, "
@@ -402,7 +441,7 @@ class _HopperBwd(HopperAttentionKernel):
             c0 = ir.mul(self.tile_of("%it")[2] if self.dkv else "%it", self.BC, "col0")   # first streamed row
             s = self.masked(c0, s)
             ir.comment("P = exp2(S c - LSE log2 e), dS = P (dP - D)")
-            pe, ds = [], []          # packed to 16 bits pair by pair: the register A fragments
+            pe, ds = [], []          # the register A fragments: 16-bit pairs packed, TF32 words rounded
             for i in range(0, self.ns, 2):
                 pair_p, pair_ds = [], []
                 for i2 in (i, i + 1):
@@ -411,18 +450,29 @@ class _HopperBwd(HopperAttentionKernel):
                     e = ir.exp2(ir.fma(s[i2], ir.f(self.c), nl2, "sc"))
                     pair_p.append(e)
                     pair_ds.append(ir.fop("mulf", e, ir.fop("subf", dp[i2], dlt, "dpd"), "ds"))
+                if self.tf32:
+                    if self.dkv:
+                        pe += [self.tf32_bits(x) for x in pair_p]
+                    ds += [self.tf32_bits(x) for x in pair_ds]
+                    continue
                 if self.dkv:
                     pe.append(self.pack(*pair_p))
                 ds.append(self.pack(*pair_ds))
             acc = [f"%acc{i}" for i in range(nacc)]
+            if self.tf32:        # B = the transposes the producer wrote into this slot
+                self.wait(self.xt_full, self.S, slot, par, ticks, role=2, barrier=3, it="%it")
+                xt0 = ir.add(b_enc0, self.plan["xt"] // 16, "xt0_enc")
+                b_rs = [xt0, ir.add(xt0, self.plan["tile"] // 16, "xt1_enc")]
+            else:
+                b_rs = [b_enc0, b_enc1]
             ir.emit("nvvm.wgmma.fence.aligned")
             if self.dkv:
-                ir.comment("dV += P^T dO, dK += dS^T Q (A from registers, B MN-major)")
-                acc[1] = self.gemm_rs(acc[1], pe, b_enc1, hi_mn)
-                acc[0] = self.gemm_rs(acc[0], ds, b_enc0, hi_mn)
+                ir.comment("dV += P^T dO, dK += dS^T Q (A from registers; B MN-major, TF32 the transposes K-major)")
+                acc[1] = self.gemm_rs(acc[1], pe, b_rs[1], hi_mn)
+                acc[0] = self.gemm_rs(acc[0], ds, b_rs[0], hi_mn)
             else:
-                ir.comment("dQ += dS K (A from registers, B MN-major)")
-                acc[0] = self.gemm_rs(acc[0], ds, b_enc0, hi_mn)
+                ir.comment("dQ += dS K (A from registers; B MN-major, TF32 the transpose K-major)")
+                acc[0] = self.gemm_rs(acc[0], ds, b_rs[0], hi_mn)
             self.finish_step(lane0, slot)
             ir.emit(f"scf.yield {', '.join(acc)} : {', '.join([self.o_t] * nacc)}")
         self.heartbeat(19, lane0)
@@ -462,8 +512,15 @@ class _HopperBwd(HopperAttentionKernel):
 
     def gemm_rs(self, acc, packed, b_enc, hi):
         """acc[m64 x D] += A[m64 x BC] B[BC x D]: A the scores-shaped values packed to 16 bits in pairs (the
-        register A fragments), B a streamed tile [BC rows, D] MN-major, BC/16 k-steps of 16 rows."""
+        register A fragments), B a streamed tile [BC rows, D] MN-major, BC/16 k-steps of 16 rows.  TF32:
+        A the rounded words, accumulators 0, 2, 1, 3 of each 8-column group; B the tile's transpose
+        [D, BC] K-major (rows permuted to match), BC/8 k-steps."""
         ir = self.ir
+        if self.tf32:
+            for kk in range(self.BC // 8):
+                db = self.desc(self.kmajor_enc(b_enc, self.D, kk), hi)
+                acc = self.wgmma_rs(acc, [packed[4 * kk + i] for i in (0, 2, 1, 3)], db)
+            return acc
         for kk in range(self.BC // 16):
             db = self.desc(ir.add(b_enc, kk * 16 * SWIZZLE // 16, "b_enc_k"), hi)
             acc = self.wgmma_rs(acc, packed[4 * kk: 4 * kk + 4], db)
@@ -537,7 +594,8 @@ class _HopperBwd(HopperAttentionKernel):
                         xs = [ir.let("o", f"llvm.extractvalue {acc}[{4 * j + 2 * h + c}] : {self.o_t}") for c in (0, 1)]
                         if scale is not None:
                             xs = [ir.fop("mulf", x, ir.f(scale), "o_s") for x in xs]
-                        xs = [ir.let("o_t", f"arith.truncf {x} : f32 to {self.T}") for x in xs]
+                        if self.T != "f32":
+                            xs = [ir.let("o_t", f"arith.truncf {x} : f32 to {self.T}") for x in xs]
                         vec = ir.let("o_v", f"vector.from_elements {xs[0]}, {xs[1]} : vector<2x{self.T}>")
                         col = ir.add(ir.mul(self.t, 2, "t2"), 8 * j, "st_col")
                         dst = element_at(ir, p, name, row, 0, col, "st")

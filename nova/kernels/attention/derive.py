@@ -17,7 +17,7 @@ measurement.
                        with warp specialization (``build_hopper.py``): warpgroups, registers, key tile,
                        stages, shared memory, grid and its predicted time; taken when that time is below
                        the mma.sync forward's (step 9).
-11. Hopper backward    (same targets, BF16/FP16) dK/dV and dQ on TMA + mbarrier ring + wgmma (``build_hopper_bwd.py``):
+11. Hopper backward    (same targets and dtypes) dK/dV and dQ on TMA + mbarrier ring + wgmma (``build_hopper_bwd.py``):
                        per kernel its streamed tile, registers, stages, shared memory, grid and predicted time,
                        taken where that time is below the mma.sync kernel's (step 9); bwd_pre stays (a DRAM pass).
 """
@@ -87,8 +87,8 @@ F = formulas("""
     hopper_smem = block_rows * D * elem_bytes + stages * stage_bytes + align
     t_softmax = (mufu_clk + alu_clk) * visited / (sm_count * clock_hz)
     t_hopper_core = Max(t_tc, t_softmax, (t_tc + t_softmax) / wgs)
-    hopper_bwd_regs = outs * D / 2 + block_cols + outs * block_cols / 8 + overhead
-    hopper_bwd_smem = 2 * block_rows * D * elem_bytes + stages * (2 * block_cols * D * elem_bytes + vec_bytes) + align
+    hopper_bwd_regs = outs * D / 2 + block_cols + outs * block_cols * elem_bytes / 16 + overhead
+    hopper_bwd_smem = 2 * block_rows * D * elem_bytes + stages * (tiles * block_cols * D * elem_bytes + vec_bytes) + align
     t_hopper = Max(t_hopper_core, t_smem, t_dram) / achieved
         + (block_fixed * blocks + tile_fixed * tiles) / (sm_count * blocks_per_sm)
 """)
@@ -370,7 +370,7 @@ def kernel_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, v
 
 # ---- 10 ----------------------------------------------------------------------------------------
 HOPPER_DTYPES = ("bf16", "fp16", "tf32")   # the forward; TF32 with V^T written by the producer (build_hopper.py)
-HOPPER_BWD_DTYPES = ("bf16", "fp16")   # TF32 dV, dK, dQ would need dO^T, Q^T, K^T (wgmma TF32 reads only K-major B)
+HOPPER_BWD_DTYPES = ("bf16", "fp16", "tf32")   # TF32: dO^T, Q^T, K^T written by producer warps (build_hopper_bwd.py)
 HOPPER_TF32_ROUND_ALU = 1.5  # TF32 forward: P rounded by IADD + LOP3 per score where 16 bits pack half a cvt
 HOPPER_PRODUCER_REGS = 40    # the producer warpgroup after setmaxnreg.dec: one thread, a TMA loop (FA3: 24-56)
 HOPPER_SETMAXNREG_MAX = 232  # as the GEMM path (nova/kernels/gemm/hopper.py SETMAXNREG_MAX)
@@ -585,6 +585,8 @@ HOPPER_BWD_PRODUCER_REGS = {"bwd_dkv": (32, 24), "bwd_dq": (24,)}   # the produc
                                  # first (24 spilled the LSE/D warp's loop in ptxas 13.0: 52 B at B2 H2 T200 D64);
                                  # 24 -> 240 where that lets the consumers hold a tile >= 3% faster by the model
                                  # (D128: 64-row query tiles instead of 32; ptxas: no spills there)
+HOPPER_BWD_TF32_PRODUCER_REGS = (40,)  # TF32: the producer's idle warps transpose tiles (a few values in flight)
+HOPPER_BWD_TF32_MIN_TILE = 64    # TF32 dK/dV with 32-row query tiles spills (ptxas 13.0: 124 B at B1 H2 T2 D64)
 HOPPER_BWD_ACHIEVED = 0.70       # [FITTED] share of the binding pipe the wgmma dK/dV and dQ sustain, and
 HOPPER_BWD_BLOCK_FIXED_US = 4.0  # [FITTED] their cost per block.  Until session 8 they used the forward's 0.81 and
                                  # 7.5 us (fitted to event timings that were the launch path at D64): +34/+47%
@@ -613,19 +615,25 @@ def hopper_bwd_blocker(p: AttentionProblem, gpu: GPUModel) -> str:
     if not {"wgmma", "tma", "setmaxnreg"} <= set(gpu.features) or not gpu.supports("wgmma", "bf16"):
         return f"{gpu.name} ({gpu.arch}) has no wgmma + TMA"
     if p.dtype not in HOPPER_BWD_DTYPES:
-        return (f"{p.dtype}: dV += P^T dO, dK += dS^T Q and dQ += dS K need dO, Q and K as wgmma's B operand "
-                "MN-major (rows x D, D contiguous), and wgmma reads TF32 B only K-major (no transpose bit for "
-                "32-bit types): TF32 stays on mma.sync")
+        return f"{p.dtype}: no Hopper backward"
+    if p.split_scores:
+        return "3xtf32 scores (NOVA_ATTENTION_PRECISION) run on the mma.sync backward (three products per score)"
     return tma_blocker_bwd(p)
 
 
 def hopper_bwd_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, vis: int) -> tuple[float, dict]:
     """Step 11's model of a Hopper backward kernel (``hopper_kernel_time``): the two score-shaped wgmmas
     (S and dP), the elementwise P/dS and the register-A wgmmas; shared memory per warpgroup tile: its
-    two kept 64-row tiles (A of S and dP) and the streamed tiles as B (S, dP, and dV/dK or dQ)."""
+    two kept 64-row tiles (A of S and dP) and the streamed tiles as B (S, dP, and dV/dK or dQ).  TF32:
+    the producer's transposes read and write each transposed tile once per block step (per warpgroup
+    2 x tiles / wgs more) and P/dS are rounded (HOPPER_TF32_ROUND_ALU each)."""
+    from nova.kernels.attention.build_hopper_bwd import TRANSPOSED
+    tf32 = p.dtype == "tf32"
+    rounded = (2 if role == "bwd_dkv" else 1) * HOPPER_TF32_ROUND_ALU if tf32 else 0
+    moved = 2 * len(TRANSPOSED[role]) / kt.consumer_warpgroups if tf32 else 0
     return hopper_kernel_time(p, gpu, kt, vis, gemms=HOPPER_BWD_GEMMS[role],
-                              alu_per_score=HOPPER_BWD_ALU_PER_SCORE[role], kept_tiles=2,
-                              streamed_tiles=HOPPER_BWD_SMEM_TILES[role],
+                              alu_per_score=HOPPER_BWD_ALU_PER_SCORE[role] + rounded, kept_tiles=2,
+                              streamed_tiles=HOPPER_BWD_SMEM_TILES[role] + moved,
                               dram_bytes={"bwd_dq": p.fwd_bytes + p.fwd_bytes // 2, "bwd_dkv": p.bwd_bytes}[role],
                               pipe="elementwise", achieved=HOPPER_BWD_ACHIEVED, block_fixed_us=HOPPER_BWD_BLOCK_FIXED_US)
 
@@ -640,18 +648,26 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
         return None, [note(f"{tag} path", "mma.sync", f"{role} stays on mma.sync + cp.async: {why}")]
     d = Derivation()
     wgs = HOPPER_WGS
+    tf32 = p.dtype == "tf32"
+    k = 8 if tf32 else 16
+    xt = {"bwd_dkv": "Q^T and dO^T", "bwd_dq": "K^T"}[role]
+    tf32_note = (f"; TF32: wgmma reads 32-bit B only K-major, so idle producer warps copy each landed tile's "
+                 f"{xt} into the ring slot (rows permuted so that the accumulators, 0, 2, 1, 3 per 8 columns, are the "
+                 "m64k8 register A fragment) and signal an xt_full barrier; P/dS rounded to TF32 in registers") if tf32 else ""
     if role == "bwd_dkv":
-        d.note(f"{tag} instruction", f"wgmma m64nNk16 x2 + m64n{p.head_dim}k16 x2",
+        d.note(f"{tag} instruction", f"wgmma m64nNk{k} x2 + m64n{p.head_dim}k{k} x2",
                "per key block (64 keys per consumer warpgroup) and streamed query tile (N rows): S^T = K Q^T and "
                "dP^T = V dO^T with both operands K-major in shared memory; dV += P^T dO and dK += dS^T Q with A = "
                f"P^T / dS^T packed to {p.dtype} in registers (the accumulator layout is the register A layout) and "
                "B = dO / Q [queries, D] MN-major (the transpose bit); LSE and D of the tile's queries written to "
-               "the ring slot by a producer warp; every query head of the GQA group streamed through one block")
+               "the ring slot by a producer warp; every query head of the GQA group streamed through one block"
+               + tf32_note)
     else:
-        d.note(f"{tag} instruction", f"wgmma m64nNk16 x2 + m64n{p.head_dim}k16",
+        d.note(f"{tag} instruction", f"wgmma m64nNk{k} x2 + m64n{p.head_dim}k{k}",
                "per query block (64 rows per consumer warpgroup) and streamed key tile (N keys): S = Q K^T and "
                "dP = dO V^T (smem x smem), dQ += dS K with dS from registers and K MN-major; a separate pass, not "
-               "FP32 atomics from the dK/dV kernel (step 8's reasons: deterministic, no scratch, no conversion)")
+               "FP32 atomics from the dK/dV kernel (step 8's reasons: deterministic, no scratch, no conversion)"
+               + tf32_note)
     entry = int(F.hopper_entry_regs(regs_per_sm=gpu.regs_per_sm, wgs=wgs))
     rows = 64 * wgs
     grid = _grid(p, role, rows)
@@ -659,17 +675,20 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
     rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
     outs = 2 if role == "bwd_dkv" else 1
     tried, best = [], None
-    prods = HOPPER_BWD_PRODUCER_REGS[role]
-    for prod, bc in ((pr, bc) for pr in prods for bc in HOPPER_BWD_TILES[role]):
+    prods = HOPPER_BWD_TF32_PRODUCER_REGS if tf32 else HOPPER_BWD_PRODUCER_REGS[role]
+    ntiles = 2 + (len(__import__("nova.kernels.attention.build_hopper_bwd", fromlist=["TRANSPOSED"]).TRANSPOSED[role])
+                  if tf32 else 0)
+    tiles = [bc for bc in HOPPER_BWD_TILES[role] if not (tf32 and bc < HOPPER_BWD_TF32_MIN_TILE)]
+    for prod, bc in ((pr, bc) for pr in prods for bc in tiles):
         cregs = int(min(F.hopper_consumer_regs(entry_regs=entry, producer_regs=prod, wgs=wgs),
                         HOPPER_BWD_SETMAXNREG_MAX))
-        regs = F.hopper_bwd_regs(outs=outs, D=p.head_dim, block_cols=bc, overhead=HOPPER_BWD_REG_OVERHEAD)
+        regs = F.hopper_bwd_regs(outs=outs, D=p.head_dim, block_cols=bc, elem_bytes=eb, overhead=HOPPER_BWD_REG_OVERHEAD)
         name = f"{bc} rows" + (f" ({prod}/{cregs})" if len(prods) > 1 else "")
         if regs > cregs:
             tried.append(f"{name}: {regs:.0f} regs")
             continue
         vec = 8 * bc if role == "bwd_dkv" else 0
-        stage = 2 * bc * p.head_dim * eb + vec
+        stage = ntiles * bc * p.head_dim * eb + vec
         t_tile = F.t_tile_ns(gemms=HOPPER_BWD_GEMMS[role], block_rows=rows, block_cols=bc, D=p.head_dim,
                              tc_flops_per_clk_sm=rate, clock_hz=gpu.clock_hz)
         want = int(F.stages(mem_latency_ns=gpu.mem_latency_ns, t_tile_ns=t_tile))
@@ -700,10 +719,10 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
             f"{HOPPER_BWD_SETMAXNREG_MAX})",
             post=lambda v: int(min(v, HOPPER_BWD_SETMAXNREG_MAX)), entry_regs=entry, producer_regs=prod, wgs=wgs)
     d.apply(f"{tag} registers", F.hopper_bwd_regs, f"per consumer thread: {'dK and dV' if outs == 2 else 'dQ'} "
-            f"(D/2 FP32 each), S and dP (N/2 FP32 each, both live when their wgmmas complete), the packed "
-            f"{'P/dS' if outs == 2 else 'dS'} pairs in flight (N/8 each) + {HOPPER_BWD_REG_OVERHEAD} [FITTED to "
+            f"(D/2 FP32 each), S and dP (N/2 FP32 each, both live when their wgmmas complete), the "
+            f"{'P/dS' if outs == 2 else 'dS'} fragments in flight (N x elem_bytes / 16 each) + {HOPPER_BWD_REG_OVERHEAD} [FITTED to "
             f"ptxas] <= {cregs}; candidates {', '.join(tried)}",
-            outs=outs, D=p.head_dim, block_cols=kt.block_cols, overhead=HOPPER_BWD_REG_OVERHEAD)
+            outs=outs, D=p.head_dim, block_cols=kt.block_cols, elem_bytes=eb, overhead=HOPPER_BWD_REG_OVERHEAD)
     what = "query rows per streamed Q/dO tile" if role == "bwd_dkv" else "keys per streamed K/V tile"
     d.note(f"{tag} tile", f"{rows}x{kt.block_cols}", f"{rows} kept rows (64 per consumer warpgroup), "
            f"{kt.block_cols} {what} (wgmma N of S): the fastest (within 3%: the larger) by this step's model")
@@ -711,9 +730,9 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
            f"tensor time per tile) = {want}, within the {cap} slots of {stage} B that fit beside the kept tiles, "
            "clamped to [2, 4]")
     d.apply(f"{tag} smem", F.hopper_bwd_smem, "the two kept tiles + the ring (the two streamed tiles"
-            f"{' and their LSE/D columns' if vec else ''}) + alignment slack; 1 block per SM ({128 * (1 + wgs)} "
-            f"threads x {entry} registers at launch)", block_rows=rows, D=p.head_dim, elem_bytes=eb,
-            stages=kt.stages, block_cols=kt.block_cols, vec_bytes=vec, align=HOPPER_ALIGN)
+            f"{f', {xt}' if tf32 else ''}{' and their LSE/D columns' if vec else ''}) + alignment slack; 1 block per SM "
+            f"({128 * (1 + wgs)} threads x {entry} registers at launch)", block_rows=rows, D=p.head_dim, elem_bytes=eb,
+            tiles=ntiles, stages=kt.stages, block_cols=kt.block_cols, vec_bytes=vec, align=HOPPER_ALIGN)
     blocks = grid[0] * grid[1]
     d.note(f"{tag} grid", f"{grid[0]} x {grid[1]}", f"{blocks} blocks, {_cdiv(blocks, int(gpu.sm_count))} wave(s) "
            f"of {int(gpu.sm_count)}")
