@@ -46,8 +46,8 @@ def test_hopper_tf32_kernels_access_memory_in_bounds(case, monkeypatch):
     monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
     p = problem_of(case)
     s = configure_attention(p, "h200").schedule
-    assert s.tma and s.bwd_dq.hopper == (p.head_dim == 64)
-    for role in ("fwd", "bwd_dkv", "bwd_dq") if p.head_dim == 64 else ("fwd",):
+    assert s.tma and s.bwd_dq.hopper and s.bwd_dkv.hopper == (p.head_dim == 64)
+    for role in ("fwd", "bwd_dkv", "bwd_dq") if p.head_dim == 64 else ("fwd", "bwd_dq"):
         assert check_attention_kernel(p, s, role) == [], role
     assert access_summary(build_hopper_fwd(p, s), tensor_map_dims(p))["view"] == 8 + 6 * (p.head_dim // 64 - 1)
 

@@ -586,7 +586,9 @@ HOPPER_BWD_PRODUCER_REGS = {"bwd_dkv": (32, 24), "bwd_dq": (24,)}   # the produc
                                  # 24 -> 240 where that lets the consumers hold a tile >= 3% faster by the model
                                  # (D128: 64-row query tiles instead of 32; ptxas: no spills there)
 HOPPER_BWD_TF32_PRODUCER_REGS = (40,)  # TF32: the producer's idle warps transpose tiles (a few values in flight)
-HOPPER_BWD_TF32_MIN_TILE = 64    # TF32 dK/dV with 32-row query tiles spills (ptxas 13.0: 124 B at B1 H2 T2 D64)
+HOPPER_BWD_TF32_TILES = {"bwd_dkv": (128, 64), "bwd_dq": (128, 64, 32)}   # TF32: dK/dV with 32-row query tiles
+                                 # spills (ptxas 13.0: 124 B at B1 H2 T2 D64); dQ's 32-key tiles are the only
+                                 # ones that fit at D128 (a slot holds K, V and K^T)
 HOPPER_BWD_ACHIEVED = 0.70       # [FITTED] share of the binding pipe the wgmma dK/dV and dQ sustain, and
 HOPPER_BWD_BLOCK_FIXED_US = 4.0  # [FITTED] their cost per block.  Until session 8 they used the forward's 0.81 and
                                  # 7.5 us (fitted to event timings that were the launch path at D64): +34/+47%
@@ -678,7 +680,7 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
     prods = HOPPER_BWD_TF32_PRODUCER_REGS if tf32 else HOPPER_BWD_PRODUCER_REGS[role]
     ntiles = 2 + (len(__import__("nova.kernels.attention.build_hopper_bwd", fromlist=["TRANSPOSED"]).TRANSPOSED[role])
                   if tf32 else 0)
-    tiles = [bc for bc in HOPPER_BWD_TILES[role] if not (tf32 and bc < HOPPER_BWD_TF32_MIN_TILE)]
+    tiles = HOPPER_BWD_TF32_TILES[role] if tf32 else HOPPER_BWD_TILES[role]
     for prod, bc in ((pr, bc) for pr in prods for bc in tiles):
         cregs = int(min(F.hopper_consumer_regs(entry_regs=entry, producer_regs=prod, wgs=wgs),
                         HOPPER_BWD_SETMAXNREG_MAX))
