@@ -8,7 +8,7 @@
 # Stages: tests suite oracle layouts profile trainprofile train (FRAMEWORKS, MODEL, BATCH), trainalt (Nova
 # under ALT_ENV, default NOVA_ATTENTION_PRECISION=tf32, beside the train stage's eager run or EAGER_FROM),
 # attention (GPU tests + benchmark, ATTN_DTYPES), kerneltimes (each attention kernel's CUPTI time against
-# its prediction, bench/probes/attention_kernel_times.py, under NOVA_ATTENTION_HOPPER = each of KT_MODES,
+# its prediction, bench/probes/attention_kernel_times.py, for the dtypes KT_DTYPES (default bf16), under NOVA_ATTENTION_HOPPER = each of KT_MODES,
 # default "auto force off"), clusters (bench/suites/cluster_probe.json under
 # NOVA_CLUSTER = each of CLUSTERS, "none" = the configurator's pick; CLUSTER_SUITE), batched
 # (bench/suites/batched_gemms.json: Nova vs torch.bmm vs XLA), sanitizer (every GPU test file of SAN_TESTS
