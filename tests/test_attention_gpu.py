@@ -163,7 +163,7 @@ def test_hopper_forward_forced_matches_float64(case, strided):
     with NOVA_ATTENTION_HOPPER_BWD=1 (the default) the backward's dK/dV and dQ too (TF32 with their
     transposes; at D128 TF32's dK/dV stays on mma.sync: no tile fits); bwd_pre stays on its mma.sync-path kernel."""
     torch = _torch()
-    from nova.kernels.attention.derive import HOPPER_BWD_DTYPES, hopper_backward_enabled
+    from nova.kernels.attention.derive import HOPPER_DTYPES, hopper_backward_enabled
     from nova.kernels.attention.launch import plan_operands, resolve
     with hopper_mode("force"):
         if strided:
@@ -179,7 +179,7 @@ def test_hopper_forward_forced_matches_float64(case, strided):
             sched = resolve(p, q.device.index, None, ("fwd",)).schedule
             assert sched.tma                                                     # the Hopper forward ran
             # (TF32 D128: no dK/dV tile fits beside the transposes, step 11 says so; dQ's 32-key tile does)
-            want = hopper_backward_enabled() and dtype in HOPPER_BWD_DTYPES
+            want = hopper_backward_enabled() and dtype in HOPPER_DTYPES
             # and the Hopper backward (dK/dV at D128 with 32-row query tiles: 64 would need 240 registers)
             assert sched.bwd_dkv.hopper == (want and not (dtype == "tf32" and D == 128)) and sched.bwd_dq.hopper == want
 

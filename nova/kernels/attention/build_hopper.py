@@ -85,12 +85,17 @@ def transposes_v(p: AttentionProblem) -> bool:
     return p.dtype == "tf32"
 
 
+def ring_tiles(p: AttentionProblem) -> int:
+    """[BC, D] tiles per ring slot of the forward: K and V, TF32 also V^T."""
+    return 3 if transposes_v(p) else 2
+
+
 def smem_plan_hopper(p: AttentionProblem, rows: int, cols: int, stages: int) -> dict:
     """Byte offsets (past the 1024-byte aligned base) of Q and of each ring slot's K and V tiles (TF32:
     and V^T, at ``vt`` past the slot's K)."""
     q = rows * p.head_dim * p.elem_bytes
     kv = cols * p.head_dim * p.elem_bytes
-    tiles = 3 if transposes_v(p) else 2
+    tiles = ring_tiles(p)
     return {"q": 0, "ring": q, "kv": kv, "vt": 2 * kv, "stage": tiles * kv, "total": q + stages * tiles * kv + ALIGN}
 
 
@@ -379,8 +384,8 @@ class HopperAttentionKernel:
         return {"warp": ir.sub(ir.div(self.tid, 32, "p_warp"), first_warp, "x_warp"), "warps": warps, "l7": l7,
                 "pos_chunk": ir.div(pos, 4, "pos_chunk"), "pos_word": ir.rem(pos, 4, "pos_word")}
 
-    def transpose_tile(self, lanes: dict, src_off, dst_off, rows: int | None = None):
-        """Copy the landed [rows, D] FP32 tile at byte ``src_off`` of dynamic smem (TMA's layout: D/32
+    def transpose_tile(self, lanes: dict, src_off, dst_off):
+        """Copy the landed [rows = BC, D] FP32 tile at byte ``src_off`` of dynamic smem (TMA's layout: D/32
         boxes of [rows, 128 B], 128-byte swizzled) to its transpose at ``dst_off``: rows/32 boxes of
         [D, 32 rows = 128 B], swizzled the same way (chunk c of row r at c ^ (r % 8)), i.e. the K-major
         layout of a wgmma B operand whose K is the tile's rows; within each group of 8 rows the order is
@@ -389,7 +394,7 @@ class HopperAttentionKernel:
         stores its 4 values in 4 rows of the transpose; a warp's stores to a row are 32 distinct words
         of one 128-byte row (no bank conflict), its reads 4 wavefronts."""
         ir = self.ir
-        rows = rows or self.BC
+        rows = self.BC
         row_boxes, chunks = rows // 32, self.D // 4
         units, nw = row_boxes * chunks, lanes["warps"]
         f32v = f"memref<{rows * self.D}xf32, {SMEM}>"

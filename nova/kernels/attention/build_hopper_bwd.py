@@ -78,13 +78,19 @@ def tensor_map_rows(s: AttentionSchedule, role: str, name: str) -> int:
     return kt.block_rows if name in KEPT[role] else kt.block_cols
 
 
+def ring_tiles_bwd(p: AttentionProblem, role: str) -> int:
+    """[cols, D] tiles per ring slot of backward kernel ``role``: the two streamed tiles, TF32 also
+    their transposes ``TRANSPOSED[role]``."""
+    return 2 + (len(TRANSPOSED[role]) if p.dtype == "tf32" else 0)
+
+
 def smem_plan_hopper_bwd(p: AttentionProblem, role: str, rows: int, cols: int, stages: int) -> dict:
     """Byte offsets past the 1024-byte aligned base: the two kept tiles, the ring (each slot the two
     streamed tiles, TF32: then their transposes ``TRANSPOSED``, from ``xt``) and, for dK/dV, the LSE and
     D columns of each slot (FP32)."""
     kept = rows * p.head_dim * p.elem_bytes
     tile = cols * p.head_dim * p.elem_bytes
-    tiles = 2 + (len(TRANSPOSED[role]) if p.dtype == "tf32" else 0)
+    tiles = ring_tiles_bwd(p, role)
     ring = 2 * kept
     vec = ring + stages * tiles * tile
     vec_bytes = 2 * stages * cols * 4 if role == "bwd_dkv" else 0

@@ -369,8 +369,8 @@ def kernel_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, v
 
 
 # ---- 10 ----------------------------------------------------------------------------------------
-HOPPER_DTYPES = ("bf16", "fp16", "tf32")   # the forward; TF32 with V^T written by the producer (build_hopper.py)
-HOPPER_BWD_DTYPES = ("bf16", "fp16", "tf32")   # TF32: dO^T, Q^T, K^T written by producer warps (build_hopper_bwd.py)
+HOPPER_DTYPES = ("bf16", "fp16", "tf32")   # forward and backward; TF32 with V^T (forward), K^T (dQ), Q^T and
+                             # dO^T (dK/dV) written by producer warps (build_hopper.py, build_hopper_bwd.py)
 HOPPER_TF32_ROUND_ALU = 1.5  # TF32 forward: P rounded by IADD + LOP3 per score where 16 bits pack half a cvt
 HOPPER_PRODUCER_REGS = 40    # the producer warpgroup after setmaxnreg.dec: one thread, a TMA loop (FA3: 24-56)
 HOPPER_SETMAXNREG_MAX = 232  # as the GEMM path (nova/kernels/gemm/hopper.py SETMAXNREG_MAX)
@@ -471,6 +471,7 @@ def hopper_fwd_time(p: AttentionProblem, gpu: GPUModel, kt: KernelTile, vis: int
 def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float, force: bool = False):
     """(KernelTile or None, steps, predicted seconds or None): the Hopper forward's schedule, and
     whether it beats the mma.sync forward (``mma_fwd_us``, step 9); ``force``: taken wherever it can run."""
+    from nova.kernels.attention.build_hopper import ring_tiles
     why = hopper_blocker(p, gpu)
     if why:
         return None, [note("10 fwd path", "mma.sync", f"the forward stays on mma.sync + cp.async: {why}")], None
@@ -516,7 +517,7 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float,
         if regs > cregs:
             tried.append(f"{bc} keys: {regs:.0f} regs")
             continue
-        stage = F.hopper_stage_bytes(tiles=3 if tf32 else 2, block_cols=bc, D=p.head_dim, elem_bytes=eb)
+        stage = F.hopper_stage_bytes(tiles=ring_tiles(p), block_cols=bc, D=p.head_dim, elem_bytes=eb)
         t_tile = F.t_tile_ns(gemms=2, block_rows=rows, block_cols=bc, D=p.head_dim, tc_flops_per_clk_sm=rate,
                              clock_hz=gpu.clock_hz)
         want = int(F.stages(mem_latency_ns=gpu.mem_latency_ns, t_tile_ns=t_tile))
@@ -614,9 +615,9 @@ HOPPER_BWD_SMEM_TILES = {"bwd_dkv": 4, "bwd_dq": 3}      # streamed tiles read p
 def hopper_bwd_blocker(p: AttentionProblem, gpu: GPUModel) -> str:
     """Why the backward cannot run on the Hopper kernels ('' when it can)."""
     from nova.kernels.attention.build_hopper_bwd import tma_blocker_bwd
-    if not {"wgmma", "tma", "setmaxnreg"} <= set(gpu.features) or not gpu.supports("wgmma", "bf16"):
-        return f"{gpu.name} ({gpu.arch}) has no wgmma + TMA"
-    if p.dtype not in HOPPER_BWD_DTYPES:
+    if not {"wgmma", "tma", "setmaxnreg"} <= set(gpu.features) or not gpu.supports("wgmma", p.dtype):
+        return f"{gpu.name} ({gpu.arch}) has no wgmma + TMA for {p.dtype}"
+    if p.dtype not in HOPPER_DTYPES:
         return f"{p.dtype}: no Hopper backward"
     if p.split_scores:
         return "3xtf32 scores (NOVA_ATTENTION_PRECISION) run on the mma.sync backward (three products per score)"
@@ -629,10 +630,10 @@ def hopper_bwd_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTil
     two kept 64-row tiles (A of S and dP) and the streamed tiles as B (S, dP, and dV/dK or dQ).  TF32:
     the producer's transposes read and write each transposed tile once per block step (per warpgroup
     2 x tiles / wgs more) and P/dS are rounded (HOPPER_TF32_ROUND_ALU each)."""
-    from nova.kernels.attention.build_hopper_bwd import TRANSPOSED
+    from nova.kernels.attention.build_hopper_bwd import ring_tiles_bwd
     tf32 = p.dtype == "tf32"
     rounded = (2 if role == "bwd_dkv" else 1) * HOPPER_TF32_ROUND_ALU if tf32 else 0
-    moved = 2 * len(TRANSPOSED[role]) / kt.consumer_warpgroups if tf32 else 0
+    moved = 2 * (ring_tiles_bwd(p, role) - 2) / kt.consumer_warpgroups      # TF32's transposes: read + written
     return hopper_kernel_time(p, gpu, kt, vis, gemms=HOPPER_BWD_GEMMS[role],
                               alu_per_score=HOPPER_BWD_ALU_PER_SCORE[role] + rounded, kept_tiles=2,
                               streamed_tiles=HOPPER_BWD_SMEM_TILES[role] + moved,
@@ -643,7 +644,7 @@ def hopper_bwd_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTil
 def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us: float, force: bool = False):
     """(KernelTile or None, steps): the Hopper schedule of backward kernel ``role`` (bwd_dkv or bwd_dq)
     and whether it beats the mma.sync kernel's step-9 time ``mma_us``; ``force``: taken wherever it runs."""
-    from nova.kernels.attention.build_hopper_bwd import smem_plan_hopper_bwd
+    from nova.kernels.attention.build_hopper_bwd import ring_tiles_bwd, smem_plan_hopper_bwd
     tag = f"11 {role}"
     why = hopper_bwd_blocker(p, gpu)
     if why:
@@ -678,8 +679,7 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
     outs = 2 if role == "bwd_dkv" else 1
     tried, best = [], None
     prods = HOPPER_BWD_TF32_PRODUCER_REGS if tf32 else HOPPER_BWD_PRODUCER_REGS[role]
-    ntiles = 2 + (len(__import__("nova.kernels.attention.build_hopper_bwd", fromlist=["TRANSPOSED"]).TRANSPOSED[role])
-                  if tf32 else 0)
+    ntiles = ring_tiles_bwd(p, role)
     tiles = HOPPER_BWD_TF32_TILES[role] if tf32 else HOPPER_BWD_TILES[role]
     for prod, bc in ((pr, bc) for pr in prods for bc in tiles):
         cregs = int(min(F.hopper_consumer_regs(entry_regs=entry, producer_regs=prod, wgs=wgs),
