@@ -3,6 +3,7 @@ the cache key, the launcher's plan on meta tensors), the derivation's decisions,
 lowers to PTX, ptxas resources (no spills) at the configurator's schedules, the CLI."""
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 
@@ -608,9 +609,18 @@ def test_hopper_backward_falls_back_with_a_reason(monkeypatch):
     split = configure_attention(AttentionProblem(32, 8, 512, 512, 64, causal=True, score_precision="3xtf32"), "h200")
     assert not any(split.schedule.kernel(r).hopper for r in ROLES)
     assert "3xtf32" in why(split, "bwd_dkv").reason and "3xtf32" in why(split, "bwd_dq").reason
-    # TF32 D128: a slot of K, V and K^T (dQ) or Q, dO and their transposes (dK/dV) leaves no tile that fits
+    # TF32 D128: no tile of two consumer warpgroups fits (a slot of Q, dO, Q^T, dO^T beside 128-row K, V);
+    # one warpgroup's 64-row K, V leave room for 32-query tiles (step 11 lists what it tried)
     d128 = configure_attention(AttentionProblem(8, 16, 2048, 2048, 128, causal=True), "h200")
-    assert not d128.schedule.bwd_dkv.hopper and "no Hopper tile fits" in why(d128, "bwd_dkv").reason
+    k = d128.schedule.bwd_dkv
+    assert k.hopper and (k.block_rows, k.block_cols, k.consumer_warpgroups, k.threads) == (64, 32, 1, 256)
+    assert (k.producer_regs, k.consumer_regs, k.regs_per_thread) == (56, 240, 240)
+    tile = {st.step: st for st in d128.derivation}["11 bwd_dkv registers"].reason
+    assert "128x64: 256 regs" in tile and "64x32:" in tile
+    # a D64 TF32 dK/dV never takes 32-query tiles (their 40-register producer spills; 64 fit and are faster)
+    for b, h, t, causal in itertools.product((1, 8, 64), (2, 16), (1, 77, 512, 2048, 8192), (True, False)):
+        k = configure_attention(AttentionProblem(b, h, t, t, 64, causal=causal), "h200").schedule.bwd_dkv
+        assert not k.hopper or (k.block_cols, k.consumer_warpgroups) == (64, 2), (b, h, t, causal)
     # a broadcast dout (stride 0) cannot be a tensor map: the backward stays, the forward need not
     bc = AttentionProblem(2, 4, 256, 256, 64, causal=True, dtype="bf16", strides={"dout": (0, 256 * 64, 64)})
     monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
@@ -654,7 +664,8 @@ def test_hopper_backward_module_text(monkeypatch):
 
 HOPPER_BWD_PTX_CASES = [("bf16", 64, True, 1, 512), ("bf16", 128, True, 1, 333), ("fp16", 64, False, 1, 333),
                         ("bf16", 128, False, 2, 200), ("fp16", 128, True, 3, 300), ("bf16", 64, True, 1, 1),
-                        ("fp16", 64, True, 2, 150), ("tf32", 64, True, 1, 512), ("tf32", 64, False, 2, 130)]
+                        ("fp16", 64, True, 2, 150), ("tf32", 64, True, 1, 512), ("tf32", 64, False, 2, 130),
+                        ("tf32", 128, True, 1, 333), ("tf32", 128, False, 2, 200)]
 
 
 @needs_ptxas
@@ -683,13 +694,14 @@ def test_hopper_backward_assembles_without_spills(dtype, D, causal, group, T, mo
         # where the tile loop runs once (T = 1) LLVM folds it and zeroes dK/dV after the fence: one arrive, once
         if T > k.block_cols:
             assert not wgmma_hazards(r), (role, r["ptxas_info"])
-        assert r["registers"] <= k.regs_per_thread and art.block == (384, 1, 1) and art.smem_bytes == k.smem_bytes
+        assert r["registers"] <= k.regs_per_thread and art.block == (k.threads, 1, 1) and art.smem_bytes == k.smem_bytes
+        assert k.threads == 128 * (1 + k.consumer_warpgroups)      # TF32 D128 dK/dV: one consumer warpgroup
         kstep = 8 if dtype == "tf32" else 16
         assert art.ptx.count("wgmma.mma_async") == 2 * D // kstep + products * k.block_cols // kstep
         assert art.ptx.count("cp.async.bulk.tensor.4d") >= 4 * D // 64
         assert f"setmaxnreg.dec.sync.aligned.u32 \t{k.producer_regs}" in art.ptx
         assert f"setmaxnreg.inc.sync.aligned.u32 \t{k.consumer_regs}" in art.ptx
-        assert 128 * (k.producer_regs + 2 * k.consumer_regs) <= 384 * k.regs_per_thread
+        assert 128 * (k.producer_regs + k.consumer_warpgroups * k.consumer_regs) <= k.threads * k.regs_per_thread
 
 
 def test_cli_explain_shows_the_hopper_backward(capsys, monkeypatch):

@@ -39,6 +39,7 @@ GPU_TEST_CASES = (
     (1, 2, 2, 50, 190, 64, True, "fp16"),         # Tq != Tk
     (1, 2, 2, 190, 50, 128, False, "bf16"),
     (3, 16, 4, 700, 1000, 64, True, "bf16"),      # GQA, Tq != Tk, 288 work tiles: the persistent forward
+    (2, 4, 2, 333, 333, 128, True, "tf32"),       # GQA, D128 TF32: dK/dV with one consumer warpgroup
 )
 MEMORY_CASE = (1, 2, 2, 2048, 2048, 64, True, "bf16")
 # 16-bit problems on which the GPU tests compare Nova's error with torch's flash kernel's (issue 11's
@@ -170,8 +171,8 @@ def hopper_mode(mode: str):
 
 def hopper_cases() -> list:
     """tests/test_attention_gpu.py's cases run again with the Hopper forward forced (the model leaves
-    small problems such as T = 1 on mma.sync): (case, strided).  TF32 included: its forward has a
-    Hopper kernel (V^T written by the producer), its backward stays on mma.sync."""
+    small problems such as T = 1 on mma.sync): (case, strided).  TF32 included: its kernels transpose
+    the B operands of the register-A products in shared memory (V^T; K^T; Q^T and dO^T)."""
     return [(c, False) for c in GPU_TEST_CASES] + [(c, True) for c in STRIDED_GPU_CASES]
 
 

@@ -586,10 +586,16 @@ HOPPER_BWD_PRODUCER_REGS = {"bwd_dkv": (32, 24), "bwd_dq": (24,)}   # the produc
                                  # first (24 spilled the LSE/D warp's loop in ptxas 13.0: 52 B at B2 H2 T200 D64);
                                  # 24 -> 240 where that lets the consumers hold a tile >= 3% faster by the model
                                  # (D128: 64-row query tiles instead of 32; ptxas: no spills there)
-HOPPER_BWD_TF32_PRODUCER_REGS = (40,)  # TF32: the producer's idle warps transpose tiles (a few values in flight)
-HOPPER_BWD_TF32_TILES = {"bwd_dkv": (128, 64), "bwd_dq": (128, 64, 32)}   # TF32: dK/dV with 32-row query tiles
-                                 # spills (ptxas 13.0: 124 B at B1 H2 T2 D64); dQ's 32-key tiles are the only
-                                 # ones that fit at D128 (a slot holds K, V and K^T)
+HOPPER_BWD_TF32_PRODUCER_REGS = {2: (40,), 1: (56,)}   # TF32, by consumer warpgroups: the producer's idle warps
+                                 # transpose tiles (a few values in flight, 64-bit addresses); with one consumer
+                                 # warpgroup registers are plentiful (its 240 stay) and 40 spilled (ptxas 13.0:
+                                 # 48 B at D64 with 32-query tiles, 272 B at T = 1)
+HOPPER_BWD_TF32_TILES = {"bwd_dkv": (128, 64, 32), "bwd_dq": (128, 64, 32)}   # TF32 (a slot also holds the
+                                 # transposes): at D128 dQ fits only 32-key tiles (K, V, K^T beside 128-row Q, dO)
+                                 # and dK/dV only 32-query tiles beside 64-row K, V (one consumer warpgroup).
+                                 # 32-query dK/dV tiles at D64 spill the 40-register producer (ptxas 13.0: 48-52
+                                 # B; 56 registers do not): the model never picks them there (64-row tiles fit
+                                 # and are faster; tests/test_attention.py checks a grid of D64 shapes)
 HOPPER_BWD_ACHIEVED = 0.70       # [FITTED] share of the binding pipe the wgmma dK/dV and dQ sustain, and
 HOPPER_BWD_BLOCK_FIXED_US = 4.0  # [FITTED] their cost per block.  Until session 8 they used the forward's 0.81 and
                                  # 7.5 us (fitted to event timings that were the launch path at D64): +34/+47%
@@ -605,6 +611,11 @@ HOPPER_BWD_REG_OVERHEAD = 32     # [FITTED] consumer registers beyond the output
                                  # producer D128 dK/dV stays on mma.sync (the estimate, 240 > 232, says so)
                                  # (tests/test_attention.py assembles every case without spills)
 HOPPER_BWD_TILES = {"bwd_dkv": (128, 64, 32), "bwd_dq": (128, 64)}   # streamed rows (wgmma N of S), largest first
+HOPPER_BWD_WGS = (2, 1)          # consumer warpgroups, preferred first: two interleave (one's elementwise pass
+                                 # beside the other's wgmmas); one keeps half the rows (64-row K, V: TF32 D128
+                                 # dK/dV, whose 128-row K, V leave no room for a slot of Q, dO, Q^T, dO^T) and
+                                 # takes the block's registers alone (launch registers capped at the setmaxnreg
+                                 # maximum: 256 x 240 hold a 40-register producer and a 240-register consumer)
 HOPPER_BWD_ALU_PER_SCORE = {"bwd_dkv": 5, "bwd_dq": 4}   # FP32 ops per score: FMA (scale, -LSE), dP - D, x P,
                                  # two half cvt packs (P and dS; dQ packs dS only, plus the mask select), dK/dV:
                                  # the LSE/D column loads
@@ -641,6 +652,14 @@ def hopper_bwd_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTil
                               pipe="elementwise", achieved=HOPPER_BWD_ACHIEVED, block_fixed_us=HOPPER_BWD_BLOCK_FIXED_US)
 
 
+def hopper_bwd_entry_regs(gpu: GPUModel, wgs: int) -> int:
+    """Registers per thread at launch of a backward block of 1 + ``wgs`` warpgroups: the SM's file shared
+    by its threads (``hopper_entry_regs``), at most HOPPER_BWD_SETMAXNREG_MAX (one consumer warpgroup:
+    256 threads x 256 would exceed the 255 a thread can hold; setmaxnreg only needs the pool to hold
+    producer + consumers)."""
+    return int(min(F.hopper_entry_regs(regs_per_sm=gpu.regs_per_sm, wgs=wgs), HOPPER_BWD_SETMAXNREG_MAX))
+
+
 def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us: float, force: bool = False):
     """(KernelTile or None, steps): the Hopper schedule of backward kernel ``role`` (bwd_dkv or bwd_dq)
     and whether it beats the mma.sync kernel's step-9 time ``mma_us``; ``force``: taken wherever it runs."""
@@ -650,7 +669,6 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
     if why:
         return None, [note(f"{tag} path", "mma.sync", f"{role} stays on mma.sync + cp.async: {why}")]
     d = Derivation()
-    wgs = HOPPER_WGS
     tf32 = p.dtype == "tf32"
     k = 8 if tf32 else 16
     xt = {"bwd_dkv": "Q^T and dO^T", "bwd_dq": "K^T"}[role]
@@ -671,21 +689,22 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
                "dP = dO V^T (smem x smem), dQ += dS K with dS from registers and K MN-major; a separate pass, not "
                "FP32 atomics from the dK/dV kernel (step 8's reasons: deterministic, no scratch, no conversion)"
                + tf32_note)
-    entry = int(F.hopper_entry_regs(regs_per_sm=gpu.regs_per_sm, wgs=wgs))
-    rows = 64 * wgs
-    grid = _grid(p, role, rows)
     eb = p.elem_bytes
     rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
     outs = 2 if role == "bwd_dkv" else 1
     tried, best = [], None
-    prods = HOPPER_BWD_TF32_PRODUCER_REGS if tf32 else HOPPER_BWD_PRODUCER_REGS[role]
+    producer_regs = lambda wgs: HOPPER_BWD_TF32_PRODUCER_REGS[wgs] if tf32 else HOPPER_BWD_PRODUCER_REGS[role]
     ntiles = ring_tiles_bwd(p, role)
     tiles = HOPPER_BWD_TF32_TILES[role] if tf32 else HOPPER_BWD_TILES[role]
-    for prod, bc in ((pr, bc) for pr in prods for bc in tiles):
+    for wgs, prod, bc in ((w, pr, bc) for w in HOPPER_BWD_WGS for pr in producer_regs(w) for bc in tiles):
+        prods = producer_regs(wgs)
+        entry = hopper_bwd_entry_regs(gpu, wgs)
+        rows = 64 * wgs
+        grid = _grid(p, role, rows)
         cregs = int(min(F.hopper_consumer_regs(entry_regs=entry, producer_regs=prod, wgs=wgs),
                         HOPPER_BWD_SETMAXNREG_MAX))
         regs = F.hopper_bwd_regs(outs=outs, D=p.head_dim, block_cols=bc, elem_bytes=eb, overhead=HOPPER_BWD_REG_OVERHEAD)
-        name = f"{bc} rows" + (f" ({prod}/{cregs})" if len(prods) > 1 else "")
+        name = f"{rows}x{bc}" + (f" ({prod}/{cregs})" if len(prods) > 1 else "")
         if regs > cregs:
             tried.append(f"{name}: {regs:.0f} regs")
             continue
@@ -711,7 +730,8 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
         d.note(f"{tag} path", "mma.sync", f"no Hopper tile fits ({'; '.join(tried)})")
         return None, d.steps
     t, kt, want, cap, stage, t_tile, terms, vec = best
-    prod, cregs = kt.producer_regs, kt.consumer_regs
+    prod, cregs, entry, wgs, rows = kt.producer_regs, kt.consumer_regs, kt.regs_per_thread, kt.consumer_warpgroups, kt.block_rows
+    prods = producer_regs(wgs)
     d.apply(f"{tag} consumer registers", F.hopper_consumer_regs,
             f"setmaxnreg: the producer warpgroup keeps {prod}"
             + (f" (of {', '.join(map(str, prods))}: the fastest tile's, fewer only if >= 3% faster)" if len(prods) > 1
