@@ -20,6 +20,7 @@ SMALL = AttentionProblem(2, 4, 1000, 1000, 64, causal=True, dtype="bf16")     # 
 def hopper(monkeypatch):
     monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
     monkeypatch.delenv("NOVA_ATTENTION_PERSISTENT", raising=False)
+    monkeypatch.delenv("NOVA_ATTENTION_TILE_ORDER", raising=False)
 
 
 def test_persistent_where_work_tiles_outnumber_the_sms(monkeypatch):
@@ -40,19 +41,51 @@ def test_persistent_where_work_tiles_outnumber_the_sms(monkeypatch):
         configure_attention(BIG, "h200")
 
 
-def test_the_bounds_check_sees_a_work_tile_beyond_the_last():
-    """The persistent kernel's accesses are in bounds over every CTA, work tile and ring position; a
-    tile's (b, h) taken modulo 128 instead of B x H = 64 (heads of batches that do not exist) is
-    reported."""
-    s = configure_attention(BIG, "h200").schedule
+def test_the_bounds_check_sees_a_work_tile_beyond_the_last(monkeypatch):
+    """The persistent kernel's accesses are in bounds over every CTA, work tile and ring position, in
+    both work orders; a tile's (b, h) taken as o / 4 instead of o / 8 query tiles (head order) or modulo
+    128 instead of B x H = 64 (query order: heads of batches that do not exist) is reported."""
+    for order, pattern, wrong in (("head", r"(%t_bh(?:_\d+)? = arith.divui %tile(?:_\d+)?, )%c8 ", r"\g<1>%c4 "),
+                                  ("query", r"(%t_bh(?:_\d+)? = arith.remui %tile(?:_\d+)?, )%c64 ", r"\g<1>%c128 ")):
+        monkeypatch.setenv("NOVA_ATTENTION_TILE_ORDER", order)
+        s = configure_attention(BIG, "h200").schedule
+        kt = s.fwd
+        assert kt.tile_order == order
+        text = build_hopper_fwd(BIG, s)
+        check = lambda t: check_bounds(t, kt.grid, kt.threads, kt.smem_bytes, tensor_map_dims(BIG))
+        assert check(text) == []
+        old = re.compile(pattern)
+        assert len(old.findall(text)) == 2                # the producer's and the consumers' work_tile
+        bad = check(old.sub(wrong, text))
+        assert any("tma" in v for v in bad) and any("%lse" in v or "%out" in v for v in bad), (order, bad[:3])
+
+
+@pytest.mark.parametrize("shape", [(4, 16, 1000, 64), (2, 24, 777, 64), (3, 16, 700, 64), (8, 17, 300, 128)])
+def test_the_head_order_visits_every_work_tile_once_and_balances_causal_work(shape):
+    """The head order, evaluated from the kernel's MLIR (its Q loads per block, in order): every (query
+    tile, head) is some CTA's tile exactly once; a block's tiles are consecutive heads' in each round
+    (the K/V in L2); with causal work ~ query tile + 1 the busiest CTA does at most one longest tile
+    more than the mean."""
+    from nova.kernels.attention.bounds import tma_loads
+    b, h, t, d = shape
+    p = AttentionProblem(b, h, t, t, d, causal=True, dtype="bf16")
+    s = configure_attention(p, "h200").schedule
     kt = s.fwd
-    text = build_hopper_fwd(BIG, s)
-    check = lambda t: check_bounds(t, kt.grid, kt.threads, kt.smem_bytes, tensor_map_dims(BIG))
-    assert check(text) == []
-    old = re.compile(r"(%t_bh(?:_\d+)? = arith.remui %tile(?:_\d+)?, )%c64 ")
-    assert len(old.findall(text)) == 2                # the producer's and the consumers' work_tile
-    bad = check(old.sub(r"\g<1>%c128 ", text))
-    assert any("tma" in v for v in bad) and any("%lse" in v or "%out" in v for v in bad), bad[:3]
+    assert kt.persistent and kt.tile_order == "head"
+    loads = tma_loads(build_hopper_fwd(p, s), kt.grid, kt.threads, tensor_map_dims(p), "q")
+    tiles = [(c[1] // kt.block_rows, c[3] * h + c[2]) for _, c in loads]      # (query tile, b*H + h)
+    n_qt = -(-t // kt.block_rows)
+    assert sorted(tiles) == sorted((q, bh) for q in range(n_qt) for bh in range(b * h))
+    work = [0] * kt.grid[0]
+    for bx, c in loads:
+        work[bx] += c[1] // kt.block_rows + 1
+    assert max(work) <= sum(work) / kt.grid[0] + n_qt, (max(work), sum(work) / kt.grid[0])
+    per_cta = {}
+    for (q, bh), (bx, _) in zip(tiles, loads):
+        per_cta.setdefault(bx, []).append(bh)
+    for i in range(max(map(len, per_cta.values()))):      # round i: the heads in flight are consecutive
+        heads = [hs[i] for hs in per_cta.values() if i < len(hs)]
+        assert max(heads) - min(heads) < kt.grid[0] / n_qt + 2, (i, min(heads), max(heads))
 
 
 def _protocol(text):

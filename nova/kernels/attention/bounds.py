@@ -363,6 +363,29 @@ def check_bounds(text: str, grid, threads: int, smem_bytes: int, tma_dims: dict 
     return out
 
 
+def tma_loads(text: str, grid, threads: int, tma_dims: dict, target: str) -> list[tuple[int, tuple[int, ...]]]:
+    """Every TMA load of operand ``target`` the kernel issues (its first box: the first such access in the
+    text), as (block x, coordinates) in each block's issue order (loop iterations in order), a block
+    once per load: which tiles each block reads, evaluated from the MLIR as ``check_bounds`` does
+    (the persistent forward's work-tile mapping is tested through its Q loads)."""
+    k = parse(text, tma_dims)
+    acc = next(a for a in k.accesses if a.kind == "tma" and a.target == target)
+    env, valid = _grid_env(k, acc, grid, threads, 0)
+    ev = _Eval(k, env)
+    for name, truth in acc.conds:
+        c = np.asarray(ev(name)) != 0
+        valid = valid & (c if truth else ~c)
+    idx = [np.broadcast_to(np.asarray(ev(i)), valid.shape) for i in acc.indices]
+    seen, out = set(), []
+    for where in zip(*np.nonzero(valid)):      # C order: tid, bx, by, then the loops (iterations in order)
+        bx, loop = int(where[1]), tuple(int(w) for w in where[2:2 + 1 + len(acc.loops)])
+        coords = tuple(int(x[where]) for x in idx)
+        if (bx, loop) not in seen:             # a loop-carried axis (the ring position) repeats a load
+            seen.add((bx, loop))
+            out.append((bx, coords))
+    return sorted(out, key=lambda r: r[0])
+
+
 def access_summary(text: str, tma_dims: dict | None = None) -> dict:
     """How many accesses of each kind the parser found (tests: the check saw them all)."""
     k = parse(text, tma_dims)

@@ -9,7 +9,10 @@ Design (every number comes from ``schedule.fwd``; ``derive.py`` explains them):
 
 * **Grid and roles.**  One CTA per (query tile of ``block_rows`` = 64 x C rows, batch x head), or,
   ``fwd.persistent`` (more such work tiles than SMs), ``grid[0]`` CTAs that each loop over work
-  tiles bx, bx + grid, ... in decreasing query-tile order (causal: the longest first); ``1 + C``
+  tiles (``fwd.tile_order`` "head": head by head, a head's query tiles side by side longest first,
+  CTA bx taking position bx of even rounds of grid tiles and grid - 1 - bx of odd ones, so the K/V
+  of the heads in flight stay in L2 and long and short tiles pair up; "query": bx, bx + grid, ...
+  in decreasing query-tile order across heads); ``1 + C``
   warpgroups of 128 threads.  Warpgroup 0 is the producer (``setmaxnreg.dec`` to
   ``producer_regs``; one thread issues every TMA load), warpgroups 1..C are consumers
   (``setmaxnreg.inc`` to ``consumer_regs``), each owning 64 query rows.
@@ -258,10 +261,11 @@ class HopperAttentionKernel:
                                              f"{ir.v(DESC_START_MASK)} : index")
 
     def ring_barriers(self, kept: str, full_arrivals: int, what: str, kept_empty: str = "",
-                      extra_ring: tuple[str, int] | None = None) -> str:
+                      extra_ring: tuple[str, int] | None = None, lanes_release: bool = False) -> str:
         """The mbarriers: ``kept`` (one, the tiles loaded once), full[S] (``full_arrivals`` arrivals and
-        the TMA bytes) and empty[S] (every consumer warp), initialised by thread 0 and fenced before
-        the block's barrier; returns ``kept``'s SSA name.  ``kept_empty`` (a persistent kernel, whose
+        the TMA bytes) and empty[S] (every consumer warp; ``lanes_release``: every consumer thread, see
+        ``finish_step``), initialised by thread 0 and fenced before the block's barrier; returns
+        ``kept``'s SSA name.  ``kept_empty`` (a persistent kernel, whose
         kept tile is reloaded per work tile): also that barrier, every consumer warp, as ``self.kept_empty``.
         ``extra_ring`` = (name, arrivals): one more group of S barriers, as ``self.<name>``."""
         ir = self.ir
@@ -283,7 +287,8 @@ class HopperAttentionKernel:
         for i in range(self.S):
             ir.emit(f"nvgpu.mbarrier.init {self.full}[{ir.v(i)}], {ir.v(full_arrivals)}, predicate = {t0} : "
                     f"{self.mb(self.S)}")
-            ir.emit(f"nvgpu.mbarrier.init {self.empty}[{ir.v(i)}], {ir.v(4 * self.C)}, predicate = {t0} : "
+            ir.emit(f"nvgpu.mbarrier.init {self.empty}[{ir.v(i)}], {ir.v(4 * self.C * (32 if lanes_release else 1))}, "
+                    f"predicate = {t0} : "
                     f"{self.mb(self.S)}")
             if extra:
                 ir.emit(f"nvgpu.mbarrier.init {extra}[{ir.v(i)}], {ir.v(extra_ring[1])}, predicate = {t0} : "
@@ -305,15 +310,20 @@ class HopperAttentionKernel:
         self.t = ir.rem(self.lane, 4, "t")
         return ir.cmp("eq", self.lane, 0, "lane0")
 
-    def finish_step(self, lane0, slot):
+    def finish_step(self, lane0, slot, lanes_release: bool = False):
         """The end of a consumer's ring step: commit the register-A products and wait for them, then
-        lane 0 of each warp releases ``slot`` (its tiles read) on the empty barrier."""
+        lane 0 of each warp releases ``slot`` (its tiles read) on the empty barrier.  ``lanes_release``
+        (the barrier counts every consumer thread): every thread arrives, for kernels whose lanes also
+        read the slot with ordinary loads (the dK/dV kernel's LSE/D columns).  A lane-0 arrival releases
+        only lane 0's reads, so by the memory model the producer's next write of those columns would race
+        the other lanes' reads (compute-sanitizer's racecheck reported it with one consumer warpgroup,
+        session 12; a bar.warp.sync before the arrival compiles to nothing in a converged warp)."""
         ir = self.ir
         ir.emit("nvvm.wgmma.commit.group.sync.aligned")
         ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
-        with ir.region(f"scf.if {lane0} {{"):
-            ir.let("tok", f"nvgpu.mbarrier.arrive {self.empty}[{ir.v(slot)}] : {self.mb(self.S)} -> "
-                          "!nvgpu.mbarrier.token")
+        arrive = lambda: ir.let("tok", f"nvgpu.mbarrier.arrive {self.empty}[{ir.v(slot)}] : {self.mb(self.S)} -> "
+                                       "!nvgpu.mbarrier.token")
+        ir.guarded(True if lanes_release else lane0, arrive)
 
     def descriptor_hi(self, name: str, lbo: int) -> str:
         """Bits 16-63 of a 128B-swizzled wgmma descriptor as an i64 constant: LBO ``lbo`` bytes (unused
@@ -491,24 +501,44 @@ class _HopperFwd(HopperAttentionKernel):
         if self.persistent:
             self.n_qt = _cdiv(p.seq_q, self.BR)
             self.n_bh = p.batch * p.heads
-            ir.comment(f"persistent: {self.n_qt * self.n_bh} work tiles (query tile, b*H + h), tile t = bx + i x "
-                       f"grid; query tiles in decreasing order (causal: the longest first)")
+            total = self.n_qt * self.n_bh
             grid = ir.let("grid_x", "gpu.grid_dim x")
-            left = ir.sub(self.n_qt * self.n_bh, self.bx, "tiles_left")
-            self.my_tiles = ir.div(ir.add(left, ir.sub(grid, 1, "grid_m1"), "tiles_left_r"), grid, "my_tiles")
             self.grid_x = grid
+            if self.kt.tile_order == "head":
+                ir.comment(f"persistent: {total} work tiles in head order (o = b*H + h major, query tiles "
+                           "decreasing); round r of grid tiles: this CTA takes position bx (r even) or grid-1-bx (r odd)")
+                rounds = ir.div(total, grid, "full_rounds")
+                last = ir.select(ir.cmp("eq", ir.rem(rounds, 2, "rounds_odd"), 1, "last_odd"),
+                                 ir.sub(ir.sub(grid, 1, "grid_m1"), self.bx, "pos_rev"), self.bx, hint="last_pos")
+                extra = ir.select(ir.cmp("slt", last, ir.rem(total, grid, "part_round"), "in_part"), 1, 0, hint="extra")
+                self.my_tiles = ir.add(rounds, extra, "my_tiles")
+            else:
+                ir.comment(f"persistent: {total} work tiles (query tile, b*H + h), tile t = bx + i x "
+                           f"grid; query tiles in decreasing order (causal: the longest first)")
+                left = ir.sub(total, self.bx, "tiles_left")
+                self.my_tiles = ir.div(ir.add(left, ir.sub(grid, 1, "grid_m1"), "tiles_left_r"), grid, "my_tiles")
         else:
             self.q0 = ir.mul(self.bx, self.BR, "q0")
             self.n_kv = self.query_block(self.q0)
 
     def work_tile(self, i):
-        """Persistent: the coordinates of this CTA's work tile ``i`` (t = bx + i x grid): ``q0``, the
-        query block's (b, h) and KV head, ``n_kv``."""
+        """Persistent: the coordinates of this CTA's work tile ``i``: ``q0``, the query block's (b, h) and
+        KV head, ``n_kv``.  Head order: tile o = i x grid + (bx, or grid - 1 - bx in odd rounds i), head
+        o / n_qt, query tile n_qt - 1 - o % n_qt.  Query order: t = bx + i x grid, query tile
+        n_qt - 1 - t / BH, head t % BH."""
         ir = self.ir
-        t = ir.add(self.bx, ir.mul(i, self.grid_x, "t_step"), "tile")
-        qt = ir.sub(self.n_qt - 1, ir.div(t, self.n_bh, "t_q"), "qt")
+        if self.kt.tile_order == "head":
+            odd = ir.cmp("eq", ir.rem(i, 2, "i_odd"), 1, "round_odd")
+            pos = ir.select(odd, ir.sub(ir.sub(self.grid_x, 1, "grid_m1"), self.bx, "pos_rev"), self.bx, hint="pos")
+            t = ir.add(ir.mul(i, self.grid_x, "t_step"), pos, "tile")
+            qt = ir.sub(self.n_qt - 1, ir.rem(t, self.n_qt, "t_q"), "qt")
+            bh = ir.div(t, self.n_qt, "t_bh")
+        else:
+            t = ir.add(self.bx, ir.mul(i, self.grid_x, "t_step"), "tile")
+            qt = ir.sub(self.n_qt - 1, ir.div(t, self.n_bh, "t_q"), "qt")
+            bh = ir.rem(t, self.n_bh, "t_bh")
         self.q0 = ir.mul(qt, self.BR, "q0")
-        self.n_kv = self.query_block(self.q0, ir.rem(t, self.n_bh, "t_bh"))
+        self.n_kv = self.query_block(self.q0, bh)
 
     def tiles(self, iv: str, ring: str, body):
         """``body(ring_base)`` once per work tile: inline (ring base 0) in a one-tile-per-block kernel;

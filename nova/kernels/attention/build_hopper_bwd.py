@@ -188,9 +188,10 @@ class _HopperBwd(HopperAttentionKernel):
         self.kbar = self.ring_barriers(
             "kept_full", 1 + (VEC_LANES if self.dkv else 0),
             f"kept_full, full[{self.S}] (streamed tiles landed: the TMA leader"
-            f"{' + 32 lanes of LSE/D' if self.dkv else ''}), empty[{self.S}] (every consumer warp done)"
+            f"{' + 32 lanes of LSE/D' if self.dkv else ''}), empty[{self.S}] (every consumer "
+            f"{'thread: each read LSE/D' if self.dkv else 'warp'} done)"
             + (f", xt_full[{self.S}] (every transposer thread wrote its transposes)" if self.tf32 else ""),
-            extra_ring=("xt_full", 32 * xwarps) if self.tf32 else None)
+            extra_ring=("xt_full", 32 * xwarps) if self.tf32 else None, lanes_release=self.dkv)
         self.k0 = ir.mul(self.bx, self.BR, "row0")      # first kept row: a key (dK/dV) or a query (dQ)
         if self.dkv:
             self.setup_dkv()
@@ -479,7 +480,7 @@ class _HopperBwd(HopperAttentionKernel):
             else:
                 ir.comment("dQ += dS K (A from registers; B MN-major, TF32 the transpose K-major)")
                 acc[0] = self.gemm_rs(acc[0], ds, b_rs[0], hi_mn)
-            self.finish_step(lane0, slot)
+            self.finish_step(lane0, slot, lanes_release=self.dkv)
             ir.emit(f"scf.yield {', '.join(acc)} : {', '.join([self.o_t] * nacc)}")
         self.heartbeat(19, lane0)
         self.epilogue([f"{res}#{i}" for i in range(nacc)])

@@ -508,6 +508,7 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float,
     rows = 64 * wgs
     work = _cdiv(p.seq_q, rows) * p.batch * p.heads
     persistent = hopper_persistent() and work > gpu.sm_count
+    order = hopper_tile_order() if persistent else ""
     grid = (int(gpu.sm_count), 1, 1) if persistent else (_cdiv(p.seq_q, rows), p.batch * p.heads, 1)
     eb = p.elem_bytes
     rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
@@ -530,7 +531,7 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float,
             continue
         kt = KernelTile("fwd", rows, bc, 4 * wgs, stages, 0, smem, entry, 1, grid, consumer_warpgroups=wgs,
                         producer_warps=4, smem_layout="swizzle128", producer_regs=HOPPER_PRODUCER_REGS,
-                        consumer_regs=cregs, persistent=persistent)
+                        consumer_regs=cregs, persistent=persistent, tile_order=order)
         vis = visited_pairs(p, "fwd", rows, bc)
         t, terms = hopper_fwd_time(p, gpu, kt, vis)
         tried.append(f"{bc} keys: {t * 1e6:.1f} us")
@@ -554,11 +555,18 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float,
             stages=kt.stages, stage_bytes=stage, align=HOPPER_ALIGN)
     blocks = grid[0] * grid[1]
     if persistent:
-        d.note("10 grid", f"{grid[0]} (persistent)", f"{work} work tiles (query tiles x batch x heads) > "
-               f"{int(gpu.sm_count)} SMs: one CTA per SM loops over tiles bx, bx + {grid[0]}, ... in decreasing "
-               "query-tile order (causal: the longest first), its K/V ring running on across tiles, so the next "
-               "tile's Q and first K/V load during this tile's last softmax and epilogue "
-               f"(NOVA_ATTENTION_PERSISTENT=0: a block per tile)")
+        how = {"head": f"work tiles ordered head by head (a head's query tiles side by side, the longest "
+                       f"first), CTA bx taking position bx of even rounds of {grid[0]} tiles and {grid[0]} - 1 - bx "
+                       "of odd ones: the CTAs in flight read the K/V of a few dozen heads, which stay in L2 "
+                       "(query-tile-major order re-read every head's K/V from DRAM per query tile: 1.6x the "
+                       "forward's bytes at 32x8x512x64, Nsight Compute, session 12), and each CTA's long and "
+                       "short tiles pair up across rounds (causal balance)",
+               "query": "tiles bx, bx + grid, ... in decreasing query-tile order across heads (causal: the "
+                        "longest first)"}[kt.tile_order]
+        d.note("10 grid", f"{grid[0]} (persistent, {kt.tile_order} order)", f"{work} work tiles (query tiles x "
+               f"batch x heads) > {int(gpu.sm_count)} SMs: one CTA per SM loops over them, {how}; its K/V ring "
+               "runs on across tiles, so the next tile's Q and first K/V load during this tile's last softmax "
+               "and epilogue (NOVA_ATTENTION_PERSISTENT=0: a block per tile; NOVA_ATTENTION_TILE_ORDER)")
     else:
         d.note("10 grid", f"{grid[0]} x {grid[1]}", f"query tiles x (batch x heads): {blocks} blocks, "
                f"{_cdiv(blocks, int(gpu.sm_count))} wave(s) of {int(gpu.sm_count)}; causal: only the K/V tiles up "
@@ -785,6 +793,20 @@ def hopper_mode() -> str:
     want = {"0": "off", "1": "auto", "no": "off", "false": "off"}.get(want, want)
     if want not in HOPPER_MODES:
         raise AttentionProblemError(f"NOVA_ATTENTION_HOPPER={want!r}: choose one of {', '.join(HOPPER_MODES)}")
+    return want
+
+
+TILE_ORDERS = ("head", "query")
+
+
+def hopper_tile_order() -> str:
+    """``$NOVA_ATTENTION_TILE_ORDER``: the persistent forward's work order, "head" (default: a head's
+    query tiles side by side, rounds snaked, step 10) or "query" (query-tile major across heads, the
+    longest first: the order before session 12, for A/B runs)."""
+    import os
+    want = os.environ.get("NOVA_ATTENTION_TILE_ORDER", "head").strip().lower() or "head"
+    if want not in TILE_ORDERS:
+        raise AttentionProblemError(f"NOVA_ATTENTION_TILE_ORDER={want!r}: choose one of {', '.join(TILE_ORDERS)}")
     return want
 
 

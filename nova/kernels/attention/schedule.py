@@ -41,6 +41,8 @@ class KernelTile:
     producer_regs: int = 0          # Hopper: setmaxnreg targets of the producer and consumer warpgroups
     consumer_regs: int = 0
     persistent: bool = False        # Hopper forward: grid[0] CTAs (<= the SMs) each loop over query tiles
+    tile_order: str = ""            # persistent: "head" (a head's query tiles side by side, rounds snaked) or
+                                    # "query" (query-tile major across heads, the longest first)
 
     @property
     def rows_per_warp(self) -> int:
@@ -62,6 +64,8 @@ class KernelTile:
             del d["producer_regs"], d["consumer_regs"]
         if not self.persistent:          # the dict (so the cache key) of every kernel before it
             del d["persistent"]
+        if not self.tile_order:
+            del d["tile_order"]
         return d
 
     @classmethod
