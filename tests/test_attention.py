@@ -614,7 +614,7 @@ def test_hopper_backward_falls_back_with_a_reason(monkeypatch):
     d128 = configure_attention(AttentionProblem(8, 16, 2048, 2048, 128, causal=True), "h200")
     k = d128.schedule.bwd_dkv
     assert k.hopper and (k.block_rows, k.block_cols, k.consumer_warpgroups, k.threads) == (64, 32, 1, 256)
-    assert (k.producer_regs, k.consumer_regs, k.regs_per_thread) == (56, 240, 240)
+    assert (k.producer_regs, k.consumer_regs, k.regs_per_thread, k.transpose_in_flight) == (80, 240, 240, 4)
     tile = {st.step: st for st in d128.derivation}["11 bwd_dkv registers"].reason
     assert "128x64: 256 regs" in tile and "64x32:" in tile
     # a D64 TF32 dK/dV never takes 32-query tiles (their 40-register producer spills; 64 fit and are faster)

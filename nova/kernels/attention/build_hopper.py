@@ -394,7 +394,7 @@ class HopperAttentionKernel:
         return {"warp": ir.sub(ir.div(self.tid, 32, "p_warp"), first_warp, "x_warp"), "warps": warps, "l7": l7,
                 "pos_chunk": ir.div(pos, 4, "pos_chunk"), "pos_word": ir.rem(pos, 4, "pos_word")}
 
-    def transpose_tile(self, lanes: dict, src_off, dst_off):
+    def transpose_tile(self, lanes: dict, src_off, dst_off, in_flight: int = 1):
         """Copy the landed [rows = BC, D] FP32 tile at byte ``src_off`` of dynamic smem (TMA's layout: D/32
         boxes of [rows, 128 B], 128-byte swizzled) to its transpose at ``dst_off``: rows/32 boxes of
         [D, 32 rows = 128 B], swizzled the same way (chunk c of row r at c ^ (r % 8)), i.e. the K-major
@@ -402,7 +402,10 @@ class HopperAttentionKernel:
         ``vt_position``'s (the S accumulators are then the register A fragment).  Work unit u = (row
         box, 4 head-dim columns) per warp: lane l reads row 32 kb + l's 16 bytes (one swizzled chunk) and
         stores its 4 values in 4 rows of the transpose; a warp's stores to a row are 32 distinct words
-        of one 128-byte row (no bank conflict), its reads 4 wavefronts."""
+        of one 128-byte row (no bank conflict), its reads 4 wavefronts.  ``in_flight`` (the schedule's
+        ``transpose_in_flight``): units whose loads are issued before their stores, so that many
+        shared-memory reads are in flight instead of one load-to-store latency per unit (the units every
+        warp has, in groups; the rest one at a time, guarded)."""
         ir = self.ir
         rows = self.BC
         row_boxes, chunks = rows // 32, self.D // 4
@@ -410,24 +413,41 @@ class HopperAttentionKernel:
         f32v = f"memref<{rows * self.D}xf32, {SMEM}>"
         src_v = ir.let("x_src", f"memref.view {self.dsm}[{ir.v(src_off)}][] : memref<?xi8, {SMEM}> to {f32v}")
         dst_v = ir.let("x_dst", f"memref.view {self.dsm}[{ir.v(dst_off)}][] : memref<?xi8, {SMEM}> to {f32v}")
-        with ir.region(f"scf.for %xu = {ir.v(0)} to {ir.v(_cdiv(units, nw))} step {ir.v(1)} {{"):
-            u = ir.add(ir.mul("%xu", nw, "xu_w"), lanes["warp"], "unit")
 
-            def unit(u=u):
-                kb, dc = ir.rem(u, row_boxes, "kbox"), ir.div(u, row_boxes, "dchunk")
-                row = ir.add(ir.mul(kb, 32, "kb32"), self.lane, "x_row")
-                # source: box dc / 8 of [rows, 128 B], row ``row``, chunk (dc % 8) ^ (row % 8)
-                src = ir.add(ir.add(ir.mul(ir.div(dc, 8, "vbox"), rows * 32, "vbox_off"), ir.mul(row, 32, "vrow_off")),
-                             ir.mul(ir.xor(ir.rem(dc, 8, "vchunk"), lanes["l7"], "vchunk_sw"), 4, "vchunk_off"), "v_src")
-                x = ir.let("vx", f"vector.load {src_v}[{ir.v(src)}] : {f32v}, vector<4xf32>")
-                for e in range(4):
-                    d = ir.add(ir.mul(dc, 4, "d4"), e, "vt_row")
-                    dst = ir.add(ir.add(ir.mul(kb, self.D * 32, "vtbox_off"), ir.mul(d, 32, "vtrow_off")),
-                                 ir.add(ir.mul(ir.xor(lanes["pos_chunk"], ir.rem(d, 8, "d8"), "vtchunk_sw"), 4, "vtc"),
-                                        lanes["pos_word"], "vt_col"), "vt_dst")
-                    el = ir.let("vx_e", f"vector.extract {x}[{e}] : f32 from vector<4xf32>")
-                    ir.emit(f"memref.store {el}, {dst_v}[{ir.v(dst)}] : {f32v}")
-            ir.guarded(ir.cmp("slt", u, units, "unit_ok") if units % nw else True, unit)
+        def load(u):
+            kb, dc = ir.rem(u, row_boxes, "kbox"), ir.div(u, row_boxes, "dchunk")
+            row = ir.add(ir.mul(kb, 32, "kb32"), self.lane, "x_row")
+            # source: box dc / 8 of [rows, 128 B], row ``row``, chunk (dc % 8) ^ (row % 8)
+            src = ir.add(ir.add(ir.mul(ir.div(dc, 8, "vbox"), rows * 32, "vbox_off"), ir.mul(row, 32, "vrow_off")),
+                         ir.mul(ir.xor(ir.rem(dc, 8, "vchunk"), lanes["l7"], "vchunk_sw"), 4, "vchunk_off"), "v_src")
+            return kb, dc, ir.let("vx", f"vector.load {src_v}[{ir.v(src)}] : {f32v}, vector<4xf32>")
+
+        def store(kb, dc, x):
+            for e in range(4):
+                d = ir.add(ir.mul(dc, 4, "d4"), e, "vt_row")
+                dst = ir.add(ir.add(ir.mul(kb, self.D * 32, "vtbox_off"), ir.mul(d, 32, "vtrow_off")),
+                             ir.add(ir.mul(ir.xor(lanes["pos_chunk"], ir.rem(d, 8, "d8"), "vtchunk_sw"), 4, "vtc"),
+                                    lanes["pos_word"], "vt_col"), "vt_dst")
+                el = ir.let("vx_e", f"vector.extract {x}[{e}] : f32 from vector<4xf32>")
+                ir.emit(f"memref.store {el}, {dst_v}[{ir.v(dst)}] : {f32v}")
+
+        every = units // nw                          # units every warp has (iterations xu < every)
+        groups = every // in_flight if in_flight > 1 else 0
+        if groups:
+            with ir.region(f"scf.for %xg = {ir.v(0)} to {ir.v(groups)} step {ir.v(1)} {{"):
+                first = ir.mul("%xg", in_flight * nw, "xg_u")
+                held = [load(ir.add(ir.add(first, j * nw, "xg_j"), lanes["warp"], "unit")) for j in range(in_flight)]
+                for kb, dc, x in held:
+                    store(kb, dc, x)
+        rest_from = groups * in_flight
+        rest = _cdiv(units, nw) - rest_from
+        if rest:
+            with ir.region(f"scf.for %xu = {ir.v(rest_from)} to {ir.v(rest_from + rest)} step {ir.v(1)} {{"):
+                u = ir.add(ir.mul("%xu", nw, "xu_w"), lanes["warp"], "unit")
+
+                def unit(u=u):
+                    store(*load(u))
+                ir.guarded(ir.cmp("slt", u, units, "unit_ok") if units % nw else True, unit)
 
     def publish_transposed(self, group, slot):
         """After a transposer thread's stores: fence them into the async proxy (wgmma's reads) and
@@ -608,7 +628,8 @@ class _HopperFwd(HopperAttentionKernel):
             ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.full}[{slot}], {par}, {ticks} : {self.mb(self.S)}")
             v_off = ir.add(ir.add(self.base_off, self.plan["ring"] + self.plan["kv"]),
                            ir.mul(slot, self.plan["stage"]), "v_off")
-            self.transpose_tile(lanes, v_off, ir.add(v_off, self.plan["vt"] - self.plan["kv"], "vt_off"))
+            self.transpose_tile(lanes, v_off, ir.add(v_off, self.plan["vt"] - self.plan["kv"], "vt_off"),
+                                self.kt.transpose_in_flight)
             self.publish_transposed(self.vt_full, slot)
 
     # ------------------------------------------------------------------------------------------

@@ -337,7 +337,8 @@ class _HopperBwd(HopperAttentionKernel):
                 off = ir.add(ir.add(self.base_off, self.plan["ring"]), ir.mul(slot, self.plan["stage"]), "s_off")
                 for j, i in enumerate(TRANSPOSED[self.role]):
                     self.transpose_tile(lanes, ir.add(off, i * self.plan["tile"], "xt_src"),
-                                        ir.add(off, self.plan["xt"] + j * self.plan["tile"], "xt_dst"))
+                                        ir.add(off, self.plan["xt"] + j * self.plan["tile"], "xt_dst"),
+                                        self.kt.transpose_in_flight)
                 self.publish_transposed(self.xt_full, slot)
 
     def producer_vectors(self, ticks):

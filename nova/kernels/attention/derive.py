@@ -531,7 +531,8 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float,
             continue
         kt = KernelTile("fwd", rows, bc, 4 * wgs, stages, 0, smem, entry, 1, grid, consumer_warpgroups=wgs,
                         producer_warps=4, smem_layout="swizzle128", producer_regs=HOPPER_PRODUCER_REGS,
-                        consumer_regs=cregs, persistent=persistent, tile_order=order)
+                        consumer_regs=cregs, persistent=persistent, tile_order=order,
+                        transpose_in_flight=transpose_in_flight(HOPPER_PRODUCER_REGS) if tf32 else 0)
         vis = visited_pairs(p, "fwd", rows, bc)
         t, terms = hopper_fwd_time(p, gpu, kt, vis)
         tried.append(f"{bc} keys: {t * 1e6:.1f} us")
@@ -594,10 +595,14 @@ HOPPER_BWD_PRODUCER_REGS = {"bwd_dkv": (32, 24), "bwd_dq": (24,)}   # the produc
                                  # first (24 spilled the LSE/D warp's loop in ptxas 13.0: 52 B at B2 H2 T200 D64);
                                  # 24 -> 240 where that lets the consumers hold a tile >= 3% faster by the model
                                  # (D128: 64-row query tiles instead of 32; ptxas: no spills there)
-HOPPER_BWD_TF32_PRODUCER_REGS = {2: (40,), 1: (56,)}   # TF32, by consumer warpgroups: the producer's idle warps
-                                 # transpose tiles (a few values in flight, 64-bit addresses); with one consumer
-                                 # warpgroup registers are plentiful (its 240 stay) and 40 spilled (ptxas 13.0:
-                                 # 48 B at D64 with 32-query tiles, 272 B at T = 1)
+HOPPER_BWD_TF32_PRODUCER_REGS = {2: (40,), 1: (80,)}   # TF32, by consumer warpgroups: the producer's idle warps
+                                 # transpose tiles (64-bit addresses); two consumer warpgroups at 232 leave it 40;
+                                 # with one, registers are plentiful (its 240 stay): 80, so four transpose units
+                                 # in flight (``transpose_in_flight``; 40 spilled there, ptxas 13.0: 48 B at D64
+                                 # with 32-query tiles, 272 B at T = 1)
+TRANSPOSE_BASE_REGS = 40         # [FITTED to ptxas] a transposer loop with one unit in flight (the 40 the
+TRANSPOSE_UNIT_REGS = 12         # producers keep), and [EST] each further unit: 4 values, 64-bit source and
+TRANSPOSE_MAX_IN_FLIGHT = 4      # destination addresses; at most 4 (the loads of a warp's tile share then)
 HOPPER_BWD_TF32_TILES = {"bwd_dkv": (128, 64, 32), "bwd_dq": (128, 64, 32)}   # TF32 (a slot also holds the
                                  # transposes): at D128 dQ fits only 32-key tiles (K, V, K^T beside 128-row Q, dO)
                                  # and dK/dV only 32-query tiles beside 64-row K, V (one consumer warpgroup).
@@ -658,6 +663,14 @@ def hopper_bwd_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTil
                               streamed_tiles=HOPPER_BWD_SMEM_TILES[role] + moved,
                               dram_bytes={"bwd_dq": p.fwd_bytes + p.fwd_bytes // 2, "bwd_dkv": p.bwd_bytes}[role],
                               pipe="elementwise", achieved=HOPPER_BWD_ACHIEVED, block_fixed_us=HOPPER_BWD_BLOCK_FIXED_US)
+
+
+def transpose_in_flight(producer_regs: int) -> int:
+    """TF32: tile-transpose units a producer thread keeps in flight (loads issued before their
+    stores): 1 + (producer_regs - TRANSPOSE_BASE_REGS) // TRANSPOSE_UNIT_REGS, in [1, TRANSPOSE_MAX_IN_FLIGHT].
+    One unit's load-to-store latency per 16 bytes bound the transposes (the one-warpgroup D128 dK/dV:
+    32 units per step and warp, ~1.9 us per step measured, session 12)."""
+    return max(1, min(TRANSPOSE_MAX_IN_FLIGHT, 1 + (producer_regs - TRANSPOSE_BASE_REGS) // TRANSPOSE_UNIT_REGS))
 
 
 def hopper_bwd_entry_regs(gpu: GPUModel, wgs: int) -> int:
@@ -728,7 +741,8 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
             tried.append(f"{name}: smem {smem}")
             continue
         kt = KernelTile(role, rows, bc, 4 * wgs, stages, 0, smem, entry, 1, grid, consumer_warpgroups=wgs,
-                        producer_warps=4, smem_layout="swizzle128", producer_regs=prod, consumer_regs=cregs)
+                        producer_warps=4, smem_layout="swizzle128", producer_regs=prod, consumer_regs=cregs,
+                        transpose_in_flight=transpose_in_flight(prod) if tf32 else 0)
         vis = visited_pairs(p, role, rows, bc)
         t, terms = hopper_bwd_time(p, gpu, role, kt, vis)
         tried.append(f"{name}: {t * 1e6:.1f} us")
@@ -754,6 +768,11 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
             f"ptxas] <= {cregs}; candidates {', '.join(tried)}",
             outs=outs, D=p.head_dim, block_cols=kt.block_cols, elem_bytes=eb, overhead=HOPPER_BWD_REG_OVERHEAD)
     what = "query rows per streamed Q/dO tile" if role == "bwd_dkv" else "keys per streamed K/V tile"
+    if tf32:
+        d.note(f"{tag} transposes in flight", kt.transpose_in_flight,
+               f"units of {xt} (16 bytes in, 4 words out per lane) a transposer thread keeps in flight within its "
+               f"{prod} registers (at most {TRANSPOSE_MAX_IN_FLIGHT}): one load-to-store latency per unit bounds the "
+               "copies otherwise", formula=f"1 + ({prod} - {TRANSPOSE_BASE_REGS}) // {TRANSPOSE_UNIT_REGS}")
     d.note(f"{tag} tile", f"{rows}x{kt.block_cols}", f"{rows} kept rows (64 per consumer warpgroup), "
            f"{kt.block_cols} {what} (wgmma N of S): the fastest (within 3%: the larger) by this step's model")
     d.note(f"{tag} stages", kt.stages, f"Little's law: 1 + ceil({gpu.mem_latency_ns:.0f} ns / {t_tile:.0f} ns of "

@@ -43,6 +43,7 @@ class KernelTile:
     persistent: bool = False        # Hopper forward: grid[0] CTAs (<= the SMs) each loop over query tiles
     tile_order: str = ""            # persistent: "head" (a head's query tiles side by side, rounds snaked) or
                                     # "query" (query-tile major across heads, the longest first)
+    transpose_in_flight: int = 0    # TF32 Hopper kernels: tile-transpose units a producer thread has in flight
 
     @property
     def rows_per_warp(self) -> int:
@@ -66,6 +67,8 @@ class KernelTile:
             del d["persistent"]
         if not self.tile_order:
             del d["tile_order"]
+        if not self.transpose_in_flight:
+            del d["transpose_in_flight"]
         return d
 
     @classmethod
