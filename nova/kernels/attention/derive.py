@@ -373,6 +373,9 @@ HOPPER_DTYPES = ("bf16", "fp16", "tf32")   # forward and backward; TF32 with V^T
                              # dO^T (dK/dV) written by producer warps (build_hopper.py, build_hopper_bwd.py)
 HOPPER_TF32_ROUND_ALU = 1.5  # TF32 forward: P rounded by IADD + LOP3 per score where 16 bits pack half a cvt
 HOPPER_PRODUCER_REGS = 40    # the producer warpgroup after setmaxnreg.dec: one thread, a TMA loop (FA3: 24-56)
+HOPPER_TF32_PRODUCER_REGS = 88   # TF32, two consumer warpgroups: the producer's idle warps transpose tiles; 88
+                             # (3 units in flight, ``transpose_in_flight``) where the consumers' tile fits in
+                             # the 208 left, else 40 (the D64 forward's 128-key tile needs 216)
 HOPPER_SETMAXNREG_MAX = 232  # as the GEMM path (nova/kernels/gemm/hopper.py SETMAXNREG_MAX)
 HOPPER_WGS = 2               # consumer warpgroups: one's softmax runs while the other's wgmmas do (step 10)
 HOPPER_REG_OVERHEAD = 56     # [EST] consumer registers beyond S (BC/2), P (BC/4) and O (D/2): softmax state,
@@ -492,13 +495,9 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float,
            f"(128-byte swizzle); O += P V: {pv}; FP32 accumulation; TMA loads"
            + (" (TF32 tensor maps: rounded to nearest as they land)" if tf32 else "") + ", a full/empty mbarrier ring")
     entry = int(F.hopper_entry_regs(regs_per_sm=gpu.regs_per_sm, wgs=wgs))
-    cregs = d.apply("10 consumer registers", F.hopper_consumer_regs,
-                    f"setmaxnreg: the producer warpgroup keeps {HOPPER_PRODUCER_REGS} (one thread issues TMA), "
-                    f"{wgs} consumer warpgroups share the rest of the block's registers at launch ({128 * (1 + wgs)} threads x "
-                    f"{entry}: setmaxnreg.inc waits for registers the block does not hold, forever; at most "
-                    f"{HOPPER_SETMAXNREG_MAX})",
-                    post=lambda v: int(min(v, HOPPER_SETMAXNREG_MAX)), entry_regs=entry,
-                    producer_regs=HOPPER_PRODUCER_REGS, wgs=wgs)
+    consumer_regs = lambda prod: int(min(F.hopper_consumer_regs(entry_regs=entry, producer_regs=prod, wgs=wgs),
+                                         HOPPER_SETMAXNREG_MAX))
+    producers = (HOPPER_TF32_PRODUCER_REGS, HOPPER_PRODUCER_REGS) if tf32 else (HOPPER_PRODUCER_REGS,)
     d.note("10 warpgroups", f"1 producer + {wgs} consumers",
            f"block_rows = 64 x {wgs} = {64 * wgs} query rows, 64 per consumer warpgroup (wgmma M); two so that "
            "one warpgroup's softmax (MUFU, FP32) runs while the other's wgmmas do (a warpgroup alone runs "
@@ -515,9 +514,11 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float,
     tried, best = [], None
     for bc in HOPPER_KEY_TILES[p.dtype]:
         regs = F.hopper_regs(block_cols=bc, D=p.head_dim, elem_bytes=eb, overhead=HOPPER_REG_OVERHEAD)
-        if regs > cregs:
+        prod = next((pr for pr in producers if regs <= consumer_regs(pr)), None)   # TF32: the most the tile leaves
+        if prod is None:
             tried.append(f"{bc} keys: {regs:.0f} regs")
             continue
+        cregs = consumer_regs(prod)
         stage = F.hopper_stage_bytes(tiles=ring_tiles(p), block_cols=bc, D=p.head_dim, elem_bytes=eb)
         t_tile = F.t_tile_ns(gemms=2, block_rows=rows, block_cols=bc, D=p.head_dim, tc_flops_per_clk_sm=rate,
                              clock_hz=gpu.clock_hz)
@@ -530,9 +531,9 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float,
             tried.append(f"{bc} keys: smem {smem}")
             continue
         kt = KernelTile("fwd", rows, bc, 4 * wgs, stages, 0, smem, entry, 1, grid, consumer_warpgroups=wgs,
-                        producer_warps=4, smem_layout="swizzle128", producer_regs=HOPPER_PRODUCER_REGS,
+                        producer_warps=4, smem_layout="swizzle128", producer_regs=prod,
                         consumer_regs=cregs, persistent=persistent, tile_order=order,
-                        transpose_in_flight=transpose_in_flight(HOPPER_PRODUCER_REGS) if tf32 else 0)
+                        transpose_in_flight=transpose_in_flight(prod) if tf32 else 0)
         vis = visited_pairs(p, "fwd", rows, bc)
         t, terms = hopper_fwd_time(p, gpu, kt, vis)
         tried.append(f"{bc} keys: {t * 1e6:.1f} us")
@@ -542,6 +543,20 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float,
         d.note("10 fwd path", "mma.sync", f"no Hopper key tile fits ({'; '.join(tried)})")
         return None, d.steps, None
     t, kt, regs, want, cap, stage, t_tile, vis, terms = best
+    prod, cregs = kt.producer_regs, kt.consumer_regs
+    d.apply("10 consumer registers", F.hopper_consumer_regs,
+            f"setmaxnreg: the producer warpgroup keeps {prod} (one thread issues TMA"
+            + (f"; TF32: its idle warps transpose V, {HOPPER_TF32_PRODUCER_REGS} where the consumers' tile fits in "
+               f"the rest, else {HOPPER_PRODUCER_REGS}" if tf32 else "")
+            + f"), {wgs} consumer warpgroups share the rest of the block's registers at launch ({128 * (1 + wgs)} "
+            f"threads x {entry}: setmaxnreg.inc waits for registers the block does not hold, forever; at most "
+            f"{HOPPER_SETMAXNREG_MAX})",
+            post=lambda v: int(min(v, HOPPER_SETMAXNREG_MAX)), entry_regs=entry, producer_regs=prod, wgs=wgs)
+    if tf32:
+        d.note("10 transposes in flight", kt.transpose_in_flight,
+               f"units of V^T (16 bytes in, 4 words out per lane) a transposer thread keeps in flight within its "
+               f"{prod} registers (at most {TRANSPOSE_MAX_IN_FLIGHT})",
+               formula=f"1 + ({prod} - {TRANSPOSE_BASE_REGS}) // {TRANSPOSE_UNIT_REGS}")
     d.apply("10 key tile registers", F.hopper_regs, f"per consumer thread: S (BC/2 FP32), P (BC/2 x elem_bytes/4: "
             f"{'TF32 words' if tf32 else '16-bit pairs'}), O (D/2 "
             f"FP32) + {HOPPER_REG_OVERHEAD} [EST] <= {cregs}; candidates {', '.join(tried)}",
@@ -595,14 +610,14 @@ HOPPER_BWD_PRODUCER_REGS = {"bwd_dkv": (32, 24), "bwd_dq": (24,)}   # the produc
                                  # first (24 spilled the LSE/D warp's loop in ptxas 13.0: 52 B at B2 H2 T200 D64);
                                  # 24 -> 240 where that lets the consumers hold a tile >= 3% faster by the model
                                  # (D128: 64-row query tiles instead of 32; ptxas: no spills there)
-HOPPER_BWD_TF32_PRODUCER_REGS = {2: (40,), 1: (80,)}   # TF32, by consumer warpgroups: the producer's idle warps
-                                 # transpose tiles (64-bit addresses); two consumer warpgroups at 232 leave it 40;
-                                 # with one, registers are plentiful (its 240 stay): 80, so four transpose units
-                                 # in flight (``transpose_in_flight``; 40 spilled there, ptxas 13.0: 48 B at D64
-                                 # with 32-query tiles, 272 B at T = 1)
-TRANSPOSE_BASE_REGS = 40         # [FITTED to ptxas] a transposer loop with one unit in flight (the 40 the
-TRANSPOSE_UNIT_REGS = 12         # producers keep), and [EST] each further unit: 4 values, 64-bit source and
-TRANSPOSE_MAX_IN_FLIGHT = 4      # destination addresses; at most 4 (the loads of a warp's tile share then)
+HOPPER_BWD_TF32_PRODUCER_REGS = {2: (HOPPER_TF32_PRODUCER_REGS, 40), 1: (104,)}   # TF32, by consumer warpgroups:
+                                 # the producer's idle warps transpose tiles (64-bit addresses); with two, 88 (3
+                                 # units in flight) where the consumers' tile fits in the 208 left, else 40; with
+                                 # one, registers are plentiful (its 240 stay): 104, 4 in flight (40 spilled there,
+                                 # ptxas 13.0: 48 B at D64 with 32-query tiles, 272 B at T = 1)
+TRANSPOSE_BASE_REGS = 40         # [FITTED to ptxas 13.0] a transposer loop with one unit in flight (the 40 the
+TRANSPOSE_UNIT_REGS = 20         # producers keep) and each further unit (4 values, 64-bit addresses: 88
+TRANSPOSE_MAX_IN_FLIGHT = 4      # registers hold 3, with 4 the D64 dQ's transposer spilled 4 B); at most 4
 HOPPER_BWD_TF32_TILES = {"bwd_dkv": (128, 64, 32), "bwd_dq": (128, 64, 32)}   # TF32 (a slot also holds the
                                  # transposes): at D128 dQ fits only 32-key tiles (K, V, K^T beside 128-row Q, dO)
                                  # and dK/dV only 32-query tiles beside 64-row K, V (one consumer warpgroup).
