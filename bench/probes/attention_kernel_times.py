@@ -10,7 +10,7 @@ import json
 import os
 import sys
 
-SHAPES = ((32, 8, 512, 64), (16, 12, 1024, 64), (8, 16, 2048, 128))
+SHAPES = ((32, 8, 512, 64), (16, 12, 1024, 64), (8, 16, 2048, 128), (16, 16, 1024, 128))
 NAMES = {"nova_attn_fwd": "fwd", "nova_attn_bwd_pre": "bwd_pre", "nova_attn_bwd_dkv": "bwd_dkv",
          "nova_attn_bwd_dq": "bwd_dq"}
 

@@ -23,7 +23,8 @@ from unittest import mock
 from nova.kernels.attention.problem import AttentionProblem, score_precision_for
 
 # (B, H, T, D) of the benchmark, all causal
-BENCH_SHAPES = ((32, 8, 512, 64), (16, 12, 1024, 64), (8, 16, 2048, 128))
+BENCH_SHAPES = ((32, 8, 512, 64), (16, 12, 1024, 64), (8, 16, 2048, 128),
+                (16, 16, 1024, 128))      # the GPT-42M and GPT-144M shapes, issue 11's D128 one, a second D128
 BENCH_DTYPES = ("tf32", "bf16", "fp16")
 
 # tests/test_attention_gpu.py: (B, H, Hkv, Tq, Tk, D, causal, dtype); T never a multiple of a tile

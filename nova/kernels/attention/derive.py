@@ -395,8 +395,15 @@ HOPPER_BLOCK_FIXED_US = 7.5  # [FITTED] per block: Q and the first K/V tile at D
                              # this over-prices short blocks; since session 8 it prices only the forward with
                              # a block per query tile (work tiles <= SMs, or NOVA_ATTENTION_PERSISTENT=0)
 HOPPER_PERSISTENT_FIXED_US = 0.0  # [FITTED] per work tile (query tile) of the persistent forward, and
-HOPPER_PERSISTENT_STEP_US = 1.03  # [FITTED] per K/V step of it.  Estimated 1.5 and 0.15 before the device run
-                             # (the model said 36/84/225 us).  Measured by CUDA-graph replay (session 8, call 6,
+HOPPER_PERSISTENT_STEP_US = 0.52  # [FITTED] per K/V step of it (session 12; 1.03 until then, see below), and
+TRANSPOSE_STEP_CYCLES = 78        # [FITTED] per transposer loop iteration of a TF32 step (a 16-byte load and
+                                  # four 4-byte stores per lane, ``in_flight`` units at a time): least squares
+                                  # of the relative errors of the six persistent forwards in head order
+                                  # (session 12, calls 2-4, CUPTI: BF16 39.7 / 84.8 / 257.4, TF32 66.5 / 155.9
+                                  # / 704 us at 32x8x512x64, 16x12x1024x64, 8x16x2048x128 causal) -> -20%, +1%,
+                                  # -3%, -4%, -3%, +17% (the single 1.03: +5%, +33%, +24%, -18%, -19%, +42%).
+                                  # Before session 12 (query-tile order) the step was fitted alone, 1.03
+                             # (estimated 1.5 and 0.15 before the device run: the model said 36/84/225 us).  Measured by CUDA-graph replay (session 8, call 6,
                              # BF16 causal): 32x8x512x64 43 us, 16x12x1024x64 89, 8x16x2048x128 327 (the
                              # mma.sync forward: 62/136/568).  A per-work-tile term does not fit them (least
                              # squares with both constants makes it negative): the tile switch is hidden; one
@@ -421,17 +428,28 @@ def hopper_blocker(p: AttentionProblem, gpu: GPUModel) -> str:
     return tma_blocker(p)
 
 
+def transpose_steps(p: AttentionProblem, kt: KernelTile, tiles: int, warps: int) -> int:
+    """TF32: the transposer loop iterations of one streamed step (``build_hopper.transpose_tile``): per
+    transposed [BC, D] tile, units = BC/32 x D/4 over ``warps`` warps, ``transpose_in_flight`` at a time
+    while every warp has that many, then one at a time."""
+    units, k = kt.block_cols // 32 * p.head_dim // 4, max(1, kt.transpose_in_flight)
+    groups = (units // warps) // k if k > 1 else 0
+    return tiles * (groups + _cdiv(units, warps) - groups * k)
+
+
 def hopper_kernel_time(p: AttentionProblem, gpu: GPUModel, kt: KernelTile, vis: int, *, gemms: int,
                        alu_per_score: float, kept_tiles: int, streamed_tiles: int, dram_bytes: int,
                        pipe: str, achieved: float = HOPPER_ACHIEVED,
-                       block_fixed_us: float = HOPPER_BLOCK_FIXED_US) -> tuple[float, dict]:
+                       block_fixed_us: float = HOPPER_BLOCK_FIXED_US, transposes: int = 0) -> tuple[float, dict]:
     """The model of a Hopper attention kernel (steps 10 and 11): within a consumer warpgroup the
     score-shaped wgmmas, the elementwise pass (``pipe``: MUFU ex2 + ``alu_per_score`` FP32 ops per
     score) and the register-A wgmmas run in sequence; ``wgs`` warpgroups interleave, so the SM is
     bound by the tensor core (``gemms`` matmuls of a score tile's size), by the elementwise pipes, by
     one warpgroup's chain / wgs, by shared memory (per 64 x BC scores of a warpgroup: ``kept_tiles``
     64-row tiles and ``streamed_tiles`` BC-row tiles of D elements) or by DRAM (``dram_bytes``);
-    ``achieved`` and ``block_fixed_us``: the fitted share of that bound and cost per block."""
+    ``achieved`` and ``block_fixed_us``: the fitted share of that bound and cost per block; TF32's
+    ``transposes`` (transposer loop iterations per streamed step, ``transpose_steps``) add their
+    latency to the persistent forward's cost per step (the consumers wait for the transposes)."""
     rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
     visited = vis * p.batch * p.heads
     clk = gpu.sm_count * gpu.clock_hz
@@ -446,7 +464,7 @@ def hopper_kernel_time(p: AttentionProblem, gpu: GPUModel, kt: KernelTile, vis: 
     core = F.t_hopper_core(t_tc=t_tc, t_softmax=t_sfx, wgs=wgs)
     if kt.persistent:     # the fixed cost is paid per work tile, the launch's once per CTA is in it
         blocks, fixed = _cdiv(p.seq_q, kt.block_rows) * p.batch * p.heads, HOPPER_PERSISTENT_FIXED_US
-        step = HOPPER_PERSISTENT_STEP_US
+        step = HOPPER_PERSISTENT_STEP_US + transposes * TRANSPOSE_STEP_CYCLES / gpu.clock_hz * 1e6
     else:
         blocks, fixed, step = kt.grid[0] * kt.grid[1], block_fixed_us, HOPPER_TILE_FIXED_US
     tiles = visited / (kt.block_rows * kt.block_cols)
@@ -465,10 +483,12 @@ def hopper_fwd_time(p: AttentionProblem, gpu: GPUModel, kt: KernelTile, vis: int
     producer's V -> V^T copy reads and writes a BC x D tile per block step (per warpgroup: 2 / wgs
     tiles more), and P is rounded (``HOPPER_TF32_ROUND_ALU``)."""
     tf32 = p.dtype == "tf32"
+    from nova.kernels.attention.build_hopper import TRANSPOSER_WARPS
     return hopper_kernel_time(p, gpu, kt, vis, gemms=2,
                               alu_per_score=HOPPER_ALU_PER_SCORE + (HOPPER_TF32_ROUND_ALU if tf32 else 0),
                               kept_tiles=1, streamed_tiles=2 + (2 / kt.consumer_warpgroups if tf32 else 0),
-                              dram_bytes=p.fwd_bytes, pipe="softmax")
+                              dram_bytes=p.fwd_bytes, pipe="softmax",
+                              transposes=transpose_steps(p, kt, 1, TRANSPOSER_WARPS) if tf32 else 0)
 
 
 def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float, force: bool = False):
