@@ -53,7 +53,9 @@ def _protocol(text):
     return {"init": inits, "tx": tx, "box": box, "trips": trips, "consts": consts,
             "vec_warp": "%is_vec_warp" in prod and "nvgpu.mbarrier.arrive %full" in prod,
             "consumer_release_per_warp": bool(re.search(r"scf.if %lane0 \{\s*%tok = nvgpu.mbarrier.arrive %empty",
-                                                        cons))}
+                                                        cons)),
+            "consumer_release_per_thread": bool(re.search(r"\n\s*%tok = nvgpu.mbarrier.arrive %empty", cons))
+            and not re.search(r"scf.if %lane0 \{\s*%tok = nvgpu.mbarrier.arrive %empty", cons)}
 
 
 @pytest.mark.parametrize("case", PROBLEMS, ids=lambda c: "B{}H{}kv{}T{}D{}{}-{}".format(*c[:5], "c" if c[5] else "",
@@ -61,8 +63,10 @@ def _protocol(text):
 def test_every_role_agrees_on_arrivals_bytes_and_trips(case):
     """full: the TMA thread's expect_tx + (dK/dV) 32 LSE/D lanes = the init count, expect_tx = the bytes of
     the boxes issued on the barrier (TMA counts whole boxes, zero-filled rows too); empty: one arrival per
-    consumer warp; one trip count (one SSA value) for the producer thread, the LSE/D warp and the consumers;
-    and the setmaxnreg split inside the block's registers at launch (the hang)."""
+    consumer warp (dQ), per consumer thread in dK/dV (every lane read LSE/D with ordinary loads: lane 0's
+    arrival would not order the others', racecheck, session 12); one trip count (one SSA value) for the
+    producer thread, the LSE/D warp and the consumers; and the setmaxnreg split inside the block's
+    registers at launch (the hang)."""
     p, s, roles = _kernels(case)
     assert roles, "the forced backward should run on the Hopper kernels"
     for role in roles:
@@ -71,10 +75,10 @@ def test_every_role_agrees_on_arrivals_bytes_and_trips(case):
         pr = _protocol(text)
         vec = role == "bwd_dkv"
         assert pr["vec_warp"] == vec
-        assert pr["init"] == {"kept_full": 1, "full": 1 + 32 * vec, "empty": 4 * k.consumer_warpgroups}
+        assert pr["init"] == {"kept_full": 1, "full": 1 + 32 * vec, "empty": 4 * k.consumer_warpgroups * (32 if vec else 1)}
         assert pr["tx"] == pr["box"] == {"kept_full": 2 * k.block_rows * p.head_dim * p.elem_bytes,
                                          "full": 2 * k.block_cols * p.head_dim * p.elem_bytes}
-        assert pr["consumer_release_per_warp"]
+        assert pr["consumer_release_per_thread"] if vec else pr["consumer_release_per_warp"]
         trips = pr["trips"]
         assert set(trips) == ({"itp", "itv", "it"} if vec else {"itp", "it"}) and len(set(trips.values())) == 1
         assert 128 * (k.producer_regs + k.consumer_warpgroups * k.consumer_regs) <= k.threads * k.regs_per_thread
@@ -84,8 +88,9 @@ def test_every_role_agrees_on_arrivals_bytes_and_trips(case):
 def _ring(stages, iters, vec_lanes, consumer_warps, boxes, seed):
     """One random interleaving of the backward's ring: the TMA thread waits empty[s] (flipped parity),
     arrive.expect_tx(full[s], the boxes) and issues its boxes (landing later, in any order); each LSE/D
-    lane waits empty[s] the same way, writes its columns and arrives on full[s]; each consumer warp waits
-    full[s], reads the slot (TMA boxes and LSE/D columns of its round) and arrives on empty[s]."""
+    lane waits empty[s] the same way, writes its columns and arrives on full[s]; each consumer reader (a
+    warp in dQ, a thread in dK/dV, whose lanes read LSE/D) waits full[s], reads the slot (TMA boxes and
+    LSE/D columns of its round) and arrives on empty[s]."""
     rng = random.Random(seed)
     full = [Mbarrier(1 + vec_lanes) for _ in range(stages)]
     empty = [Mbarrier(consumer_warps) for _ in range(stages)]
@@ -128,7 +133,7 @@ def _ring(stages, iters, vec_lanes, consumer_warps, boxes, seed):
             s = it % stages
             assert data[s] == [it] * len(data[s]), (s, it, data[s])
             readers[s].add(x)
-        else:                             # wgmma waited: lane 0 arrives on empty[s]
+        else:                             # wgmma waited: the reader arrives on empty[s]
             s = cons[x] % stages
             readers[s].discard(x)
             empty[s].arrive()
@@ -140,7 +145,7 @@ def test_the_backward_ring_holds_under_any_interleaving():
         for iters in (0, 1, stages, 3 * stages + 1):
             for vec_lanes in (0, 32):
                 for seed in range(6):
-                    _ring(stages, iters, vec_lanes, 8, 4, seed)
+                    _ring(stages, iters, vec_lanes, 64 if vec_lanes else 8, 4, seed)
 
 
 def test_the_abi6_register_split_would_not_fit():

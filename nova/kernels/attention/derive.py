@@ -403,7 +403,8 @@ TRANSPOSE_STEP_CYCLES = 78        # [FITTED] per transposer loop iteration of a 
                                   # / 704 us at 32x8x512x64, 16x12x1024x64, 8x16x2048x128 causal) -> -20%, +1%,
                                   # -3%, -4%, -3%, +17% (the single 1.03: +5%, +33%, +24%, -18%, -19%, +42%).
                                   # Before session 12 (query-tile order) the step was fitted alone, 1.03
-                             # (estimated 1.5 and 0.15 before the device run: the model said 36/84/225 us).  Measured by CUDA-graph replay (session 8, call 6,
+                             # (estimated 1.5 and 0.15 before the device run: the model said 36/84/225 us).
+                             # Measured by CUDA-graph replay (session 8, call 6,
                              # BF16 causal): 32x8x512x64 43 us, 16x12x1024x64 89, 8x16x2048x128 327 (the
                              # mma.sync forward: 62/136/568).  A per-work-tile term does not fit them (least
                              # squares with both constants makes it negative): the tile switch is hidden; one
@@ -663,7 +664,7 @@ HOPPER_BWD_WGS = (2, 1)          # consumer warpgroups, preferred first: two int
                                  # beside the other's wgmmas); one keeps half the rows (64-row K, V: TF32 D128
                                  # dK/dV, whose 128-row K, V leave no room for a slot of Q, dO, Q^T, dO^T) and
                                  # takes the block's registers alone (launch registers capped at the setmaxnreg
-                                 # maximum: 256 x 240 hold a 40-register producer and a 240-register consumer)
+                                 # maximum: 256 x 240 hold a 104-register producer and a 240-register consumer)
 HOPPER_BWD_ALU_PER_SCORE = {"bwd_dkv": 5, "bwd_dq": 4}   # FP32 ops per score: FMA (scale, -LSE), dP - D, x P,
                                  # two half cvt packs (P and dS; dQ packs dS only, plus the mask select), dK/dV:
                                  # the LSE/D column loads
