@@ -83,6 +83,14 @@ def box_cols(p: AttentionProblem) -> int:
     return SWIZZLE // p.elem_bytes
 
 
+def transpose_loop(units: int, warps: int, in_flight: int) -> tuple[int, int]:
+    """(groups, rest): the loops of ``transpose_tile`` over ``units`` work units on ``warps`` warps:
+    ``groups`` iterations of ``in_flight`` units each (the units every warp has; none when one is in
+    flight), then ``rest`` iterations of one unit (guarded where not every warp has it)."""
+    groups = (units // warps) // in_flight if in_flight > 1 else 0
+    return groups, _cdiv(units, warps) - groups * in_flight
+
+
 def transposes_v(p: AttentionProblem) -> bool:
     """TF32: the forward's producer writes V^T beside each landed V (module docstring)."""
     return p.dtype == "tf32"
@@ -431,8 +439,7 @@ class HopperAttentionKernel:
                 el = ir.let("vx_e", f"vector.extract {x}[{e}] : f32 from vector<4xf32>")
                 ir.emit(f"memref.store {el}, {dst_v}[{ir.v(dst)}] : {f32v}")
 
-        every = units // nw                          # units every warp has (iterations xu < every)
-        groups = every // in_flight if in_flight > 1 else 0
+        groups, rest = transpose_loop(units, nw, in_flight)
         if groups:
             with ir.region(f"scf.for %xg = {ir.v(0)} to {ir.v(groups)} step {ir.v(1)} {{"):
                 first = ir.mul("%xg", in_flight * nw, "xg_u")
@@ -440,7 +447,6 @@ class HopperAttentionKernel:
                 for kb, dc, x in held:
                     store(kb, dc, x)
         rest_from = groups * in_flight
-        rest = _cdiv(units, nw) - rest_from
         if rest:
             with ir.region(f"scf.for %xu = {ir.v(rest_from)} to {ir.v(rest_from + rest)} step {ir.v(1)} {{"):
                 u = ir.add(ir.mul("%xu", nw, "xu_w"), lanes["warp"], "unit")
@@ -463,6 +469,23 @@ class HopperAttentionKernel:
         bits = ir.let("p_bits", f"arith.bitcast {x} : f32 to i32")
         up = ir.let("p_up", f"arith.addi {bits}, {ir.const(TF32_HALF_ULP, 'i32')} : i32")
         return ir.let("pa", f"arith.andi {up}, {ir.const(TF32_KEEP_MASK, 'i32')} : i32")
+
+    def gemm_rs(self, acc, frags, b_enc, hi):
+        """acc[m64 x D] += A[m64 x BC] B[BC x D] over BC: A the register fragments of a scores-shaped
+        tile (16-bit: pairs packed, 4 per k-step of 16; TF32: the rounded words, accumulators 0, 2, 1, 3
+        of each 8-column group per k-step of 8), B a streamed [BC rows, D] tile at descriptor start
+        ``b_enc``: 16-bit MN-major (the transpose bit), TF32 its transpose [D, BC] K-major (rows permuted
+        to match).  The forward's O += P V, the backward's dV, dK and dQ."""
+        ir = self.ir
+        if self.tf32:
+            for kk in range(self.BC // 8):
+                db = self.desc(self.kmajor_enc(b_enc, self.D, kk), hi)
+                acc = self.wgmma_rs(acc, [frags[4 * kk + i] for i in (0, 2, 1, 3)], db)
+            return acc
+        for kk in range(self.BC // 16):
+            db = self.desc(ir.add(b_enc, kk * 16 * SWIZZLE // 16, "b_enc_k"), hi)
+            acc = self.wgmma_rs(acc, frags[4 * kk: 4 * kk + 4], db)
+        return acc
 
     def wgmma_rs(self, acc, frag, db):
         """``wgmma.mma_async`` m64n{D}k16 with A from registers (the forward's P, the backward's P^T
@@ -726,18 +749,11 @@ class _HopperFwd(HopperAttentionKernel):
         if self.tf32:
             ir.comment("TF32: V^T (keys permuted by the transposers) must be complete in this slot")
             ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.vt_full}[{slot}], {par}, {ticks} : {self.mb(self.S)}")
-            rounded = [self.tf32_bits(x) for x in pe]
-            frags = [[rounded[4 * kk + i] for i in (0, 2, 1, 3)] for kk in range(self.BC // 8)]
+            frags = [self.tf32_bits(x) for x in pe]
         else:
-            packed = [self.pack(pe[2 * i], pe[2 * i + 1]) for i in range(self.ns // 2)]
-            frags = [packed[4 * kk: 4 * kk + 4] for kk in range(self.BC // 16)]
+            frags = [self.pack(pe[2 * i], pe[2 * i + 1]) for i in range(self.ns // 2)]
         ir.emit("nvvm.wgmma.fence.aligned")
-        for kk, frag in enumerate(frags):
-            if self.tf32:
-                db = self.desc(self.kmajor_enc(v_enc, self.D, kk), hi_v)
-            else:
-                db = self.desc(ir.add(v_enc, kk * 16 * SWIZZLE // 16, "v_enc_k"), hi_v)
-            o = self.wgmma_rs(o, frag, db)
+        o = self.gemm_rs(o, frags, v_enc, hi_v)
         self.finish_step(lane0, slot)
         ir.emit(f"scf.yield {', '.join(m_new + l_new + [o])} : f32, f32, f32, f32, {self.o_t}")
 

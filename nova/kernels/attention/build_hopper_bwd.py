@@ -518,22 +518,6 @@ class _HopperBwd(HopperAttentionKernel):
             dlt.append(ir.select(ok, dv, ir.f(0.0), ty="f32", hint="dlt_r"))
         return nl2, dlt
 
-    def gemm_rs(self, acc, packed, b_enc, hi):
-        """acc[m64 x D] += A[m64 x BC] B[BC x D]: A the scores-shaped values packed to 16 bits in pairs (the
-        register A fragments), B a streamed tile [BC rows, D] MN-major, BC/16 k-steps of 16 rows.  TF32:
-        A the rounded words, accumulators 0, 2, 1, 3 of each 8-column group; B the tile's transpose
-        [D, BC] K-major (rows permuted to match), BC/8 k-steps."""
-        ir = self.ir
-        if self.tf32:
-            for kk in range(self.BC // 8):
-                db = self.desc(self.kmajor_enc(b_enc, self.D, kk), hi)
-                acc = self.wgmma_rs(acc, [packed[4 * kk + i] for i in (0, 2, 1, 3)], db)
-            return acc
-        for kk in range(self.BC // 16):
-            db = self.desc(ir.add(b_enc, kk * 16 * SWIZZLE // 16, "b_enc_k"), hi)
-            acc = self.wgmma_rs(acc, packed[4 * kk: 4 * kk + 4], db)
-        return acc
-
     # ------------------------------------------------------------------------------------------
     def masked(self, c0, s):
         """Scores with masked pairs replaced by MASKED, in a branch taken only where a tile needs it.

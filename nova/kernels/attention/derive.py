@@ -430,12 +430,11 @@ def hopper_blocker(p: AttentionProblem, gpu: GPUModel) -> str:
 
 
 def transpose_steps(p: AttentionProblem, kt: KernelTile, tiles: int, warps: int) -> int:
-    """TF32: the transposer loop iterations of one streamed step (``build_hopper.transpose_tile``): per
+    """TF32: the transposer loop iterations of one streamed step (``build_hopper.transpose_loop``): per
     transposed [BC, D] tile, units = BC/32 x D/4 over ``warps`` warps, ``transpose_in_flight`` at a time
     while every warp has that many, then one at a time."""
-    units, k = kt.block_cols // 32 * p.head_dim // 4, max(1, kt.transpose_in_flight)
-    groups = (units // warps) // k if k > 1 else 0
-    return tiles * (groups + _cdiv(units, warps) - groups * k)
+    from nova.kernels.attention.build_hopper import transpose_loop
+    return tiles * sum(transpose_loop(kt.block_cols // 32 * p.head_dim // 4, warps, max(1, kt.transpose_in_flight)))
 
 
 def hopper_kernel_time(p: AttentionProblem, gpu: GPUModel, kt: KernelTile, vis: int, *, gemms: int,
@@ -574,10 +573,7 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float,
             f"{HOPPER_SETMAXNREG_MAX})",
             post=lambda v: int(min(v, HOPPER_SETMAXNREG_MAX)), entry_regs=entry, producer_regs=prod, wgs=wgs)
     if tf32:
-        d.note("10 transposes in flight", kt.transpose_in_flight,
-               f"units of V^T (16 bytes in, 4 words out per lane) a transposer thread keeps in flight within its "
-               f"{prod} registers (at most {TRANSPOSE_MAX_IN_FLIGHT})",
-               formula=f"1 + ({prod} - {TRANSPOSE_BASE_REGS}) // {TRANSPOSE_UNIT_REGS}")
+        note_transposes(d, "10", kt, "V^T")
     d.apply("10 key tile registers", F.hopper_regs, f"per consumer thread: S (BC/2 FP32), P (BC/2 x elem_bytes/4: "
             f"{'TF32 words' if tf32 else '16-bit pairs'}), O (D/2 "
             f"FP32) + {HOPPER_REG_OVERHEAD} [EST] <= {cregs}; candidates {', '.join(tried)}",
@@ -631,7 +627,7 @@ HOPPER_BWD_PRODUCER_REGS = {"bwd_dkv": (32, 24), "bwd_dq": (24,)}   # the produc
                                  # first (24 spilled the LSE/D warp's loop in ptxas 13.0: 52 B at B2 H2 T200 D64);
                                  # 24 -> 240 where that lets the consumers hold a tile >= 3% faster by the model
                                  # (D128: 64-row query tiles instead of 32; ptxas: no spills there)
-HOPPER_BWD_TF32_PRODUCER_REGS = {2: (HOPPER_TF32_PRODUCER_REGS, 40), 1: (104,)}   # TF32, by consumer warpgroups:
+HOPPER_BWD_TF32_PRODUCER_REGS = {2: (HOPPER_TF32_PRODUCER_REGS, HOPPER_PRODUCER_REGS), 1: (104,)}   # TF32, by consumer warpgroups:
                                  # the producer's idle warps transpose tiles (64-bit addresses); with two, 88 (3
                                  # units in flight) where the consumers' tile fits in the 208 left, else 40; with
                                  # one, registers are plentiful (its 240 stay): 104, 4 in flight (40 spilled there,
@@ -707,6 +703,15 @@ def transpose_in_flight(producer_regs: int) -> int:
     One unit's load-to-store latency per 16 bytes bound the transposes (the one-warpgroup D128 dK/dV:
     32 units per step and warp, ~1.9 us per step measured, session 12)."""
     return max(1, min(TRANSPOSE_MAX_IN_FLIGHT, 1 + (producer_regs - TRANSPOSE_BASE_REGS) // TRANSPOSE_UNIT_REGS))
+
+
+def note_transposes(d: Derivation, tag: str, kt: KernelTile, what: str) -> None:
+    """Steps 10 and 11 (TF32): the derivation row of ``transpose_in_flight`` for the tile ``what``."""
+    prod = kt.producer_regs
+    d.note(f"{tag} transposes in flight", kt.transpose_in_flight,
+           f"units of {what} (16 bytes in, 4 words out per lane) a transposer thread keeps in flight within its "
+           f"{prod} registers (at most {TRANSPOSE_MAX_IN_FLIGHT}): one load-to-store latency per unit bounds the "
+           "copies otherwise", formula=f"1 + ({prod} - {TRANSPOSE_BASE_REGS}) // {TRANSPOSE_UNIT_REGS}")
 
 
 def hopper_bwd_entry_regs(gpu: GPUModel, wgs: int) -> int:
@@ -805,10 +810,7 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
             outs=outs, D=p.head_dim, block_cols=kt.block_cols, elem_bytes=eb, overhead=HOPPER_BWD_REG_OVERHEAD)
     what = "query rows per streamed Q/dO tile" if role == "bwd_dkv" else "keys per streamed K/V tile"
     if tf32:
-        d.note(f"{tag} transposes in flight", kt.transpose_in_flight,
-               f"units of {xt} (16 bytes in, 4 words out per lane) a transposer thread keeps in flight within its "
-               f"{prod} registers (at most {TRANSPOSE_MAX_IN_FLIGHT}): one load-to-store latency per unit bounds the "
-               "copies otherwise", formula=f"1 + ({prod} - {TRANSPOSE_BASE_REGS}) // {TRANSPOSE_UNIT_REGS}")
+        note_transposes(d, tag, kt, xt)
     d.note(f"{tag} tile", f"{rows}x{kt.block_cols}", f"{rows} kept rows (64 per consumer warpgroup), "
            f"{kt.block_cols} {what} (wgmma N of S): the fastest (within 3%: the larger) by this step's model")
     d.note(f"{tag} stages", kt.stages, f"Little's law: 1 + ceil({gpu.mem_latency_ns:.0f} ns / {t_tile:.0f} ns of "
