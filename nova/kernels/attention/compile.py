@@ -16,7 +16,7 @@ from nova.codegen.artifact import KernelArtifact
 from nova.kernels.attention.build import KERNEL_NAMES, build_module, kernel_arch, kernel_params
 from nova.kernels.attention.schedule import ROLES
 
-ATTN_ABI = 9            # bump when the kernels' arguments, layouts or generated code change (2: TF32 rounded in smem);
+ATTN_ABI = 10           # bump when the kernels' arguments, layouts or generated code change (2: TF32 rounded in smem);
                         # strides (a 1-D view per operand) left it at 2: same pointers, same results, and a contiguous
                         # problem's PTX identical but for ragged tiles' zero-fill source address (cached kernels stay valid);
                         # 3: the 3xtf32 score split by truncation (a 3xtf32 kernel of ABI 2 rounded with cvt.rna);
@@ -29,6 +29,8 @@ ATTN_ABI = 9            # bump when the kernels' arguments, layouts or generated
                         # descriptor's high word unwritten on the consumers' path of the non-causal D64 dK/dV kernel)
                         # 9: the Hopper backward's S and dP start with scale-d 0 (no zeroed accumulators: ptxas had
                         # injected a warpgroup.wait that drained S before dP, C7517/C7519)
+                        # 10: the Hopper dK/dV's slot released by every consumer thread (lane 0's arrival did not
+                        # order the other lanes' LSE/D reads: racecheck, session 12) under unchanged schedules
 
 
 def attention_key(problem, schedule, role: str, target) -> str:
