@@ -154,6 +154,7 @@ def test_mma_sync_mlir_indexes_the_batch():
 def test_hopper_mlir_walks_batch_elements_with_3d_maps(monkeypatch):
     from nova.codegen import build_module
     monkeypatch.setenv("NOVA_PINGPONG", "0")           # the cooperative pick: the TMA store (a 3-D map of C)
+    monkeypatch.setenv("NOVA_WIDE_CONSUMERS", "0")     # (3 warpgroups' 192x192 tile would take the registers)
     p = GemmProblem(3000, 2048, 512, "tf32", False, True, True, batch=3, batch_stride_a=0)
     s = configure(p, "h200").schedule
     assert s.hopper.epilogue == "tma_store"
@@ -234,6 +235,7 @@ def test_hopper_runtime_encodes_3d_maps_from_the_plan(monkeypatch):
     import types
     from nova.runtime import tma
     monkeypatch.setenv("NOVA_PINGPONG", "0")           # the cooperative pick: the TMA store (a 3-D map of C)
+    monkeypatch.setenv("NOVA_WIDE_CONSUMERS", "0")     # (3 warpgroups' 192x192 tile would take the registers)
     p = GemmProblem(3000, 2048, 512, "tf32", False, True, True, batch=3, batch_stride_a=0)
     s = configure(p, "h200").schedule
     encoded = []

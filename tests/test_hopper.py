@@ -35,6 +35,11 @@ SPREAD = [
     (512, 512, 16384, "bf16", {"trans_a": True}),                      # split-K workspace (a weight gradient)
     (300, 200, 8192, "bf16", {"trans_a": True, "bias": True, "activation": "gelu"}),   # workspace, ragged, epilogue
     (512, 384, 16384, "tf32", {"deterministic": True}),                # workspace: never atomics
+    # three consumer warpgroups (192x192 tiles at 152 registers, 512 threads): a split-K weight gradient,
+    # ragged with bias + gelu, and an unsplit persistent square
+    (3072, 768, 16384, "bf16", {"trans_a": True}),
+    (3000, 700, 16000, "bf16", {"trans_a": True, "bias": True, "activation": "gelu"}),
+    (3000, 3000, 3000, "bf16", {}),
     # 192-wide tiles (tile_widths): registers epilogue ragged, split-K workspace with 16-byte partials,
     # the TMA store with an MN-major A, swapped TF32
     (777, 1555, 4096, "bf16", {}),
@@ -184,6 +189,40 @@ def test_ptxas_clean_sm90a(hopper, M, N, K, dtype, extra):
         assert ("shfl.sync.bfly" in art.ptx) == quads
 
 
+def test_three_consumer_warpgroups_where_their_registers_hold_the_tile():
+    """Step 8 tries 3 consumer warpgroups (192 wgmma rows) at the N whose accumulators fit 152
+    registers (192 and narrower, never 256), where the wgmma A comes from shared memory: GPT-144M's BF16
+    weight gradient takes cuBLAS's 192x192 tiles with split 2 (64 tiles x 2 = 128 units, half the
+    partial bytes of 128x192 split 4); the launch holds 512 threads at 128 registers and setmaxnreg
+    moves them to 152 per consumer; a TF32 A fed from registers keeps 2 warpgroups (with 3, ptxas
+    serialised every wgmma: C7512)."""
+    from nova.kernels.gemm.hopper import consumer_regs, entry_regs, wide_consumers_fit
+    from nova.hwmodel.presets import h200
+    gpu = h200()
+    assert consumer_regs(gpu.regs_per_sm, 3) == 152 and entry_regs(gpu.regs_per_sm, 3) == 128
+    assert entry_regs(gpu.regs_per_sm, 2) == entry_regs(gpu.regs_per_sm, 1) == 168     # unchanged for 1-2
+    s = configure(GemmProblem(3072, 768, 16384, "bf16", trans_a=True), "h200").schedule
+    assert (s.block_m, s.block_n, s.consumer_warpgroups, s.split_k) == (192, 192, 3, 2) and s.hopper.ctas == 128
+    assert s.regs_per_thread == 128 and s.hopper.consumer_regs == 152 and s.warps_m == 12
+    assert s.hopper.box_a.count == 3 and s.hopper.ring.x_bytes == 192 * 128       # MN-major A: 3 boxes of 64
+    for p in (GemmProblem(3072, 768, 16384, "tf32", trans_a=True), GemmProblem(768, 3072, 16384, "tf32", trans_a=True)):
+        t = configure(p, "h200").schedule
+        assert not wide_consumers_fit(t.hopper.operands) and t.consumer_warpgroups <= 2
+    n256 = configure(GemmProblem(8192, 8192, 8192, "bf16"), "h200").schedule
+    assert n256.consumer_warpgroups == 2 and n256.mma.n == 256
+
+
+def test_nova_wide_consumers_switch(monkeypatch):
+    """NOVA_WIDE_CONSUMERS=0 keeps 1-2 consumer warpgroups (the picks before); a bad value is one error."""
+    p = GemmProblem(3072, 768, 16384, "bf16", trans_a=True)
+    monkeypatch.setenv("NOVA_WIDE_CONSUMERS", "0")
+    s = configure(p, "h200").schedule
+    assert (s.block_m, s.block_n, s.consumer_warpgroups, s.split_k) == (128, 192, 2, 4)
+    monkeypatch.setenv("NOVA_WIDE_CONSUMERS", "yes")
+    with pytest.raises(ProblemError, match="NOVA_WIDE_CONSUMERS='yes'"):
+        configure(p, "h200")
+
+
 def test_192_wide_tiles_are_step_8_candidates():
     """Step 8 tries 3/4 of the widest N where that is whole 64-column TMA boxes (256 -> 192, the
     libraries' deep-K tiles), and picks it where it fills the SMs better: 1536^3 BF16 makes 96 tiles of
@@ -317,9 +356,11 @@ def test_model_charges_padded_tile_work_and_atomic_epilogues():
 @pytest.mark.parametrize("M,N,K,dtype,extra", TMA_SPREAD, ids=lambda v: str(v))
 def test_tma_store_cases_are_the_configurators_choice(M, N, K, dtype, extra, monkeypatch):
     """Each TMA_SPREAD case is routed to the TMA-store epilogue, with its staging beside the ring (the
-    cooperative consumers: some of these the model would run ping-pong, tests/test_hopper_pingpong.py)."""
+    cooperative consumers of 1-2 warpgroups: some of these the model would run ping-pong,
+    tests/test_hopper_pingpong.py, or on three warpgroups' 192x192 tiles with the register epilogue)."""
     from nova.kernels.gemm.hopper import c_box, staging_bytes
     monkeypatch.setenv("NOVA_PINGPONG", "0")
+    monkeypatch.setenv("NOVA_WIDE_CONSUMERS", "0")
     cfg = configure(GemmProblem(M, N, K, dtype, **extra), "h200")
     s = cfg.schedule
     assert s.hopper.epilogue == "tma_store" and s.split_k == 1, {st.step: st.value for st in cfg.derivation}
@@ -384,6 +425,7 @@ def test_staging_shrinks_the_ring_only_where_the_smem_is_short(monkeypatch):
     128x256 tile keeps 4 stages (48 KB each), a 128x192 one goes from 5 to 4 (40 KB), a 128x128 one
     from 7 to 6 (cooperative consumers)."""
     monkeypatch.setenv("NOVA_PINGPONG", "0")
+    monkeypatch.setenv("NOVA_WIDE_CONSUMERS", "0")       # the 2-warpgroup tile (3 would take 192x192, registers)
     from nova.hwmodel import get_target
     from nova.kernels.gemm.hopper import ring_depth, staging_bytes
     gpu = get_target("h200")

@@ -48,6 +48,13 @@ CASES = [
     (2500, 1800, 1024, "bf16", True, False, True, "none"),
     (3072, 1000, 2048, "tf32", False, False, False, "none"),
     (768, 3072, 16384, "bf16", True, False, False, "none"),
+    # three consumer warpgroups (192x192 tiles, 512 threads, hopper.py's WIDE_CONSUMER_WARPGROUPS): the
+    # BF16 weight gradient above and these: split-K ragged with bias + gelu, unsplit persistent and
+    # ragged (BF16 NN, TF32 NT from shared memory), FP16 NT with bias + silu
+    (3000, 700, 16000, "bf16", True, False, True, "gelu"),
+    (3000, 3000, 3000, "bf16", False, False, False, "none"),
+    (3000, 3000, 3000, "tf32", False, True, False, "relu"),
+    (12288, 1536, 1536, "fp16", False, True, True, "silu"),
     # the TMA-store epilogue on the H200 (hopper.py's epilogue step; tests/test_hopper.py TMA_SPREAD):
     # 16-bit boxes, ragged M and N, bias + activation; FP32 boxes with the lanes' rotation (NT: A
     # and B K-major; TT: A^T from registers); swapped TF32 (boxes of C's rows side by side along N)

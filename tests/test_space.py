@@ -139,7 +139,8 @@ def test_every_wgmma_candidate_is_legal(wgmma_space):
     for s in schedules:
         assert check_schedule(p, s, gpu) == [], label(s)
         check_supported_hopper(p, s)                            # the Hopper code generator accepts it
-        assert s.mma.family == "wgmma" and s.consumer_warpgroups in (1, 2) and s.smem_bytes <= gpu.smem_per_block
+        assert s.mma.family == "wgmma" and s.consumer_warpgroups in (1, 2, 3) and s.smem_bytes <= gpu.smem_per_block
+        assert s.consumer_warpgroups < 3 or s.mma.n <= 192
         assert wgmma_fits(gpu, s.consumer_warpgroups, s.mma.n)
 
 
@@ -149,34 +150,37 @@ def test_wgmma_space_varies_only_the_searched_fields(wgmma_space):
     _, _, pick, schedules = wgmma_space
     searched = ("mma", "block_m", "block_n", "warps_m", "warps_n", "consumer_warpgroups", "stages", "smem_bytes",
                 "group_m", "persistent", "split_k", "split_reduction", "vector_c", "hopper",   # vector_c follows the split
-                "cluster_m", "cluster_n", "stream_k_tiles", "consumers")
+                "cluster_m", "cluster_n", "stream_k_tiles", "consumers",
+                "regs_per_thread")                       # the launch's registers follow the warpgroups (512 threads: 128)
     keep = {k: v for k, v in pick.to_dict().items() if k not in searched}
     for s in schedules:
         assert {k: v for k, v in s.to_dict().items() if k not in searched} == keep
         assert replace(s.mma, n=pick.mma.n) == pick.mma and s.hopper.operands == pick.hopper.operands
         assert s.smem_bytes == s.hopper.ring.size(s.stages)
     grid = [s for s in schedules if s != pick]
-    assert {s.mma.n for s in grid} <= set(WGMMA_N) and {s.consumer_warpgroups for s in grid} <= {1, 2}
+    assert {s.mma.n for s in grid} <= set(WGMMA_N) and {s.consumer_warpgroups for s in grid} <= {1, 2, 3}
     assert all(s.consumer_warpgroups == 2 and s.tile_slabs in (1, 2) for s in grid if s.pingpong)
     assert len({label(s) for s in schedules}) == len(schedules)
 
 
 def test_wgmma_space_of_a_large_gemm():
-    """4096^3: both warpgroup counts, every N, stages 2 up to what fits, both grids (more tiles than SMs)."""
+    """4096^3: every warpgroup count, every N (3 warpgroups up to 192), stages 2 up to what fits, both grids
+    (more tiles than SMs)."""
     p, gpu = GemmProblem(4096, 4096, 4096, "bf16"), get_target("h200")
     pick = analytic_pick(p, gpu, "wgmma")
     space = wgmma_space_around(p, gpu, pick)
     assert pick in space                                          # a natural point, not added
     coop = [s for s in space if not s.pingpong]
     tiles = {(s.consumer_warpgroups, s.mma.n) for s in coop}
-    assert tiles == {(w, n) for w in (1, 2) for n in (64, 128, 192, 256)}
+    assert tiles == {(w, n) for w in (1, 2) for n in (64, 128, 192, 256)} | {(3, n) for n in (64, 128, 192)}
     deepest = {t: max(s.stages for s in coop if (s.consumer_warpgroups, s.mma.n) == t) for t in tiles}
     assert deepest[(2, 256)] == 4 and deepest[(1, 64)] == 14      # (232448 - 1024) // ((rows + N) * 128)
+    assert deepest[(3, 192)] == 4
     assert {s.persistent for s in space} == {True, False} and {s.split_k for s in space} == {1}
     pingpong = {(s.tile_slabs, s.mma.n) for s in space if s.pingpong}    # ping-pong: 64 or 128 rows x N per warpgroup
     assert pingpong == {(1, 64), (1, 128), (1, 256), (2, 64), (2, 128)}   # 2 x 256 needs 256 accumulators
     assert all(s.persistent for s in space if s.pingpong)
-    assert {s.group_m for s in space} == {1, 8, 16, pick.group_m}
+    assert {s.group_m for s in space if s.consumer_warpgroups < 3} == {1, 8, 16, pick.group_m}
 
 
 def test_wgmma_register_rule():

@@ -230,13 +230,13 @@ def test_the_dw_shape_keeps_split_k_because_stream_k_streams_from_dram(stream_k)
     """768x3072x16384 BF16 dW: stream-K's CTAs sit at different K offsets and share no K tile, so
     with A and B beyond half of L2 every iteration streams from DRAM (measured on the H200: 191 us
     against split-K's 171, and 276 vs 172 in session 10's suite harness); the model prices that and
-    keeps split-K (4 slices of 128x192 tiles since session 10's 192-wide tiles).  Forced, the walk is
-    the closed form's and its DRAM term is iters x (block_i + n) x 128 B."""
+    keeps split-K (2 slices of 192x192 tiles since session 13's three consumer warpgroups).  Forced, the
+    walk is the closed form's and its DRAM term is iters x (block_i + n) x 128 B."""
     from nova.hwmodel import get_target
     from nova.kernels.gemm.hopper import stream_k_terms
     p = GemmProblem(*DW[:4], **DW[4])
     cfg = configure(p, "h200")
-    assert not cfg.schedule.stream_k and cfg.schedule.split_k == 4 and cfg.schedule.block_n == 192
+    assert not cfg.schedule.stream_k and cfg.schedule.split_k == 2 and cfg.schedule.block_n == 192
     stream_k("1")
     forced = configure(p, "h200")
     s = forced.schedule

@@ -18,7 +18,7 @@ each returning its decision and the derivation row(s) that explain it:
                          the reason N = 256 (80 + 48 = 128 B/clk for TF32) beats N = 128 (96 + 64 = 160)
  6. smem-bound fraction  the fraction of the tensor peak shared memory can feed
  7. clamp N              no wgmma N wider than the next power of two of its extent (shown when it clamps)
- 8. tile and split       of the few tile shapes (1-2 WGs x N, 3N/4, N/2, N/4), K splits and ways to add the
+ 8. tile and split       of the few tile shapes (1-2 WGs, or 3 at N <= 192, x N, 3N/4, N/2, N/4), K splits and ways to add the
                          slices (FP32 atomics into C, or a workspace + a reduction kernel: any output,
                          deterministic), each with the epilogue it would use, the one the prediction's
                          model (step 16) predicts fastest; rows: output tiles, (batched) work units,
@@ -81,6 +81,12 @@ SETMAXNREG_MAX = 232           # registers a thread may hold after setmaxnreg.in
 SETMAXNREG_GRANULE = 8         # setmaxnreg counts are multiples of 8 (PTX ISA)
 CONSUMER_OVERHEAD_REGS = 40    # descriptors, ring counters, epilogue addresses; ptxas: 168 regs at N=256 (128 acc)
 MAX_CONSUMER_WARPGROUPS = 2    # 3 would leave too few registers for N = 256 (step 4)
+WIDE_CONSUMER_WARPGROUPS = 3   # step 8 also tries 3 consumer warpgroups (192 wgmma rows) at the N whose accumulators
+                               # fit their 152 registers (192 and narrower): the 192x192 tiles cuBLAS and XLA run on
+                               # the deep-K weight gradients (bench/NOTES.md, session 10, call 1), half the K slices
+                               # and partial bytes of 128x192 where the tiles are few.  Not with a register-fed
+                               # wgmma A (32-bit MN-major): its fragments of two K tiles beside 96 accumulators
+                               # overflow 152 registers and ptxas serialises every wgmma (C7512)
 MIN_WGMMA_N = 64               # the narrowest tile N the rules consider
 SWIZZLE = 128                  # bytes of K per smem row = TMA box inner extent = 128B swizzle span
 RING_ALIGN = 1024              # the ring starts on a 1024-byte boundary (128B-swizzle atom): that much slack
@@ -153,10 +159,26 @@ def consumer_regs(regs_per_sm: int, wgs: int) -> int:
 def entry_regs(regs_per_sm: int, wgs: int) -> int:
     """Registers per thread at launch (the kernel's maxnreg; setmaxnreg then moves them from the
     producer to the consumers): the register file shared by the largest block (a producer and
-    MAX_CONSUMER_WARPGROUPS consumers), a multiple of 8, and no more than the consumers' target
-    (or setmaxnreg.inc would lower it)."""
-    largest_block = WG_THREADS * (1 + MAX_CONSUMER_WARPGROUPS)
+    MAX_CONSUMER_WARPGROUPS consumers, or ``wgs`` where more: 512 threads at 128), a multiple of 8,
+    and no more than the consumers' target (or setmaxnreg.inc would lower it)."""
+    largest_block = WG_THREADS * (1 + max(wgs, MAX_CONSUMER_WARPGROUPS))
     return min(consumer_regs(regs_per_sm, wgs), regs_per_sm // largest_block // SETMAXNREG_GRANULE * SETMAXNREG_GRANULE)
+
+
+def wide_consumers_fit(operands: OperandPlan) -> bool:
+    """Whether WIDE_CONSUMER_WARPGROUPS consumers may run this operand plan: only with the wgmma A in
+    shared memory (a register-fed A's fragments of two K tiles do not fit beside the accumulators)."""
+    return operands.role(operands.x).feed != "regs"
+
+
+def wide_consumers_allowed() -> bool:
+    """``NOVA_WIDE_CONSUMERS``: 0 keeps step 8 at 1-2 consumer warpgroups (the picks before session 13),
+    1 or unset lets it try WIDE_CONSUMER_WARPGROUPS.  Read at each configure (experiments, A/B runs)."""
+    import os
+    text = os.environ.get("NOVA_WIDE_CONSUMERS", "").strip()
+    if text not in ("", "0", "1"):
+        raise ProblemError(f"NOVA_WIDE_CONSUMERS={text!r}: expected 1 (try 3 consumer warpgroups) or 0 (never)")
+    return text != "0"
 
 
 def widest_n(regs: int, n_max: int) -> int:
@@ -1119,8 +1141,8 @@ def tile_widths(n: int) -> tuple[int, ...]:
 
 def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int) -> list[tuple]:
     """Step 8's candidates, each ``(predicted s, mma + L2 + DRAM s, -warpgroups, -N, split,
-    reduction, tiles, epilogue)``: 1..wgs warpgroups x ``tile_widths(N)`` (at least MIN_WGMMA_N; a
-    narrower N only where it makes more tiles) x the ``split_candidates`` (none with a batch), each split added by every
+    reduction, tiles, epilogue)``: 1..wgs warpgroups (and WIDE_CONSUMER_WARPGROUPS at the widths their
+    registers hold, where the wgmma A comes from shared memory) x ``tile_widths(N)`` (at least MIN_WGMMA_N; a narrower N only where it makes more tiles) x the ``split_candidates`` (none with a batch), each split added by every
     reduction ``split_reductions`` allows, each written by every epilogue ``epilogues`` allows; and
     the tile walked stream-K (``stream_k_terms``, split 1, registers) where ``stream_k_blocker`` allows
     it and the tiles make less than two waves.  ``NOVA_STREAM_K`` (``forced_stream_k``): 1, only
@@ -1132,10 +1154,13 @@ def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int
     if forced is None and forced_cluster() not in (None, (1, 1)):
         forced = False                  # NOVA_CLUSTER forces clusters, which walk whole tiles: no stream-K
     out = []
-    for w in sorted({wgs, 1}, reverse=True):
-        for nn in tile_widths(n):
+    wide = wgs == MAX_CONSUMER_WARPGROUPS and wide_consumers_fit(operands) and wide_consumers_allowed()
+    for w in sorted({wgs, 1} | ({WIDE_CONSUMER_WARPGROUPS} if wide else set()), reverse=True):
+        widths = [nn for nn in tile_widths(n) if w <= MAX_CONSUMER_WARPGROUPS
+                  or nn // 2 + CONSUMER_OVERHEAD_REGS <= consumer_regs(gpu.regs_per_sm, w)]
+        for nn in widths:
             wider = n if nn == 3 * n // 4 else 2 * nn
-            if nn < MIN_WGMMA_N or (nn < n and cdiv(J, nn) == cdiv(J, wider)):
+            if nn < MIN_WGMMA_N or (nn < widths[0] and cdiv(J, nn) == cdiv(J, wider)):
                 continue                                     # narrower N without more tiles: no gain
             tiles = cdiv(I, WGMMA_M * w) * cdiv(J, nn)
             if forced is not False and (forced or splits_may_pay(tiles, gpu.sm_count)) and \

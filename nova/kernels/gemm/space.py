@@ -77,10 +77,11 @@ import zlib
 from nova.kernels.gemm.cost import cdiv, predict
 from nova.kernels.gemm.ampere import (F as AMPERE, FRAG_A_REGS, FRAG_B_REGS, LINE_BYTES, OVERHEAD_REGS, PLAIN_COPY_REGS, copy_vector, check_schedule, smem_tiles)
 from nova.kernels.gemm.configure import configure
-from nova.kernels.gemm.hopper import (CLUSTER_SHAPES, CONSUMER_OVERHEAD_REGS, F as HOPPER, SPLIT_TRIES, WGMMA_M, cluster_blocker,
-                                      cluster_extents, consumer_regs, epilogues, operand_plan, pingpong_tiles,
-                                      predict_hopper, split_reductions, splits_may_pay, staging_bytes,
-                                      stream_k_blocker, stream_k_plan, target_cluster_blocker, wgmma_schedule)
+from nova.kernels.gemm.hopper import (CLUSTER_SHAPES, CONSUMER_OVERHEAD_REGS, MAX_CONSUMER_WARPGROUPS, F as HOPPER,
+                                      SPLIT_TRIES, WGMMA_M, cluster_blocker, cluster_extents, consumer_regs,
+                                      epilogues, operand_plan, pingpong_tiles, predict_hopper, split_reductions,
+                                      splits_may_pay, staging_bytes, stream_k_blocker, stream_k_plan,
+                                      target_cluster_blocker, wgmma_schedule, wide_consumers_fit)
 from nova.kernels.gemm.problem import GemmProblem
 from nova.configurator.step import MmaInstr, Prediction
 from nova.kernels.gemm.schedule import Schedule
@@ -95,7 +96,7 @@ SPLIT_K_VALUES = (1, 2, 4, 8)
 GROUP_M_VALUES = (1, 4, 8, 16)
 MAX_ACC_REGS = 128          # FP32 accumulator registers per thread (half the 255-register file)
 
-WGMMA_WARPGROUPS = (1, 2)
+WGMMA_WARPGROUPS = (1, 2, 3)     # 3: hopper.py's WIDE_CONSUMER_WARPGROUPS (192 wgmma rows at N <= 192)
 WGMMA_N = (64, 128, 192, 256)   # hopper.py's tile_widths of 256 and below
 WGMMA_SPLIT_K = tuple(sorted({1, 32, *SPLIT_TRIES}))   # step 8's tries, 32, and the pick's (it fills the SMs: up to SMs / tiles)
 WGMMA_GROUP_M = (1, 8, 16)             # and the pick's
@@ -274,6 +275,8 @@ def wgmma_space_around(p: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Sc
     for wgs, n, (split_k, reduction) in itertools.product(WGMMA_WARPGROUPS, WGMMA_N, ways):
         tile_rows = WGMMA_M * wgs
         if tile_rows > max(WGMMA_M, _clamp_side(rows)) or n > n_top or not wgmma_fits(gpu, wgs, n):
+            continue
+        if wgs > MAX_CONSUMER_WARPGROUPS and not wide_consumers_fit(operands):
             continue
         tiles = cdiv(rows, tile_rows) * cdiv(cols, n)
         if reduction == "stream_k":        # as hopper.py's tile_candidates: under two waves (or the pick's way)
