@@ -110,7 +110,9 @@ def render_explain(cfg, *, symbolic: bool = False, console=None) -> None:
         ("threads per block", s.threads_per_block),
         ("stages", s.stages),
         ("shared memory", f"{s.smem_bytes} B ({s.smem_layout}: A +{s.smem_pad_a}, B +{s.smem_pad_b} elements per row)"),
-        ("registers per thread (estimate)", s.regs_per_thread),
+        ("registers per thread (estimate)", s.regs_per_thread if s.hopper is None else
+         f"{s.regs_per_thread} at launch; setmaxnreg: producer {s.hopper.producer_regs}, each consumer "
+         f"{s.hopper.consumer_regs}"),
         ("blocks per SM", s.blocks_per_sm),
         ("grid", f"{s.hopper.ctas} persistent CTAs walking {grid[0]} tiles, the last {s.stream_k_tiles} by K-tile "
          "ranges (stream-K)" if s.stream_k else

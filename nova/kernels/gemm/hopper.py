@@ -1261,6 +1261,13 @@ def tile_and_split(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int)
                       f"{' stream-K' if c[5] == 'stream_k' else ''}"
                       f"{' tma' if c[7] == 'tma_store' else ''} {c[0] * 1e6:.1f}" for c in sorted(best.values()))
     tma = any(c[7] == "tma_store" for c in candidates)
+    wide = ""
+    if wgs > MAX_CONSUMER_WARPGROUPS:          # steps 3-4 sized two warpgroups: say what three hold
+        regs = consumer_regs(gpu.regs_per_sm, wgs)
+        wide = (f"; {block_i} rows are {wgs} consumer warpgroups: {WG_THREADS * (1 + wgs)} threads launched at "
+                f"{entry_regs(gpu.regs_per_sm, wgs)} registers, setmaxnreg {PRODUCER_REGS} for the producer and {regs} "
+                f"for each consumer, which hold N/2 = {n // 2} FP32 accumulators + {CONSUMER_OVERHEAD_REGS} "
+                f"(N <= {2 * (regs - CONSUMER_OVERHEAD_REGS) // 64 * 64} in whole 64-column boxes fits)")
     steps = [
         note("tile and split", f"{block_i}x{n}" + (f", split-K {split} ({reduction})" if split > 1 else "")
              + (", stream-K" if reduction == "stream_k" else ""),
@@ -1268,7 +1275,7 @@ def tile_and_split(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int)
              f"of padded tile work at the smem-bound rate, the L2 fills, DRAM, the ring's latency bound) + the ring's "
              f"first fill + epilogues + prep{' + adding the K slices' if any(c[4] > 1 or c[5] == 'stream_k' for c in candidates) else ''} + "
              f"launches{', each with its faster epilogue (tma: the TMA store)' if tma else ''}; on a tie, the "
-             f"candidate with the least mma + L2 + DRAM time): {table}"),
+             f"candidate with the least mma + L2 + DRAM time): {table}{wide}"),
         note("output tiles", tiles, f"ceil({I}/{block_i}) * ceil({J}/{n})"),
         *batch_units(p, tiles),
         note("split-K", "stream-K" if reduction == "stream_k" else split if split == 1 else f"{split}, {reduction}",
