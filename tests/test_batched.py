@@ -320,3 +320,23 @@ def test_batched_problems_run_without_thread_block_clusters(monkeypatch):
     assert "2x1: not with a batch" in _steps(cfg)["cluster"].reason
     monkeypatch.delenv("NOVA_CLUSTER")
     assert (configure(p, "h200").schedule.cluster_m, configure(p, "h200").schedule.cluster_n) == (1, 1)
+
+
+def test_tensor_map_l2_promotion_follows_the_row_pitch(monkeypatch):
+    """A GEMM operand's map promotes 256 B where its base and strides are whole 128-byte lines, else 128 B
+    (BF16 3000^3's 6000-byte rows: 112.6 -> 97.7 us on the H200, session 13); attention's maps keep 256 B;
+    NOVA_TMA_L2_PROMOTION overrides every map, and a bad value is one clear error."""
+    from nova.runtime import driver, tma
+    seen = []
+    monkeypatch.setattr(tma, "_encode_fn", lambda: lambda *args: seen.append(args[10]) or 0)
+    tma.encode_tiled_2d(0x10000, "bf16", 3072, 3072, 64, 64)          # 6144-byte rows
+    tma.encode_tiled_2d(0x10000, "bf16", 3000, 3000, 64, 64)          # 6000-byte rows
+    tma.encode_tiled_2d(0x10040, "bf16", 3072, 3072, 64, 64)          # a base 64 bytes into a line
+    tma.encode_tiled(0x10000, "bf16", (64, 3000, 1, 1), (6000, 6000 * 3000, 6000 * 3000), (64, 64, 1, 1))
+    assert seen == [tma.L2_PROMOTION_256B, tma.L2_PROMOTION_128B, tma.L2_PROMOTION_128B, tma.L2_PROMOTION_256B]
+    monkeypatch.setenv("NOVA_TMA_L2_PROMOTION", "0")
+    tma.encode_tiled_2d(0x10000, "bf16", 3072, 3072, 64, 64)
+    assert seen[-1] == 0
+    monkeypatch.setenv("NOVA_TMA_L2_PROMOTION", "256")
+    with pytest.raises(driver.NovaRuntimeError, match="NOVA_TMA_L2_PROMOTION='256'"):
+        tma.encode_tiled_2d(0x10000, "bf16", 3072, 3072, 64, 64)
