@@ -18,9 +18,9 @@ each returning its decision and the derivation row(s) that explain it:
                          the reason N = 256 (80 + 48 = 128 B/clk for TF32) beats N = 128 (96 + 64 = 160)
  6. smem-bound fraction  the fraction of the tensor peak shared memory can feed
  7. clamp N              no wgmma N wider than the next power of two of its extent (shown when it clamps)
- 8. tile and split       of the few tile shapes (1-2 WGs, or 3 at N <= 192, x N, 3N/4, N/2, N/4), K splits and ways to add the
-                         slices (FP32 atomics into C, or a workspace + a reduction kernel: any output,
-                         deterministic), each with the epilogue it would use, the one the prediction's
+ 8. tile and split       of the few tile shapes (1-2 WGs, or 3 at N <= 192, x N, 3N/4, N/2, N/4), K splits
+                         and ways to add the slices (FP32 atomics into C, or a workspace + a reduction kernel:
+                         any output, deterministic), each with the epilogue it would use, the one the prediction's
                          model (step 16) predicts fastest; rows: output tiles, (batched) work units,
                          split-K (never with a batch: the batch elements fill the SMs instead)
  9. epilogue             registers (predicated stores from the accumulators, between tiles) or the TMA
@@ -1142,8 +1142,9 @@ def tile_widths(n: int) -> tuple[int, ...]:
 def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int) -> list[tuple]:
     """Step 8's candidates, each ``(predicted s, mma + L2 + DRAM s, -warpgroups, -N, split,
     reduction, tiles, epilogue)``: 1..wgs warpgroups (and WIDE_CONSUMER_WARPGROUPS at the widths their
-    registers hold, where the wgmma A comes from shared memory) x ``tile_widths(N)`` (at least MIN_WGMMA_N; a narrower N only where it makes more tiles) x the ``split_candidates`` (none with a batch), each split added by every
-    reduction ``split_reductions`` allows, each written by every epilogue ``epilogues`` allows; and
+    registers hold, where the wgmma A comes from shared memory) x ``tile_widths(N)`` (at least
+    MIN_WGMMA_N; a narrower N only where it makes more tiles) x the ``split_candidates`` (none with a
+    batch), each split added by every reduction ``split_reductions`` allows, each written by every epilogue ``epilogues`` allows; and
     the tile walked stream-K (``stream_k_terms``, split 1, registers) where ``stream_k_blocker`` allows
     it and the tiles make less than two waves.  ``NOVA_STREAM_K`` (``forced_stream_k``): 1, only
     stream-K candidates, at any tile count; 0 none; unset, none either while ``NOVA_CLUSTER`` forces a
@@ -1267,7 +1268,7 @@ def tile_and_split(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int)
         wide = (f"; {block_i} rows are {wgs} consumer warpgroups: {WG_THREADS * (1 + wgs)} threads launched at "
                 f"{entry_regs(gpu.regs_per_sm, wgs)} registers, setmaxnreg {PRODUCER_REGS} for the producer and {regs} "
                 f"for each consumer, which hold N/2 = {n // 2} FP32 accumulators + {CONSUMER_OVERHEAD_REGS} "
-                f"(N <= {2 * (regs - CONSUMER_OVERHEAD_REGS) // 64 * 64} in whole 64-column boxes fits)")
+                f"(they hold N <= {2 * (regs - CONSUMER_OVERHEAD_REGS) // 64 * 64} in whole 64-column boxes)")
     steps = [
         note("tile and split", f"{block_i}x{n}" + (f", split-K {split} ({reduction})" if split > 1 else "")
              + (", stream-K" if reduction == "stream_k" else ""),
