@@ -165,6 +165,12 @@ def entry_regs(regs_per_sm: int, wgs: int) -> int:
     return min(consumer_regs(regs_per_sm, wgs), regs_per_sm // largest_block // SETMAXNREG_GRANULE * SETMAXNREG_GRANULE)
 
 
+def accumulators_fit(regs_per_sm: int, wgs: int, n: int) -> bool:
+    """The register rule of steps 3-4: a wgmma N's N/2 FP32 accumulators + CONSUMER_OVERHEAD_REGS fit
+    the setmaxnreg target of ``wgs`` consumer warpgroups (``consumer_regs``)."""
+    return n // 2 + CONSUMER_OVERHEAD_REGS <= consumer_regs(regs_per_sm, wgs)
+
+
 def wide_consumers_fit(operands: OperandPlan) -> bool:
     """Whether WIDE_CONSUMER_WARPGROUPS consumers may run this operand plan: only with the wgmma A in
     shared memory (a register-fed A's fragments of two K tiles do not fit beside the accumulators)."""
@@ -1157,8 +1163,7 @@ def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int
     out = []
     wide = wgs == MAX_CONSUMER_WARPGROUPS and wide_consumers_fit(operands) and wide_consumers_allowed()
     for w in sorted({wgs, 1} | ({WIDE_CONSUMER_WARPGROUPS} if wide else set()), reverse=True):
-        widths = [nn for nn in tile_widths(n) if w <= MAX_CONSUMER_WARPGROUPS
-                  or nn // 2 + CONSUMER_OVERHEAD_REGS <= consumer_regs(gpu.regs_per_sm, w)]
+        widths = [nn for nn in tile_widths(n) if accumulators_fit(gpu.regs_per_sm, w, nn)]
         for nn in widths:
             wider = n if nn == 3 * n // 4 else 2 * nn
             if nn < MIN_WGMMA_N or (nn < widths[0] and cdiv(J, nn) == cdiv(J, wider)):

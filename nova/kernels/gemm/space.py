@@ -77,8 +77,8 @@ import zlib
 from nova.kernels.gemm.cost import cdiv, predict
 from nova.kernels.gemm.ampere import (F as AMPERE, FRAG_A_REGS, FRAG_B_REGS, LINE_BYTES, OVERHEAD_REGS, PLAIN_COPY_REGS, copy_vector, check_schedule, smem_tiles)
 from nova.kernels.gemm.configure import configure
-from nova.kernels.gemm.hopper import (CLUSTER_SHAPES, CONSUMER_OVERHEAD_REGS, MAX_CONSUMER_WARPGROUPS, F as HOPPER,
-                                      SPLIT_TRIES, WGMMA_M, cluster_blocker, cluster_extents, consumer_regs,
+from nova.kernels.gemm.hopper import (CLUSTER_SHAPES, MAX_CONSUMER_WARPGROUPS, F as HOPPER, SPLIT_TRIES, WGMMA_M,
+                                      accumulators_fit, cluster_blocker, cluster_extents, consumer_regs,
                                       epilogues, operand_plan, pingpong_tiles, predict_hopper, split_reductions,
                                       splits_may_pay, staging_bytes, stream_k_blocker, stream_k_plan,
                                       target_cluster_blocker, wgmma_schedule, wide_consumers_fit)
@@ -260,7 +260,7 @@ def mma_sync_space(p: GemmProblem, gpu: GPUModel) -> list[Schedule]:
 # ---- the wgmma (Hopper) family
 def wgmma_fits(gpu: GPUModel, wgs: int, n: int) -> bool:
     """hopper.py's register rule (steps 3-4): N/2 FP32 accumulators + the consumers' overhead fit their registers."""
-    return n // 2 + CONSUMER_OVERHEAD_REGS <= consumer_regs(gpu.regs_per_sm, wgs)
+    return accumulators_fit(gpu.regs_per_sm, wgs, n)
 
 
 def wgmma_space_around(p: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Schedule]:
