@@ -266,6 +266,60 @@ def test_automatic_picks_and_the_switch(env, monkeypatch):
     assert not configure(short, "h200").schedule.pingpong and not configure(lm_head, "h200").schedule.pingpong
 
 
+def test_the_lm_heads_run_128x192_pingpong(env):
+    """The consumers step's session-14 rule (ping-pong K loop at 0.80 of the peak, the contention of close
+    limits on both sides): the LM heads take 128x192 ping-pong tiles (GPT-144M BF16: cooperative 2108 ->
+    1814 us measured, 1.01x XLA), the deep-K dX and the squares stay cooperative (measured faster there)."""
+    for p in (GemmProblem(16384, 50304, 768, "bf16", trans_b=True), GemmProblem(16384, 32768, 512, "bf16", trans_b=True),
+              GemmProblem(16384, 50304, 768, "tf32", trans_b=True)):
+        s = configure(p, "h200").schedule
+        assert s.pingpong and (s.tile_slabs, s.mma.n) == (2, 192), p.describe()
+    for p in (GemmProblem(16384, 768, 50304, "bf16"), GemmProblem(16384, 512, 32768, "bf16"),
+              GemmProblem(8192, 8192, 8192, "bf16"), GemmProblem(3000, 3000, 3000, "bf16"),
+              GemmProblem(6144, 6144, 6144, "bf16", trans_b=True)):
+        assert not configure(p, "h200").schedule.pingpong, p.describe()
+
+
+def test_contention_is_zero_where_one_limit_dominates():
+    """||(mma, L2, ring)||_8 - max: 0 with one limit alone, (3^(1/8) - 1) x max with three equal ones, never
+    negative, and more for the tile whose L2 term is closer to its tensor term."""
+    from nova.kernels.gemm.hopper import CONTENTION_NORM, contention
+    assert contention({"mma": 1.0, "l2": 0.0, "ring": 0.0}) == 0.0
+    assert contention({"mma": 1.0, "l2": 1.0, "ring": 1.0}) == pytest.approx(3 ** (1 / CONTENTION_NORM) - 1)
+    assert contention({"mma": 1.0, "l2": 0.99, "ring": 0.5}) > contention({"mma": 1.0, "l2": 0.8, "ring": 0.5}) > 0
+
+
+def test_the_register_rule_of_wide_pingpong_tiles(env):
+    """128x192 ping-pong tiles (192 accumulators) only with a plain TMA-store epilogue and X in shared
+    memory: ptxas spilled with a bias in the 16-bit TMA store, with a register-fed X (TF32 NN) and with
+    the register epilogue of a C whose rows the TMA cannot store (1001 wide), so those keep
+    CONSUMER_OVERHEAD_REGS and have no 128x192 tile.  If a newer ptxas stops spilling, this says so."""
+    from nova.codegen import compile_gemm, ptxas
+    from nova.kernels.gemm.hopper import pingpong_tiles
+    plain, bias = GemmProblem(16384, 3072, 768, "bf16", trans_b=True), GemmProblem(16384, 3072, 768, "bf16", trans_b=True, bias=True)
+    regs_fed, odd_c = GemmProblem(16384, 3072, 768, "tf32"), GemmProblem(1000, 1001, 520, "bf16", trans_a=True)
+    assert (2, 192) in pingpong_tiles(plain, H200, operand_plan(plain), 256)
+    for p in (bias, regs_fed, odd_c):
+        assert (2, 192) not in pingpong_tiles(p, H200, operand_plan(p), 256), p.describe()
+    if not ptxas.available():
+        pytest.skip("ptxas not on PATH")
+    r = compile_gemm(bias, pingpong_schedule(bias, 2, 192, "tma_store")).resources
+    assert r["spill_store_bytes"] > 0, "ptxas no longer spills 128x192 + bias: PINGPONG_OVERHEAD_REGS could cover it"
+
+
+def test_forcing_a_pingpong_tile(env):
+    """NOVA_PINGPONG=ROWSxN forces ping-pong on that warpgroup tile, or says in one line which tiles fit."""
+    env(NOVA_PINGPONG="128x192")
+    s = configure(GemmProblem(16384, 2048, 512, "bf16", trans_b=True), "h200").schedule
+    assert s.pingpong and (s.tile_slabs, s.mma.n) == (2, 192)
+    with pytest.raises(ProblemError, match=r"NOVA_PINGPONG=128x192: .* the tiles its registers and extents allow are "
+                                           r"64x256, .*128x128"):
+        configure(GemmProblem(16384, 2048, 512, "bf16", trans_b=True, bias=True), "h200")
+    env(NOVA_PINGPONG="96x192")
+    with pytest.raises(ProblemError, match="ROWSxN with ROWS one of 64, 128"):
+        configure(GemmProblem(16384, 2048, 512, "bf16", trans_b=True), "h200")
+
+
 def test_forcing_errors_are_one_line(env):
     base = [sys.executable, "-m", "nova.cli.config", "explain", "matmul"]
     rest = ["--dtype", "bf16", "--target", "h200"]
@@ -320,6 +374,10 @@ PTXAS_CASES = [   # (M, N, K, dtype, problem options, slabs, N, epilogue)
     (4096, 4096, 4000, "tf32", {}, 1, 256, "registers"),                      # register-fed, odd K-tile count
     (4096, 4096, 4000, "tf32", {}, 2, 64, "registers"),                       # two register-fed slabs, odd tail
     (1000, 1000, 1000, "tf32", {"trans_a": True, "trans_b": True}, 2, 64, "tma_store"),   # A^T from registers
+    (16384, 50304, 768, "bf16", {"trans_b": True}, 2, 192, "tma_store"),     # GPT-144M's LM head: 192 accumulators
+    (16384, 3072, 768, "bf16", {}, 2, 192, "tma_store"),                     # NN dX, B by the transpose bit
+    (3000, 5000, 700, "tf32", {"trans_b": True}, 2, 192, "tma_store"),       # TF32, ragged
+    (1000, 1024, 520, "bf16", {"trans_a": True}, 2, 192, "tma_store"),       # A^T (MN-major A), ragged M and K
 ]
 
 

@@ -123,13 +123,27 @@ COOPERATIVE_KLOOP_TENSOR = 0.81  # [MEAS] the tensor pipe's busy fraction in a c
                                # 0.81 in the K loop, where the model's smem cap says 1.0.  A ping-pong warpgroup tile
                                # runs at its smem cap (cuBLAS's 128x128 ping-pong: 82.9%, the model's cap 0.8).  Used
                                # where the consumers step compares the two (``cooperative_compared``)
-PINGPONG_KLOOP_TENSOR = 0.74   # [MEAS] the same for a ping-pong warpgroup's K loop (one warpgroup's 2 x m64 wgmma chain
-                               # at a time): session 9, call 6, the deep-K shapes the model had moved to ping-pong
-                               # ran at 0.88-0.96 (mean 0.91) of their cooperative rate, whose exposed epilogue is
-                               # small there: 0.91 x 0.81
+PINGPONG_KLOOP_TENSOR = 0.80   # [MEAS] the same for a ping-pong warpgroup's K loop (one warpgroup's 2 x m64 wgmma chain
+                               # at a time) relative to the cooperative one: the deep-K dX, whose cooperative epilogue
+                               # is negligible, ran ping-pong at 0.983-0.985 of their cooperative rate (session 14,
+                               # call 1: 16384x768x50304, 16384x512x32768 BF16): 0.984 x 0.81.  Session 9 had measured
+                               # 0.91 (0.74), before sessions 10-13's kernel changes; at 0.80 the 28 picks that move
+                               # ran 2-8% faster but on three ragged-N squares (call 2)
+CONTENTION_NORM = 8            # [FIT] the consumers step weighs a K loop's overlapped limits (tensor, L2 fills, ring) by
+                               # their 8-norm, not their max: limits within ~20% of each other queue behind one another.
+                               # Fitted on the ping-pong 128x192 vs 128x128 pairs of session 14's call 1 (measured
+                               # 128x192 / 128x128: 0.95-0.97 on five short-K shapes; the max says 1.00-1.03, the
+                               # 8-norm 0.95-0.99); the deep-K 16384x768x50304 pair it misses (0.968 vs 1.000) is
+                               # cooperative either way
 EXPLAIN_PINGPONG_ALWAYS = False  # record the ping-pong row in every derivation (False: only where it is picked
                                # or NOVA_PINGPONG is set, so the derivations of cooperative picks stay as they were)
 PINGPONG_SLABS = (1, 2)        # 64-row wgmma slabs of one warpgroup's tile (64xN: one wgmma per k-step; 128xN: two)
+PINGPONG_OVERHEAD_REGS = 32    # [MEASURED, ptxas 13.0] a ping-pong consumer's registers beside its accumulators with
+                               # a plain TMA-store epilogue: 128x192 tiles (192 accumulators) assemble with no spill at
+                               # the 224 of two consumer warpgroups (BF16/FP16/TF32, X in shared memory); with a bias or an
+                               # activation they spilled 24-108 B (16-bit TMA store), with a register-fed A (TF32 NN)
+                               # 128 B, with the register epilogue of 1001-wide C rows 4 B: those keep
+                               # CONSUMER_OVERHEAD_REGS
 PINGPONG_HANDOFF_CLK = 32      # [EST] per unit: the ordering barrier's bar.arrive -> bar.sync wake-up of the other
                                # warpgroup (its first wgmma issues while the last ones of the previous unit run)
 PINGPONG_ORDER_BARRIER = 3     # named barriers 3 and 4 order the K loops (0: the CTA barrier, 1-2: TMA-store staging)
@@ -594,40 +608,51 @@ def pingpong_blocker(p: GemmProblem, wgs: int, split: int = 1, reduction: str = 
     return None
 
 
-def forced_pingpong() -> bool | None:
+def forced_pingpong() -> bool | tuple[int, int] | None:
     """``NOVA_PINGPONG``: 1 forces ping-pong consumers (the fastest ping-pong tile by the model; an error
-    where none can run), 0 rules them out; unset or empty: the model decides (``AUTO_PINGPONG``).  Read
-    at each configure (tests and experiments)."""
+    where none can run), ``ROWSxN`` (e.g. 128x192) forces ping-pong on that warpgroup tile (an error where
+    it cannot run: experiments), 0 rules them out; unset or empty: the model decides (``AUTO_PINGPONG``).
+    Returns True, (slabs, N), False or None.  Read at each configure (tests and experiments)."""
     import os
     text = os.environ.get("NOVA_PINGPONG", "").strip().lower()
     if not text:
         return None
-    if text not in ("0", "1"):
-        raise ProblemError(f"NOVA_PINGPONG={text!r}: expected 1 (force ping-pong consumers) or 0 (never)")
-    return text == "1"
+    if text in ("0", "1"):
+        return text == "1"
+    rows, _, n = text.partition("x")
+    if rows.isdigit() and n.isdigit() and int(rows) % WGMMA_M == 0 and int(rows) // WGMMA_M in PINGPONG_SLABS:
+        return int(rows) // WGMMA_M, int(n)
+    raise ProblemError(f"NOVA_PINGPONG={text!r}: expected 1 (force ping-pong consumers), 0 (never) or a warpgroup "
+                       f"tile ROWSxN with ROWS one of {', '.join(str(WGMMA_M * k) for k in PINGPONG_SLABS)} "
+                       "(force that tile)")
 
 
 def pingpong_regs(p: GemmProblem, operands: OperandPlan, slabs: int, n: int) -> int:
     """Registers a ping-pong consumer thread needs: its tile's slabs x N/2 FP32 accumulators,
-    CONSUMER_OVERHEAD_REGS, and with a register-fed X (32-bit MN-major) the fragments of two K tiles
-    per slab (the loop holds two K tiles: 2 x BK/k k-steps x 4 registers)."""
+    PINGPONG_OVERHEAD_REGS with a plain TMA-store epilogue and X in shared memory (else
+    CONSUMER_OVERHEAD_REGS: a bias, an activation, the register epilogue of a C the TMA cannot store, or
+    a register-fed X made ptxas spill at 128x192), and with a register-fed X (32-bit MN-major) the fragments of two K tiles per slab (the
+    loop holds two K tiles: 2 x BK/k k-steps x 4 registers)."""
     frags = 0
     if operands.role(operands.x).feed == "regs":
         frags = slabs * 2 * (SWIZZLE // p.in_bytes // 8) * 4
-    return slabs * n // 2 + CONSUMER_OVERHEAD_REGS + frags
+    plain = (not frags and not p.bias and p.activation == "none"
+             and tma_store_blocker(p, operands.swap, 1, n) is None)      # the epilogue ping-pong takes: the TMA store
+    return slabs * n // 2 + (PINGPONG_OVERHEAD_REGS if plain else CONSUMER_OVERHEAD_REGS) + frags
 
 
 def pingpong_tiles(p: GemmProblem, gpu, operands: OperandPlan, n_max: int) -> list[tuple[int, int]]:
-    """(slabs, N) of the warpgroup tiles ping-pong may use: ``PINGPONG_SLABS`` x N in n_max, n_max/2,
-    n_max/4 (at least MIN_WGMMA_N), no wider than the next power of two of their extents (as step 7),
-    whose registers (``pingpong_regs``) fit two consumer warpgroups' share."""
+    """(slabs, N) of the warpgroup tiles ping-pong may use: ``PINGPONG_SLABS`` x N in step 8's
+    ``tile_widths(n_max)`` (n_max, 3n_max/4, n_max/2, n_max/4; at least MIN_WGMMA_N), no wider than the
+    next power of two of their extents (as step 7), whose registers (``pingpong_regs``) fit two consumer
+    warpgroups' share."""
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
     regs = consumer_regs(gpu.regs_per_sm, 2)
     out = []
     for slabs in PINGPONG_SLABS:
         if slabs > 1 and WGMMA_M * slabs > max(WGMMA_M, 1 << (I - 1).bit_length()):
             continue
-        for n in (n_max, n_max // 2, n_max // 4):
+        for n in tile_widths(n_max):
             if n < MIN_WGMMA_N or n > max(MIN_WGMMA_N, 1 << (J - 1).bit_length()):
                 continue
             if pingpong_regs(p, operands, slabs, n) <= regs:
@@ -648,7 +673,7 @@ def pingpong_terms(p: GemmProblem, gpu, slabs: int, n: int, operands: OperandPla
     K loops: its bytes join the L2 term (the TMA store's at the TMA unit's rate, the register stores'
     at the load/store path's), and where the K loop is smem-bound the TMA store's staging writes take
     shared-memory time from it (added to the tensor term).  One warpgroup's wgmma chain at a time keeps
-    the tensor pipe at most PINGPONG_KLOOP_TENSOR busy: t_mma x cap / min(cap, 0.74)."""
+    the tensor pipe at most PINGPONG_KLOOP_TENSOR busy: t_mma x cap / min(cap, 0.80)."""
     operands = operands or operand_plan(p)
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
     block_i = WGMMA_M * slabs
@@ -687,8 +712,8 @@ def pingpong_terms(p: GemmProblem, gpu, slabs: int, n: int, operands: OperandPla
 
 
 def pingpong_candidates(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, min_units: int = 2) -> list[tuple]:
-    """Every ping-pong (slabs, N, epilogue) with its terms: ``(predicted s, mma + L2 + DRAM s, -slabs, -N,
-    epilogue, terms)``, fastest first (then the most slack, the larger tile); only tiles that give the
+    """Every ping-pong (slabs, N, epilogue) with its terms: ``(predicted s + contention, mma + L2 + DRAM s,
+    -slabs, -N, epilogue, terms)``, fastest first (then the most slack, the larger tile); only tiles that give the
     busiest CTA at least ``min_units`` units (with one, the second warpgroup has nothing to overlap:
     the kernel is a one-warpgroup tile, which the cooperative candidates already price).  The TMA store
     where C admits it (``pingpong_epilogues``)."""
@@ -697,7 +722,7 @@ def pingpong_candidates(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, 
         for epilogue, t in pingpong_terms(p, gpu, slabs, n, operands, pingpong_epilogues(p, operands, n)).items():
             if t["units_per_sm"] < min_units:
                 continue
-            out.append((round(total_time(t), 12), t["mma"] + t["l2"] + t["dram"], -slabs, -n, epilogue, t))
+            out.append((round(total_time(t) + contention(t), 12), t["mma"] + t["l2"] + t["dram"], -slabs, -n, epilogue, t))
     return sorted(out, key=lambda c: c[:5])
 
 
@@ -732,12 +757,20 @@ def pingpong_step(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, s: Sch
     else:
         blocker = None
     candidates = [] if blocker else pingpong_candidates(p, gpu, operands, n_max, 1 if forced else 2)
+    if isinstance(forced, tuple) and not blocker:       # NOVA_PINGPONG=ROWSxN: that warpgroup tile only
+        candidates = [c for c in candidates if (-c[2], -c[3]) == forced]
+        if not candidates:
+            blocker = (f"not possible on a {WGMMA_M * forced[0]}x{forced[1]} warpgroup tile: the tiles its registers "
+                       f"and extents allow are " + (", ".join(f"{WGMMA_M * k}x{n}" for k, n in
+                                                              pingpong_tiles(p, gpu, operands, n_max)) or "none"))
     if not candidates and not blocker:
         blocker = ("not possible: no warpgroup tile both fits the registers and gives a CTA two units to "
                    "alternate" if pingpong_tiles(p, gpu, operands, n_max) else
                    f"not possible: no warpgroup tile's accumulators fit {consumer_regs(gpu.regs_per_sm, 2)} registers")
     if forced and blocker:
-        raise ProblemError(f"NOVA_PINGPONG=1: {p.describe()} cannot run ping-pong consumers on {gpu.name}: {blocker}")
+        setting = "1" if forced is True else f"{WGMMA_M * forced[0]}x{forced[1]}"
+        raise ProblemError(f"NOVA_PINGPONG={setting}: {p.describe()} cannot run ping-pong consumers on {gpu.name}: "
+                           f"{blocker}")
     if blocker:
         step = note("consumers", "cooperative", f"cooperative: ping-pong is {blocker}")
         return s, (step if EXPLAIN_PINGPONG_ALWAYS else None)
@@ -756,15 +789,19 @@ def pingpong_step(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, s: Sch
             f"{t_coop * 1e6:.1f} (its K loop at most {COOPERATIVE_KLOOP_TENSOR:g} of the tensor peak, measured; "
             f"{t_base * 1e6:.1f} at its smem cap; its epilogue {terms['epilogue'] * 1e6:.1f} us not overlapped)")
     formula = (f"t = max(mma, L2, ring) + (U - 1) x max(0, (e - m)/2) + e + U x {PINGPONG_HANDOFF_CLK} clk + fill "
-               f"+ launches: U = {t['units_per_sm']} units per SM, m = {t['unit_mainloop'] * 1e6:.3f} us per unit "
-               f"(tensor {t['mma'] * 1e6:.1f} us at smem cap {t['smem_cap']:.3g}, L2 {t['l2'] * 1e6:.1f}, ring "
-               f"{t['ring'] * 1e6:.1f}), e = {t['unit_epilogue'] * 1e6:.3f} us per unit -> {t_pp * 1e6:.1f} us")
+               f"+ launches + contention: U = {t['units_per_sm']} units per SM, m = {t['unit_mainloop'] * 1e6:.3f} us per "
+               f"unit (tensor {t['mma'] * 1e6:.1f} us at smem cap {t['smem_cap']:.3g} and one chain at "
+               f"{PINGPONG_KLOOP_TENSOR:g}, L2 {t['l2'] * 1e6:.1f}, ring {t['ring'] * 1e6:.1f}), e = "
+               f"{t['unit_epilogue'] * 1e6:.3f} us per unit, contention ||(mma, L2, ring)||_{CONTENTION_NORM} - max = "
+               f"{contention(t) * 1e6:.1f} us -> {t_pp * 1e6:.1f} us")
     why = (f"each consumer warpgroup computes whole {WGMMA_M * slabs}x{n} tiles ({slabs} wgmma m64n{n} per k-step, "
            f"{slabs * n // 2} accumulators), the CTA's units alternately; named barriers order their K loops, so "
            f"one's epilogue runs under the other's K loop and only the last unit's shows; the smaller tile costs "
-           f"more TMA writes, L2 fills and ring slots per FLOP; predicted us: ping-pong {table} vs {coop}")
+           f"more TMA writes, L2 fills and ring slots per FLOP, and limits that lie close queue (contention, both "
+           f"sides); predicted us: ping-pong {table} vs {coop}")
     if forced:
-        why = "NOVA_PINGPONG=1 forces ping-pong. " + why
+        why = (f"NOVA_PINGPONG={WGMMA_M * slabs}x{n} forces ping-pong on that tile. " if isinstance(forced, tuple)
+               else "NOVA_PINGPONG=1 forces ping-pong. ") + why
     elif not pick:
         why = "cooperative: " + ("AUTO_PINGPONG is off. " if not AUTO_PINGPONG
                                  else "ping-pong is not predicted faster. ") + why
@@ -822,6 +859,19 @@ def total_time(t: dict) -> float:
             + LAUNCH_S * t["launches"])
 
 
+def contention(t: dict) -> float:
+    """Seconds the consumers step adds to a schedule's ``total_time`` where its K loop's overlapped limits
+    (tensor, L2 fills, ring) are close: ||(mma, l2, ring)||_p - max(mma, l2, ring), p = CONTENTION_NORM (a
+    tile whose L2 term is 99% of its tensor term runs slower than one at 80%, where the max sees a tie).
+    0 where one limit dominates.  Used to rank ping-pong tiles and to weigh them against the cooperative
+    pick (both sides); the predictions (step 16) keep the max."""
+    limits = [t["mma"], t["l2"], t["ring"]]
+    top = max(limits)
+    if top <= 0 or not CONTENTION_NORM:            # CONTENTION_NORM = 0: the max alone (A/B runs)
+        return 0.0
+    return top * sum((x / top) ** CONTENTION_NORM for x in limits) ** (1 / CONTENTION_NORM) - top
+
+
 def schedule_terms(p: GemmProblem, gpu, s: Schedule) -> dict:
     """The model's terms (seconds) of any wgmma schedule: stream-K, ping-pong or cooperative."""
     if s.stream_k:
@@ -844,7 +894,7 @@ def cooperative_compared(p: GemmProblem, gpu, s: Schedule, terms: dict) -> float
     (C's lines are written back to DRAM by the time the next kernel's stores arrive: in a training
     step's or a benchmark's stream of GEMMs the write rate is DRAM's).  With both, the exposed
     epilogue of the short-K forwards is ~20% of their time, as their ping-pong speed-ups say (call
-    5), where the model had 8-12%."""
+    5), where the model had 8-12%.  Plus its ``contention``, as the ping-pong side has."""
     t = dict(terms)
     cap = t["smem_cap"]
     t["mma"] *= cap / min(cap, COOPERATIVE_KLOOP_TENSOR)
@@ -853,7 +903,7 @@ def cooperative_compared(p: GemmProblem, gpu, s: Schedule, terms: dict) -> float
         block_i = s.mma.m * s.consumer_warpgroups
         units = cdiv(I, block_i) * cdiv(J, s.mma.n) * p.batch
         t["epilogue"] = tma_store_time(p, gpu, block_i, s.mma.n, units, rows=I, cols=J, bw=gpu.dram_bw)[0]
-    return total_time(t)
+    return total_time(t) + contention(t)
 
 
 def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
