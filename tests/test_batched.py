@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from nova.hwmodel import get_target
 from nova.configurator import configure
 from nova.kernels.gemm.problem import MAX_DIM, GemmProblem, ProblemError
 from nova.kernels.gemm.schedule import Schedule
@@ -99,9 +100,17 @@ def test_prediction_scales_with_the_batch(family):
 
 
 def test_group_m_rasterises_within_a_batch_element():
-    one = configure(GemmProblem(2048, 2048, 512, "bf16"), "h200").schedule
-    many = configure(GemmProblem(2048, 2048, 512, "bf16", batch=64), "h200").schedule
-    assert (many.block_m, many.block_n, many.group_m) == (one.block_m, one.block_n, one.group_m)
+    """A batched GEMM's raster group comes from one batch element's tile grid (step 14 on its tile rows
+    and tiles), so a group never spans two elements: 512x2048x512 x 64 has 4 tile rows per element and
+    groups 4 of them, where the batch's 256 stacked rows would give 14."""
+    from nova.kernels.gemm.hopper import raster_groups
+    gpu = get_target("h200")
+    for M in (2048, 512):
+        s = configure(GemmProblem(M, 2048, 512, "bf16", batch=64), gpu).schedule
+        rows = -(-M // s.block_m)
+        tiles = rows * -(-2048 // s.block_n)
+        assert s.group_m == raster_groups(gpu, rows, tiles, s.block_m, s.block_n)[0] <= rows
+    assert configure(GemmProblem(512, 2048, 512, "bf16", batch=64), gpu).schedule.group_m == 4
 
 
 def test_operand_plan_of_batched_operands():

@@ -27,9 +27,10 @@ each returning its decision and the derivation row(s) that explain it:
                          store (each consumer warpgroup stages its slab in 2 x 8 KB swizzled boxes and
                          TMA-stores them: they drain while the next tile's K loop runs), by the model
     consumers            cooperative (the warpgroups split each tile: steps 8-9) or ping-pong (each
-                         warpgroup computes whole 64x256 or 128x128 tiles, the CTA's units alternately,
-                         one's epilogue under the other's K loop: ``pingpong_terms``), by the model
-                         (``AUTO_PINGPONG``) or ``NOVA_PINGPONG``; not with split-K, stream-K, clusters or
+                         warpgroup computes whole 64- or 128-row tiles up to 64x256 / 128x192, the CTA's
+                         units alternately, one's epilogue under the other's K loop: ``pingpong_terms``), by
+                         the model (``AUTO_PINGPONG``; close K-loop limits weighed by ``contention`` on both
+                         sides) or ``NOVA_PINGPONG``; not with split-K, stream-K, clusters or
                          one CTA per unit (``pingpong_blocker``).  Recorded where ping-pong is picked or
                          NOVA_PINGPONG is set (``EXPLAIN_PINGPONG_ALWAYS``), so cooperative derivations
                          keep their rows
@@ -127,8 +128,9 @@ PINGPONG_KLOOP_TENSOR = 0.80   # [MEAS] the same for a ping-pong warpgroup's K l
                                # at a time) relative to the cooperative one: the deep-K dX, whose cooperative epilogue
                                # is negligible, ran ping-pong at 0.983-0.985 of their cooperative rate (session 14,
                                # call 1: 16384x768x50304, 16384x512x32768 BF16): 0.984 x 0.81.  Session 9 had measured
-                               # 0.91 (0.74), before sessions 10-13's kernel changes; at 0.80 the 28 picks that move
-                               # ran 2-8% faster but on three ragged-N squares (call 2)
+                               # 0.91 (0.74), before sessions 10-13's kernel changes.  0.80 alone moved 28 picks (call
+                               # 2): 22 ran 1-8% faster, the ragged-N squares and 6144^3 NN 4-15% slower; with
+                               # CONTENTION_NORM those stay cooperative
 CONTENTION_NORM = 8            # [FIT] the consumers step weighs a K loop's overlapped limits (tensor, L2 fills, ring) by
                                # their 8-norm, not their max: limits within ~20% of each other queue behind one another.
                                # Fitted on the ping-pong 128x192 vs 128x128 pairs of session 14's call 1 (measured
@@ -631,8 +633,8 @@ def pingpong_regs(p: GemmProblem, operands: OperandPlan, slabs: int, n: int) -> 
     """Registers a ping-pong consumer thread needs: its tile's slabs x N/2 FP32 accumulators,
     PINGPONG_OVERHEAD_REGS with a plain TMA-store epilogue and X in shared memory (else
     CONSUMER_OVERHEAD_REGS: a bias, an activation, the register epilogue of a C the TMA cannot store, or
-    a register-fed X made ptxas spill at 128x192), and with a register-fed X (32-bit MN-major) the fragments of two K tiles per slab (the
-    loop holds two K tiles: 2 x BK/k k-steps x 4 registers)."""
+    a register-fed X made ptxas spill at 128x192), and with a register-fed X (32-bit MN-major) the
+    fragments of two K tiles per slab (the loop holds two K tiles: 2 x BK/k k-steps x 4 registers)."""
     frags = 0
     if operands.role(operands.x).feed == "regs":
         frags = slabs * 2 * (SWIZZLE // p.in_bytes // 8) * 4
@@ -722,7 +724,8 @@ def pingpong_candidates(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, 
         for epilogue, t in pingpong_terms(p, gpu, slabs, n, operands, pingpong_epilogues(p, operands, n)).items():
             if t["units_per_sm"] < min_units:
                 continue
-            out.append((round(total_time(t) + contention(t), 12), t["mma"] + t["l2"] + t["dram"], -slabs, -n, epilogue, t))
+            out.append((round(total_time(t) + contention(t), 12), t["mma"] + t["l2"] + t["dram"], -slabs, -n,
+                        epilogue, t))
     return sorted(out, key=lambda c: c[:5])
 
 
