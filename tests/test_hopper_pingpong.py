@@ -291,20 +291,22 @@ def test_contention_is_zero_where_one_limit_dominates():
 
 def test_the_register_rule_of_wide_pingpong_tiles(env):
     """128x192 ping-pong tiles (192 accumulators) only with a plain TMA-store epilogue and X in shared
-    memory: ptxas spilled with a bias in the 16-bit TMA store, with a register-fed X (TF32 NN) and with
-    the register epilogue of a C whose rows the TMA cannot store (1001 wide), so those keep
+    memory, unbatched: ptxas spilled with a bias in the 16-bit TMA store, with a register-fed X (TF32 NN),
+    with the register epilogue of a C whose rows the TMA cannot store (1001 wide) and batched, so those keep
     CONSUMER_OVERHEAD_REGS and have no 128x192 tile.  If a newer ptxas stops spilling, this says so."""
     from nova.codegen import compile_gemm, ptxas
     from nova.kernels.gemm.hopper import pingpong_tiles
     plain, bias = GemmProblem(16384, 3072, 768, "bf16", trans_b=True), GemmProblem(16384, 3072, 768, "bf16", trans_b=True, bias=True)
     regs_fed, odd_c = GemmProblem(16384, 3072, 768, "tf32"), GemmProblem(1000, 1001, 520, "bf16", trans_a=True)
+    batched = GemmProblem(1000, 1152, 256, "bf16", trans_b=True, batch=3)
     assert (2, 192) in pingpong_tiles(plain, H200, operand_plan(plain), 256)
-    for p in (bias, regs_fed, odd_c):
+    for p in (bias, regs_fed, odd_c, batched):
         assert (2, 192) not in pingpong_tiles(p, H200, operand_plan(p), 256), p.describe()
     if not ptxas.available():
         pytest.skip("ptxas not on PATH")
-    r = compile_gemm(bias, pingpong_schedule(bias, 2, 192, "tma_store")).resources
-    assert r["spill_store_bytes"] > 0, "ptxas no longer spills 128x192 + bias: PINGPONG_OVERHEAD_REGS could cover it"
+    for p in (bias, batched):
+        r = compile_gemm(p, pingpong_schedule(p, 2, 192, "tma_store")).resources
+        assert r["spill_store_bytes"] > 0, f"ptxas no longer spills 128x192 {p.describe()}: PINGPONG_OVERHEAD_REGS could cover it"
 
 
 def test_forcing_a_pingpong_tile(env):

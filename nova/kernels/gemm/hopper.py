@@ -144,8 +144,10 @@ PINGPONG_OVERHEAD_REGS = 32    # [MEASURED, ptxas 13.0] a ping-pong consumer's r
                                # a plain TMA-store epilogue: 128x192 tiles (192 accumulators) assemble with no spill at
                                # the 224 of two consumer warpgroups (BF16/FP16/TF32, X in shared memory); with a bias or an
                                # activation they spilled 24-108 B (16-bit TMA store), with a register-fed A (TF32 NN)
-                               # 128 B, with the register epilogue of 1001-wide C rows 4 B: those keep
-                               # CONSUMER_OVERHEAD_REGS
+                               # 128 B, with the register epilogue of 1001-wide C rows 4 B, batched (the unit's batch
+                               # decode) 4-160 B on 3 of 5 shapes: those keep CONSUMER_OVERHEAD_REGS.  Swept over the
+                               # suites' shapes in every layout and dtype (920 kernels, session 14): the one other
+                               # spill is TF32 4096x4096x128 NT (56 B; K = 96 and 256 clean), which no pick takes
 PINGPONG_HANDOFF_CLK = 32      # [EST] per unit: the ordering barrier's bar.arrive -> bar.sync wake-up of the other
                                # warpgroup (its first wgmma issues while the last ones of the previous unit run)
 PINGPONG_ORDER_BARRIER = 3     # named barriers 3 and 4 order the K loops (0: the CTA barrier, 1-2: TMA-store staging)
@@ -631,14 +633,14 @@ def forced_pingpong() -> bool | tuple[int, int] | None:
 
 def pingpong_regs(p: GemmProblem, operands: OperandPlan, slabs: int, n: int) -> int:
     """Registers a ping-pong consumer thread needs: its tile's slabs x N/2 FP32 accumulators,
-    PINGPONG_OVERHEAD_REGS with a plain TMA-store epilogue and X in shared memory (else
-    CONSUMER_OVERHEAD_REGS: a bias, an activation, the register epilogue of a C the TMA cannot store, or
-    a register-fed X made ptxas spill at 128x192), and with a register-fed X (32-bit MN-major) the
+    PINGPONG_OVERHEAD_REGS with a plain TMA-store epilogue, X in shared memory and no batch (else
+    CONSUMER_OVERHEAD_REGS: a bias, an activation, the register epilogue of a C the TMA cannot store, a
+    register-fed X or a batch made ptxas spill at 128x192), and with a register-fed X (32-bit MN-major) the
     fragments of two K tiles per slab (the loop holds two K tiles: 2 x BK/k k-steps x 4 registers)."""
     frags = 0
     if operands.role(operands.x).feed == "regs":
         frags = slabs * 2 * (SWIZZLE // p.in_bytes // 8) * 4
-    plain = (not frags and not p.bias and p.activation == "none"
+    plain = (not frags and not p.bias and p.activation == "none" and p.batch == 1
              and tma_store_blocker(p, operands.swap, 1, n) is None)      # the epilogue ping-pong takes: the TMA store
     return slabs * n // 2 + (PINGPONG_OVERHEAD_REGS if plain else CONSUMER_OVERHEAD_REGS) + frags
 
