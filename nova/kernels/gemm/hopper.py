@@ -641,7 +641,7 @@ def pingpong_regs(p: GemmProblem, operands: OperandPlan, slabs: int, n: int) -> 
     if operands.role(operands.x).feed == "regs":
         frags = slabs * 2 * (SWIZZLE // p.in_bytes // 8) * 4
     plain = (not frags and not p.bias and p.activation == "none" and p.batch == 1
-             and tma_store_blocker(p, operands.swap, 1, n) is None)      # the epilogue ping-pong takes: the TMA store
+             and pingpong_epilogues(p, operands, n) == ("tma_store",))
     return slabs * n // 2 + (PINGPONG_OVERHEAD_REGS if plain else CONSUMER_OVERHEAD_REGS) + frags
 
 
