@@ -1,0 +1,395 @@
+"""The measured power-limited tensor ceiling (issue 12's "measured power-limited ceiling"), and the
+large squares against it.
+
+    # host (MLIR + ptxas): build the probe kernels into DIR
+    python3 -m nova.bench.tensor_ceiling build --out DIR
+    # device: the probe, then Nova, cuBLAS and XLA on the large squares, each sustained
+    NOVA_OFFLINE=1 python3 -m nova.bench.tensor_ceiling run --kernels DIR --out $OUT
+
+**What the ceiling is.**  On the H200 a GEMM that keeps the tensor cores busy reaches the 700 W
+board cap and the SM clock falls (1980 MHz -> ~1.42 GHz, bench/NOTES.md v0.6d), so the datasheet
+peak is not a ceiling any kernel can reach on this machine.  The ceiling measured here is the
+throughput of a kernel that does *nothing but* the tensor cores' work: every SM runs ``Probe.warpgroups``
+warpgroups of back-to-back ``wgmma.mma_async.m64n256k{8,16}`` reading their operands from shared
+memory (a ring of ``STAGES`` slots of random data, loaded once, so consecutive wgmmas read different
+operands as they do in a GEMM), with no global-memory traffic, no TMA, no epilogue.  It spends
+every joule on the tensor cores, so its sustained clock is the highest any GEMM can hold at the cap
+with the same data, and ``flops / time`` over its sustained window is an upper bound on a GEMM's
+sustained FLOP/s on this machine.  A GEMM also moves its operands (L2, shared memory, DRAM) and
+that energy lowers its clock; the gap between a GEMM and this ceiling is that energy plus the
+GEMM's own losses (fills, epilogue, tails).
+
+Each kernel (and each library's GEMM) runs back to back for ``--seconds`` while nvidia-smi samples
+the SM clock and board power every 50 ms; reported are the time per call over the second half
+(the power state settled), its FLOP/s, the median clock and power there, and FLOP/s over
+``tensor FLOP/clk/SM x SMs x the median clock`` (the tensor pipe's use at the clock it held).
+The probe's data is ``randn`` (the benchmarks' data; the tensor cores' power depends on it) and,
+for reference, zeros.
+
+Writes ``OUT/tensor_ceiling.json`` and ``OUT/tensor_ceiling.md``.  Exits with code 2 and one line
+when a GPU, a kernel file or JAX is missing.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from nova.codegen.builder import SMEM, Ir
+
+KERNEL_NAME = "nova_tensor_ceiling"
+WARPGROUP_THREADS = 128
+B_ROWS = 256                         # B rows per slot: the widest wgmma N, as the GEMMs' 128x256 tiles
+SWIZZLE_BYTES = 128                  # a K-major row of one slot: 128 bytes of K, 128-byte swizzle
+STAGES = 4                           # ring slots, each (warpgroups x 64 rows of A, B_ROWS rows of B)
+ITERATIONS = 16384                   # slots consumed per launch (~11 ms at 1.45 GHz with 2 warpgroups)
+ALIGN = 1024                         # the 128-byte swizzle's atom: 8 rows x 128 B
+KSTEP = {"tf32": 8, "bf16": 16}      # wgmma K per instruction
+ELEMENT_BYTES = {"tf32": 4, "bf16": 2}
+SQUARES = ((8192, 8192, 8192, "tf32"), (8192, 8192, 8192, "bf16"),
+           (4096, 4096, 4096, "tf32"), (4096, 4096, 4096, "bf16"))
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One probe kernel: ``warpgroups`` per CTA (one CTA per SM), each running ``chains`` independent
+    accumulator chains of ``wgmma.m64n{B_ROWS / chains}`` (chain c reads B's rows c x n ..), so every
+    variant does the same FLOP per warpgroup and slot.  The default (2, 1) is the cooperative GEMM's
+    consumer structure; the others check that it is not what limits the rate per clock."""
+    dtype: str
+    warpgroups: int = 2
+    chains: int = 1
+
+    @property
+    def n(self) -> int:
+        return B_ROWS // self.chains
+
+    @property
+    def name(self) -> str:
+        return f"{self.dtype}_wg{self.warpgroups}_chains{self.chains}"
+
+    @property
+    def threads(self) -> int:
+        return self.warpgroups * WARPGROUP_THREADS
+
+    def slot_bytes(self) -> int:
+        """One ring slot: A (warpgroups x 64 rows) and B (B_ROWS rows), 128 bytes of K per row."""
+        return (self.warpgroups * 64 + B_ROWS) * SWIZZLE_BYTES
+
+    def smem_bytes(self) -> int:
+        return STAGES * self.slot_bytes() + ALIGN
+
+    def flops_per_launch(self, ctas: int) -> int:
+        """2 x 64 x B_ROWS x (128 B of K / element bytes) per warpgroup and slot."""
+        return ctas * self.warpgroups * ITERATIONS * 2 * 64 * B_ROWS * (SWIZZLE_BYTES // ELEMENT_BYTES[self.dtype])
+
+
+PROBES = (Probe("tf32"), Probe("bf16"), Probe("tf32", 1), Probe("bf16", 1), Probe("tf32", 3), Probe("bf16", 3),
+          Probe("tf32", 2, 2), Probe("bf16", 2, 2))
+
+
+def descriptor_hi() -> int:
+    """Bits 16-63 of a K-major 128B-swizzled wgmma descriptor: LBO 16 B (unused), SBO 1024 B between
+    8-row groups, layout type 1 (PTX ISA, "Matrix Descriptor Format"); as the GEMM kernel's."""
+    return ((16 >> 4) << 16) | ((1024 >> 4) << 32) | (1 << 62)
+
+
+def build_module(probe: Probe, ctas: int) -> str:
+    """MLIR of the probe: fill the ring from ``src`` (one slice per CTA), then ``ITERATIONS`` slots of
+    4 (TF32: k8; BF16: k16) wgmma k-steps per chain and warpgroup, one group in flight, and one FP32
+    sum per thread into ``dst`` (so nothing is dead)."""
+    dtype = probe.dtype
+    if dtype not in KSTEP:
+        raise ValueError(f"dtype {dtype!r}: the probe runs {', '.join(KSTEP)}")
+    ir = Ir(("src", "dst", "it", "w") + tuple(f"acc{c}" for c in range(probe.chains)))
+    threads = probe.threads
+    words = STAGES * probe.slot_bytes() // 4
+    kstep = KSTEP[dtype]
+    steps = SWIZZLE_BYTES // (kstep * ELEMENT_BYTES[dtype])
+    nacc = probe.n // 2
+    acc_t = "!llvm.struct<(" + ", ".join(["f32"] * nacc) + ")>"
+    src_t, dst_t = f"memref<{ctas * words}xi32>", f"memref<{ctas * threads}xf32>"
+    ring_t = f"memref<{words}xi32, {SMEM}>"
+    ir.emit(f"// Nova tensor-ceiling probe ({dtype}): {probe.warpgroups} warpgroup(s) x {probe.chains} chain(s) of "
+            f"wgmma.m64n{probe.n}k{kstep} from a {STAGES}-slot shared-memory ring, {ITERATIONS} slots per launch, "
+            "no global traffic in the loop")
+    ir.emit(f"{SMEM} = #gpu.address_space<workgroup>")
+    with ir.kernel(KERNEL_NAME, [f"%src: {src_t}", f"%dst: {dst_t}"], threads):
+        tid = ir.let("tid", "gpu.thread_id x")
+        bid = ir.let("bid", "gpu.block_id x")
+        dsm = ir.let("dsm", f"gpu.dynamic_shared_memory : memref<?xi8, {SMEM}>")
+        addr = ir.let("dsm_addr", f"memref.extract_aligned_pointer_as_index {dsm} : memref<?xi8, {SMEM}> -> index")
+        up = ir.add(addr, ALIGN - 1, "dsm_up")
+        aligned = ir.sub(up, ir.rem(up, ALIGN, "dsm_rem"), "dsm_aligned")
+        ring = ir.let("ring", f"memref.view {dsm}[{ir.v(ir.sub(aligned, addr, 'ring_off'))}][] : "
+                              f"memref<?xi8, {SMEM}> to {ring_t}")
+        ir.comment("---- fill the ring with this CTA's slice of src (random data), once")
+        base = ir.mul(bid, words, "src_base")
+        with ir.region(f"scf.for %w = {ir.v(tid)} to {ir.v(words)} step {ir.v(threads)} {{"):
+            x = ir.let("x", f"memref.load %src[{ir.v(ir.add(base, '%w', 'src_at'))}] : {src_t}")
+            ir.emit(f"memref.store {x}, {ring}[%w] : {ring_t}")
+        ir.emit("nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}")
+        ir.emit("gpu.barrier")
+        ir.comment("---- every warpgroup: wgmma over the ring's slots, one group in flight")
+        wg = ir.div(tid, WARPGROUP_THREADS, "wg")
+        ring_enc = ir.div(aligned, 16, "ring_enc")
+        a_enc = ir.add(ring_enc, ir.mul(wg, 64 * SWIZZLE_BYTES // 16, "wg_enc"), "a_enc")
+        b_enc = ir.add(ring_enc, probe.warpgroups * 64 * SWIZZLE_BYTES // 16, "b_enc")
+        hi = ir.let("desc_hi", f"arith.constant {descriptor_hi()} : i64")
+        attrs = (f"shape = #nvvm.shape<m = 64, n = {probe.n}, k = {kstep}>, "
+                 f"typeA = #nvvm.wgmma_type<{dtype}>, typeB = #nvvm.wgmma_type<{dtype}>, "
+                 "typeD = #nvvm.wgmma_type<f32>, scaleD = #nvvm.wgmma_scale_out<one>, "
+                 "scaleA = #nvvm.wgmma_scale_in<one>, scaleB = #nvvm.wgmma_scale_in<one>, "
+                 "layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>")
+
+        def desc(enc):
+            return ir.let("desc", f"arith.addi {ir.let('d_i64', f'arith.index_cast {ir.v(enc)} : index to i64')}, {hi} : i64")
+        zero = ir.let("zero_acc", f"llvm.mlir.zero : {acc_t}")
+        chains = [f"%acc{c}" for c in range(probe.chains)]
+        result = ir.fresh("acc_end")
+        finals = [result] if probe.chains == 1 else [f"{result}#{c}" for c in range(probe.chains)]
+        names = ", ".join(f"{c} = {zero}" for c in chains)
+        types = ", ".join([acc_t] * len(chains))
+        with ir.region(f"{result}{'' if probe.chains == 1 else f':{probe.chains}'} = scf.for %it = {ir.v(0)} to {ir.v(ITERATIONS)} step {ir.v(1)} "
+                       f"iter_args({names}) -> ({types}) {{"):
+            slot_enc = ir.mul(ir.rem("%it", STAGES, "slot"), probe.slot_bytes() // 16, "slot_enc")
+            accs = list(chains)
+            ir.emit("nvvm.wgmma.fence.aligned")
+            for kk in range(steps):
+                step_enc = kk * kstep * ELEMENT_BYTES[dtype] // 16
+                da = desc(ir.add(ir.add(a_enc, slot_enc, "a_slot"), step_enc, "a_k"))
+                for c in range(probe.chains):
+                    b_rows = c * probe.n * SWIZZLE_BYTES // 16
+                    db = desc(ir.add(ir.add(ir.add(b_enc, b_rows, "b_chain"), slot_enc, "b_slot"), step_enc, "b_k"))
+                    accs[c] = ir.let("acc_k", f'"nvvm.wgmma.mma_async"({accs[c]}, {da}, {db}) <{{{attrs}}}> : '
+                                              f"({acc_t}, i64, i64) -> {acc_t}")
+            ir.emit("nvvm.wgmma.commit.group.sync.aligned")
+            ir.emit("nvvm.wgmma.wait.group.sync.aligned 1")
+            ir.emit(f"scf.yield {', '.join(accs)} : {types}")
+        ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
+        ir.comment("---- one sum per thread, so the accumulators are live")
+        s = None
+        for f in finals:
+            for i in range(nacc):
+                a = ir.let("a", f"llvm.extractvalue {f}[{i}] : {acc_t}")
+                s = a if s is None else ir.let("sum", f"arith.addf {s}, {a} : f32")
+        at = ir.add(ir.mul(bid, threads, "dst_base"), tid, "dst_at")
+        ir.emit(f"memref.store {s}, %dst[{ir.v(at)}] : {dst_t}")
+        ir.emit("gpu.return")
+    return ir.text()
+
+
+def compile_probe(probe: Probe, ctas: int):
+    """The probe's ``KernelArtifact`` for sm_90a (MLIR -> PTX -> cubin, on the host)."""
+    from nova.codegen import lower_and_assemble
+    from nova.codegen.artifact import KernelArtifact
+    arch = "sm_90a"
+    ptx, cubin, resources, version = lower_and_assemble(build_module(probe, ctas), arch, KERNEL_NAME,
+                                                        f"the tensor-ceiling probe ({probe.name})")
+    return KernelArtifact(name=KERNEL_NAME, arch=arch, ptx=ptx, grid=(ctas, 1, 1), block=(probe.threads, 1, 1),
+                          smem_bytes=probe.smem_bytes(), params=("src", "dst"), cubin=cubin, resources=resources,
+                          meta={"probe": asdict(probe), "ptxas": version, "iterations": ITERATIONS, "stages": STAGES})
+
+
+# ------------------------------------------------------------------------------------------------
+# device side
+# ------------------------------------------------------------------------------------------------
+def _sampler(path):
+    return subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw", "--format=csv,noheader,nounits",
+                             "-lms", "50"], stdout=open(path, "w"), stderr=subprocess.DEVNULL)
+
+
+def _samples_after(path, t0):
+    """(clock MHz, power W) of the nvidia-smi samples at or after wall time ``t0``."""
+    out = []
+    for line in open(path):
+        parts = [p.strip() for p in line.split(",")]
+        try:
+            stamp, frac = parts[0].split(".")
+            ts = time.mktime(time.strptime(stamp, "%Y/%m/%d %H:%M:%S")) + float("0." + frac)
+            if ts >= t0:
+                out.append((float(parts[1]), float(parts[2])))
+        except (ValueError, IndexError):
+            continue
+    return out
+
+
+def sustained(fn, sync, seconds, clocks_path):
+    """``fn()`` back to back for ``seconds`` in chunks of ~50 ms of calls, each chunk closed by ``sync``
+    (so no more than one chunk is ever queued: an unbounded queue of launches would let a chunk's
+    wall time hide the boost period), nvidia-smi sampling; returns (us per call over the second half
+    of the chunks, us per call of the first chunk, median MHz, median W over the second half,
+    samples)."""
+    proc = _sampler(clocks_path)
+    time.sleep(0.3)
+    sync(fn())
+    t0 = time.time()
+    sync(fn())
+    per_chunk = max(1, int(0.05 / max(time.time() - t0, 1e-6)))
+    marks, t_end = [], time.time() + seconds
+    while time.time() < t_end:
+        t0 = time.time()
+        for _ in range(per_chunk):
+            last = fn()
+        sync(last)
+        marks.append((t0, time.time(), per_chunk))
+    time.sleep(0.1)
+    proc.terminate()
+    proc.wait()
+    half = marks[len(marks) // 2:]
+    us = sum(b - a for a, b, _ in half) / sum(n for _, _, n in half) * 1e6
+    first_us = (marks[0][1] - marks[0][0]) / marks[0][2] * 1e6
+    samples = _samples_after(clocks_path, half[0][0])
+    mhz = statistics.median(c for c, _ in samples) if samples else None
+    watts = statistics.median(p for _, p in samples) if samples else None
+    return us, first_us, mhz, watts, len(samples)
+
+
+def run(kernels_dir: Path, out: Path, seconds: float, libraries: tuple[str, ...]) -> list[dict]:
+    import torch
+
+    from nova.hwmodel import get_target
+    from nova.runtime.driver import get_device, load_kernel
+    from nova.codegen.artifact import KernelArtifact
+    out.mkdir(parents=True, exist_ok=True)
+    device = get_device()
+    model = get_target("h200")
+    rows = []
+
+    def record(row, us, first_us, mhz, watts, n, flop, dtype):
+        peak_clk = model.tc_flops_per_clk_sm("wgmma", dtype) * model.sm_count
+        row.update(us=us, first_us=first_us, tflops=flop / us / 1e6, first_tflops=flop / first_us / 1e6,
+                   sm_mhz=mhz, power_w=watts, samples=n,
+                   pipe_use=(flop / us / 1e6) / (peak_clk * mhz * 1e6 / 1e12) if mhz else None)
+        rows.append(row)
+        print(f"{row['what']:>34} {dtype}  {us:9.1f} us  {row['tflops']:6.1f} TFLOP/s (first 50 ms {row['first_tflops']:6.1f})"
+              f"  {mhz} MHz  {watts} W  pipe {row['pipe_use'] or 0:.3f}", flush=True)
+
+    paths = sorted(kernels_dir.glob("tensor_ceiling_*.json")) if kernels_dir is not None else []
+    if kernels_dir is not None and not paths:
+        sys.exit(f"nova.bench.tensor_ceiling: no probe kernels in {kernels_dir}; build them on the host first "
+                 f"(python3 -m nova.bench.tensor_ceiling build --out {kernels_dir})")
+    for path in paths:
+        art = KernelArtifact.from_dict(json.loads(path.read_text()))
+        probe = Probe(**art.meta["probe"])
+        kernel = load_kernel(art, device, f"the tensor-ceiling probe ({probe.name})")
+        ctas = art.grid[0]
+        words = ctas * STAGES * probe.slot_bytes() // 4
+        dst = torch.full((ctas * probe.threads,), float("nan"), device="cuda")
+        tdt = torch.float32 if probe.dtype == "tf32" else torch.bfloat16
+        count = words * 4 // torch.tensor([], dtype=tdt).element_size()
+        for data in (("randn", "zeros") if probe == Probe(probe.dtype) else ("randn",)):
+            src = (torch.randn(count, device="cuda") if data == "randn" else torch.zeros(count, device="cuda")).to(tdt)
+            stream = torch.cuda.current_stream().cuda_stream
+
+            def launch():
+                kernel.launch([src.data_ptr(), dst.data_ptr()], stream)
+            res = sustained(launch, lambda _: torch.cuda.synchronize(), seconds,
+                            out / f"clocks-probe-{probe.name}-{data}.csv")
+            torch.cuda.synchronize()
+            if not torch.isfinite(dst).all():
+                sys.exit(f"nova.bench.tensor_ceiling: the {probe.name} probe left non-finite sums: it did not run")
+            record({"what": f"probe {probe.name} ({data})", "kind": "probe", "data": data, "dtype": probe.dtype,
+                    "probe": asdict(probe), "shape": None}, *res, probe.flops_per_launch(ctas), probe.dtype)
+    if libraries:
+        _squares(out, seconds, libraries, record)
+    return rows
+
+
+def _squares(out, seconds, libraries, record):
+    """Nova, cuBLAS (torch) and XLA on ``SQUARES`` (C = A.B, both row-major), each sustained alone."""
+    import torch
+
+    import nova
+    torch.backends.cuda.matmul.allow_tf32 = True
+    jax = jnp = None
+    if "xla" in libraries:
+        import jax
+        import jax.numpy as jnp
+    for M, N_, K, dtype in SQUARES:
+        tdt = torch.float32 if dtype == "tf32" else torch.bfloat16
+        a, b = torch.randn(M, K, device="cuda").to(tdt), torch.randn(K, N_, device="cuda").to(tdt)
+        c = torch.empty(M, N_, device="cuda", dtype=tdt)
+        fns = {"nova": (lambda: nova.matmul(a, b, out=c), lambda _: torch.cuda.synchronize()),
+               "cublas": (lambda: torch.mm(a, b, out=c), lambda _: torch.cuda.synchronize())}
+        if jax is not None:
+            ja = jnp.asarray(a.float().cpu().numpy()).astype(jnp.bfloat16 if dtype == "bf16" else jnp.float32)
+            jb = jnp.asarray(b.float().cpu().numpy()).astype(ja.dtype)
+            xla = jax.jit(lambda x, y: jnp.matmul(x, y, precision=jax.lax.Precision.DEFAULT))
+            xla(ja, jb).block_until_ready()
+            fns["xla"] = (lambda: xla(ja, jb), lambda r: r.block_until_ready())
+        for lib in libraries:
+            fn, sync = fns[lib]
+            res = sustained(fn, sync, seconds, out / f"clocks-{M}x{N_}x{K}-{dtype}-{lib}.csv")
+            record({"what": f"{lib} {M}x{N_}x{K} NN", "kind": lib, "dtype": dtype, "shape": [M, N_, K]},
+                   *res, 2 * M * N_ * K, dtype)
+
+
+def report(rows: list[dict]) -> str:
+    """The markdown table: each row against its dtype's two ceilings, both from the probes on random
+    data: the fastest probe's sustained FLOP/s (what any kernel holds at the power cap), and the
+    probes' best tensor-pipe use per clock (what the tensor cores deliver per cycle) at the clock the
+    row itself held."""
+    ceiling, per_clock = {}, {}
+    for r in rows:
+        if r["kind"] == "probe" and r["data"] == "randn":
+            ceiling[r["dtype"]] = max(ceiling.get(r["dtype"], 0.0), r["tflops"])
+            per_clock[r["dtype"]] = max(per_clock.get(r["dtype"], 0.0), r["pipe_use"] or 0.0)
+    nan = float("nan")
+    lines = ["| what | dtype | us | TFLOP/s | of the ceiling | SM MHz | W | tensor pipe at that clock "
+             "| of the probes' rate at that clock |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        frac = r["tflops"] / ceiling[r["dtype"]] if r["dtype"] in ceiling else nan
+        clock_frac = (r["pipe_use"] or nan) / per_clock[r["dtype"]] if per_clock.get(r["dtype"]) else nan
+        lines.append(f"| {r['what']} | {r['dtype']} | {r['us']:.1f} | {r['tflops']:.1f} | {frac:.3f} | "
+                     f"{r['sm_mhz']} | {r['power_w']} | {r['pipe_use'] or nan:.3f} | {clock_frac:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m nova.bench.tensor_ceiling", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="host: build the probe kernels (MLIR, ptxas) into --out")
+    b.add_argument("--out", type=Path, required=True)
+    b.add_argument("--ctas", type=int, default=132, help="CTAs, one per SM (default 132, the H200's SMs)")
+    r = sub.add_parser("run", help="device: the probe and the squares, sustained, with clocks and power")
+    r.add_argument("--kernels", type=Path, help="the directory `build` wrote (omitted: the squares only)")
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--seconds", type=float, default=4.0, help="back-to-back seconds per measurement (default 4)")
+    r.add_argument("--libraries", default="nova,cublas,xla",
+                   help="comma-separated, of nova, cublas, xla; empty: the probe only")
+    args = ap.parse_args(argv)
+    if args.cmd == "build":
+        args.out.mkdir(parents=True, exist_ok=True)
+        for probe in PROBES:
+            art = compile_probe(probe, args.ctas)
+            (args.out / f"tensor_ceiling_{probe.name}.json").write_text(json.dumps(art.to_dict()))
+            print(f"{probe.name}: {art.resources['registers']} registers, "
+                  f"{art.resources['spill_store_bytes']} B spilled, {probe.smem_bytes()} B shared memory")
+        return 0
+    from nova.runtime.driver import gpu_available
+    if not gpu_available():
+        print("nova.bench.tensor_ceiling: no GPU visible (run it on the device)", file=sys.stderr)
+        return 2
+    libraries = tuple(x for x in args.libraries.split(",") if x)
+    bad = set(libraries) - {"nova", "cublas", "xla"}
+    if bad:
+        print(f"nova.bench.tensor_ceiling: unknown libraries {sorted(bad)} (nova, cublas, xla)", file=sys.stderr)
+        return 2
+    rows = run(args.kernels, args.out, args.seconds, libraries)
+    (args.out / "tensor_ceiling.json").write_text(json.dumps(
+        {"date": datetime.datetime.now().isoformat(timespec="seconds"), "rows": rows}, indent=1))
+    (args.out / "tensor_ceiling.md").write_text(report(rows))
+    print(report(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
