@@ -86,3 +86,35 @@ def test_report_takes_the_fastest_random_data_probe_as_the_ceiling():
     nova = next(line for line in table.splitlines() if line.startswith("| nova"))
     cells = [c.strip() for c in nova.strip("|").split("|")]
     assert cells[4] == f"{680 / 850:.3f}" and cells[8] == f"{0.855 / 0.90:.3f}"
+
+
+# ---- the stored ceiling (nova/hwmodel/calibration/h200.wgmma.json) and explain -------------------
+def test_stored_ceiling_is_rederived_from_the_committed_results():
+    """The calibration's ceiling is ``ceilings`` of the results file it names, nothing typed in."""
+    import json
+    from pathlib import Path
+
+    from nova.hwmodel.calibration import load
+    stored = load("h200", "wgmma")["ceiling"]
+    results = Path(__file__).resolve().parents[1] / stored["results"]
+    assert tc.ceilings(json.loads(results.read_text())["rows"]) == stored["per_dtype"]
+    # the ceiling is a one-warpgroup probe's, at the power cap, above every GEMM of the same run
+    rows = json.loads(results.read_text())["rows"]
+    for dtype, c in stored["per_dtype"].items():
+        assert c["power_w"] > 650 and all(r["tflops"] < c["tflops"] for r in rows if r["kind"] != "probe" and r["dtype"] == dtype)
+
+
+def test_explain_sets_the_prediction_against_the_measured_ceiling(capsys):
+    from nova.cli.config import main
+    from nova.hwmodel.calibration import measured_ceiling
+    from nova.configurator import GemmProblem, configure
+    assert measured_ceiling("h200", "fp16") is None and measured_ceiling("a100", "bf16") is None
+    cfg = configure(GemmProblem(8192, 8192, 8192, "bf16"), "h200")
+    assert cfg.to_dict()["measured_ceiling"] == measured_ceiling("h200", "bf16")
+    assert main(["explain", "matmul", "8192x8192x8192", "--dtype", "bf16", "--target", "h200"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    fraction = 8192 ** 3 * 2 / cfg.calibrated_time_us / 1e6 / measured_ceiling("h200", "bf16")["tflops"]
+    assert f"Ceiling: {measured_ceiling('h200', 'bf16')['tflops']:.1f} TFLOP/s bf16" in text
+    assert f"calibrated {fraction:.2f} of it" in text
+    assert main(["explain", "matmul", "4096x4096", "--dtype", "fp16", "--target", "h200"]) == 0
+    assert "Ceiling:" not in capsys.readouterr().out

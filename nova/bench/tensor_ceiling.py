@@ -332,15 +332,27 @@ def _squares(out, seconds, libraries, record):
                    *res, 2 * M * N_ * K, dtype)
 
 
+def ceilings(rows: list[dict]) -> dict:
+    """Per dtype, the measured power-limited ceiling: the fastest probe on random data, as
+    ``{dtype: {"tflops", "sm_mhz", "power_w", "probe", "pipe_use"}}`` (the figures
+    ``nova/hwmodel/calibration/<preset>.wgmma.json`` stores under ``ceiling``)."""
+    best = {}
+    for r in rows:
+        if r["kind"] == "probe" and r["data"] == "randn" and r["tflops"] > best.get(r["dtype"], {}).get("tflops", 0.0):
+            best[r["dtype"]] = {"tflops": round(r["tflops"], 1), "sm_mhz": r["sm_mhz"], "power_w": r["power_w"],
+                                "probe": r["what"], "pipe_use": round(r["pipe_use"], 3)}
+    return best
+
+
 def report(rows: list[dict]) -> str:
     """The markdown table: each row against its dtype's two ceilings, both from the probes on random
     data: the fastest probe's sustained FLOP/s (what any kernel holds at the power cap), and the
     probes' best tensor-pipe use per clock (what the tensor cores deliver per cycle) at the clock the
     row itself held."""
-    ceiling, per_clock = {}, {}
+    ceiling = {dtype: c["tflops"] for dtype, c in ceilings(rows).items()}
+    per_clock = {}
     for r in rows:
         if r["kind"] == "probe" and r["data"] == "randn":
-            ceiling[r["dtype"]] = max(ceiling.get(r["dtype"], 0.0), r["tflops"])
             per_clock[r["dtype"]] = max(per_clock.get(r["dtype"], 0.0), r["pipe_use"] or 0.0)
     nan = float("nan")
     lines = ["| what | dtype | us | TFLOP/s | of the ceiling | SM MHz | W | tensor pipe at that clock "

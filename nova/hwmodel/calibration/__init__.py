@@ -33,6 +33,11 @@ time (``tests/test_calibrate.py`` refits from it).  ``Config.calibrated_time_us`
 ``Config.calibrated_clock_mhz`` (and ``nova-config explain``) report the calibrated time and clock
 next to the model's; schedule decisions never use them (a calibration reports, it does not choose).
 
+``<preset>.wgmma.json`` may also hold ``ceiling``: the measured power-limited tensor ceiling per input
+dtype (``nova.bench.tensor_ceiling``: the fastest wgmma-only kernel on random data, sustained at the
+power cap; ``source`` its results file), which ``measured_ceiling`` returns and ``nova-config explain``
+sets each prediction against; ``tests/test_tensor_ceiling.py`` re-derives it from the committed results.
+
 ``<preset>.aten.json`` (family ``aten``) calibrates the kernels ATen runs for a compiled step's
 non-GEMM groups instead (``nova.bench.calibrate_aten`` on a CUPTI profile of a training step,
 ``source.profile``): ``t_fixed_us`` per kernel and ``eta`` per kernel kind, applied by
@@ -62,6 +67,13 @@ def load(preset: str, family: str = "mma.sync") -> dict | None:
     Read once per process (the files ship with the package); treat the result as read-only."""
     p = path_for(preset, family)
     return json.loads(p.read_text()) if p.exists() else None
+
+
+def measured_ceiling(preset: str, dtype: str) -> dict | None:
+    """The measured power-limited tensor ceiling of ``preset`` for ``dtype`` (``{"tflops", "sm_mhz",
+    "power_w", "probe", "pipe_use"}``), or None where none was measured (other presets, FP16)."""
+    cal = load(preset, "wgmma")
+    return None if cal is None else cal.get("ceiling", {}).get("per_dtype", {}).get(dtype)
 
 
 def constants_for(constants: dict, pingpong: bool) -> dict:

@@ -40,6 +40,13 @@ class Config:
         clock_and_time = self._calibrated()
         return None if clock_and_time is None or clock_and_time[0] is None else float(clock_and_time[0])
 
+    @property
+    def measured_ceiling(self) -> dict | None:
+        """The target's measured power-limited tensor ceiling for this dtype
+        (``nova.hwmodel.calibration.measured_ceiling``), or None where none was measured."""
+        from nova.hwmodel.calibration import measured_ceiling
+        return measured_ceiling(self.target.name, self.problem.dtype)
+
     def _calibrated(self):
         from nova.hwmodel.calibration import clock_and_time, constants_for, load
         cal = load(self.target.name, self.schedule.mma.family)
@@ -59,7 +66,8 @@ class Config:
                 "dtype": self.problem.dtype, "target": self.target.name, "arch": self.target.arch,
                 "problem": self.problem.to_dict(), "schedule": sched, "prediction": self.prediction.to_dict(),
                 "derivation": [st.to_dict() for st in self.derivation], "config_time_ms": self.config_time_ms,
-                "calibrated_time_us": self.calibrated_time_us, "calibrated_clock_mhz": self.calibrated_clock_mhz}
+                "calibrated_time_us": self.calibrated_time_us, "calibrated_clock_mhz": self.calibrated_clock_mhz,
+                "measured_ceiling": self.measured_ceiling}
 
 
 def configure(problem: GemmProblem, target: "GPUModel | str" = "rtx3060", *, family: str | None = None) -> Config:
