@@ -23,8 +23,9 @@ Each kernel (and each library's GEMM) runs back to back for ``--seconds`` while 
 the SM clock and board power every 50 ms; reported are the time per call over the second half
 (the power state settled), its FLOP/s, the median clock and power there, and FLOP/s over
 ``tensor FLOP/clk/SM x SMs x the median clock`` (the tensor pipe's use at the clock it held).
-The probe's data is ``randn`` (the benchmarks' data; the tensor cores' power depends on it) and,
-for reference, zeros.
+The probe's data is ``randn`` (the benchmarks' data; the tensor cores' power depends on it: the
+ceiling is the fastest probe on it) and, for reference, zeros (far below the power cap: each
+structure's rate per clock at the maximum clock).
 
 Writes ``OUT/tensor_ceiling.json`` and ``OUT/tensor_ceiling.md``.  Exits with code 2 and one line
 when a GPU, a kernel file or JAX is missing.
@@ -252,7 +253,8 @@ def sustained(fn, sync, seconds, clocks_path):
     return us, first_us, mhz, watts, len(samples)
 
 
-def run(kernels_dir: Path, out: Path, seconds: float, libraries: tuple[str, ...]) -> list[dict]:
+def run(kernels_dir: Path, out: Path, seconds: float, libraries: tuple[str, ...],
+        data: tuple[str, ...] = ("randn", "zeros")) -> list[dict]:
     import torch
 
     from nova.hwmodel import get_target
@@ -285,18 +287,18 @@ def run(kernels_dir: Path, out: Path, seconds: float, libraries: tuple[str, ...]
         dst = torch.full((ctas * probe.threads,), float("nan"), device="cuda")
         tdt = torch.float32 if probe.dtype == "tf32" else torch.bfloat16
         count = words * 4 // torch.tensor([], dtype=tdt).element_size()
-        for data in (("randn", "zeros") if probe == Probe(probe.dtype) else ("randn",)):
-            src = (torch.randn(count, device="cuda") if data == "randn" else torch.zeros(count, device="cuda")).to(tdt)
+        for fill in data:
+            src = (torch.randn(count, device="cuda") if fill == "randn" else torch.zeros(count, device="cuda")).to(tdt)
             stream = torch.cuda.current_stream().cuda_stream
 
             def launch():
                 kernel.launch([src.data_ptr(), dst.data_ptr()], stream)
             res = sustained(launch, lambda _: torch.cuda.synchronize(), seconds,
-                            out / f"clocks-probe-{probe.name}-{data}.csv")
+                            out / f"clocks-probe-{probe.name}-{fill}.csv")
             torch.cuda.synchronize()
             if not torch.isfinite(dst).all():
                 sys.exit(f"nova.bench.tensor_ceiling: the {probe.name} probe left non-finite sums: it did not run")
-            record({"what": f"probe {probe.name} ({data})", "kind": "probe", "data": data, "dtype": probe.dtype,
+            record({"what": f"probe {probe.name} ({fill})", "kind": "probe", "data": fill, "dtype": probe.dtype,
                     "probe": asdict(probe), "shape": None}, *res, probe.flops_per_launch(ctas), probe.dtype)
     if libraries:
         _squares(out, seconds, libraries, record)
@@ -375,6 +377,8 @@ def main(argv=None) -> int:
     r.add_argument("--kernels", type=Path, help="the directory `build` wrote (omitted: the squares only)")
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--seconds", type=float, default=4.0, help="back-to-back seconds per measurement (default 4)")
+    r.add_argument("--data", default="randn,zeros",
+                   help="comma-separated probe data, of randn (the ceiling's) and zeros (default both)")
     r.add_argument("--libraries", default="nova,cublas,xla",
                    help="comma-separated, of nova, cublas, xla; empty: the probe only")
     args = ap.parse_args(argv)
@@ -395,7 +399,11 @@ def main(argv=None) -> int:
     if bad:
         print(f"nova.bench.tensor_ceiling: unknown libraries {sorted(bad)} (nova, cublas, xla)", file=sys.stderr)
         return 2
-    rows = run(args.kernels, args.out, args.seconds, libraries)
+    data = tuple(x for x in args.data.split(",") if x)
+    if not data or set(data) - {"randn", "zeros"}:
+        print(f"nova.bench.tensor_ceiling: --data {args.data!r}: randn and/or zeros", file=sys.stderr)
+        return 2
+    rows = run(args.kernels, args.out, args.seconds, libraries, data)
     (args.out / "tensor_ceiling.json").write_text(json.dumps(
         {"date": datetime.datetime.now().isoformat(timespec="seconds"), "rows": rows}, indent=1))
     (args.out / "tensor_ceiling.md").write_text(report(rows))
