@@ -118,3 +118,15 @@ def test_explain_sets_the_prediction_against_the_measured_ceiling(capsys):
     assert f"calibrated {fraction:.2f} of it" in text
     assert main(["explain", "matmul", "4096x4096", "--dtype", "fp16", "--target", "h200"]) == 0
     assert "Ceiling:" not in capsys.readouterr().out
+
+
+def test_run_without_a_gpu_is_one_clear_line(capsys, monkeypatch, tmp_path):
+    import nova.runtime.driver as driver
+    monkeypatch.setattr(driver, "gpu_available", lambda: False)
+    assert tc.main(["run", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no GPU" in err[0]
+    assert tc.main(["run", "--out", str(tmp_path), "--data", "ones"]) == 2      # checked before the GPU
+    assert "--data 'ones'" in capsys.readouterr().err
+    assert tc.main(["run", "--out", str(tmp_path), "--libraries", "nova,mkl"]) == 2
+    assert "unknown libraries ['mkl']" in capsys.readouterr().err

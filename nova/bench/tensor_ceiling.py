@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -44,6 +43,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nova.codegen.builder import SMEM, Ir
+
+
+class CeilingError(RuntimeError):
+    """A measurement that cannot run or went wrong; ``main`` prints it as one line and exits with 2."""
 
 KERNEL_NAME = "nova_tensor_ceiling"
 WARPGROUP_THREADS = 128
@@ -262,7 +265,7 @@ def run(kernels_dir: Path, out: Path, seconds: float, libraries: tuple[str, ...]
     from nova.codegen.artifact import KernelArtifact
     out.mkdir(parents=True, exist_ok=True)
     device = get_device()
-    model = get_target("h200")
+    model = get_target("auto")          # the live GPU's preset: its SMs and tensor FLOP/clk
     rows = []
 
     def record(row, us, first_us, mhz, watts, n, flop, dtype):
@@ -276,8 +279,8 @@ def run(kernels_dir: Path, out: Path, seconds: float, libraries: tuple[str, ...]
 
     paths = sorted(kernels_dir.glob("tensor_ceiling_*.json")) if kernels_dir is not None else []
     if kernels_dir is not None and not paths:
-        sys.exit(f"nova.bench.tensor_ceiling: no probe kernels in {kernels_dir}; build them on the host first "
-                 f"(python3 -m nova.bench.tensor_ceiling build --out {kernels_dir})")
+        raise CeilingError(f"no probe kernels in {kernels_dir}; build them on the host first "
+                           f"(python3 -m nova.bench.tensor_ceiling build --out {kernels_dir})")
     for path in paths:
         art = KernelArtifact.from_dict(json.loads(path.read_text()))
         probe = Probe(**art.meta["probe"])
@@ -297,7 +300,7 @@ def run(kernels_dir: Path, out: Path, seconds: float, libraries: tuple[str, ...]
                             out / f"clocks-probe-{probe.name}-{fill}.csv")
             torch.cuda.synchronize()
             if not torch.isfinite(dst).all():
-                sys.exit(f"nova.bench.tensor_ceiling: the {probe.name} probe left non-finite sums: it did not run")
+                raise CeilingError(f"the {probe.name} probe left non-finite sums: it did not run")
             record({"what": f"probe {probe.name} ({fill})", "kind": "probe", "data": fill, "dtype": probe.dtype,
                     "probe": asdict(probe), "shape": None}, *res, probe.flops_per_launch(ctas), probe.dtype)
     if libraries:
@@ -327,6 +330,10 @@ def _squares(out, seconds, libraries, record):
             xla = jax.jit(lambda x, y: jnp.matmul(x, y, precision=jax.lax.Precision.DEFAULT))
             xla(ja, jb).block_until_ready()
             fns["xla"] = (lambda: xla(ja, jb), lambda r: r.block_until_ready())
+        nova.matmul(a, b, out=c)           # correct before timed: against cuBLAS, relative Frobenius error
+        error = float((c.float() - torch.mm(a, b).float()).norm() / torch.mm(a, b).float().norm())
+        if not error < 1e-2:
+            raise CeilingError(f"Nova's {M}x{N_}x{K} {dtype} differs from cuBLAS's by {error:.3g} (relative)")
         for lib in libraries:
             fn, sync = fns[lib]
             res = sustained(fn, sync, seconds, out / f"clocks-{M}x{N_}x{K}-{dtype}-{lib}.csv")
@@ -384,16 +391,17 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "build":
         args.out.mkdir(parents=True, exist_ok=True)
+        from nova.codegen import CodegenError
         for probe in PROBES:
-            art = compile_probe(probe, args.ctas)
+            try:
+                art = compile_probe(probe, args.ctas)
+            except (CodegenError, ImportError) as e:
+                print(f"nova.bench.tensor_ceiling: building {probe.name}: {str(e).splitlines()[0]}", file=sys.stderr)
+                return 2
             (args.out / f"tensor_ceiling_{probe.name}.json").write_text(json.dumps(art.to_dict()))
             print(f"{probe.name}: {art.resources['registers']} registers, "
                   f"{art.resources['spill_store_bytes']} B spilled, {probe.smem_bytes()} B shared memory")
         return 0
-    from nova.runtime.driver import gpu_available
-    if not gpu_available():
-        print("nova.bench.tensor_ceiling: no GPU visible (run it on the device)", file=sys.stderr)
-        return 2
     libraries = tuple(x for x in args.libraries.split(",") if x)
     bad = set(libraries) - {"nova", "cublas", "xla"}
     if bad:
@@ -403,7 +411,21 @@ def main(argv=None) -> int:
     if not data or set(data) - {"randn", "zeros"}:
         print(f"nova.bench.tensor_ceiling: --data {args.data!r}: randn and/or zeros", file=sys.stderr)
         return 2
-    rows = run(args.kernels, args.out, args.seconds, libraries, data)
+    from nova.runtime.driver import gpu_available
+    if not gpu_available():
+        print("nova.bench.tensor_ceiling: no GPU visible (run it on the device)", file=sys.stderr)
+        return 2
+    if "xla" in libraries:
+        try:
+            import jax  # noqa: F401
+        except ImportError:
+            print("nova.bench.tensor_ceiling: --libraries has xla but JAX is not installed", file=sys.stderr)
+            return 2
+    try:
+        rows = run(args.kernels, args.out, args.seconds, libraries, data)
+    except CeilingError as e:
+        print(f"nova.bench.tensor_ceiling: {e}", file=sys.stderr)
+        return 2
     (args.out / "tensor_ceiling.json").write_text(json.dumps(
         {"date": datetime.datetime.now().isoformat(timespec="seconds"), "rows": rows}, indent=1))
     (args.out / "tensor_ceiling.md").write_text(report(rows))
