@@ -10,7 +10,8 @@ from nova.bench import tensor_ceiling as tc
 from nova.codegen.ptxas import wgmma_hazards
 
 
-@pytest.mark.parametrize("probe", [tc.Probe("bf16"), tc.Probe("tf32", 1), tc.Probe("bf16", 2, 2)],
+@pytest.mark.parametrize("probe", [tc.Probe("bf16"), tc.Probe("tf32", 1), tc.Probe("bf16", 2, 2),
+                                   tc.Probe("tf32", turns=True)],
                          ids=lambda p: p.name)
 def test_probe_kernels_assemble_clean(probe):
     from nova.codegen import ptxas
@@ -27,6 +28,9 @@ def test_probe_kernels_assemble_clean(probe):
     per_slot = tc.SWIZZLE_BYTES // (kstep * tc.ELEMENT_BYTES[probe.dtype]) * probe.chains
     assert len(wgmmas) == per_slot and {(int(n), int(k)) for n, k in wgmmas} == {(probe.n, kstep)}
     assert "cp.async" not in art.ptx and "ld.global" in art.ptx   # the ring is filled once, by plain loads
+    # turns: each warpgroup bar.syncs on its own named barrier and bar.arrives on the other's, 256 threads
+    assert (re.search(r"bar\.sync\s+%r\d+, 256", art.ptx) is not None) == probe.turns
+    assert (re.search(r"bar\.arrive\s+%r\d+, 256", art.ptx) is not None) == probe.turns
 
 
 def test_flops_count_the_issued_wgmmas():
@@ -40,6 +44,8 @@ def test_flops_count_the_issued_wgmmas():
 def test_unknown_dtype_is_one_clear_error():
     with pytest.raises(ValueError, match="dtype 'fp8'"):
         tc.build_module(tc.Probe("fp8"), 132)
+    with pytest.raises(ValueError, match="turns are between two warpgroups"):
+        tc.build_module(tc.Probe("bf16", 3, turns=True), 132)
 
 
 def test_sustained_chunks_are_closed_by_a_sync(tmp_path, monkeypatch):

@@ -66,10 +66,14 @@ class Probe:
     """One probe kernel: ``warpgroups`` per CTA (one CTA per SM), each running ``chains`` independent
     accumulator chains of ``wgmma.m64n{B_ROWS / chains}`` (chain c reads B's rows c x n ..), so every
     variant does the same FLOP per warpgroup and slot.  The default (2, 1) is the cooperative GEMM's
-    consumer structure; the others check that it is not what limits the rate per clock."""
+    consumer structure; the others check that it is not what limits the rate per clock.  ``turns``: the
+    two warpgroups take turns, slot by slot (warpgroup w bar.syncs on named barrier 1 + w before its
+    wgmmas and bar.arrives on the other's after committing them), so one warpgroup's wgmmas are
+    issued at a time, as with one warpgroup, while two hold accumulators."""
     dtype: str
     warpgroups: int = 2
     chains: int = 1
+    turns: bool = False      # two warpgroups take turns per slot (named barriers): one issues wgmma at a time
 
     @property
     def n(self) -> int:
@@ -77,7 +81,7 @@ class Probe:
 
     @property
     def name(self) -> str:
-        return f"{self.dtype}_wg{self.warpgroups}_chains{self.chains}"
+        return f"{self.dtype}_wg{self.warpgroups}_chains{self.chains}" + ("_turns" if self.turns else "")
 
     @property
     def threads(self) -> int:
@@ -96,7 +100,7 @@ class Probe:
 
 
 PROBES = (Probe("tf32"), Probe("bf16"), Probe("tf32", 1), Probe("bf16", 1), Probe("tf32", 3), Probe("bf16", 3),
-          Probe("tf32", 2, 2), Probe("bf16", 2, 2))
+          Probe("tf32", 2, 2), Probe("bf16", 2, 2), Probe("tf32", turns=True), Probe("bf16", turns=True))
 
 
 def descriptor_hi() -> int:
@@ -112,6 +116,8 @@ def build_module(probe: Probe, ctas: int) -> str:
     dtype = probe.dtype
     if dtype not in KSTEP:
         raise ValueError(f"dtype {dtype!r}: the probe runs {', '.join(KSTEP)}")
+    if probe.turns and probe.warpgroups != 2:
+        raise ValueError(f"{probe.name}: turns are between two warpgroups")
     ir = Ir(("src", "dst", "it", "w") + tuple(f"acc{c}" for c in range(probe.chains)))
     threads = probe.threads
     words = STAGES * probe.slot_bytes() // 4
@@ -161,10 +167,17 @@ def build_module(probe: Probe, ctas: int) -> str:
         finals = [result] if probe.chains == 1 else [f"{result}#{c}" for c in range(probe.chains)]
         names = ", ".join(f"{c} = {zero}" for c in chains)
         types = ", ".join([acc_t] * len(chains))
+        if probe.turns:
+            mine = ir.let("turn_mine", f"arith.index_cast {ir.v(ir.add(wg, 1, 'turn_mine_idx'))} : index to i32")
+            other = ir.let("turn_other", f"arith.index_cast {ir.v(ir.sub(2, wg, 'turn_other_idx'))} : index to i32")
+            both = ir.let("turn_threads", f"arith.constant {2 * WARPGROUP_THREADS} : i32")
         with ir.region(f"{result}{'' if probe.chains == 1 else f':{probe.chains}'} = scf.for %it = {ir.v(0)} to {ir.v(ITERATIONS)} step {ir.v(1)} "
                        f"iter_args({names}) -> ({types}) {{"):
             slot_enc = ir.mul(ir.rem("%it", STAGES, "slot"), probe.slot_bytes() // 16, "slot_enc")
             accs = list(chains)
+            if probe.turns:    # warpgroup 0's first slot goes first; every later one waits for its turn
+                ir.guarded(ir.cmp("sgt", ir.add(wg, "%it", "turn_count"), 0, "turn_wait"), lambda: ir.emit(
+                    f"nvvm.barrier id = {mine} number_of_threads = {both}"))
             ir.emit("nvvm.wgmma.fence.aligned")
             for kk in range(steps):
                 step_enc = kk * kstep * ELEMENT_BYTES[dtype] // 16
@@ -175,6 +188,9 @@ def build_module(probe: Probe, ctas: int) -> str:
                     accs[c] = ir.let("acc_k", f'"nvvm.wgmma.mma_async"({accs[c]}, {da}, {db}) <{{{attrs}}}> : '
                                               f"({acc_t}, i64, i64) -> {acc_t}")
             ir.emit("nvvm.wgmma.commit.group.sync.aligned")
+            if probe.turns:    # the other's turn, except after warpgroup 1's last slot (every arrival is waited for)
+                ir.guarded(ir.cmp("slt", ir.add(wg, "%it", "turn_count"), ITERATIONS, "turn_pass"), lambda: ir.emit(
+                    f"nvvm.barrier.arrive id = {other} number_of_threads = {both}"))
             ir.emit("nvvm.wgmma.wait.group.sync.aligned 1")
             ir.emit(f"scf.yield {', '.join(accs)} : {types}")
         ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
