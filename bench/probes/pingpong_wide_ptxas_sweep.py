@@ -1,7 +1,11 @@
 """ptxas over every 128x192 ping-pong kernel the register rule admits on the suites' shapes (every layout, dtype, f32
 output), half the shapes per process: `python bench/probes/pingpong_wide_ptxas_sweep.py 0|1` (host, ~8 min each).
 Prints the count and every kernel that spills (bytes stored, loaded) or has a wgmma hazard."""
-import itertools, json, glob
+import glob
+import itertools
+import json
+import sys
+
 from nova.kernels.gemm import hopper as H
 from nova.kernels.gemm.problem import GemmProblem
 from nova.hwmodel import get_target
@@ -16,7 +20,6 @@ for f in glob.glob("bench/suites/*.json"):
     for e in json.load(open(f)): shapes.add((e.get("B", 1), e["M"], e["N"], e["K"]))
 shapes |= {(1, 1000, 1001, 520), (1, 4095, 4104, 1000), (1, 777, 1536, 300), (5, 300, 384, 200)}
 seen, n, bad = set(), 0, []
-import sys
 part = int(sys.argv[1])
 for (B, M, N, K), dt, ta, tb, out in itertools.product(sorted(s for i, s in enumerate(sorted(shapes)) if i % 2 == part), ("bf16", "fp16", "tf32"), (False, True), (False, True), (None, "f32")):
     if out and dt == "tf32": continue

@@ -1,5 +1,6 @@
 """Device measurement primitives shared by the benchmark, the correctness sweep, the oracle and the
-profiles (needs torch and a GPU): fresh operands, float64 references, errors, CUDA-event timing.
+profiles (needs torch and a GPU): fresh operands, float64 references, errors, CUDA-event timing, and
+the SM clock and board power while something runs (``ClockSampler``: nvidia-smi).
 
 Method (bench/NOTES.md, DEVELOPERS.md): fresh random inputs for every check (never zeros), the
 output poisoned with NaN before Nova runs, relative Frobenius error against a float64 reference;
@@ -16,8 +17,12 @@ same kernel timed later (bench/NOTES.md, v0.6).  ``settle`` runs both libraries 
 from __future__ import annotations
 
 import math
+import os
 import platform
+import shutil
 import statistics
+import subprocess
+import threading
 import time
 
 from nova.dtypes import ELEMENT_TYPES, MODES, torch_dtype
@@ -253,3 +258,80 @@ def host_overhead(torch, fn, reps: int = 200) -> float:
     t1 = time.perf_counter()
     torch.cuda.synchronize()
     return (t1 - t0) / reps * 1e6
+
+
+class ClockSampler:
+    """SM clock, board power and temperature from ``nvidia-smi -lms``, each line stamped with
+    ``time.time()`` as it arrives.  Does nothing where nvidia-smi is absent."""
+
+    def __init__(self, interval_ms: int = 100):
+        self.interval_ms = interval_ms
+        self.samples: list[tuple[float, float, float, float]] = []
+        self.proc = None
+        self.thread = None
+
+    def start(self):
+        if not shutil.which("nvidia-smi"):
+            return self
+        gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
+        cmd = ["nvidia-smi", "-i", gpu, "--query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu",
+               "--format=csv,noheader,nounits", "-lms", str(self.interval_ms)]
+        try:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except OSError:
+            self.proc = None
+            return self
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+        return self
+
+    def _read(self):
+        for line in self.proc.stdout:
+            sample = self.parse(line, time.time())
+            if sample is not None:
+                self.samples.append(sample)
+
+    @staticmethod
+    def parse(line: str, now: float):
+        """``(unix time, sm MHz, power W, temperature C)`` from one line; the time is nvidia-smi's
+        own stamp (its output to a pipe may arrive in bursts), else ``now``."""
+        import datetime
+
+        def num(text):
+            try:
+                return float(text)
+            except ValueError:       # "[N/A]" and the like
+                return None
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 4 or num(parts[1]) is None:
+            return None
+        try:
+            t = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+        except ValueError:
+            t = now
+        return (t, num(parts[1]), num(parts[2]), num(parts[3]))
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            self.thread.join(timeout=5)
+        return self
+
+    def summary(self, windows: list[tuple[float, float]], t0: float) -> dict | None:
+        if not self.samples:
+            return None
+        inside = [s for s in self.samples if any(a <= s[0] <= b for a, b in windows)]
+        med = (lambda xs: statistics.median(xs) if xs else None)
+        return {"interval_ms": self.interval_ms, "timed_samples": len(inside),
+                "timed_sm_mhz_median": med([s[1] for s in inside]),
+                "timed_sm_mhz_min": min((s[1] for s in inside), default=None),
+                "timed_sm_mhz_max": max((s[1] for s in inside), default=None),
+                "timed_power_w_median": med([s[2] for s in inside if s[2] is not None]),
+                "first_sm_mhz": self.samples[0][1],
+                "trace": {"t_s": [round(s[0] - t0, 3) for s in self.samples],
+                          "sm_mhz": [s[1] for s in self.samples], "power_w": [s[2] for s in self.samples],
+                          "temp_c": [s[3] for s in self.samples]}}

@@ -27,16 +27,16 @@ The probe's data is ``randn`` (the benchmarks' data; the tensor cores' power dep
 ceiling is the fastest probe on it) and, for reference, zeros (far below the power cap: each
 structure's rate per clock at the maximum clock).
 
-Writes ``OUT/tensor_ceiling.json`` and ``OUT/tensor_ceiling.md``.  Exits with code 2 and one line
+Writes ``OUT/tensor_ceiling.json`` (every row with its clock trace) and ``OUT/tensor_ceiling.md``.  Exits with code 2 and one line
 when a GPU, a kernel file or JAX is missing.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -221,55 +221,28 @@ def compile_probe(probe: Probe, ctas: int):
 # ------------------------------------------------------------------------------------------------
 # device side
 # ------------------------------------------------------------------------------------------------
-def _sampler(path):
-    return subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw", "--format=csv,noheader,nounits",
-                             "-lms", "50"], stdout=open(path, "w"), stderr=subprocess.DEVNULL)
-
-
-def _samples_after(path, t0):
-    """(clock MHz, power W) of the nvidia-smi samples at or after wall time ``t0``."""
-    out = []
-    for line in open(path):
-        parts = [p.strip() for p in line.split(",")]
-        try:
-            stamp, frac = parts[0].split(".")
-            ts = time.mktime(time.strptime(stamp, "%Y/%m/%d %H:%M:%S")) + float("0." + frac)
-            if ts >= t0:
-                out.append((float(parts[1]), float(parts[2])))
-        except (ValueError, IndexError):
-            continue
-    return out
-
-
-def sustained(fn, sync, seconds, clocks_path):
-    """``fn()`` back to back for ``seconds`` in chunks of ~50 ms of calls, each chunk closed by ``sync``
-    (so no more than one chunk is ever queued: an unbounded queue of launches would let a chunk's
-    wall time hide the boost period), nvidia-smi sampling; returns (us per call over the second half
-    of the chunks, us per call of the first chunk, median MHz, median W over the second half,
-    samples)."""
-    proc = _sampler(clocks_path)
+def sustained(fn, sync, seconds):
+    """``fn(i)`` back to back for ``seconds`` in chunks of ~50 ms of calls, each a ``harness.wall_per_call``
+    (a fixed call count between two ``sync()``: no more than one chunk is ever queued, so a chunk's wall
+    time cannot hide the boost period in launches queued earlier), while a ``harness.ClockSampler``
+    samples nvidia-smi every 50 ms.  Returns (us per call over the second half of the chunks, us per
+    call of the first chunk, median MHz, median W over the second half, samples, the sampler's trace)."""
+    from nova.bench.harness import ClockSampler, wall_per_call
+    clocks = ClockSampler(interval_ms=50).start()
     time.sleep(0.3)
-    sync(fn())
-    t0 = time.time()
-    sync(fn())
-    per_chunk = max(1, int(0.05 / max(time.time() - t0, 1e-6)))
+    wall_per_call(fn, sync, 1)                                  # warm-up
+    per_chunk = max(1, int(50_000 / wall_per_call(fn, sync, 1)))
     marks, t_end = [], time.time() + seconds
     while time.time() < t_end:
         t0 = time.time()
-        for _ in range(per_chunk):
-            last = fn()
-        sync(last)
-        marks.append((t0, time.time(), per_chunk))
+        us = wall_per_call(fn, sync, per_chunk)
+        marks.append((t0, time.time(), us))
     time.sleep(0.1)
-    proc.terminate()
-    proc.wait()
+    clocks.stop()
     half = marks[len(marks) // 2:]
-    us = sum(b - a for a, b, _ in half) / sum(n for _, _, n in half) * 1e6
-    first_us = (marks[0][1] - marks[0][0]) / marks[0][2] * 1e6
-    samples = _samples_after(clocks_path, half[0][0])
-    mhz = statistics.median(c for c, _ in samples) if samples else None
-    watts = statistics.median(p for _, p in samples) if samples else None
-    return us, first_us, mhz, watts, len(samples)
+    summary = clocks.summary([(half[0][0], half[-1][1])], t0=marks[0][0]) or {}
+    return (statistics.mean(us for _, _, us in half), marks[0][2], summary.get("timed_sm_mhz_median"),
+            summary.get("timed_power_w_median"), summary.get("timed_samples", 0), summary.get("trace"))
 
 
 def run(kernels_dir: Path, out: Path, seconds: float, libraries: tuple[str, ...],
@@ -284,10 +257,10 @@ def run(kernels_dir: Path, out: Path, seconds: float, libraries: tuple[str, ...]
     model = get_target("auto")          # the live GPU's preset: its SMs and tensor FLOP/clk
     rows = []
 
-    def record(row, us, first_us, mhz, watts, n, flop, dtype):
+    def record(row, us, first_us, mhz, watts, n, trace, flop, dtype):
         peak_clk = model.tc_flops_per_clk_sm("wgmma", dtype) * model.sm_count
         row.update(us=us, first_us=first_us, tflops=flop / us / 1e6, first_tflops=flop / first_us / 1e6,
-                   sm_mhz=mhz, power_w=watts, samples=n,
+                   sm_mhz=mhz, power_w=watts, samples=n, clock_trace=trace,
                    pipe_use=(flop / us / 1e6) / (peak_clk * mhz * 1e6 / 1e12) if mhz else None)
         rows.append(row)
         print(f"{row['what']:>34} {dtype}  {us:9.1f} us  {row['tflops']:6.1f} TFLOP/s (first 50 ms {row['first_tflops']:6.1f})"
@@ -310,25 +283,25 @@ def run(kernels_dir: Path, out: Path, seconds: float, libraries: tuple[str, ...]
             src = (torch.randn(count, device="cuda") if fill == "randn" else torch.zeros(count, device="cuda")).to(tdt)
             stream = torch.cuda.current_stream().cuda_stream
 
-            def launch():
+            def launch(i=0):
                 kernel.launch([src.data_ptr(), dst.data_ptr()], stream)
-            res = sustained(launch, lambda _: torch.cuda.synchronize(), seconds,
-                            out / f"clocks-probe-{probe.name}-{fill}.csv")
+            res = sustained(launch, torch.cuda.synchronize, seconds)
             torch.cuda.synchronize()
             if not torch.isfinite(dst).all():
                 raise CeilingError(f"the {probe.name} probe left non-finite sums: it did not run")
             record({"what": f"probe {probe.name} ({fill})", "kind": "probe", "data": fill, "dtype": probe.dtype,
                     "probe": asdict(probe), "shape": None}, *res, probe.flops_per_launch(ctas), probe.dtype)
     if libraries:
-        _squares(out, seconds, libraries, record)
+        _squares(seconds, libraries, record)
     return rows
 
 
-def _squares(out, seconds, libraries, record):
+def _squares(seconds, libraries, record):
     """Nova, cuBLAS (torch) and XLA on ``SQUARES`` (C = A.B, both row-major), each sustained alone."""
     import torch
 
     import nova
+    from nova.bench.harness import TOLERANCE, nan_output, reference, rel_fro
     torch.backends.cuda.matmul.allow_tf32 = True
     jax = jnp = None
     if "xla" in libraries:
@@ -337,22 +310,30 @@ def _squares(out, seconds, libraries, record):
     for M, N_, K, dtype in SQUARES:
         tdt = torch.float32 if dtype == "tf32" else torch.bfloat16
         a, b = torch.randn(M, K, device="cuda").to(tdt), torch.randn(K, N_, device="cuda").to(tdt)
-        c = torch.empty(M, N_, device="cuda", dtype=tdt)
-        fns = {"nova": (lambda: nova.matmul(a, b, out=c), lambda _: torch.cuda.synchronize()),
-               "cublas": (lambda: torch.mm(a, b, out=c), lambda _: torch.cuda.synchronize())}
+        c = nan_output(torch, M, N_, "f32" if dtype == "tf32" else "bf16")
+        state = {"xla_last": None}
+
+        def sync():                        # a device sync that also waits for XLA's own stream
+            torch.cuda.synchronize()
+            if state["xla_last"] is not None:
+                state["xla_last"].block_until_ready()
+        fns = {"nova": lambda i=0: nova.matmul(a, b, out=c), "cublas": lambda i=0: torch.mm(a, b, out=c)}
         if jax is not None:
             ja = jnp.asarray(a.float().cpu().numpy()).astype(jnp.bfloat16 if dtype == "bf16" else jnp.float32)
             jb = jnp.asarray(b.float().cpu().numpy()).astype(ja.dtype)
             xla = jax.jit(lambda x, y: jnp.matmul(x, y, precision=jax.lax.Precision.DEFAULT))
             xla(ja, jb).block_until_ready()
-            fns["xla"] = (lambda: xla(ja, jb), lambda r: r.block_until_ready())
-        nova.matmul(a, b, out=c)           # correct before timed: against cuBLAS, relative Frobenius error
-        error = float((c.float() - torch.mm(a, b).float()).norm() / torch.mm(a, b).float().norm())
-        if not error < 1e-2:
-            raise CeilingError(f"Nova's {M}x{N_}x{K} {dtype} differs from cuBLAS's by {error:.3g} (relative)")
+
+            def xla_fn(i=0):
+                state["xla_last"] = xla(ja, jb)
+            fns["xla"] = xla_fn
+        nova.matmul(a, b, out=c)           # correct before timed: NaN-poisoned C against float64
+        error = rel_fro(c, reference(torch, a, b))
+        if not error <= TOLERANCE[dtype]:
+            raise CeilingError(f"Nova's {M}x{N_}x{K} {dtype} is off by {error:.3g} (relative Frobenius error vs "
+                               f"float64; tolerance {TOLERANCE[dtype]:g})")
         for lib in libraries:
-            fn, sync = fns[lib]
-            res = sustained(fn, sync, seconds, out / f"clocks-{M}x{N_}x{K}-{dtype}-{lib}.csv")
+            res = sustained(fns[lib], sync, seconds)
             record({"what": f"{lib} {M}x{N_}x{K} NN", "kind": lib, "dtype": dtype, "shape": [M, N_, K]},
                    *res, 2 * M * N_ * K, dtype)
 
@@ -431,12 +412,9 @@ def main(argv=None) -> int:
     if not gpu_available():
         print("nova.bench.tensor_ceiling: no GPU visible (run it on the device)", file=sys.stderr)
         return 2
-    if "xla" in libraries:
-        try:
-            import jax  # noqa: F401
-        except ImportError:
-            print("nova.bench.tensor_ceiling: --libraries has xla but JAX is not installed", file=sys.stderr)
-            return 2
+    if "xla" in libraries and importlib.util.find_spec("jax") is None:
+        print("nova.bench.tensor_ceiling: --libraries has xla but JAX is not installed", file=sys.stderr)
+        return 2
     try:
         rows = run(args.kernels, args.out, args.seconds, libraries, data)
     except CeilingError as e:

@@ -37,16 +37,16 @@ import json
 import math
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import traceback
 from pathlib import Path
 
 import numpy as np
+
+from nova.bench.harness import ClockSampler
 
 FRAMEWORKS = ("eager", "compile", "jax", "nova")
 # AdamW hyper-parameters, identical in every framework (optax.adamw takes the same numbers).
@@ -169,83 +169,7 @@ def token_batches(vocab: int, batch: int, seq: int, n: int, seed: int) -> np.nda
 
 
 # ---------------------------------------------------------------------------- clocks and context
-class ClockSampler:
-    """SM clock, board power and temperature from ``nvidia-smi -lms``, each line stamped with
-    ``time.time()`` as it arrives.  Does nothing where nvidia-smi is absent."""
-
-    def __init__(self, interval_ms: int = 100):
-        self.interval_ms = interval_ms
-        self.samples: list[tuple[float, float, float, float]] = []
-        self.proc = None
-        self.thread = None
-
-    def start(self):
-        if not shutil.which("nvidia-smi"):
-            return self
-        gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip() or "0"
-        cmd = ["nvidia-smi", "-i", gpu, "--query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu",
-               "--format=csv,noheader,nounits", "-lms", str(self.interval_ms)]
-        try:
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        except OSError:
-            self.proc = None
-            return self
-        self.thread = threading.Thread(target=self._read, daemon=True)
-        self.thread.start()
-        return self
-
-    def _read(self):
-        for line in self.proc.stdout:
-            sample = self.parse(line, time.time())
-            if sample is not None:
-                self.samples.append(sample)
-
-    @staticmethod
-    def parse(line: str, now: float):
-        """``(unix time, sm MHz, power W, temperature C)`` from one line; the time is nvidia-smi's
-        own stamp (its output to a pipe may arrive in bursts), else ``now``."""
-        import datetime
-
-        def num(text):
-            try:
-                return float(text)
-            except ValueError:       # "[N/A]" and the like
-                return None
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 4 or num(parts[1]) is None:
-            return None
-        try:
-            t = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
-        except ValueError:
-            t = now
-        return (t, num(parts[1]), num(parts[2]), num(parts[3]))
-
-    def stop(self):
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-            self.thread.join(timeout=5)
-        return self
-
-    def summary(self, windows: list[tuple[float, float]], t0: float) -> dict | None:
-        if not self.samples:
-            return None
-        inside = [s for s in self.samples if any(a <= s[0] <= b for a, b in windows)]
-        med = (lambda xs: statistics.median(xs) if xs else None)
-        return {"interval_ms": self.interval_ms, "timed_samples": len(inside),
-                "timed_sm_mhz_median": med([s[1] for s in inside]),
-                "timed_sm_mhz_min": min((s[1] for s in inside), default=None),
-                "timed_sm_mhz_max": max((s[1] for s in inside), default=None),
-                "timed_power_w_median": med([s[2] for s in inside if s[2] is not None]),
-                "first_sm_mhz": self.samples[0][1],
-                "trace": {"t_s": [round(s[0] - t0, 3) for s in self.samples],
-                          "sm_mhz": [s[1] for s in self.samples], "power_w": [s[2] for s in self.samples],
-                          "temp_c": [s[3] for s in self.samples]}}
-
-
+# ClockSampler (nvidia-smi clock/power samples) lives in nova.bench.harness, shared with tensor_ceiling
 def _git_commit() -> str | None:
     try:
         root = Path(__file__).resolve().parents[2]

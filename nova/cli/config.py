@@ -150,14 +150,15 @@ def render_explain(cfg, *, symbolic: bool = False, console=None) -> None:
         from nova.hwmodel.calibration import path_for
         clock = cfg.calibrated_clock_mhz
         at = f" at a predicted SM clock of {clock:.0f} MHz (power-limited)" if clock is not None else ""
-        console.print(f"[bold]Calibrated[/]: {cal:.2f} us, {p.flops / cal / 1e6:.1f} TFLOP/s{at} (the model's terms scaled "
+        cal_tflops = p.flops / cal / 1e6
+        console.print(f"[bold]Calibrated[/]: {cal:.2f} us, {cal_tflops:.1f} TFLOP/s{at} (the model's terms scaled "
                       f"by {gpu.name}'s efficiency constants, nova/hwmodel/calibration/"
                       f"{path_for(gpu.name, s.mma.family).name})")
         ceiling = cfg.measured_ceiling
         if ceiling is not None:
             console.print(f"[bold]Ceiling[/]: {ceiling['tflops']:.1f} TFLOP/s {p.dtype} measured on this GPU at its power "
                           f"cap ({ceiling['sm_mhz']:.0f} MHz, a kernel doing nothing but wgmma on random data: "
-                          f"nova.bench.tensor_ceiling); calibrated {p.flops / cal / 1e6 / ceiling['tflops']:.2f} of it "
+                          f"nova.bench.tensor_ceiling); calibrated {cal_tflops / ceiling['tflops']:.2f} of it "
                           f"(a GEMM also spends power moving its operands, and holds a lower clock)")
     console.print(f"[dim]configured in {cfg.config_time_ms:.3f} ms, no search, no measurement[/]")
 
