@@ -76,6 +76,7 @@ def main(argv=None) -> int:
     for fam, r in table[:30]:
         print(f"  {r['us'] / args.steps / 1e3:8.3f} ms {r['count'] / args.steps:7.1f}/step  {fam}")
     out = Path(args.out) / f"profile-{args.framework}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"framework": args.framework, "model": args.model, "batch": args.batch, "seq": seq,
                                "steps": args.steps, "gpu_ms_per_step": total / args.steps / 1e3,
                                "kernels": {k: v for k, v in table}}, indent=1))
