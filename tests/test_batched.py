@@ -9,6 +9,7 @@ import json
 import re
 
 import pytest
+from nova.options import OptionError
 
 from nova.hwmodel import get_target
 from nova.configurator import configure
@@ -347,5 +348,5 @@ def test_tensor_map_l2_promotion_follows_the_row_pitch(monkeypatch):
     tma.encode_tiled_2d(0x10000, "bf16", 3072, 3072, 64, 64)
     assert seen[-1] == 0
     monkeypatch.setenv("NOVA_TMA_L2_PROMOTION", "256")
-    with pytest.raises(driver.NovaRuntimeError, match="NOVA_TMA_L2_PROMOTION='256'"):
+    with pytest.raises(OptionError, match="NOVA_TMA_L2_PROMOTION='256'"):
         tma.encode_tiled_2d(0x10000, "bf16", 3072, 3072, 64, 64)

@@ -8,6 +8,7 @@ registers were touched between issue and wait) and C7508 (setmaxnreg ignored).
 from __future__ import annotations
 
 import pytest
+from nova.options import OptionError
 
 from nova.configurator import GemmProblem, configure
 from nova.kernels.gemm.problem import ProblemError
@@ -218,8 +219,8 @@ def test_nova_wide_consumers_switch(monkeypatch):
     monkeypatch.setenv("NOVA_WIDE_CONSUMERS", "0")
     s = configure(p, "h200").schedule
     assert (s.block_m, s.block_n, s.consumer_warpgroups, s.split_k) == (128, 192, 2, 4)
-    monkeypatch.setenv("NOVA_WIDE_CONSUMERS", "yes")
-    with pytest.raises(ProblemError, match="NOVA_WIDE_CONSUMERS='yes'"):
+    monkeypatch.setenv("NOVA_WIDE_CONSUMERS", "2")
+    with pytest.raises(OptionError, match="NOVA_WIDE_CONSUMERS='2'"):
         configure(p, "h200")
 
 

@@ -326,7 +326,7 @@ def test_forcing_errors_are_one_line(env):
     base = [sys.executable, "-m", "nova.cli.config", "explain", "matmul"]
     rest = ["--dtype", "bf16", "--target", "h200"]
     for shape, extra, message in (
-            ("512x512x16384", {"NOVA_PINGPONG": "yes"}, "NOVA_PINGPONG='yes': expected 1"),
+            ("512x512x16384", {"NOVA_PINGPONG": "2"}, "NOVA_PINGPONG='2': expected auto, 1/0"),
             ("512x512x16384", {"NOVA_PINGPONG": "1", "NOVA_STREAM_K": "1"}, "not with stream-K"),
             ("4096x4096x4096", {"NOVA_PINGPONG": "1", "NOVA_CLUSTER": "2x1"}, "not with a thread-block cluster")):
         r = subprocess.run(base + [shape] + rest, capture_output=True, text=True, timeout=120,

@@ -212,25 +212,30 @@ def test_batched_shape_errors_are_one_line(fake_stack, torch, shapes, out, error
 
 
 def test_nova_target_change_and_reset(fake_stack, torch, monkeypatch):
+    """The options are read when a call signature is first seen; reset() makes matmul read them again."""
     a, b = FakeTensor((64, 32), torch.float32, 0x10000), FakeTensor((32, 48), torch.float32, 0x20000)
     nova.matmul(a, b)
-    monkeypatch.setenv("NOVA_TARGET", "h100")                 # no reset needed: the variable is in the key
-    nova.matmul(a, b)
-    assert sorted(r.target.name for r in mm._kernels.values()) == ["h100", "h200"]
-    monkeypatch.delenv("NOVA_TARGET")
-    nova.matmul(a, b)
-    assert len(mm._plans) == 2 and len(fake_stack.loads) == 2
+    monkeypatch.setenv("NOVA_TARGET", "h100")
+    nova.matmul(a, b)                                         # a known signature: its kernel, no new lookup
+    assert [r.target.name for r in mm._kernels.values()] == ["h200"] and len(fake_stack.loads) == 1
+    nova.matmul(FakeTensor((64, 32), torch.float32, 0x30000), FakeTensor((32, 64), torch.float32, 0x40000))
+    assert sorted(r.target.name for r in mm._kernels.values()) == ["h100", "h200"]     # a new one reads them
     mm.reset()                                                # e.g. after changing NOVA_CACHE_DIR
     assert not mm._plans
     nova.matmul(a, b)
-    assert len(fake_stack.loads) == 3 and len(mm._plans) == 1
+    assert [r.target.name for r in mm._kernels.values()] == ["h100"] and len(mm._plans) == 1
 
 
-def test_env_target_follows_os_environ(monkeypatch):
-    monkeypatch.delenv("NOVA_TARGET", raising=False)
-    assert mm.env_target() is None
-    monkeypatch.setenv("NOVA_TARGET", "h100")
-    assert mm.env_target() in ("h100", b"h100")
+def test_a_known_signature_reads_no_environment(fake_stack, torch, monkeypatch):
+    a, b = FakeTensor((64, 32), torch.float32, 0x10000), FakeTensor((32, 48), torch.float32, 0x20000)
+    nova.matmul(a, b)
+
+    def unread():
+        raise AssertionError("the signature cache's path read the options")
+    monkeypatch.setattr(nova.options, "current", unread)
+    nova.matmul(a, b)
+    with pytest.raises(AssertionError, match="read the options"):
+        nova.matmul(a, b, deterministic=True)                 # another signature: the general path
 
 
 # --------------------------------------------------------------------------- launch buffers, fake libcuda

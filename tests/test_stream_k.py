@@ -276,7 +276,7 @@ def test_forced_stream_k_where_not_allowed_is_one_clear_line():
     base = [sys.executable, "-m", "nova.cli.config", "explain", "matmul"]
     rest = ["--dtype", "bf16", "--target", "h200"]
     for shape, value, message in (("4x512x512x16384", "1", "cannot run stream-K"),
-                                  ("512x512x16384", "yes", "NOVA_STREAM_K='yes': expected 1")):
+                                  ("512x512x16384", "2", "NOVA_STREAM_K='2': expected auto, or 1")):
         r = subprocess.run(base + [shape] + rest, capture_output=True, text=True, timeout=120,
                            env={**os.environ, "NOVA_HOPPER": "1", "NOVA_STREAM_K": value})
         lines = r.stderr.strip().splitlines()

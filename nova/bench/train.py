@@ -46,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nova import options
 from nova.bench.harness import ClockSampler
 
 FRAMEWORKS = ("eager", "compile", "jax", "nova")
@@ -184,7 +185,7 @@ def _base_environment() -> dict:
     import nova
     env = {"python": platform.python_version(), "numpy": np.__version__, "nova": nova.__version__,
            "nova_commit": _git_commit(), "host": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-           "NOVA_OFFLINE": os.environ.get("NOVA_OFFLINE")}
+           "NOVA_OFFLINE": options.current().offline}
     return env
 
 
@@ -586,7 +587,7 @@ def run_one(args) -> int:
         line = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         rec.update(status="error", error=line, traceback=traceback.format_exc())
         print(f"nova.bench.train: {args.framework}: {line}", file=sys.stderr, flush=True)
-        if os.environ.get("NOVA_DEBUG"):
+        if options.debug():
             traceback.print_exc()
         status = 1
     finally:

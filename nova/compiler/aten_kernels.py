@@ -453,9 +453,9 @@ def nova_attention_applies(node, ctx) -> bool:
     """Nova's fused attention kernels run the node: on CUDA, unless ``NOVA_ATTENTION=aten``, when
     they cover its dtype and head dimension (``nova.compiler.explain.attention_problem``) and the
     causal mask needs no offset (T_q = T_k)."""
-    import os
+    from nova import options
     from nova.compiler.explain import attention_problem
-    if ctx.kind != "cuda" or os.environ.get("NOVA_ATTENTION", "nova") == "aten":
+    if ctx.kind != "cuda" or options.current().attention == "aten":
         return False
     problem = attention_problem(node)
     return problem is not None and (not problem.causal or problem.seq_q == problem.seq_k)

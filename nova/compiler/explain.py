@@ -68,7 +68,7 @@ def attention_problem(node: Node):
     if dtype is None:
         return None
     b, h, t_q, d = q.shape
-    precision = score_precision_for(dtype)        # a bad $NOVA_ATTENTION_PRECISION is the user's error, not "uncovered"
+    precision = score_precision_for(dtype)        # a bad NOVA_ATTENTION_PRECISION is the user's error, not "uncovered"
     try:
         return AttentionProblem(b, h, t_q, k.shape[2], d, causal=bool(node.attrs.get("causal")), dtype=dtype,
                                 kv_heads=k.shape[1], scale=float(node.attrs["scale"]), score_precision=precision)

@@ -42,8 +42,9 @@ class PlanCacheWarning(UserWarning):
 
 
 def enabled() -> bool:
-    """False when ``NOVA_PLAN_CACHE`` is 0/false/no/off."""
-    return os.environ.get("NOVA_PLAN_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+    """``NOVA_PLAN_CACHE`` (on unless turned off)."""
+    from nova import options
+    return options.current().plan_cache
 
 
 def plans_dir(root: str | os.PathLike | None = None) -> Path:

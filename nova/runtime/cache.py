@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nova
+from nova import options
 from nova.codegen.artifact import KernelArtifact
 from nova.fileio import atomic_write, discard_bad_entry
 from nova.messages import OFFLINE_HINT, not_precompiled, summary_line
@@ -111,16 +112,18 @@ def set_offline(flag: bool | None) -> None:
 
 
 def is_offline() -> bool:
+    """``set_offline``'s setting, else ``NOVA_OFFLINE``."""
     if _offline_override is not None:
         return _offline_override
-    return os.environ.get("NOVA_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    return options.current().offline
 
 
 # --------------------------------------------------------------------------- the on-disk store
 def default_cache_dir() -> Path:
     """``$NOVA_CACHE_DIR``, else ``$XDG_CACHE_HOME/nova``, else ``~/.cache/nova``."""
-    if os.environ.get("NOVA_CACHE_DIR"):
-        return Path(os.environ["NOVA_CACHE_DIR"]).expanduser()
+    configured = options.current().cache_dir
+    if configured is not None:
+        return configured
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "nova"
 
