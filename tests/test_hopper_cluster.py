@@ -263,7 +263,7 @@ def test_cluster_schedules_key_and_round_trip(forced):
 
     from nova.kernels.gemm.schedule import Schedule
     from nova.kernels.gemm.space import label
-    from nova.runtime.cache import kernel_key
+    from nova.kernels.gemm.family import kernel_key
     p, gpu = GemmProblem(512, 2048, 16384, "bf16", trans_b=True), get_target("h200")
     one = configure(p, gpu).schedule
     forced("2x1")

@@ -12,6 +12,8 @@ import types
 
 import pytest
 
+from nova.kernels.gemm import family as gemm_family
+
 import nova
 from nova.runtime import cache as cache_mod, driver, matmul as mm, tensors, tma
 from test_runtime_cache import (FakeArray, fake_device, fake_gpu, fake_stack, make_artifact, make_schedule,  # noqa: F401
@@ -425,7 +427,7 @@ def test_hopper_tma_store_checks_c_base_alignment(fake_stack, monkeypatch):
         art = make_artifact(params=("tmap_a", "tmap_b", "tmap_c"))
         art.meta.update(problem=p.to_dict(), prep_kernels={})
         return art
-    monkeypatch.setattr(cache_mod, "compile_artifact", hopper_artifact)
+    monkeypatch.setattr(gemm_family, "compile_artifact", hopper_artifact)
     a, b = FakeArray((64, 32), ptr=0x10000), FakeArray((32, 48), ptr=0x20000)
     with pytest.raises(ValueError, match=r"C: device pointer 0x30008 is not 16-byte aligned, which the TMA store of C"):
         nova.matmul(a, b, out=FakeArray((64, 48), ptr=0x30008), target="h200")
@@ -448,7 +450,7 @@ def test_hopper_split_k_zeroes_the_output_before_the_gemm(fake_stack, monkeypatc
         art = make_artifact(zero_output=True, params=("tmap_a", "tmap_b", "C"))
         art.meta["prep_kernels"] = {}
         return art
-    monkeypatch.setattr(cache_mod, "compile_artifact", hopper_artifact)
+    monkeypatch.setattr(gemm_family, "compile_artifact", hopper_artifact)
     a, b, out = FakeArray((64, 32), ptr=0x10000), FakeArray((32, 48), ptr=0x20000), FakeArray((64, 48), ptr=0x30000)
     nova.matmul(a, b, out=out, target="h200")
     assert events == [("zero", 0x30000, 64 * 48, 0), ("gemm", 0x10000, 0x20000, 0x30000)]
@@ -470,7 +472,7 @@ def test_hopper_checks_c_alignment_of_its_wide_stores(fake_stack, monkeypatch):
         art = make_artifact(params=("tmap_a", "tmap_b", "C"))
         art.meta["prep_kernels"] = {}
         return art
-    monkeypatch.setattr(cache_mod, "compile_artifact", hopper_artifact)
+    monkeypatch.setattr(gemm_family, "compile_artifact", hopper_artifact)
     a, b = FakeArray((64, 32), "<f2", ptr=0x10000), FakeArray((32, 48), "<f2", ptr=0x20000)
     with pytest.raises(ValueError, match="C: device pointer 0x30004 is not 8-byte aligned"):
         nova.matmul(a, b, out=FakeArray((64, 48), "<f2", ptr=0x30004), target="h200")

@@ -39,7 +39,7 @@ class CliParser(argparse.ArgumentParser):
 
 
 def version_string() -> str:
-    from nova import __version__
+    from nova.version import __version__
     return f"nova {__version__}"
 
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from nova import dtypes, options
 from nova.kernels.gemm.problem import GemmProblem
 from nova.runtime import driver, tensors
-from nova.runtime.cache import KernelCache, get_or_compile, summary_line
+from nova.kernels.gemm.family import get_or_compile
+from nova.runtime.cache import KernelCache, summary_line
 from nova.runtime.driver import Device, LoadedKernel, NovaRuntimeError
 from nova.runtime.memo import memoized
 
@@ -219,7 +220,7 @@ def load_resolved(problem: GemmProblem, model, schedule, artifact, key: str, sta
     expected = ("a", "b", "c", "bias") if problem.bias else ("a", "b", "c")
     if slots != expected:
         raise NovaRuntimeError(f"kernel ABI mismatch for {summary_line(problem, model)}: the artifact takes "
-                               f"{artifact.params}, the runtime passes {expected} (stale cache? bump CODEGEN_ABI)")
+                               f"{artifact.params}, the runtime passes {expected} (stale cache? bump the GEMM family's ABI)")
     kernel = driver.load_kernel(artifact, device, problem.describe(), key)
     return ResolvedKernel(problem, model, schedule, key, status, kernel, slots, bool(artifact.zero_output))
 
