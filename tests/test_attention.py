@@ -15,7 +15,8 @@ from nova.codegen.ptxas import wgmma_hazards
 from nova.hwmodel import PRESETS
 from nova.kernels.attention import (AttentionProblem, AttentionProblemError, check_attention_schedule,
                                     configure_attention)
-from nova.kernels.attention.build import KERNEL_NAMES, build_module, smem_plan
+from nova.kernels.attention.build import KERNEL_NAMES, smem_plan
+from nova.kernels.attention.module import build_module
 from nova.kernels.attention.problem import OPERANDS, ROLE_OPERANDS
 from nova.kernels.attention.schedule import ROLES
 
@@ -645,7 +646,7 @@ def test_hopper_backward_falls_back_with_a_reason(monkeypatch):
 
 def test_hopper_backward_module_text(monkeypatch):
     monkeypatch.delenv("NOVA_ATTENTION_HOPPER_BWD", raising=False)     # on by default
-    from nova.kernels.attention.build import kernel_params
+    from nova.kernels.attention.module import kernel_params
     monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
     p = AttentionProblem(2, 4, 100, 100, 64, causal=True, dtype="bf16", kv_heads=2,
                          strides={"dk": (100 * 2 * 64, 64, 2 * 64), "dout": (100 * 4 * 64, 64, 4 * 64)})

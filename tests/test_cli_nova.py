@@ -189,7 +189,7 @@ def test_offline_hint_builds_the_same_kernel_key():
 
 def _codegen_ready() -> str:
     try:
-        from nova.codegen import compile_gemm  # noqa: F401
+        from nova.kernels.gemm.compile import compile_gemm  # noqa: F401
         from nova.configurator import configure  # noqa: F401
     except ImportError as e:
         return f"codegen/configurator not importable yet: {e}"

@@ -48,8 +48,8 @@ import numpy as np
 
 from nova import options
 from nova.bench.harness import ClockSampler
+from nova.bench.train_report import FRAMEWORKS, write_report
 
-FRAMEWORKS = ("eager", "compile", "jax", "nova")
 # AdamW hyper-parameters, identical in every framework (optax.adamw takes the same numbers).
 ADAMW = {"lr": 3e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
 SCHEMA = 1
@@ -644,7 +644,6 @@ def run_all(args) -> int:
         statuses[fw] = rc
         print(f"== {fw}: exit {rc}, {time.time() - t0:.0f} s", flush=True)
     if not args.no_report:
-        from nova.bench.train_report import write_report
         md, png = write_report(args.out, args.model, args.batch)
         print(Path(md).read_text(), flush=True)
         print(f"wrote {md} and {png}", flush=True)

@@ -131,7 +131,7 @@ def run_compile(args) -> int:
         raise UsageError("refusing to write a binary cubin to the terminal; pass -o FILE")
     schedule = configure_schedule(problem, target)
     if args.emit == "mlir":
-        from nova.codegen import build_module
+        from nova.kernels.gemm.compile import build_module
         data = str(build_module(problem, schedule)).encode()
     else:
         artifact = compile_artifact(problem, schedule, target)
@@ -227,10 +227,8 @@ def run_cache(args) -> int:
     elif args.action == "clear":
         print(f"removed {cache.clear()} kernels from {cache.root}")
     elif args.action == "prune":
-        from nova.kernels import family
-        targets = family.preset_targets()
-        gone = cache.prune(dry_run=args.dry_run, max_bytes=args.max_size,
-                           current_keys=lambda entry: family.current_keys(entry, targets))
+        from nova.kernels.registry import current_keys
+        gone = cache.prune(dry_run=args.dry_run, max_bytes=args.max_size, current_keys=current_keys)
         for e in gone:
             why = "CORRUPT" if e.pruned == "corrupt" else e.pruned
             print(f"{e.key[:12]}  {e.size / 1024:8.1f} KB  {why:9s}  {e.summary}")

@@ -1,7 +1,5 @@
 """Kernel families: per family, the problem, the schedule, the derivation and the MLIR builder side by side.
 
-Importing this package registers the built-in families with ``nova.kernels.family`` (no MLIR is
-imported): GEMM (``gemm/family.py``) and attention (``attention/compile.py``).
+Each family registers itself with ``nova.kernels.family`` when its module is imported;
+``nova.kernels.registry`` imports every built-in family (what ``nova cache prune`` needs).
 """
-from nova.kernels.attention import compile as _attention_family  # noqa: F401  (registers "attention")
-from nova.kernels.gemm import family as _gemm_family  # noqa: F401  (registers "gemm")

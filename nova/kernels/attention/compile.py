@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from nova.codegen.artifact import KernelArtifact
 from nova.kernels import family
-from nova.kernels.attention.build import KERNEL_NAMES, build_module, kernel_arch, kernel_params
+from nova.kernels.attention.build import KERNEL_NAMES
+from nova.kernels.attention.module import build_module, kernel_arch, kernel_params
 from nova.kernels.attention.schedule import ROLES
 
 ABI = 10           # bump when the kernels' arguments, layouts or generated code change
