@@ -8,6 +8,7 @@ registers were touched between issue and wait) and C7508 (setmaxnreg ignored).
 from __future__ import annotations
 
 import pytest
+from nova.options import OptionError
 
 from nova.configurator import GemmProblem, configure
 from nova.kernels.gemm.problem import ProblemError
@@ -159,7 +160,8 @@ def test_hopper_mlir_has_the_machinery(hopper):
 
 @pytest.mark.parametrize("M,N,K,dtype,extra", SPREAD + TMA_SPREAD, ids=lambda v: str(v))
 def test_ptxas_clean_sm90a(hopper, M, N, K, dtype, extra):
-    from nova.codegen import compile_gemm, ptxas
+    from nova.codegen import ptxas
+    from nova.kernels.gemm.compile import compile_gemm
     if not ptxas.available():
         pytest.skip("ptxas not on PATH")
     p = GemmProblem(M, N, K, dtype, **extra)
@@ -218,8 +220,8 @@ def test_nova_wide_consumers_switch(monkeypatch):
     monkeypatch.setenv("NOVA_WIDE_CONSUMERS", "0")
     s = configure(p, "h200").schedule
     assert (s.block_m, s.block_n, s.consumer_warpgroups, s.split_k) == (128, 192, 2, 4)
-    monkeypatch.setenv("NOVA_WIDE_CONSUMERS", "yes")
-    with pytest.raises(ProblemError, match="NOVA_WIDE_CONSUMERS='yes'"):
+    monkeypatch.setenv("NOVA_WIDE_CONSUMERS", "2")
+    with pytest.raises(OptionError, match="NOVA_WIDE_CONSUMERS='2'"):
         configure(p, "h200")
 
 
@@ -536,7 +538,8 @@ def test_staging_layout_is_tmas_and_bank_conflict_free(dtype, extra, n):
 def test_tma_store_odd_step_counts_alternate_buffers_across_tiles(hopper):
     """A 64-wide 16-bit tile is one 8 KB staging step: its buffer alternates with the CTA's tile count
     ((tile - blockIdx) / gridDim), one tile per CTA uses buffer 0; both assemble clean."""
-    from nova.codegen import compile_gemm, ptxas
+    from nova.codegen import ptxas
+    from nova.kernels.gemm.compile import compile_gemm
     from nova.hwmodel import get_target
     from nova.kernels.gemm.emit_hopper import build_hopper_module
     from nova.kernels.gemm.hopper import operand_plan, wgmma_schedule

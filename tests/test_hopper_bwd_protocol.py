@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from nova.kernels.attention.build import build_module
+from nova.kernels.attention.module import build_module
 from nova.kernels.attention.derive import configure_attention
 from nova.kernels.attention.problem import AttentionProblem
 from mbarrier_model import Mbarrier

@@ -78,7 +78,8 @@ def _shape(text):
 
 @pytest.mark.parametrize("case", CLUSTER_SPREAD, ids=_id)
 def test_cluster_kernels_assemble_with_the_cluster_machinery(case, forced):
-    from nova.codegen import compile_gemm, ptxas
+    from nova.codegen import ptxas
+    from nova.kernels.gemm.compile import compile_gemm
     if not ptxas.available():
         pytest.skip("ptxas not on PATH")
     cl, M, N, K, dtype, extra = case
@@ -263,7 +264,7 @@ def test_cluster_schedules_key_and_round_trip(forced):
 
     from nova.kernels.gemm.schedule import Schedule
     from nova.kernels.gemm.space import label
-    from nova.runtime.cache import kernel_key
+    from nova.kernels.gemm.family import kernel_key
     p, gpu = GemmProblem(512, 2048, 16384, "bf16", trans_b=True), get_target("h200")
     one = configure(p, gpu).schedule
     forced("2x1")
@@ -275,7 +276,8 @@ def test_cluster_schedules_key_and_round_trip(forced):
 
 def test_atomic_split_k_in_a_cluster_assembles():
     """FP32 atomics into C (the configurator prefers the workspace today, so built directly)."""
-    from nova.codegen import compile_gemm, ptxas
+    from nova.codegen import ptxas
+    from nova.kernels.gemm.compile import compile_gemm
     from nova.kernels.gemm.hopper import operand_plan, wgmma_schedule
     if not ptxas.available():
         pytest.skip("ptxas not on PATH")

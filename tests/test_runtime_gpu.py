@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from nova.kernels.gemm import family as gemm_family
+
 import nova
 from nova.kernels.gemm.problem import GemmProblem
 from nova.runtime import cache as cache_mod, driver, matmul as mm
@@ -773,7 +775,7 @@ def test_offline_miss_says_what_to_precompile(tmp_path, monkeypatch):
                     reason="set NOVA_OFFLINE=1 and NOVA_CACHE_DIR to a precompiled cache")
 def test_offline_uses_only_the_given_cache(monkeypatch, kernels):
     torch = pytest.importorskip("torch")
-    monkeypatch.setattr(cache_mod, "compile_artifact", lambda *a: pytest.fail("offline mode compiled a kernel"))
+    monkeypatch.setattr(gemm_family, "compile_artifact", lambda *a: pytest.fail("offline mode compiled a kernel"))
     mm.reset()
     M, N, K = CASES[0][:3]
     a, b, _, _ = make_inputs(torch, M, N, K, "tf32", False, False, seed=2)

@@ -273,7 +273,7 @@ def test_wgmma_candidates_compile():
     from nova.runtime.cache import mlir_available
     if not mlir_available():
         pytest.skip("MLIR is not installed")
-    from nova.codegen import compile_gemm
+    from nova.kernels.gemm.compile import compile_gemm
     p, gpu = GemmProblem(1000, 1000, 1000, "bf16"), get_target("h200")
     space = enumerate_schedules(p, gpu, family="wgmma")
     for s in (space[0], space[-1]):                   # 1 warpgroup, shallow ring; 2 warpgroups, N=256

@@ -166,7 +166,7 @@ def all_kernels() -> list:
 
 def hopper_mode(mode: str):
     """Within the block, ``$NOVA_ATTENTION_HOPPER`` = ``mode`` ("auto", "off", "force"): which forward
-    ``nova.attention`` configures on sm_90 (``derive.hopper_mode``)."""
+    ``nova.attention`` configures on sm_90 (``NOVA_ATTENTION_HOPPER``)."""
     return mock.patch.dict(os.environ, {"NOVA_ATTENTION_HOPPER": mode})
 
 

@@ -49,9 +49,10 @@ from pathlib import Path
 
 import numpy as np
 
+from nova import options
 from nova.bench.harness import ClockSampler
+from nova.bench.train_report import FRAMEWORKS, write_report
 
-FRAMEWORKS = ("eager", "compile", "jax", "nova")
 # AdamW hyper-parameters, identical in every framework (optax.adamw takes the same numbers).
 ADAMW = {"lr": 3e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
 SCHEMA = 1
@@ -187,7 +188,7 @@ def _base_environment() -> dict:
     import nova
     env = {"python": platform.python_version(), "numpy": np.__version__, "nova": nova.__version__,
            "nova_commit": _git_commit(), "host": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-           "NOVA_OFFLINE": os.environ.get("NOVA_OFFLINE")}
+           "NOVA_OFFLINE": options.current().offline}
     return env
 
 
@@ -620,7 +621,7 @@ def run_one(args) -> int:
         line = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         rec.update(status="error", error=line, traceback=traceback.format_exc())
         print(f"nova.bench.train: {args.framework}: {line}", file=sys.stderr, flush=True)
-        if os.environ.get("NOVA_DEBUG"):
+        if options.debug():
             traceback.print_exc()
         status = 1
     finally:
@@ -678,7 +679,6 @@ def run_all(args) -> int:
         statuses[fw] = rc
         print(f"== {fw}: exit {rc}, {time.time() - t0:.0f} s", flush=True)
     if not args.no_report:
-        from nova.bench.train_report import write_report
         md, png = write_report(args.out, args.model, args.batch)
         print(Path(md).read_text(), flush=True)
         print(f"wrote {md} and {png}", flush=True)

@@ -42,7 +42,8 @@ def _compile_entry(job: tuple) -> dict:
     """Compile one candidate into the cache (runs in a worker process); returns its manifest entry."""
     from nova.kernels.gemm.space import label, predict_schedule
     from nova.hwmodel import get_target
-    from nova.runtime.cache import KernelCache, get_or_compile
+    from nova.kernels.gemm.family import get_or_compile
+    from nova.runtime.cache import KernelCache
 
     problem_d, schedule_d, target_name, cache_root, is_pick = job
     problem, schedule = GemmProblem(**problem_d), Schedule.from_dict(schedule_d)
@@ -132,7 +133,7 @@ def load_schedule(problem: GemmProblem, schedule: Schedule, target, cache=None, 
     """The kernel of ``problem`` with an explicit ``schedule``, from the cache (never compiles):
     ``nova.runtime.matmul.resolve_kernel`` without the configurator.  Returns a ``ResolvedKernel``."""
     from nova.runtime import driver
-    from nova.runtime.cache import get_or_compile
+    from nova.kernels.gemm.family import get_or_compile
     from nova.runtime.matmul import load_resolved
 
     device = device or driver.get_device()

@@ -5,7 +5,8 @@ Exit status (both commands):
 
 * 0: success;
 * 2: bad input or usage, argparse's convention: a bad shape, dtype, target or option, a problem
-  no kernel can run (``ShapeError``, ``ProblemError``, ``TargetError``, ``UsageError``);
+  no kernel can run, a bad ``NOVA_*`` variable (``ShapeError``, ``ProblemError``, ``TargetError``,
+  ``UsageError``, ``OptionError``);
 * 1: a runtime failure: compiling, the driver, files, a kernel that failed in a batch;
 * 70: an internal error (a Nova bug); 130: interrupted.
 
@@ -14,9 +15,10 @@ Errors print one line on stderr (``<prog>: error: ...``); ``NOVA_DEBUG=1`` shows
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
+
+from nova import options
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 70, 130
 
@@ -37,7 +39,7 @@ class CliParser(argparse.ArgumentParser):
 
 
 def version_string() -> str:
-    from nova import __version__
+    from nova.version import __version__
     return f"nova {__version__}"
 
 
@@ -68,7 +70,8 @@ def usage_errors() -> tuple[type, ...]:
     from nova.kernels.attention.problem import AttentionProblemError
     from nova.kernels.gemm.problem import ProblemError
     from nova.hwmodel.model import TargetError
-    return ShapeError, ProblemError, AttentionProblemError, TargetError, UsageError
+    from nova.options import OptionError
+    return ShapeError, ProblemError, AttentionProblemError, TargetError, UsageError, OptionError
 
 
 def dispatch(prog: str, call, runtime_errors: tuple[type, ...] = ()) -> int:
@@ -81,7 +84,7 @@ def dispatch(prog: str, call, runtime_errors: tuple[type, ...] = ()) -> int:
     except BrokenPipeError:             # output piped into head & co.
         return EXIT_OK
     except Exception as e:
-        if os.environ.get("NOVA_DEBUG"):
+        if options.debug():
             raise
         if isinstance(e, usage_errors()):
             print(f"{prog}: error: {e}", file=sys.stderr)

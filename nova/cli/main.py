@@ -120,7 +120,8 @@ def add_compile(sub) -> None:
 
 def run_compile(args) -> int:
     from nova.hwmodel import get_target
-    from nova.runtime.cache import compile_artifact, summary_line
+    from nova.kernels.gemm.family import compile_artifact
+    from nova.runtime.cache import summary_line
     from nova.runtime.matmul import configure_schedule
     target = get_target(args.target)
     if "," in args.dtype:
@@ -130,7 +131,7 @@ def run_compile(args) -> int:
         raise UsageError("refusing to write a binary cubin to the terminal; pass -o FILE")
     schedule = configure_schedule(problem, target)
     if args.emit == "mlir":
-        from nova.codegen import build_module
+        from nova.kernels.gemm.compile import build_module
         data = str(build_module(problem, schedule)).encode()
     else:
         artifact = compile_artifact(problem, schedule, target)
@@ -226,11 +227,12 @@ def run_cache(args) -> int:
     elif args.action == "clear":
         print(f"removed {cache.clear()} kernels from {cache.root}")
     elif args.action == "prune":
-        gone = cache.prune(dry_run=args.dry_run, max_bytes=args.max_size)
+        from nova.kernels.registry import current_keys
+        gone = cache.prune(dry_run=args.dry_run, max_bytes=args.max_size, current_keys=current_keys)
         for e in gone:
             why = "CORRUPT" if e.pruned == "corrupt" else e.pruned
             print(f"{e.key[:12]}  {e.size / 1024:8.1f} KB  {why:9s}  {e.summary}")
-        left = len(cache.entries())
+        left = len(cache.entries()) - (len(gone) if args.dry_run else 0)     # a dry run removed nothing
         print(f"{'would remove' if args.dry_run else 'removed'} {len(gone)} kernels "
               f"({sum(e.size for e in gone) / 2**20:.1f} MB) from {cache.root}; {left} kept")
     else:

@@ -129,8 +129,8 @@ class Program:
         self.kind = "cpu" if self.device.type == "cpu" else "cuda"       # meta: a CUDA program that only describes
         self.target = target
         if gemm is None and self.device.type == "cuda":
-            import nova
-            gemm = nova.matmul
+            from nova.runtime.matmul import matmul
+            gemm = matmul
         elif gemm is None and self.device.type == "meta":
             gemm = _GemmPlaceholder()
         self._gemm = gemm
@@ -535,11 +535,11 @@ class Program:
     def _resolve_nova_kernels(self, launches) -> None:
         """Load every Nova kernel of ``launches`` now (offline: a missing one raises
         NotPrecompiledError here, before the warm-up has touched any parameter)."""
-        import nova
         from nova.kernels.attention.launch import resolve
+        from nova.runtime.matmul import matmul
         for problem, roles in _distinct_attention(launches):
             resolve(problem, self.device.index, None, roles)       # the target nova.attention resolves
-        if self._gemm is not nova.matmul:
+        if self._gemm is not matmul:
             return
         from nova.runtime import driver
         from nova.runtime.matmul import resolve_kernel

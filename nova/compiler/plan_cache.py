@@ -25,7 +25,7 @@ import pickle
 import threading
 from pathlib import Path
 
-import nova
+from nova.version import __version__
 from nova.fileio import atomic_write, discard_bad_entry
 from nova.ir.hashing import structural_hash
 
@@ -42,8 +42,9 @@ class PlanCacheWarning(UserWarning):
 
 
 def enabled() -> bool:
-    """False when ``NOVA_PLAN_CACHE`` is 0/false/no/off."""
-    return os.environ.get("NOVA_PLAN_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+    """``NOVA_PLAN_CACHE`` (on unless turned off)."""
+    from nova import options
+    return options.current().plan_cache
 
 
 def plans_dir(root: str | os.PathLike | None = None) -> Path:
@@ -71,7 +72,7 @@ def code_fingerprint() -> str:
 def plan_key(graph_hash: str, target_name: str | None, device_kind: str) -> str:
     import json
     payload = {"graph": graph_hash, "target": str(target_name), "device": device_kind,
-               "nova": nova.__version__, "abi": PLAN_ABI, "code": code_fingerprint()}
+               "nova": __version__, "abi": PLAN_ABI, "code": code_fingerprint()}
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -146,7 +147,7 @@ def store(graph, planned, target_name, device_kind: str, root=None, graph_hash: 
     path = path_for(key, root)
     try:
         body = pickle.dumps({"key": key, "graph_hash": graph_hash, "plan_hash": structural_hash(planned.graph),
-                             "nova": nova.__version__, "abi": PLAN_ABI, "planned": planned},
+                             "nova": __version__, "abi": PLAN_ABI, "planned": planned},
                             protocol=pickle.HIGHEST_PROTOCOL)
     except (pickle.PicklingError, RecursionError, TypeError, AttributeError):
         return None

@@ -34,6 +34,7 @@ from __future__ import annotations
 import ctypes
 import threading
 
+from nova import options
 from nova.dtypes import ELEMENT_TYPES
 from nova.runtime import driver
 from nova.runtime.memo import memoized
@@ -100,13 +101,9 @@ def l2_promotion(ptr: int | None = None, strides: tuple = ()) -> int:
     with 256 B and 97.7 with 128 B on the H200, session 13 call 8); ``ptr`` None: 256 B (the attention
     kernels' maps, measured so).  ``NOVA_TMA_L2_PROMOTION`` = 0 (none), 1 (64 B), 2 (128 B) or 3 (256 B)
     sets every map's (experiments).  Read when a map is encoded."""
-    import os
-    text = os.environ.get("NOVA_TMA_L2_PROMOTION", "").strip()
-    if text not in ("", "0", "1", "2", "3"):
-        raise driver.NovaRuntimeError(f"NOVA_TMA_L2_PROMOTION={text!r}: expected 0 (none), 1 (64 B), 2 (128 B) "
-                                      "or 3 (256 B)")
-    if text:
-        return int(text)
+    forced = options.current().tma_l2_promotion
+    if forced is not None:
+        return forced
     if ptr is None or (ptr % LINE_BYTES == 0 and all(s % LINE_BYTES == 0 for s in strides)):
         return L2_PROMOTION_256B
     return L2_PROMOTION_128B

@@ -32,6 +32,8 @@ from nova.hwmodel.formula import formulas
 from nova.hwmodel.model import F as HW
 from nova.kernels.attention.problem import AttentionProblem, AttentionProblemError
 from nova.kernels.attention.schedule import AttentionConfig, AttentionSchedule, KernelTile
+from nova.options import DEFAULTS, Options
+from nova.options import current as current_options
 
 # Quantities the hardware model does not carry yet (used only when the target lacks them).
 MUFU_EX2_PER_CLK_SM = 16     # [CC] CUDA C++ Programming Guide, arithmetic instruction throughput: base-2
@@ -491,9 +493,11 @@ def hopper_fwd_time(p: AttentionProblem, gpu: GPUModel, kt: KernelTile, vis: int
                               transposes=transpose_steps(p, kt, 1, TRANSPOSER_WARPS) if tf32 else 0)
 
 
-def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float, force: bool = False):
+def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float, force: bool = False,
+                          opts: Options = DEFAULTS):
     """(KernelTile or None, steps, predicted seconds or None): the Hopper forward's schedule, and
-    whether it beats the mma.sync forward (``mma_fwd_us``, step 9); ``force``: taken wherever it can run."""
+    whether it beats the mma.sync forward (``mma_fwd_us``, step 9); ``force``: taken wherever it can run;
+    ``opts``: ``NOVA_ATTENTION_PERSISTENT`` and ``NOVA_ATTENTION_TILE_ORDER``."""
     from nova.kernels.attention.build_hopper import ring_tiles
     why = hopper_blocker(p, gpu)
     if why:
@@ -526,8 +530,8 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float,
            "registers per consumer thread, too few for S, P and O of a 128-key tile")
     rows = 64 * wgs
     work = _cdiv(p.seq_q, rows) * p.batch * p.heads
-    persistent = hopper_persistent() and work > gpu.sm_count
-    order = hopper_tile_order() if persistent else ""
+    persistent = opts.attention_persistent and work > gpu.sm_count
+    order = opts.attention_tile_order if persistent else ""
     grid = (int(gpu.sm_count), 1, 1) if persistent else (_cdiv(p.seq_q, rows), p.batch * p.heads, 1)
     eb = p.elem_bytes
     rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
@@ -837,68 +841,16 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
 
 
 # ---- the whole derivation ------------------------------------------------------------------------
-HOPPER_MODES = ("auto", "off", "force")
-
-
-def hopper_mode() -> str:
-    """``$NOVA_ATTENTION_HOPPER``: "auto" (default: the Hopper forward where step 10 predicts it faster, the
-    Hopper dK/dV and dQ kernels where step 11 does), "off" (0: every kernel stays on mma.sync, for A/B
-    measurements) or "force" (the Hopper kernels wherever they can run: tests of small and ragged problems
-    the model leaves on mma.sync)."""
-    import os
-    want = os.environ.get("NOVA_ATTENTION_HOPPER", "auto").strip().lower() or "auto"
-    want = {"0": "off", "1": "auto", "no": "off", "false": "off"}.get(want, want)
-    if want not in HOPPER_MODES:
-        raise AttentionProblemError(f"NOVA_ATTENTION_HOPPER={want!r}: choose one of {', '.join(HOPPER_MODES)}")
-    return want
-
-
-TILE_ORDERS = ("head", "query")
-
-
-def hopper_tile_order() -> str:
-    """``$NOVA_ATTENTION_TILE_ORDER``: the persistent forward's work order, "head" (default: a head's
-    query tiles side by side, rounds snaked, step 10) or "query" (query-tile major across heads, the
-    longest first: the order before session 12, for A/B runs)."""
-    import os
-    want = os.environ.get("NOVA_ATTENTION_TILE_ORDER", "head").strip().lower() or "head"
-    if want not in TILE_ORDERS:
-        raise AttentionProblemError(f"NOVA_ATTENTION_TILE_ORDER={want!r}: choose one of {', '.join(TILE_ORDERS)}")
-    return want
-
-
-def hopper_persistent() -> bool:
-    """``$NOVA_ATTENTION_PERSISTENT``: "1" (default) makes the Hopper forward persistent where it has
-    more work tiles than SMs (step 10), "0" keeps one block per query tile (A/B runs)."""
-    import os
-    want = os.environ.get("NOVA_ATTENTION_PERSISTENT", "1").strip()
-    if want not in ("0", "1"):
-        raise AttentionProblemError(f"NOVA_ATTENTION_PERSISTENT={want!r}: choose 1 (on) or 0 (off)")
-    return want == "1"
-
-
-def hopper_backward_enabled() -> bool:
-    """``$NOVA_ATTENTION_HOPPER_BWD``: "1" (default) lets step 11 weigh the wgmma dK/dV and dQ kernels
-    (under NOVA_ATTENTION_HOPPER's auto or force), "0" keeps them on mma.sync (A/B runs).  History
-    (H200): session 7's first run hung (setmaxnreg beyond the block's registers, fixed in ATTN_ABI
-    7); then an illegal address in the non-causal D64 dK/dV kernel kept it opt-in.  Session 8 found
-    that one with compute-sanitizer (out-of-range shared reads at an HGMMA) and the SASS: ptxas had
-    left the descriptors' high word unwritten on the consumers' path; the 14-bit start mask of
-    ATTN_ABI 8 fixed it (every attention GPU test passes, memcheck clean), so it is on again."""
-    import os
-    want = os.environ.get("NOVA_ATTENTION_HOPPER_BWD", "1").strip()
-    if want not in ("0", "1"):
-        raise AttentionProblemError(f"NOVA_ATTENTION_HOPPER_BWD={want!r}: choose 1 (on) or 0 (off)")
-    return want == "1"
-
-
 def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h200", *,
-                        tiles: dict | None = None) -> AttentionConfig:
-    """``tiles`` (experiments only): {role: (block_rows, block_cols, stages, blocks_per_sm)} replaces
+                        tiles: dict | None = None, options: Options | None = None) -> AttentionConfig:
+    """``options`` (None: ``nova.options.current()``): ``NOVA_ATTENTION_HOPPER``, ``NOVA_ATTENTION_HOPPER_BWD``,
+    ``NOVA_ATTENTION_PERSISTENT`` and ``NOVA_ATTENTION_TILE_ORDER`` decide which kernels step 10 and 11 weigh.
+    ``tiles`` (experiments only): {role: (block_rows, block_cols, stages, blocks_per_sm)} replaces
     the derived tile of that role (any entry None keeps the derived value); the derivation says so.
     A ``tiles`` entry for "fwd" keeps the forward on mma.sync."""
     t0 = time.perf_counter()
     gpu = get_target(target)
+    opts = options if options is not None else current_options()
     p = problem
     steps: list[Step] = []
     mma, st = step1_instruction(p, gpu)
@@ -942,10 +894,10 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
     mode, st = step8_dq_mode(p, gpu, kernels["bwd_dkv"].block_cols, visited["bwd_dkv"])
     steps.append(st)
     tma = False
-    hmode = hopper_mode()
+    hmode = opts.attention_hopper
     if not (tiles and "fwd" in tiles) and hmode != "off" and "wgmma" in gpu.features:
         mma_fwd, _ = kernel_time(p, gpu, "fwd", kernels["fwd"], visited["fwd"])
-        hkt, sts, _ = step10_hopper_forward(p, gpu, mma_fwd * 1e6, force=hmode == "force")
+        hkt, sts, _ = step10_hopper_forward(p, gpu, mma_fwd * 1e6, force=hmode == "force", opts=opts)
         steps += sts
         if hkt is not None:
             kernels["fwd"], tma = hkt, True
@@ -953,7 +905,7 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
     elif "wgmma" in gpu.features and not (tiles and "fwd" in tiles):
         steps.append(note("10 fwd path", "mma.sync", "NOVA_ATTENTION_HOPPER=off or an experiment's forward tile: "
                           "the forward stays on mma.sync"))
-    if hmode != "off" and "wgmma" in gpu.features and not hopper_backward_enabled():
+    if hmode != "off" and "wgmma" in gpu.features and not opts.attention_hopper_backward:
         for role in ("bwd_dkv", "bwd_dq"):
             steps.append(note(f"11 {role} path", "mma.sync", "NOVA_ATTENTION_HOPPER_BWD=0: the backward stays "
                               "on mma.sync"))

@@ -1,7 +1,6 @@
 """Compiling a GEMM: ``(GemmProblem, Schedule) -> KernelArtifact`` for either instruction family.
 
-Host only (imports MLIR through ``nova.codegen.lower``).  ``nova.codegen.compile_gemm`` and
-``nova.codegen.build_module`` are the public spellings of these two functions.
+Host only (imports MLIR through ``nova.codegen.lower`` when a function runs).
 """
 from __future__ import annotations
 
