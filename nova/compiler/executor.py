@@ -555,7 +555,7 @@ class Program:
             resolve(problem, self.device.index, None, roles)       # the target nova.attention resolves
         for problem in _distinct_rows(launches):
             from nova.kernels.rows.launch import resolve as resolve_rows
-            resolve_rows(problem, self.device.index, self.target)
+            resolve_rows(problem, self.device.index)                # the target the launches resolve
         if self._gemm is not nova.matmul:
             return
         from nova.runtime import driver
