@@ -140,13 +140,13 @@ def step3_rows_per_cta(p: RowsProblem, tpr: int, gpu: GPUModel) -> tuple[tuple[i
                                "SM's CTA limit does not cap its threads", post=int,
                                schedulers=gpu.warp_schedulers_per_sm, max_threads_per_sm=gpu.max_threads_per_sm,
                                max_blocks_per_sm=gpu.max_blocks_per_sm)
-    threads = min(threads, tpr * _pow2ceil(p.rows))
+    threads = max(32, min(threads, tpr * _pow2ceil(p.rows)))        # few rows: a smaller CTA, at least a warp
     return (threads, threads // tpr), [st, note("rows per CTA", threads // tpr,
                                                 f"{threads} threads / {tpr} threads per row")]
 
 
 # ---- 4 -----------------------------------------------------------------------------------------
-def step4_passes(p: RowsProblem, vec: int, tpr: int, gpu: GPUModel) -> tuple[tuple[int, bool], list]:
+def step4_passes(p: RowsProblem, vec: int, tpr: int, threads: int, gpu: GPUModel) -> tuple[tuple[int, bool], list]:
     chunks, s1 = formula_step("chunks", F.chunks, "vector steps a thread takes along its row", post=int,
                               slots=math.ceil(p.n / vec), threads_per_row=tpr)
     passes = PASSES.get(p.kind, 1)
@@ -155,10 +155,14 @@ def step4_passes(p: RowsProblem, vec: int, tpr: int, gpu: GPUModel) -> tuple[tup
     held = len(HELD[p.kind])
     kept, s2 = formula_step("kept values", F.kept, f"f32 values a thread keeps to read the row once "
                             f"({', '.join(HELD[p.kind])})", post=int, chunks=chunks, vec=vec, held=held)
-    if kept <= REG_VALUES:
-        return (chunks, True), [s1, s2, note("passes", "registers", f"{kept} <= {REG_VALUES} values: the row is read "
-                                             f"once and kept in registers for the {passes} passes")]
-    return (chunks, False), [s1, s2, note("passes", passes, f"{kept} > {REG_VALUES} values: {passes} passes each "
+    per_thread = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // threads // 8 * 8)
+    budget = min(REG_VALUES, per_thread - REG_OVERHEAD)       # one CTA must fit the register file
+    if kept <= budget:
+        return (chunks, True), [s1, s2, note("passes", "registers", f"{kept} <= {budget} values (at most {REG_VALUES}, "
+                                             f"and {per_thread} registers a thread for a {threads}-thread CTA less "
+                                             f"{REG_OVERHEAD}): the row is read once and kept in registers for the "
+                                             f"{passes} passes")]
+    return (chunks, False), [s1, s2, note("passes", passes, f"{kept} > {budget} values: {passes} passes each "
                                           "re-read the row" + (" (max and sum together: online softmax)"
                                                                if p.kind in ("softmax", "log_softmax") else ""))]
 
@@ -186,7 +190,7 @@ def row_tile(p: RowsProblem, gpu: GPUModel, d: Derivation) -> RowTile:
     vec = d.record(step1_vector(p, operands))
     tpr = d.record(step2_threads_per_row(p, vec, gpu))
     threads, rows_per_cta = d.record(step3_rows_per_cta(p, tpr, gpu))
-    chunks, in_registers = d.record(step4_passes(p, vec, tpr, gpu))
+    chunks, in_registers = d.record(step4_passes(p, vec, tpr, threads, gpu))
     kept = chunks * vec * len(HELD.get(p.kind, ())) if in_registers else 0
     regs = kept + REG_OVERHEAD
     smem = 4 * (tpr // 32) * 3 * 2 if tpr > 32 else 0     # per phase (up to 3) two values per warp
@@ -284,7 +288,7 @@ def configure_rows(p: RowsProblem, target="h200") -> RowsConfig:
     launches = len(terms) * mc["t_launch_us"]
     bound = "launch" if launches > t / 2 else "dram"
     floor = p.bytes_moved / gpu.dram_bw * 1e6
-    prediction = Prediction(round(t, 3), 0.0, bound, round(floor, 3),
+    prediction = Prediction(t, 0.0, bound, floor,
                             {"dram_us": round(moved / (gpu.dram_bw * mc["eta_dram"]) * 1e6, 3),
                              "launch_us": round(launches, 3)})
     return RowsConfig(p, gpu, schedule, prediction, tuple(d.steps), terms,
