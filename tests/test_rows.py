@@ -121,6 +121,7 @@ def _kernels():
     cases = [cli_problem("layernorm", 300, 1001, "bf16"), cli_problem("layernorm", 300, 1001, "bf16", backward=True),
              cli_problem("layernorm", 64, 24, "f32", backward=True), cli_problem("rmsnorm", 100, 4096, "f16"),
              cli_problem("rmsnorm", 100, 4096, "bf16", backward=True), cli_problem("softmax", 8, 300000, "f32"),
+             cli_problem("softmax", 8, 300000, "f32", backward=True),
              cli_problem("softmax", 77, 33, "f16", backward=True), cli_problem("log_softmax", 50, 2048, "bf16"),
              cli_problem("log_softmax", 50, 2048, "f32", backward=True),
              cli_problem("cross_entropy", 100, 32768, "bf16"), cli_problem("cross_entropy", 100, 50257, "f32", backward=True),

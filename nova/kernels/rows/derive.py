@@ -195,7 +195,8 @@ def row_tile(p: RowsProblem, gpu: GPUModel, d: Derivation) -> RowTile:
     regs = kept + REG_OVERHEAD
     smem = 4 * (tpr // 32) * 3 * 2 if tpr > 32 else 0     # per phase (up to 3) two values per warp
     grid, bps = d.record(step5_grid(p, threads, rows_per_cta, regs, smem, gpu))
-    return RowTile(threads, tpr, rows_per_cta, vec, chunks, in_registers, grid, smem, bps, regs)
+    max_regs = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // threads // 8 * 8)
+    return RowTile(threads, tpr, rows_per_cta, vec, chunks, in_registers, grid, smem, bps, regs, max_regs)
 
 
 # ---- 6 -----------------------------------------------------------------------------------------

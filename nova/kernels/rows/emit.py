@@ -38,15 +38,16 @@ class RowsIr(Ir):
         self.types: dict[str, tuple[str, str]] = {}      # parameter name -> (memref type, element type)
 
     @contextmanager
-    def rows_kernel(self, name: str, params: list[tuple[str, int, str]], threads: int, min_blocks: int = 0):
-        """``gpu.func @name`` with one memref parameter per ``(name, extent, element type)``."""
+    def rows_kernel(self, name: str, params: list[tuple[str, int, str]], threads: int, max_regs: int = 0):
+        """``gpu.func @name`` with one memref parameter per ``(name, extent, element type)``; ``max_regs``:
+        the register cap (``nvvm.maxnreg``: ptxas otherwise may pick fewer registers and spill)."""
         args = []
         for pname, n, ty in params:
             self.types[pname] = (f"memref<{n}x{ty}>", ty)
             args.append(f"%{pname}: memref<{n}x{ty}>")
         self.reserve(*(p for p, _, _ in params))
         self.emit(f"{SMEM} = #gpu.address_space<workgroup>")
-        attrs = {"minctasm": min_blocks} if min_blocks else {}
+        attrs = {"maxnreg": max_regs} if max_regs else {}
         with self.kernel(name, args, threads, **attrs):
             yield
             self.emit("gpu.return")

@@ -45,7 +45,7 @@ class RowKernel:
         p, t, ir = self.p, self.t, self.ir
         ir.emit(f"// Nova rows kernel: {p.describe()}; {t.threads_per_row} threads per row, {t.rows_per_cta} rows "
                 f"per CTA, vec {t.vec}, {t.chunks} chunks, {'in registers' if t.in_registers else 'looped'}")
-        with ir.rows_kernel(KERNEL_NAMES["row"], param_types(p, self.s, "row"), t.threads):
+        with ir.rows_kernel(KERNEL_NAMES["row"], param_types(p, self.s, "row"), t.threads, t.max_regs):
             self.setup()
             getattr(self, "_" + p.kind)()
         if self.smem_cursor > t.smem_bytes:

@@ -31,6 +31,7 @@ class RowTile:
     smem_bytes: int
     blocks_per_sm: int
     regs_per_thread: int            # the derivation's estimate (ptxas verifies)
+    max_regs: int = 255             # the register cap that lets one CTA fit the register file (nvvm.maxnreg)
 
     def to_dict(self) -> dict:
         return asdict(self)
