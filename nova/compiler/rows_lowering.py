@@ -88,13 +88,13 @@ class _Launcher:
 
     def __init__(self, problem, pointers: dict, workspace, device):
         self.problem, self.pointers, self.workspace, self.device = problem, pointers, workspace, device
-        self.calls = None
+        self.launches = None
 
     def __call__(self) -> None:
-        if self.calls is None:
+        if self.launches is None:
             from nova.kernels.rows.launch import launch_args, resolve
-            self.calls = launch_args(resolve(self.problem, self.device.index), self.pointers,
+            self.launches = launch_args(resolve(self.problem, self.device.index), self.pointers,
                                      self.workspace.data_ptr())
         stream = torch.cuda.current_stream(self.device).cuda_stream
-        for kernel, args in self.calls:
+        for kernel, args in self.launches:
             kernel.launch(args, stream)

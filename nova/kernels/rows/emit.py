@@ -6,7 +6,7 @@ Global operands are 1-D memrefs over their extent (bare pointers, static shapes)
 ``ld.global.v4``/``v2``) and converted to FP32 (``arith.extf``); results are rounded to their storage
 type (``arith.truncf``, round to nearest even) as they are written.  Transcendentals use the MUFU
 instructions directly (``ex2``/``lg2``/``rsqrt``/``tanh``.approx: MLIR's math ops would become libdevice
-calls, which the pipeline does not link); division and square root are IEEE (``div.rn``, ``sqrt.rn``).
+functions, which the pipeline does not link); division and square root are IEEE (``div.rn``, ``sqrt.rn``).
 """
 from __future__ import annotations
 
