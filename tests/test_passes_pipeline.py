@@ -33,7 +33,9 @@ def test_format_plan_lists_groups_with_reasons_and_the_memory_breakdown():
     planned = pipeline(transformer_step())
     text = format_plan(planned)
     lines = text.splitlines()
-    assert lines[0].startswith("plan gpt_block_step:") and "15 on Nova kernels" in lines[0]
+    nova = sum(gr.kernel == "nova" for gr in planned.groups)          # 15 GEMMs and the rows groups
+    assert nova > 15 and sum(gr.kind == "gemm" for gr in planned.groups) == 15
+    assert lines[0].startswith("plan gpt_block_step:") and f"{nova} on Nova kernels" in lines[0]
     assert "passes: captured 127 -> dce 127 -> cse 120 -> canonicalize" in text
     for gr in planned.groups:
         assert gr.reason in text

@@ -4,6 +4,8 @@
     nova-config explain matmul 256x512x512x64 [--batch-strides 0,packed,packed] ...   (a batch of 256 GEMMs)
     nova-config explain attention 32,8,512,64 [--causal] [--dtype tf32] [--target h200] [--json]
     nova-config explain train gpt42m --batch 32 [--seq 512] [--target h200] [--json]
+    nova-config explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy ROWSxN [--backward] [--dtype f32|bf16|f16]
+                [--target h200] [--json]
     nova-config targets [--json]
     nova-config show-target h200 [--json]
     nova-config --version
@@ -24,6 +26,7 @@ from nova.hwmodel import PRESETS, get_target
 
 TARGET_CHOICES = list(PRESETS) + ["auto"]
 OPS = ("matmul", "gemm")
+ROWS_OPS = ("layernorm", "rmsnorm", "softmax", "log_softmax", "cross_entropy")   # nova/kernels/rows/cli.py
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,7 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_version(ap)
     sub = ap.add_subparsers(dest="command", required=True)
     ex = sub.add_parser("explain", help="derive and explain the schedule of one operation")
-    ex.add_argument("op", help="operation: matmul (alias gemm); `explain attention` and `explain train` "
+    ex.add_argument("op", help="operation: matmul (alias gemm); `explain attention`, `explain train` and the rows "
+                               "kernels (`explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy ROWSxN`) "
                                "have their own options (see their --help)")
     ex.add_argument("shape", help="S (M=N=K=S), SxS (square operands, M=N=K=S), MxNxK or BxMxNxK (a batch of B "
                                   "MxNxK GEMMs in one launch)")
@@ -280,6 +284,9 @@ def main(argv=None) -> int:
     if argv[:2] == ["explain", "attention"]:       # fused attention (issue 11): nova/kernels/attention/cli.py
         from nova.kernels.attention.cli import main as explain_attention
         return explain_attention(argv[2:])
+    if argv[:1] == ["explain"] and len(argv) > 1 and argv[1] in ROWS_OPS:     # rows kernels: nova/kernels/rows/cli.py
+        from nova.kernels.rows.cli import main as explain_rows
+        return explain_rows(argv[1], argv[2:])
     if argv[:2] == ["explain", "train"]:           # a whole training step (issue 13): nova/cli/train.py
         from nova.cli.train import explain_main
         return explain_main(argv[2:])

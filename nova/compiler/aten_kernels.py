@@ -54,6 +54,7 @@ class Kernel:
     what: str                    # for describe(): the ATen overload(s) it calls
     copies: int = 0              # copy_ launches after a compute that has no out variant
     attention: tuple | None = None   # Nova attention: (AttentionProblem, roles of the kernels it launches)
+    rows: object = None              # Nova rows kernels: the RowsProblem they compute
 
 
 @dataclass

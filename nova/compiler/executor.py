@@ -7,6 +7,7 @@ one arena, replayed as one CUDA graph on the GPU.
     program.stats; print(program.describe())
     gemm_problems(planned)                    # every Nova GEMM a CUDA program launches (nova precompile)
     attention_kernels(planned)                # ... and every Nova attention launch (problem with strides, roles)
+    rows_problems(planned)                    # ... and every Nova rows problem (norms, softmax, losses, reductions)
     gemm_problem_counts(planned)              # ... and how many times per step
 
 What ``build`` consumes from the planner (``nova.passes``: ``Planned``, ``Group``, ``MemoryPlan``,
@@ -28,7 +29,9 @@ view that the next step overwrites).
 
 Launches.  One per group, in the plan's order: ``matmul`` nodes on Nova GEMMs (CUDA) or
 ``torch.matmul(out=)`` (CPU), with a following bias/activation folded in
-(``nova/compiler/gemm_lowering.py``); every other op on ATen kernels writing into the output
+(``nova/compiler/gemm_lowering.py``); a Nova rows group (norms, softmax, losses, reductions with
+their producers) on its rows kernels (CUDA), its nodes' IR references on CPU
+(``nova/compiler/rows_lowering.py``); every other op on ATen kernels writing into the output
 tensors (``nova/compiler/aten_kernels.py``); free views and constants launch nothing.
 
 CUDA.  The first ``run`` binds the inputs, resolves every Nova kernel (offline mode: a missing one
@@ -57,11 +60,12 @@ from nova.compiler.aten_kernels import (KernelContext, adamw, build_kernel, can_
                                         torch_dtype, view_of)
 from nova.compiler.gemm_lowering import lower_matmul
 from nova.compiler.plan_view import ExecutorError, PlanView, read_plan
+from nova.compiler.rows_lowering import rows_kernels
 from nova.ir.ops import opdef
 from nova.passes.fusion import update_batch_key
 from nova.passes.memory import ELEMENTWISE_COMPOSITES
 
-__all__ = ["build", "gemm_problems", "gemm_problem_counts", "attention_kernels", "precompile_commands", "Program", "Launch", "ExecutorError", "BOUND_ROLES"]
+__all__ = ["build", "gemm_problems", "gemm_problem_counts", "attention_kernels", "rows_problems", "precompile_commands", "Program", "Launch", "ExecutorError", "BOUND_ROLES"]
 
 ALIGN = 256                                          # byte alignment of slots the executor lays out itself
 BOUND_ROLES = ("param", "grad", "opt_state", "const")  # inputs used in place, by pointer
@@ -209,7 +213,8 @@ class Program:
         """Where each value's tensor comes from: ``self.loc[value]`` is one of
         ("input", i) bound user tensor, ("donated", i) written into bound input i,
         ("alias", node) a view of the node's input, or (area, offset, strides) in one of the
-        byte areas "arena", "const", "staged", "scratch"."""
+        byte areas "arena", "const", "staged", "scratch"; ("unwritten", None, None): a value inside a
+        Nova rows group of a CUDA program that the plan gives no storage (its kernel never writes it)."""
         g, plan = self.graph, self.plan
         self.loc = {}
         self.area_bytes = {"arena": plan.arena_bytes, "const": 0, "staged": 0, "scratch": 0}
@@ -239,6 +244,7 @@ class Program:
             else:
                 self.loc[spec.value] = self._take("staged", spec.value)
         in_result = []                       # fused epilogue values: placed once their group's result is
+        rows_nodes = {n for group in plan.groups if group.rows is not None for n in group.nodes}
         for index, node in enumerate(g.nodes):
             for v in node.outputs:
                 p = plan.placement(v)
@@ -255,6 +261,8 @@ class Program:
                     self.loc[v] = self._arena_loc(v, p, f"node {index} {node.op}")
                 elif v in plan.fused_into:
                     in_result.append(v)
+                elif self.kind == "cuda" and node in rows_nodes:
+                    self.loc[v] = ("unwritten", None, None)     # a rows kernel never writes it: no storage
                 else:
                     self.loc[v] = self._take("scratch", v)
         group_of = {n: group for group in plan.groups for n in group.nodes}
@@ -437,6 +445,8 @@ class Program:
                         raise ExecutorError(f"{g.name}: the plan aliases node {index} {node.op} {dict(node.attrs)} "
                                             f"of a {list(base.shape)} tensor with strides {list(base.stride())}, "
                                             f"which needs a copy ({_first_line(e)}); plan it a slot") from None
+                elif loc[0] == "unwritten":
+                    tensors[v] = torch.empty(v.type.shape, dtype=torch_dtype(v.type.dtype), device="meta")
                 else:
                     tensors[v] = self._area_view(store, loc, v)
         return tensors
@@ -450,6 +460,10 @@ class Program:
         launches = []
         for group in self.plan.groups:
             nodes = [n for n in group.nodes if n.op not in CREATION and not self._free_view(n)]
+            if group.rows is not None:                 # a Nova rows group: its kernels, or its nodes' references on CPU
+                kernels = rows_kernels(group, nodes, tensors, ctx, self._note)
+                launches.append(Launch(group.index, group.kind, list(group.nodes), kernels))
+                continue
             kernels, gemms, i = [], [], 0
             while i < len(nodes):
                 node = nodes[i]
@@ -539,6 +553,9 @@ class Program:
         from nova.runtime.matmul import matmul
         for problem, roles in _distinct_attention(launches):
             resolve(problem, self.device.index, None, roles)       # the target nova.attention resolves
+        for problem in _distinct_rows(launches):
+            from nova.kernels.rows.launch import resolve as resolve_rows
+            resolve_rows(problem, self.device.index)                # the target the launches resolve
         if self._gemm is not matmul:
             return
         from nova.runtime import driver
@@ -656,6 +673,10 @@ class Program:
         order; each problem carries its operands' strides as the launches see them (the arena views)."""
         return _distinct_attention(self.launches)
 
+    def rows_problems(self) -> list:
+        """The distinct Nova rows problems (``RowsProblem``) this program launches, in launch order."""
+        return _distinct_rows(self.launches)
+
     def _stats(self, launches, ctx) -> dict:
         per_kind = {}
         for launch in launches:
@@ -732,6 +753,10 @@ def _distinct_attention(launches) -> list:
     return list(dict.fromkeys(k.attention for launch in launches for k in launch.kernels if k.attention))
 
 
+def _distinct_rows(launches) -> list:
+    return list(dict.fromkeys(k.rows for launch in launches for k in launch.kernels if k.rows is not None))
+
+
 def _normalize_device(device) -> torch.device:
     d = torch.device(device)
     if d.type == "cuda" and d.index is None:
@@ -762,6 +787,12 @@ def attention_kernels(planned) -> list:
     """Every Nova attention launch (``(AttentionProblem, roles)``, distinct, launch order) a CUDA program
     of ``planned`` makes, with the strides of its operands' arena views, for ``nova precompile``."""
     return Program(planned, "meta").attention_kernels()
+
+
+def rows_problems(planned) -> list:
+    """Every Nova rows problem (``nova.kernels.rows.RowsProblem``) a CUDA program of ``planned`` launches,
+    distinct, in launch order, for ``nova precompile``."""
+    return Program(planned, "meta").rows_problems()
 
 
 def gemm_problem_counts(planned) -> dict:

@@ -6,7 +6,8 @@ predicted times), each GEMM's schedule, the memory plan and the predicted step t
 
 Every time is the configurator's closed-form prediction (no measurement): Nova GEMMs by
 ``nova.configurator.configure`` (calibrated where the target has a calibration), attention by
-``nova.kernels.attention.configure_attention`` where the executor runs Nova's attention kernels,
+``nova.kernels.attention.configure_attention`` where the executor runs Nova's attention kernels, the
+Nova rows groups (norms, softmax, losses, reductions) by ``nova.kernels.rows.configure_rows``,
 the groups on ATen kernels kind by kind from the target's calibration of them where it has one
 (``cost.aten_kinds_time``; the kernels counted on meta, ``nova.compiler.aten_launches``), else by
 the memory-bound and closed-form models of ``nova.compiler.cost``.  Each kernel report names the
@@ -92,8 +93,17 @@ def _gemm_report(group, target) -> tuple[float, str, str, dict | None]:
     return t, cfg.prediction.bound, f"configure({group.problem.describe()})", schedule
 
 
+def _rows_report(group, target) -> tuple[float, str, str, dict]:
+    """A Nova rows group: the rows configurator's prediction (``nova.kernels.rows.configure_rows``)."""
+    from nova.kernels.rows.derive import configure_rows
+    cfg = configure_rows(group.problem, target)
+    formula = " + ".join(f"{role} {term['time_us']:.1f}" for role, term in cfg.terms.items())
+    return cfg.prediction.time_us, cfg.prediction.bound, formula, {"roles": list(cfg.schedule.roles),
+                                                                   "schedule": cfg.schedule.to_dict()}
+
+
 def _group_name(group) -> str:
-    if group.kind == "gemm" and group.problem is not None:
+    if group.problem is not None:
         return group.problem.describe()
     ops = [n.op for n in group.nodes]
     return ops[0] if len(ops) == 1 else f"{ops[0]}+{len(ops) - 1} ({'+'.join(sorted(set(ops)))})"
@@ -176,6 +186,9 @@ def kernel_reports(planned, target) -> list[KernelReport]:
         elif node.op in ("attention", "attention_backward"):
             t, bound, formula, kernel, schedule = _attention_report(group, node, target)
             model = "attention configurator" if kernel == "nova" else "fp32 attention"
+        elif group.kind != "gemm" and group.kernel == "nova" and group.problem is not None:
+            t, bound, formula, schedule = _rows_report(group, target)
+            model = "rows configurator"
         elif index in dispatched and group.kernel == "aten" and (stored or node.op not in CLOSED_FORM_OPS):
             d = dispatched[index]
             counted = f" ({d.calls} ATen calls, {d.kernels} kernels, counted on meta)"

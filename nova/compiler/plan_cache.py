@@ -29,8 +29,8 @@ from nova.version import __version__
 from nova.fileio import atomic_write, discard_bad_entry
 from nova.ir.hashing import structural_hash
 
-PLAN_ABI = 2            # bump whenever Planned, Graph, Group, MemoryPlan or the passes' output changes meaning
-                        # (2: Group.problem may be a batched GEMM)
+PLAN_ABI = 3            # bump whenever Planned, Graph, Group, MemoryPlan or the passes' output changes meaning
+                        # (2: Group.problem may be a batched GEMM; 3: Nova rows groups, Group.bindings)
 MAGIC = b"NOVAPLAN1\n"
 
 _reported: set = set()

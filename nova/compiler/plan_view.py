@@ -49,6 +49,8 @@ class GroupView:
     nodes: list
     reason: str = ""
     nova_kernel: bool = True
+    rows: object = None                  # a Nova rows group: its RowsProblem (nova/passes/rows.py)
+    bindings: dict = field(default_factory=dict)     # rows: operand name -> Value
 
 
 @dataclass
@@ -115,6 +117,13 @@ def _fused_into(groups, memory, graph) -> dict:
     return out
 
 
+def _rows_view(group) -> dict:
+    """A Nova rows group's problem and operand bindings (empty for every other group)."""
+    if group.kind == "gemm" or group.kernel != "nova" or group.problem is None:
+        return {}
+    return {"rows": group.problem, "bindings": dict(getattr(group, "bindings", {}))}
+
+
 def read_plan(planned) -> PlanView:
     """The executor's view of ``planned``."""
     graph, memory = planned.graph, planned.memory
@@ -124,7 +133,7 @@ def read_plan(planned) -> PlanView:
         p = _placement(memory.values.get(v))
         if p.kind != "none":
             placements[v] = p
-    views = [GroupView(index, g.kind, list(g.nodes), g.reason or "", not (g.kind == "gemm" and g.kernel != "nova"))
-             for index, g in enumerate(planned.groups)]
+    views = [GroupView(index, g.kind, list(g.nodes), g.reason or "", not (g.kind == "gemm" and g.kernel != "nova"),
+                       **_rows_view(g)) for index, g in enumerate(planned.groups)]
     return PlanView(graph, views, placements, memory.arena_bytes, memory.peak_bytes, _donations(memory, graph),
                     _fused_into(planned.groups, memory, graph))

@@ -15,6 +15,12 @@ def step_kernels(planned) -> tuple[list, list]:
     return program.gemm_problems(), program.attention_kernels()
 
 
+def rows_problems_of(planned) -> list:
+    """The distinct Nova rows problems the CUDA program of ``planned`` launches (``Program.rows_problems``)."""
+    from nova.compiler.executor import Program
+    return Program(planned, "meta").rows_problems()
+
+
 def precompile_planned(planned, target, cache, log=print) -> dict:
     """Compile the step's kernels for ``target`` into ``cache``; returns the counts by status
     (compiled, cached, failed: a GEMM that fails is reported and the rest go on)."""
@@ -30,7 +36,21 @@ def precompile_planned(planned, target, cache, log=print) -> dict:
             counts[status] += 1
         log(f"[attention {i}/{len(attention)}] {problem.describe()} ({', '.join(roles)}): "
             f"{len(results)} kernels in {time.perf_counter() - t0:.2f} s")
-    log(f"precompiled {len(gemms)} GEMMs and {len(attention)} attention launches for {target.name} into {cache.root}: "
+    rows = rows_problems_of(planned)
+    for i, problem in enumerate(rows, 1):
+        t0 = time.perf_counter()
+        from nova.kernels.rows.compile import precompile_rows
+        try:
+            results = precompile_rows(problem, target, cache)
+        except Exception as e:                # reported like a GEMM that fails; the rest go on
+            counts["failed"] += 1
+            log(f"[rows {i}/{len(rows)}] {problem.describe()}: failed: {str(e).splitlines()[0] if str(e) else e}")
+            continue
+        for _, _, status in results:
+            counts[status] += 1
+        log(f"[rows {i}/{len(rows)}] {problem.describe()}: {len(results)} kernels in {time.perf_counter() - t0:.2f} s")
+    log(f"precompiled {len(gemms)} GEMMs, {len(attention)} attention launches and {len(rows)} rows problems for "
+        f"{target.name} into {cache.root}: "
         f"{counts['compiled']} kernels compiled, {counts['cached']} already cached, {counts['failed']} failed "
         f"({time.perf_counter() - start:.1f} s)")
     return counts

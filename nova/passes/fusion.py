@@ -43,6 +43,7 @@ from nova.ir.graph import Graph, Node, Value
 from nova.ir.ops import kind
 from nova.ir.printer import value_names
 from nova.passes import layout as layout_analysis
+from nova.passes.rows import rows_reason, select_rows
 
 GROUP_KINDS = ("gemm", "pointwise", "reduction", "composite", "view", "opaque")
 KERNELS = ("nova", "aten", "none")
@@ -72,7 +73,9 @@ class Group:
     inputs: list[Value] = field(default_factory=list)    # read from outside the group (first-read order)
     outputs: list[Value] = field(default_factory=list)   # written to memory: read outside or graph outputs
     epilogue: Epilogue | None = None              # gemm: what the kernel applies to the product
-    problem: GemmProblem | None = None            # nova gemm: the problem the configurator schedules
+    problem: GemmProblem | None = None            # nova gemm: the problem the configurator schedules;
+                                                  # nova rows: its RowsProblem (nova/passes/rows.py)
+    bindings: dict = field(default_factory=dict)  # nova rows: operand name -> the Value it is
 
     @property
     def fused(self) -> bool:
@@ -396,7 +399,8 @@ def _finish(g: _Open, index, users, outputs, layouts, names) -> Group:
     ins, outs = boundary(nodes, users, outputs)
     group = Group(g.kind, nodes, "", g.kernel, ins, outs,
                   g.epilogue if g.kind == "gemm" else None, g.problem)
-    group.reason = _reason(group, g, layouts, names)
+    why_not_rows = select_rows(group, layouts)
+    group.reason = rows_reason(group, _reason(group, g, layouts, names), why_not_rows)
     return group
 
 

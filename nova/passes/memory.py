@@ -16,8 +16,8 @@ Rules, over the execution order (the groups' nodes one after another; position =
   by the producing node itself reading it element for element (a pointwise op or adamw/sgd reading
   the whole input in its own layout), and input i is not itself an output.
 * **In place.**  The result of an ATen pointwise node (or an ``ELEMENTWISE_COMPOSITES`` node:
-  adamw/sgd, cross_entropy_backward writing dlogits over the logits) takes the arena buffer of an
-  input root that dies at this node, when that input has the result's byte size and is read element
+  adamw/sgd, cross_entropy_backward writing dlogits over the logits; on ATen or alone in a Nova
+  kernel's group) takes the arena buffer of an input root that dies at this node, when that input has the result's byte size and is read element
   for element (same shape, dense, whole buffer).
 * **Offsets.**  Buffers (in-place chains are one buffer) are placed largest first, each at the
   best-fitting gap among the buffers it is live with; offsets and sizes are multiples of 256 bytes.
@@ -194,7 +194,8 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None) -> MemoryPlan:
             if layouts[v].root is not v or v in fused or v in donated:
                 continue
             s = None
-            if not group_of[node].fused and len(node.outputs) == 1:   # a multi-output node (adamw) may
+            alone = not group_of[node].fused or len(group_of[node].nodes) == 1   # one launch of this node only
+            if alone and len(node.outputs) == 1:   # a multi-output node (adamw) may
                 for x in dict.fromkeys(layouts[i].root for i in node.inputs):  # write one result before reading all inputs
                     cand = storage_of.get(x)
                     if cand is not None and cand.holders[-1] is x and cand.last == pos[node] \
