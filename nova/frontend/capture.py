@@ -38,6 +38,7 @@ from nova.frontend.guards import GuardKey, guard_key
 from nova.frontend.lower import Unmodeled, lower
 from nova.frontend.optim import TraceContext, handler_for
 from nova.frontend.origin import OriginTracker, traceback_location
+from nova.frontend.tracing import compiling
 from nova.ir import Graph, Value, verify
 
 _ROLES = {"param": "param", "buffer": "const", "grad": "grad", "opt_state": "opt_state", "data": "data",
@@ -353,8 +354,9 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
     from torch.fx.experimental.proxy_tensor import make_fx
     t0 = time.perf_counter()
     try:
-        gm = make_fx(dispatch_functionalize(traced, FunctionalTensorMode()), decomposition_table=_decompositions(),
-                     tracing_mode="fake")(*fakes)
+        with compiling():
+            gm = make_fx(dispatch_functionalize(traced, FunctionalTensorMode()), decomposition_table=_decompositions(),
+                         tracing_mode="fake")(*fakes)
     except NovaUnsupportedError:
         raise
     except Exception as e:
@@ -367,11 +369,26 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
     for cname, tensor in lowered.constants:
         slots.append(InputBinding("const", f"constant.{cname}", tensor))
     graph, bindings = _assemble(lowered, slots, returned, trace)
+    graph, opaque = _without_dead_nodes(graph, lowered.opaque)
     verify(graph)
     t2 = time.perf_counter()
     stats = CaptureStats(trace_s=t1 - t0, lower_s=t2 - t1, fx_nodes=len(gm.graph.nodes), ir_nodes=len(graph.nodes),
-                         opaque=lowered.opaque)
+                         opaque=opaque)
     return Captured(graph, bindings, guards, gm, stats)
+
+
+def _without_dead_nodes(graph: Graph, opaque: dict) -> tuple[Graph, dict]:
+    """The graph without nodes no output needs (a library's mask built and then folded away, an
+    eager-only check), and the opaque counts of what remains."""
+    from nova.passes.dce import dce, live_nodes
+    if len(live_nodes(graph)) == len(graph.nodes):
+        return graph, opaque
+    graph = dce(graph)
+    counts: dict[str, int] = {}
+    for node in graph.nodes:
+        if node.op == "aten":
+            counts[node.attrs["target"]] = counts.get(node.attrs["target"], 0) + 1
+    return graph, dict(sorted(counts.items()))
 
 
 def _decompositions() -> dict:
