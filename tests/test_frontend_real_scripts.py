@@ -115,3 +115,143 @@ def test_multi_index_and_boolean_mask_ops_lower():
     keep = torch.rand(4, 5, generator=torch.Generator().manual_seed(1)) > 0.4
     compiled = assert_step_matches_eager(model, loss_fn, torch.randn(4, 5, dtype=torch.float64), keep)
     assert not compiled.captured.stats.opaque
+
+
+# ====================================================================== errors
+class Recurrent(nn.Module):
+    def __init__(self, kind):
+        super().__init__()
+        self.rnn = kind(4, 8, batch_first=True)
+        self.head = nn.Linear(8, 1)
+
+    def forward(self, x):
+        y, _ = self.rnn(x)
+        return self.head(y).mean()
+
+
+def snapshot(model, opt):
+    """Everything of the user's a failed capture must leave as it was: the parameter objects and
+    values, their grads, the optimizer's state and methods."""
+    return ([(p, p.detach().clone(), None if p.grad is None else p.grad.clone()) for p in model.parameters()],
+            {id(p): {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in s.items()}
+             for p, s in opt.state.items()}, dict(opt.__dict__).keys())
+
+
+def assert_untouched(model, opt, before):
+    params, state, attrs = before
+    for (p, value, grad), q in zip(params, model.parameters()):
+        assert p is q and not isinstance(q, torch._subclasses.FakeTensor) and torch.equal(q, value)
+        assert (q.grad is None) == (grad is None) and (grad is None or torch.equal(q.grad, grad))
+    assert {id(p): s for p, s in opt.state.items()}.keys() == state.keys()
+    for p, s in opt.state.items():
+        assert all(torch.equal(v, state[id(p)][k]) if isinstance(v, torch.Tensor) else v == state[id(p)][k]
+                   for k, v in s.items())
+    assert dict(opt.__dict__).keys() == attrs and "step" not in opt.__dict__
+    assert not torch.compiler.is_compiling()
+
+
+def trained_once(model):
+    """A model and an SGD-with-momentum optimizer after one eager step (grads and state exist)."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(2, 3, 4)).backward()
+    opt.step()
+    return opt
+
+
+def test_an_lstm_is_one_line_naming_the_op_module_and_line():
+    """ATen's fused LSTM kernel keeps a uint8 workspace for its backward, which the IR cannot hold."""
+    torch.manual_seed(0)
+    model = Recurrent(nn.LSTM)
+    opt = trained_once(model)
+
+    def step(x):
+        loss = model(x)
+        loss.backward()
+        opt.step()
+        return loss
+    before = snapshot(model, opt)
+    with pytest.raises(nova.NovaUnsupportedError) as info:
+        nova.compile(step)(torch.randn(2, 3, 4))
+    message = str(info.value)
+    assert "\n" not in message and "Unmodeled" not in message
+    assert message.startswith("op aten.") and "rnn" in message         # the ATen op
+    assert " at rnn (test_frontend_real_scripts.py:" in message        # module path and source line
+    assert_untouched(model, opt, before)
+
+
+def test_a_gru_decomposes_and_trains_like_eager():
+    torch.manual_seed(0)
+    compiled = assert_step_matches_eager(Recurrent(nn.GRU).double(), lambda model, x: model(x),
+                                         torch.randn(2, 3, 4, dtype=torch.float64))
+    assert not compiled.captured.stats.opaque
+
+
+def test_a_shape_bug_in_the_model_raises_eagers_error_unchanged():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(4, 1))     # 5 features into a Linear(4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    before = snapshot(model, opt)
+
+    def step(x):
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        return loss
+    x = torch.randn(3, 4)
+    with pytest.raises(RuntimeError) as eager:
+        step(x)
+    before = snapshot(model, opt)
+    with pytest.raises(RuntimeError) as compiled:
+        nova.compile(step)(x)
+    assert type(compiled.value) is type(eager.value) and str(compiled.value) == str(eager.value)
+    assert not isinstance(compiled.value, nova.NovaUnsupportedError)
+    assert_untouched(model, opt, before)
+
+
+def test_the_users_own_exception_passes_through_and_state_is_untouched():
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+
+    class ConfigError(ValueError):
+        pass
+
+    def step(x):
+        loss = model(x).sum()
+        loss.backward()
+        opt.step()
+        if x.shape[0] != 8:
+            raise ConfigError(f"expected a batch of 8, got {x.shape[0]}")
+        return loss
+    before = snapshot(model, opt)
+    with pytest.raises(ConfigError, match=r"^expected a batch of 8, got 3$") as info:
+        nova.compile(step)(torch.randn(3, 4))
+    assert type(info.value) is ConfigError
+    assert_untouched(model, opt, before)
+    step(torch.randn(8, 4))                      # eager still works on the untouched objects
+
+
+def test_tracing_limitations_stay_one_line_nova_errors():
+    model = nn.Linear(4, 1)
+
+    def host_read(x):
+        loss = model(x).sum()
+        if loss > 0:                             # bool(tensor)
+            loss = loss * 2
+        return loss
+
+    def numpy_read(x):
+        return torch.from_numpy(model(x).detach().numpy()).sum()
+    for fn, words in ((host_read, "data-dependent"), (numpy_read, "on the host")):
+        with pytest.raises(nova.NovaUnsupportedError, match=words) as info:
+            nova.compile(fn)(torch.randn(3, 4))
+        assert "\n" not in str(info.value) and "test_frontend_real_scripts.py:" in str(info.value)
+
+
+@pytest.mark.parametrize("value", [42, "train_step", None])
+def test_compiling_something_not_callable_is_a_type_error_at_compile_time(value):
+    with pytest.raises(TypeError, match=r"^nova.compile takes a function") as info:
+        nova.compile(value) if value is not None else nova.compile(backend="reference")(value or 3)
+    assert "\n" not in str(info.value)

@@ -166,6 +166,9 @@ class CompiledStep:
     """What ``nova.compile`` returns; call it like the function it wraps."""
 
     def __init__(self, fn, *, models=None, optimizers=None, backend: str = "auto", max_entries: int = 16):
+        if not callable(fn):
+            raise TypeError(f"nova.compile takes a function (the training step), got {type(fn).__name__} "
+                            f"{_short_repr(fn)}")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         self.fn = fn
@@ -294,6 +297,11 @@ class CompiledStep:
         buf = io.StringIO()
         render(report, console=Console(file=buf, width=160, force_terminal=False, color_system=None))
         return "\n".join(lines) + "\n\n" + buf.getvalue().rstrip() + f"\n(plan: {planned_status})"
+
+
+def _short_repr(value, limit: int = 60) -> str:
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _engine_target_name(device: torch.device):

@@ -39,6 +39,7 @@ from nova.frontend.lower import Unmodeled, lower
 from nova.frontend.optim import TraceContext, handler_for
 from nova.frontend.origin import OriginTracker, traceback_location
 from nova.frontend.tracing import compiling
+from nova.frontend.failures import is_tracing_limitation, quiet_meta_failures, users_error
 from nova.ir import Graph, Value, verify
 
 _ROLES = {"param": "param", "buffer": "const", "grad": "grad", "opt_state": "opt_state", "data": "data",
@@ -354,12 +355,14 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
     from torch.fx.experimental.proxy_tensor import make_fx
     t0 = time.perf_counter()
     try:
-        with compiling():
+        with compiling(), quiet_meta_failures():
             gm = make_fx(dispatch_functionalize(traced, FunctionalTensorMode()), decomposition_table=_decompositions(),
                          tracing_mode="fake")(*fakes)
     except NovaUnsupportedError:
         raise
     except Exception as e:
+        if not is_tracing_limitation(e):
+            raise users_error(e) from None          # the user's own error, as eager raises it
         raise _explain_failure(e, tracker) from e
     t1 = time.perf_counter()
 
@@ -479,6 +482,8 @@ def _assemble(lowered, slots: list[InputBinding], returned: _Returned, trace: _T
     for value, (kind, what) in zip(lowered.outputs, returned.kinds):
         if not isinstance(value, Value):
             what_text = value.what if isinstance(value, Unmodeled) else repr(value)
+            if isinstance(value, Unmodeled):
+                value.refuse(f"the step returns or keeps {what_text}, which Nova does not model")
             raise NovaUnsupportedError(f"the step returns or keeps {what_text}, which Nova does not model")
         if kind == "result":
             name = "result" if len(returned.result_leaves) == 1 else f"result[{what}]"
@@ -524,6 +529,9 @@ def _explain_failure(e: Exception, tracker: OriginTracker) -> NovaUnsupportedErr
                 "DataDependentOutputError"):
         return NovaUnsupportedError(f"data-dependent Python control flow or host read ({text}: .item(), bool(tensor), "
                                     f"if/while on a tensor value, or a data-dependent shape){at}")
+    if "tensor subclass" in text or "data pointer" in text:
+        return NovaUnsupportedError(f"reading a tensor's memory on the host is not supported while capturing "
+                                    f"({text.rstrip('.')}){at}")
     if "FakeTensor" in text or "convert all Tensors" in text:
         return NovaUnsupportedError(f"the step uses a tensor that is neither a parameter or buffer of the modules "
                                     f"found, nor an argument (a module attribute or a global? make it a buffer, pass "

@@ -63,9 +63,13 @@ class Unmodeled:
     """An FX result the IR does not model (a random seed, a padded log-sum-exp, a debug mask).
     Reading it anywhere but where its producer's partner expects it is an error."""
 
-    def __init__(self, what: str, value: Value | None = None):
+    def __init__(self, what: str, value: Value | None = None, error: str | None = None):
         self.what = what
         self.value = value
+        self.error = error            # the one line to raise when read (an op Nova cannot run at all)
+
+    def refuse(self, message: str):
+        raise NovaUnsupportedError(self.error or message)
 
 
 class Fallback(Exception):
@@ -106,8 +110,11 @@ class Lowerer:
     def op(self, name: str, *inputs, **attrs):
         for v in inputs:
             if not isinstance(v, Value):
-                what = v.what if isinstance(v, Unmodeled) else repr(v)
-                raise NovaUnsupportedError(f"{self.node.target} reads {what}, which Nova does not model{self.where()}")
+                message = f"{self.node.target} reads {v.what if isinstance(v, Unmodeled) else repr(v)}, which Nova " \
+                          f"does not model{self.where()}"
+                if isinstance(v, Unmodeled):
+                    v.refuse(message)
+                raise NovaUnsupportedError(message)
         try:
             return self.graph.op(name, *inputs, origin=self.origin, **attrs)
         except IRError as e:
@@ -223,7 +230,8 @@ class Lowerer:
         target = node.target
         if target is operator.getitem:
             container, index = node.args
-            return self.env[container][index]
+            container = self.env[container]
+            return container if isinstance(container, Unmodeled) else container[index]
         if str(target) == "aten._local_scalar_dense.default":
             raise NovaUnsupportedError(f"reading a tensor's value on the host (.item(), bool(tensor)) is not "
                                        f"supported{self.where()}")
@@ -237,6 +245,8 @@ class Lowerer:
                     result = fn(self, *args, **kwargs)
                 except Fallback:
                     fn = None
+                except (TypeError, AttributeError, IndexError, KeyError, ValueError) as e:
+                    raise self._lowering_failed(e, args, kwargs) from e
             if fn is None:
                 if isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
                     hint = " (dropout with p > 0 in training mode)" if "dropout" in str(target) or "bernoulli" in str(target) else ""
@@ -244,7 +254,17 @@ class Lowerer:
                 result = self._opaque(node, args, kwargs)
             return self._conform(result, node.meta.get("val"))
         except UnsupportedDtype as e:        # a value of a type the IR lacks: an error only if something reads it
-            return Unmodeled(f"a result of {target} ({e})")
+            return Unmodeled(f"a result of {target} ({e})",
+                             error=f"op {target} is not supported{self.where()}: it produces a value Nova cannot hold ({e})")
+
+    def _lowering_failed(self, e: Exception, args, kwargs) -> NovaUnsupportedError:
+        """One line for a lowering that could not handle its arguments: the unsupported op an
+        argument came from, if any, else this op, where, and why."""
+        for a in torch.utils._pytree.tree_leaves((args, kwargs), is_leaf=lambda x: isinstance(x, Unmodeled)):
+            if isinstance(a, Unmodeled) and a.error:
+                return NovaUnsupportedError(a.error)
+        return NovaUnsupportedError(f"op {self.node.target} is not supported with these arguments{self.where()}: "
+                                    f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
 
     def _conform(self, result, val):
         """Check a lowering's result against torch's fake result; cast to torch's element type."""
@@ -267,7 +287,7 @@ class Lowerer:
 
         def encode(a):
             if isinstance(a, Unmodeled):
-                raise NovaUnsupportedError(f"op {target} reads {a.what}, which Nova does not model{self.where()}")
+                a.refuse(f"op {target} reads {a.what}, which Nova does not model{self.where()}")
             if isinstance(a, Value):
                 tensors.append(a)
                 return ("$", len(tensors) - 1)
@@ -1238,3 +1258,13 @@ def _mask_kind(value, t_q: int, t_k: int) -> str | None:
     if t_q == t_k and bool(torch.equal(keep, causal.expand_as(keep))):
         return "causal"
     return None
+
+
+@lowers(_op("unsafe_split", "Tensor"))
+def _unsafe_split(ctx, x, split_size, dim=0):
+    return _split(ctx, x, split_size, dim)           # unsafe only about aliasing: value semantics here
+
+
+@lowers(_op("unsafe_split_with_sizes"))
+def _unsafe_split_with_sizes(ctx, x, split_sizes, dim=0):
+    return _split_at(ctx, x, split_sizes, dim)
