@@ -3,6 +3,7 @@ reference engine): masks built like Hugging Face's (index tensors, ``&``, consta
 folded onto the IR attention), padded labels with ``ignore_index``, one-line errors, gradient
 clipping and accumulation, autocast."""
 import copy
+import math
 
 import pytest
 import torch
@@ -255,3 +256,171 @@ def test_compiling_something_not_callable_is_a_type_error_at_compile_time(value)
     with pytest.raises(TypeError, match=r"^nova.compile takes a function") as info:
         nova.compile(value) if value is not None else nova.compile(backend="reference")(value or 3)
     assert "\n" not in str(info.value)
+
+
+# ====================================================================== clipping and accumulation
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 3)).double()
+
+
+def regression(model, x, y):
+    return ((model(x) - y) ** 2).mean() * 50         # large enough that clipping to 1.0 bites
+
+
+def data(step: int, micro: int = 0, batch: int = 5):
+    g = torch.Generator().manual_seed(100 * step + micro)
+    return torch.randn(batch, 4, generator=g, dtype=torch.float64), torch.randn(batch, 3, generator=g, dtype=torch.float64)
+
+
+def assert_same_training_state(model, reference, opt, ref_opt, tolerance=1e-10):
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        assert relative(p, q) < tolerance, name
+        assert (p.grad is None) == (q.grad is None), name
+        assert p.grad is None or relative(p.grad, q.grad) < tolerance, name
+    for p, q in zip(model.parameters(), reference.parameters()):
+        for key, value in ref_opt.state[q].items():
+            if isinstance(value, torch.Tensor) and value.dim():
+                assert relative(opt.state[p][key], value) < tolerance, key
+
+
+@pytest.mark.parametrize("foreach", [None, True, False])
+def test_clip_grad_norm_inside_the_step_matches_eager(foreach):
+    model = mlp()
+    reference = copy.deepcopy(model)
+
+    def train_step(model, opt):
+        def step(x, y):
+            loss = regression(model, x, y)
+            loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=foreach)
+            opt.step()
+            opt.zero_grad()
+            return loss, norm
+        return step
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ref_opt = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+    compiled, eager = nova.compile(train_step(model, opt)), train_step(reference, ref_opt)
+    for i in range(3):
+        (loss, norm), (ref_loss, ref_norm) = compiled(*data(i)), eager(*data(i))
+        assert relative(loss, ref_loss) < 1e-10 and relative(norm, ref_norm) < 1e-10
+        assert ref_norm > 1.0                                         # the clipping did scale
+    assert_same_training_state(model, reference, opt, ref_opt)
+    assert not compiled.captured.stats.opaque
+
+
+def test_clip_grad_norm_error_if_nonfinite_raises_eagers_error_and_writes_nothing():
+    model = mlp()
+    reference = copy.deepcopy(model)
+
+    def train_step(model, opt):
+        def step(x, y):
+            loss = regression(model, x, y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, error_if_nonfinite=True, foreach=True)
+            opt.step()
+            opt.zero_grad()
+            return loss
+        return step
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    compiled, eager = nova.compile(train_step(model, opt)), train_step(reference, ref_opt)
+    for i in range(2):                                                # finite: trains like eager
+        assert relative(compiled(*data(i)), eager(*data(i))) < 1e-10
+    assert_same_training_state(model, reference, opt, ref_opt)
+    x, y = data(2)
+    y[0, 0] = math.inf
+    with pytest.raises(RuntimeError) as eager_error:
+        eager(x, y)
+    before = snapshot(model, opt)
+    with pytest.raises(RuntimeError) as compiled_error:
+        compiled(x, y)
+    assert str(compiled_error.value) == str(eager_error.value) and "non-finite" in str(compiled_error.value)
+    assert_untouched(model, opt, before)        # parameters, momentum (and the absent grads) as before
+    assert compiled.stats.captures == 2         # the failing call reused the graph of the second step
+    ref_opt.zero_grad()                         # eager leaves the failed backward's grads; Nova wrote nothing
+    assert relative(compiled(*data(3)), eager(*data(3))) < 1e-10
+    assert_same_training_state(model, reference, opt, ref_opt)
+
+
+def test_accumulation_of_micro_batches_inside_one_step():
+    model = mlp()
+    reference = copy.deepcopy(model)
+
+    def train_step(model, opt):
+        def step(micro_batches):
+            total = 0.0
+            for x, y in micro_batches:
+                loss = regression(model, x, y) / len(micro_batches)
+                loss.backward()
+                total = total + loss.detach()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad()
+            return total
+        return step
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ref_opt = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+    compiled, eager = nova.compile(train_step(model, opt)), train_step(reference, ref_opt)
+    for i in range(3):
+        micro = [data(i, k) for k in range(3)]
+        assert relative(compiled(micro), eager(micro)) < 1e-10
+    assert compiled.stats.captures == 1
+    assert_same_training_state(model, reference, opt, ref_opt)
+
+
+@pytest.mark.parametrize("update", ["compiled", "eager"])
+def test_accumulation_across_calls_with_the_update_in_another_function(update):
+    """``micro`` only runs forward and backward: the grads accumulate in ``p.grad`` across calls
+    exactly like eager; every k-th call an update (compiled separately, or eager) clips and steps."""
+    model = mlp()
+    reference = copy.deepcopy(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9)
+
+    def micro_step(model):
+        def micro(x, y):
+            loss = regression(model, x, y) / 2
+            loss.backward()
+            return loss
+        return micro
+
+    def update_step(model, opt):
+        def update():
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad()
+        return update
+    micro = nova.compile(micro_step(model))
+    update_fn = nova.compile(update_step(model, opt)) if update == "compiled" else update_step(model, opt)
+    ref_micro, ref_update = micro_step(reference), update_step(reference, ref_opt)
+    for i in range(6):
+        assert relative(micro(*data(i)), ref_micro(*data(i))) < 1e-10
+        if i % 2 == 1:
+            update_fn()
+            ref_update()
+        assert_same_training_state(model, reference, opt, ref_opt)
+
+
+def test_one_function_that_steps_every_kth_call():
+    model = mlp()
+    reference = copy.deepcopy(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ref_opt = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+
+    def train_step(model, opt):
+        def step(x, y, sync: bool):
+            loss = regression(model, x, y) / 3
+            loss.backward()
+            if sync:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                opt.zero_grad()
+            return loss
+        return step
+    compiled, eager = nova.compile(train_step(model, opt)), train_step(reference, ref_opt)
+    for i in range(9):
+        sync = i % 3 == 2
+        assert relative(compiled(*data(i), sync), eager(*data(i), sync)) < 1e-10
+        assert_same_training_state(model, reference, opt, ref_opt)
+    assert compiled.cache_size <= 4 and compiled.stats.cache_hits >= 4

@@ -199,6 +199,9 @@ class CompiledStep:
         inputs, pending = bindings.gather(flat_args)
         with torch.no_grad():               # the step's own autograd is in the graph
             outputs = entry.engine(inputs)
+        failed = bindings.failed_check(outputs)
+        if failed is not None:              # eager raises before updating: nothing is written back
+            raise RuntimeError(failed)
         return bindings.scatter(outputs, flat_args, pending, result_device=entry.device,
                                 outputs_alias_engine=getattr(entry.engine, "outputs_alias_engine", True))
 

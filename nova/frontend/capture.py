@@ -39,6 +39,7 @@ from nova.frontend.lower import Unmodeled, lower
 from nova.frontend.optim import TraceContext, handler_for
 from nova.frontend.origin import OriginTracker, traceback_location
 from nova.frontend.tracing import compiling
+from nova.frontend.checks import finite_norm_checks
 from nova.frontend.failures import is_tracing_limitation, quiet_meta_failures, users_error
 from nova.ir import Graph, Value, verify
 
@@ -321,6 +322,7 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
             module_names.setdefault(id(m), path if len(found.models) == 1 and path else _join(mname, path))
     tracker = OriginTracker(module_names)
     trace = _Trace(tracker, found)
+    trace.checks = []                        # value checks kept in the graph (checks.py)
     returned = _Returned()
 
     def traced(*flat):
@@ -341,7 +343,8 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
             elif slot.kind == "data":
                 args_leaves[slot.arg_index] = t
         user_args, user_kwargs = pytree.tree_unflatten(args_leaves, args_spec)
-        with _swapped_tensors(found, replacements), _undiscovered_refused(found), _intercepted(found, trace), tracker:
+        with _swapped_tensors(found, replacements), _undiscovered_refused(found), _intercepted(found, trace), \
+                finite_norm_checks(trace.checks), tracker:
             result = fn(*user_args, **user_kwargs)
         tracker.set("")
         return _collect(result, slots, flat, trace, returned)
@@ -456,6 +459,9 @@ def _collect(result, slots, flat, trace: _Trace, returned: _Returned) -> list:
             outs.append(v)
             returned.kinds.append(("opt_state", (opt, p, k)))
     returned.stepped = list(trace.stepped)
+    for check in trace.checks:
+        outs.append(check.ok)
+        returned.kinds.append(("check", check.message))
     return outs
 
 
@@ -479,12 +485,17 @@ def _assemble(lowered, slots: list[InputBinding], returned: _Returned, trace: _T
     input_value = [i.value for i in g.inputs]
     slot_of = {(s.kind, id(s.optimizer), id(s.tensor), s.key): i for i, s in enumerate(slots)}
     outputs = []                   # (value, name, role, index of the input it updates or None, OutputBinding)
+    checks = []                    # the boolean values of the value checks (checks.py)
     for value, (kind, what) in zip(lowered.outputs, returned.kinds):
         if not isinstance(value, Value):
             what_text = value.what if isinstance(value, Unmodeled) else repr(value)
             if isinstance(value, Unmodeled):
                 value.refuse(f"the step returns or keeps {what_text}, which Nova does not model")
             raise NovaUnsupportedError(f"the step returns or keeps {what_text}, which Nova does not model")
+        if kind == "check":
+            outputs.append((value, f"check[{len(checks)}]", "result", None, OutputBinding("check", what)))
+            checks.append(value)
+            continue
         if kind == "result":
             name = "result" if len(returned.result_leaves) == 1 else f"result[{what}]"
             outputs.append((value, name, "result", None, OutputBinding("result", name, result_index=what)))
@@ -503,6 +514,13 @@ def _assemble(lowered, slots: list[InputBinding], returned: _Returned, trace: _T
         if i is not None and value is input_value[i]:
             continue                                   # nothing changed
         outputs.append((value, name, kind, i, binding))
+
+    if checks:                                         # updates only where every check holds
+        ok = checks[0]
+        for c in checks[1:]:
+            ok = g.op("logical_and", ok, c, origin="checks")
+        outputs = [(v if i is None or role == "result" else g.op("where", ok, v, input_value[i], origin="checks"),
+                    name, role, i, b) for v, name, role, i, b in outputs]
 
     # prune the inputs nothing reads; an input that an output updates stays (the planner may write
     # the new value into its storage)

@@ -1268,3 +1268,31 @@ def _unsafe_split(ctx, x, split_size, dim=0):
 @lowers(_op("unsafe_split_with_sizes"))
 def _unsafe_split_with_sizes(ctx, x, split_sizes, dim=0):
     return _split_at(ctx, x, split_sizes, dim)
+
+
+# ====================================================================== foreach (gradient clipping, grad scaling)
+def _foreach_binary(name: str, pairwise: bool):
+    """``torch._foreach_<name>(tensors, other)``: one binary IR op per tensor; ``other`` is a
+    number or 0-d tensor shared by all (``Scalar``/``Tensor``) or one per tensor (``List``/
+    ``ScalarList``).  Results keep each tensor's type (the conform step casts)."""
+    def lowering(ctx, tensors, others, alpha=1):
+        pairs = zip(tensors, others) if pairwise else ((t, others) for t in tensors)
+        return tuple(ctx.binary(name, t, ctx.scaled(o, alpha) if alpha != 1 else o) for t, o in pairs)
+    return lowering
+
+
+for _name, _ir_name in (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("div", "div"), ("pow", "pow"),
+                        ("maximum", "maximum"), ("minimum", "minimum"), ("clamp_min", "maximum"),
+                        ("clamp_max", "minimum")):
+    for _overload, _pairwise in (("Scalar", False), ("Tensor", False), ("List", True), ("ScalarList", True)):
+        if _op(f"_foreach_{_name}", _overload) is not None:
+            LOWERINGS[_op(f"_foreach_{_name}", _overload)] = _foreach_binary(_ir_name, _pairwise)
+for _name in ("neg", "sqrt", "abs", "exp", "log", "reciprocal", "sigmoid", "tanh"):
+    if _op(f"_foreach_{_name}") is not None:
+        LOWERINGS[_op(f"_foreach_{_name}")] = (lambda name: lambda ctx, tensors: tuple(ctx.op(name, t) for t in tensors))(_name)
+
+
+@lowers(_op("_foreach_norm", "Scalar"))
+def _foreach_norm(ctx, tensors, ord=2, dtype=None):
+    """One vector norm per tensor (``clip_grad_norm_(foreach=True)``)."""
+    return tuple(_vector_norm(ctx, t, ord, None, False, dtype=dtype) for t in tensors)
