@@ -144,3 +144,22 @@ def test_capture_looks_like_compiling_to_libraries_and_restores_the_flag():
             assert torch.compiler.is_compiling()
         assert torch.compiler.is_compiling()
     assert not torch.compiler.is_compiling()
+
+
+def test_padded_llama_under_cpu_autocast_matches_eager():
+    model, reference = make_model("llama")
+
+    def step_of(model):
+        def step(ids, mask, labels):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False)
+            out.loss.backward()
+            return out.loss
+        return step
+    data = batch(2, True)
+    compiled = nova.compile(step_of(model))
+    assert relative(compiled(*data), step_of(reference)(*data)) < 1e-3
+    for (name, p), q in zip(reference.named_parameters(), model.parameters()):
+        assert relative(q.grad, p.grad) < 5e-2, name                 # bf16 gradients
+    projections = [n for n in compiled.graph.nodes if n.op == "matmul" and n.inputs[0].shape[-1] == 32]
+    assert projections and all(v.dtype == "bf16" for n in projections for v in n.inputs)

@@ -424,3 +424,128 @@ def test_one_function_that_steps_every_kth_call():
         assert relative(compiled(*data(i), sync), eager(*data(i), sync)) < 1e-10
         assert_same_training_state(model, reference, opt, ref_opt)
     assert compiled.cache_size <= 4 and compiled.stats.cache_hits >= 4
+
+
+# ====================================================================== mixed precision
+def gpt_tiny():
+    import dataclasses
+    from nova.models.gpt import CONFIGS, GPT
+    torch.manual_seed(0)
+    return GPT(dataclasses.replace(CONFIGS["tiny"], n_layer=1))
+
+
+def autocast_step(model, opt, device_type: str):
+    def step(idx, targets):
+        with torch.autocast(device_type, dtype=torch.bfloat16):
+            logits = model(idx)
+            loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    return step
+
+
+def tokens(step: int, vocab: int, shape=(2, 8), device="cpu"):
+    g = torch.Generator().manual_seed(step)
+    return (torch.randint(0, vocab, shape, generator=g).to(device),
+            torch.randint(0, vocab, shape, generator=g).to(device))
+
+
+def test_cpu_autocast_step_keeps_fp32_master_weights_and_bf16_gemms():
+    model = gpt_tiny()
+    reference = copy.deepcopy(model)
+    initial = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.5, momentum=0.9)
+    compiled, eager = nova.compile(autocast_step(model, opt, "cpu")), autocast_step(reference, ref_opt, "cpu")
+    for i in range(3):
+        batch = tokens(i, model.config.vocab_size)
+        assert relative(compiled(*batch), eager(*batch)) < 1e-3             # bf16 GEMMs, FP32 loss
+    g = compiled.graph
+    gemms = [n for n in g.nodes if n.op == "matmul"]
+    assert gemms and all(v.dtype == "bf16" for n in gemms for v in n.inputs)
+    assert any(n.op == "cast" for n in g.nodes)                             # autocast's _to_copy
+    assert all(i.value.dtype == "f32" for i in g.inputs if i.role in ("param", "opt_state"))
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    moved = torch.cat([(p - p0).flatten() for p, p0 in zip(model.parameters(), initial)])
+    ref_moved = torch.cat([(q - p0).flatten() for q, p0 in zip(reference.parameters(), initial)])
+    assert relative(moved, ref_moved) < 1e-2          # bf16 gradients: rounding at a different place
+
+
+@pytest.fixture
+def cuda_autocast_emulated(monkeypatch):
+    """Capture as if the step ran on a GPU: the device type capture sees is "cuda", and entering
+    autocast sets CUDA's autocast state the way ``torch.autocast("cuda")`` does on a GPU machine
+    (on a CPU-only torch, ``torch.autocast("cuda")`` disables itself)."""
+    import importlib
+    capture_module = importlib.import_module("nova.frontend.capture")
+    monkeypatch.setattr(capture_module, "_step_device_type", lambda found, flat_args: "cuda")
+
+    class CudaAutocast:
+        def __enter__(self):
+            self.saved = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
+            torch.set_autocast_enabled("cuda", True)
+            torch.set_autocast_dtype("cuda", torch.bfloat16)
+
+        def __exit__(self, *exc):
+            torch.set_autocast_enabled("cuda", self.saved[0])
+            torch.set_autocast_dtype("cuda", self.saved[1])
+    return CudaAutocast
+
+
+class NormedMLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up, self.norm, self.down = nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 5)
+
+    def forward(self, x):
+        return self.down(self.norm(self.up(x)).exp().softmax(-1))
+
+
+def test_cuda_autocast_policy_applies_to_the_cpu_fakes(cuda_autocast_emulated):
+    """Under CUDA autocast, Linear runs in bf16 and layer_norm, exp, softmax and the loss in FP32
+    (CPU autocast would keep them in bf16); eager reference: the same casts written out."""
+    torch.manual_seed(0)
+    model = NormedMLP()
+    reference = copy.deepcopy(model)
+
+    def step(x, y):
+        with cuda_autocast_emulated():
+            loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        return loss
+
+    def by_hand(x, y):
+        m = reference
+        h = F.linear(x.bfloat16(), m.up.weight.bfloat16(), m.up.bias.bfloat16())
+        h = F.layer_norm(h.float(), (16,), m.norm.weight, m.norm.bias).exp().softmax(-1)
+        logits = F.linear(h.bfloat16(), m.down.weight.bfloat16(), m.down.bias.bfloat16())
+        loss = F.cross_entropy(logits.float(), y)
+        loss.backward()
+        return loss
+    x, y = torch.randn(6, 8), torch.randint(0, 5, (6,))
+    compiled = nova.compile(step)
+    assert relative(compiled(x, y), by_hand(x, y)) < 1e-3       # bf16 rounding (addmm vs matmul + bias)
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        assert relative(p.grad, q.grad) < 1e-2, name       # bf16 gradients of the bf16 GEMMs
+    g = compiled.graph
+    assert all(v.dtype == "bf16" for n in g.nodes if n.op == "matmul" for v in n.inputs)
+    assert [n.inputs[0].dtype for n in g.nodes if n.op in ("layer_norm", "softmax", "exp")] == ["f32"] * 3
+
+
+@pytest.mark.gpu
+def test_cuda_autocast_step_matches_eager_on_the_gpu():
+    model = gpt_tiny().cuda()
+    reference = copy.deepcopy(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ref_opt = torch.optim.AdamW(reference.parameters(), lr=1e-3)
+    compiled, eager = nova.compile(autocast_step(model, opt, "cuda")), autocast_step(reference, ref_opt, "cuda")
+    for i in range(3):
+        batch = tokens(i, model.config.vocab_size, device="cuda")
+        assert relative(compiled(*batch), eager(*batch)) < 1e-2
+    gemms = [n for n in compiled.graph.nodes if n.op == "matmul"]
+    assert gemms and all(v.dtype == "bf16" for n in gemms for v in n.inputs)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        assert p.dtype == torch.float32
+        torch.testing.assert_close(p, q, rtol=1e-2, atol=1e-3)

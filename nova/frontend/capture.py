@@ -40,6 +40,7 @@ from nova.frontend.optim import TraceContext, handler_for
 from nova.frontend.origin import OriginTracker, traceback_location
 from nova.frontend.tracing import compiling
 from nova.frontend.checks import finite_norm_checks
+from nova.frontend.autocast import DeviceAutocast
 from nova.frontend.failures import is_tracing_limitation, quiet_meta_failures, users_error
 from nova.ir import Graph, Value, verify
 
@@ -305,9 +306,11 @@ def _undiscovered_refused(found: Discovered):
 
 # ====================================================================== capture
 def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Discovered | None = None,
-            name: str | None = None) -> Captured:
+            name: str | None = None, device_type: str | None = None) -> Captured:
     """Trace ``fn(*args, **kwargs)`` (one whole step) into an IR graph with its bindings and guards.
-    Nothing runs on the user's tensors and their state is left untouched."""
+    Nothing runs on the user's tensors and their state is left untouched.  ``device_type``: the
+    device the step runs on (default: its first tensor argument's, else first parameter's), whose
+    ``torch.autocast`` applies to the CPU fakes (``autocast.py``)."""
     kwargs = dict(kwargs or {})
     found = found or discover(fn, models, optimizers)
     _check_supported(found)
@@ -315,6 +318,7 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
     flat_args, args_spec = pytree.tree_flatten((tuple(args), kwargs))
     arg_names = _arg_names(fn, args, kwargs, len(flat_args))
     slots = _plan_inputs(found, flat_args, arg_names)
+    device_type = device_type or _step_device_type(found, flat_args)
 
     module_names = {}
     for mname, model in found.models:
@@ -344,7 +348,7 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
                 args_leaves[slot.arg_index] = t
         user_args, user_kwargs = pytree.tree_unflatten(args_leaves, args_spec)
         with _swapped_tensors(found, replacements), _undiscovered_refused(found), _intercepted(found, trace), \
-                finite_norm_checks(trace.checks), tracker:
+                finite_norm_checks(trace.checks), DeviceAutocast(device_type), tracker:
             result = fn(*user_args, **user_kwargs)
         tracker.set("")
         return _collect(result, slots, flat, trace, returned)
@@ -381,6 +385,17 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
     stats = CaptureStats(trace_s=t1 - t0, lower_s=t2 - t1, fx_nodes=len(gm.graph.nodes), ir_nodes=len(graph.nodes),
                          opaque=opaque)
     return Captured(graph, bindings, guards, gm, stats)
+
+
+def _step_device_type(found: Discovered, flat_args) -> str:
+    """The device type the step runs on: its first tensor argument's, else its first parameter's."""
+    for leaf in flat_args:
+        if isinstance(leaf, torch.Tensor):
+            return leaf.device.type
+    for _, model in found.models:
+        for p in model.parameters():
+            return p.device.type
+    return "cpu"
 
 
 def _without_dead_nodes(graph: Graph, opaque: dict) -> tuple[Graph, dict]:
