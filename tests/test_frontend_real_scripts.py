@@ -549,3 +549,71 @@ def test_cuda_autocast_step_matches_eager_on_the_gpu():
     for p, q in zip(model.parameters(), reference.parameters()):
         assert p.dtype == torch.float32
         torch.testing.assert_close(p, q, rtol=1e-2, atol=1e-3)
+
+
+# ====================================================================== ignore_index labels
+class TinyLM(nn.Module):
+    def __init__(self, vocab=11, dim=8):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, ids):
+        return self.head(torch.tanh(self.embed(ids)))
+
+
+def shifted_loss(model, ids, labels, ignore_index=-100, items=None):
+    """Hugging Face's ``ForCausalLMLoss``: pad the labels by one ``ignore_index`` on the right, shift,
+    flatten, cross-entropy ignoring those positions (mean, or sum / number of items)."""
+    logits = model(ids).float()
+    shift = F.pad(labels, (0, 1), value=ignore_index)[..., 1:].contiguous()
+    reduction = "mean" if items is None else "sum"
+    loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), shift.view(-1), ignore_index=ignore_index,
+                           reduction=reduction)
+    return loss if items is None else loss / items
+
+
+def padded_labels(ignore_index=-100):
+    g = torch.Generator().manual_seed(3)
+    ids = torch.randint(1, 11, (3, 7), generator=g)
+    keep = torch.ones(3, 7, dtype=torch.bool)
+    keep[1, 4:] = False
+    keep[2, 2:] = False
+    return ids, ids.masked_fill(~keep, ignore_index)
+
+
+@pytest.mark.parametrize("ignore_index,items", [(-100, None), (0, None), (-100, 9.0)])
+def test_padded_labels_with_ignore_index_match_eager(ignore_index, items):
+    torch.manual_seed(0)
+    ids, labels = padded_labels(ignore_index)
+    compiled = assert_step_matches_eager(TinyLM().double(), lambda m, i, l: shifted_loss(m, i, l, ignore_index, items),
+                                         ids, labels)
+    assert not compiled.captured.stats.opaque
+    nll = [n for n in compiled.graph.nodes if n.op == "nll_loss"]
+    assert len(nll) == 1 and nll[0].attrs["ignore_index"] == ignore_index
+    assert nll[0].attrs["reduction"] == ("mean" if items is None else "sum")
+
+
+def test_a_batch_with_every_label_ignored_gives_eagers_nan_and_zero_grads():
+    torch.manual_seed(0)
+    model = TinyLM().double()
+    reference = copy.deepcopy(model)
+    ids = torch.randint(1, 11, (2, 5))
+    labels = torch.full_like(ids, -100)
+    compiled = nova.compile(forward_backward(model, shifted_loss))
+    loss, expected = compiled(ids, labels), forward_backward(reference, shifted_loss)(ids, labels)
+    assert torch.isnan(loss) and torch.isnan(expected)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        assert torch.equal(p.grad.isnan(), q.grad.isnan())
+        torch.testing.assert_close(p.grad.nan_to_num(), q.grad.nan_to_num(), rtol=0, atol=0)
+
+
+def test_constant_pad_with_crops_and_several_axes_matches_eager():
+    torch.manual_seed(0)
+    model = nn.Linear(6, 6).double()
+
+    def loss_fn(model, x):
+        y = F.pad(model(x), (2, -1, 1, 0), value=0.5)             # last axis: 2 before, crop 1; rows: 1 before
+        return (y * torch.arange(y.numel(), dtype=y.dtype).view(y.shape)).sum()
+    compiled = assert_step_matches_eager(model, loss_fn, torch.randn(4, 6, dtype=torch.float64))
+    assert not compiled.captured.stats.opaque
