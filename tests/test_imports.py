@@ -28,6 +28,8 @@ EXCEPTIONS = {
     ("nova.runtime.matmul", "nova.kernels.gemm.problem"): "nova.matmul states the GemmProblem",
     ("nova.runtime.matmul", "nova.kernels.gemm.family"): "nova.matmul fetches the GEMM kernel",
     ("nova.runtime.matmul", "nova.configurator"): "nova.matmul configures on the first call",
+    # capture drops the nodes a library's folded mask leaves (before the bindings and opaque counts are final)
+    ("nova.frontend.capture", "nova.passes.dce"): "dead-code elimination is the passes' rule",
     # the byte-identity check of generated code runs the GEMM builders
     ("nova.codegen.fingerprint", "nova.kernels.gemm.compile"): "fingerprints the GEMM kernels",
     # the benchmarks read shapes and exit with the CLI's conventions
