@@ -58,3 +58,18 @@ def test_a_bad_attention_precision_is_one_line_not_a_silent_fallback(capsys, mon
 def test_precompile_train_needs_a_model_and_a_batch(capsys):
     assert nova_main(["precompile", "train", "--target", "h200"]) == 2
     assert "needs a model and --batch" in capsys.readouterr().err
+
+
+def test_the_llama_models_are_built_in_models(capsys):
+    """llama-tiny and llama42m are named like the GPTs: explain train plans them, bench and precompile
+    resolve them through the same registry (nova.models.MODELS)."""
+    from nova import models
+    assert {"tiny", "gpt42m", "gpt144m", "llama-tiny", "llama42m"} <= set(models.MODELS)
+    assert models.config("llama42m").block_size == 512 and models.MODELS["llama42m"][0] is models.Llama
+    assert config_main(["explain", "train", "llama-tiny", "--batch", "2", "--json"]) == 0
+    import json
+    report = json.loads(capsys.readouterr().out)
+    assert report["prediction"]["step_ms"] > 0
+    assert config_main(["explain", "train", "llama-huge", "--batch", "2"]) == 2
+    assert "unknown model 'llama-huge'; built-in models: tiny, gpt42m, gpt144m, llama-tiny, llama42m" in \
+        capsys.readouterr().err

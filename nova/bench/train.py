@@ -80,11 +80,11 @@ def _gpt_module():
 
 
 def model_config(name: str):
-    gpt = _gpt_module()
+    from nova import models
     try:
-        return gpt.CONFIGS[name]
-    except KeyError:
-        raise BenchError(f"unknown model {name!r}; known: {', '.join(sorted(gpt.CONFIGS))}") from None
+        return models.config(name)
+    except ValueError as e:
+        raise BenchError(str(e)) from None
 
 
 def config_dict(cfg) -> dict:
@@ -95,14 +95,15 @@ def config_dict(cfg) -> dict:
 
 
 def build_torch_model(cfg, seed: int):
-    """The torch GPT, built on the CPU from ``seed`` (``GPT(cfg, seed=seed)`` draws its weights from
-    its own generator; ``torch.manual_seed`` as well, for anything else random): the same weights in
-    every framework and on every machine."""
+    """The torch model of ``cfg`` (a GPT or a Llama config), built on the CPU from ``seed`` (the model
+    draws its weights from its own generator; ``torch.manual_seed`` as well, for anything else
+    random): the same weights in every framework and on every machine."""
     import torch
+    from nova import models
     gpt = _gpt_module()
     torch.manual_seed(seed)
     with torch.device("cpu"):
-        model = gpt.GPT(cfg, seed=seed)
+        model = (models.Llama if isinstance(cfg, models.LlamaConfig) else gpt.GPT)(cfg, seed=seed)
     return model
 
 
@@ -586,6 +587,9 @@ def run_one(args) -> int:
     try:
         if args.framework == "nova":
             _nova_compile()          # fail in one line before anything is built
+        if args.framework == "jax" and args.model.startswith("llama"):
+            raise Unavailable(f"the JAX twin (nova.bench.jax_gpt) is a GPT; {args.model} runs in the PyTorch-based "
+                              f"frameworks only")
         if args.framework == "jax":
             cfg, state_dict, rec["init_export_s"] = initial_state(args.model, args.seed)
         else:

@@ -40,12 +40,12 @@ def main(argv=None) -> int:
     import torch
     from torch.profiler import ProfilerActivity, profile
     from nova.models import make_train_step
-    from nova.models.gpt import CONFIGS, GPT
+    from nova import models
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-    cfg = CONFIGS[args.model]
+    cfg = models.config(args.model)
     seq = args.seq or cfg.block_size
-    model = GPT(cfg, seed=0).cuda()
+    model = models.build(args.model, seed=0).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
 
     train_step = make_train_step(model, opt)

@@ -14,7 +14,8 @@ import sys
 
 from nova.cli.common import CliParser, UsageError, dispatch
 
-MODEL_HELP = "built-in model: tiny, gpt42m (vocab 32768, d 512, 8 layers) or gpt144m (vocab 50304, d 768, 15 layers)"
+MODEL_HELP = ("built-in model: tiny, gpt42m (vocab 32768, d 512, 8 layers), gpt144m (vocab 50304, d 768, 15 layers), "
+              "llama-tiny or llama42m (vocab 32768, d 512, 8 layers, 8 query / 4 key-value heads, SwiGLU 1344)")
 
 
 def add_train_args(p: argparse.ArgumentParser) -> None:
@@ -27,12 +28,12 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
 
 def check_train_args(args) -> None:
     """Bad model, batch or sequence length: one usage line (exit 2), before anything is captured."""
-    from nova.models.gpt import CONFIGS
-    if args.model not in CONFIGS:
-        raise UsageError(f"unknown model {args.model!r}; built-in models: {', '.join(CONFIGS)}")
+    from nova.models import MODELS
+    if args.model not in MODELS:
+        raise UsageError(f"unknown model {args.model!r}; built-in models: {', '.join(MODELS)}")
     if args.batch is None or args.batch < 1:
         raise UsageError(f"--batch must be a positive integer, got {args.batch}")
-    longest = CONFIGS[args.model].block_size
+    longest = MODELS[args.model][1].block_size
     if args.seq is not None and not 1 <= args.seq <= longest:
         raise UsageError(f"--seq {args.seq} is outside 1..{longest} ({args.model}'s learned positions)")
 

@@ -267,17 +267,16 @@ def training_step(model_name: str, batch: int, seq: int | None = None, optimizer
     """A built-in model's training step on the meta device (nothing allocated):
     ``(fn, args, model, opt, tokens_per_step)`` ready for ``nova.frontend.capture``."""
     import torch
-    from nova.models import gpt, make_train_step
-    if model_name not in gpt.CONFIGS:
-        raise ValueError(f"unknown model {model_name!r}; built-in models: {', '.join(gpt.CONFIGS)}")
-    cfg = gpt.CONFIGS[model_name]
+    from nova import models
+    from nova.models import make_train_step
+    cfg = models.config(model_name)
     seq = seq or cfg.block_size
     if not 1 <= seq <= cfg.block_size:
         raise ValueError(f"--seq {seq} is outside 1..{cfg.block_size} (the model's learned positions)")
     if batch < 1:
         raise ValueError(f"--batch must be positive, got {batch}")
     with torch.device("meta"):
-        model = gpt.GPT(cfg)
+        model = models.build(model_name)
     if optimizer == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
     elif optimizer == "sgd":
