@@ -259,3 +259,60 @@ def test_compiled_tiny_steps_match_eager(model_name):
     programs = _programs(step)
     assert programs and any(k.rows is not None for prog in programs for launch in prog.launches for k in launch.kernels)
     assert not any("rows" in f or "references" in f for prog in programs for f in prog.stats["fallbacks"])
+
+
+# ------------------------------------------------------------------ precompiling this file's kernels (host)
+def _precompile(target: str) -> None:
+    """Build every rows kernel the tests above launch into $NOVA_CACHE_DIR (a host with MLIR, no GPU):
+    each kernel test runs with ``Buffers`` recording its problems instead of touching a GPU (the
+    float64 references still compute on the CPU); the compiled steps' kernels come from
+    ``nova precompile train tiny|llama-tiny --batch 4 --seq 16``, printed for the caller to run."""
+    import inspect
+    from nova.hwmodel import get_target
+    from nova.kernels.rows.compile import get_or_compile
+    from nova.kernels.rows.launch import schedule_for
+
+    problems = []
+
+    class Recorder(Buffers):
+        def __init__(self, p):
+            super().__init__(p)
+            problems.append(p)
+
+        def put(self, name, value):
+            self.t[name] = value
+            return value
+
+        def poison_outputs(self):
+            pass
+
+        def run(self):
+            pass
+
+        def check(self, name, ref, what=""):
+            pass
+    globals()["Buffers"] = Recorder
+    for name, fn in list(globals().items()):
+        marks = getattr(fn, "pytestmark", [])
+        if not name.startswith("test_") or "tiny_steps" in name or not marks:
+            continue
+        cases = [{}]
+        for mark in marks:
+            if mark.name == "parametrize":
+                names = [n.strip() for n in mark.args[0].split(",")]
+                cases = [{**c, **dict(zip(names, v if len(names) > 1 else (v,)))} for c in cases for v in mark.args[1]]
+        for case in cases:
+            fn(**{k: case[k] for k in inspect.signature(fn).parameters})
+    gpu = get_target(target)
+    built = {get_or_compile(p, schedule_for(p, gpu), role, gpu, offline=False)[2]
+             for p in dict.fromkeys(problems) for role in schedule_for(p, gpu).roles}
+    print(f"# {len(set(problems))} rows problems for {target} ({', '.join(sorted(built))})")
+    print(f"nova precompile train tiny --batch 4 --seq 16 --target {target}")
+    print(f"nova precompile train llama-tiny --batch 4 --seq 16 --target {target}")
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser(description="build this file's rows kernels into $NOVA_CACHE_DIR; print the rest")
+    ap.add_argument("--target", default="h200")
+    _precompile(ap.parse_args().target)
