@@ -277,10 +277,10 @@ COMMANDS = {"explain": cmd_explain, "targets": cmd_targets, "show-target": cmd_s
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:2] == ["explain", "attention"]:       # fused attention (issue 11): nova/kernels/attention/cli.py
+    if argv[:2] == ["explain", "attention"]:       # fused attention: nova/kernels/attention/cli.py
         from nova.kernels.attention.cli import main as explain_attention
         return explain_attention(argv[2:])
-    if argv[:2] == ["explain", "train"]:           # a whole training step (issue 13): nova/cli/train.py
+    if argv[:2] == ["explain", "train"]:           # a whole training step: nova/cli/train.py
         from nova.cli.train import explain_main
         return explain_main(argv[2:])
     args = build_parser().parse_args(argv)
