@@ -66,6 +66,8 @@ def test_targets_and_show_target():
     (("explain", "matmul", "64", "--dtype", "fp8"), "unsupported dtype 'fp8'"),
     (("explain", "conv2d", "64"), "unknown operation 'conv2d'"),
     (("show-target", "tpu"), "unknown target 'tpu'"),
+    (("explain", "matmul", "512x512x512", "--batch-strides", "0,packed,packed"),     # not silently ignored
+     "--batch-strides applies to a batched shape BxMxNxK; 512x512x512 is a single GEMM"),
 ])
 def test_bad_input_is_one_clear_line(args, message):
     r = run(*args)

@@ -17,7 +17,7 @@ import argparse
 import json
 import sys
 
-from nova.cli.common import CliParser, add_version, check_tf32_fast, dispatch
+from nova.cli.common import CliParser, UsageError, add_version, check_tf32_fast, dispatch
 from nova.cli.shapes import STRIDES_HELP, parse_batch_strides, parse_problem_shape
 from nova.configurator import ACTIVATIONS, DTYPES, GemmProblem, ProblemError, configure
 from nova.hwmodel import PRESETS, get_target
@@ -70,6 +70,8 @@ def cmd_explain(args) -> int:
     if args.op not in OPS:
         raise ProblemError(f"unknown operation {args.op!r}; supported: matmul")
     (M, N, K), batch = parse_problem_shape(args.shape)
+    if args.batch_strides is not None and "B" not in batch:
+        raise UsageError(f"--batch-strides applies to a batched shape BxMxNxK; {args.shape} is a single GEMM")
     check_tf32_fast([args.dtype], args.tf32_fast)
     strides = parse_batch_strides(args.batch_strides) if args.batch_strides is not None else (None, None, None)
     problem = GemmProblem(M, N, K, dtype=args.dtype, trans_a=args.trans_a, trans_b=args.trans_b,
