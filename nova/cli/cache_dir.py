@@ -14,7 +14,8 @@ def _source(cache_dir) -> str:
     """Where the directory came from, for the message."""
     if cache_dir is not None:
         return "--cache-dir"
-    return "NOVA_CACHE_DIR" if os.environ.get("NOVA_CACHE_DIR") else "the default cache directory"
+    from nova import options
+    return "NOVA_CACHE_DIR" if options.current().cache_dir is not None else "the default cache directory"
 
 
 def _nearest_existing(path: Path) -> Path:
