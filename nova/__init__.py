@@ -17,7 +17,7 @@ def __getattr__(name: str):
         from nova.runtime.matmul import matmul
         globals()["matmul"] = matmul
         return matmul
-    if name in ("attention", "attention_backward"):     # issue 11: nova/kernels/attention/launch.py
+    if name in ("attention", "attention_backward"):     # nova/kernels/attention/launch.py
         from nova.kernels.attention import launch
         globals()[name] = getattr(launch, name)
         return globals()[name]

@@ -1,4 +1,4 @@
-"""The persistent Hopper attention forward (session 8): where step 10 makes it persistent, what its
+"""The persistent Hopper attention forward: where step 10 makes it persistent, what its
 MLIR says each role does per work tile, and that protocol run through the mbarrier rules under random
 interleavings (a Q buffer reloaded per tile, a K/V ring that runs on across tiles), on the host."""
 import random

@@ -39,6 +39,7 @@ def test_explain_train_text_names_the_parts(capsys):
     (["explain", "train", "bogus", "--batch", "2"], "unknown model 'bogus'"),
     (["explain", "train", "tiny", "--batch", "0"], "--batch must be a positive integer"),
     (["explain", "train", "tiny", "--batch", "2", "--seq", "99"], "--seq 99 is outside 1..16"),
+    (["explain", "train", "tiny", "--batch", "2", "--top", "-5"], "--top must be 0 or more"),   # not "all but 5"
 ])
 def test_bad_training_arguments_are_one_line(argv, message, capsys):
     assert config_main(argv) == 2

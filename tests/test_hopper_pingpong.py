@@ -241,9 +241,9 @@ def test_forcing_and_excluding_pingpong(env):
 
 
 def test_automatic_picks_and_the_switch(env, monkeypatch):
-    """With AUTO_PINGPONG (on since session 9 measured ping-pong without ptxas's serialisation) the model
+    """With AUTO_PINGPONG (ping-pong measured without ptxas's serialisation, bench/results/h200-session9/call5) the model
     picks it where the cooperative tile's exposed epilogue outweighs the smaller tile's costs (the
-    short-K forwards and the LM head: 1.04-1.20x measured, bench/NOTES.md session 9) and keeps the
+    short-K forwards and the LM head: 1.04-1.20x measured, bench/results/h200-session9) and keeps the
     cooperative tile (with no consumers row: its derivation as before) where not (a deep-K square, the
     register-fed TF32 dX: 0.94-1.0x measured); AUTO_PINGPONG = False leaves every pick cooperative."""
     assert hopper.AUTO_PINGPONG
@@ -364,7 +364,7 @@ def test_the_space_holds_pingpong_candidates(env):
 
 # ---- ptxas ------------------------------------------------------------------------------------------
 PTXAS_CASES = [   # (M, N, K, dtype, problem options, slabs, N, epilogue)
-    (16384, 2048, 512, "bf16", {"trans_b": True}, 2, 128, "tma_store"),       # the forward of issue 12
+    (16384, 2048, 512, "bf16", {"trans_b": True}, 2, 128, "tma_store"),       # GPT-42M's MLP forward
     (16384, 2048, 512, "bf16", {"trans_b": True}, 1, 256, "registers"),
     (16384, 2048, 512, "bf16", {}, 2, 128, "tma_store"),                      # NN: B by the transpose bit
     (1000, 999, 1001, "fp16", {"bias": True, "activation": "gelu"}, 2, 128, "registers"),   # tails in M, N, K
@@ -441,8 +441,8 @@ def test_the_gpu_tests_pingpong_cases_are_pingpong_and_assemble(env):
 def test_the_training_steps_picks_assemble_free_of_wgmma_hazards(env):
     """The configurator's own picks for the GPT training steps' GEMMs (every third of
     bench/suites/train_gemms.json in TF32 and BF16: ping-pong forwards, cooperative dX and split-K dW)
-    assemble without spills and free of WGMMA_HAZARDS: session 9 found ping-pong kernels whose every
-    wgmma ptxas had serialised (C7520) only by scanning a cache, as no test looked at the picks."""
+    assemble without spills and free of WGMMA_HAZARDS: a ping-pong kernel whose every wgmma ptxas serialises (C7520) runs at half rate
+    and is otherwise only found by scanning a cache."""
     import json
     from nova.codegen import ptxas
     from nova.kernels.gemm.compile import compile_gemm

@@ -1,4 +1,4 @@
-"""Exhaustive tuning (the oracle of issue 5): precompile a schedule space, then time it on the device.
+"""Exhaustive tuning (the oracle): precompile a schedule space, then time it on the device.
 
 Host (MLIR, no GPU): ``precompile_space`` enumerates ``nova.kernels.gemm.space`` for each problem,
 in one instruction family (default: the one the configurator picks, wgmma on Hopper), compiles every
@@ -34,7 +34,7 @@ from nova.kernels.gemm.schedule import Schedule
 MANIFEST_FORMAT = "nova-tune-manifest/1"
 ORACLE_FORMAT = "nova-oracle/1"
 HOST_OVERHEAD_S = 0.05         # per candidate on the device: module load, fresh data, float64 check [EST]
-MEASURED_OVER_PREDICTED = 1.7  # v0.1 on the H200: kernels took ~1.6x the prediction (bench/NOTES.md)
+MEASURED_OVER_PREDICTED = 1.7  # kernels take ~1.6x the prediction: measured on the H200, bench/results/h200-v0.1
 
 
 # =========================================================================== host: precompile

@@ -19,7 +19,7 @@ import argparse
 import json
 import sys
 
-from nova.cli.common import CliParser, add_version, check_tf32_fast, dispatch
+from nova.cli.common import CliParser, UsageError, add_version, check_tf32_fast, dispatch
 from nova.cli.shapes import STRIDES_HELP, parse_batch_strides, parse_problem_shape
 from nova.configurator import ACTIVATIONS, DTYPES, GemmProblem, ProblemError, configure
 from nova.hwmodel import PRESETS, get_target
@@ -74,6 +74,8 @@ def cmd_explain(args) -> int:
     if args.op not in OPS:
         raise ProblemError(f"unknown operation {args.op!r}; supported: matmul")
     (M, N, K), batch = parse_problem_shape(args.shape)
+    if args.batch_strides is not None and "B" not in batch:
+        raise UsageError(f"--batch-strides applies to a batched shape BxMxNxK; {args.shape} is a single GEMM")
     check_tf32_fast([args.dtype], args.tf32_fast)
     strides = parse_batch_strides(args.batch_strides) if args.batch_strides is not None else (None, None, None)
     problem = GemmProblem(M, N, K, dtype=args.dtype, trans_a=args.trans_a, trans_b=args.trans_b,
@@ -281,13 +283,13 @@ COMMANDS = {"explain": cmd_explain, "targets": cmd_targets, "show-target": cmd_s
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:2] == ["explain", "attention"]:       # fused attention (issue 11): nova/kernels/attention/cli.py
+    if argv[:2] == ["explain", "attention"]:       # fused attention: nova/kernels/attention/cli.py
         from nova.kernels.attention.cli import main as explain_attention
         return explain_attention(argv[2:])
     if argv[:1] == ["explain"] and len(argv) > 1 and argv[1] in ROWS_OPS:     # rows kernels: nova/kernels/rows/cli.py
         from nova.kernels.rows.cli import main as explain_rows
         return explain_rows(argv[1], argv[2:])
-    if argv[:2] == ["explain", "train"]:           # a whole training step (issue 13): nova/cli/train.py
+    if argv[:2] == ["explain", "train"]:           # a whole training step: nova/cli/train.py
         from nova.cli.train import explain_main
         return explain_main(argv[2:])
     args = build_parser().parse_args(argv)

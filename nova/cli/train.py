@@ -55,6 +55,8 @@ def explain_main(argv) -> int:
 
     def run() -> int:
         check_train_args(args)
+        if args.top < 0:
+            raise UsageError(f"--top must be 0 or more (the number of kernels to list), got {args.top}")
         from nova.compiler.explain import explain_train, render
         report = explain_train(args.model, args.batch, args.seq, args.target, args.optimizer)
         if args.json:
@@ -71,9 +73,10 @@ def run_precompile_train(args) -> int:
     from nova.compiler.explain import plan_training_step
     from nova.compiler.precompile import precompile_planned
     from nova.hwmodel import get_target
-    from nova.runtime.cache import KernelCache
+    from nova.cli.cache_dir import open_cache
     check_train_args(args)
     target = get_target(args.target)
+    cache = open_cache(args.cache_dir, writes=True)
     planned, _ = plan_training_step(args.model, args.batch, args.seq, args.optimizer, target)
-    counts = precompile_planned(planned, target, KernelCache(args.cache_dir), log=lambda line: print(line, flush=True))
+    counts = precompile_planned(planned, target, cache, log=lambda line: print(line, flush=True))
     return 1 if counts["failed"] else 0

@@ -1,4 +1,4 @@
-"""The executor (issue 13): a planned graph becomes a ``Program``, one launch per kernel group over
+"""The executor: a planned graph becomes a ``Program``, one launch per kernel group over
 one arena, replayed as one CUDA graph on the GPU.
 
     from nova.compiler.executor import build, gemm_problems

@@ -2,7 +2,7 @@
 one value-semantic IR graph, traced on fake tensors (nothing allocated, no GPU, no compute on the
 user's tensors), plus the bindings to the user's objects and the guards.
 
-How (the recipe of ``/work/shared/design/graph-capture.md``):
+How:
 
 1. Every tensor the step reads becomes a graph input, a fake CPU tensor of its shape and dtype:
    parameters (leaves with the parameter's ``requires_grad``), buffers, existing ``.grad``s (set

@@ -139,7 +139,7 @@ class ResolvedKernel:
     kernel: LoadedKernel
     slots: tuple[str, ...]           # kernel argument order, lower-case: ("a", "b", "c"[, "bias"])
     zero_output: bool
-    hopper: object = None            # issue 4: nova.runtime.tma.HopperGemm for wgmma artifacts (tensor-map ABI)
+    hopper: object = None            # nova.runtime.tma.HopperGemm for wgmma artifacts (tensor-map ABI)
     alignment: tuple[int, ...] = field(init=False, repr=False)   # bytes A, B, C, bias must be aligned to
 
     def __post_init__(self):
@@ -179,7 +179,7 @@ class ResolvedKernel:
             if self.zero_output:      # split-K slices add into C (both kernel families)
                 driver.memset_async(c_ptr, p.M * p.N, p.out_bytes, stream,
                                     f"zeroing the output of {p.describe()} before its split-K launch")
-            if hopper is not None:    # Hopper hook (issue 4): prep passes + tensor maps + wgmma kernel
+            if hopper is not None:    # Hopper: prep passes + tensor maps + wgmma kernel
                 hopper.run(a_ptr, b_ptr, c_ptr, bias_ptr, stream)
             else:
                 self.kernel.launch((a_ptr, b_ptr, c_ptr, bias_ptr) if p.bias else (a_ptr, b_ptr, c_ptr), stream)

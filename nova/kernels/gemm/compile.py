@@ -33,7 +33,7 @@ def compile_gemm(problem, schedule, *, cubin: bool = True):
     from nova.codegen.lower import pipeline
     from nova.kernels.gemm.emit_ampere import KERNEL_NAME, build_gemm_module
 
-    if schedule.mma.family == "wgmma" and schedule.arch == "sm_90a":   # Hopper path (issue 4): emit_hopper.py
+    if schedule.mma.family == "wgmma" and schedule.arch == "sm_90a":   # Hopper path: emit_hopper.py
         from nova.kernels.gemm.emit_hopper import compile_hopper
         return compile_hopper(problem, schedule, cubin=cubin)
     where = f"{problem.describe()} with schedule [{describe_schedule(schedule)}]"

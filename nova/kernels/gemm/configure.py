@@ -86,7 +86,7 @@ def configure(problem: GemmProblem, target: "GPUModel | str" = "rtx3060", *, fam
     gpu = get_target(target)
     opts = options if options is not None else current_options()
     d = Derivation()
-    # ---- Hopper (issue 4): the wgmma/TMA path, rules in hopper.py; on by default for targets with
+    # ---- Hopper: the wgmma/TMA path, rules in hopper.py; on by default for targets with
     # wgmma (the H200 sweep passed: 652/652, sanitizer clean); NOVA_HOPPER=0 forces mma.sync.
     if family == "wgmma" and not use_hopper(problem, gpu, opts, forced=True):
         from nova.hwmodel import TargetError
