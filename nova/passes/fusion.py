@@ -15,7 +15,9 @@ Rules, applied to each node in program order (a node joins a group, or starts on
 * Pointwise ops (and ``constant``/``iota`` fills) join the pointwise groups of their producers when
   those produce the same iteration shape, or are scalar chains read by this node alone (inlined):
   one kernel, inputs read once, intermediates never written.  A value also read outside the group
-  is a group output (written once, noted in the reason).
+  is a group output (written once, noted in the reason).  A pointwise node does not join a group
+  opened before a GEMM whose result it reads: the group would keep its inputs live across that
+  GEMM (a weight gradient summed chunk by chunk would hold every chunk's partial).
 * A reduction joins the pointwise group producing its input (same shape): the ``reduction`` group
   reads the input once and never writes the fused producers' values unless others need them.
   Nothing joins a group after its reduction.
@@ -126,6 +128,7 @@ class _Fuser:
         self.outputs = set(graph.output_values())
         self.group_of: dict[Node, _Open] = {}
         self.updates: dict[tuple, _Open] = {}     # optimizer-update groups by batch key
+        self.opened: dict[int, int] = {}          # id(group) -> how many groups were opened before it
 
     def run(self) -> list[Group]:
         graph = self.graph
@@ -163,8 +166,10 @@ class _Fuser:
 
     def _candidates(self, node: Node, producers) -> list[_Open]:
         shape = node.outputs[0].shape
+        gemms = [self.opened[id(p)] for p in producers if p.kind == "gemm"]
         found = [p for p in producers if p.kind == "pointwise" and p.open
-                 and (p.shape == shape or _inlinable(p, node, self.users, self.outputs))]
+                 and (p.shape == shape or _inlinable(p, node, self.users, self.outputs))
+                 and not any(opened > self.opened[id(p)] for opened in gemms)]
         found.sort(key=lambda p: p.shape != shape)          # a same-shape group is the base
         return found
 
@@ -231,6 +236,7 @@ class _Fuser:
         else:
             g = _Open("opaque", node)
         self.group_of[node] = g
+        self.opened.setdefault(id(g), len(self.opened))
         for p in producers:
             if p is not g and p.nodes:           # read from outside now (merged-away groups are empty)
                 p.open = False

@@ -5,6 +5,7 @@
            -> fuse                                              groups (kernels)
            -> schedule                                          the order the groups run in
            -> plan_memory                                       arena offsets, aliases, donation
+           [-> chunked_loss, remat, re-planned]                 under a memory budget (``budget.py``)
 
 ``format_plan`` renders the result for ``explain``: the pass statistics, each group with its kernel
 and reason, and the memory plan with its breakdown.
@@ -34,10 +35,17 @@ class Planned:
     memory: MemoryPlan
     target: object = None             # as given to pipeline (the compiler configures GEMMs for it)
     stats: dict[str, int] = field(default_factory=dict)   # node count after each pass
+    budget: object = None             # budget.BudgetReport when planned under a memory budget
 
 
-def pipeline(graph: Graph, target=None) -> Planned:
-    """Optimize, group, order and plan ``graph`` (which is left unchanged)."""
+def pipeline(graph: Graph, target=None, *, memory_budget=None) -> Planned:
+    """Optimize, group, order and plan ``graph`` (which is left unchanged).  With a
+    ``memory_budget`` (bytes or a size such as ``"12GiB"``) the plan is made to fit it
+    (``budget.fit_budget``: chunked loss, rematerialization) or ``MemoryBudgetError`` says the
+    smallest plan reached."""
+    from nova.passes.budget import fit_budget, parse_size
+    if memory_budget is not None:
+        memory_budget = parse_size(memory_budget)
     verify(graph)
     stats = {"captured": len(graph.nodes)}
     g = dce(graph)
@@ -49,9 +57,22 @@ def pipeline(graph: Graph, target=None) -> Planned:
     g = fuse_cross_entropy(g)
     stats["cross_entropy"] = len(g.nodes)
     verify(g)
+    planned = plan_graph(g, target, stats)
+    if memory_budget is None:
+        return planned
+
+    def replan(rewritten: Graph) -> Planned:
+        verify(rewritten)
+        return plan_graph(rewritten, target, {"memory_budget": len(rewritten.nodes)})
+    return fit_budget(planned, memory_budget, target, replan)
+
+
+def plan_graph(g: Graph, target=None, stats: dict | None = None) -> Planned:
+    """Group, order and plan an optimized graph ``g``."""
     layouts = layout_analysis.analyze(g)
     groups, memory = schedule_with_plan(g, fuse(g, layouts), layouts)
-    return Planned(g, groups, [n for grp in groups for n in grp.nodes], memory, target, stats)
+    return Planned(g, groups, [n for grp in groups for n in grp.nodes], memory, target,
+                   dict(stats or {}))
 
 
 def format_plan(planned: Planned, max_groups: int | None = None) -> str:

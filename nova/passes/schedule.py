@@ -8,12 +8,24 @@ greedy order and the program order are both planned (``memory.plan_memory``) and
 smaller arena wins (program order on a tie), so scheduling never makes the peak worse than the order
 the frontend captured.  Groups stay contiguous (a group is one launch); the result is
 deterministic: every choice is broken by program position.
+
+Recomputed groups (every node a rematerialized copy, ``remat.RECOMPUTED_TAG``) run just in time: such
+a group is ready only when it is *demanded*, i.e. one of its successors could run once the
+recomputed groups before it have (all its other predecessors have run), directly or through a
+chain of recomputed groups; else the greedy would recompute them as soon as the forward made
+their inputs, which is keeping them.
 """
 from __future__ import annotations
 
 from nova.ir.graph import Graph
 from nova.passes import layout as layout_analysis
 from nova.passes.fusion import Group
+from nova.passes.remat import RECOMPUTED_TAG
+
+
+def recomputed(group: Group) -> bool:
+    """Every node of ``group`` is a rematerialized copy."""
+    return all(n.origin.endswith(RECOMPUTED_TAG) for n in group.nodes)
 
 
 def group_dag(groups: list[Group]) -> tuple[list[list[int]], list[list[int]]]:
@@ -65,12 +77,27 @@ def greedy_order(graph: Graph, groups: list[Group], layouts=None) -> list[Group]
         freed = sum(r.type.nbytes for r in reads_of[i] if remaining[r] == 1 and r not in out_roots)
         return freed - allocates[i]
 
+    lazy = [recomputed(g) for g in groups]
+    done = [False] * len(groups)
+
+    def demanded(i: int, seen: set) -> bool:
+        for s in succs[i]:
+            if s in seen:
+                continue
+            seen.add(s)
+            if all(done[p] or lazy[p] for p in preds[s]) and (not lazy[s] or demanded(s, seen)):
+                return True
+        return False
+
     waiting = [len(p) for p in preds]
     ready = [i for i, w in enumerate(waiting) if w == 0]
     order = []
     while ready:
-        best = max(ready, key=lambda i: (balance(i), -i))
+        eligible = [i for i in ready if not lazy[i]] or []
+        eligible += [i for i in ready if lazy[i] and demanded(i, set())]
+        best = max(eligible or ready, key=lambda i: (balance(i), -i))
         ready.remove(best)
+        done[best] = True
         order.append(best)
         for r in reads_of[best]:
             remaining[r] -= 1

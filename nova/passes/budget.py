@@ -1,0 +1,326 @@
+"""A memory budget: the device memory a planned step may need, parsed once and met by the planner.
+
+Sizes (``parse_size``): a number and a unit, ``12GiB``, ``11.5GB``, ``800MiB``, ``512KiB``,
+``4096B`` or a plain integer of bytes; binary units are powers of 1024, decimal ones of 1000; the
+unit is case-insensitive, a space between number and unit is allowed.  This is the one parser of
+sizes (``nova.compile(memory_budget=)``, ``--memory-budget`` of the CLI and the benchmark).
+
+``fit_budget(planned, budget, target, plan_graph)`` makes the plan need at most ``budget`` bytes
+(``MemoryPlan.peak_bytes``: arena + user-owned), in the order of the savings' size per cost:
+
+1. **Fits already**: the plan is kept as is (``BudgetReport.fits``, nothing changed).
+2. **Chunked loss** (``chunked_loss.py``): where the LM head's logits are live at the peak, the
+   smallest chunk count whose logits chunk fits in what the rest of the plan leaves:
+   ``c = ceil(L / (budget - (peak - L)))`` for logits of ``L`` bytes, at most
+   ``chunked_loss.max_chunks`` (chunks of ``MIN_CHUNK_ROWS`` rows); when the rest alone does not
+   fit, the largest count (rematerialization makes room for the rest).  Kept only if it lowers the
+   peak.
+3. **Rematerialization** (``remat.py``): the greedy on the liveness intervals at the peak that
+   module states, re-planning after each batch, until the plan fits or no candidate is live at
+   the peak.
+
+If the plan still does not fit, ``MemoryBudgetError``: ONE line naming the smallest peak reached
+and what dominates it at its busiest position (user-owned parameters and optimizer state, then the
+arena's tensor classes), e.g. ``train_gpt144m (batch 16 x 1024): the smallest plan is 13.1 GiB
+(parameters+optimizer state 1.6 GiB, ...); raise the budget or lower the batch``.
+
+The decisions are stored on ``Planned.budget`` (a ``BudgetReport``): the budget, the unbudgeted
+peak, the chunk count, each rematerialized tensor class with its bytes and recompute time, the
+predicted extra step time; ``explain`` only reads them.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from nova.ir.graph import Graph
+
+UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+         "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
+
+
+class MemoryBudgetError(ValueError):
+    """The step does not fit the memory budget (or the budget is not a size): one line."""
+
+    def __init__(self, message: str, floor_bytes: int | None = None, composition: list | None = None):
+        super().__init__(message)
+        self.floor_bytes = floor_bytes
+        self.composition = composition or []
+
+
+def parse_size(text) -> int:
+    """Bytes of ``text`` (``"12GiB"``, ``"11.5GB"``, ``"800MiB"``, ``"4096"``; an int passes
+    through); ``MemoryBudgetError`` in one line otherwise."""
+    if isinstance(text, bool):
+        raise MemoryBudgetError(f"memory budget {text!r} is not a size")
+    if isinstance(text, int):
+        if text <= 0:
+            raise MemoryBudgetError(f"memory budget must be positive, got {text} bytes")
+        return text
+    match = _SIZE.match(str(text))
+    unit = match.group(2).lower() if match else ""
+    if not match or (unit and unit not in UNITS):
+        raise MemoryBudgetError(f"memory budget {str(text)!r} is not a size: write a number and a unit, "
+                                f"e.g. 12GiB, 11.5GB, 800MiB ({', '.join(u for u in UNITS if u != 'b')} or bytes)")
+    nbytes = int(float(match.group(1)) * UNITS[unit or "b"])
+    if nbytes <= 0:
+        raise MemoryBudgetError(f"memory budget must be positive, got {text!r}")
+    return nbytes
+
+
+def format_size(nbytes: float) -> str:
+    """``13.1 GiB``, ``800.0 MiB``, ``12.0 KiB``: binary units, one decimal."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(nbytes) >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{int(nbytes)} B"
+
+
+@dataclass
+class TensorClass:
+    """One class of saved activations (same op at the same module path, layer index aside)."""
+    name: str                  # "gelu_tanh at transformer.h.*.mlp"
+    decision: str              # "recomputed", "kept", "chunked"
+    count: int = 0             # tensors of the class
+    nbytes: int = 0            # their bytes together
+    recompute_us: float = 0.0  # predicted time to recompute them all (recomputed classes)
+    why: str = ""
+
+
+@dataclass
+class BudgetReport:
+    budget_bytes: int
+    unbudgeted_peak_bytes: int
+    peak_bytes: int = 0
+    fits: bool = False
+    loss_chunks: int = 1                  # row chunks of the LM head + cross-entropy (1: not chunked)
+    loss_chunk_why: str = ""
+    chunk_cost_us: float = 0.0            # the chunked loss's extra work (weight-gradient sums, concat)
+    recompute_us: float = 0.0             # the rematerialized nodes' predicted time
+    rounds: int = 0                       # plans made while fitting (after the unbudgeted one)
+    classes: list[TensorClass] = field(default_factory=list)
+
+    @property
+    def extra_step_us(self) -> float:
+        return self.chunk_cost_us + self.recompute_us
+
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+        d = asdict(self)
+        d["extra_step_us"] = round(self.extra_step_us, 3)
+        return d
+
+
+# ==================================================================== what dominates a plan
+def busiest_position(memory) -> int:
+    """The position where the arena's live bytes are largest (an in-place result counts from the
+    position after the one where it took its input's buffer)."""
+    return max(range(len(memory.order) + 1), key=lambda t: (arena_live_bytes(memory, t), -t)) \
+        if memory.order else 0
+
+
+def arena_live_bytes(memory, t: int) -> int:
+    return sum(p.nbytes for p in memory.values.values() if _live_at(p, t))
+
+
+def _live_at(p, t: int) -> bool:
+    if p.kind != "arena" or not p.nbytes or p.live is None:
+        return False
+    first = p.live[0] + (1 if p.reuses is not None else 0)
+    return first <= t <= p.live[1]
+
+
+def live_profile(memory) -> list[int]:
+    """Arena bytes live at each position (same counting as ``busiest_position``)."""
+    end = len(memory.order)
+    delta = [0] * (end + 2)
+    for p in memory.values.values():
+        if p.kind == "arena" and p.nbytes and p.live is not None:
+            first = max(p.live[0] + (1 if p.reuses is not None else 0), 0)
+            if first <= p.live[1]:
+                delta[first] += p.nbytes
+                delta[p.live[1] + 1] -= p.nbytes
+    out, live = [], 0
+    for t in range(end + 1):
+        live += delta[t]
+        out.append(live)
+    return out
+
+
+def tensor_class(value) -> str:
+    """A value's class: its producer's op at its module path with layer indices as ``*``."""
+    node = value.producer
+    if node is None:
+        return "input"
+    where = node.origin.split(" (")[0].replace(" [backward]", "").replace(" [recomputed]", "")
+    where = re.sub(r"\.\d+(?=\.|$)", ".*", where)
+    op = node.op
+    if node.op == "add" and node.inputs[0].producer is not None and node.inputs[0].producer.op == "matmul":
+        op = "matmul+bias"
+    return f"{op} at {where}" if where else op
+
+
+def composition(planned, limit: int = 4) -> list[tuple[str, int]]:
+    """What the plan's peak holds: the user-owned bytes by role, then the arena's live bytes at the
+    busiest position by tensor class (largest first, the rest summed), then the arena's slack."""
+    mem = planned.memory
+    parts = []
+    external = {}
+    for spec in planned.graph.inputs:
+        role = {"param": "parameters", "opt_state": "optimizer state", "grad": "gradients"}.get(spec.role, "data")
+        external[role] = external.get(role, 0) + spec.value.type.nbytes
+    owned = external.get("parameters", 0) + external.get("optimizer state", 0)
+    if owned:
+        parts.append(("parameters+optimizer state", owned))
+    t = busiest_position(mem)
+    by_class: dict[str, int] = {}
+    for v, p in mem.values.items():
+        if _live_at(p, t):
+            name = "gradients" if p.category == "gradients" else tensor_class(v)
+            by_class[name] = by_class.get(name, 0) + p.nbytes
+    ranked = sorted(by_class.items(), key=lambda kv: -kv[1])
+    parts += ranked[:limit]
+    rest = sum(n for _, n in ranked[limit:]) + sum(n for k, n in external.items()
+                                                    if k not in ("parameters", "optimizer state"))
+    if rest:
+        parts.append(("other", rest))
+    slack = mem.peak_bytes - owned - sum(by_class.values()) - rest
+    if slack > 0:
+        parts.append(("arena fragmentation", slack))
+    return parts
+
+
+def describe_step(graph) -> str:
+    """``train_gpt144m (batch 16 x 1024)``: the graph's name and its token batch, if it has one."""
+    for spec in graph.inputs:
+        shape = spec.value.type.shape
+        if spec.role == "data" and len(shape) == 2 and spec.value.dtype.startswith(("i", "u")):
+            return f"{graph.name} (batch {shape[0]} x {shape[1]})"
+    return graph.name
+
+
+def refusal(planned, budget: int) -> MemoryBudgetError:
+    parts = composition(planned)
+    floor = planned.memory.peak_bytes
+    text = ", ".join(f"{name} {format_size(n)}" for name, n in parts)
+    return MemoryBudgetError(f"{describe_step(planned.graph)} does not fit a memory budget of {format_size(budget)}: "
+                             f"the smallest plan is {format_size(floor)} ({text}); raise the budget or lower the batch",
+                             floor, parts)
+
+
+# ==================================================================== fitting
+def fit_budget(planned, budget, target, plan_graph):
+    """``planned`` (the unbudgeted plan) made to fit ``budget`` bytes (rules in the module
+    docstring); ``plan_graph(graph) -> Planned`` fuses, orders and plans a rewritten graph.  Raises
+    ``MemoryBudgetError`` when the smallest plan reached is above the budget."""
+    from nova.passes import chunked_loss, remat
+    budget = parse_size(budget)
+    report = BudgetReport(budget, planned.memory.peak_bytes)
+    if planned.memory.peak_bytes <= budget:
+        report.fits, report.peak_bytes = True, planned.memory.peak_bytes
+        report.loss_chunk_why = "the plan fits: nothing chunked or recomputed"
+        planned.budget = report
+        return planned
+
+    gpu = remat.gpu_model(target)
+    graph = planned.graph
+    matches = chunked_loss.find(graph)
+    logits = sum(m.logits.type.nbytes for m in matches)
+    rows = min((m.logits.shape[0] for m in matches), default=0)
+
+    def chunked(count: int):
+        if count < 2:
+            return planned
+        report.rounds += 1
+        return plan_graph(chunked_loss.chunk_loss(graph, count))
+
+    # 1. the chunked loss, its count from the room the rest of the plan leaves
+    current, chunks, fitting = planned, 1, 1
+    if matches:
+        fitting = chunked_loss.chunk_count(logits, rows, budget - (planned.memory.peak_bytes - logits))
+        rate = max((c.bytes_per_us for c in remat.candidates(graph, gpu)), default=0.0)
+        one_more = sum(chunked_loss.step_us(m, gpu) for m in matches)
+        count = min(fitting, chunked_loss.cost_chunk_count(logits, rows, one_more, rate)) if rate else fitting
+        trial = chunked(count)
+        if trial.memory.peak_bytes < planned.memory.peak_bytes:
+            current, chunks = trial, count
+    # 2. rematerialization on the (chunked) graph; with fewer chunks than fit alone, the count that
+    #    fits alone when rematerialization cannot make the room
+    chosen: list = []
+    before_remat = current.graph
+    if current.memory.peak_bytes > budget:
+        current, chosen = _rematerialize(current, budget, gpu, plan_graph, report)
+        if current.memory.peak_bytes > budget and 1 < chunks < fitting:
+            trial = chunked(fitting)
+            if trial.memory.peak_bytes < planned.memory.peak_bytes:
+                chunks, before_remat = fitting, trial.graph
+                current, chosen = trial, []
+                if current.memory.peak_bytes > budget:
+                    current, chosen = _rematerialize(current, budget, gpu, plan_graph, report)
+    # 3. fewer chunks when rematerialization made room: the count from the room now left
+    if chunks > 2 and current.memory.peak_bytes <= budget:
+        count = chunked_loss.chunk_count(logits, rows, budget - (current.memory.peak_bytes - math.ceil(logits / chunks)))
+        if count < chunks:
+            rewritten = chunked_loss.chunk_loss(graph, count)
+            if chosen:
+                rewritten, _ = remat.rematerialize(rewritten, _translate([r for c in chosen for r in c.roots],
+                                                                        before_remat, rewritten))
+            report.rounds += 1
+            trial = plan_graph(rewritten)
+            if trial.memory.peak_bytes <= budget:
+                current, chunks = trial, count
+    if current.memory.peak_bytes > budget:
+        raise refusal(current, budget)
+
+    report.loss_chunks = chunks
+    if chunks > 1:
+        report.chunk_cost_us = sum(chunked_loss.chunk_cost_us(m, chunks, gpu) for m in matches)
+        why = "the smallest count whose chunk fits beside the rest" if chunks == fitting else \
+            "one more chunk would free fewer bytes per us than recomputing activations"
+        report.loss_chunk_why = (f"logits of {format_size(logits)} live at the peak; chunks of "
+                                 f"{format_size(math.ceil(logits / chunks))}: {why}")
+        report.classes.insert(0, TensorClass("logits (LM head + cross-entropy)", "chunked", len(matches), logits, 0.0,
+                                             f"{chunks} row chunks: {report.loss_chunk_why}"))
+    elif matches:
+        report.loss_chunk_why = "chunking the loss does not lower the peak"
+    else:
+        report.loss_chunk_why = "no LM head + cross-entropy to chunk"
+    report.recompute_us = remat.recompute_time_us(chosen)
+    report.peak_bytes = current.memory.peak_bytes
+    report.fits = True
+    current.budget = report
+    current.stats = {**planned.stats, **current.stats}
+    return current
+
+
+def _rematerialize(planned, budget: int, gpu, plan_graph, report):
+    """The greedy of ``remat.py`` on ``planned``'s graph: ``(the plan that fits, or the smallest
+    reached, the candidates recomputed in it)``; ``report.classes`` says what was kept and why."""
+    from nova.passes import remat
+    graph = planned.graph
+    cands = remat.candidates(graph, gpu)
+    chosen: list = []
+    current = best = planned
+    best_chosen: list = []
+    env = {r: r for c in cands for r in c.roots}
+    while current.memory.peak_bytes > budget:
+        picked = remat.pick(cands, chosen, current.memory, env, current.memory.peak_bytes - budget)
+        if not picked:
+            break
+        chosen = chosen + picked
+        rewritten, env = remat.rematerialize(graph, [r for c in chosen for r in c.roots])
+        current = plan_graph(rewritten)
+        report.rounds += 1
+        if current.memory.peak_bytes < best.memory.peak_bytes:
+            best, best_chosen = current, chosen
+    report.classes = remat.classes(cands, best_chosen, best.memory.peak_bytes <= budget)
+    return best, best_chosen
+
+
+def _translate(values, old: Graph, new: Graph) -> list:
+    """``old``'s forward values as ``new``'s: the same node position and result index (the
+    chunked loss rewrites only after the forward, so forward positions agree)."""
+    position = {n: i for i, n in enumerate(old.nodes)}
+    return [new.nodes[position[v.producer]].outputs[v.index] for v in values]
