@@ -349,8 +349,9 @@ def run_torch(args, cfg, tokens: np.ndarray, log) -> dict:
     step = compiled = train_step
     if nova_compile is not None:
         t0 = time.perf_counter()
-        compiled = nova_compile(train_step)
-        res["nova"] = {"compile_call_s": time.perf_counter() - t0, "backend": getattr(compiled, "backend", None)}
+        compiled = nova_compile(train_step, **({"memory_budget": args.memory_budget} if args.memory_budget else {}))
+        res["nova"] = {"compile_call_s": time.perf_counter() - t0, "backend": getattr(compiled, "backend", None),
+                       "memory_budget": getattr(compiled, "memory_budget", None)}
 
         def step(x, y):
             try:
@@ -654,6 +655,8 @@ def _child_argv(args, framework: str) -> list[str]:
             "--clip-grad-norm", str(args.clip_grad_norm)]
     if args.seq is not None:
         argv += ["--seq", str(args.seq)]
+    if args.memory_budget is not None:
+        argv += ["--memory-budget", args.memory_budget]
     return argv
 
 
@@ -706,6 +709,8 @@ def parser(prog: str = "python3 -m nova.bench.train") -> argparse.ArgumentParser
     ap.add_argument("--timed", type=int, default=50, help="steps per timed repeat")
     ap.add_argument("--repeats", type=int, default=5, help="timed repeats (median reported)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--memory-budget", default=None, metavar="SIZE",
+                    help="nova only: nova.compile(step, memory_budget=SIZE) (12GiB, 11.5GB, 800MiB)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--compile-mode", default="default",
@@ -730,6 +735,13 @@ def main(argv=None, prog: str = "python3 -m nova.bench.train") -> int:
         if getattr(args, name) < 1:
             print(f"nova.bench.train: --{name} must be at least 1", file=sys.stderr)
             return 1
+    if args.memory_budget is not None:
+        from nova.passes.budget import MemoryBudgetError, parse_size
+        try:
+            parse_size(args.memory_budget)
+        except MemoryBudgetError as e:
+            print(f"nova.bench.train: --memory-budget: {e}", file=sys.stderr)
+            return 2
     if args.all:
         return run_all(args)
     if args.export_init:

@@ -124,7 +124,7 @@ def check_batch_strides(entries: list, batch_strides) -> None:
 
 GEMM_ONLY_FLAGS = {"shapes": None, "suite": None, "dtype": "tf32", "trans_a": False, "trans_b": False, "bias": False,
                    "activation": "none", "out_dtype": None, "tf32_fast": False, "batch_strides": None}
-TRAIN_ONLY_FLAGS = {"batch": None, "seq": None, "optimizer": "adamw"}
+TRAIN_ONLY_FLAGS = {"batch": None, "seq": None, "optimizer": "adamw", "memory_budget": None}
 
 
 # --------------------------------------------------------------------------- nova compile
@@ -186,6 +186,9 @@ def add_precompile(sub) -> None:
     p.add_argument("--batch", type=int, default=None, help="train only: sequences per step")
     p.add_argument("--seq", type=int, default=None, help="train only: tokens per sequence (default: the model's)")
     p.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"], help="train only: the optimizer")
+    p.add_argument("--memory-budget", default=None, metavar="SIZE",
+                   help="train only: the kernels of the step planned under this budget (12GiB; as nova.compile's "
+                        "memory_budget)")
     p.add_argument("--cache-dir", default=None, help="cache directory (default: NOVA_CACHE_DIR or ~/.cache/nova)")
     p.set_defaults(run=run_precompile)
 

@@ -1,7 +1,8 @@
 """The whole-program commands: ``nova-config explain train`` and ``nova precompile train``.
 
-    nova-config explain train gpt42m --batch 32 [--seq 512] [--target h200] [--optimizer adamw] [--json]
-    nova precompile train gpt42m --batch 32 [--seq 512] --target h200 [--cache-dir DIR]
+    nova-config explain train gpt42m --batch 32 [--seq 512] [--target h200] [--optimizer adamw]
+                              [--memory-budget 12GiB] [--json]
+    nova precompile train gpt42m --batch 32 [--seq 512] --target h200 [--memory-budget 12GiB] [--cache-dir DIR]
 
 Both capture the built-in model's training step (forward, backward, optimizer) on the meta device:
 no GPU and no memory for the model are needed.
@@ -24,6 +25,25 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq", type=int, default=None, help="tokens per sequence (default: the model's context length)")
     p.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"],
                    help="adamw (lr 3e-4, betas 0.9/0.95, weight decay 0.1) or sgd (lr 1e-2, momentum 0.9)")
+    p.add_argument("--memory-budget", default=None, metavar="SIZE",
+                   help="plan the step to need at most SIZE of device memory (12GiB, 11.5GB, 800MiB): chunked loss, "
+                        "rematerialization; refused in one line when it cannot fit")
+
+
+def memory_budget(args, target_given: bool = False):
+    """The budget in bytes: ``--memory-budget`` (a bad size is a usage error), else the memory of
+    an explicitly given ``--target``, else None."""
+    from nova.passes.budget import MemoryBudgetError, parse_size
+    if args.memory_budget is not None:
+        try:
+            return parse_size(args.memory_budget)
+        except MemoryBudgetError as e:
+            raise UsageError(f"--memory-budget: {e}") from None
+    if target_given:
+        from nova.hwmodel import get_target
+        gpu = get_target(args.target)
+        return int(gpu.memory_bytes) if gpu.has("memory_bytes") else None
+    return None
 
 
 def check_train_args(args) -> None:
@@ -43,7 +63,8 @@ def explain_parser() -> argparse.ArgumentParser:
                    description="capture a built-in model's training step, plan it and explain every kernel, "
                                "the memory plan and the predicted step time (no GPU needed)")
     add_train_args(ap)
-    ap.add_argument("--target", default="h200", help="GPU model (see nova-config targets; default h200)")
+    ap.add_argument("--target", default=None,
+                    help="GPU model (see nova-config targets; default h200); given, its memory is the default --memory-budget")
     ap.add_argument("--top", type=int, default=12, help="how many of the most expensive kernels to list (default 12)")
     ap.add_argument("--json", action="store_true",
                     help="machine-readable output: captured_ops, kernels, fallback_ops, memory, prediction, ...")
@@ -58,14 +79,16 @@ def explain_main(argv) -> int:
         if args.top < 0:
             raise UsageError(f"--top must be 0 or more (the number of kernels to list), got {args.top}")
         from nova.compiler.explain import explain_train, render
-        report = explain_train(args.model, args.batch, args.seq, args.target, args.optimizer)
+        budget = memory_budget(args, target_given=args.target is not None)
+        report = explain_train(args.model, args.batch, args.seq, args.target or "h200", args.optimizer, budget)
         if args.json:
             print(json.dumps(report, indent=1))
         else:
             from rich.console import Console
             render(report, Console(width=None if sys.stdout.isatty() else 160, highlight=False), top=args.top)
         return 0
-    return dispatch("nova-config", run, (OSError,))
+    from nova.passes.budget import MemoryBudgetError
+    return dispatch("nova-config", run, (OSError, MemoryBudgetError))
 
 
 def run_precompile_train(args) -> int:
@@ -77,6 +100,6 @@ def run_precompile_train(args) -> int:
     check_train_args(args)
     target = get_target(args.target)
     cache = open_cache(args.cache_dir, writes=True)
-    planned, _ = plan_training_step(args.model, args.batch, args.seq, args.optimizer, target)
+    planned, _ = plan_training_step(args.model, args.batch, args.seq, args.optimizer, target, memory_budget(args))
     counts = precompile_planned(planned, target, cache, log=lambda line: print(line, flush=True))
     return 1 if counts["failed"] else 0

@@ -257,7 +257,8 @@ def explain_planned(captured_graph, planned, target, tokens_per_step: int | None
         fallback_ops=fallback,
         memory={"peak_bytes": mem.peak_bytes, "arena_bytes": mem.arena_bytes, "external_bytes": mem.external_bytes,
                 "live_peak_bytes": mem.live_peak_bytes, "breakdown": dict(mem.breakdown),
-                "donations": len(mem.donations)},
+                "donations": len(mem.donations),
+                "budget": planned.budget.to_dict() if getattr(planned, "budget", None) is not None else None},
         prediction=prediction)
     return report.to_dict()
 
@@ -291,7 +292,7 @@ def training_step(model_name: str, batch: int, seq: int | None = None, optimizer
 
 
 def plan_training_step(model_name: str, batch: int, seq: int | None = None, optimizer: str = "adamw",
-                       target="h200"):
+                       target="h200", memory_budget=None):
     """A built-in model's training step captured and planned for ``target`` on the meta device:
     ``(planned, tokens_per_step)``, what ``nova precompile train`` and the GEMM suite
     (``nova.bench.train_gemms``) read the step's kernels from."""
@@ -299,12 +300,13 @@ def plan_training_step(model_name: str, batch: int, seq: int | None = None, opti
     from nova.passes import pipeline
     fn, args, model, opt, tokens = training_step(model_name, batch, seq, optimizer)
     captured = capture(fn, args, models=[model], optimizers=[opt], name=f"train_{model_name}")
-    return pipeline(captured.graph, target), tokens
+    return pipeline(captured.graph, target, memory_budget=memory_budget), tokens
 
 
 def explain_train(model_name: str, batch: int, seq: int | None = None, target="h200",
-                  optimizer: str = "adamw") -> dict:
-    """Capture, plan and explain a built-in model's training step for ``target`` (no GPU needed)."""
+                  optimizer: str = "adamw", memory_budget=None) -> dict:
+    """Capture, plan and explain a built-in model's training step for ``target`` (no GPU needed),
+    under ``memory_budget`` when given (``MemoryBudgetError`` when the step cannot fit it)."""
     import time
     from nova.frontend import capture
     from nova.passes import pipeline
@@ -312,7 +314,7 @@ def explain_train(model_name: str, batch: int, seq: int | None = None, target="h
     t0 = time.perf_counter()
     captured = capture(fn, args, models=[model], optimizers=[opt], name=f"train_{model_name}")
     t1 = time.perf_counter()
-    planned = pipeline(captured.graph, target)
+    planned = pipeline(captured.graph, target, memory_budget=memory_budget)
     t2 = time.perf_counter()
     report = explain_planned(captured.graph, planned, target, tokens)
     report["model"] = {"name": model_name, "batch": batch, "seq": args[0].shape[1], "optimizer": optimizer,
@@ -322,6 +324,28 @@ def explain_train(model_name: str, batch: int, seq: int | None = None, target="h
 
 
 # ------------------------------------------------------------------ rendering
+def render_budget(budget: dict, console) -> None:
+    """The memory budget's decisions: per tensor class kept, recomputed or chunked and why, the
+    predicted peak and the predicted cost in step time."""
+    from rich.markup import escape
+    from rich.table import Table
+    console.print(f"memory budget {_gb(budget['budget_bytes'])}: predicted peak {_gb(budget['peak_bytes'])} "
+                  f"(unbudgeted {_gb(budget['unbudgeted_peak_bytes'])}); loss in {budget['loss_chunks']} row "
+                  f"chunk{'s' if budget['loss_chunks'] > 1 else ''}; predicted cost +{budget['extra_step_us'] / 1e3:.3f} ms "
+                  f"per step (recompute {budget['recompute_us'] / 1e3:.3f} ms, chunked loss "
+                  f"{budget['chunk_cost_us'] / 1e3:.3f} ms); {budget['rounds']} re-plans")
+    if not budget["classes"]:
+        console.print(f"  {escape(budget['loss_chunk_why'])}")
+        return
+    table = Table(title="saved activations by tensor class")
+    for col in ("tensor class", "decision", "tensors", "bytes", "recompute ms", "why"):
+        table.add_column(col)
+    for c in budget["classes"]:
+        table.add_row(escape(c["name"]), c["decision"], str(c["count"]), _gb(c["nbytes"]),
+                      f"{c['recompute_us'] / 1e3:.3f}" if c["decision"] == "recomputed" else "-", escape(c["why"]))
+    console.print(table)
+
+
 def _gb(n: int) -> str:
     return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
@@ -408,6 +432,8 @@ def render(report: dict, console=None, top: int = 12) -> None:
     console.print(f"memory plan: peak {_gb(mem['peak_bytes'])} (arena {_gb(mem['arena_bytes'])} + user-owned "
                   f"{_gb(mem['external_bytes'])}), {mem['donations']} updates written in place (donation)")
     console.print("  " + ", ".join(f"{k} {_gb(v)}" for k, v in mem["breakdown"].items() if v))
+    if mem.get("budget"):
+        render_budget(mem["budget"], console)
     p = report["prediction"]
     line = f"Prediction: {p['step_ms']:.2f} ms per step over {p['launches']} launches"
     if p.get("tokens_per_s"):

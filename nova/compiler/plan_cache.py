@@ -3,7 +3,7 @@ structural hash, so a second process (or a second ``nova.compile`` of the same s
 hashes, loads the plan and builds the program without running the passes.
 
 Key = sha256 of the canonical JSON of ``structural_hash(captured graph)``, the target name, the
-device kind, the Nova version, ``PLAN_ABI`` and a fingerprint of the planning code (the sources of
+device kind, the memory budget in bytes (None: unbudgeted), the Nova version, ``PLAN_ABI`` and a fingerprint of the planning code (the sources of
 ``nova/ir`` and ``nova/passes``: editing a pass in a checkout never reuses a plan made before).  Layout: ``<cache dir>/plans/<key[:2]>/<key>.plan``
 under the kernel cache directory (``NOVA_CACHE_DIR``, ``nova.runtime.cache.default_cache_dir``).
 An entry is ``MAGIC``, the sha256 of the payload, a newline, then the pickled payload (a dict with
@@ -69,9 +69,9 @@ def code_fingerprint() -> str:
     return h.hexdigest()
 
 
-def plan_key(graph_hash: str, target_name: str | None, device_kind: str) -> str:
+def plan_key(graph_hash: str, target_name: str | None, device_kind: str, *, memory_budget: int | None = None) -> str:
     import json
-    payload = {"graph": graph_hash, "target": str(target_name), "device": device_kind,
+    payload = {"graph": graph_hash, "target": str(target_name), "device": device_kind, "budget": memory_budget,
                "nova": __version__, "abi": PLAN_ABI, "code": code_fingerprint()}
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
@@ -100,11 +100,12 @@ def _warn(path: Path, why: str) -> None:
                       PlanCacheWarning, _reported, _lock, stacklevel=4)
 
 
-def load(graph, target_name, device_kind: str, root=None, graph_hash: str | None = None):
+def load(graph, target_name, device_kind: str, root=None, graph_hash: str | None = None, *,
+         memory_budget: int | None = None):
     """The cached ``Planned`` of ``graph`` (the captured graph) or None (miss, or an unusable entry:
     warned once and deleted)."""
     graph_hash = graph_hash or structural_hash(graph)
-    key = plan_key(graph_hash, target_name, device_kind)
+    key = plan_key(graph_hash, target_name, device_kind, memory_budget=memory_budget)
     path = path_for(key, root)
     try:
         data = path.read_bytes()
@@ -139,11 +140,12 @@ def load(graph, target_name, device_kind: str, root=None, graph_hash: str | None
     return planned
 
 
-def store(graph, planned, target_name, device_kind: str, root=None, graph_hash: str | None = None) -> Path | None:
+def store(graph, planned, target_name, device_kind: str, root=None, graph_hash: str | None = None, *,
+          memory_budget: int | None = None) -> Path | None:
     """Write ``planned`` under ``graph``'s key atomically; None when it could not be written (the
     cache is an optimisation: a failure to store is silent)."""
     graph_hash = graph_hash or structural_hash(graph)
-    key = plan_key(graph_hash, target_name, device_kind)
+    key = plan_key(graph_hash, target_name, device_kind, memory_budget=memory_budget)
     path = path_for(key, root)
     try:
         body = pickle.dumps({"key": key, "graph_hash": graph_hash, "plan_hash": structural_hash(planned.graph),
@@ -160,18 +162,22 @@ def store(graph, planned, target_name, device_kind: str, root=None, graph_hash: 
         return None
 
 
-def plan(graph, target=None, device_kind: str = "cpu", root=None, target_name=None):
+def plan(graph, target=None, device_kind: str = "cpu", root=None, target_name=None, *, memory_budget=None):
     """``(planned, status)``: the cached plan of ``graph`` (status ``"hit"``), else ``pipeline(graph,
-    target)`` stored for next time (``"miss"``), or ``"off"`` when ``NOVA_PLAN_CACHE=0``."""
+    target, memory_budget=)`` stored for next time (``"miss"``), or ``"off"`` when
+    ``NOVA_PLAN_CACHE=0``.  A budget the step cannot fit raises ``MemoryBudgetError`` (nothing stored)."""
     from nova.passes import pipeline
+    from nova.passes.budget import parse_size
     if target_name is None:
         target_name = getattr(target, "name", target)
+    if memory_budget is not None:
+        memory_budget = parse_size(memory_budget)
     if not enabled():
-        return pipeline(graph, target), "off"
+        return pipeline(graph, target, memory_budget=memory_budget), "off"
     graph_hash = structural_hash(graph)
-    planned = load(graph, target_name, device_kind, root, graph_hash)
+    planned = load(graph, target_name, device_kind, root, graph_hash, memory_budget=memory_budget)
     if planned is not None:
         return planned, "hit"
-    planned = pipeline(graph, target)
-    store(graph, planned, target_name, device_kind, root, graph_hash)
+    planned = pipeline(graph, target, memory_budget=memory_budget)
+    store(graph, planned, target_name, device_kind, root, graph_hash, memory_budget=memory_budget)
     return planned, "miss"

@@ -173,12 +173,15 @@ class Entry:
 class CompiledStep:
     """What ``nova.compile`` returns; call it like the function it wraps."""
 
-    def __init__(self, fn, *, models=None, optimizers=None, backend: str = "auto", max_entries: int = 16):
+    def __init__(self, fn, *, models=None, optimizers=None, backend: str = "auto", max_entries: int = 16,
+                 memory_budget=None):
         if not callable(fn):
             raise TypeError(f"nova.compile takes a function (the training step), got {type(fn).__name__} "
                             f"{_short_repr(fn)}")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        from nova.passes.budget import parse_size
+        self.memory_budget = parse_size(memory_budget) if memory_budget is not None else None
         self.fn = fn
         self.models = models
         self.optimizers = optimizers
@@ -303,7 +306,8 @@ class CompiledStep:
         and ``stats.pipeline_s``."""
         from nova.compiler import plan_cache
         t0 = time.perf_counter()
-        planned, status = plan_cache.plan(graph, target, device.type, target_name=target_name)
+        planned, status = plan_cache.plan(graph, target, device.type, target_name=target_name,
+                                          memory_budget=self.memory_budget)
         self.stats.pipeline_s = time.perf_counter() - t0
         self.stats.plan_cache = status
         return planned
@@ -404,8 +408,11 @@ def _device_of(found, args, kwargs) -> torch.device:
     return torch.device("cpu")
 
 
-def compile(fn=None, *, models=None, optimizers=None, backend: str = "auto") -> Any:
-    """Compile a step function (or use as ``@nova.compile`` / ``@nova.compile(backend=...)``)."""
+def compile(fn=None, *, models=None, optimizers=None, backend: str = "auto", memory_budget=None) -> Any:
+    """Compile a step function (or use as ``@nova.compile`` / ``@nova.compile(backend=...)``).
+    ``memory_budget`` (``"12GiB"``, ``"11.5GB"``, bytes): the planned program fits it (chunked loss,
+    rematerialization) or the first call raises ``MemoryBudgetError`` naming the smallest plan."""
     if fn is None:
-        return lambda f: CompiledStep(f, models=models, optimizers=optimizers, backend=backend)
-    return CompiledStep(fn, models=models, optimizers=optimizers, backend=backend)
+        return lambda f: CompiledStep(f, models=models, optimizers=optimizers, backend=backend,
+                                      memory_budget=memory_budget)
+    return CompiledStep(fn, models=models, optimizers=optimizers, backend=backend, memory_budget=memory_budget)

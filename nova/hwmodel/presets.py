@@ -31,7 +31,7 @@ KB = 1024
 # the order a GPUModel lists them, with their units.
 UNITS = {"sm_count": "SMs", "clock_hz": "Hz", "fp32_lanes_per_sm": "lanes", "l2_bytes": "B", "dram_bw": "B/s",
          "l2_bytes_per_clk": "B/clk", "l2_tma_bytes_per_clk": "B/clk", "mem_latency_ns": "ns",
-         "launch_overhead_us": "us", "max_cluster_size": "blocks"}
+         "launch_overhead_us": "us", "max_cluster_size": "blocks", "memory_bytes": "B"}
 GPU_FIGURES = tomllib.loads(Path(__file__).with_name("gpus.toml").read_text(encoding="utf-8"))
 
 LOADED_LATENCY_HBM = Q(800, "ns", "[EST] loaded DRAM latency: ~500 ns idle load-to-use on HBM parts (Jia et al., "
