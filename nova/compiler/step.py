@@ -60,16 +60,19 @@ class StepStats:
 
 
 class ReferenceEngine:
-    """Runs the graph with the IR's reference interpreter on CPU tensors."""
+    """Runs the graph with the IR's reference interpreter on CPU tensors (its collectives through
+    the process groups of this process, ``nova.compiler.collectives``)."""
     outputs_alias_engine = False
 
     def __init__(self, graph):
+        from nova.compiler.collectives import has_collectives, implementations
         self.graph = graph
+        self.implementations = implementations() if has_collectives(graph) else None
 
     def __call__(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         from nova.ir import interpreter
         cpu = [t if t.device.type == "cpu" else t.cpu() for t in tensors]
-        return interpreter.run(self.graph, cpu)
+        return interpreter.run(self.graph, cpu, implementations=self.implementations)
 
 
 class ProgramEngine:
@@ -173,7 +176,8 @@ class Entry:
 class CompiledStep:
     """What ``nova.compile`` returns; call it like the function it wraps."""
 
-    def __init__(self, fn, *, models=None, optimizers=None, backend: str = "auto", max_entries: int = 16):
+    def __init__(self, fn, *, models=None, optimizers=None, backend: str = "auto", max_entries: int = 16,
+                 bucket_bytes: int | None = None):
         if not callable(fn):
             raise TypeError(f"nova.compile takes a function (the training step), got {type(fn).__name__} "
                             f"{_short_repr(fn)}")
@@ -184,6 +188,8 @@ class CompiledStep:
         self.optimizers = optimizers
         self.backend = backend
         self.max_entries = max_entries
+        self.bucket_bytes = bucket_bytes      # gradient all-reduce buckets (None: derived, nova.passes.buckets)
+        self.buckets: list = []               # the last engine's buckets
         self.stats = StepStats()
         self._cache: OrderedDict = OrderedDict()
         self._last_key = None
@@ -288,7 +294,9 @@ class CompiledStep:
         tensor per ``graph.outputs``; an output that updates an input may be that very input
         tensor (donation: the write-back then skips the copy).  Set ``outputs_alias_engine =
         False`` on the engine when result tensors are not views of its internal memory (else the
-        returned values are cloned)."""
+        returned values are cloned).  The step's all-reduces are bucketed first (both engines)."""
+        from nova.compiler.collectives import bucketed
+        graph, self.buckets, _ = bucketed(graph, _default_target(device), self.bucket_bytes)
         if self.backend == "reference" or (self.backend == "auto" and device.type != "cuda"):
             return ReferenceEngine(graph)
         from nova.compiler import executor
@@ -404,8 +412,11 @@ def _device_of(found, args, kwargs) -> torch.device:
     return torch.device("cpu")
 
 
-def compile(fn=None, *, models=None, optimizers=None, backend: str = "auto") -> Any:
-    """Compile a step function (or use as ``@nova.compile`` / ``@nova.compile(backend=...)``)."""
+def compile(fn=None, *, models=None, optimizers=None, backend: str = "auto", bucket_bytes: int | None = None) -> Any:
+    """Compile a step function (or use as ``@nova.compile`` / ``@nova.compile(backend=...)``).
+    ``bucket_bytes``: the size of the gradient all-reduce buckets of a data-parallel step (default:
+    derived from the target's interconnect, ``nova.hwmodel.interconnect``)."""
     if fn is None:
-        return lambda f: CompiledStep(f, models=models, optimizers=optimizers, backend=backend)
-    return CompiledStep(fn, models=models, optimizers=optimizers, backend=backend)
+        return lambda f: CompiledStep(f, models=models, optimizers=optimizers, backend=backend,
+                                      bucket_bytes=bucket_bytes)
+    return CompiledStep(fn, models=models, optimizers=optimizers, backend=backend, bucket_bytes=bucket_bytes)
