@@ -27,6 +27,7 @@ from nova.ir.graph import Graph, Node, Value
 from nova.passes.rewrite import Rewriter
 
 EARLY_OPS = ("adamw", "sgd")          # placed as soon as their inputs exist
+EARLY_STEP = 1e-3                     # an early unit's priority above its last producer's (before the next node)
 
 
 @dataclass(eq=False)
@@ -129,7 +130,8 @@ def bucket_all_reduces(graph: Graph, bucket_bytes: int | None) -> tuple[Graph, l
     priority = [0.0] * len(units)
     for i, unit in enumerate(units):            # units are in program order: producers first
         early = isinstance(unit, Bucket) or unit.op in EARLY_OPS
-        priority[i] = (max((priority[j] for j in preds[i]), default=-1.0) + 0.5) if early else float(position[unit])
+        priority[i] = (max((priority[j] for j in preds[i]), default=-1.0) + EARLY_STEP) if early \
+            else float(position[unit])
     waiting = [len(p) for p in preds]
     ready = [(priority[i], i) for i, w in enumerate(waiting) if w == 0]
     heapq.heapify(ready)
