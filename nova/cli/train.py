@@ -1,6 +1,6 @@
 """The whole-program commands: ``nova-config explain train`` and ``nova precompile train``.
 
-    nova-config explain train gpt42m --batch 32 [--seq 512] [--target h200] [--optimizer adamw] [--json]
+    nova-config explain train gpt42m --batch 32 [--seq 512] [--target h200] [--optimizer adamw] [--gpus 8] [--json]
     nova precompile train gpt42m --batch 32 [--seq 512] --target h200 [--cache-dir DIR]
 
 Both capture the built-in model's training step (forward, backward, optimizer) on the meta device:
@@ -44,6 +44,9 @@ def explain_parser() -> argparse.ArgumentParser:
                                "the memory plan and the predicted step time (no GPU needed)")
     add_train_args(ap)
     ap.add_argument("--target", default="h200", help="GPU model (see nova-config targets; default h200)")
+    ap.add_argument("--gpus", type=int, default=1,
+                    help="data-parallel GPUs (DDP: each its own --batch); > 1 adds the gradient all-reduce's "
+                         "communication schedule and the predicted scaling (default 1)")
     ap.add_argument("--top", type=int, default=12, help="how many of the most expensive kernels to list (default 12)")
     ap.add_argument("--json", action="store_true",
                     help="machine-readable output: captured_ops, kernels, fallback_ops, memory, prediction, ...")
@@ -57,8 +60,10 @@ def explain_main(argv) -> int:
         check_train_args(args)
         if args.top < 0:
             raise UsageError(f"--top must be 0 or more (the number of kernels to list), got {args.top}")
+        if args.gpus < 1:
+            raise UsageError(f"--gpus must be a positive integer, got {args.gpus}")
         from nova.compiler.explain import explain_train, render
-        report = explain_train(args.model, args.batch, args.seq, args.target, args.optimizer)
+        report = explain_train(args.model, args.batch, args.seq, args.target, args.optimizer, gpus=args.gpus)
         if args.json:
             print(json.dumps(report, indent=1))
         else:

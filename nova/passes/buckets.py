@@ -176,3 +176,25 @@ def _emit_bucket(rw: Rewriter, bucket: Bucket) -> None:
             piece = rw.emit("reshape", [piece], {"shape": out.type.shape}, origin)[0]
         rw.env[out] = piece
         offset += n
+
+
+def average_gradients(graph: Graph, world_size: int, group: str) -> Graph:
+    """``graph`` as DistributedDataParallel would capture it over ``world_size`` ranks: the gradient
+    each optimizer update reads (adamw, sgd: their second operand) replaced, for every reader, by its
+    ``all_reduce`` (avg) over ``group``, placed right after the gradient is produced.  What
+    ``nova-config explain train --gpus`` plans; a step captured through DDP has these nodes already."""
+    gradients = {n.inputs[1] for n in graph.nodes if n.op in EARLY_OPS}
+    rw = Rewriter(graph)
+    attrs = {"reduce_op": "avg", "group": group, "world_size": world_size}
+
+    def reduce(old: Value) -> None:
+        (rw.env[old],) = rw.emit("all_reduce", [rw.env[old]], attrs, "data-parallel gradient average")
+    for spec in graph.inputs:
+        if spec.value in gradients:
+            reduce(spec.value)
+    for node in graph.nodes:
+        rw.copy(node)
+        for v in node.outputs:
+            if v in gradients:
+                reduce(v)
+    return rw.finish()
