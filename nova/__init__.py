@@ -6,7 +6,8 @@ Importing ``nova`` is cheap and never imports MLIR or the CUDA driver; ``nova.ma
 runtime on first access, ``nova.compile`` (whole-step graph compilation) the frontend and compiler.
 """
 __version__ = "0.1.0"
-__all__ = ["matmul", "compile", "attention", "attention_backward", "NovaUnsupportedError", "__version__"]
+__all__ = ["matmul", "compile", "precompile", "attention", "attention_backward", "NovaUnsupportedError",
+           "__version__"]
 
 
 def __getattr__(name: str):
@@ -24,6 +25,10 @@ def __getattr__(name: str):
         from nova.compiler import compile
         globals()["compile"] = compile
         return compile
+    if name == "precompile":                           # a user's step into the kernel cache, no GPU
+        from nova.integrations.user_step import precompile
+        globals()["precompile"] = precompile
+        return precompile
     if name == "NovaUnsupportedError":
         from nova.frontend.errors import NovaUnsupportedError
         globals()["NovaUnsupportedError"] = NovaUnsupportedError
