@@ -4,6 +4,7 @@
     nova-config explain matmul 256x512x512x64 [--batch-strides 0,packed,packed] ...   (a batch of 256 GEMMs)
     nova-config explain attention 32,8,512,64 [--causal] [--dtype tf32] [--target h200] [--json]
     nova-config explain train gpt42m --batch 32 [--seq 512] [--target h200] [--json]
+    nova-config export triton matmul 4096x4096x4096 [--dtype bf16] [--target h200] [--json]
     nova-config targets [--json]
     nova-config show-target h200 [--json]
     nova-config --version
@@ -283,6 +284,9 @@ def main(argv=None) -> int:
     if argv[:2] == ["explain", "train"]:           # a whole training step (issue 13): nova/cli/train.py
         from nova.cli.train import explain_main
         return explain_main(argv[2:])
+    if argv[:1] == ["export"]:                   # other tools' formats: nova/integrations/cli.py
+        from nova.integrations.cli import main as export
+        return export(argv[1:])
     args = build_parser().parse_args(argv)
     return dispatch("nova-config", lambda: COMMANDS[args.command](args), (OSError,))
 
