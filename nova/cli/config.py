@@ -5,6 +5,7 @@
     nova-config explain attention 32,8,512,64 [--causal] [--dtype tf32] [--target h200] [--json]
     nova-config explain train gpt42m --batch 32 [--seq 512] [--target h200] [--json]
     nova-config export triton matmul 4096x4096x4096 [--dtype bf16] [--target h200] [--json]
+    nova-config export transform matmul 4096x4096x4096 [--dtype bf16] [--target h200] [--with-payload]
     nova-config targets [--json]
     nova-config show-target h200 [--json]
     nova-config --version

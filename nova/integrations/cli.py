@@ -1,6 +1,7 @@
 """``nova-config export``: Nova's decisions in other tools' formats (docs/integrations.md).
 
     nova-config export triton matmul MxNxK [--dtype tf32|bf16|fp16] [--target h200] [--trans-a] [--trans-b] [--json]
+    nova-config export transform matmul MxNxK [--dtype ...] [--target h200] [--trans-a] [--trans-b] [--with-payload]
 
 Bad input is one line on stderr and exit status 2 (``nova.cli.common``).
 """
@@ -11,9 +12,6 @@ import json
 
 from nova.cli.common import CliParser, UsageError, dispatch
 
-FORMATS = ("triton",)
-
-
 def add_matmul_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("op", help="operation: matmul (alias gemm)")
     p.add_argument("shape", help="S, SxS or MxNxK")
@@ -21,7 +19,6 @@ def add_matmul_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="h200", help="GPU model (see nova-config targets; default h200)")
     p.add_argument("--trans-a", action="store_true", help="A is stored transposed ([K,M] row-major)")
     p.add_argument("--trans-b", action="store_true", help="B is stored transposed ([N,K] row-major)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +27,13 @@ def build_parser() -> argparse.ArgumentParser:
     triton = sub.add_parser("triton", help="a GEMM's schedule as a Triton matmul config (BLOCK_M/N/K, GROUP_M, "
                                            "num_warps, num_stages)")
     add_matmul_args(triton)
+    triton.add_argument("--json", action="store_true", help="machine-readable output: the config, the Nova schedule "
+                                                            "fields it read and the notes")
+    transform = sub.add_parser("transform", help="a GEMM's schedule as a transform-dialect script for linalg.matmul")
+    add_matmul_args(transform)
+    transform.add_argument("--with-payload", action="store_true",
+                           help="also write a func.func with the linalg.matmul, in one module: the input of "
+                                "mlir-opt --transform-interpreter")
     return ap
 
 
@@ -58,7 +62,15 @@ def cmd_triton(args) -> int:
     return 0
 
 
-COMMANDS = {"triton": cmd_triton}
+def cmd_transform(args) -> int:
+    from nova.integrations.transform_script import transform_script, with_payload
+    M, N, K = _matmul(args)
+    write = with_payload if args.with_payload else transform_script
+    print(write(M, N, K, args.dtype, args.target, trans_a=args.trans_a, trans_b=args.trans_b), end="")
+    return 0
+
+
+COMMANDS = {"triton": cmd_triton, "transform": cmd_transform}
 
 
 def main(argv) -> int:
