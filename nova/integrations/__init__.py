@@ -7,9 +7,9 @@
                      (``nova precompile train --step pkg.module:factory``, ``nova.precompile``)
     triton.py        Nova's GEMM schedule as a Triton matmul configuration (``autotune_configs``,
                      ``prune``); ``nova-config export triton``
-    mlir_export.py   a captured graph as MLIR on tensors (``func``/``linalg``/``tensor``/``arith``/
-                     ``math``); a GEMM schedule as a transform-dialect script; ``nova-config export``
-    cli.py           ``nova-config export triton|transform|mlir``
+    mlir_export.py   a captured graph as MLIR on tensors (``func``/``linalg``/``tensor``/``arith``/``math``)
+    transform_script.py  a GEMM schedule as a transform-dialect script for ``linalg.matmul``
+    cli.py           ``nova-config export triton|transform``
 
 Importing this package imports nothing heavy; each module loads torch (or MLIR) itself.
 """
