@@ -17,7 +17,7 @@ def _flags(parser: argparse.ArgumentParser):
 
 
 def test_every_export_flag_and_step_is_documented():
-    from nova.integrations.cli import build_parser
+    from nova.cli.export import build_parser
     flags = set(_flags(build_parser())) | {"--step", "--with-payload", "--json"}
     missing = sorted(f for f in flags if not re.search(rf"`[^`]*{re.escape(f)}(?![\w-])", DOC))
     assert not missing, f"docs/integrations.md does not document {missing}"

@@ -294,8 +294,8 @@ def main(argv=None) -> int:
     if argv[:2] == ["explain", "train"]:           # a whole training step: nova/cli/train.py
         from nova.cli.train import explain_main
         return explain_main(argv[2:])
-    if argv[:1] == ["export"]:                   # other tools' formats: nova/integrations/cli.py
-        from nova.integrations.cli import main as export
+    if argv[:1] == ["export"]:                   # other tools' formats: nova/cli/export.py
+        from nova.cli.export import main as export
         return export(argv[1:])
     args = build_parser().parse_args(argv)
     return dispatch("nova-config", lambda: COMMANDS[args.command](args), (OSError,))
