@@ -2,6 +2,7 @@
 
     nova-config explain train gpt42m --batch 32 [--seq 512] [--target h200] [--optimizer adamw] [--gpus 8] [--json]
     nova precompile train gpt42m --batch 32 [--seq 512] --target h200 [--cache-dir DIR]
+    nova precompile train --step my_pkg.my_module:make_step [--batch 32] [--seq 512] --target h200
 
 Both capture the built-in model's training step (forward, backward, optimizer) on the meta device:
 no GPU and no memory for the model are needed.
@@ -84,4 +85,27 @@ def run_precompile_train(args) -> int:
     cache = open_cache(args.cache_dir, writes=True)
     planned, _ = plan_training_step(args.model, args.batch, args.seq, args.optimizer, target)
     counts = precompile_planned(planned, target, cache, log=lambda line: print(line, flush=True))
+    return 1 if counts["failed"] else 0
+
+
+def run_precompile_user_step(args) -> int:
+    """``nova precompile train --step MODULE:FACTORY``: every kernel of the user's own step
+    (``nova.integrations.user_step``), into the cache; a bad ``--step`` is a usage error."""
+    from nova.frontend.errors import NovaUnsupportedError
+    from nova.hwmodel import get_target
+    from nova.integrations.user_step import StepSpecError, precompile_spec
+    if args.model:
+        raise UsageError(f"give a built-in model or --step, not both (got {args.model!r} and --step {args.step!r})")
+    for flag in ("batch", "seq"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise UsageError(f"--{flag} must be a positive integer, got {value}")
+    target = get_target(args.target)
+    try:
+        counts = precompile_spec(args.step, target, args.cache_dir, log=lambda line: print(line, flush=True),
+                                 batch=args.batch, seq=args.seq)
+    except StepSpecError as e:
+        raise UsageError(str(e)) from None
+    except NovaUnsupportedError as e:      # the step itself: one line naming the construct, exit 1
+        raise ValueError(f"capturing --step {args.step}: {e}") from None
     return 1 if counts["failed"] else 0
