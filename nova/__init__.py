@@ -7,7 +7,8 @@ runtime on first access, ``nova.compile`` (whole-step graph compilation) the fro
 """
 from nova.version import __version__
 
-__all__ = ["matmul", "compile", "attention", "attention_backward", "NovaUnsupportedError", "__version__"]
+__all__ = ["matmul", "compile", "precompile", "attention", "attention_backward", "NovaUnsupportedError",
+           "__version__"]
 
 
 def __getattr__(name: str):
@@ -25,6 +26,10 @@ def __getattr__(name: str):
         from nova.compiler import compile
         globals()["compile"] = compile
         return compile
+    if name == "precompile":                           # a user's step into the kernel cache, no GPU
+        from nova.integrations.user_step import precompile
+        globals()["precompile"] = precompile
+        return precompile
     if name == "NovaUnsupportedError":
         from nova.frontend.errors import NovaUnsupportedError
         globals()["NovaUnsupportedError"] = NovaUnsupportedError

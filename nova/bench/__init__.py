@@ -16,6 +16,8 @@ and the device jobs of ``bench/`` (run as ``python3 -m nova.bench.<module>``).
     train           the training-step benchmark: PyTorch eager, torch.compile, JAX, Nova on the
                     built-in GPTs, one process per framework (``python3 -m nova.bench.train``);
                     ``jax_gpt`` its JAX twin of the model, ``train_report`` the summary and plot
+    triton_matmul   Triton's matmul with Nova's one config vs autotuned vs cuBLAS: time to the first
+                    result, steady TFLOP/s (``python3 -m nova.bench.triton_matmul``; needs triton)
     kernel_profile, host_profile, l2_probe   device profiles (per-kernel time, host cost per call,
                     L2/DRAM bandwidth)
 

@@ -6,6 +6,8 @@
     nova-config explain train gpt42m --batch 32 [--seq 512] [--target h200] [--json]
     nova-config explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy ROWSxN [--backward] [--dtype f32|bf16|f16]
                 [--target h200] [--json]
+    nova-config export triton matmul 4096x4096x4096 [--dtype bf16] [--target h200] [--json]
+    nova-config export transform matmul 4096x4096x4096 [--dtype bf16] [--target h200] [--with-payload]
     nova-config targets [--json]
     nova-config show-target h200 [--json]
     nova-config --version
@@ -292,6 +294,9 @@ def main(argv=None) -> int:
     if argv[:2] == ["explain", "train"]:           # a whole training step: nova/cli/train.py
         from nova.cli.train import explain_main
         return explain_main(argv[2:])
+    if argv[:1] == ["export"]:                   # other tools' formats: nova/cli/export.py
+        from nova.cli.export import main as export
+        return export(argv[1:])
     args = build_parser().parse_args(argv)
     return dispatch("nova-config", lambda: COMMANDS[args.command](args), (OSError,))
 

@@ -181,6 +181,10 @@ def add_precompile(sub) -> None:
                    help="gemm: the GEMMs of --shapes/--suite; train MODEL: every kernel of a built-in model's "
                         "training step (nova precompile train gpt42m --batch 32 --target h200)")
     p.add_argument("model", nargs="?", help="train only: " + MODEL_HELP)
+    p.add_argument("--step", default=None, metavar="MODULE:FACTORY",
+                   help="train only, instead of a model: your own step, a factory returning (step_fn, example_args) "
+                        "or (step_fn, example_args, models, optimizers), called on the meta device with --batch/--seq "
+                        "as keywords (my_pkg.my_module:make_step or file.py:make_step)")
     add_shape_list_args(p, required=False, suite_help=PRECOMPILE_SUITE_HELP, batched=True)
     add_problem_args(p, several_dtypes=True, batched=True)
     p.add_argument("--batch", type=int, default=None, help="train only: sequences per step")
@@ -194,6 +198,11 @@ def add_precompile(sub) -> None:
 
 
 def run_precompile(args) -> int:
+    if args.op == "train" and args.step is not None:
+        from nova.cli.train import run_precompile_user_step
+        return run_precompile_user_step(args)
+    if args.step is not None:
+        raise UsageError("--step is taken by 'precompile train' only")
     if args.op == "train":
         refuse_flags(args, GEMM_ONLY_FLAGS, "precompile gemm's options; a training step's kernels follow from the "
                                             "model (its dtype, layouts and epilogues)")

@@ -1,8 +1,9 @@
 """The whole-program commands: ``nova-config explain train`` and ``nova precompile train``.
 
-    nova-config explain train gpt42m --batch 32 [--seq 512] [--target h200] [--optimizer adamw]
+    nova-config explain train gpt42m --batch 32 [--seq 512] [--target h200] [--optimizer adamw] [--gpus 8]
                               [--memory-budget 12GiB] [--json]
     nova precompile train gpt42m --batch 32 [--seq 512] --target h200 [--memory-budget 12GiB] [--cache-dir DIR]
+    nova precompile train --step my_pkg.my_module:make_step [--batch 32] [--seq 512] --target h200
 
 Both capture the built-in model's training step (forward, backward, optimizer) on the meta device:
 no GPU and no memory for the model are needed.
@@ -65,6 +66,9 @@ def explain_parser() -> argparse.ArgumentParser:
     add_train_args(ap)
     ap.add_argument("--target", default=None,
                     help="GPU model (see nova-config targets; default h200); given, its memory is the default --memory-budget")
+    ap.add_argument("--gpus", type=int, default=1,
+                    help="data-parallel GPUs (DDP: each its own --batch); > 1 adds the gradient all-reduce's "
+                         "communication schedule and the predicted scaling (default 1)")
     ap.add_argument("--top", type=int, default=12, help="how many of the most expensive kernels to list (default 12)")
     ap.add_argument("--json", action="store_true",
                     help="machine-readable output: captured_ops, kernels, fallback_ops, memory, prediction, ...")
@@ -78,9 +82,12 @@ def explain_main(argv) -> int:
         check_train_args(args)
         if args.top < 0:
             raise UsageError(f"--top must be 0 or more (the number of kernels to list), got {args.top}")
+        if args.gpus < 1:
+            raise UsageError(f"--gpus must be a positive integer, got {args.gpus}")
         from nova.compiler.explain import explain_train, render
         budget = memory_budget(args, target_given=args.target is not None)
-        report = explain_train(args.model, args.batch, args.seq, args.target or "h200", args.optimizer, budget)
+        report = explain_train(args.model, args.batch, args.seq, args.target or "h200", args.optimizer,
+                               gpus=args.gpus, memory_budget=budget)
         if args.json:
             print(json.dumps(report, indent=1))
         else:
@@ -102,4 +109,27 @@ def run_precompile_train(args) -> int:
     cache = open_cache(args.cache_dir, writes=True)
     planned, _ = plan_training_step(args.model, args.batch, args.seq, args.optimizer, target, memory_budget(args))
     counts = precompile_planned(planned, target, cache, log=lambda line: print(line, flush=True))
+    return 1 if counts["failed"] else 0
+
+
+def run_precompile_user_step(args) -> int:
+    """``nova precompile train --step MODULE:FACTORY``: every kernel of the user's own step
+    (``nova.integrations.user_step``), into the cache; a bad ``--step`` is a usage error."""
+    from nova.frontend.errors import NovaUnsupportedError
+    from nova.hwmodel import get_target
+    from nova.integrations.user_step import StepSpecError, precompile_spec
+    if args.model:
+        raise UsageError(f"give a built-in model or --step, not both (got {args.model!r} and --step {args.step!r})")
+    for flag in ("batch", "seq"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise UsageError(f"--{flag} must be a positive integer, got {value}")
+    target = get_target(args.target)
+    try:
+        counts = precompile_spec(args.step, target, args.cache_dir, log=lambda line: print(line, flush=True),
+                                 batch=args.batch, seq=args.seq)
+    except StepSpecError as e:
+        raise UsageError(str(e)) from None
+    except NovaUnsupportedError as e:      # the step itself: one line naming the construct, exit 1
+        raise ValueError(f"capturing --step {args.step}: {e}") from None
     return 1 if counts["failed"] else 0

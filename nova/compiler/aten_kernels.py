@@ -737,4 +737,7 @@ def build_kernel(node, ins, outs, ctx) -> Kernel:
         return builder(node, ins, outs, ctx)
     if node.op == "adamw":
         return adamw([node], [ins], [outs], ctx)
+    if opdef(node.op).kind == "collective":
+        from nova.compiler.collectives import collective_launch
+        return Kernel(*collective_launch(node, ins, outs, ctx.kind))
     return reference_kernel(node, ins, outs, ctx, "opaque aten op" if node.op == "aten" else "")

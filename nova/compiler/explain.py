@@ -176,7 +176,7 @@ def kernel_reports(planned, target) -> list[KernelReport]:
     dispatched = aten_dispatch(planned)
     stored = cost.aten_calibration(target)
     for index, group in enumerate(planned.groups):
-        if group.kernel == "none":
+        if group.kernel == "none" or group.kind == "collective":      # collectives: nova.compiler.communication
             continue
         node = group.nodes[0]
         name, schedule, kernel, kinds = _group_name(group), None, group.kernel, None
@@ -304,9 +304,11 @@ def plan_training_step(model_name: str, batch: int, seq: int | None = None, opti
 
 
 def explain_train(model_name: str, batch: int, seq: int | None = None, target="h200",
-                  optimizer: str = "adamw", memory_budget=None) -> dict:
-    """Capture, plan and explain a built-in model's training step for ``target`` (no GPU needed),
-    under ``memory_budget`` when given (``MemoryBudgetError`` when the step cannot fit it)."""
+                  optimizer: str = "adamw", gpus: int = 1, memory_budget=None) -> dict:
+    """Capture, plan and explain a built-in model's training step for ``target`` (no GPU needed).
+    ``gpus`` > 1: the data-parallel step (DDP's gradient average, bucketed), its communication
+    schedule (``report["communication"]``) and predicted scaling (``report["scaling"]``).  Under
+    ``memory_budget`` when given (``MemoryBudgetError`` when the step cannot fit it)."""
     import time
     from nova.frontend import capture
     from nova.passes import pipeline
@@ -316,9 +318,38 @@ def explain_train(model_name: str, batch: int, seq: int | None = None, target="h
     t1 = time.perf_counter()
     planned = pipeline(captured.graph, target, memory_budget=memory_budget)
     t2 = time.perf_counter()
+    if gpus > 1:
+        return _explain_data_parallel(captured.graph, planned, target, tokens, gpus, (model_name, batch, args,
+                                                                                      optimizer, model, t0, t1))
     report = explain_planned(captured.graph, planned, target, tokens)
     report["model"] = {"name": model_name, "batch": batch, "seq": args[0].shape[1], "optimizer": optimizer,
                        "parameters": sum(p.numel() for p in model.parameters())}
+    report["times_s"] = {"capture": round(t1 - t0, 3), "passes": round(t2 - t1, 3)}
+    return report
+
+
+def _explain_data_parallel(graph, single_planned, target, tokens, gpus: int, described) -> dict:
+    """The data-parallel report: the step with its gradients averaged over ``gpus`` ranks
+    (``nova.passes.buckets.average_gradients``, as DDP's capture gives it), bucketed and planned,
+    its communication schedule and scaling against the single-GPU plan."""
+    import time
+    from nova.compiler import communication
+    from nova.compiler.collectives import bucketed
+    from nova.hwmodel import get_target
+    from nova.passes import pipeline
+    from nova.passes.buckets import average_gradients
+    model_name, batch, args, optimizer, model, t0, t1 = described
+    model_target = get_target(target)
+    single_us = sum(k.predicted_us for k in kernel_reports(single_planned, model_target))
+    distributed, _, _ = bucketed(average_gradients(graph, gpus, "default"), model_target)
+    planned = pipeline(distributed, target)
+    t2 = time.perf_counter()
+    report = explain_planned(distributed, planned, target, tokens)
+    kernels = kernel_reports(planned, model_target)
+    report["communication"] = communication.schedule(planned, kernels, model_target, gpus)
+    report["scaling"] = communication.scaling(report["communication"], single_us, tokens)
+    report["model"] = {"name": model_name, "batch": batch, "seq": args[0].shape[1], "optimizer": optimizer,
+                       "parameters": sum(p.numel() for p in model.parameters()), "gpus": gpus}
     report["times_s"] = {"capture": round(t1 - t0, 3), "passes": round(t2 - t1, 3)}
     return report
 
@@ -381,6 +412,8 @@ def render(report: dict, console=None, top: int = 12) -> None:
     if model:
         head += (f": {model['name']} ({model['parameters'] / 1e6:.1f}M parameters), batch {model['batch']} x "
                  f"seq {model['seq']}, {model['optimizer']}")
+        if model.get("gpus", 1) > 1:
+            head += f", data parallel over {model['gpus']} GPUs (per GPU: this batch)"
     console.print(head)
     ops = report["captured_ops"]
     console.print(f"captured {report['captured_nodes']} IR nodes, {len(ops)} distinct ops: "
@@ -439,6 +472,9 @@ def render(report: dict, console=None, top: int = 12) -> None:
     if p.get("tokens_per_s"):
         line += f", {p['tokens_per_s'] / 1e3:.1f}k tokens/s"
     console.print(line + " (the configurator's models, no measurement)")
+    if "communication" in report:
+        from nova.compiler.communication import render as render_communication
+        render_communication(report, console)
     if "times_s" in report:
         console.print(f"captured in {report['times_s']['capture']:.2f} s, planned in {report['times_s']['passes']:.2f} s, "
                       "no GPU")

@@ -60,16 +60,19 @@ class StepStats:
 
 
 class ReferenceEngine:
-    """Runs the graph with the IR's reference interpreter on CPU tensors."""
+    """Runs the graph with the IR's reference interpreter on CPU tensors (its collectives through
+    the process groups of this process, ``nova.compiler.collectives``)."""
     outputs_alias_engine = False
 
     def __init__(self, graph):
+        from nova.compiler.collectives import has_collectives, implementations
         self.graph = graph
+        self.implementations = implementations() if has_collectives(graph) else None
 
     def __call__(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         from nova.ir import interpreter
         cpu = [t if t.device.type == "cpu" else t.cpu() for t in tensors]
-        return interpreter.run(self.graph, cpu)
+        return interpreter.run(self.graph, cpu, implementations=self.implementations)
 
 
 class ProgramEngine:
@@ -174,7 +177,7 @@ class CompiledStep:
     """What ``nova.compile`` returns; call it like the function it wraps."""
 
     def __init__(self, fn, *, models=None, optimizers=None, backend: str = "auto", max_entries: int = 16,
-                 memory_budget=None):
+                 bucket_bytes: int | None = None, memory_budget=None):
         if not callable(fn):
             raise TypeError(f"nova.compile takes a function (the training step), got {type(fn).__name__} "
                             f"{_short_repr(fn)}")
@@ -187,6 +190,8 @@ class CompiledStep:
         self.optimizers = optimizers
         self.backend = backend
         self.max_entries = max_entries
+        self.bucket_bytes = bucket_bytes      # gradient all-reduce buckets (None: derived, nova.passes.buckets)
+        self.buckets: list = []               # the last engine's buckets
         self.stats = StepStats()
         self._cache: OrderedDict = OrderedDict()
         self._last_key = None
@@ -291,7 +296,9 @@ class CompiledStep:
         tensor per ``graph.outputs``; an output that updates an input may be that very input
         tensor (donation: the write-back then skips the copy).  Set ``outputs_alias_engine =
         False`` on the engine when result tensors are not views of its internal memory (else the
-        returned values are cloned)."""
+        returned values are cloned).  The step's all-reduces are bucketed first (both engines)."""
+        from nova.compiler.collectives import bucketed
+        graph, self.buckets, _ = bucketed(graph, _default_target(device), self.bucket_bytes)
         if self.backend == "reference" or (self.backend == "auto" and device.type != "cuda"):
             return ReferenceEngine(graph)
         from nova.compiler import executor
@@ -408,11 +415,15 @@ def _device_of(found, args, kwargs) -> torch.device:
     return torch.device("cpu")
 
 
-def compile(fn=None, *, models=None, optimizers=None, backend: str = "auto", memory_budget=None) -> Any:
+def compile(fn=None, *, models=None, optimizers=None, backend: str = "auto", bucket_bytes: int | None = None,
+            memory_budget=None) -> Any:
     """Compile a step function (or use as ``@nova.compile`` / ``@nova.compile(backend=...)``).
-    ``memory_budget`` (``"12GiB"``, ``"11.5GB"``, bytes): the planned program fits it (chunked loss,
+    ``bucket_bytes``: the size of the gradient all-reduce buckets of a data-parallel step (default:
+    derived from the target's interconnect, ``nova.hwmodel.interconnect``).  ``memory_budget``
+    (``"12GiB"``, ``"11.5GB"``, bytes): the planned program fits it (chunked loss,
     rematerialization) or the first call raises ``MemoryBudgetError`` naming the smallest plan."""
     if fn is None:
         return lambda f: CompiledStep(f, models=models, optimizers=optimizers, backend=backend,
-                                      memory_budget=memory_budget)
-    return CompiledStep(fn, models=models, optimizers=optimizers, backend=backend, memory_budget=memory_budget)
+                                      bucket_bytes=bucket_bytes, memory_budget=memory_budget)
+    return CompiledStep(fn, models=models, optimizers=optimizers, backend=backend, bucket_bytes=bucket_bytes,
+                        memory_budget=memory_budget)

@@ -4,7 +4,8 @@ Looked at, in order: explicit ``models=`` / ``optimizers=``; the function itself
 module (or a bound method of one, or of an object holding modules and optimizers as attributes);
 its closure cells; the globals its code names (also in nested functions and lambdas).  Containers
 (list, tuple, dict) one level deep are searched too.  Called on every step (cheap): a rebound global
-(``model = GPT(...)`` again) is seen on the next call.
+(``model = GPT(...)`` again) is seen on the next call.  A ``DistributedDataParallel`` wrapper is
+recorded in ``data_parallel`` and its ``module`` found in its place (``data_parallel.py``).
 """
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import types
 from dataclasses import dataclass, field
 
 import torch
+
+from nova.frontend.data_parallel import is_data_parallel
 
 
 @dataclass
@@ -21,9 +24,14 @@ class Discovered:
     models: list[tuple[str, torch.nn.Module]] = field(default_factory=list)
     optimizers: list[tuple[str, torch.optim.Optimizer]] = field(default_factory=list)
     functions: list = field(default_factory=list)      # the user's helper functions the step calls
+    data_parallel: list = field(default_factory=list)  # (name, DistributedDataParallel) whose module is in models
 
     def add(self, name: str, obj) -> None:
-        if isinstance(obj, torch.nn.Module):
+        if is_data_parallel(obj):                       # capture sees through DDP (data_parallel.py)
+            if all(d is not obj for _, d in self.data_parallel):
+                self.data_parallel.append((name, obj))
+            self.add(name, obj.module)
+        elif isinstance(obj, torch.nn.Module):
             if all(m is not obj for _, m in self.models):
                 self.models.append((name, obj))
         elif isinstance(obj, torch.optim.Optimizer):

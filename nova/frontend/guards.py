@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch.utils import _pytree as pytree
 
-from nova.frontend import python_values
+from nova.frontend import data_parallel, python_values
 from nova.frontend.optim import handler_for, hyper_parameters, tensor_signature
 
 
@@ -28,6 +28,7 @@ class GuardKey:
     models: tuple
     optimizers: tuple
     python_values: tuple = ()
+    data_parallel: tuple = ()         # each DDP wrapper: gradient sync on or off (no_sync), its group
 
     def describe_change(self, other: "GuardKey | None") -> str:
         """One line: what differs from ``other`` (the previous call's key), every part that changed."""
@@ -47,7 +48,9 @@ class GuardKey:
             else:
                 reasons.append({"inputs": "input shapes, dtypes or values changed",
                                 "treespec": "the arguments' structure changed",
-                                "grad_enabled": "grad mode changed"}[f.name])
+                                "grad_enabled": "grad mode changed",
+                                "data_parallel": "DistributedDataParallel's gradient sync (no_sync) or process "
+                                                 "group changed"}[f.name])
         return "; ".join(reasons) or "no change"
 
 
@@ -99,6 +102,7 @@ def guard_key(found, args, kwargs, fn=None) -> GuardKey:
         models=tuple(model_signature(n, m) for n, m in found.models),
         optimizers=tuple(optimizer_signature(n, o) for n, o in found.optimizers),
         python_values=python_values.snapshot(fn, found, found.functions) if fn is not None else (),
+        data_parallel=tuple(data_parallel.signature(n, d) for n, d in getattr(found, "data_parallel", ())),
     )
 
 

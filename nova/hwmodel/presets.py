@@ -9,6 +9,8 @@ Sources, abbreviated here and in gpus.toml:
   [AD102]   NVIDIA Ada GPU Architecture whitepaper (2023), RTX 4090 tables
   [H100]    NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022) and H100 SXM datasheet
   [H200]    NVIDIA H200 datasheet (2024): H100 compute with 141 GB HBM3e at 4.8 TB/s
+  [NCCL]    NCCL's tuning model (github.com/NVIDIA/nccl, src/graph/tuning.cc): the latency of a
+            collective = base latency + ring steps x per-step hardware latency
   [3060]    GeForce RTX 3060 12 GB product specifications (3,584 CUDA cores, 1.78 GHz boost,
             15 Gbps x 192-bit GDDR6 = 360 GB/s)
   [MEASURED] measured on the device machine by a nova.bench job, with the results file named
@@ -31,7 +33,8 @@ KB = 1024
 # the order a GPUModel lists them, with their units.
 UNITS = {"sm_count": "SMs", "clock_hz": "Hz", "fp32_lanes_per_sm": "lanes", "l2_bytes": "B", "dram_bw": "B/s",
          "l2_bytes_per_clk": "B/clk", "l2_tma_bytes_per_clk": "B/clk", "mem_latency_ns": "ns",
-         "launch_overhead_us": "us", "max_cluster_size": "blocks", "memory_bytes": "B"}
+         "launch_overhead_us": "us", "max_cluster_size": "blocks", "link_bw": "B/s", "link_base_latency_us": "us",
+         "link_step_latency_us": "us", "memory_bytes": "B"}
 GPU_FIGURES = tomllib.loads(Path(__file__).with_name("gpus.toml").read_text(encoding="utf-8"))
 
 LOADED_LATENCY_HBM = Q(800, "ns", "[EST] loaded DRAM latency: ~500 ns idle load-to-use on HBM parts (Jia et al., "

@@ -7,9 +7,11 @@ from nova.ir.ops import opdef
 from nova.ir.types import FROM_TORCH_NAMES, IRError
 
 
-def run(graph, inputs, *, check_types: bool = True) -> list:
+def run(graph, inputs, *, check_types: bool = True, implementations: dict | None = None) -> list:
     """Evaluate ``graph`` on ``inputs`` (one tensor per graph input); returns the outputs' tensors.
-    Values are freed after their last use, so the peak is close to the graph's live set."""
+    Values are freed after their last use, so the peak is close to the graph's live set.
+    ``implementations`` maps an op name to a callable with its reference's signature that runs
+    instead of the reference (the collectives, bound to their process group at run time)."""
     import torch
 
     if len(inputs) != len(graph.inputs):
@@ -27,7 +29,8 @@ def run(graph, inputs, *, check_types: bool = True) -> list:
     for index, node in enumerate(graph.nodes):
         args = [env[v] for v in node.inputs]
         try:
-            result = opdef(node.op).reference(torch, *args, **node.attrs)
+            fn = (implementations or {}).get(node.op) or opdef(node.op).reference
+            result = fn(torch, *args, **node.attrs)
         except IRError:
             raise
         except Exception as e:   # one line naming the node, not torch's traceback

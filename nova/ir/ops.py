@@ -11,6 +11,7 @@ against).  Kinds, for passes and the planner:
     composite  attention(+backward), layer_norm(+backward), softmax/log_softmax(+backward),
                nll_loss(+backward), cross_entropy(+backward),
                adamw, sgd                              ops with a dedicated kernel
+    collective all_reduce, reduce_scatter, all_gather  across the ranks of a process group
     opaque     aten                                    an ATen op the IR does not know (listed by explain)
 
 Attributes are plain Python values (int, float, bool, str, tuples of them, None) so that graphs
@@ -595,6 +596,66 @@ def _infer_sgd(types, attrs):
 define("sgd", "composite", _infer_sgd, ref_sgd, None,
        doc="(param, grad, hyper f64[4] = lr, momentum, dampening, weight_decay[, momentum_buffer]) -> "
            "(param'[, momentum_buffer']); attrs with_momentum, nesterov, maximize")
+
+
+# =============================================================== collectives
+# A collective runs across the ``world_size`` ranks of the process group named ``group`` (the c10d
+# group name; the group itself is bound when the program runs, ``nova/compiler/collectives.py``).
+# Its reference semantics is the result rank 0 sees when every rank holds the same inputs (what
+# one process can state): all_reduce sum = world_size * x, avg = x; all_gather = world_size copies
+# of x along axis 0; reduce_scatter = world_size * (rank 0's chunk of axis 0, avg: the chunk).
+# With world_size 1 every collective is the identity.
+REDUCE_OPS = ("sum", "avg")
+
+
+def _check_collective(attrs):
+    if "reduce_op" in attrs and attrs["reduce_op"] not in REDUCE_OPS:
+        raise IRError(f"reduce_op must be one of {', '.join(REDUCE_OPS)}, got {attrs['reduce_op']!r}")
+    if not isinstance(attrs["world_size"], int) or attrs["world_size"] < 1:
+        raise IRError(f"world_size must be a positive integer, got {attrs['world_size']!r}")
+
+
+def _infer_all_reduce(types, attrs):
+    _check_collective(attrs)
+    return [types[0]]
+
+
+def _infer_all_gather(types, attrs):
+    _check_collective(attrs)
+    (x,) = types
+    if x.rank < 1:
+        raise IRError(f"gathers along axis 0 of a tensor of rank >= 1, got {x}")
+    return [x.with_shape((x.shape[0] * attrs["world_size"],) + x.shape[1:])]
+
+
+def _infer_reduce_scatter(types, attrs):
+    _check_collective(attrs)
+    (x,) = types
+    n = attrs["world_size"]
+    if x.rank < 1 or x.shape[0] % n:
+        raise IRError(f"scatters axis 0 of {x} over {n} ranks: it must divide evenly")
+    return [x.with_shape((x.shape[0] // n,) + x.shape[1:])]
+
+
+def _ref_all_reduce(torch, x, reduce_op, group, world_size):
+    return x.clone() if reduce_op == "avg" or world_size == 1 else x * world_size
+
+
+def _ref_all_gather(torch, x, group, world_size):
+    return torch.cat([x] * world_size, 0)
+
+
+def _ref_reduce_scatter(torch, x, reduce_op, group, world_size):
+    return _ref_all_reduce(torch, x[:x.shape[0] // world_size], reduce_op, group, world_size)
+
+
+define("all_reduce", "collective", _infer_all_reduce, _ref_all_reduce, 1, ("reduce_op", "group", "world_size"),
+       doc="x -> the elementwise sum (or mean, reduce_op avg) of x over the ranks of `group`")
+define("all_gather", "collective", _infer_all_gather, _ref_all_gather, 1, ("group", "world_size"),
+       doc="x [N, ...] -> [world_size * N, ...]: every rank's x, in rank order, along axis 0")
+define("reduce_scatter", "collective", _infer_reduce_scatter, _ref_reduce_scatter, 1,
+       ("reduce_op", "group", "world_size"),
+       doc="x [world_size * N, ...] -> [N, ...]: this rank's chunk of the sum (or mean) of x over the ranks")
 
 
 # =============================================================== opaque

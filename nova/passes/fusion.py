@@ -47,7 +47,7 @@ from nova.ir.printer import value_names
 from nova.passes import layout as layout_analysis
 from nova.passes.rows import rows_reason, select_rows
 
-GROUP_KINDS = ("gemm", "pointwise", "reduction", "composite", "view", "opaque")
+GROUP_KINDS = ("gemm", "pointwise", "reduction", "composite", "view", "collective", "opaque")
 KERNELS = ("nova", "aten", "none")
 NOVA_GEMM_MODES = {"f32": "tf32", "bf16": "bf16", "f16": "fp16"}      # operand storage -> GemmProblem.dtype
 _ACTIVATION_OPS = {"relu": "relu", "gelu_tanh": "gelu", "silu": "silu"}  # IR op -> GEMM epilogue activation
@@ -233,6 +233,8 @@ class _Fuser:
                 g.nodes.append(node)
         elif k in ("composite", "memory"):
             g = _Open("composite", node)
+        elif k == "collective":
+            g = _Open("collective", node)
         else:
             g = _Open("opaque", node)
         self.group_of[node] = g
@@ -448,6 +450,9 @@ def _reason(group: Group, g: _Open, layouts, names) -> str:
                     f"from the logits and lse, elementwise (may take the logits' buffer)")
         what = "data movement" if kind(first.op) == "memory" else "a composite op"
         return f"{first.op} on {first.outputs[0].type}: {what} with its own kernel"
+    if group.kind == "collective":
+        return (f"{first.op} ({first.attrs.get('reduce_op', '')}) of {first.inputs[0].type} over the "
+                f"{first.attrs['world_size']} ranks of process group {first.attrs['group']!r}: one collective")
     if group.kind == "opaque":
         return f"aten op {first.attrs.get('target')}: not modeled by the IR, runs as itself"
     extra = ""

@@ -1,0 +1,274 @@
+"""``torch.compile(model, backend="nova")``: Nova as a TorchDynamo backend.
+
+    model = torch.compile(model, backend="nova")            # inference and training
+    torch.compile(model, backend="nova", options={"engine": "executor"})
+
+Dynamo captures the user's Python into FX graphs; AOTAutograd (``aot_autograd`` with Nova's
+frontend decompositions) turns each into a functional ATen forward graph and, for training, a
+backward graph (the default partition: the forward saves what the backward reads).  Each graph is
+lowered by Nova's frontend (``nova.frontend.lower``: the same table ``nova.compile`` uses), then run:
+
+* CPU: the IR reference interpreter (``nova.ir.interpreter``; ``options={"engine": "executor"}``
+  runs the planned program, ``nova.passes.pipeline`` + ``nova.compiler.executor.build(.., "cpu")``);
+* CUDA: the planned program on the device (Nova's GEMM and attention kernels, ATen for the rest,
+  one CUDA graph).
+
+Fallbacks never fail the user's program.  A graph Nova cannot take (an op without a lowering that
+cannot be an opaque node, a random op, dynamic shapes, a result the IR does not model, a failure
+while planning or on the first run) runs as torch would: the FX graph itself, op by op on ATen
+(no Inductor).  Each graph's outcome is one line on the ``nova`` logger: WARNING for a graph that
+fell back (with the reason), INFO for one Nova runs (with the ATen ops it runs as opaque nodes).
+The optimizer stays eager (it is outside the compiled module).
+
+Graph inputs' roles: the forward's parameters and buffers (AOTAutograd's static inputs) are
+``param`` (the executor reads them in place, by pointer); every other input is ``data``.
+Results are returned with the strides torch's fake tensors promised (the backward graph was traced
+against them): a result of other strides is copied into that layout.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+from dataclasses import dataclass
+
+import torch
+
+log = logging.getLogger("nova")
+
+ENGINES = ("auto", "reference", "executor")
+_GRAPH_IDS = itertools.count()
+
+
+class NovaBackendError(ValueError):
+    """A bad option given to the backend (``torch.compile(..., options=...)``)."""
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """``torch.compile(model, backend="nova", options={...})``.
+
+    engine: "auto" (CPU: the reference interpreter; CUDA: the executor), "reference" (the
+    interpreter on any device: CUDA tensors are copied to the CPU and back) or "executor" (the
+    planned program on the inputs' device)."""
+    engine: str = "auto"
+
+    @classmethod
+    def from_dict(cls, options: dict | None) -> "BackendOptions":
+        options = dict(options or {})
+        unknown = sorted(set(options) - {"engine"})
+        if unknown:
+            raise NovaBackendError(f"unknown option {unknown[0]!r} for backend 'nova'; options: engine")
+        engine = options.get("engine", "auto")
+        if engine not in ENGINES:
+            raise NovaBackendError(f"option engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+        return cls(engine=engine)
+
+
+def nova_backend(gm: torch.fx.GraphModule, example_inputs, *, options: dict | None = None, mode=None):
+    """The TorchDynamo backend (``backend="nova"``, registered under the ``torch_dynamo_backends``
+    entry point): AOTAutograd with Nova compiling the forward, backward and inference graphs."""
+    from functorch.compile import default_partition
+    from torch._dynamo.backends.common import aot_autograd
+    settings = BackendOptions.from_dict(options)
+    compiler = functools.partial(compile_graph, settings=settings)
+    backend = aot_autograd(fw_compiler=functools.partial(compiler, part="forward"),
+                           bw_compiler=functools.partial(compiler, part="backward"),
+                           inference_compiler=functools.partial(compiler, part="inference"),
+                           decompositions=decompositions(), partition_fn=default_partition,
+                           keep_inference_input_mutations=False)
+    return backend(gm, example_inputs)
+
+
+def decompositions() -> dict:
+    """The ATen decompositions Nova's frontend applies while tracing (RMSNorm's fused kernels)."""
+    from nova.frontend.capture import _decompositions
+    return _decompositions()
+
+
+# ====================================================================== one graph
+class Unsupported(Exception):
+    """Why Nova does not take a graph (one line); the graph then runs as torch would."""
+
+
+@dataclass
+class CompiledGraph:
+    """A boxed callable (a list of inputs in, a list of results out) running one lowered graph.
+    ``results[i]`` is ``("output", k)`` (graph output k), ``("input", i)`` (an input passed through),
+    ``("none", None)`` or ``("value", x)`` (a Python constant)."""
+    name: str
+    graph: object
+    engine: object
+    results: list
+    strides: list                       # the strides torch promised for each tensor result (None: any)
+    fallback: object                    # the FX graph module (run if the engine fails)
+    engine_name: str = "reference"      # "reference" or "executor"
+    device: object = None
+    opaque: dict = None                 # ATen op -> count of opaque IR nodes (run as themselves)
+    failed: bool = False
+
+    def __post_init__(self):
+        # AOTAutograd's calling convention (one list of inputs), on the instance: torch's wrappers
+        # copy the instance's __dict__, not its class attributes
+        self._boxed_call = True
+
+    def __call__(self, args: list):
+        inputs = list(args)
+        args.clear()
+        if self.failed:
+            return _run_fx(self.fallback, inputs)
+        try:
+            outputs = self.engine(inputs)
+        except Exception as e:   # never fail the user's program: run this graph as torch would from now on
+            self.failed = True
+            log.warning("nova: %s fell back to torch after a failed run: %s: %s", self.name, type(e).__name__,
+                        _first_line(e))
+            return _run_fx(self.fallback, inputs)
+        results = []
+        for (kind, what), stride in zip(self.results, self.strides):
+            value = outputs[what] if kind == "output" else inputs[what] if kind == "input" else \
+                None if kind == "none" else what
+            if kind == "output" and stride is not None and value.stride() != stride:
+                value = torch.empty_strided(value.shape, stride, dtype=value.dtype, device=value.device).copy_(value)
+            results.append(value)
+        return results
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, part: str, settings: BackendOptions):
+    """AOTAutograd's compiler hook: a boxed callable running ``gm`` on Nova, or ``gm`` itself
+    (boxed) when Nova does not take it (logged, never raised)."""
+    name = f"{part} graph {next(_GRAPH_IDS)}"
+    fx_ops = sum(1 for n in gm.graph.nodes if n.op == "call_function")
+    try:
+        compiled = _compile(gm, example_inputs, part, name, settings)
+    except Exception as e:      # Unsupported, or a Nova error while lowering or planning: run it as torch would
+        from nova.frontend.errors import NovaUnsupportedError
+        reason = _first_line(e) if isinstance(e, (Unsupported, NovaUnsupportedError)) else \
+            f"{type(e).__name__}: {_first_line(e)}"
+        log.warning("nova: %s (%d ATen ops) runs on torch (eager ATen): %s", name, fx_ops, reason)
+        return _boxed(gm)
+    opaque = compiled.opaque
+    where = "the reference interpreter" if compiled.engine_name == "reference" else \
+        f"Nova's executor on {compiled.device}"
+    log.info("nova: %s (%d ATen ops -> %d IR nodes) runs on %s%s", name, fx_ops, len(compiled.graph.nodes), where,
+             "; ops run as opaque ATen nodes: " + ", ".join(f"{k} x{v}" for k, v in opaque.items()) if opaque else "")
+    return compiled
+
+
+def _compile(gm, example_inputs, part: str, name: str, settings: BackendOptions) -> CompiledGraph:
+    from nova.frontend.lower import Unmodeled, lower
+    from nova.ir import Value, verify
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node in placeholders:
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            raise Unsupported(f"input {node.name} is a {type(val).__name__}, not a tensor (dynamic shapes: "
+                              f"torch.compile(..., dynamic=False) keeps shapes static)")
+        if any(not isinstance(d, int) for d in val.shape):
+            raise Unsupported(f"input {node.name} has a dynamic shape {tuple(val.shape)} (torch.compile(..., "
+                              f"dynamic=False) keeps shapes static)")
+    static = _static_inputs() if part != "backward" else set()
+    roles = ["param" if i in static else "data" for i in range(len(placeholders))]
+    lowered = lower(gm, [n.name for n in placeholders], roles, name.replace(" ", "_"))
+    if lowered.constants:
+        raise Unsupported(f"the graph holds constant tensors ({', '.join(c for c, _ in lowered.constants)})")
+    graph = lowered.graph
+    input_index = {spec.value: i for i, spec in enumerate(graph.inputs)}
+    output_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in output_node.args[0]]
+    results, strides, output_of = [], [], {}
+    for value, val in zip(lowered.outputs, vals):
+        stride = None
+        if value is None:
+            results.append(("none", None))
+        elif isinstance(value, Unmodeled):
+            raise Unsupported(f"the graph returns {value.what}, which Nova does not model")
+        elif isinstance(value, Value) and value in input_index:
+            results.append(("input", input_index[value]))
+        elif isinstance(value, Value):
+            if value not in output_of:
+                output_of[value] = len(graph.outputs)
+                graph.output(value, f"result[{len(graph.outputs)}]")
+            results.append(("output", output_of[value]))
+            if isinstance(val, torch.Tensor) and _dense(val):
+                stride = tuple(val.stride())
+        elif isinstance(value, (bool, int, float)):
+            results.append(("value", value))
+        else:
+            raise Unsupported(f"the graph returns a {type(value).__name__}, which Nova does not model")
+        strides.append(stride)
+    verify(graph)
+    device = _device(example_inputs)
+    engine, engine_name = _engine(graph, device, settings)
+    return CompiledGraph(name, graph, engine, results, strides, gm, engine_name, device, lowered.opaque)
+
+
+def _engine(graph, device: torch.device, settings: BackendOptions):
+    """(callable list[Tensor] -> list[Tensor], its name) for ``graph`` on ``device``."""
+    if settings.engine == "reference" or (settings.engine == "auto" and device.type != "cuda"):
+        from nova.compiler.step import ReferenceEngine
+        reference = ReferenceEngine(graph)
+        if device.type == "cpu":
+            return reference, "reference"
+        return (lambda tensors: [t.to(device) for t in reference(tensors)]), "reference"
+    from nova.compiler import executor
+    from nova.passes import pipeline
+    target = None
+    if device.type == "cuda":
+        from nova.runtime.matmul import resolve_target
+        target = resolve_target()
+    return _Program(executor, pipeline(graph, target), device), "executor"
+
+
+class _Program:
+    """The executor's program of a planned graph, built on the first run: the compiler hook runs
+    under AOTAutograd's fake-tensor mode, where no real tensor (the arena) can be allocated."""
+
+    def __init__(self, executor, planned, device: torch.device):
+        self.executor, self.planned, self.device, self.program = executor, planned, device, None
+
+    def __call__(self, tensors: list) -> list:
+        if self.program is None:
+            self.program = self.executor.build(self.planned, self.device)
+        return self.program.run(tensors)
+
+
+def _static_inputs() -> set[int]:
+    """AOTAutograd's static inputs of the graph being compiled (parameters and buffers), by index."""
+    try:
+        from torch._guards import TracingContext
+        context = TracingContext.try_get()
+        metadata = getattr(context, "fw_metadata", None) if context is not None else None
+        return set(getattr(metadata, "static_input_indices", None) or ())
+    except Exception:
+        return set()
+
+
+def _device(example_inputs) -> torch.device:
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor):
+            return x.device
+    return torch.device("cpu")
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """``t``'s strides describe a non-overlapping, dense layout (a permutation of contiguous)."""
+    try:
+        return bool(torch._prims_common.is_non_overlapping_and_dense(t))
+    except Exception:
+        return False
+
+
+def _boxed(gm):
+    from torch._functorch.aot_autograd import make_boxed_func
+    return make_boxed_func(gm)
+
+
+def _run_fx(gm, inputs: list):
+    out = gm(*inputs)
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""

@@ -1,0 +1,183 @@
+"""``torch.compile(model, backend="nova")`` against eager on the CPU: a small MLP and GPT-tiny,
+inference and training steps (forward and backward through the backend, the optimizer eager);
+fallbacks logged on the ``nova`` logger; the backend resolves by name through its entry point."""
+from __future__ import annotations
+
+import copy
+import logging
+import tomllib
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from nova.integrations.dynamo import NovaBackendError, nova_backend  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def mlp():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.GELU(), torch.nn.Linear(32, 32), torch.nn.Tanh(),
+                               torch.nn.LayerNorm(32), torch.nn.Linear(32, 5))
+
+
+def gpt_tiny():
+    from nova.models import gpt
+    return gpt.GPT(gpt.CONFIGS["tiny"])
+
+
+def assert_close(actual, expected, what: str, tol: float = 1e-5):
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype, what
+    error = (actual - expected).abs().max().item()
+    assert error <= tol * max(1.0, expected.abs().max().item()), f"{what}: max error {error:.3g}"
+
+
+def train_against_eager(model, batches, engine: str, lr: float = 1e-2):
+    """Steps of forward + backward through the backend (optimizer eager) beside eager's, from the
+    same weights: the losses and every gradient agree at each step."""
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, backend=nova_backend, options={"engine": engine})
+    optimizers = [torch.optim.AdamW(m.parameters(), lr=lr) for m in (model, reference)]
+    for step, (args, loss_of) in enumerate(batches):
+        losses = [loss_of(fn(*args)) for fn in (compiled, reference)]
+        for loss in losses:
+            loss.backward()
+        assert_close(losses[0].detach(), losses[1].detach(), f"step {step} loss")
+        for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+            assert p.grad is not None, f"step {step}: {name} has no grad"
+            assert_close(p.grad, q.grad, f"step {step} grad of {name}")
+        for opt in optimizers:
+            opt.step()
+            opt.zero_grad()
+
+
+@pytest.mark.parametrize("engine", ["reference", "executor"])
+def test_mlp_inference_matches_eager(engine, caplog):
+    model = mlp()
+    compiled = torch.compile(model, backend=nova_backend, options={"engine": engine})
+    x = torch.randn(7, 12)
+    with caplog.at_level(logging.INFO, logger="nova"), torch.no_grad():
+        assert_close(compiled(x), model(x), "output")
+        assert_close(compiled(x * 2), model(x * 2), "second call")
+    assert any("inference graph" in r.message and "runs on" in r.message for r in caplog.records)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+@pytest.mark.parametrize("engine", ["reference", "executor"])
+def test_mlp_training_matches_eager(engine, caplog):
+    g = torch.Generator().manual_seed(1)
+    batches = [((torch.randn(9, 12, generator=g),), lambda y: (y ** 2).mean()) for _ in range(3)]
+    with caplog.at_level(logging.INFO, logger="nova"):
+        train_against_eager(mlp(), batches, engine)
+    messages = [r.message for r in caplog.records]
+    assert any("forward graph" in m for m in messages) and any("backward graph" in m for m in messages)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], messages
+
+
+def test_gpt_tiny_inference_matches_eager():
+    model = gpt_tiny().eval()
+    compiled = torch.compile(model, backend=nova_backend)
+    idx = torch.randint(0, 96, (2, 16), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert_close(compiled(idx), model(idx), "logits")
+
+
+@pytest.mark.parametrize("engine", ["reference", "executor"])
+def test_gpt_tiny_training_matches_eager(engine, caplog):
+    g = torch.Generator().manual_seed(3)
+    batches = [((torch.randint(0, 96, (2, 16), generator=g), torch.randint(0, 96, (2, 16), generator=g)),
+                lambda loss: loss) for _ in range(3)]
+    with caplog.at_level(logging.INFO, logger="nova"):
+        train_against_eager(gpt_tiny(), batches, engine)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], [r.message for r in caplog.records]
+
+
+class DropoutCumsum(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.dropout = torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        return torch.cumsum(self.dropout(self.linear(x)), 1).relu()
+
+
+def test_unsupported_graph_runs_on_torch_and_is_logged(caplog):
+    """A random op (dropout in training) makes the forward graph run as torch would (same random
+    stream as eager), named in a warning; an op without a lowering (cumsum) runs inside Nova's
+    graph as an opaque ATen node, named in the info line."""
+    model = DropoutCumsum()
+    compiled = torch.compile(model, backend=nova_backend)
+    x = torch.randn(4, 8)
+    with caplog.at_level(logging.INFO, logger="nova"):
+        torch.manual_seed(5)
+        out = compiled(x)
+        torch.manual_seed(5)
+        expected = model(x)
+        assert_close(out.detach(), expected.detach(), "output with dropout")
+        out.sum().backward()
+        grad = model.linear.weight.grad.clone()
+        model.zero_grad()
+        expected.sum().backward()
+        assert_close(grad, model.linear.weight.grad, "grad through dropout")
+        model.eval()
+        with torch.no_grad():
+            assert_close(compiled(x), model(x), "eval output")
+    warnings = [r.message for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "forward graph" in warnings[0] and "aten.native_dropout" in warnings[0] \
+        and "runs on torch" in warnings[0], warnings
+    infos = [r.message for r in caplog.records if r.levelno == logging.INFO]
+    assert any("inference graph" in m and "aten.cumsum.default x1" in m for m in infos), infos
+
+
+def test_bad_option_is_one_line():
+    with pytest.raises(NovaBackendError, match="unknown option 'tile'"):
+        nova_backend(None, [], options={"tile": 3})
+    with pytest.raises(NovaBackendError, match="engine must be one of"):
+        nova_backend(None, [], options={"engine": "fast"})
+
+
+@pytest.fixture
+def nova_entry_point(tmp_path, monkeypatch):
+    """The distribution metadata an install of pyproject.toml writes (its torch_dynamo_backends
+    entry points), on sys.path, with torch's backend registry rediscovering entry points."""
+    from torch._dynamo.backends import registry
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    declared = project["project"]["entry-points"]["torch_dynamo_backends"]
+    info = tmp_path / "nova_entry_point_check-0.0.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nova-entry-point-check\nVersion: 0.0.0\n")
+    (info / "entry_points.txt").write_text("[torch_dynamo_backends]\n" +
+                                           "".join(f"{k} = {v}\n" for k, v in declared.items()))
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def forget():
+        for table in (registry._BACKENDS, registry._COMPILER_FNS):
+            for name in declared:
+                table.pop(name, None)
+        registry._discover_entrypoint_backends.cache_clear()
+        registry._lazy_import.cache_clear()
+    forget()
+    yield declared
+    forget()
+
+
+def test_backend_resolves_by_name(nova_entry_point):
+    from torch._dynamo.backends.registry import list_backends, lookup_backend
+    assert nova_entry_point == {"nova": "nova.integrations.dynamo:nova_backend"}
+    assert "nova" in list_backends()
+    assert lookup_backend("nova") is nova_backend
+    model = mlp()
+    x = torch.randn(3, 12)
+    with torch.no_grad():
+        assert_close(torch.compile(model, backend="nova")(x), model(x), "output by name")
