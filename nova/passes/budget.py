@@ -35,6 +35,7 @@ import re
 from dataclasses import dataclass, field
 
 from nova.ir.graph import Graph
+from nova.passes.peak import TensorClass, composition, format_size
 
 UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -70,25 +71,6 @@ def parse_size(text) -> int:
     return nbytes
 
 
-def format_size(nbytes: float) -> str:
-    """``13.1 GiB``, ``800.0 MiB``, ``12.0 KiB``: binary units, one decimal."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(nbytes) >= scale:
-            return f"{nbytes / scale:.1f} {unit}"
-    return f"{int(nbytes)} B"
-
-
-@dataclass
-class TensorClass:
-    """One class of saved activations (same op at the same module path, layer index aside)."""
-    name: str                  # "gelu_tanh at transformer.h.*.mlp"
-    decision: str              # "recomputed", "kept", "chunked"
-    count: int = 0             # tensors of the class
-    nbytes: int = 0            # their bytes together
-    recompute_us: float = 0.0  # predicted time to recompute them all (recomputed classes)
-    why: str = ""
-
-
 @dataclass
 class BudgetReport:
     budget_bytes: int
@@ -113,85 +95,7 @@ class BudgetReport:
         return d
 
 
-# ==================================================================== what dominates a plan
-def busiest_position(memory) -> int:
-    """The position where the arena's live bytes are largest (an in-place result counts from the
-    position after the one where it took its input's buffer)."""
-    return max(range(len(memory.order) + 1), key=lambda t: (arena_live_bytes(memory, t), -t)) \
-        if memory.order else 0
-
-
-def arena_live_bytes(memory, t: int) -> int:
-    return sum(p.nbytes for p in memory.values.values() if _live_at(p, t))
-
-
-def _live_at(p, t: int) -> bool:
-    if p.kind != "arena" or not p.nbytes or p.live is None:
-        return False
-    first = p.live[0] + (1 if p.reuses is not None else 0)
-    return first <= t <= p.live[1]
-
-
-def live_profile(memory) -> list[int]:
-    """Arena bytes live at each position (same counting as ``busiest_position``)."""
-    end = len(memory.order)
-    delta = [0] * (end + 2)
-    for p in memory.values.values():
-        if p.kind == "arena" and p.nbytes and p.live is not None:
-            first = max(p.live[0] + (1 if p.reuses is not None else 0), 0)
-            if first <= p.live[1]:
-                delta[first] += p.nbytes
-                delta[p.live[1] + 1] -= p.nbytes
-    out, live = [], 0
-    for t in range(end + 1):
-        live += delta[t]
-        out.append(live)
-    return out
-
-
-def tensor_class(value) -> str:
-    """A value's class: its producer's op at its module path with layer indices as ``*``."""
-    node = value.producer
-    if node is None:
-        return "input"
-    where = node.origin.split(" (")[0].replace(" [backward]", "").replace(" [recomputed]", "")
-    where = re.sub(r"\.\d+(?=\.|$)", ".*", where)
-    op = node.op
-    if node.op == "add" and node.inputs[0].producer is not None and node.inputs[0].producer.op == "matmul":
-        op = "matmul+bias"
-    return f"{op} at {where}" if where else op
-
-
-def composition(planned, limit: int = 4) -> list[tuple[str, int]]:
-    """What the plan's peak holds: the user-owned bytes by role, then the arena's live bytes at the
-    busiest position by tensor class (largest first, the rest summed), then the arena's slack."""
-    mem = planned.memory
-    parts = []
-    external = {}
-    for spec in planned.graph.inputs:
-        role = {"param": "parameters", "opt_state": "optimizer state", "grad": "gradients"}.get(spec.role, "data")
-        external[role] = external.get(role, 0) + spec.value.type.nbytes
-    owned = external.get("parameters", 0) + external.get("optimizer state", 0)
-    if owned:
-        parts.append(("parameters+optimizer state", owned))
-    t = busiest_position(mem)
-    by_class: dict[str, int] = {}
-    for v, p in mem.values.items():
-        if _live_at(p, t):
-            name = "gradients" if p.category == "gradients" else tensor_class(v)
-            by_class[name] = by_class.get(name, 0) + p.nbytes
-    ranked = sorted(by_class.items(), key=lambda kv: -kv[1])
-    parts += ranked[:limit]
-    rest = sum(n for _, n in ranked[limit:]) + sum(n for k, n in external.items()
-                                                    if k not in ("parameters", "optimizer state"))
-    if rest:
-        parts.append(("other", rest))
-    slack = mem.peak_bytes - owned - sum(by_class.values()) - rest
-    if slack > 0:
-        parts.append(("arena fragmentation", slack))
-    return parts
-
-
+# ==================================================================== refusal
 def describe_step(graph) -> str:
     """``train_gpt144m (batch 16 x 1024)``: the graph's name and its token batch, if it has one."""
     for spec in graph.inputs:

@@ -65,7 +65,7 @@ class Candidate:
     chain: tuple[Node, ...]        # forward nodes recomputed for them, in program order
     nbytes: int                    # bytes freed where the roots are live
     recompute_us: float            # the chain's predicted time
-    name: str                      # tensor class (``budget.tensor_class``)
+    name: str                      # tensor class (``peak.tensor_class``)
     position: int                  # program position of the roots' producer
     gemm: bool                     # the chain holds a matmul
     reads: frozenset = frozenset() # the other saved roots its chain reads (they stay kept)
@@ -116,7 +116,7 @@ def node_time_us(node: Node, gpu, copies: bool = False) -> float:
 
 def candidates(graph: Graph, gpu) -> list[Candidate]:
     """Every saved root that can be recomputed, with its chain, bytes and time."""
-    from nova.passes.budget import tensor_class
+    from nova.passes.peak import tensor_class
     start = backward_start(graph)
     if start is None:
         return []
@@ -195,7 +195,7 @@ def pick(cands: list[Candidate], chosen: list[Candidate], memory, env: dict, exc
     """The next batch (rule in the module docstring): among the candidates not chosen whose root
     (``env[root]`` in the planned graph) is live at the busiest position, best bytes per
     microsecond first, the shortest prefix covering ``excess`` bytes."""
-    from nova.passes.budget import busiest_position
+    from nova.passes.peak import busiest_position
     t = busiest_position(memory)
     taken = {id(c) for c in chosen}
     recomputed = {r for c in chosen for r in c.roots}
@@ -230,7 +230,7 @@ def recompute_time_us(chosen: list[Candidate]) -> float:
 
 def classes(cands: list[Candidate], chosen: list[Candidate], fits: bool):
     """The candidates grouped by tensor class: recomputed or kept, with why."""
-    from nova.passes.budget import TensorClass, format_size
+    from nova.passes.peak import TensorClass, format_size
     taken = {id(c) for c in chosen}
     out: dict[tuple[str, str], TensorClass] = {}
     for c in cands:

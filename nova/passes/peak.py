@@ -1,0 +1,108 @@
+"""What a memory plan holds at its peak: the busiest position of the arena, the values live there
+by tensor class, and the record of one tensor class's decision under a budget.
+
+A value's *tensor class* is its producer's op at its module path with layer indices as ``*``
+(``gelu_tanh at transformer.h.*.mlp``; a matmul's bias add is ``matmul+bias``).  Positions count
+an in-place result from the position after the one where it took its input's buffer.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+def format_size(nbytes: float) -> str:
+    """``13.1 GiB``, ``800.0 MiB``, ``12.0 KiB``: binary units, one decimal."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(nbytes) >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{int(nbytes)} B"
+
+
+@dataclass
+class TensorClass:
+    """One class of saved activations (same op at the same module path, layer index aside)."""
+    name: str                  # "gelu_tanh at transformer.h.*.mlp"
+    decision: str              # "recomputed", "kept", "chunked"
+    count: int = 0             # tensors of the class
+    nbytes: int = 0            # their bytes together
+    recompute_us: float = 0.0  # predicted time to recompute them all (recomputed classes)
+    why: str = ""
+
+
+def busiest_position(memory) -> int:
+    """The position where the arena's live bytes are largest (an in-place result counts from the
+    position after the one where it took its input's buffer)."""
+    return max(range(len(memory.order) + 1), key=lambda t: (arena_live_bytes(memory, t), -t)) \
+        if memory.order else 0
+
+
+def arena_live_bytes(memory, t: int) -> int:
+    return sum(p.nbytes for p in memory.values.values() if live_at(p, t))
+
+
+def live_at(p, t: int) -> bool:
+    if p.kind != "arena" or not p.nbytes or p.live is None:
+        return False
+    first = p.live[0] + (1 if p.reuses is not None else 0)
+    return first <= t <= p.live[1]
+
+
+def live_profile(memory) -> list[int]:
+    """Arena bytes live at each position (same counting as ``busiest_position``)."""
+    end = len(memory.order)
+    delta = [0] * (end + 2)
+    for p in memory.values.values():
+        if p.kind == "arena" and p.nbytes and p.live is not None:
+            first = max(p.live[0] + (1 if p.reuses is not None else 0), 0)
+            if first <= p.live[1]:
+                delta[first] += p.nbytes
+                delta[p.live[1] + 1] -= p.nbytes
+    out, live = [], 0
+    for t in range(end + 1):
+        live += delta[t]
+        out.append(live)
+    return out
+
+
+def tensor_class(value) -> str:
+    """A value's class: its producer's op at its module path with layer indices as ``*``."""
+    node = value.producer
+    if node is None:
+        return "input"
+    where = node.origin.split(" (")[0].replace(" [backward]", "").replace(" [recomputed]", "")
+    where = re.sub(r"\.\d+(?=\.|$)", ".*", where)
+    op = node.op
+    if node.op == "add" and node.inputs[0].producer is not None and node.inputs[0].producer.op == "matmul":
+        op = "matmul+bias"
+    return f"{op} at {where}" if where else op
+
+
+def composition(planned, limit: int = 4) -> list[tuple[str, int]]:
+    """What the plan's peak holds: the user-owned bytes by role, then the arena's live bytes at the
+    busiest position by tensor class (largest first, the rest summed), then the arena's slack."""
+    mem = planned.memory
+    parts = []
+    external = {}
+    for spec in planned.graph.inputs:
+        role = {"param": "parameters", "opt_state": "optimizer state", "grad": "gradients"}.get(spec.role, "data")
+        external[role] = external.get(role, 0) + spec.value.type.nbytes
+    owned = external.get("parameters", 0) + external.get("optimizer state", 0)
+    if owned:
+        parts.append(("parameters+optimizer state", owned))
+    t = busiest_position(mem)
+    by_class: dict[str, int] = {}
+    for v, p in mem.values.items():
+        if live_at(p, t):
+            name = "gradients" if p.category == "gradients" else tensor_class(v)
+            by_class[name] = by_class.get(name, 0) + p.nbytes
+    ranked = sorted(by_class.items(), key=lambda kv: -kv[1])
+    parts += ranked[:limit]
+    rest = sum(n for _, n in ranked[limit:]) + sum(n for k, n in external.items()
+                                                    if k not in ("parameters", "optimizer state"))
+    if rest:
+        parts.append(("other", rest))
+    slack = mem.peak_bytes - owned - sum(by_class.values()) - rest
+    if slack > 0:
+        parts.append(("arena fragmentation", slack))
+    return parts
