@@ -618,8 +618,10 @@ def test_gpt_step_attention_reads_its_strided_views_without_copies(monkeypatch):
     problems with exactly those strides, the forward's and the backward's kernels once each."""
     from nova.compiler.explain import plan_training_step
     from nova.compiler.precompile import step_kernels
+    from nova import models
     from nova.models import gpt
-    monkeypatch.setitem(gpt.CONFIGS, "d64", gpt.GPTConfig(vocab_size=64, n_embd=128, n_layer=2, n_head=2, block_size=32))
+    monkeypatch.setitem(models.MODELS, "d64",
+                        (gpt.GPT, gpt.GPTConfig(vocab_size=64, n_embd=128, n_layer=2, n_head=2, block_size=32)))
     planned, _ = plan_training_step("d64", 2, 24)
     program = build(planned, "meta")
     kernels = [k for launch in program.launches for k in launch.kernels if k.attention]
