@@ -6,6 +6,7 @@ import torch
 from nova.kernels.gemm.problem import GemmProblem
 from nova.ir import Graph, TensorType
 from nova.ir import interpreter
+from nova.ir.ops import kind
 from nova.passes import canonicalize, fuse, pipeline
 from nova.passes.examples import linear_bias_gelu, random_inputs, transformer_step
 from nova.passes.reference import run_planned
@@ -184,5 +185,6 @@ def test_training_step_groups():
     assert {tuple(ops_of(gr)) for gr in fused_reductions} == {("gelu_tanh_backward", "sum"), ("add", "sum")}
     for gr in groups:
         assert gr.reason and "\n" not in gr.reason
-        assert gr.kernel == ("nova" if gr.kind == "gemm" else "none" if gr in by_kind["view"] and gr not in copies
-                             else "aten")
+        nova = gr.kind == "gemm" or (gr.kind == "pointwise" and any(kind(n.op) == "pointwise" for n in gr.nodes))
+        assert gr.kernel == ("nova" if nova else "none" if gr in by_kind["view"] and gr not in copies else "aten")
+        assert (gr.problem is not None) == nova           # a Nova pointwise group carries its PointwiseProblem

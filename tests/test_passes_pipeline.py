@@ -33,7 +33,10 @@ def test_format_plan_lists_groups_with_reasons_and_the_memory_breakdown():
     planned = pipeline(transformer_step())
     text = format_plan(planned)
     lines = text.splitlines()
-    assert lines[0].startswith("plan gpt_block_step:") and "15 on Nova kernels" in lines[0]
+    gemms = sum(gr.kind == "gemm" and gr.kernel == "nova" for gr in planned.groups)
+    pointwise = sum(gr.kind == "pointwise" and gr.kernel == "nova" for gr in planned.groups)
+    assert gemms == 15 and pointwise > 0
+    assert lines[0].startswith("plan gpt_block_step:") and f"{gemms + pointwise} on Nova kernels" in lines[0]
     assert "passes: captured 127 -> dce 127 -> cse 120 -> canonicalize" in text
     for gr in planned.groups:
         assert gr.reason in text

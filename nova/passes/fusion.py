@@ -22,6 +22,9 @@ Rules, applied to each node in program order (a node joins a group, or starts on
 * Composites (attention, layer_norm, softmax, losses, cross_entropy, optimizer updates) and
   data-movement ops (concat, gathers, scatter_add) are groups of their own; so is each opaque
   ``aten`` op.
+* A pointwise group runs as one Nova pointwise kernel (``kernel="nova"``, its ``PointwiseProblem``
+  on the group: operands read in place with the layout analysis's strides) when that family
+  computes it (``nova/kernels/pointwise``); else ATen, with the reason.
 * Views are ``view`` groups that launch nothing (``kernel="none"``) unless the layout analysis says
   the result is not a strided view of its input, then one copy (``kernel="aten"``).
 
@@ -72,7 +75,7 @@ class Group:
     inputs: list[Value] = field(default_factory=list)    # read from outside the group (first-read order)
     outputs: list[Value] = field(default_factory=list)   # written to memory: read outside or graph outputs
     epilogue: Epilogue | None = None              # gemm: what the kernel applies to the product
-    problem: GemmProblem | None = None            # nova gemm: the problem the configurator schedules
+    problem: object = None                        # nova kernel: its problem (GemmProblem, PointwiseProblem)
 
     @property
     def fused(self) -> bool:
@@ -391,8 +394,30 @@ def _finish(g: _Open, index, users, outputs, layouts, names) -> Group:
     ins, outs = boundary(nodes, users, outputs)
     group = Group(g.kind, nodes, "", g.kernel, ins, outs,
                   g.epilogue if g.kind == "gemm" else None, g.problem)
+    if g.kind == "pointwise" and any(kind(n.op) == "pointwise" for n in nodes):
+        _classify_pointwise(group, g, layouts)
     group.reason = _reason(group, g, layouts, names)
     return group
+
+
+def _classify_pointwise(group: Group, g: _Open, layouts) -> None:
+    """A pointwise group runs as one Nova pointwise kernel (``nova/kernels/pointwise``) when the family
+    computes it: its ``PointwiseProblem`` (inputs with the strides and offsets the layout analysis
+    gives them) is stored on the group; else it stays on ATen with the reason."""
+    from nova.kernels.pointwise.emit import unsupported
+    from nova.kernels.pointwise.problem import PointwiseProblem, PointwiseProblemError
+    try:
+        problem = PointwiseProblem.from_nodes(group.nodes, group.inputs, group.outputs,
+                                              lambda v: layouts[v].strides, lambda v: layouts[v].offset)
+    except PointwiseProblemError as e:
+        g.why_not_nova = str(e)
+        return
+    why = unsupported(problem)
+    if why:
+        g.why_not_nova = f"no Nova pointwise kernel computes {why}"
+        return
+    group.kernel = "nova"
+    group.problem = problem
 
 
 def format_bytes(n: float) -> str:
@@ -449,15 +474,17 @@ def _reason(group: Group, g: _Open, layouts, names) -> str:
                      f"saves {_count(saved_trips, 'round trip')} ({format_bytes(saved_bytes)})")
         return text + extra
     # pointwise
+    on = "; one Nova pointwise kernel" if group.kernel == "nova" else \
+        (f"; ATen ({g.why_not_nova})" if g.why_not_nova else "")
     if len(group.nodes) == 1:
         out = first.outputs[0]
         if kind(first.op) == "creation":
             return f"{first.op} fill of {out.type}, materialized: its readers are other kernels"
-        return f"{first.op} on {out.type}: no fusible neighbour"
+        return f"{first.op} on {out.type}: no fusible neighbour" + on
     saved_trips, saved_bytes = _savings(group)
     shape_type = group.nodes[-1].outputs[0].type
     return (f"{len(group.nodes)} pointwise ops on {shape_type}: one pass over memory saves "
-            f"{_count(saved_trips, 'round trip')} ({format_bytes(saved_bytes)})" + extra)
+            f"{_count(saved_trips, 'round trip')} ({format_bytes(saved_bytes)})" + extra + on)
 
 
 def _count(n: int, noun: str) -> str:

@@ -1,0 +1,27 @@
+"""Fused pointwise kernels: a fusion group's chain of IR pointwise ops (broadcasting, strided views
+read in place, inlined scalar fills) as one generated kernel, configured in closed form.
+
+    problem.py     PointwiseProblem (shape, operands, SSA program, outputs): from_nodes, from_expression
+    canonical.py   the canonical form (coalesced axes; DAG hash-consing, folding, ordering) + rewrites.py
+    expression.py  the CLI's expression parser
+    schedule.py    PointwiseSchedule, PointwiseConfig
+    derive.py      the configurator (vector width, threads, occupancy, grid, prediction)
+    emit.py        the MLIR builder (host only)
+    compile.py     the family "pointwise" (build, describe) registered with nova.kernels.family
+    launch.py      resolve + bind: the runtime side (no MLIR)
+
+Importing this package imports neither MLIR nor the CUDA driver.
+"""
+from nova.kernels.pointwise.problem import Instr, Operand, PointwiseProblem, PointwiseProblemError
+from nova.kernels.pointwise.schedule import PointwiseConfig, PointwiseSchedule
+
+
+def __getattr__(name):
+    if name == "configure_pointwise":
+        from nova.kernels.pointwise.derive import configure_pointwise
+        return configure_pointwise
+    raise AttributeError(f"module 'nova.kernels.pointwise' has no attribute {name!r}")
+
+
+__all__ = ["PointwiseProblem", "PointwiseProblemError", "Operand", "Instr", "PointwiseSchedule", "PointwiseConfig",
+           "configure_pointwise"]
