@@ -112,7 +112,7 @@ def check_gemm_backends(plan, program) -> None:
     """Nova GEMMs where the planner chose a Nova kernel, torch.matmul only where it chose ATen (a
     batched right operand, say); no scratch (also run on meta programs by the CPU twin)."""
     s = program.stats
-    nova_groups = sum(g.kernel == "nova" for g in plan.groups)
+    nova_groups = sum(g.kind == "gemm" and g.kernel == "nova" for g in plan.groups)
     aten_groups = sum(g.kind == "gemm" and g.kernel != "nova" for g in plan.groups)
     assert (s["nova_gemm_launches"] >= nova_groups) and (s["nova_gemm_launches"] > 0) == (nova_groups > 0), s
     assert s["torch_gemms"] == aten_groups and not s["fallbacks"], s["fallbacks"]

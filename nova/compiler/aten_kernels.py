@@ -54,6 +54,7 @@ class Kernel:
     what: str                    # for describe(): the ATen overload(s) it calls
     copies: int = 0              # copy_ launches after a compute that has no out variant
     attention: tuple | None = None   # Nova attention: (AttentionProblem, roles of the kernels it launches)
+    pointwise: object = None         # Nova pointwise kernel: its PointwiseProblem
 
 
 @dataclass

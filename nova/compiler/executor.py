@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from nova.compiler.aten_kernels import (KernelContext, adamw, build_kernel, can_join_batch,
+from nova.compiler.aten_kernels import (Kernel, KernelContext, adamw, build_kernel, can_join_batch,
                                         torch_dtype, view_of)
 from nova.compiler.gemm_lowering import lower_matmul
 from nova.compiler.plan_view import ExecutorError, PlanView, read_plan
@@ -61,7 +61,8 @@ from nova.ir.ops import opdef
 from nova.passes.fusion import update_batch_key
 from nova.passes.memory import ELEMENTWISE_COMPOSITES
 
-__all__ = ["build", "gemm_problems", "gemm_problem_counts", "attention_kernels", "precompile_commands", "Program", "Launch", "ExecutorError", "BOUND_ROLES"]
+__all__ = ["build", "gemm_problems", "gemm_problem_counts", "attention_kernels", "pointwise_problems",
+           "precompile_commands", "Program", "Launch", "ExecutorError", "BOUND_ROLES"]
 
 ALIGN = 256                                          # byte alignment of slots the executor lays out itself
 BOUND_ROLES = ("param", "grad", "opt_state", "const")  # inputs used in place, by pointer
@@ -239,10 +240,13 @@ class Program:
             else:
                 self.loc[spec.value] = self._take("staged", spec.value)
         in_result = []                       # fused epilogue values: placed once their group's result is
+        in_kernel = {n for group in plan.groups if group.pointwise is not None for n in group.nodes}
         for index, node in enumerate(g.nodes):
             for v in node.outputs:
                 p = plan.placement(v)
-                if v in self.donated:
+                if node in in_kernel and p.kind == "none" and v not in self.donated and node.op not in CREATION:
+                    self.loc[v] = ("kernel",)        # a Nova pointwise kernel's intermediate: registers only
+                elif v in self.donated:
                     self.loc[v] = ("donated", self.donated[v])
                 elif node.op in CREATION:
                     self.loc[v] = self._take("const", v)
@@ -303,6 +307,10 @@ class Program:
         g = self.graph
         order = [n for group in self.plan.groups for n in group.nodes]
         position = {n: i for i, n in enumerate(order)}
+        self._kernel_group = {n: group for group in self.plan.groups if group.pointwise is not None
+                              for n in group.nodes}
+        for n, group in self._kernel_group.items():      # one kernel reads all, then writes: one position
+            position[n] = position[group.nodes[0]]
         end = len(order)
         root = {}
         for spec in g.inputs:
@@ -328,10 +336,11 @@ class Program:
             nbytes = v.type.nbytes if strides is None else _strided_bytes(v.type.shape, strides, v.type.itemsize)
             return offset, offset + nbytes
 
-        def in_place(a, b):         # b written over a by an elementwise node that reads a (or a view of it) last
+        def in_place(a, b):         # b written over a by an elementwise node (or kernel) that reads a last
             n = b.producer
+            readers = self._kernel_group[n].nodes if n in self._kernel_group else [n]
             return n is not None and (opdef(n.op).kind == "pointwise" or n.op in ELEMENTWISE_COMPOSITES) and \
-                any(x is a or root.get(x) is a for x in n.inputs) and span(a) == span(b)
+                any(x is a or root.get(x) is a for r in readers for x in r.inputs) and span(a) == span(b)
 
         values = sorted((v for v in arena if v.type.nbytes), key=lambda v: span(v)[0])
         active = []
@@ -371,7 +380,8 @@ class Program:
                     if root.get(x) is not base:
                         continue
                     q = position[n]
-                    if q < p or (n is producer and x is base and in_place):
+                    same_kernel = n in self._kernel_group and self._kernel_group.get(producer) is self._kernel_group[n]
+                    if q < p or ((n is producer or same_kernel) and x is base and in_place):
                         continue
                     raise ExecutorError(f"{g.name}: the plan donates {names[v]!r} into input {g.inputs[i].name!r}, "
                                         f"written at launch {p} ({producer.op}), but {n.op} reads that input at "
@@ -427,6 +437,8 @@ class Program:
         for index, node in enumerate(g.nodes):
             for v in node.outputs:
                 loc = self.loc[v]
+                if loc[0] == "kernel":
+                    continue
                 if loc[0] == "donated":
                     tensors[v] = tensors[g.inputs[loc[1]].value]
                 elif loc[0] == "alias":
@@ -446,11 +458,15 @@ class Program:
         ctx = KernelContext(self.kind, device)
         g = self.graph
         users = g.users()
+        self._users, self._outputs_set = users, set(g.output_values())
         live_out = set(g.output_values())
         launches = []
         for group in self.plan.groups:
             nodes = [n for n in group.nodes if n.op not in CREATION and not self._free_view(n)]
             kernels, gemms, i = [], [], 0
+            if group.pointwise is not None:
+                kernels.append(self._pointwise_kernel(group, tensors, device))
+                nodes = []
             while i < len(nodes):
                 node = nodes[i]
                 if node.op == "matmul":
@@ -481,6 +497,37 @@ class Program:
             if kernels:
                 launches.append(Launch(group.index, group.kind, list(group.nodes), kernels, gemms))
         return launches, ctx
+
+    def _pointwise_kernel(self, group, tensors, device) -> Kernel:
+        """A Nova pointwise group: its kernel on CUDA (pointers bound now; a meta dry run only records the
+        problem), else its nodes evaluated by their IR reference into temporaries, the outputs copied last
+        (the kernel's semantics: every input read before any output is written)."""
+        from nova.kernels.pointwise.launch import bind, mismatch
+        from nova.passes.fusion import boundary
+        problem = group.pointwise
+        ins, outs = boundary(group.nodes, self._users, self._outputs_set)
+        in_t, out_t = [tensors[v] for v in ins], [tensors[v] for v in outs]
+        why = ""
+        if self.kind == "cuda":
+            why = mismatch(problem, in_t, out_t) if device.type != "meta" else ""
+            if not why:
+                if device.type == "meta":
+                    return Kernel(lambda: None, f"nova pointwise kernel ({problem.describe()})", pointwise=problem)
+                launch = bind(problem, in_t, out_t, self.target)
+                return Kernel(launch, f"nova pointwise kernel ({problem.describe()})", pointwise=problem)
+            self._note(f"group {group.index}: pointwise kernel not used ({why}): IR reference")
+        nodes = list(group.nodes)
+
+        def run():
+            env = dict(zip(ins, in_t))
+            with torch.device(device):
+                for node in nodes:
+                    res = opdef(node.op).reference(torch, *[env[v] for v in node.inputs], **node.attrs)
+                    env.update(zip(node.outputs, res if isinstance(res, (tuple, list)) else (res,)))
+            for v, o in zip(outs, out_t):
+                o.copy_(env[v])
+        return Kernel(run, "IR reference of a Nova pointwise group" + (f" ({why})" if why else "") + " + copy_",
+                      len(outs))
 
     def _note(self, text: str) -> None:
         if text not in self._fallbacks:
@@ -656,6 +703,10 @@ class Program:
         order; each problem carries its operands' strides as the launches see them (the arena views)."""
         return _distinct_attention(self.launches)
 
+    def pointwise_problems(self) -> list:
+        """The distinct Nova pointwise kernels (``PointwiseProblem``) this program launches, in launch order."""
+        return _distinct_pointwise(self.launches)
+
     def _stats(self, launches, ctx) -> dict:
         per_kind = {}
         for launch in launches:
@@ -732,6 +783,10 @@ def _distinct_attention(launches) -> list:
     return list(dict.fromkeys(k.attention for launch in launches for k in launch.kernels if k.attention))
 
 
+def _distinct_pointwise(launches) -> list:
+    return list(dict.fromkeys(k.pointwise for launch in launches for k in launch.kernels if k.pointwise is not None))
+
+
 def _normalize_device(device) -> torch.device:
     d = torch.device(device)
     if d.type == "cuda" and d.index is None:
@@ -762,6 +817,12 @@ def attention_kernels(planned) -> list:
     """Every Nova attention launch (``(AttentionProblem, roles)``, distinct, launch order) a CUDA program
     of ``planned`` makes, with the strides of its operands' arena views, for ``nova precompile``."""
     return Program(planned, "meta").attention_kernels()
+
+
+def pointwise_problems(planned) -> list:
+    """Every Nova pointwise kernel (``PointwiseProblem``, distinct, launch order) a CUDA program of
+    ``planned`` launches, for ``nova precompile``."""
+    return Program(planned, "meta").pointwise_problems()
 
 
 def gemm_problem_counts(planned) -> dict:

@@ -3,7 +3,7 @@
     planned.graph            the optimized graph the groups refer to
     planned.groups           in execution order: ``.kind``, ``.nodes``, ``.reason``, ``.kernel``
                              ("nova": a Nova kernel runs the group; a gemm group with "aten" runs on
-                             torch.matmul)
+                             torch.matmul), ``.problem`` (a Nova pointwise group's ``PointwiseProblem``)
     planned.memory           ``MemoryPlan``: ``.values`` (Value -> ``ValuePlan``), ``.arena_bytes``,
                              ``.peak_bytes``, ``.donations`` [(output index, input index)]
     ValuePlan.kind           "arena" (``.offset``, ``.nbytes``), "alias" (``.alias_of``, ``.view``),
@@ -49,6 +49,7 @@ class GroupView:
     nodes: list
     reason: str = ""
     nova_kernel: bool = True
+    pointwise: object = None             # a Nova pointwise kernel's PointwiseProblem (its nodes: one launch)
 
 
 @dataclass
@@ -102,6 +103,8 @@ def _fused_into(groups, memory, graph) -> dict:
 
     out = {}
     for g in groups:
+        if g.kind == "pointwise":          # a Nova pointwise kernel's intermediates live in its registers
+            continue
         members = set(g.nodes)
         for v in (v for n in g.nodes for v in n.outputs if kind_of(v) == "fused"):
             w = v
@@ -124,7 +127,8 @@ def read_plan(planned) -> PlanView:
         p = _placement(memory.values.get(v))
         if p.kind != "none":
             placements[v] = p
-    views = [GroupView(index, g.kind, list(g.nodes), g.reason or "", not (g.kind == "gemm" and g.kernel != "nova"))
+    views = [GroupView(index, g.kind, list(g.nodes), g.reason or "", not (g.kind == "gemm" and g.kernel != "nova"),
+                       g.problem if g.kind == "pointwise" and g.kernel == "nova" else None)
              for index, g in enumerate(planned.groups)]
     return PlanView(graph, views, placements, memory.arena_bytes, memory.peak_bytes, _donations(memory, graph),
                     _fused_into(planned.groups, memory, graph))
