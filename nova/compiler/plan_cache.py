@@ -29,8 +29,9 @@ import nova
 from nova.fileio import atomic_write, discard_bad_entry
 from nova.ir.hashing import structural_hash
 
-PLAN_ABI = 2            # bump whenever Planned, Graph, Group, MemoryPlan or the passes' output changes meaning
-                        # (2: Group.problem may be a batched GEMM)
+PLAN_ABI = 3            # bump whenever Planned, Graph, Group, MemoryPlan or the passes' output changes meaning
+                        # (2: Group.problem may be a batched GEMM; 3: pointwise groups on Nova kernels with
+                        # their PointwiseProblem, donation and in place across one such kernel)
 MAGIC = b"NOVAPLAN1\n"
 
 _reported: set = set()
