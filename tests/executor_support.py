@@ -157,6 +157,7 @@ def mlp_training_step(B=2, T=4, C=8, H=16, V=12, wd=0.1) -> Case:
     }
     moments = {name: (g.input(p.type, f"{name}.exp_avg", "opt_state"), g.input(p.type, f"{name}.exp_avg_sq", "opt_state"))
                for name, p in params.items()}
+    hyper = g.input(TensorType((5,), "f64"), "hyper", "opt_state")      # lr, beta1, beta2, eps, weight decay
     step = g.input(TensorType((), f32), "step", "opt_state")
     # forward
     xn, mean, rstd = g.op("layer_norm", x, params["ln.weight"], params["ln.bias"], normalized_shape=(C,), eps=1e-5)
@@ -192,8 +193,7 @@ def mlp_training_step(B=2, T=4, C=8, H=16, V=12, wd=0.1) -> Case:
     g.output(dx, "x.grad", "grad")
     for name, p in params.items():
         m, v = moments[name]
-        p1, m1, v1 = g.op("adamw", p, grads[name], m, v, step1, lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-8,
-                          weight_decay=wd)
+        p1, m1, v1 = g.op("adamw", p, grads[name], m, v, step1, hyper, decoupled=True)
         g.output(p1, name, "param", updates=index[p])
         g.output(m1, f"{name}.exp_avg", "opt_state", updates=index[m])
         g.output(v1, f"{name}.exp_avg_sq", "opt_state", updates=index[v])
@@ -205,6 +205,7 @@ def mlp_training_step(B=2, T=4, C=8, H=16, V=12, wd=0.1) -> Case:
                 for name, p in params.items()]
         for name, p in params.items():
             out += [_randn(gen, p.type.shape, device, 0.01), (torch.rand(p.type.shape, generator=gen) * 1e-3).to(device)]
+        out.append(torch.tensor([1e-2, 0.9, 0.999, 1e-8, wd], dtype=torch.float64, device=device))
         out.append(torch.tensor(3.0, device=device))
         return out
     return Case(g, make)
@@ -284,6 +285,7 @@ def memory_ops_step(B=2, T=6, C=8, V=10, Tmax=8) -> Case:
     emb = g.input(TensorType((V, C), "f32"), "emb.weight", "param")
     pos_table = g.input(TensorType((Tmax, C), "f32"), "pos.weight", "param")
     buf = g.input(TensorType((V, C), "f32"), "emb.momentum_buffer", "opt_state")
+    hyper = g.input(TensorType((4,), "f64"), "emb.hyper", "opt_state")    # lr, momentum, dampening, weight decay
     e = g.op("index_select", emb, idx, axis=0)                                         # [B, T, C]
     pos = g.op("iota", length=T, dtype="i64")
     pe = g.op("index_select", pos_table, pos, axis=0)                                  # [T, C]
@@ -304,7 +306,7 @@ def memory_ops_step(B=2, T=6, C=8, V=10, Tmax=8) -> Case:
                 result_types=(((B, len(range(1, T, 2)), C), "f32"),))
     grad_emb = g.op("scatter_add", dsm, idx, axis=0, shape=(V, C))
     index = {spec.value: i for i, spec in enumerate(g.inputs)}
-    emb1, buf1 = g.op("sgd", emb, grad_emb, buf, lr=0.1, momentum=0.9, weight_decay=0.01, nesterov=True)
+    emb1, buf1 = g.op("sgd", emb, grad_emb, hyper, buf, with_momentum=True, nesterov=True)
     for value, name in ((rowsum, "rowsum"), (colmax, "colmax"), (dsm, "dsm"), (wide, "wide"), (picked, "picked"),
                         (csum, "cumsum"), (grad_emb, "emb.grad")):
         g.output(value, name)
@@ -314,7 +316,8 @@ def memory_ops_step(B=2, T=6, C=8, V=10, Tmax=8) -> Case:
     def make(gen, device):
         return [torch.randint(0, V, (B, T), generator=gen).to(device),
                 torch.randint(0, 2 * C, (B, T, 1), generator=gen).to(device),
-                _randn(gen, (V, C), device), _randn(gen, (Tmax, C), device), _randn(gen, (V, C), device, 0.1)]
+                _randn(gen, (V, C), device), _randn(gen, (Tmax, C), device), _randn(gen, (V, C), device, 0.1),
+                torch.tensor([0.1, 0.9, 0.0, 0.01], dtype=torch.float64, device=device)]
     return Case(g, make)
 
 

@@ -67,7 +67,7 @@ def test_eager_cpu_run_writes_a_valid_json(tmp_path):
     assert rec["first_step_s"] > 0 and rec["settle"]["steps"] >= 0
     assert rec["optimizer"] == {"class": "torch.optim.AdamW", "lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8,
                                 "weight_decay": 0.1, "impl_requested": "default", "impl": "forloop",
-                                "param_groups": 1}
+                                "param_groups": 1, "schedule": "constant", "clip_grad_norm": 0.0}
     assert rec["memory"] is None and "clocks" not in rec           # no GPU, no memory or clock figures
 
 
@@ -260,3 +260,30 @@ def test_jax_twin_refuses_an_unmapped_parameter(twin_setup):
     sd["transformer.h.0.extra.weight"] = torch.zeros(3)
     with pytest.raises(KeyError, match="without a twin leaf"):
         tw.params_from_torch(sd, tw.config_from_torch(cfg))
+
+
+def test_a_warmup_cosine_schedule_with_clipping_runs_through_nova_on_cpu(tmp_path):
+    """--schedule warmup-cosine --clip-grad-norm 1.0: eager and nova.compile follow the same schedule
+    (one capture: the learning rate is a program input) and the result records the recipe."""
+    pytest.importorskip("nova.models.gpt")
+    import torch
+    from nova.bench import train
+    sched = train.make_schedule(torch, torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0),
+                                "warmup-cosine", 20)
+    lrs = []
+    for _ in range(25):
+        lrs.append(sched.get_last_lr()[0])
+        sched.optimizer.step()
+        sched.step()
+    assert lrs[0] == pytest.approx(0.5) and lrs[1] == pytest.approx(1.0)            # warmup over 2 steps
+    assert lrs[2] == pytest.approx(1.0) and lrs[20] == pytest.approx(0.1) == lrs[24]  # cosine to 10%, held
+    losses = {}
+    for fw in ("eager", "nova"):
+        argv = ["--framework", fw, "--model", "tiny", "--batch", "2", "--steps", "4", "--warmup", "1",
+                "--settle-s", "0", "--timed", "1", "--repeats", "1", "--device", "cpu", "--out", str(tmp_path),
+                "--schedule", "warmup-cosine", "--clip-grad-norm", "1.0"]
+        assert train.main(argv) == 0
+        rec = json.loads((tmp_path / f"{fw}-tiny-b2.json").read_text())
+        assert rec["optimizer"]["schedule"] == "warmup-cosine" and rec["optimizer"]["clip_grad_norm"] == 1.0
+        losses[fw] = rec["losses"]
+    assert losses["nova"] == pytest.approx(losses["eager"], rel=1e-4)

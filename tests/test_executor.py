@@ -374,15 +374,14 @@ def test_values_without_a_placement_get_scratch():
 
 
 # --------------------------------------------------------------------------- optimizer variants
-@pytest.mark.parametrize("attrs", [
-    dict(op="adamw", lr=1e-2, beta1=0.8, beta2=0.99, eps=1e-6, weight_decay=0.0, maximize=True),
-    dict(op="sgd", lr=0.1),
-    dict(op="sgd", lr=0.1, momentum=0.9, dampening=0.1, weight_decay=0.1, maximize=True),
-    dict(op="sgd", lr=0.1, momentum=0.9, nesterov=True),
-], ids=["adamw-maximize", "sgd", "sgd-momentum", "sgd-first-step"])
-def test_optimizer_variants(attrs):
-    attrs = dict(attrs)
-    op = attrs.pop("op")
+@pytest.mark.parametrize("op, hyper, attrs", [
+    ("adamw", [1e-2, 0.8, 0.99, 1e-6, 0.0], dict(maximize=True, decoupled=True)),
+    ("adamw", [1e-2, 0.8, 0.99, 1e-6, 0.1], dict(decoupled=False)),
+    ("sgd", [0.1, 0.0, 0.0, 0.0], {}),
+    ("sgd", [0.1, 0.9, 0.1, 0.1], dict(with_momentum=True, maximize=True)),
+    ("sgd", [0.1, 0.9, 0.0, 0.0], dict(with_momentum=True, nesterov=True)),
+], ids=["adamw-maximize", "adam-coupled-decay", "sgd", "sgd-momentum", "sgd-first-step"])
+def test_optimizer_variants(op, hyper, attrs):
     g = Graph("opt")
     t = TensorType((5, 7), "f32")
     p = g.input(t, "p", "param")
@@ -390,11 +389,12 @@ def test_optimizer_variants(attrs):
     extra = []
     if op == "adamw":
         extra = [g.input(t, "m", "opt_state"), g.input(t, "v", "opt_state"), g.input(TensorType((), "i64"), "step", "opt_state")]
-    elif attrs.get("momentum") and not attrs.get("nesterov"):
-        extra = [g.input(t, "buf", "opt_state")]
+    extra.append(g.input(TensorType((len(hyper),), "f64"), "hyper", "opt_state"))
+    if attrs.get("with_momentum") and not attrs.get("nesterov"):
+        extra.append(g.input(t, "buf", "opt_state"))
     res = g.op(op, p, grad, *extra, **attrs)
     res = res if isinstance(res, tuple) else (res,)
-    updates = [0, 2, 3] if op == "adamw" else [0, 2 if extra else None]
+    updates = [0, 2, 3] if op == "adamw" else [0, 3 if len(extra) > 1 else None]
     for k, r in enumerate(res):
         g.output(r, f"out{k}", "param" if k == 0 else "opt_state", updates=updates[k])
 
@@ -402,7 +402,8 @@ def test_optimizer_variants(attrs):
         xs = [torch.randn(5, 7, generator=gen) for _ in range(2)]
         if op == "adamw":
             xs += [torch.randn(5, 7, generator=gen) * 0.1, torch.rand(5, 7, generator=gen) * 0.01, torch.tensor(4)]
-        elif extra:
+        xs.append(torch.tensor(hyper, dtype=torch.float64))
+        if len(extra) > 1 and op == "sgd":
             xs.append(torch.randn(5, 7, generator=gen))
         return xs
     case = Case(g, make)

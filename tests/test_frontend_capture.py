@@ -67,14 +67,18 @@ def test_gpt_step_structure(gpt_capture):
     assert ops["nll_loss"] == ops["nll_loss_backward"] == 1
     assert ops["gelu_tanh"] == ops["gelu_tanh_backward"] == model.config.n_layer
     # optimizer state: step, exp_avg, exp_avg_sq per parameter, each updated
-    state = [i for i in g.inputs if i.role == "opt_state"]
+    # and one hyper-parameter vector per parameter group, an input the update reads (never updated)
+    state = [i for i in g.inputs if i.role == "opt_state" and not i.name.endswith(".hyper")]
+    hyper = [i for i in g.inputs if i.name.endswith(".hyper")]
     assert len(state) == 3 * len(list(model.parameters()))
+    assert [i.name for i in hyper] == ["opt.param_groups[0].hyper"] and hyper[0].value.type.shape == (5,)
     steps = [i for i in state if i.name.endswith(".step")]
     assert all(i.value.type.shape == () and i.value.type.dtype == "f32" for i in steps)
     assert sum(o.role == "opt_state" and o.updates is not None for o in g.outputs) == len(state)
-    adamw = next(n for n in g.nodes if n.op == "adamw")
-    assert (adamw.attrs["lr"], adamw.attrs["beta1"], adamw.attrs["beta2"], adamw.attrs["weight_decay"]) == \
-        (1e-3, 0.9, 0.999, 0.01)
+    adamw = [n for n in g.nodes if n.op == "adamw"]
+    assert all(n.attrs == {"decoupled": True} and n.inputs[5] is hyper[0].value for n in adamw)
+    binding = next(b for b in captured.bindings.inputs if b.kind == "hyper")
+    assert binding.fetch([], []).tolist() == [1e-3, 0.9, 0.999, 1e-8, 0.01]
 
 
 def test_llama_step_structure(llama_capture):
@@ -86,7 +90,7 @@ def test_llama_step_structure(llama_capture):
     assert {"sin", "cos"}.isdisjoint(ops)                                # rotary tables are buffers ...
     assert {i.name for i in g.inputs if i.role == "const"} == {"rope_cos", "rope_sin"}   # ... read as inputs
     # first SGD step: the momentum buffer starts as the gradient: outputs only, created on write-back
-    assert not [i for i in g.inputs if i.role == "opt_state"]
+    assert [i.name for i in g.inputs if i.role == "opt_state"] == ["opt.param_groups[0].hyper"]   # lr, momentum, ...
     assert sum(o.role == "opt_state" and o.updates is None for o in g.outputs) == len(list(model.parameters()))
 
 

@@ -8,8 +8,11 @@ One framework per process.  Every framework starts from the same weights (the to
 on the CPU after ``torch.manual_seed(seed)``; the JAX twin copies its ``state_dict``), trains on
 the same synthetic token stream (batch ``i`` is a function of ``(seed, i)`` alone, generated with
 numpy), with TF32 matrix products and the same AdamW (``ADAMW``: lr 3e-4, betas (0.9, 0.95), eps
-1e-8, weight decay 0.1 on every parameter, constant learning rate, no clipping; torch's default
-implementation, foreach on CUDA).
+1e-8, weight decay 0.1 on every parameter; torch's default implementation, foreach on CUDA).  By
+default the learning rate is constant and nothing is clipped; ``--schedule warmup-cosine`` and
+``--clip-grad-norm`` make the PyTorch-based frameworks (eager, torch.compile, Nova) run a real
+script's loop: a ``LambdaLR`` stepped after every step, ``clip_grad_norm_`` inside it (JAX keeps the
+constant schedule and says so in its result).
 
 What a run measures, in order:
 1. first step: wall time of step 0 to completion (compilation included);
@@ -327,12 +330,19 @@ def run_torch(args, cfg, tokens: np.ndarray, log) -> dict:
         res["compile"] = {"scope": "model (torch.compile(model); backward by AOTAutograd, optimizer eager)",
                           "mode": args.compile_mode}
 
+    clip = args.clip_grad_norm
+
     def train_step(x, y):
         loss = torch_loss(fwd, x, y)
         loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
         return loss.detach()
+
+    scheduler = make_schedule(torch, opt, args.schedule, args.steps)
+    res["optimizer"].update(schedule=args.schedule, clip_grad_norm=clip)
 
     step = compiled = train_step
     if nova_compile is not None:
@@ -350,7 +360,10 @@ def run_torch(args, cfg, tokens: np.ndarray, log) -> dict:
     res["setup_s"] = time.perf_counter() - t_setup
 
     def run_step(i):
-        return step(idx[i], tgt[i])
+        loss = step(idx[i], tgt[i])
+        if scheduler is not None:
+            scheduler.step()
+        return loss
 
     def sync():
         if cuda:
@@ -399,6 +412,25 @@ def run_torch(args, cfg, tokens: np.ndarray, log) -> dict:
     else:
         res["memory"] = None
     return res
+
+
+SCHEDULES = ("constant", "warmup-cosine")
+
+
+def make_schedule(torch, opt, name: str, steps: int):
+    """The learning-rate schedule of a run, stepped after every optimizer step: ``constant`` (none)
+    or ``warmup-cosine`` (linear warmup over the first 10% of ``steps``, then cosine decay to 10% of
+    the peak at ``steps``, held there), the usual GPT recipe, as a ``LambdaLR``."""
+    if name == "constant":
+        return None
+    warmup = max(1, steps // 10)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, steps - warmup))
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+    return torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
 def _default_adamw_impl(torch, model, cuda: bool) -> str:
@@ -472,7 +504,9 @@ def run_jax(args, cfg, state_dict: dict, tokens: np.ndarray, log) -> dict:
     opt = tw.make_optimizer(ADAMW["lr"], ADAMW["betas"], ADAMW["eps"], ADAMW["weight_decay"])
     opt_state = jax.jit(opt.init)(params)
     res["optimizer"] = {"class": "optax.adamw", **ADAMW, "impl": "optax (XLA-fused in the jitted step)",
-                        "param_groups": 1}
+                        "param_groups": 1, "schedule": "constant", "clip_grad_norm": 0.0}
+    if args.schedule != "constant" or args.clip_grad_norm:
+        log("jax: --schedule and --clip-grad-norm apply to the PyTorch-based frameworks; JAX runs the constant recipe")
     # one device array per batch (indexing one big array would dispatch a slice op per step)
     idx = [jax.device_put(np.ascontiguousarray(b[:, :-1], dtype=np.int32), dev) for b in tokens]
     tgt = [jax.device_put(np.ascontiguousarray(b[:, 1:], dtype=np.int32), dev) for b in tokens]
@@ -611,7 +645,8 @@ def _child_argv(args, framework: str) -> list[str]:
             "--batch", str(args.batch), "--steps", str(args.steps), "--warmup", str(args.warmup),
             "--timed", str(args.timed), "--repeats", str(args.repeats), "--settle-s", str(args.settle_s),
             "--seed", str(args.seed), "--device", args.device, "--out", str(args.out),
-            "--compile-mode", args.compile_mode, "--adamw-impl", args.adamw_impl]
+            "--compile-mode", args.compile_mode, "--adamw-impl", args.adamw_impl, "--schedule", args.schedule,
+            "--clip-grad-norm", str(args.clip_grad_norm)]
     if args.seq is not None:
         argv += ["--seq", str(args.seq)]
     return argv
@@ -673,6 +708,11 @@ def parser(prog: str = "python3 -m nova.bench.train") -> argparse.ArgumentParser
                     help="torch.compile mode for --framework compile (default, reduce-overhead, max-autotune, ...)")
     ap.add_argument("--adamw-impl", choices=("default", "foreach", "fused", "forloop"), default="default",
                     help="torch AdamW implementation (default: torch's choice, foreach on CUDA)")
+    ap.add_argument("--schedule", choices=SCHEDULES, default="constant",
+                    help="learning-rate schedule of the PyTorch-based frameworks, stepped after every step: "
+                         "warmup-cosine = 10%% linear warmup then cosine decay over --steps (default: %(default)s)")
+    ap.add_argument("--clip-grad-norm", type=float, default=0.0,
+                    help="clip_grad_norm_ to this norm inside the step, before the optimizer (0: off)")
     ap.add_argument("--timeout", type=int, default=300, help="with --all: seconds per framework before it is killed")
     ap.add_argument("--no-report", action="store_true", help="with --all: skip the summary")
     g.add_argument("--export-init", metavar="NPZ", help=argparse.SUPPRESS)   # internal: the JAX run's weights

@@ -602,13 +602,14 @@ def can_join_batch(batch_ins, batch_outs, ins, outs) -> bool:
 
 
 def adamw(nodes, ins_list, outs_list, ctx) -> Kernel:
-    """One foreach AdamW update of ``nodes`` (same hyper-parameters), in place on their outputs; an
-    output that is not its input's storage (not donated) is first copied from it.  The bias
-    corrections come from the step tensors on the device: one shared tensor, or one per parameter
-    (stacked into a vector, each parameter dividing by its own 0-d entries)."""
+    """One foreach AdamW/Adam update of ``nodes`` (same attributes, one hyper-parameter vector), in
+    place on their outputs; an output that is not its input's storage (not donated) is first copied
+    from it.  Every scalar comes from the device at run time: the hyper-parameter vector (a
+    learning-rate schedule changes it between replays of the same CUDA graph) and the step tensors
+    (one shared tensor, or one per parameter, stacked into a vector)."""
     a = nodes[0].attrs
-    lr, beta1, beta2 = float(a["lr"]), float(a["beta1"]), float(a["beta2"])
-    eps, wd, maximize = float(a["eps"]), float(a["weight_decay"]), bool(a.get("maximize", False))
+    decoupled, maximize = bool(a.get("decoupled", True)), bool(a.get("maximize", False))
+    hyper = ins_list[0][5]
     steps = [ins[4] for ins in ins_list]
     shared_step = all(t is steps[0] for t in steps)
     params = [outs[0] for outs in outs_list]
@@ -617,6 +618,56 @@ def adamw(nodes, ins_list, outs_list, ctx) -> Kernel:
     exp_avg_sqs = [outs[2] for outs in outs_list]
     pre_copies = [(o, i) for ins, outs in zip(ins_list, outs_list)
                   for o, i in ((outs[0], ins[0]), (outs[1], ins[2]), (outs[2], ins[3])) if o is not i]
+    chunks = _foreach_chunks(params)
+    mul_, div_, add_ = _foreach_scalar("mul"), _foreach_scalar("div"), _foreach_scalar("add")
+    low = (torch.float32, torch.bfloat16, torch.float16)
+    scalar_dtype = torch.float32 if params[0].dtype in low else params[0].dtype
+
+    def run():
+        for o, i in pre_copies:
+            o.copy_(i)
+        lr, beta1, beta2, eps, wd = hyper.unbind(0)                 # f64, like the reference's Python math
+        t = (steps[0] if shared_step else torch.stack(steps)).to(torch.float64)
+        neg_step_size = (-lr / (1 - torch.pow(beta1, t))).to(scalar_dtype)
+        bias_correction2_sqrt = torch.sqrt(1 - torch.pow(beta2, t)).to(scalar_dtype)
+        decay = (1 - lr * wd).to(scalar_dtype)
+        h = hyper.to(scalar_dtype)                                  # one cast: the betas, eps, wd as views
+        beta1_s, beta2_s, eps_s, wd_s = h.unbind(0)[1:]
+        one_minus_beta1, one_minus_beta2 = (1 - h[1:3]).unbind(0)
+        for idx in chunks:
+            P = [params[j] for j in idx]
+            M = [exp_avgs[j] for j in idx]
+            V = [exp_avg_sqs[j] for j in idx]
+            G = [grads[j] for j in idx]
+            if maximize:
+                G = torch._foreach_neg(G)
+            if decoupled:
+                mul_(P, decay)
+            else:
+                G = torch._foreach_add(G, torch._foreach_mul(P, wd_s))
+            # m = lerp(m, g, 1 - beta1) = m * beta1 + g * (1 - beta1)
+            mul_(M, beta1_s)
+            torch._foreach_add_(M, torch._foreach_mul(G, one_minus_beta1))
+            mul_(V, beta2_s)
+            torch._foreach_addcmul_(V, torch._foreach_mul(G, one_minus_beta2), G)
+            # param -= step_size * m / (sqrt(v) / bc2_sqrt + eps)   (lr = 0 is a no-op, not 0/0)
+            D = torch._foreach_sqrt(V)
+            if shared_step:
+                div_(D, bias_correction2_sqrt)
+                U = torch._foreach_mul(M, neg_step_size)
+            else:
+                torch._foreach_div_(D, [bias_correction2_sqrt[j] for j in idx])
+                U = torch._foreach_mul(M, [neg_step_size[j] for j in idx])
+            add_(D, eps_s)
+            torch._foreach_addcdiv_(P, U, D)
+    what = f"{'adamw' if decoupled else 'adam'} x{len(nodes)}: aten._foreach_mul_/add_/addcmul_/sqrt/div_/addcdiv_ " \
+           f"({len(chunks)} batch{'es' if len(chunks) != 1 else ''}), hyper-parameters and bias corrections from " \
+           f"the device"
+    return Kernel(run, what + (f" + copy_ x{len(pre_copies)} (not donated)" if pre_copies else ""), len(pre_copies))
+
+
+def _foreach_chunks(params) -> list[list[int]]:
+    """Indices of ``params`` in batches of at most ``FOREACH_CHUNK_BYTES`` (a batch's temporaries)."""
     chunks, current, size = [], [], 0
     for j, p in enumerate(params):
         nbytes = p.numel() * p.element_size()
@@ -627,54 +678,18 @@ def adamw(nodes, ins_list, outs_list, ctx) -> Kernel:
         size += nbytes
     if current:
         chunks.append(current)
-    div_, add_ = _foreach_scalar("div"), _foreach_scalar("add")
-    low = (torch.float32, torch.bfloat16, torch.float16)
-    scalar_dtype = torch.float32 if params[0].dtype in low else params[0].dtype
-
-    def run():
-        for o, i in pre_copies:
-            o.copy_(i)
-        # bias corrections on the device from the step tensor (float64 like the reference's Python math)
-        t = (steps[0] if shared_step else torch.stack(steps)).to(torch.float64)
-        neg_step_size = -lr / (1 - torch.pow(beta1, t))
-        denom_scale = (torch.sqrt(1 - torch.pow(beta2, t)) * neg_step_size).to(scalar_dtype)
-        denom_shift = (eps / neg_step_size).to(scalar_dtype)
-        for idx in chunks:
-            P = [params[j] for j in idx]
-            M = [exp_avgs[j] for j in idx]
-            V = [exp_avg_sqs[j] for j in idx]
-            G = [grads[j] for j in idx]
-            if maximize:
-                G = torch._foreach_neg(G)
-            if wd:
-                torch._foreach_mul_(P, 1 - lr * wd)
-            torch._foreach_lerp_(M, G, 1 - beta1)
-            torch._foreach_mul_(V, beta2)
-            torch._foreach_addcmul_(V, G, G, 1 - beta2)
-            # (sqrt(v) / bc2_sqrt + eps) / (-step_size): param += m / that  ==  param -= step_size * m / denom
-            D = torch._foreach_sqrt(V)
-            if shared_step:
-                div_(D, denom_scale)
-                add_(D, denom_shift)
-            else:
-                torch._foreach_div_(D, [denom_scale[j] for j in idx])
-                torch._foreach_add_(D, [denom_shift[j] for j in idx])
-            torch._foreach_addcdiv_(P, M, D)
-    what = f"adamw x{len(nodes)}: aten._foreach_lerp_/mul_/addcmul_/sqrt/div_/add_/addcdiv_ " \
-           f"({len(chunks)} batch{'es' if len(chunks) != 1 else ''}), bias corrections from the step " \
-           f"{'tensor' if shared_step else 'tensors'}"
-    return Kernel(run, what + (f" + copy_ x{len(pre_copies)} (not donated)" if pre_copies else ""), len(pre_copies))
+    return chunks
 
 
 def sgd(node, ins, outs, ctx) -> Kernel:
+    """torch.optim.SGD's update in place on the outputs, its scalars read from the hyper-parameter
+    vector on the device at run time."""
     a = node.attrs
-    lr, momentum = float(a["lr"]), float(a.get("momentum", 0.0))
-    dampening, wd = float(a.get("dampening", 0.0)), float(a.get("weight_decay", 0.0))
-    nesterov, maximize = bool(a.get("nesterov", False)), bool(a.get("maximize", False))
-    param, grad = ins[0], ins[1]
-    buf_in = ins[2] if len(ins) > 2 else None
+    with_momentum, nesterov, maximize = (bool(a.get(k, False)) for k in ("with_momentum", "nesterov", "maximize"))
+    param, grad, hyper = ins[0], ins[1], ins[2]
+    buf_in = ins[3] if len(ins) > 3 else None
     param_out = outs[0]
-    buf_out = outs[1] if momentum else None
+    buf_out = outs[1] if with_momentum else None
     pre_copies = [(param_out, param)] if param_out is not param else []
     if buf_in is not None and buf_out is not None and buf_out is not buf_in:
         pre_copies.append((buf_out, buf_in))
@@ -682,18 +697,18 @@ def sgd(node, ins, outs, ctx) -> Kernel:
     def run():
         for o, i in pre_copies:
             o.copy_(i)
+        lr, momentum, dampening, wd = (x.to(param_out.dtype) for x in hyper.unbind(0))
         g = -grad if maximize else grad
-        if wd:
-            g = g + wd * param_out
-        if momentum:
+        g = g + wd * param_out
+        if with_momentum:
             if buf_in is None:
                 buf_out.copy_(g)
             else:
-                buf_out.mul_(momentum).add_(g, alpha=1 - dampening)
-            g = g.add(buf_out, alpha=momentum) if nesterov else buf_out
-        param_out.add_(g, alpha=-lr)
-    return Kernel(run, "sgd: in-place aten.add_/mul_" + (f" + copy_ x{len(pre_copies)}" if pre_copies else ""),
-                  len(pre_copies))
+                buf_out.mul_(momentum).add_(g * (1 - dampening))
+            g = g + momentum * buf_out if nesterov else buf_out
+        param_out.sub_(lr * g)
+    return Kernel(run, "sgd: in-place aten.add_/mul_, scalars from the device" +
+                  (f" + copy_ x{len(pre_copies)}" if pre_copies else ""), len(pre_copies))
 
 
 # =============================================================== the table

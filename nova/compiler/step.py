@@ -22,8 +22,10 @@ a second process captures, hashes, loads the plan and builds the program without
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -34,6 +36,12 @@ from torch.utils import _pytree as pytree
 from nova.frontend import Captured, capture, discover, guard_key
 
 BACKENDS = ("auto", "reference", "executor")
+WARN_AFTER = 3          # recaptures in a row caused by one Python value before nova.compile warns about it
+
+
+class NovaRecaptureWarning(UserWarning):
+    """A Python value the step reads changes between calls (each change recaptures), or the step
+    changes a Python value itself (a compiled step does not replay that)."""
 
 
 @dataclass
@@ -177,16 +185,20 @@ class CompiledStep:
         self._cache: OrderedDict = OrderedDict()
         self._last_key = None
         self._last: Entry | None = None
+        self._side_effects: set[str] = set()       # Python values the step changes itself (not guarded)
+        self._changing: dict[str, int] = {}        # Python value -> consecutive recaptures it caused
+        self._warned: set[str] = set()
         functools.update_wrapper(self, fn, updated=())
 
     # ------------------------------------------------------------------ the call
     def __call__(self, *args, **kwargs):
         self.stats.calls += 1
         found = discover(self.fn, self.models, self.optimizers)
-        key = guard_key(found, args, kwargs)
+        key = self._key(found, args, kwargs)
         entry = self._cache.get(key)
         if entry is None:
             entry = self._compile(found, key, args, kwargs)
+            key = self._last_key
         else:
             self.stats.cache_hits += 1
             self._cache.move_to_end(key)
@@ -199,11 +211,21 @@ class CompiledStep:
         return bindings.scatter(outputs, flat_args, pending, result_device=entry.device,
                                 outputs_alias_engine=getattr(entry.engine, "outputs_alias_engine", True))
 
+    def _key(self, found, args, kwargs):
+        """The guard key, without the Python values the step itself changes (its side effects)."""
+        key = guard_key(found, args, kwargs, self.fn)
+        if self._side_effects:
+            key = dataclasses.replace(key, python_values=tuple(
+                (path, v) for path, v in key.python_values if path not in self._side_effects))
+        return key
+
     def _compile(self, found, key, args, kwargs) -> Entry:
         reason = key.describe_change(self._last_key)
+        self._warn_if_changing_every_call(key)
         t0 = time.perf_counter()
         captured = capture(self.fn, args, kwargs, found=found)
         t1 = time.perf_counter()
+        key = self._note_side_effects(found, key, args, kwargs)
         device = _device_of(found, args, kwargs)
         engine = self._build_engine(captured.graph, device)
         t2 = time.perf_counter()
@@ -214,10 +236,44 @@ class CompiledStep:
         s.last_recapture_reason = reason
         s.history.append((reason, t1 - t0))
         entry = Entry(captured, engine, device)
+        self._last_key = key
         self._cache[key] = entry
         while len(self._cache) > self.max_entries:
             self._cache.popitem(last=False)
         return entry
+
+    def _note_side_effects(self, found, key, args, kwargs):
+        """Python values the capture itself changed (``self.calls += 1`` in the step): a compiled
+        step replays only tensor work, so such a change happens once, at capture.  Warn once, and
+        leave them out of the guard (else every call would recapture)."""
+        from nova.frontend import python_values
+        after = guard_key(found, args, kwargs, self.fn).python_values
+        changed = [p for p in python_values.changed_paths(after, key.python_values) if p not in self._side_effects]
+        if not changed:
+            return key
+        self._side_effects.update(changed)
+        warnings.warn(f"nova.compile: the step changes the Python value{'s' if len(changed) > 1 else ''} "
+                      f"{', '.join(changed[:3])}{' ...' if len(changed) > 3 else ''} itself; a compiled step replays "
+                      f"only its tensor work, so this happened once, at capture (keep such state in a tensor, or "
+                      f"update it outside the compiled function)", NovaRecaptureWarning, stacklevel=4)
+        return dataclasses.replace(key, python_values=tuple(
+            (p, v) for p, v in key.python_values if p not in self._side_effects))
+
+    def _warn_if_changing_every_call(self, key) -> None:
+        """A guarded Python value that caused the last ``WARN_AFTER`` captures in a row changes on
+        (nearly) every call: say so once, naming it and the fix."""
+        from nova.frontend import python_values
+        if self._last_key is None:
+            return
+        paths = python_values.changed_paths(key.python_values, self._last_key.python_values)
+        self._changing = {p: self._changing.get(p, 0) + 1 for p in paths}
+        for path, count in self._changing.items():
+            if count >= WARN_AFTER and path not in self._warned:
+                self._warned.add(path)
+                warnings.warn(f"nova.compile: {path} changed on each of the last {count} captures; every change "
+                              f"recaptures the step (a captured step bakes Python numbers in as constants). Hold it "
+                              f"in a tensor (a module buffer or a 0-d tensor argument) so it becomes a program "
+                              f"input", NovaRecaptureWarning, stacklevel=4)
 
     def _build_engine(self, graph, device: torch.device):
         """The hook where a planned program replaces the reference interpreter.  Contract:

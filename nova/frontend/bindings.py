@@ -25,7 +25,9 @@ from nova.frontend.optim import StateInit
 
 @dataclass(eq=False)
 class InputBinding:
-    """One graph input: ``kind`` is param | buffer | grad | opt_state | data | const."""
+    """One graph input: ``kind`` is param | buffer | grad | opt_state | hyper | data | const
+    (``hyper``: an optimizer parameter group's hyper-parameters, read from ``param_groups`` on
+    every call as a CPU f64 vector)."""
     kind: str
     name: str
     tensor: Any = None                 # param/buffer: the object; grad/opt_state: the parameter; const: the tensor
@@ -33,6 +35,8 @@ class InputBinding:
     key: str = ""                      # opt_state: the state entry ("exp_avg", "step", ...)
     arg_index: int = -1                # data: position among the flattened (args, kwargs) leaves
     init: StateInit | None = None      # opt_state missing at capture: how eager creates it
+    group_index: int = -1              # hyper: the parameter group
+    handler: Any = None                # hyper: the optimizer's handler (nova.frontend.optim)
 
     def fetch(self, flat_args, pending: list) -> torch.Tensor:
         if self.kind in ("param", "buffer", "const"):
@@ -41,6 +45,8 @@ class InputBinding:
             return self.tensor.grad
         if self.kind == "data":
             return flat_args[self.arg_index]
+        if self.kind == "hyper":
+            return self.handler.hyper_tensor(self.optimizer, self.optimizer.param_groups[self.group_index])
         state = self.optimizer.state.get(self.tensor)
         value = state.get(self.key) if state else None
         if value is None:

@@ -40,8 +40,8 @@ from nova.frontend.optim import TraceContext, handler_for
 from nova.frontend.origin import OriginTracker, traceback_location
 from nova.ir import Graph, Value, verify
 
-_ROLES = {"param": "param", "buffer": "const", "grad": "grad", "opt_state": "opt_state", "data": "data",
-          "const": "const"}
+_ROLES = {"param": "param", "buffer": "const", "grad": "grad", "opt_state": "opt_state", "hyper": "opt_state",
+          "data": "data", "const": "const"}
 
 
 @dataclass
@@ -126,6 +126,8 @@ def _plan_inputs(found: Discovered, flat_args, arg_names) -> list[InputBinding]:
     for oname, opt in found.optimizers:
         handler = handler_for(opt, oname)
         for gi, group in enumerate(opt.param_groups):
+            slots.append(InputBinding("hyper", f"{oname}.param_groups[{gi}].hyper", optimizer=opt, group_index=gi,
+                                      handler=handler))
             for p in group["params"]:
                 state = opt.state.get(p, {})
                 for key, init in handler.state_inputs(opt, group, p):
@@ -148,6 +150,8 @@ def _example(slot: InputBinding, flat_args) -> torch.Tensor:
         return slot.tensor.grad
     if slot.kind == "data":
         return flat_args[slot.arg_index]
+    if slot.kind == "hyper":
+        return slot.fetch(flat_args, [])
     state = slot.optimizer.state.get(slot.tensor, {})
     if slot.key in state:
         value = state[slot.key]
@@ -205,8 +209,7 @@ def _swapped_tensors(found: Discovered, replacements: dict[int, torch.Tensor]):
 class _Trace(TraceContext):
     def __init__(self, tracker: OriginTracker, found: Discovered):
         self.tracker = tracker
-        self.hypers = {id(opt): [handler_for(opt, name).read_hyper(opt, g) for g in opt.param_groups]
-                       for name, opt in found.optimizers}
+        self.hypers: dict[tuple[int, int], torch.Tensor] = {}     # (id(opt), group index) -> traced input
         self.opt_names = {id(opt): name for name, opt in found.optimizers}
         self.leaves: dict[int, torch.Tensor] = {}
         self.states: dict[tuple[int, int], dict] = {}     # (id(opt), id(p)) -> key -> traced tensor
@@ -216,8 +219,8 @@ class _Trace(TraceContext):
     def leaf(self, param):
         return self.leaves[id(param)]
 
-    def hyper(self, opt):
-        return self.hypers[id(opt)]
+    def hyper(self, opt, group_index):
+        return self.hypers[(id(opt), group_index)]
 
     def state(self, opt, param):
         key = (id(opt), id(param))
@@ -308,7 +311,7 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
     kwargs = dict(kwargs or {})
     found = found or discover(fn, models, optimizers)
     _check_supported(found)
-    guards = guard_key(found, args, kwargs)
+    guards = guard_key(found, args, kwargs, fn)
     flat_args, args_spec = pytree.tree_flatten((tuple(args), kwargs))
     arg_names = _arg_names(fn, args, kwargs, len(flat_args))
     slots = _plan_inputs(found, flat_args, arg_names)
@@ -336,6 +339,8 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
                 trace.leaves[id(slot.tensor)].grad = t
             elif slot.kind == "opt_state":
                 trace.state(slot.optimizer, slot.tensor)[slot.key] = t
+            elif slot.kind == "hyper":
+                trace.hypers[(id(slot.optimizer), slot.group_index)] = t
             elif slot.kind == "data":
                 args_leaves[slot.arg_index] = t
         user_args, user_kwargs = pytree.tree_unflatten(args_leaves, args_spec)

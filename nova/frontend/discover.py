@@ -20,6 +20,7 @@ class Discovered:
     as (name, optimizer), each without duplicates, in the order found."""
     models: list[tuple[str, torch.nn.Module]] = field(default_factory=list)
     optimizers: list[tuple[str, torch.optim.Optimizer]] = field(default_factory=list)
+    functions: list = field(default_factory=list)      # the user's helper functions the step calls
 
     def add(self, name: str, obj) -> None:
         if isinstance(obj, torch.nn.Module):
@@ -86,6 +87,8 @@ def _discover_into(found: Discovered, fn, models, optimizers, depth: int, seen: 
         # a helper function of the user's that the step calls: look into it too (not into libraries)
         if isinstance(value, types.FunctionType) and depth < _MAX_DEPTH \
                 and not (getattr(value, "__module__", "") or "").startswith(("torch", "nova.frontend", "nova.compiler")):
+            if all(f is not value for f in found.functions):
+                found.functions.append(value)
             _discover_into(found, value, None, None, depth + 1, seen)
 
 

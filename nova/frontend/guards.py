@@ -3,8 +3,10 @@
 ``GuardKey`` is a hashable snapshot of everything the captured graph depends on: the inputs'
 shapes/dtypes/devices (and non-tensor arguments' values), grad mode, each model's parameters and
 buffers (identity, shape, dtype, device, ``requires_grad``, whether ``.grad`` is set), module
-training flags and hook counts, each optimizer's class, hyper-parameters, parameter groups and
-state structure.  ``nova.compile`` keys its cache on it; ``describe_change`` says in one line which
+training flags and hook counts, each optimizer's class, the settings of its parameter groups that
+change the program (not the numbers lifted to its hyper-parameter input: lr, betas, eps, weight
+decay, momentum, dampening), parameter groups and state structure, and every plain Python value
+the step may read (``python_values``: module attributes, globals, closure cells, config entries).  ``nova.compile`` keys its cache on it; ``describe_change`` says in one line which
 part changed (for ``CompiledStep.stats``).
 """
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch.utils import _pytree as pytree
 
+from nova.frontend import python_values
 from nova.frontend.optim import handler_for, hyper_parameters, tensor_signature
 
 
@@ -24,21 +27,28 @@ class GuardKey:
     grad_enabled: bool
     models: tuple
     optimizers: tuple
+    python_values: tuple = ()
 
     def describe_change(self, other: "GuardKey | None") -> str:
-        """One line: which part differs from ``other`` (the previous call's key)."""
+        """One line: what differs from ``other`` (the previous call's key), every part that changed."""
         if other is None:
             return "first call"
+        reasons = []
         for f in fields(self):
             mine, theirs = getattr(self, f.name), getattr(other, f.name)
-            if mine != theirs:
-                if f.name == "optimizers":
-                    return _optimizer_change(mine, theirs)
-                return {"inputs": "input shapes, dtypes or values changed",
-                        "treespec": "the arguments' structure changed",
-                        "grad_enabled": "grad mode changed",
-                        "models": "a model changed (parameters, buffers, grads, training mode or hooks)"}[f.name]
-        return "no change"
+            if mine == theirs:
+                continue
+            if f.name == "optimizers":
+                reasons.append(_optimizer_change(mine, theirs))
+            elif f.name == "models":
+                reasons.append(_model_change(mine, theirs))
+            elif f.name == "python_values":
+                reasons.append(python_values.describe_change(mine, theirs))
+            else:
+                reasons.append({"inputs": "input shapes, dtypes or values changed",
+                                "treespec": "the arguments' structure changed",
+                                "grad_enabled": "grad mode changed"}[f.name])
+        return "; ".join(reasons) or "no change"
 
 
 def arg_signature(leaf) -> tuple:
@@ -80,7 +90,7 @@ def optimizer_signature(name: str, opt: torch.optim.Optimizer) -> tuple:
     return (name, id(opt), type(opt).__name__, hyper_parameters(opt), tuple(groups), hooks)
 
 
-def guard_key(found, args, kwargs) -> GuardKey:
+def guard_key(found, args, kwargs, fn=None) -> GuardKey:
     leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
     return GuardKey(
         inputs=tuple(arg_signature(x) for x in leaves),
@@ -88,7 +98,42 @@ def guard_key(found, args, kwargs) -> GuardKey:
         grad_enabled=torch.is_grad_enabled(),
         models=tuple(model_signature(n, m) for n, m in found.models),
         optimizers=tuple(optimizer_signature(n, o) for n, o in found.optimizers),
+        python_values=python_values.snapshot(fn, found, found.functions) if fn is not None else (),
     )
+
+
+def _model_change(mine: tuple, theirs: tuple) -> str:
+    """Which model changed and how: replaced, parameters or buffers added/removed/replaced, a
+    gradient created or dropped, training mode, hooks."""
+    if len(mine) != len(theirs) or any(a[0] != b[0] for a, b in zip(mine, theirs)):
+        return "the set of models changed"
+    for a, b in zip(mine, theirs):
+        name = a[0]
+        if a[1] != b[1]:
+            return f"model {name} was replaced"
+        if a[2] != b[2]:
+            old, new = {p[0]: p for p in b[2]}, {p[0]: p for p in a[2]}
+            added, removed = sorted(new.keys() - old.keys()), sorted(old.keys() - new.keys())
+            if added or removed:
+                return f"model {name}: parameters " + ", ".join([f"{p} added" for p in added] +
+                                                                [f"{p} removed" for p in removed])
+            for p, now in new.items():
+                before = old[p]
+                if now[1] != before[1]:
+                    return f"model {name}: parameter {p} was replaced"
+                if now[2:6] != before[2:6]:
+                    return f"model {name}: parameter {p} changed shape, dtype, device or requires_grad"
+                if (now[6] is None) != (before[6] is None):
+                    return f"model {name}: {p}.grad {'created' if now[6] is not None else 'set to None'}"
+                if now[6] != before[6]:
+                    return f"model {name}: {p}.grad changed shape, dtype or device"
+        if a[3] != b[3]:
+            return f"model {name}: buffers changed"
+        if a[4] != b[4]:
+            return f"model {name}: training mode changed (train()/eval())"
+        if a[5] != b[5]:
+            return f"model {name}: hooks changed"
+    return "a model changed"
 
 
 def _optimizer_change(mine: tuple, theirs: tuple) -> str:
@@ -97,6 +142,8 @@ def _optimizer_change(mine: tuple, theirs: tuple) -> str:
     for a, b in zip(mine, theirs):
         if a[1:3] != b[1:3]:
             return f"optimizer {a[0]} was replaced"
+        if len(a[4]) != len(b[4]):
+            return f"optimizer {a[0]}: parameter groups {len(b[4])} -> {len(a[4])} (add_param_group)"
         if a[3] != b[3]:
             changes = []
             for i, (ga, gb) in enumerate(zip(a[3], b[3])):

@@ -1029,35 +1029,24 @@ def _nova_ops():
     ops = torch.ops.nova
 
     @lowers(ops.adamw.default)
-    def _adamw(ctx, params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps, weight_decay, decoupled,
-               maximize):
-        """Per parameter: step + 1, Adam's coupled decay folded into the gradient, the IR adamw."""
+    def _adamw(ctx, params, grads, exp_avgs, exp_avg_sqs, steps, hyper, decoupled, maximize):
+        """Per parameter: step + 1, then the IR adamw reading the group's ``hyper`` input."""
         outs = ([], [], [], [])
+        attrs = {"decoupled": bool(decoupled)} | ({"maximize": True} if maximize else {})
         for p, g, m, v, t in zip(params, grads, exp_avgs, exp_avg_sqs, steps):
             step = ctx.op("add", t, ctx.const(1, t.dtype))
-            if weight_decay != 0 and not decoupled:
-                g, wd, mx = ctx.binary("add", ctx.op("neg", g) if maximize else g,
-                                       ctx.binary("mul", p, weight_decay)), 0.0, False
-            else:
-                wd, mx = weight_decay, maximize
-            attrs = dict(lr=float(lr), beta1=float(beta1), beta2=float(beta2), eps=float(eps), weight_decay=float(wd))
-            if mx:
-                attrs["maximize"] = True
-            new = ctx.op("adamw", p, g, m, v, step, **attrs) + (step,)
+            new = ctx.op("adamw", p, g, m, v, step, hyper, **attrs) + (step,)
             for out, x in zip(outs, new):
                 out.append(x)
         return tuple(x for out in outs for x in out)
 
     @lowers(ops.sgd.default)
-    def _sgd(ctx, params, grads, buffers, lr, momentum, dampening, weight_decay, nesterov, maximize):
-        attrs = dict(lr=float(lr), weight_decay=float(weight_decay))
-        if momentum:
-            attrs.update(momentum=float(momentum), dampening=float(dampening), nesterov=bool(nesterov))
-        if maximize:
-            attrs["maximize"] = True
+    def _sgd(ctx, params, grads, buffers, hyper, with_momentum, nesterov, maximize):
+        attrs = {k: True for k, on in (("with_momentum", with_momentum), ("nesterov", with_momentum and nesterov),
+                                       ("maximize", maximize)) if on}
         new_params, new_buffers = [], []
         for p, g, b in zip(params, grads, buffers):
-            out = ctx.op("sgd", *((p, g) if b is None else (p, g, b)), **attrs)
+            out = ctx.op("sgd", *((p, g, hyper) if b is None else (p, g, hyper, b)), **attrs)
             out = out if isinstance(out, tuple) else (out,)
             new_params.append(out[0])
             new_buffers += list(out[1:])

@@ -1,8 +1,12 @@
 """Optimizers: recognised ``torch.optim`` classes are not traced (their default step calls
 ``.item()``); their ``step()`` is replaced, while capturing, by Nova's own update emitted as the
 custom ops ``nova::adamw`` / ``nova::sgd`` (one per parameter group), which the lowering expands
-into the IR composites ``adamw`` / ``sgd``, one per parameter.  Hyper-parameters are read from ``param_groups`` (and guarded);
-the optimizer state (``step``, ``exp_avg``, ``exp_avg_sq``, ``momentum_buffer``) becomes graph
+into the IR composites ``adamw`` / ``sgd``, one per parameter.  The numeric hyper-parameters of each
+parameter group (lr, betas, eps, weight decay, momentum, dampening) are a runtime input of the
+program, one f64 vector per group (``Handler.hyper_values``, read from ``param_groups`` on every
+call), so a learning-rate schedule never recaptures; only what changes the program (``maximize``,
+``nesterov``, momentum on or off, Adam's coupled or AdamW's decoupled decay) is guarded.  The
+optimizer state (``step``, ``exp_avg``, ``exp_avg_sq``, ``momentum_buffer``) becomes graph
 inputs and outputs.  Lazily-initialised state is created exactly as eager torch would create it
 (``StateInit``) on the first compiled call.
 
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from nova.frontend.errors import NovaUnsupportedError
-from nova.ir.ops import ref_adamw, ref_sgd
+from nova.ir.ops import ADAMW_HYPER, SGD_HYPER, ref_adamw, ref_sgd
 
 # =================================================================== the custom ops
 # One op per parameter group (a traced op costs milliseconds; a model has hundreds of parameters).
@@ -27,38 +31,26 @@ from nova.ir.ops import ref_adamw, ref_sgd
 # incremented); sgd -> params[, momentum buffers].  The lowering expands them per parameter.
 _SCHEMAS = {
     "adamw": "adamw(Tensor[] params, Tensor[] grads, Tensor[] exp_avgs, Tensor[] exp_avg_sqs, Tensor[] steps, "
-             "float lr, float beta1, float beta2, float eps, float weight_decay, bool decoupled, bool maximize) "
-             "-> Tensor[]",
-    "sgd": "sgd(Tensor[] params, Tensor[] grads, Tensor?[] momentum_buffers, float lr, float momentum, "
-           "float dampening, float weight_decay, bool nesterov, bool maximize) -> Tensor[]",
+             "Tensor hyper, bool decoupled, bool maximize) -> Tensor[]",
+    "sgd": "sgd(Tensor[] params, Tensor[] grads, Tensor?[] momentum_buffers, Tensor hyper, bool with_momentum, "
+           "bool nesterov, bool maximize) -> Tensor[]",
 }
 
 
-def _adam_grad(param, grad, weight_decay, decoupled, maximize):
-    """Adam's coupled decay (``grad + wd * param`` after ``maximize``) folded into the gradient;
-    returns (grad, weight decay and maximize left for ``adamw``)."""
-    if weight_decay != 0 and not decoupled:
-        grad = (-grad if maximize else grad).add(param, alpha=weight_decay)
-        return grad, 0.0, False
-    return grad, weight_decay, maximize
-
-
-def _adamw_impl(params, grads, exp_avgs, exp_avg_sqs, steps, lr, beta1, beta2, eps, weight_decay, decoupled,
-                maximize):
+def _adamw_impl(params, grads, exp_avgs, exp_avg_sqs, steps, hyper, decoupled, maximize):
     outs = ([], [], [], [])
     for p, g, m, v, t in zip(params, grads, exp_avgs, exp_avg_sqs, steps):
-        g, wd, mx = _adam_grad(p, g, weight_decay, decoupled, maximize)
-        new = ref_adamw(torch, p, g, m, v, t + 1, lr, beta1, beta2, eps, wd, mx) + (t + 1,)
+        new = ref_adamw(torch, p, g, m, v, t + 1, hyper, decoupled, maximize) + (t + 1,)
         for out, x in zip(outs, new):
             out.append(x)
     return [x for out in outs for x in out]
 
 
-def _sgd_impl(params, grads, momentum_buffers, lr, momentum, dampening, weight_decay, nesterov, maximize):
+def _sgd_impl(params, grads, momentum_buffers, hyper, with_momentum, nesterov, maximize):
     new_params, new_buffers = [], []
     for p, g, b in zip(params, grads, momentum_buffers):
-        out = ref_sgd(torch, p, g, *(() if b is None else (b,)), lr=lr, momentum=momentum, dampening=dampening,
-                       weight_decay=weight_decay, nesterov=nesterov, maximize=maximize)
+        out = ref_sgd(torch, p, g, hyper, *(() if b is None else (b,)), with_momentum=with_momentum,
+                      nesterov=nesterov, maximize=maximize)
         new_params.append(out[0])
         new_buffers += list(out[1:])
     return new_params + new_buffers
@@ -68,8 +60,8 @@ def _adamw_fake(params, grads, exp_avgs, exp_avg_sqs, steps, *rest):
     return [torch.empty_like(t) for t in (*params, *exp_avgs, *exp_avg_sqs, *steps)]
 
 
-def _sgd_fake(params, grads, momentum_buffers, lr, momentum, *rest):
-    return [torch.empty_like(p) for p in params * (2 if momentum else 1)]     # distinct tensors
+def _sgd_fake(params, grads, momentum_buffers, hyper, with_momentum, *rest):
+    return [torch.empty_like(p) for p in params * (2 if with_momentum else 1)]     # distinct tensors
 
 
 def _define_ops():
@@ -90,12 +82,12 @@ _LIB = _define_ops()
 
 
 def live_groups(opt, ctx):
-    """``(group, hyper-parameters, params with a gradient, their leaves)`` of each of ``opt``'s
-    parameter groups that has any parameter with a gradient."""
-    for group, hp in zip(opt.param_groups, ctx.hyper(opt)):
+    """``(group index, group, params with a gradient, their leaves)`` of each of ``opt``'s parameter
+    groups that has any parameter with a gradient."""
+    for gi, group in enumerate(opt.param_groups):
         ps = [p for p in group["params"] if ctx.leaf(p).grad is not None]
         if ps:
-            yield group, hp, ps, [ctx.leaf(p) for p in ps]
+            yield gi, group, ps, [ctx.leaf(p) for p in ps]
 
 
 # =================================================================== state creation
@@ -136,18 +128,23 @@ def _float(x) -> float:
 
 # =================================================================== handlers
 class TraceContext:
-    """What a handler's traced step sees: the traced parameter leaves, the traced state and the
-    hyper-parameters (read before tracing: a tensor ``lr`` is a real tensor)."""
+    """What a handler's traced step sees: the traced parameter leaves, the traced state and, per
+    parameter group, the traced hyper-parameter vector (a graph input)."""
 
     def leaf(self, param) -> torch.Tensor: ...
     def state(self, opt, param) -> dict: ...
-    def hyper(self, opt) -> list[dict]: ...
+    def hyper(self, opt, group_index: int) -> torch.Tensor: ...
 
 
 class Handler:
-    """One optimizer family: its checks, its state layout, its traced update."""
+    """One optimizer family: its checks, its state layout, its hyper-parameters, its traced update.
+
+    ``hyper_names`` are the numbers a scheduler or a user may change between steps: they reach the
+    program as one f64 vector per parameter group (``hyper_values``), never as constants.
+    ``structure`` is what changes the program itself (guarded: a change recaptures)."""
     classes: tuple = ()
     name = ""
+    hyper_names: tuple = ()
 
     def check(self, opt, where: str) -> None:
         for attr in ("grad_scale", "found_inf"):
@@ -171,9 +168,21 @@ class Handler:
             sig.append((key, tensor_signature(state[key]) if key in state else init.signature(param)))
         return tuple(sig)
 
-    def read_hyper(self, opt, group) -> dict:
-        """The group's hyper-parameters as Python numbers."""
+    def hyper_values(self, opt, group) -> list[float]:
+        """The group's ``hyper_names`` as Python floats (a tensor ``lr`` read as its value)."""
         raise NotImplementedError
+
+    def structure(self, opt, group) -> dict:
+        """The group's settings that change the program (booleans)."""
+        raise NotImplementedError
+
+    def lifted_keys(self) -> tuple:
+        """The ``param_groups`` keys whose values reach the program through ``hyper_values``
+        (left out of the guard)."""
+        return self.hyper_names
+
+    def hyper_tensor(self, opt, group) -> torch.Tensor:
+        return torch.tensor(self.hyper_values(opt, group), dtype=torch.float64)
 
     def step(self, opt, ctx: TraceContext) -> None:
         raise NotImplementedError
@@ -182,6 +191,7 @@ class Handler:
 class AdamHandler(Handler):
     classes = (torch.optim.Adam, torch.optim.AdamW)
     name = "adam"
+    hyper_names = ADAMW_HYPER
 
     def check(self, opt, where):
         super().check(opt, where)
@@ -197,19 +207,24 @@ class AdamHandler(Handler):
         zeros = StateInit("zeros_like")
         return [("step", step), ("exp_avg", zeros), ("exp_avg_sq", zeros)]
 
-    def read_hyper(self, opt, group):
+    def hyper_values(self, opt, group):
         beta1, beta2 = (_float(b) for b in group["betas"])
-        return dict(lr=_float(group["lr"]), eps=_float(group["eps"]), wd=_float(group["weight_decay"]),
-                    beta1=beta1, beta2=beta2, maximize=bool(group.get("maximize", False)),
+        return [_float(group["lr"]), beta1, beta2, _float(group["eps"]), _float(group["weight_decay"])]
+
+    def lifted_keys(self):
+        return ("lr", "betas", "eps", "weight_decay")
+
+    def structure(self, opt, group):
+        return dict(maximize=bool(group.get("maximize", False)),
                     decoupled=bool(group.get("decoupled_weight_decay", isinstance(opt, torch.optim.AdamW))))
 
     def step(self, opt, ctx):
-        for group, hp, ps, leaves in live_groups(opt, ctx):
+        for gi, group, ps, leaves in live_groups(opt, ctx):
+            st = self.structure(opt, group)
             states = [ctx.state(opt, p) for p in ps]
             new = torch.ops.nova.adamw(
                 leaves, [x.grad for x in leaves], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
-                [s["step"] for s in states], hp["lr"], hp["beta1"], hp["beta2"], hp["eps"], hp["wd"],
-                hp["decoupled"], hp["maximize"])
+                [s["step"] for s in states], ctx.hyper(opt, gi), st["decoupled"], st["maximize"])
             n = len(ps)
             torch._foreach_copy_(leaves, new[:n])
             for i, state in enumerate(states):
@@ -219,6 +234,7 @@ class AdamHandler(Handler):
 class SGDHandler(Handler):
     classes = (torch.optim.SGD,)
     name = "sgd"
+    hyper_names = SGD_HYPER
 
     def state_inputs(self, opt, group, param):
         if group["momentum"] != 0 and opt.state.get(param, {}).get("momentum_buffer") is not None:
@@ -228,17 +244,21 @@ class SGDHandler(Handler):
     def state_signature(self, opt, group, param):
         return (group["momentum"] != 0,) + super().state_signature(opt, group, param)
 
-    def read_hyper(self, opt, group):
-        return dict(lr=_float(group["lr"]), wd=_float(group["weight_decay"]), momentum=_float(group["momentum"]),
-                    dampening=_float(group["dampening"]), nesterov=bool(group["nesterov"]),
+    def hyper_values(self, opt, group):
+        return [_float(group["lr"]), _float(group["momentum"]), _float(group["dampening"]),
+                _float(group["weight_decay"])]
+
+    def structure(self, opt, group):
+        return dict(with_momentum=_float(group["momentum"]) != 0, nesterov=bool(group["nesterov"]),
                     maximize=bool(group.get("maximize", False)))
 
     def step(self, opt, ctx):
-        for group, hp, ps, leaves in live_groups(opt, ctx):
-            momentum = hp["momentum"] != 0
+        for gi, group, ps, leaves in live_groups(opt, ctx):
+            st = self.structure(opt, group)
+            momentum = st["with_momentum"]
             buffers = [ctx.state(opt, p).get("momentum_buffer") for p in ps] if momentum else [None] * len(ps)
-            new = torch.ops.nova.sgd(leaves, [x.grad for x in leaves], buffers, hp["lr"], hp["momentum"],
-                                     hp["dampening"], hp["wd"], hp["nesterov"], hp["maximize"])
+            new = torch.ops.nova.sgd(leaves, [x.grad for x in leaves], buffers, ctx.hyper(opt, gi), momentum,
+                                     st["nesterov"], st["maximize"])
             n = len(ps)
             torch._foreach_copy_(leaves, new[:n])
             if momentum:
@@ -260,10 +280,15 @@ def handler_for(opt, where: str = "") -> Handler:
 
 
 def hyper_parameters(opt) -> tuple:
-    """Every param group's settings except its parameters, hashable (tensors read as floats)."""
+    """Every param group's settings that the program depends on, hashable: all but its parameters
+    and the numbers lifted to the program's hyper-parameter input (``Handler.lifted_keys``), plus
+    the group's ``structure`` (a zero momentum is structure: it removes the buffer)."""
+    handler = handler_for(opt)
+    lifted = set(handler.lifted_keys()) | {"params"}
     groups = []
     for group in opt.param_groups:
-        groups.append(tuple((k, _hashable(v)) for k, v in sorted(group.items()) if k != "params"))
+        settings = tuple((k, _hashable(v)) for k, v in sorted(group.items()) if k not in lifted)
+        groups.append(settings + tuple(sorted(handler.structure(opt, group).items())))
     return tuple(groups)
 
 

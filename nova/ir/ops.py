@@ -524,41 +524,62 @@ define("cross_entropy_backward", "composite", _infer_cross_entropy_backward, _re
            "ignored rows zero")
 
 
-def ref_adamw(torch, param, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay, maximize=False):
-    """torch.optim.AdamW's single-tensor update (``_single_tensor_adamw``), out of place.
-    ``step`` is the step count after this update's increment."""
+ADAMW_HYPER = ("lr", "beta1", "beta2", "eps", "weight_decay")       # adamw's ``hyper`` input, in order
+SGD_HYPER = ("lr", "momentum", "dampening", "weight_decay")           # sgd's ``hyper`` input, in order
+
+
+def ref_adamw(torch, param, grad, exp_avg, exp_avg_sq, step, hyper, decoupled=True, maximize=False):
+    """torch.optim.AdamW's (``decoupled``) or Adam's single-tensor update, out of place.
+
+    ``step`` is the step count after this update's increment; ``hyper`` the 1-D f64 tensor
+    ``ADAMW_HYPER`` = [lr, beta1, beta2, eps, weight_decay], a runtime input (a learning-rate
+    schedule changes it between steps without changing the program).  Its entries stay 0-d tensors
+    here: a 0-d tensor does not promote a dimensioned one, so the arithmetic runs in the
+    parameter's dtype like eager's Python-float scalars.  Adam's coupled decay: ``grad += wd *
+    param`` after ``maximize``; AdamW's: ``param *= 1 - lr * wd``."""
+    lr, beta1, beta2, eps, weight_decay = hyper.unbind(0)
     if maximize:
         grad = -grad
-    t = float(step)
-    param = param * (1 - lr * weight_decay)
-    exp_avg = exp_avg.lerp(grad, 1 - beta1)
+    if decoupled:
+        param = param * (1 - lr * weight_decay)
+    else:
+        grad = grad + weight_decay * param
+    exp_avg = exp_avg.lerp(grad, (1 - beta1).to(exp_avg.dtype))
     exp_avg_sq = exp_avg_sq * beta2 + grad * grad * (1 - beta2)
+    t = step.to(torch.float64)
     bias_correction1 = 1 - beta1 ** t
-    bias_correction2_sqrt = math.sqrt(1 - beta2 ** t)
+    bias_correction2_sqrt = (1 - beta2 ** t).sqrt()
     denom = exp_avg_sq.sqrt() / bias_correction2_sqrt + eps
     return param - (lr / bias_correction1) * (exp_avg / denom), exp_avg, exp_avg_sq
 
 
+def _infer_hyper(op: str, hyper: TensorType, names: tuple) -> None:
+    if hyper.shape != (len(names),) or hyper.dtype != "f64":
+        raise IRError(f"{op}'s hyper-parameters must be f64[{len(names)}] ({', '.join(names)}), got {hyper}")
+
+
 def _infer_adamw(types, attrs):
-    param, grad, exp_avg, exp_avg_sq, step = types
+    param, grad, exp_avg, exp_avg_sq, step, hyper = types
     if not (param.shape == grad.shape == exp_avg.shape == exp_avg_sq.shape) or step.shape != ():
         raise IRError(f"adamw operands disagree: param {param}, grad {grad}, moments {exp_avg}, {exp_avg_sq}, step {step}")
+    _infer_hyper("adamw", hyper, ADAMW_HYPER)
     return [param, exp_avg, exp_avg_sq]
 
 
-define("adamw", "composite", _infer_adamw, ref_adamw, 5, ("lr", "beta1", "beta2", "eps", "weight_decay"),
-       doc="(param, grad, exp_avg, exp_avg_sq, step after increment) -> (param', exp_avg', exp_avg_sq')")
+define("adamw", "composite", _infer_adamw, ref_adamw, 6,
+       doc="(param, grad, exp_avg, exp_avg_sq, step after increment, hyper f64[5] = lr, beta1, beta2, eps, "
+           "weight_decay) -> (param', exp_avg', exp_avg_sq'); attrs decoupled (AdamW), maximize")
 
 
-def ref_sgd(torch, param, grad, *buffer, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False,
-             maximize=False):
-    """torch.optim.SGD's single-tensor update, out of place; without a momentum buffer input the
-    buffer starts as the gradient (torch's first step)."""
+def ref_sgd(torch, param, grad, hyper, *buffer, with_momentum=False, nesterov=False, maximize=False):
+    """torch.optim.SGD's single-tensor update, out of place; ``hyper`` is the 1-D f64 tensor
+    ``SGD_HYPER`` = [lr, momentum, dampening, weight_decay] (a runtime input).  With momentum and
+    without a buffer input the buffer starts as the gradient (torch's first step)."""
+    lr, momentum, dampening, weight_decay = hyper.unbind(0)
     if maximize:
         grad = -grad
-    if weight_decay:
-        grad = grad + weight_decay * param
-    if momentum:
+    grad = grad + weight_decay * param
+    if with_momentum:
         buf = grad.clone() if not buffer else buffer[0] * momentum + grad * (1 - dampening)
         grad = grad + momentum * buf if nesterov else buf
         return param - lr * grad, buf
@@ -566,12 +587,14 @@ def ref_sgd(torch, param, grad, *buffer, lr, momentum=0.0, dampening=0.0, weight
 
 
 def _infer_sgd(types, attrs):
-    param = types[0]
-    return [param, param] if attrs.get("momentum") else [param]
+    param, _, hyper = types[:3]
+    _infer_hyper("sgd", hyper, SGD_HYPER)
+    return [param, param] if attrs.get("with_momentum") else [param]
 
 
-define("sgd", "composite", _infer_sgd, ref_sgd, None, ("lr",),
-       doc="(param, grad[, momentum_buffer]) -> (param'[, momentum_buffer'])")
+define("sgd", "composite", _infer_sgd, ref_sgd, None,
+       doc="(param, grad, hyper f64[4] = lr, momentum, dampening, weight_decay[, momentum_buffer]) -> "
+           "(param'[, momentum_buffer']); attrs with_momentum, nesterov, maximize")
 
 
 # =============================================================== opaque

@@ -75,6 +75,8 @@ def transformer_step(batch: int = 2, seq: int = 8, dim: int = 16, heads: int = 2
     for n, shape in shapes.items():
         moments[n] = (g.input(f(*shape), f"{n}.exp_avg", "opt_state"),
                       g.input(f(*shape), f"{n}.exp_avg_sq", "opt_state"))
+    hyper = {decay: g.input(TensorType((5,), "f64"), f"hyper.weight_decay_{decay}", "opt_state")
+             for decay in (0.1, 0.0)}       # AdamW's [lr, beta1, beta2, eps, weight_decay] per parameter group
     step = g.input(TensorType((), "f32"), "step", "opt_state")
 
     def block_forward(x0, w):
@@ -163,8 +165,7 @@ def transformer_step(batch: int = 2, seq: int = 8, dim: int = 16, heads: int = 2
     for i, n in enumerate(names):
         decay = 0.1 if len(shapes[n]) == 2 else 0.0
         m, v2 = moments[n]
-        new_p, new_m, new_v = s.op("adamw", p[n], grads[n], m, v2, new_step,
-                                   lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=decay)
+        new_p, new_m, new_v = s.op("adamw", p[n], grads[n], m, v2, new_step, hyper[decay], decoupled=True)
         g.output(new_p, n, "param", updates=first_param + i)
         g.output(new_m, f"{n}.exp_avg", "opt_state", updates=first_param + len(names) + 2 * i)
         g.output(new_v, f"{n}.exp_avg_sq", "opt_state", updates=first_param + len(names) + 2 * i + 1)
@@ -201,6 +202,8 @@ def random_inputs(graph: Graph, seed: int = 0, int_high: int = 2) -> list:
                 x = x.abs()
             if spec.role == "opt_state" and t.rank == 0:
                 x = torch.tensor(3.0, dtype=torch.float64)
+            if spec.name.startswith("hyper."):             # AdamW's lr, betas, eps, weight decay
+                x = torch.tensor([1e-3, 0.9, 0.95, 1e-8, float(spec.name.rsplit("_", 1)[1])], dtype=torch.float64)
             tensors.append(x.to(torch_dtype))
         elif t.dtype == "bool":
             tensors.append(torch.randint(0, 2, t.shape, generator=gen).bool())

@@ -239,11 +239,16 @@ class _Fuser:
 OPTIMIZER_UPDATES = ("adamw", "sgd")
 
 
+HYPER_INPUT = {"adamw": 5, "sgd": 2}           # where an optimizer update reads its hyper-parameter vector
+
+
 def update_batch_key(node: Node) -> tuple:
     """Optimizer updates with equal keys form one group, run as one multi-tensor kernel: the same
-    op, hyper-parameters, element type and arity.  Their results are read only as graph outputs,
-    so the group may run once the last gradient exists."""
-    return (node.op, tuple(sorted(node.attrs.items())), node.inputs[0].type.dtype, len(node.inputs))
+    op, attributes, element type and arity, reading the same hyper-parameter vector (one parameter
+    group's).  Their results are read only as graph outputs, so the group may run once the last
+    gradient exists."""
+    hyper = node.inputs[HYPER_INPUT[node.op]]
+    return (node.op, tuple(sorted(node.attrs.items())), node.inputs[0].type.dtype, len(node.inputs), hyper)
 
 
 def _bisect(ready: list, node, index) -> int:

@@ -1,0 +1,164 @@
+"""Python values a step may read, snapshotted so that none is frozen silently.
+
+A traced step bakes every Python number it reads into the graph as a constant: a temperature held
+as ``self.temperature``, a global ``DROPOUT``, a closure's ``scale``, a config dict's entry.  Eager
+reads them again on every call, so a capture must be reused only while they hold the values it saw.
+``snapshot`` collects them, as ``(path, value)`` pairs, from the places a tracing compiler looks
+(TorchDynamo guards the same sources):
+
+- every module's own attributes (``vars(module)``) in each model found, and one level into plain
+  objects they hold (``self.config.temperature``); modules and tensors are guarded elsewhere;
+- the globals named by the step's code, by the helper functions it calls, and by the methods of the
+  user's module classes (``forward`` and whatever it calls on ``self``), in the module that
+  defines each of them;
+- the closure cells of the step and of those helpers;
+- entries of dicts (and items of lists/tuples) found in those places, one level deep.
+
+Only plain data is kept (None, bool, int, float, complex, str and tuples/lists/dicts of them):
+what a traced program can have used as a constant.  A change recaptures with the path named
+(``GuardKey.describe_change``); ``nova.compile`` warns once about a path that changes on every call.
+"""
+from __future__ import annotations
+
+import types
+
+import torch
+
+_SCALARS = (type(None), bool, int, float, complex, str)
+_MAX_ITEMS = 64                       # a container larger than this is not snapshotted (not a setting)
+_SKIPPED_ATTRS = frozenset({"training", "dump_patches", "call_super_init"})   # guarded elsewhere / fixed
+
+
+def _plain(value, depth: int = 0):
+    """``value`` as hashable plain data, or ``_NOT_PLAIN``."""
+    if isinstance(value, _SCALARS):
+        return value
+    if depth == 0 and isinstance(value, (list, tuple)) and len(value) <= _MAX_ITEMS:
+        items = tuple(_plain(x, 1) for x in value)
+        return _NOT_PLAIN if any(x is _NOT_PLAIN for x in items) else (type(value).__name__, items)
+    return _NOT_PLAIN
+
+
+_NOT_PLAIN = object()
+
+
+def _object_values(prefix: str, obj, out: list, seen: set, depth: int) -> None:
+    """Plain attributes of ``obj`` (and, one level down, of plain objects and dicts it holds)."""
+    if id(obj) in seen:
+        return
+    seen.add(id(obj))
+    attrs = vars(obj) if hasattr(obj, "__dict__") else {}
+    for name, value in attrs.items():
+        if name in _SKIPPED_ATTRS:
+            continue
+        plain = _plain(value)
+        if plain is not _NOT_PLAIN:
+            out.append((f"{prefix}.{name}", plain))
+        elif depth == 0:
+            _container_values(f"{prefix}.{name}", value, out, seen, depth + 1)
+
+
+def _container_values(path: str, value, out: list, seen: set, depth: int) -> None:
+    """A dict's plain entries, or a plain object's attributes (never a module, tensor or function)."""
+    if isinstance(value, dict):
+        if len(value) <= _MAX_ITEMS and id(value) not in seen:
+            seen.add(id(value))
+            for k, v in value.items():
+                plain = _plain(v)
+                if plain is not _NOT_PLAIN and isinstance(k, _SCALARS):
+                    out.append((f"{path}[{k!r}]", plain))
+        return
+    if isinstance(value, (torch.nn.Module, torch.Tensor, type, types.ModuleType)) or callable(value):
+        return
+    if hasattr(value, "__dict__") and _user_class(type(value)):   # a config object (not a scheduler, not torch's)
+        _object_values(path, value, out, seen, depth)
+
+
+def _code_names(code: types.CodeType) -> list[str]:
+    names = list(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names += _code_names(const)
+    return names
+
+
+def _function_values(where: str, fn, out: list, seen: set) -> None:
+    """The globals a function's code names and its closure cells, as plain data."""
+    fn = getattr(fn, "__func__", fn)
+    code = getattr(fn, "__code__", None)
+    if code is None or ("fn", id(fn)) in seen:
+        return
+    seen.add(("fn", id(fn)))
+    glob = getattr(fn, "__globals__", {})
+    module = glob.get("__name__", "?")
+    for name in dict.fromkeys(_code_names(code)):
+        if name in glob:
+            value = glob[name]
+            plain = _plain(value)
+            if plain is not _NOT_PLAIN:
+                out.append((f"global {module}.{name}", plain))
+            else:
+                _container_values(f"global {module}.{name}", value, out, seen, 1)
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:                      # an empty cell (a variable assigned later)
+            continue
+        plain = _plain(value)
+        if plain is not _NOT_PLAIN:
+            out.append((f"{getattr(fn, '__qualname__', where)}: closure {name}", plain))
+        else:
+            _container_values(f"{getattr(fn, '__qualname__', where)}: closure {name}", value, out, seen, 1)
+
+
+def _user_class(cls) -> bool:
+    """A class whose code is the user's or a library's model code (not torch's, not Nova's)."""
+    return not (cls.__module__ or "").startswith(("torch.", "torch", "nova.", "builtins")) and cls is not object
+
+
+def snapshot(fn, found, helpers=()) -> tuple:
+    """``((path, value), ...)`` of every plain Python value the step may read (module docstring)."""
+    out: list = []
+    seen: set = set()
+    for name, model in found.models:
+        for path, module in model.named_modules():
+            _object_values(f"{name}.{path}" if path else name, module, out, seen, 0)
+            for cls in type(module).__mro__:
+                if not _user_class(cls):
+                    continue
+                for attr in vars(cls).values():
+                    target = attr.__func__ if isinstance(attr, (staticmethod, classmethod)) else attr
+                    if isinstance(target, types.FunctionType):
+                        _function_values(cls.__qualname__, target, out, seen)
+    for f in (fn, *helpers):
+        if isinstance(f, torch.nn.Module):
+            continue
+        owner = getattr(f, "__self__", None)
+        if owner is not None and not isinstance(owner, torch.nn.Module) and hasattr(owner, "__dict__"):
+            _object_values("self", owner, out, seen, 0)
+        _function_values(getattr(f, "__qualname__", "step"), f, out, seen)
+    return tuple(out)
+
+
+def describe_change(mine: tuple, theirs: tuple) -> str:
+    """One line naming the first value that differs between two snapshots."""
+    old = dict(theirs)
+    new = dict(mine)
+    for path, value in mine:
+        if path in old and old[path] != value:
+            return f"Python value {path} changed: {_show(old[path])} -> {_show(value)}"
+    for path in new.keys() - old.keys():
+        return f"Python value {path} appeared"
+    for path in old.keys() - new.keys():
+        return f"Python value {path} disappeared"
+    return "Python values changed"
+
+
+def changed_paths(mine: tuple, theirs: tuple) -> list[str]:
+    old = dict(theirs)
+    return [path for path, value in mine if path not in old or old[path] != value]
+
+
+def _show(value) -> str:
+    text = repr(value[1] if isinstance(value, tuple) and len(value) == 2 and value[0] in ("list", "tuple") else value)
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -1,0 +1,113 @@
+"""Python values a compiled step reads are never frozen silently: a module attribute, a global, a
+closure cell or a config dict entry changed between calls recaptures with the value named, and the
+compiled trajectory stays eager's; a value changing on every call is warned about once, as is a
+Python side effect of the step itself."""
+import warnings
+
+import pytest
+import torch
+
+import nova
+from nova.compiler.step import NovaRecaptureWarning
+
+SCALE = 1.0                     # a module-level global the step reads
+SETTINGS = {"shift": 0.0}       # a config dict entry
+
+
+class Tempered(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(6, 5)
+        self.temperature = 1.0
+
+    def forward(self, x, y):
+        logits = self.lin(x) / self.temperature * SCALE + SETTINGS["shift"]
+        return torch.nn.functional.cross_entropy(logits, y)
+
+
+def make(closure_scale=None):
+    model = Tempered()
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    cell = {"factor": 1.0} if closure_scale is None else closure_scale
+
+    def step(x, y):
+        loss = model(x, y) * cell["factor"]
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    return model, opt, step, cell
+
+
+def data(n):
+    gen = torch.Generator().manual_seed(3)
+    return [(torch.randn(4, 6, generator=gen), torch.randint(0, 5, (4,), generator=gen)) for _ in range(n)]
+
+
+@pytest.mark.parametrize("what", ["attribute", "global", "dict entry", "closure"])
+def test_a_changed_python_value_recaptures_and_matches_eager(what):
+    global SCALE
+    mc, _, step_c, cell_c = make()
+    me, _, step_e, cell_e = make()
+    compiled = nova.compile(step_c, backend="reference")
+    batches = data(4)
+    try:
+        for i, (x, y) in enumerate(batches):
+            if i == 2:
+                if what == "attribute":
+                    mc.temperature = me.temperature = 0.25
+                elif what == "global":
+                    SCALE = 3.0
+                elif what == "dict entry":
+                    SETTINGS["shift"] = 2.0
+                else:
+                    cell_c["factor"] = cell_e["factor"] = 4.0
+            got, want = compiled(x, y), step_e(x, y)
+            assert torch.allclose(got, want, rtol=1e-5, atol=1e-6), (i, got, want)
+    finally:
+        SCALE, SETTINGS["shift"] = 1.0, 0.0
+    assert compiled.stats.captures == 2
+    expected = {"attribute": "Python value model.temperature changed: 1.0 -> 0.25",
+                "global": "SCALE changed: 1.0 -> 3.0",
+                "dict entry": "SETTINGS['shift'] changed: 0.0 -> 2.0",
+                "closure": "closure cell['factor'] changed: 1.0 -> 4.0"}[what]
+    assert expected in compiled.stats.last_recapture_reason
+    for a, b in zip(mc.parameters(), me.parameters()):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_value_changing_every_call_is_named_once_in_a_warning():
+    model, _, step, _ = make()
+    compiled = nova.compile(step, backend="reference")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i, (x, y) in enumerate(data(6)):
+            model.temperature = 1.0 + 0.1 * i
+            compiled(x, y)
+    mine = [w for w in caught if issubclass(w.category, NovaRecaptureWarning)]
+    assert len(mine) == 1 and "model.temperature changed on each of the last 3 captures" in str(mine[0].message)
+    assert "tensor" in str(mine[0].message)                  # the fix
+    assert compiled.stats.captures == 6
+
+
+def test_the_steps_own_python_side_effect_is_warned_about_and_not_guarded():
+    model = Tempered()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    class Counter:
+        calls = 0
+    counter = Counter()
+
+    def step(x, y):
+        counter.calls += 1
+        loss = model(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss
+    compiled = nova.compile(step, backend="reference")
+    with pytest.warns(NovaRecaptureWarning, match="changes the Python value"):
+        for x, y in data(3):
+            compiled(x, y)
+    assert compiled.stats.captures == 1 and counter.calls == 1
