@@ -79,3 +79,31 @@ def test_adamw_steps_match_eager_and_keep_the_users_objects():
     for i in state:
         assert float(state[i]["step"]) == float(state_ref[i]["step"])
         assert _rel(state[i]["exp_avg_sq"], state_ref[i]["exp_avg_sq"]) < 1e-2
+
+
+def test_a_learning_rate_schedule_replays_one_cuda_graph_and_matches_eager():
+    """A LambdaLR warmup over the 4 steps: one capture (lr is a program input, refreshed in the
+    device mirror each call), the loss of every step and the final parameters as eager's."""
+    torch = pytest.importorskip("torch")
+    import nova
+    from nova.models import make_train_step
+    model, batches = _setup(torch)
+    twin = copy.deepcopy(model)
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1) for m in (model, twin)]
+    scheds = [torch.optim.lr_scheduler.LambdaLR(o, lambda s: (s + 1) / 4) for o in opts]
+    start = [p.detach().clone() for p in twin.parameters()]
+    step = nova.compile(make_train_step(model, opts[0]))
+    for idx, targets in batches:
+        loss = step(idx, targets)
+        ref = twin(idx, targets)
+        ref.backward()
+        opts[1].step()
+        opts[1].zero_grad(set_to_none=True)
+        for s in scheds:
+            s.step()
+        assert abs(float(loss) - float(ref)) <= 5e-3 * abs(float(ref))
+    assert step.stats.captures == 1, step.stats.history
+    assert opts[0].param_groups[0]["lr"] == opts[1].param_groups[0]["lr"] == 1e-3
+    diff = sum(float((p - q).pow(2).sum()) for p, q in zip(model.parameters(), twin.parameters())) ** 0.5
+    moved = sum(float((q - q0).pow(2).sum()) for q, q0 in zip(twin.parameters(), start)) ** 0.5
+    assert diff < 0.05 * moved, (diff, moved)
