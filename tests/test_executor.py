@@ -632,7 +632,8 @@ def test_gpt_step_attention_reads_its_strided_views_without_copies(monkeypatch):
     kernels = [k for launch in program.launches for k in launch.kernels if k.attention]
     assert len(kernels) == 2 * 2 and [k.copies for k in kernels] == [0] * 4
     assert not any("copy" in k.what for k in kernels)
-    gemms, attention = step_kernels(planned)
+    kernels = step_kernels(planned)
+    gemms, attention = kernels.gemms, kernels.attention
     assert gemms == program.gemm_problems() and attention == program.attention_kernels()
     (fwd, fwd_roles), (bwd, bwd_roles) = attention
     assert fwd_roles == ("fwd",) and bwd_roles == ("bwd_pre", "bwd_dkv", "bwd_dq")

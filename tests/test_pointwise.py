@@ -108,3 +108,37 @@ def test_executor_lists_the_pointwise_kernels_it_launches():
     planned = pipeline(transformer_step())
     listed = pointwise_problems(planned)
     assert listed and set(listed) == {g.problem for g in planned.groups if g.kind == "pointwise" and g.kernel == "nova"}
+
+
+def test_precompile_train_builds_what_an_offline_program_looks_up(tmp_path, monkeypatch, capsys):
+    """``nova precompile train tiny`` builds the step's pointwise kernels (and the rest) into a fresh
+    cache and says how many; the CUDA program of the same plan then finds every kernel offline."""
+    pytest.importorskip("mlir")
+    from nova.cli.main import main
+    from nova.compiler.explain import plan_training_step
+    from nova.compiler.precompile import missing_kernels, step_kernels
+    from nova.hwmodel import get_target
+    from nova.runtime.cache import KernelCache
+    cache = KernelCache(tmp_path / "cache")
+    planned, _ = plan_training_step("tiny", 2, 16, "adamw", "h200")
+    kernels = step_kernels(planned)
+    assert kernels.pointwise and len(missing_kernels(planned, get_target("h200"), cache)) >= len(kernels.pointwise)
+    assert main(["precompile", "train", "tiny", "--batch", "2", "--seq", "16", "--target", "h200",
+                 "--cache-dir", str(cache.root)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert f"{len(kernels.pointwise)} pointwise kernels" in last and " 0 failed" in last
+    monkeypatch.setenv("NOVA_OFFLINE", "1")
+    assert missing_kernels(planned, get_target("h200"), cache) == []
+
+
+def test_the_gpu_tests_list_their_kernels():
+    """tests/test_pointwise_gpu.py builds its kernels on the host from problems made on the meta device:
+    the same problems its GPU cases launch (strided and broadcast views included)."""
+    import pointwise_support as module
+    problems = {case.name: case.problem() for case in module.CASES}
+    strided = problems["strided_broadcast-f32"]
+    assert strided.inputs[0].strides[-1] == 2 and strided.inputs[1].strides == (1, 129)
+    assert strided.inputs[2].strides[-1] == 0
+    assert all(not unsupported(p) for p in problems.values())
+    planned = module.gpt_tiny_planned()
+    assert any(g.kind == "pointwise" and g.kernel == "nova" for g in planned.groups)

@@ -1,38 +1,39 @@
 """Fused pointwise kernels on the GPU against a float64 reference on fresh random data, outputs
 NaN-poisoned first: odd sizes, broadcast and strided (non-contiguous) inputs, f32/bf16/f16; and a
-compiled GPT-tiny step whose pointwise groups run on them, against eager."""
-import copy
+compiled GPT-tiny step whose pointwise groups run on them, against eager.
 
-import pytest
+Kernels come from a cache built on a host with MLIR (this file's ``__main__`` builds every kernel
+these tests launch, the GPT-tiny step's GEMMs included):
+
+    NOVA_CACHE_DIR=.nova-cache python tests/test_pointwise_gpu.py --target h200                  # host
+    NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache python3 -m pytest -m gpu tests/test_pointwise_gpu.py  # GPU
+"""
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pytest  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
-from nova.kernels.pointwise.launch import bind  # noqa: E402
-from nova.kernels.pointwise.problem import PointwiseProblem  # noqa: E402
-from nova.ir import Graph, TensorType  # noqa: E402
 from nova.ir.ops import opdef  # noqa: E402
+from pointwise_support import CASES, GPT_BATCH, GPT_SEQ, TOL, TORCH, gpt_tiny, gpt_tiny_planned  # noqa: E402
 
 pytestmark = pytest.mark.gpu
-TOL = {"f32": 2e-5, "bf16": 1.6e-2, "f16": 2e-3}
-TORCH = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
 
-def run_case(build, shapes, dtype, views=None, seed=0):
-    """``build(g, *inputs)`` -> result value; inputs of ``shapes`` (``views[k](shape, generator, dtype)``
-    makes input k a strided view of a bigger tensor); the group's kernel vs the IR reference in float64."""
-    g = Graph()
-    xs = [g.input(TensorType(s, dtype), f"x{k}") for k, s in enumerate(shapes)]
-    out = build(g, *xs)
-    g.output(out, "y")
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    tensors = []
-    for k, s in enumerate(shapes):
-        if views and k in views:                # a strided view of shape s over a bigger tensor
-            tensors.append(views[k](s, gen, TORCH[dtype]))
-        else:
-            tensors.append(torch.randn(s, generator=gen, device="cuda").to(TORCH[dtype]))
-    strides = {v: t.stride() for v, t in zip(xs, tensors)}
-    problem = PointwiseProblem.from_nodes(g.nodes, xs, [out], strides.__getitem__)
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_kernel_matches_float64(case):
+    from nova.kernels.pointwise.launch import bind
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    tensors = case.tensors("cuda", gen)
+    g, xs, out = case.graph()
+    problem = case.problem(tensors)
     result = torch.full(out.shape, float("nan"), device="cuda", dtype=TORCH[out.dtype])
     bind(problem, tensors, [result])()
     torch.cuda.synchronize()
@@ -43,56 +44,19 @@ def run_case(build, shapes, dtype, views=None, seed=0):
     got = result.double().cpu()
     assert not got.isnan().any()
     err = ((got - ref).norm() / ref.norm().clamp_min(1e-30)).item()
-    assert err < TOL[dtype], err
+    assert err < TOL[case.dtype], err
 
 
-def c(g, value):
-    return g.op("constant", value=value, dtype="f32")
-
-
-@pytest.mark.parametrize("dtype", ["f32", "bf16", "f16"])
-@pytest.mark.parametrize("shape", [(1,), (7,), (3, 1001), (64, 4096), (5, 17, 33)])
-def test_gelu_bias_residual(dtype, shape):
-    run_case(lambda g, x, b, r: g.op("add", g.op("gelu_tanh", g.op("add", x, b)), r),
-             [shape, shape[-1:], shape], dtype)
-
-
-@pytest.mark.parametrize("dtype", ["f32", "bf16"])
-def test_strided_and_broadcast_inputs(dtype):
-    # x: every other column of a wider tensor (strided), y: a transpose (gathered), s: broadcast over columns
-    run_case(lambda g, x, y, s: g.op("mul", g.op("silu", g.op("sub", x, y)), s),
-             [(129, 300), (129, 300), (129, 1)], dtype,
-             views={0: lambda s, gen, dt: torch.randn(129, 700, generator=gen, device="cuda").to(dt)[:, :600:2],
-                    1: lambda s, gen, dt: torch.randn(300, 129, generator=gen, device="cuda").to(dt).t()})
-
-
-@pytest.mark.parametrize("op", ["gelu_tanh_backward", "gelu_erf_backward", "silu_backward", "sigmoid_backward",
-                                "tanh_backward", "relu_backward"])
-def test_backward_ops(op):
-    run_case(lambda g, dy, x: g.op(op, dy, x), [(333, 77), (333, 77)], "f32")
-
-
-def test_math_chain_with_constants_and_where():
-    def build(g, x, y):
-        big = g.op("gt", x, y)
-        a = g.op("mul", g.op("exp", g.op("neg", g.op("abs", x))), c(0.25))
-        b = g.op("rsqrt", g.op("add", g.op("mul", y, y), c(1.0)))
-        return g.op("where", big, a, g.op("tanh", b))
-    run_case(build, [(1023,), (1023,)], "f32")
-
-
+# --------------------------------------------------------------------------- a whole step
 def test_compiled_gpt_tiny_step_matches_eager():
     import nova
-    from nova.models import make_train_step
-    from nova.models.gpt import GPT
-    model = GPT("tiny", seed=0).cuda()
+    model, opt, train_step = gpt_tiny("cuda")
     twin = copy.deepcopy(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     opt_ref = torch.optim.AdamW(twin.parameters(), lr=1e-3)
-    step = nova.compile(make_train_step(model, opt), backend="executor")
+    step = nova.compile(train_step, backend="executor")
     gen = torch.Generator(device="cuda").manual_seed(0)
     for _ in range(3):
-        idx = torch.randint(0, model.config.vocab_size, (2, 16), generator=gen, device="cuda")
+        idx = torch.randint(0, model.config.vocab_size, (GPT_BATCH, GPT_SEQ), generator=gen, device="cuda")
         loss = step(idx, idx)
         ref = twin(idx, idx)
         ref.backward()
@@ -102,3 +66,26 @@ def test_compiled_gpt_tiny_step_matches_eager():
     program = step._last.engine.program
     assert any("nova pointwise kernel" in k.what for launch in program.launches for k in launch.kernels)
     assert not [f for f in program.stats["fallbacks"] if "pointwise" in f]
+
+
+# --------------------------------------------------------------------------- precompiling
+def build_kernels(target: str, cache_dir=None, log=print) -> dict:
+    """Compile every kernel these tests launch for ``target`` into the kernel cache (``NOVA_CACHE_DIR``
+    or ``cache_dir``): each case's pointwise kernel and every kernel of the GPT-tiny step."""
+    from nova.compiler.precompile import precompile_planned, precompile_pointwise
+    from nova.hwmodel import get_target
+    from nova.runtime.cache import KernelCache
+    gpu, cache = get_target(target), KernelCache(cache_dir)
+    counts = precompile_pointwise(list(dict.fromkeys(case.problem() for case in CASES)), gpu, cache, log)
+    step = precompile_planned(gpt_tiny_planned(), gpu, cache, log)
+    return {k: counts.get(k, 0) + step[k] for k in ("compiled", "cached", "failed")}
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser(description="build the kernels of these GPU tests into the kernel cache "
+                                             "(NOVA_CACHE_DIR or --cache-dir) on a host with MLIR")
+    ap.add_argument("--target", default="h200")
+    ap.add_argument("--cache-dir", default=None)
+    args = ap.parse_args()
+    sys.exit(1 if build_kernels(args.target, args.cache_dir)["failed"] else 0)
