@@ -82,8 +82,15 @@ CASES += [Case("chain_constants_where", _chain, ((1023,), (1023,)), "f32")]
 GPT_BATCH, GPT_SEQ = 2, 16
 
 
-def gpt_tiny(device):
-    """The GPT-tiny model, its AdamW and the training step the step test compiles."""
+def make_optimizer(name: str, params):
+    """The optimizers the GPU step tests compile: AdamW (torch's defaults, lr 1e-3) or SGD with nesterov momentum."""
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-3)
+    return torch.optim.SGD(params, lr=1e-2, momentum=0.9, nesterov=True, weight_decay=1e-2)
+
+
+def gpt_tiny(device, optimizer: str = "adamw"):
+    """The GPT-tiny model, its optimizer and the training step the step tests compile."""
     from nova.models import make_train_step
     from nova.models.gpt import GPT
     if device == "meta":
@@ -91,14 +98,18 @@ def gpt_tiny(device):
             model = GPT("tiny")
     else:
         model = GPT("tiny", seed=0).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt = make_optimizer(optimizer, model.parameters())
     return model, opt, make_train_step(model, opt)
 
 
-def gpt_tiny_planned():
-    """The plan of the GPT-tiny step as ``nova.compile`` makes it (captured on the meta device)."""
+def gpt_tiny_planned(optimizer: str = "adamw", later_step: bool = False):
+    """The plan of the GPT-tiny step as ``nova.compile`` makes it (captured on the meta device);
+    ``later_step``: once the optimizer has state (SGD's momentum buffers exist from the second step)."""
     from nova.frontend import capture
     from nova.passes import pipeline
-    model, opt, step = gpt_tiny("meta")
+    model, opt, step = gpt_tiny("meta", optimizer)
+    if later_step and optimizer == "sgd":
+        for p in model.parameters():
+            opt.state[p]["momentum_buffer"] = torch.zeros_like(p)
     idx = torch.zeros((GPT_BATCH, GPT_SEQ), dtype=torch.long, device="meta")
     return pipeline(capture(step, (idx, idx.clone()), models=[model], optimizers=[opt], name="gpt_tiny").graph)

@@ -185,6 +185,9 @@ def test_training_step_groups():
     assert {tuple(ops_of(gr)) for gr in fused_reductions} == {("gelu_tanh_backward", "sum"), ("add", "sum")}
     for gr in groups:
         assert gr.reason and "\n" not in gr.reason
-        nova = gr.kind == "gemm" or (gr.kind == "pointwise" and any(kind(n.op) == "pointwise" for n in gr.nodes))
+        nova = gr.kind == "gemm" or (gr.kind == "pointwise" and any(kind(n.op) == "pointwise" for n in gr.nodes)) \
+            or gr in updates
         assert gr.kernel == ("nova" if nova else "none" if gr in by_kind["view"] and gr not in copies else "aten")
         assert (gr.problem is not None) == nova           # a Nova pointwise group carries its PointwiseProblem
+    from nova.kernels.optimizer import MultiTensorProblem
+    assert all(isinstance(gr.problem, MultiTensorProblem) and gr.problem.tensors == len(gr.nodes) for gr in updates)

@@ -35,8 +35,9 @@ def test_format_plan_lists_groups_with_reasons_and_the_memory_breakdown():
     lines = text.splitlines()
     gemms = sum(gr.kind == "gemm" and gr.kernel == "nova" for gr in planned.groups)
     pointwise = sum(gr.kind == "pointwise" and gr.kernel == "nova" for gr in planned.groups)
-    assert gemms == 15 and pointwise > 0
-    assert lines[0].startswith("plan gpt_block_step:") and f"{gemms + pointwise} on Nova kernels" in lines[0]
+    updates = sum(gr.nodes[0].op == "adamw" and gr.kernel == "nova" for gr in planned.groups)
+    assert gemms == 15 and pointwise > 0 and updates > 0
+    assert lines[0].startswith("plan gpt_block_step:") and f"{gemms + pointwise + updates} on Nova kernels" in lines[0]
     assert "passes: captured 127 -> dce 127 -> cse 120 -> canonicalize" in text
     for gr in planned.groups:
         assert gr.reason in text

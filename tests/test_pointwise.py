@@ -82,6 +82,7 @@ ptxas = pytest.importorskip("nova.codegen.ptxas")
     ("gelu_tanh_backward(x, y) * exp(x) / sqrt(y)", (1000,), "f32"),
     ("where(gt(x, y), silu(x), gelu_erf(y)) ** 2 + log(abs(x)) ** 1.7", (7, 5), "f64"),
     ("silu_backward(x, y) + sigmoid_backward(x, y) + tanh_backward(x, y) + relu_backward(x, y)", (33,), "f16"),
+    ("logical_or(ge(x, y), logical_and(logical_not(eq(x, y)), lt(x, y)))", (16, 32), "f32"),     # i1 constants
 ])
 def test_kernels_assemble_without_spills(arch, text, shape, dtype):
     pytest.importorskip("mlir")

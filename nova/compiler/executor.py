@@ -7,6 +7,8 @@ one arena, replayed as one CUDA graph on the GPU.
     program.stats; print(program.describe())
     gemm_problems(planned)                    # every Nova GEMM a CUDA program launches (nova precompile)
     attention_kernels(planned)                # ... and every Nova attention launch (problem with strides, roles)
+    pointwise_problems(planned)               # ... every Nova fused pointwise kernel
+    optimizer_rules(planned)                  # ... and every Nova multi-tensor optimizer kernel
     gemm_problem_counts(planned)              # ... and how many times per step
 
 What ``build`` consumes from the planner (``nova.passes``: ``Planned``, ``Group``, ``MemoryPlan``,
@@ -28,7 +30,10 @@ view that the next step overwrites).
 
 Launches.  One per group, in the plan's order: ``matmul`` nodes on Nova GEMMs (CUDA) or
 ``torch.matmul(out=)`` (CPU), with a following bias/activation folded in
-(``nova/compiler/gemm_lowering.py``); every other op on ATen kernels writing into the output
+(``nova/compiler/gemm_lowering.py``); a Nova pointwise group on its kernel (CUDA) or its nodes'
+IR reference (CPU); a Nova optimizer group on one multi-tensor kernel (CUDA: pointers in an
+argument table written at bind, ``nova/kernels/optimizer``) or ATen's foreach kernels (CPU, and
+CUDA tensors the kernel cannot take, noted); every other op on ATen kernels writing into the output
 tensors (``nova/compiler/aten_kernels.py``); free views and constants launch nothing.
 
 CUDA.  The first ``run`` binds the inputs, resolves every Nova kernel (offline mode: a missing one
@@ -62,7 +67,7 @@ from nova.passes.fusion import update_batch_key
 from nova.passes.memory import ELEMENTWISE_COMPOSITES
 
 __all__ = ["build", "gemm_problems", "gemm_problem_counts", "attention_kernels", "pointwise_problems",
-           "precompile_commands", "Program", "Launch", "ExecutorError", "BOUND_ROLES"]
+           "optimizer_rules", "precompile_commands", "Program", "Launch", "ExecutorError", "BOUND_ROLES"]
 
 ALIGN = 256                                          # byte alignment of slots the executor lays out itself
 BOUND_ROLES = ("param", "grad", "opt_state", "const")  # inputs used in place, by pointer
@@ -307,8 +312,8 @@ class Program:
         g = self.graph
         order = [n for group in self.plan.groups for n in group.nodes]
         position = {n: i for i, n in enumerate(order)}
-        self._kernel_group = {n: group for group in self.plan.groups if group.pointwise is not None
-                              for n in group.nodes}
+        self._kernel_group = {n: group for group in self.plan.groups
+                              if group.pointwise is not None or group.optimizer is not None for n in group.nodes}
         for n, group in self._kernel_group.items():      # one kernel reads all, then writes: one position
             position[n] = position[group.nodes[0]]
         end = len(order)
@@ -380,7 +385,8 @@ class Program:
                     if root.get(x) is not base:
                         continue
                     q = position[n]
-                    same_kernel = n in self._kernel_group and self._kernel_group.get(producer) is self._kernel_group[n]
+                    same_kernel = n in self._kernel_group and self._kernel_group.get(producer) is self._kernel_group[n] \
+                        and self._kernel_group[n].pointwise is not None        # a multi-tensor update: its own node only
                     if q < p or ((n is producer or same_kernel) and x is base and in_place):
                         continue
                     raise ExecutorError(f"{g.name}: the plan donates {names[v]!r} into input {g.inputs[i].name!r}, "
@@ -467,6 +473,11 @@ class Program:
             if group.pointwise is not None:
                 kernels.append(self._pointwise_kernel(group, tensors, device))
                 nodes = []
+            elif group.optimizer is not None and self.kind == "cuda":      # CPU: ATen's foreach path below
+                kernel = self._optimizer_kernel(group, tensors, device, ctx)
+                if kernel is not None:
+                    kernels.append(kernel)
+                    nodes = []
             while i < len(nodes):
                 node = nodes[i]
                 if node.op == "matmul":
@@ -528,6 +539,28 @@ class Program:
                 o.copy_(env[v])
         return Kernel(run, "IR reference of a Nova pointwise group" + (f" ({why})" if why else "") + " + copy_",
                       len(outs))
+
+    def _optimizer_kernel(self, group, tensors, device, ctx) -> Kernel | None:
+        """A Nova optimizer group on CUDA: one multi-tensor launch over every update's tensors (the
+        argument table written now into a workspace; a meta dry run only records the rule and
+        reserves the table), or None with a note when the tensors are not the kernel's (ATen then)."""
+        from nova.kernels.optimizer.launch import bind, mismatch
+        from nova.kernels.optimizer.problem import HYPER_POSITION, operand_slots
+        from nova.kernels.optimizer.table import WORD_BYTES, table_bytes
+        problem = group.optimizer
+        rule = problem.rule
+        rows = [operand_slots(rule, [tensors[v] for v in n.inputs], [tensors[v] for v in n.outputs])
+                for n in group.nodes]
+        hyper = tensors[group.nodes[0].inputs[HYPER_POSITION[rule.op]]]
+        what = f"nova multi-tensor kernel ({problem.describe()})"
+        if device.type == "meta":
+            ctx.workspace((table_bytes(rule, len(rows)) // WORD_BYTES,), torch.int64)
+            return Kernel(lambda: None, what, optimizer=rule)
+        why = mismatch(rule, rows, hyper)
+        if why:
+            self._note(f"group {group.index}: multi-tensor kernel not used ({why}): ATen")
+            return None
+        return Kernel(bind(rule, rows, hyper, self.target, workspace=ctx.workspace), what, optimizer=rule)
 
     def _note(self, text: str) -> None:
         if text not in self._fallbacks:
@@ -707,6 +740,11 @@ class Program:
         """The distinct Nova pointwise kernels (``PointwiseProblem``) this program launches, in launch order."""
         return _distinct_pointwise(self.launches)
 
+    def optimizer_rules(self) -> list:
+        """The distinct Nova multi-tensor kernels (``UpdateRule``) this program launches, in launch order."""
+        return list(dict.fromkeys(k.optimizer for launch in self.launches for k in launch.kernels
+                                  if k.optimizer is not None))
+
     def _stats(self, launches, ctx) -> dict:
         per_kind = {}
         for launch in launches:
@@ -823,6 +861,12 @@ def pointwise_problems(planned) -> list:
     """Every Nova pointwise kernel (``PointwiseProblem``, distinct, launch order) a CUDA program of
     ``planned`` launches, for ``nova precompile``."""
     return Program(planned, "meta").pointwise_problems()
+
+
+def optimizer_rules(planned) -> list:
+    """Every Nova multi-tensor optimizer kernel (``UpdateRule``, distinct, launch order) a CUDA program
+    of ``planned`` launches, for ``nova precompile``."""
+    return Program(planned, "meta").optimizer_rules()
 
 
 def gemm_problem_counts(planned) -> dict:

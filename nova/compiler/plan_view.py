@@ -3,7 +3,8 @@
     planned.graph            the optimized graph the groups refer to
     planned.groups           in execution order: ``.kind``, ``.nodes``, ``.reason``, ``.kernel``
                              ("nova": a Nova kernel runs the group; a gemm group with "aten" runs on
-                             torch.matmul), ``.problem`` (a Nova pointwise group's ``PointwiseProblem``)
+                             torch.matmul), ``.problem`` (a Nova pointwise group's ``PointwiseProblem``, a Nova optimizer
+                             group's ``MultiTensorProblem``)
     planned.memory           ``MemoryPlan``: ``.values`` (Value -> ``ValuePlan``), ``.arena_bytes``,
                              ``.peak_bytes``, ``.donations`` [(output index, input index)]
     ValuePlan.kind           "arena" (``.offset``, ``.nbytes``), "alias" (``.alias_of``, ``.view``),
@@ -50,6 +51,7 @@ class GroupView:
     reason: str = ""
     nova_kernel: bool = True
     pointwise: object = None             # a Nova pointwise kernel's PointwiseProblem (its nodes: one launch)
+    optimizer: object = None             # a Nova multi-tensor update's MultiTensorProblem (its nodes: one launch)
 
 
 @dataclass
@@ -128,7 +130,8 @@ def read_plan(planned) -> PlanView:
         if p.kind != "none":
             placements[v] = p
     views = [GroupView(index, g.kind, list(g.nodes), g.reason or "", not (g.kind == "gemm" and g.kernel != "nova"),
-                       g.problem if g.kind == "pointwise" and g.kernel == "nova" else None)
+                       g.problem if g.kind == "pointwise" and g.kernel == "nova" else None,
+                       g.problem if g.kind == "composite" and g.kernel == "nova" else None)
              for index, g in enumerate(planned.groups)]
     return PlanView(graph, views, placements, memory.arena_bytes, memory.peak_bytes, _donations(memory, graph),
                     _fused_into(planned.groups, memory, graph))

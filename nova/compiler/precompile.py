@@ -12,15 +12,18 @@ class StepKernels(NamedTuple):
     gemms: list                 # GemmProblem
     attention: list             # (AttentionProblem with the arena views' strides, roles)
     pointwise: list             # PointwiseProblem
+    optimizer: list             # UpdateRule (a multi-tensor kernel serves every group of its rule)
 
 
 def step_kernels(planned) -> StepKernels:
     """The Nova kernels of the CUDA program of ``planned``, as its dry run on meta tensors builds
     them: the GEMMs the executor launches (``Program.gemm_problems``), its attention launches
-    (``Program.attention_kernels``) and its fused pointwise kernels (``Program.pointwise_problems``)."""
+    (``Program.attention_kernels``), its fused pointwise kernels (``Program.pointwise_problems``) and
+    its multi-tensor optimizer kernels (``Program.optimizer_rules``)."""
     from nova.compiler.executor import Program
     program = Program(planned, "meta")
-    return StepKernels(program.gemm_problems(), program.attention_kernels(), program.pointwise_problems())
+    return StepKernels(program.gemm_problems(), program.attention_kernels(), program.pointwise_problems(),
+                       program.optimizer_rules())
 
 
 def precompile_each(items, compile_one, describe, log=print, label: str = "") -> dict:
@@ -60,6 +63,17 @@ def precompile_pointwise(problems, target, cache, log=print) -> dict:
     return precompile_each(problems, one, lambda p: describe(p, "pointwise", target), log, "pointwise ")
 
 
+def precompile_optimizer(rules, target, cache, log=print) -> dict:
+    """Configure each multi-tensor ``UpdateRule`` for ``target`` and compile its kernel into ``cache``."""
+    from nova.kernels.optimizer.compile import ROLE, describe, get_or_compile
+    from nova.kernels.optimizer.derive import configure_rule
+
+    def one(rule):
+        _, key, status = get_or_compile(rule, configure_rule(rule, target), target, cache, offline=False)
+        return key, status
+    return precompile_each(rules, one, lambda r: describe(r, ROLE, target), log, "multi-tensor ")
+
+
 def _add(total: dict, counts: dict) -> None:
     for k, v in counts.items():
         total[k] = total.get(k, 0) + v
@@ -68,7 +82,7 @@ def _add(total: dict, counts: dict) -> None:
 def precompile_planned(planned, target, cache, log=print) -> dict:
     """Compile the step's kernels for ``target`` into ``cache``; returns the counts by status
     (compiled, cached, failed: a kernel that fails is reported and the rest go on) and how many
-    kernels of each family the step has (``gemm``, ``attention``, ``pointwise``)."""
+    kernels of each family the step has (``gemm``, ``attention``, ``pointwise``, ``optimizer``)."""
     from nova.kernels.attention import precompile_attention
     from nova.runtime.matmul import precompile_gemms
     kernels = step_kernels(planned)
@@ -82,12 +96,14 @@ def precompile_planned(planned, target, cache, log=print) -> dict:
         log(f"[attention {i}/{len(kernels.attention)}] {problem.describe()} ({', '.join(roles)}): "
             f"{len(results)} kernels in {time.perf_counter() - t0:.2f} s")
     _add(counts, precompile_pointwise(kernels.pointwise, target, cache, log))
-    log(f"precompiled {len(kernels.gemms)} GEMMs, {len(kernels.attention)} attention launches and "
-        f"{len(kernels.pointwise)} pointwise kernels for {target.name} into {cache.root}: "
+    _add(counts, precompile_optimizer(kernels.optimizer, target, cache, log))
+    log(f"precompiled {len(kernels.gemms)} GEMMs, {len(kernels.attention)} attention launches, "
+        f"{len(kernels.pointwise)} pointwise kernels and {len(kernels.optimizer)} multi-tensor optimizer kernels "
+        f"for {target.name} into {cache.root}: "
         f"{counts['compiled']} kernels compiled, {counts['cached']} already cached, {counts['failed']} failed "
         f"({time.perf_counter() - start:.1f} s)")
     return {**counts, "gemm": len(kernels.gemms), "attention": len(kernels.attention),
-            "pointwise": len(kernels.pointwise)}
+            "pointwise": len(kernels.pointwise), "optimizer": len(kernels.optimizer)}
 
 
 def missing_kernels(planned, target, cache) -> list[str]:
@@ -96,6 +112,8 @@ def missing_kernels(planned, target, cache) -> list[str]:
     ``get_or_compile``, as the runtime looks it up, without a GPU."""
     from nova.kernels.attention.compile import get_or_compile as attention_kernel
     from nova.kernels.attention.derive import configure_attention
+    from nova.kernels.optimizer.compile import get_or_compile as optimizer_kernel
+    from nova.kernels.optimizer.derive import configure_rule
     from nova.kernels.pointwise.compile import get_or_compile as pointwise_kernel
     from nova.kernels.pointwise.derive import configure_pointwise
     from nova.runtime.cache import NotPrecompiledError, get_or_compile as gemm_kernel
@@ -108,6 +126,8 @@ def missing_kernels(planned, target, cache) -> list[str]:
                 for p, roles in kernels.attention for r in roles]
     lookups += [lambda p=p: pointwise_kernel(p, configure_pointwise(p, target).schedule, target, cache, offline=True)
                 for p in kernels.pointwise]
+    lookups += [lambda r=r: optimizer_kernel(r, configure_rule(r, target), target, cache, offline=True)
+                for r in kernels.optimizer]
     missing = []
     for lookup in lookups:
         try:

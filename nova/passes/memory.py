@@ -14,8 +14,9 @@ Rules, over the execution order (the groups' nodes one after another; position =
 * **Donation.**  An output with ``updates=i`` is written into input i's storage (it becomes
   ``external``, ``donated``) when input i and its aliases are read nowhere after that write, except
   by the producing node itself reading it element for element (a pointwise op or adamw/sgd reading
-  the whole input in its own layout, or a Nova pointwise kernel whose every read of it is whole, in
-  the output's layout: ``elementwise_group``), and input i is not itself an output.
+  the whole input in its own layout, a Nova pointwise kernel whose every read of it is whole, in
+  the output's layout, or a Nova multi-tensor update where only the output's own update reads it:
+  ``elementwise_group``), and input i is not itself an output.
 * **In place.**  The result of an ATen pointwise node (or an ``ELEMENTWISE_COMPOSITES`` node:
   adamw/sgd, cross_entropy_backward writing dlogits over the logits) takes the arena buffer of an
   input root that dies at this node, when that input has the result's byte size and is read element
@@ -123,12 +124,22 @@ def elementwise_reader(node: Node, root: Value, out: Value, layouts) -> bool:
 
 
 def elementwise_group(group: Group, root: Value, out: Value, layouts) -> bool:
-    """A Nova pointwise kernel may write ``out`` over ``root``'s storage: each thread reads every input
-    at the flat indices it then writes, so this holds when every member reading ``root`` (in any of
-    its aliases) reads it whole, in ``out``'s own layout."""
-    if group.kind != "pointwise" or not group.fused or root.type.nbytes != out.type.nbytes:
+    """One Nova kernel may write ``out`` over ``root``'s storage.  A pointwise kernel: each thread reads
+    every input at the flat indices it then writes, so this holds when every member reading ``root``
+    (in any of its aliases) reads it whole, in ``out``'s own layout.  A multi-tensor optimizer
+    update: each thread reads one tensor's inputs at the indices it then writes of that tensor's
+    outputs, so only ``out``'s own update may read ``root``, whole, in ``out``'s layout."""
+    if not group.fused or root.type.nbytes != out.type.nbytes:
         return False
-    for n in group.nodes:
+    if group.kind == "pointwise":
+        readers = group.nodes
+    elif group.kind == "composite" and group.nodes[0].op in OPTIMIZER_UPDATES:
+        readers = [out.producer]
+        if any(layouts[v].root is root for n in group.nodes if n is not out.producer for v in n.inputs):
+            return False
+    else:
+        return False
+    for n in readers:
         for v in n.inputs:
             lay = layouts[v]
             if lay.root is root and not (lay.whole_root and lay.shape == out.shape):
@@ -416,7 +427,7 @@ def validate_memory_plan(graph: Graph, groups: list[Group], plan: MemoryPlan) ->
         assert plan[v].kind == "external" and plan[v].input_index == i and plan[v].donated
         write = need[v][0]
         if elementwise_group(group_of[v.producer], x, v, layouts) and need[x][1] == span[v.producer][1]:
-            continue                                   # one Nova pointwise kernel reads it, then writes v
+            continue                                   # one Nova kernel reads it, then writes v
         assert x not in outputs and need[x][1] <= write, f"input {i} is read after output {j} overwrites it"
         if need[x][1] == write:
             assert elementwise_reader(v.producer, x, v, layouts), \

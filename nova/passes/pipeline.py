@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from nova.ir.graph import Graph, Node
 from nova.ir.printer import value_names
 from nova.ir.verify import verify
+from nova.kernels.pointwise.switch import MemoryBoundKernels, memory_bound_kernels
 from nova.passes import layout as layout_analysis
 from nova.passes.canonicalize import canonicalize
 from nova.passes.cross_entropy import fuse_cross_entropy
@@ -36,8 +37,11 @@ class Planned:
     stats: dict[str, int] = field(default_factory=dict)   # node count after each pass
 
 
-def pipeline(graph: Graph, target=None) -> Planned:
-    """Optimize, group, order and plan ``graph`` (which is left unchanged)."""
+def pipeline(graph: Graph, target=None, kernels: MemoryBoundKernels | None = None) -> Planned:
+    """Optimize, group, order and plan ``graph`` (which is left unchanged).  ``kernels``: which
+    memory-bound groups may run on Nova kernels (default: the ``NOVA_POINTWISE`` setting)."""
+    if kernels is None:
+        kernels = memory_bound_kernels()
     verify(graph)
     stats = {"captured": len(graph.nodes)}
     g = dce(graph)
@@ -50,7 +54,7 @@ def pipeline(graph: Graph, target=None) -> Planned:
     stats["cross_entropy"] = len(g.nodes)
     verify(g)
     layouts = layout_analysis.analyze(g)
-    groups, memory = schedule_with_plan(g, fuse(g, layouts), layouts)
+    groups, memory = schedule_with_plan(g, fuse(g, layouts, kernels), layouts)
     return Planned(g, groups, [n for grp in groups for n in grp.nodes], memory, target, stats)
 
 

@@ -1,0 +1,253 @@
+"""The multi-tensor optimizer kernel family on the host: update rules, the argument table (and the
+CTAs' walk over it, replayed in Python), the configurator, PTX for sm_80/86/90 without spills or
+calls, the fusion pass's optimizer groups, the memory plan across one such kernel, the CUDA
+program's launch on meta, the bind-time checks, and the NOVA_POINTWISE switch."""
+import dataclasses
+import re
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from nova.kernels.optimizer.derive import MAX_LANES, configure_multi_tensor, configure_rule
+from nova.kernels.optimizer.launch import mismatch
+from nova.kernels.optimizer.problem import (MultiTensorProblem, OptimizerProblemError, UpdateRule, operand_slots,
+                                            parse_sizes)
+from nova.kernels.optimizer.table import HEADER, chunk_counts, field_word, row_fields, row_words, table_words
+from nova.passes import pipeline
+from nova.passes.examples import transformer_step
+
+RULES = [UpdateRule("adamw", "f32", "f32"), UpdateRule("adamw", "bf16", "f32"),
+         UpdateRule("adamw", "f16", "i64", decoupled=False, maximize=True), UpdateRule("adamw", "f64", "f64"),
+         UpdateRule("sgd", "f32"), UpdateRule("sgd", "bf16", with_momentum=True, nesterov=True),
+         UpdateRule("sgd", "f32", with_momentum=True, first_step=True, maximize=True),
+         UpdateRule("sgd", "f64", with_momentum=True)]
+
+
+# --------------------------------------------------------------------------- rules and problems
+def test_rules_name_what_they_read_and_write():
+    adam = UpdateRule("adamw", "bf16", "f32")
+    assert adam.pointers() == ("param", "grad", "exp_avg", "exp_avg_sq", "step", "param_out", "exp_avg_out",
+                               "exp_avg_sq_out")
+    assert adam.bytes_per_element == 7 * 2 and adam.hyper == ("lr", "beta1", "beta2", "eps", "weight_decay")
+    first = UpdateRule("sgd", "f32", with_momentum=True, first_step=True)
+    assert first.pointers() == ("param", "grad", "param_out", "momentum_buffer_out")
+    later = dataclasses.replace(first, first_step=False)
+    assert later.pointers() == ("param", "grad", "momentum_buffer", "param_out", "momentum_buffer_out")
+    assert UpdateRule("sgd", "f32").bytes_per_element == 3 * 4
+    assert operand_slots(later, ["p", "g", "h", "b"], ["p1", "b1"]) == {
+        "param": "p", "grad": "g", "momentum_buffer": "b", "param_out": "p1", "momentum_buffer_out": "b1"}
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(op="adagrad", dtype="f32"), "optimizer must be"),
+    (dict(op="adamw", dtype="i32", step_dtype="f32"), "dtype must be"),
+    (dict(op="adamw", dtype="f32", step_dtype="bf16"), "step counts"),
+    (dict(op="sgd", dtype="f32", nesterov=True), "need momentum"),
+    (dict(op="adamw", dtype="f32", step_dtype="f32", with_momentum=True), "sgd's"),
+])
+def test_bad_rules_are_one_line_errors(kwargs, message):
+    with pytest.raises(OptimizerProblemError, match=message):
+        UpdateRule(**kwargs)
+
+
+def test_sizes_parse_and_refuse_nonsense():
+    assert parse_sizes("42000000") == (42_000_000,)
+    assert parse_sizes("50304x768, 768,3x4x5") == (50304 * 768, 768, 60)
+    for bad in ("", "12,x", "0", "-4", "1e6"):
+        with pytest.raises(OptimizerProblemError):
+            parse_sizes(bad)
+
+
+# --------------------------------------------------------------------------- the argument table
+def walk(words, rule, schedule):
+    """The kernel's walk (emit.py) replayed: CTA b takes chunks b, b + grid, ... below the table's chunk
+    count, scans forward from its last row, and covers its threads' vectors; returns, per tensor, how
+    many times each element is visited."""
+    R, H = row_words(rule), len(HEADER)
+    fields = row_fields(rule)
+    tensors, chunks = words[0], words[1]
+    numels = [words[H + t * R + fields.index("numel")] for t in range(tensors)]
+    seen = [[0] * n for n in numels]
+    for b in range(schedule.grid):
+        t = -1
+        for c in range(b, chunks, schedule.grid):
+            row = max(t, 0)
+            while c >= words[H + row * R + fields.index("chunk_end")]:
+                row += 1
+            t = row
+            begin = words[H + t * R + fields.index("chunk_begin")]
+            for thread in range(schedule.threads):
+                for u in range(schedule.unroll):
+                    e = (c - begin) * schedule.chunk + u * schedule.threads * schedule.vector + thread * schedule.vector
+                    for k in range(e, min(e + schedule.vector, numels[t])):
+                        seen[t][k] += 1
+    return seen
+
+
+@pytest.mark.parametrize("rule", [RULES[0], RULES[6]], ids=lambda r: r.describe())
+def test_table_layout_and_the_walk_cover_every_element_once(rule):
+    schedule = dataclasses.replace(configure_rule(rule, "rtx3060"), grid=5)       # few CTAs: each walks many chunks
+    numels = [1, 0, 4097, schedule.chunk, schedule.chunk * 3 + 7, 33, 0, 2 * schedule.chunk - 1]
+    rows = [{**{name: 0x10000 * (k + 1) + 16 * j for j, name in enumerate(rule.pointers())}, "numel": n}
+            for k, n in enumerate(numels)]
+    words = table_words(rule, rows, schedule.chunk)
+    counts = chunk_counts(numels, schedule.chunk)
+    assert words[:2] == [len(numels), sum(counts)] and len(words) == len(HEADER) + len(numels) * row_words(rule)
+    for k, (r, n) in enumerate(zip(rows, numels)):
+        for name in rule.pointers():
+            assert words[field_word(rule, k, name)] == r[name]
+        assert words[field_word(rule, k, "numel")] == n
+        assert words[field_word(rule, k, "chunk_end")] - words[field_word(rule, k, "chunk_begin")] == counts[k]
+        assert words[field_word(rule, k, "chunk_begin")] == sum(counts[:k])
+    assert all(v == 1 for per in walk(words, rule, schedule) for v in per)
+
+
+# --------------------------------------------------------------------------- the configurator
+@settings(max_examples=40, deadline=None)
+@given(rule=st.sampled_from(RULES), sizes=st.lists(st.integers(0, 3_000_000), min_size=1, max_size=20),
+       target=st.sampled_from(["h200", "a100", "rtx3060"]))
+def test_configurator_properties(rule, sizes, target):
+    c = configure_multi_tensor(MultiTensorProblem(rule, tuple(sizes)), target)
+    s, gpu = c.schedule, c.target
+    assert s.vector * rule.itemsize == 16 and s.threads % 32 == 0 and s.chunk == s.vector * s.threads * s.unroll
+    assert s.unroll & (s.unroll - 1) == 0 and s.unroll * s.vector <= MAX_LANES
+    assert s.unroll * len(rule.reads()) >= row_words(rule) or s.unroll * s.vector == MAX_LANES
+    assert s.grid == gpu.sm_count * c.facts["ctas_per_sm"] and s.arch == gpu.arch
+    assert c.facts["chunks"] == sum(chunk_counts(sizes, s.chunk)) and c.facts["trips"] * s.grid >= c.facts["chunks"]
+    assert c.facts["bytes"] >= sum(sizes) * rule.bytes_per_element
+    p = c.prediction
+    assert p.time_us >= p.terms_us["launch"] > 0 and p.bound in ("dram", "launch")
+    assert s == configure_rule(rule, target)            # the kernel never depends on the tensors
+
+
+def test_prediction_grows_with_the_bytes():
+    rule = RULES[0]
+    small, big = (configure_multi_tensor(MultiTensorProblem(rule, (n,)), "h200").prediction for n in (10_000, 42_000_000))
+    assert small.bound == "launch" and big.bound == "dram" and big.time_us > 50 * small.time_us
+
+
+# --------------------------------------------------------------------------- generated code
+ptxas = pytest.importorskip("nova.codegen.ptxas")
+
+
+@pytest.mark.skipif(not ptxas.available(), reason="ptxas not on PATH")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_90"])
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.describe())
+def test_kernels_assemble_without_spills_or_calls(arch, rule):
+    pytest.importorskip("mlir")
+    from nova.kernels.optimizer.compile import build
+    schedule = dataclasses.replace(configure_rule(rule), arch=arch)
+    art = build(rule, schedule)
+    r = art.resources
+    assert r["spill_store_bytes"] == 0 and r["spill_load_bytes"] == 0 and r["stack_bytes"] == 0
+    assert r["registers"] <= 255 and art.grid == (schedule.grid, 1, 1) and art.params == ("table", "hyper")
+    assert not re.search(r"\bcall\b", art.ptx)                       # no out-of-line libdevice calls
+    vector = "v2.b64" if rule.dtype == "f64" else "v4.b32"
+    assert f"ld.global.{vector}" in art.ptx and f"st.global.{vector}" in art.ptx
+    if rule.op == "adamw":
+        assert ("sqrt.rn.f64" if rule.dtype == "f64" else "sqrt.rn.f32") in art.ptx and "sqrt.approx" not in art.ptx
+
+
+# --------------------------------------------------------------------------- the plan
+def optimizer_groups(planned):
+    return [g for g in planned.groups if g.nodes[0].op in ("adamw", "sgd")]
+
+
+def test_fusion_puts_optimizer_groups_on_one_kernel_and_donation_survives():
+    from nova.passes.memory import validate_memory_plan
+    planned = pipeline(transformer_step(layers=2))
+    groups = optimizer_groups(planned)
+    assert groups and all(g.kernel == "nova" and g.problem.rule == UpdateRule("adamw", "f32", "f32") for g in groups)
+    assert all("one Nova multi-tensor kernel" in g.reason for g in groups)
+    assert all(g.problem.sizes == tuple(n.inputs[0].type.numel for n in g.nodes) for g in groups)
+    updating = [o for o in planned.graph.outputs if o.updates is not None]
+    assert len(planned.memory.donations) == len(updating)          # every parameter and moment updated in place
+    validate_memory_plan(planned.graph, planned.groups, planned.memory)
+
+
+def test_mixed_element_types_stay_on_aten_with_the_reason():
+    from nova.ir import Graph, TensorType
+    g = Graph("mixed")
+    hyper = g.input(TensorType((5,), "f64"), "hyper", "opt_state")
+    step = g.input(TensorType((), "f32"), "step", "opt_state")
+    p = g.input(TensorType((8, 4), "bf16"), "p", "param")
+    grad = g.input(TensorType((8, 4), "f32"), "g", "grad")
+    m, v = (g.input(TensorType((8, 4), "bf16"), n, "opt_state") for n in ("m", "v"))
+    for k, r in enumerate(g.op("adamw", p, grad, m, v, step, hyper, decoupled=True)):
+        g.output(r, f"o{k}", "param" if k == 0 else "opt_state", updates=(2, 4, 5)[k])
+    (group,) = optimizer_groups(pipeline(g))
+    assert group.kernel == "aten" and "mixed element types" in group.reason
+
+
+@pytest.mark.parametrize("setting, pointwise, optimizer", [("0", "aten", "aten"), ("fused", "nova", "aten"),
+                                                           ("optimizer", "aten", "nova"), ("1", "nova", "nova")])
+def test_the_switch_keeps_groups_on_aten(monkeypatch, setting, pointwise, optimizer):
+    monkeypatch.setenv("NOVA_POINTWISE", setting)
+    planned = pipeline(transformer_step())
+    fused = [g for g in planned.groups if g.kind == "pointwise" and len(g.nodes) > 1]
+    assert fused and {g.kernel for g in fused} == {pointwise}
+    assert {g.kernel for g in optimizer_groups(planned)} == {optimizer}
+    if setting != "1":
+        assert any(f"NOVA_POINTWISE={setting}" in g.reason for g in planned.groups)
+
+
+def test_a_bad_switch_is_one_line(monkeypatch):
+    monkeypatch.setenv("NOVA_POINTWISE", "maybe")
+    with pytest.raises(ValueError, match=r"^NOVA_POINTWISE must be one of 1, 0, fused, optimizer, got 'maybe'$"):
+        pipeline(transformer_step())
+
+
+def test_the_plan_cache_keys_the_switch(tmp_path, monkeypatch):
+    from nova.compiler import plan_cache
+    graph = transformer_step()
+    monkeypatch.setenv("NOVA_POINTWISE", "0")
+    off, status = plan_cache.plan(graph, None, "cuda", root=tmp_path)
+    assert status == "miss" and {g.kernel for g in optimizer_groups(off)} == {"aten"}
+    monkeypatch.setenv("NOVA_POINTWISE", "1")
+    on, status = plan_cache.plan(graph, None, "cuda", root=tmp_path)
+    assert status == "miss" and {g.kernel for g in optimizer_groups(on)} == {"nova"}
+    assert plan_cache.plan(graph, None, "cuda", root=tmp_path)[1] == "hit"
+
+
+# --------------------------------------------------------------------------- the program
+def test_meta_program_launches_one_kernel_per_optimizer_group():
+    from nova.compiler.executor import build, optimizer_rules
+    from nova.compiler.precompile import step_kernels
+    from nova.kernels.optimizer.table import table_bytes
+    planned = pipeline(transformer_step())
+    program = build(planned, "meta")
+    launches = [l for l in program.launches if l.nodes[0].op == "adamw"]
+    assert launches and all(len(l.kernels) == 1 and l.kernels[0].optimizer is not None for l in launches)
+    assert all("nova multi-tensor kernel" in l.kernels[0].what for l in launches)
+    tables = sum(table_bytes(l.kernels[0].optimizer, len(l.nodes)) for l in launches)
+    assert program.stats["workspace_bytes"] >= tables
+    assert optimizer_rules(planned) == step_kernels(planned).optimizer == [UpdateRule("adamw", "f32", "f32")]
+    cpu = build(planned, "cpu")                                       # the CPU program keeps ATen's foreach path
+    assert not any(k.optimizer for l in cpu.launches for k in l.kernels)
+
+
+def _row(rule, numel=64, dtype=torch.float32, **override):
+    out = {}
+    for name in rule.pointers():
+        out[name] = torch.zeros((), dtype=torch.float32) if name == "step" else torch.zeros(numel, dtype=dtype)
+    out.update(override)
+    return out
+
+
+def test_bind_checks_name_what_the_kernel_cannot_take():
+    rule = UpdateRule("adamw", "f32", "f32")
+    hyper = torch.zeros(5, dtype=torch.float64)
+    ok = _row(rule)
+    ok.update(param_out=ok["param"], exp_avg_out=ok["exp_avg"], exp_avg_sq_out=ok["exp_avg_sq"])   # in place
+    assert mismatch(rule, [ok, _row(rule, 7)], hyper) == ""
+    shared, big = torch.zeros(64), torch.zeros(200)
+    assert mismatch(rule, [_row(rule, grad=shared), _row(rule, grad=shared)], hyper) == ""      # reads may share
+    why = mismatch(rule, [_row(rule, param_out=shared), _row(rule, grad=shared)], hyper)
+    assert "overlaps" in why and "tensor 0's param_out" in why and "tensor 1's grad" in why
+    assert "overlaps" in mismatch(rule, [_row(rule, param_out=big[:64], grad=big[32:96])], hyper)
+    assert "16-byte boundary" in mismatch(rule, [_row(rule, param=big[1:65])], hyper)
+    assert "not a contiguous f32" in mismatch(rule, [_row(rule, grad=torch.zeros(64, dtype=torch.bfloat16))], hyper)
+    assert "not a contiguous f32" in mismatch(rule, [_row(rule, grad=torch.zeros(128)[::2])], hyper)
+    assert "step is not one f32" in mismatch(rule, [_row(rule, step=torch.zeros((), dtype=torch.int64))], hyper)
+    assert "hyper-parameters" in mismatch(rule, [ok], torch.zeros(4, dtype=torch.float64))
