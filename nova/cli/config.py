@@ -3,6 +3,8 @@
     nova-config explain matmul 4096x4096 [--target h200] [--dtype tf32] [--json] [--symbolic]
     nova-config explain matmul 256x512x512x64 [--batch-strides 0,packed,packed] ...   (a batch of 256 GEMMs)
     nova-config explain attention 32,8,512,64 [--causal] [--dtype tf32] [--target h200] [--json]
+    nova-config explain pointwise "gelu_tanh(x)+y" 16384x2048 [--dtype f32|bf16|f16|f64] [--target h200] [--json]
+    nova-config explain adamw 42000000 [--dtype bf16] [--adam] [--target h200] [--json]   (also: explain sgd)
     nova-config explain train gpt42m --batch 32 [--seq 512] [--target h200] [--json]
     nova-config targets [--json]
     nova-config show-target h200 [--json]
@@ -33,8 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_version(ap)
     sub = ap.add_subparsers(dest="command", required=True)
     ex = sub.add_parser("explain", help="derive and explain the schedule of one operation")
-    ex.add_argument("op", help="operation: matmul (alias gemm); `explain attention` and `explain train` "
-                               "have their own options (see their --help)")
+    ex.add_argument("op", help="operation: matmul (alias gemm); `explain attention`, `explain pointwise`, "
+                               "`explain adamw`, `explain sgd` and `explain train` have their own options (see their "
+                               "--help)")
     ex.add_argument("shape", help="S (M=N=K=S), SxS (square operands, M=N=K=S), MxNxK or BxMxNxK (a batch of B "
                                   "MxNxK GEMMs in one launch)")
     ex.add_argument("--target", default="rtx3060",
@@ -68,7 +71,7 @@ def _console():
 
 def cmd_explain(args) -> int:
     if args.op not in OPS:
-        raise ProblemError(f"unknown operation {args.op!r}; supported: matmul")
+        raise ProblemError(f"unknown operation {args.op!r}; supported: matmul, attention, pointwise, adamw, sgd, train")
     (M, N, K), batch = parse_problem_shape(args.shape)
     check_tf32_fast([args.dtype], args.tf32_fast)
     strides = parse_batch_strides(args.batch_strides) if args.batch_strides is not None else (None, None, None)
@@ -283,6 +286,12 @@ def main(argv=None) -> int:
     if argv[:2] == ["explain", "train"]:           # a whole training step (issue 13): nova/cli/train.py
         from nova.cli.train import explain_main
         return explain_main(argv[2:])
+    if argv[:2] == ["explain", "pointwise"]:       # one fused pointwise kernel: nova/kernels/pointwise/cli.py
+        from nova.kernels.pointwise.cli import main as explain_pointwise
+        return explain_pointwise(argv[2:])
+    if argv[:1] == ["explain"] and argv[1:2] in (["adamw"], ["sgd"]):   # a multi-tensor update: nova/kernels/optimizer/cli.py
+        from nova.kernels.optimizer.cli import main as explain_update
+        return explain_update(argv[1], argv[2:])
     args = build_parser().parse_args(argv)
     return dispatch("nova-config", lambda: COMMANDS[args.command](args), (OSError,))
 

@@ -95,7 +95,8 @@ def configure_multi_tensor(problem: MultiTensorProblem, target="h200") -> MultiT
     d = Derivation()
     schedule, facts = derive_schedule(problem.rule, gpu, d)
     chunks = sum(-(-n // schedule.chunk) for n in problem.sizes)
-    d.note("chunks", chunks, f"sum over the {problem.tensors} tensors of ceil(numel / {schedule.chunk})")
+    d.note("chunks", chunks, f"sum over the {problem.tensors} tensor{'s' if problem.tensors != 1 else ''} of "
+           f"ceil(numel / {schedule.chunk})")
     trips = int(d.apply("trips", F.trips, "chunks per CTA, the most any CTA walks", chunks=chunks, grid=schedule.grid))
     c = launch_constants(gpu)
     nbytes = problem.bytes_moved() + table_bytes(problem.rule, problem.tensors)

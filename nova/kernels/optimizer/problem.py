@@ -126,7 +126,8 @@ class MultiTensorProblem:
         return self.numel * self.rule.bytes_per_element
 
     def describe(self) -> str:
-        return f"multi-tensor {self.rule.describe()} over {self.tensors} tensors ({_count(self.numel)} elements)"
+        tensors = f"{self.tensors} tensor{'s' if self.tensors != 1 else ''}"
+        return f"multi-tensor {self.rule.describe()} over {tensors} ({_count(self.numel)} elements)"
 
     def to_dict(self) -> dict:
         return {"rule": self.rule.to_dict(), "tensors": self.tensors, "numel": self.numel, "sizes": list(self.sizes)}

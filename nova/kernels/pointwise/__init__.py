@@ -9,6 +9,8 @@ read in place, inlined scalar fills) as one generated kernel, configured in clos
     emit.py        the MLIR builder (host only)
     compile.py     the family "pointwise" (build, describe) registered with nova.kernels.family
     launch.py      resolve + bind: the runtime side (no MLIR)
+    cli.py         nova-config explain pointwise
+    switch.py      NOVA_POINTWISE: which memory-bound groups run on Nova kernels (read once)
 
 Importing this package imports neither MLIR nor the CUDA driver.
 """
