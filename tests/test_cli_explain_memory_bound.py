@@ -101,3 +101,30 @@ def test_every_flag_is_documented(which):
     assert f"`nova-config explain {which} " in readme
     flags = [opt for action in parser._actions for opt in action.option_strings if opt not in ("-h", "--help")]
     assert flags and not [f for f in flags if not re.search(rf"`{re.escape(f)}(?![\w-])", readme)]
+
+
+def test_explain_train_prices_nova_memory_bound_groups_with_their_configurators(monkeypatch):
+    """The pointwise and optimizer groups that run on Nova kernels show as Nova kernels priced by their
+    configurators (the same times as explain pointwise / adamw); NOVA_POINTWISE=0 puts them back on ATen."""
+    from nova.compiler.explain import explain_train, plan_training_step
+    from nova.kernels.optimizer.derive import configure_multi_tensor
+    from nova.kernels.pointwise.derive import configure_pointwise
+    planned, _ = plan_training_step("tiny", 2, 16, "adamw", "h200")
+    report = explain_train("tiny", 2, 16, "h200", "adamw")
+    kernels = {k["index"]: k for k in report["kernels"]}
+    nova_pointwise = [i for i, g in enumerate(planned.groups) if g.kind == "pointwise" and g.kernel == "nova"]
+    (update,) = [i for i, g in enumerate(planned.groups) if g.nodes[0].op == "adamw"]
+    assert nova_pointwise and planned.groups[update].kernel == "nova"
+    for i in nova_pointwise:
+        k, problem = kernels[i], planned.groups[i].problem
+        assert (k["kernel"], k["model"], k["name"]) == ("nova", "pointwise configurator", problem.describe())
+        assert k["predicted_us"] == pytest.approx(configure_pointwise(problem, "h200").prediction.time_us, abs=1e-3)
+    k = kernels[update]
+    assert (k["kernel"], k["model"]) == ("nova", "multi-tensor configurator") and k["schedule"]["chunk"] > 0
+    cfg = configure_multi_tensor(planned.groups[update].problem, "h200")
+    assert k["predicted_us"] == pytest.approx(cfg.prediction.time_us, abs=1e-3)
+    assert report["prediction"]["by_kind"]["pointwise/nova"]["count"] == len(nova_pointwise)
+    monkeypatch.setenv("NOVA_POINTWISE", "0")
+    off = explain_train("tiny", 2, 16, "h200", "adamw")
+    assert "pointwise/nova" not in off["prediction"]["by_kind"]
+    assert all(k["kernel"] == "aten" for k in off["kernels"] if "adamw" in k["name"])

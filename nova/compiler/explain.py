@@ -7,6 +7,8 @@ predicted times), each GEMM's schedule, the memory plan and the predicted step t
 Every time is the configurator's closed-form prediction (no measurement): Nova GEMMs by
 ``nova.configurator.configure`` (calibrated where the target has a calibration), attention by
 ``nova.kernels.attention.configure_attention`` where the executor runs Nova's attention kernels,
+fused pointwise groups by ``nova.kernels.pointwise.configure_pointwise`` and optimizer groups by
+``nova.kernels.optimizer.configure_multi_tensor`` where they run on Nova's kernels,
 the groups on ATen kernels kind by kind from the target's calibration of them where it has one
 (``cost.aten_kinds_time``; the kernels counted on meta, ``nova.compiler.aten_launches``), else by
 the memory-bound and closed-form models of ``nova.compiler.cost``.  Each kernel report names the
@@ -33,7 +35,7 @@ class KernelReport:
     reason: str
     origin: str = ""
     schedule: dict | None = None
-    model: str = ""           # what priced it: gemm/attention configurator, aten kinds (calibrated), memory-bound, ...
+    model: str = ""           # what priced it: gemm/attention/pointwise/multi-tensor configurator, aten kinds, memory-bound, ...
     aten_kinds: dict | None = None   # calibrated ATen groups: {kind: {kernels, bytes, eta, calibrated, time_us}}
 
 
@@ -109,8 +111,25 @@ def _gemm_report(group, target) -> tuple[float, str, str, dict | None]:
     return t, cfg.prediction.bound, f"configure({group.problem.describe()})", schedule
 
 
+def _pointwise_report(group, target) -> tuple[float, str, str, dict]:
+    """A Nova pointwise group: its kernel's configuration (``nova/kernels/pointwise/derive.py``)."""
+    from nova.kernels.pointwise.derive import configure_pointwise
+    cfg = configure_pointwise(group.problem, target)
+    return (cfg.prediction.time_us, cfg.prediction.bound, f"configure_pointwise({cfg.problem.expression()})",
+            {**cfg.schedule.to_dict(), "bytes": cfg.facts["bytes"], "trips": cfg.facts["trips"]})
+
+
+def _optimizer_report(group, target) -> tuple[float, str, str, dict]:
+    """A Nova optimizer group: its multi-tensor kernel's configuration (``nova/kernels/optimizer/derive.py``)."""
+    from nova.kernels.optimizer.derive import configure_multi_tensor
+    cfg = configure_multi_tensor(group.problem, target)
+    return (cfg.prediction.time_us, cfg.prediction.bound, f"configure_multi_tensor({cfg.problem.describe()})",
+            {**cfg.schedule.to_dict(), "chunk": cfg.schedule.chunk, "bytes": cfg.facts["bytes"],
+             "chunks": cfg.facts["chunks"]})
+
+
 def _group_name(group) -> str:
-    if group.kind == "gemm" and group.problem is not None:
+    if group.kernel == "nova" and group.problem is not None:
         return group.problem.describe()
     ops = [n.op for n in group.nodes]
     return ops[0] if len(ops) == 1 else f"{ops[0]}+{len(ops) - 1} ({'+'.join(sorted(set(ops)))})"
@@ -193,6 +212,12 @@ def kernel_reports(planned, target) -> list[KernelReport]:
         elif node.op in ("attention", "attention_backward"):
             t, bound, formula, kernel, schedule = _attention_report(group, node, target)
             model = "attention configurator" if kernel == "nova" else "fp32 attention"
+        elif group.kind == "pointwise" and group.kernel == "nova":
+            t, bound, formula, schedule = _pointwise_report(group, target)
+            model = "pointwise configurator"
+        elif group.kind == "composite" and group.kernel == "nova":
+            t, bound, formula, schedule = _optimizer_report(group, target)
+            model = "multi-tensor configurator"
         elif index in dispatched and group.kernel == "aten" and (stored or node.op not in CLOSED_FORM_OPS):
             d = dispatched[index]
             counted = f" ({d.calls} ATen calls, {d.kernels} kernels, counted on meta)"
