@@ -51,7 +51,7 @@ def _schedule(problem, arch="sm_90", bm=128, bn=128, bk=None, wm=2, wn=4, stages
 
 
 def build():
-    from nova.codegen import compile_gemm
+    from nova.kernels.gemm.compile import compile_gemm
     from nova.kernels.gemm.problem import GemmProblem as G
 
     cases = [

@@ -5,7 +5,8 @@ Layers (data flows one way):  hwmodel -> configurator -> codegen -> runtime;  re
 Importing ``nova`` is cheap and never imports MLIR or the CUDA driver; ``nova.matmul`` loads the
 runtime on first access, ``nova.compile`` (whole-step graph compilation) the frontend and compiler.
 """
-__version__ = "0.1.0"
+from nova.version import __version__
+
 __all__ = ["matmul", "compile", "attention", "attention_backward", "NovaUnsupportedError", "__version__"]
 
 
@@ -16,7 +17,7 @@ def __getattr__(name: str):
         from nova.runtime.matmul import matmul
         globals()["matmul"] = matmul
         return matmul
-    if name in ("attention", "attention_backward"):     # issue 11: nova/kernels/attention/launch.py
+    if name in ("attention", "attention_backward"):     # nova/kernels/attention/launch.py
         from nova.kernels.attention import launch
         globals()[name] = getattr(launch, name)
         return globals()[name]

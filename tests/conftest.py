@@ -20,7 +20,7 @@ def gpu_available() -> bool:
 def pytest_collection_modifyitems(config, items):
     if gpu_available():
         return
-    skip = pytest.mark.skip(reason="needs an NVIDIA GPU (run on the device: see README, 'Testing on a GPU')")
+    skip = pytest.mark.skip(reason="needs an NVIDIA GPU (run on the device: see docs/offline.md, 'Testing on a GPU')")
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)

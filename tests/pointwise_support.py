@@ -9,6 +9,7 @@ import torch
 
 from nova.ir import Graph, TensorType
 from nova.kernels.pointwise.problem import PointwiseProblem
+from nova.passes.pointwise_from_ir import pointwise_problem
 
 TOL = {"f32": 2e-5, "bf16": 1.6e-2, "f16": 2e-3}
 TORCH = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
@@ -54,7 +55,7 @@ class Case:
         g, xs, out = self.graph()
         tensors = tensors if tensors is not None else self.tensors("meta")
         strides = {v: t.stride() for v, t in zip(xs, tensors)}
-        return PointwiseProblem.from_nodes(g.nodes, xs, [out], strides.__getitem__)
+        return pointwise_problem(g.nodes, xs, [out], strides.__getitem__)
 
 
 def _chain(g, x, y):

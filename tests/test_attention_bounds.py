@@ -1,8 +1,8 @@
 """Every memory access of the Hopper attention kernels in bounds, for every block, thread and loop
 iteration (``nova.kernels.attention.bounds``: the generated MLIR's index arithmetic evaluated exactly,
-on the host).  Session 7's illegal address (wgmma dK/dV, B2 H4 T1000 D64 FP16 non-causal on the H200)
+on the host).  The illegal address of wgmma dK/dV at B2 H4 T1000 D64 FP16 non-causal on the H200
 is not an out-of-bounds index of the kernel: its problem is checked here with the passing ones.  It
-was ptxas (session 8): the descriptors' high word left unwritten on the consumers' path; the kernels
+is ptxas (bench/results/h200-session8/call1): the descriptors' high word left unwritten on the consumers' path; the kernels
 now mask the descriptor start to 14 bits, which the last test keeps."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from nova.kernels.attention.build_hopper import build_hopper_fwd
 from nova.kernels.attention.build_hopper_bwd import build_hopper_bwd
 from nova.kernels.attention.derive import configure_attention
 
-FAILING = (2, 4, 4, 1000, 1000, 64, False, "fp16")          # session 7's last device call
+FAILING = (2, 4, 4, 1000, 1000, 64, False, "fp16")          # the H200's illegal address without the mask
 CASES = tuple(dict.fromkeys((FAILING,) + FLASH_CASES + tuple(c for c in GPU_TEST_CASES if c[7] != "tf32") + (
     (2, 4, 4, 1000, 1000, 64, False, "bf16"), (2, 4, 4, 1024, 1024, 64, False, "fp16"),
     (1, 1, 1, 1000, 1000, 64, False, "fp16"), (2, 4, 4, 600, 600, 64, False, "bf16"),
@@ -81,7 +81,7 @@ def test_descriptors_start_from_the_14_bit_masked_base(case, monkeypatch):
     """Every wgmma descriptor of the forward, dK/dV and dQ kernels is built from the shared address >> 4
     masked to the start field's 14 bits, never from the unmasked value: without the mask ptxas 13.0
     split the descriptor's 64-bit add and left its high word (SBO, swizzle) unwritten on the
-    consumers' path of the failing problem's dK/dV kernel (H200, session 8, call 1: memcheck
+    consumers' path of the failing problem's dK/dV kernel (H200, bench/results/h200-session8/call1: memcheck
     "out-of-range shared address" at an HGMMA; SASS read by nvdisasm)."""
     p, s = _schedule(case, monkeypatch)
     for role in ("fwd", "bwd_dkv", "bwd_dq"):

@@ -163,7 +163,8 @@ def test_hopper_forward_forced_matches_float64(case, strided):
     with NOVA_ATTENTION_HOPPER_BWD=1 (the default) the backward's dK/dV and dQ too (TF32 with their
     transposes; at D128 TF32's dK/dV with one consumer warpgroup); bwd_pre stays on its mma.sync-path kernel."""
     torch = _torch()
-    from nova.kernels.attention.derive import HOPPER_DTYPES, hopper_backward_enabled
+    import nova.options
+    from nova.kernels.attention.derive import HOPPER_DTYPES
     from nova.kernels.attention.launch import plan_operands, resolve
     with hopper_mode("force"):
         if strided:
@@ -180,7 +181,7 @@ def test_hopper_forward_forced_matches_float64(case, strided):
             assert sched.tma                                                     # the Hopper forward ran
             # and the Hopper backward (16-bit dK/dV at D128 with 32-row query tiles: 64 would need 240 registers;
             # TF32 D128: dK/dV with one consumer warpgroup, dQ with 32-key tiles)
-            want = hopper_backward_enabled() and dtype in HOPPER_DTYPES
+            want = nova.options.current().attention_hopper_backward and dtype in HOPPER_DTYPES
             assert sched.bwd_dkv.hopper == want and sched.bwd_dq.hopper == want
             if want and dtype == "tf32" and D == 128:
                 assert sched.bwd_dkv.consumer_warpgroups == 1

@@ -1,10 +1,11 @@
-"""The persistent Hopper attention forward (session 8): where step 10 makes it persistent, what its
+"""The persistent Hopper attention forward: where step 10 makes it persistent, what its
 MLIR says each role does per work tile, and that protocol run through the mbarrier rules under random
 interleavings (a Q buffer reloaded per tile, a K/V ring that runs on across tiles), on the host."""
 import random
 import re
 
 import pytest
+from nova.options import OptionError
 
 from nova.kernels.attention.bounds import check_bounds, tensor_map_dims
 from nova.kernels.attention.build_hopper import build_hopper_fwd
@@ -37,7 +38,7 @@ def test_persistent_where_work_tiles_outnumber_the_sms(monkeypatch):
     assert not off.persistent and off.grid == (8, 64, 1)
     assert "persistent" not in off.to_dict()            # the key of every kernel before it is unchanged
     monkeypatch.setenv("NOVA_ATTENTION_PERSISTENT", "maybe")
-    with pytest.raises(AttentionProblemError, match="NOVA_ATTENTION_PERSISTENT"):
+    with pytest.raises(OptionError, match="NOVA_ATTENTION_PERSISTENT"):
         configure_attention(BIG, "h200")
 
 

@@ -9,6 +9,7 @@ import json
 import re
 
 import pytest
+from nova.options import OptionError
 
 from nova.hwmodel import get_target
 from nova.configurator import configure
@@ -151,7 +152,7 @@ def test_batched_schedule_round_trips_and_unbatched_dicts_are_unchanged():
 
 # --------------------------------------------------------------------------- the kernels
 def test_mma_sync_mlir_indexes_the_batch():
-    from nova.codegen import build_module
+    from nova.kernels.gemm.compile import build_module
     p = GemmProblem(96, 80, 72, "tf32", True, False, batch=5, batch_stride_b=0)
     text = build_module(p, configure(p, "a100").schedule)
     assert "%A: memref<5x72x96xf32, strided<[6912, 96, 1]>>" in text and "%B: memref<72x80xf32>" in text
@@ -161,7 +162,7 @@ def test_mma_sync_mlir_indexes_the_batch():
 
 
 def test_hopper_mlir_walks_batch_elements_with_3d_maps(monkeypatch):
-    from nova.codegen import build_module
+    from nova.kernels.gemm.compile import build_module
     monkeypatch.setenv("NOVA_PINGPONG", "0")           # the cooperative pick: the TMA store (a 3-D map of C)
     monkeypatch.setenv("NOVA_WIDE_CONSUMERS", "0")     # (3 warpgroups' 192x192 tile would take the registers)
     p = GemmProblem(3000, 2048, 512, "tf32", False, True, True, batch=3, batch_stride_a=0)
@@ -176,7 +177,8 @@ def test_hopper_mlir_walks_batch_elements_with_3d_maps(monkeypatch):
 
 
 def _assemble(p, target, family=None):
-    from nova.codegen import compile_gemm, ptxas
+    from nova.codegen import ptxas
+    from nova.kernels.gemm.compile import compile_gemm
     if not ptxas.available():
         pytest.skip("ptxas not on PATH")
     art = compile_gemm(p, configure(p, target, family=family).schedule)
@@ -228,7 +230,8 @@ def test_mma_sync_batched_kernels_assemble_without_spills(p, target, family):
 
 def test_codegen_refuses_split_k_with_a_batch():
     import dataclasses
-    from nova.codegen import CodegenError, build_module
+    from nova.codegen import CodegenError
+    from nova.kernels.gemm.compile import build_module
     p = GemmProblem(256, 256, 4096, "tf32", batch=2)
     for target in ("a100", "h200"):
         s = configure(p, target).schedule
@@ -333,7 +336,7 @@ def test_batched_problems_run_without_thread_block_clusters(monkeypatch):
 
 def test_tensor_map_l2_promotion_follows_the_row_pitch(monkeypatch):
     """A GEMM operand's map promotes 256 B where its base and strides are whole 128-byte lines, else 128 B
-    (BF16 3000^3's 6000-byte rows: 112.6 -> 97.7 us on the H200, session 13); attention's maps keep 256 B;
+    (BF16 3000^3's 6000-byte rows: 112.6 -> 97.7 us on the H200, bench/results/h200-session13/call8); attention's maps keep 256 B;
     NOVA_TMA_L2_PROMOTION overrides every map, and a bad value is one clear error."""
     from nova.runtime import driver, tma
     seen = []
@@ -347,5 +350,5 @@ def test_tensor_map_l2_promotion_follows_the_row_pitch(monkeypatch):
     tma.encode_tiled_2d(0x10000, "bf16", 3072, 3072, 64, 64)
     assert seen[-1] == 0
     monkeypatch.setenv("NOVA_TMA_L2_PROMOTION", "256")
-    with pytest.raises(driver.NovaRuntimeError, match="NOVA_TMA_L2_PROMOTION='256'"):
+    with pytest.raises(OptionError, match="NOVA_TMA_L2_PROMOTION='256'"):
         tma.encode_tiled_2d(0x10000, "bf16", 3072, 3072, 64, 64)

@@ -25,6 +25,18 @@ MEASURED_MS = 31.5788
 BAND = 0.10
 
 
+@pytest.fixture(scope="module", autouse=True)
+def aten_plan():
+    """The profile ran the step with its norms, losses, reductions, pointwise groups and optimizer
+    updates on ATen: these tests plan it so (no rows kernels, ``nova/passes/rows.py``;
+    ``NOVA_POINTWISE=none``), the plan the calibration was fitted on."""
+    import nova.passes.fusion
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(nova.passes.fusion, "select_rows", lambda group, layouts: "")
+        mp.setenv("NOVA_POINTWISE", "none")
+        yield
+
+
 @pytest.fixture(scope="module")
 def gpt42m():
     """GPT-42M's training step at batch 32 captured and planned for the H200 once (meta device)."""

@@ -66,6 +66,8 @@ def test_targets_and_show_target():
     (("explain", "matmul", "64", "--dtype", "fp8"), "unsupported dtype 'fp8'"),
     (("explain", "conv2d", "64"), "unknown operation 'conv2d'"),
     (("show-target", "tpu"), "unknown target 'tpu'"),
+    (("explain", "matmul", "512x512x512", "--batch-strides", "0,packed,packed"),     # not silently ignored
+     "--batch-strides applies to a batched shape BxMxNxK; 512x512x512 is a single GEMM"),
 ])
 def test_bad_input_is_one_clear_line(args, message):
     r = run(*args)
@@ -118,7 +120,7 @@ def test_warpgroups_cover_the_tile_in_the_kernels_orientation():
                     GemmProblem(512, 4096, 1000, trans_b=True), GemmProblem(100, 3000, 64, "fp16")):
         s = configure(problem, "h200").schedule
         text = warp_row(s)[1]
-        if s.pingpong:          # each warpgroup computes whole tiles (4096^3 BF16 since session 9)
+        if s.pingpong:          # each warpgroup computes whole tiles (4096^3 BF16 picks ping-pong)
             m = re.match(r"ping-pong: 2 consumer warpgroups, each computing whole (\d+) \((M|N)\) x (\d+) \((M|N)\) tiles", text)
             assert m, text
             along = {"M": s.block_m, "N": s.block_n}

@@ -115,6 +115,7 @@ def test_cache_list_and_clear(tmp_path):
     assert "gemm 8x8x8 tf32 NN -> f32 on h200 (sm_90)" in p.stdout and "1 kernels in" in p.stdout
     p = nova("cache", "prune", "--dry-run", "--cache-dir", str(tmp_path / "c"))   # no problem in its meta: stale
     assert p.returncode == 0 and "would remove 1 kernels" in p.stdout and "stale" in p.stdout and len(c.entries()) == 1
+    assert "; 0 kept" in p.stdout                  # a dry run counts what it would keep, not what is on disk
     p = nova("cache", "prune", "--max-size", "forty", "--cache-dir", str(tmp_path / "c"))
     assert p.returncode == 2 and "'forty' is not a size" in p.stderr and len(c.entries()) == 1
     p = nova("cache", "prune", "--max-size", "40M", "--dry-run", "--cache-dir", str(tmp_path / "c"))
@@ -146,6 +147,17 @@ def test_cache_list_and_clear(tmp_path):
     (["tune", "gemm", "--target", "h200", "--exhaustive"], "give one shape (MxNxK) or --suite FILE"),
     (["precompile", "gemm", "--suite", "/nonexistent/suite.txt", "--target", "h200"], "cannot read suite file"),
     (["cache", "explode"], "invalid choice"),
+    # flags a command would otherwise ignore are refused
+    (["precompile", "train", "gpt42m", "--batch", "32", "--target", "h200", "--trans-a"],
+     "--trans-a: precompile gemm's options"),
+    (["precompile", "train", "gpt42m", "--batch", "32", "--target", "h200", "--dtype", "bf16"], "--dtype: precompile gemm's"),
+    (["precompile", "train", "gpt42m", "--batch", "32", "--target", "h200", "--deterministic"],
+     "set NOVA_DETERMINISTIC=1"),
+    (["precompile", "gemm", "--shapes", "64", "--target", "h200", "--seq", "128"], "--seq: options of precompile train"),
+    (["precompile", "gemm", "--shapes", "64", "--target", "h200", "--batch-strides", "0,packed,packed"],
+     "--batch-strides applies to a batched shape"),
+    (["compile", "gemm", "64", "--target", "h200", "--batch-strides", "0,packed,packed"],
+     "--batch-strides applies to a batched shape"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, fragment, tmp_path):
     p = nova(*args, cache_dir=tmp_path / "c")
@@ -189,7 +201,7 @@ def test_offline_hint_builds_the_same_kernel_key():
 
 def _codegen_ready() -> str:
     try:
-        from nova.codegen import compile_gemm  # noqa: F401
+        from nova.kernels.gemm.compile import compile_gemm  # noqa: F401
         from nova.configurator import configure  # noqa: F401
     except ImportError as e:
         return f"codegen/configurator not importable yet: {e}"
@@ -250,3 +262,73 @@ def test_bench_train_forwards_its_arguments(monkeypatch):
     assert args.all and args.model == "tiny" and args.batch == 3 and args.seq == 8 and args.out == "/tmp/x"
     with pytest.raises(SystemExit):
         cli.main(["bench", "gemm", "--shapes", "64", "--model", "tiny"])     # only train forwards
+
+
+# --------------------------------------------------------------------------- the cache directory
+def test_a_missing_cache_directory_is_named_not_listed_as_empty(tmp_path):
+    missing = tmp_path / "no-such-dir"
+    for action in ("list", "prune", "clear"):
+        p = nova("cache", action, "--cache-dir", str(missing))
+        assert f"--cache-dir {missing} does not exist" in one_line_error(p) and p.returncode == 2
+    assert not missing.exists()
+    p = nova("cache", "list", cache_dir=missing)          # the default (here NOVA_CACHE_DIR) not made yet: empty
+    assert p.returncode == 0 and "0 kernels in" in p.stdout and "does not exist yet" in p.stdout
+
+
+@pytest.mark.parametrize("args", [["cache", "list"], ["cache", "prune"],
+                                  ["precompile", "gemm", "--shapes", "64", "--target", "h200"]])
+def test_a_cache_directory_that_is_a_file_is_named_so(args, tmp_path):
+    a_file = tmp_path / "cache.tgz"
+    a_file.write_bytes(b"not a directory")
+    p = nova(*args, "--cache-dir", str(a_file))
+    line = one_line_error(p)
+    assert f"{a_file} is a file, not a directory" in line and "corrupt" not in line.lower()
+    assert p.returncode == 2
+
+
+def test_a_read_only_cache_directory_is_refused_before_compiling(tmp_path, monkeypatch, capsys):
+    """Checked through ``os.access`` (what a read-only mount or a directory without write permission
+    reports; root passes permission bits, so the refusal is simulated for this directory only): one
+    line, exit 2, and nothing compiled."""
+    import nova.runtime.matmul
+    from nova.cli.main import main
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: False if Path(path) == ro else real_access(path, mode, **kw))
+    compiled = []
+    monkeypatch.setattr(nova.runtime.matmul, "precompile_gemms", lambda *a, **k: compiled.append(a) or
+                        {"compiled": 1, "cached": 0, "failed": 0})
+    assert main(["precompile", "gemm", "--shapes", "64", "--target", "h200", "--cache-dir", str(ro)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--cache-dir {ro} is not writable" in err[0]
+    assert compiled == []
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes into read-only directories")
+def test_a_read_only_cache_directory_for_real(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        p = nova("precompile", "gemm", "--shapes", "64", "--target", "h200", "--cache-dir", str(ro))
+        assert "is not writable" in one_line_error(p) and p.returncode == 2
+    finally:
+        ro.chmod(0o755)
+
+
+# --------------------------------------------------------------------------- nova report
+@pytest.mark.parametrize("content, fragment", [
+    ("[1, 2]", "a JSON list, not a results file"),
+    ('"rows"', "a JSON str, not a results file"),
+    ('{"rows": 5}', '"rows" is not a list of objects'),
+    ('{"rows": [{"M": 64}]}', "benchmark results lack the columns"),
+    ('{"environment": 5, "rows": []}', '"environment" is not an object'),
+    ("not json at all", "cannot read results file"),
+])
+def test_report_of_a_wrong_results_file_is_one_line_and_exit_2(content, fragment, tmp_path):
+    bad = tmp_path / "results.json"
+    bad.write_text(content)
+    p = nova("report", "--results", str(bad), "--out", str(tmp_path / "report"))
+    assert fragment in one_line_error(p)
+    assert p.returncode == 2

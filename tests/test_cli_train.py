@@ -39,6 +39,7 @@ def test_explain_train_text_names_the_parts(capsys):
     (["explain", "train", "bogus", "--batch", "2"], "unknown model 'bogus'"),
     (["explain", "train", "tiny", "--batch", "0"], "--batch must be a positive integer"),
     (["explain", "train", "tiny", "--batch", "2", "--seq", "99"], "--seq 99 is outside 1..16"),
+    (["explain", "train", "tiny", "--batch", "2", "--top", "-5"], "--top must be 0 or more"),   # not "all but 5"
 ])
 def test_bad_training_arguments_are_one_line(argv, message, capsys):
     assert config_main(argv) == 2
@@ -52,9 +53,24 @@ def test_a_bad_attention_precision_is_one_line_not_a_silent_fallback(capsys, mon
     monkeypatch.setenv("NOVA_ATTENTION_PRECISION", "fast")
     assert config_main(["explain", "train", "tiny", "--batch", "2", "--target", "h200"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "NOVA_ATTENTION_PRECISION='fast': choose one of tf32, 3xtf32" in err[0]
+    assert len(err) == 1 and "NOVA_ATTENTION_PRECISION='fast': expected tf32, 3xtf32" in err[0]
 
 
 def test_precompile_train_needs_a_model_and_a_batch(capsys):
     assert nova_main(["precompile", "train", "--target", "h200"]) == 2
     assert "needs a model and --batch" in capsys.readouterr().err
+
+
+def test_the_llama_models_are_built_in_models(capsys):
+    """llama-tiny and llama42m are named like the GPTs: explain train plans them, bench and precompile
+    resolve them through the same registry (nova.models.MODELS)."""
+    from nova import models
+    assert {"tiny", "gpt42m", "gpt144m", "llama-tiny", "llama42m"} <= set(models.MODELS)
+    assert models.config("llama42m").block_size == 512 and models.MODELS["llama42m"][0] is models.Llama
+    assert config_main(["explain", "train", "llama-tiny", "--batch", "2", "--json"]) == 0
+    import json
+    report = json.loads(capsys.readouterr().out)
+    assert report["prediction"]["step_ms"] > 0
+    assert config_main(["explain", "train", "llama-huge", "--batch", "2"]) == 2
+    assert "unknown model 'llama-huge'; built-in models: tiny, gpt42m, gpt144m, llama-tiny, llama42m" in \
+        capsys.readouterr().err

@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from nova.codegen import CodegenError, compile_gemm
+from nova.codegen import CodegenError
+from nova.kernels.gemm.compile import compile_gemm
 from nova.kernels.gemm.problem import GemmProblem
 from nova.configurator.step import MmaInstr
 from nova.kernels.gemm.schedule import Schedule

@@ -52,7 +52,7 @@ def test_deterministic(problem, target):
 
 
 def test_deciding_imports_no_sympy_until_a_derivation_is_shown():
-    """Cold start (issue 10): the configurator decides with plain-Python formulas; sympy prints the
+    """Cold start: the configurator decides with plain-Python formulas; sympy prints the
     derivation's formulas only when they are read (``nova-config explain``, ``--json``)."""
     import subprocess
     import sys

@@ -260,10 +260,13 @@ def test_executor_kernels_match_the_reference_outputs_directly():
 
 def test_explain_prices_the_cross_entropy_kernels_by_bytes_and_launches(monkeypatch):
     """The closed form, which prices them where the target has no calibration of ATen's kernels
-    (with the H200's they are priced kind by kind: tests/test_calibrate_aten.py)."""
+    (with the H200's they are priced kind by kind: tests/test_calibrate_aten.py), when they run on ATen
+    (here forced: by default the rows kernels run them, priced by their configurator: tests/test_rows.py)."""
     from nova.compiler.explain import kernel_reports
     from nova.hwmodel import get_target
+    import nova.passes.fusion
     monkeypatch.setattr(cost, "aten_calibration", lambda target: None)
+    monkeypatch.setattr(nova.passes.fusion, "select_rows", lambda group, layouts: "")
     g = loss_graph(n=4096, c=1024, head=False)
     planned = pipeline(g)
     reports = {k.name: k for k in kernel_reports(planned, get_target("h200"))}

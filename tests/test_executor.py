@@ -481,7 +481,7 @@ def test_the_planners_gemm_problems_are_the_launched_ones(make):
         for gl in launch.gemms:
             launched.setdefault(launch.group, []).extend(gl.problems() if gl.backend == "nova" else ["torch"])
     for i, g in enumerate(plan.groups):
-        if g.kind == "gemm" and g.kernel == "nova":
+        if g.kind == "gemm" and g.kernel == "nova":          # (rows groups: nova/passes/rows.py)
             assert launched[i] == [g.problem], g.reason
             assert program.launches[[l.group for l in program.launches].index(i)].gemms[0].epilogue == g.nodes[1:]
         elif g.kind == "gemm":
@@ -625,8 +625,11 @@ def test_gpt_step_attention_reads_its_strided_views_without_copies(monkeypatch):
     problems with exactly those strides, the forward's and the backward's kernels once each."""
     from nova.compiler.explain import plan_training_step
     from nova.compiler.precompile import step_kernels
+    from nova import models
     from nova.models import gpt
-    monkeypatch.setitem(gpt.CONFIGS, "d64", gpt.GPTConfig(vocab_size=64, n_embd=128, n_layer=2, n_head=2, block_size=32))
+    cfg = gpt.GPTConfig(vocab_size=64, n_embd=128, n_layer=2, n_head=2, block_size=32)
+    monkeypatch.setitem(gpt.CONFIGS, "d64", cfg)
+    monkeypatch.setitem(models.MODELS, "d64", (gpt.GPT, cfg))
     planned, _ = plan_training_step("d64", 2, 24)
     program = build(planned, "meta")
     kernels = [k for launch in program.launches for k in launch.kernels if k.attention]

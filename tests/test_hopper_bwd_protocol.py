@@ -1,6 +1,6 @@
 """The Hopper attention backward's barrier protocol, read from its MLIR and run as a model.
 
-The first H200 run of the wgmma dK/dV and dQ kernels hung (bench/NOTES.md, "Issue 11: Hopper backward").
+The first H200 run of the wgmma dK/dV and dQ kernels hung (bench/NOTES.md, "Hopper backward").
 The cause was not in the rings: the consumers' ``setmaxnreg.inc 240`` asked for registers the block
 never held (32 x 128 + 240 x 256 = 65536 > 384 x 168 = 64512), so they waited forever and the producer
 waited on ``empty``.  These tests pin both halves without a GPU: the register split the kernels ask for,
@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from nova.kernels.attention.build import build_module
+from nova.kernels.attention.module import build_module
 from nova.kernels.attention.derive import configure_attention
 from nova.kernels.attention.problem import AttentionProblem
 from mbarrier_model import Mbarrier
@@ -64,7 +64,7 @@ def test_every_role_agrees_on_arrivals_bytes_and_trips(case):
     """full: the TMA thread's expect_tx + (dK/dV) 32 LSE/D lanes = the init count, expect_tx = the bytes of
     the boxes issued on the barrier (TMA counts whole boxes, zero-filled rows too); empty: one arrival per
     consumer warp (dQ), per consumer thread in dK/dV (every lane read LSE/D with ordinary loads: lane 0's
-    arrival would not order the others', racecheck, session 12); one trip count (one SSA value) for the
+    arrival would not order the others', compute-sanitizer's racecheck); one trip count (one SSA value) for the
     producer thread, the LSE/D warp and the consumers; and the setmaxnreg split inside the block's
     registers at launch (the hang)."""
     p, s, roles = _kernels(case)

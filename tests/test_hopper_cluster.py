@@ -33,9 +33,9 @@ CLUSTER_SPREAD = [
     ("2x1", 2048, 2048, 512, "tf32", {"trans_b": True, "bias": True}),        # f32 TMA store
     ("4x1", 4096, 4096, 4096, "bf16", {"trans_b": True}),                     # extent 4 (forced only)
 ]
-# 16-bit problems with an MN-major operand: on the H200 their cluster kernels computed wrong results
-# (bench/results/h200-session6/call3) until the descriptors' start address was masked to 14 bits
-# (session 7); NOVA_CLUSTER now forces them like any other
+# 16-bit problems with an MN-major operand: on the H200 their cluster kernels compute wrong results
+# unless the descriptors' start address is masked to 14 bits (bench/results/h200-session6/call3);
+# NOVA_CLUSTER forces them like any other
 MN_MAJOR_16BIT = [
     ("2x1", 512, 2048, 16384, "bf16", {"trans_a": True}),
     ("1x2", 3000, 5000, 700, "bf16", {"bias": True, "activation": "gelu"}),
@@ -78,7 +78,8 @@ def _shape(text):
 
 @pytest.mark.parametrize("case", CLUSTER_SPREAD, ids=_id)
 def test_cluster_kernels_assemble_with_the_cluster_machinery(case, forced):
-    from nova.codegen import compile_gemm, ptxas
+    from nova.codegen import ptxas
+    from nova.kernels.gemm.compile import compile_gemm
     if not ptxas.available():
         pytest.skip("ptxas not on PATH")
     cl, M, N, K, dtype, extra = case
@@ -263,7 +264,7 @@ def test_cluster_schedules_key_and_round_trip(forced):
 
     from nova.kernels.gemm.schedule import Schedule
     from nova.kernels.gemm.space import label
-    from nova.runtime.cache import kernel_key
+    from nova.kernels.gemm.family import kernel_key
     p, gpu = GemmProblem(512, 2048, 16384, "bf16", trans_b=True), get_target("h200")
     one = configure(p, gpu).schedule
     forced("2x1")
@@ -275,7 +276,8 @@ def test_cluster_schedules_key_and_round_trip(forced):
 
 def test_atomic_split_k_in_a_cluster_assembles():
     """FP32 atomics into C (the configurator prefers the workspace today, so built directly)."""
-    from nova.codegen import compile_gemm, ptxas
+    from nova.codegen import ptxas
+    from nova.kernels.gemm.compile import compile_gemm
     from nova.kernels.gemm.hopper import operand_plan, wgmma_schedule
     if not ptxas.available():
         pytest.skip("ptxas not on PATH")
@@ -440,9 +442,9 @@ def test_cluster_experiments_take_the_cross_cta_traffic_out_one_step_at_a_time(f
 def test_cluster_descriptors_mask_the_start_address_to_its_14_bits(forced):
     """In a cluster launch rank r's shared::cta addresses carry r above bit 18 (they are its
     shared::cluster addresses); unmasked, >> 4 carries that into the descriptor's LBO field and rank
-    >= 1 CTAs read MN-major tiles' boxes 1.. from the wrong place (the H200's wrong results of
-    session 6).  Cluster kernels mask (addr >> 4) to the 14-bit start field; MN-major 16-bit tiles are
-    allowed in clusters again; 1x1 kernels mask too (session 8: ptxas, see emit_hopper)."""
+    >= 1 CTAs read MN-major tiles' boxes 1.. from the wrong place (the H200's wrong results in
+    bench/results/h200-session6/call3).  Cluster kernels mask (addr >> 4) to the 14-bit start field; MN-major 16-bit tiles are
+    allowed in clusters; 1x1 kernels mask too (ptxas, see emit_hopper)."""
     from nova.kernels.gemm.emit_hopper import build_hopper_module
     from nova.kernels.gemm.hopper import cluster_blocker
     p = GemmProblem(512, 2048, 16384, "bf16", trans_a=True)

@@ -241,9 +241,9 @@ def test_forcing_and_excluding_pingpong(env):
 
 
 def test_automatic_picks_and_the_switch(env, monkeypatch):
-    """With AUTO_PINGPONG (on since session 9 measured ping-pong without ptxas's serialisation) the model
+    """With AUTO_PINGPONG (ping-pong measured without ptxas's serialisation, bench/results/h200-session9/call5) the model
     picks it where the cooperative tile's exposed epilogue outweighs the smaller tile's costs (the
-    short-K forwards and the LM head: 1.04-1.20x measured, bench/NOTES.md session 9) and keeps the
+    short-K forwards and the LM head: 1.04-1.20x measured, bench/results/h200-session9) and keeps the
     cooperative tile (with no consumers row: its derivation as before) where not (a deep-K square, the
     register-fed TF32 dX: 0.94-1.0x measured); AUTO_PINGPONG = False leaves every pick cooperative."""
     assert hopper.AUTO_PINGPONG
@@ -294,7 +294,8 @@ def test_the_register_rule_of_wide_pingpong_tiles(env):
     memory, unbatched: ptxas spilled with a bias in the 16-bit TMA store, with a register-fed X (TF32 NN),
     with the register epilogue of a C whose rows the TMA cannot store (1001 wide) and batched, so those keep
     CONSUMER_OVERHEAD_REGS and have no 128x192 tile.  If a newer ptxas stops spilling, this says so."""
-    from nova.codegen import compile_gemm, ptxas
+    from nova.codegen import ptxas
+    from nova.kernels.gemm.compile import compile_gemm
     from nova.kernels.gemm.hopper import pingpong_tiles
     plain, bias = GemmProblem(16384, 3072, 768, "bf16", trans_b=True), GemmProblem(16384, 3072, 768, "bf16", trans_b=True, bias=True)
     regs_fed, odd_c = GemmProblem(16384, 3072, 768, "tf32"), GemmProblem(1000, 1001, 520, "bf16", trans_a=True)
@@ -326,7 +327,7 @@ def test_forcing_errors_are_one_line(env):
     base = [sys.executable, "-m", "nova.cli.config", "explain", "matmul"]
     rest = ["--dtype", "bf16", "--target", "h200"]
     for shape, extra, message in (
-            ("512x512x16384", {"NOVA_PINGPONG": "yes"}, "NOVA_PINGPONG='yes': expected 1"),
+            ("512x512x16384", {"NOVA_PINGPONG": "2"}, "NOVA_PINGPONG='2': expected auto, 1/0"),
             ("512x512x16384", {"NOVA_PINGPONG": "1", "NOVA_STREAM_K": "1"}, "not with stream-K"),
             ("4096x4096x4096", {"NOVA_PINGPONG": "1", "NOVA_CLUSTER": "2x1"}, "not with a thread-block cluster")):
         r = subprocess.run(base + [shape] + rest, capture_output=True, text=True, timeout=120,
@@ -363,7 +364,7 @@ def test_the_space_holds_pingpong_candidates(env):
 
 # ---- ptxas ------------------------------------------------------------------------------------------
 PTXAS_CASES = [   # (M, N, K, dtype, problem options, slabs, N, epilogue)
-    (16384, 2048, 512, "bf16", {"trans_b": True}, 2, 128, "tma_store"),       # the forward of issue 12
+    (16384, 2048, 512, "bf16", {"trans_b": True}, 2, 128, "tma_store"),       # GPT-42M's MLP forward
     (16384, 2048, 512, "bf16", {"trans_b": True}, 1, 256, "registers"),
     (16384, 2048, 512, "bf16", {}, 2, 128, "tma_store"),                      # NN: B by the transpose bit
     (1000, 999, 1001, "fp16", {"bias": True, "activation": "gelu"}, 2, 128, "registers"),   # tails in M, N, K
@@ -385,7 +386,8 @@ PTXAS_CASES = [   # (M, N, K, dtype, problem options, slabs, N, epilogue)
 
 @pytest.mark.parametrize("case", PTXAS_CASES, ids=lambda c: f"{c[0]}x{c[1]}x{c[2]}-{c[3]}-{c[5]}x{c[6]}-{c[7]}")
 def test_pingpong_kernels_assemble_clean(env, case):
-    from nova.codegen import compile_gemm, ptxas
+    from nova.codegen import ptxas
+    from nova.kernels.gemm.compile import compile_gemm
     if not ptxas.available():
         pytest.skip("ptxas not on PATH")
     M, N, K, dtype, extra, slabs, n, epilogue = case
@@ -401,7 +403,8 @@ def test_pingpong_kernels_assemble_clean(env, case):
 
 def test_forced_pingpong_picks_assemble_clean(env):
     """What NOVA_PINGPONG=1 configures for the GPU tests' main shapes assembles clean."""
-    from nova.codegen import compile_gemm, ptxas
+    from nova.codegen import ptxas
+    from nova.kernels.gemm.compile import compile_gemm
     if not ptxas.available():
         pytest.skip("ptxas not on PATH")
     env(NOVA_PINGPONG="1")
@@ -416,7 +419,8 @@ def test_forced_pingpong_picks_assemble_clean(env):
 def test_the_gpu_tests_pingpong_cases_are_pingpong_and_assemble(env):
     """Each ping-pong case of tests/test_runtime_gpu.py is configured ping-pong under NOVA_PINGPONG=1, its
     precompile line sets it, and the kernel assembles clean."""
-    from nova.codegen import compile_gemm, ptxas
+    from nova.codegen import ptxas
+    from nova.kernels.gemm.compile import compile_gemm
     from test_runtime_gpu import (PINGPONG_BATCHED_CASES, PINGPONG_CASES, PINGPONG_F32_OUT, batched_problem,
                                   precompile_commands)
     lines = precompile_commands("h200")
@@ -437,10 +441,11 @@ def test_the_gpu_tests_pingpong_cases_are_pingpong_and_assemble(env):
 def test_the_training_steps_picks_assemble_free_of_wgmma_hazards(env):
     """The configurator's own picks for the GPT training steps' GEMMs (every third of
     bench/suites/train_gemms.json in TF32 and BF16: ping-pong forwards, cooperative dX and split-K dW)
-    assemble without spills and free of WGMMA_HAZARDS: session 9 found ping-pong kernels whose every
-    wgmma ptxas had serialised (C7520) only by scanning a cache, as no test looked at the picks."""
+    assemble without spills and free of WGMMA_HAZARDS: a ping-pong kernel whose every wgmma ptxas serialises (C7520) runs at half rate
+    and is otherwise only found by scanning a cache."""
     import json
-    from nova.codegen import compile_gemm, ptxas
+    from nova.codegen import ptxas
+    from nova.kernels.gemm.compile import compile_gemm
     if not ptxas.available():
         pytest.skip("ptxas not on PATH")
     entries = json.load(open("bench/suites/train_gemms.json"))[::3]

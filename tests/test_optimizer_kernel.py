@@ -180,21 +180,24 @@ def test_mixed_element_types_stay_on_aten_with_the_reason():
     assert group.kernel == "aten" and "mixed element types" in group.reason
 
 
-@pytest.mark.parametrize("setting, pointwise, optimizer", [("0", "aten", "aten"), ("fused", "nova", "aten"),
-                                                           ("optimizer", "aten", "nova"), ("1", "nova", "nova")])
-def test_the_switch_keeps_groups_on_aten(monkeypatch, setting, pointwise, optimizer):
+@pytest.mark.parametrize("setting, key, pointwise, optimizer", [
+    ("0", "none", "aten", "aten"), ("fused", "fused", "nova", "aten"), ("optimizer", "optimizer", "aten", "nova"),
+    ("1", "all", "nova", "nova"), ("", "all", "nova", "nova")])
+def test_the_switch_keeps_groups_on_aten(monkeypatch, setting, key, pointwise, optimizer):
+    from nova.kernels.pointwise.switch import memory_bound_kernels
     monkeypatch.setenv("NOVA_POINTWISE", setting)
+    assert memory_bound_kernels().key() == key
     planned = pipeline(transformer_step())
     fused = [g for g in planned.groups if g.kind == "pointwise" and len(g.nodes) > 1]
     assert fused and {g.kernel for g in fused} == {pointwise}
     assert {g.kernel for g in optimizer_groups(planned)} == {optimizer}
-    if setting != "1":
-        assert any(f"NOVA_POINTWISE={setting}" in g.reason for g in planned.groups)
+    assert any(f"NOVA_POINTWISE={key}" in g.reason for g in planned.groups) == (key != "all")
 
 
 def test_a_bad_switch_is_one_line(monkeypatch):
+    from nova.options import OptionError
     monkeypatch.setenv("NOVA_POINTWISE", "maybe")
-    with pytest.raises(ValueError, match=r"^NOVA_POINTWISE must be one of 1, 0, fused, optimizer, got 'maybe'$"):
+    with pytest.raises(OptionError, match=r"^NOVA_POINTWISE='maybe': expected all, none, fused, optimizer"):
         pipeline(transformer_step())
 
 
@@ -251,3 +254,9 @@ def test_bind_checks_name_what_the_kernel_cannot_take():
     assert "not a contiguous f32" in mismatch(rule, [_row(rule, grad=torch.zeros(128)[::2])], hyper)
     assert "step is not one f32" in mismatch(rule, [_row(rule, step=torch.zeros((), dtype=torch.int64))], hyper)
     assert "hyper-parameters" in mismatch(rule, [ok], torch.zeros(4, dtype=torch.float64))
+
+
+def test_the_hyper_parameter_order_is_the_irs():
+    from nova.ir import ops
+    from nova.kernels.optimizer import problem
+    assert problem.ADAMW_HYPER == ops.ADAMW_HYPER and problem.SGD_HYPER == ops.SGD_HYPER

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from nova.kernels.gemm.problem import GemmProblem
+from nova.kernels.rows import RowsProblem
 from nova.ir import Graph, TensorType
 from nova.ir import interpreter
 from nova.ir.ops import kind
@@ -183,11 +184,18 @@ def test_training_step_groups():
     assert all(gr.kernel == "none" for gr in by_kind["view"] if gr not in copies)
     fused_reductions = [gr for gr in by_kind["reduction"] if len(gr.nodes) > 1]
     assert {tuple(ops_of(gr)) for gr in fused_reductions} == {("gelu_tanh_backward", "sum"), ("add", "sum")}
+    # rows kernels (nova/passes/rows.py): the norms and the loss, and the reductions whose producers are prologue ops
+    rows_ops = ("layer_norm", "layer_norm_backward", "cross_entropy", "cross_entropy_backward")
+    rows = [gr for gr in groups if gr.kind == "reduction" and ops_of(gr) != ["gelu_tanh_backward", "sum"]
+            or gr.kind == "composite" and gr.nodes[0].op in rows_ops]
+    assert all(isinstance(gr.problem, RowsProblem) and gr.bindings for gr in rows)
+    (gelu_sum,) = [gr for gr in fused_reductions if ops_of(gr)[0] == "gelu_tanh_backward"]
+    assert "gelu_tanh_backward is not a prologue op" in gelu_sum.reason
     for gr in groups:
         assert gr.reason and "\n" not in gr.reason
         nova = gr.kind == "gemm" or (gr.kind == "pointwise" and any(kind(n.op) == "pointwise" for n in gr.nodes)) \
-            or gr in updates
+            or gr in updates or gr in rows
         assert gr.kernel == ("nova" if nova else "none" if gr in by_kind["view"] and gr not in copies else "aten")
-        assert (gr.problem is not None) == nova           # a Nova pointwise group carries its PointwiseProblem
+        assert (gr.problem is not None) == nova           # a Nova group carries its problem
     from nova.kernels.optimizer import MultiTensorProblem
     assert all(isinstance(gr.problem, MultiTensorProblem) and gr.problem.tensors == len(gr.nodes) for gr in updates)

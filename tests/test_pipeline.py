@@ -39,7 +39,7 @@ CASES = [
 @pytest.mark.parametrize("shape, dtype, extra", CASES, ids=[f"{s[0]}x{s[1]}x{s[2]}-{d}-{'-'.join(e) or 'plain'}"
                                                             for s, d, e in CASES])
 def test_schedule_compiles_with_predicted_resources(target, shape, dtype, extra):
-    from nova.codegen import compile_gemm
+    from nova.kernels.gemm.compile import compile_gemm
     problem = GemmProblem(*shape, dtype=dtype, **extra)
     cfg = configure(problem, target)
     s, gpu = cfg.schedule, PRESETS[target]

@@ -10,9 +10,10 @@ from nova.kernels.pointwise.derive import configure_pointwise, contiguous_operan
 from nova.kernels.pointwise.emit import unsupported
 from nova.kernels.pointwise.problem import Operand, PointwiseProblem, PointwiseProblemError
 from nova.passes import pipeline
+from nova.passes.pointwise_from_ir import expression_problem
 from nova.passes.examples import transformer_step
 
-P = PointwiseProblem.from_expression
+P = expression_problem
 
 
 @pytest.mark.parametrize("written, named", [
@@ -143,3 +144,15 @@ def test_the_gpu_tests_list_their_kernels():
     assert all(not unsupported(p) for p in problems.values())
     planned = module.gpt_tiny_planned()
     assert any(g.kind == "pointwise" and g.kernel == "nova" for g in planned.groups)
+
+
+def test_the_family_types_agree_with_the_ir():
+    """The pointwise family keeps its own table of element types (it sits below the IR): the same as
+    nova.ir.types, promotion included."""
+    import itertools
+    from nova.ir import types as ir
+    from nova.kernels.pointwise import types
+    assert types.ELEMENT_BYTES == {k: v[0] for k, v in ir.ELEMENT_TYPES.items()}
+    assert types.TORCH_NAMES == ir.TORCH_NAMES and types.FLOAT_TYPES == ir.FLOAT_TYPES
+    for a, b in itertools.product(ir.ELEMENT_TYPES, repeat=2):
+        assert types.promote(a, b) == ir.promote(a, b)

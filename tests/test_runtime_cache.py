@@ -24,8 +24,11 @@ from nova.configurator.step import MmaInstr
 from nova.kernels.gemm.schedule import Schedule
 from nova.runtime import cache as cache_mod
 from nova.runtime import driver, matmul as mm, tensors
+from nova.kernels import family
+from nova.kernels.gemm import family as gemm_family
+from nova.kernels.gemm.family import get_or_compile, kernel_key, key_payload
 from nova.runtime.cache import (CacheCorruptionWarning, CompilerUnavailableError, KernelCache, NotPrecompiledError,
-                                canonical_json, get_or_compile, kernel_key, key_payload, summary_line)
+                                canonical_json, summary_line)
 
 H200 = types.SimpleNamespace(name="h200", arch="sm_90")
 
@@ -151,12 +154,14 @@ def test_target_version_and_toolchain_change_the_key(monkeypatch):
     base = kernel_key(p, s, H200)
     assert kernel_key(p, s, types.SimpleNamespace(name="h100", arch="sm_90")) != base
     assert kernel_key(p, s, types.SimpleNamespace(name="h200", arch="sm_90a")) != base
-    for attr, value in [("CODEGEN_ABI", cache_mod.CODEGEN_ABI + 1), ("CODEGEN_TOOLCHAIN", "other==1")]:
-        with monkeypatch.context() as m:
-            m.setattr(cache_mod, attr, value)
-            assert kernel_key(p, s, H200) != base
     with monkeypatch.context() as m:
-        m.setattr(nova, "__version__", "99.0")
+        bump_abi(m, "gemm")
+        assert kernel_key(p, s, H200) != base
+    with monkeypatch.context() as m:
+        m.setattr(family, "CODEGEN_TOOLCHAIN", "other==1")
+        assert kernel_key(p, s, H200) != base
+    with monkeypatch.context() as m:
+        m.setattr(family, "__version__", "99.0")
         assert kernel_key(p, s, H200) != base
     assert kernel_key(p, s, H200) == base
 
@@ -300,7 +305,7 @@ def test_offline_env_and_hit(cache, monkeypatch):
 
 def test_online_miss_compiles_and_stores(cache, monkeypatch):
     calls = []
-    monkeypatch.setattr(cache_mod, "compile_artifact", lambda p, s, t: calls.append(p) or make_artifact())
+    monkeypatch.setattr(gemm_family, "compile_artifact", lambda p, s, t: calls.append(p) or make_artifact())
     p, s = GemmProblem(32, 32, 32), make_schedule()
     assert get_or_compile(p, s, H200, cache)[2] == "compiled"
     assert get_or_compile(p, s, H200, cache)[2] == "cached"
@@ -374,10 +379,10 @@ def test_precompile_key_equals_runtime_key_on_h200(tmp_path, monkeypatch, fake_g
         art = make_artifact(cubin=None, params=("tmap_a", "tmap_b", "C"))
         art.meta["prep_kernels"] = {}
         return art
-    monkeypatch.setattr(cache_mod, "compile_artifact", hopper_artifact)
+    monkeypatch.setattr(gemm_family, "compile_artifact", hopper_artifact)
     assert main(["precompile", "gemm", "--shapes", "200x300x400", "--target", "h200", "--dtype", "tf32"]) == 0
     monkeypatch.setenv("NOVA_OFFLINE", "1")
-    monkeypatch.setattr(cache_mod, "compile_artifact", lambda *a: pytest.fail("offline runtime compiled"))
+    monkeypatch.setattr(gemm_family, "compile_artifact", lambda *a: pytest.fail("offline runtime compiled"))
     resolved = mm.resolve_kernel(GemmProblem(200, 300, 400), device=fake_gpu.device)
     assert resolved.status == "cached" and resolved.target.name == "h200"
     assert fake_gpu.loads == [resolved.key]
@@ -395,14 +400,14 @@ def test_precompile_tf32_fast_keys_equal_runtime_keys(tmp_path, monkeypatch, fak
         art = make_artifact(cubin=None, params=("tmap_a", "tmap_b", "C"))
         art.meta["prep_kernels"] = {}
         return art
-    monkeypatch.setattr(cache_mod, "compile_artifact", hopper_artifact)
+    monkeypatch.setattr(gemm_family, "compile_artifact", hopper_artifact)
     from nova.runtime import tma
     monkeypatch.setattr(tma, "device_tensor_map", lambda device, ptr, *shape: ptr + 0x8)   # no libcuda here
     assert main(["precompile", "gemm", "--shapes", "64x48x32", "--target", "h200", "--dtype", "tf32,bf16",
                  "--tf32-fast"]) == 0
     assert len(KernelCache().entries()) == 2
     monkeypatch.setenv("NOVA_OFFLINE", "1")
-    monkeypatch.setattr(cache_mod, "compile_artifact", lambda *a: pytest.fail("offline runtime compiled"))
+    monkeypatch.setattr(gemm_family, "compile_artifact", lambda *a: pytest.fail("offline runtime compiled"))
     for typestr, extra, dtype, rounding in (("<V2", {"descr": [("bfloat16", "<V2")]}, "bf16", "rna"),
                                             ("<f4", {}, "tf32", "truncate")):
         a, b = FakeArray((64, 32), typestr, **extra), FakeArray((32, 48), typestr, **extra)
@@ -516,7 +521,7 @@ def fake_stack(monkeypatch, fake_gpu, tmp_path):
 
     def compile_fake(p, s, t):
         return make_artifact(zero_output=True, params=("A", "B", "C", "bias") if p.bias else ("A", "B", "C"))
-    monkeypatch.setattr(cache_mod, "compile_artifact", compile_fake)
+    monkeypatch.setattr(gemm_family, "compile_artifact", compile_fake)
     fake_gpu.configured = configured
     return fake_gpu
 
@@ -643,6 +648,17 @@ def test_other_context_is_restored(fake_cu):
 
 
 # --------------------------------------------------------------------------- prune
+def bump_abi(m, name: str) -> None:
+    """Within monkeypatch context ``m``: family ``name`` registered with its ABI counter bumped."""
+    f = family.family(name)
+    m.setitem(family._FAMILIES, name, dataclasses.replace(f, abi=f.abi + 1))
+
+
+def live(entry: dict) -> set[str]:
+    from nova.kernels.registry import current_keys
+    return current_keys(entry)
+
+
 def test_prune_removes_what_no_key_of_todays_code_reaches(cache, monkeypatch):
     """A GEMM and an attention kernel stored under today's keys stay; a kernel ABI bump makes that
     family's entries stale (never looked up again) and prune deletes them, the other family's stay;
@@ -661,19 +677,21 @@ def test_prune_removes_what_no_key_of_todays_code_reaches(cache, monkeypatch):
     attn_key = attention_compile.attention_key(ap, sched, "fwd", H200)
     cache.put(attn_key, dataclasses.replace(make_artifact(), name="nova_attn_fwd", meta={
         "problem": ap.for_role("fwd").to_dict(), "schedule": sched.to_dict(), "role": "fwd"}), "attention fwd")
-    assert cache.prune() == [] and len(cache.entries()) == 2
+    assert cache.prune(current_keys=live) == [] and len(cache.entries()) == 2
     cache.put("ee" + "1" * 62, dataclasses.replace(make_artifact(), meta={"problem": gp.to_dict(),
                                                                           "schedule": gs.to_dict()}), "orphan")
     bad = cache.put("ff" + "2" * 62, make_artifact(), "corrupt")
     bad.write_text(bad.read_text().replace("nova_gemm", "nova_gemx"))
-    assert sorted(e.summary for e in cache.prune(dry_run=True)) == ["corrupt", "orphan"] and len(cache.entries()) == 4
-    assert sorted(e.summary for e in cache.prune()) == ["corrupt", "orphan"]
+    assert sorted(e.summary for e in cache.prune(dry_run=True, current_keys=live)) == ["corrupt", "orphan"] and \
+        len(cache.entries()) == 4
+    assert [e.summary for e in cache.prune(dry_run=True)] == ["corrupt"]         # without the families: corrupt only
+    assert sorted(e.summary for e in cache.prune(current_keys=live)) == ["corrupt", "orphan"]
     with monkeypatch.context() as m:
-        m.setattr(attention_compile, "ATTN_ABI", attention_compile.ATTN_ABI + 1)
-        assert [e.key for e in cache.prune()] == [attn_key]
+        bump_abi(m, "attention")
+        assert [e.key for e in cache.prune(current_keys=live)] == [attn_key]
     with monkeypatch.context() as m:
-        m.setattr(cache_mod, "CODEGEN_ABI", cache_mod.CODEGEN_ABI + 1)
-        assert [e.key for e in cache.prune()] == [gemm_key]
+        bump_abi(m, "gemm")
+        assert [e.key for e in cache.prune(current_keys=live)] == [gemm_key]
     assert cache.entries() == []
 
 

@@ -12,6 +12,8 @@ import types
 
 import pytest
 
+from nova.kernels.gemm import family as gemm_family
+
 import nova
 from nova.runtime import cache as cache_mod, driver, matmul as mm, tensors, tma
 from test_runtime_cache import (FakeArray, fake_device, fake_gpu, fake_stack, make_artifact, make_schedule,  # noqa: F401
@@ -212,25 +214,30 @@ def test_batched_shape_errors_are_one_line(fake_stack, torch, shapes, out, error
 
 
 def test_nova_target_change_and_reset(fake_stack, torch, monkeypatch):
+    """The options are read when a call signature is first seen; reset() makes matmul read them again."""
     a, b = FakeTensor((64, 32), torch.float32, 0x10000), FakeTensor((32, 48), torch.float32, 0x20000)
     nova.matmul(a, b)
-    monkeypatch.setenv("NOVA_TARGET", "h100")                 # no reset needed: the variable is in the key
-    nova.matmul(a, b)
-    assert sorted(r.target.name for r in mm._kernels.values()) == ["h100", "h200"]
-    monkeypatch.delenv("NOVA_TARGET")
-    nova.matmul(a, b)
-    assert len(mm._plans) == 2 and len(fake_stack.loads) == 2
+    monkeypatch.setenv("NOVA_TARGET", "h100")
+    nova.matmul(a, b)                                         # a known signature: its kernel, no new lookup
+    assert [r.target.name for r in mm._kernels.values()] == ["h200"] and len(fake_stack.loads) == 1
+    nova.matmul(FakeTensor((64, 32), torch.float32, 0x30000), FakeTensor((32, 64), torch.float32, 0x40000))
+    assert sorted(r.target.name for r in mm._kernels.values()) == ["h100", "h200"]     # a new one reads them
     mm.reset()                                                # e.g. after changing NOVA_CACHE_DIR
     assert not mm._plans
     nova.matmul(a, b)
-    assert len(fake_stack.loads) == 3 and len(mm._plans) == 1
+    assert [r.target.name for r in mm._kernels.values()] == ["h100"] and len(mm._plans) == 1
 
 
-def test_env_target_follows_os_environ(monkeypatch):
-    monkeypatch.delenv("NOVA_TARGET", raising=False)
-    assert mm.env_target() is None
-    monkeypatch.setenv("NOVA_TARGET", "h100")
-    assert mm.env_target() in ("h100", b"h100")
+def test_a_known_signature_reads_no_environment(fake_stack, torch, monkeypatch):
+    a, b = FakeTensor((64, 32), torch.float32, 0x10000), FakeTensor((32, 48), torch.float32, 0x20000)
+    nova.matmul(a, b)
+
+    def unread():
+        raise AssertionError("the signature cache's path read the options")
+    monkeypatch.setattr(nova.options, "current", unread)
+    nova.matmul(a, b)
+    with pytest.raises(AssertionError, match="read the options"):
+        nova.matmul(a, b, deterministic=True)                 # another signature: the general path
 
 
 # --------------------------------------------------------------------------- launch buffers, fake libcuda
@@ -420,7 +427,7 @@ def test_hopper_tma_store_checks_c_base_alignment(fake_stack, monkeypatch):
         art = make_artifact(params=("tmap_a", "tmap_b", "tmap_c"))
         art.meta.update(problem=p.to_dict(), prep_kernels={})
         return art
-    monkeypatch.setattr(cache_mod, "compile_artifact", hopper_artifact)
+    monkeypatch.setattr(gemm_family, "compile_artifact", hopper_artifact)
     a, b = FakeArray((64, 32), ptr=0x10000), FakeArray((32, 48), ptr=0x20000)
     with pytest.raises(ValueError, match=r"C: device pointer 0x30008 is not 16-byte aligned, which the TMA store of C"):
         nova.matmul(a, b, out=FakeArray((64, 48), ptr=0x30008), target="h200")
@@ -443,7 +450,7 @@ def test_hopper_split_k_zeroes_the_output_before_the_gemm(fake_stack, monkeypatc
         art = make_artifact(zero_output=True, params=("tmap_a", "tmap_b", "C"))
         art.meta["prep_kernels"] = {}
         return art
-    monkeypatch.setattr(cache_mod, "compile_artifact", hopper_artifact)
+    monkeypatch.setattr(gemm_family, "compile_artifact", hopper_artifact)
     a, b, out = FakeArray((64, 32), ptr=0x10000), FakeArray((32, 48), ptr=0x20000), FakeArray((64, 48), ptr=0x30000)
     nova.matmul(a, b, out=out, target="h200")
     assert events == [("zero", 0x30000, 64 * 48, 0), ("gemm", 0x10000, 0x20000, 0x30000)]
@@ -465,7 +472,7 @@ def test_hopper_checks_c_alignment_of_its_wide_stores(fake_stack, monkeypatch):
         art = make_artifact(params=("tmap_a", "tmap_b", "C"))
         art.meta["prep_kernels"] = {}
         return art
-    monkeypatch.setattr(cache_mod, "compile_artifact", hopper_artifact)
+    monkeypatch.setattr(gemm_family, "compile_artifact", hopper_artifact)
     a, b = FakeArray((64, 32), "<f2", ptr=0x10000), FakeArray((32, 48), "<f2", ptr=0x20000)
     with pytest.raises(ValueError, match="C: device pointer 0x30004 is not 8-byte aligned"):
         nova.matmul(a, b, out=FakeArray((64, 48), "<f2", ptr=0x30004), target="h200")

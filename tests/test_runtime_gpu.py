@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from nova.kernels.gemm import family as gemm_family
+
 import nova
 from nova.kernels.gemm.problem import GemmProblem
 from nova.runtime import cache as cache_mod, driver, matmul as mm
@@ -41,7 +43,7 @@ CASES = [
     (300, 200, 8192, "bf16", True, False, True, "gelu"),
     (512, 512, 16384, "tf32", True, False, False, "none"),
     (200, 96, 12000, "tf32", False, False, True, "silu"),
-    # 192-wide tiles (hopper.py's tile_widths, session 10): ragged M and N, every epilogue, swapped TF32,
+    # 192-wide tiles (hopper.py's tile_widths): ragged M and N, every epilogue, swapped TF32,
     # the split-K workspace's 16-byte partial stores
     (777, 1555, 4096, "bf16", False, False, False, "none"),
     (777, 1555, 4096, "tf32", False, True, True, "relu"),
@@ -84,8 +86,8 @@ CLUSTER_CASES = [
     ("1x2", (768, 3072, 16384, "tf32", True, False, False, "none")),     # A transposed by a prep pass, workspace
     ("1x2", (3000, 5000, 700, "tf32", True, True, True, "none")),        # A^T from registers, TMA store
     ("4x1", (2900, 3000, 1000, "bf16", False, True, False, "none")),     # extent 4, a tile outside C
-    # MN-major 16-bit tiles (the descriptor's transpose bit; wrong on rank >= 1 before the 14-bit mask
-    # of the descriptor's start address, session 7): dW (A^T and B MN-major, B shared), NN (B
+    # MN-major 16-bit tiles (the descriptor's transpose bit; wrong on rank >= 1 without the 14-bit mask
+    # of the descriptor's start address): dW (A^T and B MN-major, B shared), NN (B
     # MN-major, not shared), TT (A MN-major shared), FP16, bias + gelu, ragged
     ("2x1", (512, 2048, 16384, "bf16", True, False, False, "none")),
     ("1x2", (3000, 5000, 700, "bf16", False, False, True, "gelu")),
@@ -93,7 +95,7 @@ CLUSTER_CASES = [
     ("2x1", (8192, 8192, 8192, "bf16", False, False, False, "none")),
 ]
 # Stream-K (hopper.py step 8, ``Schedule.stream_k``), each forced with NOVA_STREAM_K=1 (and precompiled
-# so): the BF16 weight gradients of issue 12 (A stored [K, M]), bias, ragged M and N with K not a
+# so): the GPT models' BF16 weight gradients (A stored [K, M]), bias, ragged M and N with K not a
 # multiple of 64 (gelu), a hybrid walk (264 tiles walked whole before the stream-K tiles), TF32 (A
 # through registers or a prep pass; swapped with B^T from registers), NN, FP16, an f32 output
 STREAM_K_CASES = [
@@ -111,7 +113,7 @@ STREAM_K_CASES = [
 ]
 # Ping-pong consumers (hopper.py's consumers step, ``Schedule.consumers``), each forced with NOVA_PINGPONG=1
 # (and precompiled so): the two consumer warpgroups alternate the CTA's tiles, their K loops ordered by
-# named barriers.  The forward of issue 12 (BF16 NT, 16384x2048x512) and its NN dX twin (B by the
+# named barriers.  GPT-42M's MLP forward (BF16 NT, 16384x2048x512) and its NN dX twin (B by the
 # transpose bit), with the TMA store; 128-row tiles per warpgroup (two slabs) and 64-row ones; TF32 NT
 # and NN (swapped: B^T from registers, one 64-row slab per warpgroup), A^T from registers; ragged M, N
 # and K with bias + gelu / silu (register and TMA-store epilogues); a single K tile; units per CTA odd
@@ -773,7 +775,7 @@ def test_offline_miss_says_what_to_precompile(tmp_path, monkeypatch):
                     reason="set NOVA_OFFLINE=1 and NOVA_CACHE_DIR to a precompiled cache")
 def test_offline_uses_only_the_given_cache(monkeypatch, kernels):
     torch = pytest.importorskip("torch")
-    monkeypatch.setattr(cache_mod, "compile_artifact", lambda *a: pytest.fail("offline mode compiled a kernel"))
+    monkeypatch.setattr(gemm_family, "compile_artifact", lambda *a: pytest.fail("offline mode compiled a kernel"))
     mm.reset()
     M, N, K = CASES[0][:3]
     a, b, _, _ = make_inputs(torch, M, N, K, "tf32", False, False, seed=2)

@@ -254,7 +254,7 @@ def test_wgmma_subsample_holds_the_pick_and_each_tiling():
 def test_structure_subsample_keeps_one_of_each_kernel_kind():
     """``structure``: the pick, then the model's best of every coarse kind (split or not, stream-K,
     cluster, ping-pong, epilogue) before any second schedule of a kind, no two of one structure.
-    (Session 10: on the deep-K dW shapes the measured best was a kind the model ranks last.)"""
+    (On the deep-K dW shapes the measured best is a kind the model ranks last: bench/results/h200-session10.)"""
     from nova.kernels.gemm.space import _kind, _structure, schedule_space
     p, gpu = GemmProblem(1536, 512, 16384, "bf16", trans_a=True), get_target("h200")
     pick = analytic_pick(p, gpu, "wgmma")
@@ -273,7 +273,7 @@ def test_wgmma_candidates_compile():
     from nova.runtime.cache import mlir_available
     if not mlir_available():
         pytest.skip("MLIR is not installed")
-    from nova.codegen import compile_gemm
+    from nova.kernels.gemm.compile import compile_gemm
     p, gpu = GemmProblem(1000, 1000, 1000, "bf16"), get_target("h200")
     space = enumerate_schedules(p, gpu, family="wgmma")
     for s in (space[0], space[-1]):                   # 1 warpgroup, shallow ring; 2 warpgroups, N=256

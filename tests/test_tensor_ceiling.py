@@ -1,4 +1,4 @@
-"""The tensor-ceiling probe (nova.bench.tensor_ceiling, issue 12's measured power-limited ceiling): its
+"""The tensor-ceiling probe (nova.bench.tensor_ceiling, the measured power-limited ceiling): its
 kernels lower and assemble clean (no spills, no serialised wgmma) in the structure they claim, its FLOP
 count matches the wgmma instructions it issues, its timing closes every chunk, and its report takes the
 ceiling from the fastest probe on random data."""
@@ -50,7 +50,7 @@ def test_unknown_dtype_is_one_clear_error():
 
 def test_sustained_chunks_are_closed_by_a_sync(monkeypatch):
     """Every chunk holds the same number of calls and ends with a sync, so no chunk's wall time can
-    include calls queued in an earlier one (calls 1-2's flaw).  Without nvidia-smi (CI) the clock
+    include calls queued in an earlier one.  Without nvidia-smi (CI) the clock
     sampler records nothing."""
     import shutil
     monkeypatch.setattr(shutil, "which", lambda name: None)      # no nvidia-smi, wherever this runs

@@ -9,7 +9,7 @@ import sys
 from nova.kernels.gemm import hopper as H
 from nova.kernels.gemm.problem import GemmProblem
 from nova.hwmodel import get_target
-from nova.codegen import compile_gemm
+from nova.kernels.gemm.compile import compile_gemm
 from nova.codegen.ptxas import wgmma_hazards
 gpu = get_target("h200")
 shapes = set()

@@ -7,7 +7,7 @@ Timing: each candidate runs forward + backward; after warm-up, ``--iters`` calls
 events, and Nova is also timed by CUDA-graph replay (its launcher allocates nothing it cannot
 capture): fwd+bwd and each of forward and backward alone (``*_graph_us``), the GPU's time without the
 Python launch path, which back-to-back event timing includes when it is slower than the kernels
-(session 8: a T512 forward "took" 75-144 us by events, by replay far less).  torch backends are tried one by one with ``torch.nn.attention.sdpa_kernel`` in the same
+(on the H200 a T512 forward "takes" 75-144 us by events, by replay far less: bench/results/h200-session8).  torch backends are tried one by one with ``torch.nn.attention.sdpa_kernel`` in the same
 process; a backend that refuses a dtype is reported as unsupported.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from nova.kernels.attention.problem import AttentionProblem, score_precision_for
 
 # (B, H, T, D) of the benchmark, all causal
 BENCH_SHAPES = ((32, 8, 512, 64), (16, 12, 1024, 64), (8, 16, 2048, 128),
-                (16, 16, 1024, 128))      # the GPT-42M and GPT-144M shapes, issue 11's D128 one, a second D128
+                (16, 16, 1024, 128))      # the GPT-42M and GPT-144M shapes, two D128 ones
 BENCH_DTYPES = ("tf32", "bf16", "fp16")
 
 # tests/test_attention_gpu.py: (B, H, Hkv, Tq, Tk, D, causal, dtype); T never a multiple of a tile
@@ -43,8 +43,8 @@ GPU_TEST_CASES = (
     (2, 4, 2, 333, 333, 128, True, "tf32"),       # GQA, D128 TF32: dK/dV with one consumer warpgroup
 )
 MEMORY_CASE = (1, 2, 2, 2048, 2048, 64, True, "bf16")
-# 16-bit problems on which the GPU tests compare Nova's error with torch's flash kernel's (issue 11's
-# bound), sized so that on the H200 the wgmma forward (D128) and dK/dV and dQ run
+# 16-bit problems on which the GPU tests compare Nova's error with torch's flash kernel's (Nova's within
+# a small multiple of it), sized so that on the H200 the wgmma forward (D128) and dK/dV and dQ run
 FLASH_CASES = ((2, 4, 4, 1000, 1000, 64, True, "bf16"), (1, 8, 8, 777, 777, 128, True, "bf16"),
                (2, 4, 4, 1000, 1000, 64, False, "fp16"),
                # more query tiles than SMs: the persistent Hopper forward, ~4 and ~2.5 work tiles per CTA
@@ -166,7 +166,7 @@ def all_kernels() -> list:
 
 def hopper_mode(mode: str):
     """Within the block, ``$NOVA_ATTENTION_HOPPER`` = ``mode`` ("auto", "off", "force"): which forward
-    ``nova.attention`` configures on sm_90 (``derive.hopper_mode``)."""
+    ``nova.attention`` configures on sm_90 (``NOVA_ATTENTION_HOPPER``)."""
     return mock.patch.dict(os.environ, {"NOVA_ATTENTION_HOPPER": mode})
 
 
@@ -295,7 +295,7 @@ def _time_nova(row, q, k, v, do, iters):
                 row[f"nova_{name}{tag}_graph_error"] = f"{type(e).__name__}: {e}"[:200]
     both("")
     if not (q.dtype == torch.float32 and score_precision_for("tf32") == "3xtf32"):   # 3xtf32: mma.sync only
-        with hopper_mode("off"):         # the A/B: the mma.sync kernels of the same problem (issue 11)
+        with hopper_mode("off"):         # the A/B: the mma.sync kernels of the same problem
             nova.attention(q, k, v, causal=True)
             both("_mma_sync")
     row["nova_us"] = event_time_us(nova_step, iters)

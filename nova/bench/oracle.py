@@ -28,6 +28,7 @@ import statistics
 import sys
 import time
 
+from nova import options
 from nova.bench.harness import environment, geomean, random_operands, require_torch
 from nova.bench.tune import ORACLE_FORMAT, tune_problem
 
@@ -98,7 +99,7 @@ def progress_bar():
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--manifest", default=os.path.join(os.environ.get("NOVA_CACHE_DIR", ".nova-cache"),
+    ap.add_argument("--manifest", default=os.path.join(options.current().cache_dir or ".nova-cache",
                                                        "tune-manifest.json"))
     ap.add_argument("--reps", type=int, default=20, help="timed launches per candidate (median; >= 20)")
     ap.add_argument("--warmup", type=int, default=5)
@@ -119,7 +120,7 @@ def main(argv=None) -> int:
 
     manifest = json.load(open(args.manifest))
     target = get_target(manifest["target"])
-    cache = KernelCache(os.environ.get("NOVA_CACHE_DIR") or manifest.get("cache_dir"))
+    cache = KernelCache(options.current().cache_dir or manifest.get("cache_dir"))
     torch = require_torch()
     env = environment()
     total = sum(len(p["candidates"]) for p in manifest["problems"])

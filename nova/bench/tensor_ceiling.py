@@ -1,4 +1,4 @@
-"""The measured power-limited tensor ceiling (issue 12's "measured power-limited ceiling"), and the
+"""The measured power-limited tensor ceiling, and the
 large squares against it.
 
     # host (MLIR + ptxas): build the probe kernels into DIR

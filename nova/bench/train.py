@@ -49,9 +49,10 @@ from pathlib import Path
 
 import numpy as np
 
+from nova import options
 from nova.bench.harness import ClockSampler
+from nova.bench.train_report import FRAMEWORKS, write_report
 
-FRAMEWORKS = ("eager", "compile", "jax", "nova")
 # AdamW hyper-parameters, identical in every framework (optax.adamw takes the same numbers).
 ADAMW = {"lr": 3e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
 SCHEMA = 1
@@ -79,11 +80,11 @@ def _gpt_module():
 
 
 def model_config(name: str):
-    gpt = _gpt_module()
+    from nova import models
     try:
-        return gpt.CONFIGS[name]
-    except KeyError:
-        raise BenchError(f"unknown model {name!r}; known: {', '.join(sorted(gpt.CONFIGS))}") from None
+        return models.config(name)
+    except ValueError as e:
+        raise BenchError(str(e)) from None
 
 
 def config_dict(cfg) -> dict:
@@ -94,14 +95,15 @@ def config_dict(cfg) -> dict:
 
 
 def build_torch_model(cfg, seed: int):
-    """The torch GPT, built on the CPU from ``seed`` (``GPT(cfg, seed=seed)`` draws its weights from
-    its own generator; ``torch.manual_seed`` as well, for anything else random): the same weights in
-    every framework and on every machine."""
+    """The torch model of ``cfg`` (a GPT or a Llama config), built on the CPU from ``seed`` (the model
+    draws its weights from its own generator; ``torch.manual_seed`` as well, for anything else
+    random): the same weights in every framework and on every machine."""
     import torch
+    from nova import models
     gpt = _gpt_module()
     torch.manual_seed(seed)
     with torch.device("cpu"):
-        model = gpt.GPT(cfg, seed=seed)
+        model = (models.Llama if isinstance(cfg, models.LlamaConfig) else gpt.GPT)(cfg, seed=seed)
     return model
 
 
@@ -187,7 +189,7 @@ def _base_environment() -> dict:
     import nova
     env = {"python": platform.python_version(), "numpy": np.__version__, "nova": nova.__version__,
            "nova_commit": _git_commit(), "host": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-           "NOVA_OFFLINE": os.environ.get("NOVA_OFFLINE")}
+           "NOVA_OFFLINE": options.current().offline}
     return env
 
 
@@ -585,6 +587,9 @@ def run_one(args) -> int:
     try:
         if args.framework == "nova":
             _nova_compile()          # fail in one line before anything is built
+        if args.framework == "jax" and args.model.startswith("llama"):
+            raise Unavailable(f"the JAX twin (nova.bench.jax_gpt) is a GPT; {args.model} runs in the PyTorch-based "
+                              f"frameworks only")
         if args.framework == "jax":
             cfg, state_dict, rec["init_export_s"] = initial_state(args.model, args.seed)
         else:
@@ -620,7 +625,7 @@ def run_one(args) -> int:
         line = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         rec.update(status="error", error=line, traceback=traceback.format_exc())
         print(f"nova.bench.train: {args.framework}: {line}", file=sys.stderr, flush=True)
-        if os.environ.get("NOVA_DEBUG"):
+        if options.debug():
             traceback.print_exc()
         status = 1
     finally:
@@ -678,7 +683,6 @@ def run_all(args) -> int:
         statuses[fw] = rc
         print(f"== {fw}: exit {rc}, {time.time() - t0:.0f} s", flush=True)
     if not args.no_report:
-        from nova.bench.train_report import write_report
         md, png = write_report(args.out, args.model, args.batch)
         print(Path(md).read_text(), flush=True)
         print(f"wrote {md} and {png}", flush=True)

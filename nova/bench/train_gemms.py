@@ -86,9 +86,9 @@ def step_gemms(model: str, batch: int, seq: int | None = None, optimizer: str = 
     """The distinct Nova GEMM problems of one training step of built-in ``model`` (captured and
     planned on the meta device: no GPU), in launch order, as suite entries (``ENTRY_KEYS``)."""
     from nova.compiler.explain import plan_training_step
-    from nova.models.gpt import CONFIGS
+    from nova.models import config
     planned, _ = plan_training_step(model, batch, seq, optimizer, target)
-    return gemm_entries(planned, model, batch, seq or CONFIGS[model].block_size)
+    return gemm_entries(planned, model, batch, seq or config(model).block_size)
 
 
 def gemm_entries(planned, model: str, batch: int, seq: int) -> list[dict]:

@@ -40,12 +40,12 @@ def main(argv=None) -> int:
     import torch
     from torch.profiler import ProfilerActivity, profile
     from nova.models import make_train_step
-    from nova.models.gpt import CONFIGS, GPT
+    from nova import models
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
-    cfg = CONFIGS[args.model]
+    cfg = models.config(args.model)
     seq = args.seq or cfg.block_size
-    model = GPT(cfg, seed=0).cuda()
+    model = models.build(args.model, seed=0).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
 
     train_step = make_train_step(model, opt)
@@ -76,6 +76,7 @@ def main(argv=None) -> int:
     for fam, r in table[:30]:
         print(f"  {r['us'] / args.steps / 1e3:8.3f} ms {r['count'] / args.steps:7.1f}/step  {fam}")
     out = Path(args.out) / f"profile-{args.framework}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"framework": args.framework, "model": args.model, "batch": args.batch, "seq": seq,
                                "steps": args.steps, "gpu_ms_per_step": total / args.steps / 1e3,
                                "kernels": {k: v for k, v in table}}, indent=1))

@@ -1,4 +1,4 @@
-"""Exhaustive tuning (the oracle of issue 5): precompile a schedule space, then time it on the device.
+"""Exhaustive tuning (the oracle): precompile a schedule space, then time it on the device.
 
 Host (MLIR, no GPU): ``precompile_space`` enumerates ``nova.kernels.gemm.space`` for each problem,
 in one instruction family (default: the one the configurator picks, wgmma on Hopper), compiles every
@@ -34,7 +34,7 @@ from nova.kernels.gemm.schedule import Schedule
 MANIFEST_FORMAT = "nova-tune-manifest/1"
 ORACLE_FORMAT = "nova-oracle/1"
 HOST_OVERHEAD_S = 0.05         # per candidate on the device: module load, fresh data, float64 check [EST]
-MEASURED_OVER_PREDICTED = 1.7  # v0.1 on the H200: kernels took ~1.6x the prediction (bench/NOTES.md)
+MEASURED_OVER_PREDICTED = 1.7  # kernels take ~1.6x the prediction: measured on the H200, bench/results/h200-v0.1
 
 
 # =========================================================================== host: precompile
@@ -42,7 +42,8 @@ def _compile_entry(job: tuple) -> dict:
     """Compile one candidate into the cache (runs in a worker process); returns its manifest entry."""
     from nova.kernels.gemm.space import label, predict_schedule
     from nova.hwmodel import get_target
-    from nova.runtime.cache import KernelCache, get_or_compile
+    from nova.kernels.gemm.family import get_or_compile
+    from nova.runtime.cache import KernelCache
 
     problem_d, schedule_d, target_name, cache_root, is_pick = job
     problem, schedule = GemmProblem(**problem_d), Schedule.from_dict(schedule_d)
@@ -132,7 +133,7 @@ def load_schedule(problem: GemmProblem, schedule: Schedule, target, cache=None, 
     """The kernel of ``problem`` with an explicit ``schedule``, from the cache (never compiles):
     ``nova.runtime.matmul.resolve_kernel`` without the configurator.  Returns a ``ResolvedKernel``."""
     from nova.runtime import driver
-    from nova.runtime.cache import get_or_compile
+    from nova.kernels.gemm.family import get_or_compile
     from nova.runtime.matmul import load_resolved
 
     device = device or driver.get_device()

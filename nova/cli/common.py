@@ -5,8 +5,9 @@ Exit status (both commands):
 
 * 0: success;
 * 2: bad input or usage, argparse's convention: a bad shape, dtype, target or option, a problem
-  no kernel can run (``ShapeError``, ``ProblemError``, ``AttentionProblemError``,
-  ``PointwiseProblemError``, ``OptimizerProblemError``, ``TargetError``, ``UsageError``);
+  no kernel can run, a bad ``NOVA_*`` variable (``ShapeError``, ``ProblemError``,
+  ``AttentionProblemError``, ``PointwiseProblemError``, ``OptimizerProblemError``, ``TargetError``,
+  ``UsageError``, ``OptionError``);
 * 1: a runtime failure: compiling, the driver, files, a kernel that failed in a batch;
 * 70: an internal error (a Nova bug); 130: interrupted.
 
@@ -15,9 +16,10 @@ Errors print one line on stderr (``<prog>: error: ...``); ``NOVA_DEBUG=1`` shows
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
+
+from nova import options
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 70, 130
 
@@ -38,7 +40,7 @@ class CliParser(argparse.ArgumentParser):
 
 
 def version_string() -> str:
-    from nova import __version__
+    from nova.version import __version__
     return f"nova {__version__}"
 
 
@@ -71,8 +73,9 @@ def usage_errors() -> tuple[type, ...]:
     from nova.kernels.optimizer.problem import OptimizerProblemError
     from nova.kernels.pointwise.problem import PointwiseProblemError
     from nova.hwmodel.model import TargetError
+    from nova.options import OptionError
     return ShapeError, ProblemError, AttentionProblemError, PointwiseProblemError, OptimizerProblemError, TargetError, \
-        UsageError
+        UsageError, OptionError
 
 
 def dispatch(prog: str, call, runtime_errors: tuple[type, ...] = ()) -> int:
@@ -85,7 +88,7 @@ def dispatch(prog: str, call, runtime_errors: tuple[type, ...] = ()) -> int:
     except BrokenPipeError:             # output piped into head & co.
         return EXIT_OK
     except Exception as e:
-        if os.environ.get("NOVA_DEBUG"):
+        if options.debug():
             raise
         if isinstance(e, usage_errors()):
             print(f"{prog}: error: {e}", file=sys.stderr)

@@ -6,6 +6,8 @@
     nova-config explain pointwise "gelu_tanh(x)+y" 16384x2048 [--dtype f32|bf16|f16|f64] [--target h200] [--json]
     nova-config explain adamw 42000000 [--dtype bf16] [--adam] [--target h200] [--json]   (also: explain sgd)
     nova-config explain train gpt42m --batch 32 [--seq 512] [--target h200] [--json]
+    nova-config explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy ROWSxN [--backward] [--dtype f32|bf16|f16]
+                [--target h200] [--json]
     nova-config targets [--json]
     nova-config show-target h200 [--json]
     nova-config --version
@@ -19,13 +21,14 @@ import argparse
 import json
 import sys
 
-from nova.cli.common import CliParser, add_version, check_tf32_fast, dispatch
+from nova.cli.common import CliParser, UsageError, add_version, check_tf32_fast, dispatch
 from nova.cli.shapes import STRIDES_HELP, parse_batch_strides, parse_problem_shape
 from nova.configurator import ACTIVATIONS, DTYPES, GemmProblem, ProblemError, configure
 from nova.hwmodel import PRESETS, get_target
 
 TARGET_CHOICES = list(PRESETS) + ["auto"]
 OPS = ("matmul", "gemm")
+ROWS_OPS = ("layernorm", "rmsnorm", "softmax", "log_softmax", "cross_entropy")   # nova/kernels/rows/cli.py
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,9 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_version(ap)
     sub = ap.add_subparsers(dest="command", required=True)
     ex = sub.add_parser("explain", help="derive and explain the schedule of one operation")
-    ex.add_argument("op", help="operation: matmul (alias gemm); `explain attention`, `explain pointwise`, "
-                               "`explain adamw`, `explain sgd` and `explain train` have their own options (see their "
-                               "--help)")
+    ex.add_argument("op", help="operation: matmul (alias gemm); `explain attention`, `explain train`, the rows "
+                               "kernels (`explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy ROWSxN`), "
+                               "`explain pointwise`, `explain adamw` and `explain sgd` have their own options (see "
+                               "their --help)")
     ex.add_argument("shape", help="S (M=N=K=S), SxS (square operands, M=N=K=S), MxNxK or BxMxNxK (a batch of B "
                                   "MxNxK GEMMs in one launch)")
     ex.add_argument("--target", default="rtx3060",
@@ -71,8 +75,11 @@ def _console():
 
 def cmd_explain(args) -> int:
     if args.op not in OPS:
-        raise ProblemError(f"unknown operation {args.op!r}; supported: matmul, attention, pointwise, adamw, sgd, train")
+        raise ProblemError(f"unknown operation {args.op!r}; supported: matmul, attention, pointwise, adamw, sgd, train, "
+                           f"{', '.join(ROWS_OPS)}")
     (M, N, K), batch = parse_problem_shape(args.shape)
+    if args.batch_strides is not None and "B" not in batch:
+        raise UsageError(f"--batch-strides applies to a batched shape BxMxNxK; {args.shape} is a single GEMM")
     check_tf32_fast([args.dtype], args.tf32_fast)
     strides = parse_batch_strides(args.batch_strides) if args.batch_strides is not None else (None, None, None)
     problem = GemmProblem(M, N, K, dtype=args.dtype, trans_a=args.trans_a, trans_b=args.trans_b,
@@ -280,17 +287,20 @@ COMMANDS = {"explain": cmd_explain, "targets": cmd_targets, "show-target": cmd_s
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:2] == ["explain", "attention"]:       # fused attention (issue 11): nova/kernels/attention/cli.py
+    if argv[:2] == ["explain", "attention"]:       # fused attention: nova/kernels/attention/cli.py
         from nova.kernels.attention.cli import main as explain_attention
         return explain_attention(argv[2:])
-    if argv[:2] == ["explain", "train"]:           # a whole training step (issue 13): nova/cli/train.py
+    if argv[:1] == ["explain"] and len(argv) > 1 and argv[1] in ROWS_OPS:     # rows kernels: nova/kernels/rows/cli.py
+        from nova.kernels.rows.cli import main as explain_rows
+        return explain_rows(argv[1], argv[2:])
+    if argv[:2] == ["explain", "train"]:           # a whole training step: nova/cli/train.py
         from nova.cli.train import explain_main
         return explain_main(argv[2:])
-    if argv[:2] == ["explain", "pointwise"]:       # one fused pointwise kernel: nova/kernels/pointwise/cli.py
-        from nova.kernels.pointwise.cli import main as explain_pointwise
+    if argv[:2] == ["explain", "pointwise"]:       # one fused pointwise kernel: nova/cli/pointwise.py
+        from nova.cli.pointwise import main as explain_pointwise
         return explain_pointwise(argv[2:])
-    if argv[:1] == ["explain"] and argv[1:2] in (["adamw"], ["sgd"]):   # a multi-tensor update: nova/kernels/optimizer/cli.py
-        from nova.kernels.optimizer.cli import main as explain_update
+    if argv[:1] == ["explain"] and argv[1:2] in (["adamw"], ["sgd"]):   # a multi-tensor update: nova/cli/optimizer.py
+        from nova.cli.optimizer import main as explain_update
         return explain_update(argv[1], argv[2:])
     args = build_parser().parse_args(argv)
     return dispatch("nova-config", lambda: COMMANDS[args.command](args), (OSError,))

@@ -100,9 +100,31 @@ def problems_from(shapes: list, args) -> list:
     return [make_problem(s, d, args, fields) for d in dtypes for s, fields in entries]
 
 
-def cache_from(args):
-    from nova.runtime.cache import KernelCache
-    return KernelCache(args.cache_dir)
+def cache_from(args, *, reads: bool = False, writes: bool = False):
+    """The command's kernel cache, its directory checked first (``nova.cli.cache_dir``)."""
+    from nova.cli.cache_dir import open_cache
+    return open_cache(args.cache_dir, reads=reads, writes=writes)
+
+
+def refuse_flags(args, names: dict[str, object], why: str) -> None:
+    """One usage line for flags the command would otherwise ignore: ``names`` maps each argument's
+    dest to the value it has when not given."""
+    given = [f"--{dest.replace('_', '-')}" for dest, unset in names.items() if getattr(args, dest, unset) != unset]
+    if given:
+        raise UsageError(f"{', '.join(given)}: {why}")
+
+
+def check_batch_strides(entries: list, batch_strides) -> None:
+    """``--batch-strides`` describes a batch: refused where no shape is batched (``BxMxNxK``, or a
+    suite entry with ``B``), instead of being ignored."""
+    if batch_strides is not None and not any("B" in fields for _, fields in entries):
+        raise UsageError("--batch-strides applies to a batched shape (BxMxNxK, or a JSON suite entry with \"B\"); "
+                         "these shapes are single GEMMs")
+
+
+GEMM_ONLY_FLAGS = {"shapes": None, "suite": None, "dtype": "tf32", "trans_a": False, "trans_b": False, "bias": False,
+                   "activation": "none", "out_dtype": None, "tf32_fast": False, "batch_strides": None}
+TRAIN_ONLY_FLAGS = {"batch": None, "seq": None, "optimizer": "adamw"}
 
 
 # --------------------------------------------------------------------------- nova compile
@@ -120,17 +142,19 @@ def add_compile(sub) -> None:
 
 def run_compile(args) -> int:
     from nova.hwmodel import get_target
-    from nova.runtime.cache import compile_artifact, summary_line
+    from nova.kernels.gemm.family import compile_artifact
+    from nova.runtime.cache import summary_line
     from nova.runtime.matmul import configure_schedule
     target = get_target(args.target)
     if "," in args.dtype:
         raise UsageError(f"nova compile builds one kernel: give one --dtype, not {args.dtype!r}")
+    check_batch_strides([args.shape], args.batch_strides)
     [problem] = problems_from([args.shape], args)
     if args.emit == "cubin" and args.output == "-":
         raise UsageError("refusing to write a binary cubin to the terminal; pass -o FILE")
     schedule = configure_schedule(problem, target)
     if args.emit == "mlir":
-        from nova.codegen import build_module
+        from nova.kernels.gemm.compile import build_module
         data = str(build_module(problem, schedule)).encode()
     else:
         artifact = compile_artifact(problem, schedule, target)
@@ -168,6 +192,10 @@ def add_precompile(sub) -> None:
 
 def run_precompile(args) -> int:
     if args.op == "train":
+        refuse_flags(args, GEMM_ONLY_FLAGS, "precompile gemm's options; a training step's kernels follow from the "
+                                            "model (its dtype, layouts and epilogues)")
+        refuse_flags(args, {"deterministic": False}, "set NOVA_DETERMINISTIC=1 for a training step's deterministic "
+                                                     "kernels (what nova.compile reads)")
         if not args.model or not args.batch:
             raise UsageError("precompile train needs a model and --batch (e.g. nova precompile train gpt42m --batch 32 "
                              "--target h200)")
@@ -175,13 +203,15 @@ def run_precompile(args) -> int:
         return run_precompile_train(args)
     if args.model:
         raise UsageError(f"unexpected argument {args.model!r}: a model is taken by 'precompile train' only")
+    refuse_flags(args, TRAIN_ONLY_FLAGS, "options of precompile train only")
     if args.shapes is None and args.suite is None:
         raise UsageError("precompile gemm needs --shapes or --suite")
     from nova.hwmodel import get_target
     from nova.runtime.matmul import precompile_gemms
     shapes = args.shapes if args.shapes is not None else read_suite_entries(args.suite)
+    check_batch_strides(shapes, args.batch_strides)
     target = get_target(args.target)
-    cache = cache_from(args)
+    cache = cache_from(args, writes=True)
     problems = list(dict.fromkeys(problems_from(shapes, args)))      # a problem listed twice compiles once
     start = time.perf_counter()
     counts = precompile_gemms(problems, target, cache, log=lambda line: print(line, flush=True))
@@ -220,17 +250,18 @@ def byte_size(text: str) -> int:
 
 
 def run_cache(args) -> int:
-    cache = cache_from(args)
+    cache = cache_from(args, reads=args.action != "path")
     if args.action == "path":
         print(cache.root)
     elif args.action == "clear":
         print(f"removed {cache.clear()} kernels from {cache.root}")
     elif args.action == "prune":
-        gone = cache.prune(dry_run=args.dry_run, max_bytes=args.max_size)
+        from nova.kernels.registry import current_keys
+        gone = cache.prune(dry_run=args.dry_run, max_bytes=args.max_size, current_keys=current_keys)
         for e in gone:
             why = "CORRUPT" if e.pruned == "corrupt" else e.pruned
             print(f"{e.key[:12]}  {e.size / 1024:8.1f} KB  {why:9s}  {e.summary}")
-        left = len(cache.entries())
+        left = len(cache.entries()) - (len(gone) if args.dry_run else 0)     # a dry run removed nothing
         print(f"{'would remove' if args.dry_run else 'removed'} {len(gone)} kernels "
               f"({sum(e.size for e in gone) / 2**20:.1f} MB) from {cache.root}; {left} kept")
     else:
@@ -238,7 +269,8 @@ def run_cache(args) -> int:
         for e in entries:
             flags = ("cubin+ptx" if e.has_cubin else "ptx") if e.valid else "CORRUPT"
             print(f"{e.key[:12]}  {e.size / 1024:8.1f} KB  {flags:9s}  {e.summary}")
-        print(f"{len(entries)} kernels in {cache.root}")
+        print(f"{len(entries)} kernels in {cache.root}" + ("" if cache.root.exists() else
+                                                            " (the directory does not exist yet)"))
     return 0
 
 
@@ -313,7 +345,7 @@ def run_tune(args) -> int:
         raise UsageError("give one shape (MxNxK) or --suite FILE")
     shapes = [args.shape] if args.shape is not None else read_suite(args.suite)
     problems = problems_from(shapes, args)
-    return run_precompile_cli(problems, args.target, cache_from(args).root, args.limit, args.strategy,
+    return run_precompile_cli(problems, args.target, cache_from(args, writes=True).root, args.limit, args.strategy,
                               args.jobs, args.manifest, args.family)
 
 
@@ -334,8 +366,12 @@ def add_report(sub) -> None:
 
 def run_report(args) -> int:
     from nova.report import write_report
+    from nova.report.load import ResultsError
     files = [f.strip() for f in args.results.split(",") if f.strip()]
-    out = write_report(files, oracle=args.oracle, out=args.out, title=args.title)
+    try:
+        out = write_report(files, oracle=args.oracle, out=args.out, title=args.title)
+    except ResultsError as e:              # a results file that is not one: bad input, one line, exit 2
+        raise UsageError(str(e)) from None
     print(f"report written to {out / 'index.html'} and {out / 'README.md'}")
     return 0
 

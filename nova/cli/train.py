@@ -14,7 +14,8 @@ import sys
 
 from nova.cli.common import CliParser, UsageError, dispatch
 
-MODEL_HELP = "built-in model: tiny, gpt42m (vocab 32768, d 512, 8 layers) or gpt144m (vocab 50304, d 768, 15 layers)"
+MODEL_HELP = ("built-in model: tiny, gpt42m (vocab 32768, d 512, 8 layers), gpt144m (vocab 50304, d 768, 15 layers), "
+              "llama-tiny or llama42m (vocab 32768, d 512, 8 layers, 8 query / 4 key-value heads, SwiGLU 1344)")
 
 
 def add_train_args(p: argparse.ArgumentParser) -> None:
@@ -27,12 +28,12 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
 
 def check_train_args(args) -> None:
     """Bad model, batch or sequence length: one usage line (exit 2), before anything is captured."""
-    from nova.models.gpt import CONFIGS
-    if args.model not in CONFIGS:
-        raise UsageError(f"unknown model {args.model!r}; built-in models: {', '.join(CONFIGS)}")
+    from nova.models import MODELS
+    if args.model not in MODELS:
+        raise UsageError(f"unknown model {args.model!r}; built-in models: {', '.join(MODELS)}")
     if args.batch is None or args.batch < 1:
         raise UsageError(f"--batch must be a positive integer, got {args.batch}")
-    longest = CONFIGS[args.model].block_size
+    longest = MODELS[args.model][1].block_size
     if args.seq is not None and not 1 <= args.seq <= longest:
         raise UsageError(f"--seq {args.seq} is outside 1..{longest} ({args.model}'s learned positions)")
 
@@ -54,6 +55,8 @@ def explain_main(argv) -> int:
 
     def run() -> int:
         check_train_args(args)
+        if args.top < 0:
+            raise UsageError(f"--top must be 0 or more (the number of kernels to list), got {args.top}")
         from nova.compiler.explain import explain_train, render
         report = explain_train(args.model, args.batch, args.seq, args.target, args.optimizer)
         if args.json:
@@ -71,9 +74,10 @@ def run_precompile_train(args) -> int:
     from nova.compiler.explain import plan_training_step
     from nova.compiler.precompile import precompile_planned
     from nova.hwmodel import get_target
-    from nova.runtime.cache import KernelCache
+    from nova.cli.cache_dir import open_cache
     check_train_args(args)
     target = get_target(args.target)
+    cache = open_cache(args.cache_dir, writes=True)
     planned, _ = plan_training_step(args.model, args.batch, args.seq, args.optimizer, target)
-    counts = precompile_planned(planned, target, KernelCache(args.cache_dir), log=lambda line: print(line, flush=True))
+    counts = precompile_planned(planned, target, cache, log=lambda line: print(line, flush=True))
     return 1 if counts["failed"] else 0

@@ -91,7 +91,7 @@ def _runtime_view(problem, schedule, artifact) -> dict | None:
 
 def fingerprint_case(case: Case, ptx: bool = True) -> dict:
     """The fingerprint record of one case (see the module docstring)."""
-    from nova.codegen import build_module
+    from nova.kernels.gemm.compile import build_module
     from nova.configurator import GemmProblem, configure
 
     problem = GemmProblem(case.M, case.N, case.K, case.dtype)
@@ -102,7 +102,7 @@ def fingerprint_case(case: Case, ptx: bool = True) -> dict:
               "derivation_sha256": sha256(_canonical([st.to_dict() for st in cfg.derivation])),
               "mlir_sha256": sha256(build_module(problem, s))}
     if ptx:
-        from nova.codegen import compile_gemm
+        from nova.kernels.gemm.compile import compile_gemm
         art = compile_gemm(problem, s, cubin=False)
         record["ptx_sha256"] = sha256(art.ptx)
         record["launch"] = {"grid": list(art.grid), "block": list(art.block), "smem_bytes": art.smem_bytes,

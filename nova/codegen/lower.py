@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from nova.codegen import CodegenError
+from nova.codegen.errors import CodegenError
 
 # PTX ISA 8.0 (CUDA 12.0) covers sm_80 .. sm_90a and is accepted by every newer ptxas.
 _PTX_FEATURES = "+ptx80"

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import tempfile
 
-from nova.codegen import CodegenError
+from nova.codegen.errors import CodegenError
 
 
 # ptxas's notes that a kernel's wgmmas do not run as written (``ptxas -v`` info lines):

@@ -54,6 +54,7 @@ class Kernel:
     what: str                    # for describe(): the ATen overload(s) it calls
     copies: int = 0              # copy_ launches after a compute that has no out variant
     attention: tuple | None = None   # Nova attention: (AttentionProblem, roles of the kernels it launches)
+    rows: object = None              # Nova rows kernels: the RowsProblem they compute
     pointwise: object = None         # Nova pointwise kernel: its PointwiseProblem
     optimizer: object = None         # Nova multi-tensor optimizer kernel: its UpdateRule
 
@@ -453,11 +454,11 @@ def _attention_fallback_reason(node, q, k, ctx) -> str:
 
 def nova_attention_applies(node, ctx) -> bool:
     """Nova's fused attention kernels run the node: on CUDA, unless ``NOVA_ATTENTION=aten``, when
-    they cover its dtype and head dimension (``nova.compiler.explain.attention_problem``) and the
+    they cover its dtype and head dimension (``nova.compiler.attention_nodes.attention_problem``) and the
     causal mask needs no offset (T_q = T_k)."""
-    import os
-    from nova.compiler.explain import attention_problem
-    if ctx.kind != "cuda" or os.environ.get("NOVA_ATTENTION", "nova") == "aten":
+    from nova import options
+    from nova.compiler.attention_nodes import attention_problem
+    if ctx.kind != "cuda" or options.current().attention == "aten":
         return False
     problem = attention_problem(node)
     return problem is not None and (not problem.causal or problem.seq_q == problem.seq_k)
@@ -470,21 +471,20 @@ def nova_attention(node, ins, outs, ctx) -> Kernel:
     a stride not a multiple of 16 bytes) is copied by the launcher, counted as a copy and named in
     ``what``.  ``Kernel.attention`` holds the problem (with the strides) and the kernels it runs: what
     ``nova precompile train`` compiles (``Program.attention_kernels``, the meta dry run's strides)."""
-    import nova
-    from nova.kernels.attention.launch import plan_operands
+    from nova.kernels.attention.launch import attention, attention_backward, plan_operands
     scale, causal = float(node.attrs["scale"]), bool(node.attrs.get("causal", False))
     if node.op == "attention":
         q, k, v = ins
         o, lse = outs
         problem, copies = plan_operands(q, k, v, causal, scale, out=o)
-        return Kernel(lambda: nova.attention(q, k, v, causal=causal, scale=scale, out=o, lse=lse),
+        return Kernel(lambda: attention(q, k, v, causal=causal, scale=scale, out=o, lse=lse),
                       "nova.attention (fwd kernel)" + _copy_note(copies), len(copies), (problem, ("fwd",)))
     dout, q, k, v, out, lse = ins
     dq, dk, dv = outs
     problem, copies = plan_operands(q, k, v, causal, scale, out=out, dout=dout, dq=dq, dk=dk, dv=dv)
     if not lse.is_contiguous():
         copies["lse"] = "lse is not contiguous"
-    return Kernel(lambda: nova.attention_backward(dout, q, k, v, out, lse, causal=causal, scale=scale,
+    return Kernel(lambda: attention_backward(dout, q, k, v, out, lse, causal=causal, scale=scale,
                                                   dq=dq, dk=dk, dv=dv),
                   "nova.attention_backward (bwd_pre, bwd_dkv, bwd_dq kernels)" + _copy_note(copies), len(copies),
                   (problem, ("bwd_pre", "bwd_dkv", "bwd_dq")))

@@ -1,4 +1,4 @@
-"""The executor (issue 13): a planned graph becomes a ``Program``, one launch per kernel group over
+"""The executor: a planned graph becomes a ``Program``, one launch per kernel group over
 one arena, replayed as one CUDA graph on the GPU.
 
     from nova.compiler.executor import build, gemm_problems
@@ -7,6 +7,7 @@ one arena, replayed as one CUDA graph on the GPU.
     program.stats; print(program.describe())
     gemm_problems(planned)                    # every Nova GEMM a CUDA program launches (nova precompile)
     attention_kernels(planned)                # ... and every Nova attention launch (problem with strides, roles)
+    rows_problems(planned)                    # ... every Nova rows problem (norms, softmax, losses, reductions)
     pointwise_problems(planned)               # ... every Nova fused pointwise kernel
     optimizer_rules(planned)                  # ... and every Nova multi-tensor optimizer kernel
     gemm_problem_counts(planned)              # ... and how many times per step
@@ -30,7 +31,9 @@ view that the next step overwrites).
 
 Launches.  One per group, in the plan's order: ``matmul`` nodes on Nova GEMMs (CUDA) or
 ``torch.matmul(out=)`` (CPU), with a following bias/activation folded in
-(``nova/compiler/gemm_lowering.py``); a Nova pointwise group on its kernel (CUDA) or its nodes'
+(``nova/compiler/gemm_lowering.py``); a Nova rows group (norms, softmax, losses, reductions with
+their producers) on its rows kernels (CUDA), its nodes' IR references on CPU
+(``nova/compiler/rows_lowering.py``); a Nova pointwise group on its kernel (CUDA) or its nodes'
 IR reference (CPU); a Nova optimizer group on one multi-tensor kernel (CUDA: pointers in an
 argument table written at bind, ``nova/kernels/optimizer``) or ATen's foreach kernels (CPU, and
 CUDA tensors the kernel cannot take, noted); every other op on ATen kernels writing into the output
@@ -62,11 +65,12 @@ from nova.compiler.aten_kernels import (Kernel, KernelContext, adamw, build_kern
                                         torch_dtype, view_of)
 from nova.compiler.gemm_lowering import lower_matmul
 from nova.compiler.plan_view import ExecutorError, PlanView, read_plan
+from nova.compiler.rows_lowering import rows_kernels
 from nova.ir.ops import opdef
 from nova.passes.fusion import update_batch_key
 from nova.passes.memory import ELEMENTWISE_COMPOSITES
 
-__all__ = ["build", "gemm_problems", "gemm_problem_counts", "attention_kernels", "pointwise_problems",
+__all__ = ["build", "gemm_problems", "gemm_problem_counts", "attention_kernels", "rows_problems", "pointwise_problems",
            "optimizer_rules", "precompile_commands", "Program", "Launch", "ExecutorError", "BOUND_ROLES"]
 
 ALIGN = 256                                          # byte alignment of slots the executor lays out itself
@@ -135,8 +139,8 @@ class Program:
         self.kind = "cpu" if self.device.type == "cpu" else "cuda"       # meta: a CUDA program that only describes
         self.target = target
         if gemm is None and self.device.type == "cuda":
-            import nova
-            gemm = nova.matmul
+            from nova.runtime.matmul import matmul
+            gemm = matmul
         elif gemm is None and self.device.type == "meta":
             gemm = _GemmPlaceholder()
         self._gemm = gemm
@@ -215,7 +219,8 @@ class Program:
         """Where each value's tensor comes from: ``self.loc[value]`` is one of
         ("input", i) bound user tensor, ("donated", i) written into bound input i,
         ("alias", node) a view of the node's input, or (area, offset, strides) in one of the
-        byte areas "arena", "const", "staged", "scratch"."""
+        byte areas "arena", "const", "staged", "scratch"; ("unwritten", None, None): a value inside a
+        Nova rows group of a CUDA program that the plan gives no storage (its kernel never writes it)."""
         g, plan = self.graph, self.plan
         self.loc = {}
         self.area_bytes = {"arena": plan.arena_bytes, "const": 0, "staged": 0, "scratch": 0}
@@ -246,6 +251,7 @@ class Program:
                 self.loc[spec.value] = self._take("staged", spec.value)
         in_result = []                       # fused epilogue values: placed once their group's result is
         in_kernel = {n for group in plan.groups if group.pointwise is not None for n in group.nodes}
+        rows_nodes = {n for group in plan.groups if group.rows is not None for n in group.nodes}
         for index, node in enumerate(g.nodes):
             for v in node.outputs:
                 p = plan.placement(v)
@@ -264,6 +270,8 @@ class Program:
                     self.loc[v] = self._arena_loc(v, p, f"node {index} {node.op}")
                 elif v in plan.fused_into:
                     in_result.append(v)
+                elif self.kind == "cuda" and node in rows_nodes:
+                    self.loc[v] = ("unwritten", None, None)     # a rows kernel never writes it: no storage
                 else:
                     self.loc[v] = self._take("scratch", v)
         group_of = {n: group for group in plan.groups for n in group.nodes}
@@ -455,6 +463,8 @@ class Program:
                         raise ExecutorError(f"{g.name}: the plan aliases node {index} {node.op} {dict(node.attrs)} "
                                             f"of a {list(base.shape)} tensor with strides {list(base.stride())}, "
                                             f"which needs a copy ({_first_line(e)}); plan it a slot") from None
+                elif loc[0] == "unwritten":
+                    tensors[v] = torch.empty(v.type.shape, dtype=torch_dtype(v.type.dtype), device="meta")
                 else:
                     tensors[v] = self._area_view(store, loc, v)
         return tensors
@@ -469,6 +479,10 @@ class Program:
         launches = []
         for group in self.plan.groups:
             nodes = [n for n in group.nodes if n.op not in CREATION and not self._free_view(n)]
+            if group.rows is not None:                 # a Nova rows group: its kernels, or its nodes' references on CPU
+                kernels = rows_kernels(group, nodes, tensors, ctx, self._note)
+                launches.append(Launch(group.index, group.kind, list(group.nodes), kernels))
+                continue
             kernels, gemms, i = [], [], 0
             if group.pointwise is not None:
                 kernels.append(self._pointwise_kernel(group, tensors, device))
@@ -615,11 +629,14 @@ class Program:
     def _resolve_nova_kernels(self, launches) -> None:
         """Load every Nova kernel of ``launches`` now (offline: a missing one raises
         NotPrecompiledError here, before the warm-up has touched any parameter)."""
-        import nova
         from nova.kernels.attention.launch import resolve
+        from nova.runtime.matmul import matmul
         for problem, roles in _distinct_attention(launches):
             resolve(problem, self.device.index, None, roles)       # the target nova.attention resolves
-        if self._gemm is not nova.matmul:
+        for problem in _distinct_rows(launches):
+            from nova.kernels.rows.launch import resolve as resolve_rows
+            resolve_rows(problem, self.device.index)                # the target the launches resolve
+        if self._gemm is not matmul:
             return
         from nova.runtime import driver
         from nova.runtime.matmul import resolve_kernel
@@ -736,6 +753,10 @@ class Program:
         order; each problem carries its operands' strides as the launches see them (the arena views)."""
         return _distinct_attention(self.launches)
 
+    def rows_problems(self) -> list:
+        """The distinct Nova rows problems (``RowsProblem``) this program launches, in launch order."""
+        return _distinct_rows(self.launches)
+
     def pointwise_problems(self) -> list:
         """The distinct Nova pointwise kernels (``PointwiseProblem``) this program launches, in launch order."""
         return _distinct_pointwise(self.launches)
@@ -821,6 +842,10 @@ def _distinct_attention(launches) -> list:
     return list(dict.fromkeys(k.attention for launch in launches for k in launch.kernels if k.attention))
 
 
+def _distinct_rows(launches) -> list:
+    return list(dict.fromkeys(k.rows for launch in launches for k in launch.kernels if k.rows is not None))
+
+
 def _distinct_pointwise(launches) -> list:
     return list(dict.fromkeys(k.pointwise for launch in launches for k in launch.kernels if k.pointwise is not None))
 
@@ -855,6 +880,12 @@ def attention_kernels(planned) -> list:
     """Every Nova attention launch (``(AttentionProblem, roles)``, distinct, launch order) a CUDA program
     of ``planned`` makes, with the strides of its operands' arena views, for ``nova precompile``."""
     return Program(planned, "meta").attention_kernels()
+
+
+def rows_problems(planned) -> list:
+    """Every Nova rows problem (``nova.kernels.rows.RowsProblem``) a CUDA program of ``planned`` launches,
+    distinct, in launch order, for ``nova precompile``."""
+    return Program(planned, "meta").rows_problems()
 
 
 def pointwise_problems(planned) -> list:

@@ -6,8 +6,9 @@ predicted times), each GEMM's schedule, the memory plan and the predicted step t
 
 Every time is the configurator's closed-form prediction (no measurement): Nova GEMMs by
 ``nova.configurator.configure`` (calibrated where the target has a calibration), attention by
-``nova.kernels.attention.configure_attention`` where the executor runs Nova's attention kernels,
-fused pointwise groups by ``nova.kernels.pointwise.configure_pointwise`` and optimizer groups by
+``nova.kernels.attention.configure_attention`` where the executor runs Nova's attention kernels, the
+Nova rows groups (norms, softmax, losses, reductions) by ``nova.kernels.rows.configure_rows``, fused
+pointwise groups by ``nova.kernels.pointwise.configure_pointwise`` and optimizer groups by
 ``nova.kernels.optimizer.configure_multi_tensor`` where they run on Nova's kernels,
 the groups on ATen kernels kind by kind from the target's calibration of them where it has one
 (``cost.aten_kinds_time``; the kernels counted on meta, ``nova.compiler.aten_launches``), else by
@@ -20,7 +21,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from nova.compiler import cost
+from nova.compiler.attention_nodes import attention_problem
 from nova.ir.graph import Node
+from nova.passes.fusion import OPTIMIZER_UPDATES
 
 
 @dataclass
@@ -60,24 +63,6 @@ def _bytes_of(values) -> int:
     return sum(v.type.nbytes for v in values)
 
 
-def attention_problem(node: Node):
-    """The AttentionProblem of an ``attention``/``attention_backward`` node, or None when Nova's
-    attention kernels do not cover it (its dtype or head dimension)."""
-    from nova.kernels.attention import AttentionProblem, AttentionProblemError
-    from nova.kernels.attention.problem import score_precision_for
-    q, k = (node.inputs[0], node.inputs[1]) if node.op == "attention" else (node.inputs[1], node.inputs[2])
-    dtype = {"f32": "tf32", "bf16": "bf16", "f16": "fp16"}.get(q.dtype)
-    if dtype is None:
-        return None
-    b, h, t_q, d = q.shape
-    precision = score_precision_for(dtype)        # a bad $NOVA_ATTENTION_PRECISION is the user's error, not "uncovered"
-    try:
-        return AttentionProblem(b, h, t_q, k.shape[2], d, causal=bool(node.attrs.get("causal")), dtype=dtype,
-                                kv_heads=k.shape[1], scale=float(node.attrs["scale"]), score_precision=precision)
-    except AttentionProblemError:
-        return None
-
-
 def _attention_report(group, node: Node, target) -> tuple[float, str, str, str, dict | None]:
     problem = attention_problem(node)
     backward = node.op == "attention_backward"
@@ -111,6 +96,15 @@ def _gemm_report(group, target) -> tuple[float, str, str, dict | None]:
     return t, cfg.prediction.bound, f"configure({group.problem.describe()})", schedule
 
 
+def _rows_report(group, target) -> tuple[float, str, str, dict]:
+    """A Nova rows group: the rows configurator's prediction (``nova.kernels.rows.configure_rows``)."""
+    from nova.kernels.rows.derive import configure_rows
+    cfg = configure_rows(group.problem, target)
+    formula = " + ".join(f"{role} {term['time_us']:.1f}" for role, term in cfg.terms.items())
+    return cfg.prediction.time_us, cfg.prediction.bound, formula, {"roles": list(cfg.schedule.roles),
+                                                                   "schedule": cfg.schedule.to_dict()}
+
+
 def _pointwise_report(group, target) -> tuple[float, str, str, dict]:
     """A Nova pointwise group: its kernel's configuration (``nova/kernels/pointwise/derive.py``)."""
     from nova.kernels.pointwise.derive import configure_pointwise
@@ -128,8 +122,12 @@ def _optimizer_report(group, target) -> tuple[float, str, str, dict]:
              "chunks": cfg.facts["chunks"]})
 
 
+def _is_update(group) -> bool:
+    return group.kind == "composite" and group.nodes[0].op in OPTIMIZER_UPDATES
+
+
 def _group_name(group) -> str:
-    if group.kernel == "nova" and group.problem is not None:
+    if group.problem is not None:
         return group.problem.describe()
     ops = [n.op for n in group.nodes]
     return ops[0] if len(ops) == 1 else f"{ops[0]}+{len(ops) - 1} ({'+'.join(sorted(set(ops)))})"
@@ -171,8 +169,8 @@ def aten_dispatch(planned) -> dict:
     except Exception:                     # a plan the executor cannot lay out: closed forms only
         return out
     for launch in program.launches:
-        if launch.kind == "gemm":
-            continue
+        if launch.kind == "gemm" or any(k.pointwise is not None or k.optimizer is not None for k in launch.kernels):
+            continue                      # Nova's GEMMs, pointwise and multi-tensor kernels: no ATen call
         mode = counting_mode()
         try:
             with torch.no_grad(), mode:
@@ -215,9 +213,12 @@ def kernel_reports(planned, target) -> list[KernelReport]:
         elif group.kind == "pointwise" and group.kernel == "nova":
             t, bound, formula, schedule = _pointwise_report(group, target)
             model = "pointwise configurator"
-        elif group.kind == "composite" and group.kernel == "nova":
+        elif _is_update(group) and group.kernel == "nova":
             t, bound, formula, schedule = _optimizer_report(group, target)
             model = "multi-tensor configurator"
+        elif group.kind != "gemm" and group.kernel == "nova" and group.problem is not None:
+            t, bound, formula, schedule = _rows_report(group, target)
+            model = "rows configurator"
         elif index in dispatched and group.kernel == "aten" and (stored or node.op not in CLOSED_FORM_OPS):
             d = dispatched[index]
             counted = f" ({d.calls} ATen calls, {d.kernels} kernels, counted on meta)"
@@ -296,17 +297,16 @@ def training_step(model_name: str, batch: int, seq: int | None = None, optimizer
     """A built-in model's training step on the meta device (nothing allocated):
     ``(fn, args, model, opt, tokens_per_step)`` ready for ``nova.frontend.capture``."""
     import torch
-    from nova.models import gpt, make_train_step
-    if model_name not in gpt.CONFIGS:
-        raise ValueError(f"unknown model {model_name!r}; built-in models: {', '.join(gpt.CONFIGS)}")
-    cfg = gpt.CONFIGS[model_name]
+    from nova import models
+    from nova.models import make_train_step
+    cfg = models.config(model_name)
     seq = seq or cfg.block_size
     if not 1 <= seq <= cfg.block_size:
         raise ValueError(f"--seq {seq} is outside 1..{cfg.block_size} (the model's learned positions)")
     if batch < 1:
         raise ValueError(f"--batch must be positive, got {batch}")
     with torch.device("meta"):
-        model = gpt.GPT(cfg)
+        model = models.build(model_name)
     if optimizer == "adamw":
         opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
     elif optimizer == "sgd":

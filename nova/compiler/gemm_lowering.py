@@ -78,9 +78,10 @@ class GemmLaunch:
     def problems(self) -> list:
         """The ``nova.kernels.gemm.problem.GemmProblem`` of each Nova launch (deterministic as
         ``nova.matmul`` decides when the launch runs: ``default_deterministic``)."""
+        from nova import options
         from nova.kernels.gemm.problem import GemmProblem
         from nova.runtime.matmul import default_deterministic
-        deterministic = default_deterministic()
+        deterministic = default_deterministic(options.current())
         out = []
         for c in self.calls:
             M, N, K, trans_a, trans_b, batch = c.problem_fields()

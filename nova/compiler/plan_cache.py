@@ -27,14 +27,14 @@ import pickle
 import threading
 from pathlib import Path
 
-import nova
+from nova.version import __version__
 from nova.fileio import atomic_write, discard_bad_entry
 from nova.ir.hashing import structural_hash
 
 PLAN_ABI = 4            # bump whenever Planned, Graph, Group, MemoryPlan or the passes' output changes meaning
-                        # (2: Group.problem may be a batched GEMM; 3: pointwise groups on Nova kernels with
-                        # their PointwiseProblem, donation and in place across one such kernel; 4: optimizer
-                        # groups on Nova multi-tensor kernels with their MultiTensorProblem)
+                        # (2: Group.problem may be a batched GEMM; 3: Nova rows groups, Group.bindings; 4: pointwise
+                        # groups on Nova kernels with their PointwiseProblem, optimizer groups on Nova multi-tensor
+                        # kernels with their MultiTensorProblem, donation and in place across one such kernel)
 MAGIC = b"NOVAPLAN1\n"
 
 _reported: set = set()
@@ -46,8 +46,9 @@ class PlanCacheWarning(UserWarning):
 
 
 def enabled() -> bool:
-    """False when ``NOVA_PLAN_CACHE`` is 0/false/no/off."""
-    return os.environ.get("NOVA_PLAN_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+    """``NOVA_PLAN_CACHE`` (on unless turned off)."""
+    from nova import options
+    return options.current().plan_cache
 
 
 def plans_dir(root: str | os.PathLike | None = None) -> Path:
@@ -73,11 +74,11 @@ def code_fingerprint() -> str:
     return h.hexdigest()
 
 
-def plan_key(graph_hash: str, target_name: str | None, device_kind: str, kernels: str = "1") -> str:
+def plan_key(graph_hash: str, target_name: str | None, device_kind: str, kernels: str = "all") -> str:
     """``kernels``: the ``NOVA_POINTWISE`` setting the plan was made under (``MemoryBoundKernels.key``)."""
     import json
     payload = {"graph": graph_hash, "target": str(target_name), "device": device_kind,
-               "nova": nova.__version__, "abi": PLAN_ABI, "code": code_fingerprint(), "kernels": kernels}
+               "nova": __version__, "abi": PLAN_ABI, "code": code_fingerprint(), "kernels": kernels}
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -105,7 +106,7 @@ def _warn(path: Path, why: str) -> None:
                       PlanCacheWarning, _reported, _lock, stacklevel=4)
 
 
-def load(graph, target_name, device_kind: str, root=None, graph_hash: str | None = None, kernels: str = "1"):
+def load(graph, target_name, device_kind: str, root=None, graph_hash: str | None = None, kernels: str = "all"):
     """The cached ``Planned`` of ``graph`` (the captured graph) or None (miss, or an unusable entry:
     warned once and deleted)."""
     graph_hash = graph_hash or structural_hash(graph)
@@ -145,7 +146,7 @@ def load(graph, target_name, device_kind: str, root=None, graph_hash: str | None
 
 
 def store(graph, planned, target_name, device_kind: str, root=None, graph_hash: str | None = None,
-          kernels: str = "1") -> Path | None:
+          kernels: str = "all") -> Path | None:
     """Write ``planned`` under ``graph``'s key atomically; None when it could not be written (the
     cache is an optimisation: a failure to store is silent)."""
     graph_hash = graph_hash or structural_hash(graph)
@@ -153,7 +154,7 @@ def store(graph, planned, target_name, device_kind: str, root=None, graph_hash: 
     path = path_for(key, root)
     try:
         body = pickle.dumps({"key": key, "graph_hash": graph_hash, "plan_hash": structural_hash(planned.graph),
-                             "nova": nova.__version__, "abi": PLAN_ABI, "planned": planned},
+                             "nova": __version__, "abi": PLAN_ABI, "planned": planned},
                             protocol=pickle.HIGHEST_PROTOCOL)
     except (pickle.PicklingError, RecursionError, TypeError, AttributeError):
         return None

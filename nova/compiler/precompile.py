@@ -2,7 +2,6 @@
 (``nova precompile train``), so that a GPU machine without MLIR runs the step offline."""
 from __future__ import annotations
 
-import os
 import time
 from typing import NamedTuple
 
@@ -11,6 +10,7 @@ class StepKernels(NamedTuple):
     """The distinct Nova kernels of a CUDA program, each list in launch order."""
     gemms: list                 # GemmProblem
     attention: list             # (AttentionProblem with the arena views' strides, roles)
+    rows: list                  # RowsProblem
     pointwise: list             # PointwiseProblem
     optimizer: list             # UpdateRule (a multi-tensor kernel serves every group of its rule)
 
@@ -18,18 +18,25 @@ class StepKernels(NamedTuple):
 def step_kernels(planned) -> StepKernels:
     """The Nova kernels of the CUDA program of ``planned``, as its dry run on meta tensors builds
     them: the GEMMs the executor launches (``Program.gemm_problems``), its attention launches
-    (``Program.attention_kernels``), its fused pointwise kernels (``Program.pointwise_problems``) and
-    its multi-tensor optimizer kernels (``Program.optimizer_rules``)."""
+    (``Program.attention_kernels``: each problem with the strides of the arena views it reads and
+    writes), its rows problems (``Program.rows_problems``), its fused pointwise kernels
+    (``Program.pointwise_problems``) and its multi-tensor optimizer kernels (``Program.optimizer_rules``)."""
     from nova.compiler.executor import Program
     program = Program(planned, "meta")
-    return StepKernels(program.gemm_problems(), program.attention_kernels(), program.pointwise_problems(),
-                       program.optimizer_rules())
+    return StepKernels(program.gemm_problems(), program.attention_kernels(), program.rows_problems(),
+                       program.pointwise_problems(), program.optimizer_rules())
+
+
+def rows_problems_of(planned) -> list:
+    """The distinct Nova rows problems the CUDA program of ``planned`` launches (``Program.rows_problems``)."""
+    return step_kernels(planned).rows
 
 
 def precompile_each(items, compile_one, describe, log=print, label: str = "") -> dict:
     """Run ``compile_one(item) -> (key, status)`` for every item, one line each through ``log``;
     returns the counts by status (compiled, cached, failed).  A kernel that fails is reported and
     counted (``NOVA_DEBUG=1`` raises it) and the rest go on; a missing MLIR stops the batch."""
+    from nova import options
     from nova.runtime.cache import CompilerUnavailableError
     counts = {"compiled": 0, "cached": 0, "failed": 0}
     for i, item in enumerate(items, 1):
@@ -40,7 +47,7 @@ def precompile_each(items, compile_one, describe, log=print, label: str = "") ->
         except CompilerUnavailableError:
             raise
         except Exception as e:        # one bad kernel must not stop the batch; reported and counted
-            if os.environ.get("NOVA_DEBUG"):
+            if options.current().debug:
                 raise
             counts["failed"] += 1
             log(f"{line}: FAILED: {type(e).__name__}: {e}")
@@ -82,7 +89,7 @@ def _add(total: dict, counts: dict) -> None:
 def precompile_planned(planned, target, cache, log=print) -> dict:
     """Compile the step's kernels for ``target`` into ``cache``; returns the counts by status
     (compiled, cached, failed: a kernel that fails is reported and the rest go on) and how many
-    kernels of each family the step has (``gemm``, ``attention``, ``pointwise``, ``optimizer``)."""
+    kernels of each family the step has (``gemm``, ``attention``, ``rows``, ``pointwise``, ``optimizer``)."""
     from nova.kernels.attention import precompile_attention
     from nova.runtime.matmul import precompile_gemms
     kernels = step_kernels(planned)
@@ -95,14 +102,27 @@ def precompile_planned(planned, target, cache, log=print) -> dict:
             counts[status] += 1
         log(f"[attention {i}/{len(kernels.attention)}] {problem.describe()} ({', '.join(roles)}): "
             f"{len(results)} kernels in {time.perf_counter() - t0:.2f} s")
+    rows = kernels.rows
+    for i, problem in enumerate(rows, 1):
+        t0 = time.perf_counter()
+        from nova.kernels.rows.compile import precompile_rows
+        try:
+            results = precompile_rows(problem, target, cache)
+        except Exception as e:                # reported like a GEMM that fails; the rest go on
+            counts["failed"] += 1
+            log(f"[rows {i}/{len(rows)}] {problem.describe()}: failed: {str(e).splitlines()[0] if str(e) else e}")
+            continue
+        for _, _, status in results:
+            counts[status] += 1
+        log(f"[rows {i}/{len(rows)}] {problem.describe()}: {len(results)} kernels in {time.perf_counter() - t0:.2f} s")
     _add(counts, precompile_pointwise(kernels.pointwise, target, cache, log))
     _add(counts, precompile_optimizer(kernels.optimizer, target, cache, log))
-    log(f"precompiled {len(kernels.gemms)} GEMMs, {len(kernels.attention)} attention launches, "
-        f"{len(kernels.pointwise)} pointwise kernels and {len(kernels.optimizer)} multi-tensor optimizer kernels "
-        f"for {target.name} into {cache.root}: "
+    log(f"precompiled {len(kernels.gemms)} GEMMs, {len(kernels.attention)} attention launches, {len(rows)} rows "
+        f"problems, {len(kernels.pointwise)} pointwise kernels and {len(kernels.optimizer)} multi-tensor optimizer "
+        f"kernels for {target.name} into {cache.root}: "
         f"{counts['compiled']} kernels compiled, {counts['cached']} already cached, {counts['failed']} failed "
         f"({time.perf_counter() - start:.1f} s)")
-    return {**counts, "gemm": len(kernels.gemms), "attention": len(kernels.attention),
+    return {**counts, "gemm": len(kernels.gemms), "attention": len(kernels.attention), "rows": len(kernels.rows),
             "pointwise": len(kernels.pointwise), "optimizer": len(kernels.optimizer)}
 
 
@@ -116,7 +136,10 @@ def missing_kernels(planned, target, cache) -> list[str]:
     from nova.kernels.optimizer.derive import configure_rule
     from nova.kernels.pointwise.compile import get_or_compile as pointwise_kernel
     from nova.kernels.pointwise.derive import configure_pointwise
-    from nova.runtime.cache import NotPrecompiledError, get_or_compile as gemm_kernel
+    from nova.kernels.rows.compile import get_or_compile as rows_kernel
+    from nova.kernels.rows.derive import configure_rows
+    from nova.kernels.gemm.family import get_or_compile as gemm_kernel
+    from nova.runtime.cache import NotPrecompiledError
     from nova.runtime.matmul import configure_schedule
     kernels = step_kernels(planned)
     lookups = [lambda p=p: gemm_kernel(p, configure_schedule(p, target), target, cache, offline=True)
@@ -124,6 +147,8 @@ def missing_kernels(planned, target, cache) -> list[str]:
     lookups += [lambda p=p, r=r: attention_kernel(p, configure_attention(p, target).schedule, r, target, cache,
                                                   offline=True)
                 for p, roles in kernels.attention for r in roles]
+    rows = [(p, configure_rows(p, target).schedule) for p in kernels.rows]
+    lookups += [lambda p=p, s=s, r=r: rows_kernel(p, s, r, target, cache, offline=True) for p, s in rows for r in s.roles]
     lookups += [lambda p=p: pointwise_kernel(p, configure_pointwise(p, target).schedule, target, cache, offline=True)
                 for p in kernels.pointwise]
     lookups += [lambda r=r: optimizer_kernel(r, configure_rule(r, target), target, cache, offline=True)

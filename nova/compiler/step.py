@@ -174,6 +174,9 @@ class CompiledStep:
     """What ``nova.compile`` returns; call it like the function it wraps."""
 
     def __init__(self, fn, *, models=None, optimizers=None, backend: str = "auto", max_entries: int = 16):
+        if not callable(fn):
+            raise TypeError(f"nova.compile takes a function (the training step), got {type(fn).__name__} "
+                            f"{_short_repr(fn)}")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         self.fn = fn
@@ -208,6 +211,9 @@ class CompiledStep:
         inputs, pending = bindings.gather(flat_args)
         with torch.no_grad():               # the step's own autograd is in the graph
             outputs = entry.engine(inputs)
+        failed = bindings.failed_check(outputs)
+        if failed is not None:              # eager raises before updating: nothing is written back
+            raise RuntimeError(failed)
         return bindings.scatter(outputs, flat_args, pending, result_device=entry.device,
                                 outputs_alias_engine=getattr(entry.engine, "outputs_alias_engine", True))
 
@@ -350,6 +356,11 @@ class CompiledStep:
         buf = io.StringIO()
         render(report, console=Console(file=buf, width=160, force_terminal=False, color_system=None))
         return "\n".join(lines) + "\n\n" + buf.getvalue().rstrip() + f"\n(plan: {planned_status})"
+
+
+def _short_repr(value, limit: int = 60) -> str:
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _engine_target_name(device: torch.device):

@@ -10,6 +10,10 @@
     lower.py      ATen FX graph -> nova.ir.Graph (one table of small lowerings)
     bindings.py   graph inputs/outputs <-> the user's parameters, grads, optimizer state, results
     guards.py     what must stay true to reuse a captured graph
+    tracing.py    libraries asking torch.compiler.is_compiling() hear yes while Nova traces
+    failures.py   a tracing limitation (one Nova line) vs the user's own error (passed through)
+    checks.py     value checks (clip_grad_norm_'s error_if_nonfinite) kept in the graph
+    autocast.py   torch.autocast of the step's device applied to the CPU fakes
 """
 from nova.frontend.errors import NovaUnsupportedError
 from nova.frontend.capture import Captured, CaptureStats, capture

@@ -57,7 +57,8 @@ class InputBinding:
 
 @dataclass(eq=False)
 class OutputBinding:
-    """One graph output: ``kind`` is result | param | grad | opt_state."""
+    """One graph output: ``kind`` is result | param | grad | opt_state | check (a boolean that must
+    hold, ``name`` the message raised when it does not; ``nova.frontend.checks``)."""
     kind: str
     name: str
     tensor: Any = None                 # param/grad/opt_state: the parameter
@@ -78,6 +79,13 @@ class Bindings:
     def gather(self, flat_args) -> tuple[list[torch.Tensor], list]:
         pending: list = []
         return [b.fetch(flat_args, pending) for b in self.inputs], pending
+
+    def failed_check(self, outputs) -> str | None:
+        """The message of the first check output that is False (read on the host), else None."""
+        for binding, value in zip(self.outputs, outputs):
+            if binding.kind == "check" and not bool(value):
+                return binding.name
+        return None
 
     def scatter(self, outputs, flat_args, pending, *, result_device=None, outputs_alias_engine=False):
         """Write ``outputs`` back into the user's objects; returns the function's return value."""

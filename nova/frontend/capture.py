@@ -2,7 +2,7 @@
 one value-semantic IR graph, traced on fake tensors (nothing allocated, no GPU, no compute on the
 user's tensors), plus the bindings to the user's objects and the guards.
 
-How (the recipe of ``/work/shared/design/graph-capture.md``):
+How:
 
 1. Every tensor the step reads becomes a graph input, a fake CPU tensor of its shape and dtype:
    parameters (leaves with the parameter's ``requires_grad``), buffers, existing ``.grad``s (set
@@ -38,6 +38,10 @@ from nova.frontend.guards import GuardKey, guard_key
 from nova.frontend.lower import Unmodeled, lower
 from nova.frontend.optim import TraceContext, handler_for
 from nova.frontend.origin import OriginTracker, traceback_location
+from nova.frontend.tracing import compiling
+from nova.frontend.checks import finite_norm_checks
+from nova.frontend.autocast import DeviceAutocast
+from nova.frontend.failures import is_tracing_limitation, quiet_meta_failures, users_error
 from nova.ir import Graph, Value, verify
 
 _ROLES = {"param": "param", "buffer": "const", "grad": "grad", "opt_state": "opt_state", "hyper": "opt_state",
@@ -305,9 +309,11 @@ def _undiscovered_refused(found: Discovered):
 
 # ====================================================================== capture
 def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Discovered | None = None,
-            name: str | None = None) -> Captured:
+            name: str | None = None, device_type: str | None = None) -> Captured:
     """Trace ``fn(*args, **kwargs)`` (one whole step) into an IR graph with its bindings and guards.
-    Nothing runs on the user's tensors and their state is left untouched."""
+    Nothing runs on the user's tensors and their state is left untouched.  ``device_type``: the
+    device the step runs on (default: its first tensor argument's, else first parameter's), whose
+    ``torch.autocast`` applies to the CPU fakes (``autocast.py``)."""
     kwargs = dict(kwargs or {})
     found = found or discover(fn, models, optimizers)
     _check_supported(found)
@@ -315,6 +321,7 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
     flat_args, args_spec = pytree.tree_flatten((tuple(args), kwargs))
     arg_names = _arg_names(fn, args, kwargs, len(flat_args))
     slots = _plan_inputs(found, flat_args, arg_names)
+    device_type = device_type or _step_device_type(found, flat_args)
 
     module_names = {}
     for mname, model in found.models:
@@ -322,6 +329,7 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
             module_names.setdefault(id(m), path if len(found.models) == 1 and path else _join(mname, path))
     tracker = OriginTracker(module_names)
     trace = _Trace(tracker, found)
+    trace.checks = []                        # value checks kept in the graph (checks.py)
     returned = _Returned()
 
     def traced(*flat):
@@ -344,7 +352,8 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
             elif slot.kind == "data":
                 args_leaves[slot.arg_index] = t
         user_args, user_kwargs = pytree.tree_unflatten(args_leaves, args_spec)
-        with _swapped_tensors(found, replacements), _undiscovered_refused(found), _intercepted(found, trace), tracker:
+        with _swapped_tensors(found, replacements), _undiscovered_refused(found), _intercepted(found, trace), \
+                finite_norm_checks(trace.checks), DeviceAutocast(device_type), tracker:
             result = fn(*user_args, **user_kwargs)
         tracker.set("")
         return _collect(result, slots, flat, trace, returned)
@@ -358,11 +367,14 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
     from torch.fx.experimental.proxy_tensor import make_fx
     t0 = time.perf_counter()
     try:
-        gm = make_fx(dispatch_functionalize(traced, FunctionalTensorMode()), decomposition_table=_decompositions(),
-                     tracing_mode="fake")(*fakes)
+        with compiling(), quiet_meta_failures():
+            gm = make_fx(dispatch_functionalize(traced, FunctionalTensorMode()), decomposition_table=_decompositions(),
+                         tracing_mode="fake")(*fakes)
     except NovaUnsupportedError:
         raise
     except Exception as e:
+        if not is_tracing_limitation(e):
+            raise users_error(e) from None          # the user's own error, as eager raises it
         raise _explain_failure(e, tracker) from e
     t1 = time.perf_counter()
 
@@ -372,11 +384,37 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
     for cname, tensor in lowered.constants:
         slots.append(InputBinding("const", f"constant.{cname}", tensor))
     graph, bindings = _assemble(lowered, slots, returned, trace)
+    graph, opaque = _without_dead_nodes(graph, lowered.opaque)
     verify(graph)
     t2 = time.perf_counter()
     stats = CaptureStats(trace_s=t1 - t0, lower_s=t2 - t1, fx_nodes=len(gm.graph.nodes), ir_nodes=len(graph.nodes),
-                         opaque=lowered.opaque)
+                         opaque=opaque)
     return Captured(graph, bindings, guards, gm, stats)
+
+
+def _step_device_type(found: Discovered, flat_args) -> str:
+    """The device type the step runs on: its first tensor argument's, else its first parameter's."""
+    for leaf in flat_args:
+        if isinstance(leaf, torch.Tensor):
+            return leaf.device.type
+    for _, model in found.models:
+        for p in model.parameters():
+            return p.device.type
+    return "cpu"
+
+
+def _without_dead_nodes(graph: Graph, opaque: dict) -> tuple[Graph, dict]:
+    """The graph without nodes no output needs (a library's mask built and then folded away, an
+    eager-only check), and the opaque counts of what remains."""
+    from nova.passes.dce import dce, live_nodes
+    if len(live_nodes(graph)) == len(graph.nodes):
+        return graph, opaque
+    graph = dce(graph)
+    counts: dict[str, int] = {}
+    for node in graph.nodes:
+        if node.op == "aten":
+            counts[node.attrs["target"]] = counts.get(node.attrs["target"], 0) + 1
+    return graph, dict(sorted(counts.items()))
 
 
 def _decompositions() -> dict:
@@ -441,6 +479,9 @@ def _collect(result, slots, flat, trace: _Trace, returned: _Returned) -> list:
             outs.append(v)
             returned.kinds.append(("opt_state", (opt, p, k)))
     returned.stepped = list(trace.stepped)
+    for check in trace.checks:
+        outs.append(check.ok)
+        returned.kinds.append(("check", check.message))
     return outs
 
 
@@ -464,10 +505,17 @@ def _assemble(lowered, slots: list[InputBinding], returned: _Returned, trace: _T
     input_value = [i.value for i in g.inputs]
     slot_of = {(s.kind, id(s.optimizer), id(s.tensor), s.key): i for i, s in enumerate(slots)}
     outputs = []                   # (value, name, role, index of the input it updates or None, OutputBinding)
+    checks = []                    # the boolean values of the value checks (checks.py)
     for value, (kind, what) in zip(lowered.outputs, returned.kinds):
         if not isinstance(value, Value):
             what_text = value.what if isinstance(value, Unmodeled) else repr(value)
+            if isinstance(value, Unmodeled):
+                value.refuse(f"the step returns or keeps {what_text}, which Nova does not model")
             raise NovaUnsupportedError(f"the step returns or keeps {what_text}, which Nova does not model")
+        if kind == "check":
+            outputs.append((value, f"check[{len(checks)}]", "result", None, OutputBinding("check", what)))
+            checks.append(value)
+            continue
         if kind == "result":
             name = "result" if len(returned.result_leaves) == 1 else f"result[{what}]"
             outputs.append((value, name, "result", None, OutputBinding("result", name, result_index=what)))
@@ -486,6 +534,13 @@ def _assemble(lowered, slots: list[InputBinding], returned: _Returned, trace: _T
         if i is not None and value is input_value[i]:
             continue                                   # nothing changed
         outputs.append((value, name, kind, i, binding))
+
+    if checks:                                         # updates only where every check holds
+        ok = checks[0]
+        for c in checks[1:]:
+            ok = g.op("logical_and", ok, c, origin="checks")
+        outputs = [(v if i is None or role == "result" else g.op("where", ok, v, input_value[i], origin="checks"),
+                    name, role, i, b) for v, name, role, i, b in outputs]
 
     # prune the inputs nothing reads; an input that an output updates stays (the planner may write
     # the new value into its storage)
@@ -512,6 +567,9 @@ def _explain_failure(e: Exception, tracker: OriginTracker) -> NovaUnsupportedErr
                 "DataDependentOutputError"):
         return NovaUnsupportedError(f"data-dependent Python control flow or host read ({text}: .item(), bool(tensor), "
                                     f"if/while on a tensor value, or a data-dependent shape){at}")
+    if "tensor subclass" in text or "data pointer" in text:
+        return NovaUnsupportedError(f"reading a tensor's memory on the host is not supported while capturing "
+                                    f"({text.rstrip('.')}){at}")
     if "FakeTensor" in text or "convert all Tensors" in text:
         return NovaUnsupportedError(f"the step uses a tensor that is neither a parameter or buffer of the modules "
                                     f"found, nor an argument (a module attribute or a global? make it a buffer, pass "

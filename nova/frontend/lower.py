@@ -63,9 +63,13 @@ class Unmodeled:
     """An FX result the IR does not model (a random seed, a padded log-sum-exp, a debug mask).
     Reading it anywhere but where its producer's partner expects it is an error."""
 
-    def __init__(self, what: str, value: Value | None = None):
+    def __init__(self, what: str, value: Value | None = None, error: str | None = None):
         self.what = what
         self.value = value
+        self.error = error            # the one line to raise when read (an op Nova cannot run at all)
+
+    def refuse(self, message: str):
+        raise NovaUnsupportedError(self.error or message)
 
 
 class Fallback(Exception):
@@ -106,8 +110,11 @@ class Lowerer:
     def op(self, name: str, *inputs, **attrs):
         for v in inputs:
             if not isinstance(v, Value):
-                what = v.what if isinstance(v, Unmodeled) else repr(v)
-                raise NovaUnsupportedError(f"{self.node.target} reads {what}, which Nova does not model{self.where()}")
+                message = f"{self.node.target} reads {v.what if isinstance(v, Unmodeled) else repr(v)}, which Nova " \
+                          f"does not model{self.where()}"
+                if isinstance(v, Unmodeled):
+                    v.refuse(message)
+                raise NovaUnsupportedError(message)
         try:
             return self.graph.op(name, *inputs, origin=self.origin, **attrs)
         except IRError as e:
@@ -223,7 +230,8 @@ class Lowerer:
         target = node.target
         if target is operator.getitem:
             container, index = node.args
-            return self.env[container][index]
+            container = self.env[container]
+            return container if isinstance(container, Unmodeled) else container[index]
         if str(target) == "aten._local_scalar_dense.default":
             raise NovaUnsupportedError(f"reading a tensor's value on the host (.item(), bool(tensor)) is not "
                                        f"supported{self.where()}")
@@ -237,6 +245,8 @@ class Lowerer:
                     result = fn(self, *args, **kwargs)
                 except Fallback:
                     fn = None
+                except (TypeError, AttributeError, IndexError, KeyError, ValueError) as e:
+                    raise self._lowering_failed(e, args, kwargs) from e
             if fn is None:
                 if isinstance(target, torch._ops.OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
                     hint = " (dropout with p > 0 in training mode)" if "dropout" in str(target) or "bernoulli" in str(target) else ""
@@ -244,7 +254,17 @@ class Lowerer:
                 result = self._opaque(node, args, kwargs)
             return self._conform(result, node.meta.get("val"))
         except UnsupportedDtype as e:        # a value of a type the IR lacks: an error only if something reads it
-            return Unmodeled(f"a result of {target} ({e})")
+            return Unmodeled(f"a result of {target} ({e})",
+                             error=f"op {target} is not supported{self.where()}: it produces a value Nova cannot hold ({e})")
+
+    def _lowering_failed(self, e: Exception, args, kwargs) -> NovaUnsupportedError:
+        """One line for a lowering that could not handle its arguments: the unsupported op an
+        argument came from, if any, else this op, where, and why."""
+        for a in torch.utils._pytree.tree_leaves((args, kwargs), is_leaf=lambda x: isinstance(x, Unmodeled)):
+            if isinstance(a, Unmodeled) and a.error:
+                return NovaUnsupportedError(a.error)
+        return NovaUnsupportedError(f"op {self.node.target} is not supported with these arguments{self.where()}: "
+                                    f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
 
     def _conform(self, result, val):
         """Check a lowering's result against torch's fake result; cast to torch's element type."""
@@ -267,7 +287,7 @@ class Lowerer:
 
         def encode(a):
             if isinstance(a, Unmodeled):
-                raise NovaUnsupportedError(f"op {target} reads {a.what}, which Nova does not model{self.where()}")
+                a.refuse(f"op {target} reads {a.what}, which Nova does not model{self.where()}")
             if isinstance(a, Value):
                 tensors.append(a)
                 return ("$", len(tensors) - 1)
@@ -869,6 +889,7 @@ def _attention(ctx, q, k, v, *, dropout_p=0.0, is_causal=False, attn_mask=None, 
     if dropout_p:
         raise NovaUnsupportedError(f"attention with dropout_p={dropout_p} is not supported{ctx.where()}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    attn_mask, is_causal = fold_constant_mask(ctx, attn_mask, q, k, is_causal)
     if attn_mask is not None or _top_left_differs(q, k, is_causal):
         out, lse = _masked_attention(ctx, q, k, v, attn_mask, scale, is_causal)
     else:
@@ -964,6 +985,7 @@ def _attention_backward(ctx, dout, q, k, v, out, lse, *, scale, is_causal, dropo
     if dropout_p:
         raise NovaUnsupportedError(f"attention with dropout_p={dropout_p} is not supported{ctx.where()}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    attn_mask, is_causal = fold_constant_mask(ctx, attn_mask, q, k, is_causal)
     if attn_mask is not None or _top_left_differs(q, k, is_causal):
         grads = _masked_attention_backward(ctx, dout, q, k, v, out, _lse(lse), attn_mask, scale, is_causal)
     else:
@@ -1074,3 +1096,192 @@ for _name in ("_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_
     for _overload in ("default", "msg"):
         if _op(_name, _overload) is not None:
             LOWERINGS[_op(_name, _overload)] = _skip
+
+
+# ====================================================================== masks and padding (Hugging Face's builders)
+_BOOLEAN = {"bitwise_and": "logical_and", "bitwise_or": "logical_or", "bitwise_xor": "ne"}
+
+
+@lowers(_op("bitwise_and", "Tensor"), _op("bitwise_or", "Tensor"), _op("bitwise_xor", "Tensor"))
+def _bitwise_bool(ctx, a, b):
+    """``&``, ``|``, ``^`` of boolean masks (the attention masks' ``and_masks``/``or_masks``)."""
+    if not (isinstance(a, Value) and isinstance(b, Value) and a.dtype == b.dtype == "bool"):
+        raise Fallback()
+    return ctx.op(_BOOLEAN[ctx.node.target._overloadpacket.__name__], a, b)
+
+
+def _adjacent_indices(indices) -> list[int] | None:
+    """The axes of ``indices`` (``x[..., i0, i1, ...]``) when there are several integer index
+    tensors on adjacent axes, else None."""
+    present = [i for i, t in enumerate(indices) if t is not None]
+    if len(present) < 2 or any(indices[i].dtype not in ("i64", "i32") for i in present) \
+            or present != list(range(present[0], present[0] + len(present))):
+        return None
+    return present
+
+
+def _linear_index(ctx, x, indices, present, shape):
+    """The row index into ``x`` with the axes ``present`` flattened: ``sum_j wrap(i_j) * stride_j``
+    (row-major strides of those axes; a negative index wraps like torch's), expanded to ``shape``
+    (the indices' broadcast shape); and that flattened ``x``."""
+    first, count = present[0], len(present)
+    sizes = x.shape[first:first + count]
+    flat = None
+    for j, axis in enumerate(present):
+        index = ctx.cast(indices[axis], "i64")
+        index = ctx.op("where", ctx.op("lt", index, ctx.const(0, "i64")),
+                       ctx.op("add", index, ctx.const(sizes[j], "i64")), index)
+        stride = math.prod(sizes[j + 1:])
+        term = index if stride == 1 else ctx.op("mul", index, ctx.const(stride, "i64"))
+        flat = term if flat is None else ctx.op("add", flat, term)
+    flat = ctx.expand(ctx.reshape(flat, (1,) * (len(shape) - flat.type.rank) + flat.shape), shape)
+    return flat, ctx.reshape(x, x.shape[:first] + (math.prod(sizes),) + x.shape[first + count:])
+
+
+@lowers(aten.index.Tensor)
+def _index_adjacent(ctx, x, indices):
+    """``x[..., i0, i1, ...]`` with integer index tensors on adjacent axes (a mask built as
+    ``padding_mask[batch_idx, kv_idx]``): one ``index_select`` of those axes flattened, at the
+    linear index.  One index is the plain ``index_select``."""
+    present = _adjacent_indices(indices)
+    if present is None:
+        return _index(ctx, x, indices)
+    first, rank = present[0], max(indices[i].type.rank for i in present)
+    flat, rows = _linear_index(ctx, x, indices, present, ctx.meta.shape[first:first + rank])
+    return ctx.op("index_select", rows, flat, axis=first)
+
+
+@lowers(aten.index_put.default)
+def _index_put_adjacent(ctx, x, indices, values, accumulate=False):
+    """``x[..., i0, i1, ...] += values`` on adjacent axes (the backward of ``_index_adjacent``): a
+    ``scatter_add`` into ``x`` with those axes flattened.  One index is the plain lowering."""
+    present = _adjacent_indices(indices)
+    if present is None or not accumulate:
+        return _index_put(ctx, x, indices, values, accumulate)
+    from nova.ir.types import broadcast_shapes
+    first = present[0]
+    index_shape = broadcast_shapes(*(indices[i].shape for i in present))
+    flat, rows = _linear_index(ctx, x, indices, present, index_shape)
+    src_shape = x.shape[:first] + index_shape + x.shape[first + len(present):]
+    scattered = ctx.op("scatter_add", ctx.expand(ctx.cast(values, x.dtype), src_shape), flat, axis=first,
+                       shape=rows.shape)
+    scattered = ctx.reshape(scattered, x.shape)
+    producer = x.producer
+    if producer is not None and producer.op == "constant" and producer.attrs["value"] == 0:
+        return scattered
+    return ctx.op("add", x, scattered)
+
+
+@lowers(_op("constant_pad_nd"))
+def _constant_pad(ctx, x, pad, value=0):
+    """``F.pad(x, pad, value=value)``: per axis from the last, ``value`` blocks concatenated before
+    and after (a negative pad crops: a slice); Hugging Face's shifted labels pad with -100."""
+    for pair in range(len(pad) // 2):
+        axis = x.type.rank - 1 - pair
+        before, after = int(pad[2 * pair]), int(pad[2 * pair + 1])
+        x = ctx.slice(x, axis, max(-before, 0), x.shape[axis] - max(-after, 0))
+        parts = []
+        for width in (before, after):
+            parts.append(ctx.const(value, x.dtype, x.shape[:axis] + (width,) + x.shape[axis + 1:]) if width > 0 else None)
+        pieces = [p for p in (parts[0], x, parts[1]) if p is not None]
+        x = pieces[0] if len(pieces) == 1 else ctx.op("concat", *pieces, axis=axis)
+    return x
+
+
+_MASK_FOLD_ELEMENTS = 1 << 22          # larger constant masks are not evaluated at capture time
+
+
+def _constant_value(value: Value, limit_nodes: int = 500):
+    """The tensor of ``value`` when it depends on no graph input (a mask built from ``arange``s
+    and constants), evaluated by the reference semantics; None otherwise."""
+    from nova.ir.ops import opdef
+    seen, stack = set(), [value]
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v.producer is None or len(seen) > limit_nodes:
+            return None                  # a graph input (or too large a subgraph)
+        stack.extend(v.producer.inputs)
+    done: dict = {}
+
+    def run(v):
+        if v not in done:
+            node = v.producer
+            result = opdef(node.op).reference(torch, *[run(x) for x in node.inputs], **node.attrs)
+            for out, r in zip(node.outputs, result if isinstance(result, (tuple, list)) else (result,)):
+                done[out] = r
+        return done[v]
+    return run(value)
+
+
+def fold_constant_mask(ctx, mask, q, k, is_causal):
+    """An attention mask that is a capture-time constant equal to "keep all" or to the causal
+    pattern (Hugging Face builds one from ``arange`` position ids when no ``attention_mask`` is
+    given) -> ``(None, causal)``, so the attention stays on the IR ``attention`` op; any other
+    mask -> ``(mask, is_causal)`` unchanged (the masked composition).  The decision is made once
+    per mask value (the forward and the backward agree)."""
+    if not isinstance(mask, Value) or math.prod(mask.shape) > _MASK_FOLD_ELEMENTS:
+        return mask, is_causal
+    folded = ctx.__dict__.setdefault("folded_masks", {})
+    if mask not in folded:
+        folded[mask] = _mask_kind(_constant_value(mask), q.shape[2], k.shape[2])
+    kind = folded[mask]
+    if kind == "all" or (kind == "causal" and not is_causal):
+        return None, is_causal or kind == "causal"
+    return mask, is_causal
+
+
+def _mask_kind(value, t_q: int, t_k: int) -> str | None:
+    """"all" (nothing masked), "causal" (keep column <= row, square scores) or None."""
+    if value is None:
+        return None
+    keep = value if value.dtype == torch.bool else value == 0
+    if value.dtype != torch.bool and not bool(torch.all((value == 0) | (value == -math.inf))):
+        return None
+    keep = keep.expand(*keep.shape[:-2], t_q, t_k) if keep.dim() >= 2 else keep.expand(t_q, t_k)
+    if bool(keep.all()):
+        return "all"
+    causal = torch.ones(t_q, t_k, dtype=torch.bool).tril()
+    if t_q == t_k and bool(torch.equal(keep, causal.expand_as(keep))):
+        return "causal"
+    return None
+
+
+@lowers(_op("unsafe_split", "Tensor"))
+def _unsafe_split(ctx, x, split_size, dim=0):
+    return _split(ctx, x, split_size, dim)           # unsafe only about aliasing: value semantics here
+
+
+@lowers(_op("unsafe_split_with_sizes"))
+def _unsafe_split_with_sizes(ctx, x, split_sizes, dim=0):
+    return _split_at(ctx, x, split_sizes, dim)
+
+
+# ====================================================================== foreach (gradient clipping, grad scaling)
+def _foreach_binary(name: str, pairwise: bool):
+    """``torch._foreach_<name>(tensors, other)``: one binary IR op per tensor; ``other`` is a
+    number or 0-d tensor shared by all (``Scalar``/``Tensor``) or one per tensor (``List``/
+    ``ScalarList``).  Results keep each tensor's type (the conform step casts)."""
+    def lowering(ctx, tensors, others, alpha=1):
+        pairs = zip(tensors, others) if pairwise else ((t, others) for t in tensors)
+        return tuple(ctx.binary(name, t, ctx.scaled(o, alpha) if alpha != 1 else o) for t, o in pairs)
+    return lowering
+
+
+for _name, _ir_name in (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("div", "div"), ("pow", "pow"),
+                        ("maximum", "maximum"), ("minimum", "minimum"), ("clamp_min", "maximum"),
+                        ("clamp_max", "minimum")):
+    for _overload, _pairwise in (("Scalar", False), ("Tensor", False), ("List", True), ("ScalarList", True)):
+        if _op(f"_foreach_{_name}", _overload) is not None:
+            LOWERINGS[_op(f"_foreach_{_name}", _overload)] = _foreach_binary(_ir_name, _pairwise)
+for _name in ("neg", "sqrt", "abs", "exp", "log", "reciprocal", "sigmoid", "tanh"):
+    if _op(f"_foreach_{_name}") is not None:
+        LOWERINGS[_op(f"_foreach_{_name}")] = (lambda name: lambda ctx, tensors: tuple(ctx.op(name, t) for t in tensors))(_name)
+
+
+@lowers(_op("_foreach_norm", "Scalar"))
+def _foreach_norm(ctx, tensors, ord=2, dtype=None):
+    """One vector norm per tensor (``clip_grad_norm_(foreach=True)``)."""
+    return tuple(_vector_norm(ctx, t, ord, None, False, dtype=dtype) for t in tensors)

@@ -13,7 +13,7 @@ Sources, abbreviated here and in gpus.toml:
             15 Gbps x 192-bit GDDR6 = 360 GB/s)
   [MEASURED] measured on the device machine by a nova.bench job, with the results file named
   [EST]     an estimate, not a datasheet figure: stated with its reasoning, refined by the
-            calibration of issue 5.  Never used to make a schedule illegal, only to rank.
+            calibration (nova/hwmodel/calibration).  Never used to make a schedule illegal, only to rank.
 Dense tensor-core rates are FLOP per clock per SM (1 FMA = 2 FLOP), computed from the
 whitepapers' dense (not sparse) TFLOP/s at the boost clock they assume.
 """
@@ -143,7 +143,7 @@ def _hopper(name: str, full_name: str) -> GPUModel:
         q[key] = Q(full.value, full.unit,
                    "[EST] mma.sync issues from one warp at a time and cannot keep Hopper's tensor cores busy; "
                    "taken as half the wgmma rate (Luo et al. 2024 measure mma.sync well below wgmma) until calibrated; "
-                   "the 16-bit attention kernels measure 0.8-1.1x their predictions at it (session 8)")
+                   "the 16-bit attention kernels measure 0.8-1.1x their predictions at it (H200, bench/results/h200-session8)")
     return GPUModel(name, full_name, "sm_90", (9, 0), q,
                     ("cp.async", "tma", "clusters", "wgmma", "setmaxnreg"),
                     {"mma.sync": MMA_SYNC_SHAPES, "wgmma": WGMMA_SHAPES})

@@ -8,7 +8,27 @@ from nova.models.gpt import GPT, GPTConfig
 from nova.models.llama import CONFIGS as LLAMA_CONFIGS
 from nova.models.llama import Llama, LlamaConfig
 
-__all__ = ["GPT", "GPTConfig", "GPT_CONFIGS", "Llama", "LlamaConfig", "LLAMA_CONFIGS", "make_train_step"]
+__all__ = ["GPT", "GPTConfig", "GPT_CONFIGS", "Llama", "LlamaConfig", "LLAMA_CONFIGS", "MODELS", "build",
+           "config", "make_train_step"]
+
+# every built-in model by the name the CLI and the benchmarks take: (class, config)
+MODELS = {**{name: (GPT, cfg) for name, cfg in GPT_CONFIGS.items()},
+          **{("llama-tiny" if name == "tiny" else name): (Llama, cfg) for name, cfg in LLAMA_CONFIGS.items()}}
+
+
+def config(name: str):
+    """The config of the built-in model ``name`` (ValueError naming the known ones)."""
+    try:
+        return MODELS[name][1]
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; built-in models: {', '.join(MODELS)}") from None
+
+
+def build(name: str, seed: int = 0):
+    """The built-in model ``name`` with its weights drawn from ``seed`` (under ``torch.device(...)``
+    to build it elsewhere than the CPU, e.g. on the meta device)."""
+    cls, cfg = MODELS[name] if name in MODELS else (None, config(name))
+    return cls(cfg, seed=seed)
 
 
 def make_train_step(model, opt):

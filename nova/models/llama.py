@@ -28,9 +28,18 @@ class LlamaConfig:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
 
+    @property
+    def block_size(self) -> int:
+        """The longest sequence (the rotary tables' length), under the name the GPT configs use."""
+        return self.max_seq_len
+
 
 CONFIGS = {
     "tiny": LlamaConfig(vocab_size=80, dim=32, n_layer=2, n_head=4, n_kv_head=2, hidden_dim=64, max_seq_len=16),
+    # GPT-42M's budget in the Llama recipe: vocab 32768, d 512, 8 layers, 8 query / 4 key-value heads,
+    # SwiGLU at 8/3 d rounded to a multiple of 64 (1344), sequences of 512; 56.4M parameters (the head untied)
+    "llama42m": LlamaConfig(vocab_size=32768, dim=512, n_layer=8, n_head=8, n_kv_head=4, hidden_dim=1344,
+                            max_seq_len=512),
 }
 
 

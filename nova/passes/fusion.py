@@ -51,6 +51,7 @@ from nova.ir.ops import kind
 from nova.ir.printer import value_names
 from nova.kernels.pointwise.switch import MemoryBoundKernels
 from nova.passes import layout as layout_analysis
+from nova.passes.rows import rows_reason, select_rows
 
 GROUP_KINDS = ("gemm", "pointwise", "reduction", "composite", "view", "opaque")
 KERNELS = ("nova", "aten", "none")
@@ -80,7 +81,9 @@ class Group:
     inputs: list[Value] = field(default_factory=list)    # read from outside the group (first-read order)
     outputs: list[Value] = field(default_factory=list)   # written to memory: read outside or graph outputs
     epilogue: Epilogue | None = None              # gemm: what the kernel applies to the product
-    problem: object = None                        # nova kernel: its problem (GemmProblem, PointwiseProblem)
+    problem: object = None                        # nova kernel: its problem (GemmProblem; RowsProblem,
+                                                  # nova/passes/rows.py; PointwiseProblem; MultiTensorProblem)
+    bindings: dict = field(default_factory=dict)  # nova rows: operand name -> the Value it is
 
     @property
     def fused(self) -> bool:
@@ -410,12 +413,16 @@ def _finish(g: _Open, index, users, outputs, layouts, names, kernels: MemoryBoun
             _classify_pointwise(group, g, layouts)
         else:
             g.why_not_nova = f"NOVA_POINTWISE={kernels.key()}"
+        group.reason = _reason(group, g, layouts, names)
     elif g.kind == "composite" and nodes[0].op in OPTIMIZER_UPDATES:
         if kernels.optimizer:
             _classify_optimizer(group, g, layouts)
         else:
             g.why_not_nova = f"NOVA_POINTWISE={kernels.key()}"
-    group.reason = _reason(group, g, layouts, names)
+        group.reason = _reason(group, g, layouts, names)
+    else:
+        why_not_rows = select_rows(group, layouts)
+        group.reason = rows_reason(group, _reason(group, g, layouts, names), why_not_rows)
     return group
 
 
@@ -449,10 +456,11 @@ def _classify_pointwise(group: Group, g: _Open, layouts) -> None:
     computes it: its ``PointwiseProblem`` (inputs with the strides and offsets the layout analysis
     gives them) is stored on the group; else it stays on ATen with the reason."""
     from nova.kernels.pointwise.emit import unsupported
-    from nova.kernels.pointwise.problem import PointwiseProblem, PointwiseProblemError
+    from nova.kernels.pointwise.problem import PointwiseProblemError
+    from nova.passes.pointwise_from_ir import pointwise_problem
     try:
-        problem = PointwiseProblem.from_nodes(group.nodes, group.inputs, group.outputs,
-                                              lambda v: layouts[v].strides, lambda v: layouts[v].offset)
+        problem = pointwise_problem(group.nodes, group.inputs, group.outputs,
+                                    lambda v: layouts[v].strides, lambda v: layouts[v].offset)
     except PointwiseProblemError as e:
         g.why_not_nova = str(e)
         return

@@ -18,11 +18,12 @@ Rules, over the execution order (the groups' nodes one after another; position =
   the output's layout, or a Nova multi-tensor update where only the output's own update reads it:
   ``elementwise_group``), and input i is not itself an output.
 * **In place.**  The result of an ATen pointwise node (or an ``ELEMENTWISE_COMPOSITES`` node:
-  adamw/sgd, cross_entropy_backward writing dlogits over the logits) takes the arena buffer of an
-  input root that dies at this node, when that input has the result's byte size and is read element
-  for element (same shape, dense, whole buffer).  An output of a Nova pointwise kernel may take the
-  buffer of any input of the kernel that dies there and that every member reads so
-  (``elementwise_group``): each thread reads all its inputs' elements before writing the same ones.
+  adamw/sgd, cross_entropy_backward writing dlogits over the logits; on ATen or alone in a Nova
+  kernel's group) takes the arena buffer of an input root that dies at this node, when that input
+  has the result's byte size and is read element for element (same shape, dense, whole buffer).  An
+  output of a Nova pointwise kernel may take the buffer of any input of the kernel that dies there
+  and that every member reads so (``elementwise_group``): each thread reads all its inputs' elements
+  before writing the same ones.
 * **Offsets.**  Buffers (in-place chains are one buffer) are placed largest first, each at the
   best-fitting gap among the buffers it is live with; offsets and sizes are multiples of 256 bytes.
 
@@ -228,7 +229,8 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None) -> MemoryPlan:
             s = None
             group = group_of[node]
             kernel_wide = group.fused and group.kind == "pointwise"          # one Nova pointwise kernel
-            if (not group.fused or kernel_wide) and len(node.outputs) == 1:   # a multi-output node (adamw) may
+            alone = not group.fused or len(group.nodes) == 1                  # one launch of this node only
+            if (alone or kernel_wide) and len(node.outputs) == 1:             # a multi-output node (adamw) may
                 reads = group.inputs if kernel_wide else node.inputs          # write one result before reading all inputs
                 for x in dict.fromkeys(layouts[i].root for i in reads):
                     cand = storage_of.get(x)

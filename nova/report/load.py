@@ -51,18 +51,40 @@ class Results:
 
 
 def _read_json(path: Path) -> dict:
+    """The JSON object of a results file; anything else (unreadable, not JSON, a list) is a ``ResultsError``."""
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise ResultsError(f"cannot read results file {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise ResultsError(f"{path}: a JSON {type(data).__name__}, not a results file (a JSON object from nova bench "
+                           f"gemm, nova.bench.correctness or nova.bench.oracle)")
+    return data
+
+
+def _rows(data: dict, path) -> list[dict]:
+    """A results file's ``rows``: a list of objects, else a ``ResultsError``."""
+    rows = data.get("rows", [])
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise ResultsError(f"{path}: \"rows\" is not a list of objects")
+    return rows
+
+
+def _environment(data: dict, path) -> dict:
+    env = data.get("environment") or {}
+    if not isinstance(env, dict):
+        raise ResultsError(f"{path}: \"environment\" is not an object")
+    return dict(env)
 
 
 def _sibling_environment(path: Path) -> dict:
     twin = path.with_suffix(".json")
     if twin.exists():
-        data = _read_json(twin)
-        if isinstance(data, dict):
-            return dict(data.get("environment") or {})
+        try:
+            env = _read_json(twin).get("environment") or {}
+        except ResultsError:                 # not a results object: the CSV goes without an environment
+            return {}
+        return dict(env) if isinstance(env, dict) else {}
     return {}
 
 
@@ -85,17 +107,20 @@ def load_results(files: list[str], oracle: str | list[str] | None = None) -> Res
             raise ResultsError(f"results file {path} does not exist")
         res.sources.append(str(path))
         if path.suffix == ".csv":
-            frames.append(pd.read_csv(path))
+            try:
+                frames.append(pd.read_csv(path))
+            except (OSError, ValueError) as e:          # pandas' parser and empty-data errors are ValueErrors
+                raise ResultsError(f"cannot read results file {path}: {e}") from None
             env = _sibling_environment(path)
         else:
             data = _read_json(path)
-            env = dict(data.get("environment") or {})
+            env = _environment(data, path)
             if data.get("format") == "nova-oracle/1":
-                res.oracle = oracle_frame(data)
+                res.oracle = oracle_frame(data, path)
             elif "cases" in data and "failed" in data:
                 res.correctness.append(data)
             elif "rows" in data:
-                frames.append(pd.DataFrame(data["rows"]))
+                frames.append(pd.DataFrame(_rows(data, path)))
             else:
                 raise ResultsError(f"{path}: not a benchmark, correctness or oracle results file")
         if env and env not in res.environments:
@@ -111,20 +136,23 @@ def load_results(files: list[str], oracle: str | list[str] | None = None) -> Res
         if data.get("format") != "nova-oracle/1":
             raise ResultsError(f"{name}: not an oracle results file (format nova-oracle/1)")
         if i == 0:
-            res.oracle = oracle_frame(data)
+            res.oracle = oracle_frame(data, name)
         else:
-            res.oracle_repeats.append((name, oracle_frame(data)))
+            res.oracle_repeats.append((name, oracle_frame(data, name)))
         res.sources.append(str(name))
-        env = dict(data.get("environment") or {})
+        env = _environment(data, name)
         if env and env not in res.environments:
             res.environments.append(env)
     return res
 
 
-def oracle_frame(data: dict) -> pd.DataFrame:
+def oracle_frame(data: dict, path="oracle results") -> pd.DataFrame:
     """One row per problem (the per-candidate times stay in the JSON)."""
-    rows = [{k: v for k, v in r.items() if k != "timed"} for r in data.get("rows", [])]
+    rows = [{k: v for k, v in r.items() if k != "timed"} for r in _rows(data, path)]
     df = pd.DataFrame(rows)
     if not df.empty:
+        missing = [c for c in ("M", "N", "K") if c not in df.columns]
+        if missing:
+            raise ResultsError(f"{path}: oracle rows lack {', '.join(missing)}")
         df["shape"] = [f"{m}x{n}x{k}" for m, n, k in zip(df.M, df.N, df.K)]
     return df

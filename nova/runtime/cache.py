@@ -1,9 +1,9 @@
-"""The kernel cache: a structural hash of what a kernel computes and how, and an on-disk store.
+"""The kernel cache: an on-disk store of kernel artifacts under their structural keys.
 
-Key = sha256 of a canonical JSON (sorted keys, no whitespace) of the problem, the schedule, the
-target (name and arch), the Nova version and the code generator's toolchain/ABI.  Equal inputs give
-equal keys on any machine, so ``nova precompile --target h200`` on a build host fills exactly the
-entries an H200 runtime looks up.
+The keys come from the kernel families (``nova.kernels.family.kernel_key``: sha256 of a canonical
+JSON of the family, the problem, the schedule, the target, the Nova version and the toolchain and
+the family's ABI).  Equal inputs give equal keys on any machine, so ``nova precompile --target h200``
+on a build host fills exactly the entries an H200 runtime looks up.  This module names no family.
 
 Layout: ``<dir>/kernels/<key[:2]>/<key>.json`` holding the artifact's ``to_dict()`` plus ``key``,
 ``summary`` and ``sha256`` (of the canonical JSON of every other field).  Writes are atomic
@@ -25,23 +25,14 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-import nova
+from nova import options
 from nova.codegen.artifact import KernelArtifact
 from nova.fileio import atomic_write, discard_bad_entry
-from nova.messages import OFFLINE_HINT, not_precompiled, summary_line
+from nova.messages import not_precompiled, summary_line  # noqa: F401  (summary_line: nova.runtime's)
 from nova.runtime.driver import NovaRuntimeError
+from nova.version import __version__
 
 CODEGEN_TOOLCHAIN = "xtc-mlir-python-bindings==22.1.8.4"
-CODEGEN_ABI = 12           # bump whenever the kernel ABI (arguments, layout, launch contract) or the generated code changes
-                           # 4: the Hopper plan is in the schedule (Schedule.hopper), not in the artifact's meta["hopper"]
-                           # 5: split-K through a workspace (Schedule.split_reduction, meta["reduce_kernel"])
-                           # 6: the TMA-store epilogue (HopperPlan.epilogue, box_c, SmemRing.staging; C by a tensor map)
-                           # 7: cluster kernels release their peers' ring slots with CTA-scope arrivals (was cluster scope)
-                           # 8: cluster kernels mask the wgmma descriptor start to 14 bits (the rank carried into LBO)
-                           # 9: every Hopper kernel masks it (ptxas once left a descriptor's high word unwritten)
-                           # 10: the TMA-store epilogue loads the next staging step's bias ahead of its barriers
-                           # 11: ping-pong kernels: a warp-uniform warpgroup index and fenced accumulators (ptxas had
-                           #     serialised every wgmma of them, C7520)
 ENTRY_FORMAT = 1
 
 
@@ -73,33 +64,6 @@ def canonical_json(obj) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
-def key_payload(problem: dict, schedule: dict, target_name: str, target_arch: str) -> dict:
-    """Everything that determines a kernel's bytes, as plain data."""
-    return {"op": "gemm", "problem": problem, "schedule": schedule,
-            "target": {"name": target_name, "arch": target_arch},
-            "nova": nova.__version__, "toolchain": CODEGEN_TOOLCHAIN, "abi": CODEGEN_ABI}
-
-
-def current_keys(entry: dict) -> set[str]:
-    """The keys today's code would give a cache entry's own problem and schedule, on every known target
-    (entries do not name theirs): an entry stored under none of them is stale, left by an older
-    Nova, toolchain or kernel ABI, and is never looked up again (``KernelCache.prune``)."""
-    from nova.hwmodel.presets import PRESETS
-    meta = entry["meta"]
-    targets = {(t.name, t.arch) for t in PRESETS.values()}
-    if str(entry.get("name", "")).startswith("nova_attn"):
-        from nova.kernels.attention.compile import entry_key
-        return {entry_key(entry, name, arch) for name, arch in targets}
-    return {hashlib.sha256(canonical_json(key_payload(meta["problem"], meta["schedule"], name, arch)).encode())
-            .hexdigest() for name, arch in targets}
-
-
-def kernel_key(problem, schedule, target) -> str:
-    """sha256 hex of the canonical payload; ``target`` is anything with ``.name`` and ``.arch``."""
-    payload = key_payload(problem.to_dict(), schedule.to_dict(), target.name, target.arch)
-    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
-
-
 # --------------------------------------------------------------------------- offline switch
 _offline_override: bool | None = None
 
@@ -111,16 +75,18 @@ def set_offline(flag: bool | None) -> None:
 
 
 def is_offline() -> bool:
+    """``set_offline``'s setting, else ``NOVA_OFFLINE``."""
     if _offline_override is not None:
         return _offline_override
-    return os.environ.get("NOVA_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    return options.current().offline
 
 
 # --------------------------------------------------------------------------- the on-disk store
 def default_cache_dir() -> Path:
     """``$NOVA_CACHE_DIR``, else ``$XDG_CACHE_HOME/nova``, else ``~/.cache/nova``."""
-    if os.environ.get("NOVA_CACHE_DIR"):
-        return Path(os.environ["NOVA_CACHE_DIR"]).expanduser()
+    configured = options.current().cache_dir
+    if configured is not None:
+        return configured
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "nova"
 
@@ -183,10 +149,11 @@ class KernelCache:
                           CacheCorruptionWarning, self._reported, self._lock, stacklevel=3)
 
     # ---- write
-    def put(self, key: str, artifact: KernelArtifact, summary: str) -> Path:
-        """Store atomically: write a temp file next to the target, fsync, ``os.replace``."""
+    def put(self, key: str, artifact: KernelArtifact, summary: str, abi: int | None = None) -> Path:
+        """Store atomically: write a temp file next to the target, fsync, ``os.replace``; ``abi`` is
+        the family's ABI counter the key was made with (recorded, not checked)."""
         entry = dict(artifact.to_dict(), key=key, summary=summary, format=ENTRY_FORMAT,
-                     nova=nova.__version__, toolchain=CODEGEN_TOOLCHAIN, abi=CODEGEN_ABI)
+                     nova=__version__, toolchain=CODEGEN_TOOLCHAIN, abi=abi)
         entry["sha256"] = _digest(entry)
         path = self.path_for(key)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -217,17 +184,18 @@ class KernelCache:
             out.append((CacheEntry(key, summary, path, size, valid, has_cubin), entry))
         return sorted(out, key=lambda pair: (pair[0].summary, pair[0].key))
 
-    def prune(self, dry_run: bool = False, max_bytes: int | None = None) -> list[CacheEntry]:
+    def prune(self, dry_run: bool = False, max_bytes: int | None = None, current_keys=None) -> list[CacheEntry]:
         """Delete (unless ``dry_run``) the entries today's code would never look up: corrupt ones and
-        stale ones (``current_keys``: built by an older Nova, toolchain or kernel ABI; each ABI bump
-        leaves a generation of them); then, with ``max_bytes``, the least recently used of the rest
+        stale ones (``current_keys(entry)``, the kernel families' ``nova.kernels.family.current_keys``:
+        the keys today's code gives the entry's problem and schedule; an entry built by an older Nova,
+        toolchain or family ABI is stored under none of them; None: corrupt ones only); then, with ``max_bytes``, the least recently used of the rest
         (file mtime: ``get`` refreshes it, ``put`` sets it) until the entries take at most
         ``max_bytes`` (a tuning run leaves hundreds of candidates behind).  Returns what was (or would
         be) removed, the stale ones first, each with ``pruned`` saying why."""
         gone, kept = [], []
         for e, entry in self._scan():
             stale = not e.valid
-            if not stale:
+            if not stale and current_keys is not None:
                 try:
                     stale = e.key not in current_keys(entry)
                 except (KeyError, TypeError):
@@ -294,38 +262,9 @@ def _verify(entry, key: str) -> str:
     return ""
 
 
-# --------------------------------------------------------------------------- cache-or-compile
+# --------------------------------------------------------------------------- the code generator
 def mlir_available() -> bool:
     try:
         return importlib.util.find_spec("mlir.ir") is not None
     except (ImportError, ValueError):
         return False
-
-
-def compile_artifact(problem, schedule, target) -> KernelArtifact:
-    """Run the code generator (imports MLIR); a missing MLIR becomes ``CompilerUnavailableError``."""
-    if not mlir_available():
-        raise CompilerUnavailableError(f"cannot compile {summary_line(problem, target)}: MLIR Python bindings "
-                                       f"are not installed here; {OFFLINE_HINT}")
-    try:
-        from nova.codegen import compile_gemm
-    except ImportError as e:
-        raise CompilerUnavailableError(f"cannot compile {summary_line(problem, target)}: the code generator "
-                                       f"is not importable ({e}); {OFFLINE_HINT}") from None
-    return compile_gemm(problem, schedule)
-
-
-def get_or_compile(problem, schedule, target, cache: KernelCache | None = None,
-                   offline: bool | None = None) -> tuple[KernelArtifact, str, str]:
-    """``(artifact, key, status)`` with status ``"cached"`` or ``"compiled"`` (then stored)."""
-    cache = cache or KernelCache()
-    offline = is_offline() if offline is None else offline
-    key = kernel_key(problem, schedule, target)
-    artifact = cache.get(key)
-    if artifact is not None:
-        return artifact, key, "cached"
-    if offline:
-        raise NotPrecompiledError(problem, target, key, cache.root)
-    artifact = compile_artifact(problem, schedule, target)
-    cache.put(key, artifact, summary_line(problem, target))
-    return artifact, key, "compiled"

@@ -10,16 +10,16 @@ repeated call costs a few attribute reads, one dict lookup, the alignment check 
 """
 from __future__ import annotations
 
-import os
 import re
 import sys
 import threading
 from dataclasses import dataclass, field
 
-from nova import dtypes
+from nova import dtypes, options
 from nova.kernels.gemm.problem import GemmProblem
 from nova.runtime import driver, tensors
-from nova.runtime.cache import KernelCache, get_or_compile, summary_line
+from nova.kernels.gemm.family import get_or_compile
+from nova.runtime.cache import KernelCache, summary_line
 from nova.runtime.driver import Device, LoadedKernel, NovaRuntimeError
 from nova.runtime.memo import memoized
 
@@ -76,7 +76,7 @@ def precompile_gemms(problems, target, cache, log=print, label: str = "") -> dic
         except CompilerUnavailableError:
             raise
         except Exception as e:        # one bad kernel must not stop the batch; reported and counted
-            if os.environ.get("NOVA_DEBUG"):
+            if options.current().debug:
                 raise
             counts["failed"] += 1
             log(f"{line}: FAILED: {type(e).__name__}: {e}")
@@ -93,37 +93,22 @@ def resolve_target(target=None, device: Device | None = None):
     ``$NOVA_TARGET``, else the preset matching the device's name, else ``hwmodel.from_device()``."""
     if target is not None:
         return _get_target(target)
-    env = os.environ.get("NOVA_TARGET", "").strip()
-    if env:
-        return _get_target(env)
+    configured = options.current().target
+    if configured:
+        return _get_target(configured)
     device = device or driver.get_device()
     preset = preset_for_device_name(device.name)
     return _get_target(preset) if preset else _from_device(device.ordinal)
 
 
-_environ = getattr(os.environ, "_data", None)        # CPython: the dict behind os.environ (encoded keys)
-_NOVA_TARGET_KEY = os.environ.encodekey("NOVA_TARGET") if _environ is not None else None
-
-
-def env_target():
-    """``$NOVA_TARGET`` as stored (None when unset), read on every call.  From the dict behind
-    ``os.environ`` because ``os.environ.get`` raises and catches a KeyError when the variable is
-    unset: ~1 us, a large share of a signature-cache hit."""
-    if _environ is not None:
-        return _environ.get(_NOVA_TARGET_KEY)
-    return os.environ.get("NOVA_TARGET")
-
-
-_NOVA_DETERMINISTIC_KEY = os.environ.encodekey("NOVA_DETERMINISTIC") if _environ is not None else None
-
-
-def default_deterministic() -> bool:
+def default_deterministic(opts: options.Options) -> bool:
     """Whether a GEMM that does not say must be deterministic (bitwise the same run to run):
-    ``$NOVA_DETERMINISTIC=1``, or ``torch.use_deterministic_algorithms(True)`` when torch is
-    imported.  Read on every call (from the dict behind ``os.environ``, as ``env_target``)."""
-    raw = _environ.get(_NOVA_DETERMINISTIC_KEY) if _environ is not None else os.environ.get("NOVA_DETERMINISTIC")
-    if raw is not None and raw not in (b"", b"0", "", "0"):
-        return True
+    ``NOVA_DETERMINISTIC``, or ``torch.use_deterministic_algorithms(True)`` when torch is imported."""
+    return opts.deterministic or torch_deterministic()
+
+
+def torch_deterministic() -> bool:
+    """``torch.are_deterministic_algorithms_enabled()``, False before torch is imported."""
     enabled = getattr(sys.modules.get("torch"), "are_deterministic_algorithms_enabled", None)
     return enabled is not None and enabled()
 
@@ -132,10 +117,10 @@ _targets: dict[tuple, object] = {}
 
 
 def _runtime_target(target, device: Device):
-    """``resolve_target`` memoised (the env var is part of the memo key, so changing it works)."""
+    """``resolve_target`` memoised (``NOVA_TARGET`` is part of the memo key, so changing it works)."""
     if target is not None and not isinstance(target, str):
         return target
-    memo = (target, env_target(), device.ordinal)
+    memo = (target, options.current().target, device.ordinal)
     model = _targets.get(memo)
     if model is None:
         model = _targets[memo] = resolve_target(target, device)
@@ -154,7 +139,7 @@ class ResolvedKernel:
     kernel: LoadedKernel
     slots: tuple[str, ...]           # kernel argument order, lower-case: ("a", "b", "c"[, "bias"])
     zero_output: bool
-    hopper: object = None            # issue 4: nova.runtime.tma.HopperGemm for wgmma artifacts (tensor-map ABI)
+    hopper: object = None            # nova.runtime.tma.HopperGemm for wgmma artifacts (tensor-map ABI)
     alignment: tuple[int, ...] = field(init=False, repr=False)   # bytes A, B, C, bias must be aligned to
 
     def __post_init__(self):
@@ -194,7 +179,7 @@ class ResolvedKernel:
             if self.zero_output:      # split-K slices add into C (both kernel families)
                 driver.memset_async(c_ptr, p.M * p.N, p.out_bytes, stream,
                                     f"zeroing the output of {p.describe()} before its split-K launch")
-            if hopper is not None:    # Hopper hook (issue 4): prep passes + tensor maps + wgmma kernel
+            if hopper is not None:    # Hopper: prep passes + tensor maps + wgmma kernel
                 hopper.run(a_ptr, b_ptr, c_ptr, bias_ptr, stream)
             else:
                 self.kernel.launch((a_ptr, b_ptr, c_ptr, bias_ptr) if p.bias else (a_ptr, b_ptr, c_ptr), stream)
@@ -235,14 +220,14 @@ def load_resolved(problem: GemmProblem, model, schedule, artifact, key: str, sta
     expected = ("a", "b", "c", "bias") if problem.bias else ("a", "b", "c")
     if slots != expected:
         raise NovaRuntimeError(f"kernel ABI mismatch for {summary_line(problem, model)}: the artifact takes "
-                               f"{artifact.params}, the runtime passes {expected} (stale cache? bump CODEGEN_ABI)")
+                               f"{artifact.params}, the runtime passes {expected} (stale cache? bump the GEMM family's ABI)")
     kernel = driver.load_kernel(artifact, device, problem.describe(), key)
     return ResolvedKernel(problem, model, schedule, key, status, kernel, slots, bool(artifact.zero_output))
 
 
 def reset() -> None:
-    """Forget memoised targets, kernels and call signatures (e.g. after changing NOVA_CACHE_DIR or
-    offline mode)."""
+    """Forget memoised targets, kernels and call signatures (after changing NOVA_CACHE_DIR, NOVA_TARGET,
+    NOVA_DETERMINISTIC or offline mode in a running process)."""
     global _torch_types
     with _lock:
         _kernels.clear()
@@ -275,13 +260,14 @@ def plain_torch_types() -> frozenset:
     return _torch_types
 
 
-def signature(a, b, out, bias, activation, target, tf32_fast, deterministic: bool = False) -> tuple | None:
+def signature(a, b, out, bias, activation, target, tf32_fast, deterministic=False) -> tuple | None:
     """The signature-cache key of a ``matmul`` call on plain torch tensors; None for anything else.
 
     It holds every input of matmul's checks and kernel choice except the data pointers: each
     tensor's dtype, shape, strides and device (``get_device()``, -1 off the GPU: such a call fails,
-    so it is never cached), the options and ``$NOVA_TARGET``.  Pointers change from call to call;
-    ``ResolvedKernel.run`` checks their alignment every time."""
+    so it is never cached) and the call's options (``deterministic``: a bool, or ("default", torch's
+    flag) when unstated).  Environment options are read when a signature is first seen.  Pointers
+    change from call to call; ``ResolvedKernel.run`` checks their alignment every time."""
     fast = plain_torch_types()
     if type(a) not in fast or type(b) not in fast or type(activation) is not str or \
             not (target is None or type(target) is str):
@@ -294,7 +280,7 @@ def signature(a, b, out, bias, activation, target, tf32_fast, deterministic: boo
     if o is False or c is False:
         return None
     return (a.dtype, a.shape, a.stride(), a.get_device(), b.dtype, b.shape, b.stride(), b.get_device(),
-            o, c, activation, target, bool(tf32_fast), deterministic, env_target())
+            o, c, activation, target, bool(tf32_fast), deterministic)
 
 
 # --------------------------------------------------------------------------- entry points
@@ -315,7 +301,7 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
     rounding to nearest: no rounding work, ~2.6x larger error (7.7e-4 vs 2.9e-4 relative); opt-in.
     ``deterministic=True`` asks for the same bits on every run: a split-K kernel then adds its K
     slices in a fixed order (a workspace and a reduction kernel) instead of with FP32 atomics.  None
-    (the default) follows ``$NOVA_DETERMINISTIC`` and ``torch.use_deterministic_algorithms``.
+    (the default) follows ``NOVA_DETERMINISTIC`` and ``torch.use_deterministic_algorithms``.
     ``a`` is [M, K], ``b`` is [K, N]: torch tensors, cupy arrays, or objects with
     ``__cuda_array_interface__``/``__dlpack__``.  float32 runs on TF32 tensor cores; bfloat16 and
     float16 likewise.  A transposed view (``x.T`` of a contiguous matrix) is read in place.
@@ -328,9 +314,10 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
     skip the checks and the kernel lookup below (``signature``): they read the data pointers, check
     their alignment, allocate ``out`` if needed, read the current stream and launch.
     """
-    if deterministic is None:
-        deterministic = default_deterministic()
-    key = signature(a, b, out, bias, activation, target, tf32_fast, bool(deterministic))
+    # an unstated ``deterministic`` keys the signature on torch's flag; the options are read below, once
+    # per signature (``reset()`` after changing NOVA_TARGET or NOVA_DETERMINISTIC in a running process)
+    stated = bool(deterministic) if deterministic is not None else ("default", torch_deterministic())
+    key = signature(a, b, out, bias, activation, target, tf32_fast, stated)
     plan = _plans.get(key) if key is not None else None
     if plan is not None:
         if out is None:
@@ -339,6 +326,8 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
                           plan.stream())
         return out
 
+    if deterministic is None:
+        deterministic = default_deterministic(options.current())
     ta, tb = tensors.describe(a, "a"), tensors.describe(b, "b")
     to = tensors.describe(out, "out") if out is not None else None
     if len(ta.shape) == 2 and len(tb.shape) == 2:

@@ -47,7 +47,7 @@ def describe(obj, name: str) -> TensorInfo:
         return _from_dlpack(obj, name)
     if isinstance(obj, int) and not isinstance(obj, bool):
         raise TypeError(f"{name}: a raw device pointer carries no shape; use "
-                        f"nova.runtime.launch_gemm(problem, a_ptr, b_ptr, c_ptr) for pointers")
+                        f"nova.runtime.matmul.launch_gemm(problem, a_ptr, b_ptr, c_ptr) for pointers")
     raise TypeError(f"{name}: cannot use a {type(obj).__module__}.{type(obj).__qualname__} as a GPU matrix; "
                     f"pass a torch tensor, a cupy array, or an object with __cuda_array_interface__ or __dlpack__")
 

@@ -1,4 +1,4 @@
-"""Hopper launches: TMA tensor maps, operand-prep workspaces, and the wgmma kernel (issue 4).
+"""Hopper launches: TMA tensor maps, operand-prep workspaces, and the wgmma kernel.
 
 A Hopper GEMM artifact (``nova/kernels/gemm/emit_hopper.py``) takes ``(tmap_a*, tmap_b*, C*[, bias*])``,
 or ``(tmap_a*, tmap_b*, tmap_c*[, bias*])`` with the TMA-store epilogue (``HopperPlan.epilogue``):
@@ -34,6 +34,7 @@ from __future__ import annotations
 import ctypes
 import threading
 
+from nova import options
 from nova.dtypes import ELEMENT_TYPES
 from nova.runtime import driver
 from nova.runtime.memo import memoized
@@ -97,16 +98,12 @@ def l2_promotion(ptr: int | None = None, strides: tuple = ()) -> int:
     where the base and every stride are multiples of 128 B (a box row is one 128-byte line and the
     promoted 256 bytes hold its neighbour, the next box along the row), else 128 B (a misaligned row
     spans two lines, and 256-byte promotion fetched up to 512 bytes for it: BF16 3000^3 ran 112.6 us
-    with 256 B and 97.7 with 128 B on the H200, session 13 call 8); ``ptr`` None: 256 B (the attention
+    with 256 B and 97.7 with 128 B on the H200, bench/results/h200-session13/call8); ``ptr`` None: 256 B (the attention
     kernels' maps, measured so).  ``NOVA_TMA_L2_PROMOTION`` = 0 (none), 1 (64 B), 2 (128 B) or 3 (256 B)
     sets every map's (experiments).  Read when a map is encoded."""
-    import os
-    text = os.environ.get("NOVA_TMA_L2_PROMOTION", "").strip()
-    if text not in ("", "0", "1", "2", "3"):
-        raise driver.NovaRuntimeError(f"NOVA_TMA_L2_PROMOTION={text!r}: expected 0 (none), 1 (64 B), 2 (128 B) "
-                                      "or 3 (256 B)")
-    if text:
-        return int(text)
+    forced = options.current().tma_l2_promotion
+    if forced is not None:
+        return forced
     if ptr is None or (ptr % LINE_BYTES == 0 and all(s % LINE_BYTES == 0 for s in strides)):
         return L2_PROMOTION_256B
     return L2_PROMOTION_128B

@@ -403,9 +403,9 @@ def tensor_map_dims(problem) -> dict[str, tuple[int, int, int, int]]:
 
 
 def check_attention_kernel(problem, schedule, role: str) -> list[str]:
-    """``check_bounds`` of attention kernel ``role`` as generated (``build.build_module``) and launched:
+    """``check_bounds`` of attention kernel ``role`` as generated (``module.build_module``) and launched:
     the schedule's grid, threads and dynamic shared memory, the tensor maps' dims."""
-    from nova.kernels.attention.build import build_module
+    from nova.kernels.attention.module import build_module
     kt = schedule.kernel(role)
     text = build_module(problem.for_role(role), schedule, role)
     return check_bounds(text, kt.grid, kt.threads, kt.smem_bytes, tensor_map_dims(problem))

@@ -144,33 +144,9 @@ def element_at(ir, p: AttentionProblem, name: str, at, r, col, hint: str):
     return ir.add(ir.add(x, ir.mul(r, st, f"{hint}_roff"), f"{hint}_grow"), col, f"{hint}_src")
 
 
-def kernel_arch(s: AttentionSchedule, role: str) -> str:
-    """The PTX target of kernel ``role``: sm_90a for the Hopper forward (wgmma, setmaxnreg), else the schedule's."""
-    return "sm_90a" if s.kernel(role).hopper else s.arch
-
-
-def kernel_params(s: AttentionSchedule, role: str) -> tuple[str, ...]:
-    """The kernel's parameters: the Hopper forward reads q, k, v through tensor maps."""
-    if s.kernel(role).hopper:
-        if role != "fwd":
-            from nova.kernels.attention.build_hopper_bwd import PARAMS as HOPPER_BWD_PARAMS
-            return HOPPER_BWD_PARAMS[role]
-        from nova.kernels.attention.build_hopper import PARAMS as HOPPER_PARAMS
-        return HOPPER_PARAMS
-    return PARAMS[role]
-
-
-def build_module(p: AttentionProblem, s: AttentionSchedule, role: str, watchdog_ms: int | None = None) -> str:
-    """The kernel's MLIR; ``watchdog_ms`` (Hopper dK/dV and dQ only): the debug build with bounded mbarrier
-    waits (build_hopper_bwd.WATCHDOG_FIELDS; never cached: bench/probes/attention_bwd_hang.py)."""
-    if watchdog_ms and not (role in ("bwd_dkv", "bwd_dq") and s.kernel(role).hopper):
-        raise AttentionCodegenError(f"watchdog builds exist for the Hopper dK/dV and dQ kernels only, not {role}")
-    if s.kernel(role).hopper:
-        if role != "fwd":
-            from nova.kernels.attention.build_hopper_bwd import build_hopper_bwd
-            return build_hopper_bwd(p, s, role, watchdog_ms)
-        from nova.kernels.attention.build_hopper import build_hopper_fwd
-        return build_hopper_fwd(p, s)
+def build_mma_sync(p: AttentionProblem, s: AttentionSchedule, role: str) -> str:
+    """The MLIR of an mma.sync-path kernel ``role`` (``nova.kernels.attention.module.build_module`` picks
+    the builder of each role)."""
     check_supported(p, s, role)
     if role == "bwd_pre":
         return _build_pre(p, s)

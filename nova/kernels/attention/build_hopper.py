@@ -1,4 +1,4 @@
-"""The Hopper attention forward (issue 11): TMA + mbarrier ring + wgmma, warp-specialized.
+"""The Hopper attention forward: TMA + mbarrier ring + wgmma, warp-specialized.
 
 ``(AttentionProblem, AttentionSchedule with tma) -> MLIR text`` for sm_90a, BF16/FP16/TF32.  The backward
 kernels (the wgmma dK/dV and dQ of ``build_hopper_bwd.py`` where step 11 picks them, else the
@@ -264,7 +264,7 @@ class HopperAttentionKernel:
         # also tells ptxas the descriptor's high word is the constant of ``descriptor_hi``: without the
         # mask ptxas 13.0 split the 64-bit add into halves and, in the non-causal D64 dK/dV kernel, never
         # wrote the high half on the consumers' path (an uninitialised uniform register as SBO and
-        # swizzle: out-of-range shared reads, CUDA_ERROR_ILLEGAL_ADDRESS; H200, session 8, call 1).
+        # swizzle: out-of-range shared reads, CUDA_ERROR_ILLEGAL_ADDRESS; H200, bench/results/h200-session8/call1).
         self.base_enc = ir.let("base_enc14", f"arith.andi {ir.v(ir.div(al, 16, 'base_enc'))}, "
                                              f"{ir.v(DESC_START_MASK)} : index")
 
@@ -325,7 +325,7 @@ class HopperAttentionKernel:
         read the slot with ordinary loads (the dK/dV kernel's LSE/D columns).  A lane-0 arrival releases
         only lane 0's reads, so by the memory model the producer's next write of those columns would race
         the other lanes' reads (compute-sanitizer's racecheck reported it with one consumer warpgroup,
-        session 12; a bar.warp.sync before the arrival compiles to nothing in a converged warp)."""
+        on the H200; a bar.warp.sync before the arrival compiles to nothing in a converged warp)."""
         ir = self.ir
         ir.emit("nvvm.wgmma.commit.group.sync.aligned")
         ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")

@@ -1,4 +1,4 @@
-"""The Hopper attention backward (issue 11): dK/dV and dQ on TMA + mbarrier ring + wgmma, warp-specialized.
+"""The Hopper attention backward: dK/dV and dQ on TMA + mbarrier ring + wgmma, warp-specialized.
 
 ``(AttentionProblem, AttentionSchedule, role) -> MLIR text`` for sm_90a, BF16/FP16/TF32, roles ``bwd_dkv``
 and ``bwd_dq`` (``bwd_pre``, D = rowsum(dO * O), stays the mma.sync builder's: it is a DRAM pass).
@@ -600,7 +600,7 @@ def build_hopper_bwd(p: AttentionProblem, s: AttentionSchedule, role: str, watch
                      check: bool = True) -> str:
     """The kernel's MLIR; ``watchdog_ms``: the debug build (bounded mbarrier waits, an extra ``watchdog``
     parameter, see WATCHDOG_FIELDS); ``check=False`` skips ``check_supported`` (probes only: a schedule
-    the checks refuse, e.g. ABI 6's setmaxnreg targets, to reproduce what it did)."""
+    the checks refuse, e.g. setmaxnreg targets it refuses, to reproduce what they do)."""
     if check:
         check_supported(p, s, role)
     return _HopperBwd(p, s, role, watchdog_ms).build()

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 from nova.kernels.attention.problem import (ATTN_DTYPES, SCORE_PRECISIONS, AttentionProblem, AttentionProblemError,
@@ -36,24 +35,26 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--target", default="rtx3060", help="GPU model (see nova-config targets; auto = live GPU)")
     ap.add_argument("--score-precision", default=None, choices=SCORE_PRECISIONS,
                     help="tf32 only: S = Q K^T as one TF32 product (tf32) or three (3xtf32, FP32-accurate scores); "
-                         "default $NOVA_ATTENTION_PRECISION, else tf32")
+                         "default NOVA_ATTENTION_PRECISION, else tf32")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     return ap
 
 
 def main(argv=None) -> int:
     from nova.hwmodel import TargetError
+    from nova.options import OptionError, current, debug
     args = build_parser().parse_args(argv)
     try:
         from nova.hwmodel import get_target
         from nova.kernels.attention.derive import configure_attention
         b, h, tq, tk, d = parse_shape(args.shape)
-        precision = args.score_precision or score_precision_for(args.dtype)
+        opts = current()
+        precision = args.score_precision or score_precision_for(args.dtype, opts)
         p = AttentionProblem(b, h, tq, tk, d, causal=args.causal, dtype=args.dtype, kv_heads=args.kv_heads,
                              scale=args.scale, score_precision=precision)
-        cfg = configure_attention(p, get_target(args.target))
-    except (AttentionProblemError, TargetError) as e:
-        if os.environ.get("NOVA_DEBUG"):
+        cfg = configure_attention(p, get_target(args.target), options=opts)
+    except (AttentionProblemError, TargetError, OptionError) as e:
+        if debug():
             raise
         print(f"nova-config: error: {e}", file=sys.stderr)
         return 2

@@ -9,47 +9,18 @@ the forward kernel.
 """
 from __future__ import annotations
 
-import hashlib
-
-import nova
 from nova.codegen.artifact import KernelArtifact
-from nova.kernels.attention.build import KERNEL_NAMES, build_module, kernel_arch, kernel_params
+from nova.kernels import family
+from nova.kernels.attention.build import KERNEL_NAMES
+from nova.kernels.attention.module import build_module, kernel_arch, kernel_params
 from nova.kernels.attention.schedule import ROLES
 
-ATTN_ABI = 10           # bump when the kernels' arguments, layouts or generated code change (2: TF32 rounded in smem);
-                        # strides (a 1-D view per operand) left it at 2: same pointers, same results, and a contiguous
-                        # problem's PTX identical but for ragged tiles' zero-fill source address (cached kernels stay valid);
-                        # 3: the 3xtf32 score split by truncation (a 3xtf32 kernel of ABI 2 rounded with cvt.rna);
-                        # 4: the split rounds big to nearest by integer arithmetic (truncation biased the scores);
-                        # 5: the Hopper forward (TMA + wgmma, sm_90a, q/k/v through tensor maps) on sm_90 targets
-                        # 6: the Hopper backward (dK/dV and dQ on TMA + wgmma, q/k/v/dout through tensor maps)
-                        # 7: the Hopper backward's setmaxnreg targets fit the block's registers at launch (ABI 6's
-                        # 32/240 needed 65536 of the 64512 the block holds: setmaxnreg.inc waited forever)
-                        # 8: the Hopper kernels mask the descriptor start address to 14 bits (ptxas 13.0 left the
-                        # descriptor's high word unwritten on the consumers' path of the non-causal D64 dK/dV kernel)
-                        # 9: the Hopper backward's S and dP start with scale-d 0 (no zeroed accumulators: ptxas had
-                        # injected a warpgroup.wait that drained S before dP, C7517/C7519)
-                        # 10: the Hopper dK/dV's slot released by every consumer thread (lane 0's arrival did not
-                        # order the other lanes' LSE/D reads: racecheck, session 12) under unchanged schedules
+ABI = 10           # bump when the kernels' arguments, layouts or generated code change
+NAME = "attention"
 
 
 def attention_key(problem, schedule, role: str, target) -> str:
-    return _key(role, problem.for_role(role).to_dict(), schedule.to_dict(), target.name, target.arch)
-
-
-def _key(role: str, problem: dict, schedule: dict, target_name: str, target_arch: str) -> str:
-    from nova.runtime.cache import CODEGEN_TOOLCHAIN, canonical_json
-    payload = {"op": "attention", "role": role, "problem": problem, "schedule": schedule,
-               "target": {"name": target_name, "arch": target_arch}, "nova": nova.__version__,
-               "toolchain": CODEGEN_TOOLCHAIN, "abi": ATTN_ABI}
-    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
-
-
-def entry_key(entry: dict, target_name: str, target_arch: str) -> str:
-    """The key today's code gives a cached attention kernel's own problem, schedule and role on that
-    target (``nova cache prune``: an entry whose file is not named so is never looked up again)."""
-    meta = entry["meta"]
-    return _key(meta["role"], meta["problem"], meta["schedule"], target_name, target_arch)
+    return family.kernel_key(NAME, problem, schedule, role, target)
 
 
 def summary(problem, role: str, target) -> str:
@@ -79,27 +50,18 @@ def compile_kernel(problem, schedule, role: str, *, cubin: bool = True, watchdog
                           cubin=binary, resources=resources, meta=meta)
 
 
+FAMILY = family.register(family.KernelFamily(
+    name=NAME, abi=ABI,
+    build=lambda problem, schedule, role: compile_kernel(problem, schedule, role),
+    describe=lambda problem, role, target: summary(problem, role, target),
+    precompile_hint="python -m nova.bench.attention --precompile --target {target} (or "
+                    "nova.kernels.attention.precompile_attention)",
+    key_problem=lambda problem, role: problem.for_role(role)))
+
+
 def get_or_compile(problem, schedule, role: str, target, cache=None, offline: bool | None = None):
     """``(artifact, key, status)``: from the cache, else compiled (unless offline) and stored."""
-    from nova.runtime.cache import KernelCache, NotPrecompiledError, is_offline
-    cache = cache or KernelCache()
-    offline = is_offline() if offline is None else offline
-    key = attention_key(problem, schedule, role, target)
-    art = cache.get(key)
-    if art is not None:
-        return art, key, "cached"
-    if offline:
-        raise NotPrecompiledError(problem, target, key, cache.root, message=(
-            f"not precompiled: {summary(problem, role, target)} (key {key[:8]}…) in {cache.root}; on a machine "
-            f"with MLIR run: python -m nova.bench.attention --precompile --target {target.name} (or "
-            f"nova.kernels.attention.precompile_attention) and carry the cache directory"))
-    from nova.runtime.cache import CompilerUnavailableError, mlir_available
-    if not mlir_available():
-        raise CompilerUnavailableError(f"cannot compile {summary(problem, role, target)}: MLIR is not installed "
-                                       "here; set NOVA_OFFLINE=1 and use a precompiled cache")
-    art = compile_kernel(problem, schedule, role)
-    cache.put(key, art, summary(problem, role, target))
-    return art, key, "compiled"
+    return family.get_or_compile(NAME, problem, schedule, role, target, cache, offline)
 
 
 def precompile_attention(problem, target="h200", cache=None, roles=ROLES) -> list[tuple[str, str, str]]:

@@ -32,6 +32,8 @@ from nova.hwmodel.formula import formulas
 from nova.hwmodel.model import F as HW
 from nova.kernels.attention.problem import AttentionProblem, AttentionProblemError
 from nova.kernels.attention.schedule import AttentionConfig, AttentionSchedule, KernelTile
+from nova.options import DEFAULTS, Options
+from nova.options import current as current_options
 
 # Quantities the hardware model does not carry yet (used only when the target lacks them).
 MUFU_EX2_PER_CLK_SM = 16     # [CC] CUDA C++ Programming Guide, arithmetic instruction throughput: base-2
@@ -172,7 +174,7 @@ def step4_tile(p: AttentionProblem, gpu: GPUModel, role: str, warps: int, pad: i
             rows = 16 * w * mt
             if bc < 2 * ks and not (mt, bc) == (1, 16):
                 # one k step of the MMA per tile leaves the P V / dS K product a single dependent MMA per output
-                # tile: measured 5-30% slower than the model says for BF16 (v0.2 call 2), so at least two
+                # tile: measured 5-30% slower than the model says for BF16 (bench/results/h200-attention-v0.2), so at least two
                 tried.append(f"{rows}x{bc}: < 2 k steps")
                 continue
             if regs > gpu.max_regs_per_thread and (mt, bc) != (1, 16):    # 16 rows: the last resort, as phase 1
@@ -386,32 +388,31 @@ HOPPER_ALIGN = 1024          # the tiles start on a 1024-byte boundary (128-byte
 HOPPER_ACHIEVED = ACHIEVED   # [EST] share of the binding pipe sustained: the mma.sync kernels' fitted 0.81 until
                              # the Hopper forward is measured
 HOPPER_BLOCK_FIXED_US = 7.5  # [FITTED] per block: Q and the first K/V tile at DRAM latency through TMA, the
-                             # epilogue, the causal triangle's uneven tail.  Estimated 2.0 before the device
-                             # run; fitted to the forward's H200 times (session 7 calls 1 and 3, BF16 causal:
-                             # 32x8x512x64 95/102 us, 16x12x1024x64 120/165, 8x16x2048x128 313/313) with the
-                             # other constants held: per block 9.5, 6.5, 7.2 us; the model then says
-                             # 83 / 154 / 318 us (-16%, +8%, +2% of the runs' means).  Those D64 times were
-                             # CUDA events around Python calls, i.e. partly the launch path (session 8), so
-                             # this over-prices short blocks; since session 8 it prices only the forward with
+                             # epilogue, the causal triangle's uneven tail.  Fitted to the forward's H200 times
+                             # (bench/results/h200-session7/call1 and call3, BF16 causal: 32x8x512x64 95/102 us,
+                             # 16x12x1024x64 120/165, 8x16x2048x128 313/313) with the other constants held: per
+                             # block 9.5, 6.5, 7.2 us; the model says 83 / 154 / 318 us (-16%, +8%, +2% of the
+                             # runs' means).  Those D64 times are CUDA events around Python calls, partly the
+                             # launch path, so this over-prices short blocks; it prices only the forward with
                              # a block per query tile (work tiles <= SMs, or NOVA_ATTENTION_PERSISTENT=0)
 HOPPER_PERSISTENT_FIXED_US = 0.0  # [FITTED] per work tile (query tile) of the persistent forward, and
-HOPPER_PERSISTENT_STEP_US = 0.52  # [FITTED] per K/V step of it (session 12; 1.03 until then, see below), and
+HOPPER_PERSISTENT_STEP_US = 0.52  # [FITTED] per K/V step of it (bench/results/h200-session12, see below), and
 TRANSPOSE_STEP_CYCLES = 78        # [FITTED] per transposer loop iteration of a TF32 step (a 16-byte load and
                                   # four 4-byte stores per lane, ``in_flight`` units at a time): least squares
                                   # of the relative errors of the six persistent forwards in head order
-                                  # (session 12, calls 2-4, CUPTI: BF16 39.7 / 84.8 / 257.4, TF32 66.5 / 155.9
-                                  # / 704 us at 32x8x512x64, 16x12x1024x64, 8x16x2048x128 causal) -> -20%, +1%,
-                                  # -3%, -4%, -3%, +17% (the single 1.03: +5%, +33%, +24%, -18%, -19%, +42%).
-                                  # Before session 12 (query-tile order) the step was fitted alone, 1.03
-                             # (estimated 1.5 and 0.15 before the device run: the model said 36/84/225 us).
-                             # Measured by CUDA-graph replay (session 8, call 6,
-                             # BF16 causal): 32x8x512x64 43 us, 16x12x1024x64 89, 8x16x2048x128 327 (the
+                                  # (CUPTI, bench/results/h200-session12/call2 to call4: BF16 39.7 / 84.8 / 257.4,
+                                  # TF32 66.5 / 155.9 / 704 us at 32x8x512x64, 16x12x1024x64, 8x16x2048x128
+                                  # causal) -> -20%, +1%, -3%, -4%, -3%, +17% (a step of 1.03 fitted alone:
+                                  # +5%, +33%, +24%, -18%, -19%, +42%).
+                             # The persistent forward's query-tile order, measured by CUDA-graph replay
+                             # (bench/results/h200-session8/call6, BF16 causal): 32x8x512x64 43 us,
+                             # 16x12x1024x64 89, 8x16x2048x128 327 (the
                              # mma.sync forward: 62/136/568).  A per-work-tile term does not fit them (least
                              # squares with both constants makes it negative): the tile switch is hidden; one
                              # per-step constant (in sample) gives 42/113/318 us (-3%, +27%, -3%).  What it
                              # stands for: the serial S -> softmax -> P V chain of a warpgroup that the core's
-                             # interleaving of two does not hide.  (Call 4's event timings, 87/135/326, were
-                             # the Python launch path at D64, not the kernel: bench/NOTES.md, session 8.)
+                             # interleaving of two does not hide.  (CUDA events, 87/135/326 us, time the
+                             # Python launch path at D64, not the kernel: bench/results/h200-session8/call4.)
 HOPPER_TILE_FIXED_US = 0.15  # [EST] per streamed tile: a warpgroup's wgmma waits (S, then P V) and ring
                              # barriers not hidden by the other warpgroup; the mma.sync fit's per-tile figure
 HOPPER_ALU_PER_SCORE = 5     # FP32 ops per score: max, FMA (scale, -max), sum, half a cvt pack, mask select
@@ -491,9 +492,11 @@ def hopper_fwd_time(p: AttentionProblem, gpu: GPUModel, kt: KernelTile, vis: int
                               transposes=transpose_steps(p, kt, 1, TRANSPOSER_WARPS) if tf32 else 0)
 
 
-def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float, force: bool = False):
+def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float, force: bool = False,
+                          opts: Options = DEFAULTS):
     """(KernelTile or None, steps, predicted seconds or None): the Hopper forward's schedule, and
-    whether it beats the mma.sync forward (``mma_fwd_us``, step 9); ``force``: taken wherever it can run."""
+    whether it beats the mma.sync forward (``mma_fwd_us``, step 9); ``force``: taken wherever it can run;
+    ``opts``: ``NOVA_ATTENTION_PERSISTENT`` and ``NOVA_ATTENTION_TILE_ORDER``."""
     from nova.kernels.attention.build_hopper import ring_tiles
     why = hopper_blocker(p, gpu)
     if why:
@@ -526,8 +529,8 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float,
            "registers per consumer thread, too few for S, P and O of a 128-key tile")
     rows = 64 * wgs
     work = _cdiv(p.seq_q, rows) * p.batch * p.heads
-    persistent = hopper_persistent() and work > gpu.sm_count
-    order = hopper_tile_order() if persistent else ""
+    persistent = opts.attention_persistent and work > gpu.sm_count
+    order = opts.attention_tile_order if persistent else ""
     grid = (int(gpu.sm_count), 1, 1) if persistent else (_cdiv(p.seq_q, rows), p.batch * p.heads, 1)
     eb = p.elem_bytes
     rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
@@ -592,7 +595,7 @@ def step10_hopper_forward(p: AttentionProblem, gpu: GPUModel, mma_fwd_us: float,
                        f"first), CTA bx taking position bx of even rounds of {grid[0]} tiles and {grid[0]} - 1 - bx "
                        "of odd ones: the CTAs in flight read the K/V of a few dozen heads, which stay in L2 "
                        "(query-tile-major order re-read every head's K/V from DRAM per query tile: 1.6x the "
-                       "forward's bytes at 32x8x512x64, Nsight Compute, session 12), and each CTA's long and "
+                       "forward's bytes at 32x8x512x64, Nsight Compute on the H200), and each CTA's long and "
                        "short tiles pair up across rounds (causal balance)",
                "query": "tiles bx, bx + grid, ... in decreasing query-tile order across heads (causal: the "
                         "longest first)"}[kt.tile_order]
@@ -642,11 +645,10 @@ HOPPER_BWD_TF32_TILES = {"bwd_dkv": (128, 64, 32), "bwd_dq": (128, 64, 32)}   # 
                                  # B; 56 registers do not): the model never picks them there (64-row tiles fit
                                  # and are faster; tests/test_attention.py checks a grid of D64 shapes)
 HOPPER_BWD_ACHIEVED = 0.70       # [FITTED] share of the binding pipe the wgmma dK/dV and dQ sustain, and
-HOPPER_BWD_BLOCK_FIXED_US = 4.0  # [FITTED] their cost per block.  Until session 8 they used the forward's 0.81 and
-                                 # 7.5 us (fitted to event timings that were the launch path at D64): +34/+47%
-                                 # at 32x8x512x64, +1/+28% at 16x12x1024x64, -4/+7% at 8x16x2048x128 (dK/dV/dQ)
-                                 # against CUPTI's kernel times (call 10, BF16 causal: 83/59, 173/117, 542/384
-                                 # us).  Least squares of both on those six (in sample): +12/+9%, -14/+2%, -2/+5%
+HOPPER_BWD_BLOCK_FIXED_US = 4.0  # [FITTED] their cost per block: least squares of both on CUPTI's kernel times
+                                 # (bench/results/h200-session8/call10-kernel-times, BF16 causal dK-dV/dQ: 83/59,
+                                 # 173/117, 542/384 us at 32x8x512x64, 16x12x1024x64, 8x16x2048x128), in sample
+                                 # +12/+9%, -14/+2%, -2/+5% (the forward's 0.81 and 7.5 us: +34/+47%, +1/+28%, -4/+7%)
 HOPPER_BWD_SETMAXNREG_MAX = 240  # FA3's backward: 240 (with a 24-register producer)
 HOPPER_BWD_REG_OVERHEAD = 32     # [FITTED] consumer registers beyond the output accumulators (D/2 each), S and
                                  # dP (N/2 each, both live when their wgmmas complete) and the 16-bit P/dS pairs
@@ -701,7 +703,7 @@ def transpose_in_flight(producer_regs: int) -> int:
     """TF32: tile-transpose units a producer thread keeps in flight (loads issued before their
     stores): 1 + (producer_regs - TRANSPOSE_BASE_REGS) // TRANSPOSE_UNIT_REGS, in [1, TRANSPOSE_MAX_IN_FLIGHT].
     One unit's load-to-store latency per 16 bytes bound the transposes (the one-warpgroup D128 dK/dV:
-    32 units per step and warp, ~1.9 us per step measured, session 12)."""
+    32 units per step and warp, ~1.9 us per step measured on the H200, bench/results/h200-session12)."""
     return max(1, min(TRANSPOSE_MAX_IN_FLIGHT, 1 + (producer_regs - TRANSPOSE_BASE_REGS) // TRANSPOSE_UNIT_REGS))
 
 
@@ -837,68 +839,16 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
 
 
 # ---- the whole derivation ------------------------------------------------------------------------
-HOPPER_MODES = ("auto", "off", "force")
-
-
-def hopper_mode() -> str:
-    """``$NOVA_ATTENTION_HOPPER``: "auto" (default: the Hopper forward where step 10 predicts it faster, the
-    Hopper dK/dV and dQ kernels where step 11 does), "off" (0: every kernel stays on mma.sync, for A/B
-    measurements) or "force" (the Hopper kernels wherever they can run: tests of small and ragged problems
-    the model leaves on mma.sync)."""
-    import os
-    want = os.environ.get("NOVA_ATTENTION_HOPPER", "auto").strip().lower() or "auto"
-    want = {"0": "off", "1": "auto", "no": "off", "false": "off"}.get(want, want)
-    if want not in HOPPER_MODES:
-        raise AttentionProblemError(f"NOVA_ATTENTION_HOPPER={want!r}: choose one of {', '.join(HOPPER_MODES)}")
-    return want
-
-
-TILE_ORDERS = ("head", "query")
-
-
-def hopper_tile_order() -> str:
-    """``$NOVA_ATTENTION_TILE_ORDER``: the persistent forward's work order, "head" (default: a head's
-    query tiles side by side, rounds snaked, step 10) or "query" (query-tile major across heads, the
-    longest first: the order before session 12, for A/B runs)."""
-    import os
-    want = os.environ.get("NOVA_ATTENTION_TILE_ORDER", "head").strip().lower() or "head"
-    if want not in TILE_ORDERS:
-        raise AttentionProblemError(f"NOVA_ATTENTION_TILE_ORDER={want!r}: choose one of {', '.join(TILE_ORDERS)}")
-    return want
-
-
-def hopper_persistent() -> bool:
-    """``$NOVA_ATTENTION_PERSISTENT``: "1" (default) makes the Hopper forward persistent where it has
-    more work tiles than SMs (step 10), "0" keeps one block per query tile (A/B runs)."""
-    import os
-    want = os.environ.get("NOVA_ATTENTION_PERSISTENT", "1").strip()
-    if want not in ("0", "1"):
-        raise AttentionProblemError(f"NOVA_ATTENTION_PERSISTENT={want!r}: choose 1 (on) or 0 (off)")
-    return want == "1"
-
-
-def hopper_backward_enabled() -> bool:
-    """``$NOVA_ATTENTION_HOPPER_BWD``: "1" (default) lets step 11 weigh the wgmma dK/dV and dQ kernels
-    (under NOVA_ATTENTION_HOPPER's auto or force), "0" keeps them on mma.sync (A/B runs).  History
-    (H200): session 7's first run hung (setmaxnreg beyond the block's registers, fixed in ATTN_ABI
-    7); then an illegal address in the non-causal D64 dK/dV kernel kept it opt-in.  Session 8 found
-    that one with compute-sanitizer (out-of-range shared reads at an HGMMA) and the SASS: ptxas had
-    left the descriptors' high word unwritten on the consumers' path; the 14-bit start mask of
-    ATTN_ABI 8 fixed it (every attention GPU test passes, memcheck clean), so it is on again."""
-    import os
-    want = os.environ.get("NOVA_ATTENTION_HOPPER_BWD", "1").strip()
-    if want not in ("0", "1"):
-        raise AttentionProblemError(f"NOVA_ATTENTION_HOPPER_BWD={want!r}: choose 1 (on) or 0 (off)")
-    return want == "1"
-
-
 def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h200", *,
-                        tiles: dict | None = None) -> AttentionConfig:
-    """``tiles`` (experiments only): {role: (block_rows, block_cols, stages, blocks_per_sm)} replaces
+                        tiles: dict | None = None, options: Options | None = None) -> AttentionConfig:
+    """``options`` (None: ``nova.options.current()``): ``NOVA_ATTENTION_HOPPER``, ``NOVA_ATTENTION_HOPPER_BWD``,
+    ``NOVA_ATTENTION_PERSISTENT`` and ``NOVA_ATTENTION_TILE_ORDER`` decide which kernels step 10 and 11 weigh.
+    ``tiles`` (experiments only): {role: (block_rows, block_cols, stages, blocks_per_sm)} replaces
     the derived tile of that role (any entry None keeps the derived value); the derivation says so.
     A ``tiles`` entry for "fwd" keeps the forward on mma.sync."""
     t0 = time.perf_counter()
     gpu = get_target(target)
+    opts = options if options is not None else current_options()
     p = problem
     steps: list[Step] = []
     mma, st = step1_instruction(p, gpu)
@@ -942,10 +892,10 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
     mode, st = step8_dq_mode(p, gpu, kernels["bwd_dkv"].block_cols, visited["bwd_dkv"])
     steps.append(st)
     tma = False
-    hmode = hopper_mode()
+    hmode = opts.attention_hopper
     if not (tiles and "fwd" in tiles) and hmode != "off" and "wgmma" in gpu.features:
         mma_fwd, _ = kernel_time(p, gpu, "fwd", kernels["fwd"], visited["fwd"])
-        hkt, sts, _ = step10_hopper_forward(p, gpu, mma_fwd * 1e6, force=hmode == "force")
+        hkt, sts, _ = step10_hopper_forward(p, gpu, mma_fwd * 1e6, force=hmode == "force", opts=opts)
         steps += sts
         if hkt is not None:
             kernels["fwd"], tma = hkt, True
@@ -953,7 +903,7 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
     elif "wgmma" in gpu.features and not (tiles and "fwd" in tiles):
         steps.append(note("10 fwd path", "mma.sync", "NOVA_ATTENTION_HOPPER=off or an experiment's forward tile: "
                           "the forward stays on mma.sync"))
-    if hmode != "off" and "wgmma" in gpu.features and not hopper_backward_enabled():
+    if hmode != "off" and "wgmma" in gpu.features and not opts.attention_hopper_backward:
         for role in ("bwd_dkv", "bwd_dq"):
             steps.append(note(f"11 {role} path", "mma.sync", "NOVA_ATTENTION_HOPPER_BWD=0: the backward stays "
                               "on mma.sync"))

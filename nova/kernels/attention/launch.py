@@ -20,6 +20,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, replace
 
+from nova import options
 from nova.kernels.attention.problem import AttentionProblem, score_precision_for, strides_reason
 
 _DTYPES = {"torch.float32": "tf32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
@@ -42,8 +43,8 @@ def resolve(problem: AttentionProblem, device_index, target, roles) -> _Resolved
     from nova.runtime.matmul import resolve_target
     device = driver.get_device(device_index)
     model = resolve_target(target, device)
-    from nova.kernels.attention.derive import hopper_mode
-    memo = (problem, model.name, device.ordinal, hopper_mode())      # $NOVA_ATTENTION_HOPPER picks the forward
+    opts = options.current()
+    memo = (problem, model.name, device.ordinal, opts)              # the options pick the kernels
     hit = _memo.get(memo)
     if hit is not None and all(r in hit.kernels for r in roles):
         return hit
@@ -52,7 +53,7 @@ def resolve(problem: AttentionProblem, device_index, target, roles) -> _Resolved
         from nova.kernels.attention.derive import configure_attention
         hit = _memo.get(memo)
         if hit is None:
-            hit = _memo[memo] = _Resolved(problem, configure_attention(problem, model).schedule, {})
+            hit = _memo[memo] = _Resolved(problem, configure_attention(problem, model, options=opts).schedule, {})
         for role in roles:
             if role not in hit.kernels:
                 art, key, _ = get_or_compile(problem, hit.schedule, role, model)

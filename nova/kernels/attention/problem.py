@@ -33,6 +33,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
+from nova.options import Options
+from nova.options import current as current_options
+
 # name: (storage element type, bytes per element)
 ATTN_DTYPES = {"tf32": ("f32", 4), "bf16": ("bf16", 2), "fp16": ("f16", 2)}
 SCORE_PRECISIONS = ("tf32", "3xtf32")   # how TF32 computes S = Q K^T (module docstring)
@@ -50,19 +53,17 @@ class AttentionProblemError(ValueError):
     """A problem statement no attention kernel can compute."""
 
 
-def score_precision_for(dtype: str) -> str:
+def score_precision_for(dtype: str, opts: Options | None = None) -> str:
     """The score precision that ``nova.attention``, compiled programs and ``nova-config explain`` state
-    for ``dtype`` problems: for TF32 ``$NOVA_ATTENTION_PRECISION``, by default "tf32" (one TF32
-    product, like every float32 matmul Nova runs), "3xtf32" the opt-in for FP32-accurate scores
-    (~30% more attention time).  Whether 3xtf32 keeps a training run closer to eager's was measured
-    and not shown: GPT-144M's loss curves with 3xtf32 scores came out a median 0.14%, 0.73% and 1.58%
-    from eager's in three runs, single TF32 0.86%, where two eager runs of GPT-42M differ by up to 0.5%
-    (bench/NOTES.md, session 6).  Else "tf32" (the 16-bit kernels multiply exactly, FP32 accumulation)."""
-    import os
-    want = os.environ.get("NOVA_ATTENTION_PRECISION", "tf32").strip().lower() or "tf32"
-    if want not in SCORE_PRECISIONS:
-        raise AttentionProblemError(f"NOVA_ATTENTION_PRECISION={want!r}: choose one of {', '.join(SCORE_PRECISIONS)}")
-    return want if dtype == "tf32" else "tf32"
+    for ``dtype`` problems: for TF32 ``NOVA_ATTENTION_PRECISION`` (``opts``, None: the environment's),
+    by default "tf32" (one TF32 product, like every float32 matmul Nova runs), "3xtf32" the opt-in for
+    FP32-accurate scores (~30% more attention time).  Whether 3xtf32 keeps a training run closer to
+    eager's was measured and not shown: GPT-144M's loss curves with 3xtf32 scores came out a median
+    0.14%, 0.73% and 1.58% from eager's in three runs, single TF32 0.86%, where two eager runs of
+    GPT-42M differ by up to 0.5% (bench/NOTES.md).  Else "tf32" (the 16-bit kernels multiply exactly,
+    FP32 accumulation)."""
+    opts = opts if opts is not None else current_options()
+    return opts.attention_precision if dtype == "tf32" else "tf32"
 
 
 def dense_strides(shape) -> tuple[int, int, int, int]:

@@ -1,7 +1,6 @@
 """Compiling a GEMM: ``(GemmProblem, Schedule) -> KernelArtifact`` for either instruction family.
 
-Host only (imports MLIR through ``nova.codegen.lower``).  ``nova.codegen.compile_gemm`` and
-``nova.codegen.build_module`` are the public spellings of these two functions.
+Host only (imports MLIR through ``nova.codegen.lower`` when a function runs).
 """
 from __future__ import annotations
 
@@ -34,7 +33,7 @@ def compile_gemm(problem, schedule, *, cubin: bool = True):
     from nova.codegen.lower import pipeline
     from nova.kernels.gemm.emit_ampere import KERNEL_NAME, build_gemm_module
 
-    if schedule.mma.family == "wgmma" and schedule.arch == "sm_90a":   # Hopper path (issue 4): emit_hopper.py
+    if schedule.mma.family == "wgmma" and schedule.arch == "sm_90a":   # Hopper path: emit_hopper.py
         from nova.kernels.gemm.emit_hopper import compile_hopper
         return compile_hopper(problem, schedule, cubin=cubin)
     where = f"{problem.describe()} with schedule [{describe_schedule(schedule)}]"

@@ -14,6 +14,8 @@ from nova.kernels.gemm.ampere import configure_mma_sync
 from nova.kernels.gemm.hopper import configure_hopper, hopper_supported
 from nova.kernels.gemm.problem import GemmProblem
 from nova.kernels.gemm.schedule import Schedule
+from nova.options import DEFAULTS, Options
+from nova.options import current as current_options
 
 
 @dataclass(frozen=True)
@@ -70,8 +72,10 @@ class Config:
                 "measured_ceiling": self.measured_ceiling}
 
 
-def configure(problem: GemmProblem, target: "GPUModel | str" = "rtx3060", *, family: str | None = None) -> Config:
-    """Derive the schedule for ``problem`` on ``target``.  Pure and deterministic.
+def configure(problem: GemmProblem, target: "GPUModel | str" = "rtx3060", *, family: str | None = None,
+              options: Options | None = None) -> Config:
+    """Derive the schedule for ``problem`` on ``target``.  Pure and deterministic: a function of its
+    arguments, ``options`` included (None: ``nova.options.current()``, the environment's).
 
     ``family`` picks the tensor-core instruction family: None = the fastest the target and the code
     generator support (wgmma on Hopper unless ``NOVA_HOPPER=0``), ``"mma.sync"`` = the Ampere-class
@@ -80,25 +84,25 @@ def configure(problem: GemmProblem, target: "GPUModel | str" = "rtx3060", *, fam
         raise ValueError(f"unknown MMA family {family!r}; choose mma.sync or wgmma")
     t0 = time.perf_counter()
     gpu = get_target(target)
+    opts = options if options is not None else current_options()
     d = Derivation()
-    # ---- Hopper (issue 4): the wgmma/TMA path, rules in hopper.py; on by default for targets with
+    # ---- Hopper: the wgmma/TMA path, rules in hopper.py; on by default for targets with
     # wgmma (the H200 sweep passed: 652/652, sanitizer clean); NOVA_HOPPER=0 forces mma.sync.
-    if family == "wgmma" and not use_hopper(problem, gpu, forced=True):
+    if family == "wgmma" and not use_hopper(problem, gpu, opts, forced=True):
         from nova.hwmodel import TargetError
         raise TargetError(f"the wgmma path does not apply to {problem.describe()} on {gpu.name} ({gpu.arch})")
-    if family != "mma.sync" and use_hopper(problem, gpu, forced=family == "wgmma"):
-        schedule, prediction = configure_hopper(problem, gpu, d)
+    if family != "mma.sync" and use_hopper(problem, gpu, opts, forced=family == "wgmma"):
+        schedule, prediction = configure_hopper(problem, gpu, d, opts)
     else:
         schedule, prediction = configure_mma_sync(problem, gpu, d)
     d.record(prediction_step(prediction))
     return Config(problem, gpu, schedule, prediction, tuple(d.steps), (time.perf_counter() - t0) * 1e3)
 
 
-def use_hopper(p: GemmProblem, gpu: GPUModel, forced: bool = False) -> bool:
+def use_hopper(p: GemmProblem, gpu: GPUModel, opts: Options = DEFAULTS, forced: bool = False) -> bool:
     """The wgmma path applies: the target has wgmma/TMA, the problem is supported, and (unless
     ``forced``) the user did not opt out with ``NOVA_HOPPER=0``."""
-    import os
-    if not forced and os.environ.get("NOVA_HOPPER", "1") == "0":
+    if not forced and not opts.hopper:
         return False
     return hopper_supported(p, gpu)[0]
 

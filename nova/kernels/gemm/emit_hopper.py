@@ -1,4 +1,4 @@
-"""Hopper GEMM kernel builder (issue 4): TMA + mbarrier ring + ``wgmma``, warp-specialized, persistent.
+"""Hopper GEMM kernel builder: TMA + mbarrier ring + ``wgmma``, warp-specialized, persistent.
 
 ``(GemmProblem, Schedule with mma.family == "wgmma") -> MLIR text`` for sm_90a.
 
@@ -491,10 +491,10 @@ class _HopperKernel:
         # The start-address field is 14 bits: mask (addr >> 4) to it, in every kernel.  Two reasons seen
         # on the H200: (1) in a cluster launch a CTA's shared::cta addresses are shared::cluster
         # addresses of its own rank, bits above the 18 a CTA spans, which >> 4 carries into the LBO
-        # field (rank >= 1 CTAs read MN-major boxes 1.. from the wrong place: session 7, call 1);
-        # (2) without the mask ptxas 13.0 splits the descriptor's 64-bit add into halves and once left
+        # field (rank >= 1 CTAs read MN-major boxes 1.. from the wrong place: bench/results/h200-session7/call1);
+        # (2) without the mask ptxas 13.0 splits the descriptor's 64-bit add into halves and can leave
         # the high word (SBO, swizzle) unwritten on the consumers' path (the attention dK/dV kernel:
-        # out-of-range shared reads, session 8, call 1).  With it the high word is a constant.
+        # out-of-range shared reads, bench/results/h200-session8/call1).  With it the high word is a constant.
         self.base_enc = ir.let("ring_enc14", f"arith.andi {ir.v(self.base_enc)}, {ir.v(DESC_START_MASK)} : index")
         ir.comment(f"---- mbarriers: full[{s.stages}] (TMA landed), empty[{s.stages}] (slot consumed"
                    + (f" by the consumers of all {self.csize} CTAs of the cluster)" if self.csize > 1 else ")"))
@@ -898,7 +898,7 @@ class _HopperKernel:
         default semantics (release at CTA scope, as CUTLASS's remote arrive), so the producers reuse
         the slot only once every consumer of the cluster is done.  At cluster scope each arrival was
         a cluster-wide release fence from every consumer warp every K tile: Nsight Compute put 34% of
-        the kernel's stall cycles on it and the kernels ran 2.4-3.5x slower (session 6, call 6)."""
+        the kernel's stall cycles on it and the kernels ran 2.4-3.5x slower (bench/results/h200-session6/call6-ncu)."""
         ir = self.ir
         lane_i32 = ir.pure("lane_i32", f"arith.index_cast {self.lane} : index to i32")
         with ir.region(f"scf.if {ir.cmp('slt', self.lane, self.csize, 'signals_peer')} {{"):
@@ -1152,7 +1152,7 @@ class _HopperKernel:
         one column pair per two column blocks (two shuffles), so the even lane holds 4 adjacent columns
         of block jj and the odd lane 4 of block jj+1 (as ``store_quads``).  Half the store
         instructions of 8-byte pairs: the partial epilogue waits on the load/store queue (LG throttle,
-        31% of the warp cycles of a split-K unit; bench/NOTES.md, session 10).  N % 4 == 0 keeps every
+        31% of the warp cycles of a split-K unit; bench/results/h200-session10/call4-ncu).  N % 4 == 0 keeps every
         row 16-byte aligned and a quad of columns wholly in or out of bounds."""
         ir, p = self.ir, self.p
         odd, shift, one, width = self.quad_lanes()

@@ -1,4 +1,4 @@
-"""Hopper rules (issue 4): the wgmma schedule in closed form, each decision explained.
+"""Hopper rules: the wgmma schedule in closed form, each decision explained.
 
 Used by ``configure()`` when the target has wgmma (unless ``NOVA_HOPPER=0``).
 The kernel it configures is ``nova/kernels/gemm/emit_hopper.py``: one producer warpgroup (TMA), C
@@ -63,6 +63,7 @@ from __future__ import annotations
 import functools
 import math
 
+from nova.options import DEFAULTS, Options
 from nova.kernels.gemm.cost import cdiv
 from nova.configurator.derivation import Derivation, formula_step, note
 from nova.kernels.gemm.problem import GemmProblem, ProblemError
@@ -84,7 +85,7 @@ CONSUMER_OVERHEAD_REGS = 40    # descriptors, ring counters, epilogue addresses;
 MAX_CONSUMER_WARPGROUPS = 2    # 3 would leave too few registers for N = 256 (step 4)
 WIDE_CONSUMER_WARPGROUPS = 3   # step 8 also tries 3 consumer warpgroups (192 wgmma rows) at the N whose accumulators
                                # fit their 152 registers (192 and narrower): the 192x192 tiles cuBLAS and XLA run on
-                               # the deep-K weight gradients (bench/NOTES.md, session 10, call 1), half the K slices
+                               # the deep-K weight gradients (bench/results/h200-session10/call1), half the K slices
                                # and partial bytes of 128x192 where the tiles are few.  Not with a register-fed
                                # wgmma A (32-bit MN-major): its fragments of two K tiles beside 96 accumulators
                                # overflow 152 registers and ptxas serialises every wgmma (C7512)
@@ -106,34 +107,31 @@ STAGING_STEP_CLK = 64          # [EST] per step and warpgroup: the proxy fence, 
 # it into every CTA of the cluster (emit_hopper's module docstring).
 CLUSTER_SHAPES = ((2, 1), (1, 2))   # (cluster_m, cluster_n) step 12 prices beside 1x1
 SLACK_TERMS = ("mma", "l2", "dram")  # a tie on the predicted time goes to the least of these in all (as in step 8)
-AUTO_CLUSTERS = False          # [MEASURED] the configurator picks no cluster on its own: on the H200 the cluster
-                               # kernels it picked ran 1.7-3.2x slower than 1x1 where the model predicted gains
-                               # (bench/results/h200-session6/call4); with CTA-scope releases (CODEGEN_ABI 7) still
-                               # 7-11% slower on the two kernels measured (call 7): not yet a gain anywhere measured
+AUTO_CLUSTERS = False          # [MEASURED] the configurator picks no cluster on its own: where the model predicts
+                               # gains, cluster kernels measure 7-11% slower than 1x1 with CTA-scope releases
+                               # (H200, bench/results/h200-session6/call7-ncu; 1.7-3.2x without them: .../call4)
 CLUSTER_SYNC_S = 1e-6          # [EST] per kernel: the cluster-wide barriers after the mbarrier init and before
                                # exit, and the launch placing each cluster's CTAs on one GPC
 # Ping-pong consumers (``pingpong_step``): the two consumer warpgroups compute different tiles, the
 # CTA's units alternately, their K loops ordered by two named barriers (emit_hopper's module docstring),
 # so one warpgroup's epilogue runs while the other's K loop feeds the tensor cores.
-AUTO_PINGPONG = True           # the model may pick ping-pong on its own (True) or only NOVA_PINGPONG=1 does (False).
-                               # Session 7 measured it at half rate and left it off: ptxas had serialised every wgmma
-                               # of those kernels (C7520, fixed in CODEGEN_ABI 11); session 9, call 5 measured it again
+AUTO_PINGPONG = True           # the model may pick ping-pong on its own (True) or only NOVA_PINGPONG=1 does (False);
+                               # measured on the H200 without ptxas's serialisation (C7520): bench/results/h200-session9/call5
 COOPERATIVE_KLOOP_TENSOR = 0.81  # [MEAS] the tensor pipe's busy fraction in a cooperative K loop (two warpgroups on one
                                # tile, each slot released when both are done): Nsight Compute, TF32 16384x3072x768
-                               # 128x256 (session 9, call 4): 74.5% over the kernel, whose epilogue is ~8.5% of it ->
+                               # 128x256 (bench/results/h200-session9/call4-ncu): 74.5% over the kernel, whose epilogue is ~8.5% of it ->
                                # 0.81 in the K loop, where the model's smem cap says 1.0.  A ping-pong warpgroup tile
                                # runs at its smem cap (cuBLAS's 128x128 ping-pong: 82.9%, the model's cap 0.8).  Used
                                # where the consumers step compares the two (``cooperative_compared``)
 PINGPONG_KLOOP_TENSOR = 0.80   # [MEAS] the same for a ping-pong warpgroup's K loop (one warpgroup's 2 x m64 wgmma chain
                                # at a time) relative to the cooperative one: the deep-K dX, whose cooperative epilogue
-                               # is negligible, ran ping-pong at 0.983-0.985 of their cooperative rate (session 14,
-                               # call 1: 16384x768x50304, 16384x512x32768 BF16): 0.984 x 0.81.  Session 9 had measured
-                               # 0.91 (0.74), before sessions 10-13's kernel changes.  0.80 alone moved 28 picks (call
-                               # 2): 22 ran 1-8% faster, the ragged-N squares and 6144^3 NN 4-15% slower; with
-                               # CONTENTION_NORM those stay cooperative
+                               # is negligible, run ping-pong at 0.983-0.985 of their cooperative rate (16384x768x50304,
+                               # 16384x512x32768 BF16, bench/results/h200-session14/call1): 0.984 x 0.81.  0.80 alone
+                               # moves 28 picks (bench/results/h200-session14/call2): 22 run 1-8% faster, the ragged-N
+                               # squares and 6144^3 NN 4-15% slower; with CONTENTION_NORM those stay cooperative
 CONTENTION_NORM = 8            # [FIT] the consumers step weighs a K loop's overlapped limits (tensor, L2 fills, ring) by
                                # their 8-norm, not their max: limits within ~20% of each other queue behind one another.
-                               # Fitted on the ping-pong 128x192 vs 128x128 pairs of session 14's call 1 (measured
+                               # Fitted on the ping-pong 128x192 vs 128x128 pairs of bench/results/h200-session14/call1 (measured
                                # 128x192 / 128x128: 0.95-0.97 on five short-K shapes; the max says 1.00-1.03, the
                                # 8-norm 0.95-0.99); the deep-K 16384x768x50304 pair it misses (0.968 vs 1.000) is
                                # cooperative either way
@@ -146,7 +144,7 @@ PINGPONG_OVERHEAD_REGS = 32    # [MEASURED, ptxas 13.0] a ping-pong consumer's r
                                # activation they spilled 24-108 B (16-bit TMA store), with a register-fed A (TF32 NN)
                                # 128 B, with the register epilogue of 1001-wide C rows 4 B, batched (the unit's batch
                                # decode) 4-160 B on 3 of 5 shapes: those keep CONSUMER_OVERHEAD_REGS.  Swept over the
-                               # suites' shapes in every layout and dtype (920 kernels, session 14): the one other
+                               # suites' shapes in every layout and dtype (920 kernels, bench/results/h200-session14): the one other
                                # spill is TF32 4096x4096x128 NT (56 B; K = 96 and 256 clean), which no pick takes
 PINGPONG_HANDOFF_CLK = 32      # [EST] per unit: the ordering barrier's bar.arrive -> bar.sync wake-up of the other
                                # warpgroup (its first wgmma issues while the last ones of the previous unit run)
@@ -193,16 +191,6 @@ def wide_consumers_fit(operands: OperandPlan) -> bool:
     """Whether WIDE_CONSUMER_WARPGROUPS consumers may run this operand plan: only with the wgmma A in
     shared memory (a register-fed A's fragments of two K tiles do not fit beside the accumulators)."""
     return operands.role(operands.x).feed != "regs"
-
-
-def wide_consumers_allowed() -> bool:
-    """``NOVA_WIDE_CONSUMERS``: 0 keeps step 8 at 1-2 consumer warpgroups (the picks before session 13),
-    1 or unset lets it try WIDE_CONSUMER_WARPGROUPS.  Read at each configure (experiments, A/B runs)."""
-    import os
-    text = os.environ.get("NOVA_WIDE_CONSUMERS", "").strip()
-    if text not in ("", "0", "1"):
-        raise ProblemError(f"NOVA_WIDE_CONSUMERS={text!r}: expected 1 (try 3 consumer warpgroups) or 0 (never)")
-    return text != "0"
 
 
 def widest_n(regs: int, n_max: int) -> int:
@@ -453,19 +441,6 @@ def stream_k_blocker(p: GemmProblem, tiles: int, ktiles: int, sm_count: int) -> 
     return None
 
 
-def forced_stream_k() -> bool | None:
-    """``NOVA_STREAM_K``: 1 forces stream-K (step 8 ranks only stream-K candidates, also where the
-    tiles make two waves or more; an error where no tile shape allows it), 0 rules it out; unset or
-    empty: the model decides.  Read at each configure (tests and experiments)."""
-    import os
-    text = os.environ.get("NOVA_STREAM_K", "").strip().lower()
-    if not text:
-        return None
-    if text not in ("0", "1"):
-        raise ProblemError(f"NOVA_STREAM_K={text!r}: expected 1 (force stream-K) or 0 (never)")
-    return text == "1"
-
-
 def stream_k_terms(p: GemmProblem, gpu, block_i: int, n: int, operands: OperandPlan | None = None,
                    stages: int | None = None, plan: StreamKPlan | None = None) -> dict:
     """``time_terms`` of a stream-K walk of ``block_i`` x ``n`` tiles (``stream_k_plan``): the busiest
@@ -505,9 +480,9 @@ def stream_k_dram_bytes(p: GemmProblem, gpu, block_i: int, n: int, plan: StreamK
     together sit at different K offsets and share no K tile: when A and B do not fit in half of L2,
     every stream-K iteration streams its (block_i + n) x 64-element K tile from DRAM,
     ``iters x (block_i + n) x 128 B``, beside the data-parallel tiles' operands (read once, as in
-    ``p.min_bytes``).  Measured on the H200 (session 7, call 1): BF16 768x3072x16384 dW 191 us vs
-    906 MB / 4.8 TB/s = 189 us; 2304x768 166 vs 141; 1536x512 73 vs 63 (the split-K walk it
-    replaced, slice-major, keeps concurrent CTAs on the same K: 171, 115, 63 us)."""
+    ``p.min_bytes``).  Measured on the H200 (bench/results/h200-session7/call1): BF16 768x3072x16384 dW 191 us vs
+    906 MB / 4.8 TB/s = 189 us; 2304x768 166 vs 141; 1536x512 73 vs 63 (the split-K walk,
+    slice-major, keeps concurrent CTAs on the same K: 171, 115, 63 us)."""
     operands = (p.M + p.N) * p.K * p.in_bytes
     if operands <= gpu.l2_bytes / 2:
         return p.min_bytes
@@ -612,23 +587,18 @@ def pingpong_blocker(p: GemmProblem, wgs: int, split: int = 1, reduction: str = 
     return None
 
 
-def forced_pingpong() -> bool | tuple[int, int] | None:
-    """``NOVA_PINGPONG``: 1 forces ping-pong consumers (the fastest ping-pong tile by the model; an error
-    where none can run), ``ROWSxN`` (e.g. 128x192) forces ping-pong on that warpgroup tile (an error where
-    it cannot run: experiments), 0 rules them out; unset or empty: the model decides (``AUTO_PINGPONG``).
-    Returns True, (slabs, N), False or None.  Read at each configure (tests and experiments)."""
-    import os
-    text = os.environ.get("NOVA_PINGPONG", "").strip().lower()
-    if not text:
-        return None
-    if text in ("0", "1"):
-        return text == "1"
-    rows, _, n = text.partition("x")
-    if rows.isdigit() and n.isdigit() and int(rows) % WGMMA_M == 0 and int(rows) // WGMMA_M in PINGPONG_SLABS:
-        return int(rows) // WGMMA_M, int(n)
-    raise ProblemError(f"NOVA_PINGPONG={text!r}: expected 1 (force ping-pong consumers), 0 (never) or a warpgroup "
-                       f"tile ROWSxN with ROWS one of {', '.join(str(WGMMA_M * k) for k in PINGPONG_SLABS)} "
-                       "(force that tile)")
+def forced_pingpong(opts: Options) -> bool | tuple[int, int] | None:
+    """``NOVA_PINGPONG`` as the consumers step reads it: True (force ping-pong consumers: the fastest
+    ping-pong tile by the model; an error where none can run), ``(slabs, N)`` (force that warpgroup tile,
+    ROWS = slabs x WGMMA_M; experiments), False (never) or None (the model decides: ``AUTO_PINGPONG``)."""
+    forced = opts.pingpong
+    if not isinstance(forced, tuple):
+        return forced
+    rows, n = forced
+    if rows % WGMMA_M == 0 and rows // WGMMA_M in PINGPONG_SLABS:
+        return rows // WGMMA_M, n
+    raise ProblemError(f"NOVA_PINGPONG={rows}x{n}: expected a warpgroup tile ROWSxN with ROWS one of "
+                       f"{', '.join(str(WGMMA_M * k) for k in PINGPONG_SLABS)}")
 
 
 def pingpong_regs(p: GemmProblem, operands: OperandPlan, slabs: int, n: int) -> int:
@@ -733,31 +703,32 @@ def pingpong_candidates(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, 
 
 def pingpong_epilogues(p: GemmProblem, operands: OperandPlan, n: int) -> tuple[str, ...]:
     """A ping-pong tile's epilogue: the TMA store unless C cannot take it (then the registers).  Measured
-    (session 9, calls 6-7, the same 128x128 tiles): with the register epilogue the short-K forwards ran
+    (bench/results/h200-session9/call6 and call7, the same 128x128 tiles): with the register epilogue the short-K forwards run
     at 0.72-0.90 of their TMA-store speed (TF32 16384x1536x512 211 vs 293 TFLOP/s), though the model,
-    seeing both hidden under the other warpgroup's K loop, preferred the registers' deeper ring (7
+    seeing both hidden under the other warpgroup's K loop, prefers the registers' deeper ring (7
     stages vs 5): a warpgroup's 64 KB of st.global per unit evidently does not leave in its shadow."""
     kinds = epilogues(p, operands, 1, n)
     return ("tma_store",) if "tma_store" in kinds else kinds
 
 
-def pingpong_step(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, s: Schedule) -> tuple[Schedule, Step | None]:
+def pingpong_step(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, s: Schedule,
+                  opts: Options = DEFAULTS) -> tuple[Schedule, Step | None]:
     """The consumers step: cooperative (schedule ``s``: steps 8-10 decided it) or ping-pong consumers
     (``pingpong_terms``: the fastest warpgroup tile and epilogue), whichever the model predicts faster
     (cooperative on a tie; ping-pong only with ``AUTO_PINGPONG``); ``NOVA_PINGPONG`` forces or excludes
     it.  The row is recorded where ping-pong is picked or NOVA_PINGPONG is set (``EXPLAIN_PINGPONG_ALWAYS``:
     always), so the derivations of cooperative picks stay as they were."""
-    forced = forced_pingpong()
+    forced = forced_pingpong(opts)
     if forced is False:
         return s, note("consumers", "cooperative", "NOVA_PINGPONG=0: ping-pong consumers are not considered; "
                        f"the {s.consumer_warpgroups} consumer warpgroup(s) split each tile")
-    if forced and forced_cluster() not in (None, (1, 1)):
+    if forced and opts.cluster not in (None, (1, 1)):
         blocker = pingpong_reasons["cluster"] + " (NOVA_CLUSTER forces one)"
-    elif forced and forced_stream_k():
+    elif forced and opts.stream_k:
         blocker = pingpong_reasons["stream_k"] + " (NOVA_STREAM_K=1 forces it)"
     elif forced:
         blocker = None                                  # forced: ping-pong's own (unsplit) tiles replace the pick
-    elif forced_cluster() not in (None, (1, 1)) or forced_stream_k():
+    elif opts.cluster not in (None, (1, 1)) or opts.stream_k:
         blocker = "not considered while NOVA_CLUSTER or NOVA_STREAM_K=1 forces a walk of its own"
     else:
         blocker = None
@@ -891,7 +862,7 @@ def schedule_terms(p: GemmProblem, gpu, s: Schedule) -> dict:
 
 def cooperative_compared(p: GemmProblem, gpu, s: Schedule, terms: dict) -> float:
     """Seconds of the cooperative schedule ``s`` (its ``schedule_terms``: ``terms``) as the consumers step
-    weighs it against ping-pong, with two corrections measured on the device (session 9, calls 4-6)
+    weighs it against ping-pong, with two corrections measured on the device (bench/results/h200-session9/call4-ncu to call6)
     that the cooperative tile choice (steps 7-10: their derivations and keys stay as they were) does
     not need, as they scale its candidates alike: its K loop's tensor term at min(smem cap,
     COOPERATIVE_KLOOP_TENSOR) of the peak, t_mma x cap / min(cap, 0.81); and its TMA-store epilogue
@@ -1195,28 +1166,29 @@ def split_candidates(ktiles: int, tiles: int, sm_count: int) -> list[int]:
 def tile_widths(n: int) -> tuple[int, ...]:
     """The wgmma N step 8 tries below the widest N = ``n``: n, 3n/4 where that is whole 64-column
     TMA boxes (256 -> 192: cuBLAS's and XLA's 128x192 / 192x192 tiles on the deep-K weight
-    gradients, session 10), n/2, n/4."""
+    gradients, bench/results/h200-session10/call1), n/2, n/4."""
     three_quarters = 3 * n // 4
     return (n,) + ((three_quarters,) if three_quarters % 64 == 0 else ()) + (n // 2, n // 4)
 
 
-def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int) -> list[tuple]:
+def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int,
+                    opts: Options = DEFAULTS) -> list[tuple]:
     """Step 8's candidates, each ``(predicted s, mma + L2 + DRAM s, -warpgroups, -N, split,
     reduction, tiles, epilogue)``: 1..wgs warpgroups (and WIDE_CONSUMER_WARPGROUPS at the widths their
     registers hold, where the wgmma A comes from shared memory) x ``tile_widths(N)`` (at least
     MIN_WGMMA_N; a narrower N only where it makes more tiles) x the ``split_candidates`` (none with a
     batch), each split added by every reduction ``split_reductions`` allows, each written by every epilogue ``epilogues`` allows; and
     the tile walked stream-K (``stream_k_terms``, split 1, registers) where ``stream_k_blocker`` allows
-    it and the tiles make less than two waves.  ``NOVA_STREAM_K`` (``forced_stream_k``): 1, only
+    it and the tiles make less than two waves.  ``NOVA_STREAM_K`` (``opts.stream_k``): 1, only
     stream-K candidates, at any tile count; 0 none; unset, none either while ``NOVA_CLUSTER`` forces a
     cluster (clusters walk whole tiles)."""
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
     ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
-    forced = forced_stream_k()
-    if forced is None and forced_cluster() not in (None, (1, 1)):
+    forced = opts.stream_k
+    if forced is None and opts.cluster not in (None, (1, 1)):
         forced = False                  # NOVA_CLUSTER forces clusters, which walk whole tiles: no stream-K
     out = []
-    wide = wgs == MAX_CONSUMER_WARPGROUPS and wide_consumers_fit(operands) and wide_consumers_allowed()
+    wide = wgs == MAX_CONSUMER_WARPGROUPS and wide_consumers_fit(operands) and opts.wide_consumers
     for w in sorted({wgs, 1} | ({WIDE_CONSUMER_WARPGROUPS} if wide else set()), reverse=True):
         widths = [nn for nn in tile_widths(n) if accumulators_fit(gpu.regs_per_sm, w, nn)]
         for nn in widths:
@@ -1237,8 +1209,8 @@ def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int
                     for epilogue, t in terms.items():
                         slack = t["mma"] + t["l2"] + t["dram"]    # ties on the max: the most slack in the other limits
                         out.append((round(total_time(t), 12), slack, -w, -nn, sp, reduction, tiles, epilogue))
-    cluster = forced_cluster()
-    if cluster not in (None, (1, 1)) and min(cluster) == 1:        # a 1-D shape (forced_cluster gives two extents)
+    cluster = opts.cluster
+    if cluster not in (None, (1, 1)) and min(cluster) == 1:        # a 1-D shape
         # NOVA_CLUSTER forces a shape: the tiles whose shared operand it can slice, where there are any
         # (else all, and step 12 says why the cluster is not possible)
         def admits(c):
@@ -1264,7 +1236,8 @@ def describe_split(p: GemmProblem, split: int, reduction: str, ktiles: int) -> s
             f"a reduction kernel adds them in slice order, then the epilogue ({why})")
 
 
-def describe_stream_k(p: GemmProblem, gpu, operands: OperandPlan, block_i: int, n: int, candidates: list) -> str:
+def describe_stream_k(p: GemmProblem, gpu, operands: OperandPlan, block_i: int, n: int, candidates: list,
+                      opts: Options = DEFAULTS) -> str:
     """The split-K row's explanation of a stream-K pick: the walk's closed forms with their numbers,
     and the best split-K and no-split candidates beside it."""
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
@@ -1279,7 +1252,7 @@ def describe_stream_k(p: GemmProblem, gpu, operands: OperandPlan, block_i: int, 
             others.append(f"{what} {WGMMA_M * -c[2]}x{-c[3]}{f' split {c[4]}' if c[4] > 1 else ''} {c[0] * 1e6:.1f} us")
     dp = (f"the first {plan.dp_tiles} tiles walked whole ({cdiv(plan.dp_tiles, plan.ctas)} per CTA), then "
           if plan.dp_tiles else "")
-    forced = "NOVA_STREAM_K=1 forces stream-K. " if forced_stream_k() else ""
+    forced = "NOVA_STREAM_K=1 forces stream-K. " if opts.stream_k else ""
     return (f"{forced}{dp}the last {plan.sk_tiles} tiles' I = {plan.sk_tiles} x {plan.ktiles} = {plan.iters} K-tile "
             f"iterations split evenly over G = {plan.ctas} CTAs: CTA c runs [floor(c*I/G), floor((c+1)*I/G)), "
             f"ceil(I/G) = {cdiv(plan.iters, plan.ctas)} (I/G = {plan.per_cta:.1f}) each, vs whole tiles or equal K "
@@ -1300,11 +1273,12 @@ def batch_units(p: GemmProblem, tiles: int) -> list[Step]:
                  "tile); group-M orders the tiles within an element")]
 
 
-def tile_and_split(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int) -> tuple[tuple, list[Step]]:
+def tile_and_split(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int,
+                   opts: Options = DEFAULTS) -> tuple[tuple, list[Step]]:
     """Step 8: of ``tile_candidates`` the one the prediction's model ranks fastest (then more
     warpgroups, wider N, no split, atomics, registers): (warpgroups, N, split, reduction, output
     tiles, epilogue)."""
-    candidates = tile_candidates(p, gpu, operands, wgs, n)
+    candidates = tile_candidates(p, gpu, operands, wgs, n, opts)
     if not candidates:                                       # NOVA_STREAM_K=1 where no tile allows it
         I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
         tiles = cdiv(I, WGMMA_M * wgs) * cdiv(J, n)
@@ -1340,7 +1314,7 @@ def tile_and_split(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int)
         note("output tiles", tiles, f"ceil({I}/{block_i}) * ceil({J}/{n})"),
         *batch_units(p, tiles),
         note("split-K", "stream-K" if reduction == "stream_k" else split if split == 1 else f"{split}, {reduction}",
-             describe_stream_k(p, gpu, operands, block_i, n, candidates) if reduction == "stream_k"
+             describe_stream_k(p, gpu, operands, block_i, n, candidates, opts) if reduction == "stream_k"
              else describe_split(p, split, reduction, ktiles)),
     ]
     return (wgs, n, split, reduction, tiles, epilogue), steps
@@ -1398,23 +1372,6 @@ def tma_boxes(p: GemmProblem, plan: HopperPlan, multicast: tuple[str, int] | Non
         "TMA boxes", boxes, f"128-byte swizzled boxes (inner extent 128 B, the span the wgmma descriptors and the "
         f"register loads address): a K-major tile is one box [tile rows x {bk} of K], an MN-major tile is "
         f"tile/{per_row} boxes [{bk} of K x {per_row}]{shared}; out-of-bounds rows and the K tail read as zero")
-
-
-def forced_cluster() -> tuple[int, int] | None:
-    """``NOVA_CLUSTER=MxN`` (cluster_m x cluster_n, e.g. 2x1), read at each configure: step 8 then keeps
-    the tiles whose shared operand the shape can slice (where any can) and step 12 takes the shape
-    wherever ``cluster_blocker`` allows it (tests and experiments); None when unset."""
-    import os
-    text = os.environ.get("NOVA_CLUSTER", "").strip().lower()
-    if not text:
-        return None
-    try:
-        cm, cn = (int(v) for v in text.split("x"))
-    except ValueError:
-        raise ProblemError(f"NOVA_CLUSTER={text!r}: expected MxN, e.g. 2x1 (CTAs along M x along N)") from None
-    if cm < 1 or cn < 1:
-        raise ProblemError(f"NOVA_CLUSTER={text!r}: cluster extents are >= 1")
-    return cm, cn
 
 
 def target_cluster_blocker(gpu, cluster: tuple[int, int]) -> str | None:
@@ -1498,19 +1455,19 @@ def cluster_raster(p: GemmProblem, gpu, operands: OperandPlan, block_i: int, n: 
     return raster_groups(gpu, ctiles_i, ctiles_i * ctiles_j, ci * block_i, cj * n, slots=cluster_slots(gpu, ci * cj))
 
 
-def cluster(p: GemmProblem, gpu, s: Schedule) -> tuple[Schedule, Step]:
+def cluster(p: GemmProblem, gpu, s: Schedule, opts: Options = DEFAULTS) -> tuple[Schedule, Step]:
     """Step 12: schedule ``s`` (tile, split, epilogue and ring decided) in thread-block clusters where
     the model predicts them faster.  Candidates: 1x1 and ``CLUSTER_SHAPES`` that ``cluster_blocker``
     allows; each priced by the prediction's model (``predict_hopper``): the CTAs of a cluster share
     one operand's tile, so each fills ``fill_share`` of a unit's bytes from L2 (multicast), and the
     clusters walk the cluster units (``cluster_pacing``: ``cluster_slots`` clusters at a time, ragged
     cluster tiles padded), plus ``CLUSTER_SYNC_S``.  The fastest; 1x1 on a tie.  ``NOVA_CLUSTER``
-    forces a shape (``forced_cluster``)."""
-    forced = forced_cluster()
+    forces a shape (``opts.cluster``)."""
+    forced = opts.cluster
     if forced is None and not AUTO_CLUSTERS:       # not priced: no time spent on a choice that is not made
         return s, note("cluster", "1x1", "1x1: the configurator picks no cluster on its own (AUTO_CLUSTERS): "
                        "where the model predicted clusters faster, they measured slower than 1x1 on the H200 "
-                       "(1.7-3.2x, then 7-11% with CTA-scope releases; bench/NOTES.md, session 6); "
+                       "(7-11% with CTA-scope releases, bench/results/h200-session6/call7-ncu); "
                        "NOVA_CLUSTER=MxN forces one")
     shapes = [forced] if forced not in (None, (1, 1)) else ([] if forced else list(CLUSTER_SHAPES))
     base = predict_hopper(p, gpu, s)
@@ -1588,8 +1545,10 @@ def operand_prep(p: GemmProblem, operands: OperandPlan) -> tuple[list[str], Step
                        f"transpose/pad pass into a workspace ({prep_bytes(p, operands) / 1e6:.1f} MB of DRAM traffic)")
 
 
-def configure_hopper(p: GemmProblem, gpu, d: Derivation) -> tuple[Schedule, Prediction]:
-    """Steps 1-15 above, recorded in ``d`` in that order; returns (schedule, prediction)."""
+def configure_hopper(p: GemmProblem, gpu, d: Derivation, opts: Options = DEFAULTS) -> tuple[Schedule, Prediction]:
+    """Steps 1-15 above, recorded in ``d`` in that order; returns (schedule, prediction).  ``opts``: the
+    options that force or exclude a choice (``NOVA_STREAM_K``, ``NOVA_PINGPONG``, ``NOVA_CLUSTER``,
+    ``NOVA_WIDE_CONSUMERS``)."""
     n_max, _ = d.record(instruction(p, gpu))
     operands = d.record(operand_roles(p))
     wgs, regs = d.record(consumer_registers(gpu, n_max))
@@ -1597,19 +1556,19 @@ def configure_hopper(p: GemmProblem, gpu, d: Derivation) -> tuple[Schedule, Pred
     traffic = d.record(smem_traffic(p, gpu, WGMMA_M * wgs, n))
     d.record(smem_bound_fraction(gpu, traffic))
     n = d.record(clamp_n(p, operands, n))
-    wgs, n, split, reduction, tiles, _ = d.record(tile_and_split(p, gpu, operands, wgs, n))
+    wgs, n, split, reduction, tiles, _ = d.record(tile_and_split(p, gpu, operands, wgs, n, opts))
     epilogue = d.record(epilogue_step(p, gpu, operands, wgs, n, split, reduction))
     depth = ring_depth(gpu, WGMMA_M * wgs, n, staging_bytes(wgs, epilogue))
     raster = raster_groups(gpu, cdiv(p.N if operands.swap else p.M, WGMMA_M * wgs), tiles, WGMMA_M * wgs, n)
     s = wgmma_schedule(p, gpu, operands, wgs, n, split, depth, group_m=raster[0], reduction=reduction,
                        epilogue=epilogue)
-    s = d.record(pingpong_step(p, gpu, operands, n_max, s))
+    s = d.record(pingpong_step(p, gpu, operands, n_max, s, opts))
     if s.pingpong:                                   # the consumers step replaced the tile and its epilogue
         wgs, n = s.tile_slabs, s.mma.n               # the ring and the raster follow one warpgroup's tile
         I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
         raster = raster_groups(gpu, cdiv(I, WGMMA_M * wgs), cdiv(I, WGMMA_M * wgs) * cdiv(J, n), WGMMA_M * wgs, n)
     d.record(ring_stages(gpu, WGMMA_M * wgs, n, s.hopper.ring.staging))
-    s, cluster_row = cluster(p, gpu, s)
+    s, cluster_row = cluster(p, gpu, s, opts)
     if s.cluster_m * s.cluster_n > 1:
         raster = cluster_raster(p, gpu, operands, WGMMA_M * wgs, n, (s.cluster_m, s.cluster_n))
     d.record(tma_boxes(p, s.hopper, s.multicast))

@@ -1,6 +1,6 @@
 """Nova's own schedule space for one GEMM: every legal schedule the code generator supports.
 
-The oracle (issue 5) times every schedule of this space on the device and asks how far the
+The oracle (``nova.bench.tune``) times every schedule of this space on the device and asks how far the
 analytic pick (``configure``) is from the best.  The space is the cross product of
 
   block tile     block_m, block_n in {16, 32, 64, 128, 256}, at most the next power of two of M / N

@@ -8,7 +8,8 @@ in place by one launch of a generated kernel, configured in closed form.
     emit.py        the MLIR builder (host only)
     compile.py     the family "multi_tensor" (build, describe) registered with nova.kernels.family
     launch.py      resolve + bind: the runtime side (no MLIR)
-    cli.py         nova-config explain adamw / sgd
+
+``nova-config explain adamw`` / ``sgd`` is ``nova/cli/optimizer.py``.
 
 Importing this package imports neither MLIR nor the CUDA driver.
 """

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import threading
 
-from nova.ir.types import FROM_TORCH_NAMES
 from nova.kernels.optimizer.problem import OptimizerProblemError, UpdateRule
+from nova.kernels.pointwise.types import FROM_TORCH_NAMES
 from nova.kernels.optimizer.table import table_words
 
 ALIGN = 16                      # bytes: the 16-byte vector accesses

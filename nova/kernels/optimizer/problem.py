@@ -20,12 +20,15 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from nova.ir.ops import ADAMW_HYPER, SGD_HYPER
-from nova.ir.types import ELEMENT_TYPES
+from nova.dtypes import element
 
 OPTIMIZERS = ("adamw", "sgd")
 STORAGE_DTYPES = ("f32", "bf16", "f16", "f64")       # parameters, gradients, optimizer state
 STEP_DTYPES = ("f32", "f64", "i64", "i32")           # Adam's step counts (torch keeps f32)
+# The hyper-parameter vectors' entries, in the IR's order (nova/ir/ops.py ADAMW_HYPER, SGD_HYPER; the
+# kernels sit below the IR, tests/test_optimizer_kernel.py checks that they agree)
+ADAMW_HYPER = ("lr", "beta1", "beta2", "eps", "weight_decay")
+SGD_HYPER = ("lr", "momentum", "dampening", "weight_decay")
 
 
 class OptimizerProblemError(ValueError):
@@ -60,7 +63,7 @@ class UpdateRule:
 
     @property
     def itemsize(self) -> int:
-        return ELEMENT_TYPES[self.dtype][0]
+        return element(self.dtype).bytes
 
     @property
     def hyper(self) -> tuple[str, ...]:

@@ -1,16 +1,18 @@
 """Fused pointwise kernels: a fusion group's chain of IR pointwise ops (broadcasting, strided views
 read in place, inlined scalar fills) as one generated kernel, configured in closed form.
 
-    problem.py     PointwiseProblem (shape, operands, SSA program, outputs): from_nodes, from_expression
+    types.py       the element types it computes on (sizes, torch names, promotion)
+    problem.py     PointwiseProblem (shape, operands, SSA program, outputs)
     canonical.py   the canonical form (coalesced axes; DAG hash-consing, folding, ordering) + rewrites.py
-    expression.py  the CLI's expression parser
     schedule.py    PointwiseSchedule, PointwiseConfig
     derive.py      the configurator (vector width, threads, occupancy, grid, prediction)
     emit.py        the MLIR builder (host only)
     compile.py     the family "pointwise" (build, describe) registered with nova.kernels.family
     launch.py      resolve + bind: the runtime side (no MLIR)
-    cli.py         nova-config explain pointwise
     switch.py      NOVA_POINTWISE: which memory-bound groups run on Nova kernels (read once)
+
+A fusion group's problem is stated by ``nova.passes.pointwise_from_ir``; ``nova-config explain
+pointwise`` is ``nova/cli/pointwise.py`` (its expression parser ``nova/passes/pointwise_expression.py``).
 
 Importing this package imports neither MLIR nor the CUDA driver.
 """

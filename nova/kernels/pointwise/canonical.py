@@ -16,10 +16,8 @@ walks contiguously merged (``coalesce``).
 """
 from __future__ import annotations
 
-import math
-
-from nova.ir.ops import kind
-from nova.kernels.pointwise.problem import Instr, Operand, PointwiseProblem, PointwiseProblemError
+from nova.kernels.pointwise.problem import Instr, Operand, PointwiseProblem
+from nova.kernels.pointwise.rewrites import fold, rewrite
 
 COMMUTATIVE = frozenset("add mul maximum minimum eq ne logical_and logical_or".split())
 
@@ -53,7 +51,6 @@ class Builder:
         return self._intern("constant", (), (("value", float(value)),), dtype)
 
     def make(self, op: str, args, attrs, dtype: str) -> Expr:
-        from nova.kernels.pointwise.rewrites import fold, rewrite
         args = tuple(args)
         attrs = tuple(sorted(attrs))
         folded = fold(self, op, args, attrs, dtype)
@@ -72,29 +69,6 @@ class Builder:
         if node is None:
             node = self.nodes[key] = Expr(op, args, attrs, dtype, key)
         return node
-
-
-def program_of(nodes, inputs, outputs):
-    """The expression DAG of a fusion group: ``(builder, [Expr of each output])``."""
-    b = Builder()
-    env = {v: b.input(k, v.dtype) for k, v in enumerate(inputs)}
-    for node in nodes:
-        out = node.outputs[0]
-        if node.op == "constant":
-            env[out] = b.const(node.attrs["value"], out.dtype)
-        elif node.op == "iota":
-            if node.attrs["length"] != 1:
-                raise PointwiseProblemError("an iota fill longer than one element (its value depends on the index)")
-            env[out] = b.const(node.attrs.get("start", 0), out.dtype)
-        elif kind(node.op) == "pointwise":
-            missing = [v for v in node.inputs if v not in env]
-            if missing:
-                raise PointwiseProblemError(f"{node.op} reads {missing[0].type}, which is neither an input nor "
-                                            "computed in the group")
-            env[out] = b.make(node.op, [env[v] for v in node.inputs], node.attrs.items(), out.dtype)
-        else:
-            raise PointwiseProblemError(f"{node.op} is not a pointwise op")
-    return b, [env[v] for v in outputs]
 
 
 def coalesce(shape, operands) -> tuple[tuple[int, ...], tuple[Operand, ...]]:
@@ -135,7 +109,3 @@ def canonical_problem(shape, operands, built) -> PointwiseProblem:
     out_values = tuple(visit(e) for e in outs)
     shape, operands = coalesce(tuple(shape), operands)
     return PointwiseProblem(shape, operands, tuple(program), out_values)
-
-
-def is_close(a: float, b: float, rel: float = 1e-4) -> bool:
-    return math.isclose(a, b, rel_tol=rel, abs_tol=0.0)

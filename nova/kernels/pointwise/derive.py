@@ -25,7 +25,7 @@ from nova.hwmodel.formula import formulas
 from nova.hwmodel.model import F as HW
 from nova.kernels.pointwise.problem import ALIGN_MAX, PointwiseProblem
 from nova.kernels.pointwise.schedule import PointwiseConfig, PointwiseSchedule
-from nova.ir.types import ELEMENT_TYPES
+from nova.kernels.pointwise.types import ELEMENT_BYTES
 
 WARPS_PER_SCHEDULER = 2          # two warps per scheduler per CTA: one issues while the other waits
 REG_BASE = 32                    # [EST] addresses, loop counters, flat-index arithmetic (ptxas verifies)
@@ -47,7 +47,7 @@ def contiguous_operands(problem: PointwiseProblem) -> list[tuple[str, int, tuple
     """``(name, itemsize, strides, align)`` of every operand read or written along the innermost
     axis with stride 1: the inputs that are, and every output."""
     out = [(f"in{k}", x.itemsize, x.strides, x.align) for k, x in enumerate(problem.inputs) if x.strides[-1] == 1]
-    out += [(f"out{k}", ELEMENT_TYPES[d][0], problem.contiguous_strides, ALIGN_MAX)
+    out += [(f"out{k}", ELEMENT_BYTES[d], problem.contiguous_strides, ALIGN_MAX)
             for k, d in enumerate(problem.output_dtypes())]
     return out
 
@@ -91,7 +91,7 @@ def configure_pointwise(problem: PointwiseProblem, target="h200") -> PointwiseCo
                           f"{gpu.warp_schedulers_per_sm} schedulers, fewer for a problem of {vectors} vectors",
                           warps=WARPS_PER_SCHEDULER * int(gpu.warp_schedulers_per_sm), vectors=vectors))
     words = sum(max(1, x.itemsize // 4) for x in problem.inputs) + \
-        sum(max(1, ELEMENT_TYPES[t][0] // 4) for t in problem.output_dtypes())
+        sum(max(1, ELEMENT_BYTES[t] // 4) for t in problem.output_dtypes())
     regs = int(d.apply("registers", F.regs, "estimate: addresses and loop, one register per 32-bit word of "
                        "the elements in flight (ptxas reports the count)", reg_base=REG_BASE, vector=vector,
                        words=words))

@@ -23,6 +23,7 @@ import struct
 from nova.codegen.builder import Ir
 from nova.kernels.pointwise.problem import PointwiseProblem
 from nova.kernels.pointwise.schedule import PointwiseSchedule
+from nova.kernels.pointwise.types import promote
 
 KERNEL_NAME = "nova_pointwise"
 STORAGE = {"f64": "f64", "f32": "f32", "bf16": "bf16", "f16": "f16", "i64": "i64", "i32": "i32", "bool": "i8"}
@@ -232,7 +233,6 @@ class _Emitter:
                                      f"{ins.dtype} to f32")
             return y
         if op in COMPARE:
-            from nova.ir.types import promote
             common = COMPUTE[promote(*(self.p.dtype_of(a) for a in ins.args))]
             a, b = (self.convert(x, t, common) for x, t in args)
             if common in FLOAT:

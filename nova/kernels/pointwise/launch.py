@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import threading
 
-from nova.ir.types import FROM_TORCH_NAMES
 from nova.kernels.pointwise.problem import ALIGN_MAX, Operand, PointwiseProblem, PointwiseProblemError
+from nova.kernels.pointwise.types import FROM_TORCH_NAMES
 
 _memo: dict[tuple, tuple] = {}
 _lock = threading.RLock()
@@ -42,10 +42,10 @@ def resolve(problem: PointwiseProblem, device_index=None, target=None):
 
 def tensor_operand(t, shape) -> Operand:
     """The operand a tensor is when read over ``shape`` (broadcast axes stride 0)."""
-    from nova.kernels.pointwise.problem import _alignment, _broadcast_strides
+    from nova.kernels.pointwise.problem import alignment, broadcast_strides
     dtype = FROM_TORCH_NAMES[str(t.dtype).removeprefix("torch.")]
-    strides = _broadcast_strides(tuple(t.shape), tuple(t.stride()), tuple(shape))
-    return Operand(dtype, strides, _alignment(t.data_ptr() % ALIGN_MAX))
+    strides = broadcast_strides(tuple(t.shape), tuple(t.stride()), tuple(shape))
+    return Operand(dtype, strides, alignment(t.data_ptr() % ALIGN_MAX))
 
 
 def mismatch(problem: PointwiseProblem, inputs, outputs) -> str:

@@ -11,15 +11,16 @@ every operand walks contiguously are merged; the program is rewritten to its nam
 SiLU and sigmoid patterns), constant-folded, deduplicated and numbered in one deterministic order, so
 the same math fuses to the same problem and the same cache key however it was written.
 
-    PointwiseProblem.from_nodes(group.nodes, group.inputs, group.outputs, strides_of)
-    PointwiseProblem.from_expression("gelu_tanh(x)+y", (16384, 2048), "bf16")
+A fusion group's problem is stated by ``nova.passes.pointwise_from_ir`` (``pointwise_problem``: the
+group's nodes, the values it reads and writes, their strides; ``expression_problem``: the CLI's
+``"gelu_tanh(x)+y"``), which builds the program and puts it in canonical form here.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from nova.ir.types import ELEMENT_TYPES, FLOAT_TYPES
+from nova.kernels.pointwise.types import ELEMENT_BYTES
 
 ALIGN_MAX = 16                        # bytes: the widest global access (ld.global.v4.b32)
 
@@ -37,7 +38,7 @@ class Operand:
 
     @property
     def itemsize(self) -> int:
-        return ELEMENT_TYPES[self.dtype][0]
+        return ELEMENT_BYTES[self.dtype]
 
     def span(self, shape) -> int:
         """Elements from the first to one past the last one addressed."""
@@ -96,7 +97,7 @@ class PointwiseProblem:
     def bytes_moved(self) -> int:
         """Every distinct input element read once, every output element written once."""
         reads = sum(x.distinct(self.shape) * x.itemsize for x in self.inputs)
-        return reads + sum(self.numel * ELEMENT_TYPES[d][0] for d in self.output_dtypes())
+        return reads + sum(self.numel * ELEMENT_BYTES[d] for d in self.output_dtypes())
 
     def expression(self) -> str:
         """The program as one line per output, e.g. ``out0 = add(gelu_tanh(in0), in1)``."""
@@ -123,38 +124,8 @@ class PointwiseProblem:
         return {"shape": list(self.shape), "inputs": [x.to_dict() for x in self.inputs],
                 "program": [i.to_dict() for i in self.program], "outputs": list(self.outputs)}
 
-    # ------------------------------------------------------------------ constructors
-    @classmethod
-    def from_nodes(cls, nodes, inputs, outputs, strides_of, offset_of=None) -> "PointwiseProblem":
-        """The problem of a fusion group: ``nodes`` (pointwise ops and constant fills, program
-        order), the values it reads (``inputs``, that order is the kernel's argument order) and
-        writes (``outputs``); ``strides_of(value)`` gives an input's element strides as the kernel
-        will see it, ``offset_of(value)`` its storage offset in elements (for the base alignment;
-        default 0).  Raises ``PointwiseProblemError`` naming what no kernel of this family does."""
-        from nova.kernels.pointwise.canonical import canonical_problem, program_of
-        shape = _iteration_shape(outputs)
-        operands = []
-        for v in inputs:
-            strides = tuple(strides_of(v))
-            offset = offset_of(v) if offset_of is not None else 0
-            operands.append(Operand(v.dtype, _broadcast_strides(v.shape, strides, shape),
-                                    _alignment(offset * v.type.itemsize)))
-        return canonical_problem(shape, tuple(operands), program_of(nodes, inputs, outputs))
 
-    @classmethod
-    def from_expression(cls, text: str, shape, dtype: str = "f32") -> "PointwiseProblem":
-        """The problem of ``text`` (``"gelu_tanh(x)+y"``: names are inputs of ``shape`` and ``dtype``,
-        in order of first appearance, contiguous; functions are IR op names; numbers are constants;
-        ``**``, ``*``, ``/``, ``+``, ``-`` and parentheses)."""
-        from nova.kernels.pointwise.expression import parse
-        if dtype not in FLOAT_TYPES:
-            raise PointwiseProblemError(f"dtype must be one of {', '.join(FLOAT_TYPES)}, got {dtype!r}")
-        graph, names, result = parse(text, tuple(int(d) for d in shape), dtype)
-        contiguous = {v: _row_major(v.shape) for v in names}
-        return cls.from_nodes(graph.nodes, names, [result], contiguous.__getitem__)
-
-
-def _row_major(shape) -> tuple[int, ...]:
+def row_major(shape) -> tuple[int, ...]:
     out, inner = [], 1
     for d in reversed(shape):
         out.append(inner)
@@ -162,7 +133,7 @@ def _row_major(shape) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
-def _iteration_shape(outputs) -> tuple[int, ...]:
+def iteration_shape(outputs) -> tuple[int, ...]:
     if not outputs:
         raise PointwiseProblemError("a pointwise kernel needs at least one output")
     shape = max((tuple(v.shape) for v in outputs), key=lambda s: (math.prod(s), len(s)))
@@ -174,7 +145,7 @@ def _iteration_shape(outputs) -> tuple[int, ...]:
     return shape
 
 
-def _broadcast_strides(shape, strides, target) -> tuple[int, ...]:
+def broadcast_strides(shape, strides, target) -> tuple[int, ...]:
     """``strides`` of a ``shape`` operand read over ``target`` (NumPy broadcasting: trailing axes
     aligned, extent-1 and missing axes stride 0)."""
     pad = len(target) - len(shape)
@@ -188,7 +159,7 @@ def _broadcast_strides(shape, strides, target) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _alignment(offset_bytes: int) -> int:
+def alignment(offset_bytes: int) -> int:
     """The largest power of two up to ``ALIGN_MAX`` dividing the byte offset (allocations are 256-byte aligned)."""
     a = ALIGN_MAX
     while offset_bytes % a:

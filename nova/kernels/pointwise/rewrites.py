@@ -10,17 +10,21 @@ a constant and coefficient-weighted terms).  With those, each pattern is one che
                   u = sqrt(2/pi) x + sqrt(2/pi) 0.044715 x^3     (PyTorch's ``approximate="tanh"``)
     gelu_erf(x)   the same with 1 + erf(u), u = x / sqrt(2)      (PyTorch's exact GELU)
 
-Constants match with a relative tolerance of 1e-4 (``canonical.is_close``).  The rewritten product
+Constants match with a relative tolerance of 1e-4 (``is_close``).  The rewritten product
 keeps its other factors: ``2*x*sigmoid(x)`` becomes ``2*silu(x)``.
 """
 from __future__ import annotations
 
 import math
 
-from nova.ir.types import FLOAT_TYPES
+from nova.kernels.pointwise.types import FLOAT_TYPES
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 GELU_CUBIC = 0.044715
+
+
+def is_close(a: float, b: float, rel: float = 1e-4) -> bool:
+    return math.isclose(a, b, rel_tol=rel, abs_tol=0.0)
 
 
 def _sigmoid(x):
@@ -112,7 +116,6 @@ def _monomial(e, x) -> tuple[float, int] | None:
 
 
 def _poly_is(poly, expected: dict) -> bool:
-    from nova.kernels.pointwise.canonical import is_close
     if poly is None or set(d for d, c in poly.items() if c) != set(expected):
         return False
     return all(is_close(poly[d], c) for d, c in expected.items())
@@ -120,7 +123,6 @@ def _poly_is(poly, expected: dict) -> bool:
 
 def _one_plus(e, fn: str):
     """u where ``e`` is 1 + fn(u), else None."""
-    from nova.kernels.pointwise.canonical import is_close
     const, ts = terms(e)
     if is_close(const, 1.0) and len(ts) == 1 and is_close(ts[0][0], 1.0) and ts[0][1].op == fn:
         return ts[0][1].args[0]
@@ -186,7 +188,6 @@ def rewrite(b, op, args, attrs, dtype):
             out = b.make(named, (x,), (), dtype)
             for f in rest:
                 out = b.make("mul", (out, f), (), dtype)
-            from nova.kernels.pointwise.canonical import is_close
             coefficient = c / scale
             if is_close(coefficient, 1.0, 1e-9):
                 return out

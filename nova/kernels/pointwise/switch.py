@@ -1,21 +1,19 @@
-"""``NOVA_POINTWISE``: which memory-bound groups the plan puts on Nova's kernels (A/B measurements
-against ATen).
+"""``NOVA_POINTWISE`` (``nova.options``): which memory-bound groups the plan puts on Nova's kernels
+(A/B measurements against ATen).
 
-    unset or 1    fused pointwise groups and optimizer updates on Nova kernels (the default)
-    0             both on ATen
+    all (1)       fused pointwise groups and optimizer updates on Nova kernels (the default)
+    none (0)      both on ATen
     fused         only the fused pointwise groups (optimizer updates on ATen's foreach kernels)
     optimizer     only the optimizer updates (multi-tensor kernels)
 
-The variable is read here only (``memory_bound_kernels``); the answer is passed down explicitly
-(``nova.passes.pipeline(..., kernels=...)``, ``nova.passes.fusion.fuse``) and is part of the plan
-cache's key, so a plan made under one setting is never reused under another.
+The option is read once by the caller that plans (``nova.compiler.plan_cache.plan``, or
+``nova.passes.pipeline`` when given nothing) through ``memory_bound_kernels``; the answer is passed
+down explicitly (``pipeline(..., kernels=...)``, ``nova.passes.fusion.fuse``) and is part of the
+plan cache's key, so a plan made under one setting is never reused under another.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-
-VARIABLE = "NOVA_POINTWISE"
 
 
 @dataclass(frozen=True)
@@ -25,18 +23,18 @@ class MemoryBoundKernels:
 
     def key(self) -> str:
         """The setting as ``NOVA_POINTWISE`` spells it."""
-        return {(True, True): "1", (False, False): "0", (True, False): "fused",
+        return {(True, True): "all", (False, False): "none", (True, False): "fused",
                 (False, True): "optimizer"}[(self.pointwise, self.optimizer)]
 
 
-SETTINGS = {"1": MemoryBoundKernels(), "0": MemoryBoundKernels(False, False),
+SETTINGS = {"all": MemoryBoundKernels(), "none": MemoryBoundKernels(False, False),
             "fused": MemoryBoundKernels(True, False), "optimizer": MemoryBoundKernels(False, True)}
 
 
-def memory_bound_kernels(environ=None) -> MemoryBoundKernels:
-    """The setting of ``NOVA_POINTWISE`` (a ValueError naming the accepted values for another one)."""
-    text = (os.environ if environ is None else environ).get(VARIABLE, "1").strip().lower() or "1"
-    try:
-        return SETTINGS[text]
-    except KeyError:
-        raise ValueError(f"{VARIABLE} must be one of {', '.join(SETTINGS)}, got {text!r}") from None
+def memory_bound_kernels(options=None) -> MemoryBoundKernels:
+    """The ``NOVA_POINTWISE`` setting of ``options`` (None: ``nova.options.current()``, the environment's;
+    a bad value is ``OptionError``'s one line)."""
+    if options is None:
+        from nova import options as nova_options
+        options = nova_options.current()
+    return SETTINGS[options.pointwise]

@@ -1,4 +1,0 @@
-# Session 12, call 7: compute-sanitizer racecheck and synccheck over every attention GPU test at the
-# session's final kernels (calls 1-4 ran them over subsets).  Attention cache in .nova-cache.
-OUT=$OUT STAGES="sanitizer" SAN_TOOLS="synccheck racecheck" SAN_TESTS=tests/test_attention_gpu.py SAN_S=280 \
-  bash bench/issue12_device.sh 2>&1 | grep -E "passed|failed|SUMMARY|exit" | tail -n 12

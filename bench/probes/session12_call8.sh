@@ -1,4 +1,0 @@
-# Session 12, call 8: racecheck over the strided-operand attention GPU tests that call 7's 280 s did
-# not reach (fused, separate and padded layouts, plain and forced-Hopper).  Attention cache in .nova-cache.
-OUT=$OUT STAGES="sanitizer" SAN_TOOLS="racecheck" SAN_TESTS=tests/test_attention_gpu.py \
-  SAN_K="fused or separate or padded" SAN_S=230 bash bench/issue12_device.sh 2>&1 | grep -E "passed|failed|SUMMARY|exit" | tail -n 6

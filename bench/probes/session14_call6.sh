@@ -1,6 +1,0 @@
-# Session 14, call 6: the GPT-42M training step (b32 x 512, TF32, AdamW) at session 14's picks (its LM head
-# on 128x192 ping-pong tiles), eager and Nova in one process each.  Cache: PARTS="tests" + the gpt42m step.
-mkdir -p $OUT/gpt42m
-OUT=$OUT/gpt42m STAGES="train" MODEL=gpt42m BATCH=32 FRAMEWORKS=eager,nova TRAIN_S=170 \
-  bash bench/issue12_device.sh 2>&1 | grep -E "passed|failed|tok|peak|rror" | tail -12
-echo "== done $(date +%T)"

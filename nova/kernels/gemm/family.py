@@ -1,0 +1,49 @@
+"""The GEMM family's registration with ``nova.kernels.family``: its ABI counter, how a kernel is
+built and described, and the GEMM spellings of the family-wide key and ``get_or_compile``.
+
+Importing this module imports no MLIR: ``compile_artifact`` imports the code generator when a kernel
+must be built.  GEMM kernels have no role (one kernel per problem; its operand-prep and split-K
+reduction kernels travel inside its artifact), so their keys hold none.
+"""
+from __future__ import annotations
+
+from nova.kernels import family
+from nova.messages import OFFLINE_HINT, not_precompiled, summary_line
+from nova.runtime import cache as kernel_cache
+from nova.runtime.cache import CompilerUnavailableError, KernelCache
+
+NAME = "gemm"
+ABI = 12           # bump whenever the kernel ABI (arguments, layout, launch contract) or the generated code changes
+
+
+def compile_artifact(problem, schedule, target):
+    """Run the code generator (imports MLIR): the problem's ``KernelArtifact``; a missing MLIR is
+    ``CompilerUnavailableError``."""
+    if not kernel_cache.mlir_available():
+        raise CompilerUnavailableError(f"cannot compile {summary_line(problem, target)}: MLIR Python bindings "
+                                       f"are not installed here; {OFFLINE_HINT}")
+    from nova.kernels.gemm.compile import compile_gemm
+    return compile_gemm(problem, schedule)
+
+
+FAMILY = family.register(family.KernelFamily(
+    name=NAME, abi=ABI,
+    build=lambda problem, schedule, role: compile_artifact(problem, schedule, None),
+    describe=lambda problem, role, target: summary_line(problem, target),
+    not_precompiled=lambda problem, role, target, key, root: not_precompiled(problem, target, key, root)))
+
+
+def key_payload(problem: dict, schedule: dict, target_name: str, target_arch: str) -> dict:
+    """Everything that determines a GEMM kernel's bytes, as plain data."""
+    return family.key_payload(NAME, family.family(NAME).abi, None, problem, schedule, target_name, target_arch)
+
+
+def kernel_key(problem, schedule, target) -> str:
+    """sha256 hex of the canonical payload; ``target`` is anything with ``.name`` and ``.arch``."""
+    return family.kernel_key(NAME, problem, schedule, None, target)
+
+
+def get_or_compile(problem, schedule, target, cache: KernelCache | None = None,
+                   offline: bool | None = None):
+    """``(artifact, key, status)`` with status ``"cached"`` or ``"compiled"`` (then stored)."""
+    return family.get_or_compile(NAME, problem, schedule, None, target, cache, offline)

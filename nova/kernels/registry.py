@@ -1,0 +1,14 @@
+"""Every built-in kernel family, registered: import this module where all of them must be known
+(the cache's stale-entry detection, ``nova cache prune``).  A new family adds its module here."""
+from __future__ import annotations
+
+from nova.kernels import family
+from nova.kernels.attention import compile as attention_family  # noqa: F401  (registers "attention")
+from nova.kernels.gemm import family as gemm_family  # noqa: F401  (registers "gemm")
+from nova.kernels.rows import compile as rows_family  # noqa: F401  (registers "rows")
+
+
+def current_keys(entry: dict) -> set[str]:
+    """The keys today's code gives a cache entry, over every built-in family and GPU preset
+    (``KernelCache.prune(current_keys=...)``)."""
+    return family.current_keys(entry, family.preset_targets())

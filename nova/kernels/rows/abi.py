@@ -1,0 +1,61 @@
+"""The launch contract of the rows kernels: each role's entry point, its parameters (bare pointers, in
+order) and the workspace the launches share.  Read by the builders and by the launcher; imports no MLIR.
+
+Workspace (one f32 buffer per launch site, ``workspace_layout``): ``rowloss`` [rows] (cross-entropy's
+per-row losses, added by ``total``), ``scale`` [1] (the backward's dloss / count from ``total_pre``),
+``partials`` [reductions x splits x n] (the column stage's per-split sums).
+"""
+from __future__ import annotations
+
+from nova.kernels.rows.kinds import column_problem
+from nova.kernels.rows.problem import RowsProblem
+
+KERNEL_NAMES = {"row": "nova_rows", "column": "nova_rows_column", "column_final": "nova_rows_column_final",
+                "total": "nova_rows_total", "total_pre": "nova_rows_total_pre"}
+WORKSPACE_ALIGN = 256
+
+
+def workspace_layout(p: RowsProblem, s) -> tuple[dict, int]:
+    """``({name: (byte offset, f32 elements)}, total bytes)`` of the workspace of ``p``'s launches."""
+    sizes = {}
+    if p.kind == "cross_entropy":
+        sizes["rowloss"] = p.rows
+    if p.kind == "cross_entropy_backward":
+        sizes["scale"] = 1
+    colp = column_problem(p)
+    if colp is not None and s.column is not None and s.column.splits > 1:
+        sizes["partials"] = len(colp.prologue.reduce) * s.column.splits * colp.n
+    layout, offset = {}, 0
+    for name, count in sizes.items():
+        layout[name] = (offset, count)
+        offset += -(-4 * count // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
+    return layout, offset
+
+
+def row_operands(p: RowsProblem) -> list:
+    """The operands the row kernel reads and writes (column gradients and the loss are other kernels')."""
+    ins = [o for o in p.inputs if o.name != "dloss"]
+    outs = [o for o in p.outputs if o.layout in ("row", "per_row")]
+    return ins + outs
+
+
+def params(p: RowsProblem, s, role: str) -> list[tuple[str, str]]:
+    """``[(parameter name, what it is)]`` of kernel ``role``: an operand name or ``ws:<workspace name>``."""
+    if role == "row":
+        names = [o.name for o in row_operands(p)]
+        extra = {"cross_entropy": ["ws:rowloss"], "cross_entropy_backward": ["ws:scale"]}.get(p.kind, [])
+        return [(n, n) for n in names] + [(w[3:], w) for w in extra]
+    if role == "total":
+        return [("target", "target"), ("rowloss", "ws:rowloss"), ("loss", "loss")]
+    if role == "total_pre":
+        return [("dloss", "dloss"), ("target", "target"), ("scale", "ws:scale")]
+    colp = column_problem(p)
+    reduced = [name for _, name in colp.prologue.reduce]
+    if role == "column":
+        ins = [(o.name, o.name) for o in colp.inputs]
+        stored = [(o.name, o.name) for o in colp.outputs if o.name not in reduced]
+        tail = [("partials", "ws:partials")] if s.column.splits > 1 else [(n, n) for n in reduced]
+        return ins + stored + tail
+    if role == "column_final":
+        return [("partials", "ws:partials")] + [(n, n) for n in reduced]
+    raise ValueError(f"unknown rows kernel role {role!r}")

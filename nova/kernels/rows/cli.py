@@ -1,0 +1,89 @@
+"""``nova-config explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy ROWSxN [--backward] [--dtype ...]
+[--target ...] [--json]``: the rows schedule of one problem, each derivation step with its reason, the prediction."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from nova.kernels.rows.problem import FLOAT_DTYPES, RowsProblemError, parse_rows_shape
+
+OPS = ("layernorm", "rmsnorm", "softmax", "log_softmax", "cross_entropy")
+
+
+def build_parser(op: str = "layernorm") -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=f"nova-config explain {op}",
+                                 description="derive and explain a rows kernel's schedule (row reductions and "
+                                             "normalizations: LayerNorm, RMSNorm, softmax, log-softmax, cross-entropy)")
+    ap.add_argument("shape", help="ROWSxN: rows of N elements (e.g. 16384x4096; AxBxN: every axis but the last is a row)")
+    ap.add_argument("--backward", action="store_true",
+                    help="the backward: input gradients (and for the norms the weight/bias gradients: a two-stage "
+                         "column sum); cross_entropy: dlogits")
+    ap.add_argument("--dtype", default="f32", choices=tuple(FLOAT_DTYPES),
+                    help="storage type of the rows (f32, bf16, f16; statistics are f32; default f32)")
+    ap.add_argument("--target", default="h200", help="GPU model (see nova-config targets; default h200)")
+    ap.add_argument("--json", action="store_true",
+                    help="machine-readable output: problem, schedule, prediction, kernels_us, derivation")
+    return ap
+
+
+def main(op: str, argv=None) -> int:
+    from nova.hwmodel import TargetError, get_target
+    from nova.kernels.rows.derive import configure_rows
+    from nova.kernels.rows.kinds import cli_problem
+    args = build_parser(op).parse_args(argv)
+    try:
+        rows, n = parse_rows_shape(args.shape)
+        cfg = configure_rows(cli_problem(op, rows, n, args.dtype, backward=args.backward), get_target(args.target))
+    except (RowsProblemError, TargetError) as e:
+        from nova.options import debug
+        if debug():
+            raise
+        print(f"nova-config: error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(cfg.to_dict(), indent=1, default=str))
+        return 0
+    render(cfg)
+    return 0
+
+
+def render(cfg) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    con = Console(width=None if sys.stdout.isatty() else 150, highlight=False)
+    p, s, gpu = cfg.problem, cfg.schedule, cfg.target
+    con.print(f"[bold]{p.describe()}[/] on [bold]{gpu.full_name}[/] ({gpu.name}, {gpu.arch}, {int(gpu.sm_count)} SMs)")
+    t = Table(title="Derivation (formula with this GPU's numbers, decision, why)")
+    for col in ("#", "step", "formula", "value", "why"):
+        t.add_column(col, overflow="fold")
+    for i, st in enumerate(cfg.derivation, 1):
+        v = f"{st.value:.4g}" if isinstance(st.value, float) else str(st.value)
+        t.add_row(str(i), st.step, st.formula, v, st.reason)
+    con.print(t)
+    k = Table(title="Schedule (kernels in launch order)")
+    for col in ("kernel", "geometry", "predicted us", "DRAM MB", "bound"):
+        k.add_column(col)
+    for role in s.roles:
+        term = cfg.terms.get(role, {})
+        k.add_row(role, _geometry(s, role), f"{term.get('time_us', 0):.2f}", f"{term.get('bytes', 0) / 1e6:.1f}",
+                  str(term.get("bound", "")))
+    con.print(k)
+    pr = cfg.prediction
+    con.print(f"[bold]Prediction[/]: {pr.time_us:.2f} us ({pr.bound}-bound; DRAM floor {pr.floor_us:.2f} us, "
+              f"launches {pr.terms_us.get('launch_us', 0):.2f} us)")
+    con.print(f"[dim]configured in {cfg.config_time_ms:.3f} ms, no search, no measurement[/]")
+
+
+def _geometry(s, role: str) -> str:
+    if role == "row":
+        r = s.row
+        how = "registers" if r.in_registers else f"{r.chunks} chunks a pass"
+        return (f"grid {r.grid}, {r.threads} threads, {r.threads_per_row} per row, {r.rows_per_cta} rows/CTA, "
+                f"vec {r.vec}, {how}")
+    if role in ("column", "column_final"):
+        c = s.column
+        if role == "column":
+            return f"grid {c.grid[0]}x{c.grid[1]}, {c.threads_cols}x{c.threads_rows} threads, vec {c.vec}, {c.splits} splits"
+        return f"grid {c.final_grid}, {c.final_threads} threads, {c.splits} partials a column"
+    return f"1 CTA of {s.total_threads} threads"

@@ -1,0 +1,296 @@
+"""The Analytic Configurator for rows kernels: one function per numbered step, each returning its value
+and the ``Step`` (formula with this GPU's numbers, value, reason) that ``nova-config explain`` prints.
+Closed form: no search, no measurement.
+
+ 1. vector width      16-byte accesses, narrowed to what every operand's row length, stride and base allow
+ 2. threads per row   lanes until each holds one vector; a warp per row up to LANE_VECTORS vectors a lane;
+                      beyond, a CTA per row of as many warps as that needs (at most a CTA's 1024 threads)
+ 3. rows per CTA      CTAs of 4 warps (one per scheduler) for short rows; one row per CTA for long ones
+ 4. passes            the row held in registers (read once) when the values a thread keeps fit the
+                      register budget, else walked once per pass (the re-reads hit L2 when the rows in
+                      flight fit it); online max-sum for softmax and cross-entropy (one pass for both)
+ 5. occupancy, grid   CTAs per SM from threads, registers and shared memory; the grid and its waves
+ 6. column stage      (weight/bias gradients, sums over rows) threads along the columns, a deterministic
+                      two-stage sum: per-split partials in a workspace, then each column's partials in order;
+                      the split fills one wave of CTAs (no float atomics)
+ 7. prediction        per kernel: DRAM bytes / (DRAM bandwidth x eta) + L2 re-reads / L2 bandwidth + launch
+"""
+from __future__ import annotations
+
+import math
+import time
+
+from nova.configurator.derivation import Derivation, formula_step, note
+from nova.configurator.step import Prediction
+from nova.hwmodel import GPUModel, get_target
+from nova.hwmodel.formula import formulas
+from nova.hwmodel.model import F as HW
+from nova.kernels.rows.kinds import column_problem
+from nova.kernels.rows.problem import RowsProblem
+from nova.kernels.rows.schedule import ColumnTile, RowsConfig, RowsSchedule, RowTile
+
+TRANSACTION_BYTES = 16       # [CC] the widest global load/store a thread issues (ld.global.v4.b32: 16 bytes)
+LANE_VECTORS = 8             # [EST] vectors a lane keeps before another warp joins the row: 8 x 16 B = 32 f32
+                             # registers per operand, 128 bytes in flight per lane per pass
+REG_VALUES = 64              # [EST] f32 values a thread may keep for the whole row (one-pass budget): with the
+                             # ~40 registers of addresses and statistics the kernel stays under 128 registers,
+                             # two 1024-thread CTAs or sixteen 128-thread CTAs per SM (ptxas checks: no spills)
+REG_OVERHEAD = 40            # [EST] registers besides the kept values: indices, statistics, loop state
+MIN_ROWS_PER_THREAD = 16     # [EST] column stage: rows a thread adds at least per split (amortises its partial)
+COLUMN_THREADS = 256         # [EST] column-stage CTA: 8 warps, two per scheduler
+TOTAL_THREADS = 256          # [EST] the single-CTA loss kernels: 8 warps stream the [rows] vectors once
+# passes over the row when it is not kept in registers (step 4), and the row operands a thread keeps
+PASSES = {"layer_norm": 3, "layer_norm_backward": 2, "rms_norm": 2, "rms_norm_backward": 2, "softmax": 2,
+          "log_softmax": 2, "softmax_backward": 2, "log_softmax_backward": 2, "cross_entropy": 1,
+          "cross_entropy_backward": 1, "row_reduce": 1}
+HELD = {"layer_norm": ("x",), "layer_norm_backward": ("dy", "x"), "rms_norm": ("x",),
+        "rms_norm_backward": ("dy", "x"), "softmax": ("x",), "log_softmax": ("x",),
+        "softmax_backward": ("dy", "y"), "log_softmax_backward": ("dy", "y"), "cross_entropy": ("logits",),
+        "cross_entropy_backward": ("logits",)}
+
+F = formulas("""
+    vec_max = transaction_bytes / elem_bytes
+    slots = ceil(n / vec)
+    warps_per_row = Min(max_warps, ceil(slots / (32 * lane_vectors)))
+    chunks = ceil(slots / threads_per_row)
+    kept = chunks * vec * held
+    cta_threads = Max(32 * schedulers, max_threads_per_sm / max_blocks_per_sm)
+    bps = Min(max_blocks_per_sm, floor(max_threads_per_sm / threads), bps_regs, bps_smem)
+    grid = ceil(rows / rows_per_cta)
+    waves = grid / (sm_count * blocks_per_sm)
+    working_set = sm_count * blocks_per_sm * rows_per_cta * row_bytes
+    col_blocks = ceil(n / (threads_cols * vec))
+    splits = Max(1, Min(ceil(sm_count * blocks_per_sm / col_blocks), floor(rows / (threads_rows * min_rows))))
+    t_kernel = dram_bytes / (dram_bw * eta_dram) + l2_reread_bytes / l2_bw + t_launch
+""")
+
+
+def _pow2ceil(x: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1, x))))
+
+
+def memory_constants(gpu: GPUModel) -> dict:
+    """eta_dram and the launch latency: the target's calibration (``nova/hwmodel/calibration``: eta_dram
+    measured by nova.bench.l2_probe, t_launch the CUDA-graph gap between kernels) where stored, else the
+    datasheet bandwidth (eta 1) and the preset's launch overhead ([EST] 3 us)."""
+    from nova.hwmodel import calibration
+    for family in ("wgmma", "mma.sync"):
+        stored = calibration.load(gpu.name, family)
+        if stored:
+            c = stored["constants"]
+            return {"eta_dram": c["eta_dram"], "t_launch_us": c["t_launch_us"],
+                    "source": f"calibration {calibration.path_for(gpu.name, family).name}"}
+    return {"eta_dram": 1.0, "t_launch_us": gpu.launch_overhead_us, "source": "datasheet, preset launch overhead"}
+
+
+# ---- 1 -----------------------------------------------------------------------------------------
+def step1_vector(p: RowsProblem, operands) -> tuple[int, list]:
+    """vec = 16 / elem_bytes of the widest element, halved while some operand's row length, row stride
+    or base address is not a multiple of it ([CC]: a vector access must be aligned to its size)."""
+    widest = max(o.elem_bytes for o in operands)
+    vec, steps = F.vec_max(transaction_bytes=TRANSACTION_BYTES, elem_bytes=widest), []
+    value, step = formula_step("vector width", F.vec_max, "one 16-byte access per thread and step "
+                               f"({TRANSACTION_BYTES} B transactions, {widest}-byte elements)",
+                               post=int, transaction_bytes=TRANSACTION_BYTES, elem_bytes=widest)
+    steps.append(step)
+    vec = value
+    limits = []
+    while vec > 1:
+        bad = [o.name for o in operands if p.n % vec or (o.layout == "row" and o.stride % vec)
+               or o.align % (vec * o.elem_bytes)]
+        if not bad:
+            break
+        limits.append(f"{vec}: {', '.join(bad)}")
+        vec //= 2
+    if limits:
+        steps.append(note("vector width (alignment)", vec, f"row length {p.n}, row strides or base addresses are not "
+                          f"multiples of the wider vectors ({'; '.join(limits)})"))
+    return vec, steps
+
+
+# ---- 2, 3 --------------------------------------------------------------------------------------
+def lane_vectors(p: RowsProblem, vec: int) -> int:
+    """Vectors a lane keeps: LANE_VECTORS, fewer where the kept operands would pass REG_VALUES."""
+    held = len(HELD.get(p.kind, ())) if PASSES.get(p.kind, 1) > 1 else 0
+    return max(1, min(LANE_VECTORS, REG_VALUES // (vec * held))) if held else LANE_VECTORS
+
+
+def step2_threads_per_row(p: RowsProblem, vec: int, gpu: GPUModel) -> tuple[int, list]:
+    slots, s1 = formula_step("vectors per row", F.slots, "the row in vector steps", n=p.n, vec=vec)
+    lanes = lane_vectors(p, vec)
+    if slots <= 32 * lanes:
+        tpr = min(32, _pow2ceil(slots))
+        why = (f"{slots} vectors: a warp per row" if tpr == 32 else
+               f"{slots} vectors: {tpr} lanes of a warp per row, one vector each ({32 // tpr} rows per warp)")
+        return tpr, [s1, note("threads per row", tpr, why + f" (at most {lanes} vectors a lane; warp "
+                                                              "shuffles reduce the row)")]
+    max_warps = int(gpu.max_threads_per_block) // 32
+    warps, s2 = formula_step("warps per row", F.warps_per_row, f"more than {32 * lanes} vectors: a CTA per row, "
+                             f"warps until a lane keeps at most {lanes} vectors (at most {max_warps} warps; "
+                             f"{LANE_VECTORS}, or fewer where the kept values would pass {REG_VALUES} registers); "
+                             "warp shuffles, then shared memory, reduce the row",
+                             post=int, max_warps=max_warps, slots=slots, lane_vectors=lanes)
+    return 32 * warps, [s1, s2]
+
+
+def step3_rows_per_cta(p: RowsProblem, tpr: int, gpu: GPUModel) -> tuple[tuple[int, int], list]:
+    if tpr > 32:
+        return (tpr, 1), [note("rows per CTA", 1, f"a CTA of {tpr} threads per row")]
+    threads, st = formula_step("CTA threads", F.cta_threads, "a warp per scheduler, and enough threads that the "
+                               "SM's CTA limit does not cap its threads", post=int,
+                               schedulers=gpu.warp_schedulers_per_sm, max_threads_per_sm=gpu.max_threads_per_sm,
+                               max_blocks_per_sm=gpu.max_blocks_per_sm)
+    threads = max(32, min(threads, tpr * _pow2ceil(p.rows)))        # few rows: a smaller CTA, at least a warp
+    return (threads, threads // tpr), [st, note("rows per CTA", threads // tpr,
+                                                f"{threads} threads / {tpr} threads per row")]
+
+
+# ---- 4 -----------------------------------------------------------------------------------------
+def step4_passes(p: RowsProblem, vec: int, tpr: int, threads: int, gpu: GPUModel) -> tuple[tuple[int, bool], list]:
+    chunks, s1 = formula_step("chunks", F.chunks, "vector steps a thread takes along its row", post=int,
+                              slots=math.ceil(p.n / vec), threads_per_row=tpr)
+    passes = PASSES.get(p.kind, 1)
+    if passes == 1:
+        return (chunks, False), [s1, note("passes", 1, "one pass streams the row (nothing is read twice)")]
+    held = len(HELD[p.kind])
+    kept, s2 = formula_step("kept values", F.kept, f"f32 values a thread keeps to read the row once "
+                            f"({', '.join(HELD[p.kind])})", post=int, chunks=chunks, vec=vec, held=held)
+    per_thread = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // threads // 8 * 8)
+    budget = min(REG_VALUES, per_thread - REG_OVERHEAD)       # one CTA must fit the register file
+    if kept <= budget:
+        return (chunks, True), [s1, s2, note("passes", "registers", f"{kept} <= {budget} values (at most {REG_VALUES}, "
+                                             f"and {per_thread} registers a thread for a {threads}-thread CTA less "
+                                             f"{REG_OVERHEAD}): the row is read once and kept in registers for the "
+                                             f"{passes} passes")]
+    return (chunks, False), [s1, s2, note("passes", passes, f"{kept} > {budget} values: {passes} passes each "
+                                          "re-read the row" + (" (max and sum together: online softmax)"
+                                                               if p.kind in ("softmax", "log_softmax") else ""))]
+
+
+# ---- 5 -----------------------------------------------------------------------------------------
+def step5_grid(p: RowsProblem, threads: int, rows_per_cta: int, regs: int, smem: int,
+               gpu: GPUModel) -> tuple[tuple[int, int], list]:
+    warps = threads // 32
+    bps_regs = HW.bps_regs(regs_per_sm=gpu.regs_per_sm, warps=warps, regs=regs, reg_alloc_unit=gpu.reg_alloc_unit)
+    bps_smem = int(gpu.max_blocks_per_sm) if not smem else \
+        int(gpu.smem_per_sm // (smem + gpu.smem_reserved_per_block))
+    bps, s1 = formula_step("CTAs per SM", F.bps, f"threads, registers (~{regs} a thread) and shared memory "
+                           f"({smem} B)", post=int, max_blocks_per_sm=gpu.max_blocks_per_sm,
+                           max_threads_per_sm=gpu.max_threads_per_sm, threads=threads, bps_regs=bps_regs,
+                           bps_smem=bps_smem)
+    grid, s2 = formula_step("grid", F.grid, "one CTA per group of rows", post=int, rows=p.rows,
+                            rows_per_cta=rows_per_cta)
+    _, s3 = formula_step("waves", F.waves, "CTAs over the SMs' resident CTAs", grid=grid, sm_count=gpu.sm_count,
+                         blocks_per_sm=bps)
+    return (grid, bps), [s1, s2, s3]
+
+
+def row_tile(p: RowsProblem, gpu: GPUModel, d: Derivation) -> RowTile:
+    operands = [o for o in p.operands if o.layout in ("row", "col")]
+    vec = d.record(step1_vector(p, operands))
+    tpr = d.record(step2_threads_per_row(p, vec, gpu))
+    threads, rows_per_cta = d.record(step3_rows_per_cta(p, tpr, gpu))
+    chunks, in_registers = d.record(step4_passes(p, vec, tpr, threads, gpu))
+    kept = chunks * vec * len(HELD.get(p.kind, ())) if in_registers else 0
+    regs = kept + REG_OVERHEAD
+    smem = 4 * (tpr // 32) * 3 * 2 if tpr > 32 else 0     # per phase (up to 3) two values per warp
+    grid, bps = d.record(step5_grid(p, threads, rows_per_cta, regs, smem, gpu))
+    max_regs = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // threads // 8 * 8)
+    return RowTile(threads, tpr, rows_per_cta, vec, chunks, in_registers, grid, smem, bps, regs, max_regs)
+
+
+# ---- 6 -----------------------------------------------------------------------------------------
+def column_tile(p: RowsProblem, gpu: GPUModel, d: Derivation) -> ColumnTile:
+    vec = d.record(step1_vector(p, [o for o in p.operands if o.layout in ("row", "col")]))
+    slots = math.ceil(p.n / vec)
+    tc = min(COLUMN_THREADS, max(32, _pow2ceil(slots)))
+    tr = COLUMN_THREADS // tc
+    d.note("column threads", f"{tc} x {tr}", f"{COLUMN_THREADS} threads: {tc} along the {slots} column vectors "
+           f"(coalesced rows), {tr} rows side by side, added through shared memory")
+    blocks = d.apply("column blocks", F.col_blocks, "CTAs along the columns", post=int, n=p.n, threads_cols=tc, vec=vec)
+    bps = max(1, int(gpu.max_threads_per_sm) // COLUMN_THREADS)
+    splits = d.apply("splits", F.splits, f"enough row slabs for one wave of CTAs, each thread adding at least "
+                     f"{MIN_ROWS_PER_THREAD} rows; partials in a workspace, added in order by a second kernel "
+                     "(deterministic, no float atomics)", post=int, sm_count=gpu.sm_count, blocks_per_sm=bps,
+                     col_blocks=blocks, rows=p.rows, threads_rows=tr, min_rows=MIN_ROWS_PER_THREAD)
+    rows_per_split = math.ceil(p.rows / splits)
+    splits = math.ceil(p.rows / rows_per_split)
+    final_threads = 128
+    smem = 4 * tr * tc * vec * len(p.prologue.reduce) if tr > 1 else 0
+    return ColumnTile(tc, tr, vec, splits, rows_per_split, (blocks, splits), final_threads,
+                      math.ceil(p.n / final_threads), smem)
+
+
+# ---- 7 -----------------------------------------------------------------------------------------
+def kernel_time(role: str, dram_bytes: int, l2_bytes: int, gpu: GPUModel, mc: dict) -> tuple[dict, object]:
+    t, step = formula_step(f"time {role}", F.t_kernel, f"bytes at the DRAM bandwidth x eta {mc['eta_dram']:.3f} "
+                           f"and launch {mc['t_launch_us']:.2f} us ({mc['source']})",
+                           dram_bytes=dram_bytes, dram_bw=gpu.dram_bw / 1e6, eta_dram=mc["eta_dram"],
+                           l2_reread_bytes=l2_bytes, l2_bw=gpu.l2_bw / 1e6, t_launch=mc["t_launch_us"])
+    launch_share = mc["t_launch_us"] / t if t else 1.0
+    bound = "launch" if launch_share > 0.5 else "dram"
+    return {"time_us": round(t, 3), "bytes": dram_bytes, "l2_bytes": l2_bytes, "bound": bound}, step
+
+
+def row_kernel_bytes(p: RowsProblem, tile: RowTile, gpu: GPUModel) -> tuple[int, int]:
+    """(DRAM bytes, L2 re-read bytes) of the row kernel: its operands once; a looped kernel re-reads the
+    kept operands once per extra pass, from L2 when the rows in flight fit it (else from DRAM)."""
+    operands = [o for o in p.operands if o.layout != "col" or o.name in ("weight", "bias")]
+    dram = sum(p.nbytes(o) for o in operands)
+    if tile.in_registers or PASSES.get(p.kind, 1) == 1:
+        return dram, 0
+    held = [p.operand(n) for n in HELD[p.kind]]
+    again = (PASSES[p.kind] - 1) * sum(p.nbytes(o) for o in held)
+    working = tile.rows_per_cta * tile.blocks_per_sm * gpu.sm_count * p.n * sum(o.elem_bytes for o in held)
+    return (dram, again) if working <= gpu.l2_bytes else (dram + again, 0)
+
+
+def configure_rows(p: RowsProblem, target="h200") -> RowsConfig:
+    t0 = time.perf_counter()
+    gpu = get_target(target) if isinstance(target, str) else target
+    d = Derivation()
+    mc = memory_constants(gpu)
+    terms = {}
+    row = column = None
+    roles = []
+    colp = column_problem(p)
+    if p.kind != "column_reduce":
+        row = row_tile(p, gpu, d)
+        terms["row"], st = kernel_time("row", *row_kernel_bytes(p, row, gpu), gpu, mc)
+        d.steps.append(st)
+        roles.append("row")
+    if colp is not None:
+        column = column_tile(colp, gpu, d)
+        partial = 4 * column.splits * colp.n * len(colp.prologue.reduce)
+        first = sum(colp.nbytes(o) for o in colp.inputs) + (partial if column.splits > 1 else
+                                                            sum(colp.nbytes(o) for o in colp.outputs))
+        terms["column"], st = kernel_time("column", first, 0, gpu, mc)
+        d.steps.append(st)
+        roles.append("column")
+        if column.splits > 1:
+            terms["column_final"], st = kernel_time("column_final", partial + sum(colp.nbytes(o) for o in colp.outputs),
+                                                    0, gpu, mc)
+            d.steps.append(st)
+            roles.append("column_final")
+    total = 0
+    if p.kind in ("cross_entropy", "cross_entropy_backward"):
+        total = TOTAL_THREADS
+        target_bytes = p.rows * p.operand("target").elem_bytes
+        role = "total" if p.kind == "cross_entropy" else "total_pre"
+        terms[role], st = kernel_time(role, target_bytes + (4 * p.rows if role == "total" else 0), 0, gpu, mc)
+        d.steps.append(note(role, TOTAL_THREADS, "one CTA adds the per-row losses and counts the kept targets in row "
+                            "order (deterministic)" if role == "total" else
+                            "one CTA counts the kept targets: the per-row scale dloss / count the row kernel reads"))
+        d.steps.append(st)
+        roles = roles + ["total"] if role == "total" else ["total_pre"] + roles
+    schedule = RowsSchedule(gpu.arch, tuple(roles), row, column, total)
+    t = sum(v["time_us"] for v in terms.values())
+    moved = sum(v["bytes"] for v in terms.values())
+    launches = len(terms) * mc["t_launch_us"]
+    bound = "launch" if launches > t / 2 else "dram"
+    floor = p.bytes_moved / gpu.dram_bw * 1e6
+    prediction = Prediction(t, 0.0, bound, floor,
+                            {"dram_us": round(moved / (gpu.dram_bw * mc["eta_dram"]) * 1e6, 3),
+                             "launch_us": round(launches, 3)})
+    return RowsConfig(p, gpu, schedule, prediction, tuple(d.steps), terms,
+                      config_time_ms=(time.perf_counter() - t0) * 1e3)

@@ -1,0 +1,355 @@
+"""The row kernel: ``(RowsProblem, RowsSchedule) -> MLIR text`` for every per-row kind.
+
+Thread ``tid`` of CTA ``bx`` works on row ``bx * rows_per_cta + tid / threads_per_row``, lane
+``tid % threads_per_row`` of it; in chunk ``c`` it touches the ``vec`` elements from column
+``c * threads_per_row * vec + lane * vec`` (consecutive lanes, consecutive 16-byte vectors: coalesced).
+A kernel is a sequence of *sweeps* over the thread's chunks (``sweep``): reductions (``reduce``, the
+online max-sum ``lse``) and the final sweep that writes the row's results (``write``).  With
+``in_registers`` the chunks are unrolled and each operand is loaded once (the later sweeps reuse the
+loaded values); otherwise every sweep is an ``scf.for`` over the chunks that loads what it reads.
+Row partials are combined by xor shuffles within the row's lanes and, for a CTA per row, through
+shared memory (one slot per warp and value, one barrier per reduction).  Rows past the end read row 0
+(addresses clamped) and write nothing; lanes past the row's end read its first vector and contribute
+the reduction's identity.
+"""
+from __future__ import annotations
+
+from nova.kernels.rows.abi import KERNEL_NAMES, params, row_operands
+from nova.kernels.rows.emit import LOWEST, RowsCodegenError, RowsIr, evaluate, extent
+
+
+def param_types(p, s, role: str) -> list[tuple[str, int, str]]:
+    """``(name, extent, element type)`` of each parameter of kernel ``role``."""
+    from nova.kernels.rows.abi import workspace_layout
+    from nova.kernels.rows.kinds import column_problem
+    ws, _ = workspace_layout(p, s)
+    colp = column_problem(p)
+    out = []
+    for name, what in params(p, s, role):
+        if what.startswith("ws:"):
+            out.append((name, ws[what[3:]][1], "f32"))
+            continue
+        o = p.operand(name) or colp.operand(name)
+        out.append((name, extent(colp if p.operand(name) is None else p, o), o.dtype))
+    return out
+
+
+class RowKernel:
+    def __init__(self, p, s):
+        self.p, self.s, self.t = p, s, s.row
+        self.ir = RowsIr()
+        self.smem_cursor = 0
+        self.loaded: dict[tuple, list[str]] = {}
+
+    def build(self) -> str:
+        p, t, ir = self.p, self.t, self.ir
+        ir.emit(f"// Nova rows kernel: {p.describe()}; {t.threads_per_row} threads per row, {t.rows_per_cta} rows "
+                f"per CTA, vec {t.vec}, {t.chunks} chunks, {'in registers' if t.in_registers else 'looped'}")
+        with ir.rows_kernel(KERNEL_NAMES["row"], param_types(p, self.s, "row"), t.threads, t.max_regs):
+            self.setup()
+            getattr(self, "_" + p.kind)()
+        if self.smem_cursor > t.smem_bytes:
+            raise RowsCodegenError(f"{p.describe()}: reductions need {self.smem_cursor} B of shared memory, "
+                                   f"the schedule gives {t.smem_bytes}")
+        return ir.text()
+
+    # ---------------------------------------------------------------- geometry
+    def setup(self) -> None:
+        p, t, ir = self.p, self.t, self.ir
+        self.tid = ir.let("tid", "gpu.thread_id x")
+        bx = ir.let("bx", "gpu.block_id x")
+        self.lane = ir.rem(self.tid, t.threads_per_row, "lane") if t.threads_per_row < t.threads else self.tid
+        slot = ir.div(self.tid, t.threads_per_row, "slot") if t.threads_per_row < t.threads else 0
+        self.row = ir.add(ir.mul(bx, t.rows_per_cta, "row0"), slot, "row")
+        self.row_ok = ir.cmp("slt", self.row, p.rows, "row_ok") if p.rows % t.rows_per_cta else True
+        self.srow = ir.select(self.row_ok, self.row, 0, hint="srow")
+        self.step = t.threads_per_row * t.vec
+        self.lane_col = ir.mul(self.lane, t.vec, "lane_col")
+        self.base = {o.name: ir.mul(self.srow, o.stride, f"{o.name}_row") for o in row_operands(p) if o.layout == "row"}
+        self.leader = ir.and_(ir.cmp("eq", self.lane, 0, "lead"), self.row_ok)
+
+    def chunk(self, c):
+        """(first column, in-row flag) of chunk ``c`` (an int, or the loop's index)."""
+        col = self.ir.add(self.ir.mul(c, self.step, "cstep"), self.lane_col, "col")
+        full = (c + 1) * self.step <= self.p.n if isinstance(c, int) else self.p.n % self.step == 0
+        return col, True if full else self.ir.cmp("slt", col, self.p.n, "in_row")
+
+    def envs(self, names, c, col, ok) -> list[dict]:
+        ir, vec = self.ir, self.t.vec
+        safe = ir.select(ok, col, 0, hint="safe_col")
+        per_name = {}
+        for name in names:
+            key = (name, c)
+            if c is not None and key in self.loaded:
+                per_name[name] = self.loaded[key]
+                continue
+            o = self.p.operand(name)
+            off = ir.add(self.base[name], safe, f"{name}_off") if o.layout == "row" else safe
+            vals = ir.load(name, off, vec)
+            if c is not None:
+                self.loaded[key] = vals
+            per_name[name] = vals
+        return [{name: per_name[name][j] for name in names} for j in range(vec)]
+
+    def sweep(self, names, carry, body):
+        """``body(envs, in_row, column, carry) -> carry`` over every chunk of the thread's row."""
+        if self.t.in_registers:
+            for c in range(self.t.chunks):
+                col, ok = self.chunk(c)
+                carry = body(self.envs(names, c, col, ok), ok, col, carry)
+            return carry
+        with self.ir.loop(self.t.chunks, carry) as (k, inner, state):
+            col, ok = self.chunk(k)
+            state["out"] = body(self.envs(names, None, col, ok), ok, col, inner)
+        return state.get("results", [])
+
+    # ---------------------------------------------------------------- reductions
+    def reduce(self, names, fn, ops):
+        """Row reductions (``add``, ``max``, ``min``) of ``fn(env) -> [values]`` over the row, in every lane."""
+        ir = self.ir
+        neutral = {"add": 0.0, "max": LOWEST, "min": -LOWEST}
+        combine = {"add": ir.fadd, "max": ir.fmax, "min": ir.fmin}
+
+        def body(envs, ok, col, carry):
+            carry = list(carry)
+            for env in envs:
+                for i, v in enumerate(fn(env)):
+                    carry[i] = combine[ops[i]](carry[i], ir.fsel(ok, v, ir.f(neutral[ops[i]])), "acc")
+            return carry
+        part = self.sweep(names, [ir.f(neutral[op]) for op in ops], body)
+        return self.allreduce(part, lambda a, b: [combine[op](x, y, "red") for op, x, y in zip(ops, a, b)])
+
+    def lse(self, name: str):
+        """(max, sum of exp(x - max)) over the row: online, one sweep, chunk by chunk."""
+        ir = self.ir
+
+        def body(envs, ok, col, carry):
+            m, s = carry
+            xs = [e[name] for e in envs]
+            mc = ir.f(LOWEST)
+            for x in xs:
+                mc = ir.fmax(mc, ir.fsel(ok, x, ir.f(LOWEST)), "mc")
+            mn = ir.fmax(m, mc, "mnew")
+            s = ir.fmul(s, ir.exp(ir.fsub(m, mn)), "sres")
+            for x in xs:
+                s = ir.fadd(s, ir.fsel(ok, ir.exp(ir.fsub(x, mn)), ir.f(0.0)), "sacc")
+            return [mn, s]
+        m, s = self.sweep([name], [ir.f(LOWEST), ir.f(0.0)], body)
+        return self.allreduce([m, s], self.combine_lse)
+
+    def combine_lse(self, a, b):
+        ir = self.ir
+        m = ir.fmax(a[0], b[0], "cm")
+        return [m, ir.fadd(ir.fmul(a[1], ir.exp(ir.fsub(a[0], m))), ir.fmul(b[1], ir.exp(ir.fsub(b[0], m))), "cs")]
+
+    def allreduce(self, vals, combine):
+        ir, tpr = self.ir, self.t.threads_per_row
+        off = 1
+        while off < min(tpr, 32):
+            vals = combine(vals, [ir.shfl_xor(v, off) for v in vals])
+            off *= 2
+        if tpr <= 32:
+            return vals
+        warps, nv = tpr // 32, len(vals)
+        sm = ir.smem_f32(self.smem_cursor, warps * nv)
+        self.smem_cursor += 4 * warps * nv
+        lane32, warp = ir.rem(self.tid, 32, "lane32"), ir.div(self.tid, 32, "warp")
+        smty = f"memref<{warps * nv}xf32, #smem>"
+
+        def publish():
+            for i, v in enumerate(vals):
+                ir.emit(f"memref.store {v}, {sm}[{ir.v(ir.add(ir.mul(warp, nv), i))}] : {smty}")
+        ir.guarded(ir.cmp("eq", lane32, 0, "wlead"), publish)
+        ir.emit("gpu.barrier")
+        acc = None
+        for w in range(warps):
+            got = [ir.let("wv", f"memref.load {sm}[{ir.v(w * nv + i)}] : {smty}") for i in range(nv)]
+            acc = got if acc is None else combine(acc, got)
+        return acc
+
+    # ---------------------------------------------------------------- writing
+    def write(self, names, fn) -> None:
+        """The final sweep: ``fn(env, column index) -> {output: value}`` stored per element."""
+        ir = self.ir
+        outs = {o.name for o in self.p.outputs if o.layout == "row"}
+
+        def body(envs, ok, col, carry):
+            values: dict[str, list] = {}
+            for j, env in enumerate(envs):
+                for name, v in fn(env, ir.add(col, j, "cj")).items():
+                    if name in outs:
+                        values.setdefault(name, []).append(v)
+
+            def store():
+                for name, vs in values.items():
+                    o = self.p.operand(name)
+                    ir.store(name, ir.add(ir.mul(self.row, o.stride, f"{name}_orow"), col, f"{name}_dst"), vs)
+            ir.guarded(ir.and_(ok, self.row_ok), store)
+            return carry
+        self.sweep(names, [], body)
+
+    def write_row(self, values: dict) -> None:
+        """Per-row results (statistics, losses) written by the row's first lane."""
+        ir = self.ir
+        present = {n: v for n, v in values.items() if n in ir.types}
+        if present:
+            ir.guarded(self.leader, lambda: [ir.store(n, self.row, [v]) for n, v in present.items()])
+
+    def per_row(self, name: str) -> str:
+        return self.ir.load(name, self.srow)[0]
+
+    # ---------------------------------------------------------------- kinds
+    def _affine(self, y, env):
+        ir = self.ir
+        if self.p.has("weight"):
+            y = ir.fmul(y, env["weight"], "yw")
+        if self.p.has("bias"):
+            y = ir.fadd(y, env["bias"], "yb")
+        return y
+
+    def _affine_names(self, *names):
+        return list(names) + [n for n in ("weight", "bias") if self.p.has(n) and self.p.operand(n) in self.p.inputs]
+
+    def _layer_norm(self) -> None:
+        ir, n = self.ir, self.p.n
+        (s,) = self.reduce(["x"], lambda e: [e["x"]], ["add"])
+        mean = ir.fmul(s, ir.f(1.0 / n), "mean")
+        (s2,) = self.reduce(["x"], lambda e: [ir.fmul(ir.fsub(e["x"], mean), ir.fsub(e["x"], mean))], ["add"])
+        rstd = ir.rsqrt(ir.fadd(ir.fmul(s2, ir.f(1.0 / n)), ir.f(self.p.attr("eps"))), "rstd")
+        self.write_row({"mean": mean, "rstd": rstd})
+        self.write(self._affine_names("x"), lambda e, c: {"y": self._affine(ir.fmul(ir.fsub(e["x"], mean), rstd), e)})
+
+    def _rms_norm(self) -> None:
+        ir, n = self.ir, self.p.n
+        (s,) = self.reduce(["x"], lambda e: [ir.fmul(e["x"], e["x"])], ["add"])
+        rstd = ir.rsqrt(ir.fadd(ir.fmul(s, ir.f(1.0 / n)), ir.f(self.p.attr("eps"))), "rstd")
+        self.write_row({"rstd": rstd})
+        self.write(self._affine_names("x"), lambda e, c: {"y": self._affine(ir.fmul(e["x"], rstd), e)})
+
+    def _norm_backward(self, mean) -> None:
+        ir, n = self.ir, self.p.n
+        rstd = self.per_row("rstd")
+        names = ["dy", "x"] + (["weight"] if self.p.has("weight") else [])
+
+        def g(e):
+            return ir.fmul(e["dy"], e["weight"], "g") if self.p.has("weight") else e["dy"]
+
+        def xhat(e):
+            return ir.fmul(e["x"] if mean is None else ir.fsub(e["x"], mean), rstd, "xhat")
+        if mean is None:
+            (b,) = self.reduce(names, lambda e: [ir.fmul(g(e), xhat(e))], ["add"])
+            a = None
+        else:
+            a, b = self.reduce(names, lambda e: [g(e), ir.fmul(g(e), xhat(e))], ["add", "add"])
+        mb = ir.fmul(b, ir.f(1.0 / n), "mb")
+
+        def dx(e, c):
+            v = ir.fsub(g(e), ir.fmul(xhat(e), mb))
+            if a is not None:
+                v = ir.fsub(v, ir.fmul(a, ir.f(1.0 / n)))
+            return {"dx": ir.fmul(v, rstd, "dx")}
+        self.write(names, dx)
+
+    def _layer_norm_backward(self) -> None:
+        self._norm_backward(self.per_row("mean"))
+
+    def _rms_norm_backward(self) -> None:
+        self._norm_backward(None)
+
+    def _softmax(self) -> None:
+        ir = self.ir
+        m, s = self.lse("x")
+        inv = ir.fdiv(ir.f(1.0), s, "inv")
+        self.write(["x"], lambda e, c: {"y": ir.fmul(ir.exp(ir.fsub(e["x"], m)), inv)})
+
+    def _log_softmax(self) -> None:
+        ir = self.ir
+        m, s = self.lse("x")
+        total = ir.fadd(m, ir.log(s), "lse")
+        self.write(["x"], lambda e, c: {"y": ir.fsub(e["x"], total)})
+
+    def _softmax_backward(self) -> None:
+        ir = self.ir
+        (a,) = self.reduce(["dy", "y"], lambda e: [ir.fmul(e["dy"], e["y"])], ["add"])
+        self.write(["dy", "y"], lambda e, c: {"dx": ir.fmul(e["y"], ir.fsub(e["dy"], a))})
+
+    def _log_softmax_backward(self) -> None:
+        ir = self.ir
+        (a,) = self.reduce(["dy"], lambda e: [e["dy"]], ["add"])
+        self.write(["dy", "y"], lambda e, c: {"dx": ir.fsub(e["dy"], ir.fmul(ir.exp(e["y"]), a))})
+
+    def _target(self):
+        """(kept: i1, the target as stored) of this row."""
+        ir = self.ir
+        t = ir.load_raw("target", self.srow)
+        ty = self.p.operand("target").dtype
+        keep = ir.pure("keep", f"arith.cmpi ne, {t}, {ir.const(self.p.attr('ignore_index', -100), ty)} : {ty}")
+        return keep, t, ty
+
+    def _cross_entropy(self) -> None:
+        ir = self.ir
+        m, s = self.lse("logits")
+        lse = ir.fadd(m, ir.log(s), "lse")
+
+        def leader():
+            keep, t, ty = self._target()
+            safe = ir.pure("tsafe", f"arith.select {keep}, {t}, {ir.const(0, ty)} : {ty}")
+            col = ir.pure("tcol", f"arith.index_cast {safe} : {ty} to index")
+            xt = ir.load("logits", ir.add(self.base["logits"], col, "t_off"))[0]
+            loss = ir.fsel(keep, ir.fsub(lse, xt), ir.f(0.0), "row_loss")
+            ir.store("rowloss", self.row, [loss])
+            if "lse" in ir.types:
+                ir.store("lse", self.row, [lse])
+        ir.guarded(self.leader, leader)
+
+    def _cross_entropy_backward(self) -> None:
+        ir = self.ir
+        lse = self.per_row("lse")
+        keep, t, ty = self._target()
+        scale = ir.load("scale", 0)[0]
+        row_scale = ir.fsel(keep, scale, ir.f(0.0), "row_scale")
+        tcol = ir.pure("tcol", f"arith.index_cast {t} : {ty} to index")
+
+        def dlogits(e, c):
+            hit = ir.cmp("eq", c, tcol, "hit")
+            p = ir.exp(ir.fsub(e["logits"], lse))
+            return {"dlogits": ir.fmul(ir.fsub(p, ir.fsel(hit, ir.f(1.0), ir.f(0.0))), row_scale)}
+        self.write(["logits"], dlogits)
+
+    def _row_reduce(self) -> None:
+        ir, p = self.ir, self.p
+        pro = p.prologue
+        op = {"sum": "add", "mean": "add", "max": "max", "min": "min"}[p.attr("op")]
+        fixed = {o.name: (ir.load(o.name, self.srow if o.layout == "per_row" else 0)[0])
+                 for o in p.inputs if o.layout in ("per_row", "scalar")}
+        names = [o.name for o in p.inputs if o.layout in ("row", "col") and o.name in pro.used_inputs()]
+        stored = [(i, name) for i, name in pro.store if name in ir.types]
+        (index, out), = pro.reduce
+        neutral = {"add": 0.0, "max": LOWEST, "min": -LOWEST}[op]
+        combine = {"add": ir.fadd, "max": ir.fmax, "min": ir.fmin}[op]
+
+        def body(envs, ok, col, carry):
+            (acc,) = carry
+            values: dict[str, list] = {}
+            for env in envs:
+                vals = evaluate(ir, pro, {**env, **fixed})
+                acc = combine(acc, ir.fsel(ok, vals[index], ir.f(neutral)), "acc")
+                for i, name in stored:
+                    values.setdefault(name, []).append(vals[i])
+
+            def store():
+                for name, vs in values.items():
+                    o = p.operand(name)
+                    ir.store(name, ir.add(ir.mul(self.row, o.stride, f"{name}_orow"), col, f"{name}_dst"), vs)
+            if values:
+                ir.guarded(ir.and_(ok, self.row_ok), store)
+            return [acc]
+        part = self.sweep(names, [ir.f(neutral)], body)
+        (total,) = self.allreduce(part, lambda a, b: [combine(a[0], b[0], "red")])
+        if p.attr("op") == "mean":
+            total = ir.fmul(total, ir.f(1.0 / p.n), "mean")
+        self.write_row({out: total})
+
+
+def build_row(p, s) -> str:
+    return RowKernel(p, s).build()

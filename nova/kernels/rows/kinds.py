@@ -1,0 +1,77 @@
+"""The rows problems as the CLI and the derivation state them (contiguous rows, every gradient)."""
+from __future__ import annotations
+
+from nova.kernels.rows.operands import FLOAT_DTYPES, Operand
+from nova.kernels.rows.problem import RowsProblem
+
+
+# ---------------------------------------------------------------- problems as the CLI states them
+def cli_problem(kind: str, rows: int, n: int, dtype: str = "f32", *, backward: bool = False, eps: float = 1e-5,
+                affine: bool = True) -> RowsProblem:
+    """The problem of ``nova-config explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy ROWSxN``:
+    contiguous rows of ``dtype``, statistics in f32, LayerNorm with weight and bias (RMSNorm with a
+    weight) unless ``affine`` is False, the backward with every gradient."""
+    from nova.kernels.rows.problem import RowsProblemError
+    if dtype not in FLOAT_DTYPES:
+        raise RowsProblemError(f"unsupported dtype {dtype!r}; choose one of {', '.join(FLOAT_DTYPES)}")
+
+    def row(name, dt=dtype):
+        return Operand(name, dt, "row", n)
+
+    def col(name):
+        return Operand(name, dtype, "col")
+
+    def stat(name):
+        return Operand(name, "f32", "per_row")
+    kind = {"layernorm": "layer_norm", "rmsnorm": "rms_norm", "crossentropy": "cross_entropy"}.get(kind, kind)
+    if kind == "layer_norm" and not backward:
+        ins = (row("x"),) + ((col("weight"), col("bias")) if affine else ())
+        return RowsProblem("layer_norm", rows, n, ins, (row("y"), stat("mean"), stat("rstd")), {"eps": eps})
+    if kind == "layer_norm":
+        ins = (row("dy"), row("x"), stat("mean"), stat("rstd")) + ((col("weight"),) if affine else ())
+        outs = (row("dx"),) + ((col("dweight"), col("dbias")) if affine else ())
+        return RowsProblem("layer_norm_backward", rows, n, ins, outs)
+    if kind == "rms_norm" and not backward:
+        ins = (row("x"),) + ((col("weight"),) if affine else ())
+        return RowsProblem("rms_norm", rows, n, ins, (row("y"), stat("rstd")), {"eps": eps})
+    if kind == "rms_norm":
+        ins = (row("dy"), row("x"), stat("rstd")) + ((col("weight"),) if affine else ())
+        return RowsProblem("rms_norm_backward", rows, n, ins, (row("dx"),) + ((col("dweight"),) if affine else ()))
+    if kind in ("softmax", "log_softmax"):
+        if backward:
+            return RowsProblem(f"{kind}_backward", rows, n, (row("dy"), row("y")), (row("dx"),))
+        return RowsProblem(kind, rows, n, (row("x"),), (row("y"),))
+    if kind == "cross_entropy":
+        target = Operand("target", "i64", "per_row")
+        if backward:
+            return RowsProblem("cross_entropy_backward", rows, n,
+                               (Operand("dloss", dtype, "scalar"), row("logits"), target, stat("lse")),
+                               (row("dlogits"),), {"reduction": "mean", "ignore_index": -100})
+        return RowsProblem("cross_entropy", rows, n, (row("logits"), target),
+                           (Operand("loss", dtype, "scalar"), stat("lse")), {"reduction": "mean", "ignore_index": -100})
+    raise RowsProblemError(f"unknown rows operation {kind!r}; choose layernorm, rmsnorm, softmax, log_softmax "
+                           "or cross_entropy")
+
+
+def column_problem(p: RowsProblem) -> RowsProblem | None:
+    """The weight (and bias) gradients of a norm backward as a column reduction over the rows:
+    LayerNorm dweight = sum_rows dy * (x - mean) * rstd, dbias = sum_rows dy; RMSNorm dweight =
+    sum_rows dy * x * rstd.  A ``column_reduce`` problem passed through as itself; None otherwise."""
+    from nova.kernels.rows.prologue import Prologue
+    if p.kind == "column_reduce":
+        return p
+    if p.kind not in ("layer_norm_backward", "rms_norm_backward"):
+        return None
+    outs = tuple(o for o in p.outputs if o.layout == "col")
+    if not outs:
+        return None
+    if p.kind == "layer_norm_backward":
+        ops = (("sub", ("x", "mean")), ("mul", ("%0", "rstd")), ("mul", ("dy", "%1")), ("cast_f32", ("dy",)))
+        index = {"dweight": 2, "dbias": 3}
+        ins = ("dy", "x", "mean", "rstd")
+    else:
+        ops = (("mul", ("x", "rstd")), ("mul", ("dy", "%0")))
+        index = {"dweight": 1}
+        ins = ("dy", "x", "rstd")
+    prologue = Prologue(ops, tuple((index[o.name], o.name) for o in outs))
+    return RowsProblem("column_reduce", p.rows, p.n, tuple(p.operand(n) for n in ins), outs, {"op": "sum"}, prologue)

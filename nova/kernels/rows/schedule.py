@@ -1,0 +1,101 @@
+"""``RowsSchedule``: every decision the rows code generator needs, for each kernel a problem launches.
+
+Kernels (roles), in launch order where a problem has several:
+
+    row           one row per ``threads_per_row`` threads (a warp or part of one for short rows, the whole
+                  CTA for long ones), ``rows_per_cta`` rows per CTA; the row held in registers
+                  (``in_registers``) or walked in ``chunks`` vector steps per pass, re-read per pass
+    column        the column reduction's first stage: CTA (x, s) sums rows of split s for its columns into
+                  per-split partials (the final values when ``splits`` is 1)
+    column_final  the second stage: each column's ``splits`` partials added in order (deterministic)
+    total         one CTA: a loss's sum (and count) over all rows, or the backward's per-row scale
+
+The configurator (``derive.py``) fills it; the builders (``emit_*.py``) read only it and the problem.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+ROLES = ("total_pre", "row", "column", "column_final", "total")
+
+
+@dataclass(frozen=True)
+class RowTile:
+    threads: int                    # threads per CTA
+    threads_per_row: int
+    rows_per_cta: int
+    vec: int                        # elements per vector access (16 bytes at most)
+    chunks: int                     # vector steps per thread per row: ceil(n / (threads_per_row * vec))
+    in_registers: bool              # the row stays in registers (one read); else every pass re-reads it
+    grid: int
+    smem_bytes: int
+    blocks_per_sm: int
+    regs_per_thread: int            # the derivation's estimate (ptxas verifies)
+    max_regs: int = 255             # the register cap that lets one CTA fit the register file (nvvm.maxnreg)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ColumnTile:
+    threads_cols: int               # threads side by side along the columns (each ``vec`` columns)
+    threads_rows: int               # threads stacked along the rows (their sums added through shared memory)
+    vec: int
+    splits: int                     # row slabs summed by separate CTAs (first stage grid y)
+    rows_per_split: int
+    grid: tuple[int, int]           # (column blocks, splits)
+    final_threads: int              # second stage: one column per thread
+    final_grid: int
+    smem_bytes: int
+
+    @property
+    def threads(self) -> int:
+        return self.threads_cols * self.threads_rows
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["grid"] = list(self.grid)
+        return d
+
+
+@dataclass(frozen=True)
+class RowsSchedule:
+    arch: str
+    roles: tuple                    # the kernels, in launch order
+    row: RowTile | None = None
+    column: ColumnTile | None = None
+    total_threads: int = 0          # the single-CTA loss kernels (0: none)
+
+    def to_dict(self) -> dict:
+        d = {"arch": self.arch, "roles": list(self.roles)}
+        if self.row is not None:
+            d["row"] = self.row.to_dict()
+        if self.column is not None:
+            d["column"] = self.column.to_dict()
+        if self.total_threads:
+            d["total_threads"] = self.total_threads
+        return d
+
+    def workspace_bytes(self, problem) -> int:
+        """Scratch the launches need besides the operands (``abi.workspace_layout``)."""
+        from nova.kernels.rows.abi import workspace_layout
+        return workspace_layout(problem, self)[1]
+
+
+@dataclass(frozen=True)
+class RowsConfig:
+    """The configurator's answer: schedule, prediction and the derivation that explains it."""
+    problem: object
+    target: object
+    schedule: RowsSchedule
+    prediction: object              # nova.configurator.step.Prediction of all kernels together
+    derivation: tuple = ()
+    terms: dict = field(default_factory=dict)      # role -> {"time_us", "bytes", "bound"}
+    config_time_ms: float = field(default=0.0, compare=False)
+
+    def to_dict(self) -> dict:
+        return {"op": "rows", "target": self.target.name, "arch": self.target.arch,
+                "problem": self.problem.to_dict(), "schedule": self.schedule.to_dict(),
+                "prediction": self.prediction.to_dict(), "kernels_us": self.terms,
+                "derivation": [st.to_dict() for st in self.derivation], "config_time_ms": self.config_time_ms}

@@ -1,0 +1,273 @@
+"""Rows problems from the planner's groups: ``from_group(nodes, inputs, outputs, layouts)``.
+
+Composite groups (one node: layer_norm(+backward), softmax / log_softmax (+backward) over the last
+axis, cross_entropy(+backward)) map their operands by position; a ``reduction`` group (pointwise
+producers, then one sum/mean/max/min) becomes ``row_reduce`` when it reduces the trailing axes and
+``column_reduce`` (sum/mean) when it reduces the leading ones, its producers a ``Prologue``: every value
+read from outside the group is an operand (``in0``, ``in1``, ... in first-read order) classified by
+its shape against the reduced input's (``row``, ``per_row``, ``col``, ``scalar``), constants are inlined,
+and the values other kernels read are stored.  The operands written are exactly the group's outputs
+(the memory plan gives the others no buffer).  Each returns ``(problem, {operand: Value}, why_not)``:
+the problem, or None and one line saying why the group stays on ATen.
+"""
+from __future__ import annotations
+
+import math
+
+from nova.kernels.rows.problem import FLOAT_DTYPES, Operand, RowsProblem, RowsProblemError
+from nova.kernels.rows.prologue import OPS, Prologue
+from nova.passes.layout import contiguous_strides, merged_batch_stride
+
+COMPOSITES = ("layer_norm", "layer_norm_backward", "softmax", "log_softmax", "softmax_backward",
+              "log_softmax_backward", "cross_entropy", "cross_entropy_backward")
+REDUCE_OPS = ("sum", "mean", "max", "min")
+IR_OPS = {"add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "rsqrt", "reciprocal", "abs", "tanh", "sigmoid",
+          "relu", "silu", "maximum", "minimum", "pow"}
+
+
+class NotRows(Exception):
+    """Why a group is not a rows problem (one line)."""
+
+
+def _align(layout, itemsize: int) -> int:
+    off = layout.offset * itemsize
+    return 16 if off % 16 == 0 else off & -off
+
+
+def _row_stride(layout, lead: int, name: str) -> tuple[str, int]:
+    """(layout kind, row stride) of a value viewed as rows = its first ``lead`` axes: the rest must be
+    contiguous; the row axes one stride apart ('col' when that stride is 0: a broadcast row)."""
+    shape, strides = layout.shape, layout.strides
+    inner, expect = shape[lead:], contiguous_strides(shape[lead:])
+    if any(d != 1 and s != e for d, s, e in zip(inner, strides[lead:], expect)):
+        raise NotRows(f"{name}'s rows are not contiguous ({layout.describe()})")
+    n, rows = math.prod(inner), math.prod(shape[:lead])
+    s = merged_batch_stride(shape[:lead], strides[:lead])
+    if s is None:
+        raise NotRows(f"{name}'s rows are not evenly spaced ({layout.describe()})")
+    if rows <= 1:
+        return "row", n
+    if s == 0:
+        return "col", 0
+    if s < n:
+        raise NotRows(f"{name}'s rows overlap ({layout.describe()})")
+    return "row", s
+
+
+def _float(v, name) -> str:
+    if v.dtype not in FLOAT_DTYPES:
+        raise NotRows(f"{name} is {v.dtype} (rows kernels take f32, bf16, f16)")
+    return v.dtype
+
+
+def _dense(v, layouts, name):
+    if not layouts[v].dense:
+        raise NotRows(f"{name} is not dense ({layouts[v].describe()})")
+    return _align(layouts[v], v.type.itemsize)
+
+
+def _row(v, lead, layouts, name) -> Operand:
+    kind, stride = _row_stride(layouts[v], lead, name)
+    if kind != "row":
+        raise NotRows(f"{name} is broadcast over the rows")
+    return Operand(name, _float(v, name), "row", stride, _align(layouts[v], v.type.itemsize))
+
+
+def _vec(v, layout, layouts, name) -> Operand:
+    dtype = v.dtype if name == "target" else _float(v, name)
+    return Operand(name, dtype, layout, 0, _dense(v, layouts, name))
+
+
+def from_group(nodes, inputs, outputs, layouts) -> tuple[RowsProblem | None, dict, str]:
+    try:
+        if len(nodes) == 1 and nodes[0].op in COMPOSITES:
+            problem, names = _composite(nodes[0], outputs, layouts)
+        elif nodes[-1].op in REDUCE_OPS:
+            problem, names = _reduction(nodes, inputs, outputs, layouts)
+        else:
+            raise NotRows(f"{'+'.join(n.op for n in nodes)} is not a rows kind")
+    except (NotRows, RowsProblemError) as e:
+        return None, {}, str(e)
+    return problem, names, ""
+
+
+def _composite(node, outputs, layouts):
+    op, a = node.op, node.attrs
+    outs = set(outputs)
+    if op in ("layer_norm", "layer_norm_backward"):
+        x = node.inputs[0] if op == "layer_norm" else node.inputs[1]
+        k = len(a["normalized_shape"])
+    elif op in ("cross_entropy", "cross_entropy_backward"):
+        x, k = (node.inputs[0] if op == "cross_entropy" else node.inputs[1]), 1
+    else:
+        x, k = node.inputs[0] if op in ("softmax", "log_softmax") else node.inputs[1], 1
+        if a["axis"] % x.type.rank != x.type.rank - 1:
+            raise NotRows(f"{op} over axis {a['axis']} of {x.type}, not the last axis")
+    lead = x.type.rank - k
+    rows, n = math.prod(x.shape[:lead]), math.prod(x.shape[lead:])
+    names: dict[str, object] = {}
+    ins, res = [], []
+
+    def row(name, v):
+        names[name] = v
+        return _row(v, lead, layouts, name)
+
+    def vec(name, v, layout):
+        names[name] = v
+        return _vec(v, layout, layouts, name)
+    w, b = a.get("has_weight", True), a.get("has_bias", True)
+    attrs = {}
+    if op == "layer_norm":
+        affine = [nm for nm, present in (("weight", w), ("bias", b)) if present]
+        ins = [row("x", x)] + [vec(nm, v, "col") for nm, v in zip(affine, node.inputs[1:])]
+        res = [(nm, v) for nm, v in zip(("y", "mean", "rstd"), node.outputs)]
+        attrs = {"eps": float(a["eps"])}
+    elif op == "layer_norm_backward":
+        dy, _, mean, rstd = node.inputs[:4]
+        ins = [row("dy", dy), row("x", x), vec("mean", mean, "per_row"), vec("rstd", rstd, "per_row")]
+        if w:
+            ins.append(vec("weight", node.inputs[4], "col"))
+        res = list(zip(["dx"] + (["dweight"] if w else []) + (["dbias"] if b else []), node.outputs))
+    elif op in ("softmax", "log_softmax"):
+        ins, res = [row("x", x)], [("y", node.outputs[0])]
+    elif op in ("softmax_backward", "log_softmax_backward"):
+        ins, res = [row("dy", node.inputs[0]), row("y", node.inputs[1])], [("dx", node.outputs[0])]
+    elif op == "cross_entropy":
+        ins = [row("logits", x), vec("target", node.inputs[1], "per_row")]
+        res = [("loss", node.outputs[0]), ("lse", node.outputs[1])]
+        attrs = {"reduction": a.get("reduction", "mean"), "ignore_index": int(a.get("ignore_index", -100))}
+        if node.outputs[0] not in outs:
+            raise NotRows("the loss is read by nothing")
+    else:
+        dloss, _, target, lse = node.inputs
+        ins = [vec("dloss", dloss, "scalar"), row("logits", x), vec("target", target, "per_row"),
+               vec("lse", lse, "per_row")]
+        res = [("dlogits", node.outputs[0])]
+        attrs = {"reduction": a.get("reduction", "mean"), "ignore_index": int(a.get("ignore_index", -100))}
+    written = []
+    for name, v in res:
+        if v not in outs:
+            continue
+        layout = {"y": "row", "dx": "row", "dlogits": "row", "loss": "scalar", "dweight": "col",
+                  "dbias": "col"}.get(name, "per_row")
+        written.append(row(name, v) if layout == "row" else vec(name, v, layout))
+    if any(o.name == "target" and o.dtype not in ("i64", "i32") for o in ins):
+        raise NotRows("targets are not i64 or i32")
+    return RowsProblem(op, rows, n, tuple(ins), tuple(written), attrs), names
+
+
+def _reduction(nodes, inputs, outputs, layouts):
+    red = nodes[-1]
+    x = red.inputs[0]
+    shape, rank = x.shape, x.type.rank
+    axes = sorted({ax % rank for ax in red.attrs["axes"]}) if rank else []
+    k = len(axes)
+    if not axes:
+        raise NotRows("a reduction over no axes is a copy")
+    if axes == list(range(rank - k, rank)):
+        kind, lead = "row_reduce", rank - k
+    elif axes == list(range(k)) and red.op in ("sum", "mean"):
+        kind, lead = "column_reduce", k
+    else:
+        raise NotRows(f"{red.op} over axes {tuple(axes)} of {x.type}: neither the trailing nor the leading axes")
+    rows, n = math.prod(shape[:lead]), math.prod(shape[lead:])
+    if kind == "column_reduce":
+        rows, n = math.prod(shape[:k]), math.prod(shape[k:])
+    names: dict[str, object] = {}
+    operands: list[Operand] = []
+    arg: dict = {}
+    for v in inputs:
+        const = _constant(v)
+        if const is not None:
+            arg[v] = f"#{const!r}"
+            continue
+        name = f"in{len(operands)}"
+        operands.append(_classify(v, shape, lead, kind, layouts, name))
+        names[name] = v
+        arg[v] = name
+    ops: list = []
+    for node in nodes[:-1]:
+        if node.op == "constant":
+            value = node.attrs["value"]
+            arg[node.outputs[0]] = f"#{float(value)!r}"
+            continue
+        arg[node.outputs[0]] = _prologue_op(node, arg, ops)
+    index = _index_of(arg[x], ops)
+    stored = []
+    outs = []
+    for v in outputs:
+        if v is red.outputs[0]:
+            names["out"] = v
+            outs.append(Operand("out", _float(v, "out"), "per_row" if kind == "row_reduce" else "col", 0,
+                                _dense(v, layouts, "out")))
+            continue
+        if v.shape != shape:
+            raise NotRows(f"an intermediate of shape {list(v.shape)} is read outside the group")
+        name = f"st{len(stored)}"
+        names[name] = v
+        stored.append((_index_of(arg[v], ops), name))
+        outs.append(_row(v, lead, layouts, name))
+    if "out" not in names:
+        raise NotRows("the reduction's result is read by nothing")
+    prologue = Prologue(tuple(ops), ((index, "out"),), tuple(stored))
+    return RowsProblem(kind, rows, n, tuple(operands), tuple(outs), {"op": red.op}, prologue), names
+
+
+def _constant(v):
+    """The value of a one-element constant (a ``constant`` node's result), else None."""
+    p = v.producer
+    if p is not None and p.op == "constant" and math.prod(v.shape) == 1:
+        return float(p.attrs["value"])
+    return None
+
+
+def _classify(v, shape, lead, kind, layouts, name) -> Operand:
+    rank = len(shape)
+    padded = (1,) * (rank - len(v.shape)) + tuple(v.shape)
+    if math.prod(padded) == 1:
+        return _vec(v, "scalar", layouts, name)
+    if padded == tuple(shape):
+        kind_, stride = _row_stride(layouts[v], max(0, lead + len(v.shape) - rank), name)
+        if kind_ == "col":
+            return Operand(name, _float(v, name), "col", 0, _align(layouts[v], v.type.itemsize))
+        return Operand(name, _float(v, name), "row", stride, _align(layouts[v], v.type.itemsize))
+    rows_part, cols_part = padded[:lead], padded[lead:]
+    if rows_part == tuple(shape[:lead]) and all(d == 1 for d in cols_part):
+        return _vec(v, "per_row", layouts, name)
+    if all(d == 1 for d in rows_part) and cols_part == tuple(shape[lead:]):
+        return _vec(v, "col", layouts, name)
+    raise NotRows(f"{name} of shape {list(v.shape)} broadcasts over {list(shape)} in a way the rows kernels "
+                  "do not read")
+
+
+def _prologue_op(node, arg, ops) -> str:
+    """Append ``node`` as prologue ops (rounded to its storage type where that is 16-bit); its value's name."""
+    op = node.op
+    args = [arg.get(v) for v in node.inputs]
+    if any(a is None for a in args):
+        raise NotRows(f"{op} reads a value the prologue does not have")
+    if op == "cast":
+        dtype = node.attrs["dtype"]
+        if dtype not in FLOAT_DTYPES:
+            raise NotRows(f"cast to {dtype} inside the reduction")
+        ops.append((f"cast_{dtype}", (args[0],)))
+        return f"%{len(ops) - 1}"
+    if op not in IR_OPS or op not in OPS:
+        raise NotRows(f"{op} is not a prologue op of the rows kernels")
+    if op == "pow" and not args[1].startswith("#"):
+        raise NotRows("pow with a tensor exponent")
+    ops.append((op, tuple(args)))
+    dtype = node.outputs[0].dtype
+    if dtype not in FLOAT_DTYPES:
+        raise NotRows(f"{op} gives {dtype} values")
+    if dtype != "f32":
+        ops.append((f"cast_{dtype}", (f"%{len(ops) - 1}",)))
+    return f"%{len(ops) - 1}"
+
+
+def _index_of(a: str, ops) -> int:
+    """The prologue value of argument ``a``: an operand or constant read as it is gets its own op."""
+    if a.startswith("%"):
+        return int(a[1:])
+    ops.append(("cast_f32", (a,)))
+    return len(ops) - 1

@@ -1,0 +1,232 @@
+"""The rows kernel family on the host: problems from captured training steps, the configurator's
+invariants (hypothesis), PTX that assembles without spills for sm_80 and sm_90, the CLI, and the CPU
+program of plans with rows groups against the reference interpreter."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nova.kernels.rows import Operand, Prologue, RowsProblem, RowsProblemError, cli_problem, configure_rows
+from nova.kernels.rows.derive import HELD, REG_VALUES
+
+CLI_KINDS = ("layernorm", "rmsnorm", "softmax", "log_softmax", "cross_entropy")
+
+
+def plan_step(model_name: str):
+    from nova.frontend import capture
+    from nova.models import GPT, Llama, make_train_step
+    from nova.passes import pipeline
+    torch.manual_seed(0)
+    model = GPT("tiny") if model_name == "gpt" else Llama("tiny", seed=0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    vocab = model.config.vocab_size
+    idx = torch.randint(0, vocab, (2, 16))
+    captured = capture(make_train_step(model, opt), (idx, idx.clone()), models=[model], optimizers=[opt])
+    return pipeline(captured.graph)
+
+
+def rows_groups(planned):
+    return [g for g in planned.groups if g.kernel == "nova" and isinstance(g.problem, RowsProblem)]
+
+
+# ------------------------------------------------------------------ problems from captured steps
+def test_gpt_step_runs_its_norms_loss_and_bias_gradients_on_rows_kernels():
+    planned = plan_step("gpt")
+    kinds = [g.problem.kind for g in rows_groups(planned)]
+    n_layer = 2
+    assert kinds.count("layer_norm") == 2 * n_layer + 1 and kinds.count("layer_norm_backward") == 2 * n_layer + 1
+    assert kinds.count("cross_entropy") == 1 and kinds.count("cross_entropy_backward") == 1
+    assert kinds.count("column_reduce") >= 4 * n_layer          # the linears' bias gradients
+    for g in rows_groups(planned):
+        p = g.problem
+        assert set(g.bindings.values()) <= set(g.inputs) | set(g.outputs)
+        assert {o.name for o in p.outputs} == {n for n, v in g.bindings.items() if v in g.outputs}
+        assert "Nova rows kernel" in g.reason
+    ce = next(g.problem for g in rows_groups(planned) if g.problem.kind == "cross_entropy")
+    assert (ce.rows, ce.n, ce.attr("ignore_index")) == (32, 96, -1)
+    ln = next(g.problem for g in rows_groups(planned) if g.problem.kind == "layer_norm")
+    assert (ln.rows, ln.n) == (32, 32) and [o.name for o in ln.inputs] == ["x", "weight", "bias"]
+
+
+def test_llama_step_reductions_become_row_and_column_reductions_with_prologues():
+    planned = plan_step("llama")
+    groups = rows_groups(planned)
+    row = [g.problem for g in groups if g.problem.kind == "row_reduce"]
+    col = [g.problem for g in groups if g.problem.kind == "column_reduce"]
+    # RMSNorm's mean of squares: pow(x, 2) then mean over the last axis (pow's constant inlined)
+    squares = [p for p in row if p.attr("op") == "mean"]
+    assert squares and all(any(op == "pow" and args[1] == "#2.0" for op, args in p.prologue.ops) for p in squares)
+    assert any(p.prologue.store for p in row)                       # the residual sum, read by other kernels
+    assert col and all(p.attr("op") == "sum" for p in col)          # the norm weights' gradients
+    middle = [g for g in planned.groups if g.kind == "reduction" and g.kernel == "aten"]
+    assert all("neither the trailing nor the leading axes" in g.reason for g in middle)
+
+
+def test_problem_errors_are_one_line():
+    with pytest.raises(RowsProblemError, match="needs the x operand"):
+        RowsProblem("layer_norm", 4, 8, (), (Operand("y", "f32", "row", 8),), {"eps": 1e-5})
+    with pytest.raises(RowsProblemError, match="row stride 4 is shorter"):
+        RowsProblem("softmax", 4, 8, (Operand("x", "f32", "row", 4),), (Operand("y", "f32", "row", 8),))
+    with pytest.raises(RowsProblemError, match="pow needs a constant exponent"):
+        RowsProblem("row_reduce", 4, 8, (Operand("a", "f32", "row", 8), Operand("b", "f32", "row", 8)),
+                    (Operand("out", "f32", "per_row"),), {"op": "sum"}, Prologue((("pow", ("a", "b")),), ((0, "out"),)))
+    with pytest.raises(RowsProblemError, match="unsupported dtype"):
+        cli_problem("softmax", 4, 8, "f64")
+
+
+# ------------------------------------------------------------------ the configurator
+@settings(max_examples=150, deadline=None)
+@given(kind=st.sampled_from(CLI_KINDS), backward=st.booleans(), rows=st.integers(1, 70000),
+       n=st.one_of(st.integers(1, 5000), st.integers(5000, 400000)), dtype=st.sampled_from(["f32", "bf16", "f16"]),
+       target=st.sampled_from(["h200", "a100", "rtx3060"]))
+def test_schedules_cover_every_element_within_the_limits(kind, backward, rows, n, dtype, target):
+    p = cli_problem(kind, rows, n, dtype, backward=backward)
+    cfg = configure_rows(p, target)
+    s, gpu = cfg.schedule, cfg.target
+    t = s.row
+    assert n % t.vec == 0 and t.vec * max(o.elem_bytes for o in p.operands if o.layout in ("row", "col")) <= 16
+    assert t.threads == t.threads_per_row * t.rows_per_cta <= gpu.max_threads_per_block
+    assert t.threads_per_row <= 32 and 32 % t.threads_per_row == 0 or t.threads_per_row % 32 == 0
+    assert t.chunks * t.threads_per_row * t.vec >= n > (t.chunks - 1) * t.threads_per_row * t.vec
+    assert t.grid * t.rows_per_cta >= rows > (t.grid - 1) * t.rows_per_cta
+    if t.in_registers:
+        assert t.chunks * t.vec * len(HELD[p.kind]) <= REG_VALUES
+        assert t.regs_per_thread * t.threads <= gpu.regs_per_sm
+    assert t.blocks_per_sm >= 1 and t.smem_bytes <= gpu.smem_per_block
+    if s.column is not None:
+        c = s.column
+        assert c.splits * c.rows_per_split >= rows > (c.splits - 1) * c.rows_per_split
+        assert c.grid[0] * c.threads_cols * c.vec >= n and c.threads <= gpu.max_threads_per_block
+        assert ("column_final" in s.roles) == (c.splits > 1)
+    assert cfg.prediction.time_us >= cfg.prediction.floor_us > 0
+    assert all(term["bound"] in ("dram", "launch") for term in cfg.terms.values())
+
+
+def test_long_rows_loop_and_short_rows_share_a_warp():
+    long = configure_rows(cli_problem("softmax", 8, 300000, "f32"), "h200").schedule.row
+    assert long.threads_per_row == 1024 and not long.in_registers and long.chunks == math.ceil(300000 / 4096)
+    short = configure_rows(cli_problem("layernorm", 64, 24, "f32"), "h200").schedule.row
+    assert short.threads_per_row == 8 and short.rows_per_cta == short.threads // 8 and short.in_registers
+    odd = configure_rows(cli_problem("layernorm", 64, 1001, "bf16"), "h200").schedule.row
+    assert odd.vec == 1                                       # 1001 is odd: scalar accesses
+
+
+# ------------------------------------------------------------------ generated code
+def _kernels():
+    cases = [cli_problem("layernorm", 300, 1001, "bf16"), cli_problem("layernorm", 300, 1001, "bf16", backward=True),
+             cli_problem("layernorm", 64, 24, "f32", backward=True), cli_problem("rmsnorm", 100, 4096, "f16"),
+             cli_problem("rmsnorm", 100, 4096, "bf16", backward=True), cli_problem("softmax", 8, 300000, "f32"),
+             cli_problem("softmax", 8, 300000, "f32", backward=True),
+             cli_problem("softmax", 77, 33, "f16", backward=True), cli_problem("log_softmax", 50, 2048, "bf16"),
+             cli_problem("log_softmax", 50, 2048, "f32", backward=True),
+             cli_problem("cross_entropy", 100, 32768, "bf16"), cli_problem("cross_entropy", 100, 50257, "f32", backward=True),
+             RowsProblem("softmax", 40, 96, (Operand("x", "f32", "row", 200),), (Operand("y", "f32", "row", 96),))]
+    for g in rows_groups(plan_step("llama")):
+        if g.problem.kind in ("row_reduce", "column_reduce") and g.problem not in cases:
+            cases.append(g.problem)
+    return cases
+
+
+@pytest.mark.parametrize("target", ["a100", "h200"])
+def test_every_kernel_assembles_without_spills(target):
+    from nova.codegen import ptxas
+    from nova.kernels.rows.compile import compile_kernel
+    if not ptxas.available():
+        pytest.skip("ptxas not on PATH")
+    pytest.importorskip("mlir")
+    for p in _kernels():
+        s = configure_rows(p, target).schedule
+        for role in s.roles:
+            art = compile_kernel(p, s, role)
+            r = art.resources
+            assert art.cubin and r["spill_store_bytes"] == 0 and r["spill_load_bytes"] == 0, (p.describe(), role, r)
+            assert r["registers"] * art.block[0] <= 65536, (p.describe(), role)
+            assert art.arch == s.arch
+
+
+def test_the_family_is_registered_and_keys_are_stable():
+    from nova.hwmodel import get_target
+    from nova.kernels.family import family, kernel_key
+    import nova.kernels.rows.compile  # noqa: F401  (registers the family)
+    p = cli_problem("layernorm", 1024, 768, "bf16")
+    gpu = get_target("h200")
+    s = configure_rows(p, gpu).schedule
+    assert family("rows").name == "rows"
+    assert kernel_key("rows", p, s, "row", gpu) == kernel_key("rows", cli_problem("layernorm", 1024, 768, "bf16"),
+                                                              s, "row", gpu)
+    assert kernel_key("rows", p, s, "row", gpu) != kernel_key("rows", p.with_rows(1025), s, "row", gpu)
+
+
+def test_offline_miss_is_one_line(tmp_path):
+    from nova.hwmodel import get_target
+    from nova.kernels.rows.compile import get_or_compile
+    from nova.runtime.cache import KernelCache, NotPrecompiledError
+    p = cli_problem("softmax", 64, 256, "f32")
+    gpu = get_target("h200")
+    s = configure_rows(p, gpu).schedule
+    with pytest.raises(NotPrecompiledError) as e:
+        get_or_compile(p, s, "row", gpu, KernelCache(tmp_path), offline=True)
+    assert "\n" not in str(e.value) and "not precompiled: rows softmax 64x256" in str(e.value)
+
+
+# ------------------------------------------------------------------ CLI
+def test_cli_explain_text_and_json(capsys):
+    from nova.cli.config import main
+    assert main(["explain", "layernorm", "16384x512", "--backward", "--dtype", "bf16"]) == 0
+    out = capsys.readouterr().out
+    for piece in ("layer_norm_backward 16384x512", "vector width", "threads per row", "splits", "column_final",
+                  "Prediction"):
+        assert piece in out
+    assert main(["explain", "cross_entropy", "16384x32768", "--json", "--target", "a100"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["op"] == "rows" and d["target"] == "a100" and d["schedule"]["roles"] == ["row", "total"]
+    assert d["problem"]["kind"] == "cross_entropy" and d["derivation"] and d["prediction"]["time_us"] > 0
+    assert main(["explain", "rmsnorm", "16384x4096", "--backward", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["schedule"]["row"]["in_registers"] is True
+    assert main(["explain", "softmax", "16384x"]) == 2
+    assert "expected ROWSxN" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ planning and the CPU program
+def test_cpu_program_matches_the_interpreter_with_rows_groups():
+    from nova.compiler.executor import build, rows_problems
+    from nova.ir import interpreter
+    from nova.passes.examples import random_inputs, transformer_step
+    from nova.passes import pipeline
+    graph = transformer_step()
+    planned = pipeline(graph)
+    assert rows_groups(planned)
+    program = build(planned, "cpu", poison=True)
+    inputs = random_inputs(graph, 3, int_high=8)
+    ref = interpreter.run(graph, [x.clone() for x in inputs])
+    got = program.run([x.clone() for x in inputs])
+    for o, a, b in zip(graph.outputs, got, ref):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), o.name
+    problems = rows_problems(planned)
+    assert problems == list(dict.fromkeys(g.problem for g in rows_groups(planned)))
+
+
+def test_meta_program_leaves_unwritten_values_without_storage():
+    from nova.compiler.executor import build
+    planned = plan_step("llama")
+    program = build(planned, "meta")
+    unwritten = [v for v, loc in program.loc.items() if loc[0] == "unwritten"]
+    assert unwritten and program.stats["scratch_bytes"] == 0
+    assert all(any(v in n.outputs for g in rows_groups(planned) for n in g.nodes) for v in unwritten)
+
+
+def test_explain_prices_rows_groups_with_the_rows_configurator():
+    from nova.compiler.explain import kernel_reports
+    from nova.hwmodel import get_target
+    planned = plan_step("gpt")
+    reports = {r.index: r for r in kernel_reports(planned, get_target("h200"))}
+    for i, g in enumerate(planned.groups):
+        if g in rows_groups(planned):
+            r = reports[i]
+            assert r.kernel == "nova" and r.model == "rows configurator" and r.predicted_us > 0
+            assert r.schedule["roles"] and r.name == g.problem.describe()
