@@ -231,13 +231,14 @@ if __name__ == "__main__":
                                              "(--build: build them all here, into NOVA_CACHE_DIR; needs MLIR)")
     ap.add_argument("--target", default="h200")
     ap.add_argument("--build", action="store_true",
-                    help="compile every Nova kernel of the cases (GEMMs, fused pointwise, multi-tensor updates)")
+                    help="compile every Nova kernel of the cases (GEMMs, rows, fused pointwise, multi-tensor updates)")
+    ap.add_argument("--cache-dir", default=None, help="--build: the cache directory (default NOVA_CACHE_DIR)")
     args = ap.parse_args()
     if args.build:
         from nova.compiler.precompile import precompile_planned
         from nova.hwmodel import get_target
         from nova.runtime.cache import KernelCache
-        gpu, cache = get_target(args.target), KernelCache()
+        gpu, cache = get_target(args.target), KernelCache(args.cache_dir)
         failed = sum(precompile_planned(planned(make().graph), gpu, cache)["failed"] for make in CASES.values())
         sys.exit(1 if failed else 0)
     for line in precompile_commands(all_problems(), args.target):
