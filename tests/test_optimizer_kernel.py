@@ -328,3 +328,16 @@ def test_the_kernel_run_on_the_cpu_matches_the_float64_reference(rule):
             err = float((got - w).norm() / w.norm().clamp_min(1e-30)) if sizes[k] else 0.0
             assert err < CPU_TOL[rule.dtype], (sizes[k], name, err)
     assert all(torch.equal(torch.cat([b[:GUARD], b[-GUARD:]]), g) for b, g in zip(bases, guards))
+
+
+def test_an_sgd_first_step_precompiles_the_rule_of_the_steps_after():
+    """A step captured before SGD's momentum buffers exist (``nova precompile train --optimizer sgd``
+    plans that one) is followed by steps reading them: the precompile list holds both kernels."""
+    from nova.compiler.explain import plan_training_step
+    from nova.compiler.executor import optimizer_rules
+    from nova.compiler.precompile import step_kernels
+    planned, _ = plan_training_step("tiny", 2, 16, "sgd", "h200")
+    (first,) = optimizer_rules(planned)
+    assert first.first_step and first.with_momentum
+    assert step_kernels(planned).optimizer == [first, dataclasses.replace(first, first_step=False)]
+    assert UpdateRule("adamw", "f32", "f32").later_steps() == UpdateRule("adamw", "f32", "f32")

@@ -12,7 +12,8 @@ class StepKernels(NamedTuple):
     attention: list             # (AttentionProblem with the arena views' strides, roles)
     rows: list                  # RowsProblem
     pointwise: list             # PointwiseProblem
-    optimizer: list             # UpdateRule (a multi-tensor kernel serves every group of its rule)
+    optimizer: list             # UpdateRule (a multi-tensor kernel serves every group of its rule), with the
+                                # rules of the steps after (an SGD first step's successor reads its buffers)
 
 
 def step_kernels(planned) -> StepKernels:
@@ -20,11 +21,14 @@ def step_kernels(planned) -> StepKernels:
     them: the GEMMs the executor launches (``Program.gemm_problems``), its attention launches
     (``Program.attention_kernels``: each problem with the strides of the arena views it reads and
     writes), its rows problems (``Program.rows_problems``), its fused pointwise kernels
-    (``Program.pointwise_problems``) and its multi-tensor optimizer kernels (``Program.optimizer_rules``)."""
+    (``Program.pointwise_problems``) and its multi-tensor optimizer kernels (``Program.optimizer_rules``,
+    and the rule of the steps that follow: a step captured before SGD's momentum buffers exist is
+    followed by steps that read them, whose program is planned only when they run)."""
     from nova.compiler.executor import Program
     program = Program(planned, "meta")
+    rules = program.optimizer_rules()
     return StepKernels(program.gemm_problems(), program.attention_kernels(), program.rows_problems(),
-                       program.pointwise_problems(), program.optimizer_rules())
+                       program.pointwise_problems(), list(dict.fromkeys(rules + [r.later_steps() for r in rules])))
 
 
 def rows_problems_of(planned) -> list:

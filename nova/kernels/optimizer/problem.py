@@ -17,6 +17,7 @@ A ``MultiTensorProblem`` is one launch: the rule and the element counts of the t
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass
 
@@ -87,6 +88,11 @@ class UpdateRule:
         (adamw), then the writes (``<name>_out``)."""
         step = ("step",) if self.op == "adamw" else ()
         return self.reads() + step + tuple(f"{name}_out" for name in self.writes())
+
+    def later_steps(self) -> "UpdateRule":
+        """The rule of the steps after this one: an SGD first step (no momentum buffer yet) is followed
+        by steps that read the buffer it creates; every other rule stays as it is."""
+        return dataclasses.replace(self, first_step=False)
 
     @property
     def bytes_per_element(self) -> int:
