@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Host (MLIR, no GPU): every kernel of `bench/device_stages.sh`'s stages into one cache directory —
 # the GPU tests' kernels (runtime, executor, attention: each test file prints its precompile
-# commands), the GPT training steps (compile tests, train stage), the training-GEMM suite and the
+# commands; the pointwise and optimizer kernels' tests build theirs), the GPT training steps (compile tests, train stage), the training-GEMM suite and the
 # attention benchmark.  Idempotent: kernels already in the cache are skipped; stale ones (an older
 # kernel ABI) are pruned at the end.
 #   bash bench/build_stages_cache.sh                 # -> .nova-cache/ (carry it: `run --carry .nova-cache`)
@@ -15,7 +15,8 @@ for part in ${PARTS:-tests attention train suite}; do
   case $part in
     # lines may start with environment assignments (NOVA_CLUSTER=2x1 nova precompile ...): eval them
     tests) { python3 tests/test_runtime_gpu.py --target "$TARGET"; python3 tests/test_executor_gpu.py --target "$TARGET"; } \
-             | while read -r cmd; do eval "$cmd --cache-dir $NOVA_CACHE_DIR" < /dev/null | tail -n 1; done ;;
+             | while read -r cmd; do eval "$cmd --cache-dir $NOVA_CACHE_DIR" < /dev/null | tail -n 1; done
+           for t in pointwise optimizer; do python3 "tests/test_${t}_gpu.py" --target "$TARGET" | tail -n 1; done ;;
     attention) python3 -m nova.bench.attention --precompile --target "$TARGET" --jobs "${JOBS:-2}" | tail -n 3 ;;
     train) nova precompile train gpt42m --batch 32 --target "$TARGET" --cache-dir "$NOVA_CACHE_DIR" | tail -n 2
            nova precompile train gpt144m --batch 16 --target "$TARGET" --cache-dir "$NOVA_CACHE_DIR" | tail -n 2 ;;

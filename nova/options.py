@@ -151,6 +151,15 @@ TABLE: tuple[Option, ...] = (
     Option("attention_tile_order", "NOVA_ATTENTION_TILE_ORDER", enum("head", "query"), "head",
            "the persistent attention forward's work order: a head's query tiles together, or query "
            "tiles across heads", True),
+    # memory-bound groups of a compiled program
+    Option("pointwise", "NOVA_POINTWISE",
+           enum("all", "none", "fused", "optimizer",
+                aliases={"1": "all", "0": "none", "true": "all", "false": "none", "yes": "all", "no": "none",
+                         "on": "all", "off": "none"}), "all",
+           "which memory-bound groups a compiled program runs on Nova kernels (A/B runs against ATen): fused "
+           "pointwise groups and optimizer updates (all), neither (none: ATen's kernels and foreach "
+           "optimizer), only the pointwise groups (fused) or only the optimizer updates (optimizer, one "
+           "multi-tensor launch per group); part of the plan cache's key", False),
 )
 BY_VARIABLE = {o.variable: o for o in TABLE}
 
@@ -176,6 +185,7 @@ class Options:
     attention_hopper_backward: bool = True
     attention_persistent: bool = True
     attention_tile_order: str = "head"
+    pointwise: str = "all"
 
     def replace(self, **changes) -> "Options":
         return replace(self, **changes)

@@ -102,10 +102,17 @@ def arena_values(plan: Planned) -> list:
 
 
 def fused_values(plan: Planned) -> list:
-    """Values the plan never writes (intermediates of a Nova GEMM's epilogue).  The CPU program
+    """Values the plan never writes of a Nova GEMM's epilogue.  The CPU program
     computes those groups unfused (torch.matmul, then the bias add and activation as ATen kernels),
     so it needs them: they are what a CPU program's scratch holds."""
-    return [v for v, p in plan.memory.values.items() if p.kind == "fused"]
+    gemm = {n for g in plan.groups if g.kind == "gemm" for n in g.nodes}
+    return [v for v, p in plan.memory.values.items() if p.kind == "fused" and v.producer in gemm]
+
+
+def kernel_values(plan: Planned) -> list:
+    """Intermediates of Nova pointwise kernels: in registers on CUDA, temporaries of the IR reference on CPU."""
+    kernels = {n for g in plan.groups if g.kind == "pointwise" and g.kernel == "nova" for n in g.nodes}
+    return [v for v, p in plan.memory.values.items() if p.kind == "fused" and v.producer in kernels]
 
 
 def scratch_bytes(values) -> int:

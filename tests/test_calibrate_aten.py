@@ -27,11 +27,13 @@ BAND = 0.10
 
 @pytest.fixture(scope="module", autouse=True)
 def aten_plan():
-    """The profile ran the step with its norms, losses and reductions on ATen: these tests plan it so
-    (no rows kernels, ``nova/passes/rows.py``), the plan the calibration was fitted on."""
+    """The profile ran the step with its norms, losses, reductions, pointwise groups and optimizer
+    updates on ATen: these tests plan it so (no rows kernels, ``nova/passes/rows.py``;
+    ``NOVA_POINTWISE=none``), the plan the calibration was fitted on."""
     import nova.passes.fusion
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(nova.passes.fusion, "select_rows", lambda group, layouts: "")
+        mp.setenv("NOVA_POINTWISE", "none")
         yield
 
 

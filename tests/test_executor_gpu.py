@@ -4,7 +4,9 @@ per step) against the reference interpreter run on the CPU in float64, at TF32 t
 twin (tests/test_executor.py::test_gpu_cases_plan_and_describe_on_meta) builds these cases as meta
 programs and runs the precompile list and the float64 reference without a GPU.
 
-Kernels come from a cache precompiled on a host with MLIR:
+Kernels come from a cache precompiled on a host with MLIR (the printed lines: ``nova precompile gemm``
+for the GEMMs, then this script with ``--build`` for every kernel, the fused pointwise and
+multi-tensor optimizer kernels included):
 
     python tests/test_executor_gpu.py --target h200 | NOVA_CACHE_DIR=.nova-cache sh     # host
     NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache python3 -m pytest -m gpu tests/test_executor_gpu.py   # GPU
@@ -204,7 +206,8 @@ def test_offline_missing_kernel_fails_before_touching_parameters(tmp_path, monke
         before = [x.clone() for x in state]
         program = build(planned(case.graph), "cuda")
         for _ in range(2):                      # the program stays unbound: the second run fails the same way
-            with pytest.raises(NotPrecompiledError, match=r"^not precompiled: gemm \d+x\d+x\d+ tf32 .*nova precompile gemm"):
+            with pytest.raises(NotPrecompiledError, match=r"^not precompiled: (gemm \d+x\d+x\d+ tf32 .*nova precompile gemm|"
+                                                          r"(pointwise|multi-tensor) .*nova precompile train)"):
                 program.run(state)
         assert all(torch.equal(a, b) for a, b in zip(state, before)), "a parameter changed before the error"
     finally:
@@ -224,8 +227,22 @@ def all_problems() -> list:
 
 if __name__ == "__main__":
     import argparse
-    ap = argparse.ArgumentParser(description="print the nova precompile commands for these GPU tests")
+    ap = argparse.ArgumentParser(description="print the commands that build the kernels of these GPU tests "
+                                             "(--build: build them all here, into NOVA_CACHE_DIR; needs MLIR)")
     ap.add_argument("--target", default="h200")
-    for line in precompile_commands(all_problems(), ap.parse_args().target):
+    ap.add_argument("--build", action="store_true",
+                    help="compile every Nova kernel of the cases (GEMMs, rows, fused pointwise, multi-tensor updates)")
+    ap.add_argument("--cache-dir", default=None, help="--build: the cache directory (default NOVA_CACHE_DIR)")
+    args = ap.parse_args()
+    if args.build:
+        from nova.compiler.precompile import precompile_planned
+        from nova.hwmodel import get_target
+        from nova.runtime.cache import KernelCache
+        gpu, cache = get_target(args.target), KernelCache(args.cache_dir)
+        failed = sum(precompile_planned(planned(make().graph), gpu, cache)["failed"] for make in CASES.values())
+        sys.exit(1 if failed else 0)
+    for line in precompile_commands(all_problems(), args.target):
         print(line)
+    # the pointwise and multi-tensor kernels have no command line of their own: this script builds them
+    print(f"python3 {sys.argv[0]} --target {args.target} --build")
     sys.exit(0)

@@ -7,6 +7,7 @@ from nova.kernels.gemm.problem import GemmProblem
 from nova.kernels.rows import RowsProblem
 from nova.ir import Graph, TensorType
 from nova.ir import interpreter
+from nova.ir.ops import kind
 from nova.passes import canonicalize, fuse, pipeline
 from nova.passes.examples import linear_bias_gelu, random_inputs, transformer_step
 from nova.passes.reference import run_planned
@@ -192,5 +193,9 @@ def test_training_step_groups():
     assert "gelu_tanh_backward is not a prologue op" in gelu_sum.reason
     for gr in groups:
         assert gr.reason and "\n" not in gr.reason
-        assert gr.kernel == ("nova" if gr.kind == "gemm" or gr in rows else "none" if gr in by_kind["view"]
-                             and gr not in copies else "aten")
+        nova = gr.kind == "gemm" or (gr.kind == "pointwise" and any(kind(n.op) == "pointwise" for n in gr.nodes)) \
+            or gr in updates or gr in rows
+        assert gr.kernel == ("nova" if nova else "none" if gr in by_kind["view"] and gr not in copies else "aten")
+        assert (gr.problem is not None) == nova           # a Nova group carries its problem
+    from nova.kernels.optimizer import MultiTensorProblem
+    assert all(isinstance(gr.problem, MultiTensorProblem) and gr.problem.tensors == len(gr.nodes) for gr in updates)

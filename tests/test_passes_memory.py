@@ -166,10 +166,12 @@ def test_no_in_place_when_the_dying_input_is_read_in_another_layout():
 
 def test_donation_is_refused_when_the_old_value_is_read_after_the_new_one_is_written():
     g = Graph()
-    p = g.input(F(16), "p", "param")
+    p = g.input(F(16, 16), "p", "param")
     new = g.op("mul", p, g.op("constant", value=0.5, dtype="f32"))
     g.output(new, "p", "param", updates=0)
-    g.output(g.op("sub", new, p), "delta")       # reads the old p after the new one exists
+    # reads the old p, transposed, where the new one is written (one pointwise kernel reads each element
+    # of p before writing the same element of new, but p^T's element lies elsewhere)
+    g.output(g.op("sub", new, g.op("permute", p, perm=(1, 0))), "delta")
     planned = pipeline(g)
     assert planned.memory.donations == []
     assert planned.memory[planned.graph.outputs[0].value].kind == "arena"
@@ -200,10 +202,10 @@ def test_the_validator_catches_overlapping_live_buffers(step):
 
 def test_the_validator_catches_an_unsafe_donation():
     g = Graph()
-    p = g.input(F(16), "p", "param")
+    p = g.input(F(16, 16), "p", "param")
     new = g.op("exp", p)
     g.output(new, "p", "param", updates=0)
-    g.output(g.op("sub", new, p), "delta")
+    g.output(g.op("sub", new, g.op("permute", p, perm=(1, 0))), "delta")
     planned = pipeline(g)
     new = planned.graph.outputs[0].value
     broken = copy.copy(planned.memory)

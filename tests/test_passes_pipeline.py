@@ -33,8 +33,11 @@ def test_format_plan_lists_groups_with_reasons_and_the_memory_breakdown():
     planned = pipeline(transformer_step())
     text = format_plan(planned)
     lines = text.splitlines()
-    nova = sum(gr.kernel == "nova" for gr in planned.groups)          # 15 GEMMs and the rows groups
-    assert nova > 15 and sum(gr.kind == "gemm" for gr in planned.groups) == 15
+    nova = sum(gr.kernel == "nova" for gr in planned.groups)          # GEMMs, rows, pointwise and optimizer groups
+    pointwise = sum(gr.kind == "pointwise" and gr.kernel == "nova" for gr in planned.groups)
+    updates = sum(gr.nodes[0].op == "adamw" and gr.kernel == "nova" for gr in planned.groups)
+    assert nova > 15 + pointwise + updates and sum(gr.kind == "gemm" for gr in planned.groups) == 15
+    assert pointwise > 0 and updates > 0
     assert lines[0].startswith("plan gpt_block_step:") and f"{nova} on Nova kernels" in lines[0]
     assert "passes: captured 127 -> dce 127 -> cse 120 -> canonicalize" in text
     for gr in planned.groups:

@@ -31,7 +31,7 @@ def plan_step(model_name: str):
 
 
 def rows_groups(planned):
-    return [g for g in planned.groups if g.kind != "gemm" and g.kernel == "nova"]
+    return [g for g in planned.groups if g.kernel == "nova" and isinstance(g.problem, RowsProblem)]
 
 
 # ------------------------------------------------------------------ problems from captured steps

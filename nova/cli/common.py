@@ -5,7 +5,8 @@ Exit status (both commands):
 
 * 0: success;
 * 2: bad input or usage, argparse's convention: a bad shape, dtype, target or option, a problem
-  no kernel can run, a bad ``NOVA_*`` variable (``ShapeError``, ``ProblemError``, ``TargetError``,
+  no kernel can run, a bad ``NOVA_*`` variable (``ShapeError``, ``ProblemError``,
+  ``AttentionProblemError``, ``PointwiseProblemError``, ``OptimizerProblemError``, ``TargetError``,
   ``UsageError``, ``OptionError``);
 * 1: a runtime failure: compiling, the driver, files, a kernel that failed in a batch;
 * 70: an internal error (a Nova bug); 130: interrupted.
@@ -69,9 +70,12 @@ def usage_errors() -> tuple[type, ...]:
     from nova.cli.shapes import ShapeError
     from nova.kernels.attention.problem import AttentionProblemError
     from nova.kernels.gemm.problem import ProblemError
+    from nova.kernels.optimizer.problem import OptimizerProblemError
+    from nova.kernels.pointwise.problem import PointwiseProblemError
     from nova.hwmodel.model import TargetError
     from nova.options import OptionError
-    return ShapeError, ProblemError, AttentionProblemError, TargetError, UsageError, OptionError
+    return ShapeError, ProblemError, AttentionProblemError, PointwiseProblemError, OptimizerProblemError, TargetError, \
+        UsageError, OptionError
 
 
 def dispatch(prog: str, call, runtime_errors: tuple[type, ...] = ()) -> int:

@@ -3,6 +3,8 @@
     nova-config explain matmul 4096x4096 [--target h200] [--dtype tf32] [--json] [--symbolic]
     nova-config explain matmul 256x512x512x64 [--batch-strides 0,packed,packed] ...   (a batch of 256 GEMMs)
     nova-config explain attention 32,8,512,64 [--causal] [--dtype tf32] [--target h200] [--json]
+    nova-config explain pointwise "gelu_tanh(x)+y" 16384x2048 [--dtype f32|bf16|f16|f64] [--target h200] [--json]
+    nova-config explain adamw 42000000 [--dtype bf16] [--adam] [--target h200] [--json]   (also: explain sgd)
     nova-config explain train gpt42m --batch 32 [--seq 512] [--target h200] [--json]
     nova-config explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy ROWSxN [--backward] [--dtype f32|bf16|f16]
                 [--target h200] [--json]
@@ -38,9 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_version(ap)
     sub = ap.add_subparsers(dest="command", required=True)
     ex = sub.add_parser("explain", help="derive and explain the schedule of one operation")
-    ex.add_argument("op", help="operation: matmul (alias gemm); `explain attention`, `explain train` and the rows "
-                               "kernels (`explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy ROWSxN`) "
-                               "have their own options (see their --help)")
+    ex.add_argument("op", help="operation: matmul (alias gemm); `explain attention`, `explain train`, the rows "
+                               "kernels (`explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy ROWSxN`), "
+                               "`explain pointwise`, `explain adamw` and `explain sgd` have their own options (see "
+                               "their --help)")
     ex.add_argument("shape", help="S (M=N=K=S), SxS (square operands, M=N=K=S), MxNxK or BxMxNxK (a batch of B "
                                   "MxNxK GEMMs in one launch)")
     ex.add_argument("--target", default="rtx3060",
@@ -74,7 +77,8 @@ def _console():
 
 def cmd_explain(args) -> int:
     if args.op not in OPS:
-        raise ProblemError(f"unknown operation {args.op!r}; supported: matmul")
+        raise ProblemError(f"unknown operation {args.op!r}; supported: matmul, attention, pointwise, adamw, sgd, train, "
+                           f"{', '.join(ROWS_OPS)}")
     (M, N, K), batch = parse_problem_shape(args.shape)
     if args.batch_strides is not None and "B" not in batch:
         raise UsageError(f"--batch-strides applies to a batched shape BxMxNxK; {args.shape} is a single GEMM")
@@ -294,6 +298,12 @@ def main(argv=None) -> int:
     if argv[:2] == ["explain", "train"]:           # a whole training step: nova/cli/train.py
         from nova.cli.train import explain_main
         return explain_main(argv[2:])
+    if argv[:2] == ["explain", "pointwise"]:       # one fused pointwise kernel: nova/cli/pointwise.py
+        from nova.cli.pointwise import main as explain_pointwise
+        return explain_pointwise(argv[2:])
+    if argv[:1] == ["explain"] and argv[1:2] in (["adamw"], ["sgd"]):   # a multi-tensor update: nova/cli/optimizer.py
+        from nova.cli.optimizer import main as explain_update
+        return explain_update(argv[1], argv[2:])
     if argv[:1] == ["export"]:                   # other tools' formats: nova/cli/export.py
         from nova.cli.export import main as export
         return export(argv[1:])

@@ -99,7 +99,8 @@ def explain_main(argv) -> int:
 
 
 def run_precompile_train(args) -> int:
-    """``nova precompile train``: every GEMM and attention kernel of the step, into the cache."""
+    """``nova precompile train``: every Nova kernel of the step (GEMMs, attention, fused pointwise,
+    multi-tensor optimizer updates), into the cache."""
     from nova.compiler.explain import plan_training_step
     from nova.compiler.precompile import precompile_planned
     from nova.hwmodel import get_target

@@ -171,8 +171,8 @@ class Ir:
         """The SSA name hint and the literal of a constant (a builder may spell them its own way)."""
         if ty == "index":
             return (f"c{value}" if value >= 0 else f"c_neg{-value}"), str(value)
-        if ty == "i1":
-            return ("true" if value else "false"), ("true" if value else "false")
+        if ty == "i1":                  # ``arith.constant true : i1`` does not parse; ``1 : i1`` does
+            return ("true" if value else "false"), ("1" if value else "0")
         if ty.startswith("vector"):
             return ("zero_acc" if value == 0.0 else "cst_vec"), f"dense<{float(value)!r}>"
         return f"cst_{ty}", repr(float(value))

@@ -7,7 +7,9 @@ one arena, replayed as one CUDA graph on the GPU.
     program.stats; print(program.describe())
     gemm_problems(planned)                    # every Nova GEMM a CUDA program launches (nova precompile)
     attention_kernels(planned)                # ... and every Nova attention launch (problem with strides, roles)
-    rows_problems(planned)                    # ... and every Nova rows problem (norms, softmax, losses, reductions)
+    rows_problems(planned)                    # ... every Nova rows problem (norms, softmax, losses, reductions)
+    pointwise_problems(planned)               # ... every Nova fused pointwise kernel
+    optimizer_rules(planned)                  # ... and every Nova multi-tensor optimizer kernel
     gemm_problem_counts(planned)              # ... and how many times per step
 
 What ``build`` consumes from the planner (``nova.passes``: ``Planned``, ``Group``, ``MemoryPlan``,
@@ -31,7 +33,10 @@ Launches.  One per group, in the plan's order: ``matmul`` nodes on Nova GEMMs (C
 ``torch.matmul(out=)`` (CPU), with a following bias/activation folded in
 (``nova/compiler/gemm_lowering.py``); a Nova rows group (norms, softmax, losses, reductions with
 their producers) on its rows kernels (CUDA), its nodes' IR references on CPU
-(``nova/compiler/rows_lowering.py``); every other op on ATen kernels writing into the output
+(``nova/compiler/rows_lowering.py``); a Nova pointwise group on its kernel (CUDA) or its nodes'
+IR reference (CPU); a Nova optimizer group on one multi-tensor kernel (CUDA: pointers in an
+argument table written at bind, ``nova/kernels/optimizer``) or ATen's foreach kernels (CPU, and
+CUDA tensors the kernel cannot take, noted); every other op on ATen kernels writing into the output
 tensors (``nova/compiler/aten_kernels.py``); free views and constants launch nothing.
 
 CUDA.  The first ``run`` binds the inputs, resolves every Nova kernel (offline mode: a missing one
@@ -56,7 +61,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from nova.compiler.aten_kernels import (KernelContext, adamw, build_kernel, can_join_batch,
+from nova.compiler.aten_kernels import (Kernel, KernelContext, adamw, build_kernel, can_join_batch,
                                         torch_dtype, view_of)
 from nova.compiler.gemm_lowering import lower_matmul
 from nova.compiler.plan_view import ExecutorError, PlanView, read_plan
@@ -65,7 +70,8 @@ from nova.ir.ops import opdef
 from nova.passes.fusion import update_batch_key
 from nova.passes.memory import ELEMENTWISE_COMPOSITES
 
-__all__ = ["build", "gemm_problems", "gemm_problem_counts", "attention_kernels", "rows_problems", "precompile_commands", "Program", "Launch", "ExecutorError", "BOUND_ROLES"]
+__all__ = ["build", "gemm_problems", "gemm_problem_counts", "attention_kernels", "rows_problems", "pointwise_problems",
+           "optimizer_rules", "precompile_commands", "Program", "Launch", "ExecutorError", "BOUND_ROLES"]
 
 ALIGN = 256                                          # byte alignment of slots the executor lays out itself
 BOUND_ROLES = ("param", "grad", "opt_state", "const")  # inputs used in place, by pointer
@@ -244,11 +250,14 @@ class Program:
             else:
                 self.loc[spec.value] = self._take("staged", spec.value)
         in_result = []                       # fused epilogue values: placed once their group's result is
+        in_kernel = {n for group in plan.groups if group.pointwise is not None for n in group.nodes}
         rows_nodes = {n for group in plan.groups if group.rows is not None for n in group.nodes}
         for index, node in enumerate(g.nodes):
             for v in node.outputs:
                 p = plan.placement(v)
-                if v in self.donated:
+                if node in in_kernel and p.kind == "none" and v not in self.donated and node.op not in CREATION:
+                    self.loc[v] = ("kernel",)        # a Nova pointwise kernel's intermediate: registers only
+                elif v in self.donated:
                     self.loc[v] = ("donated", self.donated[v])
                 elif node.op in CREATION:
                     self.loc[v] = self._take("const", v)
@@ -311,6 +320,10 @@ class Program:
         g = self.graph
         order = [n for group in self.plan.groups for n in group.nodes]
         position = {n: i for i, n in enumerate(order)}
+        self._kernel_group = {n: group for group in self.plan.groups
+                              if group.pointwise is not None or group.optimizer is not None for n in group.nodes}
+        for n, group in self._kernel_group.items():      # one kernel reads all, then writes: one position
+            position[n] = position[group.nodes[0]]
         end = len(order)
         root = {}
         for spec in g.inputs:
@@ -336,10 +349,11 @@ class Program:
             nbytes = v.type.nbytes if strides is None else _strided_bytes(v.type.shape, strides, v.type.itemsize)
             return offset, offset + nbytes
 
-        def in_place(a, b):         # b written over a by an elementwise node that reads a (or a view of it) last
+        def in_place(a, b):         # b written over a by an elementwise node (or kernel) that reads a last
             n = b.producer
+            readers = self._kernel_group[n].nodes if n in self._kernel_group else [n]
             return n is not None and (opdef(n.op).kind == "pointwise" or n.op in ELEMENTWISE_COMPOSITES) and \
-                any(x is a or root.get(x) is a for x in n.inputs) and span(a) == span(b)
+                any(x is a or root.get(x) is a for r in readers for x in r.inputs) and span(a) == span(b)
 
         values = sorted((v for v in arena if v.type.nbytes), key=lambda v: span(v)[0])
         active = []
@@ -379,7 +393,9 @@ class Program:
                     if root.get(x) is not base:
                         continue
                     q = position[n]
-                    if q < p or (n is producer and x is base and in_place):
+                    same_kernel = n in self._kernel_group and self._kernel_group.get(producer) is self._kernel_group[n] \
+                        and self._kernel_group[n].pointwise is not None        # a multi-tensor update: its own node only
+                    if q < p or ((n is producer or same_kernel) and x is base and in_place):
                         continue
                     raise ExecutorError(f"{g.name}: the plan donates {names[v]!r} into input {g.inputs[i].name!r}, "
                                         f"written at launch {p} ({producer.op}), but {n.op} reads that input at "
@@ -435,6 +451,8 @@ class Program:
         for index, node in enumerate(g.nodes):
             for v in node.outputs:
                 loc = self.loc[v]
+                if loc[0] == "kernel":
+                    continue
                 if loc[0] == "donated":
                     tensors[v] = tensors[g.inputs[loc[1]].value]
                 elif loc[0] == "alias":
@@ -456,6 +474,7 @@ class Program:
         ctx = KernelContext(self.kind, device)
         g = self.graph
         users = g.users()
+        self._users, self._outputs_set = users, set(g.output_values())
         live_out = set(g.output_values())
         launches = []
         for group in self.plan.groups:
@@ -465,6 +484,14 @@ class Program:
                 launches.append(Launch(group.index, group.kind, list(group.nodes), kernels))
                 continue
             kernels, gemms, i = [], [], 0
+            if group.pointwise is not None:
+                kernels.append(self._pointwise_kernel(group, tensors, device))
+                nodes = []
+            elif group.optimizer is not None and self.kind == "cuda":      # CPU: ATen's foreach path below
+                kernel = self._optimizer_kernel(group, tensors, device, ctx)
+                if kernel is not None:
+                    kernels.append(kernel)
+                    nodes = []
             while i < len(nodes):
                 node = nodes[i]
                 if node.op == "matmul":
@@ -495,6 +522,59 @@ class Program:
             if kernels:
                 launches.append(Launch(group.index, group.kind, list(group.nodes), kernels, gemms))
         return launches, ctx
+
+    def _pointwise_kernel(self, group, tensors, device) -> Kernel:
+        """A Nova pointwise group: its kernel on CUDA (pointers bound now; a meta dry run only records the
+        problem), else its nodes evaluated by their IR reference into temporaries, the outputs copied last
+        (the kernel's semantics: every input read before any output is written)."""
+        from nova.kernels.pointwise.launch import bind, mismatch
+        from nova.passes.fusion import boundary
+        problem = group.pointwise
+        ins, outs = boundary(group.nodes, self._users, self._outputs_set)
+        in_t, out_t = [tensors[v] for v in ins], [tensors[v] for v in outs]
+        why = ""
+        if self.kind == "cuda":
+            why = mismatch(problem, in_t, out_t) if device.type != "meta" else ""
+            if not why:
+                if device.type == "meta":
+                    return Kernel(lambda: None, f"nova pointwise kernel ({problem.describe()})", pointwise=problem)
+                launch = bind(problem, in_t, out_t, self.target)
+                return Kernel(launch, f"nova pointwise kernel ({problem.describe()})", pointwise=problem)
+            self._note(f"group {group.index}: pointwise kernel not used ({why}): IR reference")
+        nodes = list(group.nodes)
+
+        def run():
+            env = dict(zip(ins, in_t))
+            with torch.device(device):
+                for node in nodes:
+                    res = opdef(node.op).reference(torch, *[env[v] for v in node.inputs], **node.attrs)
+                    env.update(zip(node.outputs, res if isinstance(res, (tuple, list)) else (res,)))
+            for v, o in zip(outs, out_t):
+                o.copy_(env[v])
+        return Kernel(run, "IR reference of a Nova pointwise group" + (f" ({why})" if why else "") + " + copy_",
+                      len(outs))
+
+    def _optimizer_kernel(self, group, tensors, device, ctx) -> Kernel | None:
+        """A Nova optimizer group on CUDA: one multi-tensor launch over every update's tensors (the
+        argument table written now into a workspace; a meta dry run only records the rule and
+        reserves the table), or None with a note when the tensors are not the kernel's (ATen then)."""
+        from nova.kernels.optimizer.launch import bind, mismatch
+        from nova.kernels.optimizer.problem import HYPER_POSITION, operand_slots
+        from nova.kernels.optimizer.table import WORD_BYTES, table_bytes
+        problem = group.optimizer
+        rule = problem.rule
+        rows = [operand_slots(rule, [tensors[v] for v in n.inputs], [tensors[v] for v in n.outputs])
+                for n in group.nodes]
+        hyper = tensors[group.nodes[0].inputs[HYPER_POSITION[rule.op]]]
+        what = f"nova multi-tensor kernel ({problem.describe()})"
+        if device.type == "meta":
+            ctx.workspace((table_bytes(rule, len(rows)) // WORD_BYTES,), torch.int64)
+            return Kernel(lambda: None, what, optimizer=rule)
+        why = mismatch(rule, rows, hyper)
+        if why:
+            self._note(f"group {group.index}: multi-tensor kernel not used ({why}): ATen")
+            return None
+        return Kernel(bind(rule, rows, hyper, self.target, workspace=ctx.workspace), what, optimizer=rule)
 
     def _note(self, text: str) -> None:
         if text not in self._fallbacks:
@@ -677,6 +757,15 @@ class Program:
         """The distinct Nova rows problems (``RowsProblem``) this program launches, in launch order."""
         return _distinct_rows(self.launches)
 
+    def pointwise_problems(self) -> list:
+        """The distinct Nova pointwise kernels (``PointwiseProblem``) this program launches, in launch order."""
+        return _distinct_pointwise(self.launches)
+
+    def optimizer_rules(self) -> list:
+        """The distinct Nova multi-tensor kernels (``UpdateRule``) this program launches, in launch order."""
+        return list(dict.fromkeys(k.optimizer for launch in self.launches for k in launch.kernels
+                                  if k.optimizer is not None))
+
     def _stats(self, launches, ctx) -> dict:
         per_kind = {}
         for launch in launches:
@@ -757,6 +846,10 @@ def _distinct_rows(launches) -> list:
     return list(dict.fromkeys(k.rows for launch in launches for k in launch.kernels if k.rows is not None))
 
 
+def _distinct_pointwise(launches) -> list:
+    return list(dict.fromkeys(k.pointwise for launch in launches for k in launch.kernels if k.pointwise is not None))
+
+
 def _normalize_device(device) -> torch.device:
     d = torch.device(device)
     if d.type == "cuda" and d.index is None:
@@ -793,6 +886,18 @@ def rows_problems(planned) -> list:
     """Every Nova rows problem (``nova.kernels.rows.RowsProblem``) a CUDA program of ``planned`` launches,
     distinct, in launch order, for ``nova precompile``."""
     return Program(planned, "meta").rows_problems()
+
+
+def pointwise_problems(planned) -> list:
+    """Every Nova pointwise kernel (``PointwiseProblem``, distinct, launch order) a CUDA program of
+    ``planned`` launches, for ``nova precompile``."""
+    return Program(planned, "meta").pointwise_problems()
+
+
+def optimizer_rules(planned) -> list:
+    """Every Nova multi-tensor optimizer kernel (``UpdateRule``, distinct, launch order) a CUDA program
+    of ``planned`` launches, for ``nova precompile``."""
+    return Program(planned, "meta").optimizer_rules()
 
 
 def gemm_problem_counts(planned) -> dict:

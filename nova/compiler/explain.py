@@ -7,7 +7,9 @@ predicted times), each GEMM's schedule, the memory plan and the predicted step t
 Every time is the configurator's closed-form prediction (no measurement): Nova GEMMs by
 ``nova.configurator.configure`` (calibrated where the target has a calibration), attention by
 ``nova.kernels.attention.configure_attention`` where the executor runs Nova's attention kernels, the
-Nova rows groups (norms, softmax, losses, reductions) by ``nova.kernels.rows.configure_rows``,
+Nova rows groups (norms, softmax, losses, reductions) by ``nova.kernels.rows.configure_rows``, fused
+pointwise groups by ``nova.kernels.pointwise.configure_pointwise`` and optimizer groups by
+``nova.kernels.optimizer.configure_multi_tensor`` where they run on Nova's kernels,
 the groups on ATen kernels kind by kind from the target's calibration of them where it has one
 (``cost.aten_kinds_time``; the kernels counted on meta, ``nova.compiler.aten_launches``), else by
 the memory-bound and closed-form models of ``nova.compiler.cost``.  Each kernel report names the
@@ -21,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from nova.compiler import cost
 from nova.compiler.attention_nodes import attention_problem
 from nova.ir.graph import Node
+from nova.passes.fusion import OPTIMIZER_UPDATES
 
 
 @dataclass
@@ -35,7 +38,7 @@ class KernelReport:
     reason: str
     origin: str = ""
     schedule: dict | None = None
-    model: str = ""           # what priced it: gemm/attention configurator, aten kinds (calibrated), memory-bound, ...
+    model: str = ""           # what priced it: gemm/attention/pointwise/multi-tensor configurator, aten kinds, memory-bound, ...
     aten_kinds: dict | None = None   # calibrated ATen groups: {kind: {kernels, bytes, eta, calibrated, time_us}}
 
 
@@ -102,6 +105,27 @@ def _rows_report(group, target) -> tuple[float, str, str, dict]:
                                                                    "schedule": cfg.schedule.to_dict()}
 
 
+def _pointwise_report(group, target) -> tuple[float, str, str, dict]:
+    """A Nova pointwise group: its kernel's configuration (``nova/kernels/pointwise/derive.py``)."""
+    from nova.kernels.pointwise.derive import configure_pointwise
+    cfg = configure_pointwise(group.problem, target)
+    return (cfg.prediction.time_us, cfg.prediction.bound, f"configure_pointwise({cfg.problem.expression()})",
+            {**cfg.schedule.to_dict(), "bytes": cfg.facts["bytes"], "trips": cfg.facts["trips"]})
+
+
+def _optimizer_report(group, target) -> tuple[float, str, str, dict]:
+    """A Nova optimizer group: its multi-tensor kernel's configuration (``nova/kernels/optimizer/derive.py``)."""
+    from nova.kernels.optimizer.derive import configure_multi_tensor
+    cfg = configure_multi_tensor(group.problem, target)
+    return (cfg.prediction.time_us, cfg.prediction.bound, f"configure_multi_tensor({cfg.problem.describe()})",
+            {**cfg.schedule.to_dict(), "chunk": cfg.schedule.chunk, "bytes": cfg.facts["bytes"],
+             "chunks": cfg.facts["chunks"]})
+
+
+def _is_update(group) -> bool:
+    return group.kind == "composite" and group.nodes[0].op in OPTIMIZER_UPDATES
+
+
 def _group_name(group) -> str:
     if group.problem is not None:
         return group.problem.describe()
@@ -145,8 +169,8 @@ def aten_dispatch(planned) -> dict:
     except Exception:                     # a plan the executor cannot lay out: closed forms only
         return out
     for launch in program.launches:
-        if launch.kind == "gemm":
-            continue
+        if launch.kind == "gemm" or any(k.pointwise is not None or k.optimizer is not None for k in launch.kernels):
+            continue                      # Nova's GEMMs, pointwise and multi-tensor kernels: no ATen call
         mode = counting_mode()
         try:
             with torch.no_grad(), mode:
@@ -186,6 +210,12 @@ def kernel_reports(planned, target) -> list[KernelReport]:
         elif node.op in ("attention", "attention_backward"):
             t, bound, formula, kernel, schedule = _attention_report(group, node, target)
             model = "attention configurator" if kernel == "nova" else "fp32 attention"
+        elif group.kind == "pointwise" and group.kernel == "nova":
+            t, bound, formula, schedule = _pointwise_report(group, target)
+            model = "pointwise configurator"
+        elif _is_update(group) and group.kernel == "nova":
+            t, bound, formula, schedule = _optimizer_report(group, target)
+            model = "multi-tensor configurator"
         elif group.kind != "gemm" and group.kernel == "nova" and group.problem is not None:
             t, bound, formula, schedule = _rows_report(group, target)
             model = "rows configurator"

@@ -3,8 +3,11 @@ structural hash, so a second process (or a second ``nova.compile`` of the same s
 hashes, loads the plan and builds the program without running the passes.
 
 Key = sha256 of the canonical JSON of ``structural_hash(captured graph)``, the target name, the
-device kind, the memory budget in bytes (None: unbudgeted), the Nova version, ``PLAN_ABI`` and a fingerprint of the planning code (the sources of
-``nova/ir`` and ``nova/passes``: editing a pass in a checkout never reuses a plan made before).  Layout: ``<cache dir>/plans/<key[:2]>/<key>.plan``
+device kind, the memory budget in bytes (None: unbudgeted), the ``NOVA_POINTWISE`` setting, the
+Nova version, ``PLAN_ABI`` and a fingerprint of the planning code (the sources of ``nova/ir``,
+``nova/passes`` and the memory-bound kernel families whose problems the plan holds,
+``nova/kernels/pointwise`` and ``nova/kernels/optimizer``: editing a pass in a checkout never reuses a
+plan made before).  Layout: ``<cache dir>/plans/<key[:2]>/<key>.plan``
 under the kernel cache directory (``NOVA_CACHE_DIR``, ``nova.runtime.cache.default_cache_dir``).
 An entry is ``MAGIC``, the sha256 of the payload, a newline, then the pickled payload (a dict with
 the key, the captured and optimized graphs' structural hashes and the ``Planned``).  The checksum is
@@ -29,8 +32,10 @@ from nova.version import __version__
 from nova.fileio import atomic_write, discard_bad_entry
 from nova.ir.hashing import structural_hash
 
-PLAN_ABI = 3            # bump whenever Planned, Graph, Group, MemoryPlan or the passes' output changes meaning
-                        # (2: Group.problem may be a batched GEMM; 3: Nova rows groups, Group.bindings)
+PLAN_ABI = 4            # bump whenever Planned, Graph, Group, MemoryPlan or the passes' output changes meaning
+                        # (2: Group.problem may be a batched GEMM; 3: Nova rows groups, Group.bindings; 4: pointwise
+                        # groups on Nova kernels with their PointwiseProblem, optimizer groups on Nova multi-tensor
+                        # kernels with their MultiTensorProblem, donation and in place across one such kernel)
 MAGIC = b"NOVAPLAN1\n"
 
 _reported: set = set()
@@ -56,11 +61,12 @@ def plans_dir(root: str | os.PathLike | None = None) -> Path:
 
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """sha256 over the sources that decide a plan: ``nova/ir``, ``nova/passes`` and this module."""
+    """sha256 over the sources that decide a plan: ``nova/ir``, ``nova/passes``, the pointwise and
+    optimizer kernel families (their problems are on the plan's groups) and this module."""
     base = Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
-    for path in sorted([*base.joinpath("ir").rglob("*.py"), *base.joinpath("passes").rglob("*.py"),
-                        Path(__file__).resolve()]):
+    folders = ("ir", "passes", "kernels/pointwise", "kernels/optimizer")
+    for path in sorted([*(p for f in folders for p in base.joinpath(f).rglob("*.py")), Path(__file__).resolve()]):
         h.update(str(path.relative_to(base)).encode() + b"\0")
         try:
             h.update(path.read_bytes())
@@ -69,10 +75,12 @@ def code_fingerprint() -> str:
     return h.hexdigest()
 
 
-def plan_key(graph_hash: str, target_name: str | None, device_kind: str, *, memory_budget: int | None = None) -> str:
+def plan_key(graph_hash: str, target_name: str | None, device_kind: str, kernels: str = "all", *,
+             memory_budget: int | None = None) -> str:
+    """``kernels``: the ``NOVA_POINTWISE`` setting the plan was made under (``MemoryBoundKernels.key``)."""
     import json
     payload = {"graph": graph_hash, "target": str(target_name), "device": device_kind, "budget": memory_budget,
-               "nova": __version__, "abi": PLAN_ABI, "code": code_fingerprint()}
+               "nova": __version__, "abi": PLAN_ABI, "code": code_fingerprint(), "kernels": kernels}
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -100,12 +108,12 @@ def _warn(path: Path, why: str) -> None:
                       PlanCacheWarning, _reported, _lock, stacklevel=4)
 
 
-def load(graph, target_name, device_kind: str, root=None, graph_hash: str | None = None, *,
+def load(graph, target_name, device_kind: str, root=None, graph_hash: str | None = None, kernels: str = "all", *,
          memory_budget: int | None = None):
     """The cached ``Planned`` of ``graph`` (the captured graph) or None (miss, or an unusable entry:
     warned once and deleted)."""
     graph_hash = graph_hash or structural_hash(graph)
-    key = plan_key(graph_hash, target_name, device_kind, memory_budget=memory_budget)
+    key = plan_key(graph_hash, target_name, device_kind, kernels, memory_budget=memory_budget)
     path = path_for(key, root)
     try:
         data = path.read_bytes()
@@ -140,12 +148,12 @@ def load(graph, target_name, device_kind: str, root=None, graph_hash: str | None
     return planned
 
 
-def store(graph, planned, target_name, device_kind: str, root=None, graph_hash: str | None = None, *,
-          memory_budget: int | None = None) -> Path | None:
+def store(graph, planned, target_name, device_kind: str, root=None, graph_hash: str | None = None,
+          kernels: str = "all", *, memory_budget: int | None = None) -> Path | None:
     """Write ``planned`` under ``graph``'s key atomically; None when it could not be written (the
     cache is an optimisation: a failure to store is silent)."""
     graph_hash = graph_hash or structural_hash(graph)
-    key = plan_key(graph_hash, target_name, device_kind, memory_budget=memory_budget)
+    key = plan_key(graph_hash, target_name, device_kind, kernels, memory_budget=memory_budget)
     path = path_for(key, root)
     try:
         body = pickle.dumps({"key": key, "graph_hash": graph_hash, "plan_hash": structural_hash(planned.graph),
@@ -165,19 +173,22 @@ def store(graph, planned, target_name, device_kind: str, root=None, graph_hash: 
 def plan(graph, target=None, device_kind: str = "cpu", root=None, target_name=None, *, memory_budget=None):
     """``(planned, status)``: the cached plan of ``graph`` (status ``"hit"``), else ``pipeline(graph,
     target, memory_budget=)`` stored for next time (``"miss"``), or ``"off"`` when
-    ``NOVA_PLAN_CACHE=0``.  A budget the step cannot fit raises ``MemoryBudgetError`` (nothing stored)."""
+    ``NOVA_PLAN_CACHE=0``.  A budget the step cannot fit raises ``MemoryBudgetError`` (nothing stored).
+    The ``NOVA_POINTWISE`` setting is read once here, passed to the passes and keyed."""
+    from nova.kernels.pointwise.switch import memory_bound_kernels
     from nova.passes import pipeline
     from nova.passes.budget import parse_size
     if target_name is None:
         target_name = getattr(target, "name", target)
     if memory_budget is not None:
         memory_budget = parse_size(memory_budget)
+    kernels = memory_bound_kernels()
     if not enabled():
-        return pipeline(graph, target, memory_budget=memory_budget), "off"
+        return pipeline(graph, target, kernels, memory_budget=memory_budget), "off"
     graph_hash = structural_hash(graph)
-    planned = load(graph, target_name, device_kind, root, graph_hash, memory_budget=memory_budget)
+    planned = load(graph, target_name, device_kind, root, graph_hash, kernels.key(), memory_budget=memory_budget)
     if planned is not None:
         return planned, "hit"
-    planned = pipeline(graph, target, memory_budget=memory_budget)
-    store(graph, planned, target_name, device_kind, root, graph_hash, memory_budget=memory_budget)
+    planned = pipeline(graph, target, kernels, memory_budget=memory_budget)
+    store(graph, planned, target_name, device_kind, root, graph_hash, kernels.key(), memory_budget=memory_budget)
     return planned, "miss"

@@ -3,7 +3,9 @@
     planned.graph            the optimized graph the groups refer to
     planned.groups           in execution order: ``.kind``, ``.nodes``, ``.reason``, ``.kernel``
                              ("nova": a Nova kernel runs the group; a gemm group with "aten" runs on
-                             torch.matmul)
+                             torch.matmul), ``.problem`` (a Nova pointwise group's ``PointwiseProblem``,
+                             a Nova optimizer group's ``MultiTensorProblem``, a Nova rows group's
+                             ``RowsProblem`` with ``.bindings``)
     planned.memory           ``MemoryPlan``: ``.values`` (Value -> ``ValuePlan``), ``.arena_bytes``,
                              ``.peak_bytes``, ``.donations`` [(output index, input index)]
     ValuePlan.kind           "arena" (``.offset``, ``.nbytes``), "alias" (``.alias_of``, ``.view``),
@@ -25,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from nova.ir.ops import opdef
+from nova.passes.fusion import OPTIMIZER_UPDATES
 
 
 class ExecutorError(RuntimeError):
@@ -49,6 +52,8 @@ class GroupView:
     nodes: list
     reason: str = ""
     nova_kernel: bool = True
+    pointwise: object = None             # a Nova pointwise kernel's PointwiseProblem (its nodes: one launch)
+    optimizer: object = None             # a Nova multi-tensor update's MultiTensorProblem (its nodes: one launch)
     rows: object = None                  # a Nova rows group: its RowsProblem (nova/passes/rows.py)
     bindings: dict = field(default_factory=dict)     # rows: operand name -> Value
 
@@ -104,6 +109,8 @@ def _fused_into(groups, memory, graph) -> dict:
 
     out = {}
     for g in groups:
+        if g.kind == "pointwise":          # a Nova pointwise kernel's intermediates live in its registers
+            continue
         members = set(g.nodes)
         for v in (v for n in g.nodes for v in n.outputs if kind_of(v) == "fused"):
             w = v
@@ -117,10 +124,15 @@ def _fused_into(groups, memory, graph) -> dict:
     return out
 
 
-def _rows_view(group) -> dict:
-    """A Nova rows group's problem and operand bindings (empty for every other group)."""
+def _nova_view(group) -> dict:
+    """A Nova kernel's problem: a fused pointwise group's, an optimizer group's, or a rows group's with
+    its operand bindings (empty for GEMMs, whose problem the executor restates, and ATen groups)."""
     if group.kind == "gemm" or group.kernel != "nova" or group.problem is None:
         return {}
+    if group.kind == "pointwise":
+        return {"pointwise": group.problem}
+    if group.kind == "composite" and group.nodes[0].op in OPTIMIZER_UPDATES:
+        return {"optimizer": group.problem}
     return {"rows": group.problem, "bindings": dict(getattr(group, "bindings", {}))}
 
 
@@ -134,6 +146,6 @@ def read_plan(planned) -> PlanView:
         if p.kind != "none":
             placements[v] = p
     views = [GroupView(index, g.kind, list(g.nodes), g.reason or "", not (g.kind == "gemm" and g.kernel != "nova"),
-                       **_rows_view(g)) for index, g in enumerate(planned.groups)]
+                       **_nova_view(g)) for index, g in enumerate(planned.groups)]
     return PlanView(graph, views, placements, memory.arena_bytes, memory.peak_bytes, _donations(memory, graph),
                     _fused_into(planned.groups, memory, graph))

@@ -3,40 +3,110 @@
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 
-def step_kernels(planned) -> tuple[list, list]:
-    """(GEMM problems, attention launches) of the CUDA program of ``planned``, each distinct, in
-    launch order, as its dry run on meta tensors builds them: the Nova GEMMs the executor launches
-    (``Program.gemm_problems``) and its Nova attention launches, ``(AttentionProblem, roles)`` with the
-    strides of the arena views they read and write (``Program.attention_kernels``)."""
+class StepKernels(NamedTuple):
+    """The distinct Nova kernels of a CUDA program, each list in launch order."""
+    gemms: list                 # GemmProblem
+    attention: list             # (AttentionProblem with the arena views' strides, roles)
+    rows: list                  # RowsProblem
+    pointwise: list             # PointwiseProblem
+    optimizer: list             # UpdateRule (a multi-tensor kernel serves every group of its rule), with the
+                                # rules of the steps after (an SGD first step's successor reads its buffers)
+
+
+def step_kernels(planned) -> StepKernels:
+    """The Nova kernels of the CUDA program of ``planned``, as its dry run on meta tensors builds
+    them: the GEMMs the executor launches (``Program.gemm_problems``), its attention launches
+    (``Program.attention_kernels``: each problem with the strides of the arena views it reads and
+    writes), its rows problems (``Program.rows_problems``), its fused pointwise kernels
+    (``Program.pointwise_problems``) and its multi-tensor optimizer kernels (``Program.optimizer_rules``,
+    and the rule of the steps that follow: a step captured before SGD's momentum buffers exist is
+    followed by steps that read them, whose program is planned only when they run)."""
     from nova.compiler.executor import Program
     program = Program(planned, "meta")
-    return program.gemm_problems(), program.attention_kernels()
+    rules = program.optimizer_rules()
+    return StepKernels(program.gemm_problems(), program.attention_kernels(), program.rows_problems(),
+                       program.pointwise_problems(), list(dict.fromkeys(rules + [r.later_steps() for r in rules])))
 
 
 def rows_problems_of(planned) -> list:
     """The distinct Nova rows problems the CUDA program of ``planned`` launches (``Program.rows_problems``)."""
-    from nova.compiler.executor import Program
-    return Program(planned, "meta").rows_problems()
+    return step_kernels(planned).rows
+
+
+def precompile_each(items, compile_one, describe, log=print, label: str = "") -> dict:
+    """Run ``compile_one(item) -> (key, status)`` for every item, one line each through ``log``;
+    returns the counts by status (compiled, cached, failed).  A kernel that fails is reported and
+    counted (``NOVA_DEBUG=1`` raises it) and the rest go on; a missing MLIR stops the batch."""
+    from nova import options
+    from nova.runtime.cache import CompilerUnavailableError
+    counts = {"compiled": 0, "cached": 0, "failed": 0}
+    for i, item in enumerate(items, 1):
+        line = f"[{label}{i}/{len(items)}] {describe(item)}"
+        t0 = time.perf_counter()
+        try:
+            key, status = compile_one(item)
+        except CompilerUnavailableError:
+            raise
+        except Exception as e:        # one bad kernel must not stop the batch; reported and counted
+            if options.current().debug:
+                raise
+            counts["failed"] += 1
+            log(f"{line}: FAILED: {type(e).__name__}: {e}")
+            continue
+        counts[status] += 1
+        what = "already cached" if status == "cached" else f"compiled in {time.perf_counter() - t0:.2f} s"
+        log(f"{line}: {what} (key {key[:12]})")
+    return counts
+
+
+def precompile_pointwise(problems, target, cache, log=print) -> dict:
+    """Configure each ``PointwiseProblem`` for ``target`` and compile its kernel into ``cache``."""
+    from nova.kernels.pointwise.compile import describe, get_or_compile
+    from nova.kernels.pointwise.derive import configure_pointwise
+
+    def one(problem):
+        _, key, status = get_or_compile(problem, configure_pointwise(problem, target).schedule, target, cache,
+                                        offline=False)
+        return key, status
+    return precompile_each(problems, one, lambda p: describe(p, "pointwise", target), log, "pointwise ")
+
+
+def precompile_optimizer(rules, target, cache, log=print) -> dict:
+    """Configure each multi-tensor ``UpdateRule`` for ``target`` and compile its kernel into ``cache``."""
+    from nova.kernels.optimizer.compile import ROLE, describe, get_or_compile
+    from nova.kernels.optimizer.derive import configure_rule
+
+    def one(rule):
+        _, key, status = get_or_compile(rule, configure_rule(rule, target), target, cache, offline=False)
+        return key, status
+    return precompile_each(rules, one, lambda r: describe(r, ROLE, target), log, "multi-tensor ")
+
+
+def _add(total: dict, counts: dict) -> None:
+    for k, v in counts.items():
+        total[k] = total.get(k, 0) + v
 
 
 def precompile_planned(planned, target, cache, log=print) -> dict:
     """Compile the step's kernels for ``target`` into ``cache``; returns the counts by status
-    (compiled, cached, failed: a GEMM that fails is reported and the rest go on)."""
+    (compiled, cached, failed: a kernel that fails is reported and the rest go on) and how many
+    kernels of each family the step has (``gemm``, ``attention``, ``rows``, ``pointwise``, ``optimizer``)."""
     from nova.kernels.attention import precompile_attention
     from nova.runtime.matmul import precompile_gemms
-    gemms, attention = step_kernels(planned)
+    kernels = step_kernels(planned)
     start = time.perf_counter()
-    counts = precompile_gemms(gemms, target, cache, log, label="gemm ")
-    for i, (problem, roles) in enumerate(attention, 1):
+    counts = precompile_gemms(kernels.gemms, target, cache, log, label="gemm ")
+    for i, (problem, roles) in enumerate(kernels.attention, 1):
         t0 = time.perf_counter()
         results = precompile_attention(problem, target, cache, roles=roles)
         for _, _, status in results:
             counts[status] += 1
-        log(f"[attention {i}/{len(attention)}] {problem.describe()} ({', '.join(roles)}): "
+        log(f"[attention {i}/{len(kernels.attention)}] {problem.describe()} ({', '.join(roles)}): "
             f"{len(results)} kernels in {time.perf_counter() - t0:.2f} s")
-    rows = rows_problems_of(planned)
+    rows = kernels.rows
     for i, problem in enumerate(rows, 1):
         t0 = time.perf_counter()
         from nova.kernels.rows.compile import precompile_rows
@@ -49,8 +119,48 @@ def precompile_planned(planned, target, cache, log=print) -> dict:
         for _, _, status in results:
             counts[status] += 1
         log(f"[rows {i}/{len(rows)}] {problem.describe()}: {len(results)} kernels in {time.perf_counter() - t0:.2f} s")
-    log(f"precompiled {len(gemms)} GEMMs, {len(attention)} attention launches and {len(rows)} rows problems for "
-        f"{target.name} into {cache.root}: "
+    _add(counts, precompile_pointwise(kernels.pointwise, target, cache, log))
+    _add(counts, precompile_optimizer(kernels.optimizer, target, cache, log))
+    log(f"precompiled {len(kernels.gemms)} GEMMs, {len(kernels.attention)} attention launches, {len(rows)} rows "
+        f"problems, {len(kernels.pointwise)} pointwise kernels and {len(kernels.optimizer)} multi-tensor optimizer "
+        f"kernels for {target.name} into {cache.root}: "
         f"{counts['compiled']} kernels compiled, {counts['cached']} already cached, {counts['failed']} failed "
         f"({time.perf_counter() - start:.1f} s)")
-    return counts
+    return {**counts, "gemm": len(kernels.gemms), "attention": len(kernels.attention), "rows": len(kernels.rows),
+            "pointwise": len(kernels.pointwise), "optimizer": len(kernels.optimizer)}
+
+
+def missing_kernels(planned, target, cache) -> list[str]:
+    """The Nova kernels of ``planned``'s CUDA program that ``cache`` lacks for ``target``, one line each
+    (empty when an offline device finds them all): each looked up offline through its family's
+    ``get_or_compile``, as the runtime looks it up, without a GPU."""
+    from nova.kernels.attention.compile import get_or_compile as attention_kernel
+    from nova.kernels.attention.derive import configure_attention
+    from nova.kernels.optimizer.compile import get_or_compile as optimizer_kernel
+    from nova.kernels.optimizer.derive import configure_rule
+    from nova.kernels.pointwise.compile import get_or_compile as pointwise_kernel
+    from nova.kernels.pointwise.derive import configure_pointwise
+    from nova.kernels.rows.compile import get_or_compile as rows_kernel
+    from nova.kernels.rows.derive import configure_rows
+    from nova.kernels.gemm.family import get_or_compile as gemm_kernel
+    from nova.runtime.cache import NotPrecompiledError
+    from nova.runtime.matmul import configure_schedule
+    kernels = step_kernels(planned)
+    lookups = [lambda p=p: gemm_kernel(p, configure_schedule(p, target), target, cache, offline=True)
+               for p in kernels.gemms]
+    lookups += [lambda p=p, r=r: attention_kernel(p, configure_attention(p, target).schedule, r, target, cache,
+                                                  offline=True)
+                for p, roles in kernels.attention for r in roles]
+    rows = [(p, configure_rows(p, target).schedule) for p in kernels.rows]
+    lookups += [lambda p=p, s=s, r=r: rows_kernel(p, s, r, target, cache, offline=True) for p, s in rows for r in s.roles]
+    lookups += [lambda p=p: pointwise_kernel(p, configure_pointwise(p, target).schedule, target, cache, offline=True)
+                for p in kernels.pointwise]
+    lookups += [lambda r=r: optimizer_kernel(r, configure_rule(r, target), target, cache, offline=True)
+                for r in kernels.optimizer]
+    missing = []
+    for lookup in lookups:
+        try:
+            lookup()
+        except NotPrecompiledError as e:
+            missing.append(str(e).split(" (key ")[0])
+    return missing

@@ -6,10 +6,14 @@
                       trivial constants folded
     cross_entropy.py  log_softmax -> nll_loss (+ their backward) -> cross_entropy (+ backward) composites
     layout.py         analysis: each value as a strided view of a root's storage (or a copy)
-    fusion.py         nodes -> kernel groups (GEMM epilogues, pointwise regions, reductions)
+    fusion.py         nodes -> kernel groups (GEMM epilogues, pointwise regions, reductions); which run
+                      on Nova kernels (GEMM, rows.py, pointwise_from_ir.py, optimizer updates)
+    rows.py, rows_from_ir.py            the groups on Nova rows kernels and their problem statements
+    pointwise_from_ir.py                a fused pointwise group's PointwiseProblem (and an expression's,
+                                        parsed by pointwise_expression.py)
     schedule.py       the order the groups run in (memory-greedy, never worse than program order)
     memory.py         the memory plan: arena offsets, aliases, donation, in-place reuse, validation
-    pipeline.py       pipeline(graph, target) -> Planned; format_plan
+    pipeline.py       pipeline(graph, target, kernels) -> Planned; format_plan
     examples.py       hand-built training-step graphs (tests, demonstrations)
     rewrite.py        the Rewriter the rewriting passes share
 """

@@ -24,6 +24,13 @@ Rules, applied to each node in program order (a node joins a group, or starts on
 * Composites (attention, layer_norm, softmax, losses, cross_entropy, optimizer updates) and
   data-movement ops (concat, gathers, scatter_add) are groups of their own; so is each opaque
   ``aten`` op.
+* A pointwise group runs as one Nova pointwise kernel (``kernel="nova"``, its ``PointwiseProblem``
+  on the group: operands read in place with the layout analysis's strides) when that family
+  computes it (``nova/kernels/pointwise``); else ATen, with the reason.
+* An optimizer group runs as one Nova multi-tensor kernel (``kernel="nova"``, its
+  ``MultiTensorProblem`` on the group, ``nova/kernels/optimizer``) when its tensors share one element
+  type and every one is dense and 16-byte aligned; else ATen's foreach kernels, with the reason.
+* ``kernels`` (``MemoryBoundKernels``, from ``NOVA_POINTWISE``) may keep either kind on ATen.
 * Views are ``view`` groups that launch nothing (``kernel="none"``) unless the layout analysis says
   the result is not a strided view of its input, then one copy (``kernel="aten"``).
 
@@ -44,6 +51,7 @@ from nova.kernels.gemm.problem import ACTIVATIONS, OUT_DTYPES, GemmProblem
 from nova.ir.graph import Graph, Node, Value
 from nova.ir.ops import kind
 from nova.ir.printer import value_names
+from nova.kernels.pointwise.switch import MemoryBoundKernels
 from nova.passes import layout as layout_analysis
 from nova.passes.rows import rows_reason, select_rows
 
@@ -75,8 +83,8 @@ class Group:
     inputs: list[Value] = field(default_factory=list)    # read from outside the group (first-read order)
     outputs: list[Value] = field(default_factory=list)   # written to memory: read outside or graph outputs
     epilogue: Epilogue | None = None              # gemm: what the kernel applies to the product
-    problem: GemmProblem | None = None            # nova gemm: the problem the configurator schedules;
-                                                  # nova rows: its RowsProblem (nova/passes/rows.py)
+    problem: object = None                        # nova kernel: its problem (GemmProblem; RowsProblem,
+                                                  # nova/passes/rows.py; PointwiseProblem; MultiTensorProblem)
     bindings: dict = field(default_factory=dict)  # nova rows: operand name -> the Value it is
 
     @property
@@ -110,10 +118,10 @@ class _Open:
         self.why_not_nova = ""
 
 
-def fuse(graph: Graph, layouts=None) -> list[Group]:
+def fuse(graph: Graph, layouts=None, kernels: MemoryBoundKernels = MemoryBoundKernels()) -> list[Group]:
     """Partition ``graph``'s nodes into groups (rules in the module docstring), in a topological
-    order of the groups."""
-    return _Fuser(graph, layouts).run()
+    order of the groups; ``kernels`` says which memory-bound groups may run on Nova kernels."""
+    return _Fuser(graph, layouts, kernels).run()
 
 
 class _Fuser:
@@ -121,8 +129,9 @@ class _Fuser:
     first one that can join an open group (else the first in program order): a value's pointwise
     and reduction readers get to fuse before another reader closes its group."""
 
-    def __init__(self, graph: Graph, layouts=None):
+    def __init__(self, graph: Graph, layouts=None, kernels: MemoryBoundKernels = MemoryBoundKernels()):
         self.graph = graph
+        self.kernels = kernels
         self.layouts = layouts if layouts is not None else layout_analysis.analyze(graph)
         self.users = graph.users()
         self.outputs = set(graph.output_values())
@@ -153,7 +162,7 @@ class _Fuser:
         built = list({id(g): g for g in (self.group_of[n] for n in placed)}.values())
         built.sort(key=lambda g: max(position[n] for n in g.nodes))     # topological (see module docstring)
         names = value_names(graph)
-        return [_finish(g, index, self.users, self.outputs, self.layouts, names) for g in built]
+        return [_finish(g, index, self.users, self.outputs, self.layouts, names, self.kernels) for g in built]
 
     # -------------------------------------------------------------- one node
     def _producers(self, node: Node) -> list[_Open]:
@@ -402,14 +411,73 @@ def boundary(nodes, users, outputs) -> tuple[list[Value], list[Value]]:
     return ins, outs
 
 
-def _finish(g: _Open, index, users, outputs, layouts, names) -> Group:
+def _finish(g: _Open, index, users, outputs, layouts, names, kernels: MemoryBoundKernels) -> Group:
     nodes = sorted(g.nodes, key=index.__getitem__)
     ins, outs = boundary(nodes, users, outputs)
     group = Group(g.kind, nodes, "", g.kernel, ins, outs,
                   g.epilogue if g.kind == "gemm" else None, g.problem)
-    why_not_rows = select_rows(group, layouts)
-    group.reason = rows_reason(group, _reason(group, g, layouts, names), why_not_rows)
+    if g.kind == "pointwise" and any(kind(n.op) == "pointwise" for n in nodes):
+        if kernels.pointwise:
+            _classify_pointwise(group, g, layouts)
+        else:
+            g.why_not_nova = f"NOVA_POINTWISE={kernels.key()}"
+        group.reason = _reason(group, g, layouts, names)
+    elif g.kind == "composite" and nodes[0].op in OPTIMIZER_UPDATES:
+        if kernels.optimizer:
+            _classify_optimizer(group, g, layouts)
+        else:
+            g.why_not_nova = f"NOVA_POINTWISE={kernels.key()}"
+        group.reason = _reason(group, g, layouts, names)
+    else:
+        why_not_rows = select_rows(group, layouts)
+        group.reason = rows_reason(group, _reason(group, g, layouts, names), why_not_rows)
     return group
+
+
+def _classify_optimizer(group: Group, g: _Open, layouts) -> None:
+    """An optimizer group runs as one Nova multi-tensor kernel (``nova/kernels/optimizer``) when every
+    update has the same rule and element type and each tensor it reads or writes element for element
+    is dense and 16-byte aligned (the kernel's vector accesses): its ``MultiTensorProblem`` is stored
+    on the group; else it stays on ATen with the reason."""
+    from nova.kernels.optimizer.problem import MultiTensorProblem, OptimizerProblemError, operand_slots
+    try:
+        problem = MultiTensorProblem.from_nodes(group.nodes)
+    except OptimizerProblemError as e:
+        g.why_not_nova = str(e)
+        return
+    written = set(group.outputs)
+    for n in group.nodes:
+        if any(v not in written for v in n.outputs):
+            g.why_not_nova = f"a result of {n.op} is never read (the kernel writes every one)"
+            return
+        for name, v in operand_slots(problem.rule, n.inputs, n.outputs).items():
+            lay = layouts[v]
+            if name != "step" and (not lay.dense or lay.offset * v.type.itemsize % 16):
+                g.why_not_nova = f"the {name} {v.type} is not dense and 16-byte aligned ({lay.describe()})"
+                return
+    group.kernel = "nova"
+    group.problem = problem
+
+
+def _classify_pointwise(group: Group, g: _Open, layouts) -> None:
+    """A pointwise group runs as one Nova pointwise kernel (``nova/kernels/pointwise``) when the family
+    computes it: its ``PointwiseProblem`` (inputs with the strides and offsets the layout analysis
+    gives them) is stored on the group; else it stays on ATen with the reason."""
+    from nova.kernels.pointwise.emit import unsupported
+    from nova.kernels.pointwise.problem import PointwiseProblemError
+    from nova.passes.pointwise_from_ir import pointwise_problem
+    try:
+        problem = pointwise_problem(group.nodes, group.inputs, group.outputs,
+                                    lambda v: layouts[v].strides, lambda v: layouts[v].offset)
+    except PointwiseProblemError as e:
+        g.why_not_nova = str(e)
+        return
+    why = unsupported(problem)
+    if why:
+        g.why_not_nova = f"no Nova pointwise kernel computes {why}"
+        return
+    group.kernel = "nova"
+    group.problem = problem
 
 
 def format_bytes(n: float) -> str:
@@ -437,10 +505,12 @@ def _reason(group: Group, g: _Open, layouts, names) -> str:
             return (f"{first.op} of {names[x]} ({layouts[x].describe()}) is not a strided view: "
                     f"one copy into its own buffer")
         return f"{first.op} of {names[x]}: a strided view of {names[layouts[out].root]}, launches nothing"
-    if group.kind == "composite" and first.op in OPTIMIZER_UPDATES and len(group.nodes) > 1:
+    if group.kind == "composite" and first.op in OPTIMIZER_UPDATES:
         elements = sum(n.outputs[0].type.numel for n in group.nodes)
-        return (f"{len(group.nodes)} {first.op} updates with the same hyper-parameters: one multi-tensor "
-                f"kernel over {elements / 1e6:.1f}M parameters")
+        on = "one Nova multi-tensor kernel" if group.kernel == "nova" else \
+            f"ATen's foreach kernels ({g.why_not_nova})" if g.why_not_nova else "ATen's foreach kernels"
+        return (f"{len(group.nodes)} {first.op} update{'s' if len(group.nodes) > 1 else ''} with the same "
+                f"hyper-parameters over {_elements(elements)} parameters: {on}")
     if group.kind == "composite":
         if first.op == "cross_entropy":
             return (f"cross_entropy of {first.inputs[0].type} logits: log-sum-exp per row and the target "
@@ -469,15 +539,25 @@ def _reason(group: Group, g: _Open, layouts, names) -> str:
                      f"saves {_count(saved_trips, 'round trip')} ({format_bytes(saved_bytes)})")
         return text + extra
     # pointwise
+    on = "; one Nova pointwise kernel" if group.kernel == "nova" else \
+        (f"; ATen ({g.why_not_nova})" if g.why_not_nova else "")
     if len(group.nodes) == 1:
         out = first.outputs[0]
         if kind(first.op) == "creation":
             return f"{first.op} fill of {out.type}, materialized: its readers are other kernels"
-        return f"{first.op} on {out.type}: no fusible neighbour"
+        return f"{first.op} on {out.type}: no fusible neighbour" + on
     saved_trips, saved_bytes = _savings(group)
     shape_type = group.nodes[-1].outputs[0].type
     return (f"{len(group.nodes)} pointwise ops on {shape_type}: one pass over memory saves "
-            f"{_count(saved_trips, 'round trip')} ({format_bytes(saved_bytes)})" + extra)
+            f"{_count(saved_trips, 'round trip')} ({format_bytes(saved_bytes)})" + extra + on)
+
+
+def _elements(n: int) -> str:
+    """``29.1K``, ``42.0M``: a parameter count."""
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit}"
+    return str(n)
 
 
 def _count(n: int, noun: str) -> str:

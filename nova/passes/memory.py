@@ -14,11 +14,16 @@ Rules, over the execution order (the groups' nodes one after another; position =
 * **Donation.**  An output with ``updates=i`` is written into input i's storage (it becomes
   ``external``, ``donated``) when input i and its aliases are read nowhere after that write, except
   by the producing node itself reading it element for element (a pointwise op or adamw/sgd reading
-  the whole input in its own layout), and input i is not itself an output.
+  the whole input in its own layout, a Nova pointwise kernel whose every read of it is whole, in
+  the output's layout, or a Nova multi-tensor update where only the output's own update reads it:
+  ``elementwise_group``), and input i is not itself an output.
 * **In place.**  The result of an ATen pointwise node (or an ``ELEMENTWISE_COMPOSITES`` node:
   adamw/sgd, cross_entropy_backward writing dlogits over the logits; on ATen or alone in a Nova
-  kernel's group) takes the arena buffer of an input root that dies at this node, when that input has the result's byte size and is read element
-  for element (same shape, dense, whole buffer).
+  kernel's group) takes the arena buffer of an input root that dies at this node, when that input
+  has the result's byte size and is read element for element (same shape, dense, whole buffer).  An
+  output of a Nova pointwise kernel may take the buffer of any input of the kernel that dies there
+  and that every member reads so (``elementwise_group``): each thread reads all its inputs' elements
+  before writing the same ones.
 * **Offsets.**  Buffers (in-place chains are one buffer) are placed largest first, each at the
   best-fitting gap among the buffers it is live with; offsets and sizes are multiples of 256 bytes.
 
@@ -119,6 +124,30 @@ def elementwise_reader(node: Node, root: Value, out: Value, layouts) -> bool:
     return True
 
 
+def elementwise_group(group: Group, root: Value, out: Value, layouts) -> bool:
+    """One Nova kernel may write ``out`` over ``root``'s storage.  A pointwise kernel: each thread reads
+    every input at the flat indices it then writes, so this holds when every member reading ``root``
+    (in any of its aliases) reads it whole, in ``out``'s own layout.  A multi-tensor optimizer
+    update: each thread reads one tensor's inputs at the indices it then writes of that tensor's
+    outputs, so only ``out``'s own update may read ``root``, whole, in ``out``'s layout."""
+    if not group.fused or root.type.nbytes != out.type.nbytes:
+        return False
+    if group.kind == "pointwise":
+        readers = group.nodes
+    elif group.kind == "composite" and group.nodes[0].op in OPTIMIZER_UPDATES:
+        readers = [out.producer]
+        if any(layouts[v].root is root for n in group.nodes if n is not out.producer for v in n.inputs):
+            return False
+    else:
+        return False
+    for n in readers:
+        for v in n.inputs:
+            lay = layouts[v]
+            if lay.root is root and not (lay.whole_root and lay.shape == out.shape):
+                return False
+    return True
+
+
 class _Storage:
     def __init__(self, value: Value, first: int, last: int):
         self.holders = [value]
@@ -180,7 +209,9 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None) -> MemoryPlan:
         p = v.producer
         reads = read_positions(x)
         if all(r < write_at[p] or (r == write_at[p] and not group_of[p].fused
-                                   and elementwise_reader(p, x, v, layouts)) for r in reads):
+                                   and elementwise_reader(p, x, v, layouts))
+               or (write_at[p] <= r <= read_at[p] and elementwise_group(group_of[p], x, v, layouts))
+               for r in reads):
             donated[v] = o.updates
             donations.append((j, o.updates))
 
@@ -188,18 +219,25 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None) -> MemoryPlan:
     storage_of: dict[Value, _Storage] = {}
     storages: list[_Storage] = []
     reuses: dict[Value, Value] = {}
-    for node in order:
-        claimed = set()
+    claimed: set = set()
+    for index, node in enumerate(order):
+        if index == 0 or group_of[node] is not group_of[order[index - 1]]:
+            claimed = set()                    # one buffer taken per group launch
         for v in node.outputs:
             if layouts[v].root is not v or v in fused or v in donated:
                 continue
             s = None
-            alone = not group_of[node].fused or len(group_of[node].nodes) == 1   # one launch of this node only
-            if alone and len(node.outputs) == 1:   # a multi-output node (adamw) may
-                for x in dict.fromkeys(layouts[i].root for i in node.inputs):  # write one result before reading all inputs
+            group = group_of[node]
+            kernel_wide = group.fused and group.kind == "pointwise"          # one Nova pointwise kernel
+            alone = not group.fused or len(group.nodes) == 1                  # one launch of this node only
+            if (alone or kernel_wide) and len(node.outputs) == 1:             # a multi-output node (adamw) may
+                reads = group.inputs if kernel_wide else node.inputs          # write one result before reading all inputs
+                for x in dict.fromkeys(layouts[i].root for i in reads):
                     cand = storage_of.get(x)
-                    if cand is not None and cand.holders[-1] is x and cand.last == pos[node] \
-                            and id(cand) not in claimed and elementwise_reader(node, x, v, layouts):
+                    ok = elementwise_group(group, x, v, layouts) if kernel_wide else \
+                        elementwise_reader(node, x, v, layouts)
+                    if cand is not None and cand.holders[-1] is x and cand.last == read_at[node] \
+                            and id(cand) not in claimed and ok:
                         s = cand
                         reuses[v] = x
                         break
@@ -377,9 +415,10 @@ def validate_memory_plan(graph: Graph, groups: list[Group], plan: MemoryPlan) ->
             if fa > lb or fb > la:
                 continue                               # never live together
             earlier, later = (a, b) if fa <= fb else (b, a)
-            ok = plan[later].reuses is earlier and need[earlier][1] == need[later][0] \
-                and elementwise_reader(later.producer, earlier, later, layouts) \
-                and plan[earlier].offset == plan[later].offset
+            group = group_of[later.producer]
+            ok = plan[later].reuses is earlier and plan[earlier].offset == plan[later].offset and (
+                (need[earlier][1] == need[later][0] and elementwise_reader(later.producer, earlier, later, layouts))
+                or (need[earlier][1] == span[later.producer][1] and elementwise_group(group, earlier, later, layouts)))
             assert ok, f"buffers of {a} [{fa},{la}] and {b} [{fb},{lb}] overlap in time and in the arena"
 
     for j, i in plan.donations:
@@ -389,6 +428,8 @@ def validate_memory_plan(graph: Graph, groups: list[Group], plan: MemoryPlan) ->
             continue
         assert plan[v].kind == "external" and plan[v].input_index == i and plan[v].donated
         write = need[v][0]
+        if elementwise_group(group_of[v.producer], x, v, layouts) and need[x][1] == span[v.producer][1]:
+            continue                                   # one Nova kernel reads it, then writes v
         assert x not in outputs and need[x][1] <= write, f"input {i} is read after output {j} overwrites it"
         if need[x][1] == write:
             assert elementwise_reader(v.producer, x, v, layouts), \

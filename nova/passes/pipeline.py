@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from nova.ir.graph import Graph, Node
 from nova.ir.printer import value_names
 from nova.ir.verify import verify
+from nova.kernels.pointwise.switch import MemoryBoundKernels, memory_bound_kernels
 from nova.passes import layout as layout_analysis
 from nova.passes.canonicalize import canonicalize
 from nova.passes.cross_entropy import fuse_cross_entropy
@@ -38,12 +39,16 @@ class Planned:
     budget: object = None             # budget.BudgetReport when planned under a memory budget
 
 
-def pipeline(graph: Graph, target=None, *, memory_budget=None) -> Planned:
-    """Optimize, group, order and plan ``graph`` (which is left unchanged).  With a
+def pipeline(graph: Graph, target=None, kernels: MemoryBoundKernels | None = None, *,
+             memory_budget=None) -> Planned:
+    """Optimize, group, order and plan ``graph`` (which is left unchanged).  ``kernels``: which
+    memory-bound groups may run on Nova kernels (default: the ``NOVA_POINTWISE`` setting).  With a
     ``memory_budget`` (bytes or a size such as ``"12GiB"``) the plan is made to fit it
     (``budget.fit_budget``: chunked loss, rematerialization) or ``MemoryBudgetError`` says the
     smallest plan reached."""
     from nova.passes.budget import fit_budget, parse_size
+    if kernels is None:
+        kernels = memory_bound_kernels()
     if memory_budget is not None:
         memory_budget = parse_size(memory_budget)
     verify(graph)
@@ -57,20 +62,21 @@ def pipeline(graph: Graph, target=None, *, memory_budget=None) -> Planned:
     g = fuse_cross_entropy(g)
     stats["cross_entropy"] = len(g.nodes)
     verify(g)
-    planned = plan_graph(g, target, stats)
+    planned = plan_graph(g, target, stats, kernels)
     if memory_budget is None:
         return planned
 
     def replan(rewritten: Graph) -> Planned:
         verify(rewritten)
-        return plan_graph(rewritten, target, {"memory_budget": len(rewritten.nodes)})
+        return plan_graph(rewritten, target, {"memory_budget": len(rewritten.nodes)}, kernels)
     return fit_budget(planned, memory_budget, target, replan)
 
 
-def plan_graph(g: Graph, target=None, stats: dict | None = None) -> Planned:
-    """Group, order and plan an optimized graph ``g``."""
+def plan_graph(g: Graph, target=None, stats: dict | None = None, kernels: MemoryBoundKernels | None = None) -> Planned:
+    """Group, order and plan an optimized graph ``g`` (``kernels``: as for ``pipeline``)."""
+    kernels = kernels if kernels is not None else memory_bound_kernels()
     layouts = layout_analysis.analyze(g)
-    groups, memory = schedule_with_plan(g, fuse(g, layouts), layouts)
+    groups, memory = schedule_with_plan(g, fuse(g, layouts, kernels), layouts)
     return Planned(g, groups, [n for grp in groups for n in grp.nodes], memory, target,
                    dict(stats or {}))
 

@@ -39,6 +39,8 @@ def run_planned(planned, inputs, *, check_views: bool = True):
         return fused[v]
 
     def read(v):
+        if v in fused:                 # computed earlier in the running fused group
+            return fused[v]
         p = mem[v]
         if p.kind == "alias":
             base = root_tensor(p.alias_of)
@@ -46,6 +48,7 @@ def run_planned(planned, inputs, *, check_views: bool = True):
         return root_tensor(v)
 
     for group in planned.groups:
+        pending = []                   # a fused group (one kernel) writes its results after reading everything
         for node in group.nodes:
             args = [read(v) for v in node.inputs]
             result = opdef(node.op).reference(torch, *args, **node.attrs)
@@ -58,9 +61,14 @@ def run_planned(planned, inputs, *, check_views: bool = True):
                         f"alias of {node.op} does not read what the view computes"
                 continue
             for v, r in zip(node.outputs, results):
-                if mem[v].kind == "fused":
+                if mem[v].kind == "fused" or group.fused:
                     fused[v] = r
-                else:
-                    root_tensor(v).copy_(r)
+                if mem[v].kind != "fused":
+                    pending.append((v, r))
+                    if not group.fused:
+                        root_tensor(v).copy_(r)
+        if group.fused:
+            for v, r in pending:
+                root_tensor(v).copy_(r)
         fused.clear()
     return [read(o.value).clone() for o in planned.graph.outputs]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 from nova.kernels.rows.problem import FLOAT_DTYPES, RowsProblemError, parse_rows_shape
@@ -37,7 +36,8 @@ def main(op: str, argv=None) -> int:
         rows, n = parse_rows_shape(args.shape)
         cfg = configure_rows(cli_problem(op, rows, n, args.dtype, backward=args.backward), get_target(args.target))
     except (RowsProblemError, TargetError) as e:
-        if os.environ.get("NOVA_DEBUG"):
+        from nova.options import debug
+        if debug():
             raise
         print(f"nova-config: error: {e}", file=sys.stderr)
         return 2

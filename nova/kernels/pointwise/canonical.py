@@ -1,0 +1,111 @@
+"""The canonical form of a pointwise problem: the same math, written any way, is one problem.
+
+The program becomes an expression DAG of hash-consed nodes (``Expr``: equal subexpressions are one
+node), built bottom-up; each node, as it is made, is
+
+1. constant-folded (every argument a constant: evaluated in float64),
+2. rewritten to its named form where it is one (``rewrites.py``: sigmoid ``1/(1+exp(-x))``, SiLU
+   ``x*sigmoid(x)``, GELU-tanh ``0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x**3)))``, GELU-erf
+   ``0.5*x*(1+erf(x/sqrt(2)))``: products and sums matched through their flattened factors and terms,
+   constants with a relative tolerance),
+3. its arguments sorted when the op is commutative (``add``, ``mul``, ``maximum`` ...),
+
+then numbered in one deterministic post-order from the outputs (nodes no output reaches are dropped).
+The iteration space is canonical too: axes of extent 1 dropped, neighbouring axes that every operand
+walks contiguously merged (``coalesce``).
+"""
+from __future__ import annotations
+
+from nova.kernels.pointwise.problem import Instr, Operand, PointwiseProblem
+from nova.kernels.pointwise.rewrites import fold, rewrite
+
+COMMUTATIVE = frozenset("add mul maximum minimum eq ne logical_and logical_or".split())
+
+
+class Expr:
+    """One node of the expression DAG (made only by ``Builder.make``, so equal nodes are identical)."""
+    __slots__ = ("op", "args", "attrs", "dtype", "key")
+
+    def __init__(self, op, args, attrs, dtype, key):
+        self.op, self.args, self.attrs, self.dtype, self.key = op, args, attrs, dtype, key
+
+    @property
+    def value(self) -> float:
+        return dict(self.attrs)["value"]
+
+    @property
+    def is_const(self) -> bool:
+        return self.op == "constant"
+
+
+class Builder:
+    """Hash-consing constructor: ``make`` folds, rewrites and orders, then returns the one node."""
+
+    def __init__(self):
+        self.nodes: dict[str, Expr] = {}
+
+    def input(self, index: int, dtype: str) -> Expr:
+        return self._intern("input", (), (("index", index),), dtype)
+
+    def const(self, value: float, dtype: str) -> Expr:
+        return self._intern("constant", (), (("value", float(value)),), dtype)
+
+    def make(self, op: str, args, attrs, dtype: str) -> Expr:
+        args = tuple(args)
+        attrs = tuple(sorted(attrs))
+        folded = fold(self, op, args, attrs, dtype)
+        if folded is not None:
+            return folded
+        named = rewrite(self, op, args, attrs, dtype)
+        if named is not None:
+            return named
+        if op in COMMUTATIVE:
+            args = tuple(sorted(args, key=lambda e: e.key))
+        return self._intern(op, args, attrs, dtype)
+
+    def _intern(self, op, args, attrs, dtype) -> Expr:
+        key = f"{op}[{dtype}]{attrs!r}({','.join(a.key for a in args)})"
+        node = self.nodes.get(key)
+        if node is None:
+            node = self.nodes[key] = Expr(op, args, attrs, dtype, key)
+        return node
+
+
+def coalesce(shape, operands) -> tuple[tuple[int, ...], tuple[Operand, ...]]:
+    """Drop axes of extent 1; merge axis i into i+1 where every operand has s_i = s_(i+1) * d_(i+1)
+    (the outputs, contiguous, always do)."""
+    keep = [i for i, d in enumerate(shape) if d != 1]
+    dims = [shape[i] for i in keep]
+    strides = [[x.strides[i] for i in keep] for x in operands]
+    i = len(dims) - 2
+    while i >= 0:
+        if all(s[i] == s[i + 1] * dims[i + 1] for s in strides):
+            dims[i] *= dims.pop(i + 1)
+            for s in strides:
+                s[i] = s.pop(i + 1)
+        i -= 1
+    if not dims:
+        dims, strides = [1], [[0] for _ in operands]
+    return tuple(dims), tuple(Operand(x.dtype, tuple(s), x.align) for x, s in zip(operands, strides))
+
+
+def canonical_problem(shape, operands, built) -> PointwiseProblem:
+    """Number the DAG from the outputs (post-order, arguments in order) into a ``PointwiseProblem``."""
+    _, outs = built
+    n = len(operands)
+    number: dict[int, int] = {}
+    program: list[Instr] = []
+
+    def visit(e: Expr) -> int:
+        if e.op == "input":
+            return dict(e.attrs)["index"]
+        if id(e) in number:
+            return number[id(e)]
+        args = tuple(visit(a) for a in e.args)
+        program.append(Instr(e.op, args, e.attrs, e.dtype))
+        number[id(e)] = n + len(program) - 1
+        return number[id(e)]
+
+    out_values = tuple(visit(e) for e in outs)
+    shape, operands = coalesce(tuple(shape), operands)
+    return PointwiseProblem(shape, operands, tuple(program), out_values)

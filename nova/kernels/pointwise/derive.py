@@ -1,0 +1,140 @@
+"""The Analytic Configurator for fused pointwise kernels: closed form, one function per step.
+
+ 1. vector width   the 16-byte access (ld.global.v4.b32, [PTX] ISA "ld": .v2/.v4 vectors of up to
+                   128 bits) over the widest contiguous operand, halved until it divides the innermost
+                   extent, every other stride of each contiguous operand and its base alignment
+ 2. threads        8 warps: two per warp scheduler ([CC] 4 schedulers per SM), fewer for tiny problems
+ 3. registers      an estimate: 32 for addresses and the loop, one per 32-bit word of each operand's
+                   elements in flight (ptxas reports the real count; tests check it never spills)
+ 4. occupancy      CTAs per SM from threads, blocks and registers ([CC] per-SM limits)
+ 5. grid           at most one full wave (SMs x CTAs per SM); a grid-stride loop covers the rest
+ 6. prediction     memory time = the larger of bytes / (DRAM bandwidth x eta_dram) and the latency floor
+                   (each loop trip waits one loaded DRAM latency, gpus.toml ``mem_latency_ns``), plus the
+                   launch latency; eta_dram and
+                   the launch latency are the target's calibrated constants (``nova/hwmodel/calibration``:
+                   bench/l2_probe.py's DRAM efficiency, the CUDA-graph launch gap), else 1 and the
+                   preset's launch overhead ([EST] 3 us); a kernel whose launch term dominates is
+                   launch-bound and says so
+"""
+from __future__ import annotations
+
+from nova.configurator.derivation import Derivation
+from nova.configurator.step import Prediction
+from nova.hwmodel import get_target
+from nova.hwmodel.formula import formulas
+from nova.hwmodel.model import F as HW
+from nova.kernels.pointwise.problem import ALIGN_MAX, PointwiseProblem
+from nova.kernels.pointwise.schedule import PointwiseConfig, PointwiseSchedule
+from nova.kernels.pointwise.types import ELEMENT_BYTES
+
+WARPS_PER_SCHEDULER = 2          # two warps per scheduler per CTA: one issues while the other waits
+REG_BASE = 32                    # [EST] addresses, loop counters, flat-index arithmetic (ptxas verifies)
+
+F = formulas("""
+    vector = access_bytes / widest_bytes
+    threads = Min(warps * 32, 32 * ceil(vectors / 32))
+    regs = reg_base + vector * words
+    ctas_per_sm = Min(max_blocks_per_sm, floor(max_threads_per_sm / threads), bps_regs)
+    grid = Min(ceil(vectors / threads), sm_count * ctas_per_sm)
+    trips = ceil(vectors / (grid * threads))
+    t_bandwidth = 1e6 * bytes / (dram_bw * eta_dram)
+    t_memory = Max(t_bandwidth, trips * mem_latency_ns * 1e-3)
+    t_kernel = t_memory + t_launch
+""")
+
+
+def contiguous_operands(problem: PointwiseProblem) -> list[tuple[str, int, tuple, int]]:
+    """``(name, itemsize, strides, align)`` of every operand read or written along the innermost
+    axis with stride 1: the inputs that are, and every output."""
+    out = [(f"in{k}", x.itemsize, x.strides, x.align) for k, x in enumerate(problem.inputs) if x.strides[-1] == 1]
+    out += [(f"out{k}", ELEMENT_BYTES[d], problem.contiguous_strides, ALIGN_MAX)
+            for k, d in enumerate(problem.output_dtypes())]
+    return out
+
+
+def vector_width(problem: PointwiseProblem):
+    """Step 1: the widest power of two ``vector`` with ``vector * itemsize <= 16`` for every contiguous
+    operand that divides the innermost extent, each contiguous operand's other strides and its base
+    alignment (so each vector is one aligned access and never crosses a row)."""
+    ops = contiguous_operands(problem)
+    widest = max(size for _, size, _, _ in ops)
+    d = Derivation()
+    v = int(d.apply("vector", F.vector, f"16-byte accesses of the widest contiguous operand ({widest} B elements)",
+                    access_bytes=ALIGN_MAX, widest_bytes=widest))
+    limits = []
+    inner = problem.shape[-1]
+    while v > 1:
+        why = ""
+        if inner % v:
+            why = f"the innermost extent {inner} is not a multiple of {v}"
+        for name, size, strides, align in ops:
+            if not why and any(s % v for s in strides[:-1]):
+                why = f"{name}'s strides {list(strides)} are not multiples of {v}"
+            if not why and align % (v * size):
+                why = f"{name} starts {align}-byte aligned"
+        if not why:
+            break
+        limits.append(why)
+        v //= 2
+    if limits:
+        d.note("vector (legal)", v, f"halved {len(limits)} time(s); the last because {limits[-1]}")
+    return v, d.steps
+
+
+def configure_pointwise(problem: PointwiseProblem, target="h200") -> PointwiseConfig:
+    """Schedule, prediction and derivation of ``problem`` on ``target`` (steps in the module docstring)."""
+    gpu = get_target(target)
+    d = Derivation()
+    vector = d.record(vector_width(problem))
+    vectors = problem.numel // vector
+    threads = int(d.apply("threads", F.threads, f"{WARPS_PER_SCHEDULER} warps per scheduler x "
+                          f"{gpu.warp_schedulers_per_sm} schedulers, fewer for a problem of {vectors} vectors",
+                          warps=WARPS_PER_SCHEDULER * int(gpu.warp_schedulers_per_sm), vectors=vectors))
+    words = sum(max(1, x.itemsize // 4) for x in problem.inputs) + \
+        sum(max(1, ELEMENT_BYTES[t] // 4) for t in problem.output_dtypes())
+    regs = int(d.apply("registers", F.regs, "estimate: addresses and loop, one register per 32-bit word of "
+                       "the elements in flight (ptxas reports the count)", reg_base=REG_BASE, vector=vector,
+                       words=words))
+    bps_regs = HW.bps_regs(regs_per_sm=gpu.regs_per_sm, warps=threads // 32, regs=regs,
+                           reg_alloc_unit=gpu.reg_alloc_unit)
+    ctas = int(d.apply("CTAs per SM", F.ctas_per_sm, "resident blocks, threads and registers per SM ([CC])",
+                       max_blocks_per_sm=gpu.max_blocks_per_sm, max_threads_per_sm=gpu.max_threads_per_sm,
+                       threads=threads, bps_regs=bps_regs))
+    grid = int(d.apply("grid", F.grid, "one CTA per block of vectors, at most one full wave (grid-stride loop)",
+                       vectors=vectors, threads=threads, sm_count=gpu.sm_count, ctas_per_sm=ctas))
+    trips = int(d.apply("loop trips", F.trips, f"per thread: {vector} elements a trip", vectors=vectors,
+                        grid=grid, threads=threads))
+    prediction = predict(problem, gpu, trips, d)
+    schedule = PointwiseSchedule(gpu.arch, vector, threads, grid)
+    facts = {"vectors": vectors, "regs_estimate": regs, "ctas_per_sm": ctas, "trips": trips,
+             "bytes": problem.bytes_moved()}
+    return PointwiseConfig(problem, gpu, schedule, prediction, tuple(d.steps), facts)
+
+
+def launch_constants(gpu) -> dict:
+    """eta_dram and the launch latency (us): the target's calibration, else 1 and the preset's figure."""
+    from nova.hwmodel import calibration
+    for family in ("wgmma", "mma.sync"):
+        stored = calibration.load(gpu.name, family)
+        if stored:
+            c = stored["constants"]
+            return {"eta_dram": c["eta_dram"], "t_launch_us": c["t_launch_us"], "source": f"{gpu.name} calibration"}
+    return {"eta_dram": 1.0, "t_launch_us": gpu.launch_overhead_us, "source": "datasheet bandwidth, [EST] launch"}
+
+
+def predict(problem: PointwiseProblem, gpu, trips: int, d: Derivation) -> Prediction:
+    """Step 6: time = Max(bytes / (DRAM bandwidth x eta_dram), trips x DRAM latency) + launch latency."""
+    c = launch_constants(gpu)
+    nbytes = problem.bytes_moved()
+    t_bw = d.apply("DRAM time (us)", F.t_bandwidth, f"distinct input bytes read once, outputs written once; "
+                   f"eta_dram {c['eta_dram']:.3f} ({c['source']})", bytes=nbytes, dram_bw=gpu.dram_bw,
+                   eta_dram=c["eta_dram"])
+    t_mem = d.apply("memory time (us)", F.t_memory, "each loop trip waits at least one loaded DRAM latency",
+                    t_bandwidth=t_bw, trips=trips, mem_latency_ns=gpu.mem_latency_ns)
+    t = d.apply("time (us)", F.t_kernel, f"launch latency {c['t_launch_us']:.2f} us ({c['source']})",
+                t_memory=t_mem, t_launch=c["t_launch_us"])
+    bound = "dram" if t_mem >= c["t_launch_us"] else "launch"
+    d.note("bound", bound, "launch-bound: the launch latency exceeds the memory time" if bound == "launch"
+           else "DRAM-bound: the bytes take longer than the launch")
+    return Prediction(time_us=t, tflops=0.0, bound=bound, floor_us=1e6 * nbytes / gpu.dram_bw,
+                      terms_us={"memory": t_mem, "launch": c["t_launch_us"]})
