@@ -35,13 +35,14 @@ def main() -> None:
     model = models.build(args.model, seed=0).cuda()
     twin = copy.deepcopy(model)
     tokens = torch.from_numpy(token_batches(cfg.vocab_size, args.batch, cfg.block_size, args.steps, 0)).cuda()
+    batch = lambda i: (tokens[i, :, :-1].contiguous(), tokens[i, :, 1:].contiguous())  # noqa: E731
 
     def grads(m, idx, tgt):
         loss = m(idx, tgt)
         loss.backward()
         return loss
     step = nova.compile(lambda idx, tgt: grads(model, idx, tgt))
-    loss_c, loss_e = step(tokens[0, :, :-1], tokens[0, :, 1:]), grads(twin, tokens[0, :, :-1], tokens[0, :, 1:])
+    loss_c, loss_e = step(*batch(0)), grads(twin, *batch(0))
     print(f"first step loss: nova {float(loss_c):.6f} eager {float(loss_e):.6f}")
     errs = sorted(((rel(p.grad, q.grad), n) for (n, p), q in zip(model.named_parameters(), twin.parameters())),
                   reverse=True)
@@ -53,7 +54,7 @@ def main() -> None:
                               weight_decay=ADAMW["weight_decay"]) for m in (model, twin)]
     train_c, train_e = nova.compile(make_train_step(model, opts[0])), make_train_step(twin, opts[1])
     for i in range(args.steps):
-        idx, tgt = tokens[i, :, :-1], tokens[i, :, 1:]
+        idx, tgt = batch(i)
         a, b = float(train_c(idx, tgt)), float(train_e(idx, tgt))
         if i % 5 == 0 or abs(a - b) > 5e-3 * abs(b):
             worst = max((rel(p, q), n) for (n, p), q in zip(model.named_parameters(), twin.parameters()))
