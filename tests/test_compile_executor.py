@@ -77,3 +77,22 @@ def test_a_true_bmm_is_one_batched_nova_gemm_in_the_plan():
     batched = [g.reason for g in groups if g.nova_kernel and g.reason.startswith("gemm 4x")]   # "gemm 4x3x5x6 ..."
     assert len(batched) >= 3, [g.reason for g in groups]
     assert any(" TN " in r for r in batched) and any(" NT " in r for r in batched)     # dW = x^T dY, y y^T
+
+
+def test_host_inputs_mirrors_start_on_aligned_rows():
+    """The device mirrors of host inputs (the CPU step counts of non-capturable optimizers, the
+    hyper-parameter vectors) are rows of one pack, each starting MIRROR_ALIGN bytes apart: a kernel
+    that reads or writes them with vectors, or checks their alignment, takes them as planned."""
+    from nova.compiler.step import MIRROR_ALIGN, ProgramEngine
+
+    class Graph:
+        inputs, outputs = [], []
+    engine = ProgramEngine.__new__(ProgramEngine)
+    engine.graph, engine.device = Graph, torch.device("cpu")
+    host = [torch.tensor(float(i)) for i in range(5)] + [torch.arange(5.0, dtype=torch.float64) + i for i in range(3)]
+    engine._prepare(host, tuple(range(len(host))))
+    for idx, buffer, _ in engine._packs:
+        buffer.copy_(torch.stack([host[i] for i in idx]))
+        base = engine._mirror_of[idx[0]].data_ptr()
+        assert all((engine._mirror_of[i].data_ptr() - base) % MIRROR_ALIGN == 0 for i in idx)
+    assert all(torch.equal(engine._mirror_of[i], t) for i, t in enumerate(host))

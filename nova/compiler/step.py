@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import time
 import warnings
 from collections import OrderedDict
@@ -36,6 +37,7 @@ from torch.utils import _pytree as pytree
 from nova.frontend import Captured, capture, discover, guard_key
 
 BACKENDS = ("auto", "reference", "executor")
+MIRROR_ALIGN = 256      # bytes: where each device mirror of a host input starts (the arena's slot alignment)
 WARN_AFTER = 3          # recaptures in a row caused by one Python value before nova.compile warns about it
 
 
@@ -102,9 +104,14 @@ class ProgramEngine:
             groups.setdefault((tuple(tensors[i].shape), tensors[i].dtype), []).append(i)
         self._packs, self._mirror_of = [], {}
         for (shape, dtype), idx in groups.items():
-            buffer = torch.empty((len(idx), *shape), dtype=dtype, device=self.device)
+            # one row per mirror, each starting on a MIRROR_ALIGN boundary (a kernel that writes the
+            # step counts with 16-byte vectors, or checks its operands' alignment, sees aligned tensors)
+            numel, itemsize = math.prod(shape), torch.empty((), dtype=dtype).element_size()
+            row = -(-max(numel, 1) * itemsize // MIRROR_ALIGN) * MIRROR_ALIGN // itemsize
+            raw = torch.empty((len(idx), row), dtype=dtype, device=self.device)
+            buffer = raw[:, :numel].unflatten(1, shape) if shape else raw[:, 0]
             self._packs.append([idx, buffer, None])
-            self._mirror_of.update({i: buffer[j] for j, i in enumerate(idx)})
+            self._mirror_of.update({i: raw[j, :numel].view(shape) for j, i in enumerate(idx)})
         index_of = {spec.value: i for i, spec in enumerate(self.graph.inputs)}
         self._host_outputs = {k: o.updates for k, o in enumerate(self.graph.outputs)
                               if o.updates in self._mirror_of and _reads_only(o.value, index_of, set(foreign))}
