@@ -67,9 +67,9 @@ def expected_gemms(batch: int, seq: int, target: str = "h200") -> int:
     from nova.integrations.user_step import make_user_step, plan_step
     from nova.hwmodel import get_target
     planned = plan_step(make_user_step(make_step, batch=batch, seq=seq), get_target(target))
-    gemms, attention = step_kernels(planned)
-    assert gemms and not attention
-    return len(gemms)
+    kernels = step_kernels(planned)
+    assert kernels.gemms and not kernels.attention
+    return len(kernels.gemms)
 
 
 def test_cli_precompiles_every_gemm_of_the_users_step(tmp_path, capsys):
