@@ -24,6 +24,8 @@ import types
 
 import torch
 
+from nova.frontend.discover import _code_names
+
 _SCALARS = (type(None), bool, int, float, complex, str)
 _MAX_ITEMS = 64                       # a container larger than this is not snapshotted (not a setting)
 _SKIPPED_ATTRS = frozenset({"training", "dump_patches", "call_super_init"})   # guarded elsewhere / fixed
@@ -72,14 +74,6 @@ def _container_values(path: str, value, out: list, seen: set, depth: int) -> Non
         return
     if hasattr(value, "__dict__") and _user_class(type(value)):   # a config object (not a scheduler, not torch's)
         _object_values(path, value, out, seen, depth)
-
-
-def _code_names(code: types.CodeType) -> list[str]:
-    names = list(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names += _code_names(const)
-    return names
 
 
 def _function_values(where: str, fn, out: list, seen: set) -> None:
