@@ -43,18 +43,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nova.codegen.builder import SMEM, Ir
+from nova.codegen.nvgpu import (KMAJOR_LEADING_BYTE_OFFSET, SM90A, SWIZZLE_ATOM_BYTES, SWIZZLE_BYTES, WARPGROUP_THREADS,
+                                aligned_dynamic_shared_memory, descriptor, descriptor_high_constant,
+                                fence_proxy_async_shared, named_barrier_arrive, named_barrier_sync, wgmma_attributes,
+                                wgmma_commit_group, wgmma_fence, wgmma_wait_group)
 
 
 class CeilingError(RuntimeError):
     """A measurement that cannot run or went wrong; ``main`` prints it as one line and exits with 2."""
 
 KERNEL_NAME = "nova_tensor_ceiling"
-WARPGROUP_THREADS = 128
 B_ROWS = 256                         # B rows per slot: the widest wgmma N, as the GEMMs' 128x256 tiles
-SWIZZLE_BYTES = 128                  # a K-major row of one slot: 128 bytes of K, 128-byte swizzle
 STAGES = 4                           # ring slots, each (warpgroups x 64 rows of A, B_ROWS rows of B)
 ITERATIONS = 16384                   # slots consumed per launch (~11 ms at 1.45 GHz with 2 warpgroups)
-ALIGN = 1024                         # the 128-byte swizzle's atom: 8 rows x 128 B
+ALIGN = SWIZZLE_ATOM_BYTES           # the ring starts on the 128-byte swizzle's atom (8 rows x 128 B)
 KSTEP = {"tf32": 8, "bf16": 16}      # wgmma K per instruction
 ELEMENT_BYTES = {"tf32": 4, "bf16": 2}
 SQUARES = ((8192, 8192, 8192, "tf32"), (8192, 8192, 8192, "bf16"),
@@ -103,12 +105,6 @@ PROBES = (Probe("tf32"), Probe("bf16"), Probe("tf32", 1), Probe("bf16", 1), Prob
           Probe("tf32", 2, 2), Probe("bf16", 2, 2), Probe("tf32", turns=True), Probe("bf16", turns=True))
 
 
-def descriptor_hi() -> int:
-    """Bits 16-63 of a K-major 128B-swizzled wgmma descriptor: LBO 16 B (unused), SBO 1024 B between
-    8-row groups, layout type 1 (PTX ISA, "Matrix Descriptor Format"); as the GEMM kernel's."""
-    return ((16 >> 4) << 16) | ((1024 >> 4) << 32) | (1 << 62)
-
-
 def build_module(probe: Probe, ctas: int) -> str:
     """MLIR of the probe: fill the ring from ``src`` (one slice per CTA), then ``ITERATIONS`` slots of
     4 (TF32: k8; BF16: k16) wgmma k-steps per chain and warpgroup, one group in flight, and one FP32
@@ -134,10 +130,7 @@ def build_module(probe: Probe, ctas: int) -> str:
     with ir.kernel(KERNEL_NAME, [f"%src: {src_t}", f"%dst: {dst_t}"], threads):
         tid = ir.let("tid", "gpu.thread_id x")
         bid = ir.let("bid", "gpu.block_id x")
-        dsm = ir.let("dsm", f"gpu.dynamic_shared_memory : memref<?xi8, {SMEM}>")
-        addr = ir.let("dsm_addr", f"memref.extract_aligned_pointer_as_index {dsm} : memref<?xi8, {SMEM}> -> index")
-        up = ir.add(addr, ALIGN - 1, "dsm_up")
-        aligned = ir.sub(up, ir.rem(up, ALIGN, "dsm_rem"), "dsm_aligned")
+        dsm, addr, aligned = aligned_dynamic_shared_memory(ir, ALIGN)
         ring = ir.let("ring", f"memref.view {dsm}[{ir.v(ir.sub(aligned, addr, 'ring_off'))}][] : "
                               f"memref<?xi8, {SMEM}> to {ring_t}")
         ir.comment("---- fill the ring with this CTA's slice of src (random data), once")
@@ -145,22 +138,18 @@ def build_module(probe: Probe, ctas: int) -> str:
         with ir.region(f"scf.for %w = {ir.v(tid)} to {ir.v(words)} step {ir.v(threads)} {{"):
             x = ir.let("x", f"memref.load %src[{ir.v(ir.add(base, '%w', 'src_at'))}] : {src_t}")
             ir.emit(f"memref.store {x}, {ring}[%w] : {ring_t}")
-        ir.emit("nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}")
+        fence_proxy_async_shared(ir)
         ir.emit("gpu.barrier")
         ir.comment("---- every warpgroup: wgmma over the ring's slots, one group in flight")
         wg = ir.div(tid, WARPGROUP_THREADS, "wg")
         ring_enc = ir.div(aligned, 16, "ring_enc")
         a_enc = ir.add(ring_enc, ir.mul(wg, 64 * SWIZZLE_BYTES // 16, "wg_enc"), "a_enc")
         b_enc = ir.add(ring_enc, probe.warpgroups * 64 * SWIZZLE_BYTES // 16, "b_enc")
-        hi = ir.let("desc_hi", f"arith.constant {descriptor_hi()} : i64")
-        attrs = (f"shape = #nvvm.shape<m = 64, n = {probe.n}, k = {kstep}>, "
-                 f"typeA = #nvvm.wgmma_type<{dtype}>, typeB = #nvvm.wgmma_type<{dtype}>, "
-                 "typeD = #nvvm.wgmma_type<f32>, scaleD = #nvvm.wgmma_scale_out<one>, "
-                 "scaleA = #nvvm.wgmma_scale_in<one>, scaleB = #nvvm.wgmma_scale_in<one>, "
-                 "layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>")
+        hi = descriptor_high_constant(ir, "desc_hi", KMAJOR_LEADING_BYTE_OFFSET)     # as the GEMM kernel's
+        attrs = wgmma_attributes(probe.n, kstep, dtype)
 
         def desc(enc):
-            return ir.let("desc", f"arith.addi {ir.let('d_i64', f'arith.index_cast {ir.v(enc)} : index to i64')}, {hi} : i64")
+            return descriptor(ir, enc, hi)
         zero = ir.let("zero_acc", f"llvm.mlir.zero : {acc_t}")
         chains = [f"%acc{c}" for c in range(probe.chains)]
         result = ir.fresh("acc_end")
@@ -176,9 +165,9 @@ def build_module(probe: Probe, ctas: int) -> str:
             slot_enc = ir.mul(ir.rem("%it", STAGES, "slot"), probe.slot_bytes() // 16, "slot_enc")
             accs = list(chains)
             if probe.turns:    # warpgroup 0's first slot goes first; every later one waits for its turn
-                ir.guarded(ir.cmp("sgt", ir.add(wg, "%it", "turn_count"), 0, "turn_wait"), lambda: ir.emit(
-                    f"nvvm.barrier id = {mine} number_of_threads = {both}"))
-            ir.emit("nvvm.wgmma.fence.aligned")
+                ir.guarded(ir.cmp("sgt", ir.add(wg, "%it", "turn_count"), 0, "turn_wait"),
+                           lambda: named_barrier_sync(ir, mine, both))
+            wgmma_fence(ir)
             for kk in range(steps):
                 step_enc = kk * kstep * ELEMENT_BYTES[dtype] // 16
                 da = desc(ir.add(ir.add(a_enc, slot_enc, "a_slot"), step_enc, "a_k"))
@@ -187,13 +176,13 @@ def build_module(probe: Probe, ctas: int) -> str:
                     db = desc(ir.add(ir.add(ir.add(b_enc, b_rows, "b_chain"), slot_enc, "b_slot"), step_enc, "b_k"))
                     accs[c] = ir.let("acc_k", f'"nvvm.wgmma.mma_async"({accs[c]}, {da}, {db}) <{{{attrs}}}> : '
                                               f"({acc_t}, i64, i64) -> {acc_t}")
-            ir.emit("nvvm.wgmma.commit.group.sync.aligned")
+            wgmma_commit_group(ir)
             if probe.turns:    # the other's turn, except after warpgroup 1's last slot (every arrival is waited for)
-                ir.guarded(ir.cmp("slt", ir.add(wg, "%it", "turn_count"), ITERATIONS, "turn_pass"), lambda: ir.emit(
-                    f"nvvm.barrier.arrive id = {other} number_of_threads = {both}"))
-            ir.emit("nvvm.wgmma.wait.group.sync.aligned 1")
+                ir.guarded(ir.cmp("slt", ir.add(wg, "%it", "turn_count"), ITERATIONS, "turn_pass"),
+                           lambda: named_barrier_arrive(ir, other, both))
+            wgmma_wait_group(ir, 1)
             ir.emit(f"scf.yield {', '.join(accs)} : {types}")
-        ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
+        wgmma_wait_group(ir, 0)
         ir.comment("---- one sum per thread, so the accumulators are live")
         s = None
         for f in finals:
@@ -210,7 +199,7 @@ def compile_probe(probe: Probe, ctas: int):
     """The probe's ``KernelArtifact`` for sm_90a (MLIR -> PTX -> cubin, on the host)."""
     from nova.codegen import lower_and_assemble
     from nova.codegen.artifact import KernelArtifact
-    arch = "sm_90a"
+    arch = SM90A
     ptx, cubin, resources, version = lower_and_assemble(build_module(probe, ctas), arch, KERNEL_NAME,
                                                         f"the tensor-ceiling probe ({probe.name})")
     return KernelArtifact(name=KERNEL_NAME, arch=arch, ptx=ptx, grid=(ctas, 1, 1), block=(probe.threads, 1, 1),

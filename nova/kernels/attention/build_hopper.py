@@ -53,20 +53,24 @@ Design (every number comes from ``schedule.fwd``; ``derive.py`` explains them):
 """
 from __future__ import annotations
 
+from nova.codegen.nvgpu import (KMAJOR_LEADING_BYTE_OFFSET, SM90A, SWIZZLE_ATOM_BYTES, SWIZZLE_BYTES,
+                                WARPGROUP_THREADS, aligned_dynamic_shared_memory, descriptor,
+                                descriptor_high_constant, descriptor_start, fence_mbarrier_init,
+                                fence_proxy_async_shared, mbarrier_group_type, mbarrier_try_wait, mbarrier_wait_ticks,
+                                setmaxnreg, slot_phase, wgmma_attributes, wgmma_commit_group, wgmma_fence,
+                                wgmma_wait_group)
 from nova.kernels.attention.build import (LN2, LOG2E, MASKED, AttentionCodegenError, element_at, global_type,
                                           rows_advance, rows_at)
 from nova.kernels.attention.mlirtext import SMEM, Text
 from nova.kernels.attention.problem import AttentionProblem
 from nova.kernels.attention.schedule import AttentionSchedule
-from nova.kernels.gemm.emit_hopper import DESC_START_MASK
 
 KERNEL_NAME = "nova_attn_fwd"
 PARAMS = ("tmap_q", "tmap_k", "tmap_v", "out", "lse")
-ARCH = "sm_90a"
-WG = 128
-SWIZZLE = 128                 # bytes per swizzled row = a TMA box's inner extent
-ALIGN = 1024                  # the 128-byte swizzle atom: every box starts on a 1024-byte boundary
-MBARRIER_WAIT_TICKS = 10000000
+ARCH = SM90A
+WG = WARPGROUP_THREADS
+SWIZZLE = SWIZZLE_BYTES       # bytes per swizzled row = a TMA box's inner extent
+ALIGN = SWIZZLE_ATOM_BYTES    # the 128-byte swizzle atom: every box starts on a 1024-byte boundary
 WG_TYPE = {"bf16": "bf16", "fp16": "f16", "tf32": "tf32"}
 KSTEP_BYTES = 32              # a wgmma k-step reads 32 bytes of each K-major row: k16 (16-bit), k8 (TF32)
 TRANSPOSER_WARPS = 3          # TF32: producer warps 1-3 write V^T (warp 0 holds the TMA thread)
@@ -195,7 +199,7 @@ class HopperAttentionKernel:
         self.ksteps = self.D // self.kstep                  # k-steps of a product over D
         self.c = p.scale * LOG2E
         self.vt = f"memref<{p.batch * p.heads * p.seq_q}xf32>"
-        self.mb = lambda n: f"!nvgpu.mbarrier.group<memorySpace = {SMEM}, num_barriers = {n}>"
+        self.mb = mbarrier_group_type
         self.ns, self.no = self.BC // 2, self.D // 2          # accumulators per thread: scores, an output
         self.s_t = "!llvm.struct<(" + ", ".join(["f32"] * self.ns) + ")>"
         self.o_t = "!llvm.struct<(" + ", ".join(["f32"] * self.no) + ")>"
@@ -255,18 +259,12 @@ class HopperAttentionKernel:
         ``base_off`` its byte offset in the ``dsm`` view, ``base_enc`` its address >> 4 (descriptors)."""
         ir = self.ir
         ir.comment(f"---- shared memory: {what}")
-        self.dsm = ir.let("dsm", f"gpu.dynamic_shared_memory : memref<?xi8, {SMEM}>")
-        addr = ir.let("dsm_addr", f"memref.extract_aligned_pointer_as_index {self.dsm} : memref<?xi8, {SMEM}> -> index")
-        up = ir.add(addr, ALIGN - 1, "dsm_up")
-        al = ir.sub(up, ir.rem(up, ALIGN, "dsm_rem"), "dsm_aligned")
+        self.dsm, addr, al = aligned_dynamic_shared_memory(ir, ALIGN)
         self.base_off = ir.sub(al, addr, "base_off")
-        # The descriptor's start-address field is 14 bits (shared address >> 4, < 256 KB).  Masking it
-        # also tells ptxas the descriptor's high word is the constant of ``descriptor_hi``: without the
-        # mask ptxas 13.0 split the 64-bit add into halves and, in the non-causal D64 dK/dV kernel, never
-        # wrote the high half on the consumers' path (an uninitialised uniform register as SBO and
-        # swizzle: out-of-range shared reads, CUDA_ERROR_ILLEGAL_ADDRESS; H200, bench/results/h200-session8/call1).
-        self.base_enc = ir.let("base_enc14", f"arith.andi {ir.v(ir.div(al, 16, 'base_enc'))}, "
-                                             f"{ir.v(DESC_START_MASK)} : index")
+        # masked to the descriptor's 14-bit start field (nvgpu.descriptor_start): without the mask the
+        # non-causal D64 dK/dV kernel read out of range (CUDA_ERROR_ILLEGAL_ADDRESS; H200,
+        # bench/results/h200-session8/call1)
+        self.base_enc = descriptor_start(ir, al, "base_enc")
 
     def ring_barriers(self, kept: str, full_arrivals: int, what: str, kept_empty: str = "",
                       extra_ring: tuple[str, int] | None = None, lanes_release: bool = False) -> str:
@@ -302,7 +300,7 @@ class HopperAttentionKernel:
                 ir.emit(f"nvgpu.mbarrier.init {extra}[{ir.v(i)}], {ir.v(extra_ring[1])}, predicate = {t0} : "
                         f"{self.mb(self.S)}")
         with ir.region(f"scf.if {t0} {{"):
-            ir.emit("nvvm.fence.mbarrier.init")
+            fence_mbarrier_init(ir)
         ir.emit("gpu.barrier")
         return kbar
 
@@ -327,16 +325,16 @@ class HopperAttentionKernel:
         the other lanes' reads (compute-sanitizer's racecheck reported it with one consumer warpgroup,
         on the H200; a bar.warp.sync before the arrival compiles to nothing in a converged warp)."""
         ir = self.ir
-        ir.emit("nvvm.wgmma.commit.group.sync.aligned")
-        ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
+        wgmma_commit_group(ir)
+        wgmma_wait_group(ir, 0)
         arrive = lambda: ir.let("tok", f"nvgpu.mbarrier.arrive {self.empty}[{ir.v(slot)}] : {self.mb(self.S)} -> "
                                        "!nvgpu.mbarrier.token")
         ir.guarded(True if lanes_release else lane0, arrive)
 
     def descriptor_hi(self, name: str, lbo: int) -> str:
-        """Bits 16-63 of a 128B-swizzled wgmma descriptor as an i64 constant: LBO ``lbo`` bytes (unused
-        K-major: 16), SBO 1024 bytes between 8-row groups, swizzle mode 1 (128 B) in bits 62-63."""
-        return self.ir.let(name, f"arith.constant {((lbo >> 4) << 16) | ((1024 >> 4) << 32) | (1 << 62)} : i64")
+        """Bits 16-63 of a 128B-swizzled wgmma descriptor as an i64 constant named ``name``: LBO ``lbo``
+        bytes (``KMAJOR_LEADING_BYTE_OFFSET``: K-major), SBO 1024 bytes (``nvgpu.WgmmaDescriptor``)."""
+        return descriptor_high_constant(self.ir, name, lbo)
 
     def where(self, cond, apply, s: list) -> list:
         """The scores ``apply()`` returns (the masked ones) where ``cond`` holds, ``s`` where it does not:
@@ -362,18 +360,10 @@ class HopperAttentionKernel:
                 "l2promo = l2promo_256b, oob = zero, interleave = none>")
 
     def slot_phase(self, it, flip=False):
-        ir, S = self.ir, self.S
-        slot = ir.rem(it, S, "slot")
-        bit = ir.let("par_i", f"arith.index_cast {ir.v(ir.div(it, S, 'round'))} : index to i64")
-        par = ir.let("par", f"arith.trunci {bit} : i64 to i1")
-        if flip:
-            par = ir.let("par_flip", f"arith.xori {par}, {ir.pure('true1', 'arith.constant true')} : i1")
-        return slot, par
+        return slot_phase(self.ir, it, self.S, flip)
 
     def desc(self, enc, hi):
-        ir = self.ir
-        x = ir.let("d_i64", f"arith.index_cast {ir.v(enc)} : index to i64")
-        return ir.let("desc", f"arith.addi {x}, {hi} : i64")
+        return descriptor(self.ir, enc, hi)
 
     def kmajor_enc(self, base_enc, rows, kk):
         """Descriptor start (shared address >> 4) of k-step ``kk`` of a K-major [rows, D] tile stored as
@@ -459,7 +449,7 @@ class HopperAttentionKernel:
         """After a transposer thread's stores: fence them into the async proxy (wgmma's reads) and
         arrive on ``group[slot]`` (one arrival per transposer thread)."""
         ir = self.ir
-        ir.emit("nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}")
+        fence_proxy_async_shared(ir)
         ir.let("xt_tok", f"nvgpu.mbarrier.arrive {group}[{ir.v(slot)}] : {self.mb(self.S)} -> !nvgpu.mbarrier.token")
 
     def tf32_bits(self, x):
@@ -613,20 +603,19 @@ class _HopperFwd(HopperAttentionKernel):
     def producer(self):
         ir = self.ir
         ir.comment("---- producer warpgroup: give registers back; thread 0 issues the TMA loads")
-        ir.emit(f"nvvm.setmaxregister decrease {self.kt.producer_regs}")
-        ticks = ir.const(MBARRIER_WAIT_TICKS)
+        setmaxnreg(ir, self.kt.producer_regs, increase=False)
+        ticks = mbarrier_wait_ticks(ir)
 
         def tile(ring):
             if self.persistent:
-                ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.kept_empty}[{ir.v(0)}], "
-                        f"{self.tile_parity('%tp', flip=True)}, {ticks} : {self.mb(1)}")
+                mbarrier_try_wait(ir, self.kept_empty, 0, self.tile_parity('%tp', flip=True), ticks, self.mb(1))
             qb = ir.const(self.nbox * self.BR * SWIZZLE)
             ir.emit(f"nvgpu.mbarrier.arrive.expect_tx {self.qbar}[{ir.v(0)}], {qb} : {self.mb(1)}")
             self.load("q", f"{self.qbar}[{ir.v(0)}]", self.base_off, self.q0, self.h, 1)
             tx = ir.const(2 * self.plan["kv"])
             with ir.region(f"scf.for %itp = {ir.v(0)} to {ir.v(self.n_kv)} step {ir.v(1)} {{"):
                 slot, par = self.slot_phase(ir.add(ring, "%itp", "it_ring"), flip=True)
-                ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.empty}[{slot}], {par}, {ticks} : {self.mb(self.S)}")
+                mbarrier_try_wait(ir, self.empty, slot, par, ticks, self.mb(self.S))
                 ir.emit(f"nvgpu.mbarrier.arrive.expect_tx {self.full}[{slot}], {tx} : {self.mb(self.S)}")
                 kv0 = ir.mul("%itp", self.BC, "kv0")
                 koff = ir.add(ir.add(self.base_off, self.plan["ring"]), ir.mul(slot, self.plan["stage"]), "k_off")
@@ -644,11 +633,11 @@ class _HopperFwd(HopperAttentionKernel):
         V^T into the slot's V^T buffer (``transpose_tile``), fence the async proxy and arrive on
         ``vt_full``."""
         ir = self.ir
-        ticks = ir.const(MBARRIER_WAIT_TICKS)
+        ticks = mbarrier_wait_ticks(ir)
         lanes = self.transposer_lanes(1, TRANSPOSER_WARPS)
         with ir.region(f"scf.for %itx = {ir.v(0)} to {ir.v(self.n_kv)} step {ir.v(1)} {{"):
             slot, par = self.slot_phase(ir.add(ring, "%itx", "it_ring"))
-            ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.full}[{slot}], {par}, {ticks} : {self.mb(self.S)}")
+            mbarrier_try_wait(ir, self.full, slot, par, ticks, self.mb(self.S))
             v_off = ir.add(ir.add(self.base_off, self.plan["ring"] + self.plan["kv"]),
                            ir.mul(slot, self.plan["stage"]), "v_off")
             self.transpose_tile(lanes, v_off, ir.add(v_off, self.plan["vt"] - self.plan["kv"], "vt_off"),
@@ -661,18 +650,14 @@ class _HopperFwd(HopperAttentionKernel):
         ir, p = self.ir, self.p
         kt = self.kt
         ir.comment(f"---- consumer warpgroups: take registers ({kt.consumer_regs}); S = Q K^T, softmax, O += P V")
-        ir.emit(f"nvvm.setmaxregister increase {kt.consumer_regs}")
+        setmaxnreg(ir, kt.consumer_regs, increase=True)
         lane0 = self.consumer_threads()
-        ticks = ir.const(MBARRIER_WAIT_TICKS)
-        hi_k = self.descriptor_hi("desc_hi_k", 16)                     # K-major: LBO unused
+        ticks = mbarrier_wait_ticks(ir)
+        hi_k = self.descriptor_hi("desc_hi_k", KMAJOR_LEADING_BYTE_OFFSET)
         hi_v = (hi_k if self.tf32 else                              # TF32: V^T K-major, like K
                 self.descriptor_hi("desc_hi_v", self.BC * SWIZZLE))   # V MN-major: its 64-column boxes
         q_enc = ir.add(ir.add(self.base_enc, ir.div(self.plan["q"], 16)), ir.mul(self.cwg, 64 * SWIZZLE // 16), "q_enc")
-        attrs = (f"shape = #nvvm.shape<m = 64, n = {self.BC}, k = {self.kstep}>, "
-                 f"typeA = #nvvm.wgmma_type<{WG_TYPE[p.dtype]}>, typeB = #nvvm.wgmma_type<{WG_TYPE[p.dtype]}>, "
-                 "typeD = #nvvm.wgmma_type<f32>, scaleD = #nvvm.wgmma_scale_out<one>, "
-                 "scaleA = #nvvm.wgmma_scale_in<one>, scaleB = #nvvm.wgmma_scale_in<one>, "
-                 "layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>")
+        attrs = wgmma_attributes(self.BC, self.kstep, WG_TYPE[p.dtype])
         zero_s = ir.let("zero_s", f"llvm.mlir.zero : {self.s_t}")
         zero_o = ir.let("zero_o", f"llvm.mlir.zero : {self.o_t}")
 
@@ -680,7 +665,7 @@ class _HopperFwd(HopperAttentionKernel):
             # rows of this warpgroup: r0 = q0 + 64 cwg; the thread's rows r0 + 16 warp + g (+ 8)
             self.r0 = ir.add(self.q0, ir.mul(self.cwg, 64), "wg_row0")
             qpar = self.tile_parity("%tc", flip=False) if self.persistent else ir.pure("false1", "arith.constant false")
-            ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.qbar}[{ir.v(0)}], {qpar}, {ticks} : {self.mb(1)}")
+            mbarrier_try_wait(ir, self.qbar, 0, qpar, ticks, self.mb(1))
             m_init, l_init = ir.f(MASKED), ir.f(0.0)
             res = ir.fresh("loop")
             with ir.region(f"{res}:5 = scf.for %it = {ir.v(0)} to {ir.v(self.n_kv)} step {ir.v(1)} iter_args("
@@ -696,20 +681,20 @@ class _HopperFwd(HopperAttentionKernel):
         """One K/V tile of the consumers' loop (``%it``): S = Q K^T, the online softmax, O += P V."""
         ir = self.ir
         slot, par = self.slot_phase(ir.add(ring, "%it", "it_ring"))
-        ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.full}[{slot}], {par}, {ticks} : {self.mb(self.S)}")
+        mbarrier_try_wait(ir, self.full, slot, par, ticks, self.mb(self.S))
         k_enc = ir.add(ir.add(self.base_enc, self.plan["ring"] // 16), ir.mul(slot, self.plan["stage"] // 16),
                        "k_enc")
         v_enc = ir.add(k_enc, self.plan["vt" if self.tf32 else "kv"] // 16, "v_enc")
         ir.comment("S = Q K^T (wgmma, both operands K-major in shared memory)")
-        ir.emit("nvvm.wgmma.fence.aligned")
+        wgmma_fence(ir)
         acc = zero_s
         for kk in range(self.ksteps):
             da = self.desc(self.kmajor_enc(q_enc, self.BR, kk), hi_k)
             db = self.desc(self.kmajor_enc(k_enc, self.BC, kk), hi_k)
             acc = ir.let("s_acc", f'"nvvm.wgmma.mma_async"({acc}, {da}, {db}) <{{{attrs}}}> : '
                                   f"({self.s_t}, i64, i64) -> {self.s_t}")
-        ir.emit("nvvm.wgmma.commit.group.sync.aligned")
-        ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
+        wgmma_commit_group(ir)
+        wgmma_wait_group(ir, 0)
         if self.persistent:
             ir.comment("the tile's last S read Q: release Q's buffer to the producer (the next tile's Q)")
             last = ir.cmp("eq", "%it", ir.sub(self.n_kv, 1, "kv_last_it"), "is_last_kv")
@@ -748,11 +733,11 @@ class _HopperFwd(HopperAttentionKernel):
             o = ir.let("o_s", f"llvm.insertvalue {ir.fop('mulf', x, alphas[h], 'o_r')}, {o}[{i}] : {self.o_t}")
         if self.tf32:
             ir.comment("TF32: V^T (keys permuted by the transposers) must be complete in this slot")
-            ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.vt_full}[{slot}], {par}, {ticks} : {self.mb(self.S)}")
+            mbarrier_try_wait(ir, self.vt_full, slot, par, ticks, self.mb(self.S))
             frags = [self.tf32_bits(x) for x in pe]
         else:
             frags = [self.pack(pe[2 * i], pe[2 * i + 1]) for i in range(self.ns // 2)]
-        ir.emit("nvvm.wgmma.fence.aligned")
+        wgmma_fence(ir)
         o = self.gemm_rs(o, frags, v_enc, hi_v)
         self.finish_step(lane0, slot)
         ir.emit(f"scf.yield {', '.join(m_new + l_new + [o])} : f32, f32, f32, f32, {self.o_t}")

@@ -38,9 +38,11 @@ add nothing (the mma.sync backward's argument); outputs beyond T are not stored.
 """
 from __future__ import annotations
 
+from nova.codegen.nvgpu import (KMAJOR_LEADING_BYTE_OFFSET, mbarrier_try_wait, mbarrier_wait_ticks, setmaxnreg,
+                                wgmma_attributes, wgmma_commit_group, wgmma_fence, wgmma_wait_group)
 from nova.kernels.attention.build import (LOG2E, MASKED, AttentionCodegenError, element_at, global_type, rows_advance,
                                           rows_at)
-from nova.kernels.attention.build_hopper import ALIGN, ARCH, MBARRIER_WAIT_TICKS, SWIZZLE, WG_TYPE, \
+from nova.kernels.attention.build_hopper import ALIGN, ARCH, SWIZZLE, WG_TYPE, \
     HopperAttentionKernel, check_kernel_tile, tma_blocker
 from nova.kernels.attention.mlirtext import SMEM
 from nova.kernels.attention.problem import AttentionProblem
@@ -233,7 +235,7 @@ class _HopperBwd(HopperAttentionKernel):
         tries, trip count) unless another thread did first, and exits."""
         ir = self.ir
         if not self.watchdog_ms:
-            ir.emit(f"nvgpu.mbarrier.try_wait.parity {group}[{ir.v(slot)}], {par}, {ticks} : {self.mb(nbar)}")
+            mbarrier_try_wait(ir, group, slot, par, ticks, self.mb(nbar))
             return
         ir.comment(f"watchdog: bounded wait on {WATCHDOG_BARRIERS[barrier]} ({WATCHDOG_ROLES[role]})")
         addr = ir.let("wd_addr", f"nvgpu.mbarrier.get {group}[{ir.v(slot)}] : {self.mb(nbar)} -> i32")
@@ -292,10 +294,10 @@ class _HopperBwd(HopperAttentionKernel):
         ir = self.ir
         ir.comment("---- producer warpgroup: give registers back; thread 0 issues the TMA loads"
                    + ("; warp 1 writes each slot's LSE/D columns" if self.dkv else ""))
-        ir.emit(f"nvvm.setmaxregister decrease {self.kt.producer_regs}")
+        setmaxnreg(ir, self.kt.producer_regs, increase=False)
         if self.watchdog_ms:
             self.heartbeat(16, ir.cmp("eq", self.lane, 0, "plane0"))
-        ticks = ir.const(MBARRIER_WAIT_TICKS)
+        ticks = mbarrier_wait_ticks(ir)
         kept_head = self.hk if self.dkv else self.h
         with ir.region(f"scf.if {ir.cmp('eq', self.tid, 0, 'is_leader')} {{"):
             kb = ir.const(2 * self.nbox * self.BR * SWIZZLE)
@@ -402,24 +404,20 @@ class _HopperBwd(HopperAttentionKernel):
     def consumer(self):
         ir, p, kt = self.ir, self.p, self.kt
         ir.comment(f"---- consumer warpgroups: take registers ({kt.consumer_regs})")
-        ir.emit(f"nvvm.setmaxregister increase {kt.consumer_regs}")
+        setmaxnreg(ir, kt.consumer_regs, increase=True)
         if self.watchdog_ms:
             self.heartbeat(17, ir.cmp("eq", self.lane, 0, "clane0"))
         lane0 = self.consumer_threads()
-        ticks = ir.const(MBARRIER_WAIT_TICKS)
-        hi_k = self.descriptor_hi("desc_hi_k", 16)                     # K-major: LBO unused
+        ticks = mbarrier_wait_ticks(ir)
+        hi_k = self.descriptor_hi("desc_hi_k", KMAJOR_LEADING_BYTE_OFFSET)
         hi_mn = (hi_k if self.tf32 else                              # TF32: the transposes, K-major
                  self.descriptor_hi("desc_hi_mn", self.BC * SWIZZLE))   # streamed tiles MN-major
         self.r0 = ir.add(self.k0, ir.mul(self.cwg, 64), "wg_row0")
         wg_off = ir.mul(self.cwg, 64 * SWIZZLE // 16)
         a_enc = [ir.add(ir.add(self.base_enc, self.plan[f"kept{i}"] // 16), wg_off, f"a{i}_enc") for i in (0, 1)]
         ty = WG_TYPE[p.dtype]
-        self.attrs = (f"shape = #nvvm.shape<m = 64, n = {self.BC}, k = {self.kstep}>, "
-                      f"typeA = #nvvm.wgmma_type<{ty}>, typeB = #nvvm.wgmma_type<{ty}>, "
-                      "typeD = #nvvm.wgmma_type<f32>, scaleD = #nvvm.wgmma_scale_out<one>, "
-                      "scaleA = #nvvm.wgmma_scale_in<one>, scaleB = #nvvm.wgmma_scale_in<one>, "
-                      "layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>")
-        self.attrs_first = self.attrs.replace("scaleD = #nvvm.wgmma_scale_out<one>", "scaleD = #nvvm.wgmma_scale_out<zero>")
+        self.attrs = wgmma_attributes(self.BC, self.kstep, ty)
+        self.attrs_first = wgmma_attributes(self.BC, self.kstep, ty, scale_d="zero")     # D = A B
         self.undef_s = ir.let("undef_s", f"llvm.mlir.undef : {self.s_t}")
         zero_o = ir.let("zero_o", f"llvm.mlir.zero : {self.o_t}")
         if not self.dkv:        # dQ: LSE and D of the thread's rows g (h = 0) and g + 8 (h = 1), once
@@ -439,11 +437,11 @@ class _HopperBwd(HopperAttentionKernel):
             b_enc1 = ir.add(b_enc0, self.plan["tile"] // 16, "b1_enc")
             names = ("S^T = K Q^T, dP^T = V dO^T" if self.dkv else "S = Q K^T, dP = dO V^T")
             ir.comment(f"{names} (wgmma, both operands K-major in shared memory)")
-            ir.emit("nvvm.wgmma.fence.aligned")
+            wgmma_fence(ir)
             s_acc = self.wgmma_ss(a_enc[0], b_enc0, hi_k)
             dp_acc = self.wgmma_ss(a_enc[1], b_enc1, hi_k)
-            ir.emit("nvvm.wgmma.commit.group.sync.aligned")
-            ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
+            wgmma_commit_group(ir)
+            wgmma_wait_group(ir, 0)
             s = [ir.let("s", f"llvm.extractvalue {s_acc}[{i}] : {self.s_t}") for i in range(self.ns)]
             dp = [ir.let("dp", f"llvm.extractvalue {dp_acc}[{i}] : {self.s_t}") for i in range(self.ns)]
             c0 = ir.mul(self.tile_of("%it")[2] if self.dkv else "%it", self.BC, "col0")   # first streamed row
@@ -473,7 +471,7 @@ class _HopperBwd(HopperAttentionKernel):
                 b_rs = [xt0, ir.add(xt0, self.plan["tile"] // 16, "xt1_enc")]
             else:
                 b_rs = [b_enc0, b_enc1]
-            ir.emit("nvvm.wgmma.fence.aligned")
+            wgmma_fence(ir)
             if self.dkv:
                 ir.comment("dV += P^T dO, dK += dS^T Q (A from registers; B MN-major, TF32 the transposes K-major)")
                 acc[1] = self.gemm_rs(acc[1], pe, b_rs[1], hi_mn)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 
+from nova.codegen.nvgpu import SM90A, SWIZZLE_ATOM_BYTES
 from nova.configurator.derivation import Derivation, formula_step, note
 from nova.configurator.step import MmaInstr, Prediction, Step
 from nova.hwmodel import GPUModel, TargetError, get_target
@@ -384,7 +385,7 @@ HOPPER_REG_OVERHEAD = 56     # [EST] consumer registers beyond S (BC/2), P (BC/4
                              # descriptors, addresses; ptxas (no spills at 232) checks it
 HOPPER_KEY_TILES = {"bf16": (128, 64), "fp16": (128, 64), "tf32": (128, 64, 32)}   # wgmma N of S = Q K^T (keys
                              # per streamed tile), largest first; TF32 D128 fits only 32 (a stage holds K, V, V^T)
-HOPPER_ALIGN = 1024          # the tiles start on a 1024-byte boundary (128-byte swizzle atom): that much slack
+HOPPER_ALIGN = SWIZZLE_ATOM_BYTES   # the tiles start on a 1024-byte boundary (128-byte swizzle atom): that much slack
 HOPPER_ACHIEVED = ACHIEVED   # [EST] share of the binding pipe sustained: the mma.sync kernels' fitted 0.81 until
                              # the Hopper forward is measured
 HOPPER_BLOCK_FIXED_US = 7.5  # [FITTED] per block: Q and the first K/V tile at DRAM latency through TMA, the
@@ -918,7 +919,7 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
             if hkt is not None:
                 kernels[role] = hkt
                 visited[role] = visited_pairs(p, role, hkt.block_rows, hkt.block_cols)
-    sched = AttentionSchedule(gpu.arch if gpu.arch != "sm_90a" else "sm_90", mma, kernels["fwd"], kernels["bwd_pre"],
+    sched = AttentionSchedule(gpu.arch if gpu.arch != SM90A else "sm_90", mma, kernels["fwd"], kernels["bwd_pre"],
                               kernels["bwd_dkv"], kernels["bwd_dq"], dq_mode=mode, tma=tma)
     times, terms_all = {}, {}
     for role in ("fwd", "bwd_pre", "bwd_dkv", "bwd_dq"):

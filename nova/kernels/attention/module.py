@@ -3,6 +3,7 @@ kernels of ``build``, the Hopper forward of ``build_hopper``, the Hopper backwar
 ``build_hopper_bwd``), with the kernel's PTX target and parameters.  MLIR text only (no MLIR import)."""
 from __future__ import annotations
 
+from nova.codegen.nvgpu import SM90A
 from nova.kernels.attention.build import PARAMS, AttentionCodegenError, build_mma_sync
 from nova.kernels.attention.build_hopper import PARAMS as HOPPER_PARAMS
 from nova.kernels.attention.build_hopper import build_hopper_fwd
@@ -14,7 +15,7 @@ from nova.kernels.attention.schedule import AttentionSchedule
 
 def kernel_arch(s: AttentionSchedule, role: str) -> str:
     """The PTX target of kernel ``role``: sm_90a for the Hopper forward (wgmma, setmaxnreg), else the schedule's."""
-    return "sm_90a" if s.kernel(role).hopper else s.arch
+    return SM90A if s.kernel(role).hopper else s.arch
 
 
 def kernel_params(s: AttentionSchedule, role: str) -> tuple[str, ...]:

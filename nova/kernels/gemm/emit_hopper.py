@@ -112,6 +112,12 @@ from __future__ import annotations
 
 from nova.codegen import CodegenError
 from nova.codegen.builder import SMEM, Ir
+from nova.codegen.nvgpu import (KMAJOR_LEADING_BYTE_OFFSET, SM90A, SWIZZLE_BYTES, WARPGROUP_THREADS,
+                                aligned_dynamic_shared_memory, descriptor, descriptor_high_bits,
+                                descriptor_high_constant, descriptor_start, fence_mbarrier_init,
+                                fence_proxy_async_shared, mbarrier_group_type, mbarrier_try_wait, mbarrier_wait_ticks,
+                                named_barrier_arrive, named_barrier_sync, setmaxnreg, slot_phase, wgmma_attributes,
+                                wgmma_commit_group, wgmma_fence, wgmma_wait_group)
 from nova.dtypes import MODES
 from nova.kernels.gemm.emit_ampere import RESERVED_NAMES, GemmKernel, batched_memref
 from nova.kernels.gemm.hopper import (PINGPONG_ORDER_BARRIER, PINGPONG_SLABS, STAGING_BUFFERS,  # rules the
@@ -124,12 +130,9 @@ from nova.kernels.gemm.schedule import CONSUMER_SCHEDULES, EPILOGUES, SPLIT_REDU
 KERNEL_NAME = "nova_gemm"
 PREP_NAME = "nova_prep"
 REDUCE_NAME = "nova_split_reduce"
-ARCH = "sm_90a"
-WG = 128                    # threads per warpgroup
-SWIZZLE_BYTES = 128
+ARCH = SM90A
+WG = WARPGROUP_THREADS
 SLAB_M = 64                 # wgmma M
-MBARRIER_WAIT_TICKS = 10000000   # suspend-time hint of each mbarrier try_wait (then the loop retries)
-DESC_START_MASK = (1 << 14) - 1  # the wgmma descriptor's start-address field: (shared address >> 4) & 0x3FFF
 CLUSTER_EXPERIMENTS = ("local_loads", "local_all")   # build_hopper_module(cluster_experiment=...): probes only
 _KSTEP = {m: e.mma_k for m, e in MODES.items()}         # nova/dtypes.py
 _WG_TYPE = {m: e.name for m, e in MODES.items()}
@@ -357,7 +360,7 @@ class _HopperKernel:
         self.x_regs = self.ops.role(self.X).feed == "regs"
         self.nacc = self.tile_j // 2
         self.acc_t = "!llvm.struct<(" + ", ".join(["f32"] * self.nacc) + ")>"
-        self.mb_t = f"!nvgpu.mbarrier.group<memorySpace = {SMEM}, num_barriers = {s.stages}>"
+        self.mb_t = mbarrier_group_type(s.stages)
         self.wait_depth = wait_depth
         # a tile may lie past C's edge where C is not whole (cluster) tiles: its stores are predicated
         self.ragged = {"m": p.M % (s.block_m * s.cluster_m) != 0, "n": p.N % (s.block_n * s.cluster_n) != 0}
@@ -482,20 +485,13 @@ class _HopperKernel:
         self.lane = ir.rem(self.tid, 32, "lane")
         align = self.h.ring.align
         ir.comment(f"---- shared memory: the ring starts at the first {align}-byte boundary of dynamic smem")
-        self.dsm = ir.let("dsm", f"gpu.dynamic_shared_memory : memref<?xi8, {SMEM}>")
-        addr = ir.let("dsm_addr", f"memref.extract_aligned_pointer_as_index {self.dsm} : memref<?xi8, {SMEM}> -> index")
-        up = ir.add(addr, align - 1, "dsm_up")
-        al = ir.sub(up, ir.rem(up, align, "dsm_rem"), "dsm_aligned")
+        self.dsm, addr, al = aligned_dynamic_shared_memory(ir, align)
         self.base_off = ir.sub(al, addr, "ring_off")        # byte offset of the ring in the dsm view
-        self.base_enc = ir.div(al, 16, "ring_enc")          # shared address >> 4 (wgmma descriptor units)
-        # The start-address field is 14 bits: mask (addr >> 4) to it, in every kernel.  Two reasons seen
-        # on the H200: (1) in a cluster launch a CTA's shared::cta addresses are shared::cluster
-        # addresses of its own rank, bits above the 18 a CTA spans, which >> 4 carries into the LBO
-        # field (rank >= 1 CTAs read MN-major boxes 1.. from the wrong place: bench/results/h200-session7/call1);
-        # (2) without the mask ptxas 13.0 splits the descriptor's 64-bit add into halves and can leave
-        # the high word (SBO, swizzle) unwritten on the consumers' path (the attention dK/dV kernel:
-        # out-of-range shared reads, bench/results/h200-session8/call1).  With it the high word is a constant.
-        self.base_enc = ir.let("ring_enc14", f"arith.andi {ir.v(self.base_enc)}, {ir.v(DESC_START_MASK)} : index")
+        # shared address >> 4 (wgmma descriptor units), masked to the start-address field in every kernel
+        # (nvgpu.descriptor_start says why; the H200 runs that showed it: a cluster's rank >= 1 CTAs read
+        # MN-major boxes 1.. from the wrong place, bench/results/h200-session7/call1; the attention dK/dV
+        # kernel's out-of-range shared reads, bench/results/h200-session8/call1)
+        self.base_enc = descriptor_start(ir, al, "ring_enc")
         ir.comment(f"---- mbarriers: full[{s.stages}] (TMA landed), empty[{s.stages}] (slot consumed"
                    + (f" by the consumers of all {self.csize} CTAs of the cluster)" if self.csize > 1 else ")"))
         self.full = ir.let("full", f"nvgpu.mbarrier.create -> {self.mb_t}")
@@ -506,7 +502,7 @@ class _HopperKernel:
             ir.emit(f"nvgpu.mbarrier.init {self.empty}[{ir.v(i)}], {ir.v(self.arrivals)}, "
                     f"predicate = {t0} : {self.mb_t}")
         with ir.region(f"scf.if {t0} {{"):
-            ir.emit("nvvm.fence.mbarrier.init")
+            fence_mbarrier_init(ir)
         if self.csize > 1:
             ir.comment("every CTA's barriers are initialised before any peer multicasts into it or arrives on them")
             self.cluster_sync()
@@ -566,14 +562,7 @@ class _HopperKernel:
         return ir.mul(pm, self.tile_i, "i0"), ir.mul(pn, self.tile_j, "j0")
 
     def slot_phase(self, it, flip=False):
-        ir, S = self.ir, self.s.stages
-        slot = ir.rem(it, S, "slot")
-        rnd = ir.div(it, S, "round")
-        bit = ir.let("par_i", f"arith.index_cast {ir.v(rnd)} : index to i64")
-        par = ir.let("par", f"arith.trunci {bit} : i64 to i1")
-        if flip:
-            par = ir.let("par_flip", f"arith.xori {par}, {ir.pure('true1', 'arith.constant true')} : i1")
-        return slot, par
+        return slot_phase(self.ir, it, self.s.stages, flip)
 
     def tile_loop(self, body, warpgroup=None):
         """scf.for over this CTA's work units (output tile x K slice, or batch element x tile)
@@ -679,9 +668,9 @@ class _HopperKernel:
     def producer(self):
         ir = self.ir
         ir.comment("---- producer warpgroup: give registers back; thread 0 issues the TMA loads")
-        ir.emit(f"nvvm.setmaxregister decrease {self.h.producer_regs}")
+        setmaxnreg(ir, self.h.producer_regs, increase=False)
         lead = ir.cmp("eq", self.tid, 0, "is_leader")
-        ticks = ir.const(MBARRIER_WAIT_TICKS)
+        ticks = mbarrier_wait_ticks(ir)
         tx = ir.const(self.stage)
 
         def load(op, slot, slot_off, r0, k0):
@@ -708,7 +697,7 @@ class _HopperKernel:
             with ir.region(f"{res} = scf.for %ktp = {ir.v(k_begin)} to {ir.v(k_end)} step {ir.v(1)} "
                            f"iter_args(%itp = {it}) -> (index) {{"):
                 slot, par = self.slot_phase("%itp", flip=True)
-                ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.empty}[{slot}], {par}, {ticks} : {self.mb_t}")
+                mbarrier_try_wait(ir, self.empty, slot, par, ticks, self.mb_t)
                 ir.emit(f"nvgpu.mbarrier.arrive.expect_tx {self.full}[{slot}], {tx} : {self.mb_t}")
                 k0 = ir.mul("%ktp", self.BK, "k0")
                 xoff = ir.add(self.base_off, ir.mul(slot, self.stage, "slot_off"), "x_off")
@@ -721,12 +710,14 @@ class _HopperKernel:
             self.tile_loop(tile_body)
 
     # ------------------------------------------------------------------------------------------
+    def leading_byte_offset(self, op) -> int:
+        """The LBO of operand ``op``'s wgmma descriptor (``nvgpu.WgmmaDescriptor``): unused K-major (16 B);
+        MN-major the bytes between 128-byte column blocks along M/N (one TMA box: BK rows x 128 B)."""
+        return KMAJOR_LEADING_BYTE_OFFSET if self.ops.role(op).major == "k" else self.BK * SWIZZLE_BYTES
+
     def descriptor_hi(self, op) -> int:
-        """Bits 16-63 of a 128B-swizzled wgmma shared-memory descriptor (PTX ISA, matrix descriptor).
-        K-major: LBO unused (16 B), SBO 1024 B between 8-row groups.  MN-major: LBO = the bytes between
-        128-byte column blocks along M/N (one TMA box: BK rows x 128 B), SBO 1024 B between 8-row K groups."""
-        lbo = 16 if self.ops.role(op).major == "k" else self.BK * SWIZZLE_BYTES
-        return ((lbo >> 4) << 16) | ((1024 >> 4) << 32) | (1 << 62)
+        """Bits 16-63 of operand ``op``'s 128B-swizzled wgmma descriptor (SBO 1024 B between 8-row groups)."""
+        return descriptor_high_bits(self.leading_byte_offset(op))
 
     def kstep_bytes(self, op) -> int:
         """Byte advance of the descriptor start per wgmma k-step: along a K-major row, or down K rows."""
@@ -736,7 +727,7 @@ class _HopperKernel:
         ir, s, p = self.ir, self.s, self.p
         creg = self.h.consumer_regs
         ir.comment(f"---- consumer warpgroups: take registers ({creg}), wgmma on the ring, epilogue")
-        ir.emit(f"nvvm.setmaxregister increase {creg}")
+        setmaxnreg(ir, creg, increase=True)
         ctid = ir.sub(self.tid, WG, "ctid")
         self.cwg = ir.div(ctid, WG, "cwg")
         wtid = self.wtid = ir.rem(ctid, WG, "wg_tid")
@@ -744,8 +735,8 @@ class _HopperKernel:
         self.g = ir.div(self.lane, 4, "g")
         self.t = ir.rem(self.lane, 4, "t")
         lane0 = ir.cmp("eq", self.lane, 0, "lane0")
-        ticks = ir.const(MBARRIER_WAIT_TICKS)
-        his = {op: ir.let(f"desc_hi_{op}", f"arith.constant {self.descriptor_hi(op)} : i64") for op in ("a", "b")}
+        ticks = mbarrier_wait_ticks(ir)
+        his = {op: descriptor_high_constant(ir, f"desc_hi_{op}", self.leading_byte_offset(op)) for op in ("a", "b")}
         # the X slab(s) this warpgroup reads in a ring slot, in wgmma-descriptor units: its own 64 rows
         # (cooperative), or every slab of its tile (ping-pong)
         if self.pingpong:
@@ -756,11 +747,7 @@ class _HopperKernel:
         ws = self.wait_depth
         layout_x = "col" if self.ops.role(self.X).feed == "smem_t" else "row"
         layout_y = "row" if self.ops.role(self.Y).feed == "smem_t" else "col"
-        attrs = (f"shape = #nvvm.shape<m = 64, n = {self.tile_j}, k = {self.kstep}>, "
-                 f"typeA = #nvvm.wgmma_type<{_WG_TYPE[p.dtype]}>, typeB = #nvvm.wgmma_type<{_WG_TYPE[p.dtype]}>, "
-                 "typeD = #nvvm.wgmma_type<f32>, scaleD = #nvvm.wgmma_scale_out<one>, "
-                 "scaleA = #nvvm.wgmma_scale_in<one>, scaleB = #nvvm.wgmma_scale_in<one>, "
-                 f"layoutA = #nvvm.mma_layout<{layout_x}>, layoutB = #nvvm.mma_layout<{layout_y}>")
+        attrs = wgmma_attributes(self.tile_j, self.kstep, _WG_TYPE[p.dtype], layout_x, layout_y)
         if self.x_regs:
             self.fragment_setup()
         if self.tma_store:
@@ -769,8 +756,7 @@ class _HopperKernel:
             self.order_setup()
 
         def desc(op, enc):
-            x = ir.let("d_i64", f"arith.index_cast {ir.v(enc)} : index to i64")
-            return ir.let("desc", f"arith.addi {x}, {his[op]} : i64")
+            return descriptor(ir, enc, his[op])
 
         def release(it_prev):
             slot = ir.rem(it_prev, s.stages, "rel_slot")
@@ -783,7 +769,7 @@ class _HopperKernel:
         def k_tile(kt, itc, accs):
             """One K tile: wait for its slot, wgmma over it (each slab), release the previous slot."""
             slot, par = self.slot_phase(itc)
-            ir.emit(f"nvgpu.mbarrier.try_wait.parity {self.full}[{slot}], {par}, {ticks} : {self.mb_t}")
+            mbarrier_try_wait(ir, self.full, slot, par, ticks, self.mb_t)
             senc = ir.add(self.base_enc, ir.mul(slot, self.stage // 16, "slot_enc"), "stage_enc")
             xencs = [ir.add(senc, e, "x_enc") for e in slab_encs]
             yenc = ir.add(senc, self.x_bytes // 16, "y_enc")
@@ -795,7 +781,7 @@ class _HopperKernel:
             accs = list(accs)
             if self.pingpong:
                 accs = [self.fence_operand(a) for a in accs]
-            ir.emit("nvvm.wgmma.fence.aligned")
+            wgmma_fence(ir)
             for kk in steps:
                 db = desc(self.Y, ir.add(yenc, kk * self.kstep_bytes(self.Y) // 16, "y_enc_k"))
                 for q in range(self.slabs):
@@ -805,8 +791,8 @@ class _HopperKernel:
                         da = desc(self.X, ir.add(xencs[q], kk * self.kstep_bytes(self.X) // 16, "x_enc_k"))
                         accs[q] = ir.let("acc_k", f'"nvvm.wgmma.mma_async"({accs[q]}, {da}, {db}) <{{{attrs}}}> : '
                                                   f"({self.acc_t}, i64, i64) -> {self.acc_t}")
-            ir.emit("nvvm.wgmma.commit.group.sync.aligned")
-            ir.emit(f"nvvm.wgmma.wait.group.sync.aligned {ws}")
+            wgmma_commit_group(ir)
+            wgmma_wait_group(ir, ws)
             if ws == 0:
                 release(itc)
             else:
@@ -841,12 +827,12 @@ class _HopperKernel:
                 # per tile, odd K-tile counts only).
                 odd = ir.cmp("ne", ir.rem(k_count, unroll, "k_odd"), 0, "has_tail")
                 if odd is True:
-                    ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
+                    wgmma_wait_group(ir, 0)
                     accs_out, it_out = k_tile(ir.sub(k_count, 1), it_out, accs_out)
                 elif odd is not False:
                     tail = ir.fresh("tail")
                     with ir.region(f"{tail}:{n + 1} = scf.if {odd} -> ({acc_types}, index) {{", close="} else {"):
-                        ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
+                        wgmma_wait_group(ir, 0)
                         a2, i2 = k_tile(ir.sub(k_count, 1, "k_last"), it_out, accs_out)
                         ir.emit(f"scf.yield {', '.join(a2)}, {ir.v(i2)} : {acc_types}, index")
                     ir.level += 1
@@ -857,7 +843,7 @@ class _HopperKernel:
             if self.pingpong:                               # every K tile of this unit waited for: the
                 self.order_signal()                         # other warpgroup's next unit may start
             if ws:
-                ir.emit("nvvm.wgmma.wait.group.sync.aligned 0")
+                wgmma_wait_group(ir, 0)
                 release(ir.sub(it_out, 1, "it_last"))
             for q, acc_out in enumerate(accs_out):
                 slab = q if self.pingpong else None
@@ -928,8 +914,8 @@ class _HopperKernel:
         ir = self.ir
         lo, step, units = self.cta_walk
         self.order_j = ir.div(ir.sub("%tile", lo), step, "pp_unit")
-        ir.guarded(ir.cmp("sgt", self.order_j, 0, "pp_after_first"), lambda: ir.emit(
-            f"nvvm.barrier id = {self.order_mine} number_of_threads = {self.order_n}"))
+        ir.guarded(ir.cmp("sgt", self.order_j, 0, "pp_after_first"),
+                   lambda: named_barrier_sync(ir, self.order_mine, self.order_n))
 
     def order_signal(self):
         """After waiting for every K tile of unit j: let the other warpgroup start unit j + 1 (if the
@@ -938,8 +924,7 @@ class _HopperKernel:
         lo, step, units = self.cta_walk
         count = ir.div(ir.sub(ir.add(ir.sub(units, lo, "pp_left"), step), 1), step, "pp_units")
         more = ir.cmp("slt", ir.add(self.order_j, 1, "pp_next"), count, "pp_has_next")
-        ir.guarded(more, lambda: ir.emit(
-            f"nvvm.barrier.arrive id = {self.order_other} number_of_threads = {self.order_n}"))
+        ir.guarded(more, lambda: named_barrier_arrive(ir, self.order_other, self.order_n))
 
     # ------------------------------------------------------------------------------------------
     # X from registers (32-bit MN-major tile: TF32 wgmma has no transpose bit, registers can take it)
@@ -1286,7 +1271,7 @@ class _HopperKernel:
     def wg_barrier(self):
         """bar.sync over this consumer warpgroup's 128 threads (named barrier 1 + warpgroup)."""
         n = self.ir.pure("c128_i32", f"arith.constant {WG} : i32")
-        self.ir.emit(f"nvvm.barrier id = {self.wg_bar} number_of_threads = {n}")
+        named_barrier_sync(self.ir, self.wg_bar, n)
 
     def slab_origin(self, i0, slab):
         """wgmma row of the first row of this thread's slab: i0 + 64 x its warpgroup (cooperative), or
@@ -1364,7 +1349,7 @@ class _HopperKernel:
                     _, _, byte = slot(i)
                     at = ir.add(base, ir.div(byte, ob), "stg_at")
                     ir.emit(f"vector.store {v}, {self.stg}[{ir.v(at)}] {{alignment = {2 * ob}}} : {self.stg_t}, {pair_t}")
-            ir.emit("nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}")
+            fence_proxy_async_shared(ir)
             self.wg_barrier()
             with ir.region(f"scf.if {self.wg_leader} {{"):
                 off = ir.add(self.stg_wg_off, ir.mul(buf, STAGING_STEP_BYTES), "stg_buf_off")

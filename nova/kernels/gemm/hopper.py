@@ -63,6 +63,7 @@ from __future__ import annotations
 import functools
 import math
 
+from nova.codegen.nvgpu import SM90A, SWIZZLE_ATOM_BYTES, SWIZZLE_BYTES, WARPGROUP_THREADS
 from nova.options import DEFAULTS, Options
 from nova.kernels.gemm.cost import cdiv
 from nova.configurator.derivation import Derivation, formula_step, note
@@ -72,8 +73,8 @@ from nova.kernels.gemm.schedule import (HopperPlan, OperandPlan, OperandPrep, Op
                                         StreamKPlan, TmaBox)
 from nova.hwmodel.formula import formulas
 
-ARCH = "sm_90a"                # wgmma and setmaxnreg need the architecture-specific target
-WG_THREADS = 128               # threads per warpgroup
+ARCH = SM90A                   # wgmma and setmaxnreg need the architecture-specific target
+WG_THREADS = WARPGROUP_THREADS
 WARPS_PER_WARPGROUP = WG_THREADS // 32
 WGMMA_M = 64                   # wgmma rows per consumer warpgroup
 PRODUCER_WARPS = WARPS_PER_WARPGROUP   # the producer is one warpgroup
@@ -90,8 +91,8 @@ WIDE_CONSUMER_WARPGROUPS = 3   # step 8 also tries 3 consumer warpgroups (192 wg
                                # wgmma A (32-bit MN-major): its fragments of two K tiles beside 96 accumulators
                                # overflow 152 registers and ptxas serialises every wgmma (C7512)
 MIN_WGMMA_N = 64               # the narrowest tile N the rules consider
-SWIZZLE = 128                  # bytes of K per smem row = TMA box inner extent = 128B swizzle span
-RING_ALIGN = 1024              # the ring starts on a 1024-byte boundary (128B-swizzle atom): that much slack
+SWIZZLE = SWIZZLE_BYTES        # bytes of K per smem row = TMA box inner extent = 128B swizzle span
+RING_ALIGN = SWIZZLE_ATOM_BYTES  # the ring starts on a 1024-byte boundary (128B-swizzle atom): that much slack
 MIN_STAGES, MAX_STAGES = 2, 8  # one slot landing while one computes; deeper rings gain nothing measurable
 MIN_SLICE_K_TILES = 8          # a K slice streams >= 8 K tiles: the ring fill and the atomic epilogue amortise
 LAUNCH_S = 5e-6                # per kernel launch (the memset of split-K, each prep pass)

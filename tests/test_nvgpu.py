@@ -1,0 +1,66 @@
+"""nova.codegen.nvgpu: the sm_90 building blocks every Hopper builder emits through."""
+from __future__ import annotations
+
+import pytest
+
+from nova.codegen import nvgpu
+from nova.codegen.builder import Ir
+
+
+def fields(descriptor: int) -> dict:
+    """The fields of a wgmma matrix descriptor, decoded by the PTX ISA's bit positions."""
+    return {"start": (descriptor & 0x3FFF) << 4, "lbo": ((descriptor >> 16) & 0x3FFF) << 4,
+            "sbo": ((descriptor >> 32) & 0x3FFF) << 4, "base_offset": (descriptor >> 49) & 0x7,
+            "swizzle": descriptor >> 62}
+
+
+@pytest.mark.parametrize("lbo", [nvgpu.KMAJOR_LEADING_BYTE_OFFSET, 64 * nvgpu.SWIZZLE_BYTES, 128 * nvgpu.SWIZZLE_BYTES])
+def test_descriptor_high_bits_decode_to_their_fields(lbo):
+    start = 0x2_5A40                               # a shared address (16-byte aligned) below 256 KB
+    d = nvgpu.descriptor_high_bits(lbo) + (start >> 4)
+    assert fields(d) == {"start": start, "lbo": lbo, "sbo": nvgpu.SWIZZLE_ATOM_BYTES, "base_offset": 0, "swizzle": 1}
+
+
+def test_descriptor_start_keeps_the_fourteen_bit_field():
+    ir = Ir()
+    assert nvgpu.WgmmaDescriptor.START_MASK == 0x3FFF
+    name = nvgpu.descriptor_start(ir, "%aligned", "enc")
+    body = ir.text()
+    assert name == "%enc14" and "arith.divui %aligned" in body and f"arith.andi %enc, %c{0x3FFF} : index" in body
+
+
+@pytest.mark.parametrize("iteration, stages", [(0, 4), (3, 4), (4, 4), (9, 4), (11, 3)])
+def test_slot_phase_of_a_known_iteration(iteration, stages):
+    """Compile-time iterations fold: the slot is an int; the parity is computed from the folded round."""
+    ir = Ir()
+    slot, parity = nvgpu.slot_phase(ir, iteration, stages)
+    assert slot == iteration % stages
+    assert f"arith.index_cast %c{iteration // stages} : index to i64" in ir.text()
+    flipped = nvgpu.slot_phase(ir, iteration, stages, flip=True)[1]
+    assert parity.startswith("%par") and flipped.startswith("%par_flip")
+    assert "arith.constant true" in ir.text() and f"{flipped} = arith.xori %par_1, %true1 : i1" in ir.text()
+
+
+def test_emitters_spell_the_dialect_ops():
+    ir = Ir()
+    nvgpu.setmaxnreg(ir, 240, increase=True)
+    nvgpu.setmaxnreg(ir, 24, increase=False)
+    nvgpu.named_barrier_sync(ir, "%id", "%n")
+    nvgpu.named_barrier_arrive(ir, "%id", "%n")
+    nvgpu.wgmma_fence(ir)
+    nvgpu.wgmma_commit_group(ir)
+    nvgpu.wgmma_wait_group(ir, 1)
+    nvgpu.mbarrier_try_wait(ir, "%full", 2, "%par", nvgpu.mbarrier_wait_ticks(ir), nvgpu.mbarrier_group_type(4))
+    text = ir.text()
+    for line in ("nvvm.setmaxregister increase 240", "nvvm.setmaxregister decrease 24",
+                 "nvvm.barrier id = %id number_of_threads = %n", "nvvm.barrier.arrive id = %id number_of_threads = %n",
+                 "nvvm.wgmma.fence.aligned", "nvvm.wgmma.commit.group.sync.aligned", "nvvm.wgmma.wait.group.sync.aligned 1",
+                 f"nvgpu.mbarrier.try_wait.parity %full[%c2], %par, %c{nvgpu.MBARRIER_WAIT_TICKS} : "
+                 "!nvgpu.mbarrier.group<memorySpace = #smem, num_barriers = 4>"):
+        assert line in text, line
+
+
+def test_wgmma_attributes_scale_d():
+    one, zero = nvgpu.wgmma_attributes(64, 16, "bf16"), nvgpu.wgmma_attributes(64, 16, "bf16", scale_d="zero")
+    assert "shape = #nvvm.shape<m = 64, n = 64, k = 16>" in one and "wgmma_scale_out<one>" in one
+    assert zero == one.replace("wgmma_scale_out<one>", "wgmma_scale_out<zero>")
