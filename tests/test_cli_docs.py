@@ -103,11 +103,20 @@ def test_readme_commands_parse():
     lines = [part.strip() for block in blocks for line in block.splitlines() for part in line.split("&&")]
     commands = [shlex.split(l) for l in lines if l.startswith(("nova ", "nova-config "))]
     assert len(commands) >= 4
+    from nova.cli import optimizer as optimizer_cli
+    from nova.cli import pointwise as pointwise_cli
+    from nova.kernels.rows import cli as rows_cli
     for argv in commands:
         if argv[:3] == ["nova-config", "explain", "attention"]:
             attention_cli.build_parser().parse_args(argv[3:])
         elif argv[:3] == ["nova-config", "explain", "train"]:
             explain_parser().parse_args(argv[3:])
+        elif argv[:2] == ["nova-config", "explain"] and argv[2] in config.ROWS_OPS:
+            rows_cli.build_parser(argv[2]).parse_args(argv[3:])
+        elif argv[:3] == ["nova-config", "explain", "pointwise"]:
+            pointwise_cli.build_parser().parse_args(argv[3:])
+        elif argv[:2] == ["nova-config", "explain"] and argv[2] in ("adamw", "sgd"):
+            optimizer_cli.build_parser(argv[2]).parse_args(argv[3:])
         else:
             (config if argv[0] == "nova-config" else main).build_parser().parse_args(argv[1:])
 
