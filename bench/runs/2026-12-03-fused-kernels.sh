@@ -1,4 +1,5 @@
 # 2026-12-03, device run 3: all three memory-bound families (rows, pointwise, multi-tensor optimizer) on the H200.
+# Results: bench/results/h200-2026-12-03/run3/
 # (1) GPU tests of the pointwise, optimizer, rows families and of the executor / nova.compile.
 # (2) Llama-42M step parity (first-step gradients, then 30 AdamW steps) with Nova's attention and with ATen's.
 # (3) GPT-42M b32 (eager, torch.compile, Nova), Llama-42M b32 (torch.compile, Nova), GPT-144M b16 (torch.compile,

@@ -1,4 +1,5 @@
 # 2026-12-03, device run 4: why Llama-42M's loss curve leaves eager's (runs 2 and 3), taken apart by family:
+# Results: bench/results/h200-2026-12-03/run4/
 # the step-parity probe (first-step gradients by parameter, then 30 AdamW steps) with every Nova kernel,
 # without the pointwise/optimizer kernels (NOVA_POINTWISE=none), and with ATen's attention; then the
 # optimizer kernel's GPU tests (f16 cases with an eps f16 can hold) and the pointwise GPT-tiny step (step-count

@@ -1,4 +1,5 @@
 # 2026-12-03, device run 1: real training scripts on the H200.
+# Results: bench/results/h200-2026-12-03/run1/
 # (1) The GPU tests of the graph compiler (CUDA graph replay, the hyper-parameter mirror under an LR schedule).
 # (2) GPT-42M b32, 200 steps, warmup-cosine LR + clip_grad_norm 1.0: eager, torch.compile, Nova (one process each),
 #     then Nova with the constant schedule and the same clipping (the cost of the schedule).

@@ -1,4 +1,5 @@
 # 2026-12-03, device run 2: the rows kernels (norms, softmax, cross-entropy, row/column reductions) on the H200.
+# Results: bench/results/h200-2026-12-03/run2/
 # (1) tests/test_rows_gpu.py (every kind vs float64, NaN-poisoned; compiled GPT/Llama-tiny steps vs eager),
 #     the graph compiler's GPU tests (now with rows kernels in the steps).
 # (2) GPT-42M b32 and Llama-42M b32: eager, torch.compile, Nova, each in its own process.
