@@ -468,7 +468,6 @@ def attention_row(torch, h: HeldoutAttention, *, seed: int, iters: int) -> dict:
         except Exception as e:           # a backend that refuses the problem: recorded
             row[f"torch_{name}_us"] = None
             row[f"torch_{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
-        del qa, ka, va
     row["best"] = min(backends, key=backends.get) if backends else ""
     row["best_us"] = backends.get(row["best"], math.nan)
     row["ratio"] = row["best_us"] / row["nova_us"]
