@@ -1,0 +1,158 @@
+"""The held-out draw (deterministic, covering, in range), its report's statistics and its command line."""
+from __future__ import annotations
+
+import datetime
+import math
+import subprocess
+import sys
+
+import pytest
+
+from nova.bench import heldout
+from nova.bench.heldout import (ATTENTION_CLASSES, GEMM_CLASSES, LAYOUTS, ODD_FRACTION, SCORE_BUDGET,
+                                attention_problems, gemm_problems, group_stats, percentile, summarize)
+
+
+def test_draw_is_a_function_of_seed_and_count():
+    assert gemm_problems(7, 60) == gemm_problems(7, 60)
+    assert attention_problems(7, 60) == attention_problems(7, 60)
+    assert gemm_problems(7, 60) != gemm_problems(8, 60)
+    assert attention_problems(7, 60) != attention_problems(8, 60)
+
+
+def test_default_seed_is_the_date():
+    assert heldout.default_seed(datetime.date(2031, 4, 9)) == 20310409
+
+
+@pytest.mark.parametrize("seed", [0, 3, 20250101])
+def test_gemm_draw_covers_classes_layouts_dtypes_within_ranges(seed):
+    count = 100
+    draw = gemm_problems(seed, count)
+    assert {h.klass for h in draw} == set(GEMM_CLASSES)
+    assert {h.layout for h in draw} == set(LAYOUTS)
+    assert {h.dtype for h in draw} == {"tf32", "bf16"}
+    assert {(h.klass, h.layout, h.dtype) for h in draw} == {(c, l, d) for c in GEMM_CLASSES for l in LAYOUTS
+                                                            for d in ("tf32", "bf16")}
+    assert sum(h.odd for h in draw) == round(count * ODD_FRACTION)
+    for h in draw:
+        ranges = GEMM_CLASSES[h.klass]
+        for dim in "MNK":
+            lo, hi = ranges.get(dim, ranges.get("S"))
+            assert lo <= getattr(h, dim) <= hi, h
+            if getattr(h, dim) > 16:
+                assert (getattr(h, dim) % 8 != 0) if h.odd else (getattr(h, dim) % 64 == 0), h
+        if h.klass == "decode":
+            assert h.M <= 16
+        p = h.problem()
+        assert (p.trans_a, p.trans_b) == LAYOUTS[h.layout]
+
+
+def test_gemm_sizes_spread_over_the_logarithmic_range():
+    draw = gemm_problems(11, 400)
+    general_m = [h.M for h in draw if h.klass == "general"]
+    assert min(general_m) < 64 and max(general_m) > 4096        # log-uniform over 1..16384 reaches both ends
+
+
+@pytest.mark.parametrize("seed", [0, 5])
+def test_attention_draw_covers_classes_and_respects_ranges(seed):
+    count = 100
+    draw = attention_problems(seed, count)
+    assert {h.klass for h in draw} == set(ATTENTION_CLASSES)
+    assert {h.dtype for h in draw} == {"bf16", "tf32"}
+    assert {h.D for h in draw} == {64, 128}
+    assert {h.causal for h in draw} == {True, False}
+    assert {h.H // h.Hkv for h in draw} == {1, 2, 4, 8}
+    assert sum(h.odd for h in draw) == round(count * ODD_FRACTION)
+    for h in draw:
+        r = ATTENTION_CLASSES[h.klass]
+        assert r["Tq"][0] <= h.Tq <= r["Tq"][1]
+        assert r.get("Tk", r["Tq"])[0] <= h.Tk <= r.get("Tk", r["Tq"])[1]
+        if h.klass not in ("ragged", "decode"):
+            assert h.Tq == h.Tk
+        assert (h.H // h.Hkv > 1) == (h.klass == "GQA")
+        assert h.B * h.H * h.Tq * h.Tk <= SCORE_BUDGET or h.B == h.Hkv == 1
+        for t in (h.Tq, h.Tk):
+            if t > 16:
+                assert (t % 8 != 0) if h.odd else (t % 64 == 0), h
+        assert h.problem().kv_heads == h.Hkv
+    assert any(h.Tq != h.Tk for h in draw if h.klass == "ragged")
+    assert max(h.Tq for h in draw if h.klass == "long-T") > 4096
+
+
+def test_draw_rejects_bad_seed_and_count():
+    with pytest.raises(ValueError, match="count"):
+        gemm_problems(1, 0)
+    with pytest.raises(ValueError, match="seed"):
+        attention_problems(-1, 5)
+
+
+def test_percentile_interpolates_like_numpy():
+    np = pytest.importorskip("numpy")
+    values = [3.0, 1.0, 7.5, 0.2, 9.0, 4.4, 2.2]
+    for q in (0, 10, 50, 90, 100):
+        assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
+    assert math.isnan(percentile([], 10))
+
+
+def _row(ratio, klass="square", predictions=(), status="ok", odd=False):
+    return {"describe": f"{klass} {ratio}", "klass": klass, "layout": "NN", "dtype": "bf16", "odd": odd,
+            "status": status, "ratio": ratio, "predictions": list(predictions)}
+
+
+def test_report_statistics_on_synthetic_measurements():
+    rows = [_row(2.0, predictions=[(100.0, 100.0)]),            # exact
+            _row(0.5, predictions=[(114.0, 100.0)]),            # +14%: within
+            _row(1.0, klass="decode", predictions=[(80.0, 100.0)], odd=True),   # -20%: outside
+            _row(4.0, klass="decode", predictions=[(100.0, 86.0), (50.0, None)]),   # +16.3%: outside; one unmeasured
+            _row(math.nan, klass="decode", status="failed")]
+    s = group_stats(rows)
+    assert s["problems"] == 5 and s["ok"] == 4 and s["failed"] == 1
+    assert s["geomean"] == pytest.approx((2.0 * 0.5 * 1.0 * 4.0) ** 0.25)
+    assert s["p10"] == pytest.approx(0.5 + 0.3 * (1.0 - 0.5))          # rank 0.3 of [0.5, 1, 2, 4]
+    assert s["worst"] == 0.5 and s["worst_problem"] == "square 0.5"
+    assert s["kernels_predicted"] == 4 and s["prediction_within_band"] == pytest.approx(0.5)
+    summary = summarize(rows)
+    assert summary["class=decode"]["geomean"] == pytest.approx(2.0)
+    assert summary["class=square"]["worst"] == 0.5
+    assert summary["odd"]["problems"] == 1
+    assert summary["layout=NN"]["problems"] == 5
+
+
+def test_report_files(tmp_path):
+    rows = [_row(1.5, predictions=[(10.0, 11.0)]), _row(math.nan, status="failed")]
+    result = heldout.write_results(str(tmp_path), "gemm", rows, {"seed": 3, "count": 2}, {"device": "test"})
+    assert result["summary"]["overall"]["failed"] == 1
+    assert (tmp_path / "heldout_gemm.json").exists()
+    assert "| overall | 2 | 1 |" in (tmp_path / "heldout_gemm.md").read_text()
+
+
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "nova.bench.heldout", *args], capture_output=True, text=True, env=env)
+
+
+@pytest.mark.parametrize("args", [["gemm", "--count", "0"], ["sgemm"], ["gemm", "--seed", "-4"],
+                                  ["attention", "--precompile"], ["gemm", "--target", "h200"],
+                                  ["gemm", "--count", "many"]])
+def test_cli_refuses_bad_arguments_in_one_line(args):
+    r = _cli(*args)
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and "error:" in r.stderr, r.stderr
+
+
+def test_cli_list_reproduces_with_seed():
+    a, b = _cli("gemm", "--count", "8", "--seed", "42", "--list"), _cli("gemm", "--count", "8", "--seed", "42", "--list")
+    assert a.returncode == 0 and a.stdout == b.stdout
+    assert len(a.stdout.strip().splitlines()) == 9 and "seed 42" in a.stdout
+
+
+@pytest.mark.parametrize("kind", ["gemm", "attention"])
+def test_precompile_builds_kernels_into_the_cache(kind, tmp_path):
+    import os
+    pytest.importorskip("mlir")
+    env = dict(os.environ, NOVA_CACHE_DIR=str(tmp_path))
+    r = _cli(kind, "--count", "2", "--seed", "1", "--precompile", "--target", "h200", env=env)
+    assert r.returncode == 0, r.stderr + r.stdout
+    kernels = list((tmp_path / "kernels").rglob("*.json"))
+    per_problem = 1 if kind == "gemm" else 4        # attention: fwd, bwd_pre, bwd_dkv, bwd_dq
+    assert len(kernels) >= 2 * per_problem - (1 if kind == "gemm" else 0)
+    assert f"{len(kernels)} kernels" in r.stdout
