@@ -28,14 +28,13 @@ kernel serves every parameter group of its rule.  The prediction (steps 7-8) rea
 from __future__ import annotations
 
 from nova.configurator.derivation import Derivation
-from nova.configurator.step import Prediction
 from nova.hwmodel import get_target
 from nova.hwmodel.formula import formulas
 from nova.hwmodel.model import F as HW
 from nova.kernels.optimizer.problem import MultiTensorProblem, UpdateRule
 from nova.kernels.optimizer.schedule import MultiTensorConfig, MultiTensorSchedule
 from nova.kernels.optimizer.table import row_words, table_bytes
-from nova.kernels.pointwise.derive import launch_constants
+from nova.kernels.pointwise.derive import memory_bound_prediction
 
 ACCESS_BYTES = 16                # ld.global.v4.b32
 WARPS_PER_SCHEDULER = 2          # two warps per scheduler per CTA: one issues while the other waits
@@ -51,9 +50,6 @@ F = formulas("""
     ctas_per_sm = Min(max_blocks_per_sm, floor(max_threads_per_sm / threads), bps_regs)
     grid = sm_count * ctas_per_sm
     trips = ceil(chunks / grid)
-    t_bandwidth = 1e6 * bytes / (dram_bw * eta_dram)
-    t_memory = Max(t_bandwidth, trips * mem_latency_ns * 1e-3)
-    t_kernel = t_memory + t_launch
 """)
 
 
@@ -98,20 +94,10 @@ def configure_multi_tensor(problem: MultiTensorProblem, target="h200") -> MultiT
     d.note("chunks", chunks, f"sum over the {problem.tensors} tensor{'s' if problem.tensors != 1 else ''} of "
            f"ceil(numel / {schedule.chunk})")
     trips = int(d.apply("trips", F.trips, "chunks per CTA, the most any CTA walks", chunks=chunks, grid=schedule.grid))
-    c = launch_constants(gpu)
     nbytes = problem.bytes_moved() + table_bytes(problem.rule, problem.tensors)
-    t_bw = d.apply("DRAM time (us)", F.t_bandwidth, f"{problem.rule.bytes_per_element} B per element "
-                   f"({', '.join(problem.rule.reads())} read; {', '.join(problem.rule.writes())} written) and the "
-                   f"argument table; eta_dram {c['eta_dram']:.3f} ({c['source']})", bytes=nbytes, dram_bw=gpu.dram_bw,
-                   eta_dram=c["eta_dram"])
-    t_mem = d.apply("memory time (us)", F.t_memory, "each trip waits at least one loaded DRAM latency",
-                    t_bandwidth=t_bw, trips=trips, mem_latency_ns=gpu.mem_latency_ns)
-    t = d.apply("time (us)", F.t_kernel, f"launch latency {c['t_launch_us']:.2f} us ({c['source']})",
-                t_memory=t_mem, t_launch=c["t_launch_us"])
-    bound = "dram" if t_mem >= c["t_launch_us"] else "launch"
-    d.note("bound", bound, "launch-bound: the launch latency exceeds the memory time" if bound == "launch"
-           else "DRAM-bound: the bytes take longer than the launch")
-    prediction = Prediction(time_us=t, tflops=0.0, bound=bound, floor_us=1e6 * nbytes / gpu.dram_bw,
-                            terms_us={"memory": t_mem, "launch": c["t_launch_us"]})
+    prediction = memory_bound_prediction(
+        gpu, nbytes, trips, f"{problem.rule.bytes_per_element} B per element ({', '.join(problem.rule.reads())} read; "
+        f"{', '.join(problem.rule.writes())} written) and the argument table", "each trip waits at least one loaded "
+        "DRAM latency", d)
     facts.update(chunks=chunks, trips=trips, bytes=nbytes, table_bytes=table_bytes(problem.rule, problem.tensors))
     return MultiTensorConfig(problem, gpu, schedule, prediction, tuple(d.steps), facts)

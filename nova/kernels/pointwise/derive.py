@@ -124,12 +124,19 @@ def launch_constants(gpu) -> dict:
 
 def predict(problem: PointwiseProblem, gpu, trips: int, d: Derivation) -> Prediction:
     """Step 6: time = Max(bytes / (DRAM bandwidth x eta_dram), trips x DRAM latency) + launch latency."""
+    return memory_bound_prediction(gpu, problem.bytes_moved(), trips, "distinct input bytes read once, outputs "
+                                   "written once", "each loop trip waits at least one loaded DRAM latency", d)
+
+
+def memory_bound_prediction(gpu, nbytes: int, trips: int, bytes_why: str, trip_why: str,
+                            d: Derivation) -> Prediction:
+    """The time of a kernel that streams ``nbytes`` from DRAM in ``trips`` dependent rounds (every
+    memory-bound family's last step): Max(bytes / (DRAM bandwidth x eta_dram), trips x DRAM latency)
+    + launch latency, the constants from the target's calibration (``launch_constants``)."""
     c = launch_constants(gpu)
-    nbytes = problem.bytes_moved()
-    t_bw = d.apply("DRAM time (us)", F.t_bandwidth, f"distinct input bytes read once, outputs written once; "
-                   f"eta_dram {c['eta_dram']:.3f} ({c['source']})", bytes=nbytes, dram_bw=gpu.dram_bw,
-                   eta_dram=c["eta_dram"])
-    t_mem = d.apply("memory time (us)", F.t_memory, "each loop trip waits at least one loaded DRAM latency",
+    t_bw = d.apply("DRAM time (us)", F.t_bandwidth, f"{bytes_why}; eta_dram {c['eta_dram']:.3f} ({c['source']})",
+                   bytes=nbytes, dram_bw=gpu.dram_bw, eta_dram=c["eta_dram"])
+    t_mem = d.apply("memory time (us)", F.t_memory, trip_why,
                     t_bandwidth=t_bw, trips=trips, mem_latency_ns=gpu.mem_latency_ns)
     t = d.apply("time (us)", F.t_kernel, f"launch latency {c['t_launch_us']:.2f} us ({c['source']})",
                 t_memory=t_mem, t_launch=c["t_launch_us"])
