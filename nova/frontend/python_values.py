@@ -28,7 +28,9 @@ from nova.frontend.discover import _code_names
 
 _SCALARS = (type(None), bool, int, float, complex, str)
 _MAX_ITEMS = 64                       # a container larger than this is not snapshotted (not a setting)
-_SKIPPED_ATTRS = frozenset({"training", "dump_patches", "call_super_init"})   # guarded elsewhere / fixed
+# nn.Module's own bookkeeping (training flag, parameter/buffer/submodule dicts, hook dicts: guarded by the
+# model signature or refused at capture) and two class-level constants: never a value the step reads
+_SKIPPED_ATTRS = frozenset({"dump_patches", "call_super_init"}) | frozenset(vars(torch.nn.Module()))
 
 
 def _plain(value, depth: int = 0):
