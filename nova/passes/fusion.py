@@ -18,6 +18,9 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   is a group output (written once, noted in the reason).  A pointwise node does not join a group
   opened before a GEMM whose result it reads: the group would keep its inputs live across that
   GEMM (a weight gradient summed chunk by chunk would hold every chunk's partial).
+* Horizontal: a pointwise node over one element that joins no producer's group joins the latest
+  still-open group over one element (the optimizer's step counters, 100 independent ``+ 1``: one
+  launch, not 100).  It reads nothing from that group, so the group stays acyclic (below).
 * A reduction joins the pointwise group producing its input (same shape): the ``reduction`` group
   reads the input once and never writes the fused producers' values unless others need them.
   Nothing joins a group after its reduction.
@@ -138,6 +141,7 @@ class _Fuser:
         self.group_of: dict[Node, _Open] = {}
         self.updates: dict[tuple, _Open] = {}     # optimizer-update groups by batch key
         self.opened: dict[int, int] = {}          # id(group) -> how many groups were opened before it
+        self._scalars: _Open | None = None        # the latest pointwise group over one element
 
     def run(self) -> list[Group]:
         graph = self.graph
@@ -162,7 +166,7 @@ class _Fuser:
         built = list({id(g): g for g in (self.group_of[n] for n in placed)}.values())
         built.sort(key=lambda g: max(position[n] for n in g.nodes))     # topological (see module docstring)
         names = value_names(graph)
-        return [_finish(g, index, self.users, self.outputs, self.layouts, names, self.kernels) for g in built]
+        return [_finish(g, position, self.users, self.outputs, self.layouts, names, self.kernels) for g in built]
 
     # -------------------------------------------------------------- one node
     def _producers(self, node: Node) -> list[_Open]:
@@ -196,8 +200,15 @@ class _Fuser:
         if k != "pointwise":
             return False
         producers = self._producers(node)
+        if self._horizontal(node):
+            return True
         return bool(self._candidates(node, producers)) or \
             _epilogue(node, producers, self.users, self.outputs, self.layouts, dry_run=True) is not None
+
+    def _horizontal(self, node: Node) -> bool:
+        """``node`` joins the open pointwise group over one element (rule in the module docstring)."""
+        g = self._scalars
+        return g is not None and g.open and g.kind == "pointwise" and bool(g.nodes) and _is_scalar(node)
 
     def _place(self, node: Node) -> None:
         k = kind(node.op)
@@ -221,8 +232,13 @@ class _Fuser:
                         other.nodes = []
                     g.nodes.append(node)
                     g.shape = node.outputs[0].shape
+                elif self._horizontal(node):
+                    g = self._scalars                  # horizontal: independent scalar work, one launch
+                    g.nodes.append(node)
                 else:
                     g = _Open("pointwise", node, shape=node.outputs[0].shape)
+                    if _is_scalar(node):
+                        self._scalars = g
         elif k == "reduce":
             g = self._reduction_base(node)
             if g is not None:
@@ -277,6 +293,11 @@ def _bisect(ready: list, node, index) -> int:
         else:
             hi = mid
     return lo
+
+
+def _is_scalar(node: Node) -> bool:
+    """A pointwise node over one element (a step counter, a loss scale): launch-bound on its own."""
+    return kind(node.op) == "pointwise" and math.prod(node.outputs[0].shape) == 1
 
 
 def _inlinable(p: _Open, node: Node, users, outputs) -> bool:
@@ -411,8 +432,11 @@ def boundary(nodes, users, outputs) -> tuple[list[Value], list[Value]]:
     return ins, outs
 
 
-def _finish(g: _Open, index, users, outputs, layouts, names, kernels: MemoryBoundKernels) -> Group:
-    nodes = sorted(g.nodes, key=index.__getitem__)
+def _finish(g: _Open, position, users, outputs, layouts, names, kernels: MemoryBoundKernels) -> Group:
+    """The group of ``g``, its nodes in placement order (``position``): a topological order in which
+    a reduction comes after every node of its group (program order need not: a pointwise node
+    placed early, because it could join, may come later in the program than the reduction)."""
+    nodes = sorted(g.nodes, key=position.__getitem__)
     ins, outs = boundary(nodes, users, outputs)
     group = Group(g.kind, nodes, "", g.kernel, ins, outs,
                   g.epilogue if g.kind == "gemm" else None, g.problem)

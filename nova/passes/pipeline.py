@@ -2,6 +2,8 @@
 
     verify -> dce -> cse -> canonicalize -> cse                 the optimized graph
            -> cross_entropy -> verify                           log_softmax+nll_loss (+backward) fused
+           -> recompute_pointwise                               saved pointwise intermediates recomputed
+                                                                in the backward's kernels (``recompute.py``)
            -> fuse                                              groups (kernels)
            -> schedule                                          the order the groups run in
            -> plan_memory                                       arena offsets, aliases, donation
@@ -24,6 +26,7 @@ from nova.passes.cross_entropy import fuse_cross_entropy
 from nova.passes.cse import cse
 from nova.passes.dce import dce
 from nova.passes.fusion import Group, format_bytes, fuse
+from nova.passes.recompute import recompute_pointwise
 from nova.passes.memory import MemoryPlan
 from nova.passes.schedule import schedule_with_plan
 
@@ -37,6 +40,7 @@ class Planned:
     target: object = None             # as given to pipeline (the compiler configures GEMMs for it)
     stats: dict[str, int] = field(default_factory=dict)   # node count after each pass
     budget: object = None             # budget.BudgetReport when planned under a memory budget
+    recomputed: list = field(default_factory=list)   # recompute.Recomputed decisions
 
 
 def pipeline(graph: Graph, target=None, kernels: MemoryBoundKernels | None = None, *,
@@ -61,14 +65,19 @@ def pipeline(graph: Graph, target=None, kernels: MemoryBoundKernels | None = Non
     stats["canonicalize"] = len(g.nodes)
     g = fuse_cross_entropy(g)
     stats["cross_entropy"] = len(g.nodes)
+    g, recomputed = recompute_pointwise(g, target)
+    stats["recompute"] = len(g.nodes)
     verify(g)
     planned = plan_graph(g, target, stats, kernels)
+    planned.recomputed = recomputed
     if memory_budget is None:
         return planned
 
     def replan(rewritten: Graph) -> Planned:
         verify(rewritten)
-        return plan_graph(rewritten, target, {"memory_budget": len(rewritten.nodes)}, kernels)
+        replanned = plan_graph(rewritten, target, {"memory_budget": len(rewritten.nodes)}, kernels)
+        replanned.recomputed = recomputed
+        return replanned
     return fit_budget(planned, memory_budget, target, replan)
 
 
@@ -92,6 +101,8 @@ def format_plan(planned: Planned, max_groups: int | None = None) -> str:
              f"{len(planned.groups) - len(launches)} free views"]
     if planned.stats:
         lines.append("passes: " + " -> ".join(f"{k} {v}" for k, v in planned.stats.items()) + " nodes")
+    for decision in planned.recomputed:
+        lines.append(f"recomputed: {decision.describe()}")
     lines.append("groups (execution order):")
     shown = planned.groups if max_groups is None else planned.groups[:max_groups]
     for i, grp in enumerate(shown):
