@@ -1188,7 +1188,8 @@ def _constant_pad(ctx, x, pad, value=0):
     return x
 
 
-_MASK_FOLD_ELEMENTS = 1 << 22          # larger constant masks are not evaluated at capture time
+_MASK_FOLD_ELEMENTS = 1 << 25          # larger constant masks are not evaluated at capture time (32M elements:
+                                       # a batch of 16 x 1024^2 causal masks, ~0.1 s on the host)
 
 
 def _constant_value(value: Value, limit_nodes: int = 500):

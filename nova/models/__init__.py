@@ -2,18 +2,23 @@
 
     GPT("gpt42m") / GPT("gpt144m") / GPT("tiny")     pre-LN GPT-2 style, tied head
     Llama("tiny")                                     RMSNorm, rotary, SwiGLU, grouped-query attention
+    HFCausalLM("hf-gpt2-42m"), ("hf-llama-42m")       Hugging Face's GPT-2 and Llama at the same sizes
+                                                      (needs transformers)
 """
 from nova.models.gpt import CONFIGS as GPT_CONFIGS
 from nova.models.gpt import GPT, GPTConfig
+from nova.models.hf import CONFIGS as HF_CONFIGS
+from nova.models.hf import HFCausalLM
 from nova.models.llama import CONFIGS as LLAMA_CONFIGS
 from nova.models.llama import Llama, LlamaConfig
 
-__all__ = ["GPT", "GPTConfig", "GPT_CONFIGS", "Llama", "LlamaConfig", "LLAMA_CONFIGS", "MODELS", "build",
+__all__ = ["GPT", "GPTConfig", "GPT_CONFIGS", "HFCausalLM", "HF_CONFIGS", "Llama", "LlamaConfig", "LLAMA_CONFIGS", "MODELS", "build",
            "config", "make_train_step"]
 
 # every built-in model by the name the CLI and the benchmarks take: (class, config)
 MODELS = {**{name: (GPT, cfg) for name, cfg in GPT_CONFIGS.items()},
-          **{("llama-tiny" if name == "tiny" else name): (Llama, cfg) for name, cfg in LLAMA_CONFIGS.items()}}
+          **{("llama-tiny" if name == "tiny" else name): (Llama, cfg) for name, cfg in LLAMA_CONFIGS.items()},
+          **{name: (HFCausalLM, cfg) for name, cfg in HF_CONFIGS.items()}}
 
 
 def config(name: str):
