@@ -56,9 +56,18 @@ def test_a_bad_attention_precision_is_one_line_not_a_silent_fallback(capsys, mon
     assert len(err) == 1 and "NOVA_ATTENTION_PRECISION='fast': expected tf32, 3xtf32" in err[0]
 
 
-def test_precompile_train_needs_a_model_and_a_batch(capsys):
+def test_precompile_train_needs_a_model(capsys):
     assert nova_main(["precompile", "train", "--target", "h200"]) == 2
-    assert "needs a model and --batch" in capsys.readouterr().err
+    assert "needs a model" in capsys.readouterr().err
+
+
+def test_the_batch_defaults_to_the_benchmarks_batch(capsys):
+    import json
+    from nova import models
+    assert config_main(["explain", "train", "tiny", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["prediction"]["tokens_per_step"] == models.BENCH_BATCH["tiny"] * models.config("tiny").block_size
+    assert set(models.BENCH_BATCH) == set(models.MODELS)
 
 
 def test_the_llama_models_are_built_in_models(capsys):

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from nova.cli.train import MODEL_HELP
+from nova.cli.train import model_help
 from nova.cli.common import CliParser, UsageError, add_version, check_tf32_fast, dispatch, dtype_list
 from nova.cli.shapes import (STRIDES_HELP, ShapeError, parse_batch_strides, parse_gemm_shape, parse_problem_shape,
                              parse_problem_shape_list, parse_shape_list, read_suite, read_suite_entries)
@@ -180,14 +180,15 @@ def add_precompile(sub) -> None:
     p.add_argument("op", choices=["gemm", "train"],
                    help="gemm: the GEMMs of --shapes/--suite; train MODEL: every kernel of a built-in model's "
                         "training step (nova precompile train gpt42m --batch 32 --target h200)")
-    p.add_argument("model", nargs="?", help="train only: " + MODEL_HELP)
+    p.add_argument("model", nargs="?", help="train only: " + model_help())
     p.add_argument("--step", default=None, metavar="MODULE:FACTORY",
                    help="train only, instead of a model: your own step, a factory returning (step_fn, example_args) "
                         "or (step_fn, example_args, models, optimizers), called on the meta device with --batch/--seq "
                         "as keywords (my_pkg.my_module:make_step or file.py:make_step)")
     add_shape_list_args(p, required=False, suite_help=PRECOMPILE_SUITE_HELP, batched=True)
     add_problem_args(p, several_dtypes=True, batched=True)
-    p.add_argument("--batch", type=int, default=None, help="train only: sequences per step")
+    p.add_argument("--batch", type=int, default=None,
+                   help="train only: sequences per step (default: the batch the benchmarks train the model at)")
     p.add_argument("--seq", type=int, default=None, help="train only: tokens per sequence (default: the model's)")
     p.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"], help="train only: the optimizer")
     p.add_argument("--memory-budget", default=None, metavar="SIZE",
@@ -208,8 +209,8 @@ def run_precompile(args) -> int:
                                             "model (its dtype, layouts and epilogues)")
         refuse_flags(args, {"deterministic": False}, "set NOVA_DETERMINISTIC=1 for a training step's deterministic "
                                                      "kernels (what nova.compile reads)")
-        if not args.model or not args.batch:
-            raise UsageError("precompile train needs a model and --batch (e.g. nova precompile train gpt42m --batch 32 "
+        if not args.model:
+            raise UsageError("precompile train needs a model (e.g. nova precompile train gpt42m --batch 32 "
                              "--target h200)")
         from nova.cli.train import run_precompile_train
         return run_precompile_train(args)

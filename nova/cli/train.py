@@ -16,13 +16,19 @@ import sys
 
 from nova.cli.common import CliParser, UsageError, dispatch
 
-MODEL_HELP = ("built-in model: tiny, gpt42m (vocab 32768, d 512, 8 layers), gpt144m (vocab 50304, d 768, 15 layers), "
-              "llama-tiny or llama42m (vocab 32768, d 512, 8 layers, 8 query / 4 key-value heads, SwiGLU 1344)")
+
+
+def model_help() -> str:
+    from nova.models import MODELS, describe
+    return "built-in model: " + ", ".join(describe(name) for name in MODELS) + \
+        " (hf-*: Hugging Face's own modules, needs transformers)"
 
 
 def add_train_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help=MODEL_HELP)
-    p.add_argument("--batch", type=int, required=True, help="sequences per step")
+    p.add_argument("model", help=model_help())
+    p.add_argument("--batch", type=int, default=None,
+                   help="sequences per step (default: the batch the benchmarks train the model at: 32 for the "
+                        "42M models, 16 for gpt144m, 4 for the tiny ones)")
     p.add_argument("--seq", type=int, default=None, help="tokens per sequence (default: the model's context length)")
     p.add_argument("--optimizer", default="adamw", choices=["adamw", "sgd"],
                    help="adamw (lr 3e-4, betas 0.9/0.95, weight decay 0.1) or sgd (lr 1e-2, momentum 0.9)")
@@ -52,7 +58,10 @@ def check_train_args(args) -> None:
     from nova.models import MODELS
     if args.model not in MODELS:
         raise UsageError(f"unknown model {args.model!r}; built-in models: {', '.join(MODELS)}")
-    if args.batch is None or args.batch < 1:
+    if args.batch is None:
+        from nova.models import BENCH_BATCH
+        args.batch = BENCH_BATCH[args.model]
+    if args.batch < 1:
         raise UsageError(f"--batch must be a positive integer, got {args.batch}")
     longest = MODELS[args.model][1].block_size
     if args.seq is not None and not 1 <= args.seq <= longest:

@@ -12,13 +12,27 @@ from nova.models.hf import HFCausalLM
 from nova.models.llama import CONFIGS as LLAMA_CONFIGS
 from nova.models.llama import Llama, LlamaConfig
 
-__all__ = ["GPT", "GPTConfig", "GPT_CONFIGS", "HFCausalLM", "HF_CONFIGS", "Llama", "LlamaConfig", "LLAMA_CONFIGS", "MODELS", "build",
+__all__ = ["BENCH_BATCH", "GPT", "GPTConfig", "GPT_CONFIGS", "HFCausalLM", "HF_CONFIGS", "describe", "Llama", "LlamaConfig", "LLAMA_CONFIGS", "MODELS", "build",
            "config", "make_train_step"]
 
 # every built-in model by the name the CLI and the benchmarks take: (class, config)
 MODELS = {**{name: (GPT, cfg) for name, cfg in GPT_CONFIGS.items()},
           **{("llama-tiny" if name == "tiny" else name): (Llama, cfg) for name, cfg in LLAMA_CONFIGS.items()},
           **{name: (HFCausalLM, cfg) for name, cfg in HF_CONFIGS.items()}}
+
+
+# the batch the benchmarks train each model at (bench/README.md): ``explain train``'s default --batch
+BENCH_BATCH = {"tiny": 4, "gpt42m": 32, "gpt144m": 16, "llama-tiny": 4, "llama42m": 32,
+               "hf-gpt2-42m": 32, "hf-llama-42m": 32}
+
+
+def describe(name: str) -> str:
+    """One line on model ``name``: its sizes, as the CLI lists it."""
+    cfg = config(name)
+    heads = getattr(cfg, "n_kv_head", 0)
+    width = getattr(cfg, "n_embd", None) or getattr(cfg, "dim", None)
+    return (f"{name} (vocab {cfg.vocab_size}, d {width}, {cfg.n_layer} layers"
+            + (f", {cfg.n_head} query / {heads} key-value heads" if heads and heads != cfg.n_head else "") + ")")
 
 
 def config(name: str):
