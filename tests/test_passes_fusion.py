@@ -191,11 +191,16 @@ def test_training_step_groups():
     assert all(isinstance(gr.problem, RowsProblem) and gr.bindings for gr in rows)
     (gelu_sum,) = [gr for gr in fused_reductions if ops_of(gr)[0] == "gelu_tanh_backward"]
     assert "gelu_tanh_backward is not a prologue op" in gelu_sum.reason
+    # embedding kernels (nova/passes/embedding.py): the gathers and scatter-adds; fills alone: constants of the step
+    embedding = [gr for gr in by_kind["composite"] if gr.nodes[0].op in ("index_select", "scatter_add")]
+    constants = [gr for gr in groups if all(kind(n.op) == "creation" for n in gr.nodes)]
+    assert len(embedding) == 4 and len(constants) >= 1
     for gr in groups:
         assert gr.reason and "\n" not in gr.reason
         nova = gr.kind == "gemm" or (gr.kind == "pointwise" and any(kind(n.op) == "pointwise" for n in gr.nodes)) \
-            or gr in updates or gr in rows
-        assert gr.kernel == ("nova" if nova else "none" if gr in by_kind["view"] and gr not in copies else "aten")
+            or gr in updates or gr in rows or gr in embedding
+        free = gr in by_kind["view"] and gr not in copies or gr in constants
+        assert gr.kernel == ("nova" if nova else "none" if free else "aten")
         assert (gr.problem is not None) == nova           # a Nova group carries its problem
     from nova.kernels.optimizer import MultiTensorProblem
     assert all(isinstance(gr.problem, MultiTensorProblem) and gr.problem.tensors == len(gr.nodes) for gr in updates)

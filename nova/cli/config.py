@@ -6,6 +6,8 @@
     nova-config explain pointwise "gelu_tanh(x)+y" 16384x2048 [--dtype f32|bf16|f16|f64] [--target h200] [--json]
     nova-config explain adamw 42000000 [--dtype bf16] [--adam] [--target h200] [--json]   (also: explain sgd)
     nova-config explain train gpt42m --batch 32 [--seq 512] [--target h200] [--json]
+    nova-config explain embedding 16384x512 --vocab 32768 [--backward] [--dtype f32|bf16|f16] [--index-dtype i64|i32]
+                [--target h200] [--json]
     nova-config explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy ROWSxN [--backward] [--dtype f32|bf16|f16]
                 [--target h200] [--json]
     nova-config export triton matmul 4096x4096x4096 [--dtype bf16] [--target h200] [--json]
@@ -42,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("explain", help="derive and explain the schedule of one operation")
     ex.add_argument("op", help="operation: matmul (alias gemm); `explain attention`, `explain train`, the rows "
                                "kernels (`explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy ROWSxN`), "
-                               "`explain pointwise`, `explain adamw` and `explain sgd` have their own options (see "
+                               "`explain embedding`, `explain pointwise`, `explain adamw` and `explain sgd` have their own options (see "
                                "their --help)")
     ex.add_argument("shape", help="S (M=N=K=S), SxS (square operands, M=N=K=S), MxNxK or BxMxNxK (a batch of B "
                                   "MxNxK GEMMs in one launch)")
@@ -77,7 +79,7 @@ def _console():
 
 def cmd_explain(args) -> int:
     if args.op not in OPS:
-        raise ProblemError(f"unknown operation {args.op!r}; supported: matmul, attention, pointwise, adamw, sgd, train, "
+        raise ProblemError(f"unknown operation {args.op!r}; supported: matmul, attention, pointwise, adamw, sgd, train, embedding, "
                            f"{', '.join(ROWS_OPS)}")
     (M, N, K), batch = parse_problem_shape(args.shape)
     if args.batch_strides is not None and "B" not in batch:
@@ -295,6 +297,9 @@ def main(argv=None) -> int:
     if argv[:1] == ["explain"] and len(argv) > 1 and argv[1] in ROWS_OPS:     # rows kernels: nova/kernels/rows/cli.py
         from nova.kernels.rows.cli import main as explain_rows
         return explain_rows(argv[1], argv[2:])
+    if argv[:2] == ["explain", "embedding"]:       # gather / deterministic scatter-add: nova/kernels/embedding/cli.py
+        from nova.kernels.embedding.cli import main as explain_embedding
+        return explain_embedding(argv[2:])
     if argv[:2] == ["explain", "train"]:           # a whole training step: nova/cli/train.py
         from nova.cli.train import explain_main
         return explain_main(argv[2:])

@@ -57,10 +57,12 @@ def _parsers() -> list[tuple[str, argparse.ArgumentParser]]:
     from nova.cli import config, main, train
     from nova.cli import optimizer as optimizer_cli, pointwise as pointwise_cli
     from nova.kernels.attention import cli as attention_cli
+    from nova.kernels.embedding import cli as embedding_cli
     from nova.kernels.rows import cli as rows_cli
     return [("nova-config", config.build_parser()),
             ("nova-config explain attention", attention_cli.build_parser()),
             ("nova-config explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy", rows_cli.build_parser()),
+            ("nova-config explain embedding", embedding_cli.build_parser()),
             ("nova-config explain pointwise", pointwise_cli.build_parser()),
             ("nova-config explain adamw", optimizer_cli.build_parser("adamw")),
             ("nova-config explain sgd", optimizer_cli.build_parser("sgd")),

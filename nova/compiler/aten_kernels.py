@@ -55,6 +55,7 @@ class Kernel:
     copies: int = 0              # copy_ launches after a compute that has no out variant
     attention: tuple | None = None   # Nova attention: (AttentionProblem, roles of the kernels it launches)
     rows: object = None              # Nova rows kernels: the RowsProblem they compute
+    embedding: object = None         # Nova embedding kernels: the EmbeddingProblem they compute
     pointwise: object = None         # Nova pointwise kernel: its PointwiseProblem
     optimizer: object = None         # Nova multi-tensor optimizer kernel: its UpdateRule
 

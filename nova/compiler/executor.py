@@ -33,7 +33,8 @@ Launches.  One per group, in the plan's order: ``matmul`` nodes on Nova GEMMs (C
 ``torch.matmul(out=)`` (CPU), with a following bias/activation folded in
 (``nova/compiler/gemm_lowering.py``); a Nova rows group (norms, softmax, losses, reductions with
 their producers) on its rows kernels (CUDA), its nodes' IR references on CPU
-(``nova/compiler/rows_lowering.py``); a Nova pointwise group on its kernel (CUDA) or its nodes'
+(``nova/compiler/rows_lowering.py``); a Nova embedding group (gather, deterministic scatter-add) on its
+embedding kernels (CUDA), its node's ATen kernel on CPU (``nova/compiler/embedding_lowering.py``); a Nova pointwise group on its kernel (CUDA) or its nodes'
 IR reference (CPU); a Nova optimizer group on one multi-tensor kernel (CUDA: pointers in an
 argument table written at bind, ``nova/kernels/optimizer``) or ATen's foreach kernels (CPU, and
 CUDA tensors the kernel cannot take, noted); every other op on ATen kernels writing into the output
@@ -65,6 +66,7 @@ from nova.compiler.aten_kernels import (Kernel, KernelContext, adamw, build_kern
                                         torch_dtype, view_of)
 from nova.compiler.gemm_lowering import lower_matmul
 from nova.compiler.plan_view import ExecutorError, PlanView, read_plan
+from nova.compiler.embedding_lowering import embedding_kernels
 from nova.compiler.rows_lowering import rows_kernels
 from nova.ir.ops import opdef
 from nova.passes.fusion import update_batch_key
@@ -483,6 +485,10 @@ class Program:
                 kernels = rows_kernels(group, nodes, tensors, ctx, self._note)
                 launches.append(Launch(group.index, group.kind, list(group.nodes), kernels))
                 continue
+            if group.embedding is not None:            # a Nova embedding group: likewise
+                kernels = embedding_kernels(group, nodes, tensors, ctx, self._note)
+                launches.append(Launch(group.index, group.kind, list(group.nodes), kernels))
+                continue
             kernels, gemms, i = [], [], 0
             if group.pointwise is not None:
                 kernels.append(self._pointwise_kernel(group, tensors, device))
@@ -636,6 +642,9 @@ class Program:
         for problem in _distinct_rows(launches):
             from nova.kernels.rows.launch import resolve as resolve_rows
             resolve_rows(problem, self.device.index)                # the target the launches resolve
+        for problem in _distinct_embedding(launches):
+            from nova.kernels.embedding.launch import resolve as resolve_embedding
+            resolve_embedding(problem, self.device.index)
         if self._gemm is not matmul:
             return
         from nova.runtime import driver
@@ -757,6 +766,10 @@ class Program:
         """The distinct Nova rows problems (``RowsProblem``) this program launches, in launch order."""
         return _distinct_rows(self.launches)
 
+    def embedding_problems(self) -> list:
+        """The distinct Nova embedding problems (``EmbeddingProblem``) this program launches, in launch order."""
+        return _distinct_embedding(self.launches)
+
     def pointwise_problems(self) -> list:
         """The distinct Nova pointwise kernels (``PointwiseProblem``) this program launches, in launch order."""
         return _distinct_pointwise(self.launches)
@@ -844,6 +857,10 @@ def _distinct_attention(launches) -> list:
 
 def _distinct_rows(launches) -> list:
     return list(dict.fromkeys(k.rows for launch in launches for k in launch.kernels if k.rows is not None))
+
+
+def _distinct_embedding(launches) -> list:
+    return list(dict.fromkeys(k.embedding for launch in launches for k in launch.kernels if k.embedding is not None))
 
 
 def _distinct_pointwise(launches) -> list:

@@ -7,7 +7,8 @@ predicted times), each GEMM's schedule, the memory plan and the predicted step t
 Every time is the configurator's closed-form prediction (no measurement): Nova GEMMs by
 ``nova.configurator.configure`` (calibrated where the target has a calibration), attention by
 ``nova.kernels.attention.configure_attention`` where the executor runs Nova's attention kernels, the
-Nova rows groups (norms, softmax, losses, reductions) by ``nova.kernels.rows.configure_rows``, fused
+Nova rows groups (norms, softmax, losses, reductions) by ``nova.kernels.rows.configure_rows``, the
+embedding groups (gather, deterministic scatter-add) by ``nova.kernels.embedding.configure_embedding``, fused
 pointwise groups by ``nova.kernels.pointwise.configure_pointwise`` and optimizer groups by
 ``nova.kernels.optimizer.configure_multi_tensor`` where they run on Nova's kernels,
 the groups on ATen kernels kind by kind from the target's calibration of them where it has one
@@ -23,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from nova.compiler import cost
 from nova.compiler.attention_nodes import attention_problem
 from nova.ir.graph import Node
+from nova.passes.embedding import EMBEDDING_OPS
 from nova.passes.fusion import OPTIMIZER_UPDATES
 
 
@@ -100,6 +102,15 @@ def _rows_report(group, target) -> tuple[float, str, str, dict]:
     """A Nova rows group: the rows configurator's prediction (``nova.kernels.rows.configure_rows``)."""
     from nova.kernels.rows.derive import configure_rows
     cfg = configure_rows(group.problem, target)
+    formula = " + ".join(f"{role} {term['time_us']:.1f}" for role, term in cfg.terms.items())
+    return cfg.prediction.time_us, cfg.prediction.bound, formula, {"roles": list(cfg.schedule.roles),
+                                                                   "schedule": cfg.schedule.to_dict()}
+
+
+def _embedding_report(group, target) -> tuple[float, str, str, dict]:
+    """A Nova embedding group: the embedding configurator's prediction (``nova.kernels.embedding.configure_embedding``)."""
+    from nova.kernels.embedding.derive import configure_embedding
+    cfg = configure_embedding(group.problem, target)
     formula = " + ".join(f"{role} {term['time_us']:.1f}" for role, term in cfg.terms.items())
     return cfg.prediction.time_us, cfg.prediction.bound, formula, {"roles": list(cfg.schedule.roles),
                                                                    "schedule": cfg.schedule.to_dict()}
@@ -216,6 +227,9 @@ def kernel_reports(planned, target) -> list[KernelReport]:
         elif _is_update(group) and group.kernel == "nova":
             t, bound, formula, schedule = _optimizer_report(group, target)
             model = "multi-tensor configurator"
+        elif group.kernel == "nova" and node.op in EMBEDDING_OPS:
+            t, bound, formula, schedule = _embedding_report(group, target)
+            model = "embedding configurator"
         elif group.kind != "gemm" and group.kernel == "nova" and group.problem is not None:
             t, bound, formula, schedule = _rows_report(group, target)
             model = "rows configurator"

@@ -5,7 +5,8 @@
                              ("nova": a Nova kernel runs the group; a gemm group with "aten" runs on
                              torch.matmul), ``.problem`` (a Nova pointwise group's ``PointwiseProblem``,
                              a Nova optimizer group's ``MultiTensorProblem``, a Nova rows group's
-                             ``RowsProblem`` with ``.bindings``)
+                             ``RowsProblem``, a Nova embedding group's ``EmbeddingProblem``, each with
+                             ``.bindings``)
     planned.memory           ``MemoryPlan``: ``.values`` (Value -> ``ValuePlan``), ``.arena_bytes``,
                              ``.peak_bytes``, ``.donations`` [(output index, input index)]
     ValuePlan.kind           "arena" (``.offset``, ``.nbytes``), "alias" (``.alias_of``, ``.view``),
@@ -27,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from nova.ir.ops import opdef
+from nova.passes.embedding import EMBEDDING_OPS
 from nova.passes.fusion import OPTIMIZER_UPDATES
 
 
@@ -55,7 +57,8 @@ class GroupView:
     pointwise: object = None             # a Nova pointwise kernel's PointwiseProblem (its nodes: one launch)
     optimizer: object = None             # a Nova multi-tensor update's MultiTensorProblem (its nodes: one launch)
     rows: object = None                  # a Nova rows group: its RowsProblem (nova/passes/rows.py)
-    bindings: dict = field(default_factory=dict)     # rows: operand name -> Value
+    embedding: object = None             # a Nova embedding group: its EmbeddingProblem (nova/passes/embedding.py)
+    bindings: dict = field(default_factory=dict)     # rows, embedding: operand name -> Value
 
 
 @dataclass
@@ -133,6 +136,8 @@ def _nova_view(group) -> dict:
         return {"pointwise": group.problem}
     if group.kind == "composite" and group.nodes[0].op in OPTIMIZER_UPDATES:
         return {"optimizer": group.problem}
+    if group.kind == "composite" and group.nodes[0].op in EMBEDDING_OPS:
+        return {"embedding": group.problem, "bindings": dict(getattr(group, "bindings", {}))}
     return {"rows": group.problem, "bindings": dict(getattr(group, "bindings", {}))}
 
 

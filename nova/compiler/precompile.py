@@ -14,6 +14,7 @@ class StepKernels(NamedTuple):
     pointwise: list             # PointwiseProblem
     optimizer: list             # UpdateRule (a multi-tensor kernel serves every group of its rule), with the
                                 # rules of the steps after (an SGD first step's successor reads its buffers)
+    embedding: list = []        # EmbeddingProblem (gathers, deterministic scatter-adds)
 
 
 def step_kernels(planned) -> StepKernels:
@@ -28,7 +29,8 @@ def step_kernels(planned) -> StepKernels:
     program = Program(planned, "meta")
     rules = program.optimizer_rules()
     return StepKernels(program.gemm_problems(), program.attention_kernels(), program.rows_problems(),
-                       program.pointwise_problems(), list(dict.fromkeys(rules + [r.later_steps() for r in rules])))
+                       program.pointwise_problems(), list(dict.fromkeys(rules + [r.later_steps() for r in rules])),
+                       program.embedding_problems())
 
 
 def rows_problems_of(planned) -> list:
@@ -93,7 +95,7 @@ def _add(total: dict, counts: dict) -> None:
 def precompile_planned(planned, target, cache, log=print) -> dict:
     """Compile the step's kernels for ``target`` into ``cache``; returns the counts by status
     (compiled, cached, failed: a kernel that fails is reported and the rest go on) and how many
-    kernels of each family the step has (``gemm``, ``attention``, ``rows``, ``pointwise``, ``optimizer``)."""
+    kernels of each family the step has (``gemm``, ``attention``, ``rows``, ``embedding``, ``pointwise``, ``optimizer``)."""
     from nova.kernels.attention import precompile_attention
     from nova.runtime.matmul import precompile_gemms
     kernels = step_kernels(planned)
@@ -119,6 +121,20 @@ def precompile_planned(planned, target, cache, log=print) -> dict:
         for _, _, status in results:
             counts[status] += 1
         log(f"[rows {i}/{len(rows)}] {problem.describe()}: {len(results)} kernels in {time.perf_counter() - t0:.2f} s")
+    for i, problem in enumerate(kernels.embedding, 1):
+        t0 = time.perf_counter()
+        from nova.kernels.embedding.compile import precompile_embedding
+        try:
+            results = precompile_embedding(problem, target, cache)
+        except Exception as e:                # reported like a GEMM that fails; the rest go on
+            counts["failed"] += 1
+            log(f"[embedding {i}/{len(kernels.embedding)}] {problem.describe()}: failed: "
+                f"{str(e).splitlines()[0] if str(e) else e}")
+            continue
+        for _, _, status in results:
+            counts[status] += 1
+        log(f"[embedding {i}/{len(kernels.embedding)}] {problem.describe()}: {len(results)} kernels in "
+            f"{time.perf_counter() - t0:.2f} s")
     _add(counts, precompile_pointwise(kernels.pointwise, target, cache, log))
     _add(counts, precompile_optimizer(kernels.optimizer, target, cache, log))
     log(f"precompiled {len(kernels.gemms)} GEMMs, {len(kernels.attention)} attention launches, {len(rows)} rows "
@@ -127,7 +143,7 @@ def precompile_planned(planned, target, cache, log=print) -> dict:
         f"{counts['compiled']} kernels compiled, {counts['cached']} already cached, {counts['failed']} failed "
         f"({time.perf_counter() - start:.1f} s)")
     return {**counts, "gemm": len(kernels.gemms), "attention": len(kernels.attention), "rows": len(kernels.rows),
-            "pointwise": len(kernels.pointwise), "optimizer": len(kernels.optimizer)}
+            "embedding": len(kernels.embedding), "pointwise": len(kernels.pointwise), "optimizer": len(kernels.optimizer)}
 
 
 def missing_kernels(planned, target, cache) -> list[str]:
@@ -153,6 +169,11 @@ def missing_kernels(planned, target, cache) -> list[str]:
                 for p, roles in kernels.attention for r in roles]
     rows = [(p, configure_rows(p, target).schedule) for p in kernels.rows]
     lookups += [lambda p=p, s=s, r=r: rows_kernel(p, s, r, target, cache, offline=True) for p, s in rows for r in s.roles]
+    from nova.kernels.embedding.compile import get_or_compile as embedding_kernel
+    from nova.kernels.embedding.derive import configure_embedding
+    embedding = [(p, configure_embedding(p, target).schedule) for p in kernels.embedding]
+    lookups += [lambda p=p, s=s, r=r: embedding_kernel(p, s, r, target, cache, offline=True)
+                for p, s in embedding for r in s.roles]
     lookups += [lambda p=p: pointwise_kernel(p, configure_pointwise(p, target).schedule, target, cache, offline=True)
                 for p in kernels.pointwise]
     lookups += [lambda r=r: optimizer_kernel(r, configure_rule(r, target), target, cache, offline=True)

@@ -26,7 +26,10 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   Nothing joins a group after its reduction.
 * Composites (attention, layer_norm, softmax, losses, cross_entropy, optimizer updates) and
   data-movement ops (concat, gathers, scatter_add) are groups of their own; so is each opaque
-  ``aten`` op.
+  ``aten`` op.  An ``index_select``/``scatter_add`` on axis 0 (the embedding lookup and its backward)
+  runs on Nova's embedding kernels where they compute it (``nova/passes/embedding.py``), else ATen.
+* A group of fills alone (``constant``/``iota``, no inputs: a constant of the step) launches nothing
+  (``kernel="none"``): the executor fills its values once when it builds the program.
 * A pointwise group runs as one Nova pointwise kernel (``kernel="nova"``, its ``PointwiseProblem``
   on the group: operands read in place with the layout analysis's strides) when that family
   computes it (``nova/kernels/pointwise``); else ATen, with the reason.
@@ -56,6 +59,7 @@ from nova.ir.ops import kind
 from nova.ir.printer import value_names
 from nova.kernels.pointwise.switch import MemoryBoundKernels
 from nova.passes import layout as layout_analysis
+from nova.passes.embedding import EMBEDDING_OPS, embedding_reason, select_embedding
 from nova.passes.rows import rows_reason, select_rows
 
 GROUP_KINDS = ("gemm", "pointwise", "reduction", "composite", "view", "collective", "opaque")
@@ -452,10 +456,22 @@ def _finish(g: _Open, position, users, outputs, layouts, names, kernels: MemoryB
         else:
             g.why_not_nova = f"NOVA_POINTWISE={kernels.key()}"
         group.reason = _reason(group, g, layouts, names)
+    elif g.kind == "composite" and nodes[0].op in EMBEDDING_OPS:
+        why_not = select_embedding(group, layouts)
+        group.reason = embedding_reason(group, _reason(group, g, layouts, names), why_not)
+    elif g.kind == "pointwise" and _step_constant(nodes):
+        group.kernel = "none"
+        group.reason = (f"{nodes[0].op} fill of {nodes[-1].outputs[0].type}: a constant of the step, filled once "
+                        "when the program is built; launches nothing")
     else:
         why_not_rows = select_rows(group, layouts)
         group.reason = rows_reason(group, _reason(group, g, layouts, names), why_not_rows)
     return group
+
+
+def _step_constant(nodes) -> bool:
+    """Creation nodes only (``constant``/``iota`` fills, whose inputs are none): a constant of the step."""
+    return all(kind(n.op) == "creation" and not n.inputs for n in nodes)
 
 
 def _classify_optimizer(group: Group, g: _Open, layouts) -> None:

@@ -1,0 +1,93 @@
+"""The launches of a Nova embedding group (``nova/passes/embedding.py``): the embedding kernels of its
+``EmbeddingProblem`` on CUDA (the gather; or the backward's radix-sort passes and ordered accumulate,
+``nova/kernels/embedding``); on CPU its node by the executor's kernel of its op
+(``aten_kernels.build_kernel``), so CI checks the same plans.
+
+CUDA: every operand is the tensor the program bound to its value; the kernels address the index view
+and the rows with the problem's static strides, so a binding whose layout differs from the planned one
+(a strided tensor where a dense one was planned, a misaligned base) runs the op's reference instead,
+with a note in ``Program.stats["fallbacks"]``.  The backward's workspace (sort counts, keys and
+positions) is a static buffer of the program, so a CUDA graph captures the launches.
+"""
+from __future__ import annotations
+
+import torch
+
+from nova.compiler.aten_kernels import Kernel, build_kernel, reference_kernel
+
+
+def layout_reason(p, named: dict) -> str:
+    """Why the bound tensors are not the operands the kernels address ('' when they are)."""
+    from nova.kernels.embedding.problem import merge_index_axes
+    idx = named["idx"]
+    if merge_index_axes(idx.shape, idx.stride()) != (p.index_shape, p.index_strides):
+        return f"the indices' strides {list(idx.stride())} are not the planned {list(p.index_strides)}"
+    rows = named["table"] if p.direction == "forward" else named["dy"]
+    flat = rows.reshape(-1, p.dim) if rows.is_contiguous() else None
+    if flat is None:
+        if rows.stride(-1) != 1:
+            return "the rows read are not contiguous"
+    elif p.stride != p.dim:
+        return f"the rows read are {p.dim} apart, not the planned {p.stride}"
+    if rows.device.type == "cuda" and rows.data_ptr() % p.align:
+        return f"the rows read are not {p.align}-byte aligned"
+    result = named["out"] if p.direction == "forward" else named["grad"]
+    if not result.is_contiguous():
+        return "the result is not contiguous"
+    return ""
+
+
+def embedding_kernels(group, nodes, tensors, ctx, note) -> list[Kernel]:
+    """The group's kernels: one ``Kernel`` launching the embedding kernels (CUDA, meta), or the op (CPU)."""
+    if ctx.kind == "cpu":
+        return [build_kernel(n, [tensors[v] for v in n.inputs], [tensors[v] for v in n.outputs], ctx) for n in nodes]
+    p = group.embedding
+    named = {name: tensors[v] for name, v in group.bindings.items()}
+    what = f"nova embedding {p.direction} ({p.count}x{p.dim} of {p.vocab} rows)"
+    if ctx.device.type == "meta":
+        from nova.kernels.embedding.abi import workspace_layout
+        from nova.kernels.embedding.derive import configure_embedding
+        from nova.hwmodel import get_target
+        # the dry run only sizes the workspace for the stats; the bound program sizes it for its device
+        nbytes = workspace_layout(p, configure_embedding(p, get_target("h200")).schedule)[1]
+        ctx.workspace((max(1, nbytes),), torch.uint8)
+        return [Kernel(_meta_only, what, embedding=p)]
+    why = layout_reason(p, named)
+    if why:
+        note(f"group {group.index}: {nodes[0].op} on its reference ({why})")
+        return [reference_kernel(n, [tensors[v] for v in n.inputs], [tensors[v] for v in n.outputs], ctx, why)
+                for n in nodes]
+    from nova.kernels.embedding.abi import workspace_layout
+    from nova.kernels.embedding.launch import schedule_for
+    nbytes = workspace_layout(p, schedule_for(p, _target(ctx)))[1]
+    workspace = ctx.workspace((max(1, nbytes),), torch.uint8)
+    pointers = {name: t.data_ptr() for name, t in named.items()}
+    return [Kernel(_Launcher(p, pointers, workspace, ctx.device), what, embedding=p)]
+
+
+def _target(ctx):
+    from nova.runtime import driver
+    from nova.runtime.matmul import resolve_target
+    return resolve_target(None, driver.get_device(ctx.device.index))
+
+
+def _meta_only():
+    from nova.compiler.plan_view import ExecutorError
+    raise ExecutorError("a meta program only describes; build it on a CUDA device to run it")
+
+
+class _Launcher:
+    """Launches the problem's kernels with fixed pointers on the current stream (resolved on first use)."""
+
+    def __init__(self, problem, pointers: dict, workspace, device):
+        self.problem, self.pointers, self.workspace, self.device = problem, pointers, workspace, device
+        self.launches = None
+
+    def __call__(self) -> None:
+        if self.launches is None:
+            from nova.kernels.embedding.launch import launch_args, resolve
+            self.launches = launch_args(resolve(self.problem, self.device.index), self.pointers,
+                                        self.workspace.data_ptr())
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        for kernel, args in self.launches:
+            kernel.launch(args, stream)

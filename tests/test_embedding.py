@@ -1,0 +1,191 @@
+"""The embedding family on the CPU: the problem statement, the configurator's closed-form decisions, the
+generated kernels (lowered to PTX and assembled for sm_80 and sm_90 without spills, where MLIR and ptxas are
+installed), the lowering of a captured GPT-tiny step (its gathers and scatter-adds on Nova's embedding
+kernels, the position ``iota`` folded into a constant of the step), and the CPU executor's whole step
+(loss and every gradient) against eager PyTorch.  The GPU runs are tests/test_embedding_gpu.py."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from nova.kernels.embedding import EmbeddingProblem, EmbeddingProblemError
+from nova.kernels.embedding.derive import SORT_SMEM_LIMIT, configure_embedding
+from nova.kernels.embedding.problem import merge_index_axes
+
+
+# ------------------------------------------------------------------ problem
+def test_index_axes_merge_and_strided_views_keep_their_strides():
+    assert merge_index_axes((32, 512), (512, 1)) == ((16384,), (1,))
+    assert merge_index_axes((7, 1, 9), (1, 5, 7)) == ((7, 9), (1, 7))
+    p = EmbeddingProblem("forward", 63, 50, 10, "f32", "i64", (7, 9), (1, 7))
+    assert p.index_extent == 1 + 6 * 1 + 8 * 7 and not p.contiguous_indices
+    assert EmbeddingProblem("forward", 16384, 32768, 512, index_shape=(32, 512), index_strides=(512, 1)).contiguous_indices
+
+
+@pytest.mark.parametrize("bad, words", [
+    (dict(direction="sideways"), "direction"), (dict(count=0), "count"), (dict(dtype="f64"), "f64"),
+    (dict(index_dtype="i16"), "i16"), (dict(stride=3), "stride"), (dict(index_shape=(3,), index_strides=(1,)), "index"),
+    (dict(align=3), "alignment")])
+def test_bad_problems_are_one_line_errors(bad, words):
+    args = dict(direction="forward", count=16, vocab=100, dim=8) | bad
+    with pytest.raises(EmbeddingProblemError) as e:
+        EmbeddingProblem(**args)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+# ------------------------------------------------------------------ configurator
+@pytest.mark.parametrize("dtype, dim, stride, align", [("f32", 512, 512, 16), ("bf16", 768, 768, 16),
+                                                      ("f32", 37, 37, 16), ("f16", 130, 136, 16), ("f32", 64, 64, 8)])
+def test_vector_width_is_the_widest_legal_16_byte_access(dtype, dim, stride, align):
+    p = EmbeddingProblem("forward", 1000, 5000, dim, dtype, stride=stride, align=align)
+    t = configure_embedding(p, "h200").schedule.rows
+    e = p.elem_bytes
+    assert t.vec * e <= 16 and dim % t.vec == 0 and stride % t.vec == 0 and align % (t.vec * e) == 0
+    wider = 2 * t.vec
+    assert wider * e > 16 or dim % wider or stride % wider or align % (wider * e)
+    slots = math.ceil(dim / t.vec)
+    assert t.threads_per_row == min(32, 1 << math.ceil(math.log2(slots)))
+    assert t.chunks * t.threads_per_row >= slots > (t.chunks - 1) * t.threads_per_row
+    assert t.threads % t.threads_per_row == 0 and t.rows_per_cta == t.threads // t.threads_per_row
+    assert t.grid == math.ceil(p.count / t.rows_per_cta)
+
+
+def test_forward_prediction_is_bytes_over_bandwidth_plus_launch():
+    from nova.hwmodel import get_target
+    from nova.kernels.rows.derive import memory_constants
+    gpu = get_target("h200")
+    p = EmbeddingProblem("forward", 16384, 32768, 512, "f32", "i64")
+    cfg = configure_embedding(p, gpu)
+    mc = memory_constants(gpu)
+    expected = p.bytes_moved / (gpu.dram_bw * mc["eta_dram"]) * 1e6 + mc["t_launch_us"]
+    assert cfg.schedule.roles == ("gather",)
+    assert cfg.prediction.time_us == pytest.approx(expected, abs=1e-3)       # terms kept to the nanosecond
+    assert [st.step for st in cfg.derivation][:2] == ["vector width", "vectors per row"]
+
+
+@pytest.mark.parametrize("count, vocab", [(16384, 32768), (512, 512), (3000, 70000), (10, 2)])
+def test_backward_sort_covers_the_key_bits_within_shared_memory(count, vocab):
+    p = EmbeddingProblem("backward", count, vocab, 64, "f32")
+    s = configure_embedding(p, "h200").schedule
+    sp = s.sort
+    assert sp.passes * sp.digit_bits >= p.key_bits > (sp.passes - 1) * sp.digit_bits
+    assert (sp.tile // 32) * sp.digits * 4 <= SORT_SMEM_LIMIT
+    assert sp.tiles == math.ceil(count / sp.tile) and sp.scan_threads * sp.scan_per_thread >= sp.entries
+    passes = [f"{r}{k}" for k in range(sp.passes) for r in ("histogram", "scan", "scatter")]
+    assert s.roles == tuple(passes) + ("accumulate",)
+    assert s.rows.rows == vocab
+
+
+def test_backward_beats_the_single_pass_count_table_it_rejects():
+    """32768 rows: one 15-bit pass would need 2^15 digit counters per warp (too much shared memory)."""
+    cfg = configure_embedding(EmbeddingProblem("backward", 16384, 32768, 512, "f32"), "h200")
+    assert cfg.schedule.sort.passes == 2
+    step = next(st for st in cfg.derivation if st.step == "digit bits")
+    assert "too large" in step.reason
+
+
+def test_explain_embedding_cli(capsys):
+    import json
+    from nova.cli.config import main
+    assert main(["explain", "embedding", "16384x512", "--vocab", "32768", "--backward", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["op"] == "embedding" and d["schedule"]["roles"][-1] == "accumulate"
+    assert set(d["kernels_us"]) == set(d["schedule"]["roles"])
+    assert main(["explain", "embedding", "32x512x64", "--vocab", "1000"]) == 0
+    assert "gather" in capsys.readouterr().out
+    assert main(["explain", "embedding", "16384x512", "--vocab", "0"]) == 2
+    assert "vocab" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ generated code
+CODEGEN = [EmbeddingProblem("forward", 16384, 32768, 512, "f32", "i64"),
+           EmbeddingProblem("forward", 63, 50, 1000, "f16", "i32", (7, 9), (1, 7)),
+           EmbeddingProblem("backward", 16384, 32768, 512, "f32", "i64"),
+           EmbeddingProblem("backward", 1000, 777, 37, "bf16", "i32", stride=40)]
+
+
+@pytest.mark.parametrize("problem", CODEGEN, ids=lambda p: p.describe())
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_every_kernel_lowers_and_assembles_without_spills(problem, arch):
+    pytest.importorskip("mlir")
+    from nova.codegen import ptxas
+    from nova.hwmodel import get_target
+    from nova.kernels.embedding.compile import compile_kernel
+    gpu = get_target("a100" if arch == "sm_80" else "h200")
+    s = configure_embedding(problem, gpu).schedule
+    for role in s.roles:
+        art = compile_kernel(problem, s, role, cubin=ptxas.available())
+        assert art.ptx and art.arch == arch
+        if ptxas.available():
+            assert art.resources["spill_store_bytes"] == 0 and art.resources["spill_load_bytes"] == 0, role
+    if problem.direction == "backward":
+        from nova.kernels.embedding.emit import build_module
+        text = build_module(problem, s, "scatter0")
+        assert "match.any.sync.b32" in text and "%lanemask_lt" in text
+
+
+# ------------------------------------------------------------------ lowering
+def _gpt_tiny_planned():
+    pytest.importorskip("torch")
+    from nova.compiler.explain import training_step
+    from nova.frontend import capture
+    from nova.passes import pipeline
+    fn, args, model, opt, _ = training_step("tiny", 4, 16)
+    graph = capture(fn, args, models=[model], optimizers=[opt], name="train_tiny").graph
+    return graph, pipeline(graph, "h200")
+
+
+def test_gpt_tiny_gathers_and_scatters_run_on_embedding_kernels_and_iota_is_folded():
+    from nova.kernels.embedding import EmbeddingProblem as P
+    _, planned = _gpt_tiny_planned()
+    by_op = {}
+    for g in planned.groups:
+        by_op.setdefault(g.nodes[0].op, []).append(g)
+    for op, direction in (("index_select", "forward"), ("scatter_add", "backward")):
+        assert len(by_op[op]) == 2
+        for g in by_op[op]:
+            assert g.kernel == "nova" and isinstance(g.problem, P) and g.problem.direction == direction
+            assert "Nova" in g.reason and set(g.bindings) == ({"idx", "table", "out"} if direction == "forward"
+                                                               else {"idx", "dy", "grad"})
+    (iota,) = by_op["iota"]
+    assert iota.kernel == "none" and "constant of the step" in iota.reason
+
+
+def test_explain_train_prices_the_embedding_groups_with_the_configurator():
+    from nova.compiler.explain import explain_planned
+    graph, planned = _gpt_tiny_planned()
+    report = explain_planned(graph, planned, "h200")
+    embedding = [k for k in report["kernels"] if k["model"] == "embedding configurator"]
+    assert len(embedding) == 4 and all(k["kernel"] == "nova" for k in embedding)
+    assert all(k["name"] != "iota" for k in report["kernels"])
+    backward = [k for k in embedding if "scatter-add" in k["name"]]
+    assert all(k["schedule"]["roles"][-1] == "accumulate" for k in backward)
+
+
+def test_cpu_whole_step_loss_and_every_gradient_match_eager():
+    torch = pytest.importorskip("torch")
+    import copy
+    import nova
+    from nova.models.gpt import GPT
+    model = GPT("tiny", seed=0)
+    twin = copy.deepcopy(model)
+
+    def step(idx, targets):
+        loss = model(idx, targets)
+        loss.backward()
+        return loss
+    compiled = nova.compile(step, backend="executor")
+    gen = torch.Generator().manual_seed(0)
+    vocab = model.config.vocab_size
+    idx = torch.randint(0, vocab, (2, 16), generator=gen)
+    idx[0, :8] = 5                                    # repeated indices: rows summed many times
+    targets = torch.randint(0, vocab, (2, 16), generator=gen)
+    loss = compiled(idx, targets)
+    ref = twin(idx, targets)
+    ref.backward()
+    assert torch.allclose(loss, ref, rtol=1e-5, atol=1e-6)
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        assert torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-6), name
+    planned = compiled._last.engine.program.plan
+    assert sum(g.embedding is not None for g in planned.groups) == 4
