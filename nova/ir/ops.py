@@ -300,7 +300,10 @@ define("iota", "creation",
 
 
 # =============================================================== composites
-ATTENTION_BIAS_FLOOR = -5.0e29   # scores + bias below floor * scale are clamped there (``attention``'s doc)
+# scale q k^T + bias below it is clamped there: exp(-1e4 - max) is 0 in FP32 beside any key a row keeps, and
+# the value stays small enough that the kernels' base-2 exponents of a fully masked row (-1.4e4) keep ~1e-3
+# absolute accuracy in FP32 (a -5e29 floor would leave them none); ``attention``'s doc, problem.py
+ATTENTION_BIAS_FLOOR = -1.0e4
 
 
 def _check_attention_bias(q, bias):
@@ -334,13 +337,13 @@ def _wide(torch, x):
 
 
 def _attention_scores(torch, q, k, scale, causal, bias=None):
-    """The scores softmax reads: scale q k^T (at least FP32), plus the bias clamped from below at
-    ``ATTENTION_BIAS_FLOOR * scale``, the causal mask (-inf) on top."""
+    """The scores softmax reads: scale q k^T (at least FP32), plus the bias, clamped from below at
+    ``ATTENTION_BIAS_FLOOR``, the causal mask (-inf) on top."""
     if k.shape[1] != q.shape[1]:                          # grouped-query: repeat K/V heads
         k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
     s = (_wide(torch, q) @ _wide(torch, k).mT) * scale
     if bias is not None:
-        s = (s + bias.to(s.dtype)).nan_to_num(nan=ATTENTION_BIAS_FLOOR * scale).clamp_min(ATTENTION_BIAS_FLOOR * scale)
+        s = (s + bias.to(s.dtype)).nan_to_num(nan=ATTENTION_BIAS_FLOOR).clamp_min(ATTENTION_BIAS_FLOOR)
     if causal:
         t_q, t_k = s.shape[-2:]
         mask = torch.ones(t_q, t_k, dtype=torch.bool, device=s.device).tril(t_k - t_q)
@@ -391,7 +394,7 @@ def _infer_attention_backward(types, attrs):
 
 define("attention", "composite", _infer_attention, _ref_attention, None, ("scale",),
        doc="(q, k, v[, bias]) -> (out, per-row log-sum-exp f32): softmax(q k^T * scale [+ bias, clamped from below "
-           "at ATTENTION_BIAS_FLOOR * scale] [+ causal mask]) v; bias [B|1, H|1, Tq|1, Tk], float, no gradient")
+           "at ATTENTION_BIAS_FLOOR] [+ causal mask]) v; bias [B|1, H|1, Tq|1, Tk], float, no gradient")
 define("attention_backward", "composite", _infer_attention_backward, _ref_attention_backward, None, ("scale",),
        doc="(dout, q, k, v, out, lse[, bias]) -> (dq, dk, dv), scores recomputed from lse")
 

@@ -29,8 +29,8 @@ big*small + big*big: three MMAs per score k-step, no extra shared-memory reads.
 Bias (``problem.bias``, an additive FP32 ``[B|1, H|1, Tq|1, Tk]`` tensor with static strides): the
 fwd, dQ and dK/dV kernels read it straight from global memory (L1/L2; no shared-memory stage), one
 scalar per score a thread holds, and fold it into the raw score accumulators before the masks:
-``s = max(s + bias / scale, BIAS_FLOOR)`` (problem.py: the floor keeps every value finite).  An axis of
-stride 0 is not loaded per element: a padding mask ``[B, 1, 1, Tk]`` costs each thread one load per
+``s = max(s + bias / scale, BIAS_FLOOR / scale)`` (problem.py: the floor keeps every value finite).  An
+axis of stride 0 is not loaded per element: a padding mask ``[B, 1, 1, Tk]`` costs each thread one load per
 key column it holds and KV tile, shared by its rows.  Indices past the tails are clamped to the last
 row/column (the masks discard those scores); in dK/dV a query column past Tq gets bias 0, so its
 probability stays exp2(0 - 0) = 1 times a zero dO row, never an overflow times zero.
@@ -608,8 +608,9 @@ class _Flash:
 
     def add_bias(self, s, head, rows, cols, zero_past_columns=False):
         """``s[m][j][h][c]`` (row roff(m, h), column 2t + 8j + c of this tile) with the bias added and
-        clamped: ``max(s + bias / scale, BIAS_FLOOR)``.  ``rows``/``cols``: (first index of the tile,
-        its extent, the tile's size, the bias stride along it); an index past the extent is clamped to
+        clamped, in raw-score units (the softmax scales them later): ``max(s + bias / scale, BIAS_FLOOR /
+        scale)``.  ``rows``/``cols``: (first index of the tile, its extent, the tile's size, the bias
+        stride along it); an index past the extent is clamped to
         the last (its score is masked, or with ``zero_past_columns`` its bias is 0).  Stride-0 axes are
         not indexed: one load serves every row (or column) it is broadcast over."""
         ir = self.ir
@@ -647,7 +648,8 @@ class _Flash:
             return x
 
         ir.comment("scores + bias / scale, clamped at the floor")
-        return [[[[ir.fop("maxnumf", ir.fma(value(m, h, j, c), inv, tile[h][c], "sb"), ir.f(BIAS_FLOOR), "sbf")
+        floor = ir.f(BIAS_FLOOR / self.p.scale)
+        return [[[[ir.fop("maxnumf", ir.fma(value(m, h, j, c), inv, tile[h][c], "sb"), floor, "sbf")
                    for c in (0, 1)] for h in (0, 1)] for j, tile in enumerate(row)] for m, row in enumerate(s)]
 
     # ------------------------------------------------------------------------------------------

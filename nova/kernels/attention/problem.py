@@ -21,15 +21,15 @@ so no row is ever fully masked by it.
 
 ``bias`` (empty: none) is an additive FP32 score bias ``[B|1, H|1, Tq|1, Tk]``, stored as its element
 strides ``(sB, sH, sQ, sK)``, 0 on a broadcast axis (a padding mask ``[B, 1, 1, Tk]`` has sH = sQ = 0):
-``score = scale * q . k + bias`` before the softmax, the causal mask on top.  A score the bias drives
-below ``BIAS_FLOOR * scale`` (every -inf, ``torch.finfo(float32).min`` entry) is clamped there: a
-finite floor, so no row ever meets inf - inf.  Where a row keeps some key, a clamped key's weight is
-exp(-5e29 * scale - max), exactly 0 (what eager's -inf and finfo.min masks give); a row whose every
-causally visible key is clamped averages v uniformly over those visible keys (eager: NaN for a -inf
-mask, 0 for torch's safe softmax, a uniform average over all Tk keys for a finfo.min mask: no two
-agree; the rows Hugging Face fully masks are left-padding queries no loss reads).  The backward
-treats the clamp as the identity (dS = P (dP - D) everywhere), as eager's autograd does for
-``s + finfo.min``; the bias gets no gradient.
+``score = max(scale * q . k + bias, BIAS_FLOOR)`` before the softmax, the causal mask on top.  The
+floor (-1e4, ``nova.ir.ops.ATTENTION_BIAS_FLOOR``) catches every -inf and ``torch.finfo.min`` entry, so
+no row ever meets inf - inf.  Where a row keeps some key (a score above about -1e4 + 104), a clamped
+key's weight is exp(-1e4 - max): exactly 0 in FP32, what eager's -inf and finfo.min masks give.  A
+row whose every causally visible key is clamped averages v uniformly over those visible keys, lse =
+-1e4 + ln(keys) (eager: NaN for a -inf mask, 0 for torch's safe softmax, a uniform average over all Tk
+keys for a finfo.min mask: no two agree; the rows Hugging Face fully masks are left-padding queries
+whose outputs no loss reads).  The backward treats the clamp as the identity (dS = P (dP - D)
+everywhere), as eager's autograd does for ``s + finfo.min``; the bias gets no gradient.
 
 ``score_precision`` (TF32 only) is how the score product ``S = Q K^T`` is computed: ``"tf32"``, one
 TF32 tensor-core product (inputs rounded to 10 mantissa bits: each score carries a relative error of
@@ -63,7 +63,7 @@ ROLE_OPERANDS = {"fwd": ("q", "k", "v", "out"), "bwd_pre": ("out", "dout"),
 BIAS_ROLES = ("fwd", "bwd_dkv", "bwd_dq")                     # the kernels that compute scores read the bias
 
 
-BIAS_FLOOR = ATTENTION_BIAS_FLOOR    # raw-score units: scores + bias / scale below it are clamped (module docstring)
+BIAS_FLOOR = ATTENTION_BIAS_FLOOR    # scale q.k + bias below it is clamped there (module docstring)
 
 
 class AttentionProblemError(ValueError):
