@@ -444,6 +444,9 @@ def _sum_head_groups(grad, out, groups):
 
 
 def _attention_fallback_reason(node, q, k, ctx) -> str:
+    if len(node.inputs) == {"attention": 4, "attention_backward": 7}[node.op]:
+        return ("an additive bias (attention mask) off Nova's kernels: matmul, softmax, matmul in the IR reference "
+                "(the SDPA kernels' fully masked rows differ from the IR's clamped bias)")
     if node.attrs.get("causal") and q.shape[2] != k.shape[2]:
         return "causal with T_q != T_k: the IR masks bottom-right, the SDPA kernels top-left"
     if ctx.kind == "cuda" and q.dtype not in SDPA_CUDA_DTYPES:
@@ -475,17 +478,19 @@ def nova_attention(node, ins, outs, ctx) -> Kernel:
     from nova.kernels.attention.launch import attention, attention_backward, plan_operands
     scale, causal = float(node.attrs["scale"]), bool(node.attrs.get("causal", False))
     if node.op == "attention":
-        q, k, v = ins
+        q, k, v = ins[:3]
+        bias = ins[3] if len(ins) == 4 else None
         o, lse = outs
-        problem, copies = plan_operands(q, k, v, causal, scale, out=o)
-        return Kernel(lambda: attention(q, k, v, causal=causal, scale=scale, out=o, lse=lse),
+        problem, copies = plan_operands(q, k, v, causal, scale, bias=bias, out=o)
+        return Kernel(lambda: attention(q, k, v, causal=causal, scale=scale, bias=bias, out=o, lse=lse),
                       "nova.attention (fwd kernel)" + _copy_note(copies), len(copies), (problem, ("fwd",)))
-    dout, q, k, v, out, lse = ins
+    dout, q, k, v, out, lse = ins[:6]
+    bias = ins[6] if len(ins) == 7 else None
     dq, dk, dv = outs
-    problem, copies = plan_operands(q, k, v, causal, scale, out=out, dout=dout, dq=dq, dk=dk, dv=dv)
+    problem, copies = plan_operands(q, k, v, causal, scale, bias=bias, out=out, dout=dout, dq=dq, dk=dk, dv=dv)
     if not lse.is_contiguous():
         copies["lse"] = "lse is not contiguous"
-    return Kernel(lambda: attention_backward(dout, q, k, v, out, lse, causal=causal, scale=scale,
+    return Kernel(lambda: attention_backward(dout, q, k, v, out, lse, causal=causal, scale=scale, bias=bias,
                                                   dq=dq, dk=dk, dv=dv),
                   "nova.attention_backward (bwd_pre, bwd_dkv, bwd_dq kernels)" + _copy_note(copies), len(copies),
                   (problem, ("bwd_pre", "bwd_dkv", "bwd_dq")))
@@ -507,7 +512,7 @@ def nova_or_reference_attention(node, ins, outs, ctx, q, k) -> Kernel | None:
 
 
 def attention(node, ins, outs, ctx) -> Kernel:
-    q, k, v = ins
+    q, k, v = ins[:3]
     o, lse = outs
     scale, causal = float(node.attrs["scale"]), bool(node.attrs.get("causal", False))
     chosen = nova_or_reference_attention(node, ins, outs, ctx, q, k)
@@ -532,7 +537,7 @@ def attention(node, ins, outs, ctx) -> Kernel:
 
 
 def attention_backward(node, ins, outs, ctx) -> Kernel:
-    dout, q, k, v, out, lse = ins
+    dout, q, k, v, out, lse = ins[:6]
     dq, dk, dv = outs
     scale, causal = float(node.attrs["scale"]), bool(node.attrs.get("causal", False))
     chosen = nova_or_reference_attention(node, ins, outs, ctx, q, k)

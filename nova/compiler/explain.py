@@ -74,8 +74,9 @@ def _attention_report(group, node: Node, target) -> tuple[float, str, str, str, 
         roles = ("bwd_pre", "bwd_dkv", "bwd_dq") if backward else ("fwd",)
         t = sum(cfg.terms[r]["time_us"] for r in roles)
         bound = max(roles, key=lambda r: cfg.terms[r]["time_us"])
-        return (t, cfg.terms[bound]["bound"], " + ".join(f"{r} {cfg.terms[r]['time_us']:.1f}" for r in roles),
-                "nova", {"roles": list(roles), "schedule": cfg.schedule.to_dict()})
+        return (t, cfg.terms[bound]["bound"], f"configure_attention({problem.describe()}): "
+                + " + ".join(f"{r} {cfg.terms[r]['time_us']:.1f}" for r in roles),
+                "nova", {"roles": list(roles), "problem": problem.to_dict(), "schedule": cfg.schedule.to_dict()})
     q, k, v = (node.inputs[0], node.inputs[1], node.inputs[2]) if not backward else node.inputs[1:4]
     b, h, t_q, d = q.shape
     flops = cost.attention_flops(b, h, t_q, k.shape[2], d, v.shape[3], bool(node.attrs.get("causal")), backward)

@@ -890,10 +890,12 @@ def _attention(ctx, q, k, v, *, dropout_p=0.0, is_causal=False, attn_mask=None, 
         raise NovaUnsupportedError(f"attention with dropout_p={dropout_p} is not supported{ctx.where()}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     attn_mask, is_causal = fold_constant_mask(ctx, attn_mask, q, k, is_causal)
-    if attn_mask is not None or _top_left_differs(q, k, is_causal):
+    bias, is_causal = attention_bias(ctx, attn_mask, q, k, is_causal)
+    if (attn_mask is not None and bias is None) or _top_left_differs(q, k, is_causal):
         out, lse = _masked_attention(ctx, q, k, v, attn_mask, scale, is_causal)
     else:
-        out, lse = ctx.op("attention", q, k, v, scale=scale, causal=bool(is_causal))
+        out, lse = ctx.op("attention", q, k, v, *([bias] if bias is not None else []), scale=scale,
+                          causal=bool(is_causal))
     results = [None] * n_results
     results[0] = out
     val = ctx.meta[lse_index]
@@ -986,10 +988,12 @@ def _attention_backward(ctx, dout, q, k, v, out, lse, *, scale, is_causal, dropo
         raise NovaUnsupportedError(f"attention with dropout_p={dropout_p} is not supported{ctx.where()}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     attn_mask, is_causal = fold_constant_mask(ctx, attn_mask, q, k, is_causal)
-    if attn_mask is not None or _top_left_differs(q, k, is_causal):
+    bias, is_causal = attention_bias(ctx, attn_mask, q, k, is_causal)
+    if (attn_mask is not None and bias is None) or _top_left_differs(q, k, is_causal):
         grads = _masked_attention_backward(ctx, dout, q, k, v, out, _lse(lse), attn_mask, scale, is_causal)
     else:
-        grads = ctx.op("attention_backward", dout, q, k, v, out, _lse(lse), scale=scale, causal=bool(is_causal))
+        grads = ctx.op("attention_backward", dout, q, k, v, out, _lse(lse), *([bias] if bias is not None else []),
+                       scale=scale, causal=bool(is_causal))
     return tuple(grads) + (None,) * (n_results - 3)
 
 
@@ -1232,6 +1236,72 @@ def fold_constant_mask(ctx, mask, q, k, is_causal):
     if kind == "all" or (kind == "causal" and not is_causal):
         return None, is_causal or kind == "causal"
     return mask, is_causal
+
+
+def attention_bias(ctx, mask, q, k, is_causal):
+    """``(bias, causal)``: the runtime attention mask ``mask`` (what ``fold_constant_mask`` left) as the
+    IR attention's additive bias operand, ``[B|1, H|1, Tq|1, Tk]`` f32 (f64 for f64 attention), and the
+    causal flag; ``(None, is_causal)`` for no mask or one the bias cannot state (the masked composition).
+
+    A boolean mask keeps where True: bias = where(mask, 0, -inf).  Where the mask is the causal pattern
+    and'ed with a data-dependent part (Hugging Face's ``causal & padding[b, key]``, which torch's SDPA
+    decomposition turns into ``where(mask, 0, -inf)``), the causal factor folds into ``causal`` (the
+    kernels skip the tiles above the diagonal) and the bias is the rest: the ``[B, 1, 1, Tk]`` key-padding
+    bias.  The decision is made once per mask value (the forward and the backward agree)."""
+    if mask is None or not isinstance(mask, Value) or _top_left_differs(q, k, is_causal):
+        return None, is_causal
+    made = ctx.__dict__.setdefault("attention_biases", {})
+    if mask not in made:
+        made[mask] = _bias_of_mask(ctx, mask, q, k, is_causal)
+    return made[mask]
+
+
+def _bias_of_mask(ctx, mask, q, k, is_causal):
+    t_q, t_k = q.shape[2], k.shape[2]
+    wide = "f64" if q.dtype == "f64" else "f32"
+    keep = _where_keep(mask)                     # a float mask built as where(keep, 0, -inf)
+    if mask.dtype == "bool":
+        keep = mask
+    if keep is not None:
+        rest = _causal_factor(keep, t_q, t_k)
+        if rest is not None:
+            keep, is_causal = rest, True
+        mask = ctx.op("where", keep, ctx.const(0.0, wide), ctx.const(-math.inf, wide))
+    shape = (1,) * (4 - mask.type.rank) + tuple(mask.shape)
+    scores = (q.shape[0], q.shape[1], t_q, t_k)
+    if mask.type.rank > 4 or shape[3] != t_k or any(n not in (1, m) for n, m in zip(shape, scores)):
+        return None, is_causal
+    if mask.dtype != wide:
+        mask = ctx.cast(mask, wide)
+    if tuple(mask.shape) != shape:
+        mask = ctx.reshape(mask, shape)
+    return mask, is_causal
+
+
+def _where_keep(mask):
+    """``keep`` where ``mask`` is ``where(keep, 0, -inf)`` with constant 0 and -inf; else None."""
+    node = mask.producer
+    if node is None or node.op != "where" or node.inputs[0].dtype != "bool":
+        return None
+    zero, minus = (_constant_value(x, limit_nodes=4) for x in node.inputs[1:])
+    if zero is None or minus is None or zero.numel() != 1 or minus.numel() != 1:
+        return None
+    return node.inputs[0] if float(zero) == 0.0 and float(minus) == -math.inf else None
+
+
+def _causal_factor(keep, t_q: int, t_k: int):
+    """``rest`` where boolean ``keep`` is ``logical_and`` of the (constant) causal pattern and ``rest``
+    (square scores: the causal pattern's own condition); else None."""
+    node = keep.producer
+    if node is None or node.op != "logical_and" or t_q != t_k:
+        return None
+    for i in (0, 1):
+        pattern, rest = node.inputs[i], node.inputs[1 - i]
+        if math.prod(pattern.shape) > _MASK_FOLD_ELEMENTS or rest.dtype != "bool":
+            continue
+        if _mask_kind(_constant_value(pattern), t_q, t_k) == "causal":
+            return rest
+    return None
 
 
 def _mask_kind(value, t_q: int, t_k: int) -> str | None:

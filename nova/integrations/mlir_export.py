@@ -509,6 +509,8 @@ def _layer_norm(w: Writer, node, ins: list[V]) -> list[V]:
 
 
 def _attention(w: Writer, node, ins: list[V]) -> list[V]:
+    if len(ins) != 3:
+        raise MlirExportError(f"attention with a bias (an attention mask) is not exported to MLIR{_where(node)}")
     q, k, v = ins
     scale, causal = float(node.attrs["scale"]), bool(node.attrs.get("causal"))
     wide = _wide(q.dtype)

@@ -300,13 +300,33 @@ define("iota", "creation",
 
 
 # =============================================================== composites
+# scale q k^T + bias below it is clamped there: exp(-1e4 - max) is 0 in FP32 beside any key a row keeps, and
+# the value stays small enough that the kernels' base-2 exponents of a fully masked row (-1.4e4) keep ~1e-3
+# absolute accuracy in FP32 (a -5e29 floor would leave them none); ``attention``'s doc, problem.py
+ATTENTION_BIAS_FLOOR = -1.0e4
+
+
+def _check_attention_bias(q, bias):
+    """An attention bias: a float ``[B|1, H|1, Tq|1, Tk]`` tensor (scores ``[B, H, Tq, Tk]``)."""
+    if bias.dtype not in ("f32", "f64") or bias.rank != 4:
+        raise IRError(f"the attention bias must be an f32/f64 [B|1, H|1, Tq|1, Tk] tensor, got {bias}")
+
+
 def _infer_attention(types, attrs):
-    q, k, v = types
+    if len(types) not in (3, 4):
+        raise IRError(f"attention takes q, k, v and an optional bias, got {len(types)} inputs")
+    q, k, v = types[:3]
     if q.rank != 4 or k.rank != 4 or v.rank != 4:
         raise IRError(f"attention takes [B, H, T, D] operands, got {q}, {k}, {v}")
     if k.shape[:2] != v.shape[:2] or k.shape[2] != v.shape[2] or q.shape[3] != k.shape[3] \
             or q.shape[0] != k.shape[0] or q.shape[1] % k.shape[1]:
         raise IRError(f"attention operands do not agree: q {q}, k {k}, v {v}")
+    if len(types) == 4:
+        _check_attention_bias(q, types[3])
+        scores = q.shape[:3] + (k.shape[2],)
+        if any(n not in (1, m) for n, m in zip(types[3].shape, scores)) or types[3].shape[3] != k.shape[2]:
+            raise IRError(f"the attention bias {types[3]} does not broadcast to the scores {list(scores)} "
+                          f"(it needs [B|1, H|1, Tq|1, Tk])")
     out = TensorType(q.shape[:3] + (v.shape[3],), q.dtype)
     return [out, TensorType(q.shape[:3], "f64" if q.dtype == "f64" else "f32")]
 
@@ -316,33 +336,41 @@ def _wide(torch, x):
     return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
-def _attention_probabilities(torch, q, k, scale, causal):
+def _attention_scores(torch, q, k, scale, causal, bias=None):
+    """The scores softmax reads: scale q k^T (at least FP32), plus the bias, clamped from below at
+    ``ATTENTION_BIAS_FLOOR``, the causal mask (-inf) on top."""
     if k.shape[1] != q.shape[1]:                          # grouped-query: repeat K/V heads
         k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
     s = (_wide(torch, q) @ _wide(torch, k).mT) * scale
+    if bias is not None:
+        s = (s + bias.to(s.dtype)).nan_to_num(nan=ATTENTION_BIAS_FLOOR).clamp_min(ATTENTION_BIAS_FLOOR)
     if causal:
         t_q, t_k = s.shape[-2:]
-        mask = torch.ones(t_q, t_k, dtype=torch.bool).tril(t_k - t_q)
+        mask = torch.ones(t_q, t_k, dtype=torch.bool, device=s.device).tril(t_k - t_q)
         s = s.masked_fill(~mask, float("-inf"))
+    return s
+
+
+def _attention_probabilities(torch, q, k, scale, causal, bias=None):
+    s = _attention_scores(torch, q, k, scale, causal, bias)
     lse = torch.logsumexp(s, dim=-1)
     return torch.exp(s - lse[..., None]), lse
 
 
-def _ref_attention(torch, q, k, v, scale, causal=False):
-    p, lse = _attention_probabilities(torch, q, k, scale, causal)
+def _ref_attention(torch, q, k, v, bias=None, *, scale, causal=False):
+    p, lse = _attention_probabilities(torch, q, k, scale, causal, bias)
     if v.shape[1] != q.shape[1]:
         v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
     return (p @ _wide(torch, v)).to(q.dtype), lse
 
 
-def _ref_attention_backward(torch, dout, q, k, v, out, lse, scale, causal=False):
+def _ref_attention_backward(torch, dout, q, k, v, out, lse, bias=None, *, scale, causal=False):
+    """dS = P (dP - D) wherever P is computed: the bias's clamp passes the gradient through (as eager's
+    autograd does for ``s + finfo.min``); the bias itself gets none."""
     groups = q.shape[1] // k.shape[1]
     kk = k.repeat_interleave(groups, dim=1) if groups > 1 else k
     vv = v.repeat_interleave(groups, dim=1) if groups > 1 else v
-    s = (_wide(torch, q) @ _wide(torch, kk).mT) * scale
-    if causal:
-        t_q, t_k = s.shape[-2:]
-        s = s.masked_fill(~torch.ones(t_q, t_k, dtype=torch.bool).tril(t_k - t_q), float("-inf"))
+    s = _attention_scores(torch, q, kk, scale, causal, bias)
     p = torch.exp(s - lse[..., None])
     do = _wide(torch, dout)
     dv = p.mT @ do
@@ -356,11 +384,19 @@ def _ref_attention_backward(torch, dout, q, k, v, out, lse, scale, causal=False)
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
-define("attention", "composite", _infer_attention, _ref_attention, 3, ("scale",),
-       doc="softmax(q k^T * scale [+ causal mask]) v -> (out, per-row log-sum-exp f32)")
-define("attention_backward", "composite",
-       lambda types, attrs: [types[1], types[2], types[3]], _ref_attention_backward, 6, ("scale",),
-       doc="(dout, q, k, v, out, lse) -> (dq, dk, dv), scores recomputed from lse")
+def _infer_attention_backward(types, attrs):
+    if len(types) not in (6, 7):
+        raise IRError(f"attention_backward takes dout, q, k, v, out, lse and an optional bias, got {len(types)} inputs")
+    if len(types) == 7:
+        _infer_attention([types[1], types[2], types[3], types[6]], attrs)
+    return [types[1], types[2], types[3]]
+
+
+define("attention", "composite", _infer_attention, _ref_attention, None, ("scale",),
+       doc="(q, k, v[, bias]) -> (out, per-row log-sum-exp f32): softmax(q k^T * scale [+ bias, clamped from below "
+           "at ATTENTION_BIAS_FLOOR] [+ causal mask]) v; bias [B|1, H|1, Tq|1, Tk], float, no gradient")
+define("attention_backward", "composite", _infer_attention_backward, _ref_attention_backward, None, ("scale",),
+       doc="(dout, q, k, v, out, lse[, bias]) -> (dq, dk, dv), scores recomputed from lse")
 
 
 def _norm_stats_type(x: TensorType, normalized_rank: int) -> TensorType:

@@ -26,6 +26,15 @@ rounded in shared memory) and splits each fragment element in registers, x = big
 rounded to TF32 by integer arithmetic, small = the exact rest: ``tf32_split``), then accumulates small*big +
 big*small + big*big: three MMAs per score k-step, no extra shared-memory reads.
 
+Bias (``problem.bias``, an additive FP32 ``[B|1, H|1, Tq|1, Tk]`` tensor with static strides): the
+fwd, dQ and dK/dV kernels read it straight from global memory (L1/L2; no shared-memory stage), one
+scalar per score a thread holds, and fold it into the raw score accumulators before the masks:
+``s = max(s + bias / scale, BIAS_FLOOR / scale)`` (problem.py: the floor keeps every value finite).  An
+axis of stride 0 is not loaded per element: a padding mask ``[B, 1, 1, Tk]`` costs each thread one load per
+key column it holds and KV tile, shared by its rows.  Indices past the tails are clamped to the last
+row/column (the masks discard those scores); in dK/dV a query column past Tq gets bias 0, so its
+probability stays exp2(0 - 0) = 1 times a zero dO row, never an overflow times zero.
+
 Tails: rows beyond T are zero-filled by cp.async (``srcElements`` = 0), stores are predicated, and
 scores of keys beyond T_k are masked.  No T x T buffer exists anywhere.
 
@@ -38,7 +47,7 @@ from __future__ import annotations
 
 from nova.codegen import check_mma_sync_target
 from nova.kernels.attention.mlirtext import SMEM, Text
-from nova.kernels.attention.problem import AttentionProblem
+from nova.kernels.attention.problem import BIAS_FLOOR, BIAS_ROLES, AttentionProblem
 from nova.kernels.attention.schedule import AttentionSchedule, KernelTile
 
 KERNEL_NAMES = {"fwd": "nova_attn_fwd", "bwd_pre": "nova_attn_bwd_pre", "bwd_dkv": "nova_attn_bwd_dkv",
@@ -61,6 +70,11 @@ class AttentionCodegenError(RuntimeError):
 
 def _cdiv(a, b):
     return -(-a // b)
+
+
+def params(p: AttentionProblem, role: str) -> tuple[str, ...]:
+    """The mma.sync kernel's parameters: ``PARAMS[role]``, then ``bias`` where the problem has one."""
+    return PARAMS[role] + (("bias",) if p.bias and role in BIAS_ROLES else ())
 
 
 def smem_plan(p: AttentionProblem, kt: KernelTile) -> dict:
@@ -178,7 +192,13 @@ class _Flash:
 
     # ---- types
     def gtype(self, name):
+        if name == "bias":
+            return self.bias_type
         return global_type(self.p, name)
+
+    @property
+    def bias_type(self):
+        return f"memref<{self.p.bias_extent}xf32>"
 
     def kept_type(self):
         return f"memref<{self.BR}x{self.cols}x{self.T}, {SMEM}>"
@@ -192,7 +212,7 @@ class _Flash:
     # ------------------------------------------------------------------------------------------
     def build(self) -> str:
         p, kt, ir = self.p, self.kt, self.ir
-        args = [f"%{n}: {self.vt if n in ('lse', 'delta') else self.gtype(n)}" for n in PARAMS[self.role]]
+        args = [f"%{n}: {self.vt if n in ('lse', 'delta') else self.gtype(n)}" for n in params(p, self.role)]
         ir.emit(f"// Nova attention {self.role}: {p.describe()}")
         ir.emit(f"// block {self.BR} kept rows x {self.BC} streamed rows, {kt.warps} warps x {kt.rows_per_warp} rows, "
                 f"{self.S} stages, {self.s.mma}, {self.s.arch}")
@@ -571,6 +591,68 @@ class _Flash:
         return ir_add3(self.ir, self.wrow, self.g, 16 * m + 8 * h)
 
     # ------------------------------------------------------------------------------------------
+    # the additive bias (module docstring)
+    # ------------------------------------------------------------------------------------------
+    def bias_head(self, b, h):
+        """Element offset of the bias's (b, h) plane (0 on a broadcast axis)."""
+        sb, sh = self.p.bias[:2]
+        return self.ir.add(self.ir.mul(b, sb, "bb"), self.ir.mul(h, sh, "bh_"), "bias_bh")
+
+    def query_rows_bias(self, s, kv0):
+        """Forward and dQ: the scores (rows: queries q0 + roff, columns: keys kv0 + coff) plus the bias."""
+        p = self.p
+        if not p.bias:
+            return s
+        return self.add_bias(s, self.bias_head(self.b, self.h), (self.q0, p.seq_q, self.BR, p.bias[2]),
+                             (kv0, p.seq_k, self.BC, p.bias[3]))
+
+    def add_bias(self, s, head, rows, cols, zero_past_columns=False):
+        """``s[m][j][h][c]`` (row roff(m, h), column 2t + 8j + c of this tile) with the bias added and
+        clamped, in raw-score units (the softmax scales them later): ``max(s + bias / scale, BIAS_FLOOR /
+        scale)``.  ``rows``/``cols``: (first index of the tile, its extent, the tile's size, the bias
+        stride along it); an index past the extent is clamped to
+        the last (its score is masked, or with ``zero_past_columns`` its bias is 0).  Stride-0 axes are
+        not indexed: one load serves every row (or column) it is broadcast over."""
+        ir = self.ir
+        (r0, r_n, r_tile, r_st), (c0, c_n, c_tile, c_st) = rows, cols
+        inv = ir.f(1.0 / self.p.scale)
+        col_raw, col_ok, row_off, col_off, loaded = {}, {}, {}, {}, {}
+
+        def column(j, c):
+            if (j, c) not in col_raw:
+                col_raw[j, c] = ir.add(c0, ir.add(ir.mul(self.t, 2, "t2"), 8 * j + c, "bcoff"), "bcol")
+            return col_raw[j, c]
+
+        def clamped(i, n, tile, hint):
+            return ir.min(i, n - 1, hint) if n % tile else i
+
+        def value(m, h, j, c):
+            rk, ck = ((m, h) if r_st else None), ((j, c) if c_st else None)
+            if (rk, ck) not in loaded:
+                off = head
+                if rk is not None:
+                    if rk not in row_off:
+                        i = clamped(ir.add(r0, self.row_off(m, h), "brow"), r_n, r_tile, "brow_in")
+                        row_off[rk] = ir.mul(i, r_st, "brow_off")
+                    off = ir.add(off, row_off[rk], "boff")
+                if ck is not None:
+                    if ck not in col_off:
+                        col_off[ck] = ir.mul(clamped(column(j, c), c_n, c_tile, "bcol_in"), c_st, "bcol_off")
+                    off = ir.add(off, col_off[ck], "boff")
+                loaded[rk, ck] = ir.let("bias", f"memref.load %bias[{ir.v(off)}] : {self.bias_type}")
+            x = loaded[rk, ck]
+            if zero_past_columns and c_n % c_tile:
+                if (j, c) not in col_ok:
+                    col_ok[j, c] = ir.cmp("slt", column(j, c), c_n, "bcol_ok")
+                x = ir.select(col_ok[j, c], x, ir.f(0.0), ty="f32", hint="bias_in")
+            return x
+
+        ir.comment("scores + bias / scale, clamped at the floor")
+        floor = ir.f(BIAS_FLOOR / self.p.scale)
+        return [[[[ir.fop("maxnumf", ir.fma(value(m, h, j, c), inv, tile[h][c], "sb"), floor, "sbf")
+                   for c in (0, 1)] for h in (0, 1)] for j, tile in enumerate(row)] for m, row in enumerate(s)]
+
+    # ------------------------------------------------------------------------------------------
     def q_tile_setup(self):
         """Forward and dQ: Q tile of this block, the (b, h) pair and the KV-tile range."""
         ir, p = self.ir, self.p
@@ -578,11 +660,12 @@ class _Flash:
         bh = self.by
         b = ir.div(bh, p.heads, "b")
         h = ir.rem(bh, p.heads, "h")
+        self.b, self.h = b, h
         hkv = ir.div(h, p.group, "hkv")
         kvh = ir.add(ir.mul(b, p.kv_heads, "bkv"), hkv, "kvh")
         self.qbase = ir.add(ir.mul(bh, p.seq_q, "qrow_bh"), self.q0, "qbase")       # row of lse / delta
         kvrow = ir.mul(kvh, p.seq_k, "kvbase")
-        names = PARAMS[self.role]
+        names = params(p, self.role)
         self.at = {n: self.rows_at(n, b, h, bh, self.q0, self.qbase) for n in ("q", "out", "dout", "dq") if n in names}
         self.at.update({n: self.rows_at(n, b, hkv, kvh, 0, kvrow) for n in ("k", "v")})
         nk = _cdiv(p.seq_k, self.BC)
@@ -695,6 +778,7 @@ class _Flash:
             ir.comment("S = Q K^T")
             s = self.unpack(self.gemm_nk("q", "k", stage))
             kv0 = ir.mul(it, self.BC, "kv0")
+            s = self.query_rows_bias(s, kv0)
             cond, valid = self.kv_mask(kv0)
             s = self.masked(cond, s, valid)
             ir.comment("online softmax (base 2)")
@@ -778,6 +862,7 @@ class _Flash:
             s = self.unpack(self.gemm_nk("q", "k", stage))
             dp = self.unpack(self.gemm_nk("dout", "v", stage))
             kv0 = ir.mul(it, self.BC, "kv0")
+            s = self.query_rows_bias(s, kv0)
             cond, valid = self.kv_mask(kv0)
             s = self.masked(cond, s, valid)
             ds = [[None] * len(s[0]) for _ in range(self.mt)]
@@ -845,8 +930,11 @@ class _Flash:
             ir.comment("S^T = K Q^T, dP^T = V dO^T")
             s = self.unpack(self.gemm_nk("k", "q", stage))
             dp = self.unpack(self.gemm_nk("v", "dout", stage))
-            qt = tile_of(it)[2]
+            qh, _, qt = tile_of(it)
             qs = ir.mul(qt, self.BC, "qs")
+            if p.bias:          # rows are keys k0 + roff, columns queries qs + coff
+                s = self.add_bias(s, self.bias_head(b, qh), (k0, p.seq_k, self.BR, p.bias[3]),
+                                  (qs, p.seq_q, self.BC, p.bias[2]), zero_past_columns=True)
             if p.causal:        # key j = k0 + roff may not exceed query i = qs + coff
                 cond = ir.cmp("slt", qs, ir.add(k0, self.BR, "k_end"), "need_mask")
                 diag = ir.sub(qs, k0, "diag")                      # roff - coff <= qs - k0

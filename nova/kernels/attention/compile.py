@@ -46,7 +46,7 @@ def compile_kernel(problem, schedule, role: str, *, cubin: bool = True, watchdog
         meta["ptxas"] = ptxas_version
     return KernelArtifact(name=KERNEL_NAMES[role], arch=arch, ptx=ptx, grid=tuple(kt.grid),
                           block=(kt.threads, 1, 1), smem_bytes=kt.smem_bytes,
-                          params=kernel_params(schedule, role) + (("watchdog",) if watchdog_ms else ()),
+                          params=kernel_params(schedule, role, problem) + (("watchdog",) if watchdog_ms else ()),
                           cubin=binary, resources=resources, meta=meta)
 
 

@@ -221,13 +221,17 @@ def gemms_per_pair(p: AttentionProblem, role: str) -> int:
     return GEMMS[role] + (2 if p.split_scores else 0)
 
 
+BIAS_OPS_PER_SCORE = 2      # an additive bias: one FMA (score + bias / scale) and one max (the floor) per score
+
+
 def alu_per_score(p: AttentionProblem, role: str, rows_per_warp: int, block_cols: int) -> float:
     """FP32 lane operations per score: ``ALU_PER_SCORE[role]``, plus, for 3xtf32 scores, the split of
     every score-operand fragment element: a warp splits its A rows (16 mt x D) and the streamed B tile
     (block_cols x D) once per tile of 16 mt x block_cols scores, ``SPLIT_OPS_PER_ELEMENT`` each:
     3 D (1/block_cols + 1/(16 mt))."""
     extra = SPLIT_OPS_PER_ELEMENT * p.head_dim * (1 / block_cols + 1 / rows_per_warp) if p.split_scores else 0
-    return ALU_PER_SCORE[role] + extra
+    bias = BIAS_OPS_PER_SCORE if p.bias else 0
+    return ALU_PER_SCORE[role] + extra + bias
 
 
 def step5_stages(p: AttentionProblem, gpu: GPUModel, role: str, rows: int, cols: int, pad: int, warps: int, regs: int):
@@ -359,7 +363,8 @@ def kernel_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, v
     t_alu = F.t_alu(alu=alu_per_score(p, role, kt.rows_per_warp, kt.block_cols), visited=visited,
                     sm_count=gpu.sm_count, clock_hz=gpu.clock_hz,
                     fp32_lanes_per_sm=gpu.fp32_lanes_per_sm)
-    nbytes = {"fwd": p.fwd_bytes, "bwd_dq": p.fwd_bytes + p.fwd_bytes // 2, "bwd_dkv": p.bwd_bytes}[role]
+    nbytes = {"fwd": p.fwd_bytes, "bwd_dq": p.fwd_bytes + p.fwd_bytes // 2, "bwd_dkv": p.bwd_bytes}[role] \
+        + p.bias_bytes
     t_dram = nbytes / gpu.dram_bw
     blocks = kt.grid[0] * kt.grid[1]
     terms = {"tensor-core": t_tc, "smem": t_smem, "mufu": t_mufu, "alu": t_alu, "dram": t_dram}
@@ -419,6 +424,11 @@ HOPPER_TILE_FIXED_US = 0.15  # [EST] per streamed tile: a warpgroup's wgmma wait
 HOPPER_ALU_PER_SCORE = 5     # FP32 ops per score: max, FMA (scale, -max), sum, half a cvt pack, mask select
 
 
+# a biased problem's kernels: the mma.sync ones (build.py reads the bias in the score registers); the Hopper
+# builders have no bias operand (their score fragments are wgmma accumulators in another layout)
+BIAS_BLOCKER = "an additive bias (attention mask) runs on the mma.sync kernels: the Hopper kernels take no bias"
+
+
 def hopper_blocker(p: AttentionProblem, gpu: GPUModel) -> str:
     """Why the forward cannot run on the Hopper kernel ('' when it can)."""
     from nova.kernels.attention.build_hopper import tma_blocker
@@ -428,6 +438,8 @@ def hopper_blocker(p: AttentionProblem, gpu: GPUModel) -> str:
         return f"{p.dtype}: no Hopper forward"
     if p.split_scores:
         return "3xtf32 scores (NOVA_ATTENTION_PRECISION) run on the mma.sync forward (three products per score)"
+    if p.bias:
+        return BIAS_BLOCKER
     return tma_blocker(p)
 
 
@@ -680,6 +692,8 @@ def hopper_bwd_blocker(p: AttentionProblem, gpu: GPUModel) -> str:
         return f"{p.dtype}: no Hopper backward"
     if p.split_scores:
         return "3xtf32 scores (NOVA_ATTENTION_PRECISION) run on the mma.sync backward (three products per score)"
+    if p.bias:
+        return BIAS_BLOCKER
     return tma_blocker_bwd(p)
 
 

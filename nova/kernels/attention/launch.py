@@ -14,6 +14,11 @@ and written in place when their head dimension is contiguous and their other str
 of 16 bytes (``plan_operands``: the strides become part of the problem, so each layout has its own
 kernels); any other operand goes through a contiguous copy (an output: written there, then copied
 back).  lse must be contiguous when given as the forward's output.
+
+``bias`` (optional, both passes): an additive float ``[B|1, H|1, Tq|1, Tk]`` score bias (an attention
+mask: 0 keeps, -inf or ``torch.finfo.min`` masks; ``problem.py`` states the semantics), read in place
+with its strides (broadcast axes stride 0) when float32, else through a float32 copy; it has no
+gradient.  A biased problem runs on the mma.sync kernels (``derive.BIAS_BLOCKER``).
 """
 from __future__ import annotations
 
@@ -87,15 +92,59 @@ def copy_reason(name: str, t, elem_bytes: int) -> str:
     return why
 
 
-def plan_operands(q, k, v, causal=False, scale=None, **others) -> tuple[AttentionProblem, dict[str, str]]:
+def plan_operands(q, k, v, causal=False, scale=None, bias=None, **others) -> tuple[AttentionProblem, dict[str, str]]:
     """``(problem, copies)`` for these tensors: the problem carries the strides of every operand the
     kernels address in place; ``copies`` maps each other operand to why it is copied (to contiguous
-    memory, and back for an output).  ``others``: out, dout, dq, dk, dv (None: allocated contiguous)."""
+    memory, and back for an output).  ``others``: out, dout, dq, dk, dv (None: allocated contiguous).
+    ``bias``: its strides as broadcast to the scores (``bias_view``), the problem's ``bias``."""
     p = _problem(q, k, v, causal, scale)
     named = {"q": q, "k": k, "v": v, **{n: t for n, t in others.items() if t is not None}}
     copies = {n: why for n, t in named.items() if (why := copy_reason(n, t, p.elem_bytes))}
     strides = {n: tuple(t.stride()) for n, t in named.items() if n not in copies}
-    return replace(p, strides=strides), copies
+    bias_strides = ()
+    if bias is not None:
+        view = bias_view(bias, p)
+        if view.dtype != _float32() or (view.device.type != "meta" and view.data_ptr() % 4):
+            copies["bias"] = f"bias is {view.dtype}, the kernels read float32" if view.dtype != _float32() \
+                else "bias's address is not 4-byte aligned"
+            bias_strides = _kept_strides(view)
+        else:
+            bias_strides = tuple(view.stride())
+    return replace(p, strides=strides, bias=bias_strides), copies
+
+
+def _float32():
+    import torch
+    return torch.float32
+
+
+def _bias_copy(t):
+    """A contiguous float32 copy of bias view ``t`` with its broadcast (stride-0) axes kept size 1."""
+    import torch
+    keep = [slice(None) if x else slice(0, 1) for x in t.stride()]
+    return t[tuple(keep)].to(torch.float32, memory_format=torch.contiguous_format)
+
+
+def _kept_strides(t) -> tuple[int, ...]:
+    """The strides ``_bias_copy(t)`` has, broadcast axes 0 (no copy made)."""
+    out, step = [], 1
+    for n, x in reversed(list(zip(t.shape, t.stride()))):
+        out.append(step if x else 0)
+        step *= n if x else 1
+    return tuple(reversed(out))
+
+
+def bias_view(bias, p: AttentionProblem):
+    """``bias`` as a ``[B, H, Tq, Tk]`` view of the scores (broadcast axes stride 0), or ValueError."""
+    shape = p.bias_shape
+    if bias.dim() > 4 or not bias.is_floating_point():
+        raise ValueError(f"bias must be a float tensor broadcastable to [B, H, Tq, Tk] = {list(shape)}, "
+                         f"got {bias.dtype} of shape {list(bias.shape)}")
+    full = (1,) * (4 - bias.dim()) + tuple(bias.shape)
+    if full[3] != shape[3] or any(n not in (1, m) for n, m in zip(full, shape)):
+        raise ValueError(f"bias of shape {list(bias.shape)} does not broadcast to the scores [B, H, Tq, Tk] = "
+                         f"{list(shape)} (it needs [B|1, H|1, Tq|1, Tk])")
+    return bias.reshape(full).expand(shape)
 
 
 def _on_cuda(*named):
@@ -141,12 +190,13 @@ def _vector(t):
     return t if t.is_contiguous() and t.data_ptr() % 16 == 0 else _dense(t)
 
 
-def attention(q, k, v, causal: bool = False, scale: float | None = None, *, out=None, lse=None, target=None):
+def attention(q, k, v, causal: bool = False, scale: float | None = None, *, bias=None, out=None, lse=None,
+              target=None):
     """Fused attention forward; returns ``(out, lse)`` (written into ``out``/``lse`` when given)."""
     import torch
-    _on_cuda(("q", q), ("k", k), ("v", v))
+    _on_cuda(("q", q), ("k", k), ("v", v), *((("bias", bias),) if bias is not None else ()))
     _check_out("out", out, q.shape, q.dtype)
-    p, copies = plan_operands(q, k, v, causal, scale, out=out)
+    p, copies = plan_operands(q, k, v, causal, scale, bias=bias, out=out)
     _check_out("lse", lse, (p.batch, p.heads, p.seq_q), torch.float32, contiguous=True)
     q, k, v = _inputs(copies, (("q", q), ("k", k), ("v", v)))
     r = resolve(p, q.device.index, target, ("fwd",))
@@ -155,11 +205,21 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, *, out=
     if r.schedule.tma:          # the Hopper forward reads q, k, v through TMA tensor maps (build_hopper.py)
         args = hopper_maps(r, q, k, v) + (o.data_ptr(), lse.data_ptr())
     else:
-        args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr())
+        args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr()) + _bias_arg(p, copies, bias)
     r.kernels["fwd"].launch(args, _stream(q))
     if back is not None:
         back.copy_(o)
     return (o if back is None else back), lse
+
+
+def _bias_arg(p: AttentionProblem, copies, bias) -> tuple[int, ...]:
+    """The bias kernel argument (last): its pointer (of its float32 copy where ``copies`` says), or ()."""
+    if bias is None:
+        return ()
+    view = bias_view(bias, p)
+    if "bias" in copies:          # freed after the launch: torch's allocator orders reuse on this stream
+        view = _bias_copy(view)
+    return (view.data_ptr(),)
 
 
 def _tensor_maps(r: _Resolved, named, rows_of) -> tuple[int, ...]:
@@ -190,16 +250,17 @@ def hopper_bwd_maps(r: _Resolved, role: str, q, k, v, dout) -> tuple[int, int, i
 
 
 def attention_backward(dout, q, k, v, out, lse, causal: bool = False, scale: float | None = None, *,
-                       dq=None, dk=None, dv=None, target=None):
+                       bias=None, dq=None, dk=None, dv=None, target=None):
     """Gradients of ``attention``: returns ``(dq, dk, dv)``.  Extra memory: one FP32 value per query row (D)."""
     import torch
-    _on_cuda(("q", q), ("k", k), ("v", v), ("dout", dout), ("out", out), ("lse", lse))
+    _on_cuda(("q", q), ("k", k), ("v", v), ("dout", dout), ("out", out), ("lse", lse),
+             *((("bias", bias),) if bias is not None else ()))
     if tuple(dout.shape) != tuple(q.shape) or tuple(out.shape) != tuple(q.shape) or dout.dtype != q.dtype \
             or out.dtype != q.dtype:
         raise ValueError("dout and out must have q's shape and dtype")
     for name, t, like in (("dq", dq, q), ("dk", dk, k), ("dv", dv, v)):
         _check_out(name, t, like.shape, like.dtype)
-    p, copies = plan_operands(q, k, v, causal, scale, out=out, dout=dout, dq=dq, dk=dk, dv=dv)
+    p, copies = plan_operands(q, k, v, causal, scale, bias=bias, out=out, dout=dout, dq=dq, dk=dk, dv=dv)
     if tuple(lse.shape) != (p.batch, p.heads, p.seq_q) or lse.dtype != torch.float32:
         raise ValueError(f"lse must be float32 [B, H, Tq] = {[p.batch, p.heads, p.seq_q]}")
     q, k, v, dout, out = _inputs(copies, (("q", q), ("k", k), ("v", v), ("dout", dout), ("out", out)))
@@ -211,12 +272,13 @@ def attention_backward(dout, q, k, v, out, lse, causal: bool = False, scale: flo
                                                                                    ("dv", dv, v)))
     r.kernels["bwd_pre"].launch((out.data_ptr(), dout.data_ptr(), delta.data_ptr()), s)
     qp, kp, vp, dop, lp, dp = q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), lse.data_ptr(), delta.data_ptr()
+    bias_arg = _bias_arg(p, copies, bias)
     for role, outs in (("bwd_dkv", (gk.data_ptr(), gv.data_ptr())), ("bwd_dq", (gq.data_ptr(),))):
         if r.schedule.kernel(role).hopper:       # q, k, v, dout through TMA tensor maps (build_hopper_bwd.py)
             ins = hopper_bwd_maps(r, role, q, k, v, dout)
         else:
             ins = (qp, kp, vp, dop)
-        r.kernels[role].launch(ins + (lp, dp) + outs, s)
+        r.kernels[role].launch(ins + (lp, dp) + outs + bias_arg, s)
     for g, back in ((gq, bq), (gk, bk), (gv, bv)):
         if back is not None:
             back.copy_(g)

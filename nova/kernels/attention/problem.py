@@ -17,7 +17,19 @@ stride), so a contiguous problem's dict and cache key are what they were without
 the backward's delta are always contiguous ``[B*H*Tq]`` FP32.
 
 ``causal`` masks key ``j > i`` (top-left aligned, as torch's ``is_causal``): every row keeps key 0,
-so no row is ever fully masked.
+so no row is ever fully masked by it.
+
+``bias`` (empty: none) is an additive FP32 score bias ``[B|1, H|1, Tq|1, Tk]``, stored as its element
+strides ``(sB, sH, sQ, sK)``, 0 on a broadcast axis (a padding mask ``[B, 1, 1, Tk]`` has sH = sQ = 0):
+``score = max(scale * q . k + bias, BIAS_FLOOR)`` before the softmax, the causal mask on top.  The
+floor (-1e4, ``nova.ir.ops.ATTENTION_BIAS_FLOOR``) catches every -inf and ``torch.finfo.min`` entry, so
+no row ever meets inf - inf.  Where a row keeps some key (a score above about -1e4 + 104), a clamped
+key's weight is exp(-1e4 - max): exactly 0 in FP32, what eager's -inf and finfo.min masks give.  A
+row whose every causally visible key is clamped averages v uniformly over those visible keys, lse =
+-1e4 + ln(keys) (eager: NaN for a -inf mask, 0 for torch's safe softmax, a uniform average over all Tk
+keys for a finfo.min mask: no two agree; the rows Hugging Face fully masks are left-padding queries
+whose outputs no loss reads).  The backward treats the clamp as the identity (dS = P (dP - D)
+everywhere), as eager's autograd does for ``s + finfo.min``; the bias gets no gradient.
 
 ``score_precision`` (TF32 only) is how the score product ``S = Q K^T`` is computed: ``"tf32"``, one
 TF32 tensor-core product (inputs rounded to 10 mantissa bits: each score carries a relative error of
@@ -33,6 +45,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
+from nova.ir.ops import ATTENTION_BIAS_FLOOR
 from nova.options import Options
 from nova.options import current as current_options
 
@@ -47,6 +60,10 @@ OUTPUTS = ("out", "dq", "dk", "dv")                           # written: their e
 # only their strides, so the forward of a step and its backward share the kernels they both use
 ROLE_OPERANDS = {"fwd": ("q", "k", "v", "out"), "bwd_pre": ("out", "dout"),
                  "bwd_dkv": ("q", "k", "v", "dout", "dk", "dv"), "bwd_dq": ("q", "k", "v", "dout", "dq")}
+BIAS_ROLES = ("fwd", "bwd_dkv", "bwd_dq")                     # the kernels that compute scores read the bias
+
+
+BIAS_FLOOR = ATTENTION_BIAS_FLOOR    # scale q.k + bias below it is clamped there (module docstring)
 
 
 class AttentionProblemError(ValueError):
@@ -111,6 +128,8 @@ class AttentionProblem:
     # as a tuple of (operand, (sB, sH, sT)) pairs in OPERANDS order, contiguous ones left out
     strides: tuple = ()
     score_precision: str = "tf32"    # TF32 only: "tf32" or "3xtf32" (the module docstring)
+    # additive FP32 score bias: its element strides (sB, sH, sQ, sK), 0 on a broadcast axis; () none
+    bias: tuple = ()
 
     def __post_init__(self):
         for name in ("batch", "heads", "seq_q", "seq_k", "head_dim"):
@@ -140,6 +159,34 @@ class AttentionProblem:
             raise AttentionProblemError(f"scale must be a positive finite number, got {self.scale!r}")
         object.__setattr__(self, "scale", float(sc))
         object.__setattr__(self, "strides", self._normalized_strides())
+        object.__setattr__(self, "bias", self._normalized_bias())
+
+    def _normalized_bias(self) -> tuple:
+        """The bias strides with every size-1 axis's set to 0 (a size-1 axis has no stride): one key
+        per layout, whatever stride torch reports for a broadcast or length-1 axis."""
+        if self.bias in ((), None):
+            return ()
+        st = tuple(self.bias)
+        if len(st) != 4 or any(not isinstance(x, int) or isinstance(x, bool) or x < 0 for x in st):
+            raise AttentionProblemError(f"bias needs 4 non-negative integer strides [sB, sH, sQ, sK], got {list(st)}")
+        return tuple(0 if n == 1 else x for n, x in zip(self.bias_shape, st))
+
+    @property
+    def bias_shape(self) -> tuple[int, int, int, int]:
+        """The ``[B, H, Tq, Tk]`` scores the bias is added to (its broadcast axes have stride 0)."""
+        return (self.batch, self.heads, self.seq_q, self.seq_k)
+
+    @property
+    def bias_bytes(self) -> int:
+        """Bytes of the bias's distinct elements (each kernel that reads it reads them at least once)."""
+        if not self.bias:
+            return 0
+        return 4 * math.prod(n for n, x in zip(self.bias_shape, self.bias) if x)
+
+    @property
+    def bias_extent(self) -> int:
+        """FP32 elements from the bias's first to its last, inclusive (the kernels' 1-D view of it)."""
+        return 1 + sum((n - 1) * x for n, x in zip(self.bias_shape, self.bias))
 
     def _normalized_strides(self) -> tuple:
         given = self.strides
@@ -184,7 +231,8 @@ class AttentionProblem:
     def for_role(self, role: str) -> "AttentionProblem":
         """This problem with only the strides of the operands kernel ``role`` reads or writes."""
         keep = ROLE_OPERANDS[role]
-        return replace(self, strides=tuple(e for e in self.strides if e[0] in keep))
+        return replace(self, strides=tuple(e for e in self.strides if e[0] in keep),
+                       bias=self.bias if role in BIAS_ROLES else ())
 
     @property
     def split_scores(self) -> bool:
@@ -243,7 +291,15 @@ class AttentionProblem:
         st = "".join(f" {n}[{','.join(map(str, x))}]" for n, x in self.strides)
         sp = " 3xtf32-scores" if self.split_scores else ""
         return (f"attention B={self.batch} H={self.heads}{kv} {t} D={self.head_dim} {self.dtype}{sp}"
-                f"{' causal' if self.causal else ''} scale={self.scale:.6g}{' strides' + st if st else ''}")
+                f"{' causal' if self.causal else ''}{self.describe_bias()} scale={self.scale:.6g}"
+                f"{' strides' + st if st else ''}")
+
+    def describe_bias(self) -> str:
+        """`` bias[B,1,1,Tk](sB,0,0,1)``: the bias's shape (1 on broadcast axes) and strides; '' for none."""
+        if not self.bias:
+            return ""
+        shape = [n if x else 1 for n, x in zip(self.bias_shape, self.bias)]
+        return f" bias[{','.join(map(str, shape))}]({','.join(map(str, self.bias))})"
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -253,4 +309,8 @@ class AttentionProblem:
             del d["strides"]
         if not self.split_scores:        # likewise the default precision: earlier problems' keys unchanged
             del d["score_precision"]
+        if self.bias:
+            d["bias"] = list(self.bias)
+        else:                            # and an unbiased problem's
+            del d["bias"]
         return d

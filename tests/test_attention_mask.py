@@ -1,0 +1,198 @@
+"""The attention mask as the IR attention's additive bias operand, on the host: the IR reference
+against eager's masked softmax (rows that keep a key: equal; fully masked rows: finite, the stated
+uniform average), the capture of a padded SDPA mask, the problem's bias strides in its key and
+description, the launcher's plan on meta tensors, the derivation's kernel choice, and the masked
+mma.sync kernels assembled by ptxas for sm_90 and sm_80 (no spills, the predicted occupancy)."""
+from __future__ import annotations
+
+import math
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from nova.hwmodel import PRESETS  # noqa: E402
+from nova.ir.ops import ATTENTION_BIAS_FLOOR, _ref_attention, _ref_attention_backward  # noqa: E402
+from nova.kernels.attention import AttentionProblem, AttentionProblemError, configure_attention  # noqa: E402
+
+needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+
+
+def eager(q, k, v, bias, causal, scale):
+    """Eager's masked attention in float64 (softmax of scale q k^T + bias, causal as -inf), per row."""
+    s = (q.double() @ k.double().mT) * scale + bias.double()
+    if causal:
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), -math.inf)
+    return torch.softmax(s, -1) @ v.double()
+
+
+def padding_bias(lengths, t, fill=-math.inf):
+    keep = torch.arange(t)[None, :] < torch.tensor(lengths)[:, None]
+    return torch.where(keep, 0.0, fill).reshape(len(lengths), 1, 1, t)
+
+
+@pytest.mark.parametrize("fill", [-math.inf, torch.finfo(torch.float32).min], ids=["-inf", "finfo.min"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_reference_matches_eager_where_a_row_keeps_a_key(fill, causal):
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(3, 2, 7, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    bias = padding_bias([7, 4, 1], 7, fill)                      # every row keeps key 0
+    out, lse = _ref_attention(torch, q, k, v, bias, scale=0.3, causal=causal)
+    torch.testing.assert_close(out, eager(q, k, v, bias, causal, 0.3), rtol=1e-12, atol=1e-12)
+    assert torch.isfinite(lse).all()
+
+
+def test_fully_masked_rows_average_the_visible_keys():
+    """A left-padded causal batch: its first rows see only padding keys.  Eager gives NaN there (-inf)
+    or a uniform average over all keys (finfo.min); the IR attention a uniform average over the keys
+    the causal mask leaves, lse = floor + ln(keys); the rest of the batch as eager."""
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 6, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    keep = torch.arange(6) >= 2                                   # keys 0, 1 are padding
+    bias = torch.where(keep, 0.0, -math.inf).reshape(1, 1, 1, 6)
+    out, lse = _ref_attention(torch, q, k, v, bias, scale=0.5, causal=True)
+    assert torch.isfinite(out).all() and torch.isfinite(lse).all()
+    for i in (0, 1):
+        torch.testing.assert_close(out[0, :, i], v[0, :, :i + 1].mean(1))
+        torch.testing.assert_close(lse[0, :, i], torch.full((2,), ATTENTION_BIAS_FLOOR + math.log(i + 1),
+                                                             dtype=torch.float64))
+    torch.testing.assert_close(out[0, :, 2:], eager(q, k, v, bias, True, 0.5)[0, :, 2:])
+
+
+def test_reference_backward_matches_eager_autograd():
+    """With a finfo.min padding mask (rows keep keys): dq, dk, dv equal eager's autograd."""
+    g = torch.Generator().manual_seed(3)
+    q, k, v, do = (torch.randn(2, 4, 9, 8, generator=g, dtype=torch.float64) for _ in range(4))
+    k2, v2 = k[:, ::2].clone(), v[:, ::2].clone()                 # grouped-query: 2 K/V heads
+    bias = padding_bias([9, 5], 9, torch.finfo(torch.float32).min)
+    out, lse = _ref_attention(torch, q, k2, v2, bias, scale=0.35, causal=True)
+    grads = _ref_attention_backward(torch, do, q, k2, v2, out, lse, bias, scale=0.35, causal=True)
+    leaves = [x.clone().requires_grad_() for x in (q, k2, v2)]
+    ref = eager(leaves[0], leaves[1].repeat_interleave(2, 1), leaves[2].repeat_interleave(2, 1), bias, True, 0.35)
+    ref.backward(do)
+    for got, leaf in zip(grads, leaves):
+        torch.testing.assert_close(got, leaf.grad, rtol=1e-10, atol=1e-10)
+
+
+def test_a_padded_sdpa_mask_is_captured_as_the_bias_operand():
+    """A runtime boolean mask given to SDPA: the IR attention with a bias, no T x T composition; the
+    compiled step's loss and gradient equal eager's."""
+    import copy
+
+    import torch.nn.functional as F
+
+    import nova
+    torch.manual_seed(0)
+    proj = torch.nn.Linear(8, 3 * 8)
+    ref_proj = copy.deepcopy(proj)
+
+    def step_of(proj):
+        def step(x, mask):
+            q, k, v = proj(x).reshape(2, 5, 3, 1, 8).permute(2, 0, 3, 1, 4)
+            loss = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).square().sum()
+            loss.backward()
+            return loss
+        return step
+    x = torch.randn(2, 5, 8)
+    mask = (torch.arange(5)[None, :] < torch.tensor([5, 3])[:, None]).reshape(2, 1, 1, 5).expand(2, 1, 5, 5)
+    compiled = nova.compile(step_of(proj), backend="reference")
+    got = compiled(x, mask.contiguous())
+    expected = step_of(ref_proj)(x, mask.contiguous())
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(proj.weight.grad, ref_proj.weight.grad, rtol=1e-4, atol=1e-6)
+    ops = compiled.graph.op_counts()
+    assert ops.get("attention") == 1 and ops.get("attention_backward") == 1 and "softmax" not in ops
+    node = next(n for n in compiled.graph.nodes if n.op == "attention")
+    assert tuple(node.inputs[3].shape) == (2, 1, 5, 5) and not node.attrs["causal"]
+
+
+# ------------------------------------------------------------------------------------- the problem
+def test_bias_strides_are_normalised_keyed_and_described():
+    plain = AttentionProblem(2, 4, 100, 100, 64, causal=True, dtype="bf16")
+    pad = AttentionProblem(2, 4, 100, 100, 64, causal=True, dtype="bf16", bias=(100, 7, 3, 1))
+    assert pad.bias == (100, 7, 3, 1)                              # strides as given where the axes are real
+    key_pad = AttentionProblem(2, 4, 100, 100, 64, causal=True, dtype="bf16", bias=(100, 0, 0, 1))
+    assert "bias" not in plain.to_dict() and key_pad.to_dict()["bias"] == [100, 0, 0, 1]
+    assert " bias[2,1,1,100](100,0,0,1)" in key_pad.describe() and "bias" not in plain.describe()
+    assert key_pad.for_role("bwd_pre").bias == () and key_pad.for_role("bwd_dq").bias == key_pad.bias
+    one_head = AttentionProblem(2, 1, 100, 100, 64, bias=(100, 5, 0, 1))
+    assert one_head.bias == (100, 0, 0, 1)                       # a size-1 axis has no stride
+    assert key_pad.bias_bytes == 4 * 2 * 100 and key_pad.bias_extent == 2 * 100
+
+
+@pytest.mark.parametrize("bias", [(1, 2, 3), (1, -1, 0, 1), (1.5, 0, 0, 1)])
+def test_bad_bias_strides_are_one_line(bias):
+    with pytest.raises(AttentionProblemError, match=r"^bias needs 4 non-negative integer strides") as e:
+        AttentionProblem(2, 4, 100, 100, 64, bias=bias)
+    assert "\n" not in str(e.value)
+
+
+def test_launcher_plans_the_bias_view_in_place_or_copies_it():
+    from nova.kernels.attention.launch import plan_operands
+    q = torch.empty(2, 4, 77, 64, dtype=torch.bfloat16, device="meta")
+    k = v = torch.empty(2, 2, 77, 64, dtype=torch.bfloat16, device="meta")
+    pad = torch.empty(2, 77, device="meta")[:, None, None, :]
+    p, copies = plan_operands(q, k, v, True, None, bias=pad)
+    assert p.bias == (77, 0, 0, 1) and not copies
+    full = torch.empty(4, 77, 77, device="meta")                  # [H, Tq, Tk]: broadcast over the batch
+    assert plan_operands(q, k, v, False, None, bias=full)[0].bias == (0, 77 * 77, 77, 1)
+    p, copies = plan_operands(q, k, v, True, None, bias=pad.to(torch.bfloat16))
+    assert p.bias == (77, 0, 0, 1) and "float32" in copies["bias"]
+    with pytest.raises(ValueError, match=r"^bias of shape \[2, 1, 1, 76\] does not broadcast"):
+        plan_operands(q, k, v, True, None, bias=pad[..., :76])
+
+
+def test_a_biased_problem_runs_on_the_mma_sync_kernels_and_says_why():
+    from nova.kernels.attention.derive import BIAS_BLOCKER
+    plain = AttentionProblem(8, 16, 2048, 2048, 128, causal=True, dtype="bf16")
+    biased = AttentionProblem(8, 16, 2048, 2048, 128, causal=True, dtype="bf16", bias=(2048, 0, 0, 1))
+    h200 = PRESETS["h200"]
+    assert configure_attention(plain, h200).schedule.tma            # the Hopper forward, unbiased
+    cfg = configure_attention(biased, h200)
+    assert not cfg.schedule.tma and not any(cfg.schedule.kernel(r).hopper for r in ("bwd_dkv", "bwd_dq"))
+    notes = [st.reason for st in cfg.derivation if st.step.startswith(("10 ", "11 "))]
+    assert notes and all(BIAS_BLOCKER in n for n in notes), notes
+
+
+# ------------------------------------------------------------------------------------- the kernels
+MASK_PTX_CASES = [("fwd", "bf16", 64, "h200", "pad"), ("bwd_dkv", "bf16", 64, "h200", "pad"),
+                  ("bwd_dq", "bf16", 64, "h200", "pad"), ("fwd", "tf32", 64, "a100", "pad"),
+                  ("bwd_dkv", "tf32", 128, "a100", "full"), ("bwd_dq", "fp16", 128, "h200", "full"),
+                  ("fwd", "bf16", 128, "a100", "heads")]
+BIASES = {"pad": lambda b, h, t: (t, 0, 0, 1), "full": lambda b, h, t: (h * t * t, t * t, t, 1),
+          "heads": lambda b, h, t: (0, t * t, t, 1)}
+
+
+@needs_ptxas
+@pytest.mark.parametrize("role, dtype, D, target, form", MASK_PTX_CASES)
+def test_masked_kernels_assemble_without_spills(role, dtype, D, target, form):
+    """The bias adds registers (measured +2..+44 at these schedules) but no spill; the predicted
+    occupancy holds; the bias is the kernel's last parameter."""
+    from nova.kernels.attention.compile import compile_kernel
+    kw = dict(causal=True, dtype=dtype, kv_heads=2)
+    p = AttentionProblem(2, 4, 333, 333, D, **kw, bias=BIASES[form](2, 4, 333))
+    gpu = PRESETS[target]
+    s = configure_attention(p, gpu).schedule
+    art = compile_kernel(p, s, role)
+    base = compile_kernel(AttentionProblem(2, 4, 333, 333, D, **kw), s, role).resources
+    r = art.resources
+    assert f".target {gpu.arch}" in art.ptx and art.params[-1] == "bias"
+    assert r["spill_store_bytes"] == 0 and r["spill_load_bytes"] == 0 and r["stack_bytes"] == 0, r
+    k = s.kernel(role)
+    per_warp = -(-r["registers"] * 32 // 256) * 256
+    assert k.blocks_per_sm * k.warps * per_warp <= gpu.regs_per_sm, (r["registers"], k.blocks_per_sm)
+    assert r["registers"] <= base["registers"] + 48, (r["registers"], base["registers"])
+
+
+def test_unbiased_kernels_keep_their_text():
+    """The bias changes nothing of an unbiased kernel: no bias parameter, no bias load."""
+    from nova.kernels.attention.module import build_module
+    p = AttentionProblem(2, 4, 100, 100, 64, causal=True, dtype="bf16")
+    s = configure_attention(p, PRESETS["a100"]).schedule
+    for role in ("fwd", "bwd_dkv", "bwd_dq"):
+        text = build_module(p, s, role)
+        assert "%bias" not in text
+        biased = build_module(AttentionProblem(2, 4, 100, 100, 64, causal=True, dtype="bf16", bias=(100, 0, 0, 1)),
+                              s, role)
+        assert "%bias: memref<200xf32>" in biased and "memref.load %bias[" in biased
