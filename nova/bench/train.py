@@ -95,15 +95,19 @@ def config_dict(cfg) -> dict:
 
 
 def build_torch_model(cfg, seed: int):
-    """The torch model of ``cfg`` (a GPT or a Llama config), built on the CPU from ``seed`` (the model
+    """The torch model of ``cfg`` (a GPT, Llama or Hugging Face config), built on the CPU from ``seed`` (the model
     draws its weights from its own generator; ``torch.manual_seed`` as well, for anything else
     random): the same weights in every framework and on every machine."""
     import torch
     from nova import models
     gpt = _gpt_module()
     torch.manual_seed(seed)
+    from nova.models.hf import HFConfig
     with torch.device("cpu"):
-        model = (models.Llama if isinstance(cfg, models.LlamaConfig) else gpt.GPT)(cfg, seed=seed)
+        if isinstance(cfg, HFConfig):
+            model = models.HFCausalLM(cfg, seed=seed)
+        else:
+            model = (models.Llama if isinstance(cfg, models.LlamaConfig) else gpt.GPT)(cfg, seed=seed)
     return model
 
 
