@@ -82,8 +82,9 @@ def reference(q, k, v, do, bias, causal, scale):
     qd, kd, vd = (x.double().detach().requires_grad_() for x in (q, k, v))
     g = q.shape[1] // k.shape[1]
     kk, vv = kd.repeat_interleave(g, dim=1), vd.repeat_interleave(g, dim=1)
-    raw = (qd @ kk.mT) * scale + bias.double()
-    s = raw + (raw.clamp_min(FLOOR) - raw).detach()             # clamped value, identity gradient
+    scores = (qd @ kk.mT) * scale
+    clamped = (scores.detach() + bias.double()).clamp_min(FLOOR)   # a -inf bias clamps to FLOOR, never NaN
+    s = clamped + (scores - scores.detach())                    # clamped value, the scores' gradient
     if causal:
         s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril(), -math.inf)
     lse = torch.logsumexp(s, -1)

@@ -10,6 +10,8 @@ kernel these tests launch into ``$NOVA_CACHE_DIR`` (the GPT-tiny step's through 
 whose command it runs too) for the offline device run."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
 pytestmark = pytest.mark.gpu
@@ -108,7 +110,9 @@ def test_scatter_add_matches_float64_reference_and_is_deterministic(case):
         ref = torch.zeros(vocab, dim, dtype=torch.float64).index_add_(0, idx.reshape(-1).long().cpu(),
                                                                       dy.double().cpu())
         assert not grad.isnan().any(), f"{case}: rows left unwritten (NaN poison survives)"
-        assert rel(grad, ref) <= TOL[dtype], f"scatter-add {case} repeated={repeated}: {rel(grad, ref):.3g}"
+        longest = int(torch.bincount(idx.reshape(-1).long().cpu()).max())
+        bound = TOL[dtype] * max(1.0, math.sqrt(longest) / 8)   # a sequential sum's rounding grows ~ sqrt(terms)
+        assert rel(grad, ref) <= bound, f"scatter-add {case} repeated={repeated}: {rel(grad, ref):.3g} > {bound:.3g}"
         untouched = torch.ones(vocab, dtype=torch.bool)
         untouched[idx.reshape(-1).long().cpu()] = False
         assert (grad.cpu()[untouched] == 0).all(), "rows no index names are not zero"
