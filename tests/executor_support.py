@@ -53,7 +53,8 @@ def slot_per_value(plan: Planned, *, donate: bool = True) -> Planned:
     top = 0
     for v, p in mem.values.items():
         if p.kind == "arena" or (p.donated and not donate):
-            values[v] = ValuePlan("arena", p.nbytes, p.category, offset=top, live=(0, end))
+            values[v] = ValuePlan("arena", p.nbytes, p.category, offset=top, live=(0, end),
+                                  view=p.view if p.kind == "arena" else None)
             top += aligned(p.nbytes, mem.alignment)
         else:
             values[v] = p

@@ -43,6 +43,9 @@ CASES = {
     "linear": lambda: linear_inference(B=4, T=16, C=64, H=128),
     "gpt": lambda: example_case(transformer_step(batch=2, seq=40, dim=64, heads=4, vocab=96), int_high=96),
     "bmm": lambda: batched_attention_step(B=2, H=4, T=40, D=16),
+    # head dimension 64: Nova's attention kernels, writing out with its heads merged and dq, dk, dv into
+    # their slices of the fused projection's gradient (nova/passes/storage.py)
+    "gpt_d64": lambda: example_case(transformer_step(batch=2, seq=64, dim=128, heads=2, vocab=96), int_high=96),
 }
 TOL = 5e-3              # relative Frobenius error against float64: TF32 GEMMs and attention, chained
 
@@ -167,6 +170,29 @@ def test_peak_memory_within_the_plan(kernels):
     params = sum(x.numel() * x.element_size() for x, spec in zip(state, case.graph.inputs) if spec.role == "param")
     slack = 2 * params + (2 << 20)            # foreach temporaries (sqrt of the moments), allocator rounding
     assert s["arena_bytes"] <= s["measured_peak_bytes"] <= owned + slack, program.describe()
+
+
+def test_attention_writes_its_results_in_the_readers_layout(kernels):
+    """Nova's attention kernels write out [B, T, H, D]-strided and dq, dk, dv into the concat's buffer
+    ([B, T, 3, H, D]): no copy launches, no concat, no operand copied by the launcher; one eager step
+    (no CUDA graph, arena poisoned) against float64, every gradient and update included."""
+    case = CASES["gpt_d64"]()
+    plan = planned(case.graph)
+    program = build(plan, "cuda", cuda_graph=False, poison=True)
+    state = case.inputs(8, "cuda")
+    ref = reference64(case.graph, state)
+    got = program.run(state)
+    torch.cuda.synchronize()
+    assert_close(case.graph, got, ref, "one step")
+    attention = [k for launch in program.launches for k in launch.kernels if k.attention]
+    assert len(attention) == 2 and all(k.copies == 0 for k in attention), [k.what for k in attention]
+    (fwd, _), (bwd, _) = program.attention_kernels()
+    T, C = 64, 128
+    assert dict(fwd.strides)["out"] == (T * C, 64, C)
+    fused_qkv = (T * 3 * C, 64, 3 * C)                     # [B, T, 3, H, D] -> [B, H, T, D]
+    assert all(dict(bwd.strides)[n] == fused_qkv for n in ("dq", "dk", "dv"))
+    launched = [n.op for launch in program.launches for n in launch.nodes]
+    assert "concat" not in launched and program.stats["launches"].get("view", 0) == 0
 
 
 def test_eager_mode_matches(kernels):

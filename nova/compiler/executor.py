@@ -17,7 +17,9 @@ What ``build`` consumes from the planner (``nova.passes``: ``Planned``, ``Group`
 
 Tensors.  Every value gets its tensor once: arena values are views of one
 ``torch.empty(arena_bytes, dtype=uint8)`` at their planned offset (contiguous, or the plan's
-strides); free views alias their input through the view op itself (``view``/``permute``/
+strides: a kernel result stored in its readers' layout, ``nova/passes/storage.py``); a result the
+plan places in a concat's buffer is the strided view of that buffer its kernel writes (the concat
+then launches nothing); free views alias their input through the view op itself (``view``/``permute``/
 ``expand``/slicing, so they share the base's storage); ``constant``/``iota`` results are filled
 once at build into a separate constants area (they never change, and the arena's bytes are reused);
 graph inputs are either *bound* (parameters, optimizer state, gradients, constants and every
@@ -225,6 +227,7 @@ class Program:
         Nova rows group of a CUDA program that the plan gives no storage (its kernel never writes it)."""
         g, plan = self.graph, self.plan
         self.loc = {}
+        self.placed_in = {}                  # placed Value -> the arena value whose bytes hold it
         self.area_bytes = {"arena": plan.arena_bytes, "const": 0, "staged": 0, "scratch": 0}
         producer = {v: n for n in g.nodes for v in n.outputs}
         self.donated = {}                    # output Value -> input index
@@ -270,6 +273,9 @@ class Program:
                     self.loc[v] = ("alias", node)
                 elif p.kind == "arena":
                     self.loc[v] = self._arena_loc(v, p, f"node {index} {node.op}")
+                elif p.kind == "placed":                 # its kernel writes it into its base's bytes
+                    self.loc[v] = self._arena_loc(v, p, f"node {index} {node.op}")
+                    self.placed_in[v] = p.base
                 elif v in plan.fused_into:
                     in_result.append(v)
                 elif self.kind == "cuda" and node in rows_nodes:
@@ -332,11 +338,14 @@ class Program:
             root[spec.value] = spec.value
         for n in g.nodes:
             for v in n.outputs:
-                root[v] = root[n.inputs[0]] if self.loc[v][0] == "alias" else v
+                root[v] = root[n.inputs[0]] if self.loc[v][0] == "alias" else self.placed_in.get(v, v)
         self._check_donations(order, position, root)
-        arena = {v: loc for v, loc in self.loc.items() if loc[0] == "arena"}
+        arena = {v: loc for v, loc in self.loc.items() if loc[0] == "arena" and v not in self.placed_in}
         live = {v: [-1 if v in self._input_index else position.get(v.producer, end),
                     -1 if v in self._input_index else position.get(v.producer, end)] for v in arena}
+        for v, base in self.placed_in.items():          # written by its own producer, before its base's node
+            if base in live and v.producer in position:
+                live[base][0] = min(live[base][0], position[v.producer])
         for n in order:
             for x in n.inputs:
                 r = root.get(x)
@@ -480,7 +489,8 @@ class Program:
         live_out = set(g.output_values())
         launches = []
         for group in self.plan.groups:
-            nodes = [n for n in group.nodes if n.op not in CREATION and not self._free_view(n)]
+            nodes = [n for n in group.nodes if n.op not in CREATION and not self._free_view(n)
+                     and n not in self.plan.assembled]
             if group.rows is not None:                 # a Nova rows group: its kernels, or its nodes' references on CPU
                 kernels = rows_kernels(group, nodes, tensors, ctx, self._note)
                 launches.append(Launch(group.index, group.kind, list(group.nodes), kernels))

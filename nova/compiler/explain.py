@@ -13,7 +13,9 @@ pointwise groups by ``nova.kernels.pointwise.configure_pointwise`` and optimizer
 ``nova.kernels.optimizer.configure_multi_tensor`` where they run on Nova's kernels,
 the groups on ATen kernels kind by kind from the target's calibration of them where it has one
 (``cost.aten_kinds_time``; the kernels counted on meta, ``nova.compiler.aten_launches``), else by
-the memory-bound and closed-form models of ``nova.compiler.cost``.  Each kernel report names the
+the memory-bound and closed-form models of ``nova.compiler.cost``.  Views that copy no more and
+concats that launch nothing (the storage pass, ``nova/passes/storage.py``) have no kernel report;
+``report["storage"]`` counts them with why.  Each kernel report names the
 model that priced it (``model``); ``prediction["aten"]`` says which one priced the ATen groups and
 sums them by kind.
 """
@@ -55,6 +57,7 @@ class ProgramReport:
     fallback_ops: dict = field(default_factory=dict)
     memory: dict = field(default_factory=dict)
     prediction: dict = field(default_factory=dict)
+    storage: dict = field(default_factory=dict)   # the storage pass's decisions: copies and concats removed, why
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -304,7 +307,7 @@ def explain_planned(captured_graph, planned, target, tokens_per_step: int | None
                 "live_peak_bytes": mem.live_peak_bytes, "breakdown": dict(mem.breakdown),
                 "donations": len(mem.donations),
                 "budget": planned.budget.to_dict() if getattr(planned, "budget", None) is not None else None},
-        prediction=prediction)
+        prediction=prediction, storage=planned.storage.describe())
     return report.to_dict()
 
 
@@ -445,6 +448,17 @@ def _render_aten(aten: dict | None, console) -> None:
     console.print(table)
 
 
+def _render_storage(storage: dict | None, console) -> None:
+    """What the storage pass removed (``nova/passes/storage.py``): views that no longer copy and
+    concats that launch nothing, each with why."""
+    if not storage or not (storage["copies_removed"] or storage["concats_assembled"]):
+        return
+    console.print(f"storage: {storage['copies_removed']} view copies and {storage['concats_assembled']} concats "
+                  f"removed ({storage['results_stored']} kernel results written in their readers' layout)")
+    for why, count in storage["reasons"].items():
+        console.print(f"  {count} x {why}")
+
+
 def render(report: dict, console=None, top: int = 12) -> None:
     """Rich tables: captured ops, kernels by kind, the most expensive kernels with why, GEMM
     schedules, the memory plan and the prediction."""
@@ -506,6 +520,7 @@ def render(report: dict, console=None, top: int = 12) -> None:
                           s["instruction"], f"{k['predicted_us']:.1f}", str(counts[k["name"]]))
         console.print(sched)
 
+    _render_storage(report.get("storage"), console)
     mem = report["memory"]
     console.print(f"memory plan: peak {_gb(mem['peak_bytes'])} (arena {_gb(mem['arena_bytes'])} + user-owned "
                   f"{_gb(mem['external_bytes'])}), {mem['donations']} updates written in place (donation)")

@@ -9,9 +9,14 @@
                              ``.bindings``)
     planned.memory           ``MemoryPlan``: ``.values`` (Value -> ``ValuePlan``), ``.arena_bytes``,
                              ``.peak_bytes``, ``.donations`` [(output index, input index)]
-    ValuePlan.kind           "arena" (``.offset``, ``.nbytes``), "alias" (``.alias_of``, ``.view``),
+    ValuePlan.kind           "arena" (``.offset``, ``.nbytes``; ``.view``: the strides its kernel writes
+                             it at, when not row-major), "alias" (``.alias_of``, ``.view``),
                              "external" (a graph input's storage; ``.donated`` with ``.input_index``
                              for an updating output written in place), "fused" (never written)
+    planned.storage          ``StoragePlan``: ``.assembled`` (concat nodes whose inputs their kernels
+                             wrote in place: they launch nothing); a node result the plan aliases
+                             into such a concat's result is read here as "placed": its kernel writes
+                             it at those arena bytes and strides
 
 A GEMM epilogue recorded in a group is not read: the executor fuses the bias/activation nodes that
 follow a matmul in the same group itself.  A "fused" value (the product or the biased product inside
@@ -39,7 +44,8 @@ class ExecutorError(RuntimeError):
 @dataclass
 class Placement:
     """Where one value lives, as the executor understands it."""
-    kind: str                            # "arena" | "alias" | "external" | "none"
+    kind: str                            # "arena" | "alias" | "placed" | "external" | "none"
+                                         # placed: a node result its kernel writes into ``base``'s bytes
     offset: int | None = None
     nbytes: int = 0
     base: object = None                  # alias: the planned base Value
@@ -70,17 +76,25 @@ class PlanView:
     peak_bytes: int
     donations: dict[int, int] = field(default_factory=dict)    # output index -> input index
     fused_into: dict = field(default_factory=dict)   # fused Value -> the arena group result it is computed in
+    assembled: frozenset = frozenset()   # concat nodes that launch nothing (their inputs are written in place)
 
     def placement(self, value) -> Placement:
         return self.placements.get(value, Placement("none"))
 
 
-def _placement(value_plan) -> Placement:
+def _placement(value, value_plan, values, stored) -> Placement:
     vp = value_plan
     if vp is None or vp.kind == "fused":
         return Placement("none")
     if vp.kind == "arena":
-        return Placement("arena", vp.offset, vp.nbytes)
+        return Placement("arena", vp.offset, vp.nbytes, strides=tuple(vp.view.strides) if vp.view is not None else None)
+    if vp.kind == "alias" and value in stored:          # storage.py placed it in a concat's buffer
+        base = values.get(vp.alias_of)
+        if base is None or base.kind != "arena" or vp.view is None:
+            raise ExecutorError(f"the memory plan places the result of {value.producer.op} in {vp.alias_of.type}, "
+                                f"which is not an arena buffer")
+        return Placement("placed", base.offset + vp.view.offset * value.type.itemsize, 0, base=vp.alias_of,
+                         strides=tuple(vp.view.strides))
     if vp.kind == "alias":
         return Placement("alias", nbytes=vp.nbytes, base=vp.alias_of,
                          strides=tuple(vp.view.strides) if vp.view is not None else None)
@@ -147,10 +161,10 @@ def read_plan(planned) -> PlanView:
     values = [i.value for i in graph.inputs] + [v for n in graph.nodes for v in n.outputs]
     placements = {}
     for v in values:
-        p = _placement(memory.values.get(v))
+        p = _placement(v, memory.values.get(v), memory.values, planned.storage.layouts)
         if p.kind != "none":
             placements[v] = p
     views = [GroupView(index, g.kind, list(g.nodes), g.reason or "", not (g.kind == "gemm" and g.kernel != "nova"),
                        **_nova_view(g)) for index, g in enumerate(planned.groups)]
     return PlanView(graph, views, placements, memory.arena_bytes, memory.peak_bytes, _donations(memory, graph),
-                    _fused_into(planned.groups, memory, graph))
+                    _fused_into(planned.groups, memory, graph), frozenset(planned.storage.assembled))

@@ -38,7 +38,8 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   type and every one is dense and 16-byte aligned; else ATen's foreach kernels, with the reason.
 * ``kernels`` (``MemoryBoundKernels``, from ``NOVA_POINTWISE``) may keep either kind on ATen.
 * Views are ``view`` groups that launch nothing (``kernel="none"``) unless the layout analysis says
-  the result is not a strided view of its input, then one copy (``kernel="aten"``).
+  the result is not a strided view of its input, then one copy (``kernel="aten"``).  A ``concat``
+  whose inputs the storage pass placed in its buffer (``storage.py``) launches nothing either.
 
 Acyclicity: a node only joins *open* groups, those none of whose values a node outside them has
 read yet.  An open group has no successors, so adding a node (which has no successors either)
@@ -61,6 +62,7 @@ from nova.kernels.pointwise.switch import MemoryBoundKernels
 from nova.passes import layout as layout_analysis
 from nova.passes.embedding import EMBEDDING_OPS, embedding_reason, select_embedding
 from nova.passes.rows import rows_reason, select_rows
+from nova.passes.storage import StoragePlan
 
 GROUP_KINDS = ("gemm", "pointwise", "reduction", "composite", "view", "collective", "opaque")
 KERNELS = ("nova", "aten", "none")
@@ -125,10 +127,12 @@ class _Open:
         self.why_not_nova = ""
 
 
-def fuse(graph: Graph, layouts=None, kernels: MemoryBoundKernels = MemoryBoundKernels()) -> list[Group]:
+def fuse(graph: Graph, layouts=None, kernels: MemoryBoundKernels = MemoryBoundKernels(),
+         storage: StoragePlan | None = None) -> list[Group]:
     """Partition ``graph``'s nodes into groups (rules in the module docstring), in a topological
-    order of the groups; ``kernels`` says which memory-bound groups may run on Nova kernels."""
-    return _Fuser(graph, layouts, kernels).run()
+    order of the groups; ``kernels`` says which memory-bound groups may run on Nova kernels;
+    ``storage`` the storage decisions ``layouts`` were analyzed under (None: none)."""
+    return _Fuser(graph, layouts, kernels, storage).run()
 
 
 class _Fuser:
@@ -136,10 +140,12 @@ class _Fuser:
     first one that can join an open group (else the first in program order): a value's pointwise
     and reduction readers get to fuse before another reader closes its group."""
 
-    def __init__(self, graph: Graph, layouts=None, kernels: MemoryBoundKernels = MemoryBoundKernels()):
+    def __init__(self, graph: Graph, layouts=None, kernels: MemoryBoundKernels = MemoryBoundKernels(),
+                 storage: StoragePlan | None = None):
         self.graph = graph
         self.kernels = kernels
-        self.layouts = layouts if layouts is not None else layout_analysis.analyze(graph)
+        self.storage = storage if storage is not None else StoragePlan()
+        self.layouts = layouts if layouts is not None else layout_analysis.analyze(graph, storage)
         self.users = graph.users()
         self.outputs = set(graph.output_values())
         self.group_of: dict[Node, _Open] = {}
@@ -170,7 +176,8 @@ class _Fuser:
         built = list({id(g): g for g in (self.group_of[n] for n in placed)}.values())
         built.sort(key=lambda g: max(position[n] for n in g.nodes))     # topological (see module docstring)
         names = value_names(graph)
-        return [_finish(g, position, self.users, self.outputs, self.layouts, names, self.kernels) for g in built]
+        return [_finish(g, position, self.users, self.outputs, self.layouts, names, self.kernels, self.storage)
+                for g in built]
 
     # -------------------------------------------------------------- one node
     def _producers(self, node: Node) -> list[_Open]:
@@ -260,6 +267,8 @@ class _Fuser:
                 g = self.updates[key] = _Open("composite", node)
             else:
                 g.nodes.append(node)
+        elif node in self.storage.assembled:
+            g = _Open("composite", node, kernel="none")
         elif k in ("composite", "memory"):
             g = _Open("composite", node)
         elif k == "collective":
@@ -436,7 +445,8 @@ def boundary(nodes, users, outputs) -> tuple[list[Value], list[Value]]:
     return ins, outs
 
 
-def _finish(g: _Open, position, users, outputs, layouts, names, kernels: MemoryBoundKernels) -> Group:
+def _finish(g: _Open, position, users, outputs, layouts, names, kernels: MemoryBoundKernels,
+            storage: StoragePlan) -> Group:
     """The group of ``g``, its nodes in placement order (``position``): a topological order in which
     a reduction comes after every node of its group (program order need not: a pointwise node
     placed early, because it could join, may come later in the program than the reduction)."""
@@ -444,7 +454,11 @@ def _finish(g: _Open, position, users, outputs, layouts, names, kernels: MemoryB
     ins, outs = boundary(nodes, users, outputs)
     group = Group(g.kind, nodes, "", g.kernel, ins, outs,
                   g.epilogue if g.kind == "gemm" else None, g.problem)
-    if g.kind == "pointwise" and any(kind(n.op) == "pointwise" for n in nodes):
+    first = nodes[0]
+    if first in storage.assembled or first in storage.freed:
+        why = storage.assembled.get(first) or storage.freed[first]
+        group.reason = f"{first.op} of {', '.join(names[x] for x in first.inputs)}: {why}"
+    elif g.kind == "pointwise" and any(kind(n.op) == "pointwise" for n in nodes):
         if kernels.pointwise:
             _classify_pointwise(group, g, layouts)
         else:
@@ -466,6 +480,9 @@ def _finish(g: _Open, position, users, outputs, layouts, names, kernels: MemoryB
     else:
         why_not_rows = select_rows(group, layouts)
         group.reason = rows_reason(group, _reason(group, g, layouts, names), why_not_rows)
+    stored = [names[v] for n in nodes for v in n.outputs if v in storage.layouts]
+    if stored:
+        group.reason += f"; writes {', '.join(stored)} in the layout its readers need (no copy)"
     return group
 
 

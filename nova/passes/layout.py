@@ -9,6 +9,11 @@ meta tensors in the tests, so Nova and the executor's ``as_strided`` agree).  A 
 be a view (e.g. merging axes a permute made non-adjacent) is a root of its own: the executor copies
 it.
 
+A result may be stored otherwise when the storage pass (``storage.py``) decides so: its kernel writes
+it at other strides (its axes in another order), or into a slice of a ``concat``'s buffer (the
+concat's result is then its root).  ``analyze(graph, storage)`` starts such a result's layout from
+that decision, and its views follow from there by the same rules.
+
 Views are free for the planner (they alias their root); copies are the only views that launch.
 """
 from __future__ import annotations
@@ -123,8 +128,10 @@ def view_layout(op: str, base: Layout, attrs: dict, out_shape) -> Layout | None:
     raise ValueError(f"{op} is not a view op")
 
 
-def analyze(graph: Graph) -> dict[Value, Layout]:
-    """Each value of ``graph`` -> its layout (roots are their own)."""
+def analyze(graph: Graph, storage=None) -> dict[Value, Layout]:
+    """Each value of ``graph`` -> its layout (roots are their own); ``storage`` (a
+    ``storage.StoragePlan``, None: none) gives the stored layout of the node results it decides."""
+    stored = storage.layouts if storage is not None else {}
     layouts = {spec.value: root_layout(spec.value) for spec in graph.inputs}
     for node in graph.nodes:
         if kind(node.op) == "view":
@@ -133,7 +140,7 @@ def analyze(graph: Graph) -> dict[Value, Layout]:
             layouts[out] = layout if layout is not None else root_layout(out)
         else:
             for v in node.outputs:
-                layouts[v] = root_layout(v)
+                layouts[v] = stored.get(v) or root_layout(v)
     return layouts
 
 

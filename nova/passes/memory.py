@@ -5,12 +5,16 @@ Rules, over the execution order (the groups' nodes one after another; position =
 * **Storage roots.**  A graph input is ``external``: the user owns its storage (parameters,
   optimizer state, data), it is never in the arena.  A view is an ``alias`` of the root whose
   storage it reads (shape, strides, offset from ``layout.py``); a reshape that cannot be a view is a
-  root (a copy).  Values inside a Nova-kernel group (a GEMM epilogue's intermediates) are ``fused``:
-  never written.  Every other node result gets arena bytes, the intermediates of an ATen-fallback
-  group included (the executor runs those nodes one by one; they are ``workspace``).
-* **Liveness.**  A root is live from the position that writes it to the last position that reads
-  it or any of its aliases; to the end when it or an alias is a graph output.  A node of a fused
-  group writes at the group's first position and reads at its last (one launch).
+  root (a copy).  The storage pass (``storage.py``) may store a kernel's result at other strides
+  (an arena root whose ``view`` gives them) or in a slice of a concat's result (an ``alias`` of
+  that result whose producer is not a view: the kernel writes it there).  Values inside a
+  Nova-kernel group (a GEMM epilogue's intermediates) are ``fused``: never written.  Every other
+  node result gets arena bytes, the intermediates of an ATen-fallback group included (the executor
+  runs those nodes one by one; they are ``workspace``).
+* **Liveness.**  A root is live from the first position that writes it or a result stored in it
+  to the last position that reads it or any of its aliases; to the end when it or an alias is a
+  graph output.  A node of a fused group writes at the group's first position and reads at its
+  last (one launch).
 * **Donation.**  An output with ``updates=i`` is written into input i's storage (it becomes
   ``external``, ``donated``) when input i and its aliases are read nowhere after that write, except
   by the producing node itself reading it element for element (a pointwise op or adamw/sgd reading
@@ -45,6 +49,7 @@ from nova.ir.graph import Graph, Node, Value
 from nova.ir.ops import kind
 from nova.passes import layout as layout_analysis
 from nova.passes.fusion import Group
+from nova.passes.storage import StoragePlan
 
 ALIGNMENT = 256
 OPTIMIZER_UPDATES = ("adamw", "sgd")          # (param, grad, ...) -> updated state, elementwise
@@ -76,7 +81,8 @@ class ValuePlan:
     offset: int | None = None         # arena: byte offset in the arena
     input_index: int | None = None    # external: the graph input whose storage holds it
     alias_of: Value | None = None     # alias: the root value whose storage it views
-    view: View | None = None          # alias: shape, strides, offset over the root's storage
+    view: View | None = None          # alias: shape, strides, offset over the root's storage; arena: the
+                                      # strides its kernel writes it at when not row-major (storage.py)
     live: tuple[int, int] | None = None   # roots with storage: [first, last] positions (end = len(order))
     reuses: Value | None = None       # in place: took this value's arena buffer as it died here
     donated: bool = False             # an updating output written into its input's storage
@@ -93,6 +99,7 @@ class MemoryPlan:
     donations: list[tuple[int, int]]  # (output index, input index) written in place
     order: list[Node] = field(default_factory=list)
     alignment: int = ALIGNMENT
+    storage: StoragePlan | None = None   # the storage decisions the layouts were analyzed under
 
     def __getitem__(self, value: Value) -> ValuePlan:
         return self.values[value]
@@ -157,9 +164,10 @@ class _Storage:
         self.offset = 0
 
 
-def plan_memory(graph: Graph, groups: list[Group], layouts=None) -> MemoryPlan:
-    """The memory plan of ``graph`` run as ``groups`` in this order (rules in the module docstring)."""
-    layouts = layouts if layouts is not None else layout_analysis.analyze(graph)
+def plan_memory(graph: Graph, groups: list[Group], layouts=None, storage: StoragePlan | None = None) -> MemoryPlan:
+    """The memory plan of ``graph`` run as ``groups`` in this order (rules in the module docstring);
+    ``layouts`` as ``layout.analyze(graph, storage)`` gives them."""
+    layouts = layouts if layouts is not None else layout_analysis.analyze(graph, storage)
     order = [n for g in groups for n in g.nodes]
     if len(order) != len(graph.nodes) or set(order) != set(graph.nodes):
         raise ValueError("the groups must hold every node of the graph exactly once")
@@ -183,7 +191,8 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None) -> MemoryPlan:
     first: dict[Value, int] = {}
     last: dict[Value, int] = {}
     for root in family:
-        first[root] = write_at[root.producer] if root.producer is not None else -1
+        writers = [m.producer for m in family[root] if m is root or kind(m.producer.op) != "view"]
+        first[root] = min(write_at[n] for n in writers) if root.producer is not None else -1
         reads = read_positions(root)
         last[root] = end if any(v in out_values for v in family[root]) else max(reads, default=first[root])
 
@@ -253,7 +262,7 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None) -> MemoryPlan:
 
     # ---------------------------------------------------------------- per value
     values: dict[Value, ValuePlan] = {}
-    for v in all_values:
+    for v in sorted(all_values, key=lambda v: layouts[v].root is not v):      # roots first
         root = layouts[v].root
         cat = categories[root]
         if root is not v:
@@ -269,13 +278,16 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None) -> MemoryPlan:
         elif v in fused:
             values[v] = ValuePlan("fused", v.type.nbytes, "workspace")
         else:
+            lay = layouts[v]
             values[v] = ValuePlan("arena", v.type.nbytes, cat, offset=storage_of[v].offset,
-                                  live=(first[v], last[v]), reuses=reuses.get(v))
+                                  live=(first[v], last[v]), reuses=reuses.get(v),
+                                  view=None if lay.dense else View(lay.shape, lay.strides, 0))
+    values = {v: values[v] for v in all_values}
 
     external_bytes = sum(s.value.type.nbytes for s in graph.inputs)
     breakdown, live_peak = _breakdown(graph, storages, categories, first, end, arena_bytes)
     return MemoryPlan(values, arena_bytes, arena_bytes + external_bytes, live_peak + external_bytes,
-                      external_bytes, breakdown, donations, order)
+                      external_bytes, breakdown, donations, order, storage=storage)
 
 
 def _categories(graph: Graph, family, layouts, internal) -> dict[Value, str]:
@@ -359,8 +371,8 @@ def validate_memory_plan(graph: Graph, groups: list[Group], plan: MemoryPlan) ->
     out-of-arena buffer, two buffers live at the same time that overlap (other than a declared
     in-place reuse at the node where the old value dies, read element for element), an alias that
     does not describe its view, or a donation whose input is still read afterwards.  Liveness is
-    re-derived here from the graph and the groups, not taken from the plan."""
-    layouts = layout_analysis.analyze(graph)
+    re-derived here from the graph, the groups and the plan's storage decisions, not taken from the plan."""
+    layouts = layout_analysis.analyze(graph, plan.storage)
     order = [n for g in groups for n in g.nodes]
     end = len(order)
     pos = {n: i for i, n in enumerate(order)}
@@ -384,8 +396,10 @@ def validate_memory_plan(graph: Graph, groups: list[Group], plan: MemoryPlan) ->
             need[r][1] = max(need[r][1], span[node][1])
         for v in node.outputs:
             assert v in plan.values, f"value {v} of {node.op} has no plan"
-            if plan[v].kind != "alias":
-                need[v] = [span[node][0], span[node][0]]
+            if plan[v].kind != "alias" or kind(node.op) != "view":      # written: itself, or into its root
+                r = root_of(v)
+                write = span[node][0]
+                need[r] = [min(need[r][0], write), max(need[r][1], write)] if r in need else [write, write]
     for v in outputs:
         need[root_of(v)][1] = end
 
@@ -398,6 +412,10 @@ def validate_memory_plan(graph: Graph, groups: list[Group], plan: MemoryPlan) ->
         if p.kind == "arena":
             assert p.offset % plan.alignment == 0 and p.offset + p.nbytes <= plan.arena_bytes, \
                 f"buffer of {v} at {p.offset}+{p.nbytes} is misaligned or outside the arena ({plan.arena_bytes})"
+            lay = layouts[v]
+            assert lay.root is v and (p.view is None) == lay.dense and \
+                (p.view is None or p.view == View(lay.shape, lay.strides, 0)), \
+                f"buffer of {v} does not describe its stored layout ({lay.describe()})"
         if p.kind == "fused":
             assert group_of[v.producer].fused and v not in outputs, f"{v} is fused but is written"
     for i, v in enumerate(inputs):

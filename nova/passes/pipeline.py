@@ -4,6 +4,7 @@
            -> cross_entropy -> verify                           log_softmax+nll_loss (+backward) fused
            -> recompute_pointwise                               saved pointwise intermediates recomputed
                                                                 in the backward's kernels (``recompute.py``)
+           -> plan_storage                                      strided kernel results in their readers' layout
            -> fuse                                              groups (kernels)
            -> schedule                                          the order the groups run in
            -> plan_memory                                       arena offsets, aliases, donation
@@ -29,6 +30,7 @@ from nova.passes.fusion import Group, format_bytes, fuse
 from nova.passes.recompute import recompute_pointwise
 from nova.passes.memory import MemoryPlan
 from nova.passes.schedule import schedule_with_plan
+from nova.passes.storage import StoragePlan, plan_storage
 
 
 @dataclass
@@ -41,6 +43,7 @@ class Planned:
     stats: dict[str, int] = field(default_factory=dict)   # node count after each pass
     budget: object = None             # budget.BudgetReport when planned under a memory budget
     recomputed: list = field(default_factory=list)   # recompute.Recomputed decisions
+    storage: StoragePlan = field(default_factory=StoragePlan)   # where strided-writing kernels store results
 
 
 def pipeline(graph: Graph, target=None, kernels: MemoryBoundKernels | None = None, *,
@@ -84,10 +87,11 @@ def pipeline(graph: Graph, target=None, kernels: MemoryBoundKernels | None = Non
 def plan_graph(g: Graph, target=None, stats: dict | None = None, kernels: MemoryBoundKernels | None = None) -> Planned:
     """Group, order and plan an optimized graph ``g`` (``kernels``: as for ``pipeline``)."""
     kernels = kernels if kernels is not None else memory_bound_kernels()
-    layouts = layout_analysis.analyze(g)
-    groups, memory = schedule_with_plan(g, fuse(g, layouts, kernels), layouts)
+    storage = plan_storage(g)
+    layouts = layout_analysis.analyze(g, storage)
+    groups, memory = schedule_with_plan(g, fuse(g, layouts, kernels, storage), layouts, storage)
     return Planned(g, groups, [n for grp in groups for n in grp.nodes], memory, target,
-                   dict(stats or {}))
+                   dict(stats or {}), storage=storage)
 
 
 def format_plan(planned: Planned, max_groups: int | None = None) -> str:
@@ -111,6 +115,10 @@ def format_plan(planned: Planned, max_groups: int | None = None) -> str:
         lines.append(f"  {i:>3} {grp.kind:<9} {grp.kernel:<4} {ops:<28} -> {outs:<10} {grp.reason}")
     if len(shown) < len(planned.groups):
         lines.append(f"  ... {len(planned.groups) - len(shown)} more groups")
+    removed = planned.storage.describe()
+    if removed["copies_removed"] or removed["concats_assembled"]:
+        lines.append(f"storage: {removed['results_stored']} kernel results written in their readers' layout: "
+                     f"{removed['copies_removed']} view copies and {removed['concats_assembled']} concats removed")
     lines.append(f"memory: peak {format_bytes(mem.peak_bytes)} = arena {format_bytes(mem.arena_bytes)} "
                  f"+ external {format_bytes(mem.external_bytes)} (largest live set "
                  f"{format_bytes(mem.live_peak_bytes)})")

@@ -3,7 +3,9 @@
 ``run_planned`` runs the groups in order over ONE arena (a byte tensor, poisoned with 0xFF so a read
 of never-written bytes shows up as NaN or a bad index) and the caller's input tensors as external
 storage: every value is read where the memory plan says it lives (arena offset, an input's storage,
-or an ``as_strided`` alias of its root) and every node result is written there.  A node computes
+or an ``as_strided`` alias of its root: a kernel result the storage pass placed in a concat's buffer
+is written through that alias, and the concat only checks what its buffer holds) and every node result
+is written there.  A node computes
 all its results before writing any (what an elementwise kernel writing in place, or an ``out=``
 call, does).  The tests compare it with ``nova.ir.interpreter.run``: if the plan let two live
 values share bytes, or a donation overwrote an input still to be read, the results differ.  The
@@ -34,9 +36,14 @@ def run_planned(planned, inputs, *, check_views: bool = True):
             t = storage[p.input_index]
             assert tuple(t.shape) == v.shape and t.is_contiguous()
             return t.view(dtype(v)) if t.dtype != dtype(v) else t
+        if p.kind == "arena" and p.view is not None:           # stored at the strides its kernel writes
+            return arena[p.offset:p.offset + p.nbytes].view(dtype(v)).as_strided(p.view.shape, p.view.strides)
         if p.kind == "arena":
             return arena[p.offset:p.offset + p.nbytes].view(dtype(v)).reshape(v.shape)
         return fused[v]
+
+    def written(v):                    # where a node writes its result: its root, or its slice of one
+        return read(v) if mem[v].kind == "alias" else root_tensor(v)
 
     def read(v):
         if v in fused:                 # computed earlier in the running fused group
@@ -53,7 +60,7 @@ def run_planned(planned, inputs, *, check_views: bool = True):
             args = [read(v) for v in node.inputs]
             result = opdef(node.op).reference(torch, *args, **node.attrs)
             results = [r.clone() for r in (result if isinstance(result, (tuple, list)) else (result,))]
-            if kind(node.op) == "view" and mem[node.outputs[0]].kind == "alias":
+            if (kind(node.op) == "view" and mem[node.outputs[0]].kind == "alias") or node in planned.storage.assembled:
                 if check_views:
                     assert torch.equal(results[0].nan_to_num(0.0) if results[0].is_floating_point() else results[0],
                                        read(node.outputs[0]).nan_to_num(0.0)
@@ -66,9 +73,9 @@ def run_planned(planned, inputs, *, check_views: bool = True):
                 if mem[v].kind != "fused":
                     pending.append((v, r))
                     if not group.fused:
-                        root_tensor(v).copy_(r)
+                        written(v).copy_(r)
         if group.fused:
             for v, r in pending:
-                root_tensor(v).copy_(r)
+                written(v).copy_(r)
         fused.clear()
     return [read(o.value).clone() for o in planned.graph.outputs]

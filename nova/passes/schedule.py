@@ -116,17 +116,18 @@ def schedule(graph: Graph, groups: list[Group], layouts=None) -> list[Group]:
     return schedule_with_plan(graph, groups, layouts)[0]
 
 
-def schedule_with_plan(graph: Graph, groups: list[Group], layouts=None):
-    """``schedule`` and the memory plan of the order it picked (planned once per candidate)."""
+def schedule_with_plan(graph: Graph, groups: list[Group], layouts=None, storage=None):
+    """``schedule`` and the memory plan of the order it picked (planned once per candidate);
+    ``layouts`` as ``layout.analyze(graph, storage)`` gives them."""
     from nova.passes.memory import plan_memory
-    layouts = layouts if layouts is not None else layout_analysis.analyze(graph)
+    layouts = layouts if layouts is not None else layout_analysis.analyze(graph, storage)
     if not is_topological(groups):
         raise ValueError("fusion returned groups out of topological order")
-    program_plan = plan_memory(graph, groups, layouts)
+    program_plan = plan_memory(graph, groups, layouts, storage)
     greedy = greedy_order(graph, groups, layouts)
     if [id(g) for g in greedy] == [id(g) for g in groups]:
         return list(groups), program_plan
-    greedy_plan = plan_memory(graph, greedy, layouts)
+    greedy_plan = plan_memory(graph, greedy, layouts, storage)
     if greedy_plan.arena_bytes < program_plan.arena_bytes:
         return greedy, greedy_plan
     return list(groups), program_plan

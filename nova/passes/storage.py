@@ -1,0 +1,235 @@
+"""Storage: the layout a strided-writing kernel stores its result in, chosen so that what its
+readers see through their views needs no copy.
+
+``layout.py`` makes every non-view node's result a dense row-major root; a view chain over it
+that ends in a reshape which is not a view costs one copy, and a ``concat`` of such results one
+more pass over them.  A kernel that writes its outputs at any strides (``STRIDED_WRITES``: fused
+attention's ``out``, its backward's ``dq``, ``dk``, ``dv``; the Nova kernels address every operand
+by its ``(sB, sH, sT)``, ``nova/kernels/attention/problem.py``, and the ATen fallback ``copy_``-s
+into the output) can write the layout the readers want instead.  Decided here, once, in order:
+
+1. **Assembled concat.**  A ``concat`` each of whose inputs is such a result reached through a
+   chain of ``permute``/``reshape`` views, every value of the chain read only by the next link
+   (the last by the concat only) and none a graph output: each result is stored in the concat's
+   own buffer, at the strides that make its chain end exactly on its slice (``invert_chain``: a
+   permute's inverse permutes the strides back, a reshape's inverse is the reverse ``view``).  The
+   concat's result becomes the root of all of them and the concat launches nothing.
+2. **Storage order.**  Else a result one of whose views is a copy is stored in the order of its
+   axes that makes that copy a dense view (the inverse chain from the copy's dense layout; the
+   result must stay dense, its axes permuted).  Taken only when every view of the result is then
+   a view (no copy left) and every value whose layout changes is read, apart from views, only by
+   attention operands that accept it (``ATTENTION_READS``) and is no graph output.
+
+Each decision is taken only where the writing kernel accepts the strides
+(``problem.strides_reason(...) == ''``) and the result starts on a 16-byte boundary (cp.async).
+``plan_storage`` returns a ``StoragePlan``; ``layout.analyze(graph, storage)`` starts the decided
+results' layouts from it, and the planner (fusion, memory), the executor and ``explain`` read it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nova.ir.graph import Graph, Node, Value
+from nova.ir.ops import kind
+from nova.kernels.attention.problem import strides_reason
+from nova.passes import layout as layout_analysis
+from nova.passes.layout import Layout, contiguous_strides, view_layout, view_strides
+
+# op -> the attention operand each result is (by output index): kernels that write any strides
+STRIDED_WRITES = {"attention": ("out",), "attention_backward": ("dq", "dk", "dv")}
+# op -> the attention operand each input is (by input index; lse is not strided)
+ATTENTION_READS = {"attention": ("q", "k", "v"), "attention_backward": ("dout", "q", "k", "v", "out")}
+KERNEL_NAMES = {"attention": "the attention kernel", "attention_backward": "the attention backward kernel"}
+CHAIN_OPS = ("permute", "reshape")          # views with an inverse over any strides
+BASE_ALIGNMENT = 16                          # bytes: where an operand of the attention kernels may start
+
+
+@dataclass
+class StoragePlan:
+    """The storage decisions of one graph (module docstring)."""
+    layouts: dict[Value, Layout] = field(default_factory=dict)   # node result -> where its kernel writes it
+    assembled: dict[Node, str] = field(default_factory=dict)     # concat -> why it launches nothing
+    freed: dict[Node, str] = field(default_factory=dict)         # view that copied by default -> why it does not
+
+    def describe(self) -> dict:
+        """Counts and reasons for ``explain``: the copies and concats removed, and why."""
+        reasons: dict[str, int] = {}
+        for node, why in list(self.freed.items()) + list(self.assembled.items()):
+            key = f"{node.op}: {why}"
+            reasons[key] = reasons.get(key, 0) + 1
+        return {"results_stored": len(self.layouts), "copies_removed": len(self.freed),
+                "concats_assembled": len(self.assembled), "reasons": reasons}
+
+
+def same_place(a: Layout, b: Layout) -> bool:
+    """``a`` and ``b`` address the same elements of their roots (strides of extent-1 axes aside)."""
+    return a.shape == b.shape and a.offset == b.offset and \
+        all(n == 1 or x == y for n, x, y in zip(a.shape, a.strides, b.strides))
+
+
+def view_chain(x: Value) -> tuple[Value, list[Node]]:
+    """``(p, chain)``: the ``permute``/``reshape`` nodes from ``p`` to ``x``, ``p`` the first value up
+    the chain that another op produces (or a graph input)."""
+    chain = []
+    while x.producer is not None and x.producer.op in CHAIN_OPS:
+        chain.append(x.producer)
+        x = x.producer.inputs[0]
+    return x, chain[::-1]
+
+
+def invert_chain(chain: list[Node], target: Layout) -> Layout | None:
+    """The layout of ``chain[0]``'s input that makes the chain's result lie at ``target``, or None.
+    ``permute(perm)``: input stride ``perm[i]`` = result stride ``i``; ``reshape``: the input is a
+    ``view`` of the result (``layout.view_strides``).  Checked forward (each link a view, the end at
+    ``target``)."""
+    lay = target
+    for node in reversed(chain):
+        shape = node.inputs[0].shape
+        if node.op == "permute":
+            strides = [0] * len(shape)
+            for i, axis in enumerate(node.attrs["perm"]):
+                strides[axis] = lay.strides[i]
+            lay = Layout(target.root, tuple(shape), tuple(strides), lay.offset)
+        elif node.op == "reshape":
+            strides = view_strides(lay.shape, lay.strides, shape)
+            if strides is None:
+                return None
+            lay = Layout(target.root, tuple(shape), strides, lay.offset)
+        else:
+            return None
+    start, end = lay, lay
+    for node in chain:
+        end = view_layout(node.op, end, node.attrs, node.outputs[0].shape)
+        if end is None:
+            return None
+    return start if same_place(end, target) else None
+
+
+def axis_order(layout: Layout) -> tuple[int, ...] | None:
+    """The order of ``layout``'s axes, outermost first, in which it is dense (a permutation of a
+    row-major buffer, offset 0); None when it is not one."""
+    order = sorted(range(len(layout.shape)), key=lambda a: (-layout.strides[a], a))
+    step = 1
+    for a in reversed(order):
+        if layout.shape[a] != 1 and layout.strides[a] != step:
+            return None
+        step *= layout.shape[a]
+    return tuple(order) if layout.offset == 0 else None
+
+
+def operand_reason(name: str, value: Value, layout: Layout) -> str:
+    """Why the attention kernels cannot address ``value`` as operand ``name`` at ``layout``; ''."""
+    why = strides_reason(name, value.shape, layout.strides, value.type.itemsize)
+    if not why and layout.offset * value.type.itemsize % BASE_ALIGNMENT:
+        why = f"{name} would start {layout.offset * value.type.itemsize} bytes into its buffer, not 16-byte aligned"
+    return why
+
+
+def writer_reason(value: Value, layout: Layout) -> str:
+    """Why ``value``'s producer cannot write it at ``layout``; '' when it can."""
+    node = value.producer
+    if node is None or node.op not in STRIDED_WRITES:
+        return "its producer writes only dense results"
+    names = STRIDED_WRITES[node.op]
+    index = node.outputs.index(value)
+    if index >= len(names):
+        return f"{node.op} writes its result {index} dense"
+    return operand_reason(names[index], value, layout)
+
+
+def plan_storage(graph: Graph) -> StoragePlan:
+    """The storage decisions of ``graph`` (module docstring)."""
+    plan = StoragePlan()
+    users = graph.users()
+    outputs = set(graph.output_values())
+    default = layout_analysis.analyze(graph)
+    for node in graph.nodes:
+        if node.op == "concat":
+            _assemble(node, users, outputs, default, plan)
+    for node in graph.nodes:
+        for index in range(len(STRIDED_WRITES.get(node.op, ()))):
+            if node.outputs[index] not in plan.layouts:
+                _reorder(node.outputs[index], users, outputs, default, plan)
+    return plan
+
+
+def _assemble(node: Node, users, outputs, default, plan: StoragePlan) -> None:
+    """Rule 1 for one concat: every input placed in its slice, or nothing decided."""
+    out = node.outputs[0]
+    axis = node.attrs["axis"] % len(out.shape)
+    dense = contiguous_strides(out.shape)
+    offset, placed, chains = 0, {}, []
+    for x in node.inputs:
+        p, chain = view_chain(x)
+        if p.producer is None or p.producer.op not in STRIDED_WRITES or p in placed:
+            return
+        links = chain + [node]
+        for v, reader in zip([p] + [n.outputs[0] for n in chain], links):
+            if v in outputs or users.get(v, []) != [reader]:
+                return
+        lay = invert_chain(chain, Layout(out, x.shape, dense, offset))
+        if lay is None or writer_reason(p, lay):
+            return
+        placed[p] = lay
+        chains.append((p, chain))
+        offset += x.shape[axis] * dense[axis]
+    writers = sorted({KERNEL_NAMES[p.producer.op] for p in placed})
+    plan.layouts.update(placed)
+    plan.assembled[node] = (f"launches nothing: {' and '.join(writers)} write{'s' if len(writers) == 1 else ''} "
+                            f"each input in place into its slice of the result")
+    for p, chain in chains:
+        for n in chain:
+            if layout_analysis.is_copy(n, default):
+                plan.freed[n] = f"written in place by {KERNEL_NAMES[p.producer.op]} into its slice of a concat's buffer"
+
+
+def _reorder(value: Value, users, outputs, default, plan: StoragePlan) -> None:
+    """Rule 2 for one strided result: the first storage order that frees a copy among its views."""
+    paths = {value: []}                           # family value -> view nodes from ``value`` to it
+    todo = [value]
+    while todo:
+        v = todo.pop(0)
+        for u in users.get(v, ()):
+            if kind(u.op) == "view" and u.outputs[0] not in paths:
+                paths[u.outputs[0]] = paths[v] + [u]
+                todo.append(u.outputs[0])
+    copies = [w for w, path in paths.items() if path and layout_analysis.is_copy(path[-1], default)]
+    for w in copies:
+        lay = invert_chain(paths[w], Layout(value, w.shape, contiguous_strides(w.shape), 0))
+        if lay is None or axis_order(lay) is None or writer_reason(value, lay):
+            continue
+        if _family_accepts(value, lay, users, outputs, default):
+            plan.layouts[value] = lay
+            order = ", ".join(map(str, axis_order(lay)))
+            for path in paths.values():
+                for n in path:
+                    if layout_analysis.is_copy(n, default):
+                        plan.freed[n] = (f"written in place by {KERNEL_NAMES[value.producer.op]} in its consumer's "
+                                         f"layout (its result stored with axes {order} outermost first)")
+            return
+
+
+def _family_accepts(value: Value, lay: Layout, users, outputs, default) -> bool:
+    """Under ``lay`` for ``value``: every view of it is a view, and every value whose layout changes
+    is no graph output and is read (views aside) only by attention operands that accept it."""
+    layouts = {value: lay}
+    todo = [value]
+    while todo:
+        v = todo.pop(0)
+        changed = not same_place(layouts[v], default[v])
+        if changed and v in outputs:
+            return False
+        for u in users.get(v, ()):
+            if kind(u.op) == "view":
+                out = view_layout(u.op, layouts[v], u.attrs, u.outputs[0].shape)
+                if out is None:
+                    return False
+                if u.outputs[0] not in layouts:
+                    layouts[u.outputs[0]] = out
+                    todo.append(u.outputs[0])
+            elif changed:
+                reads = ATTENTION_READS.get(u.op, ())
+                slots = [i for i, x in enumerate(u.inputs) if x is v]
+                if any(i >= len(reads) or operand_reason(reads[i], v, layouts[v]) for i in slots):
+                    return False
+    return True
