@@ -93,7 +93,17 @@ def test_schedules_cover_every_element_within_the_limits(kind, backward, rows, n
     assert t.threads == t.threads_per_row * t.rows_per_cta <= gpu.max_threads_per_block
     assert t.threads_per_row <= 32 and 32 % t.threads_per_row == 0 or t.threads_per_row % 32 == 0
     assert t.chunks * t.threads_per_row * t.vec >= n > (t.chunks - 1) * t.threads_per_row * t.vec
-    assert t.grid * t.rows_per_cta >= rows > (t.grid - 1) * t.rows_per_cta
+    walk = s.partials.groups_per_cta if s.partials is not None else 1
+    assert t.grid * walk * t.rows_per_cta >= rows
+    assert rows > (t.grid - 1) * t.rows_per_cta if walk == 1 else rows > t.grid * (walk - 1) * t.rows_per_cta
+    if s.partials is not None:                        # the weight/bias gradients summed in the row pass
+        f = s.partials
+        groups = math.ceil(rows / t.rows_per_cta)
+        assert f.partials == t.grid <= groups and t.grid * (walk - 1) < groups
+        assert t.in_registers and s.column is None and s.roles == ("row", "partials_final")
+        assert t.chunks * t.vec * f.outputs <= 64 and t.regs_per_thread <= t.max_regs
+        assert f.final_grid * f.final_threads_cols * f.final_vec >= n and n % f.final_vec == 0
+        assert f.final_threads <= 512 and f.final_smem_bytes <= gpu.smem_per_block
     if t.in_registers:
         assert t.chunks * t.vec * len(HELD[p.kind]) <= REG_VALUES
         assert t.regs_per_thread * t.threads <= gpu.regs_per_sm
@@ -179,15 +189,18 @@ def test_cli_explain_text_and_json(capsys):
     from nova.cli.config import main
     assert main(["explain", "layernorm", "16384x512", "--backward", "--dtype", "bf16"]) == 0
     out = capsys.readouterr().out
-    for piece in ("layer_norm_backward 16384x512", "vector width", "threads per row", "splits", "column_final",
-                  "Prediction"):
+    for piece in ("layer_norm_backward 16384x512", "vector width", "threads per row", "column sums a thread keeps",
+                  "partials", "row groups a CTA", "partials_final", "Prediction"):
         assert piece in out
+    assert "column_final" not in out                       # dy and x are read once: no column stage
     assert main(["explain", "cross_entropy", "16384x32768", "--json", "--target", "a100"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["op"] == "rows" and d["target"] == "a100" and d["schedule"]["roles"] == ["row", "total"]
     assert d["problem"]["kind"] == "cross_entropy" and d["derivation"] and d["prediction"]["time_us"] > 0
     assert main(["explain", "rmsnorm", "16384x4096", "--backward", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["schedule"]["row"]["in_registers"] is True
+    d = json.loads(capsys.readouterr().out)
+    assert d["schedule"]["row"]["in_registers"] is True and d["schedule"]["roles"] == ["row", "partials_final"]
+    assert d["schedule"]["partials"]["partials"] == d["schedule"]["row"]["grid"] and "column" not in d["schedule"]
     assert main(["explain", "softmax", "16384x"]) == 2
     assert "expected ROWSxN" in capsys.readouterr().err
 
