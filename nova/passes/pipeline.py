@@ -2,6 +2,7 @@
 
     verify -> dce -> cse -> canonicalize -> cse                 the optimized graph
            -> cross_entropy -> verify                           log_softmax+nll_loss (+backward) fused
+           -> rms_norm -> verify                                RMSNorm's ops (+backward) recognised, fused
            -> fuse                                              groups (kernels)
            -> schedule                                          the order the groups run in
            -> plan_memory                                       arena offsets, aliases, donation
@@ -23,6 +24,7 @@ from nova.passes.canonicalize import canonicalize
 from nova.passes.cross_entropy import fuse_cross_entropy
 from nova.passes.cse import cse
 from nova.passes.dce import dce
+from nova.passes.rms_norm import fuse_rms_norm
 from nova.passes.fusion import Group, format_bytes, fuse
 from nova.passes.memory import MemoryPlan
 from nova.passes.schedule import schedule_with_plan
@@ -61,6 +63,8 @@ def pipeline(graph: Graph, target=None, kernels: MemoryBoundKernels | None = Non
     stats["canonicalize"] = len(g.nodes)
     g = fuse_cross_entropy(g)
     stats["cross_entropy"] = len(g.nodes)
+    g = fuse_rms_norm(g)
+    stats["rms_norm"] = len(g.nodes)
     verify(g)
     planned = plan_graph(g, target, stats, kernels)
     if memory_budget is None:
