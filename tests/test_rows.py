@@ -53,16 +53,17 @@ def test_gpt_step_runs_its_norms_loss_and_bias_gradients_on_rows_kernels():
     assert (ln.rows, ln.n) == (32, 32) and [o.name for o in ln.inputs] == ["x", "weight", "bias"]
 
 
-def test_llama_step_reductions_become_row_and_column_reductions_with_prologues():
+def test_llama_step_norms_become_rms_norm_kinds():
     planned = plan_step("llama")
     groups = rows_groups(planned)
-    row = [g.problem for g in groups if g.problem.kind == "row_reduce"]
-    col = [g.problem for g in groups if g.problem.kind == "column_reduce"]
-    # RMSNorm's mean of squares: pow(x, 2) then mean over the last axis (pow's constant inlined)
-    squares = [p for p in row if p.attr("op") == "mean"]
-    assert squares and all(any(op == "pow" and args[1] == "#2.0" for op, args in p.prologue.ops) for p in squares)
-    assert any(p.prologue.store for p in row)                       # the residual sum, read by other kernels
-    assert col and all(p.attr("op") == "sum" for p in col)          # the norm weights' gradients
+    kinds = [g.problem.kind for g in groups]
+    n_layer = 2
+    assert kinds.count("rms_norm") == kinds.count("rms_norm_backward") == 2 * n_layer + 1
+    fwd = next(g.problem for g in groups if g.problem.kind == "rms_norm")
+    assert (fwd.rows, fwd.n) == (32, 32) and [o.name for o in fwd.inputs] == ["x", "weight"]
+    bwd = next(g.problem for g in groups if g.problem.kind == "rms_norm_backward")
+    assert [o.name for o in bwd.outputs] == ["dx", "dweight"]
+    assert not [p for p in (g.problem for g in groups) if p.kind == "row_reduce" and p.attr("op") == "mean"]
     middle = [g for g in planned.groups if g.kind == "reduction" and g.kernel == "aten"]
     assert all("neither the trailing nor the leading axes" in g.reason for g in middle)
 
@@ -93,7 +94,17 @@ def test_schedules_cover_every_element_within_the_limits(kind, backward, rows, n
     assert t.threads == t.threads_per_row * t.rows_per_cta <= gpu.max_threads_per_block
     assert t.threads_per_row <= 32 and 32 % t.threads_per_row == 0 or t.threads_per_row % 32 == 0
     assert t.chunks * t.threads_per_row * t.vec >= n > (t.chunks - 1) * t.threads_per_row * t.vec
-    assert t.grid * t.rows_per_cta >= rows > (t.grid - 1) * t.rows_per_cta
+    walk = s.partials.groups_per_cta if s.partials is not None else 1
+    assert t.grid * walk * t.rows_per_cta >= rows
+    assert rows > (t.grid - 1) * t.rows_per_cta if walk == 1 else rows > t.grid * (walk - 1) * t.rows_per_cta
+    if s.partials is not None:                        # the weight/bias gradients summed in the row pass
+        f = s.partials
+        groups = math.ceil(rows / t.rows_per_cta)
+        assert f.partials == t.grid <= groups and t.grid * (walk - 1) < groups
+        assert t.in_registers and s.column is None and s.roles == ("row", "partials_final")
+        assert t.chunks * t.vec * f.outputs <= 64 and t.regs_per_thread <= t.max_regs
+        assert f.final_grid * f.final_threads_cols * f.final_vec >= n and n % f.final_vec == 0
+        assert f.final_threads <= 512 and f.final_smem_bytes <= gpu.smem_per_block
     if t.in_registers:
         assert t.chunks * t.vec * len(HELD[p.kind]) <= REG_VALUES
         assert t.regs_per_thread * t.threads <= gpu.regs_per_sm
@@ -127,7 +138,7 @@ def _kernels():
              cli_problem("cross_entropy", 100, 32768, "bf16"), cli_problem("cross_entropy", 100, 50257, "f32", backward=True),
              RowsProblem("softmax", 40, 96, (Operand("x", "f32", "row", 200),), (Operand("y", "f32", "row", 96),))]
     for g in rows_groups(plan_step("llama")):
-        if g.problem.kind in ("row_reduce", "column_reduce") and g.problem not in cases:
+        if g.problem.kind in ("row_reduce", "column_reduce", "rms_norm", "rms_norm_backward") and g.problem not in cases:
             cases.append(g.problem)
     return cases
 
@@ -179,15 +190,18 @@ def test_cli_explain_text_and_json(capsys):
     from nova.cli.config import main
     assert main(["explain", "layernorm", "16384x512", "--backward", "--dtype", "bf16"]) == 0
     out = capsys.readouterr().out
-    for piece in ("layer_norm_backward 16384x512", "vector width", "threads per row", "splits", "column_final",
-                  "Prediction"):
+    for piece in ("layer_norm_backward 16384x512", "vector width", "threads per row", "column sums a thread keeps",
+                  "partials", "row groups a CTA", "partials_final", "Prediction"):
         assert piece in out
+    assert "column_final" not in out                       # dy and x are read once: no column stage
     assert main(["explain", "cross_entropy", "16384x32768", "--json", "--target", "a100"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["op"] == "rows" and d["target"] == "a100" and d["schedule"]["roles"] == ["row", "total"]
     assert d["problem"]["kind"] == "cross_entropy" and d["derivation"] and d["prediction"]["time_us"] > 0
     assert main(["explain", "rmsnorm", "16384x4096", "--backward", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["schedule"]["row"]["in_registers"] is True
+    d = json.loads(capsys.readouterr().out)
+    assert d["schedule"]["row"]["in_registers"] is True and d["schedule"]["roles"] == ["row", "partials_final"]
+    assert d["schedule"]["partials"]["partials"] == d["schedule"]["row"]["grid"] and "column" not in d["schedule"]
     assert main(["explain", "softmax", "16384x"]) == 2
     assert "expected ROWSxN" in capsys.readouterr().err
 
@@ -212,8 +226,15 @@ def test_cpu_program_matches_the_interpreter_with_rows_groups():
 
 
 def test_meta_program_leaves_unwritten_values_without_storage():
+    """The Llama-tiny forward alone: its RMSNorms' rstd is read by nothing, so the rows kernel does not
+    write it and the program gives it no storage."""
     from nova.compiler.executor import build
-    planned = plan_step("llama")
+    from nova.frontend import capture
+    from nova.models import Llama
+    from nova.passes import pipeline
+    model = Llama("tiny", seed=0)
+    idx = torch.randint(0, model.config.vocab_size, (2, 16))
+    planned = pipeline(capture(lambda i, t: model(i, t), (idx, idx.clone()), models=[model]).graph)
     program = build(planned, "meta")
     unwritten = [v for v, loc in program.loc.items() if loc[0] == "unwritten"]
     assert unwritten and program.stats["scratch_bytes"] == 0

@@ -8,7 +8,7 @@ against).  Kinds, for passes and the planner:
     view       reshape, permute, expand, slice         no data movement where strides allow
     memory     concat, index_select, take_along_axis, scatter_add
     creation   constant, iota
-    composite  attention(+backward), layer_norm(+backward), softmax/log_softmax(+backward),
+    composite  attention(+backward), layer_norm(+backward), rms_norm(+backward), softmax/log_softmax(+backward),
                nll_loss(+backward), cross_entropy(+backward),
                adamw, sgd                              ops with a dedicated kernel
     collective all_reduce, reduce_scatter, all_gather  across the ranks of a process group
@@ -454,6 +454,51 @@ define("layer_norm", "composite", _infer_layer_norm, _ref_layer_norm, None, ("no
        doc="(x[, weight][, bias]) -> (y, mean, rstd)")
 define("layer_norm_backward", "composite", _infer_layer_norm_backward, _ref_layer_norm_backward, None,
        ("normalized_shape",), doc="(dy, x, mean, rstd[, weight][, bias]) -> (dx[, dweight][, dbias])")
+
+def _infer_rms_norm(types, attrs):
+    x = types[0]
+    if x.rank < 1:
+        raise IRError(f"rms_norm normalizes the last axis of a tensor, got {x}")
+    if attrs.get("has_weight", True) and (len(types) != 2 or types[1].shape != x.shape[-1:]):
+        raise IRError(f"rms_norm's weight must be [{x.shape[-1]}], got {types[1:]}")
+    return [TensorType(x.shape, attrs.get("dtype", x.dtype)), _norm_stats_type(x, 1)]
+
+
+def _ref_rms_norm(torch, x, *weight, eps, has_weight=True, dtype=None):
+    """y = x * rsqrt(mean(x^2, last axis) + eps) [* weight] in at least FP32; rstd f32 (keepdim)."""
+    wx = _wide(torch, x)
+    rstd = torch.rsqrt(wx.pow(2).mean(-1, keepdim=True) + eps)
+    y = wx * rstd
+    if has_weight:
+        y = y * _wide(torch, weight[0])
+    return y.to(_torch_dtype(torch, dtype) if dtype else x.dtype), rstd
+
+
+def _infer_rms_norm_backward(types, attrs):
+    dy, x = types[0], types[1]
+    outs = [TensorType(x.shape, attrs.get("dtype", x.dtype))]
+    if attrs.get("has_weight", True) and attrs.get("weight_grad", True):
+        outs.append(types[3])
+    return outs
+
+
+def _ref_rms_norm_backward(torch, dy, x, rstd, *weight, has_weight=True, weight_grad=True, dtype=None):
+    """dx = rstd * g - x * rstd^3 * mean(g * x, last axis) with g = dy [* weight];
+    dweight = the sum over the rows of dy * x * rstd."""
+    wdy, wx, wr = _widen_all(torch, dy, x, rstd)
+    g = wdy * _wide(torch, weight[0]) if has_weight else wdy
+    dx = wr * g - wx * wr.pow(3) * (g * wx).mean(-1, keepdim=True)
+    outs = [dx.to(_torch_dtype(torch, dtype) if dtype else x.dtype)]
+    if has_weight and weight_grad:
+        dw = (wdy * wx * wr).reshape(-1, x.shape[-1]).sum(0)
+        outs.append(dw.to(weight[0].dtype))
+    return tuple(outs)
+
+
+define("rms_norm", "composite", _infer_rms_norm, _ref_rms_norm, None, ("eps",),
+       doc="(x[, weight]) -> (y, rstd): RMSNorm over the last axis (y's type: dtype, default x's)")
+define("rms_norm_backward", "composite", _infer_rms_norm_backward, _ref_rms_norm_backward, None, (),
+       doc="(dy, x, rstd[, weight]) -> (dx[, dweight]) (dx's type: dtype, default x's)")
 
 define("softmax", "composite", lambda types, attrs: [types[0]],
        lambda t, x, axis: t.softmax(x, axis), 1, ("axis",))

@@ -2,6 +2,7 @@
 
     verify -> dce -> cse -> canonicalize -> cse                 the optimized graph
            -> cross_entropy -> verify                           log_softmax+nll_loss (+backward) fused
+           -> rms_norm -> verify                                RMSNorm's ops (+backward) recognised, fused
            -> recompute_pointwise                               saved pointwise intermediates recomputed
                                                                 in the backward's kernels (``recompute.py``)
            -> plan_storage                                      strided kernel results in their readers' layout
@@ -26,6 +27,7 @@ from nova.passes.canonicalize import canonicalize
 from nova.passes.cross_entropy import fuse_cross_entropy
 from nova.passes.cse import cse
 from nova.passes.dce import dce
+from nova.passes.rms_norm import fuse_rms_norm
 from nova.passes.fusion import Group, format_bytes, fuse
 from nova.passes.recompute import recompute_pointwise
 from nova.passes.memory import MemoryPlan
@@ -68,6 +70,8 @@ def pipeline(graph: Graph, target=None, kernels: MemoryBoundKernels | None = Non
     stats["canonicalize"] = len(g.nodes)
     g = fuse_cross_entropy(g)
     stats["cross_entropy"] = len(g.nodes)
+    g = fuse_rms_norm(g)
+    stats["rms_norm"] = len(g.nodes)
     g, recomputed = recompute_pointwise(g, target)
     stats["recompute"] = len(g.nodes)
     verify(g)

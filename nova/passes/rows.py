@@ -1,6 +1,6 @@
 """Which groups run on Nova's rows kernels (``nova/kernels/rows``): decided once, here, for the fusion pass.
 
-A composite group (layer_norm(+backward), softmax / log_softmax (+backward), cross_entropy(+backward))
+A composite group (layer_norm(+backward), rms_norm(+backward), softmax / log_softmax (+backward), cross_entropy(+backward))
 or a ``reduction`` group whose nodes ``nova.passes.rows_from_ir.from_group`` states as one
 ``RowsProblem`` gets ``kernel="nova"``, the problem (``Group.problem``) and which value each of its
 operands is (``Group.bindings``); any other composite or reduction group stays on ATen, its reason
@@ -8,7 +8,7 @@ saying why.  (nll_loss alone stays on ATen: the cross-entropy pass fuses it with
 """
 from __future__ import annotations
 
-ROWS_COMPOSITES = ("layer_norm", "layer_norm_backward", "softmax", "log_softmax", "softmax_backward",
+ROWS_COMPOSITES = ("layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward", "softmax", "log_softmax", "softmax_backward",
                    "log_softmax_backward", "cross_entropy", "cross_entropy_backward")
 
 

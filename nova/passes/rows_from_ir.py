@@ -1,6 +1,6 @@
 """Rows problems from the planner's groups: ``from_group(nodes, inputs, outputs, layouts)``.
 
-Composite groups (one node: layer_norm(+backward), softmax / log_softmax (+backward) over the last
+Composite groups (one node: layer_norm(+backward), rms_norm(+backward) over the last axis, softmax / log_softmax (+backward) over the last
 axis, cross_entropy(+backward)) map their operands by position; a ``reduction`` group (pointwise
 producers, then one sum/mean/max/min) becomes ``row_reduce`` when it reduces the trailing axes and
 ``column_reduce`` (sum/mean) when it reduces the leading ones, its producers a ``Prologue``: every value
@@ -18,7 +18,7 @@ from nova.kernels.rows.problem import FLOAT_DTYPES, Operand, RowsProblem, RowsPr
 from nova.kernels.rows.prologue import OPS, Prologue
 from nova.passes.layout import contiguous_strides, merged_batch_stride
 
-COMPOSITES = ("layer_norm", "layer_norm_backward", "softmax", "log_softmax", "softmax_backward",
+COMPOSITES = ("layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward", "softmax", "log_softmax", "softmax_backward",
               "log_softmax_backward", "cross_entropy", "cross_entropy_backward")
 REDUCE_OPS = ("sum", "mean", "max", "min")
 IR_OPS = {"add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "rsqrt", "reciprocal", "abs", "tanh", "sigmoid",
@@ -97,8 +97,8 @@ def _composite(node, outputs, layouts):
     if op in ("layer_norm", "layer_norm_backward"):
         x = node.inputs[0] if op == "layer_norm" else node.inputs[1]
         k = len(a["normalized_shape"])
-    elif op in ("cross_entropy", "cross_entropy_backward"):
-        x, k = (node.inputs[0] if op == "cross_entropy" else node.inputs[1]), 1
+    elif op in ("cross_entropy", "cross_entropy_backward", "rms_norm", "rms_norm_backward"):
+        x, k = (node.inputs[0] if op in ("cross_entropy", "rms_norm") else node.inputs[1]), 1
     else:
         x, k = node.inputs[0] if op in ("softmax", "log_softmax") else node.inputs[1], 1
         if a["axis"] % x.type.rank != x.type.rank - 1:
@@ -128,6 +128,16 @@ def _composite(node, outputs, layouts):
         if w:
             ins.append(vec("weight", node.inputs[4], "col"))
         res = list(zip(["dx"] + (["dweight"] if w else []) + (["dbias"] if b else []), node.outputs))
+    elif op == "rms_norm":
+        ins = [row("x", x)] + ([vec("weight", node.inputs[1], "col")] if w else [])
+        res = [("y", node.outputs[0]), ("rstd", node.outputs[1])]
+        attrs = {"eps": float(a["eps"])}
+    elif op == "rms_norm_backward":
+        dy, _, rstd = node.inputs[:3]
+        ins = [row("dy", dy), row("x", x), vec("rstd", rstd, "per_row")]
+        if w:
+            ins.append(vec("weight", node.inputs[3], "col"))
+        res = list(zip(["dx"] + (["dweight"] if w and a.get("weight_grad", True) else []), node.outputs))
     elif op in ("softmax", "log_softmax"):
         ins, res = [row("x", x)], [("y", node.outputs[0])]
     elif op in ("softmax_backward", "log_softmax_backward"):

@@ -11,7 +11,7 @@ Importing this package imports neither MLIR nor the CUDA driver.
 from nova.kernels.rows.kinds import cli_problem, column_problem
 from nova.kernels.rows.problem import KINDS, Operand, RowsProblem, RowsProblemError
 from nova.kernels.rows.prologue import Prologue
-from nova.kernels.rows.schedule import ROLES, ColumnTile, RowsConfig, RowsSchedule, RowTile
+from nova.kernels.rows.schedule import ROLES, ColumnTile, PartialsTile, RowsConfig, RowsSchedule, RowTile
 
 
 def __getattr__(name):
@@ -21,5 +21,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'nova.kernels.rows' has no attribute {name!r}")
 
 
-__all__ = ["KINDS", "Operand", "RowsProblem", "RowsProblemError", "Prologue", "ROLES", "ColumnTile", "RowsConfig",
+__all__ = ["KINDS", "Operand", "RowsProblem", "RowsProblemError", "Prologue", "ROLES", "ColumnTile", "PartialsTile", "RowsConfig",
            "RowsSchedule", "RowTile", "cli_problem", "column_problem", "configure_rows"]

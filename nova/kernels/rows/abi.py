@@ -3,7 +3,8 @@ order) and the workspace the launches share.  Read by the builders and by the la
 
 Workspace (one f32 buffer per launch site, ``workspace_layout``): ``rowloss`` [rows] (cross-entropy's
 per-row losses, added by ``total``), ``scale`` [1] (the backward's dloss / count from ``total_pre``),
-``partials`` [reductions x splits x n] (the column stage's per-split sums).
+``partials`` [reductions x splits x n] (the column stage's per-split sums; with the weight/bias
+gradients in the row kernel's pass, [gradients x row-kernel CTAs x n], one partial row per CTA).
 """
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from nova.kernels.rows.kinds import column_problem
 from nova.kernels.rows.problem import RowsProblem
 
 KERNEL_NAMES = {"row": "nova_rows", "column": "nova_rows_column", "column_final": "nova_rows_column_final",
-                "total": "nova_rows_total", "total_pre": "nova_rows_total_pre"}
+                "partials_final": "nova_rows_partials_final", "total": "nova_rows_total",
+                "total_pre": "nova_rows_total_pre"}
 WORKSPACE_ALIGN = 256
 
 
@@ -23,7 +25,9 @@ def workspace_layout(p: RowsProblem, s) -> tuple[dict, int]:
     if p.kind == "cross_entropy_backward":
         sizes["scale"] = 1
     colp = column_problem(p)
-    if colp is not None and s.column is not None and s.column.splits > 1:
+    if getattr(s, "partials", None) is not None:
+        sizes["partials"] = s.partials.outputs * s.partials.partials * p.n
+    elif colp is not None and s.column is not None and s.column.splits > 1:
         sizes["partials"] = len(colp.prologue.reduce) * s.column.splits * colp.n
     layout, offset = {}, 0
     for name, count in sizes.items():
@@ -39,12 +43,21 @@ def row_operands(p: RowsProblem) -> list:
     return ins + outs
 
 
+def partial_outputs(p: RowsProblem) -> list:
+    """The gradients the row kernel sums over the rows when it does (dweight, then dbias)."""
+    return [o for o in p.outputs if o.layout == "col"]
+
+
 def params(p: RowsProblem, s, role: str) -> list[tuple[str, str]]:
     """``[(parameter name, what it is)]`` of kernel ``role``: an operand name or ``ws:<workspace name>``."""
     if role == "row":
         names = [o.name for o in row_operands(p)]
         extra = {"cross_entropy": ["ws:rowloss"], "cross_entropy_backward": ["ws:scale"]}.get(p.kind, [])
+        if getattr(s, "partials", None) is not None:
+            extra = ["ws:partials"]
         return [(n, n) for n in names] + [(w[3:], w) for w in extra]
+    if role == "partials_final":
+        return [("partials", "ws:partials")] + [(o.name, o.name) for o in partial_outputs(p)]
     if role == "total":
         return [("target", "target"), ("rowloss", "ws:rowloss"), ("loss", "loss")]
     if role == "total_pre":

@@ -17,8 +17,9 @@ def build_parser(op: str = "layernorm") -> argparse.ArgumentParser:
                                              "normalizations: LayerNorm, RMSNorm, softmax, log-softmax, cross-entropy)")
     ap.add_argument("shape", help="ROWSxN: rows of N elements (e.g. 16384x4096; AxBxN: every axis but the last is a row)")
     ap.add_argument("--backward", action="store_true",
-                    help="the backward: input gradients (and for the norms the weight/bias gradients: a two-stage "
-                         "column sum); cross_entropy: dlogits")
+                    help="the backward: input gradients (and for the norms the weight/bias gradients: summed in "
+                         "the row kernel's pass with one partial row per CTA, or a two-stage column sum); "
+                         "cross_entropy: dlogits")
     ap.add_argument("--dtype", default="f32", choices=tuple(FLOAT_DTYPES),
                     help="storage type of the rows (f32, bf16, f16; statistics are f32; default f32)")
     ap.add_argument("--target", default="h200", help="GPU model (see nova-config targets; default h200)")
@@ -79,8 +80,14 @@ def _geometry(s, role: str) -> str:
     if role == "row":
         r = s.row
         how = "registers" if r.in_registers else f"{r.chunks} chunks a pass"
+        walk = (f", {s.partials.groups_per_cta} row groups a CTA, column sums in registers"
+                if s.partials is not None else "")
         return (f"grid {r.grid}, {r.threads} threads, {r.threads_per_row} per row, {r.rows_per_cta} rows/CTA, "
-                f"vec {r.vec}, {how}")
+                f"vec {r.vec}, {how}{walk}")
+    if role == "partials_final":
+        f = s.partials
+        return (f"grid {f.final_grid}, {f.final_threads_cols}x{f.final_threads_rows} threads, vec {f.final_vec}, "
+                f"{f.partials} partials a column")
     if role in ("column", "column_final"):
         c = s.column
         if role == "column":

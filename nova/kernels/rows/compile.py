@@ -10,13 +10,14 @@ from nova.codegen.artifact import KernelArtifact
 from nova.kernels.family import KernelFamily, get_or_compile as family_get_or_compile, register
 from nova.kernels.rows.abi import KERNEL_NAMES, params
 
-ROWS_ABI = 1            # bump when the kernels' parameters, workspace or generated code change
+ROWS_ABI = 2            # bump when the kernels' parameters, workspace or generated code change
 SUPPORTED_ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90")
 
 
 def build_module(problem, schedule, role: str) -> str:
     """The MLIR text of kernel ``role``."""
     from nova.kernels.rows.emit_column import build_column, build_column_final, build_total
+    from nova.kernels.rows.emit_partials import build_partials_final
     from nova.kernels.rows.emit_row import build_row
     if role == "row":
         return build_row(problem, schedule)
@@ -24,6 +25,8 @@ def build_module(problem, schedule, role: str) -> str:
         return build_column(problem, schedule)
     if role == "column_final":
         return build_column_final(problem, schedule)
+    if role == "partials_final":
+        return build_partials_final(problem, schedule)
     if role in ("total", "total_pre"):
         return build_total(problem, schedule, role)
     raise ValueError(f"unknown rows kernel role {role!r}")
@@ -34,6 +37,9 @@ def geometry(schedule, role: str) -> tuple[tuple, tuple, int]:
     if role == "row":
         t = schedule.row
         return (t.grid, 1, 1), (t.threads, 1, 1), t.smem_bytes
+    if role == "partials_final":
+        f = schedule.partials
+        return (f.final_grid, 1, 1), (f.final_threads, 1, 1), f.final_smem_bytes
     c = schedule.column
     if role == "column":
         return (c.grid[0], c.grid[1], 1), (c.threads, 1, 1), c.smem_bytes

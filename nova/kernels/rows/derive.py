@@ -10,9 +10,15 @@ Closed form: no search, no measurement.
                       register budget, else walked once per pass (the re-reads hit L2 when the rows in
                       flight fit it); online max-sum for softmax and cross-entropy (one pass for both)
  5. occupancy, grid   CTAs per SM from threads, registers and shared memory; the grid and its waves
- 6. column stage      (weight/bias gradients, sums over rows) threads along the columns, a deterministic
-                      two-stage sum: per-split partials in a workspace, then each column's partials in order;
-                      the split fills one wave of CTAs (no float atomics)
+ 6. column sums      the norms' weight/bias gradients summed in the row kernel's own pass when their
+                      per-thread accumulators (chunks x vec x gradients) fit next to the kept row: the row
+                      kernel's grid becomes one wave of resident CTAs, each walking every partials-th
+                      row group and writing one partial row per gradient; ``partials_final`` adds each
+                      column's partials in CTA order (dy and x read once, no float atomics).  Otherwise
+                      (and for sums over rows of other kernels' values: bias gradients of GEMMs) the
+                      column stage: threads along the columns, a deterministic two-stage sum (per-split
+                      partials in a workspace, then each column's partials in order; the split fills one
+                      wave of CTAs)
  7. prediction        per kernel: DRAM bytes / (DRAM bandwidth x eta) + L2 re-reads / L2 bandwidth + launch
 """
 from __future__ import annotations
@@ -27,7 +33,7 @@ from nova.hwmodel.formula import formulas
 from nova.hwmodel.model import F as HW
 from nova.kernels.rows.kinds import column_problem
 from nova.kernels.rows.problem import RowsProblem
-from nova.kernels.rows.schedule import ColumnTile, RowsConfig, RowsSchedule, RowTile
+from nova.kernels.rows.schedule import ColumnTile, PartialsTile, RowsConfig, RowsSchedule, RowTile
 
 TRANSACTION_BYTES = 16       # [CC] the widest global load/store a thread issues (ld.global.v4.b32: 16 bytes)
 LANE_VECTORS = 8             # [EST] vectors a lane keeps before another warp joins the row: 8 x 16 B = 32 f32
@@ -39,6 +45,10 @@ REG_OVERHEAD = 40            # [EST] registers besides the kept values: indices,
 MIN_ROWS_PER_THREAD = 16     # [EST] column stage: rows a thread adds at least per split (amortises its partial)
 COLUMN_THREADS = 256         # [EST] column-stage CTA: 8 warps, two per scheduler
 TOTAL_THREADS = 256          # [EST] the single-CTA loss kernels: 8 warps stream the [rows] vectors once
+ACC_VALUES = 64              # [EST] f32 column sums a thread may keep across its rows (as REG_VALUES: with the
+                             # kept row and the overhead a 128-thread CTA stays under 255 registers, no spills)
+FINAL_THREADS = 512          # [EST] partials_final: threads a CTA (columns x partials), 128 registers each
+FINAL_PARTIALS_PER_THREAD = 16   # [EST] partials a partials_final thread adds: 16 independent loads in flight
 # passes over the row when it is not kept in registers (step 4), and the row operands a thread keeps
 PASSES = {"layer_norm": 3, "layer_norm_backward": 2, "rms_norm": 2, "rms_norm_backward": 2, "softmax": 2,
           "log_softmax": 2, "softmax_backward": 2, "log_softmax_backward": 2, "cross_entropy": 1,
@@ -61,6 +71,11 @@ F = formulas("""
     working_set = sm_count * blocks_per_sm * rows_per_cta * row_bytes
     col_blocks = ceil(n / (threads_cols * vec))
     splits = Max(1, Min(ceil(sm_count * blocks_per_sm / col_blocks), floor(rows / (threads_rows * min_rows))))
+    accumulators = chunks * vec * gradients
+    partials = Min(row_groups, sm_count * blocks_per_sm)
+    groups_per_cta = ceil(row_groups / partials)
+    final_threads_rows = Min(max_threads / threads_cols, ceil(partials / per_thread))
+    partial_bytes = 4 * gradients * partials * n
     t_kernel = dram_bytes / (dram_bw * eta_dram) + l2_reread_bytes / l2_bw + t_launch
 """)
 
@@ -146,6 +161,13 @@ def step3_rows_per_cta(p: RowsProblem, tpr: int, gpu: GPUModel) -> tuple[tuple[i
 
 
 # ---- 4 -----------------------------------------------------------------------------------------
+def summed_gradients(p: RowsProblem) -> int:
+    """Weight/bias gradients a norm backward sums over its rows (0: none, or not a norm backward)."""
+    if p.kind not in ("layer_norm_backward", "rms_norm_backward"):
+        return 0
+    return sum(1 for o in p.outputs if o.layout == "col")
+
+
 def step4_passes(p: RowsProblem, vec: int, tpr: int, threads: int, gpu: GPUModel) -> tuple[tuple[int, bool], list]:
     chunks, s1 = formula_step("chunks", F.chunks, "vector steps a thread takes along its row", post=int,
                               slots=math.ceil(p.n / vec), threads_per_row=tpr)
@@ -157,6 +179,9 @@ def step4_passes(p: RowsProblem, vec: int, tpr: int, threads: int, gpu: GPUModel
                             f"({', '.join(HELD[p.kind])})", post=int, chunks=chunks, vec=vec, held=held)
     per_thread = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // threads // 8 * 8)
     budget = min(REG_VALUES, per_thread - REG_OVERHEAD)       # one CTA must fit the register file
+    acc = fused_accumulators(p, chunks, vec)
+    if acc and kept + acc <= per_thread - REG_OVERHEAD:
+        budget = min(REG_VALUES, per_thread - REG_OVERHEAD - acc)
     if kept <= budget:
         return (chunks, True), [s1, s2, note("passes", "registers", f"{kept} <= {budget} values (at most {REG_VALUES}, "
                                              f"and {per_thread} registers a thread for a {threads}-thread CTA less "
@@ -165,6 +190,70 @@ def step4_passes(p: RowsProblem, vec: int, tpr: int, threads: int, gpu: GPUModel
     return (chunks, False), [s1, s2, note("passes", passes, f"{kept} > {budget} values: {passes} passes each "
                                           "re-read the row" + (" (max and sum together: online softmax)"
                                                                if p.kind in ("softmax", "log_softmax") else ""))]
+
+
+def fused_accumulators(p: RowsProblem, chunks: int, vec: int) -> int:
+    """f32 column sums a row-kernel thread keeps when the weight/bias gradients are summed in its pass
+    (0 when they are not: no gradients, or more than ACC_VALUES)."""
+    grads = summed_gradients(p)
+    acc = chunks * vec * grads
+    return acc if grads and acc <= ACC_VALUES else 0
+
+
+def step6_fused_sums(p: RowsProblem, chunks: int, vec: int, in_registers: bool, threads: int,
+                     gpu: GPUModel) -> tuple[int, list]:
+    """The per-thread accumulators of the weight/bias gradients when the row kernel sums them in its pass
+    (0: the column stage sums them).  They must fit next to the row kept in registers: the fused sum
+    needs the row read once (a looped row would keep chunks x vec x gradients sums per thread)."""
+    grads = summed_gradients(p)
+    if not grads:
+        return 0, []
+    acc, st = formula_step("column sums a thread keeps", F.accumulators,
+                           f"dy * xhat{' and dy' if grads > 1 else ''} per column the thread touches, kept across "
+                           "its rows", post=int, chunks=chunks, vec=vec, gradients=grads)
+    per_thread = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // threads // 8 * 8)
+    kept = chunks * vec * len(HELD[p.kind]) if in_registers else 0
+    fits = kept + acc + REG_OVERHEAD <= per_thread
+    if in_registers and acc <= ACC_VALUES and fits:
+        return acc, [st, note("weight/bias gradients", "row pass",
+                              f"{acc} <= {ACC_VALUES} sums and the row in registers: summed while the row kernel "
+                              "reads dy and x (read once), one partial row per CTA")]
+    why = (f"{acc} > {ACC_VALUES} sums a thread" if acc > ACC_VALUES else "the row is not kept in registers"
+           if not in_registers else f"{kept} kept + {acc} sums + {REG_OVERHEAD} > {per_thread} registers a thread")
+    return 0, [st, note("weight/bias gradients", "column stage", f"{why}: a separate column sum re-reads dy and x")]
+
+
+def step6_partials(p: RowsProblem, rows_per_cta: int, bps: int, gpu: GPUModel) -> tuple[tuple[int, int], list]:
+    """partials = min(row groups, SMs x resident CTAs): one wave of CTAs that each walk every
+    partials-th row group (the fewest partial rows that keep every SM's CTA slots busy)."""
+    groups = math.ceil(p.rows / rows_per_cta)
+    partials, s1 = formula_step("partials", F.partials, "one wave of resident CTAs, each walking every partials-th "
+                                "row group and adding its columns in registers (fixed order: deterministic)",
+                                post=int, row_groups=groups, sm_count=gpu.sm_count, blocks_per_sm=bps)
+    per_cta, s2 = formula_step("row groups a CTA", F.groups_per_cta, f"{rows_per_cta} rows a group", post=int,
+                               row_groups=groups, partials=partials)
+    return (partials, per_cta), [s1, s2]
+
+
+def partials_tile(p: RowsProblem, partials: int, per_cta: int, d: Derivation) -> PartialsTile:
+    """partials_final: a warp's lanes along the columns (32 x vec f32: coalesced; vec 4, 2 or 1 as the row length
+    and the gradients' base addresses allow), threads along the partials
+    until each adds at most FINAL_PARTIALS_PER_THREAD (at most FINAL_THREADS a CTA), met in shared
+    memory in order; one CTA per column block."""
+    grads = summed_gradients(p)
+    outs = [o for o in p.outputs if o.layout == "col"]
+    vec = next(v for v in (4, 2, 1) if p.n % v == 0 and all(o.align % (v * o.elem_bytes) == 0 for o in outs))
+    tc = min(32, _pow2ceil(math.ceil(p.n / vec)))
+    tr = d.apply("final threads along the partials", F.final_threads_rows,
+                 f"{tc} lanes along the columns ({vec} f32 each); at most {FINAL_PARTIALS_PER_THREAD} partials a "
+                 f"thread, at most {FINAL_THREADS} threads a CTA; rounded up to a power of two",
+                 post=lambda v: _pow2ceil(int(v)), max_threads=FINAL_THREADS,
+                 threads_cols=tc, partials=partials, per_thread=FINAL_PARTIALS_PER_THREAD)
+    tr = max(1, tr)
+    grid = math.ceil(p.n / (tc * vec))
+    d.note("final grid", grid, f"one CTA per {tc * vec} columns; {tc} x {tr} threads, the {tr} sums of a column "
+           "added in order through shared memory")
+    return PartialsTile(partials, per_cta, grads, vec, tc, tr, grid)
 
 
 # ---- 5 -----------------------------------------------------------------------------------------
@@ -185,18 +274,26 @@ def step5_grid(p: RowsProblem, threads: int, rows_per_cta: int, regs: int, smem:
     return (grid, bps), [s1, s2, s3]
 
 
-def row_tile(p: RowsProblem, gpu: GPUModel, d: Derivation) -> RowTile:
+def row_tile(p: RowsProblem, gpu: GPUModel, d: Derivation) -> tuple[RowTile, PartialsTile | None]:
+    """The row kernel's tile, and the partials of the weight/bias gradients it sums in its pass (or None)."""
     operands = [o for o in p.operands if o.layout in ("row", "col")]
     vec = d.record(step1_vector(p, operands))
     tpr = d.record(step2_threads_per_row(p, vec, gpu))
     threads, rows_per_cta = d.record(step3_rows_per_cta(p, tpr, gpu))
     chunks, in_registers = d.record(step4_passes(p, vec, tpr, threads, gpu))
+    acc = d.record(step6_fused_sums(p, chunks, vec, in_registers, threads, gpu))
     kept = chunks * vec * len(HELD.get(p.kind, ())) if in_registers else 0
-    regs = kept + REG_OVERHEAD
+    regs = kept + acc + REG_OVERHEAD
     smem = 4 * (tpr // 32) * 3 * 2 if tpr > 32 else 0     # per phase (up to 3) two values per warp
+    if acc and rows_per_cta > 1:                          # the CTA's rows' sums meet in shared memory
+        smem = max(smem, 4 * rows_per_cta * acc * tpr)
     grid, bps = d.record(step5_grid(p, threads, rows_per_cta, regs, smem, gpu))
     max_regs = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // threads // 8 * 8)
-    return RowTile(threads, tpr, rows_per_cta, vec, chunks, in_registers, grid, smem, bps, regs, max_regs)
+    partials = None
+    if acc:
+        grid, per_cta = d.record(step6_partials(p, rows_per_cta, bps, gpu))
+        partials = partials_tile(p, grid, per_cta, d)
+    return RowTile(threads, tpr, rows_per_cta, vec, chunks, in_registers, grid, smem, bps, regs, max_regs), partials
 
 
 # ---- 6 -----------------------------------------------------------------------------------------
@@ -232,11 +329,12 @@ def kernel_time(role: str, dram_bytes: int, l2_bytes: int, gpu: GPUModel, mc: di
     return {"time_us": round(t, 3), "bytes": dram_bytes, "l2_bytes": l2_bytes, "bound": bound}, step
 
 
-def row_kernel_bytes(p: RowsProblem, tile: RowTile, gpu: GPUModel) -> tuple[int, int]:
-    """(DRAM bytes, L2 re-read bytes) of the row kernel: its operands once; a looped kernel re-reads the
-    kept operands once per extra pass, from L2 when the rows in flight fit it (else from DRAM)."""
+def row_kernel_bytes(p: RowsProblem, tile: RowTile, gpu: GPUModel, partial_bytes: int = 0) -> tuple[int, int]:
+    """(DRAM bytes, L2 re-read bytes) of the row kernel: its operands once (and the partial rows of the
+    gradients it sums); a looped kernel re-reads the kept operands once per extra pass, from L2 when the
+    rows in flight fit it (else from DRAM)."""
     operands = [o for o in p.operands if o.layout != "col" or o.name in ("weight", "bias")]
-    dram = sum(p.nbytes(o) for o in operands)
+    dram = sum(p.nbytes(o) for o in operands) + partial_bytes
     if tile.in_registers or PASSES.get(p.kind, 1) == 1:
         return dram, 0
     held = [p.operand(n) for n in HELD[p.kind]]
@@ -254,11 +352,23 @@ def configure_rows(p: RowsProblem, target="h200") -> RowsConfig:
     row = column = None
     roles = []
     colp = column_problem(p)
+    partials = None
     if p.kind != "column_reduce":
-        row = row_tile(p, gpu, d)
-        terms["row"], st = kernel_time("row", *row_kernel_bytes(p, row, gpu), gpu, mc)
+        row, partials = row_tile(p, gpu, d)
+        partial_bytes = 0
+        if partials is not None:
+            partial_bytes = d.apply("partial bytes", F.partial_bytes, "the partial rows, written by the row kernel and "
+                                    "read by partials_final", post=int, gradients=partials.outputs,
+                                    partials=partials.partials, n=p.n)
+        terms["row"], st = kernel_time("row", *row_kernel_bytes(p, row, gpu, partial_bytes), gpu, mc)
         d.steps.append(st)
         roles.append("row")
+        if partials is not None:
+            written = sum(p.nbytes(o) for o in p.outputs if o.layout == "col")
+            terms["partials_final"], st = kernel_time("partials_final", partial_bytes + written, 0, gpu, mc)
+            d.steps.append(st)
+            roles.append("partials_final")
+            colp = None
     if colp is not None:
         column = column_tile(colp, gpu, d)
         partial = 4 * column.splits * colp.n * len(colp.prologue.reduce)
@@ -283,7 +393,7 @@ def configure_rows(p: RowsProblem, target="h200") -> RowsConfig:
                             "one CTA counts the kept targets: the per-row scale dloss / count the row kernel reads"))
         d.steps.append(st)
         roles = roles + ["total"] if role == "total" else ["total_pre"] + roles
-    schedule = RowsSchedule(gpu.arch, tuple(roles), row, column, total)
+    schedule = RowsSchedule(gpu.arch, tuple(roles), row, column, total, partials)
     t = sum(v["time_us"] for v in terms.values())
     moved = sum(v["bytes"] for v in terms.values())
     launches = len(terms) * mc["t_launch_us"]

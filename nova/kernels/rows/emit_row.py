@@ -11,10 +11,16 @@ Row partials are combined by xor shuffles within the row's lanes and, for a CTA 
 shared memory (one slot per warp and value, one barrier per reduction).  Rows past the end read row 0
 (addresses clamped) and write nothing; lanes past the row's end read its first vector and contribute
 the reduction's identity.
+
+With ``schedule.partials`` (a norm backward summing its weight/bias gradients in its pass) the grid is
+``partials`` CTAs and CTA ``bx`` walks row groups ``bx``, ``bx + partials``, ... in an ``scf.for`` whose
+carried values are the thread's column sums (dy * xhat, dy) of its ``chunks x vec`` columns; after the
+loop the sums of the CTA's rows meet in shared memory (slots in order) and the CTA writes one partial
+row per gradient into the workspace (``partials[gradient, bx, :]``), which ``partials_final`` adds.
 """
 from __future__ import annotations
 
-from nova.kernels.rows.abi import KERNEL_NAMES, params, row_operands
+from nova.kernels.rows.abi import KERNEL_NAMES, params, partial_outputs, row_operands
 from nova.kernels.rows.emit import LOWEST, RowsCodegenError, RowsIr, evaluate, extent
 
 
@@ -40,14 +46,23 @@ class RowKernel:
         self.ir = RowsIr()
         self.smem_cursor = 0
         self.loaded: dict[tuple, list[str]] = {}
+        self.partials = s.partials                 # weight/bias gradients summed in this pass (or None)
+        self.sums: list[str] = []                  # their running column sums, [gradient][chunk][j]
+        self.chunk_index = 0
 
     def build(self) -> str:
         p, t, ir = self.p, self.t, self.ir
         ir.emit(f"// Nova rows kernel: {p.describe()}; {t.threads_per_row} threads per row, {t.rows_per_cta} rows "
-                f"per CTA, vec {t.vec}, {t.chunks} chunks, {'in registers' if t.in_registers else 'looped'}")
+                f"per CTA, vec {t.vec}, {t.chunks} chunks, {'in registers' if t.in_registers else 'looped'}"
+                + (f"; weight/bias gradients summed over {self.partials.groups_per_cta} row groups a CTA"
+                   if self.partials else ""))
         with ir.rows_kernel(KERNEL_NAMES["row"], param_types(p, self.s, "row"), t.threads, t.max_regs):
             self.setup()
-            getattr(self, "_" + p.kind)()
+            if self.partials is None:
+                self.setup_row(self.bx)
+                getattr(self, "_" + p.kind)()
+            else:
+                self.summed_pass()
         if self.smem_cursor > t.smem_bytes:
             raise RowsCodegenError(f"{p.describe()}: reductions need {self.smem_cursor} B of shared memory, "
                                    f"the schedule gives {t.smem_bytes}")
@@ -55,16 +70,21 @@ class RowKernel:
 
     # ---------------------------------------------------------------- geometry
     def setup(self) -> None:
-        p, t, ir = self.p, self.t, self.ir
+        t, ir = self.t, self.ir
         self.tid = ir.let("tid", "gpu.thread_id x")
-        bx = ir.let("bx", "gpu.block_id x")
+        self.bx = ir.let("bx", "gpu.block_id x")
         self.lane = ir.rem(self.tid, t.threads_per_row, "lane") if t.threads_per_row < t.threads else self.tid
-        slot = ir.div(self.tid, t.threads_per_row, "slot") if t.threads_per_row < t.threads else 0
-        self.row = ir.add(ir.mul(bx, t.rows_per_cta, "row0"), slot, "row")
-        self.row_ok = ir.cmp("slt", self.row, p.rows, "row_ok") if p.rows % t.rows_per_cta else True
-        self.srow = ir.select(self.row_ok, self.row, 0, hint="srow")
+        self.slot = ir.div(self.tid, t.threads_per_row, "slot") if t.threads_per_row < t.threads else 0
         self.step = t.threads_per_row * t.vec
         self.lane_col = ir.mul(self.lane, t.vec, "lane_col")
+
+    def setup_row(self, group) -> None:
+        """The thread's row in row group ``group`` (CTA ``bx`` without partials; a loop's group with them)."""
+        p, t, ir = self.p, self.t, self.ir
+        self.row = ir.add(ir.mul(group, t.rows_per_cta, "row0"), self.slot, "row")
+        covered = t.rows_per_cta * (t.grid if self.partials is None else t.grid * self.partials.groups_per_cta)
+        self.row_ok = ir.cmp("slt", self.row, p.rows, "row_ok") if covered != p.rows else True
+        self.srow = ir.select(self.row_ok, self.row, 0, hint="srow")
         self.base = {o.name: ir.mul(self.srow, o.stride, f"{o.name}_row") for o in row_operands(p) if o.layout == "row"}
         self.leader = ir.and_(ir.cmp("eq", self.lane, 0, "lead"), self.row_ok)
 
@@ -95,6 +115,7 @@ class RowKernel:
         """``body(envs, in_row, column, carry) -> carry`` over every chunk of the thread's row."""
         if self.t.in_registers:
             for c in range(self.t.chunks):
+                self.chunk_index = c
                 col, ok = self.chunk(c)
                 carry = body(self.envs(names, c, col, ok), ok, col, carry)
             return carry
@@ -169,16 +190,23 @@ class RowKernel:
 
     # ---------------------------------------------------------------- writing
     def write(self, names, fn) -> None:
-        """The final sweep: ``fn(env, column index) -> {output: value}`` stored per element."""
+        """The final sweep: ``fn(env, column index) -> {output: value}`` stored per element; with partials
+        the values ``fn`` gives for the summed gradients (dweight, dbias) are added to the column sums."""
         ir = self.ir
         outs = {o.name for o in self.p.outputs if o.layout == "row"}
+        summed = [o.name for o in partial_outputs(self.p)] if self.partials is not None else []
 
         def body(envs, ok, col, carry):
             values: dict[str, list] = {}
+            keep = ir.and_(ok, self.row_ok)
             for j, env in enumerate(envs):
-                for name, v in fn(env, ir.add(col, j, "cj")).items():
+                got = fn(env, ir.add(col, j, "cj"))
+                for name, v in got.items():
                     if name in outs:
                         values.setdefault(name, []).append(v)
+                for q, name in enumerate(summed):
+                    at = (q * self.t.chunks + self.chunk_index) * self.t.vec + j
+                    self.sums[at] = ir.fadd(self.sums[at], ir.fsel(keep, got[name], ir.f(0.0)), "colsum")
 
             def store():
                 for name, vs in values.items():
@@ -194,6 +222,66 @@ class RowKernel:
         present = {n: v for n, v in values.items() if n in ir.types}
         if present:
             ir.guarded(self.leader, lambda: [ir.store(n, self.row, [v]) for n, v in present.items()])
+
+    # ---------------------------------------------------------------- weight/bias gradients in the pass
+    def summed_pass(self) -> None:
+        """The kind's body once per row group ``bx + k * partials``, the column sums carried; then one
+        partial row per gradient (the CTA's row slots added in order through shared memory)."""
+        ir, t, pt = self.ir, self.t, self.partials
+        count = pt.outputs * t.chunks * t.vec
+        with ir.loop(pt.groups_per_cta, [ir.f(0.0)] * count, "grp") as (k, carried, state):
+            self.sums = list(carried)
+            self.setup_row(ir.add(self.bx, ir.mul(k, pt.partials, "grp_off"), "group"))
+            getattr(self, "_" + self.p.kind)()
+            if t.threads_per_row > 32:
+                ir.emit("gpu.barrier")          # the next group's reductions reuse the shared slots
+            state["out"] = self.sums
+        sums = state["results"]
+        if t.rows_per_cta == 1:
+            self.store_partials(sums)
+        else:
+            self.combine_slots(sums)
+
+    def store_partials(self, sums) -> None:
+        """A CTA of one row: each thread writes its columns' sums (vectors) into the partial rows."""
+        ir, t, pt, n = self.ir, self.t, self.partials, self.p.n
+        for c in range(t.chunks):
+            col, ok = self.chunk(c)
+            for q in range(pt.outputs):
+                vals = sums[(q * t.chunks + c) * t.vec:(q * t.chunks + c + 1) * t.vec]
+                base = ir.add(ir.mul(self.bx, n, "prow"), q * pt.partials * n, "pslab")
+                ir.guarded(ok, lambda vals=vals, base=base, col=col: ir.store("partials", ir.add(base, col, "poff"), vals))
+
+    def combine_slots(self, sums) -> None:
+        """Several rows a CTA: the slots' sums through shared memory, each column's added in slot order."""
+        ir, t, pt, n = self.ir, self.t, self.partials, self.p.n
+        width = t.chunks * self.step                   # the padded row a slot covers
+        size = t.rows_per_cta * pt.outputs * width
+        sm = ir.smem_f32(0, size)
+        smty = f"memref<{size}xf32, #smem>"
+        self.smem_cursor = max(self.smem_cursor, 4 * size)
+        for q in range(pt.outputs):
+            for c in range(t.chunks):
+                col, _ = self.chunk(c)
+                for j in range(t.vec):
+                    at = ir.add(ir.mul(ir.add(ir.mul(self.slot, pt.outputs, "sq"), q, "sq"), width, "sw"),
+                                ir.add(col, j, "cj"), "sat")
+                    ir.emit(f"memref.store {sums[(q * t.chunks + c) * t.vec + j]}, {sm}[{ir.v(at)}] : {smty}")
+        ir.emit("gpu.barrier")
+        with ir.loop(-(-n // t.threads), [], "pc") as (k, _, state):
+            col = ir.add(ir.mul(k, t.threads, "pc0"), self.tid, "pcol")
+            ok = True if n % t.threads == 0 else ir.cmp("slt", col, n, "pc_ok")
+
+            def write():
+                for q in range(pt.outputs):
+                    total = None
+                    for slot in range(t.rows_per_cta):
+                        at = ir.add(col, (slot * pt.outputs + q) * width, "pat")
+                        v = ir.let("ps", f"memref.load {sm}[{ir.v(at)}] : {smty}")
+                        total = v if total is None else ir.fadd(total, v, "pss")
+                    dst = ir.add(ir.add(ir.mul(self.bx, n, "prow"), q * pt.partials * n, "pslab"), col, "poff")
+                    ir.store("partials", dst, [total])
+            ir.guarded(ok, write)
 
     def per_row(self, name: str) -> str:
         return self.ir.load(name, self.srow)[0]
@@ -244,10 +332,14 @@ class RowKernel:
         mb = ir.fmul(b, ir.f(1.0 / n), "mb")
 
         def dx(e, c):
-            v = ir.fsub(g(e), ir.fmul(xhat(e), mb))
+            xh = xhat(e)
+            v = ir.fsub(g(e), ir.fmul(xh, mb))
             if a is not None:
                 v = ir.fsub(v, ir.fmul(a, ir.f(1.0 / n)))
-            return {"dx": ir.fmul(v, rstd, "dx")}
+            out = {"dx": ir.fmul(v, rstd, "dx")}
+            if self.partials is not None:
+                out.update(dweight=ir.fmul(e["dy"], xh, "dwx"), dbias=e["dy"])
+            return out
         self.write(names, dx)
 
     def _layer_norm_backward(self) -> None:

@@ -8,6 +8,9 @@ Kernels (roles), in launch order where a problem has several:
     column        the column reduction's first stage: CTA (x, s) sums rows of split s for its columns into
                   per-split partials (the final values when ``splits`` is 1)
     column_final  the second stage: each column's ``splits`` partials added in order (deterministic)
+    partials_final  the norms' weight/bias gradients accumulated by the row kernel itself (``partials``):
+                  each of its CTAs adds its rows' columns into one partial row per gradient in a
+                  workspace; this kernel adds each column's partials in CTA order (deterministic)
     total         one CTA: a loss's sum (and count) over all rows, or the backward's per-row scale
 
 The configurator (``derive.py``) fills it; the builders (``emit_*.py``) read only it and the problem.
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-ROLES = ("total_pre", "row", "column", "column_final", "total")
+ROLES = ("total_pre", "row", "column", "column_final", "partials_final", "total")
 
 
 @dataclass(frozen=True)
@@ -60,12 +63,38 @@ class ColumnTile:
 
 
 @dataclass(frozen=True)
+class PartialsTile:
+    """The weight/bias gradients summed in the row kernel's pass: its grid is ``partials`` CTAs, CTA b
+    walks row groups b, b + partials, ... (``groups_per_cta`` of them) and keeps its columns' sums in
+    registers; one partial row per gradient and CTA, then ``partials_final`` adds them in CTA order."""
+    partials: int                   # row-kernel CTAs = partial rows per gradient
+    groups_per_cta: int             # row groups (rows_per_cta rows each) a CTA walks
+    outputs: int                    # gradients summed (dweight, dbias)
+    final_vec: int                  # partials_final: f32 elements per access
+    final_threads_cols: int         # partials_final: threads along the columns (a warp's lanes)
+    final_threads_rows: int         # partials_final: threads along the partials, met in shared memory
+    final_grid: int
+
+    @property
+    def final_threads(self) -> int:
+        return self.final_threads_cols * self.final_threads_rows
+
+    @property
+    def final_smem_bytes(self) -> int:
+        return 4 * self.outputs * self.final_threads * self.final_vec if self.final_threads_rows > 1 else 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class RowsSchedule:
     arch: str
     roles: tuple                    # the kernels, in launch order
     row: RowTile | None = None
     column: ColumnTile | None = None
     total_threads: int = 0          # the single-CTA loss kernels (0: none)
+    partials: PartialsTile | None = None    # weight/bias gradients in the row kernel's pass
 
     def to_dict(self) -> dict:
         d = {"arch": self.arch, "roles": list(self.roles)}
@@ -75,6 +104,8 @@ class RowsSchedule:
             d["column"] = self.column.to_dict()
         if self.total_threads:
             d["total_threads"] = self.total_threads
+        if self.partials is not None:
+            d["partials"] = self.partials.to_dict()
         return d
 
     def workspace_bytes(self, problem) -> int:

@@ -1,0 +1,79 @@
+"""``partials_final``: the norms' weight/bias gradients from the partial rows their row kernel wrote.
+
+The workspace holds ``partials[gradient, cta, n]`` (f32).  CTA ``bx`` owns columns
+``[bx * threads_cols * vec, +threads_cols * vec)``: thread (c, r) = (tid % threads_cols, tid /
+threads_cols) reads ``vec`` columns (one 16-byte load for f32 x 4) of partial rows r, r + threads_rows,
+... and adds them in that order; the ``threads_rows`` sums of a column meet in shared memory and row 0
+adds them in order, then writes the gradient rounded to its type.  Every column's sum is added in the
+same order on every run: no atomics, the same bits.
+"""
+from __future__ import annotations
+
+import math
+
+from nova.kernels.rows.abi import KERNEL_NAMES, partial_outputs
+from nova.kernels.rows.emit import RowsIr
+from nova.kernels.rows.emit_row import param_types
+
+
+def build_partials_final(p, s) -> str:
+    pt = s.partials
+    ir = RowsIr()
+    names = [o.name for o in partial_outputs(p)]
+    vec, tc, tr, parts, n = pt.final_vec, pt.final_threads_cols, pt.final_threads_rows, pt.partials, p.n
+    ir.emit(f"// Nova rows partials final: {p.describe()}; {parts} partial rows of {', '.join(names)}, "
+            f"{tc}x{tr} threads, vec {vec}")
+    cap = min(255, 65536 // pt.final_threads // 8 * 8)     # one CTA fits the register file (ptxas would aim for two)
+    with ir.rows_kernel(KERNEL_NAMES["partials_final"], param_types(p, s, "partials_final"), pt.final_threads, cap):
+        tid = ir.let("tid", "gpu.thread_id x")
+        bx = ir.let("bx", "gpu.block_id x")
+        tcol = ir.rem(tid, tc, "tcol") if tr > 1 else tid
+        trow = ir.div(tid, tc, "trow") if tr > 1 else 0
+        col = ir.mul(ir.add(ir.mul(bx, tc, "cb"), tcol, "cv"), vec, "col")
+        ok_c = True if n % (tc * vec) == 0 else ir.cmp("slt", col, n, "col_ok")
+        safe_c = ir.select(ok_c, col, 0, hint="safe_col")
+        zero = ir.f(0.0)
+        iters = math.ceil(parts / tr)
+        with ir.loop(iters, [zero] * (len(names) * vec), "k") as (k, acc, state):
+            r = ir.add(ir.mul(k, tr, "kr"), trow, "r")
+            ok_r = True if iters * tr == parts else ir.cmp("slt", r, parts, "r_ok")
+            sr = ir.select(ok_r, r, 0, hint="sr")
+            out = list(acc)
+            for q in range(len(names)):
+                got = ir.load("partials", ir.add(ir.mul(ir.add(sr, q * parts, "slab"), n, "prow"), safe_c, "poff"), vec)
+                for j in range(vec):
+                    out[q * vec + j] = ir.fadd(out[q * vec + j], ir.fsel(ok_r, got[j], zero), "acc")
+            state["out"] = out
+        sums = state["results"]
+        if tr > 1:
+            width = tc * vec
+            size = len(names) * tr * width
+            sm = ir.smem_f32(0, size)
+            smty = f"memref<{size}xf32, #smem>"
+            for q in range(len(names)):
+                for j in range(vec):
+                    at = ir.add(ir.add(ir.mul(trow, width, "sr_off"), ir.mul(tcol, vec, "sc_off")), q * tr * width + j)
+                    ir.emit(f"memref.store {sums[q * vec + j]}, {sm}[{ir.v(at)}] : {smty}")
+            ir.emit("gpu.barrier")
+
+            def ordered():
+                out = []
+                for q in range(len(names)):
+                    for j in range(vec):
+                        total = None
+                        for w in range(tr):
+                            at = ir.add(ir.mul(tcol, vec, "sc_off"), q * tr * width + w * width + j)
+                            v = ir.let("pv", f"memref.load {sm}[{ir.v(at)}] : {smty}")
+                            total = v if total is None else ir.fadd(total, v, "psum")
+                        out.append(total)
+                return out
+            lead = ir.cmp("eq", trow, 0, "first_row")
+        else:
+            lead = True
+
+        def write():
+            totals = ordered() if tr > 1 else sums
+            for q, name in enumerate(names):
+                ir.store(name, col, totals[q * vec:(q + 1) * vec])
+        ir.guarded(ir.and_(lead, ok_c), write)
+    return ir.text()
