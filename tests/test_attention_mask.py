@@ -196,3 +196,9 @@ def test_unbiased_kernels_keep_their_text():
         biased = build_module(AttentionProblem(2, 4, 100, 100, 64, causal=True, dtype="bf16", bias=(100, 0, 0, 1)),
                               s, role)
         assert "%bias: memref<200xf32>" in biased and "memref.load %bias[" in biased
+
+
+def test_the_kernels_clamp_at_the_ir_ops_floor():
+    from nova.ir.ops import ATTENTION_BIAS_FLOOR
+    from nova.kernels.attention.problem import BIAS_FLOOR
+    assert BIAS_FLOOR == ATTENTION_BIAS_FLOOR

@@ -68,6 +68,14 @@ def test_op_by_op_gelu_saves_nothing_more_than_f_gelu():
     assert any(n.origin.endswith(RECOMPUTED_TAG) for n in by_ops.graph.nodes)
     assert forward_pointwise_writes(by_ops) == forward_pointwise_writes(named)
     assert memory_bound_traffic(by_ops) <= 1.05 * memory_bound_traffic(named)
+    # the constants CSE shares between the forward and its recomputed backward are literals of each
+    # kernel (pointwise_from_ir.literal_inputs), so the op-by-op forward is the gelu_tanh kernel itself
+    forward = [g for g in by_ops.groups if g.kernel == "nova" and g.kind == "pointwise"
+               and any(n.op == "tanh" for n in g.nodes) and not any(n.origin.endswith(RECOMPUTED_TAG) for n in g.nodes)]
+    assert forward and all([i.op for i in g.problem.program] == ["gelu_tanh"] for g in forward)
+    backward = [g for g in by_ops.groups if g.kernel == "nova" and any(n.op == "tanh_backward" for n in g.nodes)]
+    assert backward and all(not any(i.op == "pow" and i.args[1] < len(g.problem.inputs) for i in g.problem.program)
+                            for g in backward)                     # pow's exponent is a literal, not an operand
 
 
 def memory_bound_traffic(p) -> int:

@@ -545,9 +545,12 @@ class Program:
         (the kernel's semantics: every input read before any output is written)."""
         from nova.kernels.pointwise.launch import bind, mismatch
         from nova.passes.fusion import boundary
+        from nova.passes.pointwise_from_ir import literal_inputs
         problem = group.pointwise
         ins, outs = boundary(group.nodes, self._users, self._outputs_set)
-        in_t, out_t = [tensors[v] for v in ins], [tensors[v] for v in outs]
+        literals = literal_inputs(ins)
+        operands = [v for v in ins if v not in literals]                 # literals are in the program
+        in_t, out_t = [tensors[v] for v in operands], [tensors[v] for v in outs]
         why = ""
         if self.kind == "cuda":
             why = mismatch(problem, in_t, out_t) if device.type != "meta" else ""
@@ -560,7 +563,7 @@ class Program:
         nodes = list(group.nodes)
 
         def run():
-            env = dict(zip(ins, in_t))
+            env = dict(zip(operands, in_t)) | {v: tensors[v] for v in literals}
             with torch.device(device):
                 for node in nodes:
                     res = opdef(node.op).reference(torch, *[env[v] for v in node.inputs], **node.attrs)

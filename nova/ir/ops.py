@@ -302,7 +302,8 @@ define("iota", "creation",
 # =============================================================== composites
 # scale q k^T + bias below it is clamped there: exp(-1e4 - max) is 0 in FP32 beside any key a row keeps, and
 # the value stays small enough that the kernels' base-2 exponents of a fully masked row (-1.4e4) keep ~1e-3
-# absolute accuracy in FP32 (a -5e29 floor would leave them none); ``attention``'s doc, problem.py
+# absolute accuracy in FP32 (a -5e29 floor would leave them none).  nova/ir imports nothing of nova, so the
+# attention kernels state the same floor (``nova.kernels.attention.problem.BIAS_FLOOR``; a test ties them)
 ATTENTION_BIAS_FLOOR = -1.0e4
 
 

@@ -21,8 +21,11 @@ Rules, applied to each node in program order (a node joins a group, or starts on
 * Horizontal: a pointwise node over one element that joins no producer's group joins the latest
   still-open group over one element (the optimizer's step counters, 100 independent ``+ 1``: one
   launch, not 100).  It reads nothing from that group, so the group stays acyclic (below).
-* A reduction joins the pointwise group producing its input (same shape): the ``reduction`` group
-  reads the input once and never writes the fused producers' values unless others need them.
+* A reduction joins the pointwise group producing its input (same shape) when the rows kernels'
+  prologue computes every op of it (``rows_from_ir.is_prologue_op``): the ``reduction`` group reads
+  the input once and never writes the fused producers' values unless others need them.  Otherwise
+  the two stay apart, each on its own Nova kernel (one write and read of the input more, not the
+  whole group on ATen).
   Nothing joins a group after its reduction.
 * Composites (attention, layer_norm, softmax, losses, cross_entropy, optimizer updates) and
   data-movement ops (concat, gathers, scatter_add) are groups of their own; so is each opaque
@@ -62,6 +65,7 @@ from nova.kernels.pointwise.switch import MemoryBoundKernels
 from nova.passes import layout as layout_analysis
 from nova.passes.embedding import EMBEDDING_OPS, embedding_reason, select_embedding
 from nova.passes.rows import rows_reason, select_rows
+from nova.passes.rows_from_ir import is_prologue_op
 from nova.passes.storage import StoragePlan
 
 GROUP_KINDS = ("gemm", "pointwise", "reduction", "composite", "view", "collective", "opaque")
@@ -200,7 +204,8 @@ class _Fuser:
     def _reduction_base(self, node: Node) -> _Open | None:
         x = node.inputs[0]
         p = self.group_of.get(x.producer) if x.producer is not None else None
-        if p is not None and p.kind == "pointwise" and p.open and p.shape == x.shape:
+        if p is not None and p.kind == "pointwise" and p.open and p.shape == x.shape \
+                and all(is_prologue_op(n) for n in p.nodes if kind(n.op) == "pointwise"):
             return p
         return None
 

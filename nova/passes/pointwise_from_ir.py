@@ -37,12 +37,25 @@ def program_of(nodes, inputs, outputs):
     return b, [env[v] for v in outputs]
 
 
+def literal_inputs(inputs) -> list:
+    """The ``inputs`` a kernel reads as literals, not operands: one-element ``constant`` fills (a
+    value CSE shares between groups, such as GELU's 0.044715 in the forward and in its recomputed
+    backward).  Folded into the program they reach the canonical rewrites (``pow(x, 3)`` as ``x*x*x``,
+    GELU written op by op as ``gelu_tanh``) and cost no load.  The problem statement and the
+    executor's binding both take them from here."""
+    return [v for v in inputs if v.producer is not None and v.producer.op == "constant" and v.type.numel == 1]
+
+
 def pointwise_problem(nodes, inputs, outputs, strides_of, offset_of=None) -> PointwiseProblem:
     """The problem of a fusion group: ``nodes`` (pointwise ops and constant fills, program order), the
     values it reads (``inputs``, that order is the kernel's argument order) and writes (``outputs``);
     ``strides_of(value)`` gives an input's element strides as the kernel will see it, ``offset_of(value)``
-    its storage offset in elements (for the base alignment; default 0).  Raises
+    its storage offset in elements (for the base alignment; default 0).  The ``literal_inputs`` are
+    folded into the program, the others are the kernel's operands in order.  Raises
     ``PointwiseProblemError`` naming what no kernel of this family does."""
+    literals = literal_inputs(inputs)
+    nodes = [v.producer for v in literals] + list(nodes)
+    inputs = [v for v in inputs if v not in literals]
     shape = iteration_shape(outputs)
     operands = []
     for v in inputs:

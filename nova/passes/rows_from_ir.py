@@ -250,6 +250,16 @@ def _classify(v, shape, lead, kind, layouts, name) -> Operand:
                   "do not read")
 
 
+def is_prologue_op(node) -> bool:
+    """``node`` can be a prologue op of a rows reduction (what ``_prologue_op`` states): a float cast,
+    or a pointwise op the prologue computes (a ``pow`` with a constant exponent)."""
+    if node.op == "cast":
+        return node.attrs["dtype"] in FLOAT_DTYPES
+    if node.op not in IR_OPS or node.op not in OPS or node.outputs[0].dtype not in FLOAT_DTYPES:
+        return False
+    return node.op != "pow" or (node.inputs[1].producer is not None and node.inputs[1].producer.op == "constant")
+
+
 def _prologue_op(node, arg, ops) -> str:
     """Append ``node`` as prologue ops (rounded to its storage type where that is 16-bit); its value's name."""
     op = node.op

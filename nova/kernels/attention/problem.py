@@ -22,7 +22,7 @@ so no row is ever fully masked by it.
 ``bias`` (empty: none) is an additive FP32 score bias ``[B|1, H|1, Tq|1, Tk]``, stored as its element
 strides ``(sB, sH, sQ, sK)``, 0 on a broadcast axis (a padding mask ``[B, 1, 1, Tk]`` has sH = sQ = 0):
 ``score = max(scale * q . k + bias, BIAS_FLOOR)`` before the softmax, the causal mask on top.  The
-floor (-1e4, ``nova.ir.ops.ATTENTION_BIAS_FLOOR``) catches every -inf and ``torch.finfo.min`` entry, so
+floor (-1e4, ``BIAS_FLOOR``, the IR op's ``ATTENTION_BIAS_FLOOR``) catches every -inf and ``torch.finfo.min`` entry, so
 no row ever meets inf - inf.  Where a row keeps some key (a score above about -1e4 + 104), a clamped
 key's weight is exp(-1e4 - max): exactly 0 in FP32, what eager's -inf and finfo.min masks give.  A
 row whose every causally visible key is clamped averages v uniformly over those visible keys, lse =
@@ -45,7 +45,6 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-from nova.ir.ops import ATTENTION_BIAS_FLOOR
 from nova.options import Options
 from nova.options import current as current_options
 
@@ -63,7 +62,9 @@ ROLE_OPERANDS = {"fwd": ("q", "k", "v", "out"), "bwd_pre": ("out", "dout"),
 BIAS_ROLES = ("fwd", "bwd_dkv", "bwd_dq")                     # the kernels that compute scores read the bias
 
 
-BIAS_FLOOR = ATTENTION_BIAS_FLOOR    # scale q.k + bias below it is clamped there (module docstring)
+# scale q.k + bias below it is clamped there (module docstring): exp(-1e4 - max) is 0 in FP32 beside any key a
+# row keeps, and the kernels' base-2 exponents of a fully masked row (-1.4e4) keep ~1e-3 absolute accuracy in FP32
+BIAS_FLOOR = -1.0e4
 
 
 class AttentionProblemError(ValueError):
