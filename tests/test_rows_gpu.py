@@ -274,6 +274,7 @@ def _precompile(target: str) -> None:
     each kernel test runs with ``Buffers`` recording its problems instead of touching a GPU (the
     float64 references still compute on the CPU); the compiled steps' kernels come from
     ``nova precompile train tiny|llama-tiny --batch 4 --seq 16``, printed for the caller to run."""
+    import collections
     import inspect
     from nova.hwmodel import get_target
     from nova.kernels.rows.compile import get_or_compile
@@ -285,6 +286,7 @@ def _precompile(target: str) -> None:
         def __init__(self, p):
             super().__init__(p)
             problems.append(p)
+            self.t = collections.defaultdict(lambda: torch.zeros(1), self.t)   # outputs never computed here
 
         def put(self, name, value):
             self.t[name] = value
