@@ -716,3 +716,17 @@ def test_prune_max_size_drops_the_least_recently_used(cache):
     assert [e.key for e in cache.prune(max_bytes=two)] == [keys[1]]
     assert sorted(e.key for e in cache.entries()) == sorted([keys[0], keys[2]])
     assert [e.key for e in cache.prune(max_bytes=0)] == [keys[2], keys[0]] and cache.entries() == []
+
+
+def test_the_registry_knows_every_family_a_module_registers():
+    """``nova cache prune`` judges entries by the registry's families: a family missing there would
+    see its fresh kernels pruned as stale (pointwise and multi-tensor were, until they were listed)."""
+    import re
+    from pathlib import Path
+    import nova.kernels
+    from nova.kernels import registry  # noqa: F401
+    from nova.kernels.family import families
+    root = Path(nova.kernels.__file__).parent
+    declared = {m.group(1) for path in root.rglob("*.py") if path.name != "family.py"    # its docstring example
+                for m in re.finditer(r'register\(KernelFamily\(name="([a-z_]+)"', path.read_text())}
+    assert declared and declared <= {f.name for f in families()}

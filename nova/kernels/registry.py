@@ -6,6 +6,8 @@ from nova.kernels import family
 from nova.kernels.attention import compile as attention_family  # noqa: F401  (registers "attention")
 from nova.kernels.embedding import compile as embedding_family  # noqa: F401  (registers "embedding")
 from nova.kernels.gemm import family as gemm_family  # noqa: F401  (registers "gemm")
+from nova.kernels.optimizer import compile as optimizer_family  # noqa: F401  (registers "multi_tensor")
+from nova.kernels.pointwise import compile as pointwise_family  # noqa: F401  (registers "pointwise")
 from nova.kernels.rows import compile as rows_family  # noqa: F401  (registers "rows")
 
 
