@@ -227,3 +227,59 @@ def test_llama_plan_has_no_repeat_copies_or_group_sums_on_aten(capsys, monkeypat
     assert [k for k in without["kernels"] if k["kernel"] == "aten" and k["name"] == "sum"]
     assert report["prediction"]["step_ms"] < without["prediction"]["step_ms"]
     assert report["prediction"]["launches"] < without["prediction"]["launches"]
+
+
+# ------------------------------------------------------------------ on the GPU: Nova's grouped-query kernels
+GPU_CONFIG = dict(vocab_size=96, dim=256, n_layer=2, n_head=4, n_kv_head=2, hidden_dim=256, max_seq_len=128)
+GPU_BATCH = 2                     # head dimension 64: the attention runs on Nova's kernels with kv_heads = 2
+
+
+def gpu_llama_step(device="cuda"):
+    """A Llama whose attention Nova's kernels cover (head dimension 64, 2 K/V heads for 4 query heads):
+    (its forward + backward step, example arguments, the model)."""
+    from nova.models.llama import Llama, LlamaConfig
+    model = Llama(LlamaConfig(**GPU_CONFIG), seed=0).to(device)
+
+    def step(idx, targets):
+        loss = model(idx, targets)
+        loss.backward()
+        return loss
+    idx = torch.zeros(GPU_BATCH, GPU_CONFIG["max_seq_len"], dtype=torch.long, device=device)
+    return step, (idx, idx.clone()), model
+
+
+@pytest.mark.gpu
+def test_gpu_llama_step_runs_grouped_query_attention_on_nova_kernels():
+    """The compiled step against a float64 eager twin: the loss and every gradient within TF32's bounds
+    (tests/test_attention_gpu.py's 1e-2 for attention's gradients; a wrong head map is off by O(1)),
+    with every attention op on Nova's kernels at the K/V heads.  Kernels: ``python
+    tests/test_grouped_query.py --target h200`` on a host precompiles them."""
+    import nova
+    torch.backends.cuda.matmul.allow_tf32 = False
+    step, (idx, _), model = gpu_llama_step()
+    twin = copy.deepcopy(model).double()
+    compiled = nova.compile(step)
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    vocab = GPU_CONFIG["vocab_size"]
+    idx, targets = (torch.randint(0, vocab, idx.shape, device="cuda", generator=gen) for _ in range(2))
+    loss = compiled(idx, targets)
+    ref = twin(idx, targets)
+    ref.backward()
+    assert _relative(loss.double(), ref) < 2e-3
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        assert p.grad is not None and not p.grad.isnan().any(), name
+        assert _relative(p.grad.double(), q.grad) < 2e-2, name
+    program = compiled._last.engine.program
+    assert kv_heads_read(program.graph) == [GPU_CONFIG["n_kv_head"]] * (2 * GPU_CONFIG["n_layer"])
+    launched = [k for launch in program.launches for k in launch.kernels if k.attention is not None]
+    assert len(launched) == 2 * GPU_CONFIG["n_layer"], program.stats["fallbacks"]
+
+
+if __name__ == "__main__":
+    import argparse
+    import nova
+    ap = argparse.ArgumentParser(description="precompile the GPU test's kernels into $NOVA_CACHE_DIR (no GPU needed)")
+    ap.add_argument("--target", default="h200")
+    target = ap.parse_args().target
+    step, args, model = gpu_llama_step("meta")
+    print(nova.precompile(step, *args, target=target, models=[model]))
