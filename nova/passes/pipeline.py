@@ -3,6 +3,8 @@
     verify -> dce -> cse -> canonicalize -> cse                 the optimized graph
            -> cross_entropy -> verify                           log_softmax+nll_loss (+backward) fused
            -> rms_norm -> verify                                RMSNorm's ops (+backward) recognised, fused
+           -> grouped_query                                     attention reads K/V heads un-repeated, its
+                                                                backward sums each group (``grouped_query.py``)
            -> recompute_pointwise                               saved pointwise intermediates recomputed
                                                                 in the backward's kernels (``recompute.py``)
            -> plan_storage                                      strided kernel results in their readers' layout
@@ -29,6 +31,7 @@ from nova.passes.cse import cse
 from nova.passes.dce import dce
 from nova.passes.rms_norm import fuse_rms_norm
 from nova.passes.fusion import Group, format_bytes, fuse
+from nova.passes.grouped_query import read_kv_heads
 from nova.passes.recompute import recompute_pointwise
 from nova.passes.memory import MemoryPlan
 from nova.passes.schedule import schedule_with_plan
@@ -72,6 +75,8 @@ def pipeline(graph: Graph, target=None, kernels: MemoryBoundKernels | None = Non
     stats["cross_entropy"] = len(g.nodes)
     g = fuse_rms_norm(g)
     stats["rms_norm"] = len(g.nodes)
+    g = read_kv_heads(g)
+    stats["grouped_query"] = len(g.nodes)
     g, recomputed = recompute_pointwise(g, target)
     stats["recompute"] = len(g.nodes)
     verify(g)
