@@ -114,3 +114,92 @@ def gpt_tiny_planned(optimizer: str = "adamw", later_step: bool = False):
             opt.state[p]["momentum_buffer"] = torch.zeros_like(p)
     idx = torch.zeros((GPT_BATCH, GPT_SEQ), dtype=torch.long, device="meta")
     return pipeline(capture(step, (idx, idx.clone()), models=[model], optimizers=[opt], name="gpt_tiny").graph)
+
+
+# --------------------------------------------------------------------------- strided outputs
+@dataclass(frozen=True)
+class StridedCase:
+    """Outputs written at strides (``PointwiseProblem.stores``): ``build(g, *inputs)`` -> output values
+    over inputs of ``shapes``; ``buffer`` is the shape of the tensor the outputs live in and
+    ``views(buffer)`` the output views (slices of it, a permutation of it)."""
+    name: str
+    build: object
+    shapes: tuple
+    dtype: str
+    buffer: tuple
+    views: object
+    source: tuple = ()                  # when given: the inputs are ``split(source tensor)``
+    split: object = None
+
+    def graph(self):
+        g = Graph(self.name)
+        xs = [g.input(TensorType(s, self.dtype), f"x{k}") for k, s in enumerate(self.shapes)]
+        outs = self.build(g, *xs)
+        for k, o in enumerate(outs):
+            g.output(o, f"y{k}")
+        return g, xs, outs
+
+    def tensors(self, device, gen=None) -> list:
+        dt = TORCH[self.dtype]
+        make = lambda s: (torch.randn(s, generator=gen, device=device).to(dt) if device != "meta" else   # noqa: E731
+                          torch.empty(s, dtype=dt, device="meta"))
+        return list(self.split(make(self.source))) if self.source else [make(s) for s in self.shapes]
+
+    def outputs(self, device) -> tuple:
+        """(the buffer, NaN-filled; the output views into it)."""
+        buf = torch.full(self.buffer, float("nan"), dtype=TORCH[self.dtype], device=device)
+        return buf, self.views(buf)
+
+    def problem(self) -> PointwiseProblem:
+        g, xs, outs = self.graph()
+        inputs = self.tensors("meta")
+        _, views = self.outputs("meta")
+        strides = {v: t.stride() for v, t in zip(xs, inputs)}
+        written = {v: (t.stride(), t.storage_offset()) for v, t in zip(outs, views)}
+        return pointwise_problem(g.nodes, xs, outs, strides.__getitem__, written_at=written.__getitem__)
+
+
+def _halves(t):
+    h = t.shape[-1] // 2
+    return (t[..., :h], t[..., h:])
+
+
+STRIDED_CASES = [
+    # RoPE's rotate-half of a [B, H, T, D] head tensor x: (-x[..., h:], x[..., :h]) read from x's halves and
+    # written into the halves of the concat's buffer (two outputs, one kernel)
+    StridedCase(f"rotate_half-{dtype}", lambda g, x1, x2, dtype=dtype: [g.op("neg", x2), g.op("cast", x1, dtype=dtype)],
+                ((2, 3, 33, 32),) * 2, dtype, (2, 3, 33, 64), _halves, (2, 3, 33, 64), _halves)
+    for dtype in ("f32", "bf16")]
+STRIDED_CASES += [
+    # a head merge's producer: [B, H, T, D] written with axes (0, 2, 1, 3) outermost first
+    StridedCase("heads_permuted-f32", lambda g, x, y: [g.op("add", g.op("mul", x, y), x)], ((2, 5, 17, 24),) * 2,
+                "f32", (2, 17, 5, 24), lambda t: (t.permute(0, 2, 1, 3),)),
+    # a transposed result: the innermost axis written 96 elements apart (a scatter, one store per lane)
+    StridedCase("transposed-f16", lambda g, x: [g.op("silu", x)], ((96, 128),), "f16", (128, 96),
+                lambda t: (t.t(),)),
+    # an odd slice offset (2 elements: 4-byte aligned) narrows the vector
+    StridedCase("offset_slice-bf16", lambda g, x: [g.op("exp", x)], ((7, 40),), "bf16", (7, 44),
+                lambda t: (t[:, 2:42],)),
+]
+
+
+def llama_tiny(device):
+    """The Llama-tiny model (RoPE, grouped-query attention, SwiGLU), AdamW and its training step."""
+    from nova.models import make_train_step
+    from nova.models.llama import Llama
+    if device == "meta":
+        with torch.device("meta"):
+            model = Llama("tiny")
+    else:
+        model = Llama("tiny", seed=0).to(device)
+    opt = make_optimizer("adamw", model.parameters())
+    return model, opt, make_train_step(model, opt)
+
+
+def llama_tiny_planned():
+    """The plan of the Llama-tiny step as ``nova.compile`` makes it (captured on the meta device)."""
+    from nova.frontend import capture
+    from nova.passes import pipeline
+    model, opt, step = llama_tiny("meta")
+    idx = torch.zeros((GPT_BATCH, GPT_SEQ), dtype=torch.long, device="meta")
+    return pipeline(capture(step, (idx, idx.clone()), models=[model], optimizers=[opt], name="llama_tiny").graph)

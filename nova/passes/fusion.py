@@ -21,6 +21,11 @@ Rules, applied to each node in program order (a node joins a group, or starts on
 * Horizontal: a pointwise node over one element that joins no producer's group joins the latest
   still-open group over one element (the optimizer's step counters, 100 independent ``+ 1``: one
   launch, not 100).  It reads nothing from that group, so the group stays acyclic (below).
+* Concat writers: a pointwise node whose result the storage pass places in a concat's buffer and
+  that joins no producer's group joins the open pointwise group of its shape that writes another
+  input of that concat (RoPE's rotate-half: the negated half and the copied half, one launch).  Such
+  a node (any whose result the storage pass stores strided) never joins a GEMM epilogue, and no
+  reduction joins its group: those kernels write dense results.
 * A reduction joins the pointwise group producing its input (same shape) when the rows kernels'
   prologue computes every op of it (``rows_from_ir.is_prologue_op``): the ``reduction`` group reads
   the input once and never writes the fused producers' values unless others need them.  Otherwise
@@ -205,8 +210,25 @@ class _Fuser:
         x = node.inputs[0]
         p = self.group_of.get(x.producer) if x.producer is not None else None
         if p is not None and p.kind == "pointwise" and p.open and p.shape == x.shape \
-                and all(is_prologue_op(n) for n in p.nodes if kind(n.op) == "pointwise"):
+                and all(is_prologue_op(n) for n in p.nodes if kind(n.op) == "pointwise") \
+                and not any(self._stored(n) for n in p.nodes):
             return p
+        return None
+
+    def _stored(self, node: Node) -> bool:
+        """A result of ``node`` is written where the storage pass decided (not dense)."""
+        return any(v in self.storage.layouts for v in node.outputs)
+
+    def _sibling(self, node: Node) -> _Open | None:
+        """The open pointwise group of ``node``'s shape that writes another input of the concat whose
+        buffer the storage pass places ``node``'s result in (rule in the module docstring), or None."""
+        lay = self.storage.layouts.get(node.outputs[0]) if kind(node.op) == "pointwise" else None
+        if lay is None or lay.root is node.outputs[0]:
+            return None
+        for n, g in self.group_of.items():
+            placed = [self.storage.layouts[v].root for v in n.outputs if v in self.storage.layouts]
+            if lay.root in placed and g.kind == "pointwise" and g.open and g.shape == node.outputs[0].shape:
+                return g
         return None
 
     def _joinable(self, node: Node) -> bool:
@@ -216,10 +238,10 @@ class _Fuser:
         if k != "pointwise":
             return False
         producers = self._producers(node)
-        if self._horizontal(node):
+        if self._horizontal(node) or self._sibling(node) is not None:
             return True
-        return bool(self._candidates(node, producers)) or \
-            _epilogue(node, producers, self.users, self.outputs, self.layouts, dry_run=True) is not None
+        return bool(self._candidates(node, producers)) or (not self._stored(node) and _epilogue(
+            node, producers, self.users, self.outputs, self.layouts, dry_run=True) is not None)
 
     def _horizontal(self, node: Node) -> bool:
         """``node`` joins the open pointwise group over one element (rule in the module docstring)."""
@@ -234,7 +256,8 @@ class _Fuser:
             g = _Open("gemm", node)
             _classify_gemm(g, node, self.layouts)
         elif k in ("pointwise", "creation"):
-            g = _epilogue(node, producers, self.users, self.outputs, self.layouts)
+            g = None if self._stored(node) else _epilogue(node, producers, self.users, self.outputs, self.layouts)
+            sibling = self._sibling(node)
             if g is not None:
                 g.nodes.append(node)
             else:
@@ -248,6 +271,9 @@ class _Fuser:
                         other.nodes = []
                     g.nodes.append(node)
                     g.shape = node.outputs[0].shape
+                elif sibling is not None:
+                    g = sibling                        # another writer of the same concat's buffer
+                    g.nodes.append(node)
                 elif self._horizontal(node):
                     g = self._scalars                  # horizontal: independent scalar work, one launch
                     g.nodes.append(node)
@@ -465,7 +491,7 @@ def _finish(g: _Open, position, users, outputs, layouts, names, kernels: MemoryB
         group.reason = f"{first.op} of {', '.join(names[x] for x in first.inputs)}: {why}"
     elif g.kind == "pointwise" and any(kind(n.op) == "pointwise" for n in nodes):
         if kernels.pointwise:
-            _classify_pointwise(group, g, layouts)
+            _classify_pointwise(group, g, layouts, storage)
         else:
             g.why_not_nova = f"NOVA_POINTWISE={kernels.key()}"
         group.reason = _reason(group, g, layouts, names)
@@ -521,16 +547,19 @@ def _classify_optimizer(group: Group, g: _Open, layouts) -> None:
     group.problem = problem
 
 
-def _classify_pointwise(group: Group, g: _Open, layouts) -> None:
+def _classify_pointwise(group: Group, g: _Open, layouts, storage: StoragePlan) -> None:
     """A pointwise group runs as one Nova pointwise kernel (``nova/kernels/pointwise``) when the family
     computes it: its ``PointwiseProblem`` (inputs with the strides and offsets the layout analysis
-    gives them) is stored on the group; else it stays on ATen with the reason."""
+    gives them, outputs where the storage pass writes them) is stored on the group; else it stays on
+    ATen with the reason."""
     from nova.kernels.pointwise.emit import unsupported
     from nova.kernels.pointwise.problem import PointwiseProblemError
     from nova.passes.pointwise_from_ir import pointwise_problem
     try:
         problem = pointwise_problem(group.nodes, group.inputs, group.outputs,
-                                    lambda v: layouts[v].strides, lambda v: layouts[v].offset)
+                                    lambda v: layouts[v].strides, lambda v: layouts[v].offset,
+                                    lambda v: (layouts[v].strides, layouts[v].offset) if v in storage.layouts
+                                    else None)
     except PointwiseProblemError as e:
         g.why_not_nova = str(e)
         return

@@ -7,6 +7,7 @@
                                                                 backward sums each group (``grouped_query.py``)
            -> recompute_pointwise                               saved pointwise intermediates recomputed
                                                                 in the backward's kernels (``recompute.py``)
+           -> copy_concat_inputs                                a concat's unplaceable inputs copied by a kernel
            -> plan_storage                                      strided kernel results in their readers' layout
            -> fuse                                              groups (kernels)
            -> schedule                                          the order the groups run in
@@ -35,7 +36,7 @@ from nova.passes.grouped_query import read_kv_heads
 from nova.passes.recompute import recompute_pointwise
 from nova.passes.memory import MemoryPlan
 from nova.passes.schedule import schedule_with_plan
-from nova.passes.storage import StoragePlan, plan_storage
+from nova.passes.storage import StoragePlan, copy_concat_inputs, plan_storage
 
 
 @dataclass
@@ -79,6 +80,8 @@ def pipeline(graph: Graph, target=None, kernels: MemoryBoundKernels | None = Non
     stats["grouped_query"] = len(g.nodes)
     g, recomputed = recompute_pointwise(g, target)
     stats["recompute"] = len(g.nodes)
+    g = copy_concat_inputs(g)
+    stats["concat_copies"] = len(g.nodes)
     verify(g)
     planned = plan_graph(g, target, stats, kernels)
     planned.recomputed = recomputed

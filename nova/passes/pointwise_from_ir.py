@@ -2,7 +2,7 @@
 expression, parsed into a graph by ``nova.passes.pointwise_expression``) as the canonical ``PointwiseProblem``
 of ``nova/kernels/pointwise`` (program built and canonicalised there, ``canonical.py``).
 
-    pointwise_problem(group.nodes, group.inputs, group.outputs, strides_of, offset_of)
+    pointwise_problem(group.nodes, group.inputs, group.outputs, strides_of, offset_of)   # outputs too
     expression_problem("gelu_tanh(x)+y", (16384, 2048), "bf16")
 """
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 from nova.ir.ops import kind
 from nova.kernels.pointwise.canonical import Builder, canonical_problem
 from nova.kernels.pointwise.problem import (Operand, PointwiseProblem, PointwiseProblemError, alignment,
-                                            broadcast_strides, iteration_shape, row_major)
+                                            broadcast_strides, iteration_shape, overlap_reason,
+                                            row_major)
 from nova.kernels.pointwise.types import FLOAT_TYPES
 
 
@@ -46,23 +47,38 @@ def literal_inputs(inputs) -> list:
     return [v for v in inputs if v.producer is not None and v.producer.op == "constant" and v.type.numel == 1]
 
 
-def pointwise_problem(nodes, inputs, outputs, strides_of, offset_of=None) -> PointwiseProblem:
+def pointwise_problem(nodes, inputs, outputs, strides_of, offset_of=None, written_at=None) -> PointwiseProblem:
     """The problem of a fusion group: ``nodes`` (pointwise ops and constant fills, program order), the
     values it reads (``inputs``, that order is the kernel's argument order) and writes (``outputs``);
     ``strides_of(value)`` gives an input's element strides as the kernel will see it, ``offset_of(value)``
-    its storage offset in elements (for the base alignment; default 0).  The ``literal_inputs`` are
-    folded into the program, the others are the kernel's operands in order.  Raises
+    its storage offset in elements (for the base alignment; default 0); ``written_at(value)`` an
+    output's ``(strides, offset)`` where the kernel writes it (its slice of a concat's buffer, its axes
+    in another order: ``nova/passes/storage.py``), None (or no ``written_at``) for contiguous.  The
+    ``literal_inputs`` are folded into the program, the others are the kernel's operands in order.  Raises
     ``PointwiseProblemError`` naming what no kernel of this family does."""
     literals = literal_inputs(inputs)
     nodes = [v.producer for v in literals] + list(nodes)
     inputs = [v for v in inputs if v not in literals]
     shape = iteration_shape(outputs)
-    operands = []
-    for v in inputs:
-        strides = tuple(strides_of(v))
-        offset = offset_of(v) if offset_of is not None else 0
-        operands.append(Operand(v.dtype, broadcast_strides(v.shape, strides, shape), alignment(offset * v.type.itemsize)))
-    return canonical_problem(shape, tuple(operands), program_of(nodes, inputs, outputs))
+
+    def operand(v, strides, offset) -> Operand:
+        return Operand(v.dtype, broadcast_strides(v.shape, tuple(strides), shape), alignment(offset * v.type.itemsize))
+    stores = []
+    for v in outputs:
+        at = written_at(v) if written_at is not None else None
+        if at is None:
+            stores.append(Operand(v.dtype, row_major(shape)))
+            continue
+        if tuple(v.shape) != tuple(shape):
+            raise PointwiseProblemError(f"output {v.type} is written strided over the iteration shape {list(shape)}")
+        store = operand(v, *at)
+        why = overlap_reason(shape, store.strides)
+        if why:
+            raise PointwiseProblemError(f"output {v.type}: {why}")
+        stores.append(store)
+    offset_of = offset_of if offset_of is not None else (lambda v: 0)
+    return canonical_problem(shape, tuple(operand(v, strides_of(v), offset_of(v)) for v in inputs),
+                             program_of(nodes, inputs, outputs), tuple(stores))
 
 
 def expression_problem(text: str, shape, dtype: str = "f32") -> PointwiseProblem:

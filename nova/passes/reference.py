@@ -42,17 +42,18 @@ def run_planned(planned, inputs, *, check_views: bool = True):
             return arena[p.offset:p.offset + p.nbytes].view(dtype(v)).reshape(v.shape)
         return fused[v]
 
+    def aliased(v):
+        p = mem[v]
+        base = root_tensor(p.alias_of)
+        return base.as_strided(p.view.shape, p.view.strides, base.storage_offset() + p.view.offset)
+
     def written(v):                    # where a node writes its result: its root, or its slice of one
-        return read(v) if mem[v].kind == "alias" else root_tensor(v)
+        return aliased(v) if mem[v].kind == "alias" else root_tensor(v)
 
     def read(v):
         if v in fused:                 # computed earlier in the running fused group
             return fused[v]
-        p = mem[v]
-        if p.kind == "alias":
-            base = root_tensor(p.alias_of)
-            return base.as_strided(p.view.shape, p.view.strides, base.storage_offset() + p.view.offset)
-        return root_tensor(v)
+        return aliased(v) if mem[v].kind == "alias" else root_tensor(v)
 
     for group in planned.groups:
         pending = []                   # a fused group (one kernel) writes its results after reading everything

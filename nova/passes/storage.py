@@ -3,11 +3,20 @@ readers see through their views needs no copy.
 
 ``layout.py`` makes every non-view node's result a dense row-major root; a view chain over it
 that ends in a reshape which is not a view costs one copy, and a ``concat`` of such results one
-more pass over them.  A kernel that writes its outputs at any strides (``STRIDED_WRITES``: fused
-attention's ``out``, its backward's ``dq``, ``dk``, ``dv``; the Nova kernels address every operand
-by its ``(sB, sH, sT)``, ``nova/kernels/attention/problem.py``, and the ATen fallback ``copy_``-s
-into the output) can write the layout the readers want instead.  Decided here, once, in order:
+more pass over them.  A kernel that writes its outputs at any strides can write the layout the
+readers want instead: fused attention's ``out``, its backward's ``dq``, ``dk``, ``dv``
+(``STRIDED_WRITES``; the Nova kernels address every operand by its ``(sB, sH, sT)``,
+``nova/kernels/attention/problem.py``, and the ATen fallback ``copy_``-s into the output), and every
+pointwise result (a Nova pointwise kernel writes each output at the strides its ``PointwiseProblem``
+states, ``nova/kernels/pointwise/problem.py``; the ATen fallback writes through ``out=``).  Decided
+here, once, in order:
 
+0. **Copies into a concat.**  ``copy_concat_inputs`` (a rewrite, before the plan): a ``concat`` some
+   of whose inputs rule 1 can place and others not (a slice of a value other nodes read, a graph
+   input: RoPE's rotate-half ``cat(-x2, x1)``, its backward ``cat(g2, -g1)``) reads each of the
+   others through an explicit copy (``cast`` to its own type), a pointwise result rule 1 places too;
+   the fusion pass runs such copies in the group of a sibling pointwise writer of the same concat
+   and shape, so the concat's copy becomes no launch of its own.
 1. **Assembled concat.**  A ``concat`` each of whose inputs is such a result reached through a
    chain of ``permute``/``reshape`` views, every value of the chain read only by the next link
    (the last by the concat only) and none a graph output: each result is stored in the concat's
@@ -18,10 +27,13 @@ into the output) can write the layout the readers want instead.  Decided here, o
    axes that makes that copy a dense view (the inverse chain from the copy's dense layout; the
    result must stay dense, its axes permuted).  Taken only when every view of the result is then
    a view (no copy left) and every value whose layout changes is read, apart from views, only by
-   attention operands that accept it (``ATTENTION_READS``) and is no graph output.
+   attention operands that accept it (``ATTENTION_READS``) or by pointwise ops (they read any
+   strides in place) and is no graph output.
 
-Each decision is taken only where the writing kernel accepts the strides
-(``problem.strides_reason(...) == ''``) and the result starts on a 16-byte boundary (cp.async).
+Each decision is taken only where the writing kernel accepts the strides (attention:
+``problem.strides_reason(...) == ''`` and the result starts on a 16-byte boundary, cp.async;
+pointwise: no two elements on one address).  The fusion pass keeps a pointwise node whose result is
+decided here out of a GEMM epilogue and out of a reduction's group (those kernels write dense).
 ``plan_storage`` returns a ``StoragePlan``; ``layout.analyze(graph, storage)`` starts the decided
 results' layouts from it, and the planner (fusion, memory), the executor and ``explain`` read it.
 """
@@ -32,6 +44,7 @@ from dataclasses import dataclass, field
 from nova.ir.graph import Graph, Node, Value
 from nova.ir.ops import kind
 from nova.kernels.attention.problem import strides_reason
+from nova.kernels.pointwise.problem import overlap_reason
 from nova.passes import layout as layout_analysis
 from nova.passes.layout import Layout, contiguous_strides, view_layout, view_strides
 
@@ -40,6 +53,7 @@ STRIDED_WRITES = {"attention": ("out",), "attention_backward": ("dq", "dk", "dv"
 # op -> the attention operand each input is (by input index; lse is not strided)
 ATTENTION_READS = {"attention": ("q", "k", "v"), "attention_backward": ("dout", "q", "k", "v", "out")}
 KERNEL_NAMES = {"attention": "the attention kernel", "attention_backward": "the attention backward kernel"}
+POINTWISE_WRITER = "the pointwise kernel"
 CHAIN_OPS = ("permute", "reshape")          # views with an inverse over any strides
 BASE_ALIGNMENT = 16                          # bytes: where an operand of the attention kernels may start
 
@@ -125,9 +139,22 @@ def operand_reason(name: str, value: Value, layout: Layout) -> str:
     return why
 
 
+def writes_strided(value: Value) -> bool:
+    """Whether ``value``'s producer may write it at other strides (module docstring)."""
+    node = value.producer
+    return node is not None and (node.op in STRIDED_WRITES or kind(node.op) == "pointwise")
+
+
+def kernel_name(value: Value) -> str:
+    """The kernel that writes ``value`` (for the reasons ``explain`` shows)."""
+    return KERNEL_NAMES.get(value.producer.op, POINTWISE_WRITER)
+
+
 def writer_reason(value: Value, layout: Layout) -> str:
     """Why ``value``'s producer cannot write it at ``layout``; '' when it can."""
     node = value.producer
+    if node is not None and kind(node.op) == "pointwise":
+        return overlap_reason(layout.shape, layout.strides)
     if node is None or node.op not in STRIDED_WRITES:
         return "its producer writes only dense results"
     names = STRIDED_WRITES[node.op]
@@ -147,9 +174,9 @@ def plan_storage(graph: Graph) -> StoragePlan:
         if node.op == "concat":
             _assemble(node, users, outputs, default, plan)
     for node in graph.nodes:
-        for index in range(len(STRIDED_WRITES.get(node.op, ()))):
-            if node.outputs[index] not in plan.layouts:
-                _reorder(node.outputs[index], users, outputs, default, plan)
+        for value in node.outputs:
+            if writes_strided(value) and not writer_reason(value, default[value]) and value not in plan.layouts:
+                _reorder(value, users, outputs, default, plan)
     return plan
 
 
@@ -158,29 +185,73 @@ def _assemble(node: Node, users, outputs, default, plan: StoragePlan) -> None:
     out = node.outputs[0]
     axis = node.attrs["axis"] % len(out.shape)
     dense = contiguous_strides(out.shape)
-    offset, placed, chains = 0, {}, []
-    for x in node.inputs:
-        p, chain = view_chain(x)
-        if p.producer is None or p.producer.op not in STRIDED_WRITES or p in placed:
-            return
-        links = chain + [node]
-        for v, reader in zip([p] + [n.outputs[0] for n in chain], links):
-            if v in outputs or users.get(v, []) != [reader]:
-                return
-        lay = invert_chain(chain, Layout(out, x.shape, dense, offset))
-        if lay is None or writer_reason(p, lay):
-            return
-        placed[p] = lay
-        chains.append((p, chain))
-        offset += x.shape[axis] * dense[axis]
-    writers = sorted({KERNEL_NAMES[p.producer.op] for p in placed})
-    plan.layouts.update(placed)
+    placed = concat_placements(node, users, outputs)
+    if placed is None or None in placed:
+        return
+    writers = sorted({kernel_name(p) for p, _, _ in placed})
+    plan.layouts.update({p: lay for p, _, lay in placed})
     plan.assembled[node] = (f"launches nothing: {' and '.join(writers)} write{'s' if len(writers) == 1 else ''} "
                             f"each input in place into its slice of the result")
-    for p, chain in chains:
+    for p, chain, _ in placed:
         for n in chain:
             if layout_analysis.is_copy(n, default):
-                plan.freed[n] = f"written in place by {KERNEL_NAMES[p.producer.op]} into its slice of a concat's buffer"
+                plan.freed[n] = f"written in place by {kernel_name(p)} into its slice of a concat's buffer"
+
+
+def concat_placements(node: Node, users, outputs) -> list | None:
+    """Rule 1's placement of each input of a concat: ``(p, chain, layout)`` (the result ``p`` its
+    kernel writes at ``layout`` in the concat's buffer, through the view ``chain``), or None for an
+    input no kernel can place; None for the whole concat when an input is read twice."""
+    out = node.outputs[0]
+    axis = node.attrs["axis"] % len(out.shape)
+    dense = contiguous_strides(out.shape)
+    offset, found, seen = 0, [], set()
+    for x in node.inputs:
+        p, chain = view_chain(x)
+        lay = invert_chain(chain, Layout(out, x.shape, dense, offset))
+        offset += x.shape[axis] * dense[axis]
+        if p in seen:
+            return None
+        seen.add(p)
+        links = chain + [node]
+        if not writes_strided(p) or lay is None or writer_reason(p, lay) or \
+                any(v in outputs or users.get(v, []) != [reader]
+                    for v, reader in zip([p] + [n.outputs[0] for n in chain], links)):
+            found.append(None)
+        else:
+            found.append((p, chain, lay))
+    return found
+
+
+def copy_concat_inputs(graph: Graph) -> Graph:
+    """Rule 0 (module docstring): ``graph`` with an explicit copy in front of each concat input that
+    rule 1 cannot place, where another input of the same concat is a pointwise result it places;
+    ``graph`` itself when there is none."""
+    users = graph.users()
+    outputs = set(graph.output_values())
+    copied: dict[Node, list[int]] = {}
+    for node in graph.nodes:
+        if node.op != "concat" or node.outputs[0] in outputs:
+            continue
+        placed = concat_placements(node, users, outputs)
+        if placed is None or None not in placed or \
+                not any(p is not None and kind(p[0].producer.op) == "pointwise" for p in placed):
+            continue
+        copied[node] = [i for i, p in enumerate(placed) if p is None]
+    if not copied:
+        return graph
+    from nova.passes.rewrite import Rewriter
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        if node in copied:
+            inputs = [rw.get(v) for v in node.inputs]
+            for i in copied[node]:
+                (inputs[i],) = rw.emit("cast", [inputs[i]], {"dtype": inputs[i].dtype}, node.origin)
+            for old, new in zip(node.outputs, rw.emit(node.op, inputs, node.attrs, node.origin)):
+                rw.env[old] = new
+        else:
+            rw.copy(node)
+    return rw.finish()
 
 
 def _reorder(value: Value, users, outputs, default, plan: StoragePlan) -> None:
@@ -204,14 +275,15 @@ def _reorder(value: Value, users, outputs, default, plan: StoragePlan) -> None:
             for path in paths.values():
                 for n in path:
                     if layout_analysis.is_copy(n, default):
-                        plan.freed[n] = (f"written in place by {KERNEL_NAMES[value.producer.op]} in its consumer's "
+                        plan.freed[n] = (f"written in place by {kernel_name(value)} in its consumer's "
                                          f"layout (its result stored with axes {order} outermost first)")
             return
 
 
 def _family_accepts(value: Value, lay: Layout, users, outputs, default) -> bool:
     """Under ``lay`` for ``value``: every view of it is a view, and every value whose layout changes
-    is no graph output and is read (views aside) only by attention operands that accept it."""
+    is no graph output and is read (views aside) only by attention operands that accept it or by
+    pointwise ops."""
     layouts = {value: lay}
     todo = [value]
     while todo:
@@ -227,7 +299,7 @@ def _family_accepts(value: Value, lay: Layout, users, outputs, default) -> bool:
                 if u.outputs[0] not in layouts:
                     layouts[u.outputs[0]] = out
                     todo.append(u.outputs[0])
-            elif changed:
+            elif changed and kind(u.op) != "pointwise":
                 reads = ATTENTION_READS.get(u.op, ())
                 slots = [i for i, x in enumerate(u.inputs) if x is v]
                 if any(i >= len(reads) or operand_reason(reads[i], v, layouts[v]) for i in slots):

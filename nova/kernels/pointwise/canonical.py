@@ -12,11 +12,12 @@ node), built bottom-up; each node, as it is made, is
 
 then numbered in one deterministic post-order from the outputs (nodes no output reaches are dropped).
 The iteration space is canonical too: axes of extent 1 dropped, neighbouring axes that every operand
-walks contiguously merged (``coalesce``).
+(the strided outputs included) walks contiguously merged (``coalesce``); outputs that end contiguous
+and 16-byte aligned are stated as such (``stores == ()``).
 """
 from __future__ import annotations
 
-from nova.kernels.pointwise.problem import Instr, Operand, PointwiseProblem
+from nova.kernels.pointwise.problem import ALIGN_MAX, Instr, Operand, PointwiseProblem, row_major
 from nova.kernels.pointwise.rewrites import fold, rewrite
 
 COMMUTATIVE = frozenset("add mul maximum minimum eq ne logical_and logical_or".split())
@@ -73,7 +74,7 @@ class Builder:
 
 def coalesce(shape, operands) -> tuple[tuple[int, ...], tuple[Operand, ...]]:
     """Drop axes of extent 1; merge axis i into i+1 where every operand has s_i = s_(i+1) * d_(i+1)
-    (the outputs, contiguous, always do)."""
+    (contiguous outputs always do; strided ones are passed among ``operands``)."""
     keep = [i for i, d in enumerate(shape) if d != 1]
     dims = [shape[i] for i in keep]
     strides = [[x.strides[i] for i in keep] for x in operands]
@@ -89,8 +90,9 @@ def coalesce(shape, operands) -> tuple[tuple[int, ...], tuple[Operand, ...]]:
     return tuple(dims), tuple(Operand(x.dtype, tuple(s), x.align) for x, s in zip(operands, strides))
 
 
-def canonical_problem(shape, operands, built) -> PointwiseProblem:
-    """Number the DAG from the outputs (post-order, arguments in order) into a ``PointwiseProblem``."""
+def canonical_problem(shape, operands, built, stores=()) -> PointwiseProblem:
+    """Number the DAG from the outputs (post-order, arguments in order) into a ``PointwiseProblem``;
+    ``stores``: one ``Operand`` per output (its strides over ``shape``, its alignment), () contiguous."""
     _, outs = built
     n = len(operands)
     number: dict[int, int] = {}
@@ -107,5 +109,9 @@ def canonical_problem(shape, operands, built) -> PointwiseProblem:
         return number[id(e)]
 
     out_values = tuple(visit(e) for e in outs)
-    shape, operands = coalesce(tuple(shape), operands)
-    return PointwiseProblem(shape, operands, tuple(program), out_values)
+    shape, merged = coalesce(tuple(shape), tuple(operands) + tuple(stores))
+    operands, stores = merged[:n], merged[n:]
+    dense = row_major(shape)
+    if all(x.align == ALIGN_MAX and all(d == 1 or a == b for d, a, b in zip(shape, x.strides, dense)) for x in stores):
+        stores = ()
+    return PointwiseProblem(shape, operands, tuple(program), out_values, stores)

@@ -1,8 +1,9 @@
 """The Analytic Configurator for fused pointwise kernels: closed form, one function per step.
 
  1. vector width   the 16-byte access (ld.global.v4.b32, [PTX] ISA "ld": .v2/.v4 vectors of up to
-                   128 bits) over the widest contiguous operand, halved until it divides the innermost
-                   extent, every other stride of each contiguous operand and its base alignment
+                   128 bits) over the widest contiguous operand (input or output; the widest operand
+                   when none is), halved until it divides the innermost extent, every other stride of
+                   each contiguous operand and its base alignment
  2. threads        8 warps: two per warp scheduler ([CC] 4 schedulers per SM), fewer for tiny problems
  3. registers      an estimate: 32 for addresses and the loop, one per 32-bit word of each operand's
                    elements in flight (ptxas reports the real count; tests check it never spills)
@@ -45,10 +46,11 @@ F = formulas("""
 
 def contiguous_operands(problem: PointwiseProblem) -> list[tuple[str, int, tuple, int]]:
     """``(name, itemsize, strides, align)`` of every operand read or written along the innermost
-    axis with stride 1: the inputs that are, and every output."""
+    axis with stride 1: the inputs and the outputs that are (an output written at another innermost
+    stride is stored element by element, as a gathered input is read)."""
     out = [(f"in{k}", x.itemsize, x.strides, x.align) for k, x in enumerate(problem.inputs) if x.strides[-1] == 1]
-    out += [(f"out{k}", ELEMENT_BYTES[d], problem.contiguous_strides, ALIGN_MAX)
-            for k, d in enumerate(problem.output_dtypes())]
+    out += [(f"out{k}", x.itemsize, x.strides, x.align) for k, x in enumerate(problem.output_operands())
+            if x.strides[-1] == 1]
     return out
 
 
@@ -57,7 +59,8 @@ def vector_width(problem: PointwiseProblem):
     operand that divides the innermost extent, each contiguous operand's other strides and its base
     alignment (so each vector is one aligned access and never crosses a row)."""
     ops = contiguous_operands(problem)
-    widest = max(size for _, size, _, _ in ops)
+    widest = max(size for _, size, _, _ in ops or
+                 [(None, x.itemsize, None, None) for x in problem.inputs + problem.output_operands()])
     d = Derivation()
     v = int(d.apply("vector", F.vector, f"16-byte accesses of the widest contiguous operand ({widest} B elements)",
                     access_bytes=ALIGN_MAX, widest_bytes=widest))

@@ -1,6 +1,6 @@
 """MLIR text of one fused pointwise kernel (``nova_pointwise``), written with the ``Ir`` scaffold.
 
-    gpu.func @nova_pointwise(%in0: memref<SPANxT>, ..., %out0: memref<NUMELxT>, ...)
+    gpu.func @nova_pointwise(%in0: memref<SPANxT>, ..., %out0: memref<SPANxT>, ...)
 
 Bare pointers, static shapes.  Thread ``b * threads + t`` walks vectors ``j`` of ``vector`` consecutive
 flat elements in a grid-stride loop.  Per vector, each input is read
@@ -13,7 +13,9 @@ flat elements in a grid-stride loop.  Per vector, each input is read
 at the offset ``sum_a ((e / inner_a) % shape_a) * stride_a`` of the vector's first flat element ``e``
 (static divisors; an operand laid out like the outputs reads at ``e`` itself).  Math runs per lane in
 f32 for f32/bf16/f16 storage (f64 stays f64, integers and bool as themselves), converted only where the
-IR's types convert (``cast`` rounds through its storage type); outputs are stored as vectors.
+IR's types convert (``cast`` rounds through its storage type); outputs are stored as vectors at the
+same offset of their own strides (an output laid out contiguous at ``e`` itself), or one store per lane
+when their innermost stride is not 1 (a scatter).
 """
 from __future__ import annotations
 
@@ -69,7 +71,7 @@ class _Emitter:
         self.ir = Ir(reserved=tuple(names))
         self.names = names
         self.memrefs = [f"memref<{x.span(problem.shape)}x{STORAGE[x.dtype]}>" for x in problem.inputs] + \
-                       [f"memref<{problem.numel}x{STORAGE[d]}>" for d in problem.output_dtypes()]
+                       [f"memref<{x.span(problem.shape)}x{STORAGE[x.dtype]}>" for x in problem.output_operands()]
 
     # ---------------------------------------------------------------- scalars
     def fconst(self, value: float, ty: str) -> str:
@@ -299,16 +301,23 @@ class _Emitter:
 
     def store_output(self, i: int, values: list[str], e, lanes: int) -> None:
         ir = self.ir
-        dtype = self.p.output_dtypes()[i]
+        out = self.p.output_operands()[i]
+        dtype = out.dtype
         st, ref, name = STORAGE[dtype], self.memrefs[len(self.p.inputs) + i], f"%out{i}"
         stored = [self.store_value(v, dtype) for v in values]
+        off = self.offset(out.strides, e)
+        inner = out.strides[-1]
         if lanes == 1:
-            ir.emit(f"memref.store {stored[0]}, {name}[{ir.v(e)}] : {ref}")
+            ir.emit(f"memref.store {stored[0]}, {name}[{ir.v(off)}] : {ref}")
+            return
+        if inner != 1:                                   # a scatter: one store per lane
+            for t, x in enumerate(stored):
+                ir.emit(f"memref.store {x}, {name}[{ir.v(ir.add(off, t * inner, 'scatter'))}] : {ref}")
             return
         vec = f"vector<{lanes}x{st}>"
         v = ir.let(f"w{i}", f"vector.from_elements {', '.join(stored)} : {vec}")
         size = {"i8": 1, "bf16": 2, "f16": 2, "f32": 4, "i32": 4, "f64": 8, "i64": 8}[st]
-        ir.emit(f"vector.store {v}, {name}[{ir.v(e)}] {{alignment = {lanes * size}}} : {ref}, {vec}")
+        ir.emit(f"vector.store {v}, {name}[{ir.v(off)}] {{alignment = {lanes * size}}} : {ref}, {vec}")
 
     # ---------------------------------------------------------------- kernel
     def build(self) -> str:

@@ -7,7 +7,8 @@
 through the family protocol (``family.get_or_compile``: compiled on a miss unless offline, where the
 miss is the one-line ``NotPrecompiledError``) and loads it, memoised.  ``bind`` checks that the tensors
 are the problem's (element types; the inputs' strides, broadcast and coalesced as the problem was;
-contiguous outputs; base pointers aligned as the derivation assumed) and keeps their pointers: the
+the outputs contiguous, or at the strides the problem writes them; base pointers aligned as the
+derivation assumed) and keeps their pointers: the
 launch itself is one driver call, capturable in a CUDA graph.
 """
 from __future__ import annotations
@@ -56,20 +57,27 @@ def mismatch(problem: PointwiseProblem, inputs, outputs) -> str:
                f"{len(problem.outputs)}"
     shape = tuple(outputs[0].shape)
     for k, (o, dtype) in enumerate(zip(outputs, problem.output_dtypes())):
+        if problem.stores:                        # written strided: checked with the inputs below
+            if tuple(o.shape) != shape or FROM_TORCH_NAMES[str(o.dtype).removeprefix("torch.")] != dtype:
+                return f"output {k} is not a {dtype} tensor of shape {list(shape)}"
+            continue
         if not o.is_contiguous() or FROM_TORCH_NAMES[str(o.dtype).removeprefix("torch.")] != dtype:
             return f"output {k} is not a contiguous {dtype} tensor"
         if o.data_ptr() % ALIGN_MAX:
             return f"output {k} does not start on a {ALIGN_MAX}-byte boundary"
     try:
         operands = tuple(tensor_operand(t, shape) for t in inputs)
+        stores = tuple(tensor_operand(t, shape) for t in outputs) if problem.stores else ()
     except PointwiseProblemError as e:
         return str(e)
-    got_shape, got = coalesce(shape, operands)
+    got_shape, got = coalesce(shape, operands + stores)
     if got_shape != problem.shape:
         return f"iteration shape {list(got_shape)} is not the kernel's {list(problem.shape)}"
-    for k, (a, b) in enumerate(zip(got, problem.inputs)):
+    named = [(f"input {k}", x) for k, x in enumerate(problem.inputs)] + \
+        [(f"output {k}", x) for k, x in enumerate(problem.stores)]
+    for (what, b), a in zip(named, got):
         if a.dtype != b.dtype or a.strides != b.strides or a.align < b.align:
-            return f"input {k} ({a.dtype}, strides {list(a.strides)}, {a.align}-byte aligned) is not the kernel's " \
+            return f"{what} ({a.dtype}, strides {list(a.strides)}, {a.align}-byte aligned) is not the kernel's " \
                    f"({b.dtype}, strides {list(b.strides)}, {b.align}-byte aligned)"
     return ""
 

@@ -3,8 +3,14 @@
 A ``PointwiseProblem`` is a static iteration ``shape``, its ``inputs`` (element type, element strides
 over the shape: 0 on broadcast axes, any other stride for a strided view read in place, and the byte
 alignment its base pointer is known to have), an expression ``program`` in SSA form over the IR's
-pointwise op names (``nova/ir/ops.py``), and its ``outputs`` (program values written contiguous in
-their IR element type).  Value numbers: inputs ``0 .. n-1``, then one per instruction.
+pointwise op names (``nova/ir/ops.py``), and its ``outputs`` (program values written in their IR
+element type).  Value numbers: inputs ``0 .. n-1``, then one per instruction.  Outputs are written
+contiguous unless ``stores`` says otherwise: then one ``Operand`` per output (its element strides over
+the shape, never 0 on an axis of extent > 1 and never two elements on one address, and its base
+alignment: the storage pass, ``nova/passes/storage.py``, has a kernel write its result in the layout
+its readers need, e.g. into its slice of a concat's buffer).  A problem whose outputs are all
+contiguous and 16-byte aligned has ``stores == ()``: its key and its code are those of a problem
+stated before strided outputs existed.
 
 The problem is canonical (``canonical.py``): axes of extent 1 are dropped and neighbouring axes that
 every operand walks contiguously are merged; the program is rewritten to its named forms (the GELU,
@@ -73,7 +79,8 @@ class PointwiseProblem:
     shape: tuple[int, ...]
     inputs: tuple[Operand, ...]
     program: tuple[Instr, ...]
-    outputs: tuple[int, ...]             # program values written, contiguous, in their IR types
+    outputs: tuple[int, ...]             # program values written, in their IR types
+    stores: tuple[Operand, ...] = ()     # where each output is written (strides, alignment); (): contiguous
 
     @property
     def numel(self) -> int:
@@ -93,6 +100,12 @@ class PointwiseProblem:
             out.append(inner)
             inner *= d
         return tuple(reversed(out))
+
+    def output_operands(self) -> tuple[Operand, ...]:
+        """Where each output is written: ``stores``, or contiguous and 16-byte aligned."""
+        if self.stores:
+            return self.stores
+        return tuple(Operand(d, self.contiguous_strides) for d in self.output_dtypes())
 
     def bytes_moved(self) -> int:
         """Every distinct input element read once, every output element written once."""
@@ -122,7 +135,8 @@ class PointwiseProblem:
 
     def to_dict(self) -> dict:
         return {"shape": list(self.shape), "inputs": [x.to_dict() for x in self.inputs],
-                "program": [i.to_dict() for i in self.program], "outputs": list(self.outputs)}
+                "program": [i.to_dict() for i in self.program], "outputs": list(self.outputs),
+                **({"stores": [x.to_dict() for x in self.stores]} if self.stores else {})}
 
 
 def row_major(shape) -> tuple[int, ...]:
@@ -157,6 +171,18 @@ def broadcast_strides(shape, strides, target) -> tuple[int, ...]:
             raise PointwiseProblemError(f"an input of shape {list(shape)} does not broadcast to {list(target)}")
         out.append(0 if d == 1 else int(s))
     return tuple(out)
+
+
+def overlap_reason(shape, strides) -> str:
+    """Why writing ``shape`` at element ``strides`` would put two elements on one address ('' when it
+    does not): sorted by stride, each axis of extent > 1 must step past everything the inner ones span
+    (``s_i >= 1 + sum_(j inner) (d_j - 1) s_j``, a sufficient condition for an injective layout)."""
+    span = 1
+    for d, s in sorted(((d, s) for d, s in zip(shape, strides) if d != 1), key=lambda a: a[1]):
+        if s < span:
+            return f"strides {list(strides)} over {list(shape)} write two elements to one address"
+        span += (d - 1) * s
+    return ""
 
 
 def alignment(offset_bytes: int) -> int:
