@@ -26,6 +26,8 @@ What a run measures, in order:
    after); tokens/s from the median repeat;
 5. peak memory over the whole run (torch: ``max_memory_allocated``/``max_memory_reserved``; JAX:
    ``device.memory_stats()['peak_bytes_in_use']``), and for torch also the peak of the timed phase;
+   with ``--memory-budget`` (nova, CUDA) the process is capped at the budget (``cap_memory``) and
+   the program's predicted memory is recorded beside its measured peak (``nova.program_memory``);
 6. the SM clock and board power, sampled with ``nvidia-smi`` every 100 ms, summarised over the
    timed windows.
 
@@ -316,6 +318,8 @@ def run_torch(args, cfg, tokens: np.ndarray, log) -> dict:
                  "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32,
                           "cudnn": torch.backends.cudnn.allow_tf32} if cuda else None}
     t_setup = time.perf_counter()
+    if cuda and nova_compile is not None and args.memory_budget is not None:
+        res["memory_cap"] = cap_memory(torch, dev, args.memory_budget)
     model = build_torch_model(cfg, args.seed).to(dev)
     model.train()
     impl = {"default": {}, "foreach": {"foreach": True}, "fused": {"fused": True},
@@ -421,6 +425,33 @@ def run_torch(args, cfg, tokens: np.ndarray, log) -> dict:
     return res
 
 
+def cap_memory(torch, dev, budget_text: str) -> dict:
+    """Cap this process's CUDA caching allocator at the memory budget
+    (``torch.cuda.set_per_process_memory_fraction(budget / total)``) before anything is allocated, so
+    a run proves the budget: an allocation beyond it raises out-of-memory (reported in one line,
+    ``oom_line``).  The cap bounds PyTorch's reserved memory (allocated + cached, so fragmentation
+    counts too); Nova's GEMM workspaces come from ``cuMemAlloc`` and are outside it (the plan lists
+    them: ``outside_arena_driver_bytes``)."""
+    from nova.passes.budget import parse_size
+    budget = parse_size(budget_text)
+    total = torch.cuda.get_device_properties(dev).total_memory
+    fraction = min(1.0, budget / total)
+    torch.cuda.set_per_process_memory_fraction(fraction, dev)
+    return {"budget_bytes": budget, "device_total_bytes": total, "fraction": fraction,
+            "source": "torch.cuda.set_per_process_memory_fraction(budget / total)"}
+
+
+def oom_line(e: BaseException, budget_text: str | None) -> str | None:
+    """One line for an out-of-memory anywhere in ``e``'s chain under a memory budget (else None)."""
+    seen = e
+    while seen is not None:
+        if type(seen).__name__ == "OutOfMemoryError":
+            return (f"out of memory under the --memory-budget {budget_text} cap: the step allocated more than its "
+                    f"budget ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")[:400]
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 SCHEDULES = ("constant", "warmup-cosine")
 
 
@@ -458,6 +489,11 @@ def _nova_report(step) -> dict:
         out["engine"] = type(last.engine).__name__
     stats = getattr(step, "stats", None)
     out["stats"] = _jsonable(stats() if callable(stats) else stats)
+    program = getattr(getattr(last, "engine", None), "program", None)
+    if program is not None:            # the plan's prediction beside the program's measured peak
+        out["program_memory"] = {k: program.stats.get(k) for k in (
+            "arena_bytes", "peak_bytes", "outside_arena_bytes", "outside_arena_driver_bytes", "constants_bytes",
+            "static_input_bytes", "scratch_bytes", "workspace_bytes", "measured_peak_bytes")}
     explain = getattr(step, "explain", None)
     if callable(explain):
         import contextlib
@@ -627,7 +663,8 @@ def run_one(args) -> int:
         print(f"nova.bench.train: {args.framework}: {e}", file=sys.stderr, flush=True)
         status = 1
     except Exception as e:
-        line = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        line = (oom_line(e, args.memory_budget) if args.memory_budget is not None else None) or \
+            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         rec.update(status="error", error=line, traceback=traceback.format_exc())
         print(f"nova.bench.train: {args.framework}: {line}", file=sys.stderr, flush=True)
         if options.debug():
@@ -714,7 +751,10 @@ def parser(prog: str = "python3 -m nova.bench.train") -> argparse.ArgumentParser
     ap.add_argument("--repeats", type=int, default=5, help="timed repeats (median reported)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--memory-budget", default=None, metavar="SIZE",
-                    help="nova only: nova.compile(step, memory_budget=SIZE) (12GiB, 11.5GB, 800MiB)")
+                    help="nova only: nova.compile(step, memory_budget=SIZE) (12GiB, 11.5GB, 800MiB); on CUDA the "
+                         "process is also capped at SIZE (torch.cuda.set_per_process_memory_fraction(SIZE / "
+                         "device memory), before the model is built), so an out-of-memory error, reported in one "
+                         "line naming the budget, means the step needs more than its budget")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--compile-mode", default="default",

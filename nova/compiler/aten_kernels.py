@@ -58,6 +58,7 @@ class Kernel:
     embedding: object = None         # Nova embedding kernels: the EmbeddingProblem they compute
     pointwise: object = None         # Nova pointwise kernel: its PointwiseProblem
     optimizer: object = None         # Nova multi-tensor optimizer kernel: its UpdateRule
+    copied: dict | None = None       # Nova attention: {operand: bytes} its launcher copies densely while it runs
 
 
 @dataclass
@@ -67,6 +68,8 @@ class KernelContext:
     kind: str
     device: torch.device
     workspaces: list = field(default_factory=list)
+    group: int | None = None                           # the group whose kernels are being built
+    owners: list = field(default_factory=list)         # the group of each workspace
 
     def workspace(self, shape, dtype, fill=None):
         """A buffer allocated once for the program's lifetime (not in the arena), optionally filled."""
@@ -74,6 +77,7 @@ class KernelContext:
         if fill is not None:
             t.fill_(fill)
         self.workspaces.append(t)
+        self.owners.append(self.group)
         return t
 
     @property
@@ -482,18 +486,32 @@ def nova_attention(node, ins, outs, ctx) -> Kernel:
         bias = ins[3] if len(ins) == 4 else None
         o, lse = outs
         problem, copies = plan_operands(q, k, v, causal, scale, bias=bias, out=o)
+        named = {"q": q, "k": k, "v": v, "bias": bias, "out": o}
         return Kernel(lambda: attention(q, k, v, causal=causal, scale=scale, bias=bias, out=o, lse=lse),
-                      "nova.attention (fwd kernel)" + _copy_note(copies), len(copies), (problem, ("fwd",)))
+                      "nova.attention (fwd kernel)" + _copy_note(copies), len(copies), (problem, ("fwd",)),
+                      copied=_copied_bytes(copies, named))
     dout, q, k, v, out, lse = ins[:6]
     bias = ins[6] if len(ins) == 7 else None
     dq, dk, dv = outs
     problem, copies = plan_operands(q, k, v, causal, scale, bias=bias, out=out, dout=dout, dq=dq, dk=dk, dv=dv)
     if not lse.is_contiguous():
         copies["lse"] = "lse is not contiguous"
+    named = {"q": q, "k": k, "v": v, "bias": bias, "out": out, "dout": dout, "dq": dq, "dk": dk, "dv": dv, "lse": lse}
     return Kernel(lambda: attention_backward(dout, q, k, v, out, lse, causal=causal, scale=scale, bias=bias,
                                                   dq=dq, dk=dk, dv=dv),
                   "nova.attention_backward (bwd_pre, bwd_dkv, bwd_dq kernels)" + _copy_note(copies), len(copies),
-                  (problem, ("bwd_pre", "bwd_dkv", "bwd_dq")))
+                  (problem, ("bwd_pre", "bwd_dkv", "bwd_dq")), copied=_copied_bytes(copies, named))
+
+
+def _copied_bytes(copies: dict, named: dict) -> dict:
+    """{operand: bytes of the dense copy the attention launcher makes of it} (a bias in FP32)."""
+    out = {}
+    for name in copies:
+        t = named.get(name)
+        if t is not None:
+            out[name] = math.prod(n for n, x in zip(t.shape, t.stride()) if x) * 4 if name == "bias" else \
+                t.numel() * t.element_size()
+    return out
 
 
 def _copy_note(copies: dict) -> str:

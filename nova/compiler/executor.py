@@ -55,7 +55,10 @@ it reads; values on shared arena bytes alive at different times in group order (
 node may overwrite the input it reads last); a donated output written after every read of the old
 value.  ``stats["measured_peak_bytes"]`` (CUDA) is ``torch.cuda.max_memory_allocated`` over build
 and the first step (warm-up and capture) minus what was allocated before build; build resets the
-device's peak counter.
+device's peak counter.  It compares with the plan's arena + ``stats["outside_arena_bytes"]`` (what
+the plan lists outside the arena, ``nova/compiler/outside_arena.py``) less
+``stats["outside_arena_driver_bytes"]`` (GEMM workspaces allocated by cuMemAlloc, which
+torch's counter does not see).
 """
 from __future__ import annotations
 
@@ -72,7 +75,7 @@ from nova.compiler.embedding_lowering import embedding_kernels
 from nova.compiler.rows_lowering import rows_kernels
 from nova.ir.ops import opdef
 from nova.passes.fusion import update_batch_key
-from nova.passes.memory import ELEMENTWISE_COMPOSITES
+from nova.passes.memory import ELEMENTWISE_COMPOSITES, outside_peak_bytes
 
 __all__ = ["build", "gemm_problems", "gemm_problem_counts", "attention_kernels", "rows_problems", "pointwise_problems",
            "optimizer_rules", "precompile_commands", "Program", "Launch", "ExecutorError", "BOUND_ROLES"]
@@ -489,6 +492,7 @@ class Program:
         live_out = set(g.output_values())
         launches = []
         for group in self.plan.groups:
+            ctx.group = group.index
             nodes = [n for n in group.nodes if n.op not in CREATION and not self._free_view(n)
                      and n not in self.plan.assembled]
             if group.rows is not None:                 # a Nova rows group: its kernels, or its nodes' references on CPU
@@ -744,6 +748,15 @@ class Program:
                 out.append(self._tensors[o.value].clone())
         return out
 
+    def returns_clone(self, output) -> bool:
+        """Whether ``run`` returns graph output ``output`` as a fresh clone (else the user's own tensor)."""
+        return self.loc[output.value][0] not in ("input", "donated") and output.value not in self._input_index
+
+    def workspace_owners(self) -> list:
+        """``[(group index, tensor)]``: the static workspaces the launches took (``KernelContext.workspace``)."""
+        ctx = self._ctx if self._ctx is not None else self._dry_ctx
+        return list(zip(ctx.owners, ctx.workspaces))
+
     # ------------------------------------------------------------------ inspection
     def static_input(self, i: int):
         """The static slot of staged input ``i`` (write a batch there to skip run()'s copy); None for bound inputs."""
@@ -811,14 +824,16 @@ class Program:
             "copies": sum(launch.copies for launch in launches),
             "arena_bytes": self.plan.arena_bytes,
             "peak_bytes": self.plan.peak_bytes,
+            "outside_arena_bytes": None if self.plan.outside is None else outside_peak_bytes(self.plan.outside),
+            "outside_arena_driver_bytes": None if self.plan.outside is None else
+            sum(i.nbytes for i in self.plan.outside if i.allocator == "driver"),
             "constants_bytes": self.area_bytes["const"],
             "static_input_bytes": self.area_bytes["staged"],
             "scratch_bytes": self.area_bytes["scratch"],
             "workspace_bytes": ctx.workspace_bytes,
             "measured_peak_bytes": None,
             "donated_outputs": sum(k == "donated" for k in outputs),
-            "cloned_outputs": sum(k not in ("donated", "input") and o.value not in self._input_index
-                                  for k, o in zip(outputs, self.graph.outputs)),
+            "cloned_outputs": sum(self.returns_clone(o) for o in self.graph.outputs),
             "cuda_graph": self._use_graph,
             "captures": 0, "rebinds": 0, "runs": 0,
             "fallbacks": list(self._fallbacks),

@@ -305,6 +305,8 @@ def explain_planned(captured_graph, planned, target, tokens_per_step: int | None
         fallback_ops=fallback,
         memory={"peak_bytes": mem.peak_bytes, "arena_bytes": mem.arena_bytes, "external_bytes": mem.external_bytes,
                 "live_peak_bytes": mem.live_peak_bytes, "breakdown": dict(mem.breakdown),
+                "outside_arena_bytes": mem.outside_bytes,
+                "outside_arena": None if mem.outside is None else [asdict(i) for i in mem.outside],
                 "donations": len(mem.donations),
                 "budget": planned.budget.to_dict() if getattr(planned, "budget", None) is not None else None},
         prediction=prediction, storage=planned.storage.describe())
@@ -345,10 +347,11 @@ def plan_training_step(model_name: str, batch: int, seq: int | None = None, opti
     ``(planned, tokens_per_step)``, what ``nova precompile train`` and the GEMM suite
     (``nova.bench.train_gemms``) read the step's kernels from."""
     from nova.frontend import capture
+    from nova.compiler.outside_arena import account
     from nova.passes import pipeline
     fn, args, model, opt, tokens = training_step(model_name, batch, seq, optimizer)
     captured = capture(fn, args, models=[model], optimizers=[opt], name=f"train_{model_name}")
-    return pipeline(captured.graph, target, memory_budget=memory_budget), tokens
+    return pipeline(captured.graph, target, memory_budget=memory_budget, outside_arena=account), tokens
 
 
 def explain_train(model_name: str, batch: int, seq: int | None = None, target="h200",
@@ -358,13 +361,14 @@ def explain_train(model_name: str, batch: int, seq: int | None = None, target="h
     schedule (``report["communication"]``) and predicted scaling (``report["scaling"]``).  Under
     ``memory_budget`` when given (``MemoryBudgetError`` when the step cannot fit it)."""
     import time
+    from nova.compiler.outside_arena import account
     from nova.frontend import capture
     from nova.passes import pipeline
     fn, args, model, opt, tokens = training_step(model_name, batch, seq, optimizer)
     t0 = time.perf_counter()
     captured = capture(fn, args, models=[model], optimizers=[opt], name=f"train_{model_name}")
     t1 = time.perf_counter()
-    planned = pipeline(captured.graph, target, memory_budget=memory_budget)
+    planned = pipeline(captured.graph, target, memory_budget=memory_budget, outside_arena=account)
     t2 = time.perf_counter()
     if gpus > 1:
         return _explain_data_parallel(captured.graph, planned, target, tokens, gpus, (model_name, batch, args,
@@ -384,13 +388,14 @@ def _explain_data_parallel(graph, single_planned, target, tokens, gpus: int, des
     from nova.compiler import communication
     from nova.compiler.collectives import bucketed
     from nova.hwmodel import get_target
+    from nova.compiler.outside_arena import account
     from nova.passes import pipeline
     from nova.passes.buckets import average_gradients
     model_name, batch, args, optimizer, model, t0, t1 = described
     model_target = get_target(target)
     single_us = sum(k.predicted_us for k in kernel_reports(single_planned, model_target))
     distributed, _, _ = bucketed(average_gradients(graph, gpus, "default"), model_target)
-    planned = pipeline(distributed, target)
+    planned = pipeline(distributed, target, outside_arena=account)
     t2 = time.perf_counter()
     report = explain_planned(distributed, planned, target, tokens)
     kernels = kernel_reports(planned, model_target)
@@ -403,6 +408,29 @@ def _explain_data_parallel(graph, single_planned, target, tokens, gpus: int, des
 
 
 # ------------------------------------------------------------------ rendering
+def render_outside_arena(items, console, top: int = 6) -> None:
+    """The program's allocations outside the arena (the report's ``memory.outside_arena``, from
+    ``MemoryPlan.outside``): totals by lifetime and the largest ones; launch temporaries count only
+    for the largest launch."""
+    from rich.markup import escape
+    if items is None:
+        return
+    persistent = [i for i in items if i["lifetime"] != "launch"]
+    largest = max((i for i in items if i["lifetime"] == "launch"), key=lambda i: i["nbytes"], default=None)
+    driver = sum(i["nbytes"] for i in items if i["allocator"] == "driver")
+    console.print(f"  outside the arena: {len(persistent)} allocations of the program and its outputs "
+                  f"{_mib(sum(i['nbytes'] for i in persistent))} + the largest launch's temporaries "
+                  f"{_mib(largest['nbytes'] if largest else 0)}" + (f" ({escape(largest['what'])})" if largest else "")
+                  + (f"; {_mib(driver)} of it by cuMemAlloc (torch.cuda.max_memory_allocated does not see it)"
+                     if driver else ""))
+    for i in sorted(persistent, key=lambda i: -i["nbytes"])[:top]:
+        console.print(f"    {_mib(i['nbytes']):>11}  {escape(i['what'])}")
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.2f} MiB"
+
+
 def render_budget(budget: dict, console) -> None:
     """The memory budget's decisions: per tensor class kept, recomputed or chunked and why, the
     predicted peak and the predicted cost in step time."""
@@ -523,8 +551,10 @@ def render(report: dict, console=None, top: int = 12) -> None:
     _render_storage(report.get("storage"), console)
     mem = report["memory"]
     console.print(f"memory plan: peak {_gb(mem['peak_bytes'])} (arena {_gb(mem['arena_bytes'])} + user-owned "
-                  f"{_gb(mem['external_bytes'])}), {mem['donations']} updates written in place (donation)")
+                  f"{_gb(mem['external_bytes'])} + outside the arena {_gb(mem.get('outside_arena_bytes', 0))}), "
+                  f"{mem['donations']} updates written in place (donation)")
     console.print("  " + ", ".join(f"{k} {_gb(v)}" for k, v in mem["breakdown"].items() if v))
+    render_outside_arena(mem.get("outside_arena"), console)
     if mem.get("budget"):
         render_budget(mem["budget"], console)
     p = report["prediction"]

@@ -32,12 +32,16 @@ from nova.version import __version__
 from nova.fileio import atomic_write, discard_bad_entry
 from nova.ir.hashing import structural_hash
 
-PLAN_ABI = 5            # bump whenever Planned, Graph, Group, MemoryPlan or the passes' output changes meaning
+PLAN_ABI = 6            # bump whenever Planned, Graph, Group, MemoryPlan or the passes' output changes meaning
                         # (2: Group.problem may be a batched GEMM; 3: Nova rows groups, Group.bindings; 4: pointwise
                         # groups on Nova kernels with their PointwiseProblem, optimizer groups on Nova multi-tensor
                         # kernels with their MultiTensorProblem, donation and in place across one such kernel;
-                        # 5: Planned.storage, strided arena roots and results placed in a concat's buffer)
+                        # 5: Planned.storage, strided arena roots and results placed in a concat's buffer;
+                        # 6: MemoryPlan.outside, the allocations outside the arena, in peak_bytes)
 MAGIC = b"NOVAPLAN1\n"
+# the compiler's sources that size the allocations a plan lists outside its arena (MemoryPlan.outside)
+OUTSIDE_ARENA_SOURCES = ("compiler/outside_arena.py", "compiler/executor.py", "compiler/aten_kernels.py",
+                         "compiler/rows_lowering.py", "compiler/embedding_lowering.py", "compiler/gemm_lowering.py")
 
 _reported: set = set()
 _lock = threading.Lock()
@@ -63,11 +67,14 @@ def plans_dir(root: str | os.PathLike | None = None) -> Path:
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
     """sha256 over the sources that decide a plan: ``nova/ir``, ``nova/passes``, the pointwise and
-    optimizer kernel families (their problems are on the plan's groups) and this module."""
+    optimizer kernel families (their problems are on the plan's groups), this module, and the
+    executor's allocation sites the plan lists outside its arena (``OUTSIDE_ARENA_SOURCES``)."""
     base = Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
     folders = ("ir", "passes", "kernels/pointwise", "kernels/optimizer")
-    for path in sorted([*(p for f in folders for p in base.joinpath(f).rglob("*.py")), Path(__file__).resolve()]):
+    files = [base / f for f in OUTSIDE_ARENA_SOURCES]
+    for path in sorted([*(p for f in folders for p in base.joinpath(f).rglob("*.py")), *files,
+                        Path(__file__).resolve()]):
         h.update(str(path.relative_to(base)).encode() + b"\0")
         try:
             h.update(path.read_bytes())
@@ -173,9 +180,11 @@ def store(graph, planned, target_name, device_kind: str, root=None, graph_hash: 
 
 def plan(graph, target=None, device_kind: str = "cpu", root=None, target_name=None, *, memory_budget=None):
     """``(planned, status)``: the cached plan of ``graph`` (status ``"hit"``), else ``pipeline(graph,
-    target, memory_budget=)`` stored for next time (``"miss"``), or ``"off"`` when
+    target, memory_budget=, outside_arena=)`` (the CUDA program's allocations outside the arena
+    listed on the plan, ``nova.compiler.outside_arena``) stored for next time (``"miss"``), or ``"off"`` when
     ``NOVA_PLAN_CACHE=0``.  A budget the step cannot fit raises ``MemoryBudgetError`` (nothing stored).
     The ``NOVA_POINTWISE`` setting is read once here, passed to the passes and keyed."""
+    from nova.compiler.outside_arena import account
     from nova.kernels.pointwise.switch import memory_bound_kernels
     from nova.passes import pipeline
     from nova.passes.budget import parse_size
@@ -185,11 +194,11 @@ def plan(graph, target=None, device_kind: str = "cpu", root=None, target_name=No
         memory_budget = parse_size(memory_budget)
     kernels = memory_bound_kernels()
     if not enabled():
-        return pipeline(graph, target, kernels, memory_budget=memory_budget), "off"
+        return pipeline(graph, target, kernels, memory_budget=memory_budget, outside_arena=account), "off"
     graph_hash = structural_hash(graph)
     planned = load(graph, target_name, device_kind, root, graph_hash, kernels.key(), memory_budget=memory_budget)
     if planned is not None:
         return planned, "hit"
-    planned = pipeline(graph, target, kernels, memory_budget=memory_budget)
+    planned = pipeline(graph, target, kernels, memory_budget=memory_budget, outside_arena=account)
     store(graph, planned, target_name, device_kind, root, graph_hash, kernels.key(), memory_budget=memory_budget)
     return planned, "miss"

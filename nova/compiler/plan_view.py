@@ -8,7 +8,8 @@
                              ``RowsProblem``, a Nova embedding group's ``EmbeddingProblem``, each with
                              ``.bindings``)
     planned.memory           ``MemoryPlan``: ``.values`` (Value -> ``ValuePlan``), ``.arena_bytes``,
-                             ``.peak_bytes``, ``.donations`` [(output index, input index)]
+                             ``.peak_bytes``, ``.donations`` [(output index, input index)], ``.outside``
+                             (the allocations listed outside the arena, for the stats)
     ValuePlan.kind           "arena" (``.offset``, ``.nbytes``; ``.view``: the strides its kernel writes
                              it at, when not row-major), "alias" (``.alias_of``, ``.view``),
                              "external" (a graph input's storage; ``.donated`` with ``.input_index``
@@ -77,6 +78,7 @@ class PlanView:
     donations: dict[int, int] = field(default_factory=dict)    # output index -> input index
     fused_into: dict = field(default_factory=dict)   # fused Value -> the arena group result it is computed in
     assembled: frozenset = frozenset()   # concat nodes that launch nothing (their inputs are written in place)
+    outside: list | None = None          # MemoryPlan.outside: the allocations listed outside the arena
 
     def placement(self, value) -> Placement:
         return self.placements.get(value, Placement("none"))
@@ -167,4 +169,5 @@ def read_plan(planned) -> PlanView:
     views = [GroupView(index, g.kind, list(g.nodes), g.reason or "", not (g.kind == "gemm" and g.kernel != "nova"),
                        **_nova_view(g)) for index, g in enumerate(planned.groups)]
     return PlanView(graph, views, placements, memory.arena_bytes, memory.peak_bytes, _donations(memory, graph),
-                    _fused_into(planned.groups, memory, graph), frozenset(planned.storage.assembled))
+                    _fused_into(planned.groups, memory, graph), frozenset(planned.storage.assembled),
+                    getattr(memory, "outside", None))

@@ -6,7 +6,9 @@ unit is case-insensitive, a space between number and unit is allowed.  This is t
 sizes (``nova.compile(memory_budget=)``, ``--memory-budget`` of the CLI and the benchmark).
 
 ``fit_budget(planned, budget, target, plan_graph)`` makes the plan need at most ``budget`` bytes
-(``MemoryPlan.peak_bytes``: arena + user-owned), in the order of the savings' size per cost:
+(``MemoryPlan.peak_bytes``: arena + user-owned + what the program allocates outside the arena, when
+the plan lists it: ``MemoryPlan.outside``, ``nova/compiler/outside_arena.py``; every re-plan lists
+it again), in the order of the savings' size per cost:
 
 1. **Fits already**: the plan is kept as is (``BudgetReport.fits``, nothing changed).
 2. **Chunked loss** (``chunked_loss.py``): where the LM head's logits are live at the peak, the
@@ -20,9 +22,10 @@ sizes (``nova.compile(memory_budget=)``, ``--memory-budget`` of the CLI and the 
    the peak.
 
 If the plan still does not fit, ``MemoryBudgetError``: ONE line naming the smallest peak reached
-and what dominates it at its busiest position (user-owned parameters and optimizer state, then the
-arena's tensor classes), e.g. ``train_gpt144m (batch 16 x 1024): the smallest plan is 13.1 GiB
-(parameters+optimizer state 1.6 GiB, ...); raise the budget or lower the batch``.
+and what dominates it at its busiest position (user-owned parameters and optimizer state, the
+allocations outside the arena, then the arena's tensor classes), e.g. ``train_gpt144m (batch 16 x
+1024): the smallest plan is 13.1 GiB (parameters+optimizer state 1.6 GiB, outside the arena 0.1 GiB,
+...); raise the budget or lower the batch``.
 
 The decisions are stored on ``Planned.budget`` (a ``BudgetReport``): the budget, the unbudgeted
 peak, the chunk count, each rematerialized tensor class with its bytes and recompute time, the
@@ -82,6 +85,7 @@ class BudgetReport:
     chunk_cost_us: float = 0.0            # the chunked loss's extra work (weight-gradient sums, concat)
     recompute_us: float = 0.0             # the rematerialized nodes' predicted time
     rounds: int = 0                       # plans made while fitting (after the unbudgeted one)
+    outside_bytes: int = 0                # of peak_bytes: the program's allocations outside the arena
     classes: list[TensorClass] = field(default_factory=list)
 
     @property
@@ -124,6 +128,7 @@ def fit_budget(planned, budget, target, plan_graph):
     report = BudgetReport(budget, planned.memory.peak_bytes)
     if planned.memory.peak_bytes <= budget:
         report.fits, report.peak_bytes = True, planned.memory.peak_bytes
+        report.outside_bytes = planned.memory.outside_bytes
         report.loss_chunk_why = "the plan fits: nothing chunked or recomputed"
         planned.budget = report
         return planned
@@ -193,6 +198,7 @@ def fit_budget(planned, budget, target, plan_graph):
         report.loss_chunk_why = "no LM head + cross-entropy to chunk"
     report.recompute_us = remat.recompute_time_us(chosen)
     report.peak_bytes = current.memory.peak_bytes
+    report.outside_bytes = current.memory.outside_bytes
     report.fits = True
     current.budget = report
     current.stats = {**planned.stats, **current.stats}

@@ -34,10 +34,16 @@ Rules, over the execution order (the groups' nodes one after another; position =
 Outputs that are not donated stay in the arena until the end of the step (the executor copies them
 out, or hands out views valid until the next run); an output that is a view stays an alias.
 
-``peak_bytes`` = arena bytes + external bytes (the device memory the step needs);
-``live_peak_bytes`` = the largest live set (a lower bound for any plan).  ``breakdown`` splits
-``peak_bytes``: external bytes by role, the arena's live bytes at its busiest position by category
-(gradients, activations, workspace, ...), and ``arena_slack`` (arena bytes not live there).
+``peak_bytes`` = arena bytes + external bytes + outside-arena bytes (the device memory the step
+needs); ``live_peak_bytes`` = the largest live set (a lower bound for any plan).  ``breakdown``
+splits ``peak_bytes``: external bytes by role, the arena's live bytes at its busiest position by
+category (gradients, activations, workspace, ...), ``arena_slack`` (arena bytes not live there) and
+``outside_arena``.  **Outside the arena**: what the program allocates besides the arena and the
+user's tensors (its static slots and workspaces, GEMM workspaces, the temporaries of one launch,
+returned clones), listed by the compiler (``nova/compiler/outside_arena.py``) and stated on the plan
+by ``with_outside`` (``MemoryPlan.outside``: the list; ``outside_bytes``: what it adds at the peak,
+every ``program`` and ``step`` allocation plus the largest ``launch`` one).  A plan made without
+that list (``outside`` is None: the passes alone) counts none.
 ``validate_memory_plan`` re-derives liveness independently and checks that no two buffers live at
 the same time overlap.
 """
@@ -61,7 +67,9 @@ OPTIMIZER_UPDATES = ("adamw", "sgd")          # (param, grad, ...) -> updated st
 ELEMENTWISE_COMPOSITES = OPTIMIZER_UPDATES + ("cross_entropy_backward",)
 INPUT_CATEGORIES = {"param": "parameters", "opt_state": "optimizer_state", "grad": "gradients",
                     "data": "data", "const": "data"}
-CATEGORIES = ("parameters", "optimizer_state", "data", "gradients", "activations", "workspace", "arena_slack")
+CATEGORIES = ("parameters", "optimizer_state", "data", "gradients", "activations", "workspace", "arena_slack",
+              "outside_arena")
+OUTSIDE_LIFETIMES = ("program", "launch", "step")
 VALUE_KINDS = ("arena", "external", "alias", "fused")
 
 
@@ -88,11 +96,27 @@ class ValuePlan:
     donated: bool = False             # an updating output written into its input's storage
 
 
+@dataclass(frozen=True)
+class OutsideAllocation:
+    """One device allocation of the program outside its arena."""
+    what: str                         # "workspace [1024] float32 of group 12", "temporaries of launch 40 (...)"
+    nbytes: int                       # as the allocator counts it
+    lifetime: str                     # OUTSIDE_LIFETIMES: the program's (built once), one launch's, one step's
+    allocator: str = "torch"          # "torch" (PyTorch's caching allocator) | "driver" (cuMemAlloc, which
+                                      # torch.cuda.max_memory_allocated does not see)
+
+
+def outside_peak_bytes(items) -> int:
+    """What ``items`` add at the step's peak: every program and step allocation, the largest launch one."""
+    return sum(i.nbytes for i in items if i.lifetime != "launch") + \
+        max((i.nbytes for i in items if i.lifetime == "launch"), default=0)
+
+
 @dataclass
 class MemoryPlan:
     values: dict[Value, ValuePlan]
     arena_bytes: int
-    peak_bytes: int                   # arena + external
+    peak_bytes: int                   # arena + external + outside_bytes
     live_peak_bytes: int              # largest live set (arena at its busiest position + external)
     external_bytes: int
     breakdown: dict[str, int]         # sums to peak_bytes
@@ -100,6 +124,8 @@ class MemoryPlan:
     order: list[Node] = field(default_factory=list)
     alignment: int = ALIGNMENT
     storage: StoragePlan | None = None   # the storage decisions the layouts were analyzed under
+    outside: list[OutsideAllocation] | None = None   # allocations outside the arena (None: not listed)
+    outside_bytes: int = 0            # what they add at the peak (``outside_peak_bytes``), in peak_bytes
 
     def __getitem__(self, value: Value) -> ValuePlan:
         return self.values[value]
@@ -111,6 +137,20 @@ class MemoryPlan:
     def inplace(self) -> list[tuple[Value, Value]]:
         """(dying value, value that took its buffer) pairs."""
         return [(p.reuses, v) for v, p in self.values.items() if p.reuses is not None]
+
+
+def with_outside(plan: MemoryPlan, items: list[OutsideAllocation]) -> MemoryPlan:
+    """``plan`` stating ``items`` (``MemoryPlan.outside``): its peak, largest live set and breakdown
+    include what they add at the peak.  The one place the outside allocations enter a plan."""
+    for i in items:
+        if i.lifetime not in OUTSIDE_LIFETIMES or i.nbytes < 0:
+            raise ValueError(f"outside allocation {i.what!r}: lifetime {i.lifetime!r}, {i.nbytes} bytes")
+    extra = outside_peak_bytes(items) - plan.outside_bytes
+    plan.outside, plan.outside_bytes = list(items), plan.outside_bytes + extra
+    plan.peak_bytes += extra
+    plan.live_peak_bytes += extra
+    plan.breakdown["outside_arena"] = plan.outside_bytes
+    return plan
 
 
 def aligned(n: int, alignment: int = ALIGNMENT) -> int:

@@ -79,8 +79,9 @@ def tensor_class(value) -> str:
 
 
 def composition(planned, limit: int = 4) -> list[tuple[str, int]]:
-    """What the plan's peak holds: the user-owned bytes by role, then the arena's live bytes at the
-    busiest position by tensor class (largest first, the rest summed), then the arena's slack."""
+    """What the plan's peak holds: the user-owned bytes by role, the program's allocations outside
+    the arena (``MemoryPlan.outside``), then the arena's live bytes at the busiest position by tensor
+    class (largest first, the rest summed), then the arena's slack."""
     mem = planned.memory
     parts = []
     external = {}
@@ -90,6 +91,8 @@ def composition(planned, limit: int = 4) -> list[tuple[str, int]]:
     owned = external.get("parameters", 0) + external.get("optimizer state", 0)
     if owned:
         parts.append(("parameters+optimizer state", owned))
+    if mem.outside_bytes:
+        parts.append(("outside the arena", mem.outside_bytes))
     t = busiest_position(mem)
     by_class: dict[str, int] = {}
     for v, p in mem.values.items():
@@ -102,7 +105,7 @@ def composition(planned, limit: int = 4) -> list[tuple[str, int]]:
                                                     if k not in ("parameters", "optimizer state"))
     if rest:
         parts.append(("other", rest))
-    slack = mem.peak_bytes - owned - sum(by_class.values()) - rest
+    slack = mem.peak_bytes - owned - mem.outside_bytes - sum(by_class.values()) - rest
     if slack > 0:
         parts.append(("arena fragmentation", slack))
     return parts

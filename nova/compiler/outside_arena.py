@@ -1,0 +1,204 @@
+"""Every device allocation a CUDA program of a plan makes outside its arena, with its size: what the
+memory plan adds to the arena and the user-owned tensors so that ``MemoryPlan.peak_bytes`` is the
+whole step's predicted peak (``nova.passes.memory.with_outside``; a budget reserves it).
+
+    from nova.compiler.outside_arena import account
+    items = account(planned)              # [OutsideAllocation], the meta program's, no GPU needed
+    pipeline(graph, target, outside_arena=account)   # the plan states them (plan_cache, explain do)
+
+Found by building the program on the meta device (``executor.Program(planned, "meta")``, the CUDA
+program's layout and launches) and reading its allocation sites:
+
+* **program** (allocated at build, live as long as the program): the executor's byte areas other
+  than the arena (``constants``; ``staged`` slots the data inputs are copied into; ``scratch`` for
+  values the plan gives no bytes; the temporary each constant is computed in before its copy, at
+  build, counted like a launch's), and every static workspace the launches take from
+  ``KernelContext.workspace`` (rows and embedding kernels' partials, the cross-entropy chunk
+  workspace, padded log-sum-exp, the multi-tensor optimizer's argument table), each named by its
+  group.  Nova GEMMs' operand-prep and split-K/stream-K workspaces: one set per distinct GEMM
+  kernel, allocated with ``cuMemAlloc`` (``nova/runtime/tma.py``: device memory that
+  ``torch.cuda.max_memory_allocated`` does not see, ``allocator="driver"``), sized from the
+  schedule the configurator picks.  cuBLAS's workspace (``TORCH_CUBLAS_WORKSPACE_BYTES``) once when
+  any matmul falls back to ``torch.matmul``.
+* **launch** (allocated and freed while one launch runs; the largest counts): the temporaries of
+  ATen-fallback kernels, found by running each launch on meta under ``AllocationTracker`` (a
+  dispatch mode that follows every new storage until it is freed, and counts the result an
+  ``out=`` overload without a kernel of its own computes before copying it out); Nova attention's
+  launcher (``nova/kernels/attention/launch.py``: the backward's FP32 ``delta`` row vector and the
+  dense copies of the operands it cannot address, ``plan_operands``), in closed form because its
+  launch cannot run on meta.
+* **step**: the outputs ``Program.run`` returns as fresh clones (the loss).
+
+Sizes are rounded as PyTorch's caching allocator counts them (``TORCH_BLOCK_BYTES``).  What is not
+here: the user's own tensors (parameters, optimizer state, data: ``external`` in the plan), the
+mirrors ``ProgramEngine`` makes of inputs the user keeps on the host (a few bytes per step count),
+and the CUDA context, kernels' code and tensor maps (not allocations of tensor memory).
+``RUN_TIME_SITES`` lists the allocation sites of code that runs at launch time and that the meta
+run cannot execute; ``tests/test_outside_arena.py`` fails when such a site is added and not listed.
+"""
+from __future__ import annotations
+
+import math
+
+from nova.passes.memory import OutsideAllocation
+
+TORCH_BLOCK_BYTES = 512                 # PyTorch's caching allocator rounds every block to 512 bytes
+TORCH_CUBLAS_WORKSPACE_BYTES = 32 << 20  # cuBLAS workspace per stream on sm_90 (torch's default config
+                                        # ":4096:8": 8 x 4 MiB, CUDABlasHandlePool.cpp)
+
+# allocation sites in code that runs at launch time, beyond the meta run's reach, each accounted
+# here in closed form: (module path, function) -> where
+RUN_TIME_SITES = {
+    ("nova/kernels/attention/launch.py", "_dense"): "operand copies (attention_copies)",
+    ("nova/kernels/attention/launch.py", "_output"): "output copies (attention_copies)",
+    ("nova/kernels/attention/launch.py", "_bias_copy"): "bias copy (attention_copies)",
+    ("nova/kernels/attention/launch.py", "attention"): "lse when not given: the executor gives it",
+    ("nova/kernels/attention/launch.py", "attention_backward"): "delta (attention_copies)",
+    ("nova/kernels/embedding/launch.py", "run"): "per-call workspace: the executor's launcher takes ctx.workspace",
+    ("nova/kernels/embedding/launch.py", "embedding_forward"): "out: the executor passes the arena view",
+    ("nova/kernels/embedding/launch.py", "embedding_backward"): "grad: the executor passes the arena view",
+    ("nova/kernels/optimizer/launch.py", "bind"): "argument table: the executor passes ctx.workspace",
+    ("nova/runtime/tma.py", "workspace"): "GEMM prep and split-K workspaces (gemm_workspaces)",
+    ("nova/runtime/tma.py", "_to_device"): "device copies of TMA tensor maps: 128 bytes each, not tensor memory",
+    ("nova/runtime/matmul.py", "matmul"): "out when not given: the executor gives it",
+}
+
+
+def block_bytes(nbytes: int) -> int:
+    """Bytes PyTorch's caching allocator counts for an allocation of ``nbytes``."""
+    return -(-max(nbytes, 1) // TORCH_BLOCK_BYTES) * TORCH_BLOCK_BYTES
+
+
+def account(planned, target=None) -> list[OutsideAllocation]:
+    """Every allocation outside the arena of ``planned``'s CUDA program (rules in the module
+    docstring); ``target``: the GPU whose GEMM schedules size the workspaces (default the plan's, else h200)."""
+    from nova.compiler.executor import Program
+    program = Program(planned, "meta")
+    items: list[OutsideAllocation] = []
+    names = {"const": "constants (constant/iota results, filled once)",
+             "staged": "static slots of the data inputs (copied in each step)",
+             "scratch": "scratch for values the plan gives no bytes"}
+    for area, what in names.items():
+        if program.area_bytes[area]:
+            items.append(OutsideAllocation(what, block_bytes(program.area_bytes[area]), "program"))
+    constants = [n.outputs[0].type.nbytes for n in planned.graph.nodes if n.op in ("constant", "iota")]
+    if constants:
+        items.append(OutsideAllocation("the temporary a constant is computed in at build (the largest)",
+                                       block_bytes(max(constants)), "launch"))
+    for group, t in program.workspace_owners():
+        what = f"workspace {list(t.shape)} {str(t.dtype).replace('torch.', '')} of group {group}"
+        items.append(OutsideAllocation(what, block_bytes(t.numel() * t.element_size()), "program"))
+    items += gemm_workspaces(program, target if target is not None else planned.target)
+    if program.stats["torch_gemms"]:
+        items.append(OutsideAllocation("cuBLAS workspace (matmuls on torch.matmul)", TORCH_CUBLAS_WORKSPACE_BYTES,
+                                       "program"))
+    for index, launch in enumerate(program.launches):
+        nbytes = launch_temporaries(launch)
+        if nbytes:
+            ops = "+".join(n.op for n in launch.nodes)
+            items.append(OutsideAllocation(f"temporaries of launch {index} (group {launch.group}, {ops[:40]})",
+                                           nbytes, "launch"))
+    for o in planned.graph.outputs:
+        if program.returns_clone(o):
+            items.append(OutsideAllocation(f"output {o.name!r} returned as a clone", block_bytes(o.value.type.nbytes),
+                                           "step"))
+    return items
+
+
+# ------------------------------------------------------------------ Nova GEMMs
+def gemm_workspaces(program, target) -> list[OutsideAllocation]:
+    """One entry per distinct Nova GEMM with a workspace: its operand-prep buffers (every matrix the
+    prep pass writes) and split-K/stream-K FP32 partials (``slots x M x N x 4``), as
+    ``nova/runtime/tma.py`` ``HopperGemm.workspace`` allocates them once per kernel (by ``cuMemAlloc``)."""
+    from nova.configurator import configure
+    from nova.hwmodel import get_target
+    from nova.runtime.tma import ELEMENT_BYTES, workspace_bytes
+    gpu = get_target(target if target is not None else "h200")
+    out = []
+    for problem in program.gemm_problems():
+        s = configure(problem, gpu).schedule
+        if s.hopper is None:
+            continue
+        eb = ELEMENT_BYTES[s.hopper.operands.tensor_map_type]
+        nbytes = sum(workspace_bytes(s.hopper.operands.role(op), eb) for op in "ab"
+                     if s.hopper.operands.role(op).prep is not None)
+        if s.split_workspace or s.stream_k:
+            slots = s.stream_k_plan(problem.M, problem.N, problem.K).slots if s.stream_k else s.split_k
+            nbytes += slots * problem.M * problem.N * 4
+        if nbytes:
+            out.append(OutsideAllocation(f"GEMM workspace of {problem.describe()}", nbytes, "program", "driver"))
+    return out
+
+
+# ------------------------------------------------------------------ one launch's temporaries
+def launch_temporaries(launch) -> int:
+    """The most bytes ``launch``'s kernels hold at once outside the tensors bound to them: Nova
+    attention's launcher in closed form, every other kernel run on meta under ``AllocationTracker``
+    (Nova GEMMs, rows, embedding, pointwise and optimizer kernels allocate nothing when they run)."""
+    import torch
+    from nova.compiler.plan_view import ExecutorError
+    peak = 0
+    for kernel in launch.kernels:
+        if kernel.attention is not None:
+            peak = max(peak, attention_copies(kernel))
+            continue
+        if any(x is not None for x in (kernel.rows, kernel.embedding, kernel.pointwise, kernel.optimizer)):
+            continue
+        tracker = AllocationTracker()
+        try:
+            with torch.no_grad(), tracker:
+                kernel.run()
+        except ExecutorError:          # a Nova GEMM's placeholder: its workspaces are gemm_workspaces'
+            continue
+        peak = max(peak, tracker.peak)
+    return peak
+
+
+def attention_copies(kernel) -> int:
+    """Bytes Nova attention's launcher allocates while it runs: the dense copy of each operand it
+    cannot address (``plan_operands``'s ``copies``, named in the kernel's description) and, in the
+    backward, the FP32 ``delta`` row vector [B, H, Tq] (and a dense lse when the given one is strided)."""
+    problem, roles = kernel.attention
+    copied = kernel.copied if kernel.copied is not None else {}
+    nbytes = sum(block_bytes(n) for n in copied.values())
+    if "bwd_pre" in roles:
+        nbytes += block_bytes(problem.batch * problem.heads * problem.seq_q * 4)
+    return nbytes
+
+
+def AllocationTracker():
+    """A dispatch mode following the storage of every tensor its calls create on meta until it is
+    freed: ``peak`` is the most bytes alive at once (blocks as PyTorch's allocator counts them).  An
+    ``out=`` overload without a kernel of its own computes into a temporary of its outputs' size
+    before copying (``aten_launches._has_own_kernel``), counted for the call."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from nova.compiler.aten_launches import _has_own_kernel, _tensors
+
+    class Tracker(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.live: dict[int, tuple] = {}
+            self.peak = 0
+
+        def _alive(self) -> int:
+            self.live = {k: (ref, n) for k, (ref, n) in self.live.items() if not ref.expired()}
+            return sum(n for _, n in self.live.values())
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            given = {t.untyped_storage()._cdata for t in _tensors((args, kwargs))}
+            extra = 0
+            if any(a.is_out for a in func._schema.arguments) and not _has_own_kernel(func):
+                extra = sum(block_bytes(t.numel() * t.element_size()) for t in _tensors(out))
+            for t in _tensors(out):
+                storage = t.untyped_storage()
+                key = storage._cdata
+                if key in given or key in self.live or t.device.type != "meta":
+                    continue
+                self.live[key] = (StorageWeakRef(storage), block_bytes(storage.nbytes()))
+            self.peak = max(self.peak, self._alive() + extra)
+            return out
+
+    return Tracker()
