@@ -4,7 +4,6 @@ kernels the precompile compiles are those the CUDA path's plans launch; one-line
 ``nova precompile dynamo`` command and the Inductor comparison's host side."""
 from __future__ import annotations
 
-import logging
 
 import pytest
 

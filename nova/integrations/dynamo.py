@@ -20,6 +20,11 @@ while planning or on the first run) runs as torch would: the FX graph itself, op
 fell back (with the reason), INFO for one Nova runs (with the ATen ops it runs as opaque nodes).
 The optimizer stays eager (it is outside the compiled module).
 
+For a GPU machine without MLIR, ``precompile(model, example_inputs, target="h200")`` (or ``nova
+precompile dynamo --step MODULE:FACTORY``) compiles on a host every kernel the CUDA run will launch
+(``nova.integrations.dynamo_precompile``): the CUDA engine plans each graph with ``plan_for_gpu``,
+the precompile with the same function.
+
 Graph inputs' roles: the forward's parameters and buffers (AOTAutograd's static inputs) are
 ``param`` (the executor reads them in place, by pointer); every other input is ``data``.
 Results are returned with the strides torch's fake tensors promised (the backward graph was traced
