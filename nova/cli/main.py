@@ -177,14 +177,19 @@ def add_precompile(sub) -> None:
     p = sub.add_parser("precompile", help="fill the kernel cache for a target (for offline GPU machines)",
                        description="Compile kernels into the cache so that a GPU machine without MLIR can run "
                                    "them with NOVA_OFFLINE=1 (carry the cache directory over).")
-    p.add_argument("op", choices=["gemm", "train"],
+    p.add_argument("op", choices=["gemm", "train", "dynamo"],
                    help="gemm: the GEMMs of --shapes/--suite; train MODEL: every kernel of a built-in model's "
-                        "training step (nova precompile train gpt42m --batch 32 --target h200)")
+                        "training step (nova precompile train gpt42m --batch 32 --target h200); dynamo --step "
+                        "MODULE:FACTORY: every kernel of torch.compile(model, backend='nova') on the factory's "
+                        "(model, example_inputs), forward and backward")
     p.add_argument("model", nargs="?", help="train only: " + model_help())
     p.add_argument("--step", default=None, metavar="MODULE:FACTORY",
-                   help="train only, instead of a model: your own step, a factory returning (step_fn, example_args) "
+                   help="train, instead of a model: your own step, a factory returning (step_fn, example_args) "
                         "or (step_fn, example_args, models, optimizers), called on the meta device with --batch/--seq "
-                        "as keywords (my_pkg.my_module:make_step or file.py:make_step)")
+                        "as keywords (my_pkg.my_module:make_step or file.py:make_step); dynamo: a factory returning "
+                        "(model, example_inputs)")
+    p.add_argument("--inference", action="store_true",
+                   help="dynamo only: the model's inference graphs (no backward)")
     add_shape_list_args(p, required=False, suite_help=PRECOMPILE_SUITE_HELP, batched=True)
     add_problem_args(p, several_dtypes=True, batched=True)
     p.add_argument("--batch", type=int, default=None,
@@ -199,11 +204,20 @@ def add_precompile(sub) -> None:
 
 
 def run_precompile(args) -> int:
+    if args.op == "dynamo":
+        refuse_flags(args, GEMM_ONLY_FLAGS, "precompile gemm's options; the kernels follow from the model")
+        refuse_flags(args, {"optimizer": "adamw", "memory_budget": None},
+                     "precompile train's options; under torch.compile the optimizer stays eager and the plan has "
+                     "no memory budget")
+        from nova.cli.train import run_precompile_dynamo
+        return run_precompile_dynamo(args)
+    if args.inference:
+        raise UsageError("--inference is taken by 'precompile dynamo' only")
     if args.op == "train" and args.step is not None:
         from nova.cli.train import run_precompile_user_step
         return run_precompile_user_step(args)
     if args.step is not None:
-        raise UsageError("--step is taken by 'precompile train' only")
+        raise UsageError("--step is taken by 'precompile train' and 'precompile dynamo' only")
     if args.op == "train":
         refuse_flags(args, GEMM_ONLY_FLAGS, "precompile gemm's options; a training step's kernels follow from the "
                                             "model (its dtype, layouts and epilogues)")

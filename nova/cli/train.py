@@ -143,3 +143,27 @@ def run_precompile_user_step(args) -> int:
     except NovaUnsupportedError as e:      # the step itself: one line naming the construct, exit 1
         raise ValueError(f"capturing --step {args.step}: {e}") from None
     return 1 if counts["failed"] else 0
+
+
+def run_precompile_dynamo(args) -> int:
+    """``nova precompile dynamo --step MODULE:FACTORY``: every Nova kernel of
+    ``torch.compile(model, backend="nova")`` on the factory's ``(model, example_inputs)``
+    (``nova.integrations.dynamo_precompile``), into the cache; a bad ``--step`` is a usage error."""
+    from nova.hwmodel import get_target
+    from nova.integrations.dynamo_precompile import precompile_factory
+    from nova.integrations.user_step import StepSpecError
+    if args.step is None:
+        raise UsageError("precompile dynamo needs --step MODULE:FACTORY (a factory returning (model, example_inputs))")
+    if args.model:
+        raise UsageError(f"unexpected argument {args.model!r}: precompile dynamo takes --step MODULE:FACTORY")
+    for flag in ("batch", "seq"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise UsageError(f"--{flag} must be a positive integer, got {value}")
+    target = get_target(args.target)
+    try:
+        counts = precompile_factory(args.step, target, args.cache_dir, training=not args.inference,
+                                    log=lambda line: print(line, flush=True), batch=args.batch, seq=args.seq)
+    except StepSpecError as e:
+        raise UsageError(str(e)) from None
+    return 1 if counts["failed"] else 0

@@ -63,10 +63,12 @@ class Unmodeled:
     """An FX result the IR does not model (a random seed, a padded log-sum-exp, a debug mask).
     Reading it anywhere but where its producer's partner expects it is an error."""
 
-    def __init__(self, what: str, value: Value | None = None, error: str | None = None):
+    def __init__(self, what: str, value: Value | None = None, error: str | None = None, bookkeeping: bool = False):
         self.what = what
         self.value = value
         self.error = error            # the one line to raise when read (an op Nova cannot run at all)
+        self.bookkeeping = bookkeeping  # an attention kernel's seed, offset or debug mask without dropout: its
+                                        # backward's lowering never reads it (a placeholder may stand for it)
 
     def refuse(self, message: str):
         raise NovaUnsupportedError(self.error or message)
@@ -905,7 +907,8 @@ def _attention(ctx, q, k, v, *, dropout_p=0.0, is_causal=False, attn_mask=None, 
         results[lse_index] = Unmodeled("the attention kernel's log-sum-exp in its own layout", lse)
     for i in range(n_results):
         if results[i] is None:
-            results[i] = Unmodeled(f"result {i} of {ctx.node.target} (a seed, offset or debug mask)")
+            results[i] = Unmodeled(f"result {i} of {ctx.node.target} (a seed, offset or debug mask)",
+                                   bookkeeping=True)
     return tuple(results)
 
 

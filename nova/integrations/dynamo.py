@@ -20,6 +20,11 @@ while planning or on the first run) runs as torch would: the FX graph itself, op
 fell back (with the reason), INFO for one Nova runs (with the ATen ops it runs as opaque nodes).
 The optimizer stays eager (it is outside the compiled module).
 
+For a GPU machine without MLIR, ``precompile(model, example_inputs, target="h200")`` (or ``nova
+precompile dynamo --step MODULE:FACTORY``) compiles on a host every kernel the CUDA run will launch
+(``nova.integrations.dynamo_precompile``): the CUDA engine plans each graph with ``plan_for_gpu``,
+the precompile with the same function.
+
 Graph inputs' roles: the forward's parameters and buffers (AOTAutograd's static inputs) are
 ``param`` (the executor reads them in place, by pointer); every other input is ``data``.
 Results are returned with the strides torch's fake tensors promised (the backward graph was traced
@@ -95,7 +100,9 @@ class Unsupported(Exception):
 class CompiledGraph:
     """A boxed callable (a list of inputs in, a list of results out) running one lowered graph.
     ``results[i]`` is ``("output", k)`` (graph output k), ``("input", i)`` (an input passed through),
-    ``("none", None)`` or ``("value", x)`` (a Python constant)."""
+    ``("none", None)``, ``("value", x)`` (a Python constant) or ``("placeholder", (shape, dtype, device))``
+    (an attention kernel's seed, offset or debug mask without dropout, handed to a backward that
+    never reads it: a zero tensor of the promised shape and dtype)."""
     name: str
     graph: object
     engine: object
@@ -122,12 +129,12 @@ class CompiledGraph:
         except Exception as e:   # never fail the user's program: run this graph as torch would from now on
             self.failed = True
             log.warning("nova: %s fell back to torch after a failed run: %s: %s", self.name, type(e).__name__,
-                        _first_line(e))
+                        first_line(e))
             return _run_fx(self.fallback, inputs)
         results = []
         for (kind, what), stride in zip(self.results, self.strides):
             value = outputs[what] if kind == "output" else inputs[what] if kind == "input" else \
-                None if kind == "none" else what
+                None if kind == "none" else _placeholder(*what) if kind == "placeholder" else what
             if kind == "output" and stride is not None and value.stride() != stride:
                 value = torch.empty_strided(value.shape, stride, dtype=value.dtype, device=value.device).copy_(value)
             results.append(value)
@@ -142,9 +149,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, part: str, settin
     try:
         compiled = _compile(gm, example_inputs, part, name, settings)
     except Exception as e:      # Unsupported, or a Nova error while lowering or planning: run it as torch would
-        from nova.frontend.errors import NovaUnsupportedError
-        reason = _first_line(e) if isinstance(e, (Unsupported, NovaUnsupportedError)) else \
-            f"{type(e).__name__}: {_first_line(e)}"
+        reason = fallback_reason(e)
         log.warning("nova: %s (%d ATen ops) runs on torch (eager ATen): %s", name, fx_ops, reason)
         return _boxed(gm)
     opaque = compiled.opaque
@@ -155,7 +160,20 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, part: str, settin
     return compiled
 
 
-def _compile(gm, example_inputs, part: str, name: str, settings: BackendOptions) -> CompiledGraph:
+@dataclass
+class LoweredGraph:
+    """One AOTAutograd graph lowered to Nova's IR: the graph (its outputs the tensor results), how
+    each of the FX graph's results is made (``CompiledGraph.results``), the strides torch promised
+    for each and the ATen ops kept as opaque nodes."""
+    graph: object
+    results: list
+    strides: list
+    opaque: dict
+
+
+def lower_graph(gm: torch.fx.GraphModule, part: str, name: str) -> LoweredGraph:
+    """``gm`` (AOTAutograd's ``part`` graph: forward, backward or inference) lowered by Nova's
+    frontend, or ``Unsupported`` naming why Nova does not take it."""
     from nova.frontend.lower import Unmodeled, lower
     from nova.ir import Value, verify
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
@@ -181,6 +199,10 @@ def _compile(gm, example_inputs, part: str, name: str, settings: BackendOptions)
         stride = None
         if value is None:
             results.append(("none", None))
+        elif isinstance(value, Unmodeled) and value.bookkeeping and isinstance(val, torch.Tensor):
+            results.append(("placeholder", (tuple(val.shape), val.dtype, val.device)))
+        elif isinstance(value, Unmodeled) and value.bookkeeping and isinstance(val, (bool, int, float)):
+            results.append(("value", val))
         elif isinstance(value, Unmodeled):
             raise Unsupported(f"the graph returns {value.what}, which Nova does not model")
         elif isinstance(value, Value) and value in input_index:
@@ -198,9 +220,38 @@ def _compile(gm, example_inputs, part: str, name: str, settings: BackendOptions)
             raise Unsupported(f"the graph returns a {type(value).__name__}, which Nova does not model")
         strides.append(stride)
     verify(graph)
+    return LoweredGraph(graph, results, strides, lowered.opaque)
+
+
+def plan_for_gpu(graph, target):
+    """The plan the CUDA path runs for a lowered graph on ``target`` (a ``GPUModel``): the whole
+    pipeline (``nova.passes.pipeline``, its storage, strides and dtype decisions), no memory budget.
+    The one statement of that plan: the backend's CUDA engine runs it and
+    ``nova.integrations.dynamo_precompile`` compiles its kernels ahead of time."""
+    from nova.passes import pipeline
+    return pipeline(graph, target)
+
+
+def fallback_reason(e: BaseException) -> str:
+    """The one line saying why a graph runs on torch (``Unsupported`` or a Nova error: its message;
+    anything else: its type too)."""
+    from nova.frontend.errors import NovaUnsupportedError
+    return first_line(e) if isinstance(e, (Unsupported, NovaUnsupportedError)) else f"{type(e).__name__}: {first_line(e)}"
+
+
+def precompile(model, example_inputs, target="h200", training: bool = True, cache_dir=None, log=print) -> dict:
+    """Every Nova kernel of ``torch.compile(model, backend="nova")``'s CUDA run, compiled for
+    ``target`` into the kernel cache on a host without a GPU (``nova.integrations.dynamo_precompile``)."""
+    from nova.integrations.dynamo_precompile import precompile as run
+    return run(model, example_inputs, target, training, cache_dir, log)
+
+
+def _compile(gm, example_inputs, part: str, name: str, settings: BackendOptions) -> CompiledGraph:
+    lowered = lower_graph(gm, part, name)
     device = _device(example_inputs)
-    engine, engine_name = _engine(graph, device, settings)
-    return CompiledGraph(name, graph, engine, results, strides, gm, engine_name, device, lowered.opaque)
+    engine, engine_name = _engine(lowered.graph, device, settings)
+    return CompiledGraph(name, lowered.graph, engine, lowered.results, lowered.strides, gm, engine_name, device,
+                         lowered.opaque)
 
 
 def _engine(graph, device: torch.device, settings: BackendOptions):
@@ -212,12 +263,11 @@ def _engine(graph, device: torch.device, settings: BackendOptions):
             return reference, "reference"
         return (lambda tensors: [t.to(device) for t in reference(tensors)]), "reference"
     from nova.compiler import executor
-    from nova.passes import pipeline
-    target = None
     if device.type == "cuda":
         from nova.runtime.matmul import resolve_target
-        target = resolve_target()
-    return _Program(executor, pipeline(graph, target), device), "executor"
+        return _Program(executor, plan_for_gpu(graph, resolve_target()), device), "executor"
+    from nova.passes import pipeline
+    return _Program(executor, pipeline(graph, None), device), "executor"
 
 
 class _Program:
@@ -242,6 +292,13 @@ def _static_inputs() -> set[int]:
         return set(getattr(metadata, "static_input_indices", None) or ())
     except Exception:
         return set()
+
+
+def _placeholder(shape, dtype, device) -> torch.Tensor:
+    """A zero tensor standing for a kernel's bookkeeping result; a fake tensor's ``meta`` device
+    (the meta kernels of CUDA attention state their seeds there) becomes the CPU, where the CUDA
+    kernels keep their seeds when there is no dropout."""
+    return torch.zeros(shape, dtype=dtype, device="cpu" if device.type == "meta" else device)
 
 
 def _device(example_inputs) -> torch.device:
@@ -269,6 +326,6 @@ def _run_fx(gm, inputs: list):
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else ""

@@ -103,6 +103,28 @@ def _import_file(path_text: str, spec: str):
 def make_user_step(factory, spec: str = "", **values) -> UserStep:
     """Call ``factory`` on the meta device with the ``values`` (None ones left out) its signature
     takes; check what it returns."""
+    label, call, returned = _call_on_meta(factory, spec, values)
+    expected = "expected (step_fn, example_args) or (step_fn, example_args, models, optimizers)"
+    if not isinstance(returned, (tuple, list)) or len(returned) not in (2, 4):
+        what = f"a {type(returned).__name__} of {len(returned)}" if isinstance(returned, (tuple, list)) \
+            else f"a {type(returned).__name__}"
+        raise StepSpecError(f"--step {label!r}: {call} returned {what}; {expected}")
+    fn, args = returned[0], returned[1]
+    if not callable(fn):
+        raise StepSpecError(f"--step {label!r}: {call} returned a {type(fn).__name__} as step_fn; {expected}")
+    if not isinstance(args, (tuple, list)):
+        raise StepSpecError(f"--step {label!r}: {call} returned a {type(args).__name__} as example_args (a tuple "
+                            f"of the step's arguments); {expected}")
+    models = optimizers = None
+    if len(returned) == 4:
+        models, optimizers = (_as_list(returned[2], "models", label), _as_list(returned[3], "optimizers", label))
+    name = getattr(fn, "__name__", "step").replace("<", "").replace(">", "")
+    return UserStep(fn, tuple(args), models, optimizers, name)
+
+
+def _call_on_meta(factory, spec: str, values: dict):
+    """(label, call text, what it returned): ``factory`` called on the meta device with the
+    ``values`` (None ones left out) its signature takes."""
     import torch
     label = spec or getattr(factory, "__qualname__", "factory")
     given = {k: v for k, v in values.items() if v is not None}
@@ -123,22 +145,21 @@ def make_user_step(factory, spec: str = "", **values) -> UserStep:
         raise
     except Exception as e:
         raise StepSpecError(f"--step {label!r}: {call} raised {type(e).__name__}: {_first_line(e)}") from None
-    expected = "expected (step_fn, example_args) or (step_fn, example_args, models, optimizers)"
-    if not isinstance(returned, (tuple, list)) or len(returned) not in (2, 4):
-        what = f"a {type(returned).__name__} of {len(returned)}" if isinstance(returned, (tuple, list)) \
-            else f"a {type(returned).__name__}"
-        raise StepSpecError(f"--step {label!r}: {call} returned {what}; {expected}")
-    fn, args = returned[0], returned[1]
-    if not callable(fn):
-        raise StepSpecError(f"--step {label!r}: {call} returned a {type(fn).__name__} as step_fn; {expected}")
-    if not isinstance(args, (tuple, list)):
-        raise StepSpecError(f"--step {label!r}: {call} returned a {type(args).__name__} as example_args (a tuple "
-                            f"of the step's arguments); {expected}")
-    models = optimizers = None
-    if len(returned) == 4:
-        models, optimizers = (_as_list(returned[2], "models", label), _as_list(returned[3], "optimizers", label))
-    name = getattr(fn, "__name__", "step").replace("<", "").replace(">", "")
-    return UserStep(fn, tuple(args), models, optimizers, name)
+    return label, call, returned
+
+
+def make_model(factory, spec: str = "", **values):
+    """``(model, example_inputs)`` from a model factory (``nova precompile dynamo --step``), called on
+    the meta device with the ``values`` (None ones left out) its signature takes; one line
+    (``StepSpecError``) for a factory that fails or returns something else."""
+    import torch
+    label, call, returned = _call_on_meta(factory, spec, values)
+    if not (isinstance(returned, (tuple, list)) and len(returned) == 2 and isinstance(returned[0], torch.nn.Module)
+            and isinstance(returned[1], (tuple, list))):
+        what = f"a {type(returned).__name__}" + (f" of {len(returned)}" if isinstance(returned, (tuple, list)) else "")
+        raise StepSpecError(f"--step {label!r}: {call} returned {what}; expected (model, example_inputs): an "
+                            f"nn.Module and a tuple of its arguments")
+    return returned[0], tuple(returned[1])
 
 
 def _as_list(x, what: str, label: str):
