@@ -3,7 +3,7 @@ executor (Nova GEMMs and attention, CUDA graph) against a float64 eager twin (ru
 skipped without a GPU).  Every graph must run on Nova (no fallback warning: with ``NOVA_OFFLINE=1``
 a kernel missing from the cache is one).
 
-Kernels come from a cache precompiled on a host with MLIR (``nova.integrations.dynamo.precompile``
+Kernels come from a cache precompiled on a host with MLIR (``nova.integrations.dynamo_precompile.precompile``
 on the same models and inputs, traced on the CPU with CUDA's attention kernels):
 
     NOVA_CACHE_DIR=.nova-cache python3 tests/test_integrations_dynamo_gpu.py --target h200 --build    # host
@@ -108,7 +108,7 @@ if __name__ == "__main__":
     if not args.build:
         print(f"python3 {sys.argv[0]} --target {args.target} --build")
         sys.exit(0)
-    from nova.integrations.dynamo import precompile
+    from nova.integrations.dynamo_precompile import precompile
     failed = 0
     for name in MODELS:
         model, batches, _ = make_case(name, "cpu", steps=1)

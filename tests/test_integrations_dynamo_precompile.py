@@ -124,7 +124,7 @@ def test_precompile_without_mlir_is_one_line(monkeypatch, tmp_path):
     monkeypatch.setattr(cache, "mlir_available", lambda: False)
     model, inputs = make_attention()
     with pytest.raises(CompilerUnavailableError) as info:
-        dynamo.precompile(model, inputs, target="h200", cache_dir=tmp_path, log=lambda line: None)
+        dynamo_precompile.precompile(model, inputs, target="h200", cache_dir=tmp_path, log=lambda line: None)
     assert "\n" not in str(info.value).strip()
 
 
@@ -138,7 +138,7 @@ def test_precompile_fills_the_cache_the_offline_lookups_find(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32))
     inputs = (torch.randn(16, 32),)
     lines = []
-    counts = dynamo.precompile(model, inputs, target="h200", cache_dir=tmp_path, log=lines.append)
+    counts = dynamo_precompile.precompile(model, inputs, target="h200", cache_dir=tmp_path, log=lines.append)
     assert counts["failed"] == 0 and counts["compiled"] > 0 and counts["graphs"] == 2 and counts["on_torch"] == 0
     plans = plan_dynamo(model, inputs, H200, training=True)
     for planned in plans.planned:

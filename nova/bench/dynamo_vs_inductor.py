@@ -14,7 +14,7 @@ every gradient of the compiled model are compared with eager's on a copy of the 
 counted (the ``nova`` logger's warnings).
 
 ``--precompile --target T`` (a host with MLIR, no GPU): every Nova kernel of the Nova run it would
-make (``nova.integrations.dynamo.precompile`` on the same model and batch shape) into the kernel
+make (``nova.integrations.dynamo_precompile.precompile`` on the same model and batch shape) into the kernel
 cache, for ``NOVA_OFFLINE=1`` on the GPU machine.
 
 Writes ``DIR/dynamo-<backend>-<model>-b<batch>.json`` and, running both, ``DIR/dynamo-<model>-b<batch>.md``.
@@ -132,7 +132,7 @@ def precompile(args, log=print) -> int:
     """Every Nova kernel of this benchmark's Nova run, compiled for ``args.target`` into the cache."""
     import torch
     from nova import models
-    from nova.integrations.dynamo import precompile as precompile_run
+    from nova.integrations.dynamo_precompile import precompile as precompile_run
     with torch.device("meta"):
         model = models.build(args.model, args.seed)
         idx = torch.zeros(args.batch, args.seq, dtype=torch.long)

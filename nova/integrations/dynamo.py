@@ -239,13 +239,6 @@ def fallback_reason(e: BaseException) -> str:
     return first_line(e) if isinstance(e, (Unsupported, NovaUnsupportedError)) else f"{type(e).__name__}: {first_line(e)}"
 
 
-def precompile(model, example_inputs, target="h200", training: bool = True, cache_dir=None, log=print) -> dict:
-    """Every Nova kernel of ``torch.compile(model, backend="nova")``'s CUDA run, compiled for
-    ``target`` into the kernel cache on a host without a GPU (``nova.integrations.dynamo_precompile``)."""
-    from nova.integrations.dynamo_precompile import precompile as run
-    return run(model, example_inputs, target, training, cache_dir, log)
-
-
 def _compile(gm, example_inputs, part: str, name: str, settings: BackendOptions) -> CompiledGraph:
     lowered = lower_graph(gm, part, name)
     device = _device(example_inputs)

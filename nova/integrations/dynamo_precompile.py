@@ -2,7 +2,7 @@
 into the kernel cache on a host without a GPU (what ``nova precompile train`` does for
 ``nova.compile``), so that the GPU machine runs it with ``NOVA_OFFLINE=1``.
 
-    from nova.integrations.dynamo import precompile
+    from nova.integrations.dynamo_precompile import precompile
     precompile(model, (idx, targets), target="h200", training=True)      # Python
     nova precompile dynamo --step my_pkg.my_module:make_model --target h200   # command line
 
