@@ -48,6 +48,9 @@ CASES = {
     "gpt_d64": lambda: example_case(transformer_step(batch=2, seq=64, dim=128, heads=2, vocab=96), int_high=96),
 }
 TOL = 5e-3              # relative Frobenius error against float64: TF32 GEMMs and attention, chained
+# a case on Nova's TF32 attention kernels (head dimension 64): their own gradient bound
+# (tests/test_attention_gpu.py, TOL["tf32"][1]); run 7 measured 5.3e-3 .. 6.4e-3 on gpt_d64's gradients
+CASE_TOL = {"gpt_d64": 1e-2}
 
 
 def _cuda_reason() -> str:
@@ -103,7 +106,7 @@ def test_program_replays_match_float64(name, kernels):
         ref = reference64(graph, state)
         got = program.run(state)
         torch.cuda.synchronize()
-        assert_close(graph, got, ref, f"step {step}")
+        assert_close(graph, got, ref, f"step {step}", CASE_TOL.get(name, TOL))
         for k, i in plan.memory.donations:
             assert got[k] is state[i], f"{graph.outputs[k].name}: a donated output must be the input object"
     assert {i: state[i].data_ptr() for i in pointers} == pointers, "bound inputs moved"
@@ -183,7 +186,7 @@ def test_attention_writes_its_results_in_the_readers_layout(kernels):
     ref = reference64(case.graph, state)
     got = program.run(state)
     torch.cuda.synchronize()
-    assert_close(case.graph, got, ref, "one step")
+    assert_close(case.graph, got, ref, "one step", CASE_TOL["gpt_d64"])
     attention = [k for launch in program.launches for k in launch.kernels if k.attention]
     assert len(attention) == 2 and all(k.copies == 0 for k in attention), [k.what for k in attention]
     (fwd, _), (bwd, _) = program.attention_kernels()

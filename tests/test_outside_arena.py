@@ -206,10 +206,11 @@ def test_the_benchmark_caps_the_process_at_the_budget():
     from nova.bench.train import cap_memory, oom_line, parser
     calls = []
     fake = SimpleNamespace(cuda=SimpleNamespace(
-        get_device_properties=lambda dev: SimpleNamespace(total_memory=16 * 2**30),
+        get_device_properties=lambda dev: SimpleNamespace(total_memory=16 * 2**30), current_device=lambda: 0,
         set_per_process_memory_fraction=lambda fraction, dev: calls.append((fraction, dev))))
+    cap_memory(fake, SimpleNamespace(type="cuda", index=None), "12GiB")      # torch.device("cuda"): no index
     cap = cap_memory(fake, "cuda:0", "12GiB")
-    assert calls == [(0.75, "cuda:0")] and cap["budget_bytes"] == 12 * 2**30 and cap["fraction"] == 0.75
+    assert calls == [(0.75, 0), (0.75, 0)] and cap["budget_bytes"] == 12 * 2**30 and cap["fraction"] == 0.75
 
     class OutOfMemoryError(RuntimeError):
         pass

@@ -434,9 +434,14 @@ def cap_memory(torch, dev, budget_text: str) -> dict:
     them: ``outside_arena_driver_bytes``)."""
     from nova.passes.budget import parse_size
     budget = parse_size(budget_text)
-    total = torch.cuda.get_device_properties(dev).total_memory
+    index = None if isinstance(dev, str) else dev.index   # torch's API wants an index: "cuda" has none
+    if isinstance(dev, str) and ":" in dev:
+        index = int(dev.split(":")[1])
+    if index is None:
+        index = torch.cuda.current_device()
+    total = torch.cuda.get_device_properties(index).total_memory
     fraction = min(1.0, budget / total)
-    torch.cuda.set_per_process_memory_fraction(fraction, dev)
+    torch.cuda.set_per_process_memory_fraction(fraction, index)
     return {"budget_bytes": budget, "device_total_bytes": total, "fraction": fraction,
             "source": "torch.cuda.set_per_process_memory_fraction(budget / total)"}
 
