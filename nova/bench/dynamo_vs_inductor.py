@@ -207,6 +207,7 @@ def main(argv=None) -> int:
     except BenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    Path(args.out).mkdir(parents=True, exist_ok=True)      # the report is written even when both fail
     results = {}
     for backend in BACKENDS:
         argv_child = [sys.executable, "-m", "nova.bench.dynamo_vs_inductor", "--backend", backend, *(argv or sys.argv[1:])]
