@@ -3,6 +3,6 @@
 # Results: bench/results/h200-2026-12-03/run9/.  Cache (host): nova.bench.dynamo_vs_inductor --precompile.
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache NOVA_TARGET=h200 PYTHONUNBUFFERED=1
 R=$OUT/r; mkdir -p $R
-timeout 250 python3 -m nova.bench.dynamo_vs_inductor --model gpt42m --batch 32 --steps 10 --settle-s 2 --timed 20 \
-  --repeats 3 --out $R/dynamo --timeout 120 2>&1 | grep -v Warning | tail -n 14
+timeout 225 python3 -m nova.bench.dynamo_vs_inductor --model gpt42m --batch 32 --steps 10 --settle-s 2 --timed 20 \
+  --repeats 3 --out $R/dynamo --timeout 105 2>&1 | grep -v Warning | grep -E "Error|error|\\|" | tail -n 16
 tar czf $OUT/run9.tgz -C $R . && rm -rf $R

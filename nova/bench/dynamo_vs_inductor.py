@@ -56,9 +56,10 @@ def agreement(compiled, eager, idx, tgt) -> dict:
         loss.backward()
         losses.append(loss)
     named = dict(eager.named_parameters())
-    errors = {n: _rel(p.grad, named[n].grad) for n, p in compiled.named_parameters() if p.grad is not None}
+    original = getattr(compiled, "_orig_mod", compiled)          # torch.compile's wrapper prefixes the names
+    errors = {n: _rel(p.grad, named[n].grad) for n, p in original.named_parameters() if p.grad is not None}
     worst = max(errors, key=errors.get) if errors else None
-    missing = [n for n, p in compiled.named_parameters() if p.grad is None]
+    missing = [n for n, p in original.named_parameters() if p.grad is None]
     for m in (compiled, eager):
         for p in m.parameters():
             p.grad = None
@@ -89,7 +90,8 @@ def run_one(args, log) -> dict:
     warnings = _Warnings()
     logging.getLogger("nova").addHandler(warnings)
     torch._dynamo.reset()
-    compiled = torch.compile(model) if args.backend == "inductor" else torch.compile(model, backend="nova")
+    from nova.integrations.dynamo import nova_backend        # the callable: no pip entry point needed
+    compiled = torch.compile(model) if args.backend == "inductor" else torch.compile(model, backend=nova_backend)
     res = {"backend": args.backend, "model": args.model, "batch": args.batch, "seq": args.seq,
            "torch": torch.__version__, "device_name": torch.cuda.get_device_name(dev),
            "optimizer": {"class": "torch.optim.AdamW", **ADAMW, "eager": True}, "environment": _base_environment()}
