@@ -25,10 +25,14 @@ def test_mapping_reads_the_schedule(M, N, K, dtype, target):
     gpu = get_target(target)
     s = configure(GemmProblem(M, N, K, dtype=dtype), gpu).schedule
     c = nt.triton_config(M, N, K, dtype, target)
-    assert (c.BLOCK_M, c.BLOCK_N, c.BLOCK_K, c.GROUP_M) == (s.block_m, s.block_n, s.block_k, s.group_m)
+    assert c.GROUP_M == s.group_m
+    for name, block, nova_block in zip(("BLOCK_M", "BLOCK_N", "BLOCK_K"), (c.BLOCK_M, c.BLOCK_N, c.BLOCK_K),
+                                       (s.block_m, s.block_n, s.block_k)):
+        assert block & (block - 1) == 0 and block <= nova_block < 2 * block     # tl.arange: powers of two
+        assert (block != nova_block) == any(n.startswith(f"{name} {nova_block} rounded down") for n in c.notes)
     warps = 4 * s.consumer_warpgroups if s.mma.family == "wgmma" else s.warps_m * s.warps_n
     assert c.num_warps & (c.num_warps - 1) == 0 and c.num_warps <= warps < 2 * c.num_warps
-    assert (c.num_warps != warps) == any("rounded down" in n for n in c.notes)
+    assert (c.num_warps != warps) == any(n.startswith("num_warps") and "rounded down" in n for n in c.notes)
     ring = c.num_stages * (c.BLOCK_M * c.BLOCK_K + c.BLOCK_K * c.BLOCK_N) * nt.ELEMENT_BYTES[dtype]
     assert 1 <= c.num_stages <= s.stages and ring <= gpu.smem_per_block
     assert (c.num_stages != s.stages) == any("num_stages" in n for n in c.notes)
@@ -45,7 +49,7 @@ def test_layout_reaches_the_configurator():
     for trans_a, trans_b in ((True, False), (False, True)):
         s = configure(GemmProblem(2048, 1024, 512, dtype="bf16", trans_a=trans_a, trans_b=trans_b), "h200").schedule
         c = nt.triton_config(2048, 1024, 512, "bf16", "h200", trans_a=trans_a, trans_b=trans_b)
-        assert (c.BLOCK_M, c.BLOCK_N, c.BLOCK_K) == (s.block_m, s.block_n, s.block_k)
+        assert (c.BLOCK_M, c.BLOCK_K) == (s.block_m, s.block_k) and c.BLOCK_N <= s.block_n
         assert ("TN" if trans_a else "NT") in c.problem
 
 

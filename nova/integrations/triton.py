@@ -12,7 +12,10 @@ target).schedule`` to the knobs of Triton's matmul (the tutorial kernel's ``BLOC
 ``BLOCK_K``, ``GROUP_M`` meta-parameters and ``triton.Config``'s ``num_warps``/``num_stages``):
 
 * ``BLOCK_M, BLOCK_N, BLOCK_K = block_m, block_n, block_k``: the block tile in the problem's
-  coordinates (a Nova schedule that swaps A and B states its tile in M, N too);
+  coordinates (a Nova schedule that swaps A and B states its tile in M, N too), each rounded down to
+  a power of two where it is not one (``tl.arange`` takes powers of two only: Nova's 128x192 wgmma
+  tile becomes 128x128, said in ``notes``; rounding down keeps Triton's tile inside the registers and
+  shared memory Nova's tile was sized for);
 * ``GROUP_M = group_m``: both rasterize tiles in groups of that many tile rows, so the CTAs that
   run together share their A rows and B columns in L2 (the same definition);
 * ``num_warps``: the warps that compute one tile.  mma.sync: ``warps_m * warps_n``; wgmma:
@@ -106,8 +109,13 @@ def triton_config(M: int, N: int, K: int, dtype: str = "tf32", target="h200", *,
     num_warps = _power_of_two_below(warps)
     if num_warps != warps:
         notes.append(f"num_warps {warps} rounded down to {num_warps} (Triton needs a power of two)")
+    blocks = tuple(_power_of_two_below(b) for b in (s.block_m, s.block_n, s.block_k))
+    for name, nova_block, block in zip(("BLOCK_M", "BLOCK_N", "BLOCK_K"), (s.block_m, s.block_n, s.block_k), blocks):
+        if block != nova_block:
+            notes.append(f"{name} {nova_block} rounded down to {block} (tl.arange needs a power of two)")
+    block_m, block_n, block_k = blocks
     stages = s.stages
-    ring = lambda n: n * (s.block_m * s.block_k + s.block_k * s.block_n) * ELEMENT_BYTES[dtype]   # noqa: E731
+    ring = lambda n: n * (block_m * block_k + block_k * block_n) * ELEMENT_BYTES[dtype]   # noqa: E731
     while stages > 1 and ring(stages) > gpu.smem_per_block:
         stages -= 1
     if stages != s.stages:
@@ -130,7 +138,7 @@ def triton_config(M: int, N: int, K: int, dtype: str = "tf32", target="h200", *,
                 "consumers": s.consumers, "stages": s.stages, "group_m": s.group_m, "split_k": s.split_k,
                 "stream_k_tiles": s.stream_k_tiles, "cluster": [s.cluster_m, s.cluster_n],
                 "persistent": s.persistent, "swap_ab": bool(getattr(s, "swap_ab", False))}
-    return TritonMatmulConfig(s.block_m, s.block_n, s.block_k, s.group_m, num_warps, stages,
+    return TritonMatmulConfig(block_m, block_n, block_k, s.group_m, num_warps, stages,
                               "tf32" if dtype == "tf32" else None, s.split_k, problem.describe(), gpu.name,
                               schedule, tuple(notes))
 
