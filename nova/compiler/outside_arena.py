@@ -136,6 +136,7 @@ def launch_temporaries(launch) -> int:
     attention's launcher in closed form, every other kernel run on meta under ``AllocationTracker``
     (Nova GEMMs, rows, embedding, pointwise and optimizer kernels allocate nothing when they run)."""
     import torch
+    from nova.compiler.collectives import CollectiveError
     from nova.compiler.plan_view import ExecutorError
     peak = 0
     for kernel in launch.kernels:
@@ -149,6 +150,8 @@ def launch_temporaries(launch) -> int:
             with torch.no_grad(), tracker:
                 kernel.run()
         except ExecutorError:          # a Nova GEMM's placeholder: its workspaces are gemm_workspaces'
+            continue
+        except CollectiveError:        # a collective planned without a process group (explain --gpus)
             continue
         peak = max(peak, tracker.peak)
     return peak
