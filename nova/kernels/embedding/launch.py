@@ -11,23 +11,8 @@ structural key (compiling on a miss unless offline: ``NOVA_OFFLINE=1`` raises th
 """
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass
-
-from nova.kernels.embedding.abi import params, workspace_layout
-
-
-@dataclass
-class Resolved:
-    problem: object
-    schedule: object
-    kernels: dict                   # role -> driver.LoadedKernel
-    workspace: dict                 # name -> (byte offset, i32 words)
-    workspace_bytes: int
-
-
-_memo: dict[tuple, Resolved] = {}
-_lock = threading.RLock()
+from nova.kernels.role_launch import RoleLauncher
+from nova.kernels.embedding import abi
 
 
 def schedule_for(problem, target):
@@ -35,36 +20,16 @@ def schedule_for(problem, target):
     return configure_embedding(problem, target).schedule
 
 
-def resolve(problem, device_index=None, target=None) -> Resolved:
-    """The schedule and the loaded kernels of ``problem`` on the device (memoised)."""
-    from nova.runtime import driver
-    from nova.runtime.matmul import resolve_target
-    device = driver.get_device(device_index)
-    model = resolve_target(target, device)
-    key = (problem, model.name, device.ordinal)
-    hit = _memo.get(key)
-    if hit is not None:
-        return hit
-    with _lock:
-        from nova.kernels.embedding.compile import get_or_compile, summary
-        schedule = schedule_for(problem, model)
-        kernels = {}
-        for role in schedule.roles:
-            art, k, _ = get_or_compile(problem, schedule, role, model)
-            kernels[role] = driver.load_kernel(art, device, summary(problem, role, model), k)
-        ws, nbytes = workspace_layout(problem, schedule)
-        hit = _memo[key] = Resolved(problem, schedule, kernels, ws, nbytes)
-        return hit
+def _compile_module():
+    from nova.kernels.embedding import compile as compiled
+    return compiled
 
 
-def launch_args(r: Resolved, pointers: dict, workspace_ptr: int) -> list[tuple[object, tuple[int, ...]]]:
-    """``[(kernel, pointer arguments)]`` in launch order: operands by name, workspace buffers by offset."""
-    out = []
-    for role in r.schedule.roles:
-        args = [workspace_ptr + r.workspace[what[3:]][0] if what.startswith("ws:") else pointers[what]
-                for _, what in params(r.problem, r.schedule, role)]
-        out.append((r.kernels[role], tuple(args)))
-    return out
+LAUNCHER = RoleLauncher(schedule_for, _compile_module, abi)   # the memo, resolve and launch_args (role_launch.py)
+_memo = LAUNCHER.memo
+resolve = LAUNCHER.resolve
+launch_args = LAUNCHER.launch_args
+reset = LAUNCHER.reset
 
 
 def problem_of(direction: str, rows, idx, vocab: int):
@@ -115,8 +80,3 @@ def embedding_backward(dy, idx, vocab: int, target=None):
     grad = torch.empty((vocab, p.dim), dtype=dy.dtype, device=dy.device)
     run(p, {"idx": idx.data_ptr(), "dy": dy2.data_ptr(), "grad": grad.data_ptr()}, dy.device, target)
     return grad
-
-
-def reset() -> None:
-    with _lock:
-        _memo.clear()
