@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from nova.compiler.aten_kernels import Kernel, build_kernel, reference_kernel
+from nova.compiler.role_kernels import RoleKernels, device_target, meta_only
 
 
 def layout_reason(p, named: dict) -> str:
@@ -51,43 +52,15 @@ def embedding_kernels(group, nodes, tensors, ctx, note) -> list[Kernel]:
         # the dry run only sizes the workspace for the stats; the bound program sizes it for its device
         nbytes = workspace_layout(p, configure_embedding(p, get_target("h200")).schedule)[1]
         ctx.workspace((max(1, nbytes),), torch.uint8)
-        return [Kernel(_meta_only, what, embedding=p)]
+        return [Kernel(meta_only, what, embedding=p)]
     why = layout_reason(p, named)
     if why:
         note(f"group {group.index}: {nodes[0].op} on its reference ({why})")
         return [reference_kernel(n, [tensors[v] for v in n.inputs], [tensors[v] for v in n.outputs], ctx, why)
                 for n in nodes]
     from nova.kernels.embedding.abi import workspace_layout
-    from nova.kernels.embedding.launch import schedule_for
-    nbytes = workspace_layout(p, schedule_for(p, _target(ctx)))[1]
+    from nova.kernels.embedding.launch import LAUNCHER, schedule_for
+    nbytes = workspace_layout(p, schedule_for(p, device_target(ctx)))[1]
     workspace = ctx.workspace((max(1, nbytes),), torch.uint8)
     pointers = {name: t.data_ptr() for name, t in named.items()}
-    return [Kernel(_Launcher(p, pointers, workspace, ctx.device), what, embedding=p)]
-
-
-def _target(ctx):
-    from nova.runtime import driver
-    from nova.runtime.matmul import resolve_target
-    return resolve_target(None, driver.get_device(ctx.device.index))
-
-
-def _meta_only():
-    from nova.compiler.plan_view import ExecutorError
-    raise ExecutorError("a meta program only describes; build it on a CUDA device to run it")
-
-
-class _Launcher:
-    """Launches the problem's kernels with fixed pointers on the current stream (resolved on first use)."""
-
-    def __init__(self, problem, pointers: dict, workspace, device):
-        self.problem, self.pointers, self.workspace, self.device = problem, pointers, workspace, device
-        self.launches = None
-
-    def __call__(self) -> None:
-        if self.launches is None:
-            from nova.kernels.embedding.launch import launch_args, resolve
-            self.launches = launch_args(resolve(self.problem, self.device.index), self.pointers,
-                                        self.workspace.data_ptr())
-        stream = torch.cuda.current_stream(self.device).cuda_stream
-        for kernel, args in self.launches:
-            kernel.launch(args, stream)
+    return [Kernel(RoleKernels(LAUNCHER, p, pointers, workspace, ctx.device), what, embedding=p)]

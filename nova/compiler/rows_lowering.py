@@ -18,6 +18,7 @@ import math
 import torch
 
 from nova.compiler.aten_kernels import Kernel, build_kernel, reference_kernel
+from nova.compiler.role_kernels import RoleKernels, device_target, meta_only
 
 
 def layout_reason(t, o, rows: int, n: int) -> str:
@@ -61,40 +62,12 @@ def rows_kernels(group, nodes, tensors, ctx, note) -> list[Kernel]:
             at = {**tensors, **own}
             return [reference_kernel(n, [at[v] for v in n.inputs], [at[v] for v in n.outputs], ctx, why)
                     for n in nodes]
-    from nova.kernels.rows.launch import schedule_for
+    from nova.kernels.rows.launch import LAUNCHER, schedule_for
     from nova.kernels.rows.abi import workspace_layout
     if ctx.device.type == "meta":
-        return [Kernel(_meta_only, f"nova rows {p.kind}", rows=p)]
-    workspace_size = workspace_layout(p, schedule_for(p, _target(ctx)))[1]
+        return [Kernel(meta_only, f"nova rows {p.kind}", rows=p)]
+    workspace_size = workspace_layout(p, schedule_for(p, device_target(ctx)))[1]
     workspace = ctx.workspace((max(1, math.ceil(workspace_size / 4)),), torch.float32)
     pointers = {name: t.data_ptr() for name, t in named.items()}
-    launcher = _Launcher(p, pointers, workspace, ctx.device)
+    launcher = RoleKernels(LAUNCHER, p, pointers, workspace, ctx.device)
     return [Kernel(launcher, f"nova rows {p.kind} ({p.rows}x{p.n})", rows=p)]
-
-
-def _target(ctx):
-    from nova.runtime import driver
-    from nova.runtime.matmul import resolve_target
-    return resolve_target(None, driver.get_device(ctx.device.index))
-
-
-def _meta_only():
-    from nova.compiler.plan_view import ExecutorError
-    raise ExecutorError("a meta program only describes; build it on a CUDA device to run it")
-
-
-class _Launcher:
-    """Launches the problem's kernels with fixed pointers on the current stream (resolved on first use)."""
-
-    def __init__(self, problem, pointers: dict, workspace, device):
-        self.problem, self.pointers, self.workspace, self.device = problem, pointers, workspace, device
-        self.launches = None
-
-    def __call__(self) -> None:
-        if self.launches is None:
-            from nova.kernels.rows.launch import launch_args, resolve
-            self.launches = launch_args(resolve(self.problem, self.device.index), self.pointers,
-                                     self.workspace.data_ptr())
-        stream = torch.cuda.current_stream(self.device).cuda_stream
-        for kernel, args in self.launches:
-            kernel.launch(args, stream)
