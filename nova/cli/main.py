@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from nova.cli.train import model_help
+from nova.cli.train import RECIPE_FLAGS, add_recipe_args, model_help
 from nova.cli.common import CliParser, UsageError, add_version, check_tf32_fast, dispatch, dtype_list
 from nova.cli.shapes import (STRIDES_HELP, ShapeError, parse_batch_strides, parse_gemm_shape, parse_problem_shape,
                              parse_problem_shape_list, parse_shape_list, read_suite, read_suite_entries)
@@ -124,7 +124,7 @@ def check_batch_strides(entries: list, batch_strides) -> None:
 
 GEMM_ONLY_FLAGS = {"shapes": None, "suite": None, "dtype": "tf32", "trans_a": False, "trans_b": False, "bias": False,
                    "activation": "none", "out_dtype": None, "tf32_fast": False, "batch_strides": None}
-TRAIN_ONLY_FLAGS = {"batch": None, "seq": None, "optimizer": "adamw", "memory_budget": None}
+TRAIN_ONLY_FLAGS = {"batch": None, "seq": None, "optimizer": "adamw", "memory_budget": None, **RECIPE_FLAGS}
 
 
 # --------------------------------------------------------------------------- nova compile
@@ -199,6 +199,7 @@ def add_precompile(sub) -> None:
     p.add_argument("--memory-budget", default=None, metavar="SIZE",
                    help="train only: the kernels of the step planned under this budget (12GiB; as nova.compile's "
                         "memory_budget)")
+    add_recipe_args(p)
     p.add_argument("--cache-dir", default=None, help="cache directory (default: NOVA_CACHE_DIR or ~/.cache/nova)")
     p.set_defaults(run=run_precompile)
 
@@ -214,6 +215,7 @@ def run_precompile(args) -> int:
     if args.inference:
         raise UsageError("--inference is taken by 'precompile dynamo' only")
     if args.op == "train" and args.step is not None:
+        refuse_flags(args, RECIPE_FLAGS, "options of a built-in model's step: your factory's step says how it runs")
         from nova.cli.train import run_precompile_user_step
         return run_precompile_user_step(args)
     if args.step is not None:

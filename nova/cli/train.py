@@ -1,8 +1,9 @@
 """The whole-program commands: ``nova-config explain train`` and ``nova precompile train``.
 
     nova-config explain train gpt42m --batch 32 [--seq 512] [--target h200] [--optimizer adamw] [--gpus 8]
-                              [--memory-budget 12GiB] [--json]
-    nova precompile train gpt42m --batch 32 [--seq 512] --target h200 [--memory-budget 12GiB] [--cache-dir DIR]
+                              [--memory-budget 12GiB] [--autocast bf16] [--padded] [--clip-grad-norm 1.0] [--json]
+    nova precompile train gpt42m --batch 32 [--seq 512] --target h200 [--memory-budget 12GiB] [recipe flags]
+                                 [--cache-dir DIR]
     nova precompile train --step my_pkg.my_module:make_step [--batch 32] [--seq 512] --target h200
 
 Both capture the built-in model's training step (forward, backward, optimizer) on the meta device:
@@ -35,6 +36,35 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-budget", default=None, metavar="SIZE",
                    help="plan the step to need at most SIZE of device memory (12GiB, 11.5GB, 800MiB): chunked loss, "
                         "rematerialization; refused in one line when it cannot fit")
+
+
+def add_recipe_args(p: argparse.ArgumentParser) -> None:
+    """The step's recipe (``nova.models.TrainRecipe``): what a real script adds to the plain step."""
+    p.add_argument("--autocast", default=None, choices=["bf16", "fp16"],
+                   help="run the forward under torch.autocast(\"cuda\", dtype): 16-bit GEMMs and attention, FP32 "
+                        "master weights (default: FP32 with TF32 GEMMs)")
+    p.add_argument("--padded", action="store_true",
+                   help="the step takes an attention mask ([batch, seq], 0 = padding; padded labels -100), as padded "
+                        "batches do; Hugging Face models only")
+    p.add_argument("--clip-grad-norm", type=float, default=0.0, metavar="NORM",
+                   help="clip_grad_norm_ to NORM before the update (default 0: off)")
+
+
+RECIPE_FLAGS = {"autocast": None, "padded": False, "clip_grad_norm": 0.0}
+
+
+def train_recipe(args):
+    """The ``TrainRecipe`` of the recipe flags; a value it refuses, or --padded on a model that takes
+    no mask, is a usage error."""
+    from nova.models import HF_CONFIGS, TrainRecipe
+    try:
+        recipe = TrainRecipe(autocast=args.autocast, padded=args.padded, clip_grad_norm=args.clip_grad_norm)
+    except ValueError as e:
+        raise UsageError(f"--clip-grad-norm: {e}") from None
+    if recipe.padded and args.model not in HF_CONFIGS:
+        raise UsageError(f"--padded passes an attention mask, which only the Hugging Face models take "
+                         f"({', '.join(HF_CONFIGS)}), not {args.model}")
+    return recipe
 
 
 def memory_budget(args, target_given: bool = False):
@@ -73,6 +103,7 @@ def explain_parser() -> argparse.ArgumentParser:
                    description="capture a built-in model's training step, plan it and explain every kernel, "
                                "the memory plan and the predicted step time (no GPU needed)")
     add_train_args(ap)
+    add_recipe_args(ap)
     ap.add_argument("--target", default=None,
                     help="GPU model (see nova-config targets; default h200); given, its memory is the default --memory-budget")
     ap.add_argument("--gpus", type=int, default=1,
@@ -96,7 +127,7 @@ def explain_main(argv) -> int:
         from nova.compiler.explain import explain_train, render
         budget = memory_budget(args, target_given=args.target is not None)
         report = explain_train(args.model, args.batch, args.seq, args.target or "h200", args.optimizer,
-                               gpus=args.gpus, memory_budget=budget)
+                               gpus=args.gpus, memory_budget=budget, recipe=train_recipe(args))
         if args.json:
             print(json.dumps(report, indent=1))
         else:
@@ -117,7 +148,8 @@ def run_precompile_train(args) -> int:
     check_train_args(args)
     target = get_target(args.target)
     cache = open_cache(args.cache_dir, writes=True)
-    planned, _ = plan_training_step(args.model, args.batch, args.seq, args.optimizer, target, memory_budget(args))
+    planned, _ = plan_training_step(args.model, args.batch, args.seq, args.optimizer, target, memory_budget(args),
+                                    train_recipe(args))
     counts = precompile_planned(planned, target, cache, log=lambda line: print(line, flush=True))
     return 1 if counts["failed"] else 0
 

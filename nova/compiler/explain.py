@@ -314,12 +314,15 @@ def explain_planned(captured_graph, planned, target, tokens_per_step: int | None
 
 
 # ------------------------------------------------------------------ built-in training steps
-def training_step(model_name: str, batch: int, seq: int | None = None, optimizer: str = "adamw"):
+def training_step(model_name: str, batch: int, seq: int | None = None, optimizer: str = "adamw",
+                  recipe=None):
     """A built-in model's training step on the meta device (nothing allocated):
-    ``(fn, args, model, opt, tokens_per_step)`` ready for ``nova.frontend.capture``."""
+    ``(fn, args, model, opt, tokens_per_step)`` ready for ``nova.frontend.capture``; ``recipe``
+    (``nova.models.TrainRecipe``) adds autocast, an attention-mask argument, gradient clipping."""
     import torch
     from nova import models
-    from nova.models import make_train_step
+    from nova.models import TrainRecipe, make_train_step
+    recipe = recipe or TrainRecipe()
     cfg = models.config(model_name)
     seq = seq or cfg.block_size
     if not 1 <= seq <= cfg.block_size:
@@ -335,27 +338,28 @@ def training_step(model_name: str, batch: int, seq: int | None = None, optimizer
     else:
         raise ValueError(f"unknown optimizer {optimizer!r}; choose adamw or sgd")
 
-    train_step = make_train_step(model, opt)
+    train_step = make_train_step(model, opt, recipe)
 
     idx = torch.zeros((batch, seq), dtype=torch.long, device="meta")
-    return train_step, (idx, idx.clone()), model, opt, batch * seq
+    mask = (torch.ones((batch, seq), dtype=torch.long, device="meta"),) if recipe.padded else ()
+    return train_step, (idx, idx.clone(), *mask), model, opt, batch * seq
 
 
 def plan_training_step(model_name: str, batch: int, seq: int | None = None, optimizer: str = "adamw",
-                       target="h200", memory_budget=None):
+                       target="h200", memory_budget=None, recipe=None):
     """A built-in model's training step captured and planned for ``target`` on the meta device:
     ``(planned, tokens_per_step)``, what ``nova precompile train`` and the GEMM suite
     (``nova.bench.train_gemms``) read the step's kernels from."""
     from nova.frontend import capture
     from nova.compiler.outside_arena import account
     from nova.passes import pipeline
-    fn, args, model, opt, tokens = training_step(model_name, batch, seq, optimizer)
+    fn, args, model, opt, tokens = training_step(model_name, batch, seq, optimizer, recipe)
     captured = capture(fn, args, models=[model], optimizers=[opt], name=f"train_{model_name}")
     return pipeline(captured.graph, target, memory_budget=memory_budget, outside_arena=account), tokens
 
 
 def explain_train(model_name: str, batch: int, seq: int | None = None, target="h200",
-                  optimizer: str = "adamw", gpus: int = 1, memory_budget=None) -> dict:
+                  optimizer: str = "adamw", gpus: int = 1, memory_budget=None, recipe=None) -> dict:
     """Capture, plan and explain a built-in model's training step for ``target`` (no GPU needed).
     ``gpus`` > 1: the data-parallel step (DDP's gradient average, bucketed), its communication
     schedule (``report["communication"]``) and predicted scaling (``report["scaling"]``).  Under
@@ -364,7 +368,7 @@ def explain_train(model_name: str, batch: int, seq: int | None = None, target="h
     from nova.compiler.outside_arena import account
     from nova.frontend import capture
     from nova.passes import pipeline
-    fn, args, model, opt, tokens = training_step(model_name, batch, seq, optimizer)
+    fn, args, model, opt, tokens = training_step(model_name, batch, seq, optimizer, recipe)
     t0 = time.perf_counter()
     captured = capture(fn, args, models=[model], optimizers=[opt], name=f"train_{model_name}")
     t1 = time.perf_counter()
@@ -375,6 +379,7 @@ def explain_train(model_name: str, batch: int, seq: int | None = None, target="h
                                                                                       optimizer, model, t0, t1))
     report = explain_planned(captured.graph, planned, target, tokens)
     report["model"] = {"name": model_name, "batch": batch, "seq": args[0].shape[1], "optimizer": optimizer,
+                       "recipe": (recipe.describe() if recipe else "plain"),
                        "parameters": sum(p.numel() for p in model.parameters())}
     report["times_s"] = {"capture": round(t1 - t0, 3), "passes": round(t2 - t1, 3)}
     return report

@@ -18,8 +18,15 @@ and CUDA's policy where it differs from CPU's:
 
 Everything else runs as the arguments' types say (CUDA's "promote" ops -- ``cat``, ``addcmul``...
 -- follow torch's own type promotion on the fakes).
+
+A step compiled on a host without a GPU for a GPU target (``explain train``, ``nova precompile``)
+still writes ``torch.autocast("cuda")``, which a CPU-only torch disables with a warning
+(``amp_definitely_not_available``).  ``cuda_autocast_on_host`` lets it set CUDA's autocast state
+during the capture, as it does on a GPU machine, so the step is planned as it will run.
 """
 from __future__ import annotations
+
+import contextlib
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -78,3 +85,22 @@ class DeviceAutocast(TorchFunctionMode):
             args, kwargs = _cast_floating((args, kwargs), dtype)
         with torch.autocast("cpu", dtype=dtype):
             return func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def cuda_autocast_on_host(device_type: str):
+    """While capturing a CUDA step on a machine whose torch sees no GPU: ``torch.autocast("cuda")``
+    enables CUDA's autocast state (what ``DeviceAutocast`` reads) instead of disabling itself; its
+    bfloat16 check answers for the target GPU (every target Nova plans for, sm_80 and later, has
+    bfloat16).  Anything else (a GPU present, another device) leaves torch as it is."""
+    if device_type != "cuda" or torch.cuda.is_available():
+        yield
+        return
+    amp_common = torch.cuda.amp.common
+    saved = amp_common.amp_definitely_not_available, torch.cuda.is_bf16_supported
+    amp_common.amp_definitely_not_available = lambda: False
+    torch.cuda.is_bf16_supported = lambda *args, **kwargs: True
+    try:
+        yield
+    finally:
+        amp_common.amp_definitely_not_available, torch.cuda.is_bf16_supported = saved

@@ -40,7 +40,7 @@ from nova.frontend.optim import TraceContext, handler_for
 from nova.frontend.origin import OriginTracker, traceback_location
 from nova.frontend.tracing import compiling
 from nova.frontend.checks import finite_norm_checks
-from nova.frontend.autocast import DeviceAutocast
+from nova.frontend.autocast import DeviceAutocast, cuda_autocast_on_host
 from nova.frontend.failures import is_tracing_limitation, quiet_meta_failures, users_error
 from nova.frontend import data_parallel
 from nova.frontend.collectives import functional_collectives
@@ -370,7 +370,7 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
     from torch.fx.experimental.proxy_tensor import make_fx
     t0 = time.perf_counter()
     try:
-        with compiling(), quiet_meta_failures():
+        with compiling(), quiet_meta_failures(), cuda_autocast_on_host(device_type):
             gm = make_fx(dispatch_functionalize(traced, FunctionalTensorMode()), decomposition_table=_decompositions(),
                          tracing_mode="fake")(*fakes)
     except NovaUnsupportedError:
@@ -396,13 +396,17 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
 
 
 def _step_device_type(found: Discovered, flat_args) -> str:
-    """The device type the step runs on: its first tensor argument's, else its first parameter's."""
+    """The device type the step runs on: its first tensor argument's, else its first parameter's.
+    A step on the meta device is one planned for a GPU target on a host (``explain train``,
+    ``nova precompile``): it runs on "cuda", whose autocast applies."""
+    def runs_on(device_type: str) -> str:
+        return "cuda" if device_type == "meta" else device_type
     for leaf in flat_args:
         if isinstance(leaf, torch.Tensor):
-            return leaf.device.type
+            return runs_on(leaf.device.type)
     for _, model in found.models:
         for p in model.parameters():
-            return p.device.type
+            return runs_on(p.device.type)
     return "cpu"
 
 

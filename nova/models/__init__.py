@@ -5,6 +5,8 @@
     HFCausalLM("hf-gpt2-42m"), ("hf-llama-42m")       Hugging Face's GPT-2 and Llama at the same sizes
                                                       (needs transformers)
 """
+from dataclasses import dataclass
+
 from nova.models.gpt import CONFIGS as GPT_CONFIGS
 from nova.models.gpt import GPT, GPTConfig
 from nova.models.hf import CONFIGS as HF_CONFIGS
@@ -13,7 +15,7 @@ from nova.models.llama import CONFIGS as LLAMA_CONFIGS
 from nova.models.llama import Llama, LlamaConfig
 
 __all__ = ["BENCH_BATCH", "GPT", "GPTConfig", "GPT_CONFIGS", "HFCausalLM", "HF_CONFIGS", "describe", "Llama", "LlamaConfig", "LLAMA_CONFIGS", "MODELS", "build",
-           "config", "make_train_step"]
+           "config", "make_train_step", "TrainRecipe", "AUTOCAST_DTYPES"]
 
 # every built-in model by the name the CLI and the benchmarks take: (class, config)
 MODELS = {**{name: (GPT, cfg) for name, cfg in GPT_CONFIGS.items()},
@@ -50,11 +52,54 @@ def build(name: str, seed: int = 0):
     return cls(cfg, seed=seed)
 
 
-def make_train_step(model, opt):
-    """The standard training step: forward with targets (the loss), backward, optimizer step, zero grads."""
-    def train_step(idx, targets):
-        loss = model(idx, targets)
+AUTOCAST_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+@dataclass(frozen=True)
+class TrainRecipe:
+    """How a training step runs beyond forward / backward / update, as real scripts write it:
+
+    * ``autocast``: ``"bf16"`` or ``"fp16"`` runs the forward under ``torch.autocast`` of the step's
+      device (FP32 master weights, 16-bit GEMMs and attention), None keeps FP32;
+    * ``padded``: the step takes a third argument, a ``[batch, seq]`` attention mask (1 = token, 0 =
+      padding), passed to the model (Hugging Face models only: the built-in ones take no mask);
+    * ``clip_grad_norm``: ``clip_grad_norm_`` to this norm before the update (0: off).
+    """
+    autocast: str | None = None
+    padded: bool = False
+    clip_grad_norm: float = 0.0
+
+    def __post_init__(self):
+        if self.autocast is not None and self.autocast not in AUTOCAST_DTYPES:
+            raise ValueError(f"autocast {self.autocast!r} is not one of {', '.join(AUTOCAST_DTYPES)}")
+        if not self.clip_grad_norm >= 0:
+            raise ValueError(f"clip_grad_norm must be >= 0, got {self.clip_grad_norm}")
+
+    def describe(self) -> str:
+        parts = ([f"autocast {self.autocast}"] if self.autocast else []) + (["padded"] if self.padded else []) \
+            + ([f"clip {self.clip_grad_norm:g}"] if self.clip_grad_norm else [])
+        return ", ".join(parts) or "plain"
+
+
+def make_train_step(model, opt, recipe: TrainRecipe = TrainRecipe()):
+    """The standard training step: forward with targets (the loss), backward, optimizer step, zero
+    grads; ``recipe`` adds autocast, an attention mask argument and gradient clipping.  A step on the
+    meta device (planned on a host for a GPU target) autocasts as on "cuda"."""
+    import torch
+    dtype = getattr(torch, AUTOCAST_DTYPES[recipe.autocast]) if recipe.autocast else None
+    if recipe.padded and not isinstance(model, HFCausalLM) and not isinstance(getattr(model, "_orig_mod", None),
+                                                                               HFCausalLM):
+        raise ValueError(f"a padded step passes an attention mask, which only the Hugging Face models take "
+                         f"(not {type(model).__name__})")
+
+    def train_step(idx, targets, *mask):
+        device_type = "cuda" if idx.device.type == "meta" else idx.device.type
+        with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+            loss = model(idx, targets, *mask)
         loss.backward()
+        if recipe.clip_grad_norm:
+            torch.nn.utils.clip_grad_norm_([p for group in opt.param_groups for p in group["params"]],
+                                           recipe.clip_grad_norm)
         opt.step()
         opt.zero_grad(set_to_none=True)
         return loss

@@ -71,9 +71,13 @@ class HFCausalLM(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, idx, targets=None):
+    def forward(self, idx, targets=None, attention_mask=None):
+        """The logits, or with ``targets`` the loss.  ``attention_mask`` (``[batch, seq]``, 1 = token,
+        0 = padding) is Hugging Face's: padded keys are masked in attention, and the padded positions'
+        labels are ``-100`` (ignored by the loss), as a padding collator writes them."""
         if targets is None:
-            return self.model(input_ids=idx, use_cache=False).logits
+            return self.model(input_ids=idx, attention_mask=attention_mask, use_cache=False).logits
         if targets.shape != idx.shape:
             raise ValueError(f"targets {list(targets.shape)} must have the inputs' shape {list(idx.shape)}")
-        return self.model(input_ids=idx, labels=idx, use_cache=False).loss
+        labels = idx if attention_mask is None else idx.masked_fill(attention_mask == 0, -100)
+        return self.model(input_ids=idx, attention_mask=attention_mask, labels=labels, use_cache=False).loss
