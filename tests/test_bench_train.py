@@ -40,6 +40,20 @@ def test_token_batches_depend_on_seed_and_index_only():
     assert not (a[0] == a[1]).all()
 
 
+def test_padding_masks_are_right_padded_from_seed_and_index_only():
+    a, b = train.padding_masks(4, 16, 3, seed=1), train.padding_masks(4, 16, 5, seed=1)
+    assert a.shape == (3, 4, 16) and a.dtype == np.int64 and (a == b[:3]).all()
+    lengths = a.sum(-1)
+    assert ((lengths >= 8) & (lengths <= 16)).all() and len(set(lengths.flatten().tolist())) > 1
+    assert (np.diff(a, axis=-1) <= 0).all()                       # ones, then zeros: right padding
+    assert not (train.padding_masks(4, 16, 3, seed=2) == a).all()
+
+
+def test_padded_runs_need_a_model_that_takes_a_mask(tmp_path, capsys):
+    assert _small_run(tmp_path, extra=("--padded",)) == 1
+    assert "--padded passes an attention mask, which only the Hugging Face models take" in capsys.readouterr().err
+
+
 def test_token_stream_is_learnable():
     """About 3/4 of the tokens follow their predecessor through the successor table: a bigram
     model beats the unigram entropy, so the loss curve has somewhere to go."""
@@ -102,13 +116,14 @@ def test_driver_passes_every_option_to_its_children():
     args = train.parser().parse_args(["--all", "--model", "tiny", "--batch", "3", "--seq", "8", "--steps", "4",
                                       "--warmup", "2", "--timed", "5", "--repeats", "3", "--settle-s", "0.5",
                                       "--seed", "9", "--device", "cpu", "--out", "/tmp/x",
-                                      "--compile-mode", "max-autotune", "--adamw-impl", "fused"])
+                                      "--compile-mode", "max-autotune", "--adamw-impl", "fused",
+                                      "--autocast", "bf16", "--padded", "--clip-grad-norm", "0.5"])
     argv = train._child_argv(args, "jax")
     assert argv[:3] == [sys.executable, "-m", "nova.bench.train"]
     child = train.parser().parse_args(argv[3:])
     assert child.framework == "jax" and not child.all
     for name in ("model", "batch", "seq", "steps", "warmup", "timed", "repeats", "settle_s", "seed", "device",
-                 "out", "compile_mode", "adamw_impl"):
+                 "out", "compile_mode", "adamw_impl", "autocast", "padded", "clip_grad_norm"):
         assert getattr(child, name) == getattr(args, name), name
 
 

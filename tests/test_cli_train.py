@@ -83,3 +83,32 @@ def test_the_llama_models_are_built_in_models(capsys):
     assert config_main(["explain", "train", "llama-huge", "--batch", "2"]) == 2
     assert "unknown model 'llama-huge'; built-in models: tiny, gpt42m, gpt144m, llama-tiny, llama42m" in \
         capsys.readouterr().err
+
+
+def test_explain_train_autocast_plans_bf16_gemms_on_a_host_without_a_gpu(capsys):
+    """The step is written with ``torch.autocast("cuda")``; a CPU-only torch would disable it (and the
+    plan would silently be the FP32 step's): captured on the meta device it is planned as CUDA runs it."""
+    assert config_main(["explain", "train", "tiny", "--batch", "2", "--autocast", "bf16", "--clip-grad-norm", "1",
+                        "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    gemms = [k["name"] for k in report["kernels"] if k["kind"] == "gemm"]
+    assert gemms and all(" bf16 " in name for name in gemms)
+    assert report["model"]["recipe"] == "autocast bf16, clip 1"
+    assert config_main(["explain", "train", "tiny", "--batch", "2", "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert all(" bf16 " not in k["name"] for k in plain["kernels"] if k["kind"] == "gemm")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["explain", "train", "tiny", "--batch", "2", "--padded"], "--padded passes an attention mask, which only"),
+    (["explain", "train", "tiny", "--batch", "2", "--clip-grad-norm", "-1"], "clip_grad_norm must be >= 0"),
+])
+def test_bad_recipes_are_one_line(argv, message, capsys):
+    assert config_main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_recipe_flags_are_refused_where_they_would_be_ignored(capsys):
+    assert nova_main(["precompile", "gemm", "--shapes", "64x64x64", "--autocast", "bf16", "--target", "h200"]) == 2
+    assert "--autocast" in capsys.readouterr().err

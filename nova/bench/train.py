@@ -54,6 +54,7 @@ import numpy as np
 from nova import options
 from nova.bench.harness import ClockSampler
 from nova.bench.train_report import FRAMEWORKS, write_report
+from nova.cli.train import add_recipe_args
 
 # AdamW hyper-parameters, identical in every framework (optax.adamw takes the same numbers).
 ADAMW = {"lr": 3e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
@@ -66,6 +67,18 @@ class BenchError(Exception):
 
 class Unavailable(BenchError):
     """The framework is not available in this environment (exit status 2)."""
+
+
+def train_recipe(args):
+    """The run's ``nova.models.TrainRecipe`` (``BenchError`` for a combination it refuses)."""
+    from nova.models import HF_CONFIGS, TrainRecipe
+    if args.padded and args.model not in HF_CONFIGS:
+        raise BenchError(f"--padded passes an attention mask, which only the Hugging Face models take "
+                         f"({', '.join(HF_CONFIGS)}), not {args.model}")
+    try:
+        return TrainRecipe(autocast=args.autocast, padded=args.padded, clip_grad_norm=args.clip_grad_norm)
+    except ValueError as e:
+        raise BenchError(str(e)) from None
 
 
 def result_path(out: str | Path, framework: str, model: str, batch: int) -> Path:
@@ -176,6 +189,17 @@ def token_batches(vocab: int, batch: int, seq: int, n: int, seed: int) -> np.nda
         toks[:, 0] = unigram[:, 0]
         for t in range(1, seq + 1):
             toks[:, t] = np.where(follow[:, t], succ[toks[:, t - 1], pick[:, t]], unigram[:, t])
+    return out
+
+
+def padding_masks(batch: int, seq: int, n: int, seed: int) -> np.ndarray:
+    """``n`` attention masks ``int64 [n, batch, seq]`` of right-padded sequences (1 = token, 0 =
+    padding): each sequence keeps a length drawn uniformly from ``seq // 2 .. seq``, from
+    ``(seed, i, "pad")`` alone, as a padding collator's batches of uneven documents look."""
+    out = np.zeros((n, batch, seq), dtype=np.int64)
+    for i in range(n):
+        lengths = np.random.default_rng([seed, i, 0x9AD]).integers(seq // 2, seq + 1, size=batch)
+        out[i] = np.arange(seq)[None, :] < lengths[:, None]
     return out
 
 
@@ -331,7 +355,12 @@ def run_torch(args, cfg, tokens: np.ndarray, log) -> dict:
                         "impl": resolved, "param_groups": 1}
     idx = torch.from_numpy(np.ascontiguousarray(tokens[:, :, :-1])).to(dev)
     tgt = torch.from_numpy(np.ascontiguousarray(tokens[:, :, 1:])).to(dev)
-    res["data_device_bytes"] = idx.nbytes + tgt.nbytes
+    recipe = train_recipe(args)
+    masks = torch.from_numpy(padding_masks(args.batch, args.seq, tokens.shape[0], args.seed)).to(dev) \
+        if recipe.padded else None
+    res["data_device_bytes"] = idx.nbytes + tgt.nbytes + (masks.nbytes if masks is not None else 0)
+    res["recipe"] = {"autocast": recipe.autocast, "padded": recipe.padded, "clip_grad_norm": recipe.clip_grad_norm,
+                     "describe": recipe.describe()}
 
     fwd = model
     if args.framework == "compile":
@@ -340,19 +369,10 @@ def run_torch(args, cfg, tokens: np.ndarray, log) -> dict:
         res["compile"] = {"scope": "model (torch.compile(model); backward by AOTAutograd, optimizer eager)",
                           "mode": args.compile_mode}
 
-    clip = args.clip_grad_norm
-
-    def train_step(x, y):
-        loss = torch_loss(fwd, x, y)
-        loss.backward()
-        if clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss.detach()
-
+    from nova.models import make_train_step
+    train_step = make_train_step(fwd, opt, recipe)      # the step explain/precompile train plan, recipe included
     scheduler = make_schedule(torch, opt, args.schedule, args.steps)
-    res["optimizer"].update(schedule=args.schedule, clip_grad_norm=clip)
+    res["optimizer"].update(schedule=args.schedule, clip_grad_norm=recipe.clip_grad_norm)
 
     step = compiled = train_step
     if nova_compile is not None:
@@ -361,9 +381,9 @@ def run_torch(args, cfg, tokens: np.ndarray, log) -> dict:
         res["nova"] = {"compile_call_s": time.perf_counter() - t0, "backend": getattr(compiled, "backend", None),
                        "memory_budget": getattr(compiled, "memory_budget", None)}
 
-        def step(x, y):
+        def step(*batch):
             try:
-                return compiled(x, y)
+                return compiled(*batch)
             except ImportError as e:     # a part of the pipeline (passes, executor) not in this checkout
                 raise Unavailable(f"nova.compile cannot build its program here ({e})") from None
     if cuda:
@@ -371,7 +391,7 @@ def run_torch(args, cfg, tokens: np.ndarray, log) -> dict:
     res["setup_s"] = time.perf_counter() - t_setup
 
     def run_step(i):
-        loss = step(idx[i], tgt[i])
+        loss = step(idx[i], tgt[i], *((masks[i],) if masks is not None else ()))
         if scheduler is not None:
             scheduler.step()
         return loss
@@ -524,6 +544,9 @@ def _dynamo_counters() -> dict:
 
 # ---------------------------------------------------------------------------------------- JAX
 def run_jax(args, cfg, state_dict: dict, tokens: np.ndarray, log) -> dict:
+    if args.autocast or args.padded:
+        raise Unavailable("--autocast and --padded apply to the PyTorch-based frameworks (the JAX twin trains "
+                          "FP32 on unpadded batches)")
     try:
         import jax
         import optax  # noqa: F401
@@ -698,7 +721,8 @@ def _child_argv(args, framework: str) -> list[str]:
             "--timed", str(args.timed), "--repeats", str(args.repeats), "--settle-s", str(args.settle_s),
             "--seed", str(args.seed), "--device", args.device, "--out", str(args.out),
             "--compile-mode", args.compile_mode, "--adamw-impl", args.adamw_impl, "--schedule", args.schedule,
-            "--clip-grad-norm", str(args.clip_grad_norm)]
+            "--clip-grad-norm", str(args.clip_grad_norm)] + (["--autocast", args.autocast] if args.autocast else []) \
+        + (["--padded"] if args.padded else [])
     if args.seq is not None:
         argv += ["--seq", str(args.seq)]
     if args.memory_budget is not None:
@@ -769,8 +793,7 @@ def parser(prog: str = "python3 -m nova.bench.train") -> argparse.ArgumentParser
     ap.add_argument("--schedule", choices=SCHEDULES, default="constant",
                     help="learning-rate schedule of the PyTorch-based frameworks, stepped after every step: "
                          "warmup-cosine = 10%% linear warmup then cosine decay over --steps (default: %(default)s)")
-    ap.add_argument("--clip-grad-norm", type=float, default=0.0,
-                    help="clip_grad_norm_ to this norm inside the step, before the optimizer (0: off)")
+    add_recipe_args(ap)     # --autocast, --padded, --clip-grad-norm: the step explain/precompile train plan
     ap.add_argument("--timeout", type=int, default=300, help="with --all: seconds per framework before it is killed")
     ap.add_argument("--no-report", action="store_true", help="with --all: skip the summary")
     g.add_argument("--export-init", metavar="NPZ", help=argparse.SUPPRESS)   # internal: the JAX run's weights
