@@ -621,3 +621,40 @@ def test_constant_pad_with_crops_and_several_axes_matches_eager():
         return (y * torch.arange(y.numel(), dtype=y.dtype).view(y.shape)).sum()
     compiled = assert_step_matches_eager(model, loss_fn, torch.randn(4, 6, dtype=torch.float64))
     assert not compiled.captured.stats.opaque
+
+
+def _clipped_step(model, road: str):
+    """A step that reaches its parameters by ``road``: through the model, the optimizer's
+    param_groups, a list built before compiling, or that list in an L2 penalty as well."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    prebuilt = list(model.parameters())
+
+    def step(x):
+        loss = (model(x) ** 2).mean() * 100
+        if road == "penalty":
+            loss = loss + 0.1 * sum(p.pow(2).sum() for p in prebuilt)
+        loss.backward()
+        params = {"model": model.parameters(), "param_groups": [p for g in opt.param_groups for p in g["params"]],
+                  "list": prebuilt, "penalty": prebuilt}[road]
+        torch.nn.utils.clip_grad_norm_(params, 0.01)
+        opt.step()
+        opt.zero_grad()
+        return loss
+    return step
+
+
+@pytest.mark.parametrize("road", ["model", "param_groups", "list", "penalty"])
+def test_parameters_reached_outside_the_model_are_the_traced_ones(road):
+    """``clip_grad_norm_(opt.param_groups[0]["params"])`` or over a list made before nova.compile read
+    the user's original objects: without resolving them to the traced leaves the clipping saw no
+    gradients and vanished (parameters 28 apart after one step), and a penalty froze the weights."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 1))
+    reference = copy.deepcopy(model)
+    compiled, eager = nova.compile(_clipped_step(model, road)), _clipped_step(reference, road)
+    for _ in range(3):
+        x = torch.randn(4, 8)
+        assert relative(compiled(x), eager(x)) < 1e-5
+    for p, q in zip(model.parameters(), reference.parameters()):
+        assert relative(p, q) < 1e-5
+    assert any(n.op == "sqrt" for n in compiled.graph.nodes)        # the clipping's norm is in the program

@@ -41,6 +41,7 @@ from nova.frontend.origin import OriginTracker, traceback_location
 from nova.frontend.tracing import compiling
 from nova.frontend.checks import finite_norm_checks
 from nova.frontend.autocast import DeviceAutocast, cuda_autocast_on_host
+from nova.frontend.originals import OriginalsResolved
 from nova.frontend.failures import is_tracing_limitation, quiet_meta_failures, users_error
 from nova.frontend import data_parallel
 from nova.frontend.collectives import functional_collectives
@@ -355,7 +356,7 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
                 args_leaves[slot.arg_index] = t
         user_args, user_kwargs = pytree.tree_unflatten(args_leaves, args_spec)
         with _swapped_tensors(found, replacements), _undiscovered_refused(found), _intercepted(found, trace), \
-                finite_norm_checks(trace.checks), DeviceAutocast(device_type), functional_collectives(), \
+                OriginalsResolved(replacements), finite_norm_checks(trace.checks), DeviceAutocast(device_type), functional_collectives(), \
                 data_parallel.traced(found, lambda p: trace.leaves.get(id(p), p)), tracker:
             result = fn(*user_args, **user_kwargs)
         tracker.set("")
