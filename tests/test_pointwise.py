@@ -84,6 +84,7 @@ ptxas = pytest.importorskip("nova.codegen.ptxas")
     ("where(gt(x, y), silu(x), gelu_erf(y)) ** 2 + log(abs(x)) ** 1.7", (7, 5), "f64"),
     ("silu_backward(x, y) + sigmoid_backward(x, y) + tanh_backward(x, y) + relu_backward(x, y)", (33,), "f16"),
     ("logical_or(ge(x, y), logical_and(logical_not(eq(x, y)), lt(x, y)))", (16, 32), "f32"),     # i1 constants
+    ("minimum(1 / (sqrt(x) + 1e-06), 1e+20 * y)", (9,), "f32"),      # literals MLIR reads only as 1.0e-06
 ])
 def test_kernels_assemble_without_spills(arch, text, shape, dtype):
     pytest.importorskip("mlir")

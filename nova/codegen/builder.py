@@ -37,6 +37,14 @@ def index_op(mlir_op: str, fold, *, identity: int | None = None, fixes: tuple[in
 # ----------------------------------------------------------------------------------------------
 # A tiny MLIR text emitter
 # ----------------------------------------------------------------------------------------------
+
+def finite_float_literal(value: float) -> str:
+    """A finite float as MLIR spells it: Python's shortest round-trip ``repr`` with a ``.`` in the
+    mantissa, which MLIR's float grammar requires (``1e-06`` does not parse, ``1.0e-06`` does)."""
+    text = repr(float(value))
+    mantissa, e, exponent = text.partition("e")
+    return f"{mantissa}.0{e}{exponent}" if e and "." not in mantissa else text
+
 class Ir:
     """Appends MLIR ops as text.
 
@@ -174,8 +182,8 @@ class Ir:
         if ty == "i1":                  # ``arith.constant true : i1`` does not parse; ``1 : i1`` does
             return ("true" if value else "false"), ("1" if value else "0")
         if ty.startswith("vector"):
-            return ("zero_acc" if value == 0.0 else "cst_vec"), f"dense<{float(value)!r}>"
-        return f"cst_{ty}", repr(float(value))
+            return ("zero_acc" if value == 0.0 else "cst_vec"), f"dense<{finite_float_literal(value)}>"
+        return f"cst_{ty}", finite_float_literal(value)
 
     def v(self, x) -> str:
         """Materialize an index value (int -> constant)."""

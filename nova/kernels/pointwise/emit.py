@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import struct
 
-from nova.codegen.builder import Ir
+from nova.codegen.builder import Ir, finite_float_literal
 from nova.kernels.pointwise.problem import PointwiseProblem
 from nova.kernels.pointwise.schedule import PointwiseSchedule
 from nova.kernels.pointwise.types import promote
@@ -79,7 +79,7 @@ class _Emitter:
         key = (ty, repr(float(value)))
         if key not in ir._consts:
             if math.isfinite(value):
-                lit = repr(float(value))
+                lit = finite_float_literal(value)
             else:
                 bits = struct.unpack("<Q", struct.pack("<d", value))[0] if ty == "f64" else \
                     struct.unpack("<I", struct.pack("<f", value))[0]
