@@ -12,6 +12,8 @@ import json
 import re
 from pathlib import Path
 
+from nova.cli.train import add_recipe_args
+
 
 def kernel_family(name: str) -> str:
     """A short family name for a CUDA kernel: Nova's, cuBLAS/cutlass GEMMs, attention, elementwise..."""
@@ -36,10 +38,11 @@ def main(argv=None) -> int:
     ap.add_argument("--seq", type=int, default=None)
     ap.add_argument("--steps", type=int, default=5, help="profiled steps (after 5 warm-up steps)")
     ap.add_argument("--out", default=".")
+    add_recipe_args(ap)
     args = ap.parse_args(argv)
     import torch
     from torch.profiler import ProfilerActivity, profile
-    from nova.models import make_train_step
+    from nova.models import TrainRecipe, make_train_step
     from nova import models
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
@@ -48,38 +51,54 @@ def main(argv=None) -> int:
     model = models.build(args.model, seed=0).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
 
-    train_step = make_train_step(model, opt)
+    recipe = TrainRecipe(autocast=args.autocast, padded=args.padded, clip_grad_norm=args.clip_grad_norm)
+    train_step = make_train_step(model, opt, recipe)
     step = train_step
     if args.framework == "nova":
         import nova
         step = nova.compile(train_step)
     gen = torch.Generator(device="cuda").manual_seed(0)
     idx = torch.randint(0, cfg.vocab_size, (args.batch, seq), device="cuda", generator=gen)
+    batch = (idx, idx)
+    if recipe.padded:
+        from nova.bench.train import padding_masks
+        batch += (torch.from_numpy(padding_masks(args.batch, seq, 1, 0)[0]).cuda(),)
     for _ in range(5):
-        step(idx, idx)
+        step(*batch)
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(args.steps):
-            step(idx, idx)
+            step(*batch)
         torch.cuda.synchronize()
     rows: dict[str, dict] = {}
+    by_name: dict[str, dict] = {}
     for e in prof.events():
         if e.device_type != torch.autograd.DeviceType.CUDA:
             continue
         fam = kernel_family(e.name)
+        us = e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
         r = rows.setdefault(fam, {"us": 0.0, "count": 0, "example": e.name[:100]})
-        r["us"] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+        r["us"] += us
         r["count"] += 1
+        k = by_name.setdefault(e.name[:160], {"us": 0.0, "count": 0})
+        k["us"] += us
+        k["count"] += 1
     total = sum(r["us"] for r in rows.values())
     table = sorted(rows.items(), key=lambda kv: -kv[1]["us"])
     print(f"{args.framework} {args.model} b{args.batch}x{seq}: {total / args.steps / 1e3:.2f} ms GPU time per step")
     for fam, r in table[:30]:
         print(f"  {r['us'] / args.steps / 1e3:8.3f} ms {r['count'] / args.steps:7.1f}/step  {fam}")
+    top = sorted(by_name.items(), key=lambda kv: -kv[1]["us"])[:40]
+    print("kernels by name (the 40 costliest):")
+    for name, r in top:
+        print(f"  {r['us'] / args.steps / 1e3:8.3f} ms {r['count'] / args.steps:7.1f}/step  {name}")
     out = Path(args.out) / f"profile-{args.framework}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"framework": args.framework, "model": args.model, "batch": args.batch, "seq": seq,
                                "steps": args.steps, "gpu_ms_per_step": total / args.steps / 1e3,
-                               "kernels": {k: v for k, v in table}}, indent=1))
+                               "recipe": recipe.describe(), "kernels": {k: v for k, v in table},
+                               "by_name": {k: v for k, v in sorted(by_name.items(), key=lambda kv: -kv[1]["us"])}},
+                              indent=1))
     return 0
 
 
