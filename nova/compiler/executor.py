@@ -38,8 +38,9 @@ their producers) on its rows kernels (CUDA), its nodes' IR references on CPU
 (``nova/compiler/rows_lowering.py``); a Nova embedding group (gather, deterministic scatter-add) on its
 embedding kernels (CUDA), its node's ATen kernel on CPU (``nova/compiler/embedding_lowering.py``); a Nova pointwise group on its kernel (CUDA) or its nodes'
 IR reference (CPU); a Nova optimizer group on one multi-tensor kernel (CUDA: pointers in an
-argument table written at bind, ``nova/kernels/optimizer``) or ATen's foreach kernels (CPU, and
-CUDA tensors the kernel cannot take, noted); every other op on ATen kernels writing into the output
+argument table written at bind, ``nova/kernels/optimizer``, a folded gradient scale read by it) or
+ATen's foreach kernels (CPU, and CUDA tensors the kernel cannot take, noted); a Nova multi-tensor sum
+group on one multi-tensor sum kernel (CUDA) or its nodes one by one (CPU, and tensors it cannot take); every other op on ATen kernels writing into the output
 tensors (``nova/compiler/aten_kernels.py``); free views and constants launch nothing.
 
 CUDA.  The first ``run`` binds the inputs, resolves every Nova kernel (offline mode: a missing one
@@ -259,7 +260,8 @@ class Program:
                 self.loc[spec.value] = self._take("staged", spec.value)
         in_result = []                       # fused epilogue values: placed once their group's result is
         in_kernel = {n for group in plan.groups if group.pointwise is not None for n in group.nodes}
-        rows_nodes = {n for group in plan.groups if group.rows is not None for n in group.nodes}
+        rows_nodes = {n for group in plan.groups if group.rows is not None or group.multi_sum is not None
+                      or group.optimizer is not None for n in group.nodes}
         for index, node in enumerate(g.nodes):
             for v in node.outputs:
                 p = plan.placement(v)
@@ -282,7 +284,7 @@ class Program:
                 elif v in plan.fused_into:
                     in_result.append(v)
                 elif self.kind == "cuda" and node in rows_nodes:
-                    self.loc[v] = ("unwritten", None, None)     # a rows kernel never writes it: no storage
+                    self.loc[v] = ("unwritten", None, None)     # a rows / multi-tensor kernel never writes it
                 else:
                     self.loc[v] = self._take("scratch", v)
         group_of = {n: group for group in plan.groups for n in group.nodes}
@@ -503,6 +505,10 @@ class Program:
                 kernels = embedding_kernels(group, nodes, tensors, ctx, self._note)
                 launches.append(Launch(group.index, group.kind, list(group.nodes), kernels))
                 continue
+            if group.multi_sum is not None:            # a Nova multi-tensor sum group: likewise
+                kernels = self._sum_kernels(group, nodes, tensors, device, ctx)
+                launches.append(Launch(group.index, group.kind, list(group.nodes), kernels))
+                continue
             kernels, gemms, i = [], [], 0
             if group.pointwise is not None:
                 kernels.append(self._pointwise_kernel(group, tensors, device))
@@ -512,6 +518,8 @@ class Program:
                 if kernel is not None:
                     kernels.append(kernel)
                     nodes = []
+                else:                                  # ATen: the folded products need storage of their own
+                    tensors = {**tensors, **self._materialized(nodes, tensors, ctx)}
             while i < len(nodes):
                 node = nodes[i]
                 if node.op == "matmul":
@@ -582,13 +590,14 @@ class Program:
         argument table written now into a workspace; a meta dry run only records the rule and
         reserves the table), or None with a note when the tensors are not the kernel's (ATen then)."""
         from nova.kernels.optimizer.launch import bind, mismatch
-        from nova.kernels.optimizer.problem import HYPER_POSITION, operand_slots
+        from nova.kernels.optimizer.problem import HYPER_POSITION
         from nova.kernels.optimizer.table import WORD_BYTES, table_bytes
+        from nova.passes.multi_tensor import UPDATES, update_slots
         problem = group.optimizer
         rule = problem.rule
-        rows = [operand_slots(rule, [tensors[v] for v in n.inputs], [tensors[v] for v in n.outputs])
-                for n in group.nodes]
-        hyper = tensors[group.nodes[0].inputs[HYPER_POSITION[rule.op]]]
+        rows = [{name: tensors[v] for name, v in row.items()} for row in update_slots(group.nodes, rule)]
+        updates = [n for n in group.nodes if n.op in UPDATES]
+        hyper = tensors[updates[0].inputs[HYPER_POSITION[rule.op]]]
         what = f"nova multi-tensor kernel ({problem.describe()})"
         if device.type == "meta":
             ctx.workspace((table_bytes(rule, len(rows)) // WORD_BYTES,), torch.int64)
@@ -598,6 +607,40 @@ class Program:
             self._note(f"group {group.index}: multi-tensor kernel not used ({why}): ATen")
             return None
         return Kernel(bind(rule, rows, hyper, self.target, workspace=ctx.workspace), what, optimizer=rule)
+
+    def _materialized(self, nodes, tensors, ctx) -> dict:
+        """Storage of their own (program workspaces) for the values of ``nodes`` that a Nova kernel would
+        never have written (``unwritten``: meta tensors) when their nodes run one by one instead."""
+        if ctx.device.type == "meta":
+            return {}
+        return {v: ctx.workspace(v.shape, torch_dtype(v.type.dtype)) for n in nodes for v in n.outputs
+                if v in tensors and tensors[v].device.type == "meta"}
+
+    def _sum_kernels(self, group, nodes, tensors, device, ctx) -> list:
+        """A Nova multi-tensor sum group: its kernel on CUDA (the argument table and workspace written now; a
+        meta dry run only records the rule and reserves them), else -- on CPU, or tensors the kernel cannot
+        take (noted) -- its nodes one by one."""
+        from nova.kernels.optimizer.sum_launch import bind, mismatch
+        from nova.kernels.optimizer.sum_problem import WORD_BYTES, table_bytes, workspace_words
+        problem = group.multi_sum
+        rule = problem.rule
+        what = f"nova multi-tensor sum kernel ({problem.describe()})"
+        if self.kind == "cuda":
+            rows = [{"entry": k} for k in problem.entry_of]
+            for (t, name), v in group.bindings.items():
+                rows[t][name] = tensors[v]
+            if device.type == "meta":
+                from nova.kernels.optimizer.sum_derive import configure_sum_rule
+                grid = configure_sum_rule(rule, self.target or "h200").grid
+                ctx.workspace((table_bytes(rule, len(rows)) // WORD_BYTES,), torch.int64)
+                ctx.workspace((workspace_words(len(rows), grid)[1],), torch.float32)
+                return [Kernel(lambda: None, what, multi_sum=rule)]
+            why = mismatch(rule, rows)
+            if not why:
+                return [Kernel(bind(rule, rows, self.target, workspace=ctx.workspace), what, multi_sum=rule)]
+            self._note(f"group {group.index}: multi-tensor sum kernel not used ({why}): its nodes one by one")
+            tensors = {**tensors, **self._materialized(nodes, tensors, ctx)}
+        return [build_kernel(n, [tensors[v] for v in n.inputs], [tensors[v] for v in n.outputs], ctx) for n in nodes]
 
     def _note(self, text: str) -> None:
         if text not in self._fallbacks:
@@ -804,6 +847,11 @@ class Program:
         """The distinct Nova multi-tensor kernels (``UpdateRule``) this program launches, in launch order."""
         return list(dict.fromkeys(k.optimizer for launch in self.launches for k in launch.kernels
                                   if k.optimizer is not None))
+
+    def sum_rules(self) -> list:
+        """The distinct Nova multi-tensor sum kernels (``SumRule``) this program launches, in launch order."""
+        return list(dict.fromkeys(k.multi_sum for launch in self.launches for k in launch.kernels
+                                  if k.multi_sum is not None))
 
     def _stats(self, launches, ctx) -> dict:
         per_kind = {}

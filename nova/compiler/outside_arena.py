@@ -14,7 +14,7 @@ program's layout and launches) and reading its allocation sites:
   values the plan gives no bytes; the temporary each constant is computed in before its copy, at
   build, counted like a launch's), and every static workspace the launches take from
   ``KernelContext.workspace`` (rows and embedding kernels' partials, the cross-entropy chunk
-  workspace, padded log-sum-exp, the multi-tensor optimizer's argument table), each named by its
+  workspace, padded log-sum-exp, the multi-tensor kernels' argument tables and partial sums), each named by its
   group.  Nova GEMMs' operand-prep and split-K/stream-K workspaces: one set per distinct GEMM
   kernel, allocated with ``cuMemAlloc`` (``nova/runtime/tma.py``: device memory that
   ``torch.cuda.max_memory_allocated`` does not see, ``allocator="driver"``), sized from the
@@ -58,6 +58,7 @@ RUN_TIME_SITES = {
     ("nova/kernels/embedding/launch.py", "embedding_forward"): "out: the executor passes the arena view",
     ("nova/kernels/embedding/launch.py", "embedding_backward"): "grad: the executor passes the arena view",
     ("nova/kernels/optimizer/launch.py", "bind"): "argument table: the executor passes ctx.workspace",
+    ("nova/kernels/optimizer/sum_launch.py", "bind"): "argument table and partials: the executor passes ctx.workspace",
     ("nova/runtime/tma.py", "workspace"): "GEMM prep and split-K workspaces (gemm_workspaces)",
     ("nova/runtime/tma.py", "_to_device"): "device copies of TMA tensor maps: 128 bytes each, not tensor memory",
     ("nova/runtime/matmul.py", "matmul"): "out when not given: the executor gives it",
@@ -143,7 +144,8 @@ def launch_temporaries(launch) -> int:
         if kernel.attention is not None:
             peak = max(peak, attention_copies(kernel))
             continue
-        if any(x is not None for x in (kernel.rows, kernel.embedding, kernel.pointwise, kernel.optimizer)):
+        if any(x is not None for x in (kernel.rows, kernel.embedding, kernel.pointwise, kernel.optimizer,
+                                       kernel.multi_sum)):
             continue
         tracker = AllocationTracker()
         try:

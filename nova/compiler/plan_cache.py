@@ -32,12 +32,14 @@ from nova.version import __version__
 from nova.fileio import atomic_write, discard_bad_entry
 from nova.ir.hashing import structural_hash
 
-PLAN_ABI = 6            # bump whenever Planned, Graph, Group, MemoryPlan or the passes' output changes meaning
+PLAN_ABI = 7            # bump whenever Planned, Graph, Group, MemoryPlan or the passes' output changes meaning
                         # (2: Group.problem may be a batched GEMM; 3: Nova rows groups, Group.bindings; 4: pointwise
                         # groups on Nova kernels with their PointwiseProblem, optimizer groups on Nova multi-tensor
                         # kernels with their MultiTensorProblem, donation and in place across one such kernel;
                         # 5: Planned.storage, strided arena roots and results placed in a concat's buffer;
-                        # 6: MemoryPlan.outside, the allocations outside the arena, in peak_bytes)
+                        # 6: MemoryPlan.outside, the allocations outside the arena, in peak_bytes;
+                        # 7: multi-tensor sum groups, bindings keyed (tensor, name); gradient scales in
+                        # optimizer groups)
 MAGIC = b"NOVAPLAN1\n"
 # the compiler's sources that size the allocations a plan lists outside its arena (MemoryPlan.outside)
 OUTSIDE_ARENA_SOURCES = ("compiler/outside_arena.py", "compiler/executor.py", "compiler/aten_kernels.py",

@@ -6,7 +6,8 @@
                              torch.matmul), ``.problem`` (a Nova pointwise group's ``PointwiseProblem``,
                              a Nova optimizer group's ``MultiTensorProblem``, a Nova rows group's
                              ``RowsProblem``, a Nova embedding group's ``EmbeddingProblem``, each with
-                             ``.bindings``)
+                             ``.bindings``; a Nova multi-tensor sum group's ``MultiTensorSumProblem``, its
+                             ``.bindings`` keyed ``(tensor, operand name)``)
     planned.memory           ``MemoryPlan``: ``.values`` (Value -> ``ValuePlan``), ``.arena_bytes``,
                              ``.peak_bytes``, ``.donations`` [(output index, input index)], ``.outside``
                              (the allocations listed outside the arena, for the stats)
@@ -34,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from nova.ir.ops import opdef
+from nova.kernels.optimizer.sum_problem import MultiTensorSumProblem
 from nova.passes.embedding import EMBEDDING_OPS
 from nova.passes.fusion import OPTIMIZER_UPDATES
 
@@ -65,6 +67,7 @@ class GroupView:
     optimizer: object = None             # a Nova multi-tensor update's MultiTensorProblem (its nodes: one launch)
     rows: object = None                  # a Nova rows group: its RowsProblem (nova/passes/rows.py)
     embedding: object = None             # a Nova embedding group: its EmbeddingProblem (nova/passes/embedding.py)
+    multi_sum: object = None             # a Nova multi-tensor sum group: its MultiTensorSumProblem (one launch)
     bindings: dict = field(default_factory=dict)     # rows, embedding: operand name -> Value
 
 
@@ -150,10 +153,12 @@ def _nova_view(group) -> dict:
         return {}
     if group.kind == "pointwise":
         return {"pointwise": group.problem}
-    if group.kind == "composite" and group.nodes[0].op in OPTIMIZER_UPDATES:
+    if group.kind == "composite" and group.nodes[-1].op in OPTIMIZER_UPDATES:
         return {"optimizer": group.problem}
     if group.kind == "composite" and group.nodes[0].op in EMBEDDING_OPS:
         return {"embedding": group.problem, "bindings": dict(getattr(group, "bindings", {}))}
+    if isinstance(group.problem, MultiTensorSumProblem):
+        return {"multi_sum": group.problem, "bindings": dict(group.bindings)}
     return {"rows": group.problem, "bindings": dict(getattr(group, "bindings", {}))}
 
 

@@ -181,7 +181,7 @@ def elementwise_group(group: Group, root: Value, out: Value, layouts) -> bool:
         return False
     if group.kind == "pointwise":
         readers = group.nodes
-    elif group.kind == "composite" and group.nodes[0].op in OPTIMIZER_UPDATES:
+    elif group.kind == "composite" and group.nodes[-1].op in OPTIMIZER_UPDATES:
         readers = [out.producer]
         if any(layouts[v].root is root for n in group.nodes if n is not out.producer for v in n.inputs):
             return False
@@ -332,8 +332,10 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None, storage: Storag
 
 def _categories(graph: Graph, family, layouts, internal) -> dict[Value, str]:
     """Each root -> its breakdown category."""
-    grads = {o.value for o in graph.outputs if o.role == "grad"} | \
-        {n.inputs[1] for n in graph.nodes if n.op in OPTIMIZER_UPDATES}
+    updated = {n.inputs[1] for n in graph.nodes if n.op in OPTIMIZER_UPDATES}
+    scaled = {x for g in updated if g.producer is not None and g.producer.op == "mul"   # clipping's grad * coef
+              for x in g.producer.inputs if x.type == g.type}
+    grads = {o.value for o in graph.outputs if o.role == "grad"} | updated | scaled
     roles = {}
     for o in graph.outputs:
         roles.setdefault(o.value, o.role)
