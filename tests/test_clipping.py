@@ -22,7 +22,8 @@ from hypothesis import given, settings, strategies as st
 from nova.kernels.optimizer.problem import MultiTensorProblem
 from nova.kernels.optimizer.sum_derive import MAX_LANES, configure_multi_tensor_sum, configure_sum_rule
 from nova.kernels.optimizer.sum_problem import (HEADER, MultiTensorSumProblem, SumEntry, SumRule, chunk_counts,
-                                                field_word, per_cta, slots, table_words, workspace_words)
+                                                field_word, first_row_word, per_cta, slots, table_words,
+                                                workspace_words)
 from nova.kernels.rows.prologue import Prologue
 from nova.models.gpt import CONFIGS as GPT_CONFIGS
 from nova.models.gpt import GPT
@@ -185,9 +186,10 @@ def walk(problem: MultiTensorSumProblem, chunk: int, grid: int):
     seen = [[0] * n for n in problem.sizes]
     written = {}
     for b in range(grid):
-        t = -1
+        t, first = -1, words[first_row_word(rule, tensors, b)]
         for c in range(b * k, min(b * k + k, chunks)):
-            t = max(t, 0)
+            t = max(t, first)
+            assert c >= words[field_word(rule, t, "chunk_begin")], "the scan would start past the chunk's row"
             while c >= words[field_word(rule, t, "chunk_end")]:
                 t += 1
             begin, numel = words[field_word(rule, t, "chunk_begin")], words[field_word(rule, t, "numel")]
@@ -215,6 +217,7 @@ def test_the_walk_covers_every_element_once_and_the_final_adds_every_partial(gri
     assert max(written, default=0) < slots(len(sizes), grid) <= workspace_words(len(sizes), grid)[0]
     assert words[:len(HEADER)] == [len(sizes), sum(chunk_counts(sizes, chunk)), per_cta(words[1], grid),
                                    workspace_words(len(sizes), grid)[0]]
+    assert len(words) == first_row_word(problem.rule, len(sizes), grid)        # one first row a CTA, last
 
 
 def test_entries_and_problems_refuse_what_no_kernel_computes():

@@ -632,7 +632,7 @@ class Program:
             if device.type == "meta":
                 from nova.kernels.optimizer.sum_derive import configure_sum_rule
                 grid = configure_sum_rule(rule, self.target or "h200").grid
-                ctx.workspace((table_bytes(rule, len(rows)) // WORD_BYTES,), torch.int64)
+                ctx.workspace((table_bytes(rule, len(rows), grid) // WORD_BYTES,), torch.int64)
                 ctx.workspace((workspace_words(len(rows), grid)[1],), torch.float32)
                 return [Kernel(lambda: None, what, multi_sum=rule)]
             why = mismatch(rule, rows)

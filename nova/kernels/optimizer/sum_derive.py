@@ -95,7 +95,7 @@ def configure_multi_tensor_sum(problem: MultiTensorSumProblem, target="h200") ->
     walk = int(d.apply("chunks a CTA", F.per_cta, "the chunk order cut into one contiguous range a CTA",
                        chunks=chunks, grid=schedule.grid))
     partials = slots(problem.tensors, schedule.grid)
-    nbytes = problem.bytes_moved() + table_bytes(problem.rule, problem.tensors) + 2 * 4 * partials
+    nbytes = problem.bytes_moved() + table_bytes(problem.rule, problem.tensors, schedule.grid) + 2 * 4 * partials
     pass_ = memory_bound_prediction(gpu, nbytes, max(1, walk), "each tensor's operands read once, its stored value "
                                     "written once, the partial sums written and read, the argument table",
                                     "each chunk a CTA walks waits at least one loaded DRAM latency", d)
@@ -108,5 +108,5 @@ def configure_multi_tensor_sum(problem: MultiTensorSumProblem, target="h200") ->
     prediction = Prediction(time_us=t, tflops=0.0, bound=pass_.bound, floor_us=pass_.floor_us,
                             terms_us={**pass_.terms_us, "final": t_final})
     facts.update(chunks=chunks, per_cta=walk, slots=partials, bytes=nbytes, final_us=round(t_final, 3),
-                 table_bytes=table_bytes(problem.rule, problem.tensors))
+                 table_bytes=table_bytes(problem.rule, problem.tensors, schedule.grid))
     return MultiTensorConfig(problem, gpu, schedule, prediction, tuple(d.steps), facts)

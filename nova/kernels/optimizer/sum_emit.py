@@ -5,8 +5,8 @@
 
 ``table`` is the argument table (``sum_problem.py``), ``work`` the workspace: the partial-sum slots and
 the completion counter.  CTA ``b`` walks the chunks ``[b K, (b + 1) K)`` of the global chunk order in
-turn, carrying the row ``t`` it used last (found by a forward scan, as the update kernels do) and each
-thread's running sum.  In a chunk, thread ``i`` owns the vectors at ``(c - chunk_begin) * chunk + u *
+turn, carrying the row ``t`` it used last (found by a forward scan from the row of its first chunk, a
+table word) and each thread's running sum.  In a chunk, thread ``i`` owns the vectors at ``(c - chunk_begin) * chunk + u *
 threads * vector + i * vector`` (``u < unroll``): whole vectors are loaded for every ``u`` before the
 first add, a vector straddling the tensor's end element by element; the tensor's entry (its row's
 ``entry`` word, an ``scf.index_switch``) evaluates the prologue per element, adds the summed value to the
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from nova.codegen.builder import SMEM
 from nova.kernels.optimizer.schedule import MultiTensorSchedule
-from nova.kernels.optimizer.sum_problem import HEADER, SumEntry, SumRule
+from nova.kernels.optimizer.sum_problem import HEADER, SumEntry, SumRule, first_row_word
 from nova.kernels.rows.emit import RowsIr, evaluate
 from nova.kernels.rows.prologue import Prologue
 
@@ -179,10 +179,11 @@ class _SumEmitter:
         return res
 
     # ---------------------------------------------------------------- the CTA's pass
-    def scan(self, c: str, t: str) -> str:
-        """The row holding chunk ``c``, scanning forward from ``max(t, 0)``."""
+    def scan(self, c: str, t: str, first: str) -> str:
+        """The row holding chunk ``c``, scanning forward from ``max(t, first)`` (``first``: the row of the
+        CTA's first chunk, from the table)."""
         ir = self.ir
-        start = ir.max(t, 0, "from")
+        start = ir.max(t, first, "from")
         w, w2, found = ir.fresh("w_row"), ir.fresh("w_next"), ir.fresh("row")
         ir.emit(f"{found} = scf.while ({w} = {ir.v(start)}) : (index) -> index {{")
         with ir.scope():
@@ -295,12 +296,14 @@ class _SumEmitter:
             per_cta = self.index(self.word(HEADER.index("per_cta")))
             counter = self.index(self.word(HEADER.index("counter")))
             c0 = ir.mul(self.bid, per_cta, "c0")
+            first = self.index(self.word(ir.add(ir.add(first_row_word(self.rule, 0, 0), self.bid, "cta_word"),
+                                                ir.mul(tensors, len(self.fields), "rows_words"), "first_word")))
             c1 = ir.min(ir.add(c0, per_cta, "c_end"), chunks, "c1")
             c, row, acc, walk = ir.fresh("c"), ir.fresh("row_c"), ir.fresh("acc_c"), ir.fresh("walk")
             ir.reserve(c.lstrip("%"), row.lstrip("%"), acc.lstrip("%"))
             with ir.region(f"{walk}:2 = scf.for {c} = {c0} to {c1} step {ir.v(1)} iter_args({row} = {ir.v(-1)}, "
                            f"{acc} = {ir.f(0.0)}) -> (index, f32) {{"):
-                found = self.scan(c, row)
+                found = self.scan(c, row, first)
                 changed = ir.and_(ir.cmp("ne", found, row, "moved"), ir.cmp("sge", row, 0, "had_row"))
                 kept = ir.fresh("kept")
                 ir.emit(f"{kept} = scf.if {changed} -> (f32) {{")

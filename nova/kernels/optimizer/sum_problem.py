@@ -24,6 +24,7 @@ Argument table (64-bit words, written once at bind)::
     word 3           the completion counter's i32 index in the workspace
     word 4 + t R + k row t, field k (``SumRule.fields()``): its entry, its operands' and stored value's
                      pointers, its result's pointer, its element count, its chunks' range
+    word 4 + T R + b the row holding CTA b's first chunk (the CTA's forward scan starts there)
 
 The workspace holds one f32 partial sum per (CTA, tensor) pair a CTA's chunks meet, at slot ``b + t``
 (CTA ranges and tensors are both contiguous in the chunk order, so no two pairs share a slot), then the
@@ -209,20 +210,32 @@ def field_word(rule: SumRule, tensor, name: str):
     return len(HEADER) + tensor * len(rule.fields()) + rule.fields().index(name)
 
 
+def first_row_word(rule: SumRule, tensors: int, cta):
+    """Word index of CTA ``cta``'s first row (an int, or an index SSA value the emitter passes through)."""
+    return len(HEADER) + tensors * len(rule.fields()) + cta
+
+
 def table_words(rule: SumRule, rows: list[dict], chunk: int, grid: int) -> list[int]:
     """The table of ``rows`` (one per tensor: ``{"entry": k, pointer name: address, "numel": n}``; a pointer
     an entry does not use may be 0), as 64-bit words."""
     counts = chunk_counts([r["numel"] for r in rows], chunk)
     chunks = sum(counts)
     counter, _ = workspace_words(len(rows), grid)
-    words = [len(rows), chunks, per_cta(chunks, grid), counter]
-    begin = 0
+    k = per_cta(chunks, grid)
+    words = [len(rows), chunks, k, counter]
+    begin, ends = 0, []
     for r, n in zip(rows, counts):
         words += [int(r["entry"])] + [int(r.get(name, 0)) for name in rule.pointers()]
         words += [int(r["numel"]), begin, begin + n]
         begin += n
+        ends.append(begin)
+    row = 0
+    for b in range(grid):                   # the first row whose chunks reach past the CTA's first chunk
+        while row < len(rows) - 1 and ends[row] <= b * k:
+            row += 1
+        words.append(row)
     return words
 
 
-def table_bytes(rule: SumRule, tensors: int) -> int:
-    return (len(HEADER) + tensors * len(rule.fields())) * WORD_BYTES
+def table_bytes(rule: SumRule, tensors: int, grid: int) -> int:
+    return (len(HEADER) + tensors * len(rule.fields()) + grid) * WORD_BYTES
