@@ -103,20 +103,9 @@ class _SumEmitter:
         self.store(x, p, f"vector<{n}x{dtype}>", n * BYTES[dtype])
 
     def elements(self, entry: SumEntry, ptrs: dict, at, count: int, acc: str) -> str:
-        """``count`` consecutive elements from ``at`` (every operand's loads first): the summed values added
-        to ``acc`` in element order, the stored ones written."""
-        ir = self.ir
-        (index, _), = entry.prologue.reduce
+        """``count`` consecutive elements from ``at`` (every operand's loads first), added to ``acc``."""
         operands = [self.loaded(ptrs[f"in{k}"], at, dt, count) for k, dt in enumerate(entry.dtypes)]
-        stored = []
-        for j in range(count):
-            vals = evaluate(ir, entry.prologue, {f"in{k}": operands[k][j] for k in range(len(entry.dtypes))})
-            acc = ir.fadd(acc, vals[index], "acc")
-            if entry.stored:
-                stored.append(vals[entry.prologue.store[0][0]])
-        if entry.stored:
-            self.written(ptrs["st0"], at, entry.stored, stored)
-        return acc
+        return self.combine(entry, ptrs, at, operands, count, acc)
 
     def entry_chunk(self, entry: SumEntry, ptrs: dict, starts: list, numel: str, acc: str) -> str:
         """One chunk of a tensor summed as ``entry``: whole vectors when every one lies inside the tensor,

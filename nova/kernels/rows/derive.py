@@ -469,7 +469,8 @@ def configure_rows(p: RowsProblem, target="h200") -> RowsConfig:
     t = sum(v["time_us"] for v in terms.values())
     moved = sum(v["bytes"] for v in terms.values())
     launches = len(terms) * mc["t_launch_us"]
-    bound = "launch" if launches > t / 2 else "sm" if any(v["bound"] == "sm" for v in terms.values()) else "dram"
+    slowest = max(terms.values(), key=lambda v: v["time_us"])
+    bound = "launch" if launches > t / 2 else "sm" if slowest["bound"] == "sm" else "dram"
     floor = p.bytes_moved / gpu.dram_bw * 1e6
     prediction = Prediction(t, 0.0, bound, floor,
                             {"dram_us": round(moved / (gpu.dram_bw * mc["eta_dram"]) * 1e6, 3),
