@@ -39,8 +39,11 @@ CREATION = ("constant", "iota")
 
 # =============================================================== plans
 def planned(graph: Graph, target=None) -> Planned:
-    """The real pipeline's plan of ``graph`` (its ``graph`` is the optimized copy: look nodes up there)."""
-    return pipeline(graph, target)
+    """The real pipeline's plan of ``graph`` (its ``graph`` is the optimized copy: look nodes up there),
+    as ``nova.compile`` makes it: with the compiler's account of what the CUDA program allocates besides
+    its values (the launches' workspaces placed in the arena, ``nova.compiler.outside_arena``)."""
+    from nova.compiler.outside_arena import account
+    return pipeline(graph, target, outside_arena=account)
 
 
 def slot_per_value(plan: Planned, *, donate: bool = True) -> Planned:
@@ -62,10 +65,15 @@ def slot_per_value(plan: Planned, *, donate: bool = True) -> Planned:
         if p.kind == "alias":
             root = values[p.alias_of]
             values[v] = dataclasses.replace(p, offset=root.offset, input_index=root.input_index)
-    external = mem.external_bytes
+    workspaces = []                       # each launch workspace on bytes of its own too
+    for w in mem.workspaces:
+        workspaces.append(dataclasses.replace(w, offset=top))
+        top += aligned(w.nbytes, mem.alignment)
+    external = mem.external_bytes + mem.outside_bytes
     memory = dataclasses.replace(
         mem, values=values, arena_bytes=top, peak_bytes=top + external, live_peak_bytes=top + external,
-        breakdown={**mem.breakdown, "arena_slack": 0}, donations=list(mem.donations) if donate else [])
+        breakdown={**mem.breakdown, "arena_slack": 0}, donations=list(mem.donations) if donate else [],
+        workspaces=workspaces)
     out = dataclasses.replace(plan, memory=memory)
     validate_memory_plan(out.graph, out.groups, out.memory)
     return out

@@ -125,6 +125,8 @@ def check_gemm_backends(plan, program) -> None:
     assert (s["nova_gemm_launches"] >= nova_groups) and (s["nova_gemm_launches"] > 0) == (nova_groups > 0), s
     assert s["torch_gemms"] == aten_groups and not s["fallbacks"], s["fallbacks"]
     assert s["scratch_bytes"] == 0
+    # every launch workspace (GEMM preps and split-K partials, rows partials) in the arena, where the plan put it
+    assert s["launch_workspaces_outside_arena_bytes"] == 0 and s["launch_workspaces_in_arena"] == len(plan.memory.workspaces)
 
 
 def test_replay_reads_new_data_each_step(kernels):
@@ -169,7 +171,7 @@ def test_peak_memory_within_the_plan(kernels):
     program.run(state)
     s = program.stats
     owned = sum(s[k] for k in ("arena_bytes", "constants_bytes", "static_input_bytes", "scratch_bytes",
-                               "workspace_bytes"))
+                               "workspace_bytes", "launch_workspaces_outside_arena_bytes"))
     params = sum(x.numel() * x.element_size() for x, spec in zip(state, case.graph.inputs) if spec.role == "param")
     slack = 2 * params + (2 << 20)            # foreach temporaries (sqrt of the moments), allocator rounding
     assert s["arena_bytes"] <= s["measured_peak_bytes"] <= owned + slack, program.describe()

@@ -309,7 +309,8 @@ class CompiledStep:
         if self.backend == "reference" or (self.backend == "auto" and device.type != "cuda"):
             return ReferenceEngine(graph)
         from nova.compiler import executor
-        planned = self._plan(graph, None, device, _engine_target_name(device))
+        name = _engine_target_name(device)          # the passes and the workspaces they place are for it
+        planned = self._plan(graph, name, device, name)
         t0 = time.perf_counter()
         engine = ProgramEngine(executor.build(planned, device), device)
         self.stats.build_s = time.perf_counter() - t0
