@@ -741,6 +741,9 @@ class Program:
         inputs = list(inputs)
         self._check_inputs(inputs)
         with torch.no_grad():            # parameters require grad; the step writes them in place, out= everywhere
+            if self.store is None:       # released: its memory again, then a new binding and capture
+                self.store = self._allocate(self.device, False)
+                self._fill_constants(self.store)
             if self._tensors is None or self._stale(inputs):
                 self._bind(inputs)
             for i, slot in self._staged:
@@ -755,6 +758,20 @@ class Program:
                 self._cuda_graph.replay()
             self.stats["runs"] += 1
             return self._outputs(inputs)
+
+    def release(self) -> None:
+        """Free the program's device memory now (the arena and its other areas, workspaces, launches,
+        the CUDA graph and its pool); the next ``run`` allocates them again, binds and captures (a
+        rebind).  Outputs already returned are the caller's (clones or the caller's own tensors)."""
+        if self.store is None:
+            return
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self._cuda_graph = self._launches = self._ctx = self._tensors = None
+        self._bound, self._bound_refs, self._staged = {}, [], []
+        self.store = self._shared_workspace = None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()         # back to the device: the next arena may be larger
 
     def _execute(self) -> None:
         index = -1
