@@ -401,6 +401,21 @@ def batched_attention_step(B=2, H=3, T=6, D=4) -> Case:
     return Case(g, make)
 
 
+def deep_k_gradient(K=8192, M=64, N=128) -> Case:
+    """A weight gradient over many rows, dW = tanh(x)ᵀ·dy (TN, K deep): on an H200 a split-K launch
+    whose operand prep and FP32 partials are its launch workspace in the arena (``workspace_layout``)."""
+    g = Graph("deep_k_gradient")
+    x = g.input(TensorType((K, M), "f32"), "x", "data")
+    dy = g.input(TensorType((K, N), "f32"), "dy", "data")
+    dw = g.op("matmul", g.op("tanh", x), dy, transpose_a=True)
+    g.output(dw, "dw")
+    g.output(g.op("relu", dw), "relu_dw")
+
+    def make(gen, device):
+        return [_randn(gen, (K, M), device), _randn(gen, (K, N), device, 0.1)]
+    return Case(g, make)
+
+
 def example_case(graph: Graph, int_high: int = 2) -> Case:
     """A ``Case`` of one of ``nova.passes.examples``' graphs (inputs from its ``random_inputs``;
     integers below ``int_high``, e.g. the vocabulary size for token ids)."""

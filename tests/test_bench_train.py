@@ -102,13 +102,14 @@ def test_driver_passes_every_option_to_its_children():
     args = train.parser().parse_args(["--all", "--model", "tiny", "--batch", "3", "--seq", "8", "--steps", "4",
                                       "--warmup", "2", "--timed", "5", "--repeats", "3", "--settle-s", "0.5",
                                       "--seed", "9", "--device", "cpu", "--out", "/tmp/x",
-                                      "--compile-mode", "max-autotune", "--adamw-impl", "fused"])
+                                      "--compile-mode", "max-autotune", "--adamw-impl", "fused",
+                                      "--memory-budget", "1GiB", "--no-memory-cap"])
     argv = train._child_argv(args, "jax")
     assert argv[:3] == [sys.executable, "-m", "nova.bench.train"]
     child = train.parser().parse_args(argv[3:])
     assert child.framework == "jax" and not child.all
     for name in ("model", "batch", "seq", "steps", "warmup", "timed", "repeats", "settle_s", "seed", "device",
-                 "out", "compile_mode", "adamw_impl"):
+                 "out", "compile_mode", "adamw_impl", "memory_budget", "no_memory_cap"):
         assert getattr(child, name) == getattr(args, name), name
 
 

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pytest
 import torch
 
-from executor_support import (attention_block, batched_attention_step, example_case, grouped_attention,
+from executor_support import (attention_block, batched_attention_step, deep_k_gradient, example_case, grouped_attention,
                               linear_inference, memory_ops_step, mlp_training_step, planned, pointwise_zoo, rel_error,
                               widen)
 from nova.compiler.executor import build, gemm_problems, precompile_commands
@@ -46,6 +46,8 @@ CASES = {
     # head dimension 64: Nova's attention kernels, writing out with its heads merged and dq, dk, dv into
     # their slices of the fused projection's gradient (nova/passes/storage.py)
     "gpt_d64": lambda: example_case(transformer_step(batch=2, seq=64, dim=128, heads=2, vocab=96), int_high=96),
+    # K = 8192: split-K through a workspace with an operand prep, both in the arena (poisoned: NaN bytes)
+    "deep_k": lambda: deep_k_gradient(K=8192, M=64, N=128),
 }
 TOL = 5e-3              # relative Frobenius error against float64: TF32 GEMMs and attention, chained
 # a case on Nova's TF32 attention kernels (head dimension 64): their own gradient bound

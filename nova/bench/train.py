@@ -26,7 +26,8 @@ What a run measures, in order:
    after); tokens/s from the median repeat;
 5. peak memory over the whole run (torch: ``max_memory_allocated``/``max_memory_reserved``; JAX:
    ``device.memory_stats()['peak_bytes_in_use']``), and for torch also the peak of the timed phase;
-   with ``--memory-budget`` (nova, CUDA) the process is capped at the budget (``cap_memory``) and
+   with ``--memory-budget`` (nova, CUDA) the process is capped at the budget (``cap_memory``; not with
+   ``--no-memory-cap``) and
    the program's predicted memory is recorded beside its measured peak (``nova.program_memory``);
    on CUDA the memory diagnostic (``memory_diagnostic``, ``nova.bench.memory_phases``, always on):
    torch's counters at each phase (setup, the program's build, binding, warm-up and capture, the
@@ -327,7 +328,7 @@ def run_torch(args, cfg, tokens: np.ndarray, log, diagnostic: MemoryDiagnostic |
                  "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32,
                           "cudnn": torch.backends.cudnn.allow_tf32} if cuda else None}
     t_setup = time.perf_counter()
-    if cuda and nova_compile is not None and args.memory_budget is not None:
+    if cuda and nova_compile is not None and args.memory_budget is not None and not args.no_memory_cap:
         res["memory_cap"] = cap_memory(torch, dev, args.memory_budget)
     if cuda:
         diagnostic.start(torch, dev)
@@ -735,6 +736,8 @@ def _child_argv(args, framework: str) -> list[str]:
         argv += ["--seq", str(args.seq)]
     if args.memory_budget is not None:
         argv += ["--memory-budget", args.memory_budget]
+    if args.no_memory_cap:
+        argv += ["--no-memory-cap"]
     return argv
 
 
@@ -792,6 +795,9 @@ def parser(prog: str = "python3 -m nova.bench.train") -> argparse.ArgumentParser
                          "process is also capped at SIZE (torch.cuda.set_per_process_memory_fraction(SIZE / "
                          "device memory), before the model is built), so an out-of-memory error, reported in one "
                          "line naming the budget, means the step needs more than its budget")
+    ap.add_argument("--no-memory-cap", action="store_true",
+                    help="with --memory-budget: plan the step under the budget but leave the process uncapped (the "
+                         "memory diagnostic then measures the whole step even where it needs more than its budget)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--compile-mode", default="default",

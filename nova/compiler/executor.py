@@ -40,7 +40,12 @@ embedding kernels (CUDA), its node's ATen kernel on CPU (``nova/compiler/embeddi
 IR reference (CPU); a Nova optimizer group on one multi-tensor kernel (CUDA: pointers in an
 argument table written at bind, ``nova/kernels/optimizer``) or ATen's foreach kernels (CPU, and
 CUDA tensors the kernel cannot take, noted); every other op on ATen kernels writing into the output
-tensors (``nova/compiler/aten_kernels.py``); free views and constants launch nothing.
+tensors (``nova/compiler/aten_kernels.py``); free views and constants launch nothing.  What a
+group's kernels write and read within their launch only (a Nova GEMM's operand preps and split-K
+partials, a rows kernel's partials, the embedding backward's sort buffers) is the group's launch
+workspace: the arena bytes the plan placed for it (``MemoryPlan.workspaces``,
+``KernelContext.launch_workspace``); a plan that places none (made without
+``nova.compiler.outside_arena.account``) gets one buffer every launch shares.
 
 CUDA.  The first ``run`` binds the inputs, resolves every Nova kernel (offline mode: a missing one
 raises Nova's one-line ``NotPrecompiledError`` before anything runs), executes the step once on a
@@ -57,8 +62,10 @@ value.  ``stats["measured_peak_bytes"]`` (CUDA) is ``torch.cuda.max_memory_alloc
 and the first step (warm-up and capture) minus what was allocated before build; build resets the
 device's peak counter.  It compares with the plan's arena + ``stats["outside_arena_bytes"]`` (what
 the plan lists outside the arena, ``nova/compiler/outside_arena.py``) less
-``stats["outside_arena_driver_bytes"]`` (GEMM workspaces allocated by cuMemAlloc, which
-torch's counter does not see).
+``stats["outside_arena_driver_bytes"]`` (anything allocated by cuMemAlloc, which torch's counter does
+not see; none since the GEMM workspaces are launch workspaces).  ``memory_phases`` (CUDA) records
+torch's counters and the device's used memory at each stage of the build and the first step.
+``release()`` frees the program's device memory until its next run.
 """
 from __future__ import annotations
 
