@@ -46,8 +46,6 @@ run cannot execute; ``tests/test_outside_arena.py`` fails when such a site is ad
 """
 from __future__ import annotations
 
-import math
-
 from nova.passes.memory import LaunchWorkspace, OutsideAllocation
 
 TORCH_BLOCK_BYTES = 512                 # PyTorch's caching allocator rounds every block to 512 bytes
