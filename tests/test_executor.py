@@ -97,7 +97,8 @@ def test_reused_arena_bytes_hold_values_at_different_times():
         (a0, a1), (b0, b1) = span(program.value_tensor(a)), span(program.value_tensor(b))
         assert a0 < b1 and b0 < a1, "values the plan overlaps must share the program's arena bytes"
     slots = slot_per_value(plan)
-    assert slots.memory.arena_bytes == sum(-(-p.nbytes // 256) * 256 for _, p in placed)
+    assert slots.memory.arena_bytes == sum(-(-p.nbytes // 256) * 256 for _, p in placed) + \
+        sum(-(-w.nbytes // 256) * 256 for w in plan.memory.workspaces)          # the launch workspaces too
     assert_close(case.graph, build(slots, "cpu", poison=True).run(case.inputs(0)), ref)
 
 

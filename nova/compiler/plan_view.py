@@ -9,7 +9,8 @@
                              ``.bindings``)
     planned.memory           ``MemoryPlan``: ``.values`` (Value -> ``ValuePlan``), ``.arena_bytes``,
                              ``.peak_bytes``, ``.donations`` [(output index, input index)], ``.outside``
-                             (the allocations listed outside the arena, for the stats)
+                             (the allocations listed outside the arena, for the stats), ``.workspaces``
+                             (``LaunchWorkspace``: the arena bytes a group's launch uses as its workspace)
     ValuePlan.kind           "arena" (``.offset``, ``.nbytes``; ``.view``: the strides its kernel writes
                              it at, when not row-major), "alias" (``.alias_of``, ``.view``),
                              "external" (a graph input's storage; ``.donated`` with ``.input_index``
@@ -79,6 +80,7 @@ class PlanView:
     fused_into: dict = field(default_factory=dict)   # fused Value -> the arena group result it is computed in
     assembled: frozenset = frozenset()   # concat nodes that launch nothing (their inputs are written in place)
     outside: list | None = None          # MemoryPlan.outside: the allocations listed outside the arena
+    workspaces: dict = field(default_factory=dict)   # group index -> (arena offset, bytes) of its launch workspace
 
     def placement(self, value) -> Placement:
         return self.placements.get(value, Placement("none"))
@@ -170,4 +172,5 @@ def read_plan(planned) -> PlanView:
                        **_nova_view(g)) for index, g in enumerate(planned.groups)]
     return PlanView(graph, views, placements, memory.arena_bytes, memory.peak_bytes, _donations(memory, graph),
                     _fused_into(planned.groups, memory, graph), frozenset(planned.storage.assembled),
-                    getattr(memory, "outside", None))
+                    getattr(memory, "outside", None),
+                    {w.group: (w.offset, w.nbytes) for w in getattr(memory, "workspaces", ())})
