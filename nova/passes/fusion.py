@@ -689,12 +689,13 @@ def _reason(group: Group, g: _Open, layouts, names) -> str:
         return (f"{len(group.nodes)} {first.op} update{'s' if len(group.nodes) > 1 else ''} with the same "
                 f"hyper-parameters over {_elements(elements)} parameters: {on}")
     if group.kind == "composite":
+        bound = group.bindings                     # a rows group's operands: its fused casts' sources and values
         if first.op == "cross_entropy":
-            return (f"cross_entropy of {first.inputs[0].type} logits: log-sum-exp per row and the target "
-                    f"logits, no log-probabilities written")
+            return (f"cross_entropy of {bound.get('logits', first.inputs[0]).type} logits: log-sum-exp per row and "
+                    f"the target logits, no log-probabilities written")
         if first.op == "cross_entropy_backward":
-            return (f"cross_entropy_backward -> {first.outputs[0].type}: (softmax - onehot) * dloss / count "
-                    f"from the logits and lse, elementwise (may take the logits' buffer)")
+            return (f"cross_entropy_backward -> {bound.get('dlogits', first.outputs[0]).type}: (softmax - onehot) * "
+                    f"dloss / count from the logits and lse, elementwise (may take the logits' buffer)")
         what = "data movement" if kind(first.op) == "memory" else "a composite op"
         return f"{first.op} on {first.outputs[0].type}: {what} with its own kernel"
     if group.kind == "collective":
