@@ -115,7 +115,7 @@ def place_casts(graph: Graph) -> Graph:
         if node in prologues:
             inputs = [rw.get(x) for x in node.inputs]
             for i, (cast, path) in prologues[node].items():
-                (v,) = [rw.get(cast.inputs[0])]
+                v = rw.get(cast.inputs[0])
                 for view in path:
                     (v,) = rw.emit("reshape", [v], view.attrs, view.origin)
                 (inputs[i],) = rw.emit("cast", [v], cast.attrs, cast.origin)
