@@ -217,7 +217,7 @@ def kernel_reports(planned, target) -> list[KernelReport]:
     for index, group in enumerate(planned.groups):
         if group.kernel == "none" or group.kind == "collective":      # collectives: nova.compiler.communication
             continue
-        node = group.nodes[0]
+        node = group.head
         name, schedule, kernel, kinds = _group_name(group), None, group.kernel, None
         if group.kind == "gemm" and group.problem is not None:
             t, bound, formula, schedule = _gemm_report(group, target)

@@ -32,6 +32,13 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   the two stay apart, each on its own Nova kernel (one write and read of the input more, not the
   whole group on ATen).
   Nothing joins a group after its reduction.
+* Casts into rows kernels (``nova/passes/rows_casts.py``): a widening cast (to f32) whose value only
+  a rows composite (layer_norm, rms_norm, softmax, cross_entropy, their backwards) reads as a row
+  input joins that composite's group, and a cast of a composite's f32 row result that is the
+  result's only reader joins it too, when the rows kernel of the group with the cast moves fewer
+  bytes than the one without it plus the cast's own kernel (``rows_casts.cast_saving``; the reason
+  says what was read or written in place of the cast and what that saves).  The kernel reads the
+  cast's source in its own type and writes the result in the cast's type; no cast kernel remains.
 * Composites (attention, layer_norm, softmax, losses, cross_entropy, optimizer updates) and
   data-movement ops (concat, gathers, scatter_add) are groups of their own; so is each opaque
   ``aten`` op.  An ``index_select``/``scatter_add`` on axis 0 (the embedding lookup and its backward)
@@ -70,7 +77,9 @@ from nova.kernels.pointwise.switch import MemoryBoundKernels
 from nova.passes import layout as layout_analysis
 from nova.passes.embedding import EMBEDDING_OPS, embedding_reason, select_embedding
 from nova.passes.rows import rows_reason, select_rows
-from nova.passes.rows_from_ir import is_prologue_op
+from nova.passes.rows_casts import cast_saving
+from nova.passes.rows_from_ir import ROW_INPUTS, ROW_OUTPUTS, from_group, is_prologue_op, reads_through_cast, \
+    writes_through_cast
 from nova.passes.storage import StoragePlan
 
 GROUP_KINDS = ("gemm", "pointwise", "reduction", "composite", "view", "collective", "opaque")
@@ -114,6 +123,13 @@ class Group:
     def gemm_node(self) -> Node | None:
         return self.nodes[0] if self.kind == "gemm" else None
 
+    @property
+    def head(self) -> Node:
+        """The node that names the group: a composite group's op, not the casts fused around it."""
+        if self.kind == "composite":
+            return next((n for n in self.nodes if n.op != "cast"), self.nodes[0])
+        return self.nodes[0]
+
     def intermediates(self) -> list[Value]:
         """Results of the group's nodes that are not group outputs."""
         outs = set(self.outputs)
@@ -134,6 +150,8 @@ class _Open:
         self.epilogue = Epilogue() if kind_ == "gemm" else None
         self.problem = None
         self.why_not_nova = ""
+        self.casts: list[str] = []        # a rows group: what each fused cast is read or written as
+        self.cast_bytes = 0               # and the bytes they save together (rows_casts.cast_saving)
 
 
 def fuse(graph: Graph, layouts=None, kernels: MemoryBoundKernels = MemoryBoundKernels(),
@@ -161,6 +179,7 @@ class _Fuser:
         self.updates: dict[tuple, _Open] = {}     # optimizer-update groups by batch key
         self.opened: dict[int, int] = {}          # id(group) -> how many groups were opened before it
         self._scalars: _Open | None = None        # the latest pointwise group over one element
+        self._savings: dict[tuple, int] = {}      # rows_casts.cast_saving of a group with casts, by its nodes
 
     def run(self) -> list[Group]:
         graph = self.graph
@@ -238,10 +257,62 @@ class _Fuser:
         if k != "pointwise":
             return False
         producers = self._producers(node)
-        if self._horizontal(node) or self._sibling(node) is not None:
+        if self._horizontal(node) or self._sibling(node) is not None or self._rows_epilogue(node) is not None:
             return True
         return bool(self._candidates(node, producers)) or (not self._stored(node) and _epilogue(
             node, producers, self.users, self.outputs, self.layouts, dry_run=True) is not None)
+
+    # -------------------------------------------------------------- casts into rows kernels
+    def _cast_saving(self, nodes: list[Node], casts: list[Node]) -> int:
+        """Bytes the rows kernel of ``nodes`` saves over the one without ``casts`` and their kernels
+        (``rows_casts.cast_saving``); 0 when either group is no rows problem."""
+        key = (tuple(nodes), tuple(casts))
+        if key not in self._savings:
+            without = [n for n in nodes if n not in casts]
+            problems = [from_group(ns, *boundary(ns, self.users, self.outputs), self.layouts)[0]
+                        for ns in (without, nodes)]
+            self._savings[key] = 0 if None in problems else cast_saving(casts, *problems)
+        return self._savings[key]
+
+    def _rows_epilogue(self, node: Node) -> tuple[_Open, int, str] | None:
+        """The open rows composite group whose f32 row result only the cast ``node`` reads, when taking
+        the cast saves bytes: (group, the bytes saved, what the kernel writes), else None."""
+        if node.op != "cast" or not writes_through_cast(node) or self._stored(node):
+            return None
+        x = node.inputs[0]
+        p = x.producer
+        g = self.group_of.get(p) if p is not None else None
+        if g is None or g.kind != "composite" or not g.open or p.op not in ROW_OUTPUTS \
+                or x is not p.outputs[ROW_OUTPUTS[p.op]] or x in self.outputs \
+                or set(self.users.get(x, ())) != {node}:
+            return None
+        saved = self._cast_saving(g.nodes + [node], [node])
+        if saved <= 0:
+            return None
+        return g, saved, f"writes {node.outputs[0].type} in place of the cast of its {x.dtype} result"
+
+    def _rows_prologues(self, node: Node, g: _Open) -> None:
+        """Take into ``g`` (the new group of the rows composite ``node``) the widening casts of its row
+        inputs that only it reads, each alone in an open group, when that saves bytes."""
+        casts = []
+        for i in ROW_INPUTS.get(node.op, ()):
+            v = node.inputs[i]
+            c = v.producer
+            cg = self.group_of.get(c) if c is not None else None
+            if cg is None or cg.kind != "pointwise" or not cg.open or cg.nodes != [c] or cg is self._scalars \
+                    or not reads_through_cast(c) or v in self.outputs or set(self.users.get(v, ())) != {node} \
+                    or c in casts:
+                continue
+            casts.append(c)
+        saved = self._cast_saving(casts + [node], casts) if casts else 0
+        if saved <= 0:
+            return
+        g.cast_bytes += saved
+        for c in casts:
+            self.group_of[c].nodes = []
+            self.group_of[c] = g
+            g.casts.append(f"reads {c.inputs[0].type} in place of its cast to {c.outputs[0].dtype}")
+        g.nodes[:0] = casts
 
     def _horizontal(self, node: Node) -> bool:
         """``node`` joins the open pointwise group over one element (rule in the module docstring)."""
@@ -258,7 +329,13 @@ class _Fuser:
         elif k in ("pointwise", "creation"):
             g = None if self._stored(node) else _epilogue(node, producers, self.users, self.outputs, self.layouts)
             sibling = self._sibling(node)
-            if g is not None:
+            rows = self._rows_epilogue(node) if g is None else None
+            if rows is not None:
+                g, saved, note = rows
+                g.nodes.append(node)
+                g.casts.append(note)
+                g.cast_bytes += saved
+            elif g is not None:
                 g.nodes.append(node)
             else:
                 candidates = self._candidates(node, producers)
@@ -302,6 +379,7 @@ class _Fuser:
             g = _Open("composite", node, kernel="none")
         elif k in ("composite", "memory"):
             g = _Open("composite", node)
+            self._rows_prologues(node, g)
         elif k == "collective":
             g = _Open("collective", node)
         else:
@@ -511,10 +589,18 @@ def _finish(g: _Open, position, users, outputs, layouts, names, kernels: MemoryB
     else:
         why_not_rows = select_rows(group, layouts)
         group.reason = rows_reason(group, _reason(group, g, layouts, names), why_not_rows)
+        if g.casts and group.kernel == "nova":
+            group.reason += _casts_reason(g)
     stored = [names[v] for n in nodes for v in n.outputs if v in storage.layouts]
     if stored:
         group.reason += f"; writes {', '.join(stored)} in the layout its readers need (no copy)"
     return group
+
+
+def _casts_reason(g: _Open) -> str:
+    """What the casts fused into a rows group save: their launches and ``rows_casts.cast_saving``'s bytes."""
+    return (f"; {' and '.join(g.casts)}: {_count(len(g.casts), 'cast kernel')} fewer, "
+            f"saves {format_bytes(g.cast_bytes)}")
 
 
 def _step_constant(nodes) -> bool:
@@ -580,7 +666,7 @@ def format_bytes(n: float) -> str:
 
 
 def _reason(group: Group, g: _Open, layouts, names) -> str:
-    first = group.nodes[0]
+    first = group.head
     if group.kind == "gemm":
         a, b = first.inputs
         if group.kernel == "nova":
@@ -603,12 +689,13 @@ def _reason(group: Group, g: _Open, layouts, names) -> str:
         return (f"{len(group.nodes)} {first.op} update{'s' if len(group.nodes) > 1 else ''} with the same "
                 f"hyper-parameters over {_elements(elements)} parameters: {on}")
     if group.kind == "composite":
+        bound = group.bindings                     # a rows group's operands: its fused casts' sources and values
         if first.op == "cross_entropy":
-            return (f"cross_entropy of {first.inputs[0].type} logits: log-sum-exp per row and the target "
-                    f"logits, no log-probabilities written")
+            return (f"cross_entropy of {bound.get('logits', first.inputs[0]).type} logits: log-sum-exp per row and "
+                    f"the target logits, no log-probabilities written")
         if first.op == "cross_entropy_backward":
-            return (f"cross_entropy_backward -> {first.outputs[0].type}: (softmax - onehot) * dloss / count "
-                    f"from the logits and lse, elementwise (may take the logits' buffer)")
+            return (f"cross_entropy_backward -> {bound.get('dlogits', first.outputs[0]).type}: (softmax - onehot) * "
+                    f"dloss / count from the logits and lse, elementwise (may take the logits' buffer)")
         what = "data movement" if kind(first.op) == "memory" else "a composite op"
         return f"{first.op} on {first.outputs[0].type}: {what} with its own kernel"
     if group.kind == "collective":

@@ -27,7 +27,8 @@ Rules, over the execution order (the groups' nodes one after another; position =
   has the result's byte size and is read element for element (same shape, dense, whole buffer).  An
   output of a Nova pointwise kernel may take the buffer of any input of the kernel that dies there
   and that every member reads so (``elementwise_group``): each thread reads all its inputs' elements
-  before writing the same ones.
+  before writing the same ones; so may the result of a cross-entropy backward's rows kernel with the
+  casts fused around it (bf16 dlogits over the bf16 logits, ``ROWS_ELEMENTWISE``).
 * **Offsets.**  Buffers (in-place chains are one buffer) are placed largest first, each at the
   best-fitting gap among the buffers it is live with; offsets and sizes are multiples of 256 bytes.
 
@@ -70,6 +71,10 @@ OPTIMIZER_UPDATES = ("adamw", "sgd")          # (param, grad, ...) -> updated st
 # values) and writes dlogits[i, j] (aten_kernels.cross_entropy_backward: sub, elu_backward, then
 # scatter_add_ of -scale at the targets, which reads only dlogits).
 ELEMENTWISE_COMPOSITES = OPTIMIZER_UPDATES + ("cross_entropy_backward",)
+# Rows ops whose Nova kernel, with the casts fused around it (``rows_casts.py``), reads each element of
+# its row input before writing the same element of its row result (one pass, each thread its own
+# elements): the whole group may write its result over that input.
+ROWS_ELEMENTWISE = ("cross_entropy_backward",)
 INPUT_CATEGORIES = {"param": "parameters", "opt_state": "optimizer_state", "grad": "gradients",
                     "data": "data", "const": "data"}
 CATEGORIES = ("parameters", "optimizer_state", "data", "gradients", "activations", "workspace", "arena_slack",
@@ -263,14 +268,15 @@ def elementwise_reader(node: Node, root: Value, out: Value, layouts) -> bool:
 
 
 def elementwise_group(group: Group, root: Value, out: Value, layouts) -> bool:
-    """One Nova kernel may write ``out`` over ``root``'s storage.  A pointwise kernel: each thread reads
-    every input at the flat indices it then writes, so this holds when every member reading ``root``
-    (in any of its aliases) reads it whole, in ``out``'s own layout.  A multi-tensor optimizer
+    """One Nova kernel may write ``out`` over ``root``'s storage.  A pointwise kernel (or a
+    ``ROWS_ELEMENTWISE`` rows kernel with its casts): each thread reads every input at the flat
+    indices it then writes, so this holds when every member reading ``root`` (in any of its aliases)
+    reads it whole, in ``out``'s own layout.  A multi-tensor optimizer
     update: each thread reads one tensor's inputs at the indices it then writes of that tensor's
     outputs, so only ``out``'s own update may read ``root``, whole, in ``out``'s layout."""
     if not group.fused or root.type.nbytes != out.type.nbytes:
         return False
-    if group.kind == "pointwise":
+    if group.kind == "pointwise" or (group.kind == "composite" and group.head.op in ROWS_ELEMENTWISE):
         readers = group.nodes
     elif group.kind == "composite" and group.nodes[0].op in OPTIMIZER_UPDATES:
         readers = [out.producer]
@@ -375,7 +381,8 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None, storage: Storag
                 continue
             s = None
             group = group_of[node]
-            kernel_wide = group.fused and group.kind == "pointwise"          # one Nova pointwise kernel
+            kernel_wide = group.fused and (group.kind == "pointwise" or       # one Nova pointwise kernel, or
+                                           (len(group.nodes) > 1 and group.head.op in ROWS_ELEMENTWISE))
             alone = not group.fused or len(group.nodes) == 1                  # one launch of this node only
             if (alone or kernel_wide) and len(node.outputs) == 1:             # a multi-output node (adamw) may
                 reads = group.inputs if kernel_wide else node.inputs          # write one result before reading all inputs

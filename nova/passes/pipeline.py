@@ -7,6 +7,8 @@
                                                                 backward sums each group (``grouped_query.py``)
            -> recompute_pointwise                               saved pointwise intermediates recomputed
                                                                 in the backward's kernels (``recompute.py``)
+           -> place_casts                                       casts next to the rows ops that take them
+                                                                (``rows_casts.py``)
            -> copy_concat_inputs                                a concat's unplaceable inputs copied by a kernel
            -> plan_storage                                      strided kernel results in their readers' layout
            -> fuse                                              groups (kernels)
@@ -34,6 +36,7 @@ from nova.passes.rms_norm import fuse_rms_norm
 from nova.passes.fusion import Group, format_bytes, fuse
 from nova.passes.grouped_query import read_kv_heads
 from nova.passes.recompute import recompute_pointwise
+from nova.passes.rows_casts import place_casts
 from nova.passes.memory import LaunchWorkspace, MemoryPlan, OutsideAllocation, place_workspaces, with_outside
 from nova.passes.schedule import schedule_with_plan
 from nova.passes.storage import StoragePlan, copy_concat_inputs, plan_storage
@@ -84,6 +87,8 @@ def pipeline(graph: Graph, target=None, kernels: MemoryBoundKernels | None = Non
     stats["grouped_query"] = len(g.nodes)
     g, recomputed = recompute_pointwise(g, target)
     stats["recompute"] = len(g.nodes)
+    g = place_casts(g)
+    stats["casts"] = len(g.nodes)
     g = copy_concat_inputs(g)
     stats["concat_copies"] = len(g.nodes)
     verify(g)
