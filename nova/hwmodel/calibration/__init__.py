@@ -126,6 +126,21 @@ def clock_and_time(terms_us: dict, split_k, constants: dict, launches=None):
     with them always busy (at a fixed power budget, dynamic power ~ C V^2 f ~ f^3).  Solved by
     fixed-point iteration from f_max.  ``launches``: the schedule's count (``Schedule.launches``), else
     ``launches_of``."""
+    c = constants
+    at = _at_scale(terms_us, split_k, constants, launches)
+    if "f_sustained_mhz" not in c:
+        return None, at(1.0)[1]
+    f = np.full(np.shape(at(1.0)[1]), float(c["f_max_mhz"]))
+    for _ in range(40):
+        compute, time = at(c["f_model_mhz"] / f)
+        duty = np.clip(compute / time, 1e-6, 1.0)
+        f = np.minimum(c["f_max_mhz"], c["f_sustained_mhz"] * duty ** (-1 / CLOCK_EXPONENT))
+    return f, at(c["f_model_mhz"] / f)[1]
+
+
+def _at_scale(terms_us: dict, split_k, constants: dict, launches=None):
+    """scale -> (compute, time): the calibrated model with the SM-clock terms scaled by ``scale``
+    (f_model / f); ``clock_and_time``'s formula."""
     c, t = constants, terms_us
     compute0 = np.maximum(t.get("tensor-core", 0) + t.get("mma", 0), t.get("smem", 0)) / c["eta_tc"]  # one is 0
     dram = np.maximum(t.get("dram", 0) / c.get("eta_dram_tiles", c["eta_dram"]), t.get("ring", 0))
@@ -136,15 +151,14 @@ def clock_and_time(terms_us: dict, split_k, constants: dict, launches=None):
         compute = compute0 * scale
         time = np.maximum(np.maximum(compute, t.get("l2", 0) * scale), dram) + t.get("epilogue", 0) * scale + fixed
         return compute, time
+    return at
 
-    if "f_sustained_mhz" not in c:
-        return None, at(1.0)[1]
-    f = np.full(np.shape(compute0 + fixed), float(c["f_max_mhz"]))
-    for _ in range(40):
-        compute, time = at(c["f_model_mhz"] / f)
-        duty = np.clip(compute / time, 1e-6, 1.0)
-        f = np.minimum(c["f_max_mhz"], c["f_sustained_mhz"] * duty ** (-1 / CLOCK_EXPONENT))
-    return f, at(c["f_model_mhz"] / f)[1]
+
+def time_at_clock(terms_us: dict, split_k, constants: dict, mhz, launches=None):
+    """The calibrated time (us) with the SM clock held at ``mhz`` (a measured clock, e.g. a held-out
+    row's ``nova_graph_sm_mhz``) instead of the power-limited one: the kernel model checked apart from
+    the clock model.  Needs ``f_model_mhz`` (the clock the model's peak figures assume)."""
+    return _at_scale(terms_us, split_k, constants, launches)(constants["f_model_mhz"] / mhz)[1]
 
 
 def memory_constants(gpu) -> dict:
