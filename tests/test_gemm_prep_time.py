@@ -62,3 +62,13 @@ def test_dram_bound_gemms_stream_at_the_tile_efficiency():
     t = cfg.prediction.terms_us
     assert t["dram"] > max(t["mma"], t["l2"], t["ring"])
     assert cfg.calibrated_time_us > t["dram"] / cal["eta_dram_tiles"]
+
+
+def test_kernel_profile_takes_the_held_out_layouts():
+    from nova.bench.kernel_profile import parse_shape
+    assert parse_shape("1069x10293x885") == (1069, 10293, 885, False, False)
+    assert parse_shape("5291x5733x4494:NT") == (5291, 5733, 4494, False, True)
+    assert parse_shape("5513x5949x3953:tn") == (5513, 5949, 3953, True, False)
+    for bad in ("1x2", "1x2x3:XX", "axbxc"):
+        with pytest.raises(ValueError, match=f"shape {bad!r}"):
+            parse_shape(bad)
