@@ -1,6 +1,6 @@
 """The host's cost per call of ``nova.attention`` and ``nova.attention_backward``, on any machine.
 
-    python3 -m nova.bench.attention_host [--calls 2000]
+    python3 -m nova.bench.attention_host [--reps 2000]
 
 The driver, the kernel cache and the tensor maps are stand-ins (``stand_ins``: a launch records
 nothing, a tensor map is a dictionary lookup by pointer as the real cache's hit), so what is timed is
@@ -94,14 +94,14 @@ def measure(shape, calls: int) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m nova.bench.attention_host", description=__doc__.splitlines()[0])
-    ap.add_argument("--calls", type=int, default=2000, help="timed calls per measurement")
+    ap.add_argument("--reps", type=int, default=2000, help="timed calls per measurement")
     args = ap.parse_args(argv)
-    if args.calls < 1:
-        print(f"{ap.prog}: error: --calls must be at least 1", file=sys.stderr)
+    if args.reps < 1:
+        print(f"{ap.prog}: error: --reps must be at least 1", file=sys.stderr)
         return 2
     print(f"{'shape (causal)':28s} {'fwd general':>12s} {'fwd planned':>12s} {'bwd general':>12s} {'bwd planned':>12s}  us/call")
     for shape in SHAPES:
-        r = measure(shape, args.calls)
+        r = measure(shape, args.reps)
         name = "B{} H{} T{} D{} {}".format(*shape)
         print(f"{name:28s} {r['fwd_general_us']:12.1f} {r['fwd_planned_us']:12.1f} {r['bwd_general_us']:12.1f} "
               f"{r['bwd_planned_us']:12.1f}")
