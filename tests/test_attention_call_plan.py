@@ -158,3 +158,44 @@ def test_host_cost_bench_runs_both_paths():
     r = measure((2, 1, 64, 64, "bf16"), calls=5)
     assert set(r) == {"fwd_general_us", "fwd_planned_us", "bwd_general_us", "bwd_planned_us"}
     assert all(v > 0 for v in r.values())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("B, H, Hkv, T, D, dtype", [(2, 4, 4, 200, 64, "bf16"), (4, 8, 2, 1024, 128, "bf16"),
+                                                     (2, 4, 4, 333, 64, "tf32"), (4, 8, 8, 1024, 64, "tf32")])
+def test_planned_calls_match_float64_on_the_gpu(B, H, Hkv, T, D, dtype):
+    """The first call takes the general path, the next ones their call plan (Hopper kernels' tensor maps
+    looked up by pointer; fresh data in the same tensors, then in new ones): every result against float64."""
+    import math
+    import nova
+    launch.reset()
+    dt = {"bf16": torch.bfloat16, "tf32": torch.float32}[dtype]
+    tol = {"bf16": (2.5e-2, 5e-2), "tf32": (4e-3, 1e-2)}[dtype]
+    gen = torch.Generator(device="cuda").manual_seed(5)
+
+    def fresh():
+        q, do = (torch.randn(B, H, T, D, device="cuda", dtype=dt, generator=gen) for _ in range(2))
+        k, v = (torch.randn(B, Hkv, T, D, device="cuda", dtype=dt, generator=gen) for _ in range(2))
+        return q, k, v, do
+
+    def rel(a, b):
+        return float((a.double() - b).norm() / b.norm())
+    q, k, v, do = fresh()
+    for step in range(3):
+        if step == 1:                                   # same tensors, new values
+            for x, y in zip((q, k, v, do), fresh()):
+                x.copy_(y)
+        elif step == 2:                                 # new tensors, same signature
+            q, k, v, do = fresh()
+        out, lse = nova.attention(q, k, v, causal=True)
+        dq, dk, dv = nova.attention_backward(do, q, k, v, out, lse, causal=True)
+        torch.cuda.synchronize()
+        qd, kd, vd = (x.double().detach().requires_grad_() for x in (q, k, v))
+        g = H // Hkv
+        s = (qd @ kd.repeat_interleave(g, 1).transpose(-1, -2)) / math.sqrt(D)
+        s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool, device="cuda").tril(), float("-inf"))
+        ref = torch.softmax(s, -1) @ vd.repeat_interleave(g, 1)
+        ref.backward(do.double())
+        assert rel(out, ref.detach()) < tol[0] and rel(lse, torch.logsumexp(s, -1).detach()) < tol[0]
+        assert max(rel(dq, qd.grad), rel(dk, kd.grad), rel(dv, vd.grad)) < tol[1]
+    assert len(launch._plans) == 2                      # the forward's and the backward's signature
