@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from nova.compiler import cost
 from nova.compiler.attention_nodes import attention_problem
 from nova.ir.graph import Node
+from nova.kernels.pointwise.problem import PointwiseProblem
 from nova.passes.embedding import EMBEDDING_OPS
 from nova.passes.fusion import OPTIMIZER_UPDATES
 
@@ -225,7 +226,7 @@ def kernel_reports(planned, target) -> list[KernelReport]:
         elif node.op in ("attention", "attention_backward"):
             t, bound, formula, kernel, schedule = _attention_report(group, node, target)
             model = "attention configurator" if kernel == "nova" else "fp32 attention"
-        elif group.kind == "pointwise" and group.kernel == "nova":
+        elif group.kernel == "nova" and isinstance(group.problem, PointwiseProblem):
             t, bound, formula, schedule = _pointwise_report(group, target)
             model = "pointwise configurator"
         elif _is_update(group) and group.kernel == "nova":

@@ -76,11 +76,12 @@ from nova.ir.printer import value_names
 from nova.kernels.pointwise.switch import MemoryBoundKernels
 from nova.passes import layout as layout_analysis
 from nova.passes.embedding import EMBEDDING_OPS, embedding_reason, select_embedding
+from nova.passes.pointwise_from_ir import is_table_gather
 from nova.passes.rows import rows_reason, select_rows
 from nova.passes.rows_casts import cast_saving
 from nova.passes.rows_from_ir import ROW_INPUTS, ROW_OUTPUTS, from_group, is_prologue_op, reads_through_cast, \
     writes_through_cast
-from nova.passes.storage import StoragePlan
+from nova.passes.storage import StoragePlan, unplaced_reason
 
 GROUP_KINDS = ("gemm", "pointwise", "reduction", "composite", "view", "collective", "opaque")
 KERNELS = ("nova", "aten", "none")
@@ -218,6 +219,9 @@ class _Fuser:
 
     def _candidates(self, node: Node, producers) -> list[_Open]:
         shape = node.outputs[0].shape
+        if is_table_gather(node):                    # the table is read whole from memory: never computed here
+            table = self.group_of.get(node.inputs[0].producer)
+            producers = [p for p in producers if p is not table]
         gemms = [self.opened[id(p)] for p in producers if p.kind == "gemm"]
         found = [p for p in producers if p.kind == "pointwise" and p.open
                  and (p.shape == shape or _inlinable(p, node, self.users, self.outputs))
@@ -254,7 +258,7 @@ class _Fuser:
         k = kind(node.op)
         if k == "reduce":
             return self._reduction_base(node) is not None
-        if k != "pointwise":
+        if k != "pointwise" and not is_table_gather(node):
             return False
         producers = self._producers(node)
         if self._horizontal(node) or self._sibling(node) is not None or self._rows_epilogue(node) is not None:
@@ -326,7 +330,7 @@ class _Fuser:
         if k == "matmul":
             g = _Open("gemm", node)
             _classify_gemm(g, node, self.layouts)
-        elif k in ("pointwise", "creation"):
+        elif k in ("pointwise", "creation") or is_table_gather(node):
             g = None if self._stored(node) else _epilogue(node, producers, self.users, self.outputs, self.layouts)
             sibling = self._sibling(node)
             rows = self._rows_epilogue(node) if g is None else None
@@ -567,7 +571,7 @@ def _finish(g: _Open, position, users, outputs, layouts, names, kernels: MemoryB
     if first in storage.assembled or first in storage.freed:
         why = storage.assembled.get(first) or storage.freed[first]
         group.reason = f"{first.op} of {', '.join(names[x] for x in first.inputs)}: {why}"
-    elif g.kind == "pointwise" and any(kind(n.op) == "pointwise" for n in nodes):
+    elif g.kind == "pointwise" and any(kind(n.op) == "pointwise" or is_table_gather(n) for n in nodes):
         if kernels.pointwise:
             _classify_pointwise(group, g, layouts, storage)
         else:
@@ -586,6 +590,14 @@ def _finish(g: _Open, position, users, outputs, layouts, names, kernels: MemoryB
         group.kernel = "none"
         group.reason = (f"{nodes[0].op} fill of {nodes[-1].outputs[0].type}: a constant of the step, filled once "
                         "when the program is built; launches nothing")
+    elif g.kind == "composite" and first.op == "concat" or g.kind == "view" and g.kernel == "aten":
+        if kernels.pointwise:
+            _classify_glue(group, g, layouts)
+        else:
+            g.why_not_nova = f"NOVA_POINTWISE={kernels.key()}"
+        group.reason = _reason(group, g, layouts, names)
+        if first.op == "concat":
+            group.reason += f" ({unplaced_reason(first, users, outputs, names)})"
     else:
         why_not_rows = select_rows(group, layouts)
         group.reason = rows_reason(group, _reason(group, g, layouts, names), why_not_rows)
@@ -629,6 +641,29 @@ def _classify_optimizer(group: Group, g: _Open, layouts) -> None:
             if name != "step" and (not lay.dense or lay.offset * v.type.itemsize % 16):
                 g.why_not_nova = f"the {name} {v.type} is not dense and 16-byte aligned ({lay.describe()})"
                 return
+    group.kernel = "nova"
+    group.problem = problem
+
+
+def _classify_glue(group: Group, g: _Open, layouts) -> None:
+    """A concat the storage pass did not assemble, or a view that copies, runs as one Nova pointwise
+    kernel: the concat's inputs each read over its slice of the result (``concat_problem``), the view's
+    input read in place and written contiguous (``copy_problem``); its ``PointwiseProblem`` is stored
+    on the group, else it stays on ATen with the reason."""
+    from nova.kernels.pointwise.emit import unsupported
+    from nova.kernels.pointwise.problem import PointwiseProblemError
+    from nova.passes.pointwise_from_ir import concat_problem, copy_problem
+    node = group.nodes[0]
+    try:
+        problem = concat_problem(node, lambda v: layouts[v].strides, lambda v: layouts[v].offset) \
+            if node.op == "concat" else copy_problem(node, layouts[node.inputs[0]])
+    except PointwiseProblemError as e:
+        g.why_not_nova = str(e)
+        return
+    why = unsupported(problem)
+    if why:
+        g.why_not_nova = f"no Nova pointwise kernel computes {why}"
+        return
     group.kernel = "nova"
     group.problem = problem
 
@@ -678,9 +713,12 @@ def _reason(group: Group, g: _Open, layouts, names) -> str:
         return f"matmul {a.type} x {b.type}: ATen ({g.why_not_nova})"
     if group.kind == "view":
         x, out = first.inputs[0], first.outputs[0]
+        if group.kernel == "nova":
+            return (f"{first.op} of {names[x]} ({layouts[x].describe()}) is not a strided view: one Nova "
+                    f"pointwise kernel copies it into its own buffer")
         if group.kernel == "aten":
             return (f"{first.op} of {names[x]} ({layouts[x].describe()}) is not a strided view: "
-                    f"one copy into its own buffer")
+                    f"one copy into its own buffer" + (f"; ATen ({g.why_not_nova})" if g.why_not_nova else ""))
         return f"{first.op} of {names[x]}: a strided view of {names[layouts[out].root]}, launches nothing"
     if group.kind == "composite" and first.op in OPTIMIZER_UPDATES:
         elements = sum(n.outputs[0].type.numel for n in group.nodes)
@@ -689,6 +727,10 @@ def _reason(group: Group, g: _Open, layouts, names) -> str:
         return (f"{len(group.nodes)} {first.op} update{'s' if len(group.nodes) > 1 else ''} with the same "
                 f"hyper-parameters over {_elements(elements)} parameters: {on}")
     if group.kind == "composite":
+        if first.op == "concat":
+            on = "one Nova pointwise kernel reads each input over its slice of the result" \
+                if group.kernel == "nova" else f"ATen ({g.why_not_nova})" if g.why_not_nova else "ATen"
+            return f"concat on {first.outputs[0].type}: {on}"
         bound = group.bindings                     # a rows group's operands: its fused casts' sources and values
         if first.op == "cross_entropy":
             return (f"cross_entropy of {bound.get('logits', first.inputs[0]).type} logits: log-sum-exp per row and "
