@@ -179,11 +179,11 @@ HF_BATCH, HF_SEQ = 2, 32
 
 
 def hf_tiny(device, which: str, padded: bool):
-    """A tiny Hugging Face GPT-2 or Llama (heads of 32), AdamW and the training step (``padded``: it
+    """A tiny Hugging Face GPT-2 or Llama (heads of 64), AdamW and the training step (``padded``: it
     takes an attention mask and ignores the padded labels) the GPU tests compile."""
     from nova.models import TrainRecipe, make_train_step
     from nova.models.hf import HFCausalLM, HFConfig
-    cfg = HFConfig(which, vocab_size=96, n_embd=64, n_layer=2, n_head=2, block_size=HF_SEQ,
+    cfg = HFConfig(which, vocab_size=96, n_embd=128, n_layer=2, n_head=2, block_size=HF_SEQ,
                    **({"n_kv_head": 1, "hidden_dim": 128} if which == "llama" else {}))
     if device == "meta":
         with torch.device("meta"):

@@ -273,6 +273,17 @@ def test_the_padding_mask_gather_fuses_with_its_index_and_its_reader():
     assert all(gr.kernel in ("nova", "none") for gr in planned.groups)
 
 
+def test_a_reduction_never_joins_a_gather():
+    """A row sum of gathered values is a rows kernel of its own: its prologue computes no gather."""
+    g = Graph("gathered_sum")
+    t, i = g.input(TensorType((64,), "f32"), "t"), g.input(TensorType((8, 16), "i64"), "i")
+    x = g.op("mul", g.op("index_select", t, i, axis=0), g.op("constant", value=2.0, dtype="f32"))
+    g.output(g.op("sum", x, axes=(1,)), "s")
+    planned = check_runs(g)
+    kinds = {gr.kind: [n.op for n in gr.nodes] for gr in planned.groups if gr.kernel == "nova"}
+    assert "index_select" in kinds["pointwise"] and kinds["reduction"] == ["sum"]
+
+
 # --------------------------------------------------------------------------- the Hugging Face models
 EXPLAINED = [("hf-gpt2-42m", None), ("hf-llama-42m", None), ("hf-gpt2-42m", "padded")]
 
@@ -294,3 +305,18 @@ def test_hugging_face_steps_run_no_aten_kernel(model, recipe):
     if recipe:
         gathers = [k for k in report["kernels"] if "gather" in k["name"] and k["kind"] == "pointwise"]
         assert len(gathers) == 1 and gathers[0]["kernel"] == "nova"
+
+
+@pytest.mark.parametrize("which, padded", [("gpt2", False), ("gpt2", True), ("llama", False), ("llama", True)])
+def test_the_gpu_tests_steps_plan_no_aten_kernel(which, padded):
+    """The tiny Hugging Face steps tests/test_pointwise_indexing_gpu.py compiles (heads of 64: Nova's
+    attention too) plan no ATen kernel, and their glue is on the kernels this file checks."""
+    pytest.importorskip("transformers")
+    from pointwise_indexing_support import hf_tiny_planned
+    from nova.compiler.explain import kernel_reports
+    from nova.hwmodel import get_target
+    planned = hf_tiny_planned(which, padded)
+    assert not [k.name for k in kernel_reports(planned, get_target("h200")) if k.kernel == "aten"]
+    problems = [g.problem for g in planned.groups if isinstance(g.problem, PointwiseProblem)]
+    assert any(x.window is not None for p in problems for x in p.inputs)
+    assert any(x.table for p in problems for x in p.inputs) == padded

@@ -43,6 +43,14 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   data-movement ops (concat, gathers, scatter_add) are groups of their own; so is each opaque
   ``aten`` op.  An ``index_select``/``scatter_add`` on axis 0 (the embedding lookup and its backward)
   runs on Nova's embedding kernels where they compute it (``nova/passes/embedding.py``), else ATen.
+  An ``index_select`` of a one-axis table (``pointwise_from_ir.is_table_gather``: the padding mask's
+  vmapped lookup) is element by element over its index, so it joins pointwise groups as a pointwise
+  op does (a ``gather`` in the kernel), but never the group that computes its table.
+* A ``concat`` whose inputs the storage pass did not place in its buffer runs as one Nova pointwise
+  kernel over its result (each input read in place over its slice, constant fills as literals:
+  ``pointwise_from_ir.concat_problem``), its reason naming what kept each input from being placed; a
+  view that copies runs as one Nova pointwise copy kernel (its input read in place, written in its
+  own buffer: ``copy_problem``).
 * A group of fills alone (``constant``/``iota``, no inputs: a constant of the step) launches nothing
   (``kernel="none"``): the executor fills its values once when it builds the program.
 * A pointwise group runs as one Nova pointwise kernel (``kernel="nova"``, its ``PointwiseProblem``
@@ -53,8 +61,8 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   type and every one is dense and 16-byte aligned; else ATen's foreach kernels, with the reason.
 * ``kernels`` (``MemoryBoundKernels``, from ``NOVA_POINTWISE``) may keep either kind on ATen.
 * Views are ``view`` groups that launch nothing (``kernel="none"``) unless the layout analysis says
-  the result is not a strided view of its input, then one copy (``kernel="aten"``).  A ``concat``
-  whose inputs the storage pass placed in its buffer (``storage.py``) launches nothing either.
+  the result is not a strided view of its input, then one copy (a Nova pointwise kernel, above).  A
+  ``concat`` whose inputs the storage pass placed in its buffer (``storage.py``) launches nothing either.
 
 Acyclicity: a node only joins *open* groups, those none of whose values a node outside them has
 read yet.  An open group has no successors, so adding a node (which has no successors either)
@@ -233,7 +241,7 @@ class _Fuser:
         x = node.inputs[0]
         p = self.group_of.get(x.producer) if x.producer is not None else None
         if p is not None and p.kind == "pointwise" and p.open and p.shape == x.shape \
-                and all(is_prologue_op(n) for n in p.nodes if kind(n.op) == "pointwise") \
+                and all(is_prologue_op(n) for n in p.nodes if kind(n.op) == "pointwise" or is_table_gather(n)) \
                 and not any(self._stored(n) for n in p.nodes):
             return p
         return None
