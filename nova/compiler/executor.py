@@ -37,7 +37,8 @@ Launches.  One per group, in the plan's order: ``matmul`` nodes on Nova GEMMs (C
 their producers) on its rows kernels (CUDA), its nodes' IR references on CPU
 (``nova/compiler/rows_lowering.py``); a Nova embedding group (gather, deterministic scatter-add) on its
 embedding kernels (CUDA), its node's ATen kernel on CPU (``nova/compiler/embedding_lowering.py``); a Nova pointwise group on its kernel (CUDA) or its nodes'
-IR reference (CPU); a Nova optimizer group on one multi-tensor kernel (CUDA: pointers in an
+IR reference (CPU), and so a concat or a copying view the plan gives a pointwise kernel (the copy
+launched over its input's shape, its output viewed so); a Nova optimizer group on one multi-tensor kernel (CUDA: pointers in an
 argument table written at bind, ``nova/kernels/optimizer``) or ATen's foreach kernels (CPU, and
 CUDA tensors the kernel cannot take, noted); every other op on ATen kernels writing into the output
 tensors (``nova/compiler/aten_kernels.py``); free views and constants launch nothing.  What a
