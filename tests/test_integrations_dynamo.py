@@ -140,6 +140,35 @@ def test_unsupported_graph_runs_on_torch_and_is_logged(caplog):
     assert any("inference graph" in m and "aten.cumsum.default x1" in m for m in infos), infos
 
 
+def test_a_graph_whose_run_fails_frees_its_program(monkeypatch, caplog):
+    """A program that fails on its first run (offline: a kernel missing from the cache): the graph
+    runs on torch from then on, as eager computes it, and its program (arena, staged inputs) is no
+    longer held."""
+    import weakref
+    from nova.compiler import executor
+    programs = []
+    build = executor.build
+
+    def failing_build(*args, **kwargs):
+        program = build(*args, **kwargs)
+        programs.append(weakref.ref(program))
+        return program
+
+    def failing_run(program, tensors):
+        raise RuntimeError("not precompiled: a kernel of this program")
+    monkeypatch.setattr(executor, "build", failing_build)
+    monkeypatch.setattr(executor.Program, "run", failing_run)
+    model = mlp()
+    compiled = torch.compile(model, backend=nova_backend, options={"engine": "executor"})
+    x = torch.randn(5, 12)
+    with caplog.at_level(logging.WARNING, logger="nova"), torch.no_grad():
+        assert_close(compiled(x), model(x), "output on torch")
+        assert_close(compiled(x * 2), model(x * 2), "second call on torch")
+    assert len(programs) == 1 and programs[0]() is None
+    warnings = [r.message for r in caplog.records]
+    assert len(warnings) == 1 and "fell back to torch after a failed run" in warnings[0], warnings
+
+
 def test_bad_option_is_one_line():
     with pytest.raises(NovaBackendError, match="unknown option 'tile'"):
         nova_backend(None, [], options={"tile": 3})

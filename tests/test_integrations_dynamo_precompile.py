@@ -9,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from nova.compiler.aten_kernels import torch_dtype  # noqa: E402
 from nova.compiler.precompile import step_kernels  # noqa: E402
 from nova.hwmodel import get_target  # noqa: E402
 from nova.integrations import dynamo, dynamo_precompile  # noqa: E402
@@ -69,6 +70,85 @@ def test_precompiled_kernels_are_those_the_cuda_path_plans(monkeypatch):
         program, name = dynamo._engine(lowered.graph, torch.device("cuda"), dynamo.BackendOptions())
         assert name == "executor"
         assert kernels_of(program.planned) == kernels_of(planned)
+
+
+class TiedGPT(torch.nn.Module):
+    """A one-block GPT whose output head is its token embedding (tied, as GPT-2's): the backward
+    sums the embedding's two gradients.  Head dimension 64 (Nova's attention kernels)."""
+
+    def __init__(self, vocab=512, dim=128, heads=2, seq=64):
+        super().__init__()
+        self.heads = heads
+        self.wte, self.wpe = torch.nn.Embedding(vocab, dim), torch.nn.Embedding(seq, dim)
+        self.ln_1, self.ln_2, self.ln_f = (torch.nn.LayerNorm(dim) for _ in range(3))
+        self.qkv, self.proj = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+        self.fc, self.fc_proj = torch.nn.Linear(dim, 4 * dim), torch.nn.Linear(4 * dim, dim)
+        self.head = torch.nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.wte.weight
+
+    def forward(self, idx, targets):
+        b, t = idx.shape
+        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
+        q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in self.qkv(self.ln_1(x)).chunk(3, dim=2))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, -1))
+        x = x + self.fc_proj(torch.nn.functional.gelu(self.fc(self.ln_2(x)), approximate="tanh"))
+        logits = self.head(self.ln_f(x))
+        return torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def kernel_set(planned) -> set:
+    """The Nova kernels a plan's CUDA program launches, as ``(family, problem)`` pairs."""
+    return {(family, item) for family, items in step_kernels(planned)._asdict().items() for item in items}
+
+
+def cuda_path_kernels(model, inputs, monkeypatch) -> tuple[set, int]:
+    """The kernels the backend's CUDA path asks for, and how many programs asked: ``model`` run (forward
+    and backward) through ``torch.compile(backend=nova_backend)`` with its graphs compiled for a cuda
+    device and the target the GPU resolves; each program, at its first run, records its plan's
+    kernels in place of building and launching them.  On the GPU torch's dispatcher itself picks
+    CUDA's attention kernel; on the CPU the trace calls it in (``with_cuda_attention``)."""
+    from nova.runtime import matmul
+    monkeypatch.setattr(matmul, "resolve_target", lambda: H200)
+    monkeypatch.setattr(dynamo, "_device", lambda example_inputs: torch.device("cuda"))
+    requested, programs = set(), []
+
+    def first_run(program, tensors):
+        requested.update(kernel_set(program.planned))
+        programs.append(program)
+        return [torch.zeros(o.value.type.shape, dtype=torch_dtype(o.value.type.dtype))
+                for o in program.planned.graph.outputs]
+    monkeypatch.setattr(dynamo._Program, "__call__", first_run)
+
+    def backend(gm, example_inputs):
+        dynamo_precompile.with_cuda_attention(gm, 90)
+        return dynamo.nova_backend(gm, example_inputs)
+    torch._dynamo.reset()
+    try:
+        torch.compile(model, backend=backend, dynamic=False)(*inputs).backward()
+    finally:
+        torch._dynamo.reset()
+    return requested, len(programs)
+
+
+@pytest.mark.parametrize("built_on", ["meta", "cpu"])
+def test_the_precompile_builds_every_kernel_the_cuda_path_asks_for(built_on, monkeypatch):
+    """A GPT with a tied embedding: the precompile, given the model built on ``built_on`` (the meta
+    device, as ``nova precompile dynamo`` and the Inductor comparison build it), plans every kernel
+    the backend's CUDA path asks for, the tied embedding's gradient sum included."""
+    torch.manual_seed(0)
+    model = TiedGPT()
+    idx, targets = (torch.randint(0, 512, (2, 64)) for _ in range(2))
+    requested, programs = cuda_path_kernels(model, (idx, targets), monkeypatch)
+    assert programs == 2                   # the forward and the backward, both on Nova's executor
+    with torch.device(built_on):
+        torch.manual_seed(0)
+        precompiled_model = TiedGPT()
+    assert precompiled_model.head.weight is precompiled_model.wte.weight
+    plans = plan_dynamo(precompiled_model, (idx.to(built_on), targets.to(built_on)), H200, training=True)
+    precompiled = set().union(*(kernel_set(p) for p in plans.planned))
+    missing = [f"{family}: {problem}" for family, problem in requested - precompiled]
+    assert not missing, missing
 
 
 def test_the_forward_hands_the_attention_seeds_over_as_placeholders():

@@ -27,6 +27,7 @@ from nova.compiler import cost
 from nova.compiler.attention_nodes import attention_problem
 from nova.ir.graph import Node
 from nova.kernels.optimizer.sum_problem import MultiTensorSumProblem
+from nova.kernels.pointwise.problem import PointwiseProblem
 from nova.passes.embedding import EMBEDDING_OPS
 from nova.passes.fusion import OPTIMIZER_UPDATES
 
@@ -231,7 +232,7 @@ def kernel_reports(planned, target) -> list[KernelReport]:
     for index, group in enumerate(planned.groups):
         if group.kernel == "none" or group.kind == "collective":      # collectives: nova.compiler.communication
             continue
-        node = group.nodes[0]
+        node = group.head
         name, schedule, kernel, kinds = _group_name(group), None, group.kernel, None
         if group.kind == "gemm" and group.problem is not None:
             t, bound, formula, schedule = _gemm_report(group, target)
@@ -239,7 +240,7 @@ def kernel_reports(planned, target) -> list[KernelReport]:
         elif node.op in ("attention", "attention_backward"):
             t, bound, formula, kernel, schedule = _attention_report(group, node, target)
             model = "attention configurator" if kernel == "nova" else "fp32 attention"
-        elif group.kind == "pointwise" and group.kernel == "nova":
+        elif group.kernel == "nova" and isinstance(group.problem, PointwiseProblem):
             t, bound, formula, schedule = _pointwise_report(group, target)
             model = "pointwise configurator"
         elif _is_update(group) and group.kernel == "nova":
@@ -324,10 +325,21 @@ def explain_planned(captured_graph, planned, target, tokens_per_step: int | None
                 "live_peak_bytes": mem.live_peak_bytes, "breakdown": dict(mem.breakdown),
                 "outside_arena_bytes": mem.outside_bytes,
                 "outside_arena": None if mem.outside is None else [asdict(i) for i in mem.outside],
+                "launch_workspaces": _launch_workspaces(mem),
                 "donations": len(mem.donations),
                 "budget": planned.budget.to_dict() if getattr(planned, "budget", None) is not None else None},
         prediction=prediction, storage=planned.storage.describe())
     return report.to_dict()
+
+
+def _launch_workspaces(mem) -> dict:
+    """The launch workspaces the plan placed in the arena (``MemoryPlan.workspaces``): how many, their
+    bytes were they apart, the largest."""
+    placed = list(getattr(mem, "workspaces", ()))
+    largest = max(placed, key=lambda w: w.nbytes, default=None)
+    return {"count": len(placed), "bytes_if_apart": sum(w.nbytes for w in placed),
+            "largest": None if largest is None else {"what": largest.what, "nbytes": largest.nbytes,
+                                                     "group": largest.group}}
 
 
 # ------------------------------------------------------------------ built-in training steps
@@ -577,6 +589,12 @@ def render(report: dict, console=None, top: int = 12) -> None:
                   f"{mem['donations']} updates written in place (donation)")
     console.print("  " + ", ".join(f"{k} {_gb(v)}" for k, v in mem["breakdown"].items() if v))
     render_outside_arena(mem.get("outside_arena"), console)
+    ws = mem.get("launch_workspaces")
+    if ws and ws["count"]:
+        from rich.markup import escape
+        console.print(f"  launch workspaces in the arena: {ws['count']}, each live during its launch only "
+                      f"({_mib(ws['bytes_if_apart'])} were they apart; the largest {_mib(ws['largest']['nbytes'])}: "
+                      f"{escape(ws['largest']['what'])})")
     if mem.get("budget"):
         render_budget(mem["budget"], console)
     p = report["prediction"]

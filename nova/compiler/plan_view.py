@@ -4,13 +4,15 @@
     planned.groups           in execution order: ``.kind``, ``.nodes``, ``.reason``, ``.kernel``
                              ("nova": a Nova kernel runs the group; a gemm group with "aten" runs on
                              torch.matmul), ``.problem`` (a Nova pointwise group's ``PointwiseProblem``,
+                             a concat's or a copying view's when one pointwise kernel runs it too,
                              a Nova optimizer group's ``MultiTensorProblem``, a Nova rows group's
                              ``RowsProblem``, a Nova embedding group's ``EmbeddingProblem``, each with
                              ``.bindings``; a Nova multi-tensor sum group's ``MultiTensorSumProblem``, its
                              ``.bindings`` keyed ``(tensor, operand name)``)
     planned.memory           ``MemoryPlan``: ``.values`` (Value -> ``ValuePlan``), ``.arena_bytes``,
                              ``.peak_bytes``, ``.donations`` [(output index, input index)], ``.outside``
-                             (the allocations listed outside the arena, for the stats)
+                             (the allocations listed outside the arena, for the stats), ``.workspaces``
+                             (``LaunchWorkspace``: the arena bytes a group's launch uses as its workspace)
     ValuePlan.kind           "arena" (``.offset``, ``.nbytes``; ``.view``: the strides its kernel writes
                              it at, when not row-major), "alias" (``.alias_of``, ``.view``),
                              "external" (a graph input's storage; ``.donated`` with ``.input_index``
@@ -82,6 +84,7 @@ class PlanView:
     fused_into: dict = field(default_factory=dict)   # fused Value -> the arena group result it is computed in
     assembled: frozenset = frozenset()   # concat nodes that launch nothing (their inputs are written in place)
     outside: list | None = None          # MemoryPlan.outside: the allocations listed outside the arena
+    workspaces: dict = field(default_factory=dict)   # group index -> (arena offset, bytes) of its launch workspace
 
     def placement(self, value) -> Placement:
         return self.placements.get(value, Placement("none"))
@@ -149,9 +152,10 @@ def _fused_into(groups, memory, graph) -> dict:
 def _nova_view(group) -> dict:
     """A Nova kernel's problem: a fused pointwise group's, an optimizer group's, or a rows group's with
     its operand bindings (empty for GEMMs, whose problem the executor restates, and ATen groups)."""
+    from nova.kernels.pointwise.problem import PointwiseProblem
     if group.kind == "gemm" or group.kernel != "nova" or group.problem is None:
         return {}
-    if group.kind == "pointwise":
+    if isinstance(group.problem, PointwiseProblem):     # a fused group, or a concat / copy run as one
         return {"pointwise": group.problem}
     if group.kind == "composite" and group.nodes[-1].op in OPTIMIZER_UPDATES:
         return {"optimizer": group.problem}
@@ -175,4 +179,5 @@ def read_plan(planned) -> PlanView:
                        **_nova_view(g)) for index, g in enumerate(planned.groups)]
     return PlanView(graph, views, placements, memory.arena_bytes, memory.peak_bytes, _donations(memory, graph),
                     _fused_into(planned.groups, memory, graph), frozenset(planned.storage.assembled),
-                    getattr(memory, "outside", None))
+                    getattr(memory, "outside", None),
+                    {w.group: (w.offset, w.nbytes) for w in getattr(memory, "workspaces", ())})

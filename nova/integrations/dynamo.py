@@ -16,7 +16,8 @@ lowered by Nova's frontend (``nova.frontend.lower``: the same table ``nova.compi
 Fallbacks never fail the user's program.  A graph Nova cannot take (an op without a lowering that
 cannot be an opaque node, a random op, dynamic shapes, a result the IR does not model, a failure
 while planning or on the first run) runs as torch would: the FX graph itself, op by op on ATen
-(no Inductor).  Each graph's outcome is one line on the ``nova`` logger: WARNING for a graph that
+(no Inductor); a graph whose run failed drops its program first (its arena and staged inputs are
+freed, not held beside torch's own memory).  Each graph's outcome is one line on the ``nova`` logger: WARNING for a graph that
 fell back (with the reason), INFO for one Nova runs (with the ATen ops it runs as opaque nodes).
 The optimizer stays eager (it is outside the compiled module).
 
@@ -128,6 +129,8 @@ class CompiledGraph:
             outputs = self.engine(inputs)
         except Exception as e:   # never fail the user's program: run this graph as torch would from now on
             self.failed = True
+            if isinstance(self.engine, _Program):      # its memory freed before torch runs the graph
+                self.engine.release()
             log.warning("nova: %s fell back to torch after a failed run: %s: %s", self.name, type(e).__name__,
                         first_line(e))
             return _run_fx(self.fallback, inputs)
@@ -274,6 +277,12 @@ class _Program:
         if self.program is None:
             self.program = self.executor.build(self.planned, self.device)
         return self.program.run(tensors)
+
+    def release(self) -> None:
+        """Drop the program (its arena, staged inputs and workspaces) once the graph runs on torch.
+        Its ``CompiledGraph``'s engine attribute is not the only reference: torch's wrappers copy
+        the compiled callable's ``__dict__``."""
+        self.program = None
 
 
 def _static_inputs() -> set[int]:

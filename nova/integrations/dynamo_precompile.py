@@ -6,18 +6,20 @@ into the kernel cache on a host without a GPU (what ``nova precompile train`` do
     precompile(model, (idx, targets), target="h200", training=True)      # Python
     nova precompile dynamo --step my_pkg.my_module:make_model --target h200   # command line
 
-The model and its example inputs are copied to the meta device (nothing is allocated) and run
-once through TorchDynamo and AOTAutograd with the backend's own settings (``nova_backend``'s
-decompositions, partition and calling convention); with ``training=True`` the output is
-back-propagated, so that AOTAutograd compiles the backward graphs too.  Each graph is lowered by
+The model (on any device, the meta device included) and its example inputs are copied to the
+CPU (``_on_cpu``: a tensor modules share, such as a tied embedding, stays one tensor, as on the
+GPU) and run once through TorchDynamo and AOTAutograd with the backend's own settings
+(``nova_backend``'s decompositions, partition and calling convention); no kernel runs (each
+compiled graph returns zeros).  With ``training=True`` the output is back-propagated, so that
+AOTAutograd compiles the backward graphs too.  Each graph is lowered by
 the backend's ``lower_graph`` and planned by its ``plan_for_gpu`` (the very functions its CUDA
 engine runs: same pipeline, storage and strides), and every kernel of the plans' CUDA programs is
 compiled by ``nova.compiler.precompile.precompile_planned``.  A graph the backend would leave to
 torch is reported (one line, the same reason) and has no kernels.
 
-The one difference between a meta trace and a CUDA one is the attention kernel torch picks for
-``scaled_dot_product_attention``: on the meta device torch spells it out as the math composite,
-on CUDA it calls one fused kernel.  The meta trace therefore calls, in its place, the kernel CUDA
+The one difference between the host's trace and a CUDA one is the attention kernel torch picks
+for ``scaled_dot_product_attention``: on the CPU torch spells it out as the math composite, on
+CUDA it calls one fused kernel.  The host's trace therefore calls, in its place, the kernel CUDA
 picks (``cuda_attention_kernel``), whose meta implementation torch provides; both spellings lower
 to the same IR ``attention`` op, but their graphs differ in what the forward saves for the
 backward (a padded log-sum-exp, the random seeds), which decides the plans.  (Fake tensors on a
@@ -189,8 +191,15 @@ class _Stand_in:
 
 
 def _on_cpu(model, example_inputs):
-    """A CPU copy of ``model`` (a meta model's tensors allocated, not initialized) and of the
-    example inputs (zeros of their shapes, dtypes and strides)."""
+    """A CPU copy of ``model`` and of the example inputs, each tensor of its shape, dtype and strides:
+    a meta tensor's copy is zeros, any other's its values (values never matter to the trace: no
+    kernel runs).  Each example input is a tensor of its own, as a GPU run's batches are.
+
+    The model's parameters and buffers are swapped in one ``deepcopy`` through its memo, so that a
+    tensor two modules share stays one tensor in the copy: a tied embedding (GPT's ``wte`` and
+    ``lm_head``) stays tied, as on the GPU, where the backward graph sums its two gradients (a
+    kernel of the CUDA run).  ``Module.to_empty`` unties it: it moves each module's parameters on
+    their own, and from the meta device makes a new parameter for each."""
     if not isinstance(model, torch.nn.Module):
         raise DynamoPrecompileError(f"the model must be a torch.nn.Module, got a {type(model).__name__}")
     if isinstance(example_inputs, torch.Tensor):
@@ -198,14 +207,17 @@ def _on_cpu(model, example_inputs):
     if not isinstance(example_inputs, (tuple, list)):
         raise DynamoPrecompileError(f"example_inputs must be a tuple of the model's arguments, got a "
                                     f"{type(example_inputs).__name__}")
-    tensors = list(model.parameters()) + list(model.buffers())
-    copied = copy.deepcopy(model)
-    copied = copied.to_empty(device="cpu") if any(t.device.type == "meta" for t in tensors) else copied.to("cpu")
+
+    def copy_on_cpu(x: torch.Tensor) -> torch.Tensor:
+        cpu = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype)
+        return cpu.zero_() if x.device.type == "meta" else cpu.copy_(x.detach())
+
+    memo = {id(p): torch.nn.Parameter(copy_on_cpu(p), requires_grad=p.requires_grad) for p in model.parameters()}
+    memo.update({id(b): copy_on_cpu(b) for b in model.buffers()})
+    copied = copy.deepcopy(model, memo)
 
     def on_cpu(x):
-        if not isinstance(x, torch.Tensor):
-            return x
-        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype).zero_().requires_grad_(x.requires_grad)
+        return copy_on_cpu(x).requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
     return copied, tuple(torch.utils._pytree.tree_map(on_cpu, tuple(example_inputs)))
 
 

@@ -55,7 +55,7 @@ class Config:
         if cal is None:
             return None
         return clock_and_time(self.prediction.terms_us, self.schedule.launch_split,
-                              constants_for(cal["constants"], self.schedule.pingpong))
+                              constants_for(cal["constants"], self.schedule.pingpong), self.schedule.launches)
 
     def to_dict(self) -> dict:
         s = self.schedule

@@ -372,6 +372,15 @@ class Schedule:
         return 2 if self.stream_k else self.split_k
 
     @property
+    def launches(self) -> int:
+        """Kernel launches per call: the GEMM, one more for split-K's memset or reduction kernel (stream-K's
+        reduction), one per operand-prep pass (``calibration.launches_of`` without the schedule counts
+        the prep passes as one)."""
+        preps = 0 if self.hopper is None else sum(role.prep is not None for role in (self.hopper.operands.a,
+                                                                                      self.hopper.operands.b))
+        return 1 + (self.launch_split > 1) + preps
+
+    @property
     def split_workspace(self) -> bool:
         """Split-K slices write FP32 partials to a workspace that a reduction kernel adds up."""
         return self.split_k > 1 and self.split_reduction == "workspace"
