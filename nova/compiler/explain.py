@@ -92,6 +92,9 @@ def _gemm_report(group, target) -> tuple[float, str, str, dict | None]:
     cfg = configure(group.problem, target)
     t = cfg.calibrated_time_us or cfg.prediction.time_us
     s = cfg.schedule
+    if cfg.skinny:
+        schedule = {"kernel": s.label(), "splits": s.splits, "model_us": round(cfg.prediction.time_us, 2)}
+        return t, cfg.prediction.bound, f"configure({group.problem.describe()})", schedule
     schedule = {"tile": f"{s.block_m}x{s.block_n}x{s.block_k}", "stages": s.stages, "split_k": s.split_k,
                 "split_reduction": s.split_reduction if s.split_k > 1 else "stream_k" if s.stream_k else None,
                 "instruction": str(s.mma), "swap_ab": s.swap_ab, "persistent": s.persistent,

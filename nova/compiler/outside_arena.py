@@ -109,7 +109,8 @@ def account(planned, target=None) -> list[OutsideAllocation]:
 def gemm_workspaces(program, target) -> list[OutsideAllocation]:
     """One entry per distinct Nova GEMM with a workspace: its operand-prep buffers (every matrix the
     prep pass writes) and split-K/stream-K FP32 partials (``slots x M x N x 4``), as
-    ``nova/runtime/tma.py`` ``HopperGemm.workspace`` allocates them once per kernel (by ``cuMemAlloc``)."""
+    ``nova/runtime/tma.py`` ``HopperGemm.workspace`` allocates them once per kernel (by ``cuMemAlloc``);
+    a skinny kernel's K-slice partials (``SkinnySchedule.workspace_bytes``, ``nova/runtime/skinny.py``)."""
     from nova.configurator import configure
     from nova.hwmodel import get_target
     from nova.runtime.tma import ELEMENT_BYTES, workspace_bytes
@@ -117,6 +118,11 @@ def gemm_workspaces(program, target) -> list[OutsideAllocation]:
     out = []
     for problem in program.gemm_problems():
         s = configure(problem, gpu).schedule
+        if s.kernel == "skinny":
+            if s.split:
+                out.append(OutsideAllocation(f"GEMM workspace of {problem.describe()} (skinny kernel's K slices)",
+                                             s.workspace_bytes(problem.M, problem.N), "program", "driver"))
+            continue
         if s.hopper is None:
             continue
         eb = ELEMENT_BYTES[s.hopper.operands.tensor_map_type]

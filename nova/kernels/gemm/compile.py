@@ -11,7 +11,11 @@ def describe_schedule(s) -> str:
 
 
 def build_module(problem, schedule) -> str:
-    """The kernel's MLIR before lowering, for either instruction family (``nova compile --emit mlir``)."""
+    """The kernel's MLIR before lowering, for either instruction family or the skinny kernel
+    (``nova compile --emit mlir``; a split skinny kernel's reduction is ``emit_skinny.build_reduce_module``)."""
+    if schedule.kernel == "skinny":
+        from nova.kernels.gemm.emit_skinny import build_skinny_module
+        return build_skinny_module(problem, schedule)
     if schedule.mma.family == "wgmma":
         from nova.kernels.gemm.emit_hopper import build_hopper_module
         return build_hopper_module(problem, schedule)
@@ -26,13 +30,15 @@ def compile_gemm(problem, schedule, *, cubin: bool = True):
     ``("A", "B", "C"[, "bias"])``, ``grid = schedule.grid(M, N, batch)``, ``block = (threads, 1, 1)``,
     ``smem_bytes = schedule.smem_bytes`` (dynamic) and ``zero_output`` (split-K adds atomically into C).
     A wgmma schedule goes to ``emit_hopper.compile_hopper`` (tensor-map params, ``schedule.hopper.ctas``
-    CTAs).  Raises :class:`CodegenError` with the problem and schedule named if any step fails.
+    CTAs), a skinny one to ``compile_skinny``.  Raises :class:`CodegenError` with the problem and schedule named if any step fails.
     """
     from nova.codegen import MLIR_TOOLCHAIN, lower_and_assemble
     from nova.codegen.artifact import KernelArtifact
     from nova.codegen.lower import pipeline
     from nova.kernels.gemm.emit_ampere import KERNEL_NAME, build_gemm_module
 
+    if schedule.kernel == "skinny":
+        return compile_skinny(problem, schedule, cubin=cubin)
     if schedule.mma.family == "wgmma" and schedule.arch == "sm_90a":   # Hopper path: emit_hopper.py
         from nova.kernels.gemm.emit_hopper import compile_hopper
         return compile_hopper(problem, schedule, cubin=cubin)
@@ -62,3 +68,32 @@ def compile_gemm(problem, schedule, *, cubin: bool = True):
         resources=resources,
         meta=meta,
     )
+
+
+def compile_skinny(problem, schedule, *, cubin: bool = True):
+    """Build, lower and assemble the skinny kernel (``emit_skinny.py``): entry ``nova_gemm_skinny``,
+    params ``("A", "B", "C"[, "bias"])``, or ``("A", "B", "W")`` when K is split, and then the
+    reduction kernel in ``meta["reduce_kernel"]`` (an artifact dict, params ``("W", "C"[, "bias"])``)
+    and the FP32 partials' size in ``meta["workspace_bytes"]`` (the launcher allocates it per stream)."""
+    from nova.codegen import MLIR_TOOLCHAIN, lower_and_assemble
+    from nova.codegen.artifact import KernelArtifact
+    from nova.codegen.lower import pipeline
+    from nova.kernels.gemm.emit_skinny import (KERNEL_NAME, REDUCE_NAME, build_reduce_module, build_skinny_module,
+                                               main_params, reduce_params, reduce_smem_bytes)
+    p, s = problem, schedule
+    where = f"{p.describe()} with the skinny schedule [{s.label()}]"
+    ptx, binary, resources, ptxas_version = lower_and_assemble(build_skinny_module(p, s), s.arch, KERNEL_NAME, where,
+                                                               cubin=cubin)
+    meta = {"problem": p.to_dict(), "schedule": s.to_dict(), "mlir": MLIR_TOOLCHAIN, "pipeline": pipeline(s.arch),
+            "workspace_bytes": s.workspace_bytes(p.M, p.N)}
+    if ptxas_version is not None:
+        meta["ptxas"] = ptxas_version
+    if s.split:
+        rptx, rbin, rres, _ = lower_and_assemble(build_reduce_module(p, s), s.arch, REDUCE_NAME,
+                                                 f"the K-slice reduction of {where}", cubin=cubin)
+        meta["reduce_kernel"] = KernelArtifact(
+            name=REDUCE_NAME, arch=s.arch, ptx=rptx, grid=s.reduce_grid(p.M, p.N), block=(s.reduce_threads, 1, 1),
+            smem_bytes=reduce_smem_bytes(s), params=reduce_params(p), cubin=rbin, resources=rres).to_dict()
+    return KernelArtifact(name=KERNEL_NAME, arch=s.arch, ptx=ptx, grid=s.grid(p.N), block=(s.threads, 1, 1),
+                          smem_bytes=s.smem_bytes, params=main_params(p, s), cubin=binary, resources=resources,
+                          meta=meta)

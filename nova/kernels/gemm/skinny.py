@@ -24,7 +24,8 @@ Steps, one function each, closed form (no search, no measurement):
                     per byte of DRAM bandwidth of an SM (``rows_smem``)
  5. occupancy       registers (sums, loads in flight, A's values, addresses) and shared memory -> CTAs per SM
  6. loads in flight Little's law: an SM needs DRAM bandwidth x loaded latency / SMs bytes in flight;
-                    ``unroll`` independent vector loads a thread issues per trip
+                    ``unroll`` independent vector loads a thread issues per trip, from the CTAs resident
+                    with that unroll's registers (re-derived while they drop)
  7. K split         one wave of CTAs: splits = ceil(SM slots / CTAs along N), each slice at least one
                     trip; kept only when the prediction with the reduction pass beats one slice
  8. A staging       A's columns of a slice staged in equal chunks of whole trips, STAGE_BYTES of FP32 at most
@@ -169,6 +170,11 @@ def threads_step(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int) -> tuple[t
 
 
 # ---- 5, 6 --------------------------------------------------------------------------------------
+def m_pad_of(p: GemmProblem, lanes: str) -> int:
+    """A's rows in shared memory: lanes along N read a k's M values as vectors (1, 2, or a multiple of 4)."""
+    return (p.M if p.M <= 2 else 4 * cdiv(p.M, 4)) if lanes == "n" else p.M
+
+
 def registers(p: GemmProblem, lanes: str, vec: int, rows: int, unroll: int, m_pad: int) -> int:
     """Sums + B's loads in flight (FP32 after conversion) + A's values read ahead + addresses.  Fitted
     to ptxas 13.0 on this kernel (sm_90, the trip loop not unrolled; tests/test_skinny.py checks the
@@ -208,10 +214,16 @@ def loads_in_flight(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, rows: i
                             sm_count=gpu.sm_count)
     load = vec * p.in_bytes * (rows if lanes == "k" else 1)
     step = threads // threads_n if lanes == "n" else WARP * vec          # K one unrolled load covers
-    most = max(1, min(FLIGHT_BYTES_MAX // load, p.K // step))
+    staged = step * 4 * (m_pad_of(p, lanes) if lanes == "n" else p.M)    # FP32 bytes of A per unrolled step
+    fit = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // threads)
+    per_unroll = registers(p, lanes, vec, rows, 1, m_pad_of(p, lanes)) - registers(p, lanes, vec, rows, 0,
+                                                                                    m_pad_of(p, lanes))
+    room = (fit - registers(p, lanes, vec, rows, 0, m_pad_of(p, lanes))) // per_unroll
+    most = max(1, min(FLIGHT_BYTES_MAX // load, p.K // step, STAGE_BYTES // staged, room))
     unroll, s2 = formula_step("skinny: unroll", F.unroll, f"{bps * threads} resident threads x {load} B "
                               f"({'rows x ' if lanes == 'k' else ''}one vector) per unrolled load; at most "
-                              f"{FLIGHT_BYTES_MAX} B a thread, and at most one trip in K = {p.K}", post=int, unroll_max=most, bytes_in_flight=need,
+                              f"{FLIGHT_BYTES_MAX} B a thread, one trip in K = {p.K}, a trip's A in {STAGE_BYTES} B "
+                              "and the registers of one CTA", post=int, unroll_max=most, bytes_in_flight=need,
                               load_bytes=load, resident=bps * threads)
     return unroll, [s1, s2]
 
@@ -284,21 +296,33 @@ def predict(p: GemmProblem, gpu: GPUModel, splits: int, trips: int, grid: int, b
     return Prediction(total, p.flops / total / 1e6, bound, floor, terms), c
 
 
-def configure_skinny(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[SkinnySchedule, Prediction]:
-    """Steps 2-9 (the caller checked step 1, ``applies``): the schedule and its prediction."""
+def configure_skinny(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[SkinnySchedule, Prediction] | None:
+    """Steps 2-9 (the caller checked step 1, ``applies``): the schedule and its prediction; None when
+    not one CTA fits an SM (its shared memory or registers)."""
     lanes, vec = d.record(layout_and_vector(p))
     threads, threads_n, rows = d.record(threads_step(p, gpu, lanes, vec))
-    m_pad = (p.M if p.M <= 2 else 4 * cdiv(p.M, 4)) if lanes == "n" else p.M
-    # occupancy before the loads in flight (one load a thread), then with them
+    m_pad = m_pad_of(p, lanes)
+    # occupancy and loads in flight together: the unroll from the CTAs resident with one load a thread,
+    # then again from those resident with its registers, until the CTAs per SM no longer drop (a few
+    # rounds: each round can only lower them)
     staged = STAGE_BYTES if p.K * m_pad * 4 > STAGE_BYTES else p.K * m_pad * 4
     smem0 = max(staged, 4 * threads * p.M * vec if lanes == "n" and threads > threads_n else 0)
-    bps0 = int(F.bps(bps_regs=HW.bps_regs(regs_per_sm=gpu.regs_per_sm, warps=threads // WARP,
-                                          regs=registers(p, lanes, vec, rows, 1, m_pad),
-                                          reg_alloc_unit=gpu.reg_alloc_unit),
-                     bps_smem=int(gpu.smem_per_sm // (smem0 + gpu.smem_reserved_per_block)),
-                     max_blocks_per_sm=gpu.max_blocks_per_sm, max_threads_per_sm=gpu.max_threads_per_sm,
-                     threads=threads))
-    unroll = d.record(loads_in_flight(p, gpu, lanes, vec, rows, threads, threads_n, max(1, bps0)))
+
+    def resident(unroll: int) -> int:
+        return int(F.bps(bps_regs=HW.bps_regs(regs_per_sm=gpu.regs_per_sm, warps=threads // WARP,
+                                              regs=registers(p, lanes, vec, rows, unroll, m_pad),
+                                              reg_alloc_unit=gpu.reg_alloc_unit),
+                         bps_smem=int(gpu.smem_per_sm // (smem0 + gpu.smem_reserved_per_block)),
+                         max_blocks_per_sm=gpu.max_blocks_per_sm, max_threads_per_sm=gpu.max_threads_per_sm,
+                         threads=threads))
+    bps0 = max(1, resident(1))
+    while True:
+        unroll, steps = loads_in_flight(p, gpu, lanes, vec, rows, threads, threads_n, bps0)
+        bps1 = max(1, resident(unroll))
+        if bps1 >= bps0:
+            break
+        bps0 = bps1
+    d.steps.extend(steps)
     regs = registers(p, lanes, vec, rows, unroll, m_pad)
     span = (threads // threads_n) * unroll if lanes == "n" else WARP * vec * unroll
     columns = threads_n * (vec if lanes == "n" else rows)
@@ -307,6 +331,8 @@ def configure_skinny(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[Skin
     # K split: one wave of CTAs, or one slice when the reduction pass costs more than it saves
     one = slices(p, span, 1, m_pad, threads, regs)
     bps = d.record(occupancy(gpu, threads, regs, smem_bytes(p, lanes, threads, threads_n, vec, one[2], m_pad)))
+    if bps < 1:
+        return None
     wave, s_wave = formula_step("skinny: K splits (one wave)", F.splits,
                                 f"CTAs along N x splits fill the {int(gpu.sm_count)} SMs x {bps} CTAs; a slice at "
                                 f"least one trip of {span}; at most {SPLITS_MAX}", post=int, splits_max=SPLITS_MAX,
@@ -352,7 +378,13 @@ def choose_kernel(p: GemmProblem, gpu: GPUModel, tiles: tuple, d: Derivation, fo
             d.note("kernel", "tiles", f"the skinny kernel does not apply: {why}")
         return tiles
     d.steps.extend(steps)
-    schedule, prediction = configure_skinny(p, gpu, d)
+    derived = configure_skinny(p, gpu, d)
+    if derived is None:
+        if forced:
+            raise ValueError(f"the skinny kernel does not fit {gpu.name} for {p.describe()}: not one CTA per SM")
+        d.note("kernel", "tiles", "the skinny kernel does not fit: not one CTA per SM")
+        return tiles
+    schedule, prediction = derived
     t_tiles = tiles[1].time_us
     if forced or prediction.time_us < t_tiles:
         d.note("kernel", "skinny", f"skinny {prediction.time_us:.2f} us vs tensor-core tiles {t_tiles:.2f} us: "
