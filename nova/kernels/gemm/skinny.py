@@ -54,6 +54,7 @@ REG_BASE = 32             # [EST] addresses, loop state, predicates (ptxas repor
 A_AHEAD = 48              # [EST] lanes along K: A's values ptxas reads ahead of their FMAs at most (fitted, ``registers``)
 FLIGHT_BYTES_MAX = 128    # [EST] bytes of B a thread keeps in flight at most (8 16-byte vectors; more of
                           # narrower ones: 32 registers either way)
+FLIGHT_LOADS_MAX = 16     # [EST] and at most 16 loads (narrow ones cost an address and a predicate each)
 STAGE_BYTES = 16384       # [EST] FP32 bytes of A staged at a time: at most 16 loads a thread of 256 per chunk
 STAGE_LOADS_MIN = 4       # [EST] A's loads a thread issues at least per staging round (more where the FMA
                           # loop's registers leave room: value and index each)
@@ -219,10 +220,12 @@ def loads_in_flight(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, rows: i
     per_unroll = registers(p, lanes, vec, rows, 1, m_pad_of(p, lanes)) - registers(p, lanes, vec, rows, 0,
                                                                                     m_pad_of(p, lanes))
     room = (fit - registers(p, lanes, vec, rows, 0, m_pad_of(p, lanes))) // per_unroll
-    most = max(1, min(FLIGHT_BYTES_MAX // load, p.K // step, STAGE_BYTES // staged, room))
+    most = max(1, min(FLIGHT_BYTES_MAX // load, FLIGHT_LOADS_MAX // (rows if lanes == "k" else 1), p.K // step,
+                      STAGE_BYTES // staged, room))
     unroll, s2 = formula_step("skinny: unroll", F.unroll, f"{bps * threads} resident threads x {load} B "
                               f"({'rows x ' if lanes == 'k' else ''}one vector) per unrolled load; at most "
-                              f"{FLIGHT_BYTES_MAX} B a thread, one trip in K = {p.K}, a trip's A in {STAGE_BYTES} B "
+                              f"{FLIGHT_BYTES_MAX} B and {FLIGHT_LOADS_MAX} loads a thread, one trip in K = {p.K}, a "
+                              f"trip's A in {STAGE_BYTES} B "
                               "and the registers of one CTA", post=int, unroll_max=most, bytes_in_flight=need,
                               load_bytes=load, resident=bps * threads)
     return unroll, [s1, s2]
