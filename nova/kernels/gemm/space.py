@@ -465,6 +465,8 @@ def measured_config(problem: GemmProblem, target: "GPUModel | str", schedule_lab
             return cfg
         picks.append(cfg)
     for cfg in picks:
+        if cfg.skinny:               # the space is of tiles: search it from the tiles' pick
+            cfg = configure(problem, target, kernel="tiles")
         for s in schedule_space(problem, cfg.target, cfg.schedule):
             if label(s) == schedule_label:
                 return dataclasses.replace(cfg, schedule=s, prediction=predict_schedule(problem, s, cfg.target))
