@@ -3,7 +3,8 @@
 The kernels written with the ``Ir`` scaffold (one op a line, regions closed by ``}``) use a small set of
 ops: index and FP32 arithmetic, ``math.fma``, global and shared ``memref``/``vector`` loads and stores,
 ``gpu.shuffle xor``, ``gpu.barrier``, ``scf.for`` (iter_args, bounds that differ per thread) and
-``scf.if``.  ``run_kernel`` parses the module's ``gpu.func`` and executes it one CTA at a time, each SSA
+``scf.if``, ``memref.atomic_rmw addi`` and fences.  ``run_kernel`` parses the module's ``gpu.func`` and
+executes it one CTA at a time (in grid order or a seeded random one), each SSA
 value a numpy array over the CTA's threads, control flow under an active-thread mask:
 
 * a loop runs while any thread's induction value is below its bound, the others masked off;
@@ -104,6 +105,8 @@ def round_bf16(x: np.ndarray) -> np.ndarray:
 
 
 def round_to(x, ty: str):
+    if ty in ("i32", "i64"):
+        return np.asarray(x, dtype=np.float32)            # small integers: exact in a float32 buffer
     if ty == "bf16":
         return round_bf16(x)
     if ty == "f16":
@@ -309,7 +312,11 @@ class _Cta:
             self.set(op, (a * b + c).astype(np.float32))
 
     def op_llvm_inline_asm(self, op, mask):
-        instr = re.search(r'"(\S+)', op.rest).group(1)
+        instr = re.search(r'"([^"]+)"', op.rest).group(1)
+        if not op.results:                     # a fence (membar.gl): lockstep CTAs run one after the other
+            assert instr.startswith("membar") or instr.startswith("fence"), instr
+            return
+        instr = instr.split()[0]
         x = np.asarray(self.val(self.args(op.rest)[0]), dtype=np.float32)
         with np.errstate(all="ignore"):
             fn = {"ex2.approx.ftz.f32": np.exp2, "lg2.approx.ftz.f32": np.log2, "tanh.approx.f32": np.tanh,
@@ -382,6 +389,23 @@ class _Cta:
         xs = [self.bcast(self.val(a)) for a in self.args(op.rest)]
         self.set(op, np.stack(xs, axis=1).astype(np.float32))
 
+    def op_arith_cmpf(self, op, mask):
+        pred, rest = op.rest.split(",", 1)
+        a, b = self.args(rest)[:2]
+        fn = {"oeq": np.equal, "olt": np.less, "ole": np.less_equal, "ogt": np.greater, "oge": np.greater_equal,
+              "une": np.not_equal}[pred.strip()]
+        self.set(op, fn(self.val(a), self.val(b)))
+
+    def op_memref_atomic_rmw(self, op, mask):
+        kind, value, ref, idx = re.match(r"(\w+) (%[\w#]+), (%\w+)\[(%\w+)\]", op.rest).groups()
+        assert kind == "addi" and ref in self.mem, op.rest
+        buf, _, at = self._global(ref, self.val(idx), 1, mask, "atomic")
+        add, old = self.bcast(self.val(value)), np.zeros(self.threads, dtype=np.float32)
+        for t in np.nonzero(mask)[0]:          # one thread after the other, in thread order
+            old[t] = buf[at[t]]
+            buf[at[t]] = old[t] + add[t]
+        self.set(op, old)
+
     def op_gpu_barrier(self, op, mask):
         if not mask.all():
             raise Race(f"a barrier reached by {int(mask.sum())} of {self.threads} threads (CTA {self.block})")
@@ -434,9 +458,11 @@ class _Cta:
 
 
 def run_kernel(text: str, kernel: str, grid: tuple[int, int, int], threads: int, smem_bytes: int,
-               buffers: dict[str, np.ndarray]) -> None:
+               buffers: dict[str, np.ndarray], shuffle_seed: int | None = None) -> None:
     """Run ``kernel`` of ``text`` over ``grid`` on ``buffers`` (by parameter name, float32 numpy arrays of
-    values representable in the parameter's element type; written in place)."""
+    values representable in the parameter's element type; written in place).  CTAs run one after the
+    other, in grid order or (``shuffle_seed``) a seeded random order: a kernel whose CTAs meet through
+    global memory (a ticket counter) must not depend on which runs last."""
     args, body = parse(text, kernel)
     memories = {}
     for name, ty in args:
@@ -444,8 +470,8 @@ def run_kernel(text: str, kernel: str, grid: tuple[int, int, int], threads: int,
         buf = buffers[name.lstrip("%")]
         assert buf.dtype == np.float32 and buf.ndim == 1 and len(buf) >= extent, (name, buf.shape, extent)
         memories[name] = (buf[:extent], elem)
-    for z in range(grid[2]):
-        for y in range(grid[1]):
-            for x in range(grid[0]):
-                cta = _Cta(memories, smem_bytes, threads, (x, y, z))
-                cta.run(body, np.ones(threads, dtype=bool))
+    order = [(x, y, z) for z in range(grid[2]) for y in range(grid[1]) for x in range(grid[0])]
+    if shuffle_seed is not None:
+        np.random.default_rng(shuffle_seed).shuffle(order)
+    for block in order:
+        _Cta(memories, smem_bytes, threads, block).run(body, np.ones(threads, dtype=bool))

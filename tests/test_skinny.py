@@ -153,7 +153,8 @@ def test_outside_arena_counts_the_partials_workspace():
         def gemm_problems(self):
             return [p]
     [item] = gemm_workspaces(Program(), "h200")
-    assert item.nbytes == 4 * s.splits * p.M * p.N and item.allocator == "driver" and "skinny" in item.what
+    assert item.nbytes == s.workspace_bytes(p.M, p.N) >= 4 * s.splits * p.M * p.N + 4 * s.grid(p.N)[0]
+    assert item.allocator == "driver" and "skinny" in item.what
 
 
 def test_explain_shows_the_choice_and_why():
@@ -162,7 +163,7 @@ def test_explain_shows_the_choice_and_why():
     assert r.returncode == 0, r.stderr
     out = " ".join(r.stdout.split())
     for text in ("skinny: rows of A at most", "skinny: unroll", "skinny: K splits", "kernel", "skinny",
-                 "the lower prediction", "B streamed once on the CUDA cores", "reduction kernel", "Prediction"):
+                 "the lower prediction", "B streamed once on the CUDA cores", "slice order", "Prediction", "last_cta"):
         assert text in out, text
     d = json.loads(subprocess.run([sys.executable, "-m", "nova.cli.config", "explain", "matmul", "1x1014x11606",
                                    "--target", "h200", "--json"], capture_output=True, text=True, timeout=120).stdout)
@@ -189,17 +190,14 @@ def _assemble(args):
         return None
     cfg = configure(problem, target, kernel="skinny")
     art = compile_skinny(problem, cfg.schedule)
-    out = [(problem.describe(), target, "main", art.resources, cfg.schedule)]
-    if "reduce_kernel" in art.meta:
-        out.append((problem.describe(), target, "reduce", art.meta["reduce_kernel"]["resources"], cfg.schedule))
-    return out
+    return [(problem.describe(), target, art.resources, cfg.schedule, art.meta["register_cap"])]
 
 
 @pytest.mark.parametrize("target", ["h200", "a100"])
 def test_kernels_assemble_without_spills_within_their_register_cap(target):
     """Every M of the GPU tests, both dtypes, three layouts, even and odd N and K: ptxas (sm_90 for the
-    H200, sm_80 for the A100) assembles the kernel and its reduction with no spills and no more
-    registers than the schedule's cap."""
+    H200, sm_80 for the A100) assembles the kernel, split or not, with no spills and no more registers
+    than its cap: the schedule's, for all but a few lifted where ptxas spilled under it."""
     from nova.codegen import ptxas
     mlir_or_skip()
     if not ptxas.available():
@@ -208,12 +206,14 @@ def test_kernels_assemble_without_spills_within_their_register_cap(target):
     with ProcessPoolExecutor(2) as pool:
         results = [r for rs in pool.map(_assemble, problems) if rs for r in rs]
     assert len(results) >= 40
-    arches = {s.arch for *_, s in results}
-    assert arches == {get_target(target).arch}
-    bad = [(what, t, kind, res["registers"], res["spill_store_bytes"]) for what, t, kind, res, s in results
-           if res["spill_store_bytes"] or res["spill_load_bytes"] or res["stack_bytes"]
-           or res["registers"] > (s.max_regs if kind == "main" else 255)]
+    assert {s.arch for _, _, _, s, _ in results} == {get_target(target).arch}
+    assert any(s.split for _, _, _, s, _ in results) and any(not s.split for _, _, _, s, _ in results)
+    bad = [(what, t, res["registers"], res["spill_store_bytes"]) for what, t, res, s, cap in results
+           if res["spill_store_bytes"] or res["spill_load_bytes"] or res["stack_bytes"] or res["registers"] > cap]
     assert not bad, bad
+    # the schedule's cap holds for almost all: the estimate (skinny.registers) follows ptxas
+    lifted = [what for what, _, _, s, cap in results if cap != s.max_regs]
+    assert len(lifted) <= len(results) // 10, lifted
 
 
 # --------------------------------------------------------------------------- the kernels run on the CPU
@@ -223,21 +223,21 @@ def _round(x, storage):
 
 
 def simulate(p: GemmProblem, s: SkinnySchedule, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """The generated kernels (and the reduction) on the CPU: (C as written, the float64 reference)."""
+    """The generated kernel on the CPU, its CTAs in a seeded random order (any may take a column block's
+    last ticket): (C as written, the float64 reference); the counters must be left zero."""
     from simt_cpu import run_kernel
-    from nova.kernels.gemm.emit_skinny import (KERNEL_NAME, REDUCE_NAME, bias_storage, build_reduce_module,
-                                               build_skinny_module, reduce_smem_bytes)
+    from nova.kernels.gemm.emit_skinny import KERNEL_NAME, bias_storage, build_skinny_module
     rng = np.random.default_rng(seed)
     a = _round(rng.standard_normal(p.M * p.K).astype(np.float32), p.storage)
     b = _round(rng.standard_normal(p.K * p.N).astype(np.float32), p.storage)
     bias = _round(rng.standard_normal(p.N).astype(np.float32), bias_storage(p))
     c = np.full(p.M * p.N, np.nan, dtype=np.float32)
-    w = np.full(max(1, s.splits * p.M * p.N), np.nan, dtype=np.float32)
-    bufs = {"A": a, "B": b, "C": c, "bias": bias, "W": w}
-    run_kernel(build_skinny_module(p, s), KERNEL_NAME, s.grid(p.N), s.threads, s.smem_bytes, bufs)
-    if s.split:
-        run_kernel(build_reduce_module(p, s), REDUCE_NAME, s.reduce_grid(p.M, p.N), s.reduce_threads,
-                   reduce_smem_bytes(s), bufs)
+    blocks = s.grid(p.N)[0]
+    w = np.full(max(1, blocks * s.region(p.M)), np.nan, dtype=np.float32)
+    tickets = np.zeros(blocks, dtype=np.float32)
+    bufs = {"A": a, "B": b, "C": c, "bias": bias, "W": w, "T": tickets}
+    run_kernel(build_skinny_module(p, s), KERNEL_NAME, s.grid(p.N), s.threads, s.smem_bytes, bufs, shuffle_seed=seed)
+    assert not tickets.any(), "the column blocks' counters are left for the next launch non-zero"
     am = a.astype(np.float64).reshape((p.K, p.M)).T if p.trans_a else a.astype(np.float64).reshape(p.M, p.K)
     bm = b.astype(np.float64).reshape((p.N, p.K)).T if p.trans_b else b.astype(np.float64).reshape(p.K, p.N)
     ref = am @ bm + (bias.astype(np.float64)[None, :] if p.bias else 0.0)
@@ -295,15 +295,16 @@ def replanned(p: GemmProblem, s: SkinnySchedule, splits: int) -> SkinnySchedule:
     """``s`` with K in ``splits`` slices of three chunks (whole trips), staged one load a thread a round."""
     k_slice = s.span * -(-p.K // (s.span * splits))
     splits, a_chunk = -(-p.K // k_slice), s.span * -(-k_slice // (3 * s.span))
-    smem = skinny.smem_bytes(p, s.lanes_along, s.threads, s.threads_n, s.vec, a_chunk, s.m_pad)
-    return dataclasses.replace(s, splits=splits, k_slice=k_slice, a_chunk=a_chunk, stage_loads=1, smem_bytes=smem,
-                               reduce_groups=min(8, splits))
+    s = dataclasses.replace(s, splits=splits, k_slice=k_slice, a_chunk=a_chunk, stage_loads=1,
+                            reduce_groups=skinny.reduce_groups(p, s.threads, s.columns, splits))
+    return dataclasses.replace(s, smem_bytes=skinny.smem_bytes(p, s.lanes_along, s.threads, s.threads_n, s.vec,
+                                                               a_chunk, s.m_pad, s.reduction_smem_bytes(p.M)))
 
 
 def test_k_split_chunks_and_staging_rounds_on_the_cpu():
     """Slices of several chunks of A, each staged in several rounds (one load a thread each), the chunks
     of several trips and the last one short (its tail trip), the last slice shorter; 1 slice, 2, and 9
-    (the reduction's warps add two each, the last warp's past the slices)."""
+    (the last CTA's groups add two each, the last group's past the slices)."""
     mlir_or_skip()
     from nova.kernels.gemm.emit_skinny import check_supported
     rounds = []

@@ -204,8 +204,9 @@ def skinny_rows(p, s, gpu) -> list[tuple[str, str]]:
             ("grid", f"{grid[0]} x {grid[1]} ({grid[0] * grid[1]} blocks, "
                      f"{grid[0] * grid[1] / (gpu.sm_count * s.blocks_per_sm):.2f} waves)"),
             ("split-K", "1: the kernel writes C" if not s.split else
-             f"{s.splits} slices of {s.k_slice}: FP32 partials in a {s.splits}x{p.M}x{p.N} workspace, added in slice "
-             f"order by a reduction kernel ({s.reduce_groups} warps a CTA; deterministic)")]
+             f"{s.splits} slices of {s.k_slice}: FP32 partials in a workspace ({s.workspace_bytes(p.M, p.N)} B with "
+             f"the column blocks' counters); the last CTA of each column block adds them in slice order "
+             f"({s.reduce_groups} thread group(s); deterministic, one launch)")]
     return rows
 
 

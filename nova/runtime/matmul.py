@@ -140,7 +140,7 @@ class ResolvedKernel:
     slots: tuple[str, ...]           # kernel argument order, lower-case: ("a", "b", "c"[, "bias"])
     zero_output: bool
     hopper: object = None            # nova.runtime.tma.HopperGemm for wgmma artifacts (tensor-map ABI)
-    skinny: object = None            # nova.runtime.skinny.SkinnyGemm for the skinny kernel (and its reduction)
+    skinny: object = None            # nova.runtime.skinny.SkinnyGemm for the skinny kernel (and its workspace)
     alignment: tuple[int, ...] = field(init=False, repr=False)   # bytes A, B, C, bias must be aligned to
 
     def __post_init__(self):
@@ -186,7 +186,7 @@ class ResolvedKernel:
                                     f"zeroing the output of {p.describe()} before its split-K launch")
             if hopper is not None:    # Hopper: prep passes + tensor maps + wgmma kernel
                 hopper.run(a_ptr, b_ptr, c_ptr, bias_ptr, stream)
-            elif self.skinny is not None:     # the skinny kernel (and its K-slice reduction)
+            elif self.skinny is not None:     # the skinny kernel (its K slices' workspace)
                 self.skinny.run(a_ptr, b_ptr, c_ptr, bias_ptr, stream)
             else:
                 self.kernel.launch((a_ptr, b_ptr, c_ptr, bias_ptr) if p.bias else (a_ptr, b_ptr, c_ptr), stream)
@@ -223,8 +223,8 @@ def load_resolved(problem: GemmProblem, model, schedule, artifact, key: str, sta
     slots = tuple(p.lower() for p in artifact.params)
     if schedule.kernel == "skinny":
         from nova.runtime.skinny import SkinnyGemm
-        expected = ("a", "b", "w") if artifact.meta.get("reduce_kernel") else \
-            ("a", "b", "c") + (("bias",) if problem.bias else ())
+        expected = ("a", "b", "c") + (("bias",) if problem.bias else ()) + \
+            (("w", "t") if artifact.meta.get("workspace_bytes") else ())
         if slots != expected:
             raise NovaRuntimeError(f"kernel ABI mismatch for {summary_line(problem, model)}: the skinny artifact takes "
                                    f"{artifact.params}, the runtime passes {expected} (stale cache? bump the skinny "

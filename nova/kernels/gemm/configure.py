@@ -73,7 +73,6 @@ class Config:
         sched = s.to_dict()
         if self.skinny:
             sched.update(kernel="skinny", label=s.label(), grid=list(s.grid(self.problem.N)),
-                         reduce_grid=list(s.reduce_grid(self.problem.M, self.problem.N)) if s.split else None,
                          workspace_bytes=s.workspace_bytes(self.problem.M, self.problem.N))
         else:
             sched.update(warps=s.warps, threads_per_block=s.threads_per_block, swap_ab=s.swap_ab, warp_tile_m=s.warp_tile_m,

@@ -1,33 +1,36 @@
-"""MLIR text of the skinny GEMM (``nova_gemm_skinny``) and its K-slice reduction (``nova_gemm_skinny_reduce``),
-written with the rows family's ``RowsIr`` scaffold (FP32 scalars, typed global accesses, shuffles).
+"""MLIR text of the skinny GEMM (``nova_gemm_skinny``), written with the rows family's ``RowsIr``
+scaffold (FP32 scalars, typed global accesses, shuffles).
 
-Parameters, bare pointers over static extents: ``(A, B, C[, bias])`` when one K slice writes C;
-``(A, B, W)`` when K is split (``W``: the ``[splits, M, N]`` FP32 partials) and then the reduction
-takes ``(W, C[, bias])``.  A is ``[M, K]`` (``trans_a``: stored ``[K, M]``), B ``[K, N]`` (``trans_b``:
+Parameters, bare pointers over static extents: ``(A, B, C[, bias])``, and when K is split also
+``(W, T)``: the partials' workspace (each column block's ``[splits, M, columns]`` FP32 region, padded
+to whole 128-byte lines) and one 32-bit counter per column block (zero before the first launch; the
+kernel leaves it zero).  A is ``[M, K]`` (``trans_a``: stored ``[K, M]``), B ``[K, N]`` (``trans_b``:
 stored ``[N, K]``), C ``[M, N]`` row-major; the bias is FP32 for tf32 problems, else the output's type.
 
-The main kernel (thread layouts in ``skinny_schedule.py``), per CTA and K slice:
+Per CTA and K slice (thread layouts in ``skinny_schedule.py``):
 
 * **A staged.**  ``a_chunk`` columns of A at a time: every thread loads its share, ``stage_loads`` at
   a time (coalesced in A's storage order, zero past the slice), converts to FP32 and stores it in
-  shared memory as
-  ``[a_chunk, m_pad]`` (lanes along N: a row's M values read as 16-byte vectors, the same address
-  for a warp: a broadcast) or ``[M, a_chunk]`` (lanes along K: a lane reads its ``vec`` columns).
+  shared memory as ``[a_chunk, m_pad]`` (lanes along N: a row's M values read as 16-byte vectors, the
+  same address for a warp: a broadcast) or ``[M, a_chunk]`` (lanes along K: a lane reads its ``vec``
+  columns).
 * **B streamed.**  Each trip issues ``unroll`` (x ``rows``) independent vector loads of B, then the
   FMAs: ``acc[m][c] += A[m, k] * B[k, c]`` in FP32 (``math.fma``: one rounding per product-add).  The
   K range of a chunk is whole trips (no predicates) and one tail trip whose steps past the chunk
   load row / column 0 and multiply zeros instead (``arith.select`` on both factors: an exact zero
-  product however large the values read).  Columns past N are clamped to a valid
-  address and their sums never stored.
+  product however large the values read).  Columns past N are clamped to a valid address and
+  their sums never stored.  The trip loops are never unrolled by ptxas (``NOUNROLL``).
 * **Sums met.**  Lanes along N: the ``threads_k`` stacked threads' sums of a column are stored in
   shared memory and added in ``tk`` order.  Lanes along K: a butterfly of ``gpu.shuffle xor`` adds
   the lanes' sums; lane 0 stores its warp's columns.
 * **Written.**  One slice: bias, activation (relu, gelu-tanh, silu: ``x * sigmoid``, the MUFU ``ex2``
-  as the tensor-core kernels' epilogue) and the output type; several: FP32 partials into ``W``.
-
-The reduction: ``reduce_groups`` warps per CTA; warp g adds the slices ``[g * per, (g + 1) * per)``
-of 32 consecutive outputs (``REDUCE_UNROLL`` loads in flight, added in slice order), the warps' sums
-then added in warp order through shared memory, and the epilogue writes C.  No atomics anywhere.
+  as the tensor-core kernels' epilogue) and the output type into C.  Several: the FP32 partials into
+  the column block's region; every thread fences its stores (``membar.gl``), the CTA meets at a
+  barrier and thread 0 takes a ticket (``atom.global.add`` on the block's counter).  The CTA with the
+  last ticket fences again and adds the region's slices in order: thread group g of
+  ``reduce_groups`` adds slices ``[g * per, (g + 1) * per)`` of its outputs (``REDUCE_UNROLL`` loads in
+  flight), the groups' sums meet in shared memory in group order, the epilogue writes C, and thread
+  0 resets the counter.  No float atomics: the same bits on every run, whichever CTA is last.
 """
 from __future__ import annotations
 
@@ -38,16 +41,17 @@ from nova.codegen.builder import SMEM
 from nova.codegen.errors import CodegenError
 from nova.kernels.gemm.problem import GemmProblem
 from nova.kernels.gemm.skinny import REDUCE_UNROLL
-from nova.kernels.gemm.skinny_schedule import WARP, SkinnySchedule, cdiv
+from nova.kernels.gemm.skinny_schedule import FLAG_WORDS, WARP, SkinnySchedule, cdiv
 from nova.kernels.rows.emit import RowsIr
 
 KERNEL_NAME = "nova_gemm_skinny"
-REDUCE_NAME = "nova_gemm_skinny_reduce"
 SUPPORTED_ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
 GELU_C = math.sqrt(2.0 / math.pi)
 SMEM_VECTOR_BYTES = 16          # the widest shared-memory access (ld.shared.v4.b32); the buffer is 16-byte aligned
 # LLVM's loop metadata, emitted as ``.pragma "nounroll"`` in the PTX loop header (ptxas honours it)
 NOUNROLL = "{loop_annotation = #llvm.loop_annotation<unroll = #llvm.loop_unroll<disable = true>>}"
+# [PTX] membar.gl: this thread's earlier global writes are seen by the whole GPU before its later accesses
+FENCE = 'llvm.inline_asm has_side_effects "membar.gl;", "" : () -> ()'
 
 
 def bias_storage(p: GemmProblem) -> str:
@@ -56,13 +60,9 @@ def bias_storage(p: GemmProblem) -> str:
 
 
 def main_params(p: GemmProblem, s: SkinnySchedule) -> tuple[str, ...]:
-    if s.split:
-        return ("A", "B", "W")
-    return ("A", "B", "C") + (("bias",) if p.bias else ())
+    return ("A", "B", "C") + (("bias",) if p.bias else ()) + (("W", "T") if s.split else ())
 
 
-def reduce_params(p: GemmProblem) -> tuple[str, ...]:
-    return ("W", "C") + (("bias",) if p.bias else ())
 
 
 def check_supported(p: GemmProblem, s: SkinnySchedule) -> None:
@@ -91,6 +91,11 @@ def check_supported(p: GemmProblem, s: SkinnySchedule) -> None:
     need = 4 * s.a_chunk * (s.m_pad if s.lanes_along == "n" else p.M)
     if s.lanes_along == "n" and s.threads_k > 1:
         need = max(need, 4 * s.threads * p.M * s.vec)
+    if s.split:
+        need = max(need, s.reduction_smem_bytes(p.M))
+        if s.reduce_groups < 1 or s.reduce_groups > s.splits or \
+                (s.reduce_groups > 1 and s.reduce_groups * p.M * s.columns > s.threads):
+            fail(f"reduce_groups={s.reduce_groups}: groups x {p.M * s.columns} outputs must fit {s.threads} threads")
     if s.smem_bytes < need:
         fail(f"smem_bytes={s.smem_bytes} is less than the {need} bytes A's chunk or the partial sums take")
 
@@ -174,8 +179,9 @@ class SkinnyKernel:
 
     def param_types(self) -> list[tuple[str, int, str]]:
         p, s = self.p, self.s
+        blocks = s.grid(p.N)[0]
         types = {"A": (p.M * p.K, p.storage), "B": (p.K * p.N, p.storage), "C": (p.M * p.N, p.out_dtype),
-                 "bias": (p.N, bias_storage(p)), "W": (s.splits * p.M * p.N, "f32")}
+                 "bias": (p.N, bias_storage(p)), "W": (blocks * s.region(p.M), "f32"), "T": (blocks, "i32")}
         return [(name, *types[name]) for name in main_params(p, s)]
 
     # ---------------------------------------------------------------- A staging
@@ -301,14 +307,93 @@ class SkinnyKernel:
         return acc
 
     # ---------------------------------------------------------------- writing
-    def write(self, by, m, n, x: str) -> None:
-        """One output: C with the epilogue (one slice), else the FP32 partial of slice ``by``."""
-        p, ir = self.p, self.ir
-        if self.s.split:
-            ir.store("W", ir.add(ir.mul(ir.add(ir.mul(by, p.M, "w_slab"), m, "w_row"), p.N, "w_row_off"), n, "w_at"),
-                     [x])
+    def write(self, bx, by, m, n, x: str) -> None:
+        """One output: C with the epilogue (one slice), else the FP32 partial of slice ``by`` at
+        ``[by, m, n - first column]`` of column block ``bx``'s region."""
+        p, s, ir = self.p, self.s, self.ir
+        if s.split:
+            col = ir.sub(n, ir.mul(bx, s.columns, "w_c0"), "w_col")
+            row = ir.add(ir.mul(by, p.M, "w_slab"), m, "w_row")
+            at = ir.add(ir.add(ir.mul(bx, s.region(p.M), "w_region"), ir.mul(row, s.columns, "w_row_off"), "w_at0"),
+                        col, "w_at")
+            ir.store("W", at, [x])
         else:
             self.epilogue.store(m, n, x)
+
+    def last_adds_slices(self, tid, bx) -> None:
+        """K split: fence the partials, take a ticket; the CTA with the last one adds the column block's
+        slices in order and writes C (module docstring)."""
+        ir, p, s = self.ir, self.p, self.s
+        outputs, groups = p.M * s.columns, s.reduce_groups
+        per = cdiv(s.splits, groups)
+        words = s.reduction_smem_bytes(p.M) // 4
+        sm = ir.smem_f32(0, words)
+        ir.comment(f"K split: the last of the column block's {s.splits} CTAs adds its slices in order")
+        ir.emit(FENCE)
+        ir.emit("gpu.barrier")
+        one, zero = ir.const(1, "i32"), ir.const(0, "i32")
+
+        def ticket():
+            mine = ir.let("ticket", f"memref.atomic_rmw addi {one}, %T[{bx}] : (i32, memref<{s.grid(p.N)[0]}xi32>) -> i32")
+            last = ir.pure("last", f"arith.cmpi eq, {mine}, {ir.const(s.splits - 1, 'i32')} : i32")
+            ir.smem_write(sm, words, 0, ir.fsel(last, ir.f(1.0), ir.f(0.0), "verdict"))
+        ir.guarded(ir.cmp("eq", tid, 0, "first_thread"), ticket)
+        ir.emit("gpu.barrier")
+        verdict = ir.smem_read(sm, words, 0, 1)[0]
+
+        def reduce():
+            ir.emit(FENCE)
+            base = ir.mul(bx, s.region(p.M), "w_region")
+            sums = []
+            for j in range(cdiv(outputs * groups, s.threads)):          # (output, group) pairs q = g x outputs + o
+                q = ir.add(tid, j * s.threads, "q")
+                in_range = True if (j + 1) * s.threads <= outputs * groups else ir.cmp("slt", q, outputs * groups, "q_ok")
+                o, g = (ir.rem(q, outputs, "o"), ir.div(q, outputs, "g")) if groups > 1 else (q, 0)
+                so = ir.select(in_range, o, 0, hint="o_safe")
+                total = None
+                for run in range(cdiv(per, REDUCE_UNROLL)):
+                    parts = []
+                    for i in range(run * REDUCE_UNROLL, min(per, (run + 1) * REDUCE_UNROLL)):
+                        sl = ir.add(ir.mul(g, per, "s_lo"), i, "sl")
+                        valid = True if groups * per == s.splits else ir.cmp("slt", sl, s.splits, "sl_ok")
+                        at = ir.add(ir.add(base, ir.mul(ir.select(valid, sl, 0, hint="sl_safe"), outputs, "w_slab"),
+                                           "w_at0"), so, "w_at")
+                        parts.append(ir.fsel(valid, ir.load("W", at)[0], ir.f(0.0), "part"))
+                    for x in parts:
+                        total = x if total is None else ir.fadd(total, x, "sum")
+                sums.append((q, o, in_range, total))
+            if groups == 1:
+                for _, o, in_range, total in sums:
+                    ir.guarded(in_range, lambda o=o, total=total: self.write_c(bx, o, total))
+            else:
+                for q, _, in_range, total in sums:
+                    ir.guarded(in_range, lambda q=q, total=total: ir.smem_write(
+                        sm, words, ir.add(q, FLAG_WORDS, "g_at"), total))
+                ir.emit("gpu.barrier")
+                for j in range(cdiv(outputs, s.threads)):
+                    o = ir.add(tid, j * s.threads, "o")
+                    in_range = True if (j + 1) * s.threads <= outputs else ir.cmp("slt", o, outputs, "o_ok")
+
+                    def meet(o=o):
+                        final = None
+                        for k in range(groups):
+                            x = ir.smem_read(sm, words, ir.add(o, FLAG_WORDS + k * outputs, "g_at"), 1)[0]
+                            final = x if final is None else ir.fadd(final, x, "meet")
+                        self.write_c(bx, o, final)
+                    ir.guarded(in_range, meet)
+            ir.guarded(ir.cmp("eq", tid, 0, "first_thread"),
+                       lambda: ir.emit(f"memref.store {zero}, %T[{bx}] : memref<{s.grid(p.N)[0]}xi32>"))
+        ir.guarded(ir.fcmp("oeq", verdict, ir.f(1.0), "is_last"), reduce)
+
+    def write_c(self, bx, o, x: str) -> None:
+        """Output ``o`` (= m x columns + c) of column block ``bx`` into C with the epilogue."""
+        ir, p, s = self.ir, self.p, self.s
+        m, c = ir.div(o, s.columns, "m"), ir.rem(o, s.columns, "c")
+        n = ir.add(ir.mul(bx, s.columns, "c0"), c, "n")
+        ok = True if p.N % s.columns == 0 else ir.cmp("slt", n, p.N, "n_ok")
+        ir.guarded(ok, lambda: self.epilogue.store(m, n, x))
+
+
 
     def meet_n(self, sums: list[str], sm_bytes: int, tid, tk, tn, bx, by) -> None:
         """Lanes along N: the stacked threads' sums meet in shared memory, added in ``tk`` order."""
@@ -336,7 +421,7 @@ class SkinnyKernel:
                 for k in range(s.threads_k):
                     x = ir.smem_read(sm, count, ir.add(o, k * outputs, "red_at"), 1)[0]
                     total = x if total is None else ir.fadd(total, x, "meet")
-                self.write(by, m, n, total)
+                self.write(bx, by, m, n, total)
             ir.guarded(ok, body)
 
     def build(self) -> str:
@@ -386,13 +471,15 @@ class SkinnyKernel:
                     def own():
                         for m in range(p.M):
                             for v in range(s.vec):
-                                self.write(by, m, ir.add(col, v, "n"), acc[m * s.vec + v])
+                                self.write(bx, by, m, ir.add(col, v, "n"), acc[m * s.vec + v])
                     ir.guarded(col_ok, own)
             else:
-                self.warp_sums_and_write(acc, lane, ns, by)
+                self.warp_sums_and_write(acc, lane, ns, bx, by)
+            if s.split:
+                self.last_adds_slices(tid, bx)
         return ir.text()
 
-    def warp_sums_and_write(self, acc: list[str], lane, ns: list, by) -> None:
+    def warp_sums_and_write(self, acc: list[str], lane, ns: list, bx, by) -> None:
         """Lanes along K: a butterfly of xor shuffles adds the lanes' sums; lane 0 writes the warp's columns."""
         ir, p, s = self.ir, self.p, self.s
         ir.comment(f"the lanes' sums: {p.M * s.rows} values x 5 xor-shuffle steps")
@@ -403,7 +490,7 @@ class SkinnyKernel:
             for j, n in enumerate(ns):
                 def column(j=j, n=n):
                     for m in range(p.M):
-                        self.write(by, m, n, acc[m * s.rows + j])
+                        self.write(bx, by, m, n, acc[m * s.rows + j])
                 ir.guarded(True if p.N % s.columns == 0 else ir.cmp("slt", n, p.N, "n_ok"), column)
         ir.guarded(ir.cmp("eq", lane, 0, "lane0"), lead)
 
@@ -411,57 +498,3 @@ class SkinnyKernel:
 def build_skinny_module(problem: GemmProblem, schedule: SkinnySchedule) -> str:
     """The main kernel's MLIR text (module docstring)."""
     return SkinnyKernel(problem, schedule).build()
-
-
-def build_reduce_module(p: GemmProblem, s: SkinnySchedule) -> str:
-    """The reduction kernel's MLIR text: C = epilogue(sum over slices of W), slices added in order."""
-    ir = SkinnyIr()
-    outputs = p.M * p.N
-    groups = s.reduce_groups
-    per = cdiv(s.splits, groups)
-    types = {"W": (s.splits * outputs, "f32"), "C": (outputs, p.out_dtype), "bias": (p.N, bias_storage(p))}
-    epilogue = _Epilogue(ir, p)
-    ir.emit(f"// Nova skinny GEMM reduction: {p.describe()}; {s.splits} slices, {groups} warps x {per} slices each")
-    with ir.rows_kernel(REDUCE_NAME, [(n, *types[n]) for n in reduce_params(p)], s.reduce_threads):
-        tid = ir.let("tid", "gpu.thread_id x")
-        bx = ir.let("bx", "gpu.block_id x")
-        lane = ir.rem(tid, WARP, "lane") if groups > 1 else tid
-        g = ir.div(tid, WARP, "group") if groups > 1 else 0
-        o = ir.add(ir.mul(bx, WARP, "o0"), lane, "o")
-        ok = True if outputs % WARP == 0 else ir.cmp("slt", o, outputs, "o_ok")
-        so = ir.select(ok, o, 0, hint="o_safe")
-        first = ir.mul(g, per, "s_lo")
-        total = None
-        for run in range(cdiv(per, REDUCE_UNROLL)):
-            loads = []
-            for i in range(run * REDUCE_UNROLL, min(per, (run + 1) * REDUCE_UNROLL)):
-                sl = ir.add(first, i, "sl")
-                valid = True if groups * per == s.splits else ir.cmp("slt", sl, s.splits, "sl_ok")
-                x = ir.load("W", ir.add(ir.mul(ir.select(valid, sl, 0, hint="sl_safe"), outputs, "w_slab"), so, "w_at"))[0]
-                loads.append(ir.fsel(valid, x, ir.f(0.0), "part"))
-            for x in loads:
-                total = x if total is None else ir.fadd(total, x, "sum")
-
-        def store(final):
-            epilogue.store(ir.div(so, p.N, "m"), ir.rem(so, p.N, "n"), final)
-        if groups == 1:
-            ir.guarded(ok, lambda: store(total))
-        else:
-            count = groups * WARP
-            sm = ir.smem_f32(0, count)
-            ir.smem_write(sm, count, ir.add(ir.mul(g, WARP, "g_off"), lane, "g_at"), total)
-            ir.emit("gpu.barrier")
-
-            def meet():
-                final = None
-                for k in range(groups):
-                    x = ir.smem_read(sm, count, ir.add(lane, k * WARP, "g_at"), 1)[0]
-                    final = x if final is None else ir.fadd(final, x, "meet")
-                store(final)
-            ir.guarded(ir.and_(ok, ir.cmp("eq", g, 0, "group0")), meet)
-    return ir.text()
-
-
-def reduce_smem_bytes(s: SkinnySchedule) -> int:
-    """The reduction kernel's shared memory: one FP32 sum per warp and lane (none for one warp)."""
-    return 4 * WARP * s.reduce_groups if s.reduce_groups > 1 else 0

@@ -5,8 +5,8 @@ A tensor-core tile has at least 16 (mma.sync) or 64 (wgmma) rows; a GEMM of a fe
 of them and still reads all of B once: it is bound by B's bytes, not by FLOPs.  The skinny kernel
 (``emit_skinny.py``; layouts in ``skinny_schedule.py``) reads B once with 16-byte vector loads, keeps
 A's rows in shared memory and adds FP32 FMAs (exact FP32 products: better than TF32 for a tf32
-problem); it splits K over CTAs when N alone gives too few CTAs to keep enough bytes in flight, and a
-reduction kernel adds the slices in order (deterministic).
+problem); it splits K over CTAs when N alone gives too few CTAs to keep enough bytes in flight, and the
+last CTA of each column block adds the slices in order (deterministic, one launch).
 
 Steps, one function each, closed form (no search, no measurement):
 
@@ -27,15 +27,18 @@ Steps, one function each, closed form (no search, no measurement):
                     ``unroll`` independent vector loads a thread issues per trip, from the CTAs resident
                     with that unroll's registers (re-derived while they drop)
  7. K split         one wave of CTAs: splits = ceil(SM slots / CTAs along N), each slice at least one
-                    trip; kept only when the prediction with the reduction pass beats one slice
+                    trip; or as many slices as the last CTA adds in one run of loads; or one slice:
+                    the lowest prediction of the three (each with the last CTA's sum of the slices)
  8. A staging       A's columns of a slice staged in equal chunks of whole trips, STAGE_BYTES of FP32 at most
  9. prediction      max(bytes / (DRAM bandwidth x eta_dram), trips x loaded latency per SM slot, FMA
-                    time) + launch, plus the reduction kernel (partials in, C out) when K is split
+                    time) + launch, plus, when K is split, the last CTA of a column block adding the
+                    slices' partials (its ticket and its loads of them, one latency each)
 
 ``choose_kernel`` is the one rule between this kernel and the tensor-core tiles: the lower prediction.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from nova.configurator.derivation import Derivation, formula_step, note
@@ -44,7 +47,7 @@ from nova.hwmodel import GPUModel
 from nova.hwmodel.formula import formulas
 from nova.hwmodel.model import F as HW
 from nova.kernels.gemm.problem import GemmProblem
-from nova.kernels.gemm.skinny_schedule import WARP, SkinnySchedule, cdiv
+from nova.kernels.gemm.skinny_schedule import FLAG_WORDS, WARP, SkinnySchedule, cdiv
 
 TRANSACTION_BYTES = 16    # [CC] the widest global load a thread issues (ld.global.v4.b32)
 ACC_VALUES = 64           # [EST] FP32 sums a thread keeps across K (as the rows family's): with loads in
@@ -58,9 +61,9 @@ FLIGHT_LOADS_MAX = 16     # [EST] and at most 16 loads (narrow ones cost an addr
 STAGE_BYTES = 16384       # [EST] FP32 bytes of A staged at a time: at most 16 loads a thread of 256 per chunk
 STAGE_LOADS_MIN = 4       # [EST] A's loads a thread issues at least per staging round (more where the FMA
                           # loop's registers leave room: value and index each)
-SPLITS_MAX = 128          # [EST] K slices at most: 8 reduction warps x 16 partials each, all in flight
-REDUCE_WARPS = 8          # [EST] reduction CTA: 8 warps share a column group's slices
-REDUCE_UNROLL = 8         # [EST] partials a reduction thread loads before adding them
+SPLITS_MAX = 128          # [EST] K slices at most: the last CTA's sum of a column's slices stays a few trips
+REDUCE_UNROLL = 16        # [EST] partials a thread of the last CTA loads before adding them (its other
+                          # values are dead by then: 16 loads and their addresses fit any cap)
 
 F = formulas("""
     fma_rate = clock_hz * fp32_lanes_per_sm * sm_count
@@ -81,7 +84,9 @@ F = formulas("""
     t_latency = 0.001 * mem_latency_ns * trips * Max(1, grid / (blocks_per_sm * sm_count))
     t_fma = 1000000.0 * K * N * (converts + m) / fma_rate
     t_kernel = t_launch + Max(t_bandwidth, t_fma, t_latency)
-    reduce_trips = ceil(splits / (reduce_unroll * reduce_groups))
+    reduce_groups = Max(1, Min(splits, floor(threads / (columns * m))))
+    splits_tail = Max(1, Min(wave, reduce_unroll * Max(1, floor(threads / (columns * m)))))
+    tail_trips = 1 + ceil(splits / (reduce_groups * reduce_unroll))
 """)
 
 
@@ -199,12 +204,14 @@ def occupancy(gpu: GPUModel, threads: int, regs: int, smem: int) -> tuple[int, S
                         threads=threads)
 
 
-def smem_bytes(p: GemmProblem, lanes: str, threads: int, threads_n: int, vec: int, a_chunk: int, m_pad: int) -> int:
-    """A's staged chunk (FP32), or (lanes along N, threads stacked along K) the partial sums met after
-    the K loop, whichever is larger: the two never live at once."""
+def smem_bytes(p: GemmProblem, lanes: str, threads: int, threads_n: int, vec: int, a_chunk: int, m_pad: int,
+               last_cta: int) -> int:
+    """A's staged chunk (FP32), (lanes along N, threads stacked along K) the partial sums met after the
+    K loop, or ``last_cta`` bytes for the last CTA's sum of a split's slices, whichever is largest: they
+    never live at once."""
     staged = 4 * a_chunk * m_pad
     met = 4 * threads * p.M * vec if lanes == "n" and threads > threads_n else 0
-    return max(staged, met)
+    return max(staged, met, last_cta)
 
 
 def loads_in_flight(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, rows: int, threads: int, threads_n: int,
@@ -260,14 +267,10 @@ def main_bytes(p: GemmProblem, splits: int) -> int:
     return (p.K * p.N + p.M * p.K) * p.in_bytes + out + bias
 
 
-def reduce_bytes(p: GemmProblem, splits: int) -> int:
-    bias = p.N * (4 if p.dtype == "tf32" else p.out_bytes) if p.bias and splits > 1 else 0
-    return 4 * splits * p.M * p.N + p.M * p.N * p.out_bytes + bias
-
-
 def predict(p: GemmProblem, gpu: GPUModel, splits: int, trips: int, grid: int, bps: int, groups: int,
             d: Derivation | None = None) -> tuple[Prediction, dict]:
-    """Step 9: the main kernel's max(DRAM, latency, FMA) + launch, and the reduction kernel's when K is split."""
+    """Step 9: max(DRAM, latency, FMA) + launch; with K split, the last CTA's tail after it (its ticket,
+    then its thread groups' loads of the partials, REDUCE_UNROLL at a time)."""
     rec = d if d is not None else Derivation()
     c = launch_constants(gpu)
     fma_rate = F.fma_rate(clock_hz=gpu.clock_hz, fp32_lanes_per_sm=gpu.fp32_lanes_per_sm, sm_count=gpu.sm_count)
@@ -285,18 +288,23 @@ def predict(p: GemmProblem, gpu: GPUModel, splits: int, trips: int, grid: int, b
     terms = {"dram": t_bw, "latency": t_lat, "fma": t_fma, "launch": c["t_launch_us"]}
     total, bound = t_main, max(("dram", t_bw), ("latency", t_lat), ("fma", t_fma), key=lambda kv: kv[1])[0]
     if splits > 1:
-        r_trips = int(F.reduce_trips(splits=splits, reduce_unroll=REDUCE_UNROLL, reduce_groups=groups))
-        r_bw = F.t_bandwidth(bytes=reduce_bytes(p, splits), dram_bw=gpu.dram_bw, eta_dram=c["eta_dram"])
-        r_lat = F.t_latency(mem_latency_ns=gpu.mem_latency_ns, trips=r_trips + 1, grid=1, blocks_per_sm=1, sm_count=1)
-        t_reduce = rec.apply("skinny: reduction kernel (us)", F.t_kernel, f"the {splits} partials of each output "
-                             f"read ({r_trips} trip(s) of {REDUCE_UNROLL} loads, then the shares met), C written",
-                             t_launch=c["t_launch_us"], t_bandwidth=r_bw, t_fma=0.0, t_latency=r_lat)
-        terms["reduce"] = t_reduce
-        total += t_reduce
-    if c["t_launch_us"] * (2 if splits > 1 else 1) > total / 2:
+        tail = int(F.tail_trips(splits=splits, reduce_groups=groups, reduce_unroll=REDUCE_UNROLL))
+        t_tail = rec.apply("skinny: last CTA's slices (us)", F.t_latency, f"{tail} dependent trips after the last "
+                           f"slice: its ticket, then {groups} group(s) of threads loading the {splits} partials of "
+                           f"each output {REDUCE_UNROLL} at a time", mem_latency_ns=gpu.mem_latency_ns, trips=tail,
+                           grid=1, blocks_per_sm=1, sm_count=1)
+        terms["last_cta"] = t_tail
+        total += t_tail
+    if c["t_launch_us"] > total / 2:
         bound = "launch"
     floor = 1e6 * p.min_bytes / gpu.dram_bw
     return Prediction(total, p.flops / total / 1e6, bound, floor, terms), c
+
+
+def reduce_groups(p: GemmProblem, threads: int, columns: int, splits: int) -> int:
+    """The last CTA's thread groups: as many as its threads hold for the CTA's M x columns outputs, at
+    most one a slice."""
+    return int(F.reduce_groups(splits=splits, threads=threads, columns=columns, m=p.M))
 
 
 def configure_skinny(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[SkinnySchedule, Prediction] | None:
@@ -331,9 +339,11 @@ def configure_skinny(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[Skin
     columns = threads_n * (vec if lanes == "n" else rows)
     blocks_n = d.apply("skinny: CTAs along N", F.blocks_n, f"{columns} columns of C a CTA", post=int, N=p.N,
                        columns=columns)
-    # K split: one wave of CTAs, or one slice when the reduction pass costs more than it saves
+    # K split: one wave of CTAs, or one slice when the last CTA's sum of the slices costs more than it saves
     one = slices(p, span, 1, m_pad, threads, regs)
-    bps = d.record(occupancy(gpu, threads, regs, smem_bytes(p, lanes, threads, threads_n, vec, one[2], m_pad)))
+    most_last = 4 * (FLAG_WORDS + threads)          # the last CTA's sums of a split: at most one word a thread
+    bps = d.record(occupancy(gpu, threads, regs, smem_bytes(p, lanes, threads, threads_n, vec, one[2], m_pad,
+                                                            most_last)))
     if bps < 1:
         return None
     wave, s_wave = formula_step("skinny: K splits (one wave)", F.splits,
@@ -343,25 +353,30 @@ def configure_skinny(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[Skin
     d.steps.append(s_wave)
     choice = one
     if wave > 1:
-        many = slices(p, span, wave, m_pad, threads, regs)
-        groups = min(REDUCE_WARPS, many[0])
-        t_one = predict(p, gpu, 1, one[-1], blocks_n, bps, 1)[0].time_us
-        t_many = predict(p, gpu, many[0], many[-1], blocks_n * many[0], bps, groups)[0].time_us
-        choice = many if t_many < t_one else one
-        d.note("skinny: K split", choice[0], f"{many[0]} slices {t_many:.2f} us (with the reduction kernel) vs one "
-               f"slice {t_one:.2f} us: the lower")
+        # one wave of slices; or as many as the last CTA adds in one run of loads (its groups x
+        # REDUCE_UNROLL); or one slice: the lowest prediction of the three
+        bal = int(F.splits_tail(wave=wave, threads=threads, columns=columns, m=p.M, reduce_unroll=REDUCE_UNROLL))
+        times = {}
+        for n_splits in dict.fromkeys((wave, bal, 1)):
+            cand = slices(p, span, n_splits, m_pad, threads, regs)
+            groups = reduce_groups(p, threads, columns, cand[0]) if cand[0] > 1 else 1
+            times[n_splits] = (predict(p, gpu, cand[0], cand[-1], blocks_n * cand[0], bps, groups)[0].time_us, cand)
+        best = min(times, key=lambda k: times[k][0])
+        choice = times[best][1]
+        d.note("skinny: K split", choice[0], ", ".join(f"{times[k][1][0]} slice(s) {times[k][0]:.2f} us" for k in times)
+               + " (with the last CTA's sum of the slices): the lowest")
     splits, k_slice, a_chunk, stage_loads, trips = choice
     d.note("skinny: slices", f"{splits} x {k_slice}", f"K = {p.K} in slices of whole trips of {span}; A staged "
            f"{a_chunk} columns at a time ({4 * a_chunk * m_pad} B of FP32, at most {STAGE_BYTES}), {stage_loads} "
            f"load(s) a thread per round; {trips} trips a CTA")
-    smem = smem_bytes(p, lanes, threads, threads_n, vec, a_chunk, m_pad)
-    groups = min(REDUCE_WARPS, splits) if splits > 1 else 1
+    groups = reduce_groups(p, threads, columns, splits) if splits > 1 else 1
     cap = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // (threads * bps) // 8 * 8)
     schedule = SkinnySchedule(arch=gpu.arch, lanes_along=lanes, vec=vec, threads=threads, threads_n=threads_n,
                               rows=rows, unroll=unroll, splits=splits, k_slice=k_slice, a_chunk=a_chunk,
-                              stage_loads=stage_loads, m_pad=m_pad,
-                              smem_bytes=smem, regs_per_thread=regs, max_regs=cap, blocks_per_sm=bps,
-                              reduce_groups=groups)
+                              stage_loads=stage_loads, m_pad=m_pad, smem_bytes=0, regs_per_thread=regs, max_regs=cap,
+                              blocks_per_sm=bps, reduce_groups=groups)
+    smem = smem_bytes(p, lanes, threads, threads_n, vec, a_chunk, m_pad, schedule.reduction_smem_bytes(p.M))
+    schedule = dataclasses.replace(schedule, smem_bytes=smem)
     prediction, _ = predict(p, gpu, splits, trips, blocks_n * splits, bps, groups, d)
     return schedule, prediction
 

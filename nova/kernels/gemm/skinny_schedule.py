@@ -15,10 +15,13 @@ Two thread layouts, by how B is stored:
 
 ``blockIdx.y`` is the K slice ``[y * k_slice, min((y + 1) * k_slice, K))``; A's columns of a slice are
 staged ``a_chunk`` at a time.  One slice (``splits`` = 1): the kernel writes C with the epilogue
-(bias, activation, output type).  Several: each writes its FP32 partial into a ``[splits, M, N]``
-workspace and the reduction kernel adds them in slice order (``reduce_groups`` warps a CTA, each
-adding a contiguous share of the slices for 32 consecutive outputs, the shares then added in order
-through shared memory): the same bits on every run.
+(bias, activation, output type).  Several: each CTA writes its FP32 partial sums into its column
+block's region of a workspace (``[splits, M, columns]``, each region padded to whole 128-byte lines
+so no two regions share one), fences them and takes a ticket from its column block's counter; the
+CTA holding the last ticket adds the block's partials in slice order (``reduce_groups`` groups of
+threads each adding a contiguous share of the slices, the shares then added in group order through
+shared memory), writes C with the epilogue and resets the counter for the next launch: one launch,
+no float atomics, the same bits on every run.
 
 ``from_dict(to_dict())`` round-trips through JSON; the kernel cache hashes ``to_dict``.
 """
@@ -29,6 +32,8 @@ from typing import ClassVar
 
 LANES = ("n", "k")
 WARP = 32
+LINE_WORDS = 32           # FP32 words of a 128-byte cache line
+FLAG_WORDS = 4            # shared words before the last CTA's meeting buffer: the ticket's verdict (16-byte aligned)
 
 
 def cdiv(a: int, b: int) -> int:
@@ -54,7 +59,7 @@ class SkinnySchedule:
     max_regs: int                # the register cap (nvvm.maxnreg) of ``blocks_per_sm`` CTAs: ptxas would
                                  # otherwise pick its own (more: fewer CTAs; or a cap of its own, and spill)
     blocks_per_sm: int
-    reduce_groups: int = 1       # the reduction kernel (splits > 1): warps a CTA, each a share of the slices
+    reduce_groups: int = 1       # splits > 1: the last CTA's thread groups, each adding a share of the slices
 
     kernel: ClassVar[str] = "skinny"      # the GEMM kernel this schedule describes (Schedule: "tiles")
 
@@ -85,24 +90,31 @@ class SkinnySchedule:
 
     @property
     def split(self) -> bool:
-        """K slices write partials that the reduction kernel adds."""
+        """K slices write partials that the last CTA of each column block adds."""
         return self.splits > 1
-
-    @property
-    def reduce_threads(self) -> int:
-        return WARP * self.reduce_groups
 
     def grid(self, N: int) -> tuple[int, int, int]:
         """(CTAs along N, K slices, 1)."""
         return cdiv(N, self.columns), self.splits, 1
 
-    def reduce_grid(self, M: int, N: int) -> tuple[int, int, int]:
-        """The reduction kernel's grid: one CTA per 32 consecutive outputs of the M x N of C."""
-        return cdiv(M * N, WARP), 1, 1
+    def region(self, M: int) -> int:
+        """FP32 words of one column block's partials, [splits, M, columns], padded to whole 128-byte lines."""
+        return LINE_WORDS * cdiv(self.splits * M * self.columns, LINE_WORDS)
+
+    def reduction_smem_bytes(self, M: int) -> int:
+        """A split's shared memory for the last CTA: the ticket's verdict and, with several thread
+        groups, their sums (one word per group and output); 0 without a split."""
+        if not self.split:
+            return 0
+        return 4 * (FLAG_WORDS + (self.reduce_groups * M * self.columns if self.reduce_groups > 1 else 0))
+
+    def tickets_offset(self, M: int, N: int) -> int:
+        """Bytes from the workspace's start to the column blocks' counters (after the partials)."""
+        return 4 * self.grid(N)[0] * self.region(M)
 
     def workspace_bytes(self, M: int, N: int) -> int:
-        """The FP32 partials [splits, M, N] (0 without a split)."""
-        return 4 * self.splits * M * N if self.split else 0
+        """The partials of every column block and one 32-bit counter each (0 without a split)."""
+        return self.tickets_offset(M, N) + 4 * self.grid(N)[0] if self.split else 0
 
     def label(self) -> str:
         """``"skinny n v4 32x8 u4 s6"``: lanes, vector, threads (along N x along K, or warps x rows), unroll, splits."""
