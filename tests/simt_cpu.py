@@ -3,7 +3,7 @@
 The kernels written with the ``Ir`` scaffold (one op a line, regions closed by ``}``) use a small set of
 ops: index and FP32 arithmetic, ``math.fma``, global and shared ``memref``/``vector`` loads and stores,
 ``gpu.shuffle xor``, ``gpu.barrier``, ``scf.for`` (iter_args, bounds that differ per thread) and
-``scf.if``, ``memref.atomic_rmw addi`` and fences.  ``run_kernel`` parses the module's ``gpu.func`` and
+``scf.if``, ``memref.atomic_rmw addi``, fences and loads through a parameter's address (inline PTX ``ld``).  ``run_kernel`` parses the module's ``gpu.func`` and
 executes it one CTA at a time (in grid order or a seeded random one), each SSA
 value a numpy array over the CTA's threads, control flow under an active-thread mask:
 
@@ -114,11 +114,15 @@ def round_to(x, ty: str):
     return np.asarray(x, dtype=np.float32)
 
 
+ADDRESS_BITS = 40        # a parameter's address: its index + 1 above these bits, its byte offset below
+
+
 class _Cta:
     """One CTA's lockstep execution."""
 
     def __init__(self, memories: dict, smem_bytes: int, threads: int, block: tuple[int, int, int]):
         self.mem = memories                       # "%A" -> (np.float32 array, element type)
+        self.base = {name: (k + 1) << ADDRESS_BITS for k, name in enumerate(memories)}
         self.threads = threads
         self.block = block
         self.tid = np.arange(threads, dtype=np.int64)
@@ -311,12 +315,27 @@ class _Cta:
         with np.errstate(invalid="ignore", over="ignore"):
             self.set(op, (a * b + c).astype(np.float32))
 
+    def op_memref_extract_aligned_pointer_as_index(self, op, mask):
+        ref = self.args(op.rest)[0]
+        self.set(op, np.int64(self.base[ref]))
+
+    def op_arith_index_cast(self, op, mask):
+        self.set(op, self.val(self.args(op.rest)[0]))
+
     def op_llvm_inline_asm(self, op, mask):
         instr = re.search(r'"([^"]+)"', op.rest).group(1)
         if not op.results:                     # a fence (membar.gl): lockstep CTAs run one after the other
             assert instr.startswith("membar") or instr.startswith("fence"), instr
             return
         instr = instr.split()[0]
+        if instr.startswith("ld."):            # a load through an address (``base`` of a parameter + bytes)
+            addr = np.asarray(self.bcast(self.val(self.args(op.rest.split('"')[-1])[0])), dtype=np.int64)
+            owner = {v: k for k, v in self.base.items()}
+            ref = owner[int(addr[np.argmax(mask)] >> ADDRESS_BITS << ADDRESS_BITS)] if mask.any() else None
+            offset = (addr & ((1 << ADDRESS_BITS) - 1)) // 4
+            assert not mask.any() or (addr[mask] >> ADDRESS_BITS == self.base[ref] >> ADDRESS_BITS).all()
+            self.set(op, self.load(ref, offset, 1, mask, False) if ref else np.zeros(self.threads, np.float32))
+            return
         x = np.asarray(self.val(self.args(op.rest)[0]), dtype=np.float32)
         with np.errstate(all="ignore"):
             fn = {"ex2.approx.ftz.f32": np.exp2, "lg2.approx.ftz.f32": np.log2, "tanh.approx.f32": np.tanh,

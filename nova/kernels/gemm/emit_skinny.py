@@ -27,7 +27,8 @@ Per CTA and K slice (thread layouts in ``skinny_schedule.py``):
   as the tensor-core kernels' epilogue) and the output type into C.  Several: the FP32 partials into
   the column block's region; every thread fences its stores (``membar.gl``), the CTA meets at a
   barrier and thread 0 takes a ticket (``atom.global.add`` on the block's counter).  The CTA with the
-  last ticket fences again and adds the region's slices in order: thread group g of
+  last ticket fences again and adds the region's slices in order (``ld.relaxed.gpu``: the memory
+  model's loads, never an L1 line from before the fence): thread group g of
   ``reduce_groups`` adds slices ``[g * per, (g + 1) * per)`` of its outputs (``REDUCE_UNROLL`` loads in
   flight), the groups' sums meet in shared memory in group order, the epilogue writes C, and thread
   0 resets the counter.  No float atomics: the same bits on every run, whichever CTA is last.
@@ -138,6 +139,17 @@ class SkinnyIr(RowsIr):
 
     def smem_write(self, sm: str, count: int, offset, x: str) -> None:
         self.emit(f"memref.store {x}, {sm}[{self.v(offset)}] : memref<{count}xf32, {SMEM}>")
+
+    def load_relaxed(self, name: str, offset) -> str:
+        """One f32 of global parameter ``name`` by ``ld.relaxed.gpu`` (generic address): a load of the
+        memory model at GPU scope, never served from a line this SM's L1 holds from earlier (another
+        CTA's partials, fenced and counted before this read)."""
+        mty, _ = self.types[name]
+        base = self.pure(f"{name}_base", f"memref.extract_aligned_pointer_as_index %{name} : {mty} -> index")
+        at = self.pure(f"{name}_addr", f"arith.index_cast {self.v(self.add(base, self.mul(offset, 4, 'w_bytes'), 'w_ptr'))} "
+                                       ": index to i64")
+        return self.let(f"{name}_v", f'llvm.inline_asm has_side_effects "ld.relaxed.gpu.f32 $0, [$1];", "=f,l" {at} '
+                                     ": (i64) -> f32")
 
 
 class _Epilogue:
@@ -358,7 +370,7 @@ class SkinnyKernel:
                         valid = True if groups * per == s.splits else ir.cmp("slt", sl, s.splits, "sl_ok")
                         at = ir.add(ir.add(base, ir.mul(ir.select(valid, sl, 0, hint="sl_safe"), outputs, "w_slab"),
                                            "w_at0"), so, "w_at")
-                        parts.append(ir.fsel(valid, ir.load("W", at)[0], ir.f(0.0), "part"))
+                        parts.append(ir.fsel(valid, ir.load_relaxed("W", at), ir.f(0.0), "part"))
                     for x in parts:
                         total = x if total is None else ir.fadd(total, x, "sum")
                 sums.append((q, o, in_range, total))
