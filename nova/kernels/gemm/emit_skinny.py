@@ -64,8 +64,6 @@ def main_params(p: GemmProblem, s: SkinnySchedule) -> tuple[str, ...]:
     return ("A", "B", "C") + (("bias",) if p.bias else ()) + (("W", "T") if s.split else ())
 
 
-
-
 def check_supported(p: GemmProblem, s: SkinnySchedule) -> None:
     """Raise CodegenError naming the offending field when this builder cannot realise ``s``."""
     def fail(msg):
