@@ -71,8 +71,9 @@ def load_rows(path: str, preset: str | None, family: str = "mma.sync"):
         if cfg is None:
             skipped.append(f"{name}: measured {r['schedule']}, the configurator no longer picks it")
             continue
-        if cfg.schedule.mma.family != family:
-            skipped.append(f"{name}: {cfg.schedule.mma.family} (fitting the {family} model)")
+        if cfg.skinny or cfg.schedule.mma.family != family:
+            picked = "the skinny kernel" if cfg.skinny else cfg.schedule.mma.family
+            skipped.append(f"{name}: {picked} (fitting the {family} model)")
             continue
         rows.append({"name": name, "measured_us": r.get("nova_graph_us") or r["nova_b2b_us"],
                      "terms": cfg.prediction.terms_us, "split_k": cfg.schedule.split_k,
@@ -158,7 +159,7 @@ def fit_pingpong(results_csv: str, preset: str, constants: dict) -> tuple[float,
         p = GemmProblem(M=int(r["M"]), N=int(r["N"]), K=int(r["K"]), dtype=str(r["dtype"]), trans_a=bool(r["trans_a"]),
                         trans_b=bool(r["trans_b"]), bias=bool(r["bias"]))
         c = configure(p, preset)
-        if c.schedule.pingpong and pd.notna(r["nova_us"]):
+        if not c.skinny and c.schedule.pingpong and pd.notna(r["nova_us"]):
             points.append((c.prediction.terms_us, c.schedule.launch_split, c.schedule.launches, float(r["nova_us"])))
 
     def err(eta, pts):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 from nova.configurator.step import MmaInstr
 
@@ -297,6 +298,8 @@ class Schedule:
     # epilogue runs under the other's K loop; block tile = one warpgroup's tile, ``tile_slabs`` x 64
     # wgmma rows x wgmma N).  Left out of ``to_dict`` when cooperative (the dict it always had).
     consumers: str = "cooperative"
+
+    kernel: ClassVar[str] = "tiles"      # the GEMM kernel this schedule describes (SkinnySchedule: "skinny")
 
     # ---- derived quantities (never stored twice)
     @property
