@@ -69,11 +69,13 @@ def block_bytes(nbytes: int) -> int:
     return -(-max(nbytes, 1) // TORCH_BLOCK_BYTES) * TORCH_BLOCK_BYTES
 
 
-def account(planned, target=None) -> list[OutsideAllocation]:
+def account(planned, target=None, *, per_call: bool = False, in_place=frozenset()) -> list[OutsideAllocation]:
     """Every allocation outside the arena of ``planned``'s CUDA program (rules in the module
-    docstring); ``target``: the GPU whose GEMM schedules size the workspaces (default the plan's, else h200)."""
+    docstring); ``target``: the GPU whose GEMM schedules size the workspaces (default the plan's, else h200);
+    ``per_call``, ``in_place``: the program's options (``executor.build``: no static slot for an
+    input read in place, outputs of the output region handed over rather than cloned)."""
     from nova.compiler.executor import Program
-    program = Program(planned, "meta")
+    program = Program(planned, "meta", per_call=per_call, in_place=in_place)
     items: list[OutsideAllocation] = []
     names = {"const": "constants (constant/iota results, filled once)",
              "staged": "static slots of the data inputs (copied in each step)",
