@@ -46,6 +46,9 @@ def test_each_saved_activation_is_held_once(small_gpt):
     grads = bw.outputs
     assert grads == pytest.approx(params, rel=0.01)
     temporaries = max(g.step_arena + g.launch for g in memory.graphs)
+    # the forward lays every saved tensor out as the trace does (attention's output stored as the
+    # trace's kernel stores it, its head merge a view of it): the backward copies none at the hand-over
+    assert bw.copies == 0
     # the data inputs twice: the caller's batch, and the copy saved of the forward's static slot
     held_once = params + optimizer + 2 * fw.data + saved + grads + temporaries + fw.persistent + bw.persistent
     assert memory.peak_bytes <= held_once

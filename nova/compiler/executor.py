@@ -979,9 +979,18 @@ class Program:
         whose buffers live only during a run, a meta tensor of the dry run)."""
         if self._tensors is not None and not self.per_call:
             return self._tensors[value]
+        return self.meta_tensors()[value]
+
+    def meta_tensors(self) -> dict:
+        """Value -> a meta tensor laid out as the program lays the value out (one dry run: values
+        that share storage share a meta storage; graph inputs are contiguous, as their IR types)."""
         meta_inputs = [torch.empty(s.value.type.shape, dtype=dt, device="meta")
                        for s, dt in zip(self.graph.inputs, self._dtypes)]
-        return self._resolve(self._allocate(torch.device("meta"), False, per_call_areas=True), meta_inputs)[value]
+        return self._resolve(self._allocate(torch.device("meta"), False, per_call_areas=True), meta_inputs)
+
+    def output_buffer_sizes(self) -> list:
+        """Per call: the bytes of each output buffer a run allocates (the plan's output region)."""
+        return [n for _, n in self._pieces]
 
     @property
     def launches(self) -> list:

@@ -183,6 +183,22 @@ class InputPlan:
     module: object = None
     roles: list = field(default_factory=list)
     names: list = field(default_factory=list)
+    tangents: frozenset = frozenset()   # argument indices of the backward's tangents
+    arguments: int = 0                  # how many arguments AOTAutograd passes
+
+    def copied_bytes(self, args) -> int:
+        """Bytes ``gather`` copies for ``args`` (tensors of any device, meta included): the storage
+        inputs whose members are not laid out as traced, and the inputs read in place that are
+        not contiguous."""
+        total = 0
+        for k, source in enumerate(self.sources):
+            if source[0] == "storage" and as_traced(source[1], args) is None:
+                total += source[1].length * torch.empty((), dtype=source[1].dtype).element_size()
+            elif source[0] == "arg" and k in self.in_place and isinstance(args[source[1]], torch.Tensor) \
+                    and not args[source[1]].is_contiguous():
+                x = args[source[1]]
+                total += x.numel() * x.element_size()
+        return total
 
     def gather(self, args: list, donate: bool = True) -> list:
         """The program's inputs for one call (checked as the module docstring says); without
@@ -219,18 +235,34 @@ class InputPlan:
                 out[k] = out[k].clone()
 
 
+def _storage_id(t: torch.Tensor):
+    storage = t.untyped_storage()
+    return storage._cdata if t.device.type == "meta" else storage.data_ptr()     # meta storages have no address
+
+
+def as_traced(s: StorageInput, args) -> int | None:
+    """The storage offset of ``s``'s span when its members' tensors in ``args`` sit in one storage
+    as the trace laid them out (dtype, strides, offsets relative to each other, inside the
+    storage), else None."""
+    first = args[s.members[0].arg]
+    base_offset = first.storage_offset() - (s.members[0].offset - s.start)
+    storage = first.untyped_storage()
+    if base_offset < 0 or (base_offset + s.length) * first.element_size() > storage.nbytes():
+        return None
+    for m in s.members:
+        x = args[m.arg]
+        if x.dtype != s.dtype or _storage_id(x) != _storage_id(first) or tuple(x.stride()) != m.strides \
+                or x.storage_offset() - base_offset != m.offset - s.start:
+            return None
+    return base_offset
+
+
 def _storage_tensor(s: StorageInput, args) -> torch.Tensor:
     """The 1-D view of ``s``'s storage span, or a fresh copy of its members in the traced layout
     when the real tensors do not sit in one storage as traced."""
     first = args[s.members[0].arg]
-    base_offset = first.storage_offset() - (s.members[0].offset - s.start)
-    storage = first.untyped_storage()
-    ok = base_offset >= 0 and (base_offset + s.length) * first.element_size() <= storage.nbytes()
-    for m in s.members:
-        x = args[m.arg]
-        ok = ok and x.dtype == s.dtype and x.untyped_storage().data_ptr() == storage.data_ptr() \
-            and tuple(x.stride()) == m.strides and x.storage_offset() - base_offset == m.offset - s.start
-    if ok:
+    base_offset = as_traced(s, args)
+    if base_offset is not None:
         return torch.as_strided(first.detach(), (s.length,), (1,), base_offset)
     base = torch.empty(s.length, dtype=s.dtype, device=first.device)
     for m in s.members:
@@ -248,7 +280,7 @@ def plan_inputs(gm: torch.fx.GraphModule, part: str, static: set, donated: set) 
         return InputPlan([("arg", i) for i in range(len(placeholders))],
                          fake_storages=[_storage_key(v) if isinstance(v, torch.Tensor) else None for v in vals],
                          module=gm, roles=["param" if i in static else "data" for i in range(len(placeholders))],
-                         names=[n.name for n in placeholders])
+                         names=[n.name for n in placeholders], arguments=len(placeholders))
     groups = {}                                         # storage -> [argument index]
     for i, (node, val) in enumerate(zip(placeholders, vals)):
         if isinstance(val, torch.Tensor) and "tangents" not in str(node.target):
@@ -326,8 +358,9 @@ def _build(gm, placeholders, vals, role_of, donated) -> InputPlan:
         if node.op != "placeholder":
             env[node] = graph.node_copy(node, lambda n: env[n])
     module = torch.fx.GraphModule(gm, graph)
+    tangents = frozenset(i for i, n in enumerate(placeholders) if "tangents" in str(n.target))
     return InputPlan(sources, frozenset(in_place), frozenset(donated_k), duplicates, fake, module,
-                     ["data"] * len(sources), names)
+                     ["data"] * len(sources), names, tangents, len(placeholders))
 
 
 def _emit_chain(graph, base, chain: ViewChain, start: int):

@@ -17,7 +17,11 @@ other mode, a program owning its arena and copying its outputs and data inputs) 
   output buffers (per call: the output region, one buffer per output, handed to the caller; else
   the returned clones), plus the largest launch's temporaries while it runs;
 * GEMM workspaces allocated with ``cuMemAlloc`` are listed apart (``driver_bytes``): torch's counter
-  does not see them.
+  does not see them;
+* a backward's **copies at the hand-over** (``copies``, held while it runs): the saved tensors the
+  forward's program does not lay out as the trace does (``dynamo_handoff.InputPlan.copied_bytes``,
+  found from the forward's program on the meta device: its outputs' strides and storages), which
+  the backward's ``gather`` copies into the traced layout.
 
 The step: the forward graphs run in compilation order, then the backward graphs (AOTAutograd
 compiles them as the backward reaches them, last forward first).  A forward's outputs are held
@@ -44,6 +48,7 @@ class GraphMemory:
     params: int = 0              # parameters the program reads in place (a forward's)
     data: int = 0                # the caller's data inputs (a forward's batch)
     in_place: int = 0            # inputs read in place that are not parameters (a backward's saved tensors)
+    copies: int = 0              # a backward: saved tensors copied at the hand-over (not laid out as traced)
 
 
 @dataclass
@@ -71,23 +76,32 @@ class StepMemory:
         lines = [f"torch.compile(backend='nova') step, {'per-call storage' if self.per_call else 'programs owning their arenas'}: "
                  f"peak {self.peak_bytes / gib:.2f} GiB while {self.peak_at} runs "
                  f"(+ {self.driver_bytes / gib:.2f} GiB of GEMM workspaces torch does not count)",
-                 f"  {'graph':<20} {'life':>8} {'arena':>8} {'outputs':>8} {'launch':>8} {'in place':>9} {'held':>8}  GiB"]
+                 f"  {'graph':<20} {'life':>8} {'arena':>8} {'outputs':>8} {'launch':>8} {'in place':>9} {'copies':>8} "
+                 f"{'held':>8}  GiB"]
         held = dict(self.timeline)
         for g in self.graphs:
             lines.append(f"  {g.name:<20} {g.persistent / gib:>8.2f} {g.step_arena / gib:>8.2f} {g.outputs / gib:>8.2f} "
-                         f"{g.launch / gib:>8.2f} {g.in_place / gib:>9.2f} {held.get(g.name, 0) / gib:>8.2f}")
+                         f"{g.launch / gib:>8.2f} {g.in_place / gib:>9.2f} {g.copies / gib:>8.2f} "
+                         f"{held.get(g.name, 0) / gib:>8.2f}")
         params = sum(g.params for g in self.graphs)
         lines.append(f"  parameters {params / gib:.2f} GiB, optimizer state {self.optimizer_state_bytes / gib:.2f} GiB")
         return "\n".join(lines)
 
 
-def graph_memory(name: str, planned, lowered=None, per_call: bool = True, target=None) -> GraphMemory:
-    """``planned``'s program as the backend builds it (``lowered``: ``dynamo.LoweredGraph``, whose
-    input plan names the inputs read in place), read on the meta device."""
-    from nova.compiler.executor import BOUND_ROLES, Program
-    from nova.compiler.outside_arena import account, block_bytes
+def meta_program(planned, lowered=None, per_call: bool = True):
+    """``planned``'s program on the meta device, as the backend builds it (``lowered``:
+    ``dynamo.LoweredGraph``, whose input plan names the inputs read in place)."""
+    from nova.compiler.executor import Program
     in_place = lowered.inputs.in_place if (lowered is not None and per_call) else frozenset()
-    program = Program(planned, "meta", per_call=per_call, in_place=in_place)
+    return Program(planned, "meta", per_call=per_call, in_place=in_place)
+
+
+def graph_memory(name: str, planned, lowered=None, per_call: bool = True, target=None) -> GraphMemory:
+    """``planned``'s program as the backend builds it, read on the meta device."""
+    from nova.compiler.executor import BOUND_ROLES
+    from nova.compiler.outside_arena import account, block_bytes
+    program = meta_program(planned, lowered, per_call)
+    in_place = lowered.inputs.in_place if (lowered is not None and per_call) else frozenset()
     items = account(planned, target, per_call=per_call, in_place=in_place)
     persistent = sum(i.nbytes for i in items if i.lifetime == "program" and i.allocator == "torch")
     driver = sum(i.nbytes for i in items if i.allocator == "driver")
@@ -96,7 +110,7 @@ def graph_memory(name: str, planned, lowered=None, per_call: bool = True, target
     stats = program.stats
     if per_call:
         step_arena = block_bytes(stats["step_arena_bytes"])
-        outputs = sum(block_bytes(n) for _, n in program._pieces) + clones
+        outputs = sum(block_bytes(n) for n in program.output_buffer_sizes()) + clones
     else:
         persistent += block_bytes(planned.memory.arena_bytes)
         step_arena, outputs = 0, clones
@@ -108,11 +122,36 @@ def graph_memory(name: str, planned, lowered=None, per_call: bool = True, target
     return GraphMemory(name, persistent, step_arena, outputs, launch, driver, params, data, read_in_place)
 
 
+def handoff_copies(forward, backward) -> int:
+    """Bytes ``backward``'s gather copies of what ``forward`` (both ``dynamo_precompile.PlannedGraph``)
+    hands it: the forward's results as its program lays them out on the meta device, the saved ones
+    AOTAutograd's backward arguments (the forward returns its user outputs, then the saved tensors
+    in the order the backward takes them, then the tangents follow)."""
+    program = meta_program(forward.planned, forward.lowered)
+    tensors = program.meta_tensors()
+    graph = program.graph
+    results = [tensors[graph.outputs[what].value] if kind == "output" else
+               tensors[graph.inputs[what].value] if kind == "input" else None
+               for kind, what in forward.lowered.results]
+    plan = backward.lowered.inputs
+    saved = plan.arguments - len(plan.tangents)
+    first = len(results) - saved
+    if first < 0:
+        return 0
+    return plan.copied_bytes(results[first:] + [None] * len(plan.tangents))
+
+
 def step_memory(plans, optimizer_state_bytes: int = 0, per_call: bool = True, target=None) -> StepMemory:
     """The training step of ``plans`` (``dynamo_precompile.plan_dynamo``'s, graphs in compilation
     order) as the module docstring models it."""
     planned = [g for g in plans.graphs if g.planned is not None]
     graphs = [graph_memory(g.name, g.planned, g.lowered, per_call, target) for g in planned]
+    if per_call:
+        forwards = [g for g in planned if not g.name.startswith("backward")]
+        for g, m in zip(planned, graphs):
+            if g.name.startswith("backward") and forwards and g.lowered is not None:
+                forward = forwards.pop()
+                m.copies = handoff_copies(forward, g) if forward.lowered is not None else 0
     forwards = [m for g, m in zip(planned, graphs) if not g.name.startswith("backward")]
     params = sum(m.params for m in forwards)                   # a parameter two graphs read counts twice: a bound
     data = sum(m.data for m in forwards)
@@ -120,7 +159,7 @@ def step_memory(plans, optimizer_state_bytes: int = 0, per_call: bool = True, ta
     saved, pending, grads, timeline = 0, [], 0, []
     for g, m in zip(planned, graphs):
         if g.name.startswith("backward"):
-            held = base + saved + grads + m.step_arena + m.outputs + m.launch
+            held = base + saved + grads + m.copies + m.step_arena + m.outputs + m.launch
             saved -= pending.pop() if pending else 0
             grads += m.outputs
         else:

@@ -98,8 +98,9 @@ class Handoff:
 
     ``outputs_apart``: the buffers of the graph outputs form the output region at the top of the
     arena (nothing else shares their bytes), so that a program can allocate them per step and hand
-    them to its caller; ``donated_inputs``: indices of inputs whose storage the caller gives up to
-    the step (it reads it nowhere afterwards), which a result may take in place once they die."""
+    them to its caller as they are stored (any strides: ``storage.plan_storage``'s
+    ``outputs_as_stored``); ``donated_inputs``: indices of inputs whose storage the caller gives up
+    to the step (it reads it nowhere afterwards), which a result may take in place once they die."""
     outputs_apart: bool = False
     donated_inputs: frozenset = frozenset()
 

@@ -106,7 +106,7 @@ def plan_graph(g: Graph, target=None, stats: dict | None = None, kernels: Memory
     """Group, order and plan an optimized graph ``g`` (``kernels``, ``outside_arena``, ``handoff``: as for
     ``pipeline``)."""
     kernels = kernels if kernels is not None else memory_bound_kernels()
-    storage = plan_storage(g)
+    storage = plan_storage(g, outputs_as_stored=handoff is not None and handoff.outputs_apart)
     layouts = layout_analysis.analyze(g, storage)
     groups, memory = schedule_with_plan(g, fuse(g, layouts, kernels, storage), layouts, storage, handoff)
     planned = Planned(g, groups, [n for grp in groups for n in grp.nodes], memory, target,
