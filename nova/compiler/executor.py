@@ -43,7 +43,7 @@ storage overwritten once it dies (the plan's ``external``, ``donated`` results).
 such a program are bound to the addresses of that run's buffers and inputs: each *binding*
 (tensors, launches, CUDA graph) is kept, by those addresses, for the next run that gets the same
 addresses from the allocator (a training loop's steady state), up to ``BINDINGS_KEPT``; another
-address binds anew (``stats["bindings"]``).  A binding never keeps a run's buffers or inputs alive
+address binds anew (``stats["rebinds"]``).  A binding never keeps a run's buffers or inputs alive
 (its tensors alias their bytes without owning them, ``_unowned``): it runs only on a call whose
 own buffers and inputs sit at its addresses.  Its CUDA graphs share one memory pool (they never
 run at the same time).
@@ -234,7 +234,7 @@ class Program:
         self._cuda_graph = None
         self._capture_stream = None
         self._key = None                     # per call: the addresses the current binding was made for
-        self._bindings = {}                  # per call: key -> binding (see _keep_binding), oldest first
+        self._bindings = {}                  # per call: key -> binding (``_BINDING``), least recently used first
         self._graph_pool = None
         self.stats = self._stats(self._dry_launches, self._dry_ctx)
 

@@ -42,6 +42,7 @@ own, so nothing a caller still holds is overwritten (``executor.build(..., per_c
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import logging
@@ -276,12 +277,14 @@ def _compile(gm, example_inputs, part: str, name: str, settings: BackendOptions)
     lowered = lower_graph(gm, part, name)
     device = _device(example_inputs)
     engine, engine_name = _engine(lowered, device, settings)
-    copies = frozenset()
+    copies, inputs = frozenset(), lowered.inputs
     if isinstance(engine, _Program):
         from nova.integrations.dynamo_handoff import output_copies
         copies = output_copies(lowered.vals, result_storages(lowered, engine.planned), lowered.inputs)
+    else:                               # the interpreter overwrites no input: nothing to give it
+        inputs = dataclasses.replace(inputs, donated=frozenset())
     return CompiledGraph(name, lowered.graph, engine, lowered.results, lowered.strides, gm, engine_name, device,
-                         lowered.opaque, inputs=lowered.inputs, copies=copies)
+                         lowered.opaque, inputs=inputs, copies=copies)
 
 
 def result_storages(lowered: LoweredGraph, planned) -> list:
