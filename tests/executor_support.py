@@ -39,8 +39,11 @@ CREATION = ("constant", "iota")
 
 # =============================================================== plans
 def planned(graph: Graph, target=None) -> Planned:
-    """The real pipeline's plan of ``graph`` (its ``graph`` is the optimized copy: look nodes up there)."""
-    return pipeline(graph, target)
+    """The real pipeline's plan of ``graph`` (its ``graph`` is the optimized copy: look nodes up there),
+    as ``nova.compile`` makes it: with the compiler's account of what the CUDA program allocates besides
+    its values (the launches' workspaces placed in the arena, ``nova.compiler.outside_arena``)."""
+    from nova.compiler.outside_arena import account
+    return pipeline(graph, target, outside_arena=account)
 
 
 def slot_per_value(plan: Planned, *, donate: bool = True) -> Planned:
@@ -62,10 +65,15 @@ def slot_per_value(plan: Planned, *, donate: bool = True) -> Planned:
         if p.kind == "alias":
             root = values[p.alias_of]
             values[v] = dataclasses.replace(p, offset=root.offset, input_index=root.input_index)
-    external = mem.external_bytes
+    workspaces = []                       # each launch workspace on bytes of its own too
+    for w in mem.workspaces:
+        workspaces.append(dataclasses.replace(w, offset=top))
+        top += aligned(w.nbytes, mem.alignment)
+    external = mem.external_bytes + mem.outside_bytes
     memory = dataclasses.replace(
         mem, values=values, arena_bytes=top, peak_bytes=top + external, live_peak_bytes=top + external,
-        breakdown={**mem.breakdown, "arena_slack": 0}, donations=list(mem.donations) if donate else [])
+        breakdown={**mem.breakdown, "arena_slack": 0}, donations=list(mem.donations) if donate else [],
+        workspaces=workspaces)
     out = dataclasses.replace(plan, memory=memory)
     validate_memory_plan(out.graph, out.groups, out.memory)
     return out
@@ -390,6 +398,21 @@ def batched_attention_step(B=2, H=3, T=6, D=4) -> Case:
 
     def make(gen, device):
         return [_randn(gen, (B, H, T, D), device) for _ in range(4)]
+    return Case(g, make)
+
+
+def deep_k_gradient(K=8192, M=64, N=128) -> Case:
+    """A weight gradient over many rows, dW = tanh(x)ᵀ·dy (TN, K deep): on an H200 a split-K launch
+    whose operand prep and FP32 partials are its launch workspace in the arena (``workspace_layout``)."""
+    g = Graph("deep_k_gradient")
+    x = g.input(TensorType((K, M), "f32"), "x", "data")
+    dy = g.input(TensorType((K, N), "f32"), "dy", "data")
+    dw = g.op("matmul", g.op("tanh", x), dy, transpose_a=True)
+    g.output(dw, "dw")
+    g.output(g.op("relu", dw), "relu_dw")
+
+    def make(gen, device):
+        return [_randn(gen, (K, M), device), _randn(gen, (K, N), device, 0.1)]
     return Case(g, make)
 
 

@@ -117,13 +117,15 @@ def test_driver_passes_every_option_to_its_children():
                                       "--warmup", "2", "--timed", "5", "--repeats", "3", "--settle-s", "0.5",
                                       "--seed", "9", "--device", "cpu", "--out", "/tmp/x",
                                       "--compile-mode", "max-autotune", "--adamw-impl", "fused",
-                                      "--autocast", "bf16", "--padded", "--clip-grad-norm", "0.5"])
+                                      "--autocast", "bf16", "--padded", "--clip-grad-norm", "0.5",
+                                      "--memory-budget", "1GiB", "--no-memory-cap"])
     argv = train._child_argv(args, "jax")
     assert argv[:3] == [sys.executable, "-m", "nova.bench.train"]
     child = train.parser().parse_args(argv[3:])
     assert child.framework == "jax" and not child.all
     for name in ("model", "batch", "seq", "steps", "warmup", "timed", "repeats", "settle_s", "seed", "device",
-                 "out", "compile_mode", "adamw_impl", "autocast", "padded", "clip_grad_norm"):
+                 "out", "compile_mode", "adamw_impl", "autocast", "padded", "clip_grad_norm",
+                 "memory_budget", "no_memory_cap"):
         assert getattr(child, name) == getattr(args, name), name
 
 
@@ -302,3 +304,53 @@ def test_a_warmup_cosine_schedule_with_clipping_runs_through_nova_on_cpu(tmp_pat
         assert rec["optimizer"]["schedule"] == "warmup-cosine" and rec["optimizer"]["clip_grad_norm"] == 1.0
         losses[fw] = rec["losses"]
     assert losses["nova"] == pytest.approx(losses["eager"], rel=1e-4)
+
+
+# ------------------------------------------------------------------------------ the memory diagnostic
+def test_memory_diagnostic_merges_the_programs_phases_beside_the_plan():
+    """The phases of the benchmark and of the program in time order with their deltas; the plan's
+    components sum to its peak; ``unexplained_bytes`` is torch's peak less the predicted torch peak and
+    the benchmark's data."""
+    import time
+    from types import SimpleNamespace
+    from nova.bench.memory_phases import MemoryDiagnostic, program_predicted
+    from nova.compiler.executor import Program
+    from nova.compiler.explain import training_step
+    from nova.compiler.outside_arena import account
+    from nova.frontend import capture
+    from nova.passes import pipeline
+    fn, args, model, opt, _ = training_step("tiny", 4, 16)
+    planned = pipeline(capture(fn, args, models=[model], optimizers=[opt]).graph, "h200", outside_arena=account)
+    program = Program(planned, "meta")
+    predicted = program_predicted(program)
+    outside = predicted["outside_arena_torch_bytes"]
+    assert predicted["torch_peak_bytes"] == predicted["peak_bytes"] == planned.memory.peak_bytes == \
+        predicted["arena_bytes"] + sum(predicted["user_tensors_bytes"].values()) + outside["program"] + \
+        outside["step"] + outside["launch_largest"]
+    assert predicted["launch_workspaces"]["count"] == len(planned.memory.workspaces) > 0
+
+    counters = {"allocated": 1000, "reserved": 2048, "max_allocated": 1000, "max_reserved": 2048}
+    fake = SimpleNamespace(cuda=SimpleNamespace(
+        mem_get_info=lambda dev: (10_000, 20_000), memory_allocated=lambda dev: counters["allocated"],
+        memory_reserved=lambda dev: counters["reserved"], max_memory_allocated=lambda dev: counters["max_allocated"],
+        max_memory_reserved=lambda dev: counters["max_reserved"]))
+    diagnostic = MemoryDiagnostic()
+    assert diagnostic.report() is None                        # off CUDA: nothing recorded
+    diagnostic.start(fake, "cuda:0")
+    t_program = time.perf_counter()
+    peak = predicted["torch_peak_bytes"] + 4096
+    program.memory_phases = [{"phase": "program build: arena", "t": t_program, "allocated_bytes": 5000,
+                              "reserved_bytes": 6144, "max_allocated_bytes": peak, "max_reserved_bytes": peak + 512,
+                              "device_used_bytes": 15_000}]
+    counters.update(allocated=3000, max_allocated=3000)
+    diagnostic.mark("first step returned (synchronised)")
+    diagnostic.compiled = SimpleNamespace(_last=SimpleNamespace(engine=SimpleNamespace(program=program)))
+    diagnostic.data_device_bytes = 1024
+    report = diagnostic.report()
+    assert [(p["phase"], p["source"], p["allocated_delta_bytes"]) for p in report["phases"]] == [
+        ("start: CUDA initialised, nothing of the run allocated", "benchmark", 1000),
+        ("program build: arena", "program", 4000), ("first step returned (synchronised)", "benchmark", -2000)]
+    assert report["phases"][0]["device_used_bytes"] == 10_000 and report["phases"][0]["t_s"] >= 0
+    m = report["measured"]
+    assert (m["peak_allocated_bytes"], m["reserved_over_allocated_bytes"], m["unexplained_bytes"]) == (peak, 512, 3072)
+    json.dumps(report, allow_nan=False)

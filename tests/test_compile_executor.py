@@ -96,3 +96,49 @@ def test_host_inputs_mirrors_start_on_aligned_rows():
         base = engine._mirror_of[idx[0]].data_ptr()
         assert all((engine._mirror_of[i].data_ptr() - base) % MIRROR_ALIGN == 0 for i in idx)
     assert all(torch.equal(engine._mirror_of[i], t) for i, t in enumerate(host))
+
+
+def test_a_released_program_allocates_again_and_runs_the_same():
+    """``Program.release`` frees its device memory; the next run allocates, binds and computes the same."""
+    from nova.compiler.executor import build
+    from nova.compiler.outside_arena import account
+    from nova.passes import pipeline
+    from nova.passes.examples import random_inputs, transformer_step
+    graph = transformer_step(layers=1)
+    program = build(pipeline(graph, outside_arena=account), "cpu")
+    inputs = random_inputs(graph, 0, 32)
+    first = program.run([t.clone() for t in inputs])
+    program.release()
+    assert program.store is None and program._launches is None
+    again = program.run([t.clone() for t in inputs])
+    assert program.store is not None
+    for a, b in zip(first, again):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_under_a_budget_a_recapture_releases_the_earlier_program():
+    """A loop that zeroes the gradients before backward: the first step creates ``.grad``, so the
+    second captures again; under a memory budget the first program's memory is freed first (two
+    arenas never live at once), and the steps still match eager."""
+    import nova
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    twin = copy.deepcopy(model)
+    opt, opt_ref = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, twin))
+
+    def make(m, o):
+        def train_step(x, y):
+            o.zero_grad(set_to_none=False)
+            loss = torch.nn.functional.mse_loss(m(x), y)
+            loss.backward()
+            o.step()
+            return loss.detach()
+        return train_step
+    step = nova.compile(make(model, opt), backend="executor", memory_budget="1GiB")
+    eager = make(twin, opt_ref)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        x, y = torch.randn(5, 8, generator=gen), torch.randn(5, 4, generator=gen)
+        torch.testing.assert_close(step(x, y), eager(x, y))
+    assert step.stats.captures == 2 and "grad" in step.stats.last_recapture_reason
+    first, second = list(step._cache.values())
+    assert first.engine.program.store is None and second.engine.program.store is not None

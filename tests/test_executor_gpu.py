@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pytest
 import torch
 
-from executor_support import (attention_block, batched_attention_step, example_case, grouped_attention,
+from executor_support import (attention_block, batched_attention_step, deep_k_gradient, example_case, grouped_attention,
                               linear_inference, memory_ops_step, mlp_training_step, planned, pointwise_zoo, rel_error,
                               widen)
 from nova.compiler.executor import build, gemm_problems, precompile_commands
@@ -46,6 +46,8 @@ CASES = {
     # head dimension 64: Nova's attention kernels, writing out with its heads merged and dq, dk, dv into
     # their slices of the fused projection's gradient (nova/passes/storage.py)
     "gpt_d64": lambda: example_case(transformer_step(batch=2, seq=64, dim=128, heads=2, vocab=96), int_high=96),
+    # K = 8192: split-K through a workspace with an operand prep, both in the arena (poisoned: NaN bytes)
+    "deep_k": lambda: deep_k_gradient(K=8192, M=64, N=128),
 }
 TOL = 5e-3              # relative Frobenius error against float64: TF32 GEMMs and attention, chained
 # a case on Nova's TF32 attention kernels (head dimension 64): their own gradient bound
@@ -125,6 +127,8 @@ def check_gemm_backends(plan, program) -> None:
     assert (s["nova_gemm_launches"] >= nova_groups) and (s["nova_gemm_launches"] > 0) == (nova_groups > 0), s
     assert s["torch_gemms"] == aten_groups and not s["fallbacks"], s["fallbacks"]
     assert s["scratch_bytes"] == 0
+    # every launch workspace (GEMM preps and split-K partials, rows partials) in the arena, where the plan put it
+    assert s["launch_workspaces_outside_arena_bytes"] == 0 and s["launch_workspaces_in_arena"] == len(plan.memory.workspaces)
 
 
 def test_replay_reads_new_data_each_step(kernels):
@@ -169,7 +173,7 @@ def test_peak_memory_within_the_plan(kernels):
     program.run(state)
     s = program.stats
     owned = sum(s[k] for k in ("arena_bytes", "constants_bytes", "static_input_bytes", "scratch_bytes",
-                               "workspace_bytes"))
+                               "workspace_bytes", "launch_workspaces_outside_arena_bytes"))
     params = sum(x.numel() * x.element_size() for x, spec in zip(state, case.graph.inputs) if spec.role == "param")
     slack = 2 * params + (2 << 20)            # foreach temporaries (sqrt of the moments), allocator rounding
     assert s["arena_bytes"] <= s["measured_peak_bytes"] <= owned + slack, program.describe()

@@ -61,14 +61,18 @@ def test_each_saved_activation_is_held_once(small_gpt):
 
 def test_the_backward_overwrites_the_donated_log_probabilities(small_gpt):
     """The backward's cross_entropy_backward writes dlogits into the saved log-probabilities (donated
-    by AOTAutograd): no [N, V] buffer in the backward's arena, whose peak is then far below it."""
+    by AOTAutograd): no [N, V] buffer in the backward's arena, whose values' peak is then far below it
+    (the launch workspaces placed there, a GEMM's operand preps, live during their launch only)."""
     plans, _ = small_gpt
     backward = plans.graphs[1].planned
     rows, vocab = BATCH * CONFIG.block_size, CONFIG.vocab_size
     donated = [v for v, p in backward.memory.values.items() if p.kind == "external" and p.donated]
     assert any(v.producer.op == "cross_entropy_backward" and v.type.shape == (rows, vocab) for v in donated)
-    arena_below = backward.memory.output_region[0]
-    assert arena_below < rows * vocab * 4 / 2
+    start = backward.memory.output_region[0]
+    values_below = max(p.offset + p.nbytes for p in backward.memory.values.values()
+                       if p.kind == "arena" and p.offset < start)
+    assert values_below < rows * vocab * 4 / 2
+    assert all(w.offset + w.nbytes <= start for w in backward.memory.workspaces)
     forward = plans.graphs[0].planned
     logp = next(n for n in forward.graph.nodes if n.op == "log_softmax").outputs[0]
     assert forward.memory[logp].reuses is not None                          # written over the logits

@@ -98,9 +98,12 @@ def test_the_plan_states_what_lies_outside_the_arena(captured):
     assert mem.peak_bytes == mem.arena_bytes + mem.external_bytes + mem.outside_bytes
     assert mem.breakdown["outside_arena"] == mem.outside_bytes
     assert sum(mem.breakdown.values()) == mem.peak_bytes
-    plain = pipeline(captured, "h200")                        # the passes alone list nothing
-    assert plain.memory.outside is None and plain.memory.outside_bytes == 0
-    assert plain.memory.peak_bytes == mem.peak_bytes - mem.outside_bytes
+    plain = pipeline(captured, "h200")                        # the passes alone list nothing, place nothing
+    assert plain.memory.outside is None and plain.memory.outside_bytes == 0 and plain.memory.workspaces == []
+    grown = mem.arena_bytes - plain.memory.arena_bytes        # the launch workspaces no gap held
+    assert 0 <= grown <= sum(-(-w.nbytes // 256) * 256 for w in mem.workspaces) and mem.workspaces
+    assert plain.memory.peak_bytes == mem.peak_bytes - mem.outside_bytes - grown
+    assert not any(i.allocator == "driver" for i in mem.outside)     # GEMM workspaces: in the arena now
     validate_memory_plan(planned.graph, planned.groups, mem)
 
 
@@ -233,8 +236,10 @@ def test_the_benchmark_caps_the_process_at_the_budget():
 @pytest.mark.parametrize("case_name", ["mlp", "attention"])
 def test_measured_peak_is_the_arena_plus_the_listed_outside(case_name):
     """The program's measured peak (torch's counter, build and first step) lies between its arena and
-    the arena plus what the plan lists outside it (less the cuMemAlloc GEMM workspaces torch does not
-    see), within the allocator's rounding of a few blocks."""
+    the arena plus what the plan lists outside it (less anything from cuMemAlloc, which torch does not
+    see: nothing, the GEMM workspaces are launch workspaces in the arena), within the allocator's
+    rounding of a few blocks; every launch takes its workspace from the arena; the program records
+    torch's counters at each phase of its build and first step."""
     from executor_support import attention_block, mlp_training_step
     from nova.compiler.executor import build
     from nova.runtime.cache import is_offline, mlir_available
@@ -244,8 +249,18 @@ def test_measured_peak_is_the_arena_plus_the_listed_outside(case_name):
             "attention": lambda: attention_block(B=2, T=40, heads=4, D=16)}[case_name]()
     state = case.inputs(4, "cuda")
     torch.cuda.synchronize()
-    program = build(pipeline(case.graph, outside_arena=account), "cuda")
+    planned = pipeline(case.graph, outside_arena=account)
+    program = build(planned, "cuda")
     program.run(state)
+    torch.cuda.synchronize()
     s = program.stats
     predicted = s["arena_bytes"] + s["outside_arena_bytes"] - s["outside_arena_driver_bytes"]
     assert s["arena_bytes"] <= s["measured_peak_bytes"] <= predicted + (2 << 20), program.describe()
+    assert s["outside_arena_driver_bytes"] == 0 and s["launch_workspaces_outside_arena_bytes"] == 0
+    assert s["launch_workspaces_in_arena"] == len(planned.memory.workspaces) > 0
+    phases = [p["phase"] for p in program.memory_phases]
+    assert phases == ["program build: before the arena", "program build: arena, constants, static slots",
+                      "first step: inputs bound, launches built (program workspaces)",
+                      "first step: executed once (warm-up)", "first step: captured as a CUDA graph"]
+    before, built = program.memory_phases[:2]
+    assert built["allocated_bytes"] - before["allocated_bytes"] >= s["arena_bytes"]

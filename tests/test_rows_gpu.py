@@ -1,7 +1,8 @@
 """The rows kernels on the GPU (skipped without one): every kind against a float64 reference on fresh
 random data, outputs (and the padding of strided rows) NaN-poisoned before the launch; odd row lengths,
-rows longer than a CTA holds in registers, non-contiguous rows, f32 / bf16 / f16; and compiled GPT-tiny
-and Llama-tiny steps against eager PyTorch.  Kernels compile online (MLIR on the device machine) or come
+rows longer than a CTA holds in registers, non-contiguous rows, f32 / bf16 / f16, operands of different
+types (the casts fused into the kernels); and compiled GPT-tiny and Llama-tiny steps (FP32 and bf16
+autocast) against eager PyTorch.  Kernels compile online (MLIR on the device machine) or come
 from the cache (``NOVA_OFFLINE=1``)."""
 from __future__ import annotations
 
@@ -239,6 +240,116 @@ def test_row_and_column_reductions_with_prologues(rows, n, dtype):
     b.check("out", a.amax(-1))
 
 
+# ------------------------------------------------------------------ casts fused: operands of other element types
+def with_types(p: RowsProblem, **dtypes) -> RowsProblem:
+    """``p`` with the named operands stored in other element types (what a rows kernel with its casts
+    fused reads and writes: ``nova/passes/rows_casts.py``)."""
+    fix = lambda ops: tuple(dataclasses.replace(o, dtype=dtypes.get(o.name, o.dtype)) for o in ops)  # noqa: E731
+    return dataclasses.replace(p, inputs=fix(p.inputs), outputs=fix(p.outputs))
+
+
+@pytest.mark.parametrize("rows, n, logits, dlogits, stride", [
+    (100, 32768, "bf16", "bf16", None), (64, 50257, "f16", "f32", None), (33, 97, "bf16", "f16", 104),
+    (9, 70001, "bf16", "bf16", None), (300, 4096, "f32", "bf16", None)])
+def test_cross_entropy_reads_16bit_logits_and_writes_its_gradient_in_another_type(rows, n, logits, dlogits, stride):
+    """The LM head's bf16 logits read as they are (FP32 inside), the gradient written in the GEMMs' type;
+    loss, lse and dloss f32.  70001: odd, and longer than a CTA holds (looped)."""
+    ignore = -100
+    x = _stored(_randn(rows, n, 3.0, 20), logits)
+    g = torch.Generator().manual_seed(21)
+    target = torch.randint(0, n, (rows,), generator=g)
+    target[::5] = ignore
+    p = strided(with_types(cli_problem("cross_entropy", rows, n, "f32"), logits=logits), stride)
+    b = Buffers(p)
+    b.put("logits", x), b.put("target", target)
+    b.poison_outputs()
+    b.run()
+    lse = torch.logsumexp(x, -1)
+    b.check("loss", torch.nn.functional.cross_entropy(x, target, ignore_index=ignore))
+    b.check("lse", lse)
+    xg = x.clone().requires_grad_()
+    dloss = torch.tensor(0.7, dtype=torch.float64)
+    torch.nn.functional.cross_entropy(xg, target, ignore_index=ignore).backward(dloss)
+    p = strided(with_types(cli_problem("cross_entropy", rows, n, "f32", backward=True), logits=logits,
+                           dlogits=dlogits), stride)
+    b = Buffers(p)
+    b.put("dloss", dloss), b.put("logits", x), b.put("target", target), b.put("lse", lse)
+    b.poison_outputs()
+    b.run()
+    b.check("dlogits", xg.grad)
+
+
+MIXED_NORM_CASES = [(300, 1001, "bf16", None), (4000, 512, "f16", None), (7, 70000, "bf16", None),
+                    (16411, 512, "bf16", None), (128, 768, "bf16", 800), (33, 4096, "f16", 4104)]
+
+
+@pytest.mark.parametrize("rows, n, low, stride", MIXED_NORM_CASES)
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+def test_norms_write_16bit_outputs_and_read_16bit_gradients(kind, rows, n, low, stride):
+    """f32 x normalized into a bf16/f16 y (the next GEMM's input); the backward's dy in bf16/f16 (that
+    GEMM's gradient), x and dx f32, the weight/bias gradients f32."""
+    x = _stored(_randn(rows, n, 2.0, 22) + 0.25, "f32")
+    w, bias = _stored(_randn(1, n, 1.0, 23)[0], "f32"), _stored(_randn(1, n, 1.0, 24)[0], "f32")
+    eps = 1e-5
+    p = strided(with_types(cli_problem(kind, rows, n, "f32"), y=low), stride)
+    b = Buffers(p)
+    b.put("x", x), b.put("weight", w)
+    if p.has("bias"):
+        b.put("bias", bias)
+    b.poison_outputs()
+    b.run()
+    if kind == "layernorm":
+        mean = x.mean(-1)
+        rstd = ((x - mean[:, None]) ** 2).mean(-1).add(eps).rsqrt()
+        b.check("y", (x - mean[:, None]) * rstd[:, None] * w + bias)
+        b.check("mean", mean)
+    else:
+        rstd = (x * x).mean(-1).add(eps).rsqrt()
+        b.check("y", x * rstd[:, None] * w)
+    b.check("rstd", rstd)
+    dy = _stored(_randn(rows, n, 1.0, 25), low)
+    xg, wg, bg = x.clone().requires_grad_(), w.clone().requires_grad_(), bias.clone().requires_grad_()
+    if kind == "layernorm":
+        y = torch.nn.functional.layer_norm(xg, (n,), wg, bg, eps)
+    else:
+        y = xg * (xg * xg).mean(-1, keepdim=True).add(eps).rsqrt() * wg
+    y.backward(dy)
+    p = strided(with_types(cli_problem(kind, rows, n, "f32", backward=True), dy=low), stride)
+    b = Buffers(p)
+    b.put("dy", dy), b.put("x", x), b.put("rstd", rstd), b.put("weight", w)
+    if kind == "layernorm":
+        b.put("mean", mean)
+    b.poison_outputs()
+    b.run()
+    b.check("dx", xg.grad)
+    b.check("dweight", wg.grad)
+    if p.has("dbias"):
+        b.check("dbias", bg.grad)
+
+
+@pytest.mark.parametrize("rows, n, low, stride", [(77, 33, "f16", None), (8, 300000, "bf16", None),
+                                                  (50, 2048, "bf16", 2176), (513, 95, "bf16", 100)])
+@pytest.mark.parametrize("kind", ["softmax", "log_softmax"])
+def test_softmax_writes_16bit_outputs_and_reads_16bit_gradients(kind, rows, n, low, stride):
+    x = _stored(_randn(rows, n, 4.0, 26), "f32")
+    fn = torch.softmax if kind == "softmax" else torch.log_softmax
+    p = strided(with_types(cli_problem(kind, rows, n, "f32"), y=low), stride)
+    b = Buffers(p)
+    b.put("x", x)
+    b.poison_outputs()
+    b.run()
+    b.check("y", fn(x, -1))
+    y = _stored(fn(x, -1), "f32")
+    dy = _stored(_randn(rows, n, 1.0, 27), low)
+    dx = y * (dy - (dy * y).sum(-1, keepdim=True)) if kind == "softmax" else dy - y.exp() * dy.sum(-1, keepdim=True)
+    p = strided(with_types(cli_problem(kind, rows, n, "f32", backward=True), dy=low), stride)
+    b = Buffers(p)
+    b.put("dy", dy), b.put("y", y)
+    b.poison_outputs()
+    b.run()
+    b.check("dx", dx)
+
+
 # ------------------------------------------------------------------ whole steps
 def _programs(step):
     return [e.engine.program for e in step._cache.values() if hasattr(getattr(e, "engine", None), "program")]
@@ -268,12 +379,41 @@ def test_compiled_tiny_steps_match_eager(model_name):
     assert not any("rows" in f or "references" in f for prog in programs for f in prog.stats["fallbacks"])
 
 
+@pytest.mark.parametrize("model_name", ["gpt", "llama"])
+def test_compiled_tiny_steps_match_eager_under_autocast(model_name):
+    """bf16 autocast: the norms, the loss and their backwards run on rows kernels with the casts around
+    them fused (bf16 operands), against eager autocast on the same GPU."""
+    import nova
+    from nova.models import GPT, Llama, TrainRecipe, make_train_step
+    model = (GPT("tiny", seed=0) if model_name == "gpt" else Llama("tiny", seed=0)).cuda()
+    twin = copy.deepcopy(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    opt_ref = torch.optim.AdamW(twin.parameters(), lr=1e-3)
+    recipe = TrainRecipe(autocast="bf16")
+    step, ref_step = nova.compile(make_train_step(model, opt, recipe)), make_train_step(twin, opt_ref, recipe)
+    vocab = model.config.vocab_size
+    g = torch.Generator(device="cuda").manual_seed(4)
+    for _ in range(3):
+        idx = torch.randint(0, vocab, (4, 16), device="cuda", generator=g)
+        tgt = torch.randint(0, vocab, (4, 16), device="cuda", generator=g)
+        loss, ref = step(idx, tgt), ref_step(idx, tgt)
+        assert rel(loss.detach(), ref.detach()) < 2e-2
+    worst = max(rel(p.detach(), q.detach()) for p, q in zip(model.parameters(), twin.parameters()))
+    assert worst < 2e-2
+    programs = _programs(step)
+    rows = [k.rows for prog in programs for launch in prog.launches for k in launch.kernels if k.rows is not None]
+    assert any(p.kind == "cross_entropy_backward" and p.operand("dlogits").dtype == "bf16" for p in rows)
+    assert any(p.kind == "cross_entropy" and p.operand("logits").dtype == "bf16" for p in rows)
+    assert not any("rows" in f or "references" in f for prog in programs for f in prog.stats["fallbacks"])
+
+
 # ------------------------------------------------------------------ precompiling this file's kernels (host)
 def _precompile(target: str) -> None:
     """Build every rows kernel the tests above launch into $NOVA_CACHE_DIR (a host with MLIR, no GPU):
     each kernel test runs with ``Buffers`` recording its problems instead of touching a GPU (the
     float64 references still compute on the CPU); the compiled steps' kernels come from
-    ``nova precompile train tiny|llama-tiny --batch 4 --seq 16``, printed for the caller to run."""
+    ``nova precompile train tiny|llama-tiny --batch 4 --seq 16 [--autocast bf16]``, printed for the caller
+    to run."""
     import collections
     import inspect
     from nova.hwmodel import get_target
@@ -318,6 +458,8 @@ def _precompile(target: str) -> None:
     print(f"# {len(set(problems))} rows problems for {target} ({', '.join(sorted(built))})")
     print(f"nova precompile train tiny --batch 4 --seq 16 --target {target}")
     print(f"nova precompile train llama-tiny --batch 4 --seq 16 --target {target}")
+    print(f"nova precompile train tiny --batch 4 --seq 16 --autocast bf16 --target {target}")
+    print(f"nova precompile train llama-tiny --batch 4 --seq 16 --autocast bf16 --target {target}")
 
 
 if __name__ == "__main__":

@@ -569,3 +569,95 @@ def test_hopper_cluster_kernel_launches_whole_clusters(fake_gpu):
     odd = dataclasses.replace(art, grid=(63, 1, 1))
     with pytest.raises(driver.NovaRuntimeError, match="not whole clusters of 2"):
         tma.HopperGemm(odd, schedule, fake_gpu.device, "gemm 64x48x32 tf32 NN -> f32")
+
+
+# --------------------------------------------------------------------------- a caller's workspace
+def test_workspace_layout_aligns_the_preps_and_the_partials():
+    """One launch's workspace: each prepped operand's copy, then the split-K partials (split x M x N
+    x f32), each on a 256-byte boundary; none for an mma.sync schedule."""
+    schedule = hopper_schedule((64, 30, 128, 32), (48, 30, 64, 32), prep="ab", split_k=4, split_reduction="workspace")
+    layout, total = tma.workspace_layout(schedule, 64, 48, 30)
+    a_bytes, b_bytes, w_bytes = 64 * 30 * 4, 48 * 30 * 4, 4 * 64 * 48 * 4
+    b_at = -(-a_bytes // 256) * 256
+    w_at = b_at + -(-b_bytes // 256) * 256
+    assert layout == {"a": (0, a_bytes), "b": (b_at, b_bytes), "w": (w_at, w_bytes)}
+    assert total == w_at + -(-w_bytes // 256) * 256 and all(off % tma.WORKSPACE_ALIGN == 0 for off, _ in layout.values())
+    assert tma.workspace_layout(make_schedule(), 64, 48, 30) == ({}, 0)
+
+
+def test_hopper_runs_in_a_callers_workspace_without_allocating(fake_gpu, monkeypatch):
+    """With ``workspace=`` the prep copies and the partials lie at the layout's offsets of the caller's
+    buffer (one plan per buffer, no cuMemAlloc); without it one cuMemAlloc of the whole workspace per
+    stream, carved the same way."""
+    allocated = _fake_workspace_driver(monkeypatch)
+    schedule = hopper_schedule((64, 32, 128, 32), (48, 32, 64, 32), prep="b", split_k=4, split_reduction="workspace",
+                               vector_c=4)
+    art = make_artifact(params=("tmap_a", "tmap_b", "W"))
+    art.meta.update(problem={"M": 64, "N": 48, "K": 32}, prep_kernels={"b": make_artifact(params=("src", "dst")).to_dict()},
+                    reduce_kernel=make_artifact(params=("W", "C", "bias")).to_dict())
+    hop = tma.HopperGemm(art, schedule, fake_gpu.device, "gemm 64x48x32 tf32 NN +bias -> f32")
+    layout, total = tma.workspace_layout(schedule, 64, 48, 32)
+    assert (hop.layout, hop.workspace_bytes) == (layout, total)
+    w_at = layout["w"][0]
+    for base in (0xA00000, 0xA00000, 0xB00000):
+        hop.run(0x10000, 0x20000, 0x30000, 0x40000, 5, workspace=base)
+    assert allocated == [] and set(hop.placed_plans) == {0xA00000, 0xB00000}
+    assert hop.preps["b"].launches == [((0x20000, 0xA00000), 5)] * 2 + [((0x20000, 0xB00000), 5)]
+    assert hop.main.launches[-1] == ((0x10008, 0xB00008, 0xB00000 + w_at), 5)
+    assert hop.reduce.launches[-1] == ((0xB00000 + w_at, 0x30000, 0x40000), 5)
+    hop.run(0x10000, 0x20000, 0x30000, 0x40000, 6)                         # no workspace: the stream's own
+    assert allocated == [total]
+    assert hop.preps["b"].launches[-1] == ((0x20000, 0xE0000), 6)
+    assert hop.reduce.launches[-1] == ((0xE0000 + w_at, 0x30000, 0x40000), 6)
+
+
+def test_matmul_takes_a_workspace_of_the_kernels_size(fake_stack, monkeypatch):
+    """``nova.matmul(..., workspace=)``: checked once against the kernel's ``workspace_bytes`` (too small,
+    misaligned: one-line ValueError, nothing launched), then handed to the Hopper launch."""
+    runs = []
+    monkeypatch.setattr(tma, "device_tensor_map", lambda device, ptr, *shape: ptr + 0x8)
+    monkeypatch.setattr(tma.HopperGemm, "run", lambda self, *a, **kw: runs.append((a, kw)))
+    monkeypatch.setattr(mm, "configure_schedule", lambda p, t: hopper_schedule(
+        (64, 32, 64, 32), (48, 32, 64, 32), prep="b", split_k=2, split_reduction="workspace", vector_c=4))
+
+    def hopper_artifact(p, s, t):
+        art = make_artifact(params=("tmap_a", "tmap_b", "W"))
+        art.meta.update(problem=p.to_dict(), prep_kernels={"b": make_artifact(params=("src", "dst")).to_dict()},
+                        reduce_kernel=make_artifact(params=("W", "C")).to_dict())
+        return art
+    monkeypatch.setattr(gemm_family, "compile_artifact", hopper_artifact)
+
+    def workspace(nbytes, ptr):
+        ws = FakeArray((nbytes,), "|u1", ptr=ptr)
+        ws.nbytes = nbytes
+        return ws
+    a, b, out = FakeArray((64, 32), ptr=0x10000), FakeArray((32, 48), ptr=0x20000), FakeArray((64, 48), ptr=0x30000)
+    nova.matmul(a, b, out=out, target="h200")
+    [resolved] = mm._kernels.values()
+    need = resolved.workspace_bytes
+    assert need == tma.workspace_layout(mm.configure_schedule(None, None), 64, 48, 32)[1] > 0
+    with pytest.raises(ValueError, match=f"workspace: {need - 1} bytes, the kernel of .* needs {need}"):
+        nova.matmul(a, b, out=out, target="h200", workspace=workspace(need - 1, 0xA00000))
+    with pytest.raises(ValueError, match="workspace: device pointer 0xa00080 is not 256-byte aligned"):
+        nova.matmul(a, b, out=out, target="h200", workspace=workspace(need, 0xA00080))
+    assert len(runs) == 1
+    nova.matmul(a, b, out=out, target="h200", workspace=workspace(need, 0xA00000))
+    assert runs == [((0x10000, 0x20000, 0x30000, None, 0), {}),
+                    ((0x10000, 0x20000, 0x30000, None, 0), {"workspace": 0xA00000})]
+
+
+def test_a_workspace_enters_the_signature_by_size_not_by_address(torch):
+    """Signature hits skip the workspace check, so a workspace's bytes (and that it is contiguous and
+    256-byte aligned) are part of the key; its address is not."""
+    a, b = FakeTensor((64, 32), torch.float32, 0x10000), FakeTensor((32, 48), torch.float32, 0x20000)
+
+    def workspace(nbytes, ptr, contiguous=True):
+        ws = FakeTensor((nbytes // 4,), torch.float32, ptr)
+        ws.nbytes, ws.is_contiguous = nbytes, (lambda: contiguous)
+        return ws
+    key = mm.signature(a, b, None, None, "none", None, False, False, workspace(4096, 0xA00000))
+    assert key == mm.signature(a, b, None, None, "none", None, False, False, workspace(4096, 0xB00000))
+    assert key != mm.signature(a, b, None, None, "none", None, False, False, workspace(2048, 0xA00000))
+    assert key != mm.signature(a, b, None, None, "none", None, False, False)
+    assert mm.signature(a, b, None, None, "none", None, False, False, workspace(4096, 0xA00010)) is None
+    assert mm.signature(a, b, None, None, "none", None, False, False, workspace(4096, 0xA00000, False)) is None

@@ -26,8 +26,13 @@ What a run measures, in order:
    after); tokens/s from the median repeat;
 5. peak memory over the whole run (torch: ``max_memory_allocated``/``max_memory_reserved``; JAX:
    ``device.memory_stats()['peak_bytes_in_use']``), and for torch also the peak of the timed phase;
-   with ``--memory-budget`` (nova, CUDA) the process is capped at the budget (``cap_memory``) and
+   with ``--memory-budget`` (nova, CUDA) the process is capped at the budget (``cap_memory``; not with
+   ``--no-memory-cap``) and
    the program's predicted memory is recorded beside its measured peak (``nova.program_memory``);
+   on CUDA the memory diagnostic (``memory_diagnostic``, ``nova.bench.memory_phases``, always on):
+   torch's counters at each phase (setup, the program's build, binding, warm-up and capture, the
+   first step, the end of the run) beside the plan's predicted components, also written when the
+   run fails (an out-of-memory error under the cap);
 6. the SM clock and board power, sampled with ``nvidia-smi`` every 100 ms, summarised over the
    timed windows.
 
@@ -53,8 +58,9 @@ import numpy as np
 
 from nova import options
 from nova.bench.harness import ClockSampler
+from nova.bench.memory_phases import MemoryDiagnostic
 from nova.bench.train_report import FRAMEWORKS, write_report
-from nova.cli.train import add_recipe_args
+from nova.models.recipe import add_recipe_args
 
 # AdamW hyper-parameters, identical in every framework (optax.adamw takes the same numbers).
 ADAMW = {"lr": 3e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}
@@ -219,7 +225,8 @@ def _base_environment() -> dict:
     import nova
     env = {"python": platform.python_version(), "numpy": np.__version__, "nova": nova.__version__,
            "nova_commit": _git_commit(), "host": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-           "NOVA_OFFLINE": options.current().offline}
+           "NOVA_OFFLINE": options.current().offline,
+           "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF")}
     return env
 
 
@@ -332,7 +339,10 @@ def _nova_compile():
     return fn
 
 
-def run_torch(args, cfg, tokens: np.ndarray, log) -> dict:
+def run_torch(args, cfg, tokens: np.ndarray, log, diagnostic: MemoryDiagnostic | None = None) -> dict:
+    """One PyTorch-based framework's run (module docstring); ``diagnostic`` records its memory phases
+    on CUDA (the caller writes its report, also when this raises)."""
+    diagnostic = diagnostic if diagnostic is not None else MemoryDiagnostic()
     torch = _torch_setup(args.device)
     nova_compile = _nova_compile() if args.framework == "nova" else None
     dev = torch.device(args.device)
@@ -342,8 +352,10 @@ def run_torch(args, cfg, tokens: np.ndarray, log) -> dict:
                  "tf32": {"matmul": torch.backends.cuda.matmul.allow_tf32,
                           "cudnn": torch.backends.cudnn.allow_tf32} if cuda else None}
     t_setup = time.perf_counter()
-    if cuda and nova_compile is not None and args.memory_budget is not None:
+    if cuda and nova_compile is not None and args.memory_budget is not None and not args.no_memory_cap:
         res["memory_cap"] = cap_memory(torch, dev, args.memory_budget)
+    if cuda:
+        diagnostic.start(torch, dev)
     model = build_torch_model(cfg, args.seed).to(dev)
     model.train()
     impl = {"default": {}, "foreach": {"foreach": True}, "fused": {"fused": True},
@@ -358,9 +370,11 @@ def run_torch(args, cfg, tokens: np.ndarray, log) -> dict:
     recipe = train_recipe(args)
     masks = torch.from_numpy(padding_masks(args.batch, args.seq, tokens.shape[0], args.seed)).to(dev) \
         if recipe.padded else None
-    res["data_device_bytes"] = idx.nbytes + tgt.nbytes + (masks.nbytes if masks is not None else 0)
+    res["data_device_bytes"] = diagnostic.data_device_bytes = \
+        idx.nbytes + tgt.nbytes + (masks.nbytes if masks is not None else 0)
     res["recipe"] = {"autocast": recipe.autocast, "padded": recipe.padded, "clip_grad_norm": recipe.clip_grad_norm,
                      "describe": recipe.describe()}
+    diagnostic.mark("setup: model, optimizer and data on the device")
 
     fwd = model
     if args.framework == "compile":
@@ -380,6 +394,7 @@ def run_torch(args, cfg, tokens: np.ndarray, log) -> dict:
         compiled = nova_compile(train_step, **({"memory_budget": args.memory_budget} if args.memory_budget else {}))
         res["nova"] = {"compile_call_s": time.perf_counter() - t0, "backend": getattr(compiled, "backend", None),
                        "memory_budget": getattr(compiled, "memory_budget", None)}
+        diagnostic.compiled = compiled
 
         def step(*batch):
             try:
@@ -390,10 +405,16 @@ def run_torch(args, cfg, tokens: np.ndarray, log) -> dict:
         torch.cuda.synchronize()
     res["setup_s"] = time.perf_counter() - t_setup
 
+    first = [True]
+
     def run_step(i):
         loss = step(idx[i], tgt[i], *((masks[i],) if masks is not None else ()))
         if scheduler is not None:
             scheduler.step()
+        if first[0] and diagnostic.active:
+            first[0] = False
+            torch.cuda.synchronize(dev)
+            diagnostic.mark("first step returned (synchronised)")
         return loss
 
     def sync():
@@ -429,6 +450,7 @@ def run_torch(args, cfg, tokens: np.ndarray, log) -> dict:
             return plain_timer(fn)
     res["timing_method"] = "cuda-events around the loop" if cuda else "host clock around the loop (cpu)"
     res.update(measure(run_step, sync, loss_values, timer, args, tokens.shape[0], log))
+    diagnostic.mark("run done: after the timed repeats")
 
     if nova_compile is not None:
         res["nova"].update(_nova_report(compiled))
@@ -518,7 +540,8 @@ def _nova_report(step) -> dict:
     if program is not None:            # the plan's prediction beside the program's measured peak
         out["program_memory"] = {k: program.stats.get(k) for k in (
             "arena_bytes", "peak_bytes", "outside_arena_bytes", "outside_arena_driver_bytes", "constants_bytes",
-            "static_input_bytes", "scratch_bytes", "workspace_bytes", "measured_peak_bytes")}
+            "static_input_bytes", "scratch_bytes", "workspace_bytes", "launch_workspace_bytes",
+            "launch_workspaces_in_arena", "launch_workspaces_outside_arena_bytes", "measured_peak_bytes")}
     explain = getattr(step, "explain", None)
     if callable(explain):
         import contextlib
@@ -652,6 +675,7 @@ def run_one(args) -> int:
                               "timed": args.timed, "repeats": args.repeats},
                  "environment": _base_environment()}
     clocks = ClockSampler().start() if args.device == "cuda" else None
+    diagnostic = MemoryDiagnostic()
     status = 0
     try:
         if args.framework == "nova":
@@ -681,7 +705,7 @@ def run_one(args) -> int:
             rec.update(run_jax(args, cfg, state_dict, tokens, log))
             del state_dict
         else:
-            rec.update(run_torch(args, cfg, tokens, log))
+            rec.update(run_torch(args, cfg, tokens, log, diagnostic))
     except Unavailable as e:
         rec.update(status="unavailable", error=str(e))
         print(f"nova.bench.train: {args.framework}: {e}", file=sys.stderr, flush=True)
@@ -694,6 +718,10 @@ def run_one(args) -> int:
         line = (oom_line(e, args.memory_budget) if args.memory_budget is not None else None) or \
             f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         rec.update(status="error", error=line, traceback=traceback.format_exc())
+        try:
+            diagnostic.mark(f"run failed: {type(e).__name__}")
+        except Exception:
+            pass
         print(f"nova.bench.train: {args.framework}: {line}", file=sys.stderr, flush=True)
         if options.debug():
             traceback.print_exc()
@@ -703,6 +731,12 @@ def run_one(args) -> int:
             clocks.stop()
             windows = rec.get("timing", {}).get("windows_unix_s", [])
             rec["clocks"] = clocks.summary([tuple(w) for w in windows], t_proc)
+        try:
+            memory = diagnostic.report()
+        except Exception as e:        # the diagnostic never hides the run's own result
+            memory = {"error": f"{type(e).__name__}: {e}"}
+        if memory is not None:
+            rec["memory_diagnostic"] = memory
     rec["wall_s"] = time.time() - t_proc
     out.write_text(json.dumps(rec, indent=1, allow_nan=False) + "\n")
     log(f"wrote {out} ({rec['status']})")
@@ -727,6 +761,8 @@ def _child_argv(args, framework: str) -> list[str]:
         argv += ["--seq", str(args.seq)]
     if args.memory_budget is not None:
         argv += ["--memory-budget", args.memory_budget]
+    if args.no_memory_cap:
+        argv += ["--no-memory-cap"]
     return argv
 
 
@@ -784,6 +820,9 @@ def parser(prog: str = "python3 -m nova.bench.train") -> argparse.ArgumentParser
                          "process is also capped at SIZE (torch.cuda.set_per_process_memory_fraction(SIZE / "
                          "device memory), before the model is built), so an out-of-memory error, reported in one "
                          "line naming the budget, means the step needs more than its budget")
+    ap.add_argument("--no-memory-cap", action="store_true",
+                    help="with --memory-budget: plan the step under the budget but leave the process uncapped (the "
+                         "memory diagnostic then measures the whole step even where it needs more than its budget)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--compile-mode", default="default",

@@ -64,20 +64,49 @@ class Kernel:
 @dataclass
 class KernelContext:
     """What builders need besides the tensors: the device kind the program runs on ("cpu" or
-    "cuda"; the tensors may be meta during a dry run) and a static workspace allocator."""
+    "cuda"; the tensors may be meta during a dry run), a static workspace allocator, and the launch
+    workspaces the plan placed in the arena (``launch_workspace``)."""
     kind: str
     device: torch.device
     workspaces: list = field(default_factory=list)
     group: int | None = None                           # the group whose kernels are being built
     owners: list = field(default_factory=list)         # the group of each workspace
+    arena: object = None                               # the program's arena (uint8) the launch workspaces lie in
+    placed: dict = field(default_factory=dict)         # group -> (arena offset, bytes): MemoryPlan.workspaces
+    needs: dict = field(default_factory=dict)          # group -> (bytes, what): the launch workspace it asked for
+    private: list = field(default_factory=list)        # (group, tensor): launch workspaces the plan does not hold
+    shared: object = None                              # one buffer every unplaced launch workspace shares (uint8)
+    target: object = None                              # GPUModel the Nova kernels are sized for (None: the device's)
 
     def workspace(self, shape, dtype, fill=None):
-        """A buffer allocated once for the program's lifetime (not in the arena), optionally filled."""
+        """A buffer allocated once for the program's lifetime (not in the arena), optionally filled:
+        for contents that outlive one launch (an argument table written at bind, a padding that
+        stays +inf) and the ATen fallbacks' scratch."""
         t = torch.empty(tuple(shape), dtype=dtype, device=self.device)
         if fill is not None:
             t.fill_(fill)
         self.workspaces.append(t)
         self.owners.append(self.group)
+        return t
+
+    def launch_workspace(self, nbytes: int, what: str):
+        """``nbytes`` of scratch (uint8) that the current group's kernels write and read within its launch
+        only: the arena bytes the plan placed for the group (``MemoryPlan.workspaces``); else the start of
+        ``shared``, the one buffer of the program that every launch the plan places no workspace for
+        shares (launches run one after the other on one stream); else a buffer of its own, listed in
+        ``private``.  None for 0 bytes.  Every kernel of a group shares the group's one workspace (they
+        run one after the other); its size is the largest asked for."""
+        if nbytes <= 0:
+            return None
+        if nbytes > self.needs.get(self.group, (0, ""))[0]:
+            self.needs[self.group] = (nbytes, what)
+        placed = self.placed.get(self.group)
+        if placed is not None and placed[1] >= nbytes and self.arena is not None:
+            return self.arena[placed[0]:placed[0] + nbytes]
+        if self.shared is not None and self.shared.numel() >= nbytes:
+            return self.shared[:nbytes]
+        t = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+        self.private.append((self.group, t))
         return t
 
     @property

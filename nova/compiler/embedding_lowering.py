@@ -7,11 +7,10 @@ CUDA: every operand is the tensor the program bound to its value; the kernels ad
 and the rows with the problem's static strides, so a binding whose layout differs from the planned one
 (a strided tensor where a dense one was planned, a misaligned base) runs the op's reference instead,
 with a note in ``Program.stats["fallbacks"]``.  The backward's workspace (sort counts, keys and
-positions) is a static buffer of the program, so a CUDA graph captures the launches.
+positions) is written and read within its launch: the launch workspace the plan places in the arena
+(``KernelContext.launch_workspace``), at a fixed address, so a CUDA graph captures the launches.
 """
 from __future__ import annotations
-
-import torch
 
 from nova.compiler.aten_kernels import Kernel, build_kernel, reference_kernel
 from nova.compiler.role_kernels import RoleKernels, device_target, meta_only
@@ -45,22 +44,18 @@ def embedding_kernels(group, nodes, tensors, ctx, note) -> list[Kernel]:
     p = group.embedding
     named = {name: tensors[v] for name, v in group.bindings.items()}
     what = f"nova embedding {p.direction} ({p.count}x{p.dim} of {p.vocab} rows)"
-    if ctx.device.type == "meta":
-        from nova.kernels.embedding.abi import workspace_layout
-        from nova.kernels.embedding.derive import configure_embedding
-        from nova.hwmodel import get_target
-        # the dry run only sizes the workspace for the stats; the bound program sizes it for its device
-        nbytes = workspace_layout(p, configure_embedding(p, get_target("h200")).schedule)[1]
-        ctx.workspace((max(1, nbytes),), torch.uint8)
+    from nova.kernels.embedding.abi import workspace_layout
+    from nova.kernels.embedding.launch import LAUNCHER, schedule_for
+    if ctx.device.type == "meta":       # the dry run states the workspace the plan places
+        nbytes = workspace_layout(p, schedule_for(p, device_target(ctx)))[1]
+        ctx.launch_workspace(nbytes, f"embedding workspace of {p.direction} {p.count}x{p.dim}")
         return [Kernel(meta_only, what, embedding=p)]
     why = layout_reason(p, named)
     if why:
         note(f"group {group.index}: {nodes[0].op} on its reference ({why})")
         return [reference_kernel(n, [tensors[v] for v in n.inputs], [tensors[v] for v in n.outputs], ctx, why)
                 for n in nodes]
-    from nova.kernels.embedding.abi import workspace_layout
-    from nova.kernels.embedding.launch import LAUNCHER, schedule_for
     nbytes = workspace_layout(p, schedule_for(p, device_target(ctx)))[1]
-    workspace = ctx.workspace((max(1, nbytes),), torch.uint8)
+    workspace = ctx.launch_workspace(nbytes, f"embedding workspace of {p.direction} {p.count}x{p.dim}")
     pointers = {name: t.data_ptr() for name, t in named.items()}
     return [Kernel(RoleKernels(LAUNCHER, p, pointers, workspace, ctx.device), what, embedding=p)]

@@ -54,10 +54,16 @@ Launches.  One per group, in the plan's order: ``matmul`` nodes on Nova GEMMs (C
 their producers) on its rows kernels (CUDA), its nodes' IR references on CPU
 (``nova/compiler/rows_lowering.py``); a Nova embedding group (gather, deterministic scatter-add) on its
 embedding kernels (CUDA), its node's ATen kernel on CPU (``nova/compiler/embedding_lowering.py``); a Nova pointwise group on its kernel (CUDA) or its nodes'
-IR reference (CPU); a Nova optimizer group on one multi-tensor kernel (CUDA: pointers in an
+IR reference (CPU), and so a concat or a copying view the plan gives a pointwise kernel (the copy
+launched over its input's shape, its output viewed so); a Nova optimizer group on one multi-tensor kernel (CUDA: pointers in an
 argument table written at bind, ``nova/kernels/optimizer``) or ATen's foreach kernels (CPU, and
 CUDA tensors the kernel cannot take, noted); every other op on ATen kernels writing into the output
-tensors (``nova/compiler/aten_kernels.py``); free views and constants launch nothing.
+tensors (``nova/compiler/aten_kernels.py``); free views and constants launch nothing.  What a
+group's kernels write and read within their launch only (a Nova GEMM's operand preps and split-K
+partials, a rows kernel's partials, the embedding backward's sort buffers) is the group's launch
+workspace: the arena bytes the plan placed for it (``MemoryPlan.workspaces``,
+``KernelContext.launch_workspace``); a plan that places none (made without
+``nova.compiler.outside_arena.account``) gets one buffer every launch shares.
 
 CUDA.  The first ``run`` binds the inputs, resolves every Nova kernel (offline mode: a missing one
 raises Nova's one-line ``NotPrecompiledError`` before anything runs), executes the step once on a
@@ -74,8 +80,10 @@ value.  ``stats["measured_peak_bytes"]`` (CUDA) is ``torch.cuda.max_memory_alloc
 and the first step (warm-up and capture) minus what was allocated before build; build resets the
 device's peak counter.  It compares with the plan's arena + ``stats["outside_arena_bytes"]`` (what
 the plan lists outside the arena, ``nova/compiler/outside_arena.py``) less
-``stats["outside_arena_driver_bytes"]`` (GEMM workspaces allocated by cuMemAlloc, which
-torch's counter does not see).
+``stats["outside_arena_driver_bytes"]`` (anything allocated by cuMemAlloc, which torch's counter does
+not see; none since the GEMM workspaces are launch workspaces).  ``memory_phases`` (CUDA) records
+torch's counters and the device's used memory at each stage of the build and the first step.
+``release()`` frees the program's device memory until its next run.
 """
 from __future__ import annotations
 
@@ -208,6 +216,18 @@ class Program:
             from nova.runtime.driver import NovaRuntimeError
             self._nova_errors = (NovaRuntimeError,)
         self._use_graph = self.device.type == "cuda" and (cuda_graph is None or cuda_graph)
+        self._sizing = None                  # GPUModel the launches' workspaces are sized for (meta: the plan's
+        self._gemm_sizing = None             # target; CUDA: the device's, and the GEMMs' nova.matmul resolves)
+        if self.device.type == "meta":
+            from nova.hwmodel import get_target
+            named = target if target is not None else getattr(planned, "target", None)
+            self._sizing = get_target(named if named is not None else "h200")
+        self._takes_workspace = self.device.type == "meta"     # the GEMM backend takes launch workspaces
+        if self.device.type == "cuda":
+            from nova.runtime.matmul import matmul
+            self._takes_workspace = gemm is matmul
+        self.memory_phases: list[dict] = []  # CUDA: torch's counters at each stage of build and first step
+        self._phases_done = False
         self._input_index = {spec.value: i for i, spec in enumerate(self.graph.inputs)}
         self._dtypes = [torch_dtype(spec.value.type.dtype) for spec in self.graph.inputs]
         self._fallbacks: list[str] = []
@@ -218,14 +238,21 @@ class Program:
             torch.cuda.synchronize(self.device)
             self._mem_base = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
+            self._memory_phase("program build: before the arena")
         self.store = self._allocate(self.device, poison)
         self._fill_constants(self.store)
+        self._memory_phase("program build: arena, constants, static slots")
         # a dry run on meta tensors: what the launches will be, before any input is seen
         meta_store = self._allocate(torch.device("meta"), False, per_call_areas=True)
         meta_inputs = [torch.empty(spec.value.type.shape, dtype=dt, device="meta")
                        for spec, dt in zip(self.graph.inputs, self._dtypes)]
         self._dry_launches, self._dry_ctx = self._make_launches(self._resolve(meta_store, meta_inputs),
-                                                                torch.device("meta"))
+                                                                torch.device("meta"), meta_store["arena"])
+        # launch workspaces the plan places nowhere (a plan made without the compiler's account): one
+        # buffer they all share, as large as the largest, allocated at bind
+        self._unplaced = {g: n for g, (n, _) in self._dry_ctx.needs.items()
+                          if self.plan.workspaces.get(g, (0, 0))[1] < n}
+        self._shared_workspace = None
         self._tensors = None                 # Value -> tensor, once bound
         self._launches = None
         self._ctx = None
@@ -396,7 +423,8 @@ class Program:
     def _check_arena_lifetimes(self) -> None:
         """Values the plan puts on shared arena bytes must be alive at different times, in the
         order the groups run: [first write, last read (through views too; outputs: the end)].
-        An elementwise node may write its result exactly over an input it reads last (in place)."""
+        An elementwise node may write its result exactly over an input it reads last (in place).
+        A group's launch workspace is alive over its nodes and shares its bytes with nothing alive then."""
         g = self.graph
         order = [n for group in self.plan.groups for n in group.nodes]
         position = {n: i for i, n in enumerate(order)}
@@ -427,29 +455,44 @@ class Program:
             if root.get(o.value) in live:
                 live[root[o.value]][1] = end
 
-        def span(v):
-            _, offset, strides = arena[v]
-            nbytes = v.type.nbytes if strides is None else _strided_bytes(v.type.shape, strides, v.type.itemsize)
-            return offset, offset + nbytes
-
         def in_place(a, b):         # b written over a by an elementwise node (or kernel) that reads a last
             n = b.producer
             readers = self._kernel_group[n].nodes if n in self._kernel_group else [n]
             return n is not None and writes_in_place(n) and \
                 any(x is a or root.get(x) is a for r in readers for x in r.inputs) and span(a) == span(b)
 
-        values = sorted((v for v in arena if v.type.nbytes), key=lambda v: span(v)[0])
+        # a group's launch workspace: live over its nodes' positions, in place with nothing
+        for index, (offset, nbytes) in self.plan.workspaces.items():
+            nodes = self.plan.groups[index].nodes
+            key = ("workspace", index)
+            arena[key] = ("arena", offset, None)
+            live[key] = [min(position[n] for n in nodes), max(position[n] for n in nodes)]
+
+        def span(v):
+            _, offset, strides = arena[v]
+            if isinstance(v, tuple):
+                return offset, offset + self.plan.workspaces[v[1]][1]
+            nbytes = v.type.nbytes if strides is None else _strided_bytes(v.type.shape, strides, v.type.itemsize)
+            return offset, offset + nbytes
+
+        def what(v):
+            return f"the launch workspace of group {v[1]}" if isinstance(v, tuple) else str(v.type)
+
+        values = sorted((v for v in arena if span(v)[1] > span(v)[0]), key=lambda v: span(v)[0])
         active = []
         for v in values:
             start, stop = span(v)
             active = [u for u in active if span(u)[1] > start]
             for u in active:
                 (uw, ur), (vw, vr) = live[u], live[v]
-                if ur < vw or vr < uw or (ur == vw and in_place(u, v)) or (vr == uw and in_place(v, u)):
+                if ur < vw or vr < uw:
+                    continue
+                if not isinstance(u, tuple) and not isinstance(v, tuple) and \
+                        ((ur == vw and in_place(u, v)) or (vr == uw and in_place(v, u))):
                     continue
                 lo, hi = max(start, span(u)[0]), min(stop, span(u)[1])
-                raise ExecutorError(f"{g.name}: the plan puts {u.type} (live over launches {uw}..{ur}) and "
-                                    f"{v.type} (live over {vw}..{vr}) on the same arena bytes [{lo}, {hi}) "
+                raise ExecutorError(f"{g.name}: the plan puts {what(u)} (live over launches {uw}..{ur}) and "
+                                    f"{what(v)} (live over {vw}..{vr}) on the same arena bytes [{lo}, {hi}) "
                                     f"at the same time")
             active.append(v)
 
@@ -586,8 +629,14 @@ class Program:
         return tensors
 
     # ------------------------------------------------------------------ launches
-    def _make_launches(self, tensors, device) -> tuple[list, KernelContext]:
-        ctx = KernelContext(self.kind, device)
+    def _make_launches(self, tensors, device, arena) -> tuple[list, KernelContext]:
+        """The launches over ``tensors`` on ``device`` (meta: the dry run), each group's launch workspace
+        in ``arena`` where the plan placed it (``KernelContext.launch_workspace``)."""
+        meta = device.type == "meta"
+        if not meta and self._unplaced and self._shared_workspace is None:    # stats: launch_workspaces_outside_arena_bytes
+            self._shared_workspace = torch.empty(max(self._unplaced.values()), dtype=torch.uint8, device=device)
+        ctx = KernelContext(self.kind, device, arena=arena, placed=dict(self.plan.workspaces),
+                            shared=None if meta else self._shared_workspace, target=self._sizing)
         g = self.graph
         users = g.users()
         self._users, self._outputs_set = users, set(g.output_values())
@@ -622,7 +671,7 @@ class Program:
                     if use_nova and launch.backend != "nova":
                         self._note(f"group {group.index}: matmul {node.inputs[0].type} x {node.inputs[1].type} "
                                    f"on torch.matmul ({launch.reason})")
-                    kernels.append(launch.kernel(self._gemm, self.target))
+                    kernels.append(launch.kernel(self._gemm, self.target, self._gemm_workspace(launch, ctx)))
                     gemms.append(launch)
                     i += 1 + len(launch.epilogue)
                 elif node.op == "adamw":           # consecutive compatible updates: one foreach batch
@@ -643,7 +692,26 @@ class Program:
                     i += 1
             if kernels:
                 launches.append(Launch(group.index, group.kind, list(group.nodes), kernels, gemms))
+        if not meta:
+            for group, t in ctx.private:
+                self._note(f"group {group}: its launch workspace ({t.numel()} bytes) is not in the plan's arena: "
+                           f"a buffer of its own")
         return launches, ctx
+
+    def _gemm_workspace(self, launch, ctx):
+        """The launch workspace of a Nova GEMM launch (its calls run one after the other and share it):
+        the largest ``nova.runtime.tma.workspace_layout`` of its problems' schedules on the target the
+        launches run on; None without one, or when the GEMM backend takes none (CPU, an emulation)."""
+        if launch.backend != "nova" or not self._takes_workspace:
+            return None
+        from nova.compiler.gemm_lowering import workspace_bytes
+        if self._gemm_sizing is None:         # what nova.matmul(target=self.target) configures for
+            from nova.runtime import driver
+            from nova.runtime.matmul import resolve_target
+            self._gemm_sizing = self._sizing or resolve_target(self.target, driver.get_device(self.device.index))
+        problems = launch.problems()
+        nbytes = max(workspace_bytes(p, self._gemm_sizing) for p in problems)
+        return ctx.launch_workspace(nbytes, f"GEMM workspace of {problems[0].describe()}")
 
     def _pointwise_kernel(self, group, tensors, device) -> Kernel:
         """A Nova pointwise group: its kernel on CUDA (pointers bound now; a meta dry run only records the
@@ -651,25 +719,26 @@ class Program:
         (the kernel's semantics: every input read before any output is written)."""
         from nova.kernels.pointwise.launch import bind, mismatch
         from nova.passes.fusion import boundary
-        from nova.passes.pointwise_from_ir import literal_inputs
+        from nova.passes.pointwise_from_ir import kernel_operands
         problem = group.pointwise
         ins, outs = boundary(group.nodes, self._users, self._outputs_set)
-        literals = literal_inputs(ins)
-        operands = [v for v in ins if v not in literals]                 # literals are in the program
+        operands = kernel_operands(group.nodes, ins)                     # literals are in the program
         in_t, out_t = [tensors[v] for v in operands], [tensors[v] for v in outs]
+        copy = opdef(group.nodes[0].op).kind == "view"                   # a reshape's copy runs over its input
+        launch_out = [o.view(tuple(in_t[0].shape)) for o in out_t] if copy else out_t
         why = ""
         if self.kind == "cuda":
-            why = mismatch(problem, in_t, out_t) if device.type != "meta" else ""
+            why = mismatch(problem, in_t, launch_out) if device.type != "meta" else ""
             if not why:
                 if device.type == "meta":
                     return Kernel(lambda: None, f"nova pointwise kernel ({problem.describe()})", pointwise=problem)
-                launch = bind(problem, in_t, out_t, self.target)
+                launch = bind(problem, in_t, launch_out, self.target)
                 return Kernel(launch, f"nova pointwise kernel ({problem.describe()})", pointwise=problem)
             self._note(f"group {group.index}: pointwise kernel not used ({why}): IR reference")
         nodes = list(group.nodes)
 
         def run():
-            env = dict(zip(operands, in_t)) | {v: tensors[v] for v in literals}
+            env = {v: tensors[v] for v in ins}
             with torch.device(device):
                 for node in nodes:
                     res = opdef(node.op).reference(torch, *[env[v] for v in node.inputs], **node.attrs)
@@ -740,7 +809,7 @@ class Program:
             store = {**self.store, **{area: _unowned(t) for area, t in step.items()}}
         tensors = self._resolve(store, by_index)
         self._fallbacks = [f for f in self._fallbacks if not f.startswith("group ")]
-        launches, ctx = self._make_launches(tensors, self.device)
+        launches, ctx = self._make_launches(tensors, self.device, store["arena"])
         if self._nova_errors:
             self._resolve_nova_kernels(launches)      # before any state changes: a miss leaves the program unbound
         self._tensors, self._launches, self._ctx = tensors, launches, ctx
@@ -756,6 +825,7 @@ class Program:
         self.stats.update(counters, measured_peak_bytes=measured)
         if rebinding:
             self.stats["rebinds"] += 1
+        self._memory_phase("first step: inputs bound, launches built (program workspaces)")
 
     def _binding_key(self, step, inputs) -> tuple:
         """The addresses a per-call binding is made for: this run's buffers, and each input read in
@@ -854,6 +924,9 @@ class Program:
         inputs = list(inputs)
         self._check_inputs(inputs)
         with torch.no_grad():            # parameters require grad; the step writes them in place, out= everywhere
+            if self.store is None:       # released: its memory again, then a new binding and capture
+                self.store = self._allocate(self.device, False)
+                self._fill_constants(self.store)
             step = None
             if self.per_call:
                 step = self._step_storage(self.device, self.poison)
@@ -872,6 +945,21 @@ class Program:
                 self._cuda_graph.replay()
             self.stats["runs"] += 1
             return self._outputs(inputs, step)
+
+    def release(self) -> None:
+        """Free the program's device memory now (the arena and its other areas, workspaces, launches,
+        the CUDA graph and its pool); the next ``run`` allocates them again, binds and captures (a
+        rebind).  Outputs already returned are the caller's (clones or the caller's own tensors)."""
+        if self.store is None:
+            return
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self._cuda_graph = self._launches = self._ctx = self._tensors = None
+        self._bound, self._bound_refs, self._staged = {}, [], []
+        self._key, self._bindings, self._graph_pool = None, {}, None     # per call: every kept binding
+        self.store = self._shared_workspace = None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()         # back to the device: the next arena may be larger
 
     def _execute(self) -> None:
         index = -1
@@ -899,6 +987,7 @@ class Program:
         with torch.cuda.device(self.device), torch.cuda.stream(stream):
             self._execute()
         current.wait_stream(stream)
+        self._memory_phase("first step: executed once (warm-up)")
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.device(self.device), torch.cuda.graph(graph, stream=stream, pool=self._graph_pool):
@@ -912,9 +1001,27 @@ class Program:
         if self.per_call:                    # the bindings' graphs never run at the same time: one pool
             self._graph_pool = graph.pool()
         self.stats["captures"] += 1
+        self._memory_phase("first step: captured as a CUDA graph")
+        self._phases_done = True
         if self.stats.get("measured_peak_bytes") is None:
             torch.cuda.synchronize(self.device)
             self.stats["measured_peak_bytes"] = torch.cuda.max_memory_allocated(self.device) - self._mem_base
+
+    def _memory_phase(self, phase: str) -> None:
+        """CUDA, the first build and step only: torch's allocator counters and the device's used memory
+        (``cudaMemGetInfo``: also what torch does not allocate, the CUDA context and ``cuMemAlloc``)
+        now, appended to ``memory_phases`` (``nova.bench.train``'s memory diagnostic reads them)."""
+        if self.device.type != "cuda" or self._phases_done:
+            return
+        import time
+        free, total = torch.cuda.mem_get_info(self.device)
+        self.memory_phases.append({
+            "phase": phase, "t": time.perf_counter(),
+            "allocated_bytes": torch.cuda.memory_allocated(self.device),
+            "reserved_bytes": torch.cuda.memory_reserved(self.device),
+            "max_allocated_bytes": torch.cuda.max_memory_allocated(self.device),
+            "max_reserved_bytes": torch.cuda.max_memory_reserved(self.device),
+            "device_used_bytes": total - free})
 
     def _outputs(self, inputs, step=None) -> list:
         if self.per_call:
@@ -967,6 +1074,12 @@ class Program:
         """``[(group index, tensor)]``: the static workspaces the launches took (``KernelContext.workspace``)."""
         ctx = self._ctx if self._ctx is not None else self._dry_ctx
         return list(zip(ctx.owners, ctx.workspaces))
+
+    def launch_workspaces(self) -> dict:
+        """``{group index: (bytes, what)}``: the launch workspace each group's kernels asked for
+        (``KernelContext.launch_workspace``), which the plan places in the arena."""
+        ctx = self._ctx if self._ctx is not None else self._dry_ctx
+        return dict(ctx.needs)
 
     # ------------------------------------------------------------------ inspection
     def static_input(self, i: int):
@@ -1058,6 +1171,11 @@ class Program:
             "output_buffer_bytes": sum(n for _, n in self._pieces),
             "in_place_inputs": sum(self.loc[s.value][0] == "input" and s.role not in BOUND_ROLES
                                    for s in self.graph.inputs),
+            "launch_workspace_bytes": sum(n for n, _ in ctx.needs.values()),
+            "launch_workspaces_in_arena": sum(g in self.plan.workspaces and self.plan.workspaces[g][1] >= n
+                                              for g, (n, _) in ctx.needs.items()),
+            "launch_workspaces_outside_arena_bytes": sum(t.numel() for _, t in ctx.private) + (
+                0 if ctx.shared is None else ctx.shared.numel()),
             "measured_peak_bytes": None,
             "donated_outputs": sum(k == "donated" for k in outputs),
             "cloned_outputs": sum(self.returns_clone(o) for o in self.graph.outputs),
@@ -1075,7 +1193,8 @@ class Program:
             f"({kinds}), {s['free_groups']} free (views, constants); {mode}",
             f"memory: arena {_fmt_bytes(s['arena_bytes'])} (plan peak {_fmt_bytes(s['peak_bytes'])}), constants "
             f"{_fmt_bytes(s['constants_bytes'])}, static inputs {_fmt_bytes(s['static_input_bytes'])}, scratch "
-            f"{_fmt_bytes(s['scratch_bytes'])}, workspace {_fmt_bytes(s['workspace_bytes'])}"
+            f"{_fmt_bytes(s['scratch_bytes'])}, workspace {_fmt_bytes(s['workspace_bytes'])}, launch workspaces "
+            f"{_fmt_bytes(s['launch_workspace_bytes'])} ({s['launch_workspaces_in_arena']} in the arena)"
             + (f"; measured peak {_fmt_bytes(s['measured_peak_bytes'])}"
                if s["measured_peak_bytes"] is not None else ""),
             f"per step: {s['kernels']} kernels ({s['nova_gemm_launches']} Nova GEMM launches, {s['torch_gemms']} "

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from nova.compiler import cost
 from nova.compiler.attention_nodes import attention_problem
 from nova.ir.graph import Node
+from nova.kernels.pointwise.problem import PointwiseProblem
 from nova.passes.embedding import EMBEDDING_OPS
 from nova.passes.fusion import OPTIMIZER_UPDATES
 
@@ -92,6 +93,12 @@ def _gemm_report(group, target) -> tuple[float, str, str, dict | None]:
     cfg = configure(group.problem, target)
     t = cfg.calibrated_time_us or cfg.prediction.time_us
     s = cfg.schedule
+    if cfg.skinny:             # the same keys as the tiles' (the GEMM schedules table reads them)
+        schedule = {"kernel": "skinny", "tile": s.label(), "stages": "-", "split_k": s.splits,
+                    "split_reduction": "workspace" if s.split else None, "instruction": "fma.rn.f32 (CUDA cores)",
+                    "swap_ab": False, "persistent": False, "model_us": round(cfg.prediction.time_us, 2),
+                    "calibrated_us": None}
+        return t, cfg.prediction.bound, f"configure({group.problem.describe()})", schedule
     schedule = {"tile": f"{s.block_m}x{s.block_n}x{s.block_k}", "stages": s.stages, "split_k": s.split_k,
                 "split_reduction": s.split_reduction if s.split_k > 1 else "stream_k" if s.stream_k else None,
                 "instruction": str(s.mma), "swap_ab": s.swap_ab, "persistent": s.persistent,
@@ -217,7 +224,7 @@ def kernel_reports(planned, target) -> list[KernelReport]:
     for index, group in enumerate(planned.groups):
         if group.kernel == "none" or group.kind == "collective":      # collectives: nova.compiler.communication
             continue
-        node = group.nodes[0]
+        node = group.head
         name, schedule, kernel, kinds = _group_name(group), None, group.kernel, None
         if group.kind == "gemm" and group.problem is not None:
             t, bound, formula, schedule = _gemm_report(group, target)
@@ -225,7 +232,7 @@ def kernel_reports(planned, target) -> list[KernelReport]:
         elif node.op in ("attention", "attention_backward"):
             t, bound, formula, kernel, schedule = _attention_report(group, node, target)
             model = "attention configurator" if kernel == "nova" else "fp32 attention"
-        elif group.kind == "pointwise" and group.kernel == "nova":
+        elif group.kernel == "nova" and isinstance(group.problem, PointwiseProblem):
             t, bound, formula, schedule = _pointwise_report(group, target)
             model = "pointwise configurator"
         elif _is_update(group) and group.kernel == "nova":
@@ -307,10 +314,21 @@ def explain_planned(captured_graph, planned, target, tokens_per_step: int | None
                 "live_peak_bytes": mem.live_peak_bytes, "breakdown": dict(mem.breakdown),
                 "outside_arena_bytes": mem.outside_bytes,
                 "outside_arena": None if mem.outside is None else [asdict(i) for i in mem.outside],
+                "launch_workspaces": _launch_workspaces(mem),
                 "donations": len(mem.donations),
                 "budget": planned.budget.to_dict() if getattr(planned, "budget", None) is not None else None},
         prediction=prediction, storage=planned.storage.describe())
     return report.to_dict()
+
+
+def _launch_workspaces(mem) -> dict:
+    """The launch workspaces the plan placed in the arena (``MemoryPlan.workspaces``): how many, their
+    bytes were they apart, the largest."""
+    placed = list(getattr(mem, "workspaces", ()))
+    largest = max(placed, key=lambda w: w.nbytes, default=None)
+    return {"count": len(placed), "bytes_if_apart": sum(w.nbytes for w in placed),
+            "largest": None if largest is None else {"what": largest.what, "nbytes": largest.nbytes,
+                                                     "group": largest.group}}
 
 
 # ------------------------------------------------------------------ built-in training steps
@@ -560,6 +578,12 @@ def render(report: dict, console=None, top: int = 12) -> None:
                   f"{mem['donations']} updates written in place (donation)")
     console.print("  " + ", ".join(f"{k} {_gb(v)}" for k, v in mem["breakdown"].items() if v))
     render_outside_arena(mem.get("outside_arena"), console)
+    ws = mem.get("launch_workspaces")
+    if ws and ws["count"]:
+        from rich.markup import escape
+        console.print(f"  launch workspaces in the arena: {ws['count']}, each live during its launch only "
+                      f"({_mib(ws['bytes_if_apart'])} were they apart; the largest {_mib(ws['largest']['nbytes'])}: "
+                      f"{escape(ws['largest']['what'])})")
     if mem.get("budget"):
         render_budget(mem["budget"], console)
     p = report["prediction"]

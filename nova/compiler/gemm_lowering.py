@@ -22,6 +22,9 @@ they are ``add(mm, bias[N])`` and/or one of relu / gelu_tanh / silu, each readin
 result, whose intermediate values nobody else reads (a pre-activation that the backward needs is
 left to its own ATen kernel, and so is everything after it).
 
+Workspace: a Nova launch's operand-prep copies and split-K partials (``workspace_bytes``) are a launch
+workspace of its group, which the plan places in the arena; the executor hands it to each call.
+
 On CPU (and whenever no Nova backend is given) every matmul runs on ``torch.matmul(out=)``.
 The lowering is a pure function of the tensors' shapes, strides, dtypes and addresses, so running
 it on meta tensors lists exactly the GEMM problems a CUDA program launches (``gemm_problems``).
@@ -100,18 +103,31 @@ class GemmLaunch:
         times = f" x{len(self.calls)}" if len(self.calls) > 1 else ""
         return f"nova gemm {shape}{extra}{times}"
 
-    def kernel(self, gemm, target=None) -> Kernel:
+    def kernel(self, gemm, target=None, workspace=None) -> Kernel:
+        """The launch as a ``Kernel``: Nova's calls through ``gemm`` (``nova.matmul``'s signature; each
+        call given ``workspace``, the launch's, when there is one), else ``torch.matmul``."""
         if self.backend == "nova":
             calls, act = self.calls, self.activation
+            extra = {} if workspace is None else {"workspace": workspace}
 
             def run():
                 for c in calls:
-                    gemm(c.a, c.b, out=c.out, bias=c.bias, activation=act, target=target)
+                    gemm(c.a, c.b, out=c.out, bias=c.bias, activation=act, target=target, **extra)
             return Kernel(run, self.describe())
         A, B, C = self.torch_args
         if C.dtype == torch.promote_types(A.dtype, B.dtype):
             return Kernel(lambda: torch.matmul(A, B, out=C), self.describe())
         return Kernel(lambda: C.copy_(torch.matmul(A, B)), self.describe() + " + copy_ (out dtype)", 1)
+
+
+def workspace_bytes(problem, target) -> int:
+    """Bytes of one launch's workspace of Nova GEMM ``problem`` on ``target`` (a ``GPUModel``): the
+    operand-prep copies and split-K/stream-K partials of the schedule ``nova.matmul`` configures for it
+    (``nova.runtime.tma.workspace_layout``; 0 for an mma.sync schedule).  The executor takes it from its
+    arena, where the plan placed it (``MemoryPlan.workspaces``)."""
+    from nova.runtime.matmul import configure_schedule
+    from nova.runtime.tma import workspace_layout
+    return workspace_layout(configure_schedule(problem, target), problem.M, problem.N, problem.K)[1]
 
 
 # --------------------------------------------------------------------------- layouts

@@ -1,25 +1,30 @@
-"""Every device allocation a CUDA program of a plan makes outside its arena, with its size: what the
-memory plan adds to the arena and the user-owned tensors so that ``MemoryPlan.peak_bytes`` is the
-whole step's predicted peak (``nova.passes.memory.with_outside``; a budget reserves it).
+"""Every device allocation a CUDA program of a plan makes besides the values' arena bytes, with its
+size: the allocations outside the arena, which the memory plan adds to the arena and the user-owned
+tensors so that ``MemoryPlan.peak_bytes`` is the whole step's predicted peak
+(``nova.passes.memory.with_outside``; a budget reserves it), and the launch workspaces, which the plan
+places in the arena (``nova.passes.memory.place_workspaces``).
 
     from nova.compiler.outside_arena import account
-    items = account(planned)              # [OutsideAllocation], the meta program's, no GPU needed
+    items = account(planned)              # [OutsideAllocation | LaunchWorkspace], the meta program's, no GPU
     pipeline(graph, target, outside_arena=account)   # the plan states them (plan_cache, explain do)
 
 Found by building the program on the meta device (``executor.Program(planned, "meta")``, the CUDA
 program's layout and launches) and reading its allocation sites:
 
+* **launch workspaces** (``LaunchWorkspace``, placed in the arena, live while their group's launch
+  runs): what a group's kernels write and read within the launch, from
+  ``KernelContext.launch_workspace`` on the meta program: a Nova GEMM launch's operand-prep copies and
+  split-K/stream-K partials (``gemm_lowering.workspace_bytes``: ``nova/runtime/tma.py``'s layout of the
+  schedule the configurator picks for the plan's target), a rows kernel's per-row losses and partial
+  sums, the embedding backward's sort buffers.  One per group, the largest its kernels ask for.
 * **program** (allocated at build, live as long as the program): the executor's byte areas other
   than the arena (``constants``; ``staged`` slots the data inputs are copied into; ``scratch`` for
   values the plan gives no bytes; the temporary each constant is computed in before its copy, at
   build, counted like a launch's), and every static workspace the launches take from
-  ``KernelContext.workspace`` (rows and embedding kernels' partials, the cross-entropy chunk
-  workspace, padded log-sum-exp, the multi-tensor optimizer's argument table), each named by its
-  group.  Nova GEMMs' operand-prep and split-K/stream-K workspaces: one set per distinct GEMM
-  kernel, allocated with ``cuMemAlloc`` (``nova/runtime/tma.py``: device memory that
-  ``torch.cuda.max_memory_allocated`` does not see, ``allocator="driver"``), sized from the
-  schedule the configurator picks.  cuBLAS's workspace (``TORCH_CUBLAS_WORKSPACE_BYTES``) once when
-  any matmul falls back to ``torch.matmul``.
+  ``KernelContext.workspace`` (contents that outlive a launch: the multi-tensor optimizer's argument
+  table, padded log-sum-exp; the ATen fallbacks' cross-entropy chunk workspace), each named by its
+  group.  cuBLAS's workspace (``TORCH_CUBLAS_WORKSPACE_BYTES``) once when any matmul falls back to
+  ``torch.matmul``.
 * **launch** (allocated and freed while one launch runs; the largest counts): the temporaries of
   ATen-fallback kernels, found by running each launch on meta under ``AllocationTracker`` (a
   dispatch mode that follows every new storage until it is freed, and counts the result an
@@ -30,17 +35,18 @@ program's layout and launches) and reading its allocation sites:
 * **step**: the outputs ``Program.run`` returns as fresh clones (the loss).
 
 Sizes are rounded as PyTorch's caching allocator counts them (``TORCH_BLOCK_BYTES``).  What is not
-here: the user's own tensors (parameters, optimizer state, data: ``external`` in the plan), the
-mirrors ``ProgramEngine`` makes of inputs the user keeps on the host (a few bytes per step count),
-and the CUDA context, kernels' code and tensor maps (not allocations of tensor memory).
+here: the user's own tensors (parameters, optimizer state, data: ``external`` in the plan; optimizer
+state the first step creates is allocated by the write-back's bindings before the program runs), the
+mirrors ``ProgramEngine`` makes of inputs the user keeps on the host (one 256-byte row per CPU step
+count and hyper-parameter vector), the CUDA graph's private pool (it holds what the capture allocates:
+the launch temporaries above, counted once), and the CUDA context, kernels' code and tensor maps (not
+allocations of tensor memory).  ``docs/memory.md`` lists every allocation of a compiled step.
 ``RUN_TIME_SITES`` lists the allocation sites of code that runs at launch time and that the meta
 run cannot execute; ``tests/test_outside_arena.py`` fails when such a site is added and not listed.
 """
 from __future__ import annotations
 
-import math
-
-from nova.passes.memory import OutsideAllocation
+from nova.passes.memory import LaunchWorkspace, OutsideAllocation
 
 TORCH_BLOCK_BYTES = 512                 # PyTorch's caching allocator rounds every block to 512 bytes
 TORCH_CUBLAS_WORKSPACE_BYTES = 32 << 20  # cuBLAS workspace per stream on sm_90 (torch's default config
@@ -58,7 +64,8 @@ RUN_TIME_SITES = {
     ("nova/kernels/embedding/launch.py", "embedding_forward"): "out: the executor passes the arena view",
     ("nova/kernels/embedding/launch.py", "embedding_backward"): "grad: the executor passes the arena view",
     ("nova/kernels/optimizer/launch.py", "bind"): "argument table: the executor passes ctx.workspace",
-    ("nova/runtime/tma.py", "workspace"): "GEMM prep and split-K workspaces (gemm_workspaces)",
+    ("nova/runtime/tma.py", "workspace"): "GEMM prep and split-K workspaces of calls without one: the executor "
+                                          "passes each launch its workspace in the arena (launch workspaces)",
     ("nova/runtime/tma.py", "_to_device"): "device copies of TMA tensor maps: 128 bytes each, not tensor memory",
     ("nova/runtime/matmul.py", "matmul"): "out when not given: the executor gives it",
 }
@@ -69,14 +76,17 @@ def block_bytes(nbytes: int) -> int:
     return -(-max(nbytes, 1) // TORCH_BLOCK_BYTES) * TORCH_BLOCK_BYTES
 
 
-def account(planned, target=None, *, per_call: bool = False, in_place=frozenset()) -> list[OutsideAllocation]:
-    """Every allocation outside the arena of ``planned``'s CUDA program (rules in the module
-    docstring); ``target``: the GPU whose GEMM schedules size the workspaces (default the plan's, else h200);
+def account(planned, target=None, *, per_call: bool = False, in_place=frozenset()) -> list:
+    """Every allocation outside the arena of ``planned``'s CUDA program (``OutsideAllocation``) and
+    every launch workspace its groups take (``LaunchWorkspace``), rules in the module docstring;
+    ``target``: the GPU whose schedules size the workspaces (default the plan's, else h200);
     ``per_call``, ``in_place``: the program's options (``executor.build``: no static slot for an
     input read in place, outputs of the output region handed over rather than cloned)."""
     from nova.compiler.executor import Program
-    program = Program(planned, "meta", per_call=per_call, in_place=in_place)
-    items: list[OutsideAllocation] = []
+    program = Program(planned, "meta", target=target if target is not None else planned.target,
+                      per_call=per_call, in_place=in_place)
+    items: list = [LaunchWorkspace(group, nbytes, what)
+                   for group, (nbytes, what) in sorted(program.launch_workspaces().items())]
     names = {"const": "constants (constant/iota results, filled once)",
              "staged": "static slots of the data inputs (copied in each step)",
              "scratch": "scratch for values the plan gives no bytes"}
@@ -90,7 +100,7 @@ def account(planned, target=None, *, per_call: bool = False, in_place=frozenset(
     for group, t in program.workspace_owners():
         what = f"workspace {list(t.shape)} {str(t.dtype).replace('torch.', '')} of group {group}"
         items.append(OutsideAllocation(what, block_bytes(t.numel() * t.element_size()), "program"))
-    items += gemm_workspaces(program, target if target is not None else planned.target)
+    items += skinny_workspaces(program, target if target is not None else planned.target)
     if program.stats["torch_gemms"]:
         items.append(OutsideAllocation("cuBLAS workspace (matmuls on torch.matmul)", TORCH_CUBLAS_WORKSPACE_BYTES,
                                        "program"))
@@ -107,28 +117,21 @@ def account(planned, target=None, *, per_call: bool = False, in_place=frozenset(
     return items
 
 
-# ------------------------------------------------------------------ Nova GEMMs
-def gemm_workspaces(program, target) -> list[OutsideAllocation]:
-    """One entry per distinct Nova GEMM with a workspace: its operand-prep buffers (every matrix the
-    prep pass writes) and split-K/stream-K FP32 partials (``slots x M x N x 4``), as
-    ``nova/runtime/tma.py`` ``HopperGemm.workspace`` allocates them once per kernel (by ``cuMemAlloc``)."""
+# ------------------------------------------------------------------ skinny GEMMs
+def skinny_workspaces(program, target) -> list[OutsideAllocation]:
+    """One entry per distinct skinny GEMM that splits K over CTAs: its K-slice partials and ticket
+    counters (``SkinnySchedule.workspace_bytes``), which ``nova/runtime/skinny.py`` allocates once per
+    stream by ``cuMemAlloc`` with the counters zeroed (the kernel resets them): not an arena slice,
+    whose bytes other values reuse."""
     from nova.configurator import configure
     from nova.hwmodel import get_target
-    from nova.runtime.tma import ELEMENT_BYTES, workspace_bytes
     gpu = get_target(target if target is not None else "h200")
     out = []
     for problem in program.gemm_problems():
         s = configure(problem, gpu).schedule
-        if s.hopper is None:
-            continue
-        eb = ELEMENT_BYTES[s.hopper.operands.tensor_map_type]
-        nbytes = sum(workspace_bytes(s.hopper.operands.role(op), eb) for op in "ab"
-                     if s.hopper.operands.role(op).prep is not None)
-        if s.split_workspace or s.stream_k:
-            slots = s.stream_k_plan(problem.M, problem.N, problem.K).slots if s.stream_k else s.split_k
-            nbytes += slots * problem.M * problem.N * 4
-        if nbytes:
-            out.append(OutsideAllocation(f"GEMM workspace of {problem.describe()}", nbytes, "program", "driver"))
+        if s.kernel == "skinny" and s.split:
+            out.append(OutsideAllocation(f"GEMM workspace of {problem.describe()} (skinny kernel's K slices)",
+                                         s.workspace_bytes(problem.M, problem.N), "program", "driver"))
     return out
 
 
@@ -151,7 +154,7 @@ def launch_temporaries(launch) -> int:
         try:
             with torch.no_grad(), tracker:
                 kernel.run()
-        except ExecutorError:          # a Nova GEMM's placeholder: its workspaces are gemm_workspaces'
+        except ExecutorError:          # a Nova GEMM's placeholder: its workspace is a launch workspace
             continue
         except CollectiveError:        # a collective planned without a process group (explain --gpus)
             continue

@@ -32,16 +32,22 @@ from nova.version import __version__
 from nova.fileio import atomic_write, discard_bad_entry
 from nova.ir.hashing import structural_hash
 
-PLAN_ABI = 6            # bump whenever Planned, Graph, Group, MemoryPlan or the passes' output changes meaning
+PLAN_ABI = 10           # bump whenever Planned, Graph, Group, MemoryPlan or the passes' output changes meaning
                         # (2: Group.problem may be a batched GEMM; 3: Nova rows groups, Group.bindings; 4: pointwise
                         # groups on Nova kernels with their PointwiseProblem, optimizer groups on Nova multi-tensor
                         # kernels with their MultiTensorProblem, donation and in place across one such kernel;
                         # 5: Planned.storage, strided arena roots and results placed in a concat's buffer;
-                        # 6: MemoryPlan.outside, the allocations outside the arena, in peak_bytes)
+                        # 6: MemoryPlan.outside, the allocations outside the arena, in peak_bytes;
+                        # 7: MemoryPlan.workspaces, the launch workspaces placed in the arena;
+                        # 9: a concat's or a copying view's group may carry a PointwiseProblem)
 MAGIC = b"NOVAPLAN1\n"
-# the compiler's sources that size the allocations a plan lists outside its arena (MemoryPlan.outside)
+# the sources that size the allocations a plan lists outside its arena (MemoryPlan.outside) and the
+# launch workspaces it places in it (MemoryPlan.workspaces: the schedules of the GEMM, rows and
+# embedding kernels and their workspace layouts)
 OUTSIDE_ARENA_SOURCES = ("compiler/outside_arena.py", "compiler/executor.py", "compiler/aten_kernels.py",
-                         "compiler/rows_lowering.py", "compiler/embedding_lowering.py", "compiler/gemm_lowering.py")
+                         "compiler/rows_lowering.py", "compiler/embedding_lowering.py", "compiler/gemm_lowering.py",
+                         "compiler/role_kernels.py", "runtime/tma.py")
+WORKSPACE_SIZING_FOLDERS = ("kernels/gemm", "kernels/rows", "kernels/embedding", "configurator", "hwmodel")
 
 _reported: set = set()
 _lock = threading.Lock()
@@ -67,11 +73,12 @@ def plans_dir(root: str | os.PathLike | None = None) -> Path:
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
     """sha256 over the sources that decide a plan: ``nova/ir``, ``nova/passes``, the pointwise and
-    optimizer kernel families (their problems are on the plan's groups), this module, and the
-    executor's allocation sites the plan lists outside its arena (``OUTSIDE_ARENA_SOURCES``)."""
+    optimizer kernel families (their problems are on the plan's groups), this module, the
+    executor's allocation sites the plan lists outside its arena (``OUTSIDE_ARENA_SOURCES``) and what
+    sizes the launch workspaces it places (``WORKSPACE_SIZING_FOLDERS``: the kernels' schedules)."""
     base = Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
-    folders = ("ir", "passes", "kernels/pointwise", "kernels/optimizer")
+    folders = ("ir", "passes", "kernels/pointwise", "kernels/optimizer") + WORKSPACE_SIZING_FOLDERS
     files = [base / f for f in OUTSIDE_ARENA_SOURCES]
     for path in sorted([*(p for f in folders for p in base.joinpath(f).rglob("*.py")), *files,
                         Path(__file__).resolve()]):

@@ -4,12 +4,14 @@
     planned.groups           in execution order: ``.kind``, ``.nodes``, ``.reason``, ``.kernel``
                              ("nova": a Nova kernel runs the group; a gemm group with "aten" runs on
                              torch.matmul), ``.problem`` (a Nova pointwise group's ``PointwiseProblem``,
+                             a concat's or a copying view's when one pointwise kernel runs it too,
                              a Nova optimizer group's ``MultiTensorProblem``, a Nova rows group's
                              ``RowsProblem``, a Nova embedding group's ``EmbeddingProblem``, each with
                              ``.bindings``)
     planned.memory           ``MemoryPlan``: ``.values`` (Value -> ``ValuePlan``), ``.arena_bytes``,
                              ``.peak_bytes``, ``.donations`` [(output index, input index)], ``.outside``
-                             (the allocations listed outside the arena, for the stats),
+                             (the allocations listed outside the arena, for the stats), ``.workspaces``
+                             (``LaunchWorkspace``: the arena bytes a group's launch uses as its workspace),
                              ``.output_region`` (the outputs' buffers at the arena's top, when apart),
                              ``.handoff.donated_inputs`` (inputs whose storage results may take)
     ValuePlan.kind           "arena" (``.offset``, ``.nbytes``; ``.view``: the strides its kernel writes
@@ -82,6 +84,7 @@ class PlanView:
     fused_into: dict = field(default_factory=dict)   # fused Value -> the arena group result it is computed in
     assembled: frozenset = frozenset()   # concat nodes that launch nothing (their inputs are written in place)
     outside: list | None = None          # MemoryPlan.outside: the allocations listed outside the arena
+    workspaces: dict = field(default_factory=dict)   # group index -> (arena offset, bytes) of its launch workspace
     output_region: tuple | None = None   # MemoryPlan.output_region: [start, arena_bytes) of the outputs' buffers
     donated_inputs: frozenset = frozenset()   # Handoff.donated_inputs: inputs whose storage results may take
 
@@ -151,9 +154,10 @@ def _fused_into(groups, memory, graph) -> dict:
 def _nova_view(group) -> dict:
     """A Nova kernel's problem: a fused pointwise group's, an optimizer group's, or a rows group's with
     its operand bindings (empty for GEMMs, whose problem the executor restates, and ATen groups)."""
+    from nova.kernels.pointwise.problem import PointwiseProblem
     if group.kind == "gemm" or group.kernel != "nova" or group.problem is None:
         return {}
-    if group.kind == "pointwise":
+    if isinstance(group.problem, PointwiseProblem):     # a fused group, or a concat / copy run as one
         return {"pointwise": group.problem}
     if group.kind == "composite" and group.nodes[0].op in OPTIMIZER_UPDATES:
         return {"optimizer": group.problem}
@@ -176,5 +180,7 @@ def read_plan(planned) -> PlanView:
     handoff = getattr(memory, "handoff", None)
     return PlanView(graph, views, placements, memory.arena_bytes, memory.peak_bytes, _donations(memory, graph),
                     _fused_into(planned.groups, memory, graph), frozenset(planned.storage.assembled),
-                    getattr(memory, "outside", None), getattr(memory, "output_region", None),
+                    getattr(memory, "outside", None),
+                    {w.group: (w.offset, w.nbytes) for w in getattr(memory, "workspaces", ())},
+                    getattr(memory, "output_region", None),
                     frozenset(handoff.donated_inputs) if handoff is not None else frozenset())

@@ -7,7 +7,10 @@ import torch
 
 
 def device_target(ctx):
-    """The GPU model of the program's device (``NOVA_TARGET`` or the device's preset)."""
+    """The GPU model the program's kernels are sized for: the context's (a meta program: the plan's
+    target), else the device's (``NOVA_TARGET`` or the device's preset)."""
+    if ctx.target is not None:
+        return ctx.target
     from nova.runtime import driver
     from nova.runtime.matmul import resolve_target
     return resolve_target(None, driver.get_device(ctx.device.index))
@@ -30,7 +33,8 @@ class RoleKernels:
     def __call__(self) -> None:
         if self.launches is None:
             resolved = self.launcher.resolve(self.problem, self.device.index)
-            self.launches = self.launcher.launch_args(resolved, self.pointers, self.workspace.data_ptr())
+            self.launches = self.launcher.launch_args(resolved, self.pointers,
+                                                      0 if self.workspace is None else self.workspace.data_ptr())
         stream = torch.cuda.current_stream(self.device).cuda_stream
         for kernel, args in self.launches:
             kernel.launch(args, stream)

@@ -7,15 +7,12 @@ CUDA: every operand of the problem is the tensor the program bound to its value 
 parameters); the kernels address them with the problem's static row strides, so a binding whose layout
 differs from the planned one (a parameter replaced by a strided tensor, a misaligned base) runs the
 references instead, with a note in ``Program.stats["fallbacks"]``.  The workspace (cross-entropy's
-per-row losses and scale, the column stage's partials) is a static buffer of the program, so a CUDA
-graph captures the launches.  Kernels are resolved (loaded, or compiled, or ``NotPrecompiledError``
+per-row losses and scale, the column stage's partials) is written and read within the group's launch:
+the launch workspace the plan places in the arena (``KernelContext.launch_workspace``), at a fixed
+address, so a CUDA graph captures the launches; a meta program states its size.  Kernels are resolved (loaded, or compiled, or ``NotPrecompiledError``
 offline) by the executor before the first step; launches go to torch's current stream.
 """
 from __future__ import annotations
-
-import math
-
-import torch
 
 from nova.compiler.aten_kernels import Kernel, build_kernel, reference_kernel
 from nova.compiler.role_kernels import RoleKernels, device_target, meta_only
@@ -64,10 +61,10 @@ def rows_kernels(group, nodes, tensors, ctx, note) -> list[Kernel]:
                     for n in nodes]
     from nova.kernels.rows.launch import LAUNCHER, schedule_for
     from nova.kernels.rows.abi import workspace_layout
+    workspace_size = workspace_layout(p, schedule_for(p, device_target(ctx)))[1]
+    workspace = ctx.launch_workspace(workspace_size, f"rows workspace of {p.kind} {p.rows}x{p.n}")
     if ctx.device.type == "meta":
         return [Kernel(meta_only, f"nova rows {p.kind}", rows=p)]
-    workspace_size = workspace_layout(p, schedule_for(p, device_target(ctx)))[1]
-    workspace = ctx.workspace((max(1, math.ceil(workspace_size / 4)),), torch.float32)
     pointers = {name: t.data_ptr() for name, t in named.items()}
     launcher = RoleKernels(LAUNCHER, p, pointers, workspace, ctx.device)
     return [Kernel(launcher, f"nova rows {p.kind} ({p.rows}x{p.n})", rows=p)]

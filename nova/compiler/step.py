@@ -130,6 +130,10 @@ class ProgramEngine:
             return env[v]
         return {k: value(self.graph.outputs[k].value) for k in self._host_outputs}
 
+    def release(self) -> None:
+        """Free the program's device memory until its next call (``Program.release``)."""
+        self.program.release()
+
     def __call__(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         foreign = tuple(i for i, t in enumerate(tensors) if t.device != self.device)
         if not foreign:
@@ -248,6 +252,8 @@ class CompiledStep:
         t1 = time.perf_counter()
         key = self._note_side_effects(found, key, args, kwargs)
         device = _device_of(found, args, kwargs)
+        if self.memory_budget is not None:    # the budget is the step's: one program holds memory at a time
+            self._release_programs(device)
         engine = self._build_engine(captured.graph, device)
         t2 = time.perf_counter()
         s = self.stats
@@ -262,6 +268,15 @@ class CompiledStep:
         while len(self._cache) > self.max_entries:
             self._cache.popitem(last=False)
         return entry
+
+    def _release_programs(self, device: torch.device) -> None:
+        """Free the device memory of the cached entries' programs on ``device`` before another program
+        is built (under a memory budget: a recapture, e.g. after the first step created ``.grad``, must
+        not hold two arenas); an entry used again allocates its memory again."""
+        for entry in self._cache.values():
+            release = getattr(entry.engine, "release", None)
+            if entry.device == device and release is not None:
+                release()
 
     def _note_side_effects(self, found, key, args, kwargs):
         """Python values the capture itself changed (``self.calls += 1`` in the step): a compiled
@@ -309,7 +324,8 @@ class CompiledStep:
         if self.backend == "reference" or (self.backend == "auto" and device.type != "cuda"):
             return ReferenceEngine(graph)
         from nova.compiler import executor
-        planned = self._plan(graph, None, device, _engine_target_name(device))
+        name = _engine_target_name(device)          # the passes and the workspaces they place are for it
+        planned = self._plan(graph, name, device, name)
         t0 = time.perf_counter()
         engine = ProgramEngine(executor.build(planned, device), device)
         self.stats.build_s = time.perf_counter() - t0
@@ -428,7 +444,9 @@ def compile(fn=None, *, models=None, optimizers=None, backend: str = "auto", buc
     ``bucket_bytes``: the size of the gradient all-reduce buckets of a data-parallel step (default:
     derived from the target's interconnect, ``nova.hwmodel.interconnect``).  ``memory_budget``
     (``"12GiB"``, ``"11.5GB"``, bytes): the planned program fits it (chunked loss,
-    rematerialization) or the first call raises ``MemoryBudgetError`` naming the smallest plan."""
+    rematerialization) or the first call raises ``MemoryBudgetError`` naming the smallest plan; a
+    recapture then frees the device memory of the programs built before it (``Program.release``), so
+    one program holds memory at a time."""
     if fn is None:
         return lambda f: CompiledStep(f, models=models, optimizers=optimizers, backend=backend,
                                       bucket_bytes=bucket_bytes, memory_budget=memory_budget)

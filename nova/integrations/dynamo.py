@@ -256,14 +256,18 @@ def lower_graph(gm: torch.fx.GraphModule, part: str, name: str) -> LoweredGraph:
                         Handoff(outputs_apart=True, donated_inputs=inputs.donated), vals)
 
 
-def plan_for_gpu(graph, target, handoff=None):
+def plan_for_gpu(graph, target, handoff=None, in_place=frozenset()):
     """The plan the CUDA path runs for a lowered graph on ``target`` (a ``GPUModel``): the whole
     pipeline (``nova.passes.pipeline``, its storage, strides and dtype decisions), no memory budget,
-    for the program boundary ``handoff`` (``LoweredGraph.handoff``).  The one statement of that
-    plan: the backend's CUDA engine runs it and ``nova.integrations.dynamo_precompile`` compiles
-    its kernels ahead of time."""
+    for the program boundary ``handoff`` (``LoweredGraph.handoff``), with the allocations of its
+    per-call program reading ``in_place`` in place (``nova.compiler.outside_arena.account``) stated and
+    its launch workspaces placed in the arena.  The one statement of that plan: the backend's CUDA
+    engine runs it and ``nova.integrations.dynamo_precompile`` compiles its kernels ahead of time."""
+    import functools
+    from nova.compiler.outside_arena import account
     from nova.passes import pipeline
-    return pipeline(graph, target, handoff=handoff)
+    return pipeline(graph, target, handoff=handoff,
+                    outside_arena=functools.partial(account, per_call=True, in_place=frozenset(in_place)))
 
 
 def fallback_reason(e: BaseException) -> str:
@@ -317,7 +321,7 @@ def _engine(lowered: LoweredGraph, device: torch.device, settings: BackendOption
     from nova.compiler import executor
     if device.type == "cuda":
         from nova.runtime.matmul import resolve_target
-        planned = plan_for_gpu(graph, resolve_target(), lowered.handoff)
+        planned = plan_for_gpu(graph, resolve_target(), lowered.handoff, lowered.inputs.in_place)
     else:
         from nova.passes import pipeline
         planned = pipeline(graph, None, handoff=lowered.handoff)

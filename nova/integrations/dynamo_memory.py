@@ -11,8 +11,9 @@ Each graph's program is built on the meta device as the backend builds it on the
 other mode, a program owning its arena and copying its outputs and data inputs) and read:
 
 * **held for the program's life** (allocated at its first run): constants, the static slots of the
-  inputs it copies (data inputs, tangents), scratch, the launches' workspaces (``outside_arena``:
-  its ``program`` allocations), and, without per-call storage, the arena;
+  inputs it copies (data inputs, tangents), scratch, the launches' static workspaces (``outside_arena``:
+  its ``program`` allocations), the one buffer the launch workspaces the plan did not place in
+  the arena share, and, without per-call storage, the arena;
 * **per run**: the arena (per call: below the output region, freed when the run ends) and the
   output buffers (per call: the output region, one buffer per output, handed to the caller; else
   the returned clones), plus the largest launch's temporaries while it runs;
@@ -100,10 +101,15 @@ def graph_memory(name: str, planned, lowered=None, per_call: bool = True, target
     """``planned``'s program as the backend builds it, read on the meta device."""
     from nova.compiler.executor import BOUND_ROLES
     from nova.compiler.outside_arena import account, block_bytes
+    from nova.passes.memory import LaunchWorkspace, OutsideAllocation
     program = meta_program(planned, lowered, per_call)
     in_place = lowered.inputs.in_place if (lowered is not None and per_call) else frozenset()
-    items = account(planned, target, per_call=per_call, in_place=in_place)
-    persistent = sum(i.nbytes for i in items if i.lifetime == "program" and i.allocator == "torch")
+    found = account(planned, target, per_call=per_call, in_place=in_place)
+    items = [i for i in found if isinstance(i, OutsideAllocation)]
+    placed = {w.group: w.nbytes for w in planned.memory.workspaces}
+    unplaced = [w.nbytes for w in found if isinstance(w, LaunchWorkspace) and placed.get(w.group, 0) < w.nbytes]
+    persistent = sum(i.nbytes for i in items if i.lifetime == "program" and i.allocator == "torch") + (
+        block_bytes(max(unplaced)) if unplaced else 0)     # the executor's one buffer for workspaces not in the arena
     driver = sum(i.nbytes for i in items if i.allocator == "driver")
     launch = max((i.nbytes for i in items if i.lifetime == "launch"), default=0)
     clones = sum(i.nbytes for i in items if i.lifetime == "step")

@@ -141,7 +141,7 @@ def plan_dynamo(model, example_inputs, target, training: bool = True) -> DynamoP
         name = f"{part} graph {next(counter)}"
         try:
             lowered = dynamo.lower_graph(gm, part, name)
-            plans.graphs.append(PlannedGraph(name, dynamo.plan_for_gpu(lowered.graph, target, lowered.handoff),
+            plans.graphs.append(PlannedGraph(name, dynamo.plan_for_gpu(lowered.graph, target, lowered.handoff, lowered.inputs.in_place),
                                              lowered=lowered))
         except Exception as e:       # as compile_graph: the backend runs this graph on torch
             plans.graphs.append(PlannedGraph(name, None, dynamo.fallback_reason(e)))

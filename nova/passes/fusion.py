@@ -32,10 +32,25 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   the two stay apart, each on its own Nova kernel (one write and read of the input more, not the
   whole group on ATen).
   Nothing joins a group after its reduction.
+* Casts into rows kernels (``nova/passes/rows_casts.py``): a widening cast (to f32) whose value only
+  a rows composite (layer_norm, rms_norm, softmax, cross_entropy, their backwards) reads as a row
+  input joins that composite's group, and a cast of a composite's f32 row result that is the
+  result's only reader joins it too, when the rows kernel of the group with the cast moves fewer
+  bytes than the one without it plus the cast's own kernel (``rows_casts.cast_saving``; the reason
+  says what was read or written in place of the cast and what that saves).  The kernel reads the
+  cast's source in its own type and writes the result in the cast's type; no cast kernel remains.
 * Composites (attention, layer_norm, softmax, losses, cross_entropy, optimizer updates) and
   data-movement ops (concat, gathers, scatter_add) are groups of their own; so is each opaque
   ``aten`` op.  An ``index_select``/``scatter_add`` on axis 0 (the embedding lookup and its backward)
   runs on Nova's embedding kernels where they compute it (``nova/passes/embedding.py``), else ATen.
+  An ``index_select`` of a one-axis table (``pointwise_from_ir.is_table_gather``: the padding mask's
+  vmapped lookup) is element by element over its index, so it joins pointwise groups as a pointwise
+  op does (a ``gather`` in the kernel), but never the group that computes its table.
+* A ``concat`` whose inputs the storage pass did not place in its buffer runs as one Nova pointwise
+  kernel over its result (each input read in place over its slice, constant fills as literals:
+  ``pointwise_from_ir.concat_problem``), its reason naming what kept each input from being placed; a
+  view that copies runs as one Nova pointwise copy kernel (its input read in place, written in its
+  own buffer: ``copy_problem``).
 * A group of fills alone (``constant``/``iota``, no inputs: a constant of the step) launches nothing
   (``kernel="none"``): the executor fills its values once when it builds the program.
 * A pointwise group runs as one Nova pointwise kernel (``kernel="nova"``, its ``PointwiseProblem``
@@ -46,8 +61,8 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   type and every one is dense and 16-byte aligned; else ATen's foreach kernels, with the reason.
 * ``kernels`` (``MemoryBoundKernels``, from ``NOVA_POINTWISE``) may keep either kind on ATen.
 * Views are ``view`` groups that launch nothing (``kernel="none"``) unless the layout analysis says
-  the result is not a strided view of its input, then one copy (``kernel="aten"``).  A ``concat``
-  whose inputs the storage pass placed in its buffer (``storage.py``) launches nothing either.
+  the result is not a strided view of its input, then one copy (a Nova pointwise kernel, above).  A
+  ``concat`` whose inputs the storage pass placed in its buffer (``storage.py``) launches nothing either.
 
 Acyclicity: a node only joins *open* groups, those none of whose values a node outside them has
 read yet.  An open group has no successors, so adding a node (which has no successors either)
@@ -69,9 +84,12 @@ from nova.ir.printer import value_names
 from nova.kernels.pointwise.switch import MemoryBoundKernels
 from nova.passes import layout as layout_analysis
 from nova.passes.embedding import EMBEDDING_OPS, embedding_reason, select_embedding
+from nova.passes.pointwise_from_ir import is_table_gather
 from nova.passes.rows import rows_reason, select_rows
-from nova.passes.rows_from_ir import is_prologue_op
-from nova.passes.storage import StoragePlan
+from nova.passes.rows_casts import cast_saving
+from nova.passes.rows_from_ir import ROW_INPUTS, ROW_OUTPUTS, from_group, is_prologue_op, reads_through_cast, \
+    writes_through_cast
+from nova.passes.storage import StoragePlan, unplaced_reason
 
 GROUP_KINDS = ("gemm", "pointwise", "reduction", "composite", "view", "collective", "opaque")
 KERNELS = ("nova", "aten", "none")
@@ -114,6 +132,13 @@ class Group:
     def gemm_node(self) -> Node | None:
         return self.nodes[0] if self.kind == "gemm" else None
 
+    @property
+    def head(self) -> Node:
+        """The node that names the group: a composite group's op, not the casts fused around it."""
+        if self.kind == "composite":
+            return next((n for n in self.nodes if n.op != "cast"), self.nodes[0])
+        return self.nodes[0]
+
     def intermediates(self) -> list[Value]:
         """Results of the group's nodes that are not group outputs."""
         outs = set(self.outputs)
@@ -134,6 +159,8 @@ class _Open:
         self.epilogue = Epilogue() if kind_ == "gemm" else None
         self.problem = None
         self.why_not_nova = ""
+        self.casts: list[str] = []        # a rows group: what each fused cast is read or written as
+        self.cast_bytes = 0               # and the bytes they save together (rows_casts.cast_saving)
 
 
 def fuse(graph: Graph, layouts=None, kernels: MemoryBoundKernels = MemoryBoundKernels(),
@@ -161,6 +188,7 @@ class _Fuser:
         self.updates: dict[tuple, _Open] = {}     # optimizer-update groups by batch key
         self.opened: dict[int, int] = {}          # id(group) -> how many groups were opened before it
         self._scalars: _Open | None = None        # the latest pointwise group over one element
+        self._savings: dict[tuple, int] = {}      # rows_casts.cast_saving of a group with casts, by its nodes
 
     def run(self) -> list[Group]:
         graph = self.graph
@@ -199,6 +227,9 @@ class _Fuser:
 
     def _candidates(self, node: Node, producers) -> list[_Open]:
         shape = node.outputs[0].shape
+        if is_table_gather(node):                    # the table is read whole from memory: never computed here
+            table = self.group_of.get(node.inputs[0].producer)
+            producers = [p for p in producers if p is not table]
         gemms = [self.opened[id(p)] for p in producers if p.kind == "gemm"]
         found = [p for p in producers if p.kind == "pointwise" and p.open
                  and (p.shape == shape or _inlinable(p, node, self.users, self.outputs))
@@ -210,7 +241,7 @@ class _Fuser:
         x = node.inputs[0]
         p = self.group_of.get(x.producer) if x.producer is not None else None
         if p is not None and p.kind == "pointwise" and p.open and p.shape == x.shape \
-                and all(is_prologue_op(n) for n in p.nodes if kind(n.op) == "pointwise") \
+                and all(is_prologue_op(n) for n in p.nodes if kind(n.op) == "pointwise" or is_table_gather(n)) \
                 and not any(self._stored(n) for n in p.nodes):
             return p
         return None
@@ -235,13 +266,65 @@ class _Fuser:
         k = kind(node.op)
         if k == "reduce":
             return self._reduction_base(node) is not None
-        if k != "pointwise":
+        if k != "pointwise" and not is_table_gather(node):
             return False
         producers = self._producers(node)
-        if self._horizontal(node) or self._sibling(node) is not None:
+        if self._horizontal(node) or self._sibling(node) is not None or self._rows_epilogue(node) is not None:
             return True
         return bool(self._candidates(node, producers)) or (not self._stored(node) and _epilogue(
             node, producers, self.users, self.outputs, self.layouts, dry_run=True) is not None)
+
+    # -------------------------------------------------------------- casts into rows kernels
+    def _cast_saving(self, nodes: list[Node], casts: list[Node]) -> int:
+        """Bytes the rows kernel of ``nodes`` saves over the one without ``casts`` and their kernels
+        (``rows_casts.cast_saving``); 0 when either group is no rows problem."""
+        key = (tuple(nodes), tuple(casts))
+        if key not in self._savings:
+            without = [n for n in nodes if n not in casts]
+            problems = [from_group(ns, *boundary(ns, self.users, self.outputs), self.layouts)[0]
+                        for ns in (without, nodes)]
+            self._savings[key] = 0 if None in problems else cast_saving(casts, *problems)
+        return self._savings[key]
+
+    def _rows_epilogue(self, node: Node) -> tuple[_Open, int, str] | None:
+        """The open rows composite group whose f32 row result only the cast ``node`` reads, when taking
+        the cast saves bytes: (group, the bytes saved, what the kernel writes), else None."""
+        if node.op != "cast" or not writes_through_cast(node) or self._stored(node):
+            return None
+        x = node.inputs[0]
+        p = x.producer
+        g = self.group_of.get(p) if p is not None else None
+        if g is None or g.kind != "composite" or not g.open or p.op not in ROW_OUTPUTS \
+                or x is not p.outputs[ROW_OUTPUTS[p.op]] or x in self.outputs \
+                or set(self.users.get(x, ())) != {node}:
+            return None
+        saved = self._cast_saving(g.nodes + [node], [node])
+        if saved <= 0:
+            return None
+        return g, saved, f"writes {node.outputs[0].type} in place of the cast of its {x.dtype} result"
+
+    def _rows_prologues(self, node: Node, g: _Open) -> None:
+        """Take into ``g`` (the new group of the rows composite ``node``) the widening casts of its row
+        inputs that only it reads, each alone in an open group, when that saves bytes."""
+        casts = []
+        for i in ROW_INPUTS.get(node.op, ()):
+            v = node.inputs[i]
+            c = v.producer
+            cg = self.group_of.get(c) if c is not None else None
+            if cg is None or cg.kind != "pointwise" or not cg.open or cg.nodes != [c] or cg is self._scalars \
+                    or not reads_through_cast(c) or v in self.outputs or set(self.users.get(v, ())) != {node} \
+                    or c in casts:
+                continue
+            casts.append(c)
+        saved = self._cast_saving(casts + [node], casts) if casts else 0
+        if saved <= 0:
+            return
+        g.cast_bytes += saved
+        for c in casts:
+            self.group_of[c].nodes = []
+            self.group_of[c] = g
+            g.casts.append(f"reads {c.inputs[0].type} in place of its cast to {c.outputs[0].dtype}")
+        g.nodes[:0] = casts
 
     def _horizontal(self, node: Node) -> bool:
         """``node`` joins the open pointwise group over one element (rule in the module docstring)."""
@@ -255,10 +338,16 @@ class _Fuser:
         if k == "matmul":
             g = _Open("gemm", node)
             _classify_gemm(g, node, self.layouts)
-        elif k in ("pointwise", "creation"):
+        elif k in ("pointwise", "creation") or is_table_gather(node):
             g = None if self._stored(node) else _epilogue(node, producers, self.users, self.outputs, self.layouts)
             sibling = self._sibling(node)
-            if g is not None:
+            rows = self._rows_epilogue(node) if g is None else None
+            if rows is not None:
+                g, saved, note = rows
+                g.nodes.append(node)
+                g.casts.append(note)
+                g.cast_bytes += saved
+            elif g is not None:
                 g.nodes.append(node)
             else:
                 candidates = self._candidates(node, producers)
@@ -302,6 +391,7 @@ class _Fuser:
             g = _Open("composite", node, kernel="none")
         elif k in ("composite", "memory"):
             g = _Open("composite", node)
+            self._rows_prologues(node, g)
         elif k == "collective":
             g = _Open("collective", node)
         else:
@@ -489,7 +579,7 @@ def _finish(g: _Open, position, users, outputs, layouts, names, kernels: MemoryB
     if first in storage.assembled or first in storage.freed:
         why = storage.assembled.get(first) or storage.freed[first]
         group.reason = f"{first.op} of {', '.join(names[x] for x in first.inputs)}: {why}"
-    elif g.kind == "pointwise" and any(kind(n.op) == "pointwise" for n in nodes):
+    elif g.kind == "pointwise" and any(kind(n.op) == "pointwise" or is_table_gather(n) for n in nodes):
         if kernels.pointwise:
             _classify_pointwise(group, g, layouts, storage)
         else:
@@ -508,13 +598,29 @@ def _finish(g: _Open, position, users, outputs, layouts, names, kernels: MemoryB
         group.kernel = "none"
         group.reason = (f"{nodes[0].op} fill of {nodes[-1].outputs[0].type}: a constant of the step, filled once "
                         "when the program is built; launches nothing")
+    elif g.kind == "composite" and first.op == "concat" or g.kind == "view" and g.kernel == "aten":
+        if kernels.pointwise:
+            _classify_glue(group, g, layouts)
+        else:
+            g.why_not_nova = f"NOVA_POINTWISE={kernels.key()}"
+        group.reason = _reason(group, g, layouts, names)
+        if first.op == "concat":
+            group.reason += f" ({unplaced_reason(first, users, outputs, names)})"
     else:
         why_not_rows = select_rows(group, layouts)
         group.reason = rows_reason(group, _reason(group, g, layouts, names), why_not_rows)
+        if g.casts and group.kernel == "nova":
+            group.reason += _casts_reason(g)
     stored = [names[v] for n in nodes for v in n.outputs if v in storage.layouts]
     if stored:
         group.reason += f"; writes {', '.join(stored)} in the layout its readers need (no copy)"
     return group
+
+
+def _casts_reason(g: _Open) -> str:
+    """What the casts fused into a rows group save: their launches and ``rows_casts.cast_saving``'s bytes."""
+    return (f"; {' and '.join(g.casts)}: {_count(len(g.casts), 'cast kernel')} fewer, "
+            f"saves {format_bytes(g.cast_bytes)}")
 
 
 def _step_constant(nodes) -> bool:
@@ -543,6 +649,29 @@ def _classify_optimizer(group: Group, g: _Open, layouts) -> None:
             if name != "step" and (not lay.dense or lay.offset * v.type.itemsize % 16):
                 g.why_not_nova = f"the {name} {v.type} is not dense and 16-byte aligned ({lay.describe()})"
                 return
+    group.kernel = "nova"
+    group.problem = problem
+
+
+def _classify_glue(group: Group, g: _Open, layouts) -> None:
+    """A concat the storage pass did not assemble, or a view that copies, runs as one Nova pointwise
+    kernel: the concat's inputs each read over its slice of the result (``concat_problem``), the view's
+    input read in place and written contiguous (``copy_problem``); its ``PointwiseProblem`` is stored
+    on the group, else it stays on ATen with the reason."""
+    from nova.kernels.pointwise.emit import unsupported
+    from nova.kernels.pointwise.problem import PointwiseProblemError
+    from nova.passes.pointwise_from_ir import concat_problem, copy_problem
+    node = group.nodes[0]
+    try:
+        problem = concat_problem(node, lambda v: layouts[v].strides, lambda v: layouts[v].offset) \
+            if node.op == "concat" else copy_problem(node, layouts[node.inputs[0]])
+    except PointwiseProblemError as e:
+        g.why_not_nova = str(e)
+        return
+    why = unsupported(problem)
+    if why:
+        g.why_not_nova = f"no Nova pointwise kernel computes {why}"
+        return
     group.kernel = "nova"
     group.problem = problem
 
@@ -580,7 +709,7 @@ def format_bytes(n: float) -> str:
 
 
 def _reason(group: Group, g: _Open, layouts, names) -> str:
-    first = group.nodes[0]
+    first = group.head
     if group.kind == "gemm":
         a, b = first.inputs
         if group.kernel == "nova":
@@ -592,9 +721,12 @@ def _reason(group: Group, g: _Open, layouts, names) -> str:
         return f"matmul {a.type} x {b.type}: ATen ({g.why_not_nova})"
     if group.kind == "view":
         x, out = first.inputs[0], first.outputs[0]
+        if group.kernel == "nova":
+            return (f"{first.op} of {names[x]} ({layouts[x].describe()}) is not a strided view: one Nova "
+                    f"pointwise kernel copies it into its own buffer")
         if group.kernel == "aten":
             return (f"{first.op} of {names[x]} ({layouts[x].describe()}) is not a strided view: "
-                    f"one copy into its own buffer")
+                    f"one copy into its own buffer" + (f"; ATen ({g.why_not_nova})" if g.why_not_nova else ""))
         return f"{first.op} of {names[x]}: a strided view of {names[layouts[out].root]}, launches nothing"
     if group.kind == "composite" and first.op in OPTIMIZER_UPDATES:
         elements = sum(n.outputs[0].type.numel for n in group.nodes)
@@ -603,12 +735,17 @@ def _reason(group: Group, g: _Open, layouts, names) -> str:
         return (f"{len(group.nodes)} {first.op} update{'s' if len(group.nodes) > 1 else ''} with the same "
                 f"hyper-parameters over {_elements(elements)} parameters: {on}")
     if group.kind == "composite":
+        if first.op == "concat":
+            on = "one Nova pointwise kernel reads each input over its slice of the result" \
+                if group.kernel == "nova" else f"ATen ({g.why_not_nova})" if g.why_not_nova else "ATen"
+            return f"concat on {first.outputs[0].type}: {on}"
+        bound = group.bindings                     # a rows group's operands: its fused casts' sources and values
         if first.op == "cross_entropy":
-            return (f"cross_entropy of {first.inputs[0].type} logits: log-sum-exp per row and the target "
-                    f"logits, no log-probabilities written")
+            return (f"cross_entropy of {bound.get('logits', first.inputs[0]).type} logits: log-sum-exp per row and "
+                    f"the target logits, no log-probabilities written")
         if first.op == "cross_entropy_backward":
-            return (f"cross_entropy_backward -> {first.outputs[0].type}: (softmax - onehot) * dloss / count "
-                    f"from the logits and lse, elementwise (may take the logits' buffer)")
+            return (f"cross_entropy_backward -> {bound.get('dlogits', first.outputs[0]).type}: (softmax - onehot) * "
+                    f"dloss / count from the logits and lse, elementwise (may take the logits' buffer)")
         what = "data movement" if kind(first.op) == "memory" else "a composite op"
         return f"{first.op} on {first.outputs[0].type}: {what} with its own kernel"
     if group.kind == "collective":

@@ -32,7 +32,8 @@ Rules, over the execution order (the groups' nodes one after another; position =
   storage (``external``, ``donated``) and needs no arena bytes.  An
   output of a Nova pointwise kernel may take the buffer of any input of the kernel that dies there
   and that every member reads so (``elementwise_group``): each thread reads all its inputs' elements
-  before writing the same ones.
+  before writing the same ones; so may the result of a cross-entropy backward's rows kernel with the
+  casts fused around it (bf16 dlogits over the bf16 logits, ``ROWS_ELEMENTWISE``).
 * **Offsets.**  Buffers (in-place chains are one buffer) are placed largest first, each at the
   best-fitting gap among the buffers it is live with; offsets and sizes are multiples of 256 bytes.
   With ``Handoff.outputs_apart`` the buffers that hold a graph output are not placed among the
@@ -55,6 +56,11 @@ returned clones), listed by the compiler (``nova/compiler/outside_arena.py``) an
 by ``with_outside`` (``MemoryPlan.outside``: the list; ``outside_bytes``: what it adds at the peak,
 every ``program`` and ``step`` allocation plus the largest ``launch`` one).  A plan made without
 that list (``outside`` is None: the passes alone) counts none.
+**Launch workspaces**: the scratch a group's kernels use only while its launch runs (a Nova GEMM's
+operand-prep copies and split-K partials, a rows kernel's partial sums, the embedding backward's sort
+buffers), also found by the compiler, are placed *in* the arena by ``place_workspaces``
+(``MemoryPlan.workspaces``): each live over its group's positions, best fit among the buffers live
+then (the arena grows only where no gap fits), so they share bytes with values dead during their launch.
 ``validate_memory_plan`` re-derives liveness independently and checks that no two buffers live at
 the same time overlap.
 """
@@ -84,6 +90,10 @@ ELEMENTWISE_COMPOSITES = OPTIMIZER_UPDATES + ("cross_entropy_backward",)
 # computes them out of place and copies).  Their result may take the buffer of a row input that
 # dies at them: log_softmax over the logits, log_softmax_backward over dy or y.
 ROW_COMPOSITES = ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward")
+# Rows ops whose Nova kernel, with the casts fused around it (``rows_casts.py``), reads each element of
+# its row input before writing the same element of its row result (one pass, each thread its own
+# elements): the whole group may write its result over that input.
+ROWS_ELEMENTWISE = ("cross_entropy_backward",)
 INPUT_CATEGORIES = {"param": "parameters", "opt_state": "optimizer_state", "grad": "gradients",
                     "data": "data", "const": "data"}
 CATEGORIES = ("parameters", "optimizer_state", "data", "gradients", "activations", "workspace", "arena_slack",
@@ -139,6 +149,17 @@ class OutsideAllocation:
                                       # torch.cuda.max_memory_allocated does not see)
 
 
+@dataclass(frozen=True)
+class LaunchWorkspace:
+    """Device bytes one group's kernels use only while its launch runs (written and read within it),
+    which the plan places in the arena (``place_workspaces``)."""
+    group: int                        # index of the group (execution order) whose launch uses it
+    nbytes: int
+    what: str                         # "GEMM workspace of gemm 768x3072x16384 tf32 TN -> f32", ...
+    offset: int = -1                  # arena byte offset, once placed
+    live: tuple[int, int] = (-1, -1)  # once placed: the positions of the group's first and last node
+
+
 def outside_peak_bytes(items) -> int:
     """What ``items`` add at the step's peak: every program and step allocation, the largest launch one."""
     return sum(i.nbytes for i in items if i.lifetime != "launch") + \
@@ -161,6 +182,7 @@ class MemoryPlan:
     outside_bytes: int = 0            # what they add at the peak (``outside_peak_bytes``), in peak_bytes
     handoff: Handoff = field(default_factory=Handoff)   # the boundary the plan was made for
     output_region: tuple[int, int] | None = None   # Handoff.outputs_apart: [start, arena_bytes) of the outputs' buffers
+    workspaces: list[LaunchWorkspace] = field(default_factory=list)   # placed in the arena (place_workspaces)
 
     def __getitem__(self, value: Value) -> ValuePlan:
         return self.values[value]
@@ -186,6 +208,98 @@ def with_outside(plan: MemoryPlan, items: list[OutsideAllocation]) -> MemoryPlan
     plan.live_peak_bytes += extra
     plan.breakdown["outside_arena"] = plan.outside_bytes
     return plan
+
+
+def place_workspaces(plan: MemoryPlan, groups: list[Group], workspaces: list[LaunchWorkspace]) -> MemoryPlan:
+    """``plan`` with ``workspaces`` placed in its arena (``MemoryPlan.workspaces``; the one place they
+    enter a plan).  Each is live over its group's positions [first node, last node]; largest first, it
+    takes the best-fitting gap among the arena buffers and workspaces placed before it that are live at
+    any of those positions, else the bytes above them (the arena grows).  With an output region
+    (``MemoryPlan.output_region``) they are placed below it, among the other buffers, and the region
+    moves up by the bytes they add there, so it stays the arena's top, shared with nothing.  The peak,
+    the largest live set and the breakdown (category ``workspace``) follow."""
+    if plan.workspaces:
+        raise ValueError("the plan's launch workspaces are placed already")
+    pos = {n: i for i, n in enumerate(plan.order)}
+    region_start = plan.output_region[0] if plan.output_region is not None else None
+    blocks = [(p.live[0], p.live[1], p.offset, p.offset + aligned(p.nbytes)) for p in plan.values.values()
+              if p.kind == "arena" and p.nbytes and (region_start is None or p.offset < region_start)]
+    placed: list[LaunchWorkspace] = []
+    todo = sorted((w for w in workspaces if w.nbytes), key=lambda w: (-w.nbytes, w.group))
+    for w in todo:
+        nodes = groups[w.group].nodes
+        first, last = pos[nodes[0]], pos[nodes[-1]]
+        busy = sorted((start, stop) for f, l, start, stop in blocks if f <= last and l >= first)
+        offset = _best_gap(busy, aligned(w.nbytes))
+        blocks.append((first, last, offset, offset + aligned(w.nbytes)))
+        placed.append(LaunchWorkspace(w.group, w.nbytes, w.what, offset, (first, last)))
+    plan.workspaces = sorted(placed, key=lambda w: w.group)
+    if region_start is not None:
+        _move_output_region(plan, max([region_start] + [w.offset + aligned(w.nbytes) for w in placed]))
+    plan.arena_bytes = max([plan.arena_bytes] + [w.offset + aligned(w.nbytes) for w in placed])
+    storages, categories, first = _storages_of(plan)
+    owned = dict.fromkeys(("parameters", "optimizer_state", "data", "gradients"), 0)
+    for p in plan.values.values():              # the graph's inputs
+        if p.kind == "external" and not p.donated:
+            owned[p.category] += p.nbytes
+    breakdown, busiest = _breakdown(plan.order, storages, categories, first, plan.arena_bytes, owned)
+    breakdown["outside_arena"] = plan.outside_bytes
+    plan.breakdown = breakdown
+    plan.peak_bytes = plan.arena_bytes + plan.external_bytes + plan.outside_bytes
+    plan.live_peak_bytes = busiest + plan.external_bytes + plan.outside_bytes
+    return plan
+
+
+def _move_output_region(plan: MemoryPlan, start: int) -> None:
+    """Move ``plan``'s output region (its buffers, their aliases, the arena's end) up to begin at ``start``."""
+    old_start, old_stop = plan.output_region
+    shift = start - old_start
+    if shift == 0:
+        return
+    for p in plan.values.values():
+        if p.kind in ("arena", "alias") and p.offset is not None and p.offset >= old_start:
+            p.offset += shift
+    plan.output_region = (start, old_stop + shift)
+    plan.arena_bytes += shift
+
+
+def _best_gap(busy: list[tuple[int, int]], size: int) -> int:
+    """The offset of the smallest gap of at least ``size`` bytes between the ``busy`` byte ranges
+    (sorted by start), else the first byte above them all."""
+    cursor, best, best_gap = 0, None, None
+    for start, stop in busy:
+        gap = start - cursor
+        if gap >= size and (best_gap is None or gap < best_gap):
+            best, best_gap = cursor, gap
+        cursor = max(cursor, stop)
+    return cursor if best is None else best
+
+
+def _storages_of(plan: MemoryPlan) -> tuple[list, dict, dict]:
+    """The arena's buffers as ``plan_memory`` made them (an in-place chain is one buffer: its values
+    linked by ``reuses``) and one per placed launch workspace; with each holder's category and first
+    position, as ``_breakdown`` reads them."""
+    storage_of: dict = {}
+    storages: list[_Storage] = []
+    categories, first = {}, {}
+    arena = sorted((v for v, p in plan.values.items() if p.kind == "arena" and p.live is not None),
+                   key=lambda v: plan.values[v].live[0])
+    for v in arena:
+        p = plan.values[v]
+        categories[v], first[v] = p.category, p.live[0]
+        s = storage_of.get(p.reuses) if p.reuses is not None else None
+        if s is None:
+            s = _Storage(v, p.live[0], p.live[1])
+            storages.append(s)
+        else:
+            s.holders.append(v)
+            s.last = max(s.last, p.live[1])
+        storage_of[v] = s
+    for w in plan.workspaces:
+        s = _Storage.of_bytes(w, w.nbytes, *w.live)
+        storages.append(s)
+        categories[w], first[w] = "workspace", w.live[0]
+    return storages, categories, first
 
 
 def aligned(n: int, alignment: int = ALIGNMENT) -> int:
@@ -218,14 +332,16 @@ def elementwise_reader(node: Node, root: Value, out: Value, layouts) -> bool:
 
 
 def elementwise_group(group: Group, root: Value, out: Value, layouts) -> bool:
-    """One Nova kernel may write ``out`` over ``root``'s storage.  A pointwise kernel: each thread reads
-    every input at the flat indices it then writes, so this holds when every member reading ``root``
-    (in any of its aliases) reads it whole, in ``out``'s own layout.  A multi-tensor optimizer
+    """One Nova kernel may write ``out`` over ``root``'s storage.  A pointwise kernel (or a
+    ``ROWS_ELEMENTWISE`` rows kernel with its casts): each thread reads every input at the flat
+    indices it then writes, so this holds when every member reading ``root`` (in any of its aliases)
+    reads it whole, in ``out``'s own layout, element for element (a gather reads its table at
+    computed indices: never).  A multi-tensor optimizer
     update: each thread reads one tensor's inputs at the indices it then writes of that tensor's
     outputs, so only ``out``'s own update may read ``root``, whole, in ``out``'s layout."""
     if not group.fused or root.type.nbytes != out.type.nbytes:
         return False
-    if group.kind == "pointwise":
+    if group.kind == "pointwise" or (group.kind == "composite" and group.head.op in ROWS_ELEMENTWISE):
         readers = group.nodes
     elif group.kind == "composite" and group.nodes[0].op in OPTIMIZER_UPDATES:
         readers = [out.producer]
@@ -236,8 +352,8 @@ def elementwise_group(group: Group, root: Value, out: Value, layouts) -> bool:
     for n in readers:
         for v in n.inputs:
             lay = layouts[v]
-            if lay.root is root and not (lay.whole_root and lay.shape == out.shape):
-                return False
+            if lay.root is root and (n.op == "index_select" or not (lay.whole_root and lay.shape == out.shape)):
+                return False          # a gather reads its table anywhere: never written over
     return True
 
 
@@ -249,6 +365,14 @@ class _Storage:
         self.first, self.last = first, last
         self.offset = 0
         self.donated_input = donated_input     # a donated graph input's storage (not arena bytes)
+
+    @classmethod
+    def of_bytes(cls, holder, nbytes: int, first: int, last: int) -> "_Storage":
+        s = cls.__new__(cls)
+        s.holders, s.nbytes, s.size = [holder], nbytes, aligned(nbytes)
+        s.first, s.last, s.offset = first, last, 0
+        s.donated_input = None
+        return s
 
 
 def plan_memory(graph: Graph, groups: list[Group], layouts=None, storage: StoragePlan | None = None,
@@ -333,7 +457,8 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None, storage: Storag
                 continue
             s = None
             group = group_of[node]
-            kernel_wide = group.fused and group.kind == "pointwise"          # one Nova pointwise kernel
+            kernel_wide = group.fused and (group.kind == "pointwise" or       # one Nova pointwise kernel, or
+                                           (len(group.nodes) > 1 and group.head.op in ROWS_ELEMENTWISE))
             alone = not group.fused or len(group.nodes) == 1                  # one launch of this node only
             if (alone or kernel_wide) and len(node.outputs) == 1:             # a multi-output node (adamw) may
                 reads = group.inputs if kernel_wide else node.inputs          # write one result before reading all inputs
@@ -393,7 +518,10 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None, storage: Storag
     values = {v: values[v] for v in all_values}
 
     external_bytes = sum(s.value.type.nbytes for s in graph.inputs)
-    breakdown, live_peak = _breakdown(graph, storages, categories, first, end, arena_bytes)
+    owned = dict.fromkeys(("parameters", "optimizer_state", "data", "gradients"), 0)
+    for s in graph.inputs:
+        owned[INPUT_CATEGORIES[s.role]] += s.value.type.nbytes
+    breakdown, live_peak = _breakdown(order, storages, categories, first, arena_bytes, owned)
     return MemoryPlan(values, arena_bytes, arena_bytes + external_bytes, live_peak + external_bytes,
                       external_bytes, breakdown, donations, order, storage=storage, handoff=handoff,
                       output_region=output_region)
@@ -453,7 +581,10 @@ def _assign_offsets(storages: list[_Storage]) -> int:
     return top
 
 
-def _breakdown(graph, storages, categories, first, end, arena_bytes) -> tuple[dict[str, int], int]:
+def _breakdown(order, storages, categories, first, arena_bytes, owned: dict) -> tuple[dict[str, int], int]:
+    """``(breakdown, busiest)``: the user-owned bytes by category (``owned``), the bytes of the buffers
+    live at the arena's busiest position by their holder's category there, the arena's slack."""
+    end = len(order)
     delta = [0] * (end + 2)
     for s in storages:
         delta[max(s.first, 0)] += s.size
@@ -464,8 +595,8 @@ def _breakdown(graph, storages, categories, first, end, arena_bytes) -> tuple[di
         if live > busiest:
             busiest, busiest_at = live, t
     breakdown = dict.fromkeys(CATEGORIES, 0)
-    for s in graph.inputs:
-        breakdown[INPUT_CATEGORIES[s.role]] += s.value.type.nbytes
+    for category, nbytes in owned.items():
+        breakdown[category] += nbytes
     for s in storages:
         if s.first <= busiest_at <= s.last and s.size:
             holder = [h for h in s.holders if first[h] <= busiest_at][-1]
@@ -478,7 +609,8 @@ def _breakdown(graph, storages, categories, first, end, arena_bytes) -> tuple[di
 def validate_memory_plan(graph: Graph, groups: list[Group], plan: MemoryPlan) -> None:
     """Raise ``AssertionError`` naming the first problem: a value without a plan, a misaligned or
     out-of-arena buffer, two buffers live at the same time that overlap (other than a declared
-    in-place reuse at the node where the old value dies, read element for element), an alias that
+    in-place reuse at the node where the old value dies, read element for element), a launch workspace
+    on bytes a value or another workspace holds during its group's launch, an alias that
     does not describe its view, or a donation whose input is still read afterwards.  Liveness is
     re-derived here from the graph, the groups and the plan's storage decisions, not taken from the plan."""
     layouts = layout_analysis.analyze(graph, plan.storage)
@@ -562,6 +694,25 @@ def validate_memory_plan(graph: Graph, groups: list[Group], plan: MemoryPlan) ->
                 or (need[earlier][1] == span[later.producer][1]
                     and elementwise_group(group_of[later.producer], earlier, later, layouts))), \
                 f"{later} is written into donated input {i} while {earlier} is still read"
+
+    for k, w in enumerate(plan.workspaces):         # live over their group's positions, on bytes nothing else holds then
+        first, last = pos[groups[w.group].nodes[0]], pos[groups[w.group].nodes[-1]]
+        stop = w.offset + w.nbytes
+        assert w.offset % plan.alignment == 0 and stop <= plan.arena_bytes, \
+            f"workspace of group {w.group} at {w.offset}+{w.nbytes} is misaligned or outside the arena ({plan.arena_bytes})"
+        for v in arena:
+            pv = plan[v]
+            if pv.offset < stop and w.offset < pv.offset + pv.nbytes:
+                assert need[v][1] < first or need[v][0] > last, \
+                    f"the workspace of group {w.group} [{first},{last}] and the buffer of {v} {need[v]} overlap"
+        for u in plan.workspaces[k + 1:]:
+            if u.offset < stop and w.offset < u.offset + u.nbytes:
+                u_first, u_last = pos[groups[u.group].nodes[0]], pos[groups[u.group].nodes[-1]]
+                assert u_last < first or u_first > last, f"the workspaces of groups {w.group} and {u.group} overlap"
+        if plan.output_region is not None:
+            assert stop <= plan.output_region[0], \
+                f"the workspace of group {w.group} at {w.offset}+{w.nbytes} is in the output region {plan.output_region}"
+
     for j, i in plan.donations:
         v, x = graph.outputs[j].value, inputs[i]
         assert graph.outputs[j].updates == i, f"output {j} does not update input {i}"

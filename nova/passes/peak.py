@@ -32,13 +32,17 @@ class TensorClass:
 
 def busiest_position(memory) -> int:
     """The position where the arena's live bytes are largest (an in-place result counts from the
-    position after the one where it took its input's buffer)."""
-    return max(range(len(memory.order) + 1), key=lambda t: (arena_live_bytes(memory, t), -t)) \
-        if memory.order else 0
+    position after the one where it took its input's buffer; a launch workspace over its group's
+    positions); the first such position."""
+    if not memory.order:
+        return 0
+    profile = live_profile(memory)
+    return max(range(len(profile)), key=lambda t: (profile[t], -t))
 
 
 def arena_live_bytes(memory, t: int) -> int:
-    return sum(p.nbytes for p in memory.values.values() if live_at(p, t))
+    return sum(p.nbytes for p in memory.values.values() if live_at(p, t)) + \
+        sum(w.nbytes for w in getattr(memory, "workspaces", ()) if w.live[0] <= t <= w.live[1])
 
 
 def live_at(p, t: int) -> bool:
@@ -58,6 +62,9 @@ def live_profile(memory) -> list[int]:
             if first <= p.live[1]:
                 delta[first] += p.nbytes
                 delta[p.live[1] + 1] -= p.nbytes
+    for w in getattr(memory, "workspaces", ()):
+        delta[w.live[0]] += w.nbytes
+        delta[w.live[1] + 1] -= w.nbytes
     out, live = [], 0
     for t in range(end + 1):
         live += delta[t]
@@ -81,7 +88,8 @@ def tensor_class(value) -> str:
 def composition(planned, limit: int = 4) -> list[tuple[str, int]]:
     """What the plan's peak holds: the user-owned bytes by role, the program's allocations outside
     the arena (``MemoryPlan.outside``), then the arena's live bytes at the busiest position by tensor
-    class (largest first, the rest summed), then the arena's slack."""
+    class (largest first, the rest summed; the launch workspaces placed there as one class), then the
+    arena's slack."""
     mem = planned.memory
     parts = []
     external = {}
@@ -99,6 +107,9 @@ def composition(planned, limit: int = 4) -> list[tuple[str, int]]:
         if live_at(p, t):
             name = "gradients" if p.category == "gradients" else tensor_class(v)
             by_class[name] = by_class.get(name, 0) + p.nbytes
+    for w in getattr(mem, "workspaces", ()):
+        if w.live[0] <= t <= w.live[1]:
+            by_class["launch workspaces"] = by_class.get("launch workspaces", 0) + w.nbytes
     ranked = sorted(by_class.items(), key=lambda kv: -kv[1])
     parts += ranked[:limit]
     rest = sum(n for _, n in ranked[limit:]) + sum(n for k, n in external.items()

@@ -7,6 +7,8 @@
                                                                 backward sums each group (``grouped_query.py``)
            -> recompute_pointwise                               saved pointwise intermediates recomputed
                                                                 in the backward's kernels (``recompute.py``)
+           -> place_casts                                       casts next to the rows ops that take them
+                                                                (``rows_casts.py``)
            -> copy_concat_inputs                                a concat's unplaceable inputs copied by a kernel
            -> plan_storage                                      strided kernel results in their readers' layout
            -> fuse                                              groups (kernels)
@@ -34,7 +36,8 @@ from nova.passes.rms_norm import fuse_rms_norm
 from nova.passes.fusion import Group, format_bytes, fuse
 from nova.passes.grouped_query import read_kv_heads
 from nova.passes.recompute import recompute_pointwise
-from nova.passes.memory import Handoff, MemoryPlan, with_outside
+from nova.passes.rows_casts import place_casts
+from nova.passes.memory import Handoff, LaunchWorkspace, MemoryPlan, OutsideAllocation, place_workspaces, with_outside
 from nova.passes.schedule import schedule_with_plan
 from nova.passes.storage import StoragePlan, copy_concat_inputs, plan_storage
 
@@ -58,9 +61,11 @@ def pipeline(graph: Graph, target=None, kernels: MemoryBoundKernels | None = Non
     memory-bound groups may run on Nova kernels (default: the ``NOVA_POINTWISE`` setting).  With a
     ``memory_budget`` (bytes or a size such as ``"12GiB"``) the plan is made to fit it
     (``budget.fit_budget``: chunked loss, rematerialization) or ``MemoryBudgetError`` says the
-    smallest plan reached.  ``outside_arena``: ``planned -> [OutsideAllocation]``, what the program
-    of a plan allocates outside its arena (the compiler's ``nova.compiler.outside_arena.account``),
-    stated on every plan made (``memory.with_outside``), so peaks and the budget include it.
+    smallest plan reached.  ``outside_arena``: ``planned -> [OutsideAllocation | LaunchWorkspace]``,
+    what the program of a plan allocates besides the values (the compiler's
+    ``nova.compiler.outside_arena.account``): the allocations outside its arena, stated on every plan
+    made (``memory.with_outside``), and its launches' workspaces, placed in the arena
+    (``memory.place_workspaces``), so peaks and the budget include both.
     ``handoff``: how the program's outputs and inputs cross its boundary (``memory.Handoff``:
     outputs in a region of their own, donated inputs; default: neither)."""
     from nova.passes.budget import fit_budget, parse_size
@@ -84,6 +89,8 @@ def pipeline(graph: Graph, target=None, kernels: MemoryBoundKernels | None = Non
     stats["grouped_query"] = len(g.nodes)
     g, recomputed = recompute_pointwise(g, target)
     stats["recompute"] = len(g.nodes)
+    g = place_casts(g)
+    stats["casts"] = len(g.nodes)
     g = copy_concat_inputs(g)
     stats["concat_copies"] = len(g.nodes)
     verify(g)
@@ -112,7 +119,9 @@ def plan_graph(g: Graph, target=None, stats: dict | None = None, kernels: Memory
     planned = Planned(g, groups, [n for grp in groups for n in grp.nodes], memory, target,
                       dict(stats or {}), storage=storage)
     if outside_arena is not None:
-        with_outside(memory, outside_arena(planned))
+        found = outside_arena(planned)
+        with_outside(memory, [i for i in found if isinstance(i, OutsideAllocation)])
+        place_workspaces(memory, groups, [i for i in found if isinstance(i, LaunchWorkspace)])
     return planned
 
 
@@ -141,6 +150,9 @@ def format_plan(planned: Planned, max_groups: int | None = None) -> str:
     if removed["copies_removed"] or removed["concats_assembled"]:
         lines.append(f"storage: {removed['results_stored']} kernel results written in their readers' layout: "
                      f"{removed['copies_removed']} view copies and {removed['concats_assembled']} concats removed")
+    if mem.workspaces:
+        lines.append(f"launch workspaces: {len(mem.workspaces)} in the arena, "
+                     f"{format_bytes(sum(w.nbytes for w in mem.workspaces))} together, each live during its launch")
     lines.append(f"memory: peak {format_bytes(mem.peak_bytes)} = arena {format_bytes(mem.arena_bytes)} "
                  f"+ external {format_bytes(mem.external_bytes)} + outside the arena "
                  f"{format_bytes(mem.outside_bytes) if mem.outside is not None else '(not listed)'} (largest live set "

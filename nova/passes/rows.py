@@ -17,7 +17,7 @@ def select_rows(group, layouts) -> str:
     or when the group is no candidate)."""
     if group.kernel != "aten" or group.kind not in ("composite", "reduction"):
         return ""
-    if group.kind == "composite" and group.nodes[0].op not in ROWS_COMPOSITES:
+    if group.kind == "composite" and group.head.op not in ROWS_COMPOSITES:
         return ""
     from nova.passes.rows_from_ir import from_group
     problem, bindings, why = from_group(group.nodes, group.inputs, group.outputs, layouts)

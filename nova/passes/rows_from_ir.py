@@ -1,7 +1,10 @@
 """Rows problems from the planner's groups: ``from_group(nodes, inputs, outputs, layouts)``.
 
 Composite groups (one node: layer_norm(+backward), rms_norm(+backward) over the last axis, softmax / log_softmax (+backward) over the last
-axis, cross_entropy(+backward)) map their operands by position; a ``reduction`` group (pointwise
+axis, cross_entropy(+backward)) map their operands by position, with the casts fused into them
+(``nova/passes/rows_casts.py``): a cast feeding a row input (``ROW_INPUTS``) binds that operand to the
+cast's source, read in its own type; a cast of the row result (``ROW_OUTPUTS``) binds the result to the
+cast's value, written in its type; a ``reduction`` group (pointwise
 producers, then one sum/mean/max/min) becomes ``row_reduce`` when it reduces the trailing axes and
 ``column_reduce`` (sum/mean) when it reduces the leading ones, its producers a ``Prologue``: every value
 read from outside the group is an operand (``in0``, ``in1``, ... in first-read order) classified by
@@ -23,6 +26,15 @@ COMPOSITES = ("layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backwar
 REDUCE_OPS = ("sum", "mean", "max", "min")
 IR_OPS = {"add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "rsqrt", "reciprocal", "abs", "tanh", "sigmoid",
           "relu", "silu", "maximum", "minimum", "pow"}
+
+
+# The row operands a cast can join, by position: the inputs a widening cast may feed and the output a
+# cast may read (the kernels read every operand in its own storage type and write each in its own).
+ROW_INPUTS = {"layer_norm": (0,), "layer_norm_backward": (0, 1), "rms_norm": (0,), "rms_norm_backward": (0, 1),
+              "softmax": (0,), "log_softmax": (0,), "softmax_backward": (0, 1), "log_softmax_backward": (0, 1),
+              "cross_entropy": (0,), "cross_entropy_backward": (1,)}
+ROW_OUTPUTS = {"layer_norm": 0, "layer_norm_backward": 0, "rms_norm": 0, "rms_norm_backward": 0, "softmax": 0,
+               "log_softmax": 0, "softmax_backward": 0, "log_softmax_backward": 0, "cross_entropy_backward": 0}
 
 
 class NotRows(Exception):
@@ -80,8 +92,9 @@ def _vec(v, layout, layouts, name) -> Operand:
 
 def from_group(nodes, inputs, outputs, layouts) -> tuple[RowsProblem | None, dict, str]:
     try:
-        if len(nodes) == 1 and nodes[0].op in COMPOSITES:
-            problem, names = _composite(nodes[0], outputs, layouts)
+        composites = [n for n in nodes if n.op in COMPOSITES]
+        if len(composites) == 1 and all(n.op == "cast" for n in nodes if n is not composites[0]):
+            problem, names = _composite(composites[0], outputs, layouts, *fused_casts(composites[0], nodes))
         elif nodes[-1].op in REDUCE_OPS:
             problem, names = _reduction(nodes, inputs, outputs, layouts)
         else:
@@ -91,8 +104,49 @@ def from_group(nodes, inputs, outputs, layouts) -> tuple[RowsProblem | None, dic
     return problem, names, ""
 
 
-def _composite(node, outputs, layouts):
+def over_last_axes(node) -> bool:
+    """A composite over the last axes (the rows kernels' softmaxes take no other axis)."""
+    if node.op in ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward"):
+        x = node.inputs[0] if node.op in ("softmax", "log_softmax") else node.inputs[1]
+        return node.attrs["axis"] % x.type.rank == x.type.rank - 1
+    return node.op in COMPOSITES
+
+
+def reads_through_cast(cast) -> bool:
+    """A cast a rows kernel may take as its prologue: to f32 from a float storage type (exact: the kernel
+    reads the source in its own type and widens it to FP32 as it loads, what the cast computes)."""
+    return cast.op == "cast" and cast.attrs["dtype"] == "f32" and cast.inputs[0].dtype in FLOAT_DTYPES
+
+
+def writes_through_cast(cast) -> bool:
+    """A cast a rows kernel may take as its epilogue: of an f32 result (the kernel's arithmetic type) to a
+    float storage type (the kernel rounds its FP32 value once, to nearest even, as the cast does)."""
+    return cast.op == "cast" and cast.inputs[0].dtype == "f32" and cast.attrs["dtype"] in FLOAT_DTYPES
+
+
+def fused_casts(node, nodes) -> tuple[dict, dict]:
+    """``({composite input: the cast's source}, {composite result: the cast's value})`` of the casts in
+    ``nodes`` beside the composite ``node``: each a widening cast feeding one of its row inputs or a
+    cast of its row result; anything else is ``NotRows``."""
+    sources, results = {}, {}
+    row_inputs = [node.inputs[i] for i in ROW_INPUTS.get(node.op, ())]
+    row_output = node.outputs[ROW_OUTPUTS[node.op]] if node.op in ROW_OUTPUTS else None
+    for cast in nodes:
+        if cast is node:
+            continue
+        x, y = cast.inputs[0], cast.outputs[0]
+        if y in row_inputs and reads_through_cast(cast):
+            sources[y] = x
+        elif x is row_output and x not in results and writes_through_cast(cast):
+            results[x] = y
+        else:
+            raise NotRows(f"a cast of {x.type} to {y.dtype} is neither read nor written by the {node.op} kernel")
+    return sources, results
+
+
+def _composite(node, outputs, layouts, sources=None, results=None):
     op, a = node.op, node.attrs
+    sources, results = sources or {}, results or {}
     outs = set(outputs)
     if op in ("layer_norm", "layer_norm_backward"):
         x = node.inputs[0] if op == "layer_norm" else node.inputs[1]
@@ -109,6 +163,7 @@ def _composite(node, outputs, layouts):
     ins, res = [], []
 
     def row(name, v):
+        v = sources.get(v, results.get(v, v))       # a fused cast's source or value, in its own type
         names[name] = v
         return _row(v, lead, layouts, name)
 
@@ -156,13 +211,16 @@ def _composite(node, outputs, layouts):
         attrs = {"reduction": a.get("reduction", "mean"), "ignore_index": int(a.get("ignore_index", -100))}
     written = []
     for name, v in res:
-        if v not in outs:
+        if results.get(v, v) not in outs:
             continue
         layout = {"y": "row", "dx": "row", "dlogits": "row", "loss": "scalar", "dweight": "col",
                   "dbias": "col"}.get(name, "per_row")
         written.append(row(name, v) if layout == "row" else vec(name, v, layout))
     if any(o.name == "target" and o.dtype not in ("i64", "i32") for o in ins):
         raise NotRows("targets are not i64 or i32")
+    unwritten = [v for v in outputs if v not in names.values()]
+    if unwritten:
+        raise NotRows(f"{unwritten[0].type} is read outside the group and the kernel does not write it")
     return RowsProblem(op, rows, n, tuple(ins), tuple(written), attrs), names
 
 

@@ -22,6 +22,7 @@ from nova.kernels.gemm.family import get_or_compile
 from nova.runtime.cache import KernelCache, summary_line
 from nova.runtime.driver import Device, LoadedKernel, NovaRuntimeError
 from nova.runtime.memo import memoized
+from nova.runtime.tma import WORKSPACE_ALIGN
 
 # Device name (cuDeviceGetName) -> hwmodel preset.  Variants with other SM counts fall through to
 # from_device(): "RTX 3060 Ti", "RTX 4090 D", "GH200".
@@ -140,6 +141,7 @@ class ResolvedKernel:
     slots: tuple[str, ...]           # kernel argument order, lower-case: ("a", "b", "c"[, "bias"])
     zero_output: bool
     hopper: object = None            # nova.runtime.tma.HopperGemm for wgmma artifacts (tensor-map ABI)
+    skinny: object = None            # nova.runtime.skinny.SkinnyGemm for the skinny kernel (and its workspace)
     alignment: tuple[int, ...] = field(init=False, repr=False)   # bytes A, B, C, bias must be aligned to
 
     def __post_init__(self):
@@ -149,8 +151,12 @@ class ResolvedKernel:
         """(argument, vector elements, element bytes) of the kernel's pointer arguments: the mma.sync
         kernel's cp.async/store widths; the Hopper kernel's TMA (16-byte bases: A and B checked when
         their maps are encoded, C by ``vector_c`` = 16 bytes under the TMA-store epilogue) and
-        epilogue stores (it reads the bias one element at a time)."""
+        epilogue stores (it reads the bias one element at a time); the skinny kernel's vector loads of B
+        (A, C and the bias element by element)."""
         s, p = self.schedule, self.problem
+        if self.skinny is not None:
+            return (("A", 1, p.in_bytes), ("B", s.vec, p.in_bytes), ("C", 1, p.out_bytes),
+                    ("bias", 1, dtypes.element(bias_storage(p)).bytes))
         bias_vector = 1 if self.hopper is not None else s.vector_c
         return (("A", s.vector_a, p.in_bytes), ("B", s.vector_b, p.in_bytes), ("C", s.vector_c, p.out_bytes),
                 ("bias", bias_vector, dtypes.element(bias_storage(p)).bytes))
@@ -163,10 +169,18 @@ class ResolvedKernel:
                 access = "the TMA store of C (its tensor map's base)" if tma_c and name == "C" else None
                 tensors.check_alignment(name, ptr, vector, elem_bytes, access)
 
-    def run(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None = None, stream: int = 0) -> None:
+    @property
+    def workspace_bytes(self) -> int:
+        """Device bytes one launch may use as its workspace (``nova.runtime.tma.workspace_layout``; 0: none)."""
+        return self.hopper.workspace_bytes if self.hopper is not None else 0
+
+    def run(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None = None, stream: int = 0,
+            workspace: int | None = None) -> None:
         """Enqueue (zero C if split-K needs it, then) the kernel on ``stream``; no synchronisation.
         Per call: one modulo per pointer (a sliced view may be misaligned), the context check, the launch(es).
-        The mma.sync kernel's arguments are (a, b, c[, bias]) in that order (``slots``, checked at load)."""
+        The mma.sync kernel's arguments are (a, b, c[, bias]) in that order (``slots``, checked at load).
+        ``workspace``: the address of ``workspace_bytes`` bytes the launch may overwrite (else a Hopper
+        kernel uses its per-stream buffer)."""
         p = self.problem
         if bias_ptr is None and p.bias:
             raise ValueError(f"{p.describe()} adds a bias: pass bias_ptr")
@@ -179,8 +193,12 @@ class ResolvedKernel:
             if self.zero_output:      # split-K slices add into C (both kernel families)
                 driver.memset_async(c_ptr, p.M * p.N, p.out_bytes, stream,
                                     f"zeroing the output of {p.describe()} before its split-K launch")
-            if hopper is not None:    # Hopper: prep passes + tensor maps + wgmma kernel
+            if hopper is not None and workspace is not None:    # Hopper: prep passes + tensor maps + wgmma kernel
+                hopper.run(a_ptr, b_ptr, c_ptr, bias_ptr, stream, workspace=workspace)
+            elif hopper is not None:
                 hopper.run(a_ptr, b_ptr, c_ptr, bias_ptr, stream)
+            elif self.skinny is not None:     # the skinny kernel (its K slices' workspace)
+                self.skinny.run(a_ptr, b_ptr, c_ptr, bias_ptr, stream)
             else:
                 self.kernel.launch((a_ptr, b_ptr, c_ptr, bias_ptr) if p.bias else (a_ptr, b_ptr, c_ptr), stream)
         finally:
@@ -210,9 +228,20 @@ def resolve_kernel(problem: GemmProblem, target=None, device: Device | None = No
 def load_resolved(problem: GemmProblem, model, schedule, artifact, key: str, status: str,
                   device: Device) -> ResolvedKernel:
     """Load ``artifact`` onto ``device`` as a ``ResolvedKernel``: a Hopper schedule's artifact
-    (tensor-map ABI ``(tmap_a*, tmap_b*, C*[, bias*])``) through ``nova.runtime.tma.HopperGemm``,
-    an mma.sync one after checking that it takes ``(a, b, c[, bias])``."""
+    (tensor-map ABI ``(tmap_a*, tmap_b*, C*[, bias*])``) through ``nova.runtime.tma.HopperGemm``, a
+    skinny one through ``nova.runtime.skinny.SkinnyGemm``, an mma.sync one after checking that it
+    takes ``(a, b, c[, bias])``."""
     slots = tuple(p.lower() for p in artifact.params)
+    if schedule.kernel == "skinny":
+        from nova.runtime.skinny import SkinnyGemm
+        expected = ("a", "b", "c") + (("bias",) if problem.bias else ()) + \
+            (("w", "t") if artifact.meta.get("workspace_bytes") else ())
+        if slots != expected:
+            raise NovaRuntimeError(f"kernel ABI mismatch for {summary_line(problem, model)}: the skinny artifact takes "
+                                   f"{artifact.params}, the runtime passes {expected} (stale cache? bump the skinny "
+                                   "family's ABI)")
+        skinny = SkinnyGemm(artifact, device, problem.describe(), key)
+        return ResolvedKernel(problem, model, schedule, key, status, skinny.main, slots, False, skinny=skinny)
     if schedule.hopper is not None:
         from nova.runtime.tma import HopperGemm
         hop = HopperGemm(artifact, schedule, device, problem.describe(), key)
@@ -260,27 +289,31 @@ def plain_torch_types() -> frozenset:
     return _torch_types
 
 
-def signature(a, b, out, bias, activation, target, tf32_fast, deterministic=False) -> tuple | None:
+def signature(a, b, out, bias, activation, target, tf32_fast, deterministic=False, workspace=None) -> tuple | None:
     """The signature-cache key of a ``matmul`` call on plain torch tensors; None for anything else.
 
     It holds every input of matmul's checks and kernel choice except the data pointers: each
     tensor's dtype, shape, strides and device (``get_device()``, -1 off the GPU: such a call fails,
     so it is never cached) and the call's options (``deterministic``: a bool, or ("default", torch's
-    flag) when unstated).  Environment options are read when a signature is first seen.  Pointers
+    flag) when unstated; a workspace by its bytes, device and alignment, checked once against the kernel's
+    need).  Environment options are read when a signature is first seen.  Pointers
     change from call to call; ``ResolvedKernel.run`` checks their alignment every time."""
     fast = plain_torch_types()
     if type(a) not in fast or type(b) not in fast or type(activation) is not str or \
             not (target is None or type(target) is str):
         return None
-    o = c = None                     # out's and bias's metadata; False: another kind of object
+    o = c = w = None                 # out's, bias's and workspace's metadata; False: another kind of object
     if out is not None:
         o = (out.dtype, out.shape, out.stride(), out.get_device()) if type(out) in fast else False
     if bias is not None:
         c = (bias.dtype, bias.shape, bias.stride(), bias.get_device()) if type(bias) in fast else False
-    if o is False or c is False:
+    if workspace is not None:
+        w = (workspace.nbytes, workspace.get_device(), workspace.is_contiguous(),
+             workspace.data_ptr() % WORKSPACE_ALIGN == 0) if type(workspace) in fast else False
+    if o is False or c is False or w is False or (w is not None and not (w[2] and w[3])):
         return None
     return (a.dtype, a.shape, a.stride(), a.get_device(), b.dtype, b.shape, b.stride(), b.get_device(),
-            o, c, activation, target, bool(tf32_fast), deterministic)
+            o, c, w, activation, target, bool(tf32_fast), deterministic)
 
 
 # --------------------------------------------------------------------------- entry points
@@ -294,7 +327,7 @@ def launch_gemm(problem: GemmProblem, a_ptr: int, b_ptr: int, c_ptr: int, bias_p
 
 
 def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, tf32_fast: bool = False,
-           deterministic: bool | None = None):
+           deterministic: bool | None = None, workspace=None):
     """``act(a @ b + bias)`` with a Nova kernel; returns ``out`` (allocated like ``a`` when None).
 
     ``tf32_fast=True`` (float32 inputs only) lets the tensor cores truncate FP32 to TF32 instead of
@@ -309,6 +342,10 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
     or [K, N] (a 2-D operand or a batch of one is broadcast), ``out`` [B, M, N]; each matrix
     row-major or transposed, the batch dimension any stride (one launch; ``batched_problem``).
     Runs on the framework's current stream (torch, cupy) or the legacy default stream; no sync.
+    ``workspace``: a contiguous device buffer of at least ``resolve_kernel(problem).workspace_bytes``
+    bytes, ``WORKSPACE_ALIGN``-aligned, that the launch may overwrite (its operand preps and split-K
+    partials; the executor passes one from its arena); without it a Hopper kernel keeps one buffer per
+    stream, allocated on first use.
 
     Repeated calls on plain torch tensors with the same dtypes, shapes, strides, devices and options
     skip the checks and the kernel lookup below (``signature``): they read the data pointers, check
@@ -317,13 +354,17 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
     # an unstated ``deterministic`` keys the signature on torch's flag; the options are read below, once
     # per signature (``reset()`` after changing NOVA_TARGET or NOVA_DETERMINISTIC in a running process)
     stated = bool(deterministic) if deterministic is not None else ("default", torch_deterministic())
-    key = signature(a, b, out, bias, activation, target, tf32_fast, stated)
+    key = signature(a, b, out, bias, activation, target, tf32_fast, stated, workspace)
     plan = _plans.get(key) if key is not None else None
     if plan is not None:
         if out is None:
             out = plan.empty()
-        plan.resolved.run(a.data_ptr(), b.data_ptr(), out.data_ptr(), None if bias is None else bias.data_ptr(),
-                          plan.stream())
+        if workspace is None:
+            plan.resolved.run(a.data_ptr(), b.data_ptr(), out.data_ptr(), None if bias is None else bias.data_ptr(),
+                              plan.stream())
+        else:
+            plan.resolved.run(a.data_ptr(), b.data_ptr(), out.data_ptr(), None if bias is None else bias.data_ptr(),
+                              plan.stream(), workspace=workspace.data_ptr())
         return out
 
     if deterministic is None:
@@ -355,12 +396,19 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
         tensors.check_bias(tbias, N, bias_storage(problem))
 
     resolved = resolve_kernel(problem, target, driver.get_device(ta.device if ta.device is not None else tb.device))
+    ws = None
+    if workspace is not None:
+        ws = tensors.check_workspace(tensors.describe(workspace, "workspace"), workspace, resolved.workspace_bytes,
+                                     ta.device, WORKSPACE_ALIGN, problem.describe())
     if to is None:
         out = tensors.empty(ta, out_shape, problem.out_dtype)
         to = tensors.describe(out, "out")
     stream = tensors.stream_source(ta)
     # alignment of A, B, C and bias is checked in ResolvedKernel.run, on every call
-    resolved.run(ta.ptr, tb.ptr, to.ptr, tbias.ptr if tbias is not None else None, stream())
+    if ws is None:
+        resolved.run(ta.ptr, tb.ptr, to.ptr, tbias.ptr if tbias is not None else None, stream())
+    else:
+        resolved.run(ta.ptr, tb.ptr, to.ptr, tbias.ptr if tbias is not None else None, stream(), workspace=ws)
     if key is not None:            # validated and launched: this signature takes the short path from now on
         _plans[key] = Plan(resolved, tensors.allocator(ta, out_shape, problem.out_dtype), stream)
     return out

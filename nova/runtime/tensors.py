@@ -245,6 +245,23 @@ def check_bias(bias: TensorInfo, N: int, storage: str) -> None:
         raise ValueError(f"{bias}: must be contiguous, got stride {bias.strides[0]}")
 
 
+def check_workspace(ws: TensorInfo, obj, needed: int, device: int | None, align: int, what: str) -> int:
+    """The address of a caller's GEMM workspace ``ws`` (``obj``: the object it describes, whose
+    ``nbytes`` is its size), after checking that it is contiguous device memory on ``device`` of at
+    least ``needed`` bytes starting on an ``align``-byte boundary (ValueError naming the problem)."""
+    nbytes = getattr(obj, "nbytes", None)
+    if not is_c_contiguous(ws.shape, ws.strides) or nbytes is None:
+        raise ValueError(f"workspace: {ws} must be one contiguous buffer with a size (nbytes)")
+    if device is not None and ws.device is not None and ws.device != device:
+        raise ValueError(f"workspace: on cuda:{ws.device}, the operands on cuda:{device}")
+    if nbytes < needed:
+        raise ValueError(f"workspace: {nbytes} bytes, the kernel of {what} needs {needed} "
+                         f"(nova.runtime.tma.workspace_layout)")
+    if ws.ptr % align:
+        raise ValueError(f"workspace: device pointer {ws.ptr:#x} is not {align}-byte aligned")
+    return ws.ptr
+
+
 def check_alignment(name: str, ptr: int, vector: int, elem_bytes: int, access: str | None = None) -> None:
     """Vector loads/stores of ``vector`` elements need ``ptr`` aligned to ``vector * elem_bytes`` bytes
     (``access`` names them in the error, default "this kernel's N-element vector accesses")."""

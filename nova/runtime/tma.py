@@ -14,10 +14,12 @@ gets a 3-D map, batch outermost with its batch stride (C's from the problem's ``
   buffer (the object cuda-bindings returns need not be aligned) and copies them to the device,
   cached per (device, pointer, shape, box, type): repeated calls on the same buffers cost a dict
   lookup, not an encode;
-* runs the operand-prep kernels (transpose to K-major / pad K / round to TF32) into per-stream
-  workspaces, stream-ordered before the GEMM;
+* runs the operand-prep kernels (transpose to K-major / pad K / round to TF32) into a workspace,
+  stream-ordered before the GEMM: the caller's (``run(..., workspace=)``: the executor places one per
+  launch in its arena, ``workspace_layout`` sizes it) or, without one, a per-stream buffer allocated
+  once with ``cuMemAlloc``;
 * launches the GEMM, and for a split-K workspace schedule (``Schedule.split_workspace``) the GEMM
-  writes its slices' FP32 partials into a per-stream ``[split_k * M, N]`` workspace and the
+  writes its slices' FP32 partials into the workspace's ``[split_k * M, N]`` partials and the
   reduction kernel (``meta["reduce_kernel"]``) adds them into C with the epilogue; a stream-K
   schedule (``Schedule.stream_k``) takes C and a ``[slots * M, N]`` workspace
   (``Schedule.stream_k_plan(M, N, K).slots``): it stores the tiles of one segment in C, the split
@@ -166,9 +168,37 @@ def device_tensor_map(device, ptr: int, dtype: str, rows: int, cols: int, box_ro
     return memoized(_maps, _lock, key, make)
 
 
+WORKSPACE_ALIGN = 256       # bytes: where each buffer of a GEMM's workspace starts (TMA needs 16; an L2 line 128)
+
+
 def workspace_bytes(role, elem_bytes: int) -> int:
     """Bytes of an operand-prep workspace: every matrix the pass writes, packed [batch, rows, cols]."""
     return role.rows * role.cols * role.prep.batch * elem_bytes
+
+
+def workspace_layout(schedule, M: int, N: int, K: int) -> tuple[dict[str, tuple[int, int]], int]:
+    """``({buffer: (byte offset, bytes)}, total bytes)`` of one launch's workspace of a Hopper GEMM with
+    ``schedule`` on an M x N x K problem: the operand-prep copies ``"a"``, ``"b"`` (each operand the
+    schedule preps: ``workspace_bytes``) and the FP32 partials ``"w"`` of a split-K workspace or
+    stream-K schedule (``slots x M x N x 4``, slots = ``split_k`` or ``stream_k_plan(M, N, K).slots``),
+    each starting on a ``WORKSPACE_ALIGN`` boundary; ``({}, 0)`` for an mma.sync schedule.  The buffers
+    are written and read within the launch only, so one launch's workspace may lie over bytes that
+    hold nothing live while it runs (the executor places it in its arena).  A skinny schedule's
+    K-slice partials are not a launch workspace: their ticket counters must start at zero, so
+    ``nova/runtime/skinny.py`` keeps them per stream (``outside_arena.skinny_workspaces``)."""
+    if schedule.kernel == "skinny" or schedule.hopper is None:
+        return {}, 0
+    operands = schedule.hopper.operands
+    eb = ELEMENT_BYTES[operands.tensor_map_type]
+    sizes = {op: workspace_bytes(operands.role(op), eb) for op in "ab" if operands.role(op).prep is not None}
+    if schedule.split_workspace or schedule.stream_k:
+        slots = schedule.stream_k_plan(M, N, K).slots if schedule.stream_k else schedule.split_k
+        sizes["w"] = slots * M * N * 4
+    layout, offset = {}, 0
+    for name, nbytes in sizes.items():
+        layout[name] = (offset, nbytes)
+        offset += -(-nbytes // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
+    return layout, offset
 
 
 class HopperGemm:
@@ -203,9 +233,12 @@ class HopperGemm:
         if not needed <= problem.keys():
             raise driver.NovaRuntimeError(f"{what}: the schedule {'adds K slices in a workspace' if self.reduce else 'stores C by TMA'} "
                                           "but the artifact does not say C's shape (meta['problem']; stale cache?)")
-        slots = schedule.stream_k_plan(problem["M"], problem["N"], problem["K"]).slots if schedule.stream_k else \
-            schedule.split_k
-        self.partial_bytes = slots * problem["M"] * problem["N"] * 4 if self.reduce else 0
+        # one launch's workspace: the prep copies and the split-K partials (workspace_layout)
+        self.layout, self.workspace_bytes = workspace_layout(schedule, problem.get("M", 0), problem.get("N", 0),
+                                                             problem.get("K", 0))
+        if set(self.layout) - {"w"} != set(self.preps):
+            raise driver.NovaRuntimeError(f"{what}: the schedule preps operands {sorted(set(self.layout) - {'w'})} but "
+                                          f"the artifact has prep kernels for {sorted(self.preps)} (stale cache?)")
         self.stream_k = schedule.stream_k           # the GEMM takes C and the workspace
         # the TMA-store epilogue writes C through a tensor map: C [M, N] of the output type, C's box
         self.c_map = None
@@ -221,46 +254,51 @@ class HopperGemm:
         # nearest while copying (measured); ``tmap_f32_type`` overrides it (experiments only)
         self.map_type = tmap_f32_type or self.plan.operands.tensor_map_type
         self.workspaces: dict[int, dict[str, int]] = {}     # stream -> operand ("w": the partials) -> device buffer
+        self.allocations: dict[int, int] = {}              # stream -> the cuMemAlloc'd base of its workspace
         self.maps: dict[str, dict[int, int]] = {"a": {}, "b": {}, "c": {}}   # operand -> its pointer -> device tensor map
         self.stream_plans: dict[int, tuple] = {}            # stream -> stream_plan(stream)
+        self.placed_plans: dict[int, tuple] = {}            # a caller's workspace pointer -> its plan
 
     def workspace(self, stream: int) -> dict[str, int]:
-        """The prep buffers (by operand) and the split-K partials (``"w"``) of ``stream``: one set
-        per stream, so calls of the same problem on two streams never overwrite each other's
-        workspaces (calls on one stream are ordered)."""
+        """The prep buffers (by operand) and the split-K partials (``"w"``) of ``stream``, in one
+        ``cuMemAlloc`` of ``workspace_bytes``: one per stream, so calls of the same problem on two
+        streams never overwrite each other's workspaces (calls on one stream are ordered).  Only
+        calls without a workspace of their own take it."""
         ws = self.workspaces.get(stream)
         if ws is not None:
             return ws
-        eb = ELEMENT_BYTES[self.map_type]
-        ws = {}
+        if not self.layout:
+            return self.workspaces.setdefault(stream, {})
         cu = driver.cuda()
         previous = self.device.make_current()
         try:
-            sizes = {op: workspace_bytes(self.plan.operands.role(op), eb) for op in self.preps}
-            if self.reduce is not None:
-                sizes["w"] = self.partial_bytes
-            for op, size in sizes.items():
-                ptr = int(driver.check(cu.cuMemAlloc(size), f"allocating the {op} workspace of {self.what} "
-                                                            f"({size / 2**20:.1f} MiB)"))
-                ws[op] = ptr
-                _keep.append(ptr)
+            base = int(driver.check(cu.cuMemAlloc(self.workspace_bytes),
+                                    f"allocating the workspace of {self.what} ({self.workspace_bytes / 2**20:.1f} MiB)"))
+            _keep.append(base)
         finally:
             driver.restore_context(previous)
-        return self.workspaces.setdefault(stream, ws)
+        self.allocations[stream] = base
+        return self.workspaces.setdefault(stream, self.carve(base))
+
+    def carve(self, base: int) -> dict[str, int]:
+        """The workspace's buffers by name at ``base`` (``workspace_layout``'s offsets)."""
+        return {op: base + offset for op, (offset, _) in self.layout.items()}
 
     def release(self) -> None:
-        """Free every stream's prep workspaces now (the caller synchronises first) and forget the
+        """Free every stream's workspace now (the caller synchronises first) and forget the
         stream plans that point into them; a later call allocates afresh.  For callers that load
         many kernels, e.g. the oracle's candidates: otherwise the workspaces live as long as the process."""
-        if not self.workspaces:
+        if not self.allocations:
+            self.workspaces.clear()
+            self.stream_plans.clear()
             return
         cu = driver.cuda()
         previous = self.device.make_current()
         try:
-            for ws in self.workspaces.values():
-                for op, ptr in ws.items():
-                    driver.check(cu.cuMemFree(ptr), f"freeing the {op} workspace of {self.what}")
-                    _keep.remove(ptr)
+            for base in self.allocations.values():
+                driver.check(cu.cuMemFree(base), f"freeing the workspace of {self.what}")
+                _keep.remove(base)
+            self.allocations.clear()
             self.workspaces.clear()
             self.stream_plans.clear()
         finally:
@@ -290,10 +328,21 @@ class HopperGemm:
         plan = self.stream_plans.get(stream)
         if plan is None:
             ws = self.workspace(stream) if self.preps or self.reduce is not None else {}
-            preps = tuple((kernel, "ab".index(op), ws[op]) for op, kernel in self.preps.items())
-            maps = tuple(self.tensor_map(op, ws[op]) if op in ws else None for op in "ab")
-            plan = self.stream_plans.setdefault(stream, (preps, maps, ws.get("w")))
+            plan = self.stream_plans.setdefault(stream, self._plan(ws))
         return plan
+
+    def placed_plan(self, workspace: int) -> tuple[tuple, tuple, int | None]:
+        """``stream_plan``'s ``(preps, maps, partials)`` over a caller's workspace at ``workspace``
+        (``workspace_bytes`` bytes, ``workspace_layout``), memoised by its pointer."""
+        plan = self.placed_plans.get(workspace)
+        if plan is None:
+            plan = self.placed_plans.setdefault(workspace, self._plan(self.carve(workspace)))
+        return plan
+
+    def _plan(self, ws: dict[str, int]) -> tuple[tuple, tuple, int | None]:
+        preps = tuple((kernel, "ab".index(op), ws[op]) for op, kernel in self.preps.items())
+        maps = tuple(self.tensor_map(op, ws[op]) if op in ws else None for op in "ab")
+        return preps, maps, ws.get("w")
 
     def main_args(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None, maps: tuple) -> tuple:
         """The GEMM kernel's arguments ``(tmap_a, tmap_b, C[, bias])`` (with a split-K workspace,
@@ -305,11 +354,14 @@ class HopperGemm:
         return args if bias_ptr is None else args + (bias_ptr,)
 
     def run(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None = None, stream: int = 0,
-            skip_prep: bool = False) -> None:
+            skip_prep: bool = False, workspace: int | None = None) -> None:
         """Enqueue the prep kernels (if any), the GEMM and the split-K reduction (if any) on
-        ``stream``: per call, one stream-plan lookup, the prep launches, a tensor-map lookup per
-        unprepped operand and the launches (``skip_prep``: benchmarks of the GEMM alone)."""
-        preps, maps, partials = self.stream_plan(stream)
+        ``stream``: per call, one plan lookup (the stream's, or the caller's ``workspace`` pointer's:
+        ``workspace_bytes`` bytes of device memory the launch may overwrite), the prep launches, a
+        tensor-map lookup per unprepped operand and the launches (``skip_prep``: benchmarks of the
+        GEMM alone)."""
+        preps, maps, partials = self.stream_plan(stream) if workspace is None or not self.layout else \
+            self.placed_plan(workspace)
         if not skip_prep:
             for kernel, op, workspace in preps:
                 kernel.launch(((a_ptr, b_ptr)[op], workspace), stream)
