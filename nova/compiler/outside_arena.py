@@ -78,12 +78,15 @@ def block_bytes(nbytes: int) -> int:
     return -(-max(nbytes, 1) // TORCH_BLOCK_BYTES) * TORCH_BLOCK_BYTES
 
 
-def account(planned, target=None) -> list:
+def account(planned, target=None, *, per_call: bool = False, in_place=frozenset()) -> list:
     """Every allocation outside the arena of ``planned``'s CUDA program (``OutsideAllocation``) and
     every launch workspace its groups take (``LaunchWorkspace``), rules in the module docstring;
-    ``target``: the GPU whose schedules size the workspaces (default the plan's, else h200)."""
+    ``target``: the GPU whose schedules size the workspaces (default the plan's, else h200);
+    ``per_call``, ``in_place``: the program's options (``executor.build``: no static slot for an
+    input read in place, outputs of the output region handed over rather than cloned)."""
     from nova.compiler.executor import Program
-    program = Program(planned, "meta", target=target if target is not None else planned.target)
+    program = Program(planned, "meta", target=target if target is not None else planned.target,
+                      per_call=per_call, in_place=in_place)
     items: list = [LaunchWorkspace(group, nbytes, what)
                    for group, (nbytes, what) in sorted(program.launch_workspaces().items())]
     names = {"const": "constants (constant/iota results, filled once)",

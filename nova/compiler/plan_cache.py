@@ -32,7 +32,7 @@ from nova.version import __version__
 from nova.fileio import atomic_write, discard_bad_entry
 from nova.ir.hashing import structural_hash
 
-PLAN_ABI = 10           # bump whenever Planned, Graph, Group, MemoryPlan or the passes' output changes meaning
+PLAN_ABI = 11           # bump whenever Planned, Graph, Group, MemoryPlan or the passes' output changes meaning
                         # (2: Group.problem may be a batched GEMM; 3: Nova rows groups, Group.bindings; 4: pointwise
                         # groups on Nova kernels with their PointwiseProblem, optimizer groups on Nova multi-tensor
                         # kernels with their MultiTensorProblem, donation and in place across one such kernel;

@@ -12,11 +12,14 @@
     planned.memory           ``MemoryPlan``: ``.values`` (Value -> ``ValuePlan``), ``.arena_bytes``,
                              ``.peak_bytes``, ``.donations`` [(output index, input index)], ``.outside``
                              (the allocations listed outside the arena, for the stats), ``.workspaces``
-                             (``LaunchWorkspace``: the arena bytes a group's launch uses as its workspace)
+                             (``LaunchWorkspace``: the arena bytes a group's launch uses as its workspace),
+                             ``.output_region`` (the outputs' buffers at the arena's top, when apart),
+                             ``.handoff.donated_inputs`` (inputs whose storage results may take)
     ValuePlan.kind           "arena" (``.offset``, ``.nbytes``; ``.view``: the strides its kernel writes
                              it at, when not row-major), "alias" (``.alias_of``, ``.view``),
                              "external" (a graph input's storage; ``.donated`` with ``.input_index``
-                             for an updating output written in place), "fused" (never written)
+                             for an updating output, or a result taking a donated input's storage,
+                             written in place), "fused" (never written)
     planned.storage          ``StoragePlan``: ``.assembled`` (concat nodes whose inputs their kernels
                              wrote in place: they launch nothing); a node result the plan aliases
                              into such a concat's result is read here as "placed": its kernel writes
@@ -85,6 +88,8 @@ class PlanView:
     assembled: frozenset = frozenset()   # concat nodes that launch nothing (their inputs are written in place)
     outside: list | None = None          # MemoryPlan.outside: the allocations listed outside the arena
     workspaces: dict = field(default_factory=dict)   # group index -> (arena offset, bytes) of its launch workspace
+    output_region: tuple | None = None   # MemoryPlan.output_region: [start, arena_bytes) of the outputs' buffers
+    donated_inputs: frozenset = frozenset()   # Handoff.donated_inputs: inputs whose storage results may take
 
     def placement(self, value) -> Placement:
         return self.placements.get(value, Placement("none"))
@@ -177,7 +182,10 @@ def read_plan(planned) -> PlanView:
             placements[v] = p
     views = [GroupView(index, g.kind, list(g.nodes), g.reason or "", not (g.kind == "gemm" and g.kernel != "nova"),
                        **_nova_view(g)) for index, g in enumerate(planned.groups)]
+    handoff = getattr(memory, "handoff", None)
     return PlanView(graph, views, placements, memory.arena_bytes, memory.peak_bytes, _donations(memory, graph),
                     _fused_into(planned.groups, memory, graph), frozenset(planned.storage.assembled),
                     getattr(memory, "outside", None),
-                    {w.group: (w.offset, w.nbytes) for w in getattr(memory, "workspaces", ())})
+                    {w.group: (w.offset, w.nbytes) for w in getattr(memory, "workspaces", ())},
+                    getattr(memory, "output_region", None),
+                    frozenset(handoff.donated_inputs) if handoff is not None else frozenset())
