@@ -45,7 +45,7 @@ def test_a_large_transpose_is_dram_bound():
 def test_every_prep_pass_is_a_launch_in_the_calibrated_time():
     """23x1387x4873 NN TF32 odd: two prep passes and split-K: four launches, each t_launch in the calibrated
     time (the count the terms alone give, ``launches_of``, is three)."""
-    cfg = configure(GemmProblem(23, 1387, 4873, "tf32"), GPU)
+    cfg = configure(GemmProblem(23, 1387, 4873, "tf32"), GPU, kernel="tiles")
     s = cfg.schedule
     assert s.hopper.operands.a.prep and s.hopper.operands.b.prep and s.split_k > 1 and s.launches == 4
     c = constants_for(load("h200", "wgmma")["constants"], s.pingpong)
@@ -58,7 +58,7 @@ def test_dram_bound_gemms_stream_at_the_tile_efficiency():
     stream's eta_dram."""
     cal = load("h200", "wgmma")["constants"]
     assert cal["eta_dram_tiles"] < cal["eta_dram"]
-    cfg = configure(GemmProblem(3, 15232, 896, "tf32"), GPU)
+    cfg = configure(GemmProblem(3, 15232, 896, "tf32"), GPU, kernel="tiles")
     t = cfg.prediction.terms_us
     assert t["dram"] > max(t["mma"], t["l2"], t["ring"])
     assert cfg.calibrated_time_us > t["dram"] / cal["eta_dram_tiles"]

@@ -5,22 +5,43 @@
     HFCausalLM("hf-gpt2-42m"), ("hf-llama-42m")       Hugging Face's GPT-2 and Llama at the same sizes
                                                       (needs transformers)
 """
-from nova.models.gpt import CONFIGS as GPT_CONFIGS
-from nova.models.gpt import GPT, GPTConfig
-from nova.models.hf import CONFIGS as HF_CONFIGS
-from nova.models.hf import HFCausalLM
-from nova.models.llama import CONFIGS as LLAMA_CONFIGS
-from nova.models.llama import Llama, LlamaConfig
+from importlib import import_module
+
 from nova.models.recipe import AUTOCAST_DTYPES, TrainRecipe
+
+# the model classes and configs load on first use: ``nova.models.recipe`` (the CLI's recipe flags) and
+# this package stay importable without torch, so the runtime and the CLI never import it at import time
+_LAZY = {"GPT": ("nova.models.gpt", "GPT"), "GPTConfig": ("nova.models.gpt", "GPTConfig"),
+         "GPT_CONFIGS": ("nova.models.gpt", "CONFIGS"),
+         "HFCausalLM": ("nova.models.hf", "HFCausalLM"), "HF_CONFIGS": ("nova.models.hf", "CONFIGS"),
+         "Llama": ("nova.models.llama", "Llama"), "LlamaConfig": ("nova.models.llama", "LlamaConfig"),
+         "LLAMA_CONFIGS": ("nova.models.llama", "CONFIGS")}
+
+
+def _models() -> dict:
+    """Every built-in model by the name the CLI and the benchmarks take: (class, config)."""
+    from nova.models.gpt import CONFIGS as gpt_configs, GPT
+    from nova.models.hf import CONFIGS as hf_configs, HFCausalLM
+    from nova.models.llama import CONFIGS as llama_configs, Llama
+    return {**{name: (GPT, cfg) for name, cfg in gpt_configs.items()},
+            **{("llama-tiny" if name == "tiny" else name): (Llama, cfg) for name, cfg in llama_configs.items()},
+            **{name: (HFCausalLM, cfg) for name, cfg in hf_configs.items()}}
+
+
+def __getattr__(name: str):
+    if name == "MODELS":
+        value = _models()
+    elif name in _LAZY:
+        module, attribute = _LAZY[name]
+        value = getattr(import_module(module), attribute)
+    else:
+        raise AttributeError(f"module 'nova.models' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
 
 __all__ = ["BENCH_BATCH", "GPT", "GPTConfig", "GPT_CONFIGS", "HFCausalLM", "HF_CONFIGS", "describe", "Llama", "LlamaConfig", "LLAMA_CONFIGS", "MODELS", "build",
            "config", "make_train_step", "TrainRecipe", "AUTOCAST_DTYPES"]
-
-# every built-in model by the name the CLI and the benchmarks take: (class, config)
-MODELS = {**{name: (GPT, cfg) for name, cfg in GPT_CONFIGS.items()},
-          **{("llama-tiny" if name == "tiny" else name): (Llama, cfg) for name, cfg in LLAMA_CONFIGS.items()},
-          **{name: (HFCausalLM, cfg) for name, cfg in HF_CONFIGS.items()}}
-
 
 # the batch the benchmarks train each model at (bench/README.md): ``explain train``'s default --batch
 BENCH_BATCH = {"tiny": 4, "gpt42m": 32, "gpt144m": 16, "llama-tiny": 4, "llama42m": 32,
@@ -39,15 +60,16 @@ def describe(name: str) -> str:
 def config(name: str):
     """The config of the built-in model ``name`` (ValueError naming the known ones)."""
     try:
-        return MODELS[name][1]
+        return __getattr__("MODELS")[name][1]
     except KeyError:
-        raise ValueError(f"unknown model {name!r}; built-in models: {', '.join(MODELS)}") from None
+        raise ValueError(f"unknown model {name!r}; built-in models: {', '.join(__getattr__('MODELS'))}") from None
 
 
 def build(name: str, seed: int = 0):
     """The built-in model ``name`` with its weights drawn from ``seed`` (under ``torch.device(...)``
     to build it elsewhere than the CPU, e.g. on the meta device)."""
-    cls, cfg = MODELS[name] if name in MODELS else (None, config(name))
+    models = __getattr__("MODELS")
+    cls, cfg = models[name] if name in models else (None, config(name))
     return cls(cfg, seed=seed)
 
 
@@ -56,6 +78,7 @@ def make_train_step(model, opt, recipe: TrainRecipe = TrainRecipe()):
     grads; ``recipe`` adds autocast, an attention mask argument and gradient clipping.  A step on the
     meta device (planned on a host for a GPU target) autocasts as on "cuda"."""
     import torch
+    from nova.models.hf import HFCausalLM
     dtype = getattr(torch, AUTOCAST_DTYPES[recipe.autocast]) if recipe.autocast else None
     if recipe.padded and not isinstance(model, HFCausalLM) and not isinstance(getattr(model, "_orig_mod", None),
                                                                                HFCausalLM):
