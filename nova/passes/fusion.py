@@ -678,22 +678,11 @@ def _classify_glue(group: Group, g: _Open, layouts) -> None:
     kernel: the concat's inputs each read over its slice of the result (``concat_problem``), the view's
     input read in place and written contiguous (``copy_problem``); its ``PointwiseProblem`` is stored
     on the group, else it stays on ATen with the reason."""
-    from nova.kernels.pointwise.emit import unsupported
-    from nova.kernels.pointwise.problem import PointwiseProblemError
     from nova.passes.pointwise_from_ir import concat_problem, copy_problem
     node = group.nodes[0]
-    try:
-        problem = concat_problem(node, lambda v: layouts[v].strides, lambda v: layouts[v].offset) \
-            if node.op == "concat" else copy_problem(node, layouts[node.inputs[0]])
-    except PointwiseProblemError as e:
-        g.why_not_nova = str(e)
-        return
-    why = unsupported(problem)
-    if why:
-        g.why_not_nova = f"no Nova pointwise kernel computes {why}"
-        return
-    group.kernel = "nova"
-    group.problem = problem
+    _take_pointwise_problem(group, g, lambda: concat_problem(node, lambda v: layouts[v].strides,
+                                                             lambda v: layouts[v].offset)
+                            if node.op == "concat" else copy_problem(node, layouts[node.inputs[0]]))
 
 
 def _classify_pointwise(group: Group, g: _Open, layouts, storage: StoragePlan) -> None:
@@ -701,14 +690,19 @@ def _classify_pointwise(group: Group, g: _Open, layouts, storage: StoragePlan) -
     computes it: its ``PointwiseProblem`` (inputs with the strides and offsets the layout analysis
     gives them, outputs where the storage pass writes them) is stored on the group; else it stays on
     ATen with the reason."""
+    from nova.passes.pointwise_from_ir import pointwise_problem
+    _take_pointwise_problem(group, g, lambda: pointwise_problem(
+        group.nodes, group.inputs, group.outputs, lambda v: layouts[v].strides, lambda v: layouts[v].offset,
+        lambda v: (layouts[v].strides, layouts[v].offset) if v in storage.layouts else None))
+
+
+def _take_pointwise_problem(group: Group, g: _Open, make_problem) -> None:
+    """The group runs on a Nova pointwise kernel with ``make_problem()``'s problem when the family
+    states and computes it; else it stays on ATen with the reason (``g.why_not_nova``)."""
     from nova.kernels.pointwise.emit import unsupported
     from nova.kernels.pointwise.problem import PointwiseProblemError
-    from nova.passes.pointwise_from_ir import pointwise_problem
     try:
-        problem = pointwise_problem(group.nodes, group.inputs, group.outputs,
-                                    lambda v: layouts[v].strides, lambda v: layouts[v].offset,
-                                    lambda v: (layouts[v].strides, layouts[v].offset) if v in storage.layouts
-                                    else None)
+        problem = make_problem()
     except PointwiseProblemError as e:
         g.why_not_nova = str(e)
         return
