@@ -77,12 +77,9 @@ class Unavailable(BenchError):
 
 def train_recipe(args):
     """The run's ``nova.models.TrainRecipe`` (``BenchError`` for a combination it refuses)."""
-    from nova.models import HF_CONFIGS, TrainRecipe
-    if args.padded and args.model not in HF_CONFIGS:
-        raise BenchError(f"--padded passes an attention mask, which only the Hugging Face models take "
-                         f"({', '.join(HF_CONFIGS)}), not {args.model}")
+    from nova.models.recipe import recipe_from_args
     try:
-        return TrainRecipe(autocast=args.autocast, padded=args.padded, clip_grad_norm=args.clip_grad_norm)
+        return recipe_from_args(args)
     except ValueError as e:
         raise BenchError(str(e)) from None
 

@@ -42,15 +42,11 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
 def train_recipe(args):
     """The ``TrainRecipe`` of the recipe flags; a value it refuses, or --padded on a model that takes
     no mask, is a usage error."""
-    from nova.models import HF_CONFIGS, TrainRecipe
+    from nova.models.recipe import recipe_from_args
     try:
-        recipe = TrainRecipe(autocast=args.autocast, padded=args.padded, clip_grad_norm=args.clip_grad_norm)
+        return recipe_from_args(args)
     except ValueError as e:
-        raise UsageError(f"--clip-grad-norm: {e}") from None
-    if recipe.padded and args.model not in HF_CONFIGS:
-        raise UsageError(f"--padded passes an attention mask, which only the Hugging Face models take "
-                         f"({', '.join(HF_CONFIGS)}), not {args.model}")
-    return recipe
+        raise UsageError(str(e)) from None
 
 
 def memory_budget(args, target_given: bool = False):

@@ -47,4 +47,18 @@ def add_recipe_args(p: argparse.ArgumentParser) -> None:
                    help="clip_grad_norm_ to NORM before the update (default 0: off)")
 
 
+def recipe_from_args(args) -> TrainRecipe:
+    """The ``TrainRecipe`` of the recipe flags of ``args`` (and its ``model``); ``ValueError`` naming
+    the flag for a value the recipe refuses, or for ``--padded`` on a model that takes no mask."""
+    from nova.models.hf import CONFIGS as HF_CONFIGS
+    try:
+        recipe = TrainRecipe(autocast=args.autocast, padded=args.padded, clip_grad_norm=args.clip_grad_norm)
+    except ValueError as e:
+        raise ValueError(f"--clip-grad-norm: {e}") from None
+    if recipe.padded and args.model not in HF_CONFIGS:
+        raise ValueError(f"--padded passes an attention mask, which only the Hugging Face models take "
+                         f"({', '.join(HF_CONFIGS)}), not {args.model}")
+    return recipe
+
+
 RECIPE_FLAGS = {"autocast": None, "padded": False, "clip_grad_norm": 0.0}
