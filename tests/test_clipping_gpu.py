@@ -27,6 +27,7 @@ import pytest  # noqa: E402
 torch = pytest.importorskip("torch")
 
 from nova.ir.ops import ref_adamw, ref_sgd  # noqa: E402
+from step_parity import assert_tracks_float64, float64_twin, zero_gradient_masks  # noqa: E402
 from nova.kernels.optimizer.problem import UpdateRule  # noqa: E402
 from nova.kernels.optimizer.sum_problem import SumEntry, SumRule, workspace_words  # noqa: E402
 from nova.kernels.rows import Operand, Prologue, RowsProblem  # noqa: E402
@@ -214,16 +215,19 @@ def test_compiled_clipped_gpt_tiny_step_matches_eager():
     import nova
     torch.backends.cuda.matmul.allow_tf32 = False
     model, opt, step = gpt_tiny_clipped("cuda")
-    twin = copy.deepcopy(model)
-    opt_ref = torch.optim.AdamW(twin.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    twin, model64 = copy.deepcopy(model), float64_twin(model)
     from nova.models import TrainRecipe, make_train_step
-    compiled, ref_step = nova.compile(step), make_train_step(twin, opt_ref, TrainRecipe(clip_grad_norm=1.0))
+    compiled, (ref_step, step64) = nova.compile(step), (make_train_step(
+        m, torch.optim.AdamW(m.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1),
+        TrainRecipe(clip_grad_norm=1.0)) for m in (twin, model64))
     gen = torch.Generator(device="cuda").manual_seed(3)
-    for _ in range(3):
-        idx = torch.randint(0, model.config.vocab_size, (2, 16), device="cuda", generator=gen)
-        tgt = torch.randint(0, model.config.vocab_size, (2, 16), device="cuda", generator=gen)
+    vocab = model.config.vocab_size
+    batches = [tuple(torch.randint(0, vocab, (2, 16), device="cuda", generator=gen) for _ in range(2)) for _ in range(3)]
+    masks = zero_gradient_masks(model64, lambda m: m(*batches[0]))
+    for idx, tgt in batches:
         assert rel(compiled(idx, tgt).detach(), ref_step(idx, tgt).detach()) < 5e-3
-    assert max(rel(p.detach(), q.detach()) for p, q in zip(model.parameters(), twin.parameters())) < 5e-3
+        step64(idx, tgt)
+    assert_tracks_float64(model, twin, model64, masks, floor=5e-3)   # Nova's fp32 attention is TF32
     program = compiled._last.engine.program
     kernels = [k for launch in program.launches for k in launch.kernels]
     assert any(k.multi_sum is not None for k in kernels)

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 from nova.kernels.rows import Operand, Prologue, RowsProblem, cli_problem  # noqa: E402
+from step_parity import assert_tracks_float64, float64_twin, zero_gradient_masks  # noqa: E402
 
 TOL = {"f32": 2e-5, "bf16": 1e-2, "f16": 2e-3}     # relative Frobenius error of an output stored in that type
 DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
@@ -361,19 +362,18 @@ def test_compiled_tiny_steps_match_eager(model_name):
     from nova.models import GPT, Llama, make_train_step
     torch.backends.cuda.matmul.allow_tf32 = False
     model = (GPT("tiny", seed=0) if model_name == "gpt" else Llama("tiny", seed=0)).cuda()
-    twin = copy.deepcopy(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    opt_ref = torch.optim.AdamW(twin.parameters(), lr=1e-3)
-    step, ref_step = nova.compile(make_train_step(model, opt)), make_train_step(twin, opt_ref)
+    twin, model64 = copy.deepcopy(model), float64_twin(model)
+    step, ref_step, step64 = (nova.compile(make_train_step(model, torch.optim.AdamW(model.parameters(), lr=1e-3))),
+                              *(make_train_step(m, torch.optim.AdamW(m.parameters(), lr=1e-3)) for m in (twin, model64)))
     vocab = model.config.vocab_size
     g = torch.Generator(device="cuda").manual_seed(3)
-    for _ in range(3):
-        idx = torch.randint(0, vocab, (4, 16), device="cuda", generator=g)
-        tgt = torch.randint(0, vocab, (4, 16), device="cuda", generator=g)
+    batches = [tuple(torch.randint(0, vocab, (4, 16), device="cuda", generator=g) for _ in range(2)) for _ in range(3)]
+    masks = zero_gradient_masks(model64, lambda m: m(*batches[0]))
+    for idx, tgt in batches:
         loss, ref = step(idx, tgt), ref_step(idx, tgt)
+        step64(idx, tgt)
         assert rel(loss.detach(), ref.detach()) < 5e-3
-    worst = max(rel(p.detach(), q.detach()) for p, q in zip(model.parameters(), twin.parameters()))
-    assert worst < 5e-3
+    assert_tracks_float64(model, twin, model64, masks, floor=5e-3)   # Nova's fp32 attention is TF32
     programs = _programs(step)
     assert programs and any(k.rows is not None for prog in programs for launch in prog.launches for k in launch.kernels)
     assert not any("rows" in f or "references" in f for prog in programs for f in prog.stats["fallbacks"])
@@ -386,20 +386,20 @@ def test_compiled_tiny_steps_match_eager_under_autocast(model_name):
     import nova
     from nova.models import GPT, Llama, TrainRecipe, make_train_step
     model = (GPT("tiny", seed=0) if model_name == "gpt" else Llama("tiny", seed=0)).cuda()
-    twin = copy.deepcopy(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    opt_ref = torch.optim.AdamW(twin.parameters(), lr=1e-3)
+    twin, model64 = copy.deepcopy(model), float64_twin(model)
     recipe = TrainRecipe(autocast="bf16")
-    step, ref_step = nova.compile(make_train_step(model, opt, recipe)), make_train_step(twin, opt_ref, recipe)
+    step, ref_step = (nova.compile(make_train_step(model, torch.optim.AdamW(model.parameters(), lr=1e-3), recipe)),
+                      make_train_step(twin, torch.optim.AdamW(twin.parameters(), lr=1e-3), recipe))
+    step64 = make_train_step(model64, torch.optim.AdamW(model64.parameters(), lr=1e-3))
     vocab = model.config.vocab_size
     g = torch.Generator(device="cuda").manual_seed(4)
-    for _ in range(3):
-        idx = torch.randint(0, vocab, (4, 16), device="cuda", generator=g)
-        tgt = torch.randint(0, vocab, (4, 16), device="cuda", generator=g)
+    batches = [tuple(torch.randint(0, vocab, (4, 16), device="cuda", generator=g) for _ in range(2)) for _ in range(3)]
+    masks = zero_gradient_masks(model64, lambda m: m(*batches[0]))
+    for idx, tgt in batches:
         loss, ref = step(idx, tgt), ref_step(idx, tgt)
+        step64(idx, tgt)
         assert rel(loss.detach(), ref.detach()) < 2e-2
-    worst = max(rel(p.detach(), q.detach()) for p, q in zip(model.parameters(), twin.parameters()))
-    assert worst < 2e-2
+    assert_tracks_float64(model, twin, model64, masks, floor=2e-2)
     programs = _programs(step)
     rows = [k.rows for prog in programs for launch in prog.launches for k in launch.kernels if k.rows is not None]
     assert any(p.kind == "cross_entropy_backward" and p.operand("dlogits").dtype == "bf16" for p in rows)
