@@ -11,7 +11,8 @@
 # its prediction, bench/probes/attention_kernel_times.py, for the dtypes KT_DTYPES (default bf16), under NOVA_ATTENTION_HOPPER = each of KT_MODES,
 # default "auto force off"), clusters (bench/suites/cluster_probe.json under
 # NOVA_CLUSTER = each of CLUSTERS, "none" = the configurator's pick; CLUSTER_SUITE), batched
-# (bench/suites/batched_gemms.json: Nova vs torch.bmm vs XLA), sanitizer (every GPU test file of SAN_TESTS
+# (bench/suites/batched_gemms.json: Nova vs torch.bmm vs XLA), heldout (nova.bench.heldout gemm: HELDOUT_COUNT
+# problems of HELDOUT_SEED, default the 40 of 20261203 with its decode shapes; HELDOUT_S), sanitizer (every GPU test file of SAN_TESTS
 # under each compute-sanitizer tool of SAN_TOOLS, default memcheck racecheck synccheck initcheck, SAN_S each;
 # SAN_K a pytest -k filter), probe (the command PROBE, PROBE_S). suite: SUITE (default the training GEMMs), SUITE_DTYPES.
 # Results: $OUT/device-stages.tgz (everything) + the summaries beside it (the device tool returns 8 files).
@@ -37,6 +38,9 @@ for stage in $STAGES; do
               --dtypes bf16 --out "$RES" 2>&1 | tail -n 30 >> "$RES/log.txt" ;;
     trainprofile) timeout 120 python3 -m nova.bench.train_profile --framework nova --model gpt42m --batch 32 \
               --out "$RES" 2>&1 | tail -n 40 >> "$RES/log.txt" ;;
+    heldout) mkdir -p "$RES/heldout"; timeout ${HELDOUT_S:-400} python3 -m nova.bench.heldout gemm --count ${HELDOUT_COUNT:-40} \
+              --seed ${HELDOUT_SEED:-20261203} --out "$RES/heldout" 2>&1 | tail -n 15 | tee -a "$RES/log.txt"
+            cp "$RES/heldout/heldout_gemm.md" "$OUT/" 2>/dev/null ;;
     attention) timeout ${ATTN_TESTS_S:-150} python3 -m pytest -m gpu tests/test_attention_gpu.py -q -p no:cacheprovider \
               2>&1 | tail -n 30 | tee "$RES/attention-tests.txt" | tee -a "$RES/log.txt"
             mkdir -p "$RES/attention"; timeout ${ATTN_BENCH_S:-300} python3 -m nova.bench.attention --out "$RES/attention" \

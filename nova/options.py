@@ -228,14 +228,25 @@ def parse(environ) -> Options:
 
 
 _parsed: dict[tuple, Options] = {}
+# The environment as CPython's ``os.environ`` stores it (encoded keys and values, kept in step with every
+# assignment and deletion through ``os.environ``, hence with monkeypatch.setenv and mock.patch.dict): one
+# dict lookup per variable instead of an encode, a lookup and a decode (~25 us -> ~2 us per ``current()``
+# on a slow host; ``nova.attention`` reads the options on every call).  Other interpreters: os.environ.
+_ENVIRON_DATA = getattr(os.environ, "_data", None)
+_ENCODED = (tuple(os.environ.encodekey(o.variable) for o in TABLE)
+            if _ENVIRON_DATA is not None and hasattr(os.environ, "encodekey") else None)
 
 
 def current() -> Options:
     """The options of the process environment as it is now (parsed once per distinct set of values)."""
-    raw = tuple(os.environ.get(o.variable) for o in TABLE)
+    if _ENCODED is not None:
+        get = _ENVIRON_DATA.get
+        raw = tuple(get(k) for k in _ENCODED)
+    else:
+        raw = tuple(os.environ.get(o.variable) for o in TABLE)
     options = _parsed.get(raw)
     if options is None:
-        options = _parsed[raw] = parse(dict(zip(BY_VARIABLE, raw)))
+        options = _parsed[raw] = parse({o.variable: os.environ.get(o.variable) for o in TABLE})
     return options
 
 

@@ -18,7 +18,7 @@ targets = st.sampled_from(list(PRESETS))
 @settings(max_examples=2500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problems, targets)
 def test_every_schedule_fits_every_capacity(problem, target):
-    cfg = configure(problem, target)
+    cfg = configure(problem, target, kernel="tiles")     # the skinny kernel's schedules: tests/test_skinny.py
     gpu, s = cfg.target, cfg.schedule
     assert check_schedule(problem, s, gpu) == []
     # the same limits, restated independently of check_schedule
@@ -167,7 +167,7 @@ def test_16bit_types_use_k16_and_wider_block_k(mma_sync_only):
 def test_odd_sizes_are_predicated_not_refused(mma_sync_only):
     for shape in [(1, 1, 1), (7, 33, 5), (4097, 127, 1000), (1, 4096, 4096)]:
         for dt in DTYPES:
-            cfg = configure(GemmProblem(*shape, dtype=dt), "h200")
+            cfg = configure(GemmProblem(*shape, dtype=dt), "h200", kernel="tiles")
             assert check_schedule(cfg.problem, cfg.schedule, cfg.target) == []
     # odd K: 4-byte copies for tf32, 1-element (non-cp.async) loads for 16-bit types
     assert configure(GemmProblem(64, 64, 33, "tf32"), "h200").schedule.vector_a == 1

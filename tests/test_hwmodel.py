@@ -118,6 +118,7 @@ def test_formulas_evaluate_exactly_as_sympy_prints_them():
     import nova.kernels.gemm.cost
     import nova.kernels.gemm.ampere
     import nova.kernels.gemm.hopper
+    import nova.kernels.gemm.skinny
     import nova.kernels.gemm.space
     import nova.hwmodel.model
     def formulas_of(module):          # its Formula constants and the formulas of its tables (``formulas``)
@@ -127,7 +128,7 @@ def test_formulas_evaluate_exactly_as_sympy_prints_them():
             elif isinstance(v, SimpleNamespace):
                 yield from (f for f in vars(v).values() if isinstance(f, Formula))
     formulas = {id(f): f for mod in (nova.kernels.gemm.cost, nova.kernels.gemm.ampere, nova.kernels.gemm.hopper,
-                                     nova.kernels.gemm.space, nova.hwmodel.model)
+                                     nova.kernels.gemm.skinny, nova.kernels.gemm.space, nova.hwmodel.model)
                 for f in formulas_of(mod)}.values()
     assert len(formulas) > 40
     rng = random.Random(10)

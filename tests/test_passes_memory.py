@@ -78,7 +78,8 @@ def test_views_alias_their_root_and_a_reshape_after_a_permute_is_a_copy():
     assert mem[values["t"]].view.strides == (12, 1, 4)
     assert mem[values["merged"]].kind == "arena"
     copy_group = next(gr for gr in planned.groups if values["merged"].producer in gr.nodes)
-    assert copy_group.kind == "view" and copy_group.kernel == "aten"
+    assert copy_group.kind == "view" and copy_group.kernel == "nova"          # one Nova pointwise copy kernel
+    assert copy_group.problem.inputs[0].strides[-1] == 4 and not copy_group.problem.stores
     check_runs(g, planned)
 
 

@@ -76,7 +76,7 @@ def bench_case(M, N, K, dtype, *, reps=50, warmup=10, seed=0, l2_bytes=None, set
     s = cfg.schedule
     from nova.kernels.gemm.space import label
     row["schedule"] = label(s)
-    row["family"] = s.mma.family
+    row["family"] = s.mma.family if s.kernel == "tiles" else s.kernel
     row["nova_error"] = nova_err
     row["cublas_error"] = torch_err
     return row

@@ -5,12 +5,13 @@
 Model (``nova/hwmodel/calibration/__init__.py``, ``clock_and_time``): a few constants per preset
 and instruction family, never per shape,
 
-    time_cal = max(t_tensor*s/eta_tc, t_smem*s/eta_tc, t_l2*s, t_dram/eta_dram) + t_epilogue*s + t_fill
+    time_cal = max(t_tensor*s/eta_tc, t_smem*s/eta_tc, t_l2*s, t_dram/eta_dram_tiles) + t_epilogue*s + t_fill
                + t_split + t_prep/eta_dram + launches*t_launch_us
 
 with the terms of the model's prediction for the schedule each row measured:
   eta_tc       achievable fraction of the modelled tensor-core rate (issue rate in the SM)
-  eta_dram     achievable fraction of the datasheet DRAM bandwidth
+  eta_dram     achievable fraction of the datasheet DRAM bandwidth (eta_dram_tiles, when held with --fix,
+               for t_dram: a GEMM's TMA tile streams; measured, never fitted)
   t_launch_us  per-launch overhead on the device (the gap between launches in a graph replay; in
                back-to-back results of older files it also holds the host's time per call when the
                kernel is shorter than it)
@@ -70,11 +71,13 @@ def load_rows(path: str, preset: str | None, family: str = "mma.sync"):
         if cfg is None:
             skipped.append(f"{name}: measured {r['schedule']}, the configurator no longer picks it")
             continue
-        if cfg.schedule.mma.family != family:
-            skipped.append(f"{name}: {cfg.schedule.mma.family} (fitting the {family} model)")
+        if cfg.skinny or cfg.schedule.mma.family != family:
+            picked = "the skinny kernel" if cfg.skinny else cfg.schedule.mma.family
+            skipped.append(f"{name}: {picked} (fitting the {family} model)")
             continue
         rows.append({"name": name, "measured_us": r.get("nova_graph_us") or r["nova_b2b_us"],
                      "terms": cfg.prediction.terms_us, "split_k": cfg.schedule.split_k,
+                     "launches": cfg.schedule.launches,
                      "predicted_us": cfg.prediction.time_us,
                      "window": tuple(r.get("nova_graph_window") or (r.get("t_start"), r.get("t_end")))})
     return preset, env, rows, skipped
@@ -89,11 +92,17 @@ def _arrays(rows):
     return t, split, np.array([r["measured_us"] for r in rows])
 
 
+def _launches(rows):
+    """Each row's kernel launches (``Schedule.launches``), as ``Config.calibrated_time_us`` counts them."""
+    return np.array([r["launches"] for r in rows])
+
+
 def fit(rows, fixed: dict | None = None) -> dict:
     """Coarse-to-fine grid search of the log least-squares objective over the GRID constants;
     ``fixed`` ones (measured elsewhere, e.g. eta_dram by nova.bench.l2_probe) are held at their value,
     and so are the power-limited clock's (``HELD_ONLY``), which are never fitted."""
     t, split, meas = _arrays(rows)
+    launches = _launches(rows)
     log_meas = np.log(meas)
     fixed = fixed or {}
     held = {k: v for k, v in fixed.items() if k not in GRID}
@@ -105,7 +114,7 @@ def fit(rows, fixed: dict | None = None) -> dict:
         axes = [np.linspace(lo[k], hi[k], 41) for k in free]
         mesh = dict(zip(free, np.meshgrid(*axes, indexing="ij")))
         c = {**fixed, **{k: m[..., None] for k, m in mesh.items()}}      # grid axes broadcast against the rows
-        loss = ((np.log(calibrated_time_us(t, split, c)) - log_meas) ** 2).sum(-1)
+        loss = ((np.log(calibrated_time_us(t, split, c, launches)) - log_meas) ** 2).sum(-1)
         i = np.unravel_index(np.argmin(loss), loss.shape)
         best.update({k: float(m[i]) for k, m in mesh.items()})
         for k, a in zip(free, axes):                     # zoom to +-2 grid steps around the optimum
@@ -116,7 +125,7 @@ def fit(rows, fixed: dict | None = None) -> dict:
 
 def errors(rows, c: dict) -> np.ndarray:
     t, split, meas = _arrays(rows)
-    return calibrated_time_us(t, split, c) / meas - 1
+    return calibrated_time_us(t, split, c, _launches(rows)) / meas - 1
 
 
 def stats(err) -> dict:
@@ -150,12 +159,12 @@ def fit_pingpong(results_csv: str, preset: str, constants: dict) -> tuple[float,
         p = GemmProblem(M=int(r["M"]), N=int(r["N"]), K=int(r["K"]), dtype=str(r["dtype"]), trans_a=bool(r["trans_a"]),
                         trans_b=bool(r["trans_b"]), bias=bool(r["bias"]))
         c = configure(p, preset)
-        if c.schedule.pingpong and pd.notna(r["nova_us"]):
-            points.append((c.prediction.terms_us, c.schedule.launch_split, float(r["nova_us"])))
+        if not c.skinny and c.schedule.pingpong and pd.notna(r["nova_us"]):
+            points.append((c.prediction.terms_us, c.schedule.launch_split, c.schedule.launches, float(r["nova_us"])))
 
     def err(eta, pts):
         cc = {**constants, "eta_tc": eta}
-        return np.array([clock_and_time(t, sk, cc)[1] / m - 1 for t, sk, m in pts])
+        return np.array([clock_and_time(t, sk, cc, n)[1] / m - 1 for t, sk, n, m in pts])
 
     def loss(e, pts):
         return float(np.sum(np.log1p(err(e, pts)) ** 2))
@@ -187,7 +196,8 @@ def row_clocks(rows, clocks_csv: str) -> list[float]:
     return out
 
 
-HELD_ONLY = ("f_sustained_mhz", "f_max_mhz")     # the power-limited clock's constants: measured, never fitted
+HELD_ONLY = ("f_sustained_mhz", "f_max_mhz", "eta_dram_tiles")   # the power-limited clock's constants and the
+                                                # DRAM efficiency of tile streams: measured, never fitted
 
 
 def parse_fixed(text: str) -> tuple[str, float]:
@@ -234,7 +244,7 @@ def main(argv=None) -> int:
     from nova.hwmodel.calibration import predicted_clock_mhz
     clocks = row_clocks(rows, args.clocks) if args.clocks else [math.nan] * len(rows)
     t, split, _ = _arrays(rows)
-    f_pred = predicted_clock_mhz(t, split, c)
+    f_pred = predicted_clock_mhz(t, split, c, _launches(rows))
     f_pred = [math.nan] * len(rows) if f_pred is None else list(f_pred)
     print(f"{'kernel':28s} {'measured':>9s} {'model':>9s} {'err':>7s} {'calib.':>9s} {'err':>7s} {'LOSO err':>8s}"
           + " MHz pred." * ("f_sustained_mhz" in c) + " MHz meas." * bool(args.clocks))

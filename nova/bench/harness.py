@@ -174,13 +174,15 @@ def back_to_back(torch, fn, reps: int, rounds: int = 5) -> float:
     return statistics.median(means)
 
 
-def graph_replay(torch, fn, reps: int, rounds: int = 5, min_seconds: float = 0.0) -> tuple[float, tuple]:
+def graph_replay(torch, fn, reps: int, rounds: int = 5, min_seconds: float = 0.0,
+                 settle_s: float = 0.0) -> tuple[float, tuple]:
     """Device time per call: ``reps`` calls captured in one CUDA graph, replayed back to back (~50 ms
     of replays, at most 16, queued between synchronisations) until at least ``rounds`` replays and ``min_seconds``
     of wall time; the median over replays of the mean per call, us, and the (start, end) wall-clock
     window of the timed replays (to join with clock samples).  The calls are warmed up on the
     capture stream first (Nova keeps per-stream plans and per-pointer tensor maps; capture must
-    not allocate)."""
+    not allocate).  ``settle_s``: seconds of untimed replays first, so a heavy kernel is timed at the
+    clock the GPU holds at its power cap (it falls from the boost clock over ~1.5 s: bench/NOTES.md, v0.6)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -197,6 +199,11 @@ def graph_replay(torch, fn, reps: int, rounds: int = 5, min_seconds: float = 0.0
     torch.cuda.synchronize()
     t_replay = time.perf_counter() - t_replay
     chunk = max(1, min(16, int(0.05 / max(t_replay, 1e-6))))    # ~50 ms queued per synchronisation
+    t_settle = time.time()
+    while time.time() - t_settle < settle_s:
+        for _ in range(chunk):
+            graph.replay()
+        torch.cuda.synchronize()
     means, t0 = [], time.time()
     while len(means) < rounds or time.time() - t0 < min_seconds:
         events = []

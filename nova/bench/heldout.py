@@ -42,20 +42,30 @@ is wrong or missing is *failed* and excluded from the ratios.
   Nova's output NaN-poisoned, float64 reference, ``harness.TOLERANCE``; then the libraries settled
   and timed in interleaved rounds of back-to-back calls by the host's wall clock): Nova vs cuBLAS
   (``torch.matmul``) and XLA (``lax.dot_general``, when jax with a GPU is importable); ``ratio`` =
-  best library's time / Nova's.  Nova is also timed by CUDA-graph replay (``harness.graph_replay``:
-  device time, what the configurator predicts) and ``configure(problem, target).prediction``
-  stands next to it.
+  best library's time / Nova's (eager: what a caller sees).  Nova and cuBLAS are also timed by
+  CUDA-graph replay (``harness.graph_replay``, ``GRAPH_CALLS`` calls per graph: device time;
+  ``ratio_device`` = cuBLAS's / Nova's; XLA is not captured), Nova's after ``GRAPH_SETTLE_S`` of
+  untimed replays (the power-capped clock), and ``gemm_prediction`` stands next to it: the
+  calibrated time (``Config.calibrated_time_us``, what ``nova-config explain`` reports), with the
+  model's (``model_us``) and the calibration's clock beside it.
 * Attention: q, k, v, dout fresh ``randn``; Nova's out, lse, dq, dk, dv NaN-poisoned, compared with
-  float64 autograd (relative Frobenius error, the bounds of tests/test_attention_gpu.py); forward
-  + backward timed by CUDA events (``nova.bench.attention.event_time_us``), Nova's forward and
-  backward also by graph replay; every torch SDPA backend (flash, cudnn, efficient, math) on the
-  same tensors, forward + backward (``enable_gqa`` for GQA); ``ratio`` = the fastest backend / Nova.
-  The prediction of ``configure_attention`` is split in two kernels' worth: forward (``fwd``) vs
-  the forward's replay, backward (``bwd_pre + bwd_dkv + bwd_dq``) vs the backward's.
+  float64 autograd (relative Frobenius error, the bounds of tests/test_attention_gpu.py); Nova and
+  every torch SDPA backend (flash, cudnn, efficient, math; ``enable_gqa`` for GQA) timed forward +
+  backward twice: eager (``nova.bench.attention.event_time_us`` over back-to-back calls, the host's
+  Python path included: ``ratio`` = the fastest backend / Nova) and by CUDA-graph replay
+  (``GRAPH_CALLS`` calls per graph: ``ratio_device``; a backend whose capture fails keeps only its
+  eager figure, the error recorded).  The prediction (``attention_prediction``) is split in two
+  kernels' worth: forward (``fwd``) vs the forward's graph time, backward (``bwd_pre + bwd_dkv +
+  bwd_dq``) vs the backward's.
+
+The SM clock is sampled through the run (nvidia-smi): each row's ``nova_graph_sm_mhz`` is its median
+during Nova's timed replays.  ``python3 -m nova.bench.heldout_replay DIR`` puts a results folder's
+rows through today's models (before/after a model change).
 
 The report (``summarize``): per class, per layout (GEMM), per dtype, for the odd problems and
-overall: the geomean of ``ratio`` (Nova's speed over the best library's), its 10th percentile
-(``percentile``: linear interpolation between order statistics), the worst problem, the failures,
+overall: the geomean of ``ratio`` (Nova's speed over the best library's) and of ``ratio_device``,
+the first's 10th percentile (``percentile``: linear interpolation between order statistics), the
+worst problem, the failures,
 and the fraction of kernels whose prediction is within ``PREDICTION_BAND`` (+-15%) of the measured
 device time.  Files: ``heldout_<kind>.json`` (settings, summary, rows) and ``heldout_<kind>.md``,
 rewritten after every problem.
@@ -74,6 +84,9 @@ from dataclasses import asdict, dataclass
 
 ODD_FRACTION = 0.25
 PREDICTION_BAND = 0.15
+GRAPH_CALLS = 20              # calls captured in one CUDA graph: device time per call, the graph's own launch spread
+GRAPH_SETTLE_S = 1.5          # untimed replays before Nova's timed ones: the clock falls to the power-capped one over
+                              # ~1.5 s (bench/NOTES.md, v0.6), the clock the calibrated GEMM prediction assumes
 SCORE_BUDGET = 2**28          # B*H*Tq*Tk: the float64 reference holds a few tensors of this many doubles
 LAYOUTS = {"NN": (False, False), "NT": (False, True), "TN": (True, False)}     # name: (trans_a, trans_b)
 GEMM_DTYPES = ("tf32", "bf16")
@@ -271,8 +284,9 @@ def within_band(predicted_us, measured_us, band: float = PREDICTION_BAND) -> boo
 
 
 def group_stats(rows: list[dict]) -> dict:
-    """Geomean, 10th percentile and worst ``ratio`` of the ok rows, failures, and the fraction of the
-    rows' kernels (``predictions``: [(predicted, measured)]) predicted within the band."""
+    """Geomean, 10th percentile and worst ``ratio`` (eager) of the ok rows, the geomean of ``ratio_device``
+    (device time, CUDA-graph replay; NaN where no row has one), failures, and the fraction of the rows'
+    kernels (``predictions``: [(predicted, measured)]) predicted within the band."""
     from nova.bench.harness import geomean
     ok = [r for r in rows if r.get("status") == "ok" and r.get("ratio") is not None and not math.isnan(r["ratio"])]
     worst = min(ok, key=lambda r: r["ratio"]) if ok else None
@@ -280,6 +294,7 @@ def group_stats(rows: list[dict]) -> dict:
     checks = [c for c in checks if c is not None]
     return {"problems": len(rows), "ok": len(ok), "failed": len(rows) - len(ok),
             "geomean": geomean(r["ratio"] for r in ok), "p10": percentile([r["ratio"] for r in ok], 10),
+            "device_geomean": geomean(r.get("ratio_device") for r in ok),
             "worst": None if worst is None else worst["ratio"],
             "worst_problem": None if worst is None else worst["describe"],
             "kernels_predicted": len(checks),
@@ -303,20 +318,24 @@ def markdown(kind: str, summary: dict, rows: list[dict], settings: dict, env: di
     head = (f"# Held-out {kind} problems: Nova vs the best library\n\n{env.get('device')}, torch {env.get('torch')}, "
             f"jax {env.get('jax', 'n/a')}, Nova {env.get('nova')}, {env.get('date')}.  Seed {settings['seed']}, "
             f"{settings['count']} problems (`python3 -m nova.bench.heldout {kind} --count {settings['count']} --seed "
-            f"{settings['seed']}`).  `ratio` = best library's time / Nova's (> 1: Nova faster); prediction within "
-            f"+-{PREDICTION_BAND:.0%} of the measured device time (graph replay).\n\n")
-    table = ["| group | problems | failed | geomean | p10 | worst | worst problem | kernels predicted within band |",
-             "|---|---|---|---|---|---|---|---|"]
+            f"{settings['seed']}`).  `ratio` = best library's time / Nova's (> 1: Nova faster), eager (calls back to "
+            f"back: what a caller sees, host included); `device` = the same by CUDA-graph replay (device time; "
+            f"libraries that cannot be captured are left out); prediction within +-{PREDICTION_BAND:.0%} of the "
+            f"measured device time (graph replay).\n\n")
+    table = ["| group | problems | failed | geomean | device geomean | p10 | worst | worst problem | "
+             "kernels predicted within band |", "|---|---|---|---|---|---|---|---|---|"]
     for name, s in summary.items():
-        table.append(f"| {name} | {s['problems']} | {s['failed']} | {f(s['geomean'])} | {f(s['p10'])} | {f(s['worst'])} "
-                     f"| {s['worst_problem'] or 'n/a'} | {f(s['prediction_within_band'], '.0%')} of {s['kernels_predicted']} |")
-    lines = ["| problem | status | best | ratio | Nova us | best us | predicted / measured | error | failure |",
-             "|---|---|---|---|---|---|---|---|---|"]
+        table.append(f"| {name} | {s['problems']} | {s['failed']} | {f(s['geomean'])} | {f(s.get('device_geomean'))} "
+                     f"| {f(s['p10'])} | {f(s['worst'])} | {s['worst_problem'] or 'n/a'} | "
+                     f"{f(s['prediction_within_band'], '.0%')} of {s['kernels_predicted']} |")
+    lines = ["| problem | status | best | ratio | device ratio | Nova us | best us | predicted / measured | SM MHz | "
+             "error | failure |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         preds = ", ".join(f"{p:.1f}/{m:.1f}" for p, m in r.get("predictions", ()) if p is not None and m is not None)
         lines.append(f"| {r['describe']} | {r['status']} | {r.get('best') or 'n/a'} | {f(r.get('ratio'))} | "
-                     f"{f(r.get('nova_us'), '.1f')} | {f(r.get('best_us'), '.1f')} | {preds or 'n/a'} | "
-                     f"{f(r.get('nova_error'), '.1e')} | {r.get('failure', '')} |")
+                     f"{f(r.get('ratio_device'))} | {f(r.get('nova_us'), '.1f')} | {f(r.get('best_us'), '.1f')} | "
+                     f"{preds or 'n/a'} | {f(r.get('nova_graph_sm_mhz'), '.0f')} | {f(r.get('nova_error'), '.1e')} | "
+                     f"{r.get('failure', '')} |")
     return head + "## Summary\n\n" + "\n".join(table) + "\n\n## Problems\n\n" + "\n".join(lines) + "\n"
 
 
@@ -360,28 +379,60 @@ def precompile(kind: str, problems, target: str, log=print) -> dict:
 
 
 # ------------------------------------------------------------------------------ the device run
-def gemm_row(torch, jax, h: HeldoutGemm, *, seed: int, settle_s: float, rounds: int, min_time_s: float, log) -> dict:
-    """One drawn GEMM: ``train_gemms.bench_case`` (correctness, then Nova / cuBLAS / XLA timing), then
-    Nova's graph-replay time and the configurator's prediction."""
+def gemm_prediction(h: HeldoutGemm, target) -> dict:
+    """The configurator's prediction for a drawn GEMM: ``predicted_us``, the calibrated time where the
+    target has a calibration (``Config.calibrated_time_us``: what ``nova-config explain`` reports), else
+    the model's; ``model_us`` the model's; ``predicted_clock_mhz`` the calibration's SM clock."""
+    from nova.configurator import configure
+    cfg = configure(h.problem(), target)
+    calibrated = cfg.calibrated_time_us
+    return {"predicted_us": cfg.prediction.time_us if calibrated is None else calibrated,
+            "model_us": cfg.prediction.time_us, "predicted_clock_mhz": cfg.calibrated_clock_mhz}
+
+
+def attention_prediction(h: HeldoutAttention, target) -> dict:
+    """The configurator's prediction for a drawn attention problem, two kernels' worth: the forward
+    (``predicted_fwd_us``) and the backward's three (``predicted_bwd_us``: bwd_pre + bwd_dkv + bwd_dq),
+    each its device time in a CUDA graph (``nova/kernels/attention/device_time.py``)."""
+    from nova.kernels.attention.derive import configure_attention
+    terms = configure_attention(h.problem(), target).prediction.terms_us
+    return {"predicted_fwd_us": terms["fwd"], "predicted_bwd_us": terms["bwd_pre"] + terms["bwd_dkv"] + terms["bwd_dq"]}
+
+
+def one_line(e: Exception) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+
+
+def gemm_row(torch, jax, h: HeldoutGemm, *, seed: int, settle_s: float, rounds: int, min_time_s: float, log,
+             graph_calls: int = GRAPH_CALLS, graph_settle_s: float = GRAPH_SETTLE_S) -> dict:
+    """One drawn GEMM: ``train_gemms.bench_case`` (correctness, then Nova / cuBLAS / XLA by the host's
+    wall clock: ``ratio``, what a caller sees), then Nova and cuBLAS by CUDA-graph replay (device time,
+    ``ratio_device``; Nova's after ``graph_settle_s`` of untimed replays), the configurator's prediction
+    beside Nova's (``gemm_prediction``)."""
     import nova
     from nova.bench.harness import graph_replay, random_operands
     from nova.bench.train_gemms import bench_case
-    from nova.configurator import configure
     from nova.runtime.matmul import resolve_target
     entry = {"model": "heldout", "batch": 1, "seq": 0, "M": h.M, "N": h.N, "K": h.K, "trans_a": h.trans_a,
              "trans_b": h.trans_b, "role": h.layout, "count": 1, "bias": False, "activation": "none"}
     row = bench_case(torch, jax, entry, h.dtype, seed=seed, settle_s=settle_s, rounds=rounds,
                      min_time_s=min_time_s, log=log)
     row.update(asdict(h), describe=h.describe())
-    predicted = configure(h.problem(), resolve_target()).prediction.time_us
-    row["predicted_us"], row["nova_graph_us"] = predicted, None
+    row.update(gemm_prediction(h, resolve_target()))
+    row["nova_graph_us"] = row["cublas_graph_us"] = row["ratio_device"] = None
     if row["status"] == "ok":
         gen = torch.Generator(device="cuda").manual_seed(seed)
         a, b = random_operands(torch, h.M, h.N, h.K, h.dtype, gen, h.trans_a, h.trans_b)
         c = torch.empty(h.M, h.N, device="cuda", dtype=a.dtype)
-        row["nova_graph_us"], _ = graph_replay(torch, lambda i: nova.matmul(a, b, out=c), 20)
+        row["nova_graph_us"], row["nova_graph_window"] = graph_replay(
+            torch, lambda i: nova.matmul(a, b, out=c), graph_calls, settle_s=graph_settle_s)
+        try:
+            row["cublas_graph_us"], _ = graph_replay(torch, lambda i: torch.matmul(a, b, out=c), graph_calls)
+            row["ratio_device"] = row["cublas_graph_us"] / row["nova_graph_us"]
+        except Exception as e:           # recorded; the eager ratio stands
+            row["cublas_graph_error"] = one_line(e)
         del a, b, c
-    row["predictions"] = [(predicted, row["nova_graph_us"])]
+    row["predictions"] = [(row["predicted_us"], row["nova_graph_us"])]
     return row
 
 
@@ -398,15 +449,19 @@ def attention_reference(torch, q, k, v, do, causal):
     return out.detach(), lse.detach(), qd.grad, kd.grad, vd.grad
 
 
-def attention_row(torch, h: HeldoutAttention, *, seed: int, iters: int) -> dict:
+def attention_row(torch, h: HeldoutAttention, *, seed: int, iters: int, graph_calls: int = GRAPH_CALLS,
+                  graph_settle_s: float = GRAPH_SETTLE_S) -> dict:
     """One drawn attention problem: correctness against float64, then Nova and every torch SDPA
-    backend forward + backward; Nova's forward and backward replayed; the prediction beside them."""
+    backend forward + backward, each timed twice: eager, ``iters`` calls back to back between CUDA
+    events (``ratio``: what a caller sees, the host's Python path included), and its device time,
+    ``graph_calls`` calls captured in one CUDA graph (``ratio_device``; Nova's forward and backward
+    graphs apart, after ``graph_settle_s`` of untimed replays; a backend whose capture fails keeps its
+    eager figure and the error); the prediction beside Nova's forward and backward graph times."""
     import nova
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from nova.bench.attention import TORCH_DTYPE, _time_graph, event_time_us
-    from nova.bench.harness import rel_fro
-    from nova.kernels.attention.derive import configure_attention
+    from nova.bench.attention import TORCH_DTYPE, event_time_us
+    from nova.bench.harness import graph_replay, rel_fro
     from nova.runtime.matmul import resolve_target
     row = asdict(h) | {"describe": h.describe(), "status": "ok", "failure": ""}
     dt = getattr(torch, TORCH_DTYPE[h.dtype])
@@ -439,47 +494,77 @@ def attention_row(torch, h: HeldoutAttention, *, seed: int, iters: int) -> dict:
         row["status"], row["failure"] = "failed", "NaN in an output (never written)"
     elif max(errs["out"], errs["lse"]) >= t_out or max(errs["dq"], errs["dk"], errs["dv"]) >= t_grad:
         row["status"], row["failure"] = "failed", "error above tolerance: " + ", ".join(f"{n} {e:.1e}" for n, e in errs.items())
-    cfg = configure_attention(h.problem(), resolve_target())
-    terms = cfg.prediction.terms_us
-    row["predicted_fwd_us"] = terms["fwd"]
-    row["predicted_bwd_us"] = terms["bwd_pre"] + terms["bwd_dkv"] + terms["bwd_dq"]
+    row.update(attention_prediction(h, resolve_target()))
     if row["status"] != "ok":
         return row | {"ratio": math.nan, "predictions": []}
 
     def nova_step():
         o, l_ = nova.attention(q, k, v, causal=h.causal)
         nova.attention_backward(do, q, k, v, o, l_, causal=h.causal)
-    row["nova_us"] = event_time_us(nova_step, iters)
-    row["nova_fwd_graph_us"] = _time_graph(lambda: nova.attention(q, k, v, causal=h.causal, out=out, lse=lse), iters)
-    row["nova_bwd_graph_us"] = _time_graph(lambda: nova.attention_backward(
-        do, q, k, v, out, lse, causal=h.causal, dq=dq, dk=dk, dv=dv), iters)
+    row["nova_us"] = event_time_us(nova_step, iters)          # eager: the host's Python path included
+    row["nova_fwd_graph_us"], row["nova_graph_window"] = graph_replay(
+        torch, lambda i: nova.attention(q, k, v, causal=h.causal, out=out, lse=lse), graph_calls,
+        settle_s=graph_settle_s)
+    row["nova_bwd_graph_us"], _ = graph_replay(torch, lambda i: nova.attention_backward(
+        do, q, k, v, out, lse, causal=h.causal, dq=dq, dk=dk, dv=dv), graph_calls)
+    row["nova_graph_us"] = row["nova_fwd_graph_us"] + row["nova_bwd_graph_us"]
     row["predictions"] = [(row["predicted_fwd_us"], row["nova_fwd_graph_us"]),
                           (row["predicted_bwd_us"], row["nova_bwd_graph_us"])]
-    backends = {}
+    eager, device = {}, {}
     for name, be in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
                      ("efficient", SDPBackend.EFFICIENT_ATTENTION), ("math", SDPBackend.MATH)):
         qa, ka, va = (x.detach().clone().requires_grad_() for x in (q, k, v))
 
         def step():
             F.scaled_dot_product_attention(qa, ka, va, is_causal=h.causal, enable_gqa=h.H != h.Hkv).backward(do)
+
+        def graph_step(i):
+            o_ = F.scaled_dot_product_attention(qa, ka, va, is_causal=h.causal, enable_gqa=h.H != h.Hkv)
+            torch.autograd.grad(o_, (qa, ka, va), do)
+        calls = max(3, iters // 4) if name == "math" else iters
         try:
             with sdpa_kernel([be]):
-                backends[name] = row[f"torch_{name}_us"] = event_time_us(step, max(3, iters // 4) if name == "math" else iters)
+                eager[name] = row[f"torch_{name}_us"] = event_time_us(step, calls)
         except Exception as e:           # a backend that refuses the problem: recorded
             row[f"torch_{name}_us"] = None
-            row[f"torch_{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
-    row["best"] = min(backends, key=backends.get) if backends else ""
-    row["best_us"] = backends.get(row["best"], math.nan)
+            row[f"torch_{name}_error"] = one_line(e)
+            continue
+        try:                             # forward + backward captured in one graph: the backend's device time
+            with sdpa_kernel([be]):
+                us, _ = graph_replay(torch, graph_step, max(3, graph_calls // 4) if name == "math" else graph_calls)
+            device[name] = row[f"torch_{name}_graph_us"] = us
+        except Exception as e:           # capture refused: recorded, the eager figure stands
+            row[f"torch_{name}_graph_us"] = None
+            row[f"torch_{name}_graph_error"] = one_line(e)
+    row["best"] = min(eager, key=eager.get) if eager else ""
+    row["best_us"] = eager.get(row["best"], math.nan)
     row["ratio"] = row["best_us"] / row["nova_us"]
+    row["best_device"] = min(device, key=device.get) if device else ""
+    row["best_device_us"] = device.get(row["best_device"], math.nan)
+    row["ratio_device"] = row["best_device_us"] / row["nova_graph_us"]
     return row
 
 
+def window_clock_mhz(samples, window) -> float | None:
+    """Median SM clock (MHz) of the ``ClockSampler`` samples inside ``window`` (unix times), or None."""
+    import statistics
+    if not window:
+        return None
+    inside = [s[1] for s in samples if window[0] <= s[0] <= window[1]]
+    return statistics.median(inside) if inside else None
+
+
 def run(kind: str, problems, out: str, *, seed: int, count: int, settle_s: float = 0.5, rounds: int = 5,
-        min_time_s: float = 0.02, iters: int = 20, log=print) -> dict:
-    """Check and time every drawn problem on this GPU; the result files are rewritten after each."""
-    from nova.bench.harness import environment, require_torch
+        min_time_s: float = 0.02, iters: int = 20, graph_calls: int = GRAPH_CALLS,
+        graph_settle_s: float = GRAPH_SETTLE_S, log=print) -> dict:
+    """Check and time every drawn problem on this GPU; the result files are rewritten after each.  The
+    SM clock is sampled throughout (``harness.ClockSampler``, nvidia-smi where present): each row's
+    ``nova_graph_sm_mhz`` is its median during Nova's timed graph replays, the clock the prediction
+    is checked at."""
+    from nova.bench.harness import ClockSampler, environment, require_torch
     torch = require_torch()
     env = environment()
+    clocks = ClockSampler(interval_ms=50).start()
     jax = None
     if kind == "gemm":
         from nova.bench.train_gemms import load_jax
@@ -487,26 +572,35 @@ def run(kind: str, problems, out: str, *, seed: int, count: int, settle_s: float
         if jax is not None:
             env["jax"] = jax.__version__
     settings = {"kind": kind, "seed": seed, "count": count, "settle_s": settle_s, "rounds": rounds,
-                "min_time_s": min_time_s, "iters": iters, "odd_fraction": ODD_FRACTION, "band": PREDICTION_BAND}
+                "min_time_s": min_time_s, "iters": iters, "graph_calls": graph_calls,
+                "graph_settle_s": graph_settle_s, "odd_fraction": ODD_FRACTION, "band": PREDICTION_BAND}
     rows, result = [], None
-    for i, h in enumerate(problems):
-        try:
-            if kind == "gemm":
-                r = gemm_row(torch, jax, h, seed=seed * 1000 + i, settle_s=settle_s * (3 if i == 0 else 1),
-                             rounds=rounds, min_time_s=min_time_s, log=log)
-            else:
-                r = attention_row(torch, h, seed=seed * 1000 + i, iters=iters)
-        except Exception as e:          # one line, and the run goes on (the problem counts as failed)
-            r = asdict(h) | {"describe": h.describe(), "status": "failed", "ratio": math.nan, "predictions": [],
-                             "failure": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
-        rows.append(r)
-        torch.cuda.empty_cache()
-        log(f"[{i + 1}/{len(problems)}] {h.describe()}: " + (f"ratio {r['ratio']:.3f} vs {r.get('best') or 'n/a'}"
-                                                               if r["status"] == "ok" else f"FAILED: {r['failure']}"))
-        result = write_results(out, kind, rows, settings, env)
+    try:
+        for i, h in enumerate(problems):
+            try:
+                if kind == "gemm":
+                    r = gemm_row(torch, jax, h, seed=seed * 1000 + i, settle_s=settle_s * (3 if i == 0 else 1),
+                                 rounds=rounds, min_time_s=min_time_s, log=log, graph_calls=graph_calls,
+                                 graph_settle_s=graph_settle_s)
+                else:
+                    r = attention_row(torch, h, seed=seed * 1000 + i, iters=iters, graph_calls=graph_calls,
+                                      graph_settle_s=graph_settle_s)
+            except Exception as e:          # one line, and the run goes on (the problem counts as failed)
+                r = asdict(h) | {"describe": h.describe(), "status": "failed", "ratio": math.nan, "predictions": [],
+                                 "failure": one_line(e)}
+            r["nova_graph_sm_mhz"] = window_clock_mhz(clocks.samples, r.get("nova_graph_window"))
+            rows.append(r)
+            torch.cuda.empty_cache()
+            log(f"[{i + 1}/{len(problems)}] {h.describe()}: " + (
+                f"ratio {r['ratio']:.3f} vs {r.get('best') or 'n/a'}, device {r.get('ratio_device') or math.nan:.3f}"
+                if r["status"] == "ok" else f"FAILED: {r['failure']}"))
+            result = write_results(out, kind, rows, settings, env)
+    finally:
+        clocks.stop()
     for name, s in result["summary"].items():
-        log(f"{name}: geomean {s['geomean']:.3f}, p10 {s['p10']:.3f}, worst {s['worst']}, {s['failed']} failed, "
-            f"{s['prediction_within_band']:.0%} of {s['kernels_predicted']} kernels predicted within band")
+        log(f"{name}: geomean {s['geomean']:.3f} (device {s['device_geomean']:.3f}), p10 {s['p10']:.3f}, worst "
+            f"{s['worst']}, {s['failed']} failed, {s['prediction_within_band']:.0%} of {s['kernels_predicted']} kernels "
+            "predicted within band")
     return result
 
 
@@ -531,7 +625,10 @@ def parser() -> OneLineParser:
     ap.add_argument("--settle-s", type=float, default=0.5, help="GEMM: seconds of the libraries back to back first")
     ap.add_argument("--rounds", type=int, default=5, help="GEMM: timed rounds per library (median)")
     ap.add_argument("--min-time-s", type=float, default=0.02, help="GEMM: least work in one timed round")
-    ap.add_argument("--iters", type=int, default=20, help="attention: timed calls per measurement")
+    ap.add_argument("--iters", type=int, default=20, help="attention: timed calls per eager measurement")
+    ap.add_argument("--graph-calls", type=int, default=GRAPH_CALLS, help="calls captured per CUDA graph (device time)")
+    ap.add_argument("--graph-settle-s", type=float, default=GRAPH_SETTLE_S,
+                    help="seconds of untimed replays before Nova's timed graph replays (the power-capped clock)")
     return ap
 
 
@@ -549,11 +646,11 @@ def main(argv=None) -> int:
         ap.error("--target applies to --precompile only (the device run configures for its own GPU)")
     if args.precompile and args.list:
         ap.error("--list and --precompile exclude each other")
-    for name in ("settle_s", "min_time_s"):
+    for name in ("settle_s", "min_time_s", "graph_settle_s"):
         if getattr(args, name) < 0:
             ap.error(f"--{name.replace('_', '-')} must be non-negative")
-    if args.rounds < 1 or args.iters < 1:
-        ap.error("--rounds and --iters must be at least 1")
+    if args.rounds < 1 or args.iters < 1 or args.graph_calls < 1:
+        ap.error("--rounds, --iters and --graph-calls must be at least 1")
     problems = draw(args.kind, seed, args.count)
     print(f"{args.kind}: {len(problems)} problems, seed {seed}", flush=True)
     if args.list:
@@ -567,6 +664,7 @@ def main(argv=None) -> int:
             return 1 if counts["failed"] else 0
         result = run(args.kind, problems, args.out, seed=seed, count=args.count, settle_s=args.settle_s,
                      rounds=args.rounds, min_time_s=args.min_time_s, iters=args.iters,
+                     graph_calls=args.graph_calls, graph_settle_s=args.graph_settle_s,
                      log=lambda line: print(line, flush=True))
     except (NovaRuntimeError, ValueError, OSError) as e:     # no GPU, no MLIR, an unknown target: one line
         print(f"{ap.prog}: error: {e}", file=sys.stderr)

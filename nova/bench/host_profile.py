@@ -67,6 +67,8 @@ def components(torch, a, b, out):
         main_args = h.main_args(*ptrs, None, h.stream_plan(stream)[1])
         calls["hopper_run_skip_prep"] = lambda: h.run(*ptrs, None, stream, skip_prep=True)
         calls["launch_main"] = lambda: h.main.launch(main_args, stream)     # the launcher alone
+    elif r.skinny is not None:                                               # the kernel and its reduction
+        calls["launch_main"] = lambda: r.skinny.run(*ptrs, None, stream)
     else:
         calls["launch_main"] = lambda: r.kernel.launch(ptrs, stream)
     return calls
@@ -106,8 +108,10 @@ def main(argv=None) -> int:
             nova.matmul(a, b)
             torch.cuda.synchronize()
             r = mm._plans[mm.signature(a, b, out, None, "none", None, False)].resolved
-            row = {"shape": shape, "dtype": dt, "family": "wgmma" if r.hopper is not None else "mma.sync",
-                   "launches_per_call": 1 + (len(r.hopper.preps) if r.hopper is not None else 0) + int(r.zero_output)}
+            family = "wgmma" if r.hopper is not None else "skinny" if r.skinny is not None else "mma.sync"
+            launches = 1 + (len(r.hopper.preps) if r.hopper is not None else 0) + int(r.zero_output) + \
+                int(r.skinny is not None and r.skinny.reduce is not None)
+            row = {"shape": shape, "dtype": dt, "family": family, "launches_per_call": launches}
             for name, fn in components(torch, a, b, out).items():
                 row[f"{name}_us"] = round(host_us(torch, fn, args.bursts, args.burst), 2)
             rows.append(row)

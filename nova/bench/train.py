@@ -60,7 +60,7 @@ from nova import options
 from nova.bench.harness import ClockSampler
 from nova.bench.memory_phases import MemoryDiagnostic
 from nova.bench.train_report import FRAMEWORKS, write_report
-from nova.cli.train import add_recipe_args
+from nova.models.recipe import add_recipe_args
 
 # AdamW hyper-parameters, identical in every framework (optax.adamw takes the same numbers).
 ADAMW = {"lr": 3e-4, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": 0.1}

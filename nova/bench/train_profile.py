@@ -12,7 +12,7 @@ import json
 import re
 from pathlib import Path
 
-from nova.cli.train import add_recipe_args
+from nova.models.recipe import add_recipe_args
 
 
 def kernel_family(name: str) -> str:

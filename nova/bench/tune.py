@@ -170,6 +170,8 @@ def release_workspaces(resolved) -> None:
     hundreds of candidates cannot keep them for the process.  The caller synchronises first."""
     if resolved.hopper is not None:
         resolved.hopper.release()
+    if resolved.skinny is not None:
+        resolved.skinny.release()
 
 
 def check_candidate(torch, resolved, problem: GemmProblem, seed: int) -> tuple[bool, float]:

@@ -116,6 +116,12 @@ def render_explain(cfg, *, symbolic: bool = False, console=None) -> None:
     console.print(t)
 
     sch = Table(title="Schedule", show_header=False)
+    if cfg.skinny:
+        for k_, v in skinny_rows(p, s, gpu):
+            sch.add_row(k_, str(v))
+        console.print(sch)
+        render_prediction(cfg, console)
+        return
     grid = s.grid(p.M, p.N, p.batch)
     rows = [
         ("instruction", str(s.mma)),
@@ -174,6 +180,45 @@ def render_explain(cfg, *, symbolic: bool = False, console=None) -> None:
                           f"cap ({ceiling['sm_mhz']:.0f} MHz, a kernel doing nothing but wgmma on random data: "
                           f"nova.bench.tensor_ceiling); calibrated {cal_tflops / ceiling['tflops']:.2f} of it "
                           f"(a GEMM also spends power moving its operands, and holds a lower clock)")
+    console.print(f"[dim]configured in {cfg.config_time_ms:.3f} ms, no search, no measurement[/]")
+
+
+def skinny_rows(p, s, gpu) -> list[tuple[str, str]]:
+    """The skinny kernel's schedule (``nova/kernels/gemm/skinny_schedule.py``) as explain's rows."""
+    grid = s.grid(p.N)
+    if s.lanes_along == "n":
+        layout = (f"B row-major [K, N]: {s.threads_n} threads along N ({s.vec} columns each), {s.threads_k} along K, "
+                  "their sums met in shared memory in order")
+    else:
+        layout = (f"B stored [N, K]: {s.threads_n} warps, each {s.rows} column(s) of C, lanes along K ({s.vec} "
+                  "elements each), a shuffle butterfly adds them")
+    rows = [("kernel", "skinny: B streamed once on the CUDA cores, FP32 FMAs (no tensor cores)"),
+            ("layout", layout),
+            ("threads per block", s.threads),
+            ("loads in flight", f"{s.unroll} vector load(s) of {s.vec * p.in_bytes} B a thread"
+             + (f" per row, {s.rows} rows" if s.lanes_along == "k" else "") + f" per trip of {s.span} of K"),
+            ("A in shared memory", f"{s.a_chunk} columns at a time as FP32 ({s.stage_loads} load(s) a thread per round)"),
+            ("shared memory", f"{s.smem_bytes} B"),
+            ("registers per thread (estimate)", f"{s.regs_per_thread} (cap {s.max_regs})"),
+            ("blocks per SM", s.blocks_per_sm),
+            ("grid", f"{grid[0]} x {grid[1]} ({grid[0] * grid[1]} blocks, "
+                     f"{grid[0] * grid[1] / (gpu.sm_count * s.blocks_per_sm):.2f} waves)"),
+            ("split-K", "1: the kernel writes C" if not s.split else
+             f"{s.splits} slices of {s.k_slice}: FP32 partials in a workspace ({s.workspace_bytes(p.M, p.N)} B with "
+             f"the column blocks' counters); the last CTA of each column block adds them in slice order "
+             f"({s.reduce_groups} thread group(s); deterministic, one launch)")]
+    return rows
+
+
+def render_prediction(cfg, console) -> None:
+    """The skinny kernel's roofline position and prediction (CUDA cores: the FP32 FMA peak)."""
+    p, pr, gpu = cfg.problem, cfg.prediction, cfg.target
+    peak = gpu.peak_fp32_flops() / 1e12
+    console.print(f"[bold]Roofline[/]: {p.min_bytes / 1e6:.2f} MB moved at least, floor {pr.floor_us:.2f} us at "
+                  f"{gpu.dram_bw / 1e12:.2f} TB/s; the FMAs need {p.flops / peak / 1e6:.2f} us of the "
+                  f"{peak:.1f} TFLOP/s FP32 peak")
+    terms = ", ".join(f"{k} {v:.2f}" for k, v in pr.terms_us.items())
+    console.print(f"[bold]Prediction[/]: {pr.time_us:.2f} us, bound by {pr.bound}  [dim](terms in us: {terms})[/]")
     console.print(f"[dim]configured in {cfg.config_time_ms:.3f} ms, no search, no measurement[/]")
 
 

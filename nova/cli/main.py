@@ -13,7 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from nova.cli.train import RECIPE_FLAGS, add_recipe_args, model_help
+from nova.cli.train import model_help
+from nova.models.recipe import RECIPE_FLAGS, add_recipe_args
 from nova.cli.common import CliParser, UsageError, add_version, check_tf32_fast, dispatch, dtype_list
 from nova.cli.shapes import (STRIDES_HELP, ShapeError, parse_batch_strides, parse_gemm_shape, parse_problem_shape,
                              parse_problem_shape_list, parse_shape_list, read_suite, read_suite_entries)

@@ -16,6 +16,7 @@ import json
 import sys
 
 from nova.cli.common import CliParser, UsageError, dispatch
+from nova.models.recipe import add_recipe_args
 
 
 
@@ -36,21 +37,6 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-budget", default=None, metavar="SIZE",
                    help="plan the step to need at most SIZE of device memory (12GiB, 11.5GB, 800MiB): chunked loss, "
                         "rematerialization; refused in one line when it cannot fit")
-
-
-def add_recipe_args(p: argparse.ArgumentParser) -> None:
-    """The step's recipe (``nova.models.TrainRecipe``): what a real script adds to the plain step."""
-    p.add_argument("--autocast", default=None, choices=["bf16", "fp16"],
-                   help="run the forward under torch.autocast(\"cuda\", dtype): 16-bit GEMMs and attention, FP32 "
-                        "master weights (default: FP32 with TF32 GEMMs)")
-    p.add_argument("--padded", action="store_true",
-                   help="the step takes an attention mask ([batch, seq], 0 = padding; padded labels -100), as padded "
-                        "batches do; Hugging Face models only")
-    p.add_argument("--clip-grad-norm", type=float, default=0.0, metavar="NORM",
-                   help="clip_grad_norm_ to NORM before the update (default 0: off)")
-
-
-RECIPE_FLAGS = {"autocast": None, "padded": False, "clip_grad_norm": 0.0}
 
 
 def train_recipe(args):

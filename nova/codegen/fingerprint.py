@@ -75,8 +75,9 @@ def _prep_kernels(artifact) -> dict:
 
 
 def _runtime_view(problem, schedule, artifact) -> dict | None:
-    """What ``nova.runtime.tma.HopperGemm`` reads to encode the tensor maps (None for mma.sync)."""
-    plan = schedule.hopper
+    """What ``nova.runtime.tma.HopperGemm`` reads to encode the tensor maps (None for mma.sync and the
+    skinny kernel)."""
+    plan = schedule.hopper if schedule.kernel == "tiles" else None
     if plan is None:
         return None
     view = {"tensor_map_type": plan.operands.tensor_map_type, "storage": problem.storage,
@@ -97,7 +98,7 @@ def fingerprint_case(case: Case, ptx: bool = True) -> dict:
     problem = GemmProblem(case.M, case.N, case.K, case.dtype)
     cfg = configure(problem, case.target, family=case.family)
     s = cfg.schedule
-    record = {"family": s.mma.family, "schedule": s.to_dict(),
+    record = {"family": s.mma.family if s.kernel == "tiles" else s.kernel, "schedule": s.to_dict(),
               "prediction_sha256": sha256(_canonical(cfg.prediction.to_dict())),
               "derivation_sha256": sha256(_canonical([st.to_dict() for st in cfg.derivation])),
               "mlir_sha256": sha256(build_module(problem, s))}

@@ -37,7 +37,8 @@ Launches.  One per group, in the plan's order: ``matmul`` nodes on Nova GEMMs (C
 their producers) on its rows kernels (CUDA), its nodes' IR references on CPU
 (``nova/compiler/rows_lowering.py``); a Nova embedding group (gather, deterministic scatter-add) on its
 embedding kernels (CUDA), its node's ATen kernel on CPU (``nova/compiler/embedding_lowering.py``); a Nova pointwise group on its kernel (CUDA) or its nodes'
-IR reference (CPU); a Nova optimizer group on one multi-tensor kernel (CUDA: pointers in an
+IR reference (CPU), and so a concat or a copying view the plan gives a pointwise kernel (the copy
+launched over its input's shape, its output viewed so); a Nova optimizer group on one multi-tensor kernel (CUDA: pointers in an
 argument table written at bind, ``nova/kernels/optimizer``) or ATen's foreach kernels (CPU, and
 CUDA tensors the kernel cannot take, noted); every other op on ATen kernels writing into the output
 tensors (``nova/compiler/aten_kernels.py``); free views and constants launch nothing.  What a
@@ -616,25 +617,26 @@ class Program:
         (the kernel's semantics: every input read before any output is written)."""
         from nova.kernels.pointwise.launch import bind, mismatch
         from nova.passes.fusion import boundary
-        from nova.passes.pointwise_from_ir import literal_inputs
+        from nova.passes.pointwise_from_ir import kernel_operands
         problem = group.pointwise
         ins, outs = boundary(group.nodes, self._users, self._outputs_set)
-        literals = literal_inputs(ins)
-        operands = [v for v in ins if v not in literals]                 # literals are in the program
+        operands = kernel_operands(group.nodes, ins)                     # literals are in the program
         in_t, out_t = [tensors[v] for v in operands], [tensors[v] for v in outs]
+        copy = opdef(group.nodes[0].op).kind == "view"                   # a reshape's copy runs over its input
+        launch_out = [o.view(tuple(in_t[0].shape)) for o in out_t] if copy else out_t
         why = ""
         if self.kind == "cuda":
-            why = mismatch(problem, in_t, out_t) if device.type != "meta" else ""
+            why = mismatch(problem, in_t, launch_out) if device.type != "meta" else ""
             if not why:
                 if device.type == "meta":
                     return Kernel(lambda: None, f"nova pointwise kernel ({problem.describe()})", pointwise=problem)
-                launch = bind(problem, in_t, out_t, self.target)
+                launch = bind(problem, in_t, launch_out, self.target)
                 return Kernel(launch, f"nova pointwise kernel ({problem.describe()})", pointwise=problem)
             self._note(f"group {group.index}: pointwise kernel not used ({why}): IR reference")
         nodes = list(group.nodes)
 
         def run():
-            env = dict(zip(operands, in_t)) | {v: tensors[v] for v in literals}
+            env = {v: tensors[v] for v in ins}
             with torch.device(device):
                 for node in nodes:
                     res = opdef(node.op).reference(torch, *[env[v] for v in node.inputs], **node.attrs)

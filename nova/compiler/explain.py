@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from nova.compiler import cost
 from nova.compiler.attention_nodes import attention_problem
 from nova.ir.graph import Node
+from nova.kernels.pointwise.problem import PointwiseProblem
 from nova.passes.embedding import EMBEDDING_OPS
 from nova.passes.fusion import OPTIMIZER_UPDATES
 
@@ -92,6 +93,12 @@ def _gemm_report(group, target) -> tuple[float, str, str, dict | None]:
     cfg = configure(group.problem, target)
     t = cfg.calibrated_time_us or cfg.prediction.time_us
     s = cfg.schedule
+    if cfg.skinny:             # the same keys as the tiles' (the GEMM schedules table reads them)
+        schedule = {"kernel": "skinny", "tile": s.label(), "stages": "-", "split_k": s.splits,
+                    "split_reduction": "workspace" if s.split else None, "instruction": "fma.rn.f32 (CUDA cores)",
+                    "swap_ab": False, "persistent": False, "model_us": round(cfg.prediction.time_us, 2),
+                    "calibrated_us": None}
+        return t, cfg.prediction.bound, f"configure({group.problem.describe()})", schedule
     schedule = {"tile": f"{s.block_m}x{s.block_n}x{s.block_k}", "stages": s.stages, "split_k": s.split_k,
                 "split_reduction": s.split_reduction if s.split_k > 1 else "stream_k" if s.stream_k else None,
                 "instruction": str(s.mma), "swap_ab": s.swap_ab, "persistent": s.persistent,
@@ -225,7 +232,7 @@ def kernel_reports(planned, target) -> list[KernelReport]:
         elif node.op in ("attention", "attention_backward"):
             t, bound, formula, kernel, schedule = _attention_report(group, node, target)
             model = "attention configurator" if kernel == "nova" else "fp32 attention"
-        elif group.kind == "pointwise" and group.kernel == "nova":
+        elif group.kernel == "nova" and isinstance(group.problem, PointwiseProblem):
             t, bound, formula, schedule = _pointwise_report(group, target)
             model = "pointwise configurator"
         elif _is_update(group) and group.kernel == "nova":

@@ -97,6 +97,7 @@ def account(planned, target=None) -> list:
     for group, t in program.workspace_owners():
         what = f"workspace {list(t.shape)} {str(t.dtype).replace('torch.', '')} of group {group}"
         items.append(OutsideAllocation(what, block_bytes(t.numel() * t.element_size()), "program"))
+    items += skinny_workspaces(program, target if target is not None else planned.target)
     if program.stats["torch_gemms"]:
         items.append(OutsideAllocation("cuBLAS workspace (matmuls on torch.matmul)", TORCH_CUBLAS_WORKSPACE_BYTES,
                                        "program"))
@@ -111,6 +112,24 @@ def account(planned, target=None) -> list:
             items.append(OutsideAllocation(f"output {o.name!r} returned as a clone", block_bytes(o.value.type.nbytes),
                                            "step"))
     return items
+
+
+# ------------------------------------------------------------------ skinny GEMMs
+def skinny_workspaces(program, target) -> list[OutsideAllocation]:
+    """One entry per distinct skinny GEMM that splits K over CTAs: its K-slice partials and ticket
+    counters (``SkinnySchedule.workspace_bytes``), which ``nova/runtime/skinny.py`` allocates once per
+    stream by ``cuMemAlloc`` with the counters zeroed (the kernel resets them): not an arena slice,
+    whose bytes other values reuse."""
+    from nova.configurator import configure
+    from nova.hwmodel import get_target
+    gpu = get_target(target if target is not None else "h200")
+    out = []
+    for problem in program.gemm_problems():
+        s = configure(problem, gpu).schedule
+        if s.kernel == "skinny" and s.split:
+            out.append(OutsideAllocation(f"GEMM workspace of {problem.describe()} (skinny kernel's K slices)",
+                                         s.workspace_bytes(problem.M, problem.N), "program", "driver"))
+    return out
 
 
 # ------------------------------------------------------------------ one launch's temporaries

@@ -4,6 +4,7 @@
     planned.groups           in execution order: ``.kind``, ``.nodes``, ``.reason``, ``.kernel``
                              ("nova": a Nova kernel runs the group; a gemm group with "aten" runs on
                              torch.matmul), ``.problem`` (a Nova pointwise group's ``PointwiseProblem``,
+                             a concat's or a copying view's when one pointwise kernel runs it too,
                              a Nova optimizer group's ``MultiTensorProblem``, a Nova rows group's
                              ``RowsProblem``, a Nova embedding group's ``EmbeddingProblem``, each with
                              ``.bindings``)
@@ -148,9 +149,10 @@ def _fused_into(groups, memory, graph) -> dict:
 def _nova_view(group) -> dict:
     """A Nova kernel's problem: a fused pointwise group's, an optimizer group's, or a rows group's with
     its operand bindings (empty for GEMMs, whose problem the executor restates, and ATen groups)."""
+    from nova.kernels.pointwise.problem import PointwiseProblem
     if group.kind == "gemm" or group.kernel != "nova" or group.problem is None:
         return {}
-    if group.kind == "pointwise":
+    if isinstance(group.problem, PointwiseProblem):     # a fused group, or a concat / copy run as one
         return {"pointwise": group.problem}
     if group.kind == "composite" and group.nodes[0].op in OPTIMIZER_UPDATES:
         return {"optimizer": group.problem}

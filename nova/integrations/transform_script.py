@@ -39,7 +39,7 @@ def transform_script(M: int, N: int, K: int, dtype: str = "tf32", target="h200",
     from nova.hwmodel import get_target
     gpu = get_target(target) if isinstance(target, str) else target
     problem = GemmProblem(M, N, K, dtype=dtype, trans_a=trans_a, trans_b=trans_b)
-    s = configure(problem, gpu).schedule
+    s = configure(problem, gpu, kernel="tiles").schedule      # a tiling of the tensor-core schedule
     swap = bool(getattr(s, "swap_ab", False))
     lines = [f"// Nova's schedule of {problem.describe()} on {gpu.name} ({s.mma}) as transform-dialect tiling",
              f"// pipeline depth: {s.stages} shared-memory stages (a software-pipelining pass after bufferization, "

@@ -95,7 +95,7 @@ def triton_config(M: int, N: int, K: int, dtype: str = "tf32", target="h200", *,
     from nova.hwmodel import get_target
     gpu = get_target(target) if isinstance(target, str) else target
     problem = GemmProblem(M, N, K, dtype=dtype, trans_a=trans_a, trans_b=trans_b)
-    s = configure(problem, gpu).schedule
+    s = configure(problem, gpu, kernel="tiles").schedule      # Triton's matmul is a tiled kernel
     notes = []
     if s.mma.family == "wgmma":
         warps = WARPS_PER_WARPGROUP * s.consumer_warpgroups

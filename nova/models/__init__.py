@@ -5,14 +5,13 @@
     HFCausalLM("hf-gpt2-42m"), ("hf-llama-42m")       Hugging Face's GPT-2 and Llama at the same sizes
                                                       (needs transformers)
 """
-from dataclasses import dataclass
-
 from nova.models.gpt import CONFIGS as GPT_CONFIGS
 from nova.models.gpt import GPT, GPTConfig
 from nova.models.hf import CONFIGS as HF_CONFIGS
 from nova.models.hf import HFCausalLM
 from nova.models.llama import CONFIGS as LLAMA_CONFIGS
 from nova.models.llama import Llama, LlamaConfig
+from nova.models.recipe import AUTOCAST_DTYPES, TrainRecipe
 
 __all__ = ["BENCH_BATCH", "GPT", "GPTConfig", "GPT_CONFIGS", "HFCausalLM", "HF_CONFIGS", "describe", "Llama", "LlamaConfig", "LLAMA_CONFIGS", "MODELS", "build",
            "config", "make_train_step", "TrainRecipe", "AUTOCAST_DTYPES"]
@@ -50,35 +49,6 @@ def build(name: str, seed: int = 0):
     to build it elsewhere than the CPU, e.g. on the meta device)."""
     cls, cfg = MODELS[name] if name in MODELS else (None, config(name))
     return cls(cfg, seed=seed)
-
-
-AUTOCAST_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
-
-
-@dataclass(frozen=True)
-class TrainRecipe:
-    """How a training step runs beyond forward / backward / update, as real scripts write it:
-
-    * ``autocast``: ``"bf16"`` or ``"fp16"`` runs the forward under ``torch.autocast`` of the step's
-      device (FP32 master weights, 16-bit GEMMs and attention), None keeps FP32;
-    * ``padded``: the step takes a third argument, a ``[batch, seq]`` attention mask (1 = token, 0 =
-      padding), passed to the model (Hugging Face models only: the built-in ones take no mask);
-    * ``clip_grad_norm``: ``clip_grad_norm_`` to this norm before the update (0: off).
-    """
-    autocast: str | None = None
-    padded: bool = False
-    clip_grad_norm: float = 0.0
-
-    def __post_init__(self):
-        if self.autocast is not None and self.autocast not in AUTOCAST_DTYPES:
-            raise ValueError(f"autocast {self.autocast!r} is not one of {', '.join(AUTOCAST_DTYPES)}")
-        if not self.clip_grad_norm >= 0:
-            raise ValueError(f"clip_grad_norm must be >= 0, got {self.clip_grad_norm}")
-
-    def describe(self) -> str:
-        parts = ([f"autocast {self.autocast}"] if self.autocast else []) + (["padded"] if self.padded else []) \
-            + ([f"clip {self.clip_grad_norm:g}"] if self.clip_grad_norm else [])
-        return ", ".join(parts) or "plain"
 
 
 def make_train_step(model, opt, recipe: TrainRecipe = TrainRecipe()):

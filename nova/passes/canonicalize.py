@@ -15,7 +15,14 @@ Rules (each keeps the value semantics; a rewritten node's old copy is left dead 
   reader ((AB)ᵀ = BᵀAᵀ) — what autograd's ``t(mm(t(dy), x))`` for a weight gradient becomes;
 * constants fold: a pointwise op or a view whose inputs are all ``constant`` fills is a ``constant``
   fill itself (computed by the op's reference on one element), and ``x * 1``, ``x / 1`` are ``x``
-  when the type does not change.
+  when the type does not change, and so are ``x + 0``, ``0 + x``, ``x - 0`` of integers (position
+  ids offset by a cache length of 0: the ``iota`` is left a constant of the step);
+* pads and shifts: a ``slice`` along a concat's axis, when every reader of the concat is such a
+  slice, is the concat of its inputs' overlapping slices (one input's slice alone when it holds
+  the range): the loss's ``cat(labels, -100)[:, 1:]`` becomes ``cat(labels[:, 1:], -100)``, whose
+  flattening is a view; ``concat(a, 0) + concat(0, b)`` with the same split is ``concat(a, b)``
+  (each sum of a piece and a zero fill is the piece; a float's sign of zero aside): autograd's
+  gradient of two slices (each a zero-padded ``slice_backward``) is the concat of the two gradients.
 
 Why: after this pass a matmul reads its operands in place (no transpose copies), the fusion pass
 sees pointwise chains without identity views in between, and the memory planner sees fewer views.
@@ -57,6 +64,8 @@ def _sweep(graph: Graph) -> Graph:
     outputs = set(graph.output_values())
     c = _Canonicalizer(Rewriter(graph))
     for node in graph.nodes:
+        if node.op == "concat" and node.outputs[0] not in outputs and _sliced_only(node, users):
+            c.sliced_only.add(node)
         ins = [c.rw.get(v) for v in node.inputs]
         result = None
         if node.op == "permute" and _is_private_matmul(node.inputs[0], users, outputs) \
@@ -77,9 +86,23 @@ def _is_private_matmul(value: Value, users, outputs) -> bool:
     return producer_op(value) == "matmul" and len(users.get(value, ())) == 1 and value not in outputs
 
 
+def _sliced_only(concat, users) -> bool:
+    """Every reader of ``concat``'s result is a ``slice`` of step 1 along its axis."""
+    axis = concat.attrs["axis"] % concat.outputs[0].type.rank
+    readers = users.get(concat.outputs[0], ())
+    return bool(readers) and all(u.op == "slice" and u.attrs["axis"] % concat.outputs[0].type.rank == axis
+                                 and u.attrs.get("step", 1) == 1 for u in readers)
+
+
+def _is_zero_fill(v: Value) -> bool:
+    p = v.producer
+    return p is not None and p.op == "constant" and not isinstance(p.attrs["value"], bool) and p.attrs["value"] == 0
+
+
 class _Canonicalizer:
     def __init__(self, rw: Rewriter):
         self.rw = rw
+        self.sliced_only: set = set()          # concat nodes of the old graph read only by slices along their axis
 
     def build(self, op: str, ins: list[Value], attrs: dict, origin: str = "") -> list[Value]:
         """``op(ins)`` in canonical form: an existing value, a simpler node, or the node itself."""
@@ -127,6 +150,9 @@ class _Canonicalizer:
         if start == 0 and step == 1 and end == x.shape[axis]:
             return [x]
         p = x.producer
+        if p is not None and p.op == "concat" and step == 1 and p.attrs["axis"] % x.type.rank == axis \
+                and self._from_sliced_only(x):
+            return self._slice_of_concat(p, axis, start, end, origin)
         if p is not None and p.op == "slice" and p.attrs["axis"] % x.type.rank == axis:
             s1, st1 = p.attrs["start"], p.attrs.get("step", 1)
             count = len(range(start, end, step))
@@ -137,6 +163,44 @@ class _Canonicalizer:
                             {"axis": axis, "start": new_start, "end": new_end, "step": new_step}, origin)
         out_shape = infer("slice", [x.type], attrs)[0].shape
         return self._refill(x, out_shape, origin)
+
+    def _from_sliced_only(self, x: Value) -> bool:
+        """``x`` is the new graph's copy of a concat every reader of which slices it along its axis."""
+        return any(self.rw.env.get(old.outputs[0]) is x for old in self.sliced_only)
+
+    def _slice_of_concat(self, concat, axis: int, start: int, end: int, origin):
+        """``concat(xs)[start:end]`` along its axis: the overlapping slices of the inputs, concatenated."""
+        pieces, offset = [], 0
+        for piece in concat.inputs:
+            n = piece.shape[axis]
+            lo, hi = max(start, offset), min(end, offset + n)
+            if lo < hi:
+                (v,) = self.build("slice", [piece], {"axis": axis, "start": lo - offset, "end": hi - offset,
+                                                      "step": 1}, origin)
+                pieces.append(v)
+            offset += n
+        if len(pieces) == 1:
+            return pieces
+        return self.build("concat", pieces, {"axis": concat.attrs["axis"]}, origin)
+
+    def _add(self, ins, attrs, origin):
+        """``concat(a, 0) + concat(0, b)`` (the same split along the same axis) -> ``concat(a, b)``."""
+        a, b = ins
+        if producer_op(a) != "concat" or producer_op(b) != "concat" or a.shape != b.shape:
+            return None
+        pa, pb = a.producer, b.producer
+        axis = pa.attrs["axis"] % a.type.rank
+        if pb.attrs["axis"] % b.type.rank != axis or \
+                [x.shape[axis] for x in pa.inputs] != [y.shape[axis] for y in pb.inputs]:
+            return None
+        (out,) = infer("add", [a.type, b.type], attrs)
+        pieces = []
+        for x, y in zip(pa.inputs, pb.inputs):
+            keep = x if _is_zero_fill(y) else y if _is_zero_fill(x) else None
+            if keep is None or keep.dtype != out.dtype:
+                return None
+            pieces.append(keep)
+        return self.build("concat", pieces, {"axis": pa.attrs["axis"]}, origin)
 
     def _refill(self, x: Value, shape, origin):
         """A view of a constant fill is a constant fill of the view's shape."""
@@ -181,6 +245,13 @@ class _Canonicalizer:
     def _pointwise(self, op, ins, attrs, origin):
         if ins and all(producer_op(v) == "constant" for v in ins):
             return self._fold(op, ins, attrs, origin)
+        if op in ("add", "sub") and len(ins) == 2:
+            (out_type,) = infer(op, [v.type for v in ins], attrs)
+            x, zero = ins
+            candidates = [(x, zero), (zero, x)] if op == "add" else [(x, zero)]
+            for keep, fill in candidates:
+                if out_type.dtype in ("i64", "i32") and _is_zero_fill(fill) and keep.type == out_type:
+                    return [keep]
         if op in ("mul", "div") and len(ins) == 2:
             (out_type,) = infer(op, [v.type for v in ins], attrs)
             x, one = ins

@@ -43,6 +43,14 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   data-movement ops (concat, gathers, scatter_add) are groups of their own; so is each opaque
   ``aten`` op.  An ``index_select``/``scatter_add`` on axis 0 (the embedding lookup and its backward)
   runs on Nova's embedding kernels where they compute it (``nova/passes/embedding.py``), else ATen.
+  An ``index_select`` of a one-axis table (``pointwise_from_ir.is_table_gather``: the padding mask's
+  vmapped lookup) is element by element over its index, so it joins pointwise groups as a pointwise
+  op does (a ``gather`` in the kernel), but never the group that computes its table.
+* A ``concat`` whose inputs the storage pass did not place in its buffer runs as one Nova pointwise
+  kernel over its result (each input read in place over its slice, constant fills as literals:
+  ``pointwise_from_ir.concat_problem``), its reason naming what kept each input from being placed; a
+  view that copies runs as one Nova pointwise copy kernel (its input read in place, written in its
+  own buffer: ``copy_problem``).
 * A group of fills alone (``constant``/``iota``, no inputs: a constant of the step) launches nothing
   (``kernel="none"``): the executor fills its values once when it builds the program.
 * A pointwise group runs as one Nova pointwise kernel (``kernel="nova"``, its ``PointwiseProblem``
@@ -53,8 +61,8 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   type and every one is dense and 16-byte aligned; else ATen's foreach kernels, with the reason.
 * ``kernels`` (``MemoryBoundKernels``, from ``NOVA_POINTWISE``) may keep either kind on ATen.
 * Views are ``view`` groups that launch nothing (``kernel="none"``) unless the layout analysis says
-  the result is not a strided view of its input, then one copy (``kernel="aten"``).  A ``concat``
-  whose inputs the storage pass placed in its buffer (``storage.py``) launches nothing either.
+  the result is not a strided view of its input, then one copy (a Nova pointwise kernel, above).  A
+  ``concat`` whose inputs the storage pass placed in its buffer (``storage.py``) launches nothing either.
 
 Acyclicity: a node only joins *open* groups, those none of whose values a node outside them has
 read yet.  An open group has no successors, so adding a node (which has no successors either)
@@ -76,11 +84,12 @@ from nova.ir.printer import value_names
 from nova.kernels.pointwise.switch import MemoryBoundKernels
 from nova.passes import layout as layout_analysis
 from nova.passes.embedding import EMBEDDING_OPS, embedding_reason, select_embedding
+from nova.passes.pointwise_from_ir import is_table_gather
 from nova.passes.rows import rows_reason, select_rows
 from nova.passes.rows_casts import cast_saving
 from nova.passes.rows_from_ir import ROW_INPUTS, ROW_OUTPUTS, from_group, is_prologue_op, reads_through_cast, \
     writes_through_cast
-from nova.passes.storage import StoragePlan
+from nova.passes.storage import StoragePlan, unplaced_reason
 
 GROUP_KINDS = ("gemm", "pointwise", "reduction", "composite", "view", "collective", "opaque")
 KERNELS = ("nova", "aten", "none")
@@ -218,6 +227,9 @@ class _Fuser:
 
     def _candidates(self, node: Node, producers) -> list[_Open]:
         shape = node.outputs[0].shape
+        if is_table_gather(node):                    # the table is read whole from memory: never computed here
+            table = self.group_of.get(node.inputs[0].producer)
+            producers = [p for p in producers if p is not table]
         gemms = [self.opened[id(p)] for p in producers if p.kind == "gemm"]
         found = [p for p in producers if p.kind == "pointwise" and p.open
                  and (p.shape == shape or _inlinable(p, node, self.users, self.outputs))
@@ -229,7 +241,7 @@ class _Fuser:
         x = node.inputs[0]
         p = self.group_of.get(x.producer) if x.producer is not None else None
         if p is not None and p.kind == "pointwise" and p.open and p.shape == x.shape \
-                and all(is_prologue_op(n) for n in p.nodes if kind(n.op) == "pointwise") \
+                and all(is_prologue_op(n) for n in p.nodes if kind(n.op) == "pointwise" or is_table_gather(n)) \
                 and not any(self._stored(n) for n in p.nodes):
             return p
         return None
@@ -254,7 +266,7 @@ class _Fuser:
         k = kind(node.op)
         if k == "reduce":
             return self._reduction_base(node) is not None
-        if k != "pointwise":
+        if k != "pointwise" and not is_table_gather(node):
             return False
         producers = self._producers(node)
         if self._horizontal(node) or self._sibling(node) is not None or self._rows_epilogue(node) is not None:
@@ -326,7 +338,7 @@ class _Fuser:
         if k == "matmul":
             g = _Open("gemm", node)
             _classify_gemm(g, node, self.layouts)
-        elif k in ("pointwise", "creation"):
+        elif k in ("pointwise", "creation") or is_table_gather(node):
             g = None if self._stored(node) else _epilogue(node, producers, self.users, self.outputs, self.layouts)
             sibling = self._sibling(node)
             rows = self._rows_epilogue(node) if g is None else None
@@ -567,7 +579,7 @@ def _finish(g: _Open, position, users, outputs, layouts, names, kernels: MemoryB
     if first in storage.assembled or first in storage.freed:
         why = storage.assembled.get(first) or storage.freed[first]
         group.reason = f"{first.op} of {', '.join(names[x] for x in first.inputs)}: {why}"
-    elif g.kind == "pointwise" and any(kind(n.op) == "pointwise" for n in nodes):
+    elif g.kind == "pointwise" and any(kind(n.op) == "pointwise" or is_table_gather(n) for n in nodes):
         if kernels.pointwise:
             _classify_pointwise(group, g, layouts, storage)
         else:
@@ -586,6 +598,14 @@ def _finish(g: _Open, position, users, outputs, layouts, names, kernels: MemoryB
         group.kernel = "none"
         group.reason = (f"{nodes[0].op} fill of {nodes[-1].outputs[0].type}: a constant of the step, filled once "
                         "when the program is built; launches nothing")
+    elif g.kind == "composite" and first.op == "concat" or g.kind == "view" and g.kernel == "aten":
+        if kernels.pointwise:
+            _classify_glue(group, g, layouts)
+        else:
+            g.why_not_nova = f"NOVA_POINTWISE={kernels.key()}"
+        group.reason = _reason(group, g, layouts, names)
+        if first.op == "concat":
+            group.reason += f" ({unplaced_reason(first, users, outputs, names)})"
     else:
         why_not_rows = select_rows(group, layouts)
         group.reason = rows_reason(group, _reason(group, g, layouts, names), why_not_rows)
@@ -629,6 +649,29 @@ def _classify_optimizer(group: Group, g: _Open, layouts) -> None:
             if name != "step" and (not lay.dense or lay.offset * v.type.itemsize % 16):
                 g.why_not_nova = f"the {name} {v.type} is not dense and 16-byte aligned ({lay.describe()})"
                 return
+    group.kernel = "nova"
+    group.problem = problem
+
+
+def _classify_glue(group: Group, g: _Open, layouts) -> None:
+    """A concat the storage pass did not assemble, or a view that copies, runs as one Nova pointwise
+    kernel: the concat's inputs each read over its slice of the result (``concat_problem``), the view's
+    input read in place and written contiguous (``copy_problem``); its ``PointwiseProblem`` is stored
+    on the group, else it stays on ATen with the reason."""
+    from nova.kernels.pointwise.emit import unsupported
+    from nova.kernels.pointwise.problem import PointwiseProblemError
+    from nova.passes.pointwise_from_ir import concat_problem, copy_problem
+    node = group.nodes[0]
+    try:
+        problem = concat_problem(node, lambda v: layouts[v].strides, lambda v: layouts[v].offset) \
+            if node.op == "concat" else copy_problem(node, layouts[node.inputs[0]])
+    except PointwiseProblemError as e:
+        g.why_not_nova = str(e)
+        return
+    why = unsupported(problem)
+    if why:
+        g.why_not_nova = f"no Nova pointwise kernel computes {why}"
+        return
     group.kernel = "nova"
     group.problem = problem
 
@@ -678,9 +721,12 @@ def _reason(group: Group, g: _Open, layouts, names) -> str:
         return f"matmul {a.type} x {b.type}: ATen ({g.why_not_nova})"
     if group.kind == "view":
         x, out = first.inputs[0], first.outputs[0]
+        if group.kernel == "nova":
+            return (f"{first.op} of {names[x]} ({layouts[x].describe()}) is not a strided view: one Nova "
+                    f"pointwise kernel copies it into its own buffer")
         if group.kernel == "aten":
             return (f"{first.op} of {names[x]} ({layouts[x].describe()}) is not a strided view: "
-                    f"one copy into its own buffer")
+                    f"one copy into its own buffer" + (f"; ATen ({g.why_not_nova})" if g.why_not_nova else ""))
         return f"{first.op} of {names[x]}: a strided view of {names[layouts[out].root]}, launches nothing"
     if group.kind == "composite" and first.op in OPTIMIZER_UPDATES:
         elements = sum(n.outputs[0].type.numel for n in group.nodes)
@@ -689,6 +735,10 @@ def _reason(group: Group, g: _Open, layouts, names) -> str:
         return (f"{len(group.nodes)} {first.op} update{'s' if len(group.nodes) > 1 else ''} with the same "
                 f"hyper-parameters over {_elements(elements)} parameters: {on}")
     if group.kind == "composite":
+        if first.op == "concat":
+            on = "one Nova pointwise kernel reads each input over its slice of the result" \
+                if group.kernel == "nova" else f"ATen ({g.why_not_nova})" if g.why_not_nova else "ATen"
+            return f"concat on {first.outputs[0].type}: {on}"
         bound = group.bindings                     # a rows group's operands: its fused casts' sources and values
         if first.op == "cross_entropy":
             return (f"cross_entropy of {bound.get('logits', first.inputs[0]).type} logits: log-sum-exp per row and "

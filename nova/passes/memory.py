@@ -271,7 +271,8 @@ def elementwise_group(group: Group, root: Value, out: Value, layouts) -> bool:
     """One Nova kernel may write ``out`` over ``root``'s storage.  A pointwise kernel (or a
     ``ROWS_ELEMENTWISE`` rows kernel with its casts): each thread reads every input at the flat
     indices it then writes, so this holds when every member reading ``root`` (in any of its aliases)
-    reads it whole, in ``out``'s own layout.  A multi-tensor optimizer
+    reads it whole, in ``out``'s own layout, element for element (a gather reads its table at
+    computed indices: never).  A multi-tensor optimizer
     update: each thread reads one tensor's inputs at the indices it then writes of that tensor's
     outputs, so only ``out``'s own update may read ``root``, whole, in ``out``'s layout."""
     if not group.fused or root.type.nbytes != out.type.nbytes:
@@ -287,8 +288,8 @@ def elementwise_group(group: Group, root: Value, out: Value, layouts) -> bool:
     for n in readers:
         for v in n.inputs:
             lay = layouts[v]
-            if lay.root is root and not (lay.whole_root and lay.shape == out.shape):
-                return False
+            if lay.root is root and (n.op == "index_select" or not (lay.whole_root and lay.shape == out.shape)):
+                return False          # a gather reads its table anywhere: never written over
     return True
 
 

@@ -3,20 +3,41 @@ expression, parsed into a graph by ``nova.passes.pointwise_expression``) as the 
 of ``nova/kernels/pointwise`` (program built and canonicalised there, ``canonical.py``).
 
     pointwise_problem(group.nodes, group.inputs, group.outputs, strides_of, offset_of)   # outputs too
+    concat_problem(node, strides_of, offset_of)       # a concat no kernel assembled in place: one kernel
+    copy_problem(node, layout)                        # a reshape that is not a view: one copy kernel
     expression_problem("gelu_tanh(x)+y", (16384, 2048), "bf16")
+    kernel_operands(group.nodes, group.inputs)        # the values such a kernel takes, argument order
+
+Besides the pointwise ops and fills, a group may hold ``iota`` fills along its last axis (the value is
+the element's index) and ``index_select`` of a one-axis table (``is_table_gather``: a ``gather`` of a
+table input at an index computed in the group, the masks' vmapped indexing).
 """
 from __future__ import annotations
+
+import math
 
 from nova.ir.ops import kind
 from nova.kernels.pointwise.canonical import Builder, canonical_problem
 from nova.kernels.pointwise.problem import (Operand, PointwiseProblem, PointwiseProblemError, alignment,
                                             broadcast_strides, iteration_shape, overlap_reason,
-                                            row_major)
+                                            row_major, table_operand, windowed_operand)
 from nova.kernels.pointwise.types import FLOAT_TYPES
 
 
-def program_of(nodes, inputs, outputs):
-    """The expression DAG of a fusion group: ``(builder, [Expr of each output])``."""
+def is_table_gather(node) -> bool:
+    """An ``index_select`` of a one-axis table: ``out[i...] = table[index[i...]]``, element by element
+    over the index (a gather in a pointwise kernel; tables with rows are the embedding family's)."""
+    return node.op == "index_select" and node.inputs[0].type.rank == 1
+
+
+def is_fill(v) -> bool:
+    """A value filled with one constant (any shape)."""
+    return v.producer is not None and v.producer.op == "constant"
+
+
+def program_of(nodes, inputs, outputs, shape=None):
+    """The expression DAG of a fusion group over the iteration ``shape``: ``(builder, [Expr of each
+    output])``."""
     b = Builder()
     env = {v: b.input(k, v.dtype) for k, v in enumerate(inputs)}
     for node in nodes:
@@ -24,9 +45,22 @@ def program_of(nodes, inputs, outputs):
         if node.op == "constant":
             env[out] = b.const(node.attrs["value"], out.dtype)
         elif node.op == "iota":
-            if node.attrs["length"] != 1:
-                raise PointwiseProblemError("an iota fill longer than one element (its value depends on the index)")
-            env[out] = b.const(node.attrs.get("start", 0), out.dtype)
+            length, start, step = node.attrs["length"], node.attrs.get("start", 0), node.attrs.get("step", 1)
+            if length == 1:
+                env[out] = b.const(start, out.dtype)
+            elif shape is None or not shape or shape[-1] != length:
+                raise PointwiseProblemError(f"an iota fill of {length} elements does not run along the last "
+                                            f"axis of the iteration shape {list(shape or ())}")
+            else:
+                env[out] = b.iota(start, step, length, 1, out.dtype)
+        elif is_table_gather(node):
+            table, index = node.inputs
+            if table not in inputs:
+                raise PointwiseProblemError(f"index_select gathers from {table.type}, which is computed in the group")
+            if index not in env:
+                raise PointwiseProblemError(f"index_select reads {index.type}, which is neither an input nor "
+                                            "computed in the group")
+            env[out] = b.make("gather", [env[table], env[index]], (), out.dtype)
         elif kind(node.op) == "pointwise":
             missing = [v for v in node.inputs if v not in env]
             if missing:
@@ -60,8 +94,14 @@ def pointwise_problem(nodes, inputs, outputs, strides_of, offset_of=None, writte
     nodes = [v.producer for v in literals] + list(nodes)
     inputs = [v for v in inputs if v not in literals]
     shape = iteration_shape(outputs)
+    tables = {n.inputs[0] for n in nodes if is_table_gather(n)}
+    elementwise = {v for n in nodes for v in (n.inputs[1:] if is_table_gather(n) else n.inputs)}
+    for v in tables & elementwise:
+        raise PointwiseProblemError(f"{v.type} is read both as a gathered table and element by element")
 
     def operand(v, strides, offset) -> Operand:
+        if v in tables:
+            return table_operand(v.dtype, v.shape, tuple(strides), shape, alignment(offset * v.type.itemsize))
         return Operand(v.dtype, broadcast_strides(v.shape, tuple(strides), shape), alignment(offset * v.type.itemsize))
     stores = []
     for v in outputs:
@@ -78,7 +118,74 @@ def pointwise_problem(nodes, inputs, outputs, strides_of, offset_of=None, writte
         stores.append(store)
     offset_of = offset_of if offset_of is not None else (lambda v: 0)
     return canonical_problem(shape, tuple(operand(v, strides_of(v), offset_of(v)) for v in inputs),
-                             program_of(nodes, inputs, outputs), tuple(stores))
+                             program_of(nodes, inputs, outputs, shape), tuple(stores))
+
+
+def concat_pieces(node) -> list:
+    """``(value, start)`` of each input of a ``concat`` that covers part of its axis (empty ones aside)."""
+    axis = node.attrs["axis"] % node.outputs[0].type.rank
+    pieces, start = [], 0
+    for x in node.inputs:
+        if x.shape[axis]:
+            pieces.append((x, start))
+        start += x.shape[axis]
+    return pieces
+
+
+def kernel_operands(nodes, inputs) -> list:
+    """The values a group's Nova pointwise kernel takes as its inputs, in argument order: a concat
+    kernel's inputs one per occurrence (constant fills aside: literals), else the group's ``inputs``
+    less the ``literal_inputs``.  The problem statements and the executor's binding both read it."""
+    if len(nodes) == 1 and nodes[0].op == "concat":
+        return [x for x, _ in concat_pieces(nodes[0]) if not is_fill(x)]
+    literals = literal_inputs(inputs)
+    return [v for v in inputs if v not in literals]
+
+
+def concat_problem(node, strides_of, offset_of=None) -> PointwiseProblem:
+    """A ``concat`` as one kernel over its result: each input an operand ``Window``ed to its slice of
+    the axis (read in place at ``strides_of(x)``, ``offset_of(x)`` elements into its buffer), constant
+    fills literals, and each element selected from the input whose slice holds it by an ``iota``
+    along the axis (``where(c < end_0, in0, where(c < end_1, in1, ...))``); written contiguous."""
+    out = node.outputs[0]
+    shape = tuple(out.shape)
+    if not math.prod(shape):
+        raise PointwiseProblemError("an empty concat")
+    axis = node.attrs["axis"] % len(shape)
+    offset_of = offset_of if offset_of is not None else (lambda v: 0)
+    b = Builder()
+    operands, pieces = [], []
+    for x, start in concat_pieces(node):
+        if is_fill(x):
+            pieces.append((start, b.const(x.producer.attrs["value"], x.dtype)))
+            continue
+        align = alignment(offset_of(x) * x.type.itemsize)
+        if x.shape[axis] == shape[axis]:
+            operand = Operand(x.dtype, broadcast_strides(x.shape, tuple(strides_of(x)), shape), align)
+        else:
+            operand = windowed_operand(x.dtype, x.shape, strides_of(x), shape, start, align)
+        pieces.append((start, b.input(len(operands), x.dtype)))
+        operands.append(operand)
+    position = b.iota(0, 1, shape[axis], math.prod(shape[axis + 1:]), "i64")
+    value = pieces[-1][1]
+    for (_, piece), (end, _) in reversed(list(zip(pieces, pieces[1:]))):
+        inside = b.make("lt", [position, b.const(end, "i64")], (), "bool")
+        value = b.make("where", [inside, piece, value], (), out.dtype)
+    return canonical_problem(shape, tuple(operands), (b, [value]))
+
+
+def copy_problem(node, layout) -> PointwiseProblem:
+    """A ``reshape`` whose input (at ``layout``: shape, strides, offset) is no strided view of its
+    result: one kernel over the input's shape that reads it in place and writes it contiguous, the
+    result's own row-major order."""
+    x = node.inputs[0]
+    b = Builder()
+    operand = Operand(x.dtype, broadcast_strides(layout.shape, tuple(layout.strides), tuple(layout.shape)),
+                      alignment(layout.offset * x.type.itemsize))
+    shape = tuple(layout.shape)
+    if not math.prod(shape):
+        raise PointwiseProblemError("an empty copy")
+    return canonical_problem(shape, (operand,), (b, [b.input(0, x.dtype)]))
 
 
 def expression_problem(text: str, shape, dtype: str = "f32") -> PointwiseProblem:

@@ -16,7 +16,11 @@ here, once, in order:
    input: RoPE's rotate-half ``cat(-x2, x1)``, its backward ``cat(g2, -g1)``) reads each of the
    others through an explicit copy (``cast`` to its own type), a pointwise result rule 1 places too;
    the fusion pass runs such copies in the group of a sibling pointwise writer of the same concat
-   and shape, so the concat's copy becomes no launch of its own.
+   and shape, so the concat's copy becomes no launch of its own.  Likewise each occurrence of a
+   pointwise result a concat reads more than once (``cat(freqs, freqs)``): its copies run in its own
+   kernel, which writes it into every slice.  A concat left with inputs no kernel writes in place
+   (a slice of a graph input and a constant fill: the loss's shifted labels) is one Nova pointwise
+   kernel of its own (``fusion.py``) rather than one copy kernel per input.
 1. **Assembled concat.**  A ``concat`` each of whose inputs is such a result reached through a
    chain of ``permute``/``reshape`` views, every value of the chain read only by the next link
    (the last by the concat only) and none a graph output: each result is stored in the concat's
@@ -240,10 +244,58 @@ def concat_placements(node: Node, users, outputs) -> list | None:
     return found
 
 
+def unplaced_reason(node: Node, users, outputs, names) -> str:
+    """Why rule 1 leaves a concat to a kernel of its own, for ``explain``: what each input it cannot
+    place is (a constant fill, a graph input or a view of one, a view, a result read elsewhere too, ...)."""
+    if node.outputs[0] in outputs:
+        return "the concat is a graph output"
+    placed = concat_placements(node, users, outputs)
+    if placed is None:
+        return "an input is read twice"
+    what = []
+    for x, p in zip(node.inputs, placed):
+        if p is not None:
+            continue
+        root, _ = view_chain(x)
+        if x.producer is not None and x.producer.op == "constant":
+            why = "a constant fill"
+        elif root.producer is None:
+            why = "a graph input" if root is x else "a view of a graph input"
+        elif kind(x.producer.op) == "view" and x.producer.op not in CHAIN_OPS:
+            why = f"a {x.producer.op} of another value"
+        elif not writes_strided(root):
+            why = f"a result of {root.producer.op}, written dense"
+        else:
+            why = "a result read by other kernels too"
+        what.append(f"{names[x]}: {why}")
+    return "no kernel writes its inputs in place: " + "; ".join(what) if what else "its inputs are placed"
+
+
 def copy_concat_inputs(graph: Graph) -> Graph:
     """Rule 0 (module docstring): ``graph`` with an explicit copy in front of each concat input that
-    rule 1 cannot place, where another input of the same concat is a pointwise result it places;
-    ``graph`` itself when there is none."""
+    rule 1 cannot place, where another input of the same concat is a pointwise result it places, and
+    in front of every occurrence of a pointwise result a concat reads more than once; ``graph`` itself
+    when there is none."""
+    return _copy_unplaced(_copy_repeated(graph))
+
+
+def _copy_repeated(graph: Graph) -> Graph:
+    """The copies of pointwise results a concat reads more than once (RoPE's ``cat(freqs, freqs)``):
+    each copy is a pointwise result read by the concat alone, which rule 1 places; the fusion pass runs
+    the copies in their source's kernel, which then writes it once per slice."""
+    outputs = set(graph.output_values())
+    copied: dict[Node, list[int]] = {}
+    for node in graph.nodes:
+        if node.op != "concat" or node.outputs[0] in outputs:
+            continue
+        repeated = [i for i, x in enumerate(node.inputs) if node.inputs.count(x) > 1
+                    and x.producer is not None and kind(x.producer.op) == "pointwise"]
+        if repeated:
+            copied[node] = repeated
+    return _with_copies(graph, copied)
+
+
+def _copy_unplaced(graph: Graph) -> Graph:
     users = graph.users()
     outputs = set(graph.output_values())
     copied: dict[Node, list[int]] = {}
@@ -255,6 +307,12 @@ def copy_concat_inputs(graph: Graph) -> Graph:
                 not any(p is not None and kind(p[0].producer.op) == "pointwise" for p in placed):
             continue
         copied[node] = [i for i, p in enumerate(placed) if p is None]
+    return _with_copies(graph, copied)
+
+
+def _with_copies(graph: Graph, copied: dict) -> Graph:
+    """``graph`` with the concat inputs ``copied[node]`` (positions) read through a ``cast`` to their
+    own type; ``graph`` itself when there is none."""
     if not copied:
         return graph
     from nova.passes.rewrite import Rewriter

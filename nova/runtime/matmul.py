@@ -141,6 +141,7 @@ class ResolvedKernel:
     slots: tuple[str, ...]           # kernel argument order, lower-case: ("a", "b", "c"[, "bias"])
     zero_output: bool
     hopper: object = None            # nova.runtime.tma.HopperGemm for wgmma artifacts (tensor-map ABI)
+    skinny: object = None            # nova.runtime.skinny.SkinnyGemm for the skinny kernel (and its workspace)
     alignment: tuple[int, ...] = field(init=False, repr=False)   # bytes A, B, C, bias must be aligned to
 
     def __post_init__(self):
@@ -150,8 +151,12 @@ class ResolvedKernel:
         """(argument, vector elements, element bytes) of the kernel's pointer arguments: the mma.sync
         kernel's cp.async/store widths; the Hopper kernel's TMA (16-byte bases: A and B checked when
         their maps are encoded, C by ``vector_c`` = 16 bytes under the TMA-store epilogue) and
-        epilogue stores (it reads the bias one element at a time)."""
+        epilogue stores (it reads the bias one element at a time); the skinny kernel's vector loads of B
+        (A, C and the bias element by element)."""
         s, p = self.schedule, self.problem
+        if self.skinny is not None:
+            return (("A", 1, p.in_bytes), ("B", s.vec, p.in_bytes), ("C", 1, p.out_bytes),
+                    ("bias", 1, dtypes.element(bias_storage(p)).bytes))
         bias_vector = 1 if self.hopper is not None else s.vector_c
         return (("A", s.vector_a, p.in_bytes), ("B", s.vector_b, p.in_bytes), ("C", s.vector_c, p.out_bytes),
                 ("bias", bias_vector, dtypes.element(bias_storage(p)).bytes))
@@ -192,6 +197,8 @@ class ResolvedKernel:
                 hopper.run(a_ptr, b_ptr, c_ptr, bias_ptr, stream, workspace=workspace)
             elif hopper is not None:
                 hopper.run(a_ptr, b_ptr, c_ptr, bias_ptr, stream)
+            elif self.skinny is not None:     # the skinny kernel (its K slices' workspace)
+                self.skinny.run(a_ptr, b_ptr, c_ptr, bias_ptr, stream)
             else:
                 self.kernel.launch((a_ptr, b_ptr, c_ptr, bias_ptr) if p.bias else (a_ptr, b_ptr, c_ptr), stream)
         finally:
@@ -221,9 +228,20 @@ def resolve_kernel(problem: GemmProblem, target=None, device: Device | None = No
 def load_resolved(problem: GemmProblem, model, schedule, artifact, key: str, status: str,
                   device: Device) -> ResolvedKernel:
     """Load ``artifact`` onto ``device`` as a ``ResolvedKernel``: a Hopper schedule's artifact
-    (tensor-map ABI ``(tmap_a*, tmap_b*, C*[, bias*])``) through ``nova.runtime.tma.HopperGemm``,
-    an mma.sync one after checking that it takes ``(a, b, c[, bias])``."""
+    (tensor-map ABI ``(tmap_a*, tmap_b*, C*[, bias*])``) through ``nova.runtime.tma.HopperGemm``, a
+    skinny one through ``nova.runtime.skinny.SkinnyGemm``, an mma.sync one after checking that it
+    takes ``(a, b, c[, bias])``."""
     slots = tuple(p.lower() for p in artifact.params)
+    if schedule.kernel == "skinny":
+        from nova.runtime.skinny import SkinnyGemm
+        expected = ("a", "b", "c") + (("bias",) if problem.bias else ()) + \
+            (("w", "t") if artifact.meta.get("workspace_bytes") else ())
+        if slots != expected:
+            raise NovaRuntimeError(f"kernel ABI mismatch for {summary_line(problem, model)}: the skinny artifact takes "
+                                   f"{artifact.params}, the runtime passes {expected} (stale cache? bump the skinny "
+                                   "family's ABI)")
+        skinny = SkinnyGemm(artifact, device, problem.describe(), key)
+        return ResolvedKernel(problem, model, schedule, key, status, skinny.main, slots, False, skinny=skinny)
     if schedule.hopper is not None:
         from nova.runtime.tma import HopperGemm
         hop = HopperGemm(artifact, schedule, device, problem.describe(), key)

@@ -183,8 +183,10 @@ def workspace_layout(schedule, M: int, N: int, K: int) -> tuple[dict[str, tuple[
     stream-K schedule (``slots x M x N x 4``, slots = ``split_k`` or ``stream_k_plan(M, N, K).slots``),
     each starting on a ``WORKSPACE_ALIGN`` boundary; ``({}, 0)`` for an mma.sync schedule.  The buffers
     are written and read within the launch only, so one launch's workspace may lie over bytes that
-    hold nothing live while it runs (the executor places it in its arena)."""
-    if schedule.hopper is None:
+    hold nothing live while it runs (the executor places it in its arena).  A skinny schedule's
+    K-slice partials are not a launch workspace: their ticket counters must start at zero, so
+    ``nova/runtime/skinny.py`` keeps them per stream (``outside_arena.skinny_workspaces``)."""
+    if schedule.kernel == "skinny" or schedule.hopper is None:
         return {}, 0
     operands = schedule.hopper.operands
     eb = ELEMENT_BYTES[operands.tensor_map_type]

@@ -13,12 +13,18 @@ constants, never per shape, and scales the model's terms:
                  measurements (``constants_for``): their modelled K loop (smem cap and
                  ``hopper.PINGPONG_KLOOP_TENSOR``, a factor the consumers step needs relative to the
                  cooperative one) is absolute-pessimistic, so it exceeds 1
-    eta_dram     achievable fraction of the datasheet DRAM bandwidth; divides t_dram and t_prep
+    eta_dram     achievable fraction of the datasheet DRAM bandwidth (a linear stream); divides t_prep, and
+                 t_dram where the calibration has no eta_dram_tiles
+    eta_dram_tiles  (wgmma, optional, measured) the same for a GEMM's operand tiles streaming from DRAM
+                 (TMA box rows of 128 bytes): divides t_dram, which binds for decode and skinny shapes
     t_launch_us  per-launch cost (split-K adds a memset launch, an operand prep its pass)
     f_sustained_mhz, f_max_mhz, f_model_mhz   (optional) the power-limited SM clock, below
 
-    time_cal = max(t_tensor*s/eta_tc, t_smem*s/eta_tc, t_l2*s, t_dram/eta_dram, t_ring) + t_epilogue*s
+    time_cal = max(t_tensor*s/eta_tc, t_smem*s/eta_tc, t_l2*s, t_dram/eta_dram_tiles, t_ring) + t_epilogue*s
                + t_fill + t_split + t_prep/eta_dram + launches*t_launch_us
+
+(launches: ``Schedule.launches`` where the caller has the schedule: the GEMM, split-K's memset or
+reduction, each operand-prep pass; else ``launches_of``.)
 
 with s = 1, or with the power constants s = f_model / f and f = min(f_max, f_sustained *
 duty^(-1/3)) (``clock_and_time``): at the power cap a kernel that keeps the tensor cores busier runs
@@ -93,48 +99,77 @@ def launches_of(terms_us: dict, split_k: int) -> int:
 CLOCK_EXPONENT = 3    # dynamic power ~ C V^2 f with V roughly proportional to f in the DVFS range
 
 
-def calibrated_time_us(terms_us: dict, split_k, constants: dict):
+def calibrated_time_us(terms_us: dict, split_k, constants: dict, launches=None):
     """The calibrated time from a ``Prediction.terms_us`` (microseconds), for either model:
     mma.sync terms (tensor-core, smem, l2, dram, fill) or Hopper terms (mma, l2, dram, ring, fill,
     epilogue, prep, split).  Works elementwise on numpy arrays (``nova.bench.calibrate`` fits on them).
 
     With the power constants (``f_sustained_mhz``, ``f_max_mhz``, ``f_model_mhz``) the SM clock is
     predicted too (``clock_and_time``)."""
-    return clock_and_time(terms_us, split_k, constants)[1]
+    return clock_and_time(terms_us, split_k, constants, launches)[1]
 
 
-def predicted_clock_mhz(terms_us: dict, split_k, constants: dict):
+def predicted_clock_mhz(terms_us: dict, split_k, constants: dict, launches=None):
     """The SM clock the calibrated model settles on; None without the power constants."""
-    return clock_and_time(terms_us, split_k, constants)[0]
+    return clock_and_time(terms_us, split_k, constants, launches)[0]
 
 
-def clock_and_time(terms_us: dict, split_k, constants: dict):
+def clock_and_time(terms_us: dict, split_k, constants: dict, launches=None):
     """(SM clock in MHz or None, calibrated time in us).
 
-    time = max(compute, L2, DRAM / eta_dram, ring) + epilogue + fill + split + prep / eta_dram
+    time = max(compute, L2, DRAM / eta_dram_tiles, ring) + epilogue + fill + split + prep / eta_dram
            + launches * t_launch, with compute = tensor (or smem) time / eta_tc (the Hopper model's ring
            latency bound is in nanoseconds of memory latency: not scaled).
     Power-limited clock: the terms that run on the SM clock (tensor, L2, epilogue stores) scale by
     f_model / f, and f = min(f_max, f_sustained * duty^(-1/3)): duty is the fraction of the call the
     tensor cores are busy (compute / time), f_sustained the clock the GPU holds at its power cap
     with them always busy (at a fixed power budget, dynamic power ~ C V^2 f ~ f^3).  Solved by
-    fixed-point iteration from f_max."""
-    c, t = constants, terms_us
-    compute0 = np.maximum(t.get("tensor-core", 0) + t.get("mma", 0), t.get("smem", 0)) / c["eta_tc"]  # one is 0
-    dram = np.maximum(t.get("dram", 0) / c["eta_dram"], t.get("ring", 0))
-    fixed = (t.get("fill", 0) + t.get("split", 0) + t.get("prep", 0) / c["eta_dram"]
-             + launches_of(t, split_k) * c["t_launch_us"])
-
-    def at(scale):
-        compute = compute0 * scale
-        time = np.maximum(np.maximum(compute, t.get("l2", 0) * scale), dram) + t.get("epilogue", 0) * scale + fixed
-        return compute, time
-
+    fixed-point iteration from f_max.  ``launches``: the schedule's count (``Schedule.launches``), else
+    ``launches_of``."""
+    c = constants
+    at = _at_scale(terms_us, split_k, constants, launches)
     if "f_sustained_mhz" not in c:
         return None, at(1.0)[1]
-    f = np.full(np.shape(compute0 + fixed), float(c["f_max_mhz"]))
+    f = np.full(np.shape(at(1.0)[1]), float(c["f_max_mhz"]))
     for _ in range(40):
         compute, time = at(c["f_model_mhz"] / f)
         duty = np.clip(compute / time, 1e-6, 1.0)
         f = np.minimum(c["f_max_mhz"], c["f_sustained_mhz"] * duty ** (-1 / CLOCK_EXPONENT))
     return f, at(c["f_model_mhz"] / f)[1]
+
+
+def _at_scale(terms_us: dict, split_k, constants: dict, launches=None):
+    """scale -> (compute, time): the calibrated model with the SM-clock terms scaled by ``scale``
+    (f_model / f); ``clock_and_time``'s formula."""
+    c, t = constants, terms_us
+    compute0 = np.maximum(t.get("tensor-core", 0) + t.get("mma", 0), t.get("smem", 0)) / c["eta_tc"]  # one is 0
+    dram = np.maximum(t.get("dram", 0) / c.get("eta_dram_tiles", c["eta_dram"]), t.get("ring", 0))
+    fixed = (t.get("fill", 0) + t.get("split", 0) + t.get("prep", 0) / c["eta_dram"]
+             + (launches_of(t, split_k) if launches is None else launches) * c["t_launch_us"])
+
+    def at(scale):
+        compute = compute0 * scale
+        time = np.maximum(np.maximum(compute, t.get("l2", 0) * scale), dram) + t.get("epilogue", 0) * scale + fixed
+        return compute, time
+    return at
+
+
+def time_at_clock(terms_us: dict, split_k, constants: dict, mhz, launches=None):
+    """The calibrated time (us) with the SM clock held at ``mhz`` (a measured clock, e.g. a held-out
+    row's ``nova_graph_sm_mhz``) instead of the power-limited one: the kernel model checked apart from
+    the clock model.  Needs ``f_model_mhz`` (the clock the model's peak figures assume)."""
+    return _at_scale(terms_us, split_k, constants, launches)(constants["f_model_mhz"] / mhz)[1]
+
+
+def memory_constants(gpu) -> dict:
+    """``eta_dram`` and ``t_launch_us`` for a kernel family without a calibration of its own: the
+    target's Hopper (else mma.sync) GEMM calibration, whose eta_dram is ``nova.bench.l2_probe``'s
+    measured DRAM efficiency and t_launch the CUDA-graph gap between kernels; else the datasheet
+    bandwidth (eta 1) and the preset's launch overhead ([EST])."""
+    for family in ("wgmma", "mma.sync"):
+        stored = load(gpu.name, family)
+        if stored:
+            c = stored["constants"]
+            return {"eta_dram": c["eta_dram"], "t_launch_us": c["t_launch_us"],
+                    "source": f"calibration {path_for(gpu.name, family).name}"}
+    return {"eta_dram": 1.0, "t_launch_us": gpu.launch_overhead_us, "source": "datasheet, preset launch overhead"}

@@ -854,6 +854,29 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
 
 
 # ---- the whole derivation ------------------------------------------------------------------------
+DEVICE_TIME_FORMULA = "t_launch + max(resources, busiest SM: its steps x a step at one SM's pipes + its blocks' fixed costs)"
+
+
+def device_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, terms: dict) -> tuple[float, dict]:
+    """Step 9: the kernel's predicted device time (``device_time.kernel_device_time``) from its
+    throughput terms (``kernel_time``) and this kernel's figures: the pipes' achieved share, the cost
+    per streamed tile, a TF32 persistent forward's transposes per step; the target's calibrated DRAM
+    efficiency and launch gap (``calibration.memory_constants``)."""
+    from nova.hwmodel.calibration import memory_constants
+    from nova.kernels.attention.device_time import kernel_device_time
+    if kt.hopper:
+        achieved = HOPPER_ACHIEVED if role == "fwd" else HOPPER_BWD_ACHIEVED
+        tile_fixed = HOPPER_TILE_FIXED_US
+    else:
+        achieved, tile_fixed = ACHIEVED, TILE_FIXED_US
+    transposes = 0
+    if kt.persistent and p.dtype == "tf32":
+        from nova.kernels.attention.build_hopper import TRANSPOSER_WARPS
+        transposes = transpose_steps(p, kt, 1, TRANSPOSER_WARPS)
+    return kernel_device_time(p, gpu, role, kt, terms, memory_constants(gpu), achieved=achieved,
+                              tile_fixed_us=tile_fixed, transposes=transposes)
+
+
 def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h200", *,
                         tiles: dict | None = None, options: Options | None = None) -> AttentionConfig:
     """``options`` (None: ``nova.options.current()``): ``NOVA_ATTENTION_HOPPER``, ``NOVA_ATTENTION_HOPPER_BWD``,
@@ -937,13 +960,20 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
                               kernels["bwd_dkv"], kernels["bwd_dq"], dq_mode=mode, tma=tma)
     times, terms_all = {}, {}
     for role in ("fwd", "bwd_pre", "bwd_dkv", "bwd_dq"):
-        t, terms = kernel_time(p, gpu, role, sched.kernel(role), visited.get(role, 0))
+        kt = sched.kernel(role)
+        _, terms = kernel_time(p, gpu, role, kt, visited.get(role, 0))
+        t, device = device_time(p, gpu, role, kt, terms)
         times[role] = t * 1e6
         bound = max((k for k in terms if k != "blocks"), key=terms.get)
-        terms_all[role] = {"time_us": round(t * 1e6, 2), "bound": bound, **{k: round(v * 1e6, 2) for k, v in terms.items()}}
-        text = F.t_hopper.text if sched.kernel(role).hopper else F.t_kernel.text
-        steps.append(Step.note(f"9 {role} time", text if role != "bwd_pre" else "dram bytes / bandwidth + launch",
-                          f"{t * 1e6:.1f} us", f"{bound}-bound; " + ", ".join(f"{k} {v * 1e6:.1f}" for k, v in terms.items())))
+        if role != "bwd_pre" and device["busiest SM"] > device["resources"]:
+            bound = "busiest SM"
+        terms_all[role] = {"time_us": round(t * 1e6, 2), "bound": bound,
+                           **{k: round(v * 1e6, 2) for k, v in {**terms, **device}.items()}}
+        text = F.t_hopper.text if kt.hopper else F.t_kernel.text
+        steps.append(Step.note(f"9 {role} time", DEVICE_TIME_FORMULA if role != "bwd_pre" else
+                               "max(dram bytes / (bandwidth x eta_dram), loaded latency) + launch",
+                               f"{t * 1e6:.1f} us", f"{bound}-bound; resources: {text}; "
+                               + ", ".join(f"{k} {v * 1e6:.1f}" for k, v in {**terms, **device}.items())))
     total = sum(times.values())
     flops = p.fwd_flops + p.bwd_flops
     peak = gpu.peak_flops(p.dtype, "mma.sync")

@@ -15,6 +15,15 @@ of 16 bytes (``plan_operands``: the strides become part of the problem, so each 
 kernels); any other operand goes through a contiguous copy (an output: written there, then copied
 back).  lse must be contiguous when given as the forward's output.
 
+Repeated calls (``CallPlan``): a call on plain torch tensors whose dtypes, shapes, strides, devices,
+arguments and ``NOVA_*`` options match an earlier call that needed no copies skips the checks, the
+problem and the kernel lookup: it reads the data pointers (their 16-byte alignment checked; a
+misaligned one takes the general path), allocates the outputs not given, looks the tensor maps up by
+pointer, reads the current stream and launches.  The options are part of the signature
+(``options.current()``: a snapshot of the environment per call); the target and the cache directory
+are read when a signature is first seen (``reset()`` after changing ``NOVA_TARGET`` or
+``NOVA_CACHE_DIR`` in a running process, as for ``nova.matmul``).
+
 ``bias`` (optional, both passes): an additive float ``[B|1, H|1, Tq|1, Tk]`` score bias (an attention
 mask: 0 keeps, -inf or ``torch.finfo.min`` masks; ``problem.py`` states the semantics), read in place
 with its strides (broadcast axes stride 0) when float32, else through a float32 copy; it has no
@@ -40,6 +49,70 @@ class _Resolved:
 
 _memo: dict[tuple, _Resolved] = {}
 _lock = threading.RLock()
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """What a repeated call signature needs per call, decided once by the general path: the resolved
+    kernels, the device (tensor maps), the shape of lse / delta, the tensor maps' fixed arguments per
+    kernel (``(name, map type, shape, strides, box rows, box cols)`` of each operand, in argument order;
+    empty for an mma.sync kernel, which takes pointers), and the current stream's reader."""
+    resolved: _Resolved
+    device: object
+    vector_shape: tuple
+    maps: dict               # role -> tuple of map specs
+    stream: object           # () -> the raw handle of torch's current stream on the tensors' device
+
+
+_plans: dict[tuple, CallPlan] = {}
+
+
+def signature(tensors, *others) -> tuple | None:
+    """The call-plan key of plain torch tensors (None where one is another kind of object): each one's
+    dtype, shape, strides and device (None where not given), ``others``, and the options now."""
+    from nova.runtime.matmul import plain_torch_types
+    fast = plain_torch_types()
+    meta = []
+    for t in tensors:
+        if t is None:
+            meta.append(None)
+        elif type(t) in fast:
+            meta.append((t.dtype, t.shape, t.stride(), t.get_device()))
+        else:
+            return None
+    return (*meta, *others, id(options.current()))
+
+
+def plannable(bias, target) -> bool:
+    """Calls that may take a call plan: no bias (its view and float32 copy are decided per call) and a
+    target named by a string or left to the device."""
+    return bias is None and (target is None or type(target) is str)
+
+
+def map_specs(r: _Resolved, role: str, names: tuple, rows_of) -> tuple:
+    """The fixed arguments of ``role``'s tensor maps (``_tensor_maps``): per operand name its map type,
+    shape, strides, box rows and columns."""
+    p = r.problem
+    map_type = "tf32" if p.dtype == "tf32" else p.storage
+    return tuple((n, map_type, p.operand_shape(n), p.operand_strides(n), rows_of(n), 128 // p.elem_bytes)
+                 for n in names)
+
+
+def planned_maps(plan: CallPlan, role: str, pointers) -> tuple:
+    """Device pointers of ``role``'s tensor maps for the operands at ``pointers`` (cached per pointer)."""
+    from nova.runtime.tma import attention_tensor_map
+    return tuple(attention_tensor_map(plan.device, ptr, spec[1], spec[2], spec[3], spec[4], spec[5])
+                 for ptr, spec in zip(pointers, plan.maps[role]))
+
+
+def stream_reader(device_index: int):
+    """``() -> int``: the raw handle of torch's current stream on the device (``tensors.stream_source``)."""
+    import sys
+    torch = sys.modules["torch"]
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is None:
+        return lambda: torch.cuda.current_stream(device_index).cuda_stream
+    return lambda: raw(device_index)
 
 
 def resolve(problem: AttentionProblem, device_index, target, roles) -> _Resolved:
@@ -194,6 +267,16 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, *, bias
               target=None):
     """Fused attention forward; returns ``(out, lse)`` (written into ``out``/``lse`` when given)."""
     import torch
+    key = signature((q, k, v, out, lse), "fwd", bool(causal), scale, target) if plannable(bias, target) else None
+    plan = _plans.get(key) if key is not None else None
+    if plan is not None:
+        o = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
+        ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr())
+        if not (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3]) % 16:
+            lse = torch.empty(plan.vector_shape, dtype=torch.float32, device=q.device) if lse is None else lse
+            ins = planned_maps(plan, "fwd", ptrs[:3]) if plan.maps["fwd"] else ptrs[:3]
+            plan.resolved.kernels["fwd"].launch(ins + (ptrs[3], lse.data_ptr()), plan.stream())
+            return o, lse
     _on_cuda(("q", q), ("k", k), ("v", v), *((("bias", bias),) if bias is not None else ()))
     _check_out("out", out, q.shape, q.dtype)
     p, copies = plan_operands(q, k, v, causal, scale, bias=bias, out=out)
@@ -209,6 +292,11 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, *, bias
     r.kernels["fwd"].launch(args, _stream(q))
     if back is not None:
         back.copy_(o)
+    elif key is not None and not copies:         # launched as planned: this signature's later calls go short
+        kt = r.schedule.fwd
+        maps = map_specs(r, "fwd", ("q", "k", "v"), lambda n: kt.block_rows if n == "q" else kt.block_cols) \
+            if r.schedule.tma else ()
+        _plans[key] = CallPlan(r, _device(q), (p.batch, p.heads, p.seq_q), {"fwd": maps}, stream_reader(q.device.index))
     return (o if back is None else back), lse
 
 
@@ -253,6 +341,24 @@ def attention_backward(dout, q, k, v, out, lse, causal: bool = False, scale: flo
                        bias=None, dq=None, dk=None, dv=None, target=None):
     """Gradients of ``attention``: returns ``(dq, dk, dv)``.  Extra memory: one FP32 value per query row (D)."""
     import torch
+    key = signature((dout, q, k, v, out, lse, dq, dk, dv), "bwd", bool(causal), scale, target) \
+        if plannable(bias, target) else None
+    plan = _plans.get(key) if key is not None else None
+    if plan is not None:
+        grads = tuple(torch.empty(like.shape, dtype=like.dtype, device=like.device) if g is None else g
+                      for g, like in ((dq, q), (dk, k), (dv, v)))
+        ins = (q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr())
+        outs = tuple(g.data_ptr() for g in grads)
+        op, lp = out.data_ptr(), lse.data_ptr()
+        if not (ins[0] | ins[1] | ins[2] | ins[3] | op | lp | outs[0] | outs[1] | outs[2]) % 16:
+            stream, kernels = plan.stream(), plan.resolved.kernels
+            delta = torch.empty(plan.vector_shape, dtype=torch.float32, device=q.device)
+            dp = delta.data_ptr()
+            kernels["bwd_pre"].launch((op, ins[3], dp), stream)
+            for role, ptrs in (("bwd_dkv", outs[1:]), ("bwd_dq", outs[:1])):
+                maps = plan.maps[role]
+                kernels[role].launch((planned_maps(plan, role, ins) if maps else ins) + (lp, dp) + ptrs, stream)
+            return grads
     _on_cuda(("q", q), ("k", k), ("v", v), ("dout", dout), ("out", out), ("lse", lse),
              *((("bias", bias),) if bias is not None else ()))
     if tuple(dout.shape) != tuple(q.shape) or tuple(out.shape) != tuple(q.shape) or dout.dtype != q.dtype \
@@ -264,6 +370,7 @@ def attention_backward(dout, q, k, v, out, lse, causal: bool = False, scale: flo
     if tuple(lse.shape) != (p.batch, p.heads, p.seq_q) or lse.dtype != torch.float32:
         raise ValueError(f"lse must be float32 [B, H, Tq] = {[p.batch, p.heads, p.seq_q]}")
     q, k, v, dout, out = _inputs(copies, (("q", q), ("k", k), ("v", v), ("dout", dout), ("out", out)))
+    lse_given = lse
     lse = _vector(lse)
     r = resolve(p, q.device.index, target, ("bwd_pre", "bwd_dkv", "bwd_dq"))
     s = _stream(q)
@@ -282,9 +389,22 @@ def attention_backward(dout, q, k, v, out, lse, causal: bool = False, scale: flo
     for g, back in ((gq, bq), (gk, bk), (gv, bv)):
         if back is not None:
             back.copy_(g)
+    if key is not None and not copies and lse is lse_given:    # launched as planned: later calls go short
+        from nova.kernels.attention.build_hopper_bwd import tensor_map_rows
+        maps = {role: map_specs(r, role, ("q", "k", "v", "dout"),
+                                lambda n, role=role: tensor_map_rows(r.schedule, role, n))
+                if r.schedule.kernel(role).hopper else () for role in ("bwd_dkv", "bwd_dq")}
+        _plans[key] = CallPlan(r, _device(q), (p.batch, p.heads, p.seq_q), maps, stream_reader(q.device.index))
     return tuple(g if back is None else back for g, back in ((gq, bq), (gk, bk), (gv, bv)))
 
 
+def _device(t):
+    from nova.runtime import driver
+    return driver.get_device(t.device.index)
+
+
 def reset() -> None:
+    """Forget the resolved kernels and the call plans (after changing NOVA_TARGET or NOVA_CACHE_DIR)."""
     with _lock:
         _memo.clear()
+        _plans.clear()

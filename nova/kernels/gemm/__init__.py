@@ -10,7 +10,11 @@ instruction families' derivations and MLIR builders, compilation.
     space.py        the schedule space around the analytic pick (nova tune, the oracle)
     emit_ampere.py  the mma.sync + cp.async MLIR builder
     emit_hopper.py  the wgmma + TMA MLIR builder and the operand-prep kernels
-    compile.py      build_module / compile_gemm: MLIR -> PTX -> KernelArtifact
+    skinny.py       the skinny kernel's derivation (a few rows: B streamed on the CUDA cores) and
+                    choose_kernel, the lower prediction of it and the tiles
+    skinny_schedule.py  SkinnySchedule: the skinny kernel's decisions
+    emit_skinny.py  the skinny kernel's MLIR builder (K slices added by each column block's last CTA)
+    compile.py      build_module / compile_gemm / compile_skinny: MLIR -> PTX -> KernelArtifact
 
 The public spellings stay ``nova.configurator`` (``configure``, ``GemmProblem``, ``Schedule``, ...)
 and ``nova.codegen`` (``compile_gemm``, ``build_module``).  Importing this package imports nothing

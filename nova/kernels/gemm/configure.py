@@ -1,6 +1,8 @@
 """``configure(problem, target)``: the GEMM family's entry point.  It picks the instruction family
 (wgmma on Hopper unless ``NOVA_HOPPER=0``, else mma.sync), runs that family's derivation
-(``hopper.py`` or ``ampere.py``), records the prediction as the last step and returns the ``Config``.
+(``hopper.py`` or ``ampere.py``) and records its prediction; for a GEMM of a few rows it then derives
+the skinny kernel (``skinny.py``: B streamed on the CUDA cores) and keeps the lower prediction of the
+two (``skinny.choose_kernel``), and returns the ``Config``.
 """
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from nova.kernels.gemm.ampere import configure_mma_sync
 from nova.kernels.gemm.hopper import configure_hopper, hopper_supported
 from nova.kernels.gemm.problem import GemmProblem
 from nova.kernels.gemm.schedule import Schedule
+from nova.kernels.gemm.skinny import choose_kernel
+from nova.kernels.gemm.skinny_schedule import SkinnySchedule
 from nova.options import DEFAULTS, Options
 from nova.options import current as current_options
 
@@ -24,10 +28,15 @@ from nova.options import current as current_options
 class Config:
     problem: GemmProblem
     target: GPUModel
-    schedule: Schedule
+    schedule: Schedule | SkinnySchedule      # the kernel that runs: tensor-core tiles, or the skinny kernel
     prediction: Prediction
     derivation: tuple[Step, ...]
     config_time_ms: float = field(default=0.0, compare=False)
+
+    @property
+    def skinny(self) -> bool:
+        """The skinny kernel (``skinny.py``) runs this GEMM, not the tensor-core tiles."""
+        return self.schedule.kernel == "skinny"
 
     @property
     def calibrated_time_us(self) -> float | None:
@@ -53,18 +62,24 @@ class Config:
 
     def _calibrated(self):
         from nova.hwmodel.calibration import clock_and_time, constants_for, load
+        if self.skinny:          # its prediction already uses the memory-bound families' fitted constants
+            return None
         cal = load(self.target.name, self.schedule.mma.family)
         if cal is None:
             return None
         return clock_and_time(self.prediction.terms_us, self.schedule.launch_split,
-                              constants_for(cal["constants"], self.schedule.pingpong))
+                              constants_for(cal["constants"], self.schedule.pingpong), self.schedule.launches)
 
     def to_dict(self) -> dict:
         s = self.schedule
         sched = s.to_dict()
-        sched.update(warps=s.warps, threads_per_block=s.threads_per_block, swap_ab=s.swap_ab, warp_tile_m=s.warp_tile_m,
-                     warp_tile_n=s.warp_tile_n, grid=list(s.grid(self.problem.M, self.problem.N, self.problem.batch)),
-                     mma=str(s.mma), mma_instr=s.mma.__dict__ | {})
+        if self.skinny:
+            sched.update(kernel="skinny", label=s.label(), grid=list(s.grid(self.problem.N)),
+                         workspace_bytes=s.workspace_bytes(self.problem.M, self.problem.N))
+        else:
+            sched.update(warps=s.warps, threads_per_block=s.threads_per_block, swap_ab=s.swap_ab, warp_tile_m=s.warp_tile_m,
+                         warp_tile_n=s.warp_tile_n, grid=list(s.grid(self.problem.M, self.problem.N, self.problem.batch)),
+                         mma=str(s.mma), mma_instr=s.mma.__dict__ | {})
         return {"op": "matmul", "batch": self.problem.batch, "M": self.problem.M, "N": self.problem.N,
                 "K": self.problem.K,
                 "dtype": self.problem.dtype, "target": self.target.name, "arch": self.target.arch,
@@ -75,25 +90,32 @@ class Config:
 
 
 def configure(problem: GemmProblem, target: "GPUModel | str" = "rtx3060", *, family: str | None = None,
-              options: Options | None = None) -> Config:
+              options: Options | None = None, kernel: str | None = None) -> Config:
     """Derive the schedule for ``problem`` on ``target``.  Pure and deterministic: a function of its
     arguments, ``options`` included (None: ``nova.options.current()``, the environment's); derived
     once per argument set inside ``memoized()``.
 
     ``family`` picks the tensor-core instruction family: None = the fastest the target and the code
     generator support (wgmma on Hopper unless ``NOVA_HOPPER=0``), ``"mma.sync"`` = the Ampere-class
-    path on any target (used by the oracle's schedule space)."""
+    path on any target (used by the oracle's schedule space).  ``kernel``: None = the lower
+    prediction of the tensor-core tiles and (for a few rows) the skinny kernel; ``"tiles"`` = the
+    tiles (as a given ``family`` implies: the schedule space, Triton's mapping); ``"skinny"`` = the
+    skinny kernel, a ``ValueError`` where it does not apply."""
     if family not in (None, "mma.sync", "wgmma"):
         raise ValueError(f"unknown MMA family {family!r}; choose mma.sync or wgmma")
+    if kernel not in (None, "tiles", "skinny"):
+        raise ValueError(f"unknown GEMM kernel {kernel!r}; choose tiles or skinny")
+    if kernel == "skinny" and family is not None:
+        raise ValueError(f"the skinny kernel runs on the CUDA cores: no MMA family ({family!r}) applies")
     gpu = get_target(target)
     opts = options if options is not None else current_options()
     memo = _memo.get()
     if memo is None:
-        return _derive(problem, gpu, family, opts)
-    key = (problem, family, opts, gpu.name, id(gpu))
+        return _derive(problem, gpu, family, opts, kernel)
+    key = (problem, family, kernel, opts, gpu.name, id(gpu))
     found = memo.get(key)
     if found is None or found.target is not gpu:
-        found = memo[key] = _derive(problem, gpu, family, opts)
+        found = memo[key] = _derive(problem, gpu, family, opts, kernel)
     return found
 
 
@@ -102,7 +124,7 @@ _memo: ContextVar[dict | None] = ContextVar("nova_gemm_configs", default=None)
 
 @contextmanager
 def memoized():
-    """Inside, ``configure`` derives each (problem, target, family, options) once: a planner that
+    """Inside, ``configure`` derives each (problem, target, family, kernel, options) once: a planner that
     prices and sizes the same GEMMs in plan after plan (``nova.passes.memory_policy``, ``explain``)
     uses it.  Outside, every call derives (module constants an experiment changes take effect)."""
     if _memo.get() is not None:
@@ -115,7 +137,7 @@ def memoized():
         _memo.reset(token)
 
 
-def _derive(problem: GemmProblem, gpu: GPUModel, family: str | None, opts: Options) -> Config:
+def _derive(problem: GemmProblem, gpu: GPUModel, family: str | None, opts: Options, kernel: str | None) -> Config:
     """``configure``'s derivation (its docstring), not memoized."""
     t0 = time.perf_counter()
     d = Derivation()
@@ -129,6 +151,11 @@ def _derive(problem: GemmProblem, gpu: GPUModel, family: str | None, opts: Optio
     else:
         schedule, prediction = configure_mma_sync(problem, gpu, d)
     d.record(prediction_step(prediction))
+    if family is None and kernel != "tiles":
+        picked = choose_kernel(problem, gpu, (schedule, prediction), d, forced=kernel == "skinny")
+        if picked[0] is not schedule:
+            schedule, prediction = picked
+            d.record(prediction_step(prediction))
     return Config(problem, gpu, schedule, prediction, tuple(d.steps), (time.perf_counter() - t0) * 1e3)
 
 

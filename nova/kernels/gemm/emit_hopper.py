@@ -120,6 +120,7 @@ from nova.codegen.nvgpu import (KMAJOR_LEADING_BYTE_OFFSET, SM90A, SWIZZLE_BYTES
                                 wgmma_commit_group, wgmma_fence, wgmma_wait_group)
 from nova.dtypes import MODES
 from nova.kernels.gemm.emit_ampere import RESERVED_NAMES, GemmKernel, batched_memref
+from nova.kernels.gemm.hopper import PREP_THREADS, PREP_TILE  # the prep pass's geometry (its time model's)
 from nova.kernels.gemm.hopper import (PINGPONG_ORDER_BARRIER, PINGPONG_SLABS, STAGING_BUFFERS,  # rules the
                                       STAGING_STEP_BYTES, atomic_split_blocker, c_box,     # schedule must follow
                                       cluster_blocker, cluster_extents, cluster_units, output_vector,
@@ -1380,10 +1381,6 @@ def build_hopper_module(problem: GemmProblem, schedule: Schedule, *, wait_depth:
 # ----------------------------------------------------------------------------------------------
 # Operand prep: K-major (transposed if needed), K padded to 16 bytes, TF32 rounded to nearest
 # ----------------------------------------------------------------------------------------------
-PREP_TILE = 32
-PREP_THREADS = 256
-
-
 def build_prep_module(problem: GemmProblem, prep: OperandPrep) -> str:
     """``dst[r, c] = rna?(src[c, r] if transpose else src[r, c])`` for c < K, 0 for K <= c < Kp.
 

@@ -96,6 +96,21 @@ RING_ALIGN = SWIZZLE_ATOM_BYTES  # the ring starts on a 1024-byte boundary (128B
 MIN_STAGES, MAX_STAGES = 2, 8  # one slot landing while one computes; deeper rings gain nothing measurable
 MIN_SLICE_K_TILES = 8          # a K slice streams >= 8 K tiles: the ring fill and the atomic epilogue amortise
 LAUNCH_S = 5e-6                # per kernel launch (the memset of split-K, each prep pass)
+# The operand-prep pass (``emit_hopper.build_prep_module``): a PREP_TILE x PREP_TILE tile per block of
+# PREP_THREADS threads, each thread PREP_TILE / (PREP_THREADS / PREP_TILE) = 4 elements with scalar
+# loads and stores.  Its time (``prep_time``) is the larger of its DRAM bytes and its latency chain.
+PREP_TILE = 32
+PREP_THREADS = 256
+PREP_SERIAL_LOADS = PREP_TILE * PREP_TILE // PREP_THREADS   # loads a plain (padding) copy's thread waits for one
+                               # after another: its PTX stores each element before loading the next (the two
+                               # pointers carry no alias information), so each waits a loaded latency.  A
+                               # transpose's loads go to shared memory first (another state space): they issue
+                               # together, one latency per wave.  Measured: 1x13647x1389 NT TF32's padding copy
+                               # (19.0M elements, 18 waves of 1056 blocks) ~57 us by graph replay minus the
+                               # calibrated main kernel (bench/results/h200-2026-12-03/run8/heldout), 56 us at
+                               # four latencies per wave (33 us at the DRAM bandwidth); GPT-42M's 8.4M-element TF32
+                               # transposes 16.1 us each, 4.2 TB/s: DRAM-bound (bench/results/h200-2026-12-03/
+                               # run7/profile-gpt42m, nova_prep)
 # The TMA-store epilogue (step 9): each consumer warpgroup writes its 64 x N slab into shared memory one
 # 8 KB step at a time (a 64 x 128 B box of C, or two 32 x 128 B boxes swapped), 128-byte swizzled,
 # double-buffered: one step is written while the TMA store of the previous one reads its buffer.
@@ -472,7 +487,7 @@ def stream_k_terms(p: GemmProblem, gpu, block_i: int, n: int, operands: OperandP
     t_dram = stream_k_dram_bytes(p, gpu, block_i, n, plan) / gpu.dram_bw
     t_fill = fill_time(p, gpu, block_i, n, plan.ctas, dram_bound=t_dram >= max(t_mma, t_l2, t_ring))
     return {"mma": t_mma, "l2": t_l2, "dram": t_dram, "smem_cap": cap, "ring": t_ring, "fill": t_fill,
-            "epilogue": t_epilogue, "prep": prep_bytes(p, operands) / gpu.dram_bw, "split": t_split,
+            "epilogue": t_epilogue, "prep": prep_time(p, gpu, operands), "split": t_split,
             "launches": 2 + sum(1 for role in (operands.a, operands.b) if role.prep)}
 
 
@@ -509,6 +524,24 @@ def prep_bytes(p: GemmProblem, operands: OperandPlan) -> int:
                for role in (operands.a, operands.b) if role.prep)
 
 
+def prep_pass_time(p: GemmProblem, gpu, prep: OperandPrep) -> float:
+    """Seconds of one prep pass: the larger of its bytes (read + write) at the DRAM bandwidth and its
+    latency chain, waves x the loads a thread waits for in turn (a transpose 1, a padding copy
+    ``PREP_SERIAL_LOADS``) x the loaded memory latency, a wave being every SM's blocks of
+    PREP_THREADS threads (max_threads_per_sm / PREP_THREADS each)."""
+    rows, cols = prep.dst
+    elements = rows * cols * prep.batch
+    blocks = cdiv(rows, PREP_TILE) * cdiv(cols, PREP_TILE) * prep.batch
+    waves = cdiv(blocks, gpu.sm_count * max(1, gpu.max_threads_per_sm // PREP_THREADS))
+    chain = waves * (1 if prep.transpose else PREP_SERIAL_LOADS) * gpu.mem_latency_ns * 1e-9
+    return max(2 * elements * p.in_bytes / gpu.dram_bw, chain)
+
+
+def prep_time(p: GemmProblem, gpu, operands: OperandPlan) -> float:
+    """Seconds of the operand-prep passes (``prep_pass_time`` each; they run one after another)."""
+    return sum(prep_pass_time(p, gpu, role.prep) for role in (operands.a, operands.b) if role.prep)
+
+
 def time_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int, operands: OperandPlan | None = None,
                reduction: str = "atomic", epilogue: str = "registers", stages: int | None = None,
                cluster: tuple[int, int] = (1, 1)) -> dict:
@@ -537,7 +570,7 @@ def epilogue_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int, operan
     if cluster != (1, 1):
         main["l2"] *= fill_share(block_i, n, cluster_extents(cluster, operands.swap))
     shared = {"mma": main["mma"], "dram": p.min_bytes / gpu.dram_bw, "smem_cap": main["smem_cap"],
-              "prep": prep_bytes(p, operands) / gpu.dram_bw,
+              "prep": prep_time(p, gpu, operands),
               "split": split_overhead(p, gpu, split, reduction) if split > 1 else 0.0,
               "launches": 1 + sum(1 for role in (operands.a, operands.b) if role.prep) + (split > 1)}
     out = {}
@@ -657,7 +690,7 @@ def pingpong_terms(p: GemmProblem, gpu, slabs: int, n: int, operands: OperandPla
     ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
     main = mainloop_time(p, gpu, block_i, n, units, ktiles, terms=True)
     shared = {"dram": p.min_bytes / gpu.dram_bw, "smem_cap": main["smem_cap"],
-              "prep": prep_bytes(p, operands) / gpu.dram_bw, "split": 0.0,
+              "prep": prep_time(p, gpu, operands), "split": 0.0,
               "launches": 1 + sum(1 for role in (operands.a, operands.b) if role.prep)}
     clock = gpu.clock_hz
     out = {}
@@ -886,7 +919,7 @@ def cooperative_compared(p: GemmProblem, gpu, s: Schedule, terms: dict) -> float
 def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
     """Step 16 for any wgmma schedule: max(tensor peak x smem cap x SM utilisation, L2 fills (+ the
     TMA store's overlapped stores), DRAM, the ring's latency bound) + the ring's first fill + the
-    epilogues (not overlapped) + the operand-prep passes at DRAM bandwidth + adding the split-K
+    epilogues (not overlapped) + the operand-prep passes (``prep_time``) + adding the split-K
     slices (zeroing and atomics, or the reduction kernel) + the launches."""
     t = schedule_terms(p, gpu, s)
     total = total_time(t)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 from nova.configurator.step import MmaInstr
 
@@ -298,6 +299,8 @@ class Schedule:
     # wgmma rows x wgmma N).  Left out of ``to_dict`` when cooperative (the dict it always had).
     consumers: str = "cooperative"
 
+    kernel: ClassVar[str] = "tiles"      # the GEMM kernel this schedule describes (SkinnySchedule: "skinny")
+
     # ---- derived quantities (never stored twice)
     @property
     def warps(self) -> int:
@@ -370,6 +373,15 @@ class Schedule:
         """The split the calibration's launch count reads (``launches_of``: one more launch when > 1):
         ``split_k``, or 2 for stream-K (its reduction kernel is one more launch, as split-K's)."""
         return 2 if self.stream_k else self.split_k
+
+    @property
+    def launches(self) -> int:
+        """Kernel launches per call: the GEMM, one more for split-K's memset or reduction kernel (stream-K's
+        reduction), one per operand-prep pass (``calibration.launches_of`` without the schedule counts
+        the prep passes as one)."""
+        preps = 0 if self.hopper is None else sum(role.prep is not None for role in (self.hopper.operands.a,
+                                                                                      self.hopper.operands.b))
+        return 1 + (self.launch_split > 1) + preps
 
     @property
     def split_workspace(self) -> bool:

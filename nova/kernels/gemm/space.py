@@ -176,8 +176,9 @@ def enumerate_schedules(problem: GemmProblem, target: "GPUModel | str", limit: i
 
 
 def analytic_pick(problem: GemmProblem, gpu: GPUModel, family: str | None = None) -> Schedule:
-    """The configurator's schedule for ``family`` (None: the family it chooses itself)."""
-    return configure(problem, gpu, family=family).schedule
+    """The configurator's tensor-core schedule for ``family`` (None: the family it chooses itself); the
+    space is of tiles, so a problem the skinny kernel runs is tuned from its tiles' pick."""
+    return configure(problem, gpu, family=family, kernel="tiles").schedule
 
 
 def schedule_space(problem: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Schedule]:
@@ -438,7 +439,10 @@ def label(s: Schedule) -> str:
     a split-K through a workspace reads ``sk8ws``; a wgmma schedule with one CTA per tile (not
     persistent) ends in `` np``, one with the TMA-store epilogue in `` tma``, one in thread-block
     clusters in `` c2x1`` (cluster_m x cluster_n), a stream-K one in `` streamk72`` (its stream-K tiles),
-    one with ping-pong consumers in `` pp``."""
+    one with ping-pong consumers in `` pp``; the skinny kernel's reads ``skinny ...``
+    (``SkinnySchedule.label``)."""
+    if s.kernel == "skinny":
+        return s.label()
     grid = " np" if s.mma.family == "wgmma" and not s.persistent else ""
     ws = "ws" if s.split_workspace else ""
     tma = " tma" if s.hopper is not None and s.hopper.tma_store else ""
@@ -461,6 +465,8 @@ def measured_config(problem: GemmProblem, target: "GPUModel | str", schedule_lab
             return cfg
         picks.append(cfg)
     for cfg in picks:
+        if cfg.skinny:               # the space is of tiles: search it from the tiles' pick
+            cfg = configure(problem, target, kernel="tiles")
         for s in schedule_space(problem, cfg.target, cfg.schedule):
             if label(s) == schedule_label:
                 return dataclasses.replace(cfg, schedule=s, prediction=predict_schedule(problem, s, cfg.target))

@@ -11,8 +11,10 @@ read in place, inlined scalar fills) as one generated kernel, configured in clos
     launch.py      resolve + bind: the runtime side (no MLIR)
     switch.py      NOVA_POINTWISE: which memory-bound groups run on Nova kernels (read once)
 
-A fusion group's problem is stated by ``nova.passes.pointwise_from_ir``; ``nova-config explain
-pointwise`` is ``nova/cli/pointwise.py`` (its expression parser ``nova/passes/pointwise_expression.py``).
+A fusion group's problem is stated by ``nova.passes.pointwise_from_ir`` (and so are a concat's that no
+kernel assembles in place and a copying view's: ``iota``, ``Window`` and ``gather`` make a value
+depend on its index, ``problem.py``); ``nova-config explain pointwise`` is ``nova/cli/pointwise.py``
+(its expression parser ``nova/passes/pointwise_expression.py``).
 
 Importing this package imports neither MLIR nor the CUDA driver.
 """

@@ -12,12 +12,16 @@ node), built bottom-up; each node, as it is made, is
 
 then numbered in one deterministic post-order from the outputs (nodes no output reaches are dropped).
 The iteration space is canonical too: axes of extent 1 dropped, neighbouring axes that every operand
-(the strided outputs included) walks contiguously merged (``coalesce``); outputs that end contiguous
-and 16-byte aligned are stated as such (``stores == ()``).
+(the strided outputs included) walks contiguously merged (``coalesce``; an axis an input's ``Window``
+covers in part keeps its own extent, its index renumbered); outputs that end contiguous and 16-byte
+aligned are stated as such (``stores == ()``).  An ``iota`` is a function of the flat index, which
+coalescing keeps.
 """
 from __future__ import annotations
 
-from nova.kernels.pointwise.problem import ALIGN_MAX, Instr, Operand, PointwiseProblem, row_major
+from dataclasses import replace
+
+from nova.kernels.pointwise.problem import ALIGN_MAX, Instr, Operand, PointwiseProblem, Window, row_major
 from nova.kernels.pointwise.rewrites import fold, rewrite
 
 COMMUTATIVE = frozenset("add mul maximum minimum eq ne logical_and logical_or".split())
@@ -51,6 +55,11 @@ class Builder:
     def const(self, value: float, dtype: str) -> Expr:
         return self._intern("constant", (), (("value", float(value)),), dtype)
 
+    def iota(self, start: int, step: int, extent: int, inner: int, dtype: str) -> Expr:
+        """``start + step * ((e / inner) % extent)`` of the flat element index ``e`` (``problem.py``)."""
+        return self._intern("iota", (), (("extent", int(extent)), ("inner", int(inner)), ("start", int(start)),
+                                         ("step", int(step))), dtype)
+
     def make(self, op: str, args, attrs, dtype: str) -> Expr:
         args = tuple(args)
         attrs = tuple(sorted(attrs))
@@ -74,20 +83,29 @@ class Builder:
 
 def coalesce(shape, operands) -> tuple[tuple[int, ...], tuple[Operand, ...]]:
     """Drop axes of extent 1; merge axis i into i+1 where every operand has s_i = s_(i+1) * d_(i+1)
-    (contiguous outputs always do; strided ones are passed among ``operands``)."""
+    (contiguous outputs always do; strided ones are passed among ``operands``) and neither is an axis
+    an input's window covers (its index follows the merges)."""
     keep = [i for i, d in enumerate(shape) if d != 1]
+    windowed = {x.window.axis for x in operands if x.window is not None}
+    axes = list(keep)                              # the original axis each remaining one started as
     dims = [shape[i] for i in keep]
     strides = [[x.strides[i] for i in keep] for x in operands]
     i = len(dims) - 2
     while i >= 0:
-        if all(s[i] == s[i + 1] * dims[i + 1] for s in strides):
+        if axes[i] not in windowed and axes[i + 1] not in windowed and \
+                all(s[i] == s[i + 1] * dims[i + 1] for s in strides):
             dims[i] *= dims.pop(i + 1)
+            axes.pop(i + 1)
             for s in strides:
                 s[i] = s.pop(i + 1)
         i -= 1
     if not dims:
         dims, strides = [1], [[0] for _ in operands]
-    return tuple(dims), tuple(Operand(x.dtype, tuple(s), x.align) for x, s in zip(operands, strides))
+
+    def window(x: Operand) -> Window | None:
+        w = x.window
+        return None if w is None or w.axis not in axes else replace(w, axis=axes.index(w.axis))
+    return tuple(dims), tuple(replace(x, strides=tuple(s), window=window(x)) for x, s in zip(operands, strides))
 
 
 def canonical_problem(shape, operands, built, stores=()) -> PointwiseProblem:

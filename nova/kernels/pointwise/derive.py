@@ -3,7 +3,8 @@
  1. vector width   the 16-byte access (ld.global.v4.b32, [PTX] ISA "ld": .v2/.v4 vectors of up to
                    128 bits) over the widest contiguous operand (input or output; the widest operand
                    when none is), halved until it divides the innermost extent, every other stride of
-                   each contiguous operand and its base alignment
+                   each contiguous operand, its base alignment and the bounds of a window along the
+                   innermost axis
  2. threads        8 warps: two per warp scheduler ([CC] 4 schedulers per SM), fewer for tiny problems
  3. registers      an estimate: 32 for addresses and the loop, one per 32-bit word of each operand's
                    elements in flight (ptxas reports the real count; tests check it never spills)
@@ -54,6 +55,14 @@ def contiguous_operands(problem: PointwiseProblem) -> list[tuple[str, int, tuple
     return out
 
 
+def window_bounds(problem: PointwiseProblem) -> list[tuple[str, int, int]]:
+    """``(name, start, extent)`` of each contiguous input windowed along the innermost axis: a vector
+    must lie in its window or outside it whole."""
+    last = len(problem.shape) - 1
+    return [(f"in{k}", x.window.start, x.window.extent) for k, x in enumerate(problem.inputs)
+            if x.strides[-1] == 1 and x.window is not None and x.window.axis == last]
+
+
 def vector_width(problem: PointwiseProblem):
     """Step 1: the widest power of two ``vector`` with ``vector * itemsize <= 16`` for every contiguous
     operand that divides the innermost extent, each contiguous operand's other strides and its base
@@ -75,6 +84,9 @@ def vector_width(problem: PointwiseProblem):
                 why = f"{name}'s strides {list(strides)} are not multiples of {v}"
             if not why and align % (v * size):
                 why = f"{name} starts {align}-byte aligned"
+        for name, start, extent in window_bounds(problem):
+            if not why and (start % v or extent % v):
+                why = f"{name}'s window [{start}, {start + extent}) is not made of whole vectors of {v}"
         if not why:
             break
         limits.append(why)

@@ -11,7 +11,13 @@ flat elements in a grid-stride loop.  Per vector, each input is read
 * as ``vector`` scalar loads (a gather) otherwise,
 
 at the offset ``sum_a ((e / inner_a) % shape_a) * stride_a`` of the vector's first flat element ``e``
-(static divisors; an operand laid out like the outputs reads at ``e`` itself).  Math runs per lane in
+(static divisors; an operand laid out like the outputs reads at ``e`` itself); an input with a
+``Window`` reads its axis coordinate less the window's start, clamped into the window (into
+``[0, extent - vector]`` for a vector along it: the derivation made the window's bounds multiples of
+the vector, so a vector lies in or out of the window whole), lane by lane when it is gathered along
+it.  A table input is never read at the coordinates: ``gather`` loads its element at the index value,
+clamped into the table; ``iota`` computes ``start + step * ((e' / inner) % extent)`` of the lane's flat
+element ``e'``.  Math runs per lane in
 f32 for f32/bf16/f16 storage (f64 stays f64, integers and bool as themselves), converted only where the
 IR's types convert (``cast`` rounds through its storage type); outputs are stored as vectors at the
 same offset of their own strides (an output laid out contiguous at ``e`` itself), or one store per lane
@@ -53,7 +59,11 @@ def unsupported(problem: PointwiseProblem) -> str:
     for ins in problem.program:
         ct = COMPUTE[ins.dtype]
         args = [COMPUTE[problem.dtype_of(a)] for a in ins.args]
-        if ins.op in ("constant", "cast", "where", "logical_not", "logical_and", "logical_or") or ins.op in COMPARE:
+        if ins.op in ("constant", "cast", "where", "logical_not", "logical_and", "logical_or", "iota") or \
+                ins.op in COMPARE:
+            continue
+        if ins.op == "gather" and ins.args[0] < len(problem.inputs) and problem.inputs[ins.args[0]].table \
+                and args[1] in ("i32", "i64"):
             continue
         if ct in FLOAT and (ins.op in FLOAT_BINARY or ins.op in FLOAT_UNARY or ins.op in COMPOSED):
             continue
@@ -227,6 +237,10 @@ class _Emitter:
         op = ins.op
         if op == "constant":
             return self.const(ins.attr("value"), ct)
+        if op == "iota":
+            return self.iota(ins, ct)
+        if op == "gather":
+            return self.gather(ins, args[1])
         if op == "cast":
             (x, src), = args
             y = self.convert(x, src, ct)
@@ -264,11 +278,39 @@ class _Emitter:
             return self.f("arith.maxsi", ct, xs[0], self.const(0, ct))
         return self.f("math.absi", ct, xs[0])
 
+    def iota(self, ins, ct: str) -> str:
+        """``start + step * ((e' / inner) % extent)`` of this lane's flat element ``e'`` (computed in i64)."""
+        ir = self.ir
+        inner, extent = ins.attr("inner"), ins.attr("extent")
+        q = ir.div(ir.add(self.element[0], self.element[1], "element"), inner, "q")
+        coord = q if inner * extent >= self.p.numel else ir.rem(q, extent, "coord")
+        value = self.op("position", f"arith.index_cast {ir.v(coord)} : index to i64")
+        if ins.attr("step") != 1:
+            value = self.f("arith.muli", "i64", value, self.const(ins.attr("step"), "i64"))
+        if ins.attr("start") != 0:
+            value = self.f("arith.addi", "i64", value, self.const(ins.attr("start"), "i64"))
+        return self.convert(value, "i64", ct)
+
+    def gather(self, ins, index) -> str:
+        """The table input's element at ``index`` (an integer value and its compute type), the index
+        clamped into ``[0, elements)``."""
+        ir = self.ir
+        k = ins.args[0]
+        x = self.p.inputs[k]
+        elements, stride = x.table
+        i = self.convert(*index, "i64")
+        i = self.f("arith.minsi", "i64", self.f("arith.maxsi", "i64", i, self.const(0, "i64")),
+                   self.const(elements - 1, "i64"))
+        row = self.op("row", f"arith.index_cast {i} : i64 to index")
+        raw = ir.let(f"t{k}", f"memref.load %in{k}[{ir.v(ir.mul(row, stride, 'at'))}] : {self.memrefs[k]}")
+        return self.load_value(raw, x.dtype)
+
     # ---------------------------------------------------------------- addressing
-    def offset(self, strides, e):
-        """Element offset of flat element ``e`` in an operand of ``strides``."""
+    def offset(self, strides, e, window=None, lanes: int = 1):
+        """Element offset of flat element ``e`` in an operand of ``strides`` (and ``window``: its axis
+        coordinate less the start, clamped into ``[0, extent - lanes]``)."""
         ir, shape = self.ir, self.p.shape
-        if tuple(strides) == self.p.contiguous_strides:
+        if window is None and tuple(strides) == self.p.contiguous_strides:
             return e
         total, inner = 0, 1
         terms = []
@@ -277,6 +319,12 @@ class _Emitter:
                 coord = ir.div(e, inner, "q") if inner > 1 else e
                 if axis > 0:
                     coord = ir.rem(coord, shape[axis], "coord")
+                if window is not None and axis == window.axis:
+                    coord = ir.sub(coord, window.start, "local")
+                    if window.start > 0:
+                        coord = ir.max(coord, 0, "clamp")
+                    if window.start + window.extent < shape[axis]:
+                        coord = ir.min(coord, window.extent - lanes, "clamp")
                 terms.append(ir.mul(coord, strides[axis], "part"))
             inner *= shape[axis]
         for t in terms:
@@ -286,14 +334,18 @@ class _Emitter:
     def load_input(self, k: int, e, lanes: int) -> list[str]:
         ir, x = self.ir, self.p.inputs[k]
         st, ref, name = STORAGE[x.dtype], self.memrefs[k], f"%in{k}"
-        off = self.offset(x.strides, e)
         inner = x.strides[-1]
+        along = x.window is not None and x.window.axis == len(self.p.shape) - 1    # windowed along the lanes
+        off = self.offset(x.strides, e, x.window, lanes if along and lanes > 1 and inner == 1 else 1)
         if lanes > 1 and inner == 1:
             vec = f"vector<{lanes}x{st}>"
             v = ir.let(f"v{k}", f"vector.load {name}[{ir.v(off)}] {{alignment = {lanes * x.itemsize}}} : {ref}, {vec}")
             raws = [ir.let(f"e{k}", f"vector.extract {v}[{t}] : {st} from {vec}") for t in range(lanes)]
         elif inner == 0 or lanes == 1:
             raws = [ir.let(f"s{k}", f"memref.load {name}[{ir.v(off)}] : {ref}")] * lanes
+        elif along:                                      # each lane clamped into the window on its own
+            raws = [ir.let(f"g{k}", f"memref.load {name}[{ir.v(self.offset(x.strides, ir.add(e, t, 'lane'), x.window))}]"
+                                    f" : {ref}") for t in range(lanes)]
         else:
             raws = [ir.let(f"g{k}", f"memref.load {name}[{ir.v(ir.add(off, t * inner, 'gather'))}] : {ref}")
                     for t in range(lanes)]
@@ -328,15 +380,17 @@ class _Emitter:
             tid = ir.let("tid", "gpu.thread_id x")
             bid = ir.let("bid", "gpu.block_id x")
             start = ir.add(ir.mul(bid, s.threads, "block0"), tid, "first")
-            hoisted = {k: self.load_input(k, 0, 1)[0] for k, x in enumerate(p.inputs) if not any(x.strides)}
+            hoisted = {k: self.load_input(k, 0, 1)[0] for k, x in enumerate(p.inputs)
+                       if not any(x.strides) and not x.table}
             vectors = p.numel // s.vector
             with ir.region(f"scf.for %j = {ir.v(start)} to {ir.v(vectors)} step {ir.v(s.grid * s.threads)} {{"):
                 ir.reserve("j")
                 e = ir.mul("%j", s.vector, "e")
-                lanes_in = {k: ([hoisted[k]] * s.vector if k in hoisted else self.load_input(k, e, s.vector))
-                            for k in range(n_in)}
+                lanes_in = {k: ([None] * s.vector if x.table else [hoisted[k]] * s.vector if k in hoisted
+                                else self.load_input(k, e, s.vector)) for k, x in enumerate(p.inputs)}
                 results = [[] for _ in p.outputs]
                 for lane in range(s.vector):
+                    self.element = (e, lane)
                     env = {k: (lanes_in[k][lane], COMPUTE[x.dtype]) for k, x in enumerate(p.inputs)}
                     for idx, ins in enumerate(p.program):
                         env[n_in + idx] = (self.instruction(ins, [env[a] for a in ins.args]), COMPUTE[ins.dtype])

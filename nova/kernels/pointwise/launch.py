@@ -41,12 +41,18 @@ def resolve(problem: PointwiseProblem, device_index=None, target=None):
         return hit
 
 
-def tensor_operand(t, shape) -> Operand:
-    """The operand a tensor is when read over ``shape`` (broadcast axes stride 0)."""
-    from nova.kernels.pointwise.problem import alignment, broadcast_strides
+def tensor_operand(t, shape, like: Operand | None = None) -> Operand:
+    """The operand a tensor is when read over ``shape`` (broadcast axes stride 0), as the problem's
+    operand ``like`` is read: a table, or a window starting where ``like``'s does."""
+    from nova.kernels.pointwise.problem import alignment, broadcast_strides, table_operand, windowed_operand
     dtype = FROM_TORCH_NAMES[str(t.dtype).removeprefix("torch.")]
+    align = alignment(t.data_ptr() % ALIGN_MAX)
+    if like is not None and like.table:
+        return table_operand(dtype, tuple(t.shape), tuple(t.stride()), tuple(shape), align)
+    if like is not None and like.window is not None:
+        return windowed_operand(dtype, tuple(t.shape), tuple(t.stride()), tuple(shape), like.window.start, align)
     strides = broadcast_strides(tuple(t.shape), tuple(t.stride()), tuple(shape))
-    return Operand(dtype, strides, alignment(t.data_ptr() % ALIGN_MAX))
+    return Operand(dtype, strides, align)
 
 
 def mismatch(problem: PointwiseProblem, inputs, outputs) -> str:
@@ -66,7 +72,7 @@ def mismatch(problem: PointwiseProblem, inputs, outputs) -> str:
         if o.data_ptr() % ALIGN_MAX:
             return f"output {k} does not start on a {ALIGN_MAX}-byte boundary"
     try:
-        operands = tuple(tensor_operand(t, shape) for t in inputs)
+        operands = tuple(tensor_operand(t, shape, like) for t, like in zip(inputs, problem.inputs))
         stores = tuple(tensor_operand(t, shape) for t in outputs) if problem.stores else ()
     except PointwiseProblemError as e:
         return str(e)
@@ -76,7 +82,8 @@ def mismatch(problem: PointwiseProblem, inputs, outputs) -> str:
     named = [(f"input {k}", x) for k, x in enumerate(problem.inputs)] + \
         [(f"output {k}", x) for k, x in enumerate(problem.stores)]
     for (what, b), a in zip(named, got):
-        if a.dtype != b.dtype or a.strides != b.strides or a.align < b.align:
+        if a.dtype != b.dtype or a.strides != b.strides or a.align < b.align or a.window != b.window \
+                or a.table != b.table:
             return f"{what} ({a.dtype}, strides {list(a.strides)}, {a.align}-byte aligned) is not the kernel's " \
                    f"({b.dtype}, strides {list(b.strides)}, {b.align}-byte aligned)"
     return ""

@@ -12,6 +12,20 @@ its readers need, e.g. into its slice of a concat's buffer).  A problem whose ou
 contiguous and 16-byte aligned has ``stores == ()``: its key and its code are those of a problem
 stated before strided outputs existed.
 
+Three ways an element's value depends on more than the operands at its own coordinates:
+
+* ``iota`` (an instruction): ``start + step * ((e / inner) % extent)`` of the element's flat index
+  ``e``, i.e. its coordinate along the axis of ``extent`` whose inner axes hold ``inner`` elements
+  (a position id, a concat's slice test); the flat index survives coalescing, so does the value;
+* a ``Window`` on an input: the input covers only ``[start, start + extent)`` of one iteration axis
+  (a concat's input in its slice) and is read at its coordinate there, clamped into its extent, so
+  every access stays inside the input (the program selects by ``iota`` where it is valid);
+* ``gather`` (an instruction) of a table input (``Operand.table``): the table's element at a computed
+  integer index, clamped into the table (an ``index_select`` of a one-axis table).
+
+Each appears in a problem only where the problem uses it: problems without them keep their keys and
+their code.
+
 The problem is canonical (``canonical.py``): axes of extent 1 are dropped and neighbouring axes that
 every operand walks contiguously are merged; the program is rewritten to its named forms (the GELU,
 SiLU and sigmoid patterns), constant-folded, deduplicated and numbered in one deterministic order, so
@@ -36,26 +50,54 @@ class PointwiseProblemError(ValueError):
 
 
 @dataclass(frozen=True)
+class Window:
+    """An input that covers ``[start, start + extent)`` of iteration axis ``axis`` only: read at
+    coordinate ``min(max(c - start, 0), extent - 1)`` along it (never outside the input)."""
+    axis: int
+    start: int
+    extent: int
+
+    def to_dict(self) -> dict:
+        return {"axis": self.axis, "start": self.start, "extent": self.extent}
+
+
+@dataclass(frozen=True)
 class Operand:
-    """One input: element type, element strides over the problem's shape, base alignment in bytes."""
+    """One input: element type, element strides over the problem's shape, base alignment in bytes;
+    ``window``: the iteration axis range it covers (None: all of it); ``table``: ``(elements,
+    stride)`` of a table read only by ``gather`` at computed indices (its strides are then all 0)."""
     dtype: str
     strides: tuple[int, ...]
     align: int = ALIGN_MAX
+    window: Window | None = None
+    table: tuple[int, int] = ()
 
     @property
     def itemsize(self) -> int:
         return ELEMENT_BYTES[self.dtype]
 
+    def extents(self, shape) -> tuple[int, ...]:
+        """The extent of each iteration axis this operand covers (its window's on that axis)."""
+        w = self.window
+        return tuple(w.extent if w is not None and a == w.axis else d for a, d in enumerate(shape))
+
     def span(self, shape) -> int:
         """Elements from the first to one past the last one addressed."""
-        return 1 + sum((d - 1) * s for d, s in zip(shape, self.strides))
+        if self.table:
+            return 1 + (self.table[0] - 1) * self.table[1]
+        return 1 + sum((d - 1) * s for d, s in zip(self.extents(shape), self.strides))
 
     def distinct(self, shape) -> int:
-        """Elements read at least once (broadcast axes read one element)."""
-        return math.prod(d for d, s in zip(shape, self.strides) if s)
+        """Elements read at least once (broadcast axes read one element; a table at most once per
+        element of the shape)."""
+        if self.table:
+            return min(self.table[0], math.prod(shape))
+        return math.prod(d for d, s in zip(self.extents(shape), self.strides) if s)
 
     def to_dict(self) -> dict:
-        return {"dtype": self.dtype, "strides": list(self.strides), "align": self.align}
+        return {"dtype": self.dtype, "strides": list(self.strides), "align": self.align,
+                **({"window": self.window.to_dict()} if self.window is not None else {}),
+                **({"table": list(self.table)} if self.table else {})}
 
 
 @dataclass(frozen=True)
@@ -171,6 +213,28 @@ def broadcast_strides(shape, strides, target) -> tuple[int, ...]:
             raise PointwiseProblemError(f"an input of shape {list(shape)} does not broadcast to {list(target)}")
         out.append(0 if d == 1 else int(s))
     return tuple(out)
+
+
+def windowed_operand(dtype: str, shape, strides, target, start: int, align: int = ALIGN_MAX) -> Operand:
+    """The operand of a ``shape`` input at ``strides`` that covers ``[start, start + d)`` of the one
+    axis where its extent ``d`` differs from ``target``'s (a concat's input in its slice), every other
+    axis as the target's (strides of extent-1 axes 0)."""
+    if len(shape) != len(target):
+        raise PointwiseProblemError(f"an input of shape {list(shape)} is not a slice of {list(target)}")
+    axes = [a for a, (d, t) in enumerate(zip(shape, target)) if d != t]
+    if len(axes) != 1 or not 0 <= start <= target[axes[0]] - shape[axes[0]]:
+        raise PointwiseProblemError(f"an input of shape {list(shape)} at {start} is not a slice of {list(target)} "
+                                    "along one axis")
+    (axis,) = axes
+    window = Window(axis, int(start), int(shape[axis]))
+    return Operand(dtype, tuple(0 if d == 1 else int(s) for d, s in zip(shape, strides)), align, window)
+
+
+def table_operand(dtype: str, shape, strides, target, align: int = ALIGN_MAX) -> Operand:
+    """A one-axis table of ``shape`` at ``strides`` read by ``gather`` over an iteration of ``target``."""
+    if len(shape) != 1:
+        raise PointwiseProblemError(f"a gathered table of shape {list(shape)} has more than one axis")
+    return Operand(dtype, (0,) * len(target), align, table=(int(shape[0]), int(strides[0]) if shape[0] > 1 else 1))
 
 
 def overlap_reason(shape, strides) -> str:

@@ -1,0 +1,160 @@
+"""Step 9's prediction: an attention kernel's device time, the larger of two bounds plus its launch.
+
+    t_device = t_launch + Max(t_resources, t_busiest_sm)
+
+* ``t_resources``: the kernel's pipes (tensor, MUFU/softmax, ALU, shared memory) over all SMs and its
+  DRAM bytes, each over the share ``achieved`` of its peak, plus the per-block and per-tile costs
+  spread over every SM's block slots: the throughput model the schedule steps (4-11) rank their
+  candidates with (``derive.kernel_time``), with two corrections that do not change a ranking: DRAM
+  counts only the K/V rows a causal kernel reaches (``visited_kv_rows``), and the persistent forward's
+  per-step cost moves to the busiest SM's chain (below), where it is paid.
+* ``t_busiest_sm``: no kernel ends before its busiest SM.  The blocks (work tiles of a persistent
+  forward) go to the SMs as the hardware hands them out (``busiest_sm``: a non-persistent grid's
+  blocks in launch order to the least-loaded SM; the persistent forward's tiles by its own order,
+  ``persistent_tiles``); that SM's streamed steps at one SM's share of the pipes, plus its blocks'
+  fixed costs, plus a lone block's latency chain: each streamed tile waits at least one loaded DRAM
+  latency over the ring's slots in flight (``ring_step_s``, Little's law, as the GEMM model's ring
+  term).  Where every SM holds several blocks (many waves) this equals the resource bound; where
+  the grid leaves SMs idle (few blocks, a causal diagonal, decode shapes with one query tile) it is
+  the time: the resource bound divides the work by 132 SMs when 8 do it.
+* ``t_launch``: the calibrated gap between kernels in a CUDA graph (``nova/hwmodel/calibration``,
+  1.05 us on the H200), as the GEMM, pointwise and rows families use.
+
+bwd_pre (D = rowsum(dO * O)) is a DRAM pass: its bytes at the calibrated DRAM bandwidth, at least one
+loaded latency, plus its launch.
+
+The schedule steps keep ranking candidates by ``kernel_time``; this module only prices the schedule
+they chose (a decision left to the throughput model is not re-derived here).
+"""
+from __future__ import annotations
+
+import heapq
+import math
+
+from nova.hwmodel import GPUModel
+from nova.kernels.attention.problem import AttentionProblem
+from nova.kernels.attention.schedule import KernelTile
+
+LONE_BLOCK_LATENCIES = 4.5      # [FIT] a lone block's prologue and epilogue in loaded DRAM latencies (3.6 us
+                                # at the H200's 800 ns): its kept tile and first ring slots land, its outputs
+                                # drain, the block's launch and retirement.  Least squares over the
+                                # non-persistent kernels of bench/results/h200-2026-12-03/run8/heldout
+                                # (grids of 4-400 blocks, e.g. B4 H1 T64x1216 D64: 4 blocks of one step,
+                                # 4.1 us measured; B11 H1 T1024 D64 causal: 88 blocks); those times are CUDA-graph
+                                # replays of one call each, so the graph's own launch (~1 us) is in the figure
+PERSISTENT_CTA_US = 5.7         # [FIT] the persistent forward, per CTA: barrier initialisation, setmaxnreg, the
+PERSISTENT_TILE_US = 1.23       # first Q and K/V at DRAM latency, the last tile's O/LSE drain (CTA); per work
+PERSISTENT_STEP_US = 0.127      # tile: Q's load and O's epilogue not hidden behind the ring; per K/V step: the
+PERSISTENT_TRANSPOSE_CYCLES = 87.5  # barriers and the S -> softmax -> P V hand-off; per TF32 transposer loop
+                                # iteration (V^T, ``derive.transpose_steps``) of a step.  Least squares of the
+                                # relative errors, the pipes held at derive's figures (0.81 of their peak), on
+                                # the 19 persistent forwards of run8/heldout (graph replay minus the launch)
+                                # and the six of bench/results/h200-session12 (CUPTI: BF16 39.7/84.8/257.4,
+                                # TF32 66.5/155.9/704 us at 32x8x512x64, 16x12x1024x64, 8x16x2048x128
+                                # causal): all 25 within 15%.  They replace derive.HOPPER_PERSISTENT_STEP_US
+                                # (0.52 per step, fitted on the six alone as an SM average) in the prediction
+
+
+def block_steps(p: AttentionProblem, role: str, rows: int, cols: int) -> list[int]:
+    """Streamed tiles each block of one (batch, head) visits, by block index along the grid's x:
+    query tiles (fwd, bwd_dq; causal: the key tiles up to the tile's last row) or key tiles
+    (bwd_dkv; causal: the query tiles from the diagonal on, over the group's query heads).  Their
+    sum times rows x cols is ``derive.visited_pairs``."""
+    tq, tk = p.seq_q, p.seq_k
+    if role in ("fwd", "bwd_dq"):
+        return [-(-(min(tk, (qt + 1) * rows) if p.causal else tk) // cols) for qt in range(-(-tq // rows))]
+    query_tiles = -(-tq // cols)
+    return [p.group * max(0, query_tiles - ((kt * rows) // cols if p.causal else 0)) for kt in range(-(-tk // rows))]
+
+
+def grid_rows(p: AttentionProblem, role: str) -> int:
+    """Blocks along the grid's y: batch x heads (bwd_dkv: x K/V heads)."""
+    return p.batch * (p.kv_heads if role == "bwd_dkv" else p.heads)
+
+
+def busiest_sm(steps: list[int], rows: int, sm_count: int) -> tuple[int, int, int]:
+    """(streamed steps, blocks with steps, longest block's steps) of the SM that ends last when the
+    ``rows`` x len(steps) blocks of a grid (x fastest) go, in launch order, each to the least-loaded
+    SM (fewest steps, then fewest blocks: a causal grid's empty blocks, which only write zeros,
+    spread and are not counted)."""
+    if len(steps) * rows <= sm_count:              # one block per SM: the longest block
+        return max(steps), 1, max(steps)
+    heap = [(0, 0, sm, 0, 0) for sm in range(sm_count)]    # (steps, blocks, SM, longest, blocks with steps)
+    for _ in range(rows):
+        for s in steps:
+            work, blocks, sm, longest, busy = heapq.heappop(heap)
+            heapq.heappush(heap, (work + s, blocks + 1, sm, max(longest, s), busy + (s > 0)))
+    work, _, _, longest, busy = max(heap)
+    return work, busy, longest
+
+
+def persistent_tiles(steps: list[int], rows: int, grid: int) -> tuple[int, int]:
+    """(streamed steps, work tiles) of the busiest CTA of the persistent forward's head order
+    (``build_hopper``: round i of ``grid`` tiles, CTA bx takes position bx, or grid - 1 - bx in odd
+    rounds; tile o is query tile n - 1 - o % n of head o // n)."""
+    n, total = len(steps), len(steps) * rows
+    best = (0, 0)
+    for bx in range(grid):
+        work = tiles = 0
+        for i in range(-(-total // grid)):
+            o = i * grid + (grid - 1 - bx if i % 2 else bx)
+            if o < total:
+                work, tiles = work + steps[n - 1 - o % n], tiles + 1
+        best = max(best, (work, tiles))
+    return best
+
+
+def visited_kv_rows(p: AttentionProblem, role: str, block_rows: int) -> int:
+    """K/V rows a kernel reads: all of them, except that the causal forward and dQ kernels (queries
+    i see keys j <= i) stop at the last query tile's end."""
+    if p.causal and role in ("fwd", "bwd_dq"):
+        return min(p.seq_k, -(-p.seq_q // block_rows) * block_rows)
+    return p.seq_k
+
+
+def dram_bytes(p: AttentionProblem, role: str, block_rows: int) -> float:
+    """Compulsory DRAM bytes of a kernel (``problem.fwd_bytes`` / ``bwd_bytes``) with the K/V reads
+    cut to ``visited_kv_rows``; dQ re-reads the forward's bytes and half again (dO, D), as
+    ``derive.kernel_time`` counts it."""
+    share = visited_kv_rows(p, role, block_rows) / p.seq_k
+    kv = 2 * p.batch * p.kv_heads * p.seq_k * p.head_dim * p.elem_bytes
+    fwd = p.fwd_bytes - kv * (1 - share)
+    return {"fwd": fwd, "bwd_dq": fwd + fwd / 2, "bwd_dkv": p.bwd_bytes}[role]
+
+
+def ring_step_s(gpu: GPUModel, kt: KernelTile) -> float:
+    """The least time per streamed tile of a lone block: a loaded DRAM latency over the ring's
+    slots in flight (one is being computed on)."""
+    return gpu.mem_latency_ns * 1e-9 / max(kt.stages - 1, 1)
+
+
+def kernel_device_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, terms: dict,
+                       constants: dict, *, achieved: float, tile_fixed_us: float,
+                       transposes: int = 0) -> tuple[float, dict]:
+    """(seconds, terms in seconds) of one kernel's device time (module docstring).  ``terms``: the
+    kernel's throughput terms in seconds (``derive.kernel_time``: its pipes, "dram" and "blocks");
+    ``constants``: the target's ``eta_dram`` and ``t_launch_us``; ``achieved``, ``tile_fixed_us``:
+    the throughput model's figures for this kernel (its pipes' share, its cost per streamed tile);
+    ``transposes``: a TF32 persistent forward's transposer loop iterations per step."""
+    launch = constants["t_launch_us"] * 1e-6
+    if role == "bwd_pre":
+        t = max(terms["dram"] / constants["eta_dram"], gpu.mem_latency_ns * 1e-9)
+        return t + launch, {"dram": t, "launch": launch}
+    pipes = max(v for k, v in terms.items() if k not in ("dram", "blocks"))
+    dram = dram_bytes(p, role, kt.block_rows) / gpu.dram_bw
+    steps, rows = block_steps(p, role, kt.block_rows, kt.block_cols), grid_rows(p, role)
+    total = sum(steps) * rows
+    step_s = pipes * gpu.sm_count / total / achieved if total else 0.0     # one step at one SM's pipes
+    if kt.persistent:
+        resources = max(pipes, dram) / achieved
+        work, tiles = persistent_tiles(steps, rows, kt.grid[0])
+        per_step = step_s + (PERSISTENT_STEP_US + transposes * PERSISTENT_TRANSPOSE_CYCLES / gpu.clock_hz * 1e6) * 1e-6
+        busiest = (PERSISTENT_CTA_US + tiles * PERSISTENT_TILE_US) * 1e-6 + work * per_step
+    else:
+        resources = max(pipes, dram) / achieved + terms["blocks"]
+        work, blocks, longest = busiest_sm(steps, rows, int(gpu.sm_count))
+        resident = max(1, min(kt.blocks_per_sm, blocks))
+        fixed = LONE_BLOCK_LATENCIES * gpu.mem_latency_ns * 1e-9 * max(1, math.ceil(blocks / kt.blocks_per_sm))
+        busiest = fixed + max(work * (step_s + tile_fixed_us * 1e-6 / resident),
+                              longest * (ring_step_s(gpu, kt) + tile_fixed_us * 1e-6))
+    return launch + max(resources, busiest), {"resources": resources, "busiest SM": busiest, "launch": launch}

@@ -1,0 +1,510 @@
+"""MLIR text of the skinny GEMM (``nova_gemm_skinny``), written with the rows family's ``RowsIr``
+scaffold (FP32 scalars, typed global accesses, shuffles).
+
+Parameters, bare pointers over static extents: ``(A, B, C[, bias])``, and when K is split also
+``(W, T)``: the partials' workspace (each column block's ``[splits, M, columns]`` FP32 region, padded
+to whole 128-byte lines) and one 32-bit counter per column block (zero before the first launch; the
+kernel leaves it zero).  A is ``[M, K]`` (``trans_a``: stored ``[K, M]``), B ``[K, N]`` (``trans_b``:
+stored ``[N, K]``), C ``[M, N]`` row-major; the bias is FP32 for tf32 problems, else the output's type.
+
+Per CTA and K slice (thread layouts in ``skinny_schedule.py``):
+
+* **A staged.**  ``a_chunk`` columns of A at a time: every thread loads its share, ``stage_loads`` at
+  a time (coalesced in A's storage order, zero past the slice), converts to FP32 and stores it in
+  shared memory as ``[a_chunk, m_pad]`` (lanes along N: a row's M values read as 16-byte vectors, the
+  same address for a warp: a broadcast) or ``[M, a_chunk]`` (lanes along K: a lane reads its ``vec``
+  columns).
+* **B streamed.**  Each trip issues ``unroll`` (x ``rows``) independent vector loads of B, then the
+  FMAs: ``acc[m][c] += A[m, k] * B[k, c]`` in FP32 (``math.fma``: one rounding per product-add).  The
+  K range of a chunk is whole trips (no predicates) and one tail trip whose steps past the chunk
+  load row / column 0 and multiply zeros instead (``arith.select`` on both factors: an exact zero
+  product however large the values read).  Columns past N are clamped to a valid address and
+  their sums never stored.  The trip loops are never unrolled by ptxas (``NOUNROLL``).
+* **Sums met.**  Lanes along N: the ``threads_k`` stacked threads' sums of a column are stored in
+  shared memory and added in ``tk`` order.  Lanes along K: a butterfly of ``gpu.shuffle xor`` adds
+  the lanes' sums; lane 0 stores its warp's columns.
+* **Written.**  One slice: bias, activation (relu, gelu-tanh, silu: ``x * sigmoid``, the MUFU ``ex2``
+  as the tensor-core kernels' epilogue) and the output type into C.  Several: the FP32 partials into
+  the column block's region; every thread fences its stores (``membar.gl``), the CTA meets at a
+  barrier and thread 0 takes a ticket (``atom.global.add`` on the block's counter).  The CTA with the
+  last ticket fences again and adds the region's slices in order (``ld.relaxed.gpu``: the memory
+  model's loads, never an L1 line from before the fence): thread group g of
+  ``reduce_groups`` adds slices ``[g * per, (g + 1) * per)`` of its outputs (``REDUCE_UNROLL`` loads in
+  flight), the groups' sums meet in shared memory in group order, the epilogue writes C, and thread
+  0 resets the counter.  No float atomics: the same bits on every run, whichever CTA is last.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+
+from nova.codegen.builder import SMEM
+from nova.codegen.errors import CodegenError
+from nova.kernels.gemm.problem import GemmProblem
+from nova.kernels.gemm.skinny import REDUCE_UNROLL
+from nova.kernels.gemm.skinny_schedule import FLAG_WORDS, WARP, SkinnySchedule, cdiv
+from nova.kernels.rows.emit import RowsIr
+
+KERNEL_NAME = "nova_gemm_skinny"
+SUPPORTED_ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
+GELU_C = math.sqrt(2.0 / math.pi)
+SMEM_VECTOR_BYTES = 16          # the widest shared-memory access (ld.shared.v4.b32); the buffer is 16-byte aligned
+# LLVM's loop metadata, emitted as ``.pragma "nounroll"`` in the PTX loop header (ptxas honours it)
+NOUNROLL = "{loop_annotation = #llvm.loop_annotation<unroll = #llvm.loop_unroll<disable = true>>}"
+# [PTX] membar.gl: this thread's earlier global writes are seen by the whole GPU before its later accesses
+FENCE = 'llvm.inline_asm has_side_effects "membar.gl;", "" : () -> ()'
+
+
+def bias_storage(p: GemmProblem) -> str:
+    """Element type of the bias vector: f32 for TF32 inputs, else the output's (the tensor-core kernels')."""
+    return "f32" if p.dtype == "tf32" else p.out_dtype
+
+
+def main_params(p: GemmProblem, s: SkinnySchedule) -> tuple[str, ...]:
+    return ("A", "B", "C") + (("bias",) if p.bias else ()) + (("W", "T") if s.split else ())
+
+
+def check_supported(p: GemmProblem, s: SkinnySchedule) -> None:
+    """Raise CodegenError naming the offending field when this builder cannot realise ``s``."""
+    def fail(msg):
+        raise CodegenError(f"cannot generate the skinny kernel of {p.describe()} on {s.arch}: {msg}")
+    if s.arch not in SUPPORTED_ARCHES:
+        fail(f"unsupported arch {s.arch!r}; supported: {', '.join(SUPPORTED_ARCHES)}")
+    if p.batch > 1:
+        fail(f"a batch of {p.batch}: the skinny kernel takes one GEMM")
+    if s.lanes_along != ("k" if p.trans_b else "n"):
+        fail(f"lanes along {s.lanes_along} do not match B stored {'[N, K]' if p.trans_b else '[K, N]'}")
+    row = p.K if p.trans_b else p.N
+    if s.vec < 1 or row % s.vec or s.vec * p.in_bytes > 16:
+        fail(f"vec={s.vec} does not divide B's rows of {row} elements in one load of at most 16 bytes")
+    if s.threads % WARP or (s.lanes_along == "n" and s.threads % s.threads_n):
+        fail(f"{s.threads} threads do not split into {s.threads_n} along N")
+    if s.lanes_along == "k" and s.threads_n * WARP != s.threads:
+        fail(f"lanes along K: {s.threads} threads are not {s.threads_n} warps")
+    if s.k_slice % s.span or s.a_chunk % s.span or s.splits != cdiv(p.K, s.k_slice) or \
+            s.a_chunk * cdiv(s.k_slice, s.a_chunk) < s.k_slice:
+        fail(f"slices of {s.k_slice} and chunks of {s.a_chunk} are not whole trips of {s.span} covering K = {p.K} "
+             f"in {s.splits} slices")
+    if s.lanes_along == "n" and (s.m_pad < p.M or (s.m_pad > 2 and s.m_pad % 4)):
+        fail(f"m_pad={s.m_pad}: A's rows of {p.M} values must pad to 1, 2 or a multiple of 4")
+    need = 4 * s.a_chunk * (s.m_pad if s.lanes_along == "n" else p.M)
+    if s.lanes_along == "n" and s.threads_k > 1:
+        need = max(need, 4 * s.threads * p.M * s.vec)
+    if s.split:
+        need = max(need, s.reduction_smem_bytes(p.M))
+        if s.reduce_groups < 1 or s.reduce_groups > s.splits or \
+                (s.reduce_groups > 1 and s.reduce_groups * p.M * s.columns > s.threads):
+            fail(f"reduce_groups={s.reduce_groups}: groups x {p.M * s.columns} outputs must fit {s.threads} threads")
+    if s.smem_bytes < need:
+        fail(f"smem_bytes={s.smem_bytes} is less than the {need} bytes A's chunk or the partial sums take")
+
+
+class SkinnyIr(RowsIr):
+    """``RowsIr`` with FMAs, loops over dynamic ranges and shared-memory vectors."""
+
+    def fma(self, a: str, b: str, c: str, hint: str = "acc") -> str:
+        return self.let(hint, f"math.fma {a}, {b}, {c} : f32")
+
+    @contextmanager
+    def range_loop(self, lo, hi, step: int, carry: list[str], hint: str):
+        """``scf.for`` from ``lo`` to ``hi`` (ints or SSA index values) by ``step`` carrying f32 values:
+        yields (index, carried names, state); the body sets ``state["out"]``; ``state["results"]`` after.
+        Never unrolled (``NOUNROLL``): a trip already holds its unrolled loads, and ptxas unrolling a
+        loop of known trip count hoists loads across trips into more registers than the schedule has."""
+        it, res = self.fresh(hint), self.fresh(f"{hint}_r")
+        inner = [self.fresh(f"{hint}_c") for _ in carry]
+        self.reserve(it.lstrip("%"), *(a.lstrip("%") for a in inner))
+        tys = ", ".join("f32" for _ in carry)
+        iters = ", ".join(f"{a} = {b}" for a, b in zip(inner, carry))
+        state = {"out": None}
+        head = f"{res}:{len(carry)} = " if carry else ""
+        with self.region(f"{head}scf.for {it} = {self.v(lo)} to {self.v(hi)} step {self.v(step)}"
+                         + (f" iter_args({iters}) -> ({tys})" if carry else "") + " {", close=f"}} {NOUNROLL}"):
+            yield it, inner, state
+            if carry:
+                self.emit(f"scf.yield {', '.join(state['out'])} : {tys}")
+        state["results"] = [f"{res}#{i}" for i in range(len(carry))]
+
+    def smem_read(self, sm: str, count: int, offset, width: int) -> list[str]:
+        """``width`` consecutive f32 of the shared buffer ``sm`` (``count`` elements) from ``offset``."""
+        ty = f"memref<{count}xf32, {SMEM}>"
+        if width == 1:
+            return [self.let("a_s", f"memref.load {sm}[{self.v(offset)}] : {ty}")]
+        vty = f"vector<{width}xf32>"
+        align = min(4 * width, SMEM_VECTOR_BYTES)
+        v = self.let("a_v", f"vector.load {sm}[{self.v(offset)}] {{alignment = {align}}} : {ty}, {vty}")
+        return [self.let("a_e", f"vector.extract {v}[{j}] : f32 from {vty}") for j in range(width)]
+
+    def smem_write(self, sm: str, count: int, offset, x: str) -> None:
+        self.emit(f"memref.store {x}, {sm}[{self.v(offset)}] : memref<{count}xf32, {SMEM}>")
+
+    def load_relaxed(self, name: str, offset) -> str:
+        """One f32 of global parameter ``name`` by ``ld.relaxed.gpu`` (generic address): a load of the
+        memory model at GPU scope, never served from a line this SM's L1 holds from earlier (another
+        CTA's partials, fenced and counted before this read)."""
+        mty, _ = self.types[name]
+        base = self.pure(f"{name}_base", f"memref.extract_aligned_pointer_as_index %{name} : {mty} -> index")
+        at = self.pure(f"{name}_addr", f"arith.index_cast {self.v(self.add(base, self.mul(offset, 4, 'w_bytes'), 'w_ptr'))} "
+                                       ": index to i64")
+        return self.let(f"{name}_v", f'llvm.inline_asm has_side_effects "ld.relaxed.gpu.f32 $0, [$1];", "=f,l" {at} '
+                                     ": (i64) -> f32")
+
+
+class _Epilogue:
+    """Bias, activation and the store into C (the output type's rounding in ``RowsIr.store``)."""
+
+    def __init__(self, ir: SkinnyIr, p: GemmProblem):
+        self.ir, self.p = ir, p
+
+    def sigmoid_times(self, x: str, z: str) -> str:
+        """x * sigmoid(z) = x / (1 + 2^(-z log2 e))."""
+        ir = self.ir
+        return ir.fdiv(x, ir.fadd(ir.f(1.0), ir.exp(ir.fneg(z))), "y")
+
+    def activation(self, x: str) -> str:
+        ir, act = self.ir, self.p.activation
+        if act == "relu":
+            return ir.fmax(x, ir.f(0.0), "relu")
+        if act == "silu":
+            return self.sigmoid_times(x, x)
+        if act == "gelu":      # tanh approximation: 0.5 x (1 + tanh(u)) = x sigmoid(2u), u = sqrt(2/pi)(x + 0.044715 x^3)
+            poly = ir.fadd(ir.fmul(ir.fmul(x, x, "x2"), ir.f(0.044715), "x2c"), ir.f(1.0), "poly")
+            return self.sigmoid_times(x, ir.fmul(ir.fmul(x, poly, "xpoly"), ir.f(2.0 * GELU_C), "two_u"))
+        return x
+
+    def store(self, m, n, x: str) -> None:
+        ir, p = self.ir, self.p
+        if p.bias:
+            x = ir.fadd(x, ir.load("bias", n)[0], "c_bias")
+        ir.store("C", ir.add(ir.mul(m, p.N, "c_row"), n, "c_off"), [self.activation(x)])
+
+
+class SkinnyKernel:
+    """The main kernel's builder (module docstring)."""
+
+    def __init__(self, p: GemmProblem, s: SkinnySchedule):
+        self.p, self.s = p, s
+        self.ir = SkinnyIr()
+        self.epilogue = _Epilogue(self.ir, p)
+
+    def param_types(self) -> list[tuple[str, int, str]]:
+        p, s = self.p, self.s
+        blocks = s.grid(p.N)[0]
+        types = {"A": (p.M * p.K, p.storage), "B": (p.K * p.N, p.storage), "C": (p.M * p.N, p.out_dtype),
+                 "bias": (p.N, bias_storage(p)), "W": (blocks * s.region(p.M), "f32"), "T": (blocks, "i32")}
+        return [(name, *types[name]) for name in main_params(p, s)]
+
+    # ---------------------------------------------------------------- A staging
+    def staged_index(self, m, kk):
+        """Where A[m, chunk_lo + kk] lies in the shared buffer."""
+        s, ir = self.s, self.ir
+        if s.lanes_along == "n":
+            return ir.add(ir.mul(kk, s.m_pad, "st_row"), m, "st_at")
+        return ir.add(ir.mul(m, s.a_chunk, "st_row"), kk, "st_at")
+
+    def stage(self, sm: str, count: int, tid, chunk_lo, chunk_hi) -> None:
+        """A's columns [chunk_lo, chunk_hi) into shared memory as FP32 (zero past chunk_hi), ``stage_loads``
+        a thread at a time (their loads first, then the stores), then a barrier."""
+        ir, p, s = self.ir, self.p, self.s
+        total = p.M * s.a_chunk
+        rounds = cdiv(cdiv(total, s.threads), s.stage_loads)
+        ir.comment(f"stage A[:, chunk] ({p.M} x {s.a_chunk}) in shared memory, {rounds} round(s) of "
+                   f"{s.stage_loads} load(s) a thread")
+
+        def one_round(first):
+            loaded = []
+            for j in range(s.stage_loads):
+                e = ir.add(ir.add(tid, first, "e0"), j * s.threads, "e")
+                static_end = (j + 1) * s.threads + (first if isinstance(first, int) else total)
+                in_range = True if static_end <= total else ir.cmp("slt", e, total, "e_ok")
+                if in_range is False:
+                    continue
+                if p.trans_a:                # stored [K, M]: m fastest
+                    kk, m = ir.div(e, p.M, "kk"), ir.rem(e, p.M, "m")
+                    at = ir.add(ir.mul(ir.add(chunk_lo, kk, "ka"), p.M, "ka_row"), m, "a_at")
+                else:                        # [M, K]: k fastest
+                    m, kk = ir.div(e, s.a_chunk, "m"), ir.rem(e, s.a_chunk, "kk")
+                    at = ir.add(ir.mul(m, p.K, "a_row"), ir.add(chunk_lo, kk, "ka"), "a_at")
+                ok = ir.and_(in_range, ir.cmp("slt", ir.add(chunk_lo, kk, "ka"), chunk_hi, "k_ok"))
+                x = ir.load("A", ir.select(ok, at, 0, hint="a_safe"))[0]
+                loaded.append((m, kk, ir.fsel(ok, x, ir.f(0.0), "a_val"), in_range))
+            for m, kk, x, in_range in loaded:
+                ir.guarded(in_range, lambda m=m, kk=kk, x=x: ir.smem_write(sm, count, self.staged_index(m, kk), x))
+        if rounds == 1:
+            one_round(0)
+        else:
+            with ir.range_loop(0, rounds * s.stage_loads * s.threads, s.stage_loads * s.threads, [], "sr") \
+                    as (first, _, _):
+                one_round(first)
+        ir.emit("gpu.barrier")
+
+    # ---------------------------------------------------------------- the FMAs of one step
+    def a_values(self, sm: str, count: int, kk) -> list[str]:
+        """Lanes along N: A[:, chunk_lo + kk] (M values, read as vectors of the padded row)."""
+        s = self.s
+        width = min(4, s.m_pad)
+        row = self.ir.mul(kk, s.m_pad, "a_row_s")
+        vals = []
+        for q in range(0, s.m_pad, width):
+            vals += self.ir.smem_read(sm, count, self.ir.add(row, q, "a_q"), width)
+        return vals[:self.p.M]
+
+    def fmas_n(self, acc: list[str], a: list[str], b: list[str]) -> list[str]:
+        out = list(acc)
+        vec = self.s.vec
+        for m, am in enumerate(a):
+            for v, bv in enumerate(b):
+                out[m * vec + v] = self.ir.fma(am, bv, out[m * vec + v])
+        return out
+
+    def fmas_k(self, acc: list[str], sm: str, count: int, kk, bs: list[list[str]], ok=True) -> list[str]:
+        """Lanes along K: for each row m of A, its ``vec`` values at kk times each of the warp's rows of B
+        (A's values zero where ``ok`` does not hold: a tail step past the chunk)."""
+        p, s, ir = self.p, self.s, self.ir
+        out = list(acc)
+        for m in range(p.M):
+            a = ir.smem_read(sm, count, ir.add(ir.mul(m, s.a_chunk, "a_row_s"), kk, "a_at_s"), s.vec)
+            a = [ir.fsel(ok, x, ir.f(0.0), "a_tail") for x in a]
+            for j, b in enumerate(bs):
+                for v in range(s.vec):
+                    out[m * s.rows + j] = ir.fma(a[v], b[v], out[m * s.rows + j])
+        return out
+
+    # ---------------------------------------------------------------- the K loop of one chunk
+    def trip(self, cur: list[str], sm: str, count: int, where, t, chunk_lo, chunk_hi, tail: bool) -> list[str]:
+        """One trip from ``t``: every thread's ``unroll`` (x ``rows``) loads of B first, then the FMAs.  A
+        ``tail`` trip (the rest of a chunk, shorter than a trip) predicates each step on lying below
+        ``chunk_hi``: its loads read row / column 0 instead, its sums stay as they were."""
+        ir, p, s = self.ir, self.p, self.s
+        index, columns = where              # along N: (tk, the thread's first column); along K: (lane, the rows)
+        if s.lanes_along == "n":
+            steps = [ir.add(ir.add(t, index, "r0"), i * s.threads_k, "r") for i in range(s.unroll)]
+        else:
+            steps = [ir.add(ir.add(t, ir.mul(index, s.vec, "lane_k"), "k0"), u * WARP * s.vec, "k")
+                     for u in range(s.unroll)]
+        valid = [ir.cmp("slt", k, chunk_hi, "step_ok") if tail else True for k in steps]
+        safe = [ir.select(ok, k, 0, hint="k_safe") for k, ok in zip(steps, valid)]
+        if s.lanes_along == "n":
+            bs = [ir.load("B", ir.add(ir.mul(k, p.N, "b_row"), columns, "b_at"), s.vec) for k in safe]
+        else:
+            bs = [[ir.load("B", ir.add(ir.mul(n, p.K, "b_row"), k, "b_at"), s.vec) for n in columns] for k in safe]
+        zero = ir.f(0.0)
+        for k, ok, b in zip(steps, valid, bs):
+            kk = ir.select(ok, ir.sub(k, chunk_lo, "kk"), 0, hint="kk_safe")
+            if s.lanes_along == "n":
+                cur = self.fmas_n(cur, [ir.fsel(ok, x, zero, "a_tail") for x in self.a_values(sm, count, kk)],
+                                  [ir.fsel(ok, x, zero, "b_tail") for x in b])
+            else:
+                cur = self.fmas_k(cur, sm, count, kk, [[ir.fsel(ok, x, zero, "b_tail") for x in row] for row in b], ok)
+        return cur
+
+    def chunk(self, acc: list[str], sm: str, count: int, tid, where, chunk_lo, chunk_hi) -> list[str]:
+        """Stage A's chunk, then its whole trips and the tail trip; returns the sums."""
+        ir, s = self.ir, self.s
+        self.stage(sm, count, tid, chunk_lo, chunk_hi)
+        length = ir.sub(chunk_hi, chunk_lo, "chunk_len")
+        main_end = ir.add(chunk_lo, ir.mul(ir.div(length, s.span, "trips"), s.span, "whole"), "main_end")
+        ir.comment(f"whole trips of {s.span}: " + (f"{s.unroll} row(s) of B a thread, {s.threads_k} threads along K"
+                                                   if s.lanes_along == "n" else
+                                                   f"{s.unroll} vector(s) of each of the warp's {s.rows} row(s) a lane"))
+        if main_end != chunk_lo:
+            with ir.range_loop(chunk_lo, main_end, s.span, acc, "t") as (t, cur, state):
+                state["out"] = self.trip(cur, sm, count, where, t, chunk_lo, chunk_hi, tail=False)
+            acc = state["results"]
+        if not (isinstance(length, int) and length % s.span == 0):
+            ir.comment("tail trip: the rest of the chunk, each step predicated")
+            acc = self.trip(acc, sm, count, where, main_end, chunk_lo, chunk_hi, tail=True)
+        return acc
+
+    # ---------------------------------------------------------------- writing
+    def write(self, bx, by, m, n, x: str) -> None:
+        """One output: C with the epilogue (one slice), else the FP32 partial of slice ``by`` at
+        ``[by, m, n - first column]`` of column block ``bx``'s region."""
+        p, s, ir = self.p, self.s, self.ir
+        if s.split:
+            col = ir.sub(n, ir.mul(bx, s.columns, "w_c0"), "w_col")
+            row = ir.add(ir.mul(by, p.M, "w_slab"), m, "w_row")
+            at = ir.add(ir.add(ir.mul(bx, s.region(p.M), "w_region"), ir.mul(row, s.columns, "w_row_off"), "w_at0"),
+                        col, "w_at")
+            ir.store("W", at, [x])
+        else:
+            self.epilogue.store(m, n, x)
+
+    def last_adds_slices(self, tid, bx) -> None:
+        """K split: fence the partials, take a ticket; the CTA with the last one adds the column block's
+        slices in order and writes C (module docstring)."""
+        ir, p, s = self.ir, self.p, self.s
+        outputs, groups = p.M * s.columns, s.reduce_groups
+        per = cdiv(s.splits, groups)
+        words = s.reduction_smem_bytes(p.M) // 4
+        sm = ir.smem_f32(0, words)
+        ir.comment(f"K split: the last of the column block's {s.splits} CTAs adds its slices in order")
+        ir.emit(FENCE)
+        ir.emit("gpu.barrier")
+        one, zero = ir.const(1, "i32"), ir.const(0, "i32")
+
+        def ticket():
+            mine = ir.let("ticket", f"memref.atomic_rmw addi {one}, %T[{bx}] : (i32, memref<{s.grid(p.N)[0]}xi32>) -> i32")
+            last = ir.pure("last", f"arith.cmpi eq, {mine}, {ir.const(s.splits - 1, 'i32')} : i32")
+            ir.smem_write(sm, words, 0, ir.fsel(last, ir.f(1.0), ir.f(0.0), "verdict"))
+        ir.guarded(ir.cmp("eq", tid, 0, "first_thread"), ticket)
+        ir.emit("gpu.barrier")
+        verdict = ir.smem_read(sm, words, 0, 1)[0]
+
+        def reduce():
+            ir.emit(FENCE)
+            base = ir.mul(bx, s.region(p.M), "w_region")
+            sums = []
+            for j in range(cdiv(outputs * groups, s.threads)):          # (output, group) pairs q = g x outputs + o
+                q = ir.add(tid, j * s.threads, "q")
+                in_range = True if (j + 1) * s.threads <= outputs * groups else ir.cmp("slt", q, outputs * groups, "q_ok")
+                o, g = (ir.rem(q, outputs, "o"), ir.div(q, outputs, "g")) if groups > 1 else (q, 0)
+                so = ir.select(in_range, o, 0, hint="o_safe")
+                total = None
+                for run in range(cdiv(per, REDUCE_UNROLL)):
+                    parts = []
+                    for i in range(run * REDUCE_UNROLL, min(per, (run + 1) * REDUCE_UNROLL)):
+                        sl = ir.add(ir.mul(g, per, "s_lo"), i, "sl")
+                        valid = True if groups * per == s.splits else ir.cmp("slt", sl, s.splits, "sl_ok")
+                        at = ir.add(ir.add(base, ir.mul(ir.select(valid, sl, 0, hint="sl_safe"), outputs, "w_slab"),
+                                           "w_at0"), so, "w_at")
+                        parts.append(ir.fsel(valid, ir.load_relaxed("W", at), ir.f(0.0), "part"))
+                    for x in parts:
+                        total = x if total is None else ir.fadd(total, x, "sum")
+                sums.append((q, o, in_range, total))
+            if groups == 1:
+                for _, o, in_range, total in sums:
+                    ir.guarded(in_range, lambda o=o, total=total: self.write_c(bx, o, total))
+            else:
+                for q, _, in_range, total in sums:
+                    ir.guarded(in_range, lambda q=q, total=total: ir.smem_write(
+                        sm, words, ir.add(q, FLAG_WORDS, "g_at"), total))
+                ir.emit("gpu.barrier")
+                for j in range(cdiv(outputs, s.threads)):
+                    o = ir.add(tid, j * s.threads, "o")
+                    in_range = True if (j + 1) * s.threads <= outputs else ir.cmp("slt", o, outputs, "o_ok")
+
+                    def meet(o=o):
+                        final = None
+                        for k in range(groups):
+                            x = ir.smem_read(sm, words, ir.add(o, FLAG_WORDS + k * outputs, "g_at"), 1)[0]
+                            final = x if final is None else ir.fadd(final, x, "meet")
+                        self.write_c(bx, o, final)
+                    ir.guarded(in_range, meet)
+            ir.guarded(ir.cmp("eq", tid, 0, "first_thread"),
+                       lambda: ir.emit(f"memref.store {zero}, %T[{bx}] : memref<{s.grid(p.N)[0]}xi32>"))
+        ir.guarded(ir.fcmp("oeq", verdict, ir.f(1.0), "is_last"), reduce)
+
+    def write_c(self, bx, o, x: str) -> None:
+        """Output ``o`` (= m x columns + c) of column block ``bx`` into C with the epilogue."""
+        ir, p, s = self.ir, self.p, self.s
+        m, c = ir.div(o, s.columns, "m"), ir.rem(o, s.columns, "c")
+        n = ir.add(ir.mul(bx, s.columns, "c0"), c, "n")
+        ok = True if p.N % s.columns == 0 else ir.cmp("slt", n, p.N, "n_ok")
+        ir.guarded(ok, lambda: self.epilogue.store(m, n, x))
+
+
+
+    def meet_n(self, sums: list[str], sm_bytes: int, tid, tk, tn, bx, by) -> None:
+        """Lanes along N: the stacked threads' sums meet in shared memory, added in ``tk`` order."""
+        ir, p, s = self.ir, self.p, self.s
+        outputs = p.M * s.vec * s.threads_n
+        count = sm_bytes // 4
+        sm = ir.smem_f32(0, count)
+        ir.comment(f"the {s.threads_k} stacked threads' sums of each column, added in order")
+        mine = ir.add(ir.mul(tk, outputs, "red_slab"), tn, "red_mine")
+        for m in range(p.M):
+            for v in range(s.vec):
+                ir.smem_write(sm, count, ir.add(mine, (m * s.vec + v) * s.threads_n, "red_at"), sums[m * s.vec + v])
+        ir.emit("gpu.barrier")
+        for j in range(cdiv(outputs, s.threads)):
+            o = ir.add(tid, j * s.threads, "o")
+            in_range = True if (j + 1) * s.threads <= outputs else ir.cmp("slt", o, outputs, "o_ok")
+            tn_o = ir.rem(o, s.threads_n, "o_tn")
+            v = ir.rem(ir.div(o, s.threads_n, "o_q"), s.vec, "o_v")
+            m = ir.div(o, s.threads_n * s.vec, "o_m")
+            n = ir.add(ir.mul(ir.add(ir.mul(bx, s.threads_n, "o_c0"), tn_o, "o_cv"), s.vec, "o_col"), v, "o_n")
+            ok = ir.and_(in_range, True if p.N % s.columns == 0 else ir.cmp("slt", n, p.N, "n_ok"))
+
+            def body(o=o, m=m, n=n):
+                total = None
+                for k in range(s.threads_k):
+                    x = ir.smem_read(sm, count, ir.add(o, k * outputs, "red_at"), 1)[0]
+                    total = x if total is None else ir.fadd(total, x, "meet")
+                self.write(bx, by, m, n, total)
+            ir.guarded(ok, body)
+
+    def build(self) -> str:
+        p, s, ir = self.p, self.s, self.ir
+        check_supported(p, s)
+        ir.emit(f"// Nova skinny GEMM: {p.describe()}; {s.label()}; k_slice {s.k_slice}, a_chunk {s.a_chunk}")
+        staged = s.a_chunk * (s.m_pad if s.lanes_along == "n" else p.M)
+        with ir.rows_kernel(KERNEL_NAME, self.param_types(), s.threads, s.max_regs):
+            tid = ir.let("tid", "gpu.thread_id x")
+            bx = ir.let("bx", "gpu.block_id x")
+            by = ir.let("by", "gpu.block_id y") if s.split else 0
+            sm = ir.smem_f32(0, staged)
+            if s.lanes_along == "n":
+                tn = ir.rem(tid, s.threads_n, "tn") if s.threads_k > 1 else tid
+                tk = ir.div(tid, s.threads_n, "tk") if s.threads_k > 1 else 0
+                col = ir.mul(ir.add(ir.mul(bx, s.threads_n, "c0"), tn, "cv"), s.vec, "col")
+                col_ok = True if p.N % s.columns == 0 else ir.cmp("slt", col, p.N, "col_ok")
+                where = (tk, ir.select(col_ok, col, 0, hint="col_safe"))
+                sums = s.vec
+            else:
+                lane = ir.rem(tid, WARP, "lane")
+                warp = ir.div(tid, WARP, "warp")
+                n0 = ir.mul(ir.add(ir.mul(bx, s.threads_n, "w0"), warp, "wv"), s.rows, "n0")
+                ns = [ir.add(n0, j, "n") for j in range(s.rows)]
+                safe = [n if p.N % s.columns == 0 else ir.min(n, p.N - 1, "n_safe") for n in ns]
+                where = (lane, safe)
+                sums = s.rows
+            k_lo = ir.mul(by, s.k_slice, "k_lo")
+            k_hi = ir.min(ir.add(k_lo, s.k_slice, "k_end"), p.K, "k_hi") if s.split else p.K
+            acc = [ir.f(0.0)] * (p.M * sums)
+            chunks = cdiv(s.k_slice, s.a_chunk)
+            if chunks == 1:
+                acc = self.chunk(acc, sm, staged, tid, where, k_lo, k_hi)
+            else:
+                with ir.range_loop(0, chunks, 1, acc, "ch") as (c, cur, state):
+                    lo = ir.add(k_lo, ir.mul(c, s.a_chunk, "ch_off"), "ch_lo")
+                    hi = ir.max(ir.min(ir.add(lo, s.a_chunk, "ch_end"), k_hi, "ch_hi0"), lo, "ch_hi")
+                    state["out"] = self.chunk(cur, sm, staged, tid, where, lo, hi)
+                    ir.emit("gpu.barrier")       # the next chunk overwrites the staged A
+                acc = state["results"]
+            if s.lanes_along == "n":
+                if s.threads_k > 1:
+                    if chunks == 1:
+                        ir.emit("gpu.barrier")   # the sums overwrite the staged A
+                    self.meet_n(acc, s.smem_bytes, tid, tk, tn, bx, by)
+                else:
+                    def own():
+                        for m in range(p.M):
+                            for v in range(s.vec):
+                                self.write(bx, by, m, ir.add(col, v, "n"), acc[m * s.vec + v])
+                    ir.guarded(col_ok, own)
+            else:
+                self.warp_sums_and_write(acc, lane, ns, bx, by)
+            if s.split:
+                self.last_adds_slices(tid, bx)
+        return ir.text()
+
+    def warp_sums_and_write(self, acc: list[str], lane, ns: list, bx, by) -> None:
+        """Lanes along K: a butterfly of xor shuffles adds the lanes' sums; lane 0 writes the warp's columns."""
+        ir, p, s = self.ir, self.p, self.s
+        ir.comment(f"the lanes' sums: {p.M * s.rows} values x 5 xor-shuffle steps")
+        for off in (16, 8, 4, 2, 1):
+            acc = [ir.fadd(x, ir.shfl_xor(x, off), "wsum") for x in acc]
+
+        def lead():
+            for j, n in enumerate(ns):
+                def column(j=j, n=n):
+                    for m in range(p.M):
+                        self.write(bx, by, m, n, acc[m * s.rows + j])
+                ir.guarded(True if p.N % s.columns == 0 else ir.cmp("slt", n, p.N, "n_ok"), column)
+        ir.guarded(ir.cmp("eq", lane, 0, "lane0"), lead)
+
+
+def build_skinny_module(problem: GemmProblem, schedule: SkinnySchedule) -> str:
+    """The main kernel's MLIR text (module docstring)."""
+    return SkinnyKernel(problem, schedule).build()

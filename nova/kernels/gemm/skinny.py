@@ -1,0 +1,413 @@
+"""The skinny GEMM's derivation: a GEMM of a few rows (a decode step's tokens against a weight) as a
+memory-bound stream of B on the CUDA cores, and the rule that picks it over the tensor-core tiles.
+
+A tensor-core tile has at least 16 (mma.sync) or 64 (wgmma) rows; a GEMM of a few rows wastes most
+of them and still reads all of B once: it is bound by B's bytes, not by FLOPs.  The skinny kernel
+(``emit_skinny.py``; layouts in ``skinny_schedule.py``) reads B once with 16-byte vector loads, keeps
+A's rows in shared memory and adds FP32 FMAs (exact FP32 products: better than TF32 for a tf32
+problem); it splits K over CTAs when N alone gives too few CTAs to keep enough bytes in flight, and the
+last CTA of each column block adds the slices in order (deterministic, one launch).
+
+Steps, one function each, closed form (no search, no measurement):
+
+ 1. applicability   unbatched, and M at most the FP32 balance point ``m_max``: each element of B read
+                    costs M FMAs (and a conversion for 16-bit storage), so the CUDA cores keep up with
+                    the DRAM while M + converts <= elem_bytes x FMA rate / DRAM bandwidth; and at most
+                    ACC_VALUES (a thread keeps at least one FP32 sum per row of A)
+ 2. layout          lanes along N (B row-major [K, N]) or along K (B stored [N, K]): a warp's lanes
+                    always read consecutive addresses
+ 3. vector width    16 bytes / element, halved while it does not divide B's row (N, or K) and, lanes
+                    along N, while M x vec sums exceed ACC_VALUES
+ 4. threads         8 warps (2 per scheduler); along N: 32 lanes side by side (fewer for a narrower N),
+                    the rest stacked along K; along K: each warp owns ``rows`` columns of C, enough that
+                    its shared-memory reads of A per byte of B stay within the shared-memory bandwidth
+                    per byte of DRAM bandwidth of an SM (``rows_smem``)
+ 5. occupancy       registers (sums, loads in flight, A's values, addresses) and shared memory -> CTAs per SM
+ 6. loads in flight Little's law: an SM needs DRAM bandwidth x loaded latency / SMs bytes in flight;
+                    ``unroll`` independent vector loads a thread issues per trip, from the CTAs resident
+                    with that unroll's registers (re-derived while they drop)
+ 7. K split         one wave of CTAs: splits = ceil(SM slots / CTAs along N), each slice at least one
+                    trip; or as many slices as the last CTA adds in one run of loads; or one slice:
+                    the lowest prediction of the three (each with the last CTA's sum of the slices)
+ 8. A staging       A's columns of a slice staged in equal chunks of whole trips, STAGE_BYTES of FP32 at most
+ 9. prediction      max(bytes / (DRAM bandwidth x eta_dram), trips x loaded latency per SM slot, FMA
+                    time) + launch, plus, when K is split, the last CTA of a column block adding the
+                    slices' partials (its ticket and its loads of them, one latency each)
+
+``choose_kernel`` is the one rule between this kernel and the tensor-core tiles: the lower prediction.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from nova.configurator.derivation import Derivation, formula_step, note
+from nova.configurator.step import Prediction, Step
+from nova.hwmodel import GPUModel
+from nova.hwmodel.formula import formulas
+from nova.hwmodel.model import F as HW
+from nova.kernels.gemm.problem import GemmProblem
+from nova.kernels.gemm.skinny_schedule import FLAG_WORDS, WARP, SkinnySchedule, cdiv
+
+TRANSACTION_BYTES = 16    # [CC] the widest global load a thread issues (ld.global.v4.b32)
+ACC_VALUES = 64           # [EST] FP32 sums a thread keeps across K (as the rows family's): with loads in
+                          # flight, A's values and addresses a thread stays under ~128 registers (ptxas checks)
+WARPS_PER_SCHEDULER = 2   # [EST] two warps per scheduler: one issues while the other waits
+REG_BASE = 32             # [EST] addresses, loop state, predicates (ptxas reports the real count)
+A_AHEAD = 48              # [EST] lanes along K: A's values ptxas reads ahead of their FMAs at most (fitted, ``registers``)
+FLIGHT_BYTES_MAX = 128    # [EST] bytes of B a thread keeps in flight at most (8 16-byte vectors; more of
+                          # narrower ones: 32 registers either way)
+FLIGHT_LOADS_MAX = 16     # [EST] and at most 16 loads (narrow ones cost an address and a predicate each)
+STAGE_BYTES = 16384       # [EST] FP32 bytes of A staged at a time: at most 16 loads a thread of 256 per chunk
+STAGE_LOADS_MIN = 4       # [EST] A's loads a thread issues at least per staging round (more where the FMA
+                          # loop's registers leave room: value and index each)
+SPLITS_MAX = 128          # [EST] K slices at most: the last CTA's sum of a column's slices stays a few trips
+REDUCE_UNROLL = 16        # [EST] partials a thread of the last CTA loads before adding them (its other
+                          # values are dead by then: 16 loads and their addresses fit any cap)
+
+F = formulas("""
+    fma_rate = clock_hz * fp32_lanes_per_sm * sm_count
+    m_max = Min(acc_values, -converts + floor(elem_bytes * fma_rate / dram_bw))
+    vec_max = transaction_bytes / elem_bytes
+    rows_smem = ceil(4 * dram_bw * m / (clock_hz * elem_bytes * sm_count * smem_bytes_per_clk_sm))
+    regs = acc + a_regs + base + flight_regs
+    bps = Min(bps_regs, bps_smem, max_blocks_per_sm, floor(max_threads_per_sm / threads))
+    bytes_in_flight = 1.0e-9 * dram_bw * mem_latency_ns / sm_count
+    unroll = Max(1, Min(unroll_max, ceil(bytes_in_flight / (load_bytes * resident))))
+    blocks_n = ceil(N / columns)
+    splits = Max(1, Min(splits_max, ceil(blocks_per_sm * sm_count / blocks_n), floor(K / span)))
+    k_slice = span * ceil(K / (span * splits))
+    chunks = ceil(k_slice / (span * Max(1, floor(stage_bytes / (4 * m_pad * span)))))
+    a_chunk = span * ceil(k_slice / (chunks * span))
+    trips = chunks + ceil(k_slice / span)
+    t_bandwidth = 1000000.0 * bytes / (dram_bw * eta_dram)
+    t_latency = 0.001 * mem_latency_ns * trips * Max(1, grid / (blocks_per_sm * sm_count))
+    t_fma = 1000000.0 * K * N * (converts + m) / fma_rate
+    t_kernel = t_launch + Max(t_bandwidth, t_fma, t_latency)
+    reduce_groups = Max(1, Min(splits, floor(threads / (columns * m))))
+    splits_tail = Max(1, Min(wave, reduce_unroll * Max(1, floor(threads / (columns * m)))))
+    tail_trips = 1 + ceil(splits / (reduce_groups * reduce_unroll))
+""")
+
+
+def _pow2ceil(x: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(1, x))))
+
+
+def _pow2floor(x: int) -> int:
+    return 1 << max(0, int(math.floor(math.log2(max(1, x)))))
+
+
+def converts(p: GemmProblem) -> int:
+    """Instructions per element of B besides the FMAs: a conversion to FP32 for 16-bit storage."""
+    return 0 if p.storage == "f32" else 1
+
+
+# ---- 1 -----------------------------------------------------------------------------------------
+def m_max(p: GemmProblem, gpu: GPUModel) -> tuple[int, list[Step]]:
+    """The most rows of A the kernel takes: the FP32 balance point in FMAs per element of B, less the
+    conversion a 16-bit element costs, and at most ACC_VALUES (one FP32 sum a row per thread)."""
+    rate, s1 = formula_step("FP32 FMA rate", F.fma_rate, "CUDA-core lanes x SMs x clock: one FMA per lane and clock "
+                            "([CC] arithmetic throughput)", clock_hz=gpu.clock_hz,
+                            fp32_lanes_per_sm=gpu.fp32_lanes_per_sm, sm_count=gpu.sm_count)
+    bound, s2 = formula_step("skinny: rows of A at most", F.m_max,
+                             f"the kernel stays DRAM-bound while an element of B ({p.in_bytes} B) costs no more FMA "
+                             f"time than its DRAM time: M FMAs{' + 1 conversion' if converts(p) else ''} per element; "
+                             f"at most {ACC_VALUES} FP32 sums a thread", post=int, acc_values=ACC_VALUES,
+                             converts=converts(p), elem_bytes=p.in_bytes, fma_rate=rate, dram_bw=gpu.dram_bw)
+    return bound, [s1, s2]
+
+
+def applies(p: GemmProblem, gpu: GPUModel) -> tuple[bool, str]:
+    """(whether the skinny kernel computes ``p`` on ``gpu``, why not)."""
+    bound = m_max(p, gpu)[0]
+    if p.M > bound:
+        return False, f"M = {p.M} > {bound} rows (the FP32 balance point)"
+    if p.batch > 1:
+        return False, f"a batch of {p.batch} GEMMs (the skinny kernel takes one)"
+    return True, ""
+
+
+# ---- 2, 3 --------------------------------------------------------------------------------------
+def layout_and_vector(p: GemmProblem) -> tuple[tuple[str, int], list[Step]]:
+    lanes = "k" if p.trans_b else "n"
+    row = p.K if p.trans_b else p.N
+    s1 = note("skinny: lanes along", lanes, "B is stored [N, K] (K contiguous): a warp's lanes read along K, "
+              "each warp owns columns of C" if p.trans_b else "B is row-major [K, N] (N contiguous): a warp's lanes "
+              "read one row's consecutive columns, the CTA's other threads further rows")
+    vec, s2 = formula_step("skinny: vector width", F.vec_max, f"one {TRANSACTION_BYTES}-byte load of B per thread and "
+                           f"step ({p.in_bytes}-byte elements)", post=int, transaction_bytes=TRANSACTION_BYTES,
+                           elem_bytes=p.in_bytes)
+    why = []
+    while vec > 1 and (row % vec or (lanes == "n" and p.M * vec > ACC_VALUES)):
+        why.append(f"B's rows of {row} elements are not a multiple of {vec}" if row % vec else
+                   f"{p.M} rows x {vec} columns > {ACC_VALUES} sums a thread")
+        vec //= 2
+    steps = [s1, s2]
+    if why:
+        steps.append(note("skinny: vector width (legal)", vec, f"halved {len(why)} time(s); the last because {why[-1]}"))
+    return (lanes, vec), steps
+
+
+# ---- 4 -----------------------------------------------------------------------------------------
+def threads_step(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int) -> tuple[tuple[int, int, int], list[Step]]:
+    """(threads, threads_n, rows)."""
+    threads = WARP * WARPS_PER_SCHEDULER * int(gpu.warp_schedulers_per_sm)
+    if lanes == "n":
+        vectors = cdiv(p.N, vec)
+        threads_n = WARP if vectors >= WARP else _pow2ceil(vectors)
+        return (threads, threads_n, 1), [note("skinny: threads", f"{threads_n} x {threads // threads_n}",
+                                              f"{threads} a CTA ({WARPS_PER_SCHEDULER} warps per scheduler): "
+                                              f"{threads_n} along N ({threads_n * vec} columns: "
+                                              f"{'a warp reads one row' if threads_n == WARP else 'all of N'}), "
+                                              f"{threads // threads_n} along K, their sums met in shared memory")]
+    warps = threads // WARP
+    need, s1 = formula_step("skinny: rows a warp (shared memory)", F.rows_smem,
+                            f"a lane reads {p.M} FP32 values of A per element of B it loads; over `rows` rows of B "
+                            "they stay within the SM's shared-memory bytes per byte of its DRAM share",
+                            post=lambda v: _pow2ceil(int(v)), dram_bw=gpu.dram_bw, m=p.M, clock_hz=gpu.clock_hz,
+                            elem_bytes=p.in_bytes, sm_count=gpu.sm_count,
+                            smem_bytes_per_clk_sm=gpu.smem_bytes_per_clk_sm)
+    rows = max(1, min(need, _pow2floor(ACC_VALUES // p.M)))
+    s2 = note("skinny: threads", f"{warps} warps x {rows} rows", f"{threads} a CTA ({WARPS_PER_SCHEDULER} warps per "
+              f"scheduler), each warp {rows} column(s) of C ({p.M} x {rows} sums a lane, at most {ACC_VALUES}), its "
+              "lanes along K")
+    return (threads, warps, rows), [s1, s2]
+
+
+# ---- 5, 6 --------------------------------------------------------------------------------------
+def m_pad_of(p: GemmProblem, lanes: str) -> int:
+    """A's rows in shared memory: lanes along N read a k's M values as vectors (1, 2, or a multiple of 4)."""
+    return (p.M if p.M <= 2 else 4 * cdiv(p.M, 4)) if lanes == "n" else p.M
+
+
+def registers(p: GemmProblem, lanes: str, vec: int, rows: int, unroll: int, m_pad: int) -> int:
+    """Sums + B's loads in flight (FP32 after conversion) + A's values read ahead + addresses.  Fitted
+    to ptxas 13.0 on this kernel (sm_90, the trip loop not unrolled; tests/test_skinny.py checks the
+    kernels assemble without spills under the cap it gives): lanes along N, two rows of A read ahead
+    (2 x m_pad) and per unrolled row about 3 more (its address, the tail trip's predicate and select);
+    lanes along K, up to A_AHEAD of A's values read ahead and each row's 64-bit pointer.  A's staging
+    holds at most as many (``stage_loads``)."""
+    if lanes == "n":
+        return int(F.regs(acc=p.M * vec, a_regs=2 * m_pad, base=REG_BASE + 3 * unroll, flight_regs=unroll * vec))
+    return int(F.regs(acc=p.M * rows, a_regs=min(p.M * vec * unroll, A_AHEAD), base=REG_BASE + 2 * rows,
+                      flight_regs=rows * unroll * vec))
+
+
+def occupancy(gpu: GPUModel, threads: int, regs: int, smem: int) -> tuple[int, Step]:
+    bps_regs = HW.bps_regs(regs_per_sm=gpu.regs_per_sm, warps=threads // WARP, regs=regs,
+                           reg_alloc_unit=gpu.reg_alloc_unit)
+    bps_smem = int(gpu.max_blocks_per_sm) if not smem else int(gpu.smem_per_sm // (smem + gpu.smem_reserved_per_block))
+    return formula_step("skinny: CTAs per SM", F.bps, f"threads, registers (~{regs} a thread) and shared memory "
+                        f"({smem} B)", post=int, bps_regs=bps_regs, bps_smem=bps_smem,
+                        max_blocks_per_sm=gpu.max_blocks_per_sm, max_threads_per_sm=gpu.max_threads_per_sm,
+                        threads=threads)
+
+
+def smem_bytes(p: GemmProblem, lanes: str, threads: int, threads_n: int, vec: int, a_chunk: int, m_pad: int,
+               last_cta: int) -> int:
+    """A's staged chunk (FP32), (lanes along N, threads stacked along K) the partial sums met after the
+    K loop, or ``last_cta`` bytes for the last CTA's sum of a split's slices, whichever is largest: they
+    never live at once."""
+    staged = 4 * a_chunk * m_pad
+    met = 4 * threads * p.M * vec if lanes == "n" and threads > threads_n else 0
+    return max(staged, met, last_cta)
+
+
+def loads_in_flight(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, rows: int, threads: int, threads_n: int,
+                    bps: int) -> tuple[int, list[Step]]:
+    need, s1 = formula_step("skinny: bytes in flight per SM", F.bytes_in_flight,
+                            f"Little's law: DRAM bandwidth x loaded latency ({gpu.mem_latency_ns:.0f} ns) over the "
+                            f"{int(gpu.sm_count)} SMs", dram_bw=gpu.dram_bw, mem_latency_ns=gpu.mem_latency_ns,
+                            sm_count=gpu.sm_count)
+    load = vec * p.in_bytes * (rows if lanes == "k" else 1)
+    step = threads // threads_n if lanes == "n" else WARP * vec          # K one unrolled load covers
+    staged = step * 4 * (m_pad_of(p, lanes) if lanes == "n" else p.M)    # FP32 bytes of A per unrolled step
+    fit = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // threads)
+    per_unroll = registers(p, lanes, vec, rows, 1, m_pad_of(p, lanes)) - registers(p, lanes, vec, rows, 0,
+                                                                                    m_pad_of(p, lanes))
+    room = (fit - registers(p, lanes, vec, rows, 0, m_pad_of(p, lanes))) // per_unroll
+    most = max(1, min(FLIGHT_BYTES_MAX // load, FLIGHT_LOADS_MAX // (rows if lanes == "k" else 1), p.K // step,
+                      STAGE_BYTES // staged, room))
+    unroll, s2 = formula_step("skinny: unroll", F.unroll, f"{bps * threads} resident threads x {load} B "
+                              f"({'rows x ' if lanes == 'k' else ''}one vector) per unrolled load; at most "
+                              f"{FLIGHT_BYTES_MAX} B and {FLIGHT_LOADS_MAX} loads a thread, one trip in K = {p.K}, a "
+                              f"trip's A in {STAGE_BYTES} B "
+                              "and the registers of one CTA", post=int, unroll_max=most, bytes_in_flight=need,
+                              load_bytes=load, resident=bps * threads)
+    return unroll, [s1, s2]
+
+
+# ---- 7, 8, 9 -----------------------------------------------------------------------------------
+def launch_constants(gpu: GPUModel) -> dict:
+    """eta_dram and the launch latency: the memory-bound families' (``nova.kernels.pointwise.derive``)."""
+    from nova.kernels.pointwise.derive import launch_constants as memory_bound_constants
+    return memory_bound_constants(gpu)
+
+
+def slices(p: GemmProblem, span: int, splits: int, m_pad: int, threads: int, regs: int
+           ) -> tuple[int, int, int, int, int]:
+    """(splits, k_slice, a_chunk, stage_loads, trips) of ``splits`` slices of whole trips of ``span``:
+    A staged in equal chunks, ``stage_loads`` loads a thread per round (as many as the FMA loop's
+    registers hold, at least STAGE_LOADS_MIN); a trip per round and per trip of B."""
+    k_slice = int(F.k_slice(span=span, K=p.K, splits=splits))
+    splits = cdiv(p.K, k_slice)
+    chunks = int(F.chunks(k_slice=k_slice, span=span, stage_bytes=STAGE_BYTES, m_pad=m_pad))
+    a_chunk = int(F.a_chunk(span=span, k_slice=k_slice, chunks=chunks))
+    per_thread = cdiv(p.M * a_chunk, threads)
+    stage_loads = min(per_thread, max(STAGE_LOADS_MIN, (regs - REG_BASE) // 2))
+    trips = int(F.trips(chunks=chunks * cdiv(per_thread, stage_loads), k_slice=k_slice, span=span))
+    return splits, k_slice, a_chunk, stage_loads, trips
+
+
+def main_bytes(p: GemmProblem, splits: int) -> int:
+    """B and A read once, C written (or the FP32 partials), the bias read."""
+    out = 4 * splits * p.M * p.N if splits > 1 else p.M * p.N * p.out_bytes
+    bias = p.N * (4 if p.dtype == "tf32" else p.out_bytes) if p.bias else 0
+    return (p.K * p.N + p.M * p.K) * p.in_bytes + out + bias
+
+
+def predict(p: GemmProblem, gpu: GPUModel, splits: int, trips: int, grid: int, bps: int, groups: int,
+            d: Derivation | None = None) -> tuple[Prediction, dict]:
+    """Step 9: max(DRAM, latency, FMA) + launch; with K split, the last CTA's tail after it (its ticket,
+    then its thread groups' loads of the partials, REDUCE_UNROLL at a time)."""
+    rec = d if d is not None else Derivation()
+    c = launch_constants(gpu)
+    fma_rate = F.fma_rate(clock_hz=gpu.clock_hz, fp32_lanes_per_sm=gpu.fp32_lanes_per_sm, sm_count=gpu.sm_count)
+    nbytes = main_bytes(p, splits)
+    t_bw = rec.apply("skinny: DRAM time (us)", F.t_bandwidth, f"B and A read once, "
+                     f"{'the FP32 partials' if splits > 1 else 'C'} written; eta_dram {c['eta_dram']:.3f} "
+                     f"({c['source']})", bytes=nbytes, dram_bw=gpu.dram_bw, eta_dram=c["eta_dram"])
+    t_lat = rec.apply("skinny: latency time (us)", F.t_latency, f"{trips} dependent trips a CTA (A staged, then its "
+                      f"loads), over the {grid} CTAs per SM slot", mem_latency_ns=gpu.mem_latency_ns, trips=trips,
+                      grid=grid, blocks_per_sm=bps, sm_count=gpu.sm_count)
+    t_fma = rec.apply("skinny: FMA time (us)", F.t_fma, "M FMAs (and a conversion for 16-bit B) per element of B",
+                      K=p.K, N=p.N, converts=converts(p), m=p.M, fma_rate=fma_rate)
+    t_main = rec.apply("skinny: kernel time (us)", F.t_kernel, f"launch {c['t_launch_us']:.2f} us",
+                       t_launch=c["t_launch_us"], t_bandwidth=t_bw, t_fma=t_fma, t_latency=t_lat)
+    terms = {"dram": t_bw, "latency": t_lat, "fma": t_fma, "launch": c["t_launch_us"]}
+    total, bound = t_main, max(("dram", t_bw), ("latency", t_lat), ("fma", t_fma), key=lambda kv: kv[1])[0]
+    if splits > 1:
+        tail = int(F.tail_trips(splits=splits, reduce_groups=groups, reduce_unroll=REDUCE_UNROLL))
+        t_tail = rec.apply("skinny: last CTA's slices (us)", F.t_latency, f"{tail} dependent trips after the last "
+                           f"slice: its ticket, then {groups} group(s) of threads loading the {splits} partials of "
+                           f"each output {REDUCE_UNROLL} at a time", mem_latency_ns=gpu.mem_latency_ns, trips=tail,
+                           grid=1, blocks_per_sm=1, sm_count=1)
+        terms["last_cta"] = t_tail
+        total += t_tail
+    if c["t_launch_us"] > total / 2:
+        bound = "launch"
+    floor = 1e6 * p.min_bytes / gpu.dram_bw
+    return Prediction(total, p.flops / total / 1e6, bound, floor, terms), c
+
+
+def reduce_groups(p: GemmProblem, threads: int, columns: int, splits: int) -> int:
+    """The last CTA's thread groups: as many as its threads hold for the CTA's M x columns outputs, at
+    most one a slice."""
+    return int(F.reduce_groups(splits=splits, threads=threads, columns=columns, m=p.M))
+
+
+def configure_skinny(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[SkinnySchedule, Prediction] | None:
+    """Steps 2-9 (the caller checked step 1, ``applies``): the schedule and its prediction; None when
+    not one CTA fits an SM (its shared memory or registers)."""
+    lanes, vec = d.record(layout_and_vector(p))
+    threads, threads_n, rows = d.record(threads_step(p, gpu, lanes, vec))
+    m_pad = m_pad_of(p, lanes)
+    # occupancy and loads in flight together: the unroll from the CTAs resident with one load a thread,
+    # then again from those resident with its registers, until the CTAs per SM no longer drop (a few
+    # rounds: each round can only lower them)
+    staged = STAGE_BYTES if p.K * m_pad * 4 > STAGE_BYTES else p.K * m_pad * 4
+    smem0 = max(staged, 4 * threads * p.M * vec if lanes == "n" and threads > threads_n else 0)
+
+    def resident(unroll: int) -> int:
+        return int(F.bps(bps_regs=HW.bps_regs(regs_per_sm=gpu.regs_per_sm, warps=threads // WARP,
+                                              regs=registers(p, lanes, vec, rows, unroll, m_pad),
+                                              reg_alloc_unit=gpu.reg_alloc_unit),
+                         bps_smem=int(gpu.smem_per_sm // (smem0 + gpu.smem_reserved_per_block)),
+                         max_blocks_per_sm=gpu.max_blocks_per_sm, max_threads_per_sm=gpu.max_threads_per_sm,
+                         threads=threads))
+    bps0 = max(1, resident(1))
+    while True:
+        unroll, steps = loads_in_flight(p, gpu, lanes, vec, rows, threads, threads_n, bps0)
+        bps1 = max(1, resident(unroll))
+        if bps1 >= bps0:
+            break
+        bps0 = bps1
+    d.steps.extend(steps)
+    regs = registers(p, lanes, vec, rows, unroll, m_pad)
+    span = (threads // threads_n) * unroll if lanes == "n" else WARP * vec * unroll
+    columns = threads_n * (vec if lanes == "n" else rows)
+    blocks_n = d.apply("skinny: CTAs along N", F.blocks_n, f"{columns} columns of C a CTA", post=int, N=p.N,
+                       columns=columns)
+    # K split: one wave of CTAs, or one slice when the last CTA's sum of the slices costs more than it saves
+    one = slices(p, span, 1, m_pad, threads, regs)
+    most_last = 4 * (FLAG_WORDS + threads)          # the last CTA's sums of a split: at most one word a thread
+    bps = d.record(occupancy(gpu, threads, regs, smem_bytes(p, lanes, threads, threads_n, vec, one[2], m_pad,
+                                                            most_last)))
+    if bps < 1:
+        return None
+    wave, s_wave = formula_step("skinny: K splits (one wave)", F.splits,
+                                f"CTAs along N x splits fill the {int(gpu.sm_count)} SMs x {bps} CTAs; a slice at "
+                                f"least one trip of {span}; at most {SPLITS_MAX}", post=int, splits_max=SPLITS_MAX,
+                                blocks_per_sm=bps, sm_count=gpu.sm_count, blocks_n=blocks_n, K=p.K, span=span)
+    d.steps.append(s_wave)
+    choice = one
+    if wave > 1:
+        # one wave of slices; or as many as the last CTA adds in one run of loads (its groups x
+        # REDUCE_UNROLL); or one slice: the lowest prediction of the three
+        bal = int(F.splits_tail(wave=wave, threads=threads, columns=columns, m=p.M, reduce_unroll=REDUCE_UNROLL))
+        times = {}
+        for n_splits in dict.fromkeys((wave, bal, 1)):
+            cand = slices(p, span, n_splits, m_pad, threads, regs)
+            groups = reduce_groups(p, threads, columns, cand[0]) if cand[0] > 1 else 1
+            times[n_splits] = (predict(p, gpu, cand[0], cand[-1], blocks_n * cand[0], bps, groups)[0].time_us, cand)
+        best = min(times, key=lambda k: times[k][0])
+        choice = times[best][1]
+        d.note("skinny: K split", choice[0], ", ".join(f"{times[k][1][0]} slice(s) {times[k][0]:.2f} us" for k in times)
+               + " (with the last CTA's sum of the slices): the lowest")
+    splits, k_slice, a_chunk, stage_loads, trips = choice
+    d.note("skinny: slices", f"{splits} x {k_slice}", f"K = {p.K} in slices of whole trips of {span}; A staged "
+           f"{a_chunk} columns at a time ({4 * a_chunk * m_pad} B of FP32, at most {STAGE_BYTES}), {stage_loads} "
+           f"load(s) a thread per round; {trips} trips a CTA")
+    groups = reduce_groups(p, threads, columns, splits) if splits > 1 else 1
+    cap = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // (threads * bps) // 8 * 8)
+    schedule = SkinnySchedule(arch=gpu.arch, lanes_along=lanes, vec=vec, threads=threads, threads_n=threads_n,
+                              rows=rows, unroll=unroll, splits=splits, k_slice=k_slice, a_chunk=a_chunk,
+                              stage_loads=stage_loads, m_pad=m_pad, smem_bytes=0, regs_per_thread=regs, max_regs=cap,
+                              blocks_per_sm=bps, reduce_groups=groups)
+    smem = smem_bytes(p, lanes, threads, threads_n, vec, a_chunk, m_pad, schedule.reduction_smem_bytes(p.M))
+    schedule = dataclasses.replace(schedule, smem_bytes=smem)
+    prediction, _ = predict(p, gpu, splits, trips, blocks_n * splits, bps, groups, d)
+    return schedule, prediction
+
+
+def choose_kernel(p: GemmProblem, gpu: GPUModel, tiles: tuple, d: Derivation, forced: bool = False) -> tuple:
+    """The one rule between the skinny kernel and the tensor-core tiles (``tiles``: their schedule and
+    prediction): the lower prediction, recorded with both; the tiles where the skinny kernel does
+    not apply (step 1; nothing recorded for M above the bound, the common case).  ``forced``: the
+    skinny kernel, or a ``ValueError`` naming why it does not apply."""
+    bound, steps = m_max(p, gpu)
+    ok, why = applies(p, gpu)
+    if not ok:
+        if forced:
+            raise ValueError(f"the skinny kernel does not apply to {p.describe()} on {gpu.name}: {why}")
+        if p.M <= bound:
+            d.steps.extend(steps)
+            d.note("kernel", "tiles", f"the skinny kernel does not apply: {why}")
+        return tiles
+    d.steps.extend(steps)
+    derived = configure_skinny(p, gpu, d)
+    if derived is None:
+        if forced:
+            raise ValueError(f"the skinny kernel does not fit {gpu.name} for {p.describe()}: not one CTA per SM")
+        d.note("kernel", "tiles", "the skinny kernel does not fit: not one CTA per SM")
+        return tiles
+    schedule, prediction = derived
+    t_tiles = tiles[1].time_us
+    if forced or prediction.time_us < t_tiles:
+        d.note("kernel", "skinny", f"skinny {prediction.time_us:.2f} us vs tensor-core tiles {t_tiles:.2f} us: "
+               + ("forced" if forced else "the lower prediction"))
+        return schedule, prediction
+    d.note("kernel", "tiles", f"tensor-core tiles {t_tiles:.2f} us vs skinny {prediction.time_us:.2f} us: the lower "
+           "prediction")
+    return tiles

@@ -1,0 +1,202 @@
+"""nova.attention's call plans (launch.CallPlan): a repeated call signature launches exactly what the
+general path launched, without resolving again; options, bias, misaligned pointers and copied operands
+take the general path.  On the CPU: the driver, the kernel cache and the tensor maps are stand-ins that
+record the launches (the device runs them in tests/test_attention_gpu.py)."""
+from __future__ import annotations
+
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from nova.hwmodel import get_target                       # noqa: E402
+from nova.kernels.attention import launch                 # noqa: E402
+
+
+class RecordingKernel:
+    def __init__(self, role, log):
+        self.role, self.log = role, log
+
+    def launch(self, args, stream=0):
+        self.log.append((self.role, tuple(args), stream))
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """Launches as (role, args, stream); ``resolves`` counts the general path's kernel lookups."""
+    import nova.kernels.attention.compile as compile_
+    import nova.runtime.matmul as matmul
+    import nova.runtime.tma as tma
+    from nova.runtime import driver
+    log, resolves, maps = [], [], {}
+    device = types.SimpleNamespace(ordinal=0)
+    monkeypatch.setattr(driver, "get_device", lambda ordinal=None: device)
+    monkeypatch.setattr(matmul, "resolve_target", lambda target=None, device=None: get_target("h200"))
+    monkeypatch.setattr(compile_, "get_or_compile", lambda problem, schedule, role, model: (None, role, "cached"))
+    monkeypatch.setattr(compile_, "summary", lambda problem, role, model: role)
+    monkeypatch.setattr(driver, "load_kernel", lambda art, dev, what, key: RecordingKernel(key, log))
+
+    def tensor_map(dev, ptr, dtype, shape, strides, rows, cols):       # one id per distinct map, as the cache
+        return maps.setdefault((ptr, dtype, tuple(shape), tuple(strides), rows, cols), 1000 + len(maps))
+    monkeypatch.setattr(tma, "attention_tensor_map", tensor_map)
+    monkeypatch.setattr(launch, "_on_cuda", lambda *named: None)
+    monkeypatch.setattr(launch, "_stream", lambda t: 7)
+    monkeypatch.setattr(launch, "stream_reader", lambda index: (lambda: 7))
+    real_resolve = launch.resolve
+
+    def counting_resolve(*args, **kwargs):
+        resolves.append(args[0])
+        return real_resolve(*args, **kwargs)
+    monkeypatch.setattr(launch, "resolve", counting_resolve)
+    launch.reset()
+    yield types.SimpleNamespace(log=log, resolves=resolves)
+    launch.reset()
+
+
+def tensors(dtype=torch.bfloat16, B=2, H=4, T=200, D=64, kv=None):
+    g = torch.Generator().manual_seed(0)
+    q, do = (torch.randn(B, H, T, D, generator=g).to(dtype) for _ in range(2))
+    k, v = (torch.randn(B, kv or H, T, D, generator=g).to(dtype) for _ in range(2))
+    return q, k, v, do
+
+
+def fwd_bwd(q, k, v, do, **kw):
+    out, lse = torch.empty_like(q), torch.empty(q.shape[:3])
+    launch.attention(q, k, v, causal=True, out=out, lse=lse, **kw)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    launch.attention_backward(do, q, k, v, out, lse, causal=True, dq=dq, dk=dk, dv=dv, **kw)
+    return out, lse, dq, dk, dv
+
+
+def strip_delta(log):
+    """The launches with the backward's delta pointer (a fresh allocation per call) left out: bwd_pre's
+    third argument (out, dout, delta), the sixth of dK/dV and dQ (q, k, v, dout, lse, delta, outputs)."""
+    at = {"bwd_pre": 2, "bwd_dkv": 5, "bwd_dq": 5}
+    return [(role, args[:at[role]] + args[at[role] + 1:] if role in at else args) for role, args, _ in log]
+
+
+@pytest.mark.parametrize("dtype, D, kv", [(torch.bfloat16, 64, None), (torch.float32, 128, 2), (torch.bfloat16, 128, 1)])
+def test_a_repeated_signature_launches_what_the_general_path_did(recorded, dtype, D, kv):
+    q, k, v, do = tensors(dtype, D=D, kv=kv)
+    bufs = [torch.empty_like(x) for x in (q, q)] + [torch.empty(q.shape[:3])]
+    first = fwd_bwd(q, k, v, do)
+    general, n = list(recorded.log), len(recorded.resolves)
+    recorded.log.clear()
+    for _ in range(3):
+        fwd_bwd(q, k, v, do)
+    assert len(recorded.resolves) == n                     # planned: no kernel lookup, no problem built
+    assert {role for role, *_ in recorded.log} == {"fwd", "bwd_pre", "bwd_dkv", "bwd_dq"}
+    assert len(recorded.log) == 3 * len(general)
+    # the same kernels with the same arguments, but the fresh outputs of each call: compare per call structure
+    assert [r for r, *_ in recorded.log[:len(general)]] == [r for r, *_ in general]
+    assert all(len(a) == len(b) for (_, a, _), (_, b, _) in zip(recorded.log, general * 3))
+    assert all(s == 7 for *_, s in recorded.log)
+    del first, bufs
+
+
+@pytest.mark.parametrize("shape, hopper", [((2, 4, 200, 64), False), ((4, 8, 1024, 128), True)])
+def test_planned_arguments_equal_the_general_paths_on_the_same_tensors(recorded, shape, hopper):
+    """Pointers (mma.sync kernels) or tensor maps (the Hopper kernels, looked up by pointer) alike."""
+    B, H, T, D = shape
+    q, k, v, do = tensors(B=B, H=H, T=T, D=D)
+    out, lse = torch.empty_like(q), torch.empty(q.shape[:3])
+    launch.attention(q, k, v, causal=True, out=out, lse=lse)
+    launch.attention(q, k, v, causal=True, out=out, lse=lse)
+    (_, general, _), (_, planned, _) = recorded.log
+    assert general == planned
+    recorded.log.clear()
+    grads = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    for _ in range(2):
+        launch.attention_backward(do, q, k, v, out, lse, causal=True, dq=grads[0], dk=grads[1], dv=grads[2])
+    half = len(recorded.log) // 2
+    assert strip_delta(recorded.log[:half]) == strip_delta(recorded.log[half:])
+    plan = next(iter(launch._plans.values()))
+    assert plan.resolved.schedule.tma == hopper and bool(plan.maps["fwd"]) == hopper
+
+
+def test_a_changed_option_takes_the_general_path(recorded, monkeypatch):
+    q, k, v, do = tensors(torch.float32)
+    fwd_bwd(q, k, v, do)
+    n = len(recorded.resolves)
+    monkeypatch.setenv("NOVA_ATTENTION_PRECISION", "3xtf32")
+    fwd_bwd(q, k, v, do)
+    assert len(recorded.resolves) == n + 2
+    assert recorded.resolves[-1].score_precision == "3xtf32"
+    fwd_bwd(q, k, v, do)                                   # and is planned in turn
+    assert len(recorded.resolves) == n + 2
+
+
+def test_bias_misaligned_and_copied_operands_are_not_planned(recorded):
+    q, k, v, do = tensors()
+    bias = torch.zeros(q.shape[2], k.shape[2])
+    for _ in range(2):
+        launch.attention(q, k, v, causal=True, bias=bias)
+    assert len(recorded.resolves) == 2
+    base = torch.empty(q.numel() + 8, dtype=q.dtype)
+    shifted = base[1:1 + q.numel()].view(q.shape)          # 2-byte offset: copied to an aligned buffer
+    shifted.copy_(q)
+    n = len(recorded.resolves)
+    for _ in range(2):
+        launch.attention(shifted, k, v, causal=True)
+    assert len(recorded.resolves) == n + 2
+    assert not launch._plans or all(key[0][2] == q.stride() for key in launch._plans)
+
+
+def test_an_unaligned_pointer_on_a_planned_signature_falls_back(recorded):
+    q, k, v, do = tensors()
+    launch.attention(q, k, v, causal=True)
+    n = len(recorded.resolves)
+    base = torch.empty(q.numel() + 8, dtype=q.dtype)
+    shifted = base[1:1 + q.numel()].view(q.shape)          # same dtype, shape and strides; 2-byte offset
+    launch.attention(shifted, k, v, causal=True)
+    assert len(recorded.resolves) == n + 1                 # the general path (it copies q)
+
+
+def test_host_cost_bench_runs_both_paths():
+    from nova.bench.attention_host import measure
+    r = measure((2, 1, 64, 64, "bf16"), calls=5)
+    assert set(r) == {"fwd_general_us", "fwd_planned_us", "bwd_general_us", "bwd_planned_us"}
+    assert all(v > 0 for v in r.values())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("B, H, Hkv, T, D, dtype", [(2, 3, 3, 77, 64, "tf32"), (1, 4, 2, 150, 64, "bf16"),
+                                                     (2, 4, 2, 333, 128, "tf32"), (2, 4, 4, 1000, 64, "bf16")])
+def test_planned_calls_match_float64_on_the_gpu(B, H, Hkv, T, D, dtype):
+    """The first call takes the general path, the next ones their call plan (Hopper kernels' tensor maps
+    looked up by pointer; fresh data in the same tensors, then in new ones): every result against float64.
+    Causal cases of tests/test_attention_gpu.py (GPU_TEST_CASES, FLASH_CASES): precompiled for the device."""
+    import math
+    import nova
+    launch.reset()
+    dt = {"bf16": torch.bfloat16, "tf32": torch.float32}[dtype]
+    tol = {"bf16": (2.5e-2, 5e-2), "tf32": (4e-3, 1e-2)}[dtype]
+    gen = torch.Generator(device="cuda").manual_seed(5)
+
+    def fresh():
+        q, do = (torch.randn(B, H, T, D, device="cuda", dtype=dt, generator=gen) for _ in range(2))
+        k, v = (torch.randn(B, Hkv, T, D, device="cuda", dtype=dt, generator=gen) for _ in range(2))
+        return q, k, v, do
+
+    def rel(a, b):
+        return float((a.double() - b).norm() / b.norm())
+    q, k, v, do = fresh()
+    for step in range(3):
+        if step == 1:                                   # same tensors, new values
+            for x, y in zip((q, k, v, do), fresh()):
+                x.copy_(y)
+        elif step == 2:                                 # new tensors, same signature
+            q, k, v, do = fresh()
+        out, lse = nova.attention(q, k, v, causal=True)
+        dq, dk, dv = nova.attention_backward(do, q, k, v, out, lse, causal=True)
+        torch.cuda.synchronize()
+        qd, kd, vd = (x.double().detach().requires_grad_() for x in (q, k, v))
+        g = H // Hkv
+        s = (qd @ kd.repeat_interleave(g, 1).transpose(-1, -2)) / math.sqrt(D)
+        s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool, device="cuda").tril(), float("-inf"))
+        ref = torch.softmax(s, -1) @ vd.repeat_interleave(g, 1)
+        ref.backward(do.double())
+        assert rel(out, ref.detach()) < tol[0] and rel(lse, torch.logsumexp(s, -1).detach()) < tol[0]
+        assert max(rel(dq, qd.grad), rel(dk, kd.grad), rel(dv, vd.grad)) < tol[1]
+    assert len(launch._plans) == 2                      # the forward's and the backward's signature

@@ -1,0 +1,85 @@
+"""Step 9's device time of the attention kernels (nova/kernels/attention/device_time.py): the busiest
+SM's work, the persistent forward's tile order, the causal K/V bytes, and the bounds it takes."""
+from __future__ import annotations
+
+import pytest
+
+from nova.hwmodel import get_target
+from nova.kernels.attention.derive import configure_attention, visited_pairs
+from nova.kernels.attention.device_time import (block_steps, busiest_sm, dram_bytes, grid_rows, persistent_tiles,
+                                                visited_kv_rows)
+from nova.kernels.attention.problem import AttentionProblem
+
+GPU = get_target("h200")
+SHAPES = [AttentionProblem(2, 1, 444, 803, 64, causal=True, dtype="bf16"),
+          AttentionProblem(7, 1, 7, 4224, 64, causal=True, dtype="bf16"),
+          AttentionProblem(2, 16, 1600, 1600, 64, causal=True, dtype="bf16", kv_heads=2),
+          AttentionProblem(1, 5, 5312, 5312, 64, dtype="tf32"),
+          AttentionProblem(32, 8, 512, 512, 64, causal=True, dtype="tf32")]
+
+
+@pytest.mark.parametrize("p", SHAPES, ids=lambda p: p.describe())
+def test_block_steps_sum_to_the_visited_pairs(p):
+    cfg = configure_attention(p, GPU)
+    for role in ("fwd", "bwd_dkv", "bwd_dq"):
+        kt = cfg.schedule.kernel(role)
+        steps = block_steps(p, role, kt.block_rows, kt.block_cols)
+        per_head = p.heads if role != "bwd_dkv" else p.kv_heads
+        assert sum(steps) * kt.block_rows * kt.block_cols * p.batch * per_head == \
+            visited_pairs(p, role, kt.block_rows, kt.block_cols) * p.batch * p.heads
+
+
+def test_busiest_sm_is_the_longest_block_when_blocks_fit_and_quantizes_waves():
+    assert busiest_sm([3, 9, 5], 4, 132) == (9, 1, 9)                 # 12 blocks, one per SM
+    work, blocks, longest = busiest_sm([4] * 10, 20, 132)              # 200 equal blocks: 2 on the busiest SM
+    assert (work, blocks, longest) == (8, 2, 4)
+    work, blocks, _ = busiest_sm([5] + [0] * 99, 8, 132)               # causal decode: 792 empty blocks spread
+    assert work == 5 and blocks == 1
+
+
+def test_persistent_tiles_cover_the_work_and_the_busiest_cta_bounds_the_average():
+    steps = [1 + i for i in range(43)]                                 # a causal head of 43 query tiles
+    for rows in (1, 5, 64):
+        work, tiles = persistent_tiles(steps, rows, 132)
+        total = sum(steps) * rows
+        assert work >= total / 132 and tiles >= len(steps) * rows / 132
+        assert tiles <= -(-len(steps) * rows // 132)
+
+
+def test_causal_kernels_read_only_the_keys_they_reach():
+    p = AttentionProblem(7, 1, 7, 4224, 64, causal=True, dtype="bf16")
+    assert visited_kv_rows(p, "fwd", 64) == 64 and visited_kv_rows(p, "bwd_dkv", 64) == 4224
+    full = AttentionProblem(7, 1, 7, 4224, 64, causal=False, dtype="bf16")
+    assert dram_bytes(p, "fwd", 64) < 0.05 * dram_bytes(full, "fwd", 64)
+    assert dram_bytes(p, "bwd_dkv", 64) == p.bwd_bytes
+
+
+@pytest.mark.parametrize("p", SHAPES, ids=lambda p: p.describe())
+def test_each_kernel_takes_the_larger_bound_plus_its_launch(p):
+    cfg = configure_attention(p, GPU)
+    for role, t in cfg.terms.items():
+        launch = t["launch"]
+        if role == "bwd_pre":                # a DRAM pass: its bytes, at least one loaded latency
+            assert t["time_us"] == pytest.approx(t["dram"] + launch, abs=0.02)
+            assert t["dram"] >= GPU.mem_latency_ns * 1e-3 - 0.01
+            continue
+        assert t["time_us"] == pytest.approx(max(t["resources"], t["busiest SM"]) + launch, abs=0.02)
+        assert (t["bound"] == "busiest SM") == (t["busiest SM"] > t["resources"])
+    assert cfg.prediction.time_us == pytest.approx(sum(t["time_us"] for t in cfg.terms.values()), rel=1e-3)
+
+
+def test_a_few_blocks_are_priced_by_the_busiest_sm_not_the_average():
+    """B2 H1 T444x803 causal: 8 forward blocks on 132 SMs.  The throughput bound spreads their work
+    over every SM (0.4 us); one SM runs the longest block (the run8 graph replay: 13.4 us)."""
+    cfg = configure_attention(AttentionProblem(2, 1, 444, 803, 64, causal=True, dtype="bf16"), GPU)
+    fwd = cfg.terms["fwd"]
+    assert fwd["bound"] == "busiest SM" and fwd["busiest SM"] > 10 * fwd["resources"]
+    assert grid_rows(cfg.problem, "fwd") == 2
+
+
+def test_a_persistent_forward_adds_its_cta_and_tile_costs():
+    p = AttentionProblem(1, 5, 5312, 5312, 64, dtype="tf32")
+    cfg = configure_attention(p, GPU)
+    assert cfg.schedule.fwd.persistent
+    fwd = cfg.terms["fwd"]
+    assert fwd["busiest SM"] > fwd["resources"] > 0

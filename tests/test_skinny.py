@@ -1,0 +1,322 @@
+"""The skinny GEMM without a GPU: the rule that picks it, its schedules' limits, the kernels assembled
+for sm_80 and sm_90 without spills, and the generated MLIR itself run on the CPU (``simt_cpu``: every
+thread of a CTA in lockstep, bounds and shared-memory races checked) against a float64 reference over
+M in {1, 2, 3, 5, 8, 13, 16}, odd N and K, NN / NT / TN / TT, tf32 / bf16 / fp16, epilogues, K split
+over CTAs, A staged in several chunks and rounds.  The GPU run is tests/test_skinny_gpu.py."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from nova.configurator import ACTIVATIONS, DTYPES, GemmProblem, configure
+from nova.hwmodel import PRESETS, get_target
+from nova.kernels.gemm import skinny
+from nova.kernels.gemm.skinny_schedule import SkinnySchedule
+
+# Held-out problems of bench/results/h200-2026-12-03/run8/heldout (nova.bench.heldout gemm --count 40 --seed
+# 20261203): the decode-sized ones the tensor-core tiles lost to cuBLAS
+HELDOUT = [(1, 1014, 11606, "tf32", False, False), (1, 13647, 1389, "tf32", False, True),
+           (1, 345, 483, "tf32", False, True), (23, 1387, 4873, "tf32", False, False),
+           (15, 576, 1920, "tf32", True, False), (16, 5760, 384, "tf32", False, False)]
+
+
+def mlir_or_skip():
+    from nova.runtime.cache import mlir_available
+    if not mlir_available():
+        pytest.skip("MLIR is not installed")
+
+
+# --------------------------------------------------------------------------- the rule
+@pytest.mark.parametrize("case", HELDOUT, ids=lambda c: f"{c[0]}x{c[1]}x{c[2]}{'T' if c[4] else 'N'}{'T' if c[5] else 'N'}")
+def test_heldout_decode_shapes_pick_the_skinny_kernel_by_prediction(case):
+    M, N, K, dtype, ta, tb = case
+    p = GemmProblem(M, N, K, dtype, ta, tb)
+    cfg, tiles = configure(p, "h200"), configure(p, "h200", kernel="tiles")
+    assert cfg.skinny and not tiles.skinny
+    assert cfg.prediction.time_us < tiles.prediction.time_us
+    # the choice is recorded with both predictions, the last step is the chosen kernel's prediction
+    [choice] = [s for s in cfg.derivation if s.step == "kernel"]
+    assert choice.value == "skinny" and f"{cfg.prediction.time_us:.2f}" in choice.reason
+    assert f"{tiles.prediction.time_us:.2f}" in choice.reason
+    assert cfg.derivation[-1].step == "prediction" and cfg.derivation[-1].value == f"{cfg.prediction.time_us:.1f} us"
+    # the tiles' derivation is unchanged in front of it
+    assert [s.to_dict() for s in cfg.derivation[:len(tiles.derivation)]] == [s.to_dict() for s in tiles.derivation]
+    # memory-bound by design: the DRAM time of B is the floor it stays above
+    assert cfg.prediction.time_us >= 1e6 * K * N * p.in_bytes / get_target("h200").dram_bw
+    json.dumps(cfg.to_dict())
+
+
+@pytest.mark.parametrize("shape", [(4096, 4096, 4096), (128, 4096, 4096), (26, 8192, 8192)])
+def test_large_m_keeps_the_tiles_and_their_derivation(shape):
+    for dtype in DTYPES:
+        p = GemmProblem(*shape, dtype)
+        cfg, tiles = configure(p, "h200"), configure(p, "h200", kernel="tiles")
+        assert not cfg.skinny and cfg.schedule == tiles.schedule and cfg.prediction == tiles.prediction
+        assert [s.to_dict() for s in cfg.derivation] == [s.to_dict() for s in tiles.derivation]
+
+
+def test_m_max_is_the_fp32_balance_point():
+    """At ``m_max`` rows the FMAs take no longer than B's DRAM time; one row more they do (or the
+    accumulator budget binds)."""
+    for name in PRESETS:
+        gpu = get_target(name)
+        for dtype in DTYPES:
+            p = GemmProblem(1, 4096, 4096, dtype)
+            bound = skinny.m_max(p, gpu)[0]
+            fma = skinny.F.fma_rate(clock_hz=gpu.clock_hz, fp32_lanes_per_sm=gpu.fp32_lanes_per_sm, sm_count=gpu.sm_count)
+            per_element = lambda m: (m + skinny.converts(p)) / fma        # noqa: E731  FMA seconds per element of B
+            dram = p.in_bytes / gpu.dram_bw
+            assert 1 <= bound <= skinny.ACC_VALUES
+            assert per_element(bound) <= dram
+            assert bound == skinny.ACC_VALUES or per_element(bound + 1) > dram
+
+
+def test_where_it_does_not_apply():
+    h200 = get_target("h200")
+    bound = skinny.m_max(GemmProblem(1, 64, 64, "bf16"), h200)[0]
+    over = GemmProblem(bound + 1, 4096, 4096, "bf16")
+    assert not configure(over, "h200").skinny
+    assert not [s for s in configure(over, "h200").derivation if s.step == "kernel"]     # nothing recorded
+    batched = GemmProblem(2, 4096, 4096, "tf32", batch=3)
+    cfg = configure(batched, "h200")
+    assert not cfg.skinny and [s.value for s in cfg.derivation if s.step == "kernel"] == ["tiles"]
+    # a forced family means the tensor-core tiles
+    assert not configure(GemmProblem(1, 4096, 4096), "h200", family="wgmma").skinny
+    with pytest.raises(ValueError, match=r"^the skinny kernel does not apply to gemm 3x3x4096x4096 tf32 NN .*a batch of 3 GEMMs"):
+        configure(GemmProblem(3, 4096, 4096, batch=3), "h200", kernel="skinny")
+    with pytest.raises(ValueError, match="no MMA family"):
+        configure(GemmProblem(1, 64, 64), "h200", kernel="skinny", family="mma.sync")
+    with pytest.raises(ValueError, match="unknown GEMM kernel"):
+        configure(GemmProblem(1, 64, 64), "h200", kernel="fast")
+
+
+small = st.builds(GemmProblem, M=st.integers(1, 24), N=st.one_of(st.integers(1, 300), st.integers(1, 20000)),
+                  K=st.one_of(st.integers(1, 300), st.integers(1, 20000)), dtype=st.sampled_from(list(DTYPES)),
+                  trans_a=st.booleans(), trans_b=st.booleans(), bias=st.booleans(),
+                  activation=st.sampled_from(ACTIVATIONS), deterministic=st.booleans())
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small, st.sampled_from(list(PRESETS)))
+def test_every_skinny_schedule_fits_and_builds_legally(problem, target):
+    from nova.kernels.gemm.emit_skinny import check_supported
+    gpu = get_target(target)
+    if not skinny.applies(problem, gpu)[0]:
+        return
+    try:
+        cfg = configure(problem, gpu, kernel="skinny")
+    except ValueError as e:                          # one CTA does not fit this GPU: refused in one line
+        assert "does not fit" in str(e) and "\n" not in str(e)
+        return
+    s = cfg.schedule
+    check_supported(problem, s)
+    assert s.smem_bytes <= gpu.smem_per_block and s.blocks_per_sm >= 1
+    assert s.blocks_per_sm * (s.smem_bytes + gpu.smem_reserved_per_block) <= gpu.smem_per_sm
+    assert s.regs_per_thread <= s.max_regs <= 255 and s.blocks_per_sm * s.threads * s.max_regs <= gpu.regs_per_sm
+    assert s.threads <= 1024 and s.threads % 32 == 0 and 1 <= s.splits <= skinny.SPLITS_MAX
+    assert s.accumulators * problem.M <= skinny.ACC_VALUES
+    assert cfg.prediction.time_us >= cfg.prediction.floor_us * (1 - 1e-9) and cfg.prediction.time_us > 0
+    assert SkinnySchedule.from_dict(json.loads(json.dumps(s.to_dict()))) == s
+    assert configure(problem, gpu, kernel="skinny") == cfg                      # deterministic
+
+
+# --------------------------------------------------------------------------- the key and the family
+def test_the_skinny_kernel_is_its_own_registered_family():
+    from nova.kernels import registry
+    from nova.kernels.family import families
+    from nova.kernels.gemm.family import family_of, kernel_key
+    assert {"gemm", "gemm_skinny"} <= {f.name for f in families()}
+    p = GemmProblem(1, 1014, 11606)
+    h200 = get_target("h200")
+    sk, tiles = configure(p, h200).schedule, configure(p, h200, kernel="tiles").schedule
+    assert (family_of(sk), family_of(tiles)) == ("gemm_skinny", "gemm")
+    assert kernel_key(p, sk, h200) != kernel_key(p, tiles, h200)
+    entry = {"meta": {"problem": p.to_dict(), "schedule": sk.to_dict()}}
+    assert kernel_key(p, sk, h200) in registry.current_keys(entry)
+
+
+def test_outside_arena_counts_the_partials_workspace():
+    from nova.compiler.outside_arena import skinny_workspaces
+    p = GemmProblem(1, 1014, 11606)
+    s = configure(p, "h200").schedule
+    assert s.split
+
+    class Program:
+        def gemm_problems(self):
+            return [p]
+    [item] = skinny_workspaces(Program(), "h200")
+    assert item.nbytes == s.workspace_bytes(p.M, p.N) >= 4 * s.splits * p.M * p.N + 4 * s.grid(p.N)[0]
+    assert item.allocator == "driver" and "skinny" in item.what
+
+
+def test_explain_shows_the_choice_and_why():
+    r = subprocess.run([sys.executable, "-m", "nova.cli.config", "explain", "matmul", "1x1014x11606", "--target",
+                        "h200"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = " ".join(r.stdout.split())
+    for text in ("skinny: rows of A at most", "skinny: unroll", "skinny: K splits", "kernel", "skinny",
+                 "the lower prediction", "B streamed once on the CUDA cores", "slice order", "Prediction", "last_cta"):
+        assert text in out, text
+    d = json.loads(subprocess.run([sys.executable, "-m", "nova.cli.config", "explain", "matmul", "1x1014x11606",
+                                   "--target", "h200", "--json"], capture_output=True, text=True, timeout=120).stdout)
+    assert d["schedule"]["kernel"] == "skinny" and d["schedule"]["workspace_bytes"] > 0
+    assert d["calibrated_time_us"] is None
+
+
+def test_fingerprint_records_a_skinny_case():
+    from nova.codegen import fingerprint as fp
+    case = fp.Case(1, 1014, 11606, "tf32", "h200")
+    first = fp.fingerprint_case(case, ptx=False)
+    assert first == fp.fingerprint_case(case, ptx=False) and first["family"] == "skinny"
+
+
+# --------------------------------------------------------------------------- assembled by ptxas
+BUILD = [(M, N, K, dt, ta, tb) for M in (1, 2, 3, 5, 8, 13, 16) for dt in ("tf32", "bf16")
+         for (N, K) in ((4096, 4096), (1387, 1389)) for ta, tb in ((False, False), (False, True), (True, False))]
+
+
+def _assemble(args):
+    from nova.kernels.gemm.compile import compile_skinny
+    problem, target = args
+    if not skinny.applies(problem, get_target(target))[0]:
+        return None
+    cfg = configure(problem, target, kernel="skinny")
+    art = compile_skinny(problem, cfg.schedule)
+    return [(problem.describe(), target, art.resources, cfg.schedule, art.meta["register_cap"])]
+
+
+@pytest.mark.parametrize("target", ["h200", "a100"])
+def test_kernels_assemble_without_spills_within_their_register_cap(target):
+    """Every M of the GPU tests, both dtypes, three layouts, even and odd N and K: ptxas (sm_90 for the
+    H200, sm_80 for the A100) assembles the kernel, split or not, with no spills and no more registers
+    than its cap: the schedule's, for all but a few lifted where ptxas spilled under it."""
+    from nova.codegen import ptxas
+    mlir_or_skip()
+    if not ptxas.available():
+        pytest.skip("ptxas is not on PATH")
+    problems = [(GemmProblem(M, N, K, dt, ta, tb), target) for M, N, K, dt, ta, tb in BUILD]
+    with ProcessPoolExecutor(2) as pool:
+        results = [r for rs in pool.map(_assemble, problems) if rs for r in rs]
+    assert len(results) >= 40
+    assert {s.arch for _, _, _, s, _ in results} == {get_target(target).arch}
+    assert any(s.split for _, _, _, s, _ in results) and any(not s.split for _, _, _, s, _ in results)
+    bad = [(what, t, res["registers"], res["spill_store_bytes"]) for what, t, res, s, cap in results
+           if res["spill_store_bytes"] or res["spill_load_bytes"] or res["stack_bytes"] or res["registers"] > cap]
+    assert not bad, bad
+    # the schedule's cap holds for almost all: the estimate (skinny.registers) follows ptxas
+    lifted = [what for what, _, _, s, cap in results if cap != s.max_regs]
+    assert len(lifted) <= len(results) // 10, lifted
+
+
+# --------------------------------------------------------------------------- the kernels run on the CPU
+def _round(x, storage):
+    from simt_cpu import round_to
+    return round_to(x, storage)
+
+
+def simulate(p: GemmProblem, s: SkinnySchedule, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The generated kernel on the CPU, its CTAs in a seeded random order (any may take a column block's
+    last ticket): (C as written, the float64 reference); the counters must be left zero."""
+    from simt_cpu import run_kernel
+    from nova.kernels.gemm.emit_skinny import KERNEL_NAME, bias_storage, build_skinny_module
+    rng = np.random.default_rng(seed)
+    a = _round(rng.standard_normal(p.M * p.K).astype(np.float32), p.storage)
+    b = _round(rng.standard_normal(p.K * p.N).astype(np.float32), p.storage)
+    bias = _round(rng.standard_normal(p.N).astype(np.float32), bias_storage(p))
+    c = np.full(p.M * p.N, np.nan, dtype=np.float32)
+    blocks = s.grid(p.N)[0]
+    w = np.full(max(1, blocks * s.region(p.M)), np.nan, dtype=np.float32)
+    tickets = np.zeros(blocks, dtype=np.float32)
+    bufs = {"A": a, "B": b, "C": c, "bias": bias, "W": w, "T": tickets}
+    run_kernel(build_skinny_module(p, s), KERNEL_NAME, s.grid(p.N), s.threads, s.smem_bytes, bufs, shuffle_seed=seed)
+    assert not tickets.any(), "the column blocks' counters are left for the next launch non-zero"
+    am = a.astype(np.float64).reshape((p.K, p.M)).T if p.trans_a else a.astype(np.float64).reshape(p.M, p.K)
+    bm = b.astype(np.float64).reshape((p.N, p.K)).T if p.trans_b else b.astype(np.float64).reshape(p.K, p.N)
+    ref = am @ bm + (bias.astype(np.float64)[None, :] if p.bias else 0.0)
+    if p.activation == "relu":
+        ref = np.maximum(ref, 0.0)
+    elif p.activation == "silu":
+        ref = ref / (1.0 + np.exp(-ref))
+    elif p.activation == "gelu":
+        ref = 0.5 * ref * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (ref + 0.044715 * ref ** 3)))
+    return c.reshape(p.M, p.N), ref
+
+
+# the error of a result stored in that type (relative Frobenius): FP32 sums of exact products, then the output
+TOL = {"tf32": 1e-6, "bf16": 6e-3, "fp16": 8e-4}
+# (M, N, K, dtype, trans_a, trans_b, bias, activation): every M of the GPU tests, odd N and K, all four
+# layouts, the three dtypes, every epilogue; N below a warp's columns (threads along K share rows)
+CPU_CASES = [
+    (1, 37, 301, "tf32", False, False, False, "none"), (1, 345, 483, "tf32", False, True, False, "none"),
+    (2, 130, 257, "bf16", True, True, True, "silu"), (3, 70, 300, "tf32", False, False, True, "gelu"),
+    (5, 130, 1000, "fp16", False, True, True, "relu"), (8, 96, 515, "bf16", True, False, False, "none"),
+    (13, 100, 2000, "tf32", True, False, False, "none"), (16, 67, 129, "tf32", False, False, True, "relu"),
+    (16, 40, 96, "tf32", True, True, False, "gelu"), (11, 77, 333, "fp16", True, True, True, "silu"),
+    (3, 5, 7, "tf32", False, False, False, "none"),
+    (1, 1, 1, "bf16", False, False, True, "none"), (7, 3, 1100, "tf32", False, True, False, "none"),
+    (5, 9, 700, "bf16", False, False, False, "none"),
+]
+
+
+@pytest.mark.parametrize("case", CPU_CASES, ids=lambda c: "x".join(map(str, c[:3])) + f"-{c[3]}-"
+                         f"{'T' if c[4] else 'N'}{'T' if c[5] else 'N'}-{c[7]}{'-bias' if c[6] else ''}")
+def test_generated_kernel_matches_float64_on_the_cpu(case):
+    mlir_or_skip()
+    p = GemmProblem(*case)
+    s = configure(p, "h200", kernel="skinny").schedule
+    assert s.lanes_along == ("k" if p.trans_b else "n")
+    got, ref = simulate(p, s, seed=sum(case[:3]))
+    assert not np.isnan(got).any(), "outputs never written (NaN poison survives)"
+    err = np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30)
+    assert err <= TOL[p.dtype], (s.label(), err)
+
+
+def test_sixteen_rows_of_16_bit_inputs_on_the_cpu():
+    """M = 16 of bf16 / fp16 is past the H200's balance point; the RTX 3060's (sm_86) takes it."""
+    mlir_or_skip()
+    for case in [(16, 70, 257, "bf16", False, False, True, "none"), (16, 33, 520, "fp16", False, True, False, "relu")]:
+        p = GemmProblem(*case)
+        assert not skinny.applies(p, get_target("h200"))[0]
+        s = configure(p, "rtx3060", kernel="skinny").schedule
+        got, ref = simulate(p, s, seed=3)
+        assert not np.isnan(got).any()
+        assert np.linalg.norm(got - ref) / np.linalg.norm(ref) <= TOL[p.dtype], s.label()
+
+
+def replanned(p: GemmProblem, s: SkinnySchedule, splits: int) -> SkinnySchedule:
+    """``s`` with K in ``splits`` slices of three chunks (whole trips), staged one load a thread a round."""
+    k_slice = s.span * -(-p.K // (s.span * splits))
+    splits, a_chunk = -(-p.K // k_slice), s.span * -(-k_slice // (3 * s.span))
+    s = dataclasses.replace(s, splits=splits, k_slice=k_slice, a_chunk=a_chunk, stage_loads=1,
+                            reduce_groups=skinny.reduce_groups(p, s.threads, s.columns, splits))
+    return dataclasses.replace(s, smem_bytes=skinny.smem_bytes(p, s.lanes_along, s.threads, s.threads_n, s.vec,
+                                                               a_chunk, s.m_pad, s.reduction_smem_bytes(p.M)))
+
+
+def test_k_split_chunks_and_staging_rounds_on_the_cpu():
+    """Slices of several chunks of A, each staged in several rounds (one load a thread each), the chunks
+    of several trips and the last one short (its tail trip), the last slice shorter; 1 slice, 2, and 9
+    (the last CTA's groups add two each, the last group's past the slices)."""
+    mlir_or_skip()
+    from nova.kernels.gemm.emit_skinny import check_supported
+    rounds = []
+    for case, splits in [((3, 200, 3000, "tf32", False, False, True, "none"), 2),
+                         ((5, 70, 2999, "bf16", True, True, False, "relu"), 1),
+                         ((2, 130, 4001, "fp16", False, False, False, "none"), 11)]:
+        p = GemmProblem(*case)
+        s = replanned(p, configure(p, "h200", kernel="skinny").schedule, splits)
+        check_supported(p, s)
+        assert -(-s.k_slice // s.a_chunk) >= 2 and s.splits > 1 if splits > 1 else s.splits == 1
+        rounds.append(-(-p.M * s.a_chunk // s.threads))
+        got, ref = simulate(p, s, seed=7)
+        assert not np.isnan(got).any()
+        assert np.linalg.norm(got - ref) / np.linalg.norm(ref) <= TOL[p.dtype], s.label()
+    assert max(rounds) > 1
