@@ -478,15 +478,18 @@ def _mib(nbytes: int) -> str:
     return f"{nbytes / 2**20:.2f} MiB"
 
 
-def render_budget(budget: dict, console) -> None:
+def render_budget(budget: dict, console, priced_ms: float | None = None) -> None:
     """The memory budget's decisions: per tensor class kept, recomputed or chunked and why, the
-    predicted peak and the predicted cost in step time."""
+    predicted peak and the predicted cost in step time: the closed forms that chose (``budget.py``)
+    and, given ``priced_ms`` (the plan's predicted step time minus the fastest plan's, both as
+    ``explain`` prices them), the plans' difference."""
     from rich.markup import escape
     from rich.table import Table
+    priced = f"+{priced_ms:.3f} ms per step over the fastest plan as priced; " if priced_ms is not None else ""
     console.print(f"memory budget {_gb(budget['budget_bytes'])}: predicted peak {_gb(budget['peak_bytes'])} "
                   f"(unbudgeted {_gb(budget['unbudgeted_peak_bytes'])}); loss in {budget['loss_chunks']} row "
-                  f"chunk{'s' if budget['loss_chunks'] > 1 else ''}; predicted cost +{budget['extra_step_us'] / 1e3:.3f} ms "
-                  f"per step (recompute {budget['recompute_us'] / 1e3:.3f} ms, chunked loss "
+                  f"chunk{'s' if budget['loss_chunks'] > 1 else ''}; predicted cost {priced}closed forms "
+                  f"+{budget['extra_step_us'] / 1e3:.3f} ms (recompute {budget['recompute_us'] / 1e3:.3f} ms, chunked loss "
                   f"{budget['chunk_cost_us'] / 1e3:.3f} ms); {budget['rounds']} re-plans")
     if not budget["classes"]:
         console.print(f"  {escape(budget['loss_chunk_why'])}")
@@ -636,7 +639,9 @@ def render(report: dict, console=None, top: int = 12) -> None:
     if mem.get("policy"):
         render_policy(mem["policy"], console)
     if mem.get("budget"):
-        render_budget(mem["budget"], console)
+        fastest = (mem.get("policy") or {}).get("fastest_step_us")
+        render_budget(mem["budget"], console,
+                      None if fastest is None else report["prediction"]["step_ms"] - fastest / 1e3)
     p = report["prediction"]
     line = f"Prediction: {p['step_ms']:.2f} ms per step over {p['launches']} launches"
     if p.get("tokens_per_s"):
