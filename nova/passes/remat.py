@@ -18,7 +18,7 @@ configurator does not take, its ``2 M N K`` FLOPs at the target's tensor-core pe
 optimistic: GPT-42M's recomputed projections cost 1.6x that); any other node its bytes (inputs
 read, results written) at the target's DRAM bandwidth (pessimistic for a pointwise chain the fusion
 pass joins to its backward reader: Llama's SwiGLU product is priced 1.55x the plans' difference);
-a view nothing.  **Benefit**: the root's bytes, freed at the peak when the root is live across it.
+a view nothing, nor a bias added to a GEMM's result (its epilogue).  **Benefit**: the root's bytes, freed at the peak when the root is live across it.
 So a pointwise or norm result (its chain reads a few tensors of its size) frees a hundred times
 more bytes per microsecond than a GEMM output (its chain is a GEMM).  The default memory policy
 (``memory_policy.py``) prices candidates by planning them; these closed forms order them.
@@ -107,6 +107,9 @@ def node_time_us(node: Node, gpu, copies: bool = False) -> float:
     k = kind(node.op)
     if k == "view" and not copies:
         return 0.0
+    if node.op == "add" and node.inputs[0].producer is not None and node.inputs[0].producer.op == "matmul" \
+            and node.inputs[1].type.rank == 1:
+        return 0.0                    # a bias: the GEMM's epilogue adds it as it writes
     if k == "matmul":
         configured = _gemm_time_us(node, gpu)
         if configured is not None:
