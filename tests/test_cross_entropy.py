@@ -11,7 +11,7 @@ from nova.compiler.executor import build
 from nova.ir import Graph, IRError, TensorType, interpreter, opdef, verify
 from nova.ir.ops import infer
 from nova.passes import pipeline, validate_memory_plan
-from nova.passes.cross_entropy import find, fuse_cross_entropy
+from nova.passes.cross_entropy import find, find_backward, fuse_cross_entropy
 
 CE = opdef("cross_entropy").reference
 CE_BACKWARD = opdef("cross_entropy_backward").reference
@@ -177,7 +177,44 @@ def test_pass_leaves_other_uses_alone(case):
                 g.output(g.op("neg", nodes["nll_loss_backward"].outputs[0]), "minus_dlogp")
         g = _rebuild(mutate)
     assert not find(g)
-    assert fuse_cross_entropy(g) is g
+    if case in ("dlogp_other_reader", "reduction_none", "first_axis", "bf16"):
+        assert not find_backward(g) and fuse_cross_entropy(g) is g
+        return
+    # the whole pattern is blocked, but the backward's pair is still rewritten on its own
+    new = fuse_cross_entropy(g)
+    ops = new.op_counts()
+    assert ops["log_softmax"] == ops["nll_loss"] == ops["cross_entropy_backward"] == 1
+    assert "nll_loss_backward" not in ops and "log_softmax_backward" not in ops
+    inputs = graph_inputs(g)
+    assert_same(interpreter.run(new, inputs), interpreter.run(g, inputs), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("reduction,ignore_index", [("mean", -100), ("sum", 3), ("mean", 0)])
+def test_a_backward_alone_becomes_cross_entropy_backward_over_the_saved_logp(reduction, ignore_index):
+    """AOTAutograd's backward graph: logp (saved by the forward) is an input; the nll_loss_backward +
+    log_softmax_backward pair becomes one cross_entropy_backward reading logp with a zero
+    log-sum-exp, the same gradient, and no [N, C] dlogp."""
+    n, c = 9, 13
+    g = Graph("backward")
+    logp = g.input(TensorType((n, c), "f64"), "logp", "data")
+    t = g.input(TensorType((n,), "i64"), "target", "data")
+    tw = g.input(TensorType((), "f64"), "total_weight", "data")
+    dloss = g.input(TensorType((), "f64"), "tangent", "data")
+    dlogp = g.op("nll_loss_backward", dloss, logp, t, tw, reduction=reduction, ignore_index=ignore_index)
+    g.output(g.op("log_softmax_backward", dlogp, logp, axis=1), "dx", "grad")
+    assert not find(g) and len(find_backward(g)) == 1
+    new = fuse_cross_entropy(g)
+    verify(new)
+    assert new.op_counts() == {"constant": 1, "cross_entropy_backward": 1}
+    x, target = _problem(n, c, ignore_index)
+    target[target == -100] = ignore_index
+    keep = (target != ignore_index).sum().to(torch.float64)
+    inputs = [torch.log_softmax(x, -1), target, keep, torch.tensor(0.37, dtype=torch.float64)]
+    xr = x.clone().requires_grad_()
+    F.cross_entropy(xr, target, reduction=reduction, ignore_index=ignore_index).backward(inputs[3])
+    (dx,) = interpreter.run(new, inputs)
+    torch.testing.assert_close(dx, xr.grad, rtol=1e-12, atol=1e-14)
+    assert_same(interpreter.run(new, inputs), interpreter.run(g, inputs), rtol=1e-12, atol=1e-14)
 
 
 def test_pass_on_the_captured_tiny_gpt_step():

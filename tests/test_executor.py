@@ -774,3 +774,85 @@ def test_cuda_attention_kernels_with_emulated_efficient_attention(monkeypatch):
     for got, want in zip([o, lse, *grads], ref[:5]):
         assert rel_error(got, want) < TOL
     assert kernel.copies == 2 and kernel_b.copies == 4 and ctx.workspace_bytes == 2 * 4 * 64 * 4
+
+
+# --------------------------------------------------------------------------- per-call storage
+def apart(graph, donated=frozenset()):
+    from nova.passes import pipeline
+    from nova.passes.memory import Handoff
+    return pipeline(graph, handoff=Handoff(outputs_apart=True, donated_inputs=frozenset(donated)))
+
+
+def test_per_call_outputs_are_handed_over_without_copies_and_outlive_the_next_run():
+    """A per-call program returns the output region's buffers themselves (no clone), new ones each
+    run; it keeps neither them nor its arena once the run is over."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+    case = attention_block()
+    plan = apart(case.graph)
+    program = build(plan, "cpu", poison=True, per_call=True)
+    first = program.run(case.inputs(3))
+    assert_close(case.graph, first, interpreter.run(case.graph, case.inputs(3)))
+    assert program.stats["cloned_outputs"] == 0 and program.stats["output_buffer_bytes"] > 0
+    assert "arena" not in program.store                        # allocated per run
+    kept = [t.clone() for t in first]
+    second = program.run(case.inputs(4))
+    assert all(torch.equal(a, b) for a, b in zip(first, kept)), "a returned buffer was written by the next run"
+    assert {t.untyped_storage().data_ptr() for t in first}.isdisjoint({t.untyped_storage().data_ptr() for t in second})
+    refs = [StorageWeakRef(t.untyped_storage()) for t in first]
+    del first, kept
+    assert all(r.expired() for r in refs), "the program keeps a run's output buffers alive"
+    assert_close(case.graph, second, interpreter.run(case.graph, case.inputs(4)))
+
+
+def test_in_place_inputs_need_no_static_slot_and_are_not_kept():
+    case = attention_block()
+    plan = apart(case.graph)
+    data = [i for i, s in enumerate(case.graph.inputs) if s.role == "data"]
+    staged = build(plan, "cpu", per_call=True)
+    program = build(plan, "cpu", per_call=True, in_place=data)
+    assert program.stats["in_place_inputs"] == len(data)
+    assert program.stats["static_input_bytes"] < staged.stats["static_input_bytes"]
+    from torch.multiprocessing.reductions import StorageWeakRef
+    inputs = case.inputs(5)
+    got = program.run(inputs)
+    assert_close(case.graph, got, interpreter.run(case.graph, case.inputs(5)))
+    refs = [StorageWeakRef(inputs[i].untyped_storage()) for i in data]
+    del inputs, got
+    assert all(r.expired() for r in refs), "the program keeps an input it read in place alive"
+
+
+def test_a_donated_input_receives_the_result_written_in_place():
+    g = Graph("donated")
+    x = g.input(TensorType((16, 16), "f32"), "x", "data")
+    w = g.input(TensorType((16, 16), "f32"), "w", "param")
+    g.output(g.op("matmul", g.op("exp", x), w), "y")
+    plan = apart(g, donated={0})
+    program = build(plan, "cpu", per_call=True)
+    xs, ws = torch.randn(16, 16), torch.randn(16, 16)
+    given = xs.clone()
+    (y,) = program.run([given, ws])
+    torch.testing.assert_close(y, torch.exp(xs) @ ws)
+    torch.testing.assert_close(given, torch.exp(xs))          # exp(x) was written into x's storage
+    assert program.stats["static_input_bytes"] == 0
+
+
+def test_per_call_bindings_are_kept_by_address(monkeypatch):
+    """Runs whose buffers and inputs sit at a kept binding's addresses run its launches (no new
+    binding); other addresses bind anew, and only ``BINDINGS_KEPT`` bindings are kept."""
+    from nova.compiler import executor
+    case = mlp_training_step()
+    plan = apart(case.graph)
+    program = build(plan, "cpu", per_call=True)
+    pools = {k: program._step_storage(torch.device("cpu"), False) for k in range(executor.BINDINGS_KEPT + 1)}
+    current = {"pool": 0}
+    monkeypatch.setattr(program, "_step_storage", lambda device, poison: pools[current["pool"]])
+    state = case.inputs(1)
+    for pool in [0, 0, 1, 0, 1]:
+        current["pool"] = pool
+        ref = interpreter.run(case.graph, [x.clone() for x in state])
+        assert_close(case.graph, program.run(state), ref)
+    assert program.stats["rebinds"] == 1 and len(program._bindings) == 2
+    for pool in range(executor.BINDINGS_KEPT + 1):
+        current["pool"] = pool
+        program.run(state)
+    assert len(program._bindings) == executor.BINDINGS_KEPT and program.stats["rebinds"] == executor.BINDINGS_KEPT

@@ -102,6 +102,132 @@ def test_gpt_tiny_training_matches_eager(engine, caplog):
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], [r.message for r in caplog.records]
 
 
+def gpt_grads(model, idx, targets):
+    """Eager's loss and gradients for one batch, the model's own grads left as they were."""
+    reference = copy.deepcopy(model)
+    reference.zero_grad(set_to_none=True)
+    loss = reference(idx, targets)
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in reference.named_parameters()}
+
+
+def tiny_batches(count: int, seed: int = 4):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randint(0, 96, (2, 16), generator=g), torch.randint(0, 96, (2, 16), generator=g))
+            for _ in range(count)]
+
+
+@pytest.mark.parametrize("engine", ["reference", "executor"])
+@pytest.mark.parametrize("order", ["first backward first", "second backward first"])
+def test_two_forwards_before_their_backwards(engine, order):
+    """Two forwards, then both backwards (in either order): each backward reads its own forward's
+    saved activations (per-call output buffers: the second forward does not overwrite the first's),
+    and the gradients are the sum of eager's for the two batches."""
+    model = gpt_tiny()
+    (a, b) = tiny_batches(2)
+    loss_a, grads_a = gpt_grads(model, *a)
+    loss_b, grads_b = gpt_grads(model, *b)
+    compiled = torch.compile(model, backend=nova_backend, options={"engine": engine})
+    for _ in range(2):                           # the second round runs on kept bindings
+        model.zero_grad(set_to_none=True)
+        first, second = compiled(*a), compiled(*b)
+        assert_close(first.detach(), loss_a, "first loss")
+        assert_close(second.detach(), loss_b, "second loss")
+        for loss in ((first, second) if order == "first backward first" else (second, first)):
+            loss.backward()
+        for name, p in model.named_parameters():
+            assert_close(p.grad, grads_a[name] + grads_b[name], f"grad of {name}")
+
+
+@pytest.mark.parametrize("engine", ["reference", "executor"])
+def test_forwards_without_backward_and_inference_between_training_steps(engine):
+    """A forward whose graph is dropped without a backward, and inference under no_grad, between
+    training steps: every step's loss and gradients still match eager's."""
+    model = gpt_tiny()
+    batches = tiny_batches(3, seed=6)
+    compiled = torch.compile(model, backend=nova_backend, options={"engine": engine})
+    for step, (idx, targets) in enumerate(batches):
+        compiled(idx, targets)                               # forward only: its saved tensors dropped
+        with torch.no_grad():
+            assert_close(compiled(idx, targets), model(idx, targets), f"step {step}: inference loss")
+        loss_ref, grads = gpt_grads(model, idx, targets)
+        model.zero_grad(set_to_none=True)
+        loss = compiled(idx, targets)
+        loss.backward()
+        assert_close(loss.detach(), loss_ref, f"step {step}: loss")
+        for name, p in model.named_parameters():
+            assert_close(p.grad, grads[name], f"step {step}: grad of {name}")
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.05 * p.grad
+
+
+@pytest.mark.parametrize("engine", ["reference", "executor"])
+def test_two_compiled_models_interleaved(engine):
+    """Two models compiled side by side (same shapes, their own programs and bindings), their
+    forwards and backwards interleaved: each trains as eager does."""
+    models = [gpt_tiny(), gpt_tiny()]
+    with torch.no_grad():
+        for p in models[1].parameters():
+            p.mul_(0.5)
+    compiled = [torch.compile(m, backend=nova_backend, options={"engine": engine}) for m in models]
+    for step, (idx, targets) in enumerate(tiny_batches(2, seed=8)):
+        expected = [gpt_grads(m, idx, targets) for m in models]
+        for m in models:
+            m.zero_grad(set_to_none=True)
+        losses = [c(idx, targets) for c in compiled]
+        for loss in reversed(losses):
+            loss.backward()
+        for m, loss, (loss_ref, grads) in zip(models, losses, expected):
+            assert_close(loss.detach(), loss_ref, f"step {step}: loss")
+            for name, p in m.named_parameters():
+                assert_close(p.grad, grads[name], f"step {step}: grad of {name}")
+
+
+def test_backward_with_retain_graph_twice():
+    """``backward(retain_graph=True)`` twice: AOTAutograd donates nothing to such a backward, and
+    the saved tensors read in place are still whole for the second one: gradients doubled."""
+    model = gpt_tiny()
+    idx, targets = tiny_batches(1, seed=9)[0]
+    _, grads = gpt_grads(model, idx, targets)
+    compiled = torch.compile(model, backend=nova_backend, options={"engine": "executor"})
+    loss = compiled(idx, targets)
+    loss.backward(retain_graph=True)
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert_close(p.grad, 2 * grads[name], f"grad of {name}")
+
+
+class SavesAParameterCopy(torch.nn.Module):
+    """The forward returns a copy of its weight (Nova's value semantics lower ``clone`` to the
+    weight itself) and a result that the backward also saves."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(6, 6)
+
+    def forward(self, x):
+        y = torch.tanh(self.linear(x))
+        return y, self.linear.weight.clone()
+
+
+def test_a_result_the_trace_made_fresh_is_never_an_input():
+    """The returned ``weight.clone()`` must not be the parameter itself: writing to it leaves the
+    parameter as it was (``dynamo_handoff.output_copies``)."""
+    model = SavesAParameterCopy()
+    compiled = torch.compile(model, backend=nova_backend, options={"engine": "executor"})
+    x = torch.randn(3, 6)
+    y, w = compiled(x)
+    assert w.data_ptr() != model.linear.weight.data_ptr()
+    before = model.linear.weight.detach().clone()
+    with torch.no_grad():
+        w.add_(1.0)
+    assert torch.equal(model.linear.weight.detach(), before)
+    y.sum().backward()
+    y_ref = torch.tanh(torch.nn.functional.linear(x, before, model.linear.bias))
+    assert_close(y.detach(), y_ref.detach(), "output")
+
+
 class DropoutCumsum(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -78,6 +78,76 @@ def test_training_steps_on_nova_match_float64_eager(model_name, caplog):
     assert any("backward graph" in m and "executor on cuda" in m for m in messages), messages
 
 
+def steady_peak(model, compiled, batches, loss_of, warm: int = 2) -> int:
+    """Bytes ``torch.cuda.max_memory_allocated`` reaches over training steps (plain SGD: no optimizer
+    state) after ``warm`` steps (the programs built, their bindings and CUDA graphs made), beyond
+    what was allocated before the first step."""
+    import torch
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+
+    def step(args):
+        for p in model.parameters():
+            p.grad = None
+        loss_of(compiled(*args)).backward()
+        opt.step()
+    for args in batches[:warm]:
+        step(args)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    for args in batches[warm:]:
+        step(args)
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
+def test_training_memory_is_the_plans_prediction(caplog):
+    """GPT-42M (batch 4, 256 tokens) on Nova: the device's peak over steady training steps against
+    ``dynamo_memory.step_memory`` of the same run's plans (traced on a CPU copy): within 5% (+ 8 MiB
+    of small allocations) above, and no more than 15% below (the prediction counts what is held)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device visible to torch")
+    from nova.integrations.dynamo import nova_backend
+    from nova.integrations.dynamo_memory import step_memory
+    from nova.integrations.dynamo_precompile import plan_dynamo
+    from nova.runtime.matmul import resolve_target
+    torch._dynamo.reset()
+    model, batches, loss_of = make_case("gpt42m", "cuda", steps=4)
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    predicted = step_memory(plan_dynamo(model, batches[0], resolve_target(), training=True))
+    torch._dynamo.reset()
+    with caplog.at_level(logging.WARNING, logger="nova"):
+        measured = steady_peak(model, torch.compile(model, backend=nova_backend), batches, loss_of) + params
+    assert not caplog.records, [r.message for r in caplog.records]
+    print(f"\n{predicted.describe()}\nmeasured peak {measured / 2**30:.3f} GiB")
+    assert measured <= 1.05 * predicted.peak_bytes + (8 << 20)
+    assert measured >= 0.85 * predicted.peak_bytes
+
+
+def test_training_memory_near_inductor(caplog):
+    """GPT-42M (batch 4, 256 tokens): Nova's steady training peak within 1.3x of Inductor's on the
+    same model, batches and optimizer (each measured beyond what was allocated before its steps)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device visible to torch")
+    from nova.integrations.dynamo import nova_backend
+    peaks = {}
+    for backend in ("inductor", "nova"):
+        torch._dynamo.reset()
+        model, batches, loss_of = make_case("gpt42m", "cuda", steps=4)
+        compiled = torch.compile(model) if backend == "inductor" else torch.compile(model, backend=nova_backend)
+        with caplog.at_level(logging.WARNING, logger="nova"):
+            peaks[backend] = steady_peak(model, compiled, batches, loss_of)
+        del model, compiled, batches
+        torch._dynamo.reset()
+    assert not caplog.records, [r.message for r in caplog.records]
+    print(f"\nsteady peak beyond the parameters: inductor {peaks['inductor'] / 2**30:.3f} GiB, "
+          f"nova {peaks['nova'] / 2**30:.3f} GiB ({peaks['nova'] / peaks['inductor']:.2f}x)")
+    assert peaks["nova"] <= 1.3 * peaks["inductor"]
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_the_precompile_trace_picks_the_attention_kernel_cuda_picks(dtype):
     """``cuda_attention_kernel`` (what the host's trace calls in place of SDPA) against torch's own

@@ -67,7 +67,7 @@ def test_precompiled_kernels_are_those_the_cuda_path_plans(monkeypatch):
     plans = plan_dynamo(model, inputs, H200, training=True)
     assert len(lowered_graphs) == len(plans.planned) == 2
     for lowered, planned in zip(lowered_graphs, plans.planned):
-        program, name = dynamo._engine(lowered.graph, torch.device("cuda"), dynamo.BackendOptions())
+        program, name = dynamo._engine(lowered, torch.device("cuda"), dynamo.BackendOptions())
         assert name == "executor"
         assert kernels_of(program.planned) == kernels_of(planned)
 

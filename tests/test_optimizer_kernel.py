@@ -21,7 +21,8 @@ RULES = [UpdateRule("adamw", "f32", "f32"), UpdateRule("adamw", "bf16", "f32"),
          UpdateRule("adamw", "f16", "i64", decoupled=False, maximize=True), UpdateRule("adamw", "f64", "f64"),
          UpdateRule("sgd", "f32"), UpdateRule("sgd", "bf16", with_momentum=True, nesterov=True),
          UpdateRule("sgd", "f32", with_momentum=True, first_step=True, maximize=True),
-         UpdateRule("sgd", "f64", with_momentum=True)]
+         UpdateRule("sgd", "f64", with_momentum=True), UpdateRule("adamw", "f32", "f32", grad_scale=True),
+         UpdateRule("sgd", "bf16", with_momentum=True, grad_scale=True, grad_out=True)]
 
 
 # --------------------------------------------------------------------------- rules and problems
@@ -37,6 +38,11 @@ def test_rules_name_what_they_read_and_write():
     assert UpdateRule("sgd", "f32").bytes_per_element == 3 * 4
     assert operand_slots(later, ["p", "g", "h", "b"], ["p1", "b1"]) == {
         "param": "p", "grad": "g", "momentum_buffer": "b", "param_out": "p1", "momentum_buffer_out": "b1"}
+    clipped = UpdateRule("adamw", "f32", "f32", grad_scale=True, grad_out=True)     # clipping's coefficient folded in
+    assert clipped.pointers() == ("param", "grad", "exp_avg", "exp_avg_sq", "step", "grad_scale", "param_out",
+                                  "exp_avg_out", "exp_avg_sq_out", "grad_out")
+    assert clipped.bytes_per_element == 8 * 4 and "grad x scale" in clipped.describe()
+    assert "grad_scale" not in adam.to_dict() and clipped.to_dict()["grad_out"] is True   # old keys unchanged
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -45,6 +51,7 @@ def test_rules_name_what_they_read_and_write():
     (dict(op="adamw", dtype="f32", step_dtype="bf16"), "step counts"),
     (dict(op="sgd", dtype="f32", nesterov=True), "need momentum"),
     (dict(op="adamw", dtype="f32", step_dtype="f32", with_momentum=True), "sgd's"),
+    (dict(op="sgd", dtype="f32", grad_out=True), "needs grad_scale"),
 ])
 def test_bad_rules_are_one_line_errors(kwargs, message):
     with pytest.raises(OptimizerProblemError, match=message):
@@ -266,7 +273,11 @@ def test_the_hyper_parameter_order_is_the_irs():
 CPU_RULES = [UpdateRule("adamw", "f32", "f32"), UpdateRule("adamw", "f32", "i64", decoupled=False, maximize=True),
              UpdateRule("adamw", "bf16", "f32"), UpdateRule("adamw", "f64", "f64"),
              UpdateRule("sgd", "f32"), UpdateRule("sgd", "f16", with_momentum=True, nesterov=True),
-             UpdateRule("sgd", "f32", with_momentum=True, first_step=True, maximize=True)]
+             UpdateRule("sgd", "f32", with_momentum=True, first_step=True, maximize=True),
+             # gradient clipping's coefficient folded into the update (the scaled gradient written, or not)
+             UpdateRule("adamw", "f32", "f32", grad_scale=True), UpdateRule("adamw", "bf16", "f32", grad_scale=True,
+                                                                            grad_out=True),
+             UpdateRule("sgd", "f32", with_momentum=True, maximize=True, grad_scale=True, grad_out=True)]
 CPU_TOL = {"f32": 1e-6, "bf16": 8e-3, "f16": 2e-3, "f64": 1e-13}
 GUARD = 16                      # elements on each side of every tensor: must stay untouched
 
@@ -276,7 +287,9 @@ def test_the_kernel_run_on_the_cpu_matches_the_float64_reference(rule):
     """The generated kernel, its gpu.func run thread by thread on the CPU (tests/mlir_cpu.py), over
     tensors of odd sizes, an empty one, one at a chunk's edge and several chunks per CTA (3 CTAs), each
     with its own step count; half the tensors updated in place, half into NaN-poisoned outputs; the
-    memory around every tensor untouched; every value against ref_adamw / ref_sgd in float64."""
+    memory around every tensor untouched; every value against ref_adamw / ref_sgd in float64.  With
+    ``grad_scale`` each tensor's gradient is scaled by its own factor (rounded to the storage type, as the
+    IR's ``mul``) before the update, and with ``grad_out`` that scaled gradient is written too."""
     pytest.importorskip("mlir")
     from mlir_cpu import run_kernel
     from nova.ir.ops import ref_adamw, ref_sgd
@@ -308,8 +321,12 @@ def test_the_kernel_run_on_the_cpu_matches_the_float64_reference(rule):
         if rule.op == "adamw":
             step_dtype = {"f32": torch.float32, "f64": torch.float64, "i64": torch.int64}[rule.step_dtype]
             row["step"] = torch.tensor(k + 1, dtype=step_dtype)
+        old = {name: row[name].double().clone() for name in rule.reads()}
+        if rule.grad_scale:
+            row["grad_scale"] = torch.tensor(0.25 + 0.1 * k, dtype=dtype)
+            old["grad"] = (row["grad"] * row["grad_scale"]).double()      # rounded to the storage type
         rows.append(row)
-        before.append({name: row[name].double().clone() for name in rule.reads()})
+        before.append(old)
     guards = [torch.cat([b[:GUARD], b[-GUARD:]]).clone() for b in bases]
     words = [{**{name: row[name].data_ptr() for name in rule.pointers()}, "numel": n} for row, n in zip(rows, sizes)]
     table = torch.tensor(table_words(rule, words, schedule.chunk), dtype=torch.int64)
@@ -322,6 +339,7 @@ def test_the_kernel_run_on_the_cpu_matches_the_float64_reference(rule):
             buffer = () if "momentum_buffer" not in old else (old["momentum_buffer"],)
             want = ref_sgd(torch, old["param"], old["grad"], hyper, *buffer, with_momentum=rule.with_momentum,
                            nesterov=rule.nesterov, maximize=rule.maximize)
+        want = tuple(want) + ((old["grad"],) if rule.grad_out else ())
         for name, w in zip(rule.writes(), want):
             got = row[f"{name}_out"].double()
             assert not got.isnan().any(), (sizes[k], name)

@@ -15,7 +15,7 @@ from nova.ir import interpreter
 from nova.passes import fuse, pipeline, plan_memory, validate_memory_plan
 from nova.passes.examples import random_inputs, transformer_step
 from nova.passes.layout import view_strides
-from nova.passes.memory import aligned
+from nova.passes.memory import Handoff, aligned
 from nova.passes.pipeline import format_plan
 from nova.passes.reference import run_planned
 from nova.passes.schedule import is_topological
@@ -307,3 +307,87 @@ def test_random_graphs_plan_validly_and_run_over_one_arena(graph, seed):
     mem = planned.memory
     assert mem.live_peak_bytes <= mem.peak_bytes <= \
         sum(aligned(p.nbytes) for p in mem.values.values() if p.kind == "arena") + mem.external_bytes
+
+
+# ---------------------------------------------------------------- the program's boundary (Handoff)
+def test_outputs_apart_are_packed_in_a_region_of_their_own(step):
+    """``Handoff(outputs_apart=True)``: every output's buffer lies in the output region at the arena's
+    top, which holds nothing but those buffers (and what shares their bytes in place); the plan
+    validates and runs."""
+    graph, plain = step
+    planned = pipeline(graph, handoff=Handoff(outputs_apart=True))
+    mem, g = planned.memory, planned.graph
+    start, stop = mem.output_region
+    assert stop == mem.arena_bytes and plain.memory.output_region is None
+    roots = {mem.root(o.value) for o in g.outputs}
+    buffers = {mem[r].offset for r in roots if mem[r].kind == "arena"}
+    assert buffers and all(o >= start for o in buffers)
+    for v, p in mem.values.items():
+        if p.kind == "arena" and p.nbytes and p.offset >= start:
+            assert p.offset in buffers, f"{v} is in the output region but shares no output's buffer"
+    sizes = {mem[r].offset: aligned(mem[r].nbytes) for r in roots if mem[r].kind == "arena"}
+    assert stop - start == sum(sizes.values())
+    check_runs(graph, planned, seed=2, int_high=32)
+
+
+def donated_graph(read_later: bool):
+    g = Graph()
+    x = g.input(F(64, 64), "x", "data")
+    w = g.input(F(64, 64), "w", "param")
+    e = g.op("exp", x)                            # x dies here (unless read later)
+    y = g.op("matmul", e, w)
+    g.output(g.op("add", y, x) if read_later else y, "y")
+    return g
+
+
+def test_a_donated_input_is_written_in_place_once_it_dies():
+    g = donated_graph(read_later=False)
+    planned = pipeline(g, handoff=Handoff(donated_inputs=frozenset({0})))
+    exp = next(n for n in planned.graph.nodes if n.op == "exp").outputs[0]
+    p = planned.memory[exp]
+    assert p.kind == "external" and p.donated and p.input_index == 0 and p.reuses is planned.graph.inputs[0].value
+    plain = pipeline(g)
+    assert plain.memory[next(n for n in plain.graph.nodes if n.op == "exp").outputs[0]].kind == "arena"
+    assert planned.memory.arena_bytes < plain.memory.arena_bytes
+    check_runs(g, planned)
+
+
+def test_a_donated_input_read_later_or_returned_keeps_its_value():
+    g = donated_graph(read_later=True)
+    planned = pipeline(g, handoff=Handoff(donated_inputs=frozenset({0})))
+    assert not any(p.kind == "external" and p.donated for p in planned.memory.values.values())
+    check_runs(g, planned)
+    g = Graph()
+    x = g.input(F(8, 8), "x", "data")
+    g.output(x, "same")
+    g.output(g.op("exp", x), "e")
+    planned = pipeline(g, handoff=Handoff(donated_inputs=frozenset({0})))
+    assert not any(p.kind == "external" and p.donated for p in planned.memory.values.values())
+
+
+def test_the_validator_catches_a_result_written_into_an_input_still_read():
+    g = donated_graph(read_later=True)
+    planned = pipeline(g, handoff=Handoff(donated_inputs=frozenset({0})))
+    exp = next(n for n in planned.graph.nodes if n.op == "exp").outputs[0]
+    broken = copy.copy(planned.memory)
+    broken.values = dict(planned.memory.values)
+    broken.values[exp] = dataclasses.replace(broken.values[exp], kind="external", offset=None, input_index=0,
+                                             donated=True, reuses=planned.graph.inputs[0].value)
+    with pytest.raises(AssertionError, match="still read"):
+        validate_memory_plan(planned.graph, planned.groups, broken)
+
+
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_log_softmax_writes_over_the_row_input_it_reads_last(axis):
+    """A row-wise composite over the last axis reads each row whole before writing it: its result
+    takes the logits' buffer as they die (not over the first axis: columns are not rows)."""
+    g = Graph()
+    x = g.input(F(32, 16), "x", "data")
+    w = g.input(F(48, 16), "w", "param")
+    logits = g.op("matmul", x, w, transpose_b=True)
+    g.output(g.op("log_softmax", logits, axis=axis), "logp")
+    planned = pipeline(g)
+    logp = planned.graph.outputs[0].value
+    assert (planned.memory[logp].reuses is not None) == (axis == -1)
+    assert planned.memory.arena_bytes == aligned(32 * 48 * 4) * (1 if axis == -1 else 2)
+    check_runs(g, planned)

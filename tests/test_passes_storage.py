@@ -117,6 +117,25 @@ def test_no_storage_order_where_it_is_not_safe(graph, why):
     check_runs(pipeline(graph), graph)
 
 
+def test_an_output_is_stored_with_its_heads_merged_when_handed_over_as_stored():
+    """The attention output is also a graph output: kept row-major (a copy for the head merge) unless
+    the program hands its outputs over as stored (``Handoff.outputs_apart``: the torch.compile
+    backend), where it is stored heads-merged as the trace's kernel stores it and returned so."""
+    from nova.passes.memory import Handoff
+    g = merge_graph(also_output=True)
+    assert not plan_storage(g).layouts
+    assert [lay.strides for lay in plan_storage(g, outputs_as_stored=True).layouts.values()] == [(8 * 32, 16, 32, 1)]
+    planned = pipeline(g, handoff=Handoff(outputs_apart=True))
+    o = planned.graph.outputs[1].value
+    assert planned.memory[o].view is not None and planned.memory[o].offset >= planned.memory.output_region[0]
+    check_runs(planned, g)
+    program = build(planned, "cpu", per_call=True)
+    inputs = random_inputs(g, 3)
+    y, o_out = program.run([x.clone() for x in inputs])
+    assert o_out.stride() == (8 * 32, 16, 32, 1)
+    torch.testing.assert_close(o_out, interpreter.run(g, inputs)[1])
+
+
 def test_dq_dk_dv_are_written_into_the_concat_buffer():
     g = concat_graph()
     storage = plan_storage(g)

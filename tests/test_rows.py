@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nova.kernels.rows import Operand, Prologue, RowsProblem, RowsProblemError, cli_problem, configure_rows
-from nova.kernels.rows.derive import HELD, REG_VALUES
+from nova.kernels.rows.derive import HELD, MIN_SPLIT_CHUNKS, REG_VALUES
 
 CLI_KINDS = ("layernorm", "rmsnorm", "softmax", "log_softmax", "cross_entropy")
 
@@ -115,7 +115,7 @@ def test_schedules_cover_every_element_within_the_limits(kind, backward, rows, n
         assert c.grid[0] * c.threads_cols * c.vec >= n and c.threads <= gpu.max_threads_per_block
         assert ("column_final" in s.roles) == (c.splits > 1)
     assert cfg.prediction.time_us >= cfg.prediction.floor_us > 0
-    assert all(term["bound"] in ("dram", "launch") for term in cfg.terms.values())
+    assert all(term["bound"] in ("dram", "sm", "launch") for term in cfg.terms.values())
 
 
 def test_long_rows_loop_and_short_rows_share_a_warp():
@@ -127,6 +127,62 @@ def test_long_rows_loop_and_short_rows_share_a_warp():
     assert odd.vec == 1                                       # 1001 is odd: scalar accesses
 
 
+def sum_of_squares(rows: int, n: int, dtype: str = "f32", op: str = "sum", stored: bool = False) -> RowsProblem:
+    """A gradient's sum of squares (gradient clipping's norms) over ``rows`` rows of ``n``; ``stored``: the
+    value squared (a cast of the gradient) written too."""
+    row = lambda name, dt=dtype: Operand(name, dt, "row", n)  # noqa: E731
+    pro = Prologue((("cast_f32", ("a",)), ("mul", ("%0", "%0"))), ((1, "out"),), ((0, "st0"),) if stored else ())
+    outs = (Operand("out", "f32", "per_row"),) + ((row("st0", "f32"),) if stored else ())
+    return RowsProblem("row_reduce", rows, n, (row("a"),), outs, {"op": op}, pro)
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=st.integers(1, 600), n=st.one_of(st.integers(1, 5000), st.integers(5000, 20_000_000)),
+       dtype=st.sampled_from(["f32", "bf16", "f16"]), op=st.sampled_from(["sum", "mean", "max"]),
+       stored=st.booleans(), target=st.sampled_from(["h200", "a100", "rtx3060"]))
+def test_row_reductions_over_few_long_rows_split_each_row_over_one_wave(rows, n, dtype, op, stored, target):
+    from nova.kernels.rows.abi import params, workspace_layout
+    p = sum_of_squares(rows, n, dtype, op, stored)
+    cfg = configure_rows(p, target)
+    s, gpu = cfg.schedule, cfg.target
+    t = s.row
+    step = t.threads_per_row * t.vec
+    assert t.splits * t.chunks * step >= n > (t.splits - 1) * t.chunks * step     # the parts cover the row, none empty
+    assert t.grid == math.ceil(rows / t.rows_per_cta) * t.splits
+    assert ("row_final" in s.roles) == (t.splits > 1)
+    capacity = gpu.sm_count * t.blocks_per_sm
+    whole_row = math.ceil(math.ceil(n / t.vec) / t.threads_per_row)               # vector steps of an unsplit thread
+    if t.splits > 1:
+        assert t.rows_per_cta == 1 and rows < capacity and t.grid < capacity + rows   # one wave of CTAs
+        assert t.chunks >= MIN_SPLIT_CHUNKS
+        assert t.final_grid * (t.final_threads // 32) >= rows > (t.final_grid - 1) * (t.final_threads // 32)
+        assert workspace_layout(p, s)[0]["row_parts"][1] == rows * t.splits
+        assert "out" not in dict(params(p, s, "row")) and "out" in dict(params(p, s, "row_final"))
+    else:                     # enough rows for a wave, rows shared by a CTA, or too short to split
+        assert rows >= capacity or t.rows_per_cta > 1 or whole_row < 2 * MIN_SPLIT_CHUNKS
+        assert "split" not in json.dumps(t.to_dict())                             # the schedule (key) it always had
+    assert all(term["bound"] in ("dram", "sm", "launch") for term in cfg.terms.values())
+
+
+def test_one_long_row_is_split_over_a_wave_and_one_cta_is_priced_at_one_sm():
+    """The embedding's 16M-element sum of squares on one CTA would stream 64 MB through one SM: split into a
+    wave of CTAs it is DRAM-bound; a one-CTA kernel (the loss's sum) is priced at one SM's streaming rate."""
+    n = 1 << 24
+    cfg = configure_rows(sum_of_squares(1, n), "h200")
+    t, gpu = cfg.schedule.row, cfg.target
+    assert cfg.schedule.roles == ("row", "row_final") and t.final_grid == 1
+    assert gpu.sm_count * t.blocks_per_sm // 2 < t.grid <= gpu.sm_count * t.blocks_per_sm
+    assert cfg.terms["row"]["bound"] == "dram"
+    one_sm = gpu.l2_bw / gpu.sm_count
+    assert cfg.prediction.time_us < 0.1 * (4 * n / one_sm * 1e6)
+    assert any(step.step == "split" and "one CTA would stream" in step.reason for step in cfg.derivation)
+    ce = configure_rows(cli_problem("cross_entropy", 16384, 32768, "f32"), "h200")
+    loss_sum_bytes = 16384 * ce.problem.operand("target").elem_bytes + 4 * 16384     # targets and per-row losses
+    assert ce.terms["total"]["time_us"] > loss_sum_bytes / one_sm * 1e6
+    short = configure_rows(sum_of_squares(1, 512), "h200")                        # launch-bound: not split
+    assert short.schedule.roles == ("row",) and short.schedule.row.splits == 1
+
+
 # ------------------------------------------------------------------ generated code
 def _kernels():
     cases = [cli_problem("layernorm", 300, 1001, "bf16"), cli_problem("layernorm", 300, 1001, "bf16", backward=True),
@@ -136,7 +192,9 @@ def _kernels():
              cli_problem("softmax", 77, 33, "f16", backward=True), cli_problem("log_softmax", 50, 2048, "bf16"),
              cli_problem("log_softmax", 50, 2048, "f32", backward=True),
              cli_problem("cross_entropy", 100, 32768, "bf16"), cli_problem("cross_entropy", 100, 50257, "f32", backward=True),
-             RowsProblem("softmax", 40, 96, (Operand("x", "f32", "row", 200),), (Operand("y", "f32", "row", 96),))]
+             RowsProblem("softmax", 40, 96, (Operand("x", "f32", "row", 200),), (Operand("y", "f32", "row", 96),)),
+             sum_of_squares(1, 1 << 24), sum_of_squares(3, 70001, "bf16", "mean", stored=True),
+             sum_of_squares(5, 300000, "f16", "max")]
     for g in rows_groups(plan_step("llama")):
         if g.problem.kind in ("row_reduce", "column_reduce", "rms_norm", "rms_norm_backward") and g.problem not in cases:
             cases.append(g.problem)

@@ -58,6 +58,7 @@ class Kernel:
     embedding: object = None         # Nova embedding kernels: the EmbeddingProblem they compute
     pointwise: object = None         # Nova pointwise kernel: its PointwiseProblem
     optimizer: object = None         # Nova multi-tensor optimizer kernel: its UpdateRule
+    multi_sum: object = None         # Nova multi-tensor sum kernel: its SumRule
     copied: dict | None = None       # Nova attention: {operand: bytes} its launcher copies densely while it runs
 
 

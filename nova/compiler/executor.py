@@ -31,6 +31,23 @@ into input i is the input's tensor itself: its producer writes the user's storag
 returns that very input object.  Every other output is returned as a fresh clone (never an arena
 view that the next step overwrites).
 
+Per-call storage (``build(..., per_call=True)``, the torch.compile backend's programs): the arena
+is allocated at each ``run`` from torch's caching allocator and freed when the run ends, so that
+programs that never run at the same time share those bytes through the allocator; a plan whose
+outputs have a region of their own (``memory.Handoff.outputs_apart``) gets each output buffer of
+that region allocated per run as well and returned as itself (no clone: the caller owns it, the
+next run writes new buffers), and an output that views a graph input is returned as that view of
+the caller's tensor.  ``in_place`` names data inputs read in place, by pointer, like parameters
+(no static slot, no copy); a donated input (``Handoff.donated_inputs``) is read in place and its
+storage overwritten once it dies (the plan's ``external``, ``donated`` results).  The launches of
+such a program are bound to the addresses of that run's buffers and inputs: each *binding*
+(tensors, launches, CUDA graph) is kept, by those addresses, for the next run that gets the same
+addresses from the allocator (a training loop's steady state), up to ``BINDINGS_KEPT``; another
+address binds anew (``stats["rebinds"]``).  A binding never keeps a run's buffers or inputs alive
+(its tensors alias their bytes without owning them, ``_unowned``): it runs only on a call whose
+own buffers and inputs sit at its addresses.  Its CUDA graphs share one memory pool (they never
+run at the same time).
+
 Launches.  One per group, in the plan's order: ``matmul`` nodes on Nova GEMMs (CUDA) or
 ``torch.matmul(out=)`` (CPU), with a following bias/activation folded in
 (``nova/compiler/gemm_lowering.py``); a Nova rows group (norms, softmax, losses, reductions with
@@ -39,8 +56,10 @@ their producers) on its rows kernels (CUDA), its nodes' IR references on CPU
 embedding kernels (CUDA), its node's ATen kernel on CPU (``nova/compiler/embedding_lowering.py``); a Nova pointwise group on its kernel (CUDA) or its nodes'
 IR reference (CPU), and so a concat or a copying view the plan gives a pointwise kernel (the copy
 launched over its input's shape, its output viewed so); a Nova optimizer group on one multi-tensor kernel (CUDA: pointers in an
-argument table written at bind, ``nova/kernels/optimizer``) or ATen's foreach kernels (CPU, and
-CUDA tensors the kernel cannot take, noted); every other op on ATen kernels writing into the output
+argument table written at bind, ``nova/kernels/optimizer``, a folded gradient scale read by it) or
+ATen's foreach kernels (CPU, and CUDA tensors the kernel cannot take, noted); a Nova multi-tensor sum
+group on one multi-tensor sum kernel (CUDA) or its nodes one by one (CPU, and tensors it cannot take);
+every other op on ATen kernels writing into the output
 tensors (``nova/compiler/aten_kernels.py``); free views and constants launch nothing.  What a
 group's kernels write and read within their launch only (a Nova GEMM's operand preps and split-K
 partials, a rows kernel's partials, the embedding backward's sort buffers) is the group's launch
@@ -70,6 +89,8 @@ torch's counters and the device's used memory at each stage of the build and the
 """
 from __future__ import annotations
 
+import bisect
+import ctypes
 import math
 from dataclasses import dataclass, field
 
@@ -83,12 +104,13 @@ from nova.compiler.embedding_lowering import embedding_kernels
 from nova.compiler.rows_lowering import rows_kernels
 from nova.ir.ops import opdef
 from nova.passes.fusion import update_batch_key
-from nova.passes.memory import ELEMENTWISE_COMPOSITES, outside_peak_bytes
+from nova.passes.memory import outside_peak_bytes, writes_in_place
 
 __all__ = ["build", "gemm_problems", "gemm_problem_counts", "attention_kernels", "rows_problems", "pointwise_problems",
            "optimizer_rules", "precompile_commands", "Program", "Launch", "ExecutorError", "BOUND_ROLES"]
 
 ALIGN = 256                                          # byte alignment of slots the executor lays out itself
+BINDINGS_KEPT = 4                                    # per-call programs: bindings kept by address (LRU)
 BOUND_ROLES = ("param", "grad", "opt_state", "const")  # inputs used in place, by pointer
 CREATION = ("constant", "iota")
 
@@ -131,6 +153,35 @@ def _strided_bytes(shape, strides, itemsize: int) -> int:
     return (1 + sum((d - 1) * s for d, s in zip(shape, strides))) * itemsize
 
 
+class _DeviceBytes:
+    """``nbytes`` bytes of device memory at ``pointer`` as the CUDA array interface states them
+    (``torch.as_tensor`` reads it without copying or owning the memory)."""
+
+    def __init__(self, pointer: int, nbytes: int):
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (pointer, False),
+                                         "strides": None, "version": 2}
+
+
+def _unowned(t: torch.Tensor) -> torch.Tensor:
+    """A tensor of ``t``'s shape, strides and dtype over ``t``'s bytes that does not keep them alive.
+
+    A per-call program's binding holds these instead of the run's buffers and the caller's inputs:
+    holding those would keep a run's memory alive (the caching allocator could never hand the same
+    addresses out again, and the caller's tensors would outlive their use).  The binding's launches
+    run only in a call whose own buffers and inputs sit at these addresses (its key).  Meta tensors
+    are returned as they are, empty ones as new empty tensors."""
+    if t.device.type == "meta":
+        return t
+    if t.numel() == 0:
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+    nbytes = _strided_bytes(t.shape, t.stride(), t.element_size())
+    if t.device.type == "cuda":
+        raw = torch.as_tensor(_DeviceBytes(t.data_ptr(), nbytes), device=t.device)
+    else:
+        raw = torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(t.data_ptr()), dtype=torch.uint8)
+    return raw.view(t.dtype).as_strided(t.shape, t.stride())
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return text.splitlines()[0] if text else ""
@@ -147,8 +198,11 @@ class Program:
     """A planned graph bound to a device: arena, constants, static input slots, launches."""
 
     def __init__(self, planned, device, *, target=None, poison: bool = False, cuda_graph: bool | None = None,
-                 gemm=None):
+                 gemm=None, per_call: bool = False, in_place=frozenset()):
         self.plan: PlanView = read_plan(planned)
+        self.per_call = per_call
+        self.in_place = frozenset(in_place) | frozenset(self.plan.donated_inputs)
+        self.poison = poison
         self.graph = self.plan.graph
         self.device = _normalize_device(device)
         self.kind = "cpu" if self.device.type == "cpu" else "cuda"       # meta: a CUDA program that only describes
@@ -191,7 +245,7 @@ class Program:
         self._fill_constants(self.store)
         self._memory_phase("program build: arena, constants, static slots")
         # a dry run on meta tensors: what the launches will be, before any input is seen
-        meta_store = self._allocate(torch.device("meta"), False)
+        meta_store = self._allocate(torch.device("meta"), False, per_call_areas=True)
         meta_inputs = [torch.empty(spec.value.type.shape, dtype=dt, device="meta")
                        for spec, dt in zip(self.graph.inputs, self._dtypes)]
         self._dry_launches, self._dry_ctx = self._make_launches(self._resolve(meta_store, meta_inputs),
@@ -208,6 +262,9 @@ class Program:
         self._bound_refs = []
         self._cuda_graph = None
         self._capture_stream = None
+        self._key = None                     # per call: the addresses the current binding was made for
+        self._bindings = {}                  # per call: key -> binding (``_BINDING``), least recently used first
+        self._graph_pool = None
         self.stats = self._stats(self._dry_launches, self._dry_ctx)
 
     # ------------------------------------------------------------------ validation of the plan
@@ -275,10 +332,14 @@ class Program:
                 self._fallbacks.append(f"donation of output {o.name!r} ignored ({why}): returned as a copy")
             else:
                 self.donated[o.value] = i
+        for v, p in plan.placements.items():     # results written into a donated input's storage
+            if p.kind == "external" and p.donated_to is not None and v not in self.donated and \
+                    v.producer is not None:
+                self.donated[v] = p.donated_to
         targets = set(self.donated.values())
         for i, spec in enumerate(g.inputs):
             p = plan.placement(spec.value)
-            if spec.role in BOUND_ROLES or i in targets:
+            if spec.role in BOUND_ROLES or i in targets or i in self.in_place:
                 self.loc[spec.value] = ("input", i)
             elif p.kind == "arena":
                 self.loc[spec.value] = self._arena_loc(spec.value, p, f"input {spec.name!r}")
@@ -286,7 +347,8 @@ class Program:
                 self.loc[spec.value] = self._take("staged", spec.value)
         in_result = []                       # fused epilogue values: placed once their group's result is
         in_kernel = {n for group in plan.groups if group.pointwise is not None for n in group.nodes}
-        rows_nodes = {n for group in plan.groups if group.rows is not None for n in group.nodes}
+        rows_nodes = {n for group in plan.groups if group.rows is not None or group.multi_sum is not None
+                      or group.optimizer is not None for n in group.nodes}
         for index, node in enumerate(g.nodes):
             for v in node.outputs:
                 p = plan.placement(v)
@@ -309,9 +371,19 @@ class Program:
                 elif v in plan.fused_into:
                     in_result.append(v)
                 elif self.kind == "cuda" and node in rows_nodes:
-                    self.loc[v] = ("unwritten", None, None)     # a rows kernel never writes it: no storage
+                    self.loc[v] = ("unwritten", None, None)     # a rows / multi-tensor kernel never writes it
                 else:
                     self.loc[v] = self._take("scratch", v)
+        # per call: the output region's buffers, one allocation each (a buffer starts at each planned
+        # offset there; in-place chains, fused and placed values live inside their buffer's bytes)
+        self._region = plan.output_region if self.per_call else None
+        self._pieces = []
+        if self._region is not None:
+            start, stop = self._region
+            starts = sorted({p.offset for p in plan.placements.values()
+                             if p.kind == "arena" and start <= p.offset < stop})
+            self._pieces = [(a, b - a) for a, b in zip(starts, starts[1:] + [stop])]
+        self._piece_starts = [a for a, _ in self._pieces]
         group_of = {n: group for group in plan.groups for n in group.nodes}
         for v in in_result:
             # a fused GEMM product (or biased product): never written when a Nova kernel runs the
@@ -389,7 +461,7 @@ class Program:
         def in_place(a, b):         # b written over a by an elementwise node (or kernel) that reads a last
             n = b.producer
             readers = self._kernel_group[n].nodes if n in self._kernel_group else [n]
-            return n is not None and (opdef(n.op).kind == "pointwise" or n.op in ELEMENTWISE_COMPOSITES) and \
+            return n is not None and writes_in_place(n) and \
                 any(x is a or root.get(x) is a for r in readers for x in r.inputs) and span(a) == span(b)
 
         # a group's launch workspace: live over its nodes' positions, in place with nothing
@@ -431,20 +503,29 @@ class Program:
         """An output donated into input i overwrites the user's tensor when its producer runs:
         nothing may read input i (or a view of it) later, nor at that launch except the producer
         itself reading it directly as an elementwise op or an optimizer update; nor may the old
-        value be a graph output."""
+        value be a graph output.  A result written into a donated input's storage likewise: the
+        value held there before it (the input, or an earlier such result) is read no later."""
         g = self.graph
         names = {o.value: o.name for o in g.outputs}
         outputs = set(g.output_values())
+        held = {}                                   # input index -> the values written there, in order
         for v, i in self.donated.items():
-            base, producer = g.inputs[i].value, v.producer
+            held.setdefault(i, []).append(v)
+        before = {}                                 # value -> the value whose storage it overwrites
+        for i, values in held.items():
+            values.sort(key=lambda v: position.get(v.producer, -1))
+            for earlier, later in zip([g.inputs[i].value] + values, values):
+                before[later] = earlier
+        for v, i in self.donated.items():
+            base, producer = before[v], v.producer
             p = position.get(producer)
             if p is None:
                 continue
             for x in outputs:
                 if root.get(x) is base:
-                    raise ExecutorError(f"{g.name}: the plan donates {names[v]!r} into input {g.inputs[i].name!r}, "
-                                        f"whose old value is also a graph output")
-            in_place = opdef(producer.op).kind == "pointwise" or producer.op in ELEMENTWISE_COMPOSITES
+                    raise ExecutorError(f"{g.name}: the plan donates {names.get(v, str(v.type))!r} into input "
+                                        f"{g.inputs[i].name!r}, whose old value is also a graph output")
+            in_place = writes_in_place(producer)
             for n in order:
                 for x in n.inputs:
                     if root.get(x) is not base:
@@ -454,8 +535,9 @@ class Program:
                         and self._kernel_group[n].pointwise is not None        # a multi-tensor update: its own node only
                     if q < p or ((n is producer or same_kernel) and x is base and in_place):
                         continue
-                    raise ExecutorError(f"{g.name}: the plan donates {names[v]!r} into input {g.inputs[i].name!r}, "
-                                        f"written at launch {p} ({producer.op}), but {n.op} reads that input at "
+                    raise ExecutorError(f"{g.name}: the plan donates {names.get(v, str(v.type))!r} into input "
+                                        f"{g.inputs[i].name!r}, written at launch {p} ({producer.op}), but {n.op} "
+                                        f"reads {'that input' if base is g.inputs[i].value else 'what it held'} at "
                                         f"launch {q}{' through a view' if x is not base else ''}")
 
     def _take(self, area: str, value):
@@ -475,20 +557,43 @@ class Program:
         return ("arena", p.offset, p.strides)
 
     # ------------------------------------------------------------------ storage and tensors
-    def _allocate(self, device, poison: bool) -> dict:
-        store = {area: torch.empty(n, dtype=torch.uint8, device=device) for area, n in self.area_bytes.items()}
+    def _allocate(self, device, poison: bool, per_call_areas: bool = False) -> dict:
+        """The program's byte areas on ``device``: constants, static slots, scratch and the arena, but
+        for a per-call program, whose arena and output buffers each run allocates (``_step_storage``),
+        only with ``per_call_areas``."""
+        store = {area: torch.empty(n, dtype=torch.uint8, device=device) for area, n in self.area_bytes.items()
+                 if area != "arena" or not self.per_call}
         if poison:                           # 0xFF bytes: NaN floats, -1 integers (tests: every output written)
             for area in ("arena", "staged", "scratch"):
-                store[area].fill_(255)
+                if area in store:
+                    store[area].fill_(255)
+        if self.per_call and per_call_areas:
+            store.update(self._step_storage(device, poison))
+        return store
+
+    def _step_storage(self, device, poison: bool) -> dict:
+        """One run's storage of a per-call program: the arena below the output region, and one
+        buffer per output of the region (the caller keeps each as long as it keeps the output)."""
+        below = self._region[0] if self._region is not None else self.plan.arena_bytes
+        store = {"arena": torch.empty(below, dtype=torch.uint8, device=device)}
+        for k, (_, nbytes) in enumerate(self._pieces):
+            store[("output", k)] = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        if poison:
+            for t in store.values():
+                t.fill_(255)
         return store
 
     def _area_view(self, store, loc, value):
         area, offset, strides = loc
+        base = store[area]
+        if area == "arena" and self._region is not None and offset >= self._region[0]:
+            k = bisect.bisect_right(self._piece_starts, offset) - 1          # the output buffer holding it
+            base, offset = store[("output", k)], offset - self._piece_starts[k]
         t = value.type
         if strides is None:
-            return store[area][offset:offset + t.nbytes].view(torch_dtype(t.dtype)).view(t.shape)
+            return base[offset:offset + t.nbytes].view(torch_dtype(t.dtype)).view(t.shape)
         span = _strided_bytes(t.shape, strides, t.itemsize)
-        return store[area][offset:offset + span].view(torch_dtype(t.dtype)).as_strided(t.shape, strides)
+        return base[offset:offset + span].view(torch_dtype(t.dtype)).as_strided(t.shape, strides)
 
     def _fill_constants(self, store) -> None:
         for node in self.graph.nodes:
@@ -552,6 +657,10 @@ class Program:
                 kernels = embedding_kernels(group, nodes, tensors, ctx, self._note)
                 launches.append(Launch(group.index, group.kind, list(group.nodes), kernels))
                 continue
+            if group.multi_sum is not None:            # a Nova multi-tensor sum group: likewise
+                kernels = self._sum_kernels(group, nodes, tensors, device, ctx)
+                launches.append(Launch(group.index, group.kind, list(group.nodes), kernels))
+                continue
             kernels, gemms, i = [], [], 0
             if group.pointwise is not None:
                 kernels.append(self._pointwise_kernel(group, tensors, device))
@@ -561,6 +670,8 @@ class Program:
                 if kernel is not None:
                     kernels.append(kernel)
                     nodes = []
+                else:                                  # ATen: the folded products need storage of their own
+                    tensors = {**tensors, **self._materialized(nodes, tensors, ctx)}
             while i < len(nodes):
                 node = nodes[i]
                 if node.op == "matmul":
@@ -651,13 +762,14 @@ class Program:
         argument table written now into a workspace; a meta dry run only records the rule and
         reserves the table), or None with a note when the tensors are not the kernel's (ATen then)."""
         from nova.kernels.optimizer.launch import bind, mismatch
-        from nova.kernels.optimizer.problem import HYPER_POSITION, operand_slots
+        from nova.kernels.optimizer.problem import HYPER_POSITION
         from nova.kernels.optimizer.table import WORD_BYTES, table_bytes
+        from nova.passes.multi_tensor import UPDATES, update_slots
         problem = group.optimizer
         rule = problem.rule
-        rows = [operand_slots(rule, [tensors[v] for v in n.inputs], [tensors[v] for v in n.outputs])
-                for n in group.nodes]
-        hyper = tensors[group.nodes[0].inputs[HYPER_POSITION[rule.op]]]
+        rows = [{name: tensors[v] for name, v in row.items()} for row in update_slots(group.nodes, rule)]
+        updates = [n for n in group.nodes if n.op in UPDATES]
+        hyper = tensors[updates[0].inputs[HYPER_POSITION[rule.op]]]
         what = f"nova multi-tensor kernel ({problem.describe()})"
         if device.type == "meta":
             ctx.workspace((table_bytes(rule, len(rows)) // WORD_BYTES,), torch.int64)
@@ -667,6 +779,40 @@ class Program:
             self._note(f"group {group.index}: multi-tensor kernel not used ({why}): ATen")
             return None
         return Kernel(bind(rule, rows, hyper, self.target, workspace=ctx.workspace), what, optimizer=rule)
+
+    def _materialized(self, nodes, tensors, ctx) -> dict:
+        """Storage of their own (program workspaces) for the values of ``nodes`` that a Nova kernel would
+        never have written (``unwritten``: meta tensors) when their nodes run one by one instead."""
+        if ctx.device.type == "meta":
+            return {}
+        return {v: ctx.workspace(v.shape, torch_dtype(v.type.dtype)) for n in nodes for v in n.outputs
+                if v in tensors and tensors[v].device.type == "meta"}
+
+    def _sum_kernels(self, group, nodes, tensors, device, ctx) -> list:
+        """A Nova multi-tensor sum group: its kernel on CUDA (the argument table and workspace written now; a
+        meta dry run only records the rule and reserves them), else -- on CPU, or tensors the kernel cannot
+        take (noted) -- its nodes one by one."""
+        from nova.kernels.optimizer.sum_launch import bind, mismatch
+        from nova.kernels.optimizer.sum_problem import WORD_BYTES, table_bytes, workspace_words
+        problem = group.multi_sum
+        rule = problem.rule
+        what = f"nova multi-tensor sum kernel ({problem.describe()})"
+        if self.kind == "cuda":
+            rows = [{"entry": k} for k in problem.entry_of]
+            for (t, name), v in group.bindings.items():
+                rows[t][name] = tensors[v]
+            if device.type == "meta":
+                from nova.kernels.optimizer.sum_derive import configure_sum_rule
+                grid = configure_sum_rule(rule, self.target or "h200").grid
+                ctx.workspace((table_bytes(rule, len(rows), grid) // WORD_BYTES,), torch.int64)
+                ctx.workspace((workspace_words(len(rows), grid)[1],), torch.float32)
+                return [Kernel(lambda: None, what, multi_sum=rule)]
+            why = mismatch(rule, rows)
+            if not why:
+                return [Kernel(bind(rule, rows, self.target, workspace=ctx.workspace), what, multi_sum=rule)]
+            self._note(f"group {group.index}: multi-tensor sum kernel not used ({why}): its nodes one by one")
+            tensors = {**tensors, **self._materialized(nodes, tensors, ctx)}
+        return [build_kernel(n, [tensors[v] for v in n.inputs], [tensors[v] for v in n.outputs], ctx) for n in nodes]
 
     def _note(self, text: str) -> None:
         if text not in self._fallbacks:
@@ -690,8 +836,9 @@ class Program:
                 return True
         return False
 
-    def _bind(self, inputs) -> None:
-        """Bind the user's tensors (bound inputs) and build the real launches."""
+    def _bind(self, inputs, step=None) -> None:
+        """Bind the user's tensors (bound inputs) and build the real launches; a per-call program
+        binds ``step`` (this run's arena and output buffers) too, through unowned aliases."""
         g = self.graph
         rebinding = self._tensors is not None
         bound = [i for i, spec in enumerate(g.inputs) if self.loc[spec.value][0] == "input"]
@@ -700,16 +847,21 @@ class Program:
                 raise ExecutorError(f"{g.name}: input {g.inputs[i].name!r} is on {inputs[i].device}; "
                                     f"this program runs on {self.device} and uses it in place")
         by_index = [inputs[i] if i in bound else None for i in range(len(g.inputs))]
-        tensors = self._resolve(self.store, by_index)
+        store = self.store
+        if self.per_call:
+            by_index = [None if x is None else _unowned(x) for x in by_index]
+            store = {**self.store, **{area: _unowned(t) for area, t in step.items()}}
+        tensors = self._resolve(store, by_index)
         self._fallbacks = [f for f in self._fallbacks if not f.startswith("group ")]
-        launches, ctx = self._make_launches(tensors, self.device, self.store["arena"])
+        launches, ctx = self._make_launches(tensors, self.device, store["arena"])
         if self._nova_errors:
             self._resolve_nova_kernels(launches)      # before any state changes: a miss leaves the program unbound
         self._tensors, self._launches, self._ctx = tensors, launches, ctx
         self._bound = {i: (inputs[i].data_ptr(), inputs[i].stride()) for i in bound}
-        self._bound_refs = [inputs[i] for i in bound]
+        self._bound_refs = [] if self.per_call else [inputs[i] for i in bound]
         self._staged = [(i, tensors[spec.value]) for i, spec in enumerate(g.inputs)
                         if self.loc[spec.value][0] != "input"]
+        self._sources = self._output_sources(tensors, store, by_index) if self.per_call else None
         self._cuda_graph = None
         measured = self.stats.get("measured_peak_bytes")
         counters = {k: self.stats.get(k, 0) for k in ("captures", "rebinds", "runs")}
@@ -718,6 +870,72 @@ class Program:
         if rebinding:
             self.stats["rebinds"] += 1
         self._memory_phase("first step: inputs bound, launches built (program workspaces)")
+
+    def _binding_key(self, step, inputs) -> tuple:
+        """The addresses a per-call binding is made for: this run's buffers, and each input read in
+        place (pointer and strides)."""
+        return tuple(t.data_ptr() for t in step.values()) + tuple(
+            (inputs[i].data_ptr(), tuple(inputs[i].stride())) for i, spec in enumerate(self.graph.inputs)
+            if self.loc[spec.value][0] == "input")
+
+    _BINDING = ("_tensors", "_launches", "_ctx", "_bound", "_staged", "_sources", "_cuda_graph")
+
+    def _select_binding(self, step, inputs) -> None:
+        """Make the binding for this run's addresses the current one: kept, or made now (the oldest
+        kept binding dropped beyond ``BINDINGS_KEPT``)."""
+        key = self._binding_key(step, inputs)
+        if key == self._key:
+            return
+        if self._key is not None:
+            self._bindings[self._key] = tuple(getattr(self, a) for a in self._BINDING)
+        if key in self._bindings:
+            state = self._bindings.pop(key)
+            for a, value in zip(self._BINDING, state):
+                setattr(self, a, value)
+        else:
+            self._key = None
+            self._bind(inputs, step)
+        self._bindings[key] = tuple(getattr(self, a) for a in self._BINDING)
+        self._key = key
+        while len(self._bindings) > BINDINGS_KEPT:
+            oldest = next(iter(self._bindings))
+            if self._use_graph and self._bindings[oldest][-1] is not None:
+                torch.cuda.synchronize(self.device)          # its graph may still run on the stream
+            del self._bindings[oldest]
+
+    def _output_sources(self, tensors, store, by_index) -> list:
+        """How a per-call run makes each output from its own buffers and inputs: ("input", i) the
+        caller's tensor itself; ("buffer", k, offset, shape, strides, dtype) a view of this run's
+        output buffer k; ("view", i, offset, shape, strides) a view of input i (its elements from
+        the input's first); ("clone",) a copy of bytes the program reuses."""
+        out = []
+        for o in self.graph.outputs:
+            loc = self.loc[o.value]
+            if loc[0] in ("input", "donated"):
+                out.append(("input", loc[1]))
+                continue
+            if o.value in self._input_index:
+                out.append(("input", self._input_index[o.value]))
+                continue
+            t = tensors[o.value]
+            source = ("clone",)
+            for k in range(len(self._pieces)):
+                base = store[("output", k)]
+                offset = t.data_ptr() - base.data_ptr()
+                if 0 <= offset < base.numel() and offset % t.element_size() == 0:
+                    source = ("buffer", k, offset // t.element_size(), tuple(t.shape), tuple(t.stride()), t.dtype)
+                    break
+            else:
+                for i, x in enumerate(by_index):
+                    if x is None or x.dtype != t.dtype or t.numel() == 0:
+                        continue
+                    offset = t.data_ptr() - x.data_ptr()
+                    span = _strided_bytes(x.shape, x.stride(), x.element_size())
+                    if 0 <= offset < span and offset % t.element_size() == 0:
+                        source = ("view", i, offset // t.element_size(), tuple(t.shape), tuple(t.stride()))
+                        break
+            out.append(source)
+        return out
 
     def _resolve_nova_kernels(self, launches) -> None:
         """Load every Nova kernel of ``launches`` now (offline: a missing one raises
@@ -753,7 +971,11 @@ class Program:
             if self.store is None:       # released: its memory again, then a new binding and capture
                 self.store = self._allocate(self.device, False)
                 self._fill_constants(self.store)
-            if self._tensors is None or self._stale(inputs):
+            step = None
+            if self.per_call:
+                step = self._step_storage(self.device, self.poison)
+                self._select_binding(step, inputs)
+            elif self._tensors is None or self._stale(inputs):
                 self._bind(inputs)
             for i, slot in self._staged:
                 x = inputs[i]
@@ -766,7 +988,7 @@ class Program:
             else:
                 self._cuda_graph.replay()
             self.stats["runs"] += 1
-            return self._outputs(inputs)
+            return self._outputs(inputs, step)
 
     def release(self) -> None:
         """Free the program's device memory now (the arena and its other areas, workspaces, launches,
@@ -778,6 +1000,7 @@ class Program:
             torch.cuda.synchronize(self.device)
         self._cuda_graph = self._launches = self._ctx = self._tensors = None
         self._bound, self._bound_refs, self._staged = {}, [], []
+        self._key, self._bindings, self._graph_pool = None, {}, None     # per call: every kept binding
         self.store = self._shared_workspace = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()         # back to the device: the next arena may be larger
@@ -811,7 +1034,7 @@ class Program:
         self._memory_phase("first step: executed once (warm-up)")
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.device(self.device), torch.cuda.graph(graph, stream=stream):
+            with torch.cuda.device(self.device), torch.cuda.graph(graph, stream=stream, pool=self._graph_pool):
                 self._execute()
         except Exception as e:
             if self._nova_errors and isinstance(e, self._nova_errors):
@@ -819,6 +1042,8 @@ class Program:
             raise ExecutorError(f"{self.graph.name}: capturing the step as a CUDA graph failed ({_first_line(e)}); "
                                 f"build(..., cuda_graph=False) runs it without a graph") from e
         self._cuda_graph = graph
+        if self.per_call:                    # the bindings' graphs never run at the same time: one pool
+            self._graph_pool = graph.pool()
         self.stats["captures"] += 1
         self._memory_phase("first step: captured as a CUDA graph")
         self._phases_done = True
@@ -842,7 +1067,9 @@ class Program:
             "max_reserved_bytes": torch.cuda.max_memory_reserved(self.device),
             "device_used_bytes": total - free})
 
-    def _outputs(self, inputs) -> list:
+    def _outputs(self, inputs, step=None) -> list:
+        if self.per_call:
+            return self._outputs_per_call(inputs, step)
         out = []
         for o in self.graph.outputs:
             loc = self.loc[o.value]
@@ -854,9 +1081,38 @@ class Program:
                 out.append(self._tensors[o.value].clone())
         return out
 
+    def _outputs_per_call(self, inputs, step) -> list:
+        out = []
+        for o, source in zip(self.graph.outputs, self._sources):
+            if source[0] == "input":
+                out.append(inputs[source[1]])
+            elif source[0] == "buffer":
+                _, k, offset, shape, strides, dtype = source
+                out.append(torch.as_strided(step[("output", k)].view(dtype), shape, strides, offset).detach())
+            elif source[0] == "view":
+                _, i, offset, shape, strides = source
+                x = inputs[i]
+                out.append(torch.as_strided(x, shape, strides, x.storage_offset() + offset).detach())
+            else:
+                out.append(self._tensors[o.value].clone())
+        return out
+
     def returns_clone(self, output) -> bool:
-        """Whether ``run`` returns graph output ``output`` as a fresh clone (else the user's own tensor)."""
-        return self.loc[output.value][0] not in ("input", "donated") and output.value not in self._input_index
+        """Whether ``run`` returns graph output ``output`` as a fresh clone (else the user's own tensor,
+        a view of it, or, per call, an output buffer the run allocated for the caller)."""
+        if self.loc[output.value][0] in ("input", "donated") or output.value in self._input_index:
+            return False
+        if not self.per_call:
+            return True
+        root = self._root_loc(output.value)
+        return not (root[0] == "input" or (root[0] == "arena" and self._region is not None
+                                           and root[1] >= self._region[0]))
+
+    def _root_loc(self, value):
+        """The location of the storage ``value`` lives in (through views and placed values)."""
+        while self.loc[value][0] == "alias":
+            value = self.loc[value][1].inputs[0]
+        return self.loc[value]
 
     def workspace_owners(self) -> list:
         """``[(group index, tensor)]``: the static workspaces the launches took (``KernelContext.workspace``)."""
@@ -876,12 +1132,22 @@ class Program:
         return None if loc[0] == "input" else self._area_view(self.store, loc, self.graph.inputs[i].value)
 
     def value_tensor(self, value):
-        """The tensor bound to IR ``value`` (after the first run; before it, a meta tensor of the dry run)."""
-        if self._tensors is not None:
+        """The tensor bound to IR ``value`` (after the first run; before it, or for a per-call program,
+        whose buffers live only during a run, a meta tensor of the dry run)."""
+        if self._tensors is not None and not self.per_call:
             return self._tensors[value]
+        return self.meta_tensors()[value]
+
+    def meta_tensors(self) -> dict:
+        """Value -> a meta tensor laid out as the program lays the value out (one dry run: values
+        that share storage share a meta storage; graph inputs are contiguous, as their IR types)."""
         meta_inputs = [torch.empty(s.value.type.shape, dtype=dt, device="meta")
                        for s, dt in zip(self.graph.inputs, self._dtypes)]
-        return self._resolve(self._allocate(torch.device("meta"), False), meta_inputs)[value]
+        return self._resolve(self._allocate(torch.device("meta"), False, per_call_areas=True), meta_inputs)
+
+    def output_buffer_sizes(self) -> list:
+        """Per call: the bytes of each output buffer a run allocates (the plan's output region)."""
+        return [n for _, n in self._pieces]
 
     @property
     def launches(self) -> list:
@@ -917,6 +1183,11 @@ class Program:
         return list(dict.fromkeys(k.optimizer for launch in self.launches for k in launch.kernels
                                   if k.optimizer is not None))
 
+    def sum_rules(self) -> list:
+        """The distinct Nova multi-tensor sum kernels (``SumRule``) this program launches, in launch order."""
+        return list(dict.fromkeys(k.multi_sum for launch in self.launches for k in launch.kernels
+                                  if k.multi_sum is not None))
+
     def _stats(self, launches, ctx) -> dict:
         per_kind = {}
         for launch in launches:
@@ -943,6 +1214,12 @@ class Program:
             "static_input_bytes": self.area_bytes["staged"],
             "scratch_bytes": self.area_bytes["scratch"],
             "workspace_bytes": ctx.workspace_bytes,
+            "per_call": self.per_call,
+            "step_arena_bytes": (self._region[0] if self._region is not None else self.plan.arena_bytes)
+            if self.per_call else 0,
+            "output_buffer_bytes": sum(n for _, n in self._pieces),
+            "in_place_inputs": sum(self.loc[s.value][0] == "input" and s.role not in BOUND_ROLES
+                                   for s in self.graph.inputs),
             "launch_workspace_bytes": sum(n for n, _ in ctx.needs.values()),
             "launch_workspaces_in_arena": sum(g in self.plan.workspaces and self.plan.workspaces[g][1] >= n
                                               for g, (n, _) in ctx.needs.items()),
@@ -1020,7 +1297,8 @@ def _normalize_device(device) -> torch.device:
     return d
 
 
-def build(planned, device, *, target=None, poison: bool = False, cuda_graph: bool | None = None, gemm=None) -> Program:
+def build(planned, device, *, target=None, poison: bool = False, cuda_graph: bool | None = None, gemm=None,
+          per_call: bool = False, in_place=frozenset()) -> Program:
     """The ``Program`` of ``planned`` (see ``nova/compiler/plan_view.py``) on ``device``.
 
     ``target``: Nova's GPU preset for the GEMMs (default: ``NOVA_TARGET`` or the GPU's name).
@@ -1028,8 +1306,11 @@ def build(planned, device, *, target=None, poison: bool = False, cuda_graph: boo
     ``cuda_graph``: on CUDA, False runs the launches eagerly every step (default: one CUDA graph).
     ``gemm``: the GEMM backend, a callable with ``nova.matmul``'s signature (default: ``nova.matmul``
     on CUDA, ``torch.matmul`` on CPU; tests pass an emulation to exercise the Nova lowering on CPU).
-    ``device="meta"``: the CUDA program's layout and launch list without a GPU (describe, GEMM problems)."""
-    return Program(planned, device, target=target, poison=poison, cuda_graph=cuda_graph, gemm=gemm)
+    ``device="meta"``: the CUDA program's layout and launch list without a GPU (describe, GEMM problems).
+    ``per_call``: the arena and the output region's buffers allocated at each run (the module docstring);
+    ``in_place``: indices of data inputs read in place, by pointer, instead of copied into static slots."""
+    return Program(planned, device, target=target, poison=poison, cuda_graph=cuda_graph, gemm=gemm,
+                   per_call=per_call, in_place=in_place)
 
 
 def gemm_problems(planned) -> list:

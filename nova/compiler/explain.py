@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from nova.compiler import cost
 from nova.compiler.attention_nodes import attention_problem
 from nova.ir.graph import Node
+from nova.kernels.optimizer.sum_problem import MultiTensorSumProblem
 from nova.kernels.pointwise.problem import PointwiseProblem
 from nova.passes.embedding import EMBEDDING_OPS
 from nova.passes.fusion import OPTIMIZER_UPDATES
@@ -144,8 +145,20 @@ def _optimizer_report(group, target) -> tuple[float, str, str, dict]:
              "chunks": cfg.facts["chunks"]})
 
 
+def _sum_report(group, target) -> tuple[float, str, str, dict]:
+    """A Nova multi-tensor sum group: its kernel's configuration (``nova/kernels/optimizer/sum_derive.py``)."""
+    from nova.kernels.optimizer.sum_derive import configure_multi_tensor_sum
+    cfg = configure_multi_tensor_sum(group.problem, target)
+    terms = cfg.prediction.terms_us
+    return (cfg.prediction.time_us, cfg.prediction.bound,
+            f"configure_multi_tensor_sum({cfg.problem.describe()}): pass {terms['memory'] + terms['launch']:.1f} + "
+            f"final {terms['final']:.1f}",
+            {**cfg.schedule.to_dict(), "chunk": cfg.schedule.chunk, "bytes": cfg.facts["bytes"],
+             "chunks": cfg.facts["chunks"], "entries": len(cfg.problem.rule.entries)})
+
+
 def _is_update(group) -> bool:
-    return group.kind == "composite" and group.nodes[0].op in OPTIMIZER_UPDATES
+    return group.kind == "composite" and group.nodes[-1].op in OPTIMIZER_UPDATES
 
 
 def _group_name(group) -> str:
@@ -191,7 +204,8 @@ def aten_dispatch(planned) -> dict:
     except Exception:                     # a plan the executor cannot lay out: closed forms only
         return out
     for launch in program.launches:
-        if launch.kind == "gemm" or any(k.pointwise is not None or k.optimizer is not None for k in launch.kernels):
+        if launch.kind == "gemm" or any(k.pointwise is not None or k.optimizer is not None or k.multi_sum is not None
+                                        for k in launch.kernels):
             continue                      # Nova's GEMMs, pointwise and multi-tensor kernels: no ATen call
         mode = counting_mode()
         try:
@@ -238,6 +252,9 @@ def kernel_reports(planned, target) -> list[KernelReport]:
         elif _is_update(group) and group.kernel == "nova":
             t, bound, formula, schedule = _optimizer_report(group, target)
             model = "multi-tensor configurator"
+        elif group.kernel == "nova" and isinstance(group.problem, MultiTensorSumProblem):
+            t, bound, formula, schedule = _sum_report(group, target)
+            model = "multi-tensor sum configurator"
         elif group.kernel == "nova" and node.op in EMBEDDING_OPS:
             t, bound, formula, schedule = _embedding_report(group, target)
             model = "embedding configurator"

@@ -21,8 +21,9 @@ program's layout and launches) and reading its allocation sites:
   than the arena (``constants``; ``staged`` slots the data inputs are copied into; ``scratch`` for
   values the plan gives no bytes; the temporary each constant is computed in before its copy, at
   build, counted like a launch's), and every static workspace the launches take from
-  ``KernelContext.workspace`` (contents that outlive a launch: the multi-tensor optimizer's argument
-  table, padded log-sum-exp; the ATen fallbacks' cross-entropy chunk workspace), each named by its
+  ``KernelContext.workspace`` (contents that outlive a launch: the multi-tensor kernels' argument
+  tables, the multi-tensor sum's partials and its completion counter (zero between launches), padded
+  log-sum-exp; the ATen fallbacks' cross-entropy chunk workspace), each named by its
   group.  cuBLAS's workspace (``TORCH_CUBLAS_WORKSPACE_BYTES``) once when any matmul falls back to
   ``torch.matmul``.
 * **launch** (allocated and freed while one launch runs; the largest counts): the temporaries of
@@ -64,6 +65,7 @@ RUN_TIME_SITES = {
     ("nova/kernels/embedding/launch.py", "embedding_forward"): "out: the executor passes the arena view",
     ("nova/kernels/embedding/launch.py", "embedding_backward"): "grad: the executor passes the arena view",
     ("nova/kernels/optimizer/launch.py", "bind"): "argument table: the executor passes ctx.workspace",
+    ("nova/kernels/optimizer/sum_launch.py", "bind"): "argument table and partials: the executor passes ctx.workspace",
     ("nova/runtime/tma.py", "workspace"): "GEMM prep and split-K workspaces of calls without one: the executor "
                                           "passes each launch its workspace in the arena (launch workspaces)",
     ("nova/runtime/tma.py", "_to_device"): "device copies of TMA tensor maps: 128 bytes each, not tensor memory",
@@ -76,12 +78,15 @@ def block_bytes(nbytes: int) -> int:
     return -(-max(nbytes, 1) // TORCH_BLOCK_BYTES) * TORCH_BLOCK_BYTES
 
 
-def account(planned, target=None) -> list:
+def account(planned, target=None, *, per_call: bool = False, in_place=frozenset()) -> list:
     """Every allocation outside the arena of ``planned``'s CUDA program (``OutsideAllocation``) and
     every launch workspace its groups take (``LaunchWorkspace``), rules in the module docstring;
-    ``target``: the GPU whose schedules size the workspaces (default the plan's, else h200)."""
+    ``target``: the GPU whose schedules size the workspaces (default the plan's, else h200);
+    ``per_call``, ``in_place``: the program's options (``executor.build``: no static slot for an
+    input read in place, outputs of the output region handed over rather than cloned)."""
     from nova.compiler.executor import Program
-    program = Program(planned, "meta", target=target if target is not None else planned.target)
+    program = Program(planned, "meta", target=target if target is not None else planned.target,
+                      per_call=per_call, in_place=in_place)
     items: list = [LaunchWorkspace(group, nbytes, what)
                    for group, (nbytes, what) in sorted(program.launch_workspaces().items())]
     names = {"const": "constants (constant/iota results, filled once)",
@@ -145,7 +150,8 @@ def launch_temporaries(launch) -> int:
         if kernel.attention is not None:
             peak = max(peak, attention_copies(kernel))
             continue
-        if any(x is not None for x in (kernel.rows, kernel.embedding, kernel.pointwise, kernel.optimizer)):
+        if any(x is not None for x in (kernel.rows, kernel.embedding, kernel.pointwise, kernel.optimizer,
+                                       kernel.multi_sum)):
             continue
         tracker = AllocationTracker()
         try:

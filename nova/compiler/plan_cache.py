@@ -33,7 +33,7 @@ from nova.version import __version__
 from nova.fileio import atomic_write, discard_bad_entry
 from nova.ir.hashing import structural_hash
 
-PLAN_ABI = 10           # bump whenever Planned, Graph, Group, MemoryPlan or the passes' output changes meaning
+PLAN_ABI = 12           # bump whenever Planned, Graph, Group, MemoryPlan or the passes' output changes meaning
                         # (2: Group.problem may be a batched GEMM; 3: Nova rows groups, Group.bindings; 4: pointwise
                         # groups on Nova kernels with their PointwiseProblem, optimizer groups on Nova multi-tensor
                         # kernels with their MultiTensorProblem, donation and in place across one such kernel;
@@ -41,7 +41,9 @@ PLAN_ABI = 10           # bump whenever Planned, Graph, Group, MemoryPlan or the
                         # 6: MemoryPlan.outside, the allocations outside the arena, in peak_bytes;
                         # 7: MemoryPlan.workspaces, the launch workspaces placed in the arena;
                         # 9: a concat's or a copying view's group may carry a PointwiseProblem;
-                        # 10: Planned.policy, the default memory policy's decisions, GEMM results in a concat's buffer)
+                        # 10: multi-tensor sum groups, bindings keyed (tensor, name); gradient scales in
+                        # optimizer groups; 11: memory.Handoff, outputs in a region of their own;
+                        # 12: Planned.policy, the default memory policy's decisions, GEMM results in a concat's buffer)
 MAGIC = b"NOVAPLAN1\n"
 # the sources that size the allocations a plan lists outside its arena (MemoryPlan.outside) and the
 # launch workspaces it places in it (MemoryPlan.workspaces: the schedules of the GEMM, rows and

@@ -7,15 +7,19 @@
                              a concat's or a copying view's when one pointwise kernel runs it too,
                              a Nova optimizer group's ``MultiTensorProblem``, a Nova rows group's
                              ``RowsProblem``, a Nova embedding group's ``EmbeddingProblem``, each with
-                             ``.bindings``)
+                             ``.bindings``; a Nova multi-tensor sum group's ``MultiTensorSumProblem``, its
+                             ``.bindings`` keyed ``(tensor, operand name)``)
     planned.memory           ``MemoryPlan``: ``.values`` (Value -> ``ValuePlan``), ``.arena_bytes``,
                              ``.peak_bytes``, ``.donations`` [(output index, input index)], ``.outside``
                              (the allocations listed outside the arena, for the stats), ``.workspaces``
-                             (``LaunchWorkspace``: the arena bytes a group's launch uses as its workspace)
+                             (``LaunchWorkspace``: the arena bytes a group's launch uses as its workspace),
+                             ``.output_region`` (the outputs' buffers at the arena's top, when apart),
+                             ``.handoff.donated_inputs`` (inputs whose storage results may take)
     ValuePlan.kind           "arena" (``.offset``, ``.nbytes``; ``.view``: the strides its kernel writes
                              it at, when not row-major), "alias" (``.alias_of``, ``.view``),
                              "external" (a graph input's storage; ``.donated`` with ``.input_index``
-                             for an updating output written in place), "fused" (never written)
+                             for an updating output, or a result taking a donated input's storage,
+                             written in place), "fused" (never written)
     planned.storage          ``StoragePlan``: ``.assembled`` (concat nodes whose inputs their kernels
                              wrote in place: they launch nothing); a node result the plan aliases
                              into such a concat's result is read here as "placed": its kernel writes
@@ -36,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from nova.ir.ops import opdef
+from nova.kernels.optimizer.sum_problem import MultiTensorSumProblem
 from nova.passes.embedding import EMBEDDING_OPS
 from nova.passes.fusion import OPTIMIZER_UPDATES
 
@@ -67,6 +72,7 @@ class GroupView:
     optimizer: object = None             # a Nova multi-tensor update's MultiTensorProblem (its nodes: one launch)
     rows: object = None                  # a Nova rows group: its RowsProblem (nova/passes/rows.py)
     embedding: object = None             # a Nova embedding group: its EmbeddingProblem (nova/passes/embedding.py)
+    multi_sum: object = None             # a Nova multi-tensor sum group: its MultiTensorSumProblem (one launch)
     bindings: dict = field(default_factory=dict)     # rows, embedding: operand name -> Value
 
 
@@ -82,6 +88,8 @@ class PlanView:
     assembled: frozenset = frozenset()   # concat nodes that launch nothing (their inputs are written in place)
     outside: list | None = None          # MemoryPlan.outside: the allocations listed outside the arena
     workspaces: dict = field(default_factory=dict)   # group index -> (arena offset, bytes) of its launch workspace
+    output_region: tuple | None = None   # MemoryPlan.output_region: [start, arena_bytes) of the outputs' buffers
+    donated_inputs: frozenset = frozenset()   # Handoff.donated_inputs: inputs whose storage results may take
 
     def placement(self, value) -> Placement:
         return self.placements.get(value, Placement("none"))
@@ -154,10 +162,12 @@ def _nova_view(group) -> dict:
         return {}
     if isinstance(group.problem, PointwiseProblem):     # a fused group, or a concat / copy run as one
         return {"pointwise": group.problem}
-    if group.kind == "composite" and group.nodes[0].op in OPTIMIZER_UPDATES:
+    if group.kind == "composite" and group.nodes[-1].op in OPTIMIZER_UPDATES:
         return {"optimizer": group.problem}
     if group.kind == "composite" and group.nodes[0].op in EMBEDDING_OPS:
         return {"embedding": group.problem, "bindings": dict(getattr(group, "bindings", {}))}
+    if isinstance(group.problem, MultiTensorSumProblem):
+        return {"multi_sum": group.problem, "bindings": dict(group.bindings)}
     return {"rows": group.problem, "bindings": dict(getattr(group, "bindings", {}))}
 
 
@@ -172,7 +182,10 @@ def read_plan(planned) -> PlanView:
             placements[v] = p
     views = [GroupView(index, g.kind, list(g.nodes), g.reason or "", not (g.kind == "gemm" and g.kernel != "nova"),
                        **_nova_view(g)) for index, g in enumerate(planned.groups)]
+    handoff = getattr(memory, "handoff", None)
     return PlanView(graph, views, placements, memory.arena_bytes, memory.peak_bytes, _donations(memory, graph),
                     _fused_into(planned.groups, memory, graph), frozenset(planned.storage.assembled),
                     getattr(memory, "outside", None),
-                    {w.group: (w.offset, w.nbytes) for w in getattr(memory, "workspaces", ())})
+                    {w.group: (w.offset, w.nbytes) for w in getattr(memory, "workspaces", ())},
+                    getattr(memory, "output_region", None),
+                    frozenset(handoff.donated_inputs) if handoff is not None else frozenset())

@@ -15,6 +15,7 @@ class StepKernels(NamedTuple):
     optimizer: list             # UpdateRule (a multi-tensor kernel serves every group of its rule), with the
                                 # rules of the steps after (an SGD first step's successor reads its buffers)
     embedding: list = []        # EmbeddingProblem (gathers, deterministic scatter-adds)
+    sums: list = []             # SumRule (a multi-tensor sum kernel serves every group of its entries)
 
 
 def step_kernels(planned) -> StepKernels:
@@ -30,7 +31,7 @@ def step_kernels(planned) -> StepKernels:
     rules = program.optimizer_rules()
     return StepKernels(program.gemm_problems(), program.attention_kernels(), program.rows_problems(),
                        program.pointwise_problems(), list(dict.fromkeys(rules + [r.later_steps() for r in rules])),
-                       program.embedding_problems())
+                       program.embedding_problems(), program.sum_rules())
 
 
 def rows_problems_of(planned) -> list:
@@ -87,6 +88,18 @@ def precompile_optimizer(rules, target, cache, log=print) -> dict:
     return precompile_each(rules, one, lambda r: describe(r, ROLE, target), log, "multi-tensor ")
 
 
+def precompile_sums(rules, target, cache, log=print) -> dict:
+    """Configure each multi-tensor ``SumRule`` for ``target`` and compile its kernel into ``cache``."""
+    from nova.kernels.optimizer.compile import SUM_ROLE, describe, get_or_compile
+    from nova.kernels.optimizer.sum_derive import configure_sum_rule
+
+    def one(rule):
+        _, key, status = get_or_compile(rule, configure_sum_rule(rule, target), target, cache, offline=False,
+                                        role=SUM_ROLE)
+        return key, status
+    return precompile_each(rules, one, lambda r: describe(r, SUM_ROLE, target), log, "multi-tensor sum ")
+
+
 def _add(total: dict, counts: dict) -> None:
     for k, v in counts.items():
         total[k] = total.get(k, 0) + v
@@ -137,13 +150,15 @@ def precompile_planned(planned, target, cache, log=print) -> dict:
             f"{time.perf_counter() - t0:.2f} s")
     _add(counts, precompile_pointwise(kernels.pointwise, target, cache, log))
     _add(counts, precompile_optimizer(kernels.optimizer, target, cache, log))
+    _add(counts, precompile_sums(kernels.sums, target, cache, log))
     log(f"precompiled {len(kernels.gemms)} GEMMs, {len(kernels.attention)} attention launches, {len(rows)} rows "
-        f"problems, {len(kernels.pointwise)} pointwise kernels and {len(kernels.optimizer)} multi-tensor optimizer "
-        f"kernels for {target.name} into {cache.root}: "
+        f"problems, {len(kernels.pointwise)} pointwise kernels, {len(kernels.optimizer)} multi-tensor optimizer "
+        f"and {len(kernels.sums)} multi-tensor sum kernels for {target.name} into {cache.root}: "
         f"{counts['compiled']} kernels compiled, {counts['cached']} already cached, {counts['failed']} failed "
         f"({time.perf_counter() - start:.1f} s)")
     return {**counts, "gemm": len(kernels.gemms), "attention": len(kernels.attention), "rows": len(kernels.rows),
-            "embedding": len(kernels.embedding), "pointwise": len(kernels.pointwise), "optimizer": len(kernels.optimizer)}
+            "embedding": len(kernels.embedding), "pointwise": len(kernels.pointwise), "optimizer": len(kernels.optimizer),
+            "sums": len(kernels.sums)}
 
 
 def missing_kernels(planned, target, cache) -> list[str]:
@@ -178,6 +193,10 @@ def missing_kernels(planned, target, cache) -> list[str]:
                 for p in kernels.pointwise]
     lookups += [lambda r=r: optimizer_kernel(r, configure_rule(r, target), target, cache, offline=True)
                 for r in kernels.optimizer]
+    from nova.kernels.optimizer.compile import SUM_ROLE
+    from nova.kernels.optimizer.sum_derive import configure_sum_rule
+    lookups += [lambda r=r: optimizer_kernel(r, configure_sum_rule(r, target), target, cache, offline=True,
+                                             role=SUM_ROLE) for r in kernels.sums]
     missing = []
     for lookup in lookups:
         try:

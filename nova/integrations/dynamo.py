@@ -30,9 +30,19 @@ Graph inputs' roles: the forward's parameters and buffers (AOTAutograd's static 
 ``param`` (the executor reads them in place, by pointer); every other input is ``data``.
 Results are returned with the strides torch's fake tensors promised (the backward graph was traced
 against them): a result of other strides is copied into that layout.
+
+Memory (``nova/integrations/dynamo_handoff.py``): each saved activation is held once.  The CUDA
+programs allocate their arena per run from torch's caching allocator (the forward's and the
+backward's temporaries reuse the same bytes through it) and their outputs per run, handed to
+AOTAutograd without a copy (the plan puts them in an output region of their own,
+``memory.Handoff.outputs_apart``); the backward reads the saved tensors in place, one input per
+storage, and writes its results into the ones AOTAutograd donates once they are dead.  A second
+forward before a backward, a forward without one, or two models: each run writes buffers of its
+own, so nothing a caller still holds is overwritten (``executor.build(..., per_call=True)``).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import logging
@@ -103,7 +113,9 @@ class CompiledGraph:
     ``results[i]`` is ``("output", k)`` (graph output k), ``("input", i)`` (an input passed through),
     ``("none", None)``, ``("value", x)`` (a Python constant) or ``("placeholder", (shape, dtype, device))``
     (an attention kernel's seed, offset or debug mask without dropout, handed to a backward that
-    never reads it: a zero tensor of the promised shape and dtype)."""
+    never reads it: a zero tensor of the promised shape and dtype).  ``inputs``: how the program's
+    inputs come from the arguments (``dynamo_handoff.InputPlan``); ``copies``: the results copied
+    because their storage would be shared where the trace's is not (``dynamo_handoff.output_copies``)."""
     name: str
     graph: object
     engine: object
@@ -114,6 +126,9 @@ class CompiledGraph:
     device: object = None
     opaque: dict = None                 # ATen op -> count of opaque IR nodes (run as themselves)
     failed: bool = False
+    inputs: object = None               # dynamo_handoff.InputPlan
+    copies: frozenset = frozenset()
+    calls: int = 0
 
     def __post_init__(self):
         # AOTAutograd's calling convention (one list of inputs), on the instance: torch's wrappers
@@ -121,10 +136,13 @@ class CompiledGraph:
         self._boxed_call = True
 
     def __call__(self, args: list):
-        inputs = list(args)
-        args.clear()
+        arguments = list(args)
+        args.clear()                    # AOTAutograd's saved tensors: only ``arguments`` holds them now
         if self.failed:
-            return _run_fx(self.fallback, inputs)
+            return _run_fx(self.fallback, arguments)
+        # the first run may fail (kernels, capture) and fall back: it reads copies of donated inputs
+        inputs = self.inputs.gather(arguments, donate=self.calls > 0) if self.inputs is not None else arguments
+        self.calls += 1
         try:
             outputs = self.engine(inputs)
         except Exception as e:   # never fail the user's program: run this graph as torch would from now on
@@ -133,11 +151,14 @@ class CompiledGraph:
                 self.engine.release()
             log.warning("nova: %s fell back to torch after a failed run: %s: %s", self.name, type(e).__name__,
                         first_line(e))
-            return _run_fx(self.fallback, inputs)
+            return _run_fx(self.fallback, arguments)
+        del arguments
         results = []
-        for (kind, what), stride in zip(self.results, self.strides):
+        for index, ((kind, what), stride) in enumerate(zip(self.results, self.strides)):
             value = outputs[what] if kind == "output" else inputs[what] if kind == "input" else \
                 None if kind == "none" else _placeholder(*what) if kind == "placeholder" else what
+            if index in self.copies:
+                value = value.clone()
             if kind == "output" and stride is not None and value.stride() != stride:
                 value = torch.empty_strided(value.shape, stride, dtype=value.dtype, device=value.device).copy_(value)
             results.append(value)
@@ -167,11 +188,16 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs, *, part: str, settin
 class LoweredGraph:
     """One AOTAutograd graph lowered to Nova's IR: the graph (its outputs the tensor results), how
     each of the FX graph's results is made (``CompiledGraph.results``), the strides torch promised
-    for each and the ATen ops kept as opaque nodes."""
+    for each, the ATen ops kept as opaque nodes, how its inputs come from the arguments
+    (``dynamo_handoff.InputPlan``), the plan's boundary (``memory.Handoff``: outputs apart, the
+    donated inputs) and the fake tensors of the FX results (for ``dynamo_handoff.output_copies``)."""
     graph: object
     results: list
     strides: list
     opaque: dict
+    inputs: object = None
+    handoff: object = None
+    vals: list = None
 
 
 def lower_graph(gm: torch.fx.GraphModule, part: str, name: str) -> LoweredGraph:
@@ -188,9 +214,12 @@ def lower_graph(gm: torch.fx.GraphModule, part: str, name: str) -> LoweredGraph:
         if any(not isinstance(d, int) for d in val.shape):
             raise Unsupported(f"input {node.name} has a dynamic shape {tuple(val.shape)} (torch.compile(..., "
                               f"dynamic=False) keeps shapes static)")
+    from nova.integrations.dynamo_handoff import plan_inputs
+    from nova.passes.memory import Handoff
     static = _static_inputs() if part != "backward" else set()
-    roles = ["param" if i in static else "data" for i in range(len(placeholders))]
-    lowered = lower(gm, [n.name for n in placeholders], roles, name.replace(" ", "_"))
+    donated = _donated_inputs() if part == "backward" else set()
+    inputs = plan_inputs(gm, part, static, donated)
+    lowered = lower(inputs.module, inputs.names, inputs.roles, name.replace(" ", "_"))
     if lowered.constants:
         raise Unsupported(f"the graph holds constant tensors ({', '.join(c for c, _ in lowered.constants)})")
     graph = lowered.graph
@@ -223,16 +252,22 @@ def lower_graph(gm: torch.fx.GraphModule, part: str, name: str) -> LoweredGraph:
             raise Unsupported(f"the graph returns a {type(value).__name__}, which Nova does not model")
         strides.append(stride)
     verify(graph)
-    return LoweredGraph(graph, results, strides, lowered.opaque)
+    return LoweredGraph(graph, results, strides, lowered.opaque, inputs,
+                        Handoff(outputs_apart=True, donated_inputs=inputs.donated), vals)
 
 
-def plan_for_gpu(graph, target):
+def plan_for_gpu(graph, target, handoff=None, in_place=frozenset()):
     """The plan the CUDA path runs for a lowered graph on ``target`` (a ``GPUModel``): the whole
-    pipeline (``nova.passes.pipeline``, its storage, strides and dtype decisions), no memory budget.
-    The one statement of that plan: the backend's CUDA engine runs it and
-    ``nova.integrations.dynamo_precompile`` compiles its kernels ahead of time."""
+    pipeline (``nova.passes.pipeline``, its storage, strides and dtype decisions), no memory budget,
+    for the program boundary ``handoff`` (``LoweredGraph.handoff``), with the allocations of its
+    per-call program reading ``in_place`` in place (``nova.compiler.outside_arena.account``) stated and
+    its launch workspaces placed in the arena.  The one statement of that plan: the backend's CUDA
+    engine runs it and ``nova.integrations.dynamo_precompile`` compiles its kernels ahead of time."""
+    import functools
+    from nova.compiler.outside_arena import account
     from nova.passes import pipeline
-    return pipeline(graph, target)
+    return pipeline(graph, target, handoff=handoff,
+                    outside_arena=functools.partial(account, per_call=True, in_place=frozenset(in_place)))
 
 
 def fallback_reason(e: BaseException) -> str:
@@ -245,13 +280,38 @@ def fallback_reason(e: BaseException) -> str:
 def _compile(gm, example_inputs, part: str, name: str, settings: BackendOptions) -> CompiledGraph:
     lowered = lower_graph(gm, part, name)
     device = _device(example_inputs)
-    engine, engine_name = _engine(lowered.graph, device, settings)
+    engine, engine_name = _engine(lowered, device, settings)
+    copies, inputs = frozenset(), lowered.inputs
+    if isinstance(engine, _Program):
+        from nova.integrations.dynamo_handoff import output_copies
+        copies = output_copies(lowered.vals, result_storages(lowered, engine.planned), lowered.inputs)
+    else:                               # the interpreter overwrites no input: nothing to give it
+        inputs = dataclasses.replace(inputs, donated=frozenset())
     return CompiledGraph(name, lowered.graph, engine, lowered.results, lowered.strides, gm, engine_name, device,
-                         lowered.opaque)
+                         lowered.opaque, inputs=inputs, copies=copies)
 
 
-def _engine(graph, device: torch.device, settings: BackendOptions):
-    """(callable list[Tensor] -> list[Tensor], its name) for ``graph`` on ``device``."""
+def result_storages(lowered: LoweredGraph, planned) -> list:
+    """For each FX result, the storage the executor returns it in: ``("input", k)`` (IR input k's,
+    through a view or a donated input's storage), ``("buffer", value)`` (the buffer of the plan's
+    root ``value``), None (no tensor of the program)."""
+    memory, outputs = planned.memory, planned.graph.outputs
+    out = []
+    for kind, what in lowered.results:
+        if kind == "input":
+            out.append(("input", what))
+        elif kind == "output":
+            root = memory.root(outputs[what].value)
+            vp = memory[root]
+            out.append(("input", vp.input_index) if vp.kind == "external" else ("buffer", root))
+        else:
+            out.append(None)
+    return out
+
+
+def _engine(lowered: LoweredGraph, device: torch.device, settings: BackendOptions):
+    """(callable list[Tensor] -> list[Tensor], its name) for ``lowered`` on ``device``."""
+    graph = lowered.graph
     if settings.engine == "reference" or (settings.engine == "auto" and device.type != "cuda"):
         from nova.compiler.step import ReferenceEngine
         reference = ReferenceEngine(graph)
@@ -261,22 +321,38 @@ def _engine(graph, device: torch.device, settings: BackendOptions):
     from nova.compiler import executor
     if device.type == "cuda":
         from nova.runtime.matmul import resolve_target
-        return _Program(executor, plan_for_gpu(graph, resolve_target()), device), "executor"
-    from nova.passes import pipeline
-    return _Program(executor, pipeline(graph, None), device), "executor"
+        planned = plan_for_gpu(graph, resolve_target(), lowered.handoff, lowered.inputs.in_place)
+    else:
+        from nova.passes import pipeline
+        planned = pipeline(graph, None, handoff=lowered.handoff)
+    return _Program(executor, planned, device, lowered.inputs.in_place), "executor"
 
 
 class _Program:
     """The executor's program of a planned graph, built on the first run: the compiler hook runs
-    under AOTAutograd's fake-tensor mode, where no real tensor (the arena) can be allocated."""
+    under AOTAutograd's fake-tensor mode, where no real tensor (the arena) can be allocated.  Per
+    call storage (``executor.build(..., per_call=True)``): arena and outputs allocated per run,
+    ``in_place`` inputs (the backward's saved tensors) read where they are."""
 
-    def __init__(self, executor, planned, device: torch.device):
+    REBINDS_NOTED = 16                   # bindings made beyond which the log says so (once)
+
+    def __init__(self, executor, planned, device: torch.device, in_place=frozenset()):
         self.executor, self.planned, self.device, self.program = executor, planned, device, None
+        self.in_place = frozenset(in_place)
+        self.noted = False
 
     def __call__(self, tensors: list) -> list:
         if self.program is None:
-            self.program = self.executor.build(self.planned, self.device)
-        return self.program.run(tensors)
+            self.program = self.executor.build(self.planned, self.device, per_call=True, in_place=self.in_place)
+        outputs = self.program.run(tensors)
+        stats = self.program.stats
+        if not self.noted and self.device.type == "cuda" and stats["rebinds"] >= self.REBINDS_NOTED \
+                and 2 * stats["rebinds"] > stats["runs"]:
+            self.noted = True
+            log.warning("nova: %s: %d of %d runs bound new buffer addresses (a new CUDA graph each): the "
+                        "allocator does not hand the same addresses back from one step to the next",
+                        self.planned.graph.name, stats["rebinds"], stats["runs"])
+        return outputs
 
     def release(self) -> None:
         """Drop the program (its arena, staged inputs and workspaces) once the graph runs on torch.
@@ -292,6 +368,18 @@ def _static_inputs() -> set[int]:
         context = TracingContext.try_get()
         metadata = getattr(context, "fw_metadata", None) if context is not None else None
         return set(getattr(metadata, "static_input_indices", None) or ())
+    except Exception:
+        return set()
+
+
+def _donated_inputs() -> set[int]:
+    """AOTAutograd's donated buffers of the backward being compiled (``bw_donated_idxs``: saved
+    tensors nothing else aliases; single-use, ``retain_graph`` is refused once there are any)."""
+    try:
+        from torch._guards import TracingContext
+        context = TracingContext.try_get()
+        metadata = getattr(context, "fw_metadata", None) if context is not None else None
+        return set(getattr(metadata, "bw_donated_idxs", None) or ())
     except Exception:
         return set()
 

@@ -108,10 +108,12 @@ def with_cuda_attention(gm: torch.fx.GraphModule, sm: int) -> int:
 @dataclass
 class PlannedGraph:
     """One AOTAutograd graph of the run: its name (``forward graph 3``), the plan the CUDA path runs
-    (None when the backend leaves it to torch) and why not."""
+    (None when the backend leaves it to torch) and why not, and the backend's lowering of it
+    (``dynamo.LoweredGraph``: how its inputs come from AOTAutograd's arguments, its results)."""
     name: str
     planned: object = None
     reason: str = ""
+    lowered: object = None
 
 
 @dataclass
@@ -139,7 +141,8 @@ def plan_dynamo(model, example_inputs, target, training: bool = True) -> DynamoP
         name = f"{part} graph {next(counter)}"
         try:
             lowered = dynamo.lower_graph(gm, part, name)
-            plans.graphs.append(PlannedGraph(name, dynamo.plan_for_gpu(lowered.graph, target)))
+            plans.graphs.append(PlannedGraph(name, dynamo.plan_for_gpu(lowered.graph, target, lowered.handoff, lowered.inputs.in_place),
+                                             lowered=lowered))
         except Exception as e:       # as compile_graph: the backend runs this graph on torch
             plans.graphs.append(PlannedGraph(name, None, dynamo.fallback_reason(e)))
         return _Stand_in(gm)

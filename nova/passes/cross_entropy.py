@@ -25,6 +25,24 @@ axis); nothing else reads ``logp``, ``total_weight`` or ``dlogp``, and none of t
 output.  The forward alone (no backward nodes, ``total_weight`` unread) is rewritten too.
 Anything else is left as captured.  Low-precision logits are left alone (the executor's
 cross-entropy kernels are FP32/FP64).
+
+A backward without its forward (AOTAutograd's backward graph under ``torch.compile``, whose
+``logp`` the forward saved and hands over as an input) is rewritten too:
+
+    dlogp   = nll_loss_backward(dloss, logp, target, tw)
+    dlogits = log_softmax_backward(dlogp, logp, axis=-1)
+        ->
+    dlogits = cross_entropy_backward(dloss, logp, target, zeros[N])
+
+exact because cross_entropy_backward's softmax is ``exp(logits - lse)`` and ``exp(logp - 0)`` is
+the softmax log_softmax_backward reads (``dlogp - exp(logp) * sum(dlogp)`` with ``dlogp`` zero but
+``-dloss / count`` at each kept row's target is ``(softmax - onehot) * dloss / count``), and the
+IR's nll_loss has no class weights, so its ``total_weight`` is the count of kept rows that
+cross_entropy_backward counts itself.  The ``[N, C]`` ``dlogp`` is never written, and ``dlogits``
+may take ``logp``'s storage when the caller donates it (``memory.Handoff.donated_inputs``).
+Rule (``find_backward``): a ``log_softmax_backward`` over the last axis of a rank-2 f32/f64 tensor
+whose ``dy`` is read only by it, is not a graph output and is the result of a ``nll_loss_backward``
+(reduction mean or sum, scalar ``dloss``) of the same ``logp`` it reads as ``y``.
 """
 from __future__ import annotations
 
@@ -108,13 +126,49 @@ def find(graph: Graph) -> list[Match]:
     return matches
 
 
+@dataclass
+class BackwardMatch:
+    nll_backward: Node
+    log_softmax_backward: Node
+
+    @property
+    def attrs(self) -> dict:
+        return {"reduction": self.nll_backward.attrs.get("reduction", "mean"),
+                "ignore_index": int(self.nll_backward.attrs.get("ignore_index", -100))}
+
+
+def find_backward(graph: Graph, skip=frozenset()) -> list[BackwardMatch]:
+    """The backward-only patterns of ``graph`` (rule in the module docstring), except the
+    ``log_softmax_backward`` nodes in ``skip`` (those a whole pattern rewrites)."""
+    users = graph.users()
+    outputs = set(graph.output_values())
+    matches = []
+    for lsb in graph.nodes:
+        if lsb.op != "log_softmax_backward" or lsb in skip:
+            continue
+        dlogp, y = lsb.inputs
+        back = dlogp.producer
+        if back is None or back.op != "nll_loss_backward" or y.type.rank != 2 or y.dtype not in DTYPES \
+                or not _last_axis(lsb) or dlogp in outputs or users.get(dlogp, []) != [lsb]:
+            continue
+        dloss, logp, _target, _tw = back.inputs
+        if logp is not y or dloss.shape != () or back.attrs.get("reduction", "mean") not in REDUCTIONS:
+            continue
+        matches.append(BackwardMatch(back, lsb))
+    return matches
+
+
 def fuse_cross_entropy(graph: Graph) -> Graph:
     """A new graph with every matched pattern rewritten into ``cross_entropy`` (and
     ``cross_entropy_backward``), then dead code removed; ``graph`` itself is left unchanged."""
     matches = find(graph)
-    if not matches:
+    backward_only = find_backward(graph, {m.log_softmax_backward for m in matches})
+    if not matches and not backward_only:
         return graph
     role = {}
+    for b in backward_only:
+        role[b.nll_backward] = ("skip", b)
+        role[b.log_softmax_backward] = ("backward only", b)
     for m in matches:
         role[m.log_softmax] = ("skip", m)
         role[m.nll] = ("forward", m)
@@ -127,6 +181,13 @@ def fuse_cross_entropy(graph: Graph) -> Graph:
         what, m = role.get(node, ("copy", None))
         if what == "copy":
             rw.copy(node)
+        elif what == "backward only":
+            dloss, logp, target, _tw = m.nll_backward.inputs
+            (zeros,) = rw.emit("constant", [], {"value": 0.0, "dtype": "f64" if logp.dtype == "f64" else "f32",
+                                                "shape": logp.shape[:1]}, node.origin)
+            (dx,) = rw.emit("cross_entropy_backward", [rw.get(dloss), rw.get(logp), rw.get(target), zeros],
+                            m.attrs, node.origin)
+            rw.env[node.outputs[0]] = dx
         elif what == "forward":
             x, target = m.log_softmax.inputs[0], m.nll.inputs[1]
             loss, lse = rw.emit("cross_entropy", [rw.get(x), rw.get(target)], m.attrs, m.nll.origin)

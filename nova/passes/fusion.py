@@ -59,6 +59,12 @@ Rules, applied to each node in program order (a node joins a group, or starts on
 * An optimizer group runs as one Nova multi-tensor kernel (``kernel="nova"``, its
   ``MultiTensorProblem`` on the group, ``nova/kernels/optimizer``) when its tensors share one element
   type and every one is dense and 16-byte aligned; else ATen's foreach kernels, with the reason.
+* Multi-tensor (``nova/passes/multi_tensor.py``, last): the Nova rows groups that each sum one whole
+  tensor (gradient clipping's sums of squares) become one multi-tensor sum group, the unary scalar ops
+  a sum alone feeds (the norm's sqrt) its epilogue (horizontal); a gradient scaled by a one-element
+  factor (clipping's coefficient) and read only by its update is folded into the Nova optimizer group
+  (vertical).  Both run on the multi-tensor kernels, so ``NOVA_POINTWISE`` without ``optimizer`` keeps
+  them apart.
 * ``kernels`` (``MemoryBoundKernels``, from ``NOVA_POINTWISE``) may keep either kind on ATen.
 * Views are ``view`` groups that launch nothing (``kernel="none"``) unless the layout analysis says
   the result is not a strided view of its input, then one copy (a Nova pointwise kernel, above).  A
@@ -168,7 +174,12 @@ def fuse(graph: Graph, layouts=None, kernels: MemoryBoundKernels = MemoryBoundKe
     """Partition ``graph``'s nodes into groups (rules in the module docstring), in a topological
     order of the groups; ``kernels`` says which memory-bound groups may run on Nova kernels;
     ``storage`` the storage decisions ``layouts`` were analyzed under (None: none)."""
-    return _Fuser(graph, layouts, kernels, storage).run()
+    fuser = _Fuser(graph, layouts, kernels, storage)
+    groups = fuser.run()
+    if not kernels.optimizer:
+        return groups
+    from nova.passes.multi_tensor import fuse_multi_tensor
+    return fuse_multi_tensor(groups, graph, fuser.layouts, fuser.storage, fuser.refinish, boundary)
 
 
 class _Fuser:
@@ -215,6 +226,15 @@ class _Fuser:
         names = value_names(graph)
         return [_finish(g, position, self.users, self.outputs, self.layouts, names, self.kernels, self.storage)
                 for g in built]
+
+    def refinish(self, kind_: str, nodes: list[Node]) -> Group:
+        """The group of what is left of a group of ``kind_`` that lost some nodes to another (program order)."""
+        index = {node: i for i, node in enumerate(self.graph.nodes)}
+        nodes = sorted(nodes, key=index.__getitem__)
+        g = _Open(kind_, nodes[0], shape=nodes[-1].outputs[0].shape)
+        g.nodes = list(nodes)
+        return _finish(g, index, self.users, self.outputs, self.layouts, value_names(self.graph), self.kernels,
+                       self.storage)
 
     # -------------------------------------------------------------- one node
     def _producers(self, node: Node) -> list[_Open]:

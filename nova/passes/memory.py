@@ -22,18 +22,29 @@ Rules, over the execution order (the groups' nodes one after another; position =
   the output's layout, or a Nova multi-tensor update where only the output's own update reads it:
   ``elementwise_group``), and input i is not itself an output.
 * **In place.**  The result of an ATen pointwise node (or an ``ELEMENTWISE_COMPOSITES`` node:
-  adamw/sgd, cross_entropy_backward writing dlogits over the logits; on ATen or alone in a Nova
-  kernel's group) takes the arena buffer of an input root that dies at this node, when that input
-  has the result's byte size and is read element for element (same shape, dense, whole buffer).  An
+  adamw/sgd, cross_entropy_backward writing dlogits over the logits; or a ``ROW_COMPOSITES`` node
+  over the last axis: softmax, log_softmax and their backwards, whose kernels read a whole row
+  before writing any element of it and then write each element after reading it; on ATen or alone
+  in a Nova kernel's group) takes the arena buffer of an input root that dies at this node, when
+  that input has the result's byte size and is read element for element (same shape, dense, whole
+  buffer).  The storage of a *donated* input (``Handoff.donated_inputs``: the caller gives it up to
+  the step) is taken the same way once it dies there: the result is then written into the input's
+  storage (``external``, ``donated``) and needs no arena bytes.  An
   output of a Nova pointwise kernel may take the buffer of any input of the kernel that dies there
   and that every member reads so (``elementwise_group``): each thread reads all its inputs' elements
   before writing the same ones; so may the result of a cross-entropy backward's rows kernel with the
   casts fused around it (bf16 dlogits over the bf16 logits, ``ROWS_ELEMENTWISE``).
 * **Offsets.**  Buffers (in-place chains are one buffer) are placed largest first, each at the
   best-fitting gap among the buffers it is live with; offsets and sizes are multiples of 256 bytes.
+  With ``Handoff.outputs_apart`` the buffers that hold a graph output are not placed among the
+  others: they are packed one after another, in the order they are first written, in the *output
+  region* at the top of the arena (``MemoryPlan.output_region``: [start, arena_bytes)), whose bytes
+  nothing else shares, so that a program may allocate each of them per step and hand it to its
+  caller instead of copying it out (the torch.compile backend, ``nova/integrations/dynamo.py``).
 
 Outputs that are not donated stay in the arena until the end of the step (the executor copies them
-out, or hands out views valid until the next run); an output that is a view stays an alias.
+out, or hands out views valid until the next run; or, in their output region, hands them over);
+an output that is a view stays an alias.
 
 ``peak_bytes`` = arena bytes + external bytes + outside-arena bytes (the device memory the step
 needs); ``live_peak_bytes`` = the largest live set (a lower bound for any plan).  ``breakdown``
@@ -71,6 +82,14 @@ OPTIMIZER_UPDATES = ("adamw", "sgd")          # (param, grad, ...) -> updated st
 # values) and writes dlogits[i, j] (aten_kernels.cross_entropy_backward: sub, elu_backward, then
 # scatter_add_ of -scale at the targets, which reads only dlogits).
 ELEMENTWISE_COMPOSITES = OPTIMIZER_UPDATES + ("cross_entropy_backward",)
+# Row-wise composites over the last axis: every kernel that runs them reads the whole row of each
+# input (its reductions: max, sum; one CTA or warp per row, a barrier or shuffle before the writes)
+# before writing any element of the row, then writes each element after reading that element
+# (Nova's rows kernels, ``nova/kernels/rows/emit_row.py``: the reduction sweeps, then the write
+# sweep; ATen's softmax kernels: the row reductions, then the epilogue loop; the CPU executor
+# computes them out of place and copies).  Their result may take the buffer of a row input that
+# dies at them: log_softmax over the logits, log_softmax_backward over dy or y.
+ROW_COMPOSITES = ("softmax", "log_softmax", "softmax_backward", "log_softmax_backward")
 # Rows ops whose Nova kernel, with the casts fused around it (``rows_casts.py``), reads each element of
 # its row input before writing the same element of its row result (one pass, each thread its own
 # elements): the whole group may write its result over that input.
@@ -81,6 +100,19 @@ CATEGORIES = ("parameters", "optimizer_state", "data", "gradients", "activations
               "outside_arena")
 OUTSIDE_LIFETIMES = ("program", "launch", "step")
 VALUE_KINDS = ("arena", "external", "alias", "fused")
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """How a program's results and inputs cross its boundary (rules in the module docstring).
+
+    ``outputs_apart``: the buffers of the graph outputs form the output region at the top of the
+    arena (nothing else shares their bytes), so that a program can allocate them per step and hand
+    them to its caller as they are stored (any strides: ``storage.plan_storage``'s
+    ``outputs_as_stored``); ``donated_inputs``: indices of inputs whose storage the caller gives up
+    to the step (it reads it nowhere afterwards), which a result may take in place once they die."""
+    outputs_apart: bool = False
+    donated_inputs: frozenset = frozenset()
 
 
 @dataclass(frozen=True)
@@ -103,7 +135,8 @@ class ValuePlan:
                                       # strides its kernel writes it at when not row-major (storage.py)
     live: tuple[int, int] | None = None   # roots with storage: [first, last] positions (end = len(order))
     reuses: Value | None = None       # in place: took this value's arena buffer as it died here
-    donated: bool = False             # an updating output written into its input's storage
+    donated: bool = False             # an updating output (or, Handoff.donated_inputs, a result taking a
+                                      # donated input's storage in place) written into its input's storage
 
 
 @dataclass(frozen=True)
@@ -147,6 +180,8 @@ class MemoryPlan:
     storage: StoragePlan | None = None   # the storage decisions the layouts were analyzed under
     outside: list[OutsideAllocation] | None = None   # allocations outside the arena (None: not listed)
     outside_bytes: int = 0            # what they add at the peak (``outside_peak_bytes``), in peak_bytes
+    handoff: Handoff = field(default_factory=Handoff)   # the boundary the plan was made for
+    output_region: tuple[int, int] | None = None   # Handoff.outputs_apart: [start, arena_bytes) of the outputs' buffers
     workspaces: list[LaunchWorkspace] = field(default_factory=list)   # placed in the arena (place_workspaces)
 
     def __getitem__(self, value: Value) -> ValuePlan:
@@ -179,13 +214,16 @@ def place_workspaces(plan: MemoryPlan, groups: list[Group], workspaces: list[Lau
     """``plan`` with ``workspaces`` placed in its arena (``MemoryPlan.workspaces``; the one place they
     enter a plan).  Each is live over its group's positions [first node, last node]; largest first, it
     takes the best-fitting gap among the arena buffers and workspaces placed before it that are live at
-    any of those positions, else the bytes above them (the arena grows).  The peak, the largest live set
-    and the breakdown (category ``workspace``) follow."""
+    any of those positions, else the bytes above them (the arena grows).  With an output region
+    (``MemoryPlan.output_region``) they are placed below it, among the other buffers, and the region
+    moves up by the bytes they add there, so it stays the arena's top, shared with nothing.  The peak,
+    the largest live set and the breakdown (category ``workspace``) follow."""
     if plan.workspaces:
         raise ValueError("the plan's launch workspaces are placed already")
     pos = {n: i for i, n in enumerate(plan.order)}
+    region_start = plan.output_region[0] if plan.output_region is not None else None
     blocks = [(p.live[0], p.live[1], p.offset, p.offset + aligned(p.nbytes)) for p in plan.values.values()
-              if p.kind == "arena" and p.nbytes]
+              if p.kind == "arena" and p.nbytes and (region_start is None or p.offset < region_start)]
     placed: list[LaunchWorkspace] = []
     todo = sorted((w for w in workspaces if w.nbytes), key=lambda w: (-w.nbytes, w.group))
     for w in todo:
@@ -196,6 +234,8 @@ def place_workspaces(plan: MemoryPlan, groups: list[Group], workspaces: list[Lau
         blocks.append((first, last, offset, offset + aligned(w.nbytes)))
         placed.append(LaunchWorkspace(w.group, w.nbytes, w.what, offset, (first, last)))
     plan.workspaces = sorted(placed, key=lambda w: w.group)
+    if region_start is not None:
+        _move_output_region(plan, max([region_start] + [w.offset + aligned(w.nbytes) for w in placed]))
     plan.arena_bytes = max([plan.arena_bytes] + [w.offset + aligned(w.nbytes) for w in placed])
     storages, categories, first = _storages_of(plan)
     owned = dict.fromkeys(("parameters", "optimizer_state", "data", "gradients"), 0)
@@ -208,6 +248,19 @@ def place_workspaces(plan: MemoryPlan, groups: list[Group], workspaces: list[Lau
     plan.peak_bytes = plan.arena_bytes + plan.external_bytes + plan.outside_bytes
     plan.live_peak_bytes = busiest + plan.external_bytes + plan.outside_bytes
     return plan
+
+
+def _move_output_region(plan: MemoryPlan, start: int) -> None:
+    """Move ``plan``'s output region (its buffers, their aliases, the arena's end) up to begin at ``start``."""
+    old_start, old_stop = plan.output_region
+    shift = start - old_start
+    if shift == 0:
+        return
+    for p in plan.values.values():
+        if p.kind in ("arena", "alias") and p.offset is not None and p.offset >= old_start:
+            p.offset += shift
+    plan.output_region = (start, old_stop + shift)
+    plan.arena_bytes += shift
 
 
 def _best_gap(busy: list[tuple[int, int]], size: int) -> int:
@@ -253,10 +306,21 @@ def aligned(n: int, alignment: int = ALIGNMENT) -> int:
     return -(-n // alignment) * alignment
 
 
+def writes_in_place(node: Node) -> bool:
+    """``node``'s kernels may write its result over an input it reads last, element for element:
+    a pointwise op, an ``ELEMENTWISE_COMPOSITES`` op, or a ``ROW_COMPOSITES`` op over the last axis."""
+    if kind(node.op) == "pointwise" or node.op in ELEMENTWISE_COMPOSITES:
+        return True
+    if node.op in ROW_COMPOSITES:
+        rank = node.outputs[0].type.rank
+        return rank > 0 and node.attrs.get("axis", -1) % rank == rank - 1
+    return False
+
+
 def elementwise_reader(node: Node, root: Value, out: Value, layouts) -> bool:
-    """``node`` may write ``out`` over ``root``'s storage: it is elementwise and reads ``root`` (in
-    any of its aliases) only element for element in ``out``'s own layout."""
-    if kind(node.op) != "pointwise" and node.op not in ELEMENTWISE_COMPOSITES:
+    """``node`` may write ``out`` over ``root``'s storage: it writes in place (``writes_in_place``)
+    and reads ``root`` (in any of its aliases) only element for element in ``out``'s own layout."""
+    if not writes_in_place(node):
         return False
     if root.type.nbytes != out.type.nbytes:
         return False
@@ -279,7 +343,7 @@ def elementwise_group(group: Group, root: Value, out: Value, layouts) -> bool:
         return False
     if group.kind == "pointwise" or (group.kind == "composite" and group.head.op in ROWS_ELEMENTWISE):
         readers = group.nodes
-    elif group.kind == "composite" and group.nodes[0].op in OPTIMIZER_UPDATES:
+    elif group.kind == "composite" and group.nodes[-1].op in OPTIMIZER_UPDATES:
         readers = [out.producer]
         if any(layouts[v].root is root for n in group.nodes if n is not out.producer for v in n.inputs):
             return False
@@ -294,24 +358,29 @@ def elementwise_group(group: Group, root: Value, out: Value, layouts) -> bool:
 
 
 class _Storage:
-    def __init__(self, value: Value, first: int, last: int):
+    def __init__(self, value: Value, first: int, last: int, donated_input: int | None = None):
         self.holders = [value]
         self.nbytes = value.type.nbytes
         self.size = aligned(self.nbytes)
         self.first, self.last = first, last
         self.offset = 0
+        self.donated_input = donated_input     # a donated graph input's storage (not arena bytes)
 
     @classmethod
     def of_bytes(cls, holder, nbytes: int, first: int, last: int) -> "_Storage":
         s = cls.__new__(cls)
         s.holders, s.nbytes, s.size = [holder], nbytes, aligned(nbytes)
         s.first, s.last, s.offset = first, last, 0
+        s.donated_input = None
         return s
 
 
-def plan_memory(graph: Graph, groups: list[Group], layouts=None, storage: StoragePlan | None = None) -> MemoryPlan:
+def plan_memory(graph: Graph, groups: list[Group], layouts=None, storage: StoragePlan | None = None,
+                handoff: Handoff | None = None) -> MemoryPlan:
     """The memory plan of ``graph`` run as ``groups`` in this order (rules in the module docstring);
-    ``layouts`` as ``layout.analyze(graph, storage)`` gives them."""
+    ``layouts`` as ``layout.analyze(graph, storage)`` gives them; ``handoff`` the program's boundary
+    (default: outputs in the arena, no donated input)."""
+    handoff = handoff if handoff is not None else Handoff()
     layouts = layouts if layouts is not None else layout_analysis.analyze(graph, storage)
     order = [n for g in groups for n in g.nodes]
     if len(order) != len(graph.nodes) or set(order) != set(graph.nodes):
@@ -372,6 +441,12 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None, storage: Storag
     # ---------------------------------------------------------------- in place, then buffers
     storage_of: dict[Value, _Storage] = {}
     storages: list[_Storage] = []
+    for i in sorted(handoff.donated_inputs):
+        if not 0 <= i < len(graph.inputs):
+            raise ValueError(f"donated input {i} of a graph with {len(graph.inputs)} inputs")
+        x = graph.inputs[i].value
+        if layouts[x].root is x and x not in out_values and not any(a in out_values for a in family[x]):
+            storage_of[x] = _Storage(x, -1, last[x], donated_input=i)
     reuses: dict[Value, Value] = {}
     claimed: set = set()
     for index, node in enumerate(order):
@@ -392,7 +467,7 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None, storage: Storag
                     ok = elementwise_group(group, x, v, layouts) if kernel_wide else \
                         elementwise_reader(node, x, v, layouts)
                     if cand is not None and cand.holders[-1] is x and cand.last == read_at[node] \
-                            and id(cand) not in claimed and ok:
+                            and id(cand) not in claimed and ok and (cand.donated_input is None or v not in out_values):
                         s = cand
                         reuses[v] = x
                         break
@@ -404,7 +479,16 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None, storage: Storag
                 s.last = last[v]
             claimed.add(id(s))
             storage_of[v] = s
-    arena_bytes = _assign_offsets(storages)
+    apart = [s for s in storages if handoff.outputs_apart and any(h in out_values or any(
+        a in out_values for a in family[h]) for h in s.holders)]
+    arena_bytes = _assign_offsets([s for s in storages if s not in apart])
+    output_region = None
+    if handoff.outputs_apart:
+        start = arena_bytes
+        for s in sorted(apart, key=lambda s: (s.first, s.last)):
+            s.offset = arena_bytes
+            arena_bytes += s.size
+        output_region = (start, arena_bytes)
 
     # ---------------------------------------------------------------- per value
     values: dict[Value, ValuePlan] = {}
@@ -423,6 +507,9 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None, storage: Storag
                                   live=(first[v], last[v]), donated=True)
         elif v in fused:
             values[v] = ValuePlan("fused", v.type.nbytes, "workspace")
+        elif storage_of[v].donated_input is not None:        # written into a donated input's storage
+            values[v] = ValuePlan("external", v.type.nbytes, cat, input_index=storage_of[v].donated_input,
+                                  live=(first[v], last[v]), reuses=reuses.get(v), donated=True)
         else:
             lay = layouts[v]
             values[v] = ValuePlan("arena", v.type.nbytes, cat, offset=storage_of[v].offset,
@@ -436,13 +523,16 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None, storage: Storag
         owned[INPUT_CATEGORIES[s.role]] += s.value.type.nbytes
     breakdown, live_peak = _breakdown(order, storages, categories, first, arena_bytes, owned)
     return MemoryPlan(values, arena_bytes, arena_bytes + external_bytes, live_peak + external_bytes,
-                      external_bytes, breakdown, donations, order, storage=storage)
+                      external_bytes, breakdown, donations, order, storage=storage, handoff=handoff,
+                      output_region=output_region)
 
 
 def _categories(graph: Graph, family, layouts, internal) -> dict[Value, str]:
     """Each root -> its breakdown category."""
-    grads = {o.value for o in graph.outputs if o.role == "grad"} | \
-        {n.inputs[1] for n in graph.nodes if n.op in OPTIMIZER_UPDATES}
+    updated = {n.inputs[1] for n in graph.nodes if n.op in OPTIMIZER_UPDATES}
+    scaled = {x for g in updated if g.producer is not None and g.producer.op == "mul"   # clipping's grad * coef
+              for x in g.producer.inputs if x.type == g.type}
+    grads = {o.value for o in graph.outputs if o.role == "grad"} | updated | scaled
     roles = {}
     for o in graph.outputs:
         roles.setdefault(o.value, o.role)
@@ -592,6 +682,21 @@ def validate_memory_plan(graph: Graph, groups: list[Group], plan: MemoryPlan) ->
                 or (need[earlier][1] == span[later.producer][1] and elementwise_group(group, earlier, later, layouts)))
             assert ok, f"buffers of {a} [{fa},{la}] and {b} [{fb},{lb}] overlap in time and in the arena"
 
+    output_donations = {graph.outputs[j].value for j, _ in plan.donations}
+    for i in sorted({p.input_index for v, p in plan.values.items() if p.kind == "external" and p.donated
+                     and v not in output_donations}):
+        assert i in plan.handoff.donated_inputs, f"a result is written into input {i}, which is not donated"
+        x = inputs[i]
+        holders = sorted((v for v, p in plan.values.items() if p.kind == "external" and p.donated
+                          and p.input_index == i and v not in output_donations), key=lambda v: need[v][0])
+        assert x not in outputs, f"input {i} is donated but is a graph output"
+        for earlier, later in zip([x] + holders, holders):
+            assert need[earlier][1] < need[later][0] or plan[later].reuses is earlier and (
+                (need[earlier][1] == need[later][0] and elementwise_reader(later.producer, earlier, later, layouts))
+                or (need[earlier][1] == span[later.producer][1]
+                    and elementwise_group(group_of[later.producer], earlier, later, layouts))), \
+                f"{later} is written into donated input {i} while {earlier} is still read"
+
     for k, w in enumerate(plan.workspaces):         # live over their group's positions, on bytes nothing else holds then
         first, last = pos[groups[w.group].nodes[0]], pos[groups[w.group].nodes[-1]]
         stop = w.offset + w.nbytes
@@ -606,6 +711,9 @@ def validate_memory_plan(graph: Graph, groups: list[Group], plan: MemoryPlan) ->
             if u.offset < stop and w.offset < u.offset + u.nbytes:
                 u_first, u_last = pos[groups[u.group].nodes[0]], pos[groups[u.group].nodes[-1]]
                 assert u_last < first or u_first > last, f"the workspaces of groups {w.group} and {u.group} overlap"
+        if plan.output_region is not None:
+            assert stop <= plan.output_region[0], \
+                f"the workspace of group {w.group} at {w.offset}+{w.nbytes} is in the output region {plan.output_region}"
 
     for j, i in plan.donations:
         v, x = graph.outputs[j].value, inputs[i]

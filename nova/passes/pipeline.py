@@ -39,7 +39,7 @@ from nova.passes.fusion import Group, format_bytes, fuse
 from nova.passes.grouped_query import read_kv_heads
 from nova.passes.recompute import recompute_pointwise
 from nova.passes.rows_casts import place_casts
-from nova.passes.memory import LaunchWorkspace, MemoryPlan, OutsideAllocation, place_workspaces, with_outside
+from nova.passes.memory import Handoff, LaunchWorkspace, MemoryPlan, OutsideAllocation, place_workspaces, with_outside
 from nova.passes.schedule import schedule_with_plan
 from nova.passes.storage import StoragePlan, copy_concat_inputs, plan_storage
 
@@ -59,7 +59,8 @@ class Planned:
 
 
 def pipeline(graph: Graph, target=None, kernels: MemoryBoundKernels | None = None, *,
-             memory_budget=None, outside_arena=None, memory_policy=None) -> Planned:
+             memory_budget=None, outside_arena=None, handoff: Handoff | None = None,
+             memory_policy=None) -> Planned:
     """Optimize, group, order and plan ``graph`` (which is left unchanged).  ``kernels``: which
     memory-bound groups may run on Nova kernels (default: the ``NOVA_POINTWISE`` setting).  With a
     ``memory_policy`` (``memory_policy.MemoryPolicy``; None: the fastest plan) the plan takes the
@@ -70,7 +71,9 @@ def pipeline(graph: Graph, target=None, kernels: MemoryBoundKernels | None = Non
     what the program of a plan allocates besides the values (the compiler's
     ``nova.compiler.outside_arena.account``): the allocations outside its arena, stated on every plan
     made (``memory.with_outside``), and its launches' workspaces, placed in the arena
-    (``memory.place_workspaces``), so peaks and the budget include both."""
+    (``memory.place_workspaces``), so peaks and the budget include both.
+    ``handoff``: how the program's outputs and inputs cross its boundary (``memory.Handoff``:
+    outputs in a region of their own, donated inputs; default: neither)."""
     from nova.kernels.gemm.configure import memoized
     from nova.passes.budget import fit_budget, parse_size
     from nova.passes.memory_policy import lean_plan
@@ -99,7 +102,7 @@ def pipeline(graph: Graph, target=None, kernels: MemoryBoundKernels | None = Non
     g = copy_concat_inputs(g)
     stats["concat_copies"] = len(g.nodes)
     verify(g)
-    planned = plan_graph(g, target, stats, kernels, outside_arena)
+    planned = plan_graph(g, target, stats, kernels, outside_arena, handoff)
     planned.recomputed = recomputed
     if memory_budget is None and memory_policy is None:
         return planned
@@ -107,7 +110,8 @@ def pipeline(graph: Graph, target=None, kernels: MemoryBoundKernels | None = Non
     def replanner(stage: str):
         def replan(rewritten: Graph) -> Planned:
             verify(rewritten)
-            replanned = plan_graph(rewritten, target, {**stats, stage: len(rewritten.nodes)}, kernels, outside_arena)
+            replanned = plan_graph(rewritten, target, {**stats, stage: len(rewritten.nodes)}, kernels, outside_arena,
+                                    handoff)
             replanned.recomputed = recomputed
             return replanned
         return replan
@@ -121,12 +125,13 @@ def pipeline(graph: Graph, target=None, kernels: MemoryBoundKernels | None = Non
 
 
 def plan_graph(g: Graph, target=None, stats: dict | None = None, kernels: MemoryBoundKernels | None = None,
-               outside_arena=None) -> Planned:
-    """Group, order and plan an optimized graph ``g`` (``kernels``, ``outside_arena``: as for ``pipeline``)."""
+               outside_arena=None, handoff: Handoff | None = None) -> Planned:
+    """Group, order and plan an optimized graph ``g`` (``kernels``, ``outside_arena``, ``handoff``: as for
+    ``pipeline``)."""
     kernels = kernels if kernels is not None else memory_bound_kernels()
-    storage = plan_storage(g)
+    storage = plan_storage(g, outputs_as_stored=handoff is not None and handoff.outputs_apart)
     layouts = layout_analysis.analyze(g, storage)
-    groups, memory = schedule_with_plan(g, fuse(g, layouts, kernels, storage), layouts, storage)
+    groups, memory = schedule_with_plan(g, fuse(g, layouts, kernels, storage), layouts, storage, handoff)
     planned = Planned(g, groups, [n for grp in groups for n in grp.nodes], memory, target,
                       dict(stats or {}), storage=storage)
     if outside_arena is not None:

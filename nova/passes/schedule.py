@@ -116,18 +116,19 @@ def schedule(graph: Graph, groups: list[Group], layouts=None) -> list[Group]:
     return schedule_with_plan(graph, groups, layouts)[0]
 
 
-def schedule_with_plan(graph: Graph, groups: list[Group], layouts=None, storage=None):
+def schedule_with_plan(graph: Graph, groups: list[Group], layouts=None, storage=None, handoff=None):
     """``schedule`` and the memory plan of the order it picked (planned once per candidate);
-    ``layouts`` as ``layout.analyze(graph, storage)`` gives them."""
+    ``layouts`` as ``layout.analyze(graph, storage)`` gives them; ``handoff`` the program's
+    boundary (``memory.Handoff``)."""
     from nova.passes.memory import plan_memory
     layouts = layouts if layouts is not None else layout_analysis.analyze(graph, storage)
     if not is_topological(groups):
         raise ValueError("fusion returned groups out of topological order")
-    program_plan = plan_memory(graph, groups, layouts, storage)
+    program_plan = plan_memory(graph, groups, layouts, storage, handoff)
     greedy = greedy_order(graph, groups, layouts)
     if [id(g) for g in greedy] == [id(g) for g in groups]:
         return list(groups), program_plan
-    greedy_plan = plan_memory(graph, greedy, layouts, storage)
+    greedy_plan = plan_memory(graph, greedy, layouts, storage, handoff)
     if greedy_plan.arena_bytes < program_plan.arena_bytes:
         return greedy, greedy_plan
     return list(groups), program_plan

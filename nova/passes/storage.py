@@ -36,7 +36,9 @@ here, once, in order:
    result must stay dense, its axes permuted).  Taken only when every view of the result is then
    a view (no copy left) and every value whose layout changes is read, apart from views, only by
    attention operands that accept it (``ATTENTION_READS``) or by pointwise ops (they read any
-   strides in place) and is no graph output.
+   strides in place) and is no graph output (unless ``outputs_as_stored``: the program hands its
+   outputs over at the strides it stores them, ``memory.Handoff.outputs_apart``; the torch.compile
+   backend's forward then stores attention's output as the trace does, its head merge a view).
 
 Each decision is taken only where the writing kernel accepts the strides (attention:
 ``problem.strides_reason(...) == ''`` and the result starts on a 16-byte boundary, cp.async;
@@ -184,8 +186,9 @@ def writer_reason(value: Value, layout: Layout) -> str:
     return operand_reason(names[index], value, layout)
 
 
-def plan_storage(graph: Graph) -> StoragePlan:
-    """The storage decisions of ``graph`` (module docstring)."""
+def plan_storage(graph: Graph, outputs_as_stored: bool = False) -> StoragePlan:
+    """The storage decisions of ``graph`` (module docstring); ``outputs_as_stored``: a graph output
+    may be stored at other strides (its caller takes it as stored)."""
     plan = StoragePlan()
     users = graph.users()
     outputs = set(graph.output_values())
@@ -196,7 +199,7 @@ def plan_storage(graph: Graph) -> StoragePlan:
     for node in graph.nodes:
         for value in node.outputs:
             if writes_strided(value) and not writer_reason(value, default[value]) and value not in plan.layouts:
-                _reorder(value, users, outputs, default, plan)
+                _reorder(value, users, set() if outputs_as_stored else outputs, default, plan)
     return plan
 
 

@@ -16,6 +16,10 @@ first (16-byte ``ld.global.v4``), then computes and stores; otherwise each vecto
 where it fits and element by element where it straddles the end.  Pointers are 64-bit table words
 turned into global pointers (``llvm.inttoptr``), so the loads and stores are LLVM dialect ops.
 
+With ``grad_scale`` the per-tensor scalars also hold the gradient's scale (read from its table pointer
+when ``t`` changes): each gradient element is multiplied by it and rounded to the storage type (the IR's
+``mul``) before the update reads it; with ``grad_out`` that scaled gradient is written too.
+
 Math per element runs in f32 for f32/bf16/f16 storage (f64 in f64), the per-tensor and per-group
 scalars computed in f64 from the hyper-parameters and cast once, as ``ref_adamw``/``ref_sgd`` do
 with their 0-d f64 tensors; the square root is IEEE (``__nv_fsqrt_rn``, not the approximate one).
@@ -119,7 +123,22 @@ class _Emitter:
             out["weight_decay"] = self.from_f64(h["weight_decay"], ct)
         return out
 
+    def tensor_scalar_names(self) -> list[str]:
+        """The per-tensor scalars carried with the row: Adam's two from its step count, the gradient's scale."""
+        return (["step_size", "bc2"] if self.rule.op == "adamw" else []) + (["scale"] if self.rule.grad_scale else [])
+
     def tensor_scalars(self, h: dict, row) -> list[str]:
+        """The per-tensor scalars of row ``row``: Adam's from its step count t, [lr / (1 - beta1^t),
+        sqrt(1 - beta2^t)], then the gradient's scale (grad_scale) in the compute type."""
+        scale = []
+        if self.rule.grad_scale:
+            raw = self.load(self.pointer(row, "grad_scale"), self.st, BYTES[self.rule.dtype])
+            scale = [self.to_compute(raw, self.rule.dtype)]
+        if self.rule.op != "adamw":
+            return scale
+        return self.adam_scalars(h, row) + scale
+
+    def adam_scalars(self, h: dict, row) -> list[str]:
         """Adam's per-tensor scalars from its step count t: [lr / (1 - beta1^t), sqrt(1 - beta2^t)]."""
         f, one = self.f, self.fconst(1.0, "f64")
         raw = self.load(self.pointer(row, "step"), STEP[self.rule.step_dtype], BYTES[self.rule.step_dtype])
@@ -140,10 +159,16 @@ class _Emitter:
         """The new values (compute type) of one element from the values ``x`` it reads."""
         ct, f, r = self.ct, self.f, self.rule
         grad, param = x["grad"], x["param"]
+        scaled = {}
+        if r.grad_scale:                        # the IR's mul: the product rounded to the storage type
+            grad = f("arith.mulf", ct, grad, per_tensor[-1])
+            if self.st != ct:
+                grad = self.to_compute(self.from_compute(grad), r.dtype)
+            scaled = {"grad": grad} if r.grad_out else {}
         if r.maximize:
             grad = f("arith.negf", ct, grad)
         if r.op == "adamw":
-            step_size, bc2_sqrt = per_tensor
+            step_size, bc2_sqrt = per_tensor[:2]
             if r.decoupled:
                 param = f("arith.mulf", ct, param, g["decay"])
             else:
@@ -157,7 +182,7 @@ class _Emitter:
                   f("arith.mulf", ct, f("arith.mulf", ct, grad, grad), g["one_minus_beta2"]))
             denom = f("arith.addf", ct, f("arith.divf", ct, self.sqrt(v, ct), bc2_sqrt), g["eps"])
             param = f("arith.subf", ct, param, f("arith.mulf", ct, step_size, f("arith.divf", ct, m, denom)))
-            return {"param": param, "exp_avg": m, "exp_avg_sq": v}
+            return {"param": param, "exp_avg": m, "exp_avg_sq": v, **scaled}
         grad = f("arith.addf", ct, grad, f("arith.mulf", ct, g["weight_decay"], param))
         out = {}
         if r.with_momentum:
@@ -169,7 +194,7 @@ class _Emitter:
             grad = f("arith.addf", ct, grad, f("arith.mulf", ct, g["momentum"], buf)) if r.nesterov else buf
             out["momentum_buffer"] = buf
         out["param"] = f("arith.subf", ct, param, f("arith.mulf", ct, g["lr"], grad))
-        return out
+        return {**out, **scaled}
 
     # ---------------------------------------------------------------- a chunk
     def vectors(self, ptrs: dict, starts: list, g: dict, per_tensor: list[str]) -> None:
@@ -206,7 +231,7 @@ class _Emitter:
 
     def chunk(self, c: str, row: str, g: dict, per_tensor: list[str]) -> None:
         ir, s = self.ir, self.s
-        ptrs = {name: self.pointer(row, name) for name in self.rule.pointers() if name != "step"}
+        ptrs = {name: self.pointer(row, name) for name in self.rule.pointers() if name not in self.rule.scalars()}
         numel = self.index(self.row_word(row, "numel"))
         begin = self.index(self.row_word(row, "chunk_begin"))
         base = ir.add(ir.mul(ir.sub(c, begin, "local"), s.chunk, "chunk0"), ir.mul("%tid", s.vector, "lane0"), "e0")
@@ -253,11 +278,10 @@ class _Emitter:
             chunks = self.index(self.word(HEADER.index("chunks")))
             h = self.hyper()
             g = self.group_scalars(h)
-            adam = self.rule.op == "adamw"
+            names = self.tensor_scalar_names()
             c, t = ir.fresh("c"), ir.fresh("t")
             carried = [(t, ir.v(-1), "index")]
-            if adam:
-                carried += [(ir.fresh("step_size"), self.fconst(0.0, ct), ct), (ir.fresh("bc2"), self.fconst(0.0, ct), ct)]
+            carried += [(ir.fresh(name), self.fconst(0.0, ct), ct) for name in names]
             result = ir.fresh("walk")
             iter_args = ", ".join(f"{n} = {init}" for n, init, _ in carried)
             types = ", ".join(ty for _, _, ty in carried)
@@ -265,16 +289,17 @@ class _Emitter:
                            f"iter_args({iter_args}) -> ({types}) {{"):
                 row = self.scan(c, t)
                 per_tensor, yielded = [], [row]
-                if adam:
+                if names:
+                    cts = ", ".join([ct] * len(names))
                     same = ir.pure("same", f"arith.cmpi eq, {row}, {t} : index")
                     scalars = ir.fresh("scalars")
-                    ir.emit(f"{scalars}:2 = scf.if {same} -> ({ct}, {ct}) {{")
+                    ir.emit(f"{scalars}:{len(names)} = scf.if {same} -> ({cts}) {{")
                     with ir.scope():
-                        ir.emit(f"scf.yield {carried[1][0]}, {carried[2][0]} : {ct}, {ct}")
+                        ir.emit(f"scf.yield {', '.join(name for name, _, _ in carried[1:])} : {cts}")
                     with ir.region("} else {", close="}"):
                         fresh = self.tensor_scalars(h, row)
-                        ir.emit(f"scf.yield {', '.join(fresh)} : {ct}, {ct}")
-                    per_tensor = [f"{scalars}#0", f"{scalars}#1"]
+                        ir.emit(f"scf.yield {', '.join(fresh)} : {cts}")
+                    per_tensor = [f"{scalars}#{k}" for k in range(len(names))]
                     yielded += per_tensor
                 self.chunk(c, row, g, per_tensor)
                 ir.emit(f"scf.yield {', '.join(yielded)} : {types}")

@@ -4,7 +4,7 @@
     kernel()                                 # one launch on torch's current stream
 
 ``tensors`` holds one dict per tensor of the group, ``{name: tensor}`` for every name of
-``rule.pointers()`` (``param``, ``grad``, ..., ``step``, ``param_out``, ...); an output may be the very
+``rule.pointers()`` (``param``, ``grad``, ..., ``step``, ``grad_scale``, ``param_out``, ...); an output may be the very
 storage of its input (updated in place).  ``bind`` checks them once (element types, contiguous,
 16-byte aligned, one device; no output overlapping anything but its own input), writes the argument
 table (``table.py``) into a device buffer and keeps it: the launch passes only the table's and the
@@ -73,6 +73,10 @@ def mismatch(rule: UpdateRule, tensors: list[dict], hyper) -> str:
             if name == "step":
                 if _dtype(t) != rule.step_dtype or t.numel() != 1:
                     return f"tensor {i}'s step is not one {rule.step_dtype} count"
+                continue
+            if name == "grad_scale":
+                if _dtype(t) != rule.dtype or t.numel() != 1:
+                    return f"tensor {i}'s gradient scale is not one {rule.dtype} value"
                 continue
             if _dtype(t) != rule.dtype or t.numel() != numel or not t.is_contiguous():
                 return f"tensor {i}'s {name} is not a contiguous {rule.dtype} tensor of {numel} elements"

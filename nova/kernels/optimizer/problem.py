@@ -9,6 +9,12 @@ rate, betas, eps, weight decay, momentum, dampening, the step counts) reach the 
 through its argument table and the hyper-parameter vector, so a learning-rate schedule never
 recompiles and one kernel serves every model.
 
+With ``grad_scale`` the update reads its gradient times a per-tensor device scalar (gradient
+clipping's coefficient, ``torch.nn.utils.clip_grad_norm_``'s ``grad * clip_coef``, folded into the
+update by ``nova/passes/multi_tensor.py``): the product rounded to the storage type, as the IR's
+``mul`` gives it; with ``grad_out`` the kernel also writes that scaled gradient (a ``.grad`` read
+after the step).
+
 A ``MultiTensorProblem`` is one launch: the rule and the element counts of the tensors it updates
 (one optimizer group, ``nova.passes.fusion.update_batch_key``), for the prediction and explain.
 
@@ -46,6 +52,8 @@ class UpdateRule:
     with_momentum: bool = False        # sgd
     nesterov: bool = False             # sgd with momentum
     first_step: bool = False           # sgd with momentum and no buffer yet: the buffer starts as the gradient
+    grad_scale: bool = False           # the gradient read times a per-tensor scalar of ``dtype`` (clipping)
+    grad_out: bool = False             # the scaled gradient also written (grad_scale only)
 
     def __post_init__(self):
         if self.op not in OPTIMIZERS:
@@ -61,6 +69,8 @@ class UpdateRule:
             raise OptimizerProblemError("momentum, nesterov and first_step are sgd's")
         if (self.nesterov or self.first_step) and not self.with_momentum:
             raise OptimizerProblemError("nesterov and first_step need momentum")
+        if self.grad_out and not self.grad_scale:
+            raise OptimizerProblemError("grad_out writes the scaled gradient: it needs grad_scale")
 
     @property
     def itemsize(self) -> int:
@@ -79,15 +89,19 @@ class UpdateRule:
 
     def writes(self) -> tuple[str, ...]:
         """The tensors written element for element (each may be the storage of its read twin)."""
+        grad = ("grad",) if self.grad_out else ()
         if self.op == "adamw":
-            return ("param", "exp_avg", "exp_avg_sq")
-        return ("param",) + (("momentum_buffer",) if self.with_momentum else ())
+            return ("param", "exp_avg", "exp_avg_sq") + grad
+        return ("param",) + (("momentum_buffer",) if self.with_momentum else ()) + grad
+
+    def scalars(self) -> tuple[str, ...]:
+        """The per-tensor one-element operands: the step count (adamw), the gradient's scale."""
+        return (("step",) if self.op == "adamw" else ()) + (("grad_scale",) if self.grad_scale else ())
 
     def pointers(self) -> tuple[str, ...]:
         """Every per-tensor pointer of the argument table, in its order: the reads, the step count
-        (adamw), then the writes (``<name>_out``)."""
-        step = ("step",) if self.op == "adamw" else ()
-        return self.reads() + step + tuple(f"{name}_out" for name in self.writes())
+        (adamw), the gradient's scale (grad_scale), then the writes (``<name>_out``)."""
+        return self.reads() + self.scalars() + tuple(f"{name}_out" for name in self.writes())
 
     def later_steps(self) -> "UpdateRule":
         """The rule of the steps after this one: an SGD first step (no momentum buffer yet) is followed
@@ -106,11 +120,17 @@ class UpdateRule:
             name = "sgd"
             flags = [f for f, on in (("momentum", self.with_momentum), ("nesterov", self.nesterov),
                                      ("first step", self.first_step), ("maximize", self.maximize)) if on]
+        flags += ["grad x scale"] if self.grad_scale else []
+        flags += ["scaled grad written"] if self.grad_out else []
         step = f", {self.step_dtype} steps" if self.step_dtype else ""
         return f"{name} {self.dtype}{step}" + (f" ({', '.join(flags)})" if flags else "")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        for name in ("grad_scale", "grad_out"):       # a rule without them keeps the key it always had
+            if not d[name]:
+                del d[name]
+        return d
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ class MultiTensorSchedule:
     threads: int                # per CTA
     unroll: int                 # vectors per thread per chunk
     grid: int                   # persistent CTAs (one full wave)
+    max_regs: int = 0           # a sum kernel's register cap (nvvm.maxnreg) that keeps its wave resident; 0: none
 
     @property
     def chunk(self) -> int:
@@ -25,7 +26,10 @@ class MultiTensorSchedule:
         return self.vector * self.threads * self.unroll
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if not self.max_regs:           # the update kernels keep the schedule (and key) they always had
+            del d["max_regs"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "MultiTensorSchedule":

@@ -4,14 +4,15 @@ order) and the workspace the launches share.  Read by the builders and by the la
 Workspace (one f32 buffer per launch site, ``workspace_layout``): ``rowloss`` [rows] (cross-entropy's
 per-row losses, added by ``total``), ``scale`` [1] (the backward's dloss / count from ``total_pre``),
 ``partials`` [reductions x splits x n] (the column stage's per-split sums; with the weight/bias
-gradients in the row kernel's pass, [gradients x row-kernel CTAs x n], one partial row per CTA).
+gradients in the row kernel's pass, [gradients x row-kernel CTAs x n], one partial row per CTA),
+``row_parts`` [rows x splits] (a split row reduction's parts, added by ``row_final``).
 """
 from __future__ import annotations
 
 from nova.kernels.rows.kinds import column_problem
 from nova.kernels.rows.problem import RowsProblem
 
-KERNEL_NAMES = {"row": "nova_rows", "column": "nova_rows_column", "column_final": "nova_rows_column_final",
+KERNEL_NAMES = {"row": "nova_rows", "row_final": "nova_rows_row_final", "column": "nova_rows_column", "column_final": "nova_rows_column_final",
                 "partials_final": "nova_rows_partials_final", "total": "nova_rows_total",
                 "total_pre": "nova_rows_total_pre"}
 WORKSPACE_ALIGN = 256
@@ -25,6 +26,8 @@ def workspace_layout(p: RowsProblem, s) -> tuple[dict, int]:
     if p.kind == "cross_entropy_backward":
         sizes["scale"] = 1
     colp = column_problem(p)
+    if split_rows(s):
+        sizes["row_parts"] = p.rows * s.row.splits
     if getattr(s, "partials", None) is not None:
         sizes["partials"] = s.partials.outputs * s.partials.partials * p.n
     elif colp is not None and s.column is not None and s.column.splits > 1:
@@ -34,6 +37,12 @@ def workspace_layout(p: RowsProblem, s) -> tuple[dict, int]:
         layout[name] = (offset, count)
         offset += -(-4 * count // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
     return layout, offset
+
+
+def split_rows(s) -> bool:
+    """The row kernel splits each row over several CTAs (``RowTile.splits``): ``row_final`` adds the parts."""
+    row = getattr(s, "row", None)
+    return row is not None and row.splits > 1
 
 
 def row_operands(p: RowsProblem) -> list:
@@ -55,7 +64,12 @@ def params(p: RowsProblem, s, role: str) -> list[tuple[str, str]]:
         extra = {"cross_entropy": ["ws:rowloss"], "cross_entropy_backward": ["ws:scale"]}.get(p.kind, [])
         if getattr(s, "partials", None) is not None:
             extra = ["ws:partials"]
+        if split_rows(s):               # the per-row results are row_final's
+            names = [o.name for o in row_operands(p) if o.layout != "per_row" or o in p.inputs]
+            extra = ["ws:row_parts"]
         return [(n, n) for n in names] + [(w[3:], w) for w in extra]
+    if role == "row_final":
+        return [("row_parts", "ws:row_parts")] + [(o.name, o.name) for o in p.outputs if o.layout == "per_row"]
     if role == "partials_final":
         return [("partials", "ws:partials")] + [(o.name, o.name) for o in partial_outputs(p)]
     if role == "total":

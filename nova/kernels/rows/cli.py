@@ -82,8 +82,12 @@ def _geometry(s, role: str) -> str:
         how = "registers" if r.in_registers else f"{r.chunks} chunks a pass"
         walk = (f", {s.partials.groups_per_cta} row groups a CTA, column sums in registers"
                 if s.partials is not None else "")
+        split = f", each row over {r.splits} CTAs" if r.splits > 1 else ""
         return (f"grid {r.grid}, {r.threads} threads, {r.threads_per_row} per row, {r.rows_per_cta} rows/CTA, "
-                f"vec {r.vec}, {how}{walk}")
+                f"vec {r.vec}, {how}{walk}{split}")
+    if role == "row_final":
+        r = s.row
+        return f"grid {r.final_grid}, {r.final_threads} threads, a warp per row, {r.splits} parts a row"
     if role == "partials_final":
         f = s.partials
         return (f"grid {f.final_grid}, {f.final_threads_cols}x{f.final_threads_rows} threads, vec {f.final_vec}, "

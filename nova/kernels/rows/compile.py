@@ -19,8 +19,11 @@ def build_module(problem, schedule, role: str) -> str:
     from nova.kernels.rows.emit_column import build_column, build_column_final, build_total
     from nova.kernels.rows.emit_partials import build_partials_final
     from nova.kernels.rows.emit_row import build_row
+    from nova.kernels.rows.emit_row_final import build_row_final
     if role == "row":
         return build_row(problem, schedule)
+    if role == "row_final":
+        return build_row_final(problem, schedule)
     if role == "column":
         return build_column(problem, schedule)
     if role == "column_final":
@@ -37,6 +40,9 @@ def geometry(schedule, role: str) -> tuple[tuple, tuple, int]:
     if role == "row":
         t = schedule.row
         return (t.grid, 1, 1), (t.threads, 1, 1), t.smem_bytes
+    if role == "row_final":
+        t = schedule.row
+        return (t.final_grid, 1, 1), (t.final_threads, 1, 1), 0
     if role == "partials_final":
         f = schedule.partials
         return (f.final_grid, 1, 1), (f.final_threads, 1, 1), f.final_smem_bytes

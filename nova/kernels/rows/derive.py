@@ -19,7 +19,16 @@ Closed form: no search, no measurement.
                       column stage: threads along the columns, a deterministic two-stage sum (per-split
                       partials in a workspace, then each column's partials in order; the split fills one
                       wave of CTAs)
- 7. prediction        per kernel: DRAM bytes / (DRAM bandwidth x eta) + L2 re-reads / L2 bandwidth + launch
+ 7. split             a row reduction whose rows fill less than one wave of CTAs (one CTA per row: few long
+                      rows, a parameter's sum of squares) splits each row over ``splits`` CTAs, enough for
+                      one wave, each thread still walking at least MIN_SPLIT_CHUNKS vectors; each CTA writes
+                      its part's reduction to a workspace slot and ``row_final`` adds a row's parts in
+                      split order (one warp a row: deterministic, no float atomics)
+ 8. prediction        per kernel: the larger of DRAM bytes / (DRAM bandwidth x eta) + L2 re-reads / L2
+                      bandwidth and the busiest SM's bytes at one SM's streaming rate, plus the launch;
+                      one SM streams at most its share of the L2 bandwidth (the rate measured with every
+                      SM loading), so a kernel of few CTAs (one long row, a one-CTA loss sum) is predicted
+                      by its CTAs' bytes, not by the whole GPU's bandwidth
 """
 from __future__ import annotations
 
@@ -49,6 +58,10 @@ ACC_VALUES = 64              # [EST] f32 column sums a thread may keep across it
                              # kept row and the overhead a 128-thread CTA stays under 255 registers, no spills)
 FINAL_THREADS = 512          # [EST] partials_final: threads a CTA (columns x partials), 128 registers each
 FINAL_PARTIALS_PER_THREAD = 16   # [EST] partials a partials_final thread adds: 16 independent loads in flight
+MIN_SPLIT_CHUNKS = 8         # [EST] vector steps a thread walks at least in one split of a row (LANE_VECTORS: what
+                             # an unsplit CTA-per-row thread keeps); fewer would spend the split's CTAs on launch and
+                             # the row_final read rather than on streaming
+FINAL_ROW_THREADS = 128      # [EST] row_final: 4 warps a CTA, one warp per split row
 # passes over the row when it is not kept in registers (step 4), and the row operands a thread keeps
 PASSES = {"layer_norm": 3, "layer_norm_backward": 2, "rms_norm": 2, "rms_norm_backward": 2, "softmax": 2,
           "log_softmax": 2, "softmax_backward": 2, "log_softmax_backward": 2, "cross_entropy": 1,
@@ -76,7 +89,10 @@ F = formulas("""
     groups_per_cta = ceil(row_groups / partials)
     final_threads_rows = Min(max_threads / threads_cols, ceil(partials / per_thread))
     partial_bytes = 4 * gradients * partials * n
-    t_kernel = dram_bytes / (dram_bw * eta_dram) + l2_reread_bytes / l2_bw + t_launch
+    row_splits = Max(1, Min(ceil(sm_count * blocks_per_sm / row_groups), floor(chunks / min_chunks)))
+    sm_bw = l2_bw / sm_count
+    busiest_sm_bytes = ceil(ctas / sm_count) * (dram_bytes + l2_reread_bytes) / ctas
+    t_kernel = Max(dram_bytes / (dram_bw * eta_dram) + l2_reread_bytes / l2_bw, busiest_sm_bytes / sm_bw) + t_launch
 """)
 
 
@@ -293,10 +309,47 @@ def row_tile(p: RowsProblem, gpu: GPUModel, d: Derivation) -> tuple[RowTile, Par
     if acc:
         grid, per_cta = d.record(step6_partials(p, rows_per_cta, bps, gpu))
         partials = partials_tile(p, grid, per_cta, d)
+    splits, chunks = d.record(step7_split(p, chunks, rows_per_cta, bps, gpu))
+    if splits > 1:
+        warps = min(FINAL_ROW_THREADS // 32, p.rows)
+        final_grid = math.ceil(p.rows / warps)
+        d.note("row_final", f"{final_grid} x {32 * warps}", f"one warp per row adds its {splits} parts in split order "
+               "(lanes along the parts, then a fixed shuffle tree)")
+        return RowTile(threads, tpr, rows_per_cta, vec, chunks, in_registers, grid * splits, smem, bps, regs, max_regs,
+                       splits, 32 * warps, final_grid), partials
     return RowTile(threads, tpr, rows_per_cta, vec, chunks, in_registers, grid, smem, bps, regs, max_regs), partials
 
 
-# ---- 6 -----------------------------------------------------------------------------------------
+# ---- 7 -----------------------------------------------------------------------------------------
+def step7_split(p: RowsProblem, chunks: int, rows_per_cta: int, bps: int, gpu: GPUModel) -> tuple[tuple[int, int], list]:
+    """A row reduction with one CTA per row whose rows fill less than one wave of resident CTAs splits each
+    row: splits = Max(1, Min(ceil(SMs x CTAs per SM / rows), floor(chunks / MIN_SPLIT_CHUNKS))), the CTAs
+    of one wave, each thread walking at least MIN_SPLIT_CHUNKS vector steps; returns (splits, vector steps
+    a thread walks in one split).  Other kinds keep one CTA per row (their later passes need the whole
+    row's statistic)."""
+    if p.kind != "row_reduce" or rows_per_cta != 1:
+        return (1, chunks), []
+    capacity = int(gpu.sm_count) * bps
+    if p.rows >= capacity:
+        return (1, chunks), [note("split", 1, f"{p.rows} rows, a CTA each, fill {p.rows / capacity:.2f} waves of "
+                                  f"{capacity} resident CTAs: rows are not split")]
+    splits, st = formula_step("row splits", F.row_splits, f"{p.rows} row{'s' if p.rows > 1 else ''} of one CTA fill "
+                              f"{p.rows} of {capacity} resident CTAs; a split walks at least {MIN_SPLIT_CHUNKS} "
+                              "vector steps a thread", post=int, sm_count=gpu.sm_count, blocks_per_sm=bps,
+                              row_groups=p.rows, chunks=chunks, min_chunks=MIN_SPLIT_CHUNKS)
+    if splits <= 1:
+        return (1, chunks), [st, note("split", 1, f"{chunks} vector steps a thread: too short a row to split")]
+    per = math.ceil(chunks / splits)
+    splits = math.ceil(chunks / per)
+    row_bytes = p.n * sum(o.elem_bytes for o in p.operands if o.layout == "row")
+    alone = row_bytes / float(F.sm_bw(l2_bw=gpu.l2_bw / 1e6, sm_count=gpu.sm_count))
+    return (splits, per), [st, note("split", splits, f"each row over {splits} CTAs of {per} vector steps a thread "
+                                    f"({p.rows * splits} CTAs; one CTA would stream a row's {row_bytes} B alone, "
+                                    f"{alone:.1f} us at one SM's rate); each writes its part's reduction to a workspace "
+                                    "slot, row_final adds a row's parts in split order (deterministic, no float atomics)")]
+
+
+# ---- 6 (column stage) --------------------------------------------------------------------------
 def column_tile(p: RowsProblem, gpu: GPUModel, d: Derivation) -> ColumnTile:
     vec = d.record(step1_vector(p, [o for o in p.operands if o.layout in ("row", "col")]))
     slots = math.ceil(p.n / vec)
@@ -318,14 +371,23 @@ def column_tile(p: RowsProblem, gpu: GPUModel, d: Derivation) -> ColumnTile:
                       math.ceil(p.n / final_threads), smem)
 
 
-# ---- 7 -----------------------------------------------------------------------------------------
-def kernel_time(role: str, dram_bytes: int, l2_bytes: int, gpu: GPUModel, mc: dict) -> tuple[dict, object]:
-    t, step = formula_step(f"time {role}", F.t_kernel, f"bytes at the DRAM bandwidth x eta {mc['eta_dram']:.3f} "
-                           f"and launch {mc['t_launch_us']:.2f} us ({mc['source']})",
+# ---- 8 -----------------------------------------------------------------------------------------
+def kernel_time(role: str, dram_bytes: int, l2_bytes: int, gpu: GPUModel, mc: dict, ctas: int) -> tuple[dict, object]:
+    """Time of kernel ``role`` of ``ctas`` CTAs: the larger of the bytes at the GPU's DRAM (and L2) bandwidth
+    and the busiest SM's bytes at one SM's streaming rate (its share of the L2 bandwidth, [EST]: what an SM
+    pulls when all stream; a lone CTA pulls no more), plus the launch."""
+    sm_bw = F.sm_bw(l2_bw=gpu.l2_bw / 1e6, sm_count=gpu.sm_count)
+    busiest = F.busiest_sm_bytes(ctas=ctas, sm_count=gpu.sm_count, dram_bytes=dram_bytes, l2_reread_bytes=l2_bytes)
+    t, step = formula_step(f"time {role}", F.t_kernel, f"bytes at the DRAM bandwidth x eta {mc['eta_dram']:.3f}, or "
+                           f"the busiest SM's {float(busiest):.0f} B ({ctas} CTA{'s' if ctas != 1 else ''}) at one "
+                           f"SM's {float(sm_bw) / 1e3:.1f} GB/s (its share of the L2 bandwidth), and launch "
+                           f"{mc['t_launch_us']:.2f} us ({mc['source']})",
                            dram_bytes=dram_bytes, dram_bw=gpu.dram_bw / 1e6, eta_dram=mc["eta_dram"],
-                           l2_reread_bytes=l2_bytes, l2_bw=gpu.l2_bw / 1e6, t_launch=mc["t_launch_us"])
+                           l2_reread_bytes=l2_bytes, l2_bw=gpu.l2_bw / 1e6, busiest_sm_bytes=busiest, sm_bw=sm_bw,
+                           t_launch=mc["t_launch_us"])
     launch_share = mc["t_launch_us"] / t if t else 1.0
-    bound = "launch" if launch_share > 0.5 else "dram"
+    streaming = float(busiest) / float(sm_bw) > dram_bytes / (gpu.dram_bw / 1e6 * mc["eta_dram"]) + l2_bytes / (gpu.l2_bw / 1e6)
+    bound = "launch" if launch_share > 0.5 else "sm" if streaming else "dram"
     return {"time_us": round(t, 3), "bytes": dram_bytes, "l2_bytes": l2_bytes, "bound": bound}, step
 
 
@@ -334,6 +396,9 @@ def row_kernel_bytes(p: RowsProblem, tile: RowTile, gpu: GPUModel, partial_bytes
     gradients it sums); a looped kernel re-reads the kept operands once per extra pass, from L2 when the
     rows in flight fit it (else from DRAM)."""
     operands = [o for o in p.operands if o.layout != "col" or o.name in ("weight", "bias")]
+    if tile.splits > 1:                 # the per-row results are row_final's; the parts go to the workspace
+        operands = [o for o in operands if o.layout != "per_row" or o in p.inputs]
+        partial_bytes += 4 * p.rows * tile.splits
     dram = sum(p.nbytes(o) for o in operands) + partial_bytes
     if tile.in_registers or PASSES.get(p.kind, 1) == 1:
         return dram, 0
@@ -360,12 +425,19 @@ def configure_rows(p: RowsProblem, target="h200") -> RowsConfig:
             partial_bytes = d.apply("partial bytes", F.partial_bytes, "the partial rows, written by the row kernel and "
                                     "read by partials_final", post=int, gradients=partials.outputs,
                                     partials=partials.partials, n=p.n)
-        terms["row"], st = kernel_time("row", *row_kernel_bytes(p, row, gpu, partial_bytes), gpu, mc)
+        terms["row"], st = kernel_time("row", *row_kernel_bytes(p, row, gpu, partial_bytes), gpu, mc, row.grid)
         d.steps.append(st)
         roles.append("row")
+        if row.splits > 1:
+            written = sum(p.nbytes(o) for o in p.outputs if o.layout == "per_row")
+            terms["row_final"], st = kernel_time("row_final", 4 * p.rows * row.splits + written, 0, gpu, mc,
+                                                 row.final_grid)
+            d.steps.append(st)
+            roles.append("row_final")
         if partials is not None:
             written = sum(p.nbytes(o) for o in p.outputs if o.layout == "col")
-            terms["partials_final"], st = kernel_time("partials_final", partial_bytes + written, 0, gpu, mc)
+            terms["partials_final"], st = kernel_time("partials_final", partial_bytes + written, 0, gpu, mc,
+                                                      partials.final_grid)
             d.steps.append(st)
             roles.append("partials_final")
             colp = None
@@ -374,12 +446,12 @@ def configure_rows(p: RowsProblem, target="h200") -> RowsConfig:
         partial = 4 * column.splits * colp.n * len(colp.prologue.reduce)
         first = sum(colp.nbytes(o) for o in colp.inputs) + (partial if column.splits > 1 else
                                                             sum(colp.nbytes(o) for o in colp.outputs))
-        terms["column"], st = kernel_time("column", first, 0, gpu, mc)
+        terms["column"], st = kernel_time("column", first, 0, gpu, mc, column.grid[0] * column.grid[1])
         d.steps.append(st)
         roles.append("column")
         if column.splits > 1:
             terms["column_final"], st = kernel_time("column_final", partial + sum(colp.nbytes(o) for o in colp.outputs),
-                                                    0, gpu, mc)
+                                                    0, gpu, mc, column.final_grid)
             d.steps.append(st)
             roles.append("column_final")
     total = 0
@@ -387,7 +459,7 @@ def configure_rows(p: RowsProblem, target="h200") -> RowsConfig:
         total = TOTAL_THREADS
         target_bytes = p.rows * p.operand("target").elem_bytes
         role = "total" if p.kind == "cross_entropy" else "total_pre"
-        terms[role], st = kernel_time(role, target_bytes + (4 * p.rows if role == "total" else 0), 0, gpu, mc)
+        terms[role], st = kernel_time(role, target_bytes + (4 * p.rows if role == "total" else 0), 0, gpu, mc, 1)
         d.steps.append(note(role, TOTAL_THREADS, "one CTA adds the per-row losses and counts the kept targets in row "
                             "order (deterministic)" if role == "total" else
                             "one CTA counts the kept targets: the per-row scale dloss / count the row kernel reads"))
@@ -397,7 +469,8 @@ def configure_rows(p: RowsProblem, target="h200") -> RowsConfig:
     t = sum(v["time_us"] for v in terms.values())
     moved = sum(v["bytes"] for v in terms.values())
     launches = len(terms) * mc["t_launch_us"]
-    bound = "launch" if launches > t / 2 else "dram"
+    slowest = max(terms.values(), key=lambda v: v["time_us"])
+    bound = "launch" if launches > t / 2 else "sm" if slowest["bound"] == "sm" else "dram"
     floor = p.bytes_moved / gpu.dram_bw * 1e6
     prediction = Prediction(t, 0.0, bound, floor,
                             {"dram_us": round(moved / (gpu.dram_bw * mc["eta_dram"]) * 1e6, 3),

@@ -17,6 +17,10 @@ With ``schedule.partials`` (a norm backward summing its weight/bias gradients in
 carried values are the thread's column sums (dy * xhat, dy) of its ``chunks x vec`` columns; after the
 loop the sums of the CTA's rows meet in shared memory (slots in order) and the CTA writes one partial
 row per gradient into the workspace (``partials[gradient, bx, :]``), which ``partials_final`` adds.
+
+With ``splits`` > 1 (a row reduction over few long rows) CTA ``bx`` reduces part ``bx % splits`` of row
+``bx / splits``: its ``chunks`` vector steps start at step ``(bx % splits) x chunks``, and the part's
+reduction goes to the workspace slot ``row_parts[row x splits + part]``, which ``row_final`` adds.
 """
 from __future__ import annotations
 
@@ -55,11 +59,11 @@ class RowKernel:
         ir.emit(f"// Nova rows kernel: {p.describe()}; {t.threads_per_row} threads per row, {t.rows_per_cta} rows "
                 f"per CTA, vec {t.vec}, {t.chunks} chunks, {'in registers' if t.in_registers else 'looped'}"
                 + (f"; weight/bias gradients summed over {self.partials.groups_per_cta} row groups a CTA"
-                   if self.partials else ""))
+                   if self.partials else "") + (f"; each row over {t.splits} CTAs" if t.splits > 1 else ""))
         with ir.rows_kernel(KERNEL_NAMES["row"], param_types(p, self.s, "row"), t.threads, t.max_regs):
             self.setup()
             if self.partials is None:
-                self.setup_row(self.bx)
+                self.setup_row(self.row_group)
                 getattr(self, "_" + p.kind)()
             else:
                 self.summed_pass()
@@ -77,12 +81,17 @@ class RowKernel:
         self.slot = ir.div(self.tid, t.threads_per_row, "slot") if t.threads_per_row < t.threads else 0
         self.step = t.threads_per_row * t.vec
         self.lane_col = ir.mul(self.lane, t.vec, "lane_col")
+        self.row_group, self.part = self.bx, None
+        if t.splits > 1:                            # CTA bx: part bx % splits of row bx / splits
+            self.row_group = ir.div(self.bx, t.splits, "row_group")
+            self.part = ir.rem(self.bx, t.splits, "part")
+            self.lane_col = ir.add(ir.mul(self.part, t.chunks * self.step, "part_col"), self.lane_col, "lane_col")
 
     def setup_row(self, group) -> None:
         """The thread's row in row group ``group`` (CTA ``bx`` without partials; a loop's group with them)."""
         p, t, ir = self.p, self.t, self.ir
         self.row = ir.add(ir.mul(group, t.rows_per_cta, "row0"), self.slot, "row")
-        covered = t.rows_per_cta * (t.grid if self.partials is None else t.grid * self.partials.groups_per_cta)
+        covered = t.rows_per_cta * (t.row_groups if self.partials is None else t.grid * self.partials.groups_per_cta)
         self.row_ok = ir.cmp("slt", self.row, p.rows, "row_ok") if covered != p.rows else True
         self.srow = ir.select(self.row_ok, self.row, 0, hint="srow")
         self.base = {o.name: ir.mul(self.srow, o.stride, f"{o.name}_row") for o in row_operands(p) if o.layout == "row"}
@@ -91,7 +100,10 @@ class RowKernel:
     def chunk(self, c):
         """(first column, in-row flag) of chunk ``c`` (an int, or the loop's index)."""
         col = self.ir.add(self.ir.mul(c, self.step, "cstep"), self.lane_col, "col")
-        full = (c + 1) * self.step <= self.p.n if isinstance(c, int) else self.p.n % self.step == 0
+        if self.t.splits > 1:                       # every chunk of every part inside the row
+            full = self.t.splits * self.t.chunks * self.step == self.p.n
+        else:
+            full = (c + 1) * self.step <= self.p.n if isinstance(c, int) else self.p.n % self.step == 0
         return col, True if full else self.ir.cmp("slt", col, self.p.n, "in_row")
 
     def envs(self, names, c, col, ok) -> list[dict]:
@@ -438,6 +450,10 @@ class RowKernel:
             return [acc]
         part = self.sweep(names, [ir.f(neutral)], body)
         (total,) = self.allreduce(part, lambda a, b: [combine(a[0], b[0], "red")])
+        if self.part is not None:                   # one part of the row: row_final adds the parts (and means)
+            slot = ir.add(ir.mul(self.row, self.t.splits, "slot0"), self.part, "slot")
+            ir.guarded(self.leader, lambda: ir.store("row_parts", slot, [total]))
+            return
         if p.attr("op") == "mean":
             total = ir.fmul(total, ir.f(1.0 / p.n), "mean")
         self.write_row({out: total})

@@ -4,7 +4,11 @@ Kernels (roles), in launch order where a problem has several:
 
     row           one row per ``threads_per_row`` threads (a warp or part of one for short rows, the whole
                   CTA for long ones), ``rows_per_cta`` rows per CTA; the row held in registers
-                  (``in_registers``) or walked in ``chunks`` vector steps per pass, re-read per pass
+                  (``in_registers``) or walked in ``chunks`` vector steps per pass, re-read per pass.
+                  A row reduction over few long rows splits each row over ``splits`` CTAs (CTA ``bx``:
+                  row ``bx / splits``, its ``chunks`` vector steps from step ``(bx % splits) x chunks``),
+                  each writing its part's reduction to a workspace slot
+    row_final     the split rows' parts added in split order, one warp per row (deterministic)
     column        the column reduction's first stage: CTA (x, s) sums rows of split s for its columns into
                   per-split partials (the final values when ``splits`` is 1)
     column_final  the second stage: each column's ``splits`` partials added in order (deterministic)
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-ROLES = ("total_pre", "row", "column", "column_final", "partials_final", "total")
+ROLES = ("total_pre", "row", "row_final", "column", "column_final", "partials_final", "total")
 
 
 @dataclass(frozen=True)
@@ -35,9 +39,21 @@ class RowTile:
     blocks_per_sm: int
     regs_per_thread: int            # the derivation's estimate (ptxas verifies)
     max_regs: int = 255             # the register cap that lets one CTA fit the register file (nvvm.maxnreg)
+    splits: int = 1                 # CTAs per row (row reductions over few long rows); chunks is per split
+    final_threads: int = 0          # row_final (splits > 1): threads a CTA, one warp per row
+    final_grid: int = 0             # row_final: CTAs
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if self.splits == 1:        # an unsplit row kernel keeps the schedule (and cache key) it always had
+            for name in ("splits", "final_threads", "final_grid"):
+                del d[name]
+        return d
+
+    @property
+    def row_groups(self) -> int:
+        """CTAs along the rows (the grid is row_groups x splits)."""
+        return self.grid // self.splits
 
 
 @dataclass(frozen=True)

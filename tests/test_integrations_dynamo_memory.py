@@ -1,0 +1,91 @@
+"""The torch.compile backend's memory, predicted on the meta device from its plans
+(``nova/integrations/dynamo_memory.py``): for a small GPT, each saved activation is held once (the
+forward's output buffers, read in place by the backward: no copy in the forward's arena, none
+returned as a clone, none staged by the backward), and the step's peak is the parameters, the
+optimizer state, the gradients, the saved activations and the largest graph's temporaries."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from nova.hwmodel import get_target  # noqa: E402
+from nova.integrations.dynamo_memory import step_memory  # noqa: E402
+from nova.integrations.dynamo_precompile import plan_dynamo  # noqa: E402
+from nova.models.gpt import GPT, GPTConfig  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+CONFIG = GPTConfig(vocab_size=2048, n_embd=128, n_layer=2, n_head=2, block_size=128)
+BATCH = 8
+
+
+@pytest.fixture(scope="module")
+def small_gpt():
+    with torch.device("meta"):
+        model = GPT(CONFIG, seed=0)
+        idx = torch.zeros(BATCH, CONFIG.block_size, dtype=torch.long)
+    plans = plan_dynamo(model, (idx, idx), get_target("h200"), training=True)
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    return plans, params
+
+
+def test_each_saved_activation_is_held_once(small_gpt):
+    plans, params = small_gpt
+    assert [g.reason for g in plans.graphs] == ["", ""]
+    forward, backward = (g.planned for g in plans.graphs)
+    start, stop = forward.memory.output_region
+    saved = stop - start                                   # the forward's outputs: the saved activations
+    optimizer = 2 * params                                 # AdamW's two moments
+    memory = step_memory(plans, optimizer_state_bytes=optimizer)
+    fw, bw = memory.graphs
+    # no copy of them: the forward owns no arena and returns no clone beyond its data inputs' views,
+    # the backward copies nothing but its tangent and reads the rest in place
+    assert fw.persistent < 2 ** 20 and bw.persistent < 2 ** 20
+    assert bw.data <= 1024 and bw.in_place >= saved - fw.data
+    grads = bw.outputs
+    assert grads == pytest.approx(params, rel=0.01)
+    temporaries = max(g.step_arena + g.launch for g in memory.graphs)
+    # the forward lays every saved tensor out as the trace does (attention's output stored as the
+    # trace's kernel stores it, its head merge a view of it): the backward copies none at the hand-over
+    assert bw.copies == 0
+    # the data inputs twice: the caller's batch, and the copy saved of the forward's static slot
+    held_once = params + optimizer + 2 * fw.data + saved + grads + temporaries + fw.persistent + bw.persistent
+    assert memory.peak_bytes <= held_once
+    assert memory.peak_at == "backward graph 1"
+    # what the programs that owned their arenas held: the forward's arena (the saved activations
+    # among its outputs), their clones, and the backward's staged copies: three times
+    assert memory.peak_bytes < params + optimizer + grads + 1.5 * saved
+    assert saved > 4 * temporaries
+
+
+def test_the_backward_overwrites_the_donated_log_probabilities(small_gpt):
+    """The backward's cross_entropy_backward writes dlogits into the saved log-probabilities (donated
+    by AOTAutograd): no [N, V] buffer in the backward's arena, whose values' peak is then far below it
+    (the launch workspaces placed there, a GEMM's operand preps, live during their launch only)."""
+    plans, _ = small_gpt
+    backward = plans.graphs[1].planned
+    rows, vocab = BATCH * CONFIG.block_size, CONFIG.vocab_size
+    donated = [v for v, p in backward.memory.values.items() if p.kind == "external" and p.donated]
+    assert any(v.producer.op == "cross_entropy_backward" and v.type.shape == (rows, vocab) for v in donated)
+    start = backward.memory.output_region[0]
+    values_below = max(p.offset + p.nbytes for p in backward.memory.values.values()
+                       if p.kind == "arena" and p.offset < start)
+    assert values_below < rows * vocab * 4 / 2
+    assert all(w.offset + w.nbytes <= start for w in backward.memory.workspaces)
+    forward = plans.graphs[0].planned
+    logp = next(n for n in forward.graph.nodes if n.op == "log_softmax").outputs[0]
+    assert forward.memory[logp].reuses is not None                          # written over the logits
+    assert forward.memory.output_region[0] < rows * vocab * 4 / 2             # the logits are no temporary
+
+
+def test_the_programs_that_owned_their_arenas_held_them_three_times(small_gpt):
+    """The same plans, programs owning their arenas and copying outputs out and data inputs in (the
+    executor's other mode): each saved activation in the forward's arena, its clone and the
+    backward's static slot."""
+    plans, params = small_gpt
+    forward = plans.graphs[0].planned
+    saved = forward.memory.output_region[1] - forward.memory.output_region[0]
+    per_call, owned = step_memory(plans, per_call=True), step_memory(plans, per_call=False)
+    assert owned.peak_bytes - per_call.peak_bytes > saved
+    assert owned.graphs[0].persistent >= saved and owned.graphs[0].outputs >= saved
