@@ -36,6 +36,7 @@ class Kind:
     name: str
     allowed: str
     parse: Callable[[str], object]
+    show: Callable[[object], str] | None = None     # how a default is written (None: str)
 
 
 def _bool(text: str):
@@ -55,6 +56,23 @@ def _shape(text: str):
     return None
 
 
+NOTHING = object()          # a kind's parse result for a text that means None (besides "auto")
+MEMORY_LEAN = 0.005         # NOVA_MEMORY_POLICY=lean: memory savings may cost 0.5 % of the predicted step
+MEMORY_MOST = 0.1           # the largest fraction NOVA_MEMORY_POLICY accepts
+
+
+def _memory_policy(text: str):
+    """``lean`` -> ``MEMORY_LEAN``, ``fast`` -> None (no saving), a number in [0, ``MEMORY_MOST``] -> itself."""
+    low = text.lower()
+    if low in ("lean", "fast"):
+        return MEMORY_LEAN if low == "lean" else NOTHING
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if 0.0 <= value <= MEMORY_MOST else None
+
+
 def enum(*values: str, aliases: dict | None = None) -> Kind:
     """One of ``values`` (any case); ``aliases`` maps other spellings to one of them."""
     table = {v: v for v in values} | dict(aliases or {})
@@ -69,6 +87,9 @@ NAME = Kind("name", "a GPU preset (`nova-config targets`)", lambda text: text)
 SHAPE = Kind("shape", "MxN, two integers >= 1 (e.g. 2x1)", _shape)
 PINGPONG = Kind("bool, auto or shape", f"auto, {BOOL_SPELLINGS}, or a warpgroup tile ROWSxN (e.g. 128x192)",
                 lambda text: _auto_bool(text) if _auto_bool(text) is not None else _shape(text))
+MEMORY_POLICY = Kind("lean, fast or fraction", f"lean ({MEMORY_LEAN}), fast (no saving), or a fraction of the step "
+                     f"between 0 and {MEMORY_MOST} (e.g. 0.01)", _memory_policy,
+                     lambda value: "lean" if value == MEMORY_LEAN else f"{value:g}")
 L2_PROMOTION = Kind("int", "0 (none), 1 (64 B), 2 (128 B), 3 (256 B)", lambda text: int(text) if text in "0123" and
                     len(text) == 1 else None)
 
@@ -91,14 +112,14 @@ class Option:
         value = self.kind.parse(text)
         if value is None:
             raise OptionError(f"{self.variable}={text!r}: expected {self.kind.allowed}")
-        return None if value == "auto" else value
+        return None if value == "auto" or value is NOTHING else value
 
     def default_text(self) -> str:
         if self.default is None:
             return "auto" if self.kind in (AUTO_BOOL, PINGPONG) else "unset"
         if isinstance(self.default, bool):
             return "1" if self.default else "0"
-        return str(self.default)
+        return self.kind.show(self.default) if self.kind.show else str(self.default)
 
 
 TABLE: tuple[Option, ...] = (
@@ -160,6 +181,12 @@ TABLE: tuple[Option, ...] = (
            "pointwise groups and optimizer updates (all), neither (none: ATen's kernels and foreach "
            "optimizer), only the pointwise groups (fused) or only the optimizer updates (optimizer, one "
            "multi-tensor launch per group); part of the plan cache's key", False),
+    # memory
+    Option("memory_policy", "NOVA_MEMORY_POLICY", MEMORY_POLICY, MEMORY_LEAN,
+           "without a memory budget, the memory savings a training step's plan takes (chunked loss, "
+           "rematerialization): those whose plan the step-time model predicts at most this fraction of the "
+           "step slower than the fastest plan, together (`lean`: 0.5 %, below what a benchmark resolves); "
+           "`fast`: none, the fastest plan (docs/memory.md); part of the plan cache's key", False),
 )
 BY_VARIABLE = {o.variable: o for o in TABLE}
 
@@ -186,6 +213,7 @@ class Options:
     attention_persistent: bool = True
     attention_tile_order: str = "head"
     pointwise: str = "all"
+    memory_policy: float | None = MEMORY_LEAN
 
     def replace(self, **changes) -> "Options":
         return replace(self, **changes)

@@ -287,6 +287,23 @@ def kernel_reports(planned, target) -> list[KernelReport]:
     return reports
 
 
+def predicted_step_us(planned, target) -> float:
+    """The predicted step time of ``planned`` on ``target`` in microseconds: its kernels' predictions
+    summed (``kernel_reports``), what ``explain`` reports as ``prediction.step_ms``."""
+    from nova.hwmodel import get_target
+    return sum(k.predicted_us for k in kernel_reports(planned, get_target(target if target is not None else "h200")))
+
+
+def memory_policy(fraction: float | None, target):
+    """The default memory policy (``nova.passes.memory_policy``) of plans made for ``target``: the
+    savings whose plans ``predicted_step_us`` prices at most ``fraction`` of the step slower (the
+    caller reads ``NOVA_MEMORY_POLICY``); None for ``fraction`` None (``fast``)."""
+    from nova.passes.memory_policy import MemoryPolicy
+    if fraction is None:
+        return None
+    return MemoryPolicy(fraction, lambda planned: predicted_step_us(planned, target))
+
+
 def aten_kind_totals(kernels) -> dict:
     """``{kind: {kernels, bytes, predicted_us}}`` over the reports priced kind by kind."""
     totals: dict[str, dict] = {}
@@ -333,7 +350,8 @@ def explain_planned(captured_graph, planned, target, tokens_per_step: int | None
                 "outside_arena": None if mem.outside is None else [asdict(i) for i in mem.outside],
                 "launch_workspaces": _launch_workspaces(mem),
                 "donations": len(mem.donations),
-                "budget": planned.budget.to_dict() if getattr(planned, "budget", None) is not None else None},
+                "budget": planned.budget.to_dict() if getattr(planned, "budget", None) is not None else None,
+                "policy": planned.policy.to_dict() if getattr(planned, "policy", None) is not None else None},
         prediction=prediction, storage=planned.storage.describe())
     return report.to_dict()
 
@@ -385,12 +403,14 @@ def plan_training_step(model_name: str, batch: int, seq: int | None = None, opti
     """A built-in model's training step captured and planned for ``target`` on the meta device:
     ``(planned, tokens_per_step)``, what ``nova precompile train`` and the GEMM suite
     (``nova.bench.train_gemms``) read the step's kernels from."""
+    from nova import options
     from nova.frontend import capture
     from nova.compiler.outside_arena import account
     from nova.passes import pipeline
     fn, args, model, opt, tokens = training_step(model_name, batch, seq, optimizer, recipe)
     captured = capture(fn, args, models=[model], optimizers=[opt], name=f"train_{model_name}")
-    return pipeline(captured.graph, target, memory_budget=memory_budget, outside_arena=account), tokens
+    return pipeline(captured.graph, target, memory_budget=memory_budget, outside_arena=account,
+                    memory_policy=memory_policy(options.current().memory_policy, target)), tokens
 
 
 def explain_train(model_name: str, batch: int, seq: int | None = None, target="h200",
@@ -400,6 +420,7 @@ def explain_train(model_name: str, batch: int, seq: int | None = None, target="h
     schedule (``report["communication"]``) and predicted scaling (``report["scaling"]``).  Under
     ``memory_budget`` when given (``MemoryBudgetError`` when the step cannot fit it)."""
     import time
+    from nova import options
     from nova.compiler.outside_arena import account
     from nova.frontend import capture
     from nova.passes import pipeline
@@ -407,7 +428,8 @@ def explain_train(model_name: str, batch: int, seq: int | None = None, target="h
     t0 = time.perf_counter()
     captured = capture(fn, args, models=[model], optimizers=[opt], name=f"train_{model_name}")
     t1 = time.perf_counter()
-    planned = pipeline(captured.graph, target, memory_budget=memory_budget, outside_arena=account)
+    planned = pipeline(captured.graph, target, memory_budget=memory_budget, outside_arena=account,
+                       memory_policy=memory_policy(options.current().memory_policy, target))
     t2 = time.perf_counter()
     if gpus > 1:
         return _explain_data_parallel(captured.graph, planned, target, tokens, gpus, (model_name, batch, args,
@@ -434,8 +456,10 @@ def _explain_data_parallel(graph, single_planned, target, tokens, gpus: int, des
     model_name, batch, args, optimizer, model, t0, t1 = described
     model_target = get_target(target)
     single_us = sum(k.predicted_us for k in kernel_reports(single_planned, model_target))
+    from nova import options
     distributed, _, _ = bucketed(average_gradients(graph, gpus, "default"), model_target)
-    planned = pipeline(distributed, target, outside_arena=account)
+    planned = pipeline(distributed, target, outside_arena=account,
+                       memory_policy=memory_policy(options.current().memory_policy, target))
     t2 = time.perf_counter()
     report = explain_planned(distributed, planned, target, tokens)
     kernels = kernel_reports(planned, model_target)
@@ -471,15 +495,18 @@ def _mib(nbytes: int) -> str:
     return f"{nbytes / 2**20:.2f} MiB"
 
 
-def render_budget(budget: dict, console) -> None:
+def render_budget(budget: dict, console, priced_ms: float | None = None) -> None:
     """The memory budget's decisions: per tensor class kept, recomputed or chunked and why, the
-    predicted peak and the predicted cost in step time."""
+    predicted peak and the predicted cost in step time: the closed forms that chose (``budget.py``)
+    and, given ``priced_ms`` (the plan's predicted step time minus the fastest plan's, both as
+    ``explain`` prices them), the plans' difference."""
     from rich.markup import escape
     from rich.table import Table
+    priced = f"+{priced_ms:.3f} ms per step over the fastest plan as priced; " if priced_ms is not None else ""
     console.print(f"memory budget {_gb(budget['budget_bytes'])}: predicted peak {_gb(budget['peak_bytes'])} "
                   f"(unbudgeted {_gb(budget['unbudgeted_peak_bytes'])}); loss in {budget['loss_chunks']} row "
-                  f"chunk{'s' if budget['loss_chunks'] > 1 else ''}; predicted cost +{budget['extra_step_us'] / 1e3:.3f} ms "
-                  f"per step (recompute {budget['recompute_us'] / 1e3:.3f} ms, chunked loss "
+                  f"chunk{'s' if budget['loss_chunks'] > 1 else ''}; predicted cost {priced}closed forms "
+                  f"+{budget['extra_step_us'] / 1e3:.3f} ms (recompute {budget['recompute_us'] / 1e3:.3f} ms, chunked loss "
                   f"{budget['chunk_cost_us'] / 1e3:.3f} ms); {budget['rounds']} re-plans")
     if not budget["classes"]:
         console.print(f"  {escape(budget['loss_chunk_why'])}")
@@ -490,6 +517,31 @@ def render_budget(budget: dict, console) -> None:
     for c in budget["classes"]:
         table.add_row(escape(c["name"]), c["decision"], str(c["count"]), _gb(c["nbytes"]),
                       f"{c['recompute_us'] / 1e3:.3f}" if c["decision"] == "recomputed" else "-", escape(c["why"]))
+    console.print(table)
+
+
+def render_policy(policy: dict, console) -> None:
+    """The default memory policy's decisions (``nova.passes.memory_policy``): the rule, the fastest
+    and the chosen plan's peak and predicted step time, then each saving tried with its bytes freed
+    at the peak and its predicted cost (this saving's, and all taken so far against the fastest plan)."""
+    from rich.markup import escape
+    from rich.table import Table
+    console.print(f"memory policy {policy['policy']} (NOVA_MEMORY_POLICY: savings taken while the plan is predicted at "
+                  f"most {policy['fraction']:.2%} of the step slower than the fastest plan, {policy['allowance_us'] / 1e3:.3f} ms): "
+                  f"peak {_gb(policy['fastest_peak_bytes'])} -> {_gb(policy['peak_bytes'])}, predicted step "
+                  f"{policy['fastest_step_us'] / 1e3:.3f} -> {policy['step_us'] / 1e3:.3f} ms "
+                  f"(+{policy['cost_us'] / 1e3:.3f} ms); loss in {policy['loss_chunks']} row "
+                  f"chunk{'s' if policy['loss_chunks'] > 1 else ''}")
+    if not policy["trials"]:
+        console.print("  no saving to try (no LM head + cross-entropy, no saved activation)")
+        return
+    table = Table(title="memory savings tried (default policy)")
+    for col in ("saving", "decision", "freed at peak", "cost ms", "total ms", "why"):
+        table.add_column(col)
+    for t in policy["trials"]:
+        table.add_row(escape(t["saving"]), t["decision"], _gb(t["freed_bytes"]) if t["freed_bytes"] else "-",
+                      (f"{t['cost_us'] / 1e3:+.3f}" + (" (closed form)" if t["total_us"] is None else "")),
+                      "-" if t["total_us"] is None else f"{t['total_us'] / 1e3:+.3f}", escape(t["why"]))
     console.print(table)
 
 
@@ -601,8 +653,12 @@ def render(report: dict, console=None, top: int = 12) -> None:
         console.print(f"  launch workspaces in the arena: {ws['count']}, each live during its launch only "
                       f"({_mib(ws['bytes_if_apart'])} were they apart; the largest {_mib(ws['largest']['nbytes'])}: "
                       f"{escape(ws['largest']['what'])})")
+    if mem.get("policy"):
+        render_policy(mem["policy"], console)
     if mem.get("budget"):
-        render_budget(mem["budget"], console)
+        fastest = (mem.get("policy") or {}).get("fastest_step_us")
+        render_budget(mem["budget"], console,
+                      None if fastest is None else report["prediction"]["step_ms"] - fastest / 1e3)
     p = report["prediction"]
     line = f"Prediction: {p['step_ms']:.2f} ms per step over {p['launches']} launches"
     if p.get("tokens_per_s"):

@@ -3,7 +3,8 @@ structural hash, so a second process (or a second ``nova.compile`` of the same s
 hashes, loads the plan and builds the program without running the passes.
 
 Key = sha256 of the canonical JSON of ``structural_hash(captured graph)``, the target name, the
-device kind, the memory budget in bytes (None: unbudgeted), the ``NOVA_POINTWISE`` setting, the
+device kind, the memory budget in bytes (None: unbudgeted), the ``NOVA_MEMORY_POLICY`` fraction (None:
+``fast``), the ``NOVA_POINTWISE`` setting, the
 Nova version, ``PLAN_ABI`` and a fingerprint of the planning code (the sources of ``nova/ir``,
 ``nova/passes`` and the memory-bound kernel families whose problems the plan holds,
 ``nova/kernels/pointwise`` and ``nova/kernels/optimizer``: editing a pass in a checkout never reuses a
@@ -32,7 +33,7 @@ from nova.version import __version__
 from nova.fileio import atomic_write, discard_bad_entry
 from nova.ir.hashing import structural_hash
 
-PLAN_ABI = 11           # bump whenever Planned, Graph, Group, MemoryPlan or the passes' output changes meaning
+PLAN_ABI = 12           # bump whenever Planned, Graph, Group, MemoryPlan or the passes' output changes meaning
                         # (2: Group.problem may be a batched GEMM; 3: Nova rows groups, Group.bindings; 4: pointwise
                         # groups on Nova kernels with their PointwiseProblem, optimizer groups on Nova multi-tensor
                         # kernels with their MultiTensorProblem, donation and in place across one such kernel;
@@ -41,7 +42,8 @@ PLAN_ABI = 11           # bump whenever Planned, Graph, Group, MemoryPlan or the
                         # 7: MemoryPlan.workspaces, the launch workspaces placed in the arena;
                         # 9: a concat's or a copying view's group may carry a PointwiseProblem;
                         # 10: multi-tensor sum groups, bindings keyed (tensor, name); gradient scales in
-                        # optimizer groups)
+                        # optimizer groups; 11: memory.Handoff, outputs in a region of their own;
+                        # 12: Planned.policy, the default memory policy's decisions, GEMM results in a concat's buffer)
 MAGIC = b"NOVAPLAN1\n"
 # the sources that size the allocations a plan lists outside its arena (MemoryPlan.outside) and the
 # launch workspaces it places in it (MemoryPlan.workspaces: the schedules of the GEMM, rows and
@@ -93,11 +95,13 @@ def code_fingerprint() -> str:
 
 
 def plan_key(graph_hash: str, target_name: str | None, device_kind: str, kernels: str = "all", *,
-             memory_budget: int | None = None) -> str:
-    """``kernels``: the ``NOVA_POINTWISE`` setting the plan was made under (``MemoryBoundKernels.key``)."""
+             memory_budget: int | None = None, memory_policy: float | None = None) -> str:
+    """``kernels``: the ``NOVA_POINTWISE`` setting the plan was made under (``MemoryBoundKernels.key``);
+    ``memory_policy``: the ``NOVA_MEMORY_POLICY`` fraction (None: ``fast``)."""
     import json
     payload = {"graph": graph_hash, "target": str(target_name), "device": device_kind, "budget": memory_budget,
-               "nova": __version__, "abi": PLAN_ABI, "code": code_fingerprint(), "kernels": kernels}
+               "nova": __version__, "abi": PLAN_ABI, "code": code_fingerprint(), "kernels": kernels,
+               "memory_policy": memory_policy}
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -126,11 +130,12 @@ def _warn(path: Path, why: str) -> None:
 
 
 def load(graph, target_name, device_kind: str, root=None, graph_hash: str | None = None, kernels: str = "all", *,
-         memory_budget: int | None = None):
+         memory_budget: int | None = None, memory_policy: float | None = None):
     """The cached ``Planned`` of ``graph`` (the captured graph) or None (miss, or an unusable entry:
     warned once and deleted)."""
     graph_hash = graph_hash or structural_hash(graph)
-    key = plan_key(graph_hash, target_name, device_kind, kernels, memory_budget=memory_budget)
+    key = plan_key(graph_hash, target_name, device_kind, kernels, memory_budget=memory_budget,
+                   memory_policy=memory_policy)
     path = path_for(key, root)
     try:
         data = path.read_bytes()
@@ -166,11 +171,12 @@ def load(graph, target_name, device_kind: str, root=None, graph_hash: str | None
 
 
 def store(graph, planned, target_name, device_kind: str, root=None, graph_hash: str | None = None,
-          kernels: str = "all", *, memory_budget: int | None = None) -> Path | None:
+          kernels: str = "all", *, memory_budget: int | None = None, memory_policy: float | None = None) -> Path | None:
     """Write ``planned`` under ``graph``'s key atomically; None when it could not be written (the
     cache is an optimisation: a failure to store is silent)."""
     graph_hash = graph_hash or structural_hash(graph)
-    key = plan_key(graph_hash, target_name, device_kind, kernels, memory_budget=memory_budget)
+    key = plan_key(graph_hash, target_name, device_kind, kernels, memory_budget=memory_budget,
+                   memory_policy=memory_policy)
     path = path_for(key, root)
     try:
         body = pickle.dumps({"key": key, "graph_hash": graph_hash, "plan_hash": structural_hash(planned.graph),
@@ -192,7 +198,10 @@ def plan(graph, target=None, device_kind: str = "cpu", root=None, target_name=No
     target, memory_budget=, outside_arena=)`` (the CUDA program's allocations outside the arena
     listed on the plan, ``nova.compiler.outside_arena``) stored for next time (``"miss"``), or ``"off"`` when
     ``NOVA_PLAN_CACHE=0``.  A budget the step cannot fit raises ``MemoryBudgetError`` (nothing stored).
-    The ``NOVA_POINTWISE`` setting is read once here, passed to the passes and keyed."""
+    The ``NOVA_POINTWISE`` and ``NOVA_MEMORY_POLICY`` settings are read once here, passed to the passes
+    and keyed."""
+    from nova import options
+    from nova.compiler.explain import memory_policy
     from nova.compiler.outside_arena import account
     from nova.kernels.pointwise.switch import memory_bound_kernels
     from nova.passes import pipeline
@@ -202,12 +211,16 @@ def plan(graph, target=None, device_kind: str = "cpu", root=None, target_name=No
     if memory_budget is not None:
         memory_budget = parse_size(memory_budget)
     kernels = memory_bound_kernels()
+    fraction = options.current().memory_policy
+    policy = memory_policy(fraction, target)
     if not enabled():
-        return pipeline(graph, target, kernels, memory_budget=memory_budget, outside_arena=account), "off"
+        return pipeline(graph, target, kernels, memory_budget=memory_budget, outside_arena=account,
+                        memory_policy=policy), "off"
     graph_hash = structural_hash(graph)
-    planned = load(graph, target_name, device_kind, root, graph_hash, kernels.key(), memory_budget=memory_budget)
+    keyed = {"memory_budget": memory_budget, "memory_policy": fraction}
+    planned = load(graph, target_name, device_kind, root, graph_hash, kernels.key(), **keyed)
     if planned is not None:
         return planned, "hit"
-    planned = pipeline(graph, target, kernels, memory_budget=memory_budget, outside_arena=account)
-    store(graph, planned, target_name, device_kind, root, graph_hash, kernels.key(), memory_budget=memory_budget)
+    planned = pipeline(graph, target, kernels, memory_budget=memory_budget, outside_arena=account, memory_policy=policy)
+    store(graph, planned, target_name, device_kind, root, graph_hash, kernels.key(), **keyed)
     return planned, "miss"

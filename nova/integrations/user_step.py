@@ -175,11 +175,16 @@ def _as_list(x, what: str, label: str):
 
 # ====================================================================== capture, plan, precompile
 def plan_step(step: UserStep, target):
-    """The step captured (fake tensors: nothing runs) and planned for ``target``."""
+    """The step captured (fake tensors: nothing runs) and planned for ``target`` as ``nova.compile``
+    plans it (the program's allocations listed, the default memory policy: the same kernels)."""
+    from nova import options
+    from nova.compiler.explain import memory_policy
+    from nova.compiler.outside_arena import account
     from nova.frontend import capture
     from nova.passes import pipeline
     captured = capture(step.fn, step.args, models=step.models, optimizers=step.optimizers, name=step.name)
-    return pipeline(captured.graph, target)
+    return pipeline(captured.graph, target, outside_arena=account,
+                    memory_policy=memory_policy(options.current().memory_policy, target))
 
 
 def precompile(step_fn, *example_args, target="h200", models=None, optimizers=None, cache_dir=None,

@@ -14,6 +14,8 @@
     schedule.py       the order the groups run in (memory-greedy, never worse than program order)
     memory.py         the memory plan: arena offsets, aliases, donation, in-place reuse, validation
     pipeline.py       pipeline(graph, target, kernels) -> Planned; format_plan
+    memory_policy.py  without a budget: the chunked loss and rematerializations priced at (near) nothing
+    budget.py         under a memory budget (chunked_loss.py, remat.py, peak.py): fit or refuse in one line
     examples.py       hand-built training-step graphs (tests, demonstrations)
     rewrite.py        the Rewriter the rewriting passes share
 """

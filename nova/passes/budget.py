@@ -5,18 +5,21 @@ Sizes (``parse_size``): a number and a unit, ``12GiB``, ``11.5GB``, ``800MiB``, 
 unit is case-insensitive, a space between number and unit is allowed.  This is the one parser of
 sizes (``nova.compile(memory_budget=)``, ``--memory-budget`` of the CLI and the benchmark).
 
-``fit_budget(planned, budget, target, plan_graph)`` makes the plan need at most ``budget`` bytes
-(``MemoryPlan.peak_bytes``: arena + user-owned + what the program allocates outside the arena, when
-the plan lists it: ``MemoryPlan.outside``, ``nova/compiler/outside_arena.py``; every re-plan lists
-it again), in the order of the savings' size per cost:
+``fit_budget(planned, budget, target, plan_graph, default)`` makes the plan need at most ``budget``
+bytes (``MemoryPlan.peak_bytes``: arena + user-owned + what the program allocates outside the arena,
+when the plan lists it: ``MemoryPlan.outside``, ``nova/compiler/outside_arena.py``; every re-plan
+lists it again), in the order of the savings' size per cost; ``planned`` is the fastest plan,
+``default`` the plan made without a budget (the default memory policy's, ``memory_policy.py``, or
+``planned`` itself):
 
-1. **Fits already**: the plan is kept as is (``BudgetReport.fits``, nothing changed).
+1. **Fits already**: the default plan is kept as is (``BudgetReport.fits``, nothing changed).
 2. **Chunked loss** (``chunked_loss.py``): where the LM head's logits are live at the peak, the
    smallest chunk count whose logits chunk fits in what the rest of the plan leaves:
    ``c = ceil(L / (budget - (peak - L)))`` for logits of ``L`` bytes, at most
    ``chunked_loss.max_chunks`` (chunks of ``MIN_CHUNK_ROWS`` rows); when the rest alone does not
-   fit, the largest count (rematerialization makes room for the rest).  Kept only if it lowers the
-   peak.
+   fit, the largest count (rematerialization makes room for the rest); never fewer chunks than the
+   default plan's (they were priced at nothing).  Kept only if it lowers the peak.  (The default
+   plan's rematerializations are not carried over: the greedy below picks from every candidate.)
 3. **Rematerialization** (``remat.py``): the greedy on the liveness intervals at the peak that
    module states, re-planning after each batch, until the plan fits or no candidate is live at
    the peak.
@@ -119,19 +122,25 @@ def refusal(planned, budget: int) -> MemoryBudgetError:
 
 
 # ==================================================================== fitting
-def fit_budget(planned, budget, target, plan_graph):
-    """``planned`` (the unbudgeted plan) made to fit ``budget`` bytes (rules in the module
-    docstring); ``plan_graph(graph) -> Planned`` fuses, orders and plans a rewritten graph.  Raises
-    ``MemoryBudgetError`` when the smallest plan reached is above the budget."""
+def fit_budget(planned, budget, target, plan_graph, default=None):
+    """``planned`` (the fastest plan) made to fit ``budget`` bytes, from ``default`` (the plan
+    without a budget; None: ``planned``) (rules in the module docstring); ``plan_graph(graph) ->
+    Planned`` fuses, orders and plans a rewritten graph.  Raises ``MemoryBudgetError`` when the
+    smallest plan reached is above the budget."""
     from nova.passes import chunked_loss, remat
     budget = parse_size(budget)
-    report = BudgetReport(budget, planned.memory.peak_bytes)
-    if planned.memory.peak_bytes <= budget:
-        report.fits, report.peak_bytes = True, planned.memory.peak_bytes
-        report.outside_bytes = planned.memory.outside_bytes
-        report.loss_chunk_why = "the plan fits: nothing chunked or recomputed"
-        planned.budget = report
-        return planned
+    default = default if default is not None else planned
+    policy = getattr(default, "policy", None)
+    least = policy.loss_chunks if policy is not None else 1
+    report = BudgetReport(budget, default.memory.peak_bytes)
+    if default.memory.peak_bytes <= budget:
+        report.fits, report.peak_bytes = True, default.memory.peak_bytes
+        report.outside_bytes = default.memory.outside_bytes
+        report.loss_chunks = least
+        report.loss_chunk_why = "the plan fits: nothing chunked or recomputed" if default is planned else \
+            "the default memory policy's plan fits: nothing more chunked or recomputed"
+        default.budget = report
+        return default
 
     gpu = remat.gpu_model(target)
     graph = planned.graph
@@ -148,10 +157,11 @@ def fit_budget(planned, budget, target, plan_graph):
     # 1. the chunked loss, its count from the room the rest of the plan leaves
     current, chunks, fitting = planned, 1, 1
     if matches:
-        fitting = chunked_loss.chunk_count(logits, rows, budget - (planned.memory.peak_bytes - logits))
+        fitting = max(least, chunked_loss.chunk_count(logits, rows, budget - (planned.memory.peak_bytes - logits)))
         rate = max((c.bytes_per_us for c in remat.candidates(graph, gpu)), default=0.0)
         one_more = sum(chunked_loss.step_us(m, gpu) for m in matches)
         count = min(fitting, chunked_loss.cost_chunk_count(logits, rows, one_more, rate)) if rate else fitting
+        count = max(count, least)
         trial = chunked(count)
         if trial.memory.peak_bytes < planned.memory.peak_bytes:
             current, chunks = trial, count
@@ -170,7 +180,8 @@ def fit_budget(planned, budget, target, plan_graph):
                     current, chosen = _rematerialize(current, budget, gpu, plan_graph, report)
     # 3. fewer chunks when rematerialization made room: the count from the room now left
     if chunks > 2 and current.memory.peak_bytes <= budget:
-        count = chunked_loss.chunk_count(logits, rows, budget - (current.memory.peak_bytes - math.ceil(logits / chunks)))
+        count = max(least, chunked_loss.chunk_count(logits, rows,
+                                                    budget - (current.memory.peak_bytes - math.ceil(logits / chunks))))
         if count < chunks:
             rewritten = chunked_loss.chunk_loss(graph, count)
             if chosen:
@@ -186,7 +197,8 @@ def fit_budget(planned, budget, target, plan_graph):
     report.loss_chunks = chunks
     if chunks > 1:
         report.chunk_cost_us = sum(chunked_loss.chunk_cost_us(m, chunks, gpu) for m in matches)
-        why = "the smallest count whose chunk fits beside the rest" if chunks == fitting else \
+        why = "the default memory policy's count (priced at nothing)" if chunks == least else \
+            "the smallest count whose chunk fits beside the rest" if chunks == fitting else \
             "one more chunk would free fewer bytes per us than recomputing activations"
         report.loss_chunk_why = (f"logits of {format_size(logits)} live at the peak; chunks of "
                                  f"{format_size(math.ceil(logits / chunks))}: {why}")
@@ -201,6 +213,7 @@ def fit_budget(planned, budget, target, plan_graph):
     report.outside_bytes = current.memory.outside_bytes
     report.fits = True
     current.budget = report
+    current.policy = policy
     current.stats = {**planned.stats, **current.stats}
     return current
 

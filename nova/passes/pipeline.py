@@ -14,6 +14,8 @@
            -> fuse                                              groups (kernels)
            -> schedule                                          the order the groups run in
            -> plan_memory                                       arena offsets, aliases, donation
+           [-> chunked_loss, remat, re-planned]                 the savings the default memory policy
+                                                                prices at (near) nothing (``memory_policy.py``)
            [-> chunked_loss, remat, re-planned]                 under a memory budget (``budget.py``)
 
 ``format_plan`` renders the result for ``explain``: the pass statistics, each group with its kernel
@@ -51,24 +53,30 @@ class Planned:
     target: object = None             # as given to pipeline (the compiler configures GEMMs for it)
     stats: dict[str, int] = field(default_factory=dict)   # node count after each pass
     budget: object = None             # budget.BudgetReport when planned under a memory budget
+    policy: object = None             # memory_policy.PolicyReport when planned under a memory policy
     recomputed: list = field(default_factory=list)   # recompute.Recomputed decisions
     storage: StoragePlan = field(default_factory=StoragePlan)   # where strided-writing kernels store results
 
 
 def pipeline(graph: Graph, target=None, kernels: MemoryBoundKernels | None = None, *,
-             memory_budget=None, outside_arena=None, handoff: Handoff | None = None) -> Planned:
+             memory_budget=None, outside_arena=None, handoff: Handoff | None = None,
+             memory_policy=None) -> Planned:
     """Optimize, group, order and plan ``graph`` (which is left unchanged).  ``kernels``: which
     memory-bound groups may run on Nova kernels (default: the ``NOVA_POINTWISE`` setting).  With a
+    ``memory_policy`` (``memory_policy.MemoryPolicy``; None: the fastest plan) the plan takes the
+    memory savings it prices at (near) nothing (``memory_policy.lean_plan``).  With a
     ``memory_budget`` (bytes or a size such as ``"12GiB"``) the plan is made to fit it
-    (``budget.fit_budget``: chunked loss, rematerialization) or ``MemoryBudgetError`` says the
-    smallest plan reached.  ``outside_arena``: ``planned -> [OutsideAllocation | LaunchWorkspace]``,
+    (``budget.fit_budget``, from the policy's plan: chunked loss, rematerialization) or
+    ``MemoryBudgetError`` says the smallest plan reached.  ``outside_arena``: ``planned -> [OutsideAllocation | LaunchWorkspace]``,
     what the program of a plan allocates besides the values (the compiler's
     ``nova.compiler.outside_arena.account``): the allocations outside its arena, stated on every plan
     made (``memory.with_outside``), and its launches' workspaces, placed in the arena
     (``memory.place_workspaces``), so peaks and the budget include both.
     ``handoff``: how the program's outputs and inputs cross its boundary (``memory.Handoff``:
     outputs in a region of their own, donated inputs; default: neither)."""
+    from nova.kernels.gemm.configure import memoized
     from nova.passes.budget import fit_budget, parse_size
+    from nova.passes.memory_policy import lean_plan
     if kernels is None:
         kernels = memory_bound_kernels()
     if memory_budget is not None:
@@ -96,16 +104,24 @@ def pipeline(graph: Graph, target=None, kernels: MemoryBoundKernels | None = Non
     verify(g)
     planned = plan_graph(g, target, stats, kernels, outside_arena, handoff)
     planned.recomputed = recomputed
-    if memory_budget is None:
+    if memory_budget is None and memory_policy is None:
         return planned
 
-    def replan(rewritten: Graph) -> Planned:
-        verify(rewritten)
-        replanned = plan_graph(rewritten, target, {"memory_budget": len(rewritten.nodes)}, kernels, outside_arena,
-                               handoff)
-        replanned.recomputed = recomputed
-        return replanned
-    return fit_budget(planned, memory_budget, target, replan)
+    def replanner(stage: str):
+        def replan(rewritten: Graph) -> Planned:
+            verify(rewritten)
+            replanned = plan_graph(rewritten, target, {**stats, stage: len(rewritten.nodes)}, kernels, outside_arena,
+                                    handoff)
+            replanned.recomputed = recomputed
+            return replanned
+        return replan
+    with memoized():                  # the trials plan, size and price the same GEMMs again and again
+        default = planned
+        if memory_policy is not None:
+            default = lean_plan(planned, memory_policy, replanner("memory_policy"), target)
+        if memory_budget is None:
+            return default
+        return fit_budget(planned, memory_budget, target, replanner("memory_budget"), default)
 
 
 def plan_graph(g: Graph, target=None, stats: dict | None = None, kernels: MemoryBoundKernels | None = None,

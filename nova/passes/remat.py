@@ -12,11 +12,16 @@ recomputed too).  A chain is at most ``MAX_CHAIN`` nodes of recomputable ops (vi
 reductions, fills, matmuls, normalizations, softmaxes, gathers); anything else (attention, an
 opaque ATen op) is not a candidate.
 
-**Cost** (``node_time_us``): a matmul's ``2 M N K`` FLOPs at the target's tensor-core peak for its
-operand type; any other node its bytes (inputs read, results written) at the target's DRAM
-bandwidth; a view nothing.  **Benefit**: the root's bytes, freed at the peak when the root is live
-across it.  So a pointwise or norm result (its chain reads a few tensors of its size) frees a
-hundred times more bytes per microsecond than a GEMM output (its chain is a GEMM).
+**Cost** (``node_time_us``): a matmul's time from the GEMM configurator (``configure``, the target's
+calibrated prediction where it has one: the time ``explain`` gives the same GEMM; a matmul the
+configurator does not take, its ``2 M N K`` FLOPs at the target's tensor-core peak, which is
+optimistic: GPT-42M's recomputed projections cost 1.6x that); any other node its bytes (inputs
+read, results written) at the target's DRAM bandwidth (pessimistic for a pointwise chain the fusion
+pass joins to its backward reader: Llama's SwiGLU product is priced 1.55x the plans' difference);
+a view nothing, nor a bias added to a GEMM's result (its epilogue).  **Benefit**: the root's bytes, freed at the peak when the root is live across it.
+So a pointwise or norm result (its chain reads a few tensors of its size) frees a hundred times
+more bytes per microsecond than a GEMM output (its chain is a GEMM).  The default memory policy
+(``memory_policy.py``) prices candidates by planning them; these closed forms order them.
 
 **Rule and algorithm** (``pick``, driven by ``budget.fit_budget``): a closed-form greedy on the
 liveness intervals at the peak.  Take the candidates whose root is live at the plan's busiest
@@ -55,7 +60,7 @@ RECOMPUTED_TAG = "[recomputed]"
 BACKWARD_TAG = "[backward]"
 MAX_CHAIN = 8
 RECOMPUTABLE_KINDS = ("pointwise", "view", "reduce", "creation", "matmul")
-RECOMPUTABLE_OPS = ("layer_norm", "softmax", "log_softmax", "index_select", "take_along_axis", "concat")
+RECOMPUTABLE_OPS = ("layer_norm", "rms_norm", "softmax", "log_softmax", "index_select", "take_along_axis", "concat")
 GEMM_MODES = {"f32": "tf32", "bf16": "bf16", "f16": "fp16", "f64": None}
 
 
@@ -102,7 +107,13 @@ def node_time_us(node: Node, gpu, copies: bool = False) -> float:
     k = kind(node.op)
     if k == "view" and not copies:
         return 0.0
+    if node.op == "add" and node.inputs[0].producer is not None and node.inputs[0].producer.op == "matmul" \
+            and node.inputs[1].type.rank == 1:
+        return 0.0                    # a bias: the GEMM's epilogue adds it as it writes
     if k == "matmul":
+        configured = _gemm_time_us(node, gpu)
+        if configured is not None:
+            return configured
         out = node.outputs[0].type
         a = node.inputs[0].type
         depth = a.shape[-2] if node.attrs.get("transpose_a") else a.shape[-1]
@@ -112,6 +123,29 @@ def node_time_us(node: Node, gpu, copies: bool = False) -> float:
         return flops / rate * 1e6
     moved = sum(v.type.nbytes for v in node.inputs) + sum(v.type.nbytes for v in node.outputs)
     return moved / gpu.dram_bw * 1e6
+
+
+def _gemm_time_us(node: Node, gpu) -> float | None:
+    """A matmul of a 2-D right operand (a linear layer, its rows flattened) as the GEMM configurator
+    predicts it on ``gpu`` (calibrated where it can be); None for another matmul or operand type."""
+    from nova.configurator import configure
+    from nova.kernels.gemm.problem import GemmProblem
+    from nova.passes.fusion import NOVA_GEMM_MODES
+    a, b = node.inputs
+    out = node.outputs[0]
+    ta, tb = bool(node.attrs.get("transpose_a")), bool(node.attrs.get("transpose_b"))
+    if b.type.rank != 2 or (ta and a.type.rank != 2) or a.dtype != b.dtype or a.dtype not in NOVA_GEMM_MODES \
+            or out.dtype not in NOVA_GEMM_MODES or min(out.shape + a.shape) < 1:
+        return None
+    m = a.shape[-1] if ta else math.prod(a.shape[:-1])
+    depth = a.shape[-2] if ta else a.shape[-1]
+    n = b.shape[-2] if tb else b.shape[-1]
+    try:
+        cfg = configure(GemmProblem(M=m, N=n, K=depth, dtype=NOVA_GEMM_MODES[a.dtype], trans_a=ta, trans_b=tb,
+                                    out_dtype=out.dtype), gpu)
+    except (ValueError, RuntimeError):    # a problem the configurator refuses: the FLOP closed form
+        return None
+    return cfg.calibrated_time_us or cfg.prediction.time_us
 
 
 def candidates(graph: Graph, gpu) -> list[Candidate]:

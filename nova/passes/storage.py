@@ -26,7 +26,11 @@ here, once, in order:
    (the last by the concat only) and none a graph output: each result is stored in the concat's
    own buffer, at the strides that make its chain end exactly on its slice (``invert_chain``: a
    permute's inverse permutes the strides back, a reshape's inverse is the reverse ``view``).  The
-   concat's result becomes the root of all of them and the concat launches nothing.
+   concat's result becomes the root of all of them and the concat launches nothing.  A GEMM's
+   result (``matmul``) is such an input too where its slice is row-major and dense (a block of
+   rows: the chunked loss's input gradient, ``chunked_loss.py``) and starts on a 16-byte boundary:
+   a GEMM writes a row-major result at any address (``gemm_lowering``: ``out`` row-major, 16-byte
+   aligned), so the block is its ``out``.
 2. **Storage order.**  Else a result one of whose views is a copy is stored in the order of its
    axes that makes that copy a dense view (the inverse chain from the copy's dense layout; the
    result must stay dense, its axes permuted).  Taken only when every view of the result is then
@@ -60,6 +64,7 @@ STRIDED_WRITES = {"attention": ("out",), "attention_backward": ("dq", "dk", "dv"
 ATTENTION_READS = {"attention": ("q", "k", "v"), "attention_backward": ("dout", "q", "k", "v", "out")}
 KERNEL_NAMES = {"attention": "the attention kernel", "attention_backward": "the attention backward kernel"}
 POINTWISE_WRITER = "the pointwise kernel"
+GEMM_WRITER = "the GEMM"
 CHAIN_OPS = ("permute", "reshape")          # views with an inverse over any strides
 BASE_ALIGNMENT = 16                          # bytes: where an operand of the attention kernels may start
 
@@ -153,7 +158,18 @@ def writes_strided(value: Value) -> bool:
 
 def kernel_name(value: Value) -> str:
     """The kernel that writes ``value`` (for the reasons ``explain`` shows)."""
+    if value.producer.op == "matmul":
+        return GEMM_WRITER
     return KERNEL_NAMES.get(value.producer.op, POINTWISE_WRITER)
+
+
+def writes_row_block(value: Value, layout: Layout) -> bool:
+    """``value`` is a GEMM's result and ``layout`` a dense row-major block of its buffer starting on
+    a 16-byte boundary: the GEMM writes it there as its ``out`` (rule 1)."""
+    return value.producer is not None and value.producer.op == "matmul" and \
+        layout.shape == value.shape and \
+        all(n == 1 or s == c for n, s, c in zip(layout.shape, layout.strides, contiguous_strides(value.shape))) and \
+        layout.offset * value.type.itemsize % BASE_ALIGNMENT == 0
 
 
 def writer_reason(value: Value, layout: Layout) -> str:
@@ -221,7 +237,8 @@ def concat_placements(node: Node, users, outputs) -> list | None:
             return None
         seen.add(p)
         links = chain + [node]
-        if not writes_strided(p) or lay is None or writer_reason(p, lay) or \
+        writable = lay is not None and ((writes_strided(p) and not writer_reason(p, lay)) or writes_row_block(p, lay))
+        if not writable or \
                 any(v in outputs or users.get(v, []) != [reader]
                     for v, reader in zip([p] + [n.outputs[0] for n in chain], links)):
             found.append(None)

@@ -7,6 +7,8 @@ two (``skinny.choose_kernel``), and returns the ``Config``.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from nova.configurator.derivation import Derivation, note
@@ -90,7 +92,8 @@ class Config:
 def configure(problem: GemmProblem, target: "GPUModel | str" = "rtx3060", *, family: str | None = None,
               options: Options | None = None, kernel: str | None = None) -> Config:
     """Derive the schedule for ``problem`` on ``target``.  Pure and deterministic: a function of its
-    arguments, ``options`` included (None: ``nova.options.current()``, the environment's).
+    arguments, ``options`` included (None: ``nova.options.current()``, the environment's); derived
+    once per argument set inside ``memoized()``.
 
     ``family`` picks the tensor-core instruction family: None = the fastest the target and the code
     generator support (wgmma on Hopper unless ``NOVA_HOPPER=0``), ``"mma.sync"`` = the Ampere-class
@@ -104,9 +107,39 @@ def configure(problem: GemmProblem, target: "GPUModel | str" = "rtx3060", *, fam
         raise ValueError(f"unknown GEMM kernel {kernel!r}; choose tiles or skinny")
     if kernel == "skinny" and family is not None:
         raise ValueError(f"the skinny kernel runs on the CUDA cores: no MMA family ({family!r}) applies")
-    t0 = time.perf_counter()
     gpu = get_target(target)
     opts = options if options is not None else current_options()
+    memo = _memo.get()
+    if memo is None:
+        return _derive(problem, gpu, family, opts, kernel)
+    key = (problem, family, kernel, opts, gpu.name, id(gpu))
+    found = memo.get(key)
+    if found is None or found.target is not gpu:
+        found = memo[key] = _derive(problem, gpu, family, opts, kernel)
+    return found
+
+
+_memo: ContextVar[dict | None] = ContextVar("nova_gemm_configs", default=None)
+
+
+@contextmanager
+def memoized():
+    """Inside, ``configure`` derives each (problem, target, family, kernel, options) once: a planner that
+    prices and sizes the same GEMMs in plan after plan (``nova.passes.memory_policy``, ``explain``)
+    uses it.  Outside, every call derives (module constants an experiment changes take effect)."""
+    if _memo.get() is not None:
+        yield
+        return
+    token = _memo.set({})
+    try:
+        yield
+    finally:
+        _memo.reset(token)
+
+
+def _derive(problem: GemmProblem, gpu: GPUModel, family: str | None, opts: Options, kernel: str | None) -> Config:
+    """``configure``'s derivation (its docstring), not memoized."""
+    t0 = time.perf_counter()
     d = Derivation()
     # ---- Hopper: the wgmma/TMA path, rules in hopper.py; on by default for targets with
     # wgmma (the H200 sweep passed: 652/652, sanitizer clean); NOVA_HOPPER=0 forces mma.sync.

@@ -1,0 +1,188 @@
+"""The default memory policy: without a memory budget, the planner still takes the memory savings
+whose predicted cost is (near) nothing.
+
+**The rule.**  A saving is taken when it lowers the plan's peak and the plan with it, and with every
+saving taken before it, is predicted at most ``fraction`` slower than the fastest plan:
+
+    price(plan with the savings) - price(fastest plan)  <=  fraction x price(fastest plan)
+
+``price`` is the step-time model ``explain`` reports (every kernel's configurator prediction
+summed: ``nova.compiler.explain.predicted_step_us``), so a saving costs what the plans' difference
+says (the chunk GEMMs' partial waves, the weight gradient's running sums, the launches added, what
+fusion makes of a recomputed node), not a closed form.  ``fraction`` is ``NOVA_MEMORY_POLICY``
+(``nova/options.py``): ``lean`` (the default) is ``LEAN_FRACTION``, 0.5 % of the step, below what a
+training benchmark resolves run to run; ``fast`` takes nothing (the fastest plan, as before the
+policy); a number is that fraction.  ``budget.py`` starts from this plan when a budget is given.
+
+**What is tried**, in order (each trial is a plan of the rewritten graph, priced):
+
+1. The chunked loss (``chunked_loss.py``): ``c = 2, 3, ...`` row chunks, up to ``max_chunks``; the
+   largest count before the first one refused is kept (each count adds a running sum of the weight
+   gradient and a partial wave to each chunk GEMM, so the cost grows with ``c``).  It comes first:
+   on the built-in models its first counts free the most bytes per microsecond (GPT-42M: 2 chunks
+   free 0.95 GiB for 36 us; a LayerNorm output class frees 0.25 GiB for 126 us).
+2. Rematerialization (``remat.py``) of the tensor classes live at the peak, best bytes per
+   closed-form microsecond first.  A class is priced when its closed-form recompute time is at most
+   ``TRY_FACTOR`` times the allowance left (the closed forms are within a factor 2 of the priced
+   cost on the built-in models: GEMM chains are priced higher, fused pointwise chains lower); a
+   class refused whole is priced once more as the prefix of its tensors (earliest layers first) that
+   its priced cost per tensor fits in what is left.  At most ``MAX_CLASS_TRIALS`` classes are priced;
+   a class holding less than ``MIN_FREED`` of the peak (a position table, a constant) is skipped.
+
+The decisions and each trial's bytes and price are stored on ``Planned.policy`` (a
+``PolicyReport``); ``explain`` only reads them.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+LEAN_FRACTION = 0.005        # NOVA_MEMORY_POLICY=lean: savings may cost 0.5 % of the predicted step
+TRY_FACTOR = 2.0             # a class is priced when its closed-form time is within 2x the allowance left
+MAX_CLASS_TRIALS = 3         # rematerialization classes priced at most (each trial is a plan + a price)
+MIN_FREED = 0.005            # classes holding less than 0.5 % of the peak are not tried
+
+
+@dataclass(frozen=True)
+class MemoryPolicy:
+    """How much predicted step time the savings may cost (``fraction`` of the fastest plan's), and
+    the step-time model that prices a plan (``price(planned) -> us``)."""
+    fraction: float
+    price: Callable
+
+    def describe(self) -> str:
+        return "lean" if self.fraction == LEAN_FRACTION else f"{self.fraction:g} of the step"
+
+
+@dataclass
+class Trial:
+    """One saving tried: what, the decision, the bytes it lowered the peak by and its predicted cost."""
+    saving: str                 # "chunked loss, 2 row chunks", "recompute gelu_tanh at transformer.h.*.mlp (8 tensors)"
+    decision: str               # "taken", "refused", "not tried"
+    freed_bytes: int            # peak of the plan before it minus the plan with it (0 when not planned)
+    cost_us: float              # predicted step time of the plan with it minus the plan before it's;
+                                # not tried: the closed-form recompute time
+    total_us: float | None      # predicted step time of the plan with it minus the fastest plan's (the
+                                # rule's left side); None when not planned
+    why: str
+
+
+@dataclass
+class PolicyReport:
+    policy: str                 # "lean", "0.01 of the step"
+    fraction: float
+    fastest_peak_bytes: int
+    fastest_step_us: float
+    peak_bytes: int = 0
+    step_us: float = 0.0
+    loss_chunks: int = 1
+    trials: list[Trial] = field(default_factory=list)
+
+    @property
+    def allowance_us(self) -> float:
+        return self.fraction * self.fastest_step_us
+
+    @property
+    def cost_us(self) -> float:
+        return self.step_us - self.fastest_step_us
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["allowance_us"] = round(self.allowance_us, 3)
+        d["cost_us"] = round(self.cost_us, 3)
+        return d
+
+
+def lean_plan(planned, policy: MemoryPolicy, plan_graph, target):
+    """``planned`` (the fastest plan) with the savings the rule takes; ``plan_graph(graph) ->
+    Planned`` plans a rewritten graph.  The result carries its ``PolicyReport`` (``.policy``)."""
+    from nova.passes import chunked_loss, remat
+    from nova.passes.peak import format_size
+    fastest_us = policy.price(planned)
+    report = PolicyReport(policy.describe(), policy.fraction, planned.memory.peak_bytes, fastest_us,
+                          planned.memory.peak_bytes, fastest_us)
+    allowance = policy.fraction * fastest_us
+    current, current_us = planned, fastest_us
+
+    def judge(trial_plan, what: str) -> tuple[bool, float]:
+        """Take ``trial_plan`` if the rule allows; (taken, its price)."""
+        nonlocal current, current_us
+        us = policy.price(trial_plan)
+        freed = current.memory.peak_bytes - trial_plan.memory.peak_bytes
+        total = us - fastest_us
+        if freed <= 0:
+            why = "does not lower the peak"
+        else:
+            side = "over" if total > allowance else "within"
+            why = f"{side} the {allowance:.1f} us allowed ({policy.fraction:.2%} of the step)"
+        taken = freed > 0 and total <= allowance
+        report.trials.append(Trial(what, "taken" if taken else "refused", freed, round(us - current_us, 3),
+                                   round(total, 3), why))
+        if taken:
+            current, current_us = trial_plan, us
+        return taken, us
+
+    # 1. the chunked loss
+    graph = planned.graph
+    matches = chunked_loss.find(graph)
+    if matches:
+        rows = min(m.logits.shape[0] for m in matches)
+        for count in range(2, chunked_loss.max_chunks(rows) + 1):
+            if not judge(plan_graph(chunked_loss.chunk_loss(graph, count)), f"chunked loss, {count} row chunks")[0]:
+                break
+            report.loss_chunks = count
+
+    # 2. rematerialization, class by class, on the (chunked) graph
+    base = current.graph
+    gpu = remat.gpu_model(target)
+    classes = _live_classes(remat.candidates(base, gpu), current.memory)
+    chosen: list = []
+    priced = 0
+    for name, cands in classes:
+        closed = sum(c.recompute_us for c in cands)
+        left = allowance - (current_us - fastest_us)
+        what = f"recompute {name} ({len(cands)} tensor{'s' if len(cands) > 1 else ''}, {format_size(sum(c.nbytes for c in cands))})"
+        nbytes = sum(c.nbytes for c in cands)
+        if nbytes < MIN_FREED * current.memory.peak_bytes:
+            continue                  # a constant, a position table: not worth a plan
+        if priced >= MAX_CLASS_TRIALS or closed > TRY_FACTOR * max(left, 0.0):
+            why = (f"{MAX_CLASS_TRIALS} classes priced already" if priced >= MAX_CLASS_TRIALS else
+                   f"its closed-form time {closed:.1f} us is more than {TRY_FACTOR:g}x the {max(left, 0.0):.1f} us left")
+            report.trials.append(Trial(what, "not tried", 0, round(closed, 3), None, why))
+            continue
+        priced += 1
+        before = current_us
+        taken, us = judge(_remat_plan(base, chosen + cands, plan_graph), what)
+        if taken:
+            chosen += cands
+            continue
+        per_tensor = (us - before) / len(cands) if report.trials[-1].freed_bytes > 0 else 0.0
+        fits = math.floor(left / per_tensor) if per_tensor > 0 else 0
+        if 0 < fits < len(cands):
+            prefix = sorted(cands, key=lambda c: c.position)[:fits]
+            what = f"recompute {name} ({fits} of {len(cands)} tensors, {format_size(sum(c.nbytes for c in prefix))})"
+            if judge(_remat_plan(base, chosen + prefix, plan_graph), what)[0]:
+                chosen += prefix
+    report.peak_bytes, report.step_us = current.memory.peak_bytes, current_us
+    current.policy = report
+    return current
+
+
+def _remat_plan(graph, cands, plan_graph):
+    from nova.passes import remat
+    rewritten, _ = remat.rematerialize(graph, [r for c in cands for r in c.roots])
+    return plan_graph(rewritten)
+
+
+def _live_classes(cands, memory) -> list[tuple[str, list]]:
+    """The candidates whose roots are live at the busiest position, by tensor class, best bytes per
+    closed-form microsecond first."""
+    from nova.passes.peak import busiest_position, live_at
+    t = busiest_position(memory)
+    by_class: dict[str, list] = {}
+    for c in cands:
+        if any(live_at(memory.values[r], t) for r in c.roots if r in memory.values):
+            by_class.setdefault(c.name, []).append(c)
+    rate = {name: sum(c.nbytes for c in cs) / max(sum(c.recompute_us for c in cs), 1e-3) for name, cs in by_class.items()}
+    return sorted(by_class.items(), key=lambda kv: -rate[kv[0]])
