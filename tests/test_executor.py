@@ -784,24 +784,75 @@ def apart(graph, donated=frozenset()):
 
 
 def test_per_call_outputs_are_handed_over_without_copies_and_outlive_the_next_run():
-    """A per-call program returns the output region's buffers themselves (no clone), new ones each
-    run; it keeps neither them nor its arena once the run is over."""
+    """A per-call program returns the output region's buffers themselves (no clone); a run while the
+    caller still holds them writes another set; once the caller lets go, the next run takes the first
+    set again (same addresses: the binding made for them, no new one); ``release`` frees them all."""
     from torch.multiprocessing.reductions import StorageWeakRef
     case = attention_block()
     plan = apart(case.graph)
     program = build(plan, "cpu", poison=True, per_call=True)
-    first = program.run(case.inputs(3))
+    state = case.inputs(3)                                     # the same tensors each run (parameters), new values
+
+    def inputs(seed):
+        for x, y in zip(state, case.inputs(seed)):
+            x.copy_(y)
+        return state
+    first = program.run(inputs(3))
     assert_close(case.graph, first, interpreter.run(case.graph, case.inputs(3)))
     assert program.stats["cloned_outputs"] == 0 and program.stats["output_buffer_bytes"] > 0
-    assert "arena" not in program.store                        # allocated per run
+    assert "arena" not in program.store                        # the device's shared arena, per run
     kept = [t.clone() for t in first]
-    second = program.run(case.inputs(4))
+    second = program.run(inputs(4))
     assert all(torch.equal(a, b) for a, b in zip(first, kept)), "a returned buffer was written by the next run"
     assert {t.untyped_storage().data_ptr() for t in first}.isdisjoint({t.untyped_storage().data_ptr() for t in second})
-    refs = [StorageWeakRef(t.untyped_storage()) for t in first]
-    del first, kept
-    assert all(r.expired() for r in refs), "the program keeps a run's output buffers alive"
     assert_close(case.graph, second, interpreter.run(case.graph, case.inputs(4)))
+    addresses = sorted(t.untyped_storage().data_ptr() for t in first)
+    rebinds = program.stats["rebinds"]
+    del first, kept
+    third = program.run(inputs(5))
+    assert sorted(t.untyped_storage().data_ptr() for t in third) == addresses
+    assert program.stats["rebinds"] == rebinds                 # the first binding again
+    assert_close(case.graph, third, interpreter.run(case.graph, case.inputs(5)))
+    refs = [StorageWeakRef(t.untyped_storage()) for t in third + second]
+    del third, second
+    program.release()
+    assert all(r.expired() for r in refs), "release keeps a run's output buffers alive"
+
+
+def test_a_steady_loop_binds_once():
+    """Forward then backward, outputs dropped before the next step (a training loop): every step runs
+    at the first step's addresses -- arena and output buffers -- so each program binds once."""
+    case = attention_block()
+    first, second = build(apart(case.graph), "cpu", per_call=True), build(apart(case.graph), "cpu", per_call=True)
+    state = case.inputs(0)
+    for step in range(5):
+        for x, y in zip(state, case.inputs(step)):
+            x.copy_(y)
+        out = first.run(state)
+        out2 = second.run(state)
+        assert_close(case.graph, out2, interpreter.run(case.graph, case.inputs(step)))
+        del out, out2
+    assert first.stats["rebinds"] == second.stats["rebinds"] == 0 and len(first._bindings) == 1
+
+
+def test_programs_share_one_arena_per_device():
+    """The per-call programs of a device run their intermediates in one buffer as large as the largest
+    need; it is freed once no program holds it."""
+    import gc
+    from nova.compiler.step_storage import shared_arena
+    small, large = attention_block(T=4), attention_block(T=16)
+    programs = [build(apart(c.graph), "cpu", per_call=True) for c in (small, large)]
+    needs = [p.stats["step_arena_bytes"] for p in programs]
+    assert needs[0] < needs[1]
+    for p, c in zip(programs, (small, large)):
+        assert_close(c.graph, p.run(c.inputs(1)), interpreter.run(c.graph, c.inputs(1)))
+    arena = shared_arena(torch.device("cpu"))
+    assert arena.buffer is not None and arena.buffer.numel() >= needs[1]
+    programs[1].release()
+    assert arena.buffer is not None                             # the small program still runs in it
+    del programs
+    gc.collect()
+    assert arena.buffer is None
 
 
 def test_in_place_inputs_need_no_static_slot_and_are_not_kept():
@@ -843,7 +894,8 @@ def test_per_call_bindings_are_kept_by_address(monkeypatch):
     case = mlp_training_step()
     plan = apart(case.graph)
     program = build(plan, "cpu", per_call=True)
-    pools = {k: program._step_storage(torch.device("cpu"), False) for k in range(executor.BINDINGS_KEPT + 1)}
+    pools = {k: {area: torch.empty_like(t) for area, t in program._step_storage(torch.device("cpu"), False).items()}
+             for k in range(executor.BINDINGS_KEPT + 1)}                # buffers at addresses of their own
     current = {"pool": 0}
     monkeypatch.setattr(program, "_step_storage", lambda device, poison: pools[current["pool"]])
     state = case.inputs(1)

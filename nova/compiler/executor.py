@@ -31,19 +31,20 @@ into input i is the input's tensor itself: its producer writes the user's storag
 returns that very input object.  Every other output is returned as a fresh clone (never an arena
 view that the next step overwrites).
 
-Per-call storage (``build(..., per_call=True)``, the torch.compile backend's programs): the arena
-is allocated at each ``run`` from torch's caching allocator and freed when the run ends, so that
-programs that never run at the same time share those bytes through the allocator; a plan whose
-outputs have a region of their own (``memory.Handoff.outputs_apart``) gets each output buffer of
-that region allocated per run as well and returned as itself (no clone: the caller owns it, the
-next run writes new buffers), and an output that views a graph input is returned as that view of
-the caller's tensor.  ``in_place`` names data inputs read in place, by pointer, like parameters
+Per-call storage (``build(..., per_call=True)``, the torch.compile backend's programs): each ``run``
+takes its arena from the device's arena that every per-call program shares (they never run at the
+same time), and, for a plan whose outputs have a region of their own
+(``memory.Handoff.outputs_apart``), one buffer per output of that region from a set the program
+owns and the caller has let go of (``nova/compiler/step_storage.py``); each is returned as itself
+(no clone: the caller holds it as long as it holds the output; the set is taken again once it has
+let go), and an output that views a graph input is returned as that view of the caller's tensor.  ``in_place`` names data inputs read in place, by pointer, like parameters
 (no static slot, no copy); a donated input (``Handoff.donated_inputs``) is read in place and its
 storage overwritten once it dies (the plan's ``external``, ``donated`` results).  The launches of
 such a program are bound to the addresses of that run's buffers and inputs: each *binding*
 (tensors, launches, CUDA graph) is kept, by those addresses, for the next run that gets the same
 addresses from the allocator (a training loop's steady state), up to ``BINDINGS_KEPT``; another
-address binds anew (``stats["rebinds"]``).  A binding never keeps a run's buffers or inputs alive
+address binds anew (``stats["rebinds"]``; a steady training loop makes one binding per program).
+A binding never keeps a run's buffers or inputs alive
 (its tensors alias their bytes without owning them, ``_unowned``): it runs only on a call whose
 own buffers and inputs sit at its addresses.  Its CUDA graphs share one memory pool (they never
 run at the same time).
@@ -102,6 +103,7 @@ from nova.compiler.gemm_lowering import lower_matmul
 from nova.compiler.plan_view import ExecutorError, PlanView, read_plan
 from nova.compiler.embedding_lowering import embedding_kernels
 from nova.compiler.rows_lowering import rows_kernels
+from nova.compiler.step_storage import OutputSets, shared_arena
 from nova.ir.ops import opdef
 from nova.passes.fusion import update_batch_key
 from nova.passes.memory import outside_peak_bytes, writes_in_place
@@ -265,6 +267,7 @@ class Program:
         self._key = None                     # per call: the addresses the current binding was made for
         self._bindings = {}                  # per call: key -> binding (``_BINDING``), least recently used first
         self._graph_pool = None
+        self._output_sets = None             # per call: the output buffer sets (``step_storage.OutputSets``)
         self.stats = self._stats(self._dry_launches, self._dry_ctx)
 
     # ------------------------------------------------------------------ validation of the plan
@@ -573,11 +576,20 @@ class Program:
 
     def _step_storage(self, device, poison: bool) -> dict:
         """One run's storage of a per-call program: the arena below the output region, and one
-        buffer per output of the region (the caller keeps each as long as it keeps the output)."""
+        buffer per output of the region (the caller keeps each as long as it keeps the output).  On a
+        real device they come from ``nova.compiler.step_storage`` (the device's shared arena, a set of
+        output buffers the caller has let go of): the addresses of the run before, in a steady loop."""
         below = self._region[0] if self._region is not None else self.plan.arena_bytes
-        store = {"arena": torch.empty(below, dtype=torch.uint8, device=device)}
-        for k, (_, nbytes) in enumerate(self._pieces):
-            store[("output", k)] = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        if device.type == "meta":
+            store = {"arena": torch.empty(below, dtype=torch.uint8, device=device)}
+            for k, (_, nbytes) in enumerate(self._pieces):
+                store[("output", k)] = torch.empty(nbytes, dtype=torch.uint8, device=device)
+            return store
+        if self._output_sets is None:
+            self._output_sets = OutputSets([n for _, n in self._pieces], device)
+        store = {"arena": shared_arena(device).take(self, below)}
+        for k, buffer in enumerate(self._output_sets.take()):
+            store[("output", k)] = buffer
         if poison:
             for t in store.values():
                 t.fill_(255)
@@ -1001,6 +1013,9 @@ class Program:
         self._cuda_graph = self._launches = self._ctx = self._tensors = None
         self._bound, self._bound_refs, self._staged = {}, [], []
         self._key, self._bindings, self._graph_pool = None, {}, None     # per call: every kept binding
+        if self.per_call:
+            self._output_sets = None
+            shared_arena(self.device).give_back(self)
         self.store = self._shared_workspace = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()         # back to the device: the next arena may be larger

@@ -14,9 +14,13 @@ other mode, a program owning its arena and copying its outputs and data inputs) 
   inputs it copies (data inputs, tangents), scratch, the launches' static workspaces (``outside_arena``:
   its ``program`` allocations), the one buffer the launch workspaces the plan did not place in
   the arena share, and, without per-call storage, the arena;
-* **per run**: the arena (per call: below the output region, freed when the run ends) and the
-  output buffers (per call: the output region, one buffer per output, handed to the caller; else
-  the returned clones), plus the largest launch's temporaries while it runs;
+* **the shared arena** (per call): one buffer per device that every per-call program's runs use
+  below their output region, as large as the largest program's need, held throughout
+  (``nova/compiler/step_storage.py``);
+* **per run**: without per-call storage the returned clones; per call the output buffers (the output
+  region, one buffer per output, handed to the caller and taken again by the next run once the
+  caller has let go: held as long as the caller holds them, as the clones are), plus the largest
+  launch's temporaries while it runs;
 * GEMM workspaces allocated with ``cuMemAlloc`` are listed apart (``driver_bytes``): torch's counter
   does not see them;
 * a backward's **copies at the hand-over** (``copies``, held while it runs): the saved tensors the
@@ -161,15 +165,16 @@ def step_memory(plans, optimizer_state_bytes: int = 0, per_call: bool = True, ta
     forwards = [m for g, m in zip(planned, graphs) if not g.name.startswith("backward")]
     params = sum(m.params for m in forwards)                   # a parameter two graphs read counts twice: a bound
     data = sum(m.data for m in forwards)
-    base = params + data + optimizer_state_bytes + sum(m.persistent for m in graphs)
+    arena = max((m.step_arena for m in graphs), default=0)        # the shared arena (0 without per-call storage)
+    base = params + data + optimizer_state_bytes + sum(m.persistent for m in graphs) + arena
     saved, pending, grads, timeline = 0, [], 0, []
     for g, m in zip(planned, graphs):
         if g.name.startswith("backward"):
-            held = base + saved + grads + m.copies + m.step_arena + m.outputs + m.launch
+            held = base + saved + grads + m.copies + m.outputs + m.launch
             saved -= pending.pop() if pending else 0
             grads += m.outputs
         else:
-            held = base + saved + grads + m.step_arena + m.outputs + m.launch
+            held = base + saved + grads + m.outputs + m.launch
             saved += m.outputs
             pending.append(m.outputs)
         timeline.append((g.name, held))
