@@ -168,14 +168,34 @@ def test_the_forward_hands_the_attention_seeds_over_as_placeholders():
     assert dynamo._placeholder(*seed).shape == () and dynamo._placeholder(*seed).device.type == "cpu"
 
 
-@pytest.mark.parametrize("dtype,mask,expected", [(torch.float32, False, "efficient"), (torch.bfloat16, False, "flash"),
-                                                 (torch.bfloat16, True, "efficient")])
-def test_the_attention_kernel_cuda_picks(dtype, mask, expected):
+@pytest.mark.parametrize("dtype,mask,on_hopper", [(torch.float32, False, "efficient"), (torch.bfloat16, False, "cudnn"),
+                                                  (torch.bfloat16, True, "efficient")])
+def test_the_attention_kernel_cuda_picks(dtype, mask, on_hopper):
     q = torch.empty(2, 4, 64, 64, dtype=dtype, device="meta")
     bias = torch.empty(64, 64, dtype=dtype, device="meta") if mask else None
-    assert dynamo_precompile.cuda_attention_kernel(q, q, q, bias, sm=90) == expected
+    assert dynamo_precompile.cuda_attention_kernel(q, q, q, bias, sm=90) == on_hopper   # torch prefers cuDNN there
+    on_ampere = "flash" if on_hopper == "cudnn" else on_hopper
+    assert dynamo_precompile.cuda_attention_kernel(q, q, q, bias, sm=80) == on_ampere
+    assert dynamo_precompile.cuda_attention_kernel(q, q, q, bias, sm=90, prefer_cudnn=False) == on_ampere
     assert dynamo_precompile.cuda_attention_kernel(q, q, q, bias, sm=75) == \
-        ("efficient" if expected == "flash" else expected)      # flash needs compute capability 8.0
+        ("efficient" if on_ampere == "flash" else on_ampere)     # flash and cuDNN need compute capability 8.0
+
+
+def test_a_bf16_attention_traced_for_hopper_runs_cudnns_op_on_novas_kernels():
+    """bf16 on sm_90: the trace calls cuDNN's attention op (as torch does there); both graphs lower it
+    to Nova's attention kernels."""
+    model, inputs = make_attention()
+    model, inputs = model.to(torch.bfloat16), tuple(x.to(torch.bfloat16) for x in inputs)
+    targets, lower = [], dynamo.lower_graph
+    try:
+        dynamo.lower_graph = lambda gm, *a: targets.extend(str(n.target) for n in gm.graph.nodes) or lower(gm, *a)
+        plans = plan_dynamo(model, inputs, H200, training=True)
+    finally:
+        dynamo.lower_graph = lower
+    assert all(g.planned is not None for g in plans.graphs), [g.reason for g in plans.graphs]
+    forward, backward = (kernels_of(g.planned) for g in plans.graphs)
+    assert len(forward["attention"]) == 1 and len(backward["attention"]) == 1
+    assert any("cudnn_attention.default" in t for t in targets) and any("cudnn_attention_backward" in t for t in targets)
 
 
 def test_a_graph_the_backend_leaves_to_torch_has_no_plan():

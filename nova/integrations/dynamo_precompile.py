@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-FLASH, EFFICIENT, MATH = "flash", "efficient", "math"
+FLASH, EFFICIENT, MATH, CUDNN = "flash", "efficient", "math", "cudnn"
 
 
 class DynamoPrecompileError(ValueError):
@@ -42,25 +42,37 @@ class DynamoPrecompileError(ValueError):
 
 # ====================================================================== the attention kernel CUDA picks
 def cuda_attention_kernel(query, key, value, attn_mask=None, dropout_p: float = 0.0, enable_gqa: bool = False,
-                          sm: int = 90) -> str:
+                          sm: int = 90, prefer_cudnn: bool | None = None) -> str:
     """The kernel torch's CUDA ``scaled_dot_product_attention`` runs (``sdp_utils.cpp``,
-    ``select_sdp_backend``): the first of its priority order (``torch._C._get_sdp_priority_order()``:
-    flash, efficient, math, cuDNN) whose constraints the inputs meet.  Flash attention: FP16/BF16,
-    compute capability 8.0 or more, no mask, a head dimension of at most 256 and a multiple of 8;
-    memory-efficient attention: FP32, FP16 or BF16, the same head dimension for Q, K and V (a
-    multiple of 4 for FP32, of 8 otherwise), no grouped-query heads; else the math composite."""
+    ``select_sdp_backend``): the first of its priority order whose constraints the inputs meet.  The
+    order is ``torch._C._get_sdp_priority_order()`` (flash, efficient, math, cuDNN), except that
+    cuDNN comes first where torch prefers it (``check_prefer_cudnn_attention``: torch 2.9 and later
+    with cuDNN 9.9 or later, on compute capability 9.0 and 10.0; ``prefer_cudnn`` None means those
+    devices -- the host cannot see the device's cuDNN).  cuDNN attention: FP16/BF16, the same head
+    dimension for Q, K and V, at most 128 and a multiple of 8, no mask, no grouped-query heads;
+    flash attention: FP16/BF16, compute capability 8.0 or more, no mask, a head dimension of at most
+    256 and a multiple of 8; memory-efficient attention: FP32, FP16 or BF16, the same head dimension
+    for Q, K and V (a multiple of 4 for FP32, of 8 otherwise), no grouped-query heads; else the math
+    composite."""
     head = query.shape[-1]
     same_heads = query.shape[-3] == key.shape[-3] == value.shape[-3] if query.dim() == 4 else True
+    low = query.dtype in (torch.float16, torch.bfloat16)
     candidates = {
-        FLASH: query.dtype in (torch.float16, torch.bfloat16) and sm >= 80 and attn_mask is None and head <= 256
+        FLASH: low and sm >= 80 and attn_mask is None and head <= 256
         and head % 8 == 0 and value.shape[-1] == head and query.dim() == 4,
         EFFICIENT: query.dtype in (torch.float32, torch.float16, torch.bfloat16) and key.shape[-1] == head
         and value.shape[-1] == head and head % (4 if query.dtype == torch.float32 else 8) == 0
         and (same_heads or not enable_gqa) and query.dim() == 4,
+        CUDNN: low and sm >= 80 and attn_mask is None and head <= 128 and head % 8 == 0 and key.shape[-1] == head
+        and value.shape[-1] == head and same_heads and query.dim() == 4,
     }
-    names = {1: FLASH, 2: EFFICIENT, 0: MATH}
-    for backend in torch._C._get_sdp_priority_order():
-        name = names.get(int(backend))
+    names = {1: FLASH, 2: EFFICIENT, 0: MATH, 3: CUDNN}
+    order = [names.get(int(backend)) for backend in torch._C._get_sdp_priority_order()]
+    if prefer_cudnn is None:
+        prefer_cudnn = sm in (90, 100) and tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 9)
+    if prefer_cudnn and CUDNN in order:
+        order = [CUDNN] + [name for name in order if name != CUDNN]
+    for name in order:
         if name == MATH or (name is not None and candidates[name]):
             return name
     return MATH
@@ -78,6 +90,9 @@ def cuda_sdpa(sm: int):
         if kernel == FLASH:
             return aten._scaled_dot_product_flash_attention(query, key, value, dropout_p, is_causal, False,
                                                             scale=scale)[0]
+        if kernel == CUDNN:
+            return aten._scaled_dot_product_cudnn_attention(query, key, value, None, grad, dropout_p, is_causal,
+                                                            False, scale=scale)[0]
         if kernel == EFFICIENT:
             if attn_mask is not None and attn_mask.dtype == torch.bool:      # convert_boolean_attn_mask
                 attn_mask = torch.zeros_like(attn_mask, dtype=query.dtype).masked_fill(~attn_mask, float("-inf"))
