@@ -1,0 +1,188 @@
+"""Each launch of a compiled training step timed on the device, beside the configurator's prediction
+for its group and the bytes the group must move: how many of the step's kernels the model predicts
+within +-15%, and how close each memory-bound kernel comes to the DRAM copy ceiling.
+
+    NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache python3 -m nova.bench.step_kernels --model gpt42m --batch 32 --out $OUT
+
+Method.  The built-in model's step (``nova.models.make_train_step``, AdamW) is compiled with
+``nova.compile`` and run ``--warmup`` times (bound, captured, replayed).  Then its program's launches
+run one by one outside the CUDA graph, a CUDA event recorded before each and after the last, behind a
+``torch.cuda._sleep`` that holds the GPU until the host has queued them all: each event-to-event span
+is that launch's device time with no host gap in it.  ``--repeats`` such passes; the median per launch.
+(The launches update the parameters as a step does; their values do not matter here.)
+
+Predictions: ``step.explain(json=True)``'s kernels (the plan the program runs; matched by group index).
+Bytes: the group's distinct operands read from outside it plus the values it writes that are read
+outside it or returned (each once; a view counts its own elements).  The ceiling: ``--ceiling-tbs``
+(4.2 TB/s, the H200's measured copy rate).  A kernel the model calls launch-bound is listed as such,
+not against the ceiling.  Writes ``step_kernels.json`` and prints the table by predicted kind.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+BAND = 0.15
+
+
+def group_bytes(nodes, users, outputs) -> int:
+    """What a launch of ``nodes`` must move: its operands produced outside it, and what it writes that
+    is read outside it (``users``: value -> reading nodes) or returned (``outputs``)."""
+    inside = set(nodes)
+    read, written = {}, {}
+    for n in nodes:
+        for v in n.inputs:
+            if getattr(v, "producer", None) not in inside:
+                read[id(v)] = v.type.nbytes
+        for v in n.outputs:
+            if id(v) in outputs or any(u not in inside for u in users.get(id(v), ())):
+                written[id(v)] = v.type.nbytes
+    return sum(read.values()) + sum(written.values())
+
+
+def time_launches(torch, launches, repeats: int) -> list[float]:
+    """Median device microseconds of each launch (module docstring's method)."""
+    passes = []
+    for _ in range(repeats):
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(len(launches) + 1)]
+        torch.cuda.synchronize()
+        torch.cuda._sleep(int(2e8))                  # ~0.1 s of the GPU's clock: the host queues everything first
+        for event, launch in zip(events, launches):
+            event.record()
+            launch()
+        events[-1].record()
+        torch.cuda.synchronize()
+        passes.append([a.elapsed_time(b) * 1e3 for a, b in zip(events, events[1:])])
+    return [statistics.median(column) for column in zip(*passes)]
+
+
+def measure(model_name: str, batch: int, seq: int | None, warmup: int, repeats: int, ceiling_tbs: float) -> dict:
+    import torch
+    import nova
+    from nova import models
+    from nova.models import make_train_step
+    torch.backends.cuda.matmul.allow_tf32 = True
+    cfg = models.config(model_name)
+    seq = seq or cfg.block_size
+    model = models.build(model_name).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    step = nova.compile(make_train_step(model, opt))
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    batches = [tuple(torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda", generator=gen) for _ in range(2))
+               for _ in range(2)]
+    for i in range(warmup):
+        step(*batches[i % 2])
+    torch.cuda.synchronize()
+    program = step._last.engine.program
+    reports = {k["index"]: k for k in step.explain(json=True)["kernels"]}
+    graph = program.graph
+    users: dict = {}
+    for n in graph.nodes:
+        for v in n.inputs:
+            users.setdefault(id(v), []).append(n)
+    outputs = {id(o.value) for o in graph.outputs}
+    launches = list(program.launches)
+    with torch.no_grad():
+        times = time_launches(torch, launches, repeats)
+    rows = []
+    for launch, us in zip(launches, times):
+        report = reports.get(launch.group, {})
+        nbytes = group_bytes(launch.nodes, users, outputs)
+        predicted = report.get("predicted_us")
+        rows.append({"group": launch.group, "kind": report.get("kind", launch.kind), "name": report.get("name", ""),
+                     "model": report.get("model", ""), "bound": report.get("bound", ""),
+                     "predicted_us": predicted, "measured_us": round(us, 3),
+                     "ratio": round(us / predicted, 3) if predicted else None, "bytes": nbytes,
+                     "tb_per_s": round(nbytes / (us * 1e-6) / 1e12, 3) if us > 0 else None,
+                     "of_ceiling": round(nbytes / (us * 1e-6) / 1e12 / ceiling_tbs, 3) if us > 0 else None})
+    return {"model": model_name, "batch": batch, "seq": seq, "repeats": repeats, "ceiling_tbs": ceiling_tbs,
+            "device": torch.cuda.get_device_name(), "launches": len(rows), "rows": rows,
+            "summary": summarize(rows, ceiling_tbs)}
+
+
+def memory_bound(row) -> bool:
+    return row["model"] not in ("gemm configurator", "gemm configurator (calibrated)", "attention configurator",
+                                "fp32 attention")
+
+
+def summarize(rows, ceiling_tbs: float) -> dict:
+    """Within +-BAND by count and by measured time; the memory-bound kernels' ceiling fractions."""
+    priced = [r for r in rows if r["predicted_us"]]
+    inside = [r for r in priced if abs(r["ratio"] - 1) <= BAND]
+    total = sum(r["measured_us"] for r in priced) or 1.0
+    streaming = [r for r in rows if memory_bound(r) and r["bound"] != "launch"]
+    by_model = {}
+    for r in priced:
+        m = by_model.setdefault(r["model"] or r["kind"], {"kernels": 0, "within": 0, "measured_us": 0.0,
+                                                           "predicted_us": 0.0})
+        m["kernels"] += 1
+        m["within"] += abs(r["ratio"] - 1) <= BAND
+        m["measured_us"] = round(m["measured_us"] + r["measured_us"], 2)
+        m["predicted_us"] = round(m["predicted_us"] + r["predicted_us"], 2)
+    return {
+        "within_band": len(inside), "priced": len(priced),
+        "within_band_time_share": round(sum(r["measured_us"] for r in inside) / total, 3),
+        "measured_us": round(sum(r["measured_us"] for r in rows), 1),
+        "predicted_us": round(sum(r["predicted_us"] or 0 for r in rows), 1),
+        "streaming_kernels": len(streaming),
+        "streaming_at_85pct": sum((r["of_ceiling"] or 0) >= 0.85 for r in streaming),
+        "streaming_of_ceiling": round(sum(r["bytes"] for r in streaming)
+                                      / (sum(r["measured_us"] for r in streaming) * 1e-6) / 1e12 / ceiling_tbs, 3)
+        if streaming else None,
+        "launch_bound_kernels": sum(1 for r in rows if memory_bound(r) and r["bound"] == "launch"),
+        "by_model": by_model,
+    }
+
+
+def render(result: dict) -> str:
+    s = result["summary"]
+    lines = [f"{result['model']} b{result['batch']}x{result['seq']} on {result['device']}: {result['launches']} launches, "
+             f"measured {s['measured_us'] / 1e3:.2f} ms of kernels, predicted {s['predicted_us'] / 1e3:.2f} ms",
+             f"within +-{BAND:.0%}: {s['within_band']} of {s['priced']} kernels "
+             f"({s['within_band_time_share']:.0%} of the measured time)",
+             f"memory-bound kernels streaming: {s['streaming_kernels']}, at >= 85% of {result['ceiling_tbs']} TB/s: "
+             f"{s['streaming_at_85pct']} (all together {s['streaming_of_ceiling'] or 0:.0%} of it); "
+             f"launch-bound: {s['launch_bound_kernels']}",
+             "| model | kernels | within +-15% | measured ms | predicted ms |", "|---|---|---|---|---|"]
+    for name, m in sorted(s["by_model"].items(), key=lambda kv: -kv[1]["measured_us"]):
+        lines.append(f"| {name} | {m['kernels']} | {m['within']} | {m['measured_us'] / 1e3:.3f} | "
+                     f"{m['predicted_us'] / 1e3:.3f} |")
+    worst = sorted((r for r in result["rows"] if r["ratio"]), key=lambda r: -r["measured_us"] * abs(r["ratio"] - 1))
+    lines.append("largest misses (measured x |ratio - 1|):")
+    for r in worst[:8]:
+        lines.append(f"  group {r['group']:>4} {r['model'][:24]:<24} {r['name'][:48]:<48} predicted {r['predicted_us']:8.1f} "
+                     f"measured {r['measured_us']:8.1f} us ({r['ratio']:.2f}x) {r['tb_per_s'] or 0:.2f} TB/s")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="gpt42m", help="a built-in model (nova.models)")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--seq", type=int, default=None, help="tokens per sequence (default: the model's block_size)")
+    ap.add_argument("--warmup", type=int, default=3, help="compiled steps before the timing")
+    ap.add_argument("--repeats", type=int, default=5, help="timed passes over the launches (median per launch)")
+    ap.add_argument("--ceiling-tbs", type=float, default=4.2, help="the DRAM copy ceiling in TB/s")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    args = ap.parse_args(argv)
+    try:
+        import torch
+    except ImportError:
+        print("nova.bench.step_kernels: needs torch", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("nova.bench.step_kernels: needs an NVIDIA GPU (torch sees none)", file=sys.stderr)
+        return 2
+    result = measure(args.model, args.batch, args.seq, args.warmup, args.repeats, args.ceiling_tbs)
+    print(render(result))
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, f"step_kernels-{args.model}.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

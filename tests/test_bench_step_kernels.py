@@ -1,0 +1,43 @@
+"""The step-kernels benchmark's pure parts (the timing itself needs a GPU: ``nova.bench.step_kernels``)."""
+from nova.bench.step_kernels import group_bytes, summarize
+from nova.ir import Graph, TensorType
+
+
+def _users(graph):
+    users = {}
+    for n in graph.nodes:
+        for v in n.inputs:
+            users.setdefault(id(v), []).append(n)
+    return users
+
+
+def test_a_group_moves_its_outside_operands_and_what_is_read_outside_it():
+    g = Graph("chain")
+    x = g.input(TensorType((64, 32), "f32"), "x", "data")
+    y = g.input(TensorType((64, 32), "f32"), "y", "data")
+    e = g.op("exp", x)
+    s = g.op("add", e, y)
+    t = g.op("mul", s, s)
+    g.output(t, "t")
+    g.output(g.op("neg", s), "u")
+    nodes = list(g.nodes)
+    users, outputs = _users(g), {id(o.value) for o in g.outputs}
+    whole = 4 * 64 * 32
+    # exp+add+mul as one group: reads x and y, writes s (read by neg outside) and t (returned); e stays inside
+    assert group_bytes(nodes[:3], users, outputs) == 4 * whole
+    assert group_bytes(nodes[:1], users, outputs) == 2 * whole            # exp alone: x in, e out
+
+
+def test_the_summary_counts_the_band_and_the_ceiling():
+    rows = [dict(group=0, kind="gemm", name="", model="gemm configurator", bound="tensor", predicted_us=10.0,
+                 measured_us=11.0, ratio=1.1, bytes=0, tb_per_s=0.0, of_ceiling=0.0),
+            dict(group=1, kind="pointwise", name="", model="pointwise configurator", bound="dram", predicted_us=5.0,
+                 measured_us=8.0, ratio=1.6, bytes=int(4e12 * 8e-6), tb_per_s=4.0, of_ceiling=4.0 / 4.2),
+            dict(group=2, kind="pointwise", name="", model="pointwise configurator", bound="launch", predicted_us=3.0,
+                 measured_us=3.0, ratio=1.0, bytes=10, tb_per_s=0.0, of_ceiling=0.0)]
+    s = summarize(rows, 4.2)
+    assert (s["within_band"], s["priced"]) == (2, 3)
+    assert s["streaming_kernels"] == 1 and s["streaming_at_85pct"] == 1 and s["launch_bound_kernels"] == 1
+    assert abs(s["streaming_of_ceiling"] - 4.0 / 4.2) < 1e-3
+    assert s["by_model"]["pointwise configurator"] == {"kernels": 2, "within": 1, "measured_us": 11.0,
+                                                       "predicted_us": 8.0}
