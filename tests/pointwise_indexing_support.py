@@ -205,11 +205,18 @@ def hf_batch(seed: int, device, padded: bool) -> tuple:
     return idx, idx, mask
 
 
-def hf_tiny_planned(which: str, padded: bool):
-    """The plan of the tiny Hugging Face step as ``nova.compile`` makes it (captured on the meta device)."""
+def hf_tiny_planned(which: str, padded: bool, target=None):
+    """The plan of the tiny Hugging Face step (captured on the meta device): for ``target`` (a GPU
+    preset name) as ``nova.compile`` plans it on that GPU (``plan_cache.plan``: the memory policy,
+    the launches' allocations), else the passes' plan for the CPU."""
     from nova.frontend import capture
     from nova.passes import pipeline
     model, opt, step = hf_tiny("meta", which, padded)
     args = hf_batch(0, "cpu", padded)
     args = tuple(torch.empty(a.shape, dtype=a.dtype, device="meta") for a in args)
-    return pipeline(capture(step, args, models=[model], optimizers=[opt], name=f"hf_{which}_tiny").graph)
+    graph = capture(step, args, models=[model], optimizers=[opt], name=f"hf_{which}_tiny").graph
+    if target is None:
+        return pipeline(graph)
+    from nova.compiler import plan_cache
+    from nova.hwmodel import get_target
+    return plan_cache.plan(graph, get_target(target), "cuda")[0]

@@ -13,11 +13,24 @@ close to the float64 twin as eager in the same precision is, times ``slack``, pl
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import torch
 
 ZERO = 1e-9
+
+
+@contextlib.contextmanager
+def tf32_matmuls():
+    """Eager's fp32 matmuls in TF32, the precision of Nova's fp32 GEMMs (they ignore
+    ``allow_tf32``): the eager twin then errs as Nova's arithmetic does."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
 
 
 def float64_twin(model):

@@ -835,6 +835,22 @@ def test_a_steady_loop_binds_once():
     assert first.stats["rebinds"] == second.stats["rebinds"] == 0 and len(first._bindings) == 1
 
 
+def test_an_input_the_program_never_reads_is_not_bound():
+    """AOTAutograd hands a backward the forward's attention seeds (CPU tensors, new each step) that the
+    program never reads: they are neither bound (no device check, not in the binding's key) nor staged."""
+    g = Graph("seed")
+    x = g.input(TensorType((8, 8), "f32"), "x", "data")
+    g.input(TensorType((), "i64"), "seed", "data")
+    g.output(g.op("exp", x), "y")
+    program = build(apart(g), "cpu", per_call=True, in_place={0, 1})
+    x = torch.randn(8, 8)
+    for k in range(3):
+        (y,) = program.run([x, torch.tensor(k)])
+        torch.testing.assert_close(y, torch.exp(x))
+        del y
+    assert program.stats["rebinds"] == 0
+
+
 def test_programs_share_one_arena_per_device():
     """The per-call programs of a device run their intermediates in one buffer as large as the largest
     need; it is freed once no program holds it."""

@@ -72,8 +72,8 @@ def test_training_steps_on_nova_match_float64_eager(model_name, caplog):
             for opt in opts:
                 opt.step()
                 opt.zero_grad()
-    messages = [r.message for r in caplog.records]
-    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], messages
+    messages = [r.message for r in caplog.records if r.name.startswith("nova")]
+    assert not [r for r in caplog.records if r.name.startswith("nova") and r.levelno >= logging.WARNING], messages
     assert any("forward graph" in m and "executor on cuda" in m for m in messages), messages
     assert any("backward graph" in m and "executor on cuda" in m for m in messages), messages
 
@@ -82,9 +82,12 @@ def steady_peak(model, compiled, batches, loss_of, warm: int = 2) -> int:
     """Bytes ``torch.cuda.max_memory_allocated`` reaches over training steps (plain SGD: no optimizer
     state) after ``warm`` steps (the programs built, their bindings and CUDA graphs made), beyond
     what was allocated before the first step."""
+    import gc
     import torch
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    gc.collect()                     # an earlier test's programs (their arena, output buffers) freed now, not mid-run
     torch.cuda.synchronize()
+    torch.cuda.empty_cache()
     before = torch.cuda.memory_allocated()
 
     def step(args):
@@ -120,7 +123,8 @@ def test_training_memory_is_the_plans_prediction(caplog):
     torch._dynamo.reset()
     with caplog.at_level(logging.WARNING, logger="nova"):
         measured = steady_peak(model, torch.compile(model, backend=nova_backend), batches, loss_of) + params
-    assert not caplog.records, [r.message for r in caplog.records]
+    warned = [r.message for r in caplog.records if r.name.startswith("nova") and r.levelno >= logging.WARNING]
+    assert not warned, warned
     print(f"\n{predicted.describe()}\nmeasured peak {measured / 2**30:.3f} GiB")
     assert measured <= 1.05 * predicted.peak_bytes + (8 << 20)
     assert measured >= 0.85 * predicted.peak_bytes
@@ -142,7 +146,8 @@ def test_training_memory_near_inductor(caplog):
             peaks[backend] = steady_peak(model, compiled, batches, loss_of)
         del model, compiled, batches
         torch._dynamo.reset()
-    assert not caplog.records, [r.message for r in caplog.records]
+    warned = [r.message for r in caplog.records if r.name.startswith("nova") and r.levelno >= logging.WARNING]
+    assert not warned, warned
     print(f"\nsteady peak beyond the parameters: inductor {peaks['inductor'] / 2**30:.3f} GiB, "
           f"nova {peaks['nova'] / 2**30:.3f} GiB ({peaks['nova'] / peaks['inductor']:.2f}x)")
     assert peaks["nova"] <= 1.3 * peaks["inductor"]

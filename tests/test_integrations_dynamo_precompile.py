@@ -181,6 +181,16 @@ def test_the_attention_kernel_cuda_picks(dtype, mask, on_hopper):
         ("efficient" if on_ampere == "flash" else on_ampere)     # flash and cuDNN need compute capability 8.0
 
 
+def test_an_fp32_attention_of_a_short_sequence_hands_its_padded_log_sum_exp_over():
+    """fp32 runs torch's memory-efficient kernel, whose log-sum-exp pads T to a multiple of 32 (T = 16
+    here): the forward returns Nova's padded so, the backward slices it; both graphs on Nova."""
+    model, _ = make_attention()
+    plans = plan_dynamo(model, (torch.randn(2, 16, 128),), H200, training=True)
+    assert all(g.planned is not None for g in plans.graphs), [g.reason for g in plans.graphs]
+    forward, backward = (kernels_of(g.planned) for g in plans.graphs)
+    assert len(forward["attention"]) == 1 and len(backward["attention"]) == 1
+
+
 def test_a_bf16_attention_traced_for_hopper_runs_cudnns_op_on_novas_kernels():
     """bf16 on sm_90: the trace calls cuDNN's attention op (as torch does there); both graphs lower it
     to Nova's attention kernels."""

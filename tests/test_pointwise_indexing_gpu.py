@@ -76,7 +76,7 @@ def build_kernels(target: str, cache_dir=None, log=print) -> dict:
     from nova.runtime.cache import KernelCache
     gpu, cache = get_target(target), KernelCache(cache_dir)
     counts = precompile_pointwise(list(dict.fromkeys(case.problem() for case in CASES)), gpu, cache, log)
-    steps = [precompile_planned(hf_tiny_planned(which, padded), gpu, cache, log) for which, padded in STEPS]
+    steps = [precompile_planned(hf_tiny_planned(which, padded, target), gpu, cache, log) for which, padded in STEPS]
     return {k: counts.get(k, 0) + sum(step[k] for step in steps) for k in ("compiled", "cached", "failed")}
 
 

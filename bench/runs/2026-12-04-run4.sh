@@ -28,10 +28,16 @@ if [ "$PART" = all ] || [ "$PART" = a ]; then
   python3 -m nova.bench.train --framework nova --model hf-gpt2-42m --batch 32 $S --autocast bf16 --padded \
       --clip-grad-norm 1.0 --schedule warmup-cosine --out $R/hf-gpt2-recipe 2>&1 | grep -E "steady|peak|error"
 fi
-if [ "$PART" = all ] || [ "$PART" = b ]; then
+if [ "$PART" = all ] || [ "$PART" = tk ]; then    # after part a: the tests it failed, fixed; the step's kernels
+  T="-q -n 0 -m gpu --show-capture=no --tb=line -rf"
+  python3 -m pytest $T tests/test_pointwise_indexing_gpu.py tests/test_clipping_gpu.py tests/test_rows_gpu.py \
+      tests/test_integrations_dynamo_gpu.py > $R/gpu_tests_tk.log 2>&1
+  grep -E "^(FAILED|ERROR)|passed|failed|^/|Error|steady peak|measured peak" $R/gpu_tests_tk.log | head -30
   for m in gpt42m llama42m; do
     python3 -m nova.bench.step_kernels --model $m --batch 32 --out $R 2>&1 | tail -20
   done
+fi
+if [ "$PART" = all ] || [ "$PART" = b ]; then
   for m in gpt42m llama42m; do
     timeout 250 python3 -m nova.bench.dynamo_vs_inductor --model $m --batch 32 --steps 10 --settle-s 2 --timed 20 \
         --repeats 3 --out $R/dynamo-$m --timeout 110 2>&1 | tail -6

@@ -233,6 +233,8 @@ class Program:
         self.memory_phases: list[dict] = []  # CUDA: torch's counters at each stage of build and first step
         self._phases_done = False
         self._input_index = {spec.value: i for i, spec in enumerate(self.graph.inputs)}
+        read = {v for n in self.graph.nodes for v in n.inputs} | {o.value for o in self.graph.outputs}
+        self._unread = frozenset(i for i, spec in enumerate(self.graph.inputs) if spec.value not in read)
         self._dtypes = [torch_dtype(spec.value.type.dtype) for spec in self.graph.inputs]
         self._fallbacks: list[str] = []
         self._check_groups()
@@ -853,7 +855,7 @@ class Program:
         binds ``step`` (this run's arena and output buffers) too, through unowned aliases."""
         g = self.graph
         rebinding = self._tensors is not None
-        bound = [i for i, spec in enumerate(g.inputs) if self.loc[spec.value][0] == "input"]
+        bound = [i for i, spec in enumerate(g.inputs) if self.loc[spec.value][0] == "input" and i not in self._unread]
         for i in bound:
             if inputs[i].device != self.device:
                 raise ExecutorError(f"{g.name}: input {g.inputs[i].name!r} is on {inputs[i].device}; "
@@ -872,7 +874,7 @@ class Program:
         self._bound = {i: (inputs[i].data_ptr(), inputs[i].stride()) for i in bound}
         self._bound_refs = [] if self.per_call else [inputs[i] for i in bound]
         self._staged = [(i, tensors[spec.value]) for i, spec in enumerate(g.inputs)
-                        if self.loc[spec.value][0] != "input"]
+                        if self.loc[spec.value][0] != "input" and i not in self._unread]
         self._sources = self._output_sources(tensors, store, by_index) if self.per_call else None
         self._cuda_graph = None
         measured = self.stats.get("measured_peak_bytes")
@@ -888,7 +890,7 @@ class Program:
         place (pointer and strides)."""
         return tuple(t.data_ptr() for t in step.values()) + tuple(
             (inputs[i].data_ptr(), tuple(inputs[i].stride())) for i, spec in enumerate(self.graph.inputs)
-            if self.loc[spec.value][0] == "input")
+            if self.loc[spec.value][0] == "input" and i not in self._unread)
 
     _BINDING = ("_tensors", "_launches", "_ctx", "_bound", "_staged", "_sources", "_cuda_graph")
 

@@ -887,8 +887,8 @@ def _attention(ctx, q, k, v, *, dropout_p=0.0, is_causal=False, attn_mask=None, 
     """Every SDPA kernel's forward -> the IR ``attention`` (natural-log log-sum-exp, f32, [B, H, T]);
     with a mask (or a non-square causal mask) -> the same computation in IR primitives.
     The kernel's own log-sum-exp output is handed over as is when torch's shape is [B, H, T];
-    cuDNN's [B, H, T, 1] as a view of it; otherwise (mem-efficient pads T to 32) only its backward may
-    read it."""
+    cuDNN's [B, H, T, 1] as a view of it; mem-efficient's (T padded to a multiple of 32) padded with
+    zeros, which its backward slices off again (torch's kernels read only the first T)."""
     if dropout_p:
         raise NovaUnsupportedError(f"attention with dropout_p={dropout_p} is not supported{ctx.where()}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
@@ -906,6 +906,9 @@ def _attention(ctx, q, k, v, *, dropout_p=0.0, is_causal=False, attn_mask=None, 
         results[lse_index] = lse
     elif isinstance(val, torch.Tensor) and tuple(val.shape) == lse.shape + (1,):      # cuDNN's [B, H, T, 1]
         results[lse_index] = ctx.reshape(lse, tuple(val.shape))
+    elif isinstance(val, torch.Tensor) and val.dim() == 3 and tuple(val.shape[:2]) == lse.shape[:2] \
+            and val.shape[2] > lse.shape[2]:                        # mem-efficient's T padded (to 32): zeros after
+        results[lse_index] = _constant_pad(ctx, lse, (0, int(val.shape[2]) - lse.shape[2]), 0.0)
     else:
         results[lse_index] = Unmodeled("the attention kernel's log-sum-exp in its own layout", lse)
     for i in range(n_results):
@@ -915,10 +918,13 @@ def _attention(ctx, q, k, v, *, dropout_p=0.0, is_causal=False, attn_mask=None, 
     return tuple(results)
 
 
-def _lse(ctx, x):
-    """The [B, H, T] log-sum-exp a kernel's backward takes (cuDNN's [B, H, T, 1] viewed so)."""
+def _lse(ctx, x, rows: int):
+    """The [B, H, T] log-sum-exp a kernel's backward takes, ``rows`` = T (cuDNN's [B, H, T, 1] viewed
+    so, mem-efficient's padded T sliced)."""
     x = x.value if isinstance(x, Unmodeled) and x.value is not None else x
-    return ctx.reshape(x, x.shape[:3]) if len(x.shape) == 4 and x.shape[3] == 1 else x
+    if len(x.shape) == 4 and x.shape[3] == 1:
+        x = ctx.reshape(x, x.shape[:3])
+    return ctx.slice(x, 2, 0, rows) if x.shape[2] > rows else x
 
 
 def _top_left_differs(q, k, causal) -> bool:
@@ -998,9 +1004,9 @@ def _attention_backward(ctx, dout, q, k, v, out, lse, *, scale, is_causal, dropo
     attn_mask, is_causal = fold_constant_mask(ctx, attn_mask, q, k, is_causal)
     bias, is_causal = attention_bias(ctx, attn_mask, q, k, is_causal)
     if (attn_mask is not None and bias is None) or _top_left_differs(q, k, is_causal):
-        grads = _masked_attention_backward(ctx, dout, q, k, v, out, _lse(ctx, lse), attn_mask, scale, is_causal)
+        grads = _masked_attention_backward(ctx, dout, q, k, v, out, _lse(ctx, lse, q.shape[2]), attn_mask, scale, is_causal)
     else:
-        grads = ctx.op("attention_backward", dout, q, k, v, out, _lse(ctx, lse), *([bias] if bias is not None else []),
+        grads = ctx.op("attention_backward", dout, q, k, v, out, _lse(ctx, lse, q.shape[2]), *([bias] if bias is not None else []),
                        scale=scale, causal=bool(is_causal))
     return tuple(grads) + (None,) * (n_results - 3)
 
