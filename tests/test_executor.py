@@ -783,11 +783,13 @@ def apart(graph, donated=frozenset()):
     return pipeline(graph, handoff=Handoff(outputs_apart=True, donated_inputs=frozenset(donated)))
 
 
-def test_per_call_outputs_are_handed_over_without_copies_and_outlive_the_next_run():
+def test_per_call_outputs_are_handed_over_without_copies_and_outlive_the_next_run(monkeypatch):
     """A per-call program returns the output region's buffers themselves (no clone); a run while the
-    caller still holds them writes another set; once the caller lets go, the next run takes the first
-    set again (same addresses: the binding made for them, no new one); ``release`` frees them all."""
+    caller still holds them writes other buffers; once the caller lets go, the next run takes the first
+    ones again (same addresses: the binding made for them, no new one); ``release`` frees them all."""
     from torch.multiprocessing.reductions import StorageWeakRef
+    from nova.compiler import step_storage
+    monkeypatch.setattr(step_storage, "SMALL_OUTPUT", 0)      # every output here is "large"
     case = attention_block()
     plan = apart(case.graph)
     program = build(plan, "cpu", poison=True, per_call=True)
@@ -819,9 +821,11 @@ def test_per_call_outputs_are_handed_over_without_copies_and_outlive_the_next_ru
     assert all(r.expired() for r in refs), "release keeps a run's output buffers alive"
 
 
-def test_a_steady_loop_binds_once():
+def test_a_steady_loop_binds_once(monkeypatch):
     """Forward then backward, outputs dropped before the next step (a training loop): every step runs
     at the first step's addresses -- arena and output buffers -- so each program binds once."""
+    from nova.compiler import step_storage
+    monkeypatch.setattr(step_storage, "SMALL_OUTPUT", 0)
     case = attention_block()
     first, second = build(apart(case.graph), "cpu", per_call=True), build(apart(case.graph), "cpu", per_call=True)
     state = case.inputs(0)
@@ -833,6 +837,32 @@ def test_a_steady_loop_binds_once():
         assert_close(case.graph, out2, interpreter.run(case.graph, case.inputs(step)))
         del out, out2
     assert first.stats["rebinds"] == second.stats["rebinds"] == 0 and len(first._bindings) == 1
+
+
+def test_small_outputs_are_copies_so_a_loop_may_keep_them(monkeypatch):
+    """A loop that keeps every step's loss: small outputs come out as copies of one buffer the program
+    owns, so keeping them holds no buffer of the program's and every run binds as the first did;
+    large outputs still come out as the program's buffers."""
+    from nova.compiler import step_storage
+    case = attention_block()
+    plan = apart(case.graph)
+    sizes = sorted(n for _, n in build(plan, "cpu", per_call=True)._pieces)
+    monkeypatch.setattr(step_storage, "SMALL_OUTPUT", sizes[0])        # the smallest output is "small"
+    program = build(plan, "cpu", per_call=True)
+    state = case.inputs(0)
+    kept = []
+    for step in range(4):
+        for x, y in zip(state, case.inputs(step)):
+            x.copy_(y)
+        out = program.run(state)
+        assert_close(case.graph, out, interpreter.run(case.graph, case.inputs(step)))
+        small = [t for t in out if t.untyped_storage().nbytes() <= sizes[0]]
+        assert small
+        kept += small                                                 # the "losses" a loop logs later
+        del out
+    assert program.stats["rebinds"] == 0
+    assert program.stats["cloned_outputs"] == sum(n <= sizes[0] for n in sizes)
+    assert len({t.untyped_storage().data_ptr() for t in kept}) == len(kept)    # each a copy of its own
 
 
 def test_an_input_the_program_never_reads_is_not_bound():

@@ -167,3 +167,12 @@ def test_llama_tiny_plan_runs_each_rms_norm_as_one_rows_kernel():
     ops = [n.op for n in planned.graph.nodes]
     assert "rsqrt" not in ops and ops.count("pow") == 0
     assert planned.stats["rms_norm"] < planned.stats["cross_entropy"]
+
+
+def test_eps_is_the_f32_value_the_kernel_adds():
+    """Two torch versions trace the same eps as a Python float or as an f32 tensor's value: one
+    attribute (one kernel key) for both below f64; f64 keeps it exact."""
+    from nova.passes.rms_norm import _eps
+    f32_value = float(torch.tensor(1e-5, dtype=torch.float32))
+    assert f32_value != 1e-5 and _eps(1e-5, "f32") == _eps(f32_value, "f32") == f32_value
+    assert _eps(1e-5, "bf16") == f32_value and _eps(1e-5, "f64") == 1e-5

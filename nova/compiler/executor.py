@@ -103,6 +103,7 @@ from nova.compiler.gemm_lowering import lower_matmul
 from nova.compiler.plan_view import ExecutorError, PlanView, read_plan
 from nova.compiler.embedding_lowering import embedding_kernels
 from nova.compiler.rows_lowering import rows_kernels
+from nova.compiler import step_storage
 from nova.compiler.step_storage import OutputSets, shared_arena
 from nova.ir.ops import opdef
 from nova.passes.fusion import update_batch_key
@@ -1105,7 +1106,8 @@ class Program:
                 out.append(inputs[source[1]])
             elif source[0] == "buffer":
                 _, k, offset, shape, strides, dtype = source
-                out.append(torch.as_strided(step[("output", k)].view(dtype), shape, strides, offset).detach())
+                view = torch.as_strided(step[("output", k)].view(dtype), shape, strides, offset).detach()
+                out.append(view.clone() if self._output_sets.small[k] else view)      # a small one: a copy
             elif source[0] == "view":
                 _, i, offset, shape, strides = source
                 x = inputs[i]
@@ -1122,8 +1124,12 @@ class Program:
         if not self.per_call:
             return True
         root = self._root_loc(output.value)
-        return not (root[0] == "input" or (root[0] == "arena" and self._region is not None
-                                           and root[1] >= self._region[0]))
+        if root[0] == "input":
+            return False
+        if root[0] != "arena" or self._region is None or root[1] < self._region[0]:
+            return True
+        k = bisect.bisect_right(self._piece_starts, root[1]) - 1          # its output buffer: a small one is copied
+        return self._pieces[k][1] <= step_storage.SMALL_OUTPUT
 
     def _root_loc(self, value):
         """The location of the storage ``value`` lives in (through views and placed values)."""

@@ -11,13 +11,15 @@ again (a binding is made for one set of addresses, ``executor.Program._select_bi
   allocator did not hand the same block back from one step to the next: every run rebound and
   recaptured (0.11x Inductor on GPT-42M, 2026-12-04).
 * **Output buffers** (the output region of the plan, one buffer per output, handed to the caller):
-  each program owns up to ``SETS_KEPT`` sets.  A run takes the first set of which the caller holds
-  nothing any more (every buffer's storage referenced only by the set: ``torch._C._storage_Use_Count``
-  back to what it was when allocated), else allocates a new set, kept if fewer than ``SETS_KEPT``
-  are.  A training loop frees the forward's saved tensors in the backward and the gradients at
-  ``zero_grad``, so one set serves every step; accumulating gradients over k micro-batches before
-  ``zero_grad`` uses k sets.  What it costs: a set's bytes stay allocated between its runs (the
-  forward's saved tensors through the optimizer step, after the backward has read them).
+  a small output (at most ``SMALL_OUTPUT`` bytes: the loss a loop logs and keeps) has one buffer the
+  program owns and is handed over as a copy; a larger one comes from a pool of up to ``SETS_KEPT``
+  buffers the program owns for that output: a run takes the first the caller no longer holds
+  (every tensor the caller got from it dropped: the storage's use count back to the program's own,
+  ``torch._C._storage_Use_Count``), else a new one.  A training loop frees the forward's saved
+  tensors in the backward and the gradients at ``zero_grad``, so one buffer per output serves every
+  step; accumulating gradients over k micro-batches before ``zero_grad`` uses k.  What it costs:
+  a buffer stays allocated between its runs (the forward's saved tensors through the optimizer
+  step, after the backward has read them).
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import weakref
 import torch
 
 SETS_KEPT = 4
+SMALL_OUTPUT = 1 << 20          # bytes: outputs at most this large are handed over as copies
 
 
 def _use_count(t: torch.Tensor) -> int:
@@ -77,23 +80,33 @@ def shared_arena(device: torch.device) -> SharedArena:
 
 
 class OutputSets:
-    """A program's output buffer sets (``sizes``: bytes of each buffer of a set)."""
+    """A program's output buffers, one pool per output of its region (``sizes``: bytes of each).
+
+    An output of at most ``SMALL_OUTPUT`` bytes (a loss, a scalar the caller logs and keeps) has one
+    buffer the program owns for good and is handed over as a copy (``small``): a caller keeping
+    every step's loss would otherwise hold a buffer of every run.  A larger one (a saved activation,
+    a gradient) is handed over as itself: ``take`` gives the first buffer of its pool the caller no
+    longer holds, else a new one (kept in the pool while it has fewer than ``SETS_KEPT``)."""
 
     def __init__(self, sizes: list[int], device: torch.device):
         self.sizes, self.device = list(sizes), device
-        self.sets: list[tuple[list, list]] = []             # (buffers, their use counts when allocated)
-        self.made = 0                                       # sets allocated, kept or not
+        self.small = [n <= SMALL_OUTPUT for n in self.sizes]
+        self.pools: list[list[tuple[torch.Tensor, int]]] = [[] for _ in self.sizes]   # (buffer, its use count)
+        self.made = 0                                       # buffers allocated, kept or not
 
     def take(self) -> list[torch.Tensor]:
-        """A set whose buffers the caller no longer holds, else a new one."""
-        for buffers, counts in self.sets:
-            if all(_use_count(b) == c for b, c in zip(buffers, counts)):
-                return buffers
-        buffers = [torch.empty(n, dtype=torch.uint8, device=self.device) for n in self.sizes]
+        return [self._take(k) for k in range(len(self.sizes))]
+
+    def _take(self, k: int) -> torch.Tensor:
+        pool = self.pools[k]
+        for buffer, count in pool:
+            if self.small[k] or _use_count(buffer) == count:
+                return buffer
+        buffer = torch.empty(self.sizes[k], dtype=torch.uint8, device=self.device)
         self.made += 1
-        if len(self.sets) < SETS_KEPT:
-            self.sets.append((buffers, [_use_count(b) for b in buffers]))
-        return buffers
+        if len(pool) < SETS_KEPT:
+            pool.append((buffer, _use_count(buffer)))
+        return buffer
 
     def clear(self) -> None:
-        self.sets = []
+        self.pools = [[] for _ in self.sizes]

@@ -26,6 +26,7 @@ values of the old ops that something else still reads stay computed (the dead on
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass, field
 
 from nova.ir.graph import Graph
@@ -273,9 +274,16 @@ def _stored(x):
     return x
 
 
+def _eps(eps: float, dtype: str) -> float:
+    """``eps`` as the kernel adds it: rounded to f32 below f64 (the sum is f32).  The same model
+    traced by two torch versions may carry it as a Python float (1e-05) or as an f32 tensor's value
+    (9.999999747e-06): one attribute, one kernel, for both."""
+    return eps if dtype == "f64" else struct.unpack("f", struct.pack("f", eps))[0]
+
+
 def _emit_forward(rw: Rewriter, m: Match, origin: str) -> list:
     ins = [rw.get(_stored(m.x))] + ([_weight(rw, m.weight)] if m.weight is not None else [])
-    attrs = {"eps": m.eps, "has_weight": m.weight is not None, "dtype": m.ys[0].dtype}
+    attrs = {"eps": _eps(m.eps, m.x.dtype), "has_weight": m.weight is not None, "dtype": m.ys[0].dtype}
     y, rstd = rw.emit("rms_norm", ins, attrs, origin)
     for v in m.rstds:
         rw.env[v] = rstd
