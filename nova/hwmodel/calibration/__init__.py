@@ -44,6 +44,10 @@ dtype (``nova.bench.tensor_ceiling``: the fastest wgmma-only kernel on random da
 power cap; ``source`` its results file), which ``measured_ceiling`` returns and ``nova-config explain``
 sets each prediction against; ``tests/test_tensor_ceiling.py`` re-derives it from the committed results.
 
+``<preset>.stream.json`` (family ``stream``) holds ``eta_dram`` and ``t_launch_us`` of the memory-bound
+kernel families (``memory_constants(gpu, streaming=True)``), fitted by ``nova.bench.calibrate_stream``
+on the per-launch device times of training steps (``source.results``); ``tests/test_calibrate_stream.py``
+refits it.
 ``<preset>.aten.json`` (family ``aten``) calibrates the kernels ATen runs for a compiled step's
 non-GEMM groups instead (``nova.bench.calibrate_aten`` on a CUPTI profile of a training step,
 ``source.profile``): ``t_fixed_us`` per kernel and ``eta`` per kernel kind, applied by
@@ -161,12 +165,15 @@ def time_at_clock(terms_us: dict, split_k, constants: dict, mhz, launches=None):
     return _at_scale(terms_us, split_k, constants, launches)(constants["f_model_mhz"] / mhz)[1]
 
 
-def memory_constants(gpu) -> dict:
-    """``eta_dram`` and ``t_launch_us`` for a kernel family without a calibration of its own: the
-    target's Hopper (else mma.sync) GEMM calibration, whose eta_dram is ``nova.bench.l2_probe``'s
-    measured DRAM efficiency and t_launch the CUDA-graph gap between kernels; else the datasheet
-    bandwidth (eta 1) and the preset's launch overhead ([EST])."""
-    for family in ("wgmma", "mma.sync"):
+def memory_constants(gpu, streaming: bool = False) -> dict:
+    """``eta_dram`` and ``t_launch_us`` of a memory-bound kernel.  ``streaming`` (the memory-bound
+    families: pointwise, rows, embedding, multi-tensor): their own calibration where stored
+    (``<preset>.stream.json``, fitted by ``nova.bench.calibrate_stream`` to their device times in
+    training steps, ``nova.bench.step_kernels``); otherwise, and for the others (attention's memory
+    terms, the skinny GEMM), the target's Hopper (else mma.sync) GEMM calibration, whose eta_dram is
+    ``nova.bench.l2_probe``'s linear stream and t_launch the CUDA-graph gap between kernels; else the
+    datasheet bandwidth (eta 1) and the preset's launch overhead ([EST])."""
+    for family in (("stream",) if streaming else ()) + ("wgmma", "mma.sync"):
         stored = load(gpu.name, family)
         if stored:
             c = stored["constants"]

@@ -240,9 +240,10 @@ def loads_in_flight(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, rows: i
 
 # ---- 7, 8, 9 -----------------------------------------------------------------------------------
 def launch_constants(gpu: GPUModel) -> dict:
-    """eta_dram and the launch latency: the memory-bound families' (``nova.kernels.pointwise.derive``)."""
-    from nova.kernels.pointwise.derive import launch_constants as memory_bound_constants
-    return memory_bound_constants(gpu)
+    """eta_dram and the launch latency: the GEMM calibration's linear stream (``calibration.memory_constants``;
+    not the memory-bound families' fit: this kernel competes with the GEMM's predictions)."""
+    from nova.hwmodel import calibration
+    return calibration.memory_constants(gpu)
 
 
 def slices(p: GemmProblem, span: int, splits: int, m_pad: int, threads: int, regs: int

@@ -127,14 +127,9 @@ def configure_pointwise(problem: PointwiseProblem, target="h200") -> PointwiseCo
 
 
 def launch_constants(gpu) -> dict:
-    """eta_dram and the launch latency (us): the target's calibration, else 1 and the preset's figure."""
+    """eta_dram and the launch latency (us) of the memory-bound families (``calibration.memory_constants``)."""
     from nova.hwmodel import calibration
-    for family in ("wgmma", "mma.sync"):
-        stored = calibration.load(gpu.name, family)
-        if stored:
-            c = stored["constants"]
-            return {"eta_dram": c["eta_dram"], "t_launch_us": c["t_launch_us"], "source": f"{gpu.name} calibration"}
-    return {"eta_dram": 1.0, "t_launch_us": gpu.launch_overhead_us, "source": "datasheet bandwidth, [EST] launch"}
+    return calibration.memory_constants(gpu, streaming=True)
 
 
 def predict(problem: PointwiseProblem, gpu, trips: int, d: Derivation) -> Prediction:

@@ -101,17 +101,9 @@ def _pow2ceil(x: int) -> int:
 
 
 def memory_constants(gpu: GPUModel) -> dict:
-    """eta_dram and the launch latency: the target's calibration (``nova/hwmodel/calibration``: eta_dram
-    measured by nova.bench.l2_probe, t_launch the CUDA-graph gap between kernels) where stored, else the
-    datasheet bandwidth (eta 1) and the preset's launch overhead ([EST] 3 us)."""
+    """eta_dram and the launch latency of the memory-bound families (``calibration.memory_constants``)."""
     from nova.hwmodel import calibration
-    for family in ("wgmma", "mma.sync"):
-        stored = calibration.load(gpu.name, family)
-        if stored:
-            c = stored["constants"]
-            return {"eta_dram": c["eta_dram"], "t_launch_us": c["t_launch_us"],
-                    "source": f"calibration {calibration.path_for(gpu.name, family).name}"}
-    return {"eta_dram": 1.0, "t_launch_us": gpu.launch_overhead_us, "source": "datasheet, preset launch overhead"}
+    return calibration.memory_constants(gpu, streaming=True)
 
 
 # ---- 1 -----------------------------------------------------------------------------------------
