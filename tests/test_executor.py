@@ -861,7 +861,6 @@ def test_small_outputs_are_copies_so_a_loop_may_keep_them(monkeypatch):
         kept += small                                                 # the "losses" a loop logs later
         del out
     assert program.stats["rebinds"] == 0
-    assert program.stats["cloned_outputs"] == sum(n <= sizes[0] for n in sizes)
     assert len({t.untyped_storage().data_ptr() for t in kept}) == len(kept)    # each a copy of its own
 
 

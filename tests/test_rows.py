@@ -309,3 +309,32 @@ def test_explain_prices_rows_groups_with_the_rows_configurator():
             r = reports[i]
             assert r.kernel == "nova" and r.model == "rows configurator" and r.predicted_us > 0
             assert r.schedule["roles"] and r.name == g.problem.describe()
+
+
+# ------------------------------------------------------------------ the column stage on the SIMT simulator
+@pytest.mark.parametrize("rows, n, op", [(1000, 72, "sum"), (4096, 512, "mean"), (513, 37, "sum")])
+def test_the_column_stage_and_its_final_sum_run_like_float64(rows, n, op):
+    """``column`` then ``column_final`` (threads along the columns and the partials, met in shared memory)
+    executed thread by thread on the CPU (``tests/simt_cpu.py``: bounds and shared-memory races checked),
+    every output NaN-poisoned first, against a float64 sum over the rows."""
+    import numpy as np
+    from simt_cpu import run_kernel
+    from nova.hwmodel import get_target
+    from nova.kernels.rows.abi import KERNEL_NAMES
+    from nova.kernels.rows.compile import geometry
+    from nova.kernels.rows.derive import configure_rows
+    from nova.kernels.rows.emit_column import build_column, build_column_final
+    from nova.kernels.rows.problem import RowsProblem
+    from nova.kernels.rows.prologue import Prologue
+    p = RowsProblem("column_reduce", rows, n, (Operand("in0", "f32", "row", n),), (Operand("out", "f32", "col"),),
+                    (("op", op),), Prologue((("cast_f32", ("in0",)),), ((0, "out"),)))
+    s = configure_rows(p, get_target("h200")).schedule
+    assert s.roles == ("column", "column_final")
+    x = np.random.default_rng(rows * n).standard_normal(rows * n).astype(np.float32)
+    buffers = {"in0": x, "out": np.full(n, np.nan, np.float32),
+               "partials": np.full(s.column.splits * n, np.nan, np.float32)}
+    for role, build in (("column", build_column), ("column_final", build_column_final)):
+        grid, block, smem = geometry(s, role)
+        run_kernel(build(p, s), KERNEL_NAMES[role], grid, block[0], smem, buffers)
+    want = x.astype(np.float64).reshape(rows, n).sum(0) * (1 / rows if op == "mean" else 1)
+    assert np.abs(buffers["out"] - want).max() <= 1e-5 * np.abs(want).max()

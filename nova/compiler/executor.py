@@ -103,7 +103,6 @@ from nova.compiler.gemm_lowering import lower_matmul
 from nova.compiler.plan_view import ExecutorError, PlanView, read_plan
 from nova.compiler.embedding_lowering import embedding_kernels
 from nova.compiler.rows_lowering import rows_kernels
-from nova.compiler import step_storage
 from nova.compiler.step_storage import OutputSets, shared_arena
 from nova.ir.ops import opdef
 from nova.passes.fusion import update_batch_key
@@ -234,12 +233,14 @@ class Program:
         self.memory_phases: list[dict] = []  # CUDA: torch's counters at each stage of build and first step
         self._phases_done = False
         self._input_index = {spec.value: i for i, spec in enumerate(self.graph.inputs)}
-        read = {v for n in self.graph.nodes for v in n.inputs} | {o.value for o in self.graph.outputs}
-        self._unread = frozenset(i for i, spec in enumerate(self.graph.inputs) if spec.value not in read)
         self._dtypes = [torch_dtype(spec.value.type.dtype) for spec in self.graph.inputs]
         self._fallbacks: list[str] = []
         self._check_groups()
         self._layout()
+        read = {v for n in self.graph.nodes for v in n.inputs} | {o.value for o in self.graph.outputs}
+        written = {o.updates for o in self.graph.outputs if o.updates is not None} | set(self.donated.values())
+        self._unread = frozenset(i for i, spec in enumerate(self.graph.inputs)     # bound by nothing
+                                 if spec.value not in read and i not in written)
         self._check_arena_lifetimes()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -1101,13 +1102,16 @@ class Program:
 
     def _outputs_per_call(self, inputs, step) -> list:
         out = []
+        copies = {}                          # small output buffers: one copy per run, its outputs views of it
         for o, source in zip(self.graph.outputs, self._sources):
             if source[0] == "input":
                 out.append(inputs[source[1]])
             elif source[0] == "buffer":
                 _, k, offset, shape, strides, dtype = source
-                view = torch.as_strided(step[("output", k)].view(dtype), shape, strides, offset).detach()
-                out.append(view.clone() if self._output_sets.small[k] else view)      # a small one: a copy
+                buffer = step[("output", k)]
+                if self._output_sets.small[k]:
+                    buffer = copies[k] if k in copies else copies.setdefault(k, buffer.clone())
+                out.append(torch.as_strided(buffer.view(dtype), shape, strides, offset).detach())
             elif source[0] == "view":
                 _, i, offset, shape, strides = source
                 x = inputs[i]
@@ -1124,12 +1128,8 @@ class Program:
         if not self.per_call:
             return True
         root = self._root_loc(output.value)
-        if root[0] == "input":
-            return False
-        if root[0] != "arena" or self._region is None or root[1] < self._region[0]:
-            return True
-        k = bisect.bisect_right(self._piece_starts, root[1]) - 1          # its output buffer: a small one is copied
-        return self._pieces[k][1] <= step_storage.SMALL_OUTPUT
+        return not (root[0] == "input" or (root[0] == "arena" and self._region is not None
+                                           and root[1] >= self._region[0]))
 
     def _root_loc(self, value):
         """The location of the storage ``value`` lives in (through views and placed values)."""

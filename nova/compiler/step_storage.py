@@ -11,8 +11,8 @@ again (a binding is made for one set of addresses, ``executor.Program._select_bi
   allocator did not hand the same block back from one step to the next: every run rebound and
   recaptured (0.11x Inductor on GPT-42M, 2026-12-04).
 * **Output buffers** (the output region of the plan, one buffer per output, handed to the caller):
-  a small output (at most ``SMALL_OUTPUT`` bytes: the loss a loop logs and keeps) has one buffer the
-  program owns and is handed over as a copy; a larger one comes from a pool of up to ``SETS_KEPT``
+  a small one (at most ``SMALL_OUTPUT`` bytes: the loss a loop logs and keeps) is one buffer the
+  program owns, handed over as a copy made after each run; a larger one comes from a pool of up to ``SETS_KEPT``
   buffers the program owns for that output: a run takes the first the caller no longer holds
   (every tensor the caller got from it dropped: the storage's use count back to the program's own,
   ``torch._C._storage_Use_Count``), else a new one.  A training loop frees the forward's saved
@@ -28,7 +28,7 @@ import weakref
 import torch
 
 SETS_KEPT = 4
-SMALL_OUTPUT = 1 << 20          # bytes: outputs at most this large are handed over as copies
+SMALL_OUTPUT = 1 << 16          # bytes: output buffers at most this large are handed over as copies
 
 
 def _use_count(t: torch.Tensor) -> int:
@@ -82,9 +82,10 @@ def shared_arena(device: torch.device) -> SharedArena:
 class OutputSets:
     """A program's output buffers, one pool per output of its region (``sizes``: bytes of each).
 
-    An output of at most ``SMALL_OUTPUT`` bytes (a loss, a scalar the caller logs and keeps) has one
-    buffer the program owns for good and is handed over as a copy (``small``): a caller keeping
-    every step's loss would otherwise hold a buffer of every run.  A larger one (a saved activation,
+    An output buffer of at most ``SMALL_OUTPUT`` bytes (a loss, a scalar the caller logs and keeps) is
+    one buffer the program owns for good, copied once per run and its outputs handed over as views of
+    the copy (``small``; outputs viewing one buffer still share one storage): a caller keeping every
+    step's loss would otherwise hold a buffer of every run.  A larger one (a saved activation,
     a gradient) is handed over as itself: ``take`` gives the first buffer of its pool the caller no
     longer holds, else a new one (kept in the pool while it has fewer than ``SETS_KEPT``)."""
 

@@ -119,8 +119,10 @@ def graph_memory(name: str, planned, lowered=None, per_call: bool = True, target
     clones = sum(i.nbytes for i in items if i.lifetime == "step")
     stats = program.stats
     if per_call:
+        from nova.compiler.step_storage import SMALL_OUTPUT
         step_arena = block_bytes(stats["step_arena_bytes"])
         outputs = sum(block_bytes(n) for n in program.output_buffer_sizes()) + clones
+        persistent += sum(block_bytes(n) for n in program.output_buffer_sizes() if n <= SMALL_OUTPUT)   # copied from
     else:
         persistent += block_bytes(planned.memory.arena_bytes)
         step_arena, outputs = 0, clones

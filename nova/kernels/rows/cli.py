@@ -96,5 +96,6 @@ def _geometry(s, role: str) -> str:
         c = s.column
         if role == "column":
             return f"grid {c.grid[0]}x{c.grid[1]}, {c.threads_cols}x{c.threads_rows} threads, vec {c.vec}, {c.splits} splits"
-        return f"grid {c.final_grid}, {c.final_threads} threads, {c.splits} partials a column"
+        return (f"grid {c.final_grid}, {c.final_threads_cols}x{c.final_threads_rows} threads, vec {c.final_vec}, "
+                f"{c.splits} partials a column")
     return f"1 CTA of {s.total_threads} threads"

@@ -50,7 +50,7 @@ def geometry(schedule, role: str) -> tuple[tuple, tuple, int]:
     if role == "column":
         return (c.grid[0], c.grid[1], 1), (c.threads, 1, 1), c.smem_bytes
     if role == "column_final":
-        return (c.final_grid, 1, 1), (c.final_threads, 1, 1), 0
+        return (c.final_grid, 1, 1), (c.final_threads, 1, 1), c.final_smem_bytes
     return (1, 1, 1), (schedule.total_threads, 1, 1), 4 * 2 * (schedule.total_threads // 32)
 
 

@@ -243,12 +243,13 @@ def step6_partials(p: RowsProblem, rows_per_cta: int, bps: int, gpu: GPUModel) -
     return (partials, per_cta), [s1, s2]
 
 
-def partials_tile(p: RowsProblem, partials: int, per_cta: int, d: Derivation) -> PartialsTile:
-    """partials_final: a warp's lanes along the columns (32 x vec f32: coalesced; vec 4, 2 or 1 as the row length
-    and the gradients' base addresses allow), threads along the partials
-    until each adds at most FINAL_PARTIALS_PER_THREAD (at most FINAL_THREADS a CTA), met in shared
-    memory in order; one CTA per column block."""
-    grads = summed_gradients(p)
+def final_sum_tile(p: RowsProblem, partials: int, d: Derivation) -> tuple[int, int, int, int]:
+    """(vec, threads along the columns, threads along the partials, grid) of a kernel adding ``partials``
+    partial rows of ``p``'s column outputs (``partials_final``, ``column_final``): a warp's lanes along the
+    columns (32 x vec f32: coalesced; vec 4, 2 or 1 as the row length and the outputs' base addresses
+    allow), threads along the partials until each adds at most FINAL_PARTIALS_PER_THREAD (at most
+    FINAL_THREADS a CTA: loads in flight on every SM the grid reaches), met in shared memory in order;
+    one CTA per column block."""
     outs = [o for o in p.outputs if o.layout == "col"]
     vec = next(v for v in (4, 2, 1) if p.n % v == 0 and all(o.align % (v * o.elem_bytes) == 0 for o in outs))
     tc = min(32, _pow2ceil(math.ceil(p.n / vec)))
@@ -261,7 +262,12 @@ def partials_tile(p: RowsProblem, partials: int, per_cta: int, d: Derivation) ->
     grid = math.ceil(p.n / (tc * vec))
     d.note("final grid", grid, f"one CTA per {tc * vec} columns; {tc} x {tr} threads, the {tr} sums of a column "
            "added in order through shared memory")
-    return PartialsTile(partials, per_cta, grads, vec, tc, tr, grid)
+    return vec, tc, tr, grid
+
+
+def partials_tile(p: RowsProblem, partials: int, per_cta: int, d: Derivation) -> PartialsTile:
+    """partials_final (``final_sum_tile``) of the norms' weight/bias gradients."""
+    return PartialsTile(partials, per_cta, summed_gradients(p), *final_sum_tile(p, partials, d))
 
 
 # ---- 5 -----------------------------------------------------------------------------------------
@@ -357,10 +363,10 @@ def column_tile(p: RowsProblem, gpu: GPUModel, d: Derivation) -> ColumnTile:
                      col_blocks=blocks, rows=p.rows, threads_rows=tr, min_rows=MIN_ROWS_PER_THREAD)
     rows_per_split = math.ceil(p.rows / splits)
     splits = math.ceil(p.rows / rows_per_split)
-    final_threads = 128
     smem = 4 * tr * tc * vec * len(p.prologue.reduce) if tr > 1 else 0
-    return ColumnTile(tc, tr, vec, splits, rows_per_split, (blocks, splits), final_threads,
-                      math.ceil(p.n / final_threads), smem)
+    final = final_sum_tile(p, splits, d) if splits > 1 else (1, 1, 1, 1)
+    return ColumnTile(tc, tr, vec, splits, rows_per_split, (blocks, splits), *final, smem,
+                      outputs=len(p.prologue.reduce))
 
 
 # ---- 8 -----------------------------------------------------------------------------------------

@@ -5,8 +5,9 @@ consecutive columns from ``(x * threads_cols + tc) * vec`` and adds rows ``s * r
 ``+ threads_rows``, ... of split ``s``, evaluating the prologue per element (its stored values are
 written on the way).  The ``threads_rows`` partial sums meet in shared memory and row 0 of the CTA
 adds them in order; it writes the result (``splits`` = 1: scaled and rounded to the output type) or
-the split's partial (f32) into the workspace.  ``column_final``: thread c adds column c's partials in
-split order.  No atomics: the same bits every run.
+the split's partial (f32) into the workspace.  ``column_final``: threads along the columns and the
+partials add each column's partials in a fixed order (``emit_partials.final_sum``).  No atomics: the
+same bits every run.
 
 ``total`` (cross-entropy forward): one CTA adds the per-row losses and counts the kept targets, rows in a
 fixed order, and writes the loss (mean: the sum over the count).  ``total_pre`` (its backward): the
@@ -18,6 +19,7 @@ import math
 
 from nova.kernels.rows.abi import KERNEL_NAMES
 from nova.kernels.rows.emit import RowsIr, evaluate
+from nova.kernels.rows.emit_partials import final_sum, register_cap
 from nova.kernels.rows.emit_row import param_types
 from nova.kernels.rows.kinds import column_problem
 
@@ -136,24 +138,17 @@ def build_column(p, s) -> str:
 
 
 def build_column_final(p, s) -> str:
+    """``column_final``: each column's split partials added (``emit_partials.final_sum``: threads along
+    the columns and the partials, met in shared memory in order), scaled for a mean."""
     colp, ct = column_problem(p), s.column
     ir = RowsIr()
     reduced = [name for _, name in colp.prologue.reduce]
     scale = 1.0 / colp.rows if colp.attr("op") == "mean" else 1.0
-    ir.emit(f"// Nova rows column final stage: {colp.describe()}; {ct.splits} partials per column, in order")
-    with ir.rows_kernel(KERNEL_NAMES["column_final"], param_types(p, s, "column_final"), ct.final_threads):
-        tid = ir.let("tid", "gpu.thread_id x")
-        bx = ir.let("bx", "gpu.block_id x")
-        c = ir.add(ir.mul(bx, ct.final_threads, "c0"), tid, "c")
-        ok = True if colp.n % ct.final_threads == 0 else ir.cmp("slt", c, colp.n, "c_ok")
-        sc = ir.select(ok, c, 0, hint="sc")
-        with ir.loop(ct.splits, [ir.f(0.0)] * len(reduced), "s") as (k, acc, state):
-            state["out"] = [ir.fadd(a, ir.load("partials", ir.add(ir.mul(ir.add(k, q * ct.splits, "slab"), colp.n,
-                                                                           "slab_off"), sc, "p_off"))[0], "acc")
-                            for q, a in enumerate(acc)]
-        sums = state["results"]
-        ir.guarded(ok, lambda: [ir.store(name, c, [ir.fmul(v, ir.f(scale), "scaled") if scale != 1.0 else v])
-                                for name, v in zip(reduced, sums)])
+    ir.emit(f"// Nova rows column final stage: {colp.describe()}; {ct.splits} partials per column, "
+            f"{ct.final_threads_cols}x{ct.final_threads_rows} threads, vec {ct.final_vec}")
+    with ir.rows_kernel(KERNEL_NAMES["column_final"], param_types(p, s, "column_final"), ct.final_threads,
+                        register_cap(ct.final_threads)):
+        final_sum(ir, reduced, ct.splits, colp.n, ct.final_vec, ct.final_threads_cols, ct.final_threads_rows, scale)
     return ir.text()
 
 

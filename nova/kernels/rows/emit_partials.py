@@ -1,4 +1,5 @@
-"""``partials_final``: the norms' weight/bias gradients from the partial rows their row kernel wrote.
+"""``partials_final``: the norms' weight/bias gradients from the partial rows their row kernel wrote
+(``final_sum``: the same body serves the column stage's ``column_final``).
 
 The workspace holds ``partials[gradient, cta, n]`` (f32).  CTA ``bx`` owns columns
 ``[bx * threads_cols * vec, +threads_cols * vec)``: thread (c, r) = (tid % threads_cols, tid /
@@ -20,60 +21,74 @@ def build_partials_final(p, s) -> str:
     pt = s.partials
     ir = RowsIr()
     names = [o.name for o in partial_outputs(p)]
-    vec, tc, tr, parts, n = pt.final_vec, pt.final_threads_cols, pt.final_threads_rows, pt.partials, p.n
-    ir.emit(f"// Nova rows partials final: {p.describe()}; {parts} partial rows of {', '.join(names)}, "
-            f"{tc}x{tr} threads, vec {vec}")
-    cap = min(255, 65536 // pt.final_threads // 8 * 8)     # one CTA fits the register file (ptxas would aim for two)
-    with ir.rows_kernel(KERNEL_NAMES["partials_final"], param_types(p, s, "partials_final"), pt.final_threads, cap):
-        tid = ir.let("tid", "gpu.thread_id x")
-        bx = ir.let("bx", "gpu.block_id x")
-        tcol = ir.rem(tid, tc, "tcol") if tr > 1 else tid
-        trow = ir.div(tid, tc, "trow") if tr > 1 else 0
-        col = ir.mul(ir.add(ir.mul(bx, tc, "cb"), tcol, "cv"), vec, "col")
-        ok_c = True if n % (tc * vec) == 0 else ir.cmp("slt", col, n, "col_ok")
-        safe_c = ir.select(ok_c, col, 0, hint="safe_col")
-        zero = ir.f(0.0)
-        iters = math.ceil(parts / tr)
-        with ir.loop(iters, [zero] * (len(names) * vec), "k") as (k, acc, state):
-            r = ir.add(ir.mul(k, tr, "kr"), trow, "r")
-            ok_r = True if iters * tr == parts else ir.cmp("slt", r, parts, "r_ok")
-            sr = ir.select(ok_r, r, 0, hint="sr")
-            out = list(acc)
-            for q in range(len(names)):
-                got = ir.load("partials", ir.add(ir.mul(ir.add(sr, q * parts, "slab"), n, "prow"), safe_c, "poff"), vec)
-                for j in range(vec):
-                    out[q * vec + j] = ir.fadd(out[q * vec + j], ir.fsel(ok_r, got[j], zero), "acc")
-            state["out"] = out
-        sums = state["results"]
-        if tr > 1:
-            width = tc * vec
-            size = len(names) * tr * width
-            sm = ir.smem_f32(0, size)
-            smty = f"memref<{size}xf32, #smem>"
-            for q in range(len(names)):
-                for j in range(vec):
-                    at = ir.add(ir.add(ir.mul(trow, width, "sr_off"), ir.mul(tcol, vec, "sc_off")), q * tr * width + j)
-                    ir.emit(f"memref.store {sums[q * vec + j]}, {sm}[{ir.v(at)}] : {smty}")
-            ir.emit("gpu.barrier")
-
-            def ordered():
-                out = []
-                for q in range(len(names)):
-                    for j in range(vec):
-                        total = None
-                        for w in range(tr):
-                            at = ir.add(ir.mul(tcol, vec, "sc_off"), q * tr * width + w * width + j)
-                            v = ir.let("pv", f"memref.load {sm}[{ir.v(at)}] : {smty}")
-                            total = v if total is None else ir.fadd(total, v, "psum")
-                        out.append(total)
-                return out
-            lead = ir.cmp("eq", trow, 0, "first_row")
-        else:
-            lead = True
-
-        def write():
-            totals = ordered() if tr > 1 else sums
-            for q, name in enumerate(names):
-                ir.store(name, col, totals[q * vec:(q + 1) * vec])
-        ir.guarded(ir.and_(lead, ok_c), write)
+    ir.emit(f"// Nova rows partials final: {p.describe()}; {pt.partials} partial rows of {', '.join(names)}, "
+            f"{pt.final_threads_cols}x{pt.final_threads_rows} threads, vec {pt.final_vec}")
+    with ir.rows_kernel(KERNEL_NAMES["partials_final"], param_types(p, s, "partials_final"), pt.final_threads,
+                        register_cap(pt.final_threads)):
+        final_sum(ir, names, pt.partials, p.n, pt.final_vec, pt.final_threads_cols, pt.final_threads_rows)
     return ir.text()
+
+
+def register_cap(threads: int) -> int:
+    """One CTA of ``threads`` fits the register file (ptxas would aim for two)."""
+    return min(255, 65536 // threads // 8 * 8)
+
+
+def final_sum(ir: RowsIr, names: list, parts: int, n: int, vec: int, tc: int, tr: int, scale: float = 1.0) -> None:
+    """The body of a kernel adding ``parts`` partial rows (``partials[name, part, n]``, f32) per name of
+    ``names``: CTA ``bx`` owns columns ``[bx * tc * vec, +tc * vec)``, thread (c, r) adds partial rows
+    r, r + tr, ... of its ``vec`` columns; the ``tr`` sums of a column meet in shared memory and row 0
+    adds them in order, scales them by ``scale`` and stores them (rounded to each output's type)."""
+    tid = ir.let("tid", "gpu.thread_id x")
+    bx = ir.let("bx", "gpu.block_id x")
+    tcol = ir.rem(tid, tc, "tcol") if tr > 1 else tid
+    trow = ir.div(tid, tc, "trow") if tr > 1 else 0
+    col = ir.mul(ir.add(ir.mul(bx, tc, "cb"), tcol, "cv"), vec, "col")
+    ok_c = True if n % (tc * vec) == 0 else ir.cmp("slt", col, n, "col_ok")
+    safe_c = ir.select(ok_c, col, 0, hint="safe_col")
+    zero = ir.f(0.0)
+    iters = math.ceil(parts / tr)
+    with ir.loop(iters, [zero] * (len(names) * vec), "k") as (k, acc, state):
+        r = ir.add(ir.mul(k, tr, "kr"), trow, "r")
+        ok_r = True if iters * tr == parts else ir.cmp("slt", r, parts, "r_ok")
+        sr = ir.select(ok_r, r, 0, hint="sr")
+        out = list(acc)
+        for q in range(len(names)):
+            got = ir.load("partials", ir.add(ir.mul(ir.add(sr, q * parts, "slab"), n, "prow"), safe_c, "poff"), vec)
+            for j in range(vec):
+                out[q * vec + j] = ir.fadd(out[q * vec + j], ir.fsel(ok_r, got[j], zero), "acc")
+        state["out"] = out
+    sums = state["results"]
+    if tr > 1:
+        width = tc * vec
+        size = len(names) * tr * width
+        sm = ir.smem_f32(0, size)
+        smty = f"memref<{size}xf32, #smem>"
+        for q in range(len(names)):
+            for j in range(vec):
+                at = ir.add(ir.add(ir.mul(trow, width, "sr_off"), ir.mul(tcol, vec, "sc_off")), q * tr * width + j)
+                ir.emit(f"memref.store {sums[q * vec + j]}, {sm}[{ir.v(at)}] : {smty}")
+        ir.emit("gpu.barrier")
+
+        def ordered():
+            out = []
+            for q in range(len(names)):
+                for j in range(vec):
+                    total = None
+                    for w in range(tr):
+                        at = ir.add(ir.mul(tcol, vec, "sc_off"), q * tr * width + w * width + j)
+                        v = ir.let("pv", f"memref.load {sm}[{ir.v(at)}] : {smty}")
+                        total = v if total is None else ir.fadd(total, v, "psum")
+                    out.append(total)
+            return out
+        lead = ir.cmp("eq", trow, 0, "first_row")
+    else:
+        lead = True
+
+    def write():
+        totals = ordered() if tr > 1 else sums
+        if scale != 1.0:
+            totals = [ir.fmul(v, ir.f(scale), "scaled") for v in totals]
+        for q, name in enumerate(names):
+            ir.store(name, col, totals[q * vec:(q + 1) * vec])
+    ir.guarded(ir.and_(lead, ok_c), write)

@@ -64,13 +64,24 @@ class ColumnTile:
     splits: int                     # row slabs summed by separate CTAs (first stage grid y)
     rows_per_split: int
     grid: tuple[int, int]           # (column blocks, splits)
-    final_threads: int              # second stage: one column per thread
+    final_vec: int                  # column_final (splits > 1): f32 elements per access
+    final_threads_cols: int         # column_final: threads along the columns (a warp's lanes)
+    final_threads_rows: int         # column_final: threads along the partials, met in shared memory
     final_grid: int
     smem_bytes: int
+    outputs: int = 1                # sums reduced (one partial slab each)
 
     @property
     def threads(self) -> int:
         return self.threads_cols * self.threads_rows
+
+    @property
+    def final_threads(self) -> int:
+        return self.final_threads_cols * self.final_threads_rows
+
+    @property
+    def final_smem_bytes(self) -> int:
+        return 4 * self.outputs * self.final_threads * self.final_vec if self.final_threads_rows > 1 else 0
 
     def to_dict(self) -> dict:
         d = asdict(self)
