@@ -68,3 +68,14 @@ def assert_tracks_float64(compiled_model, eager_model, model64, masks, *, slack=
     assert not bad, f"parameters further from float64 than eager x{slack} + {floor}: " + ", ".join(
         f"{n} {a:.2e} (eager {b:.2e})" for n, (a, b) in sorted(bad.items(), key=lambda kv: -kv[1][0])[:4])
     return ours, theirs
+
+
+def take_steps(compiled, eager, float64, batches, loss_bound: float, eager_context=contextlib.nullcontext) -> None:
+    """Each batch through the compiled step, the eager one (under ``eager_context``: ``tf32_matmuls`` for
+    fp32) and the float64 one; the compiled and eager losses within ``loss_bound`` of each other."""
+    for batch in batches:
+        loss = compiled(*batch).detach().double().cpu()
+        with eager_context():
+            ref = eager(*batch).detach().double().cpu()
+        float64(*batch)
+        assert float((loss - ref).abs() / ref.abs().clamp_min(1e-30)) < loss_bound, (float(loss), float(ref))

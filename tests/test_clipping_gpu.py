@@ -27,7 +27,7 @@ import pytest  # noqa: E402
 torch = pytest.importorskip("torch")
 
 from nova.ir.ops import ref_adamw, ref_sgd  # noqa: E402
-from step_parity import assert_tracks_float64, float64_twin, tf32_matmuls, zero_gradient_masks  # noqa: E402
+from step_parity import assert_tracks_float64, float64_twin, take_steps, tf32_matmuls, zero_gradient_masks  # noqa: E402,E501
 from nova.kernels.optimizer.problem import UpdateRule  # noqa: E402
 from nova.kernels.optimizer.sum_problem import SumEntry, SumRule, workspace_words  # noqa: E402
 from nova.kernels.rows import Operand, Prologue, RowsProblem  # noqa: E402
@@ -224,12 +224,7 @@ def test_compiled_clipped_gpt_tiny_step_matches_eager():
     vocab = model.config.vocab_size
     batches = [tuple(torch.randint(0, vocab, (2, 16), device="cuda", generator=gen) for _ in range(2)) for _ in range(3)]
     masks = zero_gradient_masks(model64, lambda m: m(*batches[0]))
-    for idx, tgt in batches:
-        loss = compiled(idx, tgt)
-        with tf32_matmuls():
-            ref = ref_step(idx, tgt)
-        assert rel(loss.detach(), ref.detach()) < 5e-3
-        step64(idx, tgt)
+    take_steps(compiled, ref_step, step64, batches, 5e-3, tf32_matmuls)
     assert_tracks_float64(model, twin, model64, masks, floor=5e-3)   # Nova's fp32 attention is TF32 too
     program = compiled._last.engine.program
     kernels = [k for launch in program.launches for k in launch.kernels]

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 from nova.kernels.rows import Operand, Prologue, RowsProblem, cli_problem  # noqa: E402
-from step_parity import assert_tracks_float64, float64_twin, tf32_matmuls, zero_gradient_masks  # noqa: E402
+from step_parity import assert_tracks_float64, float64_twin, take_steps, tf32_matmuls, zero_gradient_masks  # noqa: E402,E501
 
 TOL = {"f32": 2e-5, "bf16": 1e-2, "f16": 2e-3}     # relative Frobenius error of an output stored in that type
 DT = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
@@ -369,12 +369,7 @@ def test_compiled_tiny_steps_match_eager(model_name):
     g = torch.Generator(device="cuda").manual_seed(3)
     batches = [tuple(torch.randint(0, vocab, (4, 16), device="cuda", generator=g) for _ in range(2)) for _ in range(3)]
     masks = zero_gradient_masks(model64, lambda m: m(*batches[0]))
-    for idx, tgt in batches:
-        loss = step(idx, tgt)
-        with tf32_matmuls():
-            ref = ref_step(idx, tgt)
-        step64(idx, tgt)
-        assert rel(loss.detach(), ref.detach()) < 5e-3
+    take_steps(step, ref_step, step64, batches, 5e-3, tf32_matmuls)
     assert_tracks_float64(model, twin, model64, masks, floor=5e-3)   # Nova's fp32 attention is TF32 too
     programs = _programs(step)
     assert programs and any(k.rows is not None for prog in programs for launch in prog.launches for k in launch.kernels)
@@ -397,10 +392,7 @@ def test_compiled_tiny_steps_match_eager_under_autocast(model_name):
     g = torch.Generator(device="cuda").manual_seed(4)
     batches = [tuple(torch.randint(0, vocab, (4, 16), device="cuda", generator=g) for _ in range(2)) for _ in range(3)]
     masks = zero_gradient_masks(model64, lambda m: m(*batches[0]))
-    for idx, tgt in batches:
-        loss, ref = step(idx, tgt), ref_step(idx, tgt)
-        step64(idx, tgt)
-        assert rel(loss.detach(), ref.detach()) < 2e-2
+    take_steps(step, ref_step, step64, batches, 2e-2)
     assert_tracks_float64(model, twin, model64, masks, floor=2e-2)
     programs = _programs(step)
     rows = [k.rows for prog in programs for launch in prog.launches for k in launch.kernels if k.rows is not None]

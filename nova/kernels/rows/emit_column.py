@@ -19,7 +19,7 @@ import math
 
 from nova.kernels.rows.abi import KERNEL_NAMES
 from nova.kernels.rows.emit import RowsIr, evaluate
-from nova.kernels.rows.emit_partials import final_sum, register_cap
+from nova.kernels.rows.emit_partials import final_sum, register_cap, thread_rows_sum
 from nova.kernels.rows.emit_row import param_types
 from nova.kernels.rows.kinds import column_problem
 
@@ -99,33 +99,10 @@ def build_column(p, s) -> str:
                     for n, vs in keep.items()])
             state["out"] = out
         acc = state["results"]
-        if tr > 1:
-            width = tc * vec
-            sm = ir.smem_f32(0, len(reduced) * tr * width)
-            smty = f"memref<{len(reduced) * tr * width}xf32, #smem>"
-            for q in range(len(reduced)):
-                for j in range(vec):
-                    at = ir.add(ir.add(ir.mul(trow, width, "sr_off"), ir.mul(tcol, vec, "sc_off")), q * tr * width + j)
-                    ir.emit(f"memref.store {acc[q * vec + j]}, {sm}[{ir.v(at)}] : {smty}")
-            ir.emit("gpu.barrier")
-
-            def row_sum():
-                out = []
-                for q in range(len(reduced)):
-                    for j in range(vec):
-                        total = None
-                        for w in range(tr):
-                            at = ir.add(ir.mul(tcol, vec, "sc_off"), q * tr * width + w * width + j)
-                            v = ir.let("pv", f"memref.load {sm}[{ir.v(at)}] : {smty}")
-                            total = v if total is None else ir.fadd(total, v, "psum")
-                        out.append(total)
-                return out
-            lead = ir.cmp("eq", trow, 0, "first_row")
-        else:
-            lead = True
+        row_sum, lead = thread_rows_sum(ir, acc, len(reduced), vec, tc, tr, tcol, trow)
 
         def write():
-            sums = row_sum() if tr > 1 else acc
+            sums = row_sum()
             for q, name in enumerate(reduced):
                 vs = sums[q * vec:(q + 1) * vec]
                 if ct.splits == 1:

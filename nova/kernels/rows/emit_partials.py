@@ -59,36 +59,43 @@ def final_sum(ir: RowsIr, names: list, parts: int, n: int, vec: int, tc: int, tr
                 out[q * vec + j] = ir.fadd(out[q * vec + j], ir.fsel(ok_r, got[j], zero), "acc")
         state["out"] = out
     sums = state["results"]
-    if tr > 1:
-        width = tc * vec
-        size = len(names) * tr * width
-        sm = ir.smem_f32(0, size)
-        smty = f"memref<{size}xf32, #smem>"
-        for q in range(len(names)):
-            for j in range(vec):
-                at = ir.add(ir.add(ir.mul(trow, width, "sr_off"), ir.mul(tcol, vec, "sc_off")), q * tr * width + j)
-                ir.emit(f"memref.store {sums[q * vec + j]}, {sm}[{ir.v(at)}] : {smty}")
-        ir.emit("gpu.barrier")
-
-        def ordered():
-            out = []
-            for q in range(len(names)):
-                for j in range(vec):
-                    total = None
-                    for w in range(tr):
-                        at = ir.add(ir.mul(tcol, vec, "sc_off"), q * tr * width + w * width + j)
-                        v = ir.let("pv", f"memref.load {sm}[{ir.v(at)}] : {smty}")
-                        total = v if total is None else ir.fadd(total, v, "psum")
-                    out.append(total)
-            return out
-        lead = ir.cmp("eq", trow, 0, "first_row")
-    else:
-        lead = True
+    ordered, lead = thread_rows_sum(ir, sums, len(names), vec, tc, tr, tcol, trow)
 
     def write():
-        totals = ordered() if tr > 1 else sums
+        totals = ordered()
         if scale != 1.0:
             totals = [ir.fmul(v, ir.f(scale), "scaled") for v in totals]
         for q, name in enumerate(names):
             ir.store(name, col, totals[q * vec:(q + 1) * vec])
     ir.guarded(ir.and_(lead, ok_c), write)
+
+
+def thread_rows_sum(ir: RowsIr, sums: list, count: int, vec: int, tc: int, tr: int, tcol, trow):
+    """``(ordered, lead)``: the ``tr`` thread rows' values ``sums`` (``count`` x ``vec`` per thread, for
+    ``tc`` threads along the columns) met in shared memory; ``ordered()``, called by the ``lead`` threads
+    (thread row 0), adds each column's ``tr`` values in thread-row order (a fixed order: the same bits
+    every run).  One thread row: the values themselves, every thread a lead."""
+    if tr == 1:
+        return (lambda: sums), True
+    width = tc * vec
+    size = count * tr * width
+    sm = ir.smem_f32(0, size)
+    smty = f"memref<{size}xf32, #smem>"
+    for q in range(count):
+        for j in range(vec):
+            at = ir.add(ir.add(ir.mul(trow, width, "sr_off"), ir.mul(tcol, vec, "sc_off")), q * tr * width + j)
+            ir.emit(f"memref.store {sums[q * vec + j]}, {sm}[{ir.v(at)}] : {smty}")
+    ir.emit("gpu.barrier")
+
+    def ordered():
+        out = []
+        for q in range(count):
+            for j in range(vec):
+                total = None
+                for w in range(tr):
+                    at = ir.add(ir.mul(tcol, vec, "sc_off"), q * tr * width + w * width + j)
+                    v = ir.let("pv", f"memref.load {sm}[{ir.v(at)}] : {smty}")
+                    total = v if total is None else ir.fadd(total, v, "psum")
+                out.append(total)
+        return out
+    return ordered, ir.cmp("eq", trow, 0, "first_row")

@@ -56,8 +56,21 @@ class RowTile:
         return self.grid // self.splits
 
 
+class FinalSum:
+    """The shape of a kernel adding partial rows (``final_vec``, ``final_threads_cols``,
+    ``final_threads_rows``, ``outputs``: ``emit_partials.final_sum``) shared by the tiles that have one."""
+
+    @property
+    def final_threads(self) -> int:
+        return self.final_threads_cols * self.final_threads_rows
+
+    @property
+    def final_smem_bytes(self) -> int:
+        return 4 * self.outputs * self.final_threads * self.final_vec if self.final_threads_rows > 1 else 0
+
+
 @dataclass(frozen=True)
-class ColumnTile:
+class ColumnTile(FinalSum):
     threads_cols: int               # threads side by side along the columns (each ``vec`` columns)
     threads_rows: int               # threads stacked along the rows (their sums added through shared memory)
     vec: int
@@ -75,13 +88,6 @@ class ColumnTile:
     def threads(self) -> int:
         return self.threads_cols * self.threads_rows
 
-    @property
-    def final_threads(self) -> int:
-        return self.final_threads_cols * self.final_threads_rows
-
-    @property
-    def final_smem_bytes(self) -> int:
-        return 4 * self.outputs * self.final_threads * self.final_vec if self.final_threads_rows > 1 else 0
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -90,7 +96,7 @@ class ColumnTile:
 
 
 @dataclass(frozen=True)
-class PartialsTile:
+class PartialsTile(FinalSum):
     """The weight/bias gradients summed in the row kernel's pass: its grid is ``partials`` CTAs, CTA b
     walks row groups b, b + partials, ... (``groups_per_cta`` of them) and keeps its columns' sums in
     registers; one partial row per gradient and CTA, then ``partials_final`` adds them in CTA order."""
@@ -102,13 +108,6 @@ class PartialsTile:
     final_threads_rows: int         # partials_final: threads along the partials, met in shared memory
     final_grid: int
 
-    @property
-    def final_threads(self) -> int:
-        return self.final_threads_cols * self.final_threads_rows
-
-    @property
-    def final_smem_bytes(self) -> int:
-        return 4 * self.outputs * self.final_threads * self.final_vec if self.final_threads_rows > 1 else 0
 
     def to_dict(self) -> dict:
         return asdict(self)
