@@ -336,3 +336,38 @@ def test_backend_resolves_by_name(nova_entry_point):
     x = torch.randn(3, 12)
     with torch.no_grad():
         assert_close(torch.compile(model, backend="nova")(x), model(x), "output by name")
+
+
+def test_a_training_loop_runs_each_program_at_one_binding(monkeypatch):
+    """GPT-tiny through the backend (the executor's per-call programs, on the CPU), AdamW, a new batch
+    every step and every step's loss kept (as a loop logs it): after the first steps neither program
+    binds anew -- the arena, the output buffers and every input read in place sit where they sat."""
+    from nova.integrations import dynamo
+    from nova.models.gpt import GPT
+    programs = []
+    init = dynamo._Program.__init__
+
+    def spy(self, *a, **k):
+        init(self, *a, **k)
+        programs.append(self)
+    monkeypatch.setattr(dynamo._Program, "__init__", spy)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = GPT("tiny", seed=0)
+    vocab = model.config.vocab_size
+    compiled = torch.compile(model, backend=nova_backend, options={"engine": "executor"})
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    batches = torch.randint(0, vocab, (6, 2, 4, 16), generator=torch.Generator().manual_seed(1))
+    losses, rebinds = [], []
+    for step in range(6):
+        opt.zero_grad(set_to_none=True)
+        loss = compiled(batches[step, 0], batches[step, 1])
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+        if step == 1:
+            rebinds = [p.program.stats["rebinds"] for p in programs]
+    torch._dynamo.reset()
+    assert len(programs) == 2 and all(p.program.stats["runs"] == 6 for p in programs)
+    assert [p.program.stats["rebinds"] for p in programs] == rebinds      # none after the second step
+    assert len({float(x) for x in losses}) == 6                          # every kept loss its own value

@@ -51,8 +51,11 @@ def test_tensors_without_a_view_chain():
 @pytest.fixture
 def tiny_backward(monkeypatch):
     """GPT-tiny through the backend (executor on the CPU): the backward's FX graph, its
-    CompiledGraph and the arguments AOTAutograd passed it (kept alive here)."""
+    CompiledGraph and the arguments AOTAutograd passed it (kept alive here).  Every saved storage is
+    read in place (``STAGED_BYTES`` 0: GPT-tiny's would all be small enough to be copied)."""
+    from nova.integrations import dynamo_handoff
     from nova.models import gpt
+    monkeypatch.setattr(dynamo_handoff, "STAGED_BYTES", 0)
     seen = {}
     compile_graph, call = dynamo.compile_graph, dynamo.CompiledGraph.__call__
 
@@ -140,3 +143,18 @@ def test_results_copied_where_the_trace_does_not_share_storage():
 def dynamo_storage(t):
     from torch.multiprocessing.reductions import StorageWeakRef
     return StorageWeakRef(t.untyped_storage())
+
+
+def test_small_saved_storages_are_copied_not_bound(monkeypatch):
+    """A saved storage of at most STAGED_BYTES is copied into a static slot (the batch the forward saved
+    for the embedding's gradient is a new tensor every step: read in place, it would make every step a
+    new binding); a larger one is read in place."""
+    from nova.integrations import dynamo_handoff
+    gm = torch.fx.Graph()
+    big, small, tangent = (gm.placeholder(n) for n in ("saved_big", "saved_small", "tangents_1"))
+    big.meta["val"] = torch.empty(dynamo_handoff.STAGED_BYTES // 4 + 1)
+    small.meta["val"] = torch.empty(16, dtype=torch.long)
+    tangent.meta["val"] = torch.empty(())
+    gm.output(big)
+    plan = dynamo_handoff.plan_inputs(torch.fx.GraphModule(torch.nn.Module(), gm), "backward", set(), set())
+    assert plan.in_place == {0}

@@ -20,7 +20,12 @@ it is held once, by whoever produced it:
   (``StorageInput``), each saved tensor its view chain over it (``view_chain``: slice, view,
   slice per strided axis, view, permute, view: IR view ops, no copy);
 * a tangent (``"tangents" in node.target``, AOTAutograd's own test, ``_aot_autograd.utils._is_tangent``)
-  is copied into a static slot (small, and a new tensor each call).
+  is copied into a static slot (small, and a new tensor each call);
+* so is a storage of at most ``STAGED_BYTES`` (the batch the forward saved for the embedding's
+  gradient, a per-row statistic, a small output the forward handed over as a copy): such a tensor
+  may sit at a new address every step, and the program's launches are bound to the addresses of
+  what it reads in place (a new address: a new binding and CUDA graph), while copying it costs
+  microseconds.
 
 Per call, ``gather`` checks that the real tensors sit in their storage as the trace says (one
 storage per group, the traced strides and relative offsets; a lone input: contiguous); where they
@@ -47,6 +52,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+
+STAGED_BYTES = 1 << 20          # a saved storage at most this large is copied into a static slot, not read in place
 
 
 def _storage_key(t: torch.Tensor):
@@ -297,6 +304,10 @@ def plan_inputs(gm: torch.fx.GraphModule, part: str, static: set, donated: set) 
             if rep != i:
                 role_of[i] = ("dup", rep)
         reps = list(distinct.values())
+        if sum(vals[i].numel() * vals[i].element_size() for i in reps) <= STAGED_BYTES:
+            for i in reps:                              # small: copied, its address never in the binding's key
+                role_of[i] = ("staged",)
+            continue
         if len(reps) == 1 and is_contiguous(*geometry(reps[0])[:2]):
             role_of[reps[0]] = ("arg",)
             continue
