@@ -19,7 +19,11 @@ if [ "$PART" = all ] || [ "$PART" = a ]; then
         --repeats 3 --out $R/dynamo-$m --timeout 90 2>&1 | tail -5
   done
 fi
-if [ "$PART" = all ] || [ "$PART" = b ]; then
+if [ "$PART" = c ]; then        # after part a: saved storages <= 1 MiB staged; the backend on GPT-42M again
+  timeout 170 python3 -m nova.bench.dynamo_vs_inductor --model gpt42m --batch 32 --steps 10 --settle-s 2 --timed 20 \
+      --repeats 3 --out $R/dynamo-gpt42m-staged --timeout 75 2>&1 | tail -4
+fi
+if [ "$PART" = all ] || [ "$PART" = b ] || [ "$PART" = c ]; then
   python3 -m nova.bench.train --all --frameworks compile,nova --model gpt42m --batch 32 --steps 50 --warmup 5 \
       --timeout 300 --out $R/gpt42m 2>&1 | grep -E "^\| |steady|error" | head -8
   python3 -m nova.bench.step_kernels --model gpt42m --batch 32 --out $R 2>&1 | tail -14
