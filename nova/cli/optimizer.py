@@ -73,7 +73,7 @@ def render(cfg, config_ms: float = 0.0) -> None:
     from rich.console import Console
     from rich.table import Table
     from nova.kernels.optimizer.table import row_words
-    from nova.cli.pointwise import derivation_table
+    from nova.kernels.explain_report import derivation_table
     con = Console(width=None if sys.stdout.isatty() else 150, highlight=False)
     p, s, gpu, pr, f = cfg.problem, cfg.schedule, cfg.target, cfg.prediction, cfg.facts
     rule = p.rule

@@ -14,6 +14,7 @@ import sys
 import time
 
 from nova.cli.common import CliParser, dispatch
+from nova.kernels.explain_report import derivation_table
 from nova.kernels.pointwise.problem import PointwiseProblemError
 from nova.kernels.pointwise.types import FLOAT_TYPES
 
@@ -88,16 +89,3 @@ def render(cfg, config_ms: float = 0.0) -> None:
     con.print(f"[bold]Prediction[/]: {pr.time_us:.2f} us, {f['bytes'] / pr.time_us / 1e6:.2f} TB/s, bound by {pr.bound}  "
               f"[dim](terms in us: {terms}; floor {pr.floor_us:.2f} us at the DRAM bandwidth)[/]")
     con.print(f"[dim]configured in {config_ms:.3f} ms, no search, no measurement[/]")
-
-
-def derivation_table(con, derivation) -> None:
-    """The derivation steps: formula with this GPU's numbers, decision, why."""
-    from rich.markup import escape
-    from rich.table import Table
-    t = Table(title="Derivation (each step: formula with this GPU's numbers, decision, why)")
-    for col in ("#", "step", "formula", "value", "why"):
-        t.add_column(col, overflow="fold")
-    for i, st in enumerate(derivation, 1):
-        value = f"{st.value:.4g}" if isinstance(st.value, float) else str(st.value)
-        t.add_row(str(i), st.step, escape(st.formula), value, escape(st.reason))
-    con.print(t)

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 from nova.kernels.attention.problem import (ATTN_DTYPES, SCORE_PRECISIONS, AttentionProblem, AttentionProblemError,
                                            score_precision_for)
@@ -42,9 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     from nova.hwmodel import TargetError
-    from nova.options import OptionError, current, debug
+    from nova.kernels.explain_report import explain
+    from nova.options import OptionError, current
     args = build_parser().parse_args(argv)
-    try:
+
+    def configure():
         from nova.hwmodel import get_target
         from nova.kernels.attention.derive import configure_attention
         b, h, tq, tk, d = parse_shape(args.shape)
@@ -52,32 +52,16 @@ def main(argv=None) -> int:
         precision = args.score_precision or score_precision_for(args.dtype, opts)
         p = AttentionProblem(b, h, tq, tk, d, causal=args.causal, dtype=args.dtype, kv_heads=args.kv_heads,
                              scale=args.scale, score_precision=precision)
-        cfg = configure_attention(p, get_target(args.target), options=opts)
-    except (AttentionProblemError, TargetError, OptionError) as e:
-        if debug():
-            raise
-        print(f"nova-config: error: {e}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(cfg.to_dict(), indent=1, default=str))
-        return 0
-    render(cfg)
-    return 0
+        return configure_attention(p, get_target(args.target), options=opts)
+    return explain(configure, (AttentionProblemError, TargetError, OptionError), args.json, render)
 
 
 def render(cfg) -> None:
-    from rich.console import Console
     from rich.table import Table
-    con = Console(width=None if sys.stdout.isatty() else 150, highlight=False)
-    p, s, gpu = cfg.problem, cfg.schedule, cfg.target
-    con.print(f"[bold]{p.describe()}[/] on [bold]{gpu.full_name}[/] ({gpu.name}, {gpu.arch}, {int(gpu.sm_count)} SMs)")
-    t = Table(title="Derivation (formula with this GPU's numbers, decision, why)")
-    for col in ("#", "step", "formula", "value", "why"):
-        t.add_column(col, overflow="fold")
-    for i, st in enumerate(cfg.derivation, 1):
-        v = f"{st.value:.4g}" if isinstance(st.value, float) else str(st.value)
-        t.add_row(str(i), st.step, st.formula, v, st.reason)
-    con.print(t)
+    from nova.kernels.explain_report import configured_line, console, header_and_derivation
+    con = console()
+    s = cfg.schedule
+    header_and_derivation(con, cfg)
     title = f"Schedule ({s.mma}, dQ: {s.dq_mode})"
     hb = [r for r in ("bwd_dkv", "bwd_dq") if s.kernel(r).hopper]
     if s.tma or hb:
@@ -105,4 +89,4 @@ def render(cfg) -> None:
     pr = cfg.prediction
     con.print(f"[bold]Prediction[/]: {pr.time_us:.1f} us forward + backward, {pr.tflops:.1f} TFLOP/s; floor "
               f"{pr.floor_us:.1f} us")
-    con.print(f"[dim]configured in {cfg.config_time_ms:.3f} ms, no search, no measurement[/]")
+    configured_line(con, cfg)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 
 from nova.kernels.rows.problem import FLOAT_DTYPES, RowsProblemError, parse_rows_shape
 
@@ -30,50 +28,23 @@ def build_parser(op: str = "layernorm") -> argparse.ArgumentParser:
 
 def main(op: str, argv=None) -> int:
     from nova.hwmodel import TargetError, get_target
+    from nova.kernels.explain_report import explain
     from nova.kernels.rows.derive import configure_rows
     from nova.kernels.rows.kinds import cli_problem
     args = build_parser(op).parse_args(argv)
-    try:
+
+    def configure():
         rows, n = parse_rows_shape(args.shape)
-        cfg = configure_rows(cli_problem(op, rows, n, args.dtype, backward=args.backward), get_target(args.target))
-    except (RowsProblemError, TargetError) as e:
-        from nova.options import debug
-        if debug():
-            raise
-        print(f"nova-config: error: {e}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(cfg.to_dict(), indent=1, default=str))
-        return 0
-    render(cfg)
-    return 0
+        return configure_rows(cli_problem(op, rows, n, args.dtype, backward=args.backward), get_target(args.target))
+    return explain(configure, (RowsProblemError, TargetError), args.json, render)
 
 
 def render(cfg) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    con = Console(width=None if sys.stdout.isatty() else 150, highlight=False)
-    p, s, gpu = cfg.problem, cfg.schedule, cfg.target
-    con.print(f"[bold]{p.describe()}[/] on [bold]{gpu.full_name}[/] ({gpu.name}, {gpu.arch}, {int(gpu.sm_count)} SMs)")
-    t = Table(title="Derivation (formula with this GPU's numbers, decision, why)")
-    for col in ("#", "step", "formula", "value", "why"):
-        t.add_column(col, overflow="fold")
-    for i, st in enumerate(cfg.derivation, 1):
-        v = f"{st.value:.4g}" if isinstance(st.value, float) else str(st.value)
-        t.add_row(str(i), st.step, st.formula, v, st.reason)
-    con.print(t)
-    k = Table(title="Schedule (kernels in launch order)")
-    for col in ("kernel", "geometry", "predicted us", "DRAM MB", "bound"):
-        k.add_column(col)
-    for role in s.roles:
-        term = cfg.terms.get(role, {})
-        k.add_row(role, _geometry(s, role), f"{term.get('time_us', 0):.2f}", f"{term.get('bytes', 0) / 1e6:.1f}",
-                  str(term.get("bound", "")))
-    con.print(k)
-    pr = cfg.prediction
-    con.print(f"[bold]Prediction[/]: {pr.time_us:.2f} us ({pr.bound}-bound; DRAM floor {pr.floor_us:.2f} us, "
-              f"launches {pr.terms_us.get('launch_us', 0):.2f} us)")
-    con.print(f"[dim]configured in {cfg.config_time_ms:.3f} ms, no search, no measurement[/]")
+    from nova.kernels.explain_report import configured_line, console, header_and_derivation, kernels_table
+    con = console()
+    header_and_derivation(con, cfg)
+    kernels_table(con, cfg, _geometry, "DRAM MB", 1)
+    configured_line(con, cfg)
 
 
 def _geometry(s, role: str) -> str:
