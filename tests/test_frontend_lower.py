@@ -197,6 +197,8 @@ def test_gpu_sdpa_kernels_map_to_the_ir_attention_ops(variant):
     for value, name in zip(lowered.outputs, ["out", "dq", "dk", "dv"]):
         g.output(value, name)
     verify(g)
+    from nova.passes.dce import dce
+    g = dce(g)                          # the forward's log-sum-exp in torch's layout, unused here
     assert g.op_counts() == {"attention": 1, "attention_backward": 1}
     gen = torch.Generator().manual_seed(0)
     q, k, v, do = (torch.randn(2, 3, 40, 8, generator=gen, dtype=torch.float64) for _ in range(4))

@@ -922,6 +922,9 @@ def _lse(ctx, x, rows: int):
     """The [B, H, T] log-sum-exp a kernel's backward takes, ``rows`` = T (cuDNN's [B, H, T, 1] viewed
     so, mem-efficient's padded T sliced)."""
     x = x.value if isinstance(x, Unmodeled) and x.value is not None else x
+    p = x.producer
+    if p is not None and p.op in ("reshape", "concat") and p.inputs[0].shape == x.shape[:2] + (rows,):
+        return p.inputs[0]                  # the IR attention's own, as the forward lowered it (view / padding)
     if len(x.shape) == 4 and x.shape[3] == 1:
         x = ctx.reshape(x, x.shape[:3])
     return ctx.slice(x, 2, 0, rows) if x.shape[2] > rows else x
