@@ -368,9 +368,9 @@ def test_hopper_forward_is_derived_for_16_bit_on_the_h200(shape, dtype, persiste
     """bf16/fp16 on the H200: step 10's Hopper forward (TMA + wgmma, 128 query rows = 2 consumer
     warpgroups x 64, a producer warpgroup, 128-key tiles, setmaxnreg 40/232, one block per SM), taken
     where predicted faster than the mma.sync forward.  Persistent (the default where work tiles
-    outnumber the SMs, as in all three): everywhere (CUDA-graph replay on the H200, bench/results/h200-session8/call6: 43 vs 62,
+    outnumber the SMs, as in all three): everywhere (CUDA-graph replay on the H200, bench/results/h200-2026-12-01/c/call6: 43 vs 62,
     89 vs 136, 327 vs 568 us).  One block per query tile (NOVA_ATTENTION_PERSISTENT=0): at D128 (313
-    vs 575 us), not at D64 (its per-block cost fitted to event timings, bench/results/h200-session7)."""
+    vs 575 us), not at D64 (its per-block cost fitted to event timings, bench/results/h200-2026-12-01/b)."""
     from nova.kernels.attention.build_hopper import smem_plan_hopper
     monkeypatch.delenv("NOVA_ATTENTION_HOPPER", raising=False)
     monkeypatch.setenv("NOVA_ATTENTION_PERSISTENT", "1" if persistent else "0")

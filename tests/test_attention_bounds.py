@@ -2,7 +2,7 @@
 iteration (``nova.kernels.attention.bounds``: the generated MLIR's index arithmetic evaluated exactly,
 on the host).  The illegal address of wgmma dK/dV at B2 H4 T1000 D64 FP16 non-causal on the H200
 is not an out-of-bounds index of the kernel: its problem is checked here with the passing ones.  It
-is ptxas (bench/results/h200-session8/call1): the descriptors' high word left unwritten on the consumers' path; the kernels
+is ptxas (bench/results/h200-2026-12-01/c/call1): the descriptors' high word left unwritten on the consumers' path; the kernels
 now mask the descriptor start to 14 bits, which the last test keeps."""
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def test_descriptors_start_from_the_14_bit_masked_base(case, monkeypatch):
     """Every wgmma descriptor of the forward, dK/dV and dQ kernels is built from the shared address >> 4
     masked to the start field's 14 bits, never from the unmasked value: without the mask ptxas 13.0
     split the descriptor's 64-bit add and left its high word (SBO, swizzle) unwritten on the
-    consumers' path of the failing problem's dK/dV kernel (H200, bench/results/h200-session8/call1: memcheck
+    consumers' path of the failing problem's dK/dV kernel (H200, bench/results/h200-2026-12-01/c/call1: memcheck
     "out-of-range shared address" at an HGMMA; SASS read by nvdisasm)."""
     p, s = _schedule(case, monkeypatch)
     for role in ("fwd", "bwd_dkv", "bwd_dq"):

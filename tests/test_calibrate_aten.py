@@ -20,7 +20,7 @@ STORED = load("h200", "aten")
 PROFILE = ROOT / STORED["source"]["profile"]      # provenance: the committed profile it was fitted on
 # The measured GPT-42M b32 step: 31.58 ms of GPU time per step (the sum of the kernels' device times
 # in PROFILE, nova.bench.train_profile on the H200, 2026-12-01, single-TF32 attention scores).  Today's
-# default 3xtf32 scores cost ~1 ms more (bench/results/h200-session6/train-gpt42m: 32.83 vs 31.78 ms
+# default 3xtf32 scores cost ~1 ms more (bench/results/h200-2026-12-01/a/train-gpt42m: 32.83 vs 31.78 ms
 # per step), which the attention configurator prices; the band is +-10% of the profile's time.
 MEASURED_MS = 31.5788
 BAND = 0.10

@@ -34,7 +34,7 @@ CLUSTER_SPREAD = [
     ("4x1", 4096, 4096, 4096, "bf16", {"trans_b": True}),                     # extent 4 (forced only)
 ]
 # 16-bit problems with an MN-major operand: on the H200 their cluster kernels compute wrong results
-# unless the descriptors' start address is masked to 14 bits (bench/results/h200-session6/call3);
+# unless the descriptors' start address is masked to 14 bits (bench/results/h200-2026-12-01/a/call3);
 # NOVA_CLUSTER forces them like any other
 MN_MAJOR_16BIT = [
     ("2x1", 512, 2048, 16384, "bf16", {"trans_a": True}),
@@ -167,7 +167,7 @@ def test_the_cluster_walk_covers_every_tile_once_per_k_slice(forced, monkeypatch
 
 def test_the_model_prefers_clusters_it_is_not_trusted_with(monkeypatch):
     """The H200 measured every cluster kernel the model preferred slower than its 1x1 kernel
-    (bench/results/h200-session6/call4, call7): by default the configurator keeps 1x1 and says why."""
+    (bench/results/h200-2026-12-01/a/call4, call7): by default the configurator keeps 1x1 and says why."""
     p = GemmProblem(1024, 1024, 1024)
     step = {st.step: st for st in configure(p, "h200").derivation}["cluster"]
     assert step.value == "1x1" and "measured slower than 1x1" in step.reason
@@ -445,7 +445,7 @@ def test_cluster_descriptors_mask_the_start_address_to_its_14_bits(forced):
     """In a cluster launch rank r's shared::cta addresses carry r above bit 18 (they are its
     shared::cluster addresses); unmasked, >> 4 carries that into the descriptor's LBO field and rank
     >= 1 CTAs read MN-major tiles' boxes 1.. from the wrong place (the H200's wrong results in
-    bench/results/h200-session6/call3).  Cluster kernels mask (addr >> 4) to the 14-bit start field; MN-major 16-bit tiles are
+    bench/results/h200-2026-12-01/a/call3).  Cluster kernels mask (addr >> 4) to the 14-bit start field; MN-major 16-bit tiles are
     allowed in clusters; 1x1 kernels mask too (ptxas, see emit_hopper)."""
     from nova.kernels.gemm.emit_hopper import build_hopper_module
     from nova.kernels.gemm.hopper import cluster_blocker

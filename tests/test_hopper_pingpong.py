@@ -241,9 +241,9 @@ def test_forcing_and_excluding_pingpong(env):
 
 
 def test_automatic_picks_and_the_switch(env, monkeypatch):
-    """With AUTO_PINGPONG (ping-pong measured without ptxas's serialisation, bench/results/h200-session9/call5) the model
+    """With AUTO_PINGPONG (ping-pong measured without ptxas's serialisation, bench/results/h200-2026-12-01/d/call5) the model
     picks it where the cooperative tile's exposed epilogue outweighs the smaller tile's costs (the
-    short-K forwards and the LM head: 1.04-1.20x measured, bench/results/h200-session9) and keeps the
+    short-K forwards and the LM head: 1.04-1.20x measured, bench/results/h200-2026-12-01/d) and keeps the
     cooperative tile (with no consumers row: its derivation as before) where not (a deep-K square, the
     register-fed TF32 dX: 0.94-1.0x measured); AUTO_PINGPONG = False leaves every pick cooperative."""
     assert hopper.AUTO_PINGPONG

@@ -1,7 +1,8 @@
 """The code and the documentation speak in the present tense to users: no work sessions, device
 calls or issue numbers in ``nova/``, ``tests/``, ``docs/``, the README or any file name there.
-Results folders keep the names they were recorded under (``bench/results/h200-session9/``) and
-may be cited as paths; ``bench/NOTES.md`` is the project's log and is not checked."""
+Results folders are named by the date they were recorded on (``bench/results/h200-2026-12-01/d/``) and
+may be cited as paths (the raw result files inside keep what they printed then); ``bench/NOTES.md`` is
+the project's log and is not checked."""
 from __future__ import annotations
 
 import re
@@ -39,5 +40,5 @@ def test_the_pattern_finds_what_it_is_for():
     for text in (f"measured in session{space}9", f"Session{space}14, call{space}1: ...", f"(issue{space}12)",
                  f"calls{space}2-4", f"Issue{space}4:"):
         assert HISTORY.search(text), text
-    for text in ("bench/results/h200-session9/call4-ncu", "h200-issue12-v3", "one call per launch", "recall 5x"):
+    for text in ("bench/results/h200-2026-12-01/d/call4-ncu", "h200-2026-12-01/gemm-v3", "one call per launch", "recall 5x"):
         assert not HISTORY.search(text), text

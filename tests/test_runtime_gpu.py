@@ -144,7 +144,7 @@ PINGPONG_WIDE_CASES = [
     (3000, 5000, 700, "tf32", False, True, False, "none"),
 ]
 # MN-major 16-bit tiles (the descriptor's transpose bit) computed wrong results in clusters on the H200
-# (bench/results/h200-session6/call3): hopper.cluster_blocker keeps them 1x1 (tests/test_hopper_cluster.py)
+# (bench/results/h200-2026-12-01/a/call3): hopper.cluster_blocker keeps them 1x1 (tests/test_hopper_cluster.py)
 DETERMINISTIC_CASE = (512, 384, 16384, "tf32")
 # C of the first (stored by TMA on the H200) is the A of the second, launched right after it
 CHAIN = ((2048, 2048, 512, "bf16"), (2048, 1024, 2048, "bf16"))

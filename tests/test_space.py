@@ -254,7 +254,7 @@ def test_wgmma_subsample_holds_the_pick_and_each_tiling():
 def test_structure_subsample_keeps_one_of_each_kernel_kind():
     """``structure``: the pick, then the model's best of every coarse kind (split or not, stream-K,
     cluster, ping-pong, epilogue) before any second schedule of a kind, no two of one structure.
-    (On the deep-K dW shapes the measured best is a kind the model ranks last: bench/results/h200-session10.)"""
+    (On the deep-K dW shapes the measured best is a kind the model ranks last: bench/results/h200-2026-12-01/e.)"""
     from nova.kernels.gemm.space import _kind, _structure, schedule_space
     p, gpu = GemmProblem(1536, 512, 16384, "bf16", trans_a=True), get_target("h200")
     pick = analytic_pick(p, gpu, "wgmma")

@@ -230,7 +230,7 @@ def test_stream_k_kernels_assemble_without_spills(stream_k, M, N, K, dtype, extr
 def test_the_dw_shape_keeps_split_k_because_stream_k_streams_from_dram(stream_k):
     """768x3072x16384 BF16 dW: stream-K's CTAs sit at different K offsets and share no K tile, so
     with A and B beyond half of L2 every iteration streams from DRAM (measured on the H200: 191 us
-    against split-K's 171, and 276 vs 172 in the suite harness, bench/results/h200-session10); the model prices that and
+    against split-K's 171, and 276 vs 172 in the suite harness, bench/results/h200-2026-12-01/e); the model prices that and
     keeps split-K (2 slices of 192x192 tiles, three consumer warpgroups).  Forced, the
     walk is the closed form's and its DRAM term is iters x (block_i + n) x 128 B."""
     from nova.hwmodel import get_target

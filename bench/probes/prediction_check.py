@@ -2,7 +2,7 @@
 row of ``nova.bench.train_gemms``'s JSON, the configurator's calibrated time of Nova's pick against the
 measured ``nova_us`` (session 10: 56/60 on call 7's run).
 
-    python3 bench/probes/prediction_check.py bench/results/h200-session10/call7/train_gemms.json
+    python3 bench/probes/prediction_check.py bench/results/h200-2026-12-01/e/call7/train_gemms.json
 """
 from __future__ import annotations
 

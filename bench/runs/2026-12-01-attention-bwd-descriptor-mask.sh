@@ -1,6 +1,6 @@
 # The wgmma dK/dV fix (ATTN_ABI 8: descriptor start masked to 14 bits) with the
 # wgmma backward on: the localisation probe, every attention GPU test, memcheck on them, the benchmark.
-# Results: bench/results/h200-session8/call2
+# Results: bench/results/h200-2026-12-01/c/call2
 export NOVA_ATTENTION_HOPPER_BWD=1 PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache NOVA_TARGET=h200 PYTHONUNBUFFERED=1
 echo "== probe"; timeout 150 python3 bench/probes/attention_cases.py run 2>&1
 echo "== memcheck attention gpu tests"; timeout 200 compute-sanitizer --tool memcheck --report-api-errors no --print-limit 5 \

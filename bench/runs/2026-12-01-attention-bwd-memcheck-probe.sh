@@ -1,6 +1,6 @@
 # The wgmma attention backward's illegal address: the case probe with the Hopper backward on and off,
 # memcheck on case 0, the attention GPU tests.
-# Results: bench/results/h200-session8/call1
+# Results: bench/results/h200-2026-12-01/c/call1
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache NOVA_TARGET=h200 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv
 echo "== probe HOPPER_BWD=1"; NOVA_ATTENTION_HOPPER_BWD=1 timeout 200 python3 bench/probes/attention_cases.py run 2>&1

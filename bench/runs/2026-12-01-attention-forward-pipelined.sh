@@ -1,7 +1,7 @@
 # The forward pipelined in a warpgroup (ATTN_ABI 9) — attention GPU tests under
 # memcheck, the benchmark (model's choice), then BF16 with NOVA_ATTENTION_HOPPER=force (the Hopper
 # forward measured at D64 too).
-# Results: bench/results/h200-session8/call5
+# Results: bench/results/h200-2026-12-01/c/call5
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache NOVA_TARGET=h200 PYTHONUNBUFFERED=1
 echo "== memcheck attention gpu tests"; timeout 200 compute-sanitizer --tool memcheck --report-api-errors no --print-limit 5 \
   python3 -m pytest -m gpu tests/test_attention_gpu.py -q -p no:cacheprovider -x > $OUT/memcheck-attention.txt 2>&1

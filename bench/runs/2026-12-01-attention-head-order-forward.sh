@@ -3,7 +3,7 @@
 # head order and again in query order (A/B), memcheck over every attention GPU test, racecheck and
 # synccheck over the dK/dV cases with one consumer warpgroup (TF32 D128, T = 1) and a GQA BF16 one.
 # Run from the repository root with the attention cache in .nova-cache.
-# Results: bench/results/h200-session12/call2
+# Results: bench/results/h200-2026-12-01/g/call2
 export PROBE="NOVA_ATTENTION_TILE_ORDER=query KT_DTYPES=tf32,bf16 timeout 120 python3 bench/probes/attention_kernel_times.py \
   /tmp/device-stages/kernel_times_query.json 2>&1 | grep '^B' | sed 's/^/query order: /'
 echo '== memcheck, every attention GPU test'; timeout 200 compute-sanitizer --tool memcheck --report-api-errors no \

@@ -1,6 +1,6 @@
 # The persistent Hopper forward (default) — attention GPU tests, memcheck on them,
 # the benchmark (BF16/FP16), then the same BF16 benchmark with NOVA_ATTENTION_PERSISTENT=0 (A/B).
-# Results: bench/results/h200-session8/call4
+# Results: bench/results/h200-2026-12-01/c/call4
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache NOVA_TARGET=h200 PYTHONUNBUFFERED=1
 echo "== memcheck attention gpu tests"; timeout 200 compute-sanitizer --tool memcheck --report-api-errors no --print-limit 5 \
   python3 -m pytest -m gpu tests/test_attention_gpu.py -q -p no:cacheprovider -x > $OUT/memcheck-attention.txt 2>&1

@@ -2,7 +2,7 @@
 # TF32 benchmark (CUDA-graph replay vs torch's FP32 SDPA), each kernel's CUPTI time (auto picks),
 # compute-sanitizer over the TF32 D128 and T = 1 cases (C = 1 kernels), Nsight Compute on the TF32
 # T512 and D128 kernels.  Run from the repository root with the attention cache in .nova-cache.
-# Results: bench/results/h200-session12/call1
+# Results: bench/results/h200-2026-12-01/g/call1
 NCU_SECTIONS="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section Occupancy"
 NCU_METRICS="l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,smsp__inst_executed_pipe_lsu.sum"
 export PROBE="for s in 32,8,512,64 8,16,2048,128; do timeout 100 ncu --clock-control none -k regex:nova_attn -c 4 $NCU_SECTIONS \

@@ -1,7 +1,7 @@
 # The bias fix measured (TF32 layout probe by graph replay, against call 1), the clock
 # and power each library's GEMM holds under sustained load, then the training-GEMM suite (TF32, BF16)
 # and the GPT-42M step (eager, Nova).
-# Results: bench/results/h200-session9/call3
+# Results: bench/results/h200-2026-12-01/d/call3
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache NOVA_TARGET=h200 PYTHONUNBUFFERED=1
 echo "== tf32 forward layouts $(date +%T)"
 timeout 90 python3 bench/probes/tf32_forward_layouts.py $OUT 2>&1 | tail -8

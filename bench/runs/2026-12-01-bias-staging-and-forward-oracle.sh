@@ -1,7 +1,7 @@
 # The bias loaded a staging step ahead (CODEGEN_ABI 10): the runtime GPU tests, the
 # TF32 forward-layout probe again, and the wgmma oracle (now with a bias) over the model's 48 best
 # schedules of the forward 16384x2048x512 NT +bias and the GPT-42M LM head 16384x32768x512 NT, TF32 and BF16.
-# Results: bench/results/h200-session9/call2
+# Results: bench/results/h200-2026-12-01/d/call2
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache NOVA_TARGET=h200 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv
 echo "== gpu tests $(date +%T)"

@@ -1,5 +1,5 @@
 # The oracle over kernel structures of the BF16 dW shapes.
-# Results: bench/results/h200-session10/call2-oracle, bench/results/h200-session10/call5-oracle
+# Results: bench/results/h200-2026-12-01/e/call2-oracle, bench/results/h200-2026-12-01/e/call5-oracle
 # Host (MLIR; ~2 min on 2 cores; a cache of its own: with .nova-cache the carry passes 64 MiB):
 #   nova tune gemm --suite bench/suites/dw_bf16.txt --dtype bf16 --trans-a --target h200 --exhaustive \
 #       --limit 90 --strategy structure --jobs 2 --cache-dir .nova-cache-dw      # call 5 (without 3072x768)

@@ -1,7 +1,7 @@
 # What cuBLAS, XLA and Nova launch for the BF16 dW shapes and GPT-144M's LM head
 # (bench/probes/dw_kernels.py), Nsight Compute on 768x3072x16384 (cuBLAS vs Nova), and the squares
 # (4096^3, 6144^3, 8192^3; TF32, BF16) in the training-GEMM harness.
-# Results: bench/results/h200-session10/call1
+# Results: bench/results/h200-2026-12-01/e/call1
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache NOVA_TARGET=h200 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 mkdir -p $OUT
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv > $OUT/smi.txt

@@ -1,7 +1,7 @@
 # The runtime and attention GPU tests at session 8's final code (the review's
 # refactors had not run on a GPU), then the TF32 forward-GEMM probe (layouts x bias, Nova vs cuBLAS)
 # and the wgmma oracle over 400 schedules of 16384x2048x512 TF32 NT +bias.
-# Results: bench/results/h200-session9/call1
+# Results: bench/results/h200-2026-12-01/d/call1
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache NOVA_TARGET=h200 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv
 echo "== gpu tests $(date +%T)"

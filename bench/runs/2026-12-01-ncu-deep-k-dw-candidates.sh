@@ -1,6 +1,6 @@
 # Nsight Compute on Nova's deep-K dW candidates (split-K workspace units vs one
 # unit per CTA vs 64x128 ping-pong) and cuBLAS's kernels on the same shapes.
-# Results: bench/results/h200-session10/call4-ncu
+# Results: bench/results/h200-2026-12-01/e/call4-ncu
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache-dw NOVA_TARGET=h200 PYTHONUNBUFFERED=1
 mkdir -p $OUT
 SEC="--section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section LaunchStats --section ComputeWorkloadAnalysis"

@@ -1,5 +1,5 @@
 # Nsight Compute on the TF32 forward (Nova NT +bias, Nova NN, cuBLAS NT +bias).
-# Results: bench/results/h200-session9/call4-ncu
+# Results: bench/results/h200-2026-12-01/d/call4-ncu
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache NOVA_TARGET=h200 PYTHONUNBUFFERED=1
 timeout 240 ncu --clock-control none --profile-from-start off -k regex:"gemm|xmma|cutlass" -c 3 \
   --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section MemoryWorkloadAnalysis \

@@ -2,7 +2,7 @@
 # TN and 4095x4104x1000 fp16 NT, TMA store), racecheck over the shortest of them, and the tensor maps' L2
 # promotion owed from session 13: ragged_squares.json (BF16) at the per-map rule (default) vs 256 B on
 # every map (NOVA_TMA_L2_PROMOTION=3), in one call.
-# Results: bench/results/h200-session14/call5
+# Results: bench/results/h200-2026-12-01/i/call5
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_TARGET=h200 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false NOVA_CACHE_DIR=.nova-cache
 mkdir -p $OUT
 timeout 60 python3 -m pytest -m gpu tests/test_runtime_gpu.py -k "pingpong_wide" -q -p no:cacheprovider > $OUT/gpu-tests.txt 2>&1

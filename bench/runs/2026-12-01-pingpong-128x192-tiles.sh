@@ -2,7 +2,7 @@
 # the old ones), then bench/suites/pingpong_probe.json in BF16 (the two LM heads, five bias-free dX, TF32's
 # 3000x5000x700 NT pick in BF16) under the default picks, NOVA_PINGPONG=1 (the model's fastest ping-pong
 # tile) and NOVA_PINGPONG=128x192, cuBLAS and XLA timed in each run.
-# Results: bench/results/h200-session14/call1
+# Results: bench/results/h200-2026-12-01/i/call1
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_TARGET=h200 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false NOVA_CACHE_DIR=.nova-cache
 mkdir -p $OUT
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw,temperature.gpu --format=csv > $OUT/gpu.txt

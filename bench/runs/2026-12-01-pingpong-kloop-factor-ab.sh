@@ -3,7 +3,7 @@
 # instead of 0.74 (session 9) would move (bench/suites/consumers_ab_{bf16,tf32}.json, 22 + 6), timed three
 # ways in one call: the default picks, the picks at 0.80 (variant V: the constant patched in this copy of
 # the tree, then restored), and NOVA_PINGPONG=128x192 where that tile can run; cuBLAS and XLA in each run.
-# Results: bench/results/h200-session14/call2
+# Results: bench/results/h200-2026-12-01/i/call2
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_TARGET=h200 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false NOVA_CACHE_DIR=.nova-cache
 mkdir -p $OUT
 H=nova/kernels/gemm/hopper.py

@@ -1,7 +1,7 @@
 # Racecheck over one whole three-consumer-warpgroup kernel (768x768x16384 BF16 dW,
 # 192x192 tiles, split 8: 38 us, short enough for racecheck; calls 4-5 ran out of time on the longer ones),
 # and the test itself plainly first.
-# Results: bench/results/h200-session13/call6
+# Results: bench/results/h200-2026-12-01/h/call6
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_TARGET=h200 PYTHONUNBUFFERED=1 NOVA_CACHE_DIR=.nova-cache
 mkdir -p $OUT
 timeout 60 python3 -m pytest -m gpu tests/test_runtime_gpu.py -k "768x768x16384" -q -p no:cacheprovider 2>&1 | tail -n 3

@@ -3,7 +3,7 @@
 # the two LM heads (bench/suites/lm_heads.json, BF16) in the suite harness under the default pick
 # (128x256 cooperative, TMA store), NOVA_PINGPONG=1 (128x128 ping-pong, a 0.3% model tie that measured 8%
 # faster in session 9) and NOVA_CLUSTER=1x2 / 2x1 (XLA runs 176x128 tiles in a 1x2 cluster).
-# Results: bench/results/h200-session13/call4
+# Results: bench/results/h200-2026-12-01/h/call4
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_TARGET=h200 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false NOVA_CACHE_DIR=.nova-cache
 mkdir -p $OUT
 K="768x3072x16384-bf16-TN or 3000x700x16000 or 3000x3000x3000 or 12288x1536x1536 or 2900x3000x1000"

@@ -4,7 +4,7 @@
 # last slices then come in the last round), "nosum" skips the last slice's read-back (wrong results: the
 # arrival's cost alone).  The BF16 weight-gradient suite under each, then Nsight Compute on 3072x768 for
 # the workspace kernel and the fixup kernel (tile-major, as committed) and the slice-major one.
-# Results: bench/results/h200-session13/call2
+# Results: bench/results/h200-2026-12-01/h/call2
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_TARGET=h200 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 mkdir -p $OUT
 for v in slice nosum; do

@@ -3,7 +3,7 @@
 # and synccheck over the fixup tests, then the weight-gradient suite (bench/suites/train_dw.json) twice in
 # the training-GEMM harness: every split through the workspace + reduction kernel, then every split by
 # the fixup (cuBLAS and XLA timed in both runs).
-# Results: bench/results/h200-session13/call1
+# Results: bench/results/h200-2026-12-01/h/call1
 # Host: PARTS="tests suite" NOVA_CACHE_DIR=.nova-cache-s13 bash bench/build_stages_cache.sh, and for r in
 #   workspace fixup: NOVA_SPLIT_REDUCTION=$r nova precompile gemm --suite bench/suites/train_dw.json --dtype tf32,bf16
 #   --target h200 --cache-dir .nova-cache-s13; carried as .nova-cache.

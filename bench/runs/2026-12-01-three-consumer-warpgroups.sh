@@ -3,7 +3,7 @@
 # harness, NOVA_WIDE_CONSUMERS=0 (the picks before) against the default: the weight-gradient suite
 # (bench/suites/train_dw.json) and the shapes whose picks moved beside two controls
 # (bench/suites/wide_consumers.json), BF16 and TF32, cuBLAS and XLA timed in every run.
-# Results: bench/results/h200-session13/call3
+# Results: bench/results/h200-2026-12-01/h/call3
 # Host: PARTS="tests suite" NOVA_CACHE_DIR=.nova-cache-w3 bash bench/build_stages_cache.sh, and for w in 0 1:
 #   NOVA_WIDE_CONSUMERS=$w nova precompile gemm --suite <each suite> --dtype tf32,bf16 --target h200; carried as .nova-cache.
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_TARGET=h200 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false NOVA_CACHE_DIR=.nova-cache

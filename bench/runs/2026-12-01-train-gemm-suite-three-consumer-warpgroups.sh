@@ -1,7 +1,7 @@
 # The training-GEMM suite at the session's final picks (three consumer warpgroups on
 # GPT-144M's BF16 weight gradients), TF32 and BF16, then racecheck over two of the 192x192 runtime cases
 # (call 4's racecheck ran out of time on five).
-# Results: bench/results/h200-session13/call5
+# Results: bench/results/h200-2026-12-01/h/call5
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_TARGET=h200 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false NOVA_CACHE_DIR=.nova-cache
 mkdir -p $OUT
 OUT=/tmp/s13-suite timeout 340 bash bench/train_gemms_device.sh --dtypes tf32,bf16 --budget-s 300 2>&1 | grep -E "geomean" | tail -2

@@ -1,7 +1,7 @@
 # The hazard fixes on the device.  Attention (ATTN_ABI 9: S and dP without zeroed
 # accumulators): GPU tests, benchmark BF16/FP16, CUPTI kernel times; GEMM (CODEGEN_ABI 11): runtime GPU
 # tests (forced ping-pong cases included), the short-K training GEMMs cooperative (default) and ping-pong.
-# Results: bench/results/h200-session9/call5
+# Results: bench/results/h200-2026-12-01/d/call5
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache NOVA_TARGET=h200 PYTHONUNBUFFERED=1
 echo "== runtime gpu tests $(date +%T)"
 timeout 120 python3 -m pytest -m gpu tests/test_runtime_gpu.py -q -p no:cacheprovider > $OUT/runtime-tests.txt 2>&1

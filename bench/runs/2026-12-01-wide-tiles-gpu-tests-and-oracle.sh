@@ -1,7 +1,7 @@
 # The runtime's
 # GPU tests, the oracle over the BF16 dW shapes' kernel structures (bench/suites/dw_192.txt) and two
 # perf-suite shapes that now pick 128x192, then the training-GEMM suite (TF32, BF16).
-# Results: bench/results/h200-session10/call7
+# Results: bench/results/h200-2026-12-01/e/call7
 # Host: PARTS="tests suite" bash bench/build_stages_cache.sh; nova tune gemm --suite bench/suites/dw_192.txt --dtype bf16
 #   --trans-a --target h200 --exhaustive --limit 40 --strategy structure --jobs 2 --cache-dir .nova-cache-dw (and
 #   3000x5000x700, 1536^3 BF16 NN at --limit 30 --manifest .nova-cache-dw/perf-manifest.json)

@@ -1,7 +1,7 @@
 # Call 2's ceiling and cluster measurements again with the chunked timing
 # (tensor_ceiling.sustained closes every ~50 ms of calls with a sync; in calls 1-2 the launch queue let
 # the first "chunk" hold seconds of the probe's launches, boost period included).  One tarball back.
-# Results: bench/results/h200-session15/call3
+# Results: bench/results/h200-2026-12-02/a/call3
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache NOVA_TARGET=h200 PYTHONUNBUFFERED=1
 R=$OUT/r; mkdir -p $R
 nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,temperature.gpu --format=csv,noheader | tee $R/gpu.txt

@@ -2,7 +2,7 @@
 # the structure's or the clock reading's?  Every probe on zeros (far below the power cap: all at ~1950-1980
 # MHz).  Then Nova's squares, cooperative (default) and forced ping-pong (NOVA_PINGPONG=1: one warpgroup's
 # wgmma at a time, as the one-warpgroup probe), each sustained 4 s.  One tarball back.
-# Results: bench/results/h200-session15/call4
+# Results: bench/results/h200-2026-12-02/a/call4
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache NOVA_TARGET=h200 PYTHONUNBUFFERED=1
 R=$OUT/r; mkdir -p $R
 nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,temperature.gpu --format=csv,noheader | tee $R/gpu.txt

@@ -4,7 +4,7 @@
 # power cap?), then the GPT-144M step at session 14's picks (call 1's log did not come back).  Everything
 # under $OUT is tarred into one file at the end (the device tool returns a limited number of files).
 # Cache (host): call 1's + NOVA_CLUSTER=2x1 nova precompile gemm of the squares.
-# Results: bench/results/h200-session15/call2
+# Results: bench/results/h200-2026-12-02/a/call2
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache NOVA_TARGET=h200 PYTHONUNBUFFERED=1
 R=$OUT/r; mkdir -p $R
 nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm,temperature.gpu --format=csv,noheader | tee $R/gpu.txt

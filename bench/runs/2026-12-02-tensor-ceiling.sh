@@ -3,7 +3,7 @@
 # alone with nvidia-smi sampling), then the GPT-144M step at session 14's picks (eager, Nova).
 # Cache (host): the squares (nova precompile gemm), the probe kernels (tensor_ceiling build --out
 # .nova-cache/tensor_ceiling) and `nova precompile train gpt144m --batch 16`.
-# Results: bench/results/h200-session15/call1
+# Results: bench/results/h200-2026-12-02/a/call1
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache NOVA_TARGET=h200 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv,noheader
 echo "== tensor ceiling $(date +%T)"

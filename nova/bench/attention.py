@@ -7,7 +7,7 @@ Timing: each candidate runs forward + backward; after warm-up, ``--iters`` calls
 events, and Nova is also timed by CUDA-graph replay (its launcher allocates nothing it cannot
 capture): fwd+bwd and each of forward and backward alone (``*_graph_us``), the GPU's time without the
 Python launch path, which back-to-back event timing includes when it is slower than the kernels
-(on the H200 a T512 forward "takes" 75-144 us by events, by replay far less: bench/results/h200-session8).  torch backends are tried one by one with ``torch.nn.attention.sdpa_kernel`` in the same
+(on the H200 a T512 forward "takes" 75-144 us by events, by replay far less: bench/results/h200-2026-12-01/c).  torch backends are tried one by one with ``torch.nn.attention.sdpa_kernel`` in the same
 process; a backend that refuses a dtype is reported as unsupported.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Fit the constants of ATen's kernels (the groups of a compiled step that run on ATen) for one
 preset, from a CUPTI profile of a Nova training step (``nova.bench.train_profile``).
 
-    python3 -m nova.bench.calibrate_aten --profile bench/results/h200-issue12-v3/profile-nova.json [--preset h200] [--write]
+    python3 -m nova.bench.calibrate_aten --profile bench/results/h200-2026-12-01/gemm-v3/profile-nova.json [--preset h200] [--write]
 
 Model (``nova.compiler.cost.aten_kinds_time``), per kernel kind (``nova.compiler.aten_launches``):
 

@@ -141,12 +141,12 @@ def _hopper(name: str, full_name: str) -> GPUModel:
                        f"[FITTED] {MMA_SYNC_TF32_SHARE_SM90} of the wgmma TF32 rate: the nine TF32 mma.sync attention "
                        "kernels (fwd, dK/dV, dQ at 32x8x512x64, 16x12x1024x64, 8x16x2048x128 causal) measured "
                        "1.02-1.41x their predictions at half the wgmma rate (H200, CUPTI and graph replay, "
-                       "bench/results/h200-session11/); at this share 0.91-1.11x, geomean 1.0")
+                       "bench/results/h200-2026-12-01/f/); at this share 0.91-1.11x, geomean 1.0")
             continue
         q[key] = Q(full.value, full.unit,
                    "[EST] mma.sync issues from one warp at a time and cannot keep Hopper's tensor cores busy; "
                    "taken as half the wgmma rate (Luo et al. 2024 measure mma.sync well below wgmma) until calibrated; "
-                   "the 16-bit attention kernels measure 0.8-1.1x their predictions at it (H200, bench/results/h200-session8)")
+                   "the 16-bit attention kernels measure 0.8-1.1x their predictions at it (H200, bench/results/h200-2026-12-01/c)")
     return GPUModel(name, full_name, "sm_90", (9, 0), q,
                     ("cp.async", "tma", "clusters", "wgmma", "setmaxnreg"),
                     {"mma.sync": MMA_SYNC_SHAPES, "wgmma": WGMMA_SHAPES})

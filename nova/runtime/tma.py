@@ -100,7 +100,7 @@ def l2_promotion(ptr: int | None = None, strides: tuple = ()) -> int:
     where the base and every stride are multiples of 128 B (a box row is one 128-byte line and the
     promoted 256 bytes hold its neighbour, the next box along the row), else 128 B (a misaligned row
     spans two lines, and 256-byte promotion fetched up to 512 bytes for it: BF16 3000^3 ran 112.6 us
-    with 256 B and 97.7 with 128 B on the H200, bench/results/h200-session13/call8); ``ptr`` None: 256 B (the attention
+    with 256 B and 97.7 with 128 B on the H200, bench/results/h200-2026-12-01/h/call8); ``ptr`` None: 256 B (the attention
     kernels' maps, measured so).  ``NOVA_TMA_L2_PROMOTION`` = 0 (none), 1 (64 B), 2 (128 B) or 3 (256 B)
     sets every map's (experiments).  Read when a map is encoded."""
     forced = options.current().tma_l2_promotion

@@ -89,7 +89,7 @@ def measured_ceiling(preset: str, dtype: str) -> dict | None:
 def constants_for(constants: dict, pingpong: bool) -> dict:
     """The constants to apply to a kernel: ``eta_tc_pingpong`` in place of ``eta_tc`` for a ping-pong
     kernel where the calibration has it (a ping-pong row fitted with the cooperative eta_tc was ~39%
-    pessimistic on the H200, bench/results/h200-session9/call8)."""
+    pessimistic on the H200, bench/results/h200-2026-12-01/d/call8)."""
     if pingpong and "eta_tc_pingpong" in constants:
         return {**constants, "eta_tc": constants["eta_tc_pingpong"]}
     return constants

@@ -263,7 +263,7 @@ class HopperAttentionKernel:
         self.base_off = ir.sub(al, addr, "base_off")
         # masked to the descriptor's 14-bit start field (nvgpu.descriptor_start): without the mask the
         # non-causal D64 dK/dV kernel read out of range (CUDA_ERROR_ILLEGAL_ADDRESS; H200,
-        # bench/results/h200-session8/call1)
+        # bench/results/h200-2026-12-01/c/call1)
         self.base_enc = descriptor_start(ir, al, "base_enc")
 
     def ring_barriers(self, kept: str, full_arrivals: int, what: str, kept_empty: str = "",

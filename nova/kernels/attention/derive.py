@@ -395,30 +395,30 @@ HOPPER_ACHIEVED = ACHIEVED   # [EST] share of the binding pipe sustained: the mm
                              # the Hopper forward is measured
 HOPPER_BLOCK_FIXED_US = 7.5  # [FITTED] per block: Q and the first K/V tile at DRAM latency through TMA, the
                              # epilogue, the causal triangle's uneven tail.  Fitted to the forward's H200 times
-                             # (bench/results/h200-session7/call1 and call3, BF16 causal: 32x8x512x64 95/102 us,
+                             # (bench/results/h200-2026-12-01/b/call1 and call3, BF16 causal: 32x8x512x64 95/102 us,
                              # 16x12x1024x64 120/165, 8x16x2048x128 313/313) with the other constants held: per
                              # block 9.5, 6.5, 7.2 us; the model says 83 / 154 / 318 us (-16%, +8%, +2% of the
                              # runs' means).  Those D64 times are CUDA events around Python calls, partly the
                              # launch path, so this over-prices short blocks; it prices only the forward with
                              # a block per query tile (work tiles <= SMs, or NOVA_ATTENTION_PERSISTENT=0)
 HOPPER_PERSISTENT_FIXED_US = 0.0  # [FITTED] per work tile (query tile) of the persistent forward, and
-HOPPER_PERSISTENT_STEP_US = 0.52  # [FITTED] per K/V step of it (bench/results/h200-session12, see below), and
+HOPPER_PERSISTENT_STEP_US = 0.52  # [FITTED] per K/V step of it (bench/results/h200-2026-12-01/g, see below), and
 TRANSPOSE_STEP_CYCLES = 78        # [FITTED] per transposer loop iteration of a TF32 step (a 16-byte load and
                                   # four 4-byte stores per lane, ``in_flight`` units at a time): least squares
                                   # of the relative errors of the six persistent forwards in head order
-                                  # (CUPTI, bench/results/h200-session12/call2 to call4: BF16 39.7 / 84.8 / 257.4,
+                                  # (CUPTI, bench/results/h200-2026-12-01/g/call2 to call4: BF16 39.7 / 84.8 / 257.4,
                                   # TF32 66.5 / 155.9 / 704 us at 32x8x512x64, 16x12x1024x64, 8x16x2048x128
                                   # causal) -> -20%, +1%, -3%, -4%, -3%, +17% (a step of 1.03 fitted alone:
                                   # +5%, +33%, +24%, -18%, -19%, +42%).
                              # The persistent forward's query-tile order, measured by CUDA-graph replay
-                             # (bench/results/h200-session8/call6, BF16 causal): 32x8x512x64 43 us,
+                             # (bench/results/h200-2026-12-01/c/call6, BF16 causal): 32x8x512x64 43 us,
                              # 16x12x1024x64 89, 8x16x2048x128 327 (the
                              # mma.sync forward: 62/136/568).  A per-work-tile term does not fit them (least
                              # squares with both constants makes it negative): the tile switch is hidden; one
                              # per-step constant (in sample) gives 42/113/318 us (-3%, +27%, -3%).  What it
                              # stands for: the serial S -> softmax -> P V chain of a warpgroup that the core's
                              # interleaving of two does not hide.  (CUDA events, 87/135/326 us, time the
-                             # Python launch path at D64, not the kernel: bench/results/h200-session8/call4.)
+                             # Python launch path at D64, not the kernel: bench/results/h200-2026-12-01/c/call4.)
 HOPPER_TILE_FIXED_US = 0.15  # [EST] per streamed tile: a warpgroup's wgmma waits (S, then P V) and ring
                              # barriers not hidden by the other warpgroup; the mma.sync fit's per-tile figure
 HOPPER_ALU_PER_SCORE = 5     # FP32 ops per score: max, FMA (scale, -max), sum, half a cvt pack, mask select
@@ -659,7 +659,7 @@ HOPPER_BWD_TF32_TILES = {"bwd_dkv": (128, 64, 32), "bwd_dq": (128, 64, 32)}   # 
                                  # and are faster; tests/test_attention.py checks a grid of D64 shapes)
 HOPPER_BWD_ACHIEVED = 0.70       # [FITTED] share of the binding pipe the wgmma dK/dV and dQ sustain, and
 HOPPER_BWD_BLOCK_FIXED_US = 4.0  # [FITTED] their cost per block: least squares of both on CUPTI's kernel times
-                                 # (bench/results/h200-session8/call10-kernel-times, BF16 causal dK-dV/dQ: 83/59,
+                                 # (bench/results/h200-2026-12-01/c/call10-kernel-times, BF16 causal dK-dV/dQ: 83/59,
                                  # 173/117, 542/384 us at 32x8x512x64, 16x12x1024x64, 8x16x2048x128), in sample
                                  # +12/+9%, -14/+2%, -2/+5% (the forward's 0.81 and 7.5 us: +34/+47%, +1/+28%, -4/+7%)
 HOPPER_BWD_SETMAXNREG_MAX = 240  # FA3's backward: 240 (with a 24-register producer)
@@ -718,7 +718,7 @@ def transpose_in_flight(producer_regs: int) -> int:
     """TF32: tile-transpose units a producer thread keeps in flight (loads issued before their
     stores): 1 + (producer_regs - TRANSPOSE_BASE_REGS) // TRANSPOSE_UNIT_REGS, in [1, TRANSPOSE_MAX_IN_FLIGHT].
     One unit's load-to-store latency per 16 bytes bound the transposes (the one-warpgroup D128 dK/dV:
-    32 units per step and warp, ~1.9 us per step measured on the H200, bench/results/h200-session12)."""
+    32 units per step and warp, ~1.9 us per step measured on the H200, bench/results/h200-2026-12-01/g)."""
     return max(1, min(TRANSPOSE_MAX_IN_FLIGHT, 1 + (producer_regs - TRANSPOSE_BASE_REGS) // TRANSPOSE_UNIT_REGS))
 
 

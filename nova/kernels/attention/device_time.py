@@ -49,7 +49,7 @@ PERSISTENT_TRANSPOSE_CYCLES = 87.5  # barriers and the S -> softmax -> P V hand-
                                 # iteration (V^T, ``derive.transpose_steps``) of a step.  Least squares of the
                                 # relative errors, the pipes held at derive's figures (0.81 of their peak), on
                                 # the 19 persistent forwards of run8/heldout (graph replay minus the launch)
-                                # and the six of bench/results/h200-session12 (CUPTI: BF16 39.7/84.8/257.4,
+                                # and the six of bench/results/h200-2026-12-01/g (CUPTI: BF16 39.7/84.8/257.4,
                                 # TF32 66.5/155.9/704 us at 32x8x512x64, 16x12x1024x64, 8x16x2048x128
                                 # causal): all 25 within 15%.  They replace derive.HOPPER_PERSISTENT_STEP_US
                                 # (0.52 per step, fitted on the six alone as an SM average) in the prediction

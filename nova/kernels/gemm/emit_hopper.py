@@ -490,8 +490,8 @@ class _HopperKernel:
         self.base_off = ir.sub(al, addr, "ring_off")        # byte offset of the ring in the dsm view
         # shared address >> 4 (wgmma descriptor units), masked to the start-address field in every kernel
         # (nvgpu.descriptor_start says why; the H200 runs that showed it: a cluster's rank >= 1 CTAs read
-        # MN-major boxes 1.. from the wrong place, bench/results/h200-session7/call1; the attention dK/dV
-        # kernel's out-of-range shared reads, bench/results/h200-session8/call1)
+        # MN-major boxes 1.. from the wrong place, bench/results/h200-2026-12-01/b/call1; the attention dK/dV
+        # kernel's out-of-range shared reads, bench/results/h200-2026-12-01/c/call1)
         self.base_enc = descriptor_start(ir, al, "ring_enc")
         ir.comment(f"---- mbarriers: full[{s.stages}] (TMA landed), empty[{s.stages}] (slot consumed"
                    + (f" by the consumers of all {self.csize} CTAs of the cluster)" if self.csize > 1 else ")"))
@@ -885,7 +885,7 @@ class _HopperKernel:
         default semantics (release at CTA scope, as CUTLASS's remote arrive), so the producers reuse
         the slot only once every consumer of the cluster is done.  At cluster scope each arrival was
         a cluster-wide release fence from every consumer warp every K tile: Nsight Compute put 34% of
-        the kernel's stall cycles on it and the kernels ran 2.4-3.5x slower (bench/results/h200-session6/call6-ncu)."""
+        the kernel's stall cycles on it and the kernels ran 2.4-3.5x slower (bench/results/h200-2026-12-01/a/call6-ncu)."""
         ir = self.ir
         lane_i32 = ir.pure("lane_i32", f"arith.index_cast {self.lane} : index to i32")
         with ir.region(f"scf.if {ir.cmp('slt', self.lane, self.csize, 'signals_peer')} {{"):
@@ -1138,7 +1138,7 @@ class _HopperKernel:
         one column pair per two column blocks (two shuffles), so the even lane holds 4 adjacent columns
         of block jj and the odd lane 4 of block jj+1 (as ``store_quads``).  Half the store
         instructions of 8-byte pairs: the partial epilogue waits on the load/store queue (LG throttle,
-        31% of the warp cycles of a split-K unit; bench/results/h200-session10/call4-ncu).  N % 4 == 0 keeps every
+        31% of the warp cycles of a split-K unit; bench/results/h200-2026-12-01/e/call4-ncu).  N % 4 == 0 keeps every
         row 16-byte aligned and a quad of columns wholly in or out of bounds."""
         ir, p = self.ir, self.p
         odd, shift, one, width = self.quad_lanes()

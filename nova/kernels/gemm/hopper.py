@@ -86,7 +86,7 @@ CONSUMER_OVERHEAD_REGS = 40    # descriptors, ring counters, epilogue addresses;
 MAX_CONSUMER_WARPGROUPS = 2    # 3 would leave too few registers for N = 256 (step 4)
 WIDE_CONSUMER_WARPGROUPS = 3   # step 8 also tries 3 consumer warpgroups (192 wgmma rows) at the N whose accumulators
                                # fit their 152 registers (192 and narrower): the 192x192 tiles cuBLAS and XLA run on
-                               # the deep-K weight gradients (bench/results/h200-session10/call1), half the K slices
+                               # the deep-K weight gradients (bench/results/h200-2026-12-01/e/call1), half the K slices
                                # and partial bytes of 128x192 where the tiles are few.  Not with a register-fed
                                # wgmma A (32-bit MN-major): its fragments of two K tiles beside 96 accumulators
                                # overflow 152 registers and ptxas serialises every wgmma (C7512)
@@ -125,29 +125,29 @@ CLUSTER_SHAPES = ((2, 1), (1, 2))   # (cluster_m, cluster_n) step 12 prices besi
 SLACK_TERMS = ("mma", "l2", "dram")  # a tie on the predicted time goes to the least of these in all (as in step 8)
 AUTO_CLUSTERS = False          # [MEASURED] the configurator picks no cluster on its own: where the model predicts
                                # gains, cluster kernels measure 7-11% slower than 1x1 with CTA-scope releases
-                               # (H200, bench/results/h200-session6/call7-ncu; 1.7-3.2x without them: .../call4)
+                               # (H200, bench/results/h200-2026-12-01/a/call7-ncu; 1.7-3.2x without them: .../call4)
 CLUSTER_SYNC_S = 1e-6          # [EST] per kernel: the cluster-wide barriers after the mbarrier init and before
                                # exit, and the launch placing each cluster's CTAs on one GPC
 # Ping-pong consumers (``pingpong_step``): the two consumer warpgroups compute different tiles, the
 # CTA's units alternately, their K loops ordered by two named barriers (emit_hopper's module docstring),
 # so one warpgroup's epilogue runs while the other's K loop feeds the tensor cores.
 AUTO_PINGPONG = True           # the model may pick ping-pong on its own (True) or only NOVA_PINGPONG=1 does (False);
-                               # measured on the H200 without ptxas's serialisation (C7520): bench/results/h200-session9/call5
+                               # measured on the H200 without ptxas's serialisation (C7520): bench/results/h200-2026-12-01/d/call5
 COOPERATIVE_KLOOP_TENSOR = 0.81  # [MEAS] the tensor pipe's busy fraction in a cooperative K loop (two warpgroups on one
                                # tile, each slot released when both are done): Nsight Compute, TF32 16384x3072x768
-                               # 128x256 (bench/results/h200-session9/call4-ncu): 74.5% over the kernel, whose epilogue is ~8.5% of it ->
+                               # 128x256 (bench/results/h200-2026-12-01/d/call4-ncu): 74.5% over the kernel, whose epilogue is ~8.5% of it ->
                                # 0.81 in the K loop, where the model's smem cap says 1.0.  A ping-pong warpgroup tile
                                # runs at its smem cap (cuBLAS's 128x128 ping-pong: 82.9%, the model's cap 0.8).  Used
                                # where the consumers step compares the two (``cooperative_compared``)
 PINGPONG_KLOOP_TENSOR = 0.80   # [MEAS] the same for a ping-pong warpgroup's K loop (one warpgroup's 2 x m64 wgmma chain
                                # at a time) relative to the cooperative one: the deep-K dX, whose cooperative epilogue
                                # is negligible, run ping-pong at 0.983-0.985 of their cooperative rate (16384x768x50304,
-                               # 16384x512x32768 BF16, bench/results/h200-session14/call1): 0.984 x 0.81.  0.80 alone
-                               # moves 28 picks (bench/results/h200-session14/call2): 22 run 1-8% faster, the ragged-N
+                               # 16384x512x32768 BF16, bench/results/h200-2026-12-01/i/call1): 0.984 x 0.81.  0.80 alone
+                               # moves 28 picks (bench/results/h200-2026-12-01/i/call2): 22 run 1-8% faster, the ragged-N
                                # squares and 6144^3 NN 4-15% slower; with CONTENTION_NORM those stay cooperative
 CONTENTION_NORM = 8            # [FIT] the consumers step weighs a K loop's overlapped limits (tensor, L2 fills, ring) by
                                # their 8-norm, not their max: limits within ~20% of each other queue behind one another.
-                               # Fitted on the ping-pong 128x192 vs 128x128 pairs of bench/results/h200-session14/call1 (measured
+                               # Fitted on the ping-pong 128x192 vs 128x128 pairs of bench/results/h200-2026-12-01/i/call1 (measured
                                # 128x192 / 128x128: 0.95-0.97 on five short-K shapes; the max says 1.00-1.03, the
                                # 8-norm 0.95-0.99); the deep-K 16384x768x50304 pair it misses (0.968 vs 1.000) is
                                # cooperative either way
@@ -160,7 +160,7 @@ PINGPONG_OVERHEAD_REGS = 32    # [MEASURED, ptxas 13.0] a ping-pong consumer's r
                                # activation they spilled 24-108 B (16-bit TMA store), with a register-fed A (TF32 NN)
                                # 128 B, with the register epilogue of 1001-wide C rows 4 B, batched (the unit's batch
                                # decode) 4-160 B on 3 of 5 shapes: those keep CONSUMER_OVERHEAD_REGS.  Swept over the
-                               # suites' shapes in every layout and dtype (920 kernels, bench/results/h200-session14): the one other
+                               # suites' shapes in every layout and dtype (920 kernels, bench/results/h200-2026-12-01/i): the one other
                                # spill is TF32 4096x4096x128 NT (56 B; K = 96 and 256 clean), which no pick takes
 PINGPONG_HANDOFF_CLK = 32      # [EST] per unit: the ordering barrier's bar.arrive -> bar.sync wake-up of the other
                                # warpgroup (its first wgmma issues while the last ones of the previous unit run)
@@ -496,7 +496,7 @@ def stream_k_dram_bytes(p: GemmProblem, gpu, block_i: int, n: int, plan: StreamK
     together sit at different K offsets and share no K tile: when A and B do not fit in half of L2,
     every stream-K iteration streams its (block_i + n) x 64-element K tile from DRAM,
     ``iters x (block_i + n) x 128 B``, beside the data-parallel tiles' operands (read once, as in
-    ``p.min_bytes``).  Measured on the H200 (bench/results/h200-session7/call1): BF16 768x3072x16384 dW 191 us vs
+    ``p.min_bytes``).  Measured on the H200 (bench/results/h200-2026-12-01/b/call1): BF16 768x3072x16384 dW 191 us vs
     906 MB / 4.8 TB/s = 189 us; 2304x768 166 vs 141; 1536x512 73 vs 63 (the split-K walk,
     slice-major, keeps concurrent CTAs on the same K: 171, 115, 63 us)."""
     operands = (p.M + p.N) * p.K * p.in_bytes
@@ -737,7 +737,7 @@ def pingpong_candidates(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, 
 
 def pingpong_epilogues(p: GemmProblem, operands: OperandPlan, n: int) -> tuple[str, ...]:
     """A ping-pong tile's epilogue: the TMA store unless C cannot take it (then the registers).  Measured
-    (bench/results/h200-session9/call6 and call7, the same 128x128 tiles): with the register epilogue the short-K forwards run
+    (bench/results/h200-2026-12-01/d/call6 and call7, the same 128x128 tiles): with the register epilogue the short-K forwards run
     at 0.72-0.90 of their TMA-store speed (TF32 16384x1536x512 211 vs 293 TFLOP/s), though the model,
     seeing both hidden under the other warpgroup's K loop, prefers the registers' deeper ring (7
     stages vs 5): a warpgroup's 64 KB of st.global per unit evidently does not leave in its shadow."""
@@ -896,7 +896,7 @@ def schedule_terms(p: GemmProblem, gpu, s: Schedule) -> dict:
 
 def cooperative_compared(p: GemmProblem, gpu, s: Schedule, terms: dict) -> float:
     """Seconds of the cooperative schedule ``s`` (its ``schedule_terms``: ``terms``) as the consumers step
-    weighs it against ping-pong, with two corrections measured on the device (bench/results/h200-session9/call4-ncu to call6)
+    weighs it against ping-pong, with two corrections measured on the device (bench/results/h200-2026-12-01/d/call4-ncu to call6)
     that the cooperative tile choice (steps 7-10: their derivations and keys stay as they were) does
     not need, as they scale its candidates alike: its K loop's tensor term at min(smem cap,
     COOPERATIVE_KLOOP_TENSOR) of the peak, t_mma x cap / min(cap, 0.81); and its TMA-store epilogue
@@ -1200,7 +1200,7 @@ def split_candidates(ktiles: int, tiles: int, sm_count: int) -> list[int]:
 def tile_widths(n: int) -> tuple[int, ...]:
     """The wgmma N step 8 tries below the widest N = ``n``: n, 3n/4 where that is whole 64-column
     TMA boxes (256 -> 192: cuBLAS's and XLA's 128x192 / 192x192 tiles on the deep-K weight
-    gradients, bench/results/h200-session10/call1), n/2, n/4."""
+    gradients, bench/results/h200-2026-12-01/e/call1), n/2, n/4."""
     three_quarters = 3 * n // 4
     return (n,) + ((three_quarters,) if three_quarters % 64 == 0 else ()) + (n // 2, n // 4)
 
@@ -1501,7 +1501,7 @@ def cluster(p: GemmProblem, gpu, s: Schedule, opts: Options = DEFAULTS) -> tuple
     if forced is None and not AUTO_CLUSTERS:       # not priced: no time spent on a choice that is not made
         return s, note("cluster", "1x1", "1x1: the configurator picks no cluster on its own (AUTO_CLUSTERS): "
                        "where the model predicted clusters faster, they measured slower than 1x1 on the H200 "
-                       "(7-11% with CTA-scope releases, bench/results/h200-session6/call7-ncu); "
+                       "(7-11% with CTA-scope releases, bench/results/h200-2026-12-01/a/call7-ncu); "
                        "NOVA_CLUSTER=MxN forces one")
     shapes = [forced] if forced not in (None, (1, 1)) else ([] if forced else list(CLUSTER_SHAPES))
     base = predict_hopper(p, gpu, s)
