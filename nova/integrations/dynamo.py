@@ -350,8 +350,8 @@ class _Program:
                 and 2 * stats["rebinds"] > stats["runs"]:
             self.noted = True
             log.warning("nova: %s: %d of %d runs bound new buffer addresses (a new CUDA graph each): the "
-                        "allocator does not hand the same addresses back from one step to the next",
-                        self.planned.graph.name, stats["rebinds"], stats["runs"])
+                        "caller keeps a large output of every run, or an input larger than 1 MiB read in place "
+                        "sits somewhere new each run", self.planned.graph.name, stats["rebinds"], stats["runs"])
         return outputs
 
     def release(self) -> None:
