@@ -34,10 +34,10 @@ view that the next step overwrites).
 Per-call storage (``build(..., per_call=True)``, the torch.compile backend's programs): each ``run``
 takes its arena from the device's arena that every per-call program shares (they never run at the
 same time), and, for a plan whose outputs have a region of their own
-(``memory.Handoff.outputs_apart``), one buffer per output of that region from a set the program
-owns and the caller has let go of (``nova/compiler/step_storage.py``); each is returned as itself
-(no clone: the caller holds it as long as it holds the output; the set is taken again once it has
-let go), and an output that views a graph input is returned as that view of the caller's tensor.  ``in_place`` names data inputs read in place, by pointer, like parameters
+(``memory.Handoff.outputs_apart``), one buffer per output of that region from a pool the program
+owns for that output, one the caller has let go of (``nova/compiler/step_storage.py``); each is
+returned as itself (no clone: the caller holds it as long as it holds the output; the buffer is taken
+again once it has let go; a small one is copied out per run), and an output that views a graph input is returned as that view of the caller's tensor.  ``in_place`` names data inputs read in place, by pointer, like parameters
 (no static slot, no copy); a donated input (``Handoff.donated_inputs``) is read in place and its
 storage overwritten once it dies (the plan's ``external``, ``donated`` results).  The launches of
 such a program are bound to the addresses of that run's buffers and inputs: each *binding*
@@ -103,7 +103,7 @@ from nova.compiler.gemm_lowering import lower_matmul
 from nova.compiler.plan_view import ExecutorError, PlanView, read_plan
 from nova.compiler.embedding_lowering import embedding_kernels
 from nova.compiler.rows_lowering import rows_kernels
-from nova.compiler.step_storage import OutputSets, shared_arena
+from nova.compiler.step_storage import OutputPools, shared_arena
 from nova.ir.ops import opdef
 from nova.passes.fusion import update_batch_key
 from nova.passes.memory import outside_peak_bytes, writes_in_place
@@ -239,8 +239,13 @@ class Program:
         self._layout()
         read = {v for n in self.graph.nodes for v in n.inputs} | {o.value for o in self.graph.outputs}
         written = {o.updates for o in self.graph.outputs if o.updates is not None} | set(self.donated.values())
-        self._unread = frozenset(i for i, spec in enumerate(self.graph.inputs)     # bound by nothing
-                                 if spec.value not in read and i not in written)
+        unread = {i for i, spec in enumerate(self.graph.inputs) if spec.value not in read and i not in written}
+        # the inputs used by pointer (their addresses in a per-call binding's key) and those copied into
+        # static slots at each run; an input nothing reads is neither
+        self._by_pointer = [i for i, spec in enumerate(self.graph.inputs)
+                            if self.loc[spec.value][0] == "input" and i not in unread]
+        self._copied_in = [i for i, spec in enumerate(self.graph.inputs)
+                           if self.loc[spec.value][0] != "input" and i not in unread]
         self._check_arena_lifetimes()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -271,7 +276,7 @@ class Program:
         self._key = None                     # per call: the addresses the current binding was made for
         self._bindings = {}                  # per call: key -> binding (``_BINDING``), least recently used first
         self._graph_pool = None
-        self._output_sets = None             # per call: the output buffer sets (``step_storage.OutputSets``)
+        self._output_pools = None            # per call: the output buffers' pools (``step_storage.OutputPools``)
         self.stats = self._stats(self._dry_launches, self._dry_ctx)
 
     # ------------------------------------------------------------------ validation of the plan
@@ -581,18 +586,18 @@ class Program:
     def _step_storage(self, device, poison: bool) -> dict:
         """One run's storage of a per-call program: the arena below the output region, and one
         buffer per output of the region (the caller keeps each as long as it keeps the output).  On a
-        real device they come from ``nova.compiler.step_storage`` (the device's shared arena, a set of
-        output buffers the caller has let go of): the addresses of the run before, in a steady loop."""
+        real device they come from ``nova.compiler.step_storage`` (the device's shared arena, each
+        output's pooled buffer the caller has let go of): the addresses of the run before, in a steady loop."""
         below = self._region[0] if self._region is not None else self.plan.arena_bytes
         if device.type == "meta":
             store = {"arena": torch.empty(below, dtype=torch.uint8, device=device)}
             for k, (_, nbytes) in enumerate(self._pieces):
                 store[("output", k)] = torch.empty(nbytes, dtype=torch.uint8, device=device)
             return store
-        if self._output_sets is None:
-            self._output_sets = OutputSets([n for _, n in self._pieces], device)
+        if self._output_pools is None:
+            self._output_pools = OutputPools([n for _, n in self._pieces], device)
         store = {"arena": shared_arena(device).take(self, below)}
-        for k, buffer in enumerate(self._output_sets.take()):
+        for k, buffer in enumerate(self._output_pools.take()):
             store[("output", k)] = buffer
         if poison:
             for t in store.values():
@@ -857,12 +862,14 @@ class Program:
         binds ``step`` (this run's arena and output buffers) too, through unowned aliases."""
         g = self.graph
         rebinding = self._tensors is not None
-        bound = [i for i, spec in enumerate(g.inputs) if self.loc[spec.value][0] == "input" and i not in self._unread]
+        bound = self._by_pointer
         for i in bound:
             if inputs[i].device != self.device:
                 raise ExecutorError(f"{g.name}: input {g.inputs[i].name!r} is on {inputs[i].device}; "
                                     f"this program runs on {self.device} and uses it in place")
-        by_index = [inputs[i] if i in bound else None for i in range(len(g.inputs))]
+        by_index = [None] * len(g.inputs)
+        for i in bound:
+            by_index[i] = inputs[i]
         store = self.store
         if self.per_call:
             by_index = [None if x is None else _unowned(x) for x in by_index]
@@ -875,8 +882,7 @@ class Program:
         self._tensors, self._launches, self._ctx = tensors, launches, ctx
         self._bound = {i: (inputs[i].data_ptr(), inputs[i].stride()) for i in bound}
         self._bound_refs = [] if self.per_call else [inputs[i] for i in bound]
-        self._staged = [(i, tensors[spec.value]) for i, spec in enumerate(g.inputs)
-                        if self.loc[spec.value][0] != "input" and i not in self._unread]
+        self._staged = [(i, tensors[g.inputs[i].value]) for i in self._copied_in]
         self._sources = self._output_sources(tensors, store, by_index) if self.per_call else None
         self._cuda_graph = None
         measured = self.stats.get("measured_peak_bytes")
@@ -891,8 +897,7 @@ class Program:
         """The addresses a per-call binding is made for: this run's buffers, and each input read in
         place (pointer and strides)."""
         return tuple(t.data_ptr() for t in step.values()) + tuple(
-            (inputs[i].data_ptr(), tuple(inputs[i].stride())) for i, spec in enumerate(self.graph.inputs)
-            if self.loc[spec.value][0] == "input" and i not in self._unread)
+            (inputs[i].data_ptr(), tuple(inputs[i].stride())) for i in self._by_pointer)
 
     _BINDING = ("_tensors", "_launches", "_ctx", "_bound", "_staged", "_sources", "_cuda_graph")
 
@@ -1018,7 +1023,7 @@ class Program:
         self._bound, self._bound_refs, self._staged = {}, [], []
         self._key, self._bindings, self._graph_pool = None, {}, None     # per call: every kept binding
         if self.per_call:
-            self._output_sets = None
+            self._output_pools = None
             shared_arena(self.device).give_back(self)
         self.store = self._shared_workspace = None
         if self.device.type == "cuda":
@@ -1109,7 +1114,7 @@ class Program:
             elif source[0] == "buffer":
                 _, k, offset, shape, strides, dtype = source
                 buffer = step[("output", k)]
-                if self._output_sets.small[k]:
+                if self._output_pools.small[k]:
                     buffer = copies[k] if k in copies else copies.setdefault(k, buffer.clone())
                 out.append(torch.as_strided(buffer.view(dtype), shape, strides, offset).detach())
             elif source[0] == "view":

@@ -7,12 +7,11 @@ again (a binding is made for one set of addresses, ``executor.Program._select_bi
   per-call program on it shares -- they run one after another on the stream -- as large as the
   largest program's need, held while any of them lives.  A program needing more replaces it with a
   larger one (once, at its first run); a run on another stream than the last waits for that stream.
-  Before, each run allocated its arena from the caching allocator and freed it at the end, and the
-  allocator did not hand the same block back from one step to the next: every run rebound and
-  recaptured (0.11x Inductor on GPT-42M, 2026-12-04).
+  (An arena taken from the caching allocator at each run and freed at its end does not come back
+  at the same address from one step to the next: every run would bind and capture anew.)
 * **Output buffers** (the output region of the plan, one buffer per output, handed to the caller):
   a small one (at most ``SMALL_OUTPUT`` bytes: the loss a loop logs and keeps) is one buffer the
-  program owns, handed over as a copy made after each run; a larger one comes from a pool of up to ``SETS_KEPT``
+  program owns, handed over as a copy made after each run; a larger one comes from a pool of up to ``POOL_KEPT``
   buffers the program owns for that output: a run takes the first the caller no longer holds
   (every tensor the caller got from it dropped: the storage's use count back to the program's own,
   ``torch._C._storage_Use_Count``), else a new one.  A training loop frees the forward's saved
@@ -27,7 +26,7 @@ import weakref
 
 import torch
 
-SETS_KEPT = 4
+POOL_KEPT = 4
 SMALL_OUTPUT = 1 << 16          # bytes: output buffers at most this large are handed over as copies
 
 
@@ -79,7 +78,7 @@ def shared_arena(device: torch.device) -> SharedArena:
     return _ARENAS[key]
 
 
-class OutputSets:
+class OutputPools:
     """A program's output buffers, one pool per output of its region (``sizes``: bytes of each).
 
     An output buffer of at most ``SMALL_OUTPUT`` bytes (a loss, a scalar the caller logs and keeps) is
@@ -87,13 +86,12 @@ class OutputSets:
     the copy (``small``; outputs viewing one buffer still share one storage): a caller keeping every
     step's loss would otherwise hold a buffer of every run.  A larger one (a saved activation,
     a gradient) is handed over as itself: ``take`` gives the first buffer of its pool the caller no
-    longer holds, else a new one (kept in the pool while it has fewer than ``SETS_KEPT``)."""
+    longer holds, else a new one (kept in the pool while it has fewer than ``POOL_KEPT``)."""
 
     def __init__(self, sizes: list[int], device: torch.device):
         self.sizes, self.device = list(sizes), device
         self.small = [n <= SMALL_OUTPUT for n in self.sizes]
         self.pools: list[list[tuple[torch.Tensor, int]]] = [[] for _ in self.sizes]   # (buffer, its use count)
-        self.made = 0                                       # buffers allocated, kept or not
 
     def take(self) -> list[torch.Tensor]:
         return [self._take(k) for k in range(len(self.sizes))]
@@ -104,10 +102,6 @@ class OutputSets:
             if self.small[k] or _use_count(buffer) == count:
                 return buffer
         buffer = torch.empty(self.sizes[k], dtype=torch.uint8, device=self.device)
-        self.made += 1
-        if len(pool) < SETS_KEPT:
+        if len(pool) < POOL_KEPT:
             pool.append((buffer, _use_count(buffer)))
         return buffer
-
-    def clear(self) -> None:
-        self.pools = [[] for _ in self.sizes]

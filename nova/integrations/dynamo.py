@@ -363,23 +363,23 @@ class _Program:
 
 def _static_inputs() -> set[int]:
     """AOTAutograd's static inputs of the graph being compiled (parameters and buffers), by index."""
-    try:
-        from torch._guards import TracingContext
-        context = TracingContext.try_get()
-        metadata = getattr(context, "fw_metadata", None) if context is not None else None
-        return set(getattr(metadata, "static_input_indices", None) or ())
-    except Exception:
-        return set()
+    return _fw_metadata_indices("static_input_indices")
 
 
 def _donated_inputs() -> set[int]:
     """AOTAutograd's donated buffers of the backward being compiled (``bw_donated_idxs``: saved
     tensors nothing else aliases; single-use, ``retain_graph`` is refused once there are any)."""
+    return _fw_metadata_indices("bw_donated_idxs")
+
+
+def _fw_metadata_indices(name: str) -> set[int]:
+    """The input indices AOTAutograd's metadata of the graph being compiled lists under ``name``
+    (empty outside a compilation, or in a torch without it)."""
     try:
         from torch._guards import TracingContext
         context = TracingContext.try_get()
         metadata = getattr(context, "fw_metadata", None) if context is not None else None
-        return set(getattr(metadata, "bw_donated_idxs", None) or ())
+        return set(getattr(metadata, name, None) or ())
     except Exception:
         return set()
 
