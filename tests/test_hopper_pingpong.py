@@ -267,7 +267,7 @@ def test_automatic_picks_and_the_switch(env, monkeypatch):
 
 
 def test_the_lm_heads_run_128x192_pingpong(env):
-    """The consumers step's session-14 rule (ping-pong K loop at 0.80 of the peak, the contention of close
+    """The consumers step's fitted rule (ping-pong K loop at 0.80 of the peak, the contention of close
     limits on both sides): the LM heads take 128x192 ping-pong tiles (GPT-144M BF16: cooperative 2108 ->
     1814 us measured, 1.01x XLA), the deep-K dX and the squares stay cooperative (measured faster there)."""
     for p in (GemmProblem(16384, 50304, 768, "bf16", trans_b=True), GemmProblem(16384, 32768, 512, "bf16", trans_b=True),

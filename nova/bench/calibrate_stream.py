@@ -81,7 +81,10 @@ def main(argv=None) -> int:
     base = calibration.memory_constants(get_target(args.preset))
     eta_before = args.eta_before if args.eta_before is not None else base["eta_dram"]
     t_launch = base["t_launch_us"]
-    results = {Path(p).name: json.loads(Path(p).read_text()) for p in args.results}
+    try:
+        results = {Path(p).name: json.loads(Path(p).read_text()) for p in args.results}
+    except (OSError, ValueError) as e:
+        ap.error(f"cannot read a step_kernels result: {e}")
     fit = calibrate(results, eta_before, t_launch)
     print(json.dumps(fit, indent=1))
     if args.write:
