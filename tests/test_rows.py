@@ -312,11 +312,14 @@ def test_explain_prices_rows_groups_with_the_rows_configurator():
 
 
 # ------------------------------------------------------------------ the column stage on the SIMT simulator
-@pytest.mark.parametrize("rows, n, op", [(1000, 72, "sum"), (4096, 512, "mean"), (513, 37, "sum")])
-def test_the_column_stage_and_its_final_sum_run_like_float64(rows, n, op):
+@pytest.mark.parametrize("rows, n, op, stored", [(1000, 72, "sum", False), (4096, 512, "mean", False),
+                                                 (513, 37, "sum", False), (777, 96, "sum", True)])
+def test_the_column_stage_and_its_final_sum_run_like_float64(rows, n, op, stored):
     """``column`` then ``column_final`` (threads along the columns and the partials, met in shared memory)
     executed thread by thread on the CPU (``tests/simt_cpu.py``: bounds and shared-memory races checked),
-    every output NaN-poisoned first, against a float64 sum over the rows."""
+    every output NaN-poisoned first, against a float64 sum over the rows; ``stored``: a prologue
+    ``in0 + in1`` whose value the kernel also writes (a fused producer read elsewhere).  Several
+    rows a loop trip (``unroll``) where the derivation asks for them."""
     import numpy as np
     from simt_cpu import run_kernel
     from nova.hwmodel import get_target
@@ -326,15 +329,30 @@ def test_the_column_stage_and_its_final_sum_run_like_float64(rows, n, op):
     from nova.kernels.rows.emit_column import build_column, build_column_final
     from nova.kernels.rows.problem import RowsProblem
     from nova.kernels.rows.prologue import Prologue
-    p = RowsProblem("column_reduce", rows, n, (Operand("in0", "f32", "row", n),), (Operand("out", "f32", "col"),),
-                    (("op", op),), Prologue((("cast_f32", ("in0",)),), ((0, "out"),)))
+    if stored:
+        ins = (Operand("in0", "f32", "row", n), Operand("in1", "f32", "row", n))
+        outs = (Operand("out", "f32", "col"), Operand("st0", "f32", "row", n))
+        prologue = Prologue((("add", ("in0", "in1")),), ((0, "out"),), ((0, "st0"),))
+    else:
+        ins, outs = (Operand("in0", "f32", "row", n),), (Operand("out", "f32", "col"),)
+        prologue = Prologue((("cast_f32", ("in0",)),), ((0, "out"),))
+    p = RowsProblem("column_reduce", rows, n, ins, outs, (("op", op),), prologue)
     s = configure_rows(p, get_target("h200")).schedule
     assert s.roles == ("column", "column_final")
-    x = np.random.default_rng(rows * n).standard_normal(rows * n).astype(np.float32)
+    if (rows, n) == (4096, 512):
+        assert s.column.unroll > 1
+    rng = np.random.default_rng(rows * n)
+    x = rng.standard_normal(rows * n).astype(np.float32)
+    y = rng.standard_normal(rows * n).astype(np.float32)
     buffers = {"in0": x, "out": np.full(n, np.nan, np.float32),
                "partials": np.full(s.column.splits * n, np.nan, np.float32)}
+    if stored:
+        buffers.update(in1=y, st0=np.full(rows * n, np.nan, np.float32))
     for role, build in (("column", build_column), ("column_final", build_column_final)):
         grid, block, smem = geometry(s, role)
         run_kernel(build(p, s), KERNEL_NAMES[role], grid, block[0], smem, buffers)
-    want = x.astype(np.float64).reshape(rows, n).sum(0) * (1 / rows if op == "mean" else 1)
+    summed = x.astype(np.float64) + (y.astype(np.float64) if stored else 0.0)
+    want = summed.reshape(rows, n).sum(0) * (1 / rows if op == "mean" else 1)
     assert np.abs(buffers["out"] - want).max() <= 1e-5 * np.abs(want).max()
+    if stored:
+        assert np.array_equal(buffers["st0"], x + y)

@@ -11,7 +11,9 @@ run one by one outside the CUDA graph, a CUDA event recorded before each and aft
 is that launch's device time with no host gap in it.  ``--repeats`` such passes; the median per launch.
 (The launches update the parameters as a step does; their values do not matter here.)
 
-Predictions: ``step.explain(json=True)``'s kernels (the plan the program runs; matched by group index).
+Predictions: ``step.explain(json=True)``'s kernels (the plan the program runs; matched by group index),
+its GEMMs at the step's predicted SM clock (``nova.compiler.step_clock``); the SM clock measured while
+timing (``nvidia-smi`` every 20 ms, ``harness.ClockSampler``) is reported beside it.
 Bytes: the group's distinct operands read from outside it plus the values it writes that are read
 outside it or returned (each once; a view counts its own elements).  The ceiling: ``--ceiling-tbs``
 (4.2 TB/s, the H200's measured copy rate).  A kernel the model calls launch-bound is listed as such,
@@ -77,7 +79,8 @@ def measure(model_name: str, batch: int, seq: int | None, warmup: int, repeats: 
         step(*batches[i % 2])
     torch.cuda.synchronize()
     program = step._last.engine.program
-    reports = {k["index"]: k for k in step.explain(json=True)["kernels"]}
+    explained = step.explain(json=True)
+    reports = {k["index"]: k for k in explained["kernels"]}
     graph = program.graph
     users: dict = {}
     for n in graph.nodes:
@@ -85,8 +88,16 @@ def measure(model_name: str, batch: int, seq: int | None, warmup: int, repeats: 
             users.setdefault(id(v), []).append(n)
     outputs = {id(o.value) for o in graph.outputs}
     launches = list(program.launches)
+    import time
+    from nova.bench.harness import ClockSampler
+    clocks = ClockSampler(interval_ms=20).start()
+    time.sleep(0.2)
+    t0 = time.time()
     with torch.no_grad():
         times = time_launches(torch, launches, repeats)
+    t1 = time.time()
+    clocks.stop()
+    clock = clocks.summary([(t0, t1)], t0) or {}
     rows = []
     for launch, us in zip(launches, times):
         report = reports.get(launch.group, {})
@@ -98,8 +109,11 @@ def measure(model_name: str, batch: int, seq: int | None, warmup: int, repeats: 
                      "ratio": round(us / predicted, 3) if predicted else None, "bytes": nbytes,
                      "tb_per_s": round(nbytes / (us * 1e-6) / 1e12, 3) if us > 0 else None,
                      "of_ceiling": round(nbytes / (us * 1e-6) / 1e12 / ceiling_tbs, 3) if us > 0 else None})
+    predicted_clock = explained["prediction"].get("sm_clock") or {}
     return {"model": model_name, "batch": batch, "seq": seq, "repeats": repeats, "ceiling_tbs": ceiling_tbs,
             "device": torch.cuda.get_device_name(), "launches": len(rows), "rows": rows,
+            "sm_mhz": {"measured_median": clock.get("timed_sm_mhz_median"), "samples": clock.get("timed_samples"),
+                       "predicted": predicted_clock.get("mhz")},
             "summary": summarize(rows, ceiling_tbs)}
 
 
@@ -137,6 +151,10 @@ def summarize(rows, ceiling_tbs: float) -> dict:
     }
 
 
+def _mhz(value) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
 def render(result: dict) -> str:
     s = result["summary"]
     lines = [f"{result['model']} b{result['batch']}x{result['seq']} on {result['device']}: {result['launches']} launches, "
@@ -146,6 +164,8 @@ def render(result: dict) -> str:
              f"memory-bound kernels streaming: {s['streaming_kernels']}, at >= 85% of {result['ceiling_tbs']} TB/s: "
              f"{s['streaming_at_85pct']} (all together {s['streaming_of_ceiling'] or 0:.0%} of it); "
              f"launch-bound: {s['launch_bound_kernels']}",
+             f"SM clock while timed: {_mhz(result.get('sm_mhz', {}).get('measured_median'))} MHz measured (median), "
+             f"{_mhz(result.get('sm_mhz', {}).get('predicted'))} MHz predicted for the step",
              "| model | kernels | within +-15% | measured ms | predicted ms |", "|---|---|---|---|---|"]
     for name, m in sorted(s["by_model"].items(), key=lambda kv: -kv[1]["measured_us"]):
         lines.append(f"| {name} | {m['kernels']} | {m['within']} | {m['measured_us'] / 1e3:.3f} | "

@@ -81,7 +81,8 @@ def _attention_report(group, node: Node, target) -> tuple[float, str, str, str, 
         bound = max(roles, key=lambda r: cfg.terms[r]["time_us"])
         return (t, cfg.terms[bound]["bound"], f"configure_attention({problem.describe()}): "
                 + " + ".join(f"{r} {cfg.terms[r]['time_us']:.1f}" for r in roles),
-                "nova", {"roles": list(roles), "problem": problem.to_dict(), "schedule": cfg.schedule.to_dict()})
+                "nova", {"roles": list(roles), "problem": problem.to_dict(), "schedule": cfg.schedule.to_dict(),
+                         "tensor_core_us": round(sum(cfg.terms[r].get("tensor-core", 0.0) for r in roles), 3)})
     q, k, v = (node.inputs[0], node.inputs[1], node.inputs[2]) if not backward else node.inputs[1:4]
     b, h, t_q, d = q.shape
     flops = cost.attention_flops(b, h, t_q, k.shape[2], d, v.shape[3], bool(node.attrs.get("causal")), backward)
@@ -89,7 +90,8 @@ def _attention_report(group, node: Node, target) -> tuple[float, str, str, str, 
     return kt.time_us, kt.bound, kt.formula, "aten", None
 
 
-def _gemm_report(group, target) -> tuple[float, str, str, dict | None]:
+def _gemm_report(group, target) -> tuple[float, str, str, dict | None, object]:
+    """(time, bound, formula, schedule, the configuration) of a Nova GEMM group."""
     from nova.configurator import configure
     cfg = configure(group.problem, target)
     t = cfg.calibrated_time_us or cfg.prediction.time_us
@@ -99,7 +101,7 @@ def _gemm_report(group, target) -> tuple[float, str, str, dict | None]:
                     "split_reduction": "workspace" if s.split else None, "instruction": "fma.rn.f32 (CUDA cores)",
                     "swap_ab": False, "persistent": False, "model_us": round(cfg.prediction.time_us, 2),
                     "calibrated_us": None}
-        return t, cfg.prediction.bound, f"configure({group.problem.describe()})", schedule
+        return t, cfg.prediction.bound, f"configure({group.problem.describe()})", schedule, cfg
     schedule = {"tile": f"{s.block_m}x{s.block_n}x{s.block_k}", "stages": s.stages, "split_k": s.split_k,
                 "split_reduction": s.split_reduction if s.split_k > 1 else "stream_k" if s.stream_k else None,
                 "instruction": str(s.mma), "swap_ab": s.swap_ab, "persistent": s.persistent,
@@ -107,7 +109,7 @@ def _gemm_report(group, target) -> tuple[float, str, str, dict | None]:
                 "calibrated_us": None if cfg.calibrated_time_us is None else round(cfg.calibrated_time_us, 2)}
     if getattr(s, "pingpong", False):
         schedule["consumers"] = "pingpong"
-    return t, cfg.prediction.bound, f"configure({group.problem.describe()})", schedule
+    return t, cfg.prediction.bound, f"configure({group.problem.describe()})", schedule, cfg
 
 
 def _rows_report(group, target) -> tuple[float, str, str, dict]:
@@ -231,18 +233,34 @@ def aten_model(target) -> dict:
 
 
 def kernel_reports(planned, target) -> list[KernelReport]:
-    """One report per group that launches a kernel, in execution order."""
-    reports = []
+    """One report per group that launches a kernel, in execution order (``priced_kernels``)."""
+    return priced_kernels(planned, target)[0]
+
+
+def priced_kernels(planned, target):
+    """``(reports, step clock)``: one report per group that launches a kernel, in execution order, with
+    the calibrated GEMMs priced at the clock the whole step settles on (``nova.compiler.step_clock``;
+    None where the target has no step calibration, each GEMM then at its own clock)."""
+    reports, gemms = kernel_reports_at_own_clocks(planned, target)
+    return reports, _at_step_clock(reports, gemms, target)
+
+
+def kernel_reports_at_own_clocks(planned, target):
+    """``(reports, gemms)``: the reports with each GEMM at its own back-to-back clock, and the GEMMs
+    the step clock prices (``(report, step_clock.PricedGemm)``)."""
+    from nova.compiler import step_clock
+    reports, gemms = [], []
     dispatched = aten_dispatch(planned)
     stored = cost.aten_calibration(target)
     for index, group in enumerate(planned.groups):
         if group.kernel == "none" or group.kind == "collective":      # collectives: nova.compiler.communication
             continue
         node = group.head
-        name, schedule, kernel, kinds = _group_name(group), None, group.kernel, None
+        name, schedule, kernel, kinds, priced = _group_name(group), None, group.kernel, None, None
         if group.kind == "gemm" and group.problem is not None:
-            t, bound, formula, schedule = _gemm_report(group, target)
+            t, bound, formula, schedule, cfg = _gemm_report(group, target)
             model = "gemm configurator" + (" (calibrated)" if schedule["calibrated_us"] is not None else "")
+            priced = step_clock.priced_gemm(cfg)
         elif node.op in ("attention", "attention_backward"):
             t, bound, formula, kernel, schedule = _attention_report(group, node, target)
             model = "attention configurator" if kernel == "nova" else "fp32 attention"
@@ -284,7 +302,32 @@ def kernel_reports(planned, target) -> list[KernelReport]:
             t, bound, formula = kt.time_us, kt.bound, kt.formula
         reports.append(KernelReport(index, group.kind, kernel, name, round(t, 3), bound, formula, group.reason,
                                     node.origin, schedule, model, kinds))
-    return reports
+        if group.kind == "gemm" and group.problem is not None and priced is not None:
+            gemms.append((reports[-1], priced))
+    return reports, gemms
+
+
+def step_clock_inputs(reports, gemms) -> tuple[list, float, float]:
+    """What the step clock reads (``step_clock.settle``): the priced GEMMs, attention's tensor-core
+    time and every other kernel's time (us)."""
+    priced_ids = {id(r) for r, _ in gemms}
+    attention_tensor_us = sum((r.schedule or {}).get("tensor_core_us", 0.0) for r in reports
+                              if r.model == "attention configurator")
+    other_us = sum(r.predicted_us for r in reports if id(r) not in priced_ids)
+    return [g for _, g in gemms], attention_tensor_us, other_us
+
+
+def _at_step_clock(reports, gemms, target):
+    """Price ``gemms`` (``(report, PricedGemm)``) at the step's clock, in place; the clock or None."""
+    from nova.compiler import step_clock
+    clock = step_clock.settle(*step_clock_inputs(reports, gemms), target)
+    if clock is None:
+        return None
+    for report, g in gemms:
+        report.schedule["own_clock_us"] = report.predicted_us      # at the kernel's own back-to-back clock
+        report.predicted_us = round(g.at(clock.mhz)[1], 3)
+        report.formula += f" at the step's clock {clock.mhz:.0f} MHz"
+    return clock
 
 
 def predicted_step_us(planned, target) -> float:
@@ -322,7 +365,7 @@ def explain_planned(captured_graph, planned, target, tokens_per_step: int | None
     prediction, ...)."""
     from nova.hwmodel import get_target
     target = get_target(target)
-    kernels = kernel_reports(planned, target)
+    kernels, clock = priced_kernels(planned, target)
     fallback = {}
     for node in captured_graph.nodes:
         if node.op == "aten":
@@ -336,7 +379,8 @@ def explain_planned(captured_graph, planned, target, tokens_per_step: int | None
         entry["count"] += 1
         entry["predicted_us"] = round(entry["predicted_us"] + k.predicted_us, 3)
     prediction = {"step_ms": round(step_us / 1e3, 4), "launches": len(kernels), "by_kind": by_kind,
-                  "aten": {**aten_model(target), "kinds": aten_kind_totals(kernels)}}
+                  "aten": {**aten_model(target), "kinds": aten_kind_totals(kernels)},
+                  "sm_clock": None if clock is None else clock.to_dict()}
     if tokens_per_step:
         prediction["tokens_per_step"] = tokens_per_step
         prediction["tokens_per_s"] = round(tokens_per_step / (step_us * 1e-6)) if step_us else None
@@ -399,18 +443,20 @@ def training_step(model_name: str, batch: int, seq: int | None = None, optimizer
 
 
 def plan_training_step(model_name: str, batch: int, seq: int | None = None, optimizer: str = "adamw",
-                       target="h200", memory_budget=None, recipe=None):
+                       target="h200", memory_budget=None, recipe=None, opts=None):
     """A built-in model's training step captured and planned for ``target`` on the meta device:
     ``(planned, tokens_per_step)``, what ``nova precompile train`` and the GEMM suite
-    (``nova.bench.train_gemms``) read the step's kernels from."""
+    (``nova.bench.train_gemms``) read the step's kernels from.  ``opts``: the ``nova.options.Options``
+    to plan under (its memory policy), default the process's."""
     from nova import options
     from nova.frontend import capture
     from nova.compiler.outside_arena import account
     from nova.passes import pipeline
+    opts = opts or options.current()
     fn, args, model, opt, tokens = training_step(model_name, batch, seq, optimizer, recipe)
     captured = capture(fn, args, models=[model], optimizers=[opt], name=f"train_{model_name}")
     return pipeline(captured.graph, target, memory_budget=memory_budget, outside_arena=account,
-                    memory_policy=memory_policy(options.current().memory_policy, target)), tokens
+                    memory_policy=memory_policy(opts.memory_policy, target)), tokens
 
 
 def explain_train(model_name: str, batch: int, seq: int | None = None, target="h200",
@@ -664,6 +710,11 @@ def render(report: dict, console=None, top: int = 12) -> None:
     if p.get("tokens_per_s"):
         line += f", {p['tokens_per_s'] / 1e3:.1f}k tokens/s"
     console.print(line + " (the configurator's models, no measurement)")
+    if p.get("sm_clock"):
+        c = p["sm_clock"]
+        console.print(f"  GEMMs priced at the step's SM clock, {c['mhz']:.0f} MHz: tensor-core duty {c['duty']:.2f} "
+                      f"of the step, f = min({c['max_mhz']:.0f}, {c['sustained_mhz']:.0f} * duty^(-1/3)) "
+                      f"({escape(c['source'])})")
     if "communication" in report:
         from nova.compiler.communication import render as render_communication
         render_communication(report, console)

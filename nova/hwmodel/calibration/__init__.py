@@ -158,11 +158,17 @@ def _at_scale(terms_us: dict, split_k, constants: dict, launches=None):
     return at
 
 
+def at_clock(terms_us: dict, split_k, constants: dict, mhz, launches=None):
+    """(tensor-core time, calibrated time) in us with the SM clock held at ``mhz`` instead of the
+    power-limited one.  Needs ``f_model_mhz`` (the clock the model's peak figures assume)."""
+    return _at_scale(terms_us, split_k, constants, launches)(constants["f_model_mhz"] / mhz)
+
+
 def time_at_clock(terms_us: dict, split_k, constants: dict, mhz, launches=None):
-    """The calibrated time (us) with the SM clock held at ``mhz`` (a measured clock, e.g. a held-out
-    row's ``nova_graph_sm_mhz``) instead of the power-limited one: the kernel model checked apart from
-    the clock model.  Needs ``f_model_mhz`` (the clock the model's peak figures assume)."""
-    return _at_scale(terms_us, split_k, constants, launches)(constants["f_model_mhz"] / mhz)[1]
+    """The calibrated time (us) at a given clock (``at_clock``): a measured one (a held-out row's
+    ``nova_graph_sm_mhz``, the kernel model checked apart from the clock model) or a step's
+    (``nova.compiler.step_clock``)."""
+    return at_clock(terms_us, split_k, constants, mhz, launches)[1]
 
 
 def memory_constants(gpu, streaming: bool = False) -> dict:

@@ -60,15 +60,22 @@ class Config:
         from nova.hwmodel.calibration import measured_ceiling
         return measured_ceiling(self.target.name, self.problem.dtype)
 
-    def _calibrated(self):
-        from nova.hwmodel.calibration import clock_and_time, constants_for, load
-        if self.skinny:          # its prediction already uses the memory-bound families' fitted constants
+    def calibration_constants(self) -> dict | None:
+        """The calibration constants that apply to this kernel (its target's, for its instruction
+        family, ping-pong's where it has them), or None: no calibration, or the skinny kernel (its
+        prediction already uses the memory-bound families' fitted constants)."""
+        from nova.hwmodel.calibration import constants_for, load
+        if self.skinny:
             return None
         cal = load(self.target.name, self.schedule.mma.family)
-        if cal is None:
+        return None if cal is None else constants_for(cal["constants"], self.schedule.pingpong)
+
+    def _calibrated(self):
+        from nova.hwmodel.calibration import clock_and_time
+        constants = self.calibration_constants()
+        if constants is None:
             return None
-        return clock_and_time(self.prediction.terms_us, self.schedule.launch_split,
-                              constants_for(cal["constants"], self.schedule.pingpong), self.schedule.launches)
+        return clock_and_time(self.prediction.terms_us, self.schedule.launch_split, constants, self.schedule.launches)
 
     def to_dict(self) -> dict:
         s = self.schedule

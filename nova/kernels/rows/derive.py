@@ -52,6 +52,11 @@ REG_VALUES = 64              # [EST] f32 values a thread may keep for the whole 
                              # two 1024-thread CTAs or sixteen 128-thread CTAs per SM (ptxas checks: no spills)
 REG_OVERHEAD = 40            # [EST] registers besides the kept values: indices, statistics, loop state
 MIN_ROWS_PER_THREAD = 16     # [EST] column stage: rows a thread adds at least per split (amortises its partial)
+IN_FLIGHT_MARGIN = 2         # [EST] bytes in flight per SM over Little's law (DRAM bandwidth x loaded latency /
+                             # SMs): the pointwise kernels stream at 89-94% of the copy ceiling with 2.2x it
+                             # (bench/results/h200-2026-12-04/run5), the column stage at 42% with 0.55x
+MAX_COLUMN_UNROLL = 8        # [EST] rows a column-stage thread loads before adding (registers: unroll x vec words
+                             # per row operand, at most 32)
 COLUMN_THREADS = 256         # [EST] column-stage CTA: 8 warps, two per scheduler
 TOTAL_THREADS = 256          # [EST] the single-CTA loss kernels: 8 warps stream the [rows] vectors once
 ACC_VALUES = 64              # [EST] f32 column sums a thread may keep across its rows (as REG_VALUES: with the
@@ -92,6 +97,7 @@ F = formulas("""
     row_splits = Max(1, Min(ceil(sm_count * blocks_per_sm / row_groups), floor(chunks / min_chunks)))
     sm_bw = l2_bw / sm_count
     busiest_sm_bytes = ceil(ctas / sm_count) * (dram_bytes + l2_reread_bytes) / ctas
+    unroll = ceil(margin * dram_bw * mem_latency_ns * 1e-9 / (sm_count * resident_threads * row_load_bytes))
     t_kernel = Max(dram_bytes / (dram_bw * eta_dram) + l2_reread_bytes / l2_bw, busiest_sm_bytes / sm_bw) + t_launch
 """)
 
@@ -365,8 +371,28 @@ def column_tile(p: RowsProblem, gpu: GPUModel, d: Derivation) -> ColumnTile:
     splits = math.ceil(p.rows / rows_per_split)
     smem = 4 * tr * tc * vec * len(p.prologue.reduce) if tr > 1 else 0
     final = final_sum_tile(p, splits, d) if splits > 1 else (1, 1, 1, 1)
+    unroll = column_unroll(p, gpu, vec, blocks * splits, bps, math.ceil(rows_per_split / tr), d)
     return ColumnTile(tc, tr, vec, splits, rows_per_split, (blocks, splits), *final, smem,
-                      outputs=len(p.prologue.reduce))
+                      outputs=len(p.prologue.reduce), unroll=unroll)
+
+
+def column_unroll(p: RowsProblem, gpu: GPUModel, vec: int, ctas: int, bps: int, iters: int, d: Derivation) -> int:
+    """Rows a column-stage thread loads before adding them: enough bytes in flight on each SM to cover
+    the loaded DRAM latency (Little's law, ``IN_FLIGHT_MARGIN`` over it) with the threads the grid puts
+    on an SM; a power of two dividing the thread's rows, at most ``MAX_COLUMN_UNROLL`` and 32 registers
+    of loaded words."""
+    words = vec * sum(max(1, o.elem_bytes // 4) for o in p.inputs if o.layout == "row")
+    resident = min(bps, math.ceil(ctas / gpu.sm_count)) * COLUMN_THREADS
+    want = int(d.apply("rows in flight", F.unroll, f"{IN_FLIGHT_MARGIN}x Little's law ({gpu.mem_latency_ns:.0f} ns "
+                       f"loaded latency) over {resident} resident threads each loading {4 * words} B a row",
+                       post=int, margin=IN_FLIGHT_MARGIN, dram_bw=gpu.dram_bw, mem_latency_ns=gpu.mem_latency_ns,
+                       sm_count=gpu.sm_count, resident_threads=resident, row_load_bytes=4 * words))
+    unroll = 1
+    while unroll * 2 <= min(want, MAX_COLUMN_UNROLL, max(1, 32 // max(words, 1))) and iters % (unroll * 2) == 0:
+        unroll *= 2
+    d.note("column unroll", unroll, f"a power of two dividing the {iters} rows a thread adds, at most "
+           f"{MAX_COLUMN_UNROLL} and 32 registers of loads")
+    return unroll
 
 
 # ---- 8 -----------------------------------------------------------------------------------------
@@ -442,14 +468,14 @@ def configure_rows(p: RowsProblem, target="h200") -> RowsConfig:
     if colp is not None:
         column = column_tile(colp, gpu, d)
         partial = 4 * column.splits * colp.n * len(colp.prologue.reduce)
-        first = sum(colp.nbytes(o) for o in colp.inputs) + (partial if column.splits > 1 else
-                                                            sum(colp.nbytes(o) for o in colp.outputs))
+        sums = sum(colp.nbytes(o) for o in colp.outputs if o.layout == "col")
+        stored = sum(colp.nbytes(o) for o in colp.outputs if o.layout != "col")   # the prologue's stored values
+        first = sum(colp.nbytes(o) for o in colp.inputs) + stored + (partial if column.splits > 1 else sums)
         terms["column"], st = kernel_time("column", first, 0, gpu, mc, column.grid[0] * column.grid[1])
         d.steps.append(st)
         roles.append("column")
         if column.splits > 1:
-            terms["column_final"], st = kernel_time("column_final", partial + sum(colp.nbytes(o) for o in colp.outputs),
-                                                    0, gpu, mc, column.final_grid)
+            terms["column_final"], st = kernel_time("column_final", partial + sums, 0, gpu, mc, column.final_grid)
             d.steps.append(st)
             roles.append("column_final")
     total = 0

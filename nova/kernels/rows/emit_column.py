@@ -2,7 +2,8 @@
 
 ``column``: CTA (x, s) of ``threads_cols x threads_rows`` threads; thread (tc, tr) owns ``vec``
 consecutive columns from ``(x * threads_cols + tc) * vec`` and adds rows ``s * rows_per_split + tr``,
-``+ threads_rows``, ... of split ``s``, evaluating the prologue per element (its stored values are
+``+ threads_rows``, ... of split ``s``, ``unroll`` rows a loop trip (all their loads issued before the
+first add: that many loads in flight), evaluating the prologue per element (its stored values are
 written on the way).  The ``threads_rows`` partial sums meet in shared memory and row 0 of the CTA
 adds them in order; it writes the result (``splits`` = 1: scaled and rounded to the output type) or
 the split's partial (f32) into the workspace.  ``column_final``: threads along the columns and the
@@ -69,34 +70,41 @@ def build_column(p, s) -> str:
         cols = {o.name: ir.load(o.name, safe_c, vec) for o in colp.inputs if o.layout == "col"}
         r0 = ir.mul(by, ct.rows_per_split, "r0")
         iters = math.ceil(ct.rows_per_split / tr)
+        unroll = ct.unroll                          # divides iters (derive.column_unroll)
         zero = ir.f(0.0)
-        with ir.loop(iters, [zero] * (len(reduced) * vec)) as (k, acc, state):
-            local = ir.add(ir.mul(k, tr, "kr"), trow, "rloc")
-            r = ir.add(r0, local, "r")
-            ok_r = True if ct.splits * ct.rows_per_split == colp.rows else ir.cmp("slt", r, colp.rows, "r_ok")
-            if ct.rows_per_split % tr:
-                ok_r = ir.and_(ok_r, ir.cmp("slt", local, ct.rows_per_split, "in_split"))
-            sr = ir.select(ok_r, r, 0, hint="sr")
-            env = dict(fixed)
-            rows = {}
-            for o in colp.inputs:
-                if o.layout == "per_row":
-                    env[o.name] = ir.load(o.name, sr)[0]
-                elif o.layout == "row":
-                    rows[o.name] = ir.load(o.name, ir.add(ir.mul(sr, o.stride, f"{o.name}_r"), safe_c, f"{o.name}_off"), vec)
+        with ir.loop(iters // unroll, [zero] * (len(reduced) * vec)) as (k, acc, state):
+            loaded = []                             # every row's loads first: ``unroll`` rows in flight
+            for u in range(unroll):
+                step = ir.add(ir.mul(k, unroll, "ku"), u, "kstep") if unroll > 1 else k
+                local = ir.add(ir.mul(step, tr, "kr"), trow, "rloc")
+                r = ir.add(r0, local, "r")
+                ok_r = True if ct.splits * ct.rows_per_split == colp.rows else ir.cmp("slt", r, colp.rows, "r_ok")
+                if ct.rows_per_split % tr:
+                    ok_r = ir.and_(ok_r, ir.cmp("slt", local, ct.rows_per_split, "in_split"))
+                sr = ir.select(ok_r, r, 0, hint="sr")
+                env = dict(fixed)
+                rows = {}
+                for o in colp.inputs:
+                    if o.layout == "per_row":
+                        env[o.name] = ir.load(o.name, sr)[0]
+                    elif o.layout == "row":
+                        rows[o.name] = ir.load(o.name, ir.add(ir.mul(sr, o.stride, f"{o.name}_r"), safe_c,
+                                                              f"{o.name}_off"), vec)
+                loaded.append((r, ok_r, env, rows))
             out = list(acc)
-            keep: dict[str, list] = {}
-            for j in range(vec):
-                e = {**env, **{n: v[j] for n, v in rows.items()}, **{n: v[j] for n, v in cols.items()}}
-                vals = evaluate(ir, pro, e)
-                for q, (index, _) in enumerate(pro.reduce):
-                    out[q * vec + j] = ir.fadd(out[q * vec + j], ir.fsel(ok_r, vals[index], zero), "acc")
-                for index, name in stored:
-                    keep.setdefault(name, []).append(vals[index])
-            if keep:
-                ir.guarded(ir.and_(ok_r, ok_c), lambda: [
-                    ir.store(n, ir.add(ir.mul(r, colp.operand(n).stride, "st_r"), col, "st_off"), vs)
-                    for n, vs in keep.items()])
+            for r, ok_r, env, rows in loaded:
+                keep: dict[str, list] = {}
+                for j in range(vec):
+                    e = {**env, **{n: v[j] for n, v in rows.items()}, **{n: v[j] for n, v in cols.items()}}
+                    vals = evaluate(ir, pro, e)
+                    for q, (index, _) in enumerate(pro.reduce):
+                        out[q * vec + j] = ir.fadd(out[q * vec + j], ir.fsel(ok_r, vals[index], zero), "acc")
+                    for index, name in stored:
+                        keep.setdefault(name, []).append(vals[index])
+                if keep:
+                    ir.guarded(ir.and_(ok_r, ok_c), lambda r=r, keep=keep: [
+                        ir.store(n, ir.add(ir.mul(r, colp.operand(n).stride, "st_r"), col, "st_off"), vs)
+                        for n, vs in keep.items()])
             state["out"] = out
         acc = state["results"]
         row_sum, lead = thread_rows_sum(ir, acc, len(reduced), vec, tc, tr, tcol, trow)

@@ -83,6 +83,7 @@ class ColumnTile(FinalSum):
     final_grid: int
     smem_bytes: int
     outputs: int = 1                # sums reduced (one partial slab each)
+    unroll: int = 1                 # rows a thread loads before adding them (loads in flight)
 
     @property
     def threads(self) -> int:
