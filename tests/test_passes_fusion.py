@@ -114,6 +114,26 @@ def test_a_reduction_fuses_with_its_pointwise_producers_even_if_another_reader_c
     assert "with 2 pointwise producers fused" in red.reason
 
 
+def test_a_bias_gradient_fuses_with_the_add_that_produces_its_input():
+    """The residual gradient ``dy = a + b`` read by the input-gradient GEMM (through a flattening)
+    before its column sum: after canonicalization the sum reads ``dy`` itself, joins the add's group
+    and writes ``dy`` on the way (one kernel, ``dy`` read once)."""
+    g = Graph()
+    a, b = g.input(F(4, 8, 16), "a"), g.input(F(4, 8, 16), "b")
+    dy = g.op("add", a, b)
+    flat = g.op("reshape", dy, shape=(32, 16))
+    g.output(g.op("matmul", flat, g.input(F(16, 16), "w")), "dx")
+    g.output(g.op("sum", flat, axes=(0,), keepdim=True), "db")
+    g.output(dy, "dy")
+    c = canonicalize(g)
+    groups = fuse(c)
+    check_partition(c, groups)
+    red = next(gr for gr in groups if gr.kind == "reduction")
+    assert ops_of(red) == ["add", "sum"] and red.kernel == "nova"
+    assert isinstance(red.problem, RowsProblem) and red.problem.prologue.store
+    assert not [gr for gr in groups if gr.kind == "pointwise"]
+
+
 def test_fusion_does_not_close_a_cycle_through_another_kernel():
     g = Graph()
     x = g.input(F(16, 16), "x")

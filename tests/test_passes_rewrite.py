@@ -218,3 +218,24 @@ def test_every_rewriting_pass_preserves_the_training_step():
                        if v.producer is not None]
     assert "permute" not in feeding_matmuls              # every linear layer's transpose is absorbed
     assert len(current.nodes) < len(g.nodes) - 20
+
+
+@pytest.mark.parametrize("op, keepdim", [("sum", True), ("sum", False), ("mean", True)])
+def test_a_reduction_over_a_flattening_reads_the_unflattened_value(op, keepdim):
+    """Autograd's bias gradient ``sum(reshape(dy, [B*T, C]), 0, keepdim)`` becomes a reduction of
+    ``dy`` over its leading axes (a view back to the kept shape with keepdim); a reshape that changes
+    the trailing axis, or a reduction over a trailing axis, is left as it is."""
+    g = Graph()
+    dy = g.input(F(3, 5, 4), "dy")
+    flat = g.op("reshape", dy, shape=(15, 4))
+    g.output(g.op(op, flat, axes=(0,), keepdim=keepdim), "db")
+    g.output(g.op("sum", g.op("reshape", dy, shape=(5, 12)), axes=(0,)), "other_split")   # trailing axis changes
+    g.output(g.op("sum", flat, axes=(1,)), "rows")                                         # not the leading axes
+    out = canonicalize(g)
+    verify(out)
+    reductions = [n for n in out.nodes if n.op in ("sum", "mean")]
+    direct = [n for n in reductions if n.inputs[0] is out.inputs[0].value]
+    assert len(direct) == 1 and direct[0].op == op and direct[0].attrs["axes"] == (0, 1)
+    assert out.outputs[0].value.shape == ((1, 4) if keepdim else (4,))
+    assert len(reductions) == 3
+    same_results(g, out)

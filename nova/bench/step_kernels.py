@@ -13,7 +13,8 @@ is that launch's device time with no host gap in it.  ``--repeats`` such passes;
 
 Predictions: ``step.explain(json=True)``'s kernels (the plan the program runs; matched by group index),
 its GEMMs at the step's predicted SM clock (``nova.compiler.step_clock``); the SM clock measured while
-timing (``nvidia-smi`` every 20 ms, ``harness.ClockSampler``) is reported beside it.
+the launches ran (``nvidia-smi`` every 10 ms, ``harness.ClockSampler``, only the samples inside each
+pass's launches, not its sleep) is reported beside it.
 Bytes: the group's distinct operands read from outside it plus the values it writes that are read
 outside it or returned (each once; a view counts its own elements).  The ceiling: ``--ceiling-tbs``
 (4.2 TB/s, the H200's measured copy rate).  A kernel the model calls launch-bound is listed as such,
@@ -45,8 +46,11 @@ def group_bytes(nodes, users, outputs) -> int:
     return sum(read.values()) + sum(written.values())
 
 
-def time_launches(torch, launches, repeats: int) -> list[float]:
-    """Median device microseconds of each launch (module docstring's method)."""
+def time_launches(torch, launches, repeats: int, windows: list | None = None) -> list[float]:
+    """Median device microseconds of each launch (module docstring's method); ``windows`` (when given)
+    receives each pass's ``(start, end)`` in ``time.time()`` seconds: the span its launches ran, not the
+    sleep before them (ended when the host's synchronize returned)."""
+    import time
     passes = []
     for _ in range(repeats):
         events = [torch.cuda.Event(enable_timing=True) for _ in range(len(launches) + 1)]
@@ -58,6 +62,9 @@ def time_launches(torch, launches, repeats: int) -> list[float]:
         events[-1].record()
         torch.cuda.synchronize()
         passes.append([a.elapsed_time(b) * 1e3 for a, b in zip(events, events[1:])])
+        if windows is not None:
+            end = time.time()
+            windows.append((end - events[0].elapsed_time(events[-1]) / 1e3, end))
     return [statistics.median(column) for column in zip(*passes)]
 
 
@@ -90,14 +97,13 @@ def measure(model_name: str, batch: int, seq: int | None, warmup: int, repeats: 
     launches = list(program.launches)
     import time
     from nova.bench.harness import ClockSampler
-    clocks = ClockSampler(interval_ms=20).start()
+    clocks = ClockSampler(interval_ms=10).start()
     time.sleep(0.2)
-    t0 = time.time()
+    windows: list = []
     with torch.no_grad():
-        times = time_launches(torch, launches, repeats)
-    t1 = time.time()
+        times = time_launches(torch, launches, repeats, windows)
     clocks.stop()
-    clock = clocks.summary([(t0, t1)], t0) or {}
+    clock = clocks.summary(windows, windows[0][0]) or {}
     rows = []
     for launch, us in zip(launches, times):
         report = reports.get(launch.group, {})
@@ -184,7 +190,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seq", type=int, default=None, help="tokens per sequence (default: the model's block_size)")
     ap.add_argument("--warmup", type=int, default=3, help="compiled steps before the timing")
-    ap.add_argument("--repeats", type=int, default=5, help="timed passes over the launches (median per launch)")
+    ap.add_argument("--repeats", type=int, default=10, help="timed passes over the launches (median per launch)")
     ap.add_argument("--ceiling-tbs", type=float, default=4.2, help="the DRAM copy ceiling in TB/s")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)

@@ -17,6 +17,10 @@ Rules (each keeps the value semantics; a rewritten node's old copy is left dead 
   fill itself (computed by the op's reference on one element), and ``x * 1``, ``x / 1`` are ``x``
   when the type does not change, and so are ``x + 0``, ``0 + x``, ``x - 0`` of integers (position
   ids offset by a cache length of 0: the ``iota`` is left a constant of the step);
+* reductions read through a flattening: ``sum``/``mean`` over the leading axes of a ``reshape`` that
+  only regroups leading axes (the trailing ones kept) is the same reduction of the reshape's input
+  over its leading axes: autograd's bias gradient ``sum(reshape(dy, [B*T, C]), 0)`` reads ``dy``
+  itself, so the fusion pass sees the reduction beside ``dy``'s pointwise producer (one kernel);
 * pads and shifts: a ``slice`` along a concat's axis, when every reader of the concat is such a
   slice, is the concat of its inputs' overlapping slices (one input's slice alone when it holds
   the range): the loss's ``cat(labels, -100)[:, 1:]`` becomes ``cat(labels[:, 1:], -100)``, whose
@@ -128,6 +132,34 @@ class _Canonicalizer:
 
     def _reshape(self, ins, attrs, origin):
         return self._shape_view("reshape", ins, attrs, origin)
+
+    def _sum(self, ins, attrs, origin):
+        return self._reduce_through_reshape("sum", ins, attrs, origin)
+
+    def _mean(self, ins, attrs, origin):
+        return self._reduce_through_reshape("mean", ins, attrs, origin)
+
+    def _reduce_through_reshape(self, op, ins, attrs, origin):
+        """``op`` over the leading axes of ``reshape(y)`` -> ``op`` over ``y``'s leading axes, when the
+        reshape keeps the trailing axes the reduction keeps (the reduced elements and their count are
+        the same); with ``keepdim`` the result is reshaped to the original's kept shape (a view)."""
+        (x,) = ins
+        p = x.producer
+        if p is None or p.op != "reshape":
+            return None
+        rank = x.type.rank
+        axes = sorted({a % rank for a in attrs["axes"]}) if rank else []
+        if not axes or axes != list(range(len(axes))):
+            return None
+        kept = tuple(x.shape[len(axes):])
+        y = p.inputs[0]
+        lead = y.type.rank - len(kept)
+        if lead < 1 or tuple(y.shape[lead:]) != kept:
+            return None
+        (out,) = self.build(op, [y], {**attrs, "axes": tuple(range(lead))}, origin)
+        if attrs.get("keepdim"):            # [1] * lead + kept -> [1] * len(axes) + kept: a view
+            return self.build("reshape", [out], {"shape": (1,) * len(axes) + kept}, origin)
+        return [out]
 
     def _permute(self, ins, attrs, origin):
         (x,) = ins

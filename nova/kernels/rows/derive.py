@@ -62,7 +62,9 @@ TOTAL_THREADS = 256          # [EST] the single-CTA loss kernels: 8 warps stream
 ACC_VALUES = 64              # [EST] f32 column sums a thread may keep across its rows (as REG_VALUES: with the
                              # kept row and the overhead a 128-thread CTA stays under 255 registers, no spills)
 FINAL_THREADS = 512          # [EST] partials_final: threads a CTA (columns x partials), 128 registers each
-FINAL_PARTIALS_PER_THREAD = 16   # [EST] partials a partials_final thread adds: 16 independent loads in flight
+FINAL_PARTIALS_PER_THREAD = 16   # [EST] partials a partials_final thread adds at most where the CTA has room
+FINAL_MIN_LANES = 8          # [EST] final sums: lanes along the columns at least (8 x 16 B: whole 128-byte lines)
+FINAL_UNROLL = 8             # [EST] final sums: partials a thread loads before adding them (loads in flight)
 MIN_SPLIT_CHUNKS = 8         # [EST] vector steps a thread walks at least in one split of a row (LANE_VECTORS: what
                              # an unsplit CTA-per-row thread keeps); fewer would spend the split's CTAs on launch and
                              # the row_final read rather than on streaming
@@ -249,16 +251,20 @@ def step6_partials(p: RowsProblem, rows_per_cta: int, bps: int, gpu: GPUModel) -
     return (partials, per_cta), [s1, s2]
 
 
-def final_sum_tile(p: RowsProblem, partials: int, d: Derivation) -> tuple[int, int, int, int]:
-    """(vec, threads along the columns, threads along the partials, grid) of a kernel adding ``partials``
-    partial rows of ``p``'s column outputs (``partials_final``, ``column_final``): a warp's lanes along the
-    columns (32 x vec f32: coalesced; vec 4, 2 or 1 as the row length and the outputs' base addresses
-    allow), threads along the partials until each adds at most FINAL_PARTIALS_PER_THREAD (at most
-    FINAL_THREADS a CTA: loads in flight on every SM the grid reaches), met in shared memory in order;
-    one CTA per column block."""
+def final_sum_tile(p: RowsProblem, partials: int, d: Derivation) -> tuple[int, int, int, int, int]:
+    """(vec, threads along the columns, threads along the partials, grid, unroll) of a kernel adding
+    ``partials`` partial rows of ``p``'s column outputs (``partials_final``, ``column_final``): lanes along
+    the columns (up to a warp's 32, vec f32 each: coalesced; vec 4, 2 or 1 as the row length and the
+    outputs' base addresses allow), threads along the partials until each adds at most
+    FINAL_PARTIALS_PER_THREAD (at most FINAL_THREADS a CTA: where that caps them, fewer lanes along the
+    columns, down to FINAL_MIN_LANES, make room for more partial threads and more CTAs), met in shared
+    memory in order; one CTA per column block; a thread loads ``unroll`` partials before adding them."""
     outs = [o for o in p.outputs if o.layout == "col"]
     vec = next(v for v in (4, 2, 1) if p.n % v == 0 and all(o.align % (v * o.elem_bytes) == 0 for o in outs))
     tc = min(32, _pow2ceil(math.ceil(p.n / vec)))
+    wanted = _pow2ceil(math.ceil(partials / FINAL_PARTIALS_PER_THREAD))
+    while tc > FINAL_MIN_LANES and tc * wanted > FINAL_THREADS:
+        tc //= 2
     tr = d.apply("final threads along the partials", F.final_threads_rows,
                  f"{tc} lanes along the columns ({vec} f32 each); at most {FINAL_PARTIALS_PER_THREAD} partials a "
                  f"thread, at most {FINAL_THREADS} threads a CTA; rounded up to a power of two",
@@ -266,14 +272,19 @@ def final_sum_tile(p: RowsProblem, partials: int, d: Derivation) -> tuple[int, i
                  threads_cols=tc, partials=partials, per_thread=FINAL_PARTIALS_PER_THREAD)
     tr = max(1, tr)
     grid = math.ceil(p.n / (tc * vec))
+    iters = math.ceil(partials / tr)
+    unroll = 1
+    while unroll * 2 <= FINAL_UNROLL and iters % (unroll * 2) == 0:
+        unroll *= 2
     d.note("final grid", grid, f"one CTA per {tc * vec} columns; {tc} x {tr} threads, the {tr} sums of a column "
-           "added in order through shared memory")
-    return vec, tc, tr, grid
+           f"added in order through shared memory; {unroll} of a thread's {iters} partials loaded before adding")
+    return vec, tc, tr, grid, unroll
 
 
 def partials_tile(p: RowsProblem, partials: int, per_cta: int, d: Derivation) -> PartialsTile:
     """partials_final (``final_sum_tile``) of the norms' weight/bias gradients."""
-    return PartialsTile(partials, per_cta, summed_gradients(p), *final_sum_tile(p, partials, d))
+    vec, tc, tr, grid, unroll = final_sum_tile(p, partials, d)
+    return PartialsTile(partials, per_cta, summed_gradients(p), vec, tc, tr, grid, unroll)
 
 
 # ---- 5 -----------------------------------------------------------------------------------------
@@ -370,10 +381,10 @@ def column_tile(p: RowsProblem, gpu: GPUModel, d: Derivation) -> ColumnTile:
     rows_per_split = math.ceil(p.rows / splits)
     splits = math.ceil(p.rows / rows_per_split)
     smem = 4 * tr * tc * vec * len(p.prologue.reduce) if tr > 1 else 0
-    final = final_sum_tile(p, splits, d) if splits > 1 else (1, 1, 1, 1)
+    *final, final_unroll = final_sum_tile(p, splits, d) if splits > 1 else (1, 1, 1, 1, 1)
     unroll = column_unroll(p, gpu, vec, blocks * splits, bps, math.ceil(rows_per_split / tr), d)
     return ColumnTile(tc, tr, vec, splits, rows_per_split, (blocks, splits), *final, smem,
-                      outputs=len(p.prologue.reduce), unroll=unroll)
+                      outputs=len(p.prologue.reduce), unroll=unroll, final_unroll=final_unroll)
 
 
 def column_unroll(p: RowsProblem, gpu: GPUModel, vec: int, ctas: int, bps: int, iters: int, d: Derivation) -> int:

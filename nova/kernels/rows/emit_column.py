@@ -133,7 +133,8 @@ def build_column_final(p, s) -> str:
             f"{ct.final_threads_cols}x{ct.final_threads_rows} threads, vec {ct.final_vec}")
     with ir.rows_kernel(KERNEL_NAMES["column_final"], param_types(p, s, "column_final"), ct.final_threads,
                         register_cap(ct.final_threads)):
-        final_sum(ir, reduced, ct.splits, colp.n, ct.final_vec, ct.final_threads_cols, ct.final_threads_rows, scale)
+        final_sum(ir, reduced, ct.splits, colp.n, ct.final_vec, ct.final_threads_cols, ct.final_threads_rows, scale,
+                  ct.final_unroll)
     return ir.text()
 
 

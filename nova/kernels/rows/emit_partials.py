@@ -25,7 +25,8 @@ def build_partials_final(p, s) -> str:
             f"{pt.final_threads_cols}x{pt.final_threads_rows} threads, vec {pt.final_vec}")
     with ir.rows_kernel(KERNEL_NAMES["partials_final"], param_types(p, s, "partials_final"), pt.final_threads,
                         register_cap(pt.final_threads)):
-        final_sum(ir, names, pt.partials, p.n, pt.final_vec, pt.final_threads_cols, pt.final_threads_rows)
+        final_sum(ir, names, pt.partials, p.n, pt.final_vec, pt.final_threads_cols, pt.final_threads_rows,
+                  unroll=pt.final_unroll)
     return ir.text()
 
 
@@ -34,11 +35,13 @@ def register_cap(threads: int) -> int:
     return min(255, 65536 // threads // 8 * 8)
 
 
-def final_sum(ir: RowsIr, names: list, parts: int, n: int, vec: int, tc: int, tr: int, scale: float = 1.0) -> None:
+def final_sum(ir: RowsIr, names: list, parts: int, n: int, vec: int, tc: int, tr: int, scale: float = 1.0,
+              unroll: int = 1) -> None:
     """The body of a kernel adding ``parts`` partial rows (``partials[name, part, n]``, f32) per name of
     ``names``: CTA ``bx`` owns columns ``[bx * tc * vec, +tc * vec)``, thread (c, r) adds partial rows
-    r, r + tr, ... of its ``vec`` columns; the ``tr`` sums of a column meet in shared memory and row 0
-    adds them in order, scales them by ``scale`` and stores them (rounded to each output's type)."""
+    r, r + tr, ... of its ``vec`` columns, ``unroll`` of them loaded before they are added (in order);
+    the ``tr`` sums of a column meet in shared memory and row 0 adds them in order, scales them by
+    ``scale`` and stores them (rounded to each output's type)."""
     tid = ir.let("tid", "gpu.thread_id x")
     bx = ir.let("bx", "gpu.block_id x")
     tcol = ir.rem(tid, tc, "tcol") if tr > 1 else tid
@@ -47,16 +50,21 @@ def final_sum(ir: RowsIr, names: list, parts: int, n: int, vec: int, tc: int, tr
     ok_c = True if n % (tc * vec) == 0 else ir.cmp("slt", col, n, "col_ok")
     safe_c = ir.select(ok_c, col, 0, hint="safe_col")
     zero = ir.f(0.0)
-    iters = math.ceil(parts / tr)
-    with ir.loop(iters, [zero] * (len(names) * vec), "k") as (k, acc, state):
-        r = ir.add(ir.mul(k, tr, "kr"), trow, "r")
-        ok_r = True if iters * tr == parts else ir.cmp("slt", r, parts, "r_ok")
-        sr = ir.select(ok_r, r, 0, hint="sr")
+    iters = math.ceil(parts / tr)              # unroll divides it (derive.final_sum_tile)
+    with ir.loop(iters // unroll, [zero] * (len(names) * vec), "k") as (k, acc, state):
+        loaded = []
+        for u in range(unroll):
+            step = ir.add(ir.mul(k, unroll, "ku"), u, "kstep") if unroll > 1 else k
+            r = ir.add(ir.mul(step, tr, "kr"), trow, "r")
+            ok_r = True if iters * tr == parts else ir.cmp("slt", r, parts, "r_ok")
+            sr = ir.select(ok_r, r, 0, hint="sr")
+            loaded.append((ok_r, [ir.load("partials", ir.add(ir.mul(ir.add(sr, q * parts, "slab"), n, "prow"), safe_c,
+                                                             "poff"), vec) for q in range(len(names))]))
         out = list(acc)
-        for q in range(len(names)):
-            got = ir.load("partials", ir.add(ir.mul(ir.add(sr, q * parts, "slab"), n, "prow"), safe_c, "poff"), vec)
-            for j in range(vec):
-                out[q * vec + j] = ir.fadd(out[q * vec + j], ir.fsel(ok_r, got[j], zero), "acc")
+        for ok_r, got in loaded:
+            for q in range(len(names)):
+                for j in range(vec):
+                    out[q * vec + j] = ir.fadd(out[q * vec + j], ir.fsel(ok_r, got[q][j], zero), "acc")
         state["out"] = out
     sums = state["results"]
     ordered, lead = thread_rows_sum(ir, sums, len(names), vec, tc, tr, tcol, trow)

@@ -84,6 +84,7 @@ class ColumnTile(FinalSum):
     smem_bytes: int
     outputs: int = 1                # sums reduced (one partial slab each)
     unroll: int = 1                 # rows a thread loads before adding them (loads in flight)
+    final_unroll: int = 1           # column_final: partials a thread loads before adding them
 
     @property
     def threads(self) -> int:
@@ -108,6 +109,7 @@ class PartialsTile(FinalSum):
     final_threads_cols: int         # partials_final: threads along the columns (a warp's lanes)
     final_threads_rows: int         # partials_final: threads along the partials, met in shared memory
     final_grid: int
+    final_unroll: int = 1           # partials a final-sum thread loads before adding them
 
 
     def to_dict(self) -> dict:
