@@ -19,6 +19,7 @@ from nova.ir.verify import verify
 from nova.models import GPT, GPTConfig, Llama, LlamaConfig, TrainRecipe, make_train_step
 from nova.options import MEMORY_LEAN, OptionError, parse
 from nova.passes import pipeline
+from nova.passes.budget import allocator_headroom
 from nova.passes.chunked_loss import chunk_loss, find
 from nova.passes.memory import validate_memory_plan
 from nova.passes.memory_policy import MemoryPolicy
@@ -68,7 +69,7 @@ def test_the_plan_cache_keys_the_policy():
 def test_every_decision_follows_the_rule(kind):
     graph = _meta_graph(kind)
     fastest = pipeline(graph, "h200", outside_arena=account)
-    for fraction in (0.05, MEMORY_LEAN):
+    for fraction in (0.07, MEMORY_LEAN):
         policy = memory_policy(fraction, "h200")
         planned = pipeline(graph, "h200", outside_arena=account, memory_policy=policy)
         report = planned.policy
@@ -88,7 +89,7 @@ def test_every_decision_follows_the_rule(kind):
         assert _count(planned.graph, "cross_entropy") == report.loss_chunks
         assert report.loss_chunks == 1 + sum(t.decision == "taken" and t.saving.startswith("chunked") for t in report.trials)
         validate_memory_plan(planned.graph, planned.groups, planned.memory)
-        if fraction == 0.05:            # the loss dominates: chunking it is worth 5 % of this small step
+        if fraction == 0.07:            # the loss dominates: chunking it costs 5-6 % of this small step
             assert report.loss_chunks >= 2 and report.peak_bytes < report.fastest_peak_bytes
 
 
@@ -251,11 +252,13 @@ def test_a_budget_keeps_the_policys_chunks():
     free = MemoryPolicy(0.0, lambda planned: 1.0 + _recomputed(planned))       # chunks free, recomputing not
     lean = pipeline(graph, "h200", outside_arena=account, memory_policy=free)
     assert lean.policy.loss_chunks > 1
-    fits = pipeline(graph, "h200", outside_arena=account, memory_policy=free, memory_budget=lean.memory.peak_bytes)
+    headroom = allocator_headroom(graph)                  # kept for the caching allocator (budget.py)
+    fits = pipeline(graph, "h200", outside_arena=account, memory_policy=free,
+                    memory_budget=lean.memory.peak_bytes + headroom)
     assert fits.budget.fits and fits.memory.peak_bytes == lean.memory.peak_bytes
     assert fits.budget.loss_chunks == lean.policy.loss_chunks and fits.policy is not None
     tighter = lean.memory.peak_bytes - 4 * 2**20           # one recomputed activation makes the room
-    squeezed = pipeline(graph, "h200", outside_arena=account, memory_policy=free, memory_budget=tighter)
+    squeezed = pipeline(graph, "h200", outside_arena=account, memory_policy=free, memory_budget=tighter + headroom)
     assert squeezed.memory.peak_bytes <= tighter and squeezed.budget.loss_chunks >= lean.policy.loss_chunks
 
 

@@ -18,7 +18,6 @@ Planning a step takes seconds to a minute on a CPU; ``--rows`` limits the fit to
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import sys
@@ -134,11 +133,8 @@ def main(argv=None) -> int:
                   "fit": "nova.bench.calibrate_step_clock: the geometric mean of f_measured * duty^(1/3) over "
                          "the rows, duty with the GEMMs at the measured clock",
                   "rows": result["rows"], "max_clock_error": result["max_clock_error"],
-                  "max_clock_error_left_out": result["max_clock_error_left_out"],
-                  "fitted": datetime.date.today().isoformat()}
-        path = calibration.path_for(args.preset, "step")
-        path.write_text(json.dumps(stored, indent=1) + "\n")
-        print(f"wrote {path}")
+                  "max_clock_error_left_out": result["max_clock_error_left_out"]}
+        print(f"wrote {calibration.store(args.preset, 'step', stored)}")
     return 0
 
 

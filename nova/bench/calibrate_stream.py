@@ -16,7 +16,6 @@ least squares on log(measured / predicted), grid 0.50..1.00 by 0.005.  Reported:
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import sys
@@ -101,10 +100,8 @@ def main(argv=None) -> int:
                                       else p for p in args.results],
                           "device": first.get("device"), "kernels": fit["kernels"]},
                "before": fit["before"], "after": fit["after"], "per_family_after": fit["per_family_after"],
-               "leave_one_model_out": fit["leave_one_model_out"], "fitted": datetime.date.today().isoformat()}
-        path = calibration.path_for(args.preset, "stream")
-        path.write_text(json.dumps(doc, indent=1) + "\n")
-        print(f"wrote {path}")
+               "leave_one_model_out": fit["leave_one_model_out"]}
+        print(f"wrote {calibration.store(args.preset, 'stream', doc)}")
     return 0
 
 

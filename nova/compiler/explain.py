@@ -549,7 +549,9 @@ def render_budget(budget: dict, console, priced_ms: float | None = None) -> None
     from rich.markup import escape
     from rich.table import Table
     priced = f"+{priced_ms:.3f} ms per step over the fastest plan as priced; " if priced_ms is not None else ""
-    console.print(f"memory budget {_gb(budget['budget_bytes'])}: predicted peak {_gb(budget['peak_bytes'])} "
+    kept = budget.get("headroom_bytes") or 0
+    room = f" ({_gb(kept)} kept for the allocator around the user's tensors)" if kept else ""
+    console.print(f"memory budget {_gb(budget['budget_bytes'])}{room}: predicted peak {_gb(budget['peak_bytes'])} "
                   f"(unbudgeted {_gb(budget['unbudgeted_peak_bytes'])}); loss in {budget['loss_chunks']} row "
                   f"chunk{'s' if budget['loss_chunks'] > 1 else ''}; predicted cost {priced}closed forms "
                   f"+{budget['extra_step_us'] / 1e3:.3f} ms (recompute {budget['recompute_us'] / 1e3:.3f} ms, chunked loss "

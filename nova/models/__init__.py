@@ -45,7 +45,7 @@ __all__ = ["BENCH_BATCH", "GPT", "GPTConfig", "GPT_CONFIGS", "HFCausalLM", "HF_C
 
 # the batch the benchmarks train each model at (bench/README.md): ``explain train``'s default --batch
 BENCH_BATCH = {"tiny": 4, "gpt42m": 32, "gpt144m": 16, "llama-tiny": 4, "llama42m": 32,
-               "hf-gpt2-42m": 32, "hf-llama-42m": 32}
+               "hf-gpt2-42m": 32, "hf-gpt2-144m": 16, "hf-llama-42m": 32}
 
 
 def describe(name: str) -> str:

@@ -2,6 +2,7 @@
 
     HFCausalLM("hf-gpt2-42m")     transformers.GPT2LMHeadModel, gpt42m's sizes, GPT-2's own
                                   activation (``gelu_new``: tanh GELU written op by op)
+    HFCausalLM("hf-gpt2-144m")    the same at gpt144m's sizes (the 12 GiB target's Hugging Face twin)
     HFCausalLM("hf-llama-42m")    transformers.LlamaForCausalLM, llama42m's sizes
 
 Built from a config with random weights (nothing downloaded); dropout off, ``use_cache=False``.
@@ -33,6 +34,7 @@ class HFConfig:
 
 CONFIGS = {
     "hf-gpt2-42m": HFConfig("gpt2", vocab_size=32768, n_embd=512, n_layer=8, n_head=8, block_size=512),
+    "hf-gpt2-144m": HFConfig("gpt2", vocab_size=50304, n_embd=768, n_layer=15, n_head=12, block_size=1024),
     "hf-llama-42m": HFConfig("llama", vocab_size=32768, n_embd=512, n_layer=8, n_head=8, block_size=512,
                              n_kv_head=4, hidden_dim=1344),
 }

@@ -24,6 +24,12 @@ lists it again), in the order of the savings' size per cost; ``planned`` is the 
    module states, re-planning after each batch, until the plan fits or no candidate is live at
    the peak.
 
+The plan's peak counts bytes allocated; a memory cap (``torch.cuda.set_per_process_memory_fraction``, a
+smaller GPU) counts what PyTorch's caching allocator reserves.  The arena is one allocation, but the
+parameters, the optimizer state and the data are one tensor each, and the allocator reserves more
+than their bytes (blocks rounded up, segments partly used): ``allocator_headroom`` =
+``ALLOCATOR_SLACK`` x those bytes is kept free, so the plan must fit ``budget - headroom``.
+
 If the plan still does not fit, ``MemoryBudgetError``: ONE line naming the smallest peak reached
 and what dominates it at its busiest position (user-owned parameters and optimizer state, the
 allocations outside the arena, then the arena's tensor classes), e.g. ``train_gpt144m (batch 16 x
@@ -46,6 +52,18 @@ from nova.passes.peak import TensorClass, composition, format_size
 UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zA-Z]*)\s*$")
+
+
+ALLOCATOR_SLACK = 0.10   # [MEASURED] what PyTorch's caching allocator reserved beyond the bytes of the user-owned
+                         # tensors (parameters, optimizer state, data): 170 MB over 1.75 GB for Hugging Face's
+                         # GPT-2 at GPT-144M's sizes under a 12 GiB cap (9.7%); GPT-144M at batch 20 ran out of
+                         # memory with 137 MB reserved and unused (bench/results/h200-2026-12-04/run8)
+
+
+def allocator_headroom(graph) -> int:
+    """Bytes a budget keeps free for the caching allocator around the user-owned tensors (the graph's
+    inputs: parameters, optimizer state, data): ``ALLOCATOR_SLACK`` x their bytes."""
+    return math.ceil(ALLOCATOR_SLACK * sum(spec.value.type.nbytes for spec in graph.inputs))
 
 
 class MemoryBudgetError(ValueError):
@@ -82,6 +100,8 @@ class BudgetReport:
     budget_bytes: int
     unbudgeted_peak_bytes: int
     peak_bytes: int = 0
+    headroom_bytes: int = 0               # kept free for the allocator (``allocator_headroom``): the plan fits
+                                          # budget_bytes - headroom_bytes
     fits: bool = False
     loss_chunks: int = 1                  # row chunks of the LM head + cross-entropy (1: not chunked)
     loss_chunk_why: str = ""
@@ -112,13 +132,15 @@ def describe_step(graph) -> str:
     return graph.name
 
 
-def refusal(planned, budget: int) -> MemoryBudgetError:
+def refusal(planned, budget: int, headroom: int = 0) -> MemoryBudgetError:
     parts = composition(planned)
     floor = planned.memory.peak_bytes
     text = ", ".join(f"{name} {format_size(n)}" for name, n in parts)
+    need = f", a budget of {format_size(floor + headroom)} with the {format_size(headroom)} kept for the " \
+        "allocator" if headroom else ""
     return MemoryBudgetError(f"{describe_step(planned.graph)} does not fit a memory budget of {format_size(budget)}: "
-                             f"the smallest plan is {format_size(floor)} ({text}); raise the budget or lower the batch",
-                             floor, parts)
+                             f"the smallest plan is {format_size(floor)} ({text}{need}); raise the budget or lower "
+                             "the batch", floor + headroom, parts)
 
 
 # ==================================================================== fitting
@@ -128,11 +150,13 @@ def fit_budget(planned, budget, target, plan_graph, default=None):
     Planned`` fuses, orders and plans a rewritten graph.  Raises ``MemoryBudgetError`` when the
     smallest plan reached is above the budget."""
     from nova.passes import chunked_loss, remat
-    budget = parse_size(budget)
+    asked = parse_size(budget)
+    headroom = allocator_headroom(planned.graph)
+    budget = asked - headroom                       # what the plan may need (module docstring)
     default = default if default is not None else planned
     policy = getattr(default, "policy", None)
     least = policy.loss_chunks if policy is not None else 1
-    report = BudgetReport(budget, default.memory.peak_bytes)
+    report = BudgetReport(asked, default.memory.peak_bytes, headroom_bytes=headroom)
     if default.memory.peak_bytes <= budget:
         report.fits, report.peak_bytes = True, default.memory.peak_bytes
         report.outside_bytes = default.memory.outside_bytes
@@ -192,7 +216,7 @@ def fit_budget(planned, budget, target, plan_graph, default=None):
             if trial.memory.peak_bytes <= budget:
                 current, chunks = trial, count
     if current.memory.peak_bytes > budget:
-        raise refusal(current, budget)
+        raise refusal(current, asked, headroom)
 
     report.loss_chunks = chunks
     if chunks > 1:

@@ -79,6 +79,16 @@ def load(preset: str, family: str = "mma.sync") -> dict | None:
     return json.loads(p.read_text()) if p.exists() else None
 
 
+def store(preset: str, family: str, doc: dict) -> Path:
+    """Write a fitted calibration (its constants with their provenance) beside the others, dated
+    today; the path written.  The process's cached ``load`` of it is dropped."""
+    import datetime
+    path = path_for(preset, family)
+    path.write_text(json.dumps({**doc, "fitted": datetime.date.today().isoformat()}, indent=1) + "\n")
+    load.cache_clear()
+    return path
+
+
 def measured_ceiling(preset: str, dtype: str) -> dict | None:
     """The measured power-limited tensor ceiling of ``preset`` for ``dtype`` (``{"tflops", "sm_mhz",
     "power_w", "probe", "pipe_use"}``), or None where none was measured (other presets, FP16)."""
