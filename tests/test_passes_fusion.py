@@ -207,11 +207,12 @@ def test_training_step_groups():
     (concat,) = [gr for gr in by_kind["composite"] if gr.nodes[0].op == "concat"]
     assert concat.kernel == "none" and "launches nothing" in concat.reason
     fused_reductions = [gr for gr in by_kind["reduction"] if len(gr.nodes) > 1]
-    assert {tuple(ops_of(gr)) for gr in fused_reductions} == {("add", "sum")}
-    # gelu_tanh_backward is no prologue op of the rows kernels: it stays a Nova pointwise kernel and the
-    # bias gradient's sum reads its result (not the two together on ATen)
-    (gelu_grad,) = [gr for gr in by_kind["pointwise"] if ops_of(gr) == ["gelu_tanh_backward"]]
-    assert gelu_grad.kernel == "nova"
+    # the bias gradients with their producers: the residual add's and GELU's backward (a rows prologue op),
+    # each value also written for the input-gradient GEMM
+    assert {tuple(ops_of(gr)) for gr in fused_reductions} == {("add", "sum"), ("gelu_tanh_backward", "sum")}
+    gelu_grad = [gr for gr in fused_reductions if ops_of(gr)[0] == "gelu_tanh_backward"]
+    assert all(gr.kernel == "nova" and gr.problem.prologue.store for gr in gelu_grad)
+    assert not [gr for gr in by_kind["pointwise"] if "gelu_tanh_backward" in ops_of(gr)]
     # rows kernels (nova/passes/rows.py): the norms and the loss, and the reductions whose producers are prologue ops
     rows_ops = ("layer_norm", "layer_norm_backward", "cross_entropy", "cross_entropy_backward")
     rows = [gr for gr in groups if gr.kind == "reduction" or gr.kind == "composite" and gr.nodes[0].op in rows_ops]

@@ -313,13 +313,16 @@ def test_explain_prices_rows_groups_with_the_rows_configurator():
 
 # ------------------------------------------------------------------ the column stage on the SIMT simulator
 @pytest.mark.parametrize("rows, n, op, stored", [(1000, 72, "sum", False), (4096, 512, "mean", False),
-                                                 (513, 37, "sum", False), (777, 96, "sum", True)])
+                                                 (513, 37, "sum", False), (777, 96, "sum", "add"),
+                                                 (300, 64, "sum", "gelu_tanh_backward"),
+                                                 (1200, 40, "sum", "tanh_backward")])
 def test_the_column_stage_and_its_final_sum_run_like_float64(rows, n, op, stored):
     """``column`` then ``column_final`` (threads along the columns and the partials, met in shared memory)
     executed thread by thread on the CPU (``tests/simt_cpu.py``: bounds and shared-memory races checked),
     every output NaN-poisoned first, against a float64 sum over the rows; ``stored``: a prologue
-    ``in0 + in1`` whose value the kernel also writes (a fused producer read elsewhere).  Several
-    rows a loop trip (``unroll``) where the derivation asks for them."""
+    ``in0 + in1``, ``gelu_tanh_backward(in0, in1)`` or ``tanh_backward(in0, in1)`` (a bias gradient fused
+    with the residual add or the activation's backward, as ``F.gelu`` or op by op) whose value the
+    kernel also writes.  Several rows a loop trip (``unroll``) where the derivation asks for them."""
     import numpy as np
     from simt_cpu import run_kernel
     from nova.hwmodel import get_target
@@ -332,7 +335,7 @@ def test_the_column_stage_and_its_final_sum_run_like_float64(rows, n, op, stored
     if stored:
         ins = (Operand("in0", "f32", "row", n), Operand("in1", "f32", "row", n))
         outs = (Operand("out", "f32", "col"), Operand("st0", "f32", "row", n))
-        prologue = Prologue((("add", ("in0", "in1")),), ((0, "out"),), ((0, "st0"),))
+        prologue = Prologue(((stored, ("in0", "in1")),), ((0, "out"),), ((0, "st0"),))
     else:
         ins, outs = (Operand("in0", "f32", "row", n),), (Operand("out", "f32", "col"),)
         prologue = Prologue((("cast_f32", ("in0",)),), ((0, "out"),))
@@ -351,8 +354,18 @@ def test_the_column_stage_and_its_final_sum_run_like_float64(rows, n, op, stored
     for role, build in (("column", build_column), ("column_final", build_column_final)):
         grid, block, smem = geometry(s, role)
         run_kernel(build(p, s), KERNEL_NAMES[role], grid, block[0], smem, buffers)
-    summed = x.astype(np.float64) + (y.astype(np.float64) if stored else 0.0)
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    if stored == "gelu_tanh_backward":          # (dy, x) -> dy * d/dx gelu_tanh(x)
+        t = np.tanh(np.sqrt(2 / np.pi) * (y64 + 0.044715 * y64 ** 3))
+        du = np.sqrt(2 / np.pi) * (1 + 3 * 0.044715 * y64 ** 2)
+        summed = x64 * (0.5 * (1 + t) + 0.5 * y64 * (1 - t * t) * du)
+    elif stored == "tanh_backward":             # (dy, y) -> dy * (1 - y^2)
+        summed = x64 * (1 - y64 * y64)
+    else:
+        summed = x64 + (y64 if stored else 0.0)
     want = summed.reshape(rows, n).sum(0) * (1 / rows if op == "mean" else 1)
     assert np.abs(buffers["out"] - want).max() <= 1e-5 * np.abs(want).max()
-    if stored:
+    if stored == "add":
         assert np.array_equal(buffers["st0"], x + y)
+    elif stored:
+        assert np.abs(buffers["st0"] - summed).max() <= 1e-5 * np.abs(summed).max()

@@ -141,6 +141,9 @@ def _fused_into(groups, memory, graph) -> dict:
     for g in groups:
         if g.kind == "pointwise":          # a Nova pointwise kernel's intermediates live in its registers
             continue
+        if g.kind == "reduction" and g.kernel == "nova":
+            continue                       # a rows prologue is a DAG (a value read again after a later one is
+                                           # written): computed unfused, each value needs its own bytes
         members = set(g.nodes)
         for v in (v for n in g.nodes for v in n.outputs if kind_of(v) == "fused"):
             w = v

@@ -25,7 +25,7 @@ COMPOSITES = ("layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backwar
               "log_softmax_backward", "cross_entropy", "cross_entropy_backward")
 REDUCE_OPS = ("sum", "mean", "max", "min")
 IR_OPS = {"add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "rsqrt", "reciprocal", "abs", "tanh", "sigmoid",
-          "relu", "silu", "maximum", "minimum", "pow"}
+          "relu", "silu", "maximum", "minimum", "pow", "gelu_tanh_backward", "tanh_backward"}
 
 
 # The row operands a cast can join, by position: the inputs a widening cast may feed and the output a

@@ -29,6 +29,7 @@ import math
 import struct
 
 from nova.codegen.builder import Ir, finite_float_literal
+from nova.kernels import activations
 from nova.kernels.pointwise.problem import PointwiseProblem
 from nova.kernels.pointwise.schedule import PointwiseSchedule
 from nova.kernels.pointwise.types import promote
@@ -47,7 +48,6 @@ COMPARE = {"eq": ("oeq", "eq"), "ne": ("une", "ne"), "lt": ("olt", "slt"), "le":
            "gt": ("ogt", "sgt"), "ge": ("oge", "sge")}
 COMPOSED = ("reciprocal", "sigmoid", "relu", "silu", "gelu_tanh", "gelu_erf", "pow", "gelu_tanh_backward",
             "gelu_erf_backward", "relu_backward", "silu_backward", "sigmoid_backward", "tanh_backward")
-SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 def params(problem: PointwiseProblem) -> tuple[str, ...]:
@@ -158,14 +158,9 @@ class _Emitter:
         e = self.f("math.exp", ty, self.f("arith.negf", ty, x))
         return self.f("arith.divf", ty, self.fconst(1.0, ty), self.f("arith.addf", ty, self.fconst(1.0, ty), e))
 
-    def gelu_tanh_parts(self, x, ty):
-        """(tanh(u), du/dx) with u = sqrt(2/pi) (x + 0.044715 x^3)."""
-        x2 = self.f("arith.mulf", ty, x, x)
-        inner = self.f("arith.addf", ty, self.fconst(1.0, ty), self.f("arith.mulf", ty, self.fconst(0.044715, ty), x2))
-        u = self.f("arith.mulf", ty, self.fconst(SQRT_2_OVER_PI, ty), self.f("arith.mulf", ty, x, inner))
-        du = self.f("arith.mulf", ty, self.fconst(SQRT_2_OVER_PI, ty),
-                    self.f("arith.addf", ty, self.fconst(1.0, ty), self.f("arith.mulf", ty, self.fconst(3 * 0.044715, ty), x2)))
-        return self.f("math.tanh", ty, u), du
+    def arith(self, ty: str) -> "_Arith":
+        """This emitter's arithmetic in ``ty`` for the shared activation formulas (``nova/kernels/activations.py``)."""
+        return _Arith(self, ty)
 
     def composed(self, op: str, xs: list[str], ty: str, ins) -> str:
         f, c = self.f, lambda v: self.fconst(v, ty)
@@ -179,8 +174,7 @@ class _Emitter:
         if op == "silu":
             return f("arith.mulf", ty, xs[0], self.sigmoid(xs[0], ty))
         if op == "gelu_tanh":
-            t, _ = self.gelu_tanh_parts(xs[0], ty)
-            return f("arith.mulf", ty, f("arith.mulf", ty, c(0.5), xs[0]), f("arith.addf", ty, one, t))
+            return activations.gelu_tanh(self.arith(ty), xs[0])
         if op == "gelu_erf":
             cdf = f("arith.mulf", ty, c(0.5), f("arith.addf", ty, one, f("math.erf", ty, f("arith.mulf", ty, xs[0], c(math.sqrt(0.5))))))
             return f("arith.mulf", ty, xs[0], cdf)
@@ -188,11 +182,7 @@ class _Emitter:
             return self.power(xs, ty, ins)
         dy, x = xs
         if op == "gelu_tanh_backward":
-            t, du = self.gelu_tanh_parts(x, ty)
-            left = f("arith.mulf", ty, c(0.5), f("arith.addf", ty, one, t))
-            sech2 = f("arith.subf", ty, one, f("arith.mulf", ty, t, t))
-            right = f("arith.mulf", ty, f("arith.mulf", ty, c(0.5), x), f("arith.mulf", ty, sech2, du))
-            return f("arith.mulf", ty, dy, f("arith.addf", ty, left, right))
+            return activations.gelu_tanh_backward(self.arith(ty), dy, x)
         if op == "gelu_erf_backward":
             cdf = f("arith.mulf", ty, c(0.5), f("arith.addf", ty, one, f("math.erf", ty, f("arith.mulf", ty, x, c(math.sqrt(0.5))))))
             pdf = f("arith.mulf", ty, c(1 / math.sqrt(2 * math.pi)),
@@ -208,7 +198,7 @@ class _Emitter:
         if op == "sigmoid_backward":         # (dy, y = sigmoid(x)) -> dy * y * (1 - y)
             return f("arith.mulf", ty, dy, f("arith.mulf", ty, x, f("arith.subf", ty, one, x)))
         if op == "tanh_backward":            # (dy, y = tanh(x)) -> dy * (1 - y^2)
-            return f("arith.mulf", ty, dy, f("arith.subf", ty, one, f("arith.mulf", ty, x, x)))
+            return activations.tanh_backward(self.arith(ty), dy, x)
         raise AssertionError(op)
 
     def power(self, xs, ty, ins) -> str:
@@ -400,6 +390,28 @@ class _Emitter:
                     self.store_output(i, results[i], e, s.vector)
             ir.emit("gpu.return")
         return ir.text()
+
+
+class _Arith:
+    """``activations.Arith`` over a pointwise emitter in one compute type (``math.tanh`` for tanh)."""
+
+    def __init__(self, emitter: "_Emitter", ty: str):
+        self.e, self.ty = emitter, ty
+
+    def add(self, a, b):
+        return self.e.f("arith.addf", self.ty, a, b)
+
+    def sub(self, a, b):
+        return self.e.f("arith.subf", self.ty, a, b)
+
+    def mul(self, a, b):
+        return self.e.f("arith.mulf", self.ty, a, b)
+
+    def tanh(self, a):
+        return self.e.f("math.tanh", self.ty, a)
+
+    def const(self, value):
+        return self.e.fconst(value, self.ty)
 
 
 def build_module(problem: PointwiseProblem, schedule: PointwiseSchedule) -> str:

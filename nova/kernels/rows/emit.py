@@ -13,6 +13,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from nova.codegen.builder import SMEM, Ir
+from nova.kernels import activations
 from nova.kernels.rows.problem import FLOAT_DTYPES, Operand, RowsProblem
 
 LOG2E = 1.4426950408889634
@@ -113,7 +114,12 @@ class RowsIr(Ir):
         return self.asm("sqrt.rn.f32", x, hint)
 
     def tanh(self, x, hint="th"):
-        return self.asm("tanh.approx.f32", x, hint)
+        """tanh x = 1 - 2 / (e^(2x) + 1): a few ulp of 1 in absolute terms (ex2.approx: 2 ulp), as the
+        pointwise kernels' ``math.tanh`` (``tanh.approx.f32`` is off by up to 2^-11 relative; a rows
+        prologue's values are stored for the GEMMs too); +-1 at the ends (e^(2x) is inf or 0)."""
+        one = self.f(1.0)
+        e2 = self.exp(self.fadd(x, x, "x2"), "e2x")
+        return self.fsub(one, self.fdiv(self.f(2.0), self.fadd(e2, one, "e2x1"), "q"), hint)
 
     def shfl_xor(self, x, offset: int) -> str:
         name = self.fresh("shfl")
@@ -203,8 +209,32 @@ def evaluate(ir: RowsIr, prologue, env: dict) -> list[str]:
     return vals
 
 
+class _Arith:
+    """``activations.Arith`` over a rows kernel's FP32 IR."""
+
+    def __init__(self, ir: RowsIr):
+        self.ir = ir
+
+    def add(self, a, b):
+        return self.ir.fadd(a, b)
+
+    def sub(self, a, b):
+        return self.ir.fsub(a, b)
+
+    def mul(self, a, b):
+        return self.ir.fmul(a, b)
+
+    def tanh(self, a):
+        return self.ir.tanh(a)
+
+    def const(self, value):
+        return self.ir.f(value)
+
+
 def _pointwise(ir: RowsIr, op: str, xs: list[str], args) -> str:
     one = ir.f(1.0)
+    if op in ("gelu_tanh_backward", "tanh_backward"):
+        return getattr(activations, op)(_Arith(ir), *xs)
     if op in ("add", "sub", "mul", "div"):
         return {"add": ir.fadd, "sub": ir.fsub, "mul": ir.fmul, "div": ir.fdiv}[op](*xs)
     if op in ("maximum", "minimum"):

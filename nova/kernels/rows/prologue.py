@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 UNARY = ("neg", "exp", "log", "sqrt", "rsqrt", "reciprocal", "abs", "tanh", "sigmoid", "relu", "silu",
          "cast_f32", "cast_bf16", "cast_f16")
-BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "pow")
+BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "pow", "gelu_tanh_backward", "tanh_backward")
 OPS = UNARY + BINARY
 
 
