@@ -232,27 +232,19 @@ def test_row_and_column_reductions_with_prologues(rows, n, dtype):
     b.poison_outputs()
     b.run()
     b.check("out", (a * s[:, None]).sum(0))
-    # the bias gradient of a residual stream: sum over the rows of a + c, the sum a + c stored (fused add)
-    pro = Prologue((("add", ("a", "c")), ("cast_" + dtype, ("%0",))), ((1, "out"),), ((1, "st0"),))
-    p = RowsProblem("column_reduce", rows, n, (row("a"), row("c")), (Operand("out", dtype, "col"), row("st0")),
-                    {"op": "sum"}, pro)
-    b = Buffers(p)
-    b.put("a", a), b.put("c", c)
-    b.poison_outputs()
-    b.run()
-    b.check("st0", total)
-    b.check("out", total.sum(0))
-    # the bias gradient of a GELU layer: sum over the rows of gelu_tanh_backward(a, c), the value stored
-    pro = Prologue((("gelu_tanh_backward", ("a", "c")), ("cast_" + dtype, ("%0",))), ((1, "out"),), ((1, "st0"),))
-    p = RowsProblem("column_reduce", rows, n, (row("a"), row("c")), (Operand("out", dtype, "col"), row("st0")),
-                    {"op": "sum"}, pro)
-    b = Buffers(p)
-    b.put("a", a), b.put("c", c)
-    b.poison_outputs()
-    b.run()
-    grad = _stored(torch.ops.aten.gelu_backward(a, c, approximate="tanh"), dtype)
-    b.check("st0", grad)
-    b.check("out", grad.sum(0))
+    # bias gradients with their producer fused, its value stored: a residual stream's (a + c) and a GELU
+    # layer's (gelu_tanh_backward(a, c): torch's gelu_backward in float64)
+    for op, value in (("add", total), ("gelu_tanh_backward",
+                                       _stored(torch.ops.aten.gelu_backward(a, c, approximate="tanh"), dtype))):
+        pro = Prologue(((op, ("a", "c")), ("cast_" + dtype, ("%0",))), ((1, "out"),), ((1, "st0"),))
+        p = RowsProblem("column_reduce", rows, n, (row("a"), row("c")), (Operand("out", dtype, "col"), row("st0")),
+                        {"op": "sum"}, pro)
+        b = Buffers(p)
+        b.put("a", a), b.put("c", c)
+        b.poison_outputs()
+        b.run()
+        b.check("st0", value)
+        b.check("out", value.sum(0))
     p = RowsProblem("row_reduce", rows, n, (row("a"),), (Operand("out", dtype, "per_row"),), {"op": "max"},
                     Prologue.identity("a", "out"))
     b = Buffers(p)
