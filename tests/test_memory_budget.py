@@ -69,10 +69,10 @@ def test_budgeted_plan_runs_like_the_unbudgeted_one_and_fits(step):
     name, graph, inputs = step
     base = pipeline(graph)
     want = run_planned(base, [t.clone() for t in inputs])
-    budget = int(base.memory.peak_bytes * 0.8)
+    budget = int(base.memory.peak_bytes * 0.8) + allocator_headroom(graph)     # the plan gets 0.8x the peak
     planned = pipeline(graph, memory_budget=budget)
     report = planned.budget
-    assert planned.memory.peak_bytes <= budget and report.fits and report.peak_bytes == planned.memory.peak_bytes
+    assert planned.memory.peak_bytes <= budget - report.headroom_bytes and report.fits and report.peak_bytes == planned.memory.peak_bytes
     assert report.unbudgeted_peak_bytes == base.memory.peak_bytes
     assert any(c.decision == "recomputed" for c in report.classes)
     assert any("[recomputed]" in n.origin for n in planned.graph.nodes)
@@ -175,7 +175,7 @@ def test_remat_candidates_put_gemm_outputs_last_and_recompute_exactly():
 def test_recomputed_groups_run_just_in_time():
     graph, _ = _step("tiny")
     base = pipeline(graph)
-    planned = pipeline(graph, memory_budget=int(base.memory.peak_bytes * 0.8))
+    planned = pipeline(graph, memory_budget=int(base.memory.peak_bytes * 0.8) + allocator_headroom(graph))
     position = {n: i for i, n in enumerate(planned.order)}
     users = planned.graph.users()
     for node in planned.order:
