@@ -51,7 +51,7 @@ class PricedGemm:
     constants: dict
 
     def at(self, mhz: float) -> tuple[float, float]:
-        """(tensor-core time, time) in us at ``mhz`` (``calibration._at_scale``)."""
+        """(tensor-core time, time) in us at ``mhz`` (``calibration.at_clock``)."""
         compute, time = calibration.at_clock(self.terms_us, self.split, self.constants, mhz, self.launches)
         return float(compute), float(time)
 
