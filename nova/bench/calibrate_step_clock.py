@@ -44,6 +44,7 @@ ROWS = (
     Row("bench/results/h200-2026-12-04/run7/gpt144m/nova-gpt144m-b16.json", "lean"),
 )
 
+
 def measured(row: Row) -> dict:
     """What the result file says: model, batch, seq, recipe, the median SM clock while timed."""
     d = json.loads((REPO / row.results).read_text())
@@ -72,13 +73,9 @@ def fit(rows: list[dict]) -> float:
 
 
 def predicted_mhz(sustained: float, gemms, attention: float, other: float) -> float:
+    """The clock ``sustained`` predicts for a step (``step_clock.solve``, as ``settle`` does)."""
     from nova.compiler import step_clock
-    f_max = gemms[0].constants["f_max_mhz"]
-    mhz = f_max
-    for _ in range(step_clock.ITERATIONS):
-        duty, _ = step_clock.duty_at(mhz, gemms, attention, other)
-        mhz = min(f_max, sustained * duty ** (-1 / 3))
-    return mhz
+    return step_clock.solve(gemms, attention, other, sustained, gemms[0].constants["f_max_mhz"])[0]
 
 
 def calibrate(rows=ROWS, target: str = "h200", progress=None) -> dict:

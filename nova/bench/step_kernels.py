@@ -27,6 +27,7 @@ import json
 import os
 import statistics
 import sys
+import time
 
 BAND = 0.15
 
@@ -50,7 +51,6 @@ def time_launches(torch, launches, repeats: int, windows: list | None = None) ->
     """Median device microseconds of each launch (module docstring's method); ``windows`` (when given)
     receives each pass's ``(start, end)`` in ``time.time()`` seconds: the span its launches ran, not the
     sleep before them (ended when the host's synchronize returned)."""
-    import time
     passes = []
     for _ in range(repeats):
         events = [torch.cuda.Event(enable_timing=True) for _ in range(len(launches) + 1)]
@@ -95,7 +95,6 @@ def measure(model_name: str, batch: int, seq: int | None, warmup: int, repeats: 
             users.setdefault(id(v), []).append(n)
     outputs = {id(o.value) for o in graph.outputs}
     launches = list(program.launches)
-    import time
     from nova.bench.harness import ClockSampler
     clocks = ClockSampler(interval_ms=10).start()
     time.sleep(0.2)

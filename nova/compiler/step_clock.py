@@ -85,14 +85,22 @@ def duty_at(mhz: float, gemms: list[PricedGemm], attention_tensor_us: float, oth
     return ((compute + attention_tensor_us) / step if step > 0 else 0.0), step
 
 
+def solve(gemms: list[PricedGemm], attention_tensor_us: float, other_us: float, sustained_mhz: float,
+          max_mhz: float) -> tuple[float, float]:
+    """(clock in MHz, duty) of the fixed point f = min(f_max, f_sustained * duty(f)^(-1/3)), iterated
+    from f_max (module docstring)."""
+    mhz, duty = max_mhz, 1.0
+    for _ in range(ITERATIONS):
+        duty, _ = duty_at(mhz, gemms, attention_tensor_us, other_us)
+        mhz = min(max_mhz, sustained_mhz * max(duty, 1e-6) ** (-1 / calibration.CLOCK_EXPONENT))
+    return mhz, duty
+
+
 def settle(gemms: list[PricedGemm], attention_tensor_us: float, other_us: float, target) -> StepClock | None:
     """The step's clock (module docstring), or None without a step calibration or GEMMs to price."""
     step = step_constants(target)
     if step is None or not gemms:
         return None
     f_max, sustained = gemms[0].constants["f_max_mhz"], step["f_step_sustained_mhz"]
-    mhz, duty = f_max, 1.0
-    for _ in range(ITERATIONS):
-        duty, _ = duty_at(mhz, gemms, attention_tensor_us, other_us)
-        mhz = min(f_max, sustained * max(duty, 1e-6) ** (-1 / calibration.CLOCK_EXPONENT))
+    mhz, duty = solve(gemms, attention_tensor_us, other_us, sustained, f_max)
     return StepClock(mhz, duty, sustained, f_max, step["source"])

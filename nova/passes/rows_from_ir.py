@@ -24,8 +24,8 @@ from nova.passes.layout import contiguous_strides, merged_batch_stride
 COMPOSITES = ("layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward", "softmax", "log_softmax", "softmax_backward",
               "log_softmax_backward", "cross_entropy", "cross_entropy_backward")
 REDUCE_OPS = ("sum", "mean", "max", "min")
-IR_OPS = {"add", "sub", "mul", "div", "neg", "exp", "log", "sqrt", "rsqrt", "reciprocal", "abs", "tanh", "sigmoid",
-          "relu", "silu", "maximum", "minimum", "pow", "gelu_tanh_backward", "tanh_backward"}
+# the prologue ops an IR node of the same name computes (the prologue's casts come from ``cast`` nodes)
+IR_OPS = frozenset(op for op in OPS if not op.startswith("cast_"))
 
 
 # The row operands a cast can join, by position: the inputs a widening cast may feed and the output a
@@ -313,7 +313,7 @@ def is_prologue_op(node) -> bool:
     or a pointwise op the prologue computes (a ``pow`` with a constant exponent)."""
     if node.op == "cast":
         return node.attrs["dtype"] in FLOAT_DTYPES
-    if node.op not in IR_OPS or node.op not in OPS or node.outputs[0].dtype not in FLOAT_DTYPES:
+    if node.op not in IR_OPS or node.outputs[0].dtype not in FLOAT_DTYPES:
         return False
     return node.op != "pow" or (node.inputs[1].producer is not None and node.inputs[1].producer.op == "constant")
 
@@ -330,7 +330,7 @@ def _prologue_op(node, arg, ops) -> str:
             raise NotRows(f"cast to {dtype} inside the reduction")
         ops.append((f"cast_{dtype}", (args[0],)))
         return f"%{len(ops) - 1}"
-    if op not in IR_OPS or op not in OPS:
+    if op not in IR_OPS:
         raise NotRows(f"{op} is not a prologue op of the rows kernels")
     if op == "pow" and not args[1].startswith("#"):
         raise NotRows("pow with a tensor exponent")

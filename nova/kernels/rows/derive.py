@@ -104,6 +104,15 @@ F = formulas("""
 """)
 
 
+def loads_per_trip(iters: int, most: int) -> int:
+    """The largest power of two at most ``most`` that divides ``iters``: the loads a loop trip issues
+    before adding them (the column stage's rows, the final sums' partials), no remainder trip."""
+    unroll = 1
+    while unroll * 2 <= most and iters % (unroll * 2) == 0:
+        unroll *= 2
+    return unroll
+
+
 def _pow2ceil(x: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(1, x))))
 
@@ -273,9 +282,7 @@ def final_sum_tile(p: RowsProblem, partials: int, d: Derivation) -> tuple[int, i
     tr = max(1, tr)
     grid = math.ceil(p.n / (tc * vec))
     iters = math.ceil(partials / tr)
-    unroll = 1
-    while unroll * 2 <= FINAL_UNROLL and iters % (unroll * 2) == 0:
-        unroll *= 2
+    unroll = loads_per_trip(iters, FINAL_UNROLL)
     d.note("final grid", grid, f"one CTA per {tc * vec} columns; {tc} x {tr} threads, the {tr} sums of a column "
            f"added in order through shared memory; {unroll} of a thread's {iters} partials loaded before adding")
     return vec, tc, tr, grid, unroll
@@ -398,9 +405,7 @@ def column_unroll(p: RowsProblem, gpu: GPUModel, vec: int, ctas: int, bps: int, 
                        f"loaded latency) over {resident} resident threads each loading {4 * words} B a row",
                        post=int, margin=IN_FLIGHT_MARGIN, dram_bw=gpu.dram_bw, mem_latency_ns=gpu.mem_latency_ns,
                        sm_count=gpu.sm_count, resident_threads=resident, row_load_bytes=4 * words))
-    unroll = 1
-    while unroll * 2 <= min(want, MAX_COLUMN_UNROLL, max(1, 32 // max(words, 1))) and iters % (unroll * 2) == 0:
-        unroll *= 2
+    unroll = loads_per_trip(iters, min(want, MAX_COLUMN_UNROLL, max(1, 32 // max(words, 1))))
     d.note("column unroll", unroll, f"a power of two dividing the {iters} rows a thread adds, at most "
            f"{MAX_COLUMN_UNROLL} and 32 registers of loads")
     return unroll
