@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device run 10 of 2026-12-04 (third session): the bias gradients fused with GELU's backward (F.gelu's
+# Device run 10 of 2026-12-04: the bias gradients fused with GELU's backward (F.gelu's
 # gelu_tanh_backward and the op-by-op tanh_backward chain); the rows kernels' tanh through e^2x.
 # GPU tests of the rows kernels, compiled tiny steps and the HF models; GPT-42M's kernels one by one;
 # GPT-42M and HF GPT-2 42M through nova.compile.

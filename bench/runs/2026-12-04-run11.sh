@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device run 11 of 2026-12-04 (third session): GPT-42M through nova.compile against torch.compile in one
+# Device run 11 of 2026-12-04: GPT-42M through nova.compile against torch.compile in one
 # call, the final plan (run 10's cache: bash bench/runs/2026-12-04-run10-build.sh).
 tar xzf .nova-cache.tgz
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=$PWD/.nova-cache NOVA_TARGET=h200 PYTHONUNBUFFERED=1

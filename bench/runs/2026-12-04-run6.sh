@@ -1,12 +1,13 @@
 #!/bin/bash
-# Device run 6 of 2026-12-04 (third session): the GPU tests after the executor's bind refactor; the step
+# Device run 6 of 2026-12-04: the GPU tests after the executor's bind refactor; the step
 # clock (step_kernels now samples the SM clock beside the prediction); HF Llama-42M at
 # NOVA_MEMORY_POLICY=0.015 against Liger's 5.46 GB; GPT-144M under the default policy.
 # The column stage loads several rows before adding them (ColumnTile.unroll).
 # Host first: bash bench/runs/2026-12-04-run6-build.sh (writes .nova-cache.tgz; carry it).
 tar xzf .nova-cache.tgz
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=$PWD/.nova-cache NOVA_TARGET=h200 PYTHONUNBUFFERED=1
-R=$OUT/run6; mkdir -p $R
+RUN=${RUN:-run6}                 # the results folder (run 7 ran these steps again: RUN=run7)
+R=$OUT/$RUN; mkdir -p $R
 PART=${1:-all}
 nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader
 S="--steps 50 --warmup 5"
@@ -27,4 +28,4 @@ if [ "$PART" = all ] || [ "$PART" = b ]; then
   python3 -m nova.bench.train --framework nova --model gpt144m --batch 16 --steps 30 --warmup 5 \
       --out $R/gpt144m 2>&1 | grep -E "steady|peak|error"
 fi
-tar czf $OUT/run6-$PART.tgz -C $OUT run6
+tar czf $OUT/$RUN-$PART.tgz -C $OUT $RUN

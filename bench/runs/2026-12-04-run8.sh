@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device run 8 of 2026-12-04 (third session): the 12 GiB targets not measured before -- Hugging Face's
+# Device run 8 of 2026-12-04: the 12 GiB targets not measured before -- Hugging Face's
 # GPT-2 at GPT-144M's sizes, batch 16 x 1024, and GPT-144M at batch 20 (24 does not fit: explain's
 # smallest plan is 13.1 GiB), each under memory_budget="12GiB" with the process capped at 12 GiB.
 # Host first: nova precompile train hf-gpt2-144m --batch 16 --memory-budget 12GiB --target h200 (with the

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device run 9 of 2026-12-04 (third session): run 8 again after the budget keeps a headroom for the caching
+# Device run 9 of 2026-12-04: run 8 again after the budget keeps a headroom for the caching
 # allocator (ALLOCATOR_SLACK): GPT-144M at batch 16 and 20, Hugging Face's GPT-2 at GPT-144M's sizes at
 # batch 16, each under memory_budget="12GiB" with the process capped at 12 GiB.
 # Host first: nova precompile train gpt144m --batch 16|20 --memory-budget 12GiB --target h200; the same for
