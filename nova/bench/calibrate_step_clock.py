@@ -112,6 +112,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=None, help="fit on the first N rows only (default: all)")
     ap.add_argument("--write", action="store_true", help="store <preset>.step.json beside the GEMM calibrations")
     args = ap.parse_args(argv)
+    if args.rows is not None and not 1 <= args.rows <= len(ROWS):
+        ap.error(f"--rows must be 1..{len(ROWS)} (the committed rows), got {args.rows}")
     from nova.hwmodel import calibration
     rows = ROWS[: args.rows] if args.rows else ROWS
     result = calibrate(rows, args.preset, progress=lambda r: print(f"planning {r.results} ({r.policy})",
