@@ -12,7 +12,7 @@ Plans:
   value the real plan keeps in the arena (and, with ``donate=False``, every donated output) gets
   bytes of its own for the whole step: nothing shares arena bytes, nothing is written in place.
 * ``node_groups(graph)``: the graph as captured (not optimized), one group per node in program
-  order (real ``Group`` objects built here; a matmul's group is marked for a Nova kernel), its
+  order (real ``Group`` objects built here; a matmul's group classified as the fusion pass does), its
   memory planned by the real ``nova.passes.plan_memory`` (reuse, in place, donation).
 
 Plans the tests break on purpose (overlapping live values, unsafe donations, aliases of non-views)
@@ -31,7 +31,7 @@ from nova.ir import Graph, TensorType
 from nova.ir.ops import kind
 from nova.passes import Group, Planned, ValuePlan, pipeline, plan_memory, validate_memory_plan
 from nova.passes import layout as layout_analysis
-from nova.passes.fusion import boundary
+from nova.passes.fusion import Epilogue, boundary, classify_gemm
 from nova.passes.memory import aligned
 
 CREATION = ("constant", "iota")
@@ -86,8 +86,8 @@ GROUP_KINDS = {"matmul": "gemm", "pointwise": "pointwise", "creation": "pointwis
 def node_groups(graph: Graph, *, gemm_kernel: str = "nova") -> Planned:
     """One real ``Group`` per node of ``graph`` (not optimized), in program order, planned by the real
     ``plan_memory``.  Views that are strided views of their input launch nothing (``kernel="none"``),
-    other views are one copy; matmul groups get ``gemm_kernel`` (the executor checks the operands'
-    layouts itself and falls back to torch.matmul, noting why)."""
+    other views are one copy; a matmul's group runs on a Nova GEMM when the fusion pass's
+    ``classify_gemm`` gives it a problem and ``gemm_kernel`` is "nova", else on torch.matmul."""
     layouts = layout_analysis.analyze(graph)
     users, outputs = graph.users(), set(graph.output_values())
     groups = []
@@ -96,10 +96,13 @@ def node_groups(graph: Graph, *, gemm_kernel: str = "nova") -> Planned:
         kernel = "aten"
         if k == "view":
             kernel = "aten" if layout_analysis.is_copy(node, layouts) else "none"
-        elif k == "gemm":
-            kernel = gemm_kernel
+        problem = epilogue = None
+        if k == "gemm":
+            problem, _ = classify_gemm(node, layouts) if gemm_kernel == "nova" else (None, "")
+            kernel, epilogue = ("nova", Epilogue()) if problem is not None else ("aten", None)
         ins, outs = boundary([node], users, outputs)
-        groups.append(Group(k, [node], f"{node.op}: one node per group (test plan)", kernel, ins, outs))
+        groups.append(Group(k, [node], f"{node.op}: one node per group (test plan)", kernel, ins, outs,
+                            epilogue, problem))
     memory = plan_memory(graph, groups, layouts)
     validate_memory_plan(graph, groups, memory)
     return Planned(graph, groups, [n for g in groups for n in g.nodes], memory)

@@ -74,7 +74,7 @@ def test_a_true_bmm_is_one_batched_nova_gemm_in_the_plan():
         x, target = torch.randn(4, 3, 6, generator=gen), torch.randn(4, 3, 3, generator=gen)
         assert torch.allclose(step(x, target), eager(x, target), rtol=1e-5, atol=1e-6)
     groups = [g for g in step._last.engine.program.plan.groups if g.kind == "gemm"]
-    batched = [g.reason for g in groups if g.nova_kernel and g.reason.startswith("gemm 4x")]   # "gemm 4x3x5x6 ..."
+    batched = [g.reason for g in groups if g.gemm is not None and g.reason.startswith("gemm 4x")]   # "gemm 4x3x5x6 ..."
     assert len(batched) >= 3, [g.reason for g in groups]
     assert any(" TN " in r for r in batched) and any(" NT " in r for r in batched)     # dW = x^T dY, y y^T
 

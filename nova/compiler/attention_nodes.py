@@ -10,10 +10,11 @@ def attention_problem(node: Node):
     attention kernels do not cover it (its dtype or head dimension).  A bias input (the attention mask)
     is stated as a contiguous tensor of its own shape; the executor's launch takes the arena view's
     strides (``launch.plan_operands``)."""
+    from nova.dtypes import MODE_OF_STORAGE
     from nova.kernels.attention import AttentionProblem, AttentionProblemError
     from nova.kernels.attention.problem import score_precision_for
     q, k = (node.inputs[0], node.inputs[1]) if node.op == "attention" else (node.inputs[1], node.inputs[2])
-    dtype = {"f32": "tf32", "bf16": "bf16", "f16": "fp16"}.get(q.dtype)
+    dtype = MODE_OF_STORAGE.get(q.dtype)
     if dtype is None:
         return None
     b, h, t_q, d = q.shape

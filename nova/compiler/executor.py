@@ -49,9 +49,9 @@ A binding never keeps a run's buffers or inputs alive
 own buffers and inputs sit at its addresses.  Its CUDA graphs share one memory pool (they never
 run at the same time).
 
-Launches.  One per group, in the plan's order: ``matmul`` nodes on Nova GEMMs (CUDA) or
-``torch.matmul(out=)`` (CPU), with a following bias/activation folded in
-(``nova/compiler/gemm_lowering.py``); a Nova rows group (norms, softmax, losses, reductions with
+Launches.  One per group, in the plan's order: a Nova GEMM group on one Nova GEMM launch of the
+plan's problem and epilogue (CUDA; bound tensors that are not that problem, and CPU, run the group
+unfused: ``torch.matmul(out=)`` and ATen; ``nova/compiler/gemm_lowering.py``); a Nova rows group (norms, softmax, losses, reductions with
 their producers) on its rows kernels (CUDA), its nodes' IR references on CPU
 (``nova/compiler/rows_lowering.py``); a Nova embedding group (gather, deterministic scatter-add) on its
 embedding kernels (CUDA), its node's ATen kernel on CPU (``nova/compiler/embedding_lowering.py``); a Nova pointwise group on its kernel (CUDA) or its nodes'
@@ -92,6 +92,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -99,7 +100,7 @@ import torch
 
 from nova.compiler.aten_kernels import (Kernel, KernelContext, adamw, build_kernel, can_join_batch,
                                         torch_dtype, view_of)
-from nova.compiler.gemm_lowering import lower_matmul
+from nova.compiler.gemm_lowering import bind_gemm
 from nova.compiler.plan_view import ExecutorError, PlanView, read_plan
 from nova.compiler.embedding_lowering import embedding_kernels
 from nova.compiler.rows_lowering import rows_kernels
@@ -215,6 +216,9 @@ class Program:
         elif gemm is None and self.device.type == "meta":
             gemm = _GemmPlaceholder()
         self._gemm = gemm
+        from nova import options
+        from nova.runtime.matmul import default_deterministic
+        self._deterministic = default_deterministic(options.current())     # stated to every Nova GEMM launch
         self._nova_errors = ()
         if self.device.type == "cuda":
             from nova.runtime.driver import NovaRuntimeError
@@ -662,9 +666,7 @@ class Program:
         ctx = KernelContext(self.kind, device, arena=arena, placed=dict(self.plan.workspaces),
                             shared=None if meta else self._shared_workspace, target=self._sizing)
         g = self.graph
-        users = g.users()
-        self._users, self._outputs_set = users, set(g.output_values())
-        live_out = set(g.output_values())
+        self._users, self._outputs_set = g.users(), set(g.output_values())
         launches = []
         for group in self.plan.groups:
             ctx.group = group.index
@@ -696,9 +698,11 @@ class Program:
             while i < len(nodes):
                 node = nodes[i]
                 if node.op == "matmul":
-                    use_nova = self._gemm is not None and group.nova_kernel
-                    launch = lower_matmul(node, nodes[i + 1:], tensors.__getitem__, users, live_out, use_nova)
-                    if use_nova and launch.backend != "nova":
+                    problem = None
+                    if self._gemm is not None and group.gemm is not None:
+                        problem = dataclasses.replace(group.gemm, deterministic=self._deterministic)
+                    launch = bind_gemm(node, nodes[i + 1:], group.gemm_bias, problem, tensors.__getitem__)
+                    if problem is not None and launch.backend != "nova":
                         self._note(f"group {group.index}: matmul {node.inputs[0].type} x {node.inputs[1].type} "
                                    f"on torch.matmul ({launch.reason})")
                     kernels.append(launch.kernel(self._gemm, self.target, self._gemm_workspace(launch, ctx)))
@@ -1229,7 +1233,7 @@ class Program:
             "launches_total": len(launches),
             "free_groups": len(self.plan.groups) - len(launches),
             "kernels": sum(len(launch.kernels) for launch in launches),
-            "nova_gemm_launches": sum(len(gl.calls) for gl in gemms if gl.backend == "nova"),
+            "nova_gemm_launches": sum(gl.backend == "nova" for gl in gemms),
             "torch_gemms": sum(gl.backend == "torch" for gl in gemms),
             "fused_epilogue_nodes": sum(len(gl.epilogue) for gl in gemms),
             "copies": sum(launch.copies for launch in launches),

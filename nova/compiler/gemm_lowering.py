@@ -1,49 +1,49 @@
-"""Lowering of the IR's ``matmul`` (+ a bias/activation epilogue) to GEMM launches.
+"""Binding of the plan's GEMM groups to launches: the executor's side of a ``gemm`` group.
 
-Nova GEMM kernels (``nova.matmul(a, b, out=c, bias=, activation=)``) take 2-D operands that are
-row-major or the transpose of a row-major matrix (read in place), or 3-D batches of such matrices
-(any batch stride, 0 broadcasting), a row-major output ([B, M, N] batched), a [N] bias (f32 for
-TF32 inputs, else the output's type) and relu / gelu (tanh) / silu.  An IR matmul
-``[..., M, K] x [..., K, N]`` (``transpose_a/b`` read the operand's last two axes swapped)
-becomes:
+The fusion pass decides each matmul's kernel once (``nova.passes.fusion.classify_gemm``): a Nova GEMM
+group carries its ``GemmProblem`` (bias and activation included) and its ``Epilogue`` (the bias
+value; the group's nodes after the matmul are the epilogue it absorbs); any other matmul runs on
+``torch.matmul`` (cuBLAS), the group's reason saying why.  This module only binds: it views the
+bound tensors as the launch's operands, as ``nova.matmul`` takes them, and checks that they are the
+planned problem:
 
   * 2-D x 2-D: one launch, transposed operands as ``x.mT`` views;
   * batched x 2-D (a linear layer on [B, T, C]) whose rows merge into one [B*T, K] view: one
     launch on the flattened rows;
   * otherwise (truly batched, or a 2-D A against batched B): one batched launch whose batch is the
     result's batch axes, each operand viewed as [batch, rows, cols] with one batch stride (its
-    broadcast axes stride 0: ``layout.merged_batch_stride``); where the axes do not merge into one
-    stride, one batched launch per element of the leading axes that do not (up to
-    ``MAX_BATCH_LOOP`` launches); beyond that, and for any operand Nova cannot read (layout, dtype,
-    16-byte alignment, empty dimensions), ``torch.matmul`` (cuBLAS) with the reason recorded.
+    broadcast axes stride 0: ``layout.merged_batch_stride``).
 
-Epilogue fusion: the nodes right after a matmul in the same group are folded into the launch when
-they are ``add(mm, bias[N])`` and/or one of relu / gelu_tanh / silu, each reading only the previous
-result, whose intermediate values nobody else reads (a pre-activation that the backward needs is
-left to its own ATen kernel, and so is everything after it).
+The plan's problem is stated for the IR's types (inputs dense, as the layout analysis sees them);
+a user's tensor bound in place may arrive with other strides or at an address off 16 bytes.  When
+the bound views are not exactly the planned problem (layout, alignment, an epilogue result placed
+on an operand's bytes), the group runs unfused on ``torch.matmul`` and ATen, and the executor notes
+which group and why: the decision is not made again, only refused for those tensors.
+
+``deterministic`` is a run-time option of the GEMM (``NOVA_DETERMINISTIC``, torch's deterministic
+flag), read once when the program is built and stated to each launch.
 
 Workspace: a Nova launch's operand-prep copies and split-K partials (``workspace_bytes``) are a launch
 workspace of its group, which the plan places in the arena; the executor hands it to each call.
 
 On CPU (and whenever no Nova backend is given) every matmul runs on ``torch.matmul(out=)``.
-The lowering is a pure function of the tensors' shapes, strides, dtypes and addresses, so running
-it on meta tensors lists exactly the GEMM problems a CUDA program launches (``gemm_problems``).
+Binding is a pure function of the tensors' shapes, strides, dtypes and addresses, so running it on
+meta tensors lists exactly the GEMM problems a CUDA program launches (``gemm_problems``).
 """
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass, field
 
 import torch
 
 from nova.compiler.aten_kernels import Kernel, overlap
+from nova.dtypes import ELEMENT_TYPES, MODE_OF_STORAGE
+from nova.kernels.gemm.problem import GemmProblem
 from nova.passes.layout import merged_batch_stride
 
-NOVA_DTYPES = {torch.float32: "tf32", torch.bfloat16: "bf16", torch.float16: "fp16"}
-OUT_DTYPES = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
-ACTIVATIONS = {"relu": "relu", "gelu_tanh": "gelu", "silu": "silu"}
-MAX_BATCH_LOOP = 64          # batched matmuls needing more launches go to torch.matmul (one cuBLAS batched call)
+OUT_DTYPES = {getattr(torch, ELEMENT_TYPES[s].torch): s for s in MODE_OF_STORAGE}   # torch dtype -> storage
+NOVA_DTYPES = {t: MODE_OF_STORAGE[s] for t, s in OUT_DTYPES.items()}                  # torch dtype -> GEMM mode
 ALIGN_BYTES = 16             # the widest vector access / TMA base alignment of Nova's kernels
 
 
@@ -54,66 +54,54 @@ class GemmCall:
     out: object                  # 2-D [M, N] row-major, or batched [count, M, N]
     bias: object = None          # [N] or None
 
-    def problem_fields(self) -> tuple:
-        """``(M, N, K, trans_a, trans_b, (batch, stride_a, stride_b, stride_c) or ())`` as
-        ``nova.matmul`` states the problem (``GemmProblem`` then normalises the batch)."""
+    def problem(self, planned: GemmProblem) -> GemmProblem:
+        """The problem these views state, as ``nova.matmul`` reads them (``GemmProblem`` normalises
+        the batch); what the views cannot show (activation, rounding, deterministic) is
+        ``planned``'s."""
         a, b, out = self.a, self.b, self.out
         M, K = (int(d) for d in a.shape[-2:])
         N = int(b.shape[-1])
-        trans_a, trans_b = layout(a) == "col", layout(b) == "col"
-        if out.dim() == 2 or out.shape[0] == 1:
-            return M, N, K, trans_a, trans_b, ()
-        strides = tuple(int(t.stride(0)) if t.shape[0] > 1 else 0 for t in (a, b, out))
-        return M, N, K, trans_a, trans_b, (int(out.shape[0]),) + strides
+        batch = ()
+        if out.dim() == 3 and out.shape[0] > 1:
+            batch = (int(out.shape[0]),) + tuple(int(t.stride(0)) if t.shape[0] > 1 else 0 for t in (a, b, out))
+        return GemmProblem(M, N, K, NOVA_DTYPES[a.dtype], layout(a) == "col", layout(b) == "col",
+                           self.bias is not None, planned.activation, OUT_DTYPES[out.dtype], planned.tf32_rounding,
+                           planned.deterministic, *batch)
 
 
 @dataclass
 class GemmLaunch:
-    """One IR matmul (and the epilogue nodes it absorbed) as Nova launches or one torch.matmul."""
+    """One gemm group as one Nova launch of the plan's problem, or as torch.matmul (its epilogue
+    nodes then run on ATen)."""
     node: object
-    epilogue: list = field(default_factory=list)      # IR nodes folded into the launch
-    calls: list = field(default_factory=list)         # GemmCall per Nova launch
-    activation: str = "none"
+    epilogue: list = field(default_factory=list)      # IR nodes the Nova launch computes after the product
+    call: GemmCall | None = None                      # the Nova launch's operands
+    problem: GemmProblem | None = None                # the plan's problem, deterministic as the program states it
     backend: str = "torch"                            # "nova" | "torch"
-    reason: str = ""                                  # why torch when Nova was asked for
+    reason: str = ""                                  # why torch when the plan asked for Nova
     torch_args: tuple = ()                            # (A, B, C) for the torch path
 
     def problems(self) -> list:
-        """The ``nova.kernels.gemm.problem.GemmProblem`` of each Nova launch (deterministic as
-        ``nova.matmul`` decides when the launch runs: ``default_deterministic``)."""
-        from nova import options
-        from nova.kernels.gemm.problem import GemmProblem
-        from nova.runtime.matmul import default_deterministic
-        deterministic = default_deterministic(options.current())
-        out = []
-        for c in self.calls:
-            M, N, K, trans_a, trans_b, batch = c.problem_fields()
-            out.append(GemmProblem(M, N, K, NOVA_DTYPES[c.a.dtype], trans_a, trans_b, c.bias is not None,
-                                   self.activation, OUT_DTYPES[c.out.dtype], "rna", deterministic, *batch))
-        return out
+        """``[problem]`` of the Nova launch; ``[]`` on torch.matmul."""
+        return [self.problem] if self.backend == "nova" else []
 
     def describe(self) -> str:
         if self.backend == "torch":
             return "torch.matmul" + (f" ({self.reason})" if self.reason else "")
-        a, b, c = self.calls[0].a, self.calls[0].b, self.calls[0].out
-        shape = f"{'x'.join(map(str, c.shape))}x{a.shape[-1]} {NOVA_DTYPES[a.dtype]} " \
-                f"{'T' if layout(a) == 'col' else 'N'}{'T' if layout(b) == 'col' else 'N'}"
-        extra = (" +bias" if self.calls[0].bias is not None else "") + \
-                (f" +{self.activation}" if self.activation != "none" else "")
-        times = f" x{len(self.calls)}" if len(self.calls) > 1 else ""
-        return f"nova gemm {shape}{extra}{times}"
+        a, b, c, p = self.call.a, self.call.b, self.call.out, self.problem
+        shape = f"{'x'.join(map(str, c.shape))}x{a.shape[-1]} {p.dtype} " \
+                f"{'T' if p.trans_a else 'N'}{'T' if p.trans_b else 'N'}"
+        extra = (" +bias" if p.bias else "") + (f" +{p.activation}" if p.activation != "none" else "")
+        return f"nova gemm {shape}{extra}"
 
     def kernel(self, gemm, target=None, workspace=None) -> Kernel:
-        """The launch as a ``Kernel``: Nova's calls through ``gemm`` (``nova.matmul``'s signature; each
-        call given ``workspace``, the launch's, when there is one), else ``torch.matmul``."""
+        """The launch as a ``Kernel``: the Nova launch through ``gemm`` (``nova.matmul``'s signature;
+        given ``workspace``, the launch's, when there is one), else ``torch.matmul``."""
         if self.backend == "nova":
-            calls, act = self.calls, self.activation
+            c, p = self.call, self.problem
             extra = {} if workspace is None else {"workspace": workspace}
-
-            def run():
-                for c in calls:
-                    gemm(c.a, c.b, out=c.out, bias=c.bias, activation=act, target=target, **extra)
-            return Kernel(run, self.describe())
+            return Kernel(lambda: gemm(c.a, c.b, out=c.out, bias=c.bias, activation=p.activation, target=target,
+                                       deterministic=p.deterministic, **extra), self.describe())
         A, B, C = self.torch_args
         if C.dtype == torch.promote_types(A.dtype, B.dtype):
             return Kernel(lambda: torch.matmul(A, B, out=C), self.describe())
@@ -192,101 +180,57 @@ def _two_d(t):
     return None
 
 
-def _calls(A, B, C) -> tuple[list, str]:
-    """2-D (a, b, out) launches computing ``C = A @ B`` (with broadcasting), or ([], reason)."""
+def _call(A, B, C) -> tuple[GemmCall | None, str]:
+    """The one launch's views computing ``C = A @ B`` (with broadcasting), or (None, why not): 2-D;
+    the rows of a batched A and C flattened against a 2-D B; or [count, rows, cols] views whose
+    batch axes merge into one stride each (``merged_batch_stride``)."""
     batch = tuple(C.shape[:-2])
     if not batch:
-        return [GemmCall(A, B, C)], ""
+        return GemmCall(A, B, C), ""
     B2 = _two_d(B)
     if B2 is not None and A.dim() == C.dim() and tuple(A.shape[:-2]) == batch:
         try:
             flat = GemmCall(A.view(-1, A.shape[-1]), B2, C.view(-1, C.shape[-1]))
-        except RuntimeError:           # rows do not merge into one 2-D view: loop over the batch
+        except RuntimeError:           # rows do not merge into one 2-D view: a batched launch
             flat = None
         if flat is not None and layout(flat.a) is not None and layout(flat.out) == "row":
-            return [flat], ""
-    return _batched_calls(A, B, C, batch)
-
-
-def _batched_calls(A, B, C, batch) -> tuple[list, str]:
-    """Batched launches of ``C = A @ B``: the batch axes from the first whose trailing axes merge
-    into one stride for A, B and C (``merged_batch_stride``; all of them, usually: one launch), one
-    launch per element of the axes before it; or ([], reason) beyond ``MAX_BATCH_LOOP`` launches."""
+            return flat, ""
     Ae = A.expand(batch + tuple(A.shape[-2:]))
     Be = B.expand(batch + tuple(B.shape[-2:]))
-    for split in range(len(batch)):
-        inner = batch[split:]
-        strides = [merged_batch_stride(inner, t.stride()[split:len(batch)]) for t in (Ae, Be, C)]
-        if None in strides:
-            continue
-        count, launches = math.prod(inner), math.prod(batch[:split])
-        if launches > MAX_BATCH_LOOP:
-            return [], f"batched matmul of {launches} > {MAX_BATCH_LOOP} launches (its batch axes do not merge)"
-
-        def view(t, s):              # [count, rows, cols], the batch s elements apart
-            return t.as_strided((count,) + tuple(t.shape[-2:]), (s,) + t.stride()[-2:], t.storage_offset())
-        return [GemmCall(*(view(t[idx], s) for t, s in zip((Ae, Be, C), strides)))
-                for idx in itertools.product(*map(range, batch[:split]))], ""
-    return [], "batch axes that merge into no stride"      # not reached: one axis always has one
+    strides = [merged_batch_stride(batch, t.stride()[:len(batch)]) for t in (Ae, Be, C)]
+    if None in strides:
+        return None, "batch axes that do not merge into one stride"
+    count = math.prod(batch)
+    return GemmCall(*(t.as_strided((count,) + tuple(t.shape[-2:]), (s,) + t.stride()[-2:], t.storage_offset())
+                      for t, s in zip((Ae, Be, C), strides))), ""
 
 
 def _operands(node, a, b):
     return (a.mT if node.attrs.get("transpose_a") else a), (b.mT if node.attrs.get("transpose_b") else b)
 
 
-def fusable_epilogue(node, following, users, live_out) -> list:
-    """The epilogue nodes (bias add, then one activation) right after matmul ``node`` that a Nova
-    launch can absorb; ``users`` maps a value to its readers, ``live_out`` holds values that must
-    exist after the step (graph outputs)."""
-    chain, current = [], node.outputs[0]
-
-    def dead_after(value, reader):
-        return value not in live_out and users.get(value, []) == [reader]
-
-    rest = list(following)
-    if rest and rest[0].op == "add" and current in rest[0].inputs and dead_after(current, rest[0]):
-        add = rest[0]
-        bias = add.inputs[1] if add.inputs[0] is current else add.inputs[0]
-        n = current.type.shape[-1]
-        bias_type = "f32" if current.type.dtype == "f32" else current.type.dtype
-        if bias is not current and bias.type.shape in ((n,), (1, n)) and bias.type.dtype == bias_type \
-                and add.outputs[0].type == current.type:
-            chain.append(add)
-            current = add.outputs[0]
-            rest = rest[1:]
-    if rest and rest[0].op in ACTIVATIONS and rest[0].inputs == (current,) and dead_after(current, rest[0]):
-        chain.append(rest[0])
-    return chain
-
-
-def lower_matmul(node, following, tensor_of, users, live_out, use_nova: bool) -> GemmLaunch:
-    """The launch(es) of matmul ``node``; ``following`` are the nodes after it in its group,
-    ``tensor_of(value)`` gives each value's bound tensor."""
+def bind_gemm(node, epilogue: list, bias_value, problem: GemmProblem | None, tensor_of) -> GemmLaunch:
+    """The launch of a gemm group: ``node`` its matmul, ``epilogue`` the group's nodes after it (the
+    plan's), ``bias_value`` the Value its epilogue adds, ``problem`` the plan's ``GemmProblem`` (None:
+    torch.matmul); ``tensor_of(value)`` gives each value's bound tensor.  The Nova launch when the
+    bound views are exactly ``problem``, else torch.matmul with the reason."""
     a, b = (tensor_of(v) for v in node.inputs)
     A, B = _operands(node, a, b)
     C = tensor_of(node.outputs[0])
-    if not use_nova:
+    if problem is None:
         return GemmLaunch(node, torch_args=(A, B, C))
-    chain = fusable_epilogue(node, following, users, live_out)
-    while True:                           # the longest fusable prefix Nova can run
-        final = tensor_of(chain[-1].outputs[0]) if chain else C
-        bias = activation = None
-        for e in chain:
-            if e.op == "add":
-                bias_value = e.inputs[1] if e.inputs[0] is node.outputs[0] else e.inputs[0]
-                bias = tensor_of(bias_value).reshape(-1)
-            else:
-                activation = ACTIVATIONS[e.op]
-        calls, reason = _calls(A, B, final)
-        if chain and any(t is not None and overlap(final, t) for t in (A, B, bias)):
-            # the plan may put the epilogue's result on an operand that is dead after the matmul:
-            # written by the fused launch while it reads that operand, it would be corrupted
-            reason = "the epilogue's result shares bytes with an operand"
-        for c in calls:
-            c.bias = bias
-            reason = reason or _nova_problem_reason(c)
-        if not reason:
-            return GemmLaunch(node, chain, calls, activation or "none", "nova")
-        if not chain:
-            return GemmLaunch(node, torch_args=(A, B, C), reason=reason)
-        chain = chain[:-1]
+    final = tensor_of(epilogue[-1].outputs[0]) if epilogue else C
+    bias = tensor_of(bias_value).reshape(-1) if bias_value is not None else None
+    call, reason = _call(A, B, final)
+    if call is not None:
+        call.bias = bias
+        reason = _nova_problem_reason(call)
+    if not reason and call.problem(problem) != problem:
+        reason = f"the bound tensors are {call.problem(problem).describe()}, the plan's GEMM {problem.describe()}"
+    if not reason and epilogue and any(t is not None and overlap(final, t) for t in (A, B, bias)):
+        # a plan that puts the epilogue's result on an operand dead after the matmul (against the
+        # planner's rule): a fused launch would write those bytes while it reads them
+        reason = "the epilogue's result shares bytes with an operand"
+    if reason:
+        return GemmLaunch(node, torch_args=(A, B, C), reason=reason)
+    return GemmLaunch(node, list(epilogue), call, problem, "nova")

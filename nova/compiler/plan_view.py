@@ -3,7 +3,8 @@
     planned.graph            the optimized graph the groups refer to
     planned.groups           in execution order: ``.kind``, ``.nodes``, ``.reason``, ``.kernel``
                              ("nova": a Nova kernel runs the group; a gemm group with "aten" runs on
-                             torch.matmul), ``.problem`` (a Nova pointwise group's ``PointwiseProblem``,
+                             torch.matmul), ``.problem`` (a Nova GEMM group's ``GemmProblem``, with
+                             ``.epilogue.bias``; a Nova pointwise group's ``PointwiseProblem``,
                              a concat's or a copying view's when one pointwise kernel runs it too,
                              a Nova optimizer group's ``MultiTensorProblem``, a Nova rows group's
                              ``RowsProblem``, a Nova embedding group's ``EmbeddingProblem``, each with
@@ -25,11 +26,11 @@
                              into such a concat's result is read here as "placed": its kernel writes
                              it at those arena bytes and strides
 
-A GEMM epilogue recorded in a group is not read: the executor fuses the bias/activation nodes that
-follow a matmul in the same group itself.  A "fused" value (the product or the biased product inside
+A Nova GEMM group's ``GemmProblem`` and epilogue (the nodes after its matmul, the bias Value) are the
+plan's decision: the executor binds the tensors to that problem (``gemm_lowering.bind_gemm``).  A "fused" value (the product or the biased product inside
 a Nova GEMM group) is never written when the Nova kernel runs the whole chain, but a CPU program
 computes the group unfused (``torch.matmul``, then the bias add and activation as ATen kernels), and
-a Nova launch that cannot take the whole epilogue leaves its tail to ATen: both need the value.
+so does a CUDA program whose bound tensors are not the planned problem: both need the value.
 ``PlanView.fused_into`` names, for each such value, the group result its elementwise chain ends in
 (same type, in the arena): the executor computes the chain in that result's bytes, one step after
 the other in place, which the plan already reserves for the whole launch.  Values the plan does not
@@ -67,7 +68,8 @@ class GroupView:
     kind: str
     nodes: list
     reason: str = ""
-    nova_kernel: bool = True
+    gemm: object = None                  # a Nova GEMM group: its GemmProblem (epilogue included)
+    gemm_bias: object = None             # and the Value its epilogue adds as the bias, if any
     pointwise: object = None             # a Nova pointwise kernel's PointwiseProblem (its nodes: one launch)
     optimizer: object = None             # a Nova multi-tensor update's MultiTensorProblem (its nodes: one launch)
     rows: object = None                  # a Nova rows group: its RowsProblem (nova/passes/rows.py)
@@ -158,11 +160,15 @@ def _fused_into(groups, memory, graph) -> dict:
 
 
 def _nova_view(group) -> dict:
-    """A Nova kernel's problem: a fused pointwise group's, an optimizer group's, or a rows group's with
-    its operand bindings (empty for GEMMs, whose problem the executor restates, and ATen groups)."""
+    """A Nova kernel's problem: a GEMM group's with its epilogue's bias, a fused pointwise group's, an
+    optimizer group's, or a rows group's with its operand bindings (empty for ATen groups)."""
     from nova.kernels.pointwise.problem import PointwiseProblem
-    if group.kind == "gemm" or group.kernel != "nova" or group.problem is None:
+    if group.kernel != "nova" or group.problem is None:
+        if group.kind == "gemm" and group.kernel == "nova":
+            raise ExecutorError(f"the plan runs {group.nodes[0].op} on a Nova GEMM kernel without its problem")
         return {}
+    if group.kind == "gemm":
+        return {"gemm": group.problem, "gemm_bias": group.epilogue.bias if group.epilogue is not None else None}
     if isinstance(group.problem, PointwiseProblem):     # a fused group, or a concat / copy run as one
         return {"pointwise": group.problem}
     if group.kind == "composite" and group.nodes[-1].op in OPTIMIZER_UPDATES:
@@ -183,8 +189,7 @@ def read_plan(planned) -> PlanView:
         p = _placement(v, memory.values.get(v), memory.values, planned.storage.layouts)
         if p.kind != "none":
             placements[v] = p
-    views = [GroupView(index, g.kind, list(g.nodes), g.reason or "", not (g.kind == "gemm" and g.kernel != "nova"),
-                       **_nova_view(g)) for index, g in enumerate(planned.groups)]
+    views = [GroupView(index, g.kind, list(g.nodes), g.reason or "", **_nova_view(g)) for index, g in enumerate(planned.groups)]
     handoff = getattr(memory, "handoff", None)
     return PlanView(graph, views, placements, memory.arena_bytes, memory.peak_bytes, _donations(memory, graph),
                     _fused_into(planned.groups, memory, graph), frozenset(planned.storage.assembled),

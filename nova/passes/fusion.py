@@ -83,6 +83,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
+from nova.dtypes import MODE_OF_STORAGE
 from nova.kernels.gemm.problem import ACTIVATIONS, OUT_DTYPES, GemmProblem
 from nova.ir.graph import Graph, Node, Value
 from nova.ir.ops import kind
@@ -99,7 +100,7 @@ from nova.passes.storage import StoragePlan, unplaced_reason
 
 GROUP_KINDS = ("gemm", "pointwise", "reduction", "composite", "view", "collective", "opaque")
 KERNELS = ("nova", "aten", "none")
-NOVA_GEMM_MODES = {"f32": "tf32", "bf16": "bf16", "f16": "fp16"}      # operand storage -> GemmProblem.dtype
+NOVA_GEMM_MODES = MODE_OF_STORAGE                                      # operand storage -> GemmProblem.dtype
 _ACTIVATION_OPS = {"relu": "relu", "gelu_tanh": "gelu", "silu": "silu"}  # IR op -> GEMM epilogue activation
 EPILOGUE_ACTIVATIONS = {op: act for op, act in _ACTIVATION_OPS.items() if act in ACTIVATIONS}
 
@@ -357,7 +358,8 @@ class _Fuser:
         g = None
         if k == "matmul":
             g = _Open("gemm", node)
-            _classify_gemm(g, node, self.layouts)
+            g.problem, g.why_not_nova = classify_gemm(node, self.layouts)
+            g.kernel = "nova" if g.problem is not None else "aten"
         elif k in ("pointwise", "creation") or is_table_gather(node):
             g = None if self._stored(node) else _epilogue(node, producers, self.users, self.outputs, self.layouts)
             sibling = self._sibling(node)
@@ -466,43 +468,38 @@ def _inlinable(p: _Open, node: Node, users, outputs) -> bool:
     return True
 
 
-def _classify_gemm(g: _Open, node: Node, layouts) -> None:
+def classify_gemm(node: Node, layouts) -> tuple[GemmProblem | None, str]:
+    """``(the GemmProblem of matmul node, "")`` when one Nova GEMM launch computes it (rules in the
+    module docstring), else ``(None, why not)``.  ``layouts``: the layout analysis of its graph.  The
+    plan's decision: the executor binds its operands to this problem and launches it."""
     a, b = node.inputs
     ta, tb = bool(node.attrs.get("transpose_a")), bool(node.attrs.get("transpose_b"))
     out = node.outputs[0]
-    why = ""
     if a.dtype != b.dtype or a.dtype not in NOVA_GEMM_MODES:
-        why = f"operands {a.type} and {b.type}: Nova GEMM takes two f32, bf16 or f16 operands"
-    elif out.dtype not in OUT_DTYPES:
-        why = f"result type {out.type}"
-    elif b.type.rank != 2 or (a.type.rank > 2 and ta):
-        batched_gemm(g, node, layouts)
-        return
-    elif not (layouts[a].dense and layouts[b].dense):
-        why = "an operand is not dense in memory"
-    elif any(layouts[x].offset * x.type.itemsize % 16 for x in (a, b)):
-        why = "an operand starts off a 16-byte boundary"
-    if why:
-        g.why_not_nova = why
-        return
+        return None, f"operands {a.type} and {b.type}: Nova GEMM takes two f32, bf16 or f16 operands"
+    if out.dtype not in OUT_DTYPES:
+        return None, f"result type {out.type}"
+    if b.type.rank != 2 or (a.type.rank > 2 and ta):
+        return batched_gemm(node, layouts)
+    if not (layouts[a].dense and layouts[b].dense):
+        return None, "an operand is not dense in memory"
+    if any(layouts[x].offset * x.type.itemsize % 16 for x in (a, b)):
+        return None, "an operand starts off a 16-byte boundary"
     m = math.prod(a.shape[:-1]) if not ta else a.shape[-1]
     k = a.shape[-2] if ta else a.shape[-1]
     n = b.shape[-2] if tb else b.shape[-1]
     if min(m, n, k) < 1:
-        g.why_not_nova = "an empty dimension"
-        return
-    g.kernel = "nova"
-    g.problem = GemmProblem(M=m, N=n, K=k, dtype=NOVA_GEMM_MODES[a.dtype], trans_a=ta, trans_b=tb,
-                            out_dtype=out.dtype)
+        return None, "an empty dimension"
+    return GemmProblem(M=m, N=n, K=k, dtype=NOVA_GEMM_MODES[a.dtype], trans_a=ta, trans_b=tb,
+                       out_dtype=out.dtype), ""
 
 
-def batched_gemm(g: _Open, node: Node, layouts) -> None:
+def batched_gemm(node: Node, layouts) -> tuple[GemmProblem | None, str]:
     """Classify a truly batched matmul (a batched ``b``, or a batched transposed ``a``): one batched
     Nova GEMM when each operand's matrices are row-major and its batch axes, broadcast to the
     result's, merge into one stride (``layout.merged_batch_stride``), the operands start on 16-byte
     boundaries and no dimension is empty; else ATen with the reason.  ``GemmProblem`` normalises
-    the batch as for the executor's launch (``gemm_lowering``): packed A and C against one B is one
-    flat GEMM."""
+    the batch as ``nova.matmul`` does: packed A and C against one B is one flat GEMM."""
     a, b = node.inputs
     ta, tb = bool(node.attrs.get("transpose_a")), bool(node.attrs.get("transpose_b"))
     out = node.outputs[0]
@@ -512,26 +509,21 @@ def batched_gemm(g: _Open, node: Node, layouts) -> None:
         lay = layouts[x]
         rows, cols = lay.shape[-2:]
         if not ((cols == 1 or lay.strides[-1] == 1) and (rows == 1 or lay.strides[-2] == cols)):
-            g.why_not_nova = f"the matrices of {name} ({lay.describe()}) are not row-major"
-            return
+            return None, f"the matrices of {name} ({lay.describe()}) are not row-major"
         pad = len(batch) - (len(lay.shape) - 2)              # broadcast: missing axes, extent-1 axes stride 0
         axes = [0] * pad + [0 if n == 1 else st for n, st in zip(lay.shape[:-2], lay.strides[:-2])]
         strides[name] = layout_analysis.merged_batch_stride(batch, axes)
         if strides[name] is None:
-            g.why_not_nova = f"the batch axes of {name} ({lay.describe()}) are not one stride apart"
-            return
+            return None, f"the batch axes of {name} ({lay.describe()}) are not one stride apart"
         if lay.offset * x.type.itemsize % 16:
-            g.why_not_nova = "an operand starts off a 16-byte boundary"
-            return
+            return None, "an operand starts off a 16-byte boundary"
     m, k = (a.shape[-1], a.shape[-2]) if ta else a.shape[-2:]
     n = b.shape[-2] if tb else b.shape[-1]
     count = math.prod(batch)
     if min(m, n, k, count) < 1:
-        g.why_not_nova = "an empty dimension"
-        return
-    g.kernel = "nova"
-    g.problem = GemmProblem(m, n, k, NOVA_GEMM_MODES[a.dtype], ta, tb, out_dtype=out.dtype, batch=count,
-                            batch_stride_a=strides["a"], batch_stride_b=strides["b"], batch_stride_c=m * n)
+        return None, "an empty dimension"
+    return GemmProblem(m, n, k, NOVA_GEMM_MODES[a.dtype], ta, tb, out_dtype=out.dtype, batch=count,
+                       batch_stride_a=strides["a"], batch_stride_b=strides["b"], batch_stride_c=m * n), ""
 
 
 def _bias_type(problem: GemmProblem) -> str:

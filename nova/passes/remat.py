@@ -52,6 +52,7 @@ import math
 from dataclasses import dataclass
 
 from nova.ir.graph import Graph, Node, Value
+from nova.dtypes import MODE_OF_STORAGE
 from nova.ir.ops import kind
 from nova.passes import layout as layout_analysis
 from nova.passes.rewrite import Rewriter
@@ -61,7 +62,6 @@ BACKWARD_TAG = "[backward]"
 MAX_CHAIN = 8
 RECOMPUTABLE_KINDS = ("pointwise", "view", "reduce", "creation", "matmul")
 RECOMPUTABLE_OPS = ("layer_norm", "rms_norm", "softmax", "log_softmax", "index_select", "take_along_axis", "concat")
-GEMM_MODES = {"f32": "tf32", "bf16": "bf16", "f16": "fp16", "f64": None}
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def node_time_us(node: Node, gpu, copies: bool = False) -> float:
         a = node.inputs[0].type
         depth = a.shape[-2] if node.attrs.get("transpose_a") else a.shape[-1]
         flops = 2.0 * math.prod(out.shape) * depth
-        mode = GEMM_MODES.get(a.dtype)
+        mode = MODE_OF_STORAGE.get(a.dtype)
         rate = gpu.peak_flops(mode) if mode and gpu.supports(gpu.best_family(mode), mode) else gpu.peak_fp32_flops()
         return flops / rate * 1e6
     moved = sum(v.type.nbytes for v in node.inputs) + sum(v.type.nbytes for v in node.outputs)
@@ -126,23 +126,16 @@ def node_time_us(node: Node, gpu, copies: bool = False) -> float:
 
 
 def _gemm_time_us(node: Node, gpu) -> float | None:
-    """A matmul of a 2-D right operand (a linear layer, its rows flattened) as the GEMM configurator
-    predicts it on ``gpu`` (calibrated where it can be); None for another matmul or operand type."""
+    """A recomputed matmul as the GEMM configurator predicts it on ``gpu`` (calibrated where it can
+    be), its operands dense (a recomputation reads its own buffers): the problem the fusion pass
+    would state for it (``fusion.classify_gemm``); None when that is no Nova GEMM."""
     from nova.configurator import configure
-    from nova.kernels.gemm.problem import GemmProblem
-    from nova.passes.fusion import NOVA_GEMM_MODES
-    a, b = node.inputs
-    out = node.outputs[0]
-    ta, tb = bool(node.attrs.get("transpose_a")), bool(node.attrs.get("transpose_b"))
-    if b.type.rank != 2 or (ta and a.type.rank != 2) or a.dtype != b.dtype or a.dtype not in NOVA_GEMM_MODES \
-            or out.dtype not in NOVA_GEMM_MODES or min(out.shape + a.shape) < 1:
+    from nova.passes.fusion import classify_gemm
+    problem, _ = classify_gemm(node, {v: layout_analysis.root_layout(v) for v in node.inputs})
+    if problem is None:
         return None
-    m = a.shape[-1] if ta else math.prod(a.shape[:-1])
-    depth = a.shape[-2] if ta else a.shape[-1]
-    n = b.shape[-2] if tb else b.shape[-1]
     try:
-        cfg = configure(GemmProblem(M=m, N=n, K=depth, dtype=NOVA_GEMM_MODES[a.dtype], trans_a=ta, trans_b=tb,
-                                    out_dtype=out.dtype), gpu)
+        cfg = configure(problem, gpu)
     except (ValueError, RuntimeError):    # a problem the configurator refuses: the FLOP closed form
         return None
     return cfg.calibrated_time_us or cfg.prediction.time_us
