@@ -55,3 +55,17 @@ def test_whole_step_capture_of_the_paper_models(name, batch, seq):
     assert ops["adamw"] == n_params and ops["attention"] == model.config.n_layer
     logits = next(n for n in g.nodes if n.op == "log_softmax").outputs[0]
     assert logits.type.shape == (batch * seq, model.config.vocab_size)      # never allocated
+
+
+def test_a_model_added_to_the_registry_and_removed_leaves_it_as_it_was():
+    """``nova.models.MODELS`` is one dict: a test (or a user) that adds a model to it and to its
+    family's configs, looks it up, and takes both out again leaves every lookup consistent."""
+    import pytest
+    from nova import models
+    from nova.models import gpt
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(models.MODELS, "scratch", (gpt.GPT, gpt.CONFIGS["tiny"]))   # the registry first: built
+        mp.setitem(gpt.CONFIGS, "scratch", gpt.CONFIGS["tiny"])               # before the config is added
+        assert models.config("scratch") is gpt.CONFIGS["tiny"] and models.build("scratch", seed=0) is not None
+    assert "scratch" not in models.MODELS
+    assert [models.describe(name) for name in models.MODELS]

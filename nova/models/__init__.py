@@ -28,6 +28,12 @@ def _models() -> dict:
             **{name: (HFCausalLM, cfg) for name, cfg in hf_configs.items()}}
 
 
+def _registry() -> dict:
+    """``MODELS``, built once: the same dict ``nova.models.MODELS`` gives (so a model a caller adds
+    to it, or removes, is seen here too)."""
+    return globals()["MODELS"] if "MODELS" in globals() else __getattr__("MODELS")
+
+
 def __getattr__(name: str):
     if name == "MODELS":
         value = _models()
@@ -60,15 +66,15 @@ def describe(name: str) -> str:
 def config(name: str):
     """The config of the built-in model ``name`` (ValueError naming the known ones)."""
     try:
-        return __getattr__("MODELS")[name][1]
+        return _registry()[name][1]
     except KeyError:
-        raise ValueError(f"unknown model {name!r}; built-in models: {', '.join(__getattr__('MODELS'))}") from None
+        raise ValueError(f"unknown model {name!r}; built-in models: {', '.join(_registry())}") from None
 
 
 def build(name: str, seed: int = 0):
     """The built-in model ``name`` with its weights drawn from ``seed`` (under ``torch.device(...)``
     to build it elsewhere than the CPU, e.g. on the meta device)."""
-    models = __getattr__("MODELS")
+    models = _registry()
     cls, cfg = models[name] if name in models else (None, config(name))
     return cls(cfg, seed=seed)
 
