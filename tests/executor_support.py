@@ -38,12 +38,13 @@ CREATION = ("constant", "iota")
 
 
 # =============================================================== plans
-def planned(graph: Graph, target=None) -> Planned:
+def planned(graph: Graph, target=None, kernels=None) -> Planned:
     """The real pipeline's plan of ``graph`` (its ``graph`` is the optimized copy: look nodes up there),
     as ``nova.compile`` makes it: with the compiler's account of what the CUDA program allocates besides
-    its values (the launches' workspaces placed in the arena, ``nova.compiler.outside_arena``)."""
+    its values (the launches' workspaces placed in the arena, ``nova.compiler.outside_arena``).
+    ``kernels``: a ``nova.kernels.switch.KernelSwitch`` (default: the options')."""
     from nova.compiler.outside_arena import account
-    return pipeline(graph, target, outside_arena=account)
+    return pipeline(graph, target, kernels, outside_arena=account)
 
 
 def slot_per_value(plan: Planned, *, donate: bool = True) -> Planned:

@@ -81,9 +81,10 @@ def test_a_true_bmm_is_one_batched_nova_gemm_in_the_plan():
 
 def test_host_inputs_mirrors_start_on_aligned_rows():
     """The device mirrors of host inputs (the CPU step counts of non-capturable optimizers, the
-    hyper-parameter vectors) are rows of one pack, each starting MIRROR_ALIGN bytes apart: a kernel
+    hyper-parameter vectors) are rows of one pack, each starting on an arena slot boundary (``memory.ALIGNMENT`` bytes apart): a kernel
     that reads or writes them with vectors, or checks their alignment, takes them as planned."""
-    from nova.compiler.step import MIRROR_ALIGN, ProgramEngine
+    from nova.compiler.step import ProgramEngine
+    from nova.passes.memory import ALIGNMENT
 
     class Graph:
         inputs, outputs = [], []
@@ -94,7 +95,7 @@ def test_host_inputs_mirrors_start_on_aligned_rows():
     for idx, buffer, _ in engine._packs:
         buffer.copy_(torch.stack([host[i] for i in idx]))
         base = engine._mirror_of[idx[0]].data_ptr()
-        assert all((engine._mirror_of[i].data_ptr() - base) % MIRROR_ALIGN == 0 for i in idx)
+        assert all((engine._mirror_of[i].data_ptr() - base) % ALIGNMENT == 0 for i in idx)
     assert all(torch.equal(engine._mirror_of[i], t) for i, t in enumerate(host))
 
 

@@ -650,8 +650,8 @@ def test_gpt_step_attention_reads_its_strided_views_without_copies(monkeypatch):
     from nova import models
     from nova.models import gpt
     cfg = gpt.GPTConfig(vocab_size=64, n_embd=128, n_layer=2, n_head=2, block_size=32)
+    monkeypatch.setitem(models.MODELS, "d64", (gpt.GPT, cfg))       # the registry first (built without d64)
     monkeypatch.setitem(gpt.CONFIGS, "d64", cfg)
-    monkeypatch.setitem(models.MODELS, "d64", (gpt.GPT, cfg))
     planned, _ = plan_training_step("d64", 2, 24)
     program = build(planned, "meta")
     kernels = [k for launch in program.launches for k in launch.kernels if k.attention]

@@ -202,6 +202,27 @@ def test_attention_writes_its_results_in_the_readers_layout(kernels):
     assert "concat" not in launched and program.stats["launches"].get("view", 0) == 0
 
 
+def test_attention_the_plan_keeps_on_aten_runs_on_aten(kernels):
+    """``NOVA_ATTENTION=aten`` (``KernelSwitch(attention=False)``): the plan gives the head-dimension-64
+    attention to ATen, and the program runs ATen's efficient attention there (no Nova attention
+    launch, no fallback noted), one replayed step against float64."""
+    from nova.kernels.switch import KernelSwitch
+    case = CASES["gpt_d64"]()
+    plan = planned(case.graph, kernels=KernelSwitch(attention=False))
+    program = build(plan, "cuda", poison=True)
+    state = case.inputs(9, "cuda")
+    for step in range(2):
+        refresh_data(case, state, 200 + step)
+        ref = reference64(case.graph, state)
+        got = program.run(state)
+        torch.cuda.synchronize()
+        assert_close(case.graph, got, ref, f"step {step}", CASE_TOL["gpt_d64"])
+    assert not [k for launch in program.launches for k in launch.kernels if k.attention]
+    whats = [k.what for launch in program.launches for k in launch.kernels]
+    assert sum("_scaled_dot_product_efficient_attention" in w for w in whats) == 2, whats
+    assert not program.stats["fallbacks"]
+
+
 def test_eager_mode_matches(kernels):
     case = CASES["attention"]()
     program = build(planned(case.graph), "cuda", cuda_graph=False, poison=True)

@@ -191,9 +191,9 @@ def test_mixed_element_types_stay_on_aten_with_the_reason():
     ("0", "none", "aten", "aten"), ("fused", "fused", "nova", "aten"), ("optimizer", "optimizer", "aten", "nova"),
     ("1", "all", "nova", "nova"), ("", "all", "nova", "nova")])
 def test_the_switch_keeps_groups_on_aten(monkeypatch, setting, key, pointwise, optimizer):
-    from nova.kernels.pointwise.switch import memory_bound_kernels
+    from nova.kernels.switch import kernel_switch
     monkeypatch.setenv("NOVA_POINTWISE", setting)
-    assert memory_bound_kernels().key() == key
+    assert kernel_switch().key() == key
     planned = pipeline(transformer_step())
     fused = [g for g in planned.groups if g.kind == "pointwise" and len(g.nodes) > 1]
     assert fused and {g.kernel for g in fused} == {pointwise}

@@ -230,3 +230,44 @@ def test_training_step_groups():
         assert (gr.problem is not None) == nova           # a Nova group carries its problem
     from nova.kernels.optimizer import MultiTensorProblem
     assert all(isinstance(gr.problem, MultiTensorProblem) and gr.problem.tensors == len(gr.nodes) for gr in updates)
+
+
+def test_attention_runs_on_nova_where_the_plan_says_so():
+    """The plan decides who runs attention (``nova/passes/attention.py``): Nova's kernels with the
+    problem on the group where they cover it, ATen with the reason otherwise (head dimension,
+    ``NOVA_ATTENTION=aten``, causal cross attention); explain prices what the plan chose."""
+    from executor_support import attention_block, grouped_attention
+    from nova.compiler.executor import build
+    from nova.compiler.explain import kernel_reports
+    from nova.hwmodel import get_target
+    from nova.kernels.attention import AttentionProblem
+    from nova.kernels.switch import KernelSwitch
+
+    def attention_groups(planned):
+        return [g for g in planned.groups if g.nodes[0].op in ("attention", "attention_backward")]
+
+    covered = attention_block(B=2, T=24, heads=2, D=64).graph
+    planned = pipeline(covered)
+    groups = attention_groups(planned)
+    assert len(groups) == 2 and all(g.kernel == "nova" and isinstance(g.problem, AttentionProblem) for g in groups)
+    assert (groups[0].problem.head_dim, groups[0].problem.seq_q, groups[0].problem.causal) == (64, 24, True)
+    assert "Nova's fused attention kernels" in groups[0].reason
+    launched = [k for launch in build(planned, "meta").launches for k in launch.kernels if k.attention]
+    # the launches bind the plan's problems to the arena views' strides (q, k, v: slices of the projection)
+    import dataclasses
+    assert [dataclasses.replace(k.attention[0], strides=()) for k in launched] == [g.problem for g in groups]
+    h200 = get_target("h200")
+    models = {r.name: r.model for r in kernel_reports(planned, h200) if r.name.startswith("attention")}
+    assert set(models.values()) == {"attention configurator"}, models
+
+    off = pipeline(covered, kernels=KernelSwitch(attention=False))
+    assert all(g.kernel == "aten" and g.problem is None and "NOVA_ATTENTION=aten" in g.reason
+               for g in attention_groups(off))
+    assert not [k for launch in build(off, "meta").launches for k in launch.kernels if k.attention]
+    models = {r.name: r.model for r in kernel_reports(off, h200) if r.name.startswith("attention")}
+    assert set(models.values()) == {"fp32 attention"}, models
+
+    small = attention_groups(pipeline(attention_block(B=2, T=24, heads=2, D=4).graph))
+    assert all(g.kernel == "aten" and "do not cover f32[2,2,24,4]" in g.reason for g in small)
+    cross = attention_groups(pipeline(grouped_attention(Tq=6, Tk=10, D=64).graph))
+    assert cross and all(g.kernel == "aten" and "T_q != T_k" in g.reason for g in cross)

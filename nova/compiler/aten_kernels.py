@@ -10,9 +10,10 @@ Where ATen has an out variant it is used (``torch.add(x, y, out=o)``,
 ``aten`` ops, the reference fallback) the kernel computes and ``copy_``-s into the output; each
 such copy is counted in ``Kernel.copies`` (``Program.stats["copies"]``).
 
-Attention: on CUDA Nova's fused kernels (``nova.attention``/``nova.attention_backward``) where they
-cover the problem (``NOVA_ATTENTION=aten`` turns them off), reading and writing the arena's strided
-views in place (the q/k/v slices of the fused projection, the transposed dout); otherwise on CPU
+Attention: on CUDA Nova's fused kernels (``nova_attention``: ``nova.attention``/``nova.attention_backward``)
+where the plan gives the group its ``AttentionProblem`` (``nova/passes/attention.py``), reading and
+writing the arena's strided views in place (the q/k/v slices of the fused projection, the
+transposed dout); otherwise on CPU
 ``aten._scaled_dot_product_flash_attention_for_cpu`` (+ ``_backward``); on
 CUDA ``aten._scaled_dot_product_efficient_attention`` (+ ``_backward``) for f32/bf16/f16.  Both
 return the natural-log log-sum-exp per query row in f32, which is the IR's ``lse``; the CPU
@@ -490,18 +491,6 @@ def _attention_fallback_reason(node, q, k, ctx) -> str:
     return ""
 
 
-def nova_attention_applies(node, ctx) -> bool:
-    """Nova's fused attention kernels run the node: on CUDA, unless ``NOVA_ATTENTION=aten``, when
-    they cover its dtype and head dimension (``nova.compiler.attention_nodes.attention_problem``) and the
-    causal mask needs no offset (T_q = T_k)."""
-    from nova import options
-    from nova.compiler.attention_nodes import attention_problem
-    if ctx.kind != "cuda" or options.current().attention == "aten":
-        return False
-    problem = attention_problem(node)
-    return problem is not None and (not problem.causal or problem.seq_q == problem.seq_k)
-
-
 def nova_attention(node, ins, outs, ctx) -> Kernel:
     """Forward or backward on Nova's kernels, written into the arena's views.  Strided operands
     (the q/k/v views of the fused projection, a transposed dout, strided outputs) are addressed in
@@ -548,22 +537,18 @@ def _copy_note(copies: dict) -> str:
     return "".join(f" + copy {name} ({why})" for name, why in copies.items())
 
 
-def nova_or_reference_attention(node, ins, outs, ctx, q, k) -> Kernel | None:
-    """Nova's attention kernel where it applies; else the reference kernel where the fallback has a
-    reason; else None (the caller's ATen kernel)."""
-    if nova_attention_applies(node, ctx):
-        return nova_attention(node, ins, outs, ctx)
+def reference_attention(node, ins, outs, ctx, q, k) -> Kernel | None:
+    """The IR reference kernel where the SDPA kernels would differ from the IR (the fallback's
+    reason); else None (the caller's ATen kernel)."""
     why = _attention_fallback_reason(node, q, k, ctx)
-    if why:
-        return reference_kernel(node, ins, outs, ctx, why)
-    return None
+    return reference_kernel(node, ins, outs, ctx, why) if why else None
 
 
 def attention(node, ins, outs, ctx) -> Kernel:
     q, k, v = ins[:3]
     o, lse = outs
     scale, causal = float(node.attrs["scale"]), bool(node.attrs.get("causal", False))
-    chosen = nova_or_reference_attention(node, ins, outs, ctx, q, k)
+    chosen = reference_attention(node, ins, outs, ctx, q, k)
     if chosen is not None:
         return chosen
     groups = q.shape[1] // k.shape[1]
@@ -588,7 +573,7 @@ def attention_backward(node, ins, outs, ctx) -> Kernel:
     dout, q, k, v, out, lse = ins[:6]
     dq, dk, dv = outs
     scale, causal = float(node.attrs["scale"]), bool(node.attrs.get("causal", False))
-    chosen = nova_or_reference_attention(node, ins, outs, ctx, q, k)
+    chosen = reference_attention(node, ins, outs, ctx, q, k)
     if chosen is not None:
         return chosen
     groups = q.shape[1] // k.shape[1]

@@ -98,7 +98,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from nova.compiler.aten_kernels import (Kernel, KernelContext, adamw, build_kernel, can_join_batch,
+from nova.compiler.aten_kernels import (Kernel, KernelContext, adamw, build_kernel, can_join_batch, nova_attention,
                                         torch_dtype, view_of)
 from nova.compiler.gemm_lowering import bind_gemm
 from nova.compiler.plan_view import ExecutorError, PlanView, read_plan
@@ -107,12 +107,11 @@ from nova.compiler.rows_lowering import rows_kernels
 from nova.compiler.step_storage import OutputPools, shared_arena
 from nova.ir.ops import opdef
 from nova.passes.fusion import update_batch_key
-from nova.passes.memory import outside_peak_bytes, writes_in_place
+from nova.passes.memory import aligned, outside_peak_bytes, writes_in_place
 
 __all__ = ["build", "gemm_problems", "gemm_problem_counts", "attention_kernels", "rows_problems", "pointwise_problems",
            "optimizer_rules", "precompile_commands", "Program", "Launch", "ExecutorError", "BOUND_ROLES"]
 
-ALIGN = 256                                          # byte alignment of slots the executor lays out itself
 BINDINGS_KEPT = 4                                    # per-call programs: bindings kept by address (LRU)
 BOUND_ROLES = ("param", "grad", "opt_state", "const")  # inputs used in place, by pointer
 CREATION = ("constant", "iota")
@@ -146,7 +145,8 @@ def _fmt_bytes(n) -> str:
 
 
 def _align(n: int) -> int:
-    return -(-n // ALIGN) * ALIGN
+    """``n`` rounded up to the memory plan's slot alignment (the slots the executor lays out itself)."""
+    return aligned(n)
 
 
 def _strided_bytes(shape, strides, itemsize: int) -> int:
@@ -708,6 +708,10 @@ class Program:
                     kernels.append(launch.kernel(self._gemm, self.target, self._gemm_workspace(launch, ctx)))
                     gemms.append(launch)
                     i += 1 + len(launch.epilogue)
+                elif group.attention is not None and self.kind == "cuda":      # the plan's Nova attention
+                    kernels.append(nova_attention(node, [tensors[v] for v in node.inputs],
+                                                  [tensors[v] for v in node.outputs], ctx))
+                    i += 1
                 elif node.op == "adamw":           # consecutive compatible updates: one foreach batch
                     key, j = update_batch_key(node), i     # the fusion pass's key (its groups are batches)
                     batch_ins, batch_outs = [], []

@@ -24,7 +24,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from nova.compiler import cost
-from nova.compiler.attention_nodes import attention_problem
 from nova.ir.graph import Node
 from nova.kernels.optimizer.sum_problem import MultiTensorSumProblem
 from nova.kernels.pointwise.problem import PointwiseProblem
@@ -71,7 +70,7 @@ def _bytes_of(values) -> int:
 
 
 def _attention_report(group, node: Node, target) -> tuple[float, str, str, str, dict | None]:
-    problem = attention_problem(node)
+    problem = group.problem if group.kernel == "nova" else None      # the plan's decision
     backward = node.op == "attention_backward"
     if problem is not None:
         from nova.kernels.attention import configure_attention

@@ -4,10 +4,10 @@ hashes, loads the plan and builds the program without running the passes.
 
 Key = sha256 of the canonical JSON of ``structural_hash(captured graph)``, the target name, the
 device kind, the memory budget in bytes (None: unbudgeted), the ``NOVA_MEMORY_POLICY`` fraction (None:
-``fast``), the ``NOVA_POINTWISE`` setting, the
+``fast``), the ``NOVA_POINTWISE`` and ``NOVA_ATTENTION`` settings, the
 Nova version, ``PLAN_ABI`` and a fingerprint of the planning code (the sources of ``nova/ir``,
-``nova/passes`` and the memory-bound kernel families whose problems the plan holds,
-``nova/kernels/pointwise`` and ``nova/kernels/optimizer``: editing a pass in a checkout never reuses a
+``nova/passes`` and the kernel families whose problems the plan holds, ``nova/kernels/pointwise``,
+``nova/kernels/optimizer`` and ``nova/kernels/attention``: editing a pass in a checkout never reuses a
 plan made before).  Layout: ``<cache dir>/plans/<key[:2]>/<key>.plan``
 under the kernel cache directory (``NOVA_CACHE_DIR``, ``nova.runtime.cache.default_cache_dir``).
 An entry is ``MAGIC``, the sha256 of the payload, a newline, then the pickled payload (a dict with
@@ -33,17 +33,7 @@ from nova.version import __version__
 from nova.fileio import atomic_write, discard_bad_entry
 from nova.ir.hashing import structural_hash
 
-PLAN_ABI = 12           # bump whenever Planned, Graph, Group, MemoryPlan or the passes' output changes meaning
-                        # (2: Group.problem may be a batched GEMM; 3: Nova rows groups, Group.bindings; 4: pointwise
-                        # groups on Nova kernels with their PointwiseProblem, optimizer groups on Nova multi-tensor
-                        # kernels with their MultiTensorProblem, donation and in place across one such kernel;
-                        # 5: Planned.storage, strided arena roots and results placed in a concat's buffer;
-                        # 6: MemoryPlan.outside, the allocations outside the arena, in peak_bytes;
-                        # 7: MemoryPlan.workspaces, the launch workspaces placed in the arena;
-                        # 9: a concat's or a copying view's group may carry a PointwiseProblem;
-                        # 10: multi-tensor sum groups, bindings keyed (tensor, name); gradient scales in
-                        # optimizer groups; 11: memory.Handoff, outputs in a region of their own;
-                        # 12: Planned.policy, the default memory policy's decisions, GEMM results in a concat's buffer)
+PLAN_ABI = 13           # bump whenever Planned, Graph, Group, MemoryPlan or the passes' output changes meaning
 MAGIC = b"NOVAPLAN1\n"
 # the sources that size the allocations a plan lists outside its arena (MemoryPlan.outside) and the
 # launch workspaces it places in it (MemoryPlan.workspaces: the schedules of the GEMM, rows and
@@ -76,14 +66,15 @@ def plans_dir(root: str | os.PathLike | None = None) -> Path:
 
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """sha256 over the sources that decide a plan: ``nova/ir``, ``nova/passes``, the pointwise and
-    optimizer kernel families (their problems are on the plan's groups), this module, the
+    """sha256 over the sources that decide a plan: ``nova/ir``, ``nova/passes``, the pointwise,
+    optimizer and attention kernel families (their problems are on the plan's groups) and the
+    switch that gives groups to them (``kernels/switch.py``), this module, the
     executor's allocation sites the plan lists outside its arena (``OUTSIDE_ARENA_SOURCES``) and what
     sizes the launch workspaces it places (``WORKSPACE_SIZING_FOLDERS``: the kernels' schedules)."""
     base = Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
-    folders = ("ir", "passes", "kernels/pointwise", "kernels/optimizer") + WORKSPACE_SIZING_FOLDERS
-    files = [base / f for f in OUTSIDE_ARENA_SOURCES]
+    folders = ("ir", "passes", "kernels/pointwise", "kernels/optimizer", "kernels/attention") + WORKSPACE_SIZING_FOLDERS
+    files = [base / f for f in OUTSIDE_ARENA_SOURCES + ("kernels/switch.py",)]
     for path in sorted([*(p for f in folders for p in base.joinpath(f).rglob("*.py")), *files,
                         Path(__file__).resolve()]):
         h.update(str(path.relative_to(base)).encode() + b"\0")
@@ -96,7 +87,8 @@ def code_fingerprint() -> str:
 
 def plan_key(graph_hash: str, target_name: str | None, device_kind: str, kernels: str = "all", *,
              memory_budget: int | None = None, memory_policy: float | None = None) -> str:
-    """``kernels``: the ``NOVA_POINTWISE`` setting the plan was made under (``MemoryBoundKernels.key``);
+    """``kernels``: the ``NOVA_POINTWISE`` and ``NOVA_ATTENTION`` settings the plan was made under
+    (``KernelSwitch.key``);
     ``memory_policy``: the ``NOVA_MEMORY_POLICY`` fraction (None: ``fast``)."""
     import json
     payload = {"graph": graph_hash, "target": str(target_name), "device": device_kind, "budget": memory_budget,
@@ -198,19 +190,19 @@ def plan(graph, target=None, device_kind: str = "cpu", root=None, target_name=No
     target, memory_budget=, outside_arena=)`` (the CUDA program's allocations outside the arena
     listed on the plan, ``nova.compiler.outside_arena``) stored for next time (``"miss"``), or ``"off"`` when
     ``NOVA_PLAN_CACHE=0``.  A budget the step cannot fit raises ``MemoryBudgetError`` (nothing stored).
-    The ``NOVA_POINTWISE`` and ``NOVA_MEMORY_POLICY`` settings are read once here, passed to the passes
+    The ``NOVA_POINTWISE``, ``NOVA_ATTENTION`` and ``NOVA_MEMORY_POLICY`` settings are read once here, passed to the passes
     and keyed."""
     from nova import options
     from nova.compiler.explain import memory_policy
     from nova.compiler.outside_arena import account
-    from nova.kernels.pointwise.switch import memory_bound_kernels
+    from nova.kernels.switch import kernel_switch
     from nova.passes import pipeline
     from nova.passes.budget import parse_size
     if target_name is None:
         target_name = getattr(target, "name", target)
     if memory_budget is not None:
         memory_budget = parse_size(memory_budget)
-    kernels = memory_bound_kernels()
+    kernels = kernel_switch()
     fraction = options.current().memory_policy
     policy = memory_policy(fraction, target)
     if not enabled():

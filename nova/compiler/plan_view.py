@@ -4,7 +4,8 @@
     planned.groups           in execution order: ``.kind``, ``.nodes``, ``.reason``, ``.kernel``
                              ("nova": a Nova kernel runs the group; a gemm group with "aten" runs on
                              torch.matmul), ``.problem`` (a Nova GEMM group's ``GemmProblem``, with
-                             ``.epilogue.bias``; a Nova pointwise group's ``PointwiseProblem``,
+                             ``.epilogue.bias``; a Nova attention group's ``AttentionProblem``; a Nova
+                             pointwise group's ``PointwiseProblem``,
                              a concat's or a copying view's when one pointwise kernel runs it too,
                              a Nova optimizer group's ``MultiTensorProblem``, a Nova rows group's
                              ``RowsProblem``, a Nova embedding group's ``EmbeddingProblem``, each with
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field
 
 from nova.ir.ops import opdef
 from nova.kernels.optimizer.sum_problem import MultiTensorSumProblem
+from nova.passes.attention import ATTENTION_OPS
 from nova.passes.embedding import EMBEDDING_OPS
 from nova.passes.fusion import OPTIMIZER_UPDATES
 
@@ -70,6 +72,7 @@ class GroupView:
     reason: str = ""
     gemm: object = None                  # a Nova GEMM group: its GemmProblem (epilogue included)
     gemm_bias: object = None             # and the Value its epilogue adds as the bias, if any
+    attention: object = None             # a Nova attention group: its AttentionProblem (operands dense)
     pointwise: object = None             # a Nova pointwise kernel's PointwiseProblem (its nodes: one launch)
     optimizer: object = None             # a Nova multi-tensor update's MultiTensorProblem (its nodes: one launch)
     rows: object = None                  # a Nova rows group: its RowsProblem (nova/passes/rows.py)
@@ -169,6 +172,8 @@ def _nova_view(group) -> dict:
         return {}
     if group.kind == "gemm":
         return {"gemm": group.problem, "gemm_bias": group.epilogue.bias if group.epilogue is not None else None}
+    if group.kind == "composite" and group.nodes[0].op in ATTENTION_OPS:
+        return {"attention": group.problem}
     if isinstance(group.problem, PointwiseProblem):     # a fused group, or a concat / copy run as one
         return {"pointwise": group.problem}
     if group.kind == "composite" and group.nodes[-1].op in OPTIMIZER_UPDATES:

@@ -35,9 +35,9 @@ import torch
 from torch.utils import _pytree as pytree
 
 from nova.frontend import Captured, capture, discover, guard_key
+from nova.passes.memory import aligned
 
 BACKENDS = ("auto", "reference", "executor")
-MIRROR_ALIGN = 256      # bytes: where each device mirror of a host input starts (the arena's slot alignment)
 WARN_AFTER = 3          # recaptures in a row caused by one Python value before nova.compile warns about it
 
 
@@ -104,10 +104,10 @@ class ProgramEngine:
             groups.setdefault((tuple(tensors[i].shape), tensors[i].dtype), []).append(i)
         self._packs, self._mirror_of = [], {}
         for (shape, dtype), idx in groups.items():
-            # one row per mirror, each starting on a MIRROR_ALIGN boundary (a kernel that writes the
-            # step counts with 16-byte vectors, or checks its operands' alignment, sees aligned tensors)
+            # one row per mirror, each starting on an arena slot boundary (memory.aligned: a kernel that
+            # writes the step counts with 16-byte vectors, or checks its operands' alignment, sees aligned tensors)
             numel, itemsize = math.prod(shape), torch.empty((), dtype=dtype).element_size()
-            row = -(-max(numel, 1) * itemsize // MIRROR_ALIGN) * MIRROR_ALIGN // itemsize
+            row = aligned(max(numel, 1) * itemsize) // itemsize
             raw = torch.empty((len(idx), row), dtype=dtype, device=self.device)
             buffer = raw[:, :numel].unflatten(1, shape) if shape else raw[:, 0]
             self._packs.append([idx, buffer, None])

@@ -42,7 +42,9 @@ Rules, applied to each node in program order (a node joins a group, or starts on
 * Composites (attention, layer_norm, softmax, losses, cross_entropy, optimizer updates) and
   data-movement ops (concat, gathers, scatter_add) are groups of their own; so is each opaque
   ``aten`` op.  An ``index_select``/``scatter_add`` on axis 0 (the embedding lookup and its backward)
-  runs on Nova's embedding kernels where they compute it (``nova/passes/embedding.py``), else ATen.
+  runs on Nova's embedding kernels where they compute it (``nova/passes/embedding.py``), else ATen;
+  an ``attention``/``attention_backward`` on Nova's fused attention kernels where they cover it
+  (``nova/passes/attention.py``: its ``AttentionProblem`` on the group), else ATen.
   An ``index_select`` of a one-axis table (``pointwise_from_ir.is_table_gather``: the padding mask's
   vmapped lookup) is element by element over its index, so it joins pointwise groups as a pointwise
   op does (a ``gather`` in the kernel), but never the group that computes its table.
@@ -65,7 +67,8 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   factor (clipping's coefficient) and read only by its update is folded into the Nova optimizer group
   (vertical).  Both run on the multi-tensor kernels, so ``NOVA_POINTWISE`` without ``optimizer`` keeps
   them apart.
-* ``kernels`` (``MemoryBoundKernels``, from ``NOVA_POINTWISE``) may keep either kind on ATen.
+* ``kernels`` (``KernelSwitch``, from ``NOVA_POINTWISE`` and ``NOVA_ATTENTION``) may keep either kind,
+  and attention, on ATen.
 * Views are ``view`` groups that launch nothing (``kernel="none"``) unless the layout analysis says
   the result is not a strided view of its input, then one copy (a Nova pointwise kernel, above).  A
   ``concat`` whose inputs the storage pass placed in its buffer (``storage.py``) launches nothing either.
@@ -88,8 +91,9 @@ from nova.kernels.gemm.problem import ACTIVATIONS, OUT_DTYPES, GemmProblem
 from nova.ir.graph import Graph, Node, Value
 from nova.ir.ops import kind
 from nova.ir.printer import value_names
-from nova.kernels.pointwise.switch import MemoryBoundKernels
+from nova.kernels.switch import KernelSwitch
 from nova.passes import layout as layout_analysis
+from nova.passes.attention import ATTENTION_OPS, select_attention
 from nova.passes.embedding import EMBEDDING_OPS, embedding_reason, select_embedding
 from nova.passes.pointwise_from_ir import is_table_gather
 from nova.passes.rows import rows_reason, select_rows
@@ -170,7 +174,7 @@ class _Open:
         self.cast_bytes = 0               # and the bytes they save together (rows_casts.cast_saving)
 
 
-def fuse(graph: Graph, layouts=None, kernels: MemoryBoundKernels = MemoryBoundKernels(),
+def fuse(graph: Graph, layouts=None, kernels: KernelSwitch = KernelSwitch(),
          storage: StoragePlan | None = None) -> list[Group]:
     """Partition ``graph``'s nodes into groups (rules in the module docstring), in a topological
     order of the groups; ``kernels`` says which memory-bound groups may run on Nova kernels;
@@ -188,7 +192,7 @@ class _Fuser:
     first one that can join an open group (else the first in program order): a value's pointwise
     and reduction readers get to fuse before another reader closes its group."""
 
-    def __init__(self, graph: Graph, layouts=None, kernels: MemoryBoundKernels = MemoryBoundKernels(),
+    def __init__(self, graph: Graph, layouts=None, kernels: KernelSwitch = KernelSwitch(),
                  storage: StoragePlan | None = None):
         self.graph = graph
         self.kernels = kernels
@@ -578,7 +582,7 @@ def boundary(nodes, users, outputs) -> tuple[list[Value], list[Value]]:
     return ins, outs
 
 
-def _finish(g: _Open, position, users, outputs, layouts, names, kernels: MemoryBoundKernels,
+def _finish(g: _Open, position, users, outputs, layouts, names, kernels: KernelSwitch,
             storage: StoragePlan) -> Group:
     """The group of ``g``, its nodes in placement order (``position``): a topological order in which
     a reduction comes after every node of its group (program order need not: a pointwise node
@@ -595,14 +599,18 @@ def _finish(g: _Open, position, users, outputs, layouts, names, kernels: MemoryB
         if kernels.pointwise:
             _classify_pointwise(group, g, layouts, storage)
         else:
-            g.why_not_nova = f"NOVA_POINTWISE={kernels.key()}"
+            g.why_not_nova = f"NOVA_POINTWISE={kernels.pointwise_key()}"
         group.reason = _reason(group, g, layouts, names)
     elif g.kind == "composite" and nodes[0].op in OPTIMIZER_UPDATES:
         if kernels.optimizer:
             _classify_optimizer(group, g, layouts)
         else:
-            g.why_not_nova = f"NOVA_POINTWISE={kernels.key()}"
+            g.why_not_nova = f"NOVA_POINTWISE={kernels.pointwise_key()}"
         group.reason = _reason(group, g, layouts, names)
+    elif g.kind == "composite" and first.op in ATTENTION_OPS:
+        why_not = select_attention(group, kernels.attention)
+        group.reason = f"{first.op} on {first.outputs[0].type}: " + (
+            f"Nova's fused attention kernels ({group.problem.describe()})" if not why_not else f"ATen ({why_not})")
     elif g.kind == "composite" and nodes[0].op in EMBEDDING_OPS:
         why_not = select_embedding(group, layouts)
         group.reason = embedding_reason(group, _reason(group, g, layouts, names), why_not)
@@ -614,7 +622,7 @@ def _finish(g: _Open, position, users, outputs, layouts, names, kernels: MemoryB
         if kernels.pointwise:
             _classify_glue(group, g, layouts)
         else:
-            g.why_not_nova = f"NOVA_POINTWISE={kernels.key()}"
+            g.why_not_nova = f"NOVA_POINTWISE={kernels.pointwise_key()}"
         group.reason = _reason(group, g, layouts, names)
         if first.op == "concat":
             group.reason += f" ({unplaced_reason(first, users, outputs, names)})"

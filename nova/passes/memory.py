@@ -74,7 +74,7 @@ from nova.passes import layout as layout_analysis
 from nova.passes.fusion import Group
 from nova.passes.storage import StoragePlan
 
-ALIGNMENT = 256
+ALIGNMENT = 256                               # bytes: where every arena slot starts (any kernel's widest access)
 OPTIMIZER_UPDATES = ("adamw", "sgd")          # (param, grad, ...) -> updated state, elementwise
 # Composites whose kernels read each input element, at most, before writing the result element at
 # the same position (and nothing else of the same buffer afterwards): their result may take the

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from nova.ir.graph import Graph, Node
 from nova.ir.printer import value_names
 from nova.ir.verify import verify
-from nova.kernels.pointwise.switch import MemoryBoundKernels, memory_bound_kernels
+from nova.kernels.switch import KernelSwitch, kernel_switch
 from nova.passes import layout as layout_analysis
 from nova.passes.canonicalize import canonicalize
 from nova.passes.cross_entropy import fuse_cross_entropy
@@ -58,11 +58,12 @@ class Planned:
     storage: StoragePlan = field(default_factory=StoragePlan)   # where strided-writing kernels store results
 
 
-def pipeline(graph: Graph, target=None, kernels: MemoryBoundKernels | None = None, *,
+def pipeline(graph: Graph, target=None, kernels: KernelSwitch | None = None, *,
              memory_budget=None, outside_arena=None, handoff: Handoff | None = None,
              memory_policy=None) -> Planned:
     """Optimize, group, order and plan ``graph`` (which is left unchanged).  ``kernels``: which
-    memory-bound groups may run on Nova kernels (default: the ``NOVA_POINTWISE`` setting).  With a
+    memory-bound and attention groups may run on Nova kernels (``KernelSwitch``; default: the
+    ``NOVA_POINTWISE`` and ``NOVA_ATTENTION`` settings).  With a
     ``memory_policy`` (``memory_policy.MemoryPolicy``; None: the fastest plan) the plan takes the
     memory savings it prices at (near) nothing (``memory_policy.lean_plan``).  With a
     ``memory_budget`` (bytes or a size such as ``"12GiB"``) the plan is made to fit it
@@ -78,7 +79,7 @@ def pipeline(graph: Graph, target=None, kernels: MemoryBoundKernels | None = Non
     from nova.passes.budget import fit_budget, parse_size
     from nova.passes.memory_policy import lean_plan
     if kernels is None:
-        kernels = memory_bound_kernels()
+        kernels = kernel_switch()
     if memory_budget is not None:
         memory_budget = parse_size(memory_budget)
     verify(graph)
@@ -124,11 +125,11 @@ def pipeline(graph: Graph, target=None, kernels: MemoryBoundKernels | None = Non
         return fit_budget(planned, memory_budget, target, replanner("memory_budget"), default)
 
 
-def plan_graph(g: Graph, target=None, stats: dict | None = None, kernels: MemoryBoundKernels | None = None,
+def plan_graph(g: Graph, target=None, stats: dict | None = None, kernels: KernelSwitch | None = None,
                outside_arena=None, handoff: Handoff | None = None) -> Planned:
     """Group, order and plan an optimized graph ``g`` (``kernels``, ``outside_arena``, ``handoff``: as for
     ``pipeline``)."""
-    kernels = kernels if kernels is not None else memory_bound_kernels()
+    kernels = kernels if kernels is not None else kernel_switch()
     storage = plan_storage(g, outputs_as_stored=handoff is not None and handoff.outputs_apart)
     layouts = layout_analysis.analyze(g, storage)
     groups, memory = schedule_with_plan(g, fuse(g, layouts, kernels, storage), layouts, storage, handoff)
