@@ -270,11 +270,19 @@ def test_offline_missing_kernel_fails_before_touching_parameters(tmp_path, monke
 
 
 # --------------------------------------------------------------------------- precompile commands
+def all_plans() -> list:
+    """The plan of every program these tests build: the real pipeline's plan of each case, and the
+    head-dimension-64 case's plan with attention kept on ATen."""
+    from nova.kernels.switch import KernelSwitch
+    return [planned(make().graph) for make in CASES.values()] + \
+        [planned(CASES["gpt_d64"]().graph, kernels=KernelSwitch(attention=False))]
+
+
 def all_problems() -> list:
-    """Every Nova GEMM the programs of these tests launch (the real pipeline's plan of each case)."""
+    """Every Nova GEMM the programs of these tests launch."""
     problems = {}
-    for make in CASES.values():
-        for p in gemm_problems(planned(make().graph)):
+    for plan in all_plans():
+        for p in gemm_problems(plan):
             problems.setdefault(p, None)
     return list(problems)
 
@@ -293,7 +301,7 @@ if __name__ == "__main__":
         from nova.hwmodel import get_target
         from nova.runtime.cache import KernelCache
         gpu, cache = get_target(args.target), KernelCache(args.cache_dir)
-        failed = sum(precompile_planned(planned(make().graph), gpu, cache)["failed"] for make in CASES.values())
+        failed = sum(precompile_planned(plan, gpu, cache)["failed"] for plan in all_plans())
         sys.exit(1 if failed else 0)
     for line in precompile_commands(all_problems(), args.target):
         print(line)

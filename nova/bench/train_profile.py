@@ -3,7 +3,9 @@ a few steps of PyTorch eager or ``nova.compile`` on a built-in GPT, grouped by k
 
     python3 -m nova.bench.train_profile --framework nova --model gpt42m --batch 32 [--steps 5] [--out DIR]
 
-Prints the kernels by total time (with their count per step) and writes ``profile-<framework>.json``.
+Prints the kernels by total time (with their count per step), then the idle time between them
+(``gaps``: from one kernel's end to the next one's start on the device, per step, by the family of
+the kernel that waits), and writes ``profile-<framework>.json``.
 """
 from __future__ import annotations
 
@@ -28,6 +30,35 @@ def kernel_family(name: str) -> str:
         if key in n:
             return family
     return re.sub(r"<.*", "", name)[:60]
+
+
+def gaps(kernels: list[tuple[float, float, str]], steps: int) -> dict:
+    """The device's idle time between ``kernels`` (``(start_us, end_us, family)``, any order, one
+    stream): each gap is the next kernel's start minus the latest end before it (0 when they
+    overlap).  ``per_step_us`` sums them over ``steps``; ``by_next`` sums them by the family of the
+    kernel that starts after the gap (what it waited to launch), with counts; ``median_us`` and
+    ``p90_us`` over all gaps; ``span_us`` from the first start to the last end, per step."""
+    ordered = sorted(kernels)
+    found, by_next = [], {}
+    latest = None
+    for start, end, family in ordered:
+        if latest is not None:
+            gap = max(0.0, start - latest)
+            found.append(gap)
+            r = by_next.setdefault(family, {"us": 0.0, "count": 0})
+            r["us"] += gap
+            r["count"] += 1
+        latest = end if latest is None else max(latest, end)
+    found_sorted = sorted(found)
+
+    def quantile(q):
+        return found_sorted[min(len(found_sorted) - 1, int(q * len(found_sorted)))] if found_sorted else 0.0
+    return {"per_step_us": sum(found) / steps, "count_per_step": len(found) / steps,
+            "median_us": quantile(0.5), "p90_us": quantile(0.9),
+            "span_us": ((ordered[-1][1] - ordered[0][0]) / steps) if ordered else 0.0,
+            "by_next": {k: {"us_per_step": v["us"] / steps, "count_per_step": v["count"] / steps,
+                            "mean_us": v["us"] / v["count"]}
+                        for k, v in sorted(by_next.items(), key=lambda kv: -kv[1]["us"])}}
 
 
 def main(argv=None) -> int:
@@ -72,10 +103,12 @@ def main(argv=None) -> int:
         torch.cuda.synchronize()
     rows: dict[str, dict] = {}
     by_name: dict[str, dict] = {}
+    timeline = []
     for e in prof.events():
         if e.device_type != torch.autograd.DeviceType.CUDA:
             continue
         fam = kernel_family(e.name)
+        timeline.append((e.time_range.start, e.time_range.end, fam))
         us = e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
         r = rows.setdefault(fam, {"us": 0.0, "count": 0, "example": e.name[:100]})
         r["us"] += us
@@ -92,11 +125,17 @@ def main(argv=None) -> int:
     print("kernels by name (the 40 costliest):")
     for name, r in top:
         print(f"  {r['us'] / args.steps / 1e3:8.3f} ms {r['count'] / args.steps:7.1f}/step  {name}")
+    idle = gaps(timeline, args.steps)
+    print(f"idle between kernels: {idle['per_step_us'] / 1e3:.3f} ms per step over {idle['count_per_step']:.0f} gaps "
+          f"(median {idle['median_us']:.2f} us, p90 {idle['p90_us']:.2f} us; span {idle['span_us'] / 1e3:.2f} ms "
+          f"per step); by the kernel that waited:")
+    for fam, r in list(idle["by_next"].items())[:15]:
+        print(f"  {r['us_per_step'] / 1e3:8.3f} ms {r['count_per_step']:7.1f}/step  {r['mean_us']:6.2f} us each  {fam}")
     out = Path(args.out) / f"profile-{args.framework}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"framework": args.framework, "model": args.model, "batch": args.batch, "seq": seq,
                                "steps": args.steps, "gpu_ms_per_step": total / args.steps / 1e3,
-                               "recipe": recipe.describe(), "kernels": {k: v for k, v in table},
+                               "recipe": recipe.describe(), "kernels": {k: v for k, v in table}, "gaps": idle,
                                "by_name": {k: v for k, v in sorted(by_name.items(), key=lambda kv: -kv[1]["us"])}},
                               indent=1))
     return 0
