@@ -54,6 +54,13 @@ def test_padded_runs_need_a_model_that_takes_a_mask(tmp_path, capsys):
     assert "--padded passes an attention mask, which only the Hugging Face models take" in capsys.readouterr().err
 
 
+def test_fp32_matmul_is_for_the_torch_frameworks(tmp_path, capsys):
+    assert train.main(["--framework", "nova", "--fp32-matmul", "--device", "cpu", "--out", str(tmp_path)]) == 2
+    assert train.main(["--all", "--frameworks", "eager,nova", "--fp32-matmul", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["nova.bench.train: --fp32-matmul is for eager and compile (Nova's and XLA's f32 GEMMs run TF32)"] * 2
+
+
 def test_token_stream_is_learnable():
     """About 3/4 of the tokens follow their predecessor through the successor table: a bigram
     model beats the unigram entropy, so the loss curve has somewhere to go."""
@@ -118,14 +125,14 @@ def test_driver_passes_every_option_to_its_children():
                                       "--seed", "9", "--device", "cpu", "--out", "/tmp/x",
                                       "--compile-mode", "max-autotune", "--adamw-impl", "fused",
                                       "--autocast", "bf16", "--padded", "--clip-grad-norm", "0.5",
-                                      "--memory-budget", "1GiB", "--no-memory-cap"])
+                                      "--memory-budget", "1GiB", "--no-memory-cap", "--fp32-matmul"])
     argv = train._child_argv(args, "jax")
     assert argv[:3] == [sys.executable, "-m", "nova.bench.train"]
     child = train.parser().parse_args(argv[3:])
     assert child.framework == "jax" and not child.all
     for name in ("model", "batch", "seq", "steps", "warmup", "timed", "repeats", "settle_s", "seed", "device",
                  "out", "compile_mode", "adamw_impl", "autocast", "padded", "clip_grad_norm",
-                 "memory_budget", "no_memory_cap"):
+                 "memory_budget", "no_memory_cap", "fp32_matmul"):
         assert getattr(child, name) == getattr(args, name), name
 
 

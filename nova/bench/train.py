@@ -314,13 +314,14 @@ def _jsonable(obj, depth: int = 0):
 
 
 # ------------------------------------------------------------------------------ torch frameworks
-def _torch_setup(device: str):
+def _torch_setup(device: str, tf32: bool = True):
+    """torch, its TF32 switches set (``tf32=False``: ``--fp32-matmul``, full FP32 products)."""
     import torch
     if device == "cuda":
         if not torch.cuda.is_available():
             raise BenchError("--device cuda, but torch sees no CUDA device (use --device cpu on a CPU-only machine)")
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
     return torch
 
 
@@ -340,7 +341,7 @@ def run_torch(args, cfg, tokens: np.ndarray, log, diagnostic: MemoryDiagnostic |
     """One PyTorch-based framework's run (module docstring); ``diagnostic`` records its memory phases
     on CUDA (the caller writes its report, also when this raises)."""
     diagnostic = diagnostic if diagnostic is not None else MemoryDiagnostic()
-    torch = _torch_setup(args.device)
+    torch = _torch_setup(args.device, tf32=not args.fp32_matmul)
     nova_compile = _nova_compile() if args.framework == "nova" else None
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
@@ -760,6 +761,8 @@ def _child_argv(args, framework: str) -> list[str]:
         argv += ["--memory-budget", args.memory_budget]
     if args.no_memory_cap:
         argv += ["--no-memory-cap"]
+    if args.fp32_matmul:
+        argv += ["--fp32-matmul"]
     return argv
 
 
@@ -824,6 +827,9 @@ def parser(prog: str = "python3 -m nova.bench.train") -> argparse.ArgumentParser
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--compile-mode", default="default",
                     help="torch.compile mode for --framework compile (default, reduce-overhead, max-autotune, ...)")
+    ap.add_argument("--fp32-matmul", action="store_true",
+                    help="eager and compile: matmuls in full FP32, not TF32 (the loss curve's rounding reference; "
+                         "Nova's f32 GEMMs are TF32, so nova refuses it)")
     ap.add_argument("--adamw-impl", choices=("default", "foreach", "fused", "forloop"), default="default",
                     help="torch AdamW implementation (default: torch's choice, foreach on CUDA)")
     ap.add_argument("--schedule", choices=SCHEDULES, default="constant",
@@ -843,6 +849,11 @@ def main(argv=None, prog: str = "python3 -m nova.bench.train") -> int:
         if getattr(args, name) < 1:
             print(f"nova.bench.train: --{name} must be at least 1", file=sys.stderr)
             return 1
+    if args.fp32_matmul and (args.framework in ("nova", "jax") or
+                             args.all and {"nova", "jax"} & set(args.frameworks.split(","))):
+        print("nova.bench.train: --fp32-matmul is for eager and compile (Nova's and XLA's f32 GEMMs run TF32)",
+              file=sys.stderr)
+        return 2
     if args.memory_budget is not None:
         from nova.passes.budget import MemoryBudgetError, parse_size
         try:

@@ -5,7 +5,9 @@ a few steps of PyTorch eager or ``nova.compile`` on a built-in GPT, grouped by k
 
 Prints the kernels by total time (with their count per step), then the idle time between them
 (``gaps``: from one kernel's end to the next one's start on the device, per step, by the family of
-the kernel that waits), and writes ``profile-<framework>.json``.
+the kernel that waits), and writes ``profile-<framework>.json``.  ``--host`` also records the host:
+the CUDA runtime calls of the steps by total time per step (a synchronizing call there is where the
+host waited for the device, so the device then waited for the host).
 """
 from __future__ import annotations
 
@@ -69,6 +71,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seq", type=int, default=None)
     ap.add_argument("--steps", type=int, default=5, help="profiled steps (after 5 warm-up steps)")
     ap.add_argument("--out", default=".")
+    ap.add_argument("--host", action="store_true", help="also record the host's CUDA runtime calls")
     add_recipe_args(ap)
     args = ap.parse_args(argv)
     import torch
@@ -97,15 +100,21 @@ def main(argv=None) -> int:
     for _ in range(5):
         step(*batch)
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    activities = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if args.host else [])
+    with profile(activities=activities) as prof:
         for _ in range(args.steps):
             step(*batch)
         torch.cuda.synchronize()
     rows: dict[str, dict] = {}
     by_name: dict[str, dict] = {}
     timeline = []
+    host_calls: dict[str, dict] = {}
     for e in prof.events():
         if e.device_type != torch.autograd.DeviceType.CUDA:
+            if e.name.startswith("cuda"):                      # a CUDA runtime call on the host
+                r = host_calls.setdefault(e.name, {"us": 0.0, "count": 0})
+                r["us"] += e.cpu_time_total
+                r["count"] += 1
             continue
         fam = kernel_family(e.name)
         timeline.append((e.time_range.start, e.time_range.end, fam))
@@ -131,11 +140,16 @@ def main(argv=None) -> int:
           f"per step); by the kernel that waited:")
     for fam, r in list(idle["by_next"].items())[:15]:
         print(f"  {r['us_per_step'] / 1e3:8.3f} ms {r['count_per_step']:7.1f}/step  {r['mean_us']:6.2f} us each  {fam}")
+    if args.host:
+        print("host: CUDA runtime calls by total time per step:")
+        for name, r in sorted(host_calls.items(), key=lambda kv: -kv[1]["us"])[:12]:
+            print(f"  {r['us'] / args.steps / 1e3:8.3f} ms {r['count'] / args.steps:7.1f}/step  {name}")
     out = Path(args.out) / f"profile-{args.framework}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"framework": args.framework, "model": args.model, "batch": args.batch, "seq": seq,
                                "steps": args.steps, "gpu_ms_per_step": total / args.steps / 1e3,
                                "recipe": recipe.describe(), "kernels": {k: v for k, v in table}, "gaps": idle,
+                               "host_calls": host_calls,
                                "by_name": {k: v for k, v in sorted(by_name.items(), key=lambda kv: -kv[1]["us"])}},
                               indent=1))
     return 0
