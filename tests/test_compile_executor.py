@@ -143,3 +143,33 @@ def test_under_a_budget_a_recapture_releases_the_earlier_program():
     assert step.stats.captures == 2 and "grad" in step.stats.last_recapture_reason
     first, second = list(step._cache.values())
     assert first.engine.program.store is None and second.engine.program.store is not None
+
+
+def test_a_cpu_program_binds_its_hyper_parameters_once_and_follows_a_schedule():
+    """The optimizer's hyper-parameters reach the program as one f64 vector per group, the same
+    tensor at every call (its values written in place): a CPU program reads it by pointer, so it binds
+    once, and a learning-rate schedule still moves every step as eager's does."""
+    import torch
+    import nova
+    from nova import models
+    torch.manual_seed(0)
+    model = models.build("tiny", seed=0)
+    twin = copy.deepcopy(model)
+    start = [p.detach().clone() for p in twin.parameters()]
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (model, twin)]
+    scheds = [torch.optim.lr_scheduler.LambdaLR(o, lambda s: (s + 1) / 4) for o in opts]
+    step, eager = nova.compile(make_train_step(model, opts[0]), backend="executor"), make_train_step(twin, opts[1])
+    cfg = models.config("tiny")
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(4):
+        idx, tgt = (torch.randint(0, cfg.vocab_size, (2, 8), generator=gen) for _ in range(2))
+        assert torch.allclose(step(idx, tgt), eager(idx, tgt), rtol=1e-5, atol=1e-6)
+        for s in scheds:
+            s.step()
+    program = step._last.engine.program
+    assert step.stats.captures == 1 and program.stats["rebinds"] == 0, program.stats["rebinds"]
+    assert opts[0].param_groups[0]["lr"] == opts[1].param_groups[0]["lr"] == 1.25e-3   # 5/4 x 1e-3
+    # Adam's first updates are near sign(g) * lr: the parameters follow eager's within a small part of their move
+    diff = sum(float((p - q).pow(2).sum()) for p, q in zip(model.parameters(), twin.parameters())) ** 0.5
+    moved = sum(float((q - q0).pow(2).sum()) for q, q0 in zip(twin.parameters(), start)) ** 0.5
+    assert diff < 1e-3 * moved, (diff, moved)

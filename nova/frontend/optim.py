@@ -18,12 +18,15 @@ hooks, subclasses, other optimizers: ``NovaUnsupportedError``.
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import torch
 
 from nova.frontend.errors import NovaUnsupportedError
 from nova.ir.ops import ADAMW_HYPER, SGD_HYPER, ref_adamw, ref_sgd
+
+_HYPER: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()   # optimizer -> {id(group): (group, vector)}
 
 # =================================================================== the custom ops
 # One op per parameter group (a traced op costs milliseconds; a model has hundreds of parameters).
@@ -182,7 +185,17 @@ class Handler:
         return self.hyper_names
 
     def hyper_tensor(self, opt, group) -> torch.Tensor:
-        return torch.tensor(self.hyper_values(opt, group), dtype=torch.float64)
+        """The group's hyper-parameters as one CPU f64 vector: the same tensor at every call for a
+        group (its values written in place), so a program that reads it by pointer binds it once
+        (a fresh tensor per call would rebind a CPU program at every step)."""
+        values = torch.tensor(self.hyper_values(opt, group), dtype=torch.float64)
+        held = _HYPER.setdefault(opt, {})
+        kept = held.get(id(group))
+        if kept is None or kept[0] is not group or kept[1].shape != values.shape:
+            held[id(group)] = (group, values)
+            return values
+        kept[1].copy_(values)
+        return kept[1]
 
     def step(self, opt, ctx: TraceContext) -> None:
         raise NotImplementedError
