@@ -1,4 +1,4 @@
-"""Where the Hopper attention backward waits (bench/NOTES.md, "Issue 11: Hopper backward": the first H200 run hung).
+"""Where the Hopper attention backward waits (bench/NOTES.md, the Hopper backward: the first H200 run hung).
 
 Host (MLIR + ptxas):  ``python3 bench/probes/attention_bwd_hang.py build DIR [--watchdog-ms 2000]``
 Device:               ``python3 bench/probes/attention_bwd_hang.py run DIR [--device-buffer] [--timeout 60]``

@@ -1,8 +1,8 @@
 """Which attention problems run and match float64 (device), each in its own process so an illegal
 address in one does not poison the next: ``build`` (host, MLIR) compiles the cases' kernels into
 $NOVA_CACHE_DIR; ``run`` (device, NOVA_OFFLINE=1) prints per case ok / the error, and the relative
-errors of O, dQ, dK, dV.  Session 7: localising the wgmma dK/dV kernel's illegal address
-(B2 H4 T1000 D64 FP16, non-causal)."""
+errors of O, dQ, dK, dV.  The first case is the one that localises the wgmma dK/dV kernel's illegal
+address (B2 H4 T1000 D64 FP16, non-causal)."""
 import math
 import subprocess
 import sys

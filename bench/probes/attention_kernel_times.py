@@ -1,6 +1,6 @@
 """Each attention kernel's device time (forward, bwd_pre, dK/dV, dQ), from CUPTI's kernel records
 through ``torch.profiler``, against the configurator's prediction per role: the data the Hopper
-models' fixed terms are fitted on (device, offline cache; session 8).  CUDA events around Python calls
+models' fixed terms are fitted on (device, offline cache).  CUDA events around Python calls
 measure the launch path when it is slower than the kernel; kernel records do not.
 
     NOVA_ATTENTION_HOPPER=force python3 bench/probes/attention_kernel_times.py OUT.json   # and =off

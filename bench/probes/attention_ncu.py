@@ -2,7 +2,7 @@
 Hopper attention kernels): ``python3 bench/probes/attention_ncu.py [B,H,T,D] [dtype]`` (default: the
 D128 benchmark problem, BF16 causal 8x16x2048x128; dtype bf16, fp16 or tf32, FP32 storage for TF32),
 run under e.g.  ncu --clock-control none -k regex:nova_attn -c 4 --section SpeedOfLight ...
-(session 8: the D128 BF16 kernels; session 12: the TF32 T512 forward and the D128 TF32 dK/dV)."""
+(used on the D128 BF16 kernels, the TF32 T512 forward and the D128 TF32 dK/dV)."""
 import sys
 
 import torch

@@ -1,4 +1,4 @@
-"""Where a cluster kernel with an MN-major 16-bit tile goes wrong (bench/NOTES.md, session 6 call 3).
+"""Where a cluster kernel with an MN-major 16-bit tile goes wrong (bench/NOTES.md).
 
 Host (MLIR + ptxas):  ``python3 bench/probes/cluster_mn_major.py build DIR``
 Device:               ``python3 bench/probes/cluster_mn_major.py run DIR``
@@ -30,12 +30,12 @@ from pathlib import Path
 # (label, M, N, K, layout, cluster): layouts as the GPU tests name them (T: the operand transposed,
 # i.e. A^T stored [K, M]: MN-major A; B not transposed: stored [K, N], MN-major B)
 CASES = [
-    ("tn-2x1", 512, 2048, 16384, "TN", "2x1"),     # call 3: error 0.86 (both MN-major; B shared, split-K workspace)
-    ("nn-1x2", 3000, 5000, 700, "NN", "1x2"),      # call 3: wrong (B MN-major NOT shared; A K-major prepped, shared)
+    ("tn-2x1", 512, 2048, 16384, "TN", "2x1"),     # measured: error 0.86 (both MN-major; B shared, split-K workspace)
+    ("nn-1x2", 3000, 5000, 700, "NN", "1x2"),      # measured: wrong (B MN-major NOT shared; A K-major prepped, shared)
     ("nn-2x1", 2048, 2048, 2048, "NN", "2x1"),     # B MN-major shared, no ragged edge, no prep
     ("tt-2x1", 512, 2048, 16384, "TT", "2x1"),     # A MN-major only (not shared), B K-major shared: never run
     ("tt-1x2", 512, 2048, 16384, "TT", "1x2"),     # A MN-major only, shared
-    ("nt-2x1", 512, 2048, 16384, "NT", "2x1"),     # control: K-major, passes on the device (calls 4, 7)
+    ("nt-2x1", 512, 2048, 16384, "NT", "2x1"),     # control: K-major, passes on the device (twice)
     ("nn-1x1", 3000, 5000, 700, "NN", "1x1"),      # control: 1x1 MN-major, passes
 ]
 VARIANTS = (None, "local_loads", "local_all")

@@ -1,5 +1,5 @@
 """Which picks would flip if the consumers step chose cooperative vs ping-pong by the calibrated model
-(nova/hwmodel/calibration) instead of the raw one (session 13: checked on the host and rejected; see
+(nova/hwmodel/calibration) instead of the raw one (checked on the host and rejected; see
 bench/NOTES.md).  Every training-suite GEMM and every perf-suite shape in three layouts, BF16 and TF32:
 prints the problems whose calibrated choice differs from the current pick.
 

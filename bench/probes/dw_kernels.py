@@ -1,7 +1,7 @@
 """What cuBLAS, XLA and Nova launch for the BF16 weight-gradient GEMMs (A stored [K, M], K = 16384) and
 GPT-144M's BF16 LM head: every kernel's name, grid, block, registers, shared memory and mean device
-time (CUPTI through torch.profiler's trace), so the deep-K gap (issue 12) can be placed between the
-GEMM kernel, the split-K reduction and the launch structure.
+time (CUPTI through torch.profiler's trace), so the deep-K gap (Nova's dW time against cuBLAS's) can
+be placed between the GEMM kernel, the split-K reduction and the launch structure.
 
     NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache NOVA_TARGET=h200 python3 bench/probes/dw_kernels.py OUT.json
 

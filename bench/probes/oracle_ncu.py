@@ -1,5 +1,5 @@
 """Launch chosen candidates of a tune manifest a few times each, for Nsight Compute around it: where a
-candidate's time goes (issue 12's deep-K dW kernels against cuBLAS's).
+candidate's time goes (e.g. the deep-K dW kernels against cuBLAS's).
 
     ncu --clock-control none -k regex:nova_ ... python3 bench/probes/oracle_ncu.py MANIFEST "LABEL@MxNxK" ...
 

@@ -1,6 +1,6 @@
 """How many of a training-GEMM suite run's kernels the calibrated model predicts within +-15%: for each
 row of ``nova.bench.train_gemms``'s JSON, the configurator's calibrated time of Nova's pick against the
-measured ``nova_us`` (session 10: 56/60 on call 7's run).
+measured ``nova_us`` (56/60 on bench/results/h200-2026-12-01/e/call7).
 
     python3 bench/probes/prediction_check.py bench/results/h200-2026-12-01/e/call7/train_gemms.json
 """

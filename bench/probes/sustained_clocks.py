@@ -1,4 +1,4 @@
-"""Session 9 probe (issue 12): the SM clock and board power each library's GEMM holds under sustained
+"""Probe: the SM clock and board power each library's GEMM holds under sustained
 load.  The oracle (events, ~30 ms per candidate, boost clock) timed Nova's LM head 16384x32768x512 BF16
 at 794 us (692 TFLOP/s) where the training-GEMM suite (settled power, interleaved rounds) measured
 971 us; XLA held 687 TFLOP/s in the suite.  Each library runs alone for ``SECONDS`` back to back while

@@ -1,4 +1,4 @@
-"""Session 9 probe (issue 12): why Nova's TF32 forward GEMMs (Y = X W^T + b, B stored [N, K]: both
+"""Probe: why Nova's TF32 forward GEMMs (Y = X W^T + b, B stored [N, K]: both
 operands K-major, shared x shared wgmma) trail cuBLAS at K = 512-768 while the dX GEMMs of the same
 M, N, K (B stored [K, N]: C^T = B^T A^T, B from registers) lead it.  Times each layout with and
 without the bias for Nova and torch (cuBLAS) by CUDA-graph replay on the same data, after settling:

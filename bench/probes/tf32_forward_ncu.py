@@ -1,6 +1,6 @@
 """One launch each of Nova's TF32 forward 16384x3072x768 NT +bias (shared x shared wgmma), Nova's
 dX layout of the same shape (NN: C^T = B^T A^T, B from registers) and cuBLAS's NT +bias, for Nsight
-Compute (session 9: why Nova's SS TF32 does less work per clock than cuBLAS under the power cap):
+Compute (why Nova's SS TF32 does less work per clock than cuBLAS under the power cap):
     ncu --clock-control none -k regex:"gemm|xmma|cutlass" -c 3 --section SpeedOfLight \
         --section ComputeWorkloadAnalysis --section WarpStateStats python3 bench/probes/tf32_forward_ncu.py"""
 import torch

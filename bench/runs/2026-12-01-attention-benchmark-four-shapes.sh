@@ -1,4 +1,4 @@
-# The session's final attention.  GPU tests, the benchmark in TF32, BF16 and FP16 on
+# The then-final attention.  GPU tests, the benchmark in TF32, BF16 and FP16 on
 # the four benchmark shapes (a second D128 one added), each kernel's CUPTI time (TF32, BF16; auto picks).
 # Run from the repository root with the attention cache in .nova-cache.
 # Results: bench/results/h200-2026-12-01/g/call6

@@ -1,4 +1,4 @@
-# The session's final attention (persistent Hopper forward taken by the refitted
+# The then-final attention (persistent Hopper forward taken by the refitted
 # model, D128 dK/dV at 24/240 with 64-row query tiles): GPU tests under memcheck, the benchmark in
 # three dtypes (per-kernel CUDA-graph replay), then the GPT-42M training step (TF32: CODEGEN_ABI 9 GEMMs).
 # Results: bench/results/h200-2026-12-01/c/call7

@@ -1,4 +1,4 @@
-# The bias fix measured (TF32 layout probe by graph replay, against call 1), the clock
+# The bias fix measured (TF32 layout probe by graph replay, against d/call1), the clock
 # and power each library's GEMM holds under sustained load, then the training-GEMM suite (TF32, BF16)
 # and the GPT-42M step (eager, Nova).
 # Results: bench/results/h200-2026-12-01/d/call3

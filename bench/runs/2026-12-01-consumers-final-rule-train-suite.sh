@@ -1,7 +1,8 @@
 # The consumers step's final rule (PINGPONG_KLOOP_TENSOR 0.80, CONTENTION_NORM 8, ping-pong
 # 128x192 tiles): the whole training-GEMM suite (60 cases) at the final picks, then the perf and batched
 # shapes whose picks the rule moves (bench/suites/consumers_moves_{bf16,tf32}.json) under the final picks
-# and under session 13's constants (patched in this copy of the tree, then restored), cuBLAS and XLA in each run.
+# and under the previous constants (0.74, CONTENTION_NORM 0, 40 overhead registers; patched in this copy
+# of the tree, then restored), cuBLAS and XLA in each run.
 # Results: bench/results/h200-2026-12-01/i/call3
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_TARGET=h200 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false NOVA_CACHE_DIR=.nova-cache
 mkdir -p $OUT

@@ -1,4 +1,4 @@
-# The GPT-42M training step (b32 x 512, TF32, AdamW) at session 14's picks (its LM head
+# The GPT-42M training step (b32 x 512, TF32, AdamW) at the day's final picks (its LM head
 # on 128x192 ping-pong tiles), eager and Nova in one process each.  Cache: PARTS="tests" + the gpt42m step.
 # Results: bench/results/h200-2026-12-01/i/call6
 mkdir -p $OUT/gpt42m

@@ -1,6 +1,6 @@
 # The GPU tests at the final picks (runtime, executor, compile: the GPT-42M step against
 # eager), compute-sanitizer (memcheck, synccheck, racecheck) over the 128x192 ping-pong cases, and the TF32
-# moved shapes call 3's budget left out (final picks).
+# moved shapes i/call3's budget left out (final picks).
 # Results: bench/results/h200-2026-12-01/i/call4
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_TARGET=h200 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false NOVA_CACHE_DIR=.nova-cache
 mkdir -p $OUT

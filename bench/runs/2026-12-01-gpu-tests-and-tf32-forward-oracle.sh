@@ -1,4 +1,4 @@
-# The runtime and attention GPU tests at session 8's final code (the review's
+# The runtime and attention GPU tests at the then-final code (the review's
 # refactors had not run on a GPU), then the TF32 forward-GEMM probe (layouts x bias, Nova vs cuBLAS)
 # and the wgmma oracle over 400 schedules of 16384x2048x512 TF32 NT +bias.
 # Results: bench/results/h200-2026-12-01/d/call1

@@ -1,6 +1,6 @@
 # The 128x192 ping-pong GPU cases after the register rule's last change (1000x1024x520
 # TN and 4095x4104x1000 fp16 NT, TMA store), racecheck over the shortest of them, and the tensor maps' L2
-# promotion owed from session 13: ragged_squares.json (BF16) at the per-map rule (default) vs 256 B on
+# promotion left open by h/call8: ragged_squares.json (BF16) at the per-map rule (default) vs 256 B on
 # every map (NOVA_TMA_L2_PROMOTION=3), in one call.
 # Results: bench/results/h200-2026-12-01/i/call5
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_TARGET=h200 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false NOVA_CACHE_DIR=.nova-cache

@@ -1,6 +1,6 @@
 # The consumers step's ping-pong K-loop factor.  Every pick of the measured suites that
 # PINGPONG_KLOOP_TENSOR = 0.80 (today's deep-K dX: ping-pong at 0.983-0.985 of the cooperative rate, x 0.81)
-# instead of 0.74 (session 9) would move (bench/suites/consumers_ab_{bf16,tf32}.json, 22 + 6), timed three
+# instead of 0.74 (the earlier refit) would move (bench/suites/consumers_ab_{bf16,tf32}.json, 22 + 6), timed three
 # ways in one call: the default picks, the picks at 0.80 (variant V: the constant patched in this copy of
 # the tree, then restored), and NOVA_PINGPONG=128x192 where that tile can run; cuBLAS and XLA in each run.
 # Results: bench/results/h200-2026-12-01/i/call2

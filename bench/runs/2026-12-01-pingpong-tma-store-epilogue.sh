@@ -1,4 +1,4 @@
-# Ping-pong tiles with the TMA-store epilogue again (call 7's register-epilogue ping-pong
+# Ping-pong tiles with the TMA-store epilogue again (d/call7's register-epilogue ping-pong
 # was slow): the training-GEMM suite (TF32, BF16) and the GPT-42M step.
 # Results: bench/results/h200-2026-12-01/d/call8
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache NOVA_TARGET=h200 PYTHONUNBUFFERED=1

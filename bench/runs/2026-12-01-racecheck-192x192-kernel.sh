@@ -1,5 +1,5 @@
 # Racecheck over one whole three-consumer-warpgroup kernel (768x768x16384 BF16 dW,
-# 192x192 tiles, split 8: 38 us, short enough for racecheck; calls 4-5 ran out of time on the longer ones),
+# 192x192 tiles, split 8: 38 us, short enough for racecheck; h/call4 and h/call5 ran out of time on the longer ones),
 # and the test itself plainly first.
 # Results: bench/results/h200-2026-12-01/h/call6
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_TARGET=h200 PYTHONUNBUFFERED=1 NOVA_CACHE_DIR=.nova-cache

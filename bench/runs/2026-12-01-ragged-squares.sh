@@ -1,4 +1,5 @@
-# Why BF16 3000^3 trails cuBLAS (0.79 with 192x192 tiles, call 3): ragged M/N/K
+# Why BF16 3000^3 trails cuBLAS (0.79 with 192x192 tiles,
+# bench/results/h200-2026-12-01/h/call3): ragged M/N/K
 # one at a time against 3072 and 2944 (bench/suites/ragged_squares.json), with 1-2 and with 3 consumer
 # warpgroups, in the suite harness (cuBLAS and XLA beside).
 # Results: bench/results/h200-2026-12-01/h/call7

@@ -2,7 +2,7 @@
 # 192x192 three-consumer-warpgroup kernels (the five CASES and the 4x1 cluster case on 192-row tiles), then
 # the two LM heads (bench/suites/lm_heads.json, BF16) in the suite harness under the default pick
 # (128x256 cooperative, TMA store), NOVA_PINGPONG=1 (128x128 ping-pong, a 0.3% model tie that measured 8%
-# faster in session 9) and NOVA_CLUSTER=1x2 / 2x1 (XLA runs 176x128 tiles in a 1x2 cluster).
+# faster before) and NOVA_CLUSTER=1x2 / 2x1 (XLA runs 176x128 tiles in a 1x2 cluster).
 # Results: bench/results/h200-2026-12-01/h/call4
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_TARGET=h200 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false NOVA_CACHE_DIR=.nova-cache
 mkdir -p $OUT

@@ -1,9 +1,10 @@
-# Why the split-K fixup ran slower than the workspace (call 1: BF16 3072x768x16384 dW
-# 143.9 -> 189.7 us).  Two experimental builds of the fixup kernel (not committed; same cache keys, so
-# each in its own cache): "slice" walks the units slice-major as the workspace kernel does (the fixup's
-# last slices then come in the last round), "nosum" skips the last slice's read-back (wrong results: the
-# arrival's cost alone).  The BF16 weight-gradient suite under each, then Nsight Compute on 3072x768 for
-# the workspace kernel and the fixup kernel (tile-major, as committed) and the slice-major one.
+# Why the split-K fixup ran slower than the workspace (bench/results/h200-2026-12-01/h/call1: BF16
+# 3072x768x16384 dW 143.9 -> 189.7 us).  Two experimental builds of the fixup kernel (not committed; same
+# cache keys, so each in its own cache): "slice" walks the units slice-major as the workspace kernel does
+# (the fixup's last slices then come in the last round), "nosum" skips the last slice's read-back (wrong
+# results: the arrival's cost alone).  The BF16 weight-gradient suite under each, then Nsight Compute on
+# 3072x768 for the workspace kernel and the fixup kernel (tile-major, as committed) and the slice-major
+# one.
 # Results: bench/results/h200-2026-12-01/h/call2
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_TARGET=h200 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 mkdir -p $OUT

@@ -1,5 +1,5 @@
 # The tensor maps' L2 promotion (NOVA_TMA_L2_PROMOTION: runtime-only, the
-# same kernels) on the ragged squares of call 7 (256 B, the default, measured there): does the 256-byte promotion overfetch when a row pitch
+# same kernels) on the ragged squares of h/call7 (256 B, the default, measured there): does the 256-byte promotion overfetch when a row pitch
 # is not a multiple of 128 B (3000^3: 112.6 us vs 3072^3's 88)?  Default picks (three warpgroups).
 # Results: bench/results/h200-2026-12-01/h/call8
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_TARGET=h200 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false NOVA_CACHE_DIR=.nova-cache

@@ -1,6 +1,6 @@
-# The training-GEMM suite at the session's final picks (three consumer warpgroups on
+# The training-GEMM suite at the then-final picks (three consumer warpgroups on
 # GPT-144M's BF16 weight gradients), TF32 and BF16, then racecheck over two of the 192x192 runtime cases
-# (call 4's racecheck ran out of time on five).
+# (h/call4's racecheck ran out of time on five).
 # Results: bench/results/h200-2026-12-01/h/call5
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_TARGET=h200 PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false NOVA_CACHE_DIR=.nova-cache
 mkdir -p $OUT

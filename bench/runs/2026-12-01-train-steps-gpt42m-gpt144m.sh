@@ -1,4 +1,4 @@
-# The training steps with the session's attention (head-order forward, TF32
+# The training steps with the then-current attention (head-order forward, TF32
 # transposes in flight).  The compile and executor GPU tests, then GPT-42M (b32 x 512) and GPT-144M
 # (b16 x 1024), TF32, eager and Nova in one process each.  Run from the repository root with the
 # training cache (PARTS="tests train") in .nova-cache.

@@ -1,5 +1,5 @@
-# Call 2's ceiling and cluster measurements again with the chunked timing
-# (tensor_ceiling.sustained closes every ~50 ms of calls with a sync; in calls 1-2 the launch queue let
+# The ceiling and cluster measurements of a/call2 again, with the chunked timing
+# (tensor_ceiling.sustained closes every ~50 ms of calls with a sync; in the first runs the launch queue let
 # the first "chunk" hold seconds of the probe's launches, boost period included).  One tarball back.
 # Results: bench/results/h200-2026-12-02/a/call3
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache NOVA_TARGET=h200 PYTHONUNBUFFERED=1

@@ -1,4 +1,5 @@
-# Is the one-warpgroup probe's higher rate per clock (0.89-0.90 vs 0.85-0.86, call 3)
+# Is the one-warpgroup probe's higher rate per clock (0.89-0.90 vs 0.85-0.86,
+# bench/results/h200-2026-12-02/a/call3)
 # the structure's or the clock reading's?  Every probe on zeros (far below the power cap: all at ~1950-1980
 # MHz).  Then Nova's squares, cooperative (default) and forced ping-pong (NOVA_PINGPONG=1: one warpgroup's
 # wgmma at a time, as the one-warpgroup probe), each sustained 4 s.  One tarball back.

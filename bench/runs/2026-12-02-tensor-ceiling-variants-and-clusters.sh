@@ -1,9 +1,9 @@
 # The tensor-ceiling probe's variants (1/2/3 warpgroups, 1 or 2 accumulator chains:
 # is the rate per clock the probe's structure or the tensor cores'?) and the squares again (run-to-run
 # spread), the squares on 2x1 clusters (Nova: does the multicast's third less L2 traffic buy clock at the
-# power cap?), then the GPT-144M step at session 14's picks (call 1's log did not come back).  Everything
+# power cap?), then the GPT-144M step at 2026-12-01's final picks (a/call1's log of it did not come back).  Everything
 # under $OUT is tarred into one file at the end (the device tool returns a limited number of files).
-# Cache (host): call 1's + NOVA_CLUSTER=2x1 nova precompile gemm of the squares.
+# Cache (host): a/call1's + NOVA_CLUSTER=2x1 nova precompile gemm of the squares.
 # Results: bench/results/h200-2026-12-02/a/call2
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache NOVA_TARGET=h200 PYTHONUNBUFFERED=1
 R=$OUT/r; mkdir -p $R

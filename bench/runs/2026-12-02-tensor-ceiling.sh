@@ -1,6 +1,6 @@
 # The measured power-limited ceiling (nova.bench.tensor_ceiling: the wgmma-only
 # probe, randn and zeros, then Nova / cuBLAS / XLA on 4096^3 and 8192^3 NN, TF32 and BF16, each sustained 4 s
-# alone with nvidia-smi sampling), then the GPT-144M step at session 14's picks (eager, Nova).
+# alone with nvidia-smi sampling), then the GPT-144M step at 2026-12-01's final picks (eager, Nova).
 # Cache (host): the squares (nova precompile gemm), the probe kernels (tensor_ceiling build --out
 # .nova-cache/tensor_ceiling) and `nova precompile train gpt144m --batch 16`.
 # Results: bench/results/h200-2026-12-02/a/call1
