@@ -222,6 +222,28 @@ def test_explain_train_under_a_budget(capsys):
     assert main(["explain", "train", "tiny", "--batch", "16", "--memory-budget", "lots"]) == 2
 
 
+def test_explain_train_plots_memory_over_the_schedule_before_and_under_the_budget(capsys, tmp_path):
+    """``--plot``: the plan's memory over its schedule (the report's ``over_schedule``: its largest
+    point, over what the step holds throughout, is the plan's peak) beside the plan without the
+    budget, written as a PNG."""
+    from nova.cli.config import main
+    from nova.compiler.outside_arena import account
+    base = pipeline(_step("tiny", batch=16, seq=16, ignore=False)[0], outside_arena=account)
+    budget = f"{(base.memory.peak_bytes - 0.15 * base.memory.arena_bytes) / 2**20:.3f}MiB"
+    png = tmp_path / "memory.png"
+    assert main(["explain", "train", "tiny", "--batch", "16", "--optimizer", "sgd", "--memory-budget", budget,
+                 "--plot", str(png), "--json"]) == 0
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert err.strip() == f"memory over the schedule: {png}" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    under, before = report["memory"]["over_schedule"], report["memory"]["over_schedule_unbudgeted"]
+    for prof, peak in ((under, report["memory"]["peak_bytes"]), (before, base.memory.peak_bytes)):
+        assert prof["peak_bytes"] == peak and 0 < len(prof["live_bytes"]) <= prof["positions"]
+        assert abs(max(prof["live_bytes"]) + prof["base_bytes"] - peak) <= 0.01 * peak
+    assert under["peak_bytes"] < before["peak_bytes"]
+    assert main(["explain", "train", "tiny", "--batch", "2", "--gpus", "2", "--plot", str(png)]) == 2
+
+
 def test_an_explicit_target_brings_its_memory_as_the_budget(capsys):
     from nova.cli.config import main
     assert main(["explain", "train", "tiny", "--batch", "2", "--target", "rtx3060", "--json"]) == 0

@@ -92,6 +92,9 @@ def explain_parser() -> argparse.ArgumentParser:
                     help="data-parallel GPUs (DDP: each its own --batch); > 1 adds the gradient all-reduce's "
                          "communication schedule and the predicted scaling (default 1)")
     ap.add_argument("--top", type=int, default=12, help="how many of the most expensive kernels to list (default 12)")
+    ap.add_argument("--plot", metavar="PNG", default=None,
+                    help="also write the plan's device memory over the step's schedule to PNG (with "
+                         "--memory-budget, beside the plan without the budget)")
     ap.add_argument("--json", action="store_true",
                     help="machine-readable output: captured_ops, kernels, fallback_ops, memory, prediction, ...")
     return ap
@@ -108,8 +111,14 @@ def explain_main(argv) -> int:
             raise UsageError(f"--gpus must be a positive integer, got {args.gpus}")
         from nova.compiler.explain import explain_train, render
         budget = memory_budget(args, target_given=args.target is not None)
+        if args.plot is not None and args.gpus > 1:
+            raise UsageError("--plot draws one GPU's plan; leave out --gpus")
         report = explain_train(args.model, args.batch, args.seq, args.target or "h200", args.optimizer,
-                               gpus=args.gpus, memory_budget=budget, recipe=train_recipe(args))
+                               gpus=args.gpus, memory_budget=budget, recipe=train_recipe(args),
+                               unbudgeted=args.plot is not None)
+        if args.plot is not None:
+            from nova.report.plots import memory_schedule
+            print(f"memory over the schedule: {memory_schedule(report, args.plot)}", file=sys.stderr)
         if args.json:
             print(json.dumps(report, indent=1))
         else:

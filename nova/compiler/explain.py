@@ -394,9 +394,30 @@ def explain_planned(captured_graph, planned, target, tokens_per_step: int | None
                 "launch_workspaces": _launch_workspaces(mem),
                 "donations": len(mem.donations),
                 "budget": planned.budget.to_dict() if getattr(planned, "budget", None) is not None else None,
-                "policy": planned.policy.to_dict() if getattr(planned, "policy", None) is not None else None},
+                "policy": planned.policy.to_dict() if getattr(planned, "policy", None) is not None else None,
+                "over_schedule": memory_over_schedule(planned)},
         prediction=prediction, storage=planned.storage.describe())
     return report.to_dict()
+
+
+SCHEDULE_POINTS = 400           # at most this many points in a plan's memory-over-schedule profile
+
+
+def memory_over_schedule(planned, points: int = SCHEDULE_POINTS) -> dict:
+    """The plan's device memory at each position of its schedule: the arena's live bytes
+    (``peak.live_profile``: values and launch workspaces) over ``base_bytes``, what the step holds
+    the whole time (the graph's inputs it uses in place: parameters, gradients, optimizer state; and
+    the allocations outside the arena).  ``live_bytes`` keeps the largest value of each of at most
+    ``points`` equal runs of positions (so the peak survives); ``positions`` is the schedule's
+    length."""
+    from nova.passes.peak import live_profile
+    mem = planned.memory
+    profile = live_profile(mem) if mem.order else [0]
+    runs = min(points, len(profile))
+    bounds = [round(i * len(profile) / runs) for i in range(runs + 1)]
+    live = [max(profile[a:b]) for a, b in zip(bounds, bounds[1:])]
+    return {"positions": len(profile), "live_bytes": live, "base_bytes": mem.external_bytes + mem.outside_bytes,
+            "peak_bytes": mem.peak_bytes}
 
 
 def _launch_workspaces(mem) -> dict:
@@ -459,11 +480,14 @@ def plan_training_step(model_name: str, batch: int, seq: int | None = None, opti
 
 
 def explain_train(model_name: str, batch: int, seq: int | None = None, target="h200",
-                  optimizer: str = "adamw", gpus: int = 1, memory_budget=None, recipe=None) -> dict:
+                  optimizer: str = "adamw", gpus: int = 1, memory_budget=None, recipe=None,
+                  unbudgeted: bool = False) -> dict:
     """Capture, plan and explain a built-in model's training step for ``target`` (no GPU needed).
     ``gpus`` > 1: the data-parallel step (DDP's gradient average, bucketed), its communication
     schedule (``report["communication"]``) and predicted scaling (``report["scaling"]``).  Under
-    ``memory_budget`` when given (``MemoryBudgetError`` when the step cannot fit it)."""
+    ``memory_budget`` when given (``MemoryBudgetError`` when the step cannot fit it); with
+    ``unbudgeted`` too, the plan without the budget is made as well and its memory over the
+    schedule is ``report["memory"]["over_schedule_unbudgeted"]`` (what the budget changed)."""
     import time
     from nova import options
     from nova.compiler.outside_arena import account
@@ -480,6 +504,10 @@ def explain_train(model_name: str, batch: int, seq: int | None = None, target="h
         return _explain_data_parallel(captured.graph, planned, target, tokens, gpus, (model_name, batch, args,
                                                                                       optimizer, model, t0, t1))
     report = explain_planned(captured.graph, planned, target, tokens)
+    if unbudgeted and memory_budget is not None:
+        free = pipeline(captured.graph, target, outside_arena=account,
+                        memory_policy=memory_policy(options.current().memory_policy, target))
+        report["memory"]["over_schedule_unbudgeted"] = memory_over_schedule(free)
     report["model"] = {"name": model_name, "batch": batch, "seq": args[0].shape[1], "optimizer": optimizer,
                        "recipe": (recipe.describe() if recipe else "plain"),
                        "parameters": sum(p.numel() for p in model.parameters())}

@@ -166,3 +166,53 @@ def within_band(pred, meas, band: float = BAND) -> float:
     """Fraction of points with |pred / meas - 1| <= band."""
     pred, meas = np.asarray(pred, float), np.asarray(meas, float)
     return float(np.mean(np.abs(pred / meas - 1) <= band)) if len(meas) else math.nan
+
+
+def memory_schedule(report: dict, path: Path) -> Path:
+    """The device memory of ``explain train``'s plan over its schedule (``report["memory"]
+    ["over_schedule"]``, ``nova.compiler.explain.memory_over_schedule``), in GiB against the fraction
+    of the step; with a budget, the budget's line and, when the report has it, the plan without the
+    budget beside it.  Written to ``path`` (PNG)."""
+    mem = report["memory"]
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    gib = 2.0 ** 30
+    curves = [("without the budget", mem.get("over_schedule_unbudgeted"), "0.55"),
+              ("the plan" if not mem.get("budget") else "under the budget", mem["over_schedule"], "tab:blue")]
+    top, bases = 0.0, set()
+    for label, prof, color in curves:
+        if not prof:
+            continue
+        top = max(top, prof["peak_bytes"] / gib)
+        live = np.asarray(prof["live_bytes"], dtype=float)
+        x = (np.arange(len(live)) + 0.5) / len(live)
+        total = (live + prof["base_bytes"]) / gib
+        ax.plot(x, total, color=color, lw=1.4,
+                label=f"{label}: peak {prof['peak_bytes'] / gib:.2f} GiB ({prof['positions']} positions)")
+        first = f"{prof['base_bytes'] / gib:.2f}" not in bases      # one label per base the legend can tell apart
+        bases.add(f"{prof['base_bytes'] / gib:.2f}")
+        ax.axhline(prof["base_bytes"] / gib, color=color, lw=0.8, ls=":",
+                   label=(f"held throughout: {prof['base_bytes'] / gib:.2f} GiB (parameters, gradients, optimizer "
+                          f"state, allocations outside the arena)") if first else None)
+    budget = mem.get("budget")
+    if budget and budget.get("budget_bytes"):
+        top = max(top, budget["budget_bytes"] / gib)
+        ax.axhline(budget["budget_bytes"] / gib, color="tab:red", lw=1.0, ls="--",
+                   label=f"budget {budget['budget_bytes'] / gib:.2f} GiB")
+        if budget.get("headroom_bytes"):
+            fit = budget["budget_bytes"] - budget["headroom_bytes"]
+            ax.axhline(fit / gib, color="tab:red", lw=0.8, ls=":",
+                       label=f"less the allocator's headroom: {fit / gib:.2f} GiB")
+    model = report.get("model", {})
+    ax.set_title(f"{model.get('name', report.get('name', 'step'))} b{model.get('batch', '?')}x{model.get('seq', '?')} "
+                 f"on {report.get('target', '?')}: device memory over the step's schedule")
+    ax.set_xlabel("position in the step's schedule (fraction of its launches and frees)")
+    ax.set_ylabel("GiB")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, top * 1.55)          # room above the curves for the legend
+    ax.legend(loc="upper left", fontsize=7)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, metadata=PNG_METADATA)
+    plt.close(fig)
+    return path
