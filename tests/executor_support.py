@@ -41,9 +41,14 @@ CREATION = ("constant", "iota")
 def planned(graph: Graph, target=None, kernels=None) -> Planned:
     """The real pipeline's plan of ``graph`` (its ``graph`` is the optimized copy: look nodes up there),
     as ``nova.compile`` makes it: with the compiler's account of what the CUDA program allocates besides
-    its values (the launches' workspaces placed in the arena, ``nova.compiler.outside_arena``).
-    ``kernels``: a ``nova.kernels.switch.KernelSwitch`` (default: the options')."""
+    its values (the launches' workspaces placed in the arena, ``nova.compiler.outside_arena``), for
+    ``target`` (default: ``NOVA_TARGET`` when set, the target the CUDA program then runs its kernels
+    for, else h200).  ``kernels``: a ``nova.kernels.switch.KernelSwitch`` (default: the options')."""
+    from nova import options
     from nova.compiler.outside_arena import account
+    if target is None and options.current().target:
+        from nova.hwmodel import get_target
+        target = get_target(options.current().target)
     return pipeline(graph, target, kernels, outside_arena=account)
 
 
