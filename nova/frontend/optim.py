@@ -18,6 +18,7 @@ hooks, subclasses, other optimizers: ``NovaUnsupportedError``.
 """
 from __future__ import annotations
 
+import functools
 import weakref
 from dataclasses import dataclass
 
@@ -125,6 +126,17 @@ def _scalar_dtype(is_fused=None):
     return fn(is_fused=is_fused) if is_fused is not None else fn()
 
 
+@functools.lru_cache(maxsize=None)
+def _adam_state_inputs(capturable: bool, fused, default_dtype) -> tuple:
+    """Adam's state entries for a group's flags (and torch's default dtype, which the step's dtype
+    follows): the same for every parameter of the group, made once (the guard asks at every call)."""
+    on_device = capturable or fused
+    step = StateInit("step", _scalar_dtype(is_fused=fused) if on_device else _scalar_dtype(),
+                     None if on_device else "cpu")
+    zeros = StateInit("zeros_like")
+    return (("step", step), ("exp_avg", zeros), ("exp_avg_sq", zeros))
+
+
 def _float(x) -> float:
     return float(x.item()) if isinstance(x, torch.Tensor) else float(x)
 
@@ -214,11 +226,7 @@ class AdamHandler(Handler):
                                            f"(param_groups[{i}])")
 
     def state_inputs(self, opt, group, param):
-        on_device = group.get("capturable") or group.get("fused")
-        step = StateInit("step", _scalar_dtype(is_fused=group.get("fused")) if on_device else _scalar_dtype(),
-                         None if on_device else "cpu")
-        zeros = StateInit("zeros_like")
-        return [("step", step), ("exp_avg", zeros), ("exp_avg_sq", zeros)]
+        return _adam_state_inputs(bool(group.get("capturable")), group.get("fused"), torch.get_default_dtype())
 
     def hyper_values(self, opt, group):
         beta1, beta2 = (_float(b) for b in group["betas"])
