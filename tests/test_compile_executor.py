@@ -173,3 +173,36 @@ def test_a_cpu_program_binds_its_hyper_parameters_once_and_follows_a_schedule():
     diff = sum(float((p - q).pow(2).sum()) for p, q in zip(model.parameters(), twin.parameters())) ** 0.5
     moved = sum(float((q - q0).pow(2).sum()) for q, q0 in zip(twin.parameters(), start)) ** 0.5
     assert diff < 1e-3 * moved, (diff, moved)
+
+
+def test_host_computed_step_counts_are_evaluated_once_per_expression():
+    """The outputs a CUDA program's engine computes on the host (every parameter's ``step + 1``) are
+    grouped by expression and evaluated once over their inputs stacked: the same values, bit for bit,
+    as evaluating each output alone."""
+    import torch
+    import nova
+    from nova import models
+    from nova.compiler.step import ProgramEngine, _evaluate
+    from torch.utils import _pytree as pytree
+    model = models.build("tiny", seed=0)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    step = nova.compile(make_train_step(model, opt), backend="executor")
+    cfg = models.config("tiny")
+    idx = torch.randint(0, cfg.vocab_size, (2, 8), generator=torch.Generator().manual_seed(0))
+    for _ in range(3):
+        step(idx, idx)
+    entry = step._last
+    inputs, _ = entry.captured.bindings.gather(pytree.tree_flatten(((idx, idx), {}))[0])
+
+    class Program:
+        graph = entry.captured.graph
+    engine = ProgramEngine(Program(), torch.device("meta"))
+    engine._prepare(inputs, tuple(i for i, t in enumerate(inputs) if t.dim() == 0))   # the CPU step counts
+    assert len(engine._host_outputs) == len(list(model.parameters()))
+    (group,) = engine._host_groups
+    assert sorted(group[1]) == sorted(engine._host_outputs)                  # one expression: step + 1
+    got = engine._host_values(inputs)
+    env = {spec.value: inputs[i] for i, spec in enumerate(engine.graph.inputs)}
+    for k in engine._host_outputs:
+        alone = _evaluate(engine.graph.outputs[k].value, None, dict(env))
+        assert torch.equal(got[k], alone) and got[k].dtype == alone.dtype and float(alone) == 4.0

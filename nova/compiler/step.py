@@ -84,8 +84,11 @@ class ProgramEngine:
     optimizers) run through device mirrors, packed per (shape, dtype) into one device buffer.  The
     outputs that update such inputs and depend on nothing else (``step + 1``) are also computed on
     the host, by the reference semantics, and written into the user's tensors: no device-to-host
-    copy, so no step waits for the GPU.  A mirror is refreshed (one pinned, asynchronous copy per
-    pack) only when the host values differ from what it holds (the user changed the state)."""
+    copy, so no step waits for the GPU.  Outputs whose expressions are the same elementwise
+    expression of different inputs (every parameter's ``step + 1``) are evaluated once, over their
+    inputs stacked (``_host_groups``): one torch call per op, not one per parameter.  A mirror is
+    refreshed (one pinned, asynchronous copy per pack) only when the host values differ from what it
+    holds (the user changed the state)."""
     outputs_alias_engine = False
 
     def __init__(self, program, device: torch.device):
@@ -96,6 +99,7 @@ class ProgramEngine:
         self._packs = []            # [(input indices, device buffer, host copy of what it holds)]
         self._mirror_of = {}        # input index -> its mirror (a view of a pack's buffer)
         self._host_outputs = {}     # output index -> input index, computed on the host
+        self._host_groups = []      # [(output value of the first, [output indices], [[input index per leaf]])]
 
     def _prepare(self, tensors, foreign) -> None:
         self._foreign = foreign
@@ -115,20 +119,22 @@ class ProgramEngine:
         index_of = {spec.value: i for i, spec in enumerate(self.graph.inputs)}
         self._host_outputs = {k: o.updates for k, o in enumerate(self.graph.outputs)
                               if o.updates in self._mirror_of and _reads_only(o.value, index_of, set(foreign))}
+        self._host_groups = _elementwise_groups(self.graph, list(self._host_outputs), index_of)
 
     def _host_values(self, tensors) -> dict:
-        """The host-computable outputs, evaluated on the host inputs (before any is written)."""
-        from nova.ir.ops import opdef
+        """The host-computable outputs, evaluated on the host inputs (before any is written): each
+        group of outputs with one elementwise expression once, over its leaves' inputs stacked
+        (``_elementwise_groups``), the others one node at a time."""
+        out = {}
+        for first, members, leaf_inputs in self._host_groups:
+            stacked = [torch.stack([tensors[i] for i in column]) for column in zip(*leaf_inputs)]
+            for k, r in zip(members, _evaluate(first, iter(stacked)).unbind(0)):
+                out[k] = r
         env = {spec.value: tensors[i] for i, spec in enumerate(self.graph.inputs) if i in self._mirror_of}
-
-        def value(v):
-            if v not in env:
-                node = v.producer
-                result = opdef(node.op).reference(torch, *[value(x) for x in node.inputs], **node.attrs)
-                for out, r in zip(node.outputs, result if isinstance(result, (tuple, list)) else (result,)):
-                    env[out] = r
-            return env[v]
-        return {k: value(self.graph.outputs[k].value) for k in self._host_outputs}
+        for k in self._host_outputs:
+            if k not in out:
+                out[k] = _evaluate(self.graph.outputs[k].value, None, env)
+        return out
 
     def release(self) -> None:
         """Free the program's device memory until its next call (``Program.release``)."""
@@ -159,6 +165,56 @@ class ProgramEngine:
         for pack in self._packs:                             # what each mirror holds now
             pack[2] = torch.stack([tensors[i] for i in pack[0]])
         return outputs
+
+
+def _evaluate(v, leaves=None, env=None):
+    """``v`` by the IR's reference semantics: its graph inputs taken from ``leaves`` in first-visit
+    order (an iterator), or from ``env`` (value -> tensor, also the memo)."""
+    from nova.ir.ops import opdef
+    if env is not None and v in env:
+        return env[v]
+    node = v.producer
+    if node is None:
+        return next(leaves)
+    result = opdef(node.op).reference(torch, *[_evaluate(x, leaves, env) for x in node.inputs], **node.attrs)
+    results = result if isinstance(result, (tuple, list)) else (result,)
+    if env is not None:
+        env.update(zip(node.outputs, results))
+    return results[node.outputs.index(v)]
+
+
+def _elementwise_groups(graph, outputs: list, index_of: dict) -> list:
+    """The outputs (indices into ``graph.outputs``) that share one expression of elementwise ops,
+    constants and graph inputs, differing only in which inputs they read: ``[(the first's value,
+    [output indices], [[input index per leaf, first-visit order] per output])]``, for groups of two or
+    more.  An expression with another op, a value of another shape, or a node read twice is left out
+    (evaluated alone)."""
+    from nova.ir.ops import kind
+
+    def shape_of(v, leaves, seen, shape):
+        node = v.producer
+        if v.type.shape != shape:           # one shape throughout: stacking adds the same leading axis to all
+            raise ValueError
+        if node is None:
+            leaves.append(index_of[v])
+            return ("input", v.type)
+        if v in seen or kind(node.op) not in ("pointwise", "creation") or len(node.outputs) != 1:
+            raise ValueError
+        seen.add(v)
+        return (node.op, repr(sorted(node.attrs.items())), v.type,
+                tuple(shape_of(x, leaves, seen, shape) for x in node.inputs))
+
+    groups: dict = {}
+    for k in outputs:
+        leaves: list = []
+        try:
+            value = graph.outputs[k].value
+            key = shape_of(value, leaves, set(), value.type.shape)
+        except ValueError:
+            continue
+        groups.setdefault(key, []).append((k, leaves))
+    return [(graph.outputs[members[0][0]].value, [k for k, _ in members], [leaves for _, leaves in members])
+            for members in groups.values() if len(members) > 1]
 
 
 def _reads_only(value, index_of: dict, allowed: set) -> bool:
