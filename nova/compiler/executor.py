@@ -144,11 +144,6 @@ def _fmt_bytes(n) -> str:
         n /= 1024
 
 
-def _align(n: int) -> int:
-    """``n`` rounded up to the memory plan's slot alignment (the slots the executor lays out itself)."""
-    return aligned(n)
-
-
 def _strided_bytes(shape, strides, itemsize: int) -> int:
     """Bytes spanned by a tensor of ``shape`` with element ``strides`` (0 when empty)."""
     if math.prod(shape) == 0:
@@ -558,7 +553,7 @@ class Program:
 
     def _take(self, area: str, value):
         offset = self.area_bytes[area]
-        self.area_bytes[area] = _align(offset + value.type.nbytes)
+        self.area_bytes[area] = aligned(offset + value.type.nbytes)
         return (area, offset, None)
 
     def _arena_loc(self, value, p, what: str):

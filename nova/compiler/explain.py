@@ -497,17 +497,18 @@ def explain_train(model_name: str, batch: int, seq: int | None = None, target="h
     t0 = time.perf_counter()
     captured = capture(fn, args, models=[model], optimizers=[opt], name=f"train_{model_name}")
     t1 = time.perf_counter()
-    planned = pipeline(captured.graph, target, memory_budget=memory_budget, outside_arena=account,
-                       memory_policy=memory_policy(options.current().memory_policy, target))
+
+    def plan(budget):
+        return pipeline(captured.graph, target, memory_budget=budget, outside_arena=account,
+                        memory_policy=memory_policy(options.current().memory_policy, target))
+    planned = plan(memory_budget)
     t2 = time.perf_counter()
     if gpus > 1:
         return _explain_data_parallel(captured.graph, planned, target, tokens, gpus, (model_name, batch, args,
                                                                                       optimizer, model, t0, t1))
     report = explain_planned(captured.graph, planned, target, tokens)
     if unbudgeted and memory_budget is not None:
-        free = pipeline(captured.graph, target, outside_arena=account,
-                        memory_policy=memory_policy(options.current().memory_policy, target))
-        report["memory"]["over_schedule_unbudgeted"] = memory_over_schedule(free)
+        report["memory"]["over_schedule_unbudgeted"] = memory_over_schedule(plan(None))
     report["model"] = {"name": model_name, "batch": batch, "seq": args[0].shape[1], "optimizer": optimizer,
                        "recipe": (recipe.describe() if recipe else "plain"),
                        "parameters": sum(p.numel() for p in model.parameters())}

@@ -225,8 +225,9 @@ def bind_gemm(node, epilogue: list, bias_value, problem: GemmProblem | None, ten
     if call is not None:
         call.bias = bias
         reason = _nova_problem_reason(call)
-    if not reason and call.problem(problem) != problem:
-        reason = f"the bound tensors are {call.problem(problem).describe()}, the plan's GEMM {problem.describe()}"
+    bound = call.problem(problem) if not reason else None
+    if bound is not None and bound != problem:
+        reason = f"the bound tensors are {bound.describe()}, the plan's GEMM {problem.describe()}"
     if not reason and epilogue and any(t is not None and overlap(final, t) for t in (A, B, bias)):
         # a plan that puts the epilogue's result on an operand dead after the matmul (against the
         # planner's rule): a fused launch would write those bytes while it reads them

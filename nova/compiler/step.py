@@ -100,6 +100,7 @@ class ProgramEngine:
         self._mirror_of = {}        # input index -> its mirror (a view of a pack's buffer)
         self._host_outputs = {}     # output index -> input index, computed on the host
         self._host_groups = []      # [(output value of the first, [output indices], [[input index per leaf]])]
+        self._host_alone = []       # host outputs in no group: evaluated one node at a time
 
     def _prepare(self, tensors, foreign) -> None:
         self._foreign = foreign
@@ -120,6 +121,8 @@ class ProgramEngine:
         self._host_outputs = {k: o.updates for k, o in enumerate(self.graph.outputs)
                               if o.updates in self._mirror_of and _reads_only(o.value, index_of, set(foreign))}
         self._host_groups = _elementwise_groups(self.graph, list(self._host_outputs), index_of)
+        grouped = {k for _, members, _ in self._host_groups for k in members}
+        self._host_alone = [k for k in self._host_outputs if k not in grouped]
 
     def _host_values(self, tensors) -> dict:
         """The host-computable outputs, evaluated on the host inputs (before any is written): each
@@ -130,9 +133,9 @@ class ProgramEngine:
             stacked = [torch.stack([tensors[i] for i in column]) for column in zip(*leaf_inputs)]
             for k, r in zip(members, _evaluate(first, iter(stacked)).unbind(0)):
                 out[k] = r
-        env = {spec.value: tensors[i] for i, spec in enumerate(self.graph.inputs) if i in self._mirror_of}
-        for k in self._host_outputs:
-            if k not in out:
+        if self._host_alone:
+            env = {spec.value: tensors[i] for i, spec in enumerate(self.graph.inputs) if i in self._mirror_of}
+            for k in self._host_alone:
                 out[k] = _evaluate(self.graph.outputs[k].value, None, env)
         return out
 

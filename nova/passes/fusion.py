@@ -104,7 +104,6 @@ from nova.passes.storage import StoragePlan, unplaced_reason
 
 GROUP_KINDS = ("gemm", "pointwise", "reduction", "composite", "view", "collective", "opaque")
 KERNELS = ("nova", "aten", "none")
-NOVA_GEMM_MODES = MODE_OF_STORAGE                                      # operand storage -> GemmProblem.dtype
 _ACTIVATION_OPS = {"relu": "relu", "gelu_tanh": "gelu", "silu": "silu"}  # IR op -> GEMM epilogue activation
 EPILOGUE_ACTIVATIONS = {op: act for op, act in _ACTIVATION_OPS.items() if act in ACTIVATIONS}
 
@@ -479,7 +478,7 @@ def classify_gemm(node: Node, layouts) -> tuple[GemmProblem | None, str]:
     a, b = node.inputs
     ta, tb = bool(node.attrs.get("transpose_a")), bool(node.attrs.get("transpose_b"))
     out = node.outputs[0]
-    if a.dtype != b.dtype or a.dtype not in NOVA_GEMM_MODES:
+    if a.dtype != b.dtype or a.dtype not in MODE_OF_STORAGE:
         return None, f"operands {a.type} and {b.type}: Nova GEMM takes two f32, bf16 or f16 operands"
     if out.dtype not in OUT_DTYPES:
         return None, f"result type {out.type}"
@@ -494,7 +493,7 @@ def classify_gemm(node: Node, layouts) -> tuple[GemmProblem | None, str]:
     n = b.shape[-2] if tb else b.shape[-1]
     if min(m, n, k) < 1:
         return None, "an empty dimension"
-    return GemmProblem(M=m, N=n, K=k, dtype=NOVA_GEMM_MODES[a.dtype], trans_a=ta, trans_b=tb,
+    return GemmProblem(M=m, N=n, K=k, dtype=MODE_OF_STORAGE[a.dtype], trans_a=ta, trans_b=tb,
                        out_dtype=out.dtype), ""
 
 
@@ -526,7 +525,7 @@ def batched_gemm(node: Node, layouts) -> tuple[GemmProblem | None, str]:
     count = math.prod(batch)
     if min(m, n, k, count) < 1:
         return None, "an empty dimension"
-    return GemmProblem(m, n, k, NOVA_GEMM_MODES[a.dtype], ta, tb, out_dtype=out.dtype, batch=count,
+    return GemmProblem(m, n, k, MODE_OF_STORAGE[a.dtype], ta, tb, out_dtype=out.dtype, batch=count,
                        batch_stride_a=strides["a"], batch_stride_b=strides["b"], batch_stride_c=m * n), ""
 
 
