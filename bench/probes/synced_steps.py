@@ -7,6 +7,7 @@ kernels in the cache):
     python3 bench/probes/synced_steps.py [--steps 50] [--frameworks eager,compile,nova]
 """
 import argparse
+import statistics
 import time
 
 import torch
@@ -15,16 +16,20 @@ from nova import models
 from nova.models import make_train_step
 
 
-def timed(step, batch, steps: int, synced: bool) -> float:
-    """ms per step over ``steps`` after the device has drained."""
+def timed(step, batch, steps: int, synced: bool) -> tuple[float, float]:
+    """ms per step over ``steps`` after the device has drained, and the median host time of one
+    call (until it returns: in the synced loop, the host work the device waits for)."""
     torch.cuda.synchronize()
+    calls = []
     t = time.perf_counter()
     for _ in range(steps):
+        c = time.perf_counter()
         loss = step(*batch)
+        calls.append(time.perf_counter() - c)
         if synced:
             float(loss)
     torch.cuda.synchronize()
-    return (time.perf_counter() - t) / steps * 1e3
+    return (time.perf_counter() - t) / steps * 1e3, statistics.median(calls) * 1e3
 
 
 def main() -> None:
@@ -50,10 +55,10 @@ def main() -> None:
         for _ in range(10):                                 # compile, capture, warm the clocks
             step(*batch)
         timed(step, batch, args.steps, False)
-        free = timed(step, batch, args.steps, False)
-        synced = timed(step, batch, args.steps, True)
+        free, _ = timed(step, batch, args.steps, False)
+        synced, host = timed(step, batch, args.steps, True)
         print(f"{name:8s} unsynced {free:6.2f} ms/step, loss read every step {synced:6.2f} ms/step "
-              f"(+{synced - free:.2f} ms)", flush=True)
+              f"(+{synced - free:.2f} ms; a call's host time {host:.2f} ms)", flush=True)
         del step, model, opt
         torch.cuda.empty_cache()
 

@@ -232,6 +232,7 @@ class Program:
         self.memory_phases: list[dict] = []  # CUDA: torch's counters at each stage of build and first step
         self._phases_done = False
         self._input_index = {spec.value: i for i, spec in enumerate(self.graph.inputs)}
+        self._output_inputs = None      # _outputs: per graph output, the input index it returns (made once)
         self._dtypes = [torch_dtype(spec.value.type.dtype) for spec in self.graph.inputs]
         self._fallbacks: list[str] = []
         self._check_groups()
@@ -849,7 +850,7 @@ class Program:
             raise ExecutorError(f"{g.name} takes {len(g.inputs)} inputs "
                                 f"({', '.join(s.name for s in g.inputs)}), got {len(inputs)}")
         for spec, x, dt in zip(g.inputs, inputs, self._dtypes):
-            if not isinstance(x, torch.Tensor) or x.dtype != dt or tuple(x.shape) != spec.value.type.shape:
+            if not isinstance(x, torch.Tensor) or x.dtype != dt or x.shape != spec.value.type.shape:
                 got = f"{x.dtype}{list(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
                 raise ExecutorError(f"{g.name}: input {spec.name!r} must be {spec.value.type}, got {got}")
 
@@ -1097,16 +1098,12 @@ class Program:
     def _outputs(self, inputs, step=None) -> list:
         if self.per_call:
             return self._outputs_per_call(inputs, step)
-        out = []
-        for o in self.graph.outputs:
-            loc = self.loc[o.value]
-            if loc[0] in ("input", "donated"):
-                out.append(inputs[loc[1]])                   # the very object the user passed (updated in place)
-            elif o.value in self._input_index:
-                out.append(inputs[self._input_index[o.value]])
-            else:
-                out.append(self._tensors[o.value].clone())
-        return out
+        if self._output_inputs is None:     # per output: the input it returns, or None (a clone)
+            self._output_inputs = [self.loc[o.value][1] if self.loc[o.value][0] in ("input", "donated")
+                                   else self._input_index.get(o.value) for o in self.graph.outputs]
+        # an input: the very object the user passed (updated in place); else a clone of the program's value
+        return [self._tensors[o.value].clone() if i is None else inputs[i]
+                for o, i in zip(self.graph.outputs, self._output_inputs)]
 
     def _outputs_per_call(self, inputs, step) -> list:
         out = []

@@ -144,7 +144,11 @@ class ProgramEngine:
         self.program.release()
 
     def __call__(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-        foreign = tuple(i for i, t in enumerate(tensors) if t.device != self.device)
+        index = self.device.index
+        if self.device.type == "cuda" and index is not None:     # an int per tensor, no device object
+            foreign = tuple(i for i, t in enumerate(tensors) if t.get_device() != index)
+        else:
+            foreign = tuple(i for i, t in enumerate(tensors) if t.device != self.device)
         if not foreign:
             return self.program.run(tensors)
         if foreign != self._foreign:
@@ -276,13 +280,17 @@ class CompiledStep:
         self.stats.calls += 1
         found = discover(self.fn, self.models, self.optimizers)
         key = self._key(found, args, kwargs)
-        entry = self._cache.get(key)
-        if entry is None:
-            entry = self._compile(found, key, args, kwargs)
-            key = self._last_key
-        else:
+        if self._last is not None and key == self._last_key:        # the common case: as last call (no hashing)
+            entry = self._last
             self.stats.cache_hits += 1
-            self._cache.move_to_end(key)
+        else:
+            entry = self._cache.get(key)
+            if entry is None:
+                entry = self._compile(found, key, args, kwargs)
+                key = self._last_key
+            else:
+                self.stats.cache_hits += 1
+                self._cache.move_to_end(key)
         self._last_key, self._last = key, entry
         flat_args = pytree.tree_flatten((tuple(args), dict(kwargs)))[0]
         bindings = entry.captured.bindings

@@ -88,35 +88,36 @@ class Bindings:
         return None
 
     def scatter(self, outputs, flat_args, pending, *, result_device=None, outputs_alias_engine=False):
-        """Write ``outputs`` back into the user's objects; returns the function's return value."""
+        """Write ``outputs`` back into the user's objects; returns the function's return value.  An
+        output that is its target already (the engine wrote the user's tensor in place) costs one
+        identity check."""
         if len(outputs) != len(self.outputs):
             raise RuntimeError(f"the engine returned {len(outputs)} outputs, the graph has {len(self.outputs)}")
-        outputs = _unalias(outputs, self._targets())
         for binding, value in pending:                    # state the first step creates (zeros, step 0)
             self._state(binding.optimizer, binding.tensor)[binding.key] = value
+        targets = [_target(b) for b in self.outputs]
+        written = [t for t, v in zip(targets, outputs) if isinstance(t, torch.Tensor) and v is not t]
+        if written:
+            outputs = _unalias(outputs, targets, written)
         results = {}
         with torch.no_grad():
-            for binding, value in zip(self.outputs, outputs):
+            for binding, target, value in zip(self.outputs, targets, outputs):
+                if value is target:
+                    continue
                 if binding.kind == "result":
                     results[binding.result_index] = value
                 elif binding.kind == "param":
-                    if value is not binding.tensor:
-                        binding.tensor.copy_(value)
+                    target.copy_(value)
                 elif binding.kind == "opt_state":
-                    state = self._state(binding.optimizer, binding.tensor)
-                    current = state.get(binding.key)
-                    if _same_layout(current, value):
-                        if current is not value:
-                            current.copy_(value)
+                    if _same_layout(target, value):
+                        target.copy_(value)
                     else:
-                        state[binding.key] = _fresh_like(binding.tensor, value)
+                        self._state(binding.optimizer, binding.tensor)[binding.key] = _fresh_like(binding.tensor, value)
                 elif binding.kind == "grad":
-                    p = binding.tensor
-                    if _same_layout(p.grad, value):
-                        if p.grad is not value:
-                            p.grad.copy_(value)
+                    if _same_layout(target, value):
+                        target.copy_(value)
                     else:
-                        p.grad = _fresh_like(p, value)
+                        binding.tensor.grad = _fresh_like(binding.tensor, value)
         for p in self.grads_to_none:
             p.grad = None
         for opt in self.stepped:
@@ -137,22 +138,21 @@ class Bindings:
                 leaves.append(what)
         return pytree.tree_unflatten(leaves, self.result_spec)
 
-    def _targets(self) -> list[torch.Tensor]:
-        targets = []
-        for b in self.outputs:
-            if b.kind == "param":
-                targets.append(b.tensor)
-            elif b.kind == "grad" and b.tensor.grad is not None:
-                targets.append(b.tensor.grad)
-            elif b.kind == "opt_state":
-                state = b.optimizer.state.get(b.tensor)
-                if state and isinstance(state.get(b.key), torch.Tensor):
-                    targets.append(state[b.key])
-        return targets
-
     @staticmethod
     def _state(opt, param) -> dict:
         return opt.state[param]           # a defaultdict: creates the entry like eager's first step
+
+
+def _target(binding: OutputBinding):
+    """The user's object an output is written into now (None for a result or a check)."""
+    if binding.kind == "param":
+        return binding.tensor
+    if binding.kind == "grad":
+        return binding.tensor.grad
+    if binding.kind == "opt_state":
+        state = binding.optimizer.state.get(binding.tensor)
+        return state.get(binding.key) if state else None
+    return None
 
 
 def _same_layout(current, value) -> bool:
@@ -168,21 +168,12 @@ def _fresh_like(param: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     return out.copy_(value)
 
 
-def _unalias(outputs, targets) -> list:
-    """Clone any output that shares memory with a tensor about to be written (and is not that
-    tensor itself), so write-back order cannot corrupt it."""
-    if not targets:
-        return list(outputs)
-    storages = {}
-    for t in targets:
-        storages.setdefault(_storage(t), []).append(t)
-    out = []
-    for value in outputs:
-        owners = storages.get(_storage(value)) if isinstance(value, torch.Tensor) else None
-        if owners and not any(value is t for t in owners):
-            value = value.clone()
-        out.append(value)
-    return out
+def _unalias(outputs, targets, written) -> list:
+    """Clone any output that shares memory with a tensor about to be written (``written``) and is
+    not its own target, so write-back order cannot corrupt it."""
+    storages = {_storage(t) for t in written}
+    return [value.clone() if isinstance(value, torch.Tensor) and value is not target and _storage(value) in storages
+            else value for value, target in zip(outputs, targets)]
 
 
 def _storage(t: torch.Tensor):

@@ -103,6 +103,21 @@ def _discover_into(found: Discovered, fn, models, optimizers, depth: int, seen: 
 _MAX_DEPTH = 3
 
 
+def modules_of(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """``model.named_modules()`` as a list (preorder, each module once), walked without its nested
+    generators: the guard walks every model at every call."""
+    out, seen, stack = [], set(), [("", model)]
+    while stack:
+        path, m = stack.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        out.append((path, m))
+        prefix = path + "." if path else ""
+        stack.extend(reversed([(prefix + k, c) for k, c in m._modules.items() if c is not None]))
+    return out
+
+
 def _as_list(x) -> list:
     if x is None:
         return []

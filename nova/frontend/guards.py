@@ -17,6 +17,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from nova.frontend import data_parallel, python_values
+from nova.frontend.discover import modules_of
 from nova.frontend.optim import handler_for, hyper_parameters, tensor_signature
 
 
@@ -64,30 +65,47 @@ def arg_signature(leaf) -> tuple:
         return ("object", type(leaf).__name__, id(leaf))
 
 
-def hook_count(module: torch.nn.Module) -> int:
-    n = 0
-    for m in module.modules():
-        n += len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) \
-            + len(getattr(m, "_backward_pre_hooks", ()))
-    for p in module.parameters():
-        n += len(p._backward_hooks or {}) + len(getattr(p, "_post_accumulate_grad_hooks", None) or {})
-    return n
+def _module_hooks(m: torch.nn.Module) -> int:
+    return len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks) \
+        + len(getattr(m, "_backward_pre_hooks", ()))
+
+
+def _tensor_hooks(p: torch.Tensor) -> int:
+    return len(p._backward_hooks or ()) + len(getattr(p, "_post_accumulate_grad_hooks", None) or ())
 
 
 def model_signature(name: str, model: torch.nn.Module) -> tuple:
-    params = tuple((n, id(p), tuple(p.shape), p.dtype, p.device.type, p.requires_grad,
-                    None if p.grad is None else tensor_signature(p.grad))
-                   for n, p in model.named_parameters())
-    buffers = tuple((n, id(b), tuple(b.shape), b.dtype, b.device.type) for n, b in model.named_buffers())
-    training = tuple(m.training for m in model.modules())
-    return (name, id(model), params, buffers, training, hook_count(model))
+    """``(name, id, parameters, buffers, training flags, hook count)``: each parameter as (its
+    ``named_parameters`` name, id, shape, dtype, device, requires_grad, its grad's signature or None),
+    each buffer as (name, id, shape, dtype, device).  One walk over the modules reads all of it."""
+    params, buffers, training = [], [], []
+    hooks = 0
+    seen_params, seen_buffers = set(), set()
+    for path, m in modules_of(model):
+        training.append(m.training)
+        hooks += _module_hooks(m)
+        prefix = path + "." if path else ""
+        for k, p in m._parameters.items():
+            if p is None or id(p) in seen_params:
+                continue
+            seen_params.add(id(p))
+            grad = p.grad
+            params.append((prefix + k, id(p), p.shape, p.dtype, p.device, p.requires_grad,
+                           None if grad is None else (grad.shape, grad.dtype, grad.device)))
+            hooks += _tensor_hooks(p)
+        for k, b in m._buffers.items():
+            if b is None or id(b) in seen_buffers:
+                continue
+            seen_buffers.add(id(b))
+            buffers.append((prefix + k, id(b), b.shape, b.dtype, b.device))
+    return (name, id(model), tuple(params), tuple(buffers), tuple(training), hooks)
 
 
 def optimizer_signature(name: str, opt: torch.optim.Optimizer) -> tuple:
     handler = handler_for(opt, name)
     groups = []
     for group in opt.param_groups:
-        groups.append(tuple((id(p), tuple(p.shape), p.dtype, None if p.grad is None else tensor_signature(p.grad),
+        groups.append(tuple((id(p), p.shape, p.dtype, None if p.grad is None else tensor_signature(p.grad),
                              handler.state_signature(opt, group, p)) for p in group["params"]))
     hooks = len(getattr(opt, "_optimizer_step_pre_hooks", ())) + len(getattr(opt, "_optimizer_step_post_hooks", ()))
     return (name, id(opt), type(opt).__name__, hyper_parameters(opt), tuple(groups), hooks)

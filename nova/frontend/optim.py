@@ -115,7 +115,7 @@ class StateInit:
 
 
 def tensor_signature(t) -> tuple:
-    return (tuple(t.shape), t.dtype, t.device.type) if isinstance(t, torch.Tensor) else ("value", type(t).__name__)
+    return (t.shape, t.dtype, t.device.type) if isinstance(t, torch.Tensor) else ("value", type(t).__name__)
 
 
 def _scalar_dtype(is_fused=None):
@@ -177,11 +177,9 @@ class Handler:
     def state_signature(self, opt, group, param) -> tuple:
         """What the captured graph assumes about ``opt.state[param]`` (missing entries that the
         first step creates count as created, so the first and later steps share one graph)."""
-        state = opt.state.get(param, {})
-        sig = []
-        for key, init in self.state_inputs(opt, group, param):
-            sig.append((key, tensor_signature(state[key]) if key in state else init.signature(param)))
-        return tuple(sig)
+        state = opt.state.get(param) or {}
+        return tuple((key, tensor_signature(state[key]) if key in state else init.signature(param))
+                     for key, init in self.state_inputs(opt, group, param))
 
     def hyper_values(self, opt, group) -> list[float]:
         """The group's ``hyper_names`` as Python floats (a tensor ``lr`` read as its value)."""

@@ -20,11 +20,12 @@ what a traced program can have used as a constant.  A change recaptures with the
 """
 from __future__ import annotations
 
+import functools
 import types
 
 import torch
 
-from nova.frontend.discover import _code_names
+from nova.frontend.discover import _code_names, modules_of
 
 _SCALARS = (type(None), bool, int, float, complex, str)
 _MAX_ITEMS = 64                       # a container larger than this is not snapshotted (not a setting)
@@ -52,9 +53,8 @@ def _object_values(prefix: str, obj, out: list, seen: set, depth: int) -> None:
         return
     seen.add(id(obj))
     attrs = vars(obj) if hasattr(obj, "__dict__") else {}
-    for name, value in attrs.items():
-        if name in _SKIPPED_ATTRS:
-            continue
+    for name in sorted(attrs.keys() - _SKIPPED_ATTRS):       # a module's own bookkeeping left out in one set operation
+        value = attrs[name]
         plain = _plain(value)
         if plain is not _NOT_PLAIN:
             out.append((f"{prefix}.{name}", plain))
@@ -107,6 +107,7 @@ def _function_values(where: str, fn, out: list, seen: set) -> None:
             _container_values(f"{getattr(fn, '__qualname__', where)}: closure {name}", value, out, seen, 1)
 
 
+@functools.lru_cache(maxsize=None)
 def _user_class(cls) -> bool:
     """A class whose code is the user's or a library's model code (not torch's, not Nova's)."""
     return not (cls.__module__ or "").startswith(("torch.", "torch", "nova.", "builtins")) and cls is not object
@@ -117,11 +118,12 @@ def snapshot(fn, found, helpers=()) -> tuple:
     out: list = []
     seen: set = set()
     for name, model in found.models:
-        for path, module in model.named_modules():
+        for path, module in modules_of(model):
             _object_values(f"{name}.{path}" if path else name, module, out, seen, 0)
             for cls in type(module).__mro__:
-                if not _user_class(cls):
+                if ("cls", id(cls)) in seen or not _user_class(cls):
                     continue
+                seen.add(("cls", id(cls)))
                 for attr in vars(cls).values():
                     target = attr.__func__ if isinstance(attr, (staticmethod, classmethod)) else attr
                     if isinstance(target, types.FunctionType):
