@@ -32,10 +32,29 @@ def timed(step, batch, steps: int, synced: bool) -> tuple[float, float]:
     return (time.perf_counter() - t) / steps * 1e3, statistics.median(calls) * 1e3
 
 
+def profile_calls(step, batch, calls: int) -> None:
+    """The host functions the calls of an unsynced loop spend their time in (cProfile): a call
+    that waits for the device shows the wait in the function that waits."""
+    import cProfile
+    import pstats
+    profiler = cProfile.Profile()
+    torch.cuda.synchronize()
+    profiler.enable()
+    for _ in range(calls):
+        step(*batch)
+    profiler.disable()
+    torch.cuda.synchronize()
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("cumulative").print_stats(30)
+    stats.sort_stats("tottime").print_stats(20)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--frameworks", default="eager,compile,nova")
+    ap.add_argument("--profile", type=int, default=0,
+                    help="then profile this many unsynced calls of each framework's step (cProfile, top functions)")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     cfg = models.config("gpt42m")
@@ -59,6 +78,8 @@ def main() -> None:
         synced, host = timed(step, batch, args.steps, True)
         print(f"{name:8s} unsynced {free:6.2f} ms/step, loss read every step {synced:6.2f} ms/step "
               f"(+{synced - free:.2f} ms; a call's host time {host:.2f} ms)", flush=True)
+        if args.profile:
+            profile_calls(step, batch, args.profile)
         del step, model, opt
         torch.cuda.empty_cache()
 

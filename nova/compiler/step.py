@@ -98,6 +98,7 @@ class ProgramEngine:
         self._foreign = None        # input indices on another device
         self._packs = []            # [(input indices, device buffer, host copy of what it holds)]
         self._mirror_of = {}        # input index -> its mirror (a view of a pack's buffer)
+        self._mirrored = {}         # id(mirror) -> its input index
         self._host_outputs = {}     # output index -> input index, computed on the host
         self._host_groups = []      # [(output value of the first, [output indices], [[input index per leaf]])]
         self._host_alone = []       # host outputs in no group: evaluated one node at a time
@@ -117,6 +118,7 @@ class ProgramEngine:
             buffer = raw[:, :numel].unflatten(1, shape) if shape else raw[:, 0]
             self._packs.append([idx, buffer, None])
             self._mirror_of.update({i: raw[j, :numel].view(shape) for j, i in enumerate(idx)})
+        self._mirrored = {id(m): i for i, m in self._mirror_of.items()}
         index_of = {spec.value: i for i, spec in enumerate(self.graph.inputs)}
         self._host_outputs = {k: o.updates for k, o in enumerate(self.graph.outputs)
                               if o.updates in self._mirror_of and _reads_only(o.value, index_of, set(foreign))}
@@ -159,12 +161,16 @@ class ProgramEngine:
             if held is None or not torch.equal(host, held):
                 buffer.copy_(host.pin_memory(), non_blocking=True)
                 pack[2] = host
-        host_values = self._host_values(tensors)
         outputs = self.program.run([self._mirror_of.get(i, t) for i, t in enumerate(tensors)])
+        # the host values after the launch (the device works meanwhile): the program reads the mirrors,
+        # so the host inputs still hold this step's values until written here
+        host_values = self._host_values(tensors)
+        if self._host_outputs:
+            torch._foreach_copy_([tensors[i] for i in self._host_outputs.values()],
+                                 [host_values[k] for k in self._host_outputs])
         for k, i in self._host_outputs.items():
-            tensors[i].copy_(host_values[k])
             outputs[k] = tensors[i]
-        mirrored = {id(m): i for i, m in self._mirror_of.items()}
+        mirrored = self._mirrored
         if any(id(o) in mirrored for o in outputs):          # updated on the device only: copy back (syncs)
             for idx, buffer, _ in self._packs:
                 torch._foreach_copy_([tensors[i] for i in idx], list(buffer.cpu().unbind(0)))

@@ -101,24 +101,31 @@ def model_signature(name: str, model: torch.nn.Module) -> tuple:
     return (name, id(model), tuple(params), tuple(buffers), tuple(training), hooks)
 
 
-def optimizer_signature(name: str, opt: torch.optim.Optimizer) -> tuple:
+def optimizer_signature(name: str, opt: torch.optim.Optimizer, guarded: frozenset | set = frozenset()) -> tuple:
+    """The optimizer's class, settings, groups, state layout and hooks.  A parameter whose id is in
+    ``guarded`` (a model's signature holds its shape, dtype and grad) is keyed by id and state only."""
     handler = handler_for(opt, name)
     groups = []
     for group in opt.param_groups:
-        groups.append(tuple((id(p), p.shape, p.dtype, None if p.grad is None else tensor_signature(p.grad),
-                             handler.state_signature(opt, group, p)) for p in group["params"]))
+        inputs = handler.group_state_inputs(opt, group)
+        groups.append(tuple(
+            (id(p), handler.state_signature(opt, group, p, inputs)) if id(p) in guarded else
+            (id(p), p.shape, p.dtype, None if p.grad is None else tensor_signature(p.grad),
+             handler.state_signature(opt, group, p, inputs)) for p in group["params"]))
     hooks = len(getattr(opt, "_optimizer_step_pre_hooks", ())) + len(getattr(opt, "_optimizer_step_post_hooks", ()))
     return (name, id(opt), type(opt).__name__, hyper_parameters(opt), tuple(groups), hooks)
 
 
 def guard_key(found, args, kwargs, fn=None) -> GuardKey:
     leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+    models = tuple(model_signature(n, m) for n, m in found.models)
+    guarded = {p[1] for m in models for p in m[2]}          # parameter ids whose layout and grad a model guards
     return GuardKey(
         inputs=tuple(arg_signature(x) for x in leaves),
         treespec=str(spec),
         grad_enabled=torch.is_grad_enabled(),
-        models=tuple(model_signature(n, m) for n, m in found.models),
-        optimizers=tuple(optimizer_signature(n, o) for n, o in found.optimizers),
+        models=models,
+        optimizers=tuple(optimizer_signature(n, o, guarded) for n, o in found.optimizers),
         python_values=python_values.snapshot(fn, found, found.functions) if fn is not None else (),
         data_parallel=tuple(data_parallel.signature(n, d) for n, d in getattr(found, "data_parallel", ())),
     )

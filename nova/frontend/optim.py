@@ -174,12 +174,18 @@ class Handler:
         """The state entries the update reads, as (key, how to create it when missing)."""
         raise NotImplementedError
 
-    def state_signature(self, opt, group, param) -> tuple:
+    def group_state_inputs(self, opt, group):
+        """``state_inputs`` when it is the same for every parameter of ``group`` (read once per group
+        by the guard), else None."""
+        return None
+
+    def state_signature(self, opt, group, param, inputs=None) -> tuple:
         """What the captured graph assumes about ``opt.state[param]`` (missing entries that the
-        first step creates count as created, so the first and later steps share one graph)."""
+        first step creates count as created, so the first and later steps share one graph).
+        ``inputs``: the group's ``group_state_inputs`` when it has them."""
         state = opt.state.get(param) or {}
         return tuple((key, tensor_signature(state[key]) if key in state else init.signature(param))
-                     for key, init in self.state_inputs(opt, group, param))
+                     for key, init in (inputs or self.state_inputs(opt, group, param)))
 
     def hyper_values(self, opt, group) -> list[float]:
         """The group's ``hyper_names`` as Python floats (a tensor ``lr`` read as its value)."""
@@ -226,6 +232,9 @@ class AdamHandler(Handler):
     def state_inputs(self, opt, group, param):
         return _adam_state_inputs(bool(group.get("capturable")), group.get("fused"), torch.get_default_dtype())
 
+    def group_state_inputs(self, opt, group):
+        return self.state_inputs(opt, group, None)
+
     def hyper_values(self, opt, group):
         beta1, beta2 = (_float(b) for b in group["betas"])
         return [_float(group["lr"]), beta1, beta2, _float(group["eps"]), _float(group["weight_decay"])]
@@ -260,8 +269,8 @@ class SGDHandler(Handler):
             return [("momentum_buffer", None)]
         return []                  # first step: the buffer starts as the gradient (an output only)
 
-    def state_signature(self, opt, group, param):
-        return (group["momentum"] != 0,) + super().state_signature(opt, group, param)
+    def state_signature(self, opt, group, param, inputs=None):
+        return (group["momentum"] != 0,) + super().state_signature(opt, group, param, inputs)
 
     def hyper_values(self, opt, group):
         return [_float(group["lr"]), _float(group["momentum"]), _float(group["dampening"]),
