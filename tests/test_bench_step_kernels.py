@@ -41,3 +41,16 @@ def test_the_summary_counts_the_band_and_the_ceiling():
     assert abs(s["streaming_of_ceiling"] - 4.0 / 4.2) < 1e-3
     assert s["by_model"]["pointwise configurator"] == {"kernels": 2, "within": 1, "measured_us": 11.0,
                                                        "predicted_us": 8.0}
+
+
+def test_cupti_activities_split_into_launches_at_the_markers():
+    from nova.bench.step_kernels import split_at_markers
+    spin = "void at::cuda::(anonymous namespace)::spin_kernel(long)"
+    activities = [(spin, 1e5), (spin, 1.0), ("nova_prep", 3.0), ("nova_gemm", 20.0), ("nova_split_reduce", 2.0),
+                  (spin, 1.0), (spin, 1.0), ("Memcpy DtoD (Device -> Device)", 4.0), (spin, 1.0)]
+    launches = split_at_markers(activities, 3)
+    assert [[n for n, _ in seg] for seg in launches] == [["nova_prep", "nova_gemm", "nova_split_reduce"], [],
+                                                          ["Memcpy DtoD (Device -> Device)"]]
+    import pytest
+    with pytest.raises(RuntimeError, match="split into 3 launches, the program has 4"):
+        split_at_markers(activities, 4)

@@ -9,6 +9,9 @@ Method.  The built-in model's step (``nova.models.make_train_step``, AdamW) is c
 run one by one outside the CUDA graph, a CUDA event recorded before each and after the last, behind a
 ``torch.cuda._sleep`` that holds the GPU until the host has queued them all: each event-to-event span
 is that launch's device time with no host gap in it.  ``--repeats`` such passes; the median per launch.
+With ``--timing cupti`` the measured time is the launch's kernels' own durations instead
+(``kernel_times``: CUPTI, the launches separated by one-cycle ``torch.cuda._sleep`` markers), which
+leaves out the gaps between a multi-kernel launch's kernels that eager queueing adds.
 (The launches update the parameters as a step does; their values do not matter here.)
 
 Predictions: ``step.explain(json=True)``'s kernels (the plan the program runs; matched by group index),
@@ -68,7 +71,59 @@ def time_launches(torch, launches, repeats: int, windows: list | None = None) ->
     return [statistics.median(column) for column in zip(*passes)]
 
 
-def measure(model_name: str, batch: int, seq: int | None, warmup: int, repeats: int, ceiling_tbs: float) -> dict:
+MARKER = "spin_kernel"          # the kernel of torch.cuda._sleep: the separator between launches in a profile
+
+
+def split_at_markers(activities: list[tuple[str, float]], launches: int) -> list[list[tuple[str, float]]]:
+    """``(name, us)`` device activities in start order -- the long sleep, then a marker before each
+    launch's activities and one after the last -- as one list per launch."""
+    segments, current = [], None
+    for name, us in activities:
+        if MARKER in name:
+            if current is not None:
+                segments.append(current)
+            current = []
+        elif current is not None:
+            current.append((name, us))
+    segments = segments[1:]                      # the first lies between the long sleep and the first marker
+    if len(segments) != launches:
+        raise RuntimeError(f"the profile split into {len(segments)} launches, the program has {launches} "
+                           f"(no {MARKER!r} kernels in this torch's profile?)")
+    return segments
+
+
+def kernel_times(torch, launches, repeats: int) -> list[dict]:
+    """Per launch, the device time of each kernel and copy it ran (CUPTI through torch.profiler), the
+    median over ``repeats`` passes: ``{"kernels_us": sum of their durations, "kernels": count, "names":
+    [...]}``.  Each pass queues the launches behind one long ``torch.cuda._sleep`` with a one-cycle
+    ``_sleep`` before each launch and after the last: the profile's device activities, in start order,
+    split at those markers, are each launch's own.  The sum leaves out the gaps between a launch's
+    kernels (eager queueing; in the step's CUDA graph they are ~0.3 us each)."""
+    from torch.profiler import ProfilerActivity, profile
+    passes = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            torch.cuda._sleep(int(2e8))
+            for launch in launches:
+                torch.cuda._sleep(1)
+                launch()
+            torch.cuda._sleep(1)
+            torch.cuda.synchronize()
+        device = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+                        key=lambda e: e.time_range.start)
+        passes.append(split_at_markers([(e.name, e.time_range.end - e.time_range.start) for e in device],
+                                       len(launches)))
+    out = []
+    for column in zip(*passes):
+        totals = [sum(us for _, us in seg) for seg in column]
+        out.append({"kernels_us": round(statistics.median(totals), 3), "kernels": len(column[0]),
+                    "names": [name[:60] for name, _ in column[0]]})
+    return out
+
+
+def measure(model_name: str, batch: int, seq: int | None, warmup: int, repeats: int, ceiling_tbs: float,
+            timing: str = "events") -> dict:
     import torch
     import nova
     from nova import models
@@ -102,20 +157,26 @@ def measure(model_name: str, batch: int, seq: int | None, warmup: int, repeats: 
     with torch.no_grad():
         times = time_launches(torch, launches, repeats, windows)
     clocks.stop()
+    with torch.no_grad():
+        cupti = kernel_times(torch, launches, max(3, repeats // 2)) if timing == "cupti" else None
     clock = clocks.summary(windows, windows[0][0]) or {}
     rows = []
-    for launch, us in zip(launches, times):
+    for k, (launch, span) in enumerate(zip(launches, times)):
         report = reports.get(launch.group, {})
         nbytes = group_bytes(launch.nodes, users, outputs)
         predicted = report.get("predicted_us")
+        # the measured time: the launch's kernels' own durations (CUPTI), else its event span
+        us = cupti[k]["kernels_us"] if cupti else span
         rows.append({"group": launch.group, "kind": report.get("kind", launch.kind), "name": report.get("name", ""),
                      "model": report.get("model", ""), "bound": report.get("bound", ""),
-                     "predicted_us": predicted, "measured_us": round(us, 3),
+                     "predicted_us": predicted, "measured_us": round(us, 3), "span_us": round(span, 3),
+                     **({"device_kernels": cupti[k]["kernels"], "kernel_names": cupti[k]["names"]} if cupti else {}),
                      "ratio": round(us / predicted, 3) if predicted else None, "bytes": nbytes,
                      "tb_per_s": round(nbytes / (us * 1e-6) / 1e12, 3) if us > 0 else None,
                      "of_ceiling": round(nbytes / (us * 1e-6) / 1e12 / ceiling_tbs, 3) if us > 0 else None})
     predicted_clock = explained["prediction"].get("sm_clock") or {}
     return {"model": model_name, "batch": batch, "seq": seq, "repeats": repeats, "ceiling_tbs": ceiling_tbs,
+            "timing": timing,
             "device": torch.cuda.get_device_name(), "launches": len(rows), "rows": rows,
             "sm_mhz": {"measured_median": clock.get("timed_sm_mhz_median"), "samples": clock.get("timed_samples"),
                        "predicted": predicted_clock.get("mhz")},
@@ -191,6 +252,10 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=3, help="compiled steps before the timing")
     ap.add_argument("--repeats", type=int, default=10, help="timed passes over the launches (median per launch)")
     ap.add_argument("--ceiling-tbs", type=float, default=4.2, help="the DRAM copy ceiling in TB/s")
+    ap.add_argument("--timing", choices=("events", "cupti"), default="events",
+                    help="what a launch's measured time is: events, the CUDA-event span around it (its kernels and "
+                         "the gaps between them); cupti, the sum of its kernels' own durations (torch.profiler), the "
+                         "event span kept beside it as span_us")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
     try:
@@ -201,7 +266,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("nova.bench.step_kernels: needs an NVIDIA GPU (torch sees none)", file=sys.stderr)
         return 2
-    result = measure(args.model, args.batch, args.seq, args.warmup, args.repeats, args.ceiling_tbs)
+    result = measure(args.model, args.batch, args.seq, args.warmup, args.repeats, args.ceiling_tbs, args.timing)
     print(render(result))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"step_kernels-{args.model}.json"), "w") as f:
