@@ -73,11 +73,12 @@ def main(argv=None) -> int:
     ap.add_argument("results", nargs="+", help="step_kernels-<model>.json files")
     ap.add_argument("--preset", default="h200")
     ap.add_argument("--eta-before", type=float, default=None,
-                    help="the eta_dram the results were priced with (default: the GEMM calibration's)")
+                    help="the eta_dram the results were priced with (default: the stored stream calibration's, "
+                         "else the GEMM calibration's)")
     ap.add_argument("--write", action="store_true", help="store <preset>.stream.json beside the GEMM calibrations")
     args = ap.parse_args(argv)
     from nova.hwmodel import calibration, get_target
-    base = calibration.memory_constants(get_target(args.preset))
+    base = calibration.memory_constants(get_target(args.preset), streaming=True)     # what the results were priced with
     eta_before = args.eta_before if args.eta_before is not None else base["eta_dram"]
     t_launch = base["t_launch_us"]
     try:

@@ -6,13 +6,14 @@ within +-15%, and how close each memory-bound kernel comes to the DRAM copy ceil
 
 Method.  The built-in model's step (``nova.models.make_train_step``, AdamW) is compiled with
 ``nova.compile`` and run ``--warmup`` times (bound, captured, replayed).  Then its program's launches
-run one by one outside the CUDA graph, a CUDA event recorded before each and after the last, behind a
-``torch.cuda._sleep`` that holds the GPU until the host has queued them all: each event-to-event span
-is that launch's device time with no host gap in it.  ``--repeats`` such passes; the median per launch.
-With ``--timing cupti`` the measured time is the launch's kernels' own durations instead
-(``kernel_times``: CUPTI, the launches separated by one-cycle ``torch.cuda._sleep`` markers), which
-leaves out the gaps between a multi-kernel launch's kernels that eager queueing adds.
-(The launches update the parameters as a step does; their values do not matter here.)
+run one by one outside the CUDA graph, behind a ``torch.cuda._sleep`` that holds the GPU until the host
+has queued them all.  A launch's measured time (``--timing cupti``, the default) is the sum of its
+kernels' own durations (``kernel_times``: CUPTI through torch.profiler, the launches separated by
+one-cycle ``_sleep`` markers): what the kernels cost in the step's CUDA graph, whose gaps between
+kernels are ~0.3 us.  ``--timing events`` takes the CUDA-event span around each launch instead, which
+adds eager queueing's ~3 us a launch (kept beside the kernel time as ``span_us``).  ``--repeats``
+passes; the median per launch.  (The launches update the parameters as a step does; their values do
+not matter here.)
 
 Predictions: ``step.explain(json=True)``'s kernels (the plan the program runs; matched by group index),
 its GEMMs at the step's predicted SM clock (``nova.compiler.step_clock``); the SM clock measured while
@@ -123,7 +124,7 @@ def kernel_times(torch, launches, repeats: int) -> list[dict]:
 
 
 def measure(model_name: str, batch: int, seq: int | None, warmup: int, repeats: int, ceiling_tbs: float,
-            timing: str = "events") -> dict:
+            timing: str = "cupti") -> dict:
     import torch
     import nova
     from nova import models
@@ -252,7 +253,7 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=3, help="compiled steps before the timing")
     ap.add_argument("--repeats", type=int, default=10, help="timed passes over the launches (median per launch)")
     ap.add_argument("--ceiling-tbs", type=float, default=4.2, help="the DRAM copy ceiling in TB/s")
-    ap.add_argument("--timing", choices=("events", "cupti"), default="events",
+    ap.add_argument("--timing", choices=("events", "cupti"), default="cupti",
                     help="what a launch's measured time is: events, the CUDA-event span around it (its kernels and "
                          "the gaps between them); cupti, the sum of its kernels' own durations (torch.profiler), the "
                          "event span kept beside it as span_us")
