@@ -357,6 +357,41 @@ def test_split_score_kernels_assemble_without_spills(role, D, causal, group):
     assert count["3xtf32"] * GEMMS[role] == count["tf32"] * (GEMMS[role] + 2), count
 
 
+@needs_ptxas
+@pytest.mark.parametrize("role", ["fwd", "bwd_dkv", "bwd_dq"])
+@pytest.mark.parametrize("D, causal, group", [(64, True, 1), (128, False, 2)])
+def test_fp32_kernels_split_every_product_without_spills(role, D, causal, group):
+    """Precision "fp32": every MMA of every product becomes three on split fragments (the kept tiles,
+    the register-held P and dS, the streamed tiles), no spills at the derived schedule."""
+    from nova.kernels.attention.compile import compile_kernel
+    gpu = PRESETS["h200"]
+    problems = {pr: AttentionProblem(2, 4, 333, 333, D, causal=causal, kv_heads=4 // group, score_precision=pr)
+                for pr in ("tf32", "fp32")}
+    s = configure_attention(problems["fp32"], gpu).schedule
+    assert not s.tma
+    art = compile_kernel(problems["fp32"], s, role)
+    r, k = art.resources, s.kernel(role)
+    assert r["spill_store_bytes"] == 0 and r["spill_load_bytes"] == 0 and r["stack_bytes"] == 0, r
+    per_warp = -(-r["registers"] * 32 // 256) * 256
+    assert k.blocks_per_sm * k.warps * per_warp <= gpu.regs_per_sm, (r["registers"], k.blocks_per_sm)
+    single = compile_kernel(problems["tf32"], s, role, cubin=False)
+    count = {pr: a.ptx.count("mma.sync.aligned.m16n8k8") for pr, a in (("fp32", art), ("tf32", single))}
+    assert count["fp32"] == 3 * count["tf32"], count
+    assert "cvt.rna.tf32" not in art.ptx            # nothing rounded: every operand split instead
+
+
+def test_fp32_precision_is_stated_and_priced():
+    from nova.kernels.attention.derive import GEMMS, gemms_per_pair
+    p = AttentionProblem(32, 8, 512, 512, 64, causal=True, score_precision="fp32")
+    assert p.split_all and p.split_scores and "fp32-products" in p.describe() and p.to_dict()["score_precision"] == "fp32"
+    assert all(gemms_per_pair(p, role) == 3 * GEMMS[role] for role in GEMMS)
+    gpu = PRESETS["h200"]
+    three = configure_attention(AttentionProblem(32, 8, 512, 512, 64, causal=True, score_precision="3xtf32"), gpu)
+    every = configure_attention(p, gpu)
+    assert not every.schedule.tma and "fp32" in {st.step: st for st in every.derivation}["10 fwd path"].reason
+    assert every.prediction.time_us > 1.2 * three.prediction.time_us
+
+
 # ---- the Hopper forward ----------------------------------------------------------------------------
 BENCH = [(32, 8, 512, 64), (16, 12, 1024, 64), (8, 16, 2048, 128)]
 

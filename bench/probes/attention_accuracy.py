@@ -7,6 +7,7 @@ rounding noise averages out).
     python3 bench/probes/attention_accuracy.py build      # host (MLIR): the cases' kernels into $NOVA_CACHE_DIR
     python3 bench/probes/attention_accuracy.py run tf32   # device, NOVA_OFFLINE=1: the TF32 cases
     NOVA_ATTENTION_PRECISION=3xtf32 python3 bench/probes/attention_accuracy.py run 3xtf32
+    NOVA_ATTENTION_PRECISION=fp32 python3 bench/probes/attention_accuracy.py run fp32
 """
 import math
 import sys
@@ -14,7 +15,7 @@ import sys
 # (B, H, Hkv, Tq, Tk, D, causal, dtype): GPT-144M's attention per sequence group (T 1024, D 64),
 # GPT-42M's (T 512), and the FP32-accurate score variant
 CASES = [(2, 12, 12, 1024, 1024, 64, True, "tf32"), (2, 8, 8, 512, 512, 64, True, "tf32"),
-         (2, 12, 12, 1024, 1024, 64, True, "3xtf32")]
+         (2, 12, 12, 1024, 1024, 64, True, "3xtf32"), (2, 12, 12, 1024, 1024, 64, True, "fp32")]
 
 
 def build():

@@ -80,10 +80,10 @@ def score_precision(name: str):
 def problem_of(case, stated: bool = False) -> AttentionProblem:
     """The problem of a case as ``nova.attention`` states it (TF32: the default score precision,
     ``score_precision_for``), or, ``stated``, as its dtype label says: "tf32" single-TF32 scores,
-    "3xtf32" the split score product (the benchmark's rows)."""
+    "3xtf32" the split score product (the benchmark's rows), "fp32" every product split."""
     b, h, hkv, tq, tk, d, causal, dtype = case[:8]
-    if dtype == "3xtf32":
-        dtype, precision = "tf32", "3xtf32"
+    if dtype in ("3xtf32", "fp32"):
+        dtype, precision = "tf32", dtype
     else:
         precision = "tf32" if stated else score_precision_for(dtype)
     return AttentionProblem(b, h, tq, tk, d, causal=causal, dtype=dtype, kv_heads=hkv, score_precision=precision)
@@ -153,7 +153,7 @@ def bench_problems(dtypes=BENCH_DTYPES + ("3xtf32",)):
 
 
 def all_problems():
-    split = [problem_of(c + (dt,), stated=True) for c in SPLIT_SCORE_GPU_CASES for dt in ("tf32", "3xtf32")]
+    split = [problem_of(c + (dt,), stated=True) for c in SPLIT_SCORE_GPU_CASES for dt in ("tf32", "3xtf32", "fp32")]
     return bench_problems() + [problem_of(c) for c in GPU_TEST_CASES + (MEMORY_CASE,) + FLASH_CASES] + split
 
 

@@ -24,7 +24,9 @@ TF32 score precision (``problem.score_precision``): with "3xtf32" the score prod
 ``fwd`` and ``bwd_dq``, S^T = K Q^T in ``bwd_dkv``) reads its operands unrounded (the kept one is not
 rounded in shared memory) and splits each fragment element in registers, x = big + small (big = x
 rounded to TF32 by integer arithmetic, small = the exact rest: ``tf32_split``), then accumulates small*big +
-big*small + big*big: three MMAs per score k-step, no extra shared-memory reads.
+big*small + big*big: three MMAs per score k-step, no extra shared-memory reads.  With "fp32" every
+product does the same (P V, dP, and dV, dK, dQ): the kept tiles stay unrounded, each fragment (the
+register-held P and dS too) is split where it is made.
 
 Bias (``problem.bias``, an additive FP32 ``[B|1, H|1, Tq|1, Tk]`` tensor with static strides): the
 fwd, dQ and dK/dV kernels read it straight from global memory (L1/L2; no shared-memory stage), one
@@ -182,6 +184,7 @@ class _Flash:
         # the score product's operands (A kept, B streamed): split into big + small TF32 parts if asked
         self.score_pair = {"fwd": ("q", "k"), "bwd_dq": ("q", "k"), "bwd_dkv": ("k", "q")}.get(role, ())
         self.split = p.split_scores
+        self.split_all = p.split_all          # every product's operands split (precision "fp32")
         self.BR, self.BC, self.S = kt.block_rows, kt.block_cols, kt.stages
         self.cols = self.D + kt.smem_pad
         self.mt = kt.rows_per_warp // 16
@@ -342,7 +345,7 @@ class _Flash:
         def body():
             if first:
                 for n in kept:
-                    if not (self.split and n == self.score_pair[0]):     # split on use, from the raw values
+                    if not (self.split_all or (self.split and n == self.score_pair[0])):   # split on use, raw
                         self.round_own(n, self.BR)
             if self.round_streamed:
                 for n in streamed:
@@ -402,7 +405,7 @@ class _Flash:
             return frag
         # TF32: the tile was rounded (cvt.rna) in shared memory when it landed (``round_own``)
         el = [ir.let("a_e", f"vector.extract {frag}[{e}, 0] : f32 from {vt}") for e in range(4)]
-        if self.split and name == self.score_pair[0]:
+        if self.split_all or (self.split and name == self.score_pair[0]):
             return self.split_fragment(el, "vector<4x1xf32>")
         return ir.let("a_tf32", f"vector.from_elements {', '.join(el)} : vector<4x1xf32>")
 
@@ -415,7 +418,7 @@ class _Flash:
         vt = f"vector<4x{per32}x{T}>"
         frag = ir.let("b_frag", f"nvgpu.ldmatrix {self.sm[name]}[{ir.v(stage)}, {ir.v(row)}, {ir.v(col)}] "
                                 f"{{numTiles = 4 : i32, transpose = false}} : {self.ring_type()} -> {vt}")
-        return self.split_b(frag, vt, per32, split=self.split and name == self.score_pair[1])
+        return self.split_b(frag, vt, per32, split=self.split_all or (self.split and name == self.score_pair[1]))
 
     def split_b(self, frag, vt, per32, split=False):
         """The two 8-wide n tiles' B fragments of an ldmatrix x4 result; ``split``: each as its (big,
@@ -452,8 +455,11 @@ class _Flash:
         r1 = ir.add(r0, 1, "bt_r1")
         for j in range(2):
             c = ir.add(ir.add(n0, self.g), 8 * j, "bt_c")
-            el = [self.tf32s(ir.let("bt_e", f"memref.load {sm}[{ir.v(stage)}, {ir.v(r)}, {ir.v(c)}] : {rt}"))
-                  for r in (r0, r1)]
+            raw = [ir.let("bt_e", f"memref.load {sm}[{ir.v(stage)}, {ir.v(r)}, {ir.v(c)}] : {rt}") for r in (r0, r1)]
+            if self.split_all:
+                out.append(self.split_fragment(raw, "vector<2x1xf32>"))
+                continue
+            el = [self.tf32s(x) for x in raw]
             out.append(ir.let("bt_tf32", f"vector.from_elements {', '.join(el)} : vector<2x1xf32>"))
         return out
 
@@ -509,7 +515,10 @@ class _Flash:
         j = kk // 8
         if self.tf32:
             e = el_m[j]
-            vals = [self.tf32r(x) for x in (e[0][0], e[1][0], e[0][1], e[1][1])]
+            raw = (e[0][0], e[1][0], e[0][1], e[1][1])
+            if self.split_all:
+                return self.split_fragment(list(raw), "vector<4x1xf32>")
+            vals = [self.tf32r(x) for x in raw]
             return ir.let("pa", f"vector.from_elements {', '.join(vals)} : vector<4x1xf32>")
         e0, e1 = el_m[j], el_m[j + 1]
         xs = [e0[0][0], e0[0][1], e0[1][0], e0[1][1], e1[0][0], e1[0][1], e1[1][0], e1[1][1]]

@@ -32,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--scale", type=float, default=None, help="softmax scale (default 1/sqrt(D))")
     ap.add_argument("--target", default="rtx3060", help="GPU model (see nova-config targets; auto = live GPU)")
     ap.add_argument("--score-precision", default=None, choices=SCORE_PRECISIONS,
-                    help="tf32 only: S = Q K^T as one TF32 product (tf32) or three (3xtf32, FP32-accurate scores); "
+                    help="tf32 only: each product as one TF32 product (tf32), the scores S = Q K^T as three "
+                         "(3xtf32, FP32-accurate scores), or every product as three (fp32, FP32-accurate attention); "
                          "default NOVA_ATTENTION_PRECISION, else tf32")
     ap.add_argument("--json", action="store_true", help="machine-readable output")
     return ap

@@ -63,6 +63,7 @@ GEMMS = {"fwd": 2, "bwd_dkv": 4, "bwd_dq": 3}          # matmuls per (query, key
 ALU_PER_SCORE = {"fwd": 5, "bwd_dkv": 4, "bwd_dq": 3}   # FP32 ops per score (scale/max/exp-arg/sum/convert)
 SPLIT_OPS_PER_ELEMENT = 3    # 3xtf32 scores: IADD + AND + FSUB per fragment element (build.tf32_split)
 REG_SPLIT_EXTRA = 16         # 3xtf32 scores: the small halves of the fragments in flight (an estimate; ptxas checks)
+REG_SPLIT_ALL_EXTRA = 24     # fp32 (every product split): the small halves of every product's fragments (likewise)
 
 # Formulas, each shown in the derivation with this GPU's numbers (``F.stages`` is "stages = ...").
 F = formulas("""
@@ -121,7 +122,10 @@ def step1_instruction(p: AttentionProblem, gpu: GPUModel):
     mma = MmaInstr(fam, m, n, k, "f16" if p.dtype == "fp16" else p.dtype)
     why = (f"{p.dtype}: every matmul (S = QK^T, O = PV and the backward's four) on {mma}, FP32 accumulation; "
            "softmax in FP32")
-    if p.split_scores:
+    if p.split_all:
+        why += ("; fp32: every product as three TF32 products, A B = Ab Bb + Ab Bs + As Bb (x = big + small, big "
+                "rounded to TF32, small the rest), FP32-accurate at three MMAs per k-step")
+    elif p.split_scores:
         why += ("; 3xtf32 scores: S = Qb Kb + Qb Ks + Qs Kb (x = big + small, big rounded to TF32, small the rest), "
                 "FP32-accurate scores at three MMAs per score k-step; the other products on TF32 (cvt.rna)")
     elif p.dtype == "tf32":
@@ -157,7 +161,8 @@ def tile_regs(p: AttentionProblem, role: str, mt: int, bc: int) -> float:
     score_tiles = 2 if role != "fwd" else 1          # S (and dP) accumulators
     out_tiles = 2 if role == "bwd_dkv" else 1        # O / dQ, or dK and dV
     acc = F.acc_regs(score_tiles=score_tiles, block_cols=bc, out_tiles=out_tiles, D=p.head_dim)
-    over = REG_OVERHEAD[role] + (REG_TF32_EXTRA if p.dtype == "tf32" else 0) + (REG_SPLIT_EXTRA if p.split_scores else 0)
+    split = REG_SPLIT_ALL_EXTRA if p.split_all else REG_SPLIT_EXTRA if p.split_scores else 0
+    over = REG_OVERHEAD[role] + (REG_TF32_EXTRA if p.dtype == "tf32" else 0) + split
     return over + acc * (1 + REG_SHARE[role] * (mt - 1))
 
 
@@ -216,8 +221,11 @@ def _grid(p: AttentionProblem, role: str, rows: int):
 
 # ---- 5 -----------------------------------------------------------------------------------------
 def gemms_per_pair(p: AttentionProblem, role: str) -> int:
-    """Tensor-core matmuls per (query, key) pair: ``GEMMS[role]``, two more where the score product is
-    split into three TF32 products (``problem.score_precision == "3xtf32"``)."""
+    """Tensor-core matmuls per (query, key) pair: ``GEMMS[role]``; two more where the score product is
+    split into three TF32 products (``score_precision == "3xtf32"``), three times as many where every
+    product is (``"fp32"``)."""
+    if p.split_all:
+        return 3 * GEMMS[role]
     return GEMMS[role] + (2 if p.split_scores else 0)
 
 
@@ -228,8 +236,16 @@ def alu_per_score(p: AttentionProblem, role: str, rows_per_warp: int, block_cols
     """FP32 lane operations per score: ``ALU_PER_SCORE[role]``, plus, for 3xtf32 scores, the split of
     every score-operand fragment element: a warp splits its A rows (16 mt x D) and the streamed B tile
     (block_cols x D) once per tile of 16 mt x block_cols scores, ``SPLIT_OPS_PER_ELEMENT`` each:
-    3 D (1/block_cols + 1/(16 mt))."""
-    extra = SPLIT_OPS_PER_ELEMENT * p.head_dim * (1 / block_cols + 1 / rows_per_warp) if p.split_scores else 0
+    3 D (1/block_cols + 1/(16 mt)).  For fp32 every product's: each of the ``NK_GEMMS`` products with
+    a kept A splits that much; each of the ``KN_GEMMS`` products splits its register A (one element
+    per score) and its streamed B tile (block_cols x D): 3 (1 + D/(16 mt)) per score."""
+    d = p.head_dim
+    if p.split_all:
+        nk = NK_GEMMS[role] * d * (1 / block_cols + 1 / rows_per_warp)
+        kn = KN_GEMMS[role] * (1 + d / rows_per_warp)
+        extra = SPLIT_OPS_PER_ELEMENT * (nk + kn)
+    else:
+        extra = SPLIT_OPS_PER_ELEMENT * d * (1 / block_cols + 1 / rows_per_warp) if p.split_scores else 0
     bias = BIAS_OPS_PER_SCORE if p.bias else 0
     return ALU_PER_SCORE[role] + extra + bias
 
@@ -437,7 +453,7 @@ def hopper_blocker(p: AttentionProblem, gpu: GPUModel) -> str:
     if p.dtype not in HOPPER_DTYPES:
         return f"{p.dtype}: no Hopper forward"
     if p.split_scores:
-        return "3xtf32 scores (NOVA_ATTENTION_PRECISION) run on the mma.sync forward (three products per score)"
+        return f"{p.score_precision} (NOVA_ATTENTION_PRECISION) runs on the mma.sync forward (three products each)"
     if p.bias:
         return BIAS_BLOCKER
     return tma_blocker(p)
@@ -691,7 +707,7 @@ def hopper_bwd_blocker(p: AttentionProblem, gpu: GPUModel) -> str:
     if p.dtype not in HOPPER_DTYPES:
         return f"{p.dtype}: no Hopper backward"
     if p.split_scores:
-        return "3xtf32 scores (NOVA_ATTENTION_PRECISION) run on the mma.sync backward (three products per score)"
+        return f"{p.score_precision} (NOVA_ATTENTION_PRECISION) runs on the mma.sync backward (three products each)"
     if p.bias:
         return BIAS_BLOCKER
     return tma_blocker_bwd(p)

@@ -37,8 +37,10 @@ about 2^-11 of ``|q| |k|``), or ``"3xtf32"``, the split product ``S = Qb Kb + Qb
 ``x = xb + xs`` (``xb`` = x rounded to TF32, ``xs`` = the exact rest, of which the tensor core reads
 the top 10 mantissa bits), FP32-accurate to about 2^-21 at three times the score MMAs.  The softmax
 exponentiates scores, so an absolute score error ``e`` becomes a relative probability error ``e``.
-Whether that moves a training run measurably was not shown (``score_precision_for``).  P V, dP and
-the gradient products stay single TF32 (their errors are relative).
+P V, dP and the gradient products stay single TF32 (their errors are relative).  ``"fp32"`` splits
+every product the same way (S, P V, and the backward's dP, dV, dK, dQ): attention as accurate as
+FP32 arithmetic, as PyTorch's float32 attention is, at three times every MMA (``score_precision_for``
+says when that matters).
 """
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ from nova.options import current as current_options
 
 # name: (storage element type, bytes per element)
 ATTN_DTYPES = {"tf32": ("f32", 4), "bf16": ("bf16", 2), "fp16": ("f16", 2)}
-SCORE_PRECISIONS = ("tf32", "3xtf32")   # how TF32 computes S = Q K^T (module docstring)
+SCORE_PRECISIONS = ("tf32", "3xtf32", "fp32")   # how TF32 computes its products (module docstring)
 HEAD_DIMS = (64, 128)          # head dimensions the mma.sync kernels are generated for
 OPERANDS = ("q", "k", "v", "out", "dout", "dq", "dk", "dv")   # the [B, H|Hkv, T, D] tensors
 KV_OPERANDS = ("k", "v", "dk", "dv")                          # [B, Hkv, Tk, D]; the others [B, H, Tq, D]
@@ -74,12 +76,11 @@ class AttentionProblemError(ValueError):
 def score_precision_for(dtype: str, opts: Options | None = None) -> str:
     """The score precision that ``nova.attention``, compiled programs and ``nova-config explain`` state
     for ``dtype`` problems: for TF32 ``NOVA_ATTENTION_PRECISION`` (``opts``, None: the environment's),
-    by default "tf32" (one TF32 product, like every float32 matmul Nova runs), "3xtf32" the opt-in for
-    FP32-accurate scores (~30% more attention time).  Whether 3xtf32 keeps a training run closer to
-    eager's was measured and not shown: GPT-144M's loss curves with 3xtf32 scores came out a median
-    0.14%, 0.73% and 1.58% from eager's in three runs, single TF32 0.86%, where two eager runs of
-    GPT-42M differ by up to 0.5% (bench/NOTES.md).  Else "tf32" (the 16-bit kernels multiply exactly,
-    FP32 accumulation)."""
+    by default "tf32" (one TF32 product, like every float32 matmul Nova runs), "3xtf32" FP32-accurate
+    scores only (~30% more attention time; it did not bring GPT-144M's 200-step loss curve closer to
+    eager's, bench/NOTES.md), "fp32" every product FP32-accurate (three MMAs each), the arithmetic of
+    PyTorch's float32 attention.  Else "tf32" (the 16-bit kernels multiply exactly, FP32
+    accumulation)."""
     opts = opts if opts is not None else current_options()
     return opts.attention_precision if dtype == "tf32" else "tf32"
 
@@ -237,8 +238,13 @@ class AttentionProblem:
 
     @property
     def split_scores(self) -> bool:
-        """S = Q K^T as three TF32 products (``score_precision == "3xtf32"``)."""
-        return self.score_precision == "3xtf32"
+        """S = Q K^T as three TF32 products (``score_precision`` "3xtf32" or "fp32")."""
+        return self.score_precision in ("3xtf32", "fp32")
+
+    @property
+    def split_all(self) -> bool:
+        """Every product as three TF32 products (``score_precision == "fp32"``)."""
+        return self.score_precision == "fp32"
 
     @property
     def storage(self) -> str:
@@ -290,7 +296,7 @@ class AttentionProblem:
         kv = f" kv_heads={self.kv_heads}" if self.kv_heads != self.heads else ""
         t = f"T={self.seq_q}" if self.seq_q == self.seq_k else f"Tq={self.seq_q} Tk={self.seq_k}"
         st = "".join(f" {n}[{','.join(map(str, x))}]" for n, x in self.strides)
-        sp = " 3xtf32-scores" if self.split_scores else ""
+        sp = " fp32-products" if self.split_all else " 3xtf32-scores" if self.split_scores else ""
         return (f"attention B={self.batch} H={self.heads}{kv} {t} D={self.head_dim} {self.dtype}{sp}"
                 f"{' causal' if self.causal else ''}{self.describe_bias()} scale={self.scale:.6g}"
                 f"{' strides' + st if st else ''}")
