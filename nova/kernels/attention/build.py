@@ -526,9 +526,20 @@ class _Flash:
         return ir.let("pa", f"vector.from_elements {', '.join(ys)} : vector<4x2x{self.T}>")
 
     def gemm_kn(self, el, b_name, stage, accs):
-        """accs[mt][D/8] += P (scalar accumulators, mt x BC) @ B(ring slot, stored [k][n])."""
-        return self.mma_steps([list(r) for r in accs], self.BC, self.D // 8, lambda m, kk: self.p_to_a(el[m], kk),
-                              lambda n0, kk: self.load_b_kn(b_name, stage, n0, kk))
+        """accs[mt][D/8] += P (scalar accumulators, mt x BC) @ B(ring slot, stored [k][n]).  With every
+        product split (precision "fp32") the tile's product is summed from zero and added to ``accs`` by
+        FP32 adds: the tensor core's accumulation does not round to nearest, and three MMAs a k-step
+        into a running sum over the whole sequence leave a relative bias (-1e-5 on dK and dV at T 1024);
+        from zero over one tile, then rounded to nearest, it does not."""
+        a_frag = lambda m, kk: self.p_to_a(el[m], kk)           # noqa: E731
+        b_frags = lambda n0, kk: self.load_b_kn(b_name, stage, n0, kk)      # noqa: E731
+        if not self.split_all:
+            return self.mma_steps([list(r) for r in accs], self.BC, self.D // 8, a_frag, b_frags)
+        ir = self.ir
+        zero = ir.const(0.0, "vector<2x2xf32>")
+        part = self.mma_steps([[zero] * len(r) for r in accs], self.BC, self.D // 8, a_frag, b_frags)
+        return [[ir.let("acc_sum", f"arith.addf {a}, {t} : vector<2x2xf32>") for a, t in zip(ra, rt)]
+                for ra, rt in zip(accs, part)]
 
     # ------------------------------------------------------------------------------------------
     # the streamed loop (shared by all three flash kernels)
