@@ -166,6 +166,8 @@ def tile_regs(p: AttentionProblem, role: str, mt: int, bc: int) -> float:
     score_tiles = 2 if role != "fwd" else 1          # S (and dP) accumulators
     out_tiles = 2 if role == "bwd_dkv" else 1        # O / dQ, or dK and dV
     acc = F.acc_regs(score_tiles=score_tiles, block_cols=bc, out_tiles=out_tiles, D=p.head_dim)
+    if p.split_all:              # a tile's output product summed from zero first (build.gemm_kn): one more D/2
+        acc += p.head_dim / 2
     split = REG_SPLIT_ALL_EXTRA if p.split_all else REG_SPLIT_EXTRA if p.split_scores else 0
     over = REG_OVERHEAD[role] + (REG_TF32_EXTRA if p.dtype == "tf32" else 0) + split
     return over + acc * (1 + REG_SHARE[role] * (mt - 1))
