@@ -658,3 +658,33 @@ def test_parameters_reached_outside_the_model_are_the_traced_ones(road):
     for p, q in zip(model.parameters(), reference.parameters()):
         assert relative(p, q) < 1e-5
     assert any(n.op == "sqrt" for n in compiled.graph.nodes)        # the clipping's norm is in the program
+
+
+def build_kernels(target: str, cache_dir=None, log=print) -> dict:
+    """Compile the kernels of the GPU autocast test's step for ``target`` into the kernel cache
+    (``NOVA_CACHE_DIR`` or ``cache_dir``): the step captured on the meta device (its autocast as on
+    "cuda") and planned as ``nova.compile`` plans it for a CUDA device."""
+    from nova.compiler import plan_cache
+    from nova.compiler.precompile import precompile_planned
+    from nova.frontend import capture
+    from nova.hwmodel import get_target
+    from nova.runtime.cache import KernelCache
+    gpu, cache = get_target(target), KernelCache(cache_dir)
+    with torch.device("meta"):              # built there: .to("meta") would untie the tied embedding
+        model = gpt_tiny()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    captured = capture(autocast_step(model, opt, "cuda"), tokens(0, model.config.vocab_size, device="meta"),
+                       models=[model], optimizers=[opt])
+    planned, _ = plan_cache.plan(captured.graph, gpu.name, "cuda", target_name=gpu.name)
+    return precompile_planned(planned, gpu, cache, log)
+
+
+if __name__ == "__main__":
+    import argparse
+    import sys
+    ap = argparse.ArgumentParser(description="build the kernels of these GPU tests into the kernel cache "
+                                             "(NOVA_CACHE_DIR or --cache-dir) on a host with MLIR")
+    ap.add_argument("--target", default="h200")
+    ap.add_argument("--cache-dir", default=None)
+    args = ap.parse_args()
+    sys.exit(1 if build_kernels(args.target, args.cache_dir)["failed"] else 0)

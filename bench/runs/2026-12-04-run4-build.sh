@@ -9,6 +9,7 @@ if [ "$PART" = all ] || [ "$PART" = tests ]; then
   python3 tests/test_executor_gpu.py --target h200 | sh
   python tests/test_pointwise_indexing_gpu.py --target h200
   python tests/test_clipping_gpu.py --target h200
+  python tests/test_frontend_real_scripts.py --target h200
   python tests/test_optimizer_gpu.py --target h200
   python3 tests/test_integrations_dynamo_gpu.py --target h200 --build --cache-dir .nova-cache
 fi
