@@ -77,9 +77,9 @@ def score_precision_for(dtype: str, opts: Options | None = None) -> str:
     """The score precision that ``nova.attention``, compiled programs and ``nova-config explain`` state
     for ``dtype`` problems: for TF32 ``NOVA_ATTENTION_PRECISION`` (``opts``, None: the environment's),
     by default "tf32" (one TF32 product, like every float32 matmul Nova runs), "3xtf32" FP32-accurate
-    scores only (~30% more attention time; it did not bring GPT-144M's 200-step loss curve closer to
-    eager's, bench/NOTES.md), "fp32" every product FP32-accurate (three MMAs each), the arithmetic of
-    PyTorch's float32 attention.  Else "tf32" (the 16-bit kernels multiply exactly, FP32
+    scores only (2.4x TF32's attention time on the H200; it did not bring GPT-144M's 200-step loss
+    curve closer to eager's, bench/NOTES.md), "fp32" every product FP32-accurate (three MMAs each,
+    3.9x), the arithmetic of PyTorch's float32 attention.  Else "tf32" (the 16-bit kernels multiply exactly, FP32
     accumulation)."""
     opts = opts if opts is not None else current_options()
     return opts.attention_precision if dtype == "tf32" else "tf32"
