@@ -380,6 +380,18 @@ def test_fp32_kernels_split_every_product_without_spills(role, D, causal, group)
     assert "cvt.rna.tf32" not in art.ptx            # nothing rounded: every operand split instead
 
 
+@needs_ptxas
+@pytest.mark.parametrize("target", ["a100", "rtx3060"])
+def test_fp32_kernels_assemble_without_spills_on_the_mma_sync_generation(target):
+    """The same fp32 kernels at sm_80 / sm_86's derived schedules: no spills (ptxas)."""
+    from nova.kernels.attention.compile import compile_kernel
+    p = AttentionProblem(1, 4, 130, 130, 128, kv_heads=2, score_precision="fp32")
+    s = configure_attention(p, PRESETS[target]).schedule
+    for role in ("fwd", "bwd_dkv", "bwd_dq"):
+        r = compile_kernel(p, s, role).resources
+        assert r["spill_store_bytes"] == 0 and r["stack_bytes"] == 0, (role, r)
+
+
 def test_fp32_precision_is_stated_and_priced():
     from nova.kernels.attention.derive import GEMMS, gemms_per_pair
     p = AttentionProblem(32, 8, 512, 512, 64, causal=True, score_precision="fp32")
