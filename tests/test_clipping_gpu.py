@@ -259,10 +259,5 @@ def build_kernels(target: str, cache_dir=None, log=print) -> dict:
 
 
 if __name__ == "__main__":
-    import argparse
-    ap = argparse.ArgumentParser(description="build the kernels of these GPU tests into the kernel cache "
-                                             "(NOVA_CACHE_DIR or --cache-dir) on a host with MLIR")
-    ap.add_argument("--target", default="h200")
-    ap.add_argument("--cache-dir", default=None)
-    args = ap.parse_args()
-    sys.exit(1 if build_kernels(args.target, args.cache_dir)["failed"] else 0)
+    from gpu_build import main
+    main(build_kernels)
