@@ -345,7 +345,7 @@ class _Flash:
         def body():
             if first:
                 for n in kept:
-                    if not (self.split_all or (self.split and n == self.score_pair[0])):   # split on use, raw
+                    if not self.splits(n):         # a split operand is split on use, from the raw values
                         self.round_own(n, self.BR)
             if self.round_streamed:
                 for n in streamed:
@@ -365,6 +365,13 @@ class _Flash:
         ir = self.ir
         i = ir.let("tf32_bits", f"nvvm.convert.float.to.tf32 {x} {{rnd = #nvvm.fp_rnd_mode<rna>}}")
         return ir.let("tf32", f"arith.bitcast {i} : i32 to f32")
+
+    def splits(self, name: str) -> bool:
+        """Whether the fragments of a [row][d] tile ``name`` (A of a kept tile, B of a [n][k] ring) are
+        split into (big, small) pairs: every operand's for precision "fp32", the score product's for
+        "3xtf32" (``score_pair``; no tile read this way is both a score operand and an operand of another
+        product)."""
+        return self.split_all or (self.split and name in self.score_pair)
 
     def tf32_split(self, x) -> tuple[str, str]:
         """(big, small) with x = big + small exactly: big = x rounded to nearest TF32 (ties away from
@@ -405,7 +412,7 @@ class _Flash:
             return frag
         # TF32: the tile was rounded (cvt.rna) in shared memory when it landed (``round_own``)
         el = [ir.let("a_e", f"vector.extract {frag}[{e}, 0] : f32 from {vt}") for e in range(4)]
-        if self.split_all or (self.split and name == self.score_pair[0]):
+        if self.splits(name):
             return self.split_fragment(el, "vector<4x1xf32>")
         return ir.let("a_tf32", f"vector.from_elements {', '.join(el)} : vector<4x1xf32>")
 
@@ -418,7 +425,7 @@ class _Flash:
         vt = f"vector<4x{per32}x{T}>"
         frag = ir.let("b_frag", f"nvgpu.ldmatrix {self.sm[name]}[{ir.v(stage)}, {ir.v(row)}, {ir.v(col)}] "
                                 f"{{numTiles = 4 : i32, transpose = false}} : {self.ring_type()} -> {vt}")
-        return self.split_b(frag, vt, per32, split=self.split_all or (self.split and name == self.score_pair[1]))
+        return self.split_b(frag, vt, per32, split=self.splits(name))
 
     def split_b(self, frag, vt, per32, split=False):
         """The two 8-wide n tiles' B fragments of an ldmatrix x4 result; ``split``: each as its (big,
