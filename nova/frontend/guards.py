@@ -74,14 +74,15 @@ def _tensor_hooks(p: torch.Tensor) -> int:
     return len(p._backward_hooks or ()) + len(getattr(p, "_post_accumulate_grad_hooks", None) or ())
 
 
-def model_signature(name: str, model: torch.nn.Module) -> tuple:
+def model_signature(name: str, model: torch.nn.Module, modules=None) -> tuple:
     """``(name, id, parameters, buffers, training flags, hook count)``: each parameter as (its
     ``named_parameters`` name, id, shape, dtype, device, requires_grad, its grad's signature or None),
-    each buffer as (name, id, shape, dtype, device).  One walk over the modules reads all of it."""
+    each buffer as (name, id, shape, dtype, device).  One walk over the modules reads all of it
+    (``modules``: that walk, ``modules_of(model)``, where the caller has it)."""
     params, buffers, training = [], [], []
     hooks = 0
     seen_params, seen_buffers = set(), set()
-    for path, m in modules_of(model):
+    for path, m in modules if modules is not None else modules_of(model):
         training.append(m.training)
         hooks += _module_hooks(m)
         prefix = path + "." if path else ""
@@ -118,7 +119,8 @@ def optimizer_signature(name: str, opt: torch.optim.Optimizer, guarded: frozense
 
 def guard_key(found, args, kwargs, fn=None) -> GuardKey:
     leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
-    models = tuple(model_signature(n, m) for n, m in found.models)
+    walks = {id(m): modules_of(m) for _, m in found.models}       # each model walked once a call
+    models = tuple(model_signature(n, m, walks[id(m)]) for n, m in found.models)
     guarded = {p[1] for m in models for p in m[2]}          # parameter ids whose layout and grad a model guards
     return GuardKey(
         inputs=tuple(arg_signature(x) for x in leaves),
@@ -126,7 +128,7 @@ def guard_key(found, args, kwargs, fn=None) -> GuardKey:
         grad_enabled=torch.is_grad_enabled(),
         models=models,
         optimizers=tuple(optimizer_signature(n, o, guarded) for n, o in found.optimizers),
-        python_values=python_values.snapshot(fn, found, found.functions) if fn is not None else (),
+        python_values=python_values.snapshot(fn, found, found.functions, walks) if fn is not None else (),
         data_parallel=tuple(data_parallel.signature(n, d) for n, d in getattr(found, "data_parallel", ())),
     )
 

@@ -113,12 +113,13 @@ def _user_class(cls) -> bool:
     return not (cls.__module__ or "").startswith(("torch.", "torch", "nova.", "builtins")) and cls is not object
 
 
-def snapshot(fn, found, helpers=()) -> tuple:
-    """``((path, value), ...)`` of every plain Python value the step may read (module docstring)."""
+def snapshot(fn, found, helpers=(), walks=None) -> tuple:
+    """``((path, value), ...)`` of every plain Python value the step may read (module docstring).
+    ``walks``: ``id(model) -> modules_of(model)`` where the caller has walked the models already."""
     out: list = []
     seen: set = set()
     for name, model in found.models:
-        for path, module in modules_of(model):
+        for path, module in walks[id(model)] if walks is not None else modules_of(model):
             _object_values(f"{name}.{path}" if path else name, module, out, seen, 0)
             for cls in type(module).__mro__:
                 if ("cls", id(cls)) in seen or not _user_class(cls):
