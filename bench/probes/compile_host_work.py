@@ -3,9 +3,9 @@ program's inputs and writing its outputs back, around a stub engine that returns
 as its output (as a CUDA program that writes the user's tensors in place does) -- the program's own
 launches left out.  GPT-42M at batch 1 x 16 (the work scales with parameters, not tokens):
 
-    python3 bench/probes/compile_host_call.py [--model gpt42m] [--calls 50] [--repeats 7]
+    python3 bench/probes/compile_host_work.py [--model gpt42m] [--per-repeat 50] [--repeats 7]
 
-Prints the best of ``--repeats`` averages over ``--calls`` calls, in ms.
+Prints the best of ``--repeats`` averages over ``--per-repeat`` calls, in ms.
 """
 import argparse
 import time
@@ -35,7 +35,7 @@ class StubStep(CompiledStep):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="gpt42m")
-    ap.add_argument("--calls", type=int, default=50)
+    ap.add_argument("--per-repeat", type=int, default=50)
     ap.add_argument("--repeats", type=int, default=7)
     args = ap.parse_args()
     cfg = models.config(args.model)
@@ -49,9 +49,9 @@ def main() -> None:
     best = float("inf")
     for _ in range(args.repeats):
         t = time.perf_counter()
-        for _ in range(args.calls):
+        for _ in range(args.per_repeat):
             step(idx, idx)
-        best = min(best, (time.perf_counter() - t) / args.calls * 1e3)
+        best = min(best, (time.perf_counter() - t) / args.per_repeat * 1e3)
     print(f"{args.model}: nova.compile's host work per call, engine excluded: {best:.3f} ms "
           f"(captures {step.stats.captures}, {len(step.captured.bindings.inputs)} inputs)")
 
