@@ -127,6 +127,16 @@ def fused_values(plan: Planned) -> list:
     return [v for v, p in plan.memory.values.items() if p.kind == "fused" and v.producer in gemm]
 
 
+def rows_scratch_bytes(plan: Planned) -> int:
+    """Scratch a CPU program needs for the values a Nova rows kernel keeps inside (the cross-entropy
+    forward-backward kernel's row statistics): on CPU the group runs node by node, so they are written
+    there; on CUDA never.  Each value's bytes rounded up to the arena's 256-byte alignment."""
+    from nova.passes.memory import aligned
+    rows = {n for g in plan.groups if g.kernel == "nova" and g.kind == "composite" for n in g.nodes}
+    return sum(aligned(v.type.nbytes) for v, p in plan.memory.values.items()
+               if p.kind == "fused" and v.producer in rows)
+
+
 def kernel_values(plan: Planned) -> list:
     """Intermediates of Nova pointwise kernels: in registers on CUDA, temporaries of the IR reference on CPU."""
     kernels = {n for g in plan.groups if g.kind == "pointwise" and g.kernel == "nova" for n in g.nodes}

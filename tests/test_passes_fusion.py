@@ -195,10 +195,14 @@ def test_training_step_groups():
     keys = [{update_batch_key(n) for n in gr.nodes} for gr in updates]
     assert all(len(k) == 1 for k in keys) and len({next(iter(k)) for k in keys}) == len(updates)
     assert sum(len(gr.nodes) for gr in updates) > 2 * len(updates)
-    assert all(len(gr.nodes) == 1 for gr in by_kind["composite"] if gr not in updates)
+    (loss,) = [gr for gr in by_kind["composite"] if gr.nodes[0].op == "cross_entropy"]
+    assert [n.op for n in loss.nodes] == ["cross_entropy", "cross_entropy_backward"] and loss.kernel == "nova"
+    assert loss.problem.kind == "cross_entropy_forward_backward" and "one pass over the logits" in loss.reason
+    assert all(len(gr.nodes) == 1 for gr in by_kind["composite"] if gr not in updates and gr is not loss)
     assert sorted({gr.nodes[0].op for gr in by_kind["composite"]}) == [
-        "adamw", "attention", "attention_backward", "concat", "cross_entropy", "cross_entropy_backward",
-        "index_select", "layer_norm", "layer_norm_backward", "scatter_add"]          # the loss fused (cross_entropy.py)
+        "adamw", "attention", "attention_backward", "concat", "cross_entropy",
+        "index_select", "layer_norm", "layer_norm_backward", "scatter_add"]   # the loss fused (cross_entropy.py), its
+                                                                              # backward in the forward's kernel
     # the head merges after permutes would copy; the attention kernels write those results in the
     # merged layout instead (storage.py), and dq, dk, dv into the concat's buffer: nothing copies
     assert all(gr.kernel == "none" for gr in by_kind["view"])

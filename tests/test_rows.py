@@ -40,15 +40,17 @@ def test_gpt_step_runs_its_norms_loss_and_bias_gradients_on_rows_kernels():
     kinds = [g.problem.kind for g in rows_groups(planned)]
     n_layer = 2
     assert kinds.count("layer_norm") == 2 * n_layer + 1 and kinds.count("layer_norm_backward") == 2 * n_layer + 1
-    assert kinds.count("cross_entropy") == 1 and kinds.count("cross_entropy_backward") == 1
+    assert kinds.count("cross_entropy_forward_backward") == 1           # the loss and dlogits: one kernel
+    assert kinds.count("cross_entropy") == kinds.count("cross_entropy_backward") == 0
     assert kinds.count("column_reduce") >= 4 * n_layer          # the linears' bias gradients
     for g in rows_groups(planned):
         p = g.problem
         assert set(g.bindings.values()) <= set(g.inputs) | set(g.outputs)
         assert {o.name for o in p.outputs} == {n for n, v in g.bindings.items() if v in g.outputs}
         assert "Nova rows kernel" in g.reason
-    ce = next(g.problem for g in rows_groups(planned) if g.problem.kind == "cross_entropy")
+    ce = next(g.problem for g in rows_groups(planned) if g.problem.kind == "cross_entropy_forward_backward")
     assert (ce.rows, ce.n, ce.attr("ignore_index")) == (32, 96, -1)
+    assert [o.name for o in ce.outputs] == ["loss", "dlogits"]          # the row statistics stay in the kernel
     ln = next(g.problem for g in rows_groups(planned) if g.problem.kind == "layer_norm")
     assert (ln.rows, ln.n) == (32, 32) and [o.name for o in ln.inputs] == ["x", "weight", "bias"]
 
@@ -192,6 +194,9 @@ def _kernels():
              cli_problem("softmax", 77, 33, "f16", backward=True), cli_problem("log_softmax", 50, 2048, "bf16"),
              cli_problem("log_softmax", 50, 2048, "f32", backward=True),
              cli_problem("cross_entropy", 100, 32768, "bf16"), cli_problem("cross_entropy", 100, 50257, "f32", backward=True),
+             cli_problem("cross_entropy", 8192, 32768, "f32", forward_backward=True),
+             cli_problem("cross_entropy", 33, 97, "bf16", forward_backward=True),
+             cli_problem("cross_entropy", 9, 70001, "f32", forward_backward=True),
              RowsProblem("softmax", 40, 96, (Operand("x", "f32", "row", 200),), (Operand("y", "f32", "row", 96),)),
              sum_of_squares(1, 1 << 24), sum_of_squares(3, 70001, "bf16", "mean", stored=True),
              sum_of_squares(5, 300000, "f16", "max")]
@@ -260,11 +265,29 @@ def test_cli_explain_text_and_json(capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["schedule"]["row"]["in_registers"] is True and d["schedule"]["roles"] == ["row", "partials_final"]
     assert d["schedule"]["partials"]["partials"] == d["schedule"]["row"]["grid"] and "column" not in d["schedule"]
+    assert main(["explain", "cross_entropy", "8192x32768", "--forward-backward", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["problem"]["kind"] == "cross_entropy_forward_backward"
+    assert d["schedule"]["roles"] == ["total_pre", "row", "total"]
     assert main(["explain", "softmax", "16384x"]) == 2
     assert "expected ROWSxN" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ planning and the CPU program
+@pytest.mark.parametrize("rows, n", [(8192, 32768), (16384, 50257), (64, 96)])
+def test_the_loss_and_its_gradient_in_one_kernel_move_one_read_of_the_logits_less(rows, n):
+    """cross_entropy_forward_backward: the logits read once (and re-read from L2 for the second pass where
+    the rows in flight fit it), dlogits written once, against the forward and backward kernels apart,
+    which read the logits from DRAM twice: its predicted DRAM bytes are a logits read fewer, its time less."""
+    both = configure_rows(cli_problem("cross_entropy", rows, n, "f32", forward_backward=True), "h200")
+    apart = [configure_rows(cli_problem("cross_entropy", rows, n, "f32", backward=b), "h200") for b in (False, True)]
+    dram = lambda cfg: sum(t["bytes"] for t in cfg.terms.values())  # noqa: E731
+    # a read of the logits fewer, and of the targets; the lse neither written nor read back
+    assert dram(both) == sum(dram(c) for c in apart) - 4 * rows * n - 8 * rows - 2 * 4 * rows
+    assert both.prediction.time_us < sum(c.prediction.time_us for c in apart)
+    assert both.schedule.roles == ("total_pre", "row", "total") and not both.schedule.row.in_registers or n < 1000
+
+
 def test_cpu_program_matches_the_interpreter_with_rows_groups():
     from nova.compiler.executor import build, rows_problems
     from nova.ir import interpreter

@@ -206,6 +206,43 @@ def test_cross_entropy_forward_and_backward(rows, n, dtype, reduction, stride):
     b.check("dlogits", xg.grad)
 
 
+@pytest.mark.parametrize("rows, n, logits, dlogits, reduction, ignore, stride, in_place, lse", [
+    (100, 32768, "f32", "f32", "mean", -100, None, True, False), (64, 50257, "f32", "f32", "sum", -1, None, False, True),
+    (33, 97, "f32", "f32", "mean", 3, 104, True, False), (300, 4096, "bf16", "bf16", "mean", -100, None, True, False),
+    (9, 70001, "bf16", "bf16", "sum", -100, None, False, True), (300, 4096, "f16", "f32", "mean", -100, None, False, False),
+    (2048, 32768, "f32", "f32", "sum", -1, None, True, False)])
+def test_cross_entropy_forward_backward_in_one_kernel(rows, n, logits, dlogits, reduction, ignore, stride, in_place,
+                                                       lse):
+    """The loss and dlogits of one loss in one pass over the logits (the chunked loss's kernel): loss, the
+    optional lse and dlogits against float64; ``in_place``: dlogits written over the logits' own buffer
+    (the plan's in-place rule), which the kernel must read element by element before writing; an
+    ``ignore_index`` that is a real column (3); odd, strided and longer-than-a-CTA rows."""
+    x = _stored(_randn(rows, n, 3.0, 30), logits)
+    g = torch.Generator().manual_seed(31)
+    target = torch.randint(0, n, (rows,), generator=g)
+    target[::6] = ignore
+    p = cli_problem("cross_entropy", rows, n, "f32", forward_backward=True)
+    outputs = [o for o in p.outputs if o.name == "loss"] + ([Operand("lse", "f32", "per_row")] if lse else []) \
+        + [o for o in p.outputs if o.name == "dlogits"]
+    p = dataclasses.replace(p, outputs=tuple(outputs), attrs={"reduction": reduction, "ignore_index": ignore})
+    p = strided(with_types(p, logits=logits, dlogits=dlogits), stride)
+    b = Buffers(p)
+    dloss = torch.tensor(1.3, dtype=torch.float64)
+    b.put("dloss", dloss), b.put("target", target)
+    b.poison_outputs()
+    b.put("logits", x)
+    if in_place:
+        b.t["dlogits"] = b.t["logits"]
+    b.run()
+    xg = x.clone().requires_grad_()
+    loss = torch.nn.functional.cross_entropy(xg, target, ignore_index=ignore, reduction=reduction)
+    loss.backward(dloss)
+    b.check("loss", loss.detach())
+    if lse:
+        b.check("lse", torch.logsumexp(x, -1))
+    b.check("dlogits", xg.grad)
+
+
 @pytest.mark.parametrize("rows, n, dtype", [(4096, 512, "f32"), (300, 1001, "bf16"), (5, 70000, "f32")])
 def test_row_and_column_reductions_with_prologues(rows, n, dtype):
     row = lambda name: Operand(name, dtype, "row", n)  # noqa: E731
@@ -409,8 +446,9 @@ def test_compiled_tiny_steps_match_eager_under_autocast(model_name):
     assert_tracks_float64(model, twin, model64, masks, floor=2e-2)
     programs = _programs(step)
     rows = [k.rows for prog in programs for launch in prog.launches for k in launch.kernels if k.rows is not None]
-    assert any(p.kind == "cross_entropy_backward" and p.operand("dlogits").dtype == "bf16" for p in rows)
-    assert any(p.kind == "cross_entropy" and p.operand("logits").dtype == "bf16" for p in rows)
+    # the loss and its gradient in one kernel, reading the bf16 logits and writing bf16 dlogits
+    assert any(p.kind == "cross_entropy_forward_backward" and p.operand("logits").dtype == "bf16"
+               and p.operand("dlogits").dtype == "bf16" for p in rows)
     assert not any("rows" in f or "references" in f for prog in programs for f in prog.stats["fallbacks"])
 
 

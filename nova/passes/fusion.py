@@ -39,6 +39,11 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   bytes than the one without it plus the cast's own kernel (``rows_casts.cast_saving``; the reason
   says what was read or written in place of the cast and what that saves).  The kernel reads the
   cast's source in its own type and writes the result in the cast's type; no cast kernel remains.
+* A ``cross_entropy_backward`` joins the group of the ``cross_entropy`` whose row statistics (lse) it
+  reads, when that group is still open (nothing has read the loss yet: the chunked loss runs each
+  chunk's forward where its backward is, after the loss's gradient), the lse has no other reader and
+  one rows kernel computes both (``rows_from_ir``: ``cross_entropy_forward_backward``, the same logits
+  and targets): the logits are read once for the loss and dlogits, and the lse is never written.
 * Composites (attention, layer_norm, softmax, losses, cross_entropy, optimizer updates) and
   data-movement ops (concat, gathers, scatter_add) are groups of their own; so is each opaque
   ``aten`` op.  An ``index_select``/``scatter_add`` on axis 0 (the embedding lookup and its backward)
@@ -290,6 +295,8 @@ class _Fuser:
         k = kind(node.op)
         if k == "reduce":
             return self._reduction_base(node) is not None
+        if node.op == "cross_entropy_backward":
+            return self._loss_forward(node) is not None
         if k != "pointwise" and not is_table_gather(node):
             return False
         producers = self._producers(node)
@@ -349,6 +356,29 @@ class _Fuser:
             self.group_of[c] = g
             g.casts.append(f"reads {c.inputs[0].type} in place of its cast to {c.outputs[0].dtype}")
         g.nodes[:0] = casts
+
+    def _loss_forward(self, node: Node) -> tuple[_Open, list[Node]] | None:
+        """The open group of the cross-entropy forward whose loss the backward ``node`` differentiates and
+        the widening cast of the backward's logits it takes along (autocast: each reads its own cast of the
+        same 16-bit logits), when one rows kernel computes both (rule in the module docstring), else None."""
+        lse = node.inputs[3]
+        forward = lse.producer
+        g = self.group_of.get(forward) if forward is not None else None
+        if g is None or g.kind != "composite" or not g.open or forward.op != "cross_entropy" \
+                or lse in self.outputs or set(self.users.get(lse, ())) != {node}:
+            return None
+        casts = []
+        logits = node.inputs[1]
+        c = logits.producer
+        cg = self.group_of.get(c) if c is not None else None
+        if cg is not None and cg is not g and cg.kind == "pointwise" and cg.open and cg.nodes == [c] \
+                and cg is not self._scalars and reads_through_cast(c) and logits not in self.outputs \
+                and set(self.users.get(logits, ())) == {node}:
+            casts.append(c)
+        nodes = g.nodes + casts + [node]
+        if from_group(nodes, *boundary(nodes, self.users, self.outputs), self.layouts)[0] is None:
+            return None
+        return g, casts
 
     def _horizontal(self, node: Node) -> bool:
         """``node`` joins the open pointwise group over one element (rule in the module docstring)."""
@@ -414,6 +444,14 @@ class _Fuser:
                 g.nodes.append(node)
         elif node in self.storage.assembled:
             g = _Open("composite", node, kernel="none")
+        elif node.op == "cross_entropy_backward" and self._loss_forward(node) is not None:
+            g, casts = self._loss_forward(node)        # the loss and its gradient: one pass over the logits
+            for c in casts:                            # its read of the f32 logits is the forward's one read
+                self.group_of[c].nodes = []
+                self.group_of[c] = g
+                g.casts.append(f"reads {c.inputs[0].type} in place of its cast to {c.outputs[0].dtype}")
+                g.cast_bytes += c.inputs[0].type.nbytes + 2 * c.outputs[0].type.nbytes
+            g.nodes.extend(casts + [node])
         elif k in ("composite", "memory"):
             g = _Open("composite", node)
             self._rows_prologues(node, g)
@@ -638,7 +676,7 @@ def _finish(g: _Open, position, users, outputs, layouts, names, kernels: KernelS
 
 def _casts_reason(g: _Open) -> str:
     """What the casts fused into a rows group save: their launches and ``rows_casts.cast_saving``'s bytes."""
-    return (f"; {' and '.join(g.casts)}: {_count(len(g.casts), 'cast kernel')} fewer, "
+    return (f"; {' and '.join(dict.fromkeys(g.casts))}: {_count(len(g.casts), 'cast kernel')} fewer, "
             f"saves {format_bytes(g.cast_bytes)}")
 
 
@@ -753,6 +791,12 @@ def _reason(group: Group, g: _Open, layouts, names) -> str:
                 if group.kernel == "nova" else f"ATen ({g.why_not_nova})" if g.why_not_nova else "ATen"
             return f"concat on {first.outputs[0].type}: {on}"
         bound = group.bindings                     # a rows group's operands: its fused casts' sources and values
+        if first.op == "cross_entropy" and any(n.op == "cross_entropy_backward" for n in group.nodes):
+            logits = bound.get("logits", first.inputs[0])
+            return (f"cross_entropy of {logits.type} logits with its backward: the loss and dlogits in one pass "
+                    f"over the logits (the loss's gradient is known before the forward runs), no log-probabilities "
+                    f"or row statistics written; saves a read of the logits ({format_bytes(logits.type.nbytes)}) and "
+                    f"a launch; dlogits may take the logits' buffer")
         if first.op == "cross_entropy":
             return (f"cross_entropy of {bound.get('logits', first.inputs[0]).type} logits: log-sum-exp per row and "
                     f"the target logits, no log-probabilities written")

@@ -33,7 +33,8 @@ Rules, over the execution order (the groups' nodes one after another; position =
   output of a Nova pointwise kernel may take the buffer of any input of the kernel that dies there
   and that every member reads so (``elementwise_group``): each thread reads all its inputs' elements
   before writing the same ones; so may the result of a cross-entropy backward's rows kernel with the
-  casts fused around it (bf16 dlogits over the bf16 logits, ``ROWS_ELEMENTWISE``).
+  casts fused around it (bf16 dlogits over the bf16 logits, ``ROWS_ELEMENTWISE``) or with its forward
+  (``rows_elementwise``).
 * **Offsets.**  Buffers (in-place chains are one buffer) are placed largest first, each at the
   best-fitting gap among the buffers it is live with; offsets and sizes are multiples of 256 bytes.
   With ``Handoff.outputs_apart`` the buffers that hold a graph output are not placed among the
@@ -341,7 +342,7 @@ def elementwise_group(group: Group, root: Value, out: Value, layouts) -> bool:
     outputs, so only ``out``'s own update may read ``root``, whole, in ``out``'s layout."""
     if not group.fused or root.type.nbytes != out.type.nbytes:
         return False
-    if group.kind == "pointwise" or (group.kind == "composite" and group.head.op in ROWS_ELEMENTWISE):
+    if group.kind == "pointwise" or rows_elementwise(group):
         readers = group.nodes
     elif group.kind == "composite" and group.nodes[-1].op in OPTIMIZER_UPDATES:
         readers = [out.producer]
@@ -355,6 +356,13 @@ def elementwise_group(group: Group, root: Value, out: Value, layouts) -> bool:
             if lay.root is root and (n.op == "index_select" or not (lay.whole_root and lay.shape == out.shape)):
                 return False          # a gather reads its table anywhere: never written over
     return True
+
+
+def rows_elementwise(group: Group) -> bool:
+    """A rows group whose kernel reads each element of its row input before writing the same element of its
+    row result: a ``ROWS_ELEMENTWISE`` op with its casts, or a cross-entropy forward with its backward (the
+    lane holding the target's logit writes the loss from its own value)."""
+    return group.kind == "composite" and any(n.op in ROWS_ELEMENTWISE for n in group.nodes)
 
 
 class _Storage:
@@ -458,7 +466,7 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None, storage: Storag
             s = None
             group = group_of[node]
             kernel_wide = group.fused and (group.kind == "pointwise" or       # one Nova pointwise kernel, or
-                                           (len(group.nodes) > 1 and group.head.op in ROWS_ELEMENTWISE))
+                                           (len(group.nodes) > 1 and rows_elementwise(group)))
             alone = not group.fused or len(group.nodes) == 1                  # one launch of this node only
             if (alone or kernel_wide) and len(node.outputs) == 1:             # a multi-output node (adamw) may
                 reads = group.inputs if kernel_wide else node.inputs          # write one result before reading all inputs

@@ -182,7 +182,7 @@ def _live_classes(cands, memory) -> list[tuple[str, list]]:
     t = busiest_position(memory)
     by_class: dict[str, list] = {}
     for c in cands:
-        if any(live_at(memory.values[r], t) for r in c.roots if r in memory.values):
+        if any(live_at(memory, memory.values[r], t) for r in c.roots if r in memory.values):
             by_class.setdefault(c.name, []).append(c)
     rate = {name: sum(c.nbytes for c in cs) / max(sum(c.recompute_us for c in cs), 1e-3) for name, cs in by_class.items()}
     return sorted(by_class.items(), key=lambda kv: -rate[kv[0]])

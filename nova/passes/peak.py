@@ -3,7 +3,9 @@ by tensor class, and the record of one tensor class's decision under a budget.
 
 A value's *tensor class* is its producer's op at its module path with layer indices as ``*``
 (``gelu_tanh at transformer.h.*.mlp``; a matmul's bias add is ``matmul+bias``).  Positions count
-an in-place result from the position after the one where it took its input's buffer.
+an in-place result from the position after the last read of the input whose buffer it took (the
+same position for a one-node launch; a fused group's nodes write at its first position and read at
+its last, so a result written over an input inside such a group starts after the group).
 """
 from __future__ import annotations
 
@@ -41,15 +43,24 @@ def busiest_position(memory) -> int:
 
 
 def arena_live_bytes(memory, t: int) -> int:
-    return sum(p.nbytes for p in memory.values.values() if live_at(p, t)) + \
+    return sum(p.nbytes for p in memory.values.values() if live_at(memory, p, t)) + \
         sum(w.nbytes for w in getattr(memory, "workspaces", ()) if w.live[0] <= t <= w.live[1])
 
 
-def live_at(p, t: int) -> bool:
+def counted_from(memory, p) -> int:
+    """The first position a value's own bytes count at: where it is written, or for an in-place result
+    the position after the last read of the input whose buffer it took (module docstring)."""
+    if p.reuses is None:
+        return p.live[0]
+    taken = memory.values.get(p.reuses)
+    last_read = taken.live[1] if taken is not None and taken.live is not None else p.live[0]
+    return max(p.live[0], last_read) + 1
+
+
+def live_at(memory, p, t: int) -> bool:
     if p.kind != "arena" or not p.nbytes or p.live is None:
         return False
-    first = p.live[0] + (1 if p.reuses is not None else 0)
-    return first <= t <= p.live[1]
+    return counted_from(memory, p) <= t <= p.live[1]
 
 
 def live_profile(memory) -> list[int]:
@@ -58,7 +69,7 @@ def live_profile(memory) -> list[int]:
     delta = [0] * (end + 2)
     for p in memory.values.values():
         if p.kind == "arena" and p.nbytes and p.live is not None:
-            first = max(p.live[0] + (1 if p.reuses is not None else 0), 0)
+            first = max(counted_from(memory, p), 0)
             if first <= p.live[1]:
                 delta[first] += p.nbytes
                 delta[p.live[1] + 1] -= p.nbytes
@@ -104,7 +115,7 @@ def composition(planned, limit: int = 4) -> list[tuple[str, int]]:
     t = busiest_position(mem)
     by_class: dict[str, int] = {}
     for v, p in mem.values.items():
-        if live_at(p, t):
+        if live_at(mem, p, t):
             name = "gradients" if p.category == "gradients" else tensor_class(v)
             by_class[name] = by_class.get(name, 0) + p.nbytes
     for w in getattr(mem, "workspaces", ()):

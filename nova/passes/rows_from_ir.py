@@ -1,7 +1,8 @@
 """Rows problems from the planner's groups: ``from_group(nodes, inputs, outputs, layouts)``.
 
 Composite groups (one node: layer_norm(+backward), rms_norm(+backward) over the last axis, softmax / log_softmax (+backward) over the last
-axis, cross_entropy(+backward)) map their operands by position, with the casts fused into them
+axis, cross_entropy(+backward); or a cross_entropy with the backward of its loss, ``cross_entropy_forward_backward``)
+map their operands by position, with the casts fused into them
 (``nova/passes/rows_casts.py``): a cast feeding a row input (``ROW_INPUTS``) binds that operand to the
 cast's source, read in its own type; a cast of the row result (``ROW_OUTPUTS``) binds the result to the
 cast's value, written in its type; a ``reduction`` group (pointwise
@@ -93,7 +94,10 @@ def _vec(v, layout, layouts, name) -> Operand:
 def from_group(nodes, inputs, outputs, layouts) -> tuple[RowsProblem | None, dict, str]:
     try:
         composites = [n for n in nodes if n.op in COMPOSITES]
-        if len(composites) == 1 and all(n.op == "cast" for n in nodes if n is not composites[0]):
+        others_cast = all(n.op == "cast" for n in nodes if n not in composites)
+        if [n.op for n in composites] == ["cross_entropy", "cross_entropy_backward"] and others_cast:
+            problem, names = _forward_backward(*composites, nodes, outputs, layouts)
+        elif len(composites) == 1 and others_cast:
             problem, names = _composite(composites[0], outputs, layouts, *fused_casts(composites[0], nodes))
         elif nodes[-1].op in REDUCE_OPS:
             problem, names = _reduction(nodes, inputs, outputs, layouts)
@@ -222,6 +226,50 @@ def _composite(node, outputs, layouts, sources=None, results=None):
     if unwritten:
         raise NotRows(f"{unwritten[0].type} is read outside the group and the kernel does not write it")
     return RowsProblem(op, rows, n, tuple(ins), tuple(written), attrs), names
+
+
+def _forward_backward(forward, backward, nodes, outputs, layouts):
+    """A cross-entropy forward and the backward of the same loss in one group (``fusion.py``): one
+    ``cross_entropy_forward_backward`` problem, the logits read once and the row statistics (lse) kept
+    in the kernel unless read outside the group.  Each node's casts bind as ``fused_casts`` says."""
+    casts = [n for n in nodes if n.op == "cast"]
+    mine = [c for c in casts if c.outputs[0] is forward.inputs[0]]
+    sources, _ = fused_casts(forward, [forward] + mine)
+    back_sources, results = fused_casts(backward, [backward] + [c for c in casts if c not in mine])
+    x, target = forward.inputs
+    dloss, x_back, target_back, lse = backward.inputs
+    logits = sources.get(x, x)
+    if back_sources.get(x_back, x_back) is not logits:
+        raise NotRows("the backward reads other logits than its forward")
+    if target_back is not target or lse is not forward.outputs[1] or not _same_loss(forward, backward):
+        raise NotRows("the backward is not of this forward's loss (target, lse or attributes differ)")
+    lead = x.type.rank - 1
+    rows, n = math.prod(x.shape[:lead]), x.shape[-1]
+    outs = set(outputs)
+    if forward.outputs[0] not in outs:
+        raise NotRows("the loss is read by nothing")
+    names = {"dloss": dloss, "logits": logits, "target": target, "loss": forward.outputs[0]}
+    ins = (_vec(dloss, "scalar", layouts, "dloss"), _row(logits, lead, layouts, "logits"),
+           _vec(target, "per_row", layouts, "target"))
+    if target.dtype not in ("i64", "i32"):
+        raise NotRows("targets are not i64 or i32")
+    written = [_vec(forward.outputs[0], "scalar", layouts, "loss")]
+    if lse in outs:
+        names["lse"] = lse
+        written.append(_vec(lse, "per_row", layouts, "lse"))
+    dlogits = results.get(backward.outputs[0], backward.outputs[0])
+    names["dlogits"] = dlogits
+    written.append(_row(dlogits, lead, layouts, "dlogits"))
+    unwritten = [v for v in outputs if v not in names.values()]
+    if unwritten:
+        raise NotRows(f"{unwritten[0].type} is read outside the group and the kernel does not write it")
+    attrs = {"reduction": forward.attrs.get("reduction", "mean"), "ignore_index": int(forward.attrs.get("ignore_index", -100))}
+    return RowsProblem("cross_entropy_forward_backward", rows, n, ins, tuple(written), attrs), names
+
+
+def _same_loss(a, b) -> bool:
+    return a.attrs.get("reduction", "mean") == b.attrs.get("reduction", "mean") and \
+        int(a.attrs.get("ignore_index", -100)) == int(b.attrs.get("ignore_index", -100))
 
 
 def _reduction(nodes, inputs, outputs, layouts):

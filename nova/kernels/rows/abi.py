@@ -3,7 +3,7 @@ order) and the workspace the launches share.  Read by the builders and by the la
 
 Workspace (one f32 buffer per launch site, ``workspace_layout``): ``rowloss`` [rows] (cross-entropy's
 per-row losses, added by ``total``), ``scale`` [1] (the backward's dloss / count from ``total_pre``),
-``partials`` [reductions x splits x n] (the column stage's per-split sums; with the weight/bias
+(the forward-backward kernel uses both), ``partials`` [reductions x splits x n] (the column stage's per-split sums; with the weight/bias
 gradients in the row kernel's pass, [gradients x row-kernel CTAs x n], one partial row per CTA),
 ``row_parts`` [rows x splits] (a split row reduction's parts, added by ``row_final``).
 """
@@ -21,9 +21,9 @@ WORKSPACE_ALIGN = 256
 def workspace_layout(p: RowsProblem, s) -> tuple[dict, int]:
     """``({name: (byte offset, f32 elements)}, total bytes)`` of the workspace of ``p``'s launches."""
     sizes = {}
-    if p.kind == "cross_entropy":
+    if p.kind in ("cross_entropy", "cross_entropy_forward_backward"):
         sizes["rowloss"] = p.rows
-    if p.kind == "cross_entropy_backward":
+    if p.kind in ("cross_entropy_backward", "cross_entropy_forward_backward"):
         sizes["scale"] = 1
     colp = column_problem(p)
     if split_rows(s):
@@ -61,7 +61,8 @@ def params(p: RowsProblem, s, role: str) -> list[tuple[str, str]]:
     """``[(parameter name, what it is)]`` of kernel ``role``: an operand name or ``ws:<workspace name>``."""
     if role == "row":
         names = [o.name for o in row_operands(p)]
-        extra = {"cross_entropy": ["ws:rowloss"], "cross_entropy_backward": ["ws:scale"]}.get(p.kind, [])
+        extra = {"cross_entropy": ["ws:rowloss"], "cross_entropy_backward": ["ws:scale"],
+                 "cross_entropy_forward_backward": ["ws:rowloss", "ws:scale"]}.get(p.kind, [])
         if getattr(s, "partials", None) is not None:
             extra = ["ws:partials"]
         if split_rows(s):               # the per-row results are row_final's

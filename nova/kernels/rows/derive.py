@@ -41,6 +41,7 @@ from nova.hwmodel import GPUModel, get_target
 from nova.hwmodel.formula import formulas
 from nova.hwmodel.model import F as HW
 from nova.kernels.rows.kinds import column_problem
+from nova.kernels.rows.operands import LOSSES
 from nova.kernels.rows.problem import RowsProblem
 from nova.kernels.rows.schedule import ColumnTile, PartialsTile, RowsConfig, RowsSchedule, RowTile
 
@@ -70,13 +71,16 @@ MIN_SPLIT_CHUNKS = 8         # [EST] vector steps a thread walks at least in one
                              # the row_final read rather than on streaming
 FINAL_ROW_THREADS = 128      # [EST] row_final: 4 warps a CTA, one warp per split row
 # passes over the row when it is not kept in registers (step 4), and the row operands a thread keeps
+# the one-CTA kernels of each loss kind: the backward's scale before its row kernel, the loss's sum after
+LOSS_ROLES = {"cross_entropy": ("total",), "cross_entropy_backward": ("total_pre",),
+              "cross_entropy_forward_backward": ("total_pre", "total")}
 PASSES = {"layer_norm": 3, "layer_norm_backward": 2, "rms_norm": 2, "rms_norm_backward": 2, "softmax": 2,
           "log_softmax": 2, "softmax_backward": 2, "log_softmax_backward": 2, "cross_entropy": 1,
-          "cross_entropy_backward": 1, "row_reduce": 1}
+          "cross_entropy_backward": 1, "cross_entropy_forward_backward": 2, "row_reduce": 1}
 HELD = {"layer_norm": ("x",), "layer_norm_backward": ("dy", "x"), "rms_norm": ("x",),
         "rms_norm_backward": ("dy", "x"), "softmax": ("x",), "log_softmax": ("x",),
         "softmax_backward": ("dy", "y"), "log_softmax_backward": ("dy", "y"), "cross_entropy": ("logits",),
-        "cross_entropy_backward": ("logits",)}
+        "cross_entropy_backward": ("logits",), "cross_entropy_forward_backward": ("logits",)}
 
 F = formulas("""
     vec_max = transaction_bytes / elem_bytes
@@ -495,16 +499,16 @@ def configure_rows(p: RowsProblem, target="h200") -> RowsConfig:
             d.steps.append(st)
             roles.append("column_final")
     total = 0
-    if p.kind in ("cross_entropy", "cross_entropy_backward"):
+    if p.kind in LOSSES:
         total = TOTAL_THREADS
         target_bytes = p.rows * p.operand("target").elem_bytes
-        role = "total" if p.kind == "cross_entropy" else "total_pre"
-        terms[role], st = kernel_time(role, target_bytes + (4 * p.rows if role == "total" else 0), 0, gpu, mc, 1)
-        d.steps.append(note(role, TOTAL_THREADS, "one CTA adds the per-row losses and counts the kept targets in row "
-                            "order (deterministic)" if role == "total" else
-                            "one CTA counts the kept targets: the per-row scale dloss / count the row kernel reads"))
-        d.steps.append(st)
-        roles = roles + ["total"] if role == "total" else ["total_pre"] + roles
+        for role in LOSS_ROLES[p.kind]:
+            terms[role], st = kernel_time(role, target_bytes + (4 * p.rows if role == "total" else 0), 0, gpu, mc, 1)
+            d.steps.append(note(role, TOTAL_THREADS, "one CTA adds the per-row losses and counts the kept targets in "
+                                "row order (deterministic)" if role == "total" else
+                                "one CTA counts the kept targets: the per-row scale dloss / count the row kernel reads"))
+            d.steps.append(st)
+            roles = roles + ["total"] if role == "total" else ["total_pre"] + roles
     schedule = RowsSchedule(gpu.arch, tuple(roles), row, column, total, partials)
     t = sum(v["time_us"] for v in terms.values())
     moved = sum(v["bytes"] for v in terms.values())

@@ -420,6 +420,41 @@ class RowKernel:
             return {"dlogits": ir.fmul(ir.fsub(p, ir.fsel(hit, ir.f(1.0), ir.f(0.0))), row_scale)}
         self.write(["logits"], dlogits)
 
+    def _cross_entropy_forward_backward(self) -> None:
+        """The row's loss and dlogits in one pass over its logits: the online log-sum-exp sweep, then the
+        write sweep of ``(softmax - onehot) * scale``.  The lane that holds the target's logit writes the
+        row's loss ``lse - logit`` from the value it holds, so no thread reads an element another writes
+        (dlogits may take the logits' buffer); an ignored row's loss (0) is its first lane's."""
+        ir = self.ir
+        m, s = self.lse("logits")
+        lse = ir.fadd(m, ir.log(s), "lse")
+        keep, t, ty = self._target()
+        scale = ir.load("scale", 0)[0]
+        row_scale = ir.fsel(keep, scale, ir.f(0.0), "row_scale")
+        tcol = ir.pure("tcol", f"arith.index_cast {t} : {ty} to index")
+        out = self.p.operand("dlogits")
+
+        def body(envs, ok, col, carry):
+            held, found = carry
+            values = []
+            for j, env in enumerate(envs):
+                hit = ir.cmp("eq", ir.add(col, j, "cj"), tcol, "hit")
+                x = env["logits"]
+                p = ir.exp(ir.fsub(x, lse))
+                values.append(ir.fmul(ir.fsub(p, ir.fsel(hit, ir.f(1.0), ir.f(0.0))), row_scale, "dlogit"))
+                held = ir.fsel(hit, x, held, "held")
+                found = ir.fsel(hit, ir.f(1.0), found, "found")
+            dst = ir.add(ir.mul(self.row, out.stride, "dlogits_orow"), col, "dlogits_dst")
+            ir.guarded(ir.and_(ok, self.row_ok), lambda: ir.store("dlogits", dst, values))
+            return [held, found]
+        held, found = self.sweep(["logits"], [ir.f(0.0), ir.f(0.0)], body)
+        holder = ir.and_(ir.and_(keep, self.row_ok), ir.fcmp("ogt", found, ir.f(0.5), "holder"))
+        ir.guarded(holder, lambda: ir.store("rowloss", self.row, [ir.fsub(lse, held, "row_loss")]))
+        ignored = ir.pure("ignored", f"arith.cmpi eq, {t}, {ir.const(self.p.attr('ignore_index', -100), ty)} : {ty}")
+        ir.guarded(ir.and_(self.leader, ignored), lambda: ir.store("rowloss", self.row, [ir.f(0.0)]))
+        if "lse" in ir.types:
+            ir.guarded(self.leader, lambda: ir.store("lse", self.row, [lse]))
+
     def _row_reduce(self) -> None:
         ir, p = self.ir, self.p
         pro = p.prologue

@@ -7,10 +7,11 @@ from nova.kernels.rows.problem import RowsProblem
 
 # ---------------------------------------------------------------- problems as the CLI states them
 def cli_problem(kind: str, rows: int, n: int, dtype: str = "f32", *, backward: bool = False, eps: float = 1e-5,
-                affine: bool = True) -> RowsProblem:
+                affine: bool = True, forward_backward: bool = False) -> RowsProblem:
     """The problem of ``nova-config explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy ROWSxN``:
     contiguous rows of ``dtype``, statistics in f32, LayerNorm with weight and bias (RMSNorm with a
-    weight) unless ``affine`` is False, the backward with every gradient."""
+    weight) unless ``affine`` is False, the backward with every gradient; ``forward_backward``
+    (cross_entropy only): the loss and dlogits in one kernel."""
     from nova.kernels.rows.problem import RowsProblemError
     if dtype not in FLOAT_DTYPES:
         raise RowsProblemError(f"unsupported dtype {dtype!r}; choose one of {', '.join(FLOAT_DTYPES)}")
@@ -24,6 +25,8 @@ def cli_problem(kind: str, rows: int, n: int, dtype: str = "f32", *, backward: b
     def stat(name):
         return Operand(name, "f32", "per_row")
     kind = {"layernorm": "layer_norm", "rmsnorm": "rms_norm", "crossentropy": "cross_entropy"}.get(kind, kind)
+    if forward_backward and kind != "cross_entropy":
+        raise RowsProblemError(f"--forward-backward is for cross_entropy, not {kind}")
     if kind == "layer_norm" and not backward:
         ins = (row("x"),) + ((col("weight"), col("bias")) if affine else ())
         return RowsProblem("layer_norm", rows, n, ins, (row("y"), stat("mean"), stat("rstd")), {"eps": eps})
@@ -43,6 +46,11 @@ def cli_problem(kind: str, rows: int, n: int, dtype: str = "f32", *, backward: b
         return RowsProblem(kind, rows, n, (row("x"),), (row("y"),))
     if kind == "cross_entropy":
         target = Operand("target", "i64", "per_row")
+        if forward_backward:
+            return RowsProblem("cross_entropy_forward_backward", rows, n,
+                               (Operand("dloss", dtype, "scalar"), row("logits"), target),
+                               (Operand("loss", dtype, "scalar"), row("dlogits")),
+                               {"reduction": "mean", "ignore_index": -100})
         if backward:
             return RowsProblem("cross_entropy_backward", rows, n,
                                (Operand("dloss", dtype, "scalar"), row("logits"), target, stat("lse")),

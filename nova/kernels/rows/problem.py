@@ -23,6 +23,8 @@ Kinds and their operands (``?``: present when the attribute or the plan says so)
     log_softmax_backward   dy, y -> dx        (y = log_softmax(x))
     cross_entropy          logits, target -> loss, lse?                   attrs reduction, ignore_index
     cross_entropy_backward dloss, logits, target, lse -> dlogits          attrs reduction, ignore_index
+    cross_entropy_forward_backward  dloss, logits, target -> loss, lse?, dlogits   (both in one pass over the
+                           logits: a training step's loss whose dloss is known before its forward runs)
     row_reduce             any operands -> out (per_row) + stored values  attrs op sum|mean|max|min
     column_reduce          any operands -> out* (col) + stored values     attrs op sum|mean
 

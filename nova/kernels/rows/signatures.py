@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from nova.kernels.rows.operands import COLUMN_REDUCE_OPS, FLOAT_DTYPES, INDEX_DTYPES, ROW_REDUCE_OPS
+from nova.kernels.rows.operands import COLUMN_REDUCE_OPS, FLOAT_DTYPES, INDEX_DTYPES, LOSSES, ROW_REDUCE_OPS
 
 if TYPE_CHECKING:                                # annotations only: problem imports this module
     from nova.kernels.rows.problem import RowsProblem
@@ -28,6 +28,8 @@ SIGNATURES = {
     "cross_entropy": ((("logits", R, 1), ("target", P, 1)), (("loss", S, 1), ("lse", P, 0))),
     "cross_entropy_backward": ((("dloss", S, 1), ("logits", R, 1), ("target", P, 1), ("lse", P, 1)),
                                (("dlogits", R, 1),)),
+    "cross_entropy_forward_backward": ((("dloss", S, 1), ("logits", R, 1), ("target", P, 1)),
+                                       (("loss", S, 1), ("lse", P, 0), ("dlogits", R, 1))),
 }
 STAT_OUTPUTS = ("mean", "rstd", "lse")      # per-row statistics: always f32
 
@@ -60,7 +62,7 @@ def check_kind(p: RowsProblem) -> str:
         eps = p.attr("eps")
         if not isinstance(eps, (int, float)) or isinstance(eps, bool) or eps < 0:
             return f"eps must be a non-negative number, got {eps!r}"
-    if p.kind in ("cross_entropy", "cross_entropy_backward"):
+    if p.kind in LOSSES:
         if p.attr("reduction", "mean") not in ("mean", "sum"):
             return f"reduction must be mean or sum, got {p.attr('reduction')!r}"
         if not isinstance(p.attr("ignore_index", -100), int):
