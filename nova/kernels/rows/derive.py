@@ -24,8 +24,11 @@ Closed form: no search, no measurement.
                       one wave, each thread still walking at least MIN_SPLIT_CHUNKS vectors; each CTA writes
                       its part's reduction to a workspace slot and ``row_final`` adds a row's parts in
                       split order (one warp a row: deterministic, no float atomics)
- 8. prediction        per kernel: the larger of DRAM bytes / (DRAM bandwidth x eta) + L2 re-reads / L2
-                      bandwidth and the busiest SM's bytes at one SM's streaming rate, plus the launch;
+ 8. prediction        per kernel: the largest of DRAM bytes / (DRAM bandwidth x eta), every byte through L2
+                      (DRAM bytes and L2 re-reads) / L2 bandwidth and the busiest SM's bytes at one SM's
+                      streaming rate, plus the launch (a pass re-reading rows from L2 overlaps the other
+                      SMs' DRAM streams: the fused cross-entropy kernel moves 2.15 GB of DRAM traffic and
+                      re-reads 1.07 GB from L2 in 538 us, 3.99 TB/s, bench/results/h200-2026-12-04/run29);
                       one SM streams at most its share of the L2 bandwidth (the rate measured with every
                       SM loading), so a kernel of few CTAs (one long row, a one-CTA loss sum) is predicted
                       by its CTAs' bytes, not by the whole GPU's bandwidth
@@ -53,11 +56,8 @@ REG_VALUES = 64              # [EST] f32 values a thread may keep for the whole 
                              # two 1024-thread CTAs or sixteen 128-thread CTAs per SM (ptxas checks: no spills)
 REG_OVERHEAD = 40            # [EST] registers besides the kept values: indices, statistics, loop state
 MIN_ROWS_PER_THREAD = 16     # [EST] column stage: rows a thread adds at least per split (amortises its partial)
-IN_FLIGHT_MARGIN = 2         # [EST] bytes in flight per SM over Little's law (DRAM bandwidth x loaded latency /
-                             # SMs): the pointwise kernels stream at 89-94% of the copy ceiling with 2.2x it
-                             # (bench/results/h200-2026-12-04/run5), the column stage at 42% with 0.55x
 MAX_COLUMN_UNROLL = 8        # [EST] rows a column-stage thread loads before adding (registers: unroll x vec words
-                             # per row operand, at most 32)
+                             # per row operand, at most 32; 8 rows run as fast as 4: bench/results/h200-2026-12-04/run30)
 COLUMN_THREADS = 256         # [EST] column-stage CTA: 8 warps, two per scheduler
 TOTAL_THREADS = 256          # [EST] the single-CTA loss kernels: 8 warps stream the [rows] vectors once
 ACC_VALUES = 64              # [EST] f32 column sums a thread may keep across its rows (as REG_VALUES: with the
@@ -103,8 +103,7 @@ F = formulas("""
     row_splits = Max(1, Min(ceil(sm_count * blocks_per_sm / row_groups), floor(chunks / min_chunks)))
     sm_bw = l2_bw / sm_count
     busiest_sm_bytes = ceil(ctas / sm_count) * (dram_bytes + l2_reread_bytes) / ctas
-    unroll = ceil(margin * dram_bw * mem_latency_ns * 1e-9 / (sm_count * resident_threads * row_load_bytes))
-    t_kernel = Max(dram_bytes / (dram_bw * eta_dram) + l2_reread_bytes / l2_bw, busiest_sm_bytes / sm_bw) + t_launch
+    t_kernel = Max(dram_bytes / (dram_bw * eta_dram), (dram_bytes + l2_reread_bytes) / l2_bw, busiest_sm_bytes / sm_bw) + t_launch
 """)
 
 
@@ -393,32 +392,30 @@ def column_tile(p: RowsProblem, gpu: GPUModel, d: Derivation) -> ColumnTile:
     splits = math.ceil(p.rows / rows_per_split)
     smem = 4 * tr * tc * vec * len(p.prologue.reduce) if tr > 1 else 0
     *final, final_unroll = final_sum_tile(p, splits, d) if splits > 1 else (1, 1, 1, 1, 1)
-    unroll = column_unroll(p, gpu, vec, blocks * splits, bps, math.ceil(rows_per_split / tr), d)
+    unroll = column_unroll(p, vec, math.ceil(rows_per_split / tr), d)
     return ColumnTile(tc, tr, vec, splits, rows_per_split, (blocks, splits), *final, smem,
                       outputs=len(p.prologue.reduce), unroll=unroll, final_unroll=final_unroll)
 
 
-def column_unroll(p: RowsProblem, gpu: GPUModel, vec: int, ctas: int, bps: int, iters: int, d: Derivation) -> int:
-    """Rows a column-stage thread loads before adding them: enough bytes in flight on each SM to cover
-    the loaded DRAM latency (Little's law, ``IN_FLIGHT_MARGIN`` over it) with the threads the grid puts
-    on an SM; a power of two dividing the thread's rows, at most ``MAX_COLUMN_UNROLL`` and 32 registers
-    of loaded words."""
+def column_unroll(p: RowsProblem, vec: int, iters: int, d: Derivation) -> int:
+    """Rows a column-stage thread loads before adding them: as many as its registers hold (32 words of
+    loads, at most ``MAX_COLUMN_UNROLL``), a power of two dividing the thread's rows.  A thread that
+    loads one row a trip waits a whole load latency per row, however many threads the SM holds:
+    GELU's backward with its bias gradient (16384 x 2048 f32) runs 114, 107, 104, 104 us at 1, 2, 4, 8
+    rows a trip and the read-only sums run the same at every unroll
+    (bench/results/h200-2026-12-04/run30)."""
     words = vec * sum(max(1, o.elem_bytes // 4) for o in p.inputs if o.layout == "row")
-    resident = min(bps, math.ceil(ctas / gpu.sm_count)) * COLUMN_THREADS
-    want = int(d.apply("rows in flight", F.unroll, f"{IN_FLIGHT_MARGIN}x Little's law ({gpu.mem_latency_ns:.0f} ns "
-                       f"loaded latency) over {resident} resident threads each loading {4 * words} B a row",
-                       post=int, margin=IN_FLIGHT_MARGIN, dram_bw=gpu.dram_bw, mem_latency_ns=gpu.mem_latency_ns,
-                       sm_count=gpu.sm_count, resident_threads=resident, row_load_bytes=4 * words))
-    unroll = loads_per_trip(iters, min(want, MAX_COLUMN_UNROLL, max(1, 32 // max(words, 1))))
-    d.note("column unroll", unroll, f"a power of two dividing the {iters} rows a thread adds, at most "
-           f"{MAX_COLUMN_UNROLL} and 32 registers of loads")
+    most = min(MAX_COLUMN_UNROLL, max(1, 32 // max(words, 1)))
+    unroll = loads_per_trip(iters, most)
+    d.note("column unroll", unroll, f"rows a thread loads before adding them: a power of two dividing the {iters} "
+           f"rows it adds, at most {most} ({MAX_COLUMN_UNROLL}, and 32 registers of loads: {words} words a row)")
     return unroll
 
 
 # ---- 8 -----------------------------------------------------------------------------------------
 def kernel_time(role: str, dram_bytes: int, l2_bytes: int, gpu: GPUModel, mc: dict, ctas: int) -> tuple[dict, object]:
-    """Time of kernel ``role`` of ``ctas`` CTAs: the larger of the bytes at the GPU's DRAM (and L2) bandwidth
-    and the busiest SM's bytes at one SM's streaming rate (its share of the L2 bandwidth, [EST]: what an SM
+    """Time of kernel ``role`` of ``ctas`` CTAs: the largest of the bytes at the GPU's DRAM bandwidth, every
+    byte (re-reads too) at its L2 bandwidth, and the busiest SM's bytes at one SM's streaming rate (its share of the L2 bandwidth, [EST]: what an SM
     pulls when all stream; a lone CTA pulls no more), plus the launch."""
     sm_bw = F.sm_bw(l2_bw=gpu.l2_bw / 1e6, sm_count=gpu.sm_count)
     busiest = F.busiest_sm_bytes(ctas=ctas, sm_count=gpu.sm_count, dram_bytes=dram_bytes, l2_reread_bytes=l2_bytes)
@@ -430,7 +427,8 @@ def kernel_time(role: str, dram_bytes: int, l2_bytes: int, gpu: GPUModel, mc: di
                            l2_reread_bytes=l2_bytes, l2_bw=gpu.l2_bw / 1e6, busiest_sm_bytes=busiest, sm_bw=sm_bw,
                            t_launch=mc["t_launch_us"])
     launch_share = mc["t_launch_us"] / t if t else 1.0
-    streaming = float(busiest) / float(sm_bw) > dram_bytes / (gpu.dram_bw / 1e6 * mc["eta_dram"]) + l2_bytes / (gpu.l2_bw / 1e6)
+    streaming = float(busiest) / float(sm_bw) > max(dram_bytes / (gpu.dram_bw / 1e6 * mc["eta_dram"]),
+                                                     (dram_bytes + l2_bytes) / (gpu.l2_bw / 1e6))
     bound = "launch" if launch_share > 0.5 else "sm" if streaming else "dram"
     return {"time_us": round(t, 3), "bytes": dram_bytes, "l2_bytes": l2_bytes, "bound": bound}, step
 
