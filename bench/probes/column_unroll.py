@@ -39,7 +39,7 @@ def variants(gpu):
     out = []
     for p in problems():
         s = configure_rows(p, gpu).schedule
-        rows_a_thread = s.column.rows_per_split // s.column.threads_rows
+        rows_a_thread = -(-s.column.rows_per_split // s.column.threads_rows)
         for u in UNROLLS:
             if rows_a_thread % u == 0:
                 out.append((p, dataclasses.replace(s, column=dataclasses.replace(s.column, unroll=u)), u,
