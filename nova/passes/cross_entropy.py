@@ -74,7 +74,8 @@ def _last_axis(node: Node) -> bool:
     return node.attrs["axis"] % rank == rank - 1
 
 
-def _same_loss_attrs(a: Node, b: Node) -> bool:
+def same_loss_attrs(a: Node, b: Node) -> bool:
+    """The same ``reduction`` and ``ignore_index`` (IR defaults: mean, -100)."""
     return a.attrs.get("reduction", "mean") == b.attrs.get("reduction", "mean") and \
         int(a.attrs.get("ignore_index", -100)) == int(b.attrs.get("ignore_index", -100))
 
@@ -116,7 +117,7 @@ def find(graph: Graph) -> list[Match]:
         dloss, b_logp, b_target, b_tw = back.inputs
         dlogp = back.outputs[0]
         if b_logp is not logp or b_target is not target or b_tw is not total_weight or dloss.shape != () \
-                or not _same_loss_attrs(nll, back) or tw_readers != [back]:
+                or not same_loss_attrs(nll, back) or tw_readers != [back]:
             continue
         if lsb.inputs[0] is not dlogp or lsb.inputs[1] is not logp or not _last_axis(lsb) \
                 or dlogp in outputs or users.get(dlogp, []) != [lsb]:

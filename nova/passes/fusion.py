@@ -444,8 +444,8 @@ class _Fuser:
                 g.nodes.append(node)
         elif node in self.storage.assembled:
             g = _Open("composite", node, kernel="none")
-        elif node.op == "cross_entropy_backward" and self._loss_forward(node) is not None:
-            g, casts = self._loss_forward(node)        # the loss and its gradient: one pass over the logits
+        elif node.op == "cross_entropy_backward" and (pair := self._loss_forward(node)) is not None:
+            g, casts = pair                            # the loss and its gradient: one pass over the logits
             for c in casts:                            # its read of the f32 logits is the forward's one read
                 self.group_of[c].nodes = []
                 self.group_of[c] = g

@@ -20,6 +20,7 @@ import math
 
 from nova.kernels.rows.problem import FLOAT_DTYPES, Operand, RowsProblem, RowsProblemError
 from nova.kernels.rows.prologue import OPS, Prologue
+from nova.passes.cross_entropy import same_loss_attrs
 from nova.passes.layout import contiguous_strides, merged_batch_stride
 
 COMPOSITES = ("layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward", "softmax", "log_softmax", "softmax_backward",
@@ -241,7 +242,7 @@ def _forward_backward(forward, backward, nodes, outputs, layouts):
     logits = sources.get(x, x)
     if back_sources.get(x_back, x_back) is not logits:
         raise NotRows("the backward reads other logits than its forward")
-    if target_back is not target or lse is not forward.outputs[1] or not _same_loss(forward, backward):
+    if target_back is not target or lse is not forward.outputs[1] or not same_loss_attrs(forward, backward):
         raise NotRows("the backward is not of this forward's loss (target, lse or attributes differ)")
     lead = x.type.rank - 1
     rows, n = math.prod(x.shape[:lead]), x.shape[-1]
@@ -265,11 +266,6 @@ def _forward_backward(forward, backward, nodes, outputs, layouts):
         raise NotRows(f"{unwritten[0].type} is read outside the group and the kernel does not write it")
     attrs = {"reduction": forward.attrs.get("reduction", "mean"), "ignore_index": int(forward.attrs.get("ignore_index", -100))}
     return RowsProblem("cross_entropy_forward_backward", rows, n, ins, tuple(written), attrs), names
-
-
-def _same_loss(a, b) -> bool:
-    return a.attrs.get("reduction", "mean") == b.attrs.get("reduction", "mean") and \
-        int(a.attrs.get("ignore_index", -100)) == int(b.attrs.get("ignore_index", -100))
 
 
 def _reduction(nodes, inputs, outputs, layouts):
