@@ -1,5 +1,6 @@
 """The column stage's loads in flight: the bias-gradient column reductions of the GPT-42M step run with
-the configurator's unroll (rows a thread loads before adding them) and with others, each variant's
+the configurator's unroll (rows a thread loads before adding them) and with others, and with the row
+splits of 1, 2 or 4 waves of CTAs (``COLUMN_WAVES``: the configurator fills one), each variant's
 kernels timed by their CUPTI durations, beside ATen's ``add`` over the same [rows, n] operands (two
 reads and a write: the copy-like ceiling for those bytes).
 
@@ -11,6 +12,17 @@ import json
 import sys
 
 UNROLLS = (1, 2, 4, 8)
+WAVES = (2, 4)              # row splits for this many waves of CTAs, at the configured unroll
+
+
+class _MoreSMs:
+    """``gpu`` with ``waves`` x its SMs: the column stage's split formula then fills that many waves."""
+
+    def __init__(self, gpu, waves):
+        self._gpu, self.sm_count = gpu, gpu.sm_count * waves
+
+    def __getattr__(self, name):
+        return getattr(self._gpu, name)
 
 
 def problems():
@@ -33,17 +45,21 @@ def problems():
 
 
 def variants(gpu):
-    """[(problem, schedule, unroll, the configurator's choice)] for every problem and unroll that divides
-    its rows a thread adds."""
-    from nova.kernels.rows.derive import configure_rows
+    """[(problem, schedule, what varies, the configurator's choice)] for every problem and unroll that
+    divides its rows a thread adds, then its splits for 2 and 4 waves."""
+    from nova.configurator.derivation import Derivation
+    from nova.kernels.rows.derive import column_tile, configure_rows
     out = []
     for p in problems():
         s = configure_rows(p, gpu).schedule
         rows_a_thread = -(-s.column.rows_per_split // s.column.threads_rows)
         for u in UNROLLS:
             if rows_a_thread % u == 0:
-                out.append((p, dataclasses.replace(s, column=dataclasses.replace(s.column, unroll=u)), u,
+                out.append((p, dataclasses.replace(s, column=dataclasses.replace(s.column, unroll=u)), f"unroll {u}",
                             u == s.column.unroll))
+        for w in WAVES:
+            out.append((p, dataclasses.replace(s, column=column_tile(p, _MoreSMs(gpu, w), Derivation())),
+                        f"{w} waves", False))
     return out
 
 
@@ -53,7 +69,7 @@ def build():
     gpu = get_target("h200")
     for p, s, u, _ in variants(gpu):
         for role in s.roles:
-            print(p.describe()[:60], "unroll", u, role, get_or_compile(p, s, role, gpu, offline=False)[2])
+            print(p.describe()[:60], u, role, get_or_compile(p, s, role, gpu, offline=False)[2])
 
 
 def run(out_path):
@@ -97,7 +113,7 @@ def run(out_path):
             else:
                 aten += e.device_time
         nbytes = p.bytes_moved
-        rows.append({"problem": p.describe(), "unroll": u, "configured": chosen, "us": round(ours / iters, 2),
+        rows.append({"problem": p.describe(), "variant": u, "splits": s.column.splits, "configured": chosen, "us": round(ours / iters, 2),
                      "aten_same_rows_us": round(aten / iters, 2), "tb_per_s": round(nbytes / (ours / iters) / 1e6, 3)})
         print(json.dumps(rows[-1]))
     with open(out_path, "w") as f:
