@@ -11,6 +11,7 @@
  4. occupancy      CTAs per SM from threads, blocks and registers ([CC] per-SM limits)
  5. grid           at most one full wave (SMs x CTAs per SM); a grid-stride loop covers the rest
  6. prediction     memory time = the larger of bytes / (DRAM bandwidth x eta_dram) and the latency floor
+                   (an output stored transposed counts its bytes / TRANSPOSED_STORE_EFFICIENCY)
                    (each loop trip waits one loaded DRAM latency, gpus.toml ``mem_latency_ns``), plus the
                    launch latency; eta_dram and
                    the launch latency are the target's calibrated constants (``nova/hwmodel/calibration``:
@@ -31,6 +32,11 @@ from nova.kernels.pointwise.types import ELEMENT_BYTES
 
 WARPS_PER_SCHEDULER = 2          # two warps per scheduler per CTA: one issues while the other waits
 REG_BASE = 32                    # [EST] addresses, loop counters, flat-index arithmetic (ptxas verifies)
+TRANSPOSED_STORE_EFFICIENCY = 0.52   # [FIT] a transposed store's bytes stream at this share of a contiguous
+                                     # store's rate: RoPE's backward writing [B, T, H, D] from a [B, H, T, D]
+                                     # walk, 33.8 and 16.0 us for 100.8 and 50.4 MB (Llama-42M, one fit for
+                                     # both: bench/results/h200-2026-12-04/run31); transposed reads run at the
+                                     # contiguous rate (RoPE's forward reads q that way, within its band)
 
 F = formulas("""
     vector = access_bytes / widest_bytes
@@ -39,6 +45,7 @@ F = formulas("""
     ctas_per_sm = Min(max_blocks_per_sm, floor(max_threads_per_sm / threads), bps_regs)
     grid = Min(ceil(vectors / threads), sm_count * ctas_per_sm)
     trips = ceil(vectors / (grid * threads))
+    effective_bytes = bytes - transposed + transposed / efficiency
     t_bandwidth = 1e6 * bytes / (dram_bw * eta_dram)
     t_memory = Max(t_bandwidth, trips * mem_latency_ns * 1e-3)
     t_kernel = t_memory + t_launch
@@ -133,9 +140,18 @@ def launch_constants(gpu) -> dict:
 
 
 def predict(problem: PointwiseProblem, gpu, trips: int, d: Derivation) -> Prediction:
-    """Step 6: time = Max(bytes / (DRAM bandwidth x eta_dram), trips x DRAM latency) + launch latency."""
-    return memory_bound_prediction(gpu, problem.bytes_moved(), trips, "distinct input bytes read once, outputs "
-                                   "written once", "each loop trip waits at least one loaded DRAM latency", d)
+    """Step 6: time = Max(bytes / (DRAM bandwidth x eta_dram), trips x DRAM latency) + launch latency, an
+    output stored transposed counting its bytes / TRANSPOSED_STORE_EFFICIENCY."""
+    nbytes, why = problem.bytes_moved(), "distinct input bytes read once, outputs written once"
+    transposed = problem.transposed_store_bytes()
+    if transposed:
+        nbytes = int(d.apply("bytes, transposed stores priced", F.effective_bytes,
+                             f"{transposed} B stored transposed stream at {TRANSPOSED_STORE_EFFICIENCY} of a "
+                             "contiguous store's rate", post=int, bytes=nbytes, transposed=transposed,
+                             efficiency=TRANSPOSED_STORE_EFFICIENCY))
+        why += f" ({transposed} B of them stored transposed, counted at 1/{TRANSPOSED_STORE_EFFICIENCY})"
+    return memory_bound_prediction(gpu, nbytes, trips, why, "each loop trip waits at least one loaded DRAM "
+                                   "latency", d)
 
 
 def memory_bound_prediction(gpu, nbytes: int, trips: int, bytes_why: str, trip_why: str,

@@ -149,6 +149,17 @@ class PointwiseProblem:
             return self.stores
         return tuple(Operand(d, self.contiguous_strides) for d in self.output_dtypes())
 
+    def transposed_store_bytes(self) -> int:
+        """Bytes written to outputs stored transposed: whose strides, over the axes of more than one
+        element in the iteration order, are not in decreasing order (RoPE's gradient written back as
+        [B, T, H, D] while the kernel walks [B, H, T, D])."""
+        total = 0
+        for o, dtype in zip(self.output_operands(), self.output_dtypes()):
+            strides = [s for d, s in zip(self.shape, o.strides) if d > 1]
+            if any(a < b for a, b in zip(strides, strides[1:])):
+                total += self.numel * ELEMENT_BYTES[dtype]
+        return total
+
     def bytes_moved(self) -> int:
         """Every distinct input element read once, every output element written once."""
         reads = sum(x.distinct(self.shape) * x.itemsize for x in self.inputs)

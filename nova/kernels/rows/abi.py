@@ -2,10 +2,11 @@
 order) and the workspace the launches share.  Read by the builders and by the launcher; imports no MLIR.
 
 Workspace (one f32 buffer per launch site, ``workspace_layout``): ``rowloss`` [rows] (cross-entropy's
-per-row losses, added by ``total``), ``scale`` [1] (the backward's dloss / count from ``total_pre``),
-(the forward-backward kernel uses both), ``partials`` [reductions x splits x n] (the column stage's per-split sums; with the weight/bias
-gradients in the row kernel's pass, [gradients x row-kernel CTAs x n], one partial row per CTA),
-``row_parts`` [rows x splits] (a split row reduction's parts, added by ``row_final``).
+per-row losses, added by ``total``), ``scale`` [1] (the backward's dloss / count from ``total_pre``;
+the forward-backward kernel uses both), ``partials`` [reductions x splits x n] (the column stage's
+per-split sums; with the weight/bias gradients in the row kernel's pass, [gradients x row-kernel
+CTAs x n], one partial row per CTA), ``row_parts`` [rows x splits] (a split row reduction's parts,
+added by ``row_final``).
 """
 from __future__ import annotations
 

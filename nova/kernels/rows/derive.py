@@ -57,7 +57,8 @@ REG_VALUES = 64              # [EST] f32 values a thread may keep for the whole 
 REG_OVERHEAD = 40            # [EST] registers besides the kept values: indices, statistics, loop state
 MIN_ROWS_PER_THREAD = 16     # [EST] column stage: rows a thread adds at least per split (amortises its partial)
 MAX_COLUMN_UNROLL = 8        # [EST] rows a column-stage thread loads before adding (registers: unroll x vec words
-                             # per row operand, at most 32; 8 rows run as fast as 4: bench/results/h200-2026-12-04/run30)
+                             # per row operand, at most 32; 8 rows run as fast as 4:
+                             # bench/results/h200-2026-12-04/run30)
 COLUMN_THREADS = 256         # [EST] column-stage CTA: 8 warps, two per scheduler
 TOTAL_THREADS = 256          # [EST] the single-CTA loss kernels: 8 warps stream the [rows] vectors once
 ACC_VALUES = 64              # [EST] f32 column sums a thread may keep across its rows (as REG_VALUES: with the
@@ -103,7 +104,8 @@ F = formulas("""
     row_splits = Max(1, Min(ceil(sm_count * blocks_per_sm / row_groups), floor(chunks / min_chunks)))
     sm_bw = l2_bw / sm_count
     busiest_sm_bytes = ceil(ctas / sm_count) * (dram_bytes + l2_reread_bytes) / ctas
-    t_kernel = Max(dram_bytes / (dram_bw * eta_dram), (dram_bytes + l2_reread_bytes) / l2_bw, busiest_sm_bytes / sm_bw) + t_launch
+    t_kernel = Max(dram_bytes / (dram_bw * eta_dram), (dram_bytes + l2_reread_bytes) / l2_bw, \
+                   busiest_sm_bytes / sm_bw) + t_launch
 """)
 
 
@@ -415,8 +417,9 @@ def column_unroll(p: RowsProblem, vec: int, iters: int, d: Derivation) -> int:
 # ---- 8 -----------------------------------------------------------------------------------------
 def kernel_time(role: str, dram_bytes: int, l2_bytes: int, gpu: GPUModel, mc: dict, ctas: int) -> tuple[dict, object]:
     """Time of kernel ``role`` of ``ctas`` CTAs: the largest of the bytes at the GPU's DRAM bandwidth, every
-    byte (re-reads too) at its L2 bandwidth, and the busiest SM's bytes at one SM's streaming rate (its share of the L2 bandwidth, [EST]: what an SM
-    pulls when all stream; a lone CTA pulls no more), plus the launch."""
+    byte (re-reads too) at its L2 bandwidth, and the busiest SM's bytes at one SM's streaming rate (its
+    share of the L2 bandwidth, [EST]: what an SM pulls when all stream; a lone CTA pulls no more), plus
+    the launch."""
     sm_bw = F.sm_bw(l2_bw=gpu.l2_bw / 1e6, sm_count=gpu.sm_count)
     busiest = F.busiest_sm_bytes(ctas=ctas, sm_count=gpu.sm_count, dram_bytes=dram_bytes, l2_reread_bytes=l2_bytes)
     t, step = formula_step(f"time {role}", F.t_kernel, f"bytes at the DRAM bandwidth x eta {mc['eta_dram']:.3f}, or "
