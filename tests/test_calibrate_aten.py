@@ -25,7 +25,7 @@ PROFILE = ROOT / STORED["source"]["profile"]      # provenance: the committed pr
 MEASURED_MS = 31.5788
 BAND = 0.10
 # the newest profile of Nova's GPT-42M b32 step (nova.bench.train_profile on the H200, every Nova kernel family)
-LATEST_PROFILE = ROOT / "bench/results/h200-2026-12-03/run3/profile-gpt42m/profile-nova.json"
+LATEST_PROFILE = ROOT / "bench/results/h200-2026-12-04/run13/profile-gpt42m/profile-nova.json"
 
 
 @pytest.fixture
