@@ -231,3 +231,32 @@ def test_explain_llama_before_and_after(monkeypatch):
     assert before[0] == 4 * layers and after[0] == 0                      # rotate-half forward and backward, q and k
     assert before[1] - after[1] == 2 * layers                              # the dq and dk head merges
     assert after[2] < before[2] and after[3] < before[3]
+
+
+def test_a_transposed_store_is_priced_at_its_fitted_rate_and_a_transposed_read_is_not():
+    """RoPE's backward writes [B, T, H, D] while it walks [B, H, T, D]: its output bytes count at
+    1 / TRANSPOSED_STORE_EFFICIENCY; the forward reads q that way and is priced as a contiguous read;
+    a result split into the halves of a row (strides decreasing) is no transposed store."""
+    from nova.hwmodel import get_target
+    from nova.kernels.pointwise.derive import TRANSPOSED_STORE_EFFICIENCY, configure_pointwise, launch_constants
+    from nova.kernels.pointwise.problem import Instr, Operand, PointwiseProblem
+    shape = (32, 8, 512, 64)
+    dense, walk_t = (262144, 32768, 64, 1), (262144, 64, 512, 1)
+    add = (Instr("add", (0, 1), (), "f32"),)
+
+    def problem(a, b, store=None):
+        return PointwiseProblem(shape, (Operand("f32", a), Operand("f32", b)), add, (2,),
+                                (Operand("f32", store),) if store else ())
+    plain, read_t, store_t = problem(dense, dense), problem(walk_t, dense), problem(dense, dense, walk_t)
+    out_bytes = 4 * plain.numel
+    assert plain.transposed_store_bytes() == read_t.transposed_store_bytes() == 0
+    assert store_t.transposed_store_bytes() == out_bytes
+    t = {name: configure_pointwise(p, "h200").prediction.time_us for name, p in
+         (("plain", plain), ("read_t", read_t), ("store_t", store_t))}
+    assert t["read_t"] == pytest.approx(t["plain"])
+    slower = out_bytes * (1 / TRANSPOSED_STORE_EFFICIENCY - 1) / (3 * out_bytes)   # the extra share of the bytes
+    launch = launch_constants(get_target("h200"))["t_launch_us"]
+    assert t["store_t"] - t["plain"] == pytest.approx((t["plain"] - launch) * slower, rel=0.02)
+    halves = PointwiseProblem((65536, 32), (Operand("f32", (64, 1)),), (Instr("neg", (0,), (), "f32"),), (1,),
+                              (Operand("f32", (64, 1)),))
+    assert halves.transposed_store_bytes() == 0
