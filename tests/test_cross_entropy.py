@@ -340,3 +340,41 @@ def test_kernels_launch_what_explain_counts_and_allocate_nothing(reduction, monk
         # on CPU a group runs its nodes one by one (the forward and its backward share a rows group)
         assert len(calls) == sum(cost.cross_entropy_launches(n.op, 10, 12 * 4, reduction) for n in launch.nodes)
         assert not [c for c in calls if c.startswith(("empty", "zeros", "full", "clone", "_to_copy"))]
+
+
+def _loss_pair_graph(dloss_from: str):
+    """cross_entropy + its backward over [16, 24] f32 logits, the loss's gradient from a graph input (a
+    loss scale), a constant, or the loss itself (a gradient that depends on the loss's value)."""
+    g = Graph("pair")
+    x = g.input(TensorType((16, 24), "f32"), "x", "data")
+    t = g.input(TensorType((16,), "i64"), "t", "data")
+    loss, lse = g.op("cross_entropy", x, t, reduction="mean", ignore_index=-100)
+    g.output(loss, "loss")
+    if dloss_from == "input":
+        dloss = g.input(TensorType((), "f32"), "scale", "data")
+    elif dloss_from == "constant":
+        dloss = g.op("constant", value=0.5, dtype="f32")
+    else:
+        dloss = g.op("mul", loss, loss)
+    g.output(g.op("cross_entropy_backward", dloss, x, t, lse, reduction="mean", ignore_index=-100), "x.grad", "grad")
+    return g
+
+
+@pytest.mark.parametrize("dloss_from, fused", [("input", True), ("constant", True), ("loss", False)])
+def test_the_loss_and_its_gradient_share_a_kernel_only_when_the_gradient_is_known_first(dloss_from, fused):
+    """fusion.py: a cross_entropy_backward joins its forward's group when nothing has read the loss yet;
+    a gradient computed from the loss itself must wait for the forward (two kernels).  Either way the
+    CPU program (node by node) matches the interpreter."""
+    g = _loss_pair_graph(dloss_from)
+    planned = pipeline(g)
+    validate_memory_plan(planned.graph, planned.groups, planned.memory)
+    kinds = [gr.problem.kind for gr in planned.groups if gr.kernel == "nova" and gr.kind == "composite"]
+    assert ("cross_entropy_forward_backward" in kinds) == fused
+    assert (kinds.count("cross_entropy") == kinds.count("cross_entropy_backward") == 1) == (not fused)
+    gen = torch.Generator().manual_seed(3)
+    inputs = [torch.randn(16, 24, generator=gen), torch.randint(0, 24, (16,), generator=gen)]
+    inputs[1][::5] = -100
+    if dloss_from == "input":
+        inputs.append(torch.tensor(0.75))
+    assert_same(build(planned, "cpu", poison=True).run([v.clone() for v in inputs]),
+                interpreter.run(g, inputs), rtol=1e-5, atol=1e-6)
