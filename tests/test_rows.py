@@ -392,3 +392,49 @@ def test_the_column_stage_and_its_final_sum_run_like_float64(rows, n, op, stored
         assert np.array_equal(buffers["st0"], x + y)
     elif stored:
         assert np.abs(buffers["st0"] - summed).max() <= 1e-5 * np.abs(summed).max()
+
+
+@pytest.mark.parametrize("rows, n", [(5, 4096), (4, 32768)])
+def test_the_fused_loss_kernel_computes_what_the_two_kernels_did_bit_for_bit(rows, n):
+    """``cross_entropy_forward_backward`` against ``cross_entropy`` then ``cross_entropy_backward``,
+    every kernel executed thread by thread on the CPU (``tests/simt_cpu.py``): the same loss and the same
+    dlogits, bit for bit (the fused kernel keeps the lse in registers, the pair writes and reads it back:
+    the arithmetic is the same), the fused one writing dlogits over its logits; rows held in registers
+    (4096) and looped with the second pass re-reading them (32768, the steps' case); ignored rows."""
+    import dataclasses
+    import numpy as np
+    from simt_cpu import run_kernel
+    from nova.hwmodel import get_target
+    from nova.kernels.rows.abi import KERNEL_NAMES, params
+    from nova.kernels.rows.compile import build_module, geometry
+    gpu = get_target("h200")
+    attrs = {"reduction": "sum", "ignore_index": -100}
+    fwd, bwd, both = (dataclasses.replace(cli_problem("cross_entropy", rows, n, "f32", **kw), attrs=attrs)
+                      for kw in ({}, {"backward": True}, {"forward_backward": True}))
+    rng = np.random.default_rng(n)
+    logits = (3 * rng.standard_normal(rows * n)).astype(np.float32)
+    target = rng.integers(0, n, rows).astype(np.float32)
+    target[1] = -100
+
+    def launch(p, buffers):
+        s = configure_rows(p, gpu).schedule
+        for role in s.roles:
+            grid, block, smem = geometry(s, role)
+            names = {name for name, _ in params(p, s, role)}
+            with np.errstate(over="ignore"):          # exp's first step scales the max's -3e38 start: -inf, then 0
+                run_kernel(build_module(p, s, role), KERNEL_NAMES[role], grid, block[0], smem,
+                           {k: v for k, v in buffers.items() if k in names})
+        return s
+    nan = lambda k: np.full(k, np.nan, np.float32)  # noqa: E731
+    pair = {"logits": logits.copy(), "target": target, "loss": nan(1), "lse": nan(rows), "rowloss": nan(rows),
+            "dloss": np.array([0.25], np.float32), "scale": nan(1), "dlogits": nan(rows * n)}
+    launch(fwd, pair)
+    launch(bwd, pair)
+    fused = {"logits": logits.copy(), "target": target, "loss": nan(1), "rowloss": nan(rows),
+             "dloss": np.array([0.25], np.float32), "scale": nan(1)}
+    fused["dlogits"] = fused["logits"]                # in place, as the plan runs it
+    s = launch(both, fused)
+    assert s.row.in_registers == (n == 4096)
+    assert not np.isnan(fused["dlogits"]).any() and fused["loss"].tobytes() == pair["loss"].tobytes()
+    assert fused["dlogits"].tobytes() == pair["dlogits"].tobytes()
+    assert (fused["dlogits"].reshape(rows, n)[1] == 0).all()     # the ignored row's gradient
