@@ -209,6 +209,7 @@ class _Fuser:
         self.opened: dict[int, int] = {}          # id(group) -> how many groups were opened before it
         self._scalars: _Open | None = None        # the latest pointwise group over one element
         self._savings: dict[tuple, int] = {}      # rows_casts.cast_saving of a group with casts, by its nodes
+        self._problems: dict[tuple, object] = {}  # from_group's rows problem (or None) of a node list
 
     def run(self) -> list[Group]:
         graph = self.graph
@@ -306,16 +307,41 @@ class _Fuser:
             node, producers, self.users, self.outputs, self.layouts, dry_run=True) is not None)
 
     # -------------------------------------------------------------- casts into rows kernels
+    def _rows_problem(self, nodes: list[Node]):
+        """``from_group``'s rows problem of ``nodes`` as one group (None: no rows kernel computes them),
+        asked once per node list (a node's joinability, then its placement, ask the same)."""
+        key = tuple(nodes)
+        if key not in self._problems:
+            self._problems[key] = from_group(nodes, *boundary(nodes, self.users, self.outputs), self.layouts)[0]
+        return self._problems[key]
+
     def _cast_saving(self, nodes: list[Node], casts: list[Node]) -> int:
         """Bytes the rows kernel of ``nodes`` saves over the one without ``casts`` and their kernels
         (``rows_casts.cast_saving``); 0 when either group is no rows problem."""
         key = (tuple(nodes), tuple(casts))
         if key not in self._savings:
-            without = [n for n in nodes if n not in casts]
-            problems = [from_group(ns, *boundary(ns, self.users, self.outputs), self.layouts)[0]
-                        for ns in (without, nodes)]
+            problems = [self._rows_problem(ns) for ns in ([n for n in nodes if n not in casts], nodes)]
             self._savings[key] = 0 if None in problems else cast_saving(casts, *problems)
         return self._savings[key]
+
+    def _lone_widening_cast(self, v: Value, reader: Node) -> Node | None:
+        """The cast producing ``v`` when a rows kernel may read through it (``reads_through_cast``), it is
+        alone in an open pointwise group (not the horizontal one of one-element nodes) and only
+        ``reader`` reads ``v``; else None."""
+        c = v.producer
+        cg = self.group_of.get(c) if c is not None else None
+        if cg is None or cg.kind != "pointwise" or not cg.open or cg.nodes != [c] or cg is self._scalars \
+                or not reads_through_cast(c) or v in self.outputs or set(self.users.get(v, ())) != {reader}:
+            return None
+        return c
+
+    def _take_casts(self, g: _Open, casts: list[Node]) -> None:
+        """Move each cast's group into ``g``, noted as read in place (the caller places the nodes and
+        counts the bytes)."""
+        for c in casts:
+            self.group_of[c].nodes = []
+            self.group_of[c] = g
+            g.casts.append(f"reads {c.inputs[0].type} in place of its cast to {c.outputs[0].dtype}")
 
     def _rows_epilogue(self, node: Node) -> tuple[_Open, int, str] | None:
         """The open rows composite group whose f32 row result only the cast ``node`` reads, when taking
@@ -339,22 +365,14 @@ class _Fuser:
         inputs that only it reads, each alone in an open group, when that saves bytes."""
         casts = []
         for i in ROW_INPUTS.get(node.op, ()):
-            v = node.inputs[i]
-            c = v.producer
-            cg = self.group_of.get(c) if c is not None else None
-            if cg is None or cg.kind != "pointwise" or not cg.open or cg.nodes != [c] or cg is self._scalars \
-                    or not reads_through_cast(c) or v in self.outputs or set(self.users.get(v, ())) != {node} \
-                    or c in casts:
-                continue
-            casts.append(c)
+            c = self._lone_widening_cast(node.inputs[i], node)
+            if c is not None and c not in casts:
+                casts.append(c)
         saved = self._cast_saving(casts + [node], casts) if casts else 0
         if saved <= 0:
             return
         g.cast_bytes += saved
-        for c in casts:
-            self.group_of[c].nodes = []
-            self.group_of[c] = g
-            g.casts.append(f"reads {c.inputs[0].type} in place of its cast to {c.outputs[0].dtype}")
+        self._take_casts(g, casts)
         g.nodes[:0] = casts
 
     def _loss_forward(self, node: Node) -> tuple[_Open, list[Node]] | None:
@@ -367,16 +385,9 @@ class _Fuser:
         if g is None or g.kind != "composite" or not g.open or forward.op != "cross_entropy" \
                 or lse in self.outputs or set(self.users.get(lse, ())) != {node}:
             return None
-        casts = []
-        logits = node.inputs[1]
-        c = logits.producer
-        cg = self.group_of.get(c) if c is not None else None
-        if cg is not None and cg is not g and cg.kind == "pointwise" and cg.open and cg.nodes == [c] \
-                and cg is not self._scalars and reads_through_cast(c) and logits not in self.outputs \
-                and set(self.users.get(logits, ())) == {node}:
-            casts.append(c)
-        nodes = g.nodes + casts + [node]
-        if from_group(nodes, *boundary(nodes, self.users, self.outputs), self.layouts)[0] is None:
+        cast = self._lone_widening_cast(node.inputs[1], node)
+        casts = [cast] if cast is not None else []
+        if self._rows_problem(g.nodes + casts + [node]) is None:
             return None
         return g, casts
 
@@ -446,11 +457,8 @@ class _Fuser:
             g = _Open("composite", node, kernel="none")
         elif node.op == "cross_entropy_backward" and (pair := self._loss_forward(node)) is not None:
             g, casts = pair                            # the loss and its gradient: one pass over the logits
-            for c in casts:                            # its read of the f32 logits is the forward's one read
-                self.group_of[c].nodes = []
-                self.group_of[c] = g
-                g.casts.append(f"reads {c.inputs[0].type} in place of its cast to {c.outputs[0].dtype}")
-                g.cast_bytes += c.inputs[0].type.nbytes + 2 * c.outputs[0].type.nbytes
+            self._take_casts(g, casts)                 # its read of the f32 logits is the forward's one read
+            g.cast_bytes += sum(c.inputs[0].type.nbytes + 2 * c.outputs[0].type.nbytes for c in casts)
             g.nodes.extend(casts + [node])
         elif k in ("composite", "memory"):
             g = _Open("composite", node)

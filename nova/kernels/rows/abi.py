@@ -17,15 +17,23 @@ KERNEL_NAMES = {"row": "nova_rows", "row_final": "nova_rows_row_final", "column"
                 "partials_final": "nova_rows_partials_final", "total": "nova_rows_total",
                 "total_pre": "nova_rows_total_pre"}
 WORKSPACE_ALIGN = 256
+# the one-CTA kernels of each loss kind: the backward's scale (``total_pre``, into ``scale``) before its row
+# kernel, the loss's sum (``total``, of ``rowloss``) after it
+LOSS_ROLES = {"cross_entropy": ("total",), "cross_entropy_backward": ("total_pre",),
+              "cross_entropy_forward_backward": ("total_pre", "total")}
+
+
+def loss_workspace(kind: str) -> list[str]:
+    """The workspace buffers a loss kind's row kernel writes for its one-CTA kernels, in parameter order."""
+    roles = LOSS_ROLES.get(kind, ())
+    return (["rowloss"] if "total" in roles else []) + (["scale"] if "total_pre" in roles else [])
 
 
 def workspace_layout(p: RowsProblem, s) -> tuple[dict, int]:
     """``({name: (byte offset, f32 elements)}, total bytes)`` of the workspace of ``p``'s launches."""
     sizes = {}
-    if p.kind in ("cross_entropy", "cross_entropy_forward_backward"):
-        sizes["rowloss"] = p.rows
-    if p.kind in ("cross_entropy_backward", "cross_entropy_forward_backward"):
-        sizes["scale"] = 1
+    for name in loss_workspace(p.kind):
+        sizes[name] = p.rows if name == "rowloss" else 1
     colp = column_problem(p)
     if split_rows(s):
         sizes["row_parts"] = p.rows * s.row.splits
@@ -62,8 +70,7 @@ def params(p: RowsProblem, s, role: str) -> list[tuple[str, str]]:
     """``[(parameter name, what it is)]`` of kernel ``role``: an operand name or ``ws:<workspace name>``."""
     if role == "row":
         names = [o.name for o in row_operands(p)]
-        extra = {"cross_entropy": ["ws:rowloss"], "cross_entropy_backward": ["ws:scale"],
-                 "cross_entropy_forward_backward": ["ws:rowloss", "ws:scale"]}.get(p.kind, [])
+        extra = ["ws:" + name for name in loss_workspace(p.kind)]
         if getattr(s, "partials", None) is not None:
             extra = ["ws:partials"]
         if split_rows(s):               # the per-row results are row_final's

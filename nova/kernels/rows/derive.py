@@ -43,6 +43,7 @@ from nova.configurator.step import Prediction
 from nova.hwmodel import GPUModel, get_target
 from nova.hwmodel.formula import formulas
 from nova.hwmodel.model import F as HW
+from nova.kernels.rows.abi import LOSS_ROLES
 from nova.kernels.rows.kinds import column_problem
 from nova.kernels.rows.operands import LOSSES
 from nova.kernels.rows.problem import RowsProblem
@@ -72,9 +73,6 @@ MIN_SPLIT_CHUNKS = 8         # [EST] vector steps a thread walks at least in one
                              # the row_final read rather than on streaming
 FINAL_ROW_THREADS = 128      # [EST] row_final: 4 warps a CTA, one warp per split row
 # passes over the row when it is not kept in registers (step 4), and the row operands a thread keeps
-# the one-CTA kernels of each loss kind: the backward's scale before its row kernel, the loss's sum after
-LOSS_ROLES = {"cross_entropy": ("total",), "cross_entropy_backward": ("total_pre",),
-              "cross_entropy_forward_backward": ("total_pre", "total")}
 PASSES = {"layer_norm": 3, "layer_norm_backward": 2, "rms_norm": 2, "rms_norm_backward": 2, "softmax": 2,
           "log_softmax": 2, "softmax_backward": 2, "log_softmax_backward": 2, "cross_entropy": 1,
           "cross_entropy_backward": 1, "cross_entropy_forward_backward": 2, "row_reduce": 1}

@@ -406,18 +406,29 @@ class RowKernel:
                 ir.store("lse", self.row, [lse])
         ir.guarded(self.leader, leader)
 
-    def _cross_entropy_backward(self) -> None:
+    def _gradient_row(self):
+        """(kept, the target as stored, its type, the row's scale: dloss / count, or 0 for an ignored row,
+        the target's column) of this row: what a cross-entropy gradient kernel needs besides the logits."""
         ir = self.ir
-        lse = self.per_row("lse")
         keep, t, ty = self._target()
         scale = ir.load("scale", 0)[0]
         row_scale = ir.fsel(keep, scale, ir.f(0.0), "row_scale")
         tcol = ir.pure("tcol", f"arith.index_cast {t} : {ty} to index")
+        return keep, t, ty, row_scale, tcol
+
+    def _dlogit(self, x, hit, lse, row_scale, hint="m"):
+        """``(softmax - onehot) * scale`` of one logit: ``(exp(x - lse) - hit) * row_scale``."""
+        ir = self.ir
+        p = ir.exp(ir.fsub(x, lse))
+        return ir.fmul(ir.fsub(p, ir.fsel(hit, ir.f(1.0), ir.f(0.0))), row_scale, hint)
+
+    def _cross_entropy_backward(self) -> None:
+        ir = self.ir
+        lse = self.per_row("lse")
+        _, _, _, row_scale, tcol = self._gradient_row()
 
         def dlogits(e, c):
-            hit = ir.cmp("eq", c, tcol, "hit")
-            p = ir.exp(ir.fsub(e["logits"], lse))
-            return {"dlogits": ir.fmul(ir.fsub(p, ir.fsel(hit, ir.f(1.0), ir.f(0.0))), row_scale)}
+            return {"dlogits": self._dlogit(e["logits"], ir.cmp("eq", c, tcol, "hit"), lse, row_scale)}
         self.write(["logits"], dlogits)
 
     def _cross_entropy_forward_backward(self) -> None:
@@ -428,10 +439,7 @@ class RowKernel:
         ir = self.ir
         m, s = self.lse("logits")
         lse = ir.fadd(m, ir.log(s), "lse")
-        keep, t, ty = self._target()
-        scale = ir.load("scale", 0)[0]
-        row_scale = ir.fsel(keep, scale, ir.f(0.0), "row_scale")
-        tcol = ir.pure("tcol", f"arith.index_cast {t} : {ty} to index")
+        keep, t, ty, row_scale, tcol = self._gradient_row()
         out = self.p.operand("dlogits")
 
         def body(envs, ok, col, carry):
@@ -440,8 +448,7 @@ class RowKernel:
             for j, env in enumerate(envs):
                 hit = ir.cmp("eq", ir.add(col, j, "cj"), tcol, "hit")
                 x = env["logits"]
-                p = ir.exp(ir.fsub(x, lse))
-                values.append(ir.fmul(ir.fsub(p, ir.fsel(hit, ir.f(1.0), ir.f(0.0))), row_scale, "dlogit"))
+                values.append(self._dlogit(x, hit, lse, row_scale, "dlogit"))
                 held = ir.fsel(hit, x, held, "held")
                 found = ir.fsel(hit, ir.f(1.0), found, "found")
             dst = ir.add(ir.mul(self.row, out.stride, "dlogits_orow"), col, "dlogits_dst")
