@@ -178,11 +178,10 @@ def measure(model_name: str, batch: int, seq: int | None, warmup: int, repeats: 
                      "of_ceiling": round(nbytes / (us * 1e-6) / 1e12 / ceiling_tbs, 3) if us > 0 else None})
     predicted_clock = explained["prediction"].get("sm_clock") or {}
     result = {"model": model_name, "batch": batch, "seq": seq, "repeats": repeats, "ceiling_tbs": ceiling_tbs,
-            "timing": timing,
-            "device": torch.cuda.get_device_name(), "launches": len(rows), "rows": rows,
-            "sm_mhz": {"measured_median": clock.get("timed_sm_mhz_median"), "samples": clock.get("timed_samples"),
-                       "predicted": predicted_clock.get("mhz")},
-            "summary": summarize(rows, ceiling_tbs)}
+              "timing": timing, "device": torch.cuda.get_device_name(), "launches": len(rows), "rows": rows,
+              "sm_mhz": {"measured_median": clock.get("timed_sm_mhz_median"), "samples": clock.get("timed_samples"),
+                         "predicted": predicted_clock.get("mhz")},
+              "summary": summarize(rows, ceiling_tbs)}
     target = step_module._default_target(step._last.device)
     name = getattr(target, "name", target)
     gemms_at_clock(result, step._plan(step._last.captured.graph, name, step._last.device, name), target)
