@@ -3,14 +3,15 @@ forward and backward kernels it replaces?  One loss chunk of the GPT-42M / Llama
 32768 f32, reduction sum, some rows ignored) on fresh random logits: the loss and dlogits of each,
 compared bit for bit (device, offline cache: the kernels of the steps' plans).
 
-    python3 bench/probes/ce_fused_bitwise.py
+    python3 bench/probes/ce_fused_bitwise.py build    # host: compile the three kernels into the cache
+    python3 bench/probes/ce_fused_bitwise.py          # device
 """
 import dataclasses
 
 import torch
 
 from nova.kernels.rows import cli_problem
-from nova.kernels.rows.launch import launch_args, resolve
+from nova.kernels.rows.launch import launch_args, resolve, schedule_for
 
 ROWS, N, IGNORE = 8192, 32768, -100
 
@@ -24,11 +25,24 @@ def run(problem, tensors):
     torch.cuda.synchronize()
 
 
-def main():
+def problems():
     attrs = {"reduction": "sum", "ignore_index": IGNORE}
-    fwd = dataclasses.replace(cli_problem("cross_entropy", ROWS, N, "f32"), attrs=attrs)
-    bwd = dataclasses.replace(cli_problem("cross_entropy", ROWS, N, "f32", backward=True), attrs=attrs)
-    both = dataclasses.replace(cli_problem("cross_entropy", ROWS, N, "f32", forward_backward=True), attrs=attrs)
+    return [dataclasses.replace(cli_problem("cross_entropy", ROWS, N, "f32", **flag), attrs=attrs)
+            for flag in ({}, {"backward": True}, {"forward_backward": True})]
+
+
+def build():
+    from nova.hwmodel import get_target
+    from nova.kernels.rows.compile import get_or_compile
+    gpu = get_target("h200")
+    for p in problems():
+        s = schedule_for(p, gpu)
+        for role in s.roles:
+            print(p.describe()[:60], role, get_or_compile(p, s, role, gpu, offline=False)[2])
+
+
+def main():
+    fwd, bwd, both = problems()
     g = torch.Generator(device="cuda").manual_seed(7)
     logits = torch.randn(ROWS, N, device="cuda", generator=g) * 3
     target = torch.randint(0, N, (ROWS,), device="cuda", generator=g)
@@ -50,4 +64,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+    build() if sys.argv[1:] == ["build"] else main()
