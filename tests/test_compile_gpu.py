@@ -107,3 +107,38 @@ def test_a_learning_rate_schedule_replays_one_cuda_graph_and_matches_eager():
     diff = sum(float((p - q).pow(2).sum()) for p, q in zip(model.parameters(), twin.parameters())) ** 0.5
     moved = sum(float((q - q0).pow(2).sum()) for q, q0 in zip(twin.parameters(), start)) ** 0.5
     assert diff < 0.05 * moved, (diff, moved)
+
+
+def _one_llama_step(torch, batch_tokens):
+    """Llama-42M from seed 0, one AdamW step of the benchmark's training step compiled: its parameters
+    and AdamW moments afterwards, by name."""
+    import nova
+    from nova.bench.train import ADAMW, build_torch_model, model_config
+    from nova.models import make_train_step
+    model = build_torch_model(model_config("llama42m"), 0).cuda()
+    opt = torch.optim.AdamW(model.parameters(), **ADAMW)
+    nova.compile(make_train_step(model, opt))(*batch_tokens)
+    return {name: [p.detach().clone(), opt.state[p]["exp_avg"].clone(), opt.state[p]["exp_avg_sq"].clone()]
+            for name, p in model.named_parameters()}
+
+
+def test_llama42m_deterministic_step_repeats_bit_for_bit_and_matches_eager(monkeypatch):
+    """``NOVA_DETERMINISTIC=1``: one step of Llama-42M (batch 32 x 512, the plan ``nova precompile train
+    llama42m`` builds) from the same start twice gives the same bits in every parameter and AdamW moment,
+    and the first moment (a tenth of the gradient) is within 1e-3 of eager's.  A kernel writing its result
+    over an input other threads still read (a race) fails both at this size."""
+    torch = pytest.importorskip("torch")
+    from nova.bench.train import ADAMW, build_torch_model, model_config, token_batches
+    monkeypatch.setenv("NOVA_DETERMINISTIC", "1")
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    tokens = torch.from_numpy(token_batches(32768, 32, 512, 1, 3)).cuda()[0]
+    batch_tokens = (tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous())
+    first, second = _one_llama_step(torch, batch_tokens), _one_llama_step(torch, batch_tokens)
+    parted = [name for name in first if any(not torch.equal(a, b) for a, b in zip(first[name], second[name]))]
+    assert not parted, f"{len(parted)} parameters differ between two runs, the last {parted[-1]}"
+    twin = build_torch_model(model_config("llama42m"), 0).cuda()
+    opt = torch.optim.AdamW(twin.parameters(), **ADAMW)
+    twin(*batch_tokens).backward()
+    opt.step()
+    worst = max((_rel(first[name][1], opt.state[p]["exp_avg"]), name) for name, p in twin.named_parameters())
+    assert worst[0] < 1e-3, f"first moment of {worst[1]}: relative error {worst[0]:.2e}"

@@ -391,3 +391,20 @@ def test_log_softmax_writes_over_the_row_input_it_reads_last(axis):
     assert (planned.memory[logp].reuses is not None) == (axis == -1)
     assert planned.memory.arena_bytes == aligned(32 * 48 * 4) * (1 if axis == -1 else 2)
     check_runs(g, planned)
+
+
+def test_a_result_stored_in_its_readers_layout_never_takes_an_input_in_place():
+    """Llama's rotary backward stores dq and dk transposed (in the layout the next GEMM reads): such a
+    kernel puts element i where the input's element j != i lies, which another thread may still have to
+    read, so its result gets a buffer of its own.  Every in-place result of the planned step is stored
+    densely, in the flat order its input is read."""
+    from nova.compiler.explain import plan_training_step
+    from nova.passes import layout as layout_analysis
+    planned, _ = plan_training_step("llama-tiny", 4, target="h200")
+    validate_memory_plan(planned.graph, planned.groups, planned.memory)
+    layouts = layout_analysis.analyze(planned.graph, planned.storage)
+    for v, plan in planned.memory.values.items():
+        if plan.reuses is not None:
+            assert layouts[v].dense and layouts[plan.reuses].dense, (v.producer.op, layouts[v].describe())
+    strided = [v for v in planned.memory.values if layouts[v].root is v and not layouts[v].dense]
+    assert strided, "the plan has no result stored in a reader's layout: the test checks nothing"

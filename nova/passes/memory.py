@@ -319,11 +319,13 @@ def writes_in_place(node: Node) -> bool:
 
 
 def elementwise_reader(node: Node, root: Value, out: Value, layouts) -> bool:
-    """``node`` may write ``out`` over ``root``'s storage: it writes in place (``writes_in_place``)
-    and reads ``root`` (in any of its aliases) only element for element in ``out``'s own layout."""
+    """``node`` may write ``out`` over ``root``'s storage: it writes in place (``writes_in_place``),
+    stores ``out`` densely, and reads ``root`` (in any of its aliases) only element for element in
+    ``out``'s own layout.  (A result stored in its reader's layout -- strided, transposed -- puts
+    element i where the input's element j != i lies, which another thread may not have read yet.)"""
     if not writes_in_place(node):
         return False
-    if root.type.nbytes != out.type.nbytes:
+    if root.type.nbytes != out.type.nbytes or not layouts[out].dense:
         return False
     for v in node.inputs:
         lay = layouts[v]
@@ -335,12 +337,12 @@ def elementwise_reader(node: Node, root: Value, out: Value, layouts) -> bool:
 def elementwise_group(group: Group, root: Value, out: Value, layouts) -> bool:
     """One Nova kernel may write ``out`` over ``root``'s storage.  A pointwise kernel (or a
     ``ROWS_ELEMENTWISE`` rows kernel with its casts): each thread reads every input at the flat
-    indices it then writes, so this holds when every member reading ``root`` (in any of its aliases)
-    reads it whole, in ``out``'s own layout, element for element (a gather reads its table at
-    computed indices: never).  A multi-tensor optimizer
+    indices it then writes, so this holds when ``out`` is stored densely (not in a strided reader's
+    layout) and every member reading ``root`` (in any of its aliases) reads it whole, in ``out``'s
+    own layout, element for element (a gather reads its table at computed indices: never).  A multi-tensor optimizer
     update: each thread reads one tensor's inputs at the indices it then writes of that tensor's
     outputs, so only ``out``'s own update may read ``root``, whole, in ``out``'s layout."""
-    if not group.fused or root.type.nbytes != out.type.nbytes:
+    if not group.fused or root.type.nbytes != out.type.nbytes or not layouts[out].dense:
         return False
     if group.kind == "pointwise" or rows_elementwise(group):
         readers = group.nodes
