@@ -118,8 +118,9 @@ def kernel_times(torch, launches, repeats: int) -> list[dict]:
     out = []
     for column in zip(*passes):
         totals = [sum(us for _, us in seg) for seg in column]
+        each = [round(statistics.median(us), 3) for us in zip(*([u for _, u in seg] for seg in column))]
         out.append({"kernels_us": round(statistics.median(totals), 3), "kernels": len(column[0]),
-                    "names": [name[:60] for name, _ in column[0]]})
+                    "names": [name[:60] for name, _ in column[0]], "each_us": each})
     return out
 
 
@@ -172,7 +173,8 @@ def measure(model_name: str, batch: int, seq: int | None, warmup: int, repeats: 
         rows.append({"group": launch.group, "kind": report.get("kind", launch.kind), "name": report.get("name", ""),
                      "model": report.get("model", ""), "bound": report.get("bound", ""),
                      "predicted_us": predicted, "measured_us": round(us, 3), "span_us": round(span, 3),
-                     **({"device_kernels": cupti[k]["kernels"], "kernel_names": cupti[k]["names"]} if cupti else {}),
+                     **({"device_kernels": cupti[k]["kernels"], "kernel_names": cupti[k]["names"],
+                         "kernel_us": cupti[k]["each_us"]} if cupti else {}),
                      "ratio": round(us / predicted, 3) if predicted else None, "bytes": nbytes,
                      "tb_per_s": round(nbytes / (us * 1e-6) / 1e12, 3) if us > 0 else None,
                      "of_ceiling": round(nbytes / (us * 1e-6) / 1e12 / ceiling_tbs, 3) if us > 0 else None})
