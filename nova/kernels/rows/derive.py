@@ -263,20 +263,36 @@ def step6_partials(p: RowsProblem, rows_per_cta: int, bps: int, gpu: GPUModel) -
     return (partials, per_cta), [s1, s2]
 
 
-def final_sum_tile(p: RowsProblem, partials: int, d: Derivation) -> tuple[int, int, int, int, int]:
+def final_sum_tile(p: RowsProblem, partials: int, d: Derivation, gpu: GPUModel) -> tuple[int, int, int, int, int]:
     """(vec, threads along the columns, threads along the partials, grid, unroll) of a kernel adding
     ``partials`` partial rows of ``p``'s column outputs (``partials_final``, ``column_final``): lanes along
-    the columns (up to a warp's 32, vec f32 each: coalesced; vec 4, 2 or 1 as the row length and the
-    outputs' base addresses allow), threads along the partials until each adds at most
-    FINAL_PARTIALS_PER_THREAD (at most FINAL_THREADS a CTA: where that caps them, fewer lanes along the
-    columns, down to FINAL_MIN_LANES, make room for more partial threads and more CTAs), met in shared
-    memory in order; one CTA per column block; a thread loads ``unroll`` partials before adding them."""
+    the columns (up to a warp's 32, vec f32 each: coalesced), threads along the partials until each adds
+    at most FINAL_PARTIALS_PER_THREAD (at most FINAL_THREADS a CTA: where that caps them, fewer lanes along
+    the columns, down to FINAL_MIN_LANES, make room for more partial threads and more CTAs), met in shared
+    memory in order; one CTA per column block; a thread loads ``unroll`` partials before adding them.
+    The vector width: 4, 2 or 1 f32 as the row length and the outputs' base addresses allow, the widest
+    whose column blocks give as many CTAs as any narrower one, up to one per SM: the partials were just
+    written and are read from L2, each SM at its share of the L2 bandwidth, so the busiest SM's bytes set
+    the time (LayerNorm's backward at 16384 x 512: 528 partial rows, 16 CTAs of 16-byte lanes read them
+    in 2.49 us, 64 CTAs of 4-byte lanes in 1.96, bench/results/h200-2026-12-04/run40)."""
     outs = [o for o in p.outputs if o.layout == "col"]
-    vec = next(v for v in (4, 2, 1) if p.n % v == 0 and all(o.align % (v * o.elem_bytes) == 0 for o in outs))
-    tc = min(32, _pow2ceil(math.ceil(p.n / vec)))
+    widths = [v for v in (4, 2, 1) if p.n % v == 0 and all(o.align % (v * o.elem_bytes) == 0 for o in outs)]
     wanted = _pow2ceil(math.ceil(partials / FINAL_PARTIALS_PER_THREAD))
-    while tc > FINAL_MIN_LANES and tc * wanted > FINAL_THREADS:
-        tc //= 2
+
+    def lanes(vec: int) -> int:
+        tc = min(32, _pow2ceil(math.ceil(p.n / vec)))
+        while tc > FINAL_MIN_LANES and tc * wanted > FINAL_THREADS:
+            tc //= 2
+        return tc
+
+    def ctas(vec: int) -> int:
+        return min(gpu.sm_count, math.ceil(p.n / (lanes(vec) * vec)))
+    vec = next(v for v in widths if ctas(v) == max(ctas(w) for w in widths))
+    tc = lanes(vec)
+    if vec < widths[0]:
+        d.note("final vector width", vec, f"{vec} f32 a lane: {math.ceil(p.n / (tc * vec))} column blocks where "
+               f"{widths[0]} f32 give {math.ceil(p.n / (lanes(widths[0]) * widths[0]))} (the partials are read from "
+               f"L2, each SM at its share of the L2 bandwidth: more CTAs, more SMs reading; at most one per SM)")
     tr = d.apply("final threads along the partials", F.final_threads_rows,
                  f"{tc} lanes along the columns ({vec} f32 each); at most {FINAL_PARTIALS_PER_THREAD} partials a "
                  f"thread, at most {FINAL_THREADS} threads a CTA; rounded up to a power of two",
@@ -291,9 +307,9 @@ def final_sum_tile(p: RowsProblem, partials: int, d: Derivation) -> tuple[int, i
     return vec, tc, tr, grid, unroll
 
 
-def partials_tile(p: RowsProblem, partials: int, per_cta: int, d: Derivation) -> PartialsTile:
+def partials_tile(p: RowsProblem, partials: int, per_cta: int, d: Derivation, gpu: GPUModel) -> PartialsTile:
     """partials_final (``final_sum_tile``) of the norms' weight/bias gradients."""
-    vec, tc, tr, grid, unroll = final_sum_tile(p, partials, d)
+    vec, tc, tr, grid, unroll = final_sum_tile(p, partials, d, gpu)
     return PartialsTile(partials, per_cta, summed_gradients(p), vec, tc, tr, grid, unroll)
 
 
@@ -333,7 +349,7 @@ def row_tile(p: RowsProblem, gpu: GPUModel, d: Derivation) -> tuple[RowTile, Par
     partials = None
     if acc:
         grid, per_cta = d.record(step6_partials(p, rows_per_cta, bps, gpu))
-        partials = partials_tile(p, grid, per_cta, d)
+        partials = partials_tile(p, grid, per_cta, d, gpu)
     splits, chunks = d.record(step7_split(p, chunks, rows_per_cta, bps, gpu))
     if splits > 1:
         warps = min(FINAL_ROW_THREADS // 32, p.rows)
@@ -391,7 +407,7 @@ def column_tile(p: RowsProblem, gpu: GPUModel, d: Derivation) -> ColumnTile:
     rows_per_split = math.ceil(p.rows / splits)
     splits = math.ceil(p.rows / rows_per_split)
     smem = 4 * tr * tc * vec * len(p.prologue.reduce) if tr > 1 else 0
-    *final, final_unroll = final_sum_tile(p, splits, d) if splits > 1 else (1, 1, 1, 1, 1)
+    *final, final_unroll = final_sum_tile(p, splits, d, gpu) if splits > 1 else (1, 1, 1, 1, 1)
     unroll = column_unroll(p, vec, math.ceil(rows_per_split / tr), d)
     return ColumnTile(tc, tr, vec, splits, rows_per_split, (blocks, splits), *final, smem,
                       outputs=len(p.prologue.reduce), unroll=unroll, final_unroll=final_unroll)
