@@ -139,7 +139,8 @@ TABLE: tuple[Option, ...] = (
            "`nova precompile`", False),
     Option("deterministic", "NOVA_DETERMINISTIC", BOOL, False,
            "GEMMs that do not say otherwise give the same bits on every run (split-K adds its slices "
-           "in a fixed order instead of with atomics)", True),
+           "in a fixed order instead of with atomics); Nova's other kernels add in a fixed order always, "
+           "so a compiled step on Nova's kernels is then the same bits run to run", True),
     # GEMM schedule choices (experiments and A/B runs; the derivation decides when unset)
     Option("hopper", "NOVA_HOPPER", BOOL, True,
            "use the wgmma/TMA GEMM kernels on targets that have them; 0: the mma.sync kernels", True),
