@@ -3,7 +3,8 @@ the weight/bias gradients summed in the row kernel's pass, each kernel timed by 
 (the row kernel and ``partials_final`` apart), with the configured schedule and with variants of its
 partial sums: the final sum over more CTAs (one f32 a lane: 64 CTAs where the configured 16-byte
 lanes give 16), the row kernel with half the partial rows (two CTAs an SM, each walking twice the
-row groups).  Beside it, for reference, the read-only bias sum of a [16384, 1536] f32 (GPT-42M's QKV
+row groups) and with twice them (two waves of CTAs, each walking half the row groups: a CTA that
+finishes early makes room for another, where one wave's SMs wait for the slowest).  Beside it, for reference, the read-only bias sum of a [16384, 1536] f32 (GPT-42M's QKV
 bias gradient), and ATen's copy of the row bytes.
 
     python3 bench/probes/norm_backward.py build            # host: the variants' kernels into the cache
@@ -29,7 +30,8 @@ def problems():
 
 def variants(gpu):
     """[(problem, schedule, what varies)]: each problem's configured schedule, then the norms' variants."""
-    from nova.kernels.rows.derive import configure_rows
+    from nova.configurator.derivation import Derivation
+    from nova.kernels.rows.derive import configure_rows, partials_tile
     out = []
     for p in problems():
         s = configure_rows(p, gpu).schedule
@@ -46,6 +48,11 @@ def variants(gpu):
                                     final_threads_rows=tr)
         row = dataclasses.replace(s.row, grid=half)
         out.append((p, dataclasses.replace(s, partials=fewer, row=row), f"{half} partial rows (2 CTAs an SM)"))
+        twice = 2 * pt.partials
+        more = partials_tile(p, twice, s.row.rows_per_cta, Derivation(), gpu)
+        more = dataclasses.replace(more, groups_per_cta=-(-p.rows // s.row.rows_per_cta // twice))
+        out.append((p, dataclasses.replace(s, partials=more, row=dataclasses.replace(s.row, grid=twice)),
+                    f"{twice} partial rows (two waves of CTAs)"))
     return out
 
 

@@ -2,7 +2,8 @@
 # Device run 41 of 2026-12-04: after the race fix, the final sums over more CTAs, the embedding scan and
 # the backend's min-cut partition: the GPU tests (run 31's set, the deterministic Llama test among them),
 # every launch of GPT-42M and Llama-42M timed one by one, GPT-42M's step against torch.compile in the
-# same call, two more Llama-42M 200-step curves (Nova's default) and the norm backward probe.
+# same call, two more Llama-42M 200-step curves (Nova's default), the norm backward probe (now with two
+# waves of partial rows) and the read-only DRAM ceiling (bench/probes/read_ceiling.py).
 # Host first: bash bench/runs/2026-12-04-run4-build.sh all; nova precompile train gpt144m --batch 16;
 # NOVA_DETERMINISTIC=1 nova precompile train llama42m / gpt42m --batch 32; the probe's build mode.
 tar xzf .nova-cache.tgz
@@ -26,5 +27,6 @@ E=bench/results/h200-2026-12-04/run38
 python3 bench/probes/loss_curves.py $E/eager-1/eager-llama42m-b32.json $E/eager-2/eager-llama42m-b32.json \
     $R/nova-1/nova-llama42m-b32.json $R/nova-2/nova-llama42m-b32.json 2>&1 | tee $R/curves.txt
 timeout 60 python3 bench/probes/norm_backward.py run $R/norm_backward.json 2>&1 | grep -v -i warn | cut -c1-220
+timeout 60 python3 bench/probes/read_ceiling.py $R/read_ceiling.json 2>&1 | grep -v -i warn | cut -c1-160
 rm -f $R/*/summary-*
 tar czf $OUT/run41.tgz -C $OUT run41; rm -rf $R
