@@ -2,7 +2,7 @@
 
 The kernels written with the ``Ir`` scaffold (one op a line, regions closed by ``}``) use a small set of
 ops: index and FP32 arithmetic, ``math.fma``, global and shared ``memref``/``vector`` loads and stores,
-``gpu.shuffle xor``, ``gpu.barrier``, ``scf.for`` (iter_args, bounds that differ per thread) and
+``gpu.shuffle xor`` and ``up``, ``gpu.barrier``, ``scf.for`` (iter_args, bounds that differ per thread) and
 ``scf.if``, ``memref.atomic_rmw addi``, fences and loads through a parameter's address (inline PTX ``ld``).  ``run_kernel`` parses the module's ``gpu.func`` and
 executes it one CTA at a time (in grid order or a seeded random one), each SSA
 value a numpy array over the CTA's threads, control flow under an active-thread mask:
@@ -433,13 +433,18 @@ class _Cta:
     def op_gpu_shuffle(self, op, mask):
         mode, rest = op.rest.split(" ", 1)
         x, off, width = self.args(rest)[:3]
-        assert mode == "xor" and int(self.val(width)) == 32
+        assert mode in ("xor", "up") and int(self.val(width)) == 32
         for w in range(0, self.threads, 32):
             if mask[w:w + 32].any() and not mask[w:w + 32].all():
                 raise Race(f"a shuffle reached by part of warp {w // 32} (CTA {self.block})")
-        src = self.tid ^ int(self.val(off))
+        lane, k = self.tid % 32, int(self.val(off))
+        if mode == "xor":
+            src, valid = self.tid ^ k, np.ones(self.threads, dtype=bool)
+        else:                                  # up: lane - k, the lane's own value below lane k
+            valid = lane >= k
+            src = np.where(valid, self.tid - k, self.tid)
         self.env[op.results[0]] = self.bcast(self.val(x))[src]
-        self.env[op.results[1]] = np.bool_(True)
+        self.env[op.results[1]] = valid
 
     def op_scf_if(self, op, mask):
         cond = self.bcast(self.val(self.args(op.rest)[0])).astype(bool)

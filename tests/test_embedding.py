@@ -136,6 +136,32 @@ def _gpt_tiny_planned():
     return graph, pipeline(graph, "h200")
 
 
+@pytest.mark.parametrize("count, vocab", [(16384, 32768), (1333, 1000), (100, 77)])
+def test_the_sort_scan_writes_the_exclusive_sums_of_its_counts(count, vocab):
+    """The backward's one-CTA scan, its generated MLIR executed thread by thread on the CPU
+    (``tests/simt_cpu.py``: lockstep warps, shuffles, shared memory checked for races): the [digit, tile]
+    counts become their exclusive prefix sums in place, in every pass, whatever the counts."""
+    import sys
+    from pathlib import Path
+    import numpy as np
+    sys.path.insert(0, str(Path(__file__).parent))
+    from simt_cpu import parse, run_kernel
+    from nova.hwmodel import get_target
+    from nova.kernels.embedding.abi import kernel_name
+    from nova.kernels.embedding.emit import build_scan
+    p = EmbeddingProblem("backward", count, vocab, 64, "f32", "i64")
+    sp = configure_embedding(p, get_target("h200")).schedule.sort
+    rng = np.random.default_rng(count)
+    for k in range(sp.passes):
+        text = build_scan(p, configure_embedding(p, get_target("h200")).schedule, k)
+        params = parse(text, kernel_name("scan"))[0]
+        buffers = {name.lstrip("%"): np.zeros(int(ty.split("<")[1].split("x")[0]), np.float32) for name, ty in params}
+        counts = rng.integers(0, 64, sp.entries).astype(np.float32)
+        buffers["counts"][:sp.entries] = counts
+        run_kernel(text, kernel_name("scan"), (1, 1, 1), sp.scan_threads, 4 * 32, buffers)
+        assert np.array_equal(buffers["counts"][:sp.entries], np.concatenate([[0], np.cumsum(counts)[:-1]])), k
+
+
 def test_gpt_tiny_gathers_and_scatters_run_on_embedding_kernels_and_iota_is_folded():
     from nova.kernels.embedding import EmbeddingProblem as P
     _, planned = _gpt_tiny_planned()

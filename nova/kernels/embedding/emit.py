@@ -12,8 +12,9 @@ pass 0 reads the indices and their positions, later passes the previous pass's k
 integer atomics: the counts are exact whatever the order) and writes them to column ``t`` of the
 [digit, tile] table.  ``scan``: one CTA; thread ``s`` adds ``per_thread`` consecutive counts, a warp
 shuffle scan and one shared word per warp give its exclusive prefix, and a second walk writes the
-exclusive sums in place (from the counts the first walk loaded, kept in registers: reloading each after
-the store before it made the walk one L2 round trip per count, 7.6 us a scan in run 40 of 2026-12-04).  ``scatter``: CTA ``t`` ranks each key among the equal digits before it in its
+exclusive sums in place (from the counts the first walk loaded, kept in registers: reloading each
+after the store before it made the walk one L2 round trip per count, 7.6 us a scan in run 40 of
+2026-12-04).  ``scatter``: CTA ``t`` ranks each key among the equal digits before it in its
 tile: within the warp from ``match.any.sync`` (the lanes with the same digit) and ``%lanemask_lt``, across
 the warps from per-warp digit counts in shared memory (the group's first lane writes its size); the key
 and its position go to offset[digit, t] + rank.  Equal digits keep their order: the sort is stable, and
