@@ -48,7 +48,8 @@ def test_tensors_without_a_view_chain():
     assert is_contiguous((2, 1, 3), (3, 99, 1)) and not is_contiguous((2, 3), (1, 2))
 
 
-def _tiny_backward(monkeypatch):
+@pytest.fixture
+def tiny_backward(monkeypatch):
     """GPT-tiny through the backend (executor on the CPU): the backward's FX graph, its
     CompiledGraph and the arguments AOTAutograd passed it (kept alive here).  Every saved storage is
     read in place (``STAGED_BYTES`` 0: GPT-tiny's would all be small enough to be copied)."""
@@ -79,25 +80,6 @@ def _tiny_backward(monkeypatch):
     return seen
 
 
-@pytest.fixture
-def tiny_backward(monkeypatch):
-    return _tiny_backward(monkeypatch)
-
-
-def test_a_value_saved_twice_is_one_input(monkeypatch):
-    """AOTAutograd's default partition saves the log-probabilities twice (the value and its detach):
-    the handoff merges the duplicate into one input (the backend partitions with the min-cut, which
-    saves it once; another partition must still be handed over right)."""
-    from functorch.compile import default_partition
-    monkeypatch.setattr(dynamo, "partition", default_partition)
-    seen = _tiny_backward(monkeypatch)
-    plan: InputPlan = seen["graph"].inputs
-    names = [n.name for n in seen["gm"].graph.nodes if n.op == "placeholder"]
-    logp, detach = names.index("_log_softmax"), names.index("detach_2")
-    assert plan.duplicates[logp] == [detach] and ("arg", detach) not in plan.sources
-    assert plan.sources.index(("arg", logp)) in plan.donated
-
-
 def test_the_backward_reads_each_storage_once(tiny_backward):
     plan: InputPlan = tiny_backward["graph"].inputs
     gm = tiny_backward["gm"]
@@ -105,8 +87,8 @@ def test_the_backward_reads_each_storage_once(tiny_backward):
     storages = [s for s in plan.sources if s[0] == "storage"]
     qkv = [s for _, s in storages if {names[m.arg] for m in s.members} >= {"transpose", "transpose_1", "transpose_2"}]
     assert len(qkv) == 1 and qkv[0].length == 32 * 96                   # one input for q, k and v
-    logp = names.index("_log_softmax")
-    assert not plan.duplicates                                            # the min-cut saves each value once
+    logp, detach = names.index("_log_softmax"), names.index("detach_2")
+    assert plan.duplicates[logp] == [detach] and ("arg", detach) not in plan.sources
     k = plan.sources.index(("arg", logp))
     assert k in plan.donated and k in plan.in_place                       # the backward may overwrite logp
     tangent = plan.sources.index(("arg", names.index("tangents_1")))

@@ -5,7 +5,7 @@
 
 Dynamo captures the user's Python into FX graphs; AOTAutograd (``aot_autograd`` with Nova's
 frontend decompositions) turns each into a functional ATen forward graph and, for training, a
-backward graph (partitioned as Inductor partitions them: ``partition``).  Each graph is
+backward graph (the default partition: the forward saves what the backward reads).  Each graph is
 lowered by Nova's frontend (``nova.frontend.lower``: the same table ``nova.compile`` uses), then run:
 
 * CPU: the IR reference interpreter (``nova.ir.interpreter``; ``options={"engine": "executor"}``
@@ -84,24 +84,16 @@ class BackendOptions:
 def nova_backend(gm: torch.fx.GraphModule, example_inputs, *, options: dict | None = None, mode=None):
     """The TorchDynamo backend (``backend="nova"``, registered under the ``torch_dynamo_backends``
     entry point): AOTAutograd with Nova compiling the forward, backward and inference graphs."""
+    from functorch.compile import default_partition
     from torch._dynamo.backends.common import aot_autograd
     settings = BackendOptions.from_dict(options)
     compiler = functools.partial(compile_graph, settings=settings)
     backend = aot_autograd(fw_compiler=functools.partial(compiler, part="forward"),
                            bw_compiler=functools.partial(compiler, part="backward"),
                            inference_compiler=functools.partial(compiler, part="inference"),
-                           decompositions=decompositions(), partition_fn=partition,
+                           decompositions=decompositions(), partition_fn=default_partition,
                            keep_inference_input_mutations=False)
     return backend(gm, example_inputs)
-
-
-def partition(joint_module, joint_inputs, **kwargs):
-    """How AOTAutograd splits the joint graph into forward and backward: Inductor's min-cut
-    partition (``min_cut_rematerialization_partition``), which saves the fewest bytes for the backward
-    and recomputes cheap pointwise ops there instead (AOTAutograd's default saves every value the
-    backward reads: at GPT-42M batch 4 x 256 that held 1.56x Inductor's activations)."""
-    from functorch.compile import min_cut_rematerialization_partition
-    return min_cut_rematerialization_partition(joint_module, joint_inputs, **kwargs)
 
 
 def decompositions() -> dict:

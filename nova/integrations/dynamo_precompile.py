@@ -145,6 +145,7 @@ def plan_dynamo(model, example_inputs, target, training: bool = True) -> DynamoP
     """Trace ``model(*example_inputs)`` (and, training, its backward) through Dynamo and AOTAutograd
     as ``nova_backend`` does, on meta copies, and plan each graph for ``target`` as the CUDA path
     does.  ``target``: a ``GPUModel``."""
+    from functorch.compile import default_partition
     from torch._dynamo.backends.common import aot_autograd
     from nova.integrations import dynamo
     sm = int(str(target.arch).removeprefix("sm_").rstrip("a"))
@@ -166,7 +167,7 @@ def plan_dynamo(model, example_inputs, target, training: bool = True) -> DynamoP
         return aot_autograd(fw_compiler=functools.partial(compiler, part="forward"),
                             bw_compiler=functools.partial(compiler, part="backward"),
                             inference_compiler=functools.partial(compiler, part="inference"),
-                            decompositions=dynamo.decompositions(), partition_fn=dynamo.partition,
+                            decompositions=dynamo.decompositions(), partition_fn=default_partition,
                             keep_inference_input_mutations=False)(gm, example)
 
     cpu_model, cpu_inputs = _on_cpu(model, example_inputs)
