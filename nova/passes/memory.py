@@ -623,7 +623,9 @@ def validate_memory_plan(graph: Graph, groups: list[Group], plan: MemoryPlan) ->
     out-of-arena buffer, two buffers live at the same time that overlap (other than a declared
     in-place reuse at the node where the old value dies, read element for element), a launch workspace
     on bytes a value or another workspace holds during its group's launch, an alias that
-    does not describe its view, or a donation whose input is still read afterwards.  Liveness is
+    does not describe its view, a donation whose input is still read afterwards, or a launch that
+    writes bytes it also reads through another index map (its threads would race: one writes an
+    element another has yet to read; checked on the element addresses themselves).  Liveness is
     re-derived here from the graph, the groups and the plan's storage decisions, not taken from the plan."""
     layouts = layout_analysis.analyze(graph, plan.storage)
     order = [n for g in groups for n in g.nodes]
@@ -738,3 +740,54 @@ def validate_memory_plan(graph: Graph, groups: list[Group], plan: MemoryPlan) ->
         if need[x][1] == write:
             assert elementwise_reader(v.producer, x, v, layouts), \
                 f"output {j} overwrites input {i} while {v.producer.op} still reads it in another layout"
+
+    for k, g in enumerate(groups):                     # no launch reads, through another index map, what it writes
+        if g.kernel == "none":
+            continue
+        for out in g.outputs:
+            written = _elements(plan, out)
+            for x in g.inputs:
+                read = _elements(plan, x)
+                if written is None or read is None or written[0] != read[0] or written[1:] == read[1:]:
+                    continue                           # apart, or read element for element where it is written
+                assert not _overlap(written, read), \
+                    f"group {k} ({'+'.join(n.op for n in g.nodes)}) writes {out} over elements of {x} " \
+                    f"that it reads elsewhere ({layouts[out].describe()} over {layouts[x].describe()})"
+
+
+def _elements(plan: MemoryPlan, v: Value):
+    """``(storage, first byte, element bytes, shape, strides)`` of where ``v`` lies (storage: "arena" or an
+    input's index), or None for a value with no storage of its own (fused)."""
+    p = plan[v]
+    root, view = (p.alias_of, p.view) if p.kind == "alias" else (v, p.view)
+    rp = plan[root]
+    if rp.kind not in ("arena", "external"):
+        return None
+    start = rp.offset if rp.kind == "arena" else 0
+    shape = view.shape if view is not None else tuple(v.shape)
+    strides = view.strides if view is not None else layout_analysis.contiguous_strides(tuple(v.shape))
+    offset = view.offset if view is not None else 0
+    item = v.type.itemsize
+    return ("arena" if rp.kind == "arena" else rp.input_index), start + offset * item, item, tuple(shape), tuple(strides)
+
+
+def _overlap(a, b) -> bool:
+    """Whether two strided element sets (``_elements``) share a byte: byte intervals first, then the exact
+    element addresses (numpy) when the intervals meet."""
+    def bounds(w):
+        _, first, item, shape, strides = w
+        low = first + item * sum(s * (n - 1) for n, s in zip(shape, strides) if s < 0)
+        high = first + item * (1 + sum(s * (n - 1) for n, s in zip(shape, strides) if s > 0))
+        return low, high
+    (a0, a1), (b0, b1) = bounds(a), bounds(b)
+    if a1 <= b0 or b1 <= a0:
+        return False
+    import numpy as np
+
+    def addresses(w):
+        _, first, item, shape, strides = w
+        at = np.zeros(1, dtype=np.int64)
+        for n, s in zip(shape, strides):
+            at = (at[:, None] + np.arange(n, dtype=np.int64)[None, :] * s).reshape(-1)
+        return np.unique(first + at * item)
+    return bool(np.intersect1d(addresses(a), addresses(b), assume_unique=True).size)
