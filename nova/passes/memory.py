@@ -773,7 +773,7 @@ def _elements(plan: MemoryPlan, v: Value):
 
 def _overlap(a, b) -> bool:
     """Whether two strided element sets (``_elements``) share a byte: byte intervals first, then the exact
-    element addresses (numpy) when the intervals meet."""
+    byte addresses (numpy) when the intervals meet."""
     def bounds(w):
         _, first, item, shape, strides = w
         low = first + item * sum(s * (n - 1) for n, s in zip(shape, strides) if s < 0)
@@ -784,10 +784,10 @@ def _overlap(a, b) -> bool:
         return False
     import numpy as np
 
-    def addresses(w):
+    def addresses(w):                                  # every byte of every element
         _, first, item, shape, strides = w
         at = np.zeros(1, dtype=np.int64)
         for n, s in zip(shape, strides):
             at = (at[:, None] + np.arange(n, dtype=np.int64)[None, :] * s).reshape(-1)
-        return np.unique(first + at * item)
+        return np.unique((first + at * item)[:, None] + np.arange(item, dtype=np.int64)[None, :])
     return bool(np.intersect1d(addresses(a), addresses(b), assume_unique=True).size)
