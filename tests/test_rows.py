@@ -438,3 +438,17 @@ def test_the_fused_loss_kernel_computes_what_the_two_kernels_did_bit_for_bit(row
     assert not np.isnan(fused["dlogits"]).any() and fused["loss"].tobytes() == pair["loss"].tobytes()
     assert fused["dlogits"].tobytes() == pair["dlogits"].tobytes()
     assert (fused["dlogits"].reshape(rows, n)[1] == 0).all()     # the ignored row's gradient
+
+
+def test_the_final_sum_spreads_its_columns_over_as_many_ctas_as_its_lanes_allow():
+    """The partials are read from L2 at each SM's share of its bandwidth: LayerNorm's backward at 16384 x
+    512 reads its 528 partial rows with 4-byte lanes over 64 CTAs (16-byte lanes: 16 CTAs, 0.5 us slower
+    on the H200), and the prediction falls with the busiest SM's bytes."""
+    from nova.hwmodel import get_target
+    cfg = configure_rows(cli_problem("layer_norm", 16384, 512, "f32", backward=True), get_target("h200"))
+    f = cfg.schedule.partials
+    assert (f.partials, f.final_vec, f.final_threads_cols, f.final_grid) == (528, 1, 8, 64)
+    assert any(step.step == "final vector width" for step in cfg.derivation)
+    wide = cli_problem("layer_norm", 16384, 8192, "f32", backward=True)
+    assert configure_rows(wide, get_target("h200")).schedule.partials.final_grid >= get_target("h200").sm_count
+
