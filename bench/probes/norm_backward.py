@@ -3,7 +3,7 @@ the weight/bias gradients summed in the row kernel's pass, each kernel timed by 
 (the row kernel and ``partials_final`` apart), with the configured schedule and with variants of its
 partial sums: the final sum over more CTAs (one f32 a lane: 64 CTAs where the configured 16-byte
 lanes give 16), the row kernel with half the partial rows (two CTAs an SM, each walking twice the
-row groups) and with twice them (two waves of CTAs, each walking half the row groups: a CTA that
+row groups) and with two and four times them (as many waves of CTAs, each walking a part of the row groups: a CTA that
 finishes early makes room for another, where one wave's SMs wait for the slowest).  Beside it, for reference, the read-only bias sum of a [16384, 1536] f32 (GPT-42M's QKV
 bias gradient), and ATen's copy of the row bytes.
 
@@ -48,11 +48,12 @@ def variants(gpu):
                                     final_threads_rows=tr)
         row = dataclasses.replace(s.row, grid=half)
         out.append((p, dataclasses.replace(s, partials=fewer, row=row), f"{half} partial rows (2 CTAs an SM)"))
-        twice = 2 * pt.partials
-        more = partials_tile(p, twice, s.row.rows_per_cta, Derivation(), gpu)
-        more = dataclasses.replace(more, groups_per_cta=-(-p.rows // s.row.rows_per_cta // twice))
-        out.append((p, dataclasses.replace(s, partials=more, row=dataclasses.replace(s.row, grid=twice)),
-                    f"{twice} partial rows (two waves of CTAs)"))
+        for waves in (2, 4):
+            many = waves * pt.partials
+            more = partials_tile(p, many, s.row.rows_per_cta, Derivation(), gpu)
+            more = dataclasses.replace(more, groups_per_cta=-(-p.rows // s.row.rows_per_cta // many))
+            out.append((p, dataclasses.replace(s, partials=more, row=dataclasses.replace(s.row, grid=many)),
+                        f"{many} partial rows ({waves} waves of CTAs)"))
     return out
 
 
