@@ -76,23 +76,13 @@ def run(out_path):
     import torch
     from torch.profiler import ProfilerActivity, profile
     from nova.hwmodel import get_target
-    from nova.kernels.role_launch import RoleLauncher
-    from nova.kernels.rows import abi
-    from nova.kernels.rows.launch import _compile_module
+    from rows_launch import launchable
     gpu = get_target("h200")
     rows = []
     for p, s, u, chosen in variants(gpu):
-        launcher = RoleLauncher(lambda problem, target, s=s: s, _compile_module, abi)
-        r = launcher.resolve(p)
         t = {o.name: torch.randn(p.rows, p.n, device="cuda") if o.layout == "row" else torch.zeros(p.n, device="cuda")
              for o in p.inputs + p.outputs}
-        ws = torch.empty(max(1, r.workspace_bytes // 4), device="cuda")
-        stream = torch.cuda.current_stream().cuda_stream
-        calls = launcher.launch_args(r, {k: v.data_ptr() for k, v in t.items()}, ws.data_ptr())
-
-        def once():
-            for kernel, args in calls:
-                kernel.launch(args, stream)
+        once = launchable(p, s, t)
         ref = [torch.randn(p.rows, p.n, device="cuda") for _ in range(len(p.inputs) + 1)]
         copy = (lambda: torch.add(ref[0], ref[1], out=ref[2])) if len(p.inputs) == 2 else (lambda: ref[1].copy_(ref[0]))
         for _ in range(5):

@@ -69,25 +69,14 @@ def build():
 
 def _launchable(p, s):
     import torch
-    from nova.kernels.role_launch import RoleLauncher
-    from nova.kernels.rows import abi
-    from nova.kernels.rows.launch import _compile_module
-    launcher = RoleLauncher(lambda problem, target, s=s: s, _compile_module, abi)
-    r = launcher.resolve(p)
+    from rows_launch import launchable
     t = {}
     for o in p.inputs + p.outputs:
         shape = (p.rows, p.n) if o.layout == "row" else (p.n,) if o.layout == "col" else (p.rows,)
         t[o.name] = torch.randn(shape, device="cuda")
     if "rstd" in t:
         t["rstd"] = t["rstd"].abs() + 0.5
-    ws = torch.empty(max(1, r.workspace_bytes // 4), device="cuda")
-    stream = torch.cuda.current_stream().cuda_stream
-    calls = launcher.launch_args(r, {k: v.data_ptr() for k, v in t.items()}, ws.data_ptr())
-
-    def once():
-        for kernel, args in calls:
-            kernel.launch(args, stream)
-    return once, t
+    return launchable(p, s, t), t
 
 
 def run(out_path):

@@ -1,0 +1,23 @@
+"""A rows problem launched with a given schedule (the probes' variants), outside any plan: its
+kernels resolved from the kernel cache for that schedule, launched with bare pointers on torch's
+current stream.  Device only (``NOVA_OFFLINE=1``: the probe's build mode compiled them on a host)."""
+
+
+def launchable(p, s, tensors: dict):
+    """``once()``, launching ``p``'s kernels under schedule ``s`` over ``tensors`` (operand name -> CUDA
+    tensor; a workspace is allocated here and kept by the closure)."""
+    import torch
+    from nova.kernels.role_launch import RoleLauncher
+    from nova.kernels.rows import abi
+    from nova.kernels.rows.launch import _compile_module
+    launcher = RoleLauncher(lambda problem, target, s=s: s, _compile_module, abi)
+    r = launcher.resolve(p)
+    workspace = torch.empty(max(1, r.workspace_bytes // 4), device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    calls = launcher.launch_args(r, {k: v.data_ptr() for k, v in tensors.items()}, workspace.data_ptr())
+
+    def once():
+        for kernel, args in calls:
+            kernel.launch(args, stream)
+    once.workspace = workspace          # kept alive as long as the launches that write it
+    return once
