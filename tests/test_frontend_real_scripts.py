@@ -429,6 +429,61 @@ def test_one_function_that_steps_every_kth_call():
     assert compiled.cache_size <= 4 and compiled.stats.cache_hits >= 4
 
 
+def test_a_checkpoint_loaded_into_the_same_objects_mid_training_is_what_the_next_step_reads():
+    """``model.load_state_dict`` / ``opt.load_state_dict`` between calls (a rollback to an earlier
+    checkpoint): the optimizer's state tensors are new objects with the same shapes, so the step keeps
+    its capture and reads the loaded values (steps counted from the checkpoint's), as eager does."""
+    model = mlp()
+    reference = copy.deepcopy(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ref_opt = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+
+    def train_step(model, opt):
+        def step(x, y):
+            loss = regression(model, x, y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss
+        return step
+    compiled, eager = nova.compile(train_step(model, opt)), train_step(reference, ref_opt)
+    for i in range(3):
+        compiled(*data(i)), eager(*data(i))
+    checkpoint = copy.deepcopy((reference.state_dict(), ref_opt.state_dict()))
+    for i in range(3, 5):
+        compiled(*data(i)), eager(*data(i))
+    for m, o in ((model, opt), (reference, ref_opt)):       # each its own copy: load_state_dict shares tensors
+        m.load_state_dict(copy.deepcopy(checkpoint[0]))
+        o.load_state_dict(copy.deepcopy(checkpoint[1]))
+    for i in range(5, 8):
+        assert relative(compiled(*data(i)), eager(*data(i))) < 1e-10
+        assert_same_training_state(model, reference, opt, ref_opt)
+    assert float(opt.state[next(model.parameters())]["step"]) == 6.0 and compiled.stats.captures == 1
+
+
+def test_a_grad_scaler_step_is_one_line_naming_the_host_read():
+    """fp16 loss scaling (``torch.amp.GradScaler``) skips the update on a non-finite gradient by reading
+    it on the host: a data-dependent branch a captured step cannot hold, refused in one line before any
+    state is touched (bf16 autocast needs no scaler)."""
+    model = mlp().float()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    before = [p.detach().clone() for p in model.parameters()]
+
+    def step(x, y):
+        loss = regression(model, x, y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad()
+        return loss
+    x, y = data(0)
+    with pytest.raises(nova.NovaUnsupportedError, match="data-dependent") as info:
+        nova.compile(step)(x.float(), y.float())
+    assert "\n" not in str(info.value)
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))
+
+
 # ====================================================================== mixed precision
 def gpt_tiny():
     import dataclasses
