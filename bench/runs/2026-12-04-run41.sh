@@ -1,9 +1,10 @@
 #!/bin/bash
-# Device run 41 of 2026-12-04: after the race fix, the final sums over more CTAs, the embedding scan and
-# the backend's min-cut partition: the GPU tests (run 31's set, the deterministic Llama test among them),
-# every launch of GPT-42M and Llama-42M timed one by one, GPT-42M's step against torch.compile in the
-# same call, two more Llama-42M 200-step curves (Nova's default), the norm backward probe (now with two
-# waves of partial rows) and the read-only DRAM ceiling (bench/probes/read_ceiling.py).
+# Device run 41 of 2026-12-04: after the race fix, the final sums over more CTAs and the embedding scan:
+# the GPU tests (run 31's set and the embedding file; the two Llama-42M tests among them), every launch
+# of GPT-42M and Llama-42M timed one by one, GPT-42M's step against torch.compile in the same call, two
+# more Llama-42M 200-step curves (Nova's default) and a third eager one (the envelope), the norm backward
+# probe (with two and four waves of partial rows) and the read-only DRAM ceiling (read_ceiling.py).
+# Two calls: `bash ...run41.sh tests`, then `bash ...run41.sh rest` (each returns its own run41.tgz).
 # Host first: bash bench/runs/2026-12-04-run4-build.sh all; nova precompile train gpt144m --batch 16;
 # NOVA_DETERMINISTIC=1 nova precompile train llama42m / gpt42m --batch 32; the probe's build mode.
 tar xzf .nova-cache.tgz
