@@ -74,10 +74,14 @@ def _last_axis(node: Node) -> bool:
     return node.attrs["axis"] % rank == rank - 1
 
 
+def loss_attrs(node: Node) -> dict:
+    """A loss node's ``reduction`` and ``ignore_index``, the IR's defaults (mean, -100) filled in."""
+    return {"reduction": node.attrs.get("reduction", "mean"), "ignore_index": int(node.attrs.get("ignore_index", -100))}
+
+
 def same_loss_attrs(a: Node, b: Node) -> bool:
-    """The same ``reduction`` and ``ignore_index`` (IR defaults: mean, -100)."""
-    return a.attrs.get("reduction", "mean") == b.attrs.get("reduction", "mean") and \
-        int(a.attrs.get("ignore_index", -100)) == int(b.attrs.get("ignore_index", -100))
+    """The same ``reduction`` and ``ignore_index`` (``loss_attrs``)."""
+    return loss_attrs(a) == loss_attrs(b)
 
 
 def find(graph: Graph) -> list[Match]:

@@ -20,7 +20,7 @@ import math
 
 from nova.kernels.rows.problem import FLOAT_DTYPES, Operand, RowsProblem, RowsProblemError
 from nova.kernels.rows.prologue import OPS, Prologue
-from nova.passes.cross_entropy import same_loss_attrs
+from nova.passes.cross_entropy import loss_attrs, same_loss_attrs
 from nova.passes.layout import contiguous_strides, merged_batch_stride
 
 COMPOSITES = ("layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward", "softmax", "log_softmax", "softmax_backward",
@@ -205,7 +205,7 @@ def _composite(node, outputs, layouts, sources=None, results=None):
     elif op == "cross_entropy":
         ins = [row("logits", x), vec("target", node.inputs[1], "per_row")]
         res = [("loss", node.outputs[0]), ("lse", node.outputs[1])]
-        attrs = {"reduction": a.get("reduction", "mean"), "ignore_index": int(a.get("ignore_index", -100))}
+        attrs = loss_attrs(node)
         if node.outputs[0] not in outs:
             raise NotRows("the loss is read by nothing")
     else:
@@ -213,7 +213,7 @@ def _composite(node, outputs, layouts, sources=None, results=None):
         ins = [vec("dloss", dloss, "scalar"), row("logits", x), vec("target", target, "per_row"),
                vec("lse", lse, "per_row")]
         res = [("dlogits", node.outputs[0])]
-        attrs = {"reduction": a.get("reduction", "mean"), "ignore_index": int(a.get("ignore_index", -100))}
+        attrs = loss_attrs(node)
     written = []
     for name, v in res:
         if results.get(v, v) not in outs:
@@ -264,8 +264,7 @@ def _forward_backward(forward, backward, nodes, outputs, layouts):
     unwritten = [v for v in outputs if v not in names.values()]
     if unwritten:
         raise NotRows(f"{unwritten[0].type} is read outside the group and the kernel does not write it")
-    attrs = {"reduction": forward.attrs.get("reduction", "mean"), "ignore_index": int(forward.attrs.get("ignore_index", -100))}
-    return RowsProblem("cross_entropy_forward_backward", rows, n, ins, tuple(written), attrs), names
+    return RowsProblem("cross_entropy_forward_backward", rows, n, ins, tuple(written), loss_attrs(forward)), names
 
 
 def _reduction(nodes, inputs, outputs, layouts):
