@@ -744,10 +744,10 @@ def validate_memory_plan(graph: Graph, groups: list[Group], plan: MemoryPlan) ->
     for k, g in enumerate(groups):                     # no launch reads, through another index map, what it writes
         if g.kernel == "none":
             continue
+        reads = [(x, _elements(plan, x)) for x in g.inputs]
         for out in g.outputs:
             written = _elements(plan, out)
-            for x in g.inputs:
-                read = _elements(plan, x)
+            for x, read in reads:
                 if written is None or read is None or written[0] != read[0] or written[1:] == read[1:]:
                     continue                           # apart, or read element for element where it is written
                 assert not _overlap(written, read), \
