@@ -109,14 +109,19 @@ def test_a_learning_rate_schedule_replays_one_cuda_graph_and_matches_eager():
     assert diff < 0.05 * moved, (diff, moved)
 
 
+def _llama42m_with_adamw(torch):
+    """Llama-42M from seed 0 on the GPU and its AdamW, as the benchmark builds them."""
+    from nova.bench.train import ADAMW, build_torch_model, model_config
+    model = build_torch_model(model_config("llama42m"), 0).cuda()
+    return model, torch.optim.AdamW(model.parameters(), **ADAMW)
+
+
 def _one_llama_step(torch, batch_tokens):
     """Llama-42M from seed 0, one AdamW step of the benchmark's training step compiled: its parameters
     and AdamW moments afterwards, by name."""
     import nova
-    from nova.bench.train import ADAMW, build_torch_model, model_config
     from nova.models import make_train_step
-    model = build_torch_model(model_config("llama42m"), 0).cuda()
-    opt = torch.optim.AdamW(model.parameters(), **ADAMW)
+    model, opt = _llama42m_with_adamw(torch)
     nova.compile(make_train_step(model, opt))(*batch_tokens)
     return {name: [p.detach().clone(), opt.state[p]["exp_avg"].clone(), opt.state[p]["exp_avg_sq"].clone()]
             for name, p in model.named_parameters()}
@@ -129,7 +134,7 @@ def test_llama42m_deterministic_step_repeats_bit_for_bit_and_matches_eager(monke
     key projection's: TF32 attention's dK against eager's FP32 SDPA).  A kernel writing its result over an
     input other threads still read (a race) fails the first at this size."""
     torch = pytest.importorskip("torch")
-    from nova.bench.train import ADAMW, build_torch_model, model_config, token_batches
+    from nova.bench.train import token_batches
     monkeypatch.setenv("NOVA_DETERMINISTIC", "1")
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     tokens = torch.from_numpy(token_batches(32768, 32, 512, 1, 3)).cuda()[0]
@@ -137,8 +142,7 @@ def test_llama42m_deterministic_step_repeats_bit_for_bit_and_matches_eager(monke
     first, second = _one_llama_step(torch, batch_tokens), _one_llama_step(torch, batch_tokens)
     parted = [name for name in first if any(not torch.equal(a, b) for a, b in zip(first[name], second[name]))]
     assert not parted, f"{len(parted)} parameters differ between two runs, the last {parted[-1]}"
-    twin = build_torch_model(model_config("llama42m"), 0).cuda()
-    opt = torch.optim.AdamW(twin.parameters(), **ADAMW)
+    twin, opt = _llama42m_with_adamw(torch)
     twin(*batch_tokens).backward()
     opt.step()
     worst = max((_rel(first[name][1], opt.state[p]["exp_avg"]), name) for name, p in twin.named_parameters())
@@ -152,13 +156,12 @@ def test_llama42m_adamw_steps_match_eager():
     from the second step)."""
     torch = pytest.importorskip("torch")
     import nova
-    from nova.bench.train import ADAMW, build_torch_model, model_config, token_batches
+    from nova.bench.train import token_batches
     from nova.models import make_train_step
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    model, twin = (build_torch_model(model_config("llama42m"), 0).cuda() for _ in range(2))
-    opts = [torch.optim.AdamW(m.parameters(), **ADAMW) for m in (model, twin)]
+    (model, opt), (twin, twin_opt) = _llama42m_with_adamw(torch), _llama42m_with_adamw(torch)
     start = [p.detach().clone() for p in twin.parameters()]
-    step, ref = nova.compile(make_train_step(model, opts[0])), make_train_step(twin, opts[1])
+    step, ref = nova.compile(make_train_step(model, opt)), make_train_step(twin, twin_opt)
     tokens = torch.from_numpy(token_batches(32768, 32, 512, 4, 5)).cuda()
     for batch in tokens:
         idx, targets = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
