@@ -11,17 +11,15 @@ import dataclasses
 import torch
 
 from nova.kernels.rows import cli_problem
-from nova.kernels.rows.launch import launch_args, resolve, schedule_for
+from nova.kernels.rows.launch import schedule_for
 
 ROWS, N, IGNORE = 8192, 32768, -100
 
 
 def run(problem, tensors):
-    r = resolve(problem)
-    ws = torch.zeros(max(1, r.workspace_bytes // 4), device="cuda")
-    stream = torch.cuda.current_stream().cuda_stream
-    for kernel, args in launch_args(r, {k: v.data_ptr() for k, v in tensors.items()}, ws.data_ptr()):
-        kernel.launch(args, stream)
+    from nova.hwmodel import get_target
+    from rows_launch import launchable
+    launchable(problem, schedule_for(problem, get_target("h200")), tensors)()
     torch.cuda.synchronize()
 
 
