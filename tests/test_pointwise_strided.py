@@ -207,6 +207,28 @@ def test_llama_tiny_first_step_loss_and_every_gradient_match_eager():
     assert program.plan.assembled and "concat" not in launched
 
 
+def test_llama_tiny_adamw_steps_through_the_executor_track_eager():
+    """Sixty AdamW steps of Llama-tiny through the executor (the plan's arena, in-place results and
+    donations on CPU) against eager: every loss and the final parameters to float32 rounding."""
+    import copy
+    import nova
+    from nova.models import make_train_step
+    from nova.models.llama import Llama
+    model = Llama("tiny", seed=0)
+    twin = copy.deepcopy(model)
+    opts = [torch.optim.AdamW(m.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1) for m in (model, twin)]
+    step, ref = nova.compile(make_train_step(model, opts[0]), backend="executor"), make_train_step(twin, opts[1])
+    gen = torch.Generator().manual_seed(1)
+    vocab = model.config.vocab_size
+    for _ in range(60):
+        idx, targets = torch.randint(0, vocab, (4, 16), generator=gen), torch.randint(0, vocab, (4, 16), generator=gen)
+        loss, expected = step(idx, targets), ref(idx, targets)
+        assert rel_error(loss.detach(), expected.detach()) < 1e-5
+    assert step.stats.captures == 1
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        assert rel_error(p.detach(), q.detach()) < 1e-5, name
+
+
 def test_explain_llama_before_and_after(monkeypatch):
     """``explain train llama42m`` (small batch): with the pointwise storage rules no concat launches
     (without them each is one Nova pointwise kernel of its own), the dq/dk head-merge copies are gone,
