@@ -375,15 +375,15 @@ def test_hopper_run_preps_b_and_memoises_tensor_maps(fake_gpu, monkeypatch):
     hop = tma.HopperGemm(art, schedule, fake_gpu.device, "gemm 64x48x32 tf32 NN -> f32")
     hop.workspaces[5] = {"b": 0xB0000}                        # what workspace(5) would allocate
     for a_ptr in (0x10000, 0x10000, 0x11000):
-        hop.run(a_ptr, 0x20000, 0x30000, None, 5)
-    hop.run(0x10000, 0x20000, 0x30000, 0x40000, 5, skip_prep=True)
+        hop.run(a_ptr, 0x20000, 0x30000, (), 5)
+    hop.run(0x10000, 0x20000, 0x30000, (0x40000,), 5, skip_prep=True)
     assert hop.preps["b"].launches == [((0x20000, 0xB0000), 5)] * 3
     assert hop.main.launches == [((0x10008, 0xB0008, 0x30000), 5), ((0x10008, 0xB0008, 0x30000), 5),
                                  ((0x11008, 0xB0008, 0x30000), 5), ((0x10008, 0xB0008, 0x30000, 0x40000), 5)]
     assert encoded == [(0xB0000, "tf32", 48, 32, 64, 32), (0x10000, "tf32", 64, 32, 128, 32),
                        (0x11000, "tf32", 64, 32, 128, 32)]                     # B's: once per stream
     hop.workspaces[6] = {"b": 0xC0000}                        # another stream: its own workspace and map
-    hop.run(0x10000, 0x20000, 0x30000, None, 6)
+    hop.run(0x10000, 0x20000, 0x30000, (), 6)
     assert hop.preps["b"].launches[-1] == ((0x20000, 0xC0000), 6)
     assert hop.main.launches[-1] == ((0x10008, 0xC0008, 0x30000), 6)
 
@@ -403,7 +403,7 @@ def test_hopper_tma_store_passes_cs_tensor_map_memoised_per_pointer(fake_gpu, mo
     schedule = hopper_schedule((64, 32, 128, 32), (48, 32, 64, 32), box_c=(64, 32), vector_c=4)
     hop = tma.HopperGemm(art, schedule, fake_gpu.device, "gemm 64x48x32 tf32 NT +bias -> f32")
     for c_ptr in (0x30000, 0x30000, 0x31000):
-        hop.run(0x10000, 0x20000, c_ptr, 0x40000, 5)
+        hop.run(0x10000, 0x20000, c_ptr, (0x40000,), 5)
     assert hop.main.launches == [((0x10008, 0x20008, 0x30008, 0x40000), 5)] * 2 + [((0x10008, 0x20008, 0x31008, 0x40000), 5)]
     assert encoded == [(0x10000, "tf32", 64, 32, 128, 32), (0x20000, "tf32", 48, 32, 64, 32),
                        (0x30000, "f32", 64, 48, 64, 32), (0x31000, "f32", 64, 48, 64, 32)]   # C's: once per pointer
@@ -496,10 +496,10 @@ def test_hopper_release_frees_workspaces_and_forgets_stream_plans(fake_gpu, monk
     art.meta["prep_kernels"] = {"b": make_artifact(params=("src", "dst")).to_dict()}
     schedule = hopper_schedule((64, 32, 128, 32), (48, 32, 64, 32), prep="b")
     hop = tma.HopperGemm(art, schedule, fake_gpu.device, "gemm 64x48x32 tf32 NN -> f32")
-    hop.run(0x10000, 0x20000, 0x30000, None, 5)
+    hop.run(0x10000, 0x20000, 0x30000, (), 5)
     hop.release()
     assert freed == [0xB0000] and hop.workspaces == {}
-    hop.run(0x10000, 0x20000, 0x30000, None, 5)
+    hop.run(0x10000, 0x20000, 0x30000, (), 5)
     assert hop.preps["b"].launches == [((0x20000, 0xB0000), 5), ((0x20000, 0xD0000), 5)]
     assert hop.main.launches[-1] == ((0x10008, 0xD0008, 0x30000), 5)
 
@@ -526,8 +526,8 @@ def test_hopper_split_k_workspace_runs_the_gemm_then_the_reduction(fake_gpu, mon
     art.meta.update(problem={"M": 64, "N": 48, "K": 32}, prep_kernels={},
                     reduce_kernel=make_artifact(params=("W", "C", "bias")).to_dict())
     hop = tma.HopperGemm(art, schedule, fake_gpu.device, "gemm 64x48x32 bf16 NN +bias -> bf16")
-    hop.run(0x10000, 0x20000, 0x30000, 0x40000, 5)
-    hop.run(0x10000, 0x20000, 0x31000, 0x40000, 5)
+    hop.run(0x10000, 0x20000, 0x30000, (0x40000,), 5)
+    hop.run(0x10000, 0x20000, 0x31000, (0x40000,), 5)
     assert allocated == [4 * 64 * 48 * 4]                     # one workspace per stream, split x M x N x f32
     assert hop.main.launches == [((0x10008, 0x20008, 0xE0000), 5)] * 2
     assert hop.reduce.launches == [((0xE0000, 0x30000, 0x40000), 5), ((0xE0000, 0x31000, 0x40000), 5)]
@@ -549,7 +549,7 @@ def test_hopper_stream_k_runs_the_gemm_into_c_and_the_workspace_then_the_reducti
     art.meta.update(problem={"M": 256, "N": 128, "K": 3200}, prep_kernels={},
                     reduce_kernel=make_artifact(params=("W", "C", "bias")).to_dict())
     hop = tma.HopperGemm(art, schedule, fake_gpu.device, "gemm 256x128x3200 bf16 NN +bias -> bf16")
-    hop.run(0x10000, 0x20000, 0x30000, 0x40000, 5)
+    hop.run(0x10000, 0x20000, 0x30000, (0x40000,), 5)
     assert allocated == [3 * 256 * 128 * 4]
     assert hop.main.launches == [((0x10008, 0x20008, 0x30000, 0xE0000, 0x40000), 5)]
     assert hop.reduce.launches == [((0xE0000, 0x30000, 0x40000), 5)]
@@ -600,12 +600,12 @@ def test_hopper_runs_in_a_callers_workspace_without_allocating(fake_gpu, monkeyp
     assert (hop.layout, hop.workspace_bytes) == (layout, total)
     w_at = layout["w"][0]
     for base in (0xA00000, 0xA00000, 0xB00000):
-        hop.run(0x10000, 0x20000, 0x30000, 0x40000, 5, workspace=base)
+        hop.run(0x10000, 0x20000, 0x30000, (0x40000,), 5, workspace=base)
     assert allocated == [] and set(hop.placed_plans) == {0xA00000, 0xB00000}
     assert hop.preps["b"].launches == [((0x20000, 0xA00000), 5)] * 2 + [((0x20000, 0xB00000), 5)]
     assert hop.main.launches[-1] == ((0x10008, 0xB00008, 0xB00000 + w_at), 5)
     assert hop.reduce.launches[-1] == ((0xB00000 + w_at, 0x30000, 0x40000), 5)
-    hop.run(0x10000, 0x20000, 0x30000, 0x40000, 6)                         # no workspace: the stream's own
+    hop.run(0x10000, 0x20000, 0x30000, (0x40000,), 6)                         # no workspace: the stream's own
     assert allocated == [total]
     assert hop.preps["b"].launches[-1] == ((0x20000, 0xE0000), 6)
     assert hop.reduce.launches[-1] == ((0xE0000 + w_at, 0x30000, 0x40000), 6)
@@ -642,8 +642,8 @@ def test_matmul_takes_a_workspace_of_the_kernels_size(fake_stack, monkeypatch):
         nova.matmul(a, b, out=out, target="h200", workspace=workspace(need, 0xA00080))
     assert len(runs) == 1
     nova.matmul(a, b, out=out, target="h200", workspace=workspace(need, 0xA00000))
-    assert runs == [((0x10000, 0x20000, 0x30000, None, 0), {}),
-                    ((0x10000, 0x20000, 0x30000, None, 0), {"workspace": 0xA00000})]
+    assert runs == [((0x10000, 0x20000, 0x30000, (), 0), {}),
+                    ((0x10000, 0x20000, 0x30000, (), 0), {"workspace": 0xA00000})]
 
 
 def test_a_workspace_enters_the_signature_by_size_not_by_address(torch):

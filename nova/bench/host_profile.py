@@ -64,11 +64,11 @@ def components(torch, a, b, out):
     }
     if r.hopper is not None:
         h = r.hopper
-        main_args = h.main_args(*ptrs, None, h.stream_plan(stream)[1])
-        calls["hopper_run_skip_prep"] = lambda: h.run(*ptrs, None, stream, skip_prep=True)
+        main_args = h.main_args(*ptrs, (), h.stream_plan(stream)[1])
+        calls["hopper_run_skip_prep"] = lambda: h.run(*ptrs, (), stream, skip_prep=True)
         calls["launch_main"] = lambda: h.main.launch(main_args, stream)     # the launcher alone
     elif r.skinny is not None:                                               # the kernel and its reduction
-        calls["launch_main"] = lambda: r.skinny.run(*ptrs, None, stream)
+        calls["launch_main"] = lambda: r.skinny.run(*ptrs, (), stream)
     else:
         calls["launch_main"] = lambda: r.kernel.launch(ptrs, stream)
     return calls

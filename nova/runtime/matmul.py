@@ -138,11 +138,11 @@ class ResolvedKernel:
     key: str
     status: str                      # "cached" | "compiled" (how the artifact was obtained)
     kernel: LoadedKernel
-    slots: tuple[str, ...]           # kernel argument order, lower-case: ("a", "b", "c"[, "bias"])
+    slots: tuple[str, ...]           # kernel argument order, lower-case: ("a", "b", "c", *epilogue operands)
     zero_output: bool
     hopper: object = None            # nova.runtime.tma.HopperGemm for wgmma artifacts (tensor-map ABI)
     skinny: object = None            # nova.runtime.skinny.SkinnyGemm for the skinny kernel (and its workspace)
-    alignment: tuple[int, ...] = field(init=False, repr=False)   # bytes A, B, C, bias must be aligned to
+    alignment: tuple[int, ...] = field(init=False, repr=False)   # bytes A, B, C, bias, R, P must be aligned to
 
     def __post_init__(self):
         self.alignment = tuple(v * e for _, v, e in self.vector_accesses())
@@ -152,14 +152,16 @@ class ResolvedKernel:
         kernel's cp.async/store widths; the Hopper kernel's TMA (16-byte bases: A and B checked when
         their maps are encoded, C by ``vector_c`` = 16 bytes under the TMA-store epilogue) and
         epilogue stores (it reads the bias one element at a time); the skinny kernel's vector loads of B
-        (A, C and the bias element by element)."""
+        (A, C and the bias element by element).  R and P are read and written as C is (its vector; the
+        TMA-store epilogue never has them)."""
         s, p = self.schedule, self.problem
         if self.skinny is not None:
             return (("A", 1, p.in_bytes), ("B", s.vec, p.in_bytes), ("C", 1, p.out_bytes),
                     ("bias", 1, dtypes.element(bias_storage(p)).bytes))
         bias_vector = 1 if self.hopper is not None else s.vector_c
         return (("A", s.vector_a, p.in_bytes), ("B", s.vector_b, p.in_bytes), ("C", s.vector_c, p.out_bytes),
-                ("bias", bias_vector, dtypes.element(bias_storage(p)).bytes))
+                ("bias", bias_vector, dtypes.element(bias_storage(p)).bytes), ("residual", s.vector_c, p.out_bytes),
+                ("preactivation", s.vector_c, p.out_bytes))
 
     def check_alignment(self, *pointers) -> None:
         """Raise the ValueError of the first pointer the kernel's vector accesses cannot use."""
@@ -175,32 +177,38 @@ class ResolvedKernel:
         return self.hopper.workspace_bytes if self.hopper is not None else 0
 
     def run(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None = None, stream: int = 0,
-            workspace: int | None = None) -> None:
+            workspace: int | None = None, residual_ptr: int | None = None, preactivation_ptr: int | None = None) -> None:
         """Enqueue (zero C if split-K needs it, then) the kernel on ``stream``; no synchronisation.
         Per call: one modulo per pointer (a sliced view may be misaligned), the context check, the launch(es).
         The mma.sync kernel's arguments are (a, b, c[, bias]) in that order (``slots``, checked at load).
         ``workspace``: the address of ``workspace_bytes`` bytes the launch may overwrite (else a Hopper
-        kernel uses its per-stream buffer)."""
+        kernel uses its per-stream buffer).  ``residual_ptr`` and ``preactivation_ptr``: R and P of a
+        problem that has them (laid out as C)."""
         p = self.problem
-        if bias_ptr is None and p.bias:
-            raise ValueError(f"{p.describe()} adds a bias: pass bias_ptr")
+        given = {"bias": bias_ptr, "residual": residual_ptr, "preactivation": preactivation_ptr}
+        epilogue = tuple(given[name] for name in p.epilogue_operands)
+        if None in epilogue or len(epilogue) != sum(v is not None for v in given.values()):
+            raise ValueError(f"{p.describe()} takes {', '.join(p.epilogue_operands) or 'no epilogue operand'}: "
+                             f"got {', '.join(k for k, v in given.items() if v is not None) or 'none'}")
         hopper = self.hopper
         al = self.alignment
-        if a_ptr % al[0] or b_ptr % al[1] or c_ptr % al[2] or (bias_ptr is not None and bias_ptr % al[3]):
-            self.check_alignment(a_ptr, b_ptr, c_ptr, bias_ptr)
+        if a_ptr % al[0] or b_ptr % al[1] or c_ptr % al[2] or (bias_ptr is not None and bias_ptr % al[3]) or \
+                (residual_ptr is not None and residual_ptr % al[4]) or \
+                (preactivation_ptr is not None and preactivation_ptr % al[5]):
+            self.check_alignment(a_ptr, b_ptr, c_ptr, bias_ptr, residual_ptr, preactivation_ptr)
         previous = self.kernel.device.make_current()
         try:
             if self.zero_output:      # split-K slices add into C (both kernel families)
                 driver.memset_async(c_ptr, p.M * p.N, p.out_bytes, stream,
                                     f"zeroing the output of {p.describe()} before its split-K launch")
             if hopper is not None and workspace is not None:    # Hopper: prep passes + tensor maps + wgmma kernel
-                hopper.run(a_ptr, b_ptr, c_ptr, bias_ptr, stream, workspace=workspace)
+                hopper.run(a_ptr, b_ptr, c_ptr, epilogue, stream, workspace=workspace)
             elif hopper is not None:
-                hopper.run(a_ptr, b_ptr, c_ptr, bias_ptr, stream)
+                hopper.run(a_ptr, b_ptr, c_ptr, epilogue, stream)
             elif self.skinny is not None:     # the skinny kernel (its K slices' workspace)
-                self.skinny.run(a_ptr, b_ptr, c_ptr, bias_ptr, stream)
+                self.skinny.run(a_ptr, b_ptr, c_ptr, epilogue, stream)
             else:
-                self.kernel.launch((a_ptr, b_ptr, c_ptr, bias_ptr) if p.bias else (a_ptr, b_ptr, c_ptr), stream)
+                self.kernel.launch((a_ptr, b_ptr, c_ptr) + epilogue, stream)
         finally:
             if previous is not None:
                 driver.restore_context(previous)
@@ -230,7 +238,7 @@ def load_resolved(problem: GemmProblem, model, schedule, artifact, key: str, sta
     """Load ``artifact`` onto ``device`` as a ``ResolvedKernel``: a Hopper schedule's artifact
     (tensor-map ABI ``(tmap_a*, tmap_b*, C*[, bias*])``) through ``nova.runtime.tma.HopperGemm``, a
     skinny one through ``nova.runtime.skinny.SkinnyGemm``, an mma.sync one after checking that it
-    takes ``(a, b, c[, bias])``."""
+    takes ``(a, b, c, *problem.epilogue_operands)``."""
     slots = tuple(p.lower() for p in artifact.params)
     if schedule.kernel == "skinny":
         from nova.runtime.skinny import SkinnyGemm
@@ -246,7 +254,7 @@ def load_resolved(problem: GemmProblem, model, schedule, artifact, key: str, sta
         from nova.runtime.tma import HopperGemm
         hop = HopperGemm(artifact, schedule, device, problem.describe(), key)
         return ResolvedKernel(problem, model, schedule, key, status, hop.main, slots, bool(artifact.zero_output), hop)
-    expected = ("a", "b", "c", "bias") if problem.bias else ("a", "b", "c")
+    expected = ("a", "b", "c") + problem.epilogue_operands
     if slots != expected:
         raise NovaRuntimeError(f"kernel ABI mismatch for {summary_line(problem, model)}: the artifact takes "
                                f"{artifact.params}, the runtime passes {expected} (stale cache? bump the GEMM family's ABI)")
@@ -289,7 +297,8 @@ def plain_torch_types() -> frozenset:
     return _torch_types
 
 
-def signature(a, b, out, bias, activation, target, tf32_fast, deterministic=False, workspace=None) -> tuple | None:
+def signature(a, b, out, bias, activation, target, tf32_fast, deterministic=False, workspace=None,
+              residual=None, preactivation=None) -> tuple | None:
     """The signature-cache key of a ``matmul`` call on plain torch tensors; None for anything else.
 
     It holds every input of matmul's checks and kernel choice except the data pointers: each
@@ -307,28 +316,40 @@ def signature(a, b, out, bias, activation, target, tf32_fast, deterministic=Fals
         o = (out.dtype, out.shape, out.stride(), out.get_device()) if type(out) in fast else False
     if bias is not None:
         c = (bias.dtype, bias.shape, bias.stride(), bias.get_device()) if type(bias) in fast else False
+    extra = tuple(None if t is None else (t.dtype, t.shape, t.stride(), t.get_device()) if type(t) in fast else False
+                  for t in (residual, preactivation))
+    if False in extra:
+        return None
     if workspace is not None:
         w = (workspace.nbytes, workspace.get_device(), workspace.is_contiguous(),
              workspace.data_ptr() % WORKSPACE_ALIGN == 0) if type(workspace) in fast else False
     if o is False or c is False or w is False or (w is not None and not (w[2] and w[3])):
         return None
     return (a.dtype, a.shape, a.stride(), a.get_device(), b.dtype, b.shape, b.stride(), b.get_device(),
-            o, c, w, activation, target, bool(tf32_fast), deterministic)
+            o, c, w, activation, target, bool(tf32_fast), deterministic) + extra
 
 
 # --------------------------------------------------------------------------- entry points
 def launch_gemm(problem: GemmProblem, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None = None,
-                stream: int = 0, *, target=None, device: int | None = None) -> ResolvedKernel:
+                stream: int = 0, *, target=None, device: int | None = None, residual_ptr: int | None = None,
+                preactivation_ptr: int | None = None) -> ResolvedKernel:
     """Low level: run ``problem`` on raw device pointers (layouts as ``problem`` states), async on
     ``stream`` (0 = legacy default stream).  Returns the resolved kernel (for inspection)."""
     resolved = resolve_kernel(problem, target, driver.get_device(device))
-    resolved.run(int(a_ptr), int(b_ptr), int(c_ptr), None if bias_ptr is None else int(bias_ptr), int(stream))
+    resolved.run(int(a_ptr), int(b_ptr), int(c_ptr), None if bias_ptr is None else int(bias_ptr), int(stream),
+                 residual_ptr=None if residual_ptr is None else int(residual_ptr),
+                 preactivation_ptr=None if preactivation_ptr is None else int(preactivation_ptr))
     return resolved
 
 
 def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, tf32_fast: bool = False,
-           deterministic: bool | None = None, workspace=None):
-    """``act(a @ b + bias)`` with a Nova kernel; returns ``out`` (allocated like ``a`` when None).
+           deterministic: bool | None = None, workspace=None, residual=None, preactivation=None):
+    """``act(a @ b + bias) + residual`` with a Nova kernel; returns ``out`` (allocated like ``a`` when None).
+
+    ``residual``: a matrix of ``out``'s shape, type and strides added after the activation (a
+    residual connection: no add kernel, no intermediate result).  ``preactivation``: a matrix of
+    ``out``'s shape, type and strides the kernel also writes ``a @ b + bias`` into (kept for the
+    activation's backward); it needs an activation.
 
     ``tf32_fast=True`` (float32 inputs only) lets the tensor cores truncate FP32 to TF32 instead of
     rounding to nearest: no rounding work, ~2.6x larger error (7.7e-4 vs 2.9e-4 relative); opt-in.
@@ -354,17 +375,15 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
     # an unstated ``deterministic`` keys the signature on torch's flag; the options are read below, once
     # per signature (``reset()`` after changing NOVA_TARGET or NOVA_DETERMINISTIC in a running process)
     stated = bool(deterministic) if deterministic is not None else ("default", torch_deterministic())
-    key = signature(a, b, out, bias, activation, target, tf32_fast, stated, workspace)
+    key = signature(a, b, out, bias, activation, target, tf32_fast, stated, workspace, residual, preactivation)
     plan = _plans.get(key) if key is not None else None
     if plan is not None:
         if out is None:
             out = plan.empty()
-        if workspace is None:
-            plan.resolved.run(a.data_ptr(), b.data_ptr(), out.data_ptr(), None if bias is None else bias.data_ptr(),
-                              plan.stream())
-        else:
-            plan.resolved.run(a.data_ptr(), b.data_ptr(), out.data_ptr(), None if bias is None else bias.data_ptr(),
-                              plan.stream(), workspace=workspace.data_ptr())
+        plan.resolved.run(a.data_ptr(), b.data_ptr(), out.data_ptr(), None if bias is None else bias.data_ptr(),
+                          plan.stream(), None if workspace is None else workspace.data_ptr(),
+                          None if residual is None else residual.data_ptr(),
+                          None if preactivation is None else preactivation.data_ptr())
         return out
 
     if deterministic is None:
@@ -386,9 +405,11 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
     rounding = "truncate" if tf32_fast and dtype == "tf32" else "rna"
     fields = (M, N, K, dtype, trans_a, trans_b, bias is not None, activation, out_dtype, rounding, bool(deterministic),
               *batch)
-    problem = _problems.get(fields)
+    epilogue_matrices = (residual is not None, preactivation is not None)
+    problem = _problems.get(fields + epilogue_matrices)
     if problem is None:
-        problem = _problems.setdefault(fields, GemmProblem(*fields))
+        problem = _problems.setdefault(fields + epilogue_matrices, GemmProblem(
+            *fields, residual=epilogue_matrices[0], preactivation=epilogue_matrices[1]))
     if to is not None:
         tensors.check_output(to, M, N, problem.out_dtype, batched=len(out_shape) == 3)
     tbias = tensors.describe(bias, "bias") if bias is not None else None
@@ -403,12 +424,12 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
     if to is None:
         out = tensors.empty(ta, out_shape, problem.out_dtype)
         to = tensors.describe(out, "out")
+    like_out = [tensors.check_like_output(tensors.describe(t, name), to) if t is not None else None
+                for name, t in (("residual", residual), ("preactivation", preactivation))]
     stream = tensors.stream_source(ta)
-    # alignment of A, B, C and bias is checked in ResolvedKernel.run, on every call
-    if ws is None:
-        resolved.run(ta.ptr, tb.ptr, to.ptr, tbias.ptr if tbias is not None else None, stream())
-    else:
-        resolved.run(ta.ptr, tb.ptr, to.ptr, tbias.ptr if tbias is not None else None, stream(), workspace=ws)
+    # alignment of A, B, C, bias, R and P is checked in ResolvedKernel.run, on every call
+    resolved.run(ta.ptr, tb.ptr, to.ptr, tbias.ptr if tbias is not None else None, stream(), ws,
+                 *(t.ptr if t is not None else None for t in like_out))
     if key is not None:            # validated and launched: this signature takes the short path from now on
         _plans[key] = Plan(resolved, tensors.allocator(ta, out_shape, problem.out_dtype), stream)
     return out

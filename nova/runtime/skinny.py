@@ -64,9 +64,9 @@ class SkinnyGemm:
         finally:
             driver.restore_context(previous)
 
-    def run(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None = None, stream: int = 0) -> None:
-        """Enqueue the kernel on ``stream``; no synchronisation."""
-        args = (a_ptr, b_ptr, c_ptr) if bias_ptr is None else (a_ptr, b_ptr, c_ptr, bias_ptr)
+    def run(self, a_ptr: int, b_ptr: int, c_ptr: int, epilogue: tuple = (), stream: int = 0) -> None:
+        """Enqueue the kernel on ``stream``; no synchronisation.  ``epilogue``: the bias pointer, or ()."""
+        args = (a_ptr, b_ptr, c_ptr) + tuple(epilogue)
         if self.workspace_bytes:
             args += self.workspace(stream)
         self.main.launch(args, stream)

@@ -236,6 +236,16 @@ def check_output(out: TensorInfo, M: int, N: int, out_dtype: str, batched: bool 
         raise ValueError(f"{out}: must be row-major contiguous, got strides {list(out.strides)}")
 
 
+def check_like_output(t: TensorInfo, out: TensorInfo) -> TensorInfo:
+    """``t`` (a residual or pre-activation matrix) has ``out``'s shape, element type, strides and
+    device: the epilogue reads and writes it where it stores C.  Returns ``t``."""
+    if tuple(t.shape) != tuple(out.shape) or t.storage != out.storage or tuple(t.strides) != tuple(out.strides):
+        raise ValueError(f"{t}: must match the output {out} (shape, element type and strides)")
+    if t.device is not None and out.device is not None and t.device != out.device:
+        raise ValueError(f"{t} is on cuda:{t.device} but the output is on cuda:{out.device}")
+    return t
+
+
 def check_bias(bias: TensorInfo, N: int, storage: str) -> None:
     if tuple(bias.shape) != (N,):
         raise ValueError(f"{bias}: expected a 1-D vector of length N={N}")

@@ -344,16 +344,16 @@ class HopperGemm:
         maps = tuple(self.tensor_map(op, ws[op]) if op in ws else None for op in "ab")
         return preps, maps, ws.get("w")
 
-    def main_args(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None, maps: tuple) -> tuple:
-        """The GEMM kernel's arguments ``(tmap_a, tmap_b, C[, bias])`` (with a split-K workspace,
-        ``c_ptr`` is the workspace and the bias goes to the reduction; stream-K appends the workspace
-        and then the bias in ``run``; with the TMA-store epilogue,
-        C's tensor map); ``maps`` from ``stream_plan``."""
+    def main_args(self, a_ptr: int, b_ptr: int, c_ptr: int, epilogue: tuple, maps: tuple) -> tuple:
+        """The GEMM kernel's arguments ``(tmap_a, tmap_b, C, *epilogue)`` (``epilogue``: the pointers of
+        the problem's ``epilogue_operands``; with a split-K workspace, ``c_ptr`` is the workspace and
+        the epilogue's operands go to the reduction; stream-K appends the workspace and then them in
+        ``run``; with the TMA-store epilogue, C's tensor map); ``maps`` from ``stream_plan``."""
         args = (maps[0] or self.tensor_map("a", a_ptr), maps[1] or self.tensor_map("b", b_ptr),
                 c_ptr if self.c_map is None else self.tensor_map("c", c_ptr))
-        return args if bias_ptr is None else args + (bias_ptr,)
+        return args + tuple(epilogue)
 
-    def run(self, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None = None, stream: int = 0,
+    def run(self, a_ptr: int, b_ptr: int, c_ptr: int, epilogue: tuple = (), stream: int = 0,
             skip_prep: bool = False, workspace: int | None = None) -> None:
         """Enqueue the prep kernels (if any), the GEMM and the split-K reduction (if any) on
         ``stream``: per call, one plan lookup (the stream's, or the caller's ``workspace`` pointer's:
@@ -366,11 +366,10 @@ class HopperGemm:
             for kernel, op, workspace in preps:
                 kernel.launch(((a_ptr, b_ptr)[op], workspace), stream)
         if partials is None:
-            self.main.launch(self.main_args(a_ptr, b_ptr, c_ptr, bias_ptr, maps), stream)
+            self.main.launch(self.main_args(a_ptr, b_ptr, c_ptr, epilogue, maps), stream)
             return
         if self.stream_k:
-            args = self.main_args(a_ptr, b_ptr, c_ptr, None, maps) + (partials,)
-            self.main.launch(args if bias_ptr is None else args + (bias_ptr,), stream)
+            self.main.launch(self.main_args(a_ptr, b_ptr, c_ptr, (), maps) + (partials,) + tuple(epilogue), stream)
         else:
-            self.main.launch(self.main_args(a_ptr, b_ptr, partials, None, maps), stream)
-        self.reduce.launch((partials, c_ptr) if bias_ptr is None else (partials, c_ptr, bias_ptr), stream)
+            self.main.launch(self.main_args(a_ptr, b_ptr, partials, (), maps), stream)
+        self.reduce.launch((partials, c_ptr) + tuple(epilogue), stream)

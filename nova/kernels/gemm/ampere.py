@@ -76,6 +76,8 @@ MIN_BLOCK_SIDE = 16       # the clamp to the problem keeps tiles at least this w
 MIN_SPLIT_K_ITERS = 4     # split K only when it has at least this many block_k steps
 MIN_STAGES = 2            # one stage computing, one landing
 PLAIN_COPY_STAGES = 2     # element-wise copies hold every prefetched element in registers
+RESIDUAL_REGS = 16        # the residual's loads, which ptxas hoists ahead of the epilogue's math, and R's
+                          # addresses; fitted to ptxas (a100 tf32 1000x1001x999 split 3: 16 registers spilled)
 
 
 def configure_mma_sync(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[Schedule, Prediction]:
@@ -221,7 +223,7 @@ def plan_tile(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_
     (a_rows, a_cols, pad_a), (b_rows, b_cols, pad_b) = smem_tiles(p, block_m, block_n, block_k)
     stage_bytes = F.stage_bytes(a_rows=a_rows, a_cols=a_cols, pad_a=pad_a, b_rows=b_rows, b_cols=b_cols, pad_b=pad_b,
                                 elem_bytes=p.in_bytes)
-    regs = d.record(registers(gpu, mma, wm, wn, plain_copies))
+    regs = d.record(registers(gpu, mma, wm, wn, plain_copies, p.residual))
     bps = d.record(occupancy(gpu, warps_m * warps_n, regs, stage_bytes))
     slots, tiles, i_block = d.record(fill(p, gpu, mma, block_m, block_n, bps))
     units = tiles * p.batch                                # blocks over the batch (tiles when unbatched)
@@ -255,15 +257,17 @@ def block_k_step(p: GemmProblem, mma: MmaInstr, block_k: int, plain_copies: int)
                               "elements pass through registers, so a stage holds as few as possible: block_k = MMA k")]
 
 
-def registers(gpu: GPUModel, mma: MmaInstr, wm: int, wn: int, plain_copies: int) -> tuple[int, Step]:
+def registers(gpu: GPUModel, mma: MmaInstr, wm: int, wn: int, plain_copies: int,
+              residual: bool = False) -> tuple[int, Step]:
     """Step 7a: registers per thread, fitted to ptxas (``F.regs``), at most the per-thread limit."""
     return formula_step("registers per thread", F.regs,
                         "accumulators + A/B fragments + ~40 for addresses and loop state (+24 per operand copied "
-                        "without cp.async); fitted to ptxas, which the kernel's launch bounds then hold to",
+                        f"without cp.async{', +16 for the residual read in the epilogue' if residual else ''}); fitted "
+                        "to ptxas, which the kernel's launch bounds then hold to",
                         post=lambda v: int(min(v, gpu.max_regs_per_thread)),
                         acc_regs=wm * wn // 32, frag_a_regs=FRAG_A_REGS, mma_tiles_m=wm // mma.m, frag_b_regs=FRAG_B_REGS,
-                        mma_tiles_n=wn // mma.n, overhead_regs=OVERHEAD_REGS, plain_copy_regs=PLAIN_COPY_REGS,
-                        plain_copies=plain_copies)
+                        mma_tiles_n=wn // mma.n, overhead_regs=OVERHEAD_REGS + RESIDUAL_REGS * residual,
+                        plain_copy_regs=PLAIN_COPY_REGS, plain_copies=plain_copies)
 
 
 def occupancy(gpu: GPUModel, warps: int, regs: int, stage_bytes: int) -> tuple[int, list[Step]]:

@@ -39,7 +39,7 @@ from nova.kernels.gemm.schedule import Schedule
 KERNEL_NAME = "nova_gemm"
 SUPPORTED_ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a")
 MAX_THREADS_PER_BLOCK = 1024   # CUDA's limit on every supported architecture
-RESERVED_NAMES = ("A", "B", "C", "bias", "kt", "stage")   # spelled directly in the kernels' text
+RESERVED_NAMES = ("A", "B", "C", "bias", "R", "P", "kt", "stage")   # spelled directly in the kernels' text
 MMA_NAMES = {"tf32": "acc_tf32", "f16": "acc_f16", "a_bits": "a_bits", "a_pair": "a_pair", "b_bits": "b_bits",
              "b_pair": "b_pair", "c_elt": "c_elt", "d": "d_bf16", "d_elt": "d_elt", "bf16": "acc_bf16"}
 
@@ -193,7 +193,8 @@ class GemmKernel:
         """``%name[row, col]``: element (row, col) of operand ``name`` ("A", "B", "C"), in this block's
         batch element when the operand is batched (``%name[batch, row, col]``)."""
         ir = self.ir
-        batch = f"{ir.v(self.batch_index)}, " if self.p.matrices(name.lower()) > 1 else ""
+        operand = "c" if name in ("R", "P") else name.lower()        # R and P lie as C does
+        batch = f"{ir.v(self.batch_index)}, " if self.p.matrices(operand) > 1 else ""
         return f"%{name}[{batch}{ir.v(row)}, {ir.v(col)}]"
 
     def stype(self, g: _Geom) -> str:
@@ -207,6 +208,14 @@ class GemmKernel:
     def btype(self) -> str:
         return f"memref<{self.p.N}x{self.BT}>"
 
+    @property
+    def rtype(self) -> str:
+        """The memref type of the residual R and the pre-activation P: C's (the output's type and layout)."""
+        return batched_memref(self.p, "c", self.p.M, self.p.N, self.p.out_dtype)
+
+    def operand_type(self, name: str) -> str:
+        return self.ctype if name == "C" else self.rtype
+
     # ------------------------------------------------------------------------------------------
     def build(self) -> str:
         p, s, ir = self.p, self.s, self.ir
@@ -216,8 +225,7 @@ class GemmKernel:
                 f"{s.stages} stages, split_k {s.split_k}, group_m {s.group_m}, {s.arch}")
         ir.emit(f"{SMEM} = #gpu.address_space<workgroup>")
         args = [f"%A: {self.gtype(self.ga)}", f"%B: {self.gtype(self.gb)}", f"%C: {self.ctype}"]
-        if p.bias:
-            args.append(f"%bias: {self.btype}")
+        args += self.epilogue_args()
         with ir.kernel(KERNEL_NAME, args, self.threads, minctasm=self.s.blocks_per_sm):
             ir.blank()
             self.thread_coordinates()
@@ -658,6 +666,46 @@ class GemmKernel:
             return x
         return self.ir.let("out", f"arith.truncf {x} : f32 to {self.O}")
 
+    def epilogue_args(self) -> list[str]:
+        """The kernel's arguments after C: the problem's ``epilogue_operands`` (bias, R, P)."""
+        p = self.p
+        return (([f"%bias: {self.btype}"] if p.bias else []) + ([f"%R: {self.rtype}"] if p.residual else [])
+                + ([f"%P: {self.rtype}"] if p.preactivation else []))
+
+    def finish(self, x: str, residual: str | None) -> tuple[str, str | None]:
+        """(C's value, P's value or None) of one accumulator ``x`` with the bias added: C = act(x) + R
+        and P = x (``preactivation``), each converted to the output type."""
+        pre = self.to_out(x) if self.p.preactivation else None
+        y = self.activation(x)
+        if residual is not None:
+            y = self.ir.let("c_res", f"arith.addf {y}, {residual} : f32")
+        return self.to_out(y), pre
+
+    def load_residual(self, row, cols, row_ok, pair: bool, first_slice) -> list[str]:
+        """R[row, cols[0..1]] in FP32: one 2-element load when ``pair`` (as C's pair store: N even,
+        both columns in or out of bounds together), else one load per column.  An element outside C
+        reads R[0, 0] instead (its store is skipped); under split-K only slice 0 adds R, as the bias."""
+        ir, p, R = self.ir, self.p, self.p.out_dtype
+
+        def clamp(ok, x):
+            return x if ok is True else ir.select(ok, x, 0, hint="r_index")
+        row = clamp(row_ok, row)
+        if pair:
+            ok = ir.cmp("slt", cols[0], p.N, "r_col_ok") if self.ragged["n"] else True
+            v = ir.let("r_pair", f"vector.load {self.at('R', row, clamp(ok, cols[0]))} "
+                                 f"{{alignment = {2 * p.out_bytes}}} : {self.rtype}, vector<2x{R}>")
+            vals = [ir.let("r", f"vector.extract {v}[{d}] : {R} from vector<2x{R}>") for d in (0, 1)]
+        else:
+            vals = []
+            for col in cols:
+                ok = ir.cmp("slt", col, p.N, "r_col_ok") if self.ragged["n"] else True
+                vals.append(ir.let("r", f"memref.load {self.at('R', row, clamp(ok, col))} : {self.rtype}"))
+        if R != "f32":
+            vals = [ir.let("r_f32", f"arith.extf {v} : {R} to f32") for v in vals]
+        if first_slice is not None:
+            vals = [ir.select(first_slice, v, self.fconst(0.0), ty="f32", hint="r") for v in vals]
+        return vals
+
     def epilogue(self, accs):
         ir, s, p = self.ir, self.s, self.p
         ir.comment("---- epilogue: lane holds rows (g, g+8) x cols (2t, 2t+1) of each 16x8 MMA tile")
@@ -666,7 +714,7 @@ class GemmKernel:
         col_base = ir.add(ir.add(self.n0, self.wn0), ir.mul(self.t, 2), "out_col0")
         pair_store = s.split_k == 1 and s.vector_c >= 2 and p.N % 2 == 0
         first_slice = None
-        if p.bias and self.slice_id is not None:
+        if (p.bias or p.residual) and self.slice_id is not None:
             first_slice = ir.cmp("eq", self.slice_id, 0, "first_slice")
         # bias (per column, shared by all MMA rows)
         biases = {}
@@ -679,13 +727,18 @@ class GemmKernel:
                 row_ok = ir.cmp("slt", row, p.M, "row_ok") if self.ragged["m"] else True
                 for j in range(tn):
                     cols, bias = biases[j]
-                    vals = []
+                    res = self.load_residual(row, cols, row_ok, pair_store, first_slice) if p.residual else None
+                    vals, pres = [], []
                     for d in (0, 1):
                         x = ir.let("c", f"vector.extract {accs[i * tn + j]}[{half}, {d}] : f32 from vector<2x2xf32>")
                         if bias:
                             x = ir.let("c_bias", f"arith.addf {x}, {bias[d]} : f32")
-                        vals.append(self.to_out(self.activation(x)))
+                        val, pre = self.finish(x, res[d] if res else None)
+                        vals.append(val)
+                        pres.append(pre)
                     self.store_two(vals, row, cols, row_ok, pair_store)
+                    if p.preactivation:
+                        self.store_two(pres, row, cols, row_ok, pair_store, "P")
 
     def load_bias(self, col, first_slice):
         ir, p = self.ir, self.p
@@ -698,31 +751,31 @@ class GemmKernel:
             b = ir.select(first_slice, b, self.fconst(0.0), ty="f32", hint="bias")
         return b
 
-    def store_two(self, vals, row, cols, row_ok, pair: bool):
-        """C[row, cols[0..1]] = vals: one 2-element store when ``pair`` (N even: both columns are in
-        bounds together and 2-element aligned), else two guarded element stores."""
+    def store_two(self, vals, row, cols, row_ok, pair: bool, name: str = "C"):
+        """C[row, cols[0..1]] = vals (or P's, ``name``): one 2-element store when ``pair`` (N even:
+        both columns are in bounds together and 2-element aligned), else two guarded element stores."""
         ir, p = self.ir, self.p
         if pair:
             ok = ir.and_(row_ok, ir.cmp("slt", cols[0], p.N, "col_ok") if self.ragged["n"] else True)
-            self.ir.guarded(ok, lambda: self.store_pair(vals, row, cols[0]))
+            self.ir.guarded(ok, lambda: self.store_pair(vals, row, cols[0], name))
         else:
             for d in (0, 1):
                 ok = ir.and_(row_ok, ir.cmp("slt", cols[d], p.N, "col_ok") if self.ragged["n"] else True)
-                self.ir.guarded(ok, lambda d=d: self.store_one(vals[d], row, cols[d]))
+                self.ir.guarded(ok, lambda d=d: self.store_one(vals[d], row, cols[d], name))
 
-    def store_one(self, val, row, col):
+    def store_one(self, val, row, col, name: str = "C"):
         ir = self.ir
-        if self.s.split_k > 1:
+        if self.s.split_k > 1:     # only C: a problem with P has an activation, so K is not split atomically
             ir.let("old", f"memref.atomic_rmw addf {val}, {self.at('C', row, col)} : "
                           f"({self.O}, {self.ctype}) -> {self.O}")
         else:
-            ir.emit(f"memref.store {val}, {self.at('C', row, col)} : {self.ctype}")
+            ir.emit(f"memref.store {val}, {self.at(name, row, col)} : {self.operand_type(name)}")
 
-    def store_pair(self, vals, row, col):
+    def store_pair(self, vals, row, col, name: str = "C"):
         ir = self.ir
         vec = ir.let("pair", f"vector.from_elements {vals[0]}, {vals[1]} : vector<2x{self.O}>")
-        ir.emit(f"vector.store {vec}, {self.at('C', row, col)} {{alignment = {2 * self.p.out_bytes}}} : "
-                f"{self.ctype}, vector<2x{self.O}>")
+        ir.emit(f"vector.store {vec}, {self.at(name, row, col)} {{alignment = {2 * self.p.out_bytes}}} : "
+                f"{self.operand_type(name)}, vector<2x{self.O}>")
 
 
 def build_gemm_module(problem: GemmProblem, schedule: Schedule, *, fragment_prefetch: bool = False) -> str:

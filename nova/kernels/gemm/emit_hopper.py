@@ -183,6 +183,8 @@ def check_supported(problem: GemmProblem, s: Schedule) -> None:
         fail("the warp layout must be one producer warpgroup + 4 warps per consumer warpgroup along the wgmma rows")
     if h.epilogue not in EPILOGUES:
         fail(f"epilogue {h.epilogue!r}; one of {', '.join(EPILOGUES)}")
+    if (problem.residual or problem.preactivation) and s.stream_k:
+        fail("stream-K with a residual or a pre-activation output (its segments store C alone)")
     if h.tma_store:
         blocker = tma_store_blocker(problem, s.swap_ab, s.split_k, cols)
         if blocker:
@@ -331,6 +333,10 @@ class _HopperKernel:
     to_out = GemmKernel.to_out
     load_bias = GemmKernel.load_bias
     btype = GemmKernel.btype          # the bias memref type: the same epilogue ABI as mma.sync
+    rtype = GemmKernel.rtype          # R's and P's: C's
+    epilogue_args = GemmKernel.epilogue_args
+    finish = GemmKernel.finish
+    load_residual = GemmKernel.load_residual
 
     def __init__(self, p: GemmProblem, s: Schedule, wait_depth: int = 1, cluster_experiment: str | None = None):
         self.p, self.s = p, s
@@ -458,8 +464,8 @@ class _HopperKernel:
         args = ["%pA: !llvm.ptr", "%pB: !llvm.ptr", "%pC: !llvm.ptr" if self.tma_store else f"%C: {self.ctype}"]
         if self.sk is not None:
             args.append(f"%W: {self.wtype}")
-        if p.bias and not self.partial:
-            args.append(f"%bias: {self.btype}")
+        if not self.partial:           # a split-K workspace's reduction kernel takes them instead
+            args += self.epilogue_args()
         # registers at entry (the schedule's): setmaxnreg then moves them from the producer to the consumers;
         # a cluster's shape is the kernel's (PTX .reqnctapercluster): a plain launch of a multiple of it
         cluster = {"cluster_dim": (self.csize, 1, 1)} if self.csize > 1 else {}
@@ -1042,13 +1048,19 @@ class _HopperKernel:
             for (row, col), idx in pairs(jj):
                 cols = [col, ir.add(col, 1, "out_col1")]
                 row_ok = ir.cmp("slt", row, p.M, "row_ok") if self.ragged["m"] else True
-                vals = values(cols, idx)
+                vals, pres = values(cols, idx, row, row_ok, pair_ok)
                 self.store_two(vals, ir.add(row, slice_rows, "ws_row") if self.partial else row, cols, row_ok, pair_ok)
+                if pres:
+                    self.store_two(pres, row, cols, row_ok, pair_ok, "P")
+
+    def operand_type(self, name: str) -> str:
+        return self.ctype if name == "C" else self.rtype
 
     def output_values(self, acc, first):
-        """``values(cols, idx)``: the two accumulators ``idx`` of C's columns ``cols`` (they set the
-        bias), each through bias, activation and the output conversion (raw into a split-K
-        workspace; ``first``: only K slice 0 adds the bias); each bias element is loaded once.
+        """``values(cols, idx, row, row_ok, pair)``: the two accumulators ``idx`` of C's columns ``cols``
+        of ``row`` (they set the bias), each through bias, activation, the residual (read in pairs
+        when ``pair``) and the output conversion (raw into a split-K workspace; ``first``: only K slice
+        0 adds the bias and R), as ``(C's two values, P's two or None)``; each bias element is loaded once.
         ``values.prefetch(cols)`` issues the bias loads of ``cols`` now (the TMA-store epilogue
         loads the next step's bias before this step's barrier: its latency then hides behind the
         staging writes instead of stalling every step)."""
@@ -1060,8 +1072,9 @@ class _HopperKernel:
                 bias_cache[col] = self.load_bias(col, first)
             return bias_cache[col]
 
-        def values(cols, idx):
-            vals = []
+        def values(cols, idx, row=None, row_ok=True, pair=False):
+            res = self.load_residual(row, cols, row_ok, pair, first) if p.residual and not self.partial else None
+            vals, pres = [], []
             for d in (0, 1):
                 x = ir.let("c", f"llvm.extractvalue {acc}[{idx[d]}] : {self.acc_t}")
                 if self.partial:
@@ -1069,8 +1082,10 @@ class _HopperKernel:
                     continue
                 if p.bias:
                     x = ir.let("c_bias", f"arith.addf {x}, {bias(cols[d])} : f32")
-                vals.append(self.to_out(self.activation(x)))
-            return vals
+                val, pre = self.finish(x, res[d] if res else None)
+                vals.append(val)
+                pres.append(pre)
+            return vals, (pres if p.preactivation and not self.partial else None)
 
         def prefetch(cols):
             if p.bias and not self.partial:
@@ -1079,13 +1094,13 @@ class _HopperKernel:
         values.prefetch = prefetch
         return values
 
-    def store_one(self, val, row, col):
+    def store_one(self, val, row, col, name: str = "C"):
         """One element: a plain store into the workspace, else as the mma.sync kernel (an atomic
         add into the zeroed output under atomic split-K)."""
         if self.partial:
             self.ir.emit(f"memref.store {val}, {self.at('C', row, col)} : {self.ctype}")
         else:
-            GemmKernel.store_one(self, val, row, col)
+            GemmKernel.store_one(self, val, row, col, name)
 
     store_two = GemmKernel.store_two
     store_pair = GemmKernel.store_pair
@@ -1113,7 +1128,7 @@ class _HopperKernel:
                 words = []
                 for q in (0, 1):
                     c = ir.add(col0, 8 * (jj + q), "out_col")
-                    vals = values([c, ir.add(c, 1, "out_col1")], (4 * (jj + q) + 2 * h, 4 * (jj + q) + 2 * h + 1))
+                    vals, _ = values([c, ir.add(c, 1, "out_col1")], (4 * (jj + q) + 2 * h, 4 * (jj + q) + 2 * h + 1))
                     v = ir.let("pair", f"vector.from_elements {vals[0]}, {vals[1]} : {pair_t}")
                     w = ir.let("pair_w", f"vector.bitcast {v} : {pair_t} to vector<1xi32>")
                     words.append(ir.let("word", f"vector.extract {w}[0] : i32 from vector<1xi32>"))
@@ -1148,7 +1163,7 @@ class _HopperKernel:
                 pairs = []
                 for q in (0, 1):
                     c = ir.add(col0, 8 * (jj + q), "out_col")
-                    pairs.append(values([c, ir.add(c, 1, "out_col1")], (4 * (jj + q) + 2 * h, 4 * (jj + q) + 2 * h + 1)))
+                    pairs.append(values([c, ir.add(c, 1, "out_col1")], (4 * (jj + q) + 2 * h, 4 * (jj + q) + 2 * h + 1))[0])
                 got = []
                 for d in (0, 1):               # the even lane sends its block jj+1 pair, the odd its block jj pair
                     send = ir.select(odd, pairs[0][d], pairs[1][d], ty="f32", hint="send")
@@ -1344,7 +1359,7 @@ class _HopperKernel:
             for (items, slot), grp_cols in zip(grps, cols):
                 vals = []
                 for (cols, idx), cs in zip(items, grp_cols):
-                    v = values(cs, idx)
+                    v, _ = values(cs, idx)
                     vals.append(ir.let("pair", f"vector.from_elements {v[0]}, {v[1]} : {pair_t}"))
                 for i, v in enumerate(self.rotate(vals, pair_t)):
                     _, _, byte = slot(i)
@@ -1480,6 +1495,7 @@ class _SplitReduce:
     times_sigmoid = GemmKernel.times_sigmoid
     activation = GemmKernel.activation
     to_out = GemmKernel.to_out
+    finish = GemmKernel.finish
 
     def __init__(self, p: GemmProblem, s: Schedule):
         self.p, self.s, self.ir = p, s, Ir(RESERVED_NAMES)
@@ -1524,14 +1540,15 @@ class _SplitReduce:
         slots = self.sk.slots if self.sk is not None else s.split_k
         ws_t, c_t, b_t = f"memref<{slots * size}xf32>", f"memref<{size}x{self.O}>", f"memref<{p.N}x{self.BT}>"
         acc_t, out_t = f"vector<{v}xf32>", f"vector<{v}x{self.O}>"
-        ir.reserve("W", "C", "bias", "slice", "acc")
+        ir.reserve("W", "C", "bias", "R", "P", "slice", "acc")
         if self.sk is None:
             ir.emit(f"// Nova split-K reduction for {p.describe()}: {s.split_k} FP32 partial slices -> C, "
                     f"{v} elements per thread")
         else:
             ir.emit(f"// Nova stream-K reduction for {p.describe()}: each split tile's FP32 partial segments "
                     f"(up to {slots}) -> C, {v} elements per thread; tiles in one segment are the GEMM's")
-        args = [f"%W: {ws_t}", f"%C: {c_t}"] + ([f"%bias: {b_t}"] if p.bias else [])
+        args = ([f"%W: {ws_t}", f"%C: {c_t}"] + ([f"%bias: {b_t}"] if p.bias else [])
+                + [f"%{name}: {c_t}" for name, on in (("R", p.residual), ("P", p.preactivation)) if on])
         with ir.kernel(REDUCE_NAME, args, REDUCE_THREADS):
             tid = ir.let("tid", "gpu.thread_id x")
             bid = ir.let("bid", "gpu.block_id x")
@@ -1550,7 +1567,10 @@ class _SplitReduce:
                     w = ir.let("w", f"vector.load %W[{ir.v(at)}] : {ws_t}, {acc_t}")
                     ir.emit(f"scf.yield {ir.let('acc_next', f'arith.addf %acc, {w} : {acc_t}')} : {acc_t}")
                 col = ir.rem(e, p.N, "col") if p.bias else None
-                outs = []
+                align = f"{{alignment = {v * p.out_bytes}}}"
+                if p.residual:
+                    r = ir.let("r", f"vector.load %R[{ir.v(e)}] {align} : {c_t}, {out_t}")
+                outs, pres = [], []
                 for d in range(v):
                     x = ir.let("x", f"vector.extract {total}[{d}] : f32 from {acc_t}")
                     if p.bias:
@@ -1558,9 +1578,19 @@ class _SplitReduce:
                         if self.BT != "f32":
                             b = ir.let("b_f32", f"arith.extf {b} : {self.BT} to f32")
                         x = ir.let("x_bias", f"arith.addf {x}, {b} : f32")
-                    outs.append(self.to_out(self.activation(x)))
+                    res = None
+                    if p.residual:
+                        res = ir.let("r_d", f"vector.extract {r}[{d}] : {self.O} from {out_t}")
+                        if self.O != "f32":
+                            res = ir.let("r_f32", f"arith.extf {res} : {self.O} to f32")
+                    val, pre = self.finish(x, res)
+                    outs.append(val)
+                    pres.append(pre)
                 y = ir.let("y", f"vector.from_elements {', '.join(outs)} : {out_t}")
-                ir.emit(f"vector.store {y}, %C[{ir.v(e)}] {{alignment = {v * p.out_bytes}}} : {c_t}, {out_t}")
+                ir.emit(f"vector.store {y}, %C[{ir.v(e)}] {align} : {c_t}, {out_t}")
+                if p.preactivation:
+                    y = ir.let("y_pre", f"vector.from_elements {', '.join(pres)} : {out_t}")
+                    ir.emit(f"vector.store {y}, %P[{ir.v(e)}] {align} : {c_t}, {out_t}")
                 if self.sk is not None:
                     ir.level -= 1
                     ir.emit("}")
@@ -1590,7 +1620,8 @@ def compile_hopper(problem: GemmProblem, schedule: Schedule, *, cubin: bool = Tr
     """The Hopper kernel's artifact: launched on ``schedule.hopper.ctas`` CTAs, with the operand-prep
     kernels the operand plan asks for in ``meta["prep_kernels"]`` (by operand, as artifact dicts)
     and, for a split-K workspace, the reduction kernel in ``meta["reduce_kernel"]`` (params
-    ``(W, C[, bias])``; the GEMM itself then takes ``(tmap_a, tmap_b, W)``; with the TMA-store
+    ``(W, C[, bias][, residual][, preactivation])``, ``problem.epilogue_operands``; the GEMM itself
+    then takes ``(tmap_a, tmap_b, W)``; else the GEMM takes them after C; with the TMA-store
     epilogue it takes ``(tmap_a, tmap_b, tmap_c[, bias])``; stream-K, ``(tmap_a, tmap_b, C, W[,
     bias])`` and a reduction kernel over the split tiles).  The runtime reads everything else
     (tensor maps, workspaces) from the schedule."""
@@ -1625,12 +1656,12 @@ def compile_hopper(problem: GemmProblem, schedule: Schedule, *, cubin: bool = Tr
         launch = reduce_launch(problem, s)
         meta["reduce_kernel"] = KernelArtifact(
             name=REDUCE_NAME, arch=ARCH, ptx=rptx, grid=launch["grid"], block=launch["block"], smem_bytes=0,
-            params=("W", "C") + (("bias",) if problem.bias else ()), cubin=rbin, resources=rres).to_dict()
+            params=("W", "C") + problem.epilogue_operands, cubin=rbin, resources=rres).to_dict()
     if ptxas_version is not None:
         meta["ptxas"] = ptxas_version
     c_param = "W" if s.split_workspace else ("tmap_c" if s.hopper.tma_store else "C")
     params = (("tmap_a", "tmap_b", c_param) + (("W",) if s.stream_k else ())
-              + (("bias",) if problem.bias and not s.split_workspace else ()))
+              + (problem.epilogue_operands if not s.split_workspace else ()))
     return KernelArtifact(name=KERNEL_NAME, arch=ARCH, ptx=ptx, grid=(s.hopper.ctas, 1, 1),
                           block=(WG * (1 + s.consumer_warpgroups), 1, 1), smem_bytes=s.smem_bytes,
                           params=params, zero_output=s.zero_output, cubin=binary, resources=resources, meta=meta)

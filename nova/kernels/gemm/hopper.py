@@ -271,8 +271,8 @@ def _output_vector(p: GemmProblem, swap: bool, split: int, reduction: str, epilo
         return 4 if p.N % 4 == 0 else (2 if p.N % 2 == 0 else 1)
     if epilogue == "tma_store":
         return 16 // p.out_bytes
-    if p.out_bytes == 2 and not swap and p.N % 4 == 0:
-        return 4
+    if p.out_bytes == 2 and not swap and p.N % 4 == 0 and not (p.residual or p.preactivation):
+        return 4               # the lane exchange carries C's values alone: with R or P, pairs
     return 2 if p.N % 2 == 0 else 1
 
 
@@ -283,11 +283,14 @@ def epilogue_time(p: GemmProblem, gpu, block_m: int, block_n: int, units: int, s
     elements (block_m x block_n, clipped to the ``rows`` x ``cols`` of C in the tile's coordinates)
     x out_bytes at the SM's share of the L2 bandwidth of the load/store path.  Under atomic split-K
     each element is a 4-byte atomic read-modify-write instead of half of an 8-byte store: 2 x the L2
-    traffic in 2 x the accesses; into a split-K workspace each element is a plain 4-byte FP32 store."""
+    traffic in 2 x the accesses; into a split-K workspace each element is a plain 4-byte FP32 store.
+    A residual R is read and a pre-activation P written beside C (``c_like_operands`` matrices a
+    tile); under atomic split-K only slice 0 reads R (1/split of a read per element and slice); through
+    a workspace the reduction kernel reads R and writes P (``split_time``)."""
     per_sm_bw = gpu.l2_bw / gpu.sm_count
-    element_bytes, factor = p.out_bytes, 1
+    element_bytes, factor = p.out_bytes, p.c_like_operands
     if split > 1:
-        element_bytes, factor = 4, (4 if reduction == "atomic" else 1)
+        element_bytes, factor = 4, (4 + p.residual / split if reduction == "atomic" else 1)
     stored = min(block_m, rows) * min(block_n, cols)          # a tile wider than C stores only C's part
     return math.ceil(units / gpu.sm_count) * stored * element_bytes * factor / per_sm_bw
 
@@ -312,6 +315,8 @@ def tma_store_blocker(p: GemmProblem, swap: bool, split: int, n: int) -> str | N
     runtime's check (``output_vector``: 16 bytes)."""
     if split > 1:
         return "split-K keeps its epilogue (FP32 atomics into C, or partials into the workspace)"
+    if p.residual or p.preactivation:
+        return "the register epilogue reads R and writes P beside C (the staging boxes hold C alone)"
     if p.N * p.out_bytes % 16:
         return (f"C's rows ({p.N} x {p.out_bytes} B = {p.N * p.out_bytes} B) are not a multiple of 16 bytes: "
                 "a tensor map cannot describe C")
@@ -449,6 +454,8 @@ def stream_k_blocker(p: GemmProblem, tiles: int, ktiles: int, sm_count: int) -> 
     batch's elements fill the SMs), tiles not in whole waves, and at least one tile split in two."""
     if p.batch > 1:
         return f"not with a batch ({p.batch} elements: the batched walk covers whole tiles)"
+    if p.residual or p.preactivation:
+        return "not with a residual or a pre-activation output (the segments' epilogues store C alone)"
     plan = stream_k_plan(tiles, ktiles, sm_count)
     if plan is None:
         return f"{tiles} tiles make whole waves on {sm_count} SMs: nothing to balance"
@@ -509,12 +516,13 @@ def split_overhead(p: GemmProblem, gpu, split: int, reduction: str = "atomic") -
     """What adding the K slices costs beyond the epilogue's stores (their launch, the memset's or
     the reduction kernel's, is counted with the other launches).  Atomic: zeroing C (M*N*4 bytes of
     DRAM) and the slices' atomic read-modify-writes in L2.  Workspace: the reduction kernel reads
-    split*M*N*4 bytes of partials (from L2 when they fit in half of it, else DRAM) and writes C
-    (M*N*out_bytes) to DRAM."""
+    split*M*N*4 bytes of partials (from L2 when they fit in half of it, else DRAM) and writes C, reads
+    R and writes P (``c_like_operands`` x M*N*out_bytes) to DRAM."""
     if reduction == "atomic":
         return p.M * p.N * 4 / gpu.dram_bw + split * p.M * p.N * 4 * 2 / gpu.l2_bw
     partials = split * p.M * p.N * 4
-    return partials / (gpu.l2_bw if partials <= gpu.l2_bytes / 2 else gpu.dram_bw) + p.M * p.N * p.out_bytes / gpu.dram_bw
+    return (partials / (gpu.l2_bw if partials <= gpu.l2_bytes / 2 else gpu.dram_bw)
+            + p.c_like_operands * p.M * p.N * p.out_bytes / gpu.dram_bw)
 
 
 def prep_bytes(p: GemmProblem, operands: OperandPlan) -> int:

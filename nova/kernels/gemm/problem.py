@@ -1,7 +1,18 @@
 """What a kernel computes: the GEMM problem statement, independent of any schedule.
 
-``C[M,N] = act(A[M,K] @ B[K,N] + bias[N])`` with FP32 accumulation.  ``trans_a`` means A is stored
-as ``[K,M]`` row-major (i.e. column-major A); ``trans_b`` means B is stored as ``[N,K]`` row-major.
+``C[M,N] = act(A[M,K] @ B[K,N] + bias[N]) + R[M,N]`` with FP32 accumulation.  ``trans_a`` means A is
+stored as ``[K,M]`` row-major (i.e. column-major A); ``trans_b`` means B is stored as ``[N,K]`` row-major.
+
+The epilogue's operands beyond the bias, each in C's type and C's layout (row-major, C's batch stride):
+
+* ``residual``: R is read and added after the activation (a transformer's residual connection, or a
+  gradient accumulated into an existing one): the add kernel that would read the GEMM's result and R
+  and write their sum is gone, and the GEMM's result is never written alone.
+* ``preactivation``: the kernel also writes ``P[M,N] = A @ B + bias``, the value the activation was
+  applied to (a training step keeps it for the activation's backward), so the activation runs in the
+  epilogue instead of a kernel of its own that reads P back.  Needs an activation.
+
+The kernel's arguments after A, B and C are the epilogue's operands in ``epilogue_operands`` order.
 
 Batched (``batch`` > 1): ``C[b] = act(A[b] @ B[b] + bias)`` for ``b < batch``, one launch.  Each
 operand's matrices lie ``batch_stride_a/b/c`` elements apart (None: packed, ``M*K``, ``K*N``,
@@ -75,6 +86,9 @@ class GemmProblem:
     batch_stride_a: int | None = None
     batch_stride_b: int | None = None
     batch_stride_c: int | None = None
+    # The epilogue's matrix operands (module docstring), in C's type and layout.
+    residual: bool = False        # C = act(acc + bias) + R
+    preactivation: bool = False   # also write P = acc + bias; needs an activation
 
     def __post_init__(self):
         for name in ("M", "N", "K"):
@@ -88,6 +102,11 @@ class GemmProblem:
             raise ProblemError(f"unsupported dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
         if self.activation not in ACTIVATIONS:
             raise ProblemError(f"unsupported activation {self.activation!r}; choose one of {', '.join(ACTIVATIONS)}")
+        for name in ("residual", "preactivation"):
+            if not isinstance(getattr(self, name), bool):
+                raise ProblemError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.preactivation and self.activation == "none":
+            raise ProblemError("preactivation output without an activation: it would equal C")
         if self.tf32_rounding not in TF32_ROUNDING:
             raise ProblemError(f"unsupported tf32_rounding {self.tf32_rounding!r}; choose one of {', '.join(TF32_ROUNDING)}")
         if self.out_dtype is None:
@@ -156,6 +175,17 @@ class GemmProblem:
         return {"a": self.M * self.K, "b": self.K * self.N, "c": self.M * self.N}[op]
 
     @property
+    def epilogue_operands(self) -> tuple[str, ...]:
+        """The kernel's arguments after A, B and C, in order: "bias", "residual", "preactivation"
+        (those the problem has)."""
+        return tuple(name for name in ("bias", "residual", "preactivation") if getattr(self, name))
+
+    @property
+    def c_like_operands(self) -> int:
+        """Matrices of C's shape and type the kernel reads or writes: C, R and P (those it has)."""
+        return 1 + self.residual + self.preactivation
+
+    @property
     def storage(self) -> str:
         """Element type of A and B in memory: 'f32', 'bf16' or 'f16'."""
         return DTYPES[self.dtype].storage
@@ -175,9 +205,10 @@ class GemmProblem:
 
     @property
     def footprint_bytes(self) -> int:
-        """Device memory the operands take: A, B, C (their extents over the batch) and the bias vector."""
+        """Device memory the operands take: A, B, C, R and P (their extents over the batch) and the bias vector."""
         bias = self.N * (4 if self.dtype == "tf32" else self.out_bytes) if self.bias else 0
-        return (self.extent("a") + self.extent("b")) * self.in_bytes + self.extent("c") * self.out_bytes + bias
+        return ((self.extent("a") + self.extent("b")) * self.in_bytes
+                + self.c_like_operands * self.extent("c") * self.out_bytes + bias)
 
     @property
     def flops(self) -> int:
@@ -187,9 +218,9 @@ class GemmProblem:
     @property
     def min_bytes(self) -> int:
         """Compulsory DRAM traffic: read each distinct matrix of A and B once (a broadcast one once in
-        all), write every C once (bias is negligible)."""
+        all), write every C once, read every R and write every P once (bias is negligible)."""
         return ((self.matrices("a") * self.M * self.K + self.matrices("b") * self.K * self.N) * self.in_bytes
-                + self.batch * self.M * self.N * self.out_bytes)
+                + self.c_like_operands * self.batch * self.M * self.N * self.out_bytes)
 
     def describe(self) -> str:
         t = ("T" if self.trans_a else "N") + ("T" if self.trans_b else "N")
@@ -198,6 +229,10 @@ class GemmProblem:
             epi.append("bias")
         if self.activation != "none":
             epi.append(self.activation)
+        if self.preactivation:
+            epi.append("preact")
+        if self.residual:
+            epi.append("residual")
         fast = " tf32_fast" if self.dtype == "tf32" and self.tf32_rounding == "truncate" else ""
         batch = f"{self.batch}x" if self.batch > 1 else ""
         return (f"gemm {batch}{self.M}x{self.N}x{self.K} {self.dtype}{fast} {t}"
@@ -219,8 +254,9 @@ class GemmProblem:
         d = asdict(self)
         if d["tf32_rounding"] == "rna":      # the defaults stay out: a problem's dict (and key) only grows
             del d["tf32_rounding"]           # when it asks for something new
-        if not d["deterministic"]:
-            del d["deterministic"]
+        for k in ("deterministic", "residual", "preactivation"):
+            if not d[k]:
+                del d[k]
         if d["batch"] == 1:                  # an unbatched problem keeps the key it always had
             for k in ("batch", "batch_stride_a", "batch_stride_b", "batch_stride_c"):
                 del d[k]

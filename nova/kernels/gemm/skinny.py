@@ -125,6 +125,8 @@ def applies(p: GemmProblem, gpu: GPUModel) -> tuple[bool, str]:
         return False, f"M = {p.M} > {bound} rows (the FP32 balance point)"
     if p.batch > 1:
         return False, f"a batch of {p.batch} GEMMs (the skinny kernel takes one)"
+    if p.residual or p.preactivation:
+        return False, "its epilogue adds no residual and writes no pre-activation"
     return True, ""
 
 
