@@ -697,7 +697,7 @@ class Program:
                     problem = None
                     if self._gemm is not None and group.gemm is not None:
                         problem = dataclasses.replace(group.gemm, deterministic=self._deterministic)
-                    launch = bind_gemm(node, nodes[i + 1:], group.gemm_bias, problem, tensors.__getitem__)
+                    launch = bind_gemm(node, nodes[i + 1:], group.gemm_epilogue, problem, tensors.__getitem__)
                     if problem is not None and launch.backend != "nova":
                         self._note(f"group {group.index}: matmul {node.inputs[0].type} x {node.inputs[1].type} "
                                    f"on torch.matmul ({launch.reason})")

@@ -53,6 +53,8 @@ class GemmCall:
     b: object                    # 2-D [K, N], or batched [count, K, N] (batch stride 0: broadcast)
     out: object                  # 2-D [M, N] row-major, or batched [count, M, N]
     bias: object = None          # [N] or None
+    residual: object = None      # R: out's shape, type and strides, or None
+    preactivation: object = None  # P: out's shape, type and strides, or None
 
     def problem(self, planned: GemmProblem) -> GemmProblem:
         """The problem these views state, as ``nova.matmul`` reads them (``GemmProblem`` normalises
@@ -66,7 +68,8 @@ class GemmCall:
             batch = (int(out.shape[0]),) + tuple(int(t.stride(0)) if t.shape[0] > 1 else 0 for t in (a, b, out))
         return GemmProblem(M, N, K, NOVA_DTYPES[a.dtype], layout(a) == "col", layout(b) == "col",
                            self.bias is not None, planned.activation, OUT_DTYPES[out.dtype], planned.tf32_rounding,
-                           planned.deterministic, *batch)
+                           planned.deterministic, *batch, residual=self.residual is not None,
+                           preactivation=self.preactivation is not None)
 
 
 @dataclass
@@ -91,7 +94,8 @@ class GemmLaunch:
         a, b, c, p = self.call.a, self.call.b, self.call.out, self.problem
         shape = f"{'x'.join(map(str, c.shape))}x{a.shape[-1]} {p.dtype} " \
                 f"{'T' if p.trans_a else 'N'}{'T' if p.trans_b else 'N'}"
-        extra = (" +bias" if p.bias else "") + (f" +{p.activation}" if p.activation != "none" else "")
+        extra = (" +bias" if p.bias else "") + (f" +{p.activation}" if p.activation != "none" else "") \
+            + (" +preact" if p.preactivation else "") + (" +residual" if p.residual else "")
         return f"nova gemm {shape}{extra}"
 
     def kernel(self, gemm, target=None, workspace=None) -> Kernel:
@@ -100,6 +104,8 @@ class GemmLaunch:
         if self.backend == "nova":
             c, p = self.call, self.problem
             extra = {} if workspace is None else {"workspace": workspace}
+            extra.update({name: t for name, t in (("residual", c.residual), ("preactivation", c.preactivation))
+                          if t is not None})
             return Kernel(lambda: gemm(c.a, c.b, out=c.out, bias=c.bias, activation=p.activation, target=target,
                                        deterministic=p.deterministic, **extra), self.describe())
         A, B, C = self.torch_args
@@ -209,29 +215,61 @@ def _operands(node, a, b):
     return (a.mT if node.attrs.get("transpose_a") else a), (b.mT if node.attrs.get("transpose_b") else b)
 
 
-def bind_gemm(node, epilogue: list, bias_value, problem: GemmProblem | None, tensor_of) -> GemmLaunch:
+def _as_product(t, C):
+    """``t`` (the epilogue's result, R or P) in the matmul result ``C``'s shape: a linear layer on
+    [B, T, C] unflattens its rows after the matmul, and that reshape joins the epilogue (a view)."""
+    if tuple(t.shape) == tuple(C.shape):
+        return t
+    try:
+        return t.view(C.shape)
+    except RuntimeError:                 # not a view: the bound views then are not the planned problem
+        return t
+
+
+def _like_out(t, final, out):
+    """``t`` (R or P) viewed as the launch's ``out`` views ``final``, or None when ``t`` is not laid
+    out as ``final`` (the kernel reads and writes it where it stores C)."""
+    if tuple(t.shape) != tuple(final.shape) or t.stride() != final.stride() or t.dtype != final.dtype:
+        return None
+    return t.as_strided(out.shape, out.stride(), t.storage_offset() + out.storage_offset() - final.storage_offset())
+
+
+def bind_gemm(node, epilogue: list, epilogue_values, problem: GemmProblem | None, tensor_of) -> GemmLaunch:
     """The launch of a gemm group: ``node`` its matmul, ``epilogue`` the group's nodes after it (the
-    plan's), ``bias_value`` the Value its epilogue adds, ``problem`` the plan's ``GemmProblem`` (None:
-    torch.matmul); ``tensor_of(value)`` gives each value's bound tensor.  The Nova launch when the
-    bound views are exactly ``problem``, else torch.matmul with the reason."""
+    plan's), ``epilogue_values`` its ``fusion.Epilogue`` (the bias, residual and pre-activation
+    Values; None: none), ``problem`` the plan's ``GemmProblem`` (None: torch.matmul);
+    ``tensor_of(value)`` gives each value's bound tensor.  The Nova launch when the bound views are
+    exactly ``problem``, else torch.matmul with the reason."""
     a, b = (tensor_of(v) for v in node.inputs)
     A, B = _operands(node, a, b)
     C = tensor_of(node.outputs[0])
     if problem is None:
         return GemmLaunch(node, torch_args=(A, B, C))
-    final = tensor_of(epilogue[-1].outputs[0]) if epilogue else C
-    bias = tensor_of(bias_value).reshape(-1) if bias_value is not None else None
+    final = _as_product(tensor_of(epilogue[-1].outputs[0]), C) if epilogue else C
+    values = {name: getattr(epilogue_values, name, None) for name in ("bias", "residual", "preactivation")}
+    bias = tensor_of(values["bias"]).reshape(-1) if values["bias"] is not None else None
     call, reason = _call(A, B, final)
     if call is not None:
         call.bias = bias
         reason = _nova_problem_reason(call)
+    for name in ("residual", "preactivation"):
+        if not reason and values[name] is not None:
+            view = _like_out(_as_product(tensor_of(values[name]), C), final, call.out)
+            if view is None:
+                reason = f"the {name} is not laid out as the result"
+            elif address(view) % ALIGN_BYTES:
+                reason = f"{name} not {ALIGN_BYTES}-byte aligned"
+            setattr(call, name, view)
     bound = call.problem(problem) if not reason else None
     if bound is not None and bound != problem:
         reason = f"the bound tensors are {bound.describe()}, the plan's GEMM {problem.describe()}"
-    if not reason and epilogue and any(t is not None and overlap(final, t) for t in (A, B, bias)):
+    if not reason and epilogue and any(t is not None and overlap(final, t) for t in (A, B, bias, call.residual)):
         # a plan that puts the epilogue's result on an operand dead after the matmul (against the
         # planner's rule): a fused launch would write those bytes while it reads them
         reason = "the epilogue's result shares bytes with an operand"
+    if not reason and call.preactivation is not None and any(
+            t is not None and overlap(call.preactivation, t) for t in (A, B, bias, call.residual, final)):
+        reason = "the pre-activation output shares bytes with an operand or the result"
     if reason:
         return GemmLaunch(node, torch_args=(A, B, C), reason=reason)
     return GemmLaunch(node, list(epilogue), call, problem, "nova")

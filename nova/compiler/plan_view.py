@@ -27,7 +27,8 @@
                              into such a concat's result is read here as "placed": its kernel writes
                              it at those arena bytes and strides
 
-A Nova GEMM group's ``GemmProblem`` and epilogue (the nodes after its matmul, the bias Value) are the
+A Nova GEMM group's ``GemmProblem`` and epilogue (the nodes after its matmul; the bias, residual and
+pre-activation Values) are the
 plan's decision: the executor binds the tensors to that problem (``gemm_lowering.bind_gemm``).  A "fused" value (the product or the biased product inside
 a Nova GEMM group) is never written when the Nova kernel runs the whole chain, but a CPU program
 computes the group unfused (``torch.matmul``, then the bias add and activation as ATen kernels), and
@@ -71,7 +72,7 @@ class GroupView:
     nodes: list
     reason: str = ""
     gemm: object = None                  # a Nova GEMM group: its GemmProblem (epilogue included)
-    gemm_bias: object = None             # and the Value its epilogue adds as the bias, if any
+    gemm_epilogue: object = None         # and its fusion.Epilogue (the bias, residual and pre-activation Values)
     attention: object = None             # a Nova attention group: its AttentionProblem (operands dense)
     pointwise: object = None             # a Nova pointwise kernel's PointwiseProblem (its nodes: one launch)
     optimizer: object = None             # a Nova multi-tensor update's MultiTensorProblem (its nodes: one launch)
@@ -134,9 +135,13 @@ def _donations(memory, graph) -> dict[int, int]:
 
 def _fused_into(groups, memory, graph) -> dict:
     """Each fused value -> the value its group's elementwise chain ends in: follow the one reader
-    inside the group while it is a pointwise op of one result of the same type, through fused
-    values, to a value the plan puts in the arena."""
+    inside the group while it is a pointwise op of one result of the same type (or a view of the
+    same bytes: a GEMM epilogue's reshape), through fused and aliased values, to a value the plan
+    puts in the arena."""
     users = graph.users()
+
+    def same_bytes(w, v):              # same elements in the same order: v's type, or a reshape of it
+        return w.type.dtype == v.type.dtype and w.type.numel == v.type.numel
 
     def kind_of(v):
         vp = memory.values.get(v)
@@ -152,10 +157,12 @@ def _fused_into(groups, memory, graph) -> dict:
         members = set(g.nodes)
         for v in (v for n in g.nodes for v in n.outputs if kind_of(v) == "fused"):
             w = v
-            while w is not None and (w is v or kind_of(w) == "fused"):
+            while w is not None and (w is v or kind_of(w) in ("fused", "alias")):
                 readers = [u for u in users.get(w, ()) if u in members]
-                ok = len(readers) == 1 and opdef(readers[0].op).kind == "pointwise" \
-                    and len(readers[0].outputs) == 1 and readers[0].outputs[0].type == v.type
+                ok = len(readers) == 1 and len(readers[0].outputs) == 1 and (
+                    opdef(readers[0].op).kind == "pointwise" and same_bytes(readers[0].outputs[0], v)
+                    or opdef(readers[0].op).kind == "view" and kind_of(readers[0].outputs[0]) == "alias"
+                    and same_bytes(readers[0].outputs[0], v))              # a GEMM epilogue's reshape
                 w = readers[0].outputs[0] if ok else None
             if w is not None and kind_of(w) == "arena":
                 out[v] = w
@@ -171,7 +178,7 @@ def _nova_view(group) -> dict:
             raise ExecutorError(f"the plan runs {group.nodes[0].op} on a Nova GEMM kernel without its problem")
         return {}
     if group.kind == "gemm":
-        return {"gemm": group.problem, "gemm_bias": group.epilogue.bias if group.epilogue is not None else None}
+        return {"gemm": group.problem, "gemm_epilogue": group.epilogue}
     if group.kind == "composite" and group.nodes[0].op in ATTENTION_OPS:
         return {"attention": group.problem}
     if isinstance(group.problem, PointwiseProblem):     # a fused group, or a concat / copy run as one

@@ -8,10 +8,17 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   (``batched_gemm``): each operand's matrices row-major (the transpose flags read them swapped),
   its batch axes (broadcast ones stride 0) one stride apart in the flat batch order; else ATen.
 * Epilogue: a pointwise consumer of a Nova GEMM joins its group when the GEMM kernel computes it
-  (``act(acc + bias)``, ``nova/kernels/gemm/problem.py``): first an ``add`` of a dense [N] bias of
-  the kernel's bias type, then one activation (relu, gelu_tanh, silu), and only when the value it
-  consumes has no other reader (the kernel writes one result).  In a training step the
-  pre-activation feeds the activation's backward, so there only the bias fuses.
+  (``act(acc + bias) + R``, ``nova/kernels/gemm/problem.py``): first an ``add`` of a dense [N] bias
+  of the kernel's bias type, then one activation (relu, gelu_tanh, silu), then an ``add`` of a
+  residual R (a dense value of the result's type and shape, read where C is written), each only
+  when the value it consumes has no other reader -- except the activation's input: when others
+  read it too (a training step keeps the pre-activation for the activation's backward) the kernel
+  writes it as a second output (``preactivation``) beside the activation, if that value is stored
+  densely.  Each saves a kernel and at least one round trip of the result through memory: the add
+  kernel reads the GEMM's result and R and writes their sum (three matrices) where the epilogue
+  reads R (one); the activation kernel reads P and writes C where the epilogue writes both from
+  registers.  The configurator then keeps the register epilogue (no TMA store, no stream-K: they
+  store C alone), and the prediction counts the extra matrix.
 * Pointwise ops (and ``constant``/``iota`` fills) join the pointwise groups of their producers when
   those produce the same iteration shape, or are scalar chains read by this node alone (inlined):
   one kernel, inputs read once, intermediates never written.  A value also read outside the group
@@ -115,12 +122,16 @@ EPILOGUE_ACTIVATIONS = {op: act for op, act in _ACTIVATION_OPS.items() if act in
 
 @dataclass
 class Epilogue:
-    """What a Nova GEMM applies before writing C: ``act(acc + bias)``."""
+    """What a Nova GEMM applies before writing C: ``act(acc + bias) + residual``, and the value it
+    also writes as ``P = acc + bias`` (``preactivation``), when other kernels read it."""
     bias: Value | None = None
     activation: str = "none"          # one of nova.kernels.gemm.problem.ACTIVATIONS
+    residual: Value | None = None     # R, added after the activation
+    preactivation: Value | None = None   # the activation's input, written as the kernel's second output
 
     def describe(self) -> str:
-        parts = (["bias"] if self.bias is not None else []) + ([self.activation] if self.activation != "none" else [])
+        parts = (["bias"] if self.bias is not None else []) + ([self.activation] if self.activation != "none" else []) \
+            + (["preact"] if self.preactivation is not None else []) + (["residual"] if self.residual is not None else [])
         return "+".join(parts) or "none"
 
 
@@ -210,6 +221,7 @@ class _Fuser:
         self._scalars: _Open | None = None        # the latest pointwise group over one element
         self._savings: dict[tuple, int] = {}      # rows_casts.cast_saving of a group with casts, by its nodes
         self._problems: dict[tuple, object] = {}  # from_group's rows problem (or None) of a node list
+        self.placed: dict[Node, int] = {}         # node -> its place in the placement order
 
     def run(self) -> list[Group]:
         graph = self.graph
@@ -230,6 +242,7 @@ class _Fuser:
                 waiting[r] -= 1
                 if waiting[r] == 0:
                     ready.insert(_bisect(ready, r, index), r)
+        self._split_trailing_views(placed)
         position = {node: i for i, node in enumerate(placed)}
         built = list({id(g): g for g in (self.group_of[n] for n in placed)}.values())
         built.sort(key=lambda g: max(position[n] for n in g.nodes))     # topological (see module docstring)
@@ -298,13 +311,15 @@ class _Fuser:
             return self._reduction_base(node) is not None
         if node.op == "cross_entropy_backward":
             return self._loss_forward(node) is not None
+        if k == "view":
+            return self._gemm_view(node) is not None
         if k != "pointwise" and not is_table_gather(node):
             return False
         producers = self._producers(node)
         if self._horizontal(node) or self._sibling(node) is not None or self._rows_epilogue(node) is not None:
             return True
         return bool(self._candidates(node, producers)) or (not self._stored(node) and _epilogue(
-            node, producers, self.users, self.outputs, self.layouts, dry_run=True) is not None)
+            node, producers, self.users, self.outputs, self.layouts, dry_run=True, placed=self.placed) is not None)
 
     # -------------------------------------------------------------- casts into rows kernels
     def _rows_problem(self, nodes: list[Node]):
@@ -391,12 +406,36 @@ class _Fuser:
             return None
         return g, casts
 
+    def _gemm_view(self, node: Node) -> _Open | None:
+        """The open Nova GEMM group whose result ``node`` reads alone when ``node`` is a reshape that
+        is a view of it (dense to dense): it joins the group, so that an epilogue op written after
+        the reshape (a linear layer on [B, T, C] flattens its rows for the matmul and unflattens the
+        result) still fuses; a view nothing fused after is split off again (``_split_trailing_views``)."""
+        if node.op != "reshape" or layout_analysis.is_copy(node, self.layouts):
+            return None
+        (x,) = node.inputs
+        g = self.group_of.get(x.producer) if x.producer is not None else None
+        if g is None or g.kind != "gemm" or g.kernel != "nova" or not g.open or g.tail is not x \
+                or x in self.outputs or len(self.users.get(x, ())) != 1:
+            return None
+        return g if self.layouts[x].dense and self.layouts[node.outputs[0]].dense else None
+
+    def _split_trailing_views(self, placed: list[Node]) -> None:
+        """A GEMM group's views that no epilogue op followed leave it again, each a view group of
+        its own (the group's result is then the value before them, which the kernel writes)."""
+        for g in {id(self.group_of[n]): self.group_of[n] for n in placed}.values():
+            while g.kind == "gemm" and len(g.nodes) > 1 and kind(g.nodes[-1].op) == "view":
+                view = g.nodes.pop()
+                self.group_of[view] = _Open("view", view, kernel="none")
+                g.tail = view.inputs[0]
+
     def _horizontal(self, node: Node) -> bool:
         """``node`` joins the open pointwise group over one element (rule in the module docstring)."""
         g = self._scalars
         return g is not None and g.open and g.kind == "pointwise" and bool(g.nodes) and _is_scalar(node)
 
     def _place(self, node: Node) -> None:
+        self.placed[node] = len(self.placed)
         k = kind(node.op)
         producers = self._producers(node)
         g = None
@@ -405,7 +444,8 @@ class _Fuser:
             g.problem, g.why_not_nova = classify_gemm(node, self.layouts)
             g.kernel = "nova" if g.problem is not None else "aten"
         elif k in ("pointwise", "creation") or is_table_gather(node):
-            g = None if self._stored(node) else _epilogue(node, producers, self.users, self.outputs, self.layouts)
+            g = None if self._stored(node) else _epilogue(node, producers, self.users, self.outputs, self.layouts,
+                                                          placed=self.placed)
             sibling = self._sibling(node)
             rows = self._rows_epilogue(node) if g is None else None
             if rows is not None:
@@ -443,6 +483,9 @@ class _Fuser:
                 g.kind = "reduction"
             else:
                 g = _Open("reduction", node, shape=node.inputs[0].shape)
+        elif k == "view" and (g := self._gemm_view(node)) is not None:
+            g.nodes.append(node)                       # the epilogue may go on through it (else split off)
+            g.tail = node.outputs[0]
         elif k == "view":
             copy = layout_analysis.is_copy(node, self.layouts)
             g = _Open("view", node, kernel="aten" if copy else "none")
@@ -580,30 +623,45 @@ def _bias_type(problem: GemmProblem) -> str:
     return "f32" if problem.dtype == "tf32" else problem.out_dtype
 
 
-def _epilogue(node: Node, producers, users, outputs, layouts, dry_run: bool = False) -> _Open | None:
-    """The Nova GEMM group ``node`` extends as its epilogue (recorded unless ``dry_run``), or None."""
+def _epilogue(node: Node, producers, users, outputs, layouts, dry_run: bool = False, placed=None) -> _Open | None:
+    """The Nova GEMM group ``node`` extends as its epilogue (recorded unless ``dry_run``), or None.
+    ``placed``: the placement order so far; a residual must have been computed before the GEMM's
+    matmul was placed (else the GEMM would wait for it, its operands live the while: two chunks'
+    weight gradients summed would hold the first chunk's operands across the second's GEMM)."""
     for g in producers:
         if g.kind != "gemm" or g.kernel != "nova" or not g.open or g.tail not in node.inputs:
             continue
         tail = g.tail
-        if g.tail in outputs or len(users.get(tail, ())) != 1 or node.outputs[0].type != tail.type:
+        if node.outputs[0].type != tail.type:
             return None
+        shared = tail in outputs or len(users.get(tail, ())) != 1      # the kernel would have to write it too
         epi, problem = g.epilogue, g.problem
-        if node.op == "add" and epi.bias is None and epi.activation == "none":
-            (bias,) = [v for v in node.inputs if v is not tail] or [None]
-            if bias is None or bias.shape != (problem.N,) or bias.dtype != _bias_type(problem) \
-                    or not layouts[bias].dense:
+        (other,) = [v for v in node.inputs if v is not tail] or [None]
+        if node.op == "add" and epi.bias is None and epi.activation == "none" and epi.residual is None \
+                and not shared and other is not None and other.shape == (problem.N,):
+            if other.dtype != _bias_type(problem) or not layouts[other].dense:
                 return None
             if not dry_run:
-                epi.bias = bias
-        elif node.op in EPILOGUE_ACTIVATIONS and epi.activation == "none":
+                epi.bias = other
+        elif node.op in EPILOGUE_ACTIVATIONS and epi.activation == "none" and epi.residual is None:
+            if shared and not layouts[tail].dense:
+                return None
             if not dry_run:
                 epi.activation = EPILOGUE_ACTIVATIONS[node.op]
+                epi.preactivation = tail if shared else None
+        elif node.op == "add" and epi.residual is None and not shared and other is not None \
+                and other.type == tail.type and layouts[other].dense and other.producer not in g.nodes \
+                and (other.producer is None or placed is None
+                     or placed.get(other.producer, len(placed)) < placed.get(g.nodes[0], 0)):
+            if not dry_run:
+                epi.residual = other
         else:
             return None
         if dry_run:
             return g
-        g.problem = dataclasses.replace(problem, bias=epi.bias is not None, activation=epi.activation)
+        g.problem = dataclasses.replace(problem, bias=epi.bias is not None, activation=epi.activation,
+                                        residual=epi.residual is not None,
+                                        preactivation=epi.preactivation is not None)
         g.tail = node.outputs[0]
         return g
     return None
@@ -634,6 +692,9 @@ def _finish(g: _Open, position, users, outputs, layouts, names, kernels: KernelS
     placed early, because it could join, may come later in the program than the reduction)."""
     nodes = sorted(g.nodes, key=position.__getitem__)
     ins, outs = boundary(nodes, users, outputs)
+    pre = g.epilogue.preactivation if g.kind == "gemm" and g.epilogue is not None else None
+    if pre is not None and layouts[pre].root is not pre and layouts[pre].root not in outs:
+        outs.insert(0, layouts[pre].root)      # P read through a view: the kernel writes the root it views
     group = Group(g.kind, nodes, "", g.kernel, ins, outs,
                   g.epilogue if g.kind == "gemm" else None, g.problem)
     first = nodes[0]

@@ -78,7 +78,7 @@ def predict(problem: GemmProblem, s: Schedule, gpu: GPUModel) -> Prediction:
     p = problem
     dram = F.dram_bytes(a_bytes=p.matrices("a") * p.M * p.K * p.in_bytes,
                         b_bytes=p.matrices("b") * p.K * p.N * p.in_bytes, b_refetch=b_refetch(p, s, gpu),
-                        c_bytes=p.batch * p.M * p.N * p.out_bytes, split_k=s.split_k)
+                        c_bytes=p.c_like_operands * p.batch * p.M * p.N * p.out_bytes, split_k=s.split_k)
     t_dram = dram / gpu.dram_bw
     t_fill = waves * gpu.mem_latency_ns * 1e-9
     t_launch = gpu.launch_overhead_us * 1e-6 * (2 if s.split_k > 1 else 1)   # split-K adds the C memset

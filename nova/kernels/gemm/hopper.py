@@ -714,7 +714,7 @@ def pingpong_terms(p: GemmProblem, gpu, slabs: int, n: int, operands: OperandPla
                 t_mma += per_sm * block_i * n * p.out_bytes / (gpu.smem_bytes_per_clk_sm * clock)
         else:                                               # the stores leave through the SM's L2 port too
             e_unit = epilogue_time(p, gpu, block_i, n, gpu.sm_count, rows=I, cols=J)
-            t_l2 += per_sm * min(block_i, I) * min(n, J) * p.out_bytes / (gpu.l2_bw / gpu.sm_count)
+            t_l2 += per_sm * min(block_i, I) * min(n, J) * p.out_bytes * p.c_like_operands / (gpu.l2_bw / gpu.sm_count)
         t_mma *= main["smem_cap"] / min(main["smem_cap"], PINGPONG_KLOOP_TENSOR)   # one warpgroup's chain at a time
         t_ring = ring_time(p, gpu, units, ktiles, 1, depth)
         m_unit = max(t_mma, t_l2, t_ring) / per_sm
