@@ -277,3 +277,44 @@ def test_attention_runs_on_nova_where_the_plan_says_so():
     assert all(g.kernel == "aten" and "do not cover f32[2,2,24,4]" in g.reason for g in small)
     cross = attention_groups(pipeline(grouped_attention(Tq=6, Tk=10, D=64).graph))
     assert cross and all(g.kernel == "aten" and "T_q != T_k" in g.reason for g in cross)
+
+
+def test_a_residual_add_joins_the_gemm_computed_after_its_other_operand():
+    """``p1 + p2`` of two GEMMs: the add is the second GEMM's residual epilogue (R = p1, already
+    written when it runs), never the first's: that GEMM would wait for the second one, its operands
+    live the while (two loss chunks' weight gradients summed)."""
+    g = Graph()
+    a1, b1, a2, b2 = (g.input(F(16, 8), "a1"), g.input(F(8, 12), "b1"), g.input(F(16, 8), "a2"),
+                      g.input(F(8, 12), "b2"))
+    p1 = g.op("matmul", a1, b1)
+    p2 = g.op("matmul", a2, b2)
+    g.output(g.op("add", p1, p2), "sum")
+    groups = fuse(g)
+    check_partition(g, groups)
+    first, second = groups
+    assert ops_of(first) == ["matmul"] and ops_of(second) == ["matmul", "add"]
+    assert second.epilogue.residual is p1 and second.problem.residual and not second.problem.preactivation
+    assert second.inputs == [a2, b2, p1]
+
+
+def test_an_epilogue_goes_on_through_the_reshape_of_a_linear_layer_and_a_lone_reshape_leaves():
+    """[B, T, C] @ W^T + b, reshaped back to [B, T, H]: the gelu after the reshape fuses, its input
+    (read by another op too) written beside it through the reshape's root; a reshape with nothing
+    fused after it is a free view group again."""
+    g = Graph()
+    x = g.input(F(8, 8), "x")
+    w = g.input(F(16, 8), "w")
+    b = g.input(F(16), "b")
+    pre = g.op("add", g.op("matmul", x, w, transpose_b=True), b)
+    view = g.op("reshape", pre, shape=(2, 4, 16))
+    g.output(g.op("gelu_tanh", view), "act")
+    g.output(g.op("mul", view, view), "square")                  # another reader of the pre-activation
+    lone = g.op("reshape", g.op("matmul", x, w, transpose_b=True), shape=(2, 4, 16))
+    g.output(g.op("exp", lone), "exp")
+    groups = fuse(g)
+    check_partition(g, groups)
+    gemm = next(gr for gr in groups if ops_of(gr) == ["matmul", "add", "reshape", "gelu_tanh"])
+    assert gemm.epilogue.preactivation is view and gemm.problem.preactivation and gemm.problem.activation == "gelu"
+    assert pre in gemm.outputs                                   # the kernel writes P at the root it views
+    bare = next(gr for gr in groups if gr.kind == "gemm" and gr is not gemm)
+    assert ops_of(bare) == ["matmul"] and any(ops_of(gr) == ["reshape"] and gr.kernel == "none" for gr in groups)

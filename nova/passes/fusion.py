@@ -656,7 +656,7 @@ def _epilogue(node: Node, producers, users, outputs, layouts, dry_run: bool = Fa
             if not dry_run:
                 epi.residual = other
         else:
-            return None
+            continue                     # another GEMM producer may take it (p1 + p2: the later GEMM)
         if dry_run:
             return g
         g.problem = dataclasses.replace(problem, bias=epi.bias is not None, activation=epi.activation,

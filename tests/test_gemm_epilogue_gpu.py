@@ -1,0 +1,126 @@
+"""GEMM epilogue operands on the GPU: ``nova.matmul(..., residual=R, preactivation=P)`` against float64.
+
+``C = act(A @ B + bias) + R`` and ``P = A @ B + bias`` on fresh random data (a new seed each run,
+printed on failure), C and P poisoned with NaN before the launch: every element written, within the
+tolerance of its type.  The cases cover the register epilogue (pairs, ragged M and N, odd N), the
+atomic split-K kernel (R added by slice 0), the split-K workspace's reduction kernel (R and P there),
+TF32 and BF16, and both kernel generations (``NOVA_HOPPER=0``: the mma.sync kernel on an sm_90 device).
+
+Offline on the device: build the kernels here first (``python tests/test_gemm_epilogue_gpu.py --build
+--target h200`` into $NOVA_CACHE_DIR, a host with MLIR, no GPU needed).
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import nova
+from nova.kernels.gemm.problem import GemmProblem
+from nova.runtime import driver, matmul as mm
+from nova.runtime.cache import is_offline, mlir_available
+
+# (M, N, K, dtype, bias, activation, residual, preactivation)
+CASES = [
+    (16384 // 8, 2048, 512, "tf32", True, "gelu", False, True),       # GPT's fc1: gelu with its input kept
+    (2048, 512, 512, "tf32", True, "none", True, False),             # GPT's c_proj: the residual connection
+    (1000, 1001, 999, "tf32", True, "silu", True, True),             # ragged M, odd N: element stores
+    (129, 258, 4096, "tf32", True, "gelu", True, True),              # deep K: split-K through a workspace
+    (64, 512, 8192, "tf32", True, "none", True, False),              # atomic split-K: slice 0 adds R
+    (2048, 2048, 512, "bf16", True, "gelu", False, True),
+    (1000, 1002, 520, "bf16", False, "relu", True, True),
+]
+TOLERANCE = {"tf32": 2e-3, "bf16": 1e-2}   # relative Frobenius error vs float64 (tests/test_runtime_gpu.py's)
+HOPPER_SWITCH = ("1", "0")                  # the Hopper kernel, then the mma.sync one (NOVA_HOPPER=0)
+
+
+def _gpu_reason() -> str:
+    return "" if driver.gpu_available() else "no usable CUDA GPU (cuInit failed or no device)"
+
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(bool(_gpu_reason()), reason=_gpu_reason() or "gpu")]
+
+
+def case_id(c) -> str:
+    M, N, K, dtype, bias, act, res, pre = c
+    return f"{M}x{N}x{K}-{dtype}" + ("-bias" if bias else "") + f"-{act}" + ("-residual" if res else "") + \
+        ("-preact" if pre else "")
+
+
+def problem(case) -> GemmProblem:
+    M, N, K, dtype, bias, act, res, pre = case
+    return GemmProblem(M, N, K, dtype, bias=bias, activation=act, residual=res, preactivation=pre)
+
+
+@pytest.fixture(autouse=True)
+def kernels():
+    if not is_offline() and not mlir_available():
+        pytest.skip("no MLIR here: build the kernels (`python tests/test_gemm_epilogue_gpu.py --build`) and run "
+                    "with NOVA_OFFLINE=1 NOVA_CACHE_DIR=<carried cache>")
+
+
+@pytest.mark.parametrize("hopper", HOPPER_SWITCH)
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_residual_and_preactivation_vs_float64(case, hopper, monkeypatch):
+    torch = pytest.importorskip("torch")
+    if hopper == "1" and driver.get_device().cc < (9, 0):
+        pytest.skip("the Hopper kernel needs sm_90")
+    monkeypatch.setenv("NOVA_HOPPER", hopper)
+    mm.reset()
+    M, N, K, dtype, has_bias, act, has_res, has_pre = case
+    seed = int.from_bytes(os.urandom(4), "little")
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    tdt = {"tf32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    a = torch.randn(M, K, device="cuda", generator=gen).to(tdt)
+    b = torch.randn(K, N, device="cuda", generator=gen).to(tdt)
+    bias = torch.randn(N, device="cuda", generator=gen).to(torch.float32 if dtype == "tf32" else tdt) \
+        if has_bias else None
+    r = (torch.randn(M, N, device="cuda", generator=gen) * 8).to(tdt) if has_res else None
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=tdt)
+    pre = torch.full((M, N), float("nan"), device="cuda", dtype=tdt) if has_pre else None
+    try:
+        assert nova.matmul(a, b, out=out, bias=bias, activation=act, residual=r, preactivation=pre) is out
+        torch.cuda.synchronize()
+    finally:
+        mm.reset()
+    z = a.double() @ b.double() + (bias.double() if bias is not None else 0)
+    y = {"none": z, "relu": torch.relu(z), "silu": torch.nn.functional.silu(z),
+         "gelu": torch.nn.functional.gelu(z, approximate="tanh")}[act] + (r.double() if r is not None else 0)
+    what = f"{case_id(case)} NOVA_HOPPER={hopper} (seed {seed})"
+    for name, got, ref in (("C", out, y), ("P", pre, z)):
+        if got is None:
+            continue
+        assert int(torch.isnan(got).sum()) == 0, f"{what}: {name} has elements left unwritten"
+        err = float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref))
+        assert err < TOLERANCE[dtype], f"{what}: {name}'s relative Frobenius error {err:.2e}"
+
+
+def test_a_residual_not_laid_out_as_the_output_is_refused_in_one_line():
+    torch = pytest.importorskip("torch")
+    a = torch.randn(64, 32, device="cuda")
+    b = torch.randn(32, 48, device="cuda")
+    r = torch.randn(48, 64, device="cuda").T                      # the output's shape, another layout
+    with pytest.raises(ValueError, match="residual.*must match the output"):
+        nova.matmul(a, b, residual=r)
+
+
+def _build(target: str) -> None:
+    """Every kernel these tests launch, for both kernel generations, into $NOVA_CACHE_DIR."""
+    from nova.hwmodel import get_target
+    from nova.runtime.cache import KernelCache
+    for hopper in HOPPER_SWITCH:
+        os.environ["NOVA_HOPPER"] = hopper
+        mm.reset()
+        counts = mm.precompile_gemms([problem(c) for c in CASES], get_target(target), KernelCache(),
+                                     label=f"NOVA_HOPPER={hopper} ")
+        print(counts)
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser(description="build this file's GEMM kernels into $NOVA_CACHE_DIR")
+    ap.add_argument("--target", default="h200")
+    ap.add_argument("--build", action="store_true", help="compile the kernels (a host with MLIR, no GPU needed)")
+    args = ap.parse_args()
+    if args.build:
+        _build(args.target)
