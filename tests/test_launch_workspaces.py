@@ -147,7 +147,8 @@ def test_gemm_launches_get_their_arena_workspace(model_plan):
     from nova.compiler.executor import Program
     calls = []
 
-    def gemm(a, b, *, out, bias=None, activation="none", target=None, deterministic=None, workspace=None):
+    def gemm(a, b, *, out, bias=None, activation="none", target=None, deterministic=None, workspace=None,
+             residual=None, preactivation=None):                      # nova.matmul's signature
         calls.append(workspace)
     program = Program(model_plan, "meta", gemm=gemm)
     arena = program._dry_ctx.arena

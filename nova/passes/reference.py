@@ -44,7 +44,9 @@ def run_planned(planned, inputs, *, check_views: bool = True):
 
     def aliased(v):
         p = mem[v]
-        base = root_tensor(p.alias_of)
+        base = fused.get(p.alias_of)    # a root computed earlier in the running fused group, not yet written
+        if base is None or mem[p.alias_of].view is not None:
+            base = root_tensor(p.alias_of)
         return base.as_strided(p.view.shape, p.view.strides, base.storage_offset() + p.view.offset)
 
     def written(v):                    # where a node writes its result: its root, or its slice of one
