@@ -7,6 +7,8 @@
                                                                 backward sums each group (``grouped_query.py``)
            -> recompute_pointwise                               saved pointwise intermediates recomputed
                                                                 in the backward's kernels (``recompute.py``)
+           -> name_activations                                  an activation written op by op becomes its
+                                                                named op (``named_activations.py``)
            -> place_casts                                       casts next to the rows ops that take them
                                                                 (``rows_casts.py``)
            -> copy_concat_inputs                                a concat's unplaceable inputs copied by a kernel
@@ -37,6 +39,7 @@ from nova.passes.dce import dce
 from nova.passes.rms_norm import fuse_rms_norm
 from nova.passes.fusion import Group, format_bytes, fuse
 from nova.passes.grouped_query import read_kv_heads
+from nova.passes.named_activations import name_activations
 from nova.passes.recompute import recompute_pointwise
 from nova.passes.rows_casts import place_casts
 from nova.passes.memory import Handoff, LaunchWorkspace, MemoryPlan, OutsideAllocation, place_workspaces, with_outside
@@ -98,6 +101,8 @@ def pipeline(graph: Graph, target=None, kernels: KernelSwitch | None = None, *,
     stats["grouped_query"] = len(g.nodes)
     g, recomputed = recompute_pointwise(g, target)
     stats["recompute"] = len(g.nodes)
+    g = name_activations(g)
+    stats["named_activations"] = len(g.nodes)
     g = place_casts(g)
     stats["casts"] = len(g.nodes)
     g = copy_concat_inputs(g)

@@ -1,0 +1,90 @@
+"""Activations written op by op become the one named op: math is recognised, not names.
+
+Hugging Face's GPT-2 writes its GELU as ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3)))``,
+op by op.  After ``recompute.py`` its intermediates are read by the chain alone (the backward
+recomputes what it needs from ``x``), so the chain is a function of ``x`` with one result: when the
+pointwise family's canonical form of that function (``kernels/pointwise/canonical.py``: products and
+sums matched through their factors and terms, constants to a relative 1e-4) is one named activation
+of ``x`` -- ``gelu_tanh``, ``relu``, ``silu`` (those a GEMM's epilogue computes) -- the chain becomes
+that one node.  The fusion pass then treats it as it treats ``F.gelu(approximate="tanh")``: in the
+producing GEMM's epilogue, its input written beside it when the backward reads it.
+
+**Chains**: for each pointwise node, in reverse program order, the largest set of pointwise nodes
+ending at it whose results are read only inside the set (a result read elsewhere, or a graph
+output, must be written: that node stays), over exactly one value from outside (constant fills, read
+as literals, aside) of the chain's result type.  A node belongs to at most one replaced chain.
+"""
+from __future__ import annotations
+
+from nova.ir.graph import Graph, Node
+from nova.ir.ops import kind
+from nova.kernels.pointwise.problem import PointwiseProblemError
+from nova.passes.dce import dce
+from nova.passes.pointwise_from_ir import program_of
+from nova.passes.rewrite import Rewriter
+
+NAMED = ("gelu_tanh", "relu", "silu")          # the activations a GEMM epilogue computes (fusion.EPILOGUE_ACTIVATIONS)
+
+
+def _chain(end: Node, users, outputs, taken) -> tuple[list[Node], list]:
+    """(the chain's nodes, the values it reads from outside) ending at ``end`` (module docstring)."""
+    members = {end}
+    grew = True
+    while grew:
+        grew = False
+        for node in list(members):
+            for v in node.inputs:
+                p = v.producer
+                if p is None or p in members or p in taken or kind(p.op) != "pointwise" or len(p.outputs) != 1 \
+                        or v in outputs or any(u not in members for u in users.get(v, ())):
+                    continue
+                members.add(p)
+                grew = True
+    produced = {v for n in members for v in n.outputs}
+    reads = list(dict.fromkeys(v for n in members for v in n.inputs if v not in produced))
+    return list(members), reads
+
+
+def _named(nodes, inputs, out) -> str | None:
+    """The named activation ``nodes`` compute of ``inputs[0]`` (constant fills among ``inputs`` are
+    literals), or None."""
+    fills = [v.producer for v in inputs[1:]]
+    try:
+        _, (expr,) = program_of(fills + nodes, inputs[:1], [out])
+    except PointwiseProblemError:
+        return None
+    if expr.op in NAMED and len(expr.args) == 1 and expr.args[0].op == "input":
+        return expr.op
+    return None
+
+
+def name_activations(graph: Graph) -> Graph:
+    """``graph`` with each op-by-op activation chain replaced by its named op (module docstring)."""
+    users = graph.users()
+    outputs = set(graph.output_values())
+    index = {n: i for i, n in enumerate(graph.nodes)}
+    replaced: dict[Node, tuple[str, object]] = {}       # a chain's last node -> (op, its input)
+    taken: set[Node] = set()
+    for end in reversed(graph.nodes):
+        if kind(end.op) != "pointwise" or end in taken or len(end.outputs) != 1:
+            continue
+        nodes, reads = _chain(end, users, outputs, taken)
+        inputs = [v for v in reads if v.producer is None or v.producer.op != "constant"]
+        if len(nodes) < 2 or len(inputs) != 1 or inputs[0].type != end.outputs[0].type:
+            continue
+        fills = [v for v in reads if v not in inputs]
+        op = _named(sorted(nodes, key=index.__getitem__), inputs + fills, end.outputs[0])
+        if op is None:
+            continue
+        replaced[end] = (op, inputs[0])
+        taken.update(nodes)
+    if not replaced:
+        return graph
+    rw = Rewriter(graph)
+    for node in graph.nodes:
+        if node in replaced:
+            op, x = replaced[node]
+            (rw.env[node.outputs[0]],) = rw.emit(op, [rw.get(x)], {}, node.origin)
+        elif node not in taken:
+            rw.copy(node)
+    return dce(rw.finish())

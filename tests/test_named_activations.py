@@ -1,0 +1,62 @@
+"""``named_activations``: an activation written op by op becomes the named op, the same numbers."""
+import math
+
+import torch
+
+from nova.ir import Graph, TensorType
+from nova.ir import interpreter
+from nova.passes.named_activations import name_activations
+
+
+def F(*shape):
+    return TensorType(shape, "f32")
+
+
+def _graph(body, keep_intermediate=False):
+    g = Graph()
+    x = g.input(F(8, 16), "x")
+    out, inner = body(g, x)
+    g.output(out, "out")
+    if keep_intermediate:
+        g.output(inner, "inner")               # read outside the chain: must be written, the chain stays
+    return g
+
+
+def gelu_new(g, x):
+    c = lambda v: g.op("constant", value=v, dtype="f32")
+    cube = g.op("pow", x, c(3.0))
+    inner = g.op("tanh", g.op("mul", c(math.sqrt(2 / math.pi)), g.op("add", x, g.op("mul", c(0.044715), cube))))
+    return g.op("mul", g.op("mul", c(0.5), x), g.op("add", c(1.0), inner)), inner
+
+
+def silu_by_hand(g, x):
+    den = g.op("add", g.op("constant", value=1.0, dtype="f32"), g.op("exp", g.op("neg", x)))
+    return g.op("div", x, den), den
+
+
+def _check(body, op):
+    g = _graph(body)
+    named = name_activations(g)
+    assert [n.op for n in named.nodes] == [op]
+    x = torch.randn(8, 16)
+    torch.testing.assert_close(interpreter.run(named, [x])[0], interpreter.run(g, [x])[0], rtol=1e-5, atol=1e-6)
+
+
+def test_gelu_written_op_by_op_is_gelu_tanh():
+    _check(gelu_new, "gelu_tanh")
+
+
+def test_x_over_one_plus_exp_of_minus_x_is_silu():
+    _check(silu_by_hand, "silu")
+
+
+def test_a_chain_whose_intermediate_is_read_elsewhere_stays():
+    g = _graph(gelu_new, keep_intermediate=True)
+    assert name_activations(g) is g
+
+
+def test_a_chain_of_two_inputs_is_not_an_activation():
+    g = Graph()
+    x, y = g.input(F(8, 16), "x"), g.input(F(8, 16), "y")
+    g.output(g.op("mul", x, g.op("sigmoid", y)), "out")
+    assert name_activations(g) is g
