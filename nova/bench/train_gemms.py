@@ -29,11 +29,12 @@ TFLOP/s, and ``ratio`` = Nova's speed / the faster of cuBLAS and XLA.  A shape w
 wrong or missing (a cache miss offline) is *failed*, in one line, and the run goes on; the result
 files are rewritten after every case, and cases after ``--budget-s`` seconds are skipped.
 
-* Nova: ``nova.matmul(a, b, out=, bias=, activation=)`` (epilogue fused, as the step runs it).
+* Nova: ``nova.matmul(a, b, out=, bias=, activation=, residual=, preactivation=)`` (epilogue fused,
+  as the step runs it: an entry's ``residual`` R is fresh ``randn`` in C's type, its
+  ``preactivation`` P a second NaN-poisoned output checked against float64 too).
 * cuBLAS: ``torch.matmul(a, b, out=)``, ``torch.addmm(bias, a, b, out=)`` where the entry has a
-  bias (cuBLASLt's bias epilogue), TF32 allowed (``harness.require_torch``); an activation would
-  be a separate ATen kernel (the suite has none: GELU's input is kept for the backward, so the
-  step does not fuse it).
+  bias (cuBLASLt's bias epilogue), TF32 allowed (``harness.require_torch``); an activation and the
+  residual add are ATen kernels after it (the GEMM then writes P, the activation C).
 * XLA: ``jax.jit`` of ``lax.dot_general`` on jax arrays holding the same data in the same storage
   (the stored [K, M] / [N, K] arrays, the transposition expressed by ``dimension_numbers``, so XLA
   sees the real layout), + bias (+ activation) in the same jit (XLA fuses the bias into the GEMM);
@@ -69,7 +70,8 @@ SUITE = "bench/suites/train_gemms.json"
 SUITE_STEPS = (("gpt42m", 32, 512), ("gpt144m", 16, 1024))     # (model, batch, seq) of the suite
 ROLES = {(False, True): "forward", (False, False): "dX", (True, False): "dW"}   # (trans_a, trans_b) -> role
 ENTRY_KEYS = ("model", "batch", "seq", "M", "N", "K", "trans_a", "trans_b", "role", "count", "bias", "activation")
-OPTIONAL_KEYS = {"B": 1, "batch_strides": None}      # a batched entry (module docstring): its defaults
+OPTIONAL_KEYS = {"B": 1, "batch_strides": None,     # a batched entry (module docstring): its defaults
+                 "residual": False, "preactivation": False}   # the epilogue's matrices (GemmProblem's)
 TARGETS = {"tf32": 1.05, "bf16": 1.0}     # geomean of Nova / max(cuBLAS, XLA) per dtype
 FLOOR = 0.9                               # no shape below
 LIBS = ("nova", "cublas", "xla")
@@ -102,7 +104,8 @@ def gemm_entries(planned, model: str, batch: int, seq: int) -> list[dict]:
                              f"(one output per input dtype) cannot describe it")
         entries.append({"model": model, "batch": batch, "seq": seq, "M": p.M, "N": p.N, "K": p.K,
                         "trans_a": p.trans_a, "trans_b": p.trans_b, "role": role(p.trans_a, p.trans_b),
-                        "count": count, "bias": p.bias, "activation": p.activation})
+                        "count": count, "bias": p.bias, "activation": p.activation}
+                       | {k: True for k in ("residual", "preactivation") if getattr(p, k)})
     return entries
 
 
@@ -137,7 +140,8 @@ def case_problem(entry: dict, dtype: str):
     """The ``GemmProblem`` Nova runs for ``entry`` in ``dtype`` (the key ``nova.matmul`` looks up)."""
     from nova.kernels.gemm.problem import GemmProblem
     return GemmProblem(entry["M"], entry["N"], entry["K"], dtype, entry["trans_a"], entry["trans_b"],
-                       entry["bias"], entry["activation"], None, "rna", False, *batch_of(entry))
+                       entry["bias"], entry["activation"], None, "rna", False, *batch_of(entry),
+                       residual=entry.get("residual", False), preactivation=entry.get("preactivation", False))
 
 
 def batch_of(entry: dict) -> tuple:
@@ -179,12 +183,13 @@ def load_jax(log=print):
 
 
 def xla_gemm(jax, trans_a: bool, trans_b: bool, bias: bool = False, activation: str = "none",
-             batched: tuple[bool, bool] = (False, False)):
-    """A jitted ``act(op(A) @ op(B) + bias)`` taking A and B as stored: A [M, K] or [K, M]
+             batched: tuple[bool, bool] = (False, False), residual: bool = False, preactivation: bool = False):
+    """A jitted ``act(op(A) @ op(B) + bias) + R`` taking A and B as stored: A [M, K] or [K, M]
     (``trans_a``), B [K, N] or [N, K] (``trans_b``); the transposition is ``dot_general``'s
     dimension numbers, so XLA sees the layout.  Output in the inputs' dtype.  ``batched``: which
     operands carry a leading batch axis [B, ...]: both, a ``dot_general`` batch dimension; one, a
-    free axis of it (the other, 2-D, broadcast), the result [B, M, N] either way."""
+    free axis of it (the other, 2-D, broadcast), the result [B, M, N] either way.  Arguments after
+    A and B: the bias, then R, those it has; with ``preactivation`` it returns ``(C, A @ B + bias)``."""
     lax = jax.lax
     ra, rb = (3 if x else 2 for x in batched)
     contract = ((ra - 2 if trans_a else ra - 1,), (rb - 1 if trans_b else rb - 2,))
@@ -199,7 +204,10 @@ def xla_gemm(jax, trans_a: bool, trans_b: bool, bias: bool = False, activation: 
             c = jax.numpy.transpose(c, (1, 0, 2))
         if bias:
             c = c + rest[0]
-        return act(c) if act else c
+        out = act(c) if act else c
+        if residual:
+            out = out + rest[-1]
+        return (out, c) if preactivation else out
     return jax.jit(f)
 
 
@@ -231,41 +239,54 @@ def bench_case(torch, jax, entry: dict, dtype: str, *, seed: int, settle_s: floa
     bias = None
     if entry["bias"]:         # Nova's rule: an f32 bias for TF32 inputs, else the output's type
         bias = torch.randn(N, device="cuda", generator=gen).to(torch.float32 if dtype == "tf32" else a.dtype)
-    ref = reference(torch, a, b, bias, act)
+    res = torch.randn(outs["nova"].shape, device="cuda", generator=gen).to(outs["nova"].dtype) \
+        if entry.get("residual") else None                # R: C's shape and type
+    pres = {name: torch.full_like(o, float("nan")) for name, o in outs.items()} if entry.get("preactivation") else {}
+    ref = reference(torch, a, b, bias, act) + (res.to(torch.float64) if res is not None else 0)
+    pre_ref = reference(torch, a, b, bias) if pres else None
     state = {"xla_last": None}
+
+    def xla_results():
+        last = state["xla_last"]
+        return last if isinstance(last, tuple) else (last,)
 
     def sync():
         torch.cuda.synchronize()
         if state["xla_last"] is not None:
-            state["xla_last"].block_until_ready()
+            for x in xla_results():
+                x.block_until_ready()
 
     def nova_fn(i=0):
-        nova.matmul(a, b, out=outs["nova"], bias=bias, activation=act)
+        nova.matmul(a, b, out=outs["nova"], bias=bias, activation=act, residual=res, preactivation=pres.get("nova"))
 
     def cublas_fn(i=0):
+        product = pres.get("cublas", outs["cublas"])        # A @ B + bias, kept as P when the entry writes it
         if a.dim() == b.dim() == 3:          # strided-batched GEMM
             if bias is None:
-                torch.bmm(a, b, out=outs["cublas"])
+                torch.bmm(a, b, out=product)
             else:
-                torch.baddbmm(bias, a, b, out=outs["cublas"])
+                torch.baddbmm(bias, a, b, out=product)
         elif bias is None:
-            torch.matmul(a, b, out=outs["cublas"])
+            torch.matmul(a, b, out=product)
         elif a.dim() == b.dim() == 2:
-            torch.addmm(bias, a, b, out=outs["cublas"])
+            torch.addmm(bias, a, b, out=product)
         else:                                # a broadcast operand: torch.matmul, then the bias
-            torch.matmul(a, b, out=outs["cublas"]).add_(bias)
-        if act != "none":
-            outs["cublas"].copy_(apply_activation(torch, outs["cublas"], act))
+            torch.matmul(a, b, out=product).add_(bias)
+        if res is not None:                  # the activation (an ATen kernel), then the residual add
+            torch.add(apply_activation(torch, product, act), res, out=outs["cublas"])
+        elif act != "none":
+            outs["cublas"].copy_(apply_activation(torch, product, act))
 
     fns = {"nova": nova_fn, "cublas": cublas_fn}
     if jax is not None:
-        f = xla_gemm(jax, ta, tb, bias is not None, act, (a.dim() == 3, b.dim() == 3))
+        f = xla_gemm(jax, ta, tb, bias is not None, act, (a.dim() == 3, b.dim() == 3), res is not None, bool(pres))
         xargs = []
 
         def xla_fn(i=0):
             if not xargs:            # the first call (inside the checks below) moves the operands over
                 xargs.extend([to_jax(jax, a.mT if ta else a), to_jax(jax, b.mT if tb else b)] +
-                             ([to_jax(jax, bias)] if bias is not None else []))
+                             ([to_jax(jax, bias)] if bias is not None else []) +
+                             ([to_jax(jax, res)] if res is not None else []))
             state["xla_last"] = f(*xargs)
         fns["xla"] = xla_fn
 
@@ -279,11 +300,12 @@ def bench_case(torch, jax, entry: dict, dtype: str, *, seed: int, settle_s: floa
             row[f"{name}_failure"] = _one_line(e)
             del fns[name]
             continue
-        c = torch.from_dlpack(state["xla_last"]) if name == "xla" else outs[name]
-        nans = int(torch.isnan(c).sum().item())
-        row[f"{name}_error"] = rel_fro(c, ref) if nans == 0 else math.nan
+        got = [torch.from_dlpack(x) for x in xla_results()] if name == "xla" else \
+            [outs[name]] + ([pres[name]] if pres else [])
+        nans = sum(int(torch.isnan(c).sum().item()) for c in got)   # C, and P where the entry writes it
+        row[f"{name}_error"] = max(rel_fro(c, r) for c, r in zip(got, (ref, pre_ref))) if nans == 0 else math.nan
         row[f"{name}_failure"] = f"{nans} outputs never written (NaN)" if nans else ""
-    del ref
+    del ref, pre_ref
     if "nova" not in fns:
         row["status"], row["failure"] = "failed", row["nova_failure"]
     elif row["nova_failure"] or not row["nova_error"] <= TOLERANCE[dtype]:
@@ -325,7 +347,8 @@ def bench_case(torch, jax, entry: dict, dtype: str, *, seed: int, settle_s: floa
 
 def entry_row(entry: dict) -> dict:
     """The entry's fields a result row starts with (``B``, 1 when unbatched, included)."""
-    return {k: entry[k] for k in ENTRY_KEYS} | {"B": entry.get("B", 1)}
+    return {k: entry[k] for k in ENTRY_KEYS} | {"B": entry.get("B", 1)} | \
+        {k: entry.get(k, False) for k in ("residual", "preactivation")}
 
 
 def batched_operand(torch, batch: int, rows: int, cols: int, trans: bool, dtype: str, gen):

@@ -56,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--trans-b", action="store_true", help="B is stored transposed ([N,K] row-major)")
     ex.add_argument("--bias", action="store_true", help="epilogue adds a bias vector of length N")
     ex.add_argument("--activation", default="none", help=f"epilogue activation: {'|'.join(ACTIVATIONS)}")
+    ex.add_argument("--residual", action="store_true",
+                    help="epilogue adds a residual matrix R (C's shape and type) after the activation")
+    ex.add_argument("--preactivation", action="store_true",
+                    help="the kernel also writes the pre-activation A @ B + bias as a second output (needs --activation)")
     ex.add_argument("--tf32-fast", action="store_true",
                     help="tf32 only: truncate FP32 to TF32 in the tensor cores instead of rounding to nearest (opt-in)")
     ex.add_argument("--out-dtype", default=None, help="output storage f32, bf16 or f16 (default: the inputs' storage)")
@@ -90,7 +94,7 @@ def cmd_explain(args) -> int:
                           bias=args.bias, activation=args.activation, out_dtype=args.out_dtype,
                           tf32_rounding="truncate" if args.tf32_fast else "rna", deterministic=args.deterministic,
                           batch=batch.get("B", 1), batch_stride_a=strides[0], batch_stride_b=strides[1],
-                          batch_stride_c=strides[2])
+                          batch_stride_c=strides[2], residual=args.residual, preactivation=args.preactivation)
     cfg = configure(problem, get_target(args.target))
     if args.json:
         print(json.dumps(cfg.to_dict(), indent=1))

@@ -41,6 +41,10 @@ def add_problem_args(p: argparse.ArgumentParser, several_dtypes: bool = False, b
     p.add_argument("--trans-b", action="store_true", help="B is stored as [N, K] row-major")
     p.add_argument("--bias", action="store_true", help="add a bias vector of length N")
     p.add_argument("--activation", default="none", help="none, relu, gelu or silu")
+    p.add_argument("--residual", action="store_true",
+                   help="the epilogue adds a residual matrix R (C's shape and type) after the activation")
+    p.add_argument("--preactivation", action="store_true",
+                   help="the kernel also writes the pre-activation A @ B + bias as a second output (needs --activation)")
     p.add_argument("--out-dtype", default=None, help="output storage f32, bf16 or f16 (default: input storage)")
     p.add_argument("--tf32-fast", action="store_true",
                    help="tf32 only: let the tensor cores truncate FP32 instead of rounding to nearest (opt-in, ~2.6x error)"
@@ -79,17 +83,20 @@ def shapes_from(args) -> list:
 
 def make_problem(shape: tuple[int, int, int], dtype: str, args, fields: dict | None = None):
     """The problem of one shape and dtype; ``fields`` (a JSON suite entry's trans_a, trans_b,
-    bias, activation, out_dtype, B, batch_strides; a ``BxMxNxK`` shape's B) override the command's
+    bias, activation, residual, preactivation, out_dtype, B, batch_strides; a ``BxMxNxK`` shape's B)
+    override the command's
     flags.  ``--tf32-fast`` reaches bf16/fp16 problems too, which normalise it away
     (``GemmProblem``): their keys are those ``nova.matmul(..., tf32_fast=True)`` looks up."""
     from nova.kernels.gemm.problem import GemmProblem
     M, N, K = shape
     f = {"trans_a": args.trans_a, "trans_b": args.trans_b, "bias": args.bias, "activation": args.activation,
+         "residual": getattr(args, "residual", False), "preactivation": getattr(args, "preactivation", False),
          "out_dtype": args.out_dtype, "B": 1, "batch_strides": getattr(args, "batch_strides", None), **(fields or {})}
     strides = parse_batch_strides(f["batch_strides"]) if f["batch_strides"] is not None else (None, None, None)
     return GemmProblem(M, N, K, dtype.strip(), f["trans_a"], f["trans_b"], f["bias"], f["activation"],
                        f["out_dtype"], "truncate" if getattr(args, "tf32_fast", False) else "rna",
-                       getattr(args, "deterministic", False), f["B"], *strides)
+                       getattr(args, "deterministic", False), f["B"], *strides, residual=f["residual"],
+                       preactivation=f["preactivation"])
 
 
 def problems_from(shapes: list, args) -> list:

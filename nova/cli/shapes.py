@@ -107,6 +107,7 @@ def parse_shape_list(text: str) -> list[tuple[int, int, int]]:
 # The per-entry problem fields a JSON suite object may set: (JSON types, what they are, the default).
 LAYOUT_FIELDS = {"trans_a": (bool, "true or false", False), "trans_b": (bool, "true or false", False),
                  "bias": (bool, "true or false", False), "activation": (str, "a string", "none"),
+                 "residual": (bool, "true or false", False), "preactivation": (bool, "true or false", False),
                  "out_dtype": ((str, type(None)), "a string or null", None),
                  "B": (int, "a positive integer (the GEMM's batch)", 1),
                  "batch_strides": ((list, type(None)), 'a list [A, B, C] of strides (elements, "packed" or null)', None)}
