@@ -520,10 +520,26 @@ def fake_stack(monkeypatch, fake_gpu, tmp_path):
     monkeypatch.setattr(mm, "configure_schedule", lambda p, t: configured.append(p) or make_schedule(split_k=2))
 
     def compile_fake(p, s, t):
-        return make_artifact(zero_output=True, params=("A", "B", "C", "bias") if p.bias else ("A", "B", "C"))
+        return make_artifact(zero_output=True, params=("A", "B", "C") + p.epilogue_operands)
     monkeypatch.setattr(gemm_family, "compile_artifact", compile_fake)
     fake_gpu.configured = configured
     return fake_gpu
+
+
+def test_matmul_passes_the_residual_and_the_preactivation_after_the_bias(fake_stack):
+    a, b = FakeArray((64, 32), ptr=0x10000), FakeArray((32, 48), ptr=0x20000)
+    out, bias = FakeArray((64, 48), ptr=0x30000), FakeArray((48,), ptr=0x40000)
+    r, p = FakeArray((64, 48), ptr=0x50000), FakeArray((64, 48), ptr=0x60000)
+    nova.matmul(a, b, out=out, bias=bias, activation="gelu", residual=r, preactivation=p, target="h200")
+    [problem] = fake_stack.configured
+    assert problem == GemmProblem(64, 48, 32, "tf32", bias=True, activation="gelu", residual=True, preactivation=True)
+    resolved = mm.resolve_kernel(problem, "h200", fake_stack.device)
+    assert resolved.kernel.launches == [((0x10000, 0x20000, 0x30000, 0x40000, 0x50000, 0x60000), 0)]
+    with pytest.raises(ValueError, match="residual.*must match the output"):          # R laid out otherwise
+        nova.matmul(a, b, out=out, residual=FakeArray((64, 48), ptr=0x50000, strides=(4, 256)), target="h200")
+    with pytest.raises(ValueError, match="takes bias, residual, preactivation: got bias$"):
+        resolved.run(0x10000, 0x20000, 0x30000, 0x40000)
+    assert len(resolved.kernel.launches) == 1
 
 
 def test_matmul_host_path(fake_stack):

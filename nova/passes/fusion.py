@@ -319,7 +319,7 @@ class _Fuser:
         if self._horizontal(node) or self._sibling(node) is not None or self._rows_epilogue(node) is not None:
             return True
         return bool(self._candidates(node, producers)) or (not self._stored(node) and _epilogue(
-            node, producers, self.users, self.outputs, self.layouts, dry_run=True, placed=self.placed) is not None)
+            node, producers, self.users, self.outputs, self.layouts, self.placed, dry_run=True) is not None)
 
     # -------------------------------------------------------------- casts into rows kernels
     def _rows_problem(self, nodes: list[Node]):
@@ -445,7 +445,7 @@ class _Fuser:
             g.kernel = "nova" if g.problem is not None else "aten"
         elif k in ("pointwise", "creation") or is_table_gather(node):
             g = None if self._stored(node) else _epilogue(node, producers, self.users, self.outputs, self.layouts,
-                                                          placed=self.placed)
+                                                          self.placed)
             sibling = self._sibling(node)
             rows = self._rows_epilogue(node) if g is None else None
             if rows is not None:
@@ -623,7 +623,7 @@ def _bias_type(problem: GemmProblem) -> str:
     return "f32" if problem.dtype == "tf32" else problem.out_dtype
 
 
-def _epilogue(node: Node, producers, users, outputs, layouts, dry_run: bool = False, placed=None) -> _Open | None:
+def _epilogue(node: Node, producers, users, outputs, layouts, placed: dict, dry_run: bool = False) -> _Open | None:
     """The Nova GEMM group ``node`` extends as its epilogue (recorded unless ``dry_run``), or None.
     ``placed``: the placement order so far; a residual must have been computed before the GEMM's
     matmul was placed (else the GEMM would wait for it, its operands live the while: two chunks'
@@ -650,9 +650,8 @@ def _epilogue(node: Node, producers, users, outputs, layouts, dry_run: bool = Fa
                 epi.activation = EPILOGUE_ACTIVATIONS[node.op]
                 epi.preactivation = tail if shared else None
         elif node.op == "add" and epi.residual is None and not shared and other is not None \
-                and other.type == tail.type and layouts[other].dense and other.producer not in g.nodes \
-                and (other.producer is None or placed is None
-                     or placed.get(other.producer, len(placed)) < placed.get(g.nodes[0], 0)):
+                and other.type == tail.type and layouts[other].dense \
+                and (other.producer is None or placed.get(other.producer, len(placed)) < placed[g.nodes[0]]):
             if not dry_run:
                 epi.residual = other
         else:

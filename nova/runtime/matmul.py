@@ -143,9 +143,12 @@ class ResolvedKernel:
     hopper: object = None            # nova.runtime.tma.HopperGemm for wgmma artifacts (tensor-map ABI)
     skinny: object = None            # nova.runtime.skinny.SkinnyGemm for the skinny kernel (and its workspace)
     alignment: tuple[int, ...] = field(init=False, repr=False)   # bytes A, B, C, bias, R, P must be aligned to
+    epilogue_given: tuple[bool, ...] = field(init=False, repr=False)   # which of bias, R, P run takes
 
     def __post_init__(self):
         self.alignment = tuple(v * e for _, v, e in self.vector_accesses())
+        p = self.problem
+        self.epilogue_given = (p.bias, p.residual, p.preactivation)
 
     def vector_accesses(self) -> tuple[tuple[str, int, int], ...]:
         """(argument, vector elements, element bytes) of the kernel's pointer arguments: the mma.sync
@@ -185,11 +188,12 @@ class ResolvedKernel:
         kernel uses its per-stream buffer).  ``residual_ptr`` and ``preactivation_ptr``: R and P of a
         problem that has them (laid out as C)."""
         p = self.problem
-        given = {"bias": bias_ptr, "residual": residual_ptr, "preactivation": preactivation_ptr}
-        epilogue = tuple(given[name] for name in p.epilogue_operands)
-        if None in epilogue or len(epilogue) != sum(v is not None for v in given.values()):
+        pointers = (bias_ptr, residual_ptr, preactivation_ptr)
+        if (bias_ptr is not None, residual_ptr is not None, preactivation_ptr is not None) != self.epilogue_given:
+            got = [name for name, ptr in zip(("bias", "residual", "preactivation"), pointers) if ptr is not None]
             raise ValueError(f"{p.describe()} takes {', '.join(p.epilogue_operands) or 'no epilogue operand'}: "
-                             f"got {', '.join(k for k, v in given.items() if v is not None) or 'none'}")
+                             f"got {', '.join(got) or 'none'}")
+        epilogue = tuple(ptr for ptr in pointers if ptr is not None)
         hopper = self.hopper
         al = self.alignment
         if a_ptr % al[0] or b_ptr % al[1] or c_ptr % al[2] or (bias_ptr is not None and bias_ptr % al[3]) or \

@@ -337,6 +337,7 @@ class _HopperKernel:
     epilogue_args = GemmKernel.epilogue_args
     finish = GemmKernel.finish
     load_residual = GemmKernel.load_residual
+    operand_type = GemmKernel.operand_type
 
     def __init__(self, p: GemmProblem, s: Schedule, wait_depth: int = 1, cluster_experiment: str | None = None):
         self.p, self.s = p, s
@@ -1052,9 +1053,6 @@ class _HopperKernel:
                 self.store_two(vals, ir.add(row, slice_rows, "ws_row") if self.partial else row, cols, row_ok, pair_ok)
                 if pres:
                     self.store_two(pres, row, cols, row_ok, pair_ok, "P")
-
-    def operand_type(self, name: str) -> str:
-        return self.ctype if name == "C" else self.rtype
 
     def output_values(self, acc, first):
         """``values(cols, idx, row, row_ok, pair)``: the two accumulators ``idx`` of C's columns ``cols``
