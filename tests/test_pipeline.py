@@ -32,6 +32,8 @@ CASES = [
     ((255, 511, 301), "bf16", {}),                 # odd K: 16-bit rows copied element by element
     ((1000, 33, 777), "tf32", {"trans_b": True}),
     ((1, 7, 3), "fp16", {}),
+    ((1000, 1002, 1000), "tf32", {"bias": True, "activation": "gelu", "preactivation": True, "residual": True}),
+    ((128, 4096, 4096), "tf32", {"bias": True, "residual": True}),    # split-K: slice 0 adds R
 ]
 
 
@@ -46,6 +48,7 @@ def test_schedule_compiles_with_predicted_resources(target, shape, dtype, extra)
     art = compile_gemm(problem, s)
     r = art.resources
     assert f".target {gpu.arch}" in art.ptx and art.name == "nova_gemm"
+    assert art.params == ("A", "B", "C") + problem.epilogue_operands      # what the runtime passes
     assert r["spill_store_bytes"] == 0 and r["spill_load_bytes"] == 0, r
     assert r["stack_bytes"] == 0, r
     assert art.smem_bytes == s.smem_bytes and art.grid == s.grid(*shape[:2])

@@ -31,7 +31,7 @@ def compile_gemm(problem, schedule, *, cubin: bool = True):
     """Build, lower and (when ``ptxas`` is on PATH and ``cubin``) assemble the GEMM kernel.
 
     Returns a :class:`nova.codegen.artifact.KernelArtifact` with entry ``nova_gemm``, params
-    ``("A", "B", "C"[, "bias"])``, ``grid = schedule.grid(M, N, batch)``, ``block = (threads, 1, 1)``,
+    ``("A", "B", "C", *problem.epilogue_operands)``, ``grid = schedule.grid(M, N, batch)``, ``block = (threads, 1, 1)``,
     ``smem_bytes = schedule.smem_bytes`` (dynamic) and ``zero_output`` (split-K adds atomically into C).
     A wgmma schedule goes to ``emit_hopper.compile_hopper`` (tensor-map params, ``schedule.hopper.ctas``
     CTAs), a skinny one to ``compile_skinny``.  Raises :class:`CodegenError` with the problem and schedule named if any step fails.
@@ -58,7 +58,7 @@ def compile_gemm(problem, schedule, *, cubin: bool = True):
     }
     if ptxas_version is not None:
         meta["ptxas"] = ptxas_version
-    params = ("A", "B", "C") + (("bias",) if problem.bias else ())
+    params = ("A", "B", "C") + problem.epilogue_operands
     return KernelArtifact(
         name=KERNEL_NAME,
         arch=schedule.arch,
