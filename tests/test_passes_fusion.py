@@ -134,6 +134,34 @@ def test_a_bias_gradient_fuses_with_the_add_that_produces_its_input():
     assert not [gr for gr in groups if gr.kind == "pointwise"]
 
 
+def test_siblings_reading_one_input_share_a_kernel():
+    """SwiGLU's backward: ``du = dh * silu(gate)`` and ``dgate = silu_backward(dh * up, gate)`` both
+    read ``dh`` and ``gate`` at their full size: one kernel reads them once and writes both.  A
+    sibling sharing only a small broadcast table, or a GEMM result computed after the group opened,
+    stays apart."""
+    g = Graph()
+    dh, gate, up = (g.input(F(64, 96), n) for n in ("dh", "gate", "up"))
+    du = g.op("mul", dh, g.op("silu", gate))
+    dgate = g.op("silu_backward", g.op("mul", dh, up), gate)
+    table = g.input(F(96), "table")
+    other = g.op("mul", g.input(F(64, 96), "z"), table)            # shares only [96]: no
+    late = g.op("matmul", g.input(F(64, 32), "a"), g.input(F(32, 96), "w"))
+    after_gemm = g.op("mul", g.op("add", dh, late), table)          # reads dh, but also a later GEMM
+    for name, v in (("du", du), ("dgate", dgate), ("other", other), ("after", after_gemm)):
+        g.output(v, name)
+    groups = fuse(g)
+    check_partition(g, groups)
+    swiglu = next(gr for gr in groups if "silu_backward" in ops_of(gr))
+    assert ops_of(swiglu) == ["silu", "mul", "mul", "silu_backward"] and swiglu.kernel == "nova"
+    assert swiglu.outputs == [du, dgate] and len(swiglu.inputs) == 3
+    assert next(gr for gr in groups if other.producer in gr.nodes) is not swiglu
+    assert next(gr for gr in groups if after_gemm.producer in gr.nodes) is not swiglu
+    planned = pipeline(g)
+    inputs = random_inputs(planned.graph, 5)
+    for got, want in zip(run_planned(planned, [t.clone() for t in inputs]), interpreter.run(g, inputs)):
+        torch.testing.assert_close(got, want)
+
+
 def test_fusion_does_not_close_a_cycle_through_another_kernel():
     g = Graph()
     x = g.input(F(16, 16), "x")

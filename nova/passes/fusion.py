@@ -28,6 +28,11 @@ Rules, applied to each node in program order (a node joins a group, or starts on
 * Horizontal: a pointwise node over one element that joins no producer's group joins the latest
   still-open group over one element (the optimizer's step counters, 100 independent ``+ 1``: one
   launch, not 100).  It reads nothing from that group, so the group stays acyclic (below).
+* Shared input: a pointwise node that joins no producer's group joins the latest open pointwise
+  group of its own iteration shape that reads one of its inputs of that size (SwiGLU's backward: the
+  gradients of the gate and of the up projection both read the output's gradient and the gate), when
+  no Nova GEMM whose result the node reads was opened after that group: the kernel reads the shared
+  input once and launches once (``_shared_input``).
 * Concat writers: a pointwise node whose result the storage pass places in a concat's buffer and
   that joins no producer's group joins the open pointwise group of its shape that writes another
   input of that concat (RoPE's rotate-half: the negated half and the copied half, one launch).  Such
@@ -305,6 +310,27 @@ class _Fuser:
                 return g
         return None
 
+    def _shared_input(self, node: Node, producers) -> _Open | None:
+        """The latest open pointwise group of ``node``'s iteration shape that reads an input of ``node``
+        as large as that shape, from outside itself (rule in the module docstring), or None."""
+        shape = node.outputs[0].shape
+        if kind(node.op) != "pointwise" or self._stored(node) or _is_scalar(node):
+            return None
+        size = math.prod(shape)
+        shared = {v for v in node.inputs if math.prod(v.shape) == size}
+        gemms = [self.opened[id(p)] for p in producers if p.kind == "gemm"]
+        best = None
+        for v in shared:
+            for reader in self.users.get(v, ()):
+                g = self.group_of.get(reader)
+                if g is None or g.kind != "pointwise" or not g.open or g.shape != shape or g is self._scalars \
+                        or any(self._stored(n) for n in g.nodes) or v.producer in g.nodes \
+                        or any(opened > self.opened[id(g)] for opened in gemms):
+                    continue
+                if best is None or self.opened[id(g)] > self.opened[id(best)]:
+                    best = g
+        return best
+
     def _joinable(self, node: Node) -> bool:
         k = kind(node.op)
         if k == "reduce":
@@ -468,6 +494,9 @@ class _Fuser:
                     g.shape = node.outputs[0].shape
                 elif sibling is not None:
                     g = sibling                        # another writer of the same concat's buffer
+                    g.nodes.append(node)
+                elif (shared := self._shared_input(node, producers)) is not None:
+                    g = shared                         # reads an input of that group: read once
                     g.nodes.append(node)
                 elif self._horizontal(node):
                     g = self._scalars                  # horizontal: independent scalar work, one launch
