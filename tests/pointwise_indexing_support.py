@@ -111,7 +111,7 @@ class IndexCase:
         if got.dtype.is_floating_point:
             assert not got.isnan().any()
             dtype = self.graph()[2].dtype
-            if self.name.startswith(("iota_scaled", "gather_strided")):
+            if self.name.startswith(("iota_scaled", "gather_strided", "rope_folded")):
                 err = ((got.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30)).item()
                 assert err < TOL[dtype], err
             else:
@@ -167,6 +167,25 @@ CASES = [
     IndexCase("gather_mask-bool", "pointwise", (Input((6, 1), "i64", high=120), Input((1, 40), "i64", high=120),
                                                 Input((240,), "bool")),
               _gather_mask),
+    # RoPE's forward with its rotate-half concat folded in: q * cos + cat(-x2, x1) * sin, the halves
+    # read in place through windows (each a slice of its own buffer here)
+    IndexCase("rope_folded-f32", "pointwise",
+              (Input((2, 3, 8, 16), "f32"), Input((8, 16), "f32"), Input((8, 16), "f32"),
+               Input((2, 3, 8, 8), "f32", (2, 3, 8, 16), lambda t: t[..., 8:]),
+               Input((2, 3, 8, 8), "f32", (2, 3, 8, 16), lambda t: t[..., :8])),
+              lambda g, q, cos, sin, x2, x1: g.op("add", g.op("mul", q, cos),
+                                                  g.op("mul", g.op("concat", g.op("neg", x2), x1, axis=3), sin))),
+    # its backward after the slices sink: cat(g2 * sin2, -(g1 * sin1)) + dq * cos, each piece a product
+    # of two windowed slices (the table's broadcast over batch and heads), in bf16
+    IndexCase("rope_folded_backward-bf16", "pointwise",
+              (Input((2, 3, 8, 16), "bf16"), Input((8, 16), "bf16"),
+               Input((2, 3, 8, 8), "bf16", (2, 3, 8, 16), lambda t: t[..., 8:]),
+               Input((8, 8), "bf16", (8, 16), lambda t: t[:, 8:]),
+               Input((2, 3, 8, 8), "bf16", (2, 3, 8, 16), lambda t: t[..., :8]),
+               Input((8, 8), "bf16", (8, 16), lambda t: t[:, :8])),
+              lambda g, dq, cos, g2, s2, g1, s1: g.op("add", g.op("concat", g.op("mul", g2, s2),
+                                                                  g.op("neg", g.op("mul", g1, s1)), axis=3),
+                                                      g.op("mul", dq, cos))),
     # an f16 table read every other element, i32 indices, then an add
     IndexCase("gather_strided-f16", "pointwise", (Input((50,), "f16", (100,), lambda t: t[::2]),
                                                   Input((3, 64), "i32", high=50), Input((3, 64), "f16")),

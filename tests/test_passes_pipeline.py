@@ -24,7 +24,7 @@ def test_pipeline_returns_a_consistent_plan_and_leaves_its_input_alone():
         {v for n in planned.graph.nodes for v in n.outputs}
     assert planned.stats == {"captured": 127, "dce": 127, "cse": 120, "canonicalize": 100,
                              "cross_entropy": 98, "rms_norm": 98, "grouped_query": 98, "recompute": 98,
-                             "named_activations": 98, "casts": 98, "concat_copies": len(planned.graph.nodes)}
+                             "named_activations": 98, "sink_slices": 98, "casts": 98, "concat_copies": len(planned.graph.nodes)}
     assert len(planned.graph.nodes) == 98                 # log_softmax+nll_loss (+backward): 4 nodes -> 2
     assert [i.name for i in planned.graph.inputs] == [i.name for i in g.inputs]
     assert [(o.name, o.role, o.updates) for o in planned.graph.outputs] == [(o.name, o.role, o.updates) for o in g.outputs]

@@ -71,7 +71,8 @@ def test_a_window_axis_is_never_merged():
 @pytest.mark.parametrize("name, vector", [("concat_halves-f32", 4), ("concat_shift_labels-i64", 1),
                                           ("concat_middle-bf16", 8), ("concat_gathered-f32", 4),
                                           ("iota_positions-i64", 2), ("copy_shifted-i64", 1),
-                                          ("gather_mask-bool", 2)])
+                                          ("gather_mask-bool", 2), ("rope_folded-f32", 4),
+                                          ("rope_folded_backward-bf16", 8)])
 def test_vector_width(name, vector):
     """16-byte vectors where every contiguous operand allows them; a window along the innermost axis
     must be made of whole vectors (the labels' window of 39: 1), a gathered table does not narrow it."""
@@ -182,7 +183,8 @@ def labels_graph(B=3, T=8, masked=False) -> Graph:
 @pytest.mark.parametrize("masked", [False, True], ids=["labels", "masked-labels"])
 def test_the_label_shift_is_one_concat_kernel(masked):
     """``cat(labels, -100)[:, 1:]`` becomes ``cat(labels[:, 1:], -100)``: its flattening is a view, and
-    the concat one Nova pointwise kernel reading the slice in place (no copy, no ATen)."""
+    the concat one Nova pointwise kernel reading the slice in place (no copy, no ATen); masked, the
+    where computes its slice and writes it in place (the concat launches nothing)."""
     g = labels_graph(masked=masked)
     c = canonicalize(g)
     (concat,) = [n for n in c.nodes if n.op == "concat"]
@@ -190,6 +192,9 @@ def test_the_label_shift_is_one_concat_kernel(masked):
     planned = check_runs(g)
     launched = [gr for gr in planned.groups if gr.kernel != "none"]
     assert all(gr.kernel == "nova" for gr in launched)
+    if masked:      # the slice sinks through the where (sink_slices.py), whose kernel writes its part in place
+        assert [gr.kernel for gr in planned.groups if gr.nodes[0].op == "concat"] == ["none"]
+        return
     (cat,) = [gr for gr in launched if gr.nodes[0].op == "concat"]
     assert cat.problem.inputs[0].window is not None and "one Nova pointwise kernel reads each input" in cat.reason
     assert "a constant fill" in cat.reason
@@ -224,21 +229,29 @@ def rotate_half_backward_graph(B=2, H=2, T=4, D=8) -> Graph:
     return gr
 
 
-def test_zero_padded_slice_gradients_add_up_to_one_concat_written_in_place():
+def test_zero_padded_slice_gradients_add_up_to_one_folded_concat():
+    """HF's rotate-half backward: the two zero-padded slice gradients become one concat of the halves
+    of ``dy * sin``; the slices sink through the product (each half computed from slices of ``dy`` and
+    ``sin``) and the concat folds into the add with ``dy * cos``: one kernel for all of it, reading
+    ``dy`` in place three times (one region of memory: ``shared_reads``)."""
     g = rotate_half_backward_graph()
     c = canonicalize(g)
     (concat,) = [n for n in c.nodes if n.op == "concat"]
     assert [x.producer.op for x in concat.inputs] == ["slice", "neg"] and "constant" not in c.op_counts()
     planned = check_runs(g)
-    (cat,) = [gr for gr in planned.groups if gr.nodes[0].op == "concat"]
-    assert cat.kernel == "none"                                      # the neg and the slice's copy write it
-    (writer,) = [gr for gr in planned.groups if {n.op for n in gr.nodes} == {"neg", "cast"}]
-    assert writer.kernel == "nova" and len(writer.problem.stores) == 2
+    (kernel,) = [gr for gr in planned.groups if gr.kernel != "none"]
+    assert kernel.kernel == "nova" and "concat" in [n.op for n in kernel.nodes]
+    problem = kernel.problem
+    assert sum(x.window is not None for x in problem.inputs) == 4          # dy's halves and sin's
+    dy = 2 * 2 * 4 * 8
+    ((elements, members),) = [entry for entry in problem.shared_reads if len(entry[1]) == 3]
+    assert elements == dy
+    assert problem.bytes_moved() == 4 * (dy + 2 * 4 * 8 + dy)               # dy once, sin and cos, the result
 
 
-def test_a_concat_of_one_pointwise_result_twice_is_written_by_its_kernel():
-    """RoPE's ``emb = cat(freqs, freqs)``: each occurrence copied, the copies run in the kernel computing
-    freqs, which writes both halves; the concat launches nothing."""
+def test_a_concat_of_one_pointwise_result_twice_folds_into_its_reader():
+    """RoPE's ``emb = cat(freqs, freqs)`` read by ``cos``: each occurrence copied (rule 0), the concat
+    folded into the cos kernel, which reads freqs through both windows."""
     g = Graph("rotary")
     t = g.input(TensorType((6, 1), "f32"), "t")
     inv = g.input(TensorType((4,), "f32"), "inv")
@@ -246,11 +259,11 @@ def test_a_concat_of_one_pointwise_result_twice_is_written_by_its_kernel():
     emb = g.op("concat", freqs, freqs, axis=1)
     g.output(g.op("cos", emb), "cos")
     copied = copy_concat_inputs(g)
-    assert sum(n.op == "cast" for n in copied.nodes) == 2 and plan_storage(copied).assembled
+    assert sum(n.op == "cast" for n in copied.nodes) == 2 and plan_storage(copied).folded
     planned = check_runs(g)
-    (writer,) = [gr for gr in planned.groups if gr.nodes[0].op == "mul"]
-    assert writer.kernel == "nova" and len(writer.problem.stores) == 2
-    assert [gr.kernel for gr in planned.groups if gr.nodes[0].op == "concat"] == ["none"]
+    (reader,) = [gr for gr in planned.groups if any(n.op == "concat" for n in gr.nodes)]
+    assert reader.kernel == "nova" and [n.op for n in reader.nodes][-2:] == ["concat", "cos"]
+    assert [x.window is not None for x in reader.problem.inputs] == [True, True]
 
 
 def test_the_padding_mask_gather_fuses_with_its_index_and_its_reader():
@@ -292,7 +305,7 @@ EXPLAINED = [("hf-gpt2-42m", None), ("hf-llama-42m", None), ("hf-gpt2-42m", "pad
 def test_hugging_face_steps_run_no_aten_kernel(model, recipe):
     """``explain train`` of the Hugging Face models (small batch): every kernel is Nova's, the glue
     included (position ids, the label shift, RoPE's tables and rotate-half gradients, the padding
-    mask's gather); the rotate-half gradients' concats launch nothing."""
+    mask's gather); the rotate-half concats launch nothing (folded into the kernels that read them)."""
     pytest.importorskip("transformers")
     from nova.compiler.explain import explain_train
     from nova.models import TrainRecipe
@@ -300,7 +313,8 @@ def test_hugging_face_steps_run_no_aten_kernel(model, recipe):
     report = explain_train(model, 2, 64, recipe=r)
     assert not [(k["name"], k["reason"]) for k in report["kernels"] if k["kernel"] == "aten"]
     concats = [k for k in report["kernels"] if k["reason"].startswith("concat on")]
-    assert [k["reason"].split(":")[0] for k in concats] == ["concat on i64[2,64]"]      # the label shift only
+    shift = [] if recipe else ["concat on i64[2,64]"]      # the label shift only (masked: written in place)
+    assert [k["reason"].split(":")[0] for k in concats] == shift
     assert not [k for k in report["kernels"] if k["reason"].startswith("reshape of")]
     if recipe:
         gathers = [k for k in report["kernels"] if "gather" in k["name"] and k["kind"] == "pointwise"]
@@ -318,5 +332,6 @@ def test_the_gpu_tests_steps_plan_no_aten_kernel(which, padded):
     planned = hf_tiny_planned(which, padded)
     assert not [k.name for k in kernel_reports(planned, get_target("h200")) if k.kernel == "aten"]
     problems = [g.problem for g in planned.groups if isinstance(g.problem, PointwiseProblem)]
-    assert any(x.window is not None for p in problems for x in p.inputs)
+    # windows: RoPE's folded concats, the unmasked label shift (masked, the where writes it in place)
+    assert any(x.window is not None for p in problems for x in p.inputs) == (which == "llama" or not padded)
     assert any(x.table for p in problems for x in p.inputs) == padded

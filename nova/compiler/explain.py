@@ -647,10 +647,12 @@ def _render_aten(aten: dict | None, console) -> None:
 def _render_storage(storage: dict | None, console) -> None:
     """What the storage pass removed (``nova/passes/storage.py``): views that no longer copy and
     concats that launch nothing, each with why."""
-    if not storage or not (storage["copies_removed"] or storage["concats_assembled"]):
+    folded = storage.get("concats_folded", 0) if storage else 0
+    if not storage or not (storage["copies_removed"] or storage["concats_assembled"] or folded):
         return
-    console.print(f"storage: {storage['copies_removed']} view copies and {storage['concats_assembled']} concats "
-                  f"removed ({storage['results_stored']} kernel results written in their readers' layout)")
+    console.print(f"storage: {storage['copies_removed']} view copies and {storage['concats_assembled'] + folded} "
+                  f"concats removed ({storage['results_stored']} kernel results written in their readers' layout, "
+                  f"{folded} concats folded into their readers' kernels)")
     for why, count in storage["reasons"].items():
         console.print(f"  {count} x {why}")
 

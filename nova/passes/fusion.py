@@ -33,6 +33,11 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   gradients of the gate and of the up projection both read the output's gradient and the gate), when
   no Nova GEMM whose result the node reads was opened after that group: the kernel reads the shared
   input once and launches once (``_shared_input``).
+* Folded concat: a ``concat`` the storage pass folds (``storage.py``, rule -1: read only by pointwise
+  ops of its shape) joins one pointwise group with the nodes of its pieces' cones, which join
+  nothing else and nothing joins before the concat does; its readers then join as pointwise
+  consumers do.  The kernel computes each piece in its slice, its inputs read in place through
+  windows (``pointwise_from_ir.operand_uses``): RoPE's rotate-half costs no launch and no round trip.
 * Concat writers: a pointwise node whose result the storage pass places in a concat's buffer and
   that joins no producer's group joins the open pointwise group of its shape that writes another
   input of that concat (RoPE's rotate-half: the negated half and the copied half, one launch).  Such
@@ -190,6 +195,7 @@ class _Open:
         self.epilogue = Epilogue() if kind_ == "gemm" else None
         self.problem = None
         self.why_not_nova = ""
+        self.folding = False              # holds a folded concat's cones, the concat not yet placed
         self.casts: list[str] = []        # a rows group: what each fused cast is read or written as
         self.cast_bytes = 0               # and the bytes they save together (rows_casts.cast_saving)
 
@@ -227,6 +233,8 @@ class _Fuser:
         self._savings: dict[tuple, int] = {}      # rows_casts.cast_saving of a group with casts, by its nodes
         self._problems: dict[tuple, object] = {}  # from_group's rows problem (or None) of a node list
         self.placed: dict[Node, int] = {}         # node -> its place in the placement order
+        self.cone_of = {n: c for c, cones in self.storage.folded.items() for n in cones}  # node -> folded concat
+        self.folding: dict[Node, _Open] = {}      # folded concat -> the group of its cones, until it is placed
 
     def run(self) -> list[Group]:
         graph = self.graph
@@ -279,7 +287,7 @@ class _Fuser:
             table = self.group_of.get(node.inputs[0].producer)
             producers = [p for p in producers if p is not table]
         gemms = [self.opened[id(p)] for p in producers if p.kind == "gemm"]
-        found = [p for p in producers if p.kind == "pointwise" and p.open
+        found = [p for p in producers if p.kind == "pointwise" and p.open and not p.folding
                  and (p.shape == shape or _inlinable(p, node, self.users, self.outputs))
                  and not any(opened > self.opened[id(p)] for opened in gemms)]
         found.sort(key=lambda p: p.shape != shape)          # a same-shape group is the base
@@ -288,7 +296,7 @@ class _Fuser:
     def _reduction_base(self, node: Node) -> _Open | None:
         x = node.inputs[0]
         p = self.group_of.get(x.producer) if x.producer is not None else None
-        if p is not None and p.kind == "pointwise" and p.open and p.shape == x.shape \
+        if p is not None and p.kind == "pointwise" and p.open and not p.folding and p.shape == x.shape \
                 and all(is_prologue_op(n) for n in p.nodes if kind(n.op) == "pointwise" or is_table_gather(n)) \
                 and not any(self._stored(n) for n in p.nodes):
             return p
@@ -323,7 +331,7 @@ class _Fuser:
         for v in shared:
             for reader in self.users.get(v, ()):
                 g = self.group_of.get(reader)
-                if g is None or g.kind != "pointwise" or not g.open or g.shape != shape or g is self._scalars \
+                if g is None or g.kind != "pointwise" or not g.open or g.folding or g.shape != shape or g is self._scalars \
                         or any(self._stored(n) for n in g.nodes) or v.producer in g.nodes \
                         or any(opened > self.opened[id(g)] for opened in gemms):
                     continue
@@ -469,6 +477,21 @@ class _Fuser:
             g = _Open("gemm", node)
             g.problem, g.why_not_nova = classify_gemm(node, self.layouts)
             g.kernel = "nova" if g.problem is not None else "aten"
+        elif node in self.cone_of:
+            concat = self.cone_of[node]                # computes a piece of a folded concat
+            g = self.folding.get(concat)
+            if g is None:
+                g = self.folding[concat] = _Open("pointwise", node, shape=concat.outputs[0].shape)
+                g.folding = True
+            else:
+                g.nodes.append(node)
+        elif node in self.storage.folded:
+            g = self.folding.pop(node, None)
+            if g is None:
+                g = _Open("pointwise", node, shape=node.outputs[0].shape)
+            else:
+                g.nodes.append(node)
+                g.folding = False
         elif k in ("pointwise", "creation") or is_table_gather(node):
             g = None if self._stored(node) else _epilogue(node, producers, self.users, self.outputs, self.layouts,
                                                           self.placed)
@@ -765,6 +788,10 @@ def _finish(g: _Open, position, users, outputs, layouts, names, kernels: KernelS
         group.reason = rows_reason(group, _reason(group, g, layouts, names), why_not_rows)
         if g.casts and group.kernel == "nova":
             group.reason += _casts_reason(g)
+    folded = [n for n in nodes if n in storage.folded]
+    if folded:
+        group.reason += "; " + " and ".join(f"concat {names[n.outputs[0]]}" for n in folded) + \
+            " folded: each piece computed in its slice from its inputs read in place, never written"
     stored = [names[v] for n in nodes for v in n.outputs if v in storage.layouts]
     if stored:
         group.reason += f"; writes {', '.join(stored)} in the layout its readers need (no copy)"
@@ -827,7 +854,8 @@ def _classify_pointwise(group: Group, g: _Open, layouts, storage: StoragePlan) -
     from nova.passes.pointwise_from_ir import pointwise_problem
     _take_pointwise_problem(group, g, lambda: pointwise_problem(
         group.nodes, group.inputs, group.outputs, lambda v: layouts[v].strides, lambda v: layouts[v].offset,
-        lambda v: (layouts[v].strides, layouts[v].offset) if v in storage.layouts else None))
+        lambda v: (layouts[v].strides, layouts[v].offset) if v in storage.layouts else None,
+        lambda v: layouts[v].root))
 
 
 def _take_pointwise_problem(group: Group, g: _Open, make_problem) -> None:

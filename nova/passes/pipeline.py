@@ -9,6 +9,8 @@
                                                                 in the backward's kernels (``recompute.py``)
            -> name_activations                                  an activation written op by op becomes its
                                                                 named op (``named_activations.py``)
+           -> sink_slices                                       slices of pointwise results computed from
+                                                                slices of the operands (``sink_slices.py``)
            -> place_casts                                       casts next to the rows ops that take them
                                                                 (``rows_casts.py``)
            -> copy_concat_inputs                                a concat's unplaceable inputs copied by a kernel
@@ -42,6 +44,7 @@ from nova.passes.grouped_query import read_kv_heads
 from nova.passes.named_activations import name_activations
 from nova.passes.recompute import recompute_pointwise
 from nova.passes.rows_casts import place_casts
+from nova.passes.sink_slices import sink_slices
 from nova.passes.memory import Handoff, LaunchWorkspace, MemoryPlan, OutsideAllocation, place_workspaces, with_outside
 from nova.passes.schedule import schedule_with_plan
 from nova.passes.storage import StoragePlan, copy_concat_inputs, plan_storage
@@ -103,6 +106,8 @@ def pipeline(graph: Graph, target=None, kernels: KernelSwitch | None = None, *,
     stats["recompute"] = len(g.nodes)
     g = name_activations(g)
     stats["named_activations"] = len(g.nodes)
+    g = sink_slices(g)
+    stats["sink_slices"] = len(g.nodes)
     g = place_casts(g)
     stats["casts"] = len(g.nodes)
     g = copy_concat_inputs(g)
@@ -169,9 +174,10 @@ def format_plan(planned: Planned, max_groups: int | None = None) -> str:
     if len(shown) < len(planned.groups):
         lines.append(f"  ... {len(planned.groups) - len(shown)} more groups")
     removed = planned.storage.describe()
-    if removed["copies_removed"] or removed["concats_assembled"]:
+    if removed["copies_removed"] or removed["concats_assembled"] or removed["concats_folded"]:
         lines.append(f"storage: {removed['results_stored']} kernel results written in their readers' layout: "
-                     f"{removed['copies_removed']} view copies and {removed['concats_assembled']} concats removed")
+                     f"{removed['copies_removed']} view copies and {removed['concats_assembled']} concats removed, "
+                     f"{removed['concats_folded']} concats folded into their readers' kernels")
     if mem.workspaces:
         lines.append(f"launch workspaces: {len(mem.workspaces)} in the arena, "
                      f"{format_bytes(sum(w.nbytes for w in mem.workspaces))} together, each live during its launch")

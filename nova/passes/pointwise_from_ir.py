@@ -35,41 +35,123 @@ def is_fill(v) -> bool:
     return v.producer is not None and v.producer.op == "constant"
 
 
+def piece_contexts(nodes) -> dict:
+    """``{node: (concat, piece index)}`` for the nodes of a group that compute an input of a concat
+    folded into the group (``storage.py``, rule -1): each is evaluated at its piece's coordinates,
+    its inputs read through windows; the others (``None``) at the group's own.  Constant fills are
+    the same everywhere (no context)."""
+    produced = {v: n for n in nodes for v in n.outputs}
+    contexts: dict = {}
+    for c in nodes:
+        if c.op != "concat":
+            continue
+        for i, (x, _) in enumerate(concat_pieces(c)):
+            stack = [x]
+            while stack:
+                n = produced.get(stack.pop())
+                if n is None or n.op == "constant":
+                    continue
+                if n in contexts and contexts[n] != (c, i):
+                    raise PointwiseProblemError(f"{n.op} computes parts of two pieces of a concat")
+                if n not in contexts:
+                    contexts[n] = (c, i)
+                    stack.extend(n.inputs)
+    return contexts
+
+
+def operand_uses(nodes, inputs) -> list:
+    """``(value, context)`` of each operand a group's kernel reads, in argument order: each of the
+    ``inputs`` (literals aside) where the group's own coordinates read it (``None``), then at each
+    folded concat's pieces (``(concat, piece index)``: read through the piece's window) -- the same
+    value twice where it is read both ways.  The problem statement and the executor's binding
+    (``kernel_operands``) both take them from here."""
+    literals = set(literal_inputs(inputs))
+    external = set(inputs)
+    contexts = piece_contexts(nodes)
+    uses: list = []
+
+    def use(v, context):
+        if v in external and v not in literals and not is_fill_in(v, nodes) and (v, context) not in uses:
+            uses.append((v, context))
+    for n in nodes:
+        if n.op == "concat" and len(nodes) > 1:
+            for i, (x, _) in enumerate(concat_pieces(n)):
+                use(x, (n, i))
+            continue
+        for v in n.inputs:
+            use(v, contexts.get(n))
+    return uses
+
+
+def is_fill_in(v, nodes) -> bool:
+    """``v`` is a constant fill computed by one of ``nodes`` (a literal of the program)."""
+    return v.producer is not None and v.producer.op == "constant" and v.producer in nodes
+
+
 def program_of(nodes, inputs, outputs, shape=None):
     """The expression DAG of a fusion group over the iteration ``shape``: ``(builder, [Expr of each
-    output])``."""
+    output])``.  ``inputs``: the kernel's operands in order, each a value or a ``(value, context)``
+    of ``operand_uses``; a folded concat selects, by an ``iota`` along its axis, the value of the
+    piece whose slice holds the element, each piece computed in its own context."""
     b = Builder()
-    env = {v: b.input(k, v.dtype) for k, v in enumerate(inputs)}
+    uses = [u if isinstance(u, tuple) else (u, None) for u in inputs]
+    env = {(v, context): b.input(k, v.dtype) for k, (v, context) in enumerate(uses)}
+    contexts = piece_contexts(nodes)
+
+    def read(v, context, node):
+        for key in ((v, context), (v, None)):
+            if key in env and (key[1] == context or is_fill(v)):
+                return env[key]
+        raise PointwiseProblemError(f"{node.op} reads {v.type}, which is neither an input nor computed in the group")
     for node in nodes:
         out = node.outputs[0]
+        context = contexts.get(node)
+        if context is not None and (node.op in ("iota", "concat") or is_table_gather(node)):
+            raise PointwiseProblemError(f"{node.op} computes a piece of a concat (its coordinates are the concat's)")
         if node.op == "constant":
-            env[out] = b.const(node.attrs["value"], out.dtype)
+            value = b.const(node.attrs["value"], out.dtype)
         elif node.op == "iota":
             length, start, step = node.attrs["length"], node.attrs.get("start", 0), node.attrs.get("step", 1)
             if length == 1:
-                env[out] = b.const(start, out.dtype)
+                value = b.const(start, out.dtype)
             elif shape is None or not shape or shape[-1] != length:
                 raise PointwiseProblemError(f"an iota fill of {length} elements does not run along the last "
                                             f"axis of the iteration shape {list(shape or ())}")
             else:
-                env[out] = b.iota(start, step, length, 1, out.dtype)
+                value = b.iota(start, step, length, 1, out.dtype)
         elif is_table_gather(node):
             table, index = node.inputs
-            if table not in inputs:
+            if (table, None) not in env:
                 raise PointwiseProblemError(f"index_select gathers from {table.type}, which is computed in the group")
-            if index not in env:
-                raise PointwiseProblemError(f"index_select reads {index.type}, which is neither an input nor "
-                                            "computed in the group")
-            env[out] = b.make("gather", [env[table], env[index]], (), out.dtype)
+            value = b.make("gather", [env[(table, None)], read(index, None, node)], (), out.dtype)
+        elif node.op == "concat":
+            if shape is None or tuple(out.shape) != tuple(shape):
+                raise PointwiseProblemError(f"a concat of {out.type} in a kernel over {list(shape or ())}")
+            value = _select_pieces(b, node, [(start, read(x, (node, i), node))
+                                             for i, (x, start) in enumerate(concat_pieces(node))])
         elif kind(node.op) == "pointwise":
-            missing = [v for v in node.inputs if v not in env]
-            if missing:
-                raise PointwiseProblemError(f"{node.op} reads {missing[0].type}, which is neither an input nor "
-                                            "computed in the group")
-            env[out] = b.make(node.op, [env[v] for v in node.inputs], node.attrs.items(), out.dtype)
+            value = b.make(node.op, [read(v, context, node) for v in node.inputs], node.attrs.items(), out.dtype)
         else:
             raise PointwiseProblemError(f"{node.op} is not a pointwise op")
-    return b, [env[v] for v in outputs]
+        env[(out, context)] = value
+    for v in outputs:
+        if (v, None) not in env:
+            raise PointwiseProblemError(f"{v.type} is written but computed only as a piece of a concat")
+    return b, [env[(v, None)] for v in outputs]
+
+
+def _select_pieces(b, node, pieces):
+    """``where(c < end_0, piece_0, where(c < end_1, piece_1, ...))`` along the concat's axis: ``pieces``
+    are ``(start, Expr)``."""
+    out = node.outputs[0]
+    shape = tuple(out.shape)
+    axis = node.attrs["axis"] % len(shape)
+    position = b.iota(0, 1, shape[axis], math.prod(shape[axis + 1:]), "i64")
+    value = pieces[-1][1]
+    for (_, piece), (end, _) in reversed(list(zip(pieces, pieces[1:]))):
+        inside = b.make("lt", [position, b.const(end, "i64")], (), "bool")
+        value = b.make("where", [inside, piece, value], (), out.dtype)
+    return value
 
 
 def literal_inputs(inputs) -> list:
@@ -81,28 +163,41 @@ def literal_inputs(inputs) -> list:
     return [v for v in inputs if v.producer is not None and v.producer.op == "constant" and v.type.numel == 1]
 
 
-def pointwise_problem(nodes, inputs, outputs, strides_of, offset_of=None, written_at=None) -> PointwiseProblem:
-    """The problem of a fusion group: ``nodes`` (pointwise ops and constant fills, program order), the
-    values it reads (``inputs``, that order is the kernel's argument order) and writes (``outputs``);
-    ``strides_of(value)`` gives an input's element strides as the kernel will see it, ``offset_of(value)``
-    its storage offset in elements (for the base alignment; default 0); ``written_at(value)`` an
-    output's ``(strides, offset)`` where the kernel writes it (its slice of a concat's buffer, its axes
-    in another order: ``nova/passes/storage.py``), None (or no ``written_at``) for contiguous.  The
-    ``literal_inputs`` are folded into the program, the others are the kernel's operands in order.  Raises
-    ``PointwiseProblemError`` naming what no kernel of this family does."""
+def pointwise_problem(nodes, inputs, outputs, strides_of, offset_of=None, written_at=None,
+                      root_of=None) -> PointwiseProblem:
+    """The problem of a fusion group: ``nodes`` (pointwise ops and constant fills, program order; a
+    folded concat with the nodes of its pieces), the values it reads (``inputs``) and writes
+    (``outputs``); ``strides_of(value)`` gives an input's element strides as the kernel will see it,
+    ``offset_of(value)`` its storage offset in elements (for the base alignment; default 0);
+    ``written_at(value)`` an output's ``(strides, offset)`` where the kernel writes it (its slice of a
+    concat's buffer, its axes in another order: ``nova/passes/storage.py``), None (or no
+    ``written_at``) for contiguous; ``root_of(value)`` the value whose storage it views (for
+    ``shared_reads``: the operands of one root read its region's elements at most once; default: none
+    shared).  The ``literal_inputs`` are folded into the program, the others are the kernel's operands
+    in the order of ``operand_uses``.  Raises ``PointwiseProblemError`` naming what no kernel of this
+    family does."""
+    uses = operand_uses(nodes, inputs)
     literals = literal_inputs(inputs)
     nodes = [v.producer for v in literals] + list(nodes)
-    inputs = [v for v in inputs if v not in literals]
     shape = iteration_shape(outputs)
     tables = {n.inputs[0] for n in nodes if is_table_gather(n)}
     elementwise = {v for n in nodes for v in (n.inputs[1:] if is_table_gather(n) else n.inputs)}
     for v in tables & elementwise:
         raise PointwiseProblemError(f"{v.type} is read both as a gathered table and element by element")
+    offset_of = offset_of if offset_of is not None else (lambda v: 0)
 
-    def operand(v, strides, offset) -> Operand:
+    def operand(v, strides, offset, context=None) -> Operand:
+        align = alignment(offset * v.type.itemsize)
         if v in tables:
-            return table_operand(v.dtype, v.shape, tuple(strides), shape, alignment(offset * v.type.itemsize))
-        return Operand(v.dtype, broadcast_strides(v.shape, tuple(strides), shape), alignment(offset * v.type.itemsize))
+            return table_operand(v.dtype, v.shape, tuple(strides), shape, align)
+        if context is None:
+            return Operand(v.dtype, broadcast_strides(v.shape, tuple(strides), shape), align)
+        concat, i = context
+        piece, start = concat_pieces(concat)[i]
+        strides = broadcast_strides(v.shape, tuple(strides), piece.shape)
+        if tuple(piece.shape) == tuple(shape):
+            return Operand(v.dtype, strides, align)
+        return windowed_operand(v.dtype, piece.shape, strides, shape, start, align)
     stores = []
     for v in outputs:
         at = written_at(v) if written_at is not None else None
@@ -116,9 +211,34 @@ def pointwise_problem(nodes, inputs, outputs, strides_of, offset_of=None, writte
         if why:
             raise PointwiseProblemError(f"output {v.type}: {why}")
         stores.append(store)
-    offset_of = offset_of if offset_of is not None else (lambda v: 0)
-    return canonical_problem(shape, tuple(operand(v, strides_of(v), offset_of(v)) for v in inputs),
-                             program_of(nodes, inputs, outputs, shape), tuple(stores))
+    operands = tuple(operand(v, strides_of(v), offset_of(v), context) for v, context in uses)
+    return canonical_problem(shape, operands, program_of(nodes, uses, outputs, shape), tuple(stores),
+                             shared_reads(uses, operands, shape, root_of, offset_of))
+
+
+def shared_reads(uses, operands, shape, root_of, offset_of) -> tuple:
+    """``PointwiseProblem.shared_reads``: for each root read by several operands, one of them through
+    a window, ``(elements, operand indices)`` with the elements the union of their spans covers."""
+    if root_of is None:
+        return ()
+    by_root: dict = {}
+    for k, (v, _) in enumerate(uses):
+        by_root.setdefault(root_of(v), []).append(k)
+    found = []
+    for members in by_root.values():
+        if len(members) < 2 or all(operands[k].window is None for k in members):
+            continue
+        spans = sorted((offset_of(uses[k][0]), offset_of(uses[k][0]) + operands[k].span(shape)) for k in members)
+        covered, end = 0, None
+        for lo, hi in spans:
+            if end is None or lo >= end:
+                covered += hi - lo
+                end = hi
+            elif hi > end:
+                covered += hi - end
+                end = hi
+        found.append((covered, tuple(members)))
+    return tuple(found)
 
 
 def concat_pieces(node) -> list:
@@ -134,12 +254,12 @@ def concat_pieces(node) -> list:
 
 def kernel_operands(nodes, inputs) -> list:
     """The values a group's Nova pointwise kernel takes as its inputs, in argument order: a concat
-    kernel's inputs one per occurrence (constant fills aside: literals), else the group's ``inputs``
-    less the ``literal_inputs``.  The problem statements and the executor's binding both read it."""
+    kernel's inputs one per occurrence (constant fills aside: literals), else the values of
+    ``operand_uses`` (the group's ``inputs`` less the ``literal_inputs``, a value read through a folded
+    concat's window again).  The problem statements and the executor's binding both read it."""
     if len(nodes) == 1 and nodes[0].op == "concat":
         return [x for x, _ in concat_pieces(nodes[0]) if not is_fill(x)]
-    literals = literal_inputs(inputs)
-    return [v for v in inputs if v not in literals]
+    return [v for v, _ in operand_uses(nodes, inputs)]
 
 
 def concat_problem(node, strides_of, offset_of=None) -> PointwiseProblem:
@@ -166,12 +286,7 @@ def concat_problem(node, strides_of, offset_of=None) -> PointwiseProblem:
             operand = windowed_operand(x.dtype, x.shape, strides_of(x), shape, start, align)
         pieces.append((start, b.input(len(operands), x.dtype)))
         operands.append(operand)
-    position = b.iota(0, 1, shape[axis], math.prod(shape[axis + 1:]), "i64")
-    value = pieces[-1][1]
-    for (_, piece), (end, _) in reversed(list(zip(pieces, pieces[1:]))):
-        inside = b.make("lt", [position, b.const(end, "i64")], (), "bool")
-        value = b.make("where", [inside, piece, value], (), out.dtype)
-    return canonical_problem(shape, tuple(operands), (b, [value]))
+    return canonical_problem(shape, tuple(operands), (b, [_select_pieces(b, node, pieces)]))
 
 
 def copy_problem(node, layout) -> PointwiseProblem:

@@ -11,6 +11,13 @@ pointwise result (a Nova pointwise kernel writes each output at the strides its 
 states, ``nova/kernels/pointwise/problem.py``; the ATen fallback writes through ``out=``).  Decided
 here, once, in order:
 
+-1. **Folded concat.**  A ``concat`` of at most ``MAX_FOLDED_PIECES`` pieces whose result is read
+   only by pointwise ops of its shape (RoPE's ``q * cos + cat(-q2, q1) * sin``) is never written:
+   the fusion pass folds it into the kernel of its readers, each piece computed there at its own
+   coordinates from its inputs read in place through windows
+   (``nova/passes/pointwise_from_ir.py``), so the concat costs neither a launch nor a round trip of
+   its result.  Its pieces' ``concat_cone`` -- the pointwise nodes that compute a piece and whose
+   results nothing else reads -- go with it (``StoragePlan.folded``); rules 0-2 leave it alone.
 0. **Copies into a concat.**  ``copy_concat_inputs`` (a rewrite, before the plan): a ``concat`` some
    of whose inputs rule 1 can place and others not (a slice of a value other nodes read, a graph
    input: RoPE's rotate-half ``cat(-x2, x1)``, its backward ``cat(g2, -g1)``) reads each of the
@@ -67,6 +74,8 @@ POINTWISE_WRITER = "the pointwise kernel"
 GEMM_WRITER = "the GEMM"
 CHAIN_OPS = ("permute", "reshape")          # views with an inverse over any strides
 BASE_ALIGNMENT = 16                          # bytes: where an operand of the attention kernels may start
+FOLDED_REASON = "folded into the pointwise kernel that reads it: each piece computed in its slice, never written"
+MAX_FOLDED_PIECES = 4                        # a folded concat's kernel computes every piece at every element
 
 
 @dataclass
@@ -75,15 +84,17 @@ class StoragePlan:
     layouts: dict[Value, Layout] = field(default_factory=dict)   # node result -> where its kernel writes it
     assembled: dict[Node, str] = field(default_factory=dict)     # concat -> why it launches nothing
     freed: dict[Node, str] = field(default_factory=dict)         # view that copied by default -> why it does not
+    folded: dict[Node, list[Node]] = field(default_factory=dict)  # concat folded into its readers -> its cones
 
     def describe(self) -> dict:
         """Counts and reasons for ``explain``: the copies and concats removed, and why."""
         reasons: dict[str, int] = {}
-        for node, why in list(self.freed.items()) + list(self.assembled.items()):
+        folded = {node: FOLDED_REASON for node in self.folded}
+        for node, why in list(self.freed.items()) + list(self.assembled.items()) + list(folded.items()):
             key = f"{node.op}: {why}"
             reasons[key] = reasons.get(key, 0) + 1
         return {"results_stored": len(self.layouts), "copies_removed": len(self.freed),
-                "concats_assembled": len(self.assembled), "reasons": reasons}
+                "concats_assembled": len(self.assembled), "concats_folded": len(self.folded), "reasons": reasons}
 
 
 def same_place(a: Layout, b: Layout) -> bool:
@@ -194,13 +205,52 @@ def plan_storage(graph: Graph, outputs_as_stored: bool = False) -> StoragePlan:
     outputs = set(graph.output_values())
     default = layout_analysis.analyze(graph)
     for node in graph.nodes:
-        if node.op == "concat":
+        if node.op == "concat" and (cones := fold_cones(node, users, outputs)) is not None:
+            plan.folded[node] = cones
+        elif node.op == "concat":
             _assemble(node, users, outputs, default, plan)
     for node in graph.nodes:
         for value in node.outputs:
             if writes_strided(value) and not writer_reason(value, default[value]) and value not in plan.layouts:
                 _reorder(value, users, set() if outputs_as_stored else outputs, default, plan)
     return plan
+
+
+def fold_cones(node: Node, users, outputs) -> list[Node] | None:
+    """Rule -1 for one concat: the nodes of its pieces' cones (program order not kept) when it folds
+    into its readers, else None."""
+    out = node.outputs[0]
+    readers = users.get(out, [])
+    axis = node.attrs["axis"] % len(out.shape)
+    pieces = [x for x in node.inputs if x.shape[axis]]
+    if out in outputs or not readers or not 2 <= len(pieces) <= MAX_FOLDED_PIECES or \
+            any(kind(r.op) != "pointwise" or tuple(r.outputs[0].shape) != tuple(out.shape) for r in readers):
+        return None
+    cones: list[Node] = []
+    for x in dict.fromkeys(pieces):
+        cones += [n for n in concat_cone(x, node, users, outputs) if n not in cones]
+    return cones
+
+
+def concat_cone(x: Value, concat: Node, users, outputs) -> list[Node]:
+    """The pointwise nodes that compute ``x``, an input of ``concat``, and whose results only they and
+    the concat read (none a graph output): what a kernel folding the concat computes in ``x``'s slice."""
+    def private(v: Value, members) -> bool:
+        p = v.producer
+        return p is not None and kind(p.op) == "pointwise" and len(p.outputs) == 1 and v not in outputs \
+            and all(u in members or u is concat for u in users.get(v, ()))
+    if not private(x, set()):
+        return []
+    members = {x.producer: None}
+    grew = True
+    while grew:
+        grew = False
+        for n in list(members):
+            for v in n.inputs:
+                if v.producer not in members and private(v, members):
+                    members[v.producer] = None
+                    grew = True
+    return list(members)
 
 
 def _assemble(node: Node, users, outputs, default, plan: StoragePlan) -> None:

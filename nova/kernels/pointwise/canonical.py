@@ -108,9 +108,10 @@ def coalesce(shape, operands) -> tuple[tuple[int, ...], tuple[Operand, ...]]:
     return tuple(dims), tuple(replace(x, strides=tuple(s), window=window(x)) for x, s in zip(operands, strides))
 
 
-def canonical_problem(shape, operands, built, stores=()) -> PointwiseProblem:
+def canonical_problem(shape, operands, built, stores=(), shared_reads=()) -> PointwiseProblem:
     """Number the DAG from the outputs (post-order, arguments in order) into a ``PointwiseProblem``;
-    ``stores``: one ``Operand`` per output (its strides over ``shape``, its alignment), () contiguous."""
+    ``stores``: one ``Operand`` per output (its strides over ``shape``, its alignment), () contiguous;
+    ``shared_reads``: the problem's (operand indices are kept)."""
     _, outs = built
     n = len(operands)
     number: dict[int, int] = {}
@@ -132,4 +133,4 @@ def canonical_problem(shape, operands, built, stores=()) -> PointwiseProblem:
     dense = row_major(shape)
     if all(x.align == ALIGN_MAX and all(d == 1 or a == b for d, a, b in zip(shape, x.strides, dense)) for x in stores):
         stores = ()
-    return PointwiseProblem(shape, operands, tuple(program), out_values, stores)
+    return PointwiseProblem(shape, operands, tuple(program), out_values, stores, tuple(shared_reads))

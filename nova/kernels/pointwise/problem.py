@@ -26,6 +26,11 @@ Three ways an element's value depends on more than the operands at its own coord
 Each appears in a problem only where the problem uses it: problems without them keep their keys and
 their code.
 
+``shared_reads`` (a cost fact, no code): operands that read within one region of memory -- a value
+read whole and again through windows of its slices (RoPE's rotate-half folded into the kernel that
+reads it) -- as ``(elements, input indices)``: their reads move at most the region's elements from
+DRAM, the repeats are served by the caches (each thread's shifted reads stay within its own rows).
+
 The problem is canonical (``canonical.py``): axes of extent 1 are dropped and neighbouring axes that
 every operand walks contiguously are merged; the program is rewritten to its named forms (the GELU,
 SiLU and sigmoid patterns), constant-folded, deduplicated and numbered in one deterministic order, so
@@ -123,6 +128,7 @@ class PointwiseProblem:
     program: tuple[Instr, ...]
     outputs: tuple[int, ...]             # program values written, in their IR types
     stores: tuple[Operand, ...] = ()     # where each output is written (strides, alignment); (): contiguous
+    shared_reads: tuple[tuple[int, tuple[int, ...]], ...] = ()   # (elements, inputs reading within them)
 
     @property
     def numel(self) -> int:
@@ -161,8 +167,12 @@ class PointwiseProblem:
         return total
 
     def bytes_moved(self) -> int:
-        """Every distinct input element read once, every output element written once."""
+        """Every distinct input element read once (the inputs of a ``shared_reads`` entry at most its
+        region's elements together), every output element written once."""
         reads = sum(x.distinct(self.shape) * x.itemsize for x in self.inputs)
+        for elements, members in self.shared_reads:
+            together = sum(self.inputs[k].distinct(self.shape) * self.inputs[k].itemsize for k in members)
+            reads -= together - min(together, elements * self.inputs[members[0]].itemsize)
         return reads + sum(self.numel * ELEMENT_BYTES[d] for d in self.output_dtypes())
 
     def expression(self) -> str:
@@ -189,7 +199,8 @@ class PointwiseProblem:
     def to_dict(self) -> dict:
         return {"shape": list(self.shape), "inputs": [x.to_dict() for x in self.inputs],
                 "program": [i.to_dict() for i in self.program], "outputs": list(self.outputs),
-                **({"stores": [x.to_dict() for x in self.stores]} if self.stores else {})}
+                **({"stores": [x.to_dict() for x in self.stores]} if self.stores else {}),
+                **({"shared_reads": [[e, list(m)] for e, m in self.shared_reads]} if self.shared_reads else {})}
 
 
 def row_major(shape) -> tuple[int, ...]:
