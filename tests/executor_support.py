@@ -130,11 +130,15 @@ def fused_values(plan: Planned) -> list:
 def rows_scratch_bytes(plan: Planned) -> int:
     """Scratch a CPU program needs for the values a Nova rows kernel keeps inside (the cross-entropy
     forward-backward kernel's row statistics): on CPU the group runs node by node, so they are written
-    there; on CUDA never.  Each value's bytes rounded up to the arena's 256-byte alignment."""
+    there; on CUDA never.  A value whose one reader in the group is elementwise (a norm backward's dx
+    before the residual add) is computed in the bytes of that reader's result, no scratch
+    (``PlanView.fused_into``).  Each value's bytes rounded up to the arena's 256-byte alignment."""
+    from nova.compiler.plan_view import read_plan
     from nova.passes.memory import aligned
     rows = {n for g in plan.groups if g.kernel == "nova" and g.kind == "composite" for n in g.nodes}
+    in_result = read_plan(plan).fused_into
     return sum(aligned(v.type.nbytes) for v, p in plan.memory.values.items()
-               if p.kind == "fused" and v.producer in rows)
+               if p.kind == "fused" and v.producer in rows and v not in in_result)
 
 
 def kernel_values(plan: Planned) -> list:

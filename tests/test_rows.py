@@ -452,3 +452,49 @@ def test_the_final_sum_spreads_its_columns_over_as_many_ctas_as_its_lanes_allow(
     wide = cli_problem("layer_norm", 16384, 8192, "f32", backward=True)
     assert configure_rows(wide, get_target("h200")).schedule.partials.final_grid >= get_target("h200").sm_count
 
+
+
+@pytest.mark.parametrize("kind, rows, n", [("rmsnorm", 40, 96), ("layernorm", 24, 200), ("rmsnorm", 6, 16384)])
+def test_a_norm_backward_adds_the_residual_as_it_writes_dx(kind, rows, n):
+    """``--residual``: the norm's backward writes ``dx + residual`` (the residual stream's gradient a
+    pre-norm block adds after the norm's backward), every kernel of the schedule executed thread by thread
+    on the CPU (``tests/simt_cpu.py``), outputs NaN-poisoned, against float64: dx with the residual and
+    the weight (and bias) gradients; rows held in registers and looped (16384)."""
+    import numpy as np
+    from simt_cpu import run_kernel
+    from nova.hwmodel import get_target
+    from nova.kernels.rows.abi import KERNEL_NAMES, params, workspace_layout
+    from nova.kernels.rows.compile import build_module, geometry
+    p = cli_problem(kind, rows, n, "f32", backward=True, residual=True)
+    assert [o.name for o in p.inputs][-1] == "residual"
+    s = configure_rows(p, get_target("h200")).schedule
+    rng = np.random.default_rng(rows + n)
+    x, dy, residual = (rng.standard_normal((rows, n)) for _ in range(3))
+    w = 1 + 0.1 * rng.standard_normal(n)
+    mean = x.mean(1, keepdims=True) if kind == "layernorm" else np.zeros((rows, 1))
+    centered = x - mean
+    rstd = 1 / np.sqrt((centered ** 2).mean(1, keepdims=True) + 1e-5)
+    f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32).ravel()  # noqa: E731
+    x, dy, residual, w, mean, rstd = (f32(a).astype(np.float64).reshape(np.shape(a))
+                                      for a in (x, dy, residual, w, mean, rstd))
+    xhat = (x - mean) * rstd
+    g = dy * w
+    dx = rstd * (g - xhat * (g * xhat).mean(1, keepdims=True)
+                 - (g.mean(1, keepdims=True) if kind == "layernorm" else 0)) + residual
+    _, total = workspace_layout(p, s)
+    buffers = {"dy": f32(dy), "x": f32(x), "rstd": f32(rstd), "mean": f32(mean), "weight": f32(w),
+               "residual": f32(residual), "dx": np.full(rows * n, np.nan, np.float32),
+               "dweight": np.full(n, np.nan, np.float32), "dbias": np.full(n, np.nan, np.float32)}
+    for role in s.roles:
+        grid, block, smem = geometry(s, role)
+        names = params(p, s, role)
+        for name, what in names:
+            if what.startswith("ws:"):
+                buffers.setdefault(name, np.full(total // 4, np.nan, np.float32))
+        run_kernel(build_module(p, s, role), KERNEL_NAMES[role], grid, block[0], smem,
+                   {name: buffers[name] for name, _ in names})
+    assert np.abs(buffers["dx"] - dx.ravel()).max() <= 1e-5 * np.abs(dx).max()
+    dweight = (dy * xhat).sum(0)
+    assert np.abs(buffers["dweight"] - dweight).max() <= 1e-5 * np.abs(dweight).max() * max(1, rows / 64)
+    if kind == "layernorm":
+        assert np.abs(buffers["dbias"] - dy.sum(0)).max() <= 1e-5 * np.abs(dy.sum(0)).max() * max(1, rows / 64)

@@ -118,9 +118,10 @@ def test_norm_forward(kind, rows, n, dtype, stride):
 
 
 @pytest.mark.parametrize("rows, n, dtype, stride", NORM_CASES)
+@pytest.mark.parametrize("residual", [False, True], ids=["dx", "dx+residual"])
 @pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
-def test_norm_backward(kind, rows, n, dtype, stride):
-    p = strided(cli_problem(kind, rows, n, dtype, backward=True), stride)
+def test_norm_backward(kind, residual, rows, n, dtype, stride):
+    p = strided(cli_problem(kind, rows, n, dtype, backward=True, residual=residual), stride)
     b = Buffers(p)
     x = _stored(_randn(rows, n, 2.0, 4) - 0.3, dtype).requires_grad_()
     w = _stored(_randn(1, n, 1.0, 5)[0], dtype).requires_grad_()
@@ -137,9 +138,12 @@ def test_norm_backward(kind, rows, n, dtype, stride):
         y = x * (x * x).mean(-1, keepdim=True).add(eps).rsqrt() * w
     y.backward(dy)
     b.put("dy", dy), b.put("x", x.detach()), b.put("rstd", rstd), b.put("weight", w.detach())
+    r = _stored(_randn(rows, n, 1.0, 11), dtype) if residual else 0
+    if residual:
+        b.put("residual", r)
     b.poison_outputs()
     b.run()
-    b.check("dx", x.grad)
+    b.check("dx", x.grad + r)
     b.check("dweight", w.grad)
     if p.has("dbias"):
         b.check("dbias", bias.grad)

@@ -56,6 +56,11 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   bytes than the one without it plus the cast's own kernel (``rows_casts.cast_saving``; the reason
   says what was read or written in place of the cast and what that saves).  The kernel reads the
   cast's source in its own type and writes the result in the cast's type; no cast kernel remains.
+* A norm's backward adds the residual: an ``add`` of the dx of an open LayerNorm or RMSNorm backward
+  group (dx read by that add alone) and another value of dx's type computed before the norm's
+  backward (the residual stream's gradient of a pre-norm block) joins that group: the rows kernel
+  reads the value and writes dx + value as it writes dx (``rows_from_ir.residual_add``).  The add
+  kernel read dx and the value and wrote the sum; two matrix transfers and a launch fewer.
 * A ``cross_entropy_backward`` joins the group of the ``cross_entropy`` whose row statistics (lse) it
   reads, when that group is still open (nothing has read the loss yet: the chunked loss runs each
   chunk's forward where its backward is, after the loss's gradient), the lse has no other reader and
@@ -120,8 +125,8 @@ from nova.passes.embedding import EMBEDDING_OPS, embedding_reason, select_embedd
 from nova.passes.pointwise_from_ir import is_table_gather
 from nova.passes.rows import rows_reason, select_rows
 from nova.passes.rows_casts import cast_saving
-from nova.passes.rows_from_ir import ROW_INPUTS, ROW_OUTPUTS, from_group, is_prologue_op, reads_through_cast, \
-    writes_through_cast
+from nova.passes.rows_from_ir import NORM_RESIDUAL, ROW_INPUTS, ROW_OUTPUTS, from_group, is_prologue_op, \
+    reads_through_cast, writes_through_cast
 from nova.passes.storage import StoragePlan, unplaced_reason
 
 GROUP_KINDS = ("gemm", "pointwise", "reduction", "composite", "view", "collective", "opaque")
@@ -198,6 +203,7 @@ class _Open:
         self.folding = False              # holds a folded concat's cones, the concat not yet placed
         self.casts: list[str] = []        # a rows group: what each fused cast is read or written as
         self.cast_bytes = 0               # and the bytes they save together (rows_casts.cast_saving)
+        self.residual_note = ""           # a norm backward's group: the residual add it took, what that saves
 
 
 def fuse(graph: Graph, layouts=None, kernels: KernelSwitch = KernelSwitch(),
@@ -350,7 +356,8 @@ class _Fuser:
         if k != "pointwise" and not is_table_gather(node):
             return False
         producers = self._producers(node)
-        if self._horizontal(node) or self._sibling(node) is not None or self._rows_epilogue(node) is not None:
+        if self._horizontal(node) or self._sibling(node) is not None or self._rows_epilogue(node) is not None \
+                or self._norm_residual(node) is not None:
             return True
         return bool(self._candidates(node, producers)) or (not self._stored(node) and _epilogue(
             node, producers, self.users, self.outputs, self.layouts, self.placed, dry_run=True) is not None)
@@ -408,6 +415,25 @@ class _Fuser:
         if saved <= 0:
             return None
         return g, saved, f"writes {node.outputs[0].type} in place of the cast of its {x.dtype} result"
+
+    def _norm_residual(self, node: Node) -> tuple[_Open, Value] | None:
+        """The open norm-backward group whose dx only the add ``node`` reads and the value the add adds to it,
+        when one rows kernel computes both (rule in the module docstring), else None."""
+        if node.op != "add" or self._stored(node):
+            return None
+        for i, x in enumerate(node.inputs):
+            p = x.producer
+            g = self.group_of.get(p) if p is not None else None
+            if g is None or g.kind != "composite" or not g.open or p.op not in NORM_RESIDUAL or x is not p.outputs[0] \
+                    or x in self.outputs or set(self.users.get(x, ())) != {node}:
+                continue
+            r = node.inputs[1 - i]
+            if r is x or r.type != x.type or (r.producer is not None and
+                                              self.placed.get(r.producer, len(self.placed)) > self.placed[p]):
+                continue
+            if self._rows_problem(g.nodes + [node]) is not None:
+                return g, r
+        return None
 
     def _rows_prologues(self, node: Node, g: _Open) -> None:
         """Take into ``g`` (the new group of the rows composite ``node``) the widening casts of its row
@@ -497,7 +523,13 @@ class _Fuser:
                                                           self.placed)
             sibling = self._sibling(node)
             rows = self._rows_epilogue(node) if g is None else None
-            if rows is not None:
+            residual = self._norm_residual(node) if g is None and rows is None else None
+            if residual is not None:
+                g, r = residual                        # the norm's backward writes dx + r
+                g.nodes.append(node)
+                g.residual_note = (f"; adds {{}} to dx as it writes it: one add kernel fewer, saves "
+                                   f"{format_bytes(2 * r.type.nbytes)}", r)
+            elif rows is not None:
                 g, saved, note = rows
                 g.nodes.append(node)
                 g.casts.append(note)
@@ -788,6 +820,9 @@ def _finish(g: _Open, position, users, outputs, layouts, names, kernels: KernelS
         group.reason = rows_reason(group, _reason(group, g, layouts, names), why_not_rows)
         if g.casts and group.kernel == "nova":
             group.reason += _casts_reason(g)
+        if g.residual_note and group.kernel == "nova":
+            text, r = g.residual_note
+            group.reason += text.format(names[r])
     folded = [n for n in nodes if n in storage.folded]
     if folded:
         group.reason += "; " + " and ".join(f"concat {names[n.outputs[0]]}" for n in folded) + \

@@ -5,7 +5,9 @@ axis, cross_entropy(+backward); or a cross_entropy with the backward of its loss
 map their operands by position, with the casts fused into them
 (``nova/passes/rows_casts.py``): a cast feeding a row input (``ROW_INPUTS``) binds that operand to the
 cast's source, read in its own type; a cast of the row result (``ROW_OUTPUTS``) binds the result to the
-cast's value, written in its type; a ``reduction`` group (pointwise
+cast's value, written in its type; a norm's backward with the ``add`` of its dx and another value
+(``residual_add``: the residual stream's gradient, ``NORM_RESIDUAL``) reads that value as its
+``residual`` operand and writes the sum as dx; a ``reduction`` group (pointwise
 producers, then one sum/mean/max/min) becomes ``row_reduce`` when it reduces the trailing axes and
 ``column_reduce`` (sum/mean) when it reduces the leading ones, its producers a ``Prologue``: every value
 read from outside the group is an operand (``in0``, ``in1``, ... in first-read order) classified by
@@ -41,6 +43,26 @@ ROW_OUTPUTS = {"layer_norm": 0, "layer_norm_backward": 0, "rms_norm": 0, "rms_no
 
 class NotRows(Exception):
     """Why a group is not a rows problem (one line)."""
+
+
+NORM_RESIDUAL = ("layer_norm_backward", "rms_norm_backward")    # kinds that add a residual to dx as they write it
+
+
+def residual_add(node, nodes):
+    """``(the add, the value added)`` when ``nodes`` hold an ``add`` of the norm backward ``node``'s dx
+    and a value of dx's type computed outside ``nodes``; None when they hold no add; ``NotRows`` when an
+    add is there but is not that."""
+    adds = [n for n in nodes if n.op == "add"]
+    if not adds:
+        return None
+    dx = node.outputs[0]
+    produced = {v for n in nodes for v in n.outputs}
+    if node.op in NORM_RESIDUAL and len(adds) == 1 and dx in adds[0].inputs:
+        (add,) = adds
+        other = add.inputs[1] if add.inputs[0] is dx else add.inputs[0]
+        if other is not dx and other.type == dx.type and other not in produced:
+            return add, other
+    raise NotRows(f"an add is not a residual the {node.op} kernel adds to its dx")
 
 
 def _align(layout, itemsize: int) -> int:
@@ -96,8 +118,11 @@ def from_group(nodes, inputs, outputs, layouts) -> tuple[RowsProblem | None, dic
     try:
         composites = [n for n in nodes if n.op in COMPOSITES]
         others_cast = all(n.op == "cast" for n in nodes if n not in composites)
+        added = residual_add(composites[0], nodes) if len(composites) == 1 else None
         if [n.op for n in composites] == ["cross_entropy", "cross_entropy_backward"] and others_cast:
             problem, names = _forward_backward(*composites, nodes, outputs, layouts)
+        elif len(composites) == 1 and added is not None and all(n in composites or n is added[0] for n in nodes):
+            problem, names = _composite(composites[0], outputs, layouts, residual=added)
         elif len(composites) == 1 and others_cast:
             problem, names = _composite(composites[0], outputs, layouts, *fused_casts(composites[0], nodes))
         elif nodes[-1].op in REDUCE_OPS:
@@ -149,9 +174,13 @@ def fused_casts(node, nodes) -> tuple[dict, dict]:
     return sources, results
 
 
-def _composite(node, outputs, layouts, sources=None, results=None):
+def _composite(node, outputs, layouts, sources=None, results=None, residual=None):
+    """``residual``: ``(add, value)`` of ``residual_add``: the value read as the ``residual`` operand,
+    the add's result written as dx."""
     op, a = node.op, node.attrs
-    sources, results = sources or {}, results or {}
+    sources, results = sources or {}, dict(results or {})
+    if residual is not None:
+        results[node.outputs[0]] = residual[0].outputs[0]
     outs = set(outputs)
     if op in ("layer_norm", "layer_norm_backward"):
         x = node.inputs[0] if op == "layer_norm" else node.inputs[1]
@@ -187,6 +216,8 @@ def _composite(node, outputs, layouts, sources=None, results=None):
         ins = [row("dy", dy), row("x", x), vec("mean", mean, "per_row"), vec("rstd", rstd, "per_row")]
         if w:
             ins.append(vec("weight", node.inputs[4], "col"))
+        if residual is not None:
+            ins.append(row("residual", residual[1]))
         res = list(zip(["dx"] + (["dweight"] if w else []) + (["dbias"] if b else []), node.outputs))
     elif op == "rms_norm":
         ins = [row("x", x)] + ([vec("weight", node.inputs[1], "col")] if w else [])
@@ -197,6 +228,8 @@ def _composite(node, outputs, layouts, sources=None, results=None):
         ins = [row("dy", dy), row("x", x), vec("rstd", rstd, "per_row")]
         if w:
             ins.append(vec("weight", node.inputs[3], "col"))
+        if residual is not None:
+            ins.append(row("residual", residual[1]))
         res = list(zip(["dx"] + (["dweight"] if w and a.get("weight_grad", True) else []), node.outputs))
     elif op in ("softmax", "log_softmax"):
         ins, res = [row("x", x)], [("y", node.outputs[0])]

@@ -349,10 +349,12 @@ class RowKernel:
             if a is not None:
                 v = ir.fsub(v, ir.fmul(a, ir.f(1.0 / n)))
             out = {"dx": ir.fmul(v, rstd, "dx")}
+            if self.p.has("residual"):
+                out["dx"] = ir.fadd(out["dx"], e["residual"], "dx_res")
             if self.partials is not None:
                 out.update(dweight=ir.fmul(e["dy"], xh, "dwx"), dbias=e["dy"])
             return out
-        self.write(names, dx)
+        self.write(names + (["residual"] if self.p.has("residual") else []), dx)
 
     def _layer_norm_backward(self) -> None:
         self._norm_backward(self.per_row("mean"))

@@ -7,11 +7,12 @@ from nova.kernels.rows.problem import RowsProblem
 
 # ---------------------------------------------------------------- problems as the CLI states them
 def cli_problem(kind: str, rows: int, n: int, dtype: str = "f32", *, backward: bool = False, eps: float = 1e-5,
-                affine: bool = True, forward_backward: bool = False) -> RowsProblem:
+                affine: bool = True, forward_backward: bool = False, residual: bool = False) -> RowsProblem:
     """The problem of ``nova-config explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy ROWSxN``:
     contiguous rows of ``dtype``, statistics in f32, LayerNorm with weight and bias (RMSNorm with a
     weight) unless ``affine`` is False, the backward with every gradient; ``forward_backward``
-    (cross_entropy only): the loss and dlogits in one kernel."""
+    (cross_entropy only): the loss and dlogits in one kernel; ``residual`` (a norm's backward only):
+    dx written as dx + residual (the residual stream's gradient added in the kernel)."""
     from nova.kernels.rows.problem import RowsProblemError
     if dtype not in FLOAT_DTYPES:
         raise RowsProblemError(f"unsupported dtype {dtype!r}; choose one of {', '.join(FLOAT_DTYPES)}")
@@ -27,18 +28,21 @@ def cli_problem(kind: str, rows: int, n: int, dtype: str = "f32", *, backward: b
     kind = {"layernorm": "layer_norm", "rmsnorm": "rms_norm", "crossentropy": "cross_entropy"}.get(kind, kind)
     if forward_backward and kind != "cross_entropy":
         raise RowsProblemError(f"--forward-backward is for cross_entropy, not {kind}")
+    if residual and not (backward and kind in ("layer_norm", "rms_norm")):
+        raise RowsProblemError("--residual is for the backward of layernorm or rmsnorm (with --backward)")
+    extra = (row("residual"),) if residual else ()
     if kind == "layer_norm" and not backward:
         ins = (row("x"),) + ((col("weight"), col("bias")) if affine else ())
         return RowsProblem("layer_norm", rows, n, ins, (row("y"), stat("mean"), stat("rstd")), {"eps": eps})
     if kind == "layer_norm":
-        ins = (row("dy"), row("x"), stat("mean"), stat("rstd")) + ((col("weight"),) if affine else ())
+        ins = (row("dy"), row("x"), stat("mean"), stat("rstd")) + ((col("weight"),) if affine else ()) + extra
         outs = (row("dx"),) + ((col("dweight"), col("dbias")) if affine else ())
         return RowsProblem("layer_norm_backward", rows, n, ins, outs)
     if kind == "rms_norm" and not backward:
         ins = (row("x"),) + ((col("weight"),) if affine else ())
         return RowsProblem("rms_norm", rows, n, ins, (row("y"), stat("rstd")), {"eps": eps})
     if kind == "rms_norm":
-        ins = (row("dy"), row("x"), stat("rstd")) + ((col("weight"),) if affine else ())
+        ins = (row("dy"), row("x"), stat("rstd")) + ((col("weight"),) if affine else ()) + extra
         return RowsProblem("rms_norm_backward", rows, n, ins, (row("dx"),) + ((col("dweight"),) if affine else ()))
     if kind in ("softmax", "log_softmax"):
         if backward:

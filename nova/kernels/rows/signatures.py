@@ -16,10 +16,11 @@ R, C, P, S = "row", "col", "per_row", "scalar"
 SIGNATURES = {
     "layer_norm": ((("x", R, 1), ("weight", C, 0), ("bias", C, 0)),
                    (("y", R, 1), ("mean", P, 0), ("rstd", P, 0))),
-    "layer_norm_backward": ((("dy", R, 1), ("x", R, 1), ("mean", P, 1), ("rstd", P, 1), ("weight", C, 0)),
+    "layer_norm_backward": ((("dy", R, 1), ("x", R, 1), ("mean", P, 1), ("rstd", P, 1), ("weight", C, 0),
+                             ("residual", R, 0)),
                             (("dx", R, 0), ("dweight", C, 0), ("dbias", C, 0))),
     "rms_norm": ((("x", R, 1), ("weight", C, 0)), (("y", R, 1), ("rstd", P, 0))),
-    "rms_norm_backward": ((("dy", R, 1), ("x", R, 1), ("rstd", P, 1), ("weight", C, 0)),
+    "rms_norm_backward": ((("dy", R, 1), ("x", R, 1), ("rstd", P, 1), ("weight", C, 0), ("residual", R, 0)),
                           (("dx", R, 0), ("dweight", C, 0))),
     "softmax": ((("x", R, 1),), (("y", R, 1),)),
     "log_softmax": ((("x", R, 1),), (("y", R, 1),)),
