@@ -66,8 +66,8 @@ def test_epilogue_only_what_the_gemm_kernel_computes(case):
         out = g.op("add", g.op("relu", y), g.input(F(6), "b"))   # act(acc) + bias is not act(acc + bias)
         expect = ["matmul", "relu"]
     elif case == "product_read_twice":
-        out = g.op("mul", g.op("silu", y), y)                     # silu, y written beside it
-        expect = ["matmul", "silu"]
+        out = g.op("mul", g.op("silu", y), y)                     # the product's kernel computes silu from y
+        expect = ["matmul"]
     else:
         out = g.op("silu", g.op("relu", y))
         expect = ["matmul", "relu"]
@@ -160,6 +160,31 @@ def test_siblings_reading_one_input_share_a_kernel():
     inputs = random_inputs(planned.graph, 5)
     for got, want in zip(run_planned(planned, [t.clone() for t in inputs]), interpreter.run(g, inputs)):
         torch.testing.assert_close(got, want)
+
+
+def test_swiglu_computes_its_activation_where_the_product_is_taken():
+    """``silu(x @ Wg) * (x @ Wu)`` with the gate also read later (the backward's): the gate's GEMM writes
+    the gate once, and ``silu`` joins the product's kernel (opened before the up GEMM, it keeps nothing
+    live that is not read later anyway) instead of the GEMM epilogue writing both silu(gate) and gate.
+    Read by a GEMM instead, the activation stays in the epilogue with its input written beside it."""
+    g = Graph()
+    x, wg, wu, wd = g.input(F(64, 32), "x"), g.input(F(32, 96), "wg"), g.input(F(32, 96), "wu"), g.input(F(96, 32), "wd")
+    gate = g.op("matmul", x, wg)
+    h = g.op("mul", g.op("silu", gate), g.op("matmul", x, wu))
+    g.output(h, "h")
+    g.output(g.op("exp", gate), "later")                    # the backward reads the gate
+    groups = fuse(g)
+    check_partition(g, groups)
+    (gate_gemm,) = [gr for gr in groups if gr.kind == "gemm" and gr.nodes[0].inputs[1] is wg]
+    assert gate_gemm.epilogue.activation == "none" and not gate_gemm.problem.preactivation
+    assert any({"silu", "mul"} <= set(ops_of(gr)) and gr.kind == "pointwise" and gr.kernel == "nova" for gr in groups)
+    g2 = Graph()
+    x, wg, wd = g2.input(F(64, 32), "x"), g2.input(F(32, 96), "wg"), g2.input(F(96, 32), "wd")
+    gate = g2.op("matmul", x, wg)
+    g2.output(g2.op("matmul", g2.op("silu", gate), wd), "y")
+    g2.output(g2.op("exp", gate), "later")
+    (first, *_) = [gr for gr in fuse(g2) if gr.kind == "gemm"]
+    assert first.epilogue.activation == "silu" and first.problem.preactivation
 
 
 def test_fusion_does_not_close_a_cycle_through_another_kernel():

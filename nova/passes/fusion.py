@@ -14,7 +14,9 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   when the value it consumes has no other reader -- except the activation's input: when others
   read it too (a training step keeps the pre-activation for the activation's backward) the kernel
   writes it as a second output (``preactivation``) beside the activation, if that value is stored
-  densely.  Each saves a kernel and at least one round trip of the result through memory: the add
+  densely -- unless pointwise ops alone read the activation (SwiGLU's ``silu(gate) * up``): their
+  kernel computes it from the pre-activation it can read instead, so the GEMM writes one matrix,
+  not two.  Each saves a kernel and at least one round trip of the result through memory: the add
   kernel reads the GEMM's result and R and writes their sum (three matrices) where the epilogue
   reads R (one); the activation kernel reads P and writes C where the epilogue writes both from
   registers.  The configurator then keeps the register epilogue (no TMA store, no stream-K: they
@@ -23,8 +25,9 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   those produce the same iteration shape, or are scalar chains read by this node alone (inlined):
   one kernel, inputs read once, intermediates never written.  A value also read outside the group
   is a group output (written once, noted in the reason).  A pointwise node does not join a group
-  opened before a GEMM whose result it reads: the group would keep its inputs live across that
-  GEMM (a weight gradient summed chunk by chunk would hold every chunk's partial).
+  opened before a GEMM whose result it reads when the group would then keep an input live across
+  that GEMM that nothing later reads (a weight gradient summed chunk by chunk would hold every
+  chunk's partial; SwiGLU's ``silu(gate)``, whose gate the backward reads, joins ``* up``).
 * Horizontal: a pointwise node over one element that joins no producer's group joins the latest
   still-open group over one element (the optimizer's step counters, 100 independent ``+ 1``: one
   launch, not 100).  It reads nothing from that group, so the group stays acyclic (below).
@@ -239,6 +242,7 @@ class _Fuser:
         self._savings: dict[tuple, int] = {}      # rows_casts.cast_saving of a group with casts, by its nodes
         self._problems: dict[tuple, object] = {}  # from_group's rows problem (or None) of a node list
         self.placed: dict[Node, int] = {}         # node -> its place in the placement order
+        self._readers_of_root: dict | None = None  # value -> the nodes reading it or any view of it
         self.cone_of = {n: c for c, cones in self.storage.folded.items() for n in cones}  # node -> folded concat
         self.folding: dict[Node, _Open] = {}      # folded concat -> the group of its cones, until it is placed
 
@@ -295,9 +299,27 @@ class _Fuser:
         gemms = [self.opened[id(p)] for p in producers if p.kind == "gemm"]
         found = [p for p in producers if p.kind == "pointwise" and p.open and not p.folding
                  and (p.shape == shape or _inlinable(p, node, self.users, self.outputs))
-                 and not any(opened > self.opened[id(p)] for opened in gemms)]
+                 and not (any(opened > self.opened[id(p)] for opened in gemms) and self._extends_live(p, node))]
         found.sort(key=lambda p: p.shape != shape)          # a same-shape group is the base
         return found
+
+    def _extends_live(self, p: _Open, node: Node) -> bool:
+        """Joining ``node`` would keep an input of ``p`` live longer: one whose storage (any view of it)
+        nothing placed after ``node`` reads and that is no graph output."""
+        if self._readers_of_root is None:
+            self._readers_of_root = {}
+            for n in self.graph.nodes:
+                for v in n.inputs:
+                    self._readers_of_root.setdefault(self.layouts[v].root, set()).add(n)
+        members = set(p.nodes) | {node}
+        for n in p.nodes:
+            for v in n.inputs:
+                root = self.layouts[v].root
+                if v.producer in members or v in self.outputs or root in self.outputs:
+                    continue
+                if not any(u not in self.placed and u not in members for u in self._readers_of_root.get(root, ())):
+                    return True
+        return False
 
     def _reduction_base(self, node: Node) -> _Open | None:
         x = node.inputs[0]
@@ -728,7 +750,7 @@ def _epilogue(node: Node, producers, users, outputs, layouts, placed: dict, dry_
             if not dry_run:
                 epi.bias = other
         elif node.op in EPILOGUE_ACTIVATIONS and epi.activation == "none" and epi.residual is None:
-            if shared and not layouts[tail].dense:
+            if shared and (not layouts[tail].dense or _pointwise_readers_only(node.outputs[0], users, outputs)):
                 return None
             if not dry_run:
                 epi.activation = EPILOGUE_ACTIVATIONS[node.op]
@@ -748,6 +770,14 @@ def _epilogue(node: Node, producers, users, outputs, layouts, placed: dict, dry_
         g.tail = node.outputs[0]
         return g
     return None
+
+
+def _pointwise_readers_only(v: Value, users, outputs) -> bool:
+    """Pointwise ops over ``v``'s shape are all that read ``v`` (no graph output): a kernel of theirs can
+    compute ``v`` from what ``v`` is computed from."""
+    readers = users.get(v, ())
+    return v not in outputs and bool(readers) and \
+        all(kind(u.op) == "pointwise" and u.outputs[0].shape == v.shape for u in readers)
 
 
 # ------------------------------------------------------------------ boundaries and reasons
