@@ -348,11 +348,16 @@ def _loss_pair_graph(dloss_from: str):
     g = Graph("pair")
     x = g.input(TensorType((16, 24), "f32"), "x", "data")
     t = g.input(TensorType((16,), "i64"), "t", "data")
+    if dloss_from == "constant-with-a-total":     # scalar work open first (a step counter), then a total
+        c = g.input(TensorType((), "f32"), "c", "data")
+        g.output(g.op("add", c, g.op("constant", value=1.0, dtype="f32")), "c1")
     loss, lse = g.op("cross_entropy", x, t, reduction="mean", ignore_index=-100)
     g.output(loss, "loss")
+    if dloss_from == "constant-with-a-total":     # read from the loss: a scalar that may join the counter's group
+        g.output(g.op("add", loss, c), "total")
     if dloss_from == "input":
         dloss = g.input(TensorType((), "f32"), "scale", "data")
-    elif dloss_from == "constant":
+    elif dloss_from in ("constant", "constant-with-a-total"):
         dloss = g.op("constant", value=0.5, dtype="f32")
     else:
         dloss = g.op("mul", loss, loss)
@@ -360,10 +365,12 @@ def _loss_pair_graph(dloss_from: str):
     return g
 
 
-@pytest.mark.parametrize("dloss_from, fused", [("input", True), ("constant", True), ("loss", False)])
+@pytest.mark.parametrize("dloss_from, fused", [("input", True), ("constant", True), ("constant-with-a-total", True),
+                                               ("loss", False)])
 def test_the_loss_and_its_gradient_share_a_kernel_only_when_the_gradient_is_known_first(dloss_from, fused):
-    """fusion.py: a cross_entropy_backward joins its forward's group when nothing has read the loss yet;
-    a gradient computed from the loss itself must wait for the forward (two kernels).  Either way the
+    """fusion.py: a cross_entropy_backward joins its forward's group when nothing has read the loss yet
+    (scalar work that reads the loss waits for it: the chunked loss's total after the last chunk); a
+    gradient computed from the loss itself must wait for the forward (two kernels).  Either way the
     CPU program (node by node) matches the interpreter."""
     g = _loss_pair_graph(dloss_from)
     planned = pipeline(g)
@@ -376,5 +383,7 @@ def test_the_loss_and_its_gradient_share_a_kernel_only_when_the_gradient_is_know
     inputs[1][::5] = -100
     if dloss_from == "input":
         inputs.append(torch.tensor(0.75))
+    if dloss_from == "constant-with-a-total":
+        inputs.insert(2, torch.tensor(3.0))
     assert_same(build(planned, "cpu", poison=True).run([v.clone() for v in inputs]),
                 interpreter.run(g, inputs), rtol=1e-5, atol=1e-6)

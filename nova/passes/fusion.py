@@ -225,7 +225,10 @@ def fuse(graph: Graph, layouts=None, kernels: KernelSwitch = KernelSwitch(),
 class _Fuser:
     """Places the nodes one at a time in a topological order that, among the ready nodes, takes
     first one that can join an open group (else the first in program order): a value's pointwise
-    and reduction readers get to fuse before another reader closes its group."""
+    and reduction readers get to fuse before another reader closes its group.  Scalar pointwise work
+    that could join comes after the other nodes that could and after the ready fills (which close
+    nothing): the chunked loss's total, read from the last chunk's loss, would otherwise close that
+    chunk's cross-entropy group before its backward (waiting for its constant gradient) joins it."""
 
     def __init__(self, graph: Graph, layouts=None, kernels: KernelSwitch = KernelSwitch(),
                  storage: StoragePlan | None = None):
@@ -257,7 +260,10 @@ class _Fuser:
         ready = [n for n in graph.nodes if waiting[n] == 0]
         placed: list[Node] = []
         while ready:
-            pick = next((n for n in ready if self._joinable(n)), ready[0])
+            joinable = [n for n in ready if self._joinable(n)]
+            pick = next((n for n in joinable if not _is_scalar(n)), None) or \
+                next((n for n in ready if kind(n.op) == "creation" and not n.inputs), None) or \
+                (joinable[0] if joinable else ready[0])
             ready.remove(pick)
             self._place(pick)
             placed.append(pick)
