@@ -42,7 +42,11 @@ def test_gpt_step_runs_its_norms_loss_and_bias_gradients_on_rows_kernels():
     assert kinds.count("layer_norm") == 2 * n_layer + 1 and kinds.count("layer_norm_backward") == 2 * n_layer + 1
     assert kinds.count("cross_entropy_forward_backward") == 1           # the loss and dlogits: one kernel
     assert kinds.count("cross_entropy") == kinds.count("cross_entropy_backward") == 0
-    assert kinds.count("column_reduce") >= 4 * n_layer          # the linears' bias gradients
+    summed = [g.problem for g in rows_groups(planned) if g.problem.has("dxsum")]
+    # the linears' bias gradients: those of the projections back into the residual stream summed by the
+    # norm backward that writes their output gradient, the others column sums of their own
+    assert len(summed) == 2 * n_layer and all(p.kind == "layer_norm_backward" for p in summed)
+    assert kinds.count("column_reduce") >= 2 * n_layer
     for g in rows_groups(planned):
         p = g.problem
         assert set(g.bindings.values()) <= set(g.inputs) | set(g.outputs)
@@ -455,19 +459,22 @@ def test_the_final_sum_spreads_its_columns_over_as_many_ctas_as_its_lanes_allow(
 
 
 @pytest.mark.parametrize("kind, rows, n", [("rmsnorm", 40, 96), ("layernorm", 24, 200), ("rmsnorm", 6, 16384)])
-def test_a_norm_backward_adds_the_residual_as_it_writes_dx(kind, rows, n):
-    """``--residual``: the norm's backward writes ``dx + residual`` (the residual stream's gradient a
-    pre-norm block adds after the norm's backward), every kernel of the schedule executed thread by thread
-    on the CPU (``tests/simt_cpu.py``), outputs NaN-poisoned, against float64: dx with the residual and
-    the weight (and bias) gradients; rows held in registers and looped (16384)."""
+def test_a_norm_backward_adds_the_residual_and_sums_dx(kind, rows, n):
+    """``--residual --dx-sum``: the norm's backward writes ``dx + residual`` (the residual stream's
+    gradient a pre-norm block adds after the norm's backward) and sums it over the rows (the bias
+    gradient of the linear layer before it), every kernel of the schedule executed thread by thread on
+    the CPU (``tests/simt_cpu.py``), outputs NaN-poisoned, against float64: dx with the residual, its
+    column sums and the weight (and bias) gradients; the sums in the row kernel's pass (96, 200) and in
+    the column stage after it (16384: it reads dx back)."""
     import numpy as np
     from simt_cpu import run_kernel
     from nova.hwmodel import get_target
     from nova.kernels.rows.abi import KERNEL_NAMES, params, workspace_layout
     from nova.kernels.rows.compile import build_module, geometry
-    p = cli_problem(kind, rows, n, "f32", backward=True, residual=True)
-    assert [o.name for o in p.inputs][-1] == "residual"
+    p = cli_problem(kind, rows, n, "f32", backward=True, residual=True, dx_sum=True)
+    assert [o.name for o in p.inputs][-1] == "residual" and [o.name for o in p.outputs][-1] == "dxsum"
     s = configure_rows(p, get_target("h200")).schedule
+    assert s.roles == (("row", "column") if n == 16384 else ("row", "partials_final")), s.roles
     rng = np.random.default_rng(rows + n)
     x, dy, residual = (rng.standard_normal((rows, n)) for _ in range(3))
     w = 1 + 0.1 * rng.standard_normal(n)
@@ -484,7 +491,8 @@ def test_a_norm_backward_adds_the_residual_as_it_writes_dx(kind, rows, n):
     _, total = workspace_layout(p, s)
     buffers = {"dy": f32(dy), "x": f32(x), "rstd": f32(rstd), "mean": f32(mean), "weight": f32(w),
                "residual": f32(residual), "dx": np.full(rows * n, np.nan, np.float32),
-               "dweight": np.full(n, np.nan, np.float32), "dbias": np.full(n, np.nan, np.float32)}
+               "dweight": np.full(n, np.nan, np.float32), "dbias": np.full(n, np.nan, np.float32),
+               "dxsum": np.full(n, np.nan, np.float32)}
     for role in s.roles:
         grid, block, smem = geometry(s, role)
         names = params(p, s, role)
@@ -494,6 +502,8 @@ def test_a_norm_backward_adds_the_residual_as_it_writes_dx(kind, rows, n):
         run_kernel(build_module(p, s, role), KERNEL_NAMES[role], grid, block[0], smem,
                    {name: buffers[name] for name, _ in names})
     assert np.abs(buffers["dx"] - dx.ravel()).max() <= 1e-5 * np.abs(dx).max()
+    dxsum = dx.sum(0)
+    assert np.abs(buffers["dxsum"] - dxsum).max() <= 1e-5 * np.abs(dx).max() * max(1, rows / 8)
     dweight = (dy * xhat).sum(0)
     assert np.abs(buffers["dweight"] - dweight).max() <= 1e-5 * np.abs(dweight).max() * max(1, rows / 64)
     if kind == "layernorm":

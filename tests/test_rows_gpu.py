@@ -118,10 +118,10 @@ def test_norm_forward(kind, rows, n, dtype, stride):
 
 
 @pytest.mark.parametrize("rows, n, dtype, stride", NORM_CASES)
-@pytest.mark.parametrize("residual", [False, True], ids=["dx", "dx+residual"])
+@pytest.mark.parametrize("residual", [False, True], ids=["dx", "dx+residual,sum"])
 @pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
 def test_norm_backward(kind, residual, rows, n, dtype, stride):
-    p = strided(cli_problem(kind, rows, n, dtype, backward=True, residual=residual), stride)
+    p = strided(cli_problem(kind, rows, n, dtype, backward=True, residual=residual, dx_sum=residual), stride)
     b = Buffers(p)
     x = _stored(_randn(rows, n, 2.0, 4) - 0.3, dtype).requires_grad_()
     w = _stored(_randn(1, n, 1.0, 5)[0], dtype).requires_grad_()
@@ -144,10 +144,12 @@ def test_norm_backward(kind, residual, rows, n, dtype, stride):
     b.poison_outputs()
     b.run()
     b.check("dx", x.grad + r)
+    if residual:
+        b.check("dxsum", (x.grad + r).sum(0))
     b.check("dweight", w.grad)
     if p.has("dbias"):
         b.check("dbias", bias.grad)
-    first = {name: b.t[name].clone() for name in ("dweight", "dbias") if p.has(name)}
+    first = {name: b.t[name].clone() for name in ("dweight", "dbias", "dxsum") if p.has(name)}
     b.poison_outputs()
     b.run()
     for name, got in first.items():                 # a fixed order of additions: the same bits again

@@ -63,7 +63,11 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   group (dx read by that add alone) and another value of dx's type computed before the norm's
   backward (the residual stream's gradient of a pre-norm block) joins that group: the rows kernel
   reads the value and writes dx + value as it writes dx (``rows_from_ir.residual_add``).  The add
-  kernel read dx and the value and wrote the sum; two matrix transfers and a launch fewer.
+  kernel read dx and the value and wrote the sum; two matrix transfers and a launch fewer.  A ``sum``
+  over every row axis of the dx such a kernel writes (the bias gradient of the linear layer before
+  the norm) joins it too, summed in the kernel's pass as the weight gradient is: one read of dx and a
+  launch fewer (``rows_from_ir.dx_column_sum``) -- when the rows configurator keeps every column sum in
+  that pass for the target (with one more sum a thread, a column stage would re-read dy and x).
 * A ``cross_entropy_backward`` joins the group of the ``cross_entropy`` whose row statistics (lse) it
   reads, when that group is still open (nothing has read the loss yet: the chunked loss runs each
   chunk's forward where its backward is, after the loss's gradient), the lse has no other reader and
@@ -206,15 +210,16 @@ class _Open:
         self.folding = False              # holds a folded concat's cones, the concat not yet placed
         self.casts: list[str] = []        # a rows group: what each fused cast is read or written as
         self.cast_bytes = 0               # and the bytes they save together (rows_casts.cast_saving)
-        self.residual_note = ""           # a norm backward's group: the residual add it took, what that saves
+        self.rows_notes: list = []        # a norm backward's group: (what it took and saves, the value named)
 
 
 def fuse(graph: Graph, layouts=None, kernels: KernelSwitch = KernelSwitch(),
-         storage: StoragePlan | None = None) -> list[Group]:
+         storage: StoragePlan | None = None, target=None) -> list[Group]:
     """Partition ``graph``'s nodes into groups (rules in the module docstring), in a topological
     order of the groups; ``kernels`` says which memory-bound groups may run on Nova kernels;
-    ``storage`` the storage decisions ``layouts`` were analyzed under (None: none)."""
-    fuser = _Fuser(graph, layouts, kernels, storage)
+    ``storage`` the storage decisions ``layouts`` were analyzed under (None: none); ``target`` the GPU
+    the rows configurator is asked about where a rule depends on the schedule (None: the H200)."""
+    fuser = _Fuser(graph, layouts, kernels, storage, target)
     groups = fuser.run()
     if not kernels.optimizer:
         return groups
@@ -231,8 +236,9 @@ class _Fuser:
     chunk's cross-entropy group before its backward (waiting for its constant gradient) joins it."""
 
     def __init__(self, graph: Graph, layouts=None, kernels: KernelSwitch = KernelSwitch(),
-                 storage: StoragePlan | None = None):
+                 storage: StoragePlan | None = None, target=None):
         self.graph = graph
+        self.target = target if target is not None else "h200"
         self.kernels = kernels
         self.storage = storage if storage is not None else StoragePlan()
         self.layouts = layouts if layouts is not None else layout_analysis.analyze(graph, storage)
@@ -246,6 +252,7 @@ class _Fuser:
         self._problems: dict[tuple, object] = {}  # from_group's rows problem (or None) of a node list
         self.placed: dict[Node, int] = {}         # node -> its place in the placement order
         self._readers_of_root: dict | None = None  # value -> the nodes reading it or any view of it
+        self._roles: dict = {}                    # rows problem -> its kernels' roles on the target
         self.cone_of = {n: c for c, cones in self.storage.folded.items() for n in cones}  # node -> folded concat
         self.folding: dict[Node, _Open] = {}      # folded concat -> the group of its cones, until it is placed
 
@@ -376,7 +383,7 @@ class _Fuser:
     def _joinable(self, node: Node) -> bool:
         k = kind(node.op)
         if k == "reduce":
-            return self._reduction_base(node) is not None
+            return self._reduction_base(node) is not None or self._norm_column_sum(node) is not None
         if node.op == "cross_entropy_backward":
             return self._loss_forward(node) is not None
         if k == "view":
@@ -462,6 +469,25 @@ class _Fuser:
             if self._rows_problem(g.nodes + [node]) is not None:
                 return g, r
         return None
+
+    def _norm_column_sum(self, node: Node) -> _Open | None:
+        """The open norm-backward group whose written dx ``node`` sums over every row axis, when one rows
+        kernel computes both (rule in the module docstring), else None."""
+        if node.op != "sum":
+            return None
+        x = node.inputs[0]
+        g = self.group_of.get(x.producer) if x.producer is not None else None
+        if g is None or g.kind != "composite" or not g.open or g.nodes[0].op not in NORM_RESIDUAL \
+                or x not in (g.nodes[0].outputs[0], g.nodes[-1].outputs[0]) \
+                or any(n.op in ("sum", "mean", "max", "min") for n in g.nodes):
+            return None
+        problem = self._rows_problem(g.nodes + [node])
+        if problem is None:
+            return None
+        if problem not in self._roles:
+            from nova.kernels.rows.derive import configure_rows
+            self._roles[problem] = configure_rows(problem, self.target).schedule.roles
+        return g if "column" not in self._roles[problem] else None
 
     def _rows_prologues(self, node: Node, g: _Open) -> None:
         """Take into ``g`` (the new group of the rows composite ``node``) the widening casts of its row
@@ -555,8 +581,8 @@ class _Fuser:
             if residual is not None:
                 g, r = residual                        # the norm's backward writes dx + r
                 g.nodes.append(node)
-                g.residual_note = (f"; adds {{}} to dx as it writes it: one add kernel fewer, saves "
-                                   f"{format_bytes(2 * r.type.nbytes)}", r)
+                g.rows_notes.append((f"; adds {{}} to dx as it writes it: one add kernel fewer, saves "
+                                     f"{format_bytes(2 * r.type.nbytes)}", r))
             elif rows is not None:
                 g, saved, note = rows
                 g.nodes.append(node)
@@ -588,6 +614,12 @@ class _Fuser:
                     g = _Open("pointwise", node, shape=node.outputs[0].shape)
                     if _is_scalar(node):
                         self._scalars = g
+        elif k == "reduce" and (norm := self._norm_column_sum(node)) is not None:
+            g = norm                                   # summed in the norm backward's pass over dx
+            g.nodes.append(node)
+            x = node.inputs[0]
+            g.rows_notes.append((f"; sums {{}} over its rows as it writes it: one column-sum kernel fewer, saves "
+                                 f"{format_bytes(x.type.nbytes)}", x))
         elif k == "reduce":
             g = self._reduction_base(node)
             if g is not None:
@@ -856,9 +888,8 @@ def _finish(g: _Open, position, users, outputs, layouts, names, kernels: KernelS
         group.reason = rows_reason(group, _reason(group, g, layouts, names), why_not_rows)
         if g.casts and group.kernel == "nova":
             group.reason += _casts_reason(g)
-        if g.residual_note and group.kernel == "nova":
-            text, r = g.residual_note
-            group.reason += text.format(names[r])
+        if group.kernel == "nova":
+            group.reason += "".join(text.format(names[v]) for text, v in g.rows_notes)
     folded = [n for n in nodes if n in storage.folded]
     if folded:
         group.reason += "; " + " and ".join(f"concat {names[n.outputs[0]]}" for n in folded) + \

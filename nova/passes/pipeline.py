@@ -142,7 +142,7 @@ def plan_graph(g: Graph, target=None, stats: dict | None = None, kernels: Kernel
     kernels = kernels if kernels is not None else kernel_switch()
     storage = plan_storage(g, outputs_as_stored=handoff is not None and handoff.outputs_apart)
     layouts = layout_analysis.analyze(g, storage)
-    groups, memory = schedule_with_plan(g, fuse(g, layouts, kernels, storage), layouts, storage, handoff)
+    groups, memory = schedule_with_plan(g, fuse(g, layouts, kernels, storage, target), layouts, storage, handoff)
     planned = Planned(g, groups, [n for grp in groups for n in grp.nodes], memory, target,
                       dict(stats or {}), storage=storage)
     if outside_arena is not None:

@@ -7,7 +7,8 @@ map their operands by position, with the casts fused into them
 cast's source, read in its own type; a cast of the row result (``ROW_OUTPUTS``) binds the result to the
 cast's value, written in its type; a norm's backward with the ``add`` of its dx and another value
 (``residual_add``: the residual stream's gradient, ``NORM_RESIDUAL``) reads that value as its
-``residual`` operand and writes the sum as dx; a ``reduction`` group (pointwise
+``residual`` operand and writes the sum as dx, and a ``sum`` of the dx it writes over every row axis
+(``dx_column_sum``: a linear layer's bias gradient) is its ``dxsum`` output; a ``reduction`` group (pointwise
 producers, then one sum/mean/max/min) becomes ``row_reduce`` when it reduces the trailing axes and
 ``column_reduce`` (sum/mean) when it reduces the leading ones, its producers a ``Prologue``: every value
 read from outside the group is an operand (``in0``, ``in1``, ... in first-read order) classified by
@@ -65,6 +66,25 @@ def residual_add(node, nodes):
     raise NotRows(f"an add is not a residual the {node.op} kernel adds to its dx")
 
 
+def dx_column_sum(node, nodes, added):
+    """``(the sum, its result)`` when ``nodes`` hold a ``sum`` over every row axis of the dx the norm
+    backward ``node``'s kernel writes (the residual add's result when ``added``): the bias gradient of
+    the linear layer before the norm, summed as the kernel writes dx; None when they hold no reduction;
+    ``NotRows`` when one is there but is not that."""
+    reductions = [n for n in nodes if n.op in REDUCE_OPS]
+    if not reductions:
+        return None
+    written = added[0].outputs[0] if added is not None else node.outputs[0]
+    k = len(node.attrs["normalized_shape"]) if node.op == "layer_norm_backward" else 1
+    lead = written.type.rank - k
+    if node.op in NORM_RESIDUAL and len(reductions) == 1:
+        (total,) = reductions
+        if total.op == "sum" and total.inputs[0] is written and \
+                tuple(sorted(a % written.type.rank for a in total.attrs["axes"])) == tuple(range(lead)):
+            return total, total.outputs[0]
+    raise NotRows(f"a {reductions[0].op} is not the column sum of the {node.op} kernel's dx")
+
+
 def _align(layout, itemsize: int) -> int:
     off = layout.offset * itemsize
     return 16 if off % 16 == 0 else off & -off
@@ -119,10 +139,12 @@ def from_group(nodes, inputs, outputs, layouts) -> tuple[RowsProblem | None, dic
         composites = [n for n in nodes if n.op in COMPOSITES]
         others_cast = all(n.op == "cast" for n in nodes if n not in composites)
         added = residual_add(composites[0], nodes) if len(composites) == 1 else None
+        summed = dx_column_sum(composites[0], nodes, added) if len(composites) == 1 else None
+        extra = [x[0] for x in (added, summed) if x is not None]
         if [n.op for n in composites] == ["cross_entropy", "cross_entropy_backward"] and others_cast:
             problem, names = _forward_backward(*composites, nodes, outputs, layouts)
-        elif len(composites) == 1 and added is not None and all(n in composites or n is added[0] for n in nodes):
-            problem, names = _composite(composites[0], outputs, layouts, residual=added)
+        elif len(composites) == 1 and extra and all(n in composites or n in extra for n in nodes):
+            problem, names = _composite(composites[0], outputs, layouts, residual=added, dx_sum=summed)
         elif len(composites) == 1 and others_cast:
             problem, names = _composite(composites[0], outputs, layouts, *fused_casts(composites[0], nodes))
         elif nodes[-1].op in REDUCE_OPS:
@@ -174,9 +196,10 @@ def fused_casts(node, nodes) -> tuple[dict, dict]:
     return sources, results
 
 
-def _composite(node, outputs, layouts, sources=None, results=None, residual=None):
+def _composite(node, outputs, layouts, sources=None, results=None, residual=None, dx_sum=None):
     """``residual``: ``(add, value)`` of ``residual_add``: the value read as the ``residual`` operand,
-    the add's result written as dx."""
+    the add's result written as dx; ``dx_sum``: ``(sum, value)`` of ``dx_column_sum``: the value written
+    as the ``dxsum`` operand."""
     op, a = node.op, node.attrs
     sources, results = sources or {}, dict(results or {})
     if residual is not None:
@@ -219,6 +242,7 @@ def _composite(node, outputs, layouts, sources=None, results=None, residual=None
         if residual is not None:
             ins.append(row("residual", residual[1]))
         res = list(zip(["dx"] + (["dweight"] if w else []) + (["dbias"] if b else []), node.outputs))
+        res += [("dxsum", dx_sum[1])] if dx_sum is not None else []
     elif op == "rms_norm":
         ins = [row("x", x)] + ([vec("weight", node.inputs[1], "col")] if w else [])
         res = [("y", node.outputs[0]), ("rstd", node.outputs[1])]
@@ -231,6 +255,7 @@ def _composite(node, outputs, layouts, sources=None, results=None, residual=None
         if residual is not None:
             ins.append(row("residual", residual[1]))
         res = list(zip(["dx"] + (["dweight"] if w and a.get("weight_grad", True) else []), node.outputs))
+        res += [("dxsum", dx_sum[1])] if dx_sum is not None else []
     elif op in ("softmax", "log_softmax"):
         ins, res = [row("x", x)], [("y", node.outputs[0])]
     elif op in ("softmax_backward", "log_softmax_backward"):
@@ -252,7 +277,7 @@ def _composite(node, outputs, layouts, sources=None, results=None, residual=None
         if results.get(v, v) not in outs:
             continue
         layout = {"y": "row", "dx": "row", "dlogits": "row", "loss": "scalar", "dweight": "col",
-                  "dbias": "col"}.get(name, "per_row")
+                  "dbias": "col", "dxsum": "col"}.get(name, "per_row")
         written.append(row(name, v) if layout == "row" else vec(name, v, layout))
     if any(o.name == "target" and o.dtype not in ("i64", "i32") for o in ins):
         raise NotRows("targets are not i64 or i32")

@@ -1,4 +1,4 @@
-"""``nova-config explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy ROWSxN [--backward] [--forward-backward] [--residual] [--dtype ...]
+"""``nova-config explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy ROWSxN [--backward] [--forward-backward] [--residual] [--dx-sum] [--dtype ...]
 [--target ...] [--json]``: the rows schedule of one problem, each derivation step with its reason, the prediction."""
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ def build_parser(op: str = "layernorm") -> argparse.ArgumentParser:
     ap.add_argument("--residual", action="store_true",
                     help="layernorm/rmsnorm --backward only: the kernel also reads the residual stream's gradient "
                          "and writes dx + residual (the add a pre-norm block's backward does after the norm's)")
+    ap.add_argument("--dx-sum", action="store_true",
+                    help="layernorm/rmsnorm --backward only: the kernel also sums the dx it writes over the rows "
+                         "(the bias gradient of the linear layer whose output gradient dx is)")
     ap.add_argument("--dtype", default="f32", choices=tuple(FLOAT_DTYPES),
                     help="storage type of the rows (f32, bf16, f16; statistics are f32; default f32)")
     ap.add_argument("--target", default="h200", help="GPU model (see nova-config targets; default h200)")
@@ -42,7 +45,8 @@ def main(op: str, argv=None) -> int:
     def configure():
         rows, n = parse_rows_shape(args.shape)
         return configure_rows(cli_problem(op, rows, n, args.dtype, backward=args.backward,
-                                          forward_backward=args.forward_backward, residual=args.residual),
+                                          forward_backward=args.forward_backward, residual=args.residual,
+                                          dx_sum=args.dx_sum),
                              get_target(args.target))
     return explain(configure, (RowsProblemError, TargetError), args.json, render)
 

@@ -352,7 +352,7 @@ class RowKernel:
             if self.p.has("residual"):
                 out["dx"] = ir.fadd(out["dx"], e["residual"], "dx_res")
             if self.partials is not None:
-                out.update(dweight=ir.fmul(e["dy"], xh, "dwx"), dbias=e["dy"])
+                out.update(dweight=ir.fmul(e["dy"], xh, "dwx"), dbias=e["dy"], dxsum=out["dx"])
             return out
         self.write(names + (["residual"] if self.p.has("residual") else []), dx)
 

@@ -7,12 +7,14 @@ from nova.kernels.rows.problem import RowsProblem
 
 # ---------------------------------------------------------------- problems as the CLI states them
 def cli_problem(kind: str, rows: int, n: int, dtype: str = "f32", *, backward: bool = False, eps: float = 1e-5,
-                affine: bool = True, forward_backward: bool = False, residual: bool = False) -> RowsProblem:
+                affine: bool = True, forward_backward: bool = False, residual: bool = False,
+                dx_sum: bool = False) -> RowsProblem:
     """The problem of ``nova-config explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy ROWSxN``:
     contiguous rows of ``dtype``, statistics in f32, LayerNorm with weight and bias (RMSNorm with a
     weight) unless ``affine`` is False, the backward with every gradient; ``forward_backward``
     (cross_entropy only): the loss and dlogits in one kernel; ``residual`` (a norm's backward only):
-    dx written as dx + residual (the residual stream's gradient added in the kernel)."""
+    dx written as dx + residual (the residual stream's gradient added in the kernel); ``dx_sum`` (a
+    norm's backward only): dx also summed over the rows (a linear layer's bias gradient)."""
     from nova.kernels.rows.problem import RowsProblemError
     if dtype not in FLOAT_DTYPES:
         raise RowsProblemError(f"unsupported dtype {dtype!r}; choose one of {', '.join(FLOAT_DTYPES)}")
@@ -28,22 +30,25 @@ def cli_problem(kind: str, rows: int, n: int, dtype: str = "f32", *, backward: b
     kind = {"layernorm": "layer_norm", "rmsnorm": "rms_norm", "crossentropy": "cross_entropy"}.get(kind, kind)
     if forward_backward and kind != "cross_entropy":
         raise RowsProblemError(f"--forward-backward is for cross_entropy, not {kind}")
-    if residual and not (backward and kind in ("layer_norm", "rms_norm")):
-        raise RowsProblemError("--residual is for the backward of layernorm or rmsnorm (with --backward)")
+    for flag, given in (("--residual", residual), ("--dx-sum", dx_sum)):
+        if given and not (backward and kind in ("layer_norm", "rms_norm")):
+            raise RowsProblemError(f"{flag} is for the backward of layernorm or rmsnorm (with --backward)")
     extra = (row("residual"),) if residual else ()
+    summed = (col("dxsum"),) if dx_sum else ()
     if kind == "layer_norm" and not backward:
         ins = (row("x"),) + ((col("weight"), col("bias")) if affine else ())
         return RowsProblem("layer_norm", rows, n, ins, (row("y"), stat("mean"), stat("rstd")), {"eps": eps})
     if kind == "layer_norm":
         ins = (row("dy"), row("x"), stat("mean"), stat("rstd")) + ((col("weight"),) if affine else ()) + extra
-        outs = (row("dx"),) + ((col("dweight"), col("dbias")) if affine else ())
+        outs = (row("dx"),) + ((col("dweight"), col("dbias")) if affine else ()) + summed
         return RowsProblem("layer_norm_backward", rows, n, ins, outs)
     if kind == "rms_norm" and not backward:
         ins = (row("x"),) + ((col("weight"),) if affine else ())
         return RowsProblem("rms_norm", rows, n, ins, (row("y"), stat("rstd")), {"eps": eps})
     if kind == "rms_norm":
         ins = (row("dy"), row("x"), stat("rstd")) + ((col("weight"),) if affine else ()) + extra
-        return RowsProblem("rms_norm_backward", rows, n, ins, (row("dx"),) + ((col("dweight"),) if affine else ()))
+        return RowsProblem("rms_norm_backward", rows, n, ins,
+                           (row("dx"),) + ((col("dweight"),) if affine else ()) + summed)
     if kind in ("softmax", "log_softmax"):
         if backward:
             return RowsProblem(f"{kind}_backward", rows, n, (row("dy"), row("y")), (row("dx"),))
@@ -68,7 +73,8 @@ def cli_problem(kind: str, rows: int, n: int, dtype: str = "f32", *, backward: b
 def column_problem(p: RowsProblem) -> RowsProblem | None:
     """The weight (and bias) gradients of a norm backward as a column reduction over the rows:
     LayerNorm dweight = sum_rows dy * (x - mean) * rstd, dbias = sum_rows dy; RMSNorm dweight =
-    sum_rows dy * x * rstd.  A ``column_reduce`` problem passed through as itself; None otherwise."""
+    sum_rows dy * x * rstd; ``dxsum`` = sum_rows dx, read back from the row kernel's output (the
+    column stage runs after it).  A ``column_reduce`` problem passed through as itself; None otherwise."""
     from nova.kernels.rows.prologue import Prologue
     if p.kind == "column_reduce":
         return p
@@ -85,5 +91,9 @@ def column_problem(p: RowsProblem) -> RowsProblem | None:
         ops = (("mul", ("x", "rstd")), ("mul", ("dy", "%0")))
         index = {"dweight": 1}
         ins = ("dy", "x", "rstd")
+    if any(o.name == "dxsum" for o in outs):
+        index["dxsum"] = len(ops)
+        ops += (("cast_f32", ("dx",)),)
+        ins += ("dx",)
     prologue = Prologue(ops, tuple((index[o.name], o.name) for o in outs))
     return RowsProblem("column_reduce", p.rows, p.n, tuple(p.operand(n) for n in ins), outs, {"op": "sum"}, prologue)
