@@ -1,4 +1,5 @@
-"""GEMM epilogue operands on the GPU: ``nova.matmul(..., residual=R, preactivation=P)`` against float64.
+"""GEMM epilogue operands on the GPU: ``nova.matmul(..., residual=R, preactivation=P)`` against float64
+(and the exact GELU, ``activation="gelu_erf"``).
 
 ``C = act(A @ B + bias) + R`` and ``P = A @ B + bias`` on fresh random data (a new seed each run,
 printed on failure), C and P poisoned with NaN before the launch: every element written, within the
@@ -29,6 +30,8 @@ CASES = [
     (64, 512, 8192, "tf32", True, "none", True, False),              # atomic split-K: slice 0 adds R
     (2048, 2048, 512, "bf16", True, "gelu", False, True),
     (1000, 1002, 520, "bf16", False, "relu", True, True),
+    (2048, 3072, 768, "tf32", True, "gelu_erf", False, True),         # the exact GELU (BERT-style MLPs)
+    (1000, 1024, 512, "bf16", True, "gelu_erf", True, False),
 ]
 TOLERANCE = {"tf32": 2e-3, "bf16": 1e-2}   # relative Frobenius error vs float64 (tests/test_runtime_gpu.py's)
 HOPPER_SWITCH = ("1", "0")                  # the Hopper kernel, then the mma.sync one (NOVA_HOPPER=0)
@@ -85,7 +88,8 @@ def test_residual_and_preactivation_vs_float64(case, hopper, monkeypatch):
         mm.reset()
     z = a.double() @ b.double() + (bias.double() if bias is not None else 0)
     y = {"none": z, "relu": torch.relu(z), "silu": torch.nn.functional.silu(z),
-         "gelu": torch.nn.functional.gelu(z, approximate="tanh")}[act] + (r.double() if r is not None else 0)
+         "gelu": torch.nn.functional.gelu(z, approximate="tanh"), "gelu_erf": torch.nn.functional.gelu(z)}[act] \
+        + (r.double() if r is not None else 0)
     what = f"{case_id(case)} NOVA_HOPPER={hopper} (seed {seed})"
     for name, got, ref in (("C", out, y), ("P", pre, z)):
         if got is None:

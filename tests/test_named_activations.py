@@ -34,6 +34,13 @@ def silu_by_hand(g, x):
     return g.op("div", x, den), den
 
 
+def gelu_exact_by_hand(g, x):
+    """``x * 0.5 * (1 + erf(x / sqrt(2)))``: the exact GELU as some model code writes it."""
+    c = lambda v: g.op("constant", value=v, dtype="f32")
+    cdf = g.op("mul", c(0.5), g.op("add", c(1.0), g.op("erf", g.op("div", x, c(math.sqrt(2.0))))))
+    return g.op("mul", x, cdf), cdf
+
+
 def _check(body, op):
     g = _graph(body)
     named = name_activations(g)
@@ -44,6 +51,10 @@ def _check(body, op):
 
 def test_gelu_written_op_by_op_is_gelu_tanh():
     _check(gelu_new, "gelu_tanh")
+
+
+def test_the_exact_gelu_written_op_by_op_is_gelu_erf():
+    _check(gelu_exact_by_hand, "gelu_erf")
 
 
 def test_x_over_one_plus_exp_of_minus_x_is_silu():

@@ -187,6 +187,18 @@ def test_swiglu_computes_its_activation_where_the_product_is_taken():
     assert first.epilogue.activation == "silu" and first.problem.preactivation
 
 
+def test_the_exact_gelu_fuses_into_the_gemm_epilogue():
+    """``F.gelu(x @ W + b)`` (erf): bias and activation in the GEMM's epilogue, like the tanh form."""
+    g = Graph()
+    x, w, b = g.input(F(64, 32), "x"), g.input(F(32, 48), "w"), g.input(F(48), "b")
+    g.output(g.op("gelu_erf", g.op("add", g.op("matmul", x, w), b)), "y")
+    (gemm,) = fuse(g)
+    assert ops_of(gemm) == ["matmul", "add", "gelu_erf"] and gemm.problem.activation == "gelu_erf"
+    planned = pipeline(g)
+    inputs = random_inputs(planned.graph, 4)
+    torch.testing.assert_close(run_planned(planned, [t.clone() for t in inputs])[0], interpreter.run(g, inputs)[0])
+
+
 def test_fusion_does_not_close_a_cycle_through_another_kernel():
     g = Graph()
     x = g.input(F(16, 16), "x")

@@ -34,6 +34,8 @@ CASES = [
     ((1, 7, 3), "fp16", {}),
     ((1000, 1002, 1000), "tf32", {"bias": True, "activation": "gelu", "preactivation": True, "residual": True}),
     ((128, 4096, 4096), "tf32", {"bias": True, "residual": True}),    # split-K: slice 0 adds R
+    ((1000, 1024, 512), "bf16", {"bias": True, "activation": "gelu_erf"}),     # the exact GELU: math.erf
+    ((2048, 3072, 768), "tf32", {"bias": True, "activation": "gelu_erf", "preactivation": True}),
 ]
 
 

@@ -94,6 +94,8 @@ def apply_activation(torch, x, name):
         return torch.relu(x)
     if name == "gelu":
         return torch.nn.functional.gelu(x, approximate="tanh")
+    if name == "gelu_erf":
+        return torch.nn.functional.gelu(x)
     if name == "silu":
         return torch.nn.functional.silu(x)
     return x

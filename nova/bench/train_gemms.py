@@ -196,7 +196,8 @@ def xla_gemm(jax, trans_a: bool, trans_b: bool, bias: bool = False, activation: 
     dims = (contract, ((0,), (0,)) if all(batched) else ((), ()))
     b_only = batched == (False, True)            # result [M, B, N]: the batch axis moves to the front
     act = {"none": None, "relu": jax.nn.relu, "silu": jax.nn.silu,
-           "gelu": lambda x: jax.nn.gelu(x, approximate=True)}[activation]
+           "gelu": lambda x: jax.nn.gelu(x, approximate=True),
+           "gelu_erf": lambda x: jax.nn.gelu(x, approximate=False)}[activation]
 
     def f(a, b, *rest):
         c = lax.dot_general(a, b, dims, precision=lax.Precision.DEFAULT)

@@ -9,7 +9,7 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   its batch axes (broadcast ones stride 0) one stride apart in the flat batch order; else ATen.
 * Epilogue: a pointwise consumer of a Nova GEMM joins its group when the GEMM kernel computes it
   (``act(acc + bias) + R``, ``nova/kernels/gemm/problem.py``): first an ``add`` of a dense [N] bias
-  of the kernel's bias type, then one activation (relu, gelu_tanh, silu), then an ``add`` of a
+  of the kernel's bias type, then one activation (relu, gelu_tanh, gelu_erf, silu), then an ``add`` of a
   residual R (a dense value of the result's type and shape, read where C is written), each only
   when the value it consumes has no other reader -- except the activation's input: when others
   read it too (a training step keeps the pre-activation for the activation's backward) the kernel
@@ -138,7 +138,8 @@ from nova.passes.storage import StoragePlan, unplaced_reason
 
 GROUP_KINDS = ("gemm", "pointwise", "reduction", "composite", "view", "collective", "opaque")
 KERNELS = ("nova", "aten", "none")
-_ACTIVATION_OPS = {"relu": "relu", "gelu_tanh": "gelu", "silu": "silu"}  # IR op -> GEMM epilogue activation
+_ACTIVATION_OPS = {"relu": "relu", "gelu_tanh": "gelu", "gelu_erf": "gelu_erf", "silu": "silu"}  # IR op -> GEMM
+                                                                                                # epilogue activation
 EPILOGUE_ACTIVATIONS = {op: act for op, act in _ACTIVATION_OPS.items() if act in ACTIVATIONS}
 
 

@@ -5,7 +5,7 @@ op by op.  After ``recompute.py`` its intermediates are read by the chain alone 
 recomputes what it needs from ``x``), so the chain is a function of ``x`` with one result: when the
 pointwise family's canonical form of that function (``kernels/pointwise/canonical.py``: products and
 sums matched through their factors and terms, constants to a relative 1e-4) is one named activation
-of ``x`` -- ``gelu_tanh``, ``relu``, ``silu`` (those a GEMM's epilogue computes) -- the chain becomes
+of ``x`` -- ``gelu_tanh``, ``gelu_erf``, ``relu``, ``silu`` (those a GEMM's epilogue computes) -- the chain becomes
 that one node.  The fusion pass then treats it as it treats ``F.gelu(approximate="tanh")``: in the
 producing GEMM's epilogue, its input written beside it when the backward reads it.
 
@@ -23,7 +23,7 @@ from nova.passes.dce import dce
 from nova.passes.pointwise_from_ir import program_of
 from nova.passes.rewrite import Rewriter
 
-NAMED = ("gelu_tanh", "relu", "silu")          # the activations a GEMM epilogue computes (fusion.EPILOGUE_ACTIVATIONS)
+NAMED = ("gelu_tanh", "gelu_erf", "relu", "silu")   # the activations a GEMM epilogue computes (fusion.EPILOGUE_ACTIVATIONS)
 
 
 def _chain(end: Node, users, outputs, taken) -> tuple[list[Node], list]:

@@ -22,13 +22,15 @@ The kernel is an Ampere-class tensor-core GEMM (``mma.sync``; it also runs on Ho
 * **Fragments.**  ``nvgpu.ldmatrix`` wherever the shared-memory layout allows it (16-bit types:
   always; TF32: the K-contiguous operand), scalar ``memref.load`` otherwise.  TF32 operands are
   rounded with ``cvt.rna.tf32.f32`` (round to nearest, which the error budget needs).
-* **Epilogue.**  Optional bias (slice 0 only under split-K), activation (relu, gelu-tanh, silu),
+* **Epilogue.**  Optional bias (slice 0 only under split-K), activation (relu, gelu-tanh, gelu-erf, silu),
   conversion to the output type, then plain stores or, with split-K, ``memref.atomic_rmw addf``.
 
 The MLIR is generated as text by small helper methods (``nova.codegen.builder.Ir``) that name SSA values after what
 they hold and fold compile-time index arithmetic, so ``nova compile --emit mlir`` is readable.
 """
 from __future__ import annotations
+
+import math
 
 from nova.codegen import CodegenError, check_mma_sync_target
 from nova.codegen.builder import SMEM, Ir
@@ -48,6 +50,7 @@ _MMA_SHAPE = {m: (16, 8, e.mma_k) for m, e in MODES.items()}      # nova/dtypes.
 _MMA_ATYPE = {m: e.name for m, e in MODES.items()}
 _LOG2E = 1.4426950408889634
 _GELU_C = 0.7978845608028654  # sqrt(2/pi)
+_SQRT_HALF = math.sqrt(0.5)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -653,6 +656,11 @@ class GemmKernel:
             return ir.let("relu", f"arith.maxnumf {x}, {self.fconst(0.0)} : f32")
         if act == "silu":
             return self.times_sigmoid(x, x)
+        if act == "gelu_erf":             # exact: 0.5 x (1 + erf(x / sqrt 2))
+            u = ir.let("erf_in", f"arith.mulf {x}, {self.fconst(_SQRT_HALF)} : f32")
+            e = ir.let("erf", f"math.erf {u} : f32")
+            half = ir.let("half_x", f"arith.mulf {x}, {self.fconst(0.5)} : f32")
+            return ir.let("gelu", f"math.fma {half}, {e}, {half} : f32")
         # gelu, tanh approximation: 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)
         x2 = ir.let("x2", f"arith.mulf {x}, {x} : f32")
         x2c = ir.let("x2c", f"arith.mulf {x2}, {self.fconst(0.044715)} : f32")

@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass
 # storage is what lives in memory; the default output storage is the inputs' (nova/dtypes.py).
 from nova.dtypes import ELEMENT_TYPES, MODES as DTYPES, OUT_STORAGES as OUT_DTYPES
 
-ACTIVATIONS = ("none", "relu", "gelu", "silu")
+ACTIVATIONS = ("none", "relu", "gelu", "gelu_erf", "silu")   # gelu: the tanh approximation; gelu_erf: exact
 TF32_ROUNDING = ("rna", "truncate")
 
 MAX_DIM = 2**31 - 1                  # TMA tensor coordinates are signed 32-bit

@@ -127,6 +127,8 @@ def applies(p: GemmProblem, gpu: GPUModel) -> tuple[bool, str]:
         return False, f"a batch of {p.batch} GEMMs (the skinny kernel takes one)"
     if p.residual or p.preactivation:
         return False, "its epilogue adds no residual and writes no pre-activation"
+    if p.activation == "gelu_erf":
+        return False, "its epilogue computes relu, gelu (tanh) and silu, not the exact GELU"
     return True, ""
 
 
