@@ -319,6 +319,10 @@ def test_hugging_face_steps_run_no_aten_kernel(model, recipe):
     if recipe:
         gathers = [k for k in report["kernels"] if "gather" in k["name"] and k["kind"] == "pointwise"]
         assert len(gathers) == 1 and gathers[0]["kernel"] == "nova"
+    # the loss and its gradient in one kernel (under autocast each reads the logits through its own cast
+    # of its own reshape: two views of one buffer)
+    losses = [k["name"].split(" ")[0] for k in report["kernels"] if k["name"].startswith("cross_entropy")]
+    assert losses and set(losses) == {"cross_entropy_forward_backward"}, losses
 
 
 @pytest.mark.parametrize("which, padded", [("gpt2", False), ("gpt2", True), ("llama", False), ("llama", True)])

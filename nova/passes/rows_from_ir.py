@@ -298,7 +298,7 @@ def _forward_backward(forward, backward, nodes, outputs, layouts):
     x, target = forward.inputs
     dloss, x_back, target_back, lse = backward.inputs
     logits = sources.get(x, x)
-    if back_sources.get(x_back, x_back) is not logits:
+    if not _same_view(back_sources.get(x_back, x_back), logits, layouts):
         raise NotRows("the backward reads other logits than its forward")
     if target_back is not target or lse is not forward.outputs[1] or not same_loss_attrs(forward, backward):
         raise NotRows("the backward is not of this forward's loss (target, lse or attributes differ)")
@@ -323,6 +323,14 @@ def _forward_backward(forward, backward, nodes, outputs, layouts):
     if unwritten:
         raise NotRows(f"{unwritten[0].type} is read outside the group and the kernel does not write it")
     return RowsProblem("cross_entropy_forward_backward", rows, n, ins, tuple(written), loss_attrs(forward)), names
+
+
+def _same_view(a, b, layouts) -> bool:
+    """``a`` and ``b`` are one value or two views of the same elements of one buffer (the casts of a
+    mixed-precision step read the logits each through a reshape of its own)."""
+    la, lb = layouts[a], layouts[b]
+    return a is b or (la.root is lb.root and tuple(la.shape) == tuple(lb.shape) and la.offset == lb.offset
+                      and tuple(la.strides) == tuple(lb.strides))
 
 
 def _reduction(nodes, inputs, outputs, layouts):
