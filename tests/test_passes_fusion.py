@@ -168,7 +168,7 @@ def test_swiglu_computes_its_activation_where_the_product_is_taken():
     live that is not read later anyway) instead of the GEMM epilogue writing both silu(gate) and gate.
     Read by a GEMM instead, the activation stays in the epilogue with its input written beside it."""
     g = Graph()
-    x, wg, wu, wd = g.input(F(64, 32), "x"), g.input(F(32, 96), "wg"), g.input(F(32, 96), "wu"), g.input(F(96, 32), "wd")
+    x, wg, wu = g.input(F(64, 32), "x"), g.input(F(32, 96), "wg"), g.input(F(32, 96), "wu")
     gate = g.op("matmul", x, wg)
     h = g.op("mul", g.op("silu", gate), g.op("matmul", x, wu))
     g.output(h, "h")
@@ -390,3 +390,20 @@ def test_an_epilogue_goes_on_through_the_reshape_of_a_linear_layer_and_a_lone_re
     assert pre in gemm.outputs                                   # the kernel writes P at the root it views
     bare = next(gr for gr in groups if gr.kind == "gemm" and gr is not gemm)
     assert ops_of(bare) == ["matmul"] and any(ops_of(gr) == ["reshape"] and gr.kernel == "none" for gr in groups)
+
+
+def test_slices_sink_through_a_pointwise_op_only_when_they_partition_it():
+    """``slice(f(a))`` -> ``f(slice(a))`` when slices along one axis over disjoint ranges are all that
+    read ``f(a)`` (each element still computed once); overlapping slices keep ``f(a)``."""
+    from nova.passes.sink_slices import sink_slices
+    for ranges, sinks in (([(0, 4), (4, 8)], True), ([(0, 6), (2, 8)], False)):
+        g = Graph()
+        e = g.op("exp", g.input(F(3, 8), "a"))
+        for k, (start, end) in enumerate(ranges):
+            g.output(g.op("slice", e, axis=1, start=start, end=end), f"s{k}")
+        sunk = sink_slices(g)
+        assert (sunk is not g) == sinks
+        assert [n.op for n in sunk.nodes].count("exp") == (2 if sinks else 1)
+        x = torch.randn(3, 8)
+        for got, want in zip(interpreter.run(sunk, [x]), interpreter.run(g, [x])):
+            torch.testing.assert_close(got, want)

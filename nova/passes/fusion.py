@@ -373,8 +373,8 @@ class _Fuser:
         for v in shared:
             for reader in self.users.get(v, ()):
                 g = self.group_of.get(reader)
-                if g is None or g.kind != "pointwise" or not g.open or g.folding or g.shape != shape or g is self._scalars \
-                        or any(self._stored(n) for n in g.nodes) or v.producer in g.nodes \
+                if g is None or g.kind != "pointwise" or not g.open or g.folding or g.shape != shape \
+                        or g is self._scalars or any(self._stored(n) for n in g.nodes) or v.producer in g.nodes \
                         or any(opened > self.opened[id(g)] for opened in gemms):
                     continue
                 if best is None or self.opened[id(g)] > self.opened[id(best)]:

@@ -23,7 +23,7 @@ from nova.passes.dce import dce
 from nova.passes.pointwise_from_ir import program_of
 from nova.passes.rewrite import Rewriter
 
-NAMED = ("gelu_tanh", "gelu_erf", "relu", "silu")   # the activations a GEMM epilogue computes (fusion.EPILOGUE_ACTIVATIONS)
+NAMED = ("gelu_tanh", "gelu_erf", "relu", "silu")   # what a GEMM epilogue computes (fusion.EPILOGUE_ACTIVATIONS)
 
 
 def _chain(end: Node, users, outputs, taken) -> tuple[list[Node], list]:

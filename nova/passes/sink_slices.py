@@ -3,8 +3,8 @@
 RoPE's backward computes ``dq * sin`` and then reads it only as two halves (rotate-half's
 transpose, ``cat(g2, -g1)``).  When every reader of a pointwise result is a ``slice`` (step 1), the
 result need not exist: each slice computes its own elements from slices of the op's operands -- the
-same operations on the same elements, nothing recomputed when the slices partition the result --
-and an operand that broadcasts along the sliced axis (extent 1 there, or an axis it lacks) is read
+same operations on the same elements (the slices are along one axis and do not overlap: nothing is
+computed twice) -- and an operand that broadcasts along the sliced axis (extent 1 there, or an axis it lacks) is read
 whole.  The fusion pass can then fold the concat of the halves into the kernel that reads it
 (``storage.py``, rule -1): RoPE's backward becomes one kernel over ``dq`` where it was three.
 
@@ -20,13 +20,21 @@ from nova.passes.rewrite import Rewriter
 
 
 def _sinkable(node: Node, users, outputs) -> bool:
-    """``node`` is a step-1 slice of a pointwise result that only such slices read."""
+    """``node`` is a step-1 slice of a pointwise result that only such slices read, along one axis and
+    over disjoint ranges (each element computed once, as before)."""
     if node.op != "slice" or node.attrs.get("step", 1) != 1:
         return False
     (v,) = node.inputs
     p = v.producer
-    return p is not None and kind(p.op) == "pointwise" and len(p.outputs) == 1 and v not in outputs \
-        and all(u.op == "slice" and u.attrs.get("step", 1) == 1 for u in users.get(v, ()))
+    readers = users.get(v, ())
+    if p is None or kind(p.op) != "pointwise" or len(p.outputs) != 1 or v in outputs or \
+            not all(u.op == "slice" and u.attrs.get("step", 1) == 1 for u in readers):
+        return False
+    rank = v.type.rank
+    if len({u.attrs["axis"] % rank for u in readers}) != 1:
+        return False
+    ranges = sorted((u.attrs["start"], u.attrs["end"]) for u in dict.fromkeys(readers))
+    return all(a_end <= b_start for (_, a_end), (b_start, _) in zip(ranges, ranges[1:]))
 
 
 def _sink_once(graph: Graph) -> Graph:
