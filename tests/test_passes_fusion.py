@@ -407,3 +407,44 @@ def test_slices_sink_through_a_pointwise_op_only_when_they_partition_it():
         x = torch.randn(3, 8)
         for got, want in zip(interpreter.run(sunk, [x]), interpreter.run(g, [x])):
             torch.testing.assert_close(got, want)
+
+
+def _norm_backward_graph(n: int, residual_after: bool = False):
+    """A LayerNorm backward over [64, n] whose dx the residual stream's gradient ``r`` is added to, and
+    the column sum of that (a bias gradient); ``residual_after``: ``r`` computed after the norm's
+    backward (from its dx), so the add cannot join it."""
+    g = Graph()
+    dy, x, r = (g.input(F(64, n), name) for name in ("dy", "x", "r"))
+    mean, rstd = g.input(F(64, 1), "mean"), g.input(F(64, 1), "rstd")
+    w, b = g.input(F(n), "w"), g.input(F(n), "b")
+    dx, dw, db = g.op("layer_norm_backward", dy, x, mean, rstd, w, b, normalized_shape=(n,))
+    if residual_after:
+        r = g.op("exp", g.op("mul", dx, r))                  # read dx too: the add is not its only reader
+    s = g.op("add", dx, r)
+    g.output(s, "s")
+    g.output(g.op("sum", s, axes=(0,)), "bias_grad")
+    g.output(dw, "dw")
+    g.output(db, "db")
+    return g
+
+
+@pytest.mark.parametrize("n, summed", [(512, True), (768, False)])
+def test_a_norm_backward_takes_its_residual_add_and_the_bias_sum_where_the_sums_fit(n, summed):
+    """The add of dx and the residual joins the norm's backward; the column sum of the result joins too
+    when the rows configurator keeps the three column sums in the row pass (512 columns: 48 sums a
+    thread on the H200), not at 768 columns (72 > 64: a column stage would re-read dy and x)."""
+    g = _norm_backward_graph(n)
+    groups = fuse(canonicalize(g), target="h200")
+    (norm,) = [gr for gr in groups if ops_of(gr)[0] == "layer_norm_backward"]
+    assert ops_of(norm)[:2] == ["layer_norm_backward", "add"] and norm.problem.has("residual")
+    assert (ops_of(norm)[-1] == "sum") == summed and norm.problem.has("dxsum") == summed
+    planned = pipeline(g)
+    inputs = random_inputs(planned.graph, 6)
+    for got, want in zip(run_planned(planned, [t.clone() for t in inputs]), interpreter.run(g, inputs)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_residual_computed_from_the_norms_own_dx_stays_out():
+    groups = fuse(canonicalize(_norm_backward_graph(512, residual_after=True)), target="h200")
+    (norm,) = [gr for gr in groups if ops_of(gr)[0] == "layer_norm_backward"]
+    assert ops_of(norm) == ["layer_norm_backward"] and not norm.problem.has("residual")
