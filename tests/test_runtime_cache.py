@@ -562,7 +562,10 @@ def test_matmul_host_path(fake_stack):
         nova.matmul(FakeArray((64, 32), ptr=0x10004), b, out=out, target="h200", bias=bias, activation="relu")
 
 
-def test_repeat_call_is_memoised_and_cheap(fake_stack):
+def test_repeat_call_is_memoised(fake_stack):
+    """A repeated call configures and loads nothing again.  How cheap it is is a benchmark's question
+    (``python3 -m nova.bench.host_profile``), not a timed assertion here: under a loaded CI runner the
+    same loop took 8x longer than alone."""
     a, b, out = FakeArray((64, 32)), FakeArray((32, 48)), FakeArray((64, 48))
     nova.matmul(a, b, out=out, target="h200")
     n = 2000
@@ -572,7 +575,6 @@ def test_repeat_call_is_memoised_and_cheap(fake_stack):
     per_call_us = (time.perf_counter() - t0) / n * 1e6
     assert len(fake_stack.configured) == 1 and len(fake_stack.loads) == 1
     print(f"matmul host overhead with a fake driver: {per_call_us:.1f} us/call")
-    assert per_call_us < 200
 
 
 # --------------------------------------------------------------------------- driver logic, fake libcuda
