@@ -132,8 +132,8 @@ from nova.passes.embedding import EMBEDDING_OPS, embedding_reason, select_embedd
 from nova.passes.pointwise_from_ir import is_table_gather
 from nova.passes.rows import rows_reason, select_rows
 from nova.passes.rows_casts import cast_saving
-from nova.passes.rows_from_ir import NORM_RESIDUAL, ROW_INPUTS, ROW_OUTPUTS, from_group, is_prologue_op, \
-    reads_through_cast, writes_through_cast
+from nova.passes.rows_from_ir import NORM_RESIDUAL, REDUCE_OPS, ROW_INPUTS, ROW_OUTPUTS, from_group, \
+    is_prologue_op, reads_through_cast, writes_through_cast
 from nova.passes.storage import StoragePlan, unplaced_reason
 
 GROUP_KINDS = ("gemm", "pointwise", "reduction", "composite", "view", "collective", "opaque")
@@ -268,10 +268,15 @@ class _Fuser:
         ready = [n for n in graph.nodes if waiting[n] == 0]
         placed: list[Node] = []
         while ready:
-            joinable = [n for n in ready if self._joinable(n)]
-            pick = next((n for n in joinable if not _is_scalar(n)), None) or \
-                next((n for n in ready if kind(n.op) == "creation" and not n.inputs), None) or \
-                (joinable[0] if joinable else ready[0])
+            pick = scalar = None
+            for n in ready:                        # the first joinable node, scalar ones last
+                if (scalar is None or not _is_scalar(n)) and self._joinable(n):
+                    if not _is_scalar(n):
+                        pick = n
+                        break
+                    scalar = n
+            pick = pick or next((n for n in ready if kind(n.op) == "creation" and not n.inputs), None) or \
+                scalar or ready[0]
             ready.remove(pick)
             self._place(pick)
             placed.append(pick)
@@ -480,7 +485,7 @@ class _Fuser:
         g = self.group_of.get(x.producer) if x.producer is not None else None
         if g is None or g.kind != "composite" or not g.open or g.nodes[0].op not in NORM_RESIDUAL \
                 or x not in (g.nodes[0].outputs[0], g.nodes[-1].outputs[0]) \
-                or any(n.op in ("sum", "mean", "max", "min") for n in g.nodes):
+                or any(n.op in REDUCE_OPS for n in g.nodes):
             return None
         problem = self._rows_problem(g.nodes + [node])
         if problem is None:

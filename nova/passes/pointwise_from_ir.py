@@ -68,11 +68,11 @@ def operand_uses(nodes, inputs) -> list:
     literals = set(literal_inputs(inputs))
     external = set(inputs)
     contexts = piece_contexts(nodes)
-    uses: list = []
+    uses: dict = {}                 # (value, context) in first-read order
 
     def use(v, context):
-        if v in external and v not in literals and not is_fill_in(v, nodes) and (v, context) not in uses:
-            uses.append((v, context))
+        if v in external and v not in literals and not is_fill_in(v, nodes):
+            uses.setdefault((v, context), None)
     for n in nodes:
         if n.op == "concat" and len(nodes) > 1:
             for i, (x, _) in enumerate(concat_pieces(n)):
@@ -80,7 +80,7 @@ def operand_uses(nodes, inputs) -> list:
             continue
         for v in n.inputs:
             use(v, contexts.get(n))
-    return uses
+    return list(uses)
 
 
 def is_fill_in(v, nodes) -> bool:

@@ -25,6 +25,7 @@ from nova.kernels.rows.problem import FLOAT_DTYPES, Operand, RowsProblem, RowsPr
 from nova.kernels.rows.prologue import OPS, Prologue
 from nova.passes.cross_entropy import loss_attrs, same_loss_attrs
 from nova.passes.layout import contiguous_strides, merged_batch_stride
+from nova.passes.storage import same_place
 
 COMPOSITES = ("layer_norm", "layer_norm_backward", "rms_norm", "rms_norm_backward", "softmax", "log_softmax", "softmax_backward",
               "log_softmax_backward", "cross_entropy", "cross_entropy_backward")
@@ -328,9 +329,7 @@ def _forward_backward(forward, backward, nodes, outputs, layouts):
 def _same_view(a, b, layouts) -> bool:
     """``a`` and ``b`` are one value or two views of the same elements of one buffer (the casts of a
     mixed-precision step read the logits each through a reshape of its own)."""
-    la, lb = layouts[a], layouts[b]
-    return a is b or (la.root is lb.root and tuple(la.shape) == tuple(lb.shape) and la.offset == lb.offset
-                      and tuple(la.strides) == tuple(lb.strides))
+    return a is b or (layouts[a].root is layouts[b].root and same_place(layouts[a], layouts[b]))
 
 
 def _reduction(nodes, inputs, outputs, layouts):
