@@ -191,10 +191,5 @@ def _build(target: str) -> None:
 
 
 if __name__ == "__main__":
-    import argparse
-    ap = argparse.ArgumentParser(description="build this file's embedding kernels into $NOVA_CACHE_DIR")
-    ap.add_argument("--target", default="h200")
-    ap.add_argument("--build", action="store_true", help="compile the kernels (a host with MLIR, no GPU needed)")
-    args = ap.parse_args()
-    if args.build:
-        _build(args.target)
+    from gpu_build import flag_main
+    flag_main(_build, "embedding")

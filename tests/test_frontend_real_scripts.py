@@ -266,6 +266,13 @@ def mlp():
     return nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 3)).double()
 
 
+def twins(model, optimizer, **hyper):
+    """``model``, an eager copy of it, and ``optimizer(**hyper)`` over each: what a compiled step is
+    checked against, state for state."""
+    reference = copy.deepcopy(model)
+    return model, reference, optimizer(model.parameters(), **hyper), optimizer(reference.parameters(), **hyper)
+
+
 def regression(model, x, y):
     return ((model(x) - y) ** 2).mean() * 50         # large enough that clipping to 1.0 bites
 
@@ -376,10 +383,7 @@ def test_accumulation_of_micro_batches_inside_one_step():
 def test_accumulation_across_calls_with_the_update_in_another_function(update):
     """``micro`` only runs forward and backward: the grads accumulate in ``p.grad`` across calls
     exactly like eager; every k-th call an update (compiled separately, or eager) clips and steps."""
-    model = mlp()
-    reference = copy.deepcopy(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.05, momentum=0.9)
+    model, reference, opt, ref_opt = twins(mlp(), torch.optim.SGD, lr=0.05, momentum=0.9)
 
     def micro_step(model):
         def micro(x, y):
@@ -406,10 +410,7 @@ def test_accumulation_across_calls_with_the_update_in_another_function(update):
 
 
 def test_one_function_that_steps_every_kth_call():
-    model = mlp()
-    reference = copy.deepcopy(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    ref_opt = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+    model, reference, opt, ref_opt = twins(mlp(), torch.optim.AdamW, lr=1e-2)
 
     def train_step(model, opt):
         def step(x, y, sync: bool):
@@ -433,10 +434,7 @@ def test_a_checkpoint_loaded_into_the_same_objects_mid_training_is_what_the_next
     """``model.load_state_dict`` / ``opt.load_state_dict`` between calls (a rollback to an earlier
     checkpoint): the optimizer's state tensors are new objects with the same shapes, so the step keeps
     its capture and reads the loaded values (steps counted from the checkpoint's), as eager does."""
-    model = mlp()
-    reference = copy.deepcopy(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    ref_opt = torch.optim.AdamW(reference.parameters(), lr=1e-2)
+    model, reference, opt, ref_opt = twins(mlp(), torch.optim.AdamW, lr=1e-2)
 
     def train_step(model, opt):
         def step(x, y):
@@ -511,11 +509,8 @@ def tokens(step: int, vocab: int, shape=(2, 8), device="cpu"):
 
 
 def test_cpu_autocast_step_keeps_fp32_master_weights_and_bf16_gemms():
-    model = gpt_tiny()
-    reference = copy.deepcopy(model)
+    model, reference, opt, ref_opt = twins(gpt_tiny(), torch.optim.SGD, lr=0.5, momentum=0.9)
     initial = [p.detach().clone() for p in model.parameters()]
-    opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
-    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.5, momentum=0.9)
     compiled, eager = nova.compile(autocast_step(model, opt, "cpu")), autocast_step(reference, ref_opt, "cpu")
     for i in range(3):
         batch = tokens(i, model.config.vocab_size)
@@ -598,10 +593,7 @@ def test_cuda_autocast_step_matches_eager_on_the_gpu():
     """eps 1e-3: Adam's normalised update turns the sign of a near-zero bf16 gradient (a zero-initialised
     bias's: rounding noise in either program) into a whole lr step, 5e-3 apart after three steps
     (measured); with eps above those gradients the update stays proportional to them."""
-    model = gpt_tiny().cuda()
-    reference = copy.deepcopy(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, eps=1e-3)
-    ref_opt = torch.optim.AdamW(reference.parameters(), lr=1e-3, eps=1e-3)
+    model, reference, opt, ref_opt = twins(gpt_tiny().cuda(), torch.optim.AdamW, lr=1e-3, eps=1e-3)
     compiled, eager = nova.compile(autocast_step(model, opt, "cuda")), autocast_step(reference, ref_opt, "cuda")
     for i in range(3):
         batch = tokens(i, model.config.vocab_size, device="cuda")
