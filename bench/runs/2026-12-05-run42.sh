@@ -15,7 +15,7 @@
 #   NOVA_DETERMINISTIC=1 nova precompile train gpt42m --batch 32 --target h200
 #   python bench/probes/norm_backward.py build; python bench/probes/ce_fused_bitwise.py build
 #   tar czf .nova-cache.tgz .nova-cache
-tar xzf .nova-cache.tgz
+tar xf .nova-cache.t*z   # .tgz or .txz (xz keeps the carry under 64 MiB)
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=$PWD/.nova-cache NOVA_TARGET=h200 PYTHONUNBUFFERED=1
 R=$OUT/run42; mkdir -p $R
 PART=${1:-all}             # tests | rest | all (all may pass the 600 s a call allows: two calls)
