@@ -448,9 +448,10 @@ class EmulatedNova:
 
     def __init__(self):
         self.launches = []
+        self.rounded = []                   # per launch: round_through (the result rounded to a's type first)
 
     def __call__(self, a, b, *, out, bias=None, activation="none", target=None, deterministic=None, residual=None,
-                 preactivation=None):
+                 preactivation=None, round_through=False):
         from nova.kernels.gemm.problem import GemmProblem
         from nova.runtime.tensors import is_c_contiguous
 
@@ -476,6 +477,10 @@ class EmulatedNova:
         pre = a @ b + (bias if bias is not None else 0)
         r = {"none": pre, "relu": torch.relu(pre), "silu": torch.nn.functional.silu(pre),
              "gelu": torch.nn.functional.gelu(pre, approximate="tanh")}[activation]
+        self.rounded.append(bool(round_through))
+        if round_through:
+            assert a.dtype in (torch.bfloat16, torch.float16) and out.dtype == torch.float32
+            r = r.to(a.dtype).to(out.dtype)
         if residual is not None:
             r = r + residual
         if preactivation is not None:

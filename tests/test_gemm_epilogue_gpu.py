@@ -1,5 +1,5 @@
 """GEMM epilogue operands on the GPU: ``nova.matmul(..., residual=R, preactivation=P)`` against float64
-(and the exact GELU, ``activation="gelu_erf"``).
+(and the exact GELU, ``activation="gelu_erf"``; the cast epilogue, ``round_through=True``).
 
 ``C = act(A @ B + bias) + R`` and ``P = A @ B + bias`` on fresh random data (a new seed each run,
 printed on failure), C and P poisoned with NaN before the launch: every element written, within the
@@ -99,6 +99,53 @@ def test_residual_and_preactivation_vs_float64(case, hopper, monkeypatch):
         assert err < TOLERANCE[dtype], f"{what}: {name}'s relative Frobenius error {err:.2e}"
 
 
+# the cast epilogue (round_through): bf16 inputs, an f32 C rounded through bf16 first; (M, N, K, bias, residual)
+ROUND_CASES = [
+    (2048, 768, 768, True, True),          # autocast's R + (x @ W^T + b): the register epilogue with R in f32
+    (1000, 1002, 520, False, False),       # a weight gradient widened: ragged M, element stores
+    (129, 258, 4096, True, True),          # deep K: the split-K workspace's reduction rounds the sum
+]
+
+
+def round_problem(case) -> GemmProblem:
+    M, N, K, bias, res = case
+    return GemmProblem(M, N, K, "bf16", bias=bias, out_dtype="f32", residual=res, round_through="bf16")
+
+
+@pytest.mark.parametrize("hopper", HOPPER_SWITCH)
+@pytest.mark.parametrize("case", ROUND_CASES, ids=lambda c: "x".join(map(str, c[:3])) + ("-bias" if c[3] else "")
+                         + ("-residual" if c[4] else ""))
+def test_the_cast_epilogue_writes_the_bf16_result_widened(case, hopper, monkeypatch):
+    """Without R every element of C is a bf16 value (the rounding happened); with R, C is
+    f32(bf16(A @ B + bias)) + R within bf16's tolerance of float64."""
+    torch = pytest.importorskip("torch")
+    if hopper == "1" and driver.get_device().cc < (9, 0):
+        pytest.skip("the Hopper kernel needs sm_90")
+    monkeypatch.setenv("NOVA_HOPPER", hopper)
+    mm.reset()
+    M, N, K, has_bias, has_res = case
+    seed = int.from_bytes(os.urandom(4), "little")
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(M, K, device="cuda", generator=gen).bfloat16()
+    b = torch.randn(K, N, device="cuda", generator=gen).bfloat16()
+    bias = torch.randn(N, device="cuda", generator=gen).bfloat16() if has_bias else None
+    r = torch.randn(M, N, device="cuda", generator=gen) * 8 if has_res else None
+    out = torch.full((M, N), float("nan"), device="cuda")
+    try:
+        assert nova.matmul(a, b, out=out, bias=bias, residual=r, round_through=True) is out
+        torch.cuda.synchronize()
+    finally:
+        mm.reset()
+    what = f"{round_problem(case).describe()} NOVA_HOPPER={hopper} (seed {seed})"
+    assert int(torch.isnan(out).sum()) == 0, f"{what}: C has elements left unwritten"
+    z = a.double() @ b.double() + (bias.double() if bias is not None else 0)
+    y = z.to(torch.bfloat16).double() + (r.double() if r is not None else 0)
+    err = float(torch.linalg.norm(out.double() - y) / torch.linalg.norm(y))
+    assert err < TOLERANCE["bf16"], f"{what}: relative Frobenius error {err:.2e}"
+    if r is None:
+        assert torch.equal(out, out.bfloat16().float()), f"{what}: C holds values no bf16 has (not rounded)"
+
+
 def test_a_residual_not_laid_out_as_the_output_is_refused_in_one_line():
     torch = pytest.importorskip("torch")
     a = torch.randn(64, 32, device="cuda")
@@ -115,7 +162,8 @@ def _build(target: str) -> None:
     for hopper in HOPPER_SWITCH:
         os.environ["NOVA_HOPPER"] = hopper
         mm.reset()
-        counts = mm.precompile_gemms([problem(c) for c in CASES], get_target(target), KernelCache(),
+        counts = mm.precompile_gemms([problem(c) for c in CASES] + [round_problem(c) for c in ROUND_CASES],
+                                     get_target(target), KernelCache(),
                                      label=f"NOVA_HOPPER={hopper} ")
         print(counts)
 

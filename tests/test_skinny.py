@@ -226,11 +226,11 @@ def simulate(p: GemmProblem, s: SkinnySchedule, seed: int) -> tuple[np.ndarray, 
     """The generated kernel on the CPU, its CTAs in a seeded random order (any may take a column block's
     last ticket): (C as written, the float64 reference); the counters must be left zero."""
     from simt_cpu import run_kernel
-    from nova.kernels.gemm.emit_skinny import KERNEL_NAME, bias_storage, build_skinny_module
+    from nova.kernels.gemm.emit_skinny import KERNEL_NAME, build_skinny_module
     rng = np.random.default_rng(seed)
     a = _round(rng.standard_normal(p.M * p.K).astype(np.float32), p.storage)
     b = _round(rng.standard_normal(p.K * p.N).astype(np.float32), p.storage)
-    bias = _round(rng.standard_normal(p.N).astype(np.float32), bias_storage(p))
+    bias = _round(rng.standard_normal(p.N).astype(np.float32), p.bias_dtype)
     c = np.full(p.M * p.N, np.nan, dtype=np.float32)
     blocks = s.grid(p.N)[0]
     w = np.full(max(1, blocks * s.region(p.M)), np.nan, dtype=np.float32)

@@ -177,6 +177,13 @@ BACKWARD = {
 
 def pointwise(node, ins, outs, ctx) -> Kernel:
     (o,) = outs
+    if any(x.dtype != o.dtype and overlap(x, o) for x in ins):
+        # a narrower input in the first bytes of its widened result (a GEMM epilogue's 16-bit product
+        # computed unfused, plan_view._fused_into): torch refuses the partial overlap, so the result
+        # is computed apart and copied over
+        apart = torch.empty_like(o)
+        inner = pointwise(node, ins, [apart], ctx)
+        return Kernel(lambda: (inner.run(), o.copy_(apart)), inner.what + " + copy_ (over its input)", inner.copies + 1)
     op = node.op
     if op == "cast":
         (x,) = ins

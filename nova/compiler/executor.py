@@ -474,7 +474,8 @@ class Program:
             n = b.producer
             readers = self._kernel_group[n].nodes if n in self._kernel_group else [n]
             return n is not None and writes_in_place(n) and \
-                any(x is a or root.get(x) is a for r in readers for x in r.inputs) and span(a) == span(b)
+                any(x is a or root.get(x) is a for r in readers for x in r.inputs) and \
+                (span(a) == span(b) or span(a)[0] == span(b)[0] and self.plan.fused_into.get(a) is b)
 
         # a group's launch workspace: live over its nodes' positions, in place with nothing
         for index, (offset, nbytes) in self.plan.workspaces.items():

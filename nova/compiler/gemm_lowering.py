@@ -69,7 +69,7 @@ class GemmCall:
         return GemmProblem(M, N, K, NOVA_DTYPES[a.dtype], layout(a) == "col", layout(b) == "col",
                            self.bias is not None, planned.activation, OUT_DTYPES[out.dtype], planned.tf32_rounding,
                            planned.deterministic, *batch, residual=self.residual is not None,
-                           preactivation=self.preactivation is not None)
+                           preactivation=self.preactivation is not None, round_through=planned.round_through)
 
 
 @dataclass
@@ -95,7 +95,8 @@ class GemmLaunch:
         shape = f"{'x'.join(map(str, c.shape))}x{a.shape[-1]} {p.dtype} " \
                 f"{'T' if p.trans_a else 'N'}{'T' if p.trans_b else 'N'}"
         extra = (" +bias" if p.bias else "") + (f" +{p.activation}" if p.activation != "none" else "") \
-            + (" +preact" if p.preactivation else "") + (" +residual" if p.residual else "")
+            + (" +preact" if p.preactivation else "") + (f" +cast({p.round_through}->f32)" if p.round_through else "") \
+            + (" +residual" if p.residual else "")
         return f"nova gemm {shape}{extra}"
 
     def kernel(self, gemm, target=None, workspace=None) -> Kernel:
@@ -106,6 +107,8 @@ class GemmLaunch:
             extra = {} if workspace is None else {"workspace": workspace}
             extra.update({name: t for name, t in (("residual", c.residual), ("preactivation", c.preactivation))
                           if t is not None})
+            if p.round_through:
+                extra["round_through"] = True
             return Kernel(lambda: gemm(c.a, c.b, out=c.out, bias=c.bias, activation=p.activation, target=target,
                                        deterministic=p.deterministic, **extra), self.describe())
         A, B, C = self.torch_args

@@ -135,13 +135,17 @@ def _donations(memory, graph) -> dict[int, int]:
 
 def _fused_into(groups, memory, graph) -> dict:
     """Each fused value -> the value its group's elementwise chain ends in: follow the one reader
-    inside the group while it is a pointwise op of one result of the same type (or a view of the
-    same bytes: a GEMM epilogue's reshape), through fused and aliased values, to a value the plan
-    puts in the arena."""
+    inside the group while it is a pointwise op of one result of the same type or a wider one of as
+    many elements (a cast epilogue's f32: the 16-bit value lies in its first bytes, and the ATen
+    kernel that widens it computes apart, ``aten_kernels.pointwise``), or a view of the same bytes (a
+    GEMM epilogue's reshape), through fused and aliased values, to a value the plan puts in the arena."""
     users = graph.users()
 
     def same_bytes(w, v):              # same elements in the same order: v's type, or a reshape of it
         return w.type.dtype == v.type.dtype and w.type.numel == v.type.numel
+
+    def widens(w, v):                  # v's elements widened (a cast epilogue): v fits in w's first bytes
+        return w.type.numel == v.type.numel and w.type.itemsize > v.type.itemsize
 
     def kind_of(v):
         vp = memory.values.get(v)
@@ -160,7 +164,8 @@ def _fused_into(groups, memory, graph) -> dict:
             while w is not None and (w is v or kind_of(w) in ("fused", "alias")):
                 readers = [u for u in users.get(w, ()) if u in members]
                 ok = len(readers) == 1 and len(readers[0].outputs) == 1 and (
-                    opdef(readers[0].op).kind == "pointwise" and same_bytes(readers[0].outputs[0], v)
+                    opdef(readers[0].op).kind == "pointwise" and (same_bytes(readers[0].outputs[0], v)
+                                                                   or widens(readers[0].outputs[0], v))
                     or opdef(readers[0].op).kind == "view" and kind_of(readers[0].outputs[0]) == "alias"
                     and same_bytes(readers[0].outputs[0], v))              # a GEMM epilogue's reshape
                 w = readers[0].outputs[0] if ok else None

@@ -20,7 +20,13 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   kernel reads the GEMM's result and R and writes their sum (three matrices) where the epilogue
   reads R (one); the activation kernel reads P and writes C where the epilogue writes both from
   registers.  The configurator then keeps the register epilogue (no TMA store, no stream-K: they
-  store C alone), and the prediction counts the extra matrix.
+  store C alone), and the prediction counts the extra matrix.  A ``cast`` to f32 of a 16-bit
+  GEMM's result (a 16-bit weight gradient widened for its f32 parameter) joins when nothing else
+  reads the 16-bit value and only optimizer updates or GEMMs read the f32 one (a pointwise or rows
+  kernel widens it in its own prologue, reading 2 bytes an element, not 4): the kernel writes f32
+  rounded through the 16-bit type (``round_through``, the cast's bits); so does an ``add`` of an f32
+  residual to it (autocast's ``R + y``, which widens y first), and a residual added after the cast
+  is then f32.
 * Pointwise ops (and ``constant``/``iota`` fills) join the pointwise groups of their producers when
   those produce the same iteration shape, or are scalar chains read by this node alone (inlined):
   one kernel, inputs read once, intermediates never written.  A value also read outside the group
@@ -151,10 +157,13 @@ class Epilogue:
     activation: str = "none"          # one of nova.kernels.gemm.problem.ACTIVATIONS
     residual: Value | None = None     # R, added after the activation
     preactivation: Value | None = None   # the activation's input, written as the kernel's second output
+    round_through: str | None = None  # a cast to f32 of the 16-bit result: C written in f32, rounded first
 
     def describe(self) -> str:
         parts = (["bias"] if self.bias is not None else []) + ([self.activation] if self.activation != "none" else []) \
-            + (["preact"] if self.preactivation is not None else []) + (["residual"] if self.residual is not None else [])
+            + (["preact"] if self.preactivation is not None else []) \
+            + ([f"cast({self.round_through}->f32)"] if self.round_through else []) \
+            + (["residual"] if self.residual is not None else [])
         return "+".join(parts) or "none"
 
 
@@ -768,11 +777,6 @@ def batched_gemm(node: Node, layouts) -> tuple[GemmProblem | None, str]:
                        batch_stride_a=strides["a"], batch_stride_b=strides["b"], batch_stride_c=m * n), ""
 
 
-def _bias_type(problem: GemmProblem) -> str:
-    """The bias element type the kernel reads (runtime.matmul.bias_storage, kept in step)."""
-    return "f32" if problem.dtype == "tf32" else problem.out_dtype
-
-
 def _epilogue(node: Node, producers, users, outputs, layouts, placed: dict, dry_run: bool = False) -> _Open | None:
     """The Nova GEMM group ``node`` extends as its epilogue (recorded unless ``dry_run``), or None.
     ``placed``: the placement order so far; a residual must have been computed before the GEMM's
@@ -782,14 +786,15 @@ def _epilogue(node: Node, producers, users, outputs, layouts, placed: dict, dry_
         if g.kind != "gemm" or g.kernel != "nova" or not g.open or g.tail not in node.inputs:
             continue
         tail = g.tail
-        if node.outputs[0].type != tail.type:
+        epi, problem = g.epilogue, g.problem
+        widens = _widens(node, tail, problem)
+        if node.outputs[0].type != tail.type and not widens:
             return None
         shared = tail in outputs or len(users.get(tail, ())) != 1      # the kernel would have to write it too
-        epi, problem = g.epilogue, g.problem
         (other,) = [v for v in node.inputs if v is not tail] or [None]
         if node.op == "add" and epi.bias is None and epi.activation == "none" and epi.residual is None \
                 and not shared and other is not None and other.shape == (problem.N,):
-            if other.dtype != _bias_type(problem) or not layouts[other].dense:
+            if other.dtype != problem.bias_dtype or not layouts[other].dense:
                 return None
             if not dry_run:
                 epi.bias = other
@@ -799,21 +804,46 @@ def _epilogue(node: Node, producers, users, outputs, layouts, placed: dict, dry_
             if not dry_run:
                 epi.activation = EPILOGUE_ACTIVATIONS[node.op]
                 epi.preactivation = tail if shared else None
+        elif node.op == "cast" and widens and epi.residual is None and epi.preactivation is None and not shared \
+                and _widened_for_unfusable(node.outputs[0], users):
+            if not dry_run:
+                epi.round_through = problem.storage
         elif node.op == "add" and epi.residual is None and not shared and other is not None \
-                and other.type == tail.type and layouts[other].dense \
+                and other.type == node.outputs[0].type and other.shape == tail.shape and layouts[other].dense \
+                and not (widens and epi.preactivation is not None) \
                 and (other.producer is None or placed.get(other.producer, len(placed)) < placed[g.nodes[0]]):
             if not dry_run:
                 epi.residual = other
+                if widens:                   # f32 R + the 16-bit result: the add widens it first
+                    epi.round_through = problem.storage
         else:
             continue                     # another GEMM producer may take it (p1 + p2: the later GEMM)
         if dry_run:
             return g
         g.problem = dataclasses.replace(problem, bias=epi.bias is not None, activation=epi.activation,
                                         residual=epi.residual is not None,
-                                        preactivation=epi.preactivation is not None)
+                                        preactivation=epi.preactivation is not None,
+                                        out_dtype="f32" if epi.round_through else problem.out_dtype,
+                                        round_through=epi.round_through)
         g.tail = node.outputs[0]
         return g
     return None
+
+
+def _widens(node: Node, tail: Value, problem: GemmProblem) -> bool:
+    """``node`` (a ``cast``, or an ``add`` of an f32 value) gives f32 from ``tail``, a 16-bit GEMM's
+    result in its inputs' type, element for element: the kernel can write f32 rounded through the
+    16-bit type (``GemmProblem.round_through``), the bits the widening gives."""
+    return node.op in ("cast", "add") and problem.dtype in ("bf16", "fp16") and problem.round_through is None \
+        and problem.out_dtype == problem.storage == tail.dtype and node.outputs[0].dtype == "f32" \
+        and node.outputs[0].shape == tail.shape
+
+
+def _widened_for_unfusable(v: Value, users) -> bool:
+    """Only kernels that cannot take the 16-bit value and widen it themselves read the cast ``v``: the
+    optimizer's updates and GEMMs (a pointwise or rows kernel would read the 16-bit value in its own
+    prologue: 2 bytes an element instead of the f32's 4, written and read again)."""
+    return all(u.op in OPTIMIZER_UPDATES or u.op == "matmul" for u in users.get(v, ()))
 
 
 def _pointwise_readers_only(v: Value, users, outputs) -> bool:

@@ -160,10 +160,10 @@ class ResolvedKernel:
         s, p = self.schedule, self.problem
         if self.skinny is not None:
             return (("A", 1, p.in_bytes), ("B", s.vec, p.in_bytes), ("C", 1, p.out_bytes),
-                    ("bias", 1, dtypes.element(bias_storage(p)).bytes))
+                    ("bias", 1, dtypes.element(p.bias_dtype).bytes))
         bias_vector = 1 if self.hopper is not None else s.vector_c
         return (("A", s.vector_a, p.in_bytes), ("B", s.vector_b, p.in_bytes), ("C", s.vector_c, p.out_bytes),
-                ("bias", bias_vector, dtypes.element(bias_storage(p)).bytes), ("residual", s.vector_c, p.out_bytes),
+                ("bias", bias_vector, dtypes.element(p.bias_dtype).bytes), ("residual", s.vector_c, p.out_bytes),
                 ("preactivation", s.vector_c, p.out_bytes))
 
     def check_alignment(self, *pointers) -> None:
@@ -302,7 +302,7 @@ def plain_torch_types() -> frozenset:
 
 
 def signature(a, b, out, bias, activation, target, tf32_fast, deterministic=False, workspace=None,
-              residual=None, preactivation=None) -> tuple | None:
+              residual=None, preactivation=None, round_through=False) -> tuple | None:
     """The signature-cache key of a ``matmul`` call on plain torch tensors; None for anything else.
 
     It holds every input of matmul's checks and kernel choice except the data pointers: each
@@ -330,7 +330,7 @@ def signature(a, b, out, bias, activation, target, tf32_fast, deterministic=Fals
     if o is False or c is False or w is False or (w is not None and not (w[2] and w[3])):
         return None
     return (a.dtype, a.shape, a.stride(), a.get_device(), b.dtype, b.shape, b.stride(), b.get_device(),
-            o, c, w, activation, target, bool(tf32_fast), deterministic) + extra
+            o, c, w, activation, target, bool(tf32_fast), deterministic, bool(round_through)) + extra
 
 
 # --------------------------------------------------------------------------- entry points
@@ -347,13 +347,16 @@ def launch_gemm(problem: GemmProblem, a_ptr: int, b_ptr: int, c_ptr: int, bias_p
 
 
 def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, tf32_fast: bool = False,
-           deterministic: bool | None = None, workspace=None, residual=None, preactivation=None):
+           deterministic: bool | None = None, workspace=None, residual=None, preactivation=None,
+           round_through: bool = False):
     """``act(a @ b + bias) + residual`` with a Nova kernel; returns ``out`` (allocated like ``a`` when None).
 
     ``residual``: a matrix of ``out``'s shape, type and strides added after the activation (a
     residual connection: no add kernel, no intermediate result).  ``preactivation``: a matrix of
     ``out``'s shape, type and strides the kernel also writes ``a @ b + bias`` into (kept for the
-    activation's backward); it needs an activation.
+    activation's backward); it needs an activation.  ``round_through=True`` (16-bit ``a`` and ``b``,
+    an f32 ``out``): the result is rounded to the inputs' type before it is widened into ``out``
+    (the bits of the 16-bit matmul followed by ``.float()``, in one kernel; ``residual`` then f32).
 
     ``tf32_fast=True`` (float32 inputs only) lets the tensor cores truncate FP32 to TF32 instead of
     rounding to nearest: no rounding work, ~2.6x larger error (7.7e-4 vs 2.9e-4 relative); opt-in.
@@ -379,7 +382,8 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
     # an unstated ``deterministic`` keys the signature on torch's flag; the options are read below, once
     # per signature (``reset()`` after changing NOVA_TARGET or NOVA_DETERMINISTIC in a running process)
     stated = bool(deterministic) if deterministic is not None else ("default", torch_deterministic())
-    key = signature(a, b, out, bias, activation, target, tf32_fast, stated, workspace, residual, preactivation)
+    key = signature(a, b, out, bias, activation, target, tf32_fast, stated, workspace, residual, preactivation,
+                    round_through)
     plan = _plans.get(key) if key is not None else None
     if plan is not None:
         if out is None:
@@ -409,16 +413,16 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
     rounding = "truncate" if tf32_fast and dtype == "tf32" else "rna"
     fields = (M, N, K, dtype, trans_a, trans_b, bias is not None, activation, out_dtype, rounding, bool(deterministic),
               *batch)
-    epilogue_matrices = (residual is not None, preactivation is not None)
-    problem = _problems.get(fields + epilogue_matrices)
+    epilogue = (residual is not None, preactivation is not None, dtypes.MODES[dtype].storage if round_through else None)
+    problem = _problems.get(fields + epilogue)
     if problem is None:
-        problem = _problems.setdefault(fields + epilogue_matrices, GemmProblem(
-            *fields, residual=epilogue_matrices[0], preactivation=epilogue_matrices[1]))
+        problem = _problems.setdefault(fields + epilogue, GemmProblem(
+            *fields, residual=epilogue[0], preactivation=epilogue[1], round_through=epilogue[2]))
     if to is not None:
         tensors.check_output(to, M, N, problem.out_dtype, batched=len(out_shape) == 3)
     tbias = tensors.describe(bias, "bias") if bias is not None else None
     if tbias is not None:
-        tensors.check_bias(tbias, N, bias_storage(problem))
+        tensors.check_bias(tbias, N, problem.bias_dtype)
 
     resolved = resolve_kernel(problem, target, driver.get_device(ta.device if ta.device is not None else tb.device))
     ws = None
@@ -454,8 +458,3 @@ def batched_problem(ta, tb, to) -> tuple[tuple, tuple]:
     if batch == 1:
         return (M, N, K, trans_a, trans_b), (1, M, N)
     return (M, N, K, trans_a, trans_b, batch, stride_a, stride_b, stride_c), (batch, M, N)
-
-
-def bias_storage(problem: GemmProblem) -> str:
-    """Element type of the bias vector, as codegen reads it: f32 for TF32 inputs, else the output's."""
-    return "f32" if problem.dtype == "tf32" else problem.out_dtype

@@ -311,15 +311,9 @@ def split_k_step(p: GemmProblem, tiles: int, slots: float, k_iters: int) -> tupl
     if not (tiles < slots / 2 and k_iters >= MIN_SPLIT_K_ITERS):
         return 1, note("split-K", 1, f"tiles fill {min(tiles / slots, 1):.0%} of one wave"
                        + (f" and K has only {k_iters} block_k steps" if k_iters < MIN_SPLIT_K_ITERS else "") + ": no split")
-    if p.out_bytes < 4:
-        return 1, note("split-K", 1, f"tiles fill {tiles / slots:.0%} of the slots, but partial sums added atomically "
-                       f"into a {p.out_dtype} output would be rounded to 16 bits at every add")
-    if p.activation != "none":
-        return 1, note("split-K", 1, f"tiles fill {tiles / slots:.0%} of the slots, but a {p.activation} epilogue "
-                       "cannot be applied to partial sums")
-    if p.deterministic:
-        return 1, note("split-K", 1, f"tiles fill {tiles / slots:.0%} of the slots, but the problem is deterministic "
-                       "and atomic adds land in a varying order")
+    if p.atomic_split_reason:
+        return 1, note("split-K", 1, f"tiles fill {tiles / slots:.0%} of the slots, but partial sums cannot add "
+                       f"atomically: {p.atomic_split_reason}")
     return formula_step("split-K", F.split_k, "tiles fill under half of the SM slots: split K so the slots fill, keeping "
                         ">= 2 block_k iterations per slice (partial sums add atomically)",
                         post=lambda v: max(1, int(v)), slots=slots, tiles=tiles, k_iters=k_iters)
@@ -423,12 +417,8 @@ def check_schedule(p: GemmProblem, s: Schedule, gpu: GPUModel) -> list[str]:
         out.append(f"split_k={s.split_k}")
     if s.split_reduction not in SPLIT_REDUCTIONS:
         out.append(f"split reduction {s.split_reduction!r}")
-    if s.zero_output and p.activation != "none":
-        out.append("atomic split-K with a non-linear epilogue")
-    if s.zero_output and p.out_bytes < 4:
-        out.append("atomic split-K into a 16-bit output")
-    if s.zero_output and p.deterministic:
-        out.append("atomic split-K in a deterministic problem (the adds' order varies)")
+    if s.zero_output and p.atomic_split_reason:
+        out.append(f"atomic split-K: {p.atomic_split_reason}")
     if s.split_workspace and s.mma.family != "wgmma":
         out.append("a split-K workspace on the mma.sync kernel (Hopper only)")
     if s.stream_k and (s.mma.family != "wgmma" or s.split_k != 1 or p.batch > 1):

@@ -348,7 +348,7 @@ class _HopperKernel:
         # kslice * M + m of a [split_k * M, N] workspace; the reduction kernel does the epilogue
         self.partial = s.split_workspace
         self.O = "f32" if self.partial else p.out_dtype
-        self.BT = "f32" if p.dtype == "tf32" else p.out_dtype
+        self.BT = p.bias_dtype
         self.wgs = s.consumer_warpgroups
         self.threads = WG * (1 + self.wgs)
         self.BK = s.block_k
@@ -1498,7 +1498,7 @@ class _SplitReduce:
     def __init__(self, p: GemmProblem, s: Schedule):
         self.p, self.s, self.ir = p, s, Ir(RESERVED_NAMES)
         self.O = p.out_dtype
-        self.BT = "f32" if p.dtype == "tf32" else p.out_dtype
+        self.BT = p.bias_dtype
         self.vec = s.vector_c
 
     def stream_k_segments(self, e):

@@ -55,11 +55,6 @@ NOUNROLL = "{loop_annotation = #llvm.loop_annotation<unroll = #llvm.loop_unroll<
 FENCE = 'llvm.inline_asm has_side_effects "membar.gl;", "" : () -> ()'
 
 
-def bias_storage(p: GemmProblem) -> str:
-    """Element type of the bias vector: f32 for TF32 inputs, else the output's (the tensor-core kernels')."""
-    return "f32" if p.dtype == "tf32" else p.out_dtype
-
-
 def main_params(p: GemmProblem, s: SkinnySchedule) -> tuple[str, ...]:
     return ("A", "B", "C") + (("bias",) if p.bias else ()) + (("W", "T") if s.split else ())
 
@@ -191,7 +186,7 @@ class SkinnyKernel:
         p, s = self.p, self.s
         blocks = s.grid(p.N)[0]
         types = {"A": (p.M * p.K, p.storage), "B": (p.K * p.N, p.storage), "C": (p.M * p.N, p.out_dtype),
-                 "bias": (p.N, bias_storage(p)), "W": (blocks * s.region(p.M), "f32"), "T": (blocks, "i32")}
+                 "bias": (p.N, p.bias_dtype), "W": (blocks * s.region(p.M), "f32"), "T": (blocks, "i32")}
         return [(name, *types[name]) for name in main_params(p, s)]
 
     # ---------------------------------------------------------------- A staging

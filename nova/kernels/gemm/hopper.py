@@ -387,14 +387,8 @@ def fill_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, dram_bound:
 
 
 def atomic_split_blocker(p: GemmProblem) -> str | None:
-    """Why K slices cannot add with FP32 atomics into C (None if they can)."""
-    if p.out_dtype != "f32":
-        return f"the {p.out_dtype} output cannot take FP32 atomic adds"
-    if p.activation != "none":
-        return f"{p.activation}(sum) is not a sum of {p.activation}s"
-    if p.deterministic:
-        return "the problem is deterministic and atomic adds land in a varying order"
-    return None
+    """Why K slices cannot add with FP32 atomics into C (None if they can): ``GemmProblem.atomic_split_reason``."""
+    return p.atomic_split_reason or None
 
 
 def split_reductions(p: GemmProblem) -> tuple[str, ...]:

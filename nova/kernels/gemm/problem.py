@@ -12,6 +12,13 @@ The epilogue's operands beyond the bias, each in C's type and C's layout (row-ma
   applied to (a training step keeps it for the activation's backward), so the activation runs in the
   epilogue instead of a kernel of its own that reads P back.  Needs an activation.
 
+``round_through`` (a cast epilogue): a 16-bit GEMM whose result is widened to f32 before anything else
+reads it (autocast's ``f32(bf16(y)) + R``, a weight gradient cast to its f32 parameter's type) writes
+f32 directly: ``C = f32(round(act(acc + bias))) + R`` with the rounding to the 16-bit type the cast
+would have seen, so C holds the bits of the 16-bit result then the cast (and the add, if R).  The bias
+stays in the 16-bit type; R is in C's (f32).  The rounding applies to the whole sum, so atomic split-K
+(partial sums added into C) cannot take it.
+
 The kernel's arguments after A, B and C are the epilogue's operands in ``epilogue_operands`` order.
 
 Batched (``batch`` > 1): ``C[b] = act(A[b] @ B[b] + bias)`` for ``b < batch``, one launch.  Each
@@ -89,6 +96,8 @@ class GemmProblem:
     # The epilogue's matrix operands (module docstring), in C's type and layout.
     residual: bool = False        # C = act(acc + bias) + R
     preactivation: bool = False   # also write P = acc + bias; needs an activation
+    round_through: str | None = None  # C's value rounded to this 16-bit type before it is widened to
+                                      # out_dtype f32 (a cast epilogue; module docstring)
 
     def __post_init__(self):
         for name in ("M", "N", "K"):
@@ -115,6 +124,7 @@ class GemmProblem:
             raise ProblemError(f"unsupported output dtype {self.out_dtype!r}; choose one of {', '.join(OUT_DTYPES)}")
         if not isinstance(self.deterministic, bool):
             raise ProblemError(f"deterministic must be True or False, got {self.deterministic!r}")
+        self._check_round_through()
         if self.dtype != "tf32" and self.tf32_rounding != "rna":
             object.__setattr__(self, "tf32_rounding", "rna")      # tf32_fast does not apply: same kernel, same key
         self._check_batch()
@@ -122,6 +132,19 @@ class GemmProblem:
         if total > MAX_GPU_BYTES:
             raise ProblemError(f"GEMM {self.M}x{self.N}x{self.K} {self.dtype}: A, B and C take {total / 1e9:.1f} GB, more "
                                f"than the {MAX_GPU_BYTES / 1e9:.1f} GB of the largest GPU Nova models ({MAX_GPU_NAME})")
+
+    def _check_round_through(self) -> None:
+        r = self.round_through
+        if r is None:
+            return
+        storage = DTYPES[self.dtype].storage
+        if r not in ("bf16", "f16") or r != storage:
+            raise ProblemError(f"round_through {r!r}: a cast epilogue rounds to the inputs' 16-bit type "
+                               f"({storage if storage != 'f32' else 'none for tf32'})")
+        if self.out_dtype != "f32":
+            raise ProblemError(f"round_through {r}: the rounded value is widened to an f32 output, not {self.out_dtype}")
+        if self.preactivation:
+            raise ProblemError(f"round_through {r} with a pre-activation output: P would be in {r}, C in f32")
 
     def _check_batch(self) -> None:
         """Validate the batch and normalise it: strides None (packed) -> M*K, K*N, M*N; batch = 1 ->
@@ -186,6 +209,26 @@ class GemmProblem:
         return 1 + self.residual + self.preactivation
 
     @property
+    def bias_dtype(self) -> str:
+        """The bias vector's element type: f32 for TF32; else the type C has before a cast epilogue
+        widens it (``round_through``), which is the output's otherwise (``torch.addmm``'s rule)."""
+        return "f32" if self.dtype == "tf32" else self.round_through or self.out_dtype
+
+    @property
+    def atomic_split_reason(self) -> str:
+        """Why K slices cannot be added atomically into C ("" when they can): only an f32 output that
+        is the plain sum of the slices' products takes FP32 atomic adds, in an order that varies."""
+        if self.out_dtype != "f32":
+            return f"the {self.out_dtype} output cannot take FP32 atomic adds"
+        if self.activation != "none":
+            return f"{self.activation}(sum) is not a sum of {self.activation}s"
+        if self.round_through:
+            return f"C is rounded through {self.round_through} once, after the whole sum"
+        if self.deterministic:
+            return "the problem is deterministic and atomic adds land in a varying order"
+        return ""
+
+    @property
     def storage(self) -> str:
         """Element type of A and B in memory: 'f32', 'bf16' or 'f16'."""
         return DTYPES[self.dtype].storage
@@ -206,7 +249,7 @@ class GemmProblem:
     @property
     def footprint_bytes(self) -> int:
         """Device memory the operands take: A, B, C, R and P (their extents over the batch) and the bias vector."""
-        bias = self.N * (4 if self.dtype == "tf32" else self.out_bytes) if self.bias else 0
+        bias = self.N * ELEMENT_TYPES[self.bias_dtype].bytes if self.bias else 0
         return ((self.extent("a") + self.extent("b")) * self.in_bytes
                 + self.c_like_operands * self.extent("c") * self.out_bytes + bias)
 
@@ -235,8 +278,9 @@ class GemmProblem:
             epi.append("residual")
         fast = " tf32_fast" if self.dtype == "tf32" and self.tf32_rounding == "truncate" else ""
         batch = f"{self.batch}x" if self.batch > 1 else ""
+        through = f"{self.round_through}->" if self.round_through else ""
         return (f"gemm {batch}{self.M}x{self.N}x{self.K} {self.dtype}{fast} {t}"
-                + (f" +{'+'.join(epi)}" if epi else "") + f" -> {self.out_dtype}"
+                + (f" +{'+'.join(epi)}" if epi else "") + f" -> {through}{self.out_dtype}"
                 + (" deterministic" if self.deterministic else "")
                 + (f" (batch strides A,B,C = {self.strides_text()})" if not self.packed_batch else ""))
 
@@ -254,7 +298,7 @@ class GemmProblem:
         d = asdict(self)
         if d["tf32_rounding"] == "rna":      # the defaults stay out: a problem's dict (and key) only grows
             del d["tf32_rounding"]           # when it asks for something new
-        for k in ("deterministic", "residual", "preactivation"):
+        for k in ("deterministic", "residual", "preactivation", "round_through"):
             if not d[k]:
                 del d[k]
         if d["batch"] == 1:                  # an unbatched problem keeps the key it always had

@@ -129,6 +129,8 @@ def applies(p: GemmProblem, gpu: GPUModel) -> tuple[bool, str]:
         return False, "its epilogue adds no residual and writes no pre-activation"
     if p.activation == "gelu_erf":
         return False, "its epilogue computes relu, gelu (tanh) and silu, not the exact GELU"
+    if p.round_through:
+        return False, f"its epilogue does not round through {p.round_through} (a cast epilogue)"
     return True, ""
 
 

@@ -224,7 +224,7 @@ def mma_sync_space(p: GemmProblem, gpu: GPUModel) -> list[Schedule]:
     vector_b = copy_vector(p.K if p.trans_b else p.N, b)
     vector_c = 2 if p.N % 2 == 0 else 1
     plain_copies = sum(1 for v in (vector_a, vector_b) if v * b < 4)
-    split_ok = p.out_bytes == 4 and p.activation == "none" and not p.deterministic     # atomic adds only
+    split_ok = not p.atomic_split_reason                      # atomic adds only
     max_m, max_n = _clamp_side(p.M), _clamp_side(p.N)
     out: set[Schedule] = set()
     for block_m, block_n in itertools.product(BLOCK_SIDES, BLOCK_SIDES):
