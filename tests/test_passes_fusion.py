@@ -428,11 +428,12 @@ def _norm_backward_graph(n: int, residual_after: bool = False):
     return g
 
 
-@pytest.mark.parametrize("n, summed", [(512, True), (768, False)])
+@pytest.mark.parametrize("n, summed", [(512, True), (768, True), (65536, False)])
 def test_a_norm_backward_takes_its_residual_add_and_the_bias_sum_where_the_sums_fit(n, summed):
     """The add of dx and the residual joins the norm's backward; the column sum of the result joins too
     when the rows configurator keeps the three column sums in the row pass (512 columns: 48 sums a
-    thread on the H200), not at 768 columns (72 > 64: a column stage would re-read dy and x)."""
+    thread on the H200; 768: two warps a row, 36), not at 65536 columns (a CTA's 1024 threads would
+    keep 192 sums each, and the row is not kept in registers: a column stage would re-read dy and x)."""
     g = _norm_backward_graph(n)
     groups = fuse(canonicalize(g), target="h200")
     (norm,) = [gr for gr in groups if ops_of(gr)[0] == "layer_norm_backward"]

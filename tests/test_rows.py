@@ -193,6 +193,7 @@ def test_one_long_row_is_split_over_a_wave_and_one_cta_is_priced_at_one_sm():
 def _kernels():
     cases = [cli_problem("layernorm", 300, 1001, "bf16"), cli_problem("layernorm", 300, 1001, "bf16", backward=True),
              cli_problem("layernorm", 64, 24, "f32", backward=True), cli_problem("rmsnorm", 100, 4096, "f16"),
+             cli_problem("layernorm", 16384, 768, "f32", backward=True, residual=True, dx_sum=True),   # 2 warps a row
              cli_problem("rmsnorm", 100, 4096, "bf16", backward=True), cli_problem("softmax", 8, 300000, "f32"),
              cli_problem("softmax", 8, 300000, "f32", backward=True),
              cli_problem("softmax", 77, 33, "f16", backward=True), cli_problem("log_softmax", 50, 2048, "bf16"),
@@ -458,14 +459,16 @@ def test_the_final_sum_spreads_its_columns_over_as_many_ctas_as_its_lanes_allow(
 
 
 
-@pytest.mark.parametrize("kind, rows, n", [("rmsnorm", 40, 96), ("layernorm", 24, 200), ("rmsnorm", 6, 16384)])
+@pytest.mark.parametrize("kind, rows, n", [("rmsnorm", 40, 96), ("layernorm", 24, 200), ("layernorm", 6, 768),
+                                          ("rmsnorm", 6, 16384)])
 def test_a_norm_backward_adds_the_residual_and_sums_dx(kind, rows, n):
     """``--residual --dx-sum``: the norm's backward writes ``dx + residual`` (the residual stream's
     gradient a pre-norm block adds after the norm's backward) and sums it over the rows (the bias
     gradient of the linear layer before it), every kernel of the schedule executed thread by thread on
     the CPU (``tests/simt_cpu.py``), outputs NaN-poisoned, against float64: dx with the residual, its
-    column sums and the weight (and bias) gradients; the sums in the row kernel's pass (96, 200) and in
-    the column stage after it (16384: it reads dx back)."""
+    column sums and the weight (and bias) gradients; the sums in the row kernel's pass (96, 200; 768: a
+    CTA of two warps per row, so that a lane's 3 x 12 sums fit) and in the column stage after it
+    (16384: it reads dx back)."""
     import numpy as np
     from simt_cpu import run_kernel
     from nova.hwmodel import get_target
@@ -475,6 +478,8 @@ def test_a_norm_backward_adds_the_residual_and_sums_dx(kind, rows, n):
     assert [o.name for o in p.inputs][-1] == "residual" and [o.name for o in p.outputs][-1] == "dxsum"
     s = configure_rows(p, get_target("h200")).schedule
     assert s.roles == (("row", "column") if n == 16384 else ("row", "partials_final")), s.roles
+    if n == 768:                                      # a warp per row would keep 3 x 24 sums a lane
+        assert s.row.threads_per_row == 64, s.row
     rng = np.random.default_rng(rows + n)
     x, dy, residual = (rng.standard_normal((rows, n)) for _ in range(3))
     w = 1 + 0.1 * rng.standard_normal(n)

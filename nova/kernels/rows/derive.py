@@ -3,8 +3,10 @@ and the ``Step`` (formula with this GPU's numbers, value, reason) that ``nova-co
 Closed form: no search, no measurement.
 
  1. vector width      16-byte accesses, narrowed to what every operand's row length, stride and base allow
- 2. threads per row   lanes until each holds one vector; a warp per row up to LANE_VECTORS vectors a lane;
-                      beyond, a CTA per row of as many warps as that needs (at most a CTA's 1024 threads)
+ 2. threads per row   lanes until each holds one vector; a warp per row up to LANE_VECTORS vectors a lane
+                      (fewer where a norm backward's column sums, vec x gradients a vector, would pass
+                      ACC_VALUES: more lanes then keep them in the row pass); beyond, a CTA per row of as
+                      many warps as that needs (at most a CTA's 1024 threads)
  3. rows per CTA      CTAs of 4 warps (one per scheduler) for short rows; one row per CTA for long ones
  4. passes            the row held in registers (read once) when the values a thread keeps fit the
                       register budget, else walked once per pass (the re-reads hit L2 when the rows in
@@ -153,9 +155,13 @@ def step1_vector(p: RowsProblem, operands) -> tuple[int, list]:
 
 # ---- 2, 3 --------------------------------------------------------------------------------------
 def lane_vectors(p: RowsProblem, vec: int) -> int:
-    """Vectors a lane keeps: LANE_VECTORS, fewer where the kept operands would pass REG_VALUES."""
+    """Vectors a lane keeps: LANE_VECTORS, fewer where the kept operands would pass REG_VALUES or a
+    norm backward's column sums (one per gradient and column the lane touches) would pass ACC_VALUES:
+    more lanes share the row, so the sums stay in the row pass (step 6)."""
     held = len(HELD.get(p.kind, ())) if PASSES.get(p.kind, 1) > 1 else 0
-    return max(1, min(LANE_VECTORS, REG_VALUES // (vec * held))) if held else LANE_VECTORS
+    lanes = max(1, min(LANE_VECTORS, REG_VALUES // (vec * held))) if held else LANE_VECTORS
+    grads = summed_gradients(p)
+    return max(1, min(lanes, ACC_VALUES // (vec * grads))) if grads else lanes
 
 
 def step2_threads_per_row(p: RowsProblem, vec: int, gpu: GPUModel) -> tuple[int, list]:
