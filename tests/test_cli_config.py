@@ -52,6 +52,14 @@ def test_targets_and_show_target():
     assert "[H200]" in d["quantities"]["dram_bw"]["source"]
 
 
+def test_the_cast_epilogue_is_stated_with_round_through():
+    r = run("explain", "matmul", "16384x768x768", "--target", "h200", "--dtype", "bf16", "--bias", "--residual",
+            "--round-through", "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["problem"]["round_through"] == "bf16" and d["problem"]["out_dtype"] == "f32", d["problem"]
+
+
 @pytest.mark.parametrize("args, message", [
     (("explain", "matmul", "0x5"), "bad GEMM shape '0x5'"),
     (("explain", "matmul", "4096x0"), "bad GEMM shape '4096x0': sizes must be positive"),
@@ -68,6 +76,9 @@ def test_targets_and_show_target():
     (("show-target", "tpu"), "unknown target 'tpu'"),
     (("explain", "matmul", "512x512x512", "--batch-strides", "0,packed,packed"),     # not silently ignored
      "--batch-strides applies to a batched shape BxMxNxK; 512x512x512 is a single GEMM"),
+    (("explain", "matmul", "64", "--round-through"), "a cast epilogue rounds to the inputs' 16-bit type"),
+    (("explain", "matmul", "64", "--dtype", "bf16", "--round-through", "--out-dtype", "bf16"),
+     "widened to an f32 output, not bf16"),
 ])
 def test_bad_input_is_one_clear_line(args, message):
     r = run(*args)

@@ -78,6 +78,9 @@ def test_json_suite_objects(tmp_path):
         GemmProblem(1, 2, 3, "bf16", False, False)]
     with pytest.raises(ShapeError, match="only 'nova precompile gemm' reads"):
         read_suite(js)                             # bench/tune would drop the layouts: refused
+    js.write_text(json.dumps([{"M": 8, "N": 16, "K": 32, "residual": True, "round_through": True}]))
+    assert problems_from(read_suite_entries(js), args) == [
+        GemmProblem(8, 16, 32, "bf16", False, True, out_dtype="f32", residual=True, round_through="bf16")]
     js.write_text(json.dumps([{"M": 8, "N": 16, "K": 32, "trans_a": False, "activation": "none"}]))
     assert read_suite(js) == [(8, 16, 32)]         # default fields change nothing
     for bad, fragment in (({"M": 8, "N": 16}, "needs integer M, N and K"),

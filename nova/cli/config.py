@@ -26,7 +26,8 @@ import json
 import sys
 
 from nova.cli.common import CliParser, UsageError, add_version, check_tf32_fast, dispatch
-from nova.cli.shapes import STRIDES_HELP, parse_batch_strides, parse_problem_shape
+from nova.cli.shapes import (ROUND_THROUGH_HELP, STRIDES_HELP, parse_batch_strides, parse_problem_shape,
+                             round_through_fields)
 from nova.configurator import ACTIVATIONS, DTYPES, GemmProblem, ProblemError, configure
 from nova.hwmodel import PRESETS, get_target
 
@@ -60,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="epilogue adds a residual matrix R (C's shape and type) after the activation")
     ex.add_argument("--preactivation", action="store_true",
                     help="the kernel also writes the pre-activation A @ B + bias as a second output (needs --activation)")
+    ex.add_argument("--round-through", action="store_true", help=ROUND_THROUGH_HELP)
     ex.add_argument("--tf32-fast", action="store_true",
                     help="tf32 only: truncate FP32 to TF32 in the tensor cores instead of rounding to nearest (opt-in)")
     ex.add_argument("--out-dtype", default=None, help="output storage f32, bf16 or f16 (default: the inputs' storage)")
@@ -91,10 +93,11 @@ def cmd_explain(args) -> int:
     check_tf32_fast([args.dtype], args.tf32_fast)
     strides = parse_batch_strides(args.batch_strides) if args.batch_strides is not None else (None, None, None)
     problem = GemmProblem(M, N, K, dtype=args.dtype, trans_a=args.trans_a, trans_b=args.trans_b,
-                          bias=args.bias, activation=args.activation, out_dtype=args.out_dtype,
+                          bias=args.bias, activation=args.activation,
                           tf32_rounding="truncate" if args.tf32_fast else "rna", deterministic=args.deterministic,
                           batch=batch.get("B", 1), batch_stride_a=strides[0], batch_stride_b=strides[1],
-                          batch_stride_c=strides[2], residual=args.residual, preactivation=args.preactivation)
+                          batch_stride_c=strides[2], residual=args.residual, preactivation=args.preactivation,
+                          **round_through_fields(args.dtype, args.round_through, args.out_dtype))
     cfg = configure(problem, get_target(args.target))
     if args.json:
         print(json.dumps(cfg.to_dict(), indent=1))

@@ -96,6 +96,21 @@ def parse_batch_strides(value) -> tuple:
     return tuple(out)
 
 
+ROUND_THROUGH_HELP = ("16-bit inputs: write an f32 C rounded to the inputs' type first (a cast epilogue: the bits "
+                      "of the 16-bit result widened; the output dtype defaults to f32)")
+
+
+def round_through_fields(dtype: str, round_through: bool, out_dtype: str | None) -> dict:
+    """``GemmProblem``'s ``out_dtype`` and ``round_through`` for a command's ``--round-through`` flag
+    (or a suite entry's ``round_through``): the inputs' 16-bit storage, and an f32 output unless stated
+    (``GemmProblem`` refuses the rest in one line)."""
+    if not round_through:
+        return {"out_dtype": out_dtype}
+    from nova.dtypes import MODES
+    storage = MODES[dtype].storage if dtype in MODES else dtype
+    return {"out_dtype": out_dtype or "f32", "round_through": storage}
+
+
 def parse_shape_list(text: str) -> list[tuple[int, int, int]]:
     """Comma-separated shapes: ``"64,128x128x256"``."""
     items = [s for s in str(text).split(",") if s.strip()]
@@ -108,6 +123,7 @@ def parse_shape_list(text: str) -> list[tuple[int, int, int]]:
 LAYOUT_FIELDS = {"trans_a": (bool, "true or false", False), "trans_b": (bool, "true or false", False),
                  "bias": (bool, "true or false", False), "activation": (str, "a string", "none"),
                  "residual": (bool, "true or false", False), "preactivation": (bool, "true or false", False),
+                 "round_through": (bool, "true or false", False),
                  "out_dtype": ((str, type(None)), "a string or null", None),
                  "B": (int, "a positive integer (the GEMM's batch)", 1),
                  "batch_strides": ((list, type(None)), 'a list [A, B, C] of strides (elements, "packed" or null)', None)}
