@@ -451,7 +451,7 @@ class EmulatedNova:
         self.rounded = []                   # per launch: round_through (the result rounded to a's type first)
 
     def __call__(self, a, b, *, out, bias=None, activation="none", target=None, deterministic=None, residual=None,
-                 preactivation=None, round_through=False):
+                 preactivation=None, round_through=False, activation_grad=False):
         from nova.kernels.gemm.problem import GemmProblem
         from nova.runtime.tensors import is_c_contiguous
 
@@ -475,6 +475,11 @@ class EmulatedNova:
                                                      residual=residual is not None,
                                                      preactivation=preactivation is not None)])
         pre = a @ b + (bias if bias is not None else 0)
+        if activation_grad:                 # (a @ b + bias) * gelu'(R), R the saved pre-activation
+            assert activation == "gelu" and residual is not None and preactivation is None
+            self.launches.append(self.launches.pop() + ("dgelu",))
+            out.copy_(torch.ops.aten.gelu_backward(pre, residual, approximate="tanh"))
+            return out
         r = {"none": pre, "relu": torch.relu(pre), "silu": torch.nn.functional.silu(pre),
              "gelu": torch.nn.functional.gelu(pre, approximate="tanh")}[activation]
         self.rounded.append(bool(round_through))
@@ -492,7 +497,8 @@ class EmulatedNova:
 def problem_tuples(problems):
     return [(p.M, p.N, p.K, p.trans_a, p.trans_b, p.bias, p.activation)
             + ((p.batch, p.batch_stride_a, p.batch_stride_b, p.batch_stride_c) if p.batch > 1 else ())
-            + (("preact",) if p.preactivation else ()) + (("residual",) if p.residual else ()) for p in problems]
+            + (("preact",) if p.preactivation else ()) + (("residual",) if p.residual else ())
+            + (("dgelu",) if p.activation_grad else ()) for p in problems]
 
 
 @pytest.mark.parametrize("name", ["linear", "mlp", "attention", "grouped", "bmm"])

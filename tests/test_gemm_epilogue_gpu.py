@@ -1,5 +1,6 @@
 """GEMM epilogue operands on the GPU: ``nova.matmul(..., residual=R, preactivation=P)`` against float64
-(and the exact GELU, ``activation="gelu_erf"``; the cast epilogue, ``round_through=True``).
+(and the exact GELU, ``activation="gelu_erf"``; the cast epilogue, ``round_through=True``; the GELU's
+backward, ``activation_grad=True``).
 
 ``C = act(A @ B + bias) + R`` and ``P = A @ B + bias`` on fresh random data (a new seed each run,
 printed on failure), C and P poisoned with NaN before the launch: every element written, within the
@@ -146,6 +147,47 @@ def test_the_cast_epilogue_writes_the_bf16_result_widened(case, hopper, monkeypa
         assert torch.equal(out, out.bfloat16().float()), f"{what}: C holds values no bf16 has (not rounded)"
 
 
+# the activation's backward (activation_grad): C = (A @ B) * gelu'(R), R the pre-activation; (M, N, K, dtype)
+GRAD_CASES = [
+    (16384 // 8, 2048, 512, "tf32"),      # GPT's dh = dy @ W2 then gelu_backward(dh, pre)
+    (1000, 1002, 520, "bf16"),            # ragged M, odd N
+    (129, 258, 4096, "tf32"),             # deep K: the split-K workspace's reduction applies it
+]
+
+
+def grad_problem(case) -> GemmProblem:
+    M, N, K, dtype = case
+    return GemmProblem(M, N, K, dtype, activation="gelu", residual=True, activation_grad=True)
+
+
+@pytest.mark.parametrize("hopper", HOPPER_SWITCH)
+@pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: "x".join(map(str, c[:3])) + f"-{c[3]}")
+def test_the_activation_grad_epilogue_against_float64(case, hopper, monkeypatch):
+    torch = pytest.importorskip("torch")
+    if hopper == "1" and driver.get_device().cc < (9, 0):
+        pytest.skip("the Hopper kernel needs sm_90")
+    monkeypatch.setenv("NOVA_HOPPER", hopper)
+    mm.reset()
+    M, N, K, dtype = case
+    seed = int.from_bytes(os.urandom(4), "little")
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    tdt = {"tf32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    a = torch.randn(M, K, device="cuda", generator=gen).to(tdt)
+    b = torch.randn(K, N, device="cuda", generator=gen).to(tdt)
+    pre = (torch.randn(M, N, device="cuda", generator=gen) * 3).to(tdt)      # the GELU's curve and its tails
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=tdt)
+    try:
+        assert nova.matmul(a, b, out=out, activation="gelu", residual=pre, activation_grad=True) is out
+        torch.cuda.synchronize()
+    finally:
+        mm.reset()
+    what = f"{grad_problem(case).describe()} NOVA_HOPPER={hopper} (seed {seed})"
+    assert int(torch.isnan(out).sum()) == 0, f"{what}: C has elements left unwritten"
+    y = torch.ops.aten.gelu_backward(a.double() @ b.double(), pre.double(), approximate="tanh")
+    err = float(torch.linalg.norm(out.double() - y) / torch.linalg.norm(y))
+    assert err < TOLERANCE[dtype], f"{what}: relative Frobenius error {err:.2e}"
+
+
 def test_a_residual_not_laid_out_as_the_output_is_refused_in_one_line():
     torch = pytest.importorskip("torch")
     a = torch.randn(64, 32, device="cuda")
@@ -162,7 +204,8 @@ def _build(target: str) -> None:
     for hopper in HOPPER_SWITCH:
         os.environ["NOVA_HOPPER"] = hopper
         mm.reset()
-        counts = mm.precompile_gemms([problem(c) for c in CASES] + [round_problem(c) for c in ROUND_CASES],
+        counts = mm.precompile_gemms([problem(c) for c in CASES] + [round_problem(c) for c in ROUND_CASES]
+                                     + [grad_problem(c) for c in GRAD_CASES],
                                      get_target(target), KernelCache(),
                                      label=f"NOVA_HOPPER={hopper} ")
         print(counts)

@@ -148,7 +148,7 @@ def test_gemm_launches_get_their_arena_workspace(model_plan):
     calls = []
 
     def gemm(a, b, *, out, bias=None, activation="none", target=None, deterministic=None, workspace=None,
-             residual=None, preactivation=None):                      # nova.matmul's signature
+             residual=None, preactivation=None, round_through=False, activation_grad=False):   # nova.matmul's
         calls.append(workspace)
     program = Program(model_plan, "meta", gemm=gemm)
     arena = program._dry_ctx.arena

@@ -71,3 +71,42 @@ def test_a_chain_of_two_inputs_is_not_an_activation():
     x, y = g.input(F(8, 16), "x"), g.input(F(8, 16), "y")
     g.output(g.op("mul", x, g.op("sigmoid", y)), "out")
     assert name_activations(g) is g
+
+
+# ------------------------------------------------------------------ backward chains
+def _gelu_new_backward(g, dy, x, cubic=0.044715, dtype="f32"):
+    """autograd's backward of ``gelu_new`` (the forward recomputed from x, as recompute.py leaves it),
+    each op's result in ``dtype`` (autocast: bf16 between the ops)."""
+    c = lambda v: g.op("constant", value=v, dtype=dtype)           # noqa: E731
+    k = math.sqrt(2 / math.pi)
+    t = g.op("tanh", g.op("mul", c(k), g.op("add", x, g.op("mul", c(cubic), g.op("pow", x, c(3.0))))))
+    left = g.op("mul", dy, g.op("mul", c(0.5), g.op("add", c(1.0), t)))
+    dt = g.op("tanh_backward", g.op("mul", dy, g.op("mul", c(0.5), x)), t)
+    du = g.op("mul", c(k), g.op("add", c(1.0), g.op("mul", c(3 * cubic), g.op("pow", x, c(2.0)))))
+    return g.op("add", left, g.op("mul", dt, du))
+
+
+def _backward_graph(**kw):
+    dtype = kw.get("dtype", "f32")
+    g = Graph()
+    dy, x = g.input(TensorType((8, 16), dtype), "dy"), g.input(TensorType((8, 16), dtype), "x")
+    g.output(_gelu_new_backward(g, dy, x, **kw), "dx")
+    return g
+
+
+def test_autograds_gelu_backward_written_op_by_op_becomes_gelu_tanh_backward():
+    g = _backward_graph()
+    named = name_activations(g)
+    assert [n.op for n in named.nodes] == ["gelu_tanh_backward"]
+    assert list(named.nodes[0].inputs) == [named.inputs[0].value, named.inputs[1].value]   # (dy, x), in that order
+    gen = torch.Generator().manual_seed(3)
+    xs = [torch.randn(8, 16, generator=gen), torch.randn(8, 16, generator=gen) * 3]
+    torch.testing.assert_close(interpreter.run(named, xs)[0], interpreter.run(g, xs)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_backward_chain_that_is_not_the_gradient_or_rounds_to_16_bits_stays():
+    """Another constant (0.04 for 0.044715) is another function; a chain whose ops round to bf16
+    (autocast) is not the f32 kernel's numbers: both stay as written."""
+    for kw in (dict(cubic=0.04), dict(dtype="bf16")):
+        g = _backward_graph(**kw)
+        assert name_activations(g) is g, kw

@@ -283,14 +283,14 @@ def test_training_step_groups():
     assert len(merges) == 4 and all(gr.nodes[0].op == "reshape" for gr in merges)
     (concat,) = [gr for gr in by_kind["composite"] if gr.nodes[0].op == "concat"]
     assert concat.kernel == "none" and "launches nothing" in concat.reason
-    fused_reductions = [gr for gr in by_kind["reduction"] if len(gr.nodes) > 1]
-    # the bias gradients with their producers: GELU's backward (a rows prologue op), its value also written
-    # for the input-gradient GEMM; the residual add went to the LayerNorm backward before it (above), whose
-    # kernel writes the sum the bias gradient then reads (one matrix transfer fewer than the add in the sum's)
-    assert {tuple(ops_of(gr)) for gr in fused_reductions} == {("gelu_tanh_backward", "sum")}
-    gelu_grad = [gr for gr in fused_reductions if ops_of(gr)[0] == "gelu_tanh_backward"]
-    assert all(gr.kernel == "nova" and gr.problem.prologue.store for gr in gelu_grad)
-    assert not [gr for gr in by_kind["pointwise"] if "gelu_tanh_backward" in ops_of(gr)]
+    # GELU's backward runs in the epilogue of the GEMM that computes its dy (dh = dy @ W2: the kernel reads
+    # the saved pre-activation as R and writes gelu_backward(dh, pre)); the bias gradient then sums that
+    # result, a column reduction of its own; the residual add went to the LayerNorm backward (above)
+    (dgelu,) = [gr for gr in gemms if "gelu_tanh_backward" in ops_of(gr)]
+    assert ops_of(dgelu) == ["matmul", "gelu_tanh_backward"] and dgelu.problem.activation_grad
+    assert dgelu.problem.residual and dgelu.problem.activation == "gelu" and not dgelu.problem.trans_a
+    assert dgelu.epilogue.residual is dgelu.nodes[1].inputs[1] and dgelu.epilogue.describe() == "dgelu(pre-activation)"
+    assert not [gr for gr in by_kind["reduction"] + by_kind["pointwise"] if "gelu_tanh_backward" in ops_of(gr)]
     # rows kernels (nova/passes/rows.py): the norms and the loss, and the reductions whose producers are prologue ops
     rows_ops = ("layer_norm", "layer_norm_backward", "cross_entropy", "cross_entropy_backward")
     rows = [gr for gr in groups if gr.kind == "reduction" or gr.kind == "composite" and gr.nodes[0].op in rows_ops]

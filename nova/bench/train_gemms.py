@@ -71,7 +71,8 @@ SUITE_STEPS = (("gpt42m", 32, 512), ("gpt144m", 16, 1024))     # (model, batch, 
 ROLES = {(False, True): "forward", (False, False): "dX", (True, False): "dW"}   # (trans_a, trans_b) -> role
 ENTRY_KEYS = ("model", "batch", "seq", "M", "N", "K", "trans_a", "trans_b", "role", "count", "bias", "activation")
 OPTIONAL_KEYS = {"B": 1, "batch_strides": None,     # a batched entry (module docstring): its defaults
-                 "residual": False, "preactivation": False}   # the epilogue's matrices (GemmProblem's)
+                 "residual": False, "preactivation": False,   # the epilogue's matrices (GemmProblem's)
+                 "activation_grad": False}                     # C = (A @ B) * act'(R): the activation's backward
 TARGETS = {"tf32": 1.05, "bf16": 1.0}     # geomean of Nova / max(cuBLAS, XLA) per dtype
 FLOOR = 0.9                               # no shape below
 LIBS = ("nova", "cublas", "xla")
@@ -105,7 +106,7 @@ def gemm_entries(planned, model: str, batch: int, seq: int) -> list[dict]:
         entries.append({"model": model, "batch": batch, "seq": seq, "M": p.M, "N": p.N, "K": p.K,
                         "trans_a": p.trans_a, "trans_b": p.trans_b, "role": role(p.trans_a, p.trans_b),
                         "count": count, "bias": p.bias, "activation": p.activation}
-                       | {k: True for k in ("residual", "preactivation") if getattr(p, k)})
+                       | {k: True for k in ("residual", "preactivation", "activation_grad") if getattr(p, k)})
     return entries
 
 
@@ -141,7 +142,8 @@ def case_problem(entry: dict, dtype: str):
     from nova.kernels.gemm.problem import GemmProblem
     return GemmProblem(entry["M"], entry["N"], entry["K"], dtype, entry["trans_a"], entry["trans_b"],
                        entry["bias"], entry["activation"], None, "rna", False, *batch_of(entry),
-                       residual=entry.get("residual", False), preactivation=entry.get("preactivation", False))
+                       residual=entry.get("residual", False), preactivation=entry.get("preactivation", False),
+                       activation_grad=entry.get("activation_grad", False))
 
 
 def batch_of(entry: dict) -> tuple:
@@ -183,13 +185,15 @@ def load_jax(log=print):
 
 
 def xla_gemm(jax, trans_a: bool, trans_b: bool, bias: bool = False, activation: str = "none",
-             batched: tuple[bool, bool] = (False, False), residual: bool = False, preactivation: bool = False):
+             batched: tuple[bool, bool] = (False, False), residual: bool = False, preactivation: bool = False,
+             activation_grad: bool = False):
     """A jitted ``act(op(A) @ op(B) + bias) + R`` taking A and B as stored: A [M, K] or [K, M]
     (``trans_a``), B [K, N] or [N, K] (``trans_b``); the transposition is ``dot_general``'s
     dimension numbers, so XLA sees the layout.  Output in the inputs' dtype.  ``batched``: which
     operands carry a leading batch axis [B, ...]: both, a ``dot_general`` batch dimension; one, a
     free axis of it (the other, 2-D, broadcast), the result [B, M, N] either way.  Arguments after
-    A and B: the bias, then R, those it has; with ``preactivation`` it returns ``(C, A @ B + bias)``."""
+    A and B: the bias, then R, those it has; with ``preactivation`` it returns ``(C, A @ B + bias)``;
+    with ``activation_grad`` C is ``(A @ B + bias) * act'(R)`` (jax's derivative of the activation)."""
     lax = jax.lax
     ra, rb = (3 if x else 2 for x in batched)
     contract = ((ra - 2 if trans_a else ra - 1,), (rb - 1 if trans_b else rb - 2,))
@@ -205,6 +209,8 @@ def xla_gemm(jax, trans_a: bool, trans_b: bool, bias: bool = False, activation: 
             c = jax.numpy.transpose(c, (1, 0, 2))
         if bias:
             c = c + rest[0]
+        if activation_grad:
+            return c * jax.vmap(jax.grad(act))(rest[-1].reshape(-1)).reshape(c.shape)
         out = act(c) if act else c
         if residual:
             out = out + rest[-1]
@@ -243,7 +249,9 @@ def bench_case(torch, jax, entry: dict, dtype: str, *, seed: int, settle_s: floa
     res = torch.randn(outs["nova"].shape, device="cuda", generator=gen).to(outs["nova"].dtype) \
         if entry.get("residual") else None                # R: C's shape and type
     pres = {name: torch.full_like(o, float("nan")) for name, o in outs.items()} if entry.get("preactivation") else {}
-    ref = reference(torch, a, b, bias, act) + (res.to(torch.float64) if res is not None else 0)
+    grad = entry.get("activation_grad", False)          # C = (A @ B + bias) * act'(R)
+    ref = activation_grad_reference(torch, reference(torch, a, b, bias), res, act) if grad else \
+        reference(torch, a, b, bias, act) + (res.to(torch.float64) if res is not None else 0)
     pre_ref = reference(torch, a, b, bias) if pres else None
     state = {"xla_last": None}
 
@@ -258,7 +266,8 @@ def bench_case(torch, jax, entry: dict, dtype: str, *, seed: int, settle_s: floa
                 x.block_until_ready()
 
     def nova_fn(i=0):
-        nova.matmul(a, b, out=outs["nova"], bias=bias, activation=act, residual=res, preactivation=pres.get("nova"))
+        nova.matmul(a, b, out=outs["nova"], bias=bias, activation=act, residual=res, preactivation=pres.get("nova"),
+                    activation_grad=grad)
 
     def cublas_fn(i=0):
         product = pres.get("cublas", outs["cublas"])        # A @ B + bias, kept as P when the entry writes it
@@ -273,14 +282,17 @@ def bench_case(torch, jax, entry: dict, dtype: str, *, seed: int, settle_s: floa
             torch.addmm(bias, a, b, out=product)
         else:                                # a broadcast operand: torch.matmul, then the bias
             torch.matmul(a, b, out=product).add_(bias)
-        if res is not None:                  # the activation (an ATen kernel), then the residual add
+        if grad:                             # the activation's backward (an ATen kernel) at R
+            torch.ops.aten.gelu_backward.grad_input(product, res, approximate="tanh", grad_input=outs["cublas"])
+        elif res is not None:                # the activation (an ATen kernel), then the residual add
             torch.add(apply_activation(torch, product, act), res, out=outs["cublas"])
         elif act != "none":
             outs["cublas"].copy_(apply_activation(torch, product, act))
 
     fns = {"nova": nova_fn, "cublas": cublas_fn}
     if jax is not None:
-        f = xla_gemm(jax, ta, tb, bias is not None, act, (a.dim() == 3, b.dim() == 3), res is not None, bool(pres))
+        f = xla_gemm(jax, ta, tb, bias is not None, act, (a.dim() == 3, b.dim() == 3), res is not None, bool(pres),
+                     grad)
         xargs = []
 
         def xla_fn(i=0):
@@ -346,10 +358,17 @@ def bench_case(torch, jax, entry: dict, dtype: str, *, seed: int, settle_s: floa
     return row
 
 
+def activation_grad_reference(torch, product, at, activation: str):
+    """``product * act'(at)`` in float64 (an entry with ``activation_grad``: the GELU's tanh form)."""
+    if activation != "gelu":
+        raise ValueError(f"activation_grad is the GELU's (tanh) backward, not {activation}'s")
+    return torch.ops.aten.gelu_backward(product, at.to(torch.float64), approximate="tanh")
+
+
 def entry_row(entry: dict) -> dict:
     """The entry's fields a result row starts with (``B``, 1 when unbatched, included)."""
     return {k: entry[k] for k in ENTRY_KEYS} | {"B": entry.get("B", 1)} | \
-        {k: entry.get(k, False) for k in ("residual", "preactivation")}
+        {k: entry.get(k, False) for k in ("residual", "preactivation", "activation_grad")}
 
 
 def batched_operand(torch, batch: int, rows: int, cols: int, trans: bool, dtype: str, gen):

@@ -26,8 +26,8 @@ import json
 import sys
 
 from nova.cli.common import CliParser, UsageError, add_version, check_tf32_fast, dispatch
-from nova.cli.shapes import (ROUND_THROUGH_HELP, STRIDES_HELP, parse_batch_strides, parse_problem_shape,
-                             round_through_fields)
+from nova.cli.shapes import (ACTIVATION_GRAD_HELP, ROUND_THROUGH_HELP, STRIDES_HELP, parse_batch_strides,
+                             parse_problem_shape, round_through_fields)
 from nova.configurator import ACTIVATIONS, DTYPES, GemmProblem, ProblemError, configure
 from nova.hwmodel import PRESETS, get_target
 
@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--preactivation", action="store_true",
                     help="the kernel also writes the pre-activation A @ B + bias as a second output (needs --activation)")
     ex.add_argument("--round-through", action="store_true", help=ROUND_THROUGH_HELP)
+    ex.add_argument("--activation-grad", action="store_true", help=ACTIVATION_GRAD_HELP)
     ex.add_argument("--tf32-fast", action="store_true",
                     help="tf32 only: truncate FP32 to TF32 in the tensor cores instead of rounding to nearest (opt-in)")
     ex.add_argument("--out-dtype", default=None, help="output storage f32, bf16 or f16 (default: the inputs' storage)")
@@ -97,6 +98,7 @@ def cmd_explain(args) -> int:
                           tf32_rounding="truncate" if args.tf32_fast else "rna", deterministic=args.deterministic,
                           batch=batch.get("B", 1), batch_stride_a=strides[0], batch_stride_b=strides[1],
                           batch_stride_c=strides[2], residual=args.residual, preactivation=args.preactivation,
+                          activation_grad=args.activation_grad,
                           **round_through_fields(args.dtype, args.round_through, args.out_dtype))
     cfg = configure(problem, get_target(args.target))
     if args.json:

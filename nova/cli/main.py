@@ -16,9 +16,9 @@ from pathlib import Path
 from nova.cli.train import model_help
 from nova.models.recipe import RECIPE_FLAGS, add_recipe_args
 from nova.cli.common import CliParser, UsageError, add_version, check_tf32_fast, dispatch, dtype_list
-from nova.cli.shapes import (ROUND_THROUGH_HELP, STRIDES_HELP, ShapeError, parse_batch_strides, parse_gemm_shape,
-                             parse_problem_shape, parse_problem_shape_list, parse_shape_list, read_suite,
-                             read_suite_entries, round_through_fields)
+from nova.cli.shapes import (ACTIVATION_GRAD_HELP, ROUND_THROUGH_HELP, STRIDES_HELP, ShapeError, parse_batch_strides,
+                             parse_gemm_shape, parse_problem_shape, parse_problem_shape_list, parse_shape_list,
+                             read_suite, read_suite_entries, round_through_fields)
 
 
 def _arg(parse):
@@ -48,6 +48,7 @@ def add_problem_args(p: argparse.ArgumentParser, several_dtypes: bool = False, b
                    help="the kernel also writes the pre-activation A @ B + bias as a second output (needs --activation)")
     p.add_argument("--out-dtype", default=None, help="output storage f32, bf16 or f16 (default: input storage)")
     p.add_argument("--round-through", action="store_true", help=ROUND_THROUGH_HELP)
+    p.add_argument("--activation-grad", action="store_true", help=ACTIVATION_GRAD_HELP)
     p.add_argument("--tf32-fast", action="store_true",
                    help="tf32 only: let the tensor cores truncate FP32 instead of rounding to nearest (opt-in, ~2.6x error)"
                         + ("; with a list it applies to tf32, which the list must hold" if several_dtypes else ""))
@@ -62,7 +63,7 @@ def add_problem_args(p: argparse.ArgumentParser, several_dtypes: bool = False, b
 SUITE_HELP = "file: one shape per line (# comments) or a JSON list"
 PRECOMPILE_SUITE_HELP = (SUITE_HELP + "; in nova precompile gemm a JSON object entry {\"M\", \"N\", \"K\", "
                          "\"trans_a\", \"trans_b\", \"bias\", \"activation\", \"residual\", \"preactivation\", "
-                         "\"round_through\", \"out_dtype\", \"B\", "
+                         "\"round_through\", \"activation_grad\", \"out_dtype\", \"B\", "
                          "\"batch_strides\"} sets its own layout, epilogue and batch (missing keys: the flags), e.g. "
                          "bench/suites/train_gemms.json, bench/suites/batched_gemms.json; a text line may be BxMxNxK")
 
@@ -86,7 +87,8 @@ def shapes_from(args) -> list:
 
 def make_problem(shape: tuple[int, int, int], dtype: str, args, fields: dict | None = None):
     """The problem of one shape and dtype; ``fields`` (a JSON suite entry's trans_a, trans_b,
-    bias, activation, residual, preactivation, round_through, out_dtype, B, batch_strides; a ``BxMxNxK`` shape's B)
+    bias, activation, residual, preactivation, round_through, activation_grad, out_dtype, B, batch_strides; a
+    ``BxMxNxK`` shape's B)
     override the command's
     flags.  ``--tf32-fast`` reaches bf16/fp16 problems too, which normalise it away
     (``GemmProblem``): their keys are those ``nova.matmul(..., tf32_fast=True)`` looks up."""
@@ -95,13 +97,14 @@ def make_problem(shape: tuple[int, int, int], dtype: str, args, fields: dict | N
     f = {"trans_a": args.trans_a, "trans_b": args.trans_b, "bias": args.bias, "activation": args.activation,
          "residual": getattr(args, "residual", False), "preactivation": getattr(args, "preactivation", False),
          "round_through": getattr(args, "round_through", False),
+         "activation_grad": getattr(args, "activation_grad", False),
          "out_dtype": args.out_dtype, "B": 1, "batch_strides": getattr(args, "batch_strides", None), **(fields or {})}
     strides = parse_batch_strides(f["batch_strides"]) if f["batch_strides"] is not None else (None, None, None)
     rounded = round_through_fields(dtype.strip(), f["round_through"], f["out_dtype"])
     return GemmProblem(M, N, K, dtype.strip(), f["trans_a"], f["trans_b"], f["bias"], f["activation"],
                        rounded.pop("out_dtype"), "truncate" if getattr(args, "tf32_fast", False) else "rna",
                        getattr(args, "deterministic", False), f["B"], *strides, residual=f["residual"],
-                       preactivation=f["preactivation"], **rounded)
+                       preactivation=f["preactivation"], activation_grad=f["activation_grad"], **rounded)
 
 
 def problems_from(shapes: list, args) -> list:

@@ -96,6 +96,8 @@ def parse_batch_strides(value) -> tuple:
     return tuple(out)
 
 
+ACTIVATION_GRAD_HELP = ("with --activation gelu and --residual: C = (A @ B + bias) * gelu'(R), R the saved "
+                        "pre-activation (the activation's backward in the epilogue of an MLP's dgrad GEMM)")
 ROUND_THROUGH_HELP = ("16-bit inputs: write an f32 C rounded to the inputs' type first (a cast epilogue: the bits "
                       "of the 16-bit result widened; the output dtype defaults to f32)")
 
@@ -123,7 +125,7 @@ def parse_shape_list(text: str) -> list[tuple[int, int, int]]:
 LAYOUT_FIELDS = {"trans_a": (bool, "true or false", False), "trans_b": (bool, "true or false", False),
                  "bias": (bool, "true or false", False), "activation": (str, "a string", "none"),
                  "residual": (bool, "true or false", False), "preactivation": (bool, "true or false", False),
-                 "round_through": (bool, "true or false", False),
+                 "round_through": (bool, "true or false", False), "activation_grad": (bool, "true or false", False),
                  "out_dtype": ((str, type(None)), "a string or null", None),
                  "B": (int, "a positive integer (the GEMM's batch)", 1),
                  "batch_strides": ((list, type(None)), 'a list [A, B, C] of strides (elements, "packed" or null)', None)}

@@ -69,7 +69,8 @@ class GemmCall:
         return GemmProblem(M, N, K, NOVA_DTYPES[a.dtype], layout(a) == "col", layout(b) == "col",
                            self.bias is not None, planned.activation, OUT_DTYPES[out.dtype], planned.tf32_rounding,
                            planned.deterministic, *batch, residual=self.residual is not None,
-                           preactivation=self.preactivation is not None, round_through=planned.round_through)
+                           preactivation=self.preactivation is not None, round_through=planned.round_through,
+                           activation_grad=planned.activation_grad)
 
 
 @dataclass
@@ -95,6 +96,7 @@ class GemmLaunch:
         shape = f"{'x'.join(map(str, c.shape))}x{a.shape[-1]} {p.dtype} " \
                 f"{'T' if p.trans_a else 'N'}{'T' if p.trans_b else 'N'}"
         extra = (" +bias" if p.bias else "") + (f" +{p.activation}" if p.activation != "none" else "") \
+            + (" (its derivative at R)" if p.activation_grad else "") \
             + (" +preact" if p.preactivation else "") + (f" +cast({p.round_through}->f32)" if p.round_through else "") \
             + (" +residual" if p.residual else "")
         return f"nova gemm {shape}{extra}"
@@ -109,6 +111,8 @@ class GemmLaunch:
                           if t is not None})
             if p.round_through:
                 extra["round_through"] = True
+            if p.activation_grad:
+                extra["activation_grad"] = True
             return Kernel(lambda: gemm(c.a, c.b, out=c.out, bias=c.bias, activation=p.activation, target=target,
                                        deterministic=p.deterministic, **extra), self.describe())
         A, B, C = self.torch_args

@@ -27,6 +27,10 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   rounded through the 16-bit type (``round_through``, the cast's bits); so does an ``add`` of an f32
   residual to it (autocast's ``R + y``, which widens y first), and a residual added after the cast
   is then f32.
+  The GELU's backward of the product, ``gelu_tanh_backward(dy @ W2, pre)`` (an MLP's dgrad GEMM; the
+  pre-activation a dense value computed before the GEMM), joins an empty epilogue: the kernel reads
+  ``pre`` as R and writes ``(acc) * gelu'(R)`` (``activation_grad``), so ``dh`` is never written and
+  read back; the bias gradient then sums that result.
 * Pointwise ops (and ``constant``/``iota`` fills) join the pointwise groups of their producers when
   those produce the same iteration shape, or are scalar chains read by this node alone (inlined):
   one kernel, inputs read once, intermediates never written.  A value also read outside the group
@@ -147,6 +151,7 @@ KERNELS = ("nova", "aten", "none")
 _ACTIVATION_OPS = {"relu": "relu", "gelu_tanh": "gelu", "gelu_erf": "gelu_erf", "silu": "silu"}  # IR op -> GEMM
                                                                                                 # epilogue activation
 EPILOGUE_ACTIVATIONS = {op: act for op, act in _ACTIVATION_OPS.items() if act in ACTIVATIONS}
+ACTIVATION_GRADS = {"gelu_tanh_backward": "gelu"}   # IR op (dy, x) -> the GEMM activation whose derivative it applies
 
 
 @dataclass
@@ -158,8 +163,11 @@ class Epilogue:
     residual: Value | None = None     # R, added after the activation
     preactivation: Value | None = None   # the activation's input, written as the kernel's second output
     round_through: str | None = None  # a cast to f32 of the 16-bit result: C written in f32, rounded first
+    activation_grad: bool = False     # C = (acc + bias) * act'(residual): the activation's backward
 
     def describe(self) -> str:
+        if self.activation_grad:
+            return "+".join((["bias"] if self.bias is not None else []) + [f"d{self.activation}(pre-activation)"])
         parts = (["bias"] if self.bias is not None else []) + ([self.activation] if self.activation != "none" else []) \
             + (["preact"] if self.preactivation is not None else []) \
             + ([f"cast({self.round_through}->f32)"] if self.round_through else []) \
@@ -804,14 +812,19 @@ def _epilogue(node: Node, producers, users, outputs, layouts, placed: dict, dry_
             if not dry_run:
                 epi.activation = EPILOGUE_ACTIVATIONS[node.op]
                 epi.preactivation = tail if shared else None
+        elif node.op in ACTIVATION_GRADS and node.inputs[0] is tail and node.inputs[1] is not tail \
+                and epi.activation == "none" and epi.residual is None and epi.round_through is None and not shared \
+                and node.inputs[1].type == tail.type and _dense_before(node.inputs[1], layouts, placed, g):
+            if not dry_run:                  # dh = dy @ W2, then the activation's backward at the saved input
+                epi.activation, epi.residual, epi.activation_grad = ACTIVATION_GRADS[node.op], node.inputs[1], True
         elif node.op == "cast" and widens and epi.residual is None and epi.preactivation is None and not shared \
                 and _widened_for_unfusable(node.outputs[0], users):
             if not dry_run:
                 epi.round_through = problem.storage
         elif node.op == "add" and epi.residual is None and not shared and other is not None \
-                and other.type == node.outputs[0].type and other.shape == tail.shape and layouts[other].dense \
-                and not (widens and epi.preactivation is not None) \
-                and (other.producer is None or placed.get(other.producer, len(placed)) < placed[g.nodes[0]]):
+                and other.type == node.outputs[0].type and other.shape == tail.shape \
+                and _dense_before(other, layouts, placed, g) \
+                and not (widens and epi.preactivation is not None):
             if not dry_run:
                 epi.residual = other
                 if widens:                   # f32 R + the 16-bit result: the add widens it first
@@ -824,10 +837,17 @@ def _epilogue(node: Node, producers, users, outputs, layouts, placed: dict, dry_
                                         residual=epi.residual is not None,
                                         preactivation=epi.preactivation is not None,
                                         out_dtype="f32" if epi.round_through else problem.out_dtype,
-                                        round_through=epi.round_through)
+                                        round_through=epi.round_through, activation_grad=epi.activation_grad)
         g.tail = node.outputs[0]
         return g
     return None
+
+
+def _dense_before(other: Value, layouts, placed: dict, g) -> bool:
+    """``other`` can be the kernel's R: dense, and computed before the GEMM's matmul was placed
+    (``_epilogue``'s docstring)."""
+    return layouts[other].dense and \
+        (other.producer is None or placed.get(other.producer, len(placed)) < placed[g.nodes[0]])
 
 
 def _widens(node: Node, tail: Value, problem: GemmProblem) -> bool:

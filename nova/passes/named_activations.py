@@ -9,6 +9,14 @@ of ``x`` -- ``gelu_tanh``, ``gelu_erf``, ``relu``, ``silu`` (those a GEMM's epil
 that one node.  The fusion pass then treats it as it treats ``F.gelu(approximate="tanh")``: in the
 producing GEMM's epilogue, its input written beside it when the backward reads it.
 
+**Backward chains**: autograd's backward of such a chain (after ``recompute.py``, a function of the
+output's gradient ``dy`` and ``x`` alone) becomes the named backward op (``gelu_tanh_backward(dy, x)``:
+the GEMM that computes ``dy`` applies it in its epilogue, as it does for ``F.gelu``'s backward) when the
+chain equals it as a function: evaluated at ``PROBES`` random points (``x`` spread over the activation's
+curve and its saturation), each op's result rounded to its type as the IR's ops round it, they agree
+with the named op (in float64) to ``GRAD_RTOL`` of the largest value.  A chain that rounds to 16 bits
+on the way (autocast) differs by more and stays as written: eager's semantics hold.
+
 **Chains**: for each pointwise node, in reverse program order, the largest set of pointwise nodes
 ending at it whose results are read only inside the set (a result read elsewhere, or a graph
 output, must be written: that node stays), over exactly one value from outside (constant fills, read
@@ -24,6 +32,9 @@ from nova.passes.pointwise_from_ir import program_of
 from nova.passes.rewrite import Rewriter
 
 NAMED = ("gelu_tanh", "gelu_erf", "relu", "silu")   # what a GEMM epilogue computes (fusion.EPILOGUE_ACTIVATIONS)
+GRADIENTS = ("gelu_tanh_backward",)                # what a GEMM epilogue computes of (dy, x) (fusion.ACTIVATION_GRADS)
+PROBES = 512                                       # random points a backward chain is compared at
+GRAD_RTOL = 1e-4                                   # of the largest value (f32 rounding: ~1e-7; 16-bit: ~1e-3)
 
 
 def _chain(end: Node, users, outputs, taken) -> tuple[list[Node], list]:
@@ -58,6 +69,32 @@ def _named(nodes, inputs, out) -> str | None:
     return None
 
 
+def _named_gradient(nodes, inputs, fills, out) -> tuple[str, list] | None:
+    """``(op, [dy, x])`` when ``nodes`` compute ``op(dy, x)`` of their two ``inputs`` in some order (one
+    of ``GRADIENTS``; module docstring: compared numerically in float64), else None."""
+    import torch
+    from nova.dtypes import ELEMENT_TYPES
+    from nova.ir.ops import opdef
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(PROBES, generator=gen, dtype=torch.float64) * scale for scale in (1.0, 3.0))
+    literal = {v: torch.tensor(float(v.producer.attrs["value"]), dtype=torch.float64) for v in fills}
+    for dy, x in ((inputs[0], inputs[1]), (inputs[1], inputs[0])):
+        env = {**literal, dy: a, x: b}
+        try:
+            for n in nodes:                      # each result rounded to its type, computed in float64
+                result = opdef(n.op).reference(torch, *[env[v] for v in n.inputs], **n.attrs)
+                rounded = getattr(torch, ELEMENT_TYPES[n.outputs[0].dtype].torch)
+                env[n.outputs[0]] = result.to(rounded).to(torch.float64)
+        except Exception:                        # an op whose reference takes no float64 vectors: not this
+            return None
+        got = env[out].to(torch.float64)
+        for op in GRADIENTS:
+            want = opdef(op).reference(torch, a, b)
+            if got.shape == want.shape and float((got - want).abs().max()) <= GRAD_RTOL * float(want.abs().max()):
+                return op, [dy, x]
+    return None
+
+
 def name_activations(graph: Graph) -> Graph:
     """``graph`` with each op-by-op activation chain replaced by its named op (module docstring)."""
     users = graph.users()
@@ -70,21 +107,26 @@ def name_activations(graph: Graph) -> Graph:
             continue
         nodes, reads = _chain(end, users, outputs, taken)
         inputs = [v for v in reads if v.producer is None or v.producer.op != "constant"]
-        if len(nodes) < 2 or len(inputs) != 1 or inputs[0].type != end.outputs[0].type:
+        if len(nodes) < 2 or len(inputs) not in (1, 2) or any(v.type != end.outputs[0].type for v in inputs):
             continue
         fills = [v for v in reads if v not in inputs]
-        op = _named(sorted(nodes, key=index.__getitem__), inputs + fills, end.outputs[0])
-        if op is None:
+        ordered = sorted(nodes, key=index.__getitem__)
+        if len(inputs) == 1:
+            op = _named(ordered, inputs + fills, end.outputs[0])
+            named = (op, inputs) if op is not None else None
+        else:
+            named = _named_gradient(ordered, inputs, fills, end.outputs[0])
+        if named is None:
             continue
-        replaced[end] = (op, inputs[0])
+        replaced[end] = named
         taken.update(nodes)
     if not replaced:
         return graph
     rw = Rewriter(graph)
     for node in graph.nodes:
         if node in replaced:
-            op, x = replaced[node]
-            (rw.env[node.outputs[0]],) = rw.emit(op, [rw.get(x)], {}, node.origin)
+            op, args = replaced[node]
+            (rw.env[node.outputs[0]],) = rw.emit(op, [rw.get(v) for v in args], {}, node.origin)
         elif node not in taken:
             rw.copy(node)
     return dce(rw.finish())

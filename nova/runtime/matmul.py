@@ -302,7 +302,7 @@ def plain_torch_types() -> frozenset:
 
 
 def signature(a, b, out, bias, activation, target, tf32_fast, deterministic=False, workspace=None,
-              residual=None, preactivation=None, round_through=False) -> tuple | None:
+              residual=None, preactivation=None, round_through=False, activation_grad=False) -> tuple | None:
     """The signature-cache key of a ``matmul`` call on plain torch tensors; None for anything else.
 
     It holds every input of matmul's checks and kernel choice except the data pointers: each
@@ -330,7 +330,8 @@ def signature(a, b, out, bias, activation, target, tf32_fast, deterministic=Fals
     if o is False or c is False or w is False or (w is not None and not (w[2] and w[3])):
         return None
     return (a.dtype, a.shape, a.stride(), a.get_device(), b.dtype, b.shape, b.stride(), b.get_device(),
-            o, c, w, activation, target, bool(tf32_fast), deterministic, bool(round_through)) + extra
+            o, c, w, activation, target, bool(tf32_fast), deterministic, bool(round_through),
+            bool(activation_grad)) + extra
 
 
 # --------------------------------------------------------------------------- entry points
@@ -348,7 +349,7 @@ def launch_gemm(problem: GemmProblem, a_ptr: int, b_ptr: int, c_ptr: int, bias_p
 
 def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, tf32_fast: bool = False,
            deterministic: bool | None = None, workspace=None, residual=None, preactivation=None,
-           round_through: bool = False):
+           round_through: bool = False, activation_grad: bool = False):
     """``act(a @ b + bias) + residual`` with a Nova kernel; returns ``out`` (allocated like ``a`` when None).
 
     ``residual``: a matrix of ``out``'s shape, type and strides added after the activation (a
@@ -357,6 +358,8 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
     activation's backward); it needs an activation.  ``round_through=True`` (16-bit ``a`` and ``b``,
     an f32 ``out``): the result is rounded to the inputs' type before it is widened into ``out``
     (the bits of the 16-bit matmul followed by ``.float()``, in one kernel; ``residual`` then f32).
+    ``activation_grad=True`` (with ``activation="gelu"`` and ``residual`` the saved pre-activation X):
+    ``out = (a @ b + bias) * gelu'(X)``, the GELU's backward of the product (an MLP's dgrad GEMM).
 
     ``tf32_fast=True`` (float32 inputs only) lets the tensor cores truncate FP32 to TF32 instead of
     rounding to nearest: no rounding work, ~2.6x larger error (7.7e-4 vs 2.9e-4 relative); opt-in.
@@ -383,7 +386,7 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
     # per signature (``reset()`` after changing NOVA_TARGET or NOVA_DETERMINISTIC in a running process)
     stated = bool(deterministic) if deterministic is not None else ("default", torch_deterministic())
     key = signature(a, b, out, bias, activation, target, tf32_fast, stated, workspace, residual, preactivation,
-                    round_through)
+                    round_through, activation_grad)
     plan = _plans.get(key) if key is not None else None
     if plan is not None:
         if out is None:
@@ -413,11 +416,13 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
     rounding = "truncate" if tf32_fast and dtype == "tf32" else "rna"
     fields = (M, N, K, dtype, trans_a, trans_b, bias is not None, activation, out_dtype, rounding, bool(deterministic),
               *batch)
-    epilogue = (residual is not None, preactivation is not None, dtypes.MODES[dtype].storage if round_through else None)
+    epilogue = (residual is not None, preactivation is not None, dtypes.MODES[dtype].storage if round_through else None,
+                bool(activation_grad))
     problem = _problems.get(fields + epilogue)
     if problem is None:
         problem = _problems.setdefault(fields + epilogue, GemmProblem(
-            *fields, residual=epilogue[0], preactivation=epilogue[1], round_through=epilogue[2]))
+            *fields, residual=epilogue[0], preactivation=epilogue[1], round_through=epilogue[2],
+            activation_grad=epilogue[3]))
     if to is not None:
         tensors.check_output(to, M, N, problem.out_dtype, batched=len(out_shape) == 3)
     tbias = tensors.describe(bias, "bias") if bias is not None else None

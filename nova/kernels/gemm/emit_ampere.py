@@ -34,6 +34,7 @@ import math
 
 from nova.codegen import CodegenError, check_mma_sync_target
 from nova.codegen.builder import SMEM, Ir
+from nova.kernels import activations
 from nova.dtypes import MODES
 from nova.kernels.gemm.problem import GemmProblem
 from nova.kernels.gemm.schedule import Schedule
@@ -685,8 +686,11 @@ class GemmKernel:
     def finish(self, x: str, residual: str | None) -> tuple[str, str | None]:
         """(C's value, P's value or None) of one accumulator ``x`` with the bias added: C = act(x) + R
         and P = x (``preactivation``), each converted to the output type; under ``round_through``
-        act(x) is rounded to the 16-bit type first (the cast epilogue)."""
+        act(x) is rounded to the 16-bit type first (the cast epilogue); under ``activation_grad``
+        C = x * act'(R) (``nova/kernels/activations.py``'s formula)."""
         pre = self.to_out(x) if self.p.preactivation else None
+        if self.p.activation_grad:               # C = x * act'(R): the activation's backward at R
+            return self.to_out(activations.gelu_tanh_backward(_F32(self), x, residual)), pre
         y = self.activation(x)
         if self.p.round_through:
             narrow = self.ir.let("c_narrow", f"arith.truncf {y} : f32 to {self.p.round_through}")
@@ -790,6 +794,29 @@ class GemmKernel:
         vec = ir.let("pair", f"vector.from_elements {vals[0]}, {vals[1]} : vector<2x{self.O}>")
         ir.emit(f"vector.store {vec}, {self.at(name, row, col)} {{alignment = {2 * self.p.out_bytes}}} : "
                 f"{self.operand_type(name)}, vector<2x{self.O}>")
+
+
+class _F32:
+    """``activations.Arith`` over a GEMM kernel's FP32 epilogue (``math.tanh``, as the pointwise and
+    rows kernels compute the shared formulas)."""
+
+    def __init__(self, kernel):
+        self.ir, self.k = kernel.ir, kernel
+
+    def add(self, a, b):
+        return self.ir.let("e", f"arith.addf {a}, {b} : f32")
+
+    def sub(self, a, b):
+        return self.ir.let("e", f"arith.subf {a}, {b} : f32")
+
+    def mul(self, a, b):
+        return self.ir.let("e", f"arith.mulf {a}, {b} : f32")
+
+    def tanh(self, a):
+        return self.ir.let("tanh", f"math.tanh {a} : f32")
+
+    def const(self, value):
+        return self.k.fconst(value)
 
 
 def build_gemm_module(problem: GemmProblem, schedule: Schedule, *, fragment_prefetch: bool = False) -> str:

@@ -12,6 +12,12 @@ The epilogue's operands beyond the bias, each in C's type and C's layout (row-ma
   applied to (a training step keeps it for the activation's backward), so the activation runs in the
   epilogue instead of a kernel of its own that reads P back.  Needs an activation.
 
+``activation_grad`` (an activation's backward): with ``residual``, R is the saved pre-activation and
+``C = (acc + bias) * act'(R)`` replaces ``act(acc + bias) + R`` -- the dgrad GEMM of an MLP's second
+layer (``dh = dy @ W2``) followed by the activation's backward (``gelu_tanh_backward(dh, pre)``, the
+formulas of ``nova/kernels/activations.py``), so dh is never written and read back.  The GELU's tanh
+form only (``activation="gelu"``).
+
 ``round_through`` (a cast epilogue): a 16-bit GEMM whose result is widened to f32 before anything else
 reads it (autocast's ``f32(bf16(y)) + R``, a weight gradient cast to its f32 parameter's type) writes
 f32 directly: ``C = f32(round(act(acc + bias))) + R`` with the rounding to the 16-bit type the cast
@@ -96,6 +102,7 @@ class GemmProblem:
     # The epilogue's matrix operands (module docstring), in C's type and layout.
     residual: bool = False        # C = act(acc + bias) + R
     preactivation: bool = False   # also write P = acc + bias; needs an activation
+    activation_grad: bool = False     # C = (acc + bias) * act'(R): R the pre-activation (module docstring)
     round_through: str | None = None  # C's value rounded to this 16-bit type before it is widened to
                                       # out_dtype f32 (a cast epilogue; module docstring)
 
@@ -125,6 +132,12 @@ class GemmProblem:
         if not isinstance(self.deterministic, bool):
             raise ProblemError(f"deterministic must be True or False, got {self.deterministic!r}")
         self._check_round_through()
+        if not isinstance(self.activation_grad, bool):
+            raise ProblemError(f"activation_grad must be True or False, got {self.activation_grad!r}")
+        if self.activation_grad and not (self.residual and self.activation == "gelu" and not self.preactivation):
+            raise ProblemError(f"activation_grad multiplies by gelu'(R): it needs residual=True (R, the pre-activation), "
+                               f"activation='gelu' and no pre-activation output (got activation={self.activation!r}, "
+                               f"residual={self.residual}, preactivation={self.preactivation})")
         if self.dtype != "tf32" and self.tf32_rounding != "rna":
             object.__setattr__(self, "tf32_rounding", "rna")      # tf32_fast does not apply: same kernel, same key
         self._check_batch()
@@ -276,6 +289,8 @@ class GemmProblem:
             epi.append("preact")
         if self.residual:
             epi.append("residual")
+        if self.activation_grad:
+            epi[-2:] = [f"d{self.activation}(R)"]
         fast = " tf32_fast" if self.dtype == "tf32" and self.tf32_rounding == "truncate" else ""
         batch = f"{self.batch}x" if self.batch > 1 else ""
         through = f"{self.round_through}->" if self.round_through else ""
@@ -298,7 +313,7 @@ class GemmProblem:
         d = asdict(self)
         if d["tf32_rounding"] == "rna":      # the defaults stay out: a problem's dict (and key) only grows
             del d["tf32_rounding"]           # when it asks for something new
-        for k in ("deterministic", "residual", "preactivation", "round_through"):
+        for k in ("deterministic", "residual", "preactivation", "activation_grad", "round_through"):
             if not d[k]:
                 del d[k]
         if d["batch"] == 1:                  # an unbatched problem keeps the key it always had
