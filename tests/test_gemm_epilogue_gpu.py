@@ -63,17 +63,23 @@ def kernels():
                     "with NOVA_OFFLINE=1 NOVA_CACHE_DIR=<carried cache>")
 
 
-@pytest.mark.parametrize("hopper", HOPPER_SWITCH)
-@pytest.mark.parametrize("case", CASES, ids=case_id)
-def test_residual_and_preactivation_vs_float64(case, hopper, monkeypatch):
+def start(hopper: str, monkeypatch):
+    """(torch, a fresh seed, its CUDA generator) for a test of kernel generation ``hopper`` (``NOVA_HOPPER``;
+    skipped where the GPU has no sm_90 for the Hopper kernel)."""
     torch = pytest.importorskip("torch")
     if hopper == "1" and driver.get_device().cc < (9, 0):
         pytest.skip("the Hopper kernel needs sm_90")
     monkeypatch.setenv("NOVA_HOPPER", hopper)
     mm.reset()
-    M, N, K, dtype, has_bias, act, has_res, has_pre = case
     seed = int.from_bytes(os.urandom(4), "little")
-    gen = torch.Generator(device="cuda").manual_seed(seed)
+    return torch, seed, torch.Generator(device="cuda").manual_seed(seed)
+
+
+@pytest.mark.parametrize("hopper", HOPPER_SWITCH)
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_residual_and_preactivation_vs_float64(case, hopper, monkeypatch):
+    torch, seed, gen = start(hopper, monkeypatch)
+    M, N, K, dtype, has_bias, act, has_res, has_pre = case
     tdt = {"tf32": torch.float32, "bf16": torch.bfloat16}[dtype]
     a = torch.randn(M, K, device="cuda", generator=gen).to(tdt)
     b = torch.randn(K, N, device="cuda", generator=gen).to(tdt)
@@ -119,14 +125,8 @@ def round_problem(case) -> GemmProblem:
 def test_the_cast_epilogue_writes_the_bf16_result_widened(case, hopper, monkeypatch):
     """Without R every element of C is a bf16 value (the rounding happened); with R, C is
     f32(bf16(A @ B + bias)) + R within bf16's tolerance of float64."""
-    torch = pytest.importorskip("torch")
-    if hopper == "1" and driver.get_device().cc < (9, 0):
-        pytest.skip("the Hopper kernel needs sm_90")
-    monkeypatch.setenv("NOVA_HOPPER", hopper)
-    mm.reset()
+    torch, seed, gen = start(hopper, monkeypatch)
     M, N, K, has_bias, has_res = case
-    seed = int.from_bytes(os.urandom(4), "little")
-    gen = torch.Generator(device="cuda").manual_seed(seed)
     a = torch.randn(M, K, device="cuda", generator=gen).bfloat16()
     b = torch.randn(K, N, device="cuda", generator=gen).bfloat16()
     bias = torch.randn(N, device="cuda", generator=gen).bfloat16() if has_bias else None
@@ -163,14 +163,8 @@ def grad_problem(case) -> GemmProblem:
 @pytest.mark.parametrize("hopper", HOPPER_SWITCH)
 @pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: "x".join(map(str, c[:3])) + f"-{c[3]}")
 def test_the_activation_grad_epilogue_against_float64(case, hopper, monkeypatch):
-    torch = pytest.importorskip("torch")
-    if hopper == "1" and driver.get_device().cc < (9, 0):
-        pytest.skip("the Hopper kernel needs sm_90")
-    monkeypatch.setenv("NOVA_HOPPER", hopper)
-    mm.reset()
+    torch, seed, gen = start(hopper, monkeypatch)
     M, N, K, dtype = case
-    seed = int.from_bytes(os.urandom(4), "little")
-    gen = torch.Generator(device="cuda").manual_seed(seed)
     tdt = {"tf32": torch.float32, "bf16": torch.bfloat16}[dtype]
     a = torch.randn(M, K, device="cuda", generator=gen).to(tdt)
     b = torch.randn(K, N, device="cuda", generator=gen).to(tdt)
