@@ -86,11 +86,9 @@ def shapes_from(args) -> list:
 
 
 def make_problem(shape: tuple[int, int, int], dtype: str, args, fields: dict | None = None):
-    """The problem of one shape and dtype; ``fields`` (a JSON suite entry's trans_a, trans_b,
-    bias, activation, residual, preactivation, round_through, activation_grad, out_dtype, B, batch_strides; a
-    ``BxMxNxK`` shape's B)
-    override the command's
-    flags.  ``--tf32-fast`` reaches bf16/fp16 problems too, which normalise it away
+    """The problem of one shape and dtype; ``fields`` (a JSON suite entry's trans_a, trans_b, bias,
+    activation, residual, preactivation, round_through, activation_grad, out_dtype, B, batch_strides; a
+    ``BxMxNxK`` shape's B) override the command's flags.  ``--tf32-fast`` reaches bf16/fp16 problems too, which normalise it away
     (``GemmProblem``): their keys are those ``nova.matmul(..., tf32_fast=True)`` looks up."""
     from nova.kernels.gemm.problem import GemmProblem
     M, N, K = shape

@@ -12,9 +12,10 @@ producing GEMM's epilogue, its input written beside it when the backward reads i
 **Backward chains**: autograd's backward of such a chain (after ``recompute.py``, a function of the
 output's gradient ``dy`` and ``x`` alone) becomes the named backward op (``gelu_tanh_backward(dy, x)``:
 the GEMM that computes ``dy`` applies it in its epilogue, as it does for ``F.gelu``'s backward) when the
-chain equals it as a function: evaluated at ``PROBES`` random points (``x`` spread over the activation's
-curve and its saturation), each op's result rounded to its type as the IR's ops round it, they agree
-with the named op (in float64) to ``GRAD_RTOL`` of the largest value.  A chain that rounds to 16 bits
+chain equals it as a function: evaluated once at ``PROBES`` random points of both inputs (spread over
+the activation's curve and its saturation), each op's result rounded to its type as the IR's ops round
+it, it agrees with the named op of (dy, x) in one of the two orders (in float64) to ``GRAD_RTOL`` of
+the largest value.  A chain that rounds to 16 bits
 on the way (autocast) differs by more and stays as written: eager's semantics hold.
 
 **Chains**: for each pointwise node, in reverse program order, the largest set of pointwise nodes
@@ -70,28 +71,27 @@ def _named(nodes, inputs, out) -> str | None:
 
 
 def _named_gradient(nodes, inputs, fills, out) -> tuple[str, list] | None:
-    """``(op, [dy, x])`` when ``nodes`` compute ``op(dy, x)`` of their two ``inputs`` in some order (one
-    of ``GRADIENTS``; module docstring: compared numerically in float64), else None."""
+    """``(op, [dy, x])`` when ``nodes`` compute ``op(dy, x)`` of their two ``inputs`` in either order (one
+    of ``GRADIENTS``; module docstring: the chain evaluated once, compared with the op both ways)."""
     import torch
     from nova.dtypes import ELEMENT_TYPES
     from nova.ir.ops import opdef
     gen = torch.Generator().manual_seed(0)
-    a, b = (torch.randn(PROBES, generator=gen, dtype=torch.float64) * scale for scale in (1.0, 3.0))
-    literal = {v: torch.tensor(float(v.producer.attrs["value"]), dtype=torch.float64) for v in fills}
-    for dy, x in ((inputs[0], inputs[1]), (inputs[1], inputs[0])):
-        env = {**literal, dy: a, x: b}
-        try:
-            for n in nodes:                      # each result rounded to its type, computed in float64
-                result = opdef(n.op).reference(torch, *[env[v] for v in n.inputs], **n.attrs)
-                rounded = getattr(torch, ELEMENT_TYPES[n.outputs[0].dtype].torch)
-                env[n.outputs[0]] = result.to(rounded).to(torch.float64)
-        except Exception:                        # an op whose reference takes no float64 vectors: not this
-            return None
-        got = env[out].to(torch.float64)
-        for op in GRADIENTS:
-            want = opdef(op).reference(torch, a, b)
+    probes = [torch.randn(PROBES, generator=gen, dtype=torch.float64) * 3 for _ in inputs]   # curve and tails
+    env = {v: torch.tensor(float(v.producer.attrs["value"]), dtype=torch.float64) for v in fills}
+    env.update(zip(inputs, probes))
+    try:
+        for n in nodes:                          # each result rounded to its type, computed in float64
+            result = opdef(n.op).reference(torch, *[env[v] for v in n.inputs], **n.attrs)
+            env[n.outputs[0]] = result.to(getattr(torch, ELEMENT_TYPES[n.outputs[0].dtype].torch)).to(torch.float64)
+    except Exception:                            # an op whose reference takes no float64 vectors: not this
+        return None
+    got = env[out]
+    for op in GRADIENTS:
+        for dy, x in ((0, 1), (1, 0)):
+            want = opdef(op).reference(torch, probes[dy], probes[x])
             if got.shape == want.shape and float((got - want).abs().max()) <= GRAD_RTOL * float(want.abs().max()):
-                return op, [dy, x]
+                return op, [inputs[dy], inputs[x]]
     return None
 
 
