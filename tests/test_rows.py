@@ -194,6 +194,7 @@ def _kernels():
     cases = [cli_problem("layernorm", 300, 1001, "bf16"), cli_problem("layernorm", 300, 1001, "bf16", backward=True),
              cli_problem("layernorm", 64, 24, "f32", backward=True), cli_problem("rmsnorm", 100, 4096, "f16"),
              cli_problem("layernorm", 16384, 768, "f32", backward=True, residual=True, dx_sum=True),   # 2 warps a row
+             cli_problem("layernorm", 16384, 512, "f32", backward=True, residual=True, dx_sum=True, dx_cast="bf16"),
              cli_problem("rmsnorm", 100, 4096, "bf16", backward=True), cli_problem("softmax", 8, 300000, "f32"),
              cli_problem("softmax", 8, 300000, "f32", backward=True),
              cli_problem("softmax", 77, 33, "f16", backward=True), cli_problem("log_softmax", 50, 2048, "bf16"),
@@ -459,22 +460,26 @@ def test_the_final_sum_spreads_its_columns_over_as_many_ctas_as_its_lanes_allow(
 
 
 
-@pytest.mark.parametrize("kind, rows, n", [("rmsnorm", 40, 96), ("layernorm", 24, 200), ("layernorm", 6, 768),
-                                          ("rmsnorm", 6, 16384)])
-def test_a_norm_backward_adds_the_residual_and_sums_dx(kind, rows, n):
+@pytest.mark.parametrize("kind, rows, n, dx_cast", [("rmsnorm", 40, 96, None), ("layernorm", 24, 200, None),
+                                                   ("layernorm", 6, 768, None), ("rmsnorm", 6, 16384, None),
+                                                   ("layernorm", 24, 200, "bf16"), ("rmsnorm", 6, 16384, "bf16"),
+                                                   ("rmsnorm", 40, 96, "f16")])
+def test_a_norm_backward_adds_the_residual_and_sums_dx(kind, rows, n, dx_cast):
     """``--residual --dx-sum``: the norm's backward writes ``dx + residual`` (the residual stream's
     gradient a pre-norm block adds after the norm's backward) and sums it over the rows (the bias
     gradient of the linear layer before it), every kernel of the schedule executed thread by thread on
     the CPU (``tests/simt_cpu.py``), outputs NaN-poisoned, against float64: dx with the residual, its
     column sums and the weight (and bias) gradients; the sums in the row kernel's pass (96, 200; 768: a
     CTA of two warps per row, so that a lane's 3 x 12 sums fit) and in the column stage after it
-    (16384: it reads dx back)."""
+    (16384: it reads dx back).  ``--dx-cast`` (autocast): dx written a second time rounded to 16 bits,
+    bit for bit the rounding of the FP32 dx it writes, and the sums add those rounded values."""
     import numpy as np
     from simt_cpu import run_kernel
     from nova.hwmodel import get_target
     from nova.kernels.rows.abi import KERNEL_NAMES, params, workspace_layout
     from nova.kernels.rows.compile import build_module, geometry
-    p = cli_problem(kind, rows, n, "f32", backward=True, residual=True, dx_sum=True)
+    from simt_cpu import round_bf16
+    p = cli_problem(kind, rows, n, "f32", backward=True, residual=True, dx_sum=True, dx_cast=dx_cast)
     assert [o.name for o in p.inputs][-1] == "residual" and [o.name for o in p.outputs][-1] == "dxsum"
     s = configure_rows(p, get_target("h200")).schedule
     assert s.roles == (("row", "column") if n == 16384 else ("row", "partials_final")), s.roles
@@ -497,7 +502,7 @@ def test_a_norm_backward_adds_the_residual_and_sums_dx(kind, rows, n):
     buffers = {"dy": f32(dy), "x": f32(x), "rstd": f32(rstd), "mean": f32(mean), "weight": f32(w),
                "residual": f32(residual), "dx": np.full(rows * n, np.nan, np.float32),
                "dweight": np.full(n, np.nan, np.float32), "dbias": np.full(n, np.nan, np.float32),
-               "dxsum": np.full(n, np.nan, np.float32)}
+               "dxsum": np.full(n, np.nan, np.float32), "dx_cast": np.full(rows * n, np.nan, np.float32)}
     for role in s.roles:
         grid, block, smem = geometry(s, role)
         names = params(p, s, role)
@@ -508,6 +513,11 @@ def test_a_norm_backward_adds_the_residual_and_sums_dx(kind, rows, n):
                    {name: buffers[name] for name, _ in names})
     assert np.abs(buffers["dx"] - dx.ravel()).max() <= 1e-5 * np.abs(dx).max()
     dxsum = dx.sum(0)
+    if dx_cast is not None:                           # the kernel's own dx, rounded as a cast rounds it
+        rounded = round_bf16(buffers["dx"]) if dx_cast == "bf16" else buffers["dx"].astype(np.float16)
+        assert np.array_equal(buffers["dx_cast"], rounded.astype(np.float32))
+        assert np.abs(buffers["dx_cast"] - buffers["dx"]).max() > 0       # the rounding is there to see
+        dxsum = rounded.astype(np.float64).reshape(rows, n).sum(0)
     assert np.abs(buffers["dxsum"] - dxsum).max() <= 1e-5 * np.abs(dx).max() * max(1, rows / 8)
     dweight = (dy * xhat).sum(0)
     assert np.abs(buffers["dweight"] - dweight).max() <= 1e-5 * np.abs(dweight).max() * max(1, rows / 64)

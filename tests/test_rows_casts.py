@@ -193,7 +193,22 @@ def test_captured_autocast_gpt_step_leaves_no_cast_kernel_beside_a_rows_kernel()
     groups = [g for g in planned.groups if g.kernel == "nova" and isinstance(g.problem, RowsProblem)]
     names = ["+".join(n.op for n in g.nodes) for g in groups]
     n_layer = 2
-    assert names.count("layer_norm+cast") == names.count("cast+layer_norm_backward") == 2 * n_layer + 1
+    backward = [name for name in names if name.startswith("cast+layer_norm_backward")]
+    assert names.count("layer_norm+cast") == len(backward) == 2 * n_layer + 1
+    # a norm backward whose dx feeds a linear layer writes it twice, FP32 (the residual stream) and bf16
+    # (the GEMMs' input), and sums the bf16 values (that layer's bias gradient); each but ln_f adds the
+    # residual stream's gradient; the first block's ln_1 feeds the embeddings (FP32 only)
+    assert sum(name.endswith("+cast+sum") for name in backward) == 2 * n_layer
+    assert backward.count("cast+layer_norm_backward+add+cast+sum") == 2 * n_layer - 1
+    assert backward[-1] == "cast+layer_norm_backward+add"
+    for g in groups:                               # what the kernel reads and writes: each node's value
+        if "+".join(n.op for n in g.nodes) == "cast+layer_norm_backward+add+cast+sum":
+            dy_cast, norm, add, cast, total = g.nodes
+            assert g.bindings["dy"] is dy_cast.inputs[0] and g.bindings["dy"].dtype == "bf16"
+            assert g.bindings["residual"] is next(v for v in add.inputs if v is not norm.outputs[0])
+            assert g.bindings["dx"] is add.outputs[0] and g.problem.operand("dx").dtype == "f32"
+            assert g.bindings["dx_cast"] is cast.outputs[0] and g.problem.operand("dx_cast").dtype == "bf16"
+            assert g.bindings["dxsum"] is total.outputs[0] and total.inputs[0] is cast.outputs[0]
     # the loss and its gradient in one kernel: each one's widening cast of the bf16 logits and the
     # gradient's narrowing cast taken in
     assert names.count("cast+cross_entropy+cast+cross_entropy_backward+cast") == 1

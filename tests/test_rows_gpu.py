@@ -384,6 +384,39 @@ def test_norms_write_16bit_outputs_and_read_16bit_gradients(kind, rows, n, low, 
         b.check("dbias", bg.grad)
 
 
+@pytest.mark.parametrize("rows, n, low, stride", MIXED_NORM_CASES)
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+def test_norm_backward_writes_dx_in_fp32_and_16_bits(kind, rows, n, low, stride):
+    """Autocast's pre-norm block backward (``--residual --dx-cast --dx-sum``): dy in bf16/f16, x, the
+    residual stream's gradient and dx f32; dx + residual written in f32 and again rounded to 16 bits
+    (bit for bit the rounding of the f32 it wrote), those 16-bit values summed over the rows (the bias
+    gradient of the linear layer before the norm)."""
+    x = _stored(_randn(rows, n, 2.0, 28) - 0.1, "f32").requires_grad_()
+    w = _stored(_randn(1, n, 1.0, 29)[0], "f32")
+    dy = _stored(_randn(rows, n, 1.0, 30), low)
+    r = _stored(_randn(rows, n, 1.0, 31), "f32")
+    eps = 1e-5
+    p = strided(with_types(cli_problem(kind, rows, n, "f32", backward=True, residual=True, dx_sum=True,
+                                       dx_cast=low), dy=low), stride)
+    b = Buffers(p)
+    if kind == "layernorm":
+        y = torch.nn.functional.layer_norm(x, (n,), w, None, eps)
+        mean = x.detach().mean(-1)
+        rstd = ((x.detach() - mean[:, None]) ** 2).mean(-1).add(eps).rsqrt()
+        b.put("mean", mean)
+    else:
+        rstd = (x.detach() ** 2).mean(-1).add(eps).rsqrt()
+        y = x * (x * x).mean(-1, keepdim=True).add(eps).rsqrt() * w
+    y.backward(dy)
+    b.put("dy", dy), b.put("x", x.detach()), b.put("rstd", rstd), b.put("weight", w), b.put("residual", r)
+    b.poison_outputs()
+    b.run()
+    b.check("dx", x.grad + r)
+    written = b.t["dx"]
+    assert torch.equal(b.t["dx_cast"], written.to(DT[low])), f"{p.describe()}: dx_cast is not the rounding of dx"
+    b.check("dxsum", b.t["dx_cast"].double().sum(0))
+
+
 @pytest.mark.parametrize("rows, n, low, stride", [(77, 33, "f16", None), (8, 300000, "bf16", None),
                                                   (50, 2048, "bf16", 2176), (513, 95, "bf16", 100)])
 @pytest.mark.parametrize("kind", ["softmax", "log_softmax"])

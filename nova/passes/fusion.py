@@ -73,9 +73,13 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   group (dx read by that add alone) and another value of dx's type computed before the norm's
   backward (the residual stream's gradient of a pre-norm block) joins that group: the rows kernel
   reads the value and writes dx + value as it writes dx (``rows_from_ir.residual_add``).  The add
-  kernel read dx and the value and wrote the sum; two matrix transfers and a launch fewer.  A ``sum``
-  over every row axis of the dx such a kernel writes (the bias gradient of the linear layer before
-  the norm) joins it too, summed in the kernel's pass as the weight gradient is: one read of dx and a
+  kernel read dx and the value and wrote the sum; two matrix transfers and a launch fewer.  A cast of
+  the dx such a kernel writes to 16 bits, read beside the FP32 dx (autocast: the FP32 residual
+  stream's gradient and the bf16 input of the next GEMMs), joins it too: the kernel writes dx twice,
+  the second time rounded as the cast rounds (``rows_from_ir.dx_cast_of``); one read of dx and a
+  launch fewer.  A ``sum`` over every row axis of the dx such a kernel writes (of its 16-bit cast where
+  it writes one: the values the IR sums; the bias gradient of the linear layer before the norm) joins
+  it too, summed in the kernel's pass as the weight gradient is: one read of dx and a
   launch fewer (``rows_from_ir.dx_column_sum``) -- when the rows configurator keeps every column sum in
   that pass for the target (with one more sum a thread, a column stage would re-read dy and x).
 * A ``cross_entropy_backward`` joins the group of the ``cross_entropy`` whose row statistics (lse) it
@@ -415,7 +419,7 @@ class _Fuser:
             return False
         producers = self._producers(node)
         if self._horizontal(node) or self._sibling(node) is not None or self._rows_epilogue(node) is not None \
-                or self._norm_residual(node) is not None:
+                or self._norm_residual(node) is not None or self._norm_dx_cast(node) is not None:
             return True
         return bool(self._candidates(node, producers)) or (not self._stored(node) and _epilogue(
             node, producers, self.users, self.outputs, self.layouts, self.placed, dry_run=True) is not None)
@@ -493,16 +497,33 @@ class _Fuser:
                 return g, r
         return None
 
+    def _norm_writing(self, x: Value) -> _Open | None:
+        """The open norm-backward group whose kernel writes ``x`` as dx (the norm's dx, the residual
+        add's result, or the 16-bit cast of either), with no reduction taken yet; else None."""
+        g = self.group_of.get(x.producer) if x.producer is not None else None
+        if g is None or g.kind != "composite" or not g.open or any(n.op in REDUCE_OPS for n in g.nodes):
+            return None
+        at = next((i for i, n in enumerate(g.nodes) if n.op in NORM_RESIDUAL), None)
+        if at is None:
+            return None
+        written = [n.outputs[0] for n in g.nodes[at:] if n is g.nodes[at] or n.op in ("add", "cast")]
+        return g if x in written else None
+
+    def _norm_dx_cast(self, node: Node) -> _Open | None:
+        """The open norm-backward group whose written dx the cast ``node`` rounds to 16 bits, when one rows
+        kernel writes both (rule in the module docstring), else None."""
+        if node.op != "cast" or not writes_through_cast(node) or self._stored(node):
+            return None
+        g = self._norm_writing(node.inputs[0])
+        return g if g is not None and self._rows_problem(g.nodes + [node]) is not None else None
+
     def _norm_column_sum(self, node: Node) -> _Open | None:
         """The open norm-backward group whose written dx ``node`` sums over every row axis, when one rows
         kernel computes both (rule in the module docstring), else None."""
         if node.op != "sum":
             return None
-        x = node.inputs[0]
-        g = self.group_of.get(x.producer) if x.producer is not None else None
-        if g is None or g.kind != "composite" or not g.open or g.nodes[0].op not in NORM_RESIDUAL \
-                or x not in (g.nodes[0].outputs[0], g.nodes[-1].outputs[0]) \
-                or any(n.op in REDUCE_OPS for n in g.nodes):
+        g = self._norm_writing(node.inputs[0])
+        if g is None:
             return None
         problem = self._rows_problem(g.nodes + [node])
         if problem is None:
@@ -601,7 +622,14 @@ class _Fuser:
             sibling = self._sibling(node)
             rows = self._rows_epilogue(node) if g is None else None
             residual = self._norm_residual(node) if g is None and rows is None else None
-            if residual is not None:
+            rounded = self._norm_dx_cast(node) if g is None and rows is None and residual is None else None
+            if rounded is not None:
+                g = rounded                            # the norm's backward also writes dx in 16 bits
+                g.nodes.append(node)
+                g.rows_notes.append((f"; writes {{}} (dx rounded to {node.attrs['dtype']}) as it writes dx: one cast "
+                                     f"kernel fewer, saves {format_bytes(node.inputs[0].type.nbytes)}",
+                                     node.outputs[0]))
+            elif residual is not None:
                 g, r = residual                        # the norm's backward writes dx + r
                 g.nodes.append(node)
                 g.rows_notes.append((f"; adds {{}} to dx as it writes it: one add kernel fewer, saves "

@@ -7,8 +7,11 @@ map their operands by position, with the casts fused into them
 cast's source, read in its own type; a cast of the row result (``ROW_OUTPUTS``) binds the result to the
 cast's value, written in its type; a norm's backward with the ``add`` of its dx and another value
 (``residual_add``: the residual stream's gradient, ``NORM_RESIDUAL``) reads that value as its
-``residual`` operand and writes the sum as dx, and a ``sum`` of the dx it writes over every row axis
-(``dx_column_sum``: a linear layer's bias gradient) is its ``dxsum`` output; a ``reduction`` group (pointwise
+``residual`` operand and writes the sum as dx, a cast of the dx it writes to a 16-bit type read
+outside the group beside dx (``dx_cast_of``: autocast's FP32 residual stream and the next GEMM's bf16
+input) is its ``dx_cast`` output, and a ``sum`` of the dx it writes (of that cast's value, where there
+is one) over every row axis (``dx_column_sum``: a linear layer's bias gradient) is its ``dxsum`` output;
+a ``reduction`` group (pointwise
 producers, then one sum/mean/max/min) becomes ``row_reduce`` when it reduces the trailing axes and
 ``column_reduce`` (sum/mean) when it reduces the leading ones, its producers a ``Prologue``: every value
 read from outside the group is an operand (``in0``, ``in1``, ... in first-read order) classified by
@@ -67,15 +70,32 @@ def residual_add(node, nodes):
     raise NotRows(f"an add is not a residual the {node.op} kernel adds to its dx")
 
 
-def dx_column_sum(node, nodes, added):
+def written_dx(node, added):
+    """The dx the norm backward ``node``'s kernel writes: the residual add's result when ``added``."""
+    return added[0].outputs[0] if added is not None else node.outputs[0]
+
+
+def dx_cast_of(node, nodes, added):
+    """``(the cast, its value)`` when ``nodes`` hold a cast of the dx the norm backward ``node``'s kernel
+    writes to a 16-bit type (``writes_through_cast``), the kernel writing both; None when they hold none."""
+    dx = written_dx(node, added)
+    casts = [n for n in nodes if n.op == "cast" and n.inputs[0] is dx and writes_through_cast(n)]
+    if node.op not in NORM_RESIDUAL or not casts:
+        return None
+    if len(casts) > 1:
+        raise NotRows(f"two casts of the {node.op} kernel's dx")
+    return casts[0], casts[0].outputs[0]
+
+
+def dx_column_sum(node, nodes, added, cast=None):
     """``(the sum, its result)`` when ``nodes`` hold a ``sum`` over every row axis of the dx the norm
-    backward ``node``'s kernel writes (the residual add's result when ``added``): the bias gradient of
-    the linear layer before the norm, summed as the kernel writes dx; None when they hold no reduction;
-    ``NotRows`` when one is there but is not that."""
+    backward ``node``'s kernel writes (the residual add's result when ``added``; the value of its cast
+    ``cast`` when there is one): the bias gradient of the linear layer before the norm, summed as the
+    kernel writes dx; None when they hold no reduction; ``NotRows`` when one is there but is not that."""
     reductions = [n for n in nodes if n.op in REDUCE_OPS]
     if not reductions:
         return None
-    written = added[0].outputs[0] if added is not None else node.outputs[0]
+    written = cast[1] if cast is not None else written_dx(node, added)
     k = len(node.attrs["normalized_shape"]) if node.op == "layer_norm_backward" else 1
     lead = written.type.rank - k
     if node.op in NORM_RESIDUAL and len(reductions) == 1:
@@ -140,12 +160,15 @@ def from_group(nodes, inputs, outputs, layouts) -> tuple[RowsProblem | None, dic
         composites = [n for n in nodes if n.op in COMPOSITES]
         others_cast = all(n.op == "cast" for n in nodes if n not in composites)
         added = residual_add(composites[0], nodes) if len(composites) == 1 else None
-        summed = dx_column_sum(composites[0], nodes, added) if len(composites) == 1 else None
-        extra = [x[0] for x in (added, summed) if x is not None]
+        rounded = dx_cast_of(composites[0], nodes, added) if len(composites) == 1 else None
+        summed = dx_column_sum(composites[0], nodes, added, rounded) if len(composites) == 1 else None
+        extra = [x[0] for x in (added, rounded, summed) if x is not None]
+        rest = [n for n in nodes if n not in composites and n not in extra]
         if [n.op for n in composites] == ["cross_entropy", "cross_entropy_backward"] and others_cast:
             problem, names = _forward_backward(*composites, nodes, outputs, layouts)
-        elif len(composites) == 1 and extra and all(n in composites or n in extra for n in nodes):
-            problem, names = _composite(composites[0], outputs, layouts, residual=added, dx_sum=summed)
+        elif len(composites) == 1 and extra and all(n.op == "cast" for n in rest):
+            problem, names = _composite(composites[0], outputs, layouts, *fused_casts(composites[0], rest),
+                                        residual=added, dx_sum=summed, dx_cast=rounded)
         elif len(composites) == 1 and others_cast:
             problem, names = _composite(composites[0], outputs, layouts, *fused_casts(composites[0], nodes))
         elif nodes[-1].op in REDUCE_OPS:
@@ -197,10 +220,11 @@ def fused_casts(node, nodes) -> tuple[dict, dict]:
     return sources, results
 
 
-def _composite(node, outputs, layouts, sources=None, results=None, residual=None, dx_sum=None):
+def _composite(node, outputs, layouts, sources=None, results=None, residual=None, dx_sum=None, dx_cast=None):
     """``residual``: ``(add, value)`` of ``residual_add``: the value read as the ``residual`` operand,
     the add's result written as dx; ``dx_sum``: ``(sum, value)`` of ``dx_column_sum``: the value written
-    as the ``dxsum`` operand."""
+    as the ``dxsum`` operand; ``dx_cast``: ``(cast, value)`` of ``dx_cast_of``: the value written as the
+    ``dx_cast`` operand."""
     op, a = node.op, node.attrs
     sources, results = sources or {}, dict(results or {})
     if residual is not None:
@@ -243,6 +267,7 @@ def _composite(node, outputs, layouts, sources=None, results=None, residual=None
         if residual is not None:
             ins.append(row("residual", residual[1]))
         res = list(zip(["dx"] + (["dweight"] if w else []) + (["dbias"] if b else []), node.outputs))
+        res[1:1] = [("dx_cast", dx_cast[1])] if dx_cast is not None else []
         res += [("dxsum", dx_sum[1])] if dx_sum is not None else []
     elif op == "rms_norm":
         ins = [row("x", x)] + ([vec("weight", node.inputs[1], "col")] if w else [])
@@ -256,6 +281,7 @@ def _composite(node, outputs, layouts, sources=None, results=None, residual=None
         if residual is not None:
             ins.append(row("residual", residual[1]))
         res = list(zip(["dx"] + (["dweight"] if w and a.get("weight_grad", True) else []), node.outputs))
+        res[1:1] = [("dx_cast", dx_cast[1])] if dx_cast is not None else []
         res += [("dxsum", dx_sum[1])] if dx_sum is not None else []
     elif op in ("softmax", "log_softmax"):
         ins, res = [row("x", x)], [("y", node.outputs[0])]
@@ -277,7 +303,7 @@ def _composite(node, outputs, layouts, sources=None, results=None, residual=None
     for name, v in res:
         if results.get(v, v) not in outs:
             continue
-        layout = {"y": "row", "dx": "row", "dlogits": "row", "loss": "scalar", "dweight": "col",
+        layout = {"y": "row", "dx": "row", "dx_cast": "row", "dlogits": "row", "loss": "scalar", "dweight": "col",
                   "dbias": "col", "dxsum": "col"}.get(name, "per_row")
         written.append(row(name, v) if layout == "row" else vec(name, v, layout))
     if any(o.name == "target" and o.dtype not in ("i64", "i32") for o in ins):

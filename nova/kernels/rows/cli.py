@@ -1,4 +1,4 @@
-"""``nova-config explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy ROWSxN [--backward] [--forward-backward] [--residual] [--dx-sum] [--dtype ...]
+"""``nova-config explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy ROWSxN [--backward] [--forward-backward] [--residual] [--dx-sum] [--dx-cast T] [--dtype ...]
 [--target ...] [--json]``: the rows schedule of one problem, each derivation step with its reason, the prediction."""
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ def build_parser(op: str = "layernorm") -> argparse.ArgumentParser:
     ap.add_argument("--dx-sum", action="store_true",
                     help="layernorm/rmsnorm --backward only: the kernel also sums the dx it writes over the rows "
                          "(the bias gradient of the linear layer whose output gradient dx is)")
+    ap.add_argument("--dx-cast", choices=("bf16", "f16"), default=None, metavar="{bf16,f16}",
+                    help="layernorm/rmsnorm --backward only: the kernel also writes dx rounded to this 16-bit type "
+                         "(autocast: the FP32 residual stream's gradient beside the next GEMM's 16-bit input); "
+                         "--dx-sum then sums the rounded values")
     ap.add_argument("--dtype", default="f32", choices=tuple(FLOAT_DTYPES),
                     help="storage type of the rows (f32, bf16, f16; statistics are f32; default f32)")
     ap.add_argument("--target", default="h200", help="GPU model (see nova-config targets; default h200)")
@@ -46,7 +50,7 @@ def main(op: str, argv=None) -> int:
         rows, n = parse_rows_shape(args.shape)
         return configure_rows(cli_problem(op, rows, n, args.dtype, backward=args.backward,
                                           forward_backward=args.forward_backward, residual=args.residual,
-                                          dx_sum=args.dx_sum),
+                                          dx_sum=args.dx_sum, dx_cast=args.dx_cast),
                              get_target(args.target))
     return explain(configure, (RowsProblemError, TargetError), args.json, render)
 

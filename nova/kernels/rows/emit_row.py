@@ -351,8 +351,12 @@ class RowKernel:
             out = {"dx": ir.fmul(v, rstd, "dx")}
             if self.p.has("residual"):
                 out["dx"] = ir.fadd(out["dx"], e["residual"], "dx_res")
+            cast = self.p.operand("dx_cast")
+            if cast is not None:                 # written rounded; the sum adds what the cast wrote
+                out["dx_cast"] = out["dx"]
             if self.partials is not None:
-                out.update(dweight=ir.fmul(e["dy"], xh, "dwx"), dbias=e["dy"], dxsum=out["dx"])
+                summed = out["dx"] if cast is None else ir.round_to(out["dx"], cast.dtype)
+                out.update(dweight=ir.fmul(e["dy"], xh, "dwx"), dbias=e["dy"], dxsum=summed)
             return out
         self.write(names + (["residual"] if self.p.has("residual") else []), dx)
 

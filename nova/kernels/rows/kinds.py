@@ -8,13 +8,15 @@ from nova.kernels.rows.problem import RowsProblem
 # ---------------------------------------------------------------- problems as the CLI states them
 def cli_problem(kind: str, rows: int, n: int, dtype: str = "f32", *, backward: bool = False, eps: float = 1e-5,
                 affine: bool = True, forward_backward: bool = False, residual: bool = False,
-                dx_sum: bool = False) -> RowsProblem:
+                dx_sum: bool = False, dx_cast: str | None = None) -> RowsProblem:
     """The problem of ``nova-config explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy ROWSxN``:
     contiguous rows of ``dtype``, statistics in f32, LayerNorm with weight and bias (RMSNorm with a
     weight) unless ``affine`` is False, the backward with every gradient; ``forward_backward``
     (cross_entropy only): the loss and dlogits in one kernel; ``residual`` (a norm's backward only):
     dx written as dx + residual (the residual stream's gradient added in the kernel); ``dx_sum`` (a
-    norm's backward only): dx also summed over the rows (a linear layer's bias gradient)."""
+    norm's backward only): dx also summed over the rows (a linear layer's bias gradient); ``dx_cast`` (a
+    norm's backward only): dx also written in that 16-bit type (autocast's input of the next GEMM beside
+    the FP32 residual stream), the sum then adding the rounded values."""
     from nova.kernels.rows.problem import RowsProblemError
     if dtype not in FLOAT_DTYPES:
         raise RowsProblemError(f"unsupported dtype {dtype!r}; choose one of {', '.join(FLOAT_DTYPES)}")
@@ -30,17 +32,20 @@ def cli_problem(kind: str, rows: int, n: int, dtype: str = "f32", *, backward: b
     kind = {"layernorm": "layer_norm", "rmsnorm": "rms_norm", "crossentropy": "cross_entropy"}.get(kind, kind)
     if forward_backward and kind != "cross_entropy":
         raise RowsProblemError(f"--forward-backward is for cross_entropy, not {kind}")
-    for flag, given in (("--residual", residual), ("--dx-sum", dx_sum)):
+    if dx_cast is not None and dx_cast not in ("bf16", "f16"):
+        raise RowsProblemError(f"--dx-cast takes bf16 or f16, not {dx_cast!r}")
+    for flag, given in (("--residual", residual), ("--dx-sum", dx_sum), ("--dx-cast", dx_cast)):
         if given and not (backward and kind in ("layer_norm", "rms_norm")):
             raise RowsProblemError(f"{flag} is for the backward of layernorm or rmsnorm (with --backward)")
     extra = (row("residual"),) if residual else ()
     summed = (col("dxsum"),) if dx_sum else ()
+    rounded = (row("dx_cast", dx_cast),) if dx_cast else ()
     if kind == "layer_norm" and not backward:
         ins = (row("x"),) + ((col("weight"), col("bias")) if affine else ())
         return RowsProblem("layer_norm", rows, n, ins, (row("y"), stat("mean"), stat("rstd")), {"eps": eps})
     if kind == "layer_norm":
         ins = (row("dy"), row("x"), stat("mean"), stat("rstd")) + ((col("weight"),) if affine else ()) + extra
-        outs = (row("dx"),) + ((col("dweight"), col("dbias")) if affine else ()) + summed
+        outs = (row("dx"),) + rounded + ((col("dweight"), col("dbias")) if affine else ()) + summed
         return RowsProblem("layer_norm_backward", rows, n, ins, outs)
     if kind == "rms_norm" and not backward:
         ins = (row("x"),) + ((col("weight"),) if affine else ())
@@ -48,7 +53,7 @@ def cli_problem(kind: str, rows: int, n: int, dtype: str = "f32", *, backward: b
     if kind == "rms_norm":
         ins = (row("dy"), row("x"), stat("rstd")) + ((col("weight"),) if affine else ()) + extra
         return RowsProblem("rms_norm_backward", rows, n, ins,
-                           (row("dx"),) + ((col("dweight"),) if affine else ()) + summed)
+                           (row("dx"),) + rounded + ((col("dweight"),) if affine else ()) + summed)
     if kind in ("softmax", "log_softmax"):
         if backward:
             return RowsProblem(f"{kind}_backward", rows, n, (row("dy"), row("y")), (row("dx"),))
@@ -73,8 +78,8 @@ def cli_problem(kind: str, rows: int, n: int, dtype: str = "f32", *, backward: b
 def column_problem(p: RowsProblem) -> RowsProblem | None:
     """The weight (and bias) gradients of a norm backward as a column reduction over the rows:
     LayerNorm dweight = sum_rows dy * (x - mean) * rstd, dbias = sum_rows dy; RMSNorm dweight =
-    sum_rows dy * x * rstd; ``dxsum`` = sum_rows dx, read back from the row kernel's output (the
-    column stage runs after it).  A ``column_reduce`` problem passed through as itself; None otherwise."""
+    sum_rows dy * x * rstd; ``dxsum`` = sum_rows dx (``dx_cast`` where it is written), read back from
+    the row kernel's output (the column stage runs after it).  A ``column_reduce`` problem passed through as itself; None otherwise."""
     from nova.kernels.rows.prologue import Prologue
     if p.kind == "column_reduce":
         return p
@@ -92,8 +97,9 @@ def column_problem(p: RowsProblem) -> RowsProblem | None:
         index = {"dweight": 1}
         ins = ("dy", "x", "rstd")
     if any(o.name == "dxsum" for o in outs):
+        written = "dx_cast" if p.has("dx_cast") else "dx"     # the values the sum adds (problem docstring)
         index["dxsum"] = len(ops)
-        ops += (("cast_f32", ("dx",)),)
-        ins += ("dx",)
+        ops += (("cast_f32", (written,)),)
+        ins += (written,)
     prologue = Prologue(ops, tuple((index[o.name], o.name) for o in outs))
     return RowsProblem("column_reduce", p.rows, p.n, tuple(p.operand(n) for n in ins), outs, {"op": "sum"}, prologue)

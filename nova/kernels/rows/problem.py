@@ -15,12 +15,16 @@ arena slots are 256-byte aligned); the vector width is derived from it, the row 
 Kinds and their operands (``?``: present when the attribute or the plan says so):
 
     layer_norm             x, weight?, bias?  -> y, mean?, rstd?          attrs eps
-    layer_norm_backward    dy, x, mean, rstd, weight?, residual? -> dx?, dweight?, dbias?, dxsum?
+    layer_norm_backward    dy, x, mean, rstd, weight?, residual? -> dx?, dx_cast?, dweight?, dbias?, dxsum?
     rms_norm               x, weight? -> y, rstd?                         attrs eps
-    rms_norm_backward      dy, x, rstd, weight?, residual? -> dx?, dweight?, dxsum?
+    rms_norm_backward      dy, x, rstd, weight?, residual? -> dx?, dx_cast?, dweight?, dxsum?
                            (``residual``: dx is written as dx + residual, the residual stream's gradient
-                           added as the kernel writes it; ``dxsum``: the written dx summed over the rows,
-                           the bias gradient of the linear layer that dx is the output gradient of)
+                           added as the kernel writes it; ``dx_cast``: the same dx written a second time
+                           in its own (16-bit) type, rounded as a cast of dx rounds it -- autocast's FP32
+                           residual stream beside the bf16 input of the next GEMM; ``dxsum``: the written
+                           dx summed over the rows, the bias gradient of the linear layer that dx is the
+                           output gradient of -- the rounded values of ``dx_cast`` when it is written,
+                           as a sum of the cast's result adds them)
     softmax, log_softmax   x -> y
     softmax_backward       dy, y -> dx        (y = softmax(x))
     log_softmax_backward   dy, y -> dx        (y = log_softmax(x))
