@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from nova.ir import Graph, TensorType, interpreter, structural_hash, verify
-from nova.passes.grouped_query import find, head_repeat, read_kv_heads
+from nova.passes.grouped_query import KV_INPUTS as KV_OPS, find, head_repeat, read_kv_heads
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -98,6 +98,45 @@ def test_repeats_and_group_sums_become_attention_at_the_kv_heads(keepdim, bias_s
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 
+def autocast_gqa_step():
+    """Autocast's form (the built-in Llama under ``torch.autocast``): FP32 K (after RoPE) repeated, then
+    cast to the bf16 of Q and V by the attention; its gradient cast back to FP32 before the group sum."""
+    bf16 = lambda *shape: TensorType(shape, "bf16")  # noqa: E731
+    g = Graph("gqa-autocast")
+    q, k, v = g.input(bf16(B, H, T, D), "q"), g.input(f32(B, HKV, T, D), "k"), g.input(bf16(B, HKV, T, D), "v")
+    dout = g.input(bf16(B, H, T, D), "dout")
+    kr, vr = g.op("cast", repeat(g, k), dtype="bf16"), repeat(g, v)
+    out, lse = g.op("attention", q, kr, vr, scale=SCALE, causal=True)
+    dq, dkr, dvr = g.op("attention_backward", dout, q, kr, vr, out, lse, scale=SCALE, causal=True)
+    for value, name in ((out, "out"), (dq, "dq"), (group_sum(g, g.op("cast", dkr, dtype="f32")), "dk"),
+                        (group_sum(g, dvr), "dv")):
+        g.output(value, name)
+    verify(g)
+    return g
+
+
+def test_autocasts_cast_repeat_is_read_at_the_kv_heads():
+    """A cast after the repeat commutes with it: the rewrite casts the un-repeated K and the attention
+    reads it at its heads, its dK cast back for the group sum; out and dq as before, dK and dV within
+    one bf16 rounding (the kernel rounds the group's sum once; eager rounds each head's gradient,
+    then adds them)."""
+    g = autocast_gqa_step()
+    new = read_kv_heads(g)
+    verify(new)
+    assert kv_heads_read(new) == [HKV, HKV]
+    ops = new.op_counts()
+    assert "expand" not in ops and "sum" not in ops and ops["cast"] == 2, ops
+    casts = [n for n in new.nodes if n.op == "cast"]
+    assert [tuple(c.outputs[0].shape) for c in casts] == [(B, HKV, T, D)] * 2      # K cast at its own heads
+    inputs = [x.to(i.value.type.dtype == "bf16" and torch.bfloat16 or torch.float32)
+              for x, i in zip(random_inputs(g, seed=2), g.inputs)]
+    want, got = interpreter.run(g, inputs), interpreter.run(new, inputs)
+    for name, w, x in zip(["out", "dq", "dk", "dv"], want, got):
+        assert x.dtype == w.dtype, name
+        tol = 2 ** -8 if name in ("dk", "dv") else 1e-6
+        torch.testing.assert_close(x.float(), w.float(), rtol=tol, atol=tol * w.float().abs().max().item())
+
+
 def test_a_forward_alone_and_dead_gradients_are_rewritten_too():
     forward = read_kv_heads(gqa_step(backward=False))
     assert kv_heads_read(forward) == [HKV] and "expand" not in forward.op_counts()
@@ -179,6 +218,38 @@ def test_llama_tiny_program_matches_eager_loss_and_every_gradient():
     planned = _planned_graph(compiled)
     assert kv_heads_read(planned) == [cfg.n_kv_head] * (2 * cfg.n_layer)
     assert "expand" not in planned.op_counts() and "sum" not in planned.op_counts()
+
+
+def test_llama_tiny_autocast_step_reads_kv_heads_and_computes_the_captured_step():
+    """Under bf16 autocast (the attention casts the FP32 K that RoPE returns): every attention op reads
+    the K/V heads, no group sum is left on ATen, and the CPU program of the plan computes the captured
+    step's loss, gradients and updates (the interpreter on the graph as captured; bf16 GEMMs, so to 1%)."""
+    from nova.compiler.executor import build
+    from nova.compiler.explain import training_step
+    from nova.frontend import capture
+    from nova.models import TrainRecipe
+    from nova.passes import pipeline
+    from nova.passes.examples import random_inputs as step_inputs
+    fn, args, model, opt, _ = training_step("llama-tiny", 2, 16, recipe=TrainRecipe(autocast="bf16"))
+    captured = capture(fn, args, models=[model], optimizers=[opt], name="llama-tiny-autocast").graph
+    assert "expand" in captured.op_counts()
+    planned = pipeline(captured, "h200")
+    cfg = model.config
+    assert kv_heads_read(planned.graph) == [cfg.n_kv_head] * (2 * cfg.n_layer)
+    aten = [g.reason for g in planned.groups if g.kernel == "aten" and g.nodes[0].op not in KV_OPS]
+    assert not aten, aten                       # (the tiny model's head dimension 8 keeps attention on ATen)
+    xs = step_inputs(captured, 5, int_high=cfg.vocab_size)
+    for spec, t in zip(captured.inputs, xs):
+        if spec.value.dtype == "f64":                                     # AdamW's lr, betas, eps, decay
+            t.copy_(torch.tensor([1e-3, 0.9, 0.95, 1e-8, 0.1], dtype=torch.float64))
+        elif spec.name.endswith(("exp_avg_sq", ".step")):
+            t.abs_().add_(1.0)
+    ref = interpreter.run(captured, [x.clone() for x in xs])
+    got = build(planned, "cpu", poison=True).run([x.clone() for x in xs])
+    for o, a, b in zip(captured.outputs, got, ref):
+        assert not torch.isnan(a.float()).any(), o.name
+        a, b = a.double(), b.double()
+        assert (a - b).norm() <= 1e-2 * b.norm() + 1e-6, o.name
 
 
 @pytest.mark.parametrize("padded", [False, True], ids=["no-mask", "padded"])

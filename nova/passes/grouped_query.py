@@ -27,6 +27,17 @@ dK/dV kernel accumulates its group's query heads in registers: no copy, no sum, 
 A bias is added to the scores ``[B|1, H|1, Tq|1, Tk]`` of the query heads, which the rewrite leaves
 as they were, so a mask (per head or not) stays as it is.
 
+**Autocast** casts the repeats to the attention's type after repeating them (the built-in Llama's
+RoPE multiplies bf16 K by FP32 tables, so K is FP32 until the attention casts it):
+
+    out, lse = attention(q, cast(kr, bf16), vr)          dk = sum(reshape(cast(dkr, f32), ...))
+
+An elementwise cast commutes with the repeat: the rewrite casts the ``[B, Hkv, T, D]`` K (half the
+elements) and the attention reads it at its own heads, ``cast(dk, f32)`` standing for the cast group
+sum.  The forward is exact.  In a 16-bit backward (autocast's, cast or not) the dK/dV kernel sums
+each group's heads in FP32 and rounds the sum once to the 16-bit type, where eager rounds each head's
+gradient to it first and then adds them: the two differ by at most one 16-bit rounding of dK and dV.
+
 Only an exact match is rewritten; anything else is left as it was:
 
 - the repeat is this order: the unit axis inserted after the head axis.  A tile
@@ -56,6 +67,7 @@ class Repeat:
     repeated: Value
     unit: Value
     groups: int
+    cast: str | None = None             # the element type ``repeated`` is the repeat cast to (autocast)
 
     @property
     def kv_shape(self) -> tuple[int, ...]:
@@ -65,9 +77,11 @@ class Repeat:
 
 @dataclass(frozen=True)
 class GroupSum:
-    """The nodes that sum a repeated head gradient over each group, and the value that is the sum."""
+    """The nodes that sum a repeated head gradient over each group, and the value that is the sum;
+    ``cast``: the element type the gradient is cast to before the sum (autocast's cast back), or None."""
     nodes: tuple[Node, ...]
     result: Value
+    cast: str | None = None
 
 
 @dataclass
@@ -86,8 +100,11 @@ class Match:
 
 
 def head_repeat(value: Value) -> Repeat | None:
-    """The repeat ``value`` is (module docstring: head h reads h // G, G > 1), or None."""
+    """The repeat ``value`` is (module docstring: head h reads h // G, G > 1), or a cast of one, or None."""
     node = value.producer
+    if node is not None and node.op == "cast":
+        inner = head_repeat(node.inputs[0])
+        return None if inner is None or inner.cast else Repeat(value, inner.unit, inner.groups, node.attrs["dtype"])
     if node is None or node.op != "reshape" or value.type.rank != 4:
         return None
     expanded = node.inputs[0]
@@ -105,7 +122,11 @@ def group_sum(grad: Value, groups: int, users, outputs) -> GroupSum | None:
     """The sum of ``grad`` ``[B, H, T, D]`` over each group of ``groups`` consecutive heads, when that is
     its only reader (module docstring), or None."""
     b, heads, t, d = grad.shape
+    cast = None
     split = _only_reader(grad, users, outputs)
+    if split is not None and split.op == "cast":            # autocast: the gradient cast back first
+        cast, grad = split, split.output
+        split = _only_reader(grad, users, outputs)
     if split is None or split.op != "reshape" or tuple(split.output.shape) != (b, heads // groups, groups, t, d):
         return None
     total = _only_reader(split.output, users, outputs)
@@ -113,11 +134,13 @@ def group_sum(grad: Value, groups: int, users, outputs) -> GroupSum | None:
             tuple(a % 5 for a in total.attrs["axes"]) != (2,):
         return None
     nodes, result = (split, total), total.output
+    if cast is not None:
+        nodes = (cast,) + nodes
     if total.attrs.get("keepdim"):
         last = _only_reader(result, users, outputs)
         if last is not None and last.op == "reshape" and tuple(last.output.shape) == (b, heads // groups, t, d):
             nodes, result = nodes + (last,), last.output
-    return GroupSum(nodes, result)
+    return GroupSum(nodes, result, cast.attrs["dtype"] if cast is not None else None)
 
 
 def _only_reader(value: Value, users, outputs) -> Node | None:
@@ -208,17 +231,25 @@ def read_kv_heads(graph: Graph) -> Graph:
             continue
         for new, summed in zip(outs[1:], (backward[node].dk, backward[node].dv)):
             if summed is not None:
+                if summed.cast is not None:
+                    new = rw.emit("cast", [new], {"dtype": summed.cast}, node.origin)[0]
                 rw.env[summed.result] = new if tuple(new.shape) == tuple(summed.result.shape) else \
                     rw.emit("reshape", [new], {"shape": tuple(summed.result.shape)}, node.origin)[0]
     return dce(rw.finish())
 
 
 def _source(rw: Rewriter, repeat: Repeat, sources: dict) -> Value:
-    """The new graph's ``[B, Hkv, T, D]`` K (or V) that ``repeat`` repeats."""
+    """The new graph's ``[B, Hkv, T, D]`` K (or V) that ``repeat`` repeats, cast as the repeat is."""
     if repeat.unit not in sources:
         producer = repeat.unit.producer
         if producer is not None and producer.op == "reshape" and tuple(producer.inputs[0].shape) == repeat.kv_shape:
             sources[repeat.unit] = rw.get(producer.inputs[0])
         else:
             sources[repeat.unit] = rw.emit("reshape", [rw.get(repeat.unit)], {"shape": repeat.kv_shape})[0]
-    return sources[repeat.unit]
+    if repeat.cast is None:
+        return sources[repeat.unit]
+    key = (repeat.unit, repeat.cast)
+    if key not in sources:
+        origin = repeat.repeated.producer.origin
+        sources[key] = rw.emit("cast", [sources[repeat.unit]], {"dtype": repeat.cast}, origin)[0]
+    return sources[key]
