@@ -58,7 +58,8 @@ class Ir:
         self.lines: list[str] = []
         self.level = 0
         # names spelled directly in the text (function arguments, loop variables) are reserved
-        self._taken: dict[str, int] = {n: 1 for n in reserved}
+        self._taken: dict[str, int] = {n: 1 for n in reserved}     # hint -> the next suffix to try
+        self._names: set[str] = set(reserved)                          # every name spelled so far
         self._consts: dict[tuple, str] = {}
         self._const_lines: list[str] = []
         self._const_anchor = None
@@ -78,11 +79,17 @@ class Ir:
         """Names the caller spells directly in the text (arguments, loop variables): ``fresh`` skips them."""
         for n in names:
             self._taken.setdefault(n, 1)
+            self._names.add(n)
 
     def fresh(self, hint: str) -> str:
+        """``%hint``, else ``%hint_1``, ``%hint_2``, ...: the first not spelled yet (a suffixed name can
+        be another hint's, or a reserved one: ``dy`` twice and a parameter ``dy_1``)."""
         n = self._taken.get(hint, 0)
+        while (name := hint if n == 0 else f"{hint}_{n}") in self._names:
+            n += 1
         self._taken[hint] = n + 1
-        return f"%{hint}" if n == 0 else f"%{hint}_{n}"
+        self._names.add(name)
+        return f"%{name}"
 
     def let(self, hint: str, rhs: str) -> str:
         name = self.fresh(hint)
