@@ -195,6 +195,8 @@ def _kernels():
              cli_problem("layernorm", 64, 24, "f32", backward=True), cli_problem("rmsnorm", 100, 4096, "f16"),
              cli_problem("layernorm", 16384, 768, "f32", backward=True, residual=True, dx_sum=True),   # 2 warps a row
              cli_problem("layernorm", 16384, 512, "f32", backward=True, residual=True, dx_sum=True, dx_cast="bf16"),
+             cli_problem("rmsnorm", 16384, 512, "f32", backward=True, residual=True, dy_parts=3),
+             cli_problem("rmsnorm", 64, 16384, "f32", backward=True, dy_parts=2),     # the column stage adds them
              cli_problem("rmsnorm", 100, 4096, "bf16", backward=True), cli_problem("softmax", 8, 300000, "f32"),
              cli_problem("softmax", 8, 300000, "f32", backward=True),
              cli_problem("softmax", 77, 33, "f16", backward=True), cli_problem("log_softmax", 50, 2048, "bf16"),
@@ -460,11 +462,12 @@ def test_the_final_sum_spreads_its_columns_over_as_many_ctas_as_its_lanes_allow(
 
 
 
-@pytest.mark.parametrize("kind, rows, n, dx_cast", [("rmsnorm", 40, 96, None), ("layernorm", 24, 200, None),
-                                                   ("layernorm", 6, 768, None), ("rmsnorm", 6, 16384, None),
-                                                   ("layernorm", 24, 200, "bf16"), ("rmsnorm", 6, 16384, "bf16"),
-                                                   ("rmsnorm", 40, 96, "f16")])
-def test_a_norm_backward_adds_the_residual_and_sums_dx(kind, rows, n, dx_cast):
+@pytest.mark.parametrize("kind, rows, n, dx_cast, dy_parts", [
+    ("rmsnorm", 40, 96, None, 1), ("layernorm", 24, 200, None, 1), ("layernorm", 6, 768, None, 1),
+    ("rmsnorm", 6, 16384, None, 1), ("layernorm", 24, 200, "bf16", 1), ("rmsnorm", 6, 16384, "bf16", 1),
+    ("rmsnorm", 40, 96, "f16", 1), ("rmsnorm", 40, 96, "bf16", 3), ("layernorm", 24, 200, "bf16", 2),
+    ("rmsnorm", 6, 16384, "bf16", 2)])
+def test_a_norm_backward_adds_the_residual_and_sums_dx(kind, rows, n, dx_cast, dy_parts):
     """``--residual --dx-sum``: the norm's backward writes ``dx + residual`` (the residual stream's
     gradient a pre-norm block adds after the norm's backward) and sums it over the rows (the bias
     gradient of the linear layer before it), every kernel of the schedule executed thread by thread on
@@ -472,15 +475,24 @@ def test_a_norm_backward_adds_the_residual_and_sums_dx(kind, rows, n, dx_cast):
     column sums and the weight (and bias) gradients; the sums in the row kernel's pass (96, 200; 768: a
     CTA of two warps per row, so that a lane's 3 x 12 sums fit) and in the column stage after it
     (16384: it reads dx back).  ``--dx-cast`` (autocast): dx written a second time rounded to 16 bits,
-    bit for bit the rounding of the FP32 dx it writes, and the sums add those rounded values."""
+    bit for bit the rounding of the FP32 dx it writes, and the sums add those rounded values.
+    ``--dy-parts`` (autocast): dy read as 2 or 3 bf16 row inputs added in order, in the row pass and
+    in the column stage."""
     import numpy as np
     from simt_cpu import run_kernel
     from nova.hwmodel import get_target
     from nova.kernels.rows.abi import KERNEL_NAMES, params, workspace_layout
     from nova.kernels.rows.compile import build_module, geometry
     from simt_cpu import round_bf16
-    p = cli_problem(kind, rows, n, "f32", backward=True, residual=True, dx_sum=True, dx_cast=dx_cast)
+    import dataclasses
+    p = cli_problem(kind, rows, n, "f32", backward=True, residual=True, dx_sum=True, dx_cast=dx_cast,
+                    dy_parts=dy_parts)
+    part_names = ["dy", "dy_1", "dy_2"][:dy_parts]
+    if dy_parts > 1:                                  # autocast's 16-bit gradients, widened as read
+        p = dataclasses.replace(p, inputs=tuple(dataclasses.replace(o, dtype="bf16") if o.name in part_names
+                                                else o for o in p.inputs))
     assert [o.name for o in p.inputs][-1] == "residual" and [o.name for o in p.outputs][-1] == "dxsum"
+    assert [o.name for o in p.inputs][:dy_parts + 1] == part_names + ["x"]
     s = configure_rows(p, get_target("h200")).schedule
     assert s.roles == (("row", "column") if n == 16384 else ("row", "partials_final")), s.roles
     if n == 768:                                      # a warp per row would keep 3 x 24 sums a lane
@@ -494,12 +506,19 @@ def test_a_norm_backward_adds_the_residual_and_sums_dx(kind, rows, n, dx_cast):
     f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32).ravel()  # noqa: E731
     x, dy, residual, w, mean, rstd = (f32(a).astype(np.float64).reshape(np.shape(a))
                                       for a in (x, dy, residual, w, mean, rstd))
+    parts = [dy] + [f32(rng.standard_normal((rows, n))).astype(np.float64).reshape(rows, n)
+                    for _ in range(dy_parts - 1)]
+    if dy_parts > 1:
+        parts = [round_bf16(f32(a)).astype(np.float64).reshape(rows, n) for a in parts]
+        dy = parts[0]
+        for part in parts[1:]:
+            dy = (dy + part).astype(np.float32).astype(np.float64)   # FP32 adds, in order
     xhat = (x - mean) * rstd
     g = dy * w
     dx = rstd * (g - xhat * (g * xhat).mean(1, keepdims=True)
                  - (g.mean(1, keepdims=True) if kind == "layernorm" else 0)) + residual
     _, total = workspace_layout(p, s)
-    buffers = {"dy": f32(dy), "x": f32(x), "rstd": f32(rstd), "mean": f32(mean), "weight": f32(w),
+    buffers = {**{name: f32(a) for name, a in zip(part_names, parts)}, "x": f32(x), "rstd": f32(rstd), "mean": f32(mean), "weight": f32(w),
                "residual": f32(residual), "dx": np.full(rows * n, np.nan, np.float32),
                "dweight": np.full(n, np.nan, np.float32), "dbias": np.full(n, np.nan, np.float32),
                "dxsum": np.full(n, np.nan, np.float32), "dx_cast": np.full(rows * n, np.nan, np.float32)}

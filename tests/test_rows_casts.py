@@ -222,6 +222,37 @@ def test_captured_autocast_gpt_step_leaves_no_cast_kernel_beside_a_rows_kernel()
         assert not any(u.op in ROWS_OPS for u in users[y]), g.reason
 
 
+def test_autocast_llama_norm_backwards_add_their_dy_from_the_projections_gradients():
+    """Under autocast each RMSNorm backward's dy is the FP32 sum of the bf16 gradients of the projections
+    that read the norm's output (w1 and w3: two; wq, wk and wv: three), added left to right: the rows
+    kernel reads the parts in bf16 and adds them in that order (``dy``, ``dy_1``, ``dy_2``); no add
+    kernel is left in front of a norm backward."""
+    from nova.compiler.explain import plan_training_step
+    from nova.models import TrainRecipe
+    planned = plan_training_step("llama-tiny", 2, 16, recipe=TrainRecipe(autocast="bf16"))[0]
+    norms = [g for g in planned.groups if g.kernel == "nova" and isinstance(g.problem, RowsProblem)
+             and g.problem.kind == "rms_norm_backward"]
+    parts = sorted(sum(g.problem.has(name) for name in ("dy", "dy_1", "dy_2")) for g in norms)
+    n_layer = 2
+    assert parts == [1] + [2] * n_layer + [3] * n_layer, parts       # the final norm's dy: the LM head's alone
+    users = planned.graph.users()
+    for g in norms:
+        adds = [n for n in g.nodes if n.op == "add" and g.problem.has("dy_1") and n.outputs[0] is not g.bindings["dx"]]
+        count = sum(g.problem.has(name) for name in ("dy_1", "dy_2"))
+        if not count:
+            continue
+        assert len(adds) == count and "parts as it reads them" in g.reason
+        for name in ("dy", "dy_1", "dy_2")[:count + 1]:
+            v = g.bindings[name]
+            assert v.dtype == "bf16" and g.problem.operand(name).dtype == "bf16" and v in g.inputs
+        # left to right: dy + dy_1 first, then dy_2
+        assert adds[0].inputs[0].producer.inputs[0] is g.bindings["dy"]
+        assert adds[0].inputs[1].producer.inputs[0] is g.bindings["dy_1"]
+    for g in planned.groups:                  # nothing computes a norm backward's dy outside its kernel
+        if g.kind == "pointwise":
+            assert not any(u.op == "rms_norm_backward" for v in g.outputs for u in users[v]), g.reason
+
+
 def test_captured_autocast_gpt_step_runs_on_the_cpu_program_like_the_interpreter():
     from nova.compiler.executor import build
     planned = _autocast_tiny()

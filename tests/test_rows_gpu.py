@@ -385,19 +385,24 @@ def test_norms_write_16bit_outputs_and_read_16bit_gradients(kind, rows, n, low, 
 
 
 @pytest.mark.parametrize("rows, n, low, stride", MIXED_NORM_CASES)
-@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
-def test_norm_backward_writes_dx_in_fp32_and_16_bits(kind, rows, n, low, stride):
-    """Autocast's pre-norm block backward (``--residual --dx-cast --dx-sum``): dy in bf16/f16, x, the
-    residual stream's gradient and dx f32; dx + residual written in f32 and again rounded to 16 bits
-    (bit for bit the rounding of the f32 it wrote), those 16-bit values summed over the rows (the bias
-    gradient of the linear layer before the norm)."""
+@pytest.mark.parametrize("kind, dy_parts", [("layernorm", 1), ("rmsnorm", 1), ("rmsnorm", 3), ("layernorm", 2)])
+def test_norm_backward_writes_dx_in_fp32_and_16_bits(kind, dy_parts, rows, n, low, stride):
+    """Autocast's pre-norm block backward (``--residual --dx-cast --dx-sum [--dy-parts]``): dy in
+    bf16/f16 (or 2-3 such parts added in FP32, in order), x, the residual stream's gradient and dx f32;
+    dx + residual written in f32 and again rounded to 16 bits (bit for bit the rounding of the f32 it
+    wrote), those 16-bit values summed over the rows (the bias gradient of the linear layer before the
+    norm)."""
     x = _stored(_randn(rows, n, 2.0, 28) - 0.1, "f32").requires_grad_()
     w = _stored(_randn(1, n, 1.0, 29)[0], "f32")
-    dy = _stored(_randn(rows, n, 1.0, 30), low)
+    parts = [_stored(_randn(rows, n, 1.0, 30 + 10 * k), low) for k in range(dy_parts)]
+    dy = parts[0]
+    for part in parts[1:]:
+        dy = (dy.float() + part.float()).double()        # FP32 adds, in order
     r = _stored(_randn(rows, n, 1.0, 31), "f32")
     eps = 1e-5
+    names = ["dy", "dy_1", "dy_2"][:dy_parts]
     p = strided(with_types(cli_problem(kind, rows, n, "f32", backward=True, residual=True, dx_sum=True,
-                                       dx_cast=low), dy=low), stride)
+                                       dx_cast=low, dy_parts=dy_parts), **{name: low for name in names}), stride)
     b = Buffers(p)
     if kind == "layernorm":
         y = torch.nn.functional.layer_norm(x, (n,), w, None, eps)
@@ -408,7 +413,9 @@ def test_norm_backward_writes_dx_in_fp32_and_16_bits(kind, rows, n, low, stride)
         rstd = (x.detach() ** 2).mean(-1).add(eps).rsqrt()
         y = x * (x * x).mean(-1, keepdim=True).add(eps).rsqrt() * w
     y.backward(dy)
-    b.put("dy", dy), b.put("x", x.detach()), b.put("rstd", rstd), b.put("weight", w), b.put("residual", r)
+    for name, part in zip(names, parts):
+        b.put(name, part)
+    b.put("x", x.detach()), b.put("rstd", rstd), b.put("weight", w), b.put("residual", r)
     b.poison_outputs()
     b.run()
     b.check("dx", x.grad + r)

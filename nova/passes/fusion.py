@@ -204,9 +204,10 @@ class Group:
 
     @property
     def head(self) -> Node:
-        """The node that names the group: a composite group's op, not the casts fused around it."""
+        """The node that names the group: a composite group's op, not the pointwise nodes fused around
+        it (casts, the adds of a norm backward's dy)."""
         if self.kind == "composite":
-            return next((n for n in self.nodes if n.op != "cast"), self.nodes[0])
+            return next((n for n in self.nodes if kind(n.op) != "pointwise"), self.nodes[0])
         return self.nodes[0]
 
     def intermediates(self) -> list[Value]:
@@ -533,15 +534,44 @@ class _Fuser:
             self._roles[problem] = configure_rows(problem, self.target).schedule.roles
         return g if "column" not in self._roles[problem] else None
 
+    def _dy_sum(self, node: Node) -> list[Node] | None:
+        """The nodes of the open pointwise group that computes the norm backward ``node``'s dy, when they
+        are only casts and adds, only ``node`` reads dy and one rows kernel computes both (module
+        docstring), else None."""
+        dy = node.inputs[0]
+        p = dy.producer
+        pg = self.group_of.get(p) if p is not None and node.op in NORM_RESIDUAL else None
+        if pg is None or pg.kind != "pointwise" or not pg.open or pg is self._scalars or p.op != "add" \
+                or any(n.op not in ("cast", "add") for n in pg.nodes) or dy in self.outputs \
+                or set(self.users.get(dy, ())) != {node}:
+            return None
+        return list(pg.nodes) if self._rows_problem(pg.nodes + [node]) is not None else None
+
     def _rows_prologues(self, node: Node, g: _Open) -> None:
-        """Take into ``g`` (the new group of the rows composite ``node``) the widening casts of its row
-        inputs that only it reads, each alone in an open group, when that saves bytes."""
+        """Take into ``g`` (the new group of the rows composite ``node``) the pointwise group that adds its
+        dy from parts (``_dy_sum``) and the widening casts of its row inputs that only it reads, each alone
+        in an open group, when that saves bytes."""
+        parts = self._dy_sum(node)
+        if parts is not None:
+            nodes = parts + [node]
+            reads, _ = boundary(parts, self.users, self.outputs)
+            kernel = sum(v.type.nbytes for v in reads) + node.inputs[0].type.nbytes   # the add kernel's traffic
+            saved = self._rows_problem([node]).bytes_moved + kernel - self._rows_problem(nodes).bytes_moved \
+                if self._rows_problem([node]) is not None else 0
+            if saved > 0:
+                self.group_of[parts[0]].nodes = []
+                for n in parts:
+                    self.group_of[n] = g
+                g.nodes[:0] = parts
+                g.rows_notes.append((f"; adds its dy ({{}}) from {len(reads)} parts as it reads them "
+                                     f"({', '.join(str(v.type) for v in reads)}): one pointwise kernel fewer, "
+                                     f"saves {format_bytes(saved)}", node.inputs[0]))
         casts = []
         for i in ROW_INPUTS.get(node.op, ()):
             c = self._lone_widening_cast(node.inputs[i], node)
             if c is not None and c not in casts:
                 casts.append(c)
-        saved = self._cast_saving(casts + [node], casts) if casts else 0
+        saved = self._cast_saving(casts + g.nodes, casts) if casts else 0
         if saved <= 0:
             return
         g.cast_bytes += saved

@@ -7,7 +7,9 @@ map their operands by position, with the casts fused into them
 cast's source, read in its own type; a cast of the row result (``ROW_OUTPUTS``) binds the result to the
 cast's value, written in its type; a norm's backward with the ``add`` of its dx and another value
 (``residual_add``: the residual stream's gradient, ``NORM_RESIDUAL``) reads that value as its
-``residual`` operand and writes the sum as dx, a cast of the dx it writes to a 16-bit type read
+``residual`` operand and writes the sum as dx, its dy made by a left-to-right sum of 2 or 3 values
+(``dy_parts``: autocast's widened gradients of the projections that read the norm's output) reads those
+values as ``dy``, ``dy_1``, ``dy_2``, a cast of the dx it writes to a 16-bit type read
 outside the group beside dx (``dx_cast_of``: autocast's FP32 residual stream and the next GEMM's bf16
 input) is its ``dx_cast`` output, and a ``sum`` of the dx it writes (of that cast's value, where there
 is one) over every row axis (``dx_column_sum``: a linear layer's bias gradient) is its ``dxsum`` output;
@@ -51,6 +53,25 @@ class NotRows(Exception):
 
 
 NORM_RESIDUAL = ("layer_norm_backward", "rms_norm_backward")    # kinds that add a residual to dx as they write it
+
+
+def dy_parts(node, nodes):
+    """``(the adds, [the parts])`` when ``nodes`` hold the sum that makes the norm backward ``node``'s
+    dy, added left to right (``(a + b) + c``: the order the kernel adds ``dy``, ``dy_1``, ``dy_2`` in), of
+    2 or 3 parts; None when dy is not computed in ``nodes``; ``NotRows`` for more parts."""
+    if node.op not in NORM_RESIDUAL:
+        return None
+    inside, v, adds, parts = set(nodes), node.inputs[0], [], []
+    while v.producer in inside and v.producer.op == "add":
+        adds.append(v.producer)
+        v, part = v.producer.inputs
+        parts.append(part)
+    if not adds:
+        return None
+    parts.append(v)
+    if len(parts) > 3:
+        raise NotRows(f"the {node.op} kernel adds dy from at most 3 parts, not {len(parts)}")
+    return adds[::-1], parts[::-1]
 
 
 def residual_add(node, nodes):
@@ -159,16 +180,21 @@ def from_group(nodes, inputs, outputs, layouts) -> tuple[RowsProblem | None, dic
     try:
         composites = [n for n in nodes if n.op in COMPOSITES]
         others_cast = all(n.op == "cast" for n in nodes if n not in composites)
-        added = residual_add(composites[0], nodes) if len(composites) == 1 else None
-        rounded = dx_cast_of(composites[0], nodes, added) if len(composites) == 1 else None
-        summed = dx_column_sum(composites[0], nodes, added, rounded) if len(composites) == 1 else None
-        extra = [x[0] for x in (added, rounded, summed) if x is not None]
+        one = composites[0] if len(composites) == 1 else None
+        chain, parts = (dy_parts(one, nodes) if one is not None else None) or ([], None)
+        added = residual_add(one, [n for n in nodes if n not in chain]) if one is not None else None
+        rounded = dx_cast_of(one, nodes, added) if one is not None else None
+        summed = dx_column_sum(one, nodes, added, rounded) if one is not None else None
+        extra = chain + [x[0] for x in (added, rounded, summed) if x is not None]
         rest = [n for n in nodes if n not in composites and n not in extra]
         if [n.op for n in composites] == ["cross_entropy", "cross_entropy_backward"] and others_cast:
             problem, names = _forward_backward(*composites, nodes, outputs, layouts)
-        elif len(composites) == 1 and extra and all(n.op == "cast" for n in rest):
-            problem, names = _composite(composites[0], outputs, layouts, *fused_casts(composites[0], rest),
-                                        residual=added, dx_sum=summed, dx_cast=rounded)
+        elif one is not None and extra and all(n.op == "cast" for n in rest):
+            widened = [c for c in rest if parts and c.outputs[0] in parts and reads_through_cast(c)]
+            sources, results = fused_casts(one, [c for c in rest if c not in widened])
+            sources.update({c.outputs[0]: c.inputs[0] for c in widened})    # a part read in its own type
+            problem, names = _composite(one, outputs, layouts, sources, results, residual=added, dx_sum=summed,
+                                        dx_cast=rounded, dy_parts=parts)
         elif len(composites) == 1 and others_cast:
             problem, names = _composite(composites[0], outputs, layouts, *fused_casts(composites[0], nodes))
         elif nodes[-1].op in REDUCE_OPS:
@@ -220,11 +246,12 @@ def fused_casts(node, nodes) -> tuple[dict, dict]:
     return sources, results
 
 
-def _composite(node, outputs, layouts, sources=None, results=None, residual=None, dx_sum=None, dx_cast=None):
+def _composite(node, outputs, layouts, sources=None, results=None, residual=None, dx_sum=None, dx_cast=None,
+               dy_parts=None):
     """``residual``: ``(add, value)`` of ``residual_add``: the value read as the ``residual`` operand,
     the add's result written as dx; ``dx_sum``: ``(sum, value)`` of ``dx_column_sum``: the value written
     as the ``dxsum`` operand; ``dx_cast``: ``(cast, value)`` of ``dx_cast_of``: the value written as the
-    ``dx_cast`` operand."""
+    ``dx_cast`` operand; ``dy_parts``: the values of ``dy_parts``, read as ``dy``, ``dy_1``, ``dy_2``."""
     op, a = node.op, node.attrs
     sources, results = sources or {}, dict(results or {})
     if residual is not None:
@@ -252,6 +279,9 @@ def _composite(node, outputs, layouts, sources=None, results=None, residual=None
     def vec(name, v, layout):
         names[name] = v
         return _vec(v, layout, layouts, name)
+
+    def dy_rows(dy):
+        return [row(name, v) for name, v in zip(("dy", "dy_1", "dy_2"), dy_parts or [dy])]
     w, b = a.get("has_weight", True), a.get("has_bias", True)
     attrs = {}
     if op == "layer_norm":
@@ -261,7 +291,7 @@ def _composite(node, outputs, layouts, sources=None, results=None, residual=None
         attrs = {"eps": float(a["eps"])}
     elif op == "layer_norm_backward":
         dy, _, mean, rstd = node.inputs[:4]
-        ins = [row("dy", dy), row("x", x), vec("mean", mean, "per_row"), vec("rstd", rstd, "per_row")]
+        ins = dy_rows(dy) + [row("x", x), vec("mean", mean, "per_row"), vec("rstd", rstd, "per_row")]
         if w:
             ins.append(vec("weight", node.inputs[4], "col"))
         if residual is not None:
@@ -275,7 +305,7 @@ def _composite(node, outputs, layouts, sources=None, results=None, residual=None
         attrs = {"eps": float(a["eps"])}
     elif op == "rms_norm_backward":
         dy, _, rstd = node.inputs[:3]
-        ins = [row("dy", dy), row("x", x), vec("rstd", rstd, "per_row")]
+        ins = dy_rows(dy) + [row("x", x), vec("rstd", rstd, "per_row")]
         if w:
             ins.append(vec("weight", node.inputs[3], "col"))
         if residual is not None:

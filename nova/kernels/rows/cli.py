@@ -1,4 +1,4 @@
-"""``nova-config explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy ROWSxN [--backward] [--forward-backward] [--residual] [--dx-sum] [--dx-cast T] [--dtype ...]
+"""``nova-config explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy ROWSxN [--backward] [--forward-backward] [--residual] [--dx-sum] [--dx-cast T] [--dy-parts N] [--dtype ...]
 [--target ...] [--json]``: the rows schedule of one problem, each derivation step with its reason, the prediction."""
 from __future__ import annotations
 
@@ -31,6 +31,10 @@ def build_parser(op: str = "layernorm") -> argparse.ArgumentParser:
                     help="layernorm/rmsnorm --backward only: the kernel also writes dx rounded to this 16-bit type "
                          "(autocast: the FP32 residual stream's gradient beside the next GEMM's 16-bit input); "
                          "--dx-sum then sums the rounded values")
+    ap.add_argument("--dy-parts", type=int, choices=(1, 2, 3), default=1, metavar="{1,2,3}",
+                    help="layernorm/rmsnorm --backward only: dy read as this many row inputs added in order "
+                         "(autocast: the 16-bit gradients of the projections that read the norm's output, "
+                         "summed in the kernel instead of an add kernel; default 1)")
     ap.add_argument("--dtype", default="f32", choices=tuple(FLOAT_DTYPES),
                     help="storage type of the rows (f32, bf16, f16; statistics are f32; default f32)")
     ap.add_argument("--target", default="h200", help="GPU model (see nova-config targets; default h200)")
@@ -50,7 +54,7 @@ def main(op: str, argv=None) -> int:
         rows, n = parse_rows_shape(args.shape)
         return configure_rows(cli_problem(op, rows, n, args.dtype, backward=args.backward,
                                           forward_backward=args.forward_backward, residual=args.residual,
-                                          dx_sum=args.dx_sum, dx_cast=args.dx_cast),
+                                          dx_sum=args.dx_sum, dx_cast=args.dx_cast, dy_parts=args.dy_parts),
                              get_target(args.target))
     return explain(configure, (RowsProblemError, TargetError), args.json, render)
 

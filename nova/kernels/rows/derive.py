@@ -83,6 +83,18 @@ HELD = {"layer_norm": ("x",), "layer_norm_backward": ("dy", "x"), "rms_norm": ("
         "softmax_backward": ("dy", "y"), "log_softmax_backward": ("dy", "y"), "cross_entropy": ("logits",),
         "cross_entropy_backward": ("logits",), "cross_entropy_forward_backward": ("logits",)}
 
+
+
+def held(p: RowsProblem) -> tuple[str, ...]:
+    """The row operands a thread keeps to read the row once: the kind's (``HELD``), with dy's parts
+    beside dy where the gradient arrives in parts (each loaded and kept in its own type)."""
+    names = HELD.get(p.kind, ())
+    if "dy" in names:
+        at = names.index("dy") + 1
+        names = names[:at] + tuple(n for n in ("dy_1", "dy_2") if p.has(n)) + names[at:]
+    return names
+
+
 F = formulas("""
     vec_max = transaction_bytes / elem_bytes
     slots = ceil(n / vec)
@@ -158,8 +170,8 @@ def lane_vectors(p: RowsProblem, vec: int) -> int:
     """Vectors a lane keeps: LANE_VECTORS, fewer where the kept operands would pass REG_VALUES or a
     norm backward's column sums (one per gradient and column the lane touches) would pass ACC_VALUES:
     more lanes share the row, so the sums stay in the row pass (step 6)."""
-    held = len(HELD.get(p.kind, ())) if PASSES.get(p.kind, 1) > 1 else 0
-    lanes = max(1, min(LANE_VECTORS, REG_VALUES // (vec * held))) if held else LANE_VECTORS
+    held_values = len(held(p)) if PASSES.get(p.kind, 1) > 1 else 0
+    lanes = max(1, min(LANE_VECTORS, REG_VALUES // (vec * held_values))) if held_values else LANE_VECTORS
     grads = summed_gradients(p)
     return max(1, min(lanes, ACC_VALUES // (vec * grads))) if grads else lanes
 
@@ -208,9 +220,8 @@ def step4_passes(p: RowsProblem, vec: int, tpr: int, threads: int, gpu: GPUModel
     passes = PASSES.get(p.kind, 1)
     if passes == 1:
         return (chunks, False), [s1, note("passes", 1, "one pass streams the row (nothing is read twice)")]
-    held = len(HELD[p.kind])
     kept, s2 = formula_step("kept values", F.kept, f"f32 values a thread keeps to read the row once "
-                            f"({', '.join(HELD[p.kind])})", post=int, chunks=chunks, vec=vec, held=held)
+                            f"({', '.join(held(p))})", post=int, chunks=chunks, vec=vec, held=len(held(p)))
     per_thread = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // threads // 8 * 8)
     budget = min(REG_VALUES, per_thread - REG_OVERHEAD)       # one CTA must fit the register file
     acc = fused_accumulators(p, chunks, vec)
@@ -246,7 +257,7 @@ def step6_fused_sums(p: RowsProblem, chunks: int, vec: int, in_registers: bool, 
                            f"dy * xhat{' and dy' if grads > 1 else ''} per column the thread touches, kept across "
                            "its rows", post=int, chunks=chunks, vec=vec, gradients=grads)
     per_thread = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // threads // 8 * 8)
-    kept = chunks * vec * len(HELD[p.kind]) if in_registers else 0
+    kept = chunks * vec * len(held(p)) if in_registers else 0
     fits = kept + acc + REG_OVERHEAD <= per_thread
     if in_registers and acc <= ACC_VALUES and fits:
         return acc, [st, note("weight/bias gradients", "row pass",
@@ -345,7 +356,7 @@ def row_tile(p: RowsProblem, gpu: GPUModel, d: Derivation) -> tuple[RowTile, Par
     threads, rows_per_cta = d.record(step3_rows_per_cta(p, tpr, gpu))
     chunks, in_registers = d.record(step4_passes(p, vec, tpr, threads, gpu))
     acc = d.record(step6_fused_sums(p, chunks, vec, in_registers, threads, gpu))
-    kept = chunks * vec * len(HELD.get(p.kind, ())) if in_registers else 0
+    kept = chunks * vec * len(held(p)) if in_registers else 0
     regs = kept + acc + REG_OVERHEAD
     smem = 4 * (tpr // 32) * 3 * 2 if tpr > 32 else 0     # per phase (up to 3) two values per warp
     if acc and rows_per_cta > 1:                          # the CTA's rows' sums meet in shared memory
@@ -467,9 +478,9 @@ def row_kernel_bytes(p: RowsProblem, tile: RowTile, gpu: GPUModel, partial_bytes
     dram = sum(p.nbytes(o) for o in operands) + partial_bytes
     if tile.in_registers or PASSES.get(p.kind, 1) == 1:
         return dram, 0
-    held = [p.operand(n) for n in HELD[p.kind]]
-    again = (PASSES[p.kind] - 1) * sum(p.nbytes(o) for o in held)
-    working = tile.rows_per_cta * tile.blocks_per_sm * gpu.sm_count * p.n * sum(o.elem_bytes for o in held)
+    kept = [p.operand(n) for n in held(p)]
+    again = (PASSES[p.kind] - 1) * sum(p.nbytes(o) for o in kept)
+    working = tile.rows_per_cta * tile.blocks_per_sm * gpu.sm_count * p.n * sum(o.elem_bytes for o in kept)
     return (dram, again) if working <= gpu.l2_bytes else (dram + again, 0)
 
 

@@ -329,10 +329,17 @@ class RowKernel:
     def _norm_backward(self, mean) -> None:
         ir, n = self.ir, self.p.n
         rstd = self.per_row("rstd")
-        names = ["dy", "x"] + (["weight"] if self.p.has("weight") else [])
+        parts = [name for name in ("dy_1", "dy_2") if self.p.has(name)]
+        names = ["dy"] + parts + ["x"] + (["weight"] if self.p.has("weight") else [])
+
+        def grad(e):                             # dy, its parts added in order
+            total = e["dy"]
+            for name in parts:
+                total = ir.fadd(total, e[name], "dy_sum")
+            return total
 
         def g(e):
-            return ir.fmul(e["dy"], e["weight"], "g") if self.p.has("weight") else e["dy"]
+            return ir.fmul(grad(e), e["weight"], "g") if self.p.has("weight") else grad(e)
 
         def xhat(e):
             return ir.fmul(e["x"] if mean is None else ir.fsub(e["x"], mean), rstd, "xhat")
@@ -356,7 +363,7 @@ class RowKernel:
                 out["dx_cast"] = out["dx"]
             if self.partials is not None:
                 summed = out["dx"] if cast is None else ir.round_to(out["dx"], cast.dtype)
-                out.update(dweight=ir.fmul(e["dy"], xh, "dwx"), dbias=e["dy"], dxsum=summed)
+                out.update(dweight=ir.fmul(grad(e), xh, "dwx"), dbias=grad(e), dxsum=summed)
             return out
         self.write(names + (["residual"] if self.p.has("residual") else []), dx)
 

@@ -8,7 +8,7 @@ from nova.kernels.rows.problem import RowsProblem
 # ---------------------------------------------------------------- problems as the CLI states them
 def cli_problem(kind: str, rows: int, n: int, dtype: str = "f32", *, backward: bool = False, eps: float = 1e-5,
                 affine: bool = True, forward_backward: bool = False, residual: bool = False,
-                dx_sum: bool = False, dx_cast: str | None = None) -> RowsProblem:
+                dx_sum: bool = False, dx_cast: str | None = None, dy_parts: int = 1) -> RowsProblem:
     """The problem of ``nova-config explain layernorm|rmsnorm|softmax|log_softmax|cross_entropy ROWSxN``:
     contiguous rows of ``dtype``, statistics in f32, LayerNorm with weight and bias (RMSNorm with a
     weight) unless ``affine`` is False, the backward with every gradient; ``forward_backward``
@@ -16,7 +16,9 @@ def cli_problem(kind: str, rows: int, n: int, dtype: str = "f32", *, backward: b
     dx written as dx + residual (the residual stream's gradient added in the kernel); ``dx_sum`` (a
     norm's backward only): dx also summed over the rows (a linear layer's bias gradient); ``dx_cast`` (a
     norm's backward only): dx also written in that 16-bit type (autocast's input of the next GEMM beside
-    the FP32 residual stream), the sum then adding the rounded values."""
+    the FP32 residual stream), the sum then adding the rounded values; ``dy_parts`` (a norm's backward
+    only, 1 to 3): dy read as that many row inputs added in order (``dy``, ``dy_1``, ``dy_2``: autocast's
+    gradients of the projections that read the norm's output)."""
     from nova.kernels.rows.problem import RowsProblemError
     if dtype not in FLOAT_DTYPES:
         raise RowsProblemError(f"unsupported dtype {dtype!r}; choose one of {', '.join(FLOAT_DTYPES)}")
@@ -34,24 +36,28 @@ def cli_problem(kind: str, rows: int, n: int, dtype: str = "f32", *, backward: b
         raise RowsProblemError(f"--forward-backward is for cross_entropy, not {kind}")
     if dx_cast is not None and dx_cast not in ("bf16", "f16"):
         raise RowsProblemError(f"--dx-cast takes bf16 or f16, not {dx_cast!r}")
-    for flag, given in (("--residual", residual), ("--dx-sum", dx_sum), ("--dx-cast", dx_cast)):
+    if dy_parts not in (1, 2, 3):
+        raise RowsProblemError(f"--dy-parts takes 1, 2 or 3, not {dy_parts!r}")
+    for flag, given in (("--residual", residual), ("--dx-sum", dx_sum), ("--dx-cast", dx_cast),
+                        ("--dy-parts", dy_parts > 1)):
         if given and not (backward and kind in ("layer_norm", "rms_norm")):
             raise RowsProblemError(f"{flag} is for the backward of layernorm or rmsnorm (with --backward)")
     extra = (row("residual"),) if residual else ()
     summed = (col("dxsum"),) if dx_sum else ()
     rounded = (row("dx_cast", dx_cast),) if dx_cast else ()
+    dy = (row("dy"),) + tuple(row(f"dy_{k}") for k in range(1, dy_parts))
     if kind == "layer_norm" and not backward:
         ins = (row("x"),) + ((col("weight"), col("bias")) if affine else ())
         return RowsProblem("layer_norm", rows, n, ins, (row("y"), stat("mean"), stat("rstd")), {"eps": eps})
     if kind == "layer_norm":
-        ins = (row("dy"), row("x"), stat("mean"), stat("rstd")) + ((col("weight"),) if affine else ()) + extra
+        ins = dy + (row("x"), stat("mean"), stat("rstd")) + ((col("weight"),) if affine else ()) + extra
         outs = (row("dx"),) + rounded + ((col("dweight"), col("dbias")) if affine else ()) + summed
         return RowsProblem("layer_norm_backward", rows, n, ins, outs)
     if kind == "rms_norm" and not backward:
         ins = (row("x"),) + ((col("weight"),) if affine else ())
         return RowsProblem("rms_norm", rows, n, ins, (row("y"), stat("rstd")), {"eps": eps})
     if kind == "rms_norm":
-        ins = (row("dy"), row("x"), stat("rstd")) + ((col("weight"),) if affine else ()) + extra
+        ins = dy + (row("x"), stat("rstd")) + ((col("weight"),) if affine else ()) + extra
         return RowsProblem("rms_norm_backward", rows, n, ins,
                            (row("dx"),) + rounded + ((col("dweight"),) if affine else ()) + summed)
     if kind in ("softmax", "log_softmax"):
@@ -77,7 +83,8 @@ def cli_problem(kind: str, rows: int, n: int, dtype: str = "f32", *, backward: b
 
 def column_problem(p: RowsProblem) -> RowsProblem | None:
     """The weight (and bias) gradients of a norm backward as a column reduction over the rows:
-    LayerNorm dweight = sum_rows dy * (x - mean) * rstd, dbias = sum_rows dy; RMSNorm dweight =
+    LayerNorm dweight = sum_rows dy * (x - mean) * rstd, dbias = sum_rows dy (dy the sum of its parts
+    where it arrives in parts); RMSNorm dweight =
     sum_rows dy * x * rstd; ``dxsum`` = sum_rows dx (``dx_cast`` where it is written), read back from
     the row kernel's output (the column stage runs after it).  A ``column_reduce`` problem passed through as itself; None otherwise."""
     from nova.kernels.rows.prologue import Prologue
@@ -88,14 +95,18 @@ def column_problem(p: RowsProblem) -> RowsProblem | None:
     outs = tuple(o for o in p.outputs if o.layout == "col")
     if not outs:
         return None
+    parts = tuple(name for name in ("dy_1", "dy_2") if p.has(name))
+    ops = tuple(("add", ("dy" if k == 0 else f"%{k - 1}", part)) for k, part in enumerate(parts))  # dy's parts, in order
+    dy = f"%{len(ops) - 1}" if ops else "dy"
+    at = len(ops)
     if p.kind == "layer_norm_backward":
-        ops = (("sub", ("x", "mean")), ("mul", ("%0", "rstd")), ("mul", ("dy", "%1")), ("cast_f32", ("dy",)))
-        index = {"dweight": 2, "dbias": 3}
-        ins = ("dy", "x", "mean", "rstd")
+        ops += (("sub", ("x", "mean")), ("mul", (f"%{at}", "rstd")), ("mul", (dy, f"%{at + 1}")), ("cast_f32", (dy,)))
+        index = {"dweight": at + 2, "dbias": at + 3}
+        ins = ("dy",) + parts + ("x", "mean", "rstd")
     else:
-        ops = (("mul", ("x", "rstd")), ("mul", ("dy", "%0")))
-        index = {"dweight": 1}
-        ins = ("dy", "x", "rstd")
+        ops += (("mul", ("x", "rstd")), ("mul", (dy, f"%{at}")))
+        index = {"dweight": at + 1}
+        ins = ("dy",) + parts + ("x", "rstd")
     if any(o.name == "dxsum" for o in outs):
         written = "dx_cast" if p.has("dx_cast") else "dx"     # the values the sum adds (problem docstring)
         index["dxsum"] = len(ops)

@@ -15,10 +15,13 @@ arena slots are 256-byte aligned); the vector width is derived from it, the row 
 Kinds and their operands (``?``: present when the attribute or the plan says so):
 
     layer_norm             x, weight?, bias?  -> y, mean?, rstd?          attrs eps
-    layer_norm_backward    dy, x, mean, rstd, weight?, residual? -> dx?, dx_cast?, dweight?, dbias?, dxsum?
+    layer_norm_backward    dy, dy_1?, dy_2?, x, mean, rstd, weight?, residual? -> dx?, dx_cast?, dweight?, dbias?, dxsum?
     rms_norm               x, weight? -> y, rstd?                         attrs eps
-    rms_norm_backward      dy, x, rstd, weight?, residual? -> dx?, dx_cast?, dweight?, dxsum?
-                           (``residual``: dx is written as dx + residual, the residual stream's gradient
+    rms_norm_backward      dy, dy_1?, dy_2?, x, rstd, weight?, residual? -> dx?, dx_cast?, dweight?, dxsum?
+                           (``dy_1``, ``dy_2``: the output gradient arrives in parts, added in FP32 in
+                           order, ``(dy + dy_1) + dy_2`` -- autocast's 16-bit gradients of the
+                           projections that read the norm's output, each widened as it is read;
+                           ``residual``: dx is written as dx + residual, the residual stream's gradient
                            added as the kernel writes it; ``dx_cast``: the same dx written a second time
                            in its own (16-bit) type, rounded as a cast of dx rounds it -- autocast's FP32
                            residual stream beside the bf16 input of the next GEMM; ``dxsum``: the written

@@ -16,11 +16,11 @@ R, C, P, S = "row", "col", "per_row", "scalar"
 SIGNATURES = {
     "layer_norm": ((("x", R, 1), ("weight", C, 0), ("bias", C, 0)),
                    (("y", R, 1), ("mean", P, 0), ("rstd", P, 0))),
-    "layer_norm_backward": ((("dy", R, 1), ("x", R, 1), ("mean", P, 1), ("rstd", P, 1), ("weight", C, 0),
+    "layer_norm_backward": ((("dy", R, 1), ("dy_1", R, 0), ("dy_2", R, 0), ("x", R, 1), ("mean", P, 1), ("rstd", P, 1), ("weight", C, 0),
                              ("residual", R, 0)),
                             (("dx", R, 0), ("dx_cast", R, 0), ("dweight", C, 0), ("dbias", C, 0), ("dxsum", C, 0))),
     "rms_norm": ((("x", R, 1), ("weight", C, 0)), (("y", R, 1), ("rstd", P, 0))),
-    "rms_norm_backward": ((("dy", R, 1), ("x", R, 1), ("rstd", P, 1), ("weight", C, 0), ("residual", R, 0)),
+    "rms_norm_backward": ((("dy", R, 1), ("dy_1", R, 0), ("dy_2", R, 0), ("x", R, 1), ("rstd", P, 1), ("weight", C, 0), ("residual", R, 0)),
                           (("dx", R, 0), ("dx_cast", R, 0), ("dweight", C, 0), ("dxsum", C, 0))),
     "softmax": ((("x", R, 1),), (("y", R, 1),)),
     "log_softmax": ((("x", R, 1),), (("y", R, 1),)),
@@ -70,6 +70,8 @@ def check_kind(p: RowsProblem) -> str:
             return "ignore_index must be an integer"
     if p.kind == "layer_norm_backward" and p.has("dweight") != p.has("weight") and p.has("dweight"):
         return "dweight needs the weight's presence to match (the IR's has_weight)"
+    if p.has("dy_2") and not p.has("dy_1"):
+        return "dy_2 needs dy_1 (dy's parts are added in order)"
     return ""
 
 
