@@ -186,6 +186,22 @@ CASES = [
               lambda g, dq, cos, g2, s2, g1, s1: g.op("add", g.op("concat", g.op("mul", g2, s2),
                                                                   g.op("neg", g.op("mul", g1, s1)), axis=3),
                                                       g.op("mul", dq, cos))),
+    # the same under bf16 autocast (dq bf16, the tables f32): each piece casts its window of dq to f32
+    # itself (the slices sunk through the cast), so dq is read in bf16, whole and by halves
+    IndexCase("rope_folded_backward_autocast-bf16", "pointwise",
+              (Input((2, 3, 8, 16), "bf16"), Input((8, 16), "f32"),
+               Input((2, 3, 8, 8), "bf16", (2, 3, 8, 16), lambda t: t[..., 8:]),
+               Input((8, 8), "f32", (8, 16), lambda t: t[:, 8:]),
+               Input((2, 3, 8, 8), "bf16", (2, 3, 8, 16), lambda t: t[..., :8]),
+               Input((8, 8), "f32", (8, 16), lambda t: t[:, :8])),
+              lambda g, dq, cos, g2, s2, g1, s1: g.op("add", g.op("cast", g.op("mul", g.op("cast", dq, dtype="f32"), cos),
+                                                                  dtype="bf16"),
+                                                      g.op("concat",
+                                                           g.op("cast", g.op("mul", g.op("cast", g2, dtype="f32"), s2),
+                                                                dtype="bf16"),
+                                                           g.op("neg", g.op("cast", g.op("mul", g.op("cast", g1,
+                                                                                                    dtype="f32"), s1),
+                                                                                dtype="bf16")), axis=3))),
     # an f16 table read every other element, i32 indices, then an add
     IndexCase("gather_strided-f16", "pointwise", (Input((50,), "f16", (100,), lambda t: t[::2]),
                                                   Input((3, 64), "i32", high=50), Input((3, 64), "f16")),

@@ -325,6 +325,22 @@ def test_hugging_face_steps_run_no_aten_kernel(model, recipe):
     assert losses and set(losses) == {"cross_entropy_forward_backward"}, losses
 
 
+def test_autocasts_rope_backward_reads_dq_in_bf16_once_and_writes_no_fp32_copy():
+    """Under bf16 autocast RoPE's backward casts the bf16 dq to FP32 and reads it whole (``dq * cos``) and
+    by halves (rotate-half): the halves sink through the cast (``sink_slices.py``), so one kernel per q
+    and k reads dq in bf16 and no FP32 copy of a bf16 gradient is written."""
+    from nova.compiler.explain import plan_training_step
+    from nova.models import TrainRecipe
+    planned = plan_training_step("llama-tiny", 2, 16, recipe=TrainRecipe(autocast="bf16"))[0]
+    rope = [g for g in planned.groups if g.kind == "pointwise" and "folded" in g.reason
+            and any(n.op == "concat" for n in g.nodes)]
+    assert len(rope) == 2 * 2 * 2, [g.reason for g in rope]   # q and k of each of the 2 layers, forward and backward
+    widened = [v for g in planned.groups if g.kind == "pointwise" for v in g.outputs
+               if v.producer is not None and v.producer.op == "cast" and v.dtype == "f32" and v.type.rank == 4
+               and v.producer.inputs[0].dtype == "bf16"]
+    assert not widened, [str(v.type) for v in widened]
+
+
 @pytest.mark.parametrize("which, padded", [("gpt2", False), ("gpt2", True), ("llama", False), ("llama", True)])
 def test_the_gpu_tests_steps_plan_no_aten_kernel(which, padded):
     """The tiny Hugging Face steps tests/test_pointwise_indexing_gpu.py compiles (heads of 64: Nova's

@@ -8,6 +8,12 @@ computed twice) -- and an operand that broadcasts along the sliced axis (extent 
 whole.  The fusion pass can then fold the concat of the halves into the kernel that reads it
 (``storage.py``, rule -1): RoPE's backward becomes one kernel over ``dq`` where it was three.
 
+A slice of a ``cast`` sinks through it whatever else reads the cast's result: the slice casts its own
+elements again (one conversion an element, in the kernel that reads them) and reads the source, not
+the cast's result -- under autocast RoPE's backward casts the bf16 ``dq`` to FP32 and reads it whole
+(``dq * cos``) and by halves, so the halves are read from ``dq`` itself and the FP32 copy is never
+written.
+
 Applied until no such slice is left (a chain sinks one op a round).  Pointwise ops only: fills and
 ``iota`` (whose values depend on the coordinate) stay where they are.
 """
@@ -27,6 +33,8 @@ def _sinkable(node: Node, users, outputs) -> bool:
     (v,) = node.inputs
     p = v.producer
     readers = users.get(v, ())
+    if p is not None and p.op == "cast" and v not in outputs:
+        return True                                  # computed again for the slice, whoever else reads it
     if p is None or kind(p.op) != "pointwise" or len(p.outputs) != 1 or v in outputs or \
             not all(u.op == "slice" and u.attrs.get("step", 1) == 1 for u in readers):
         return False
