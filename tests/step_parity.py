@@ -79,3 +79,17 @@ def take_steps(compiled, eager, float64, batches, loss_bound: float, eager_conte
             ref = eager(*batch).detach().double().cpu()
         float64(*batch)
         assert float((loss - ref).abs() / ref.abs().clamp_min(1e-30)) < loss_bound, (float(loss), float(ref))
+
+
+def captured_step_inputs(graph, seed: int, int_high: int) -> list:
+    """Random inputs of a captured AdamW training step (``nova.passes.examples.random_inputs``) with the
+    optimizer's hyper-parameters set to usable values (lr, betas, eps, decay) and its second moments
+    and step counts at least one."""
+    from nova.passes.examples import random_inputs
+    xs = random_inputs(graph, seed, int_high=int_high)
+    for spec, t in zip(graph.inputs, xs):
+        if spec.value.dtype == "f64":                                     # AdamW's lr, betas, eps, decay
+            t.copy_(torch.tensor([1e-3, 0.9, 0.95, 1e-8, 0.1], dtype=torch.float64))
+        elif spec.name.endswith(("exp_avg_sq", ".step")):
+            t.abs_().add_(1.0)
+    return xs

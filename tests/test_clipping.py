@@ -232,6 +232,57 @@ def test_entries_and_problems_refuse_what_no_kernel_computes():
         MultiTensorSumProblem(RULES[0], (4, 5), (0, 1))
     assert SumRule((SQUARE, TIED)).pointers() == ("in0", "in1", "st0", "out")
     assert "sqrt" in TIED.describe() and SumRule((SQUARE,)).to_dict()["op"] == "sum"
+    with pytest.raises(OptimizerProblemError, match="reduces nothing stores st0"):
+        SumEntry(("f32",), Prologue((("cast_bf16", ("in0",)),)))        # neither sums nor stores
+
+
+# --------------------------------------------------------------------------- the multi-tensor map
+CAST_ENTRY = SumEntry(("f32",), Prologue((("cast_bf16", ("in0",)),), (), ((0, "st0"),)), stored="bf16")
+
+
+def test_store_only_entries_make_a_multi_tensor_map():
+    """A rule of store-only entries (autocast's parameter casts) reads each tensor once and writes its
+    stored value: no partials, no last CTA, no result in the bytes or the prediction; its kernel has
+    neither the completion ticket nor the final pass."""
+    rule = SumRule((CAST_ENTRY,))
+    problem = MultiTensorSumProblem(rule, (4097, 1 << 20, 3), (0, 0, 0))
+    assert not CAST_ENTRY.reduces and not rule.reduces and "map" in problem.describe()
+    assert problem.bytes_moved() == (4097 + (1 << 20) + 3) * (4 + 2)
+    c = configure_multi_tensor_sum(problem, "h200")
+    assert c.prediction.terms_us["final"] == 0 and c.facts["slots"] == 0
+    summed = MultiTensorSumProblem(SumRule((SQUARE,)), problem.sizes, problem.entry_of)
+    assert configure_multi_tensor_sum(summed, "h200").prediction.terms_us["final"] > 0
+    pytest.importorskip("mlir")
+    from nova.codegen import ptxas
+    if not ptxas.available():
+        pytest.skip("ptxas not on PATH")
+    from nova.kernels.optimizer.compile import SUM_ROLE, build
+    for target in ("a100", "h200"):
+        art = build(rule, configure_sum_rule(rule, target), SUM_ROLE)
+        r = art.resources
+        assert r["spill_store_bytes"] == 0 and r["spill_load_bytes"] == 0 and r["stack_bytes"] == 0
+        assert "atom." not in art.ptx and "membar.gl" not in art.ptx and "cvt.rn.bf16.f32" in art.ptx
+
+
+def test_autocast_parameter_casts_are_one_multi_tensor_launch():
+    """Under autocast every lone cast of a whole parameter joins one multi-tensor map group, placed where
+    the first of them ran (before every reader of every cast); the plan is otherwise the same step."""
+    from nova.compiler.explain import plan_training_step
+    from nova.models import TrainRecipe
+    planned = plan_training_step("tiny", 2, 16, recipe=TrainRecipe(autocast="bf16"))[0]
+    maps = [g for g in planned.groups if isinstance(g.problem, MultiTensorSumProblem) and not g.problem.rule.reduces]
+    assert len(maps) == 1
+    (group,) = maps
+    casts = group.nodes
+    assert all(n.op == "cast" and n.inputs[0].producer is None for n in casts) and len(casts) > 2
+    assert [group.bindings[(t, "st0")] for t in range(len(casts))] == [n.outputs[0] for n in casts]
+    assert not [g for g in planned.groups if [n.op for n in g.nodes] == ["cast"]
+                and g.nodes[0].inputs[0].producer is None and g.nodes[0].inputs[0].dtype == "f32"]
+    at = planned.groups.index(group)
+    users = planned.graph.users()
+    where = {n: i for i, g in enumerate(planned.groups) for n in g.nodes}
+    assert all(where[u] > at for n in casts for u in users[n.outputs[0]])
+    assert "casts of whole parameters" in group.reason and "multi-tensor map" in group.reason
 
 
 # --------------------------------------------------------------------------- configurator and code

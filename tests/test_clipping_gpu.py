@@ -4,7 +4,8 @@ data with every output NaN-poisoned before the launch:
 * the multi-tensor sum (``nova/kernels/optimizer/sum_*``): tensors of odd sizes, one element, an empty one
   and one of more than 16M elements in one launch, every entry kind (a square, a tied weight's two
   gradients added and stored, a bf16 gradient cast and stored, a bf16 sum); two launches give the same
-  bits (fixed-order partials; the completion counter is left at zero);
+  bits (fixed-order partials; the completion counter is left at zero); a multi-tensor map (store-only
+  entries: the parameters' casts), bit for bit torch's casts;
 * the rows kernels' split rows: one or few long rows reduced by a wave of CTAs (``row_final``);
 * the update with the clipping coefficient folded in (``UpdateRule.grad_scale``, ``grad_out``);
 * a compiled GPT-tiny step with ``clip_grad_norm_`` against eager.
@@ -44,6 +45,15 @@ CAST = SumEntry(("bf16",), Prologue((("cast_f32", ("in0",)), ("mul", ("%0", "%0"
 HALF = SumEntry(("bf16",), Prologue((("mul", ("in0", "in0")), ("cast_bf16", ("%0",))), ((1, "out"),)), total="bf16",
                 epilogue=(("sqrt", "bf16"),))
 MIXED = SumRule((SQUARE, TIED, CAST))
+
+
+def cast_entry(src: str, dst: str) -> SumEntry:
+    """A store-only entry (a multi-tensor map): ``st0 = cast(in0)``, autocast's parameter casts."""
+    return SumEntry((src,), Prologue(((f"cast_{dst}", ("in0",)),), (), ((0, "st0"),)), stored=dst)
+
+
+MAP = SumRule((cast_entry("f32", "bf16"), cast_entry("f32", "f16"), cast_entry("bf16", "f32")))
+MAP_CASES = [(1, 0), (0, 1), (4097, 0), ((1 << 24) + 3, 0), (33, 1), (1001, 2), (65536, 0), (300_001, 1), (7, 2)]
 SUM_CASES = [(MIXED, [(1, 0), (3, 1), (0, 0), (4097, 2), ((1 << 24) + 3, 1), (33, 0), (1001, 2), (1, 1), (65536, 0),
                       (300_001, 2)]),
              (SumRule((HALF,)), [(7, 0), (1 << 20, 0), (1, 0), (12345, 0)])]
@@ -118,6 +128,25 @@ def test_multi_tensor_sum_matches_float64(rule, tensors):
     kernel()                                   # the counter was left at zero: a second launch finishes too
     torch.cuda.synchronize()
     assert all(torch.equal(row["out"], f) for row, f in zip(rows, first)), "two launches differ"
+
+
+def test_multi_tensor_map_casts_bit_for_bit():
+    """Store-only entries (autocast's parameter casts, one launch): each tensor's st0 is the rounding of its
+    input torch's cast gives, bit for bit; odd sizes, an empty tensor, one of more than 16M elements;
+    nothing else is written (no result, no partials)."""
+    from nova.kernels.optimizer.sum_launch import bind
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    rows = []
+    for n, k in MAP_CASES:
+        entry = MAP.entries[k]
+        x = (torch.randn(n, generator=gen, device="cuda") * 3).to(TORCH[entry.dtypes[0]])
+        rows.append({"entry": k, "in0": x,
+                     "st0": torch.full((n,), float("nan"), dtype=TORCH[entry.stored], device="cuda")})
+    kernel = bind(MAP, rows)
+    kernel()
+    torch.cuda.synchronize()
+    for (n, k), row in zip(MAP_CASES, rows):
+        assert torch.equal(row["st0"], row["in0"].to(row["st0"].dtype)), (n, k)
 
 
 # --------------------------------------------------------------------------- split rows
@@ -244,7 +273,7 @@ def build_kernels(target: str, cache_dir=None, log=print) -> dict:
     from nova.models import TrainRecipe
     from nova.runtime.cache import KernelCache
     gpu, cache = get_target(target), KernelCache(cache_dir)
-    total = precompile_sums([rule for rule, _ in SUM_CASES], gpu, cache, log)
+    total = precompile_sums([rule for rule, _ in SUM_CASES] + [MAP], gpu, cache, log)
     for k, v in precompile_optimizer(UPDATE_RULES, gpu, cache, log).items():
         total[k] += v
     for case in SPLIT_CASES:

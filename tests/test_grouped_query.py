@@ -229,7 +229,7 @@ def test_llama_tiny_autocast_step_reads_kv_heads_and_computes_the_captured_step(
     from nova.frontend import capture
     from nova.models import TrainRecipe
     from nova.passes import pipeline
-    from nova.passes.examples import random_inputs as step_inputs
+    from step_parity import captured_step_inputs
     fn, args, model, opt, _ = training_step("llama-tiny", 2, 16, recipe=TrainRecipe(autocast="bf16"))
     captured = capture(fn, args, models=[model], optimizers=[opt], name="llama-tiny-autocast").graph
     assert "expand" in captured.op_counts()
@@ -238,12 +238,7 @@ def test_llama_tiny_autocast_step_reads_kv_heads_and_computes_the_captured_step(
     assert kv_heads_read(planned.graph) == [cfg.n_kv_head] * (2 * cfg.n_layer)
     aten = [g.reason for g in planned.groups if g.kernel == "aten" and g.nodes[0].op not in KV_OPS]
     assert not aten, aten                       # (the tiny model's head dimension 8 keeps attention on ATen)
-    xs = step_inputs(captured, 5, int_high=cfg.vocab_size)
-    for spec, t in zip(captured.inputs, xs):
-        if spec.value.dtype == "f64":                                     # AdamW's lr, betas, eps, decay
-            t.copy_(torch.tensor([1e-3, 0.9, 0.95, 1e-8, 0.1], dtype=torch.float64))
-        elif spec.name.endswith(("exp_avg_sq", ".step")):
-            t.abs_().add_(1.0)
+    xs = captured_step_inputs(captured, 5, int_high=cfg.vocab_size)
     ref = interpreter.run(captured, [x.clone() for x in xs])
     got = build(planned, "cpu", poison=True).run([x.clone() for x in xs])
     for o, a, b in zip(captured.outputs, got, ref):

@@ -254,15 +254,11 @@ def test_autocast_llama_norm_backwards_add_their_dy_from_the_projections_gradien
 
 
 def test_captured_autocast_gpt_step_runs_on_the_cpu_program_like_the_interpreter():
+    from step_parity import captured_step_inputs
     from nova.compiler.executor import build
     planned = _autocast_tiny()
     g = planned.graph
-    xs = random_inputs(g, 5, int_high=64)
-    for spec, t in zip(g.inputs, xs):
-        if spec.value.dtype == "f64":                                     # AdamW's lr, betas, eps, decay
-            t.copy_(torch.tensor([1e-3, 0.9, 0.95, 1e-8, 0.1], dtype=torch.float64))
-        elif spec.name.endswith(("exp_avg_sq", ".step")):
-            t.abs_().add_(1.0)
+    xs = captured_step_inputs(g, 5, int_high=64)
     ref = interpreter.run(g, [x.clone() for x in xs])
     got = build(planned, "cpu", poison=True).run([x.clone() for x in xs])
     for o, a, b in zip(g.outputs, got, ref):        # bf16 GEMMs: torch's CPU matmul rounds as it accumulates

@@ -117,6 +117,22 @@ def test_norm_forward(kind, rows, n, dtype, stride):
     b.check("y", y)
 
 
+def norm_backward_reference(kind, x, w, bias, dy, b, eps=1e-5):
+    """The float64 norm of ``x`` (LayerNorm with ``w``, ``bias``; RMSNorm with ``w``) back-propagated from
+    ``dy`` (``x.grad``, ``w.grad`` then hold the reference); its mean put in ``b`` (LayerNorm); its rstd."""
+    n = x.shape[-1]
+    if kind == "layernorm":
+        y = torch.nn.functional.layer_norm(x, (n,), w, bias, eps)
+        mean = x.detach().mean(-1)
+        rstd = ((x.detach() - mean[:, None]) ** 2).mean(-1).add(eps).rsqrt()
+        b.put("mean", mean)
+    else:
+        rstd = (x.detach() ** 2).mean(-1).add(eps).rsqrt()
+        y = x * (x * x).mean(-1, keepdim=True).add(eps).rsqrt() * w
+    y.backward(dy)
+    return rstd
+
+
 @pytest.mark.parametrize("rows, n, dtype, stride", NORM_CASES)
 @pytest.mark.parametrize("residual", [False, True], ids=["dx", "dx+residual,sum"])
 @pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
@@ -127,16 +143,7 @@ def test_norm_backward(kind, residual, rows, n, dtype, stride):
     w = _stored(_randn(1, n, 1.0, 5)[0], dtype).requires_grad_()
     bias = _stored(_randn(1, n, 1.0, 6)[0], dtype).requires_grad_()
     dy = _stored(_randn(rows, n, 1.0, 7), dtype)
-    eps = 1e-5
-    if kind == "layernorm":
-        y = torch.nn.functional.layer_norm(x, (n,), w, bias, eps)
-        mean = x.detach().mean(-1)
-        rstd = ((x.detach() - mean[:, None]) ** 2).mean(-1).add(eps).rsqrt()
-        b.put("mean", mean)
-    else:
-        rstd = (x.detach() ** 2).mean(-1).add(eps).rsqrt()
-        y = x * (x * x).mean(-1, keepdim=True).add(eps).rsqrt() * w
-    y.backward(dy)
+    rstd = norm_backward_reference(kind, x, w, bias, dy, b)
     b.put("dy", dy), b.put("x", x.detach()), b.put("rstd", rstd), b.put("weight", w.detach())
     r = _stored(_randn(rows, n, 1.0, 11), dtype) if residual else 0
     if residual:
@@ -399,20 +406,11 @@ def test_norm_backward_writes_dx_in_fp32_and_16_bits(kind, dy_parts, rows, n, lo
     for part in parts[1:]:
         dy = (dy.float() + part.float()).double()        # FP32 adds, in order
     r = _stored(_randn(rows, n, 1.0, 31), "f32")
-    eps = 1e-5
     names = ["dy", "dy_1", "dy_2"][:dy_parts]
     p = strided(with_types(cli_problem(kind, rows, n, "f32", backward=True, residual=True, dx_sum=True,
                                        dx_cast=low, dy_parts=dy_parts), **{name: low for name in names}), stride)
     b = Buffers(p)
-    if kind == "layernorm":
-        y = torch.nn.functional.layer_norm(x, (n,), w, None, eps)
-        mean = x.detach().mean(-1)
-        rstd = ((x.detach() - mean[:, None]) ** 2).mean(-1).add(eps).rsqrt()
-        b.put("mean", mean)
-    else:
-        rstd = (x.detach() ** 2).mean(-1).add(eps).rsqrt()
-        y = x * (x * x).mean(-1, keepdim=True).add(eps).rsqrt() * w
-    y.backward(dy)
+    rstd = norm_backward_reference(kind, x, w, None, dy, b)
     for name, part in zip(names, parts):
         b.put(name, part)
     b.put("x", x.detach()), b.put("rstd", rstd), b.put("weight", w), b.put("residual", r)

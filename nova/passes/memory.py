@@ -341,8 +341,11 @@ def elementwise_group(group: Group, root: Value, out: Value, layouts) -> bool:
     layout) and every member reading ``root`` (in any of its aliases) reads it whole, in ``out``'s
     own layout, element for element (a gather reads its table at computed indices: never).  A multi-tensor optimizer
     update: each thread reads one tensor's inputs at the indices it then writes of that tensor's
-    outputs, so only ``out``'s own update may read ``root``, whole, in ``out``'s layout."""
-    if not group.fused or root.type.nbytes != out.type.nbytes or not layouts[out].dense:
+    outputs, so only ``out``'s own update may read ``root``, whole, in ``out``'s layout.  A multi-tensor
+    map (the parameters' casts): its tensors run in other CTAs at other times, so none writes over any."""
+    from nova.kernels.optimizer.sum_problem import MultiTensorSumProblem
+    if not group.fused or root.type.nbytes != out.type.nbytes or not layouts[out].dense \
+            or isinstance(group.problem, MultiTensorSumProblem):
         return False
     if group.kind == "pointwise" or rows_elementwise(group):
         readers = group.nodes

@@ -21,6 +21,15 @@
   product, each read by nothing else, or each also a graph output (``.grad`` read after the step: the
   kernel writes the scaled gradient too, ``grad_out``), never a mix.
 
+* **Horizontal: the parameters' casts, one launch.**  Under autocast the forward casts each FP32
+  parameter (a graph input) to the 16-bit type of its GEMM: one lone ``cast`` group a parameter, each
+  its own launch.  Every such Nova pointwise group (one ``cast`` between float types of a whole graph
+  input, both dense and 16-byte aligned) joins one *multi-tensor map* group -- the multi-tensor sum
+  kernel with store-only entries (``SumEntry.reduces`` False: the cast as the prologue, its result
+  stored) -- that runs where the first of them ran: a parameter is there from the start of the step,
+  and each cast's readers come after its own position, so after the first's.  The casts' results then
+  live from that position on (the forward's weights, most of them kept for the backward anyway).
+
 ``fuse_multi_tensor`` runs last in ``nova.passes.fusion.fuse`` and returns the groups in a topological
 order; each decision is stated in the group's reason (``explain`` shows it).
 """
@@ -33,6 +42,7 @@ from nova.ir.graph import Node, Value
 from nova.kernels.optimizer.problem import INPUT_POSITIONS, MultiTensorProblem, OptimizerProblemError, operand_slots
 from nova.kernels.optimizer.sum_problem import EPILOGUE_OPS, FLOAT_DTYPES, MultiTensorSumProblem, SumEntry, SumRule
 from nova.kernels.rows.problem import RowsProblem
+from nova.kernels.rows.prologue import Prologue
 from nova.passes.storage import POINTWISE_WRITER
 
 UPDATES = ("adamw", "sgd")
@@ -47,6 +57,7 @@ def fuse_multi_tensor(groups: list, graph, layouts, storage, refinish, boundary)
     users = graph.users()
     outputs = set(graph.output_values())
     groups = sum_tensors(groups, users, outputs, storage, refinish, boundary)
+    groups = cast_parameters(groups, users, outputs, layouts, boundary)
     return fold_gradient_scales(groups, users, outputs, layouts, refinish, boundary)
 
 
@@ -178,6 +189,45 @@ def _root(v: Value) -> Value:
     while v.producer is not None and kind(v.producer.op) == "view":
         v = v.producer.inputs[0]
     return v
+
+
+# ---------------------------------------------------------------------------- horizontal: parameter casts
+def _parameter_cast(group, layouts, outputs) -> bool:
+    """The group is one Nova cast of a whole graph input between float types, both ends dense and aligned."""
+    if group.kind != "pointwise" or group.kernel != "nova" or [n.op for n in group.nodes] != ["cast"]:
+        return False
+    (x,), (y,) = group.nodes[0].inputs, group.nodes[0].outputs
+    if x.producer is not None or x.dtype not in FLOAT_DTYPES or y.dtype not in FLOAT_DTYPES or not x.shape:
+        return False
+    return all(layouts[v].dense and layouts[v].root is v and layouts[v].offset * v.type.itemsize % ALIGN == 0
+               for v in (x, y))
+
+
+def _cast_entry(cast: Node) -> SumEntry:
+    """A store-only entry: ``st0 = cast(in0)``."""
+    x, y = cast.inputs[0], cast.outputs[0]
+    return SumEntry((x.dtype,), Prologue(((f"cast_{y.dtype}", ("in0",)),), (), ((0, "st0"),)), stored=y.dtype)
+
+
+def cast_parameters(groups: list, users, outputs, layouts, boundary) -> list:
+    """The horizontal fusion of the parameters' casts (module docstring)."""
+    members = [i for i, g in enumerate(groups) if _parameter_cast(g, layouts, outputs)]
+    if len(members) < 2:
+        return groups
+    casts = [groups[i].nodes[0] for i in members]
+    entries = list(dict.fromkeys(_cast_entry(c) for c in casts))
+    problem = MultiTensorSumProblem(SumRule(tuple(entries)), tuple(math.prod(c.inputs[0].shape) for c in casts),
+                                    tuple(entries.index(_cast_entry(c)) for c in casts))
+    ins, outs = boundary(casts, users, outputs)
+    bindings = {(t, name): v for t, c in enumerate(casts) for name, v in (("in0", c.inputs[0]), ("st0", c.outputs[0]))}
+    kinds = ", ".join(sorted({f"{c.inputs[0].dtype} -> {c.outputs[0].dtype}" for c in casts}))
+    reason = (f"{len(casts)} casts of whole parameters ({kinds}) fused horizontally: one Nova multi-tensor launch "
+              f"instead of {len(casts)} pointwise kernels, where the first cast ran (the parameters are the step's "
+              f"inputs; each cast's readers come after it); {problem.describe()}")
+    merged = dataclasses.replace(groups[members[0]], nodes=casts, reason=reason, inputs=ins, outputs=outs,
+                                 epilogue=None, problem=problem, bindings=bindings)
+    dropped = set(members[1:])
+    return [merged if i == members[0] else g for i, g in enumerate(groups) if i not in dropped]
 
 
 # ---------------------------------------------------------------------------- vertical: grad x coef

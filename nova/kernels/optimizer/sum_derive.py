@@ -94,16 +94,20 @@ def configure_multi_tensor_sum(problem: MultiTensorSumProblem, target="h200") ->
            f"ceil(numel / {schedule.chunk})")
     walk = int(d.apply("chunks a CTA", F.per_cta, "the chunk order cut into one contiguous range a CTA",
                        chunks=chunks, grid=schedule.grid))
-    partials = slots(problem.tensors, schedule.grid)
+    partials = slots(problem.tensors, schedule.grid) if problem.rule.reduces else 0
     nbytes = problem.bytes_moved() + table_bytes(problem.rule, problem.tensors, schedule.grid) + 2 * 4 * partials
     pass_ = memory_bound_prediction(gpu, nbytes, max(1, walk), "each tensor's operands read once, its stored value "
                                     "written once, the partial sums written and read, the argument table",
                                     "each chunk a CTA walks waits at least one loaded DRAM latency", d)
     warps = schedule.threads // 32
-    rounds = int(d.apply("final rounds", F.final_rounds, f"the last CTA: a warp per tensor, {warps} warps in turn",
-                         tensors=problem.tensors, warps=warps))
-    t_final = float(d.apply("final (us)", F.t_final, "each round at least one loaded latency (the partials' loads)",
-                            final_rounds=rounds, mem_latency_ns=gpu.mem_latency_ns))
+    if problem.rule.reduces:
+        rounds = int(d.apply("final rounds", F.final_rounds, f"the last CTA: a warp per tensor, {warps} warps in turn",
+                             tensors=problem.tensors, warps=warps))
+        t_final = float(d.apply("final (us)", F.t_final, "each round at least one loaded latency (the partials' "
+                                "loads)", final_rounds=rounds, mem_latency_ns=gpu.mem_latency_ns))
+    else:
+        t_final = float(d.note("final (us)", 0.0, "every entry store-only (a multi-tensor map): no partials, no "
+                               "last CTA"))
     t = pass_.time_us + t_final
     prediction = Prediction(time_us=t, tflops=0.0, bound=pass_.bound, floor_us=pass_.floor_us,
                             terms_us={**pass_.terms_us, "final": t_final})

@@ -14,6 +14,10 @@ thread's sum in element order and writes the stored value.  When the row changes
 chunk, the CTA adds its threads' sums (a fixed xor-shuffle tree in each warp, then the warps in order
 through shared memory) and thread 0 writes the CTA's partial for that tensor to slot ``b + t``.
 
+A store-only entry (``SumEntry.reduces`` False) only writes its stored value: nothing is added for
+its tensors, and a rule of store-only entries alone (a multi-tensor map: autocast's parameter casts)
+ends there -- no partials, no ticket, no last CTA.
+
 Then thread 0 fences (``membar.gl``) and takes a ticket from the i32 completion counter
 (``atom.global.add``): the CTA that takes the last one fences again and adds each tensor's partials --
 a warp per tensor, lane ``l`` the slots ``l, l + 32, ...`` in order, then the xor tree -- rounds the
@@ -142,11 +146,12 @@ class _SumEmitter:
     def combine(self, entry: SumEntry, ptrs: dict, at, operands: list, count: int, acc: str) -> str:
         """The already loaded ``operands`` (one list of ``count`` values each) evaluated and added."""
         ir = self.ir
-        (index, _), = entry.prologue.reduce
+        index = entry.prologue.reduce[0][0] if entry.reduces else None
         stored = []
         for j in range(count):
             vals = evaluate(ir, entry.prologue, {f"in{k}": operands[k][j] for k in range(len(entry.dtypes))})
-            acc = ir.fadd(acc, vals[index], "acc")
+            if index is not None:                                   # a store-only entry adds nothing
+                acc = ir.fadd(acc, vals[index], "acc")
             if entry.stored:
                 stored.append(vals[entry.prologue.store[0][0]])
         if entry.stored:
@@ -258,6 +263,8 @@ class _SumEmitter:
             out = self.pointer(t, "out")
 
             def result(k, e):
+                if not e.reduces:                                   # store-only: no result
+                    return total
                 r = self.epilogue(e, total)
                 ir.guarded(ir.cmp("eq", self.lane, 0, "lead"), lambda: self.written(out, 0, e.out, [r]))
                 return r
@@ -297,32 +304,40 @@ class _SumEmitter:
                 kept = ir.fresh("kept")
                 ir.emit(f"{kept} = scf.if {changed} -> (f32) {{")
                 with ir.scope():
-                    self.flush(acc, row)
+                    if self.rule.reduces:
+                        self.flush(acc, row)
                     ir.emit(f"scf.yield {ir.f(0.0)} : f32")
                 with ir.region("} else {", close="}"):
                     ir.emit(f"scf.yield {acc} : f32")
                 ir.emit(f"scf.yield {found}, {self.chunk(c, found, kept)} : index, f32")
-            ir.guarded(ir.cmp("sge", f"{walk}#0", 0, "walked"), lambda: self.flush(f"{walk}#1", f"{walk}#0"))
-            count = self.gep("%work", counter, "i32")
-
-            def ticket():
-                self.fence()
-                old = ir.let("ticket", f"llvm.atomicrmw add {count}, {ir.const(1, 'i32')} acq_rel : {PTR}, i32")
-                last = ir.pure("last", f"arith.cmpi eq, {old}, {ir.const(s.grid - 1, 'i32')} : i32")
-                ir.emit(f"memref.store {ir.fsel(last, ir.f(1.0), ir.f(0.0))}, {self.sm}[{ir.v(self.warps)}] : "
-                        f"{self.smty}")
-            ir.guarded(ir.cmp("eq", self.tid, 0, "first"), ticket)
-            ir.emit("gpu.barrier")
-            flag = ir.let("flag", f"memref.load {self.sm}[{ir.v(self.warps)}] : {self.smty}")
-
-            def last_cta():
-                self.fence()
-                ir.guarded(ir.cmp("eq", self.tid, 0, "first"),
-                           lambda: self.store(ir.const(0, "i32"), count, "i32", 4))
-                self.final(tensors, per_cta)
-            ir.guarded(ir.fcmp("oeq", flag, ir.f(1.0), "is_last"), last_cta)
+            if self.rule.reduces:                       # (every entry store-only: no partials, no last CTA)
+                self.finish(walk, tensors, per_cta, counter)
             ir.emit("gpu.return")
         return ir.text()
+
+    def finish(self, walk: str, tensors: str, per_cta: str, counter: str) -> None:
+        """The CTA's last partial, then the completion ticket; the CTA that takes the last one adds
+        every tensor's partials (``final``) and resets the counter."""
+        ir, s = self.ir, self.s
+        ir.guarded(ir.cmp("sge", f"{walk}#0", 0, "walked"), lambda: self.flush(f"{walk}#1", f"{walk}#0"))
+        count = self.gep("%work", counter, "i32")
+
+        def ticket():
+            self.fence()
+            old = ir.let("ticket", f"llvm.atomicrmw add {count}, {ir.const(1, 'i32')} acq_rel : {PTR}, i32")
+            last = ir.pure("last", f"arith.cmpi eq, {old}, {ir.const(s.grid - 1, 'i32')} : i32")
+            ir.emit(f"memref.store {ir.fsel(last, ir.f(1.0), ir.f(0.0))}, {self.sm}[{ir.v(self.warps)}] : "
+                    f"{self.smty}")
+        ir.guarded(ir.cmp("eq", self.tid, 0, "first"), ticket)
+        ir.emit("gpu.barrier")
+        flag = ir.let("flag", f"memref.load {self.sm}[{ir.v(self.warps)}] : {self.smty}")
+
+        def last_cta():
+            self.fence()
+            ir.guarded(ir.cmp("eq", self.tid, 0, "first"),
+                       lambda: self.store(ir.const(0, "i32"), count, "i32", 4))
+            self.final(tensors, per_cta)
+        ir.guarded(ir.fcmp("oeq", flag, ir.f(1.0), "is_last"), last_cta)
 
 
 def build_module(rule: SumRule, schedule: MultiTensorSchedule) -> str:

@@ -4,7 +4,7 @@
     kernel()                                # one launch on torch's current stream
 
 ``tensors`` holds one dict per tensor: ``{"entry": k, "in0": tensor, ..., "st0": tensor (when entry k
-stores), "out": one-element tensor}``.  ``bind`` checks them once (element types, element counts,
+stores), "out": one-element tensor (when entry k sums)}``.  ``bind`` checks them once (element types, element counts,
 contiguous, 16-byte aligned, one device; no written tensor overlapping another), writes the argument
 table (``sum_problem.py``) and allocates the workspace (its completion counter zeroed: the kernel leaves
 it zero after every launch), so the launch passes only two addresses and a CUDA graph captures it.
@@ -49,14 +49,15 @@ def mismatch(rule: SumRule, tensors: list[dict]) -> str:
     """Why these tensors are not ``rule``'s to sum in one launch ("" when they are)."""
     if not tensors:
         return "no tensors"
-    device = tensors[0]["out"].device
+    device = tensors[0]["in0"].device
     spans = []                              # (start, end, is a write, tensor, name)
     for i, row in enumerate(tensors):
         k = row.get("entry")
         if not isinstance(k, int) or not 0 <= k < len(rule.entries):
             return f"tensor {i}'s entry {k!r} is not one of the rule's {len(rule.entries)}"
         entry = rule.entries[k]
-        names = [f"in{j}" for j in range(len(entry.dtypes))] + (["st0"] if entry.stored else []) + ["out"]
+        names = [f"in{j}" for j in range(len(entry.dtypes))] + (["st0"] if entry.stored else []) + \
+            (["out"] if entry.reduces else [])
         missing = [n for n in names if n not in row]
         if missing:
             return f"tensor {i} lacks {', '.join(missing)}"
@@ -103,7 +104,7 @@ def bind(rule: SumRule, tensors: list[dict], target=None, workspace=None) -> Bou
     why = mismatch(rule, tensors)
     if why:
         raise OptimizerProblemError(f"{rule.describe()}: {why}")
-    device = tensors[0]["out"].device
+    device = tensors[0]["in0"].device
     schedule, kernel = resolve(rule, device.index, target)
     rows = [{"entry": row["entry"], **{name: row[name].data_ptr() for name in rule.pointers() if name in row},
              "numel": row["in0"].numel()} for row in tensors]

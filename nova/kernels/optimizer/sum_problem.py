@@ -1,7 +1,9 @@
 """What one multi-tensor sum kernel computes: the full sum of many tensors in one launch (gradient
 clipping's per-parameter sums of squares, ``torch._foreach_norm``), independent of any schedule.
 
-Each tensor is summed as one of the rule's *entries*: a ``SumEntry`` names its operands' element types
+Each tensor is summed as one of the rule's *entries* (or only mapped: an entry that reduces nothing and
+writes its stored value, a *store-only* entry -- autocast's casts of the parameters, many tensors in one
+launch): a ``SumEntry`` names its operands' element types
 (``in0``, ``in1``, ...: every operand has the tensor's element count, read element for element), the
 prologue that makes the summed value of one element from them (``nova.kernels.rows.prologue.Prologue``:
 ``mul(in0, in0)`` for a sum of squares, ``add(in0, in1)`` first for a tied weight's two gradients, a
@@ -61,11 +63,13 @@ class SumEntry:
         why = self.prologue.check(names)
         if not self.dtypes or any(dt not in FLOAT_DTYPES for dt in self.dtypes):
             why = why or f"operands {list(self.dtypes)}: each one of {', '.join(FLOAT_DTYPES)}"
-        if [n for _, n in self.prologue.reduce] != ["out"]:
-            why = why or "the prologue reduces one value, named out"
+        if [n for _, n in self.prologue.reduce] not in (["out"], []):
+            why = why or "the prologue reduces at most one value, named out"
         stores = [n for _, n in self.prologue.store]
         if stores not in ([], ["st0"]) or bool(stores) != bool(self.stored):
             why = why or "at most one stored value, st0, with its element type"
+        if not self.reduces and (not stores or self.epilogue):
+            why = why or "an entry that reduces nothing stores st0 and has no epilogue"
         for dt in (self.total,) + ((self.stored,) if self.stored else ()) + tuple(d for _, d in self.epilogue):
             if dt not in FLOAT_DTYPES:
                 why = why or f"element type {dt} is not one of {', '.join(FLOAT_DTYPES)}"
@@ -73,6 +77,11 @@ class SumEntry:
             why = why or f"epilogue ops must be unary ({', '.join(EPILOGUE_OPS)})"
         if why:
             raise OptimizerProblemError(f"multi-tensor sum entry: {why}")
+
+    @property
+    def reduces(self) -> bool:
+        """The entry sums (False: store-only, its tensors only mapped to st0)."""
+        return bool(self.prologue.reduce)
 
     @property
     def out(self) -> str:
@@ -85,6 +94,9 @@ class SumEntry:
 
     def describe(self) -> str:
         ops = "; ".join(f"%{i}={op}({','.join(args)})" for i, (op, args) in enumerate(self.prologue.ops))
+        types = '/'.join(dict.fromkeys(self.dtypes + ((self.stored,) if self.stored else ())))
+        if not self.reduces:
+            return f"st0<-%{self.prologue.store[0][0]} of [{ops}] ({types})"
         (index, _), = self.prologue.reduce
         stored = f", st0<-%{self.prologue.store[0][0]}" if self.stored else ""
         tail = "".join(f" -> {op}" for op, _ in self.epilogue)
@@ -119,6 +131,11 @@ class SumRule:
         return any(e.stored for e in self.entries)
 
     @property
+    def reduces(self) -> bool:
+        """Some entry sums (False: every entry store-only, no partials, no last CTA)."""
+        return any(e.reduces for e in self.entries)
+
+    @property
     def widest(self) -> int:
         """Bytes of the widest element any entry reads or writes (the vector width's unit)."""
         return max(element(dt).bytes for e in self.entries for dt in e.dtypes + ((e.stored,) if e.stored else ()))
@@ -132,8 +149,8 @@ class SumRule:
         return ("entry",) + self.pointers() + TAIL
 
     def describe(self) -> str:
-        return f"multi-tensor sum of {len(self.entries)} entr{'y' if len(self.entries) == 1 else 'ies'}: " + \
-            "; ".join(e.describe() for e in self.entries)
+        return f"multi-tensor {'sum' if self.reduces else 'map'} of {len(self.entries)} " \
+               f"entr{'y' if len(self.entries) == 1 else 'ies'}: " + "; ".join(e.describe() for e in self.entries)
 
     def to_dict(self) -> dict:
         return {"op": "sum", "entries": [e.to_dict() for e in self.entries]}
@@ -165,13 +182,14 @@ class MultiTensorSumProblem:
 
     def bytes_moved(self) -> int:
         """Each tensor's operands read once and its stored value written once; its result written."""
-        return sum(n * self.rule.entries[k].bytes_per_element + element(self.rule.entries[k].out).bytes
+        return sum(n * self.rule.entries[k].bytes_per_element
+                   + (element(self.rule.entries[k].out).bytes if self.rule.entries[k].reduces else 0)
                    for n, k in zip(self.sizes, self.entry_of))
 
     def describe(self) -> str:
         tensors = f"{self.tensors} tensor{'s' if self.tensors != 1 else ''}"
-        return f"multi-tensor sum over {tensors} ({_count(self.numel)} elements, {len(self.rule.entries)} " \
-               f"entr{'y' if len(self.rule.entries) == 1 else 'ies'})"
+        return f"multi-tensor {'sum' if self.rule.reduces else 'map'} over {tensors} ({_count(self.numel)} " \
+               f"elements, {len(self.rule.entries)} entr{'y' if len(self.rule.entries) == 1 else 'ies'})"
 
     def to_dict(self) -> dict:
         return {"rule": self.rule.to_dict(), "tensors": self.tensors, "numel": self.numel, "sizes": list(self.sizes),
