@@ -54,3 +54,12 @@ def test_cupti_activities_split_into_launches_at_the_markers():
     import pytest
     with pytest.raises(RuntimeError, match="split into 3 launches, the program has 4"):
         split_at_markers(activities, 4)
+
+
+def test_recipe_flags_are_checked_before_anything_runs(capsys):
+    """``--autocast``/``--padded``/``--clip-grad-norm`` state the step as ``explain train`` does; a flag
+    the model cannot take is one line, before torch or a GPU is asked for."""
+    from nova.bench.step_kernels import main
+    assert main(["--model", "llama42m", "--padded"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--padded" in err[0] and "llama42m" in err[0]

@@ -3,6 +3,7 @@ for its group and the bytes the group must move: how many of the step's kernels 
 within +-15%, and how close each memory-bound kernel comes to the DRAM copy ceiling.
 
     NOVA_OFFLINE=1 NOVA_CACHE_DIR=.nova-cache python3 -m nova.bench.step_kernels --model gpt42m --batch 32 --out $OUT
+    ... --model llama42m --autocast bf16          # a recipe's step: --autocast, --padded, --clip-grad-norm
 
 Method.  The built-in model's step (``nova.models.make_train_step``, AdamW) is compiled with
 ``nova.compile`` and run ``--warmup`` times (bound, captured, replayed).  Then its program's launches
@@ -32,6 +33,8 @@ import os
 import statistics
 import sys
 import time
+
+from nova.models.recipe import add_recipe_args, recipe_from_args
 
 BAND = 0.15
 
@@ -125,21 +128,25 @@ def kernel_times(torch, launches, repeats: int) -> list[dict]:
 
 
 def measure(model_name: str, batch: int, seq: int | None, warmup: int, repeats: int, ceiling_tbs: float,
-            timing: str = "cupti") -> dict:
+            timing: str = "cupti", recipe=None) -> dict:
+    """``recipe``: the step's ``nova.models.TrainRecipe`` (autocast, a padding mask, clipping), default plain."""
     import torch
     import nova
     from nova import models
-    from nova.models import make_train_step
+    from nova.bench.train import padding_masks
+    from nova.models import TrainRecipe, make_train_step
     from nova.compiler import step as step_module
     torch.backends.cuda.matmul.allow_tf32 = True
+    recipe = recipe or TrainRecipe()
     cfg = models.config(model_name)
     seq = seq or cfg.block_size
     model = models.build(model_name).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
-    step = nova.compile(make_train_step(model, opt))
+    step = nova.compile(make_train_step(model, opt, recipe))
     gen = torch.Generator(device="cuda").manual_seed(0)
+    masks = torch.from_numpy(padding_masks(batch, seq, 2, 0)).cuda() if recipe.padded else None
     batches = [tuple(torch.randint(0, cfg.vocab_size, (batch, seq), device="cuda", generator=gen) for _ in range(2))
-               for _ in range(2)]
+               + ((masks[i],) if masks is not None else ()) for i in range(2)]
     for i in range(warmup):
         step(*batches[i % 2])
     torch.cuda.synchronize()
@@ -287,7 +294,13 @@ def main(argv=None) -> int:
                          "the gaps between them); cupti, the sum of its kernels' own durations (torch.profiler), the "
                          "event span kept beside it as span_us")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    add_recipe_args(ap)
     args = ap.parse_args(argv)
+    try:
+        recipe = recipe_from_args(args)
+    except ValueError as e:
+        print(f"nova.bench.step_kernels: {e}", file=sys.stderr)
+        return 2
     try:
         import torch
     except ImportError:
@@ -296,10 +309,13 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("nova.bench.step_kernels: needs an NVIDIA GPU (torch sees none)", file=sys.stderr)
         return 2
-    result = measure(args.model, args.batch, args.seq, args.warmup, args.repeats, args.ceiling_tbs, args.timing)
+    result = measure(args.model, args.batch, args.seq, args.warmup, args.repeats, args.ceiling_tbs, args.timing,
+                     recipe)
+    result["recipe"] = recipe.describe()
     print(render(result))
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, f"step_kernels-{args.model}.json"), "w") as f:
+    suffix = "" if recipe.describe() == "plain" else "-" + recipe.describe().replace(", ", "-").replace(" ", "")
+    with open(os.path.join(args.out, f"step_kernels-{args.model}{suffix}.json"), "w") as f:
         json.dump(result, f, indent=1)
     return 0
 
