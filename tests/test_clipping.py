@@ -264,25 +264,49 @@ def test_store_only_entries_make_a_multi_tensor_map():
         assert "atom." not in art.ptx and "membar.gl" not in art.ptx and "cvt.rn.bf16.f32" in art.ptx
 
 
-def test_autocast_parameter_casts_are_one_multi_tensor_launch():
+def test_autocast_parameter_and_gradient_casts_are_one_multi_tensor_launch_each():
     """Under autocast every lone cast of a whole parameter joins one multi-tensor map group, placed where
-    the first of them ran (before every reader of every cast); the plan is otherwise the same step."""
+    the first of them ran (before every reader of every cast), and the backward's casts of gradients that
+    only the updates read (the bf16 bias sums widened for their FP32 parameters) another, where the last
+    of them ran (after every source, before every update); no lone cast of either kind is left."""
     from nova.compiler.explain import plan_training_step
     from nova.models import TrainRecipe
     planned = plan_training_step("tiny", 2, 16, recipe=TrainRecipe(autocast="bf16"))[0]
     maps = [g for g in planned.groups if isinstance(g.problem, MultiTensorSumProblem) and not g.problem.rule.reduces]
-    assert len(maps) == 1
-    (group,) = maps
-    casts = group.nodes
-    assert all(n.op == "cast" and n.inputs[0].producer is None for n in casts) and len(casts) > 2
-    assert [group.bindings[(t, "st0")] for t in range(len(casts))] == [n.outputs[0] for n in casts]
-    assert not [g for g in planned.groups if [n.op for n in g.nodes] == ["cast"]
-                and g.nodes[0].inputs[0].producer is None and g.nodes[0].inputs[0].dtype == "f32"]
-    at = planned.groups.index(group)
+    assert len(maps) == 2
+    params, grads = maps
     users = planned.graph.users()
     where = {n: i for i, g in enumerate(planned.groups) for n in g.nodes}
-    assert all(where[u] > at for n in casts for u in users[n.outputs[0]])
-    assert "casts of whole parameters" in group.reason and "multi-tensor map" in group.reason
+    for group in maps:
+        casts = group.nodes
+        assert all(n.op == "cast" for n in casts) and len(casts) > 2
+        assert [group.bindings[(t, "st0")] for t in range(len(casts))] == [n.outputs[0] for n in casts]
+        at = planned.groups.index(group)
+        assert all(where[u] > at for n in casts for u in users[n.outputs[0]])
+        assert all(where[n.inputs[0].producer] < at for n in casts if n.inputs[0].producer is not None)
+    assert all(n.inputs[0].producer is None for n in params.nodes) and "casts of whole parameters" in params.reason
+    assert all(n.inputs[0].producer is not None and n.inputs[0].dtype == "bf16" and n.outputs[0].dtype == "f32"
+               and {u.op for u in users[n.outputs[0]]} == {"adamw"} for n in grads.nodes)
+    assert "only optimizer updates read" in grads.reason and "multi-tensor map" in grads.reason
+    lone = [g.nodes[0] for g in planned.groups if [n.op for n in g.nodes] == ["cast"]]
+    assert not [n for n in lone if n.inputs[0].producer is None and n.inputs[0].dtype == "f32"
+                or {u.op for u in users[n.outputs[0]]} == {"adamw"}], lone
+
+
+def test_a_recomputed_cast_stays_where_the_memory_policy_put_it():
+    """GPT-144M under autocast: the default memory policy recomputes the MLP projections' weight casts in
+    the backward (the forward's copies freed in between); only each parameter's first cast joins the map,
+    so the recomputations stay lone launches in the backward and the peak is the policy's."""
+    from nova.compiler.explain import plan_training_step
+    from nova.models import TrainRecipe
+    planned = plan_training_step("gpt144m", 16, recipe=TrainRecipe(autocast="bf16"))[0]
+    taken = [t.saving for t in planned.policy.trials if t.decision == "taken"]
+    assert any(t.startswith("recompute cast") for t in taken), taken
+    group = next(g for g in planned.groups if isinstance(g.problem, MultiTensorSumProblem)
+                 and not g.problem.rule.reduces)                  # the parameters' (the first)
+    mapped = {n.inputs[0] for n in group.nodes}
+    again = [g for g in planned.groups if [n.op for n in g.nodes] == ["cast"] and g.nodes[0].inputs[0] in mapped]
+    assert again and all(planned.groups.index(g) > planned.groups.index(group) for g in again)
 
 
 # --------------------------------------------------------------------------- configurator and code

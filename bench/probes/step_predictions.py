@@ -1,4 +1,4 @@
-"""What `nova-config explain train MODEL --target h200 [--autocast bf16 --padded]` predicts for the
+"""What `nova-config explain train MODEL --target h200 [--autocast bf16 [--padded] [--clip-grad-norm 1.0]]` predicts for the
 built-in and Hugging Face steps (host, meta device): the step time, the launches, the planned peak and
 the predicted time of each kernel kind.  One line a step; run it at two commits to see what a change
 moved (the lab notebook's prediction tables come from here).
@@ -10,7 +10,10 @@ import subprocess
 import sys
 
 STEPS = [("gpt42m",), ("llama42m",), ("hf-gpt2-42m",), ("hf-llama-42m",), ("gpt144m",),
-         ("hf-gpt2-42m", "--autocast", "bf16", "--padded")]
+         ("hf-gpt2-42m", "--autocast", "bf16", "--padded"),
+         ("hf-gpt2-42m", "--autocast", "bf16", "--padded", "--clip-grad-norm", "1.0"),
+         ("gpt42m", "--autocast", "bf16"), ("llama42m", "--autocast", "bf16"), ("hf-llama-42m", "--autocast", "bf16"),
+         ("gpt144m", "--autocast", "bf16")]
 
 
 def main(argv) -> None:

@@ -28,7 +28,12 @@
   kernel with store-only entries (``SumEntry.reduces`` False: the cast as the prologue, its result
   stored) -- that runs where the first of them ran: a parameter is there from the start of the step,
   and each cast's readers come after its own position, so after the first's.  The casts' results then
-  live from that position on (the forward's weights, most of them kept for the backward anyway).
+  live from that position on (the forward's weights, most of them kept for the backward anyway).  Only
+  a parameter's first cast joins: a later cast of it is the memory policy's recomputation in the
+  backward (the forward's copy freed in between), which stays where the policy put it.  Likewise the
+  backward's casts of gradients that only optimizer updates read (the bias gradients, summed in bf16,
+  widened for their FP32 parameters) become one map where the last of them ran, when every update
+  reading them runs after it (the bf16 sums, a few KiB, live until then).
 
 ``fuse_multi_tensor`` runs last in ``nova.passes.fusion.fuse`` and returns the groups in a topological
 order; each decision is stated in the group's reason (``explain`` shows it).
@@ -58,6 +63,7 @@ def fuse_multi_tensor(groups: list, graph, layouts, storage, refinish, boundary)
     outputs = set(graph.output_values())
     groups = sum_tensors(groups, users, outputs, storage, refinish, boundary)
     groups = cast_parameters(groups, users, outputs, layouts, boundary)
+    groups = cast_gradients(groups, users, outputs, layouts, boundary)
     return fold_gradient_scales(groups, users, outputs, layouts, refinish, boundary)
 
 
@@ -191,16 +197,16 @@ def _root(v: Value) -> Value:
     return v
 
 
-# ---------------------------------------------------------------------------- horizontal: parameter casts
-def _parameter_cast(group, layouts, outputs) -> bool:
-    """The group is one Nova cast of a whole graph input between float types, both ends dense and aligned."""
+# ---------------------------------------------------------------------------- horizontal: casts
+def _lone_cast(group, layouts) -> bool:
+    """The group is one Nova cast between float types of a whole value, both ends dense and aligned (the
+    source may be a view: a reshape of a sum), the result a buffer of its own."""
     if group.kind != "pointwise" or group.kernel != "nova" or [n.op for n in group.nodes] != ["cast"]:
         return False
     (x,), (y,) = group.nodes[0].inputs, group.nodes[0].outputs
-    if x.producer is not None or x.dtype not in FLOAT_DTYPES or y.dtype not in FLOAT_DTYPES or not x.shape:
+    if x.dtype not in FLOAT_DTYPES or y.dtype not in FLOAT_DTYPES or not x.shape or layouts[y].root is not y:
         return False
-    return all(layouts[v].dense and layouts[v].root is v and layouts[v].offset * v.type.itemsize % ALIGN == 0
-               for v in (x, y))
+    return all(layouts[v].dense and layouts[v].offset * v.type.itemsize % ALIGN == 0 for v in (x, y))
 
 
 def _cast_entry(cast: Node) -> SumEntry:
@@ -209,11 +215,9 @@ def _cast_entry(cast: Node) -> SumEntry:
     return SumEntry((x.dtype,), Prologue(((f"cast_{y.dtype}", ("in0",)),), (), ((0, "st0"),)), stored=y.dtype)
 
 
-def cast_parameters(groups: list, users, outputs, layouts, boundary) -> list:
-    """The horizontal fusion of the parameters' casts (module docstring)."""
-    members = [i for i, g in enumerate(groups) if _parameter_cast(g, layouts, outputs)]
-    if len(members) < 2:
-        return groups
+def _cast_map(groups: list, members: list[int], at: int, what: str, users, outputs, boundary) -> list:
+    """``groups`` with the lone casts of ``members`` (group indices) as one multi-tensor map group at
+    ``members[at]``'s position; ``what`` says what they are and why that position."""
     casts = [groups[i].nodes[0] for i in members]
     entries = list(dict.fromkeys(_cast_entry(c) for c in casts))
     problem = MultiTensorSumProblem(SumRule(tuple(entries)), tuple(math.prod(c.inputs[0].shape) for c in casts),
@@ -221,13 +225,41 @@ def cast_parameters(groups: list, users, outputs, layouts, boundary) -> list:
     ins, outs = boundary(casts, users, outputs)
     bindings = {(t, name): v for t, c in enumerate(casts) for name, v in (("in0", c.inputs[0]), ("st0", c.outputs[0]))}
     kinds = ", ".join(sorted({f"{c.inputs[0].dtype} -> {c.outputs[0].dtype}" for c in casts}))
-    reason = (f"{len(casts)} casts of whole parameters ({kinds}) fused horizontally: one Nova multi-tensor launch "
-              f"instead of {len(casts)} pointwise kernels, where the first cast ran (the parameters are the step's "
-              f"inputs; each cast's readers come after it); {problem.describe()}")
-    merged = dataclasses.replace(groups[members[0]], nodes=casts, reason=reason, inputs=ins, outputs=outs,
+    reason = (f"{len(casts)} casts of {what.format(kinds=kinds)} fused horizontally: one Nova multi-tensor launch "
+              f"instead of {len(casts)} pointwise kernels; {problem.describe()}")
+    merged = dataclasses.replace(groups[members[at]], nodes=casts, reason=reason, inputs=ins, outputs=outs,
                                  epilogue=None, problem=problem, bindings=bindings)
-    dropped = set(members[1:])
-    return [merged if i == members[0] else g for i, g in enumerate(groups) if i not in dropped]
+    place, dropped = members[at], set(members) - {members[at]}
+    return [merged if i == place else g for i, g in enumerate(groups) if i not in dropped]
+
+
+def cast_parameters(groups: list, users, outputs, layouts, boundary) -> list:
+    """The horizontal fusion of the parameters' casts (module docstring)."""
+    first = {}                                  # a parameter -> the group of its first cast
+    for i, g in enumerate(groups):
+        for n in g.nodes:
+            if n.op == "cast" and n.inputs[0].producer is None:
+                first.setdefault(n.inputs[0], i)
+    members = [i for i, g in enumerate(groups) if _lone_cast(g, layouts) and g.nodes[0].inputs[0].producer is None
+               and first[g.nodes[0].inputs[0]] == i]
+    if len(members) < 2:
+        return groups
+    return _cast_map(groups, members, 0, "whole parameters ({kinds}), where the first cast ran (the parameters are "
+                     "the step's inputs; each cast's readers come after it)", users, outputs, boundary)
+
+
+def cast_gradients(groups: list, users, outputs, layouts, boundary) -> list:
+    """The horizontal fusion of the gradients' casts that only optimizer updates read (module docstring)."""
+    members = [i for i, g in enumerate(groups) if _lone_cast(g, layouts) and g.nodes[0].inputs[0].producer is not None
+               and g.nodes[0].outputs[0] not in outputs
+               and users.get(g.nodes[0].outputs[0]) and all(u.op in UPDATES for u in users[g.nodes[0].outputs[0]])]
+    if len(members) < 2:
+        return groups
+    position = {n: i for i, g in enumerate(groups) for n in g.nodes}
+    if any(position[u] <= members[-1] for i in members for u in users[groups[i].nodes[0].outputs[0]]):
+        return groups                           # an update runs before the last gradient's cast: leave them
+    return _cast_map(groups, members, -1, "gradients ({kinds}) that only optimizer updates read, where the last "
+                     "cast ran (every gradient is there; the updates come after it)", users, outputs, boundary)
 
 
 # ---------------------------------------------------------------------------- vertical: grad x coef

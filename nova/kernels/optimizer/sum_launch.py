@@ -4,8 +4,8 @@
     kernel()                                # one launch on torch's current stream
 
 ``tensors`` holds one dict per tensor: ``{"entry": k, "in0": tensor, ..., "st0": tensor (when entry k
-stores), "out": one-element tensor (when entry k sums)}``.  ``bind`` checks them once (element types, element counts,
-contiguous, 16-byte aligned, one device; no written tensor overlapping another), writes the argument
+stores), "out": one-element tensor (when entry k sums)}``.  ``bind`` checks them once (element types,
+element counts, contiguous, 16-byte aligned, one device; no written tensor overlapping another), writes the argument
 table (``sum_problem.py``) and allocates the workspace (its completion counter zeroed: the kernel leaves
 it zero after every launch), so the launch passes only two addresses and a CUDA graph captures it.
 """
