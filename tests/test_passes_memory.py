@@ -408,3 +408,14 @@ def test_a_result_stored_in_its_readers_layout_never_takes_an_input_in_place():
             assert layouts[v].dense and layouts[plan.reuses].dense, (v.producer.op, layouts[v].describe())
     strided = [v for v in planned.memory.values if layouts[v].root is v and not layouts[v].dense]
     assert strided, "the plan has no result stored in a reader's layout: the test checks nothing"
+
+
+def test_a_unit_axis_stride_does_not_make_an_in_place_write_overlap():
+    """A permuted row sum ``[2, 4, 1]`` reports stride 4 on its unit axis where the exp writing over it
+    in place has 1: the same elements (an axis of extent 1 has no stride), so the plan validates and
+    runs like the interpreter (found by the random graphs above)."""
+    g = Graph("unit-axis")
+    x = g.input(TensorType((2, 3, 4), "f32"), "x")
+    g.output(g.op("exp", g.op("permute", g.op("sum", x, axes=(1,), keepdim=True), perm=(0, 2, 1))), "out0")
+    planned = pipeline(g)
+    check_runs(g, planned)

@@ -760,7 +760,8 @@ def validate_memory_plan(graph: Graph, groups: list[Group], plan: MemoryPlan) ->
 
 def _elements(plan: MemoryPlan, v: Value):
     """``(storage, first byte, element bytes, shape, strides)`` of where ``v`` lies (storage: "arena" or an
-    input's index), or None for a value with no storage of its own (fused)."""
+    input's index), or None for a value with no storage of its own (fused).  An axis of extent 1 has no
+    stride (0 here): the same elements whatever stride a view reports for it."""
     p = plan[v]
     root, view = (p.alias_of, p.view) if p.kind == "alias" else (v, p.view)
     rp = plan[root]
@@ -771,7 +772,8 @@ def _elements(plan: MemoryPlan, v: Value):
     strides = view.strides if view is not None else layout_analysis.contiguous_strides(tuple(v.shape))
     offset = view.offset if view is not None else 0
     item = v.type.itemsize
-    return ("arena" if rp.kind == "arena" else rp.input_index), start + offset * item, item, tuple(shape), tuple(strides)
+    strides = tuple(0 if n == 1 else x for n, x in zip(shape, strides))
+    return ("arena" if rp.kind == "arena" else rp.input_index), start + offset * item, item, tuple(shape), strides
 
 
 def _overlap(a, b) -> bool:
