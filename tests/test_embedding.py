@@ -102,7 +102,8 @@ def test_explain_embedding_cli(capsys):
 CODEGEN = [EmbeddingProblem("forward", 16384, 32768, 512, "f32", "i64"),
            EmbeddingProblem("forward", 63, 50, 1000, "f16", "i32", (7, 9), (1, 7)),
            EmbeddingProblem("backward", 16384, 32768, 512, "f32", "i64"),
-           EmbeddingProblem("backward", 1000, 777, 37, "bf16", "i32", stride=40)]
+           EmbeddingProblem("backward", 1000, 777, 37, "bf16", "i32", stride=40),
+           EmbeddingProblem("backward", 16384, 32768, 512, "f32", "i64", base="f32")]
 
 
 @pytest.mark.parametrize("problem", CODEGEN, ids=lambda p: p.describe())
@@ -172,8 +173,15 @@ def test_gpt_tiny_gathers_and_scatters_run_on_embedding_kernels_and_iota_is_fold
         assert len(by_op[op]) == 2
         for g in by_op[op]:
             assert g.kernel == "nova" and isinstance(g.problem, P) and g.problem.direction == direction
+            based = {"base"} if g.problem.base else set()
             assert "Nova" in g.reason and set(g.bindings) == ({"idx", "table", "out"} if direction == "forward"
-                                                               else {"idx", "dy", "grad"})
+                                                               else {"idx", "dy", "grad"} | based)
+    # the tied token embedding's gradient: the LM head's weight gradient added as the scatter-add writes
+    (tied,) = [g for g in by_op["scatter_add"] if g.problem.base]
+    scatter, add = tied.nodes
+    assert add.op == "add" and tied.problem.base == "f32" and "+ f32 base" in tied.reason
+    assert tied.bindings["grad"] is add.outputs[0] and tied.bindings["base"] in add.inputs
+    assert scatter.outputs[0] not in tied.outputs                  # the lookup's sum alone is never written
     (iota,) = by_op["iota"]
     assert iota.kernel == "none" and "constant of the step" in iota.reason
 

@@ -120,6 +120,24 @@ def test_scatter_add_matches_float64_reference_and_is_deterministic(case):
         assert torch.equal(grad, again), f"{case}: two runs differ (not deterministic)"
 
 
+def test_scatter_add_with_a_base_adds_it_to_each_rows_sum():
+    """A tied embedding's gradient (``base``: the LM head's weight gradient): each row written as its sum
+    in index order plus the base, bit for bit ``sums + base`` in FP32 (the IR's add after the scatter-add),
+    rows no index names the base itself."""
+    import dataclasses
+    from nova.kernels.embedding.launch import run
+    gen = torch.Generator().manual_seed(11)
+    count, vocab, dim = 5000, 300, 64
+    idx = torch.randint(0, vocab // 2, (count,), generator=gen).cuda()
+    dy = torch.randn(count, dim, generator=gen).float().cuda()
+    base = torch.randn(vocab, dim, generator=gen).float().cuda()
+    p = dataclasses.replace(problem_for("backward", dy, idx, vocab), base="f32")
+    grad = torch.full((vocab, dim), float("nan"), dtype=torch.float32, device="cuda")
+    run(p, {"idx": idx.data_ptr(), "dy": dy.data_ptr(), "base": base.data_ptr(), "grad": grad.data_ptr()},
+        dy.device)
+    assert torch.equal(grad, backward(dy, idx, vocab) + base)
+
+
 def test_scatter_add_sums_in_index_order():
     """One row named by every index: the FP32 sum in index order, bit for bit."""
     gen = torch.Generator().manual_seed(7)
@@ -181,6 +199,7 @@ def _build(target: str) -> None:
             problems.append(EmbeddingProblem(direction, count, vocab, dim, dtype, index_dtype, ishape, istrides,
                                              dim + pad))
     problems.append(EmbeddingProblem("backward", 5000, 300, 64, "f32", "i64"))
+    problems.append(EmbeddingProblem("backward", 5000, 300, 64, "f32", "i64", base="f32"))
     for p in dict.fromkeys(problems):
         for role, key, status in precompile_embedding(p, gpu):
             print(f"{status:>8} {key[:12]} {p.describe()} [{role}]")

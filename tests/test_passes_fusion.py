@@ -270,8 +270,10 @@ def test_training_step_groups():
                and "adds" in gr.reason for gr in norm_residual)     # the residual stream's gradient added in
     assert any(ops_of(gr)[-1] == "sum" and gr.problem.has("dxsum") and "sums" in gr.reason
                for gr in norm_residual)                              # and the bias gradient summed there
+    tied = [gr for gr in by_kind["composite"] if ops_of(gr) == ["scatter_add", "add"]]
+    assert len(tied) == 1 and tied[0].problem.base == "f32"        # the tied embedding's gradient: one kernel
     assert all(len(gr.nodes) == 1 for gr in by_kind["composite"]
-               if gr not in updates and gr is not loss and gr not in norm_residual)
+               if gr not in updates and gr is not loss and gr not in norm_residual and gr not in tied)
     assert sorted({gr.nodes[0].op for gr in by_kind["composite"]}) == [
         "adamw", "attention", "attention_backward", "concat", "cross_entropy",
         "index_select", "layer_norm", "layer_norm_backward", "scatter_add"]   # the loss fused (cross_entropy.py), its

@@ -34,6 +34,9 @@ def layout_reason(p, named: dict) -> str:
     result = named["out"] if p.direction == "forward" else named["grad"]
     if not result.is_contiguous():
         return "the result is not contiguous"
+    base = named.get("base")
+    if p.base and (not base.is_contiguous() or base.device.type == "cuda" and base.data_ptr() % 16):
+        return "the base is not a contiguous 16-byte aligned tensor"
     return ""
 
 
@@ -52,9 +55,11 @@ def embedding_kernels(group, nodes, tensors, ctx, note) -> list[Kernel]:
         return [Kernel(meta_only, what, embedding=p)]
     why = layout_reason(p, named)
     if why:
-        note(f"group {group.index}: {nodes[0].op} on its reference ({why})")
-        return [reference_kernel(n, [tensors[v] for v in n.inputs], [tensors[v] for v in n.outputs], ctx, why)
-                for n in nodes]
+        note(f"group {group.index}: {group.head.op} on its reference ({why})")
+        own = {v: ctx.workspace(v.shape, t.dtype) for n in nodes for v in n.outputs      # the sum a base is added to
+               if (t := tensors[v]).device.type == "meta" and ctx.device.type != "meta"}
+        at = {**tensors, **own}
+        return [reference_kernel(n, [at[v] for v in n.inputs], [at[v] for v in n.outputs], ctx, why) for n in nodes]
     nbytes = workspace_layout(p, schedule_for(p, device_target(ctx)))[1]
     workspace = ctx.launch_workspace(nbytes, f"embedding workspace of {p.direction} {p.count}x{p.dim}")
     pointers = {name: t.data_ptr() for name, t in named.items()}

@@ -190,7 +190,7 @@ def _nova_view(group) -> dict:
         return {"pointwise": group.problem}
     if group.kind == "composite" and group.nodes[-1].op in OPTIMIZER_UPDATES:
         return {"optimizer": group.problem}
-    if group.kind == "composite" and group.nodes[0].op in EMBEDDING_OPS:
+    if group.kind == "composite" and group.head.op in EMBEDDING_OPS:
         return {"embedding": group.problem, "bindings": dict(getattr(group, "bindings", {}))}
     if isinstance(group.problem, MultiTensorSumProblem):
         return {"multi_sum": group.problem, "bindings": dict(group.bindings)}

@@ -79,14 +79,38 @@ def _align(byte_offset: int) -> int:
     return align
 
 
+def base_add(scatter, add):
+    """The value ``add`` adds to ``scatter``'s result when the pair is a base the backward kernel adds as
+    it writes each row: a ``[vocab, dim]`` of the result's type; else None."""
+    grad = scatter.outputs[0]
+    if scatter.op != "scatter_add" or add.op != "add" or grad not in add.inputs or add.inputs[0] is add.inputs[1]:
+        return None
+    other = add.inputs[1] if add.inputs[0] is grad else add.inputs[0]
+    if other.type != grad.type or add.outputs[0].type != grad.type:
+        return None
+    return other
+
+
 def select_embedding(group, layouts) -> str:
     """Make ``group`` a Nova embedding group where the family computes it; returns why not ('' when it does,
-    or when the group is no candidate)."""
-    if group.kernel != "aten" or group.kind != "composite" or group.nodes[0].op not in EMBEDDING_OPS:
+    or when the group is no candidate).  A backward group may end in the add of a base (``base_add``),
+    which the kernel adds to each row's sum as it writes it."""
+    import dataclasses
+    head = group.head
+    if group.kernel != "aten" or group.kind != "composite" or head.op not in EMBEDDING_OPS:
         return ""
-    problem, bindings, why = embedding_problem(group.nodes[0], layouts)
+    problem, bindings, why = embedding_problem(head, layouts)
     if problem is None:
         return why
+    rest = [n for n in group.nodes if n is not head]       # the add of a base
+    if rest:
+        base = base_add(head, rest[0]) if len(rest) == 1 else None
+        out = rest[-1].outputs[0]
+        if base is None or not layouts[base].dense or layouts[base].offset * base.type.itemsize % 16 \
+                or layouts[out].offset * out.type.itemsize % 16 or not layouts[out].dense:
+            return "the nodes after the scatter-add are not the add of a dense, aligned base"
+        problem = dataclasses.replace(problem, base=base.dtype)
+        bindings = {**bindings, "base": base, "grad": out}
     group.kernel, group.problem, group.bindings = "nova", problem, bindings
     return ""
 

@@ -91,6 +91,11 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   data-movement ops (concat, gathers, scatter_add) are groups of their own; so is each opaque
   ``aten`` op.  An ``index_select``/``scatter_add`` on axis 0 (the embedding lookup and its backward)
   runs on Nova's embedding kernels where they compute it (``nova/passes/embedding.py``), else ATen;
+  the ``add`` of a value of the scatter-add result's type to it (a tied embedding's gradient: the LM
+  head's weight gradient plus the lookup's), its only reader, joins the scatter-add's group as the
+  kernel's base, added to each row's sum as it is written (one read and write of the table's gradient
+  and a launch fewer) -- unless the value is a cast only that add reads (the add kernel reads its 16
+  bits; a base would have to be written in 32);
   an ``attention``/``attention_backward`` on Nova's fused attention kernels where they cover it
   (``nova/passes/attention.py``: its ``AttentionProblem`` on the group), else ATen.
   An ``index_select`` of a one-axis table (``pointwise_from_ir.is_table_gather``: the padding mask's
@@ -142,7 +147,7 @@ from nova.ir.printer import value_names
 from nova.kernels.switch import KernelSwitch
 from nova.passes import layout as layout_analysis
 from nova.passes.attention import ATTENTION_OPS, select_attention
-from nova.passes.embedding import EMBEDDING_OPS, embedding_reason, select_embedding
+from nova.passes.embedding import EMBEDDING_OPS, base_add, embedding_reason, select_embedding
 from nova.passes.pointwise_from_ir import is_table_gather
 from nova.passes.rows import rows_reason, select_rows
 from nova.passes.rows_casts import cast_saving
@@ -420,7 +425,8 @@ class _Fuser:
             return False
         producers = self._producers(node)
         if self._horizontal(node) or self._sibling(node) is not None or self._rows_epilogue(node) is not None \
-                or self._norm_residual(node) is not None or self._norm_dx_cast(node) is not None:
+                or self._norm_residual(node) is not None or self._norm_dx_cast(node) is not None \
+                or self._embedding_base(node) is not None:
             return True
         return bool(self._candidates(node, producers)) or (not self._stored(node) and _epilogue(
             node, producers, self.users, self.outputs, self.layouts, self.placed, dry_run=True) is not None)
@@ -509,6 +515,24 @@ class _Fuser:
             return None
         written = [n.outputs[0] for n in g.nodes[at:] if n is g.nodes[at] or n.op in ("add", "cast")]
         return g if x in written else None
+
+    def _embedding_base(self, node: Node) -> _Open | None:
+        """The open embedding-backward group whose scatter-add result the add ``node`` alone reads and adds a
+        base of its type to (a tied embedding's gradient: the LM head's weight gradient plus the
+        lookup's), else None."""
+        if node.op != "add" or self._stored(node):
+            return None
+        for x in node.inputs:
+            p = x.producer
+            g = self.group_of.get(p) if p is not None else None
+            if g is None or g.kind != "composite" or not g.open or g.nodes != [p] or p.op != "scatter_add" \
+                    or x in self.outputs or set(self.users.get(x, ())) != {node}:
+                continue
+            base = base_add(p, node)
+            c = base.producer if base is not None else None
+            if base is not None and not (c is not None and c.op == "cast" and set(self.users.get(base, ())) == {node}):
+                return g                       # (a cast only the add reads stays with it: 16 bits read, not 32 written)
+        return None
 
     def _norm_dx_cast(self, node: Node) -> _Open | None:
         """The open norm-backward group whose written dx the cast ``node`` rounds to 16 bits, when one rows
@@ -653,7 +677,12 @@ class _Fuser:
             rows = self._rows_epilogue(node) if g is None else None
             residual = self._norm_residual(node) if g is None and rows is None else None
             rounded = self._norm_dx_cast(node) if g is None and rows is None and residual is None else None
-            if rounded is not None:
+            based = self._embedding_base(node) if g is None and rows is None and residual is None \
+                and rounded is None else None
+            if based is not None:
+                g = based                              # the scatter-add's kernel adds the base as it writes
+                g.nodes.append(node)
+            elif rounded is not None:
                 g = rounded                            # the norm's backward also writes dx in 16 bits
                 g.nodes.append(node)
                 g.rows_notes.append((f"; writes {{}} (dx rounded to {node.attrs['dtype']}) as it writes dx: one cast "
@@ -982,7 +1011,7 @@ def _finish(g: _Open, position, users, outputs, layouts, names, kernels: KernelS
         why_not = select_attention(group, kernels.attention)
         group.reason = f"{first.op} on {first.outputs[0].type}: " + (
             f"Nova's fused attention kernels ({group.problem.describe()})" if not why_not else f"ATen ({why_not})")
-    elif g.kind == "composite" and nodes[0].op in EMBEDDING_OPS:
+    elif g.kind == "composite" and group.head.op in EMBEDDING_OPS:
         why_not = select_embedding(group, layouts)
         group.reason = embedding_reason(group, _reason(group, g, layouts, names), why_not)
     elif g.kind == "pointwise" and _step_constant(nodes):

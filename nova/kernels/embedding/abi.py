@@ -52,7 +52,8 @@ def params(p, s, role: str) -> list[tuple[str, str]]:
         return [("idx", "idx"), ("table", "table"), ("out", "out")]
     if base == "accumulate":
         keys, perm = sorted_buffers(s.sort.passes - 1)
-        return [("keys", f"ws:{keys}"), ("perm", f"ws:{perm}"), ("dy", "dy"), ("grad", "grad")]
+        return [("keys", f"ws:{keys}"), ("perm", f"ws:{perm}"), ("dy", "dy")] + \
+            ([("base", "base")] if p.base else []) + [("grad", "grad")]
     source = [("idx", "idx")] if k == 0 else [("keys_in", f"ws:{sorted_buffers(k - 1)[0]}")]
     if base == "histogram":
         return source + [("counts", "ws:counts")]

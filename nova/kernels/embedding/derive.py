@@ -30,7 +30,7 @@ from nova.configurator.step import Prediction
 from nova.hwmodel import GPUModel, get_target
 from nova.hwmodel.formula import formulas
 from nova.hwmodel.model import F as HW
-from nova.kernels.embedding.problem import EmbeddingProblem
+from nova.kernels.embedding.problem import FLOAT_DTYPES, EmbeddingProblem
 from nova.kernels.embedding.schedule import EmbeddingConfig, EmbeddingSchedule, RowTile, SortPlan
 from nova.kernels.rows.derive import TRANSACTION_BYTES, memory_constants
 
@@ -173,9 +173,11 @@ def predict(p: EmbeddingProblem, s: EmbeddingSchedule, gpu: GPUModel, mc: dict, 
         scatter = key_bytes + perm_bytes + table + 8 * p.count
         t = d.apply(f"time scatter{k}", F.t_kernel, why, dram_bytes=scatter, **common)
         terms[f"scatter{k}"] = _term("scatter", t, scatter, mc)
-    nbytes = row_bytes + 8 * p.count + p.vocab * p.dim * p.elem_bytes
+    base = p.vocab * p.dim * FLOAT_DTYPES[p.base] if p.base else 0
+    nbytes = row_bytes + 8 * p.count + p.vocab * p.dim * p.elem_bytes + base
     steps = int(F.search_steps(count=p.count))
-    t = d.apply("time accumulate", F.t_accumulate, why + f"; dy's rows read once, every table row written once, "
+    t = d.apply("time accumulate", F.t_accumulate, why + f"; dy's rows read once, every table row written once"
+                f"{' (its base read once)' if p.base else ''}, "
                 f"the {steps}-step binary search of a row's segment once at the DRAM latency ([EST]: later waves "
                 "overlap it with streaming)", dram_bytes=nbytes, search_steps=steps,
                 mem_latency_ns=gpu.mem_latency_ns, **common)

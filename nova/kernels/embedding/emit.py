@@ -114,7 +114,7 @@ def param_types(p, s, role: str) -> list[tuple[str, int, str]]:
     ws, _ = workspace_layout(p, s)
     source = (p.source_rows - 1) * p.stride + p.dim
     operand = {"idx": (p.index_extent, p.index_dtype), "table": (source, p.dtype), "out": (p.count * p.dim, p.dtype),
-               "dy": (source, p.dtype), "grad": (p.vocab * p.dim, p.dtype)}
+               "dy": (source, p.dtype), "grad": (p.vocab * p.dim, p.dtype), "base": (p.vocab * p.dim, p.base)}
     return [(name, ws[what[3:]][1], "i32") if what.startswith("ws:") else (name, *operand[what])
             for name, what in params(p, s, role)]
 
@@ -380,6 +380,9 @@ def build_accumulate(p, s) -> str:
                 ir.emit(f"scf.yield {ir.add(body[0], 1, 'next')}, {', '.join(out)} : {tys}")
             ir.emit("}")
             sums = [f"{res}#{q + 1}" for q in range(t.vec)]
+            if p.base:                              # the row's sum, then the base: add(sum, base) as the IR adds
+                at = ir.add(ir.mul(v, p.dim, "g_row"), safe_col, "b_off")
+                sums = [ir.fadd(x, b, "with_base") for x, b in zip(sums, ir.load("base", at, t.vec))]
             ir.guarded(ok, lambda: ir.store("grad", ir.add(ir.mul(v, p.dim, "g_row"), col, "g_off"), sums))
         g.chunks(chunk)
     return ir.text()

@@ -3,6 +3,9 @@
     forward    out[i, :] = table[idx[i], :]                    for i < count      (index_select, axis 0)
     backward   grad[v, :] = sum of dy[i, :] over i with idx[i] == v, i ascending  (scatter_add, axis 0)
                every row of grad written (rows no index names are zero)
+               [+ base[v, :]: with ``base`` (its element type), a contiguous ``[vocab, dim]`` added to
+               each row's sum as it is written -- a tied embedding's gradient, the LM head's weight
+               gradient plus the lookup's]
 
 ``table`` / ``grad`` are ``[vocab, dim]`` and contiguous; ``out`` is ``[count, dim]`` and contiguous;
 ``dy`` is ``[count, dim]`` with rows ``stride`` elements apart (a slice of a wider tensor is read in
@@ -56,6 +59,7 @@ class EmbeddingProblem:
     index_strides: tuple = ()
     stride: int = 0                 # elements between rows of the row stack read (0: dim)
     align: int = 16                 # byte alignment of the float operands' bases (capped at 16)
+    base: str | None = None         # backward: the element type of a [vocab, dim] added to the sums
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
@@ -84,6 +88,9 @@ class EmbeddingProblem:
             raise EmbeddingProblemError(f"embedding: base alignment {self.align} B is not a power of two multiple "
                                         f"of the {e}-byte elements")
         object.__setattr__(self, "align", min(self.align, 16))
+        if self.base is not None and (self.direction != "backward" or self.base not in FLOAT_DTYPES):
+            raise EmbeddingProblemError(f"embedding: a base ({self.base}) is a float [vocab, dim] added to a backward's "
+                                        "sums")
 
     # ---------------------------------------------------------------- reading
     @property
@@ -118,13 +125,16 @@ class EmbeddingProblem:
         """Compulsory DRAM traffic: the indices once, the rows read once, the result written once."""
         rows = self.count * self.dim * self.elem_bytes
         written = rows if self.direction == "forward" else self.vocab * self.dim * self.elem_bytes
-        return self.count * self.index_bytes + rows + written
+        base = self.vocab * self.dim * FLOAT_DTYPES[self.base] if self.base else 0
+        return self.count * self.index_bytes + rows + written + base
 
     def describe(self) -> str:
         what = "gather" if self.direction == "forward" else "scatter-add"
         extra = "" if self.contiguous_indices else f" indices{list(self.index_shape)} strides{list(self.index_strides)}"
         if self.stride != self.dim:
             extra += f" row stride {self.stride}"
+        if self.base:
+            extra += f" + {self.base} base"
         return f"embedding {what} {self.count}x{self.dim} of {self.vocab} rows {self.dtype}/{self.index_dtype}{extra}"
 
     def to_dict(self) -> dict:
@@ -133,6 +143,8 @@ class EmbeddingProblem:
              "index_strides": list(self.index_strides), "stride": self.stride}
         if self.align != 16:
             d["align"] = self.align
+        if self.base:
+            d["base"] = self.base
         return d
 
 
