@@ -9,6 +9,7 @@ its reason saying why.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 EMBEDDING_OPS = ("index_select", "scatter_add")
@@ -95,7 +96,6 @@ def select_embedding(group, layouts) -> str:
     """Make ``group`` a Nova embedding group where the family computes it; returns why not ('' when it does,
     or when the group is no candidate).  A backward group may end in the add of a base (``base_add``),
     which the kernel adds to each row's sum as it writes it."""
-    import dataclasses
     head = group.head
     if group.kernel != "aten" or group.kind != "composite" or head.op not in EMBEDDING_OPS:
         return ""

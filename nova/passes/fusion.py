@@ -468,6 +468,15 @@ class _Fuser:
             self.group_of[c] = g
             g.casts.append(f"reads {c.inputs[0].type} in place of its cast to {c.outputs[0].dtype}")
 
+    def _open_composite_of(self, x: Value, reader: Node) -> _Open | None:
+        """The open composite group whose node produces ``x``, when ``reader`` alone reads ``x`` and it is
+        no graph output (what a rule joining ``reader`` to that group first asks), else None."""
+        g = self.group_of.get(x.producer) if x.producer is not None else None
+        if g is None or g.kind != "composite" or not g.open or x in self.outputs \
+                or set(self.users.get(x, ())) != {reader}:
+            return None
+        return g
+
     def _rows_epilogue(self, node: Node) -> tuple[_Open, int, str] | None:
         """The open rows composite group whose f32 row result only the cast ``node`` reads, when taking
         the cast saves bytes: (group, the bytes saved, what the kernel writes), else None."""
@@ -475,10 +484,8 @@ class _Fuser:
             return None
         x = node.inputs[0]
         p = x.producer
-        g = self.group_of.get(p) if p is not None else None
-        if g is None or g.kind != "composite" or not g.open or p.op not in ROW_OUTPUTS \
-                or x is not p.outputs[ROW_OUTPUTS[p.op]] or x in self.outputs \
-                or set(self.users.get(x, ())) != {node}:
+        g = self._open_composite_of(x, node)
+        if g is None or p.op not in ROW_OUTPUTS or x is not p.outputs[ROW_OUTPUTS[p.op]]:
             return None
         saved = self._cast_saving(g.nodes + [node], [node])
         if saved <= 0:
@@ -492,9 +499,8 @@ class _Fuser:
             return None
         for i, x in enumerate(node.inputs):
             p = x.producer
-            g = self.group_of.get(p) if p is not None else None
-            if g is None or g.kind != "composite" or not g.open or p.op not in NORM_RESIDUAL or x is not p.outputs[0] \
-                    or x in self.outputs or set(self.users.get(x, ())) != {node}:
+            g = self._open_composite_of(x, node)
+            if g is None or p.op not in NORM_RESIDUAL or x is not p.outputs[0]:
                 continue
             r = node.inputs[1 - i]
             if r is x or r.type != x.type or (r.producer is not None and
@@ -524,9 +530,8 @@ class _Fuser:
             return None
         for x in node.inputs:
             p = x.producer
-            g = self.group_of.get(p) if p is not None else None
-            if g is None or g.kind != "composite" or not g.open or g.nodes != [p] or p.op != "scatter_add" \
-                    or x in self.outputs or set(self.users.get(x, ())) != {node}:
+            g = self._open_composite_of(x, node)
+            if g is None or g.nodes != [p] or p.op != "scatter_add":
                 continue
             base = base_add(p, node)
             c = base.producer if base is not None else None
@@ -576,12 +581,11 @@ class _Fuser:
         dy from parts (``_dy_sum``) and the widening casts of its row inputs that only it reads, each alone
         in an open group, when that saves bytes."""
         parts = self._dy_sum(node)
-        if parts is not None:
-            nodes = parts + [node]
+        alone = self._rows_problem([node]) if parts is not None else None
+        if alone is not None:
             reads, _ = boundary(parts, self.users, self.outputs)
             kernel = sum(v.type.nbytes for v in reads) + node.inputs[0].type.nbytes   # the add kernel's traffic
-            saved = self._rows_problem([node]).bytes_moved + kernel - self._rows_problem(nodes).bytes_moved \
-                if self._rows_problem([node]) is not None else 0
+            saved = alone.bytes_moved + kernel - self._rows_problem(parts + [node]).bytes_moved
             if saved > 0:
                 self.group_of[parts[0]].nodes = []
                 for n in parts:
