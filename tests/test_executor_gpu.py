@@ -163,6 +163,40 @@ def test_donated_parameters_update_in_place(kernels):
     assert float(state[-1]) == float(before[len(state) - 1]) + 2
 
 
+def offloaded_plan(graph):
+    """``graph``'s plan under a budget of 0.95x its peak, its host offloads timed on a timeline where
+    every group takes 1 ms (every copy of these small steps hides; activations of any size count)."""
+    from nova.compiler.outside_arena import account
+    from nova.passes import offload, pipeline
+    from nova.passes.budget import allocator_headroom
+    base = planned(graph)
+    keep, offload.MIN_BYTES = offload.MIN_BYTES, 0
+    try:
+        return pipeline(graph, base.target, outside_arena=account,
+                        memory_budget=int(base.memory.peak_bytes * 0.95) + allocator_headroom(graph),
+                        host_offload=lambda p: [1000.0] * len(p.groups))
+    finally:
+        offload.MIN_BYTES = keep
+
+
+def test_host_offloads_run_on_copy_streams_inside_the_cuda_graph(kernels):
+    """Saved activations copied to page-locked host memory and back on two copy streams, forked from
+    and joined into the captured step: three steps (capture, two replays) against float64."""
+    case = CASES["gpt"]()
+    plan = offloaded_plan(case.graph)
+    assert plan.memory.host_bytes > 0
+    state = case.inputs(5, "cuda")
+    program = build(plan, "cuda", poison=True)
+    for step in range(3):
+        refresh_data(case, state, 300 + step)
+        ref = reference64(case.graph, state)
+        got = program.run(state)
+        torch.cuda.synchronize()
+        assert_close(case.graph, got, ref, f"step {step}")
+    s = program.stats
+    assert s["cuda_graph"] and s["captures"] == 1 and s["host_bytes"] >= plan.memory.host_bytes
+
+
 def test_peak_memory_within_the_plan(kernels):
     """Measured at the first step (arena, constants, static slots, workspaces, the kernels'
     temporaries and the CUDA graph's pool): the plan's bytes plus a small slack."""
@@ -271,11 +305,11 @@ def test_offline_missing_kernel_fails_before_touching_parameters(tmp_path, monke
 
 # --------------------------------------------------------------------------- precompile commands
 def all_plans() -> list:
-    """The plan of every program these tests build: the real pipeline's plan of each case, and the
-    head-dimension-64 case's plan with attention kept on ATen."""
+    """The plan of every program these tests build: the real pipeline's plan of each case, the
+    head-dimension-64 case's plan with attention kept on ATen, and the GPT case's with host offloads."""
     from nova.kernels.switch import KernelSwitch
     return [planned(make().graph) for make in CASES.values()] + \
-        [planned(CASES["gpt_d64"]().graph, kernels=KernelSwitch(attention=False))]
+        [planned(CASES["gpt_d64"]().graph, kernels=KernelSwitch(attention=False)), offloaded_plan(CASES["gpt"]().graph)]
 
 
 def all_problems() -> list:

@@ -20,6 +20,7 @@ STEPS = [("gpt42m", 32, None, None, None), ("llama42m", 32, None, None, None), (
          ("llama42m", 32, TrainRecipe(autocast="bf16"), None, None),
          ("hf-llama-42m", 32, TrainRecipe(autocast="bf16"), None, None),
          ("gpt144m", 16, None, None, None), ("gpt144m", 16, None, "12GiB", None), ("gpt144m", 20, None, "12GiB", None),
+         ("gpt144m", 24, None, "12GiB", None),
          ("llama42m", 32, None, None, "fast"), ("hf-llama-42m", 32, None, None, "0.015"), ("gpt42m", 32, None, "4GiB", None)]
 BACKEND = [("gpt42m", 4, 256), ("llama42m", 4, 256), ("gpt42m", 32, 512)]
 

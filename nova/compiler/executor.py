@@ -135,6 +135,42 @@ class Launch:
         return sum(k.copies for k in self.kernels)
 
 
+def _dense_permutation(t) -> bool:
+    """``t``'s elements fill ``numel`` consecutive elements of its storage in some axis order."""
+    expected = 1
+    for size, stride in sorted(zip(t.shape, t.stride()), key=lambda sz: sz[1]):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _bytes_in_order(t):
+    """A dense permutation's elements in storage order (the host copy holds them so: the value copied
+    back is stored at the strides of the value offloaded, ``nova/passes/storage.py``)."""
+    return t.as_strided((t.numel(),), (1,))
+
+
+class _AsyncCopy:
+    """One copy between device and host memory on a copy stream: ``issue`` starts it once the
+    current stream has reached this point, ``wait`` makes the current stream wait for its end (the
+    fork and join a CUDA graph captures as edges)."""
+
+    def __init__(self, dst, src, stream, device):
+        self.dst, self.src, self.stream, self.device = dst, src, stream, device
+        self.started, self.done = torch.cuda.Event(), torch.cuda.Event()
+
+    def issue(self) -> None:
+        self.started.record(torch.cuda.current_stream(self.device))
+        self.stream.wait_event(self.started)
+        with torch.cuda.stream(self.stream):
+            self.dst.copy_(self.src, non_blocking=True)
+        self.done.record(self.stream)
+
+    def wait(self) -> None:
+        torch.cuda.current_stream(self.device).wait_event(self.done)
+
+
 def _fmt_bytes(n) -> str:
     if n is None:
         return "n/a"
@@ -327,7 +363,7 @@ class Program:
         g, plan = self.graph, self.plan
         self.loc = {}
         self.placed_in = {}                  # placed Value -> the arena value whose bytes hold it
-        self.area_bytes = {"arena": plan.arena_bytes, "const": 0, "staged": 0, "scratch": 0}
+        self.area_bytes = {"arena": plan.arena_bytes, "const": 0, "staged": 0, "scratch": 0, "host": 0}
         producer = {v: n for n in g.nodes for v in n.outputs}
         self.donated = {}                    # output Value -> input index
         for k, i in sorted(plan.donations.items()):
@@ -377,6 +413,8 @@ class Program:
                     self.loc[v] = ("alias", node)
                 elif p.kind == "arena":
                     self.loc[v] = self._arena_loc(v, p, f"node {index} {node.op}")
+                elif p.kind == "host":                   # an offloaded copy: the pinned host area
+                    self.loc[v] = self._take("host", v)
                 elif p.kind == "placed":                 # its kernel writes it into its base's bytes
                     self.loc[v] = self._arena_loc(v, p, f"node {index} {node.op}")
                     self.placed_in[v] = p.base
@@ -575,7 +613,12 @@ class Program:
         for a per-call program, whose arena and output buffers each run allocates (``_step_storage``),
         only with ``per_call_areas``."""
         store = {area: torch.empty(n, dtype=torch.uint8, device=device) for area, n in self.area_bytes.items()
-                 if area != "arena" or not self.per_call}
+                 if area not in ("host", "arena") or area == "arena" and not self.per_call}
+        if device.type != "meta":            # offloaded copies: page-locked host memory (the copy engines' DMA)
+            store["host"] = torch.empty(self.area_bytes["host"], dtype=torch.uint8,
+                                        pin_memory=device.type == "cuda" and self.area_bytes["host"] > 0)
+        else:
+            store["host"] = torch.empty(self.area_bytes["host"], dtype=torch.uint8, device=device)
         if poison:                           # 0xFF bytes: NaN floats, -1 integers (tests: every output written)
             for area in ("arena", "staged", "scratch"):
                 if area in store:
@@ -669,6 +712,9 @@ class Program:
             ctx.group = group.index
             nodes = [n for n in group.nodes if n.op not in CREATION and not self._free_view(n)
                      and n not in self.plan.assembled]
+            if group.kind == "transfer":               # a copy to or from host memory (``_transfers``)
+                launches.append(Launch(group.index, group.kind, list(group.nodes), []))
+                continue
             if group.rows is not None:                 # a Nova rows group: its kernels, or its nodes' references on CPU
                 kernels = rows_kernels(group, nodes, tensors, ctx, self._note)
                 launches.append(Launch(group.index, group.kind, list(group.nodes), kernels))
@@ -727,11 +773,67 @@ class Program:
                     i += 1
             if kernels:
                 launches.append(Launch(group.index, group.kind, list(group.nodes), kernels, gemms))
+        self._transfers(launches, tensors, device)
         if not meta:
             for group, t in ctx.private:
                 self._note(f"group {group}: its launch workspace ({t.numel()} bytes) is not in the plan's arena: "
                            f"a buffer of its own")
         return launches, ctx
+
+    def _transfers(self, launches, tensors, device) -> None:
+        """The copies of the offloaded values (``nova/passes/offload.py``).  On CUDA each runs on a
+        copy stream of its direction beside the kernels: an offload's copy starts after the launch
+        that writes the value and the offload's launch waits for it (the value's bytes are free after
+        it); a reload's copy starts at its launch and the next launch that reads the reloaded value
+        waits for it.  On CPU (and meta) each copies at its own launch."""
+        transfers = [launch for launch in launches if launch.kind == "transfer"]
+        if not transfers:
+            return
+        at = {launch.group: k for k, launch in enumerate(launches)}
+        group_of = {n: group.index for group in self.plan.groups for n in group.nodes}
+        streams = {}
+        for launch in transfers:
+            node = launch.nodes[0]
+            src, dst = tensors[node.inputs[0]], tensors[node.outputs[0]]
+            if device.type != "cuda":
+                launch.kernels.append(Kernel(lambda dst=dst, src=src: dst.copy_(src), f"{node.op} (copy)"))
+                continue
+            direction = "to host" if node.op == "offload" else "to device"
+            if direction not in streams:
+                streams[direction] = torch.cuda.Stream(device)
+            device_side = src if node.op == "offload" else dst
+            if not _dense_permutation(device_side):
+                raise ExecutorError(f"{self.graph.name}: {node.op} of {device_side.shape} at strides "
+                                    f"{device_side.stride()}: the copy engines move dense bytes only")
+            copy = _AsyncCopy(_bytes_in_order(dst), _bytes_in_order(src), streams[direction], device)
+            if node.op == "offload":
+                writer = at.get(group_of.get(node.inputs[0].producer))
+                if writer is None or writer > at[launch.group]:
+                    raise ExecutorError(f"{self.graph.name}: the offload of {node.inputs[0].type} (group "
+                                        f"{launch.group}) runs before the launch that writes it")
+                launches[writer].kernels.append(Kernel(copy.issue, f"offload {node.inputs[0].type}: copy to host"))
+                launch.kernels.append(Kernel(copy.wait, "offload: wait for the copy to host"))
+            else:
+                launch.kernels.append(Kernel(copy.issue, f"reload {node.outputs[0].type}: copy to device"))
+                reader = self._first_reader(launches, at[launch.group], node.outputs[0])
+                if reader is None:
+                    launch.kernels.append(Kernel(copy.wait, "reload: wait for the copy to device"))
+                else:
+                    launches[reader].kernels.insert(0, Kernel(copy.wait, "reload: wait for the copy to device"))
+
+    def _first_reader(self, launches, after: int, value) -> int | None:
+        """The index of the first launch after ``after`` that reads ``value`` or a free view of it."""
+        users = self.graph.users()
+        seen, stack = {value}, [value]
+        while stack:
+            for u in users.get(stack.pop(), ()):
+                if self._free_view(u) and u.outputs[0] not in seen:
+                    seen.add(u.outputs[0])
+                    stack.append(u.outputs[0])
+        for k in range(after + 1, len(launches)):
+            if any(v in seen for n in launches[k].nodes for v in n.inputs):
+                return k
+        return None
 
     def _gemm_workspace(self, launch, ctx):
         """The launch workspace of a Nova GEMM launch (its calls run one after the other and share it):
@@ -1242,6 +1344,7 @@ class Program:
             "constants_bytes": self.area_bytes["const"],
             "static_input_bytes": self.area_bytes["staged"],
             "scratch_bytes": self.area_bytes["scratch"],
+            "host_bytes": self.area_bytes["host"],
             "workspace_bytes": ctx.workspace_bytes,
             "per_call": self.per_call,
             "step_arena_bytes": (self._region[0] if self._region is not None else self.plan.arena_bytes)

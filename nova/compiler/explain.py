@@ -252,8 +252,8 @@ def kernel_reports_at_own_clocks(planned, target):
     dispatched = aten_dispatch(planned)
     stored = cost.aten_calibration(target)
     for index, group in enumerate(planned.groups):
-        if group.kernel == "none" or group.kind == "collective":      # collectives: nova.compiler.communication
-            continue
+        if group.kernel == "none" or group.kind in ("collective", "transfer"):
+            continue       # collectives: nova.compiler.communication; transfers: the copy engines (the budget's report)
         node = group.head
         name, schedule, kernel, kinds, priced = _group_name(group), None, group.kernel, None, None
         if group.kind == "gemm" and group.problem is not None:
@@ -334,6 +334,22 @@ def predicted_step_us(planned, target) -> float:
     summed (``kernel_reports``), what ``explain`` reports as ``prediction.step_ms``."""
     from nova.hwmodel import get_target
     return sum(k.predicted_us for k in kernel_reports(planned, get_target(target if target is not None else "h200")))
+
+
+def group_times_us(planned, target) -> list[float]:
+    """Each group's predicted time in microseconds (``kernel_reports``; 0 for one that launches
+    nothing, a collective, a transfer): the timeline of ``nova.passes.offload``."""
+    from nova.hwmodel import get_target
+    times = [0.0] * len(planned.groups)
+    for report in priced_kernels(planned, get_target(target if target is not None else "h200"))[0]:
+        times[report.index] = report.predicted_us
+    return times
+
+
+def host_offload(enabled: bool, target):
+    """The host offload's step-time model for plans made for ``target`` (``pipeline(host_offload=)``),
+    None when ``enabled`` is false (the caller reads ``NOVA_HOST_OFFLOAD``)."""
+    return (lambda planned: group_times_us(planned, target)) if enabled else None
 
 
 def memory_policy(fraction: float | None, target):
@@ -476,7 +492,8 @@ def plan_training_step(model_name: str, batch: int, seq: int | None = None, opti
     fn, args, model, opt, tokens = training_step(model_name, batch, seq, optimizer, recipe)
     captured = capture(fn, args, models=[model], optimizers=[opt], name=f"train_{model_name}")
     return pipeline(captured.graph, target, memory_budget=memory_budget, outside_arena=account,
-                    memory_policy=memory_policy(opts.memory_policy, target)), tokens
+                    memory_policy=memory_policy(opts.memory_policy, target),
+                    host_offload=host_offload(opts.host_offload, target)), tokens
 
 
 def explain_train(model_name: str, batch: int, seq: int | None = None, target="h200",
@@ -499,8 +516,10 @@ def explain_train(model_name: str, batch: int, seq: int | None = None, target="h
     t1 = time.perf_counter()
 
     def plan(budget):
+        opts = options.current()
         return pipeline(captured.graph, target, memory_budget=budget, outside_arena=account,
-                        memory_policy=memory_policy(options.current().memory_policy, target))
+                        memory_policy=memory_policy(opts.memory_policy, target),
+                        host_offload=host_offload(opts.host_offload, target))
     planned = plan(memory_budget)
     t2 = time.perf_counter()
     if gpus > 1:
@@ -570,7 +589,7 @@ def _mib(nbytes: int) -> str:
 
 
 def render_budget(budget: dict, console, priced_ms: float | None = None) -> None:
-    """The memory budget's decisions: per tensor class kept, recomputed or chunked and why, the
+    """The memory budget's decisions: per tensor class kept, offloaded, recomputed or chunked and why, the
     predicted peak and the predicted cost in step time: the closed forms that chose (``budget.py``)
     and, given ``priced_ms`` (the plan's predicted step time minus the fastest plan's, both as
     ``explain`` prices them), the plans' difference."""
@@ -579,11 +598,13 @@ def render_budget(budget: dict, console, priced_ms: float | None = None) -> None
     priced = f"+{priced_ms:.3f} ms per step over the fastest plan as priced; " if priced_ms is not None else ""
     kept = budget.get("headroom_bytes") or 0
     room = f" ({_gb(kept)} kept for the allocator around the user's tensors)" if kept else ""
+    offload = f", host offload {budget['offload_us'] / 1e3:.3f} ms with {_gb(budget['host_bytes'])} of page-locked " \
+        "host memory" if budget.get("host_bytes") else ""
     console.print(f"memory budget {_gb(budget['budget_bytes'])}{room}: predicted peak {_gb(budget['peak_bytes'])} "
                   f"(unbudgeted {_gb(budget['unbudgeted_peak_bytes'])}); loss in {budget['loss_chunks']} row "
                   f"chunk{'s' if budget['loss_chunks'] > 1 else ''}; predicted cost {priced}closed forms "
                   f"+{budget['extra_step_us'] / 1e3:.3f} ms (recompute {budget['recompute_us'] / 1e3:.3f} ms, chunked loss "
-                  f"{budget['chunk_cost_us'] / 1e3:.3f} ms); {budget['rounds']} re-plans")
+                  f"{budget['chunk_cost_us'] / 1e3:.3f} ms{offload}); {budget['rounds']} re-plans")
     if not budget["classes"]:
         console.print(f"  {escape(budget['loss_chunk_why'])}")
         return

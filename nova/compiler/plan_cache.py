@@ -86,14 +86,16 @@ def code_fingerprint() -> str:
 
 
 def plan_key(graph_hash: str, target_name: str | None, device_kind: str, kernels: str = "all", *,
-             memory_budget: int | None = None, memory_policy: float | None = None) -> str:
+             memory_budget: int | None = None, memory_policy: float | None = None,
+             host_offload: bool = True) -> str:
     """``kernels``: the ``NOVA_POINTWISE`` and ``NOVA_ATTENTION`` settings the plan was made under
     (``KernelSwitch.key``);
-    ``memory_policy``: the ``NOVA_MEMORY_POLICY`` fraction (None: ``fast``)."""
+    ``memory_policy``: the ``NOVA_MEMORY_POLICY`` fraction (None: ``fast``); ``host_offload``:
+    ``NOVA_HOST_OFFLOAD``."""
     import json
     payload = {"graph": graph_hash, "target": str(target_name), "device": device_kind, "budget": memory_budget,
                "nova": __version__, "abi": PLAN_ABI, "code": code_fingerprint(), "kernels": kernels,
-               "memory_policy": memory_policy}
+               "memory_policy": memory_policy, "host_offload": host_offload}
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -122,12 +124,12 @@ def _warn(path: Path, why: str) -> None:
 
 
 def load(graph, target_name, device_kind: str, root=None, graph_hash: str | None = None, kernels: str = "all", *,
-         memory_budget: int | None = None, memory_policy: float | None = None):
+         memory_budget: int | None = None, memory_policy: float | None = None, host_offload: bool = True):
     """The cached ``Planned`` of ``graph`` (the captured graph) or None (miss, or an unusable entry:
     warned once and deleted)."""
     graph_hash = graph_hash or structural_hash(graph)
     key = plan_key(graph_hash, target_name, device_kind, kernels, memory_budget=memory_budget,
-                   memory_policy=memory_policy)
+                   memory_policy=memory_policy, host_offload=host_offload)
     path = path_for(key, root)
     try:
         data = path.read_bytes()
@@ -163,12 +165,13 @@ def load(graph, target_name, device_kind: str, root=None, graph_hash: str | None
 
 
 def store(graph, planned, target_name, device_kind: str, root=None, graph_hash: str | None = None,
-          kernels: str = "all", *, memory_budget: int | None = None, memory_policy: float | None = None) -> Path | None:
+          kernels: str = "all", *, memory_budget: int | None = None, memory_policy: float | None = None,
+          host_offload: bool = True) -> Path | None:
     """Write ``planned`` under ``graph``'s key atomically; None when it could not be written (the
     cache is an optimisation: a failure to store is silent)."""
     graph_hash = graph_hash or structural_hash(graph)
     key = plan_key(graph_hash, target_name, device_kind, kernels, memory_budget=memory_budget,
-                   memory_policy=memory_policy)
+                   memory_policy=memory_policy, host_offload=host_offload)
     path = path_for(key, root)
     try:
         body = pickle.dumps({"key": key, "graph_hash": graph_hash, "plan_hash": structural_hash(planned.graph),
@@ -193,7 +196,7 @@ def plan(graph, target=None, device_kind: str = "cpu", root=None, target_name=No
     The ``NOVA_POINTWISE``, ``NOVA_ATTENTION`` and ``NOVA_MEMORY_POLICY`` settings are read once here, passed to the passes
     and keyed."""
     from nova import options
-    from nova.compiler.explain import memory_policy
+    from nova.compiler.explain import host_offload, memory_policy
     from nova.compiler.outside_arena import account
     from nova.kernels.switch import kernel_switch
     from nova.passes import pipeline
@@ -203,16 +206,18 @@ def plan(graph, target=None, device_kind: str = "cpu", root=None, target_name=No
     if memory_budget is not None:
         memory_budget = parse_size(memory_budget)
     kernels = kernel_switch()
-    fraction = options.current().memory_policy
+    fraction, offload = options.current().memory_policy, options.current().host_offload
     policy = memory_policy(fraction, target)
+    timed = host_offload(offload, target)
     if not enabled():
         return pipeline(graph, target, kernels, memory_budget=memory_budget, outside_arena=account,
-                        memory_policy=policy), "off"
+                        memory_policy=policy, host_offload=timed), "off"
     graph_hash = structural_hash(graph)
-    keyed = {"memory_budget": memory_budget, "memory_policy": fraction}
+    keyed = {"memory_budget": memory_budget, "memory_policy": fraction, "host_offload": offload}
     planned = load(graph, target_name, device_kind, root, graph_hash, kernels.key(), **keyed)
     if planned is not None:
         return planned, "hit"
-    planned = pipeline(graph, target, kernels, memory_budget=memory_budget, outside_arena=account, memory_policy=policy)
+    planned = pipeline(graph, target, kernels, memory_budget=memory_budget, outside_arena=account, memory_policy=policy,
+                       host_offload=timed)
     store(graph, planned, target_name, device_kind, root, graph_hash, kernels.key(), **keyed)
     return planned, "miss"

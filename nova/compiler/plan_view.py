@@ -21,7 +21,8 @@
                              it at, when not row-major), "alias" (``.alias_of``, ``.view``),
                              "external" (a graph input's storage; ``.donated`` with ``.input_index``
                              for an updating output, or a result taking a donated input's storage,
-                             written in place), "fused" (never written)
+                             written in place), "fused" (never written), "host" (an offloaded
+                             copy in host memory: the program's pinned host area)
     planned.storage          ``StoragePlan``: ``.assembled`` (concat nodes whose inputs their kernels
                              wrote in place: they launch nothing); a node result the plan aliases
                              into such a concat's result is read here as "placed": its kernel writes
@@ -56,7 +57,7 @@ class ExecutorError(RuntimeError):
 @dataclass
 class Placement:
     """Where one value lives, as the executor understands it."""
-    kind: str                            # "arena" | "alias" | "placed" | "external" | "none"
+    kind: str                            # "arena" | "alias" | "placed" | "external" | "host" | "none"
                                          # placed: a node result its kernel writes into ``base``'s bytes
     offset: int | None = None
     nbytes: int = 0
@@ -119,6 +120,8 @@ def _placement(value, value_plan, values, stored) -> Placement:
                          strides=tuple(vp.view.strides) if vp.view is not None else None)
     if vp.kind == "external":
         return Placement("external", nbytes=vp.nbytes, donated_to=vp.input_index if vp.donated else None)
+    if vp.kind == "host":                               # an offloaded copy: the program's host area
+        return Placement("host", nbytes=vp.nbytes)
     raise ExecutorError(f"unknown placement kind {vp.kind!r} in the memory plan")
 
 

@@ -34,7 +34,7 @@ KB = 1024
 UNITS = {"sm_count": "SMs", "clock_hz": "Hz", "fp32_lanes_per_sm": "lanes", "l2_bytes": "B", "dram_bw": "B/s",
          "l2_bytes_per_clk": "B/clk", "l2_tma_bytes_per_clk": "B/clk", "mem_latency_ns": "ns",
          "launch_overhead_us": "us", "max_cluster_size": "blocks", "link_bw": "B/s", "link_base_latency_us": "us",
-         "link_step_latency_us": "us", "memory_bytes": "B"}
+         "link_step_latency_us": "us", "memory_bytes": "B", "host_link_bw": "B/s"}
 GPU_FIGURES = tomllib.loads(Path(__file__).with_name("gpus.toml").read_text(encoding="utf-8"))
 
 LOADED_LATENCY_HBM = Q(800, "ns", "[EST] loaded DRAM latency: ~500 ns idle load-to-use on HBM parts (Jia et al., "

@@ -178,13 +178,14 @@ def plan_step(step: UserStep, target):
     """The step captured (fake tensors: nothing runs) and planned for ``target`` as ``nova.compile``
     plans it (the program's allocations listed, the default memory policy: the same kernels)."""
     from nova import options
-    from nova.compiler.explain import memory_policy
+    from nova.compiler.explain import host_offload, memory_policy
     from nova.compiler.outside_arena import account
     from nova.frontend import capture
     from nova.passes import pipeline
     captured = capture(step.fn, step.args, models=step.models, optimizers=step.optimizers, name=step.name)
-    return pipeline(captured.graph, target, outside_arena=account,
-                    memory_policy=memory_policy(options.current().memory_policy, target))
+    opts = options.current()
+    return pipeline(captured.graph, target, outside_arena=account, memory_policy=memory_policy(opts.memory_policy, target),
+                    host_offload=host_offload(opts.host_offload, target))
 
 
 def precompile(step_fn, *example_args, target="h200", models=None, optimizers=None, cache_dir=None,

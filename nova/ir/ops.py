@@ -12,6 +12,7 @@ against).  Kinds, for passes and the planner:
                nll_loss(+backward), cross_entropy(+backward),
                adamw, sgd                              ops with a dedicated kernel
     collective all_reduce, reduce_scatter, all_gather  across the ranks of a process group
+    transfer   offload, reload                          copies between device and host memory (copy engines)
     opaque     aten                                    an ATen op the IR does not know (listed by explain)
 
 Attributes are plain Python values (int, float, bool, str, tuples of them, None) so that graphs
@@ -738,6 +739,25 @@ define("all_gather", "collective", _infer_all_gather, _ref_all_gather, 1, ("grou
 define("reduce_scatter", "collective", _infer_reduce_scatter, _ref_reduce_scatter, 1,
        ("reduce_op", "group", "world_size"),
        doc="x [world_size * N, ...] -> [N, ...]: this rank's chunk of the sum (or mean) of x over the ranks")
+
+
+# =============================================================== transfer
+def _infer_transfer(types, attrs):
+    if not types:
+        raise IRError("takes the tensor to copy (and, optionally, values it runs after)")
+    return [types[0]]
+
+
+def _ref_transfer(torch, x, *after):
+    return x.clone()
+
+
+define("offload", "transfer", _infer_transfer, _ref_transfer, None,
+       doc="x, *after -> x's copy in host memory, complete once every value in `after` exists (they order "
+           "the copy; it reads none of them)")
+define("reload", "transfer", _infer_transfer, _ref_transfer, None,
+       doc="h, *after -> h (a host copy) copied back to device memory, started once every value in `after` "
+           "exists (they order the copy; it reads none of them)")
 
 
 # =============================================================== opaque

@@ -20,7 +20,12 @@ lists it again), in the order of the savings' size per cost; ``planned`` is the 
    fit, the largest count (rematerialization makes room for the rest); never fewer chunks than the
    default plan's (they were priced at nothing).  Kept only if it lowers the peak.  (The default
    plan's rematerializations are not carried over: the greedy below picks from every candidate.)
-3. **Rematerialization** (``remat.py``): the greedy on the liveness intervals at the peak that
+3. **Host offload** (``offload.py``; with a ``host_offload`` timeline and a target with a host link): the saved
+   values live at the peak that are dearest to recompute (GEMM and attention outputs first), copied
+   to host memory and back on the copy engines where the model predicts the copies hidden behind
+   the step's kernels, until they cover the excess or the link has no time left; one round, kept
+   only if it lowers the peak.
+4. **Rematerialization** (``remat.py``): the greedy on the liveness intervals at the peak that
    module states, re-planning after each batch, until the plan fits or no candidate is live at
    the peak.
 
@@ -37,8 +42,8 @@ allocations outside the arena, then the arena's tensor classes), e.g. ``train_gp
 ...); raise the budget or lower the batch``.
 
 The decisions are stored on ``Planned.budget`` (a ``BudgetReport``): the budget, the unbudgeted
-peak, the chunk count, each rematerialized tensor class with its bytes and recompute time, the
-predicted extra step time; ``explain`` only reads them.
+peak, the chunk count, each offloaded and rematerialized tensor class with its bytes and cost, the
+host memory the offloaded copies take, the predicted extra step time; ``explain`` only reads them.
 """
 from __future__ import annotations
 
@@ -110,11 +115,14 @@ class BudgetReport:
     recompute_us: float = 0.0             # the rematerialized nodes' predicted time
     rounds: int = 0                       # plans made while fitting (after the unbudgeted one)
     outside_bytes: int = 0                # of peak_bytes: the program's allocations outside the arena
+    host_bytes: int = 0                   # page-locked host memory of the offloaded copies (not in peak_bytes)
+    offload_us: float = 0.0               # the offloads' predicted cost: kernels waiting on the copies, and
+                                          # the copies' DRAM traffic (``offload.traffic_us_per_byte``)
     classes: list[TensorClass] = field(default_factory=list)
 
     @property
     def extra_step_us(self) -> float:
-        return self.chunk_cost_us + self.recompute_us
+        return self.chunk_cost_us + self.recompute_us + self.offload_us
 
     def to_dict(self) -> dict:
         from dataclasses import asdict
@@ -145,12 +153,14 @@ def refusal(planned, budget: int, headroom: int = 0) -> MemoryBudgetError:
 
 
 # ==================================================================== fitting
-def fit_budget(planned, budget, target, plan_graph, default=None):
+def fit_budget(planned, budget, target, plan_graph, default=None, host_offload=None):
     """``planned`` (the fastest plan) made to fit ``budget`` bytes, from ``default`` (the plan
     without a budget; None: ``planned``) (rules in the module docstring); ``plan_graph(graph) ->
-    Planned`` fuses, orders and plans a rewritten graph.  Raises ``MemoryBudgetError`` when the
-    smallest plan reached is above the budget."""
+    Planned`` fuses, orders and plans a rewritten graph; ``host_offload``: the step-time model of
+    the host offload's timeline (``group_times(planned) -> us per group``), None: nothing offloaded.  Raises ``MemoryBudgetError`` when the smallest plan reached is above
+    the budget."""
     from nova.passes import chunked_loss, remat
+    from nova.passes import offload as host
     asked = parse_size(budget)
     headroom = allocator_headroom(planned.graph)
     budget = asked - headroom                       # what the plan may need (module docstring)
@@ -190,21 +200,31 @@ def fit_budget(planned, budget, target, plan_graph, default=None):
         trial = chunked(count)
         if trial.memory.peak_bytes < planned.memory.peak_bytes:
             current, chunks = trial, count
-    # 2. rematerialization on the (chunked) graph; with fewer chunks than fit alone, the count that
-    #    fits alone when rematerialization cannot make the room
+    # 2. host offload of what is dearest to recompute, while the copies hide behind the kernels
+    offloaded: list = []
+    if host_offload and current.memory.peak_bytes > budget:
+        picked = host.choose(current, gpu, host_offload, current.memory.peak_bytes - budget)
+        if picked:
+            report.rounds += 1
+            trial = plan_graph(host.offload(current, picked)[0])
+            if trial.memory.peak_bytes < current.memory.peak_bytes:
+                current, offloaded = trial, picked
+    # 3. rematerialization on the (chunked, offloaded) graph; with fewer chunks than fit alone, the
+    #    count that fits alone when rematerialization cannot make the room
     chosen: list = []
     before_remat = current.graph
     if current.memory.peak_bytes > budget:
         current, chosen = _rematerialize(current, budget, gpu, plan_graph, report)
-        if current.memory.peak_bytes > budget and 1 < chunks < fitting:
+        if current.memory.peak_bytes > budget and 1 < chunks < fitting and not offloaded:
             trial = chunked(fitting)
             if trial.memory.peak_bytes < planned.memory.peak_bytes:
                 chunks, before_remat = fitting, trial.graph
                 current, chosen = trial, []
                 if current.memory.peak_bytes > budget:
                     current, chosen = _rematerialize(current, budget, gpu, plan_graph, report)
-    # 3. fewer chunks when rematerialization made room: the count from the room now left
-    if chunks > 2 and current.memory.peak_bytes <= budget:
+    # 4. fewer chunks when rematerialization made room: the count from the room now left (a plan
+    #    with offloads keeps its count: their copies were placed on its timeline)
+    if chunks > 2 and current.memory.peak_bytes <= budget and not offloaded:
         count = max(least, chunked_loss.chunk_count(logits, rows,
                                                     budget - (current.memory.peak_bytes - math.ceil(logits / chunks))))
         if count < chunks:
@@ -234,6 +254,12 @@ def fit_budget(planned, budget, target, plan_graph, default=None):
     else:
         report.loss_chunk_why = "no LM head + cross-entropy to chunk"
     report.recompute_us = remat.recompute_time_us(chosen)
+    if offloaded:
+        placed = host.check(current, gpu, host_offload)
+        report.host_bytes = current.memory.host_bytes
+        report.offload_us = sum(o.stall_us for o in placed) + report.host_bytes * host.traffic_us_per_byte(
+            current, host_offload(current), gpu)
+        report.classes[:0] = host.classes(placed, offloaded)
     report.peak_bytes = current.memory.peak_bytes
     report.outside_bytes = current.memory.outside_bytes
     report.fits = True

@@ -155,8 +155,8 @@ from nova.passes.rows_from_ir import NORM_RESIDUAL, REDUCE_OPS, ROW_INPUTS, ROW_
     is_prologue_op, reads_through_cast, writes_through_cast
 from nova.passes.storage import StoragePlan, unplaced_reason
 
-GROUP_KINDS = ("gemm", "pointwise", "reduction", "composite", "view", "collective", "opaque")
-KERNELS = ("nova", "aten", "none")
+GROUP_KINDS = ("gemm", "pointwise", "reduction", "composite", "view", "collective", "transfer", "opaque")
+KERNELS = ("nova", "aten", "copy", "none")   # copy: the copy engines (a transfer group)
 _ACTIVATION_OPS = {"relu": "relu", "gelu_tanh": "gelu", "gelu_erf": "gelu_erf", "silu": "silu"}  # IR op -> GEMM
                                                                                                 # epilogue activation
 EPILOGUE_ACTIVATIONS = {op: act for op, act in _ACTIVATION_OPS.items() if act in ACTIVATIONS}
@@ -766,6 +766,8 @@ class _Fuser:
             self._rows_prologues(node, g)
         elif k == "collective":
             g = _Open("collective", node)
+        elif k == "transfer":
+            g = _Open("transfer", node, kernel="copy")
         else:
             g = _Open("opaque", node)
         self.group_of[node] = g
@@ -1182,6 +1184,12 @@ def _reason(group: Group, g: _Open, layouts, names) -> str:
     if group.kind == "collective":
         return (f"{first.op} ({first.attrs.get('reduce_op', '')}) of {first.inputs[0].type} over the "
                 f"{first.attrs['world_size']} ranks of process group {first.attrs['group']!r}: one collective")
+    if group.kind == "transfer":
+        x = first.inputs[0]
+        return (f"{x.type} copied to host memory by a copy engine while the forward runs, its device bytes free "
+                f"after this point (docs/memory.md#host-offload)" if first.op == "offload" else
+                f"{x.type} copied back from host memory by a copy engine while the step runs, before its first "
+                f"reader (docs/memory.md#host-offload)")
     if group.kind == "opaque":
         return f"aten op {first.attrs.get('target')}: not modeled by the IR, runs as itself"
     extra = ""

@@ -100,7 +100,7 @@ INPUT_CATEGORIES = {"param": "parameters", "opt_state": "optimizer_state", "grad
 CATEGORIES = ("parameters", "optimizer_state", "data", "gradients", "activations", "workspace", "arena_slack",
               "outside_arena")
 OUTSIDE_LIFETIMES = ("program", "launch", "step")
-VALUE_KINDS = ("arena", "external", "alias", "fused")
+VALUE_KINDS = ("arena", "external", "alias", "fused", "host")
 
 
 @dataclass(frozen=True)
@@ -184,6 +184,7 @@ class MemoryPlan:
     handoff: Handoff = field(default_factory=Handoff)   # the boundary the plan was made for
     output_region: tuple[int, int] | None = None   # Handoff.outputs_apart: [start, arena_bytes) of the outputs' buffers
     workspaces: list[LaunchWorkspace] = field(default_factory=list)   # placed in the arena (place_workspaces)
+    host_bytes: int = 0               # host memory of the offloaded copies (``host`` values): not in peak_bytes
 
     def __getitem__(self, value: Value) -> ValuePlan:
         return self.values[value]
@@ -426,6 +427,7 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None, storage: Storag
     internal = {v for g in groups for v in g.intermediates()} | \
         {v for g in groups for n in g.nodes for v in n.outputs if not users.get(v) and v not in out_values}
     fused = {v for g in groups if g.fused for v in g.intermediates()}
+    host = {n.outputs[0] for n in order if n.op == "offload"}
     categories = _categories(graph, family, layouts, internal)
 
     # ---------------------------------------------------------------- donation
@@ -466,7 +468,7 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None, storage: Storag
         if index == 0 or group_of[node] is not group_of[order[index - 1]]:
             claimed = set()                    # one buffer taken per group launch
         for v in node.outputs:
-            if layouts[v].root is not v or v in fused or v in donated:
+            if layouts[v].root is not v or v in fused or v in donated or v in host:
                 continue
             s = None
             group = group_of[node]
@@ -520,6 +522,8 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None, storage: Storag
                                   live=(first[v], last[v]), donated=True)
         elif v in fused:
             values[v] = ValuePlan("fused", v.type.nbytes, "workspace")
+        elif v in host:                                      # an offloaded copy: host memory, never the arena
+            values[v] = ValuePlan("host", v.type.nbytes, "host", live=(first[v], last[v]))
         elif storage_of[v].donated_input is not None:        # written into a donated input's storage
             values[v] = ValuePlan("external", v.type.nbytes, cat, input_index=storage_of[v].donated_input,
                                   live=(first[v], last[v]), reuses=reuses.get(v), donated=True)
@@ -537,7 +541,7 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None, storage: Storag
     breakdown, live_peak = _breakdown(order, storages, categories, first, arena_bytes, owned)
     return MemoryPlan(values, arena_bytes, arena_bytes + external_bytes, live_peak + external_bytes,
                       external_bytes, breakdown, donations, order, storage=storage, handoff=handoff,
-                      output_region=output_region)
+                      output_region=output_region, host_bytes=sum(v.type.nbytes for v in host))
 
 
 def _categories(graph: Graph, family, layouts, internal) -> dict[Value, str]:

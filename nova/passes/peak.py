@@ -84,11 +84,17 @@ def live_profile(memory) -> list[int]:
 
 
 def tensor_class(value) -> str:
-    """A value's class: its producer's op at its module path with layer indices as ``*``."""
+    """A value's class: its producer's op at its module path with layer indices as ``*``; a value
+    copied back from host memory (``offload.py``): the class of the value offloaded, ``(reloaded)``."""
     node = value.producer
     if node is None:
         return "input"
-    where = node.origin.split(" (")[0].replace(" [backward]", "").replace(" [recomputed]", "")
+    if node.op in ("reload", "offload"):
+        inner = tensor_class(node.inputs[0])
+        return f"{inner} (reloaded)" if node.op == "reload" else f"{inner} (host copy)"
+    where = node.origin.split(" (")[0]
+    for tag in (" [backward]", " [recomputed]", " [offloaded]", " [reloaded]"):
+        where = where.replace(tag, "")
     where = re.sub(r"\.\d+(?=\.|$)", ".*", where)
     op = node.op
     if node.op == "add" and node.inputs[0].producer is not None and node.inputs[0].producer.op == "matmul":

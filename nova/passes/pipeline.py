@@ -20,7 +20,7 @@
            -> plan_memory                                       arena offsets, aliases, donation
            [-> chunked_loss, remat, re-planned]                 the savings the default memory policy
                                                                 prices at (near) nothing (``memory_policy.py``)
-           [-> chunked_loss, remat, re-planned]                 under a memory budget (``budget.py``)
+           [-> chunked_loss, offload, remat, re-planned]        under a memory budget (``budget.py``)
 
 ``format_plan`` renders the result for ``explain``: the pass statistics, each group with its kernel
 and reason, and the memory plan with its breakdown.
@@ -66,7 +66,7 @@ class Planned:
 
 def pipeline(graph: Graph, target=None, kernels: KernelSwitch | None = None, *,
              memory_budget=None, outside_arena=None, handoff: Handoff | None = None,
-             memory_policy=None) -> Planned:
+             memory_policy=None, host_offload=None) -> Planned:
     """Optimize, group, order and plan ``graph`` (which is left unchanged).  ``kernels``: which
     memory-bound and attention groups may run on Nova kernels (``KernelSwitch``; default: the
     ``NOVA_POINTWISE`` and ``NOVA_ATTENTION`` settings).  With a
@@ -74,7 +74,9 @@ def pipeline(graph: Graph, target=None, kernels: KernelSwitch | None = None, *,
     memory savings it prices at (near) nothing (``memory_policy.lean_plan``).  With a
     ``memory_budget`` (bytes or a size such as ``"12GiB"``) the plan is made to fit it
     (``budget.fit_budget``, from the policy's plan: chunked loss, rematerialization) or
-    ``MemoryBudgetError`` says the smallest plan reached.  ``outside_arena``: ``planned -> [OutsideAllocation | LaunchWorkspace]``,
+    ``MemoryBudgetError`` says the smallest plan reached; ``host_offload``: the step-time model a
+    budgeted plan times its host offloads with (``offload.py``; ``nova.compiler.explain.host_offload``),
+    None: nothing offloaded.  ``outside_arena``: ``planned -> [OutsideAllocation | LaunchWorkspace]``,
     what the program of a plan allocates besides the values (the compiler's
     ``nova.compiler.outside_arena.account``): the allocations outside its arena, stated on every plan
     made (``memory.with_outside``), and its launches' workspaces, placed in the arena
@@ -132,7 +134,7 @@ def pipeline(graph: Graph, target=None, kernels: KernelSwitch | None = None, *,
             default = lean_plan(planned, memory_policy, replanner("memory_policy"), target)
         if memory_budget is None:
             return default
-        return fit_budget(planned, memory_budget, target, replanner("memory_budget"), default)
+        return fit_budget(planned, memory_budget, target, replanner("memory_budget"), default, host_offload)
 
 
 def plan_graph(g: Graph, target=None, stats: dict | None = None, kernels: KernelSwitch | None = None,

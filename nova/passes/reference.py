@@ -7,7 +7,9 @@ or an ``as_strided`` alias of its root: a kernel result the storage pass placed 
 is written through that alias, and the concat only checks what its buffer holds) and every node result
 is written there.  A node computes
 all its results before writing any (what an elementwise kernel writing in place, or an ``out=``
-call, does).  The tests compare it with ``nova.ir.interpreter.run``: if the plan let two live
+call, does).  An offloaded value's copy to host is taken when the group that writes it ends (where
+the copy engine starts it) and its bytes must still hold it when the ``offload`` node runs (where
+the copy is done); ``host`` values live in host tensors of their own.  The tests compare it with ``nova.ir.interpreter.run``: if the plan let two live
 values share bytes, or a donation overwrote an input still to be read, the results differ.  The
 executor (``nova/compiler``) does the same on GPU with real kernels.
 """
@@ -26,6 +28,12 @@ def run_planned(planned, inputs, *, check_views: bool = True):
     arena = torch.full((max(mem.arena_bytes, 1),), 0xFF, dtype=torch.uint8)
     storage = list(inputs)
     fused: dict = {}
+    host: dict = {}                   # offloaded copies (``host`` values)
+    group_of = {n: i for i, g in enumerate(planned.groups) for n in g.nodes}
+    copies_after: dict = {}           # group index -> the offload nodes whose copy starts when it ends
+    for node in planned.graph.nodes:
+        if node.op == "offload":
+            copies_after.setdefault(group_of[node.inputs[0].producer], []).append(node)
 
     def dtype(v):
         return getattr(torch, TORCH_NAMES[v.dtype])
@@ -40,6 +48,8 @@ def run_planned(planned, inputs, *, check_views: bool = True):
             return arena[p.offset:p.offset + p.nbytes].view(dtype(v)).as_strided(p.view.shape, p.view.strides)
         if p.kind == "arena":
             return arena[p.offset:p.offset + p.nbytes].view(dtype(v)).reshape(v.shape)
+        if p.kind == "host":
+            return host[v]
         return fused[v]
 
     def aliased(v):
@@ -57,9 +67,13 @@ def run_planned(planned, inputs, *, check_views: bool = True):
             return fused[v]
         return aliased(v) if mem[v].kind == "alias" else root_tensor(v)
 
-    for group in planned.groups:
+    for index, group in enumerate(planned.groups):
         pending = []                   # a fused group (one kernel) writes its results after reading everything
         for node in group.nodes:
+            if node.op == "offload":   # the copy ends here: the bytes it read must not have changed
+                assert _same_bits(read(node.inputs[0]), host[node.outputs[0]]), \
+                    f"the bytes of offloaded {node.inputs[0].type} changed before its copy to host ended"
+                continue
             args = [read(v) for v in node.inputs]
             result = opdef(node.op).reference(torch, *args, **node.attrs)
             results = [r.clone() for r in (result if isinstance(result, (tuple, list)) else (result,))]
@@ -81,4 +95,12 @@ def run_planned(planned, inputs, *, check_views: bool = True):
             for v, r in pending:
                 written(v).copy_(r)
         fused.clear()
+        for node in copies_after.get(index, ()):              # the copy engine starts the offload's copy
+            host[node.outputs[0]] = read(node.inputs[0]).clone()
     return [read(o.value).clone() for o in planned.graph.outputs]
+
+
+def _same_bits(a, b) -> bool:
+    import torch
+    return a.dtype == b.dtype and a.shape == b.shape and \
+        torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))

@@ -14,6 +14,11 @@ a group is ready only when it is *demanded*, i.e. one of its successors could ru
 recomputed groups before it have (all its other predecessors have run), directly or through a
 chain of recomputed groups; else the greedy would recompute them as soon as the forward made
 their inputs, which is keeping them.
+
+Transfer groups (``offload``/``reload``, ``offload.py``) run as soon as they are ready: their
+copies run on the copy engines beside the kernels, and the plan placed them by the values they
+run after (an offload completes where the copy is predicted done; a reload starts where its copy
+is predicted to end before its first reader), so running them any later only holds bytes longer.
 """
 from __future__ import annotations
 
@@ -78,6 +83,7 @@ def greedy_order(graph: Graph, groups: list[Group], layouts=None) -> list[Group]
         return freed - allocates[i]
 
     lazy = [recomputed(g) for g in groups]
+    eager = [g.kind == "transfer" for g in groups]
     done = [False] * len(groups)
 
     def demanded(i: int, seen: set) -> bool:
@@ -93,8 +99,9 @@ def greedy_order(graph: Graph, groups: list[Group], layouts=None) -> list[Group]
     ready = [i for i, w in enumerate(waiting) if w == 0]
     order = []
     while ready:
-        eligible = [i for i in ready if not lazy[i]] or []
-        eligible += [i for i in ready if lazy[i] and demanded(i, set())]
+        eligible = [i for i in ready if eager[i]]
+        if not eligible:
+            eligible = [i for i in ready if not lazy[i]] + [i for i in ready if lazy[i] and demanded(i, set())]
         best = max(eligible or ready, key=lambda i: (balance(i), -i))
         ready.remove(best)
         done[best] = True

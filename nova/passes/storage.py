@@ -38,6 +38,8 @@ here, once, in order:
    rows: the chunked loss's input gradient, ``chunked_loss.py``) and starts on a 16-byte boundary:
    a GEMM writes a row-major result at any address (``gemm_lowering``: ``out`` row-major, 16-byte
    aligned), so the block is its ``out``.
+   A value copied back from host memory (``reload``, ``offload.py``) is stored like the value
+   copied there: the copies move its bytes in their storage order (a copy to host reads any order).
 2. **Storage order.**  Else a result one of whose views is a copy is stored in the order of its
    axes that makes that copy a dense view (the inverse chain from the copy's dense layout; the
    result must stay dense, its axes permuted).  Taken only when every view of the result is then
@@ -213,6 +215,12 @@ def plan_storage(graph: Graph, outputs_as_stored: bool = False) -> StoragePlan:
         for value in node.outputs:
             if writes_strided(value) and not writer_reason(value, default[value]) and value not in plan.layouts:
                 _reorder(value, users, set() if outputs_as_stored else outputs, default, plan)
+    for node in graph.nodes:                # a copy back from host memory: the bytes of the value offloaded
+        if node.op == "reload" and node.inputs[0].producer is not None:
+            x = node.inputs[0].producer.inputs[0]
+            if x in plan.layouts:
+                lay = plan.layouts[x]
+                plan.layouts[node.outputs[0]] = Layout(node.outputs[0], lay.shape, lay.strides, lay.offset)
     return plan
 
 
@@ -427,7 +435,7 @@ def _family_accepts(value: Value, lay: Layout, users, outputs, default) -> bool:
                 if u.outputs[0] not in layouts:
                     layouts[u.outputs[0]] = out
                     todo.append(u.outputs[0])
-            elif changed and kind(u.op) != "pointwise":
+            elif changed and kind(u.op) not in ("pointwise", "transfer"):   # a copy to host takes any order
                 reads = ATTENTION_READS.get(u.op, ())
                 slots = [i for i, x in enumerate(u.inputs) if x is v]
                 if any(i >= len(reads) or operand_reason(reads[i], v, layouts[v]) for i in slots):

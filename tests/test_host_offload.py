@@ -1,0 +1,153 @@
+"""Host offload (``nova/passes/offload.py``): saved activations copied to host memory while the
+forward runs and back before the backward reads them.  On the CPU: the copies' placement on a
+timeline, the rewritten graph against the interpreter, the plan run by the reference runner (which
+takes each copy where the copy engine starts it and checks the bytes still hold it where the copy
+ends) and by the CPU executor, the budget's report and the option that turns it off."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from nova.hwmodel import get_target
+from nova.ir import interpreter
+from nova.ir.verify import verify
+from nova.passes import offload as host
+from nova.passes import pipeline
+from nova.passes.budget import allocator_headroom
+from nova.passes.examples import random_inputs, transformer_step
+from nova.passes.memory import validate_memory_plan
+from nova.passes.reference import run_planned
+
+GPU = get_target("h200")
+
+
+@pytest.fixture(autouse=True)
+def small_values(monkeypatch):
+    """These steps' activations are KiBs: every one is worth a copy here."""
+    monkeypatch.setattr(host, "MIN_BYTES", 0)
+
+
+def slow_groups(planned):
+    """A timeline where every group takes 1 ms: every copy of these small steps hides."""
+    return [1000.0] * len(planned.groups)
+
+
+def _step(layers=2):
+    graph = transformer_step(batch=4, seq=64, dim=64, heads=2, vocab=96, layers=layers)
+    return graph, random_inputs(graph, 3, 96)
+
+
+def _close(got, want):
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_copy_time_is_latency_plus_bytes_over_the_link():
+    assert host.copy_us(50_000_000, GPU) == pytest.approx(host.LINK_LATENCY_US + 1000.0)
+    assert host.can_offload(GPU) and GPU.host_link_bw == 50e9
+
+
+def test_copies_queue_first_in_first_out_on_each_direction():
+    """Two values written at groups 0 and 1 (1 ms each), copies of 1.51 ms: the second copy to host
+    starts when the first ends (2.51 ms), so it is done at 4.02 ms and joins at the group ending at 5 ms;
+    the copies back go as late as their readers (groups 8 and 9) allow, latest first: the second
+    after group 6 (7 ms + 1.51 <= 9 ms), the first then before that one starts (5 ms + 1.51 <= 7 ms),
+    earlier than its own reader alone would ask: the stream is first in, first out."""
+    c = [host.Candidate(None, 75_000_000, 0, 0, 8, "a", None), host.Candidate(None, 75_000_000, 1, 1, 9, "b", None)]
+    starts = [1000.0 * g for g in range(10)]
+    ends = [s + 1000.0 for s in starts]
+    placed = host.simulate(c, starts, ends, GPU)
+    t = host.copy_us(75_000_000, GPU)
+    assert t == pytest.approx(1510.0)
+    assert [(o.join, o.issue) for o in placed] == [(2, 4), (4, 6)]
+    # no room: a reader right after the writer
+    assert host.simulate([host.Candidate(None, 75_000_000, 0, 0, 1, "a", None)], starts, ends, GPU) is None
+    # the busiest group must lie after the join and at or before the issue of every copy taken
+    assert host.simulate(c, starts, ends, GPU, peak_group=4) is None
+    assert host.simulate(c[:1], starts, ends, GPU, peak_group=3) is not None
+
+
+def test_offloaded_graph_computes_what_the_original_does():
+    graph, inputs = _step()
+    base = pipeline(graph)
+    chosen = host.choose(base, GPU, slow_groups, excess=1 << 40)
+    assert chosen, "a 1 ms-per-group timeline hides every copy of this step"
+    rewritten, _ = host.offload(base, chosen)
+    verify(rewritten)
+    ops = [n.op for n in rewritten.nodes]
+    assert ops.count("offload") == ops.count("reload") == len(chosen)
+    _close(interpreter.run(rewritten, [t.clone() for t in inputs]), interpreter.run(graph, [t.clone() for t in inputs]))
+
+
+def test_budgeted_plan_offloads_and_runs_like_the_unbudgeted_one():
+    graph, inputs = _step()
+    base = pipeline(graph)
+    want = run_planned(base, [t.clone() for t in inputs])
+    budget = int(base.memory.peak_bytes * 0.85) + allocator_headroom(graph)
+    planned = pipeline(graph, memory_budget=budget, host_offload=slow_groups)
+    report = planned.budget
+    assert report.fits and planned.memory.peak_bytes <= budget - report.headroom_bytes
+    offloaded = [c for c in report.classes if c.decision == "offloaded"]
+    assert offloaded and report.host_bytes == planned.memory.host_bytes == sum(c.nbytes for c in offloaded)
+    assert report.offload_us == pytest.approx(report.host_bytes * host.traffic_us_per_byte(planned, slow_groups(planned), GPU))
+    validate_memory_plan(planned.graph, planned.groups, planned.memory)
+    _close(run_planned(planned, [t.clone() for t in inputs]), want)
+    # each value's device bytes die at its offload; the copy back comes later, before the first reader
+    order = {n: i for i, n in enumerate(planned.order)}
+    users = planned.graph.users()
+    for off, rel in host.transfers(planned):
+        assert planned.memory.values[off.outputs[0]].kind == "host"
+        assert planned.memory.values[off.inputs[0]].live[1] == order[off]
+        assert order[off] < order[rel] < min(order[u] for u in users[rel.outputs[0]])
+    assert all(o.stall_us == 0 for o in host.check(planned, GPU, slow_groups))
+
+
+def test_cpu_program_runs_the_copies():
+    from nova.compiler.executor import build
+    graph, inputs = _step()
+    base = pipeline(graph)
+    planned = pipeline(graph, memory_budget=int(base.memory.peak_bytes * 0.85) + allocator_headroom(graph),
+                       host_offload=slow_groups)
+    assert planned.memory.host_bytes
+    program = build(planned, "cpu", poison=True)
+    got = program.run([t.clone() for t in inputs])
+    _close(got, interpreter.run(graph, [t.clone() for t in inputs]))
+    assert program.stats["host_bytes"] >= planned.memory.host_bytes
+    assert sum(launch.kind == "transfer" for launch in program.launches) == 2 * len(host.transfers(planned))
+
+
+def test_the_reference_runner_catches_bytes_reused_before_the_copy_ends():
+    """The copy to host reads the value from its writer's end to the offload: run the offload group
+    last, after later values took the bytes the plan freed at it, and the runner says so."""
+    graph, inputs = _step()
+    base = pipeline(graph)
+    planned = pipeline(graph, memory_budget=int(base.memory.peak_bytes * 0.85) + allocator_headroom(graph),
+                       host_offload=slow_groups)
+    off, _ = host.transfers(planned)[0]
+    x = planned.memory.values[off.inputs[0]]
+    reused = [p for p in planned.memory.values.values() if p.kind == "arena" and p.live[0] > x.live[1]
+              and p.offset < x.offset + x.nbytes and x.offset < p.offset + p.nbytes]
+    assert reused, "the bytes an offload frees are taken by a later value"
+    late = next(g for g in planned.groups if off in g.nodes)
+    planned.groups = [g for g in planned.groups if g is not late] + [late]
+    with pytest.raises(AssertionError, match="changed before its copy to host ended"):
+        run_planned(planned, [t.clone() for t in inputs])
+
+
+def test_without_a_timeline_or_a_host_link_nothing_is_offloaded():
+    graph, _ = _step()
+    base = pipeline(graph)
+    budget = int(base.memory.peak_bytes * 0.85) + allocator_headroom(graph)
+    assert pipeline(graph, memory_budget=budget).memory.host_bytes == 0
+    assert host.choose(base, get_target("h200"), slow_groups, 0) == []
+
+
+def test_the_option_turns_it_off_and_is_part_of_the_plan_key(monkeypatch):
+    from nova import options
+    from nova.compiler.explain import host_offload
+    from nova.compiler.plan_cache import plan_key
+    monkeypatch.setenv("NOVA_HOST_OFFLOAD", "0")
+    assert options.current().host_offload is False
+    assert host_offload(False, "h200") is None and host_offload(True, "h200") is not None
+    assert plan_key("g", "h200", "cuda", host_offload=True) != plan_key("g", "h200", "cuda", host_offload=False)
