@@ -152,19 +152,23 @@ def _bytes_in_order(t):
 
 
 class _AsyncCopy:
-    """One copy between device and host memory on a copy stream: ``issue`` starts it once the
-    current stream has reached this point, ``wait`` makes the current stream wait for its end (the
-    fork and join a CUDA graph captures as edges)."""
+    """One copy between device memory and page-locked host memory on a copy stream: ``issue`` starts
+    it once the current stream has reached this point, ``wait`` makes the current stream wait for its
+    end (the fork and join a CUDA graph captures as edges; the copy itself a driver memcpy,
+    ``nova.runtime.driver.copy_async``)."""
 
-    def __init__(self, dst, src, stream, device):
-        self.dst, self.src, self.stream, self.device = dst, src, stream, device
+    def __init__(self, dst, src, to_host: bool, stream, device, what: str):
+        self.dst, self.src, self.to_host, self.stream, self.device = dst, src, to_host, stream, device
+        self.nbytes = src.numel() * src.element_size()
+        self.what = what
         self.started, self.done = torch.cuda.Event(), torch.cuda.Event()
 
     def issue(self) -> None:
+        from nova.runtime import driver
         self.started.record(torch.cuda.current_stream(self.device))
         self.stream.wait_event(self.started)
-        with torch.cuda.stream(self.stream):
-            self.dst.copy_(self.src, non_blocking=True)
+        driver.copy_async(self.dst.data_ptr(), self.src.data_ptr(), self.nbytes, self.to_host,
+                          self.stream.cuda_stream, self.what)
         self.done.record(self.stream)
 
     def wait(self) -> None:
@@ -805,7 +809,8 @@ class Program:
             if not _dense_permutation(device_side):
                 raise ExecutorError(f"{self.graph.name}: {node.op} of {device_side.shape} at strides "
                                     f"{device_side.stride()}: the copy engines move dense bytes only")
-            copy = _AsyncCopy(_bytes_in_order(dst), _bytes_in_order(src), streams[direction], device)
+            copy = _AsyncCopy(_bytes_in_order(dst), _bytes_in_order(src), node.op == "offload", streams[direction],
+                              device, f"copying {device_side.shape} {direction} ({node.op})")
             if node.op == "offload":
                 writer = at.get(group_of.get(node.inputs[0].producer))
                 if writer is None or writer > at[launch.group]:
