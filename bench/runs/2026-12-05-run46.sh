@@ -9,6 +9,7 @@
 #   python3 tests/test_executor_gpu.py --target h200 | sh
 #   for t in h200 h100; do for b in 16 24; do nova precompile train gpt144m --batch $b --memory-budget 12GiB --target $t; done
 #     NOVA_HOST_OFFLOAD=0 nova precompile train gpt144m --batch 16 --memory-budget 12GiB --target $t; done
+#   (for an H100 batch 24 does not plan inside 12 GiB: that line refuses in one line, here and on the device)
 #   bash bench/runs/2026-12-05-run46.sh
 tar xf .nova-cache.t*z
 case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in

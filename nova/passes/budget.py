@@ -200,28 +200,18 @@ def fit_budget(planned, budget, target, plan_graph, default=None, host_offload=N
         trial = chunked(count)
         if trial.memory.peak_bytes < planned.memory.peak_bytes:
             current, chunks = trial, count
-    # 2. host offload of what is dearest to recompute, while the copies hide behind the kernels
-    offloaded: list = []
-    if host_offload and current.memory.peak_bytes > budget:
-        picked = host.choose(current, gpu, host_offload, current.memory.peak_bytes - budget)
-        if picked:
-            report.rounds += 1
-            trial = plan_graph(host.offload(current, picked)[0])
-            if trial.memory.peak_bytes < current.memory.peak_bytes:
-                current, offloaded = trial, picked
-    # 3. rematerialization on the (chunked, offloaded) graph; with fewer chunks than fit alone, the
-    #    count that fits alone when rematerialization cannot make the room
-    chosen: list = []
+    # 2. host offload of what is dearest to recompute, while the copies hide behind the kernels;
+    # 3. rematerialization on the (chunked, offloaded) graph; with fewer chunks than fit alone, both
+    #    again on the count that fits alone when they cannot make the room (the smaller plan kept)
     before_remat = current.graph
-    if current.memory.peak_bytes > budget:
-        current, chosen = _rematerialize(current, budget, gpu, plan_graph, report)
-        if current.memory.peak_bytes > budget and 1 < chunks < fitting and not offloaded:
-            trial = chunked(fitting)
-            if trial.memory.peak_bytes < planned.memory.peak_bytes:
+    current, offloaded, chosen = _offload_and_recompute(current, budget, gpu, plan_graph, report, host_offload)
+    if current.memory.peak_bytes > budget and 1 < chunks < fitting:
+        trial = chunked(fitting)
+        if trial.memory.peak_bytes < planned.memory.peak_bytes:
+            again = _offload_and_recompute(trial, budget, gpu, plan_graph, report, host_offload)
+            if again[0].memory.peak_bytes < current.memory.peak_bytes:      # the smaller of the two
                 chunks, before_remat = fitting, trial.graph
-                current, chosen = trial, []
-                if current.memory.peak_bytes > budget:
-                    current, chosen = _rematerialize(current, budget, gpu, plan_graph, report)
+                current, offloaded, chosen = again
     # 4. fewer chunks when rematerialization made room: the count from the room now left (a plan
     #    with offloads keeps its count: their copies were placed on its timeline)
     if chunks > 2 and current.memory.peak_bytes <= budget and not offloaded:
@@ -267,6 +257,32 @@ def fit_budget(planned, budget, target, plan_graph, default=None, host_offload=N
     current.policy = policy
     current.stats = {**planned.stats, **current.stats}
     return current
+
+
+def _offload_and_recompute(current, budget: int, gpu, plan_graph, report, host_offload):
+    """Steps 2 and 3 of the module docstring on ``current``: ``(the plan, the offloads taken, the
+    candidates recomputed)``.  When the plan with offloads does not fit (their copies back can move the
+    peak to where nothing is left to recompute), the plan recomputing alone, if its peak is lower."""
+    from nova.passes import offload as host
+    plain = None
+    if host_offload and current.memory.peak_bytes > budget:
+        picked = host.choose(current, gpu, host_offload, current.memory.peak_bytes - budget)
+        if picked:
+            report.rounds += 1
+            trial = plan_graph(host.offload(current, picked)[0])
+            if trial.memory.peak_bytes < current.memory.peak_bytes:
+                best, chosen = trial, []
+                if best.memory.peak_bytes > budget:
+                    best, chosen = _rematerialize(trial, budget, gpu, plan_graph, report)
+                if best.memory.peak_bytes <= budget:
+                    return best, picked, chosen
+                plain = (best, picked, chosen)
+    chosen: list = []
+    if current.memory.peak_bytes > budget:
+        current, chosen = _rematerialize(current, budget, gpu, plan_graph, report)
+    if plain is not None and plain[0].memory.peak_bytes < current.memory.peak_bytes:
+        return plain
+    return current, [], chosen
 
 
 def _rematerialize(planned, budget: int, gpu, plan_graph, report):
