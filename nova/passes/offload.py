@@ -32,7 +32,7 @@ predicted time in groups other than GEMMs and attention (the timeline's).  An up
 memory-bound kernel shares the DRAM with a 50 GB/s copy for only part of its run.
 
 **The rule** (``choose``): candidates are the saved arena roots of at least ``MIN_BYTES`` (the value
-itself, views of it read in place) live at the busiest position, whose forward readers are all before it and backward
+itself and views of it; no other result stored in its bytes; written by a launch of its own) live at the busiest position, whose forward readers are all before it and backward
 readers after it, and whose recomputation costs more per byte than the copies (``remat.candidates``'
 closed form; a value it cannot recompute, attention's output say, always).  Dearest to recompute first (``remat.candidates``'s closed form per byte; a value
 it cannot recompute, attention's output say, first of all; ties: the earliest writer, whose window
@@ -126,6 +126,10 @@ def candidates(planned, gpu) -> list[Candidate]:
     users = graph.users()
     outputs = set(graph.output_values())
     group_of = {n: i for i, g in enumerate(planned.groups) for n in g.nodes}
+    sharing: dict[Value, list[Value]] = {}          # root -> every value stored in its bytes
+    for n in graph.nodes:
+        for v in n.outputs:
+            sharing.setdefault(layouts[v].root, []).append(v)
     recompute = {}
     for c in remat_candidates(graph, gpu):
         for r in c.roots:
@@ -139,8 +143,9 @@ def candidates(planned, gpu) -> list[Candidate]:
             if p is None or p.kind != "arena" or x in outputs or layouts[x].root is not x or x.type.nbytes < MIN_BYTES:
                 continue
             members = _view_family(x, users)
-            if members is None or any(m in outputs for m in members):
-                continue
+            if any(m in outputs for m in members) or not set(sharing.get(x, ())) <= set(members) or \
+                    planned.groups[group_of[node]].kernel == "none":
+                continue                     # a value placed in its bytes, or written by no launch of its own
             readers = [u for m in members for u in users.get(m, ()) if kind(u.op) != "view"]
             back = [group_of[u] for u in readers if u in backward]
             if not back:
@@ -152,9 +157,8 @@ def candidates(planned, gpu) -> list[Candidate]:
     return out
 
 
-def _view_family(x: Value, users) -> list[Value] | None:
-    """``x`` and the views of it (view ops over view ops), or None when a non-view value shares its
-    storage (a result placed in its bytes)."""
+def _view_family(x: Value, users) -> list[Value]:
+    """``x`` and the views of it (view ops over view ops)."""
     family, stack = [x], [x]
     while stack:
         for u in users.get(stack.pop(), ()):
