@@ -182,3 +182,15 @@ def test_captured_models_offload_and_run_like_the_unbudgeted_plan(name, recipe):
     for a, b in zip(got, run_planned(kept, [t.detach().clone() for t in inputs])):
         assert torch.equal(a, b)
     _close(got, run_planned(base, [t.detach().clone() for t in inputs]), *((1e-2, 1e-3) if recipe else ()))
+
+
+def test_the_budget_keeps_the_cheaper_of_offloading_and_recomputing_alone(monkeypatch):
+    """Both ways are planned; copies priced dearer than any recomputation lose to recomputing."""
+    graph, inputs = _step()
+    base = pipeline(graph)
+    budget = int(base.memory.peak_bytes * 0.85) + allocator_headroom(graph)
+    assert pipeline(graph, memory_budget=budget, host_offload=slow_groups).memory.host_bytes > 0
+    monkeypatch.setattr(host, "traffic_us_per_byte", lambda planned, times, gpu: 1.0)     # 1 us a byte
+    planned = pipeline(graph, memory_budget=budget, host_offload=slow_groups)
+    assert planned.memory.host_bytes == 0 and planned.budget.fits
+    assert not any(c.decision == "offloaded" for c in planned.budget.classes)

@@ -24,7 +24,8 @@ lists it again), in the order of the savings' size per cost; ``planned`` is the 
    values live at the peak that are dearest to recompute (GEMM and attention outputs first), copied
    to host memory and back on the copy engines where the model predicts the copies hidden behind
    the step's kernels, until they cover the excess or the link has no time left; one round, kept
-   only if it lowers the peak.
+   only if it lowers the peak.  Steps 3 and 4 are planned with the offloads and without: the plan
+   that fits at the smaller predicted cost is kept (``_offload_and_recompute``).
 4. **Rematerialization** (``remat.py``): the greedy on the liveness intervals at the peak that
    module states, re-planning after each batch, until the plan fits or no candidate is live at
    the peak.
@@ -247,8 +248,7 @@ def fit_budget(planned, budget, target, plan_graph, default=None, host_offload=N
     if offloaded:
         placed = host.check(current, gpu, host_offload)
         report.host_bytes = current.memory.host_bytes
-        report.offload_us = sum(o.stall_us for o in placed) + report.host_bytes * host.traffic_us_per_byte(
-            current, host_offload(current), gpu)
+        report.offload_us = host.cost_us(current, gpu, host_offload)
         report.classes[:0] = host.classes(placed, offloaded)
     report.peak_bytes = current.memory.peak_bytes
     report.outside_bytes = current.memory.outside_bytes
@@ -260,29 +260,34 @@ def fit_budget(planned, budget, target, plan_graph, default=None, host_offload=N
 
 
 def _offload_and_recompute(current, budget: int, gpu, plan_graph, report, host_offload):
-    """Steps 2 and 3 of the module docstring on ``current``: ``(the plan, the offloads taken, the
-    candidates recomputed)``.  When the plan with offloads does not fit (their copies back can move the
-    peak to where nothing is left to recompute), the plan recomputing alone, if its peak is lower."""
+    """Steps 3 and 4 of the module docstring on ``current``: ``(the plan, the offloads taken, the
+    candidates recomputed)``.  Where values can be offloaded both ways are planned, with the offloads
+    and recomputing alone: the one that fits at the smaller predicted cost (recomputation's closed
+    form, plus the offloads' ``offload.cost_us``), else the one with the smaller peak; the copies back
+    of a plan with offloads can bring a new peak to the backward's start, where nothing is left to
+    recompute, and the re-plans can move a reloaded value's first reader earlier."""
     from nova.passes import offload as host
-    plain = None
+    from nova.passes import remat
+    ways = []
     if host_offload and current.memory.peak_bytes > budget:
         picked = host.choose(current, gpu, host_offload, current.memory.peak_bytes - budget)
         if picked:
             report.rounds += 1
             trial = plan_graph(host.offload(current, picked)[0])
             if trial.memory.peak_bytes < current.memory.peak_bytes:
-                best, chosen = trial, []
-                if best.memory.peak_bytes > budget:
-                    best, chosen = _rematerialize(trial, budget, gpu, plan_graph, report)
-                if best.memory.peak_bytes <= budget:
-                    return best, picked, chosen
-                plain = (best, picked, chosen)
-    chosen: list = []
+                report.classes, chosen = [], []
+                if trial.memory.peak_bytes > budget:
+                    trial, chosen = _rematerialize(trial, budget, gpu, plan_graph, report)
+                cost = remat.recompute_time_us(chosen) + host.cost_us(trial, gpu, host_offload)
+                ways.append((trial, picked, chosen, list(report.classes), cost))
+    report.classes, chosen = [], []
     if current.memory.peak_bytes > budget:
         current, chosen = _rematerialize(current, budget, gpu, plan_graph, report)
-    if plain is not None and plain[0].memory.peak_bytes < current.memory.peak_bytes:
-        return plain
-    return current, [], chosen
+    ways.append((current, [], chosen, list(report.classes), remat.recompute_time_us(chosen)))
+    fitting = [w for w in ways if w[0].memory.peak_bytes <= budget]
+    best = min(fitting, key=lambda w: w[4]) if fitting else min(ways, key=lambda w: w[0].memory.peak_bytes)
+    report.classes = best[3]
+    return best[:3]
 
 
 def _rematerialize(planned, budget: int, gpu, plan_graph, report):

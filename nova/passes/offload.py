@@ -20,7 +20,9 @@ writer order); the value's device bytes are free from the *join*: the first grou
 the copy is predicted done (the ``offload`` node runs after it).  A reload's copy starts after the
 *issue* group: scheduled as late as possible, latest reader first, the latest group whose end leaves
 ``copy_us`` before both its first backward reader starts and the next reload copy starts; the
-bytes are taken from there.  A value whose copies do not both fit (or whose join
+bytes are taken from there.  Rematerialization re-plans the backward after the choice (a recomputed
+norm may read a reloaded residual sooner): ``check`` prices the copies on the final plan, and
+``budget`` keeps the plan without offloads where that is cheaper.  A value whose copies do not both fit (or whose join
 is not before the plan's busiest position and its issue after it) is not offloaded: no copy the
 plan takes waits on the host link (``Offload.stall_us`` is 0 by construction; ``check`` re-runs the
 model on the final plan and reports what it predicts there).
@@ -339,6 +341,15 @@ def transfers(planned) -> list[tuple[Node, Node]]:
     users = planned.graph.users()
     return [(n, u) for n in planned.graph.nodes if n.op == "offload" for u in users.get(n.outputs[0], ())
             if u.op == "reload"]
+
+
+def cost_us(planned, gpu, group_times) -> float:
+    """The offloads' predicted cost in ``planned``: the kernels' waits for the copies (``check``, on
+    the plan's own timeline) and the copies' DRAM traffic (``traffic_us_per_byte``)."""
+    if not planned.memory.host_bytes:
+        return 0.0
+    stalls = sum(o.stall_us for o in check(planned, gpu, group_times))
+    return stalls + planned.memory.host_bytes * traffic_us_per_byte(planned, group_times(planned), gpu)
 
 
 def classes(placed: list[Offload], chosen: list[Offload] = ()):
