@@ -194,3 +194,18 @@ def test_the_budget_keeps_the_cheaper_of_offloading_and_recomputing_alone(monkey
     planned = pipeline(graph, memory_budget=budget, host_offload=slow_groups)
     assert planned.memory.host_bytes == 0 and planned.budget.fits
     assert not any(c.decision == "offloaded" for c in planned.budget.classes)
+
+
+def test_explain_lists_each_offload():
+    from nova.compiler.explain import explain_planned
+    graph, _ = _step()
+    base = pipeline(graph)
+    planned = pipeline(graph, memory_budget=int(base.memory.peak_bytes * 0.85) + allocator_headroom(graph),
+                       host_offload=slow_groups)
+    memory = explain_planned(graph, planned, "h200")["memory"]
+    assert memory["host_bytes"] == planned.memory.host_bytes
+    assert len(memory["offloads"]) == len(host.transfers(planned))
+    for o in memory["offloads"]:
+        assert o["written_by_group"] < o["offload_group"] < o["reload_group"] < o["first_reader_group"]
+        assert o["copy_us"] >= host.LINK_LATENCY_US and o["wait_us"] >= 0
+    assert any(c["decision"] == "offloaded" for c in memory["budget"]["classes"])

@@ -411,9 +411,22 @@ def explain_planned(captured_graph, planned, target, tokens_per_step: int | None
                 "donations": len(mem.donations),
                 "budget": planned.budget.to_dict() if getattr(planned, "budget", None) is not None else None,
                 "policy": planned.policy.to_dict() if getattr(planned, "policy", None) is not None else None,
-                "over_schedule": memory_over_schedule(planned)},
+                "over_schedule": memory_over_schedule(planned),
+                "host_bytes": mem.host_bytes, "offloads": _offloads(planned, target)},
         prediction=prediction, storage=planned.storage.describe())
     return report.to_dict()
+
+
+def _offloads(planned, target) -> list[dict]:
+    """Each value the plan copies to host memory and back (``nova.passes.offload``): its class and
+    bytes, one copy's time, the groups it runs between and the kernels' predicted wait for it."""
+    from nova.passes import offload
+    if not planned.memory.host_bytes:
+        return []
+    placed = offload.check(planned, target, lambda p: group_times_us(p, target))
+    return [{"tensor_class": o.name, "bytes": o.nbytes, "copy_us": round(o.copy_us, 1), "written_by_group": o.writer,
+             "offload_group": o.join, "reload_group": o.issue, "first_reader_group": o.reader,
+             "wait_us": round(o.stall_us, 1)} for o in placed]
 
 
 SCHEDULE_POINTS = 400           # at most this many points in a plan's memory-over-schedule profile
