@@ -355,3 +355,16 @@ def test_the_gpu_tests_steps_plan_no_aten_kernel(which, padded):
     # windows: RoPE's folded concats, the unmasked label shift (masked, the where writes it in place)
     assert any(x.window is not None for p in problems for x in p.inputs) == (which == "llama" or not padded)
     assert any(x.table for p in problems for x in p.inputs) == padded
+
+
+def test_a_concat_of_many_pieces_narrows_its_vector_to_fit_a_threads_registers():
+    """48 bf16 row blocks (the chunked loss's input gradient under autocast): at 16-byte vectors a
+    thread would hold 8 x 49 words; the vector halves until 32 + vector x words fit 255 registers."""
+    from nova.passes.pointwise_from_ir import concat_problem
+    g = Graph("rows")
+    pieces = [g.input(TensorType((512, 768), "bf16"), f"p{i}") for i in range(48)]
+    cat = g.op("concat", *pieces, axis=0)
+    cfg = configure_pointwise(concat_problem(cat.producer, lambda v: (768, 1)))
+    words = 49
+    assert cfg.schedule.vector == 4 and 32 + cfg.schedule.vector * words <= 255
+    assert cfg.schedule.grid > 0 and any("halved until a thread" in s.reason for s in cfg.derivation)

@@ -7,7 +7,9 @@
                    innermost axis
  2. threads        8 warps: two per warp scheduler ([CC] 4 schedulers per SM), fewer for tiny problems
  3. registers      an estimate: 32 for addresses and the loop, one per 32-bit word of each operand's
-                   elements in flight (ptxas reports the real count; tests check it never spills)
+                   elements in flight (ptxas reports the real count; tests check it never spills); a
+                   kernel of many operands (a concat of many pieces) first halves its vector until
+                   that fits the 255 registers a thread addresses ([CC])
  4. occupancy      CTAs per SM from threads, blocks and registers ([CC] per-SM limits)
  5. grid           at most one full wave (SMs x CTAs per SM); a grid-stride loop covers the rest
  6. prediction     memory time = the larger of bytes / (DRAM bandwidth x eta_dram) and the latency floor
@@ -41,7 +43,8 @@ TRANSPOSED_STORE_EFFICIENCY = 0.52   # [FIT] a transposed store's bytes stream a
 F = formulas("""
     vector = access_bytes / widest_bytes
     threads = Min(warps * 32, 32 * ceil(vectors / 32))
-    regs = reg_base + vector * words
+    vector_fit = fits
+    regs = Min(reg_base + vector * words, max_regs)
     ctas_per_sm = Min(max_blocks_per_sm, floor(max_threads_per_sm / threads), bps_regs)
     grid = Min(ceil(vectors / threads), sm_count * ctas_per_sm)
     trips = ceil(vectors / (grid * threads))
@@ -108,15 +111,22 @@ def configure_pointwise(problem: PointwiseProblem, target="h200") -> PointwiseCo
     gpu = get_target(target)
     d = Derivation()
     vector = d.record(vector_width(problem))
+    words = sum(max(1, x.itemsize // 4) for x in problem.inputs) + \
+        sum(max(1, ELEMENT_BYTES[t] // 4) for t in problem.output_dtypes())
+    fits = vector
+    while fits > 1 and REG_BASE + fits * words > gpu.max_regs_per_thread:
+        fits //= 2
+    if fits < vector:                 # many operands (a concat of many pieces): a thread's registers first
+        vector = int(d.apply("vector", F.vector_fit, f"halved until a thread's elements in flight fit the "
+                             f"{gpu.max_regs_per_thread:.0f} registers a thread addresses ({words} words an element)",
+                             fits=fits))
     vectors = problem.numel // vector
     threads = int(d.apply("threads", F.threads, f"{WARPS_PER_SCHEDULER} warps per scheduler x "
                           f"{gpu.warp_schedulers_per_sm} schedulers, fewer for a problem of {vectors} vectors",
                           warps=WARPS_PER_SCHEDULER * int(gpu.warp_schedulers_per_sm), vectors=vectors))
-    words = sum(max(1, x.itemsize // 4) for x in problem.inputs) + \
-        sum(max(1, ELEMENT_BYTES[t] // 4) for t in problem.output_dtypes())
     regs = int(d.apply("registers", F.regs, "estimate: addresses and loop, one register per 32-bit word of "
-                       "the elements in flight (ptxas reports the count)", reg_base=REG_BASE, vector=vector,
-                       words=words))
+                       "the elements in flight (ptxas reports the count; past the per-thread maximum it spills)",
+                       reg_base=REG_BASE, vector=vector, words=words, max_regs=gpu.max_regs_per_thread))
     bps_regs = HW.bps_regs(regs_per_sm=gpu.regs_per_sm, warps=threads // 32, regs=regs,
                            reg_alloc_unit=gpu.reg_alloc_unit)
     ctas = int(d.apply("CTAs per SM", F.ctas_per_sm, "resident blocks, threads and registers per SM ([CC])",
