@@ -10,37 +10,39 @@ for nothing but ``2 x bytes`` of DRAM traffic the kernels share.  So under a bud
 offloads first what is dearest to recompute, while the link has time, and recomputes the rest.
 
 **The timeline** (``timeline``): each group of the current plan in its order, its time what the
-step-time model ``explain`` reports predicts for it (``nova.compiler.explain.group_times_us``, handed
-in by the caller as ``group_times``: the passes do not price kernels themselves).  A copy of ``n`` bytes takes ``copy_us = LINK_LATENCY_US + n /
-host_link_bw`` (the target's figure, per direction; a target without one offloads nothing).
+step-time model ``explain`` reports predicts for it (``nova.compiler.explain.group_times_us``,
+handed in by the caller as ``group_times``: the passes do not price kernels themselves).  A copy
+of ``n`` bytes takes ``copy_us = LINK_LATENCY_US + n / host_link_bw`` (the target's figure, per
+direction; a target without one offloads nothing).
 
-**The copies** (``simulate``): one copy stream per direction, each first-in first-out.  An offload's
-copy starts when its value's writer ends (or when the copy before it ends: as soon as possible, in
-writer order); the value's device bytes are free from the *join*: the first group that ends after
-the copy is predicted done (the ``offload`` node runs after it).  A reload's copy starts after the
-*issue* group: scheduled as late as possible, latest reader first, the latest group whose end leaves
-``copy_us`` before both its first backward reader starts and the next reload copy starts; the
-bytes are taken from there.  Rematerialization re-plans the backward after the choice (a recomputed
-norm may read a reloaded residual sooner): ``check`` prices the copies on the final plan, and
-``budget`` keeps the plan without offloads where that is cheaper.  A value whose copies do not both fit (or whose join
-is not before the plan's busiest position and its issue after it) is not offloaded: no copy the
-plan takes waits on the host link (``Offload.stall_us`` is 0 by construction; ``check`` re-runs the
-model on the final plan and reports what it predicts there).
+**The copies** (``simulate``): one copy stream per direction, each first in, first out.  An
+offload's copy starts when its value's writer ends (or when the copy before it ends: as soon as
+possible, in writer order); the value's device bytes are free from the *join*: the first group that
+ends after the copy is predicted done (the ``offload`` node runs after it).  A reload's copy starts
+after the *issue* group: as late as possible, latest reader first, the latest group whose end
+leaves ``copy_us`` before both its first backward reader starts and the next reload copy starts;
+the bytes are taken from there.  A value whose copies do not both fit, or whose join is not before
+the plan's busiest position and its issue at or after it, is not offloaded: on the timeline of the
+plan the choice is made on, no kernel waits for a copy.  Rematerialization then re-plans the
+backward (a recomputed norm may read a reloaded residual sooner): ``check`` prices the copies on
+the final plan, their waits included, and ``budget`` keeps the plan without offloads where that
+is cheaper.
 
-**The cost** (``traffic_us_per_byte``): a hidden copy costs the kernels it overlaps the DRAM bytes the
-copy engine reads and writes (each offloaded byte read once from DRAM and written back once), where
-those kernels stream from DRAM: ``2 / dram_bw x s`` per byte, ``s`` the share of the step's
-predicted time in groups other than GEMMs and attention (the timeline's).  An upper bound: a
-memory-bound kernel shares the DRAM with a 50 GB/s copy for only part of its run.
+**The cost** (``traffic_us_per_byte``, ``cost_us``): a hidden copy costs the kernels it overlaps
+the DRAM bytes the copy engine reads and writes (each offloaded byte read once from DRAM and written
+back once), where those kernels stream from DRAM: ``2 / dram_bw x s`` per byte, ``s`` the share of
+the step's predicted time in groups other than GEMMs and attention (the timeline's).  An upper
+bound: a memory-bound kernel shares the DRAM with a 50 GB/s copy for only part of its run.
 
-**The rule** (``choose``): candidates are the saved arena roots of at least ``MIN_BYTES`` (the value
-itself and views of it; no other result stored in its bytes; written by a launch of its own) live at the busiest position, whose forward readers are all before it and backward
-readers after it, and whose recomputation costs more per byte than the copies (``remat.candidates``'
-closed form; a value it cannot recompute, attention's output say, always).  Dearest to recompute first (``remat.candidates``'s closed form per byte; a value
-it cannot recompute, attention's output say, first of all; ties: the earliest writer, whose window
-is longest), each kept when the copies of every value taken so far still fit, until the bytes cover
-the excess over the budget.  A closed-form greedy, like ``remat.pick``: at most the excess plus one
-value above it, re-planned after each batch by ``budget.fit_budget``.
+**The rule** (``choose``): candidates are the saved arena roots of at least ``MIN_BYTES`` (the
+value itself and views of it; no other result stored in its bytes; written by a launch of its own),
+live at the busiest position, whose forward readers are all before it and backward readers after
+it, and whose recomputation costs more per byte than the copies (``remat.candidates``' closed
+form).  Dearest to recompute first (a value nothing recomputes, attention's output say, first of
+all; ties: the earliest writer, whose window is longest), each kept when the copies of every value
+taken so far still fit, until the bytes cover the excess over the budget.  A closed-form greedy,
+like ``remat.pick``: at most the excess plus one value above it; ``budget.fit_budget`` re-plans
+once after it and leaves the rest to rematerialization.
 
 **The rewrite** (``offload``, graph -> graph, the input left unchanged): the graph's nodes in the
 plan's order; after the join group's last node ``h = offload(x, a)`` (``a``: a result of the join
