@@ -100,7 +100,7 @@ def test_budgeted_plan_offloads_and_runs_like_the_unbudgeted_one():
         assert planned.memory.values[off.outputs[0]].kind == "host"
         assert planned.memory.values[off.inputs[0]].live[1] == order[off]
         assert order[off] < order[rel] < min(order[u] for u in users[rel.outputs[0]])
-    assert all(o.stall_us == 0 for o in host.check(planned, GPU, slow_groups))
+    assert all(o.stall_us == 0 for o in host.check(planned, GPU, slow_groups(planned)))
 
 
 def test_cpu_program_runs_the_copies():

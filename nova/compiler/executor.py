@@ -828,10 +828,9 @@ class Program:
 
     def _first_reader(self, launches, after: int, value) -> int | None:
         """The index of the first launch after ``after`` that reads ``value`` or a free view of it."""
-        users = self.graph.users()
         seen, stack = {value}, [value]
         while stack:
-            for u in users.get(stack.pop(), ()):
+            for u in self._users.get(stack.pop(), ()):
                 if self._free_view(u) and u.outputs[0] not in seen:
                     seen.add(u.outputs[0])
                     stack.append(u.outputs[0])

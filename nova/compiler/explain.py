@@ -336,12 +336,15 @@ def predicted_step_us(planned, target) -> float:
     return sum(k.predicted_us for k in kernel_reports(planned, get_target(target if target is not None else "h200")))
 
 
-def group_times_us(planned, target) -> list[float]:
-    """Each group's predicted time in microseconds (``kernel_reports``; 0 for one that launches
-    nothing, a collective, a transfer): the timeline of ``nova.passes.offload``."""
+def group_times_us(planned, target, reports=None) -> list[float]:
+    """Each group's predicted time in microseconds (``reports``: ``kernel_reports`` of ``planned``,
+    priced here when not given; 0 for a group that launches nothing, a collective, a transfer): the
+    timeline of ``nova.passes.offload``."""
     from nova.hwmodel import get_target
+    if reports is None:
+        reports = priced_kernels(planned, get_target(target if target is not None else "h200"))[0]
     times = [0.0] * len(planned.groups)
-    for report in priced_kernels(planned, get_target(target if target is not None else "h200"))[0]:
+    for report in reports:
         times[report.index] = report.predicted_us
     return times
 
@@ -412,18 +415,19 @@ def explain_planned(captured_graph, planned, target, tokens_per_step: int | None
                 "budget": planned.budget.to_dict() if getattr(planned, "budget", None) is not None else None,
                 "policy": planned.policy.to_dict() if getattr(planned, "policy", None) is not None else None,
                 "over_schedule": memory_over_schedule(planned),
-                "host_bytes": mem.host_bytes, "offloads": _offloads(planned, target)},
+                "host_bytes": mem.host_bytes, "offloads": _offloads(planned, target, kernels)},
         prediction=prediction, storage=planned.storage.describe())
     return report.to_dict()
 
 
-def _offloads(planned, target) -> list[dict]:
+def _offloads(planned, target, kernels) -> list[dict]:
     """Each value the plan copies to host memory and back (``nova.passes.offload``): its class and
-    bytes, one copy's time, the groups it runs between and the kernels' predicted wait for it."""
+    bytes, one copy's time, the groups it runs between and the kernels' predicted wait for it, on
+    the timeline of ``kernels`` (the plan's priced reports)."""
     from nova.passes import offload
     if not planned.memory.host_bytes:
         return []
-    placed = offload.check(planned, target, lambda p: group_times_us(p, target))
+    placed = offload.check(planned, target, group_times_us(planned, target, kernels))
     return [{"tensor_class": o.name, "bytes": o.nbytes, "copy_us": round(o.copy_us, 1), "written_by_group": o.writer,
              "offload_group": o.join, "reload_group": o.issue, "first_reader_group": o.reader,
              "wait_us": round(o.stall_us, 1)} for o in placed]

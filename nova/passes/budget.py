@@ -205,14 +205,15 @@ def fit_budget(planned, budget, target, plan_graph, default=None, host_offload=N
     # 3. rematerialization on the (chunked, offloaded) graph; with fewer chunks than fit alone, both
     #    again on the count that fits alone when they cannot make the room (the smaller plan kept)
     before_remat = current.graph
-    current, offloaded, chosen = _offload_and_recompute(current, budget, gpu, plan_graph, report, host_offload)
+    current, offloaded, chosen, placed, offload_us = _offload_and_recompute(current, budget, gpu, plan_graph, report,
+                                                                           host_offload)
     if current.memory.peak_bytes > budget and 1 < chunks < fitting:
         trial = chunked(fitting)
         if trial.memory.peak_bytes < planned.memory.peak_bytes:
             again = _offload_and_recompute(trial, budget, gpu, plan_graph, report, host_offload)
             if again[0].memory.peak_bytes < current.memory.peak_bytes:      # the smaller of the two
                 chunks, before_remat = fitting, trial.graph
-                current, offloaded, chosen = again
+                current, offloaded, chosen, placed, offload_us = again
     # 4. fewer chunks when rematerialization made room: the count from the room now left (a plan
     #    with offloads keeps its count: their copies were placed on its timeline)
     if chunks > 2 and current.memory.peak_bytes <= budget and not offloaded:
@@ -246,9 +247,7 @@ def fit_budget(planned, budget, target, plan_graph, default=None, host_offload=N
         report.loss_chunk_why = "no LM head + cross-entropy to chunk"
     report.recompute_us = remat.recompute_time_us(chosen)
     if offloaded:
-        placed = host.check(current, gpu, host_offload)
-        report.host_bytes = current.memory.host_bytes
-        report.offload_us = host.cost_us(current, gpu, host_offload)
+        report.host_bytes, report.offload_us = current.memory.host_bytes, offload_us
         report.classes[:0] = host.classes(placed, offloaded)
     report.peak_bytes = current.memory.peak_bytes
     report.outside_bytes = current.memory.outside_bytes
@@ -261,11 +260,12 @@ def fit_budget(planned, budget, target, plan_graph, default=None, host_offload=N
 
 def _offload_and_recompute(current, budget: int, gpu, plan_graph, report, host_offload):
     """Steps 3 and 4 of the module docstring on ``current``: ``(the plan, the offloads taken, the
-    candidates recomputed)``.  Where values can be offloaded both ways are planned, with the offloads
-    and recomputing alone: the one that fits at the smaller predicted cost (recomputation's closed
-    form, plus the offloads' ``offload.cost_us``), else the one with the smaller peak; the copies back
-    of a plan with offloads can bring a new peak to the backward's start, where nothing is left to
-    recompute, and the re-plans can move a reloaded value's first reader earlier."""
+    candidates recomputed, the offloads as ``offload.check`` prices them on the plan, their cost)``.
+    Where values can be offloaded both ways are planned, with the offloads and recomputing alone: the
+    one that fits at the smaller predicted cost (recomputation's closed form, plus the offloads'
+    ``offload.cost_us``), else the one with the smaller peak; the copies back of a plan with offloads
+    can bring a new peak to the backward's start, where nothing is left to recompute, and the
+    re-plans can move a reloaded value's first reader earlier."""
     from nova.passes import offload as host
     from nova.passes import remat
     ways = []
@@ -278,16 +278,19 @@ def _offload_and_recompute(current, budget: int, gpu, plan_graph, report, host_o
                 report.classes, chosen = [], []
                 if trial.memory.peak_bytes > budget:
                     trial, chosen = _rematerialize(trial, budget, gpu, plan_graph, report)
-                cost = remat.recompute_time_us(chosen) + host.cost_us(trial, gpu, host_offload)
-                ways.append((trial, picked, chosen, list(report.classes), cost))
+                times = host_offload(trial)
+                placed = host.check(trial, gpu, times)
+                offload_us = host.cost_us(trial, gpu, times, placed)
+                ways.append((trial, picked, chosen, placed, offload_us, list(report.classes)))
     report.classes, chosen = [], []
     if current.memory.peak_bytes > budget:
         current, chosen = _rematerialize(current, budget, gpu, plan_graph, report)
-    ways.append((current, [], chosen, list(report.classes), remat.recompute_time_us(chosen)))
+    ways.append((current, [], chosen, [], 0.0, list(report.classes)))
     fitting = [w for w in ways if w[0].memory.peak_bytes <= budget]
-    best = min(fitting, key=lambda w: w[4]) if fitting else min(ways, key=lambda w: w[0].memory.peak_bytes)
-    report.classes = best[3]
-    return best[:3]
+    best = min(fitting, key=lambda w: remat.recompute_time_us(w[2]) + w[4]) if fitting else \
+        min(ways, key=lambda w: w[0].memory.peak_bytes)
+    report.classes = best[5]
+    return best[:5]
 
 
 def _rematerialize(planned, budget: int, gpu, plan_graph, report):

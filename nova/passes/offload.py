@@ -94,15 +94,20 @@ def can_offload(gpu) -> bool:
 
 
 # ------------------------------------------------------------------ the timeline
-def timeline(planned, group_times) -> tuple[list[float], list[float]]:
-    """(start, end) times in us of each group of ``planned``, one after another, from
-    ``group_times(planned)`` (each group's predicted time; 0 for one that launches nothing)."""
+def timeline(times: list[float]) -> tuple[list[float], list[float]]:
+    """(start, end) times in us of each group, one after another, from each group's predicted
+    time (``group_times(planned)``; 0 for one that launches nothing)."""
     starts, ends, t = [], [], 0.0
-    for us in group_times(planned):
+    for us in times:
         starts.append(t)
         t += us
         ends.append(t)
     return starts, ends
+
+
+def group_index(planned) -> dict[Node, int]:
+    """Each node of ``planned`` -> the index of its group."""
+    return {n: i for i, g in enumerate(planned.groups) for n in g.nodes}
 
 
 # ------------------------------------------------------------------ candidates
@@ -129,7 +134,7 @@ def candidates(planned, gpu) -> list[Candidate]:
     layouts = layout_analysis.analyze(graph, planned.storage)
     users = graph.users()
     outputs = set(graph.output_values())
-    group_of = {n: i for i, g in enumerate(planned.groups) for n in g.nodes}
+    group_of = group_index(planned)
     sharing: dict[Value, list[Value]] = {}          # root -> every value stored in its bytes
     for n in graph.nodes:
         for v in n.outputs:
@@ -219,10 +224,9 @@ def choose(planned, gpu, group_times, excess: int) -> list[Offload]:
     if not can_offload(gpu) or excess <= 0 or not memory.order:
         return []
     t = busiest_position(memory)
-    group_at = {n: i for i, g in enumerate(planned.groups) for n in g.nodes}
-    peak_group = group_at[memory.order[min(t, len(memory.order) - 1)]]
+    peak_group = group_index(planned)[memory.order[min(t, len(memory.order) - 1)]]
     times = group_times(planned)
-    starts, ends = timeline(planned, lambda _: times)
+    starts, ends = timeline(times)
     cost = traffic_us_per_byte(planned, times, gpu)
     live = [c for c in candidates(planned, gpu)
             if c.last_forward < peak_group < c.reader and _live(memory, c.root, t)
@@ -243,13 +247,14 @@ def choose(planned, gpu, group_times, excess: int) -> list[Offload]:
     return plan
 
 
-def check(planned, gpu, group_times) -> list[Offload]:
+def check(planned, gpu, times: list[float]) -> list[Offload]:
     """The offloads in ``planned`` (its transfer nodes) with the copies' predicted waits on its own
-    timeline: an offload's copy must end before its group starts, a reload's before its first reader."""
+    timeline (``times``: ``group_times(planned)``): an offload's copy must end before its group
+    starts, a reload's before its first reader."""
     if not can_offload(gpu):
         return []
-    starts, ends = timeline(planned, group_times)
-    group_at = {n: i for i, g in enumerate(planned.groups) for n in g.nodes}
+    starts, ends = timeline(times)
+    group_at = group_index(planned)
     users = planned.graph.users()
     pairs = []
     for off, rel in transfers(planned):
@@ -345,13 +350,12 @@ def transfers(planned) -> list[tuple[Node, Node]]:
             if u.op == "reload"]
 
 
-def cost_us(planned, gpu, group_times) -> float:
-    """The offloads' predicted cost in ``planned``: the kernels' waits for the copies (``check``, on
-    the plan's own timeline) and the copies' DRAM traffic (``traffic_us_per_byte``)."""
+def cost_us(planned, gpu, times: list[float], placed: list[Offload]) -> float:
+    """The offloads' predicted cost in ``planned``: the kernels' waits for the copies (``placed``,
+    ``check``'s on the plan's own ``times``) and the copies' DRAM traffic (``traffic_us_per_byte``)."""
     if not planned.memory.host_bytes:
         return 0.0
-    stalls = sum(o.stall_us for o in check(planned, gpu, group_times))
-    return stalls + planned.memory.host_bytes * traffic_us_per_byte(planned, group_times(planned), gpu)
+    return sum(o.stall_us for o in placed) + planned.memory.host_bytes * traffic_us_per_byte(planned, times, gpu)
 
 
 def classes(placed: list[Offload], chosen: list[Offload] = ()):
