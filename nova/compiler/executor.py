@@ -618,11 +618,9 @@ class Program:
         only with ``per_call_areas``."""
         store = {area: torch.empty(n, dtype=torch.uint8, device=device) for area, n in self.area_bytes.items()
                  if area not in ("host", "arena") or area == "arena" and not self.per_call}
-        if device.type != "meta":            # offloaded copies: page-locked host memory (the copy engines' DMA)
-            store["host"] = torch.empty(self.area_bytes["host"], dtype=torch.uint8,
-                                        pin_memory=device.type == "cuda" and self.area_bytes["host"] > 0)
-        else:
-            store["host"] = torch.empty(self.area_bytes["host"], dtype=torch.uint8, device=device)
+        host = self.area_bytes["host"]       # offloaded copies: host memory, page-locked for the copy engines' DMA
+        store["host"] = torch.empty(host, dtype=torch.uint8, device=device if device.type == "meta" else "cpu",
+                                    pin_memory=device.type == "cuda" and host > 0)
         if poison:                           # 0xFF bytes: NaN floats, -1 integers (tests: every output written)
             for area in ("arena", "staged", "scratch"):
                 if area in store:

@@ -193,8 +193,8 @@ def plan(graph, target=None, device_kind: str = "cpu", root=None, target_name=No
     target, memory_budget=, outside_arena=)`` (the CUDA program's allocations outside the arena
     listed on the plan, ``nova.compiler.outside_arena``) stored for next time (``"miss"``), or ``"off"`` when
     ``NOVA_PLAN_CACHE=0``.  A budget the step cannot fit raises ``MemoryBudgetError`` (nothing stored).
-    The ``NOVA_POINTWISE``, ``NOVA_ATTENTION`` and ``NOVA_MEMORY_POLICY`` settings are read once here, passed to the passes
-    and keyed."""
+    The ``NOVA_POINTWISE``, ``NOVA_ATTENTION``, ``NOVA_MEMORY_POLICY`` and ``NOVA_HOST_OFFLOAD`` settings are read once
+    here, passed to the passes and keyed."""
     from nova import options
     from nova.compiler.explain import host_offload, memory_policy
     from nova.compiler.outside_arena import account
@@ -206,7 +206,8 @@ def plan(graph, target=None, device_kind: str = "cpu", root=None, target_name=No
     if memory_budget is not None:
         memory_budget = parse_size(memory_budget)
     kernels = kernel_switch()
-    fraction, offload = options.current().memory_policy, options.current().host_offload
+    opts = options.current()
+    fraction, offload = opts.memory_policy, opts.host_offload
     policy = memory_policy(fraction, target)
     timed = host_offload(offload, target)
     if not enabled():

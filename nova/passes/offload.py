@@ -327,14 +327,12 @@ def offload(planned, chosen: list[Offload]) -> tuple[Graph, dict]:
                     rw.env[old] = new
             else:
                 rw.copy(node)
-        anchor = group.outputs[0] if group.outputs else group.nodes[-1].outputs[0]
+        anchor = rw.get(group.outputs[0] if group.outputs else group.nodes[-1].outputs[0])
         for o in by_join.get(index, ()):
-            after = [rw.get(anchor)] if anchor is not None else []
-            (h,) = rw.emit("offload", [rw.get(o.root)] + after, {}, _tagged(o.root.producer, OFFLOADED_TAG))
+            (h,) = rw.emit("offload", [rw.get(o.root), anchor], {}, _tagged(o.root.producer, OFFLOADED_TAG))
             host[o.root] = h
         for o in by_issue.get(index, ()):
-            after = [rw.get(anchor)] if anchor is not None else []
-            (y,) = rw.emit("reload", [host[o.root]] + after, {}, _tagged(o.root.producer, RELOADED_TAG))
+            (y,) = rw.emit("reload", [host[o.root], anchor], {}, _tagged(o.root.producer, RELOADED_TAG))
             reloaded[o.root] = y
     return rw.finish(), rw.env
 

@@ -89,9 +89,8 @@ def tensor_class(value) -> str:
     node = value.producer
     if node is None:
         return "input"
-    if node.op in ("reload", "offload"):
-        inner = tensor_class(node.inputs[0])
-        return f"{inner} (reloaded)" if node.op == "reload" else f"{inner} (host copy)"
+    if node.op == "reload":
+        return f"{tensor_class(node.inputs[0].producer.inputs[0])} (reloaded)"
     where = node.origin.split(" (")[0]
     for tag in (" [backward]", " [recomputed]", " [offloaded]", " [reloaded]"):
         where = where.replace(tag, "")

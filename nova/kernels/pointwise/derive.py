@@ -43,7 +43,6 @@ TRANSPOSED_STORE_EFFICIENCY = 0.52   # [FIT] a transposed store's bytes stream a
 F = formulas("""
     vector = access_bytes / widest_bytes
     threads = Min(warps * 32, 32 * ceil(vectors / 32))
-    vector_fit = fits
     regs = Min(reg_base + vector * words, max_regs)
     ctas_per_sm = Min(max_blocks_per_sm, floor(max_threads_per_sm / threads), bps_regs)
     grid = Min(ceil(vectors / threads), sm_count * ctas_per_sm)
@@ -117,9 +116,8 @@ def configure_pointwise(problem: PointwiseProblem, target="h200") -> PointwiseCo
     while fits > 1 and REG_BASE + fits * words > gpu.max_regs_per_thread:
         fits //= 2
     if fits < vector:                 # many operands (a concat of many pieces): a thread's registers first
-        vector = int(d.apply("vector", F.vector_fit, f"halved until a thread's elements in flight fit the "
-                             f"{gpu.max_regs_per_thread:.0f} registers a thread addresses ({words} words an element)",
-                             fits=fits))
+        vector = d.note("vector", fits, f"halved until a thread's elements in flight fit the "
+                        f"{gpu.max_regs_per_thread:.0f} registers a thread addresses ({words} words an element)")
     vectors = problem.numel // vector
     threads = int(d.apply("threads", F.threads, f"{WARPS_PER_SCHEDULER} warps per scheduler x "
                           f"{gpu.warp_schedulers_per_sm} schedulers, fewer for a problem of {vectors} vectors",
