@@ -42,8 +42,9 @@ WARN_AFTER = 3          # recaptures in a row caused by one Python value before 
 
 
 class NovaRecaptureWarning(UserWarning):
-    """A Python value the step reads changes between calls (each change recaptures), or the step
-    changes a Python value itself (a compiled step does not replay that)."""
+    """A Python value the step reads changes between calls (each change recaptures), the step
+    changes a Python value itself (a compiled step does not replay that), or it returns a Python
+    value (returned as it was at capture)."""
 
 
 @dataclass
@@ -300,14 +301,19 @@ class CompiledStep:
         self._last_key, self._last = key, entry
         flat_args = pytree.tree_flatten((tuple(args), dict(kwargs)))[0]
         bindings = entry.captured.bindings
+        for scheduler in bindings.schedulers.before:     # stepped before its optimizer's update: the update reads it
+            scheduler.step()
         inputs, pending = bindings.gather(flat_args)
         with torch.no_grad():               # the step's own autograd is in the graph
             outputs = entry.engine(inputs)
         failed = bindings.failed_check(outputs)
         if failed is not None:              # eager raises before updating: nothing is written back
             raise RuntimeError(failed)
-        return bindings.scatter(outputs, flat_args, pending, result_device=entry.device,
-                                outputs_alias_engine=getattr(entry.engine, "outputs_alias_engine", True))
+        result = bindings.scatter(outputs, flat_args, pending, result_device=entry.device,
+                                  outputs_alias_engine=getattr(entry.engine, "outputs_alias_engine", True))
+        for scheduler in bindings.schedulers.after:      # stepped after the update (nova/frontend/schedulers.py)
+            scheduler.step()
+        return result
 
     def _key(self, found, args, kwargs):
         """The guard key, without the Python values the step itself changes (its side effects)."""
@@ -324,6 +330,7 @@ class CompiledStep:
         captured = capture(self.fn, args, kwargs, found=found)
         t1 = time.perf_counter()
         key = self._note_side_effects(found, key, args, kwargs)
+        self._warn_if_returning_python_values(captured)
         device = _device_of(found, args, kwargs)
         if self.memory_budget is not None:    # the budget is the step's: one program holds memory at a time
             self._release_programs(device)
@@ -367,6 +374,21 @@ class CompiledStep:
                       f"update it outside the compiled function)", NovaRecaptureWarning, stacklevel=4)
         return dataclasses.replace(key, python_values=tuple(
             (p, v) for p, v in key.python_values if p not in self._side_effects))
+
+    def _warn_if_returning_python_values(self, captured) -> None:
+        """The step returns Python numbers or strings (``opt.param_groups[0]["lr"]``,
+        ``scheduler.get_last_lr()``): a compiled step returns them as the capture computed them, not as
+        each call would; say so once."""
+        frozen = [v for kind, v in captured.bindings.result_leaves
+                  if kind == "value" and isinstance(v, (int, float, complex, str))]
+        if not frozen or "returned values" in self._warned:
+            return
+        self._warned.add("returned values")
+        shown = ", ".join(_short_repr(v, 20) for v in frozen[:3]) + (" ..." if len(frozen) > 3 else "")
+        warnings.warn(f"nova.compile: the step returns the Python value{'s' if len(frozen) > 1 else ''} {shown}; a "
+                      f"compiled step returns {'them' if len(frozen) > 1 else 'it'} as computed at capture, not at "
+                      f"each call (return a tensor, or read such values outside the compiled function, e.g. "
+                      f"scheduler.get_last_lr())", NovaRecaptureWarning, stacklevel=4)
 
     def _warn_if_changing_every_call(self, key) -> None:
         """A guarded Python value that caused the last ``WARN_AFTER`` captures in a row changes on

@@ -21,6 +21,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from nova.frontend.optim import StateInit
+from nova.frontend.schedulers import SchedulerCalls
 
 
 @dataclass(eq=False)
@@ -75,6 +76,7 @@ class Bindings:
     result_leaves: list                # per leaf: ("output", k) | ("value", v) | ("input", InputBinding)
     grads_to_none: list = field(default_factory=list)    # parameters whose .grad the step leaves None
     stepped: list = field(default_factory=list)          # optimizers whose step() the function calls
+    schedulers: SchedulerCalls = field(default_factory=SchedulerCalls)   # LR scheduler steps run on the host
 
     def gather(self, flat_args) -> tuple[list[torch.Tensor], list]:
         pending: list = []

@@ -43,7 +43,8 @@ from nova.frontend.checks import finite_norm_checks
 from nova.frontend.autocast import DeviceAutocast, cuda_autocast_on_host
 from nova.frontend.originals import OriginalsResolved
 from nova.frontend.failures import is_tracing_limitation, quiet_meta_failures, users_error
-from nova.frontend import data_parallel
+from nova.frontend import data_parallel, schedulers
+from nova.frontend.schedulers import SchedulerCalls
 from nova.frontend.collectives import functional_collectives
 from nova.ir import Graph, Value, verify
 
@@ -222,6 +223,7 @@ class _Trace(TraceContext):
         self.states: dict[tuple[int, int], dict] = {}     # (id(opt), id(p)) -> key -> traced tensor
         self.state_owner: dict[tuple[int, int], tuple] = {}
         self.stepped: list = []
+        self.events: list = []       # ("step", optimizer) | ("schedule", LR scheduler), in call order
 
     def leaf(self, param):
         return self.leaves[id(param)]
@@ -256,6 +258,7 @@ def _intercepted(found: Discovered, trace: _Trace):
                 trace.tracker.set("")
             if opt not in trace.stepped:
                 trace.stepped.append(opt)
+            trace.events.append(("step", opt))
         return step
 
     def make_zero_grad(opt):
@@ -337,6 +340,7 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
 
     def traced(*flat):
         tracker.attach()
+        trace.events.clear()
         replacements = {}
         args_leaves = list(flat_args)
         for slot, t in zip(slots, flat):
@@ -357,7 +361,8 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
         user_args, user_kwargs = pytree.tree_unflatten(args_leaves, args_spec)
         with _swapped_tensors(found, replacements), _undiscovered_refused(found), _intercepted(found, trace), \
                 OriginalsResolved(replacements), finite_norm_checks(trace.checks), DeviceAutocast(device_type), functional_collectives(), \
-                data_parallel.traced(found, lambda p: trace.leaves.get(id(p), p)), tracker:
+                data_parallel.traced(found, lambda p: trace.leaves.get(id(p), p)), schedulers.recorded(trace.events), \
+                tracker:
             result = fn(*user_args, **user_kwargs)
         tracker.set("")
         return _collect(result, slots, flat, trace, returned)
@@ -451,6 +456,7 @@ class _Returned:
     result_leaves: list = field(default_factory=list)
     grads_to_none: list = field(default_factory=list)  # parameters whose .grad the step leaves None
     stepped: list = field(default_factory=list)
+    schedulers: SchedulerCalls = field(default_factory=SchedulerCalls)
 
 
 def _collect(result, slots, flat, trace: _Trace, returned: _Returned) -> list:
@@ -487,6 +493,7 @@ def _collect(result, slots, flat, trace: _Trace, returned: _Returned) -> list:
             outs.append(v)
             returned.kinds.append(("opt_state", (opt, p, k)))
     returned.stepped = list(trace.stepped)
+    returned.schedulers = schedulers.ordered(trace.events)
     for check in trace.checks:
         outs.append(check.ok)
         returned.kinds.append(("check", check.message))
@@ -561,7 +568,8 @@ def _assemble(lowered, slots: list[InputBinding], returned: _Returned, trace: _T
         g.output(value, name, role, None if updates is None else new_index[updates])
     bindings = Bindings(inputs=[slots[i] for i in keep], outputs=[o[4] for o in outputs],
                         result_spec=returned.result_spec, result_leaves=returned.result_leaves,
-                        grads_to_none=returned.grads_to_none, stepped=returned.stepped)
+                        grads_to_none=returned.grads_to_none, stepped=returned.stepped,
+                        schedulers=returned.schedulers)
     return g, bindings
 
 
