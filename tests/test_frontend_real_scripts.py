@@ -732,3 +732,56 @@ def build_kernels(target: str, cache_dir=None, log=print) -> dict:
 if __name__ == "__main__":
     from gpu_build import main
     main(build_kernels)
+
+
+# ====================================================================== tensors stored by the step
+LOSSES = []
+
+
+class _KeepsLastOutput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 2)
+        self.last_output = None
+
+    def forward(self, x):
+        self.last_output = self.linear(x)
+        return self.last_output
+
+
+def test_a_step_storing_its_loss_in_a_python_list_is_one_line_and_the_list_is_left_as_it_was():
+    """``losses.append(loss)`` inside the step would run once, at capture, with a placeholder of the
+    trace: refused in one line naming the list, the list emptied of what the capture put there."""
+    model = nn.Linear(4, 2)
+    LOSSES.append(torch.tensor(1.0))
+
+    def train_step(x):
+        loss = model(x).square().mean()
+        loss.backward()
+        LOSSES.append(loss.detach())
+        return loss
+    with pytest.raises(nova.NovaUnsupportedError, match=r"stores a tensor it computes in global .*LOSSES\[1\]") as e:
+        nova.compile(train_step)(torch.randn(3, 4))
+    assert "\n" not in str(e.value)
+    assert len(LOSSES) == 1 and not isinstance(LOSSES[0], torch._subclasses.functional_tensor.FunctionalTensor)
+    LOSSES.clear()
+
+
+def test_a_module_keeping_its_output_as_an_attribute_is_one_line():
+    model = _KeepsLastOutput()
+    with pytest.raises(nova.NovaUnsupportedError, match=r"stores a tensor it computes in model\.last_output"):
+        nova.compile(forward_backward(model, lambda m, x: m(x).sum()))(torch.randn(3, 4))
+
+
+def test_a_closure_dict_of_metrics_is_one_line():
+    model = nn.Linear(4, 2)
+    metrics = {}
+
+    def train_step(x):
+        loss = model(x).square().mean()
+        metrics["loss"] = loss.detach()
+        loss.backward()
+        return loss
+    with pytest.raises(nova.NovaUnsupportedError, match=r"closure metrics\['loss'\]"):
+        nova.compile(train_step)(torch.randn(3, 4))
+    assert metrics == {}

@@ -388,6 +388,7 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
     t1 = time.perf_counter()
 
     _check_mutations(gm, returned)
+    _check_escapes(fn, found)
     graph_name = name or getattr(fn, "__name__", "step").replace("<", "").replace(">", "")
     lowered = lower(gm, [s.name for s in slots], [_ROLES[s.kind] for s in slots], graph_name)
     for cname, tensor in lowered.constants:
@@ -399,6 +400,20 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
     stats = CaptureStats(trace_s=t1 - t0, lower_s=t2 - t1, fx_nodes=len(gm.graph.nodes), ir_nodes=len(graph.nodes),
                          opaque=opaque)
     return Captured(graph, bindings, guards, gm, stats)
+
+
+def _check_escapes(fn, found: Discovered) -> None:
+    """One line when the step left a tensor of the trace where its Python reaches it (a global list it
+    appends the loss to, ``self.last_loss = loss``, a closure's dict): a compiled step replays only
+    tensor work, so the store would happen once, with a placeholder (``python_values.escaped``)."""
+    from nova.frontend.python_values import escaped, forget
+    found_escapes = escaped(fn, found)
+    if found_escapes:
+        forget(found_escapes)                # the user's lists and dicts as they were before the capture
+        paths = ", ".join(path for path, _, _ in found_escapes[:3]) + (" ..." if len(found_escapes) > 3 else "")
+        raise NovaUnsupportedError(
+            f"the step stores a tensor it computes in {paths}: a compiled step replays only its tensor work, so "
+            f"that store would happen once, at capture; return the tensor from the step and store it outside")
 
 
 def _step_device_type(found: Discovered, flat_args) -> str:
