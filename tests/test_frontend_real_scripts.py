@@ -785,3 +785,40 @@ def test_a_closure_dict_of_metrics_is_one_line():
     with pytest.raises(nova.NovaUnsupportedError, match=r"closure metrics\['loss'\]"):
         nova.compile(train_step)(torch.randn(3, 4))
     assert metrics == {}
+
+
+# ====================================================================== optimizer state read by the step
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_a_step_reading_its_optimizer_state_sees_what_eager_sees(optimizer):
+    """A step that logs its optimizer's state (a momentum buffer after the update; Adam's second
+    moment before it, once it exists): the values eager reads, and the user's ``opt.state`` holds only
+    the parameters afterwards (the trace's tensors never enter it: ``state_dict()`` works)."""
+    torch.manual_seed(0)
+    models = [nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 5))]
+    models.append(copy.deepcopy(models[0]))
+    make = (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)) if optimizer == "sgd" else \
+        (lambda p: torch.optim.Adam(p, lr=1e-2))
+    opts = [make(m.parameters()) for m in models]
+
+    def make_step(model, opt):
+        weight = model[0].weight
+
+        def step(x, y):
+            before = opt.state[weight]["exp_avg_sq"].sum() if "exp_avg_sq" in opt.state.get(weight, {}) \
+                else torch.zeros(())
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            key = "momentum_buffer" if optimizer == "sgd" else "exp_avg"
+            return loss.detach(), before, opt.state[weight][key].norm()
+        return step
+    compiled, eager = nova.compile(make_step(models[0], opts[0])), make_step(models[1], opts[1])
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(4):
+        x, y = torch.randn(8, 16, generator=gen), torch.randint(0, 5, (8,), generator=gen)
+        for got, want in zip(compiled(x, y), eager(x, y)):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
+    params = set(map(id, models[0].parameters()))
+    assert all(id(p) in params for p in opts[0].state)
+    assert opts[0].state_dict()["state"].keys() == opts[1].state_dict()["state"].keys()

@@ -36,7 +36,7 @@ from nova.frontend.discover import Discovered, discover
 from nova.frontend.errors import NovaUnsupportedError
 from nova.frontend.guards import GuardKey, guard_key
 from nova.frontend.lower import Unmodeled, lower
-from nova.frontend.optim import TraceContext, handler_for
+from nova.frontend.optim import TraceContext, TracedState, handler_for
 from nova.frontend.origin import OriginTracker, traceback_location
 from nova.frontend.tracing import compiling
 from nova.frontend.checks import finite_norm_checks
@@ -241,7 +241,8 @@ class _Trace(TraceContext):
 
 @contextlib.contextmanager
 def _intercepted(found: Discovered, trace: _Trace):
-    """Replace each optimizer's ``step`` and ``zero_grad`` by Nova's while tracing."""
+    """Replace each optimizer's ``step`` and ``zero_grad`` by Nova's while tracing, and its ``state``
+    by the traced state (``TracedState``)."""
     saved = []
 
     def make_step(name, opt, handler):
@@ -281,13 +282,14 @@ def _intercepted(found: Discovered, trace: _Trace):
     try:
         for name, opt in found.optimizers:
             handler = handler_for(opt, name)
-            saved.append((opt, {k: opt.__dict__[k] for k in ("step", "zero_grad") if k in opt.__dict__}))
+            saved.append((opt, {k: opt.__dict__[k] for k in ("step", "zero_grad", "state") if k in opt.__dict__}))
             opt.step = make_step(name, opt, handler)
             opt.zero_grad = make_zero_grad(opt)
+            opt.state = TracedState(opt, trace, opt.state)
         yield
     finally:
         for opt, attrs in saved:
-            for k in ("step", "zero_grad"):
+            for k in ("step", "zero_grad", "state"):
                 if k in attrs:
                     setattr(opt, k, attrs[k])
                 else:

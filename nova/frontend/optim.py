@@ -22,6 +22,8 @@ import functools
 import weakref
 from dataclasses import dataclass
 
+from collections.abc import MutableMapping
+
 import torch
 
 from nova.frontend.errors import NovaUnsupportedError
@@ -149,6 +151,58 @@ class TraceContext:
     def leaf(self, param) -> torch.Tensor: ...
     def state(self, opt, param) -> dict: ...
     def hyper(self, opt, group_index: int) -> torch.Tensor: ...
+
+
+class TracedState(MutableMapping):
+    """``opt.state`` as the step's own code sees it while tracing: ``opt.state[p]`` (``p`` the
+    parameter or its traced leaf) is the traced state -- the program's state inputs before the
+    update, the update's results after it -- so a step that reads a momentum buffer or ``exp_avg``
+    reads what eager would, and nothing of the trace lands in the user's ``opt.state``."""
+
+    def __init__(self, opt, ctx: TraceContext, real: dict):
+        self._opt, self._ctx, self._real = opt, ctx, real
+        self._params = {}
+        for group in opt.param_groups:
+            for p in group["params"]:
+                self._params[id(p)] = p
+                leaf = ctx.leaves.get(id(p)) if hasattr(ctx, "leaves") else None
+                if leaf is not None:
+                    self._params[id(leaf)] = p
+
+    def _param(self, key):
+        return self._params.get(id(key))
+
+    def __getitem__(self, key):
+        param = self._param(key)
+        if param is None:
+            return self._real[key]
+        return self._ctx.state(self._opt, param)
+
+    def __setitem__(self, key, value):
+        param = self._param(key)
+        if param is None:
+            self._real[key] = value
+            return
+        state = self._ctx.state(self._opt, param)
+        state.clear()
+        state.update(value)
+
+    def __delitem__(self, key):
+        param = self._param(key)
+        if param is None:
+            del self._real[key]
+        else:
+            self._ctx.state(self._opt, param).clear()
+
+    def __contains__(self, key):
+        param = self._param(key)
+        return key in self._real if param is None else bool(self._ctx.state(self._opt, param))
+
+    def __iter__(self):
+        return iter([p for p in dict.fromkeys(self._params.values()) if self._ctx.state(self._opt, p)])
+
+    def __len__(self):
+        return sum(1 for _ in self)
 
 
 class Handler:
