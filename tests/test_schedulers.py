@@ -116,21 +116,78 @@ def test_a_scheduler_between_two_updates_is_one_line():
     assert "\n" not in str(e.value) and sched.last_epoch == 0
 
 
-def test_returning_the_learning_rate_as_a_python_number_warns_once():
-    """``return loss, scheduler.get_last_lr()[0]``: a Python number comes back as the capture computed
-    it; the step says so once instead of returning a stale rate silently."""
+def test_returning_a_python_number_warns_once():
+    """``return loss, opt.param_groups[0]["lr"]``: a Python number comes back as the capture computed
+    it; the step says so once."""
     from nova.compiler.step import NovaRecaptureWarning
-    (model, _), (opt, _), (sched, _) = _pair(SCHEDULES["warmup"])
+    (model, _), (opt, _), _ = _pair(lambda o: None)
+
+    def train_step(x, y):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.detach(), opt.param_groups[0]["lr"]
+    step = nova.compile(train_step)
+    with pytest.warns(NovaRecaptureWarning, match="returns the Python value 0.1") as record:
+        for x, y in _batches(3):
+            assert step(x, y)[1] == 0.1
+    assert sum("returns the Python value" in str(w.message) for w in record) == 1
+
+
+def test_a_rate_the_step_reads_as_a_number_is_guarded():
+    """``loss / opt.param_groups[0]["lr"]``: the rate is a constant of the trace, so a schedule stepped
+    between calls recaptures (and says so after three in a row) and every call matches eager."""
+    from nova.compiler.step import NovaRecaptureWarning
+    (model, twin), (opt, twin_opt), (sched, twin_sched) = _pair(SCHEDULES["cosine"])
+
+    def make(m, o):
+        def train_step(x, y):
+            loss = torch.nn.functional.mse_loss(m(x), y) * (0.1 / o.param_groups[0]["lr"])
+            loss.backward()
+            o.step()
+            o.zero_grad()
+            return loss.detach()
+        return train_step
+    step, eager = nova.compile(make(model, opt)), make(twin, twin_opt)
+    with pytest.warns(NovaRecaptureWarning, match=r"o.param_groups\[0\]\['lr'\] changed on each"):
+        for x, y in _batches(4):
+            torch.testing.assert_close(step(x, y), eager(x, y), rtol=1e-6, atol=1e-7)
+            sched.step()
+            twin_sched.step()
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("change", ["scale", "assign"])
+def test_a_step_setting_its_own_rate_is_one_line_and_the_rate_is_kept(change):
+    (model, _), (opt, _), _ = _pair(lambda o: None)
+    group = opt.param_groups[0]
+
+    def train_step(x, y):
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        if change == "scale":
+            opt.param_groups[0]["lr"] *= 0.5
+        else:
+            group["lr"] = 0.05                # through a reference the step holds
+        opt.zero_grad()
+    with pytest.raises(NovaUnsupportedError, match=r"sets opt.param_groups\[0\]\['lr'\] itself") as e:
+        nova.compile(train_step)(*_batches(1)[0])
+    assert "\n" not in str(e.value) and opt.param_groups[0]["lr"] == 0.1
+
+
+@pytest.mark.parametrize("read", ["get_last_lr", "param_group"])
+def test_the_rate_read_after_the_steps_own_scheduler_step_is_one_line(read):
+    (model, _), (opt, _), (sched, _) = _pair(SCHEDULES["cosine"])
 
     def train_step(x, y):
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
         opt.step()
         sched.step()
-        opt.zero_grad()
-        return loss.detach(), sched.get_last_lr()[0]
-    step = nova.compile(train_step)
-    with pytest.warns(NovaRecaptureWarning, match="returns the Python value 0.0333") as record:
-        for x, y in _batches(3):
-            step(x, y)
-    assert sum("returns the Python value" in str(w.message) for w in record) == 1
+        rate = sched.get_last_lr()[0] if read == "get_last_lr" else opt.param_groups[0]["lr"]
+        return loss.detach() * rate
+    with pytest.raises(NovaUnsupportedError, match="get_last_lr|after stepping its LR scheduler") as e:
+        nova.compile(train_step)(*_batches(1)[0])
+    assert "\n" not in str(e.value) and sched.last_epoch == 0

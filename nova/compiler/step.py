@@ -278,6 +278,7 @@ class CompiledStep:
         self._last_key = None
         self._last: Entry | None = None
         self._side_effects: set[str] = set()       # Python values the step changes itself (not guarded)
+        self._group_reads: dict = {}               # path -> (optimizer, group index, key, path): guarded
         self._changing: dict[str, int] = {}        # Python value -> consecutive recaptures it caused
         self._warned: set[str] = set()
         functools.update_wrapper(self, fn, updated=())
@@ -316,12 +317,21 @@ class CompiledStep:
         return result
 
     def _key(self, found, args, kwargs):
-        """The guard key, without the Python values the step itself changes (its side effects)."""
+        """The guard key, without the Python values the step itself changes (its side effects), with
+        the optimizer hyper-parameters its own code reads as numbers (they are constants of the trace)."""
         key = guard_key(found, args, kwargs, self.fn)
         if self._side_effects:
             key = dataclasses.replace(key, python_values=tuple(
                 (path, v) for path, v in key.python_values if path not in self._side_effects))
-        return key
+        return self._with_group_reads(key)
+
+    def _with_group_reads(self, key):
+        if not self._group_reads:
+            return key
+        from nova.frontend.python_values import plain_value
+        read = tuple((path, plain_value(opt.param_groups[gi].get(name)))
+                     for opt, gi, name, path in self._group_reads.values() if gi < len(opt.param_groups))
+        return dataclasses.replace(key, python_values=key.python_values + read)
 
     def _compile(self, found, key, args, kwargs) -> Entry:
         reason = key.describe_change(self._last_key)
@@ -330,6 +340,9 @@ class CompiledStep:
         captured = capture(self.fn, args, kwargs, found=found)
         t1 = time.perf_counter()
         key = self._note_side_effects(found, key, args, kwargs)
+        if any(path not in self._group_reads for *_, path in captured.group_reads):
+            self._group_reads.update({path: read for read in captured.group_reads for path in [read[3]]})
+            key = self._key(found, args, kwargs)
         self._warn_if_returning_python_values(captured)
         device = _device_of(found, args, kwargs)
         if self.memory_budget is not None:    # the budget is the step's: one program holds memory at a time

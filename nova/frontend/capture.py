@@ -23,6 +23,7 @@ Unsupported constructs raise ``NovaUnsupportedError`` with one line naming what 
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import time
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from nova.frontend.discover import Discovered, discover
 from nova.frontend.errors import NovaUnsupportedError
 from nova.frontend.guards import GuardKey, guard_key
 from nova.frontend.lower import Unmodeled, lower
-from nova.frontend.optim import TraceContext, TracedState, handler_for
+from nova.frontend.optim import RecordedGroup, TraceContext, TracedState, handler_for
 from nova.frontend.origin import OriginTracker, traceback_location
 from nova.frontend.tracing import compiling
 from nova.frontend.checks import finite_norm_checks
@@ -72,6 +73,7 @@ class Captured:
     guards: GuardKey
     fx: Any                       # the traced torch.fx.GraphModule (for debugging)
     stats: CaptureStats
+    group_reads: tuple = ()       # (optimizer, group index, key, path): hyper-parameters the step read as numbers
 
 
 # ====================================================================== checks
@@ -224,6 +226,20 @@ class _Trace(TraceContext):
         self.state_owner: dict[tuple[int, int], tuple] = {}
         self.stepped: list = []
         self.events: list = []       # ("step", optimizer) | ("schedule", LR scheduler), in call order
+        self.group_reads: dict = {}  # (id(opt), group index, key) -> (optimizer, group index, key): read by the step
+        self.group_writes: dict = {}  # the same, set by the step
+
+    def note_group(self, opt, group_index: int, kind: str, key) -> None:
+        """A parameter group's ``key`` read or written by the step's own code (``RecordedGroup``).  A
+        read after the step's own scheduler step is refused: the scheduler runs on the host after the
+        program, so the trace would bake the rate from before it."""
+        if kind == "read" and any(k == "schedule" and getattr(s, "optimizer", None) is opt for k, s in self.events):
+            raise NovaUnsupportedError(
+                f"the step reads {self.opt_names[id(opt)]}.param_groups[{group_index}][{key!r}] after stepping its "
+                f"LR scheduler: the scheduler steps on the host after the compiled program, so the step would read "
+                f"the rate from before it; read it outside the compiled function")
+        (self.group_reads if kind == "read" else self.group_writes)[(id(opt), group_index, key)] = \
+            (opt, group_index, key)
 
     def leaf(self, param):
         return self.leaves[id(param)]
@@ -286,10 +302,14 @@ def _intercepted(found: Discovered, trace: _Trace):
             opt.step = make_step(name, opt, handler)
             opt.zero_grad = make_zero_grad(opt)
             opt.state = TracedState(opt, trace, opt.state)
+            saved[-1][1]["param_groups"] = opt.param_groups
+            opt.param_groups = [RecordedGroup(group, functools.partial(trace.note_group, opt, gi),
+                                              lambda: not trace.tracker.paused)
+                                for gi, group in enumerate(opt.param_groups)]
         yield
     finally:
         for opt, attrs in saved:
-            for k in ("step", "zero_grad", "state"):
+            for k in ("step", "zero_grad", "state", "param_groups"):
                 if k in attrs:
                     setattr(opt, k, attrs[k])
                 else:
@@ -343,6 +363,8 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
     def traced(*flat):
         tracker.attach()
         trace.events.clear()
+        trace.group_reads.clear()
+        trace.group_writes.clear()
         replacements = {}
         args_leaves = list(flat_args)
         for slot, t in zip(slots, flat):
@@ -369,6 +391,7 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
         tracker.set("")
         return _collect(result, slots, flat, trace, returned)
 
+    groups_before = _hyper_parameters(found)
     fake_mode = torch._subclasses.fake_tensor.FakeTensorMode()
     examples = [_example(s, flat_args) for s in slots]
     with fake_mode:
@@ -391,6 +414,7 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
 
     _check_mutations(gm, returned)
     _check_escapes(fn, found)
+    _check_group_writes(trace, found, groups_before)
     graph_name = name or getattr(fn, "__name__", "step").replace("<", "").replace(">", "")
     lowered = lower(gm, [s.name for s in slots], [_ROLES[s.kind] for s in slots], graph_name)
     for cname, tensor in lowered.constants:
@@ -401,7 +425,9 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
     t2 = time.perf_counter()
     stats = CaptureStats(trace_s=t1 - t0, lower_s=t2 - t1, fx_nodes=len(gm.graph.nodes), ir_nodes=len(graph.nodes),
                          opaque=opaque)
-    return Captured(graph, bindings, guards, gm, stats)
+    group_reads = tuple((opt, gi, key, f"{trace.opt_names[id(opt)]}.param_groups[{gi}][{key!r}]")
+                        for opt, gi, key in trace.group_reads.values())
+    return Captured(graph, bindings, guards, gm, stats, group_reads)
 
 
 def _check_escapes(fn, found: Discovered) -> None:
@@ -416,6 +442,31 @@ def _check_escapes(fn, found: Discovered) -> None:
         raise NovaUnsupportedError(
             f"the step stores a tensor it computes in {paths}: a compiled step replays only its tensor work, so "
             f"that store would happen once, at capture; return the tensor from the step and store it outside")
+
+
+def _hyper_parameters(found: Discovered) -> list:
+    """Each optimizer's parameter groups without their parameters, as plain dicts."""
+    return [[{k: v for k, v in group.items() if k != "params"} for group in opt.param_groups]
+            for _, opt in found.optimizers]
+
+
+def _check_group_writes(trace: _Trace, found: Discovered, before: list) -> None:
+    """One line when the step sets an optimizer's hyper-parameter itself (``pg["lr"] *= 0.5``): a
+    compiled step replays only its tensor work, so the change would happen once, at capture.  The
+    user's parameter groups are left as they were before the capture."""
+    written = [(trace.opt_names[id(opt)], gi, key) for opt, gi, key in trace.group_writes.values()]
+    for (name, opt), groups in zip(found.optimizers, before):
+        for gi, (group, old) in enumerate(zip(opt.param_groups, groups)):
+            changed = [k for k in old if group.get(k) is not old[k] and group.get(k) != old[k]]
+            for k in changed:                      # set through a reference to the group the step holds
+                group[k] = old[k]
+                written.append((name, gi, k))
+    if written:
+        name, gi, key = written[0]
+        raise NovaUnsupportedError(
+            f"the step sets {name}.param_groups[{gi}][{key!r}] itself: a compiled step replays only its tensor work, "
+            f"so that change would happen once, at capture; set it outside the compiled function, or step an LR "
+            f"scheduler inside it")
 
 
 def _step_device_type(found: Discovered, flat_args) -> str:

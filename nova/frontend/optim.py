@@ -205,6 +205,43 @@ class TracedState(MutableMapping):
         return sum(1 for _ in self)
 
 
+class RecordedGroup(dict):
+    """A parameter group as the step's own code sees it while tracing: a copy of the user's dict
+    that notes the keys the code reads and writes (``record(kind, key)``, kind ``"read"`` or
+    ``"write"``) while ``active()`` -- not while Nova's own update reads its hyper-parameters.  A
+    rate the step reads as a Python number is baked into the trace (the caller guards it); one the
+    step sets would change once, at capture (the caller refuses it)."""
+
+    def __init__(self, group: dict, record, active):
+        super().__init__(group)
+        self._record, self._active = record, active
+
+    def _note(self, kind: str, key) -> None:
+        if key != "params" and self._active():
+            self._record(kind, key)
+
+    def __getitem__(self, key):
+        self._note("read", key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self._note("read", key)
+        return super().get(key, default)
+
+    def __setitem__(self, key, value):
+        self._note("write", key)
+        super().__setitem__(key, value)
+
+    def update(self, *args, **kwargs):
+        for key in dict(*args, **kwargs):
+            self._note("write", key)
+        super().update(*args, **kwargs)
+
+    def setdefault(self, key, default=None):
+        self._note("write", key)
+        return super().setdefault(key, default)
+
+
 class Handler:
     """One optimizer family: its checks, its state layout, its hyper-parameters, its traced update.
 

@@ -47,6 +47,13 @@ def _plain(value, depth: int = 0):
 _NOT_PLAIN = object()
 
 
+def plain_value(value):
+    """``value`` as hashable plain data for a guard (a tuple of betas, a float rate); a value that is
+    not plain data (a tensor learning rate, a program input already) by its type alone."""
+    plain = _plain(value)
+    return ("not plain", type(value).__name__) if plain is _NOT_PLAIN else plain
+
+
 def _object_values(prefix: str, obj, out: list, seen: set, depth: int) -> None:
     """Plain attributes of ``obj`` (and, one level down, of plain objects and dicts it holds)."""
     if id(obj) in seen:

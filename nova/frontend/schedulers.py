@@ -12,8 +12,10 @@ host at every call, where the function calls it relative to its optimizer's upda
 
 The learning rate reaches the program as an input (``nova.frontend.optim``), so neither order
 recaptures.  Refused in one line: a scheduler stepped with arguments (``ReduceLROnPlateau.step(loss)``
-reads a metric on the host; an ``epoch`` argument), and one stepped between two updates of its
-optimizer in one call (the second update would read a rate the program cannot know).
+reads a metric on the host; an ``epoch`` argument), one stepped between two updates of its
+optimizer in one call (the second update would read a rate the program cannot know), and the rate
+read as a Python number inside the step (``get_last_lr()``, or a parameter group's ``lr`` after the
+scheduler's step: ``capture._Trace.note_group``).
 """
 from __future__ import annotations
 
@@ -57,14 +59,23 @@ def recorded(events: list):
                 f"reads them on the host at every call; call it outside the compiled function")
         events.append(("schedule", scheduler))
 
+    def last_rate(scheduler):
+        raise NovaUnsupportedError(
+            f"{type(scheduler).__name__}.get_last_lr() inside a compiled step: the rate is a Python number the "
+            f"trace would bake in, while the scheduler steps on the host; read it outside the compiled function")
+
+    from torch.optim.lr_scheduler import LRScheduler
     saved = [(cls, cls.__dict__["step"]) for cls in _scheduler_classes()]
+    last = LRScheduler.__dict__["get_last_lr"]
     try:
         for cls, _ in saved:
             cls.step = record
+        LRScheduler.get_last_lr = last_rate
         yield
     finally:
         for cls, original in saved:
             cls.step = original
+        LRScheduler.get_last_lr = last
 
 
 def ordered(events: list) -> SchedulerCalls:
