@@ -822,3 +822,52 @@ def test_a_step_reading_its_optimizer_state_sees_what_eager_sees(optimizer):
     params = set(map(id, models[0].parameters()))
     assert all(id(p) in params for p in opts[0].state)
     assert opts[0].state_dict()["state"].keys() == opts[1].state_dict()["state"].keys()
+
+
+# ====================================================================== shapes of real losses
+class _LogitScale(nn.Module):
+    """A classifier with a learned 0-d temperature (CLIP's logit scale)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 5)
+        self.scale = nn.Parameter(torch.ones(()))
+
+    def forward(self, x):
+        return self.fc(x) * self.scale
+
+
+def _masked_loss(model, x, y):
+    out = model(x)
+    out = torch.where((y != 0)[:, None], out, torch.zeros_like(out))      # a mask over a Linear's output
+    weights = torch.ones(x.shape[0])                                       # a constant's reduction
+    per = F.cross_entropy(out, y, reduction="none")
+    return (per * weights).sum() / weights.sum()
+
+
+@pytest.mark.parametrize("backend", ["reference", "executor"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_a_zero_dim_parameter_a_masked_linear_and_a_constant_weight_train_like_eager(backend, optimizer):
+    torch.manual_seed(0)
+    models = [_LogitScale()]
+    models.append(copy.deepcopy(models[0]))
+    make = (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)) if optimizer == "sgd" else \
+        (lambda p: torch.optim.AdamW(p, lr=1e-2))
+    opts = [make(m.parameters()) for m in models]
+
+    def make_step(model, opt):
+        def step(x, y):
+            loss = _masked_loss(model, x, y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss.detach()
+        return step
+    compiled, eager = nova.compile(make_step(models[0], opts[0]), backend=backend), make_step(models[1], opts[1])
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        x, y = torch.randn(8, 16, generator=gen), torch.randint(0, 5, (8,), generator=gen)
+        torch.testing.assert_close(compiled(x, y), eager(x, y), rtol=1e-5, atol=1e-6)
+    for p, q in zip(*(m.parameters() for m in models)):
+        assert p.dtype == q.dtype
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)

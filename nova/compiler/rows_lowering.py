@@ -47,9 +47,11 @@ def rows_kernels(group, nodes, tensors, ctx, note) -> list[Kernel]:
         return [build_kernel(n, [tensors[v] for v in n.inputs], [tensors[v] for v in n.outputs], ctx) for n in nodes]
     p = group.rows
     named = {name: tensors[v] for name, v in group.bindings.items()}
+    streamed = any(o.layout in ("row", "col") for o in p.operands)
     for o in p.operands:
         t = named[o.name]
-        why = layout_reason(t, o, p.rows, p.n)
+        why = layout_reason(t, o, p.rows, p.n) or ("" if streamed else "no operand streams its rows (a constant's "
+                                                                         "reduction)")
         if not why and t.device.type == "cuda" and t.data_ptr() % min(o.align, 16):
             why = f"{o.name}'s address is not {o.align}-byte aligned"
         if why:

@@ -619,9 +619,11 @@ def ref_adamw(torch, param, grad, exp_avg, exp_avg_sq, step, hyper, decoupled=Tr
     ``ADAMW_HYPER`` = [lr, beta1, beta2, eps, weight_decay], a runtime input (a learning-rate
     schedule changes it between steps without changing the program).  Its entries stay 0-d tensors
     here: a 0-d tensor does not promote a dimensioned one, so the arithmetic runs in the
-    parameter's dtype like eager's Python-float scalars.  Adam's coupled decay: ``grad += wd *
+    parameter's dtype like eager's Python-float scalars (a 0-d parameter's results, promoted to
+    f64, are rounded back).  Adam's coupled decay: ``grad += wd *
     param`` after ``maximize``; AdamW's: ``param *= 1 - lr * wd``."""
     lr, beta1, beta2, eps, weight_decay = hyper.unbind(0)
+    dtypes = (param.dtype, exp_avg.dtype, exp_avg_sq.dtype)
     if maximize:
         grad = -grad
     if decoupled:
@@ -634,7 +636,8 @@ def ref_adamw(torch, param, grad, exp_avg, exp_avg_sq, step, hyper, decoupled=Tr
     bias_correction1 = 1 - beta1 ** t
     bias_correction2_sqrt = (1 - beta2 ** t).sqrt()
     denom = exp_avg_sq.sqrt() / bias_correction2_sqrt + eps
-    return param - (lr / bias_correction1) * (exp_avg / denom), exp_avg, exp_avg_sq
+    new = (param - (lr / bias_correction1) * (exp_avg / denom), exp_avg, exp_avg_sq)
+    return tuple(x.to(dtype) for x, dtype in zip(new, dtypes))
 
 
 def _infer_hyper(op: str, hyper: TensorType, names: tuple) -> None:
@@ -666,8 +669,8 @@ def ref_sgd(torch, param, grad, hyper, *buffer, with_momentum=False, nesterov=Fa
     if with_momentum:
         buf = grad.clone() if not buffer else buffer[0] * momentum + grad * (1 - dampening)
         grad = grad + momentum * buf if nesterov else buf
-        return param - lr * grad, buf
-    return (param - lr * grad,)
+        return (param - lr * grad).to(param.dtype), buf.to(param.dtype)
+    return ((param - lr * grad).to(param.dtype),)       # a 0-d parameter: the f64 0-d rates would promote it
 
 
 def _infer_sgd(types, attrs):

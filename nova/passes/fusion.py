@@ -892,7 +892,8 @@ def _epilogue(node: Node, producers, users, outputs, layouts, placed: dict, dry_
         if node.outputs[0].type != tail.type and not widens:
             return None
         shared = tail in outputs or len(users.get(tail, ())) != 1      # the kernel would have to write it too
-        (other,) = [v for v in node.inputs if v is not tail] or [None]
+        others = [v for v in node.inputs if v is not tail]
+        other = others[0] if len(others) == 1 else None           # a where's condition and other branch: None
         if node.op == "add" and epi.bias is None and epi.activation == "none" and epi.residual is None \
                 and not shared and other is not None and other.shape == (problem.N,):
             if other.dtype != problem.bias_dtype or not layouts[other].dense:

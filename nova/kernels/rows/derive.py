@@ -144,7 +144,7 @@ def memory_constants(gpu: GPUModel) -> dict:
 def step1_vector(p: RowsProblem, operands) -> tuple[int, list]:
     """vec = 16 / elem_bytes of the widest element, halved while some operand's row length, row stride
     or base address is not a multiple of it ([CC]: a vector access must be aligned to its size)."""
-    widest = max(o.elem_bytes for o in operands)
+    widest = max((o.elem_bytes for o in operands or p.operands))      # no streamed operand: a constant's rows
     vec, steps = F.vec_max(transaction_bytes=TRANSACTION_BYTES, elem_bytes=widest), []
     value, step = formula_step("vector width", F.vec_max, "one 16-byte access per thread and step "
                                f"({TRANSACTION_BYTES} B transactions, {widest}-byte elements)",
