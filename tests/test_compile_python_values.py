@@ -111,3 +111,57 @@ def test_the_steps_own_python_side_effect_is_warned_about_and_not_guarded():
         for x, y in data(3):
             compiled(x, y)
     assert compiled.stats.captures == 1 and counter.calls == 1
+
+
+class Config:                                   # a config class read as Config.alpha
+    alpha = 1.0
+
+
+BIG = {**{f"unused{i}": 0 for i in range(80)}, "alpha": 1.0}    # a config dict with many entries
+NESTED = {"loss": {"weights": {"alpha": 1.0}}}                  # a nested config
+
+
+def _numpy_config():
+    import numpy
+    return {"alpha": numpy.float32(1.0)}
+
+
+NUMPY = _numpy_config()
+PLACES = {
+    "class attribute": (lambda: Config.alpha, lambda v: setattr(Config, "alpha", v)),
+    "large dict": (lambda: BIG["alpha"], lambda v: BIG.__setitem__("alpha", v)),
+    "nested dict": (lambda: NESTED["loss"]["weights"]["alpha"],
+                    lambda v: NESTED["loss"]["weights"].__setitem__("alpha", v)),
+    "numpy scalar": (lambda: NUMPY["alpha"], lambda v: NUMPY.__setitem__("alpha", type(NUMPY["alpha"])(v))),
+}
+
+
+@pytest.mark.parametrize("where", PLACES)
+def test_config_values_in_classes_large_or_nested_dicts_and_numpy_scalars_are_guarded(where):
+    """A weight read from a config class, a dict of many entries, a dict three levels down or a NumPy
+    scalar: a change recaptures and every loss is eager's (each was baked in silently before)."""
+    read, write = PLACES[where]
+    write(1.0)
+
+    def make_step():
+        model = Tempered()
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+
+        def step(x, y):
+            loss = model(x, y) * read()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss.detach()
+        return step
+    steps = [make_step(), make_step()]
+    compiled = nova.compile(steps[0])
+    gen = torch.Generator().manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NovaRecaptureWarning)
+        for value in (1.0, 3.0, 0.25):
+            write(value)
+            x, y = torch.randn(4, 6, generator=gen), torch.randint(0, 5, (4,), generator=gen)
+            torch.testing.assert_close(compiled(x, y), steps[1](x, y))
+    write(1.0)
+    assert compiled.stats.captures == 3

@@ -12,9 +12,12 @@ reads them again on every call, so a capture must be reused only while they hold
   user's module classes (``forward`` and whatever it calls on ``self``), in the module that
   defines each of them;
 - the closure cells of the step and of those helpers;
-- entries of dicts (and items of lists/tuples) found in those places, one level deep.
+- entries of dicts (and items of lists/tuples) found in those places, dicts and plain objects up to
+  ``_MAX_DEPTH`` levels deep; the plain class attributes of the user's classes (a config class read
+  as ``Config.alpha``, a module class's ``dropout_p = 0.1``).
 
-Only plain data is kept (None, bool, int, float, complex, str and tuples/lists/dicts of them):
+Only plain data is kept (None, bool, int, float, complex, str, NumPy scalars and tuples/lists/dicts
+of them):
 what a traced program can have used as a constant.  A change recaptures with the path named
 (``GuardKey.describe_change``); ``nova.compile`` warns once about a path that changes on every call.
 """
@@ -28,16 +31,20 @@ import torch
 from nova.frontend.discover import _code_names, modules_of
 
 _SCALARS = (type(None), bool, int, float, complex, str)
-_MAX_ITEMS = 64                       # a container larger than this is not snapshotted (not a setting)
+_MAX_ITEMS = 256                      # a container larger than this is not snapshotted (not a setting)
+_MAX_DEPTH = 3                        # dicts (and plain objects) nested deeper than this are not (not a setting)
 # nn.Module's own bookkeeping (training flag, parameter/buffer/submodule dicts, hook dicts: guarded by the
 # model signature or refused at capture) and two class-level constants: never a value the step reads
 _SKIPPED_ATTRS = frozenset({"dump_patches", "call_super_init"}) | frozenset(vars(torch.nn.Module()))
 
 
 def _plain(value, depth: int = 0):
-    """``value`` as hashable plain data, or ``_NOT_PLAIN``."""
+    """``value`` as hashable plain data, or ``_NOT_PLAIN`` (a NumPy scalar as its Python value)."""
     if isinstance(value, _SCALARS):
         return value
+    if type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+        item = value.item()
+        return (type(value).__name__, item) if isinstance(item, _SCALARS) else _NOT_PLAIN
     if depth == 0 and isinstance(value, (list, tuple)) and len(value) <= _MAX_ITEMS:
         items = tuple(_plain(x, 1) for x in value)
         return _NOT_PLAIN if any(x is _NOT_PLAIN for x in items) else (type(value).__name__, items)
@@ -65,7 +72,7 @@ def _object_values(prefix: str, obj, out: list, seen: set, depth: int) -> None:
         plain = _plain(value)
         if plain is not _NOT_PLAIN:
             out.append((f"{prefix}.{name}", plain))
-        elif depth == 0:
+        elif depth < _MAX_DEPTH:
             _container_values(f"{prefix}.{name}", value, out, seen, depth + 1)
 
 
@@ -75,14 +82,31 @@ def _container_values(path: str, value, out: list, seen: set, depth: int) -> Non
         if len(value) <= _MAX_ITEMS and id(value) not in seen:
             seen.add(id(value))
             for k, v in value.items():
+                if not isinstance(k, _SCALARS):
+                    continue
                 plain = _plain(v)
-                if plain is not _NOT_PLAIN and isinstance(k, _SCALARS):
+                if plain is not _NOT_PLAIN:
                     out.append((f"{path}[{k!r}]", plain))
+                elif depth < _MAX_DEPTH:
+                    _container_values(f"{path}[{k!r}]", v, out, seen, depth + 1)
+        return
+    if isinstance(value, type) and _user_class(value) and not issubclass(value, torch.nn.Module):
+        _class_values(path, value, out, seen)                   # a config class read as Config.alpha
         return
     if isinstance(value, (torch.nn.Module, torch.Tensor, type, types.ModuleType)) or callable(value):
         return
     if hasattr(value, "__dict__") and _user_class(type(value)):   # a config object (not a scheduler, not torch's)
         _object_values(path, value, out, seen, depth)
+
+
+def _class_values(path: str, cls: type, out: list, seen: set) -> None:
+    """A user class's own plain class attributes (``class Config: alpha = 1.0``)."""
+    if ("cls values", id(cls)) in seen:
+        return
+    seen.add(("cls values", id(cls)))
+    for name, value in vars(cls).items():
+        if not name.startswith("__") and (plain := _plain(value)) is not _NOT_PLAIN:
+            out.append((f"{path}.{name}", plain))
 
 
 def _function_values(where: str, fn, out: list, seen: set) -> None:
@@ -132,6 +156,7 @@ def snapshot(fn, found, helpers=(), walks=None) -> tuple:
                 if ("cls", id(cls)) in seen or not _user_class(cls):
                     continue
                 seen.add(("cls", id(cls)))
+                _class_values(f"class {cls.__qualname__}", cls, out, seen)
                 for attr in vars(cls).values():
                     target = attr.__func__ if isinstance(attr, (staticmethod, classmethod)) else attr
                     if isinstance(target, types.FunctionType):
