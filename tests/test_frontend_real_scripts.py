@@ -871,3 +871,58 @@ def test_a_zero_dim_parameter_a_masked_linear_and_a_constant_weight_train_like_e
     for p, q in zip(*(m.parameters() for m in models)):
         assert p.dtype == q.dtype
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_two_updates_in_one_call_run_on_the_executor_like_eager():
+    """Two forward/backward/update rounds in one compiled call: the second round reads the first
+    update's parameters, so the two updates are two multi-tensor batches."""
+    torch.manual_seed(0)
+    models = [nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 5))]
+    models.append(copy.deepcopy(models[0]))
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in models]
+
+    def make_step(model, opt):
+        def step(x, y):
+            for _ in range(2):
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+            return loss.detach()
+        return step
+    compiled, eager = nova.compile(make_step(models[0], opts[0]), backend="executor"), make_step(models[1], opts[1])
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        x, y = torch.randn(8, 16, generator=gen), torch.randint(0, 5, (8,), generator=gen)
+        torch.testing.assert_close(compiled(x, y), eager(x, y), rtol=1e-5, atol=1e-6)
+    for p, q in zip(*(m.parameters() for m in models)):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_cpu_autocast_layer_norm_runs_on_the_executor():
+    """bf16 autocast on the CPU through the planned program: the LayerNorm's backward gets a bf16
+    gradient and f32 statistics (ATen's kernel takes one dtype: the widening reference runs it); the
+    losses within bf16 rounding of eager autocast's, the executor's within 1e-6 of the interpreter's."""
+    torch.manual_seed(0)
+    base = nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.GELU(), nn.Linear(32, 5))
+    models = [copy.deepcopy(base) for _ in range(3)]
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
+
+    def make_step(model, opt):
+        def step(x, y):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss.detach()
+        return step
+    executor = nova.compile(make_step(models[0], opts[0]), backend="executor")
+    reference = nova.compile(make_step(models[1], opts[1]), backend="reference")
+    eager = make_step(models[2], opts[2])
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        x, y = torch.randn(8, 16, generator=gen), torch.randint(0, 5, (8,), generator=gen)
+        got, spec, want = executor(x, y), reference(x, y), eager(x, y)
+        torch.testing.assert_close(got, spec, rtol=1e-6, atol=1e-6)
+        assert abs(got.item() - want.item()) < 2e-3 * abs(want.item())

@@ -291,6 +291,12 @@ def memory(node, ins, outs, ctx) -> Kernel:
 
 
 # =============================================================== composites
+def _mixed_dtypes(*tensors) -> bool:
+    """ATen's norm kernels take one dtype for all their tensors; the IR's norms compute mixed ones in
+    FP32 (``nova/ir/ops.py``)."""
+    return len({t.dtype for t in tensors if t is not None and t.is_floating_point()}) > 1
+
+
 def layer_norm(node, ins, outs, ctx) -> Kernel:
     a = node.attrs
     x, rest = ins[0], list(ins[1:])
@@ -298,6 +304,8 @@ def layer_norm(node, ins, outs, ctx) -> Kernel:
     bias = rest.pop(0) if a.get("has_bias", True) else None
     shape, eps = list(a["normalized_shape"]), float(a["eps"])
     y, mean, rstd = outs
+    if _mixed_dtypes(x, weight, bias, y):
+        return reference_kernel(node, ins, outs, ctx)    # autocast's bf16 rows, f32 affine: the widening reference
     return Kernel(lambda: aten.native_layer_norm.out(x, shape, weight, bias, eps, out0=y, out1=mean, out2=rstd),
                   "aten.native_layer_norm.out")
 
@@ -310,6 +318,8 @@ def layer_norm_backward(node, ins, outs, ctx) -> Kernel:
     bias = rest.pop(0) if has_b else None
     shape = list(a["normalized_shape"])
     mask = [True, bool(has_w), bool(has_b)]
+    if _mixed_dtypes(dy, x, weight, bias, *outs):
+        return reference_kernel(node, ins, outs, ctx)    # a 16-bit dy or dx under autocast: the widening reference
     if all(mask):
         dx, dw, db = outs
         return Kernel(lambda: aten.native_layer_norm_backward.out(dy, x, shape, mean, rstd, weight, bias, mask,

@@ -750,6 +750,8 @@ class _Fuser:
         elif node.op in OPTIMIZER_UPDATES:
             key = update_batch_key(node)
             g = self.updates.get(key)
+            if g is not None and any(self.users.get(v) for n in g.nodes for v in n.outputs):
+                g = None               # the batch's results are read again (a second update in the step): a new one
             if g is None:
                 g = self.updates[key] = _Open("composite", node)
             else:
@@ -787,7 +789,8 @@ def update_batch_key(node: Node) -> tuple:
     """Optimizer updates with equal keys form one group, run as one multi-tensor kernel: the same
     op, attributes, element type and arity, reading the same hyper-parameter vector (one parameter
     group's).  Their results are read only as graph outputs, so the group may run once the last
-    gradient exists."""
+    gradient exists; a step that updates twice (its second forward reads the first update's
+    results) starts a new batch for the second."""
     hyper = node.inputs[HYPER_INPUT[node.op]]
     return (node.op, tuple(sorted(node.attrs.items())), node.inputs[0].type.dtype, len(node.inputs), hyper)
 
