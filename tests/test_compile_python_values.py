@@ -165,3 +165,20 @@ def test_config_values_in_classes_large_or_nested_dicts_and_numpy_scalars_are_gu
             torch.testing.assert_close(compiled(x, y), steps[1](x, y))
     write(1.0)
     assert compiled.stats.captures == 3
+
+
+def test_a_number_argument_changing_every_call_is_named_once_in_a_warning():
+    model, opt, _, _ = make()
+
+    def step(x, y, scale):
+        loss = model(x, y) * scale
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.detach()
+    compiled = nova.compile(step)
+    gen = torch.Generator().manual_seed(0)
+    with pytest.warns(NovaRecaptureWarning, match=r"argument 2 \(a float\) changed on each of the last 3") as record:
+        for i in range(6):
+            compiled(torch.randn(4, 6, generator=gen), torch.randint(0, 5, (4,), generator=gen), 1.0 / (i + 1))
+    assert sum("argument 2" in str(w.message) for w in record) == 1 and compiled.stats.captures == 6

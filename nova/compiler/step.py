@@ -410,6 +410,9 @@ class CompiledStep:
         if self._last_key is None:
             return
         paths = python_values.changed_paths(key.python_values, self._last_key.python_values)
+        if len(key.inputs) == len(self._last_key.inputs):           # a Python number passed as an argument
+            paths += [f"argument {i} (a {new[1]})" for i, (new, old) in enumerate(zip(key.inputs, self._last_key.inputs))
+                      if new != old and new[0] == old[0] == "value"]
         self._changing = {p: self._changing.get(p, 0) + 1 for p in paths}
         for path, count in self._changing.items():
             if count >= WARN_AFTER and path not in self._warned:

@@ -576,9 +576,11 @@ def _check_mutations(gm, returned: _Returned) -> None:
         if kind in ("buffer", "data") and not (isinstance(arg, torch.fx.Node) and arg.op == "placeholder"):
             origin = arg.meta.get("nova_origin", "") if isinstance(arg, torch.fx.Node) else ""
             what_kind = "buffer" if kind == "buffer" else "argument"
+            hint = " (e.g. BatchNorm running statistics in training mode)" if kind == "buffer" else \
+                " (an in-place op on the batch: write `x = x * 2`, not `x.mul_(2)`)"
             raise NovaUnsupportedError(f"the step mutates its {what_kind} {what.name!r} in place"
-                                       f"{' at ' + origin if origin else ''} (e.g. BatchNorm running statistics in "
-                                       f"training mode); Nova updates parameters, grads and optimizer state only")
+                                       f"{' at ' + origin if origin else ''}{hint}; Nova updates parameters, grads "
+                                       f"and optimizer state only")
 
 
 def _assemble(lowered, slots: list[InputBinding], returned: _Returned, trace: _Trace):
