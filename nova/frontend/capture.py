@@ -233,7 +233,8 @@ class _Trace(TraceContext):
         """A parameter group's ``key`` read or written by the step's own code (``RecordedGroup``).  A
         read after the step's own scheduler step is refused: the scheduler runs on the host after the
         program, so the trace would bake the rate from before it."""
-        if kind == "read" and any(k == "schedule" and getattr(s, "optimizer", None) is opt for k, s in self.events):
+        if kind == "read" and key in SCHEDULED and \
+                any(k == "schedule" and getattr(s, "optimizer", None) is opt for k, s in self.events):
             raise NovaUnsupportedError(
                 f"the step reads {self.opt_names[id(opt)]}.param_groups[{group_index}][{key!r}] after stepping its "
                 f"LR scheduler: the scheduler steps on the host after the compiled program, so the step would read "
@@ -255,10 +256,15 @@ class _Trace(TraceContext):
         return self.states[key]
 
 
+SWAPPED = ("step", "zero_grad", "state", "param_groups")     # an optimizer's attributes replaced while tracing
+SCHEDULED = ("lr", "betas", "momentum")                       # the group entries LR schedulers change
+
+
 @contextlib.contextmanager
 def _intercepted(found: Discovered, trace: _Trace):
-    """Replace each optimizer's ``step`` and ``zero_grad`` by Nova's while tracing, and its ``state``
-    by the traced state (``TracedState``)."""
+    """Replace each optimizer's ``step`` and ``zero_grad`` by Nova's while tracing, its ``state`` by
+    the traced state (``TracedState``) and its parameter groups by copies that note what the step's
+    own code reads and writes (``RecordedGroup``)."""
     saved = []
 
     def make_step(name, opt, handler):
@@ -298,18 +304,17 @@ def _intercepted(found: Discovered, trace: _Trace):
     try:
         for name, opt in found.optimizers:
             handler = handler_for(opt, name)
-            saved.append((opt, {k: opt.__dict__[k] for k in ("step", "zero_grad", "state") if k in opt.__dict__}))
+            saved.append((opt, {k: opt.__dict__[k] for k in SWAPPED if k in opt.__dict__}))
             opt.step = make_step(name, opt, handler)
             opt.zero_grad = make_zero_grad(opt)
             opt.state = TracedState(opt, trace, opt.state)
-            saved[-1][1]["param_groups"] = opt.param_groups
             opt.param_groups = [RecordedGroup(group, functools.partial(trace.note_group, opt, gi),
                                               lambda: not trace.tracker.paused)
                                 for gi, group in enumerate(opt.param_groups)]
         yield
     finally:
         for opt, attrs in saved:
-            for k in ("step", "zero_grad", "state", "param_groups"):
+            for k in SWAPPED:
                 if k in attrs:
                     setattr(opt, k, attrs[k])
                 else:
