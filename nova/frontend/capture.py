@@ -438,8 +438,8 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
 def _check_escapes(fn, found: Discovered) -> None:
     """One line when the step left a tensor of the trace where its Python reaches it (a global list it
     appends the loss to, ``self.last_loss = loss``, a closure's dict): a compiled step replays only
-    tensor work, so the store would happen once, with a placeholder (``python_values.escaped``)."""
-    from nova.frontend.python_values import escaped, forget
+    tensor work, so the store would happen once, with a placeholder (``escapes.py``)."""
+    from nova.frontend.escapes import escaped, forget
     found_escapes = escaped(fn, found)
     if found_escapes:
         forget(found_escapes)                # the user's lists and dicts as they were before the capture

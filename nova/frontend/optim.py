@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import functools
 import weakref
-from dataclasses import dataclass
-
 from collections.abc import MutableMapping
+from dataclasses import dataclass
 
 import torch
 
