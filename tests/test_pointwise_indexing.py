@@ -368,3 +368,13 @@ def test_a_concat_of_many_pieces_narrows_its_vector_to_fit_a_threads_registers()
     words = 49
     assert cfg.schedule.vector == 4 and 32 + cfg.schedule.vector * words <= 255
     assert cfg.schedule.grid > 0 and any("halved until a thread" in s.reason for s in cfg.derivation)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_the_tensors_a_problem_was_planned_for_bind_to_it(case):
+    """The check the executor runs before it binds a kernel on the GPU (``launch.mismatch``), on the
+    CPU: the tensors a problem was built from are that problem's -- a RoPE table half read per batch
+    and head (a window that is also broadcast) failed it, so the GPU ran the IR reference instead."""
+    from nova.kernels.pointwise.launch import mismatch
+    tensors = case.tensors("cpu", torch.Generator().manual_seed(0))
+    assert mismatch(case.problem(tensors), case.operands(tensors), [case.output("cpu", tensors)]) == ""

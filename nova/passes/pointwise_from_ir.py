@@ -197,7 +197,8 @@ def pointwise_problem(nodes, inputs, outputs, strides_of, offset_of=None, writte
         strides = broadcast_strides(v.shape, tuple(strides), piece.shape)
         if tuple(piece.shape) == tuple(shape):
             return Operand(v.dtype, strides, align)
-        return windowed_operand(v.dtype, piece.shape, strides, shape, start, align)
+        return windowed_operand(v.dtype, piece.shape, strides, shape, start, align,
+                                axis=concat.attrs["axis"] % concat.outputs[0].type.rank)
     stores = []
     for v in outputs:
         at = written_at(v) if written_at is not None else None
@@ -283,7 +284,7 @@ def concat_problem(node, strides_of, offset_of=None) -> PointwiseProblem:
         if x.shape[axis] == shape[axis]:
             operand = Operand(x.dtype, broadcast_strides(x.shape, tuple(strides_of(x)), shape), align)
         else:
-            operand = windowed_operand(x.dtype, x.shape, strides_of(x), shape, start, align)
+            operand = windowed_operand(x.dtype, x.shape, strides_of(x), shape, start, align, axis=axis)
         pieces.append((start, b.input(len(operands), x.dtype)))
         operands.append(operand)
     return canonical_problem(shape, tuple(operands), (b, [_select_pieces(b, node, pieces)]))

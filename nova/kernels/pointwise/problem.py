@@ -237,14 +237,21 @@ def broadcast_strides(shape, strides, target) -> tuple[int, ...]:
     return tuple(out)
 
 
-def windowed_operand(dtype: str, shape, strides, target, start: int, align: int = ALIGN_MAX) -> Operand:
+def windowed_operand(dtype: str, shape, strides, target, start: int, align: int = ALIGN_MAX,
+                     axis: int | None = None) -> Operand:
     """The operand of a ``shape`` input at ``strides`` that covers ``[start, start + d)`` of the one
     axis where its extent ``d`` differs from ``target``'s (a concat's input in its slice), every other
-    axis as the target's (strides of extent-1 axes 0)."""
+    axis as the target's or broadcast over it: extent 1, or missing on the left (RoPE's table halves
+    read per batch and head; strides of extent-1 axes 0).  ``axis``: the window's axis of ``target``
+    where the caller knows it (a window of extent 1 looks like a broadcast)."""
+    if len(shape) < len(target):
+        pad = len(target) - len(shape)
+        shape, strides = (1,) * pad + tuple(shape), (0,) * pad + tuple(strides)
     if len(shape) != len(target):
         raise PointwiseProblemError(f"an input of shape {list(shape)} is not a slice of {list(target)}")
-    axes = [a for a, (d, t) in enumerate(zip(shape, target)) if d != t]
-    if len(axes) != 1 or not 0 <= start <= target[axes[0]] - shape[axes[0]]:
+    axes = [axis] if axis is not None else [a for a, (d, t) in enumerate(zip(shape, target)) if d != t and d != 1]
+    if len(axes) != 1 or any(d not in (1, t) for a, (d, t) in enumerate(zip(shape, target)) if a != axes[0]) \
+            or not 0 <= start <= target[axes[0]] - shape[axes[0]]:
         raise PointwiseProblemError(f"an input of shape {list(shape)} at {start} is not a slice of {list(target)} "
                                     "along one axis")
     (axis,) = axes
