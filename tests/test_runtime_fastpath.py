@@ -661,3 +661,15 @@ def test_a_workspace_enters_the_signature_by_size_not_by_address(torch):
     assert key != mm.signature(a, b, None, None, "none", None, False, False)
     assert mm.signature(a, b, None, None, "none", None, False, False, workspace(4096, 0xA00010)) is None
     assert mm.signature(a, b, None, None, "none", None, False, False, workspace(4096, 0xA00000, False)) is None
+
+
+def test_a_residual_laid_out_unlike_the_output_is_refused_before_any_kernel_is_looked_up(fake_stack, torch):
+    """Bad input is one line whatever the kernel cache holds: the residual's layout is checked before
+    the kernel is resolved (offline, a missing kernel used to be reported instead)."""
+    f32 = torch.float32
+    a, b = FakeTensor((64, 32), f32, 0x100000), FakeTensor((32, 48), f32, 0x200000)
+    residual = FakeTensor((64, 48), f32, 0x300000, strides=(1, 64))          # the output's shape, transposed
+    before = len(fake_stack.configured)
+    with pytest.raises(ValueError, match="residual.*must match the output"):
+        nova.matmul(a, b, residual=residual)
+    assert len(fake_stack.configured) == before

@@ -429,16 +429,16 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
     if tbias is not None:
         tensors.check_bias(tbias, N, problem.bias_dtype)
 
+    if to is None:
+        out = tensors.empty(ta, out_shape, problem.out_dtype)
+        to = tensors.describe(out, "out")
+    like_out = [tensors.check_like_output(tensors.describe(t, name), to) if t is not None else None
+                for name, t in (("residual", residual), ("preactivation", preactivation))]     # before the kernel
     resolved = resolve_kernel(problem, target, driver.get_device(ta.device if ta.device is not None else tb.device))
     ws = None
     if workspace is not None:
         ws = tensors.check_workspace(tensors.describe(workspace, "workspace"), workspace, resolved.workspace_bytes,
                                      ta.device, WORKSPACE_ALIGN, problem.describe())
-    if to is None:
-        out = tensors.empty(ta, out_shape, problem.out_dtype)
-        to = tensors.describe(out, "out")
-    like_out = [tensors.check_like_output(tensors.describe(t, name), to) if t is not None else None
-                for name, t in (("residual", residual), ("preactivation", preactivation))]
     stream = tensors.stream_source(ta)
     # alignment of A, B, C, bias, R and P is checked in ResolvedKernel.run, on every call
     resolved.run(ta.ptr, tb.ptr, to.ptr, tbias.ptr if tbias is not None else None, stream(), ws,
