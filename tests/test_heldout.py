@@ -236,3 +236,15 @@ def test_device_run_records_eager_and_device_ratios(kind, tmp_path):
     assert all(p > 0 and m > 0 for p, m in row["predictions"])
     if kind == "attention":
         assert any(row.get(f"torch_{b}_graph_us") for b in ("flash", "cudnn", "efficient", "math"))
+
+
+def test_a_transposed_operand_of_one_row_is_stated_as_the_runtime_states_it():
+    """``nova.matmul`` reads a transposed [1, K] A (or [K, 1] B) as row-major (``tensors.gemm_operand``),
+    so the host precompiles that problem: run 48's decode TN 1x8448x704 looked up an NN kernel the
+    TN precompile had not built."""
+    from nova.bench.heldout import HeldoutGemm
+    decode = HeldoutGemm(92, "decode", "TN", "bf16", False, 1, 8448, 704)
+    wide = HeldoutGemm(1, "general", "TN", "bf16", False, 64, 8448, 704)
+    assert decode.problem().trans_a is False and wide.problem().trans_a is True
+    column = HeldoutGemm(2, "decode", "NT", "bf16", False, 64, 1, 704)
+    assert column.problem().trans_b is False

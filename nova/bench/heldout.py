@@ -131,9 +131,14 @@ class HeldoutGemm:
         return LAYOUTS[self.layout][1]
 
     def problem(self):
-        """The ``GemmProblem`` ``nova.matmul`` states for this draw (no epilogue, output in the input storage)."""
+        """The ``GemmProblem`` ``nova.matmul`` states for this draw (no epilogue, output in the input storage):
+        a transposed operand of one row or column is row-major too, and the runtime states it so
+        (``tensors.gemm_operand``), so the host precompiles what the device looks up."""
         from nova.kernels.gemm.problem import GemmProblem
-        return GemmProblem(self.M, self.N, self.K, self.dtype, self.trans_a, self.trans_b)
+        from nova.runtime.tensors import is_c_contiguous
+        trans_a = self.trans_a and not is_c_contiguous((self.M, self.K), (1, self.M))
+        trans_b = self.trans_b and not is_c_contiguous((self.K, self.N), (1, self.K))
+        return GemmProblem(self.M, self.N, self.K, self.dtype, trans_a, trans_b)
 
     def describe(self) -> str:
         return f"#{self.index} {self.klass} {self.layout} {self.M}x{self.N}x{self.K} {self.dtype}{' odd' if self.odd else ''}"
