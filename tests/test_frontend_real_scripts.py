@@ -926,3 +926,37 @@ def test_cpu_autocast_layer_norm_runs_on_the_executor():
         got, spec, want = executor(x, y), reference(x, y), eager(x, y)
         torch.testing.assert_close(got, spec, rtol=1e-6, atol=1e-6)
         assert abs(got.item() - want.item()) < 2e-3 * abs(want.item())
+
+
+@pytest.mark.parametrize("backend", ["reference", "executor"])
+def test_left_padding_masks_whole_rows_and_they_give_zero_like_eager(backend):
+    """Hugging Face's causal & padding mask over a left-padded batch masks every key of the padded
+    queries: eager's SDPA returns 0 there and no gradient (a softmax over a floored bias would average V
+    and send gradients into q, k and the projections)."""
+    torch.manual_seed(0)
+    models = [MaskedAttention(dim=8, heads=2)]
+    models.append(copy.deepcopy(models[0]))
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in models]
+
+    def make_step(model, opt):
+        def step(x, padding_mask):
+            out = model(x, padding_mask)
+            loss = out.square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss.detach(), out.detach()
+        return step
+    compiled = nova.compile(make_step(models[0], opts[0]), backend=backend)
+    eager = make_step(models[1], opts[1])
+    gen = torch.Generator().manual_seed(1)
+    padding = torch.ones(3, 6, dtype=torch.long)
+    padding[0, :2] = 0                                   # left padding: queries 0 and 1 of sequence 0 see no key
+    padding[2, :4] = 0
+    for _ in range(3):
+        x = torch.randn(3, 6, 8, generator=gen)
+        (loss, out), (want_loss, want_out) = compiled(x, padding), eager(x, padding)
+        torch.testing.assert_close(out, want_out, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(loss, want_loss, rtol=1e-5, atol=1e-7)
+    for p, q in zip(*(m.parameters() for m in models)):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)

@@ -893,12 +893,15 @@ def _attention(ctx, q, k, v, *, dropout_p=0.0, is_causal=False, attn_mask=None, 
         raise NovaUnsupportedError(f"attention with dropout_p={dropout_p} is not supported{ctx.where()}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     attn_mask, is_causal = fold_constant_mask(ctx, attn_mask, q, k, is_causal)
+    kept = _rows_kept(ctx, attn_mask, q, k, is_causal)
     bias, is_causal = attention_bias(ctx, attn_mask, q, k, is_causal)
     if (attn_mask is not None and bias is None) or _top_left_differs(q, k, is_causal):
         out, lse = _masked_attention(ctx, q, k, v, attn_mask, scale, is_causal)
     else:
         out, lse = ctx.op("attention", q, k, v, *([bias] if bias is not None else []), scale=scale,
                           causal=bool(is_causal))
+    if kept is not None:                    # a row whose every key is masked: eager's SDPA returns 0 there
+        out = ctx.op("where", kept, out, ctx.const(0.0, out.dtype))
     results = [None] * n_results
     results[0] = out
     val = ctx.meta[lse_index]
@@ -963,6 +966,30 @@ def _scores(ctx, q, k, mask, scale, causal):
     return s
 
 
+def _rows_kept(ctx, mask, q, k, causal):
+    """``[B|1, H|1, Tq, 1]`` bool: the score rows a runtime mask (with the causal pattern, top-left
+    aligned as torch's) leaves at least one key; None without a runtime mask.  Eager's SDPA returns 0
+    for a row whose every key is masked (a left-padded sequence's first queries under Hugging Face's
+    causal & padding mask) and gives it no gradient, where softmax over a floored bias would average
+    V; a float mask counts a key masked where it is -inf (``finfo.min`` is a key, as in eager).  The
+    decision is made once per mask value (the forward and the backward agree)."""
+    if mask is None or not isinstance(mask, Value):
+        return None
+    made = ctx.__dict__.setdefault("attention_rows_kept", {})
+    if (mask, bool(causal)) in made:
+        return made[(mask, bool(causal))]
+    keep = mask if mask.dtype == "bool" else ctx.op("gt", mask, ctx.const(-math.inf, mask.dtype))
+    if causal:
+        t_q, t_k = q.shape[2], k.shape[2]
+        rows = ctx.reshape(ctx.op("iota", length=t_q, dtype="i64"), (t_q, 1))
+        cols = ctx.reshape(ctx.op("iota", length=t_k, dtype="i64"), (1, t_k))
+        keep = ctx.op("logical_and", keep, ctx.op("le", ctx.op("sub", cols, rows), ctx.const(0, "i64")))
+    any_key = ctx.op("max", ctx.cast(keep, "f32"), axes=(keep.type.rank - 1,), keepdim=True)
+    kept = ctx.op("gt", any_key, ctx.const(0.0, "f32"))
+    made[(mask, bool(causal))] = kept
+    return kept
+
+
 def _masked_attention(ctx, q, k, v, mask, scale, causal):
     """Attention with a mask, in IR primitives: (out, natural-log lse [B, H, T])."""
     heads = q.shape[1]
@@ -972,6 +999,7 @@ def _masked_attention(ctx, q, k, v, mask, scale, causal):
     row_max = ctx.op("where", ctx.op("eq", row_max, ctx.const(-math.inf, s.dtype)), ctx.const(0, s.dtype), row_max)
     e = ctx.op("exp", ctx.op("sub", s, row_max))
     total = ctx.op("sum", e, axes=(3,), keepdim=True)
+    total = ctx.op("where", ctx.op("eq", total, ctx.const(0, s.dtype)), ctx.const(1, s.dtype), total)   # no key: 0 out
     out = ctx.op("matmul", ctx.op("div", e, total), ctx.cast(v, s.dtype))
     lse = ctx.op("add", ctx.op("log", total), row_max)
     return ctx.cast(out, q.dtype), ctx.reshape(lse, lse.shape[:3])
@@ -1005,6 +1033,9 @@ def _attention_backward(ctx, dout, q, k, v, out, lse, *, scale, is_causal, dropo
         raise NovaUnsupportedError(f"attention with dropout_p={dropout_p} is not supported{ctx.where()}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     attn_mask, is_causal = fold_constant_mask(ctx, attn_mask, q, k, is_causal)
+    kept = _rows_kept(ctx, attn_mask, q, k, is_causal)
+    if kept is not None:                    # a row whose every key is masked gives no gradient (eager's 0 output)
+        dout = ctx.op("where", kept, dout, ctx.const(0.0, dout.dtype))
     bias, is_causal = attention_bias(ctx, attn_mask, q, k, is_causal)
     if (attn_mask is not None and bias is None) or _top_left_differs(q, k, is_causal):
         grads = _masked_attention_backward(ctx, dout, q, k, v, out, _lse(ctx, lse, q.shape[2]), attn_mask, scale, is_causal)
