@@ -960,3 +960,27 @@ def test_left_padding_masks_whole_rows_and_they_give_zero_like_eager(backend):
         torch.testing.assert_close(loss, want_loss, rtol=1e-5, atol=1e-7)
     for p, q in zip(*(m.parameters() for m in models)):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+class _Queue(nn.Module):
+    """MoCo's queue of keys, rebuilt with torch.cat in forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.key = nn.Linear(8, 5)
+        self.register_buffer("queue", torch.zeros(12, 5))
+
+    def forward(self, x):
+        k = self.key(x)
+        logits = k @ self.queue.t()
+        with torch.no_grad():
+            self.queue = torch.cat([k.detach(), self.queue[:-k.shape[0]]], 0)
+        return logits.square().mean() + k.square().mean()
+
+
+def test_a_buffer_assigned_anew_in_forward_is_one_line_and_the_buffer_is_kept():
+    model = _Queue()
+    queue = model.queue
+    with pytest.raises(nova.NovaUnsupportedError, match=r"assigns a new tensor to model.queue") as e:
+        nova.compile(forward_backward(model, lambda m, x: m(x)))(torch.randn(4, 8))
+    assert "\n" not in str(e.value) and model.queue is queue

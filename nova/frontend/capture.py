@@ -200,19 +200,23 @@ def _arg_names(fn, args, kwargs, n: int) -> list[str]:
 @contextlib.contextmanager
 def _swapped_tensors(found: Discovered, replacements: dict[int, torch.Tensor]):
     """Put the traced leaves into the user's modules in place of their parameters and buffers
-    (by identity: a tied weight is replaced everywhere it appears); restore them afterwards."""
-    saved = []
+    (by identity: a tied weight is replaced everywhere it appears); restore them afterwards.  Yields
+    a list that names, once the block is left, each one the step assigned anew (``self.queue =
+    torch.cat(...)``: a compiled step would make that assignment once, at capture)."""
+    saved, reassigned = [], []
     try:
-        for _, model in found.models:
-            for m in model.modules():
+        for name, model in found.models:
+            for path, m in model.named_modules():
                 for store in (m._parameters, m._buffers):
                     for k, t in list(store.items()):
                         if t is not None and id(t) in replacements:
-                            saved.append((store, k, t))
+                            saved.append((store, k, t, _join(name, f"{path}.{k}" if path else k)))
                             store[k] = replacements[id(t)]
-        yield
+        yield reassigned
     finally:
-        for store, k, t in reversed(saved):
+        for store, k, t, where in reversed(saved):
+            if store.get(k) is not replacements[id(t)]:
+                reassigned.append(where)
             store[k] = t
 
 
@@ -388,11 +392,16 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
             elif slot.kind == "data":
                 args_leaves[slot.arg_index] = t
         user_args, user_kwargs = pytree.tree_unflatten(args_leaves, args_spec)
-        with _swapped_tensors(found, replacements), _undiscovered_refused(found), _intercepted(found, trace), \
+        with _swapped_tensors(found, replacements) as reassigned, _undiscovered_refused(found), _intercepted(found, trace), \
                 OriginalsResolved(replacements), finite_norm_checks(trace.checks), DeviceAutocast(device_type), functional_collectives(), \
                 data_parallel.traced(found, lambda p: trace.leaves.get(id(p), p)), schedulers.recorded(trace.events), \
                 tracker:
             result = fn(*user_args, **user_kwargs)
+        if reassigned:
+            raise NovaUnsupportedError(
+                f"the step assigns a new tensor to {', '.join(dict.fromkeys(reassigned))} (a buffer or parameter "
+                f"replaced in forward, e.g. a queue rebuilt with torch.cat); Nova updates parameters, grads and "
+                f"optimizer state in place only: update it in place outside the compiled function")
         tracker.set("")
         return _collect(result, slots, flat, trace, returned)
 
