@@ -984,3 +984,14 @@ def test_a_buffer_assigned_anew_in_forward_is_one_line_and_the_buffer_is_kept():
     with pytest.raises(nova.NovaUnsupportedError, match=r"assigns a new tensor to model.queue") as e:
         nova.compile(forward_backward(model, lambda m, x: m(x)))(torch.randn(4, 8))
     assert "\n" not in str(e.value) and model.queue is queue
+
+
+def test_a_dataclass_batch_is_one_line_naming_the_argument():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Batch:
+        x: torch.Tensor
+    model = nn.Linear(4, 2)
+    with pytest.raises(nova.NovaUnsupportedError, match=r"inside \w+ \(Batch\), an argument torch's pytree does not"):
+        nova.compile(forward_backward(model, lambda m, batch: m(batch.x).sum()))(Batch(torch.randn(3, 4)))

@@ -77,6 +77,12 @@ class Captured:
 
 
 # ====================================================================== checks
+# forward hooks whose whole effect is on the tensors they see, so the trace records it: Hugging Face's
+# ``enable_input_require_grads`` (installed by ``gradient_checkpointing_enable``) marks the embeddings'
+# output as requiring grad
+TRACED_HOOKS = frozenset({"make_inputs_require_grads"})
+
+
 def _check_supported(found: Discovered) -> None:
     from torch.nn.modules import module as module_mod
     for attr in ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
@@ -91,7 +97,8 @@ def _check_supported(found: Discovered) -> None:
     for name, model in found.models:
         for path, m in model.named_modules():
             for attr in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"):
-                if getattr(m, attr, None):
+                hooks = getattr(m, attr, None) or {}
+                if any(getattr(h, "__name__", "") not in TRACED_HOOKS for h in hooks.values()):
                     raise NovaUnsupportedError(f"module {_join(name, path)} ({type(m).__name__}) has a "
                                                f"{attr.strip('_').replace('_', ' ')[:-1]}; Nova cannot replay hooks")
         for path, p in model.named_parameters():
@@ -423,7 +430,7 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
     except Exception as e:
         if not is_tracing_limitation(e):
             raise users_error(e) from None          # the user's own error, as eager raises it
-        raise _explain_failure(e, tracker) from e
+        raise _explain_failure(e, tracker, _unflattened_arguments(flat_args, arg_names)) from e
     t1 = time.perf_counter()
 
     _check_mutations(gm, returned)
@@ -657,8 +664,20 @@ def _assemble(lowered, slots: list[InputBinding], returned: _Returned, trace: _T
     return g, bindings
 
 
-def _explain_failure(e: Exception, tracker: OriginTracker) -> NovaUnsupportedError:
-    """One line for an exception raised while tracing the user's step."""
+def _unflattened_arguments(flat_args, arg_names) -> list[str]:
+    """The arguments that hold tensors torch's pytree does not reach (a dataclass, a plain object):
+    their tensors are not inputs of the capture."""
+    found = []
+    for name, leaf in zip(arg_names, flat_args):
+        fields = vars(leaf) if hasattr(leaf, "__dict__") and not isinstance(leaf, (torch.Tensor, torch.nn.Module)) else {}
+        if any(isinstance(v, torch.Tensor) for v in fields.values()):
+            found.append(f"{name} ({type(leaf).__name__})")
+    return found
+
+
+def _explain_failure(e: Exception, tracker: OriginTracker, unflattened=()) -> NovaUnsupportedError:
+    """One line for an exception raised while tracing the user's step (``unflattened``: arguments whose
+    tensors the capture does not see, ``_unflattened_arguments``)."""
     where = tracker.current or traceback_location(e.__traceback__)
     at = f" at {where}" if where else ""
     kind = type(e).__name__
@@ -670,6 +689,10 @@ def _explain_failure(e: Exception, tracker: OriginTracker) -> NovaUnsupportedErr
     if "tensor subclass" in text or "data pointer" in text:
         return NovaUnsupportedError(f"reading a tensor's memory on the host is not supported while capturing "
                                     f"({text.rstrip('.')}){at}")
+    if ("FakeTensor" in text or "convert all Tensors" in text) and unflattened:
+        return NovaUnsupportedError(f"the step reads tensors inside {', '.join(unflattened)}, an argument torch's pytree "
+                                    f"does not flatten: pass a dict, tuple or namedtuple, or register the class "
+                                    f"(torch.utils._pytree.register_dataclass){at}")
     if "FakeTensor" in text or "convert all Tensors" in text:
         return NovaUnsupportedError(f"the step uses a tensor that is neither a parameter or buffer of the modules "
                                     f"found, nor an argument (a module attribute or a global? make it a buffer, pass "
