@@ -837,6 +837,17 @@ class _LogitScale(nn.Module):
         return self.fc(x) * self.scale
 
 
+def _train_step(model, opt, loss_of):
+    """``loss_of(model, *batch)``, its backward, the update and ``zero_grad``; returns the loss."""
+    def step(*batch):
+        loss = loss_of(model, *batch)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.detach()
+    return step
+
+
 def _masked_loss(model, x, y):
     out = model(x)
     out = torch.where((y != 0)[:, None], out, torch.zeros_like(out))      # a mask over a Linear's output
@@ -854,16 +865,8 @@ def test_a_zero_dim_parameter_a_masked_linear_and_a_constant_weight_train_like_e
     make = (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)) if optimizer == "sgd" else \
         (lambda p: torch.optim.AdamW(p, lr=1e-2))
     opts = [make(m.parameters()) for m in models]
-
-    def make_step(model, opt):
-        def step(x, y):
-            loss = _masked_loss(model, x, y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            return loss.detach()
-        return step
-    compiled, eager = nova.compile(make_step(models[0], opts[0]), backend=backend), make_step(models[1], opts[1])
+    compiled = nova.compile(_train_step(models[0], opts[0], _masked_loss), backend=backend)
+    eager = _train_step(models[1], opts[1], _masked_loss)
     gen = torch.Generator().manual_seed(1)
     for _ in range(3):
         x, y = torch.randn(8, 16, generator=gen), torch.randint(0, 5, (8,), generator=gen)
@@ -908,18 +911,12 @@ def test_cpu_autocast_layer_norm_runs_on_the_executor():
     models = [copy.deepcopy(base) for _ in range(3)]
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
 
-    def make_step(model, opt):
-        def step(x, y):
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            return loss.detach()
-        return step
-    executor = nova.compile(make_step(models[0], opts[0]), backend="executor")
-    reference = nova.compile(make_step(models[1], opts[1]), backend="reference")
-    eager = make_step(models[2], opts[2])
+    def autocast_loss(model, x, y):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return F.cross_entropy(model(x), y)
+    executor = nova.compile(_train_step(models[0], opts[0], autocast_loss), backend="executor")
+    reference = nova.compile(_train_step(models[1], opts[1], autocast_loss), backend="reference")
+    eager = _train_step(models[2], opts[2], autocast_loss)
     gen = torch.Generator().manual_seed(1)
     for _ in range(3):
         x, y = torch.randn(8, 16, generator=gen), torch.randint(0, 5, (8,), generator=gen)
