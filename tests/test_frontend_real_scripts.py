@@ -178,6 +178,7 @@ def test_an_lstm_is_one_line_naming_the_op_module_and_line():
     message = str(info.value)
     assert "\n" not in message and "Unmodeled" not in message
     assert message.startswith("op aten.") and "rnn" in message         # the ATen op
+    assert "nn.LSTMCell" in message                                      # and what traces instead
     assert " at rnn (test_frontend_real_scripts.py:" in message        # module path and source line
     assert_untouched(model, opt, before)
 

@@ -256,8 +256,10 @@ class Lowerer:
                 result = self._opaque(node, args, kwargs)
             return self._conform(result, node.meta.get("val"))
         except UnsupportedDtype as e:        # a value of a type the IR lacks: an error only if something reads it
+            hint = next((h for name, h in KERNEL_HINTS.items() if name in str(target)), "")
             return Unmodeled(f"a result of {target} ({e})",
-                             error=f"op {target} is not supported{self.where()}: it produces a value Nova cannot hold ({e})")
+                             error=f"op {target}{hint} is not supported{self.where()}: it produces a value Nova cannot "
+                                   f"hold ({e})")
 
     def _lowering_failed(self, e: Exception, args, kwargs) -> NovaUnsupportedError:
         """One line for a lowering that could not handle its arguments: the unsupported op an
@@ -882,6 +884,11 @@ def _nll_loss_backward(ctx, dloss, logp, target, weight, reduction, ignore_index
 
 
 # ---------------------------------------------------------------- attention (every SDPA kernel)
+# ATen kernels that stand for a whole module, named for the user where an op of theirs is refused
+KERNEL_HINTS = {"mkldnn_rnn_layer": " (nn.LSTM's fused CPU kernel: a loop over nn.LSTMCell, or nn.GRU, traces)",
+                "_cudnn_rnn": " (nn.LSTM's cuDNN kernel: a loop over nn.LSTMCell, or nn.GRU, traces)"}
+
+
 def _attention(ctx, q, k, v, *, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None, n_results: int,
                lse_index: int = 1):
     """Every SDPA kernel's forward -> the IR ``attention`` (natural-log log-sum-exp, f32, [B, H, T]);
