@@ -993,3 +993,26 @@ def test_a_dataclass_batch_is_one_line_naming_the_argument():
     model = nn.Linear(4, 2)
     with pytest.raises(nova.NovaUnsupportedError, match=r"inside \w+ \(Batch\), an argument torch's pytree does not"):
         nova.compile(forward_backward(model, lambda m, batch: m(batch.x).sum()))(Batch(torch.randn(3, 4)))
+
+
+def _bag_loss(model, ids, y):
+    bag, head = model
+    return F.cross_entropy(head(bag(ids)), y)
+
+
+@pytest.mark.parametrize("backend", ["reference", "executor"])
+def test_an_embedding_bag_trains_like_eager(backend):
+    """``nn.EmbeddingBag(mode="mean")`` runs on ATen: its kernel leaves the max indices empty outside
+    max mode where its meta function states their shape (the executor copied the empty result)."""
+    torch.manual_seed(0)
+    models = [nn.ModuleList([nn.EmbeddingBag(30, 16, mode="mean"), nn.Linear(16, 5)])]
+    models.append(copy.deepcopy(models[0]))
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in models]
+    compiled = nova.compile(_train_step(models[0], opts[0], _bag_loss), backend=backend)
+    eager = _train_step(models[1], opts[1], _bag_loss)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(3):
+        ids, y = torch.randint(0, 30, (4, 6), generator=gen), torch.randint(0, 5, (4,), generator=gen)
+        torch.testing.assert_close(compiled(ids, y), eager(ids, y), rtol=1e-5, atol=1e-6)
+    for p, q in zip(*(m.parameters() for m in models)):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
