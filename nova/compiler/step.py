@@ -341,7 +341,7 @@ class CompiledStep:
         t1 = time.perf_counter()
         key = self._note_side_effects(found, key, args, kwargs)
         if any(path not in self._group_reads for *_, path in captured.group_reads):
-            self._group_reads.update({path: read for read in captured.group_reads for path in [read[3]]})
+            self._group_reads.update({read[3]: read for read in captured.group_reads})
             key = self._key(found, args, kwargs)
         self._warn_if_returning_python_values(captured)
         device = _device_of(found, args, kwargs)

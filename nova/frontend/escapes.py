@@ -14,8 +14,8 @@ import types
 
 import torch
 
-from nova.frontend.discover import _code_names, modules_of
-from nova.frontend.python_values import _MAX_ITEMS, _SKIPPED_ATTRS, _user_class
+from nova.frontend.discover import modules_of
+from nova.frontend.python_values import _MAX_ITEMS, _SKIPPED_ATTRS, _user_class, function_places
 
 
 def _traced(value) -> bool:
@@ -70,20 +70,7 @@ def escaped(fn, found) -> list:
             for attr, value in vars(module).items():
                 if attr not in _SKIPPED_ATTRS:
                     _escaped_in(f"{name}.{path}.{attr}" if path else f"{name}.{attr}", value, out, 2)
-    seen: set = set()
-    for f in (fn, *found.functions):
-        f = getattr(f, "__func__", f)
-        code = getattr(f, "__code__", None)
-        if code is None or id(f) in seen:
-            continue
-        seen.add(id(f))
-        glob = getattr(f, "__globals__", {})
-        for name in dict.fromkeys(_code_names(code)):
-            if name in glob:
-                _escaped_in(f"global {glob.get('__name__', '?')}.{name}", glob[name], out, 2)
-        for name, cell in zip(code.co_freevars, f.__closure__ or ()):
-            try:
-                _escaped_in(f"{getattr(f, '__qualname__', 'step')}: closure {name}", cell.cell_contents, out, 2)
-            except ValueError:                  # an empty cell
-                continue
+    for f in dict.fromkeys(getattr(f, "__func__", f) for f in (fn, *found.functions)):
+        for path, value in function_places(f):
+            _escaped_in(path, value, out, 2)
     return out

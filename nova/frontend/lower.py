@@ -956,16 +956,20 @@ def _repeat_heads(ctx, x, heads: int):
     return ctx.reshape(x, (b, heads, s, d))
 
 
+def _causal_keep(ctx, t_q: int, t_k: int):
+    """``[Tq, Tk]`` bool: torch's is_causal pattern, top-left aligned (column <= row)."""
+    rows = ctx.reshape(ctx.op("iota", length=t_q, dtype="i64"), (t_q, 1))
+    cols = ctx.reshape(ctx.op("iota", length=t_k, dtype="i64"), (1, t_k))
+    return ctx.op("le", ctx.op("sub", cols, rows), ctx.const(0, "i64"))
+
+
 def _scores(ctx, q, k, mask, scale, causal):
     """q k^T * scale (at least FP32), with the causal mask and ``mask`` (bool: keep; float: added)."""
     wide = "f64" if q.dtype == "f64" else "f32"
     s = ctx.op("mul", ctx.op("matmul", ctx.cast(q, wide), ctx.cast(k, wide), transpose_b=True), ctx.const(scale, wide))
     t_q, t_k = s.shape[-2:]
-    if causal:                                  # torch's is_causal: top-left aligned (column <= row)
-        rows = ctx.reshape(ctx.op("iota", length=t_q, dtype="i64"), (t_q, 1))
-        cols = ctx.reshape(ctx.op("iota", length=t_k, dtype="i64"), (1, t_k))
-        keep = ctx.op("le", ctx.op("sub", cols, rows), ctx.const(0, "i64"))
-        s = ctx.op("where", keep, s, ctx.const(-math.inf, wide))
+    if causal:
+        s = ctx.op("where", _causal_keep(ctx, t_q, t_k), s, ctx.const(-math.inf, wide))
     if mask is not None and mask.dtype == "bool":
         s = ctx.op("where", mask, s, ctx.const(-math.inf, wide))
     elif mask is not None:
@@ -987,10 +991,7 @@ def _rows_kept(ctx, mask, q, k, causal):
         return made[(mask, bool(causal))]
     keep = mask if mask.dtype == "bool" else ctx.op("gt", mask, ctx.const(-math.inf, mask.dtype))
     if causal:
-        t_q, t_k = q.shape[2], k.shape[2]
-        rows = ctx.reshape(ctx.op("iota", length=t_q, dtype="i64"), (t_q, 1))
-        cols = ctx.reshape(ctx.op("iota", length=t_k, dtype="i64"), (1, t_k))
-        keep = ctx.op("logical_and", keep, ctx.op("le", ctx.op("sub", cols, rows), ctx.const(0, "i64")))
+        keep = ctx.op("logical_and", keep, _causal_keep(ctx, q.shape[2], k.shape[2]))
     any_key = ctx.op("max", ctx.cast(keep, "f32"), axes=(keep.type.rank - 1,), keepdim=True)
     kept = ctx.op("gt", any_key, ctx.const(0.0, "f32"))
     made[(mask, bool(causal))] = kept

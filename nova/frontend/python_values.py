@@ -109,33 +109,39 @@ def _class_values(path: str, cls: type, out: list, seen: set) -> None:
             out.append((f"{path}.{name}", plain))
 
 
-def _function_values(where: str, fn, out: list, seen: set) -> None:
-    """The globals a function's code names and its closure cells, as plain data."""
+def function_places(fn, where: str = "step"):
+    """``(path, value)`` of each global ``fn``'s code names and each of its closure cells (an empty
+    cell, a variable assigned later, left out): where a function reads Python state.  ``fn`` is a
+    function or a bound method; nothing for an object without code."""
     fn = getattr(fn, "__func__", fn)
     code = getattr(fn, "__code__", None)
-    if code is None or ("fn", id(fn)) in seen:
+    if code is None:
         return
-    seen.add(("fn", id(fn)))
     glob = getattr(fn, "__globals__", {})
     module = glob.get("__name__", "?")
     for name in dict.fromkeys(_code_names(code)):
         if name in glob:
-            value = glob[name]
-            plain = _plain(value)
-            if plain is not _NOT_PLAIN:
-                out.append((f"global {module}.{name}", plain))
-            else:
-                _container_values(f"global {module}.{name}", value, out, seen, 1)
+            yield f"global {module}.{name}", glob[name]
     for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
         try:
             value = cell.cell_contents
-        except ValueError:                      # an empty cell (a variable assigned later)
+        except ValueError:
             continue
+        yield f"{getattr(fn, '__qualname__', where)}: closure {name}", value
+
+
+def _function_values(where: str, fn, out: list, seen: set) -> None:
+    """The globals a function's code names and its closure cells, as plain data."""
+    fn = getattr(fn, "__func__", fn)
+    if ("fn", id(fn)) in seen:
+        return
+    seen.add(("fn", id(fn)))
+    for path, value in function_places(fn, where):
         plain = _plain(value)
         if plain is not _NOT_PLAIN:
-            out.append((f"{getattr(fn, '__qualname__', where)}: closure {name}", plain))
+            out.append((path, plain))
         else:
-            _container_values(f"{getattr(fn, '__qualname__', where)}: closure {name}", value, out, seen, 1)
+            _container_values(path, value, out, seen, 1)
 
 
 @functools.lru_cache(maxsize=None)

@@ -31,9 +31,6 @@ class SchedulerCalls:
     before: list = field(default_factory=list)
     after: list = field(default_factory=list)
 
-    def __bool__(self) -> bool:
-        return bool(self.before or self.after)
-
 
 def _scheduler_classes() -> list[type]:
     """``LRScheduler`` and every subclass loaded now that defines its own ``step``."""
