@@ -304,13 +304,15 @@ def replanned(p: GemmProblem, s: SkinnySchedule, splits: int) -> SkinnySchedule:
 def test_k_split_chunks_and_staging_rounds_on_the_cpu():
     """Slices of several chunks of A, each staged in several rounds (one load a thread each), the chunks
     of several trips and the last one short (its tail trip), the last slice shorter; 1 slice, 2, and 9
-    (the last CTA's groups add two each, the last group's past the slices)."""
+    (the last CTA's groups add two each, the last group's past the slices); and 9 slices of a block of
+    2,048 outputs (8 a thread: the last CTA's runs of loads cross from one output's partials to the next)."""
     mlir_or_skip()
     from nova.kernels.gemm.emit_skinny import check_supported
     rounds = []
     for case, splits in [((3, 200, 3000, "tf32", False, False, True, "none"), 2),
                          ((5, 70, 2999, "bf16", True, True, False, "relu"), 1),
-                         ((2, 130, 4001, "fp16", False, False, False, "none"), 11)]:
+                         ((2, 130, 4001, "fp16", False, False, False, "none"), 11),
+                         ((8, 256, 2000, "bf16", True, False, False, "none"), 9)]:
         p = GemmProblem(*case)
         s = replanned(p, configure(p, "h200", kernel="skinny").schedule, splits)
         check_supported(p, s)
@@ -320,3 +322,21 @@ def test_k_split_chunks_and_staging_rounds_on_the_cpu():
         assert not np.isnan(got).any()
         assert np.linalg.norm(got - ref) / np.linalg.norm(ref) <= TOL[p.dtype], s.label()
     assert max(rounds) > 1
+
+
+def test_the_last_ctas_trips_count_every_load_of_its_threads():
+    """A thread of the last CTA loads the partials of all its outputs, REDUCE_UNROLL at a time: 8x256 bf16
+    has 2,048 outputs a column block (8 a thread), so 106 slices cost 1 + 8 x 106 / 32 = 28 trips (the
+    H100 measured 61 us for that kernel, predicted 9.9 when one output a thread was counted) and the
+    configurator runs the tensor-core tiles instead; 3x896 (768 outputs, 3 a thread) keeps the skinny
+    kernel with its tail priced at 1 + 3 x 57 / 32 = 7 trips."""
+    gpu = get_target("h200")
+    decode = GemmProblem(8, 256, 13568, "bf16", True, False)
+    assert not configure(decode, gpu).skinny
+    forced = configure(decode, gpu, kernel="skinny")
+    assert forced.schedule.splits > 1 and forced.schedule.columns * decode.M > forced.schedule.threads
+    trips = 1 + -(-(decode.M * forced.schedule.columns // forced.schedule.threads) * forced.schedule.splits
+                  // skinny.REDUCE_UNROLL)
+    assert forced.prediction.terms_us["last_cta"] == pytest.approx(trips * gpu.mem_latency_ns * 1e-3)
+    kept = configure(GemmProblem(3, 896, 10944, "bf16"), gpu)
+    assert kept.skinny and kept.prediction.terms_us["last_cta"] == pytest.approx(7 * 0.8)

@@ -29,8 +29,8 @@ Per CTA and K slice (thread layouts in ``skinny_schedule.py``):
   barrier and thread 0 takes a ticket (``atom.global.add`` on the block's counter).  The CTA with the
   last ticket fences again and adds the region's slices in order (``ld.relaxed.gpu``: the memory
   model's loads, never an L1 line from before the fence): thread group g of
-  ``reduce_groups`` adds slices ``[g * per, (g + 1) * per)`` of its outputs (``REDUCE_UNROLL`` loads in
-  flight), the groups' sums meet in shared memory in group order, the epilogue writes C, and thread
+  ``reduce_groups`` adds slices ``[g * per, (g + 1) * per)`` of its outputs (a thread's outputs in
+  turn, their loads in runs of ``REDUCE_UNROLL`` in flight, each output's added in slice order), the groups' sums meet in shared memory in group order, the epilogue writes C, and thread
   0 resets the counter.  No float atomics: the same bits on every run, whichever CTA is last.
 """
 from __future__ import annotations
@@ -349,24 +349,29 @@ class SkinnyKernel:
         def reduce():
             ir.emit(FENCE)
             base = ir.mul(bx, s.region(p.M), "w_region")
-            sums = []
-            for j in range(cdiv(outputs * groups, s.threads)):          # (output, group) pairs q = g x outputs + o
+            # (output, group) pairs q = g x outputs + o, a thread's in turn; its loads of the partials in
+            # runs of REDUCE_UNROLL over all of them (loads first, then the adds: one trip a run), each
+            # output's partials added in slice order
+            pairs, loads = [], []
+            for j in range(cdiv(outputs * groups, s.threads)):
                 q = ir.add(tid, j * s.threads, "q")
                 in_range = True if (j + 1) * s.threads <= outputs * groups else ir.cmp("slt", q, outputs * groups, "q_ok")
                 o, g = (ir.rem(q, outputs, "o"), ir.div(q, outputs, "g")) if groups > 1 else (q, 0)
-                so = ir.select(in_range, o, 0, hint="o_safe")
-                total = None
-                for run in range(cdiv(per, REDUCE_UNROLL)):
-                    parts = []
-                    for i in range(run * REDUCE_UNROLL, min(per, (run + 1) * REDUCE_UNROLL)):
-                        sl = ir.add(ir.mul(g, per, "s_lo"), i, "sl")
-                        valid = True if groups * per == s.splits else ir.cmp("slt", sl, s.splits, "sl_ok")
-                        at = ir.add(ir.add(base, ir.mul(ir.select(valid, sl, 0, hint="sl_safe"), outputs, "w_slab"),
-                                           "w_at0"), so, "w_at")
-                        parts.append(ir.fsel(valid, ir.load_relaxed("W", at), ir.f(0.0), "part"))
-                    for x in parts:
-                        total = x if total is None else ir.fadd(total, x, "sum")
-                sums.append((q, o, in_range, total))
+                pairs.append((q, o, in_range, ir.select(in_range, o, 0, hint="o_safe"), g))
+                loads += [(len(pairs) - 1, i) for i in range(per)]
+            totals = [None] * len(pairs)
+            for run in range(0, len(loads), REDUCE_UNROLL):
+                parts = []
+                for j, i in loads[run:run + REDUCE_UNROLL]:
+                    g, so = pairs[j][4], pairs[j][3]
+                    sl = ir.add(ir.mul(g, per, "s_lo"), i, "sl")
+                    valid = True if groups * per == s.splits else ir.cmp("slt", sl, s.splits, "sl_ok")
+                    at = ir.add(ir.add(base, ir.mul(ir.select(valid, sl, 0, hint="sl_safe"), outputs, "w_slab"),
+                                       "w_at0"), so, "w_at")
+                    parts.append((j, ir.fsel(valid, ir.load_relaxed("W", at), ir.f(0.0), "part")))
+                for j, x in parts:
+                    totals[j] = x if totals[j] is None else ir.fadd(totals[j], x, "sum")
+            sums = [(q, o, in_range, totals[j]) for j, (q, o, in_range, _, _) in enumerate(pairs)]
             if groups == 1:
                 for _, o, in_range, total in sums:
                     ir.guarded(in_range, lambda o=o, total=total: self.write_c(bx, o, total))

@@ -62,8 +62,8 @@ STAGE_BYTES = 16384       # [EST] FP32 bytes of A staged at a time: at most 16 l
 STAGE_LOADS_MIN = 4       # [EST] A's loads a thread issues at least per staging round (more where the FMA
                           # loop's registers leave room: value and index each)
 SPLITS_MAX = 128          # [EST] K slices at most: the last CTA's sum of a column's slices stays a few trips
-REDUCE_UNROLL = 16        # [EST] partials a thread of the last CTA loads before adding them (its other
-                          # values are dead by then: 16 loads and their addresses fit any cap)
+REDUCE_UNROLL = 32        # [EST] partials a thread of the last CTA loads before adding them (its other
+                          # values are dead by then: 32 loads and their addresses fit the caps, ptxas checks)
 
 F = formulas("""
     fma_rate = clock_hz * fp32_lanes_per_sm * sm_count
@@ -85,8 +85,9 @@ F = formulas("""
     t_fma = 1000000.0 * K * N * (converts + m) / fma_rate
     t_kernel = t_launch + Max(t_bandwidth, t_fma, t_latency)
     reduce_groups = Max(1, Min(splits, floor(threads / (columns * m))))
-    splits_tail = Max(1, Min(wave, reduce_unroll * Max(1, floor(threads / (columns * m)))))
-    tail_trips = 1 + ceil(splits / (reduce_groups * reduce_unroll))
+    splits_tail = Max(1, Min(wave, floor(reduce_unroll * Max(1, floor(threads / (columns * m))) / ceil(m * columns / threads))))
+    tail_outputs = ceil(m * columns * reduce_groups / threads)
+    tail_trips = 1 + ceil(tail_outputs * ceil(splits / reduce_groups) / reduce_unroll)
 """)
 
 
@@ -275,9 +276,10 @@ def main_bytes(p: GemmProblem, splits: int) -> int:
 
 
 def predict(p: GemmProblem, gpu: GPUModel, splits: int, trips: int, grid: int, bps: int, groups: int,
-            d: Derivation | None = None) -> tuple[Prediction, dict]:
+            threads: int, columns: int, d: Derivation | None = None) -> tuple[Prediction, dict]:
     """Step 9: max(DRAM, latency, FMA) + launch; with K split, the last CTA's tail after it (its ticket,
-    then its thread groups' loads of the partials, REDUCE_UNROLL at a time)."""
+    then each thread's loads of its outputs' partials, REDUCE_UNROLL at a time: a thread with several
+    outputs loads the partials of all of them)."""
     rec = d if d is not None else Derivation()
     c = launch_constants(gpu)
     fma_rate = F.fma_rate(clock_hz=gpu.clock_hz, fp32_lanes_per_sm=gpu.fp32_lanes_per_sm, sm_count=gpu.sm_count)
@@ -295,11 +297,13 @@ def predict(p: GemmProblem, gpu: GPUModel, splits: int, trips: int, grid: int, b
     terms = {"dram": t_bw, "latency": t_lat, "fma": t_fma, "launch": c["t_launch_us"]}
     total, bound = t_main, max(("dram", t_bw), ("latency", t_lat), ("fma", t_fma), key=lambda kv: kv[1])[0]
     if splits > 1:
-        tail = int(F.tail_trips(splits=splits, reduce_groups=groups, reduce_unroll=REDUCE_UNROLL))
+        outputs = int(F.tail_outputs(m=p.M, columns=columns, reduce_groups=groups, threads=threads))
+        tail = int(F.tail_trips(splits=splits, reduce_groups=groups, reduce_unroll=REDUCE_UNROLL,
+                                tail_outputs=outputs))
         t_tail = rec.apply("skinny: last CTA's slices (us)", F.t_latency, f"{tail} dependent trips after the last "
-                           f"slice: its ticket, then {groups} group(s) of threads loading the {splits} partials of "
-                           f"each output {REDUCE_UNROLL} at a time", mem_latency_ns=gpu.mem_latency_ns, trips=tail,
-                           grid=1, blocks_per_sm=1, sm_count=1)
+                           f"slice: its ticket, then {groups} group(s) of threads, each thread adding {outputs} "
+                           f"output(s) in turn, loading the {splits} partials of each {REDUCE_UNROLL} at a time",
+                           mem_latency_ns=gpu.mem_latency_ns, trips=tail, grid=1, blocks_per_sm=1, sm_count=1)
         terms["last_cta"] = t_tail
         total += t_tail
     if c["t_launch_us"] > total / 2:
@@ -361,13 +365,14 @@ def configure_skinny(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[Skin
     choice = one
     if wave > 1:
         # one wave of slices; or as many as the last CTA adds in one run of loads (its groups x
-        # REDUCE_UNROLL); or one slice: the lowest prediction of the three
+        # REDUCE_UNROLL, over a thread's outputs); or one slice: the lowest prediction of the three
         bal = int(F.splits_tail(wave=wave, threads=threads, columns=columns, m=p.M, reduce_unroll=REDUCE_UNROLL))
         times = {}
         for n_splits in dict.fromkeys((wave, bal, 1)):
             cand = slices(p, span, n_splits, m_pad, threads, regs)
             groups = reduce_groups(p, threads, columns, cand[0]) if cand[0] > 1 else 1
-            times[n_splits] = (predict(p, gpu, cand[0], cand[-1], blocks_n * cand[0], bps, groups)[0].time_us, cand)
+            times[n_splits] = (predict(p, gpu, cand[0], cand[-1], blocks_n * cand[0], bps, groups, threads,
+                                       columns)[0].time_us, cand)
         best = min(times, key=lambda k: times[k][0])
         choice = times[best][1]
         d.note("skinny: K split", choice[0], ", ".join(f"{times[k][1][0]} slice(s) {times[k][0]:.2f} us" for k in times)
@@ -384,7 +389,7 @@ def configure_skinny(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[Skin
                               blocks_per_sm=bps, reduce_groups=groups)
     smem = smem_bytes(p, lanes, threads, threads_n, vec, a_chunk, m_pad, schedule.reduction_smem_bytes(p.M))
     schedule = dataclasses.replace(schedule, smem_bytes=smem)
-    prediction, _ = predict(p, gpu, splits, trips, blocks_n * splits, bps, groups, d)
+    prediction, _ = predict(p, gpu, splits, trips, blocks_n * splits, bps, groups, threads, columns, d)
     return schedule, prediction
 
 
