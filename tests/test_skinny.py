@@ -263,6 +263,8 @@ CPU_CASES = [
     (3, 5, 7, "tf32", False, False, False, "none"),
     (1, 1, 1, "bf16", False, False, True, "none"), (7, 3, 1100, "tf32", False, True, False, "none"),
     (5, 9, 700, "bf16", False, False, False, "none"),
+    # fewer threads along N than a warp (8 and 16: more column blocks, fewer K slices), split K
+    (8, 256, 3000, "bf16", True, False, False, "none"), (5, 512, 2000, "fp16", False, False, True, "relu"),
 ]
 
 
@@ -273,6 +275,8 @@ def test_generated_kernel_matches_float64_on_the_cpu(case):
     p = GemmProblem(*case)
     s = configure(p, "h200", kernel="skinny").schedule
     assert s.lanes_along == ("k" if p.trans_b else "n")
+    if case[:3] in ((8, 256, 3000), (5, 512, 2000)):
+        assert s.threads_n in (8, 16) and s.splits > 1
     got, ref = simulate(p, s, seed=sum(case[:3]))
     assert not np.isnan(got).any(), "outputs never written (NaN poison survives)"
     err = np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30)
@@ -325,18 +329,26 @@ def test_k_split_chunks_and_staging_rounds_on_the_cpu():
 
 
 def test_the_last_ctas_trips_count_every_load_of_its_threads():
-    """A thread of the last CTA loads the partials of all its outputs, REDUCE_UNROLL at a time: 8x256 bf16
-    has 2,048 outputs a column block (8 a thread), so 106 slices cost 1 + 8 x 106 / 32 = 28 trips (the
-    H100 measured 61 us for that kernel, predicted 9.9 when one output a thread was counted) and the
-    configurator runs the tensor-core tiles instead; 3x896 (768 outputs, 3 a thread) keeps the skinny
-    kernel with its tail priced at 1 + 3 x 57 / 32 = 7 trips."""
+    """A thread of the last CTA loads the partials of all its outputs, REDUCE_UNROLL at a time.  8x256
+    bf16 with 32 threads along N has one column block of 2,048 outputs (8 a thread): 106 slices cost
+    1 + 8 x 106 / 32 = 28 trips (the H100 measured 61 us for that kernel, predicted 9.9 when one output
+    a thread was counted).  The configurator now takes 8 threads along N (4 column blocks of 64
+    columns, 27 slices: 3 trips) and predicts it below the tiles; 3x896x10944 the same way."""
+    import dataclasses as dc
+    from nova.configurator.derivation import Derivation
     gpu = get_target("h200")
     decode = GemmProblem(8, 256, 13568, "bf16", True, False)
-    assert not configure(decode, gpu).skinny
-    forced = configure(decode, gpu, kernel="skinny")
-    assert forced.schedule.splits > 1 and forced.schedule.columns * decode.M > forced.schedule.threads
-    trips = 1 + -(-(decode.M * forced.schedule.columns // forced.schedule.threads) * forced.schedule.splits
-                  // skinny.REDUCE_UNROLL)
-    assert forced.prediction.terms_us["last_cta"] == pytest.approx(trips * gpu.mem_latency_ns * 1e-3)
+    wide = skinny._configure_width(decode, gpu, "n", 8, 256, 32, 1, Derivation())
+    assert wide is not None
+    schedule, prediction = wide
+    assert schedule.splits == 106 and schedule.columns * decode.M // schedule.threads == 8
+    trips = 1 + -(-8 * schedule.splits // skinny.REDUCE_UNROLL)
+    assert prediction.terms_us["last_cta"] == pytest.approx(trips * gpu.mem_latency_ns * 1e-3)
+    chosen = configure(decode, gpu)
+    assert chosen.skinny and chosen.schedule.threads_n == 8 and chosen.schedule.splits < 40
+    assert chosen.prediction.time_us < prediction.time_us / 3
+    assert chosen.prediction.time_us < configure(decode, gpu, kernel="tiles").prediction.time_us
+    [step] = [s for s in chosen.derivation if s.step == "skinny: threads along N"]
+    assert step.value == "8 x 32" and "32 (256 columns a CTA)" in step.reason
     kept = configure(GemmProblem(3, 896, 10944, "bf16"), gpu)
-    assert kept.skinny and kept.prediction.terms_us["last_cta"] == pytest.approx(7 * 0.8)
+    assert kept.skinny and kept.schedule.threads_n < 32

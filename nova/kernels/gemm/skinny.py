@@ -19,7 +19,8 @@ Steps, one function each, closed form (no search, no measurement):
  3. vector width    16 bytes / element, halved while it does not divide B's row (N, or K) and, lanes
                     along N, while M x vec sums exceed ACC_VALUES
  4. threads         8 warps (2 per scheduler); along N: 32 lanes side by side (fewer for a narrower N),
-                    the rest stacked along K; along K: each warp owns ``rows`` columns of C, enough that
+                    the rest stacked along K, or a half or a quarter of them where that predicts lower
+                    (more column blocks: fewer K slices fill the wave, a shorter step 9 tail); along K: each warp owns ``rows`` columns of C, enough that
                     its shared-memory reads of A per byte of B stay within the shared-memory bandwidth
                     per byte of DRAM bandwidth of an SM (``rows_smem``)
  5. occupancy       registers (sums, loads in flight, A's values, addresses) and shared memory -> CTAs per SM
@@ -32,7 +33,8 @@ Steps, one function each, closed form (no search, no measurement):
  8. A staging       A's columns of a slice staged in equal chunks of whole trips, STAGE_BYTES of FP32 at most
  9. prediction      max(bytes / (DRAM bandwidth x eta_dram), trips x loaded latency per SM slot, FMA
                     time) + launch, plus, when K is split, the last CTA of a column block adding the
-                    slices' partials (its ticket and its loads of them, one latency each)
+                    slices' partials (its ticket, then a thread's loads of all its outputs' partials,
+                    REDUCE_UNROLL in flight: one loaded latency a run)
 
 ``choose_kernel`` is the one rule between this kernel and the tensor-core tiles: the lower prediction.
 """
@@ -62,6 +64,7 @@ STAGE_BYTES = 16384       # [EST] FP32 bytes of A staged at a time: at most 16 l
 STAGE_LOADS_MIN = 4       # [EST] A's loads a thread issues at least per staging round (more where the FMA
                           # loop's registers leave room: value and index each)
 SPLITS_MAX = 128          # [EST] K slices at most: the last CTA's sum of a column's slices stays a few trips
+COLUMN_LANES_MIN = 8      # [EST] threads along N at least (8 x 16 B: a full 128-byte line of B's row a step)
 REDUCE_UNROLL = 32        # [EST] partials a thread of the last CTA loads before adding them (its other
                           # values are dead by then: 32 loads and their addresses fit the caps, ptxas checks)
 
@@ -320,9 +323,32 @@ def reduce_groups(p: GemmProblem, threads: int, columns: int, splits: int) -> in
 
 def configure_skinny(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[SkinnySchedule, Prediction] | None:
     """Steps 2-9 (the caller checked step 1, ``applies``): the schedule and its prediction; None when
-    not one CTA fits an SM (its shared memory or registers)."""
+    not one CTA fits an SM (its shared memory or registers).  Lanes along N: the threads along N of
+    step 4, or a half or a quarter of them, whichever predicts lowest (fewer columns a CTA: more column
+    blocks, so fewer K slices fill the wave and the last CTA of a block adds fewer partials)."""
     lanes, vec = d.record(layout_and_vector(p))
     threads, threads_n, rows = d.record(threads_step(p, gpu, lanes, vec))
+    widths = [threads_n] + ([w for w in (threads_n // 2, threads_n // 4) if w >= COLUMN_LANES_MIN]
+                            if lanes == "n" else [])
+    derived = {}
+    for width in widths:
+        sub = Derivation()
+        result = _configure_width(p, gpu, lanes, vec, threads, width, rows, sub)
+        if result is not None:
+            derived[width] = (result, sub)
+    if not derived:
+        return None
+    best = min(derived, key=lambda w: derived[w][0][1].time_us)
+    if len(derived) > 1:
+        d.note("skinny: threads along N", f"{best} x {threads // best}", ", ".join(
+            f"{w} ({w * vec} columns a CTA) {derived[w][0][1].time_us:.2f} us" for w in derived) + ": the lowest")
+    d.steps.extend(derived[best][1].steps)
+    return derived[best][0]
+
+
+def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, threads: int, threads_n: int, rows: int,
+                     d: Derivation) -> tuple[SkinnySchedule, Prediction] | None:
+    """Steps 5-9 for ``threads_n`` threads along N (lanes along K: the warps)."""
     m_pad = m_pad_of(p, lanes)
     # occupancy and loads in flight together: the unroll from the CTAs resident with one load a thread,
     # then again from those resident with its registers, until the CTAs per SM no longer drop (a few
