@@ -170,3 +170,52 @@ def test_llama42m_adamw_steps_match_eager():
     diff = sum(float((p - q).pow(2).sum()) for p, q in zip(model.parameters(), twin.parameters())) ** 0.5
     moved = sum(float((q - q0).pow(2).sum()) for q, q0 in zip(twin.parameters(), start)) ** 0.5
     assert diff < 0.05 * moved, (diff, moved)
+
+
+def build_kernels(target: str, cache_dir=None) -> dict:
+    """Every kernel these tests launch, on a host with MLIR and no GPU (``main`` of ``gpu_build``): the
+    grads-only GPT-42M step of the first test, Llama-42M's step under ``NOVA_DETERMINISTIC=1``; the
+    other tests run the benchmark's plans (``nova precompile train gpt42m`` / ``llama42m``)."""
+    import os
+
+    import torch
+
+    import nova
+    from nova.bench.train import ADAMW, build_torch_model, model_config
+    from nova.models import make_train_step
+    from nova.models.gpt import GPT
+    counts = {"compiled": 0, "cached": 0, "failed": 0}
+
+    def add(result: dict) -> None:
+        for k in counts:
+            counts[k] += result.get(k, 0)
+
+    with torch.device("meta"):
+        model = GPT("gpt42m", seed=0)
+        tokens = torch.zeros((32, 512), dtype=torch.long)
+
+    def grads_step(idx, targets):
+        loss = model(idx, targets)
+        loss.backward()
+        return loss
+
+    add(nova.precompile(grads_step, tokens, tokens, target=target, models=[model], cache_dir=cache_dir))
+    previous = os.environ.get("NOVA_DETERMINISTIC")
+    os.environ["NOVA_DETERMINISTIC"] = "1"
+    try:
+        with torch.device("meta"):
+            llama = build_torch_model(model_config("llama42m"), 0)
+            opt = torch.optim.AdamW(llama.parameters(), **ADAMW)
+        add(nova.precompile(make_train_step(llama, opt), tokens, tokens, target=target, models=[llama],
+                            optimizers=[opt], cache_dir=cache_dir))
+    finally:
+        if previous is None:
+            del os.environ["NOVA_DETERMINISTIC"]
+        else:
+            os.environ["NOVA_DETERMINISTIC"] = previous
+    return counts
+
+
+if __name__ == "__main__":
+    from gpu_build import main
+    main(build_kernels)
