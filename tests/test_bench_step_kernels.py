@@ -1,4 +1,6 @@
 """The step-kernels benchmark's pure parts (the timing itself needs a GPU: ``nova.bench.step_kernels``)."""
+import pytest
+
 from nova.bench.step_kernels import group_bytes, summarize
 from nova.ir import Graph, TensorType
 
@@ -63,3 +65,14 @@ def test_recipe_flags_are_checked_before_anything_runs(capsys):
     assert main(["--model", "llama42m", "--padded"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--padded" in err[0] and "llama42m" in err[0]
+
+
+@pytest.mark.gpu
+def test_the_copy_ceiling_is_measured_on_the_device():
+    """The ceiling the memory-bound kernels are set against is the device's own copy rate (HBM3/3e: 2.5
+    to 4.8 TB/s), not the H200's figure on every GPU."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU")
+    from nova.bench.step_kernels import copy_ceiling_tbs
+    assert 1.0 < copy_ceiling_tbs(torch, gib=0.25, copies=5) < 6.0

@@ -21,8 +21,9 @@ its GEMMs at the step's predicted SM clock (``nova.compiler.step_clock``); the S
 the launches ran (``nvidia-smi`` every 10 ms, ``harness.ClockSampler``, only the samples inside each
 pass's launches, not its sleep) is reported beside it.
 Bytes: the group's distinct operands read from outside it plus the values it writes that are read
-outside it or returned (each once; a view counts its own elements).  The ceiling: ``--ceiling-tbs``
-(4.2 TB/s, the H200's measured copy rate).  A kernel the model calls launch-bound is listed as such,
+outside it or returned (each once; a view counts its own elements).  The ceiling: ``--ceiling-tbs``,
+else measured in the same process before the launches (``copy_ceiling_tbs``: the best of 20 copies of
+1 GiB, read + write bytes over the CUDA-event time; the H200 gives ~4.2 TB/s, an H100 ~3.0).  A kernel the model calls launch-bound is listed as such,
 not against the ceiling.  Writes ``step_kernels.json`` and prints the table by predicted kind.
 """
 from __future__ import annotations
@@ -127,9 +128,29 @@ def kernel_times(torch, launches, repeats: int) -> list[dict]:
     return out
 
 
-def measure(model_name: str, batch: int, seq: int | None, warmup: int, repeats: int, ceiling_tbs: float,
+def copy_ceiling_tbs(torch, gib: float = 1.0, copies: int = 20) -> float:
+    """The device's DRAM copy rate in TB/s: the fastest of ``copies`` device-to-device copies of ``gib``
+    GiB (bytes read + written over the CUDA-event time), after two unmeasured ones."""
+    n = int(gib * 2**30) // 4
+    src, dst = torch.empty(n, device="cuda"), torch.empty(n, device="cuda")
+    src.uniform_()
+    best = float("inf")
+    for i in range(copies + 2):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        if i >= 2:
+            best = min(best, start.elapsed_time(end) * 1e-3)
+    del src, dst
+    return round(2 * 4 * n / best / 1e12, 3)
+
+
+def measure(model_name: str, batch: int, seq: int | None, warmup: int, repeats: int, ceiling_tbs: float | None,
             timing: str = "cupti", recipe=None) -> dict:
-    """``recipe``: the step's ``nova.models.TrainRecipe`` (autocast, a padding mask, clipping), default plain."""
+    """``recipe``: the step's ``nova.models.TrainRecipe`` (autocast, a padding mask, clipping), default plain;
+    ``ceiling_tbs`` None: measured here (``copy_ceiling_tbs``)."""
     import torch
     import nova
     from nova import models
@@ -137,6 +158,8 @@ def measure(model_name: str, batch: int, seq: int | None, warmup: int, repeats: 
     from nova.models import TrainRecipe, make_train_step
     from nova.compiler import step as step_module
     torch.backends.cuda.matmul.allow_tf32 = True
+    ceiling_source = "given" if ceiling_tbs is not None else "measured copy"
+    ceiling_tbs = ceiling_tbs if ceiling_tbs is not None else copy_ceiling_tbs(torch)
     recipe = recipe or TrainRecipe()
     cfg = models.config(model_name)
     seq = seq or cfg.block_size
@@ -187,6 +210,7 @@ def measure(model_name: str, batch: int, seq: int | None, warmup: int, repeats: 
                      "of_ceiling": round(nbytes / (us * 1e-6) / 1e12 / ceiling_tbs, 3) if us > 0 else None})
     predicted_clock = explained["prediction"].get("sm_clock") or {}
     result = {"model": model_name, "batch": batch, "seq": seq, "repeats": repeats, "ceiling_tbs": ceiling_tbs,
+              "ceiling_source": ceiling_source,
               "timing": timing, "device": torch.cuda.get_device_name(), "launches": len(rows), "rows": rows,
               "sm_mhz": {"measured_median": clock.get("timed_sm_mhz_median"), "samples": clock.get("timed_samples"),
                          "predicted": predicted_clock.get("mhz")},
@@ -288,7 +312,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seq", type=int, default=None, help="tokens per sequence (default: the model's block_size)")
     ap.add_argument("--warmup", type=int, default=3, help="compiled steps before the timing")
     ap.add_argument("--repeats", type=int, default=10, help="timed passes over the launches (median per launch)")
-    ap.add_argument("--ceiling-tbs", type=float, default=4.2, help="the DRAM copy ceiling in TB/s")
+    ap.add_argument("--ceiling-tbs", type=float, default=None,
+                    help="the DRAM copy ceiling in TB/s (default: measured, the best of 20 copies of 1 GiB)")
     ap.add_argument("--timing", choices=("events", "cupti"), default="cupti",
                     help="what a launch's measured time is: events, the CUDA-event span around it (its kernels and "
                          "the gaps between them); cupti, the sum of its kernels' own durations (torch.profiler), the "
