@@ -352,3 +352,12 @@ def test_the_last_ctas_trips_count_every_load_of_its_threads():
     assert step.value == "8 x 32" and "32 (256 columns a CTA)" in step.reason
     kept = configure(GemmProblem(3, 896, 10944, "bf16"), gpu)
     assert kept.skinny and kept.schedule.threads_n < 32
+
+
+def test_narrower_column_blocks_only_where_a_warp_still_reads_whole_lines():
+    """2x4547x4035 bf16 (N odd: 2-byte loads) ran 14.8 -> 27.5 us on an H100 with 8 threads along N
+    (16 bytes of a row a warp step, half a sector wasted); the narrower widths need 128-byte lines."""
+    for shape, lanes in (((2, 4547, 4035), 32), ((2, 9598, 3130), 32), ((8, 256, 13568), 8)):
+        p = GemmProblem(*shape, "bf16", shape == (8, 256, 13568), False)
+        s = configure(p, "h200").schedule
+        assert s.threads_n == lanes and s.threads_n * s.vec * p.in_bytes >= skinny.LINE_BYTES or s.threads_n == 32

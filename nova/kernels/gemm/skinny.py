@@ -20,7 +20,8 @@ Steps, one function each, closed form (no search, no measurement):
                     along N, while M x vec sums exceed ACC_VALUES
  4. threads         8 warps (2 per scheduler); along N: 32 lanes side by side (fewer for a narrower N),
                     the rest stacked along K, or a half or a quarter of them where that predicts lower
-                    (more column blocks: fewer K slices fill the wave, a shorter step 9 tail); along K: each warp owns ``rows`` columns of C, enough that
+                    (more column blocks: fewer K slices fill the wave, a shorter step 9 tail) and they
+                    still read whole 128-byte lines of B's row; along K: each warp owns ``rows`` columns of C, enough that
                     its shared-memory reads of A per byte of B stay within the shared-memory bandwidth
                     per byte of DRAM bandwidth of an SM (``rows_smem``)
  5. occupancy       registers (sums, loads in flight, A's values, addresses) and shared memory -> CTAs per SM
@@ -64,7 +65,8 @@ STAGE_BYTES = 16384       # [EST] FP32 bytes of A staged at a time: at most 16 l
 STAGE_LOADS_MIN = 4       # [EST] A's loads a thread issues at least per staging round (more where the FMA
                           # loop's registers leave room: value and index each)
 SPLITS_MAX = 128          # [EST] K slices at most: the last CTA's sum of a column's slices stays a few trips
-COLUMN_LANES_MIN = 8      # [EST] threads along N at least (8 x 16 B: a full 128-byte line of B's row a step)
+LINE_BYTES = 128          # [CC] a cache line: fewer threads along N than a warp only while they still read
+                          # whole lines of B's row a step (8 x 16-byte vectors; never with 2- or 4-byte loads)
 REDUCE_UNROLL = 32        # [EST] partials a thread of the last CTA loads before adding them (its other
                           # values are dead by then: 32 loads and their addresses fit the caps, ptxas checks)
 
@@ -324,11 +326,12 @@ def reduce_groups(p: GemmProblem, threads: int, columns: int, splits: int) -> in
 def configure_skinny(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[SkinnySchedule, Prediction] | None:
     """Steps 2-9 (the caller checked step 1, ``applies``): the schedule and its prediction; None when
     not one CTA fits an SM (its shared memory or registers).  Lanes along N: the threads along N of
-    step 4, or a half or a quarter of them, whichever predicts lowest (fewer columns a CTA: more column
-    blocks, so fewer K slices fill the wave and the last CTA of a block adds fewer partials)."""
+    step 4, or a half or a quarter of them while they read whole lines of B (LINE_BYTES), whichever
+    predicts lowest (fewer columns a CTA: more column blocks, so fewer K slices fill the wave and the
+    last CTA of a block adds fewer partials)."""
     lanes, vec = d.record(layout_and_vector(p))
     threads, threads_n, rows = d.record(threads_step(p, gpu, lanes, vec))
-    widths = [threads_n] + ([w for w in (threads_n // 2, threads_n // 4) if w >= COLUMN_LANES_MIN]
+    widths = [threads_n] + ([w for w in (threads_n // 2, threads_n // 4) if w * vec * p.in_bytes >= LINE_BYTES]
                             if lanes == "n" else [])
     derived = {}
     for width in widths:
