@@ -23,8 +23,9 @@ pass's launches, not its sleep) is reported beside it.
 Bytes: the group's distinct operands read from outside it plus the values it writes that are read
 outside it or returned (each once; a view counts its own elements).  The ceiling: ``--ceiling-tbs``,
 else measured in the same process before the launches (``copy_ceiling_tbs``: the best of 20 copies of
-1 GiB, read + write bytes over the CUDA-event time; the H200 gives ~4.2 TB/s, an H100 ~3.0).  A kernel the model calls launch-bound is listed as such,
-not against the ceiling.  Writes ``step_kernels.json`` and prints the table by predicted kind.
+1 GiB, read + write bytes over the CUDA-event time; the H200 gives ~4.2 TB/s, an H100 ~3.0).  A
+kernel the model calls launch-bound is listed as such, not against the ceiling.  Writes
+``step_kernels.json`` and prints the table by predicted kind.
 """
 from __future__ import annotations
 

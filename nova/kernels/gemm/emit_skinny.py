@@ -29,9 +29,10 @@ Per CTA and K slice (thread layouts in ``skinny_schedule.py``):
   barrier and thread 0 takes a ticket (``atom.global.add`` on the block's counter).  The CTA with the
   last ticket fences again and adds the region's slices in order (``ld.relaxed.gpu``: the memory
   model's loads, never an L1 line from before the fence): thread group g of
-  ``reduce_groups`` adds slices ``[g * per, (g + 1) * per)`` of its outputs (a thread's outputs in
-  turn, their loads in runs of ``REDUCE_UNROLL`` in flight, each output's added in slice order), the groups' sums meet in shared memory in group order, the epilogue writes C, and thread
-  0 resets the counter.  No float atomics: the same bits on every run, whichever CTA is last.
+  ``reduce_groups`` adds slices ``[g * per, (g + 1) * per)`` of its outputs (a thread's loads of all
+  its outputs' partials in runs of ``REDUCE_UNROLL``, each output's added in slice order), the
+  groups' sums meet in shared memory in group order, the epilogue writes C, and thread 0 resets the
+  counter.  No float atomics: the same bits on every run, whichever CTA is last.
 """
 from __future__ import annotations
 

@@ -21,9 +21,9 @@ Steps, one function each, closed form (no search, no measurement):
  4. threads         8 warps (2 per scheduler); along N: 32 lanes side by side (fewer for a narrower N),
                     the rest stacked along K, or a half or a quarter of them where that predicts lower
                     (more column blocks: fewer K slices fill the wave, a shorter step 9 tail) and they
-                    still read whole 128-byte lines of B's row; along K: each warp owns ``rows`` columns of C, enough that
-                    its shared-memory reads of A per byte of B stay within the shared-memory bandwidth
-                    per byte of DRAM bandwidth of an SM (``rows_smem``)
+                    still read whole 128-byte lines of B's row; along K: each warp owns ``rows``
+                    columns of C, enough that its shared-memory reads of A per byte of B stay within
+                    the shared-memory bandwidth per byte of DRAM bandwidth of an SM (``rows_smem``)
  5. occupancy       registers (sums, loads in flight, A's values, addresses) and shared memory -> CTAs per SM
  6. loads in flight Little's law: an SM needs DRAM bandwidth x loaded latency / SMs bytes in flight;
                     ``unroll`` independent vector loads a thread issues per trip, from the CTAs resident
@@ -90,7 +90,8 @@ F = formulas("""
     t_fma = 1000000.0 * K * N * (converts + m) / fma_rate
     t_kernel = t_launch + Max(t_bandwidth, t_fma, t_latency)
     reduce_groups = Max(1, Min(splits, floor(threads / (columns * m))))
-    splits_tail = Max(1, Min(wave, floor(reduce_unroll * Max(1, floor(threads / (columns * m))) / ceil(m * columns / threads))))
+    splits_tail = Max(1, Min(wave, floor(reduce_unroll * Max(1, floor(threads / (columns * m)))
+                                         / ceil(m * columns / threads))))
     tail_outputs = ceil(m * columns * reduce_groups / threads)
     tail_trips = 1 + ceil(tail_outputs * ceil(splits / reduce_groups) / reduce_unroll)
 """)
@@ -306,8 +307,8 @@ def predict(p: GemmProblem, gpu: GPUModel, splits: int, trips: int, grid: int, b
         tail = int(F.tail_trips(splits=splits, reduce_groups=groups, reduce_unroll=REDUCE_UNROLL,
                                 tail_outputs=outputs))
         t_tail = rec.apply("skinny: last CTA's slices (us)", F.t_latency, f"{tail} dependent trips after the last "
-                           f"slice: its ticket, then {groups} group(s) of threads, each thread adding {outputs} "
-                           f"output(s) in turn, loading the {splits} partials of each {REDUCE_UNROLL} at a time",
+                           f"slice: its ticket, then {groups} group(s) of threads, each thread loading the {splits} "
+                           f"partials of its {outputs} output(s) {REDUCE_UNROLL} at a time",
                            mem_latency_ns=gpu.mem_latency_ns, trips=tail, grid=1, blocks_per_sm=1, sm_count=1)
         terms["last_cta"] = t_tail
         total += t_tail
