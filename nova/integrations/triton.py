@@ -25,9 +25,13 @@ target).schedule`` to the knobs of Triton's matmul (the tutorial kernel's ``BLOC
   have no Triton knob either: the warpgroups split each tile (cooperative).  Triton needs a power
   of two: a count that is not (3 warpgroups = 12 warps) is rounded down, said in ``notes``;
 * ``num_stages = stages`` (the depth of the shared-memory ring: Triton's software pipeline keeps
-  that many tiles of A and B in flight), lowered only if Triton's ring, ``num_stages * (BLOCK_M *
-  BLOCK_K + BLOCK_K * BLOCK_N) * element bytes`` (no padding, no epilogue staging), would exceed
-  the target's shared memory per block (``GPUModel.smem_per_block``), said in ``notes``;
+  that many tiles of A and B in flight), lowered to ``ceil(K / BLOCK_K) + 1`` where the K loop is
+  shorter than the ring (a tile prefetches at most its own K steps; Nova's persistent CTA carries its
+  ring from tile to tile, Triton's tutorial kernel runs one program per tile, whose unused stages
+  only take the shared memory that lets more programs share an SM: 4096x4096x128 bf16, 8 stages
+  for two K steps), and lowered further only if Triton's ring, ``num_stages * (BLOCK_M * BLOCK_K +
+  BLOCK_K * BLOCK_N) * element bytes`` (no padding, no epilogue staging), would exceed the target's
+  shared memory per block (``GPUModel.smem_per_block``); each said in ``notes``;
 * ``input_precision``: ``tf32`` for Nova's tf32 mode (``tl.dot(..., input_precision="tf32")``;
   Triton feeds raw FP32 to the tensor cores, which truncate; Nova rounds to nearest by default),
   ``None`` for bf16/fp16.
@@ -114,13 +118,18 @@ def triton_config(M: int, N: int, K: int, dtype: str = "tf32", target="h200", *,
         if block != nova_block:
             notes.append(f"{name} {nova_block} rounded down to {block} (tl.arange needs a power of two)")
     block_m, block_n, block_k = blocks
-    stages = s.stages
+    k_steps = -(-K // block_k)
+    stages = min(s.stages, k_steps + 1)
+    if stages != s.stages:
+        notes.append(f"num_stages {s.stages} lowered to {stages}: a tile's K loop is {k_steps} step(s) of {block_k} "
+                     f"(K = {K}); one program per tile prefetches at most that many")
     ring = lambda n: n * (block_m * block_k + block_k * block_n) * ELEMENT_BYTES[dtype]   # noqa: E731
+    fitted = stages
     while stages > 1 and ring(stages) > gpu.smem_per_block:
         stages -= 1
-    if stages != s.stages:
-        notes.append(f"num_stages {s.stages} lowered to {stages}: {s.stages} stages of Triton's ring "
-                     f"({ring(s.stages)} B) exceed {gpu.name}'s {int(gpu.smem_per_block)} B of shared memory per block")
+    if stages != fitted:
+        notes.append(f"num_stages {fitted} lowered to {stages}: {fitted} stages of Triton's ring "
+                     f"({ring(fitted)} B) exceed {gpu.name}'s {int(gpu.smem_per_block)} B of shared memory per block")
     if s.split_k > 1:
         notes.append(f"split-K {s.split_k} ({s.split_reduction} reduction): pass SPLIT_K={s.split_k} to a Triton "
                      f"kernel that splits K; the tutorial kernel does not")
