@@ -134,6 +134,10 @@ REDUCE_NAME = "nova_split_reduce"
 ARCH = SM90A
 WG = WARPGROUP_THREADS
 SLAB_M = 64                 # wgmma M
+EPILOGUE_PREFETCH_BLOCKS = 4   # [EST] column blocks of 8 whose bias and R a thread loads before their stores
+                               # (24 values; 8 spilled a ping-pong consumer with ragged edges: ptxas checks):
+                               # the H100 ran 16384x512x512 +bias+residual at 2.05x its prediction loading
+                               # them a block at a time
 CLUSTER_EXPERIMENTS = ("local_loads", "local_all")   # build_hopper_module(cluster_experiment=...): probes only
 _KSTEP = {m: e.mma_k for m, e in MODES.items()}         # nova/dtypes.py
 _WG_TYPE = {m: e.name for m, e in MODES.items()}
@@ -1045,11 +1049,20 @@ class _HopperKernel:
         if self.partial and not self.swap and p.N % 4 == 0 and self.tile_j % 16 == 0:
             self.store_partial_quads(rows_i, col0, values, slice_rows)
             return
-        for jj in range(self.tile_j // 8):
-            for (row, col), idx in pairs(jj):
-                cols = [col, ir.add(col, 1, "out_col1")]
-                row_ok = ir.cmp("slt", row, p.M, "row_ok") if self.ragged["m"] else True
-                vals, pres = values(cols, idx, row, row_ok, pair_ok)
+        # the bias and R of EPILOGUE_PREFETCH_BLOCKS column blocks loaded before any of their stores: C
+        # may be R's storage (in place), so nothing moves a later block's loads above an earlier
+        # block's stores, and loading each block's just before its stores waits a memory latency a block
+        blocks = self.tile_j // 8
+        chunk = EPILOGUE_PREFETCH_BLOCKS if (p.bias or p.residual) and not self.partial else blocks
+        for start in range(0, blocks, chunk):
+            ready = []
+            for jj in range(start, min(blocks, start + chunk)):
+                for (row, col), idx in pairs(jj):
+                    cols = [col, ir.add(col, 1, "out_col1")]
+                    row_ok = ir.cmp("slt", row, p.M, "row_ok") if self.ragged["m"] else True
+                    ready.append((row, cols, idx, row_ok, values.load(cols, row, row_ok, pair_ok)))
+            for row, cols, idx, row_ok, loaded in ready:
+                vals, pres = values(cols, idx, row, row_ok, pair_ok, loaded)
                 self.store_two(vals, ir.add(row, slice_rows, "ws_row") if self.partial else row, cols, row_ok, pair_ok)
                 if pres:
                     self.store_two(pres, row, cols, row_ok, pair_ok, "P")
@@ -1061,7 +1074,9 @@ class _HopperKernel:
         0 adds the bias and R), as ``(C's two values, P's two or None)``; each bias element is loaded once.
         ``values.prefetch(cols)`` issues the bias loads of ``cols`` now (the TMA-store epilogue
         loads the next step's bias before this step's barrier: its latency then hides behind the
-        staging writes instead of stalling every step)."""
+        staging writes instead of stalling every step); ``values.load(cols, row, row_ok, pair)``
+        the bias and R loads of a pair now, R's values for ``values(..., loaded=)`` (the register
+        epilogue loads EPILOGUE_PREFETCH_BLOCKS blocks' before their stores)."""
         ir, p = self.ir, self.p
         bias_cache = {}
 
@@ -1070,8 +1085,15 @@ class _HopperKernel:
                 bias_cache[col] = self.load_bias(col, first)
             return bias_cache[col]
 
-        def values(cols, idx, row=None, row_ok=True, pair=False):
-            res = self.load_residual(row, cols, row_ok, pair, first) if p.residual and not self.partial else None
+        def load(cols, row=None, row_ok=True, pair=False):
+            """Issue the bias and R loads of ``cols`` of ``row`` now: R's two values (or None), which
+            ``values`` then takes as ``loaded``."""
+            prefetch(cols)
+            return self.load_residual(row, cols, row_ok, pair, first) if p.residual and not self.partial else None
+
+        def values(cols, idx, row=None, row_ok=True, pair=False, loaded=None):
+            res = loaded if loaded is not None else \
+                self.load_residual(row, cols, row_ok, pair, first) if p.residual and not self.partial else None
             vals, pres = [], []
             for d in (0, 1):
                 x = ir.let("c", f"llvm.extractvalue {acc}[{idx[d]}] : {self.acc_t}")
@@ -1090,6 +1112,7 @@ class _HopperKernel:
                 for col in cols:
                     bias(col)
         values.prefetch = prefetch
+        values.load = load
         return values
 
     def store_one(self, val, row, col, name: str = "C"):
