@@ -743,9 +743,13 @@ class GemmKernel:
             for half in (0, 1):
                 row = ir.add(row_base, i * s.mma.m + 8 * half, "out_row")
                 row_ok = ir.cmp("slt", row, p.M, "row_ok") if self.ragged["m"] else True
+                # the row's R loaded before its stores (C may be R's storage: nothing moves a load
+                # above an earlier store, and a load just before its store waits a memory latency)
+                loaded = [self.load_residual(row, biases[j][0], row_ok, pair_store, first_slice) if p.residual
+                          else None for j in range(tn)]
                 for j in range(tn):
                     cols, bias = biases[j]
-                    res = self.load_residual(row, cols, row_ok, pair_store, first_slice) if p.residual else None
+                    res = loaded[j]
                     vals, pres = [], []
                     for d in (0, 1):
                         x = ir.let("c", f"vector.extract {accs[i * tn + j]}[{half}, {d}] : f32 from vector<2x2xf32>")
