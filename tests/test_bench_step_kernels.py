@@ -45,6 +45,23 @@ def test_the_summary_counts_the_band_and_the_ceiling():
                                                        "predicted_us": 8.0}
 
 
+def test_misses_repeated_in_every_layer_are_summed_by_description():
+    """Eight launches 40 us over their prediction each (a layer's GEMM) outrank one launch 100 us over:
+    the profile that found the epilogue GEMMs at 2x reads them first."""
+    from nova.bench.step_kernels import render
+    layer = [dict(group=i, kind="gemm", name="gemm 16384x512x512 tf32 NT +bias+residual -> f32",
+                  model="gemm configurator", bound="dram", predicted_us=38.0, measured_us=78.0, ratio=78 / 38,
+                  bytes=0, tb_per_s=1.3, of_ceiling=0.4) for i in range(8)]
+    single = [dict(group=9, kind="rows", name="cross_entropy 8192x32768", model="rows configurator", bound="dram",
+                   predicted_us=600.0, measured_us=700.0, ratio=700 / 600, bytes=0, tb_per_s=4.0, of_ceiling=0.95)]
+    s = summarize(layer + single, 4.2)
+    first = s["by_name"][0]
+    assert first["launches"] == 8 and first["measured_us"] - first["predicted_us"] == 320.0
+    text = render({"model": "gpt42m", "batch": 32, "seq": 512, "device": "GPU", "launches": 9,
+                   "ceiling_tbs": 4.2, "rows": layer + single, "summary": s})
+    assert text.index("+bias+residual") < text.index("cross_entropy")
+
+
 def test_cupti_activities_split_into_launches_at_the_markers():
     from nova.bench.step_kernels import split_at_markers
     spin = "void at::cuda::(anonymous namespace)::spin_kernel(long)"

@@ -25,7 +25,9 @@ outside it or returned (each once; a view counts its own elements).  The ceiling
 else measured in the same process before the launches (``copy_ceiling_tbs``: the best of 20 copies of
 1 GiB, read + write bytes over the CUDA-event time; the H200 gives ~4.2 TB/s, an H100 ~3.0).  A
 kernel the model calls launch-bound is listed as such, not against the ceiling.  Writes
-``step_kernels.json`` and prints the table by predicted kind.
+``step_kernels.json`` and prints the table by predicted kind, the time over the predictions summed by
+kernel description (``excess_by_name``: every layer's launches of one GEMM together) and the largest
+single misses.
 """
 from __future__ import annotations
 
@@ -275,7 +277,21 @@ def summarize(rows, ceiling_tbs: float) -> dict:
         if streaming else None,
         "launch_bound_kernels": sum(1 for r in rows if memory_bound(r) and r["bound"] == "launch"),
         "by_model": by_model,
+        "by_name": excess_by_name(priced),
     }
+
+
+def excess_by_name(priced) -> list[dict]:
+    """The kernels of one description (every layer's copy of a GEMM, say) together, largest measured -
+    predicted time first: a miss repeated in every layer outweighs a larger single one."""
+    by_name: dict[str, dict] = {}
+    for r in priced:
+        m = by_name.setdefault(r["name"] or r["kind"], {"name": r["name"] or r["kind"], "launches": 0,
+                                                        "measured_us": 0.0, "predicted_us": 0.0})
+        m["launches"] += 1
+        m["measured_us"] = round(m["measured_us"] + r["measured_us"], 2)
+        m["predicted_us"] = round(m["predicted_us"] + r["predicted_us"], 2)
+    return sorted(by_name.values(), key=lambda m: -(m["measured_us"] - m["predicted_us"]))
 
 
 def _mhz(value) -> str:
@@ -298,6 +314,12 @@ def render(result: dict) -> str:
     for name, m in sorted(s["by_model"].items(), key=lambda kv: -kv[1]["measured_us"]):
         lines.append(f"| {name} | {m['kernels']} | {m['within']} | {m['measured_us'] / 1e3:.3f} | "
                      f"{m['predicted_us'] / 1e3:.3f} |")
+    lines.append("most time over the predictions, by kernel description (every launch of it):")
+    for m in s.get("by_name", [])[:6]:
+        over = m["measured_us"] - m["predicted_us"]
+        if over > 0:
+            lines.append(f"  {m['name'][:60]:<60} x{m['launches']:<3} measured {m['measured_us'] / 1e3:7.3f} ms, "
+                         f"predicted {m['predicted_us'] / 1e3:7.3f} ({over / 1e3:+.3f})")
     worst = sorted((r for r in result["rows"] if r["ratio"]), key=lambda r: -r["measured_us"] * abs(r["ratio"] - 1))
     lines.append("largest misses (measured x |ratio - 1|):")
     for r in worst[:8]:
