@@ -56,7 +56,7 @@ def test_misses_repeated_in_every_layer_are_summed_by_description():
                    predicted_us=600.0, measured_us=700.0, ratio=700 / 600, bytes=0, tb_per_s=4.0, of_ceiling=0.95)]
     s = summarize(layer + single, 4.2)
     first = s["by_name"][0]
-    assert first["launches"] == 8 and first["measured_us"] - first["predicted_us"] == 320.0
+    assert first["kernels"] == 8 and first["measured_us"] - first["predicted_us"] == 320.0
     text = render({"model": "gpt42m", "batch": 32, "seq": 512, "device": "GPU", "launches": 9,
                    "ceiling_tbs": 4.2, "rows": layer + single, "summary": s})
     assert text.index("+bias+residual") < text.index("cross_entropy")

@@ -177,6 +177,7 @@ def build_kernels(target: str, cache_dir=None) -> dict:
     grads-only GPT-42M step of the first test, Llama-42M's step under ``NOVA_DETERMINISTIC=1``; the
     other tests run the benchmark's plans (``nova precompile train gpt42m`` / ``llama42m``)."""
     import os
+    from unittest import mock
 
     import torch
 
@@ -200,19 +201,12 @@ def build_kernels(target: str, cache_dir=None) -> dict:
         return loss
 
     add(nova.precompile(grads_step, tokens, tokens, target=target, models=[model], cache_dir=cache_dir))
-    previous = os.environ.get("NOVA_DETERMINISTIC")
-    os.environ["NOVA_DETERMINISTIC"] = "1"
-    try:
+    with mock.patch.dict(os.environ, {"NOVA_DETERMINISTIC": "1"}):
         with torch.device("meta"):
             llama = build_torch_model(model_config("llama42m"), 0)
             opt = torch.optim.AdamW(llama.parameters(), **ADAMW)
         add(nova.precompile(make_train_step(llama, opt), tokens, tokens, target=target, models=[llama],
                             optimizers=[opt], cache_dir=cache_dir))
-    finally:
-        if previous is None:
-            del os.environ["NOVA_DETERMINISTIC"]
-        else:
-            os.environ["NOVA_DETERMINISTIC"] = previous
     return counts
 
 

@@ -257,14 +257,6 @@ def summarize(rows, ceiling_tbs: float) -> dict:
     inside = [r for r in priced if abs(r["ratio"] - 1) <= BAND]
     total = sum(r["measured_us"] for r in priced) or 1.0
     streaming = [r for r in rows if memory_bound(r) and r["bound"] != "launch"]
-    by_model = {}
-    for r in priced:
-        m = by_model.setdefault(r["model"] or r["kind"], {"kernels": 0, "within": 0, "measured_us": 0.0,
-                                                           "predicted_us": 0.0})
-        m["kernels"] += 1
-        m["within"] += abs(r["ratio"] - 1) <= BAND
-        m["measured_us"] = round(m["measured_us"] + r["measured_us"], 2)
-        m["predicted_us"] = round(m["predicted_us"] + r["predicted_us"], 2)
     return {
         "within_band": len(inside), "priced": len(priced),
         "within_band_time_share": round(sum(r["measured_us"] for r in inside) / total, 3),
@@ -276,22 +268,29 @@ def summarize(rows, ceiling_tbs: float) -> dict:
                                       / (sum(r["measured_us"] for r in streaming) * 1e-6) / 1e12 / ceiling_tbs, 3)
         if streaming else None,
         "launch_bound_kernels": sum(1 for r in rows if memory_bound(r) and r["bound"] == "launch"),
-        "by_model": by_model,
+        "by_model": totals_by(priced, lambda r: r["model"] or r["kind"]),
         "by_name": excess_by_name(priced),
     }
+
+
+def totals_by(priced, key) -> dict:
+    """``{key(row): {"kernels", "within", "measured_us", "predicted_us"}}`` over the priced rows."""
+    out: dict = {}
+    for r in priced:
+        m = out.setdefault(key(r), {"kernels": 0, "within": 0, "measured_us": 0.0, "predicted_us": 0.0})
+        m["kernels"] += 1
+        m["within"] += abs(r["ratio"] - 1) <= BAND
+        m["measured_us"] = round(m["measured_us"] + r["measured_us"], 2)
+        m["predicted_us"] = round(m["predicted_us"] + r["predicted_us"], 2)
+    return out
 
 
 def excess_by_name(priced) -> list[dict]:
     """The kernels of one description (every layer's copy of a GEMM, say) together, largest measured -
     predicted time first: a miss repeated in every layer outweighs a larger single one."""
-    by_name: dict[str, dict] = {}
-    for r in priced:
-        m = by_name.setdefault(r["name"] or r["kind"], {"name": r["name"] or r["kind"], "launches": 0,
-                                                        "measured_us": 0.0, "predicted_us": 0.0})
-        m["launches"] += 1
-        m["measured_us"] = round(m["measured_us"] + r["measured_us"], 2)
-        m["predicted_us"] = round(m["predicted_us"] + r["predicted_us"], 2)
-    return sorted(by_name.values(), key=lambda m: -(m["measured_us"] - m["predicted_us"]))
+    by_name = totals_by(priced, lambda r: r["name"] or r["kind"])
+    return sorted(({"name": name, **m} for name, m in by_name.items()),
+                  key=lambda m: -(m["measured_us"] - m["predicted_us"]))
 
 
 def _mhz(value) -> str:
@@ -318,7 +317,7 @@ def render(result: dict) -> str:
     for m in s.get("by_name", [])[:6]:
         over = m["measured_us"] - m["predicted_us"]
         if over > 0:
-            lines.append(f"  {m['name'][:60]:<60} x{m['launches']:<3} measured {m['measured_us'] / 1e3:7.3f} ms, "
+            lines.append(f"  {m['name'][:60]:<60} x{m['kernels']:<3} measured {m['measured_us'] / 1e3:7.3f} ms, "
                          f"predicted {m['predicted_us'] / 1e3:7.3f} ({over / 1e3:+.3f})")
     worst = sorted((r for r in result["rows"] if r["ratio"]), key=lambda r: -r["measured_us"] * abs(r["ratio"] - 1))
     lines.append("largest misses (measured x |ratio - 1|):")

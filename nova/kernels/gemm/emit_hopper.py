@@ -1075,8 +1075,9 @@ class _HopperKernel:
         ``values.prefetch(cols)`` issues the bias loads of ``cols`` now (the TMA-store epilogue
         loads the next step's bias before this step's barrier: its latency then hides behind the
         staging writes instead of stalling every step); ``values.load(cols, row, row_ok, pair)``
-        the bias and R loads of a pair now, R's values for ``values(..., loaded=)`` (the register
-        epilogue loads EPILOGUE_PREFETCH_BLOCKS blocks' before their stores)."""
+        the bias and R loads of a pair now, R's values for ``values(..., loaded=)``, the one place R
+        is loaded (the register epilogue, the only one with R, loads EPILOGUE_PREFETCH_BLOCKS
+        blocks' before their stores)."""
         ir, p = self.ir, self.p
         bias_cache = {}
 
@@ -1092,8 +1093,9 @@ class _HopperKernel:
             return self.load_residual(row, cols, row_ok, pair, first) if p.residual and not self.partial else None
 
         def values(cols, idx, row=None, row_ok=True, pair=False, loaded=None):
-            res = loaded if loaded is not None else \
-                self.load_residual(row, cols, row_ok, pair, first) if p.residual and not self.partial else None
+            if loaded is None and p.residual and not self.partial:
+                raise CodegenError(f"{p.describe()}: the epilogue's R values are loaded by values.load first")
+            res = loaded
             vals, pres = [], []
             for d in (0, 1):
                 x = ir.let("c", f"llvm.extractvalue {acc}[{idx[d]}] : {self.acc_t}")
