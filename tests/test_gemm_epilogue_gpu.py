@@ -5,6 +5,7 @@ backward, ``activation_grad=True``).
 ``C = act(A @ B + bias) + R`` and ``P = A @ B + bias`` on fresh random data (a new seed each run,
 printed on failure), C and P poisoned with NaN before the launch: every element written, within the
 tolerance of its type.  The cases cover the register epilogue (pairs, ragged M and N, odd N), the
+TMA-store epilogue with R and P (C's rows whole 16-byte units; ragged M, swapped), the
 atomic split-K kernel (R added by slice 0), the split-K workspace's reduction kernel (R and P there),
 TF32 and BF16, and both kernel generations (``NOVA_HOPPER=0``: the mma.sync kernel on an sm_90 device).
 
@@ -33,6 +34,9 @@ CASES = [
     (1000, 1002, 520, "bf16", False, "relu", True, True),
     (2048, 3072, 768, "tf32", True, "gelu_erf", False, True),         # the exact GELU (BERT-style MLPs)
     (1000, 1024, 512, "bf16", True, "gelu_erf", True, False),
+    (1000, 1024, 520, "bf16", True, "gelu", True, True),             # TMA store of C and P, ragged M: R's rows clamped
+    (64, 2048, 512, "tf32", True, "gelu", True, True),               # swapped (C^T tiles): R read along C's rows
+    (2000, 3000, 512, "tf32", False, "silu", True, True),            # swapped and ragged
 ]
 TOLERANCE = {"tf32": 2e-3, "bf16": 1e-2}   # relative Frobenius error vs float64 (tests/test_runtime_gpu.py's)
 HOPPER_SWITCH = ("1", "0")                  # the Hopper kernel, then the mma.sync one (NOVA_HOPPER=0)

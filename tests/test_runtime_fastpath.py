@@ -413,6 +413,30 @@ def test_hopper_tma_store_passes_cs_tensor_map_memoised_per_pointer(fake_gpu, mo
         tma.HopperGemm(stale, schedule, fake_gpu.device, "gemm 64x48x32 tf32 NT +bias -> f32")
 
 
+def test_hopper_tma_store_passes_ps_tensor_map_in_place_of_its_pointer(fake_gpu, monkeypatch):
+    """With a pre-activation output the TMA-store kernel's last parameter is P's tensor map (``tmap_p``:
+    C's shape, type and box at P's pointer), memoised per pointer as C's; R stays a pointer.  A
+    schedule without the TMA store whose kernel takes P's map is refused (stale cache)."""
+    encoded = []
+
+    def fake_map(device, ptr, dtype, rows, cols, box_rows, box_cols):
+        encoded.append((ptr, dtype, rows, cols, box_rows, box_cols))
+        return ptr + 0x8
+    monkeypatch.setattr(tma, "device_tensor_map", fake_map)
+    art = make_artifact(params=("tmap_a", "tmap_b", "tmap_c", "bias", "residual", "tmap_p"))
+    art.meta.update(problem={"M": 64, "N": 48, "K": 32, "out_dtype": "f32"}, prep_kernels={})
+    schedule = hopper_schedule((64, 32, 128, 32), (48, 32, 64, 32), box_c=(64, 32), vector_c=4)
+    hop = tma.HopperGemm(art, schedule, fake_gpu.device, "gemm 64x48x32 tf32 NT +bias+gelu+preact+residual -> f32")
+    for p_ptr in (0x60000, 0x60000, 0x61000):
+        hop.run(0x10000, 0x20000, 0x30000, (0x40000, 0x50000, p_ptr), 5)
+    assert [args for args, _ in hop.main.launches] == [(0x10008, 0x20008, 0x30008, 0x40000, 0x50000, 0x60008)] * 2 + \
+        [(0x10008, 0x20008, 0x30008, 0x40000, 0x50000, 0x61008)]
+    assert encoded[-2:] == [(0x60000, "f32", 64, 48, 64, 32), (0x61000, "f32", 64, 48, 64, 32)]
+    with pytest.raises(driver.NovaRuntimeError, match="takes P's tensor map but the schedule does not store C by TMA"):
+        tma.HopperGemm(make_artifact(params=("tmap_a", "tmap_b", "C", "tmap_p")),
+                       hopper_schedule((64, 32, 128, 32), (48, 32, 64, 32)), fake_gpu.device, "gemm")
+
+
 def test_hopper_tma_store_checks_c_base_alignment(fake_stack, monkeypatch):
     """A TMA-store schedule needs C's base 16-byte aligned (``vector_c`` = 16 bytes of elements): a
     C that is only 8-byte aligned is refused with a one-line error naming the TMA store, before any

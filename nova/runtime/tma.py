@@ -250,12 +250,17 @@ class HopperGemm:
             batch = problem.get("batch", 1)           # batched: C's 3-D map, batch outermost
             self.c_map = (problem["out_dtype"], problem["M"], problem["N"], box.rows, box.cols) + \
                 ((batch, problem["batch_stride_c"]) if batch > 1 else ())
+        # a pre-activation output P stored by TMA too (the last parameter): C's map at P's pointer
+        self.p_map = artifact.params[-1] == "tmap_p"
+        if self.p_map and not self.plan.tma_store:
+            raise driver.NovaRuntimeError(f"{what}: the kernel takes P's tensor map but the schedule does not "
+                                          "store C by TMA (stale cache?)")
         # TF32 round-to-nearest: CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 makes the TMA unit round FP32 to
         # nearest while copying (measured); ``tmap_f32_type`` overrides it (experiments only)
         self.map_type = tmap_f32_type or self.plan.operands.tensor_map_type
         self.workspaces: dict[int, dict[str, int]] = {}     # stream -> operand ("w": the partials) -> device buffer
         self.allocations: dict[int, int] = {}              # stream -> the cuMemAlloc'd base of its workspace
-        self.maps: dict[str, dict[int, int]] = {"a": {}, "b": {}, "c": {}}   # operand -> its pointer -> device tensor map
+        self.maps: dict[str, dict[int, int]] = {"a": {}, "b": {}, "c": {}, "p": {}}   # operand -> its pointer -> device tensor map
         self.stream_plans: dict[int, tuple] = {}            # stream -> stream_plan(stream)
         self.placed_plans: dict[int, tuple] = {}            # a caller's workspace pointer -> its plan
 
@@ -305,13 +310,13 @@ class HopperGemm:
             driver.restore_context(previous)
 
     def tensor_map(self, op: str, ptr: int) -> int:
-        """The device tensor map of operand ``op`` ("a", "b", or "c": the TMA-store epilogue's
-        output) at ``ptr``.  Memoised here by pointer alone (the shape, box and type are this
+        """The device tensor map of operand ``op`` ("a", "b", or "c" / "p": the TMA-store epilogue's
+        outputs, C and the pre-activation P, one map shape) at ``ptr``.  Memoised here by pointer alone (the shape, box and type are this
         kernel's): one int-keyed lookup per call instead of building ``device_tensor_map``'s key,
         which shares the maps process-wide."""
         hit = self.maps[op].get(ptr)
         if hit is None:
-            if op == "c":
+            if op in ("c", "p"):
                 hit = device_tensor_map(self.device, ptr, *self.c_map)
             else:
                 o, box = self.plan.operands.role(op), self.plan.box(op)
@@ -348,9 +353,12 @@ class HopperGemm:
         """The GEMM kernel's arguments ``(tmap_a, tmap_b, C, *epilogue)`` (``epilogue``: the pointers of
         the problem's ``epilogue_operands``; with a split-K workspace, ``c_ptr`` is the workspace and
         the epilogue's operands go to the reduction; stream-K appends the workspace and then them in
-        ``run``; with the TMA-store epilogue, C's tensor map); ``maps`` from ``stream_plan``."""
+        ``run``; with the TMA-store epilogue, C's tensor map, and P's in place of its pointer, the
+        last); ``maps`` from ``stream_plan``."""
         args = (maps[0] or self.tensor_map("a", a_ptr), maps[1] or self.tensor_map("b", b_ptr),
                 c_ptr if self.c_map is None else self.tensor_map("c", c_ptr))
+        if self.p_map and epilogue:
+            return args + tuple(epilogue[:-1]) + (self.tensor_map("p", epilogue[-1]),)
         return args + tuple(epilogue)
 
     def run(self, a_ptr: int, b_ptr: int, c_ptr: int, epilogue: tuple = (), stream: int = 0,

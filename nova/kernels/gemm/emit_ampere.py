@@ -645,11 +645,16 @@ class GemmKernel:
         return self.ir.let("ex2", f'llvm.inline_asm "ex2.approx.ftz.f32 $0, $1;", "=f,f" {x} : (f32) -> f32')
 
     def times_sigmoid(self, x: str, z: str) -> str:
-        """x * sigmoid(z) = x / (1 + 2^(-z*log2 e))."""
+        """x * sigmoid(z) = x / (1 + 2^(-z*log2 e)) by ``div.full.f32`` (2 ulp over the full range, no
+        branch): an IEEE division (``div.rn``) branches to a slow path for extreme denominators (from
+        about 2^126: z below about -87, a GELU's x below about -10), and on N(0, 1) x sqrt(K) data
+        that path ran a GELU GEMM 3x longer (bench/NOTES.md, 2026-12-05); ``rcp.approx`` + a multiply
+        measured as fast but let ptxas interleave elements until a ragged ping-pong register epilogue
+        spilled.  A denominator of +inf gives y = 0, the limit."""
         ir = self.ir
         e = self.exp2(ir.let("neg_z_log2e", f"arith.mulf {z}, {self.fconst(-_LOG2E)} : f32"))
         den = ir.let("den", f"arith.addf {e}, {self.fconst(1.0)} : f32")
-        return ir.let("y", f"arith.divf {x}, {den} : f32")
+        return ir.let("y", f'llvm.inline_asm "div.full.f32 $0, $1, $2;", "=f,f,f" {x}, {den} : (f32, f32) -> f32')
 
     def activation(self, x: str) -> str:
         ir, act = self.ir, self.p.activation
@@ -703,6 +708,11 @@ class GemmKernel:
         """R[row, cols[0..1]] in FP32: one 2-element load when ``pair`` (as C's pair store: N even,
         both columns in or out of bounds together), else one load per column.  An element outside C
         reads R[0, 0] instead (its store is skipped); under split-K only slice 0 adds R, as the bias."""
+        return self.widen_residual(self.load_residual_raw(row, cols, row_ok, pair), first_slice)
+
+    def load_residual_raw(self, row, cols, row_ok, pair: bool):
+        """``load_residual``'s loads alone: the pair as loaded (``vector<2xR>``, one register for a
+        16-bit R) or the two elements; ``widen_residual`` makes them FP32 where they are used."""
         ir, p, R = self.ir, self.p, self.p.out_dtype
 
         def clamp(ok, x):
@@ -710,14 +720,20 @@ class GemmKernel:
         row = clamp(row_ok, row)
         if pair:
             ok = ir.cmp("slt", cols[0], p.N, "r_col_ok") if self.ragged["n"] else True
-            v = ir.let("r_pair", f"vector.load {self.at('R', row, clamp(ok, cols[0]))} "
-                                 f"{{alignment = {2 * p.out_bytes}}} : {self.rtype}, vector<2x{R}>")
-            vals = [ir.let("r", f"vector.extract {v}[{d}] : {R} from vector<2x{R}>") for d in (0, 1)]
-        else:
-            vals = []
-            for col in cols:
-                ok = ir.cmp("slt", col, p.N, "r_col_ok") if self.ragged["n"] else True
-                vals.append(ir.let("r", f"memref.load {self.at('R', row, clamp(ok, col))} : {self.rtype}"))
+            return ir.let("r_pair", f"vector.load {self.at('R', row, clamp(ok, cols[0]))} "
+                                    f"{{alignment = {2 * p.out_bytes}}} : {self.rtype}, vector<2x{R}>")
+        vals = []
+        for col in cols:
+            ok = ir.cmp("slt", col, p.N, "r_col_ok") if self.ragged["n"] else True
+            vals.append(ir.let("r", f"memref.load {self.at('R', row, clamp(ok, col))} : {self.rtype}"))
+        return vals
+
+    def widen_residual(self, raw, first_slice) -> list[str]:
+        """R's two FP32 values from ``load_residual_raw``'s result (under split-K zero but in slice 0)."""
+        ir, R = self.ir, self.p.out_dtype
+        vals = raw
+        if isinstance(raw, str):
+            vals = [ir.let("r", f"vector.extract {raw}[{d}] : {R} from vector<2x{R}>") for d in (0, 1)]
         if R != "f32":
             vals = [ir.let("r_f32", f"arith.extf {v} : {R} to f32") for v in vals]
         if first_slice is not None:
@@ -801,8 +817,8 @@ class GemmKernel:
 
 
 class _F32:
-    """``activations.Arith`` over a GEMM kernel's FP32 epilogue (``math.tanh``, as the pointwise and
-    rows kernels compute the shared formulas)."""
+    """``activations.Arith`` over a GEMM kernel's FP32 epilogue (the shared formulas of
+    ``nova/kernels/activations.py``; tanh from ``ex2`` and a division, ``tanh``)."""
 
     def __init__(self, kernel):
         self.ir, self.k = kernel.ir, kernel
@@ -817,7 +833,15 @@ class _F32:
         return self.ir.let("e", f"arith.mulf {a}, {b} : f32")
 
     def tanh(self, a):
-        return self.ir.let("tanh", f"math.tanh {a} : f32")
+        """tanh(a) = 1 - 2 / (1 + 2^(2a log2 e)) (``ex2.approx`` and ``div.full``, each a few ulp: an
+        absolute error of a few 1e-7, all the GELU's backward needs from it).  ``math.tanh``'s
+        polynomial with its range selects took more registers than a ping-pong consumer with R
+        had (ptxas spilled the BF16 dgrad GEMM of an MLP)."""
+        k = self.k
+        e = k.exp2(self.mul(a, k.fconst(2.0 * _LOG2E)))
+        den = self.add(e, k.fconst(1.0))
+        q = self.ir.let("e", f'llvm.inline_asm "div.full.f32 $0, $1, $2;", "=f,f,f" {k.fconst(2.0)}, {den} : (f32, f32) -> f32')
+        return self.sub(k.fconst(1.0), q)
 
     def const(self, value):
         return self.k.fconst(value)

@@ -50,7 +50,11 @@ targets, the shared-memory ring, the grid.  Nothing here knows the target.
   (``cp.async.bulk.wait_group.read 1``), the warpgroup syncs on its named barrier (id 1 + its
   index; the kernel's ``gpu.barrier`` is id 0), writes, fences the async proxy, syncs again, and
   the elected thread issues the step's TMA store(s) and commits a bulk group.  The consumers then
-  go on to the next tile while the stores drain; ``wait_group 0`` before the kernel exits.  The
+  go on to the next tile while the stores drain; ``wait_group 0`` before the kernel exits.  A
+  pre-activation output P (the same box, its own tensor map) takes a staging step of its own before
+  C's; a residual R is read by each thread from global memory at the elements it writes, a step's
+  loads issued before the step's barriers (cooperative: a step ahead), after every thread asked L2
+  for its share of the tile's R lines (``prefetch.global.L2``) before the tile's K loop.  The
   register -> shared writes are bank-conflict-free: where a warp's lanes would meet in a bank, a
   lane writes its items in a rotated order (``staging_rotation``: slot i holds item i ^ q).
 * **Clusters** (``schedule.cluster_m`` x ``cluster_n``, hopper.py step 12; 1-D: 2x1, 1x2, up to 8).
@@ -134,6 +138,7 @@ REDUCE_NAME = "nova_split_reduce"
 ARCH = SM90A
 WG = WARPGROUP_THREADS
 SLAB_M = 64                 # wgmma M
+PREFETCH_LINE_BYTES = 128     # the L2 line a prefetch.global.L2 asks for (R's lines before a tile's K loop)
 EPILOGUE_PREFETCH_BLOCKS = 4   # [EST] column blocks of 8 whose bias and R a thread loads before their stores
                                # (24 values; 8 spilled a ping-pong consumer with ragged edges: ptxas checks):
                                # the H100 ran 16384x512x512 +bias+residual at 2.05x its prediction loading
@@ -338,15 +343,15 @@ class _HopperKernel:
     load_bias = GemmKernel.load_bias
     btype = GemmKernel.btype          # the bias memref type: the same epilogue ABI as mma.sync
     rtype = GemmKernel.rtype          # R's and P's: C's
-    epilogue_args = GemmKernel.epilogue_args
     finish = GemmKernel.finish
-    load_residual = GemmKernel.load_residual
+    load_residual_raw = GemmKernel.load_residual_raw
+    widen_residual = GemmKernel.widen_residual
     operand_type = GemmKernel.operand_type
 
     def __init__(self, p: GemmProblem, s: Schedule, wait_depth: int = 1, cluster_experiment: str | None = None):
         self.p, self.s = p, s
         self.ir = Ir(RESERVED_NAMES)
-        self.ir.reserve("tmA", "tmB", "tmC", "pC", "tile", "kp", "it", "acc", "itc", "ktp", "itp")
+        self.ir.reserve("tmA", "tmB", "tmC", "pC", "tmP", "pP", "tile", "kp", "it", "acc", "itc", "ktp", "itp")
         self.T = p.storage
         # split-K through a workspace: this kernel stores each slice's raw FP32 partial tile at rows
         # kslice * M + m of a [split_k * M, N] workspace; the reduction kernel does the epilogue
@@ -401,6 +406,14 @@ class _HopperKernel:
             self.ir.reserve("W", "skt", "its")
         if self.slabs > 1:
             self.ir.reserve(*(f"acc{q}" for q in range(1, self.slabs)))
+
+    def epilogue_args(self) -> list[str]:
+        """The kernel's arguments after C (``GemmKernel.epilogue_args``: bias, R, P); with the
+        TMA-store epilogue P is written as C is, through its tensor map (``%pP``)."""
+        args = GemmKernel.epilogue_args(self)
+        if self.tma_store and self.p.preactivation:
+            args[-1] = "%pP: !llvm.ptr"
+        return args
 
     @property
     def ctype(self) -> str:
@@ -492,6 +505,9 @@ class _HopperKernel:
         if self.tma_store:
             self.tm["c"] = "%tmC"
             ir.emit(f"%tmC = builtin.unrealized_conversion_cast %pC : !llvm.ptr to {self.c_tm_type}")
+            if self.p.preactivation:                     # P lies as C does: the same box and map type
+                self.tm["p"] = "%tmP"
+                ir.emit(f"%tmP = builtin.unrealized_conversion_cast %pP : !llvm.ptr to {self.c_tm_type}")
         self.tid = ir.let("tid", "gpu.thread_id x")
         self.wg = ir.div(self.tid, WG, "wg")
         self.lane = ir.rem(self.tid, 32, "lane")
@@ -821,6 +837,8 @@ class _HopperKernel:
 
         def tile_body(tile, k_begin, k_count, it):
             i0, j0 = self.tile_origin(tile)
+            if self.tma_store and p.residual and p.batch == 1:
+                self.prefetch_residual(i0, j0)
             if self.pingpong:
                 self.order_wait(tile)
             res = ir.fresh("kres")
@@ -872,6 +890,30 @@ class _HopperKernel:
             ir.comment("the staging buffers must outlive the TMA stores that read them; C is complete at exit")
             with ir.region(f"scf.if {self.wg_leader} {{"):
                 ir.emit("nvvm.cp.async.bulk.wait_group 0")
+
+    def prefetch_residual(self, i0, j0):
+        """Ask L2 for the lines of R this warpgroup's epilogue will read (its slab, or every slab of its
+        ping-pong tile) before the tile's K loop: ``prefetch.global.L2``, no registers held, so the
+        epilogue's loads (a staging step's before its barriers) wait an L2 latency instead of DRAM's.
+        Each thread asks for lines WG apart; indices past C clamp to its last row / column."""
+        ir, p = self.ir, self.p
+        ob, line = p.out_bytes, PREFETCH_LINE_BYTES // p.out_bytes
+        first_i = self.slab_origin(i0, 0 if self.pingpong else None)
+        extent_i = SLAB_M * self.slabs
+        r0, nr, c0, nc = (j0, self.tile_j, first_i, extent_i) if self.swap else (first_i, extent_i, j0, self.tile_j)
+        per_row = _cdiv(nc, line)
+        total = nr * per_row
+        ir.comment(f"R's {total} lines of this warpgroup's tile into L2 before the K loop")
+        base = ir.pure("r_base", f"memref.extract_aligned_pointer_as_index %R : {self.rtype} -> index")
+        for k in range(_cdiv(total, WG)):
+            idx = ir.add(self.wtid, k * WG, "pf_idx")
+            if (k + 1) * WG > total:
+                idx = ir.min(idx, total - 1, "pf_idx")
+            row = ir.min(ir.add(r0, ir.div(idx, per_row, "pf_row")), p.M - 1, "pf_row")
+            col = ir.min(ir.add(c0, ir.mul(ir.rem(idx, per_row, "pf_line"), line)), p.N - 1, "pf_col")
+            at = ir.add(base, ir.mul(ir.add(ir.mul(row, p.N), col), ob), "pf_addr")
+            ptr = ir.let("pf_ptr", f"arith.index_cast {ir.v(at)} : index to i64")
+            ir.emit(f'llvm.inline_asm has_side_effects "prefetch.global.L2 [$0];", "l" {ptr} : (i64) -> ()')
 
     def stream_k_epilogue(self, acc, i0, j0):
         """A stream-K segment: the whole tile stores C with the epilogue; a part of a split tile stores
@@ -1087,15 +1129,16 @@ class _HopperKernel:
             return bias_cache[col]
 
         def load(cols, row=None, row_ok=True, pair=False):
-            """Issue the bias and R loads of ``cols`` of ``row`` now: R's two values (or None), which
-            ``values`` then takes as ``loaded``."""
+            """Issue the bias and R loads of ``cols`` of ``row`` now: R's two values as loaded (or
+            None), which ``values`` then takes as ``loaded`` and widens where it uses them (a 16-bit
+            pair stays one register until then)."""
             prefetch(cols)
-            return self.load_residual(row, cols, row_ok, pair, first) if p.residual and not self.partial else None
+            return self.load_residual_raw(row, cols, row_ok, pair) if p.residual and not self.partial else None
 
         def values(cols, idx, row=None, row_ok=True, pair=False, loaded=None):
             if loaded is None and p.residual and not self.partial:
                 raise CodegenError(f"{p.describe()}: the epilogue's R values are loaded by values.load first")
-            res = loaded
+            res = self.widen_residual(loaded, first) if loaded is not None else None
             vals, pres = [], []
             for d in (0, 1):
                 x = ir.let("c", f"llvm.extractvalue {acc}[{idx[d]}] : {self.acc_t}")
@@ -1322,11 +1365,17 @@ class _HopperKernel:
     def tma_epilogue(self, acc, i0, j0, slab=None):
         """Stage the warpgroup's 64 x tile_j slab one 8 KB step at a time and TMA-store it (module
         docstring): per step, wait for the buffer (its last store has read it), sync, write the
-        step's accumulators (bias, activation, conversion) into the swizzled box(es), fence the async
-        proxy, sync, and the elected thread stores the box(es) and commits one bulk group."""
+        step's accumulators (bias, activation, residual, conversion) into the swizzled box(es),
+        fence the async proxy, sync, and the elected thread stores the box(es) and commits one bulk
+        group.  With a pre-activation output a step stages P first (its own buffer and bulk group,
+        stored through P's tensor map), then C.  A residual R is read from global memory by each
+        thread at the elements it writes (pairs along a row), a step's loads issued before its
+        barriers (a step ahead where registers allow), its lines asked into L2 before the tile's K
+        loop (``prefetch_residual``)."""
         ir, p, box = self.ir, self.p, self.h.box_c
         ob, O = p.out_bytes, self.O
-        ir.comment("---- epilogue: wgmma D fragment -> (bias, activation, convert) -> staging (swizzled) -> TMA store")
+        ir.comment("---- epilogue: wgmma D fragment -> (bias, activation, residual, convert) -> staging (swizzled) -> TMA store"
+                   + (" of P, then of C" if p.preactivation else ""))
         q = slab
         slab = self.slab_origin(i0, q)
         rows0, cols0 = (j0, slab) if self.swap else (slab, j0)      # the slab's origin in C
@@ -1334,7 +1383,8 @@ class _HopperKernel:
         pair_t = f"vector<2x{O}>"
         extent = box.rows if self.swap else box.cols                # j per step
         steps = self.tile_j // extent
-        per_tile = steps * self.slabs                               # this warpgroup's steps per tile
+        outputs = ("p", "c") if p.preactivation else ("c",)         # staged one after the other per step
+        per_tile = steps * self.slabs * len(outputs)                # this warpgroup's staging steps per tile
         if per_tile % STAGING_BUFFERS:                              # the buffer alternates across tiles too
             # the work units this warpgroup ran before this one (%tile: the unit, of any batch element)
             lo, step = self.walk
@@ -1343,69 +1393,90 @@ class _HopperKernel:
         else:
             first = 0
         if q:                                                       # the tile's earlier slabs' steps
-            first = ir.add(first, q * steps, "stg_first_slab")
+            first = ir.add(first, q * steps * len(outputs), "stg_first_slab")
         groups = {}
 
-        def step_columns(step):
+        def step_items(step):
             """Staging step ``step``'s groups and, per item, the C columns its two values take the bias
-            of (not swapped: cols0 + 2t + its column offsets; swapped, the slab rows' columns of C)."""
+            (and R) of and the C row R is read at.  Not swapped: cols0 + 2t + its column offsets, the
+            group's slab row; swapped: the slab rows' columns of C, row rows0 + 8 x jj + 2t + d."""
             if step not in groups:
                 grps = self.staging_groups(step)
                 if self.swap:
                     cs = [ir.add(cols0, self.slab_row(h), "out_col") for h in (0, 1)]
                     cols = [[cs for _ in items] for items, _ in grps]
+                    two_t = ir.mul(self.t, 2)
+                    rows = [[ir.add(rows0, ir.add(two_t, step * box.rows + 8 * jl + d), "out_row")
+                             for d in range(len(items))] for jl, (items, _) in enumerate(grps)]
                 else:
                     cols = [[[ir.add(ir.add(cols0, ir.mul(self.t, 2)), c, "out_col") for c in item_cols]
                              for item_cols, _ in items] for items, _ in grps]
-                groups[step] = (grps, cols)
+                    rows = [[ir.add(rows0, self.slab_row(h), "out_row")] * len(items)
+                            for h, (items, _) in enumerate(grps)]
+                groups[step] = (grps, cols, rows)
             return groups[step]
 
-        def prefetch(step):
-            _, cols = step_columns(step)
-            values.prefetch([c for grp in cols for cs in grp for c in cs])
+        def load(step):
+            """Issue step ``step``'s bias loads and R's (per group, per item: R's two values, or None)."""
+            _, cols, rows = step_items(step)
+            if not p.residual:
+                values.prefetch([c for grp in cols for cs in grp for c in cs])
+                return None
+            return [[values.load(cs, row, ir.cmp("slt", row, p.M, "row_ok") if self.ragged["m"] else True,
+                                 not self.swap)
+                     for cs, row in zip(grp_cols, grp_rows)] for grp_cols, grp_rows in zip(cols, rows)]
 
-        # The bias of step s + 1 is loaded before step s's barriers (one step's 8 registers more; not in
-        # a ping-pong tile, whose other slab's accumulators leave no room: ptxas spilled there).
+        # The bias and R of step s + 1 are loaded before step s's barriers (one step's registers more;
+        # not in a ping-pong tile, whose other slab's accumulators leave no room: ptxas spilled there),
+        # else step s's own before its barriers; R's lines were asked into L2 before the K loop
         ahead = not self.pingpong
-        if ahead:
-            prefetch(0)
+        loaded = {0: load(0)} if ahead else {}
         for step in range(steps):
-            buf = ir.rem(ir.add(first, step), STAGING_BUFFERS, "stg_buf")
-            ir.comment(f"staging step {step}: buffer free (its last store has read it), then write")
             if ahead and step + 1 < steps:
-                prefetch(step + 1)                                  # in flight across this step's barriers
-            with ir.region(f"scf.if {self.wg_leader} {{"):
-                ir.emit(f"nvvm.cp.async.bulk.wait_group {STAGING_BUFFERS - 1} {{read}}")
-            self.wg_barrier()
-            base = ir.add(self.stg_wg_elem, ir.mul(buf, self.stg_step), "stg_base")
-            grps, cols = step_columns(step)
-            for (items, slot), grp_cols in zip(grps, cols):
-                vals = []
-                for (cols, idx), cs in zip(items, grp_cols):
-                    v, _ = values(cs, idx)
-                    vals.append(ir.let("pair", f"vector.from_elements {v[0]}, {v[1]} : {pair_t}"))
-                for i, v in enumerate(self.rotate(vals, pair_t)):
-                    _, _, byte = slot(i)
-                    at = ir.add(base, ir.div(byte, ob), "stg_at")
-                    ir.emit(f"vector.store {v}, {self.stg}[{ir.v(at)}] {{alignment = {2 * ob}}} : {self.stg_t}, {pair_t}")
-            fence_proxy_async_shared(ir)
-            self.wg_barrier()
-            with ir.region(f"scf.if {self.wg_leader} {{"):
-                off = ir.add(self.stg_wg_off, ir.mul(buf, STAGING_STEP_BYTES), "stg_buf_off")
-                for k in range(box.count):
-                    if self.swap:
-                        r0, c0 = ir.add(rows0, step * box.rows), ir.add(cols0, k * box.cols)
-                    else:
-                        r0, c0 = rows0, ir.add(cols0, step * box.cols)
-                    view = ir.let("stg_box", f"memref.view {self.dsm}[{ir.v(ir.add(off, k * box.rows * SWIZZLE_BYTES))}][] "
-                                             f": memref<?xi8, {SMEM}> to {self.c_box_type}")
-                    inside = ir.and_(ir.cmp("slt", r0, p.M, "box_in_m"), ir.cmp("slt", c0, p.N, "box_in_n"))
+                loaded[step + 1] = load(step + 1)                   # in flight across this step's barriers
+            elif not ahead:
+                loaded[step] = load(step)
+            grps, cols, _ = step_items(step)
+            r_values = loaded.pop(step)
+            for o_index, output in enumerate(outputs):
+                buf = ir.rem(ir.add(first, step * len(outputs) + o_index), STAGING_BUFFERS, "stg_buf")
+                ir.comment(f"staging step {step}{' (P)' if output == 'p' else ''}: buffer free (its last store "
+                           "has read it), then write")
+                with ir.region(f"scf.if {self.wg_leader} {{"):
+                    ir.emit(f"nvvm.cp.async.bulk.wait_group {STAGING_BUFFERS - 1} {{read}}")
+                self.wg_barrier()
+                base = ir.add(self.stg_wg_elem, ir.mul(buf, self.stg_step), "stg_base")
+                for g, ((items, slot), grp_cols) in enumerate(zip(grps, cols)):
+                    vals = []
+                    for k, ((_, idx), cs) in enumerate(zip(items, grp_cols)):
+                        # P's pass computes x + bias, C's the whole epilogue: each pass keeps what it
+                        # stores (the other's arithmetic is dead code), nothing lives across the barriers
+                        c_pair, p_pair = values(cs, idx, loaded=r_values[g][k] if r_values else None)
+                        v = p_pair if output == "p" else c_pair
+                        vals.append(ir.let("pair", f"vector.from_elements {v[0]}, {v[1]} : {pair_t}"))
+                    for i, v in enumerate(self.rotate(vals, pair_t)):
+                        _, _, byte = slot(i)
+                        at = ir.add(base, ir.div(byte, ob), "stg_at")
+                        ir.emit(f"vector.store {v}, {self.stg}[{ir.v(at)}] {{alignment = {2 * ob}}} : "
+                                f"{self.stg_t}, {pair_t}")
+                fence_proxy_async_shared(ir)
+                self.wg_barrier()
+                with ir.region(f"scf.if {self.wg_leader} {{"):
+                    off = ir.add(self.stg_wg_off, ir.mul(buf, STAGING_STEP_BYTES), "stg_buf_off")
+                    for k in range(box.count):
+                        if self.swap:
+                            r0, c0 = ir.add(rows0, step * box.rows), ir.add(cols0, k * box.cols)
+                        else:
+                            r0, c0 = rows0, ir.add(cols0, step * box.cols)
+                        view = ir.let("stg_box", f"memref.view {self.dsm}[{ir.v(ir.add(off, k * box.rows * SWIZZLE_BYTES))}][] "
+                                                 f": memref<?xi8, {SMEM}> to {self.c_box_type}")
+                        inside = ir.and_(ir.cmp("slt", r0, p.M, "box_in_m"), ir.cmp("slt", c0, p.N, "box_in_n"))
 
-                    def store(view=view, r0=r0, c0=c0):
-                        ir.emit(f"nvgpu.tma.async.store {view} to {self.tm['c']}[{self.tma_coords('c', c0, r0)}] : "
-                                f"{self.c_box_type} -> {self.c_tm_type}")
-                    self.ir.guarded(inside, store)              # a box wholly past a ragged edge stores nothing
-                ir.emit("nvvm.cp.async.bulk.commit.group")
+                        def store(view=view, r0=r0, c0=c0, tm=self.tm[output]):
+                            ir.emit(f"nvgpu.tma.async.store {view} to {tm}[{self.tma_coords('c', c0, r0)}] : "
+                                    f"{self.c_box_type} -> {self.c_tm_type}")
+                        self.ir.guarded(inside, store)          # a box wholly past a ragged edge stores nothing
+                    ir.emit("nvvm.cp.async.bulk.commit.group")
 
 
 def build_hopper_module(problem: GemmProblem, schedule: Schedule, *, wait_depth: int = 1,
@@ -1645,7 +1716,7 @@ def compile_hopper(problem: GemmProblem, schedule: Schedule, *, cubin: bool = Tr
     and, for a split-K workspace, the reduction kernel in ``meta["reduce_kernel"]`` (params
     ``(W, C[, bias][, residual][, preactivation])``, ``problem.epilogue_operands``; the GEMM itself
     then takes ``(tmap_a, tmap_b, W)``; else the GEMM takes them after C; with the TMA-store
-    epilogue it takes ``(tmap_a, tmap_b, tmap_c[, bias])``; stream-K, ``(tmap_a, tmap_b, C, W[,
+    epilogue it takes ``(tmap_a, tmap_b, tmap_c[, bias][, residual][, tmap_p])``; stream-K, ``(tmap_a, tmap_b, C, W[,
     bias])`` and a reduction kernel over the split tiles).  The runtime reads everything else
     (tensor maps, workspaces) from the schedule."""
     from nova.codegen import MLIR_TOOLCHAIN, lower_and_assemble
@@ -1683,8 +1754,10 @@ def compile_hopper(problem: GemmProblem, schedule: Schedule, *, cubin: bool = Tr
     if ptxas_version is not None:
         meta["ptxas"] = ptxas_version
     c_param = "W" if s.split_workspace else ("tmap_c" if s.hopper.tma_store else "C")
-    params = (("tmap_a", "tmap_b", c_param) + (("W",) if s.stream_k else ())
-              + (problem.epilogue_operands if not s.split_workspace else ()))
+    epilogue = () if s.split_workspace else problem.epilogue_operands
+    if s.hopper.tma_store and problem.preactivation:          # P stored by TMA, as C: its tensor map
+        epilogue = epilogue[:-1] + ("tmap_p",)
+    params = ("tmap_a", "tmap_b", c_param) + (("W",) if s.stream_k else ()) + epilogue
     return KernelArtifact(name=KERNEL_NAME, arch=ARCH, ptx=ptx, grid=(s.hopper.ctas, 1, 1),
                           block=(WG * (1 + s.consumer_warpgroups), 1, 1), smem_bytes=s.smem_bytes,
                           params=params, zero_output=s.zero_output, cubin=binary, resources=resources, meta=meta)

@@ -315,8 +315,6 @@ def tma_store_blocker(p: GemmProblem, swap: bool, split: int, n: int) -> str | N
     runtime's check (``output_vector``: 16 bytes)."""
     if split > 1:
         return "split-K keeps its epilogue (FP32 atomics into C, or partials into the workspace)"
-    if p.residual or p.preactivation:
-        return "the register epilogue reads R and writes P beside C (the staging boxes hold C alone)"
     if p.N * p.out_bytes % 16:
         return (f"C's rows ({p.N} x {p.out_bytes} B = {p.N * p.out_bytes} B) are not a multiple of 16 bytes: "
                 "a tensor map cannot describe C")
@@ -340,18 +338,28 @@ def tma_store_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, *, row
     TMA unit's L2 bandwidth), plus STAGING_STEP_CLK per 8 KB step.  The staged remainder drains
     while the next tile's K loop runs (overlapped: the caller adds it to the L2 term), except the
     last tile's, which the kernel waits for before it exits.  ``bw``: the drain rate (default the TMA
-    unit's L2 bandwidth; ``cooperative_compared`` passes DRAM's)."""
+    unit's L2 bandwidth; ``cooperative_compared`` passes DRAM's).  A pre-activation output P is staged
+    and stored as C (``stored_outputs``: twice the bytes and steps); a residual R is read by the
+    threads at the SM's share of the load/store path's L2 bandwidth, beside the staging and the drain."""
     per_sm = math.ceil(units / gpu.sm_count)
     wgs = block_i // WGMMA_M
-    tile = block_i * n * p.out_bytes                           # written to shared memory, ragged parts too
-    stored = min(block_i, rows) * min(n, cols) * p.out_bytes   # what reaches C
+    outputs = stored_outputs(p)
+    clipped = min(block_i, rows) * min(n, cols) * p.out_bytes  # one matrix's part of the tile inside C
+    tile = outputs * block_i * n * p.out_bytes                 # written to shared memory, ragged parts too
+    stored = outputs * clipped                                 # what reaches C (and P)
     staged = min(stored, staging_bytes(wgs, "tma_store"))
     waited = stored - staged
     bw = (bw or gpu.l2_tma_bw) / gpu.sm_count
     smem = (tile + waited) / (gpu.smem_bytes_per_clk_sm * gpu.clock_hz)
+    read = p.residual * clipped / (gpu.l2_bw / gpu.sm_count)   # R, by the threads
     steps = tile // (wgs * STAGING_STEP_BYTES)                  # per warpgroup; the two run side by side
-    per_tile = max(smem, waited / bw) + steps * STAGING_STEP_CLK / gpu.clock_hz
+    per_tile = max(smem, waited / bw, read) + steps * STAGING_STEP_CLK / gpu.clock_hz
     return per_sm * per_tile + staged / bw, per_sm * staged / bw
+
+
+def stored_outputs(p: GemmProblem) -> int:
+    """Matrices the epilogue writes: C, and the pre-activation P where the problem keeps it."""
+    return 1 + p.preactivation
 
 
 def ring_depth(gpu, block_i: int, n: int, staging: int = 0) -> int:
@@ -639,14 +647,14 @@ def forced_pingpong(opts: Options) -> bool | tuple[int, int] | None:
 
 def pingpong_regs(p: GemmProblem, operands: OperandPlan, slabs: int, n: int) -> int:
     """Registers a ping-pong consumer thread needs: its tile's slabs x N/2 FP32 accumulators,
-    PINGPONG_OVERHEAD_REGS with a plain TMA-store epilogue, X in shared memory and no batch (else
-    CONSUMER_OVERHEAD_REGS: a bias, an activation, the register epilogue of a C the TMA cannot store, a
-    register-fed X or a batch made ptxas spill at 128x192), and with a register-fed X (32-bit MN-major) the
+    PINGPONG_OVERHEAD_REGS with a plain TMA-store epilogue (C alone: no R read, no P), X in shared
+    memory and no batch (else CONSUMER_OVERHEAD_REGS: a bias, an activation, R's loads, the register
+    epilogue of a C the TMA cannot store, a register-fed X or a batch made ptxas spill at 128x192), and with a register-fed X (32-bit MN-major) the
     fragments of two K tiles per slab (the loop holds two K tiles: 2 x BK/k k-steps x 4 registers)."""
     frags = 0
     if operands.role(operands.x).feed == "regs":
         frags = slabs * 2 * (SWIZZLE // p.in_bytes // 8) * 4
-    plain = (not frags and not p.bias and p.activation == "none" and p.batch == 1
+    plain = (not frags and not p.bias and p.activation == "none" and p.batch == 1 and p.c_like_operands == 1
              and pingpong_epilogues(p, operands, n) == ("tma_store",))
     return slabs * n // 2 + (PINGPONG_OVERHEAD_REGS if plain else CONSUMER_OVERHEAD_REGS) + frags
 
@@ -702,10 +710,11 @@ def pingpong_terms(p: GemmProblem, gpu, slabs: int, n: int, operands: OperandPla
         if epilogue == "tma_store":
             whole, staged = tma_store_time(p, gpu, block_i, n, gpu.sm_count, rows=I, cols=J)
             e_unit = whole - staged                         # one tile: its writes, waits and steps
-            stored = min(block_i, I) * min(n, J) * p.out_bytes
-            t_l2 += per_sm * stored / (gpu.l2_tma_bw / gpu.sm_count)
+            clipped = min(block_i, I) * min(n, J) * p.out_bytes
+            t_l2 += per_sm * clipped * (stored_outputs(p) / (gpu.l2_tma_bw / gpu.sm_count)
+                                        + p.residual / (gpu.l2_bw / gpu.sm_count))     # C (P) out, R in
             if main["smem_cap"] < 1:
-                t_mma += per_sm * block_i * n * p.out_bytes / (gpu.smem_bytes_per_clk_sm * clock)
+                t_mma += per_sm * stored_outputs(p) * block_i * n * p.out_bytes / (gpu.smem_bytes_per_clk_sm * clock)
         else:                                               # the stores leave through the SM's L2 port too
             e_unit = epilogue_time(p, gpu, block_i, n, gpu.sm_count, rows=I, cols=J)
             t_l2 += per_sm * min(block_i, I) * min(n, J) * p.out_bytes * p.c_like_operands / (gpu.l2_bw / gpu.sm_count)
