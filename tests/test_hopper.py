@@ -581,7 +581,8 @@ def test_register_epilogue_loads_its_operands_before_the_stores(hopper, dtype, e
     assert art.resources["spill_store_bytes"] == 0, art.resources
 
 
-@pytest.mark.parametrize("dtype, extra", [("tf32", {"trans_b": True, "bias": True, "residual": True}),
+@pytest.mark.parametrize("dtype, extra", [("tf32", {"trans_b": True, "bias": True, "activation": "gelu",
+                                                    "preactivation": True, "residual": True}),
                                           ("bf16", {"bias": True, "activation": "gelu", "preactivation": True}),
                                           ("tf32", {"trans_b": True, "bias": True, "activation": "gelu", "preactivation": True}),
                                           ("bf16", {"residual": True, "activation": "gelu", "activation_grad": True}),
@@ -590,7 +591,8 @@ def test_tma_store_epilogue_reads_r_and_stores_p(hopper, dtype, extra):
     """The training steps' epilogue GEMMs store C (and the pre-activation P, through its own tensor
     map: the kernel's last parameter) by TMA: a step of P, then one of C, each its own bulk group;
     R is read by the threads (pairs along a row), a step's loads before the step's barriers, its
-    lines prefetched into L2 before the tile's K loop.  The
+    lines prefetched into L2 before the tile's K loop.  (A residual add alone keeps the register
+    epilogue: through the TMA store it measured slower.)  The
     register epilogue they used ran 1.6-3x slower on the H100 (bench/NOTES.md, 2026-12-05)."""
     import re
     from nova.codegen import ptxas
@@ -616,3 +618,13 @@ def test_tma_store_epilogue_reads_r_and_stores_p(hopper, dtype, extra):
         if p.residual:                                      # each step's R loads come before its barriers
             first = ops.index("ld.global")
             assert ops[first + 1:first + 2] in (["ld.global"], ["bar.sync"]), ops[first:first + 6]
+
+
+def test_a_residual_add_alone_keeps_the_register_epilogue(hopper):
+    """R without P or gelu'(R): the register epilogue, which the H100 measured 1.05-1.2x faster than
+    the TMA store with R's loads at each staging step (the blocker says why, in one line)."""
+    from nova.kernels.gemm.hopper import tma_store_blocker
+    p = GemmProblem(16384, 512, 2048, "tf32", trans_b=True, bias=True, residual=True)
+    s = configure(p, "h200", kernel="tiles").schedule
+    assert not s.hopper.tma_store
+    assert "register epilogue" in tma_store_blocker(p, s.swap_ab, 1, s.mma.n)

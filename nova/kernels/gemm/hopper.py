@@ -315,6 +315,10 @@ def tma_store_blocker(p: GemmProblem, swap: bool, split: int, n: int) -> str | N
     runtime's check (``output_vector``: 16 bytes)."""
     if split > 1:
         return "split-K keeps its epilogue (FP32 atomics into C, or partials into the workspace)"
+    if p.residual and not p.preactivation and not p.activation_grad:
+        return ("a residual add reads R beside C: the register epilogue, which loads R four column blocks "
+                "ahead of its stores (through the TMA store each staging step's R loads hold its barriers: "
+                "measured 1.05-1.2x slower on the H100, bench/NOTES.md 2026-12-05)")
     if p.N * p.out_bytes % 16:
         return (f"C's rows ({p.N} x {p.out_bytes} B = {p.N * p.out_bytes} B) are not a multiple of 16 bytes: "
                 "a tensor map cannot describe C")
