@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device run 58: the TMA-store epilogue with R and P (GEMM ABI 14) -- the GELU / residual GEMMs that
+# Device runs 58-59: the TMA-store epilogue with R and P (GEMM ABI 14, then 15: R prefetched into L2) -- the GELU / residual GEMMs that
 # run 57 measured at 1.6-3x their predictions through the register epilogue.  Host builds:
 #   NOVA_CACHE_DIR=$PWD/.nova-cache python tests/gpu_build.py --all --target h200
 #   nova precompile train gpt42m | llama42m | llama42m --autocast bf16 --batch 32 --target h100 (same cache)
