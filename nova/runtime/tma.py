@@ -311,9 +311,9 @@ class HopperGemm:
 
     def tensor_map(self, op: str, ptr: int) -> int:
         """The device tensor map of operand ``op`` ("a", "b", or "c" / "p": the TMA-store epilogue's
-        outputs, C and the pre-activation P, one map shape) at ``ptr``.  Memoised here by pointer alone (the shape, box and type are this
-        kernel's): one int-keyed lookup per call instead of building ``device_tensor_map``'s key,
-        which shares the maps process-wide."""
+        outputs, C and the pre-activation P, one map shape) at ``ptr``.  Memoised here by pointer
+        alone (the shape, box and type are this kernel's): one int-keyed lookup per call instead of
+        building ``device_tensor_map``'s key, which shares the maps process-wide."""
         hit = self.maps[op].get(ptr)
         if hit is None:
             if op in ("c", "p"):

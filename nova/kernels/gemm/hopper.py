@@ -653,8 +653,9 @@ def pingpong_regs(p: GemmProblem, operands: OperandPlan, slabs: int, n: int) -> 
     """Registers a ping-pong consumer thread needs: its tile's slabs x N/2 FP32 accumulators,
     PINGPONG_OVERHEAD_REGS with a plain TMA-store epilogue (C alone: no R read, no P), X in shared
     memory and no batch (else CONSUMER_OVERHEAD_REGS: a bias, an activation, R's loads, the register
-    epilogue of a C the TMA cannot store, a register-fed X or a batch made ptxas spill at 128x192), and with a register-fed X (32-bit MN-major) the
-    fragments of two K tiles per slab (the loop holds two K tiles: 2 x BK/k k-steps x 4 registers)."""
+    epilogue of a C the TMA cannot store, a register-fed X or a batch made ptxas spill at 128x192),
+    and with a register-fed X (32-bit MN-major) the fragments of two K tiles per slab (the loop holds
+    two K tiles: 2 x BK/k k-steps x 4 registers)."""
     frags = 0
     if operands.role(operands.x).feed == "regs":
         frags = slabs * 2 * (SWIZZLE // p.in_bytes // 8) * 4
