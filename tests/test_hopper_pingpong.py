@@ -458,3 +458,21 @@ def test_the_training_steps_picks_assemble_free_of_wgmma_hazards(env):
             r = compile_gemm(p, s).resources
             assert r["spill_store_bytes"] == 0 and not wgmma_hazards(r), (p.describe(), r)
     assert kinds == {"pingpong", "split", "cooperative"}, kinds
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "tf32"])
+@pytest.mark.parametrize("shape, extra", [((4095, 4104, 1000), {"bias": True, "residual": True}),
+                                          ((2000, 3000, 512), {"bias": True, "activation": "gelu",
+                                                               "preactivation": True, "residual": True})])
+def test_ragged_tiles_with_r_keep_one_slab_and_assemble_clean(env, shape, extra, dtype):
+    """With R on ragged tiles a ping-pong warpgroup tile has one 64-row slab (RAGGED_RESIDUAL_SLABS:
+    two slabs spilled 32-168 B); the picks on both Hopper presets assemble without spills."""
+    from nova.codegen import ptxas
+    from nova.kernels.gemm.compile import compile_gemm
+    p = GemmProblem(*shape, dtype, trans_b=True, **extra)
+    for target in ("h200", "h100"):
+        s = configure(p, target, kernel="tiles").schedule
+        assert not (s.pingpong and s.tile_slabs > 1), (target, s.block_m, s.block_n)
+        if ptxas.available():
+            r = compile_gemm(p, s).resources
+            assert r["spill_store_bytes"] == 0 and r["stack_bytes"] == 0, (target, r)

@@ -162,6 +162,9 @@ PINGPONG_OVERHEAD_REGS = 32    # [MEASURED, ptxas 13.0] a ping-pong consumer's r
                                # decode) 4-160 B on 3 of 5 shapes: those keep CONSUMER_OVERHEAD_REGS.  Swept over the
                                # suites' shapes in every layout and dtype (920 kernels, bench/results/h200-2026-12-01/i): the one other
                                # spill is TF32 4096x4096x128 NT (56 B; K = 96 and 256 clean), which no pick takes
+RAGGED_RESIDUAL_SLABS = 1      # [MEASURED, ptxas 13.0] slabs of a ping-pong tile with R where M or N leaves ragged
+                               # tiles: two slabs spilled 32-168 B (4095x4104x1000 +bias+R, register epilogue, TF32
+                               # and BF16; 2000x3000x512 BF16 +bias+gelu+P+R, TMA store), one slab of 128-256 assembles clean
 PINGPONG_HANDOFF_CLK = 32      # [EST] per unit: the ordering barrier's bar.arrive -> bar.sync wake-up of the other
                                # warpgroup (its first wgmma issues while the last ones of the previous unit run)
 PINGPONG_ORDER_BARRIER = 3     # named barriers 3 and 4 order the K loops (0: the CTA barrier, 1-2: TMA-store staging)
@@ -668,7 +671,7 @@ def pingpong_tiles(p: GemmProblem, gpu, operands: OperandPlan, n_max: int) -> li
     """(slabs, N) of the warpgroup tiles ping-pong may use: ``PINGPONG_SLABS`` x N in step 8's
     ``tile_widths(n_max)`` (n_max, 3n_max/4, n_max/2, n_max/4; at least MIN_WGMMA_N), no wider than the
     next power of two of their extents (as step 7), whose registers (``pingpong_regs``) fit two consumer
-    warpgroups' share."""
+    warpgroups' share; with R on a ragged tile one slab only (RAGGED_RESIDUAL_SLABS)."""
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
     regs = consumer_regs(gpu.regs_per_sm, 2)
     out = []
@@ -677,6 +680,8 @@ def pingpong_tiles(p: GemmProblem, gpu, operands: OperandPlan, n_max: int) -> li
             continue
         for n in tile_widths(n_max):
             if n < MIN_WGMMA_N or n > max(MIN_WGMMA_N, 1 << (J - 1).bit_length()):
+                continue
+            if p.residual and slabs > RAGGED_RESIDUAL_SLABS and (I % (WGMMA_M * slabs) or J % n):
                 continue
             if pingpong_regs(p, operands, slabs, n) <= regs:
                 out.append((slabs, n))
