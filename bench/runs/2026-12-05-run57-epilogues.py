@@ -12,7 +12,6 @@ import torch
 
 import nova
 from nova.bench.harness import graph_replay
-from nova.kernels.gemm.problem import GemmProblem  # noqa: F401  (documents what the entries mean)
 
 SUITE = "bench/runs/2026-12-05-run57-suite.json"
 

@@ -644,6 +644,11 @@ class GemmKernel:
     def exp2(self, x: str) -> str:
         return self.ir.let("ex2", f'llvm.inline_asm "ex2.approx.ftz.f32 $0, $1;", "=f,f" {x} : (f32) -> f32')
 
+    def divide(self, x: str, y: str, hint: str = "q") -> str:
+        """x / y by ``div.full.f32``: 2 ulp over the full range and no branch (``times_sigmoid`` says
+        why not ``arith.divf``'s ``div.rn``)."""
+        return self.ir.let(hint, f'llvm.inline_asm "div.full.f32 $0, $1, $2;", "=f,f,f" {x}, {y} : (f32, f32) -> f32')
+
     def times_sigmoid(self, x: str, z: str) -> str:
         """x * sigmoid(z) = x / (1 + 2^(-z*log2 e)) by ``div.full.f32`` (2 ulp over the full range, no
         branch): an IEEE division (``div.rn``) branches to a slow path for extreme denominators (from
@@ -654,7 +659,7 @@ class GemmKernel:
         ir = self.ir
         e = self.exp2(ir.let("neg_z_log2e", f"arith.mulf {z}, {self.fconst(-_LOG2E)} : f32"))
         den = ir.let("den", f"arith.addf {e}, {self.fconst(1.0)} : f32")
-        return ir.let("y", f'llvm.inline_asm "div.full.f32 $0, $1, $2;", "=f,f,f" {x}, {den} : (f32, f32) -> f32')
+        return self.divide(x, den, "y")
 
     def activation(self, x: str) -> str:
         ir, act = self.ir, self.p.activation
@@ -840,8 +845,7 @@ class _F32:
         k = self.k
         e = k.exp2(self.mul(a, k.fconst(2.0 * _LOG2E)))
         den = self.add(e, k.fconst(1.0))
-        q = self.ir.let("e", f'llvm.inline_asm "div.full.f32 $0, $1, $2;", "=f,f,f" {k.fconst(2.0)}, {den} : (f32, f32) -> f32')
-        return self.sub(k.fconst(1.0), q)
+        return self.sub(k.fconst(1.0), k.divide(k.fconst(2.0), den, "e"))
 
     def const(self, value):
         return self.k.fconst(value)

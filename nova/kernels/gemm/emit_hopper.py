@@ -337,6 +337,7 @@ class _HopperKernel:
     # epilogue helpers shared with the mma.sync kernel (they only use self.ir, self.p, self.O, ...)
     fconst = GemmKernel.fconst
     exp2 = GemmKernel.exp2
+    divide = GemmKernel.divide
     times_sigmoid = GemmKernel.times_sigmoid
     activation = GemmKernel.activation
     to_out = GemmKernel.to_out
@@ -1118,8 +1119,8 @@ class _HopperKernel:
         loads the next step's bias before this step's barrier: its latency then hides behind the
         staging writes instead of stalling every step); ``values.load(cols, row, row_ok, pair)``
         the bias and R loads of a pair now, R's values for ``values(..., loaded=)``, the one place R
-        is loaded (the register epilogue, the only one with R, loads EPILOGUE_PREFETCH_BLOCKS
-        blocks' before their stores)."""
+        is loaded (the register epilogue loads EPILOGUE_PREFETCH_BLOCKS blocks' before their stores,
+        the TMA-store epilogue a staging step's before its barriers)."""
         ir, p = self.ir, self.p
         bias_cache = {}
 
@@ -1586,6 +1587,7 @@ class _SplitReduce:
     the result is the same bits on every run."""
     fconst = GemmKernel.fconst
     exp2 = GemmKernel.exp2
+    divide = GemmKernel.divide
     times_sigmoid = GemmKernel.times_sigmoid
     activation = GemmKernel.activation
     to_out = GemmKernel.to_out
