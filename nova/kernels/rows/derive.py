@@ -21,6 +21,8 @@ Closed form: no search, no measurement.
                       column stage: threads along the columns, a deterministic two-stage sum (per-split
                       partials in a workspace, then each column's partials in order; the split fills one
                       wave of CTAs)
+    early loads       row operands only the writing sweep reads (a norm backward's residual gradient) loaded
+                      with the row's first sweep when the row is in registers and they cost no resident CTA
  7. split             a row reduction whose rows fill less than one wave of CTAs (one CTA per row: few long
                       rows, a parameter's sum of squares) splits each row over ``splits`` CTAs, enough for
                       one wave, each thread still walking at least MIN_SPLIT_CHUNKS vectors; each CTA writes
@@ -58,6 +60,9 @@ REG_VALUES = 64              # [EST] f32 values a thread may keep for the whole 
                              # ~40 registers of addresses and statistics the kernel stays under 128 registers,
                              # two 1024-thread CTAs or sixteen 128-thread CTAs per SM (ptxas checks: no spills)
 REG_OVERHEAD = 40            # [EST] registers besides the kept values: indices, statistics, loop state
+REG_PER_CHUNK = 4            # [FIT] and this many more per vector step past OVERHEAD_CHUNKS: ptxas kept a 1024-wide
+OVERHEAD_CHUNKS = 4          # norm backward (8 steps) at 64-88 beside its values, and spilled 84-256 B when held to
+                             # 40 by the register cap of its planned residency (16384 x 512: 57-64, 0 B at the cap)
 MIN_ROWS_PER_THREAD = 16     # [EST] column stage: rows a thread adds at least per split (amortises its partial)
 MAX_COLUMN_UNROLL = 8        # [EST] rows a column-stage thread loads before adding (registers: unroll x vec words
                              # per row operand, at most 32; 8 rows run as fast as 4:
@@ -82,7 +87,22 @@ HELD = {"layer_norm": ("x",), "layer_norm_backward": ("dy", "x"), "rms_norm": ("
         "rms_norm_backward": ("dy", "x"), "softmax": ("x",), "log_softmax": ("x",),
         "softmax_backward": ("dy", "y"), "log_softmax_backward": ("dy", "y"), "cross_entropy": ("logits",),
         "cross_entropy_backward": ("logits",), "cross_entropy_forward_backward": ("logits",)}
+# row operands that only the final (writing) sweep reads: a norm backward's residual gradient (dx + residual)
+LATE = {"layer_norm_backward": ("residual",), "rms_norm_backward": ("residual",), "log_softmax_backward": ("y",)}
 
+
+
+def reg_overhead(unrolled: int) -> int:
+    """Registers a row-kernel thread needs besides the values it keeps: REG_OVERHEAD, and REG_PER_CHUNK
+    more for every unrolled vector step past OVERHEAD_CHUNKS (each step's addresses and predicates; a
+    looped row's steps are one loop body)."""
+    return REG_OVERHEAD + REG_PER_CHUNK * max(0, unrolled - OVERHEAD_CHUNKS)
+
+
+def cast_copy_values(p: RowsProblem, chunks: int, vec: int) -> int:
+    """Registers of a norm backward's 16-bit copy of dx (``dx_cast``), rounded beside the f32 dx it
+    writes and sums: chunks x vec more (sm_80 spilled 16 B at 128 registers without them)."""
+    return chunks * vec if p.has("dx_cast") else 0
 
 
 def held(p: RowsProblem) -> tuple[str, ...]:
@@ -223,14 +243,15 @@ def step4_passes(p: RowsProblem, vec: int, tpr: int, threads: int, gpu: GPUModel
     kept, s2 = formula_step("kept values", F.kept, f"f32 values a thread keeps to read the row once "
                             f"({', '.join(held(p))})", post=int, chunks=chunks, vec=vec, held=len(held(p)))
     per_thread = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // threads // 8 * 8)
-    budget = min(REG_VALUES, per_thread - REG_OVERHEAD)       # one CTA must fit the register file
+    overhead = reg_overhead(chunks) + cast_copy_values(p, chunks, vec)
+    budget = min(REG_VALUES, per_thread - overhead)           # one CTA must fit the register file
     acc = fused_accumulators(p, chunks, vec)
-    if acc and kept + acc <= per_thread - REG_OVERHEAD:
-        budget = min(REG_VALUES, per_thread - REG_OVERHEAD - acc)
+    if acc and kept + acc <= per_thread - overhead:
+        budget = min(REG_VALUES, per_thread - overhead - acc)
     if kept <= budget:
         return (chunks, True), [s1, s2, note("passes", "registers", f"{kept} <= {budget} values (at most {REG_VALUES}, "
                                              f"and {per_thread} registers a thread for a {threads}-thread CTA less "
-                                             f"{REG_OVERHEAD}): the row is read once and kept in registers for the "
+                                             f"{overhead}): the row is read once and kept in registers for the "
                                              f"{passes} passes")]
     return (chunks, False), [s1, s2, note("passes", passes, f"{kept} > {budget} values: {passes} passes each "
                                           "re-read the row" + (" (max and sum together: online softmax)"
@@ -258,13 +279,14 @@ def step6_fused_sums(p: RowsProblem, chunks: int, vec: int, in_registers: bool, 
                            "its rows", post=int, chunks=chunks, vec=vec, gradients=grads)
     per_thread = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // threads // 8 * 8)
     kept = chunks * vec * len(held(p)) if in_registers else 0
-    fits = kept + acc + REG_OVERHEAD <= per_thread
+    overhead = reg_overhead(chunks) + (cast_copy_values(p, chunks, vec) if in_registers else 0)
+    fits = kept + acc + overhead <= per_thread
     if in_registers and acc <= ACC_VALUES and fits:
         return acc, [st, note("weight/bias gradients", "row pass",
                               f"{acc} <= {ACC_VALUES} sums and the row in registers: summed while the row kernel "
                               "reads dy and x (read once), one partial row per CTA")]
     why = (f"{acc} > {ACC_VALUES} sums a thread" if acc > ACC_VALUES else "the row is not kept in registers"
-           if not in_registers else f"{kept} kept + {acc} sums + {REG_OVERHEAD} > {per_thread} registers a thread")
+           if not in_registers else f"{kept} kept + {acc} sums + {overhead} > {per_thread} registers a thread")
     return 0, [st, note("weight/bias gradients", "column stage", f"{why}: a separate column sum re-reads dy and x")]
 
 
@@ -330,7 +352,53 @@ def partials_tile(p: RowsProblem, partials: int, per_cta: int, d: Derivation, gp
     return PartialsTile(partials, per_cta, summed_gradients(p), vec, tc, tr, grid, unroll)
 
 
+def step6_early_loads(p: RowsProblem, chunks: int, vec: int, in_registers: bool, acc: int, threads: int,
+                      gpu: GPUModel) -> tuple[tuple[str, ...], list]:
+    """Row operands only the writing sweep reads (``LATE``: a norm backward's residual gradient) are
+    loaded with the row's first sweep when the row is kept in registers and the values they add
+    (chunks x vec each, ``held`` ones already counted) fit the register file without costing a resident
+    CTA: their DRAM latency then overlaps the row's own loads instead of following its reductions.
+    Loaded in the writing sweep, the residual is a second round trip per row group: LayerNorm's
+    backward at 16384 x 512 with it ran 62.8 us on the H100 where the same kernel without it took 37.9
+    (134 MB against 101 MB: 2.14 against 2.66 TB/s; bench/results/h100-2026-12-05/run59)."""
+    late = tuple(n for n in LATE.get(p.kind, ()) if p.has(n))
+    if not late:
+        return (), []
+    if not in_registers:
+        return (), [note("early loads", "none", f"{', '.join(late)} read in the writing pass: the row is not kept "
+                         "in registers, so every pass loads what it reads")]
+    kept = chunks * vec * len(held(p))
+    extra = chunks * vec * sum(1 for n in late if n not in held(p))
+    per_thread = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // threads // 8 * 8)
+    overhead = reg_overhead(chunks)
+
+    def resident(values: int) -> int:
+        return int(HW.bps_regs(regs_per_sm=gpu.regs_per_sm, warps=threads // 32, regs=values + overhead,
+                               reg_alloc_unit=gpu.reg_alloc_unit))
+    beside = acc + cast_copy_values(p, chunks, vec)       # column sums, a 16-bit copy of dx
+    before, after = resident(kept + beside), resident(kept + extra + beside)
+    if kept + extra + beside + overhead <= per_thread and after >= before:
+        return late, [note("early loads", ", ".join(late),
+                           f"{kept} kept + {extra} more + {beside} sums and copies + {overhead} <= {per_thread} registers, "
+                           f"{after} CTAs an SM as without them: loaded with the row, their latency overlaps "
+                           "the row's reductions instead of following them")]
+    return (), [note("early loads", "none", f"{', '.join(late)} read in the writing pass: {extra} more values would "
+                     f"cost a resident CTA ({before} -> {after}) or pass {per_thread} registers a thread")]
+
+
 # ---- 5 -----------------------------------------------------------------------------------------
+def step5_register_cap(threads: int, bps: int, regs: int, gpu: GPUModel) -> tuple[int, list]:
+    """The register cap (``nvvm.maxnreg``) that makes the planned residency the real one: the register
+    file's share of each of ``bps`` CTAs, in the allocation unit's steps.  Without it ptxas takes what
+    it likes, and a norm backward estimated at 120 registers took 139: 3 CTAs an SM where the grid of
+    its weight gradients' partials is one wave of 4 (1.33 waves; bench/results/h100-2026-12-05/run59);
+    held to 128 it assembles at 128 with no spill."""
+    step = int(gpu.reg_alloc_unit) // 32
+    cap = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // (threads * bps) // step * step)
+    return cap, [note("register cap", cap, f"{int(gpu.regs_per_sm)} registers / ({bps} CTAs x {threads} threads), "
+                      f"in steps of {step}: ptxas holds the kernel (~{regs} estimated) to the residency planned")]
+
+
 def step5_grid(p: RowsProblem, threads: int, rows_per_cta: int, regs: int, smem: int,
                gpu: GPUModel) -> tuple[tuple[int, int], list]:
     warps = threads // 32
@@ -356,13 +424,15 @@ def row_tile(p: RowsProblem, gpu: GPUModel, d: Derivation) -> tuple[RowTile, Par
     threads, rows_per_cta = d.record(step3_rows_per_cta(p, tpr, gpu))
     chunks, in_registers = d.record(step4_passes(p, vec, tpr, threads, gpu))
     acc = d.record(step6_fused_sums(p, chunks, vec, in_registers, threads, gpu))
-    kept = chunks * vec * len(held(p)) if in_registers else 0
-    regs = kept + acc + REG_OVERHEAD
+    early = d.record(step6_early_loads(p, chunks, vec, in_registers, acc, threads, gpu))
+    kept = chunks * vec * len(held(p) + tuple(n for n in early if n not in held(p))) if in_registers else 0
+    regs = kept + acc + reg_overhead(chunks if in_registers else 1) + (cast_copy_values(p, chunks, vec)
+                                                                       if in_registers else 0)
     smem = 4 * (tpr // 32) * 3 * 2 if tpr > 32 else 0     # per phase (up to 3) two values per warp
     if acc and rows_per_cta > 1:                          # the CTA's rows' sums meet in shared memory
         smem = max(smem, 4 * rows_per_cta * acc * tpr)
     grid, bps = d.record(step5_grid(p, threads, rows_per_cta, regs, smem, gpu))
-    max_regs = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // threads // 8 * 8)
+    max_regs = d.record(step5_register_cap(threads, bps, regs, gpu))
     partials = None
     if acc:
         grid, per_cta = d.record(step6_partials(p, rows_per_cta, bps, gpu))
@@ -374,8 +444,9 @@ def row_tile(p: RowsProblem, gpu: GPUModel, d: Derivation) -> tuple[RowTile, Par
         d.note("row_final", f"{final_grid} x {32 * warps}", f"one warp per row adds its {splits} parts in split order "
                "(lanes along the parts, then a fixed shuffle tree)")
         return RowTile(threads, tpr, rows_per_cta, vec, chunks, in_registers, grid * splits, smem, bps, regs, max_regs,
-                       splits, 32 * warps, final_grid), partials
-    return RowTile(threads, tpr, rows_per_cta, vec, chunks, in_registers, grid, smem, bps, regs, max_regs), partials
+                       splits, 32 * warps, final_grid, early), partials
+    return RowTile(threads, tpr, rows_per_cta, vec, chunks, in_registers, grid, smem, bps, regs, max_regs,
+                   early=early), partials
 
 
 # ---- 7 -----------------------------------------------------------------------------------------

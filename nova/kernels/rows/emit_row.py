@@ -6,7 +6,8 @@ Thread ``tid`` of CTA ``bx`` works on row ``bx * rows_per_cta + tid / threads_pe
 A kernel is a sequence of *sweeps* over the thread's chunks (``sweep``): reductions (``reduce``, the
 online max-sum ``lse``) and the final sweep that writes the row's results (``write``).  With
 ``in_registers`` the chunks are unrolled and each operand is loaded once (the later sweeps reuse the
-loaded values); otherwise every sweep is an ``scf.for`` over the chunks that loads what it reads.
+loaded values; the schedule's ``early`` operands, which only the writing sweep reads, load in the first
+sweep with the row); otherwise every sweep is an ``scf.for`` over the chunks that loads what it reads.
 Row partials are combined by xor shuffles within the row's lanes and, for a CTA per row, through
 shared memory (one slot per warp and value, one barrier per reduction).  Rows past the end read row 0
 (addresses clamped) and write nothing; lanes past the row's end read its first vector and contribute
@@ -96,6 +97,7 @@ class RowKernel:
         self.srow = ir.select(self.row_ok, self.row, 0, hint="srow")
         self.base = {o.name: ir.mul(self.srow, o.stride, f"{o.name}_row") for o in row_operands(p) if o.layout == "row"}
         self.leader = ir.and_(ir.cmp("eq", self.lane, 0, "lead"), self.row_ok)
+        self.first_sweep = True                     # the row's first sweep also loads the schedule's early operands
 
     def chunk(self, c):
         """(first column, in-row flag) of chunk ``c`` (an int, or the loop's index)."""
@@ -124,8 +126,12 @@ class RowKernel:
         return [{name: per_name[name][j] for name in names} for j in range(vec)]
 
     def sweep(self, names, carry, body):
-        """``body(envs, in_row, column, carry) -> carry`` over every chunk of the thread's row."""
+        """``body(envs, in_row, column, carry) -> carry`` over every chunk of the thread's row.  Kept in
+        registers, the row's first sweep also loads ``early`` operands (read only by the writing sweep)."""
         if self.t.in_registers:
+            if self.first_sweep:
+                names = list(names) + [n for n in self.t.early if n not in names]
+                self.first_sweep = False
             for c in range(self.t.chunks):
                 self.chunk_index = c
                 col, ok = self.chunk(c)

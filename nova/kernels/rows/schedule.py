@@ -42,12 +42,15 @@ class RowTile:
     splits: int = 1                 # CTAs per row (row reductions over few long rows); chunks is per split
     final_threads: int = 0          # row_final (splits > 1): threads a CTA, one warp per row
     final_grid: int = 0             # row_final: CTAs
+    early: tuple[str, ...] = ()     # row operands only the writing sweep reads, loaded with the row's first
 
     def to_dict(self) -> dict:
         d = asdict(self)
         if self.splits == 1:        # an unsplit row kernel keeps the schedule (and cache key) it always had
             for name in ("splits", "final_threads", "final_grid"):
                 del d[name]
+        if not self.early:          # as does a kernel with no early loads
+            del d["early"]
         return d
 
     @property

@@ -1,0 +1,37 @@
+#!/bin/bash
+# Device run 60: the rows kernels at their planned residency (the register cap) and a norm backward's
+# residual loaded with the row (early loads).  Host builds (MLIR), into .nova-cache, then tar cJf:
+#   cp .nova-cache.txz .nova-cache-before.txz      (the previous kernels: the same-machine baseline)
+#   NOVA_CACHE_DIR=$PWD/.nova-cache python tests/gpu_build.py --all --target h200
+#   nova precompile train gpt42m | llama42m | llama42m --autocast bf16 --batch 32 --target h100|h200
+#   PYTHONPATH=<transformers 5.17> nova precompile train hf-gpt2-42m --autocast bf16 --padded --clip-grad-norm 1.0 --batch 32 --target h100|h200
+#   NOVA_TARGET=h100 python3 bench/probes/norm_backward_registers.py build    (and NOVA_TARGET=h200)
+#   bash bench/runs/2026-12-05-run60.sh first     the probe, the rows/compile/executor GPU tests, GPT-42M's step
+#   bash bench/runs/2026-12-05-run60.sh second    Llama-42M FP32, the HF GPT-2 bf16 recipe, GPT-42M on the old kernels
+nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
+case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
+  *H200*) T=h200 ;; *) T=h100 ;;
+esac
+R=$OUT/run60; mkdir -p $R
+if [ "$1" = first ]; then
+  tar xf .nova-cache.txz
+  export PYTHONPATH=. NOVA_OFFLINE=1 PYTHONUNBUFFERED=1 NOVA_CACHE_DIR=$PWD/.nova-cache
+  NOVA_TARGET=$T timeout 60 python3 bench/probes/norm_backward_registers.py run $R/norm_backward_registers-$T.json \
+      2>&1 | python3 -c "
+import json, sys
+for line in sys.stdin:
+    if not line.startswith('{'): print(line.rstrip()); continue
+    r = json.loads(line); print(f\"{r['problem']:32s} {r['variant']:22s} {r['us']:7.2f} us {r['tb_per_s']:.3f} TB/s pred {r['predicted_us']} {r['row']} same {r['same_as_configured']} finite {r['finite']}\")"
+  NOVA_TARGET=h200 timeout 220 python3 -m pytest -q -n 0 -m gpu --show-capture=no --tb=line -rf \
+      tests/test_rows_gpu.py tests/test_compile_gpu.py tests/test_executor_gpu.py tests/test_clipping_gpu.py > $R/gpu_tests.log 2>&1
+  grep -E "^(FAILED|ERROR)|passed|failed" $R/gpu_tests.log | head -14
+  bash bench/runs/2026-12-05-run51.sh gpt42m
+else
+  bash bench/runs/2026-12-05-run51.sh llama-fp32
+  bash bench/runs/2026-12-05-run51.sh hf 2>&1 | grep -v "^\[transformers\]"
+  rm -rf .nova-cache && tar xf .nova-cache-before.txz
+  export PYTHONPATH=. NOVA_OFFLINE=1 PYTHONUNBUFFERED=1 NOVA_CACHE_DIR=$PWD/.nova-cache NOVA_TARGET=$T
+  timeout 90 python3 -m nova.bench.step_kernels --model gpt42m --batch 32 --out $R/before-gpt42m 2>&1 | grep -v -i warn | head -3
+  timeout 120 python3 -m nova.bench.train --framework nova --model gpt42m --batch 32 --steps 40 --warmup 5 \
+      --timeout 110 --out $R/before-gpt42m 2>&1 | grep -E "^\| |steady|error" | head -4
+fi
