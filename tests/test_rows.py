@@ -228,7 +228,32 @@ def test_every_kernel_assembles_without_spills(target):
             r = art.resources
             assert art.cubin and r["spill_store_bytes"] == 0 and r["spill_load_bytes"] == 0, (p.describe(), role, r)
             assert r["registers"] * art.block[0] <= 65536, (p.describe(), role)
+            if role == "row":                           # the planned residency is the real one
+                assert r["registers"] * art.block[0] * s.row.blocks_per_sm <= 65536, (p.describe(), r, s.row)
             assert art.arch == s.arch
+
+
+def test_a_norm_backwards_residual_loads_with_the_row_where_it_costs_no_resident_cta():
+    """The residual (read only by the writing sweep) loads in the row's first sweep, before the row's
+    shuffles, when its values fit beside the kept row without a CTA fewer an SM (LayerNorm's backward
+    with the residual at 16384 x 512 on the H100); with the bias-gradient sum beside it the same loads
+    would cost a CTA (4 -> 3), so they stay in the writing sweep, after the shuffles.  The register cap
+    is the planned residency's share either way."""
+    from nova.kernels.rows.compile import build_module
+
+    def first(text, needle):
+        return next(i for i, line in enumerate(text.splitlines()) if needle in line)
+    for dx_sum, early in ((False, True), (True, False)):
+        p = cli_problem("layernorm", 16384, 512, "f32", backward=True, residual=True, dx_sum=dx_sum)
+        c = configure_rows(p, "h100")
+        row = c.schedule.row
+        assert row.early == (("residual",) if early else ()), row
+        assert row.max_regs * row.threads * row.blocks_per_sm <= 65536 and row.max_regs == 128, row
+        text = build_module(p, c.schedule, "row")
+        assert (first(text, "vector.load %residual") < first(text, "gpu.shuffle")) == early
+        why = next(st for st in c.derivation if st.step == "early loads")
+        assert ("(4 -> 3)" in why.reason) == (not early), why
+        assert ("early" in json.dumps(c.schedule.to_dict())) == early     # no early loads: the key as before
 
 
 def test_the_family_is_registered_and_keys_are_stable():
