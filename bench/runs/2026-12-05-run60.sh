@@ -1,13 +1,16 @@
 #!/bin/bash
 # Device run 60: the rows kernels at their planned residency (the register cap) and a norm backward's
 # residual loaded with the row (early loads).  Host builds (MLIR), into .nova-cache, then tar cJf:
-#   cp .nova-cache.txz .nova-cache-before.txz      (the previous kernels: the same-machine baseline)
 #   NOVA_CACHE_DIR=$PWD/.nova-cache python tests/gpu_build.py --all --target h200
 #   nova precompile train gpt42m | llama42m | llama42m --autocast bf16 --batch 32 --target h100|h200
 #   PYTHONPATH=<transformers 5.17> nova precompile train hf-gpt2-42m --autocast bf16 --padded --clip-grad-norm 1.0 --batch 32 --target h100|h200
 #   NOVA_TARGET=h100 python3 bench/probes/norm_backward_registers.py build    (and NOVA_TARGET=h200)
-#   bash bench/runs/2026-12-05-run60.sh first     the probe, the rows/compile/executor GPU tests, GPT-42M's step
-#   bash bench/runs/2026-12-05-run60.sh second    Llama-42M FP32, the HF GPT-2 bf16 recipe, GPT-42M on the old kernels
+#   TARGET=h100 nova precompile gemm --suite bench/suites/perf.txt --dtype tf32,bf16 (and ksweep.txt): the calibration's GEMMs
+#   bash bench/runs/2026-12-05-run60.sh first     the probe (old and new schedules side by side), the rows/compile/
+#                                                 executor/clipping GPU tests, GPT-42M's step
+#   bash bench/runs/2026-12-05-run60.sh second    Llama-42M FP32, the HF GPT-2 bf16 recipe
+#   bash bench/runs/2026-12-05-run60.sh third     the GEMM benchmark, K sweep and bandwidth probe of an H100
+#                                                 calibration (bench/device_run.sh bench, h100 kernels)
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
   *H200*) T=h200 ;; *) T=h100 ;;
@@ -26,12 +29,10 @@ for line in sys.stdin:
       tests/test_rows_gpu.py tests/test_compile_gpu.py tests/test_executor_gpu.py tests/test_clipping_gpu.py > $R/gpu_tests.log 2>&1
   grep -E "^(FAILED|ERROR)|passed|failed" $R/gpu_tests.log | head -14
   bash bench/runs/2026-12-05-run51.sh gpt42m
-else
+elif [ "$1" = second ]; then
   bash bench/runs/2026-12-05-run51.sh llama-fp32
   bash bench/runs/2026-12-05-run51.sh hf 2>&1 | grep -v "^\[transformers\]"
-  rm -rf .nova-cache && tar xf .nova-cache-before.txz
-  export PYTHONPATH=. NOVA_OFFLINE=1 PYTHONUNBUFFERED=1 NOVA_CACHE_DIR=$PWD/.nova-cache NOVA_TARGET=$T
-  timeout 90 python3 -m nova.bench.step_kernels --model gpt42m --batch 32 --out $R/before-gpt42m 2>&1 | grep -v -i warn | head -3
-  timeout 120 python3 -m nova.bench.train --framework nova --model gpt42m --batch 32 --steps 40 --warmup 5 \
-      --timeout 110 --out $R/before-gpt42m 2>&1 | grep -E "^\| |steady|error" | head -4
+else
+  tar xf .nova-cache.txz
+  NOVA_TARGET=$T OUT=$R/calibration-$T bash bench/device_run.sh bench 2>&1 | grep -E "geomean|summary|DRAM|L2|copy|==" | head -30
 fi
