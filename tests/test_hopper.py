@@ -590,7 +590,7 @@ def test_register_epilogue_loads_its_operands_before_the_stores(hopper, dtype, e
 def test_tma_store_epilogue_reads_r_and_stores_p(hopper, dtype, extra):
     """The training steps' epilogue GEMMs store C (and the pre-activation P, through its own tensor
     map: the kernel's last parameter) by TMA: a step of P, then one of C, each its own bulk group;
-    R is read by the threads (pairs along a row), a step's loads before the step's barriers, its
+    R is read by the threads (pairs of adjacent elements), a step's loads before the step's barriers, its
     lines prefetched into L2 before the tile's K loop.  (A residual add alone keeps the register
     epilogue: through the TMA store it measured slower.)  The
     register epilogue they used ran 1.6-3x slower on the H100 (bench/NOTES.md, 2026-12-05)."""
@@ -618,6 +618,15 @@ def test_tma_store_epilogue_reads_r_and_stores_p(hopper, dtype, extra):
         if p.residual:                                      # each step's R loads come before its barriers
             first = ops.index("ld.global")
             assert ops[first + 1:first + 2] in (["ld.global"], ["bar.sync"]), ops[first:first + 6]
+            # an item's two R values are adjacent in C: one 8-byte load (TF32) or 4-byte (16-bit) each,
+            # swapped too where the register-fed X makes the accumulator rows adjacent columns
+            loads = re.findall(r"\bld\.global[.\w]*", art.ptx)
+            if p.bias:                                      # the bias's loads are single elements
+                continue
+            if s.hopper.operands.swap and p.in_bytes == 2:
+                assert loads and all(".b16" in ld or ".u16" in ld for ld in loads), set(loads)
+            else:
+                assert loads and all(".v2." in ld or (p.in_bytes == 2 and ".b32" in ld) for ld in loads), set(loads)
 
 
 def test_a_residual_add_alone_keeps_the_register_epilogue(hopper):

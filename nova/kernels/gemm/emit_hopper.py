@@ -1423,8 +1423,11 @@ class _HopperKernel:
             if not p.residual:
                 values.prefetch([c for grp in cols for cs in grp for c in cs])
                 return None
+            # an item's two values are adjacent in C (one 8-byte or 4-byte load of R): along a row
+            # not swapped; swapped, where a register-fed X makes the accumulator rows g and g + 8 the
+            # adjacent columns frag_i and frag_i + 1 (even; the TMA store's 16-byte rows make N even)
             return [[values.load(cs, row, ir.cmp("slt", row, p.M, "row_ok") if self.ragged["m"] else True,
-                                 not self.swap)
+                                 not self.swap or self.x_regs)
                      for cs, row in zip(grp_cols, grp_rows)] for grp_cols, grp_rows in zip(cols, rows)]
 
         # The bias and R of step s + 1 are loaded before step s's barriers (one step's registers more;
