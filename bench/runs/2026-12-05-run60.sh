@@ -8,9 +8,9 @@
 #   TARGET=h100 nova precompile gemm --suite bench/suites/perf.txt --dtype tf32,bf16 (and ksweep.txt): the calibration's GEMMs
 #   bash bench/runs/2026-12-05-run60.sh first     the probe (old and new schedules side by side), the rows/compile/
 #                                                 executor/clipping GPU tests, GPT-42M's step
-#   bash bench/runs/2026-12-05-run60.sh second    Llama-42M FP32, the HF GPT-2 bf16 recipe
-#   bash bench/runs/2026-12-05-run60.sh third     the GEMM benchmark, K sweep and bandwidth probe of an H100
-#                                                 calibration (bench/device_run.sh bench, h100 kernels)
+#   bash bench/runs/2026-12-05-run60.sh second    Llama-42M FP32; the GEMM benchmark, K sweep and bandwidth probe
+#                                                 of an H100 calibration (bench/device_run.sh bench, h100 kernels)
+#   bash bench/runs/2026-12-05-run60.sh third     the HF GPT-2 bf16 recipe
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
   *H200*) T=h200 ;; *) T=h100 ;;
@@ -31,8 +31,7 @@ for line in sys.stdin:
   bash bench/runs/2026-12-05-run51.sh gpt42m
 elif [ "$1" = second ]; then
   bash bench/runs/2026-12-05-run51.sh llama-fp32
-  bash bench/runs/2026-12-05-run51.sh hf 2>&1 | grep -v "^\[transformers\]"
-else
-  tar xf .nova-cache.txz
   NOVA_TARGET=$T OUT=$R/calibration-$T bash bench/device_run.sh bench 2>&1 | grep -E "geomean|summary|DRAM|L2|copy|==" | head -30
+else
+  bash bench/runs/2026-12-05-run51.sh hf 2>&1 | grep -v "^\[transformers\]"
 fi
