@@ -256,6 +256,39 @@ def test_a_norm_backwards_residual_loads_with_the_row_where_it_costs_no_resident
         assert ("early" in json.dumps(c.schedule.to_dict())) == early     # no early loads: the key as before
 
 
+@pytest.mark.parametrize("rows, n", [(77, 33), (50, 2048)])
+def test_log_softmax_backward_loads_y_with_the_row_and_matches_float64(rows, n):
+    """Log-softmax's backward reduces dy alone and reads y only where it writes dx: with the row in
+    registers y is an early load (it loads in the first sweep, beside dy).  Executed thread by thread
+    on the CPU (``tests/simt_cpu.py``) with and without the early load, dx NaN-poisoned, against
+    float64 ``dy - exp(y) * sum(dy)``."""
+    import dataclasses
+    import numpy as np
+    from simt_cpu import run_kernel
+    from nova.kernels.rows.abi import KERNEL_NAMES, params
+    from nova.kernels.rows.compile import build_module, geometry
+    p = cli_problem("log_softmax", rows, n, "f32", backward=True)
+    s = configure_rows(p, "h200").schedule
+    assert s.row.in_registers and s.row.early == ("y",), s.row
+    rng = np.random.default_rng(rows + n)
+    logits = rng.standard_normal((rows, n))
+    y = (logits - np.log(np.exp(logits).sum(1, keepdims=True))).astype(np.float32)
+    dy = rng.standard_normal((rows, n)).astype(np.float32)
+    y64, dy64 = y.astype(np.float64), dy.astype(np.float64)
+    dx = dy64 - np.exp(y64) * dy64.sum(1, keepdims=True)
+    for schedule in (s, dataclasses.replace(s, row=dataclasses.replace(s.row, early=()))):
+        text = build_module(p, schedule, "row")
+        lines = text.splitlines()
+        first_y = next(i for i, line in enumerate(lines) if "vector.load %y" in line or "memref.load %y" in line)
+        first_shuffle = next(i for i, line in enumerate(lines) if "gpu.shuffle" in line)
+        assert (first_y < first_shuffle) == bool(schedule.row.early)
+        buffers = {"dy": dy.ravel().copy(), "y": y.ravel().copy(), "dx": np.full(rows * n, np.nan, np.float32)}
+        grid, block, smem = geometry(schedule, "row")
+        run_kernel(text, KERNEL_NAMES["row"], grid, block[0], smem,
+                   {name: buffers[name] for name, _ in params(p, schedule, "row")})
+        assert np.abs(buffers["dx"] - dx.ravel()).max() <= 1e-5 * np.abs(dx).max()
+
+
 def test_the_family_is_registered_and_keys_are_stable():
     from nova.hwmodel import get_target
     from nova.kernels.family import family, kernel_key
