@@ -252,7 +252,7 @@ def test_a_norm_backwards_residual_loads_with_the_row_where_it_costs_no_resident
         text = build_module(p, c.schedule, "row")
         assert (first(text, "vector.load %residual") < first(text, "gpu.shuffle")) == early
         why = next(st for st in c.derivation if st.step == "early loads")
-        assert ("(4 -> 3)" in why.reason) == (not early), why
+        assert ("(4 -> 3 an SM)" in why.reason) == (not early), why
         assert ("early" in json.dumps(c.schedule.to_dict())) == early     # no early loads: the key as before
 
 

@@ -382,8 +382,10 @@ def step6_early_loads(p: RowsProblem, chunks: int, vec: int, in_registers: bool,
                            f"{kept} kept + {extra} more + {beside} sums and copies + {overhead} <= {per_thread} registers, "
                            f"{after} CTAs an SM as without them: loaded with the row, their latency overlaps "
                            "the row's reductions instead of following them")]
+    cost = (f"cost a resident CTA ({before} -> {after} an SM)" if after < before else
+            f"pass {per_thread} registers a thread")
     return (), [note("early loads", "none", f"{', '.join(late)} read in the writing pass: {extra} more values would "
-                     f"cost a resident CTA ({before} -> {after}) or pass {per_thread} registers a thread")]
+                     f"{cost}")]
 
 
 # ---- 5 -----------------------------------------------------------------------------------------
