@@ -990,3 +990,51 @@ def test_per_call_bindings_are_kept_by_address(monkeypatch):
         current["pool"] = pool
         program.run(state)
     assert len(program._bindings) == executor.BINDINGS_KEPT and program.stats["rebinds"] == executor.BINDINGS_KEPT
+
+
+@pytest.mark.parametrize("momentum", [False, True])
+def test_the_aten_sgd_update_reads_its_gradient_before_writing_over_it(momentum):
+    """An update is an elementwise composite, so the memory plan may put a result that is not donated
+    over the dying gradient's bytes; the ATen SGD kernel reads every input before writing an output
+    (it once copied the old parameter over the gradient first)."""
+    import types
+    from nova.compiler import aten_kernels as ak
+    from nova.ir.ops import ref_sgd
+    gen = torch.Generator().manual_seed(0)
+    param, grad, buf = (torch.randn(8, 8, dtype=torch.float64, generator=gen) for _ in range(3))
+    hyper = torch.tensor([0.1, 0.9, 0.0, 1e-2], dtype=torch.float64)
+    want = ref_sgd(torch, param, grad, hyper, *((buf,) if momentum else ()), with_momentum=momentum)
+    node = types.SimpleNamespace(attrs={"with_momentum": momentum})
+    storage = grad.clone()                                  # the gradient's bytes, reused by an output
+    outs = [storage] + ([buf.clone()] if momentum else [])
+    ins = [param, storage, hyper] + ([outs[1]] if momentum else [])
+    ak.sgd(node, ins, outs, ak.KernelContext("cpu", torch.device("cpu"))).run()
+    for got, ref in zip(outs, want):
+        torch.testing.assert_close(got, ref, rtol=0, atol=0)
+
+
+def test_the_aten_adamw_update_reads_its_gradient_before_writing_over_it():
+    """The foreach AdamW kernel with the new parameter's and the first moment's results over two
+    gradients' bytes (neither update donated) gives what it gives with every result apart: the
+    gradients are read into their own buffers first."""
+    import types
+    from nova.compiler import aten_kernels as ak
+    gen = torch.Generator().manual_seed(0)
+    params, grads, ms = ([torch.randn(8, 8, dtype=torch.float64, generator=gen) for _ in range(2)] for _ in range(3))
+    vs = [torch.rand(8, 8, dtype=torch.float64, generator=gen) for _ in range(2)]
+    hyper = torch.tensor([1e-2, 0.9, 0.999, 1e-8, 1e-2], dtype=torch.float64)
+    step = torch.tensor(3.0, dtype=torch.float64)
+    nodes = [types.SimpleNamespace(attrs={"decoupled": True, "maximize": False})] * 2
+    ctx = ak.KernelContext("cpu", torch.device("cpu"))
+
+    def run(outs_list, grads_in):
+        ins_list = [[params[j], grads_in[j], ms[j], vs[j], step, hyper] for j in range(2)]
+        ak.adamw(nodes, ins_list, outs_list, ctx).run()
+        return outs_list
+    apart = run([[torch.empty_like(t) for t in (p, m, v)] for p, m, v in zip(params, ms, vs)], grads)
+    storages = [g.clone() for g in grads]                   # the gradients' bytes, reused by outputs
+    over = run([[storages[0], torch.empty_like(ms[0]), torch.empty_like(vs[0])],
+                [torch.empty_like(params[1]), storages[1], torch.empty_like(vs[1])]], storages)
+    for outs, ref in zip(over, apart):
+        for got, r in zip(outs, ref):
+            torch.testing.assert_close(got, r, rtol=0, atol=0)

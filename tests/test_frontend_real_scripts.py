@@ -877,6 +877,51 @@ def test_a_zero_dim_parameter_a_masked_linear_and_a_constant_weight_train_like_e
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
 
 
+class _MixedPrecisionHead(nn.Module):
+    """A float32 layer and a float64 one: the float64 update runs apart from the float32 batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.wa = nn.Parameter(torch.randn(6, 6) * 0.3)
+        self.wb = nn.Parameter(torch.randn(6, 6, dtype=torch.float64) * 0.3)
+
+    def forward(self, x, y):
+        h = torch.tanh(F.linear(x, self.wa))
+        return ((F.linear(h.double(), self.wb).float() - y) ** 2).mean()
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "sgd-momentum", "adamw"])
+def test_an_update_written_over_its_dying_gradient_reads_the_gradient_first(optimizer):
+    """The float64 parameter's update is not donated (the backward's dX product still reads the old
+    weight after it), so the memory plan puts its result over the dying gradient's bytes (an update
+    reads its inputs element for element).  The executor's update once copied the old weight into
+    the result first and so read a clobbered gradient: a silent wrong step from the first call."""
+    torch.manual_seed(0)
+    models = [_MixedPrecisionHead()]
+    models.append(copy.deepcopy(models[0]))
+    make = {"sgd": lambda p: torch.optim.SGD(p, lr=0.1),
+            "sgd-momentum": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-2),
+            "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2)}[optimizer]
+    opts = [make(m.parameters()) for m in models]
+
+    def make_step(model, opt):
+        def step(x, y):
+            loss = model(x, y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss.detach()
+        return step
+    compiled, eager = nova.compile(make_step(models[0], opts[0]), backend="executor"), make_step(models[1], opts[1])
+    gen = torch.Generator().manual_seed(3)
+    tol = dict(rtol=1e-5, atol=1e-6) if optimizer == "adamw" else dict(rtol=1e-6, atol=1e-7)   # foreach rounding
+    for _ in range(3):
+        x, y = torch.randn(5, 6, generator=gen), torch.randn(5, 6, generator=gen)
+        torch.testing.assert_close(compiled(x, y), eager(x, y), **tol)
+        for p, q in zip(*(m.parameters() for m in models)):
+            torch.testing.assert_close(p, q, **tol)
+
+
 def test_two_updates_in_one_call_run_on_the_executor_like_eager():
     """Two forward/backward/update rounds in one compiled call: the second round reads the first
     update's parameters, so the two updates are two multi-tensor batches."""

@@ -677,12 +677,20 @@ def adamw(nodes, ins_list, outs_list, ctx) -> Kernel:
     exp_avg_sqs = [outs[2] for outs in outs_list]
     pre_copies = [(o, i) for ins, outs in zip(ins_list, outs_list)
                   for o, i in ((outs[0], ins[0]), (outs[1], ins[2]), (outs[2], ins[3])) if o is not i]
+    # a gradient an output shares bytes with (the memory plan may put a result that is not donated
+    # over a dying gradient: ``memory.elementwise_reader``) is read into its own buffer before any
+    # output is written; the copies and the foreach steps below write outputs before the last read
+    outputs = [o for outs in outs_list for o in outs]
+    aliased = [j for j, g in enumerate(grads) if any(overlap(o, g) for o in outputs)]
     chunks = _foreach_chunks(params)
     mul_, div_, add_ = _foreach_scalar("mul"), _foreach_scalar("div"), _foreach_scalar("add")
     low = (torch.float32, torch.bfloat16, torch.float16)
     scalar_dtype = torch.float32 if params[0].dtype in low else params[0].dtype
 
     def run():
+        read = list(grads)
+        for j in aliased:
+            read[j] = grads[j].clone()
         for o, i in pre_copies:
             o.copy_(i)
         lr, beta1, beta2, eps, wd = hyper.unbind(0)                 # f64, like the reference's Python math
@@ -697,7 +705,7 @@ def adamw(nodes, ins_list, outs_list, ctx) -> Kernel:
             P = [params[j] for j in idx]
             M = [exp_avgs[j] for j in idx]
             V = [exp_avg_sqs[j] for j in idx]
-            G = [grads[j] for j in idx]
+            G = [read[j] for j in idx]
             if maximize:
                 G = torch._foreach_neg(G)
             if decoupled:
@@ -741,33 +749,47 @@ def _foreach_chunks(params) -> list[list[int]]:
 
 
 def sgd(node, ins, outs, ctx) -> Kernel:
-    """torch.optim.SGD's update in place on the outputs, its scalars read from the hyper-parameter
-    vector on the device at run time."""
+    """torch.optim.SGD's update, its scalars read from the hyper-parameter vector on the device at run
+    time: in place on its donated inputs, or else every input read before any output is written (the
+    arithmetic into temporaries, then the outputs).  An update is an elementwise composite, so the
+    memory plan may put a result that is not donated over a dying input's bytes
+    (``memory.elementwise_reader``: the new parameter over its gradient), and copying the old
+    parameter into the result first destroyed the gradient it then read."""
     a = node.attrs
     with_momentum, nesterov, maximize = (bool(a.get(k, False)) for k in ("with_momentum", "nesterov", "maximize"))
     param, grad, hyper = ins[0], ins[1], ins[2]
     buf_in = ins[3] if len(ins) > 3 else None
     param_out = outs[0]
     buf_out = outs[1] if with_momentum else None
-    pre_copies = [(param_out, param)] if param_out is not param else []
-    if buf_in is not None and buf_out is not None and buf_out is not buf_in:
-        pre_copies.append((buf_out, buf_in))
+    written = [o for o in (param_out, buf_out) if o is not None]
+    in_place = param_out is param and (buf_in is None or buf_out is buf_in) and \
+        not any(overlap(o, grad) for o in written)
 
     def run():
-        for o, i in pre_copies:
-            o.copy_(i)
         lr, momentum, dampening, wd = (x.to(param_out.dtype) for x in hyper.unbind(0))
         g = -grad if maximize else grad
-        g = g + wd * param_out
+        g = g + wd * param
+        if in_place:
+            if with_momentum:
+                if buf_in is None:
+                    buf_out.copy_(g)
+                else:
+                    buf_out.mul_(momentum).add_(g * (1 - dampening))
+                g = g + momentum * buf_out if nesterov else buf_out
+            param_out.sub_(lr * g)
+            return
+        buf = None
         if with_momentum:
-            if buf_in is None:
-                buf_out.copy_(g)
-            else:
-                buf_out.mul_(momentum).add_(g * (1 - dampening))
-            g = g + momentum * buf_out if nesterov else buf_out
-        param_out.sub_(lr * g)
-    return Kernel(run, "sgd: in-place aten.add_/mul_, scalars from the device" +
-                  (f" + copy_ x{len(pre_copies)}" if pre_copies else ""), len(pre_copies))
+            buf = g.clone() if buf_in is None else buf_in * momentum + g * (1 - dampening)
+            g = g + momentum * buf if nesterov else buf
+        new_param = param - lr * g
+        if buf is not None:
+            buf_out.copy_(buf)
+        param_out.copy_(new_param)
+    if in_place:
+        return Kernel(run, "sgd: in-place aten.add_/mul_, scalars from the device", 0)
+    return Kernel(run, "sgd: aten.add/mul into temporaries, then copy_ into the outputs (not donated), scalars "
+                  "from the device", len(written))
 
 
 # =============================================================== the table
