@@ -2,6 +2,7 @@
 closure cell or a config dict entry changed between calls recaptures with the value named, and the
 compiled trajectory stays eager's; a value changing on every call is warned about once, as is a
 Python side effect of the step itself."""
+import types
 import warnings
 
 import pytest
@@ -182,3 +183,75 @@ def test_a_number_argument_changing_every_call_is_named_once_in_a_warning():
         for i in range(6):
             compiled(torch.randn(4, 6, generator=gen), torch.randint(0, 5, (4,), generator=gen), 1.0 / (i + 1))
     assert sum("argument 2" in str(w.message) for w in record) == 1 and compiled.stats.captures == 6
+
+
+_CFG = types.ModuleType("nova_test_cfg")      # a config module read as cfg.SCALE (import config as cfg)
+_CFG.SCALE = 1.0
+
+
+class Styled(torch.nn.Module):
+    """Python state a forward reads besides numbers: a function held as an attribute, a dtype, a set,
+    a list inside a list, a config module's attribute."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.l1, self.l2 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
+        self.act = torch.tanh
+        self.compute_dtype = torch.float32
+        self.skip = set()
+        self.cfg = {"mults": [[1.0, 1.0]]}
+
+    def forward(self, x, y):
+        h = self.l1(x)
+        h = h if "act" in self.skip else self.act(h)
+        h = h.to(self.compute_dtype).float() * self.cfg["mults"][0][1] * _CFG.SCALE
+        return torch.nn.functional.cross_entropy(self.l2(h), y)
+
+
+def _relu_forward(model):
+    model.forward = lambda x, y: torch.nn.functional.cross_entropy(model.l2(torch.relu(model.l1(x))), y)
+
+
+STYLES = {"a function attribute": lambda m: setattr(m, "act", torch.relu),
+          "an instance's own forward": _relu_forward,
+          "a dtype attribute": lambda m: setattr(m, "compute_dtype", torch.bfloat16),
+          "a set": lambda m: m.skip.add("act"),
+          "a list inside a list": lambda m: m.cfg["mults"][0].__setitem__(1, 3.0),
+          "a config module's attribute": None}
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_functions_dtypes_sets_nested_lists_and_config_modules_are_guarded(style):
+    """Each changed between calls recaptures and the step stays eager's (they were frozen silently:
+    the first capture replayed with the old function, dtype or number)."""
+    import copy
+    model = Styled()
+    twin = copy.deepcopy(model)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, twin)]
+
+    def make_step(m, o):
+        def step(x, y):
+            loss = m(x, y)
+            loss.backward()
+            o.step()
+            o.zero_grad()
+            return loss.detach()
+        return step
+    compiled, eager = nova.compile(make_step(model, opts[0]), backend="executor"), make_step(twin, opts[1])
+    gen = torch.Generator().manual_seed(2)
+    try:
+        for i in range(4):
+            x, y = torch.randn(6, 8, generator=gen), torch.randint(0, 4, (6,), generator=gen)
+            if i == 2:
+                if STYLES[style] is None:
+                    _CFG.SCALE = 3.0
+                else:
+                    STYLES[style](model)
+                    STYLES[style](twin)
+            torch.testing.assert_close(compiled(x, y), eager(x, y), rtol=1e-6, atol=1e-6)
+    finally:
+        _CFG.SCALE = 1.0
+    assert compiled.stats.captures == 2
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-6)

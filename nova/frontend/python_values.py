@@ -11,14 +11,16 @@ reads them again on every call, so a capture must be reused only while they hold
 - the globals named by the step's code, by the helper functions it calls, and by the methods of the
   user's module classes (``forward`` and whatever it calls on ``self``), in the module that
   defines each of them;
-- the closure cells of the step and of those helpers;
+- the closure cells of the step and of those helpers, and the attributes those functions' code reads
+  of a module of the user's they name (a config module: ``cfg.SCALE``);
 - entries of dicts (and items of lists/tuples) found in those places, dicts and plain objects up to
   ``_MAX_DEPTH`` levels deep; the plain class attributes of the user's classes (a config class read
   as ``Config.alpha``, a module class's ``dropout_p = 0.1``).
 
-Only plain data is kept (None, bool, int, float, complex, str, NumPy scalars and tuples/lists/dicts
-of them):
-what a traced program can have used as a constant.  A change recaptures with the path named
+Only plain data is kept (None, bool, int, float, complex, str, NumPy scalars, torch dtypes and
+devices, and tuples/lists/sets/dicts of them), and functions held as data by their identity
+(``self.act = F.relu``, a module's own monkeypatched ``forward``, a partial): what a traced program
+can have used as a constant or inlined.  A change recaptures with the path named
 (``GuardKey.describe_change``); ``nova.compile`` warns once about a path that changes on every call.
 """
 from __future__ import annotations
@@ -31,6 +33,10 @@ import torch
 from nova.frontend.discover import _code_names, modules_of
 
 _SCALARS = (type(None), bool, int, float, complex, str)
+_TORCH_CONSTANTS = (torch.dtype, torch.device, torch.layout, torch.memory_format)   # a module's compute dtype
+# a function held as data (``self.act = F.relu``, an instance's own ``forward``, a partial): the program
+# inlined the one it saw, so the guard keeps which one (by identity)
+_FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, functools.partial)
 _MAX_ITEMS = 256                      # a container larger than this is not snapshotted (not a setting)
 _MAX_DEPTH = 3                        # dicts (and plain objects) nested deeper than this are not (not a setting)
 # nn.Module's own bookkeeping (training flag, parameter/buffer/submodule dicts, hook dicts: guarded by the
@@ -39,15 +45,20 @@ _SKIPPED_ATTRS = frozenset({"dump_patches", "call_super_init"}) | frozenset(vars
 
 
 def _plain(value, depth: int = 0):
-    """``value`` as hashable plain data, or ``_NOT_PLAIN`` (a NumPy scalar as its Python value)."""
-    if isinstance(value, _SCALARS):
+    """``value`` as hashable plain data, or ``_NOT_PLAIN`` (a NumPy scalar as its Python value; a
+    function by its identity: what a traced program inlined)."""
+    if isinstance(value, _SCALARS + _TORCH_CONSTANTS):
         return value
     if type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "ndim", None) == 0:
         item = value.item()
         return (type(value).__name__, item) if isinstance(item, _SCALARS) else _NOT_PLAIN
-    if depth == 0 and isinstance(value, (list, tuple)) and len(value) <= _MAX_ITEMS:
-        items = tuple(_plain(x, 1) for x in value)
-        return _NOT_PLAIN if any(x is _NOT_PLAIN for x in items) else (type(value).__name__, items)
+    if isinstance(value, _FUNCTIONS):
+        return ("function", value)
+    if depth < _MAX_DEPTH and isinstance(value, (list, tuple, set, frozenset)) and len(value) <= _MAX_ITEMS:
+        items = tuple(_plain(x, depth + 1) for x in value)
+        if any(x is _NOT_PLAIN for x in items):
+            return _NOT_PLAIN
+        return ("set", frozenset(items)) if isinstance(value, (set, frozenset)) else (type(value).__name__, items)
     return _NOT_PLAIN
 
 
@@ -136,12 +147,24 @@ def _function_values(where: str, fn, out: list, seen: set) -> None:
     if ("fn", id(fn)) in seen:
         return
     seen.add(("fn", id(fn)))
+    names = None
     for path, value in function_places(fn, where):
         plain = _plain(value)
         if plain is not _NOT_PLAIN:
             out.append((path, plain))
+        elif isinstance(value, types.ModuleType) and _user_module(value):
+            if names is None:                                   # attribute names the code reads
+                names = set(_code_names(fn.__code__))
+            for name in sorted(names & vars(value).keys()):     # a config module: cfg.SCALE
+                if (plain := _plain(vars(value)[name])) is not _NOT_PLAIN:
+                    out.append((f"{path}.{name}", plain))
         else:
             _container_values(path, value, out, seen, 1)
+
+
+def _user_module(module: types.ModuleType) -> bool:
+    """A module of the user's (a config module read as ``cfg.SCALE``), not torch's, NumPy's or Nova's."""
+    return (module.__name__ or "").partition(".")[0] not in ("torch", "nova", "numpy", "builtins", "math", "functools")
 
 
 @functools.lru_cache(maxsize=None)
