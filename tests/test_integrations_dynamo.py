@@ -371,3 +371,61 @@ def test_a_training_loop_runs_each_program_at_one_binding(monkeypatch):
     assert len(programs) == 2 and all(p.program.stats["runs"] == 6 for p in programs)
     assert [p.program.stats["rebinds"] for p in programs] == rebinds      # none after the second step
     assert len({float(x) for x in losses}) == 6                          # every kept loss its own value
+
+
+AS_STRIDED = {
+    "after a transposed copy": lambda x: x.t().contiguous().as_strided((3, 4), (1, 3)),
+    "after a clone, with an offset": lambda x: x.t().clone(memory_format=torch.contiguous_format).as_strided((2, 5), (5, 1), 1),
+    "after a channels-last copy": lambda x: x.reshape(1, 2, 3, 4).contiguous(memory_format=torch.channels_last)
+    .as_strided((6,), (1,)),
+    "after an expanded copy": lambda x: x[:1].expand(3, 6).contiguous().as_strided((2, 2), (6, 1), 1),
+}
+
+
+@pytest.mark.parametrize("engine", ["reference", "executor"])
+@pytest.mark.parametrize("case", AS_STRIDED)
+def test_as_strided_reads_the_storage_eager_laid_out(engine, case):
+    """``as_strided`` indexes storage, not values: it runs as an opaque ATen op on a fresh tensor laid
+    out as eager's input was (a copy's own layout, channels-last included).  It read the IR's dense
+    value (or the un-copied input) before: a silent wrong result."""
+    fn = AS_STRIDED[case]
+    x = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    compiled = torch.compile(fn, backend=nova_backend, options={"engine": engine})
+    torch.testing.assert_close(compiled(x.clone()), fn(x.clone()), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("engine", ["reference", "executor"])
+def test_overlapping_chunks_by_as_strided_train_like_eager(engine):
+    """Longformer's chunking: overlapping windows of a projection by ``as_strided`` with an offset,
+    and its backward (``as_strided_scatter`` into a fresh zero tensor): the executor read the arena's
+    start for the absolute offset, and the input gradient came back wrong."""
+    torch.manual_seed(0)
+    weight = torch.randn(6, 9, requires_grad=True)
+
+    def chunks(x):
+        h = x @ weight
+        return (h.as_strided((3, 3, 9), (9, 9, 1), 1) * torch.arange(1.0, 4.0).view(3, 1, 1)).sum(0)
+    x = torch.randn(6, 6, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_()
+    compiled = torch.compile(chunks, backend=nova_backend, options={"engine": engine})
+    out, ref = compiled(x), chunks(x_ref)
+    torch.testing.assert_close(out, ref)
+    weight.grad = None
+    (out * ref.detach()).sum().backward()
+    grad_w = weight.grad.clone()
+    weight.grad = None
+    (ref * ref.detach()).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad)
+    torch.testing.assert_close(grad_w, weight.grad)
+
+
+def test_as_strided_of_a_view_into_a_larger_tensor_runs_on_torch_with_the_reason_logged(caplog):
+    """A view's storage holds elements its value does not (``x[1:]`` starts 6 elements in): Nova
+    does not model that, so the graph runs on torch, the one-line reason logged."""
+    def fn(x):
+        return (x * 2)[1:].as_strided((2, 2), (1, 1), 7)
+    x = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    with caplog.at_level(logging.INFO, logger="nova"):
+        out = torch.compile(fn, backend=nova_backend)(x)
+    torch.testing.assert_close(out, fn(x), rtol=0, atol=0)
+    assert any("reads the storage of a view into a larger tensor" in r.getMessage() for r in caplog.records)

@@ -288,23 +288,27 @@ class Lowerer:
     def _opaque(self, node, args, kwargs):
         target = node.target
         tensors: list[Value] = []
+        metas: list = []                         # each tensor input's eager value (FX meta), in order
 
-        def encode(a):
+        def encode(a, fx=None):
             if isinstance(a, Unmodeled):
                 a.refuse(f"op {target} reads {a.what}, which Nova does not model{self.where()}")
             if isinstance(a, Value):
                 tensors.append(a)
+                metas.append(fx.meta.get("val") if isinstance(fx, torch.fx.Node) else None)
                 return ("$", len(tensors) - 1)
             if isinstance(a, (list, tuple)):
-                return tuple(encode(x) for x in a)
+                fxs = fx if isinstance(fx, (list, tuple)) and len(fx) == len(a) else (None,) * len(a)
+                return tuple(encode(x, f) for x, f in zip(a, fxs))
             if a is None or isinstance(a, (bool, int, float, str)):
                 return a
             raise NovaUnsupportedError(f"op {target} is not supported (no lowering, and its argument "
                                        f"{a!r} cannot be passed to an opaque aten node){self.where()}")
         if not isinstance(target, torch._ops.OpOverload):
             raise NovaUnsupportedError(f"op {target} is not supported{self.where()}")
-        enc_args = encode(tuple(args))
-        enc_kwargs = tuple((k, encode(v)) for k, v in sorted(kwargs.items()))
+        enc_args = encode(tuple(args), tuple(node.args))
+        enc_kwargs = tuple((k, encode(v, node.kwargs.get(k))) for k, v in sorted(kwargs.items()))
+        layouts = self._storage_layouts(str(target), metas)
         val = node.meta.get("val")
         vals = val if isinstance(val, (tuple, list)) else (val,)
         if not vals or not all(isinstance(v, torch.Tensor) for v in vals):
@@ -313,9 +317,27 @@ class Lowerer:
         types = [ir_type(v, str(target)) for v in vals]
         name = str(target)
         self.opaque[name] = self.opaque.get(name, 0) + 1
+        extra = {"layouts": layouts} if layouts else {}
         out = self.op("aten", *tensors, target=name, args=enc_args, kwargs=enc_kwargs,
-                      result_types=tuple((t.shape, t.dtype) for t in types))
+                      result_types=tuple((t.shape, t.dtype) for t in types), **extra)
         return out if isinstance(val, (tuple, list)) else out
+
+    def _storage_layouts(self, target: str, metas: list) -> tuple:
+        """``(i, strides)`` for each tensor input of an op that reads storage rather than values
+        (``STORAGE_OPS``: ``as_strided`` indexes its input's storage with absolute offsets): the IR
+        holds values, so the op gets a fresh tensor laid out as eager's was.  That is eager's storage
+        only for a tensor that owns its storage whole (offset 0, dense): an ``as_strided`` of a view
+        into a larger tensor reads elements the value does not hold, refused in one line."""
+        if target not in STORAGE_OPS:
+            return ()
+        layouts = []
+        for i, m in enumerate(metas):
+            if not isinstance(m, torch.Tensor) or m.storage_offset() != 0 or not _owns_storage(m):
+                raise NovaUnsupportedError(f"op {target} reads the storage of a view into a larger tensor (its "
+                                           f"offsets reach elements the view does not hold), which Nova does not "
+                                           f"model{self.where()}")
+            layouts.append((i, tuple(m.stride())))
+        return tuple(layouts)
 
 
 def lower(gm, input_names, input_roles, name: str = "step") -> Lowered:
@@ -324,6 +346,26 @@ def lower(gm, input_names, input_roles, name: str = "step") -> Lowered:
 
 
 # ====================================================================== helpers
+# ATen ops that index their input's storage (absolute offsets and strides) rather than its values
+STORAGE_OPS = frozenset({"aten.as_strided.default", "aten.as_strided_scatter.default",
+                         "aten.as_strided_copy.default"})
+
+
+def _owns_storage(t: torch.Tensor) -> bool:
+    """``t`` (an FX meta value) covers its whole storage densely: a tensor that is not a view into a
+    larger one (a fresh result in any dense layout, channels-last included)."""
+    dense = sorted((s, n) for s, n in zip(t.stride(), t.shape) if n > 1)
+    expected = 1
+    for stride, size in dense:
+        if stride != expected:
+            return False
+        expected *= size
+    try:
+        return t.untyped_storage().nbytes() == t.numel() * t.element_size()
+    except (NotImplementedError, RuntimeError):     # a storage that cannot say its size
+        return False
+
+
 def _axis(d: int, rank: int) -> int:
     return d % rank if rank else 0
 

@@ -768,12 +768,18 @@ def _infer_aten(types, attrs):
     return [TensorType(tuple(shape), dtype) for shape, dtype in attrs["result_types"]]
 
 
-def _ref_aten(torch, *tensors, target, args, kwargs=(), result_types=()):
+def _ref_aten(torch, *tensors, target, args, kwargs=(), result_types=(), layouts=()):
     """Call the ATen op ``target`` ("aten.foo.default"); ``args``/``kwargs`` hold constants, with
-    ("$", i) standing for the i-th tensor input."""
+    ("$", i) standing for the i-th tensor input.  ``layouts``: ``(i, strides)`` of inputs an op that
+    reads storage (``as_strided``) must see as eager laid them out: a fresh tensor of those strides."""
     fn = torch.ops
     for part in target.split("."):
         fn = getattr(fn, part)
+    if layouts:
+        tensors = list(tensors)
+        for i, strides in layouts:
+            fresh = torch.empty_strided(tensors[i].shape, strides, dtype=tensors[i].dtype, device=tensors[i].device)
+            tensors[i] = fresh.copy_(tensors[i])
 
     def fill(a):
         if isinstance(a, tuple) and len(a) == 2 and a[0] == "$":
