@@ -129,6 +129,7 @@ class CompiledGraph:
     inputs: object = None               # dynamo_handoff.InputPlan
     copies: frozenset = frozenset()
     calls: int = 0
+    constants: list = ()                # the constant tensors the graph holds (a mask's pattern): its last inputs
 
     def __post_init__(self):
         # AOTAutograd's calling convention (one list of inputs), on the instance: torch's wrappers
@@ -142,6 +143,8 @@ class CompiledGraph:
             return _run_fx(self.fallback, arguments)
         # the first run may fail (kernels, capture) and fall back: it reads copies of donated inputs
         inputs = self.inputs.gather(arguments, donate=self.calls > 0) if self.inputs is not None else arguments
+        if self.constants:
+            inputs = list(inputs) + list(self.constants)
         self.calls += 1
         try:
             outputs = self.engine(inputs)
@@ -198,6 +201,7 @@ class LoweredGraph:
     inputs: object = None
     handoff: object = None
     vals: list = None
+    constants: list = None      # the tensors of the graph's constant inputs (after the arguments' inputs)
 
 
 def lower_graph(gm: torch.fx.GraphModule, part: str, name: str) -> LoweredGraph:
@@ -220,8 +224,6 @@ def lower_graph(gm: torch.fx.GraphModule, part: str, name: str) -> LoweredGraph:
     donated = _donated_inputs() if part == "backward" else set()
     inputs = plan_inputs(gm, part, static, donated)
     lowered = lower(inputs.module, inputs.names, inputs.roles, name.replace(" ", "_"))
-    if lowered.constants:
-        raise Unsupported(f"the graph holds constant tensors ({', '.join(c for c, _ in lowered.constants)})")
     graph = lowered.graph
     input_index = {spec.value: i for i, spec in enumerate(graph.inputs)}
     output_node = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
@@ -253,7 +255,8 @@ def lower_graph(gm: torch.fx.GraphModule, part: str, name: str) -> LoweredGraph:
         strides.append(stride)
     verify(graph)
     return LoweredGraph(graph, results, strides, lowered.opaque, inputs,
-                        Handoff(outputs_apart=True, donated_inputs=inputs.donated), vals)
+                        Handoff(outputs_apart=True, donated_inputs=inputs.donated), vals,
+                        [tensor for _, tensor in lowered.constants])
 
 
 def plan_for_gpu(graph, target, handoff=None, in_place=frozenset()):
@@ -278,6 +281,16 @@ def fallback_reason(e: BaseException) -> str:
 
 
 def _compile(gm, example_inputs, part: str, name: str, settings: BackendOptions) -> CompiledGraph:
+    """Lower and plan ``gm`` outside AOTAutograd's fake-tensor mode, which is on while its compiler
+    hooks run: the lowering evaluates constants (a mask's pattern, a scalar) and the passes probe
+    small tensors for real, and under the fake mode each of those raised (every Hugging Face model's
+    graphs and every boolean SDPA mask fell back to torch with a misleading fake-tensor error)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    with unset_fake_temporarily():
+        return _compile_real(gm, example_inputs, part, name, settings)
+
+
+def _compile_real(gm, example_inputs, part: str, name: str, settings: BackendOptions) -> CompiledGraph:
     lowered = lower_graph(gm, part, name)
     device = _device(example_inputs)
     engine, engine_name = _engine(lowered, device, settings)
@@ -288,7 +301,8 @@ def _compile(gm, example_inputs, part: str, name: str, settings: BackendOptions)
     else:                               # the interpreter overwrites no input: nothing to give it
         inputs = dataclasses.replace(inputs, donated=frozenset())
     return CompiledGraph(name, lowered.graph, engine, lowered.results, lowered.strides, gm, engine_name, device,
-                         lowered.opaque, inputs=inputs, copies=copies)
+                         lowered.opaque, inputs=inputs, copies=copies,
+                         constants=[c.to(device) for c in lowered.constants or ()])
 
 
 def result_storages(lowered: LoweredGraph, planned) -> list:
