@@ -1061,3 +1061,35 @@ def test_an_embedding_bag_trains_like_eager(backend):
         torch.testing.assert_close(compiled(ids, y), eager(ids, y), rtol=1e-5, atol=1e-6)
     for p, q in zip(*(m.parameters() for m in models)):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["reference", "executor"])
+def test_a_model_cast_to_float64_mid_training_keeps_its_float32_momentum_like_eager(backend):
+    """``model.double()`` between calls with SGD momentum: eager updates the float32 momentum buffer
+    in place (it stays float32, and the float64 step reads its rounded value).  The traced update
+    typed the buffer as its parameter and the capture raised an internal IR error."""
+    torch.manual_seed(0)
+    models = [nn.Sequential(nn.Linear(8, 4), nn.Tanh(), nn.Linear(4, 3))]
+    models.append(copy.deepcopy(models[0]))
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in models]
+
+    def make_step(model, opt):
+        def step(x, y):
+            loss = F.cross_entropy(model(x.to(next(model.parameters()).dtype)), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss.detach()
+        return step
+    compiled, eager = nova.compile(make_step(models[0], opts[0]), backend=backend), make_step(models[1], opts[1])
+    gen = torch.Generator().manual_seed(1)
+    for i in range(4):
+        if i == 2:
+            for m in models:
+                m.double()
+        x, y = torch.randn(6, 8, generator=gen), torch.randint(0, 3, (6,), generator=gen)
+        torch.testing.assert_close(compiled(x, y), eager(x, y), rtol=1e-6, atol=1e-7)
+    for (p, q), o in zip(zip(*(m.parameters() for m in models)), [opts[0]] * 6):
+        assert p.dtype == q.dtype == torch.float64
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+        assert o.state[p]["momentum_buffer"].dtype == torch.float32

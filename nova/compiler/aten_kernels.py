@@ -780,7 +780,7 @@ def sgd(node, ins, outs, ctx) -> Kernel:
             return
         buf = None
         if with_momentum:
-            buf = g.clone() if buf_in is None else buf_in * momentum + g * (1 - dampening)
+            buf = (g.clone() if buf_in is None else buf_in * momentum + g * (1 - dampening)).to(buf_out.dtype)
             g = g + momentum * buf if nesterov else buf
         new_param = param - lr * g
         if buf is not None:

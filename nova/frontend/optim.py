@@ -66,7 +66,8 @@ def _adamw_fake(params, grads, exp_avgs, exp_avg_sqs, steps, *rest):
 
 
 def _sgd_fake(params, grads, momentum_buffers, hyper, with_momentum, *rest):
-    return [torch.empty_like(p) for p in params * (2 if with_momentum else 1)]     # distinct tensors
+    buffers = [torch.empty_like(p if b is None else b) for p, b in zip(params, momentum_buffers)]
+    return [torch.empty_like(p) for p in params] + (buffers if with_momentum else [])     # distinct tensors
 
 
 def _define_ops():

@@ -666,17 +666,18 @@ def ref_sgd(torch, param, grad, hyper, *buffer, with_momentum=False, nesterov=Fa
     if maximize:
         grad = -grad
     grad = grad + weight_decay * param
-    if with_momentum:
-        buf = grad.clone() if not buffer else buffer[0] * momentum + grad * (1 - dampening)
+    if with_momentum:       # the buffer keeps its own dtype (eager updates it in place), as it is read
+        buf = (grad.clone() if not buffer else buffer[0] * momentum + grad * (1 - dampening)).to(
+            buffer[0].dtype if buffer else param.dtype)
         grad = grad + momentum * buf if nesterov else buf
-        return (param - lr * grad).to(param.dtype), buf.to(param.dtype)
+        return (param - lr * grad).to(param.dtype), buf
     return ((param - lr * grad).to(param.dtype),)       # a 0-d parameter: the f64 0-d rates would promote it
 
 
 def _infer_sgd(types, attrs):
     param, _, hyper = types[:3]
     _infer_hyper("sgd", hyper, SGD_HYPER)
-    return [param, param] if attrs.get("with_momentum") else [param]
+    return [param, types[3] if len(types) > 3 else param] if attrs.get("with_momentum") else [param]
 
 
 define("sgd", "composite", _infer_sgd, ref_sgd, None,
