@@ -1093,3 +1093,31 @@ def test_a_model_cast_to_float64_mid_training_keeps_its_float32_momentum_like_ea
         assert p.dtype == q.dtype == torch.float64
         torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
         assert o.state[p]["momentum_buffer"].dtype == torch.float32
+
+
+@pytest.mark.parametrize("backend", ["reference", "executor"])
+def test_parameters_tied_through_data_between_calls_are_one_line_and_untouched(backend):
+    """``b.weight.data = a.weight.data`` between calls: two parameters the step updates on one
+    storage.  Eager applies both updates to the shared memory; a program computes each from what it
+    read (the reference engine's last write won: a silent wrong step).  Refused in one line on the
+    call that sees the tie, before anything is written."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 6, bias=False), nn.Tanh(), nn.Linear(6, 6, bias=False))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(x, y):
+        loss = ((model(x) - y) ** 2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        return loss.detach()
+    compiled = nova.compile(step, backend=backend)
+    x, y = torch.randn(5, 6), torch.randn(5, 6)
+    compiled(x, y)
+    model[2].weight.data = model[0].weight.data
+    before = model[0].weight.detach().clone()
+    with pytest.raises(nova.NovaUnsupportedError, match=r"^parameters 0\.weight and 2\.weight, both updated by the "
+                                                         r"step, share one storage") as info:
+        compiled(x, y)
+    assert "\n" not in str(info.value)
+    assert torch.equal(model[0].weight, before)

@@ -80,7 +80,12 @@ class Bindings:
 
     def gather(self, flat_args) -> tuple[list[torch.Tensor], list]:
         pending: list = []
-        return [b.fetch(flat_args, pending) for b in self.inputs], pending
+        tensors = [b.fetch(flat_args, pending) for b in self.inputs]
+        updated = {id(o.tensor) for o in self.outputs if o.kind == "param"}
+        params = [(b, t) for b, t in zip(self.inputs, tensors) if b.kind == "param" and id(t) in updated]
+        if len({t.data_ptr() for _, t in params}) != len(params):
+            _refuse_shared_parameters(params)
+        return tensors, pending
 
     def failed_check(self, outputs) -> str | None:
         """The message of the first check output that is False (read on the host), else None."""
@@ -168,6 +173,21 @@ def _fresh_like(param: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     else:
         out = torch.empty(value.shape, dtype=value.dtype, device=param.device)
     return out.copy_(value)
+
+
+def _refuse_shared_parameters(params) -> None:
+    """Two distinct parameters the step updates, on one storage (``b.weight.data = a.weight.data``,
+    weights tied the old way): eager applies both updates to the shared memory one after the other,
+    a program computes each from the values it read (the last write would win, or a multi-tensor
+    kernel race): one line, checked on every call (a tie made between calls)."""
+    from nova.frontend.errors import NovaUnsupportedError
+    first: dict = {}
+    for binding, tensor in params:
+        other = first.setdefault(tensor.data_ptr(), binding.name)
+        if other != binding.name:
+            raise NovaUnsupportedError(
+                f"parameters {other} and {binding.name}, both updated by the step, share one storage (tied "
+                f"through .data): tie them as one Parameter (make {binding.name} the same object as {other})")
 
 
 def _unalias(outputs, targets, written) -> list:
