@@ -459,3 +459,20 @@ def test_hugging_face_models_run_on_nova_through_the_backend(which, engine, capl
         assert_close(p.grad, q.grad, f"grad of {name}", tol=1e-4)
     fell_back = [r.getMessage() for r in caplog.records if "runs on torch" in r.getMessage()]
     assert not fell_back, fell_back
+
+
+@pytest.mark.parametrize("engine", ["reference", "executor"])
+def test_an_opaque_op_gets_its_input_dense_and_a_bf16_layer_norm_runs_on_the_executor(engine, caplog):
+    """``group_norm`` of a transposed input: eager's graph copies it dense first, the IR keeps the
+    view, and ATen's CPU kernel refused it (the graph fell back after a failed run); a bf16 LayerNorm:
+    ATen's CPU kernel keeps the statistics in bf16 where the IR's are FP32 (it failed too)."""
+    def group(x):
+        return torch.nn.functional.group_norm(x.t().reshape(2, 4, 3), 2)
+    norm = torch.nn.LayerNorm(16).to(torch.bfloat16)
+    x, h = torch.randn(3, 8), torch.randn(4, 16, dtype=torch.bfloat16)
+    with caplog.at_level(logging.INFO, logger="nova"):
+        torch.testing.assert_close(torch.compile(group, backend=nova_backend, options={"engine": engine})(x), group(x))
+        with torch.no_grad():
+            got = torch.compile(norm, backend=nova_backend, options={"engine": engine})(h)
+            torch.testing.assert_close(got, norm(h), rtol=1e-2, atol=2e-2)      # bf16: one rounding apart
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], [r.getMessage() for r in caplog.records]

@@ -299,6 +299,12 @@ def _mixed_dtypes(*tensors) -> bool:
     return len({t.dtype for t in tensors if t is not None and t.is_floating_point()}) > 1
 
 
+def _cpu_low_statistics(x, mean) -> bool:
+    """ATen's CPU LayerNorm keeps a 16-bit input's mean and rstd in the input's type; the IR's are FP32
+    (as CUDA's): the widening reference then."""
+    return x.device.type == "cpu" and mean.dtype != x.dtype
+
+
 def layer_norm(node, ins, outs, ctx) -> Kernel:
     a = node.attrs
     x, rest = ins[0], list(ins[1:])
@@ -306,7 +312,7 @@ def layer_norm(node, ins, outs, ctx) -> Kernel:
     bias = rest.pop(0) if a.get("has_bias", True) else None
     shape, eps = list(a["normalized_shape"]), float(a["eps"])
     y, mean, rstd = outs
-    if _mixed_dtypes(x, weight, bias, y):
+    if _mixed_dtypes(x, weight, bias, y) or _cpu_low_statistics(x, mean):
         return reference_kernel(node, ins, outs, ctx)    # autocast's bf16 rows, f32 affine: the widening reference
     return Kernel(lambda: aten.native_layer_norm.out(x, shape, weight, bias, eps, out0=y, out1=mean, out2=rstd),
                   "aten.native_layer_norm.out")
@@ -320,7 +326,7 @@ def layer_norm_backward(node, ins, outs, ctx) -> Kernel:
     bias = rest.pop(0) if has_b else None
     shape = list(a["normalized_shape"])
     mask = [True, bool(has_w), bool(has_b)]
-    if _mixed_dtypes(dy, x, weight, bias, *outs):
+    if _mixed_dtypes(dy, x, weight, bias, *outs) or _cpu_low_statistics(x, mean):
         return reference_kernel(node, ins, outs, ctx)    # a 16-bit dy or dx under autocast: the widening reference
     if all(mask):
         dx, dw, db = outs

@@ -771,16 +771,15 @@ def _infer_aten(types, attrs):
 
 def _ref_aten(torch, *tensors, target, args, kwargs=(), result_types=(), layouts=()):
     """Call the ATen op ``target`` ("aten.foo.default"); ``args``/``kwargs`` hold constants, with
-    ("$", i) standing for the i-th tensor input.  ``layouts``: ``(i, strides)`` of inputs an op that
-    reads storage (``as_strided``) must see as eager laid them out: a fresh tensor of those strides."""
+    ("$", i) standing for the i-th tensor input, dense (an op may need it so: eager's graph had copied
+    it where the IR keeps a view).  ``layouts``: ``(i, strides)`` of inputs an op that reads storage
+    (``as_strided``) must see as eager laid them out: a fresh tensor of those strides."""
     fn = torch.ops
     for part in target.split("."):
         fn = getattr(fn, part)
-    if layouts:
-        tensors = list(tensors)
-        for i, strides in layouts:
-            fresh = torch.empty_strided(tensors[i].shape, strides, dtype=tensors[i].dtype, device=tensors[i].device)
-            tensors[i] = fresh.copy_(tensors[i])
+    laid_out = dict(layouts)     # the others dense: an IR value may be a strided view eager had copied
+    tensors = [torch.empty_strided(t.shape, laid_out[i], dtype=t.dtype, device=t.device).copy_(t) if i in laid_out
+               else t.contiguous() for i, t in enumerate(tensors)]
 
     def fill(a):
         if isinstance(a, tuple) and len(a) == 2 and a[0] == "$":
