@@ -38,11 +38,11 @@ class RowTile:
     smem_bytes: int
     blocks_per_sm: int
     regs_per_thread: int            # the derivation's estimate (ptxas verifies)
-    max_regs: int = 255             # the register cap that lets one CTA fit the register file (nvvm.maxnreg)
+    max_regs: int = 255             # the register cap (nvvm.maxnreg): the planned residency's share of the file
     splits: int = 1                 # CTAs per row (row reductions over few long rows); chunks is per split
     final_threads: int = 0          # row_final (splits > 1): threads a CTA, one warp per row
     final_grid: int = 0             # row_final: CTAs
-    early: tuple[str, ...] = ()     # row operands only the writing sweep reads, loaded with the row's first
+    early: tuple[str, ...] = ()     # row operands only the writing sweep reads, loaded in the row's first sweep
 
     def to_dict(self) -> dict:
         d = asdict(self)
