@@ -331,7 +331,7 @@ class Lowerer:
         if target not in STORAGE_OPS:
             return ()
         layouts = []
-        for i, m in enumerate(metas):
+        for i, m in enumerate(metas[:1]):            # the indexed tensor (as_strided_scatter's src is read by value)
             if not isinstance(m, torch.Tensor) or m.storage_offset() != 0 or not _owns_storage(m):
                 raise NovaUnsupportedError(f"op {target} reads the storage of a view into a larger tensor (its "
                                            f"offsets reach elements the view does not hold), which Nova does not "
