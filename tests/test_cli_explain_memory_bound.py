@@ -79,12 +79,25 @@ def test_explain_update_json_matches_the_configurator(args, rule):
     (["adamw", "100", "--dtype", "i8"], "dtype must be one of"),
     (["adamw", "100", "--step-dtype", "bf16"], "the step counts must be one of"),
     (["sgd", "100", "--dtype", "f8"], "dtype must be one of"),
+    # sizes no GPU holds: one line before any derivation (an attention derivation walks its CTAs)
+    (["pointwise", "x+y", "1024x1024x1024x1024"], "more than the 154.6 GB of the largest GPU"),
+    (["adamw", "100000000000000"], "more than the 154.6 GB of the largest GPU"),
+    (["attention", "1000,64,100000,128", "--target", "h200"], "more than the 154.6 GB of the largest GPU"),
+    (["log_softmax", "1000000000000x4096"], "more than the 154.6 GB of the largest GPU"),
+    (["embedding", "16384x512", "--vocab", "100000000000000"], "more than the 154.6 GB of the largest GPU"),
+    (["embedding", "16384x512", "--vocab", "3000000000", "--index-dtype", "i32"], "cannot be numbered by i32"),
+    (["cross_entropy", "16384x32768", "--forward-backward", "--backward"], "give one of them"),
+    # argparse's own errors: one line too, not the usage block
+    (["attention", "32,8,512,64", "--scale", "abc"], "invalid float value: 'abc'"),
+    (["layernorm", "16384x512", "--dtype", "f64"], "invalid choice: 'f64'"),
+    (["embedding", "16384x512"], "required: --vocab"),
 ])
 def test_bad_input_is_one_clear_line(args, message):
     r = run(*args)
     assert r.returncode == 2 and r.stdout == ""
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("nova-config: error: ") and message in lines[0], r.stderr
+    assert len(lines) == 1 and lines[0].startswith("nova-config") and " error: " in lines[0] and message in lines[0], \
+        r.stderr
 
 
 def test_explain_train_prices_nova_memory_bound_groups_with_their_configurators(monkeypatch):

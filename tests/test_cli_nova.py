@@ -335,3 +335,14 @@ def test_report_of_a_wrong_results_file_is_one_line_and_exit_2(content, fragment
     p = nova("report", "--results", str(bad), "--out", str(tmp_path / "report"))
     assert fragment in one_line_error(p)
     assert p.returncode == 2
+
+
+@pytest.mark.parametrize("jobs", ["0", "-3"])
+def test_tune_jobs_below_one_is_one_line(jobs, tmp_path):
+    """``--jobs`` counts compiler processes: 0 or a negative count is bad input (it ran before), one
+    line and exit 2 like every other (argparse's usage block is not printed either)."""
+    r = nova("tune", "gemm", "64", "--target", "h200", "--exhaustive", "--limit", "2", "--jobs", jobs,
+             cache_dir=tmp_path)
+    assert r.returncode == 2 and r.stdout == ""
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"argument --jobs: {jobs} is not a positive integer" in lines[0], r.stderr

@@ -135,3 +135,21 @@ def test_step_and_model_are_exclusive(capsys, tmp_path):
     assert "not both" in capsys.readouterr().err
     assert nova_main(["precompile", "gemm", "--step", f"{__name__}:make_step", "--target", "h200"]) == 2
     assert "'precompile train'" in capsys.readouterr().err
+
+
+def test_python_form_takes_nova_target_and_refuses_a_non_function(tmp_path, monkeypatch):
+    """``nova.precompile`` without ``target=`` builds for ``NOVA_TARGET`` (it built for the H200
+    whatever the variable said, and accepted an unknown name), and a step that is not a function is
+    one line, as ``nova.compile`` says it."""
+    with torch.device("meta"):
+        step, args = make_step(batch=2, seq=8)
+    lines = []
+    monkeypatch.setenv("NOVA_TARGET", "a100")
+    nova.precompile(step, *args, cache_dir=tmp_path / "cache", log=lines.append)
+    assert any("a100" in line for line in lines) and not any("h200" in line for line in lines), lines[-3:]
+    monkeypatch.setenv("NOVA_TARGET", "v100")
+    with pytest.raises(ValueError, match="v100"):
+        nova.precompile(step, *args, cache_dir=tmp_path / "cache", log=lines.append)
+    monkeypatch.delenv("NOVA_TARGET")
+    with pytest.raises(TypeError, match=r"^nova.precompile takes a function \(the training step\), got int 42$"):
+        nova.precompile(42, *args, target="h200")

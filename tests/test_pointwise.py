@@ -159,3 +159,12 @@ def test_the_family_types_agree_with_the_ir():
     assert types.TORCH_NAMES == ir.TORCH_NAMES and types.FLOAT_TYPES == ir.FLOAT_TYPES
     for a, b in itertools.product(ir.ELEMENT_TYPES, repeat=2):
         assert types.promote(a, b) == ir.promote(a, b)
+
+
+def test_a_chain_deeper_than_pythons_recursion_limit_becomes_one_program():
+    """A sum of 3000 terms (a chunked loss adds its chunks' losses so): its expression is numbered on
+    an explicit stack; recursing, ``nova-config explain train`` of a large batch under a small budget
+    died of a RecursionError."""
+    from nova.passes.pointwise_from_ir import expression_problem
+    problem = expression_problem("+".join(["x"] * 3000), (1024,), "f32")
+    assert len(problem.program) == 2999 and all(i.op == "add" for i in problem.program)

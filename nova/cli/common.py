@@ -38,6 +38,10 @@ class CliParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = re.compile(r"^-\d")
 
+    def error(self, message: str):
+        """Bad input is one line on stderr (exit 2), not argparse's usage block."""
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
 
 def version_string() -> str:
     from nova.version import __version__

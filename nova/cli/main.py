@@ -21,6 +21,18 @@ from nova.cli.shapes import (ACTIVATION_GRAD_HELP, ROUND_THROUGH_HELP, STRIDES_H
                              read_suite, read_suite_entries, round_through_fields)
 
 
+
+def _at_least_one(text: str) -> int:
+    """An integer >= 1 (argparse type)."""
+    import argparse
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return value
+
 def _arg(parse):
     """Adapt a parser raising ``ShapeError`` for argparse, keeping its message."""
     def convert(text):
@@ -376,7 +388,7 @@ def add_tune(sub) -> None:
                         "model's best of each kernel structure (tiling, split, cluster, ping-pong, epilogue)")
     p.add_argument("--family", default=None, choices=["wgmma", "mma.sync"],
                    help="instruction family of the space (default: the configurator's, i.e. wgmma on Hopper)")
-    p.add_argument("--jobs", type=int, default=1, help="compiler processes (default 1)")
+    p.add_argument("--jobs", type=_at_least_one, default=1, help="compiler processes (default 1)")
     p.add_argument("--manifest", default=None, help="manifest JSON (default: <cache-dir>/tune-manifest.json)")
     p.add_argument("--cache-dir", default=None, help="cache directory (default: NOVA_CACHE_DIR or ~/.cache/nova)")
     p.set_defaults(run=run_tune)

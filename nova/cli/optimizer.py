@@ -10,7 +10,9 @@ import sys
 import time
 
 from nova.cli.common import CliParser, dispatch
-from nova.kernels.optimizer.problem import STEP_DTYPES, STORAGE_DTYPES, MultiTensorProblem, UpdateRule, parse_sizes
+from nova.kernels.limits import refuse_too_large
+from nova.kernels.optimizer.problem import (STEP_DTYPES, STORAGE_DTYPES, MultiTensorProblem, OptimizerProblemError,
+                                            UpdateRule, parse_sizes)
 
 DEFAULT_TARGET = "h200"
 
@@ -58,6 +60,7 @@ def main(op: str, argv=None) -> int:
         from nova.hwmodel import get_target
         from nova.kernels.optimizer.derive import configure_multi_tensor
         problem = MultiTensorProblem(rule_from(op, args), parse_sizes(args.sizes))
+        refuse_too_large(f"{op} over {problem.numel} elements", problem.bytes_moved(), OptimizerProblemError)
         t0 = time.perf_counter()
         cfg = configure_multi_tensor(problem, get_target(args.target))
         ms = (time.perf_counter() - t0) * 1e3

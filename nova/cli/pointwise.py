@@ -15,6 +15,7 @@ import time
 
 from nova.cli.common import CliParser, dispatch
 from nova.kernels.explain_report import derivation_table
+from nova.kernels.limits import refuse_too_large
 from nova.kernels.pointwise.problem import PointwiseProblemError
 from nova.kernels.pointwise.types import FLOAT_TYPES
 
@@ -57,6 +58,7 @@ def main(argv=None) -> int:
         why = unsupported(problem)
         if why:
             raise PointwiseProblemError(f"no Nova pointwise kernel computes {why}")
+        refuse_too_large(f"pointwise over {list(problem.shape)}", problem.bytes_moved(), PointwiseProblemError)
         t0 = time.perf_counter()
         cfg = configure_pointwise(problem, get_target(args.target))
         ms = (time.perf_counter() - t0) * 1e3

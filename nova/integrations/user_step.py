@@ -188,16 +188,22 @@ def plan_step(step: UserStep, target):
                     host_offload=host_offload(opts.host_offload, target))
 
 
-def precompile(step_fn, *example_args, target="h200", models=None, optimizers=None, cache_dir=None,
+def precompile(step_fn, *example_args, target=None, models=None, optimizers=None, cache_dir=None,
                log=print) -> dict:
     """``nova.precompile``: every kernel of ``step_fn(*example_args)`` (one whole training step)
-    compiled for ``target`` (a preset name or ``GPUModel``) into the kernel cache (``cache_dir``,
-    default ``$NOVA_CACHE_DIR`` or ``~/.cache/nova``), on a host without a GPU.  The arguments, the
-    modules and the optimizers may live on the meta device.  Returns the counts by status:
-    ``{"compiled", "cached", "failed"}``."""
+    compiled for ``target`` (a preset name or ``GPUModel``; None: ``NOVA_TARGET``, else h200) into
+    the kernel cache (``cache_dir``, default ``$NOVA_CACHE_DIR`` or ``~/.cache/nova``), on a host
+    without a GPU.  The arguments, the modules and the optimizers may live on the meta device.
+    Returns the counts by status: ``{"compiled", "cached", "failed"}``."""
+    from nova import options
     from nova.compiler.precompile import precompile_planned
     from nova.hwmodel import get_target
     from nova.runtime.cache import KernelCache
+    if not callable(step_fn):
+        raise TypeError(f"nova.precompile takes a function (the training step), got {type(step_fn).__name__} "
+                        f"{step_fn!r:.40}")
+    if target is None:
+        target = options.current().target or "h200"
     target = get_target(target) if isinstance(target, str) else target
     name = getattr(step_fn, "__name__", "step").replace("<", "").replace(">", "")
     planned = plan_step(UserStep(step_fn, tuple(example_args), models, optimizers, name), target)

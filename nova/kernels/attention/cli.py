@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from nova.cli.common import CliParser
+from nova.kernels.limits import refuse_too_large
 from nova.kernels.attention.problem import (ATTN_DTYPES, SCORE_PRECISIONS, AttentionProblem, AttentionProblemError,
                                            score_precision_for)
 
@@ -23,7 +25,7 @@ def parse_shape(text: str) -> tuple[int, int, int, int, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="nova-config explain attention",
+    ap = CliParser(prog="nova-config explain attention",
                                  description="derive and explain the fused-attention schedule (forward + backward)")
     ap.add_argument("shape", help="B,H,T,D (or B,H,Tq:Tk,D)")
     ap.add_argument("--causal", action="store_true", help="causal mask (key j > query i masked)")
@@ -53,6 +55,7 @@ def main(argv=None) -> int:
         precision = args.score_precision or score_precision_for(args.dtype, opts)
         p = AttentionProblem(b, h, tq, tk, d, causal=args.causal, dtype=args.dtype, kv_heads=args.kv_heads,
                              scale=args.scale, score_precision=precision)
+        refuse_too_large(p.describe(), p.fwd_bytes + p.bwd_bytes, AttentionProblemError)
         return configure_attention(p, get_target(args.target), options=opts)
     return explain(configure, (AttentionProblemError, TargetError, OptionError), args.json, render)
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 
+from nova.cli.common import CliParser
+from nova.kernels.limits import refuse_too_large
 from nova.kernels.embedding.problem import FLOAT_DTYPES, INDEX_DTYPES, EmbeddingProblem, EmbeddingProblemError, \
     parse_embedding_shape
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="nova-config explain embedding",
+    ap = CliParser(prog="nova-config explain embedding",
                                  description="derive and explain an embedding kernel's schedule: the gather of table "
                                              "rows by index (forward) or the deterministic scatter-add of gradient "
                                              "rows into the table (--backward)")
@@ -37,6 +39,8 @@ def main(argv=None) -> int:
         count, dim = parse_embedding_shape(args.shape)
         problem = EmbeddingProblem("backward" if args.backward else "forward", count, args.vocab, dim, args.dtype,
                                    args.index_dtype)
+        refuse_too_large(problem.describe(), problem.bytes_moved + problem.vocab * problem.dim * problem.elem_bytes,
+                         EmbeddingProblemError)      # the table, whichever direction
         return configure_embedding(problem, get_target(args.target))
     return explain(configure, (EmbeddingProblemError, TargetError), args.json, render)
 

@@ -73,6 +73,9 @@ class EmbeddingProblem:
         if self.index_dtype not in INDEX_DTYPES:
             raise EmbeddingProblemError(f"embedding: indices of {self.index_dtype} are not one of "
                                         f"{', '.join(INDEX_DTYPES)}")
+        if self.index_dtype == "i32" and self.vocab > 2**31:
+            raise EmbeddingProblemError(f"embedding: {self.vocab} table rows cannot be numbered by i32 indices "
+                                        f"(at most 2^31); use i64")
         shape, strides = self.index_shape or (self.count,), self.index_strides or (1,)
         if len(shape) != len(strides) or math.prod(shape) != self.count or min(strides) < 0:
             raise EmbeddingProblemError(f"embedding: index view {list(shape)} with strides {list(strides)} does not "

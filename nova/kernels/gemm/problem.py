@@ -65,11 +65,7 @@ from nova.dtypes import ELEMENT_TYPES, MODES as DTYPES, OUT_STORAGES as OUT_DTYP
 ACTIVATIONS = ("none", "relu", "gelu", "gelu_erf", "silu")   # gelu: the tanh approximation; gelu_erf: exact
 TF32_ROUNDING = ("rna", "truncate")
 
-MAX_DIM = 2**31 - 1                  # TMA tensor coordinates are signed 32-bit
-# The largest device memory among the presets (nova/hwmodel/presets.py): the H200's 6 HBM3e stacks
-# of 24 GiB (141 GB usable; nvidia-smi reports 143,771 MiB).  Raise it with a larger preset.
-MAX_GPU_BYTES = 144 * 2**30
-MAX_GPU_NAME = "H200"
+from nova.kernels.limits import MAX_DIM, MAX_GPU_BYTES, MAX_GPU_NAME  # noqa: E402  (the bounds every family shares)
 
 
 class ProblemError(ValueError):

@@ -117,15 +117,24 @@ def canonical_problem(shape, operands, built, stores=(), shared_reads=()) -> Poi
     number: dict[int, int] = {}
     program: list[Instr] = []
 
-    def visit(e: Expr) -> int:
-        if e.op == "input":
-            return dict(e.attrs)["index"]
-        if id(e) in number:
-            return number[id(e)]
-        args = tuple(visit(a) for a in e.args)
-        program.append(Instr(e.op, args, e.attrs, e.dtype))
-        number[id(e)] = n + len(program) - 1
-        return number[id(e)]
+    def value(e: Expr) -> int:
+        return dict(e.attrs)["index"] if e.op == "input" else number[id(e)]
+
+    def visit(root: Expr) -> int:
+        """Number ``root``'s expressions in post-order, arguments left to right (each once), on an
+        explicit stack: a chunked loss's sum of many chunks is deeper than Python's recursion limit."""
+        stack = [(root, False)]
+        while stack:
+            e, ready = stack.pop()
+            if e.op == "input" or id(e) in number:
+                continue
+            if not ready:
+                stack.append((e, True))
+                stack.extend((a, False) for a in reversed(e.args))
+                continue
+            program.append(Instr(e.op, tuple(value(a) for a in e.args), e.attrs, e.dtype))
+            number[id(e)] = n + len(program) - 1
+        return value(root)
 
     out_values = tuple(visit(e) for e in outs)
     shape, merged = coalesce(tuple(shape), tuple(operands) + tuple(stores))

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 
+from nova.cli.common import CliParser
+from nova.kernels.limits import refuse_too_large
 from nova.kernels.rows.problem import FLOAT_DTYPES, RowsProblemError, parse_rows_shape
 
 OPS = ("layernorm", "rmsnorm", "softmax", "log_softmax", "cross_entropy")
 
 
 def build_parser(op: str = "layernorm") -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=f"nova-config explain {op}",
+    ap = CliParser(prog=f"nova-config explain {op}",
                                  description="derive and explain a rows kernel's schedule (row reductions and "
                                              "normalizations: LayerNorm, RMSNorm, softmax, log-softmax, cross-entropy)")
     ap.add_argument("shape", help="ROWSxN: rows of N elements (e.g. 16384x4096; AxBxN: every axis but the last is a row)")
@@ -52,10 +54,10 @@ def main(op: str, argv=None) -> int:
 
     def configure():
         rows, n = parse_rows_shape(args.shape)
-        return configure_rows(cli_problem(op, rows, n, args.dtype, backward=args.backward,
-                                          forward_backward=args.forward_backward, residual=args.residual,
-                                          dx_sum=args.dx_sum, dx_cast=args.dx_cast, dy_parts=args.dy_parts),
-                             get_target(args.target))
+        p = cli_problem(op, rows, n, args.dtype, backward=args.backward, forward_backward=args.forward_backward,
+                        residual=args.residual, dx_sum=args.dx_sum, dx_cast=args.dx_cast, dy_parts=args.dy_parts)
+        refuse_too_large(p.describe(), p.bytes_moved, RowsProblemError)
+        return configure_rows(p, get_target(args.target))
     return explain(configure, (RowsProblemError, TargetError), args.json, render)
 
 

@@ -34,6 +34,9 @@ def cli_problem(kind: str, rows: int, n: int, dtype: str = "f32", *, backward: b
     kind = {"layernorm": "layer_norm", "rmsnorm": "rms_norm", "crossentropy": "cross_entropy"}.get(kind, kind)
     if forward_backward and kind != "cross_entropy":
         raise RowsProblemError(f"--forward-backward is for cross_entropy, not {kind}")
+    if forward_backward and backward:
+        raise RowsProblemError("--forward-backward is the loss and its gradient in one kernel; --backward the "
+                               "gradient alone: give one of them")
     if dx_cast is not None and dx_cast not in ("bf16", "f16"):
         raise RowsProblemError(f"--dx-cast takes bf16 or f16, not {dx_cast!r}")
     if dy_parts not in (1, 2, 3):
