@@ -168,3 +168,4 @@ def test_a_chain_deeper_than_pythons_recursion_limit_becomes_one_program():
     from nova.passes.pointwise_from_ir import expression_problem
     problem = expression_problem("+".join(["x"] * 3000), (1024,), "f32")
     assert len(problem.program) == 2999 and all(i.op == "add" for i in problem.program)
+    assert problem.expression().startswith("out0 = add(add(add(") and problem.expression().count("in0") == 3000

@@ -177,17 +177,14 @@ class PointwiseProblem:
 
     def expression(self) -> str:
         """The program as one line per output, e.g. ``out0 = add(gelu_tanh(in0), in1)``."""
-        n = len(self.inputs)
-
-        def text(v: int) -> str:
-            if v < n:
-                return f"in{v}"
-            ins = self.program[v - n]
+        texts = [f"in{v}" for v in range(len(self.inputs))]      # in program order (no recursion: a
+        for ins in self.program:                                  # chunked loss's sum runs deep)
             if ins.op == "constant":
-                return f"{ins.attr('value'):g}"
+                texts.append(f"{ins.attr('value'):g}")
+                continue
             extra = [f"{k}={val}" for k, val in ins.attrs]
-            return f"{ins.op}({', '.join([text(a) for a in ins.args] + extra)})"
-        return "; ".join(f"out{i} = {text(v)}" for i, v in enumerate(self.outputs))
+            texts.append(f"{ins.op}({', '.join([texts[a] for a in ins.args] + extra)})")
+        return "; ".join(f"out{i} = {texts[v]}" for i, v in enumerate(self.outputs))
 
     def describe(self) -> str:
         dtypes = sorted({x.dtype for x in self.inputs} | set(self.output_dtypes()))
