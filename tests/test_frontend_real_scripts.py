@@ -903,16 +903,8 @@ def test_an_update_written_over_its_dying_gradient_reads_the_gradient_first(opti
             "sgd-momentum": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-2),
             "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2)}[optimizer]
     opts = [make(m.parameters()) for m in models]
-
-    def make_step(model, opt):
-        def step(x, y):
-            loss = model(x, y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            return loss.detach()
-        return step
-    compiled, eager = nova.compile(make_step(models[0], opts[0]), backend="executor"), make_step(models[1], opts[1])
+    steps = [_train_step(m, o, lambda model, x, y: model(x, y)) for m, o in zip(models, opts)]
+    compiled, eager = nova.compile(steps[0], backend="executor"), steps[1]
     gen = torch.Generator().manual_seed(3)
     tol = dict(rtol=1e-5, atol=1e-6) if optimizer == "adamw" else dict(rtol=1e-6, atol=1e-7)   # foreach rounding
     for _ in range(3):
@@ -1072,16 +1064,9 @@ def test_a_model_cast_to_float64_mid_training_keeps_its_float32_momentum_like_ea
     models = [nn.Sequential(nn.Linear(8, 4), nn.Tanh(), nn.Linear(4, 3))]
     models.append(copy.deepcopy(models[0]))
     opts = [torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in models]
-
-    def make_step(model, opt):
-        def step(x, y):
-            loss = F.cross_entropy(model(x.to(next(model.parameters()).dtype)), y)
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            return loss.detach()
-        return step
-    compiled, eager = nova.compile(make_step(models[0], opts[0]), backend=backend), make_step(models[1], opts[1])
+    steps = [_train_step(m, o, lambda model, x, y: F.cross_entropy(model(x.to(next(model.parameters()).dtype)), y))
+             for m, o in zip(models, opts)]
+    compiled, eager = nova.compile(steps[0], backend=backend), steps[1]
     gen = torch.Generator().manual_seed(1)
     for i in range(4):
         if i == 2:
@@ -1104,14 +1089,7 @@ def test_parameters_tied_through_data_between_calls_are_one_line_and_untouched(b
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(6, 6, bias=False), nn.Tanh(), nn.Linear(6, 6, bias=False))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-
-    def step(x, y):
-        loss = ((model(x) - y) ** 2).mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        return loss.detach()
-    compiled = nova.compile(step, backend=backend)
+    compiled = nova.compile(_train_step(model, opt, lambda m, x, y: ((m(x) - y) ** 2).mean()), backend=backend)
     x, y = torch.randn(5, 6), torch.randn(5, 6)
     compiled(x, y)
     model[2].weight.data = model[0].weight.data
