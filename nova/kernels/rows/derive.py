@@ -92,17 +92,22 @@ LATE = {"layer_norm_backward": ("residual",), "rms_norm_backward": ("residual",)
 
 
 
-def reg_overhead(unrolled: int) -> int:
-    """Registers a row-kernel thread needs besides the values it keeps: REG_OVERHEAD, and REG_PER_CHUNK
-    more for every unrolled vector step past OVERHEAD_CHUNKS (each step's addresses and predicates; a
-    looped row's steps are one loop body)."""
-    return REG_OVERHEAD + REG_PER_CHUNK * max(0, unrolled - OVERHEAD_CHUNKS)
+def reg_overhead(p: RowsProblem, chunks: int, vec: int, in_registers: bool = True) -> int:
+    """Registers a row-kernel thread needs besides the values it keeps and the column sums: REG_OVERHEAD;
+    with the row unrolled in registers, REG_PER_CHUNK more for every vector step past OVERHEAD_CHUNKS
+    (each step's addresses and predicates) and a norm backward's 16-bit copy of dx (``dx_cast``,
+    rounded beside the f32 dx it writes and sums: chunks x vec; sm_80 spilled 16 B at 128 registers
+    without them).  A looped row's steps are one loop body."""
+    if not in_registers:
+        return REG_OVERHEAD
+    return REG_OVERHEAD + REG_PER_CHUNK * max(0, chunks - OVERHEAD_CHUNKS) + (chunks * vec if p.has("dx_cast") else 0)
 
 
-def cast_copy_values(p: RowsProblem, chunks: int, vec: int) -> int:
-    """Registers of a norm backward's 16-bit copy of dx (``dx_cast``), rounded beside the f32 dx it
-    writes and sums: chunks x vec more (sm_80 spilled 16 B at 128 registers without them)."""
-    return chunks * vec if p.has("dx_cast") else 0
+def regs_per_thread(threads: int, gpu: GPUModel, ctas: int = 1) -> int:
+    """The registers a thread may take so that ``ctas`` CTAs of ``threads`` fit the register file, in
+    the allocation unit's steps (a warp's registers come in units of ``reg_alloc_unit``)."""
+    step = int(gpu.reg_alloc_unit) // 32
+    return min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // (threads * ctas) // step * step)
 
 
 def held(p: RowsProblem) -> tuple[str, ...]:
@@ -242,8 +247,8 @@ def step4_passes(p: RowsProblem, vec: int, tpr: int, threads: int, gpu: GPUModel
         return (chunks, False), [s1, note("passes", 1, "one pass streams the row (nothing is read twice)")]
     kept, s2 = formula_step("kept values", F.kept, f"f32 values a thread keeps to read the row once "
                             f"({', '.join(held(p))})", post=int, chunks=chunks, vec=vec, held=len(held(p)))
-    per_thread = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // threads // 8 * 8)
-    overhead = reg_overhead(chunks) + cast_copy_values(p, chunks, vec)
+    per_thread = regs_per_thread(threads, gpu)
+    overhead = reg_overhead(p, chunks, vec)
     budget = min(REG_VALUES, per_thread - overhead)           # one CTA must fit the register file
     acc = fused_accumulators(p, chunks, vec)
     if acc and kept + acc <= per_thread - overhead:
@@ -277,9 +282,9 @@ def step6_fused_sums(p: RowsProblem, chunks: int, vec: int, in_registers: bool, 
     acc, st = formula_step("column sums a thread keeps", F.accumulators,
                            f"dy * xhat{' and dy' if grads > 1 else ''} per column the thread touches, kept across "
                            "its rows", post=int, chunks=chunks, vec=vec, gradients=grads)
-    per_thread = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // threads // 8 * 8)
+    per_thread = regs_per_thread(threads, gpu)
     kept = chunks * vec * len(held(p)) if in_registers else 0
-    overhead = reg_overhead(chunks) + (cast_copy_values(p, chunks, vec) if in_registers else 0)
+    overhead = reg_overhead(p, chunks, vec, in_registers)
     fits = kept + acc + overhead <= per_thread
     if in_registers and acc <= ACC_VALUES and fits:
         return acc, [st, note("weight/bias gradients", "row pass",
@@ -369,17 +374,16 @@ def step6_early_loads(p: RowsProblem, chunks: int, vec: int, in_registers: bool,
                          "in registers, so every pass loads what it reads")]
     kept = chunks * vec * len(held(p))
     extra = chunks * vec * sum(1 for n in late if n not in held(p))
-    per_thread = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // threads // 8 * 8)
-    overhead = reg_overhead(chunks)
+    per_thread = regs_per_thread(threads, gpu)
+    overhead = reg_overhead(p, chunks, vec)
 
     def resident(values: int) -> int:
         return int(HW.bps_regs(regs_per_sm=gpu.regs_per_sm, warps=threads // 32, regs=values + overhead,
                                reg_alloc_unit=gpu.reg_alloc_unit))
-    beside = acc + cast_copy_values(p, chunks, vec)       # column sums, a 16-bit copy of dx
-    before, after = resident(kept + beside), resident(kept + extra + beside)
-    if kept + extra + beside + overhead <= per_thread and after >= before:
+    before, after = resident(kept + acc), resident(kept + extra + acc)
+    if kept + extra + acc + overhead <= per_thread and after >= before:
         return late, [note("early loads", ", ".join(late),
-                           f"{kept} kept + {extra} more + {beside} sums and copies + {overhead} <= {per_thread} registers, "
+                           f"{kept} kept + {extra} more + {acc} sums + {overhead} <= {per_thread} registers, "
                            f"{after} CTAs an SM as without them: loaded with the row, their latency overlaps "
                            "the row's reductions instead of following them")]
     cost = (f"cost a resident CTA ({before} -> {after} an SM)" if after < before else
@@ -395,10 +399,10 @@ def step5_register_cap(threads: int, bps: int, regs: int, gpu: GPUModel) -> tupl
     it likes, and a norm backward estimated at 120 registers took 139: 3 CTAs an SM where the grid of
     its weight gradients' partials is one wave of 4 (1.33 waves; bench/results/h100-2026-12-05/run59);
     held to 128 it assembles at 128 with no spill."""
-    step = int(gpu.reg_alloc_unit) // 32
-    cap = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // (threads * bps) // step * step)
+    cap = regs_per_thread(threads, gpu, bps)
     return cap, [note("register cap", cap, f"{int(gpu.regs_per_sm)} registers / ({bps} CTAs x {threads} threads), "
-                      f"in steps of {step}: ptxas holds the kernel (~{regs} estimated) to the residency planned")]
+                      f"in steps of {int(gpu.reg_alloc_unit) // 32}: ptxas holds the kernel (~{regs} estimated) to "
+                      "the residency planned")]
 
 
 def step5_grid(p: RowsProblem, threads: int, rows_per_cta: int, regs: int, smem: int,
@@ -428,8 +432,7 @@ def row_tile(p: RowsProblem, gpu: GPUModel, d: Derivation) -> tuple[RowTile, Par
     acc = d.record(step6_fused_sums(p, chunks, vec, in_registers, threads, gpu))
     early = d.record(step6_early_loads(p, chunks, vec, in_registers, acc, threads, gpu))
     kept = chunks * vec * len(held(p) + tuple(n for n in early if n not in held(p))) if in_registers else 0
-    regs = kept + acc + reg_overhead(chunks if in_registers else 1) + (cast_copy_values(p, chunks, vec)
-                                                                       if in_registers else 0)
+    regs = kept + acc + reg_overhead(p, chunks, vec, in_registers)
     smem = 4 * (tpr // 32) * 3 * 2 if tpr > 32 else 0     # per phase (up to 3) two values per warp
     if acc and rows_per_cta > 1:                          # the CTA's rows' sums meet in shared memory
         smem = max(smem, 4 * rows_per_cta * acc * tpr)
