@@ -330,14 +330,12 @@ class Lowerer:
         into a larger tensor reads elements the value does not hold, refused in one line."""
         if target not in STORAGE_OPS:
             return ()
-        layouts = []
-        for i, m in enumerate(metas[:1]):            # the indexed tensor (as_strided_scatter's src is read by value)
-            if not isinstance(m, torch.Tensor) or m.storage_offset() != 0 or not _owns_storage(m):
-                raise NovaUnsupportedError(f"op {target} reads the storage of a view into a larger tensor (its "
-                                           f"offsets reach elements the view does not hold), which Nova does not "
-                                           f"model{self.where()}")
-            layouts.append((i, tuple(m.stride())))
-        return tuple(layouts)
+        m = metas[0] if metas else None              # the indexed tensor (as_strided_scatter's src is read by value)
+        if not isinstance(m, torch.Tensor) or m.storage_offset() != 0 or not _owns_storage(m):
+            raise NovaUnsupportedError(f"op {target} reads the storage of a view into a larger tensor (its "
+                                       f"offsets reach elements the view does not hold), which Nova does not "
+                                       f"model{self.where()}")
+        return ((0, tuple(m.stride())),)
 
 
 def lower(gm, input_names, input_roles, name: str = "step") -> Lowered:
@@ -354,14 +352,9 @@ STORAGE_OPS = frozenset({"aten.as_strided.default", "aten.as_strided_scatter.def
 def _owns_storage(t: torch.Tensor) -> bool:
     """``t`` (an FX meta value) covers its whole storage densely: a tensor that is not a view into a
     larger one (a fresh result in any dense layout, channels-last included)."""
-    dense = sorted((s, n) for s, n in zip(t.stride(), t.shape) if n > 1)
-    expected = 1
-    for stride, size in dense:
-        if stride != expected:
-            return False
-        expected *= size
     try:
-        return t.untyped_storage().nbytes() == t.numel() * t.element_size()
+        return bool(torch._prims_common.is_non_overlapping_and_dense(t)) and \
+            t.untyped_storage().nbytes() == t.numel() * t.element_size()
     except (NotImplementedError, RuntimeError):     # a storage that cannot say its size
         return False
 
