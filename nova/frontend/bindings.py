@@ -14,6 +14,7 @@ first step is installed into ``opt.state[p]`` in torch's key order with torch's 
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,11 +82,16 @@ class Bindings:
     def gather(self, flat_args) -> tuple[list[torch.Tensor], list]:
         pending: list = []
         tensors = [b.fetch(flat_args, pending) for b in self.inputs]
-        updated = {id(o.tensor) for o in self.outputs if o.kind == "param"}
-        params = [(b, t) for b, t in zip(self.inputs, tensors) if b.kind == "param" and id(t) in updated]
-        if len({t.data_ptr() for _, t in params}) != len(params):
-            _refuse_shared_parameters(params)
+        updated = self.updated_parameters
+        if len({tensors[i].data_ptr() for i in updated}) != len(updated):
+            _refuse_shared_parameters([(self.inputs[i], tensors[i]) for i in updated])
         return tensors, pending
+
+    @functools.cached_property
+    def updated_parameters(self) -> tuple[int, ...]:
+        """Positions of the inputs that are parameters the step writes back (the bindings never change)."""
+        written = {id(o.tensor) for o in self.outputs if o.kind == "param"}
+        return tuple(i for i, b in enumerate(self.inputs) if b.kind == "param" and id(b.tensor) in written)
 
     def failed_check(self, outputs) -> str | None:
         """The message of the first check output that is False (read on the host), else None."""
