@@ -81,7 +81,7 @@ def _launchable(p, s):
 
 def run(out_path):
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from rows_launch import kernel_times
     from nova.hwmodel import get_target
     from nova.kernels.rows.derive import configure_rows
     gpu = get_target("h200")
@@ -90,20 +90,10 @@ def run(out_path):
     dst = torch.empty_like(src)
     for p, s, what in variants(gpu):
         once, _ = _launchable(p, s)
-        for _ in range(5):
-            once()
-        torch.cuda.synchronize()
-        iters = 30
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(iters):
-                once()
-                dst.copy_(src)
-            torch.cuda.synchronize()
         per = {}
-        for e in prof.events():
-            if e.device_type.name == "CUDA":
-                name = e.name if e.name.startswith("nova_rows") else "aten_copy_16384x1536"
-                per[name] = per.get(name, 0.0) + e.device_time / iters
+        for name, us in kernel_times(lambda: (once(), dst.copy_(src))).items():
+            name = name if name.startswith("nova_rows") else "aten_copy_16384x1536"
+            per[name] = per.get(name, 0.0) + us
         ours = sum(v for k, v in per.items() if k.startswith("nova_rows"))
         predicted = configure_rows(p, gpu).prediction.time_us if what == "configured" else None
         rows.append({"problem": p.describe(), "variant": what, "kernels_us": {k: round(v, 2) for k, v in per.items()},

@@ -78,8 +78,8 @@ def build():
 
 def run(out_path):
     import torch
-    from torch.profiler import ProfilerActivity, profile
     from norm_backward import _launchable
+    from rows_launch import kernel_times
     from nova.hwmodel import get_target
     from nova.kernels.rows.derive import configure_rows
     gpu = get_target(TARGET)
@@ -95,18 +95,7 @@ def run(out_path):
         ok = bool(torch.isfinite(dx).all())
         if what == "configured":
             reference[label] = dx
-        for _ in range(5):
-            once()
-        torch.cuda.synchronize()
-        iters = 30
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(iters):
-                once()
-            torch.cuda.synchronize()
-        per = {}
-        for e in prof.events():
-            if e.device_type.name == "CUDA" and e.name.startswith("nova_rows"):
-                per[e.name] = per.get(e.name, 0.0) + e.device_time / iters
+        per = {k: us for k, us in kernel_times(once).items() if k.startswith("nova_rows")}
         total = sum(per.values())
         rows.append({"problem": label, "describe": p.describe(), "variant": what,
                      "row": {k: getattr(s.row, k) for k in ("blocks_per_sm", "grid", "max_regs", "early")},

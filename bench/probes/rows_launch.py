@@ -21,3 +21,22 @@ def launchable(p, s, tensors: dict):
             kernel.launch(args, stream)
     once.workspace = workspace          # kept alive as long as the launches that write it
     return once
+
+
+def kernel_times(step, iters: int = 30, warmup: int = 5) -> dict[str, float]:
+    """Mean CUPTI duration (us) per kernel name of ``step()`` over ``iters`` calls after ``warmup``
+    (the probes' timing: each kernel's own duration, no launch gaps)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            step()
+        torch.cuda.synchronize()
+    per: dict[str, float] = {}
+    for e in prof.events():
+        if e.device_type.name == "CUDA":
+            per[e.name] = per.get(e.name, 0.0) + e.device_time / iters
+    return per

@@ -21,10 +21,8 @@ from nova.cli.shapes import (ACTIVATION_GRAD_HELP, ROUND_THROUGH_HELP, STRIDES_H
                              read_suite, read_suite_entries, round_through_fields)
 
 
-
 def _at_least_one(text: str) -> int:
     """An integer >= 1 (argparse type)."""
-    import argparse
     try:
         value = int(text)
     except ValueError:
@@ -32,6 +30,7 @@ def _at_least_one(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
     return value
+
 
 def _arg(parse):
     """Adapt a parser raising ``ShapeError`` for argparse, keeping its message."""
