@@ -11,16 +11,9 @@ MAX_GPU_BYTES = 144 * 2**30
 MAX_GPU_NAME = "H200"
 
 
-def too_large(what: str, nbytes: int) -> str | None:
-    """The one line refusing ``what`` whose tensors take ``nbytes`` (read and written once), or None."""
-    if nbytes <= MAX_GPU_BYTES:
-        return None
-    return (f"{what}: its tensors take {nbytes / 1e9:.1f} GB, more than the {MAX_GPU_BYTES / 1e9:.1f} GB of the "
-            f"largest GPU Nova models ({MAX_GPU_NAME})")
-
-
 def refuse_too_large(what: str, nbytes: int, error: type) -> None:
-    """Raise ``error`` (the family's problem error: one line, exit 2) when ``too_large``."""
-    why = too_large(what, nbytes)
-    if why is not None:
-        raise error(why)
+    """Raise ``error`` (the family's problem error: one line, exit 2) when ``what``'s tensors, read and
+    written once, take more than ``MAX_GPU_BYTES``."""
+    if nbytes > MAX_GPU_BYTES:
+        raise error(f"{what}: its tensors take {nbytes / 1e9:.1f} GB, more than the {MAX_GPU_BYTES / 1e9:.1f} GB of "
+                    f"the largest GPU Nova models ({MAX_GPU_NAME})")
