@@ -22,7 +22,8 @@ Closed form: no search, no measurement.
                       partials in a workspace, then each column's partials in order; the split fills one
                       wave of CTAs)
     early loads       row operands only the writing sweep reads (a norm backward's residual gradient) loaded
-                      with the row's first sweep when the row is in registers and they cost no resident CTA
+                      with the row's first sweep when the row is in registers and they fit the registers of
+                      MIN_RESIDENT CTAs an SM (a resident CTA fewer is the cheaper side)
  7. split             a row reduction whose rows fill less than one wave of CTAs (one CTA per row: few long
                       rows, a parameter's sum of squares) splits each row over ``splits`` CTAs, enough for
                       one wave, each thread still walking at least MIN_SPLIT_CHUNKS vectors; each CTA writes
@@ -63,6 +64,8 @@ REG_OVERHEAD = 40            # [EST] registers besides the kept values: indices,
 REG_PER_CHUNK = 4            # [FIT] and this many more per vector step past OVERHEAD_CHUNKS: ptxas kept a 1024-wide
 OVERHEAD_CHUNKS = 4          # norm backward (8 steps) at 64-88 beside its values, and spilled 84-256 B when held to
                              # 40 by the register cap of its planned residency (16384 x 512: 57-64, 0 B at the cap)
+MIN_RESIDENT = 2             # [EST] CTAs an SM that the row kept in registers (and the loads and sums kept with it)
+                             # must leave room for
 MIN_ROWS_PER_THREAD = 16     # [EST] column stage: rows a thread adds at least per split (amortises its partial)
 MAX_COLUMN_UNROLL = 8        # [EST] rows a column-stage thread loads before adding (registers: unroll x vec words
                              # per row operand, at most 32; 8 rows run as fast as 4:
@@ -239,7 +242,10 @@ def summed_gradients(p: RowsProblem) -> int:
     return sum(1 for o in p.outputs if o.layout == "col")
 
 
-def step4_passes(p: RowsProblem, vec: int, tpr: int, threads: int, gpu: GPUModel) -> tuple[tuple[int, bool], list]:
+def step4_passes(p: RowsProblem, vec: int, tpr: int, threads: int, gpu: GPUModel,
+                 min_resident: int = MIN_RESIDENT) -> tuple[tuple[int, bool], list]:
+    """The row kept in registers (one read) when the values a thread keeps fit beside its overhead in the
+    registers of ``min_resident`` CTAs an SM; else ``PASSES`` passes, each re-reading the row."""
     chunks, s1 = formula_step("chunks", F.chunks, "vector steps a thread takes along its row", post=int,
                               slots=math.ceil(p.n / vec), threads_per_row=tpr)
     passes = PASSES.get(p.kind, 1)
@@ -247,7 +253,7 @@ def step4_passes(p: RowsProblem, vec: int, tpr: int, threads: int, gpu: GPUModel
         return (chunks, False), [s1, note("passes", 1, "one pass streams the row (nothing is read twice)")]
     kept, s2 = formula_step("kept values", F.kept, f"f32 values a thread keeps to read the row once "
                             f"({', '.join(held(p))})", post=int, chunks=chunks, vec=vec, held=len(held(p)))
-    per_thread = regs_per_thread(threads, gpu)
+    per_thread = regs_per_thread(threads, gpu, min_resident)
     overhead = reg_overhead(p, chunks, vec)
     budget = min(REG_VALUES, per_thread - overhead)           # one CTA must fit the register file
     acc = fused_accumulators(p, chunks, vec)
@@ -255,12 +261,17 @@ def step4_passes(p: RowsProblem, vec: int, tpr: int, threads: int, gpu: GPUModel
         budget = min(REG_VALUES, per_thread - overhead - acc)
     if kept <= budget:
         return (chunks, True), [s1, s2, note("passes", "registers", f"{kept} <= {budget} values (at most {REG_VALUES}, "
-                                             f"and {per_thread} registers a thread for a {threads}-thread CTA less "
-                                             f"{overhead}): the row is read once and kept in registers for the "
-                                             f"{passes} passes")]
+                                             f"and {per_thread} registers a thread for {_ctas(min_resident)}of "
+                                             f"{threads} threads less {overhead}): the row is read once and kept in "
+                                             f"registers for the {passes} passes")]
     return (chunks, False), [s1, s2, note("passes", passes, f"{kept} > {budget} values: {passes} passes each "
                                           "re-read the row" + (" (max and sum together: online softmax)"
                                                                if p.kind in ("softmax", "log_softmax") else ""))]
+
+
+def _ctas(n: int) -> str:
+    """'a CTA ' or 'N CTAs an SM ' (the residency a register budget is for, in the derivation's words)."""
+    return "a CTA " if n == 1 else f"{n} CTAs an SM "
 
 
 def fused_accumulators(p: RowsProblem, chunks: int, vec: int) -> int:
@@ -272,7 +283,7 @@ def fused_accumulators(p: RowsProblem, chunks: int, vec: int) -> int:
 
 
 def step6_fused_sums(p: RowsProblem, chunks: int, vec: int, in_registers: bool, threads: int,
-                     gpu: GPUModel) -> tuple[int, list]:
+                     gpu: GPUModel, min_resident: int = MIN_RESIDENT) -> tuple[int, list]:
     """The per-thread accumulators of the weight/bias gradients when the row kernel sums them in its pass
     (0: the column stage sums them).  They must fit next to the row kept in registers: the fused sum
     needs the row read once (a looped row would keep chunks x vec x gradients sums per thread)."""
@@ -282,7 +293,7 @@ def step6_fused_sums(p: RowsProblem, chunks: int, vec: int, in_registers: bool, 
     acc, st = formula_step("column sums a thread keeps", F.accumulators,
                            f"dy * xhat{' and dy' if grads > 1 else ''} per column the thread touches, kept across "
                            "its rows", post=int, chunks=chunks, vec=vec, gradients=grads)
-    per_thread = regs_per_thread(threads, gpu)
+    per_thread = regs_per_thread(threads, gpu, min_resident)
     kept = chunks * vec * len(held(p)) if in_registers else 0
     overhead = reg_overhead(p, chunks, vec, in_registers)
     fits = kept + acc + overhead <= per_thread
@@ -358,14 +369,15 @@ def partials_tile(p: RowsProblem, partials: int, per_cta: int, d: Derivation, gp
 
 
 def step6_early_loads(p: RowsProblem, chunks: int, vec: int, in_registers: bool, acc: int, threads: int,
-                      gpu: GPUModel) -> tuple[tuple[str, ...], list]:
+                      gpu: GPUModel, min_resident: int = MIN_RESIDENT) -> tuple[tuple[str, ...], list]:
     """Row operands only the writing sweep reads (``LATE``: a norm backward's residual gradient) are
     loaded with the row's first sweep when the row is kept in registers and the values they add
-    (chunks x vec each, ``held`` ones already counted) fit the register file without costing a resident
-    CTA: their DRAM latency then overlaps the row's own loads instead of following its reductions.
-    Loaded in the writing sweep, the residual is a second round trip per row group: LayerNorm's
-    backward at 16384 x 512 with it ran 62.8 us on the H100 where the same kernel without it took 37.9
-    (134 MB against 101 MB: 2.14 against 2.66 TB/s; bench/results/h100-2026-12-05/run59)."""
+    (chunks x vec each, ``held`` ones already counted) fit the registers of ``min_resident`` CTAs an
+    SM: their DRAM latency then overlaps the row's own loads instead of following its reductions, and
+    that is worth a resident CTA.  Loaded in the writing sweep, the residual is a second round trip per
+    row group: on the H100 at 16384 x 512 f32, LayerNorm's backward with the residual and the dx sum ran
+    53.98 us late at 4 CTAs an SM and 49.15 early at 3; RMSNorm's with the residual 51.92 late at 5 and
+    47.94 early at 4 (bench/results/h100-2026-12-05/run60)."""
     late = tuple(n for n in LATE.get(p.kind, ()) if p.has(n))
     if not late:
         return (), []
@@ -374,22 +386,21 @@ def step6_early_loads(p: RowsProblem, chunks: int, vec: int, in_registers: bool,
                          "in registers, so every pass loads what it reads")]
     kept = chunks * vec * len(held(p))
     extra = chunks * vec * sum(1 for n in late if n not in held(p))
-    per_thread = regs_per_thread(threads, gpu)
+    per_thread = regs_per_thread(threads, gpu, min_resident)
     overhead = reg_overhead(p, chunks, vec)
 
     def resident(values: int) -> int:
         return int(HW.bps_regs(regs_per_sm=gpu.regs_per_sm, warps=threads // 32, regs=values + overhead,
                                reg_alloc_unit=gpu.reg_alloc_unit))
     before, after = resident(kept + acc), resident(kept + extra + acc)
-    if kept + extra + acc + overhead <= per_thread and after >= before:
+    if kept + extra + acc + overhead <= per_thread:
+        cost = f"{_ctas(after)}as without them" if after >= before else f"{before} -> {after} CTAs an SM"
         return late, [note("early loads", ", ".join(late),
-                           f"{kept} kept + {extra} more + {acc} sums + {overhead} <= {per_thread} registers, "
-                           f"{after} CTAs an SM as without them: loaded with the row, their latency overlaps "
-                           "the row's reductions instead of following them")]
-    cost = (f"cost a resident CTA ({before} -> {after} an SM)" if after < before else
-            f"pass {per_thread} registers a thread")
+                           f"{kept} kept + {extra} more + {acc} sums + {overhead} <= {per_thread} registers ({cost}): "
+                           "loaded with the row, their latency overlaps the row's reductions instead of following "
+                           "them (worth a resident CTA)")]
     return (), [note("early loads", "none", f"{', '.join(late)} read in the writing pass: {extra} more values would "
-                     f"{cost}")]
+                     f"pass {per_thread} registers a thread ({_ctas(min_resident)}of {threads} threads)")]
 
 
 # ---- 5 -----------------------------------------------------------------------------------------
@@ -422,15 +433,16 @@ def step5_grid(p: RowsProblem, threads: int, rows_per_cta: int, regs: int, smem:
     return (grid, bps), [s1, s2, s3]
 
 
-def row_tile(p: RowsProblem, gpu: GPUModel, d: Derivation) -> tuple[RowTile, PartialsTile | None]:
+def row_tile(p: RowsProblem, gpu: GPUModel, d: Derivation,
+             min_resident: int = MIN_RESIDENT) -> tuple[RowTile, PartialsTile | None]:
     """The row kernel's tile, and the partials of the weight/bias gradients it sums in its pass (or None)."""
     operands = [o for o in p.operands if o.layout in ("row", "col")]
     vec = d.record(step1_vector(p, operands))
     tpr = d.record(step2_threads_per_row(p, vec, gpu))
     threads, rows_per_cta = d.record(step3_rows_per_cta(p, tpr, gpu))
-    chunks, in_registers = d.record(step4_passes(p, vec, tpr, threads, gpu))
-    acc = d.record(step6_fused_sums(p, chunks, vec, in_registers, threads, gpu))
-    early = d.record(step6_early_loads(p, chunks, vec, in_registers, acc, threads, gpu))
+    chunks, in_registers = d.record(step4_passes(p, vec, tpr, threads, gpu, min_resident))
+    acc = d.record(step6_fused_sums(p, chunks, vec, in_registers, threads, gpu, min_resident))
+    early = d.record(step6_early_loads(p, chunks, vec, in_registers, acc, threads, gpu, min_resident))
     kept = chunks * vec * len(held(p) + tuple(n for n in early if n not in held(p))) if in_registers else 0
     regs = kept + acc + reg_overhead(p, chunks, vec, in_registers)
     smem = 4 * (tpr // 32) * 3 * 2 if tpr > 32 else 0     # per phase (up to 3) two values per warp
@@ -560,7 +572,9 @@ def row_kernel_bytes(p: RowsProblem, tile: RowTile, gpu: GPUModel, partial_bytes
     return (dram, again) if working <= gpu.l2_bytes else (dram + again, 0)
 
 
-def configure_rows(p: RowsProblem, target="h200") -> RowsConfig:
+def configure_rows(p: RowsProblem, target="h200", min_resident: int = MIN_RESIDENT) -> RowsConfig:
+    """The rows kernels' schedule and prediction for ``p`` on ``target``; ``min_resident``: the CTAs an
+    SM the row kept in registers leaves room for (``MIN_RESIDENT``; the probes time the other side)."""
     t0 = time.perf_counter()
     gpu = get_target(target) if isinstance(target, str) else target
     d = Derivation()
@@ -571,7 +585,7 @@ def configure_rows(p: RowsProblem, target="h200") -> RowsConfig:
     colp = column_problem(p)
     partials = None
     if p.kind != "column_reduce":
-        row, partials = row_tile(p, gpu, d)
+        row, partials = row_tile(p, gpu, d, min_resident)
         partial_bytes = 0
         if partials is not None:
             partial_bytes = d.apply("partial bytes", F.partial_bytes, "the partial rows, written by the row kernel and "
