@@ -492,19 +492,28 @@ def _prologue_op(node, arg, ops) -> str:
         dtype = node.attrs["dtype"]
         if dtype not in FLOAT_DTYPES:
             raise NotRows(f"cast to {dtype} inside the reduction")
-        ops.append((f"cast_{dtype}", (args[0],)))
-        return f"%{len(ops) - 1}"
+        return _op_value(ops, f"cast_{dtype}", (args[0],))
     if op not in IR_OPS:
         raise NotRows(f"{op} is not a prologue op of the rows kernels")
     if op == "pow" and not args[1].startswith("#"):
         raise NotRows("pow with a tensor exponent")
-    ops.append((op, tuple(args)))
     dtype = node.outputs[0].dtype
     if dtype not in FLOAT_DTYPES:
         raise NotRows(f"{op} gives {dtype} values")
-    if dtype != "f32":
-        ops.append((f"cast_{dtype}", (f"%{len(ops) - 1}",)))
-    return f"%{len(ops) - 1}"
+    value = _op_value(ops, op, tuple(args))
+    return _op_value(ops, f"cast_{dtype}", (value,)) if dtype != "f32" else value
+
+
+def _op_value(ops, op: str, args: tuple) -> str:
+    """The prologue value of ``op(args)``: an earlier op's when the same op already reads the same
+    arguments (the ops are pure: a backward's recomputation of its forward's terms is computed once),
+    else a new op appended."""
+    entry = (op, args)
+    index = ops.index(entry) if entry in ops else None
+    if index is None:
+        ops.append(entry)
+        index = len(ops) - 1
+    return f"%{index}"
 
 
 def _index_of(a: str, ops) -> int:
