@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 pytestmark = pytest.mark.gpu
 
-MODELS = ("mlp", "tiny", "gpt42m")
+MODELS = ("mlp", "tiny", "gpt42m", "hf-gpt2", "hf-llama")
 STEPS = 3
 
 
@@ -40,10 +40,47 @@ def make_case(model_name: str, device: str, steps: int = STEPS):
         model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256)).to(device)
         batches = [(torch.randn(512, 256, device=device),) for _ in range(steps)]
         return model, batches, lambda y: (y ** 2).mean()
+    if model_name.startswith("hf-"):
+        return hugging_face_case(model_name[3:], device, steps)
     model = GPT(model_name, seed=0).to(device)
     vocab, seq = model.config.vocab_size, min(model.config.block_size, 256)
     batches = [(torch.randint(0, vocab, (4, seq), device=device), torch.randint(0, vocab, (4, seq), device=device))
                for _ in range(steps)]
+    return model, batches, lambda loss: loss
+
+
+def hugging_face_case(which: str, device: str, steps: int):
+    """A tiny Hugging Face GPT-2 or Llama (random init, 4 layers of 256, vocabulary 512) on right-padded
+    batches of 4 x 128 (rows keep 128, 100, 57 and 9 tokens), labels -100 where the mask is 0."""
+    import torch
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install -e .[dev])")
+    torch.manual_seed(0)
+    if which == "gpt2":
+        lm = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            vocab_size=512, n_positions=128, n_embd=256, n_layer=4, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
+            attn_pdrop=0.0, bos_token_id=0, eos_token_id=0))
+    else:
+        lm = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=512, hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=128, bos_token_id=0, eos_token_id=0, pad_token_id=0))
+
+    class LanguageModelLoss(torch.nn.Module):
+        """The LM called as a training script does, returning its loss: the module torch.compile gets."""
+        def __init__(self):
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, ids, mask, labels):
+            return self.lm(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False).loss
+    model = LanguageModelLoss().to(device)
+    g = torch.Generator().manual_seed(1)
+    batches = []
+    for _ in range(steps):
+        ids = torch.randint(0, 512, (4, 128), generator=g)
+        mask = torch.ones(4, 128, dtype=torch.long)
+        for row, keep in enumerate((128, 100, 57, 9)):
+            mask[row, keep:] = 0
+        batches.append(tuple(t.to(device) for t in (ids, mask, ids.masked_fill(mask == 0, -100))))
     return model, batches, lambda loss: loss
 
 
