@@ -1080,6 +1080,31 @@ def test_a_model_cast_to_float64_mid_training_keeps_its_float32_momentum_like_ea
         assert o.state[p]["momentum_buffer"].dtype == torch.float32
 
 
+@pytest.mark.parametrize("optimizer", [torch.optim.AdamW, torch.optim.Adam])
+@pytest.mark.parametrize("backend", ["reference", "executor"])
+def test_a_model_cast_to_float64_after_adams_first_step_is_one_line_as_eager_refuses(backend, optimizer):
+    """``model.double()`` between calls with Adam or AdamW: the moments stay float32 and eager's
+    update refuses them (``lerp_`` of a float32 moment towards a float64 gradient).  The executor
+    trained on through its mixed-precision kernel; now the call is refused in one line naming the
+    parameter and the moment, before anything is written."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 4), nn.Tanh(), nn.Linear(4, 3))
+    opt = optimizer(model.parameters(), lr=0.1)
+    step = _train_step(model, opt, lambda m, x, y: F.cross_entropy(m(x.to(next(m.parameters()).dtype)), y))
+    compiled = nova.compile(step, backend=backend)
+    x, y = torch.randn(6, 8), torch.randint(0, 3, (6,))
+    compiled(x, y)
+    model.double()
+    with pytest.raises(RuntimeError, match="expected dtype"):
+        copy.deepcopy(step)(x, y)           # eager: the same step refuses
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(nova.NovaUnsupportedError, match=r"^optimizer .* parameter 0\.weight is torch\.float64 but "
+                                                         r"its exp_avg is torch\.float32") as info:
+        compiled(x, y)
+    assert "\n" not in str(info.value)
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))
+
+
 @pytest.mark.parametrize("backend", ["reference", "executor"])
 def test_parameters_tied_through_data_between_calls_are_one_line_and_untouched(backend):
     """``b.weight.data = a.weight.data`` between calls: two parameters the step updates on one

@@ -108,6 +108,28 @@ def _check_supported(found: Discovered) -> None:
         handler_for(opt, name)
         if getattr(opt, "_optimizer_step_pre_hooks", None) or getattr(opt, "_optimizer_step_post_hooks", None):
             raise NovaUnsupportedError(f"optimizer {name} has a step hook; Nova cannot replay hooks")
+        _check_moment_dtypes(name, opt, found)
+
+
+def _check_moment_dtypes(name: str, opt, found: Discovered) -> None:
+    """Adam's and AdamW's moments must have their parameter's dtype: eager's update (``lerp_`` of the
+    moment towards the gradient) refuses a float32 moment of a parameter made float64 after the
+    optimizer's first step (``model.double()``); the compiled step refuses it too, in one line,
+    instead of updating through a mixed-precision kernel."""
+    if not isinstance(opt, torch.optim.Adam | torch.optim.AdamW):
+        return
+    multi = len(found.models) > 1                     # parameter names as the bindings give them
+    names = {id(p): _join(mname, path) if multi else path
+             for mname, model in found.models for path, p in model.named_parameters()}
+    for group in opt.param_groups:
+        for p in group["params"]:
+            for moment in ("exp_avg", "exp_avg_sq"):
+                m = opt.state.get(p, {}).get(moment)
+                if isinstance(m, torch.Tensor) and m.dtype != p.dtype:
+                    raise NovaUnsupportedError(
+                        f"optimizer {name} ({type(opt).__name__}): parameter {names.get(id(p), 'of a group')} is "
+                        f"{p.dtype} but its {moment} is {m.dtype} (its dtype changed after the optimizer's first "
+                        f"step); eager {type(opt).__name__} refuses this update too")
 
 
 def _join(prefix: str, path: str) -> str:
