@@ -50,7 +50,7 @@ def test_padding_masks_are_right_padded_from_seed_and_index_only():
 
 
 def test_padded_runs_need_a_model_that_takes_a_mask(tmp_path, capsys):
-    assert _small_run(tmp_path, extra=("--padded",)) == 1
+    assert _small_run(tmp_path, extra=("--padded",)) == 2
     assert "--padded passes an attention mask, which only the Hugging Face models take" in capsys.readouterr().err
 
 
@@ -59,6 +59,70 @@ def test_fp32_matmul_is_for_the_torch_frameworks(tmp_path, capsys):
     assert train.main(["--all", "--frameworks", "eager,nova", "--fp32-matmul", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["nova.bench.train: --fp32-matmul is for eager and compile (Nova's and XLA's f32 GEMMs run TF32)"] * 2
+
+
+@pytest.mark.parametrize("extra,message", [
+    (("--steps", "0"), "--steps must be at least 1, got 0"),
+    (("--seq", "0"), "--seq must be at least 1, got 0"),
+    (("--seq", "-3"), "--seq must be at least 1, got -3"),
+    (("--warmup", "-1"), "--warmup must be at least 0, got -1"),
+    (("--settle-s", "nan"), "--settle-s must be a finite number of seconds >= 0, got nan"),
+    (("--settle-s", "inf"), "--settle-s must be a finite number of seconds >= 0, got inf"),
+    (("--seed", "-1"), "--seed must be at least 0, got -1"),
+    (("--clip-grad-norm", "-1"), "--clip-grad-norm must be a finite norm >= 0"),
+    (("--model", "bogus"), "unknown model 'bogus'; built-in models: tiny"),
+    (("--seq", "100000"), "--seq 100000 exceeds tiny's position table (16)"),
+])
+def test_bad_values_are_one_line_and_exit_2(tmp_path, capsys, extra, message):
+    assert _small_run(tmp_path, extra=extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+@pytest.mark.parametrize("extra,message", [
+    (("--frameworks", "eager,bogus"), "--frameworks 'eager,bogus': unknown framework(s) bogus; choose from eager"),
+    (("--frameworks", ","), "--frameworks ',': names no framework"),
+    (("--timeout", "0"), "--timeout must be at least 1, got 0"),
+    (("--model", "bogus"), "unknown model 'bogus'"),
+    (("--compile-mode", "bogus"), "--compile-mode 'bogus' is not a torch.compile mode; choose from default"),
+])
+def test_the_driver_refuses_bad_values_before_it_starts_a_run(tmp_path, capsys, monkeypatch, extra, message):
+    monkeypatch.setattr(train, "run_all", lambda args: pytest.fail("the driver started its runs"))
+    assert train.main(["--all", "--model", "tiny", "--out", str(tmp_path), *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_a_value_argparse_refuses_is_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        train.main(["--framework", "eager", "--batch", "x"], prog="nova bench train")
+    assert e.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "nova bench train: error: argument --batch: invalid int value: 'x' (see nova bench train --help)"]
+
+
+def test_an_out_folder_that_cannot_be_made_is_one_line(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    assert train.main(["--framework", "eager", "--out", str(tmp_path / "file")]) == 2
+    assert train.main(["--framework", "eager", "--out", str(tmp_path / "file" / "below")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"nova.bench.train: --out {tmp_path / 'file'} is a file, not a folder",
+                   f"nova.bench.train: --out {tmp_path / 'file' / 'below'}: cannot make the folder (Not a directory)"]
+
+
+def test_a_memory_budget_below_the_smallest_plan_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    """The planned program (the executor engine, which plans on the CPU too) under a budget no plan
+    meets: the budget's one line, naming the smallest plan, exit 2."""
+    import functools
+    import nova
+    if not callable(getattr(nova, "compile", None)):
+        pytest.skip("nova.compile is not in this checkout")
+    monkeypatch.setattr(nova, "compile", functools.partial(nova.compile, backend="executor"))
+    assert _small_run(tmp_path, "nova", extra=("--memory-budget", "1KiB")) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "does not fit a memory budget of 1.0 KiB: the smallest plan is" in err[0]
+    rec = json.loads((tmp_path / "nova-tiny-b2.json").read_text())
+    assert rec["status"] == "error" and "the smallest plan is" in rec["error"]
 
 
 def test_token_stream_is_learnable():

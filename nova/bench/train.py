@@ -60,6 +60,7 @@ from nova import options
 from nova.bench.harness import ClockSampler
 from nova.bench.memory_phases import MemoryDiagnostic
 from nova.bench.train_report import FRAMEWORKS, write_report
+from nova.cli.common import CliParser
 from nova.models.recipe import add_recipe_args
 
 # AdamW hyper-parameters, identical in every framework (optax.adamw takes the same numbers).
@@ -75,13 +76,18 @@ class Unavailable(BenchError):
     """The framework is not available in this environment (exit status 2)."""
 
 
+class BadArgument(BenchError):
+    """A command-line value the run cannot take: an unknown model, a ``--seq`` beyond its position
+    table, a recipe the model refuses, a ``--memory-budget`` below the smallest plan (exit status 2)."""
+
+
 def train_recipe(args):
-    """The run's ``nova.models.TrainRecipe`` (``BenchError`` for a combination it refuses)."""
+    """The run's ``nova.models.TrainRecipe`` (``BadArgument`` for a combination it refuses)."""
     from nova.models.recipe import recipe_from_args
     try:
         return recipe_from_args(args)
     except ValueError as e:
-        raise BenchError(str(e)) from None
+        raise BadArgument(str(e)) from None
 
 
 def result_path(out: str | Path, framework: str, model: str, batch: int) -> Path:
@@ -102,7 +108,7 @@ def model_config(name: str):
     try:
         return models.config(name)
     except ValueError as e:
-        raise BenchError(str(e)) from None
+        raise BadArgument(str(e)) from None
 
 
 def config_dict(cfg) -> dict:
@@ -143,6 +149,8 @@ def initial_state(model: str, seed: int):
                             "--seed", str(seed)], capture_output=True, text=True)
         if r.returncode != 0:
             tail = (r.stderr.strip().splitlines() or ["?"])[-1]
+            if r.returncode == 2:          # the child refused the model: the same one line
+                raise BadArgument(tail.removeprefix("nova.bench.train: "))
             raise BenchError(f"exporting the torch model's initial weights failed: {tail}")
         with np.load(path) as z:
             sd = {k: z[k] for k in z.files if k != CONFIG_KEY}
@@ -486,6 +494,18 @@ def cap_memory(torch, dev, budget_text: str) -> dict:
             "source": "torch.cuda.set_per_process_memory_fraction(budget / total)"}
 
 
+def budget_refusal(e: BaseException):
+    """The ``MemoryBudgetError`` anywhere in ``e``'s chain (the step does not fit ``--memory-budget``:
+    its one line names the smallest plan), else None."""
+    from nova.passes.budget import MemoryBudgetError
+    seen = e
+    while seen is not None:
+        if isinstance(seen, MemoryBudgetError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def oom_line(e: BaseException, budget_text: str | None) -> str | None:
     """One line for an out-of-memory anywhere in ``e``'s chain under a memory budget (else None)."""
     seen = e
@@ -688,8 +708,7 @@ def run_one(args) -> int:
         max_seq = cfg.block_size
         if args.seq is None:
             args.seq = max_seq
-        if args.seq > max_seq:
-            raise BenchError(f"--seq {args.seq} exceeds {args.model}'s position table ({max_seq})")
+        check_seq(args, max_seq)
         rec.update({"seq": args.seq, "tokens_per_step": args.batch * args.seq, "config": config_dict(cfg)})
         t0 = time.perf_counter()
         n_batches = max(args.steps, 1)
@@ -708,12 +727,18 @@ def run_one(args) -> int:
         rec.update(status="unavailable", error=str(e))
         print(f"nova.bench.train: {args.framework}: {e}", file=sys.stderr, flush=True)
         status = 2
+    except BadArgument as e:
+        rec.update(status="error", error=str(e))
+        print(f"nova.bench.train: {args.framework}: {e}", file=sys.stderr, flush=True)
+        status = 2
     except BenchError as e:
         rec.update(status="error", error=str(e))
         print(f"nova.bench.train: {args.framework}: {e}", file=sys.stderr, flush=True)
         status = 1
     except Exception as e:
-        line = (oom_line(e, args.memory_budget) if args.memory_budget is not None else None) or \
+        budget = budget_refusal(e) if args.memory_budget is not None else None
+        line = (str(budget) if budget is not None else None) or \
+            (oom_line(e, args.memory_budget) if args.memory_budget is not None else None) or \
             f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         rec.update(status="error", error=line, traceback=traceback.format_exc())
         try:
@@ -723,7 +748,7 @@ def run_one(args) -> int:
         print(f"nova.bench.train: {args.framework}: {line}", file=sys.stderr, flush=True)
         if options.debug():
             traceback.print_exc()
-        status = 1
+        status = 2 if budget is not None else 1      # a budget below the smallest plan: the invocation's values
     finally:
         if clocks is not None:
             clocks.stop()
@@ -768,11 +793,7 @@ def _child_argv(args, framework: str) -> list[str]:
 
 def run_all(args) -> int:
     """Each framework in its own process, one after another, then the summary table and plot."""
-    frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
-    bad = [f for f in frameworks if f not in FRAMEWORKS]
-    if bad:
-        print(f"nova.bench.train: unknown framework(s) {bad}; choose from {', '.join(FRAMEWORKS)}", file=sys.stderr)
-        return 1
+    frameworks = run_frameworks(args)          # known ones: ``refused`` checked them
     Path(args.out).mkdir(parents=True, exist_ok=True)
     statuses = {}
     for fw in frameworks:
@@ -799,14 +820,15 @@ def run_all(args) -> int:
 
 
 def parser(prog: str = "python3 -m nova.bench.train") -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    ap = CliParser(prog=prog, description=__doc__.splitlines()[0])
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--framework", choices=FRAMEWORKS, help="run one framework in this process")
     g.add_argument("--all", action="store_true", help="run --frameworks one after another, each in its own process, "
                                                       "then write the summary")
     ap.add_argument("--frameworks", default=",".join(FRAMEWORKS), help="with --all (default: %(default)s)")
-    ap.add_argument("--model", default="gpt42m")
-    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--model", default="gpt42m", help="a built-in model (nova.models: tiny, gpt42m, gpt144m, "
+                                                       "llama-tiny, llama42m, hf-gpt2-42m, ...; default: %(default)s)")
+    ap.add_argument("--batch", type=int, default=32, help="sequences per step (default: %(default)s)")
     ap.add_argument("--seq", type=int, default=None, help="tokens per sequence (default: the model's block_size)")
     ap.add_argument("--steps", type=int, default=200, help="loss-curve steps (batches 0..steps-1)")
     ap.add_argument("--warmup", type=int, default=10, help="at least this many steps after the curve before timing")
@@ -814,7 +836,8 @@ def parser(prog: str = "python3 -m nova.bench.train") -> argparse.ArgumentParser
                                                                 "(the GPU's clock under sustained load)")
     ap.add_argument("--timed", type=int, default=50, help="steps per timed repeat")
     ap.add_argument("--repeats", type=int, default=5, help="timed repeats (median reported)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="seed of the initial weights and of the token stream "
+                                                         "(default: %(default)s)")
     ap.add_argument("--memory-budget", default=None, metavar="SIZE",
                     help="nova only: nova.compile(step, memory_budget=SIZE) (12GiB, 11.5GB, 800MiB); on CUDA the "
                          "process is also capped at SIZE (torch.cuda.set_per_process_memory_fraction(SIZE / "
@@ -823,8 +846,9 @@ def parser(prog: str = "python3 -m nova.bench.train") -> argparse.ArgumentParser
     ap.add_argument("--no-memory-cap", action="store_true",
                     help="with --memory-budget: plan the step under the budget but leave the process uncapped (the "
                          "memory diagnostic then measures the whole step even where it needs more than its budget)")
-    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="where the step runs (default: %(default)s)")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."),
+                    help="folder of the result files (default: $OUT, else the current folder)")
     ap.add_argument("--compile-mode", default="default",
                     help="torch.compile mode for --framework compile (default, reduce-overhead, max-autotune, ...)")
     ap.add_argument("--fp32-matmul", action="store_true",
@@ -842,30 +866,101 @@ def parser(prog: str = "python3 -m nova.bench.train") -> argparse.ArgumentParser
     return ap
 
 
-def main(argv=None, prog: str = "python3 -m nova.bench.train") -> int:
-    """The command line (also ``nova bench train ...``, which passes ``prog``)."""
-    args = parser(prog).parse_args(argv)
-    for name in ("steps", "timed", "repeats", "batch"):
-        if getattr(args, name) < 1:
-            print(f"nova.bench.train: --{name} must be at least 1", file=sys.stderr)
-            return 1
-    if args.fp32_matmul and (args.framework in ("nova", "jax") or
-                             args.all and {"nova", "jax"} & set(args.frameworks.split(","))):
-        print("nova.bench.train: --fp32-matmul is for eager and compile (Nova's and XLA's f32 GEMMs run TF32)",
-              file=sys.stderr)
-        return 2
+def refused(args) -> str | None:
+    """What is wrong with the command line's values, in one line (None: nothing); checked before
+    anything is built, without importing torch (a JAX run never does)."""
+    for name in ("steps", "timed", "repeats", "batch", "seq", "timeout"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            return f"--{name} must be at least 1, got {value}"
+    if args.warmup < 0:
+        return f"--warmup must be at least 0, got {args.warmup}"
+    if not (math.isfinite(args.settle_s) and args.settle_s >= 0):
+        return f"--settle-s must be a finite number of seconds >= 0, got {args.settle_s:g}"
+    if args.seed < 0:
+        return f"--seed must be at least 0, got {args.seed}"
+    if not (math.isfinite(args.clip_grad_norm) and args.clip_grad_norm >= 0):
+        return f"--clip-grad-norm must be a finite norm >= 0 (0: off), got {args.clip_grad_norm:g}"
+    frameworks = run_frameworks(args)
+    bad = [f for f in frameworks if f not in FRAMEWORKS]
+    if bad or not frameworks:
+        what = f"unknown framework(s) {', '.join(bad)}" if bad else "names no framework"
+        return f"--frameworks {args.frameworks!r}: {what}; choose from {', '.join(FRAMEWORKS)}"
+    if args.fp32_matmul and {"nova", "jax"} & set(frameworks):
+        return "--fp32-matmul is for eager and compile (Nova's and XLA's f32 GEMMs run TF32)"
     if args.memory_budget is not None:
         from nova.passes.budget import MemoryBudgetError, parse_size
         try:
             parse_size(args.memory_budget)
         except MemoryBudgetError as e:
-            print(f"nova.bench.train: --memory-budget: {e}", file=sys.stderr)
+            return f"--memory-budget: {e}"
+    if "compile" in frameworks and args.compile_mode != "default":
+        modes = compile_modes()
+        if modes and args.compile_mode not in modes:
+            return f"--compile-mode {args.compile_mode!r} is not a torch.compile mode; choose from {', '.join(modes)}"
+    return None
+
+
+def run_frameworks(args) -> list[str]:
+    """The frameworks this command line runs: ``--framework``'s, or ``--all``'s ``--frameworks``."""
+    if not args.all:
+        return [args.framework] if args.framework else []
+    return [f.strip() for f in args.frameworks.split(",") if f.strip()]
+
+
+def compile_modes() -> list[str]:
+    """torch.compile's modes (empty where this torch does not list them)."""
+    try:
+        from torch._inductor import list_mode_options
+        return list(list_mode_options())
+    except Exception:
+        return []
+
+
+def check_seq(args, max_seq: int) -> None:
+    """``--seq`` fits the model's position table (``BadArgument`` otherwise)."""
+    if args.seq > max_seq:
+        raise BadArgument(f"--seq {args.seq} exceeds {args.model}'s position table ({max_seq})")
+
+
+def check_model(args) -> None:
+    """The model, ``--seq`` and the recipe, as each run checks them (``BadArgument``): the driver's
+    check before it starts a process per framework."""
+    cfg = model_config(args.model)
+    if args.seq is not None:
+        check_seq(args, cfg.block_size)
+    train_recipe(args)
+
+
+def main(argv=None, prog: str = "python3 -m nova.bench.train") -> int:
+    """The command line (also ``nova bench train ...``, which passes ``prog``).  Exit status: 0 every
+    run succeeded, 2 bad input (one line naming it), 1 a run that failed."""
+    args = parser(prog).parse_args(argv)
+    if args.export_init:                # internal: the JAX run's weights (the model is all it reads)
+        try:
+            export_init(args.model, args.seed, args.export_init)
+        except BadArgument as e:
+            print(f"nova.bench.train: {e}", file=sys.stderr)
             return 2
-    if args.all:
-        return run_all(args)
-    if args.export_init:
-        export_init(args.model, args.seed, args.export_init)
         return 0
+    problem = refused(args)
+    if problem is None:
+        try:
+            Path(args.out).mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            problem = f"--out {args.out} is a file, not a folder"
+        except OSError as e:
+            problem = f"--out {args.out}: cannot make the folder ({e.strerror or e})"
+    if problem is not None:
+        print(f"nova.bench.train: {problem}", file=sys.stderr)
+        return 2
+    if args.all:
+        try:
+            check_model(args)
+        except BadArgument as e:
+            print(f"nova.bench.train: {e}", file=sys.stderr)
+            return 2
+        return run_all(args)
     return run_one(args)
 
 
