@@ -147,9 +147,12 @@ TABLE: tuple[Option, ...] = (
     Option("wide_consumers", "NOVA_WIDE_CONSUMERS", BOOL, True,
            "let the Hopper GEMM derivation try three consumer warpgroups; 0: one or two", True),
     Option("stream_k", "NOVA_STREAM_K", AUTO_BOOL, None,
-           "1 forces stream-K GEMM schedules (an error where no tile allows it), 0 rules them out", True),
+           "1 forces stream-K GEMM schedules (an error where no tile allows it, and where the mma.sync kernels "
+           "run: a target without wgmma, or `NOVA_HOPPER=0`), 0 rules them out", True),
     Option("pingpong", "NOVA_PINGPONG", PINGPONG, None,
-           "1 forces ping-pong consumers, ROWSxN forces them on that warpgroup tile, 0 rules them out", True),
+           "1 forces ping-pong consumers, ROWSxN forces them on that warpgroup tile (an error where they cannot "
+           "run, and where the mma.sync kernels run: a target without wgmma, or `NOVA_HOPPER=0`), 0 rules them out",
+           True),
     Option("cluster", "NOVA_CLUSTER", SHAPE, None,
            "force a thread-block cluster shape (CTAs along M x along N) wherever it can run", True),
     Option("tma_l2_promotion", "NOVA_TMA_L2_PROMOTION", L2_PROMOTION, None,

@@ -337,6 +337,28 @@ def test_forcing_errors_are_one_line(env):
         assert "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("value", ["1", "128x192"])
+@pytest.mark.parametrize("target,extra,why", [("rtx3060", {}, "rtx3060 has no wgmma/TMA"),
+                                             ("a100", {}, "a100 has no wgmma/TMA"),
+                                             ("h200", {"NOVA_HOPPER": "0"}, "NOVA_HOPPER=0 rules them out")])
+def test_forced_pingpong_on_the_mma_sync_path_is_one_line_not_ignored(env, value, target, extra, why):
+    """Ping-pong consumers are warpgroups of the wgmma kernels: forcing them where the mma.sync kernels
+    run is refused in one line saying why, not a schedule without them."""
+    r = subprocess.run([sys.executable, "-m", "nova.cli.config", "explain", "matmul", "4096", "--target", target,
+                        "--json"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "NOVA_PINGPONG": value, **extra})
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and r.stdout == "", r.stderr
+    assert lines[0] == (f"nova-config: error: NOVA_PINGPONG={value}: gemm 4096x4096x4096 tf32 NN -> f32 cannot run "
+                        f"ping-pong consumers on {target}: only the wgmma kernels have them, and {why} "
+                        "(unset NOVA_PINGPONG)")
+
+
+def test_pingpong_ruled_out_on_the_mma_sync_path_is_no_error(env):
+    env(NOVA_PINGPONG="0")
+    assert not configure(GemmProblem(4096, 4096, 4096, "tf32"), "a100").schedule.pingpong
+
+
 def test_explain_json_shows_the_pingpong_schedule(env):
     r = subprocess.run([sys.executable, "-m", "nova.cli.config", "explain", "matmul", "16384x2048x512", "--dtype",
                         "bf16", "--trans-b", "--target", "h200", "--json"], capture_output=True, text=True,

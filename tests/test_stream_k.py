@@ -285,6 +285,29 @@ def test_forced_stream_k_where_not_allowed_is_one_clear_line():
         assert "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("target,env,why", [("rtx3060", {}, "rtx3060 has no wgmma/TMA"),
+                                           ("a100", {}, "a100 has no wgmma/TMA"),
+                                           ("h200", {"NOVA_HOPPER": "0"}, "NOVA_HOPPER=0 rules them out")])
+def test_forced_stream_k_on_the_mma_sync_path_is_one_line_not_ignored(target, env, why):
+    """Stream-K is a walk of the wgmma kernels: forcing it where the mma.sync kernels run is refused,
+    in one line saying why they run, not a schedule without it."""
+    r = subprocess.run([sys.executable, "-m", "nova.cli.config", "explain", "matmul", "4096", "--target", target],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "NOVA_STREAM_K": "1", **env})
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and r.stdout == "", r.stderr
+    assert lines[0] == (f"nova-config: error: NOVA_STREAM_K=1: gemm 4096x4096x4096 tf32 NN -> f32 cannot run stream-K on "
+                        f"{target}: only the wgmma kernels have it, and {why} (unset NOVA_STREAM_K)")
+
+
+def test_forced_stream_k_leaves_a_named_mma_sync_family_alone(stream_k):
+    """A caller that names the mma.sync family (the schedule space, reports) gets its schedule."""
+    stream_k("1")
+    p = GemmProblem(4096, 4096, 4096, "tf32")
+    with pytest.raises(ProblemError, match="NOVA_STREAM_K=1: .* cannot run stream-K on a100"):
+        configure(p, "a100")
+    assert not configure(p, "a100", family="mma.sync").schedule.stream_k
+
+
 def test_forced_stream_k_in_python_and_codegen_checks(stream_k):
     stream_k("1")
     with pytest.raises(ProblemError, match="not with a batch"):

@@ -16,7 +16,7 @@ from nova.configurator.step import Prediction, Step
 from nova.hwmodel import GPUModel, get_target
 from nova.kernels.gemm.ampere import configure_mma_sync
 from nova.kernels.gemm.hopper import configure_hopper, hopper_supported
-from nova.kernels.gemm.problem import GemmProblem
+from nova.kernels.gemm.problem import GemmProblem, ProblemError
 from nova.kernels.gemm.schedule import Schedule
 from nova.kernels.gemm.skinny import choose_kernel
 from nova.kernels.gemm.skinny_schedule import SkinnySchedule
@@ -156,6 +156,8 @@ def _derive(problem: GemmProblem, gpu: GPUModel, family: str | None, opts: Optio
     if family != "mma.sync" and use_hopper(problem, gpu, opts, forced=family == "wgmma"):
         schedule, prediction = configure_hopper(problem, gpu, d, opts)
     else:
+        if family is None:
+            refuse_wgmma_forcing(problem, gpu, opts)
         schedule, prediction = configure_mma_sync(problem, gpu, d)
     d.record(prediction_step(prediction))
     if family is None and kernel != "tiles":
@@ -164,6 +166,28 @@ def _derive(problem: GemmProblem, gpu: GPUModel, family: str | None, opts: Optio
             schedule, prediction = picked
             d.record(prediction_step(prediction))
     return Config(problem, gpu, schedule, prediction, tuple(d.steps), (time.perf_counter() - t0) * 1e3)
+
+
+def refuse_wgmma_forcing(p: GemmProblem, gpu: GPUModel, opts: Options) -> None:
+    """Where the derivation takes the mma.sync path, a ``NOVA_STREAM_K=1`` or ``NOVA_PINGPONG`` that
+    forces a walk or consumers only the wgmma kernels have is a ``ProblemError`` naming why the wgmma
+    kernels do not run (the target, the dtype or ``NOVA_HOPPER=0``), as where the wgmma kernels run but
+    no tile allows it; a caller that asks for the mma.sync family by name (the schedule space, reports)
+    gets its schedules as asked."""
+    forced = []
+    if opts.stream_k:
+        forced.append(("NOVA_STREAM_K=1", "stream-K"))
+    if opts.pingpong not in (None, False):
+        setting = "1" if opts.pingpong is True else "x".join(str(v) for v in opts.pingpong)
+        forced.append((f"NOVA_PINGPONG={setting}", "ping-pong consumers"))
+    if not forced:
+        return
+    supported, why = hopper_supported(p, gpu)
+    if supported and not opts.hopper:
+        why = "NOVA_HOPPER=0 rules them out"
+    variable, what = forced[0]
+    raise ProblemError(f"{variable}: {p.describe()} cannot run {what} on {gpu.name}: only the wgmma kernels have "
+                       f"{'it' if what == 'stream-K' else 'them'}, and {why} (unset {variable.split('=')[0]})")
 
 
 def use_hopper(p: GemmProblem, gpu: GPUModel, opts: Options = DEFAULTS, forced: bool = False) -> bool:
