@@ -52,6 +52,21 @@ def test_targets_and_show_target():
     assert "[H200]" in d["quantities"]["dram_bw"]["source"]
 
 
+def test_help_and_the_reference_list_export():
+    """``nova-config --help`` lists every subcommand, ``export`` included, and docs/cli.md documents its
+    formats; ``export`` with no format is one usage line."""
+    r = run("--help")
+    assert r.returncode == 0 and "export" in r.stdout.split("positional arguments:")[0]
+    assert "a GEMM's schedule in another tool's format" in r.stdout
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert "### `nova-config export triton OP SHAPE`" in doc and "### `nova-config export transform OP SHAPE`" in doc
+    assert "| `--with-payload` |" in doc
+    r = run("export")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "nova-config export: error: the following arguments are required: FORMAT (see nova-config export --help)"]
+
+
 def test_the_cast_epilogue_is_stated_with_round_through():
     r = run("explain", "matmul", "16384x768x768", "--target", "h200", "--dtype", "bf16", "--bias", "--residual",
             "--round-through", "--json")

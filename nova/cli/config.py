@@ -76,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("show-target", help="print every quantity of one GPU model with its source")
     st.add_argument("name", help=f"{'|'.join(TARGET_CHOICES)}")
     st.add_argument("--json", action="store_true", help="machine-readable output")
+    from nova.cli import export
+    exp = sub.add_parser("export", help="a GEMM's schedule in another tool's format: a Triton config or a "
+                                        "transform-dialect script", description=export.DESCRIPTION)
+    export.add_formats(exp)
     return ap
 
 
@@ -340,7 +344,12 @@ def cmd_show_target(args) -> int:
     return 0
 
 
-COMMANDS = {"explain": cmd_explain, "targets": cmd_targets, "show-target": cmd_show_target}
+def cmd_export(args) -> int:
+    from nova.cli.export import run       # other tools' formats: nova/cli/export.py
+    return run(args)
+
+
+COMMANDS = {"explain": cmd_explain, "targets": cmd_targets, "show-target": cmd_show_target, "export": cmd_export}
 
 
 def main(argv=None) -> int:
@@ -363,9 +372,6 @@ def main(argv=None) -> int:
     if argv[:1] == ["explain"] and argv[1:2] in (["adamw"], ["sgd"]):   # a multi-tensor update: nova/cli/optimizer.py
         from nova.cli.optimizer import main as explain_update
         return explain_update(argv[1], argv[2:])
-    if argv[:1] == ["export"]:                   # other tools' formats: nova/cli/export.py
-        from nova.cli.export import main as export
-        return export(argv[1:])
     args = build_parser().parse_args(argv)
     return dispatch("nova-config", lambda: COMMANDS[args.command](args), (OSError,))
 

@@ -21,8 +21,11 @@ def add_matmul_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trans-b", action="store_true", help="B is stored transposed ([N,K] row-major)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = CliParser(prog="nova-config export", description="Nova's decisions in other tools' formats.")
+DESCRIPTION = "Nova's decisions in other tools' formats (docs/integrations.md)."
+
+
+def add_formats(ap: argparse.ArgumentParser) -> None:
+    """The formats, as ``ap``'s subcommands (``nova-config export`` on its own, or under ``nova-config``)."""
     sub = ap.add_subparsers(dest="format", required=True, metavar="FORMAT")
     triton = sub.add_parser("triton", help="a GEMM's schedule as a Triton matmul config (BLOCK_M/N/K, GROUP_M, "
                                            "num_warps, num_stages)")
@@ -34,6 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
     transform.add_argument("--with-payload", action="store_true",
                            help="also write a func.func with the linalg.matmul, in one module: the input of "
                                 "mlir-opt --transform-interpreter")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = CliParser(prog="nova-config export", description=DESCRIPTION)
+    add_formats(ap)
     return ap
 
 
@@ -73,6 +81,11 @@ def cmd_transform(args) -> int:
 COMMANDS = {"triton": cmd_triton, "transform": cmd_transform}
 
 
+def run(args) -> int:
+    """The parsed ``nova-config export FORMAT ...``'s command."""
+    return COMMANDS[args.format](args)
+
+
 def main(argv) -> int:
     args = build_parser().parse_args(argv)
-    return dispatch("nova-config", lambda: COMMANDS[args.format](args), (OSError,))
+    return dispatch("nova-config", lambda: run(args), (OSError,))
