@@ -47,6 +47,23 @@ def test_bad_training_arguments_are_one_line(argv, message, capsys):
     assert len(err) == 1 and message in err[0]
 
 
+def test_a_plot_path_that_cannot_be_a_png_file_is_one_line(tmp_path, capsys):
+    """``--plot`` under a regular file, on a folder or without .png: one usage line naming the flag,
+    before the step is planned; a missing folder is made."""
+    (tmp_path / "file").write_text("")
+    cases = [(tmp_path / "file" / "x.png", f"{tmp_path / 'file'} is a file, not a folder"),
+             (tmp_path / "file" / "a" / "x.png", f"{tmp_path / 'file'} is a file, not a folder"),
+             (tmp_path, "that is a folder; give the PNG file to write"),
+             (tmp_path / "x.svg", "the plot is a PNG; give a path ending in .png")]
+    for path, message in cases:
+        assert config_main(["explain", "train", "tiny", "--batch", "2", "--plot", str(path)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"nova-config: error: --plot {path}: {message}"), err
+    png = tmp_path / "new" / "memory.png"
+    assert config_main(["explain", "train", "tiny", "--batch", "2", "--plot", str(png), "--json"]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_a_bad_attention_precision_is_one_line_not_a_silent_fallback(capsys, monkeypatch):
     """A typo in $NOVA_ATTENTION_PRECISION is the user's error: explain (and the executor, which asks
     the same question) must not quietly treat the attention as one Nova's kernels do not cover."""

@@ -80,6 +80,23 @@ def check_train_args(args) -> None:
         raise UsageError(f"--seq {args.seq} is outside 1..{longest} ({args.model}'s learned positions)")
 
 
+def plot_path(text: str):
+    """``--plot``'s file: a ``.png`` path that is not a folder, below folders (made when missing) that
+    are not files; else a usage error naming the flag and what is in the way."""
+    from pathlib import Path
+    path = Path(text).expanduser()
+    if path.is_dir():
+        raise UsageError(f"--plot {text}: that is a folder; give the PNG file to write, e.g. {path / 'memory.png'}")
+    if path.suffix.lower() != ".png":
+        raise UsageError(f"--plot {text}: the plot is a PNG; give a path ending in .png")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(f"--plot {text}: {parent} is a file, not a folder")
+            break
+    return path
+
+
 def explain_parser() -> argparse.ArgumentParser:
     ap = CliParser(prog="nova-config explain train",
                    description="capture a built-in model's training step, plan it and explain every kernel, "
@@ -93,8 +110,8 @@ def explain_parser() -> argparse.ArgumentParser:
                          "communication schedule and the predicted scaling (default 1)")
     ap.add_argument("--top", type=int, default=12, help="how many of the most expensive kernels to list (default 12)")
     ap.add_argument("--plot", metavar="PNG", default=None,
-                    help="also write the plan's device memory over the step's schedule to PNG (with "
-                         "--memory-budget, beside the plan without the budget)")
+                    help="also write the plan's device memory over the step's schedule to the .png file PNG (its "
+                         "folder made if missing; with --memory-budget, beside the plan without the budget)")
     ap.add_argument("--json", action="store_true",
                     help="machine-readable output: captured_ops, kernels, fallback_ops, memory, prediction, ...")
     return ap
@@ -113,12 +130,17 @@ def explain_main(argv) -> int:
         budget = memory_budget(args, target_given=args.target is not None)
         if args.plot is not None and args.gpus > 1:
             raise UsageError("--plot draws one GPU's plan; leave out --gpus")
+        plot = plot_path(args.plot) if args.plot is not None else None
         report = explain_train(args.model, args.batch, args.seq, args.target or "h200", args.optimizer,
                                gpus=args.gpus, memory_budget=budget, recipe=train_recipe(args),
                                unbudgeted=args.plot is not None)
-        if args.plot is not None:
+        if plot is not None:
             from nova.report.plots import memory_schedule
-            print(f"memory over the schedule: {memory_schedule(report, args.plot)}", file=sys.stderr)
+            try:
+                written = memory_schedule(report, plot)
+            except OSError as e:            # a failed write (permissions, a full disk): one line, exit 1
+                raise OSError(f"--plot {args.plot}: cannot write it ({e.strerror or e})") from None
+            print(f"memory over the schedule: {written}", file=sys.stderr)
         if args.json:
             print(json.dumps(report, indent=1))
         else:

@@ -213,6 +213,8 @@ def memory_schedule(report: dict, path: Path) -> Path:
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, metadata=PNG_METADATA)
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=110, metadata=PNG_METADATA, format="png")    # exactly ``path``, whatever its suffix
+    finally:
+        plt.close(fig)
     return path
