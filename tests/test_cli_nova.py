@@ -90,6 +90,34 @@ def test_json_suite_objects(tmp_path):
             read_suite_entries(js)
 
 
+@pytest.mark.parametrize("name,text,message", [
+    ("s.json", '["64x64x64",\n "128",\n]\n', "s.json:3:1: JSON parse error: Expecting value"),
+    ("s.json", '{"M": 64, "N": 64 "K": 64}\n', "s.json:1:19: JSON parse error: Expecting ',' delimiter"),
+    ("s.json", "// shapes\n[\"64\"]\n", "s.json:1:1: JSON parse error: Expecting value"),
+    ("s.txt", '{"shapes": ["64"]\n', "s.txt:2:1: JSON parse error: Expecting ',' delimiter"),
+    ("s.json", '{"shapes": ["64"]}\n', "s.json: a JSON suite is a list of shapes, not an object"),
+    ("s.json", "\n", "s.json lists no shapes"),
+])
+def test_a_json_suite_that_does_not_parse_is_a_parse_error_not_a_bad_shape(tmp_path, capsys, name, text, message):
+    """A .json suite (or one that opens a JSON list or object) that is not JSON: one line naming the
+    file, the line and the column, exit 2."""
+    from nova.cli.main import main
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ShapeError) as e:
+        read_suite(path)
+    assert str(e.value).startswith("suite file ") and str(e.value).endswith(message) and "bad GEMM shape" not in str(e.value)
+    assert main(["tune", "gemm", "--suite", str(path), "--target", "h200", "--exhaustive",
+                 "--cache-dir", str(tmp_path / "cache")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"nova: error: {e.value}"]
+
+
+def test_a_json_suite_may_open_with_a_byte_order_mark(tmp_path):
+    path = tmp_path / "s.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(["64", [8, 16, 32]]).encode())
+    assert read_suite(path) == [(64, 64, 64), (8, 16, 32)]
+
+
 def test_precompile_with_a_bad_json_suite_is_one_line(tmp_path, capsys):
     from nova.cli.main import main
     js = tmp_path / "s.json"

@@ -55,6 +55,14 @@ def test_suite_generation_is_deterministic(tiny_planned):
     assert json.loads(tg.suite_text(entries)) == entries      # the entry keys, the optional ones where set
 
 
+def test_a_suite_that_is_not_json_is_one_line_naming_the_line(tmp_path, capsys):
+    bad = tmp_path / "s.json"
+    bad.write_text('[{"M": 8, "N": 8, "K": 8},\n]\n')
+    assert tg.main(["--list", "--suite", str(bad)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"nova.bench.train_gemms: error: suite file {bad}:2:1: JSON parse error: Expecting value"]
+
+
 def test_committed_suite_covers_both_steps():
     from nova.models.gpt import CONFIGS
     entries = tg.load_suite(SUITE)

@@ -31,7 +31,9 @@ together must fit in the largest GPU Nova models.
 (`"64x64x64"`, `[M, N, K]` or `{"M": .., "N": .., "K": ..}`).  For `nova precompile gemm` a JSON
 object may also set its own `trans_a`, `trans_b`, `bias`, `activation`, `out_dtype`, `B` (the
 GEMM's batch) and `batch_strides` (the flags fill in what it leaves out), as
-`bench/suites/train_gemms.json` does for every GEMM of two training steps.
+`bench/suites/train_gemms.json` does for every GEMM of two training steps.  A `.json` file, or
+one that opens with `[` or `{`, is read as JSON: a parse error is one line naming the file, the
+line and the column.
 
 **Problem options.** `compile`, `precompile gemm` and `tune` take the GEMM options of `explain`;
 `--target` is required there (a preset or `auto`).  With a dtype list, `--tf32-fast` applies to

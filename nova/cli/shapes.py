@@ -155,21 +155,36 @@ def _json_entry(item, p: Path) -> tuple[tuple[int, int, int], dict]:
     return parse_gemm_shape(str(item)), {}
 
 
+def is_json_suite(path: Path, text: str) -> bool:
+    """A JSON suite: a ``.json`` file, or text that opens a JSON list or object."""
+    return path.suffix.lower() == ".json" or text.lstrip().startswith(("[", "{"))
+
+
+def load_json(path: Path, text: str, error: type[Exception]):
+    """``text`` (the file ``path``'s) as JSON; a parse error is ``error`` in one line naming the file,
+    the line and the column."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise error(f"suite file {path}:{e.lineno}:{e.colno}: JSON parse error: {e.msg}") from None
+
+
 def read_suite_entries(path: str | Path) -> list[tuple[tuple[int, int, int], dict]]:
     """``(shape, layout fields)`` of every entry of a suite file (fields from JSON objects, and a
     text line's ``BxMxNxK`` batch)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")          # a byte-order mark is no shape
     except OSError as e:
         raise ShapeError(f"cannot read suite file {p}: {e.strerror or e}") from None
-    if text.lstrip().startswith("["):
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ShapeError(f"suite file {p} is not valid JSON: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ShapeError(f"suite file {p} is not UTF-8 text (byte {e.start})") from None
+    if is_json_suite(p, text) and text.strip():
+        items = load_json(p, text, ShapeError)
         if not isinstance(items, list):
-            raise ShapeError(f"suite file {p}: a JSON suite is a list of shapes")
+            what = {dict: "an object", str: "a string", bool: "a boolean", int: "a number", float: "a number",
+                    type(None): "null"}[type(items)]
+            raise ShapeError(f"suite file {p}: a JSON suite is a list of shapes, not {what}")
         entries = [_json_entry(item, p) for item in items]
     else:
         entries = []
