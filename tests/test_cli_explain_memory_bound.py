@@ -81,6 +81,10 @@ def test_explain_update_json_matches_the_configurator(args, rule):
     (["sgd", "100", "--dtype", "f8"], "dtype must be one of"),
     # sizes no GPU holds: one line before any derivation (an attention derivation walks its CTAs)
     (["pointwise", "x+y", "1024x1024x1024x1024"], "more than the 154.6 GB of the largest GPU"),
+    # a literal the math type cannot hold: refused, not infinity (nor `Infinity` in --json)
+    (["pointwise", "x*1e400", "1024", "--json"], "the constant 1e400 overflows f32 (largest finite value 3.4028235e+38)"),
+    (["pointwise", "x+1e39", "1024", "--dtype", "bf16"], "the constant 1e39 overflows f32"),
+    (["pointwise", "x-2e308", "1024", "--dtype", "f64"], "the constant 2e308 overflows f64"),
     (["adamw", "100000000000000"], "more than the 154.6 GB of the largest GPU"),
     (["attention", "1000,64,100000,128", "--target", "h200"], "more than the 154.6 GB of the largest GPU"),
     (["log_softmax", "1000000000000x4096"], "more than the 154.6 GB of the largest GPU"),
@@ -98,6 +102,13 @@ def test_bad_input_is_one_clear_line(args, message):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("nova-config") and " error: " in lines[0] and message in lines[0], \
         r.stderr
+
+
+def test_the_largest_finite_constant_is_a_constant():
+    """The largest f32 as printed (it rounds to f32's largest) is a number, and --json is valid JSON."""
+    r = run("pointwise", "x*3.4028235e38", "1024", "--json")
+    assert r.returncode == 0, r.stderr
+    json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
 
 
 def test_explain_train_prices_nova_memory_bound_groups_with_their_configurators(monkeypatch):

@@ -8,7 +8,9 @@ fusion group (``nova.passes.pointwise_from_ir.expression_problem``).
 """
 from __future__ import annotations
 
+import math
 import re
+import struct
 
 from nova.ir.graph import Graph
 from nova.ir.ops import OPS, kind
@@ -17,6 +19,7 @@ from nova.kernels.pointwise.problem import PointwiseProblemError
 
 _TOKEN = re.compile(r"\s*(?:(\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)|([A-Za-z_]\w*)|(\*\*|[-+*/(),]))")
 _BINARY = {"+": "add", "-": "sub", "*": "mul", "/": "div", "**": "pow"}
+_LARGEST = {"f32": 3.4028234663852886e38, "f64": 1.7976931348623157e308}   # the largest finite values
 
 
 def tokenize(text: str) -> list[tuple[str, str]]:
@@ -84,7 +87,7 @@ class _Parser:
     def atom(self):
         kind_, text = self.take()
         if kind_ == "number":
-            return self.op("constant", value=float(text), dtype=self.math)
+            return self.op("constant", value=self.constant(text), dtype=self.math)
         if kind_ == "symbol" and text == "(":
             inner = self.expr()
             self.take(")")
@@ -96,6 +99,19 @@ class _Parser:
         if text not in self.names:
             self.names[text] = self.graph.input(TensorType(self.shape, self.dtype), text)
         return self.names[text]
+
+    def constant(self, text: str) -> float:
+        """The literal ``text`` as the expression's math type computes it; one that type cannot hold
+        (beyond its largest finite value: it would be infinity) is refused."""
+        value = float(text)
+        try:
+            finite = math.isfinite(value) and (self.math != "f32" or bool(struct.pack("<f", value)))
+        except OverflowError:           # rounds to infinity in f32
+            finite = False
+        if not finite:
+            raise PointwiseProblemError(f"the constant {text} overflows {self.math} (largest finite value "
+                                        f"{_LARGEST[self.math]:.8g}) in {self.text!r}")
+        return value
 
     def call(self, name: str):
         if name not in OPS or kind(name) != "pointwise":
