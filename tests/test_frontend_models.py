@@ -36,6 +36,19 @@ def test_models_run_and_train_in_eager():
         assert all(p.grad is not None for p in model.parameters())
 
 
+@pytest.mark.parametrize("name", ["hf-gpt2-42m", "hf-gpt2-144m", "hf-llama-42m"])
+def test_the_hugging_face_models_build_and_train_without_a_warning(name):
+    """The built-in Hugging Face configs hold no token id outside the vocabulary and name their loss:
+    building one and taking its loss prints nothing (transformers logs to stderr on its own)."""
+    import subprocess
+    import sys
+    pytest.importorskip("transformers")
+    code = (f"import torch; from nova.models.hf import HFCausalLM; m = HFCausalLM({name!r}); "
+            "idx = torch.randint(0, m.config.vocab_size, (2, 8)); m(idx, idx).backward()")
+    r = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
 @pytest.mark.parametrize("name,batch,seq", [("gpt42m", 32, 512)])
 def test_whole_step_capture_of_the_paper_models(name, batch, seq):
     with torch.device("meta"):

@@ -47,9 +47,12 @@ def transformers_config(cfg: HFConfig):
     except ImportError:
         raise ValueError("the Hugging Face models need transformers (pip install -e .[dev])") from None
     if cfg.architecture == "gpt2":
+        # no special tokens (the built-in models have no tokenizer): GPT-2's default bos/eos id 50256 lies
+        # outside a 32768-token vocabulary, and transformers warns about it; neither enters the loss
         return transformers.GPT2Config(vocab_size=cfg.vocab_size, n_positions=cfg.block_size, n_embd=cfg.n_embd,
                                        n_layer=cfg.n_layer, n_head=cfg.n_head, resid_pdrop=0.0, embd_pdrop=0.0,
-                                       attn_pdrop=0.0, use_cache=False)
+                                       attn_pdrop=0.0, use_cache=False, bos_token_id=None, eos_token_id=None,
+                                       pad_token_id=None)
     return transformers.LlamaConfig(vocab_size=cfg.vocab_size, hidden_size=cfg.n_embd, intermediate_size=cfg.hidden_dim,
                                     num_hidden_layers=cfg.n_layer, num_attention_heads=cfg.n_head,
                                     num_key_value_heads=cfg.n_kv_head, max_position_embeddings=cfg.block_size,
@@ -69,6 +72,9 @@ class HFCausalLM(nn.Module):
             torch.manual_seed(seed)
             cls = transformers.GPT2LMHeadModel if cfg.architecture == "gpt2" else transformers.LlamaForCausalLM
             self.model = cls(hf_config)
+        # the causal-LM loss, named: GPT2LMHeadModel's class name maps to no loss, so transformers warns
+        # before falling back to this same loss (LlamaForCausalLM's name maps to it)
+        self.model.loss_type = "ForCausalLM"
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
