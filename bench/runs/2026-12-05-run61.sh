@@ -10,6 +10,7 @@
 #   bash bench/runs/2026-12-05-run61.sh steps    GPT-42M, Llama-42M FP32, HF GPT-2 bf16 against torch.compile
 #   bash bench/runs/2026-12-05-run61.sh all      the residency probe, the HF GPT-2 step, the GPU tests (one call)
 #   bash bench/runs/2026-12-05-run61.sh models   GPT-42M and Llama-42M FP32
+#   bash bench/runs/2026-12-05-run61.sh core     the residency probe, the HF GPT-2 step, a minute of the rows GPU tests
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
   *H200*) T=h200 ;; *) T=h100 ;;
@@ -17,15 +18,20 @@ esac
 R=$OUT/run61; mkdir -p $R
 export PYTHONPATH=. NOVA_OFFLINE=1 PYTHONUNBUFFERED=1 NOVA_CACHE_DIR=$PWD/.nova-cache
 tar xf .nova-cache.txz
-if [ "$1" = probes ] || [ "$1" = all ]; then
+if [ "$1" = probes ] || [ "$1" = all ] || [ "$1" = core ]; then
   NOVA_TARGET=$T timeout 90 python3 bench/probes/rows_residency.py run $R/rows_residency-$T.json 2>&1 | python3 -c "
 import json, sys
 for line in sys.stdin:
     if not line.startswith('{'): print(line.rstrip()[:300]); continue
     r = json.loads(line); print(f\"{r['problem'][:24]:24s} {r['variant'][-1]} {r['us']:8.2f} us {r['tb_per_s']:.2f} TB/s pred {r['predicted_us']} {r['row']['in_registers']} {r['row']['blocks_per_sm']} {r['roles']} finite {r['finite']} diff {r['rel_diff_vs_first']}\")"
 fi
-if [ "$1" = all ]; then
+if [ "$1" = all ] || [ "$1" = core ]; then
   bash bench/runs/2026-12-05-run51.sh hf 2>&1 | grep -v "^\[transformers\]"
+fi
+if [ "$1" = core ]; then
+  NOVA_TARGET=h200 timeout 60 python3 -m pytest -q -n 0 -m gpu --show-capture=no --tb=line -rf \
+      tests/test_rows_gpu.py > $R/gpu_tests.log 2>&1
+  grep -E "^(FAILED|ERROR)|passed|failed" $R/gpu_tests.log | head -8
 fi
 if [ "$1" = probes ] || [ "$1" = all ]; then
   [ "$1" = probes ] && NOVA_TARGET=$T timeout 60 python3 bench/probes/norm_backward_registers.py run $R/norm_backward_registers-$T.json \
