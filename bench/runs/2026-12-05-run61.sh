@@ -10,6 +10,7 @@
 #   bash bench/runs/2026-12-05-run61.sh steps    GPT-42M, Llama-42M FP32, HF GPT-2 bf16 against torch.compile
 #   bash bench/runs/2026-12-05-run61.sh all      the residency probe, the HF GPT-2 step, the GPU tests (one call)
 #   bash bench/runs/2026-12-05-run61.sh models   GPT-42M and Llama-42M FP32
+#   bash bench/runs/2026-12-05-run61.sh residency   the residency probe alone
 #   bash bench/runs/2026-12-05-run61.sh core     the residency probe, the HF GPT-2 step, a minute of the rows GPU tests
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
@@ -18,7 +19,7 @@ esac
 R=$OUT/run61; mkdir -p $R
 export PYTHONPATH=. NOVA_OFFLINE=1 PYTHONUNBUFFERED=1 NOVA_CACHE_DIR=$PWD/.nova-cache
 tar xf .nova-cache.txz
-if [ "$1" = probes ] || [ "$1" = all ] || [ "$1" = core ]; then
+if [ "$1" = probes ] || [ "$1" = all ] || [ "$1" = core ] || [ "$1" = residency ]; then
   NOVA_TARGET=$T timeout 90 python3 bench/probes/rows_residency.py run $R/rows_residency-$T.json 2>&1 | python3 -c "
 import json, sys
 for line in sys.stdin:
