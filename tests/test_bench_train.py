@@ -85,6 +85,8 @@ def test_bad_values_are_one_line_and_exit_2(tmp_path, capsys, extra, message):
     (("--timeout", "0"), "--timeout must be at least 1, got 0"),
     (("--model", "bogus"), "unknown model 'bogus'"),
     (("--compile-mode", "bogus"), "--compile-mode 'bogus' is not a torch.compile mode; choose from default"),
+    (("--frameworks", "eager,compile", "--memory-budget", "2GiB"),
+     "--memory-budget is nova.compile's budget; eager, compile would run without it"),
 ])
 def test_the_driver_refuses_bad_values_before_it_starts_a_run(tmp_path, capsys, monkeypatch, extra, message):
     monkeypatch.setattr(train, "run_all", lambda args: pytest.fail("the driver started its runs"))

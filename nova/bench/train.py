@@ -839,7 +839,8 @@ def parser(prog: str = "python3 -m nova.bench.train") -> argparse.ArgumentParser
     ap.add_argument("--seed", type=int, default=0, help="seed of the initial weights and of the token stream "
                                                          "(default: %(default)s)")
     ap.add_argument("--memory-budget", default=None, metavar="SIZE",
-                    help="nova only: nova.compile(step, memory_budget=SIZE) (12GiB, 11.5GB, 800MiB); on CUDA the "
+                    help="nova only (refused when the frameworks leave nova out): nova.compile(step, "
+                         "memory_budget=SIZE) (12GiB, 11.5GB, 800MiB); on CUDA the "
                          "process is also capped at SIZE (torch.cuda.set_per_process_memory_fraction(SIZE / "
                          "device memory), before the model is built), so an out-of-memory error, reported in one "
                          "line naming the budget, means the step needs more than its budget")
@@ -888,6 +889,9 @@ def refused(args) -> str | None:
         return f"--frameworks {args.frameworks!r}: {what}; choose from {', '.join(FRAMEWORKS)}"
     if args.fp32_matmul and {"nova", "jax"} & set(frameworks):
         return "--fp32-matmul is for eager and compile (Nova's and XLA's f32 GEMMs run TF32)"
+    if args.memory_budget is not None and "nova" not in frameworks:
+        return (f"--memory-budget is nova.compile's budget; {', '.join(frameworks)} would run without it "
+                "(add nova to the frameworks, or drop the budget)")
     if args.memory_budget is not None:
         from nova.passes.budget import MemoryBudgetError, parse_size
         try:
