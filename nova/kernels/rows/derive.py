@@ -9,8 +9,10 @@ Closed form: no search, no measurement.
                       many warps as that needs (at most a CTA's 1024 threads)
  3. rows per CTA      CTAs of 4 warps (one per scheduler) for short rows; one row per CTA for long ones
  4. passes            the row held in registers (read once) when the values a thread keeps fit the
-                      register budget, else walked once per pass (the re-reads hit L2 when the rows in
-                      flight fit it); online max-sum for softmax and cross-entropy (one pass for both)
+                      registers of MIN_RESIDENT CTAs an SM (a lone CTA runs its loads, reductions,
+                      exponentials and stores back to back), else walked once per pass (the re-reads hit
+                      L2 when the rows in flight fit it); online max-sum for softmax and cross-entropy
+                      (one pass for both)
  5. occupancy, grid   CTAs per SM from threads, registers and shared memory; the grid and its waves
  6. column sums      the norms' weight/bias gradients summed in the row kernel's own pass when their
                       per-thread accumulators (chunks x vec x gradients) fit next to the kept row: the row
@@ -255,7 +257,7 @@ def step4_passes(p: RowsProblem, vec: int, tpr: int, threads: int, gpu: GPUModel
                             f"({', '.join(held(p))})", post=int, chunks=chunks, vec=vec, held=len(held(p)))
     per_thread = regs_per_thread(threads, gpu, min_resident)
     overhead = reg_overhead(p, chunks, vec)
-    budget = min(REG_VALUES, per_thread - overhead)           # one CTA must fit the register file
+    budget = min(REG_VALUES, per_thread - overhead)           # min_resident CTAs must fit the register file
     acc = fused_accumulators(p, chunks, vec)
     if acc and kept + acc <= per_thread - overhead:
         budget = min(REG_VALUES, per_thread - overhead - acc)
