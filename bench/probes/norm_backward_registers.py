@@ -65,15 +65,8 @@ def variants(gpu):
 
 
 def build():
-    from nova.hwmodel import get_target
-    from nova.kernels.rows.compile import get_or_compile
-    gpu = get_target(TARGET)
-    for label, p, s, what in variants(gpu):
-        for role in s.roles:
-            art, _, status = get_or_compile(p, s, role, gpu, offline=False)
-            r = art.resources
-            print(f"{label:32s} | {what:22s} | {role:15s} {status:8s} {r['registers']} registers, "
-                  f"{r['spill_store_bytes']} B spilled, grid {art.grid}")
+    from rows_launch import build_variants
+    build_variants(variants, TARGET)
 
 
 def run(out_path):

@@ -40,3 +40,17 @@ def kernel_times(step, iters: int = 30, warmup: int = 5) -> dict[str, float]:
         if e.device_type.name == "CUDA":
             per[e.name] = per.get(e.name, 0.0) + e.device_time / iters
     return per
+
+
+def build_variants(variants, target: str) -> None:
+    """Compile every kernel of the probe's ``variants`` (``[(label, problem, schedule, what)]``) for the
+    preset ``target`` into the kernel cache (host, MLIR), printing each one's registers and spills."""
+    from nova.hwmodel import get_target
+    from nova.kernels.rows.compile import get_or_compile
+    gpu = get_target(target)
+    for label, p, s, what in variants(gpu):
+        for role in s.roles:
+            art, _, status = get_or_compile(p, s, role, gpu, offline=False)
+            r = art.resources
+            print(f"{label:32s} | {what:22s} | {role:15s} {status:8s} {r['registers']} registers, "
+                  f"{r['spill_store_bytes']} B spilled, grid {art.grid}")
