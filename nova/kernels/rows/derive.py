@@ -266,9 +266,11 @@ def step4_passes(p: RowsProblem, vec: int, tpr: int, threads: int, gpu: GPUModel
                                              f"and {per_thread} registers a thread for {_ctas(min_resident)}of "
                                              f"{threads} threads less {overhead}): the row is read once and kept in "
                                              f"registers for the {passes} passes")]
-    return (chunks, False), [s1, s2, note("passes", passes, f"{kept} > {budget} values: {passes} passes each "
-                                          "re-read the row" + (" (max and sum together: online softmax)"
-                                                               if p.kind in ("softmax", "log_softmax") else ""))]
+    return (chunks, False), [s1, s2, note("passes", passes, f"{kept} > {budget} values ({per_thread} registers a "
+                                          f"thread for {_ctas(min_resident)}of {threads} threads less {overhead}): "
+                                          f"{passes} passes each re-read the row" +
+                                          (" (max and sum together: online softmax)"
+                                           if p.kind in ("softmax", "log_softmax") else ""))]
 
 
 def _ctas(n: int) -> str:
