@@ -1106,6 +1106,30 @@ def test_a_model_cast_to_float64_after_adams_first_step_is_one_line_as_eager_ref
 
 
 @pytest.mark.parametrize("backend", ["reference", "executor"])
+def test_a_frozen_layer_cast_after_adams_first_step_trains_like_eager(backend):
+    """A layer frozen and cast to float64 after AdamW's first step keeps its float32 moments; eager's
+    update skips it (no gradient), so the moments' dtype is no reason to refuse the step."""
+    torch.manual_seed(0)
+    models = [nn.Sequential(nn.Linear(8, 4), nn.Tanh(), nn.Linear(4, 3))]
+    models.append(copy.deepcopy(models[0]))
+    opts = [torch.optim.AdamW(m.parameters(), lr=0.1) for m in models]
+
+    def head(m, x):
+        return m[2](m[1](m[0](x)).to(m[2].weight.dtype)).float()
+    steps = [_train_step(m, o, lambda model, x, y: F.cross_entropy(head(model, x), y)) for m, o in zip(models, opts)]
+    compiled, eager = nova.compile(steps[0], backend=backend), steps[1]
+    x, y = torch.randn(6, 8), torch.randint(0, 3, (6,))
+    torch.testing.assert_close(compiled(x, y), eager(x, y))
+    for m in models:
+        m[2].requires_grad_(False)
+        m[2].double()
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x, y), eager(x, y), rtol=1e-4, atol=1e-5)
+    for p, q in zip(*(m.parameters() for m in models)):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5)          # float32 rounding of 3 AdamW steps
+
+
+@pytest.mark.parametrize("backend", ["reference", "executor"])
 def test_parameters_tied_through_data_between_calls_are_one_line_and_untouched(backend):
     """``b.weight.data = a.weight.data`` between calls: two parameters the step updates on one
     storage.  Eager applies both updates to the shared memory; a program computes each from what it

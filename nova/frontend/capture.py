@@ -108,14 +108,14 @@ def _check_supported(found: Discovered) -> None:
         handler_for(opt, name)
         if getattr(opt, "_optimizer_step_pre_hooks", None) or getattr(opt, "_optimizer_step_post_hooks", None):
             raise NovaUnsupportedError(f"optimizer {name} has a step hook; Nova cannot replay hooks")
-        _check_moment_dtypes(name, opt, found)
 
 
-def _check_moment_dtypes(name: str, opt, found: Discovered) -> None:
+def _check_moment_dtypes(name: str, opt, found: Discovered, trace) -> None:
     """Adam's and AdamW's moments must have their parameter's dtype: eager's update (``lerp_`` of the
     moment towards the gradient) refuses a float32 moment of a parameter made float64 after the
     optimizer's first step (``model.double()``); the compiled step refuses it too, in one line,
-    instead of updating through a mixed-precision kernel."""
+    instead of updating through a mixed-precision kernel.  Only the parameters the update reads are
+    checked (those with a gradient, as eager's update skips the others)."""
     if not isinstance(opt, torch.optim.Adam | torch.optim.AdamW):
         return
     multi = len(found.models) > 1                     # parameter names as the bindings give them
@@ -123,11 +123,14 @@ def _check_moment_dtypes(name: str, opt, found: Discovered) -> None:
              for mname, model in found.models for path, p in model.named_parameters()}
     for group in opt.param_groups:
         for p in group["params"]:
+            if trace.leaf(p).grad is None:
+                continue
             for moment in ("exp_avg", "exp_avg_sq"):
                 m = opt.state.get(p, {}).get(moment)
                 if isinstance(m, torch.Tensor) and m.dtype != p.dtype:
                     raise NovaUnsupportedError(
-                        f"optimizer {name} ({type(opt).__name__}): parameter {names.get(id(p), 'of a group')} is "
+                        f"optimizer {name} ({type(opt).__name__}): parameter "
+                        f"{names.get(id(p)) or names.get(id(trace.leaf(p)), 'of a group')} is "
                         f"{p.dtype} but its {moment} is {m.dtype} (its dtype changed after the optimizer's first "
                         f"step); eager {type(opt).__name__} refuses this update too")
 
@@ -304,6 +307,7 @@ def _intercepted(found: Discovered, trace: _Trace):
         def step(closure=None):
             if closure is not None:
                 raise NovaUnsupportedError(f"{name}.step(closure) is not supported; call the model before step()")
+            _check_moment_dtypes(name, opt, found, trace)
             trace.tracker.set(f"optimizer {name} ({type(opt).__name__})")
             trace.tracker.paused = True
             try:
