@@ -192,14 +192,16 @@ def test_driver_passes_every_option_to_its_children():
                                       "--compile-mode", "max-autotune", "--adamw-impl", "fused",
                                       "--autocast", "bf16", "--padded", "--clip-grad-norm", "0.5",
                                       "--memory-budget", "1GiB", "--no-memory-cap", "--fp32-matmul"])
-    argv = train._child_argv(args, "jax")
-    assert argv[:3] == [sys.executable, "-m", "nova.bench.train"]
-    child = train.parser().parse_args(argv[3:])
-    assert child.framework == "jax" and not child.all
-    for name in ("model", "batch", "seq", "steps", "warmup", "timed", "repeats", "settle_s", "seed", "device",
-                 "out", "compile_mode", "adamw_impl", "autocast", "padded", "clip_grad_norm",
-                 "memory_budget", "no_memory_cap", "fp32_matmul"):
-        assert getattr(child, name) == getattr(args, name), name
+    for framework in ("jax", "nova", "eager"):
+        argv = train._child_argv(args, framework)
+        assert argv[:3] == [sys.executable, "-m", "nova.bench.train"]
+        child = train.parser().parse_args(argv[3:])
+        assert child.framework == framework and not child.all
+        for name in ("model", "batch", "seq", "steps", "warmup", "timed", "repeats", "settle_s", "seed", "device",
+                     "out", "compile_mode", "adamw_impl", "autocast", "padded", "clip_grad_norm", "fp32_matmul"):
+            assert getattr(child, name) == getattr(args, name), name
+        budgeted = framework == "nova"          # nova.compile's budget: the other children would refuse it
+        assert (child.memory_budget, child.no_memory_cap) == ((args.memory_budget, True) if budgeted else (None, False))
 
 
 @pytest.mark.slow

@@ -782,10 +782,10 @@ def _child_argv(args, framework: str) -> list[str]:
         + (["--padded"] if args.padded else [])
     if args.seq is not None:
         argv += ["--seq", str(args.seq)]
-    if args.memory_budget is not None:
+    if args.memory_budget is not None and framework == "nova":       # nova.compile's budget: nova's child only
         argv += ["--memory-budget", args.memory_budget]
-    if args.no_memory_cap:
-        argv += ["--no-memory-cap"]
+        if args.no_memory_cap:
+            argv += ["--no-memory-cap"]
     if args.fp32_matmul:
         argv += ["--fp32-matmul"]
     return argv
