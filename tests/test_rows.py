@@ -197,6 +197,10 @@ def _kernels():
              cli_problem("layernorm", 16384, 512, "f32", backward=True, residual=True, dx_sum=True, dx_cast="bf16"),
              cli_problem("rmsnorm", 16384, 512, "f32", backward=True, residual=True, dy_parts=3),
              cli_problem("rmsnorm", 64, 16384, "f32", backward=True, dy_parts=2),     # the column stage adds them
+             cli_problem("layernorm", 4096, 8192, "f32", backward=True, dx_cast="bf16", dy_parts=3),   # looped, 4 inputs
+             cli_problem("rmsnorm", 4096, 8192, "f32", backward=True, residual=True, dx_sum=True, dx_cast="bf16",
+                         dy_parts=3),                                                 # looped, 5 row inputs
+             cli_problem("cross_entropy", 16384, 32768, "bf16", forward_backward=True),   # passes at 3 CTAs an SM
              cli_problem("rmsnorm", 100, 4096, "bf16", backward=True), cli_problem("softmax", 8, 300000, "f32"),
              cli_problem("softmax", 8, 300000, "f32", backward=True),
              cli_problem("softmax", 77, 33, "f16", backward=True), cli_problem("log_softmax", 50, 2048, "bf16"),

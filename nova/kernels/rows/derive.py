@@ -66,6 +66,8 @@ REG_OVERHEAD = 40            # [EST] registers besides the kept values: indices,
 REG_PER_CHUNK = 4            # [FIT] and this many more per vector step past OVERHEAD_CHUNKS: ptxas kept a 1024-wide
 OVERHEAD_CHUNKS = 4          # norm backward (8 steps) at 64-88 beside its values, and spilled 84-256 B when held to
                              # 40 by the register cap of its planned residency (16384 x 512: 57-64, 0 B at the cap)
+LOOP_VECTOR_REGS = 4         # [CC] a 16-byte vector load: four 32-bit registers (per row input of a looped row)
+LOOP_INPUTS_IN_OVERHEAD = 3  # [FIT] row inputs a looped row's REG_OVERHEAD already holds (ptxas, sm_90, cap 40)
 MIN_RESIDENT = 2             # [EST] CTAs an SM that the row kept in registers (and the loads and sums kept with it)
                              # must leave room for
 MIN_ROWS_PER_THREAD = 16     # [EST] column stage: rows a thread adds at least per split (amortises its partial)
@@ -99,12 +101,15 @@ LATE = {"layer_norm_backward": ("residual",), "rms_norm_backward": ("residual",)
 
 def reg_overhead(p: RowsProblem, chunks: int, vec: int, in_registers: bool = True) -> int:
     """Registers a row-kernel thread needs besides the values it keeps and the column sums: REG_OVERHEAD;
-    with the row unrolled in registers, REG_PER_CHUNK more for every vector step past OVERHEAD_CHUNKS
+    a looped row, LOOP_VECTOR_REGS more per row input past LOOP_INPUTS_IN_OVERHEAD (held to 40, the
+    norm backwards reading dy in three parts, 4-5 row inputs, spilled 8-12 B on sm_90; 1-3 inputs
+    assemble at 40 with none); with the row unrolled in registers, REG_PER_CHUNK more for every vector step past OVERHEAD_CHUNKS
     (each step's addresses and predicates) and a norm backward's 16-bit copy of dx (``dx_cast``,
     rounded beside the f32 dx it writes and sums: chunks x vec; sm_80 spilled 16 B at 128 registers
     without them).  A looped row's steps are one loop body."""
-    if not in_registers:
-        return REG_OVERHEAD
+    if not in_registers:                # a loop trip keeps a 16-byte vector of every row input in flight
+        inputs = sum(1 for o in p.inputs if o.layout == "row")
+        return REG_OVERHEAD + LOOP_VECTOR_REGS * max(0, inputs - LOOP_INPUTS_IN_OVERHEAD)
     return REG_OVERHEAD + REG_PER_CHUNK * max(0, chunks - OVERHEAD_CHUNKS) + (chunks * vec if p.has("dx_cast") else 0)
 
 
