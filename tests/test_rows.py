@@ -201,6 +201,7 @@ def _kernels():
              cli_problem("rmsnorm", 4096, 8192, "f32", backward=True, residual=True, dx_sum=True, dx_cast="bf16",
                          dy_parts=3),                                                 # looped, 5 row inputs
              cli_problem("cross_entropy", 16384, 32768, "bf16", forward_backward=True),   # passes at 3 CTAs an SM
+             cli_problem("cross_entropy", 64, 10240, "bf16", forward_backward=True),      # 16-bit dlogits, in registers
              cli_problem("rmsnorm", 100, 4096, "bf16", backward=True), cli_problem("softmax", 8, 300000, "f32"),
              cli_problem("softmax", 8, 300000, "f32", backward=True),
              cli_problem("softmax", 77, 33, "f16", backward=True), cli_problem("log_softmax", 50, 2048, "bf16"),
@@ -613,16 +614,19 @@ def test_a_norm_backward_adds_the_residual_and_sums_dx(kind, rows, n, dx_cast, d
 
 def test_a_row_only_a_lone_cta_could_keep_in_registers_is_walked_in_passes():
     """With one CTA an SM nothing overlaps its loads, reductions, exponentials and stores: the row stays
-    in registers only where MIN_RESIDENT (2) CTAs an SM hold it.  The HF GPT-2 loss (16384 x 32768 bf16,
-    loss and gradient in one kernel) would keep 64 values a thread in a lone 512-thread CTA; it walks
-    the row in two passes instead (the second from L2) at 3 CTAs an SM; ``min_resident=1`` is the
-    other side, for the probes."""
-    p = cli_problem("cross_entropy", 16384, 32768, "bf16", forward_backward=True)
+    in registers only where MIN_RESIDENT (2) CTAs an SM hold it.  The fused loss of 8192 x 16384 f32
+    rows would keep 32 values a thread in a lone 512-thread CTA; it walks the row in two passes instead
+    (the second from L2) at 3 CTAs an SM; ``min_resident=1`` is the other side, for the probes.  The
+    HF GPT-2 loss (16384 x 32768 bf16) is walked in passes either way now: with its 16-bit dlogits
+    counted, its kept row passes one 512-thread CTA's registers too (ptxas spilled 16 B at 128)."""
+    p = cli_problem("cross_entropy", 8192, 16384, "f32", forward_backward=True)
     row = configure_rows(p, "h100").schedule.row
     assert not row.in_registers and row.blocks_per_sm >= 2, row
     lone = configure_rows(p, "h100", min_resident=1).schedule.row
     assert lone.in_registers and lone.blocks_per_sm == 1, lone
     why = next(st for st in configure_rows(p, "h100").derivation if st.step == "passes")
-    assert "64 > 8 values" in why.reason, why
+    assert "for 2 CTAs an SM of 512 threads" in why.reason, why
+    hf = cli_problem("cross_entropy", 16384, 32768, "bf16", forward_backward=True)
+    assert not any(configure_rows(hf, "h100", min_resident=k).schedule.row.in_registers for k in (1, 2))
     short = configure_rows(cli_problem("layernorm", 16384, 512, "f32", backward=True), "h100").schedule.row
     assert short.in_registers and short.blocks_per_sm >= 2, short       # short rows: as before

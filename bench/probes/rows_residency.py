@@ -13,6 +13,9 @@ HF GPT-2 step (16384 x 32768, loss and gradient in one kernel) ran 1172 us again
 the H100, where the f32 one of GPT-42M (8192 x 32768, the same bytes, two passes) ran 727
 (bench/results/h100-2026-12-05/run60).
 
+The HF loss keeps one schedule now (its 16-bit dlogits counted, the kept row passes one 512-thread
+CTA's registers too: passes either way); run 60's step measured its old in-register side.
+
 Each kernel's CUPTI duration over 30 launches, inputs random, outputs NaN-poisoned; the outputs of
 the two sides compared (largest difference relative to the largest magnitude).
 
