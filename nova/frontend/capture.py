@@ -110,7 +110,7 @@ def _check_supported(found: Discovered) -> None:
             raise NovaUnsupportedError(f"optimizer {name} has a step hook; Nova cannot replay hooks")
 
 
-def _check_moment_dtypes(name: str, opt, found: Discovered, trace) -> None:
+def _check_moment_dtypes(name: str, opt, trace) -> None:
     """Adam's and AdamW's moments must have their parameter's dtype: eager's update (``lerp_`` of the
     moment towards the gradient) refuses a float32 moment of a parameter made float64 after the
     optimizer's first step (``model.double()``); the compiled step refuses it too, in one line,
@@ -118,9 +118,6 @@ def _check_moment_dtypes(name: str, opt, found: Discovered, trace) -> None:
     checked (those with a gradient, as eager's update skips the others)."""
     if not isinstance(opt, torch.optim.Adam | torch.optim.AdamW):
         return
-    multi = len(found.models) > 1                     # parameter names as the bindings give them
-    names = {id(p): _join(mname, path) if multi else path
-             for mname, model in found.models for path, p in model.named_parameters()}
     for group in opt.param_groups:
         for p in group["params"]:
             if trace.leaf(p).grad is None:
@@ -129,8 +126,7 @@ def _check_moment_dtypes(name: str, opt, found: Discovered, trace) -> None:
                 m = opt.state.get(p, {}).get(moment)
                 if isinstance(m, torch.Tensor) and m.dtype != p.dtype:
                     raise NovaUnsupportedError(
-                        f"optimizer {name} ({type(opt).__name__}): parameter "
-                        f"{names.get(id(p)) or names.get(id(trace.leaf(p)), 'of a group')} is "
+                        f"optimizer {name} ({type(opt).__name__}): parameter {trace.param_names.get(id(p), '?')} is "
                         f"{p.dtype} but its {moment} is {m.dtype} (its dtype changed after the optimizer's first "
                         f"step); eager {type(opt).__name__} refuses this update too")
 
@@ -307,7 +303,7 @@ def _intercepted(found: Discovered, trace: _Trace):
         def step(closure=None):
             if closure is not None:
                 raise NovaUnsupportedError(f"{name}.step(closure) is not supported; call the model before step()")
-            _check_moment_dtypes(name, opt, found, trace)
+            _check_moment_dtypes(name, opt, trace)
             trace.tracker.set(f"optimizer {name} ({type(opt).__name__})")
             trace.tracker.paused = True
             try:
@@ -400,6 +396,7 @@ def capture(fn, args=(), kwargs=None, *, models=None, optimizers=None, found: Di
     tracker = OriginTracker(module_names)
     trace = _Trace(tracker, found)
     trace.checks = []                        # value checks kept in the graph (checks.py)
+    trace.param_names = {id(s.tensor): s.name for s in slots if s.kind == "param"}    # for error lines
     returned = _Returned()
 
     def traced(*flat):

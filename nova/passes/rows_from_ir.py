@@ -508,12 +508,9 @@ def _op_value(ops, op: str, args: tuple) -> str:
     """The prologue value of ``op(args)``: an earlier op's when the same op already reads the same
     arguments (the ops are pure: a backward's recomputation of its forward's terms is computed once),
     else a new op appended."""
-    entry = (op, args)
-    index = ops.index(entry) if entry in ops else None
-    if index is None:
-        ops.append(entry)
-        index = len(ops) - 1
-    return f"%{index}"
+    if (op, args) not in ops:
+        ops.append((op, args))
+    return f"%{ops.index((op, args))}"
 
 
 def _index_of(a: str, ops) -> int:
