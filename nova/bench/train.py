@@ -494,27 +494,30 @@ def cap_memory(torch, dev, budget_text: str) -> dict:
             "source": "torch.cuda.set_per_process_memory_fraction(budget / total)"}
 
 
-def budget_refusal(e: BaseException):
-    """The ``MemoryBudgetError`` anywhere in ``e``'s chain (the step does not fit ``--memory-budget``:
-    its one line names the smallest plan), else None."""
-    from nova.passes.budget import MemoryBudgetError
+def in_chain(e: BaseException, test) -> BaseException | None:
+    """The first exception in ``e``'s chain (``e``, then its cause or context, ...) that ``test``
+    accepts, else None."""
     seen = e
     while seen is not None:
-        if isinstance(seen, MemoryBudgetError):
+        if test(seen):
             return seen
         seen = seen.__cause__ or seen.__context__
     return None
 
 
+def budget_refusal(e: BaseException):
+    """The ``MemoryBudgetError`` anywhere in ``e``'s chain (the step does not fit ``--memory-budget``:
+    its one line names the smallest plan), else None."""
+    from nova.passes.budget import MemoryBudgetError
+    return in_chain(e, lambda x: isinstance(x, MemoryBudgetError))
+
+
 def oom_line(e: BaseException, budget_text: str | None) -> str | None:
     """One line for an out-of-memory anywhere in ``e``'s chain under a memory budget (else None)."""
-    seen = e
-    while seen is not None:
-        if type(seen).__name__ == "OutOfMemoryError":
-            return (f"out of memory under the --memory-budget {budget_text} cap: the step allocated more than its "
-                    f"budget ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")[:400]
-        seen = seen.__cause__ or seen.__context__
-    return None
+    if in_chain(e, lambda x: type(x).__name__ == "OutOfMemoryError") is None:
+        return None
+    return (f"out of memory under the --memory-budget {budget_text} cap: the step allocated more than its "
+            f"budget ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")[:400]
 
 
 SCHEDULES = ("constant", "warmup-cosine")
@@ -727,14 +730,10 @@ def run_one(args) -> int:
         rec.update(status="unavailable", error=str(e))
         print(f"nova.bench.train: {args.framework}: {e}", file=sys.stderr, flush=True)
         status = 2
-    except BadArgument as e:
-        rec.update(status="error", error=str(e))
-        print(f"nova.bench.train: {args.framework}: {e}", file=sys.stderr, flush=True)
-        status = 2
     except BenchError as e:
         rec.update(status="error", error=str(e))
         print(f"nova.bench.train: {args.framework}: {e}", file=sys.stderr, flush=True)
-        status = 1
+        status = 2 if isinstance(e, BadArgument) else 1
     except Exception as e:
         budget = budget_refusal(e) if args.memory_budget is not None else None
         line = (str(budget) if budget is not None else None) or \
