@@ -36,6 +36,7 @@ EXCEPTIONS = {
     ("nova.bench.correctness", "nova.cli.shapes"): "the CLI's shape syntax",
     ("nova.bench.triton_matmul", "nova.cli.shapes"): "the CLI's shape syntax",
     ("nova.bench.train_gemms", "nova.cli.common"): "the CLI's exit statuses",
+    ("nova.bench.train_gemms", "nova.cli.shapes"): "the suites' JSON parse errors",
     ("nova.bench.train", "nova.cli.common"): "nova bench train's parser (one-line errors)",
     # the explain commands of three kernel families live beside them and parse with the CLI's one-line parser
     ("nova.kernels.attention.cli", "nova.cli.common"): "the CLI's parser (one-line errors)",

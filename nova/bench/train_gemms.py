@@ -125,12 +125,12 @@ def suite_text(entries) -> str:
 def load_suite(path=SUITE) -> list[dict]:
     """The entries of a suite file, checked (one line naming the file and the entry on a bad one)."""
     from nova.cli.common import UsageError
+    from nova.cli.shapes import load_json
     try:
-        entries = json.loads(Path(path).read_text(encoding="utf-8-sig"))
+        text = Path(path).read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"cannot read the GEMM suite {path}: {getattr(e, 'strerror', None) or e}") from None
-    except json.JSONDecodeError as e:       # the line of nova.cli.shapes.load_json
-        raise UsageError(f"suite file {path}:{e.lineno}:{e.colno}: JSON parse error: {e.msg}") from None
+    entries = load_json(Path(path), text, UsageError)
     if not isinstance(entries, list) or not entries:
         raise UsageError(f"GEMM suite {path}: expected a non-empty JSON list of entries")
     for e in entries:
