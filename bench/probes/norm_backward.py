@@ -68,14 +68,8 @@ def build():
 
 
 def _launchable(p, s):
-    import torch
-    from rows_launch import launchable
-    t = {}
-    for o in p.inputs + p.outputs:
-        shape = (p.rows, p.n) if o.layout == "row" else (p.n,) if o.layout == "col" else (p.rows,)
-        t[o.name] = torch.randn(shape, device="cuda")
-    if "rstd" in t:
-        t["rstd"] = t["rstd"].abs() + 0.5
+    from rows_launch import launchable, random_operands
+    t = random_operands(p)
     return launchable(p, s, t), t
 
 

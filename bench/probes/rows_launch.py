@@ -54,3 +54,23 @@ def build_variants(variants, target: str) -> None:
             r = art.resources
             print(f"{label:32s} | {what:22s} | {role:15s} {status:8s} {r['registers']} registers, "
                   f"{r['spill_store_bytes']} B spilled, grid {art.grid}")
+
+
+def random_operands(p, seed: int = 0) -> dict:
+    """Random inputs and NaN outputs for every operand of ``p`` (targets in range, rstd positive)."""
+    import torch
+    from nova.kernels.rows.operands import INDEX_DTYPES
+    types = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    t = {}
+    for o in p.inputs + p.outputs:
+        shape = {"row": (p.rows, p.n), "col": (p.n,), "per_row": (p.rows,), "scalar": ()}[o.layout]
+        if o.dtype in INDEX_DTYPES:
+            t[o.name] = torch.randint(0, p.n, shape, device="cuda", generator=g)
+        elif o in p.outputs:
+            t[o.name] = torch.full(shape, float("nan"), device="cuda", dtype=types[o.dtype])
+        else:
+            t[o.name] = (2 * torch.randn(shape, device="cuda", generator=g)).to(types[o.dtype])
+    if "rstd" in t and p.operand("rstd") in p.inputs:
+        t["rstd"] = t["rstd"].abs() + 0.5
+    return t
