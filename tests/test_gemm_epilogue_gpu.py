@@ -151,27 +151,30 @@ def test_the_cast_epilogue_writes_the_bf16_result_widened(case, hopper, monkeypa
         assert torch.equal(out, out.bfloat16().float()), f"{what}: C holds values no bf16 has (not rounded)"
 
 
-# the activation's backward (activation_grad): C = (A @ B) * gelu'(R), R the pre-activation; (M, N, K, dtype)
+# the activation's backward (activation_grad): C = (A @ B) * gelu'(R), R the pre-activation;
+# (M, N, K, dtype, B stored transposed)
 GRAD_CASES = [
-    (16384 // 8, 2048, 512, "tf32"),      # GPT's dh = dy @ W2 then gelu_backward(dh, pre)
-    (1000, 1002, 520, "bf16"),            # ragged M, odd N
-    (129, 258, 4096, "tf32"),             # deep K: the split-K workspace's reduction applies it
+    (16384 // 8, 2048, 512, "tf32", False),   # GPT's dh = dy @ W2 then gelu_backward(dh, pre)
+    (16384 // 8, 2048, 512, "bf16", True),    # HF GPT-2's under autocast (Conv1D's weight: NT), its GELU op by op
+    (1000, 1002, 520, "bf16", False),         # ragged M, odd N
+    (129, 258, 4096, "tf32", False),          # deep K: the split-K workspace's reduction applies it
 ]
 
 
 def grad_problem(case) -> GemmProblem:
-    M, N, K, dtype = case
-    return GemmProblem(M, N, K, dtype, activation="gelu", residual=True, activation_grad=True)
+    M, N, K, dtype, trans_b = case
+    return GemmProblem(M, N, K, dtype, trans_b=trans_b, activation="gelu", residual=True, activation_grad=True)
 
 
 @pytest.mark.parametrize("hopper", HOPPER_SWITCH)
-@pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: "x".join(map(str, c[:3])) + f"-{c[3]}")
+@pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: "x".join(map(str, c[:3])) + f"-{c[3]}" + "-NT" * c[4])
 def test_the_activation_grad_epilogue_against_float64(case, hopper, monkeypatch):
     torch, seed, gen = start(hopper, monkeypatch)
-    M, N, K, dtype = case
+    M, N, K, dtype, trans_b = case
     tdt = {"tf32": torch.float32, "bf16": torch.bfloat16}[dtype]
     a = torch.randn(M, K, device="cuda", generator=gen).to(tdt)
-    b = torch.randn(K, N, device="cuda", generator=gen).to(tdt)
+    b = torch.randn(N, K, device="cuda", generator=gen).to(tdt).T if trans_b else \
+        torch.randn(K, N, device="cuda", generator=gen).to(tdt)
     pre = (torch.randn(M, N, device="cuda", generator=gen) * 3).to(tdt)      # the GELU's curve and its tails
     out = torch.full((M, N), float("nan"), device="cuda", dtype=tdt)
     try:

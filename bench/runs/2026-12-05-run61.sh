@@ -37,8 +37,8 @@ fi
 if [ "$1" = probes ] || [ "$1" = all ]; then
   [ "$1" = probes ] && NOVA_TARGET=$T timeout 60 python3 bench/probes/norm_backward_registers.py run $R/norm_backward_registers-$T.json \
       2>&1 | grep -o '"problem": "[^"]*", "describe[^{]*"variant": "[^"]*"\|"us": [0-9.]*' | paste - - | head -12
-  NOVA_TARGET=h200 timeout 110 python3 -m pytest -q -n 0 -m gpu --show-capture=no --tb=line -rf \
-      tests/test_rows_gpu.py tests/test_integrations_dynamo_gpu.py > $R/gpu_tests.log 2>&1
+  NOVA_TARGET=h200 timeout 170 python3 -m pytest -q -n 0 -m gpu --show-capture=no --tb=line -rf \
+      tests/test_rows_gpu.py tests/test_integrations_dynamo_gpu.py tests/test_gemm_epilogue_gpu.py > $R/gpu_tests.log 2>&1
   grep -E "^(FAILED|ERROR)|passed|failed" $R/gpu_tests.log | head -14
 fi
 if [ "$1" = steps ]; then

@@ -13,10 +13,15 @@ producing GEMM's epilogue, its input written beside it when the backward reads i
 output's gradient ``dy`` and ``x`` alone) becomes the named backward op (``gelu_tanh_backward(dy, x)``:
 the GEMM that computes ``dy`` applies it in its epilogue, as it does for ``F.gelu``'s backward) when the
 chain equals it as a function: evaluated once at ``PROBES`` random points of both inputs (spread over
-the activation's curve and its saturation), each op's result rounded to its type as the IR's ops round
-it, it agrees with the named op of (dy, x) in one of the two orders (in float64) to ``GRAD_RTOL`` of
-the largest value.  A chain that rounds to 16 bits
-on the way (autocast) differs by more and stays as written: eager's semantics hold.
+the activation's curve and its saturation) as math -- each op in float64, a cast between float types
+the identity, as the forward's canonical form reads it -- it agrees with the named op of (dy, x) in one
+of the two orders to ``GRAD_RTOL`` of the largest value.
+
+**Rounding**: the named op computes in FP32 and rounds its result once to the chain's type.  Under
+autocast eager rounds every op's result to 16 bits on the way (HF GPT-2's GELU backward: each of its
+ops rounds to bfloat16); the named op is the exact function rounded once, at least as close to the
+float64 function as eager's chain (``tests/test_named_activations.py`` checks both against it).  The
+forward is read the same way (``_named``), and torch.compile computes such chains in FP32 too.
 
 **Chains**: for each pointwise node, in reverse program order, the largest set of pointwise nodes
 ending at it whose results are read only inside the set (a result read elsewhere, or a graph
@@ -26,6 +31,7 @@ as literals, aside) of the chain's result type.  A node belongs to at most one r
 from __future__ import annotations
 
 from nova.ir.graph import Graph, Node
+from nova.ir.types import FLOAT_TYPES
 from nova.ir.ops import kind
 from nova.kernels.pointwise.problem import PointwiseProblemError
 from nova.passes.dce import dce
@@ -35,7 +41,7 @@ from nova.passes.rewrite import Rewriter
 NAMED = ("gelu_tanh", "gelu_erf", "relu", "silu")   # what a GEMM epilogue computes (fusion.EPILOGUE_ACTIVATIONS)
 GRADIENTS = ("gelu_tanh_backward",)                # what a GEMM epilogue computes of (dy, x) (fusion.ACTIVATION_GRADS)
 PROBES = 512                                       # random points a backward chain is compared at
-GRAD_RTOL = 1e-4                                   # of the largest value (f32 rounding: ~1e-7; 16-bit: ~1e-3)
+GRAD_RTOL = 1e-4                                   # of the largest value (decimal constants: ~1e-7)
 
 
 def _chain(end: Node, users, outputs, taken) -> tuple[list[Node], list]:
@@ -74,16 +80,18 @@ def _named_gradient(nodes, inputs, fills, out) -> tuple[str, list] | None:
     """``(op, [dy, x])`` when ``nodes`` compute ``op(dy, x)`` of their two ``inputs`` in either order (one
     of ``GRADIENTS``; module docstring: the chain evaluated once, compared with the op both ways)."""
     import torch
-    from nova.dtypes import ELEMENT_TYPES
     from nova.ir.ops import opdef
     gen = torch.Generator().manual_seed(0)
     probes = [torch.randn(PROBES, generator=gen, dtype=torch.float64) * 3 for _ in inputs]   # curve and tails
     env = {v: torch.tensor(float(v.producer.attrs["value"]), dtype=torch.float64) for v in fills}
     env.update(zip(inputs, probes))
     try:
-        for n in nodes:                          # each result rounded to its type, computed in float64
-            result = opdef(n.op).reference(torch, *[env[v] for v in n.inputs], **n.attrs)
-            env[n.outputs[0]] = result.to(getattr(torch, ELEMENT_TYPES[n.outputs[0].dtype].torch)).to(torch.float64)
+        for n in nodes:                          # as math: float64 throughout, a float cast the identity
+            args = [env[v] for v in n.inputs]
+            if n.op == "cast" and n.outputs[0].dtype in FLOAT_TYPES:
+                env[n.outputs[0]] = args[0]
+            else:
+                env[n.outputs[0]] = opdef(n.op).reference(torch, *args, **n.attrs).to(torch.float64)
     except Exception:                            # an op whose reference takes no float64 vectors: not this
         return None
     got = env[out]
