@@ -210,6 +210,7 @@ def _kernels():
              cli_problem("cross_entropy", 8192, 32768, "f32", forward_backward=True),
              cli_problem("cross_entropy", 33, 97, "bf16", forward_backward=True),
              cli_problem("cross_entropy", 9, 70001, "f32", forward_backward=True),
+             cli_problem("cross_entropy", 9, 20000, "f32", forward_backward=True),       # looped, 8 ragged steps
              RowsProblem("softmax", 40, 96, (Operand("x", "f32", "row", 200),), (Operand("y", "f32", "row", 96),)),
              sum_of_squares(1, 1 << 24), sum_of_squares(3, 70001, "bf16", "mean", stored=True),
              sum_of_squares(5, 300000, "f16", "max")]
@@ -470,25 +471,28 @@ def test_the_column_stage_and_its_final_sum_run_like_float64(rows, n, op, stored
         assert np.abs(buffers["st0"] - summed).max() <= 1e-5 * np.abs(summed).max()
 
 
-@pytest.mark.parametrize("rows, n", [(5, 4096), (4, 32768)])
-def test_the_fused_loss_kernel_computes_what_the_two_kernels_did_bit_for_bit(rows, n):
+@pytest.mark.parametrize("rows, n, dtype", [(5, 4096, "f32"), (4, 32768, "f32"), (3, 32768, "bf16")])
+def test_the_fused_loss_kernel_computes_what_the_two_kernels_did_bit_for_bit(rows, n, dtype):
     """``cross_entropy_forward_backward`` against ``cross_entropy`` then ``cross_entropy_backward``,
     every kernel executed thread by thread on the CPU (``tests/simt_cpu.py``): the same loss and the same
     dlogits, bit for bit (the fused kernel keeps the lse in registers, the pair writes and reads it back:
     the arithmetic is the same), the fused one writing dlogits over its logits; rows held in registers
-    (4096) and looped with the second pass re-reading them (32768, the steps' case); ignored rows."""
+    (4096) and looped with the second pass re-reading them (32768, the steps' case; bf16 logits and
+    dlogits: HF GPT-2's loss under autocast, walked in passes); ignored rows."""
     import dataclasses
     import numpy as np
-    from simt_cpu import run_kernel
+    from simt_cpu import round_bf16, run_kernel
     from nova.hwmodel import get_target
     from nova.kernels.rows.abi import KERNEL_NAMES, params
     from nova.kernels.rows.compile import build_module, geometry
     gpu = get_target("h200")
     attrs = {"reduction": "sum", "ignore_index": -100}
-    fwd, bwd, both = (dataclasses.replace(cli_problem("cross_entropy", rows, n, "f32", **kw), attrs=attrs)
+    fwd, bwd, both = (dataclasses.replace(cli_problem("cross_entropy", rows, n, dtype, **kw), attrs=attrs)
                       for kw in ({}, {"backward": True}, {"forward_backward": True}))
     rng = np.random.default_rng(n)
     logits = (3 * rng.standard_normal(rows * n)).astype(np.float32)
+    if dtype == "bf16":
+        logits = round_bf16(logits)
     target = rng.integers(0, n, rows).astype(np.float32)
     target[1] = -100
 
@@ -514,6 +518,18 @@ def test_the_fused_loss_kernel_computes_what_the_two_kernels_did_bit_for_bit(row
     assert not np.isnan(fused["dlogits"]).any() and fused["loss"].tobytes() == pair["loss"].tobytes()
     assert fused["dlogits"].tobytes() == pair["dlogits"].tobytes()
     assert (fused["dlogits"].reshape(rows, n)[1] == 0).all()     # the ignored row's gradient
+    x = logits.astype(np.float64).reshape(rows, n)                # and both against float64
+    lse = np.log(np.exp(x - x.max(1, keepdims=True)).sum(1)) + x.max(1)
+    kept = target != -100
+    rows_kept = np.flatnonzero(kept)
+    labels = target[kept].astype(int)
+    loss = (lse[kept] - x[rows_kept, labels]).sum()
+    step = 2.0 ** -8 if dtype == "bf16" else 1e-5                  # bf16's rounding of the loss and each dlogit
+    assert abs(float(fused["loss"][0]) - loss) <= step * abs(loss)
+    grad = np.exp(x - lse[:, None])
+    grad[rows_kept, labels] -= 1
+    grad = 0.25 * grad * kept[:, None]
+    assert np.abs(fused["dlogits"].reshape(rows, n) - grad).max() <= step * np.abs(grad).max()
 
 
 def test_the_final_sum_spreads_its_columns_over_as_many_ctas_as_its_lanes_allow():

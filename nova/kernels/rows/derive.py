@@ -68,6 +68,10 @@ OVERHEAD_CHUNKS = 4          # norm backward (8 steps) at 64-88 beside its value
                              # 40 by the register cap of its planned residency (16384 x 512: 57-64, 0 B at the cap)
 LOOP_VECTOR_REGS = 4         # [CC] a 16-byte vector load: four 32-bit registers (per row input of a looped row)
 LOOP_INPUTS_IN_OVERHEAD = 3  # [FIT] row inputs a looped row's REG_OVERHEAD already holds (ptxas, sm_90, cap 40)
+LOOP_FUSED_LOSS_REGS = 24    # [FIT] more for the f32 fused loss's looped row: its second pass (exponential, label
+                             # compare, dlogits stored beside the loads) unrolled over 8 ragged vector steps
+                             # spilled 16-36 B at 40-56 registers, none at 64 (vocabularies 12000-30000; ptxas
+                             # sm_80 and sm_90)
 MIN_RESIDENT = 2             # [EST] CTAs an SM that the row kept in registers (and the loads and sums kept with it)
                              # must leave room for
 MIN_ROWS_PER_THREAD = 16     # [EST] column stage: rows a thread adds at least per split (amortises its partial)
@@ -103,7 +107,7 @@ def reg_overhead(p: RowsProblem, chunks: int, vec: int, in_registers: bool = Tru
     """Registers a row-kernel thread needs besides the values it keeps and the column sums: REG_OVERHEAD;
     a looped row, LOOP_VECTOR_REGS more per row input past LOOP_INPUTS_IN_OVERHEAD (held to 40, the
     norm backwards reading dy in three parts, 4-5 row inputs, spilled 8-12 B on sm_90; 1-3 inputs
-    assemble at 40 with none); with the row unrolled in registers, REG_PER_CHUNK more for every vector
+    assemble at 40 with none) and LOOP_FUSED_LOSS_REGS more for the f32 fused loss; with the row unrolled in registers, REG_PER_CHUNK more for every vector
     step past OVERHEAD_CHUNKS (each step's addresses and predicates), and chunks x vec more for a
     16-bit row written beside the kept f32 values: a norm backward's copy of dx (``dx_cast``, rounded
     beside the f32 dx it writes and sums; sm_80 spilled 16 B at 128 registers without them) and the
@@ -111,7 +115,9 @@ def reg_overhead(p: RowsProblem, chunks: int, vec: int, in_registers: bool = Tru
     136 for 160-thread CTAs, sm_90).  A looped row's steps are one loop body."""
     if not in_registers:                # a loop trip keeps a 16-byte vector of every row input in flight
         inputs = sum(1 for o in p.inputs if o.layout == "row")
-        return REG_OVERHEAD + LOOP_VECTOR_REGS * max(0, inputs - LOOP_INPUTS_IN_OVERHEAD)
+        f32_loss = p.kind == "cross_entropy_forward_backward" and p.operand("dlogits").elem_bytes == 4
+        return (REG_OVERHEAD + LOOP_VECTOR_REGS * max(0, inputs - LOOP_INPUTS_IN_OVERHEAD)
+                + (LOOP_FUSED_LOSS_REGS if f32_loss else 0))
     narrow = p.has("dx_cast") or (p.kind == "cross_entropy_forward_backward" and p.operand("dlogits").elem_bytes == 2)
     return REG_OVERHEAD + REG_PER_CHUNK * max(0, chunks - OVERHEAD_CHUNKS) + (chunks * vec if narrow else 0)
 
