@@ -5,7 +5,9 @@
 #   NOVA_TARGET=h100|h200 python3 bench/probes/rows_residency.py build   (and norm_backward_registers.py build)
 #   nova precompile train gpt42m | llama42m --batch 32 --target h100|h200; the HF GPT-2 bf16 recipe (run 60)
 #   PYTHONPATH=<transformers 5.17> python tests/gpu_build.py --all --only test_rows_gpu.py \
-#       test_integrations_dynamo_gpu.py --target h200
+#       test_integrations_dynamo_gpu.py test_gemm_epilogue_gpu.py --target h200
+# (2026-12-06: the HF GPT-2 bf16 plan with its GELU backward in the dgrad GEMM's epilogue; the
+# activation-grad GPU cases gain HF's bf16 NT shape)
 #   bash bench/runs/2026-12-05-run61.sh probes   the two probes, the rows and backend GPU tests
 #   bash bench/runs/2026-12-05-run61.sh steps    GPT-42M, Llama-42M FP32, HF GPT-2 bf16 against torch.compile
 #   bash bench/runs/2026-12-05-run61.sh all      the residency probe, the HF GPT-2 step, the GPU tests (one call)
