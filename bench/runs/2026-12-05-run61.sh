@@ -14,6 +14,8 @@
 #   bash bench/runs/2026-12-05-run61.sh models   GPT-42M and Llama-42M FP32
 #   bash bench/runs/2026-12-05-run61.sh residency   the residency probe alone
 #   bash bench/runs/2026-12-05-run61.sh core     the residency probe, the HF GPT-2 step, a minute of the rows GPU tests
+#   bash bench/runs/2026-12-05-run61.sh ncu      GPT-42M's 16384x2048x512 GEMMs (plain, +gelu+P, gelu'(R)) under Nsight
+#                                                Compute (bench/probes/epilogue_ncu.py build h100|h200 first)
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
   *H200*) T=h200 ;; *) T=h100 ;;
@@ -51,4 +53,11 @@ fi
 if [ "$1" = models ]; then
   bash bench/runs/2026-12-05-run51.sh gpt42m
   bash bench/runs/2026-12-05-run51.sh llama-fp32
+fi
+if [ "$1" = ncu ]; then
+  NOVA_TARGET=$T timeout 150 ncu --clock-control none -k regex:gemm -c 3 --section SpeedOfLight \
+      --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+      python3 bench/probes/epilogue_ncu.py run > $R/epilogue_ncu-$T.txt 2>&1
+  grep -E "us \(events|gemm|Duration|Throughput|Stall|Warp Cycles Per|Issued Warp|No Eligible|==PROF==|==ERROR==" \
+      $R/epilogue_ncu-$T.txt | head -70
 fi
