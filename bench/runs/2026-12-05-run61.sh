@@ -14,6 +14,9 @@
 #   bash bench/runs/2026-12-05-run61.sh models   GPT-42M and Llama-42M FP32
 #   bash bench/runs/2026-12-05-run61.sh residency   the residency probe alone
 #   bash bench/runs/2026-12-05-run61.sh core     the residency probe, the HF GPT-2 step, a minute of the rows GPU tests
+#   bash bench/runs/2026-12-05-run61.sh epilogues  the same GEMMs in f32 and bf16 timed with events, as configured and
+#                                                under NOVA_PINGPONG=0 and 1 (built under each on the host)
+#   bash bench/runs/2026-12-05-run61.sh tests    the rows and backend GPU tests
 #   bash bench/runs/2026-12-05-run61.sh ncu      GPT-42M's 16384x2048x512 GEMMs (plain, +gelu+P, gelu'(R)) under Nsight
 #                                                Compute (bench/probes/epilogue_ncu.py build h100|h200 first)
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
@@ -60,4 +63,15 @@ if [ "$1" = ncu ]; then
       python3 bench/probes/epilogue_ncu.py run > $R/epilogue_ncu-$T.txt 2>&1
   grep -E "us \(events|gemm|Duration|Throughput|Stall|Warp Cycles Per|Issued Warp|No Eligible|==PROF==|==ERROR==" \
       $R/epilogue_ncu-$T.txt | head -70
+fi
+if [ "$1" = epilogues ]; then
+  for pp in "" 0 1; do
+    echo "NOVA_PINGPONG=$pp"
+    NOVA_PINGPONG=$pp NOVA_TARGET=$T timeout 60 python3 bench/probes/epilogue_ncu.py time 2>&1 | tail -6
+  done | tee $R/epilogues-$T.txt
+fi
+if [ "$1" = tests ]; then
+  NOVA_TARGET=h200 timeout 170 python3 -m pytest -q -n 0 -m gpu --show-capture=no --tb=line -rf \
+      tests/test_rows_gpu.py tests/test_integrations_dynamo_gpu.py > $R/gpu_tests.log 2>&1
+  grep -E "^(FAILED|ERROR)|passed|failed" $R/gpu_tests.log | head -14
 fi
