@@ -88,3 +88,25 @@ def test_the_dgrad_gemm_applies_the_backward_and_the_program_launches_it():
         assert program.stats["scratch_bytes"] == 0
     assert gemm_fn.launches == [(32, 48, 16, False, False, False, "gelu", "residual", "dgelu")]
     assert [p.activation_grad for p in gemm_problems(planned)] == [True]
+
+
+def test_the_models_epilogue_ops_are_what_the_kernel_emits():
+    """``hopper.epilogue_ops`` (the model's per-element arithmetic of the activation, or of its backward
+    at R) counts the FP32 ops ``GemmKernel.finish`` emits for it: every arith/math op and inline PTX
+    instruction but the constants."""
+    from nova.configurator import configure
+    from nova.hwmodel import get_target
+    from nova.kernels.gemm.emit_ampere import GemmKernel
+    from nova.kernels.gemm.hopper import ACTIVATION_OPS, epilogue_ops
+    from nova.kernels.gemm.problem import GemmProblem
+
+    def emitted(p):
+        k = GemmKernel(p, configure(p, get_target("a100")).schedule)
+        k.finish("%x", "%r" if p.residual else None)
+        return sum(1 for line in k.ir.lines if "=" in line and "arith.constant" not in line
+                   and any(w in line for w in ("arith.", "math.", "inline_asm")))
+    cases = [GemmProblem(256, 256, 256, "tf32", activation=a) for a in ACTIVATION_OPS]
+    cases.append(GemmProblem(256, 256, 256, "tf32", activation="gelu", residual=True, activation_grad=True))
+    for p in cases:
+        assert epilogue_ops(p) == emitted(p), p.describe()
+    assert epilogue_ops(cases[-1]) > epilogue_ops(GemmProblem(256, 256, 256, "tf32", activation="gelu")) > 0

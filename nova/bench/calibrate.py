@@ -83,7 +83,7 @@ def load_rows(path: str, preset: str | None, family: str = "mma.sync"):
     return preset, env, rows, skipped
 
 
-TERMS = ("tensor-core", "mma", "smem", "l2", "dram", "ring", "fill", "epilogue", "split", "prep")
+TERMS = ("tensor-core", "mma", "smem", "l2", "dram", "ring", "fill", "epilogue", "arith", "split", "prep")
 
 
 def _arrays(rows):

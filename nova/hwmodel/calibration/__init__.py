@@ -131,10 +131,10 @@ def predicted_clock_mhz(terms_us: dict, split_k, constants: dict, launches=None)
 def clock_and_time(terms_us: dict, split_k, constants: dict, launches=None):
     """(SM clock in MHz or None, calibrated time in us).
 
-    time = max(compute, L2, DRAM / eta_dram_tiles, ring) + epilogue + fill + split + prep / eta_dram
+    time = max(compute, L2, DRAM / eta_dram_tiles, ring) + epilogue + arith + fill + split + prep / eta_dram
            + launches * t_launch, with compute = tensor (or smem) time / eta_tc (the Hopper model's ring
            latency bound is in nanoseconds of memory latency: not scaled).
-    Power-limited clock: the terms that run on the SM clock (tensor, L2, epilogue stores) scale by
+    Power-limited clock: the terms that run on the SM clock (tensor, L2, epilogue stores and arithmetic) scale by
     f_model / f, and f = min(f_max, f_sustained * duty^(-1/3)): duty is the fraction of the call the
     tensor cores are busy (compute / time), f_sustained the clock the GPU holds at its power cap
     with them always busy (at a fixed power budget, dynamic power ~ C V^2 f ~ f^3).  Solved by
@@ -163,7 +163,8 @@ def _at_scale(terms_us: dict, split_k, constants: dict, launches=None):
 
     def at(scale):
         compute = compute0 * scale
-        time = np.maximum(np.maximum(compute, t.get("l2", 0) * scale), dram) + t.get("epilogue", 0) * scale + fixed
+        time = (np.maximum(np.maximum(compute, t.get("l2", 0) * scale), dram)
+                + (t.get("epilogue", 0) + t.get("arith", 0)) * scale + fixed)
         return compute, time
     return at
 

@@ -118,6 +118,18 @@ STAGING_BUFFERS = 2
 STAGING_STEP_BYTES = WGMMA_M * SWIZZLE
 STAGING_STEP_CLK = 64          # [EST] per step and warpgroup: the proxy fence, two 128-thread named barriers,
                                # the elected thread's TMA issue, commit and wait
+# The epilogue's arithmetic (``arith_time``): each element's bias, activation (or the activation's backward at R),
+# residual add and conversions, computed by the consumers' 8 warps an SM, whose dependent chains (ex2, div.full,
+# FMAs) issue well under an instruction a cycle a scheduler.  Exposed under either consumer schedule: ping-pong and
+# cooperative GELU GEMMs measured the same (H100, bench/NOTES.md 2026-12-05, run 57), so the term is the same for
+# every schedule of a problem and moves no pick.
+EPILOGUE_OPS_PER_CLK = 48      # [FIT] FP32 operations an SM's consumers retire a clock in the epilogue.  Nsight Compute
+                               # on TF32 16384x2048x512 gelu'(R) (H200): 0.29 warp-instructions issued a cycle a
+                               # scheduler.  Fitted on the GELU GEMMs that ran 1.35-1.85x the model without it (H200
+                               # run 61: bf16 gelu'(R) and +bias+gelu+P; H100 run 60: TF32 both; the events of
+                               # epilogue_ncu.py): all within 15% with it (bench/NOTES.md, 2026-12-06)
+ACTIVATION_OPS = {"none": 0, "relu": 1, "silu": 4, "gelu": 9, "gelu_erf": 4}   # GemmKernel.activation's ops (erf: one)
+ACTIVATION_GRAD_OPS = {"gelu": 22}    # activations.gelu_tanh_backward over the kernel's tanh (ex2 and div.full)
 # Thread-block clusters (step 12): the CTAs of a cluster along M (cluster_m) compute tiles of the same N
 # range and share B's tile, along N (cluster_n) A's; each loads 1/extent of the shared tile and multicasts
 # it into every CTA of the cluster (emit_hopper's module docstring).
@@ -296,6 +308,24 @@ def epilogue_time(p: GemmProblem, gpu, block_m: int, block_n: int, units: int, s
         element_bytes, factor = 4, (4 + p.residual / split if reduction == "atomic" else 1)
     stored = min(block_m, rows) * min(block_n, cols)          # a tile wider than C stores only C's part
     return math.ceil(units / gpu.sm_count) * stored * element_bytes * factor / per_sm_bw
+
+
+def epilogue_ops(p: GemmProblem) -> int:
+    """FP32 operations per element of the epilogue's activation, as ``GemmKernel.finish`` emits them (a
+    test counts them there): ``ACTIVATION_OPS``, or ``ACTIVATION_GRAD_OPS`` for the activation's
+    backward at R.  A bias or residual add and the conversions are one independent op each beside a
+    load or a store, which the calibrated store terms already hold (the suites' +bias kernels sit
+    within 15% without this term): they count none."""
+    return ACTIVATION_GRAD_OPS[p.activation] if p.activation_grad else ACTIVATION_OPS[p.activation]
+
+
+def arith_time(p: GemmProblem, gpu) -> float:
+    """Seconds an SM spends on the epilogue's arithmetic: C's elements over the SMs x ``epilogue_ops`` /
+    (EPILOGUE_OPS_PER_CLK x the SM clock); added to the time, not overlapped.  The same for every
+    schedule of the problem (split-K's reduction kernel computes it there), so it moves no pick: the
+    tiles' waves are the other terms' business."""
+    return (math.ceil(p.M * p.N * p.batch / gpu.sm_count) * epilogue_ops(p)
+            / (EPILOGUE_OPS_PER_CLK * gpu.clock_hz))
 
 
 def staging_bytes(wgs: int, epilogue: str) -> int:
@@ -503,7 +533,7 @@ def stream_k_terms(p: GemmProblem, gpu, block_i: int, n: int, operands: OperandP
     t_dram = stream_k_dram_bytes(p, gpu, block_i, n, plan) / gpu.dram_bw
     t_fill = fill_time(p, gpu, block_i, n, plan.ctas, dram_bound=t_dram >= max(t_mma, t_l2, t_ring))
     return {"mma": t_mma, "l2": t_l2, "dram": t_dram, "smem_cap": cap, "ring": t_ring, "fill": t_fill,
-            "epilogue": t_epilogue, "prep": prep_time(p, gpu, operands), "split": t_split,
+            "epilogue": t_epilogue, "arith": arith_time(p, gpu), "prep": prep_time(p, gpu, operands), "split": t_split,
             "launches": 2 + sum(1 for role in (operands.a, operands.b) if role.prep)}
 
 
@@ -604,7 +634,8 @@ def epilogue_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int, operan
         t_fill = fill_time(p, gpu, block_i, n, units, dram_bound=dram_bound)
         if cluster != (1, 1):
             t_fill += CLUSTER_SYNC_S
-        out[epilogue] = {**shared, "l2": t_l2, "ring": t_ring, "epilogue": t_epilogue, "fill": t_fill}
+        out[epilogue] = {**shared, "l2": t_l2, "ring": t_ring, "epilogue": t_epilogue, "fill": t_fill,
+                         "arith": arith_time(p, gpu)}
     return out
 
 
@@ -736,6 +767,7 @@ def pingpong_terms(p: GemmProblem, gpu, slabs: int, n: int, operands: OperandPla
         dram_bound = shared["dram"] >= max(t_mma, t_l2, t_ring)
         out[epilogue] = {**shared, "mma": t_mma, "l2": t_l2, "ring": t_ring, "epilogue": t_epilogue,
                          "fill": fill_time(p, gpu, block_i, n, units, dram_bound=dram_bound),
+                         "arith": arith_time(p, gpu),
                          "unit_mainloop": m_unit, "unit_epilogue": e_unit, "units_per_sm": per_sm}
     return out
 
@@ -885,8 +917,9 @@ def fill_share(block_i: int, n: int, extents: tuple[int, int]) -> float:
 
 
 def total_time(t: dict) -> float:
-    """Seconds from ``time_terms``: max(mma, l2, dram, ring) + fill + epilogue + prep + split + launches."""
-    return (max(t["mma"], t["l2"], t["dram"], t["ring"]) + t["fill"] + t["epilogue"] + t["prep"] + t["split"]
+    """Seconds from ``time_terms``: max(mma, l2, dram, ring) + fill + epilogue + arith + prep + split +
+    launches."""
+    return (max(t["mma"], t["l2"], t["dram"], t["ring"]) + t["fill"] + t["epilogue"] + t["arith"] + t["prep"] + t["split"]
             + LAUNCH_S * t["launches"])
 
 
@@ -940,7 +973,7 @@ def cooperative_compared(p: GemmProblem, gpu, s: Schedule, terms: dict) -> float
 def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
     """Step 16 for any wgmma schedule: max(tensor peak x smem cap x SM utilisation, L2 fills (+ the
     TMA store's overlapped stores), DRAM, the ring's latency bound) + the ring's first fill + the
-    epilogues (not overlapped) + the operand-prep passes (``prep_time``) + adding the split-K
+    epilogues (not overlapped) + the activation's arithmetic (``arith_time``) + the operand-prep passes (``prep_time``) + adding the split-K
     slices (zeroing and atomics, or the reduction kernel) + the launches."""
     t = schedule_terms(p, gpu, s)
     total = total_time(t)
@@ -949,7 +982,8 @@ def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
         bound = "smem"
     return Prediction(time_us=total * 1e6, tflops=p.flops / total / 1e12, bound=bound,
                       floor_us=max(p.flops / gpu.peak_flops(p.dtype, "wgmma"), t["dram"]) * 1e6,
-                      terms_us={k: t[k] * 1e6 for k in ("mma", "l2", "dram", "ring", "fill", "epilogue", "prep", "split")})
+                      terms_us={k: t[k] * 1e6 for k in ("mma", "l2", "dram", "ring", "fill", "epilogue", "arith", "prep",
+                                                          "split")})
 
 
 def hopper_supported(problem: GemmProblem, gpu) -> tuple[bool, str]:
