@@ -385,6 +385,6 @@ def test_hf_gpt2s_gelu_backward_under_autocast_runs_in_the_dgrad_gemm():
     graph = capture(step, args, models=[model], optimizers=[opt], name="hf_gpt2_bf16").graph
     kernels = step_kernels(plan_cache.plan(graph, get_target("h100"), "cuda")[0])
     grads = [p for p in kernels.gemms if p.activation_grad]
-    assert len(grads) == 1 and grads[0].dtype == "bf16", [p.describe() for p in kernels.gemms]   # both layers' one problem
+    assert len(grads) == 1 and grads[0].dtype == "bf16", [p.describe() for p in kernels.gemms]   # both layers
     assert not [p.describe() for p in kernels.rows
                 if p.prologue is not None and any(op == "tanh" for op, _ in p.prologue.ops)]

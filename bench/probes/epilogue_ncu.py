@@ -1,9 +1,10 @@
 """GPT-42M's 16384x2048x512 TF32 GEMMs with and without their epilogue matrices, one launch each for
 Nsight Compute: the plain NN product, the forward's NT +bias+gelu+P (writes C and P) and the backward's NN
 gelu'(R) (reads R, writes C); and HF GPT-2's bf16 twins (the backward NT), timed with CUDA events.  Run
-under ``NOVA_PINGPONG=0|1`` (build and run alike) for the other consumer schedule.  gelu'(R) measured 189 us on the H100 against 147 for the forward with two
-outputs (run 60): whether R's loads stall the consumers (long-scoreboard stalls in the epilogue, DRAM
-reads at the epilogue's rate) or something else holds it.
+under ``NOVA_PINGPONG=0|1`` (build and run alike) for the other consumer schedule.  gelu'(R) measured
+189 us on the H100 against 147 for the forward with two outputs (run 60): whether R's loads stall the
+consumers (long-scoreboard stalls in the epilogue, DRAM reads at the epilogue's rate) or something else
+holds it.
 
     python3 bench/probes/epilogue_ncu.py build [TARGET]          # host: the kernels into $NOVA_CACHE_DIR
     python3 bench/probes/epilogue_ncu.py time                    # events only, f32 and bf16

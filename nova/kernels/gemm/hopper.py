@@ -118,9 +118,9 @@ STAGING_BUFFERS = 2
 STAGING_STEP_BYTES = WGMMA_M * SWIZZLE
 STAGING_STEP_CLK = 64          # [EST] per step and warpgroup: the proxy fence, two 128-thread named barriers,
                                # the elected thread's TMA issue, commit and wait
-# The epilogue's arithmetic (``arith_time``): each element's bias, activation (or the activation's backward at R),
-# residual add and conversions, computed by the consumers' 8 warps an SM, whose dependent chains (ex2, div.full,
-# FMAs) issue well under an instruction a cycle a scheduler.  Exposed under either consumer schedule: ping-pong and
+# The epilogue's arithmetic (``arith_time``): each element's activation (or the activation's backward at R),
+# computed by the consumers' 8 warps an SM, whose dependent chains (ex2, div.full, FMAs) issue well under an
+# instruction a cycle a scheduler.  Exposed under either consumer schedule: ping-pong and
 # cooperative GELU GEMMs measured the same (H100, bench/NOTES.md 2026-12-05, run 57), so the term is the same for
 # every schedule of a problem and moves no pick.
 EPILOGUE_OPS_PER_CLK = 48      # [FIT] FP32 operations an SM's consumers retire a clock in the epilogue.  Nsight Compute
@@ -533,7 +533,8 @@ def stream_k_terms(p: GemmProblem, gpu, block_i: int, n: int, operands: OperandP
     t_dram = stream_k_dram_bytes(p, gpu, block_i, n, plan) / gpu.dram_bw
     t_fill = fill_time(p, gpu, block_i, n, plan.ctas, dram_bound=t_dram >= max(t_mma, t_l2, t_ring))
     return {"mma": t_mma, "l2": t_l2, "dram": t_dram, "smem_cap": cap, "ring": t_ring, "fill": t_fill,
-            "epilogue": t_epilogue, "arith": arith_time(p, gpu), "prep": prep_time(p, gpu, operands), "split": t_split,
+            "epilogue": t_epilogue, "arith": arith_time(p, gpu), "prep": prep_time(p, gpu, operands),
+            "split": t_split,
             "launches": 2 + sum(1 for role in (operands.a, operands.b) if role.prep)}
 
 
@@ -919,8 +920,8 @@ def fill_share(block_i: int, n: int, extents: tuple[int, int]) -> float:
 def total_time(t: dict) -> float:
     """Seconds from ``time_terms``: max(mma, l2, dram, ring) + fill + epilogue + arith + prep + split +
     launches."""
-    return (max(t["mma"], t["l2"], t["dram"], t["ring"]) + t["fill"] + t["epilogue"] + t["arith"] + t["prep"] + t["split"]
-            + LAUNCH_S * t["launches"])
+    return (max(t["mma"], t["l2"], t["dram"], t["ring"]) + t["fill"] + t["epilogue"] + t["arith"] + t["prep"]
+            + t["split"] + LAUNCH_S * t["launches"])
 
 
 def contention(t: dict) -> float:
@@ -973,8 +974,9 @@ def cooperative_compared(p: GemmProblem, gpu, s: Schedule, terms: dict) -> float
 def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
     """Step 16 for any wgmma schedule: max(tensor peak x smem cap x SM utilisation, L2 fills (+ the
     TMA store's overlapped stores), DRAM, the ring's latency bound) + the ring's first fill + the
-    epilogues (not overlapped) + the activation's arithmetic (``arith_time``) + the operand-prep passes (``prep_time``) + adding the split-K
-    slices (zeroing and atomics, or the reduction kernel) + the launches."""
+    epilogues (not overlapped) + the activation's arithmetic (``arith_time``) + the operand-prep passes
+    (``prep_time``) + adding the split-K slices (zeroing and atomics, or the reduction kernel) + the
+    launches."""
     t = schedule_terms(p, gpu, s)
     total = total_time(t)
     bound = max((t["mma"], "tensor-core"), (t["l2"], "l2"), (t["dram"], "dram"), (t["ring"], "ring latency"))[1]
@@ -982,8 +984,8 @@ def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
         bound = "smem"
     return Prediction(time_us=total * 1e6, tflops=p.flops / total / 1e12, bound=bound,
                       floor_us=max(p.flops / gpu.peak_flops(p.dtype, "wgmma"), t["dram"]) * 1e6,
-                      terms_us={k: t[k] * 1e6 for k in ("mma", "l2", "dram", "ring", "fill", "epilogue", "arith", "prep",
-                                                          "split")})
+                      terms_us={k: t[k] * 1e6 for k in ("mma", "l2", "dram", "ring", "fill", "epilogue", "arith",
+                                                          "prep", "split")})
 
 
 def hopper_supported(problem: GemmProblem, gpu) -> tuple[bool, str]:
