@@ -104,15 +104,16 @@ LATE = {"layer_norm_backward": ("residual",), "rms_norm_backward": ("residual",)
 
 
 def reg_overhead(p: RowsProblem, chunks: int, vec: int, in_registers: bool = True) -> int:
-    """Registers a row-kernel thread needs besides the values it keeps and the column sums: REG_OVERHEAD;
-    a looped row, LOOP_VECTOR_REGS more per row input past LOOP_INPUTS_IN_OVERHEAD (held to 40, the
-    norm backwards reading dy in three parts, 4-5 row inputs, spilled 8-12 B on sm_90; 1-3 inputs
-    assemble at 40 with none) and LOOP_FUSED_LOSS_REGS more for the f32 fused loss; with the row
-    unrolled in registers, REG_PER_CHUNK more for every vector step past OVERHEAD_CHUNKS (each step's
-    addresses and predicates), and chunks x vec more for a 16-bit row written beside the kept f32
-    values: a norm backward's copy of dx (``dx_cast``, rounded beside the f32 dx it writes and sums;
-    sm_80 spilled 16 B at 128 registers without them) and the fused loss's 16-bit dlogits (ptxas took 168 where 120 were counted: 16 B spilled at 128, 228 B at
-    136 for 160-thread CTAs, sm_90).  A looped row's steps are one loop body."""
+    """Registers a row-kernel thread needs besides the values it keeps and the column sums: REG_OVERHEAD; a
+    looped row, LOOP_VECTOR_REGS more per row input past LOOP_INPUTS_IN_OVERHEAD (held to 40, the norm
+    backwards reading dy in three parts, 4-5 row inputs, spilled 8-12 B on sm_90; 1-3 inputs assemble at
+    40 with none) and LOOP_FUSED_LOSS_REGS more for the f32 fused loss; with the row unrolled in
+    registers, REG_PER_CHUNK more for every vector step past OVERHEAD_CHUNKS (each step's addresses and
+    predicates), and chunks x vec more for a 16-bit row written beside the kept f32 values: a norm
+    backward's copy of dx (``dx_cast``, rounded beside the f32 dx it writes and sums; sm_80 spilled 16 B
+    at 128 registers without them) and the fused loss's 16-bit dlogits (ptxas took 168 where 120 were
+    counted: 16 B spilled at 128, 228 B at 136 for 160-thread CTAs, sm_90).  A looped row's steps are one
+    loop body."""
     if not in_registers:                # a loop trip keeps a 16-byte vector of every row input in flight
         inputs = sum(1 for o in p.inputs if o.layout == "row")
         f32_loss = p.kind == "cross_entropy_forward_backward" and p.operand("dlogits").elem_bytes == 4
