@@ -365,10 +365,11 @@ def test_a_column_sums_prologue_computes_each_term_once():
     assert len(set(ops)) == len(ops) and [op for op, _ in ops].count("exp") == 1, mish[0].describe()
 
 
-def test_hf_gpt2s_gelu_backward_under_autocast_runs_in_the_dgrad_gemm():
-    """Hugging Face GPT-2's op-by-op tanh GELU under bf16 autocast: its backward is the named
-    gradient (``named_activations``: read as math, casts aside), which the dgrad GEMM applies in its
-    epilogue; the bias gradient's column sum has no GELU terms left in its prologue."""
+def test_hf_gpt2s_gelu_backward_under_autocast_is_placed_by_the_cost_model():
+    """Hugging Face GPT-2's op-by-op tanh GELU under bf16 autocast: its backward is the named gradient
+    (``named_activations``: read as math, casts aside).  The dgrad GEMM's epilogue would spend more on
+    its arithmetic than the bias gradient's column sum spends reading two more 16-bit matrices
+    (``fusion.activation_grad_pays``): the column sum computes it in its prologue, no GELU chain left."""
     transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install -e .[dev])")
     from nova.compiler import plan_cache
     from nova.compiler.precompile import step_kernels
@@ -378,13 +379,37 @@ def test_hf_gpt2s_gelu_backward_under_autocast_runs_in_the_dgrad_gemm():
     from nova.models.hf import HFCausalLM, HFConfig
     assert transformers
     with torch.device("meta"):
-        model = HFCausalLM(HFConfig("gpt2", vocab_size=96, n_embd=128, n_layer=2, n_head=2, block_size=32))
+        model = HFCausalLM(HFConfig("gpt2", vocab_size=96, n_embd=512, n_layer=1, n_head=8, block_size=512))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     step = make_train_step(model, opt, TrainRecipe(autocast="bf16"))
-    args = tuple(torch.empty(2, 32, dtype=torch.long, device="meta") for _ in range(2))
+    args = tuple(torch.empty(32, 512, dtype=torch.long, device="meta") for _ in range(2))
     graph = capture(step, args, models=[model], optimizers=[opt], name="hf_gpt2_bf16").graph
-    kernels = step_kernels(plan_cache.plan(graph, get_target("h100"), "cuda")[0])
-    grads = [p for p in kernels.gemms if p.activation_grad]
-    assert len(grads) == 1 and grads[0].dtype == "bf16", [p.describe() for p in kernels.gemms]   # both layers
+    kernels = step_kernels(plan_cache.plan(graph, get_target("h200"), "cuda")[0])
     assert not [p.describe() for p in kernels.rows
                 if p.prologue is not None and any(op == "tanh" for op, _ in p.prologue.ops)]
+    assert not [p.describe() for p in kernels.gemms if p.activation_grad]
+    in_sum = [p for p in kernels.rows if p.prologue is not None
+              and any(op == "gelu_tanh_backward" for op, _ in p.prologue.ops)]
+    assert [p.kind for p in in_sum] == ["column_reduce"], [p.describe() for p in kernels.rows]
+
+
+def test_the_activation_grads_place_is_the_cheaper_by_the_models():
+    """GPT-42M's dgrad GEMM (TF32 NN 16384 x 2048 x 512, its result read by the bias gradient's column sum):
+    gelu'(R) in the epilogue adds ~57 us on the H200 where the column sum's prologue would read two f32
+    matrices more (~64 us): the epilogue.  The bf16 NT twin adds ~60 us against two 16-bit matrices
+    (~32 us): the column sum.  Without a column sum reading it, a pointwise kernel would move a third
+    matrix and launch: TF32's epilogue is cheaper still (~96 us outside); bf16's is not (~49 us)."""
+    from nova.ir import Graph, TensorType
+    from nova.kernels.gemm.problem import GemmProblem
+    from nova.passes.fusion import activation_grad_pays
+
+    def case(dtype, trans_b, column_sum):
+        g = Graph()
+        storage = {"tf32": "f32", "bf16": "bf16"}[dtype]
+        acc, pre = (g.input(TensorType((32, 512, 2048), storage), n) for n in ("acc", "pre"))
+        grad = g.op("gelu_tanh_backward", acc, pre)
+        g.output(g.op("sum", grad, axes=(0, 1), keepdim=False) if column_sum else grad, "out")
+        problem = GemmProblem(16384, 2048, 512, dtype, trans_b=trans_b)
+        return activation_grad_pays(problem, grad.producer, g.users(), "h200")
+    assert case("tf32", False, True) and not case("bf16", True, True)
+    assert case("tf32", False, False) and not case("bf16", True, False)

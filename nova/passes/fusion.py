@@ -28,9 +28,10 @@ Rules, applied to each node in program order (a node joins a group, or starts on
   residual to it (autocast's ``R + y``, which widens y first), and a residual added after the cast
   is then f32.
   The GELU's backward of the product, ``gelu_tanh_backward(dy @ W2, pre)`` (an MLP's dgrad GEMM; the
-  pre-activation a dense value computed before the GEMM), joins an empty epilogue: the kernel reads
-  ``pre`` as R and writes ``(acc) * gelu'(R)`` (``activation_grad``), so ``dh`` is never written and
-  read back; the bias gradient then sums that result.
+  pre-activation a dense value computed before the GEMM), joins an empty epilogue where the model says
+  it pays (``activation_grad_pays``): the kernel reads ``pre`` as R and writes ``(acc) * gelu'(R)``
+  (``activation_grad``), so ``dh`` is never written and read back, against the epilogue's arithmetic;
+  else it stays a pointwise node, which the bias gradient's column sum then computes in its prologue.
 * Pointwise ops (and ``constant``/``iota`` fills) join the pointwise groups of their producers when
   those produce the same iteration shape, or are scalar chains read by this node alone (inlined):
   one kernel, inputs read once, intermediates never written.  A value also read outside the group
@@ -429,7 +430,8 @@ class _Fuser:
                 or self._embedding_base(node) is not None:
             return True
         return bool(self._candidates(node, producers)) or (not self._stored(node) and _epilogue(
-            node, producers, self.users, self.outputs, self.layouts, self.placed, dry_run=True) is not None)
+            node, producers, self.users, self.outputs, self.layouts, self.placed, self.target,
+            dry_run=True) is not None)
 
     # -------------------------------------------------------------- casts into rows kernels
     def _rows_problem(self, nodes: list[Node]):
@@ -676,7 +678,7 @@ class _Fuser:
                 g.folding = False
         elif k in ("pointwise", "creation") or is_table_gather(node):
             g = None if self._stored(node) else _epilogue(node, producers, self.users, self.outputs, self.layouts,
-                                                          self.placed)
+                                                          self.placed, self.target)
             sibling = self._sibling(node)
             rows = self._rows_epilogue(node) if g is None else None
             residual = self._norm_residual(node) if g is None and rows is None else None
@@ -881,7 +883,8 @@ def batched_gemm(node: Node, layouts) -> tuple[GemmProblem | None, str]:
                        batch_stride_a=strides["a"], batch_stride_b=strides["b"], batch_stride_c=m * n), ""
 
 
-def _epilogue(node: Node, producers, users, outputs, layouts, placed: dict, dry_run: bool = False) -> _Open | None:
+def _epilogue(node: Node, producers, users, outputs, layouts, placed: dict, target="h200",
+              dry_run: bool = False) -> _Open | None:
     """The Nova GEMM group ``node`` extends as its epilogue (recorded unless ``dry_run``), or None.
     ``placed``: the placement order so far; a residual must have been computed before the GEMM's
     matmul was placed (else the GEMM would wait for it, its operands live the while: two chunks'
@@ -911,7 +914,8 @@ def _epilogue(node: Node, producers, users, outputs, layouts, placed: dict, dry_
                 epi.preactivation = tail if shared else None
         elif node.op in ACTIVATION_GRADS and node.inputs[0] is tail and node.inputs[1] is not tail \
                 and epi.activation == "none" and epi.residual is None and epi.round_through is None and not shared \
-                and node.inputs[1].type == tail.type and _dense_before(node.inputs[1], layouts, placed, g):
+                and node.inputs[1].type == tail.type and _dense_before(node.inputs[1], layouts, placed, g) \
+                and activation_grad_pays(problem, node, users, target):
             if not dry_run:                  # dh = dy @ W2, then the activation's backward at the saved input
                 epi.activation, epi.residual, epi.activation_grad = ACTIVATION_GRADS[node.op], node.inputs[1], True
         elif node.op == "cast" and widens and epi.residual is None and epi.preactivation is None and not shared \
@@ -938,6 +942,38 @@ def _epilogue(node: Node, producers, users, outputs, layouts, placed: dict, dry_
         g.tail = node.outputs[0]
         return g
     return None
+
+
+def activation_grad_pays(problem: GemmProblem, node: Node, users, target) -> bool:
+    """Whether the activation's backward ``node`` (``gelu_tanh_backward(acc, pre)``, acc the result of the
+    GEMM ``problem``) costs less in the GEMM's epilogue than outside it, by the models:
+
+        in the epilogue: t(GEMM with gelu'(R)) - t(GEMM), calibrated (R's loads, the arithmetic: ``arith``)
+        outside:         m x |dy| / (DRAM bandwidth x eta_dram) (+ a launch when m = 3)
+
+    m = 2 when a column sum reads the result (the bias gradient: its prologue reads acc and pre instead
+    of dy and writes dy, two matrices more), else 3 (a pointwise kernel reads acc and pre, writes dy).
+    The epilogue stays unless it is slower by more than a launch (t_launch_us): below that the plan's
+    shape is not worth changing (a small MLP's backward).
+    TF32 on the H200: 57 us in the epilogue against 64 (measured 43 against ~62); bf16: 60 against 32
+    (measured ~66 against ~31: the epilogue's arithmetic is the same per element, the bytes half;
+    bench/NOTES.md, 2026-12-06)."""
+    from nova.configurator import configure
+    from nova.hwmodel import get_target
+    from nova.hwmodel.calibration import memory_constants
+    gpu = get_target(target)
+    fused = dataclasses.replace(problem, activation=ACTIVATION_GRADS[node.op], residual=True, activation_grad=True)
+
+    def time_us(p):
+        c = configure(p, gpu)
+        return c.calibrated_time_us if c.calibrated_time_us is not None else c.prediction.time_us
+    out = node.outputs[0]
+    column_sum = any(u.op == "sum" and tuple(u.attrs.get("axes", ())) == tuple(range(out.type.rank - 1))
+                     for u in users.get(out, ()))
+    constants = memory_constants(gpu, streaming=True)
+    outside = ((2 if column_sum else 3) * out.type.nbytes / (gpu.dram_bw * constants["eta_dram"]) * 1e6
+               + (0.0 if column_sum else constants["t_launch_us"]))
+    return time_us(fused) - time_us(problem) <= outside + constants["t_launch_us"]
 
 
 def _dense_before(other: Value, layouts, placed: dict, g) -> bool:
