@@ -67,9 +67,9 @@ def run(out_path):
     from rows_launch import kernel_times, launchable, random_operands
     from nova.hwmodel import get_target
     from nova.kernels.rows.derive import configure_rows
+    from nova.runtime.cache import NotPrecompiledError
     gpu = get_target(TARGET)
     rows, first = [], {}
-    from nova.runtime.cache import NotPrecompiledError
     for label, p, s, what in variants(gpu):
         t = random_operands(p)
         try:

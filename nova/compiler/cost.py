@@ -48,14 +48,9 @@ class KernelTime:
 
 def calibration_constants(target) -> dict:
     """eta_dram and t_launch_us of the target's Hopper (else mma.sync) calibration; datasheet
-    values (1.0, the preset's launch overhead) when none is stored."""
+    values (1.0, the preset's launch overhead) when none is stored (``calibration.memory_constants``)."""
     from nova.hwmodel import calibration
-    for family in ("wgmma", "mma.sync"):
-        stored = calibration.load(target.name, family)
-        if stored:
-            c = stored["constants"]
-            return {"eta_dram": c["eta_dram"], "t_launch_us": c["t_launch_us"]}
-    return {"eta_dram": 1.0, "t_launch_us": target.launch_overhead_us}
+    return calibration.memory_constants(target)
 
 
 def aten_calibration(target) -> dict | None:

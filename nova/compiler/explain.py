@@ -93,7 +93,7 @@ def _gemm_report(group, target) -> tuple[float, str, str, dict | None, object]:
     """(time, bound, formula, schedule, the configuration) of a Nova GEMM group."""
     from nova.configurator import configure
     cfg = configure(group.problem, target)
-    t = cfg.calibrated_time_us or cfg.prediction.time_us
+    t = cfg.time_us
     s = cfg.schedule
     if cfg.skinny:             # the same keys as the tiles' (the GEMM schedules table reads them)
         schedule = {"kernel": "skinny", "tile": s.label(), "stages": "-", "split_k": s.splits,

@@ -963,17 +963,13 @@ def activation_grad_pays(problem: GemmProblem, node: Node, users, target) -> boo
     from nova.hwmodel.calibration import memory_constants
     gpu = get_target(target)
     fused = dataclasses.replace(problem, activation=ACTIVATION_GRADS[node.op], residual=True, activation_grad=True)
-
-    def time_us(p):
-        c = configure(p, gpu)
-        return c.calibrated_time_us if c.calibrated_time_us is not None else c.prediction.time_us
     out = node.outputs[0]
     column_sum = any(u.op == "sum" and tuple(u.attrs.get("axes", ())) == tuple(range(out.type.rank - 1))
                      for u in users.get(out, ()))
     constants = memory_constants(gpu, streaming=True)
     outside = ((2 if column_sum else 3) * out.type.nbytes / (gpu.dram_bw * constants["eta_dram"]) * 1e6
                + (0.0 if column_sum else constants["t_launch_us"]))
-    return time_us(fused) - time_us(problem) <= outside + constants["t_launch_us"]
+    return configure(fused, gpu).time_us - configure(problem, gpu).time_us <= outside + constants["t_launch_us"]
 
 
 def _dense_before(other: Value, layouts, placed: dict, g) -> bool:

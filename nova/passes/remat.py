@@ -138,7 +138,7 @@ def _gemm_time_us(node: Node, gpu) -> float | None:
         cfg = configure(problem, gpu)
     except (ValueError, RuntimeError):    # a problem the configurator refuses: the FLOP closed form
         return None
-    return cfg.calibrated_time_us or cfg.prediction.time_us
+    return cfg.time_us
 
 
 def candidates(graph: Graph, gpu) -> list[Candidate]:

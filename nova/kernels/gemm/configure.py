@@ -47,6 +47,13 @@ class Config:
         return None if clock_and_time is None else float(clock_and_time[1])
 
     @property
+    def time_us(self) -> float:
+        """What a plan prices this GEMM at: the calibrated time where a calibration applies, else the
+        model's prediction (the step's passes and reports; the schedule itself is chosen by the model)."""
+        calibrated = self.calibrated_time_us
+        return self.prediction.time_us if calibrated is None else calibrated
+
+    @property
     def calibrated_clock_mhz(self) -> float | None:
         """The SM clock the calibration predicts for this kernel (its power-limited clock), when the
         calibration has the power constants; None otherwise."""

@@ -114,12 +114,12 @@ def reg_overhead(p: RowsProblem, chunks: int, vec: int, in_registers: bool = Tru
     at 128 registers without them) and the fused loss's 16-bit dlogits (ptxas took 168 where 120 were
     counted: 16 B spilled at 128, 228 B at 136 for 160-thread CTAs, sm_90).  A looped row's steps are one
     loop body."""
+    dlogits = p.operand("dlogits").elem_bytes if p.kind == "cross_entropy_forward_backward" else None
     if not in_registers:                # a loop trip keeps a 16-byte vector of every row input in flight
         inputs = sum(1 for o in p.inputs if o.layout == "row")
-        f32_loss = p.kind == "cross_entropy_forward_backward" and p.operand("dlogits").elem_bytes == 4
         return (REG_OVERHEAD + LOOP_VECTOR_REGS * max(0, inputs - LOOP_INPUTS_IN_OVERHEAD)
-                + (LOOP_FUSED_LOSS_REGS if f32_loss else 0))
-    narrow = p.has("dx_cast") or (p.kind == "cross_entropy_forward_backward" and p.operand("dlogits").elem_bytes == 2)
+                + (LOOP_FUSED_LOSS_REGS if dlogits == 4 else 0))
+    narrow = p.has("dx_cast") or dlogits == 2
     return REG_OVERHEAD + REG_PER_CHUNK * max(0, chunks - OVERHEAD_CHUNKS) + (chunks * vec if narrow else 0)
 
 
