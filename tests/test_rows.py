@@ -471,14 +471,15 @@ def test_the_column_stage_and_its_final_sum_run_like_float64(rows, n, op, stored
         assert np.abs(buffers["st0"] - summed).max() <= 1e-5 * np.abs(summed).max()
 
 
-@pytest.mark.parametrize("rows, n, dtype", [(5, 4096, "f32"), (4, 32768, "f32"), (3, 32768, "bf16")])
+@pytest.mark.parametrize("rows, n, dtype", [(5, 4096, "f32"), (4, 32768, "f32"), (3, 20000, "f32"), (3, 32768, "bf16")])
 def test_the_fused_loss_kernel_computes_what_the_two_kernels_did_bit_for_bit(rows, n, dtype):
     """``cross_entropy_forward_backward`` against ``cross_entropy`` then ``cross_entropy_backward``,
     every kernel executed thread by thread on the CPU (``tests/simt_cpu.py``): the same loss and the same
     dlogits, bit for bit (the fused kernel keeps the lse in registers, the pair writes and reads it back:
     the arithmetic is the same), the fused one writing dlogits over its logits; rows held in registers
-    (4096) and looped with the second pass re-reading them (32768, the steps' case; bf16 logits and
-    dlogits: HF GPT-2's loss under autocast, walked in passes); ignored rows."""
+    (4096) and looped with the second pass re-reading them (32768, the steps' case; 20000, ragged, at the
+    looped f32 loss's register budget; bf16 logits and dlogits: HF GPT-2's loss under autocast, walked in
+    passes); ignored rows."""
     import dataclasses
     import numpy as np
     from simt_cpu import round_bf16, run_kernel
