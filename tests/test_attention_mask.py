@@ -1,6 +1,5 @@
 """The attention mask as the IR attention's additive bias operand, on the host: the IR reference
-against eager's masked softmax (rows that keep a key: equal; fully masked rows: finite, the stated
-uniform average), the capture of a padded SDPA mask, the problem's bias strides in its key and
+against eager's masked softmax (rows that keep a key: equal; fully masked rows: 0 and no gradient), the capture of a padded SDPA mask, the problem's bias strides in its key and
 description, the launcher's plan on meta tensors, the derivation's kernel choice, and the masked
 mma.sync kernels assembled by ptxas for sm_90 and sm_80 (no spills, the predicted occupancy)."""
 from __future__ import annotations
@@ -43,21 +42,30 @@ def test_reference_matches_eager_where_a_row_keeps_a_key(fill, causal):
     assert torch.isfinite(lse).all()
 
 
-def test_fully_masked_rows_average_the_visible_keys():
-    """A left-padded causal batch: its first rows see only padding keys.  Eager gives NaN there (-inf)
-    or a uniform average over all keys (finfo.min); the IR attention a uniform average over the keys
-    the causal mask leaves, lse = floor + ln(keys); the rest of the batch as eager."""
+def test_fully_masked_rows_give_zero_and_no_gradient():
+    """A left-padded causal batch: its first rows see only padding keys.  The IR attention gives them
+    out 0 and lse +inf (torch's SDPA gives 0 there), so the backward from that lse sends them no
+    gradient -- what eager's autograd of SDPA with the rows' outputs zeroed gives; the rest of the
+    batch as eager, forward and backward."""
     g = torch.Generator().manual_seed(2)
-    q, k, v = (torch.randn(1, 2, 6, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    q, k, v, do = (torch.randn(1, 2, 6, 8, generator=g, dtype=torch.float64) for _ in range(4))
     keep = torch.arange(6) >= 2                                   # keys 0, 1 are padding
     bias = torch.where(keep, 0.0, -math.inf).reshape(1, 1, 1, 6)
     out, lse = _ref_attention(torch, q, k, v, bias, scale=0.5, causal=True)
-    assert torch.isfinite(out).all() and torch.isfinite(lse).all()
-    for i in (0, 1):
-        torch.testing.assert_close(out[0, :, i], v[0, :, :i + 1].mean(1))
-        torch.testing.assert_close(lse[0, :, i], torch.full((2,), ATTENTION_BIAS_FLOOR + math.log(i + 1),
-                                                             dtype=torch.float64))
+    assert torch.isfinite(out).all()
+    assert (out[0, :, :2] == 0).all() and torch.isinf(lse[0, :, :2]).all() and (lse[0, :, :2] > 0).all()
+    assert torch.isfinite(lse[0, :, 2:]).all()
     torch.testing.assert_close(out[0, :, 2:], eager(q, k, v, bias, True, 0.5)[0, :, 2:])
+    grads = _ref_attention_backward(torch, do, q, k, v, out, lse, bias, scale=0.5, causal=True)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    rows_kept = torch.arange(6)[None, None, :, None] >= 2
+    finite = bias.double().masked_fill(~keep.reshape(1, 1, 1, 6), -1e300)     # eager: no NaN to zero out
+    ref = torch.where(rows_kept, eager(*leaves, finite, True, 0.5), 0.0)
+    ref.backward(do)
+    for got, leaf in zip(grads, leaves):
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got, leaf.grad, rtol=1e-10, atol=1e-10)
+    assert (grads[0][0, :, :2] == 0).all()
 
 
 def test_reference_backward_matches_eager_autograd():
@@ -196,6 +204,9 @@ def test_unbiased_kernels_keep_their_text():
         biased = build_module(AttentionProblem(2, 4, 100, 100, 64, causal=True, dtype="bf16", bias=(100, 0, 0, 1)),
                               s, role)
         assert "%bias: memref<200xf32>" in biased and "memref.load %bias[" in biased
+        # the forward masks a row whose every key sits at the floor: O = 0, LSE = +inf (0x7F800000)
+        assert ("arith.cmpf ole" in biased and "0x7F800000" in biased) == (role == "fwd")
+        assert "arith.cmpf ole" not in text and "0x7F800000" not in text
 
 
 def test_the_kernels_clamp_at_the_ir_ops_floor():

@@ -1,6 +1,7 @@
 """Fused attention with an additive bias (the attention mask) on a GPU: out, lse and the three input
 gradients against a float64 reference of the stated semantics (problem.py: scale q k^T + bias clamped
-at -1e4, the causal mask on top, the clamp's gradient the identity).  Fresh random data, NaN-poisoned
+at -1e4, the causal mask on top, the clamp's gradient the identity; a row whose every visible key is
+at the floor gives out 0, lse +inf and no gradient).  Fresh random data, NaN-poisoned
 outputs; key-padding masks [B, 1, 1, T] with padding at the end (right) and at the start (left, causal:
 fully masked rows), a batch entry with no key at all, a bias broadcast over the batch [1, H, T, T], a
 full [B, H, T, T] bias, a finfo.min mask given in bf16 (copied to float32), T never a multiple of a
@@ -87,8 +88,9 @@ def reference(q, k, v, do, bias, causal, scale):
     s = clamped + (scores - scores.detach())                    # clamped value, the scores' gradient
     if causal:
         s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril(), -math.inf)
-    lse = torch.logsumexp(s, -1)
-    out = torch.softmax(s, -1) @ vv
+    masked = s.detach().amax(-1, keepdim=True) <= FLOOR          # every visible key at the floor: 0, no gradient
+    lse = torch.logsumexp(s, -1).masked_fill(masked[..., 0], math.inf)
+    out = torch.where(masked, 0.0, torch.softmax(s, -1) @ vv)
     out.backward(do.double())
     return out.detach(), lse.detach(), qd.grad, kd.grad, vd.grad
 
@@ -113,8 +115,11 @@ def test_masked_attention_matches_float64(case):
     torch.cuda.synchronize()
     r_out, r_lse, r_dq, r_dk, r_dv = reference(q, k, v, do, bias, causal, scale)
     floor = 0.1 * float(r_dv.norm())
-    errs = {"out": rel(out, r_out), "lse": rel(lse, r_lse), "dq": rel(dq, r_dq, floor), "dk": rel(dk, r_dk, floor),
-            "dv": rel(dv, r_dv)}
+    masked = r_lse.isinf()
+    assert torch.equal(lse.isinf().cpu() & (lse > 0).cpu(), masked.cpu()), "masked rows' lse is not +inf"
+    assert not out[masked].any(), "a masked row's output is not 0"
+    errs = {"out": rel(out, r_out), "lse": rel(lse[~masked], r_lse[~masked]), "dq": rel(dq, r_dq, floor),
+            "dk": rel(dk, r_dk, floor), "dv": rel(dv, r_dv)}
     t_out, t_grad = TOL[dtype]
     assert errs["out"] < t_out and errs["lse"] < t_out, errs
     assert max(errs["dq"], errs["dk"], errs["dv"]) < t_grad, errs

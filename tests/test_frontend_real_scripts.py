@@ -995,6 +995,13 @@ def test_left_padding_masks_whole_rows_and_they_give_zero_like_eager(backend):
         torch.testing.assert_close(loss, want_loss, rtol=1e-5, atol=1e-7)
     for p, q in zip(*(m.parameters() for m in models)):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+    graph = compiled.graph                               # the attention ops mask those rows themselves
+    attention = [n for n in graph.nodes if n.op == "attention"]
+    backward = [n for n in graph.nodes if n.op == "attention_backward"]
+    assert attention and backward and all(len(n.inputs) == 4 for n in attention)
+    assert not [n for n in graph.nodes if n.op == "where" and any(
+        x.producer in attention for x in n.inputs)], "a select of the attention's output"
+    assert not [n for n in backward if n.inputs[0].producer is not None and n.inputs[0].producer.op == "where"]
 
 
 class _Queue(nn.Module):

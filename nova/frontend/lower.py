@@ -936,12 +936,16 @@ def _attention(ctx, q, k, v, *, dropout_p=0.0, is_causal=False, attn_mask=None, 
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     attn_mask, is_causal = fold_constant_mask(ctx, attn_mask, q, k, is_causal)
     kept = _rows_kept(ctx, attn_mask, q, k, is_causal)
+    mask_key = (attn_mask, bool(is_causal))
     bias, is_causal = attention_bias(ctx, attn_mask, q, k, is_causal)
     if (attn_mask is not None and bias is None) or _top_left_differs(q, k, is_causal):
         out, lse = _masked_attention(ctx, q, k, v, attn_mask, scale, is_causal)
     else:
         out, lse = ctx.op("attention", q, k, v, *([bias] if bias is not None else []), scale=scale,
                           causal=bool(is_causal))
+        if kept is not None and bias is not None:   # the op masks a row whose every key is masked itself
+            ctx.__dict__.setdefault("attention_masks_rows_itself", set()).add(mask_key)
+            kept = None
     if kept is not None:                    # a row whose every key is masked: eager's SDPA returns 0 there
         out = ctx.op("where", kept, out, ctx.const(0.0, out.dtype))
     results = [None] * n_results
@@ -1077,6 +1081,8 @@ def _attention_backward(ctx, dout, q, k, v, out, lse, *, scale, is_causal, dropo
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     attn_mask, is_causal = fold_constant_mask(ctx, attn_mask, q, k, is_causal)
     kept = _rows_kept(ctx, attn_mask, q, k, is_causal)
+    if (attn_mask, bool(is_causal)) in ctx.__dict__.get("attention_masks_rows_itself", ()):
+        kept = None                         # lse is the forward op's: +inf on a masked row, so P is 0 there
     if kept is not None:                    # a row whose every key is masked gives no gradient (eager's 0 output)
         dout = ctx.op("where", kept, dout, ctx.const(0.0, dout.dtype))
     bias, is_causal = attention_bias(ctx, attn_mask, q, k, is_causal)

@@ -354,8 +354,12 @@ def _attention_scores(torch, q, k, scale, causal, bias=None):
 
 
 def _attention_probabilities(torch, q, k, scale, causal, bias=None):
+    """P and lse; with a bias, a row whose every visible score sits at the floor is masked: lse = +inf,
+    so P (and the output) is 0 across it and the backward's exp(s - lse) gives it no gradient."""
     s = _attention_scores(torch, q, k, scale, causal, bias)
     lse = torch.logsumexp(s, dim=-1)
+    if bias is not None:
+        lse = lse.masked_fill(s.amax(dim=-1) <= ATTENTION_BIAS_FLOOR, float("inf"))
     return torch.exp(s - lse[..., None]), lse
 
 
@@ -396,7 +400,8 @@ def _infer_attention_backward(types, attrs):
 
 define("attention", "composite", _infer_attention, _ref_attention, None, ("scale",),
        doc="(q, k, v[, bias]) -> (out, per-row log-sum-exp f32): softmax(q k^T * scale [+ bias, clamped from below "
-           "at ATTENTION_BIAS_FLOOR] [+ causal mask]) v; bias [B|1, H|1, Tq|1, Tk], float, no gradient")
+           "at ATTENTION_BIAS_FLOOR] [+ causal mask]) v; bias [B|1, H|1, Tq|1, Tk], float, no gradient; a row "
+           "whose every visible score is at the floor gives out 0 and lse +inf")
 define("attention_backward", "composite", _infer_attention_backward, _ref_attention_backward, None, ("scale",),
        doc="(dout, q, k, v, out, lse[, bias]) -> (dq, dk, dv), scores recomputed from lse")
 

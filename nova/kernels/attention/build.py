@@ -31,7 +31,9 @@ register-held P and dS too) is split where it is made.
 Bias (``problem.bias``, an additive FP32 ``[B|1, H|1, Tq|1, Tk]`` tensor with static strides): the
 fwd, dQ and dK/dV kernels read it straight from global memory (L1/L2; no shared-memory stage), one
 scalar per score a thread holds, and fold it into the raw score accumulators before the masks:
-``s = max(s + bias / scale, BIAS_FLOOR / scale)`` (problem.py: the floor keeps every value finite).  An
+``s = max(s + bias / scale, BIAS_FLOOR / scale)`` (problem.py: the floor keeps every value finite); a
+row whose running maximum ends at the floor (every key it sees masked) writes O = 0 and LSE = +inf, so
+the backward's P = exp2(S c - LSE log2 e) is 0 across it: no gradient, with no mask of dO.  An
 axis of stride 0 is not loaded per element: a padding mask ``[B, 1, 1, Tk]`` costs each thread one load per
 key column it holds and KV tile, shared by its rows.  Indices past the tails are clamped to the last
 row/column (the masks discard those scores); in dK/dV a query column past Tq gets bias 0, so its
@@ -840,14 +842,23 @@ class _Flash:
         m_fin, l_fin = out[:nrow], out[nrow:2 * nrow]
         o = [out[2 * nrow + m * nd: 2 * nrow + (m + 1) * nd] for m in range(self.mt)]
         ir.comment("epilogue: O / l, LSE = (m + log2 l) ln 2")
+        if p.bias:
+            ir.comment("a row whose every visible key sits at the floor is masked: O = 0, LSE = +inf")
+            floor_c = ir.fop("mulf", ir.f(BIAS_FLOOR / p.scale), ir.f(self.c), "floor_c")   # as m is made
+            inf = ir.let("inf", "arith.constant 0x7F800000 : f32")
         lse_vals = []
         for m in range(self.mt):
             for h in (0, 1):
                 r = 2 * m + h
                 lt = self.quad_sum(l_fin[r])
                 inv = ir.fop("divf", ir.f(1.0), lt, "inv_l")
+                lse = ir.fop("mulf", ir.fop("addf", m_fin[r], ir.log2(lt), "lse2"), ir.f(LN2), "lse")
+                if p.bias:
+                    dead = ir.let("row_masked", f"arith.cmpf ole, {m_fin[r]}, {floor_c} : f32")
+                    inv = ir.select(dead, ir.f(0.0), inv, "f32", "inv_l")
+                    lse = ir.select(dead, inf, lse, "f32", "lse")
                 o[m] = [self.scale_row(acc, h, inv) for acc in o[m]]
-                lse_vals.append(ir.fop("mulf", ir.fop("addf", m_fin[r], ir.log2(lt), "lse2"), ir.f(LN2), "lse"))
+                lse_vals.append(lse)
         self.store_rows(o, "out", self.at["out"], self.q0, p.seq_q)
         is_t0 = ir.cmp("eq", self.t, 0, "t_is0")
         for m in range(self.mt):

@@ -25,11 +25,13 @@ strides ``(sB, sH, sQ, sK)``, 0 on a broadcast axis (a padding mask ``[B, 1, 1, 
 floor (-1e4, ``BIAS_FLOOR``, the IR op's ``ATTENTION_BIAS_FLOOR``) catches every -inf and ``torch.finfo.min`` entry, so
 no row ever meets inf - inf.  Where a row keeps some key (a score above about -1e4 + 104), a clamped
 key's weight is exp(-1e4 - max): exactly 0 in FP32, what eager's -inf and finfo.min masks give.  A
-row whose every causally visible key is clamped averages v uniformly over those visible keys, lse =
--1e4 + ln(keys) (eager: NaN for a -inf mask, 0 for torch's safe softmax, a uniform average over all Tk
-keys for a finfo.min mask: no two agree; the rows Hugging Face fully masks are left-padding queries
-whose outputs no loss reads).  The backward treats the clamp as the identity (dS = P (dP - D)
-everywhere), as eager's autograd does for ``s + finfo.min``; the bias gets no gradient.
+row whose every causally visible key is clamped is *masked*: out = 0 and lse = +inf, what torch's SDPA
+gives a row a boolean or -inf mask masks whole (a left-padded sequence's first queries under Hugging
+Face's causal & padding mask); the backward's P = exp(s - lse) is then 0 across the row, so it gets no
+gradient.  (For a finfo.min mask eager averages v over all Tk keys instead; the rows Hugging Face
+masks so are left-padding queries whose outputs no loss reads.)  The backward treats the clamp as the
+identity (dS = P (dP - D) everywhere), as eager's autograd does for ``s + finfo.min``; the bias gets
+no gradient.
 
 ``score_precision`` (TF32 only) is how the score product ``S = Q K^T`` is computed: ``"tf32"``, one
 TF32 tensor-core product (inputs rounded to 10 mantissa bits: each score carries a relative error of
