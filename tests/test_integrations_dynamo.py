@@ -476,3 +476,28 @@ def test_an_opaque_op_gets_its_input_dense_and_a_bf16_layer_norm_runs_on_the_exe
             got = torch.compile(norm, backend=nova_backend, options={"engine": engine})(h)
             torch.testing.assert_close(got, norm(h), rtol=1e-2, atol=2e-2)      # bf16: one rounding apart
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], [r.getMessage() for r in caplog.records]
+
+
+def test_gradients_take_the_bytes_of_the_donated_saved_tensors(monkeypatch, caplog):
+    """Saved activations larger than the staged ones are read in place and donated by AOTAutograd;
+    the backward writes its weight gradients into their bytes once they are dead
+    (``memory._place_in_donors``), no output buffers of their own.  The CPU executor runs that plan:
+    three AdamW steps against eager, losses and every gradient alike."""
+    from nova.compiler import executor
+    placed = []
+    layout = executor.Program._layout
+
+    def spy(self):
+        layout(self)
+        placed.append((self.graph.name, sum(v.type.nbytes for v in self.in_donor)))
+    monkeypatch.setattr(executor.Program, "_layout", spy)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 512),
+                                torch.nn.GELU(), torch.nn.Linear(512, 256))
+    g = torch.Generator().manual_seed(5)
+    batches = [((torch.randn(1024, 256, generator=g),), lambda y: (y ** 2).mean()) for _ in range(3)]
+    with caplog.at_level(logging.INFO, logger="nova"):
+        train_against_eager(model, batches, "executor")
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], [r.message for r in caplog.records]
+    backward = [n for name, n in placed if name.startswith("backward")]
+    assert backward and backward[0] >= 256 * 1024 * 4, placed     # at least the first layer's weight gradient

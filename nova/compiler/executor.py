@@ -184,6 +184,24 @@ def _fmt_bytes(n) -> str:
         n /= 1024
 
 
+def bytes_view(x: torch.Tensor, byte_offset: int, dtype, shape, strides) -> torch.Tensor:
+    """A ``dtype`` tensor of ``shape``/``strides`` at ``byte_offset`` bytes into ``x``'s storage from
+    ``x``'s first element (a value the plan placed in a dead donated input's bytes)."""
+    start = x.storage_offset() * x.element_size() + byte_offset
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    if start % itemsize:
+        raise ExecutorError(f"a value placed {byte_offset} bytes into a donated input is not aligned to its "
+                            f"{itemsize}-byte elements")
+    return torch.empty(0, dtype=dtype, device=x.device).set_(x.untyped_storage(), start // itemsize, shape, strides)
+
+
+def in_storage_of(x: torch.Tensor, byte_offset: int, value) -> torch.Tensor:
+    """``value``'s tensor (dense, its own type) placed ``byte_offset`` bytes into donated input ``x``."""
+    shape = tuple(value.type.shape)
+    strides = tuple(math.prod(shape[k + 1:]) for k in range(len(shape)))
+    return bytes_view(x, byte_offset, torch_dtype(value.type.dtype), shape, strides)
+
+
 def _strided_bytes(shape, strides, itemsize: int) -> int:
     """Bytes spanned by a tensor of ``shape`` with element ``strides`` (0 when empty)."""
     if math.prod(shape) == 0:
@@ -360,7 +378,8 @@ class Program:
     # ------------------------------------------------------------------ layout (decided once)
     def _layout(self) -> None:
         """Where each value's tensor comes from: ``self.loc[value]`` is one of
-        ("input", i) bound user tensor, ("donated", i) written into bound input i,
+        ("input", i) bound user tensor, ("donated", i) written into bound input i, ("in_input", i,
+        byte offset) placed in the dead storage of bound donated input i (``memory._place_in_donors``),
         ("alias", node) a view of the node's input, or (area, offset, strides) in one of the
         byte areas "arena", "const", "staged", "scratch"; ("unwritten", None, None): a value inside a
         Nova rows group of a CUDA program that the plan gives no storage (its kernel never writes it)."""
@@ -370,6 +389,7 @@ class Program:
         self.area_bytes = {"arena": plan.arena_bytes, "const": 0, "staged": 0, "scratch": 0, "host": 0}
         producer = {v: n for n in g.nodes for v in n.outputs}
         self.donated = {}                    # output Value -> input index
+        self.in_donor = {}                   # Value -> (input index, byte offset): in a dead donated input
         for k, i in sorted(plan.donations.items()):
             o = g.outputs[k]
             node = producer.get(o.value)
@@ -387,8 +407,11 @@ class Program:
         for v, p in plan.placements.items():     # results written into a donated input's storage
             if p.kind == "external" and p.donated_to is not None and v not in self.donated and \
                     v.producer is not None:
-                self.donated[v] = p.donated_to
-        targets = set(self.donated.values())
+                if p.offset is None:
+                    self.donated[v] = p.donated_to
+                else:                            # at an offset of its dead bytes, in its own type
+                    self.in_donor[v] = (p.donated_to, p.offset)
+        targets = set(self.donated.values()) | {i for i, _ in self.in_donor.values()}
         for i, spec in enumerate(g.inputs):
             p = plan.placement(spec.value)
             if spec.role in BOUND_ROLES or i in targets or i in self.in_place:
@@ -408,6 +431,8 @@ class Program:
                     self.loc[v] = ("kernel",)        # a Nova pointwise kernel's intermediate: registers only
                 elif v in self.donated:
                     self.loc[v] = ("donated", self.donated[v])
+                elif v in self.in_donor:
+                    self.loc[v] = ("in_input",) + self.in_donor[v]
                 elif node.op in CREATION:
                     self.loc[v] = self._take("const", v)
                 elif p.kind == "alias":
@@ -443,11 +468,14 @@ class Program:
             # a fused GEMM product (or biased product): never written when a Nova kernel runs the
             # whole epilogue; on CPU (torch.matmul, then ATen bias add / activation) and after a
             # shortened Nova epilogue, computed in the group result's bytes and updated in place
-            # there (the plan reserves them from the launch's start).  Scratch when that result is
-            # not an arena buffer of the program (donated into an input, say) or shares bytes with
+            # there (the plan reserves them from the launch's start), or at its bytes in a dead
+            # donated input.  Scratch when that result is not such a buffer (donated into an input
+            # in place, say) or shares bytes with
             # a value the group reads (a plan that breaks that reservation).
             loc = self.loc[plan.fused_into[v]]
             if loc[0] == "arena" and loc[2] is None and not self._reads_bytes(group_of.get(v.producer), loc, v):
+                self.loc[v] = loc
+            elif loc[0] == "in_input":            # the donated input is dead before the group writes there
                 self.loc[v] = loc
             else:
                 self.loc[v] = self._take("scratch", v)
@@ -594,6 +622,16 @@ class Program:
                                         f"{g.inputs[i].name!r}, written at launch {p} ({producer.op}), but {n.op} "
                                         f"reads {'that input' if base is g.inputs[i].value else 'what it held'} at "
                                         f"launch {q}{' through a view' if x is not base else ''}")
+        for v, (i, offset) in self.in_donor.items():  # placed in its dead bytes: the input is read before
+            x, p = g.inputs[i].value, position.get(v.producer)
+            if offset < 0 or offset + v.type.nbytes > x.type.nbytes:
+                raise ExecutorError(f"{g.name}: the plan places {v.type} at byte {offset} of input {g.inputs[i].name!r} "
+                                    f"({x.type}), outside its bytes")
+            late = [n for n in order if position[n] >= p and any(root.get(u) is x for u in n.inputs)]
+            if p is not None and late:
+                raise ExecutorError(f"{g.name}: the plan places {names.get(v, str(v.type))!r} in input "
+                                    f"{g.inputs[i].name!r} at launch {p} ({v.producer.op}), but {late[0].op} reads "
+                                    f"that input at launch {position[late[0]]}")
 
     def _take(self, area: str, value):
         offset = self.area_bytes[area]
@@ -684,6 +722,8 @@ class Program:
                     continue
                 if loc[0] == "donated":
                     tensors[v] = tensors[g.inputs[loc[1]].value]
+                elif loc[0] == "in_input":
+                    tensors[v] = in_storage_of(tensors[g.inputs[loc[1]].value], loc[2], v)
                 elif loc[0] == "alias":
                     base = tensors[node.inputs[0]]
                     try:
@@ -1048,6 +1088,12 @@ class Program:
                 out.append(("input", self._input_index[o.value]))
                 continue
             t = tensors[o.value]
+            root = self._root_loc(o.value)
+            if root[0] == "in_input":            # in a dead donated input's bytes: a view of its storage
+                x = by_index[root[1]]
+                out.append(("in_storage", root[1], t.data_ptr() - x.data_ptr(), tuple(t.shape), tuple(t.stride()),
+                            t.dtype))
+                continue
             source = ("clone",)
             for k in range(len(self._pieces)):
                 base = store[("output", k)]
@@ -1222,6 +1268,9 @@ class Program:
                 if self._output_pools.small[k]:
                     buffer = copies[k] if k in copies else copies.setdefault(k, buffer.clone())
                 out.append(torch.as_strided(buffer.view(dtype), shape, strides, offset).detach())
+            elif source[0] == "in_storage":
+                _, i, byte_offset, shape, strides, dtype = source
+                out.append(bytes_view(inputs[i], byte_offset, dtype, shape, strides).detach())
             elif source[0] == "view":
                 _, i, offset, shape, strides = source
                 x = inputs[i]
@@ -1238,7 +1287,7 @@ class Program:
         if not self.per_call:
             return True
         root = self._root_loc(output.value)
-        return not (root[0] == "input" or (root[0] == "arena" and self._region is not None
+        return not (root[0] in ("input", "in_input") or (root[0] == "arena" and self._region is not None
                                            and root[1] >= self._region[0]))
 
     def _root_loc(self, value):

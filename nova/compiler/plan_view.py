@@ -21,7 +21,8 @@
                              it at, when not row-major), "alias" (``.alias_of``, ``.view``),
                              "external" (a graph input's storage; ``.donated`` with ``.input_index``
                              for an updating output, or a result taking a donated input's storage,
-                             written in place), "fused" (never written), "host" (an offloaded
+                             written in place; with ``.offset`` a result placed at that byte of a
+                             dead donated input, in its own type), "fused" (never written), "host" (an offloaded
                              copy in host memory: the program's pinned host area)
     planned.storage          ``StoragePlan``: ``.assembled`` (concat nodes whose inputs their kernels
                              wrote in place: they launch nothing); a node result the plan aliases
@@ -63,7 +64,8 @@ class Placement:
     nbytes: int = 0
     base: object = None                  # alias: the planned base Value
     strides: tuple[int, ...] | None = None
-    donated_to: int | None = None        # the graph input an output is written into
+    donated_to: int | None = None        # the graph input an output is written into (external: at byte
+                                         # ``offset`` of it when set, else over it in place)
 
 
 @dataclass
@@ -119,7 +121,8 @@ def _placement(value, value_plan, values, stored) -> Placement:
         return Placement("alias", nbytes=vp.nbytes, base=vp.alias_of,
                          strides=tuple(vp.view.strides) if vp.view is not None else None)
     if vp.kind == "external":
-        return Placement("external", nbytes=vp.nbytes, donated_to=vp.input_index if vp.donated else None)
+        return Placement("external", offset=vp.offset if vp.donated else None, nbytes=vp.nbytes,
+                         donated_to=vp.input_index if vp.donated else None)
     if vp.kind == "host":                               # an offloaded copy: the program's host area
         return Placement("host", nbytes=vp.nbytes)
     raise ExecutorError(f"unknown placement kind {vp.kind!r} in the memory plan")
@@ -141,7 +144,8 @@ def _fused_into(groups, memory, graph) -> dict:
     inside the group while it is a pointwise op of one result of the same type or a wider one of as
     many elements (a cast epilogue's f32: the 16-bit value lies in its first bytes, and the ATen
     kernel that widens it computes apart, ``aten_kernels.pointwise``), or a view of the same bytes (a
-    GEMM epilogue's reshape), through fused and aliased values, to a value the plan puts in the arena."""
+    GEMM epilogue's reshape), through fused and aliased values, to a value the plan puts in the arena
+    (or at a byte of a dead donated input)."""
     users = graph.users()
 
     def same_bytes(w, v):              # same elements in the same order: v's type, or a reshape of it
@@ -153,6 +157,10 @@ def _fused_into(groups, memory, graph) -> dict:
     def kind_of(v):
         vp = memory.values.get(v)
         return vp.kind if vp is not None else None
+
+    def in_donated(v):                 # placed at a byte of a dead donated input (memory._place_in_donors)
+        vp = memory.values.get(v)
+        return vp is not None and vp.kind == "external" and vp.donated and vp.offset is not None
 
     out = {}
     for g in groups:
@@ -172,7 +180,7 @@ def _fused_into(groups, memory, graph) -> dict:
                     or opdef(readers[0].op).kind == "view" and kind_of(readers[0].outputs[0]) == "alias"
                     and same_bytes(readers[0].outputs[0], v))              # a GEMM epilogue's reshape
                 w = readers[0].outputs[0] if ok else None
-            if w is not None and kind_of(w) == "arena":
+            if w is not None and (kind_of(w) == "arena" or in_donated(w)):
                 out[v] = w
     return out
 

@@ -18,7 +18,8 @@ again (a binding is made for one set of addresses, ``executor.Program._select_bi
   tensors in the backward and the gradients at ``zero_grad``, so one buffer per output serves every
   step; accumulating gradients over k micro-batches before ``zero_grad`` uses k.  What it costs:
   a buffer stays allocated between its runs (the forward's saved tensors through the optimizer
-  step, after the backward has read them).
+  step, after the backward has read them: the backward's gradients lie in their dead bytes,
+  ``memory._place_in_donors``, so a gradient the caller keeps keeps its saved buffer taken).
 """
 from __future__ import annotations
 

@@ -307,8 +307,9 @@ def _compile_real(gm, example_inputs, part: str, name: str, settings: BackendOpt
 
 def result_storages(lowered: LoweredGraph, planned) -> list:
     """For each FX result, the storage the executor returns it in: ``("input", k)`` (IR input k's,
-    through a view or a donated input's storage), ``("buffer", value)`` (the buffer of the plan's
-    root ``value``), None (no tensor of the program)."""
+    through a view or a donated input's storage taken in place), ``("buffer", value)`` (the buffer of
+    the plan's root ``value``: in the output region, or at its own bytes of a dead donated input, which
+    the caller gave up and nothing else returns), None (no tensor of the program)."""
     memory, outputs = planned.memory, planned.graph.outputs
     out = []
     for kind, what in lowered.results:
@@ -317,7 +318,8 @@ def result_storages(lowered: LoweredGraph, planned) -> list:
         elif kind == "output":
             root = memory.root(outputs[what].value)
             vp = memory[root]
-            out.append(("input", vp.input_index) if vp.kind == "external" else ("buffer", root))
+            in_place = vp.kind == "external" and vp.offset is None      # over the input, not at a byte of it
+            out.append(("input", vp.input_index) if in_place else ("buffer", root))
         else:
             out.append(None)
     return out

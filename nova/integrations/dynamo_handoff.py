@@ -35,7 +35,8 @@ fresh buffer of the traced layout, so a plan is never read through a wrong layou
 **Donation.**  AOTAutograd lists the saved tensors that nothing else aliases (``bw_donated_idxs``:
 not an input or a user output of the forward, not a gradient) and refuses ``retain_graph`` once it
 has; such a tensor is single-use, so the backward may overwrite its storage once it is dead
-(``memory.Handoff.donated_inputs``: the planner writes a result there in place).  An input is
+(``memory.Handoff.donated_inputs``: the planner writes a result there in place, or places a later
+buffer, a gradient say, in its dead bytes).  An input is
 donated when it is a lone contiguous view whose every duplicate is donated.  Per call, ``gather``
 copies a donated input that shares its storage with another input (which the trace did not
 foresee: a forward whose Nova plan merged two results) before the program may overwrite it.

@@ -31,7 +31,9 @@ other mode, a program owning its arena and copying its outputs and data inputs) 
 The step: the forward graphs run in compilation order, then the backward graphs (AOTAutograd
 compiles them as the backward reaches them, last forward first).  A forward's outputs are held
 until its backward has run (the saved activations; its user outputs, the loss, are a few bytes);
-a backward reads them in place and its outputs (the gradients) are held from then on.  Parameters
+a backward reads them in place and its outputs (the gradients) are held from then on (a gradient
+placed in a dead donated saved tensor takes no output buffer: it keeps that saved buffer instead,
+which this counts among the forward's outputs until the backward has run).  Parameters
 (the forwards' ``param`` inputs), the data inputs and ``optimizer_state_bytes`` (the eager
 optimizer's state, which the backend never sees) are held throughout.  ``peak_bytes`` is the most
 held at any run.

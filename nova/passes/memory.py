@@ -29,7 +29,12 @@ Rules, over the execution order (the groups' nodes one after another; position =
   that input has the result's byte size and is read element for element (same shape, dense, whole
   buffer).  The storage of a *donated* input (``Handoff.donated_inputs``: the caller gives it up to
   the step) is taken the same way once it dies there: the result is then written into the input's
-  storage (``external``, ``donated``) and needs no arena bytes.  An
+  storage (``external``, ``donated``) and needs no arena bytes.  Beyond that, every other dense
+  buffer written whole (outputs and temporaries alike; largest first) is placed at a byte of a
+  donated input that is dead before the buffer is first written, at the best-fitting gap among the
+  buffers placed there before it that it is live with, inside the input's own bytes
+  (``_place_in_donors``; ``external``, ``donated``, ``offset``: the byte): the torch.compile
+  backend's backward makes its gradients in the saved tensors it has read.  An
   output of a Nova pointwise kernel may take the buffer of any input of the kernel that dies there
   and that every member reads so (``elementwise_group``): each thread reads all its inputs' elements
   before writing the same ones; so may the result of a cross-entropy backward's rows kernel with the
@@ -379,13 +384,15 @@ class _Storage:
         self.first, self.last = first, last
         self.offset = 0
         self.donated_input = donated_input     # a donated graph input's storage (not arena bytes)
+        self.donor: tuple[int, int] | None = None   # (input, byte offset): placed in a dead donated input
+        self.placed: list[_Storage] = []       # a donated input's: the buffers placed in its bytes
 
     @classmethod
     def of_bytes(cls, holder, nbytes: int, first: int, last: int) -> "_Storage":
         s = cls.__new__(cls)
         s.holders, s.nbytes, s.size = [holder], nbytes, aligned(nbytes)
         s.first, s.last, s.offset = first, last, 0
-        s.donated_input = None
+        s.donated_input, s.donor, s.placed = None, None, []
         return s
 
 
@@ -494,6 +501,13 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None, storage: Storag
                 s.last = last[v]
             claimed.add(id(s))
             storage_of[v] = s
+    donors = [d for x, d in storage_of.items() if d.donated_input is not None and d.holders[0] is x]
+    if donors:                                 # largest first, as the arena's offsets
+        written_whole = [s for s in storages if all(       # no kernel writes into it through a view
+            m is h or kind(m.producer.op) == "view" for h in s.holders for m in family[h])]
+        placed = {id(s) for s in sorted(written_whole, key=lambda s: (-s.size, s.first, s.last))
+                  if _place_in_donors(s, donors, layouts)}
+        storages = [s for s in storages if id(s) not in placed]
     apart = [s for s in storages if handoff.outputs_apart and any(h in out_values or any(
         a in out_values for a in family[h]) for h in s.holders)]
     arena_bytes = _assign_offsets([s for s in storages if s not in apart])
@@ -527,6 +541,10 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None, storage: Storag
         elif storage_of[v].donated_input is not None:        # written into a donated input's storage
             values[v] = ValuePlan("external", v.type.nbytes, cat, input_index=storage_of[v].donated_input,
                                   live=(first[v], last[v]), reuses=reuses.get(v), donated=True)
+        elif storage_of[v].donor is not None:                # placed in a dead donated input's bytes
+            i, at = storage_of[v].donor
+            values[v] = ValuePlan("external", v.type.nbytes, cat, offset=at, input_index=i,
+                                  live=(first[v], last[v]), reuses=reuses.get(v), donated=True)
         else:
             lay = layouts[v]
             values[v] = ValuePlan("arena", v.type.nbytes, cat, offset=storage_of[v].offset,
@@ -542,6 +560,39 @@ def plan_memory(graph: Graph, groups: list[Group], layouts=None, storage: Storag
     return MemoryPlan(values, arena_bytes, arena_bytes + external_bytes, live_peak + external_bytes,
                       external_bytes, breakdown, donations, order, storage=storage, handoff=handoff,
                       output_region=output_region, host_bytes=sum(v.type.nbytes for v in host))
+
+
+def _place_in_donors(s: _Storage, donors: list[_Storage], layouts) -> bool:
+    """Place buffer ``s`` in the storage of a donated input that is dead before ``s`` is first
+    written (after its last read and the last read of any result written over it in place), at the
+    best-fitting gap among the buffers placed there before that are live with ``s``; True if placed.
+    Only a dense buffer (its kernels write it row-major from an offset), at an aligned offset, wholly
+    inside the input's own bytes.  Called largest buffer first, it is ``_assign_offsets`` over the
+    donated inputs' bytes: the torch.compile backend's backward reads the saved tensors AOTAutograd
+    donates once each, early, and makes its gradients late, which then need no bytes of their own."""
+    if not s.size or not all(layouts[h].dense for h in s.holders):
+        return False
+    best = None
+    for d in donors:
+        if d.last >= s.first or d.nbytes < s.nbytes:
+            continue
+        busy = sorted((o.offset, o.offset + o.size) for o in d.placed if o.first <= s.last and o.last >= s.first)
+        cursor, gaps = 0, []
+        for start, stop in busy:
+            gaps.append((cursor, start - cursor))
+            cursor = max(cursor, stop)
+        gaps.append((cursor, d.nbytes - cursor))
+        fits = [(room, at) for at, room in gaps if room >= s.nbytes]
+        if fits:
+            room, at = min(fits)
+            if best is None or room < best[0]:
+                best = (room, at, d)
+    if best is None:
+        return False
+    _, at, d = best
+    s.offset, s.donor = at, (d.donated_input, at)
+    d.placed.append(s)
+    return True
 
 
 def _categories(graph: Graph, family, layouts, internal) -> dict[Value, str]:
@@ -709,6 +760,19 @@ def validate_memory_plan(graph: Graph, groups: list[Group], plan: MemoryPlan) ->
         holders = sorted((v for v, p in plan.values.items() if p.kind == "external" and p.donated
                           and p.input_index == i and v not in output_donations), key=lambda v: need[v][0])
         assert x not in outputs, f"input {i} is donated but is a graph output"
+        placed = [v for v in holders if plan[v].offset is not None]      # at bytes of it, once it is dead
+        holders = [v for v in holders if plan[v].offset is None]         # over it in place
+        dead = max(need[v][1] for v in [x] + holders)
+        for a_i, a in enumerate(placed):
+            pa = plan[a]
+            assert pa.offset % plan.alignment == 0 and pa.offset + pa.nbytes <= x.type.nbytes, \
+                f"{a} at byte {pa.offset} of donated input {i} is misaligned or outside its {x.type.nbytes} bytes"
+            assert need[a][0] > dead, f"{a} is written into donated input {i} while it is still read"
+            for b in placed[a_i + 1:]:
+                pb = plan[b]
+                assert pb.offset >= pa.offset + pa.nbytes or pa.offset >= pb.offset + pb.nbytes \
+                    or need[a][1] < need[b][0] or need[b][1] < need[a][0], \
+                    f"{a} and {b} overlap in time and in the bytes of donated input {i}"
         for earlier, later in zip([x] + holders, holders):
             assert need[earlier][1] < need[later][0] or plan[later].reuses is earlier and (
                 (need[earlier][1] == need[later][0] and elementwise_reader(later.producer, earlier, later, layouts))

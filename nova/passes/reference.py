@@ -40,6 +40,11 @@ def run_planned(planned, inputs, *, check_views: bool = True):
 
     def root_tensor(v):
         p = mem[v]
+        if p.kind == "external" and p.offset is not None:      # at a byte of a dead donated input
+            t = storage[p.input_index]
+            assert t.is_contiguous() and p.offset + v.type.nbytes <= t.numel() * t.element_size()
+            flat = t.reshape(-1).view(torch.uint8)
+            return flat[p.offset:p.offset + v.type.nbytes].view(dtype(v)).reshape(v.shape)
         if p.kind == "external":
             t = storage[p.input_index]
             assert tuple(t.shape) == v.shape and t.is_contiguous()
