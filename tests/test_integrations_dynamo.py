@@ -501,3 +501,18 @@ def test_gradients_take_the_bytes_of_the_donated_saved_tensors(monkeypatch, capl
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], [r.message for r in caplog.records]
     backward = [n for name, n in placed if name.startswith("backward")]
     assert backward and backward[0] >= 256 * 1024 * 4, placed     # at least the first layer's weight gradient
+
+
+def test_a_value_in_a_donated_input_is_a_view_of_its_bytes_or_a_one_line_refusal():
+    """A value the plan places at a byte of a donated input is a view of that storage, in its own
+    type; one that would not start on an element of its type is refused in one line (the hand-over
+    copies a CUDA input that does not start on the plan's 256-byte alignment, which the executor
+    checks too)."""
+    from nova.compiler.executor import ExecutorError, bytes_view
+    from nova.integrations.dynamo_handoff import DONATED_ALIGNMENT
+    from nova.passes.memory import ALIGNMENT
+    assert DONATED_ALIGNMENT == ALIGNMENT
+    x = torch.zeros(1024)
+    assert bytes_view(x, 256, torch.float32, (8,), (1,)).data_ptr() == x.data_ptr() + 256
+    with pytest.raises(ExecutorError, match="not aligned"):
+        bytes_view(x[1:], 0, torch.float64, (8,), (1,))        # 4 bytes in: not an f64 element's start

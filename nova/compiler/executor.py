@@ -189,9 +189,9 @@ def bytes_view(x: torch.Tensor, byte_offset: int, dtype, shape, strides) -> torc
     ``x``'s first element (a value the plan placed in a dead donated input's bytes)."""
     start = x.storage_offset() * x.element_size() + byte_offset
     itemsize = torch.empty(0, dtype=dtype).element_size()
-    if start % itemsize:
-        raise ExecutorError(f"a value placed {byte_offset} bytes into a donated input is not aligned to its "
-                            f"{itemsize}-byte elements")
+    if start % itemsize or (x.is_cuda and (x.data_ptr() + byte_offset) % aligned(1)):
+        raise ExecutorError(f"a value placed {byte_offset} bytes into a donated input that starts at a byte not "
+                            f"aligned to {aligned(1)}: the kernels' vector accesses need it")
     return torch.empty(0, dtype=dtype, device=x.device).set_(x.untyped_storage(), start // itemsize, shape, strides)
 
 

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 import torch
 
 STAGED_BYTES = 1 << 20          # a saved storage at most this large is copied into a static slot, not read in place
+DONATED_ALIGNMENT = 256         # bytes: a donated input starting elsewhere is copied (memory.ALIGNMENT, restated)
 
 
 def _storage_key(t: torch.Tensor):
@@ -230,7 +231,9 @@ class InputPlan:
 
     def _unshare_donated(self, args, out) -> None:
         """A donated input whose storage another argument (not one of its duplicates) shares is
-        copied: the program overwrites what it is given."""
+        copied: the program overwrites what it is given; so is a CUDA one whose first byte is not
+        ``DONATED_ALIGNMENT``-aligned (the plan places later buffers at aligned bytes of it, which
+        the kernels read with vector and TMA accesses; the caching allocator's blocks are)."""
         counts = {}
         for x in args:
             if isinstance(x, torch.Tensor) and x.device.type != "meta":
@@ -238,8 +241,9 @@ class InputPlan:
                 counts[key] = counts.get(key, 0) + 1
         for k in self.donated:
             i = self.sources[k][1]
-            if out[k] is args[i] and out[k].device.type != "meta" and \
-                    counts[out[k].untyped_storage().data_ptr()] > 1 + len(self.duplicates.get(i, ())):
+            if out[k] is args[i] and out[k].device.type != "meta" and (
+                    counts[out[k].untyped_storage().data_ptr()] > 1 + len(self.duplicates.get(i, ()))
+                    or (out[k].is_cuda and out[k].data_ptr() % DONATED_ALIGNMENT)):
                 out[k] = out[k].clone()
 
 
