@@ -607,7 +607,8 @@ def test_signature_hits_on_real_tensors(kernels):
     assert len({c.data_ptr() for c, _ in results}) == 3
     for c, ref in results:
         assert rel_fro(torch, c, ref) < TOLERANCE["tf32"]
-    resolved = mm._plans[mm.signature(a, b, None, None, "none", None, False)].resolved
+    unstated = ("default", mm.torch_deterministic())          # the key of a call that states no `deterministic`
+    resolved = mm._plans[mm.signature(a, b, None, None, "none", None, False, unstated)].resolved
     if resolved.hopper is None or "a" not in resolved.hopper.preps:   # rejected on the host, before A is read
         a_bad = torch.randn(M * K + 1, device="cuda")[1:].view(M, K)     # 4 bytes past an allocation
         with pytest.raises((ValueError, driver.NovaRuntimeError), match="aligned"):
