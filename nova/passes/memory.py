@@ -734,6 +734,18 @@ def validate_memory_plan(graph: Graph, groups: list[Group], plan: MemoryPlan) ->
     for i, v in enumerate(inputs):
         assert plan[v].kind == "external" and plan[v].input_index == i, f"input {i} is not external"
 
+    def apart_or_in_place(a, b) -> bool:
+        """Buffers ``a`` and ``b`` (at offsets of the same bytes that overlap) never live together,
+        or the later took the earlier's buffer in place where it dies, read element for element."""
+        (fa, la), (fb, lb) = need[a], need[b]
+        if fa > lb or fb > la:
+            return True
+        earlier, later = (a, b) if fa <= fb else (b, a)
+        group = group_of[later.producer]
+        return plan[later].reuses is earlier and plan[earlier].offset == plan[later].offset and (
+            (need[earlier][1] == need[later][0] and elementwise_reader(later.producer, earlier, later, layouts))
+            or (need[earlier][1] == span[later.producer][1] and elementwise_group(group, earlier, later, layouts)))
+
     arena = [v for v, p in plan.values.items() if p.kind == "arena" and p.nbytes]
     arena.sort(key=lambda v: plan[v].offset)
     for a_i, a in enumerate(arena):
@@ -742,15 +754,8 @@ def validate_memory_plan(graph: Graph, groups: list[Group], plan: MemoryPlan) ->
             pb = plan[b]
             if pb.offset >= pa.offset + pa.nbytes:
                 break
-            (fa, la), (fb, lb) = need[a], need[b]
-            if fa > lb or fb > la:
-                continue                               # never live together
-            earlier, later = (a, b) if fa <= fb else (b, a)
-            group = group_of[later.producer]
-            ok = plan[later].reuses is earlier and plan[earlier].offset == plan[later].offset and (
-                (need[earlier][1] == need[later][0] and elementwise_reader(later.producer, earlier, later, layouts))
-                or (need[earlier][1] == span[later.producer][1] and elementwise_group(group, earlier, later, layouts)))
-            assert ok, f"buffers of {a} [{fa},{la}] and {b} [{fb},{lb}] overlap in time and in the arena"
+            assert apart_or_in_place(a, b), \
+                f"buffers of {a} {need[a]} and {b} {need[b]} overlap in time and in the arena"
 
     output_donations = {graph.outputs[j].value for j, _ in plan.donations}
     for i in sorted({p.input_index for v, p in plan.values.items() if p.kind == "external" and p.donated
@@ -771,8 +776,7 @@ def validate_memory_plan(graph: Graph, groups: list[Group], plan: MemoryPlan) ->
             for b in placed[a_i + 1:]:
                 pb = plan[b]
                 assert pb.offset >= pa.offset + pa.nbytes or pa.offset >= pb.offset + pb.nbytes \
-                    or need[a][1] < need[b][0] or need[b][1] < need[a][0], \
-                    f"{a} and {b} overlap in time and in the bytes of donated input {i}"
+                    or apart_or_in_place(a, b), f"{a} and {b} overlap in time and in the bytes of donated input {i}"
         for earlier, later in zip([x] + holders, holders):
             assert need[earlier][1] < need[later][0] or plan[later].reuses is earlier and (
                 (need[earlier][1] == need[later][0] and elementwise_reader(later.producer, earlier, later, layouts))
@@ -835,7 +839,7 @@ def _elements(plan: MemoryPlan, v: Value):
     rp = plan[root]
     if rp.kind not in ("arena", "external"):
         return None
-    start = rp.offset if rp.kind == "arena" else 0
+    start = rp.offset or 0                 # an external value placed at a byte of a donated input: that byte
     shape = view.shape if view is not None else tuple(v.shape)
     strides = view.strides if view is not None else layout_analysis.contiguous_strides(tuple(v.shape))
     offset = view.offset if view is not None else 0
