@@ -516,3 +516,35 @@ def test_a_value_in_a_donated_input_is_a_view_of_its_bytes_or_a_one_line_refusal
     assert bytes_view(x, 256, torch.float32, (8,), (1,)).data_ptr() == x.data_ptr() + 256
     with pytest.raises(ExecutorError, match="not aligned"):
         bytes_view(x[1:], 0, torch.float64, (8,), (1,))        # 4 bytes in: not an f64 element's start
+
+
+def test_gradients_in_donated_bytes_accumulate_over_micro_batches(monkeypatch):
+    """Gradients accumulated over micro-batches (no zero_grad between backwards): the first backward's
+    gradients lie in its forward's saved buffers, which the next forward must not take again while
+    the gradients hold them (the output pool's use count); the sums equal eager's."""
+    from nova.compiler import executor
+    placed = []
+    layout = executor.Program._layout
+
+    def spy(self):
+        layout(self)
+        placed.append(len(self.in_donor))
+    monkeypatch.setattr(executor.Program, "_layout", spy)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
+    reference = copy.deepcopy(model)
+    compiled = torch.compile(model, backend=nova_backend, options={"engine": "executor"})
+    g = torch.Generator().manual_seed(6)
+    for step in range(2):
+        for _ in range(3):                                   # three micro-batches into one gradient
+            x = torch.randn(1024, 256, generator=g)
+            for m, fn in ((model, compiled), (reference, reference)):
+                (fn(x) ** 2).mean().backward()
+        for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+            assert_close(p.grad, q.grad, f"step {step} accumulated grad of {name}")
+        for m in (model, reference):
+            with torch.no_grad():
+                for p in m.parameters():
+                    p -= 1e-2 * p.grad
+            m.zero_grad(set_to_none=True)
+    assert any(placed), placed                               # the backward placed its gradients so
