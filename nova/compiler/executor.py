@@ -625,9 +625,10 @@ class Program:
         for v, (i, offset) in self.in_donor.items():  # placed in its dead bytes: the input is read before
             x, p = g.inputs[i].value, position.get(v.producer)
             if offset < 0 or offset + v.type.nbytes > x.type.nbytes:
-                raise ExecutorError(f"{g.name}: the plan places {v.type} at byte {offset} of input {g.inputs[i].name!r} "
-                                    f"({x.type}), outside its bytes")
-            late = [] if p is None else [n for n in order if position[n] >= p and any(root.get(u) is x for u in n.inputs)]
+                raise ExecutorError(f"{g.name}: the plan places {v.type} at byte {offset} of input "
+                                    f"{g.inputs[i].name!r} ({x.type}), outside its bytes")
+            late = [] if p is None else [n for n in order if position[n] >= p
+                                         and any(root.get(u) is x for u in n.inputs)]
             if late:
                 raise ExecutorError(f"{g.name}: the plan places {names.get(v, str(v.type))!r} in input "
                                     f"{g.inputs[i].name!r} at launch {p} ({v.producer.op}), but {late[0].op} reads "
