@@ -1,7 +1,8 @@
 """The GELU GEMMs' predictions against their measurements (host, no GPU): each measured kernel's model
 time at the clock it was measured at (1980 MHz: isolated launches), the consumer schedule the
-configurator picks, and the model's terms; then the steps' launches re-priced by today's model
-(``step_kernels.gemms_at_clock``), the GELU GEMMs counted apart.  bench/NOTES.md (2026-12-06) quotes it.
+configurator picks, and the model's terms (in sample: runs 60 and 61; out of sample: run 63's H100 events);
+then the steps' launches re-priced by today's model (``step_kernels.gemms_at_clock``; run 63, an H100), the
+GELU GEMMs counted apart.  bench/NOTES.md (2026-12-06) quotes it.
 
     PYTHONPATH=<transformers 5.17>:. python3 bench/probes/epilogue_model_check.py
 """
@@ -17,6 +18,7 @@ GELU_P = dict(bias=True, activation="gelu", preactivation=True)
 DGELU = dict(activation="gelu", residual=True, activation_grad=True)
 R61 = "bench/results/h200-2026-12-06/run61/"
 R60 = "bench/results/h100-2026-12-05/run60/"
+R63 = "bench/results/h100-2026-12-06/run63/"
 # (target, problem, measured us, where): CUPTI in the steps' step_kernels files; the events of
 # epilogue_ncu.py run back to back (the plain GEMM's 118.8 against 104.9 by CUPTI in a step: ~1.13x)
 MEASURED = [
@@ -27,9 +29,16 @@ MEASURED = [
     ("h200", GemmProblem(16384, 2048, 512, "tf32"), 118.8, R61 + "epilogue_ncu-h200.txt (events)"),
     ("h200", GemmProblem(16384, 2048, 512, "tf32", trans_b=True, **GELU_P), 159.5, R61 + "epilogue_ncu-h200.txt (events)"),
     ("h200", GemmProblem(16384, 2048, 512, "tf32", **DGELU), 167.7, R61 + "epilogue_ncu-h200.txt (events)"),
-]
-STEPS = [(R60 + "gpt42m/step_kernels-gpt42m.json", "gpt42m", "h100", None),
-         (R61 + "hf-gpt2-bf16/step_kernels-hf-gpt2-42m-autocastbf16-padded-clip1.json", "hf-gpt2-42m", "h200",
+] + [  # out of sample: the same six as configured on an H100, events 20 back to back (run 63's `epilogues-h100.txt`)
+    ("h100", q, us, R63 + "epilogues-h100.txt (events)") for q, us in (
+        (GemmProblem(16384, 2048, 512, "tf32"), 122.3),
+        (GemmProblem(16384, 2048, 512, "tf32", trans_b=True, **GELU_P), 149.5),
+        (GemmProblem(16384, 2048, 512, "tf32", **DGELU), 187.2),
+        (GemmProblem(16384, 2048, 512, "bf16", trans_b=True), 53.4),
+        (GemmProblem(16384, 2048, 512, "bf16", **GELU_P), 85.9),
+        (GemmProblem(16384, 2048, 512, "bf16", trans_b=True, **DGELU), 116.5))]
+STEPS = [(R63 + "gpt42m/step_kernels-gpt42m.json", "gpt42m", "h100", None),
+         (R63 + "hf-gpt2-bf16/step_kernels-hf-gpt2-42m-autocastbf16-padded-clip1.json", "hf-gpt2-42m", "h100",
           TrainRecipe(autocast="bf16", padded=True, clip_grad_norm=1.0))]
 
 
