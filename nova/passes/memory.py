@@ -237,7 +237,7 @@ def place_workspaces(plan: MemoryPlan, groups: list[Group], workspaces: list[Lau
         nodes = groups[w.group].nodes
         first, last = pos[nodes[0]], pos[nodes[-1]]
         busy = sorted((start, stop) for f, l, start, stop in blocks if f <= last and l >= first)
-        offset = _best_gap(busy, aligned(w.nbytes))
+        offset, _ = _best_gap(busy, aligned(w.nbytes))
         blocks.append((first, last, offset, offset + aligned(w.nbytes)))
         placed.append(LaunchWorkspace(w.group, w.nbytes, w.what, offset, (first, last)))
     plan.workspaces = sorted(placed, key=lambda w: w.group)
@@ -270,16 +270,19 @@ def _move_output_region(plan: MemoryPlan, start: int) -> None:
     plan.arena_bytes += shift
 
 
-def _best_gap(busy: list[tuple[int, int]], size: int) -> int:
-    """The offset of the smallest gap of at least ``size`` bytes between the ``busy`` byte ranges
-    (sorted by start), else the first byte above them all."""
+def _best_gap(busy: list[tuple[int, int]], size: int, capacity: int | None = None) -> tuple[int, int | None] | None:
+    """``(offset, room)`` of the smallest gap of at least ``size`` bytes between the ``busy`` byte ranges
+    (sorted by start; the lowest on a tie).  Without ``capacity``: else the first byte above them all
+    (room None); with it, the bytes up to ``capacity`` are one more gap, and None when none fits."""
     cursor, best, best_gap = 0, None, None
-    for start, stop in busy:
+    for start, stop in busy + ([(capacity, capacity)] if capacity is not None else []):
         gap = start - cursor
         if gap >= size and (best_gap is None or gap < best_gap):
             best, best_gap = cursor, gap
         cursor = max(cursor, stop)
-    return cursor if best is None else best
+    if best is None:
+        return None if capacity is not None else (cursor, None)
+    return best, best_gap
 
 
 def _storages_of(plan: MemoryPlan) -> tuple[list, dict, dict]:
@@ -567,9 +570,10 @@ def _place_in_donors(s: _Storage, donors: list[_Storage], layouts) -> bool:
     written (after its last read and the last read of any result written over it in place), at the
     best-fitting gap among the buffers placed there before that are live with ``s``; True if placed.
     Only a dense buffer (its kernels write it row-major from an offset), at an aligned offset, wholly
-    inside the input's own bytes.  Called largest buffer first, it is ``_assign_offsets`` over the
-    donated inputs' bytes: the torch.compile backend's backward reads the saved tensors AOTAutograd
-    donates once each, early, and makes its gradients late, which then need no bytes of their own."""
+    inside the input's own bytes (``_best_gap``, as the launch workspaces are placed).  Called largest
+    buffer first, it is ``_assign_offsets`` over the donated inputs' bytes: the torch.compile backend's
+    backward reads the saved tensors AOTAutograd donates once each, early, and makes its gradients
+    late, which then need no bytes of their own."""
     if not s.size or not all(layouts[h].dense for h in s.holders):
         return False
     best = None
@@ -577,19 +581,12 @@ def _place_in_donors(s: _Storage, donors: list[_Storage], layouts) -> bool:
         if d.last >= s.first or d.nbytes < s.nbytes:
             continue
         busy = sorted((o.offset, o.offset + o.size) for o in d.placed if o.first <= s.last and o.last >= s.first)
-        cursor, gaps = 0, []
-        for start, stop in busy:
-            gaps.append((cursor, start - cursor))
-            cursor = max(cursor, stop)
-        gaps.append((cursor, d.nbytes - cursor))
-        fits = [(room, at) for at, room in gaps if room >= s.nbytes]
-        if fits:
-            room, at = min(fits)
-            if best is None or room < best[0]:
-                best = (room, at, d)
+        fit = _best_gap(busy, s.nbytes, capacity=d.nbytes)
+        if fit is not None and (best is None or fit[1] < best[2]):         # the smallest room
+            best = (d, *fit)
     if best is None:
         return False
-    _, at, d = best
+    d, at, _ = best
     s.offset, s.donor = at, (d.donated_input, at)
     d.placed.append(s)
     return True
