@@ -121,7 +121,7 @@ def _placement(value, value_plan, values, stored) -> Placement:
         return Placement("alias", nbytes=vp.nbytes, base=vp.alias_of,
                          strides=tuple(vp.view.strides) if vp.view is not None else None)
     if vp.kind == "external":
-        return Placement("external", offset=vp.offset if vp.donated else None, nbytes=vp.nbytes,
+        return Placement("external", offset=vp.offset if vp.in_dead_input else None, nbytes=vp.nbytes,
                          donated_to=vp.input_index if vp.donated else None)
     if vp.kind == "host":                               # an offloaded copy: the program's host area
         return Placement("host", nbytes=vp.nbytes)
@@ -158,10 +158,6 @@ def _fused_into(groups, memory, graph) -> dict:
         vp = memory.values.get(v)
         return vp.kind if vp is not None else None
 
-    def in_donated(v):                 # placed at a byte of a dead donated input (memory._place_in_donors)
-        vp = memory.values.get(v)
-        return vp is not None and vp.kind == "external" and vp.donated and vp.offset is not None
-
     out = {}
     for g in groups:
         if g.kind == "pointwise":          # a Nova pointwise kernel's intermediates live in its registers
@@ -180,7 +176,8 @@ def _fused_into(groups, memory, graph) -> dict:
                     or opdef(readers[0].op).kind == "view" and kind_of(readers[0].outputs[0]) == "alias"
                     and same_bytes(readers[0].outputs[0], v))              # a GEMM epilogue's reshape
                 w = readers[0].outputs[0] if ok else None
-            if w is not None and (kind_of(w) == "arena" or in_donated(w)):
+            held = memory.values.get(w) if w is not None else None
+            if held is not None and (held.kind == "arena" or held.in_dead_input):
                 out[v] = w
     return out
 

@@ -318,8 +318,8 @@ def result_storages(lowered: LoweredGraph, planned) -> list:
         elif kind == "output":
             root = memory.root(outputs[what].value)
             vp = memory[root]
-            in_place = vp.kind == "external" and vp.offset is None      # over the input, not at a byte of it
-            out.append(("input", vp.input_index) if in_place else ("buffer", root))
+            in_input = vp.kind == "external" and not vp.in_dead_input      # the input itself, or over it in place
+            out.append(("input", vp.input_index) if in_input else ("buffer", root))
         else:
             out.append(None)
     return out

@@ -144,6 +144,12 @@ class ValuePlan:
     donated: bool = False             # an updating output (or, Handoff.donated_inputs, a result taking a
                                       # donated input's storage in place) written into its input's storage
 
+    @property
+    def in_dead_input(self) -> bool:
+        """Placed at byte ``offset`` of a donated input once that input is dead (``_place_in_donors``),
+        not written over it in place."""
+        return self.kind == "external" and self.donated and self.offset is not None
+
 
 @dataclass(frozen=True)
 class OutsideAllocation:
@@ -762,8 +768,8 @@ def validate_memory_plan(graph: Graph, groups: list[Group], plan: MemoryPlan) ->
         holders = sorted((v for v, p in plan.values.items() if p.kind == "external" and p.donated
                           and p.input_index == i and v not in output_donations), key=lambda v: need[v][0])
         assert x not in outputs, f"input {i} is donated but is a graph output"
-        placed = [v for v in holders if plan[v].offset is not None]      # at bytes of it, once it is dead
-        holders = [v for v in holders if plan[v].offset is None]         # over it in place
+        placed = [v for v in holders if plan[v].in_dead_input]           # at bytes of it, once it is dead
+        holders = [v for v in holders if not plan[v].in_dead_input]      # over it in place
         dead = max(need[v][1] for v in [x] + holders)
         for a_i, a in enumerate(placed):
             pa = plan[a]
