@@ -107,7 +107,8 @@ from nova.compiler.rows_lowering import rows_kernels
 from nova.compiler.step_storage import OutputPools, shared_arena
 from nova.ir.ops import opdef
 from nova.passes.fusion import update_batch_key
-from nova.passes.memory import aligned, outside_peak_bytes, writes_in_place
+from nova.passes.layout import contiguous_strides
+from nova.passes.memory import ALIGNMENT, aligned, outside_peak_bytes, writes_in_place
 
 __all__ = ["build", "gemm_problems", "gemm_problem_counts", "attention_kernels", "rows_problems", "pointwise_problems",
            "optimizer_rules", "precompile_commands", "Program", "Launch", "ExecutorError", "BOUND_ROLES"]
@@ -189,17 +190,16 @@ def bytes_view(x: torch.Tensor, byte_offset: int, dtype, shape, strides) -> torc
     ``x``'s first element (a value the plan placed in a dead donated input's bytes)."""
     start = x.storage_offset() * x.element_size() + byte_offset
     itemsize = torch.empty(0, dtype=dtype).element_size()
-    if start % itemsize or (x.is_cuda and (x.data_ptr() + byte_offset) % aligned(1)):
+    if start % itemsize or (x.is_cuda and (x.data_ptr() + byte_offset) % ALIGNMENT):
         raise ExecutorError(f"a value placed {byte_offset} bytes into a donated input that starts at a byte not "
-                            f"aligned to {aligned(1)}: the kernels' vector accesses need it")
+                            f"aligned to {ALIGNMENT}: the kernels' vector accesses need it")
     return torch.empty(0, dtype=dtype, device=x.device).set_(x.untyped_storage(), start // itemsize, shape, strides)
 
 
 def in_storage_of(x: torch.Tensor, byte_offset: int, value) -> torch.Tensor:
     """``value``'s tensor (dense, its own type) placed ``byte_offset`` bytes into donated input ``x``."""
     shape = tuple(value.type.shape)
-    strides = tuple(math.prod(shape[k + 1:]) for k in range(len(shape)))
-    return bytes_view(x, byte_offset, torch_dtype(value.type.dtype), shape, strides)
+    return bytes_view(x, byte_offset, torch_dtype(value.type.dtype), shape, contiguous_strides(shape))
 
 
 def _strided_bytes(shape, strides, itemsize: int) -> int:

@@ -54,8 +54,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from nova.passes.memory import ALIGNMENT
+
 STAGED_BYTES = 1 << 20          # a saved storage at most this large is copied into a static slot, not read in place
-DONATED_ALIGNMENT = 256         # bytes: a donated input starting elsewhere is copied (memory.ALIGNMENT, restated)
+DONATED_ALIGNMENT = ALIGNMENT   # bytes: a donated input starting elsewhere is copied (the plan's buffer alignment)
 
 
 def _storage_key(t: torch.Tensor):

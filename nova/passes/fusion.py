@@ -883,7 +883,7 @@ def batched_gemm(node: Node, layouts) -> tuple[GemmProblem | None, str]:
                        batch_stride_a=strides["a"], batch_stride_b=strides["b"], batch_stride_c=m * n), ""
 
 
-def _epilogue(node: Node, producers, users, outputs, layouts, placed: dict, target="h200",
+def _epilogue(node: Node, producers, users, outputs, layouts, placed: dict, target,
               dry_run: bool = False) -> _Open | None:
     """The Nova GEMM group ``node`` extends as its epilogue (recorded unless ``dry_run``), or None.
     ``placed``: the placement order so far; a residual must have been computed before the GEMM's
