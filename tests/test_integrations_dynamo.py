@@ -478,11 +478,9 @@ def test_an_opaque_op_gets_its_input_dense_and_a_bf16_layer_norm_runs_on_the_exe
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], [r.getMessage() for r in caplog.records]
 
 
-def test_gradients_take_the_bytes_of_the_donated_saved_tensors(monkeypatch, caplog):
-    """Saved activations larger than the staged ones are read in place and donated by AOTAutograd;
-    the backward writes its weight gradients into their bytes once they are dead
-    (``memory._place_in_donors``), no output buffers of their own.  The CPU executor runs that plan:
-    three AdamW steps against eager, losses and every gradient alike."""
+def bytes_in_donated_inputs(monkeypatch) -> list:
+    """``[(graph name, bytes its program places in dead donated inputs)]``, one entry per program the
+    executor lays out from now on in this test."""
     from nova.compiler import executor
     placed = []
     layout = executor.Program._layout
@@ -491,6 +489,15 @@ def test_gradients_take_the_bytes_of_the_donated_saved_tensors(monkeypatch, capl
         layout(self)
         placed.append((self.graph.name, sum(v.type.nbytes for v in self.in_donor)))
     monkeypatch.setattr(executor.Program, "_layout", spy)
+    return placed
+
+
+def test_gradients_take_the_bytes_of_the_donated_saved_tensors(monkeypatch, caplog):
+    """Saved activations larger than the staged ones are read in place and donated by AOTAutograd;
+    the backward writes its weight gradients into their bytes once they are dead
+    (``memory._place_in_donors``), no output buffers of their own.  The CPU executor runs that plan:
+    three AdamW steps against eager, losses and every gradient alike."""
+    placed = bytes_in_donated_inputs(monkeypatch)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 512),
                                 torch.nn.GELU(), torch.nn.Linear(512, 256))
@@ -522,14 +529,7 @@ def test_gradients_in_donated_bytes_accumulate_over_micro_batches(monkeypatch):
     """Gradients accumulated over micro-batches (no zero_grad between backwards): the first backward's
     gradients lie in its forward's saved buffers, which the next forward must not take again while
     the gradients hold them (the output pool's use count); the sums equal eager's."""
-    from nova.compiler import executor
-    placed = []
-    layout = executor.Program._layout
-
-    def spy(self):
-        layout(self)
-        placed.append(len(self.in_donor))
-    monkeypatch.setattr(executor.Program, "_layout", spy)
+    placed = bytes_in_donated_inputs(monkeypatch)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256))
     reference = copy.deepcopy(model)
@@ -547,4 +547,4 @@ def test_gradients_in_donated_bytes_accumulate_over_micro_batches(monkeypatch):
                 for p in m.parameters():
                     p -= 1e-2 * p.grad
             m.zero_grad(set_to_none=True)
-    assert any(placed), placed                               # the backward placed its gradients so
+    assert any(n for _, n in placed), placed                 # the backward placed its gradients so
