@@ -189,7 +189,7 @@ def bytes_view(x: torch.Tensor, byte_offset: int, dtype, shape, strides) -> torc
     """A ``dtype`` tensor of ``shape``/``strides`` at ``byte_offset`` bytes into ``x``'s storage from
     ``x``'s first element (a value the plan placed in a dead donated input's bytes)."""
     start = x.storage_offset() * x.element_size() + byte_offset
-    itemsize = torch.empty(0, dtype=dtype).element_size()
+    itemsize = dtype.itemsize
     if start % itemsize or (x.is_cuda and (x.data_ptr() + byte_offset) % ALIGNMENT):
         raise ExecutorError(f"a value placed {byte_offset} bytes into a donated input that starts at a byte not "
                             f"aligned to {ALIGNMENT}: the kernels' vector accesses need it")
