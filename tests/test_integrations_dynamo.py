@@ -548,3 +548,37 @@ def test_gradients_in_donated_bytes_accumulate_over_micro_batches(monkeypatch):
                     p -= 1e-2 * p.grad
             m.zero_grad(set_to_none=True)
     assert any(n for _, n in placed), placed                 # the backward placed its gradients so
+
+
+def test_hugging_face_gpt2_with_a_mask_and_a_schedule_places_gradients_in_donated_bytes(monkeypatch):
+    """A model the project did not write, the way scripts train it: Hugging Face's GPT-2 from a config,
+    right-padded batches (labels -100 where the mask is 0), AdamW under a LambdaLR schedule, through
+    the backend's CPU executor.  Its backward places its buffers in the dead saved tensors; three
+    steps' losses and every gradient as eager's."""
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install -e .[dev])")
+    placed = bytes_in_donated_inputs(monkeypatch)
+    torch.manual_seed(0)
+    lm = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=512, n_positions=128, n_embd=256, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+    reference = copy.deepcopy(lm)
+    compiled = torch.compile(lm, backend=nova_backend, options={"engine": "executor"})
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 512, (8, 128), generator=g)
+    mask = torch.ones(8, 128, dtype=torch.long)
+    mask[1, 100:], mask[3, 40:] = 0, 0
+    labels = ids.masked_fill(mask == 0, -100)
+    optimizers = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (lm, reference)]
+    schedules = [torch.optim.lr_scheduler.LambdaLR(o, lambda s: 1.0 / (1 + s)) for o in optimizers]
+    for step in range(3):
+        losses = [fn(input_ids=ids, attention_mask=mask, labels=labels).loss for fn in (compiled, reference)]
+        for loss in losses:
+            loss.backward()
+        assert_close(losses[0].detach(), losses[1].detach(), f"step {step} loss")
+        for (name, p), q in zip(lm.named_parameters(), reference.parameters()):
+            assert_close(p.grad, q.grad, f"step {step} grad of {name}", tol=1e-4)
+        for opt, schedule in zip(optimizers, schedules):
+            opt.step()
+            opt.zero_grad()
+            schedule.step()
+    assert any(n for name, n in placed if name.startswith("backward")), placed
