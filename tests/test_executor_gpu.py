@@ -295,10 +295,14 @@ def test_offline_missing_kernel_fails_before_touching_parameters(tmp_path, monke
         before = [x.clone() for x in state]
         program = build(planned(case.graph), "cuda")
         for _ in range(2):                      # the program stays unbound: the second run fails the same way
-            with pytest.raises(NotPrecompiledError, match=r"^not precompiled: (gemm \d+x\d+x\d+ tf32 .*nova precompile gemm|"
-                                                          r"(pointwise|multi-tensor|rows) .*nova precompile train)"):
+            with pytest.raises(NotPrecompiledError, match=r"^(\d+) kernels of .* are not precompiled for \w+ in .* "
+                                                          r"\(the first: .*\); each is recorded in .*misses: on a "
+                                                          r"machine with MLIR run `nova precompile misses --cache-dir") as e:
                 program.run(state)
+            assert "\n" not in str(e.value)
         assert all(torch.equal(a, b) for a, b in zip(state, before)), "a parameter changed before the error"
+        # every kernel of the step is recorded for `nova precompile misses`, each once
+        assert len(cache_mod.KernelCache(tmp_path / "empty").misses()) == int(str(e.value).split()[0])
     finally:
         cache_mod.set_offline(None)
         mm.reset()

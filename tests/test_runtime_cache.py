@@ -283,7 +283,8 @@ def test_offline_miss_message(cache, monkeypatch):
     assert "\n" not in msg
     assert msg == (f"not precompiled: gemm 1000x1000x1000 tf32 NN -> f32 on h200 (sm_90) (key {key[:8]}…) in "
                    f"{cache.root}; on a machine with MLIR run: nova precompile gemm --shapes 1000x1000x1000 "
-                   f"--target h200 --dtype tf32 and carry the cache directory")
+                   f"--target h200 --dtype tf32 and carry the cache directory (recorded in {cache.misses_dir}: "
+                   f"`nova precompile misses --cache-dir {cache.root}` builds every recorded miss)")
     e = info.value        # the error carries the data; nova.messages wrote the text
     assert (e.problem, e.target, e.key, e.cache_root) == (p, H200, key, cache.root)
     assert str(pickle.loads(pickle.dumps(e))) == msg

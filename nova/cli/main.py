@@ -44,9 +44,12 @@ def _arg(parse):
 
 
 # --------------------------------------------------------------------------- shared arguments
-def add_problem_args(p: argparse.ArgumentParser, several_dtypes: bool = False, batched: bool = False) -> None:
+def add_problem_args(p: argparse.ArgumentParser, several_dtypes: bool = False, batched: bool = False,
+                     target_required: bool = True) -> None:
     """Target, dtype and epilogue options of a GEMM (``batched``: and ``--batch-strides``)."""
-    p.add_argument("--target", required=True, help="hwmodel preset (rtx3060, a100, rtx4090, h100, h200) or auto")
+    p.add_argument("--target", required=target_required, default=None,
+                   help="hwmodel preset (rtx3060, a100, rtx4090, h100, h200) or auto"
+                        + ("" if target_required else " (every op but misses needs it)"))
     p.add_argument("--dtype", default="tf32",
                    help="input mode: tf32, bf16 or fp16" + (" (comma-separated list allowed)" if several_dtypes else ""))
     p.add_argument("--trans-a", action="store_true", help="A is stored as [K, M] row-major")
@@ -202,11 +205,12 @@ def add_precompile(sub) -> None:
     p = sub.add_parser("precompile", help="fill the kernel cache for a target (for offline GPU machines)",
                        description="Compile kernels into the cache so that a GPU machine without MLIR can run "
                                    "them with NOVA_OFFLINE=1 (carry the cache directory over).")
-    p.add_argument("op", choices=["gemm", "train", "dynamo"],
+    p.add_argument("op", choices=["gemm", "train", "dynamo", "misses"],
                    help="gemm: the GEMMs of --shapes/--suite; train MODEL: every kernel of a built-in model's "
                         "training step (nova precompile train gpt42m --batch 32 --target h200); dynamo --step "
                         "MODULE:FACTORY: every kernel of torch.compile(model, backend='nova') on the factory's "
-                        "(model, example_inputs), forward and backward")
+                        "(model, example_inputs), forward and backward; misses: every kernel an offline GPU "
+                        "machine looked up in --cache-dir and did not find (recorded there, each for its own target)")
     p.add_argument("model", nargs="?", help="train only: " + model_help())
     p.add_argument("--step", default=None, metavar="MODULE:FACTORY",
                    help="train, instead of a model: your own step, a factory returning (step_fn, example_args) "
@@ -216,7 +220,7 @@ def add_precompile(sub) -> None:
     p.add_argument("--inference", action="store_true",
                    help="dynamo only: the model's inference graphs (no backward)")
     add_shape_list_args(p, required=False, suite_help=PRECOMPILE_SUITE_HELP, batched=True)
-    add_problem_args(p, several_dtypes=True, batched=True)
+    add_problem_args(p, several_dtypes=True, batched=True, target_required=False)
     p.add_argument("--batch", type=int, default=None,
                    help="train only: sequences per step (default: the batch the benchmarks train the model at)")
     p.add_argument("--seq", type=int, default=None, help="train only: tokens per sequence (default: the model's)")
@@ -230,6 +234,10 @@ def add_precompile(sub) -> None:
 
 
 def run_precompile(args) -> int:
+    if args.op == "misses":
+        return run_precompile_misses(args)
+    if args.target is None:
+        raise UsageError(f"precompile {args.op} needs --target (rtx3060, a100, rtx4090, h100, h200)")
     if args.op == "dynamo":
         refuse_flags(args, GEMM_ONLY_FLAGS, "precompile gemm's options; the kernels follow from the model")
         refuse_flags(args, {"optimizer": "adamw", "memory_budget": None},
@@ -271,6 +279,23 @@ def run_precompile(args) -> int:
     counts = precompile_gemms(problems, target, cache, log=lambda line: print(line, flush=True))
     print(f"precompiled {len(problems)} kernels for {target.name} into {cache.root}: {counts['compiled']} compiled, "
           f"{counts['cached']} already cached, {counts['failed']} failed ({time.perf_counter() - start:.1f} s)")
+    return 1 if counts["failed"] else 0
+
+
+def run_precompile_misses(args) -> int:
+    """``nova precompile misses``: build every kernel an offline run recorded as missing in the cache."""
+    refuse_flags(args, {"target": None, "model": None, "step": None, "inference": False, "deterministic": False,
+                        **GEMM_ONLY_FLAGS, **TRAIN_ONLY_FLAGS},
+                 "precompile misses builds what the offline run recorded, for the target it ran on")
+    from nova.kernels.family import build_misses
+    from nova.kernels import registry  # noqa: F401  (every family, to build any record)
+    cache = cache_from(args, writes=True)
+    start = time.perf_counter()
+    counts = build_misses(cache, log=lambda line: print(line, flush=True))
+    total = sum(counts.values())
+    print(f"built {total} recorded misses into {cache.root}: {counts['compiled']} compiled, {counts['cached']} "
+          f"already cached, {counts['failed']} failed ({time.perf_counter() - start:.1f} s)"
+          if total else f"no recorded misses in {cache.misses_dir}")
     return 1 if counts["failed"] else 0
 
 

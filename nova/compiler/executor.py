@@ -256,6 +256,7 @@ class Program:
     def __init__(self, planned, device, *, target=None, poison: bool = False, cuda_graph: bool | None = None,
                  gemm=None, per_call: bool = False, in_place=frozenset()):
         self.plan: PlanView = read_plan(planned)
+        self._planned = planned                 # what a cache miss looks every kernel of up again (``_every_miss``)
         self.per_call = per_call
         self.in_place = frozenset(in_place) | frozenset(self.plan.donated_inputs)
         self.poison = poison
@@ -1026,9 +1027,13 @@ class Program:
             store = {**self.store, **{area: _unowned(t) for area, t in step.items()}}
         tensors = self._resolve(store, by_index)
         self._fallbacks = [f for f in self._fallbacks if not f.startswith("group ")]
-        launches, ctx = self._make_launches(tensors, self.device, store["arena"])
-        if self._nova_errors:
-            self._resolve_nova_kernels(launches)      # before any state changes: a miss leaves the program unbound
+        from nova.runtime.cache import NotPrecompiledError
+        try:
+            launches, ctx = self._make_launches(tensors, self.device, store["arena"])
+            if self._nova_errors:
+                self._resolve_nova_kernels(launches)  # before any state changes: a miss leaves the program unbound
+        except NotPrecompiledError as e:
+            raise self._every_miss(e) from None
         self._tensors, self._launches, self._ctx = tensors, launches, ctx
         self._bound = {i: (inputs[i].data_ptr(), inputs[i].stride()) for i in bound}
         self._bound_refs = [] if self.per_call else [inputs[i] for i in bound]
@@ -1113,6 +1118,30 @@ class Program:
                         break
             out.append(source)
         return out
+
+    def _every_miss(self, first):
+        """The one error of an offline program whose kernels the cache lacks: every Nova kernel of the
+        program looked up as ``nova precompile`` derives it (``precompile.missing_kernels``), so each
+        miss is recorded for ``nova precompile misses``, and counted in one line (``first``, the miss
+        the launches met, where it is the only one or the look-up fails)."""
+        from nova.compiler.precompile import missing_kernels
+        from nova.kernels.family import misses_command
+        from nova.runtime import driver
+        from nova.runtime.cache import KernelCache, NotPrecompiledError
+        from nova.runtime.matmul import resolve_target
+        cache = KernelCache(first.cache_root)
+        try:
+            target = resolve_target(self.target, driver.get_device(self.device.index))
+            missing = missing_kernels(self._planned, target, cache)
+        except Exception:         # the look-up is a courtesy: the miss the launches met is the error
+            return first
+        if len(missing) <= 1:
+            return first
+        what = missing[0].removeprefix("not precompiled: ")
+        return NotPrecompiledError(first.problem, first.target, first.key, first.cache_root, message=(
+            f"{len(missing)} kernels of {self.graph.name} are not precompiled for {target.name} in {cache.root} "
+            f"(the first: {what}); each is recorded in {cache.misses_dir}: on a machine with MLIR run "
+            f"`{misses_command(cache.root)}` and carry the cache directory back"))
 
     def _resolve_nova_kernels(self, launches) -> None:
         """Load every Nova kernel of ``launches`` now (offline: a missing one raises

@@ -25,6 +25,11 @@ Contract of a family:
   then become unreachable and ``nova cache prune`` removes them).
 - ``not_precompiled(problem, role, target, key, cache_root)`` (optional) is the offline cache-miss
   message; by default it names the kernel and ``precompile_hint``.
+
+An offline miss is also recorded in the cache (``KernelCache.record_miss``: the family, problem,
+schedule, role and target as the device derived them); ``build_misses`` -- ``nova precompile misses``
+-- builds every recorded one on a host with MLIR, so a device whose torch traces a model otherwise
+than the host's still gets exactly the kernels it looks up.
 """
 from __future__ import annotations
 
@@ -133,6 +138,9 @@ def get_or_compile(name: str, problem, schedule, role: str | None, target, cache
             hint = f"; on a machine with MLIR run: {f.precompile_hint.format(target=target.name)}" \
                 if f.precompile_hint else ""
             message = f"not precompiled: {what} (key {key[:8]}…) in {cache.root}{hint} and carry the cache directory"
+        if cache.record_miss(key, {"family": name, "problem": problem, "schedule": schedule, "role": role,
+                                   "target": (target.name, target.arch), "summary": what}) is not None:
+            message += f" (recorded in {cache.misses_dir}: `{misses_command(cache.root)}` builds every recorded miss)"
         raise NotPrecompiledError(problem, target, key, cache.root, message=message)
     if not kernel_cache.mlir_available():
         raise CompilerUnavailableError(f"cannot compile {what}: MLIR Python bindings are not installed here; "
@@ -140,3 +148,41 @@ def get_or_compile(name: str, problem, schedule, role: str | None, target, cache
     art = f.build(problem, schedule, role)
     cache.put(key, art, what, abi=f.abi)
     return art, key, "compiled"
+
+
+def misses_command(cache_root) -> str:
+    """The command that builds the misses recorded in ``cache_root``."""
+    return f"nova precompile misses --cache-dir {cache_root}"
+
+
+def build_misses(cache: KernelCache, log=print) -> dict:
+    """Build every miss recorded in ``cache`` (``nova precompile misses``), each under the key the
+    device looked up, and forget it once built; returns the counts by status (compiled, cached,
+    failed).  A record this Nova cannot read or whose key it would not give (another Nova version,
+    toolchain or family ABI) is reported as failed and kept."""
+    from nova.compiler.precompile import precompile_each
+    from nova.hwmodel import get_target
+    records = cache.misses()
+
+    def compile_one(item):
+        path, record = item
+        if "error" in record:
+            raise ValueError(f"unreadable record {path.name}: {record['error']}")
+        name, arch = record["target"]
+        target = get_target(name)
+        if target.arch != arch:
+            raise ValueError(f"recorded for {name} ({arch}); this Nova's {name} is {target.arch}")
+        key = kernel_key(record["family"], record["problem"], record["schedule"], record["role"], target)
+        if key != record["key"]:
+            raise ValueError(f"this Nova keys it {key[:8]}…, the device looked up {record['key'][:8]}… "
+                             f"(another Nova version, toolchain or kernel ABI recorded it)")
+        _, key, status = get_or_compile(record["family"], record["problem"], record["schedule"], record["role"],
+                                        target, cache, offline=False)
+        path.unlink(missing_ok=True)
+        return key, status
+
+    def describe(item):
+        path, record = item
+        return record.get("summary", path.name)
+
+    return precompile_each(records, compile_one, describe, log=log, label="miss ")

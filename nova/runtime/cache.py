@@ -6,7 +6,10 @@ the family's ABI).  Equal inputs give equal keys on any machine, so ``nova preco
 on a build host fills exactly the entries an H200 runtime looks up.  This module names no family.
 
 Layout: ``<dir>/kernels/<key[:2]>/<key>.json`` holding the artifact's ``to_dict()`` plus ``key``,
-``summary`` and ``sha256`` (of the canonical JSON of every other field).  Writes are atomic
+``summary`` and ``sha256`` (of the canonical JSON of every other field).  ``<dir>/misses/<key>.pickle``:
+what an offline lookup wanted and did not find (``record_miss``), so that a host with MLIR builds
+exactly that (``nova precompile misses``) -- the device's torch may trace a model into other kernels
+than the host's.  Writes are atomic
 (temp file in the same directory + ``os.replace``), so concurrent writers of one key both succeed
 and a reader never sees a partial file.  A corrupt entry is reported once, deleted and rebuilt.
 
@@ -21,6 +24,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import pickle
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,6 +121,10 @@ class KernelCache:
     def path_for(self, key: str) -> Path:
         return self.kernels_dir / key[:2] / f"{key}.json"
 
+    @property
+    def misses_dir(self) -> Path:
+        return self.root / "misses"
+
     # ---- read
     def get(self, key: str) -> KernelArtifact | None:
         """The artifact stored under ``key``, or None (missing, or corrupt: warned once and deleted)."""
@@ -159,6 +167,31 @@ class KernelCache:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, canonical_json(entry).encode("utf-8"), key)
         return path
+
+    # ---- offline misses
+    def record_miss(self, key: str, record: dict) -> Path | None:
+        """Keep what an offline lookup of ``key`` wanted (``record``: the family's name, the problem,
+        schedule and role objects, the target's name and arch, the summary), pickled, for ``nova
+        precompile misses`` on a host of the same Nova; None where the cache is not writable (the
+        miss is still raised)."""
+        path = self.misses_dir / f"{key}.pickle"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, pickle.dumps(dict(record, key=key)), key)
+        except OSError:
+            return None
+        return path
+
+    def misses(self) -> list[tuple[Path, dict]]:
+        """Every recorded miss, ``(path, record)``, sorted by summary.  Records are pickles this cache's
+        own offline runs wrote: read them only from a cache directory you trust."""
+        out = []
+        for path in sorted(self.misses_dir.glob("*.pickle")):
+            try:
+                out.append((path, pickle.loads(path.read_bytes())))
+            except Exception as e:       # unreadable, or written by a Nova whose classes moved
+                out.append((path, {"error": f"{type(e).__name__}: {e}", "key": path.stem}))
+        return sorted(out, key=lambda pair: (str(pair[1].get("summary", "")), pair[0].name))
 
     # ---- listing and maintenance
     def entries(self) -> list[CacheEntry]:

@@ -1,0 +1,79 @@
+"""An offline look-up that misses the kernel cache records what it wanted; ``nova precompile misses``
+builds exactly those kernels on a host with MLIR (the device's torch may trace a model into other
+kernels than the host's, so the host cannot always derive them itself)."""
+import pytest
+
+from nova.runtime.cache import KernelCache, NotPrecompiledError
+
+
+def _tiny_step():
+    from nova.compiler.explain import plan_training_step
+    planned, _ = plan_training_step("tiny", 2, 16, "adamw", "h200")
+    return planned
+
+
+def test_every_offline_miss_of_a_step_is_recorded_then_built(tmp_path, capsys):
+    """Each kernel of a step looked up offline in an empty cache leaves one record naming its family,
+    problem, schedule, role and target; ``nova precompile misses`` builds each under the key the
+    look-up used, forgets the records, and the same look-ups then all hit."""
+    pytest.importorskip("mlir")
+    from nova.cli.main import main
+    from nova.compiler.precompile import missing_kernels
+    from nova.hwmodel import get_target
+    cache = KernelCache(tmp_path / "cache")
+    planned = _tiny_step()
+    missing = missing_kernels(planned, get_target("h200"), cache)
+    records = [r for _, r in cache.misses()]
+    assert len(missing) >= 5 and len(records) == len(missing)
+    assert {r["summary"] for r in records} == {m.removeprefix("not precompiled: ") for m in missing}
+    assert {r["family"] for r in records} >= {"gemm", "rows", "multi_tensor"}
+    assert all(r["target"] == ("h200", "sm_90") for r in records)
+
+    assert main(["precompile", "misses", "--cache-dir", str(cache.root)]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith(f"built {len(records)} recorded misses into {cache.root}: {len(records)} compiled")
+    assert cache.misses() == [] and missing_kernels(planned, get_target("h200"), cache) == []
+    assert main(["precompile", "misses", "--cache-dir", str(cache.root)]) == 0
+    assert capsys.readouterr().out.strip() == f"no recorded misses in {cache.misses_dir}"
+
+
+def test_the_miss_message_names_the_record_and_the_command(tmp_path):
+    from nova.hwmodel import get_target
+    from nova.kernels.gemm.problem import GemmProblem
+    from nova.runtime.matmul import configure_schedule, get_or_compile
+    cache = KernelCache(tmp_path / "cache")
+    problem = GemmProblem(64, 96, 32, "tf32")
+    target = get_target("h200")
+    with pytest.raises(NotPrecompiledError) as e:
+        get_or_compile(problem, configure_schedule(problem, target), target, cache, offline=True)
+    message = str(e.value)
+    assert "\n" not in message and f"nova precompile misses --cache-dir {cache.root}" in message
+    (path, record), = cache.misses()
+    assert path.stem == e.value.key == record["key"] and record["problem"] == problem
+
+
+def test_a_record_this_nova_would_key_otherwise_fails_and_is_kept(tmp_path, capsys):
+    """A record left by another Nova (its key differs from this Nova's for the same kernel) is not
+    built under a key nobody looks up: reported as failed, kept, exit 1."""
+    pytest.importorskip("mlir")
+    from nova.cli.main import main
+    from nova.hwmodel import get_target
+    from nova.kernels.gemm.problem import GemmProblem
+    from nova.runtime.matmul import configure_schedule
+    cache = KernelCache(tmp_path / "cache")
+    problem = GemmProblem(64, 96, 32, "tf32")
+    schedule = configure_schedule(problem, get_target("h200"))
+    from nova.kernels.gemm.family import family_of
+    cache.record_miss("0" * 64, {"family": family_of(schedule), "problem": problem, "schedule": schedule,
+                                 "role": None, "target": ("h200", "sm_90"), "summary": "a GEMM"})
+    assert main(["precompile", "misses", "--cache-dir", str(cache.root)]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "another Nova version" in out and len(cache.misses()) == 1
+
+
+def test_precompile_misses_takes_no_target_and_the_others_need_one(tmp_path, capsys):
+    from nova.cli.main import main
+    assert main(["precompile", "misses", "--target", "h200", "--cache-dir", str(tmp_path)]) == 2
+    assert "--target: precompile misses builds what the offline run recorded" in capsys.readouterr().err
+    assert main(["precompile", "gemm", "--shapes", "64", "--cache-dir", str(tmp_path)]) == 2
+    assert "precompile gemm needs --target" in capsys.readouterr().err
