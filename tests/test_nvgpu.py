@@ -29,6 +29,33 @@ def test_descriptor_start_keeps_the_fourteen_bit_field():
     assert name == "%enc14" and "arith.divui %aligned" in body and f"arith.andi %enc, %c{0x3FFF} : index" in body
 
 
+def test_a_descriptor_is_its_masked_start_or_its_high_bits():
+    """Bit fields or'ed, never a 64-bit add: ptxas 13.0 compiled ``zext(start) + high`` into a low-word
+    add that dropped the high word (swizzle mode and SBO) for a start it could not bound."""
+    ir = Ir()
+    high = nvgpu.descriptor_high_constant(ir, "hi", nvgpu.KMAJOR_LEADING_BYTE_OFFSET)
+    desc = nvgpu.descriptor(ir, "%start", high)
+    body = ir.text()
+    assert f"arith.andi %start, %c{0x3FFF} : index" in body and f"{desc} = arith.ori %d_i64, {high} : i64" in body
+    assert "arith.addi" not in body
+
+
+def test_the_hopper_attention_forward_composes_every_descriptor_as_fields():
+    """The kernel that read out of range (B1 H4/2 T3105 D64 bf16, 3-deep ring, not persistent): every
+    descriptor of its text comes from ``nvgpu.descriptor`` (an ``ori`` of a masked start)."""
+    from nova.hwmodel import get_target
+    from nova.kernels.attention.build_hopper import build_hopper_fwd
+    from nova.kernels.attention.derive import configure_attention
+    from nova.kernels.attention.problem import AttentionProblem
+    p = AttentionProblem(1, 4, 3105, 3105, 64, False, "bf16", kv_heads=2)
+    s = configure_attention(p, get_target("h200")).schedule
+    assert s.tma and s.fwd.stages == 3 and not s.fwd.persistent
+    text = build_hopper_fwd(p, s)
+    made = [line for line in text.splitlines() if " = arith." in line and "%desc" in line.split("=")[0]
+            and "arith.constant" not in line]
+    assert len(made) >= 2 * 4 + 8 and all("arith.ori %d_i64" in line for line in made)
+
+
 @pytest.mark.parametrize("iteration, stages", [(0, 4), (3, 4), (4, 4), (9, 4), (11, 3)])
 def test_slot_phase_of_a_known_iteration(iteration, stages):
     """Compile-time iterations fold: the slot is an int; the parity is computed from the folded round."""

@@ -41,6 +41,7 @@ GPU_TEST_CASES = (
     (1, 2, 2, 190, 50, 128, False, "bf16"),
     (3, 16, 4, 700, 1000, 64, True, "bf16"),      # GQA, Tq != Tk, 288 work tiles: the persistent forward
     (2, 4, 2, 333, 333, 128, True, "tf32"),       # GQA, D128 TF32: dK/dV with one consumer warpgroup
+    (1, 4, 2, 3105, 3105, 64, False, "bf16"),     # the Hopper forward not persistent, D64, a 3-deep ring
 )
 MEMORY_CASE = (1, 2, 2, 2048, 2048, 64, True, "bf16")
 # 16-bit problems on which the GPU tests compare Nova's error with torch's flash kernel's (Nova's within

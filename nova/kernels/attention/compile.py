@@ -15,7 +15,7 @@ from nova.kernels.attention.build import KERNEL_NAMES
 from nova.kernels.attention.module import build_module, kernel_arch, kernel_params
 from nova.kernels.attention.schedule import ROLES
 
-ABI = 11           # bump when the kernels' arguments, layouts or generated code change
+ABI = 12           # bump when the kernels' arguments, layouts or generated code change
 NAME = "attention"
 
 
