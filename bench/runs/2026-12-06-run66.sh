@@ -40,5 +40,9 @@ case "$1" in
            PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=$PWD/.nova-cache NOVA_TARGET=h200 PYTHONUNBUFFERED=1 timeout 200 \
              python3 -m nova.bench.dynamo_vs_inductor --model gpt42m --batch 32 --steps 10 --settle-s 2 \
              --timed 20 --out $R/dynamo 2>&1 | grep -v "^\[transformers\]" | tail -8
+           PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=$PWD/.nova-cache NOVA_TARGET=h200 PYTHONUNBUFFERED=1 timeout 200 \
+             python3 -m nova.bench.dynamo_vs_inductor --model llama42m --batch 32 --steps 10 --settle-s 2 \
+             --timed 20 --out $R/dynamo-llama 2>&1 | grep -v "^\[transformers\]" | tail -8
+           [ -d .nova-cache/misses ] && cp -r .nova-cache/misses $R/ && ls $R/misses | wc -l
          fi ;;
 esac
