@@ -77,3 +77,29 @@ def test_precompile_misses_takes_no_target_and_the_others_need_one(tmp_path, cap
     assert "--target: precompile misses builds what the offline run recorded" in capsys.readouterr().err
     assert main(["precompile", "gemm", "--shapes", "64", "--cache-dir", str(tmp_path)]) == 2
     assert "precompile gemm needs --target" in capsys.readouterr().err
+
+
+def test_a_program_that_misses_records_every_kernel_and_counts_them(tmp_path, monkeypatch):
+    """The executor's one error for an offline program: every kernel of the plan looked up (each
+    recorded), counted in one line naming the command; a plan with one miss keeps that miss's own
+    message."""
+    from nova.compiler.executor import Program
+    from nova.hwmodel import get_target
+    from nova.runtime import driver
+    from nova.runtime.matmul import configure_schedule, get_or_compile
+    from nova.kernels.gemm.problem import GemmProblem
+    monkeypatch.setattr(driver, "get_device", lambda index=None: None)    # no GPU: the target is named
+    cache = KernelCache(tmp_path / "cache")
+    program = Program(_tiny_step(), "meta", target="h200")
+    problem = GemmProblem(64, 96, 32, "tf32")
+    with pytest.raises(NotPrecompiledError) as first:
+        get_or_compile(problem, configure_schedule(problem, get_target("h200")), get_target("h200"), cache,
+                       offline=True)
+    error = program._every_miss(first.value)
+    message = str(error)
+    count = int(message.split()[0])
+    assert isinstance(error, NotPrecompiledError) and "\n" not in message and count >= 5
+    assert message.startswith(f"{count} kernels of train_tiny are not precompiled for h200 in {cache.root} (the first: ")
+    assert message.endswith(f"each is recorded in {cache.misses_dir}: on a machine with MLIR run "
+                            f"`nova precompile misses --cache-dir {cache.root}` and carry the cache directory back")
+    assert len(cache.misses()) == count + 1           # the step's kernels and the lone GEMM looked up above
