@@ -56,6 +56,56 @@ def test_the_hopper_attention_forward_composes_every_descriptor_as_fields():
     assert len(made) >= 2 * 4 + 8 and all("arith.ori %d_i64" in line for line in made)
 
 
+def _descriptors(text: str) -> list[str]:
+    """The lines of a module's text that make a wgmma descriptor (not the constants of its high bits)."""
+    return [line for line in text.splitlines() if " = arith." in line and "%desc" in line.split("=")[0]
+            and "arith.constant" not in line]
+
+
+def _composed_or_advanced(line: str) -> bool:
+    """A descriptor made from its start as fields (``nvgpu.descriptor``: ``ori`` of the masked start and
+    the high bits), or one advanced from another descriptor by a k-step (``addi %desc..., offset``):
+    never a start added to the high bits."""
+    rhs = line.split("=", 1)[1].strip()
+    return rhs.startswith("arith.ori %d_i64") or (rhs.startswith("arith.addi %desc") and "%desc_hi" not in rhs)
+
+
+HOPPER_ATTENTION = [(2, 4, 2, 1000, 1000, 64, True, "bf16"), (1, 8, 8, 777, 777, 128, False, "fp16"),
+                    (2, 4, 4, 1024, 1024, 64, True, "tf32"), (1, 4, 2, 3105, 3105, 64, False, "bf16")]
+
+
+@pytest.mark.parametrize("case", HOPPER_ATTENTION, ids=lambda c: "B{}H{}kv{}T{}x{}D{}{}-{}".format(*c))
+def test_every_hopper_attention_kernel_composes_its_descriptors_as_fields(case):
+    """The forward and the backward's dK/dV and dQ kernels, wherever the configurator puts them on
+    wgmma: no descriptor of theirs is an ``add`` ptxas may split (``nvgpu.descriptor``)."""
+    from nova.hwmodel import get_target
+    from nova.kernels.attention.compile import build_module
+    from nova.kernels.attention.derive import configure_attention
+    from nova.kernels.attention.problem import AttentionProblem
+    B, H, Hkv, Tq, Tk, D, causal, dtype = case
+    p = AttentionProblem(B, H, Tq, Tk, D, causal, dtype, kv_heads=Hkv)
+    s = configure_attention(p, get_target("h200")).schedule
+    roles = [role for role in ("fwd", "bwd_dkv", "bwd_dq") if s.kernel(role).consumer_warpgroups]
+    assert roles, "no wgmma kernel in this case"
+    for role in roles:
+        made = _descriptors(build_module(p.for_role(role), s, role, None))
+        assert made and all(_composed_or_advanced(line) for line in made), role
+
+
+@pytest.mark.parametrize("M, N, K, dtype, layout", [(4096, 4096, 4096, "bf16", "NN"), (4096, 4096, 4096, "tf32", "NT"),
+                                                    (16384, 2048, 512, "tf32", "TN"), (512, 2048, 16384, "bf16", "TN")])
+def test_every_hopper_gemm_composes_its_descriptors_as_fields(M, N, K, dtype, layout):
+    from nova.hwmodel import get_target
+    from nova.kernels.gemm.emit_hopper import build_hopper_module
+    from nova.kernels.gemm.problem import GemmProblem
+    from nova.runtime.matmul import configure_schedule
+    problem = GemmProblem(M, N, K, dtype, trans_a=layout[0] == "T", trans_b=layout[1] == "T")
+    s = configure_schedule(problem, get_target("h200"))
+    assert s.mma.family == "wgmma"
+    made = _descriptors(build_hopper_module(problem, s))
+    assert made and all(_composed_or_advanced(line) for line in made)
+
+
 @pytest.mark.parametrize("iteration, stages", [(0, 4), (3, 4), (4, 4), (9, 4), (11, 3)])
 def test_slot_phase_of_a_known_iteration(iteration, stages):
     """Compile-time iterations fold: the slot is an int; the parity is computed from the folded round."""
