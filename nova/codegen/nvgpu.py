@@ -73,13 +73,18 @@ def descriptor_start(ir: Ir, aligned_address, name: str) -> str:
     return ir.let(f"{name}14", f"arith.andi {ir.v(encoded)}, {ir.v(WgmmaDescriptor.START_MASK)} : index")
 
 
-def descriptor(ir: Ir, start, high: str) -> str:
-    """A descriptor (i64): the start field ``start & START_MASK`` (index, address >> 4) or'ed with the
-    constant ``high`` (bits 16-63).  Composed as bit fields, not added: ptxas 13.0 lowered
+def descriptor(ir: Ir, start, high: str, *, as_fields: bool = True) -> str:
+    """A descriptor (i64) from its start field ``start`` (index, address >> 4) and the constant ``high``
+    (bits 16-63).  ``as_fields``: ``(start & START_MASK) | high``.  ptxas 13.0 lowered the sum
     ``zext(start) + high`` for a start it could not bound (the Hopper attention forward's V tile at
     D = 64 with a 3-deep ring) to a 32-bit add on the low word that dropped the high word -- swizzle
     mode and SBO 0, an out-of-range shared read (compute-sanitizer, H100); masked and or'ed, every
-    descriptor's high word is the constant."""
+    descriptor's high word is the constant (an ``or`` alone does not avoid it).  ``as_fields=False``:
+    the sum, for a start ptxas bounds (the GEMMs' ring slots; there the mask changes how far ptxas
+    unrolls the main loop, whose SASS the GEMM timings were measured and calibrated on)."""
+    if not as_fields:
+        start64 = ir.let("d_i64", f"arith.index_cast {ir.v(start)} : index to i64")
+        return ir.let("desc", f"arith.addi {start64}, {high} : i64")
     field = ir.let("d_start", f"arith.andi {ir.v(start)}, {ir.v(WgmmaDescriptor.START_MASK)} : index")
     start64 = ir.let("d_i64", f"arith.index_cast {field} : index to i64")
     return ir.let("desc", f"arith.ori {start64}, {high} : i64")

@@ -784,8 +784,8 @@ class _HopperKernel:
         if self.pingpong:
             self.order_setup()
 
-        def desc(op, enc):
-            return descriptor(ir, enc, his[op])
+        def desc(op, enc):     # the sum: the ring slot's start ptxas bounds (nvgpu.descriptor says why)
+            return descriptor(ir, enc, his[op], as_fields=False)
 
         def release(it_prev):
             slot = ir.rem(it_prev, s.stages, "rel_slot")
