@@ -136,6 +136,12 @@ class GemmProblem:
                                f"residual={self.residual}, preactivation={self.preactivation})")
         if self.dtype != "tf32" and self.tf32_rounding != "rna":
             object.__setattr__(self, "tf32_rounding", "rna")      # tf32_fast does not apply: same kernel, same key
+        # a matrix one element wide (A with M or K = 1, B with K or N = 1) is the same bytes in either layout:
+        # stated row-major, so a plan and the views nova.matmul reads it off state one problem, one key
+        if self.trans_a and 1 in (self.M, self.K):
+            object.__setattr__(self, "trans_a", False)
+        if self.trans_b and 1 in (self.K, self.N):
+            object.__setattr__(self, "trans_b", False)
         self._check_batch()
         total = self.footprint_bytes
         if total > MAX_GPU_BYTES:
