@@ -20,6 +20,11 @@ def summary_line(problem, target) -> str:
     return f"{problem.describe()} on {target.name} ({target.arch})"
 
 
+def misses_command(cache_root) -> str:
+    """The command that builds the misses an offline run recorded in ``cache_root``."""
+    return f"nova precompile misses --cache-dir {cache_root}"
+
+
 def precompile_command(problem, target_name: str) -> str:
     """The ``nova precompile`` command line that produces ``problem``'s kernel for ``target_name``."""
     p = problem

@@ -103,3 +103,11 @@ def test_a_program_that_misses_records_every_kernel_and_counts_them(tmp_path, mo
     assert message.endswith(f"each is recorded in {cache.misses_dir}: on a machine with MLIR run "
                             f"`nova precompile misses --cache-dir {cache.root}` and carry the cache directory back")
     assert len(cache.misses()) == count + 1           # the step's kernels and the lone GEMM looked up above
+
+
+def test_a_record_that_cannot_be_kept_never_hides_the_miss(tmp_path):
+    """A problem that does not pickle, or a cache directory that cannot be written: no record, None."""
+    cache = KernelCache(tmp_path / "cache")
+    assert cache.record_miss("0" * 64, {"problem": lambda: None}) is None and cache.misses() == []
+    (tmp_path / "file").write_text("")
+    assert KernelCache(tmp_path / "file").record_miss("0" * 64, {"problem": 1}) is None

@@ -287,7 +287,7 @@ def run_precompile_misses(args) -> int:
     refuse_flags(args, {"target": None, "model": None, "step": None, "inference": False, "deterministic": False,
                         **GEMM_ONLY_FLAGS, **TRAIN_ONLY_FLAGS},
                  "precompile misses builds what the offline run recorded, for the target it ran on")
-    from nova.kernels.family import build_misses
+    from nova.compiler.precompile import build_misses
     from nova.kernels import registry  # noqa: F401  (every family, to build any record)
     cache = cache_from(args, writes=True)
     start = time.perf_counter()

@@ -1119,20 +1119,35 @@ class Program:
             out.append(source)
         return out
 
+    def step_kernels(self):
+        """The distinct Nova kernels this program launches, each list in launch order
+        (``kernel_lookup.StepKernels``): its GEMMs (``gemm_problems``), attention launches
+        (``attention_kernels``: each problem with the strides of the arena views it reads and
+        writes), rows problems, fused pointwise kernels, multi-tensor optimizer kernels (and the rule
+        of the steps that follow: a step captured before SGD's momentum buffers exist is followed by
+        steps that read them, whose program is planned only when they run), embedding problems and
+        multi-tensor sums.  ``nova precompile`` builds these from a meta program."""
+        from nova.compiler.kernel_lookup import StepKernels
+        rules = self.optimizer_rules()
+        return StepKernels(self.gemm_problems(), self.attention_kernels(), self.rows_problems(),
+                           self.pointwise_problems(), list(dict.fromkeys(rules + [r.later_steps() for r in rules])),
+                           self.embedding_problems(), self.sum_rules())
+
     def _every_miss(self, first):
         """The one error of an offline program whose kernels the cache lacks: every Nova kernel of the
-        program looked up as ``nova precompile`` derives it (``precompile.missing_kernels``), so each
-        miss is recorded for ``nova precompile misses``, and counted in one line (``first``, the miss
-        the launches met, where it is the only one or the look-up fails)."""
-        from nova.compiler.precompile import missing_kernels
-        from nova.kernels.family import misses_command
+        program (its meta twin's ``step_kernels``) looked up as ``nova precompile`` does
+        (``kernel_lookup.kernels_missing``), so each miss is recorded for ``nova precompile misses``,
+        and counted in one line (``first``, the miss the launches met, where it is the only one or the
+        look-up fails)."""
+        from nova.compiler.kernel_lookup import kernels_missing
+        from nova.messages import misses_command
         from nova.runtime import driver
         from nova.runtime.cache import KernelCache, NotPrecompiledError
         from nova.runtime.matmul import resolve_target
         cache = KernelCache(first.cache_root)
         try:
             target = resolve_target(self.target, driver.get_device(self.device.index))
-            missing = missing_kernels(self._planned, target, cache)
+            missing = kernels_missing(Program(self._planned, "meta").step_kernels(), target, cache)
         except Exception:         # the look-up is a courtesy: the miss the launches met is the error
             return first
         if len(missing) <= 1:

@@ -3,35 +3,15 @@
 from __future__ import annotations
 
 import time
-from typing import NamedTuple
 
-
-class StepKernels(NamedTuple):
-    """The distinct Nova kernels of a CUDA program, each list in launch order."""
-    gemms: list                 # GemmProblem
-    attention: list             # (AttentionProblem with the arena views' strides, roles)
-    rows: list                  # RowsProblem
-    pointwise: list             # PointwiseProblem
-    optimizer: list             # UpdateRule (a multi-tensor kernel serves every group of its rule), with the
-                                # rules of the steps after (an SGD first step's successor reads its buffers)
-    embedding: list = []        # EmbeddingProblem (gathers, deterministic scatter-adds)
-    sums: list = []             # SumRule (a multi-tensor sum kernel serves every group of its entries)
+from nova.compiler.kernel_lookup import StepKernels, kernels_missing  # noqa: F401  (StepKernels: this module's API)
 
 
 def step_kernels(planned) -> StepKernels:
     """The Nova kernels of the CUDA program of ``planned``, as its dry run on meta tensors builds
-    them: the GEMMs the executor launches (``Program.gemm_problems``), its attention launches
-    (``Program.attention_kernels``: each problem with the strides of the arena views it reads and
-    writes), its rows problems (``Program.rows_problems``), its fused pointwise kernels
-    (``Program.pointwise_problems``) and its multi-tensor optimizer kernels (``Program.optimizer_rules``,
-    and the rule of the steps that follow: a step captured before SGD's momentum buffers exist is
-    followed by steps that read them, whose program is planned only when they run)."""
+    them (``Program.step_kernels``)."""
     from nova.compiler.executor import Program
-    program = Program(planned, "meta")
-    rules = program.optimizer_rules()
-    return StepKernels(program.gemm_problems(), program.attention_kernels(), program.rows_problems(),
-                       program.pointwise_problems(), list(dict.fromkeys(rules + [r.later_steps() for r in rules])),
-                       program.embedding_problems(), program.sum_rules())
+    return Program(planned, "meta").step_kernels()
 
 
 def rows_problems_of(planned) -> list:
@@ -163,44 +143,38 @@ def precompile_planned(planned, target, cache, log=print) -> dict:
 
 def missing_kernels(planned, target, cache) -> list[str]:
     """The Nova kernels of ``planned``'s CUDA program that ``cache`` lacks for ``target``, one line each
-    (empty when an offline device finds them all): each looked up offline through its family's
-    ``get_or_compile``, as the runtime looks it up, without a GPU."""
-    from nova.kernels.attention.compile import get_or_compile as attention_kernel
-    from nova.kernels.attention.derive import configure_attention
-    from nova.kernels.optimizer.compile import get_or_compile as optimizer_kernel
-    from nova.kernels.optimizer.derive import configure_rule
-    from nova.kernels.pointwise.compile import get_or_compile as pointwise_kernel
-    from nova.kernels.pointwise.derive import configure_pointwise
-    from nova.kernels.rows.compile import get_or_compile as rows_kernel
-    from nova.kernels.rows.derive import configure_rows
-    from nova.kernels.gemm.family import get_or_compile as gemm_kernel
-    from nova.runtime.cache import NotPrecompiledError
-    from nova.runtime.matmul import configure_schedule
-    kernels = step_kernels(planned)
-    lookups = [lambda p=p: gemm_kernel(p, configure_schedule(p, target), target, cache, offline=True)
-               for p in kernels.gemms]
-    lookups += [lambda p=p, r=r: attention_kernel(p, configure_attention(p, target).schedule, r, target, cache,
-                                                  offline=True)
-                for p, roles in kernels.attention for r in roles]
-    rows = [(p, configure_rows(p, target).schedule) for p in kernels.rows]
-    lookups += [lambda p=p, s=s, r=r: rows_kernel(p, s, r, target, cache, offline=True) for p, s in rows for r in s.roles]
-    from nova.kernels.embedding.compile import get_or_compile as embedding_kernel
-    from nova.kernels.embedding.derive import configure_embedding
-    embedding = [(p, configure_embedding(p, target).schedule) for p in kernels.embedding]
-    lookups += [lambda p=p, s=s, r=r: embedding_kernel(p, s, r, target, cache, offline=True)
-                for p, s in embedding for r in s.roles]
-    lookups += [lambda p=p: pointwise_kernel(p, configure_pointwise(p, target).schedule, target, cache, offline=True)
-                for p in kernels.pointwise]
-    lookups += [lambda r=r: optimizer_kernel(r, configure_rule(r, target), target, cache, offline=True)
-                for r in kernels.optimizer]
-    from nova.kernels.optimizer.compile import SUM_ROLE
-    from nova.kernels.optimizer.sum_derive import configure_sum_rule
-    lookups += [lambda r=r: optimizer_kernel(r, configure_sum_rule(r, target), target, cache, offline=True,
-                                             role=SUM_ROLE) for r in kernels.sums]
-    missing = []
-    for lookup in lookups:
-        try:
-            lookup()
-        except NotPrecompiledError as e:
-            missing.append(str(e).split(" (key ")[0])
-    return missing
+    (``kernel_lookup.kernels_missing`` on ``step_kernels(planned)``)."""
+    return kernels_missing(step_kernels(planned), target, cache)
+
+
+def build_misses(cache, log=print) -> dict:
+    """Build every miss recorded in ``cache`` (``nova precompile misses``), each under the key the
+    device looked up, and forget it once built; returns the counts by status (compiled, cached,
+    failed).  A record this Nova cannot read or whose key it would not give (another Nova version,
+    toolchain or family ABI) is reported as failed and kept."""
+    from nova.hwmodel import get_target
+    from nova.kernels.family import get_or_compile, kernel_key
+    records = cache.misses()
+
+    def compile_one(item):
+        path, record = item
+        if "error" in record:
+            raise ValueError(f"unreadable record {path.name}: {record['error']}")
+        name, arch = record["target"]
+        target = get_target(name)
+        if target.arch != arch:
+            raise ValueError(f"recorded for {name} ({arch}); this Nova's {name} is {target.arch}")
+        key = kernel_key(record["family"], record["problem"], record["schedule"], record["role"], target)
+        if key != record["key"]:
+            raise ValueError(f"this Nova keys it {key[:8]}…, the device looked up {record['key'][:8]}… "
+                             f"(another Nova version, toolchain or kernel ABI recorded it)")
+        _, key, status = get_or_compile(record["family"], record["problem"], record["schedule"], record["role"],
+                                        target, cache, offline=False)
+        path.unlink(missing_ok=True)
+        return key, status
+
+    def describe(item):
+        path, record = item
+        return record.get("summary", path.name)
+
+    return precompile_each(records, compile_one, describe, log=log, label="miss ")

@@ -27,9 +27,9 @@ Contract of a family:
   message; by default it names the kernel and ``precompile_hint``.
 
 An offline miss is also recorded in the cache (``KernelCache.record_miss``: the family, problem,
-schedule, role and target as the device derived them); ``build_misses`` -- ``nova precompile misses``
--- builds every recorded one on a host with MLIR, so a device whose torch traces a model otherwise
-than the host's still gets exactly the kernels it looks up.
+schedule, role and target as the device derived them); ``nova.compiler.precompile.build_misses`` --
+``nova precompile misses`` -- builds every recorded one on a host with MLIR, so a device whose torch
+traces a model otherwise than the host's still gets exactly the kernels it looks up.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Callable
 
-from nova.messages import OFFLINE_HINT
+from nova.messages import OFFLINE_HINT, misses_command
 from nova.runtime import cache as kernel_cache
 from nova.runtime.cache import (CODEGEN_TOOLCHAIN, CompilerUnavailableError, KernelCache, NotPrecompiledError,
                                 canonical_json, is_offline)
@@ -149,40 +149,3 @@ def get_or_compile(name: str, problem, schedule, role: str | None, target, cache
     cache.put(key, art, what, abi=f.abi)
     return art, key, "compiled"
 
-
-def misses_command(cache_root) -> str:
-    """The command that builds the misses recorded in ``cache_root``."""
-    return f"nova precompile misses --cache-dir {cache_root}"
-
-
-def build_misses(cache: KernelCache, log=print) -> dict:
-    """Build every miss recorded in ``cache`` (``nova precompile misses``), each under the key the
-    device looked up, and forget it once built; returns the counts by status (compiled, cached,
-    failed).  A record this Nova cannot read or whose key it would not give (another Nova version,
-    toolchain or family ABI) is reported as failed and kept."""
-    from nova.compiler.precompile import precompile_each
-    from nova.hwmodel import get_target
-    records = cache.misses()
-
-    def compile_one(item):
-        path, record = item
-        if "error" in record:
-            raise ValueError(f"unreadable record {path.name}: {record['error']}")
-        name, arch = record["target"]
-        target = get_target(name)
-        if target.arch != arch:
-            raise ValueError(f"recorded for {name} ({arch}); this Nova's {name} is {target.arch}")
-        key = kernel_key(record["family"], record["problem"], record["schedule"], record["role"], target)
-        if key != record["key"]:
-            raise ValueError(f"this Nova keys it {key[:8]}…, the device looked up {record['key'][:8]}… "
-                             f"(another Nova version, toolchain or kernel ABI recorded it)")
-        _, key, status = get_or_compile(record["family"], record["problem"], record["schedule"], record["role"],
-                                        target, cache, offline=False)
-        path.unlink(missing_ok=True)
-        return key, status
-
-    def describe(item):
-        path, record = item
-        return record.get("summary", path.name)
-
-    return precompile_each(records, compile_one, describe, log=log, label="miss ")

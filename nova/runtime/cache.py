@@ -6,12 +6,12 @@ the family's ABI).  Equal inputs give equal keys on any machine, so ``nova preco
 on a build host fills exactly the entries an H200 runtime looks up.  This module names no family.
 
 Layout: ``<dir>/kernels/<key[:2]>/<key>.json`` holding the artifact's ``to_dict()`` plus ``key``,
-``summary`` and ``sha256`` (of the canonical JSON of every other field).  ``<dir>/misses/<key>.pickle``:
-what an offline lookup wanted and did not find (``record_miss``), so that a host with MLIR builds
-exactly that (``nova precompile misses``) -- the device's torch may trace a model into other kernels
-than the host's.  Writes are atomic
-(temp file in the same directory + ``os.replace``), so concurrent writers of one key both succeed
-and a reader never sees a partial file.  A corrupt entry is reported once, deleted and rebuilt.
+``summary`` and ``sha256`` (of the canonical JSON of every other field).  Writes are atomic (temp
+file in the same directory + ``os.replace``), so concurrent writers of one key both succeed and a
+reader never sees a partial file.  A corrupt entry is reported once, deleted and rebuilt.
+``<dir>/misses/<key>.pickle``: what an offline look-up wanted and did not find (``record_miss``), so
+that a host with MLIR builds exactly that (``nova precompile misses``) -- the device's torch may
+trace a model into other kernels than the host's.
 
 Offline mode (``NOVA_OFFLINE=1`` or ``set_offline(True)``): cache only; a miss raises
 ``NotPrecompiledError``, whose message (``nova.messages``) tells how to precompile.  Online: a miss
@@ -176,9 +176,10 @@ class KernelCache:
         miss is still raised)."""
         path = self.misses_dir / f"{key}.pickle"
         try:
+            data = pickle.dumps(dict(record, key=key))
             path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, pickle.dumps(dict(record, key=key)), key)
-        except OSError:
+            atomic_write(path, data, key)
+        except Exception:        # a record is a courtesy: never in the way of the miss it records
             return None
         return path
 
