@@ -36,10 +36,12 @@ def test_the_summary_counts_the_band_and_the_ceiling():
             dict(group=1, kind="pointwise", name="", model="pointwise configurator", bound="dram", predicted_us=5.0,
                  measured_us=8.0, ratio=1.6, bytes=int(4e12 * 8e-6), tb_per_s=4.0, of_ceiling=4.0 / 4.2),
             dict(group=2, kind="pointwise", name="", model="pointwise configurator", bound="launch", predicted_us=3.0,
-                 measured_us=3.0, ratio=1.0, bytes=10, tb_per_s=0.0, of_ceiling=0.0)]
+                 measured_us=3.0, ratio=1.0, bytes=10, tb_per_s=0.0, of_ceiling=0.0),
+            dict(group=3, kind="composite", name="", model="embedding configurator", bound="latency", predicted_us=9.0,
+                 measured_us=8.0, ratio=9 / 8, bytes=int(2e6), tb_per_s=0.25, of_ceiling=0.06)]
     s = summarize(rows, 4.2)
-    assert (s["within_band"], s["priced"]) == (2, 3)
-    assert s["streaming_kernels"] == 1 and s["streaming_at_85pct"] == 1 and s["launch_bound_kernels"] == 1
+    assert (s["within_band"], s["priced"]) == (3, 4)
+    assert s["streaming_kernels"] == 1 and s["streaming_at_85pct"] == 1 and s["launch_bound_kernels"] == 2
     assert abs(s["streaming_of_ceiling"] - 4.0 / 4.2) < 1e-3
     assert s["by_model"]["pointwise configurator"] == {"kernels": 2, "within": 1, "measured_us": 11.0,
                                                        "predicted_us": 8.0}

@@ -64,6 +64,21 @@ def test_forward_prediction_is_bytes_over_bandwidth_plus_launch():
     assert [st.step for st in cfg.derivation][:2] == ["vector width", "vectors per row"]
 
 
+@pytest.mark.parametrize("direction, count, vocab, bound", [
+    ("forward", 16384, 32768, "dram"), ("backward", 16384, 32768, "dram"),   # GPT-42M's token embedding
+    ("forward", 512, 512, "launch"), ("backward", 512, 512, "latency"),      # its position embedding
+])
+def test_the_bound_is_the_largest_of_the_predictions_terms(direction, count, vocab, bound):
+    """Bytes over bandwidth, launches, or the rest (the segment searches at DRAM latency): a 2 MB
+    scatter-add whose time is its searches is not called DRAM-bound (the step profiles set it against
+    the copy ceiling at 6%)."""
+    cfg = configure_embedding(EmbeddingProblem(direction, count, vocab, 512, "f32", "i64"), "h200")
+    terms = cfg.prediction.terms_us
+    assert cfg.prediction.bound == bound
+    largest = {"dram": terms["dram_us"], "launch": terms["launch_us"], "latency": terms.get("latency_us", 0.0)}
+    assert max(largest, key=largest.get) == bound
+
+
 @pytest.mark.parametrize("count, vocab", [(16384, 32768), (512, 512), (3000, 70000), (10, 2)])
 def test_backward_sort_covers_the_key_bits_within_shared_memory(count, vocab):
     p = EmbeddingProblem("backward", count, vocab, 64, "f32")

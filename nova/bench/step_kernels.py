@@ -24,7 +24,8 @@ Bytes: the group's distinct operands read from outside it plus the values it wri
 outside it or returned (each once; a view counts its own elements).  The ceiling: ``--ceiling-tbs``,
 else measured in the same process before the launches (``copy_ceiling_tbs``: the best of 20 copies of
 1 GiB, read + write bytes over the CUDA-event time; the H200 gives ~4.2 TB/s, an H100 ~3.0).  A
-kernel the model calls launch-bound is listed as such, not against the ceiling.  Writes
+kernel the model calls launch- or latency-bound (``FIXED_COST_BOUNDS``: its fixed costs, not its
+bytes, are most of its predicted time) is listed as such, not against the ceiling.  Writes
 ``step_kernels.json`` and prints the table by predicted kind, the time over the predictions summed by
 kernel description (``excess_by_name``: every layer's launches of one GEMM together) and the largest
 single misses.
@@ -251,12 +252,15 @@ def memory_bound(row) -> bool:
                                 "fp32 attention")
 
 
+FIXED_COST_BOUNDS = ("launch", "latency")     # predicted bounds whose time is not the bytes' (not streaming)
+
+
 def summarize(rows, ceiling_tbs: float) -> dict:
     """Within +-BAND by count and by measured time; the memory-bound kernels' ceiling fractions."""
     priced = [r for r in rows if r["predicted_us"]]
     inside = [r for r in priced if abs(r["ratio"] - 1) <= BAND]
     total = sum(r["measured_us"] for r in priced) or 1.0
-    streaming = [r for r in rows if memory_bound(r) and r["bound"] != "launch"]
+    streaming = [r for r in rows if memory_bound(r) and r["bound"] not in FIXED_COST_BOUNDS]
     return {
         "within_band": len(inside), "priced": len(priced),
         "within_band_time_share": round(sum(r["measured_us"] for r in inside) / total, 3),
@@ -267,7 +271,7 @@ def summarize(rows, ceiling_tbs: float) -> dict:
         "streaming_of_ceiling": round(sum(r["bytes"] for r in streaming)
                                       / (sum(r["measured_us"] for r in streaming) * 1e-6) / 1e12 / ceiling_tbs, 3)
         if streaming else None,
-        "launch_bound_kernels": sum(1 for r in rows if memory_bound(r) and r["bound"] == "launch"),
+        "launch_bound_kernels": sum(1 for r in rows if memory_bound(r) and r["bound"] in FIXED_COST_BOUNDS),
         "by_model": totals_by(priced, lambda r: r["model"] or r["kind"]),
         "by_name": excess_by_name(priced),
     }
@@ -305,7 +309,7 @@ def render(result: dict) -> str:
              f"({s['within_band_time_share']:.0%} of the measured time)",
              f"memory-bound kernels streaming: {s['streaming_kernels']}, at >= 85% of {result['ceiling_tbs']} TB/s: "
              f"{s['streaming_at_85pct']} (all together {s['streaming_of_ceiling'] or 0:.0%} of it); "
-             f"launch-bound: {s['launch_bound_kernels']}",
+             f"launch- or latency-bound: {s['launch_bound_kernels']}",
              f"SM clock while timed: {_mhz(result.get('sm_mhz', {}).get('measured_median'))} MHz measured (median), "
              f"{_mhz(result.get('sm_mhz', {}).get('predicted'))} MHz predicted for the step; with the GEMMs priced at "
              f"the measured clock {s.get('within_band_at_measured_clock', '-')} of {s['priced']} within +-{BAND:.0%}",

@@ -203,8 +203,11 @@ def configure_embedding(p: EmbeddingProblem, target="h200") -> EmbeddingConfig:
     total = sum(v["time_us"] for v in terms.values())
     launches = len(terms) * mc["t_launch_us"]
     moved = sum(v["bytes"] for v in terms.values())
-    prediction = Prediction(total, 0.0, "launch" if launches > total / 2 else "dram", p.bytes_moved / gpu.dram_bw * 1e6,
-                            {"dram_us": round(moved / (gpu.dram_bw * mc["eta_dram"]) * 1e6, 3),
-                             "launch_us": round(launches, 3)})
+    dram = moved / (gpu.dram_bw * mc["eta_dram"]) * 1e6
+    latency = max(total - launches - dram, 0.0)       # the rest of the terms: searches and waits at DRAM latency
+    bound = max((("dram", dram), ("launch", launches), ("latency", latency)), key=lambda kv: kv[1])[0]
+    prediction = Prediction(total, 0.0, bound, p.bytes_moved / gpu.dram_bw * 1e6,
+                            {"dram_us": round(dram, 3), "launch_us": round(launches, 3),
+                             "latency_us": round(latency, 3)})
     return EmbeddingConfig(p, gpu, schedule, prediction, tuple(d.steps), terms,
                            config_time_ms=(time.perf_counter() - t0) * 1e3)
