@@ -29,12 +29,18 @@ def test_every_offline_miss_of_a_step_is_recorded_then_built(tmp_path, capsys):
     assert {r["family"] for r in records} >= {"gemm", "rows", "multi_tensor"}
     assert all(r["target"] == ("h200", "sm_90") for r in records)
 
+    assert main(["cache", "list", "--cache-dir", str(cache.root)]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        f"{len(records)} recorded misses in {cache.misses_dir} (kernels an offline run looked up and did not "
+        f"find): `nova precompile misses --cache-dir {cache.root}` builds them")
     assert main(["precompile", "misses", "--cache-dir", str(cache.root)]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith(f"built {len(records)} recorded misses into {cache.root}: {len(records)} compiled")
     assert cache.misses() == [] and missing_kernels(planned, get_target("h200"), cache) == []
     assert main(["precompile", "misses", "--cache-dir", str(cache.root)]) == 0
     assert capsys.readouterr().out.strip() == f"no recorded misses in {cache.misses_dir}"
+    assert main(["cache", "list", "--cache-dir", str(cache.root)]) == 0
+    assert "recorded misses" not in capsys.readouterr().out
 
 
 def test_the_miss_message_names_the_record_and_the_command(tmp_path):

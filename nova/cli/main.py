@@ -350,6 +350,11 @@ def run_cache(args) -> int:
             print(f"{e.key[:12]}  {e.size / 1024:8.1f} KB  {flags:9s}  {e.summary}")
         print(f"{len(entries)} kernels in {cache.root}" + ("" if cache.root.exists() else
                                                             " (the directory does not exist yet)"))
+        misses = cache.misses()
+        if misses:
+            from nova.messages import misses_command
+            print(f"{len(misses)} recorded misses in {cache.misses_dir} (kernels an offline run looked up and did "
+                  f"not find): `{misses_command(cache.root)}` builds them")
     return 0
 
 
