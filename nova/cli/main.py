@@ -350,7 +350,7 @@ def run_cache(args) -> int:
             print(f"{e.key[:12]}  {e.size / 1024:8.1f} KB  {flags:9s}  {e.summary}")
         print(f"{len(entries)} kernels in {cache.root}" + ("" if cache.root.exists() else
                                                             " (the directory does not exist yet)"))
-        misses = cache.misses()
+        misses = cache.miss_paths()          # counted, not unpickled
         if misses:
             from nova.messages import misses_command
             print(f"{len(misses)} recorded misses in {cache.misses_dir} (kernels an offline run looked up and did "

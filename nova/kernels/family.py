@@ -148,4 +148,3 @@ def get_or_compile(name: str, problem, schedule, role: str | None, target, cache
     art = f.build(problem, schedule, role)
     cache.put(key, art, what, abi=f.abi)
     return art, key, "compiled"
-

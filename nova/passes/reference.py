@@ -40,7 +40,7 @@ def run_planned(planned, inputs, *, check_views: bool = True):
 
     def root_tensor(v):
         p = mem[v]
-        if p.kind == "external" and p.offset is not None:      # at a byte of a dead donated input
+        if p.in_dead_input:                                      # at a byte of a dead donated input
             t = storage[p.input_index]
             assert t.is_contiguous() and p.offset + v.type.nbytes <= t.numel() * t.element_size()
             flat = t.reshape(-1).view(torch.uint8)

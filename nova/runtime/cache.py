@@ -172,8 +172,8 @@ class KernelCache:
     def record_miss(self, key: str, record: dict) -> Path | None:
         """Keep what an offline lookup of ``key`` wanted (``record``: the family's name, the problem,
         schedule and role objects, the target's name and arch, the summary), pickled, for ``nova
-        precompile misses`` on a host of the same Nova; None where the cache is not writable (the
-        miss is still raised)."""
+        precompile misses`` on a host of the same Nova; None where the record cannot be kept (a
+        problem that does not pickle, a cache that is not writable: the miss is raised all the same)."""
         path = self.misses_dir / f"{key}.pickle"
         try:
             data = pickle.dumps(dict(record, key=key))
@@ -183,11 +183,15 @@ class KernelCache:
             return None
         return path
 
+    def miss_paths(self) -> list[Path]:
+        """The files of the recorded misses (nothing read), sorted."""
+        return sorted(self.misses_dir.glob("*.pickle"))
+
     def misses(self) -> list[tuple[Path, dict]]:
         """Every recorded miss, ``(path, record)``, sorted by summary.  Records are pickles this cache's
         own offline runs wrote: read them only from a cache directory you trust."""
         out = []
-        for path in sorted(self.misses_dir.glob("*.pickle")):
+        for path in self.miss_paths():
             try:
                 out.append((path, pickle.loads(path.read_bytes())))
             except Exception as e:       # unreadable, or written by a Nova whose classes moved
