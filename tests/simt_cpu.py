@@ -2,7 +2,7 @@
 
 The kernels written with the ``Ir`` scaffold (one op a line, regions closed by ``}``) use a small set of
 ops: index and FP32 arithmetic, ``math.fma``, global and shared ``memref``/``vector`` loads and stores,
-``gpu.shuffle xor`` and ``up``, ``gpu.barrier``, ``scf.for`` (iter_args, bounds that differ per thread) and
+``gpu.shuffle xor`` and ``up``, a warp ballot (inline ``vote.sync.ballot``), ``llvm.intr.ctpop``, ``gpu.barrier``, ``scf.for`` (iter_args, bounds that differ per thread) and
 ``scf.if``, ``memref.atomic_rmw addi``, fences and loads through a parameter's address (inline PTX ``ld``).  ``run_kernel`` parses the module's ``gpu.func`` and
 executes it one CTA at a time (in grid order or a seeded random one), each SSA
 value a numpy array over the CTA's threads, control flow under an active-thread mask:
@@ -258,10 +258,20 @@ class _Cta:
         self._binary(op, np.maximum)
 
     def op_arith_andi(self, op, mask):
-        self._binary(op, np.logical_and)
+        self._binary(op, np.logical_and if op.rest.endswith("i1") else np.bitwise_and)
 
     def op_arith_ori(self, op, mask):
-        self._binary(op, np.logical_or)
+        self._binary(op, np.logical_or if op.rest.endswith("i1") else np.bitwise_or)
+
+    def op_arith_shrui(self, op, mask):
+        self._binary(op, lambda a, b: np.right_shift(np.asarray(a, np.int64) & 0xFFFFFFFF, b))
+
+    def op_arith_extui(self, op, mask):
+        self.set(op, np.asarray(self.val(self.args(op.rest)[0]), dtype=np.int64))
+
+    def op_llvm_intr_ctpop(self, op, mask):
+        x = np.asarray(self.bcast(self.val(self.args(op.rest)[0])), dtype=np.int64) & 0xFFFFFFFF
+        self.set(op, np.array([bin(int(v)).count("1") for v in x], dtype=np.int64))
 
     def op_arith_cmpi(self, op, mask):
         pred, rest = op.rest.split(",", 1)
@@ -326,6 +336,15 @@ class _Cta:
         instr = re.search(r'"([^"]+)"', op.rest).group(1)
         if not op.results:                     # a fence (membar.gl): lockstep CTAs run one after the other
             assert instr.startswith("membar") or instr.startswith("fence"), instr
+            return
+        if "vote.sync.ballot.b32" in instr:   # each lane: the bits of its warp's lanes whose argument is not 0
+            bits = np.asarray(self.bcast(self.val(self.args(op.rest.split('"')[-1])[0])), dtype=np.int64) != 0
+            out = np.zeros(self.threads, dtype=np.int64)
+            for w in range(0, self.threads, 32):
+                if not mask[w:w + 32].all():
+                    raise Race(f"a ballot reached by part of warp {w // 32} (CTA {self.block})")
+                out[w:w + 32] = int(sum(1 << j for j in range(32) if bits[w + j]))
+            self.set(op, out)
             return
         instr = instr.split()[0]
         if instr.startswith("ld."):            # a load through an address (``base`` of a parameter + bytes)

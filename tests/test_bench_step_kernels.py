@@ -95,3 +95,26 @@ def test_the_copy_ceiling_is_measured_on_the_device():
         pytest.skip("needs an NVIDIA GPU")
     from nova.bench.step_kernels import copy_ceiling_tbs
     assert 1.0 < copy_ceiling_tbs(torch, gib=0.25, copies=5) < 6.0
+
+
+def test_a_launch_of_several_kernels_is_also_counted_kernel_by_kernel():
+    """A column reduction and its final sum: as one launch 0.81 of the ceiling (the final sum's launch in
+    its time); kernel by kernel the reduction streams at 0.87 and the final sum is launch-bound.  The CUPTI
+    kernels are matched to the prediction's terms by entry point, whatever their order."""
+    from nova.bench.step_kernels import each_kernel
+    terms = [{"role": "column", "kernel": "nova_rows_column", "time_us": 25.8, "bytes": 100_663_296, "bound": "dram"},
+             {"role": "column_final", "kernel": "nova_rows_column_final", "time_us": 1.8, "bytes": 3_151_872,
+              "bound": "launch"}]
+    row = dict(group=0, kind="reduction", name="column_reduce 16384x1536", model="rows configurator", bound="dram",
+               predicted_us=27.6, measured_us=29.9, ratio=29.9 / 27.6, bytes=100_669_440, tb_per_s=3.37,
+               of_ceiling=0.814, kernel_names=["nova_rows_column_final", "nova_rows_column"], kernel_us=[1.9, 28.0])
+    row["kernels"] = each_kernel(row, terms, 4.14)
+    assert [k["role"] for k in row["kernels"]] == ["column_final", "column"]
+    assert row["kernels"][1]["of_ceiling"] == round(100_663_296 / 28e-6 / 1e12 / 4.14, 3)
+    s = summarize([row], 4.14)
+    assert (s["streaming_kernels"], s["streaming_at_85pct"]) == (1, 0)
+    assert (s["device_kernels"], s["device_streaming"], s["device_streaming_at_85pct"], s["device_fixed_cost"]) == \
+        (2, 1, 1, 1)
+    other = dict(row, kernel_names=["nova_rows_column", "nova_rows_row_final"], kernel_us=[28.0, 1.9])
+    assert each_kernel(other, terms, 4.14) is None                 # not the kernels the terms name
+    assert each_kernel(dict(row, kernel_names=["nova_rows_column"], kernel_us=[28.0]), terms, 4.14) is None

@@ -25,7 +25,11 @@ outside it or returned (each once; a view counts its own elements).  The ceiling
 else measured in the same process before the launches (``copy_ceiling_tbs``: the best of 20 copies of
 1 GiB, read + write bytes over the CUDA-event time; the H200 gives ~4.2 TB/s, an H100 ~3.0).  A
 kernel the model calls launch- or latency-bound (``FIXED_COST_BOUNDS``: its fixed costs, not its
-bytes, are most of its predicted time) is listed as such, not against the ceiling.  Writes
+bytes, are most of its predicted time) is listed as such, not against the ceiling.  A launch of several
+kernels (a rows reduction and its final sum, the embedding backward's sort and accumulate) is counted
+twice: as one launch (its bytes over its kernels' summed time) and kernel by kernel
+(``each_kernel``: each device kernel's time against its own term of the prediction, its bytes and
+bound).  Writes
 ``step_kernels.json`` and prints the table by predicted kind, the time over the predictions summed by
 kernel description (``excess_by_name``: every layer's launches of one GEMM together) and the largest
 single misses.
@@ -204,14 +208,17 @@ def measure(model_name: str, batch: int, seq: int | None, warmup: int, repeats: 
         predicted = report.get("predicted_us")
         # the measured time: the launch's kernels' own durations (CUPTI), else its event span
         us = cupti[k]["kernels_us"] if cupti else span
-        rows.append({"group": launch.group, "kind": report.get("kind", launch.kind), "name": report.get("name", ""),
+        row = {"group": launch.group, "kind": report.get("kind", launch.kind), "name": report.get("name", ""),
                      "model": report.get("model", ""), "bound": report.get("bound", ""),
                      "predicted_us": predicted, "measured_us": round(us, 3), "span_us": round(span, 3),
                      **({"device_kernels": cupti[k]["kernels"], "kernel_names": cupti[k]["names"],
                          "kernel_us": cupti[k]["each_us"]} if cupti else {}),
                      "ratio": round(us / predicted, 3) if predicted else None, "bytes": nbytes,
                      "tb_per_s": round(nbytes / (us * 1e-6) / 1e12, 3) if us > 0 else None,
-                     "of_ceiling": round(nbytes / (us * 1e-6) / 1e12 / ceiling_tbs, 3) if us > 0 else None})
+                     "of_ceiling": round(nbytes / (us * 1e-6) / 1e12 / ceiling_tbs, 3) if us > 0 else None}
+        if cupti:
+            row["kernels"] = each_kernel(row, (report.get("schedule") or {}).get("kernels"), ceiling_tbs)
+        rows.append(row)
     predicted_clock = explained["prediction"].get("sm_clock") or {}
     result = {"model": model_name, "batch": batch, "seq": seq, "repeats": repeats, "ceiling_tbs": ceiling_tbs,
               "ceiling_source": ceiling_source,
@@ -247,12 +254,42 @@ def gemms_at_clock(result: dict, planned, target) -> None:
     result["summary"]["within_band_at_measured_clock"] = inside
 
 
+def each_kernel(row: dict, terms: list | None, ceiling_tbs: float) -> list[dict] | None:
+    """A multi-kernel launch's device kernels, each beside its own term of the prediction (``terms``: the
+    report's ``kernels``, ``{"role", "kernel", "time_us", "bytes", "bound"}`` each): the CUPTI kernels
+    matched to the terms by entry-point name in launch order; None where the launch ran other kernels
+    than its terms name (or one kernel: the launch's own row is the kernel's)."""
+    if not terms or len(terms) < 2 or len(terms) != len(row.get("kernel_names") or []):
+        return None
+    left, out = list(terms), []
+    for name, us in zip(row["kernel_names"], row["kernel_us"]):
+        term = next((t for t in left if t["kernel"] == name), None)
+        if term is None:
+            return None
+        left.remove(term)
+        out.append({"role": term["role"], "kernel": name, "measured_us": us, "predicted_us": term["time_us"],
+                    "bytes": term["bytes"], "bound": term["bound"],
+                    "of_ceiling": round(term["bytes"] / (us * 1e-6) / 1e12 / ceiling_tbs, 3) if us > 0 else None})
+    return out
+
+
+def device_kernels(rows) -> list[dict]:
+    """The memory-bound launches' device kernels, one entry each (``{"bytes", "measured_us", "bound",
+    "of_ceiling"}``): a multi-kernel launch's ``kernels`` where they were matched, else the launch itself."""
+    out = []
+    for r in rows:
+        if memory_bound(r):
+            out.extend(r.get("kernels") or [r])
+    return out
+
+
 def memory_bound(row) -> bool:
     return row["model"] not in ("gemm configurator", "gemm configurator (calibrated)", "attention configurator",
                                 "fp32 attention")
 
 
 FIXED_COST_BOUNDS = ("launch", "latency")     # predicted bounds whose time is not the bytes' (not streaming)
+FEW_CTAS = "sm"     # a kernel's term bound by the busiest SM's bytes at one SM's rate: too few CTAs to stream
 
 
 def summarize(rows, ceiling_tbs: float) -> dict:
@@ -272,9 +309,24 @@ def summarize(rows, ceiling_tbs: float) -> dict:
                                       / (sum(r["measured_us"] for r in streaming) * 1e-6) / 1e12 / ceiling_tbs, 3)
         if streaming else None,
         "launch_bound_kernels": sum(1 for r in rows if memory_bound(r) and r["bound"] in FIXED_COST_BOUNDS),
+        **ceiling_by_kernel(device_kernels(rows), ceiling_tbs),
         "by_model": totals_by(priced, lambda r: r["model"] or r["kind"]),
         "by_name": excess_by_name(priced),
     }
+
+
+def ceiling_by_kernel(kernels, ceiling_tbs: float) -> dict:
+    """The ceiling count per device kernel (a launch of several kernels -- a sort and its accumulate, a
+    reduction and its final sum -- counts each against its own bytes and bound).  A kernel of a few CTAs
+    whose term the model bounds by one SM's streaming rate (``FEW_CTAS``: a final sum of partials in one
+    or a few CTAs) is counted with the launch- and latency-bound ones, not against the DRAM ceiling."""
+    streaming = [k for k in kernels if k["bound"] not in FIXED_COST_BOUNDS + (FEW_CTAS,)]
+    return {"device_kernels": len(kernels), "device_streaming": len(streaming),
+            "device_streaming_at_85pct": sum((k["of_ceiling"] or 0) >= 0.85 for k in streaming),
+            "device_fixed_cost": len(kernels) - len(streaming),
+            "device_streaming_of_ceiling": round(sum(k["bytes"] for k in streaming)
+                                                 / (sum(k["measured_us"] for k in streaming) * 1e-6) / 1e12
+                                                 / ceiling_tbs, 3) if streaming else None}
 
 
 def totals_by(priced, key) -> dict:
@@ -310,6 +362,9 @@ def render(result: dict) -> str:
              f"memory-bound kernels streaming: {s['streaming_kernels']}, at >= 85% of {result['ceiling_tbs']} TB/s: "
              f"{s['streaming_at_85pct']} (all together {s['streaming_of_ceiling'] or 0:.0%} of it); "
              f"launch- or latency-bound: {s['launch_bound_kernels']}",
+             f"each device kernel apart ({s.get('device_kernels', '-')} of the memory-bound launches): streaming "
+             f"{s.get('device_streaming', '-')}, at >= 85%: {s.get('device_streaming_at_85pct', '-')}; launch- or "
+             f"latency-bound or of a few CTAs: {s.get('device_fixed_cost', '-')}",
              f"SM clock while timed: {_mhz(result.get('sm_mhz', {}).get('measured_median'))} MHz measured (median), "
              f"{_mhz(result.get('sm_mhz', {}).get('predicted'))} MHz predicted for the step; with the GEMMs priced at "
              f"the measured clock {s.get('within_band_at_measured_clock', '-')} of {s['priced']} within +-{BAND:.0%}",

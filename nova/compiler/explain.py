@@ -113,20 +113,32 @@ def _gemm_report(group, target) -> tuple[float, str, str, dict | None, object]:
 
 def _rows_report(group, target) -> tuple[float, str, str, dict]:
     """A Nova rows group: the rows configurator's prediction (``nova.kernels.rows.configure_rows``)."""
+    from nova.kernels.rows.abi import KERNEL_NAMES
     from nova.kernels.rows.derive import configure_rows
     cfg = configure_rows(group.problem, target)
     formula = " + ".join(f"{role} {term['time_us']:.1f}" for role, term in cfg.terms.items())
     return cfg.prediction.time_us, cfg.prediction.bound, formula, {"roles": list(cfg.schedule.roles),
-                                                                   "schedule": cfg.schedule.to_dict()}
+                                                                   "schedule": cfg.schedule.to_dict(),
+                                                                   "kernels": _kernel_terms(cfg.terms, KERNEL_NAMES.get)}
 
 
 def _embedding_report(group, target) -> tuple[float, str, str, dict]:
     """A Nova embedding group: the embedding configurator's prediction (``nova.kernels.embedding.configure_embedding``)."""
+    from nova.kernels.embedding.abi import kernel_name
     from nova.kernels.embedding.derive import configure_embedding
     cfg = configure_embedding(group.problem, target)
     formula = " + ".join(f"{role} {term['time_us']:.1f}" for role, term in cfg.terms.items())
     return cfg.prediction.time_us, cfg.prediction.bound, formula, {"roles": list(cfg.schedule.roles),
-                                                                   "schedule": cfg.schedule.to_dict()}
+                                                                   "schedule": cfg.schedule.to_dict(),
+                                                                   "kernels": _kernel_terms(cfg.terms, kernel_name)}
+
+
+def _kernel_terms(terms: dict, entry) -> list[dict]:
+    """A multi-kernel group's kernels: ``[{"role", "kernel", "time_us", "bytes", "bound"}]``, ``kernel`` the
+    entry point ``entry(role)`` names (what ``nova.bench.step_kernels`` matches each device kernel's
+    measured time to)."""
+    return [{"role": role, "kernel": entry(role), "time_us": term["time_us"], "bytes": term["bytes"],
+             "bound": term["bound"]} for role, term in terms.items()]
 
 
 def _pointwise_report(group, target) -> tuple[float, str, str, dict]:

@@ -10,7 +10,7 @@ from nova.codegen.artifact import KernelArtifact
 from nova.kernels.embedding.abi import kernel_name, params, split_role
 from nova.kernels.family import KernelFamily, get_or_compile as family_get_or_compile, register
 
-EMBEDDING_ABI = 2       # bump when the kernels' parameters, workspace or generated code change
+EMBEDDING_ABI = 3       # bump when the kernels' parameters, workspace or generated code change
 SUPPORTED_ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90")     # match.any.sync: sm_70 and later
 
 

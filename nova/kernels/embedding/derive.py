@@ -12,8 +12,11 @@ embedding`` prints.  Closed form: no search over schedules, no measurement.
                       gradients added in index order by the row's owner; digit bits from the cost of
                       the passes (each pass: three launches, its keys read and written, the one-CTA scan
                       of the [digit, tile] counts), under the shared memory of the per-warp digit counts
- 6. prediction        per kernel: DRAM bytes / (DRAM bandwidth x eta) + launch; the scan at one SM's
-                      share of the L2 bandwidth; the accumulate's binary search once at the DRAM latency
+ 6. accumulate        a table row's segment found by a (lanes + 1)-ary search: each of the row's lanes
+                      probes one key a round, a warp ballot counts the probes below the row, both bounds
+                      at once; dy's rows loaded ``tokens_per_trip`` at a time (32 registers of loads)
+ 7. prediction        per kernel: DRAM bytes / (DRAM bandwidth x eta) + launch; the scan at one SM's
+                      share of the L2 bandwidth; the accumulate's search rounds once at the DRAM latency
 
 Why sort rather than float atomics: atomics add a row's gradients in the order the threads arrive,
 so two runs differ in the last bits; the sort fixes the order (ascending index position) whatever the
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 
 from nova.configurator.derivation import Derivation, note
 from nova.configurator.step import Prediction
@@ -31,13 +35,15 @@ from nova.hwmodel import GPUModel, get_target
 from nova.hwmodel.formula import formulas
 from nova.hwmodel.model import F as HW
 from nova.kernels.embedding.problem import FLOAT_DTYPES, EmbeddingProblem
-from nova.kernels.embedding.schedule import EmbeddingConfig, EmbeddingSchedule, RowTile, SortPlan
+from nova.kernels.embedding.schedule import MAX_UNROLL, EmbeddingConfig, EmbeddingSchedule, RowTile, SortPlan
 from nova.kernels.rows.derive import TRANSACTION_BYTES, memory_constants
 
 REGS_ESTIMATE = 40           # [EST] addresses, the row's index, loop state; plus one per 32-bit word in flight
 SORT_TILE = 512              # [EST] keys per sort CTA, one a thread: 16 warps, four per scheduler
 SORT_SMEM_LIMIT = 48 * 1024  # [CC] static shared memory of a CTA without the opt-in attribute
 SCAN_THREADS = 1024          # [CC] the largest CTA: the one-CTA scan
+LOAD_WORDS = 32              # [EST] registers of dy loads in flight a lane (the accumulate's cap is 64)
+MAX_TOKENS_PER_TRIP = 8      # [EST] beyond it, the loads of a trip outnumber the segments that long
 
 F = formulas("""
     vec_max = transaction_bytes / elem_bytes
@@ -54,7 +60,8 @@ F = formulas("""
     digit_bits = ceil(key_bits / passes)
     sort_smem = (tile / 32) * 2 ** digit_bits * 4
     t_sort = passes * (3 * t_launch + 4 * count * 4 / (dram_bw * eta_dram) + 2 * 2 ** digit_bits * tiles * 4 / (l2_bw / sm_count))
-    search_steps = ceil(log(count + 1, 2))
+    search_steps = ceil(log(count + 1, lanes + 1))
+    tokens_per_trip = Min(max_tokens, Max(1, floor(load_words / (chunks_per_walk * vec))))
     t_kernel = dram_bytes / (dram_bw * eta_dram) + t_launch
     t_scan = table_bytes / (l2_bw / sm_count) + t_launch
     t_accumulate = dram_bytes / (dram_bw * eta_dram) + search_steps * mem_latency_ns * 1e-3 + t_launch
@@ -142,6 +149,37 @@ def step5_sort(p: EmbeddingProblem, gpu: GPUModel, mc: dict, d: Derivation) -> S
 
 
 # ---- 6 -----------------------------------------------------------------------------------------
+def search_rounds(count: int, lanes: int) -> int:
+    """Rounds of the (lanes + 1)-ary search that leave an empty interval of the ``count`` sorted keys: the
+    least s with (lanes + 1)^s > count (each round cuts the interval to at most 1 / (lanes + 1) of it)."""
+    rounds, reach = 0, 1
+    while reach <= count:
+        reach *= lanes + 1
+        rounds += 1
+    return rounds
+
+
+def step6_accumulate(p: EmbeddingProblem, rows: RowTile, d: Derivation) -> RowTile:
+    """The accumulate's segment search and its loads of dy: ``search_steps`` = ceil(log_(L+1)(count + 1))
+    rounds with L = threads_per_row probes a round (a binary search takes ceil(log2(count + 1)) dependent
+    loads: 15 at 16384 keys, against 3 here; run 66's accumulate streamed at 0.73 of the copy ceiling with
+    it); ``tokens_per_trip`` = Min(MAX_TOKENS_PER_TRIP, LOAD_WORDS / (chunks walked at once x vec)) dy
+    rows loaded before they are added in index order."""
+    lanes = rows.threads_per_row
+    rounds = search_rounds(p.count, lanes)
+    d.record((rounds, note("search rounds", rounds, f"{lanes} lane(s) of a table row each probe one of the "
+                           f"{p.count} sorted keys a round and a warp ballot counts those below the row: "
+                           f"(lanes + 1)^rounds > count; both ends of the segment at once",
+                           F.search_steps.symbolic())))
+    walk = rows.chunks if rows.chunks <= MAX_UNROLL else 1
+    trip = d.apply("tokens per trip", F.tokens_per_trip, f"dy rows a lane loads before adding them in index order: "
+                   f"{LOAD_WORDS} registers of loads over the {walk} chunk(s) of {rows.vec} a lane walks at once",
+                   post=int, max_tokens=MAX_TOKENS_PER_TRIP, load_words=LOAD_WORDS, chunks_per_walk=walk,
+                   vec=rows.vec)
+    return replace(rows, search_steps=rounds, tokens_per_trip=trip)
+
+
+# ---- 7 -----------------------------------------------------------------------------------------
 def _term(role: str, t: float, nbytes: int, mc: dict) -> dict:
     return {"time_us": round(t, 3), "bytes": nbytes, "bound": "launch" if mc["t_launch_us"] > t / 2 else "dram"}
 
@@ -175,13 +213,15 @@ def predict(p: EmbeddingProblem, s: EmbeddingSchedule, gpu: GPUModel, mc: dict, 
         terms[f"scatter{k}"] = _term("scatter", t, scatter, mc)
     base = p.vocab * p.dim * FLOAT_DTYPES[p.base] if p.base else 0
     nbytes = row_bytes + 8 * p.count + p.vocab * p.dim * p.elem_bytes + base
-    steps = int(F.search_steps(count=p.count))
+    steps = s.rows.search_steps
     t = d.apply("time accumulate", F.t_accumulate, why + f"; dy's rows read once, every table row written once"
                 f"{' (its base read once)' if p.base else ''}, "
-                f"the {steps}-step binary search of a row's segment once at the DRAM latency ([EST]: later waves "
-                "overlap it with streaming)", dram_bytes=nbytes, search_steps=steps,
+                f"the {steps} rounds of a row's segment search once at the DRAM latency ([EST]: later waves "
+                "overlap them with streaming)", dram_bytes=nbytes, search_steps=steps,
                 mem_latency_ns=gpu.mem_latency_ns, **common)
-    terms["accumulate"] = _term("accumulate", t, nbytes, mc)
+    parts = {"dram": nbytes / (gpu.dram_bw * mc["eta_dram"]) * 1e6, "latency": steps * gpu.mem_latency_ns * 1e-3,
+             "launch": mc["t_launch_us"]}
+    terms["accumulate"] = {"time_us": round(t, 3), "bytes": nbytes, "bound": max(parts, key=parts.get)}
     return terms
 
 
@@ -195,7 +235,7 @@ def configure_embedding(p: EmbeddingProblem, target="h200") -> EmbeddingConfig:
         rows = row_tile(p, p.count, "output rows", vec, gpu, d)
         schedule = EmbeddingSchedule(gpu.arch, ("gather",), rows)
     else:
-        rows = row_tile(p, p.vocab, "table rows", vec, gpu, d)
+        rows = step6_accumulate(p, row_tile(p, p.vocab, "table rows", vec, gpu, d), d)
         sort = step5_sort(p, gpu, mc, d)
         roles = tuple(f"{r}{k}" for k in range(sort.passes) for r in ("histogram", "scan", "scatter"))
         schedule = EmbeddingSchedule(gpu.arch, roles + ("accumulate",), rows, sort)

@@ -19,10 +19,12 @@ tile: within the warp from ``match.any.sync`` (the lanes with the same digit) an
 the warps from per-warp digit counts in shared memory (the group's first lane writes its size); the key
 and its position go to offset[digit, t] + rank.  Equal digits keep their order: the sort is stable, and
 after the last pass the keys ascend with equal keys in index order.
-``accumulate``: the owner lanes of table row ``v`` find its segment's start in the sorted keys by a
-branch-free binary search, then for each chunk walk the segment (``scf.while``: while the key is ``v``),
-adding dy's rows at the stored positions in FP32, in that order, and write the row once (zero when the
-segment is empty), rounded to the storage type.
+``accumulate``: the owner lanes of table row ``v`` find its segment ``[start, end)`` in the sorted keys
+by a (lanes + 1)-ary search (``segment_bounds``: each lane probes a key a round, a warp ballot counts
+the probes below ``v``; both ends at once), then walk it once for all chunks (a walk per chunk past
+``MAX_UNROLL`` chunks), loading ``tokens_per_trip`` of dy's rows at the stored positions before adding
+them in FP32 in that order, and write the row once (zero when the segment is empty), rounded to the
+storage type.
 """
 from __future__ import annotations
 
@@ -30,9 +32,9 @@ from contextlib import contextmanager
 
 from nova.kernels.embedding.abi import kernel_name, params, split_role, workspace_layout
 from nova.kernels.embedding.problem import FLOAT_DTYPES
+from nova.kernels.embedding.schedule import MAX_UNROLL
 from nova.kernels.rows.emit import RowsIr
 
-MAX_UNROLL = 8          # chunk and count loops up to this many steps are unrolled, longer ones are scf.for
 MAX_REGS = 64           # the accumulate's register cap (nvvm.maxnreg): ptxas otherwise trades registers for spills
 
 
@@ -338,53 +340,90 @@ def build_scatter(p, s, k: int) -> str:
     return ir.text()
 
 
+def segment_bounds(ir: EmbeddingIr, p, t, g: "_Rows", v) -> tuple[str, str]:
+    """``[start, end)`` of table row ``v``'s keys in the sorted keys: the lower bounds of ``v`` and ``v + 1``
+    by ``t.search_steps`` rounds of a (L + 1)-ary search, L = ``threads_per_row``.  Each bound is kept as
+    [lo, hi] (it is in there, hi = count: no key that large); in a round lane j probes
+    q_j = lo + (j + 1) * n / (L + 1), n = hi - lo; the probes below the target form a prefix of the lanes
+    (the keys ascend), so their count c (a warp ballot, the row's lanes' bits) gives lo = q_(c-1) + 1
+    where c > 0 and hi = q_c where c < L, each computed from c: no shuffle."""
+    lanes = t.threads_per_row
+    tid = ir.let("stid", "gpu.thread_id x")
+    shift = ir.to_i32(ir.sub(ir.rem(tid, 32, "wlane"), g.lane, "gshift")) if lanes < 32 else None
+    mask = ir.const((1 << lanes) - 1, "i32") if lanes < 32 else None
+    bounds = [(0, p.count), (0, p.count)]
+    targets = [v, ir.add(v, 1, "v1")]
+    for _ in range(t.search_steps):
+        probes = []
+        for (lo, hi), target in zip(bounds, targets):       # the two searches' loads in flight together
+            n = ir.sub(hi, lo, "n")
+            q = ir.add(lo, ir.div(ir.mul(ir.add(g.lane, 1, "j1"), n, "jn"), lanes + 1, "jq"), "q")
+            kv = ir.load_index("keys", ir.min(q, p.count - 1, "sq"))
+            probes.append(ir.and_(ir.cmp("slt", lo, hi, "open"), ir.cmp("slt", kv, target, "below"), "less"))
+        new = []
+        for (lo, hi), less in zip(bounds, probes):
+            n = ir.sub(hi, lo, "n")
+            bit = ir.pure("lessw", f"arith.extui {less} : i1 to i32")
+            votes = ir.asm_i32("{ .reg .pred p; setp.ne.u32 p, $1, 0; vote.sync.ballot.b32 $0, p, -1; }",
+                               [bit], "votes", "=r,r")
+            if shift is not None:
+                votes = ir.i32("andi", ir.i32("shrui", votes, shift, "gvotes"), mask, "mine")
+            c = ir.to_index(ir.let("below", f"llvm.intr.ctpop({votes}) : (i32) -> i32"))
+            q_before = ir.add(ir.add(lo, ir.div(ir.mul(c, n, "cn"), lanes + 1, "cq"), "qc"), 1, "qc1")
+            q_at = ir.add(lo, ir.div(ir.mul(ir.add(c, 1, "c1"), n, "c1n"), lanes + 1, "c1q"), "qa")
+            new.append((ir.select(ir.cmp("eq", c, 0, "none"), lo, q_before, hint="lo"),
+                        ir.select(ir.cmp("eq", c, lanes, "all"), hi, q_at, hint="hi")))
+        bounds = new
+    return bounds[0][0], bounds[1][0]
+
+
 def build_accumulate(p, s) -> str:
-    ir, t, sp = EmbeddingIr(), s.rows, s.sort
+    ir, t = EmbeddingIr(), s.rows
     ir.emit(f"// Nova embedding accumulate: {p.describe()}; {t.threads_per_row} lanes a table row, "
-            f"{t.rows_per_cta} rows a CTA, vec {t.vec}, {t.chunks} chunks; rows added in index order")
+            f"{t.rows_per_cta} rows a CTA, vec {t.vec}, {t.chunks} chunks; segment search in {t.search_steps} "
+            f"rounds, {t.tokens_per_trip} dy rows a trip; rows added in index order")
     with ir.rows_kernel(kernel_name("accumulate"), param_types(p, s, "accumulate"), t.threads, MAX_REGS):
         g = _Rows(ir, p, t)
         v = g.srow
-        lo, hi = 0, p.count
-        steps = max(1, p.count.bit_length())           # ceil(log2(count + 1)) halvings empty [0, count)
-        for _ in range(steps):
-            active = ir.cmp("slt", lo, hi, "active")
-            mid = ir.div(ir.add(lo, hi, "lohi"), 2, "mid")
-            kv = ir.load_index("keys", ir.min(mid, p.count - 1, "smid"))
-            less = ir.cmp("slt", kv, v, "less")
-            lo = ir.select(ir.and_(active, less, "go_up"), ir.add(mid, 1, "mid1"), lo, hint="lo")
-            hi = ir.select(ir.and_(active, ir.cmp("sge", kv, v, "ge"), "go_dn"), mid, hi, hint="hi")
-        start = lo
+        start, end = segment_bounds(ir, p, t, g, v)
+        trip = t.tokens_per_trip
+        trips = ir.div(ir.add(ir.sub(end, start, "seg_len"), trip - 1, "seg_up"), trip, "trips")
         zero = ir.f(0.0)
 
-        def chunk(col, ok, safe_col):
-            names = [ir.fresh("j")] + [ir.fresh("a") for _ in range(t.vec)]
-            ir.reserve(*(n.lstrip("%") for n in names))
-            res = ir.fresh("seg")
-            tys = ", ".join(["index"] + ["f32"] * t.vec)
-            inits = ", ".join(f"{n} = {x}" for n, x in zip(names, [ir.v(start)] + [zero] * t.vec))
-            ir.emit(f"{res}:{t.vec + 1} = scf.while ({inits}) : ({tys}) -> ({tys}) {{")
-            with ir.scope():
-                inb = ir.cmp("slt", names[0], p.count, "inb")
-                kv = ir.load_index("keys", ir.select(inb, names[0], 0, hint="sj"))
-                cond = ir.and_(inb, ir.cmp("eq", kv, v, "same"), "more")
-                ir.emit(f"scf.condition({cond}) {', '.join(names)} : {tys}")
-            body = [ir.fresh("bj")] + [ir.fresh("b") for _ in range(t.vec)]
-            ir.reserve(*(n.lstrip("%") for n in body))
-            ir.emit("} do {")
-            ir.emit(f"^bb0({', '.join(f'{n}: {ty}' for n, ty in zip(body, tys.split(', ')))}):")
-            with ir.scope():
-                src = ir.load_index("perm", body[0])
-                xs = ir.load("dy", ir.add(ir.mul(src, p.stride, "dy_row"), safe_col, "dy_off"), t.vec)
-                out = [ir.fadd(a, x, "acc") for a, x in zip(body[1:], xs)]
-                ir.emit(f"scf.yield {ir.add(body[0], 1, 'next')}, {', '.join(out)} : {tys}")
-            ir.emit("}")
-            sums = [f"{res}#{q + 1}" for q in range(t.vec)]
-            if p.base:                              # the row's sum, then the base: add(sum, base) as the IR adds
-                at = ir.add(ir.mul(v, p.dim, "g_row"), safe_col, "b_off")
-                sums = [ir.fadd(x, b, "with_base") for x, b in zip(sums, ir.load("base", at, t.vec))]
-            ir.guarded(ok, lambda: ir.store("grad", ir.add(ir.mul(v, p.dim, "g_row"), col, "g_off"), sums))
-        g.chunks(chunk)
+        def walk(chunks):
+            """dy's rows of the segment added into each chunk's sums, ``trip`` rows loaded a trip, added in
+            index order (a row past the segment's end is loaded from its start and not added)."""
+            width = len(chunks) * t.vec
+            with ir.for_loop(trips, [(zero, "f32")] * width, "tr") as (k, sums, state):
+                first = ir.add(start, ir.mul(k, trip, "kt"), "at")
+                rows = []
+                for u in range(trip):
+                    pos = ir.add(first, u, "pos")
+                    inside = ir.cmp("slt", pos, end, "inside") if trip > 1 else True
+                    src = ir.load_index("perm", ir.select(inside, pos, start, hint="spos"))
+                    rows.append((inside, [ir.load("dy", ir.add(ir.mul(src, p.stride, "dy_row"), safe_col, "dy_off"),
+                                                  t.vec) for _, _, safe_col in chunks]))
+                out = list(sums)
+                for inside, loaded in rows:
+                    xs = [x for chunk in loaded for x in chunk]
+                    out = [ir.fsel(inside, ir.fadd(a, x, "acc"), a) if inside is not True else ir.fadd(a, x, "acc")
+                           for a, x in zip(out, xs)]
+                state["out"] = out
+            sums = state["results"]
+            for c, (col, ok, safe_col) in enumerate(chunks):
+                row_sums = sums[c * t.vec:(c + 1) * t.vec]
+                if p.base:                          # the row's sum, then the base: add(sum, base) as the IR adds
+                    at = ir.add(ir.mul(v, p.dim, "g_row"), safe_col, "b_off")
+                    row_sums = [ir.fadd(x, b, "with_base") for x, b in zip(row_sums, ir.load("base", at, t.vec))]
+                ir.guarded(ok, lambda col=col, row_sums=row_sums: ir.store(
+                    "grad", ir.add(ir.mul(v, p.dim, "g_row"), col, "g_off"), row_sums))
+
+        if t.chunks <= MAX_UNROLL:                  # every chunk in one walk of the segment
+            chunks = []
+            g.chunks(lambda col, ok, safe_col: chunks.append((col, ok, safe_col)))
+            walk(chunks)
+        else:                                       # a walk per chunk (an scf.for over the chunks)
+            g.chunks(lambda col, ok, safe_col: walk([(col, ok, safe_col)]))
     return ir.text()
 
 

@@ -12,14 +12,18 @@ Roles, in launch order:
                scatter<p>      CTA t places each key of its tile at its digit's offset plus its rank among the
                                tile's equal digits before it (warp match + per-warp counts): stable
                accumulate      one table row per ``threads_per_row`` lanes: its segment of the sorted keys
-                               found by binary search, dy's rows added in that order (index order, FP32),
-                               the row written once (zero where no index names it)
+                               found by a (lanes + 1)-ary search (``search_steps`` rounds of one probe a
+                               lane and a warp ballot), dy's rows added in that order (index order, FP32),
+                               ``tokens_per_trip`` of them loaded before they are added, the row written
+                               once (zero where no index names it)
 
 The configurator (``derive.py``) fills it; the builders (``emit.py``) read only it and the problem.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+
+MAX_UNROLL = 8          # chunk and count loops up to this many steps are unrolled, longer ones are scf.for
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,8 @@ class RowTile:
     chunks: int                     # vector steps a lane takes along its row
     grid: int
     blocks_per_sm: int
+    search_steps: int = 0           # accumulate: rounds of the segment search (both bounds at once)
+    tokens_per_trip: int = 1        # accumulate: dy rows a lane loads before adding them (in index order)
 
     def to_dict(self) -> dict:
         return asdict(self)
