@@ -54,6 +54,26 @@ def test_heldout_decode_shapes_pick_the_skinny_kernel_by_prediction(case):
     json.dumps(cfg.to_dict())
 
 
+@pytest.mark.parametrize("case", [(8, 14336, 4096, "bf16", False), (5, 13504, 9344, "bf16", True),
+                                  (12, 12864, 13184, "tf32", False), (6, 7652, 6292, "tf32", False)])
+@pytest.mark.parametrize("target", ["h200", "h100"])
+def test_a_k_split_fills_one_wave_and_a_second_wave_costs_a_whole_ctas_trips(case, target):
+    """K slices fill the SMs' CTA slots at most (floor(slots / column blocks)): a grid past the slots runs
+    its last CTAs as a second wave after the first (run 73 on an H100: 168 CTAs on 132 slots, SMs 64%
+    active, 1.73x the prediction); and the latency term counts whole waves, so the split the rule
+    refuses is priced as the GPU runs it."""
+    M, N, K, dtype, ta = case
+    gpu = get_target(target)
+    p = GemmProblem(M, N, K, dtype, trans_a=ta)
+    s = configure(p, gpu, kernel="skinny").schedule
+    slots = s.blocks_per_sm * gpu.sm_count
+    blocks, splits, _ = s.grid(N)
+    assert splits == 1 or blocks * splits <= slots, (s.label(), blocks, splits, slots)
+    args = dict(mem_latency_ns=gpu.mem_latency_ns, trips=10, blocks_per_sm=s.blocks_per_sm, sm_count=gpu.sm_count)
+    one_wave = float(skinny.F.t_latency(grid=slots, **args))
+    assert float(skinny.F.t_latency(grid=slots + 1, **args)) == pytest.approx(2 * one_wave)
+
+
 @pytest.mark.parametrize("shape", [(4096, 4096, 4096), (128, 4096, 4096), (26, 8192, 8192)])
 def test_large_m_keeps_the_tiles_and_their_derivation(shape):
     for dtype in DTYPES:

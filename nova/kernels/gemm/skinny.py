@@ -28,7 +28,8 @@ Steps, one function each, closed form (no search, no measurement):
  6. loads in flight Little's law: an SM needs DRAM bandwidth x loaded latency / SMs bytes in flight;
                     ``unroll`` independent vector loads a thread issues per trip, from the CTAs resident
                     with that unroll's registers (re-derived while they drop)
- 7. K split         one wave of CTAs: splits = ceil(SM slots / CTAs along N), each slice at least one
+ 7. K split         one wave of CTAs: splits = floor(SM slots / CTAs along N) (a CTA more than the slots
+                    is a second wave: its CTAs do a whole CTA's trips after the first's), each slice at least one
                     trip; or as many slices as the last CTA adds in one run of loads; or one slice:
                     the lowest prediction of the three (each with the last CTA's sum of the slices)
  8. A staging       A's columns of a slice staged in equal chunks of whole trips, STAGE_BYTES of FP32 at most
@@ -80,13 +81,13 @@ F = formulas("""
     bytes_in_flight = 1.0e-9 * dram_bw * mem_latency_ns / sm_count
     unroll = Max(1, Min(unroll_max, ceil(bytes_in_flight / (load_bytes * resident))))
     blocks_n = ceil(N / columns)
-    splits = Max(1, Min(splits_max, ceil(blocks_per_sm * sm_count / blocks_n), floor(K / span)))
+    splits = Max(1, Min(splits_max, floor(blocks_per_sm * sm_count / blocks_n), floor(K / span)))
     k_slice = span * ceil(K / (span * splits))
     chunks = ceil(k_slice / (span * Max(1, floor(stage_bytes / (4 * m_pad * span)))))
     a_chunk = span * ceil(k_slice / (chunks * span))
     trips = chunks + ceil(k_slice / span)
     t_bandwidth = 1000000.0 * bytes / (dram_bw * eta_dram)
-    t_latency = 0.001 * mem_latency_ns * trips * Max(1, grid / (blocks_per_sm * sm_count))
+    t_latency = 0.001 * mem_latency_ns * trips * ceil(grid / (blocks_per_sm * sm_count))
     t_fma = 1000000.0 * K * N * (converts + m) / fma_rate
     t_kernel = t_launch + Max(t_bandwidth, t_fma, t_latency)
     reduce_groups = Max(1, Min(splits, floor(threads / (columns * m))))
