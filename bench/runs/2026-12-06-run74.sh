@@ -14,4 +14,4 @@ R=$OUT/run74-$T; mkdir -p $R
 NOVA_OFFLINE=1 NOVA_CACHE_DIR=$PWD/.nova-cache-probe PYTHONPATH=. timeout 120 python3 bench/probes/skinny_width.py \
     2>&1 | grep -v -i warn > $R/skinny_width.txt; grep -c " us " $R/skinny_width.txt
 PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=$PWD/.nova-cache-heldout2 NOVA_TARGET=$T PYTHONUNBUFFERED=1 \
-    timeout 330 python3 -m nova.bench.heldout gemm --count 100 --seed 20261208 --out $R 2>&1 | grep -v -i warn | tail -25
+    timeout 330 python3 -m nova.bench.heldout gemm --count 100 --seed 20261208 --settle-s 0.5 --graph-settle-s 0.3 --out $R 2>&1 | tail -3; grep -A14 "## Summary" $R/heldout_gemm.md | head -30
