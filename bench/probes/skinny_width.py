@@ -3,6 +3,7 @@ CTA that reads longer runs of each row of B stream closer to the DRAM roofline?
 
     python3 bench/probes/skinny_width.py --build     # host: every variant into $NOVA_CACHE_DIR (h200, h100)
     python3 bench/probes/skinny_width.py             # GPU: each variant timed, against cuBLAS
+    ... --half-vector                                # with: half the vector width at 16, 32, 64 along N
     ncu --clock-control none -k regex:nova_gemm_skinny --section SpeedOfLight ... \
         python3 bench/probes/skinny_width.py --only 7:32,6:8   # problem index : width, one launch each
 
@@ -31,10 +32,18 @@ WIDTHS = (8, 16, 32, 64, 128, 256)
 
 
 def variants(p: GemmProblem, gpu) -> dict:
-    """{threads_n: (schedule, prediction)} of the lanes-along-N kernel, the configured width marked by key "pick"."""
+    """{threads_n (or (threads_n, vec) at half the vector): (schedule, prediction)} of the lanes-along-N
+    kernel, the configured schedule under key "pick"."""
     (lanes, vec), _ = skinny.layout_and_vector(p)
-    (threads, _, rows), _ = skinny.threads_step(p, gpu, lanes, vec)
     out = {}
+    if "--half-vector" in sys.argv and vec > 1:      # half the sums a thread keeps: more CTAs an SM
+        half = vec // 2
+        (threads, _, rows), _ = skinny.threads_step(p, gpu, lanes, half)
+        for width in (16, 32, 64):
+            got = skinny._configure_width(p, gpu, lanes, half, threads, width, rows, Derivation())
+            if got is not None:
+                out[(width, half)] = got
+    (threads, _, rows), _ = skinny.threads_step(p, gpu, lanes, vec)
     for width in WIDTHS:
         if width > threads or width * vec > 2 * p.N or width * vec * p.in_bytes < skinny.LINE_BYTES // 2:
             continue
