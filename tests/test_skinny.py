@@ -59,9 +59,9 @@ def test_heldout_decode_shapes_pick_the_skinny_kernel_by_prediction(case):
 @pytest.mark.parametrize("target", ["h200", "h100"])
 def test_a_k_split_fills_one_wave_and_a_second_wave_costs_a_whole_ctas_trips(case, target):
     """K slices fill the SMs' CTA slots at most (floor(slots / column blocks)): a grid past the slots runs
-    its last CTAs as a second wave after the first (run 73 on an H100: 168 CTAs on 132 slots, SMs 64%
-    active, 1.73x the prediction); and the latency term counts whole waves, so the split the rule
-    refuses is priced as the GPU runs it."""
+    its last CTAs as a second wave after the first (bench/results/h100-2026-12-06/run73: 168 CTAs on 132
+    slots, SMs 64% active, 1.73x the prediction); and the latency term counts whole waves, so the split
+    the rule refuses is priced as the GPU runs it."""
     M, N, K, dtype, ta = case
     gpu = get_target(target)
     p = GemmProblem(M, N, K, dtype, trans_a=ta)

@@ -7,7 +7,7 @@ CTA that reads longer runs of each row of B stream closer to the DRAM roofline?
     ncu --clock-control none -k regex:nova_gemm_skinny --section SpeedOfLight ... \
         python3 bench/probes/skinny_width.py --only 7:32,6:8   # problem index : width, one launch each
 
-The held-out draw of 2026-12-06 (run 66) measured the lanes-along-N kernel at 1.5-2.3x its prediction
+The held-out draw of bench/results/h200-2026-12-06/run66 measured the lanes-along-N kernel at 1.5-2.3x its prediction
 (0.2-0.6 of the roofline for B's bytes) where the lanes-along-K kernel (B stored [N, K]) ran at its
 prediction.  A variant is the configurator's own steps 5-9 (``skinny._configure_width``) at another
 ``threads_n`` (8 .. 256 of the CTA's 256 threads; the rest stacked along K), so each is a consistent

@@ -132,7 +132,8 @@ def precompile_planned(planned, target, cache, log=print) -> dict:
     _add(counts, precompile_optimizer(kernels.optimizer, target, cache, log))
     _add(counts, precompile_sums(kernels.sums, target, cache, log))
     log(f"precompiled {len(kernels.gemms)} GEMMs, {len(kernels.attention)} attention launches, {len(rows)} rows "
-        f"problems, {len(kernels.embedding)} embedding problems, {len(kernels.pointwise)} pointwise kernels, {len(kernels.optimizer)} multi-tensor optimizer "
+        f"problems, {len(kernels.embedding)} embedding problems, {len(kernels.pointwise)} pointwise kernels, "
+        f"{len(kernels.optimizer)} multi-tensor optimizer "
         f"and {len(kernels.sums)} multi-tensor sum kernels for {target.name} into {cache.root}: "
         f"{counts['compiled']} kernels compiled, {counts['cached']} already cached, {counts['failed']} failed "
         f"({time.perf_counter() - start:.1f} s)")

@@ -162,9 +162,9 @@ def search_rounds(count: int, lanes: int) -> int:
 def step6_accumulate(p: EmbeddingProblem, rows: RowTile, d: Derivation) -> RowTile:
     """The accumulate's segment search and its loads of dy: ``search_steps`` = ceil(log_(L+1)(count + 1))
     rounds with L = threads_per_row probes a round (a binary search takes ceil(log2(count + 1)) dependent
-    loads: 15 at 16384 keys, against 3 here; run 66's accumulate streamed at 0.73 of the copy ceiling with
-    it); ``tokens_per_trip`` = Min(MAX_TOKENS_PER_TRIP, LOAD_WORDS / (chunks walked at once x vec)) dy
-    rows loaded before they are added in index order."""
+    loads: 15 at 16384 keys, against 3 here; with it the accumulate streamed at 0.73 of the copy ceiling,
+    bench/results/h200-2026-12-06/run66); ``tokens_per_trip`` = Min(MAX_TOKENS_PER_TRIP, LOAD_WORDS /
+    (chunks walked at once x vec)) dy rows loaded before they are added in index order."""
     lanes = rows.threads_per_row
     rounds = search_rounds(p.count, lanes)
     d.record((rounds, note("search rounds", rounds, f"{lanes} lane(s) of a table row each probe one of the "
