@@ -224,12 +224,17 @@ def test_replay_cli_prints_both_fractions_and_says_in_sample():
     assert bad.returncode == 1 and len(bad.stderr.strip().splitlines()) == 1
 
 
+def device_test_pick(kind: str) -> list:
+    """The one problem of each kind the device test runs: problem 21 of the 24 drawn with seed 20261203."""
+    return [heldout.draw(kind, 20261203, 24)[21]]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["gemm", "attention"])
 def test_device_run_records_eager_and_device_ratios(kind, tmp_path):
     """One small problem of each kind on the GPU: Nova's and the libraries' graph times, both ratios, the
     prediction beside the graph time."""
-    pick = [heldout.draw(kind, 20261203, 24)[21]]     # square TN 256x256x384 bf16 / ragged B4 H1 T64x1216 causal bf16
+    pick = device_test_pick(kind)
     result = heldout.run(kind, pick, str(tmp_path), seed=1, count=1, settle_s=0.05, rounds=2, min_time_s=0.005,
                          iters=5, graph_calls=5, graph_settle_s=0.1, log=lambda line: None)
     row = result["rows"][0]
@@ -250,3 +255,19 @@ def test_a_transposed_operand_of_one_row_is_stated_as_the_runtime_states_it():
     assert decode.problem().trans_a is False and wide.problem().trans_a is True
     column = HeldoutGemm(2, "decode", "NT", "bf16", False, 64, 1, 704)
     assert column.problem().trans_b is False
+
+
+def build_kernels(target: str, cache_dir=None, log=print) -> dict:
+    """Compile the device test's two problems for ``target`` into the kernel cache (``NOVA_CACHE_DIR`` or
+    ``cache_dir``), as ``tests/gpu_build.py --all`` runs it."""
+    from nova.runtime.cache import KernelCache
+    cache, total = KernelCache(cache_dir), {"compiled": 0, "cached": 0, "failed": 0}
+    for kind in ("gemm", "attention"):
+        for key, value in heldout.precompile(kind, device_test_pick(kind), target, log, cache).items():
+            total[key] = total.get(key, 0) + value
+    return total
+
+
+if __name__ == "__main__":
+    from gpu_build import main
+    main(build_kernels)

@@ -296,6 +296,13 @@ def test_explain_train_shows_the_policy(capsys, monkeypatch):
 
 
 # ------------------------------------------------------------------ on the GPU
+def _chunked_gpu_plan(target: str = "h200"):
+    """The GPU test's step and plan: GPT at vocab 4096, every saving priced free (the loss in 4 chunks)."""
+    graph, inputs, _, _ = _cpu_step("gpt", batch=128, seq=16, vocab=4096)
+    return graph, inputs, pipeline(graph, target, outside_arena=account,
+                                   memory_policy=MemoryPolicy(0.0, lambda planned: 1.0))
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible to torch")
 def test_a_chunked_loss_runs_on_the_gpu_like_the_interpreter_and_fits_its_plan():
@@ -306,8 +313,7 @@ def test_a_chunked_loss_runs_on_the_gpu_like_the_interpreter_and_fits_its_plan()
     from nova.runtime.cache import is_offline, mlir_available
     if not is_offline() and not mlir_available():
         pytest.skip("no MLIR here: precompile and run with NOVA_OFFLINE=1 NOVA_CACHE_DIR=<carried cache>")
-    graph, inputs, _, _ = _cpu_step("gpt", batch=128, seq=16, vocab=4096)
-    planned = pipeline(graph, "h200", outside_arena=account, memory_policy=MemoryPolicy(0.0, lambda planned: 1.0))
+    graph, inputs, planned = _chunked_gpu_plan()
     assert planned.policy.loss_chunks == 4
     want = interpreter.run(graph, [t.clone() for t in inputs])
     state = [t.cuda() for t in inputs]
@@ -321,3 +327,17 @@ def test_a_chunked_loss_runs_on_the_gpu_like_the_interpreter_and_fits_its_plan()
     s = program.stats
     predicted = s["arena_bytes"] + s["outside_arena_bytes"] - s["outside_arena_driver_bytes"]
     assert s["arena_bytes"] <= s["measured_peak_bytes"] <= predicted + (2 << 20), program.describe()
+
+
+def build_kernels(target: str, cache_dir=None, log=print) -> dict:
+    """Compile the GPU test's kernels for ``target`` into the kernel cache (``NOVA_CACHE_DIR`` or
+    ``cache_dir``): the chunked-loss step's plan, as ``tests/gpu_build.py --all`` runs it."""
+    from nova.compiler.precompile import precompile_planned
+    from nova.hwmodel import get_target
+    from nova.runtime.cache import KernelCache
+    return precompile_planned(_chunked_gpu_plan(target)[2], get_target(target), KernelCache(cache_dir), log)
+
+
+if __name__ == "__main__":
+    from gpu_build import main
+    main(build_kernels)

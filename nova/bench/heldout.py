@@ -356,12 +356,12 @@ def write_results(out: str, kind: str, rows, settings, env) -> dict:
 
 
 # ------------------------------------------------------------------------------ precompile (host, MLIR)
-def precompile(kind: str, problems, target: str, log=print) -> dict:
-    """Configure and compile every drawn problem's Nova kernels for ``target`` into the kernel cache
-    (``$NOVA_CACHE_DIR``); returns the counts (compiled, cached, failed) and prints them."""
+def precompile(kind: str, problems, target: str, log=print, cache=None) -> dict:
+    """Configure and compile every drawn problem's Nova kernels for ``target`` into ``cache`` (default the
+    kernel cache of ``$NOVA_CACHE_DIR``); returns the counts (compiled, cached, failed) and prints them."""
     from nova.hwmodel import get_target
     from nova.runtime.cache import KernelCache
-    gpu, cache = get_target(target), KernelCache()
+    gpu, cache = get_target(target), cache or KernelCache()
     if kind == "gemm":
         from nova.runtime.matmul import precompile_gemms
         counts = precompile_gemms([h.problem() for h in problems], gpu, cache, log=log)
