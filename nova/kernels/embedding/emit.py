@@ -138,11 +138,11 @@ def table_row(ir: EmbeddingIr, p, i):
 
 
 class _Rows:
-    """The row geometry gather and accumulate share: row, lane, per-chunk columns."""
+    """The row geometry gather and accumulate share: thread, row, lane, per-chunk columns."""
 
     def __init__(self, ir: EmbeddingIr, p, t):
         self.ir, self.p, self.t = ir, p, t
-        tid = ir.let("tid", "gpu.thread_id x")
+        self.tid = tid = ir.let("tid", "gpu.thread_id x")
         bx = ir.let("bx", "gpu.block_id x")
         self.lane = ir.rem(tid, t.threads_per_row, "lane") if t.threads_per_row < t.threads else tid
         slot = ir.div(tid, t.threads_per_row, "slot") if t.threads_per_row < t.threads else 0
@@ -348,8 +348,7 @@ def segment_bounds(ir: EmbeddingIr, p, t, g: "_Rows", v) -> tuple[str, str]:
     (the keys ascend), so their count c (a warp ballot, the row's lanes' bits) gives lo = q_(c-1) + 1
     where c > 0 and hi = q_c where c < L, each computed from c: no shuffle."""
     lanes = t.threads_per_row
-    tid = ir.let("stid", "gpu.thread_id x")
-    shift = ir.to_i32(ir.sub(ir.rem(tid, 32, "wlane"), g.lane, "gshift")) if lanes < 32 else None
+    shift = ir.to_i32(ir.sub(ir.rem(g.tid, 32, "wlane"), g.lane, "gshift")) if lanes < 32 else None
     mask = ir.const((1 << lanes) - 1, "i32") if lanes < 32 else None
     bounds = [(0, p.count), (0, p.count)]
     targets = [v, ir.add(v, 1, "v1")]
