@@ -118,3 +118,26 @@ def test_a_launch_of_several_kernels_is_also_counted_kernel_by_kernel():
     other = dict(row, kernel_names=["nova_rows_column", "nova_rows_row_final"], kernel_us=[28.0, 1.9])
     assert each_kernel(other, terms, 4.14) is None                 # not the kernels the terms name
     assert each_kernel(dict(row, kernel_names=["nova_rows_column"], kernel_us=[28.0]), terms, 4.14) is None
+
+
+def test_the_report_lists_the_dram_bound_kernels_below_the_ceiling():
+    """The column reduction streams at 0.87 of the ceiling by itself and passes; a scatter-add's accumulate
+    at 0.73 is listed with its launch's name; a launch-bound final sum is not listed."""
+    from nova.bench.step_kernels import below_ceiling, render
+    column = dict(group=0, kind="reduction", name="column_reduce 16384x1536", model="rows configurator",
+                  bound="dram", predicted_us=27.6, measured_us=29.9, ratio=1.08, bytes=100_669_440, tb_per_s=3.37,
+                  of_ceiling=0.814,
+                  kernels=[{"role": "column", "kernel": "nova_rows_column", "measured_us": 28.0, "predicted_us": 25.8,
+                            "bytes": 100_663_296, "bound": "dram", "of_ceiling": 0.868},
+                           {"role": "column_final", "kernel": "nova_rows_column_final", "measured_us": 1.9,
+                            "predicted_us": 1.8, "bytes": 3_151_872, "bound": "launch", "of_ceiling": 0.4}])
+    scatter = dict(group=1, kind="composite", name="embedding scatter-add 16384x512", model="embedding configurator",
+                   bound="dram", predicted_us=61.4, measured_us=79.3, ratio=1.29, bytes=167_903_232, tb_per_s=2.1,
+                   of_ceiling=0.511,
+                   kernels=[{"role": "accumulate", "kernel": "nova_embedding_accumulate", "measured_us": 55.6,
+                             "predicted_us": 43.4, "bytes": 167_903_232, "bound": "dram", "of_ceiling": 0.729}])
+    rows = [column, scatter]
+    assert [(name, k["role"]) for name, k in below_ceiling(rows)] == [("embedding scatter-add 16384x512", "accumulate")]
+    text = render({"model": "gpt42m", "batch": 32, "seq": 512, "device": "GPU", "launches": 2, "ceiling_tbs": 4.14,
+                   "rows": rows, "summary": summarize(rows, 4.14)})
+    assert "below 85% of the copy ceiling: 1" in text and "accumulate" in text and "0.73 of the ceiling" in text

@@ -383,7 +383,24 @@ def render(result: dict) -> str:
     for r in worst[:8]:
         lines.append(f"  group {r['group']:>4} {r['model'][:24]:<24} {r['name'][:48]:<48} predicted {r['predicted_us']:8.1f} "
                      f"measured {r['measured_us']:8.1f} us ({r['ratio']:.2f}x) {r['tb_per_s'] or 0:.2f} TB/s")
+    below = below_ceiling(result["rows"])
+    lines.append(f"DRAM-bound device kernels below 85% of the copy ceiling: {len(below)}")
+    for name, k in below[:8]:
+        lines.append(f"  {name[:56]:<56} {k.get('role', ''):<14} {k['bytes'] / 1e6:8.1f} MB in {k['measured_us']:7.1f} us: "
+                     f"{k['of_ceiling']:.2f} of the ceiling")
     return "\n".join(lines)
+
+
+def below_ceiling(rows) -> list[tuple[str, dict]]:
+    """The DRAM-bound device kernels (``device_kernels``' streaming ones) under 85% of the copy ceiling,
+    lowest first, each with its launch's name."""
+    out = []
+    for r in rows:
+        if memory_bound(r):
+            for k in r.get("kernels") or [r]:
+                if k["bound"] not in FIXED_COST_BOUNDS + (FEW_CTAS,) and (k["of_ceiling"] or 0) < 0.85:
+                    out.append((r["name"], k))
+    return sorted(out, key=lambda item: item[1]["of_ceiling"] or 0)
 
 
 def main(argv=None) -> int:
