@@ -180,8 +180,11 @@ def step6_accumulate(p: EmbeddingProblem, rows: RowTile, d: Derivation) -> RowTi
 
 
 # ---- 7 -----------------------------------------------------------------------------------------
-def _term(role: str, t: float, nbytes: int, mc: dict) -> dict:
-    return {"time_us": round(t, 3), "bytes": nbytes, "bound": "launch" if mc["t_launch_us"] > t / 2 else "dram"}
+def _term(role: str, t: float, nbytes: int, mc: dict, latency_us: float = 0.0) -> dict:
+    """A kernel's term, bound by the largest of its parts: the launch, ``latency_us`` of dependent waits,
+    and the rest (its bytes)."""
+    parts = {"dram": t - mc["t_launch_us"] - latency_us, "latency": latency_us, "launch": mc["t_launch_us"]}
+    return {"time_us": round(t, 3), "bytes": nbytes, "bound": max(parts, key=parts.get)}
 
 
 def predict(p: EmbeddingProblem, s: EmbeddingSchedule, gpu: GPUModel, mc: dict, d: Derivation) -> dict:
@@ -219,9 +222,7 @@ def predict(p: EmbeddingProblem, s: EmbeddingSchedule, gpu: GPUModel, mc: dict, 
                 f"the {steps} rounds of a row's segment search once at the DRAM latency ([EST]: later waves "
                 "overlap them with streaming)", dram_bytes=nbytes, search_steps=steps,
                 mem_latency_ns=gpu.mem_latency_ns, **common)
-    parts = {"dram": nbytes / (gpu.dram_bw * mc["eta_dram"]) * 1e6, "latency": steps * gpu.mem_latency_ns * 1e-3,
-             "launch": mc["t_launch_us"]}
-    terms["accumulate"] = {"time_us": round(t, 3), "bytes": nbytes, "bound": max(parts, key=parts.get)}
+    terms["accumulate"] = _term("accumulate", t, nbytes, mc, latency_us=steps * gpu.mem_latency_ns * 1e-3)
     return terms
 
 

@@ -358,10 +358,9 @@ def segment_bounds(ir: EmbeddingIr, p, t, g: "_Rows", v) -> tuple[str, str]:
             n = ir.sub(hi, lo, "n")
             q = ir.add(lo, ir.div(ir.mul(ir.add(g.lane, 1, "j1"), n, "jn"), lanes + 1, "jq"), "q")
             kv = ir.load_index("keys", ir.min(q, p.count - 1, "sq"))
-            probes.append(ir.and_(ir.cmp("slt", lo, hi, "open"), ir.cmp("slt", kv, target, "below"), "less"))
+            probes.append((n, ir.and_(ir.cmp("slt", lo, hi, "open"), ir.cmp("slt", kv, target, "below"), "less")))
         new = []
-        for (lo, hi), less in zip(bounds, probes):
-            n = ir.sub(hi, lo, "n")
+        for (lo, hi), (n, less) in zip(bounds, probes):
             bit = ir.pure("lessw", f"arith.extui {less} : i1 to i32")
             votes = ir.asm_i32("{ .reg .pred p; setp.ne.u32 p, $1, 0; vote.sync.ballot.b32 $0, p, -1; }",
                                [bit], "votes", "=r,r")
