@@ -273,14 +273,16 @@ def each_kernel(row: dict, terms: list | None, ceiling_tbs: float) -> list[dict]
     return out
 
 
-def device_kernels(rows) -> list[dict]:
-    """The memory-bound launches' device kernels, one entry each (``{"bytes", "measured_us", "bound",
-    "of_ceiling"}``): a multi-kernel launch's ``kernels`` where they were matched, else the launch itself."""
-    out = []
-    for r in rows:
-        if memory_bound(r):
-            out.extend(r.get("kernels") or [r])
-    return out
+def device_kernels(rows) -> list[tuple[str, dict]]:
+    """The memory-bound launches' device kernels, one ``(launch name, kernel)`` each (the kernel
+    ``{"bytes", "measured_us", "bound", "of_ceiling"}``): a multi-kernel launch's ``kernels`` where they
+    were matched, else the launch itself."""
+    return [(r["name"], k) for r in rows if memory_bound(r) for k in (r.get("kernels") or [r])]
+
+
+def streams(kernel: dict) -> bool:
+    """Whether a device kernel is set against the DRAM ceiling (``ceiling_by_kernel``)."""
+    return kernel["bound"] not in FIXED_COST_BOUNDS + (FEW_CTAS,)
 
 
 def memory_bound(row) -> bool:
@@ -309,7 +311,7 @@ def summarize(rows, ceiling_tbs: float) -> dict:
                                       / (sum(r["measured_us"] for r in streaming) * 1e-6) / 1e12 / ceiling_tbs, 3)
         if streaming else None,
         "launch_bound_kernels": sum(1 for r in rows if memory_bound(r) and r["bound"] in FIXED_COST_BOUNDS),
-        **ceiling_by_kernel(device_kernels(rows), ceiling_tbs),
+        **ceiling_by_kernel([k for _, k in device_kernels(rows)], ceiling_tbs),
         "by_model": totals_by(priced, lambda r: r["model"] or r["kind"]),
         "by_name": excess_by_name(priced),
     }
@@ -320,7 +322,7 @@ def ceiling_by_kernel(kernels, ceiling_tbs: float) -> dict:
     reduction and its final sum -- counts each against its own bytes and bound).  A kernel of a few CTAs
     whose term the model bounds by one SM's streaming rate (``FEW_CTAS``: a final sum of partials in one
     or a few CTAs) is counted with the launch- and latency-bound ones, not against the DRAM ceiling."""
-    streaming = [k for k in kernels if k["bound"] not in FIXED_COST_BOUNDS + (FEW_CTAS,)]
+    streaming = [k for k in kernels if streams(k)]
     return {"device_kernels": len(kernels), "device_streaming": len(streaming),
             "device_streaming_at_85pct": sum((k["of_ceiling"] or 0) >= 0.85 for k in streaming),
             "device_fixed_cost": len(kernels) - len(streaming),
@@ -394,13 +396,8 @@ def render(result: dict) -> str:
 def below_ceiling(rows) -> list[tuple[str, dict]]:
     """The DRAM-bound device kernels (``device_kernels``' streaming ones) under 85% of the copy ceiling,
     lowest first, each with its launch's name."""
-    out = []
-    for r in rows:
-        if memory_bound(r):
-            for k in r.get("kernels") or [r]:
-                if k["bound"] not in FIXED_COST_BOUNDS + (FEW_CTAS,) and (k["of_ceiling"] or 0) < 0.85:
-                    out.append((r["name"], k))
-    return sorted(out, key=lambda item: item[1]["of_ceiling"] or 0)
+    below = [(name, k) for name, k in device_kernels(rows) if streams(k) and (k["of_ceiling"] or 0) < 0.85]
+    return sorted(below, key=lambda item: item[1]["of_ceiling"] or 0)
 
 
 def main(argv=None) -> int:
