@@ -26,33 +26,35 @@ def kernels_missing(kernels: StepKernels, target, cache) -> list[str]:
     cache for ``nova precompile misses``)."""
     from nova.kernels.attention.compile import get_or_compile as attention_kernel
     from nova.kernels.attention.derive import configure_attention
-    from nova.kernels.optimizer.compile import get_or_compile as optimizer_kernel
+    from nova.kernels.embedding.compile import get_or_compile as embedding_kernel
+    from nova.kernels.embedding.derive import configure_embedding
+    from nova.kernels.gemm.family import get_or_compile as gemm_kernel
+    from nova.kernels.optimizer.compile import SUM_ROLE, get_or_compile as optimizer_kernel
     from nova.kernels.optimizer.derive import configure_rule
+    from nova.kernels.optimizer.sum_derive import configure_sum_rule
     from nova.kernels.pointwise.compile import get_or_compile as pointwise_kernel
     from nova.kernels.pointwise.derive import configure_pointwise
     from nova.kernels.rows.compile import get_or_compile as rows_kernel
     from nova.kernels.rows.derive import configure_rows
-    from nova.kernels.gemm.family import get_or_compile as gemm_kernel
     from nova.runtime.cache import NotPrecompiledError
     from nova.runtime.matmul import configure_schedule
+
+    def by_role(problems, configure, kernel) -> list:
+        """One look-up per role of each problem of a multi-role family (rows, embedding)."""
+        configured = [(p, configure(p, target).schedule) for p in problems]
+        return [lambda p=p, s=s, r=r: kernel(p, s, r, target, cache, offline=True)
+                for p, s in configured for r in s.roles]
     lookups = [lambda p=p: gemm_kernel(p, configure_schedule(p, target), target, cache, offline=True)
                for p in kernels.gemms]
     lookups += [lambda p=p, r=r: attention_kernel(p, configure_attention(p, target).schedule, r, target, cache,
                                                   offline=True)
                 for p, roles in kernels.attention for r in roles]
-    rows = [(p, configure_rows(p, target).schedule) for p in kernels.rows]
-    lookups += [lambda p=p, s=s, r=r: rows_kernel(p, s, r, target, cache, offline=True) for p, s in rows for r in s.roles]
-    from nova.kernels.embedding.compile import get_or_compile as embedding_kernel
-    from nova.kernels.embedding.derive import configure_embedding
-    embedding = [(p, configure_embedding(p, target).schedule) for p in kernels.embedding]
-    lookups += [lambda p=p, s=s, r=r: embedding_kernel(p, s, r, target, cache, offline=True)
-                for p, s in embedding for r in s.roles]
+    lookups += by_role(kernels.rows, configure_rows, rows_kernel)
+    lookups += by_role(kernels.embedding, configure_embedding, embedding_kernel)
     lookups += [lambda p=p: pointwise_kernel(p, configure_pointwise(p, target).schedule, target, cache, offline=True)
                 for p in kernels.pointwise]
     lookups += [lambda r=r: optimizer_kernel(r, configure_rule(r, target), target, cache, offline=True)
                 for r in kernels.optimizer]
-    from nova.kernels.optimizer.compile import SUM_ROLE
-    from nova.kernels.optimizer.sum_derive import configure_sum_rule
     lookups += [lambda r=r: optimizer_kernel(r, configure_sum_rule(r, target), target, cache, offline=True,
                                              role=SUM_ROLE) for r in kernels.sums]
     missing = []
