@@ -10,7 +10,10 @@ as the held-out draws state it (``nova.bench.heldout.LAYOUTS``).
 
 Each shape runs ``--reps`` calls back to back after a warm-up (fresh random inputs); the table
 lists every kernel the profiler saw during those calls (name, calls, mean device microseconds)
-and the model's prediction for the call.  Writes ``kernel_profile.json`` under ``--out``.
+and the model's prediction for the call.  ``--flush-l2 MB`` writes a buffer of that many MB before
+every call (its fill kernel is listed too): the operands come from DRAM, as a layer's weights do in
+a step, instead of from the L2 the previous call left them in.  Writes ``kernel_profile.json``
+(``kernel_profile-flush.json`` with ``--flush-l2``) under ``--out``.
 """
 from __future__ import annotations
 
@@ -38,7 +41,8 @@ def parse_shape(text: str) -> tuple[int, int, int, bool, bool]:
     return (M, N, K, *LAYOUTS[layout])
 
 
-def profile_shape(torch, M, N, K, dtype, reps: int, trans_a: bool = False, trans_b: bool = False) -> dict:
+def profile_shape(torch, M, N, K, dtype, reps: int, trans_a: bool = False, trans_b: bool = False,
+                  flush_mb: int = 0) -> dict:
     import nova
     from nova.configurator import GemmProblem, configure
     from nova.kernels.gemm.space import label
@@ -46,11 +50,14 @@ def profile_shape(torch, M, N, K, dtype, reps: int, trans_a: bool = False, trans
     gen = torch.Generator(device="cuda").manual_seed(M * 31 + N * 7 + K)
     a, b = random_operands(torch, M, N, K, dtype, gen, trans_a, trans_b)
     out = torch.empty((M, N), device="cuda", dtype=a.dtype)
+    scratch = torch.empty(flush_mb << 20, device="cuda", dtype=torch.uint8) if flush_mb else None
     for _ in range(5):
         nova.matmul(a, b, out=out)
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         for _ in range(reps):
+            if scratch is not None:
+                scratch.fill_(1)
             nova.matmul(a, b, out=out)
         torch.cuda.synchronize()
     kernels = []
@@ -59,7 +66,7 @@ def profile_shape(torch, M, N, K, dtype, reps: int, trans_a: bool = False, trans
         if e.count and us:
             kernels.append({"name": e.key[:80], "calls": e.count, "mean_us": us / e.count})
     cfg = configure(GemmProblem(M, N, K, dtype, trans_a, trans_b), resolve_target())
-    return {"M": M, "N": N, "K": K, "dtype": dtype, "trans_a": trans_a, "trans_b": trans_b,
+    return {"M": M, "N": N, "K": K, "dtype": dtype, "trans_a": trans_a, "trans_b": trans_b, "flush_mb": flush_mb,
             "schedule": label(cfg.schedule),
             "predicted_us": cfg.prediction.time_us, "calibrated_us": cfg.calibrated_time_us,
             "terms_us": cfg.prediction.terms_us, "kernels": kernels}
@@ -70,6 +77,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", required=True, help="comma-separated MxNxK[:NN|NT|TN]")
     ap.add_argument("--dtypes", default="bf16")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--flush-l2", type=int, default=0, metavar="MB",
+                    help="write a buffer of MB megabytes before every call (operands from DRAM, not L2); 0: off")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
     try:
@@ -81,7 +90,7 @@ def main(argv=None) -> int:
     for dt in args.dtypes.split(","):
         for shape, (M, N, K, trans_a, trans_b) in shapes:
             try:
-                r = profile_shape(torch, M, N, K, dt, args.reps, trans_a, trans_b)
+                r = profile_shape(torch, M, N, K, dt, args.reps, trans_a, trans_b, args.flush_l2)
             except Exception as e:     # reported; the other shapes still run
                 print(f"ERROR {shape} {dt}: {type(e).__name__}: {e}", flush=True)
                 continue
@@ -92,7 +101,8 @@ def main(argv=None) -> int:
             for k in r["kernels"]:
                 print(f"    {k['mean_us']:9.2f} us x{k['calls']:<4d} {k['name']}", flush=True)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "kernel_profile.json"), "w") as f:
+    name = f"kernel_profile{'-flush' if args.flush_l2 else ''}.json"
+    with open(os.path.join(args.out, name), "w") as f:
         json.dump({"rows": rows}, f, indent=1)
     return 0
 
