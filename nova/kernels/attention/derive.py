@@ -889,7 +889,7 @@ DEVICE_TIME_FORMULA = "t_launch + max(resources, busiest SM: its steps x a step 
 def device_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, terms: dict) -> tuple[float, dict]:
     """Step 9: the kernel's predicted device time (``device_time.kernel_device_time``) from its
     throughput terms (``kernel_time``) and this kernel's figures: the pipes' achieved share, the cost
-    per streamed tile, a TF32 persistent forward's transposes per step; the target's calibrated DRAM
+    per streamed tile, a TF32 Hopper forward's transposes per step; the target's calibrated DRAM
     efficiency and launch gap (``calibration.memory_constants``)."""
     from nova.hwmodel.calibration import memory_constants
     from nova.kernels.attention.device_time import kernel_device_time
@@ -899,7 +899,7 @@ def device_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, t
     else:
         achieved, tile_fixed = mma_sync_achieved(p), TILE_FIXED_US
     transposes = 0
-    if kt.persistent and p.dtype == "tf32":
+    if kt.hopper and role == "fwd" and p.dtype == "tf32":
         from nova.kernels.attention.build_hopper import TRANSPOSER_WARPS
         transposes = transpose_steps(p, kt, 1, TRANSPOSER_WARPS)
     return kernel_device_time(p, gpu, role, kt, terms, memory_constants(gpu), achieved=achieved,

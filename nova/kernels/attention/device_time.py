@@ -6,8 +6,9 @@
   DRAM bytes, each over the share ``achieved`` of its peak, plus the per-block and per-tile costs
   spread over every SM's block slots: the throughput model the schedule steps (4-11) rank their
   candidates with (``derive.kernel_time``), with two corrections that do not change a ranking: DRAM
-  counts only the K/V rows a causal kernel reaches (``visited_kv_rows``), and the persistent forward's
-  per-step cost moves to the busiest SM's chain (below), where it is paid.
+  counts each kernel's own reads and writes, the K/V rows a causal kernel reaches only
+  (``dram_bytes``), and the persistent forward's per-step cost moves to the busiest SM's chain
+  (below), where it is paid.
 * ``t_busiest_sm``: no kernel ends before its busiest SM.  The blocks (work tiles of a persistent
   forward) go to the SMs as the hardware hands them out (``busiest_sm``: a non-persistent grid's
   blocks in launch order to the least-loaded SM; the persistent forward's tiles by its own order,
@@ -18,7 +19,8 @@
   the grid leaves SMs idle (few blocks, a causal diagonal, decode shapes with one query tile) it is
   the time: the resource bound divides the work by 132 SMs when 8 do it.
 * ``t_launch``: the calibrated gap between kernels in a CUDA graph (``nova/hwmodel/calibration``,
-  1.05 us on the H200), as the GEMM, pointwise and rows families use.
+  1.05 us on the H200, 0.49 on the H100: graph replay minus the kernels' CUPTI time), as the GEMM,
+  pointwise and rows families use.
 
 bwd_pre (D = rowsum(dO * O)) is a DRAM pass: its bytes at the calibrated DRAM bandwidth, at least one
 loaded latency, plus its launch.
@@ -45,14 +47,17 @@ LONE_BLOCK_LATENCIES = 4.5      # [FIT] a lone block's prologue and epilogue in 
 PERSISTENT_CTA_US = 5.7         # [FIT] the persistent forward, per CTA: barrier initialisation, setmaxnreg, the
 PERSISTENT_TILE_US = 1.23       # first Q and K/V at DRAM latency, the last tile's O/LSE drain (CTA); per work
 PERSISTENT_STEP_US = 0.127      # tile: Q's load and O's epilogue not hidden behind the ring; per K/V step: the
-PERSISTENT_TRANSPOSE_CYCLES = 87.5  # barriers and the S -> softmax -> P V hand-off; per TF32 transposer loop
+TRANSPOSE_CYCLES = 87.5         # barriers and the S -> softmax -> P V hand-off; per TF32 transposer loop
                                 # iteration (V^T, ``derive.transpose_steps``) of a step.  Least squares of the
                                 # relative errors, the pipes held at derive's figures (0.81 of their peak), on
                                 # the 19 persistent forwards of run8/heldout (graph replay minus the launch)
                                 # and the six of bench/results/h200-2026-12-01/g (CUPTI: BF16 39.7/84.8/257.4,
                                 # TF32 66.5/155.9/704 us at 32x8x512x64, 16x12x1024x64, 8x16x2048x128
                                 # causal): all 25 within 15%.  They replace derive.HOPPER_PERSISTENT_STEP_US
-                                # (0.52 per step, fitted on the six alone as an SM average) in the prediction
+                                # (0.52 per step, fitted on the six alone as an SM average) in the prediction.
+                                # The non-persistent TF32 forward's producers transpose V every step too: its
+                                # steps pay the same cycles (its forwards ran 0.65-0.80 of their price without
+                                # them, bench/results/h100-2026-12-06/run70, h200-2026-12-06/run66)
 
 
 def block_steps(p: AttentionProblem, role: str, rows: int, cols: int) -> list[int]:
@@ -105,21 +110,27 @@ def persistent_tiles(steps: list[int], rows: int, grid: int) -> tuple[int, int]:
 
 
 def visited_kv_rows(p: AttentionProblem, role: str, block_rows: int) -> int:
-    """K/V rows a kernel reads: all of them, except that the causal forward and dQ kernels (queries
-    i see keys j <= i) stop at the last query tile's end."""
-    if p.causal and role in ("fwd", "bwd_dq"):
+    """K/V rows a kernel reads: all of them, except that a causal kernel (queries i see keys j <= i)
+    stops at the last query tile's end: the forward and dQ walk no key past it, and dK/dV's key
+    blocks past it (``block_rows`` keys each) only write zeros."""
+    if p.causal:
         return min(p.seq_k, -(-p.seq_q // block_rows) * block_rows)
     return p.seq_k
 
 
 def dram_bytes(p: AttentionProblem, role: str, block_rows: int) -> float:
-    """Compulsory DRAM bytes of a kernel (``problem.fwd_bytes`` / ``bwd_bytes``) with the K/V reads
-    cut to ``visited_kv_rows``; dQ re-reads the forward's bytes and half again (dO, D), as
-    ``derive.kernel_time`` counts it."""
-    share = visited_kv_rows(p, role, block_rows) / p.seq_k
-    kv = 2 * p.batch * p.kv_heads * p.seq_k * p.head_dim * p.elem_bytes
-    fwd = p.fwd_bytes - kv * (1 - share)
-    return {"fwd": fwd, "bwd_dq": fwd + fwd / 2, "bwd_dkv": p.bwd_bytes}[role]
+    """Compulsory DRAM bytes of a kernel, its own reads and writes (q, out, dO, dQ: B x H x Tq x D each;
+    k, v, dK, dV together ``kv``; lse and D: 4 bytes a query row each), the K/V reads cut to
+    ``visited_kv_rows``: the forward reads q and K/V and writes out and lse; dQ reads q, dO, K/V, lse
+    and D and writes dQ; dK/dV reads q, dO, lse, D and K/V and writes dK and dV (all of them: a
+    causal kernel's empty key blocks write zeros)."""
+    elem, d = p.elem_bytes, p.head_dim
+    q = p.batch * p.heads * p.seq_q * d * elem
+    kv = 2 * p.batch * p.kv_heads * p.seq_k * d * elem
+    rows = 4 * p.batch * p.heads * p.seq_q
+    read_kv = kv * visited_kv_rows(p, role, block_rows) / p.seq_k
+    return {"fwd": 2 * q + read_kv + rows, "bwd_dq": 3 * q + read_kv + 2 * rows,
+            "bwd_dkv": 2 * q + read_kv + kv + 2 * rows}[role]
 
 
 def ring_step_s(gpu: GPUModel, kt: KernelTile) -> float:
@@ -135,7 +146,8 @@ def kernel_device_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: Kernel
     kernel's throughput terms in seconds (``derive.kernel_time``: its pipes, "dram" and "blocks");
     ``constants``: the target's ``eta_dram`` and ``t_launch_us``; ``achieved``, ``tile_fixed_us``:
     the throughput model's figures for this kernel (its pipes' share, its cost per streamed tile);
-    ``transposes``: a TF32 persistent forward's transposer loop iterations per step."""
+    ``transposes``: a TF32 Hopper forward's transposer loop iterations per step (V^T written by its
+    producer warps every step, persistent or not)."""
     launch = constants["t_launch_us"] * 1e-6
     if role == "bwd_pre":
         t = max(terms["dram"] / constants["eta_dram"], gpu.mem_latency_ns * 1e-9)
@@ -148,13 +160,14 @@ def kernel_device_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: Kernel
     if kt.persistent:
         resources = max(pipes, dram) / achieved
         work, tiles = persistent_tiles(steps, rows, kt.grid[0])
-        per_step = step_s + (PERSISTENT_STEP_US + transposes * PERSISTENT_TRANSPOSE_CYCLES / gpu.clock_hz * 1e6) * 1e-6
+        per_step = step_s + (PERSISTENT_STEP_US + transposes * TRANSPOSE_CYCLES / gpu.clock_hz * 1e6) * 1e-6
         busiest = (PERSISTENT_CTA_US + tiles * PERSISTENT_TILE_US) * 1e-6 + work * per_step
     else:
         resources = max(pipes, dram) / achieved + terms["blocks"]
         work, blocks, longest = busiest_sm(steps, rows, int(gpu.sm_count))
         resident = max(1, min(kt.blocks_per_sm, blocks))
         fixed = LONE_BLOCK_LATENCIES * gpu.mem_latency_ns * 1e-9 * max(1, math.ceil(blocks / kt.blocks_per_sm))
-        busiest = fixed + max(work * (step_s + tile_fixed_us * 1e-6 / resident),
-                              longest * (ring_step_s(gpu, kt) + tile_fixed_us * 1e-6))
+        transpose_s = transposes * TRANSPOSE_CYCLES / gpu.clock_hz
+        busiest = fixed + max(work * (step_s + tile_fixed_us * 1e-6 / resident + transpose_s),
+                              longest * (ring_step_s(gpu, kt) + tile_fixed_us * 1e-6 + transpose_s))
     return launch + max(resources, busiest), {"resources": resources, "busiest SM": busiest, "launch": launch}
