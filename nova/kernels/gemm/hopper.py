@@ -94,6 +94,8 @@ MIN_WGMMA_N = 64               # the narrowest tile N the rules consider
 SWIZZLE = SWIZZLE_BYTES        # bytes of K per smem row = TMA box inner extent = 128B swizzle span
 RING_ALIGN = SWIZZLE_ATOM_BYTES  # the ring starts on a 1024-byte boundary (128B-swizzle atom): that much slack
 MIN_STAGES, MAX_STAGES = 2, 8  # one slot landing while one computes; deeper rings gain nothing measurable
+REDUCE_CHAIN_LATENCIES = 2     # [CC] the split-K reduction kernel's threads wait one load round (their partials) and
+                               # one store round (C) at the loaded memory latency (emit_hopper._SplitReduce)
 MIN_SLICE_K_TILES = 8          # a K slice streams >= 8 K tiles: the ring fill and the atomic epilogue amortise
 LAUNCH_S = 5e-6                # per kernel launch (the memset of split-K, each prep pass)
 # The operand-prep pass (``emit_hopper.build_prep_module``): a PREP_TILE x PREP_TILE tile per block of
@@ -527,7 +529,7 @@ def stream_k_terms(p: GemmProblem, gpu, block_i: int, n: int, operands: OperandP
     tile_elems = p.M * p.N / tiles                          # C's elements per tile, ragged ones averaged
     partials = plan.partial_segments * tile_elems * 4
     t_split = (partials / (gpu.l2_bw if partials <= gpu.l2_bytes / 2 else gpu.dram_bw)
-               + plan.split_tiles * tile_elems * p.out_bytes / gpu.dram_bw)
+               + plan.split_tiles * tile_elems * p.out_bytes / gpu.dram_bw + reduction_chain(gpu))
     depth = stages or ring_depth(gpu, block_i, n)
     t_ring = busiest * gpu.mem_latency_ns * 1e-9 / max(depth - 2, 1)
     t_dram = stream_k_dram_bytes(p, gpu, block_i, n, plan) / gpu.dram_bw
@@ -557,12 +559,21 @@ def split_overhead(p: GemmProblem, gpu, split: int, reduction: str = "atomic") -
     the reduction kernel's, is counted with the other launches).  Atomic: zeroing C (M*N*4 bytes of
     DRAM) and the slices' atomic read-modify-writes in L2.  Workspace: the reduction kernel reads
     split*M*N*4 bytes of partials (from L2 when they fit in half of it, else DRAM) and writes C, reads
-    R and writes P (``c_like_operands`` x M*N*out_bytes) to DRAM."""
+    R and writes P (``c_like_operands`` x M*N*out_bytes) to DRAM, after its own dependent chain
+    (``reduction_chain``)."""
     if reduction == "atomic":
         return p.M * p.N * 4 / gpu.dram_bw + split * p.M * p.N * 4 * 2 / gpu.l2_bw
     partials = split * p.M * p.N * 4
     return (partials / (gpu.l2_bw if partials <= gpu.l2_bytes / 2 else gpu.dram_bw)
-            + p.c_like_operands * p.M * p.N * p.out_bytes / gpu.dram_bw)
+            + p.c_like_operands * p.M * p.N * p.out_bytes / gpu.dram_bw + reduction_chain(gpu))
+
+
+def reduction_chain(gpu) -> float:
+    """Seconds of the split-K reduction kernel's dependent chain: its threads load their partials,
+    then store C, ``REDUCE_CHAIN_LATENCIES`` loaded memory latencies however few bytes it moves (a
+    split kernel of the H100's held-out draw ran 10-27% above its price without it, the small ones
+    most: bench/results/h100-2026-12-06/run74)."""
+    return REDUCE_CHAIN_LATENCIES * gpu.mem_latency_ns * 1e-9
 
 
 def prep_bytes(p: GemmProblem, operands: OperandPlan) -> int:

@@ -35,8 +35,8 @@ Steps, one function each, closed form (no search, no measurement):
  8. A staging       A's columns of a slice staged in equal chunks of whole trips, STAGE_BYTES of FP32 at most
  9. prediction      max(bytes / (DRAM bandwidth x eta_dram), trips x loaded latency per SM slot, FMA
                     time) + launch, plus, when K is split, the last CTA of a column block adding the
-                    slices' partials (its ticket, then a thread's loads of all its outputs' partials,
-                    REDUCE_UNROLL in flight: one loaded latency a run)
+                    slices' partials (its fence and ticket, then a thread's loads of all its outputs'
+                    partials, REDUCE_UNROLL in flight: one loaded latency a run)
 
 ``choose_kernel`` is the one rule between this kernel and the tensor-core tiles: the lower prediction.
 """
@@ -94,7 +94,7 @@ F = formulas("""
     splits_tail = Max(1, Min(wave, floor(reduce_unroll * Max(1, floor(threads / (columns * m)))
                                          / ceil(m * columns / threads))))
     tail_outputs = ceil(m * columns * reduce_groups / threads)
-    tail_trips = 1 + ceil(tail_outputs * ceil(splits / reduce_groups) / reduce_unroll)
+    tail_trips = 2 + ceil(tail_outputs * ceil(splits / reduce_groups) / reduce_unroll)
 """)
 
 
@@ -284,9 +284,12 @@ def main_bytes(p: GemmProblem, splits: int) -> int:
 
 def predict(p: GemmProblem, gpu: GPUModel, splits: int, trips: int, grid: int, bps: int, groups: int,
             threads: int, columns: int, d: Derivation | None = None) -> tuple[Prediction, dict]:
-    """Step 9: max(DRAM, latency, FMA) + launch; with K split, the last CTA's tail after it (its ticket,
-    then each thread's loads of its outputs' partials, REDUCE_UNROLL at a time: a thread with several
-    outputs loads the partials of all of them)."""
+    """Step 9: max(DRAM, latency, FMA) + launch; with K split, the last CTA's tail after it (the fence
+    of its partials, its ticket, then each thread's loads of its outputs' partials, REDUCE_UNROLL at a
+    time: a thread with several outputs loads the partials of all of them): two dependent trips before
+    the loads, the ``membar.gl`` draining the CTA's stores and the ``atom.global.add`` of the ticket
+    (``emit_skinny.last_adds_slices``; ~1.5 us above the one-trip count on the H100's split kernels,
+    bench/results/h100-2026-12-06/run74)."""
     rec = d if d is not None else Derivation()
     c = launch_constants(gpu)
     fma_rate = F.fma_rate(clock_hz=gpu.clock_hz, fp32_lanes_per_sm=gpu.fp32_lanes_per_sm, sm_count=gpu.sm_count)
@@ -308,7 +311,7 @@ def predict(p: GemmProblem, gpu: GPUModel, splits: int, trips: int, grid: int, b
         tail = int(F.tail_trips(splits=splits, reduce_groups=groups, reduce_unroll=REDUCE_UNROLL,
                                 tail_outputs=outputs))
         t_tail = rec.apply("skinny: last CTA's slices (us)", F.t_latency, f"{tail} dependent trips after the last "
-                           f"slice: its ticket, then {groups} group(s) of threads, each thread loading the {splits} "
+                           f"slice: its fence and ticket, then {groups} group(s) of threads, each thread loading the {splits} "
                            f"partials of its {outputs} output(s) {REDUCE_UNROLL} at a time",
                            mem_latency_ns=gpu.mem_latency_ns, trips=tail, grid=1, blocks_per_sm=1, sm_count=1)
         terms["last_cta"] = t_tail
