@@ -326,7 +326,9 @@ def test_a_chunked_loss_runs_on_the_gpu_like_the_interpreter_and_fits_its_plan()
         assert float((a - b).norm() / b.norm().clamp_min(1e-30)) < 5e-3, o.name
     s = program.stats
     predicted = s["arena_bytes"] + s["outside_arena_bytes"] - s["outside_arena_driver_bytes"]
-    assert s["arena_bytes"] <= s["measured_peak_bytes"] <= predicted + (2 << 20), program.describe()
+    phases = "; ".join(f"{m['phase']}: allocated {m['allocated_bytes'] >> 10} KiB, peak {m['max_allocated_bytes'] >> 10} KiB"
+                       for m in program.memory_phases)
+    assert s["arena_bytes"] <= s["measured_peak_bytes"] <= predicted + (2 << 20), program.describe() + "\n" + phases
 
 
 def build_kernels(target: str, cache_dir=None, log=print) -> dict:
