@@ -10,7 +10,7 @@ nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 tar xf .nova-cache-heldout3.txz
 R=$OUT/run81-$T; mkdir -p $R
 export PYTHONPATH=. NOVA_OFFLINE=1 NOVA_CACHE_DIR=$PWD/.nova-cache-heldout3 NOVA_TARGET=$T PYTHONUNBUFFERED=1
-timeout 330 python3 -m nova.bench.heldout gemm --count 100 --seed 20261209 --settle-s 0.5 --graph-settle-s 0.3 --out $R 2>&1 | tail -2
+timeout 320 python3 -m nova.bench.heldout gemm --count 100 --seed 20261209 --settle-s 0.5 --graph-settle-s 0.3 --out $R 2>&1 | tail -2
 grep -A14 "## Summary" $R/heldout_gemm.md | head -16
-timeout 220 python3 -m nova.bench.heldout attention --count 40 --seed 20261209 --settle-s 0.5 --graph-settle-s 0.3 --out $R 2>&1 | tail -2
+timeout 230 python3 -m nova.bench.heldout attention --count 40 --seed 20261209 --settle-s 0.5 --graph-settle-s 0.3 --out $R 2>&1 | tail -2
 grep -A14 "## Summary" $R/heldout_attention.md | head -16
