@@ -1,6 +1,7 @@
 """The held-out draw (deterministic, covering, in range), its report's statistics and its command line."""
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import math
@@ -188,6 +189,20 @@ def test_the_gemm_prediction_is_the_calibrated_one():
     pred = heldout.gemm_prediction(h, "h200")
     assert pred["predicted_us"] == pytest.approx(cfg.calibrated_time_us) != pytest.approx(cfg.prediction.time_us)
     assert pred["model_us"] == pytest.approx(cfg.prediction.time_us) and pred["predicted_clock_mhz"] > 1000
+
+
+def test_a_row_records_the_kernel_that_ran_and_the_replay_prices_that_one():
+    """A decode GEMM the configurator gives the skinny kernel: the row says so (``kernel``, ``schedule``),
+    and the replay prices the row as the skinny kernel it records, a row without the field as the tiles."""
+    from nova.bench.heldout_replay import kernels
+    h = heldout.HeldoutGemm(0, "decode", "NT", "tf32", False, 3, 3072, 384)
+    pred = heldout.gemm_prediction(h, "h100")
+    assert pred["kernel"] == "skinny" and pred["schedule"].startswith("skinny")
+    tiles = heldout.gemm_prediction(h, "h100", kernel="tiles")
+    assert tiles["kernel"] == "tiles" and tiles["predicted_us"] != pytest.approx(pred["predicted_us"])
+    row = {**dataclasses.asdict(h), "describe": h.describe(), "status": "ok", "predictions": [(5.0, 4.0)]}
+    assert kernels("gemm", {**row, "kernel": "skinny"}, "h100")[0]["after"] == pytest.approx(pred["predicted_us"])
+    assert kernels("gemm", row, "h100")[0]["after"] == pytest.approx(tiles["predicted_us"])
 
 
 RUN8 = Path(__file__).resolve().parents[1] / "bench/results/h200-2026-12-03/run8/heldout"
