@@ -374,7 +374,7 @@ def kernel_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, v
             return hopper_bwd_time(p, gpu, role, kt, vis)
         return hopper_fwd_time(p, gpu, kt, vis)
     if role == "bwd_pre":
-        t = (2 * bh * p.seq_q * p.head_dim * p.elem_bytes + 4 * bh * p.seq_q) / gpu.dram_bw
+        t = (2 * p.q_bytes + p.row_bytes) / gpu.dram_bw
         return t + gpu.launch_overhead_us * 1e-6, {"dram": t}
     rate = gpu.tc_flops_per_clk_sm("mma.sync", p.dtype)
     visited = vis * bh

@@ -119,18 +119,15 @@ def visited_kv_rows(p: AttentionProblem, role: str, block_rows: int) -> int:
 
 
 def dram_bytes(p: AttentionProblem, role: str, block_rows: int) -> float:
-    """Compulsory DRAM bytes of a kernel, its own reads and writes (q, out, dO, dQ: B x H x Tq x D each;
-    k, v, dK, dV together ``kv``; lse and D: 4 bytes a query row each), the K/V reads cut to
+    """Compulsory DRAM bytes of a kernel, its own reads and writes (q, out, dO, dQ: ``q_bytes`` each;
+    K and V, dK and dV: ``kv_bytes`` a pair; lse and D: ``row_bytes`` each), the K/V reads cut to
     ``visited_kv_rows``: the forward reads q and K/V and writes out and lse; dQ reads q, dO, K/V, lse
     and D and writes dQ; dK/dV reads q, dO, lse, D and K/V and writes dK and dV (all of them: a
     causal kernel's empty key blocks write zeros)."""
-    elem, d = p.elem_bytes, p.head_dim
-    q = p.batch * p.heads * p.seq_q * d * elem
-    kv = 2 * p.batch * p.kv_heads * p.seq_k * d * elem
-    rows = 4 * p.batch * p.heads * p.seq_q
-    read_kv = kv * visited_kv_rows(p, role, block_rows) / p.seq_k
+    q, rows = p.q_bytes, p.row_bytes
+    read_kv = p.kv_bytes * visited_kv_rows(p, role, block_rows) / p.seq_k
     return {"fwd": 2 * q + read_kv + rows, "bwd_dq": 3 * q + read_kv + 2 * rows,
-            "bwd_dkv": 2 * q + read_kv + kv + 2 * rows}[role]
+            "bwd_dkv": 2 * q + read_kv + p.kv_bytes + 2 * rows}[role]
 
 
 def ring_step_s(gpu: GPUModel, kt: KernelTile) -> float:
@@ -157,17 +154,17 @@ def kernel_device_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: Kernel
     steps, rows = block_steps(p, role, kt.block_rows, kt.block_cols), grid_rows(p, role)
     total = sum(steps) * rows
     step_s = pipes * gpu.sm_count / total / achieved if total else 0.0     # one step at one SM's pipes
+    transpose_s = transposes * TRANSPOSE_CYCLES / gpu.clock_hz           # V^T written, every step
     if kt.persistent:
         resources = max(pipes, dram) / achieved
         work, tiles = persistent_tiles(steps, rows, kt.grid[0])
-        per_step = step_s + (PERSISTENT_STEP_US + transposes * TRANSPOSE_CYCLES / gpu.clock_hz * 1e6) * 1e-6
+        per_step = step_s + PERSISTENT_STEP_US * 1e-6 + transpose_s
         busiest = (PERSISTENT_CTA_US + tiles * PERSISTENT_TILE_US) * 1e-6 + work * per_step
     else:
         resources = max(pipes, dram) / achieved + terms["blocks"]
         work, blocks, longest = busiest_sm(steps, rows, int(gpu.sm_count))
         resident = max(1, min(kt.blocks_per_sm, blocks))
         fixed = LONE_BLOCK_LATENCIES * gpu.mem_latency_ns * 1e-9 * max(1, math.ceil(blocks / kt.blocks_per_sm))
-        transpose_s = transposes * TRANSPOSE_CYCLES / gpu.clock_hz
         busiest = fixed + max(work * (step_s + tile_fixed_us * 1e-6 / resident + transpose_s),
                               longest * (ring_step_s(gpu, kt) + tile_fixed_us * 1e-6 + transpose_s))
     return launch + max(resources, busiest), {"resources": resources, "busiest SM": busiest, "launch": launch}

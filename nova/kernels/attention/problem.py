@@ -280,19 +280,28 @@ class AttentionProblem:
         return 10 * self.batch * self.heads * self.pairs * self.head_dim
 
     @property
+    def q_bytes(self) -> int:
+        """Bytes of one query-shaped tensor (q, out, dO, dQ): B x H x Tq x D elements."""
+        return self.batch * self.heads * self.seq_q * self.head_dim * self.elem_bytes
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes of K and V together (or dK and dV): 2 x B x Hkv x Tk x D elements."""
+        return 2 * self.batch * self.kv_heads * self.seq_k * self.head_dim * self.elem_bytes
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one FP32 value a query row (lse, D = rowsum(dO * O))."""
+        return 4 * self.batch * self.heads * self.seq_q
+
+    @property
     def fwd_bytes(self) -> int:
         """Compulsory DRAM traffic of the forward: q, k, v read, out written, lse written."""
-        b, d = self.elem_bytes, self.head_dim
-        q = self.batch * self.heads * self.seq_q * d * b
-        kv = 2 * self.batch * self.kv_heads * self.seq_k * d * b
-        return 2 * q + kv + 4 * self.batch * self.heads * self.seq_q
+        return 2 * self.q_bytes + self.kv_bytes + self.row_bytes
 
     @property
     def bwd_bytes(self) -> int:
-        b, d = self.elem_bytes, self.head_dim
-        q = self.batch * self.heads * self.seq_q * d * b
-        kv = 2 * self.batch * self.kv_heads * self.seq_k * d * b
-        return 4 * q + 2 * kv + 8 * self.batch * self.heads * self.seq_q + q + kv
+        return 4 * self.q_bytes + 2 * self.kv_bytes + 2 * self.row_bytes + self.q_bytes + self.kv_bytes
 
     def describe(self) -> str:
         kv = f" kv_heads={self.kv_heads}" if self.kv_heads != self.heads else ""
