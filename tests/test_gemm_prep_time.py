@@ -3,6 +3,8 @@ in the calibrated prediction (Schedule.launches), and the DRAM efficiency of til
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -72,3 +74,10 @@ def test_kernel_profile_takes_the_held_out_layouts():
     for bad in ("1x2", "1x2x3:XX", "axbxc"):
         with pytest.raises(ValueError, match=f"shape {bad!r}"):
             parse_shape(bad)
+
+
+def test_kernel_profile_refuses_a_negative_flush_in_one_line():
+    """``--flush-l2`` is a size: a negative one is the caller's mistake, said before any GPU work."""
+    r = subprocess.run([sys.executable, "-m", "nova.bench.kernel_profile", "--shapes", "64x64x64", "--flush-l2", "-1"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "--flush-l2 -1" in r.stderr and "Traceback" not in r.stderr

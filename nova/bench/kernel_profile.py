@@ -81,6 +81,8 @@ def main(argv=None) -> int:
                     help="write a buffer of MB megabytes before every call (operands from DRAM, not L2); 0: off")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
+    if args.flush_l2 < 0:
+        ap.error(f"--flush-l2 {args.flush_l2}: megabytes to write before every call, 0 or more")
     try:
         shapes = [(text, parse_shape(text)) for text in args.shapes.split(",")]
     except ValueError as e:
