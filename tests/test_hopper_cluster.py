@@ -422,6 +422,7 @@ def test_cluster_experiments_take_the_cross_cta_traffic_out_one_step_at_a_time(f
     from nova.codegen import CodegenError
     from nova.kernels.gemm.emit_hopper import build_hopper_module
     forced("1x2")
+    monkeypatch.setenv("NOVA_WIDE_CONSUMERS", "0")            # two consumer warpgroups: 16 and 8 arrivals
     p = GemmProblem(3000, 5000, 700, "bf16")                  # B MN-major (not shared), A K-major shared
     s = configure(p, "h200").schedule
     assert (s.cluster_m, s.cluster_n) == (1, 2) and s.hopper.operands.b.feed == "smem_t"

@@ -58,12 +58,16 @@ CASES = [
     (3000, 3000, 3000, "bf16", False, False, False, "none"),
     (3000, 3000, 3000, "tf32", False, True, False, "relu"),
     (12288, 1536, 1536, "fp16", False, True, True, "silu"),
+    # K off the 128-byte line: A's prep pads K (700 bf16) to whole lines; B (1000 fp16, readable in place)
+    # padded by the line-pad step
+    (3000, 5000, 700, "bf16", False, False, True, "gelu"),
+    (5000, 3000, 1000, "fp16", False, True, False, "none"),
     # the TMA-store epilogue on the H200 (hopper.py's epilogue step; tests/test_hopper.py TMA_SPREAD):
     # 16-bit boxes, ragged M and N, bias + activation; FP32 boxes with the lanes' rotation (NT: A
     # and B K-major; TT: A^T from registers); swapped TF32 (boxes of C's rows side by side along N)
-    (3000, 5000, 700, "bf16", False, False, True, "gelu"),
+    (3000, 5056, 700, "bf16", False, False, True, "gelu"),
     (4095, 4104, 1024, "bf16", False, True, True, "silu"),
-    (5000, 3000, 1000, "fp16", False, True, False, "none"),
+    (5000, 3000, 1024, "fp16", False, True, False, "none"),
     (2048, 2048, 512, "tf32", False, True, True, "none"),
     (3000, 5000, 700, "tf32", True, True, True, "none"),
     (3000, 5000, 700, "tf32", False, False, True, "none"),

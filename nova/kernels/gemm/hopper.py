@@ -11,6 +11,9 @@ each returning its decision and the derivation row(s) that explain it:
  1. instruction          wgmma.m64nNk{8,16}, FP32 accumulate; TF32 rounding by the TMA unit (TFLOAT32 maps)
  2. operand roles        which operand is the wgmma A (registers for 32-bit MN-major data: C^T = B^T A^T),
                          which needs a prep pass, the tensor maps' element type (``operand_plan``)
+ 2b. line pads           a K-major operand TMA reads in place with rows off the 128-byte line: in place
+                         (its fills cost two L2 lines a box row) or through a pad pass, by the model
+                         (shown only where an operand is off the line)
  3. consumer registers   the producer keeps 56 registers/thread (setmaxnreg.dec); as many consumer
                          warpgroups as the rest lets hold the widest wgmma N
  4. warpgroup tile       largest N <= 256 whose N/2 accumulators + overhead fit the consumers' share
@@ -46,7 +49,8 @@ each returning its decision and the derivation row(s) that explain it:
 13. grid                 persistent: min(tiles x K slices (x batch), SMs) CTAs walk the work units (with a cluster:
                          min(cluster units, SMs / cluster size) clusters, a multiple of the cluster size)
 14. group-M              rasterization, as for the mma.sync path (shown when there are tile rows to group)
-15. operand prep         which operands need a transpose/pad pass (TMA needs 16-byte aligned rows)
+15. operand prep         which operands go through a transpose/pad pass (TMA needs 16-byte aligned rows; the
+                         pass pads K to whole 128-byte lines)
 16. prediction           max(tensor x smem cap, L2 fills (+ TMA stores) at each SM's port, DRAM, the ring's
                          latency bound) + first fill + epilogues + prep + split-K + launches
                          (``time_terms``, ``total_time``; recorded by ``configure``)
@@ -61,12 +65,13 @@ map is 3-D (batch outermost, its batch stride) or, broadcast, the 2-D map of one
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 
 from nova.codegen.nvgpu import SM90A, SWIZZLE_ATOM_BYTES, SWIZZLE_BYTES, WARPGROUP_THREADS
 from nova.options import DEFAULTS, Options
 from nova.kernels.gemm.cost import cdiv
-from nova.configurator.derivation import Derivation, formula_step, note
+from nova.configurator.derivation import Derivation, NullDerivation, formula_step, note
 from nova.kernels.gemm.problem import GemmProblem, ProblemError
 from nova.configurator.step import MmaInstr, Prediction, Step
 from nova.kernels.gemm.schedule import (HopperPlan, OperandPlan, OperandPrep, OperandRole, Schedule, SmemRing,
@@ -249,18 +254,21 @@ def _smem_cap(rate: float, elem_bytes: int, smem_bytes_per_clk: float, block_i: 
 
 
 def mainloop_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, ktiles: int, split: int = 1,
-                  terms: bool = False):
+                  terms: bool = False, crossings: tuple[float, float] = (1, 1)):
     """Seconds for ``units`` work units (tile x K slice) on a persistent grid.  The busiest SM runs
     ceil(units / SMs) of them, each 2 x block_i x n x (its K) FLOP *as the tile computes them*
     (a 64-wide tile on N = 7 still does 64 columns of work), at the SM's share of the tensor peak
     times the smem cap; every unit also fills its tiles from L2, K x (block_i + n) bytes at the SM's
     share of the L2 bandwidth of TMA loads (an SM's port to L2 is its own limit: a grid that leaves
-    SMs idle also leaves their share unused).  Returns max(tensor, L2), or both terms with ``terms``."""
+    SMs idle also leaves their share unused); an operand whose rows are off the 128-byte line fills
+    most box rows from two lines (``crossings``, ``line_crossings``).  Returns max(tensor, L2), or both
+    terms with ``terms``."""
     cap = smem_cap(p, gpu, block_i, n)
     k_unit = min(p.K, cdiv(ktiles, split) * (SWIZZLE // p.in_bytes))   # K one unit streams
     per_sm = math.ceil(units / gpu.sm_count)
     t_mma = per_sm * 2 * block_i * n * k_unit / (gpu.peak_flops(p.dtype, "wgmma") / gpu.sm_count * cap)
-    t_l2 = per_sm * (ktiles / split) * (block_i + n) * SWIZZLE / (gpu.l2_tma_bw / gpu.sm_count)
+    fill_rows = block_i * crossings[0] + n * crossings[1]
+    t_l2 = per_sm * (ktiles / split) * fill_rows * SWIZZLE / (gpu.l2_tma_bw / gpu.sm_count)
     if terms:
         return {"mma": t_mma, "l2": t_l2, "smem_cap": cap}
     return max(t_mma, t_l2)
@@ -511,6 +519,7 @@ def stream_k_terms(p: GemmProblem, gpu, block_i: int, n: int, operands: OperandP
     CTA runs ``busiest_iters`` = ceil(dp/G) x ktiles + ceil(I/G) K tiles (tensor and L2 terms as
     ``mainloop_time``, the ring's bound as ``ring_time``); its epilogue stores ceil(dp/G) C tiles and
     up to ``max_cta_segments`` segments, each a C tile or an FP32 partial tile (priced as partials);
+    an operand off the 128-byte line fills most box rows from two lines (``line_crossings``);
     the reduction reads the partial segments' FP32 tiles (from L2 when they fit in half of it, else
     DRAM) and writes the split tiles' part of C to DRAM; launches: the GEMM, the preps, the reduction."""
     operands = operands or operand_plan(p)
@@ -522,7 +531,8 @@ def stream_k_terms(p: GemmProblem, gpu, block_i: int, n: int, operands: OperandP
     busiest = plan.busiest_iters
     k_iter = min(p.K, SWIZZLE // p.in_bytes)
     t_mma = busiest * 2 * block_i * n * k_iter / (gpu.peak_flops(p.dtype, "wgmma") / gpu.sm_count * cap)
-    t_l2 = busiest * (block_i + n) * SWIZZLE / (gpu.l2_tma_bw / gpu.sm_count)
+    crossings = line_crossings(p, operands)
+    t_l2 = busiest * (block_i * crossings[0] + n * crossings[1]) * SWIZZLE / (gpu.l2_tma_bw / gpu.sm_count)
     stored = min(block_i, I) * min(n, J)
     per_sm_bw = gpu.l2_bw / gpu.sm_count
     t_epilogue = (cdiv(plan.dp_tiles, plan.ctas) * stored * p.out_bytes + plan.max_cta_segments * stored * 4) / per_sm_bw
@@ -625,7 +635,8 @@ def epilogue_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int, operan
     paced = units                           # the unit count whose ceil(/ SMs) is the busiest SM's share
     if cluster != (1, 1):
         paced = cluster_pacing(gpu, I, J, block_i, n, split, cluster_extents(cluster, operands.swap))
-    main = mainloop_time(p, gpu, block_i, n, paced, ktiles, split, terms=True)
+    main = mainloop_time(p, gpu, block_i, n, paced, ktiles, split, terms=True,
+                         crossings=line_crossings(p, operands))
     if cluster != (1, 1):
         main["l2"] *= fill_share(block_i, n, cluster_extents(cluster, operands.swap))
     shared = {"mma": main["mma"], "dram": p.min_bytes / gpu.dram_bw, "smem_cap": main["smem_cap"],
@@ -751,7 +762,7 @@ def pingpong_terms(p: GemmProblem, gpu, slabs: int, n: int, operands: OperandPla
     units = cdiv(I, block_i) * cdiv(J, n) * p.batch
     per_sm = math.ceil(units / gpu.sm_count)
     ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
-    main = mainloop_time(p, gpu, block_i, n, units, ktiles, terms=True)
+    main = mainloop_time(p, gpu, block_i, n, units, ktiles, terms=True, crossings=line_crossings(p, operands))
     shared = {"dram": p.min_bytes / gpu.dram_bw, "smem_cap": main["smem_cap"],
               "prep": prep_time(p, gpu, operands), "split": 0.0,
               "launches": 1 + sum(1 for role in (operands.a, operands.b) if role.prep)}
@@ -1010,9 +1021,28 @@ def hopper_supported(problem: GemmProblem, gpu) -> tuple[bool, str]:
 
 # ---- the operand plan (step 2) ---------------------------------------------------------------------
 def k_pad(problem: GemmProblem) -> int:
-    """K rounded up so a K-major row is a multiple of 16 bytes (TMA's stride rule)."""
-    q = 16 // problem.in_bytes
+    """K of a prep pass's K-major workspace: K rounded up to whole 128-byte lines (the swizzle span, one
+    K tile of the TMA box).  TMA's stride rule asks only 16 bytes, but a map whose rows are off the
+    128-byte line fills every box row from two lines (``line_crossings``): the main kernel ran 1.26-1.52x
+    slower with K padded to 16 bytes than to 128 (bench/results/h100-2026-12-06/run83-h100/odd_alignment.txt);
+    the padded columns are zeros, the K loop's tiles the same."""
+    q = SWIZZLE // problem.in_bytes
     return cdiv(problem.K, q) * q
+
+
+def line_crossings(problem: GemmProblem, operands: OperandPlan) -> tuple[float, float]:
+    """L2 lines a box row of the wgmma A operand (``operands.x``) and of its B operand (``y``) fills
+    from, on average over the map's rows: a 128-byte box row starting on a line fills from one line,
+    any other from two; with a row pitch of P bytes (the map's ``cols`` x the element size) the rows
+    start at multiples of gcd(P, 128) within a line, so a fraction gcd(P, 128) / 128 of them start on
+    one: lines = 2 - gcd(P, 128) / 128 (1 for rows of whole lines, 1.875 for a pitch of 16 bytes past
+    one).  Measured with the rows off the line and on it, everything else the same
+    (bench/results/h100-2026-12-06/run83-h100/odd_alignment.txt): 1207x714x25836 NT TF32, both operands
+    at 1.875, 209.4 us against 137.8 on the line (the model's L2 term 99.9 us -> 187.3); 1863x406x63541
+    TN BF16 254.5 against 184.3 (L2 122.7 -> 230)."""
+    def lines(op: str) -> float:
+        return 2 - math.gcd(operands.role(op).cols * problem.in_bytes, SWIZZLE) / SWIZZLE
+    return lines(operands.x), lines(operands.y)
 
 
 def tensor_map_type(problem: GemmProblem) -> str:
@@ -1023,7 +1053,8 @@ def tensor_map_type(problem: GemmProblem) -> str:
     return problem.storage
 
 
-def operand_plan(problem: GemmProblem, prep_rounds: bool = False, transpose_in_kernel: bool = True) -> OperandPlan:
+def operand_plan(problem: GemmProblem, prep_rounds: bool = False, transpose_in_kernel: bool = True,
+                 pad: frozenset[str] = frozenset()) -> OperandPlan:
     """Where each operand comes from and how the wgmma reads it (codegen and runtime follow it).
 
     For A and B: ``major`` ("k" or "mn": which index is contiguous in memory), the row-major
@@ -1041,7 +1072,9 @@ def operand_plan(problem: GemmProblem, prep_rounds: bool = False, transpose_in_k
     the smaller is transposed, A on a tie; batched, counting a broadcast operand's one matrix), or
     when asked
     (``prep_rounds``: the v0.2 experiment, whose prep pass rounds to TF32, so the tensor maps are
-    plain FP32; ``transpose_in_kernel=False``: the v0.4 layout)."""
+    plain FP32; ``transpose_in_kernel=False``: the v0.4 layout; ``pad``: K-major operands TMA could
+    read in place whose rows are off the 128-byte line, copied with K padded to whole lines: the
+    line-pad step, ``line_pads``, decides)."""
     p = problem
     q = 16 // p.in_bytes                               # elements per 16 bytes (TMA stride rule)
     kp = k_pad(p)
@@ -1051,7 +1084,8 @@ def operand_plan(problem: GemmProblem, prep_rounds: bool = False, transpose_in_k
     for op, dim, kmajor in (("a", p.M, not p.trans_a), ("b", p.N, p.trans_b)):
         readable = (p.K % q == 0) if kmajor else (dim % q == 0 and transpose_in_kernel)
         readable = readable and tma_batch_stride(p, op)
-        ops[op] = {"dim": dim, "kmajor": kmajor, "prep": rna or not readable}
+        ops[op] = {"dim": dim, "kmajor": kmajor, "prep": rna or not readable or (kmajor and op in pad),
+                   "line": readable and not rna and kmajor and op in pad}
     if wide and not any(o["kmajor"] or o["prep"] for o in ops.values()):
         # two MN-major TF32 operands: one goes through registers, the other is transposed; the
         # smaller one (M x K vs N x K elements), e.g. X, not the logits' gradient, of an LM head's dW
@@ -1068,7 +1102,7 @@ def operand_plan(problem: GemmProblem, prep_rounds: bool = False, transpose_in_k
         if o["prep"]:
             prep = OperandPrep(transpose=not o["kmajor"], round=rna,
                                src=(o["dim"], p.K) if o["kmajor"] else (p.K, o["dim"]), dst=(o["dim"], kp),
-                               batch=batch, src_stride=p.batch_stride(op) if batch > 1 else 0)
+                               batch=batch, src_stride=p.batch_stride(op) if batch > 1 else 0, line=o["line"])
         rows, cols = ((o["dim"], kp if o["prep"] else p.K) if major[op] == "k" else (p.K, o["dim"]))
         stride = 0 if batch == 1 else (rows * cols if o["prep"] else p.batch_stride(op))   # a workspace is packed
         roles[op] = OperandRole(major[op], rows, cols, feed[op], prep, batch, stride)
@@ -1191,6 +1225,38 @@ def operand_roles(p: GemmProblem) -> tuple[OperandPlan, Step]:
         roles, why = "C = A B", f"{feeds}" + (": the transpose bit of the descriptor reads MN-major 16-bit tiles in "
                                               "place" if "smem_t" in feeds else "")
     return plan, note("operand roles", roles, why)
+
+
+def off_line_operands(p: GemmProblem, operands: OperandPlan) -> tuple[str, ...]:
+    """The K-major operands read in place (no prep pass) whose rows are off the 128-byte line."""
+    return tuple(op for op in ("a", "b") if operands.role(op).major == "k" and operands.role(op).prep is None
+                 and operands.role(op).cols * p.in_bytes % SWIZZLE)
+
+
+def line_pads(p: GemmProblem, gpu, operands: OperandPlan, n_max: int,
+              opts: Options = DEFAULTS) -> tuple[OperandPlan, Step | None]:
+    """Step 2b: K-major operands read in place whose rows are off the 128-byte line (K x element size
+    not a multiple of 128 B) fill most box rows from two L2 lines (``line_crossings``); a pad pass copies
+    such an operand with K padded to whole lines (``k_pad``: its bytes read and written once, one
+    launch).  Each choice (in place, or any of them padded) is configured through steps 3-15 and the
+    fastest prediction (step 16) kept, in place on a tie.  Not shown where no operand is off the line."""
+    off = off_line_operands(p, operands)
+    if not off:
+        return operands, None
+    choices = [frozenset(c) for r in range(len(off) + 1) for c in itertools.combinations(off, r)]
+    timed = []
+    for pad in choices:
+        plan = operand_plan(p, pad=pad) if pad else operands
+        s, prediction = configure_tiles(p, gpu, NullDerivation(), n_max, plan, opts)
+        timed.append((prediction.time_us, len(pad), pad, plan))
+    t, _, pad, plan = min(timed, key=lambda c: (c[0], c[1]))
+    priced = "; ".join(f"{'pad ' + '+'.join(sorted(o.upper() for o in c)) if c else 'in place'} {u:.1f} us"
+                       for u, _, c, _ in timed)
+    name = "pad " + "+".join(sorted(o.upper() for o in pad)) if pad else "in place"
+    rows = ", ".join(f"{op.upper()} {operands.role(op).cols * p.in_bytes:,} B" for op in off)
+    return plan, note("line pads", name, f"K-major rows off the 128-byte line ({rows}): read in place, most box rows "
+                      f"fill from two L2 lines; a pad pass copies an operand with K padded to whole lines; "
+                      f"predicted {priced}")
 
 
 def consumer_registers(gpu, n_max: int) -> tuple[tuple[int, int], Step]:
@@ -1643,8 +1709,9 @@ def operand_prep(p: GemmProblem, operands: OperandPlan) -> tuple[list[str], Step
              for op in ("a", "b") if operands.role(op).prep]
     return preps, note("operand prep", ", ".join(preps) or "none",
                        "TMA cannot transpose and needs 16-byte aligned rows: an operand whose rows are not (or a second "
-                       "MN-major TF32 operand, which neither registers nor the descriptor can take) goes through one "
-                       f"transpose/pad pass into a workspace ({prep_bytes(p, operands) / 1e6:.1f} MB of DRAM traffic)")
+                       "MN-major TF32 operand, which neither registers nor the descriptor can take, or one step 2b pads) "
+                       "goes through one transpose/pad pass into a workspace, K padded to whole 128-byte lines "
+                       f"({prep_bytes(p, operands) / 1e6:.1f} MB of DRAM traffic)")
 
 
 def configure_hopper(p: GemmProblem, gpu, d: Derivation, opts: Options = DEFAULTS) -> tuple[Schedule, Prediction]:
@@ -1653,6 +1720,13 @@ def configure_hopper(p: GemmProblem, gpu, d: Derivation, opts: Options = DEFAULT
     ``NOVA_WIDE_CONSUMERS``)."""
     n_max, _ = d.record(instruction(p, gpu))
     operands = d.record(operand_roles(p))
+    operands = d.record(line_pads(p, gpu, operands, n_max, opts))
+    return configure_tiles(p, gpu, d, n_max, operands, opts)
+
+
+def configure_tiles(p: GemmProblem, gpu, d: Derivation, n_max: int, operands: OperandPlan,
+                    opts: Options = DEFAULTS) -> tuple[Schedule, Prediction]:
+    """Steps 3-16 for the operand plan steps 2 and 2b decided."""
     wgs, regs = d.record(consumer_registers(gpu, n_max))
     n = d.record(warpgroup_tile(gpu, n_max, wgs, regs))
     traffic = d.record(smem_traffic(p, gpu, WGMMA_M * wgs, n))

@@ -114,21 +114,23 @@ class OperandPrep:
     (TMA cannot transpose and needs 16-byte aligned rows): ``dst[r, c] = src[c, r]`` if
     ``transpose`` else ``src[r, c]``, zero for c >= K; ``round``: also round FP32 to nearest TF32.
     Batched: ``batch`` matrices, the source's ``src_stride`` elements apart, the workspace's packed
-    (``dst[0] * dst[1]`` apart)."""
+    (``dst[0] * dst[1]`` apart).  ``line``: TMA could read the operand in place; the pass only puts
+    its rows on the 128-byte line (hopper.py step 2b, ``line_pads``)."""
     transpose: bool
     round: bool
     src: tuple[int, int]         # the operand as stored, row-major [rows, cols]
-    dst: tuple[int, int]         # [M or N, K padded to 16 bytes]
+    dst: tuple[int, int]         # [M or N, K padded to whole 128-byte lines]
     batch: int = 1               # matrices the pass writes (1: unbatched or a broadcast operand)
     src_stride: int = 0          # elements between the source's matrices (batch > 1)
+    line: bool = False           # a copy step 2b chose (the operand was readable in place)
 
     def to_dict(self) -> dict:
-        return _without_defaults(asdict(self), batch=1, src_stride=0)
+        return _without_defaults(asdict(self), batch=1, src_stride=0, line=False)
 
     @classmethod
     def from_dict(cls, d: dict) -> "OperandPrep":
         return cls(d["transpose"], d["round"], tuple(d["src"]), tuple(d["dst"]), d.get("batch", 1),
-                   d.get("src_stride", 0))
+                   d.get("src_stride", 0), d.get("line", False))
 
 
 @dataclass(frozen=True)

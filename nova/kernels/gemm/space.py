@@ -79,10 +79,12 @@ from nova.kernels.gemm.ampere import (F as AMPERE, FRAG_A_REGS, FRAG_B_REGS, LIN
 from nova.kernels.gemm.configure import configure
 from nova.kernels.gemm.hopper import (CLUSTER_SHAPES, MAX_CONSUMER_WARPGROUPS, F as HOPPER, SPLIT_TRIES, WGMMA_M,
                                       accumulators_fit, cluster_blocker, cluster_extents, consumer_regs,
-                                      epilogues, operand_plan, pingpong_tiles, predict_hopper, split_reductions,
+                                      configure_tiles, epilogues, operand_plan, pingpong_tiles, predict_hopper, raster_groups,
+                                      split_reductions,
                                       splits_may_pay, staging_bytes, stream_k_blocker, stream_k_plan,
                                       target_cluster_blocker, wgmma_schedule, wide_consumers_fit)
 from nova.kernels.gemm.problem import GemmProblem
+from nova.configurator.derivation import NullDerivation
 from nova.configurator.step import MmaInstr, Prediction
 from nova.kernels.gemm.schedule import Schedule
 from nova.hwmodel import GPUModel, get_target
@@ -208,6 +210,12 @@ def _split_options(k_iters: int, values) -> list[int]:
     return sorted({s for s in values if s == 1 or cdiv(k_iters, s) * (s - 1) < k_iters})
 
 
+def _raster(gpu: GPUModel, rows: int, tile_rows: int, cols: int, tile_cols: int) -> int:
+    """The group-M hopper.py's step 14 gives a tile (the raster its own pick would have)."""
+    tiles_i = cdiv(rows, tile_rows)
+    return raster_groups(gpu, tiles_i, tiles_i * cdiv(cols, tile_cols), tile_rows, tile_cols)[0]
+
+
 def _group_options(rows: int, tile_rows: int, cols: int, tile_cols: int, values) -> list[int]:
     """Group-M values that raster differently: each clamped to the tile rows; 1 for a single tile
     row or a single tile."""
@@ -269,10 +277,21 @@ def wgmma_space_around(p: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Sc
     n_top = min(gpu.mma_shapes["wgmma"][p.dtype][1], max(64, _clamp_side(cols)))
     k_iters = cdiv(p.K, pick.block_k)
     splits = _split_options(k_iters, WGMMA_SPLIT_K + (pick.split_k,))
-    operands = operand_plan(p)
     out = []
     ways = [(split_k, reduction) for split_k in splits
             for reduction in (split_reductions(p) if split_k > 1 else ("atomic",))] + [(1, "stream_k")]
+    out = _wgmma_space(p, gpu, pick, pick.hopper.operands, rows, cols, n_top, k_iters, ways)
+    in_place = operand_plan(p)
+    if in_place != pick.hopper.operands:          # step 2b padded an operand: the in-place schedules too,
+        seed = configure_tiles(p, gpu, NullDerivation(), gpu.mma_shapes["wgmma"][p.dtype][1], in_place)[0]
+        out += _wgmma_space(p, gpu, seed, in_place, rows, cols, n_top, k_iters, ways)   # around their own pick
+    return sorted(dict.fromkeys(out), key=schedule_sort_key)
+
+
+def _wgmma_space(p: GemmProblem, gpu: GPUModel, pick: Schedule, operands, rows: int, cols: int, n_top: int,
+                 k_iters: int, ways: list) -> list[Schedule]:
+    """``wgmma_space_around``'s schedules on one operand plan."""
+    out = []
     for wgs, n, (split_k, reduction) in itertools.product(WGMMA_WARPGROUPS, WGMMA_N, ways):
         tile_rows = WGMMA_M * wgs
         if tile_rows > max(WGMMA_M, _clamp_side(rows)) or n > n_top or not wgmma_fits(gpu, wgs, n):
@@ -284,7 +303,7 @@ def wgmma_space_around(p: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Sc
             if stream_k_blocker(p, tiles, k_iters, gpu.sm_count) or \
                     not (splits_may_pay(tiles, gpu.sm_count) or pick.stream_k):
                 continue
-            groups = _group_options(rows, tile_rows, cols, n, WGMMA_GROUP_M + (pick.group_m,))
+            groups = _group_options(rows, tile_rows, cols, n, WGMMA_GROUP_M + (pick.group_m, _raster(gpu, rows, tile_rows, cols, n)))
             max_stages = int(HOPPER.stages(smem_per_block=gpu.smem_per_block, block_m=tile_rows, N=n, staging=0))
             panels = stream_k_plan(tiles, k_iters, gpu.sm_count).busiest_iters           # K tiles a CTA loads
             for stages, group_m in itertools.product(range(2, min(max_stages, max(2, panels)) + 1), groups):
@@ -296,7 +315,7 @@ def wgmma_space_around(p: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Sc
                 (split_k, reduction) != (pick.split_k, pick.split_reduction):
             continue                       # as hopper.py's split_candidates: a workspace only under two waves of tiles
         units = tiles * split_k                                                    # tiles x K slices
-        groups = _group_options(rows, tile_rows, cols, n, WGMMA_GROUP_M + (pick.group_m,))
+        groups = _group_options(rows, tile_rows, cols, n, WGMMA_GROUP_M + (pick.group_m, _raster(gpu, rows, tile_rows, cols, n)))
         for epilogue in epilogues(p, operands, split_k, n):
             max_stages = int(HOPPER.stages(smem_per_block=gpu.smem_per_block, block_m=tile_rows, N=n,
                                            staging=staging_bytes(wgs, epilogue)))
@@ -308,8 +327,7 @@ def wgmma_space_around(p: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Sc
                     if not check_schedule(p, s, gpu):
                         out.append(s)
                         out += cluster_variants(p, gpu, s)
-    out += pingpong_space(p, gpu, operands, k_iters, pick)
-    return sorted(dict.fromkeys(out), key=schedule_sort_key)
+    return out + pingpong_space(p, gpu, operands, k_iters, pick)
 
 
 def pingpong_space(p: GemmProblem, gpu: GPUModel, operands, k_iters: int, pick: Schedule) -> list[Schedule]:
@@ -322,7 +340,7 @@ def pingpong_space(p: GemmProblem, gpu: GPUModel, operands, k_iters: int, pick: 
     for slabs, n in pingpong_tiles(p, gpu, operands, n_max):
         tile_rows = WGMMA_M * slabs
         units = cdiv(rows, tile_rows) * cdiv(cols, n)
-        groups = _group_options(rows, tile_rows, cols, n, WGMMA_GROUP_M + (pick.group_m,))
+        groups = _group_options(rows, tile_rows, cols, n, WGMMA_GROUP_M + (pick.group_m, _raster(gpu, rows, tile_rows, cols, n)))
         for epilogue in epilogues(p, operands, 1, n):
             max_stages = int(HOPPER.stages(smem_per_block=gpu.smem_per_block, block_m=tile_rows, N=n,
                                            staging=staging_bytes(2, epilogue)))
@@ -439,7 +457,8 @@ def label(s: Schedule) -> str:
     a split-K through a workspace reads ``sk8ws``; a wgmma schedule with one CTA per tile (not
     persistent) ends in `` np``, one with the TMA-store epilogue in `` tma``, one in thread-block
     clusters in `` c2x1`` (cluster_m x cluster_n), a stream-K one in `` streamk72`` (its stream-K tiles),
-    one with ping-pong consumers in `` pp``; the skinny kernel's reads ``skinny ...``
+    one with ping-pong consumers in `` pp``, one whose K-major operands step 2b pads to whole 128-byte
+    lines in `` padA``, `` padB`` or `` padAB``; the skinny kernel's reads ``skinny ...``
     (``SkinnySchedule.label``)."""
     if s.kernel == "skinny":
         return s.label()
@@ -449,8 +468,10 @@ def label(s: Schedule) -> str:
     cluster = f" c{s.cluster_m}x{s.cluster_n}" if s.cluster_m * s.cluster_n > 1 else ""
     stream = f" streamk{s.stream_k_tiles}" if s.stream_k else ""
     pingpong = " pp" if s.pingpong else ""
+    padded = [op for op in "ab" if s.hopper is not None and (prep := s.hopper.operands.role(op).prep) and prep.line]
+    pad = f" pad{''.join(op.upper() for op in padded)}" if padded else ""
     return (f"{s.block_m}x{s.block_n}x{s.block_k} w{s.warps_m}x{s.warps_n} st{s.stages} "
-            f"sk{s.split_k}{ws} g{s.group_m}{grid}{tma}{cluster}{stream}{pingpong}")
+            f"sk{s.split_k}{ws} g{s.group_m}{grid}{tma}{cluster}{stream}{pingpong}{pad}")
 
 
 def measured_config(problem: GemmProblem, target: "GPUModel | str", schedule_label: str | None):
