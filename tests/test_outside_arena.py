@@ -267,3 +267,28 @@ def test_measured_peak_is_the_arena_plus_the_listed_outside(case_name):
                       "first step: executed once (warm-up)", "first step: captured as a CUDA graph"]
     before, built = program.memory_phases[:2]
     assert built["allocated_bytes"] - before["allocated_bytes"] >= s["arena_bytes"]
+
+
+def test_the_efficient_attention_backward_counts_its_cuda_workspace():
+    """ATen's memory-efficient attention backward allocates a workspace inside the call its meta kernel
+    does not: gq = ceil(M/I) ceil(D/J) (I J + 4) floats per (b, h) (FP32 at D <= 64: 64x64 blocks; 16-bit
+    at D <= 128: 128x128), measured on an H200 at B*H = 128, M = N = 16: FP32 D = 32 2,099,200 bytes,
+    BF16 D = 128 8,390,656.  The chunked-loss GPU test's step (B 128, H 4, T 16, D 8) peaked 9,000 KiB
+    above its allocations in each attention backward (bench/results/h100-2026-12-06/run84-h100/
+    chunked_loss_memory.txt): its gradients, delta and this workspace."""
+    from nova.compiler.outside_arena import efficient_attention_backward_scratch
+    meta = lambda *shape, dtype=torch.float32: torch.empty(*shape, device="meta", dtype=dtype)   # noqa: E731
+    dout = meta(128, 16, 1, 32).transpose(1, 2)             # [B, H, M, D] over a [B, M, H, D] layout: no copy
+    q = meta(128, 1, 16, 32)
+    delta = 128 * 16 * 4
+    assert efficient_attention_backward_scratch(dout, q, q, q) == delta + block_bytes(2_099_200)
+    q16 = meta(128, 1, 16, 128, dtype=torch.bfloat16)
+    dout16 = meta(128, 16, 1, 128, dtype=torch.bfloat16).transpose(1, 2)
+    assert efficient_attention_backward_scratch(dout16, q16, q16, q16) == delta + block_bytes(8_390_656)
+    # a [B, H, M, D]-contiguous dO with H > 1 is copied to [B, M, H, D] first
+    q4 = meta(128, 4, 16, 8)
+    assert efficient_attention_backward_scratch(q4, q4, q4, q4) - efficient_attention_backward_scratch(
+        meta(128, 16, 4, 8).transpose(1, 2), q4, q4, q4) == block_bytes(128 * 4 * 16 * 8 * 4)
+    from test_memory_policy import _chunked_gpu_plan
+    backward = [a for a in account(_chunked_gpu_plan()[2]) if "attention_backward" in a.what]
+    assert backward and all(a.nbytes == 9000 << 10 for a in backward)

@@ -29,7 +29,9 @@ program's layout and launches) and reading its allocation sites:
 * **launch** (allocated and freed while one launch runs; the largest counts): the temporaries of
   ATen-fallback kernels, found by running each launch on meta under ``AllocationTracker`` (a
   dispatch mode that follows every new storage until it is freed, and counts the result an
-  ``out=`` overload without a kernel of its own computes before copying it out); Nova attention's
+  ``out=`` overload without a kernel of its own computes before copying it out, and the CUDA scratch
+  a call makes that its meta kernel does not, ``cuda_scratch``: ATen memory-efficient attention's
+  backward workspace and its forward's 16-bit output accumulator); Nova attention's
   launcher (``nova/kernels/attention/launch.py``: the backward's FP32 ``delta`` row vector and the
   dense copies of the operands it cannot address, ``plan_operands``), in closed form because its
   launch cannot run on meta.
@@ -200,7 +202,7 @@ def AllocationTracker():
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
             given = {t.untyped_storage()._cdata for t in _tensors((args, kwargs))}
-            extra = 0
+            extra = cuda_scratch(func, args)
             if any(a.is_out for a in func._schema.arguments) and not _has_own_kernel(func):
                 extra = sum(block_bytes(t.numel() * t.element_size()) for t in _tensors(out))
             for t in _tensors(out):
@@ -213,3 +215,65 @@ def AllocationTracker():
             return out
 
     return Tracker()
+
+
+# ------------------------------------------------------------------ ATen's CUDA scratch the meta run cannot see
+def efficient_attention_backward_scratch(grad_out, query, key, value, *rest) -> int:
+    """Bytes ``aten._scaled_dot_product_efficient_attention_backward`` allocates on CUDA inside the call
+    besides its three gradients (which the meta run holds): PyTorch's memory-efficient (CUTLASS)
+    backward, ``attention_backward.cu`` and ``mem_eff_attention/kernel_backward.h`` (torch 2.11; each
+    case measured on an H200, bench/results/h100-2026-12-06/run84-h100/chunked_loss_memory.txt is one).
+
+    With B, H, M, N, D, Dv the batch, heads, query and key lengths and head sizes, the kernel's blocks
+    I x J: FP32 64x64 for D <= 64, else 128x64; 16-bit 64x64 for D <= 64, 128x128 for D <= 128, else
+    128x64 (dK/dV then accumulate in the workspace: D > 128 in 16 bits).  Key splits S = ceil(N / J),
+    1 when B*H >= 256 and N <= 2J, at most floor(200 / (B*H)) when dK/dV accumulate, at least 1.
+    Floats per (b, h): gq = ceil(M/I) ceil(D/J) (I J + 4), plus S J roundup(D, I) and S J roundup(Dv, I)
+    when dK/dV accumulate, the sum rounded up to 4; the workspace is B H x that x 4 bytes.  Before it:
+    delta, 4 B H M bytes (FP32: the product dO * O, 4 B M H Dv, and its row sum, copied once more with
+    H > 1, freed before the workspace); a contiguous [B, M, H, Dv] copy of dO unless it is one already."""
+    B, H, M, D = query.shape
+    N, Dv = key.shape[2], value.shape[3]
+    import torch
+    half = query.dtype != torch.float32
+    if half:
+        I, J = (64, 64) if D <= 64 else ((128, 128) if D <= 128 else (128, 64))
+    else:
+        I, J = (64, 64) if D <= 64 else (128, 64)
+    accumulate = half and D > 128
+    splits = -(-N // J)
+    if B * H >= 256 and N <= 2 * J:
+        splits = 1
+    if accumulate:
+        splits = min(splits, 200 // (B * H))
+    splits = max(splits, 1)
+    roundup = lambda x, m: -(-x // m) * m       # noqa: E731
+    per_head = -(-M // I) * -(-D // J) * (I * J + 4)
+    if accumulate:
+        per_head += splits * J * (roundup(D, I) + roundup(Dv, I))
+    workspace = block_bytes(B * H * roundup(per_head, 4) * 4)
+    delta = block_bytes(4 * B * H * M)
+    before = 0 if half else block_bytes(4 * B * M * H * Dv) + delta * (2 if H > 1 else 1)
+    copy = 0 if grad_out.transpose(1, 2).is_contiguous() else block_bytes(grad_out.numel() * grad_out.element_size())
+    return copy + max(before, delta + workspace)
+
+
+def efficient_attention_forward_scratch(query, key, value, *rest) -> int:
+    """Bytes ``aten._scaled_dot_product_efficient_attention`` allocates on CUDA inside the call besides
+    its outputs: an FP32 output accumulator [B, M, H, Dv] where the kernel cannot keep it in registers
+    (16-bit with Dv > 128: ``kNeedsOutputAccumulatorBuffer``, ``mem_eff_attention/kernel_forward.h``)."""
+    B, H, M, _ = query.shape
+    Dv = value.shape[3]
+    import torch
+    return block_bytes(4 * B * M * H * Dv) if query.dtype != torch.float32 and Dv > 128 else 0
+
+
+def cuda_scratch(func, args) -> int:
+    """Bytes an ATen call allocates on CUDA inside itself that its meta kernel does not (0 for most)."""
+    import torch
+    aten = torch.ops.aten
+    if func is aten._scaled_dot_product_efficient_attention_backward.default:
+        return efficient_attention_backward_scratch(*args)
+    if func is aten._scaled_dot_product_efficient_attention.default:
+        return efficient_attention_forward_scratch(*args)
+    return 0
