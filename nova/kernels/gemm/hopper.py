@@ -95,6 +95,7 @@ WIDE_CONSUMER_WARPGROUPS = 3   # step 8 also tries 3 consumer warpgroups (192 wg
                                # and partial bytes of 128x192 where the tiles are few.  Not with a register-fed
                                # wgmma A (32-bit MN-major): its fragments of two K tiles beside 96 accumulators
                                # overflow 152 registers and ptxas serialises every wgmma (C7512)
+STREAM_K_REGS_FEED_MAX_N = 192   # stream-K with a register-fed wgmma A: the widest N whose consumers do not spill
 MIN_WGMMA_N = 64               # the narrowest tile N the rules consider
 SWIZZLE = SWIZZLE_BYTES        # bytes of K per smem row = TMA box inner extent = 128B swizzle span
 RING_ALIGN = SWIZZLE_ATOM_BYTES  # the ring starts on a 1024-byte boundary (128B-swizzle atom): that much slack
@@ -511,6 +512,14 @@ def stream_k_blocker(p: GemmProblem, tiles: int, ktiles: int, sm_count: int) -> 
     if plan.slots < 2:
         return f"{plan.iters} K-tile iterations on {plan.ctas} CTAs leave every tile in one CTA"
     return None
+
+
+def stream_k_registers_fit(operands: OperandPlan, n: int) -> bool:
+    """Whether a stream-K walk's consumers fit their registers at wgmma N = ``n``: with a register-fed
+    wgmma A (32-bit MN-major data) the A fragments and the walk's segment state beside N/2 accumulators
+    overflow the consumers' 168 registers at N = 256 (ptxas: 8 bytes spilled, 1000x1000x3000 TF32 NN);
+    N <= ``STREAM_K_REGS_FEED_MAX_N`` fits."""
+    return operands.role(operands.x).feed != "regs" or n <= STREAM_K_REGS_FEED_MAX_N
 
 
 def stream_k_terms(p: GemmProblem, gpu, block_i: int, n: int, operands: OperandPlan | None = None,
@@ -1365,7 +1374,7 @@ def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int
                 continue                                     # narrower N without more tiles: no gain
             tiles = cdiv(I, WGMMA_M * w) * cdiv(J, nn)
             if forced is not False and (forced or splits_may_pay(tiles, gpu.sm_count)) and \
-                    not stream_k_blocker(p, tiles, ktiles, gpu.sm_count):
+                    not stream_k_blocker(p, tiles, ktiles, gpu.sm_count) and stream_k_registers_fit(operands, nn):
                 t = stream_k_terms(p, gpu, WGMMA_M * w, nn, operands)
                 out.append((round(total_time(t), 12), t["mma"] + t["l2"] + t["dram"], -w, -nn, 1, "stream_k", tiles,
                             "registers"))

@@ -78,10 +78,10 @@ from nova.kernels.gemm.cost import cdiv, predict
 from nova.kernels.gemm.ampere import (F as AMPERE, FRAG_A_REGS, FRAG_B_REGS, LINE_BYTES, OVERHEAD_REGS, PLAIN_COPY_REGS, copy_vector, check_schedule, smem_tiles)
 from nova.kernels.gemm.configure import configure
 from nova.kernels.gemm.hopper import (CLUSTER_SHAPES, MAX_CONSUMER_WARPGROUPS, F as HOPPER, SPLIT_TRIES, WGMMA_M,
-                                      accumulators_fit, cluster_blocker, cluster_extents, consumer_regs,
-                                      configure_tiles, epilogues, operand_plan, pingpong_tiles, predict_hopper, raster_groups,
-                                      split_reductions,
-                                      splits_may_pay, staging_bytes, stream_k_blocker, stream_k_plan,
+                                      accumulators_fit, cluster_blocker, cluster_extents, configure_tiles,
+                                      consumer_regs, epilogues, operand_plan, pingpong_tiles, predict_hopper,
+                                      raster_groups, split_reductions, splits_may_pay, staging_bytes,
+                                      stream_k_blocker, stream_k_plan, stream_k_registers_fit,
                                       target_cluster_blocker, wgmma_schedule, wide_consumers_fit)
 from nova.kernels.gemm.problem import GemmProblem
 from nova.configurator.derivation import NullDerivation
@@ -300,7 +300,7 @@ def _wgmma_space(p: GemmProblem, gpu: GPUModel, pick: Schedule, operands, rows: 
             continue
         tiles = cdiv(rows, tile_rows) * cdiv(cols, n)
         if reduction == "stream_k":        # as hopper.py's tile_candidates: under two waves (or the pick's way)
-            if stream_k_blocker(p, tiles, k_iters, gpu.sm_count) or \
+            if stream_k_blocker(p, tiles, k_iters, gpu.sm_count) or not stream_k_registers_fit(operands, n) or \
                     not (splits_may_pay(tiles, gpu.sm_count) or pick.stream_k):
                 continue
             groups = _group_options(rows, tile_rows, cols, n, WGMMA_GROUP_M + (pick.group_m, _raster(gpu, rows, tile_rows, cols, n)))
