@@ -12,7 +12,7 @@ each returning its decision and the derivation row(s) that explain it:
  2. operand roles        which operand is the wgmma A (registers for 32-bit MN-major data: C^T = B^T A^T),
                          which needs a prep pass, the tensor maps' element type (``operand_plan``)
  2b. line pads           a K-major operand TMA reads in place with rows off the 128-byte line: in place
-                         (its fills cost two L2 lines a box row) or through a pad pass, by the model
+                         (most of its box rows fill from two L2 lines) or through a pad pass, by the model
                          (shown only where an operand is off the line)
  3. consumer registers   the producer keeps 56 registers/thread (setmaxnreg.dec); as many consumer
                          warpgroups as the rest lets hold the widest wgmma N
@@ -1032,9 +1032,10 @@ def hopper_supported(problem: GemmProblem, gpu) -> tuple[bool, str]:
 def k_pad(problem: GemmProblem) -> int:
     """K of a prep pass's K-major workspace: K rounded up to whole 128-byte lines (the swizzle span, one
     K tile of the TMA box).  TMA's stride rule asks only 16 bytes, but a map whose rows are off the
-    128-byte line fills every box row from two lines (``line_crossings``): the main kernel ran 1.26-1.52x
-    slower with K padded to 16 bytes than to 128 (bench/results/h100-2026-12-06/run83-h100/odd_alignment.txt);
-    the padded columns are zeros, the K loop's tiles the same."""
+    128-byte line fills most box rows from two lines (``line_crossings``): the main kernel ran 1.26-1.52x
+    slower with K padded to 16 bytes than to 128 (bench/results/h100-2026-12-06/run83-h100/odd_alignment.txt;
+    run85-h100: the padded kernels at their K-rounded neighbours' times); the padded columns are zeros,
+    the K loop's tiles the same."""
     q = SWIZZLE // problem.in_bytes
     return cdiv(problem.K, q) * q
 
@@ -1047,8 +1048,8 @@ def line_crossings(problem: GemmProblem, operands: OperandPlan) -> tuple[float, 
     one: lines = 2 - gcd(P, 128) / 128 (1 for rows of whole lines, 1.875 for a pitch of 16 bytes past
     one).  Measured with the rows off the line and on it, everything else the same
     (bench/results/h100-2026-12-06/run83-h100/odd_alignment.txt): 1207x714x25836 NT TF32, both operands
-    at 1.875, 209.4 us against 137.8 on the line (the model's L2 term 99.9 us -> 187.3); 1863x406x63541
-    TN BF16 254.5 against 184.3 (L2 122.7 -> 230)."""
+    at 1.875, 209.4 us against 137.8 on the line (the model's L2 term 99.9 us -> 187.3; calibrated 217.8
+    against 220.4 measured in run85-h100); 1863x406x63541 TN BF16 254.5 against 184.3 (L2 122.7 -> 230)."""
     def lines(op: str) -> float:
         return 2 - math.gcd(operands.role(op).cols * problem.in_bytes, SWIZZLE) / SWIZZLE
     return lines(operands.x), lines(operands.y)
@@ -1256,9 +1257,9 @@ def line_pads(p: GemmProblem, gpu, operands: OperandPlan, n_max: int,
     timed = []
     for pad in choices:
         plan = operand_plan(p, pad=pad) if pad else operands
-        s, prediction = configure_tiles(p, gpu, NullDerivation(), n_max, plan, opts)
+        prediction = configure_tiles(p, gpu, NullDerivation(), n_max, plan, opts)[1]
         timed.append((prediction.time_us, len(pad), pad, plan))
-    t, _, pad, plan = min(timed, key=lambda c: (c[0], c[1]))
+    _, _, pad, plan = min(timed, key=lambda c: (c[0], c[1]))
     priced = "; ".join(f"{'pad ' + '+'.join(sorted(o.upper() for o in c)) if c else 'in place'} {u:.1f} us"
                        for u, _, c, _ in timed)
     name = "pad " + "+".join(sorted(o.upper() for o in pad)) if pad else "in place"
