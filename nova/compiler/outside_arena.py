@@ -232,9 +232,9 @@ def efficient_attention_backward_scratch(grad_out, query, key, value, *rest) -> 
     when dK/dV accumulate, the sum rounded up to 4; the workspace is B H x that x 4 bytes.  Before it:
     delta, 4 B H M bytes (FP32: the product dO * O, 4 B M H Dv, and its row sum, copied once more with
     H > 1, freed before the workspace); a contiguous [B, M, H, Dv] copy of dO unless it is one already."""
+    import torch
     B, H, M, D = query.shape
     N, Dv = key.shape[2], value.shape[3]
-    import torch
     half = query.dtype != torch.float32
     if half:
         I, J = (64, 64) if D <= 64 else ((128, 128) if D <= 128 else (128, 64))
@@ -262,9 +262,9 @@ def efficient_attention_forward_scratch(query, key, value, *rest) -> int:
     """Bytes ``aten._scaled_dot_product_efficient_attention`` allocates on CUDA inside the call besides
     its outputs: an FP32 output accumulator [B, M, H, Dv] where the kernel cannot keep it in registers
     (16-bit with Dv > 128: ``kNeedsOutputAccumulatorBuffer``, ``mem_eff_attention/kernel_forward.h``)."""
+    import torch
     B, H, M, _ = query.shape
     Dv = value.shape[3]
-    import torch
     return block_bytes(4 * B * M * H * Dv) if query.dtype != torch.float32 and Dv > 128 else 0
 
 

@@ -216,6 +216,12 @@ def _raster(gpu: GPUModel, rows: int, tile_rows: int, cols: int, tile_cols: int)
     return raster_groups(gpu, tiles_i, tiles_i * cdiv(cols, tile_cols), tile_rows, tile_cols)[0]
 
 
+def _wgmma_groups(gpu: GPUModel, rows: int, tile_rows: int, cols: int, tile_cols: int, pick: Schedule) -> list[int]:
+    """A wgmma tile's group-M options: the fixed ones, the pick's, and the tile's own step-14 raster."""
+    return _group_options(rows, tile_rows, cols, tile_cols,
+                          WGMMA_GROUP_M + (pick.group_m, _raster(gpu, rows, tile_rows, cols, tile_cols)))
+
+
 def _group_options(rows: int, tile_rows: int, cols: int, tile_cols: int, values) -> list[int]:
     """Group-M values that raster differently: each clamped to the tile rows; 1 for a single tile
     row or a single tile."""
@@ -277,7 +283,6 @@ def wgmma_space_around(p: GemmProblem, gpu: GPUModel, pick: Schedule) -> list[Sc
     n_top = min(gpu.mma_shapes["wgmma"][p.dtype][1], max(64, _clamp_side(cols)))
     k_iters = cdiv(p.K, pick.block_k)
     splits = _split_options(k_iters, WGMMA_SPLIT_K + (pick.split_k,))
-    out = []
     ways = [(split_k, reduction) for split_k in splits
             for reduction in (split_reductions(p) if split_k > 1 else ("atomic",))] + [(1, "stream_k")]
     out = _wgmma_space(p, gpu, pick, pick.hopper.operands, rows, cols, n_top, k_iters, ways)
@@ -303,7 +308,7 @@ def _wgmma_space(p: GemmProblem, gpu: GPUModel, pick: Schedule, operands, rows: 
             if stream_k_blocker(p, tiles, k_iters, gpu.sm_count) or not stream_k_registers_fit(operands, n) or \
                     not (splits_may_pay(tiles, gpu.sm_count) or pick.stream_k):
                 continue
-            groups = _group_options(rows, tile_rows, cols, n, WGMMA_GROUP_M + (pick.group_m, _raster(gpu, rows, tile_rows, cols, n)))
+            groups = _wgmma_groups(gpu, rows, tile_rows, cols, n, pick)
             max_stages = int(HOPPER.stages(smem_per_block=gpu.smem_per_block, block_m=tile_rows, N=n, staging=0))
             panels = stream_k_plan(tiles, k_iters, gpu.sm_count).busiest_iters           # K tiles a CTA loads
             for stages, group_m in itertools.product(range(2, min(max_stages, max(2, panels)) + 1), groups):
@@ -315,7 +320,7 @@ def _wgmma_space(p: GemmProblem, gpu: GPUModel, pick: Schedule, operands, rows: 
                 (split_k, reduction) != (pick.split_k, pick.split_reduction):
             continue                       # as hopper.py's split_candidates: a workspace only under two waves of tiles
         units = tiles * split_k                                                    # tiles x K slices
-        groups = _group_options(rows, tile_rows, cols, n, WGMMA_GROUP_M + (pick.group_m, _raster(gpu, rows, tile_rows, cols, n)))
+        groups = _wgmma_groups(gpu, rows, tile_rows, cols, n, pick)
         for epilogue in epilogues(p, operands, split_k, n):
             max_stages = int(HOPPER.stages(smem_per_block=gpu.smem_per_block, block_m=tile_rows, N=n,
                                            staging=staging_bytes(wgs, epilogue)))
@@ -340,7 +345,7 @@ def pingpong_space(p: GemmProblem, gpu: GPUModel, operands, k_iters: int, pick: 
     for slabs, n in pingpong_tiles(p, gpu, operands, n_max):
         tile_rows = WGMMA_M * slabs
         units = cdiv(rows, tile_rows) * cdiv(cols, n)
-        groups = _group_options(rows, tile_rows, cols, n, WGMMA_GROUP_M + (pick.group_m, _raster(gpu, rows, tile_rows, cols, n)))
+        groups = _wgmma_groups(gpu, rows, tile_rows, cols, n, pick)
         for epilogue in epilogues(p, operands, 1, n):
             max_stages = int(HOPPER.stages(smem_per_block=gpu.smem_per_block, block_m=tile_rows, N=n,
                                            staging=staging_bytes(2, epilogue)))
