@@ -272,8 +272,8 @@ def test_measured_peak_is_the_arena_plus_the_listed_outside(case_name):
 def test_the_efficient_attention_backward_counts_its_cuda_workspace():
     """ATen's memory-efficient attention backward allocates a workspace inside the call its meta kernel
     does not: gq = ceil(M/I) ceil(D/J) (I J + 4) floats per (b, h) (FP32 at D <= 64: 64x64 blocks; 16-bit
-    at D <= 128: 128x128), measured on an H200 at B*H = 128, M = N = 16: FP32 D = 32 2,099,200 bytes,
-    BF16 D = 128 8,390,656.  The chunked-loss GPU test's step (B 128, H 4, T 16, D 8) peaked 9,000 KiB
+    at D <= 128: 128x128), measured on an H100 at B*H = 128, M = N = 16
+    (bench/results/h100-2026-12-06/mem-eff-attention-allocs): FP32 D = 32 2,099,200 bytes, BF16 D = 128 8,390,656.  The chunked-loss GPU test's step (B 128, H 4, T 16, D 8) peaked 9,000 KiB
     above its allocations in each attention backward (bench/results/h100-2026-12-06/run84-h100/
     chunked_loss_memory.txt): its gradients, delta and this workspace."""
     from nova.compiler.outside_arena import efficient_attention_backward_scratch

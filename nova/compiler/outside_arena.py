@@ -222,7 +222,8 @@ def efficient_attention_backward_scratch(grad_out, query, key, value, *rest) -> 
     """Bytes ``aten._scaled_dot_product_efficient_attention_backward`` allocates on CUDA inside the call
     besides its three gradients (which the meta run holds): PyTorch's memory-efficient (CUTLASS)
     backward, ``attention_backward.cu`` and ``mem_eff_attention/kernel_backward.h`` (torch 2.11; each
-    case measured on an H200, bench/results/h100-2026-12-06/run84-h100/chunked_loss_memory.txt is one).
+    case measured on an H100: bench/results/h100-2026-12-06/mem-eff-attention-allocs/allocations.txt, 25
+    shapes and dtypes, and run84-h100/chunked_loss_memory.txt).
 
     With B, H, M, N, D, Dv the batch, heads, query and key lengths and head sizes, the kernel's blocks
     I x J: FP32 64x64 for D <= 64, else 128x64; 16-bit 64x64 for D <= 64, 128x128 for D <= 128, else
