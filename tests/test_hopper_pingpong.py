@@ -184,8 +184,8 @@ def test_pingpong_mlir_has_the_ordering_and_one_warpgroup_per_slot(env):
     assert "gpu.shuffle idx %wu_i32, %c0_i32, %c32_i32" in text        # the warpgroup index, warp-uniform
     assert ", %c4, predicate = %is_t0" in text                          # empty[s]: one warpgroup's 4 warps
     assert text.count('"nvvm.wgmma.mma_async"') == 2 * (64 // 16)     # 2 slabs x 4 k-steps per K tile
-    coop = configure(GemmProblem(1000, 999, 1001, "fp16", bias=True, activation="gelu"), "h200").schedule
-    assert "order_mine" not in build_hopper_module(p, coop)
+    coop = wgmma_schedule(p, H200, operand_plan(p), 2, 128, 1, ring_depth(H200, 128, 128), 8)   # cooperative
+    assert coop.consumers == "cooperative" and "order_mine" not in build_hopper_module(p, coop)
 
 
 def test_codegen_refuses_pingpong_where_the_walk_does_not_fit(env):

@@ -377,8 +377,9 @@ def test_precompile_key_equals_runtime_key_on_h200(tmp_path, monkeypatch, fake_g
     monkeypatch.setenv("NOVA_CACHE_DIR", str(tmp_path / "carried"))
 
     def hopper_artifact(p, s, t):                             # the H200's schedule is a Hopper one
-        art = make_artifact(cubin=None, params=("tmap_a", "tmap_b", "C"))
+        art = make_artifact(cubin=None, params=("tmap_a", "tmap_b", "tmap_c" if s.hopper.tma_store else "C"))
         art.meta["prep_kernels"] = {}
+        art.meta["problem"] = p.to_dict()                     # C's shape, which a TMA store of C needs
         return art
     monkeypatch.setattr(gemm_family, "compile_artifact", hopper_artifact)
     assert main(["precompile", "gemm", "--shapes", "200x300x400", "--target", "h200", "--dtype", "tf32"]) == 0

@@ -128,7 +128,8 @@ from nova.kernels.gemm.hopper import PREP_THREADS, PREP_TILE  # the prep pass's 
 from nova.kernels.gemm.hopper import (PINGPONG_ORDER_BARRIER, PINGPONG_SLABS, STAGING_BUFFERS,  # rules the
                                       STAGING_STEP_BYTES, atomic_split_blocker, c_box,     # schedule must follow
                                       cluster_blocker, cluster_extents, cluster_units, output_vector,
-                                      pingpong_blocker, staging_bytes, tma_store_blocker)
+                                      pingpong_blocker, staging_bytes, tma_store_blocker,
+                                      workspace_vector)
 from nova.kernels.gemm.problem import GemmProblem
 from nova.kernels.gemm.schedule import CONSUMER_SCHEDULES, EPILOGUES, SPLIT_REDUCTIONS, OperandPrep, Schedule
 
@@ -1077,7 +1078,7 @@ class _HopperKernel:
         else:   # C[m = j, n = i]: accumulators (h=0, h=1) of one column are C[m, n], C[m, n + 1]
             pairs = lambda jj: [((ir.add(col0, 8 * jj + d, "out_row"), rows_i[0]), (4 * jj + d, 4 * jj + 2 + d))
                                 for d in (0, 1)]
-        pair_ok = p.N % 2 == 0 if self.partial else self.s.vector_c >= 2
+        pair_ok = (workspace_vector(p, self.swap) if self.partial else self.s.vector_c) >= 2
 
         first = ir.cmp("eq", self.kslice, 0, "first_slice") if self.kslice is not None else None
         if self.partial:
@@ -1089,7 +1090,7 @@ class _HopperKernel:
         if self.s.vector_c == 4 and not self.partial:
             self.store_quads(rows_i, col0, values)
             return
-        if self.partial and not self.swap and p.N % 4 == 0 and self.tile_j % 16 == 0:
+        if self.partial and workspace_vector(p, self.swap) == 4 and self.tile_j % 16 == 0:
             self.store_partial_quads(rows_i, col0, values, slice_rows)
             return
         # the bias and R of EPILOGUE_PREFETCH_BLOCKS column blocks loaded before any of their stores: C

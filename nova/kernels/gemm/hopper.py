@@ -123,6 +123,9 @@ PREP_SERIAL_LOADS = PREP_TILE * PREP_TILE // PREP_THREADS   # loads a plain (pad
 # 8 KB step at a time (a 64 x 128 B box of C, or two 32 x 128 B boxes swapped), 128-byte swizzled,
 # double-buffered: one step is written while the TMA store of the previous one reads its buffer.
 STAGING_BUFFERS = 2
+# A register-epilogue store instruction that writes part of a 32-byte sector (``store_sectors``: single
+# stores, 16-bit pairs, quads off the sector) costs the SM's L2 port this many clocks on top of its bytes.
+PARTIAL_SECTOR_CLK = 3.9       # [FIT] placeholder
 STAGING_STEP_BYTES = WGMMA_M * SWIZZLE
 STAGING_STEP_CLK = 64          # [EST] per step and warpgroup: the proxy fence, two 128-thread named barriers,
                                # the elected thread's TMA issue, commit and wait
@@ -302,8 +305,49 @@ def _output_vector(p: GemmProblem, swap: bool, split: int, reduction: str, epilo
     return 2 if p.N % 2 == 0 else 1
 
 
+@functools.lru_cache(maxsize=None)
+def store_sectors(out_bytes: int, pitch: int, swap: bool, vector: int) -> tuple[float, float]:
+    """(whole, partial) 32-byte sectors the register epilogue writes per element of C: one store
+    instruction writes, per row of C it touches, a run of ``span`` elements (4 lanes x 2 columns not
+    swapped, 16 with quads; 8 lanes x 2 rows swapped), all of it with pairs and quads, every other
+    element with single stores (two instructions a run).  A sector is whole when one instruction
+    writes all its 32 bytes, else partial.  Counted exactly over the rows' byte offsets mod 32 (row r
+    starts at r x ``pitch`` elements) and the runs' origins (multiples of ``span``): single stores
+    write only partial sectors, 16-bit pairs half sectors, quads whole ones where the row's bytes sit
+    on the sector."""
+    span = 16 if swap or vector == 4 else 8
+    step = 1 if vector >= 2 else 2
+    whole = partial = elements = 0
+    for row in range(32):
+        for run in range(32 // math.gcd(32, span * out_bytes)):
+            origin = out_bytes * (row * pitch + run * span)
+            for first in range(step):                      # one instruction each
+                written: dict[int, int] = {}
+                for e in range(first, span, step):
+                    for b in range(out_bytes):
+                        sector = (origin + out_bytes * e + b) // 32
+                        written[sector] = written.get(sector, 0) + 1
+                whole += sum(1 for n in written.values() if n == 32)
+                partial += sum(1 for n in written.values() if n < 32)
+                elements += len(range(first, span, step))
+    return whole / elements, partial / elements
+
+
+def partial_store_time(gpu, stored: int, out_bytes: int, pitch: int, swap: bool, vector: int) -> float:
+    """Seconds an SM's L2 port spends on the partial sectors of ``stored`` register-epilogue elements:
+    ``store_sectors``' partial writes per element x PARTIAL_SECTOR_CLK.  Their bytes count with the
+    whole sectors' in ``epilogue_time``'s bandwidth term."""
+    return stored * store_sectors(out_bytes, pitch, swap, vector)[1] * PARTIAL_SECTOR_CLK / gpu.clock_hz
+
+
+def workspace_vector(p: GemmProblem, swap: bool) -> int:
+    """Elements per store of a split-K slice's FP32 partials into its workspace (rows of N): 4 after a
+    lane exchange when N % 4 == 0 not swapped (``store_partial_quads``), else a pair when N is even."""
+    return 4 if not swap and p.N % 4 == 0 else (2 if p.N % 2 == 0 else 1)
+
+
 def epilogue_time(p: GemmProblem, gpu, block_m: int, block_n: int, units: int, split: int = 1, *,
-                  rows: int, cols: int, reduction: str = "atomic") -> float:
+                  rows: int, cols: int, reduction: str = "atomic", swap: bool = False) -> float:
     """Seconds the busiest SM spends storing its tiles from registers, not overlapped with the main
     loop (the consumers run the epilogue between tiles): ceil(units / SMs) x the tile's stored
     elements (block_m x block_n, clipped to the ``rows`` x ``cols`` of C in the tile's coordinates)
@@ -312,13 +356,21 @@ def epilogue_time(p: GemmProblem, gpu, block_m: int, block_n: int, units: int, s
     traffic in 2 x the accesses; into a split-K workspace each element is a plain 4-byte FP32 store.
     A residual R is read and a pre-activation P written beside C (``c_like_operands`` matrices a
     tile); under atomic split-K only slice 0 reads R (1/split of a read per element and slice); through
-    a workspace the reduction kernel reads R and writes P (``split_time``)."""
+    a workspace the reduction kernel reads R and writes P (``split_time``).  The stores that write part
+    of a sector cost ``partial_store_time`` on top: C's (and P's) without split-K, the partials' into
+    a workspace (``swap``: the tile's rows are C's columns)."""
     per_sm_bw = gpu.l2_bw / gpu.sm_count
     element_bytes, factor = p.out_bytes, p.c_like_operands
     if split > 1:
         element_bytes, factor = 4, (4 + p.residual / split if reduction == "atomic" else 1)
     stored = min(block_m, rows) * min(block_n, cols)          # a tile wider than C stores only C's part
-    return math.ceil(units / gpu.sm_count) * stored * element_bytes * factor / per_sm_bw
+    t_tile = stored * element_bytes * factor / per_sm_bw
+    if split == 1:
+        t_tile += stored_outputs(p) * partial_store_time(gpu, stored, p.out_bytes, p.N, swap,
+                                                         output_vector(p, swap, split))
+    elif reduction == "workspace":
+        t_tile += partial_store_time(gpu, stored, 4, p.N, swap, workspace_vector(p, swap))
+    return math.ceil(units / gpu.sm_count) * t_tile
 
 
 def epilogue_ops(p: GemmProblem) -> int:
@@ -660,7 +712,8 @@ def epilogue_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int, operan
             t_epilogue, overlapped = tma_store_time(p, gpu, block_i, n, paced, rows=I, cols=J)
             t_l2 += overlapped
         else:
-            t_epilogue = epilogue_time(p, gpu, block_i, n, paced, split, rows=I, cols=J, reduction=reduction)
+            t_epilogue = epilogue_time(p, gpu, block_i, n, paced, split, rows=I, cols=J, reduction=reduction,
+                                       swap=operands.swap)
         t_ring = ring_time(p, gpu, paced, ktiles, split, depth)
         dram_bound = shared["dram"] >= max(main["mma"], t_l2, t_ring)
         t_fill = fill_time(p, gpu, block_i, n, units, dram_bound=dram_bound)
@@ -789,7 +842,7 @@ def pingpong_terms(p: GemmProblem, gpu, slabs: int, n: int, operands: OperandPla
             if main["smem_cap"] < 1:
                 t_mma += per_sm * stored_outputs(p) * block_i * n * p.out_bytes / (gpu.smem_bytes_per_clk_sm * clock)
         else:                                               # the stores leave through the SM's L2 port too
-            e_unit = epilogue_time(p, gpu, block_i, n, gpu.sm_count, rows=I, cols=J)
+            e_unit = epilogue_time(p, gpu, block_i, n, gpu.sm_count, rows=I, cols=J, swap=operands.swap)
             t_l2 += per_sm * min(block_i, I) * min(n, J) * p.out_bytes * p.c_like_operands / (gpu.l2_bw / gpu.sm_count)
         t_mma *= main["smem_cap"] / min(main["smem_cap"], PINGPONG_KLOOP_TENSOR)   # one warpgroup's chain at a time
         t_ring = ring_time(p, gpu, units, ktiles, 1, depth)
@@ -1498,6 +1551,21 @@ def tile_and_split(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int,
     return (wgs, n, split, reduction, tiles, epilogue), steps
 
 
+def partial_sectors_text(p: GemmProblem, swap: bool, split: int, reduction: str) -> str:
+    """The register epilogue's partial sector writes per element, as the epilogue step states them."""
+    if split == 1:
+        what, size, pitch_vector = "C", p.out_bytes, output_vector(p, swap, split)
+    elif reduction == "workspace":
+        what, size, pitch_vector = "the FP32 partials", 4, workspace_vector(p, swap)
+    else:
+        return ""
+    partial = store_sectors(size, p.N, swap, pitch_vector)[1]
+    if not partial:
+        return ""
+    return (f" ({what} {pitch_vector} element(s) a store on rows of {p.N}: {partial:.3f} partial 32-byte sectors "
+            f"an element, {PARTIAL_SECTOR_CLK:g} clocks each on the SM's L2 port)")
+
+
 def epilogue_step(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int, split: int,
                   reduction: str) -> tuple[str, Step]:
     """Step 9: registers or the TMA store, whichever the model predicts faster for the chosen tile
@@ -1506,8 +1574,8 @@ def epilogue_step(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int, 
     if reduction == "stream_k":
         blocker = "stream-K keeps the register epilogue (a segment stores C or an FP32 partial tile)"
     if blocker:
-        return "registers", note("epilogue", "registers", f"predicated stores from the accumulators between tiles; "
-                                 f"no TMA store: {blocker}")
+        return "registers", note("epilogue", "registers", f"predicated stores from the accumulators between tiles"
+                                 f"{partial_sectors_text(p, operands.swap, split, reduction)}; no TMA store: {blocker}")
     epilogue, terms = best_epilogue(p, gpu, operands, wgs, n, split, reduction)
     reg, tma = terms["registers"], terms["tma_store"]
     box = c_box(p, operands.swap)
@@ -1521,7 +1589,8 @@ def epilogue_step(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int, 
            f"{stages['tma_store']} stages: ring bound {tma['ring'] * 1e6:.1f} us) vs registers "
            f"{total_time(reg) * 1e6:.1f} us (epilogue {reg['epilogue'] * 1e6:.1f} us, {stages['registers']} stages)")
     if epilogue == "registers":
-        why = "registers: the TMA store does not pay here. " + why
+        why = ("registers: the TMA store does not pay here"
+               f"{partial_sectors_text(p, operands.swap, split, reduction)}. " + why)
     return epilogue, note("epilogue", "TMA store" if epilogue == "tma_store" else "registers", why)
 
 
