@@ -76,3 +76,35 @@ def test_epilogue_step_states_the_partial_sectors():
     assert any(step.step == "epilogue" and "0.344 partial 32-byte sectors" in step.reason for step in cfg.derivation)
     aligned = configure(GemmProblem(7616, 8000, 6464, "bf16", trans_b=True), "h100")
     assert not any("partial 32-byte" in step.reason for step in aligned.derivation)
+
+
+def test_no_pingpong_where_the_register_epilogue_stores_partial_sectors():
+    """Rows of C off the sector with no TMA store: the ping-pong tiles are not candidates (measured
+    1.2-2.1x their model), and forcing them names why in one line."""
+    from nova.kernels.gemm.hopper import operand_plan, pingpong_epilogues, registers_store_partial
+    from nova.options import Options
+    odd = GemmProblem(7614, 7959, 6463, "bf16", trans_b=True)
+    assert registers_store_partial(odd, False) and pingpong_epilogues(odd, operand_plan(odd), 128) == ()
+    assert configure(odd, "h100").schedule.consumers == "cooperative"
+    aligned = GemmProblem(7616, 8000, 6464, "bf16", trans_b=True)
+    assert pingpong_epilogues(aligned, operand_plan(aligned), 128) == ("tma_store",)
+    cfg = configure(odd, "h100", options=Options(pingpong=True))            # asked for: the registers
+    assert cfg.schedule.consumers == "pingpong" and cfg.schedule.hopper.epilogue == "registers"
+    from nova.kernels.gemm.hopper import pingpong_step
+    gpu = get_target("h100")
+    plain = configure(odd, gpu).schedule
+    hopper.EXPLAIN_PINGPONG_ALWAYS, saved = True, hopper.EXPLAIN_PINGPONG_ALWAYS
+    try:
+        _, step = pingpong_step(odd, gpu, plain.hopper.operands, 256, plain, Options())
+    finally:
+        hopper.EXPLAIN_PINGPONG_ALWAYS = saved
+    assert step.value == "cooperative" and "partial-sector stores do not leave" in step.reason
+
+
+def test_stream_k_prices_its_partial_stores():
+    gpu = get_target("h100")
+    from nova.kernels.gemm.hopper import stream_k_terms, operand_plan
+    odd, even = GemmProblem(1266, 1383, 1278, "tf32"), GemmProblem(1266, 1384, 1278, "tf32")
+    t_odd = stream_k_terms(odd, gpu, 128, 128, operand_plan(odd))["epilogue"]
+    t_even = stream_k_terms(even, gpu, 128, 128, operand_plan(even))["epilogue"]
+    assert t_odd > 2 * t_even

@@ -597,6 +597,10 @@ def stream_k_terms(p: GemmProblem, gpu, block_i: int, n: int, operands: OperandP
     stored = min(block_i, I) * min(n, J)
     per_sm_bw = gpu.l2_bw / gpu.sm_count
     t_epilogue = (cdiv(plan.dp_tiles, plan.ctas) * stored * p.out_bytes + plan.max_cta_segments * stored * 4) / per_sm_bw
+    t_epilogue += (cdiv(plan.dp_tiles, plan.ctas) * partial_store_time(gpu, stored, p.out_bytes, p.N, operands.swap,
+                                                                       output_vector(p, operands.swap, 1))
+                   + plan.max_cta_segments * partial_store_time(gpu, stored, 4, p.N, operands.swap,
+                                                                workspace_vector(p, operands.swap)))
     tile_elems = p.M * p.N / tiles                          # C's elements per tile, ragged ones averaged
     partials = plan.partial_segments * tile_elems * 4
     t_split = (partials / (gpu.l2_bw if partials <= gpu.l2_bytes / 2 else gpu.dram_bw)
@@ -734,6 +738,8 @@ pingpong_reasons = {
                 "tile, written for the cooperative walk (one consumer set per slot)"),
     "persistent": "not with one CTA per work unit: the second warpgroup would have no tile to overlap",
     "warpgroups": "needs 2 consumer warpgroups (one computes while the other stores)",
+    "partial": ("not with C's rows off the 32-byte sector and no TMA store: one warpgroup's partial-sector "
+                "stores do not leave under the other's K loop (measured 1.2-2.1x the model)"),
 }
 
 
@@ -857,15 +863,17 @@ def pingpong_terms(p: GemmProblem, gpu, slabs: int, n: int, operands: OperandPla
     return out
 
 
-def pingpong_candidates(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, min_units: int = 2) -> list[tuple]:
+def pingpong_candidates(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, min_units: int = 2,
+                        forced: bool = False) -> list[tuple]:
     """Every ping-pong (slabs, N, epilogue) with its terms: ``(predicted s + contention, mma + L2 + DRAM s,
     -slabs, -N, epilogue, terms)``, fastest first (then the most slack, the larger tile); only tiles that give the
     busiest CTA at least ``min_units`` units (with one, the second warpgroup has nothing to overlap:
     the kernel is a one-warpgroup tile, which the cooperative candidates already price).  The TMA store
-    where C admits it (``pingpong_epilogues``)."""
+    where C admits it (``pingpong_epilogues``; ``forced``: NOVA_PINGPONG asks, so partial stores too)."""
     out = []
     for slabs, n in pingpong_tiles(p, gpu, operands, n_max):
-        for epilogue, t in pingpong_terms(p, gpu, slabs, n, operands, pingpong_epilogues(p, operands, n)).items():
+        kinds = pingpong_epilogues(p, operands, n, forced)
+        for epilogue, t in pingpong_terms(p, gpu, slabs, n, operands, kinds).items():
             if t["units_per_sm"] < min_units:
                 continue
             out.append((round(total_time(t) + contention(t), 12), t["mma"] + t["l2"] + t["dram"], -slabs, -n,
@@ -873,14 +881,25 @@ def pingpong_candidates(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, 
     return sorted(out, key=lambda c: c[:5])
 
 
-def pingpong_epilogues(p: GemmProblem, operands: OperandPlan, n: int) -> tuple[str, ...]:
+def pingpong_epilogues(p: GemmProblem, operands: OperandPlan, n: int, forced: bool = False) -> tuple[str, ...]:
     """A ping-pong tile's epilogue: the TMA store unless C cannot take it (then the registers).  Measured
     (bench/results/h200-2026-12-01/d/call6 and call7, the same 128x128 tiles): with the register epilogue the short-K forwards run
     at 0.72-0.90 of their TMA-store speed (TF32 16384x1536x512 211 vs 293 TFLOP/s), though the model,
     seeing both hidden under the other warpgroup's K loop, prefers the registers' deeper ring (7
-    stages vs 5): a warpgroup's 64 KB of st.global per unit evidently does not leave in its shadow."""
+    stages vs 5): a warpgroup's 64 KB of st.global per unit evidently does not leave in its shadow.
+    Nor do partial-sector stores (``store_sectors``): with the register epilogue on rows of C that
+    force them, the ping-pong tiles ran 1.2-2.1x their model and 1.3-1.9x the cooperative tile
+    (bench/results/h100-2026-12-06/run88-h100, odd_large.txt): no ping-pong epilogue then, unless
+    ``forced`` (NOVA_PINGPONG asks for ping-pong consumers: the registers)."""
     kinds = epilogues(p, operands, 1, n)
-    return ("tma_store",) if "tma_store" in kinds else kinds
+    if "tma_store" in kinds:
+        return ("tma_store",)
+    return () if registers_store_partial(p, operands.swap) and not forced else kinds
+
+
+def registers_store_partial(p: GemmProblem, swap: bool) -> bool:
+    """Whether the register epilogue (no split-K) writes part of some 32-byte sector of C."""
+    return store_sectors(p.out_bytes, p.N, swap, output_vector(p, swap, 1))[1] > 0
 
 
 def pingpong_step(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, s: Schedule,
@@ -904,13 +923,16 @@ def pingpong_step(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, s: Sch
         blocker = "not considered while NOVA_CLUSTER or NOVA_STREAM_K=1 forces a walk of its own"
     else:
         blocker = None
-    candidates = [] if blocker else pingpong_candidates(p, gpu, operands, n_max, 1 if forced else 2)
+    candidates = [] if blocker else pingpong_candidates(p, gpu, operands, n_max, 1 if forced else 2, bool(forced))
     if isinstance(forced, tuple) and not blocker:       # NOVA_PINGPONG=ROWSxN: that warpgroup tile only
         candidates = [c for c in candidates if (-c[2], -c[3]) == forced]
         if not candidates:
             blocker = (f"not possible on a {WGMMA_M * forced[0]}x{forced[1]} warpgroup tile: the tiles its registers "
                        f"and extents allow are " + (", ".join(f"{WGMMA_M * k}x{n}" for k, n in
                                                               pingpong_tiles(p, gpu, operands, n_max)) or "none"))
+    if not candidates and not blocker and not any(pingpong_epilogues(p, operands, n)
+                                                  for _, n in pingpong_tiles(p, gpu, operands, n_max)):
+        blocker = pingpong_reasons["partial"]
     if not candidates and not blocker:
         blocker = ("not possible: no warpgroup tile both fits the registers and gives a CTA two units to "
                    "alternate" if pingpong_tiles(p, gpu, operands, n_max) else
