@@ -286,3 +286,28 @@ def test_a_real_script_under_a_budget_offloads_and_trains_like_eager(monkeypatch
     assert program.stats["host_bytes"] > 0 and program.stats["peak_bytes"] < peak
     for p, q in zip(models[0].parameters(), models[1].parameters()):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_the_default_policy_offloads_what_hides_and_runs_like_the_fastest_plan():
+    """Without a budget the memory policy tries the offload after the loss chunks and before the
+    recomputation: taken where its price (the plan's, plus the copies' waits and traffic) is within
+    the allowance, refused at an allowance of nothing; the plan runs like the fastest one."""
+    from nova.passes.memory_policy import MemoryPolicy
+    graph, inputs = _step()
+    base = pipeline(graph)
+    want = run_planned(base, [t.clone() for t in inputs])
+    planned = pipeline(graph, memory_policy=MemoryPolicy(0.5, lambda planned: 1e6), host_offload=slow_groups)
+    trials = [t for t in planned.policy.trials if t.saving.startswith("host offload")]
+    assert len(trials) == 1 and trials[0].decision == "taken" and trials[0].freed_bytes > 0
+    assert trials[0].cost_us == pytest.approx(host.cost_us(planned, GPU, slow_groups(planned),
+                                                           host.check(planned, GPU, slow_groups(planned))), abs=1e-3)
+    kinds = [t.saving.split(",")[0].split(" ")[0] for t in planned.policy.trials if t.decision != "not tried"]
+    assert "recompute" not in kinds[:kinds.index("host")]          # the offload before any recomputation
+    assert planned.memory.host_bytes > 0 and planned.memory.peak_bytes < base.memory.peak_bytes
+    validate_memory_plan(planned.graph, planned.groups, planned.memory)
+    _close(run_planned(planned, [t.clone() for t in inputs]), want)
+    nothing = pipeline(graph, memory_policy=MemoryPolicy(0.0, lambda planned: 1e6), host_offload=slow_groups)
+    assert [t.decision for t in nothing.policy.trials if t.saving.startswith("host offload")] == ["refused"]
+    assert nothing.memory.host_bytes == 0
+    plain = pipeline(graph, memory_policy=MemoryPolicy(0.5, lambda planned: 1e6))
+    assert not any(t.saving.startswith("host offload") for t in plain.policy.trials) and not plain.memory.host_bytes

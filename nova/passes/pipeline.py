@@ -131,7 +131,7 @@ def pipeline(graph: Graph, target=None, kernels: KernelSwitch | None = None, *,
     with memoized():                  # the trials plan, size and price the same GEMMs again and again
         default = planned
         if memory_policy is not None:
-            default = lean_plan(planned, memory_policy, replanner("memory_policy"), target)
+            default = lean_plan(planned, memory_policy, replanner("memory_policy"), target, host_offload)
         if memory_budget is None:
             return default
         return fit_budget(planned, memory_budget, target, replanner("memory_budget"), default, host_offload)
