@@ -96,9 +96,9 @@ F = formulas("""
     t_bandwidth = 1000000.0 * bytes / (dram_bw * eta_dram)
     t_latency = 0.001 * mem_latency_ns * trips * ceil(grid / (blocks_per_sm * sm_count))
     t_fma = 1000000.0 * K * N * (converts + m) / fma_rate
-    warps_per_scheduler = threads * blocks_per_sm / (32 * warp_schedulers_per_sm)
+    warps_per_scheduler = blocks_per_sm * threads / (32 * warp_schedulers_per_sm)
     t_exposed = fma_exposed_warps * t_fma / warps_per_scheduler
-    t_kernel = t_launch + Max(t_bandwidth, t_fma, t_latency) + t_exposed
+    t_kernel = t_exposed + t_launch + Max(t_bandwidth, t_fma, t_latency)
     reduce_groups = Max(1, Min(splits, floor(threads / (columns * m))))
     splits_tail = Max(1, Min(wave, floor(reduce_unroll * Max(1, floor(threads / (columns * m)))
                                          / ceil(m * columns / threads))))
