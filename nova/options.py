@@ -194,9 +194,10 @@ TABLE: tuple[Option, ...] = (
            "step slower than the fastest plan, together (`lean`: 0.5 %, below what a benchmark resolves); "
            "`fast`: none, the fastest plan (docs/memory.md); part of the plan cache's key", False),
     Option("host_offload", "NOVA_HOST_OFFLOAD", BOOL, True,
-           "under a memory budget, saved activations may be copied to page-locked host memory and back on "
-           "the copy engines where the step-time model predicts the copies hidden behind the kernels "
-           "(docs/memory.md#host-offload); 0: never; part of the plan cache's key", False),
+           "saved activations may be copied to page-locked host memory and back on the copy engines where the "
+           "step-time model predicts the copies hidden behind the kernels: under a memory budget, and by the "
+           "default memory policy within its allowance (docs/memory.md#host-offload); 0: never; part of the "
+           "plan cache's key", False),
 )
 BY_VARIABLE = {o.variable: o for o in TABLE}
 

@@ -123,12 +123,14 @@ PREP_SERIAL_LOADS = PREP_TILE * PREP_TILE // PREP_THREADS   # loads a plain (pad
 # 8 KB step at a time (a 64 x 128 B box of C, or two 32 x 128 B boxes swapped), 128-byte swizzled,
 # double-buffered: one step is written while the TMA store of the previous one reads its buffer.
 STAGING_BUFFERS = 2
-# A register-epilogue store instruction that writes part of a 32-byte sector (``store_sectors``: single
-# stores, 16-bit pairs, quads off the sector) costs the SM's L2 port this many clocks on top of its bytes.
-PARTIAL_SECTOR_CLK = 3.9       # [FIT] placeholder
 STAGING_STEP_BYTES = WGMMA_M * SWIZZLE
 STAGING_STEP_CLK = 64          # [EST] per step and warpgroup: the proxy fence, two 128-thread named barriers,
                                # the elected thread's TMA issue, commit and wait
+# A register-epilogue store instruction that writes part of a 32-byte sector (``store_sectors``: single
+# stores, 16-bit pairs, quads off the sector) costs the SM's L2 port this many clocks on top of its bytes.
+PARTIAL_SECTOR_CLK = 3.9       # [FIT] on run 87's one same-tile pair: 7614x7959 against 7616x8000 NT bf16, both
+                               # 192x192, main kernels 1297.0 and 1006.6 us; the calibrated difference set to the
+                               # measured 290.4 us (bench/results/h100-2026-12-06/run87-h100)
 # The epilogue's arithmetic (``arith_time``): each element's activation (or the activation's backward at R),
 # computed by the consumers' 8 warps an SM, whose dependent chains (ex2, div.full, FMAs) issue well under an
 # instruction a cycle a scheduler.  Exposed under either consumer schedule: ping-pong and
