@@ -278,9 +278,7 @@ def _offload_and_recompute(current, budget: int, gpu, plan_graph, report, host_o
                 report.classes, chosen = [], []
                 if trial.memory.peak_bytes > budget:
                     trial, chosen = _rematerialize(trial, budget, gpu, plan_graph, report)
-                times = host_offload(trial)
-                placed = host.check(trial, gpu, times)
-                offload_us = host.cost_us(trial, gpu, times, placed)
+                placed, offload_us = host.priced(trial, gpu, host_offload)
                 ways.append((trial, picked, chosen, placed, offload_us, list(report.classes)))
     report.classes, chosen = [], []
     if current.memory.peak_bytes > budget:

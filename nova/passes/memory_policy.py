@@ -183,15 +183,14 @@ def lean_plan(planned, policy: MemoryPolicy, plan_graph, target, host_offload=No
 
 
 def _offload_trial(current, gpu, group_times, plan_graph, judge) -> None:
-    """Step 3: every value ``offload.choose`` finds hidden at ``current``'s peak, judged as one saving."""
+    """Step 2: every value ``offload.choose`` finds hidden at ``current``'s peak, judged as one saving."""
     from nova.passes import offload as host
     from nova.passes.peak import format_size
     picked = host.choose(current, gpu, group_times, current.memory.peak_bytes)
     if not picked:
         return
     trial = plan_graph(host.offload(current, picked)[0])
-    times = group_times(trial)
-    extra = host.cost_us(trial, gpu, times, host.check(trial, gpu, times))
+    _, extra = host.priced(trial, gpu, group_times)
     names = sorted({o.name for o in picked})
     judge(trial, f"host offload of {len(picked)} value{'s' if len(picked) > 1 else ''} "
                  f"({format_size(sum(o.nbytes for o in picked))}: {', '.join(names)})", extra)

@@ -356,6 +356,14 @@ def cost_us(planned, gpu, times: list[float], placed: list[Offload]) -> float:
     return sum(o.stall_us for o in placed) + planned.memory.host_bytes * traffic_us_per_byte(planned, times, gpu)
 
 
+def priced(planned, gpu, group_times) -> tuple[list[Offload], float]:
+    """The offloads in ``planned`` placed on its own timeline (``check``, ``group_times(planned)``) and
+    their predicted cost (``cost_us``)."""
+    times = group_times(planned)
+    placed = check(planned, gpu, times)
+    return placed, cost_us(planned, gpu, times, placed)
+
+
 def classes(placed: list[Offload], chosen: list[Offload] = ()):
     """The offloaded values grouped by tensor class, with why (``budget.BudgetReport.classes``);
     ``chosen``: the decisions (``choose``), for what recomputing them would have cost."""

@@ -348,6 +348,18 @@ def workspace_vector(p: GemmProblem, swap: bool) -> int:
     return 4 if not swap and p.N % 4 == 0 else (2 if p.N % 2 == 0 else 1)
 
 
+def register_stores(p: GemmProblem, swap: bool, split: int, reduction: str) -> tuple[str, int, int] | None:
+    """What the register epilogue stores into rows of N and how: ``(what, element bytes, elements a
+    store)``: C (and P beside it) at ``output_vector`` without split-K, the FP32 partials at
+    ``workspace_vector`` into a split-K workspace; None under atomic split-K (its atomics are priced
+    as such).  ``epilogue_time`` prices its partial sectors, the epilogue step states them."""
+    if split == 1:
+        return "C", p.out_bytes, output_vector(p, swap, split)
+    if reduction == "workspace":
+        return "the FP32 partials", 4, workspace_vector(p, swap)
+    return None
+
+
 def epilogue_time(p: GemmProblem, gpu, block_m: int, block_n: int, units: int, split: int = 1, *,
                   rows: int, cols: int, reduction: str = "atomic", swap: bool = False) -> float:
     """Seconds the busiest SM spends storing its tiles from registers, not overlapped with the main
@@ -367,11 +379,11 @@ def epilogue_time(p: GemmProblem, gpu, block_m: int, block_n: int, units: int, s
         element_bytes, factor = 4, (4 + p.residual / split if reduction == "atomic" else 1)
     stored = min(block_m, rows) * min(block_n, cols)          # a tile wider than C stores only C's part
     t_tile = stored * element_bytes * factor / per_sm_bw
-    if split == 1:
-        t_tile += stored_outputs(p) * partial_store_time(gpu, stored, p.out_bytes, p.N, swap,
-                                                         output_vector(p, swap, split))
-    elif reduction == "workspace":
-        t_tile += partial_store_time(gpu, stored, 4, p.N, swap, workspace_vector(p, swap))
+    stores = register_stores(p, swap, split, reduction)
+    if stores:
+        _, size, vector = stores
+        matrices = stored_outputs(p) if split == 1 else 1                   # C and P, or the partials
+        t_tile += matrices * partial_store_time(gpu, stored, size, p.N, swap, vector)
     return math.ceil(units / gpu.sm_count) * t_tile
 
 
@@ -901,7 +913,8 @@ def pingpong_epilogues(p: GemmProblem, operands: OperandPlan, n: int, forced: bo
 
 def registers_store_partial(p: GemmProblem, swap: bool) -> bool:
     """Whether the register epilogue (no split-K) writes part of some 32-byte sector of C."""
-    return store_sectors(p.out_bytes, p.N, swap, output_vector(p, swap, 1))[1] > 0
+    _, size, vector = register_stores(p, swap, 1, "atomic")
+    return store_sectors(size, p.N, swap, vector)[1] > 0
 
 
 def pingpong_step(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, s: Schedule,
@@ -1576,17 +1589,16 @@ def tile_and_split(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int,
 
 
 def partial_sectors_text(p: GemmProblem, swap: bool, split: int, reduction: str) -> str:
-    """The register epilogue's partial sector writes per element, as the epilogue step states them."""
-    if split == 1:
-        what, size, pitch_vector = "C", p.out_bytes, output_vector(p, swap, split)
-    elif reduction == "workspace":
-        what, size, pitch_vector = "the FP32 partials", 4, workspace_vector(p, swap)
-    else:
+    """The register epilogue's partial sector writes per element (``register_stores``), as the epilogue
+    step states them."""
+    stores = register_stores(p, swap, split, reduction)
+    if not stores:
         return ""
-    partial = store_sectors(size, p.N, swap, pitch_vector)[1]
+    what, size, vector = stores
+    partial = store_sectors(size, p.N, swap, vector)[1]
     if not partial:
         return ""
-    return (f" ({what} {pitch_vector} element(s) a store on rows of {p.N}: {partial:.3f} partial 32-byte sectors "
+    return (f" ({what} {vector} element(s) a store on rows of {p.N}: {partial:.3f} partial 32-byte sectors "
             f"an element, {PARTIAL_SECTOR_CLK:g} clocks each on the SM's L2 port)")
 
 
