@@ -35,9 +35,47 @@ def test_stored_pingpong_eta_is_reproducible():
     eta, st = calibrate.fit_pingpong(str(ROOT / STORED["pingpong"]["results"]), "h200", held)
     assert eta == pytest.approx(STORED["constants"]["eta_tc_pingpong"]) and st["kernels"] == STORED["pingpong"]["kernels"]
     assert st["within_15pct"] == st["leave_one_out"]["within_15pct"] == 1.0
+    from types import SimpleNamespace
     from nova.hwmodel.calibration import constants_for
-    assert constants_for(STORED["constants"], False)["eta_tc"] == STORED["constants"]["eta_tc"]
-    assert constants_for(STORED["constants"], True)["eta_tc"] == STORED["constants"]["eta_tc_pingpong"]
+    cooperative, pingpong = (SimpleNamespace(pingpong=p, split_workspace=False) for p in (False, True))
+    assert constants_for(STORED["constants"], cooperative)["eta_tc"] == STORED["constants"]["eta_tc"]
+    assert constants_for(STORED["constants"], pingpong)["eta_tc"] == STORED["constants"]["eta_tc_pingpong"]
+
+
+H100 = json.loads((ROOT / "nova/hwmodel/calibration/h100.wgmma.json").read_text())
+
+
+def test_h100_heldout_constants_are_reproducible():
+    """The H100's constants fitted on held-out draws refit to their stored values from the draws they
+    name (``calibrate.fit_heldout``, the others held as they were: the first two before the split-K
+    one existed), and the split-K one also holds on the draw it was tested on, never fitted on: more of
+    its kernels within 15% than without it."""
+    d = "bench/results/h100-2026-12-06/"
+    first = [str(ROOT / d / r / "heldout_gemm.json") for r in ("run86-h100", "run88-h100")]
+    before_split = {k: v for k, v in H100["constants"].items() if k != "eta_split_workspace"}
+    for name in ("eta_dram_tiles", "eta_tc_pingpong"):
+        value, fitted = calibrate.fit_heldout(first, "h100", name, before_split)
+        assert value == pytest.approx(H100["constants"][name]), name
+    block = H100["eta_split_workspace"]
+    value, fitted = calibrate.fit_heldout([str(ROOT / f) for f in block["fit"]["results"]], "h100",
+                                          "eta_split_workspace", H100["constants"])
+    assert value == H100["constants"]["eta_split_workspace"] < 1 and fitted == {
+        k: block["fit"][k] for k in ("kernels", "before", "after")}
+    tested = calibrate.heldout_check([str(ROOT / f) for f in block["tested"]["results"]], "h100",
+                                     "eta_split_workspace", H100["constants"])
+    assert tested["after"]["within_15pct"] > tested["before"]["within_15pct"]
+
+
+def test_split_workspace_constant_applies_to_workspace_split_only():
+    """``eta_split_workspace`` divides the K loop's bound of a split-K kernel through a workspace, and
+    nothing else: the same terms priced for an atomic split and an unsplit kernel are unchanged."""
+    from types import SimpleNamespace
+    from nova.hwmodel.calibration import calibrated_time_us, constants_for
+    terms = {"mma": 100.0, "l2": 80.0, "dram": 50.0, "fill": 2.0, "epilogue": 3.0, "split": 4.0}
+    c = {k: v for k, v in H100["constants"].items() if not k.startswith("f_")}   # no power clock: s = 1
+    kinds = {name: SimpleNamespace(pingpong=False, split_workspace=ws) for name, ws in (("ws", True), ("other", False))}
+    ws, other = (calibrated_time_us(terms, 4, constants_for(c, s), 3) for s in kinds.values())
+    assert ws - other == pytest.approx(100.0 / c["eta_tc"] * (1 / c["eta_split_workspace"] - 1))
 
 
 def test_calibrations_are_self_contained_package_data(tmp_path):

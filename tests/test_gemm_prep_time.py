@@ -50,7 +50,7 @@ def test_every_prep_pass_is_a_launch_in_the_calibrated_time():
     cfg = configure(GemmProblem(23, 1387, 4873, "tf32"), GPU, kernel="tiles")
     s = cfg.schedule
     assert s.hopper.operands.a.prep and s.hopper.operands.b.prep and s.split_k > 1 and s.launches == 4
-    c = constants_for(load("h200", "wgmma")["constants"], s.pingpong)
+    c = constants_for(load("h200", "wgmma")["constants"], s)
     three = calibrated_time_us(cfg.prediction.terms_us, s.launch_split, c)
     assert cfg.calibrated_time_us == pytest.approx(three + c["t_launch_us"])
 

@@ -11,7 +11,7 @@ from nova.kernels.gemm.configure import configure
 from nova.hwmodel.calibration import clock_and_time, constants_for, load
 cal = load("h200", "wgmma")["constants"]
 def cal_us(c):
-    return float(clock_and_time(c.prediction.terms_us, c.schedule.launch_split, constants_for(cal, c.schedule.pingpong))[1])
+    return float(clock_and_time(c.prediction.terms_us, c.schedule.launch_split, constants_for(cal, c.schedule))[1])
 suite = json.load(open("bench/suites/train_gemms.json"))
 probs=[]
 for dt in ("bf16","tf32"):

@@ -178,6 +178,76 @@ def fit_pingpong(results_csv: str, preset: str, constants: dict) -> tuple[float,
     return eta, {"kernels": len(points), **stats(err(eta, points)), "leave_one_out": stats(loo)}
 
 
+def _dram_binds(cfg) -> bool:
+    """The model's DRAM term is the largest of the K loop's bounds (before any efficiency constant)."""
+    t = cfg.prediction.terms_us
+    return t.get("dram", 0) >= max(t.get("mma", 0), t.get("l2", 0), t.get("ring", 0))
+
+
+def _pingpong_tma_store(cfg) -> bool:
+    h = cfg.schedule.hopper
+    return cfg.schedule.pingpong and h is not None and h.tma_store
+
+
+HELDOUT_SELECT = {                      # the held-out tile kernels each Hopper constant is fitted on
+    "eta_dram_tiles": _dram_binds,
+    "eta_tc_pingpong": _pingpong_tma_store,
+    "eta_split_workspace": lambda cfg: cfg.schedule.split_workspace,
+}
+HELDOUT_GRID = {"eta_dram_tiles": (0.4, 0.99), "eta_tc_pingpong": (0.8, 1.99), "eta_split_workspace": (0.6, 1.2)}
+
+
+def heldout_points(results: list[str], preset: str, select) -> list[tuple]:
+    """The tile kernels of held-out GEMM draws (``nova.bench.heldout``'s JSON) that ``select(cfg)``
+    keeps, each as (schedule, terms, measured device us): the schedule the row measured
+    (``space.measured_config``) with today's terms, measured by its graph replay (``predictions``)."""
+    from nova.bench.heldout import HeldoutGemm
+    from nova.kernels.gemm.space import measured_config
+    points = []
+    for path in results:
+        for r in json.load(open(path))["rows"]:
+            if r.get("status") != "ok" or not r.get("predictions") or not r.get("schedule"):
+                continue
+            h = HeldoutGemm(index=r["index"], klass=r["klass"], layout=r["layout"], dtype=r["dtype"], odd=r["odd"],
+                            M=r["M"], N=r["N"], K=r["K"])
+            cfg = measured_config(h.problem(), preset, r["schedule"])
+            if cfg is not None and not cfg.skinny and select(cfg):
+                points.append((cfg.schedule, cfg.prediction.terms_us, float(r["predictions"][0][1])))
+    return points
+
+
+def heldout_errors(points: list[tuple], constants: dict) -> np.ndarray:
+    """Each held-out point's relative error (calibrated / measured - 1) under ``constants``."""
+    from nova.hwmodel.calibration import clock_and_time, constants_for
+    return np.array([clock_and_time(t, s.launch_split, constants_for(constants, s), s.launches)[1] / m - 1
+                     for s, t, m in points])
+
+
+def fit_heldout(results: list[str], preset: str, name: str, constants: dict) -> tuple[float, dict]:
+    """One Hopper constant ``name`` fitted on the held-out kernels ``HELDOUT_SELECT[name]`` keeps, the
+    other ``constants`` held: least squares on log(time) over ``HELDOUT_GRID[name]`` by 0.01 (the
+    calibrated time of each kernel's own schedule, ``constants_for``).  Returns it with the in-sample
+    errors (``stats``) without ``name`` and with it."""
+    points = heldout_points(results, preset, HELDOUT_SELECT[name])
+    if not points:
+        raise SystemExit(f"no held-out kernel in {', '.join(results)} selects {name}")
+    held = {k: v for k, v in constants.items() if k != name}
+    low, high = HELDOUT_GRID[name]
+    value = float(min(np.round(np.arange(low, high + 1e-9, 0.01), 2),
+                      key=lambda v: float(np.sum(np.log1p(heldout_errors(points, {**held, name: v})) ** 2))))
+    return value, {"kernels": len(points), "before": stats(heldout_errors(points, held)),
+                   "after": stats(heldout_errors(points, {**held, name: value}))}
+
+
+def heldout_check(results: list[str], preset: str, name: str, constants: dict) -> dict:
+    """``constants[name]`` tested on draws it was never fitted on: ``stats`` of the kernels
+    ``HELDOUT_SELECT[name]`` keeps there, without it and with it."""
+    points = heldout_points(results, preset, HELDOUT_SELECT[name])
+    held = {k: v for k, v in constants.items() if k != name}
+    return {"kernels": len(points), "before": stats(heldout_errors(points, held)),
+            "after": stats(heldout_errors(points, constants))}
+
+
 def row_clocks(rows, clocks_csv: str) -> list[float]:
     """Median SM clock (MHz) of the nvidia-smi samples inside each row's timing window (Nova's
     graph replay, ``nova_graph_window``, from v0.6d on; else the whole shape, ``t_start``..``t_end``,
@@ -219,9 +289,18 @@ def main(argv=None) -> int:
                          "f_sustained_mhz=F and f_max_mhz=F together switch on the power-limited clock")
     ap.add_argument("--clocks", default=None,
                     help="nvidia-smi samples (clocks.csv beside the results): show each row's median SM clock")
+    ap.add_argument("--heldout", default=None, choices=sorted(HELDOUT_SELECT), metavar="NAME",
+                    help="fit one Hopper constant (" + ", ".join(sorted(HELDOUT_SELECT)) + ") on held-out GEMM "
+                         "draws instead: --results is then a comma-separated list of heldout_gemm.json files, "
+                         "--preset required, the stored wgmma constants held")
+    ap.add_argument("--test", default=None,
+                    help="with --heldout: comma-separated held-out draws never fitted on, to test the value on")
     ap.add_argument("--write", action="store_true",
-                    help="write nova/hwmodel/calibration/<preset>.json (mma.sync) or <preset>.wgmma.json")
+                    help="write nova/hwmodel/calibration/<preset>.json (mma.sync) or <preset>.wgmma.json "
+                         "(with --heldout: that constant and its provenance into the stored wgmma calibration)")
     args = ap.parse_args(argv)
+    if args.heldout:
+        return heldout_main(args)
 
     from nova.hwmodel.calibration import CONSTANTS, path_for
     preset, env, rows, skipped = load_rows(args.results, args.preset, args.family)
@@ -274,6 +353,35 @@ def main(argv=None) -> int:
         path_for(preset, args.family).write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {os.path.relpath(path_for(preset, args.family))}")
     return 0 if math.isfinite(c["eta_tc"]) else 1
+
+
+def heldout_main(args) -> int:
+    """``--heldout NAME``: fit it on the draws of ``--results``, test it on ``--test``, print both."""
+    from nova.hwmodel.calibration import load, store
+    if not args.preset:
+        raise SystemExit("--heldout needs --preset (the draws' device preset, e.g. h100)")
+    doc = load(args.preset, "wgmma")
+    if doc is None:
+        raise SystemExit(f"no stored wgmma calibration for {args.preset!r} to hold the other constants of")
+    train = [f for f in args.results.split(",") if f]
+    value, fitted = fit_heldout(train, args.preset, args.heldout, doc["constants"])
+    block = {"value": value, "fit": {"results": train, **fitted}}
+    if args.test:
+        test = [f for f in args.test.split(",") if f]
+        block["tested"] = {"results": test, **heldout_check(test, args.preset, args.heldout,
+                                                            {**doc["constants"], args.heldout: value})}
+    for part in ("fit", "tested"):
+        if part in block:
+            b = block[part]
+            print(f"{args.heldout} = {value} ({part}, {b['kernels']} kernels): within 15% "
+                  f"{b['before']['within_15pct']:.0%} -> {b['after']['within_15pct']:.0%}, typical factor off "
+                  f"{b['before']['geomean_factor_off']:.3f} -> {b['after']['geomean_factor_off']:.3f}")
+    if args.write:
+        previous = doc.get(args.heldout) if isinstance(doc.get(args.heldout), dict) else {}
+        doc = {**doc, "constants": {**doc["constants"], args.heldout: value},
+               args.heldout: {**{k: v for k, v in previous.items() if k == "what"}, **block}}
+        print(f"wrote {os.path.relpath(store(args.preset, 'wgmma', doc))}")
+    return 0
 
 
 if __name__ == "__main__":

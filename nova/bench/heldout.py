@@ -384,15 +384,19 @@ def precompile(kind: str, problems, target: str, log=print, cache=None) -> dict:
 
 
 # ------------------------------------------------------------------------------ the device run
-def gemm_prediction(h: HeldoutGemm, target, kernel: str | None = None) -> dict:
+def gemm_prediction(h: HeldoutGemm, target, kernel: str | None = None, schedule: str | None = None) -> dict:
     """The configurator's prediction for a drawn GEMM: ``predicted_us``, the calibrated time where the
     target has a calibration (``Config.calibrated_time_us``: what ``nova-config explain`` reports), else
     the model's; ``model_us`` the model's; ``predicted_clock_mhz`` the calibration's SM clock;
     ``kernel`` ("tiles" or "skinny") and ``schedule`` (its label): what the call runs.
-    ``kernel``: ``configure``'s (None: the one it picks; "tiles": the tensor-core tiles)."""
+    ``kernel``: ``configure``'s (None: the one it picks; "tiles": the tensor-core tiles).  ``schedule``:
+    a label a run measured, predicted as that schedule (``space.measured_config``) where today's space
+    still has it, else as ``kernel``'s pick."""
     from nova.configurator import configure
-    from nova.kernels.gemm.space import label
-    cfg = configure(h.problem(), target, kernel=kernel)
+    from nova.kernels.gemm.space import label, measured_config
+    cfg = measured_config(h.problem(), target, schedule) if schedule else None
+    if cfg is None:
+        cfg = configure(h.problem(), target, kernel=kernel)
     calibrated = cfg.calibrated_time_us
     return {"predicted_us": cfg.prediction.time_us if calibrated is None else calibrated,
             "model_us": cfg.prediction.time_us, "predicted_clock_mhz": cfg.calibrated_clock_mhz,

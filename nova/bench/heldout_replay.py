@@ -28,6 +28,10 @@ from nova.bench import heldout
 IN_SAMPLE = {    # constants fitted on a run's rows: (folder, kind) -> where
     ("h200-2026-12-03/run8/heldout", "attention"): "LONE_BLOCK_LATENCIES, PERSISTENT_* (device_time.py)",
     ("h200-2026-12-03/run8/heldout", "gemm"): "eta_dram_tiles (h200.wgmma.json)",
+    **{(f"h100-2026-12-06/{run}-h100", "gemm"): "eta_split_workspace (h100.wgmma.json)"
+       for run in ("run83", "run89", "run90")},
+    **{(f"h100-2026-12-06/{run}-h100", "gemm"): "eta_dram_tiles, eta_tc_pingpong, eta_split_workspace (h100.wgmma.json)"
+       for run in ("run86", "run88")},
 }
 
 
@@ -49,11 +53,13 @@ def at_clock_us(h, target, mhz: float, kernel: str | None = None) -> float | Non
     from nova.configurator import configure
     from nova.hwmodel.calibration import constants_for, load, time_at_clock
     cfg = configure(h.problem(), target, kernel=kernel)
+    if cfg.skinny:                  # its prediction uses the memory-bound families' constants, no clock model
+        return None
     cal = load(cfg.target.name, cfg.schedule.mma.family)
     if cal is None or "f_model_mhz" not in cal["constants"]:
         return None
     return float(time_at_clock(cfg.prediction.terms_us, cfg.schedule.launch_split,
-                               constants_for(cal["constants"], cfg.schedule.pingpong), mhz, cfg.schedule.launches))
+                               constants_for(cal["constants"], cfg.schedule), mhz, cfg.schedule.launches))
 
 
 def kernels(kind: str, row: dict, target) -> list[dict]:
@@ -66,7 +72,7 @@ def kernels(kind: str, row: dict, target) -> list[dict]:
     if kind == "gemm":
         (before, measured), = row["predictions"]
         ran = row.get("kernel", RECORDED_GEMM_KERNEL)
-        now = heldout.gemm_prediction(h, target, kernel=ran)
+        now = heldout.gemm_prediction(h, target, kernel=ran, schedule=row.get("schedule"))
         out = [{**base, "kernel": "gemm", "measured": measured, "before": before, "after": now["predicted_us"],
                 "model": now["model_us"]}]
         if row.get("nova_graph_sm_mhz"):

@@ -113,7 +113,7 @@ def calibrated_predictions(bench: pd.DataFrame, target) -> pd.Series | None:
         cfg = measured_config(GemmProblem(int(r.M), int(r.N), int(r.K), r.dtype), target, r.schedule)
         cal = cals.get(cfg.schedule.mma.family) if cfg is not None and not cfg.skinny else None   # each family its own fit
         out.append(float(calibrated_time_us(cfg.prediction.terms_us, cfg.schedule.launch_split,
-                                            constants_for(cal["constants"], cfg.schedule.pingpong),
+                                            constants_for(cal["constants"], cfg.schedule),
                                             cfg.schedule.launches))
                    if cal else math.nan)
     return pd.Series(out, index=bench.index)

@@ -17,11 +17,15 @@ constants, never per shape, and scales the model's terms:
                  t_dram where the calibration has no eta_dram_tiles
     eta_dram_tiles  (wgmma, optional, measured) the same for a GEMM's operand tiles streaming from DRAM
                  (TMA box rows of 128 bytes): divides t_dram, which binds for decode and skinny shapes
+    eta_split_workspace  (wgmma, optional) the fraction of its modelled rate a K slice keeps when it
+                 stores its FP32 partial tile through a workspace (split-K reduced by a second kernel):
+                 divides the K loop's bound, max(compute, L2, DRAM, ring); fitted on held-out draws
+                 (``fit_heldout``), the cause not modelled
     t_launch_us  per-launch cost (split-K adds a memset launch, an operand prep its pass)
     f_sustained_mhz, f_max_mhz, f_model_mhz   (optional) the power-limited SM clock, below
 
-    time_cal = max(t_tensor*s/eta_tc, t_smem*s/eta_tc, t_l2*s, t_dram/eta_dram_tiles, t_ring) + t_epilogue*s
-               + t_fill + t_split + t_prep/eta_dram + launches*t_launch_us
+    time_cal = max(t_tensor*s/eta_tc, t_smem*s/eta_tc, t_l2*s, t_dram/eta_dram_tiles, t_ring) / eta_split
+               + t_epilogue*s + t_fill + t_split + t_prep/eta_dram + launches*t_launch_us
 
 (launches: ``Schedule.launches`` where the caller has the schedule: the GEMM, split-K's memset or
 reduction, each operand-prep pass; else ``launches_of``.)
@@ -96,13 +100,17 @@ def measured_ceiling(preset: str, dtype: str) -> dict | None:
     return None if cal is None else cal.get("ceiling", {}).get("per_dtype", {}).get(dtype)
 
 
-def constants_for(constants: dict, pingpong: bool) -> dict:
-    """The constants to apply to a kernel: ``eta_tc_pingpong`` in place of ``eta_tc`` for a ping-pong
-    kernel where the calibration has it (a ping-pong row fitted with the cooperative eta_tc was ~39%
-    pessimistic on the H200, bench/results/h200-2026-12-01/d/call8)."""
-    if pingpong and "eta_tc_pingpong" in constants:
-        return {**constants, "eta_tc": constants["eta_tc_pingpong"]}
-    return constants
+def constants_for(constants: dict, schedule) -> dict:
+    """The constants to apply to the kernel of a tile ``schedule`` (``Schedule``): ``eta_tc_pingpong`` in
+    place of ``eta_tc`` for a ping-pong kernel where the calibration has it (a ping-pong row fitted with
+    the cooperative eta_tc was ~39% pessimistic on the H200, bench/results/h200-2026-12-01/d/call8);
+    ``eta_split`` = ``eta_split_workspace`` for split-K through a workspace where it has that (1 otherwise)."""
+    out = dict(constants)
+    if schedule.pingpong and "eta_tc_pingpong" in constants:
+        out["eta_tc"] = constants["eta_tc_pingpong"]
+    if schedule.split_workspace and "eta_split_workspace" in constants:
+        out["eta_split"] = constants["eta_split_workspace"]
+    return out
 
 
 def launches_of(terms_us: dict, split_k: int) -> int:
@@ -131,8 +139,8 @@ def predicted_clock_mhz(terms_us: dict, split_k, constants: dict, launches=None)
 def clock_and_time(terms_us: dict, split_k, constants: dict, launches=None):
     """(SM clock in MHz or None, calibrated time in us).
 
-    time = max(compute, L2, DRAM / eta_dram_tiles, ring) + epilogue + arith + fill + split + prep / eta_dram
-           + launches * t_launch, with compute = tensor (or smem) time / eta_tc (the Hopper model's ring
+    time = max(compute, L2, DRAM / eta_dram_tiles, ring) / eta_split + epilogue + arith + fill + split
+           + prep / eta_dram + launches * t_launch, with compute = tensor (or smem) time / eta_tc (the Hopper model's ring
            latency bound is in nanoseconds of memory latency: not scaled).
     Power-limited clock: the terms that run on the SM clock (tensor, L2, epilogue stores and arithmetic) scale by
     f_model / f, and f = min(f_max, f_sustained * duty^(-1/3)): duty is the fraction of the call the
@@ -163,7 +171,7 @@ def _at_scale(terms_us: dict, split_k, constants: dict, launches=None):
 
     def at(scale):
         compute = compute0 * scale
-        time = (np.maximum(np.maximum(compute, t.get("l2", 0) * scale), dram)
+        time = (np.maximum(np.maximum(compute, t.get("l2", 0) * scale), dram) / c.get("eta_split", 1.0)
                 + (t.get("epilogue", 0) + t.get("arith", 0)) * scale + fixed)
         return compute, time
     return at

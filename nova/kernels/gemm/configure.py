@@ -75,7 +75,7 @@ class Config:
         if self.skinny:
             return None
         cal = load(self.target.name, self.schedule.mma.family)
-        return None if cal is None else constants_for(cal["constants"], self.schedule.pingpong)
+        return None if cal is None else constants_for(cal["constants"], self.schedule)
 
     def _calibrated(self):
         from nova.hwmodel.calibration import clock_and_time
