@@ -1,6 +1,7 @@
 #!/bin/bash
 # Device run 91.  Phase "step" (an H200): GPT-42M kernel by kernel, its step against torch.compile at the
 # default memory policy (host offload), Hugging Face Llama-42M's default-policy step and measured peak.
+# Phase "memory" (either card): the same two default-policy steps' measured peaks (the H200's plans).
 # Phase "gemm" (either card): a fresh held-out GEMM draw (seed 20261213) and split-K through a workspace
 # kernel by kernel (main kernel against reduction, L2 flushed) on the draws of seeds 20261211/12.
 # Host: `.nova-cache.txz` (GPU tests, GPT-42M and HF Llama-42M b32 for h200), `.nova-cache-heldout7.txz`
@@ -20,6 +21,14 @@ if [ "$1" = step ] && [ $T = h200 ]; then
       --warmup 5 --timeout 150 --out $R/gpt42m 2>&1 | grep -E "^\| |steady|error" | head -8
   timeout 150 python3 -m nova.bench.train --all --frameworks nova --model hf-llama-42m --batch 32 --steps 40 \
       --warmup 5 --timeout 130 --out $R/hf-llama-42m 2>&1 | grep -E "^\| |steady|error|peak" | head -8
+fi
+if [ "$1" = memory ]; then       # either card: the H200's default plans (their peaks are the plan's, not the card's)
+  tar xf .nova-cache.txz && rm -rf .nova-cache/misses
+  export NOVA_CACHE_DIR=$PWD/.nova-cache NOVA_TARGET=h200
+  for m in gpt42m hf-llama-42m; do
+    timeout 140 python3 -m nova.bench.train --all --frameworks nova --model $m --batch 32 --steps 40 \
+        --warmup 5 --timeout 120 --out $R/$m-memory 2>&1 | grep -E "^\| |steady|error|peak" | head -8
+  done
 fi
 if [ "$1" = gemm ]; then
   tar xf .nova-cache-heldout7.txz; tar xf .nova-cache-splitk.txz
