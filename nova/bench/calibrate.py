@@ -37,6 +37,7 @@ decisions never use them.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -197,23 +198,28 @@ HELDOUT_SELECT = {                      # the held-out tile kernels each Hopper 
 HELDOUT_GRID = {"eta_dram_tiles": (0.4, 0.99), "eta_tc_pingpong": (0.8, 1.99), "eta_split_workspace": (0.6, 1.2)}
 
 
+@functools.lru_cache(maxsize=None)
+def _heldout_kernels(path: str, preset: str) -> tuple:
+    """Every tile kernel of one held-out GEMM draw as (Config of the schedule the row measured, its
+    measured device us); read once per process (a fit and its tests select from the same draws)."""
+    from nova.bench.heldout import drawn, gemm_config
+    from nova.kernels.gemm.space import label
+    out = []
+    for r in json.load(open(path))["rows"]:
+        if r.get("status") != "ok" or not r.get("predictions") or not r.get("schedule"):
+            continue
+        cfg = gemm_config(drawn("gemm", r), preset, schedule=r["schedule"])
+        if label(cfg.schedule) == r["schedule"] and not cfg.skinny:     # in today's space, tiles
+            out.append((cfg, float(r["predictions"][0][1])))
+    return tuple(out)
+
+
 def heldout_points(results: list[str], preset: str, select) -> list[tuple]:
     """The tile kernels of held-out GEMM draws (``nova.bench.heldout``'s JSON) that ``select(cfg)``
     keeps, each as (schedule, terms, measured device us): the schedule the row measured
-    (``space.measured_config``) with today's terms, measured by its graph replay (``predictions``)."""
-    from nova.bench.heldout import HeldoutGemm
-    from nova.kernels.gemm.space import measured_config
-    points = []
-    for path in results:
-        for r in json.load(open(path))["rows"]:
-            if r.get("status") != "ok" or not r.get("predictions") or not r.get("schedule"):
-                continue
-            h = HeldoutGemm(index=r["index"], klass=r["klass"], layout=r["layout"], dtype=r["dtype"], odd=r["odd"],
-                            M=r["M"], N=r["N"], K=r["K"])
-            cfg = measured_config(h.problem(), preset, r["schedule"])
-            if cfg is not None and not cfg.skinny and select(cfg):
-                points.append((cfg.schedule, cfg.prediction.terms_us, float(r["predictions"][0][1])))
-    return points
+    (``heldout.gemm_config``) with today's terms, measured by its graph replay (``predictions``)."""
+    return [(cfg.schedule, cfg.prediction.terms_us, measured)
+            for path in results for cfg, measured in _heldout_kernels(path, preset) if select(cfg)]
 
 
 def heldout_errors(points: list[tuple], constants: dict) -> np.ndarray:
@@ -221,6 +227,13 @@ def heldout_errors(points: list[tuple], constants: dict) -> np.ndarray:
     from nova.hwmodel.calibration import clock_and_time, constants_for
     return np.array([clock_and_time(t, s.launch_split, constants_for(constants, s), s.launches)[1] / m - 1
                      for s, t, m in points])
+
+
+def _without_and_with(points: list[tuple], name: str, constants: dict) -> dict:
+    """The points' count and ``stats`` without ``name`` (the other constants held) and with ``constants``."""
+    held = {k: v for k, v in constants.items() if k != name}
+    return {"kernels": len(points), "before": stats(heldout_errors(points, held)),
+            "after": stats(heldout_errors(points, constants))}
 
 
 def fit_heldout(results: list[str], preset: str, name: str, constants: dict) -> tuple[float, dict]:
@@ -235,17 +248,13 @@ def fit_heldout(results: list[str], preset: str, name: str, constants: dict) -> 
     low, high = HELDOUT_GRID[name]
     value = float(min(np.round(np.arange(low, high + 1e-9, 0.01), 2),
                       key=lambda v: float(np.sum(np.log1p(heldout_errors(points, {**held, name: v})) ** 2))))
-    return value, {"kernels": len(points), "before": stats(heldout_errors(points, held)),
-                   "after": stats(heldout_errors(points, {**held, name: value}))}
+    return value, _without_and_with(points, name, {**held, name: value})
 
 
 def heldout_check(results: list[str], preset: str, name: str, constants: dict) -> dict:
     """``constants[name]`` tested on draws it was never fitted on: ``stats`` of the kernels
     ``HELDOUT_SELECT[name]`` keeps there, without it and with it."""
-    points = heldout_points(results, preset, HELDOUT_SELECT[name])
-    held = {k: v for k, v in constants.items() if k != name}
-    return {"kernels": len(points), "before": stats(heldout_errors(points, held)),
-            "after": stats(heldout_errors(points, constants))}
+    return _without_and_with(heldout_points(results, preset, HELDOUT_SELECT[name]), name, constants)
 
 
 def row_clocks(rows, clocks_csv: str) -> list[float]:

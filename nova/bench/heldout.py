@@ -80,7 +80,7 @@ import os
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 ODD_FRACTION = 0.25
 PREDICTION_BAND = 0.15
@@ -384,19 +384,29 @@ def precompile(kind: str, problems, target: str, log=print, cache=None) -> dict:
 
 
 # ------------------------------------------------------------------------------ the device run
-def gemm_prediction(h: HeldoutGemm, target, kernel: str | None = None, schedule: str | None = None) -> dict:
-    """The configurator's prediction for a drawn GEMM: ``predicted_us``, the calibrated time where the
-    target has a calibration (``Config.calibrated_time_us``: what ``nova-config explain`` reports), else
-    the model's; ``model_us`` the model's; ``predicted_clock_mhz`` the calibration's SM clock;
-    ``kernel`` ("tiles" or "skinny") and ``schedule`` (its label): what the call runs.
-    ``kernel``: ``configure``'s (None: the one it picks; "tiles": the tensor-core tiles).  ``schedule``:
-    a label a run measured, predicted as that schedule (``space.measured_config``) where today's space
-    still has it, else as ``kernel``'s pick."""
+def drawn(kind: str, row: dict) -> "HeldoutGemm | HeldoutAttention":
+    """The ``HeldoutGemm`` / ``HeldoutAttention`` a result row was measured on."""
+    cls = HeldoutGemm if kind == "gemm" else HeldoutAttention
+    return cls(**{f.name: row[f.name] for f in fields(cls)})
+
+
+def gemm_config(h: HeldoutGemm, target, kernel: str | None = None, schedule: str | None = None):
+    """The ``Config`` a drawn GEMM is priced as: ``schedule``, a label a run measured, where today's
+    space still has it (``space.measured_config``), else ``configure``'s pick for ``kernel`` (None: the
+    one it picks; "tiles": the tensor-core tiles)."""
     from nova.configurator import configure
-    from nova.kernels.gemm.space import label, measured_config
+    from nova.kernels.gemm.space import measured_config
     cfg = measured_config(h.problem(), target, schedule) if schedule else None
-    if cfg is None:
-        cfg = configure(h.problem(), target, kernel=kernel)
+    return cfg if cfg is not None else configure(h.problem(), target, kernel=kernel)
+
+
+def gemm_prediction(h: HeldoutGemm, target, kernel: str | None = None, schedule: str | None = None) -> dict:
+    """The configurator's prediction for a drawn GEMM (``gemm_config``): ``predicted_us``, the calibrated
+    time where the target has a calibration (``Config.calibrated_time_us``: what ``nova-config explain``
+    reports), else the model's; ``model_us`` the model's; ``predicted_clock_mhz`` the calibration's SM
+    clock; ``kernel`` ("tiles" or "skinny") and ``schedule`` (its label): what the call runs."""
+    from nova.kernels.gemm.space import label
+    cfg = gemm_config(h, target, kernel, schedule)
     calibrated = cfg.calibrated_time_us
     return {"predicted_us": cfg.prediction.time_us if calibrated is None else calibrated,
             "model_us": cfg.prediction.time_us, "predicted_clock_mhz": cfg.calibrated_clock_mhz,

@@ -17,7 +17,6 @@ fit, not a prediction (a fresh seed's draw is).  The printout says which constan
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
@@ -35,24 +34,18 @@ IN_SAMPLE = {    # constants fitted on a run's rows: (folder, kind) -> where
 }
 
 
-def drawn(kind: str, row: dict):
-    """The ``HeldoutGemm`` / ``HeldoutAttention`` a result row was measured on."""
-    cls = heldout.HeldoutGemm if kind == "gemm" else heldout.HeldoutAttention
-    return cls(**{f.name: row[f.name] for f in dataclasses.fields(cls)})
-
-
 # the kernel a row without a ``kernel`` field is scored against: runs before the field was recorded
 # timed the tensor-core tiles, and from the skinny kernel on (bench/results/h200-2026-12-06/run66,
 # h100-2026-12-06/run74) the skinny kernel too on its decode rows, which this replay then prices as tiles
 RECORDED_GEMM_KERNEL = "tiles"
 
 
-def at_clock_us(h, target, mhz: float, kernel: str | None = None) -> float | None:
-    """The calibrated GEMM time with the SM clock held at ``mhz`` (the measured one) instead of the
-    calibration's power-limited clock; None without a calibration with the clock constants."""
-    from nova.configurator import configure
+def at_clock_us(h, target, mhz: float, kernel: str | None = None, schedule: str | None = None) -> float | None:
+    """The calibrated GEMM time of ``heldout.gemm_config``'s kernel with the SM clock held at ``mhz``
+    (the measured one) instead of the calibration's power-limited clock; None for the skinny kernel
+    and without a calibration with the clock constants."""
     from nova.hwmodel.calibration import constants_for, load, time_at_clock
-    cfg = configure(h.problem(), target, kernel=kernel)
+    cfg = heldout.gemm_config(h, target, kernel, schedule)
     if cfg.skinny:                  # its prediction uses the memory-bound families' constants, no clock model
         return None
     cal = load(cfg.target.name, cfg.schedule.mma.family)
@@ -66,7 +59,7 @@ def kernels(kind: str, row: dict, target) -> list[dict]:
     """One entry per kernel of an ok row: label, measured, before (recorded), after (today's)."""
     if row.get("status") != "ok" or not row.get("predictions"):
         return []
-    h = drawn(kind, row)
+    h = heldout.drawn(kind, row)
     base = {"describe": row["describe"], "klass": row["klass"], "dtype": row["dtype"], "odd": row["odd"],
             "layout": row.get("layout")}
     if kind == "gemm":
@@ -76,7 +69,8 @@ def kernels(kind: str, row: dict, target) -> list[dict]:
         out = [{**base, "kernel": "gemm", "measured": measured, "before": before, "after": now["predicted_us"],
                 "model": now["model_us"]}]
         if row.get("nova_graph_sm_mhz"):
-            out[0]["at_clock"] = at_clock_us(h, target, row["nova_graph_sm_mhz"], kernel=ran)
+            out[0]["at_clock"] = at_clock_us(h, target, row["nova_graph_sm_mhz"], kernel=ran,
+                                            schedule=row.get("schedule"))
         return out
     now = heldout.attention_prediction(h, target)
     (fwd_before, fwd), (bwd_before, bwd) = row["predictions"]
