@@ -14,7 +14,10 @@ one-cycle ``_sleep`` markers): what the kernels cost in the step's CUDA graph, w
 kernels are ~0.3 us.  ``--timing events`` takes the CUDA-event span around each launch instead, which
 adds eager queueing's ~3 us a launch (kept beside the kernel time as ``span_us``).  ``--repeats``
 passes; the median per launch.  (The launches update the parameters as a step does; their values do
-not matter here.)
+not matter here.)  A plan that offloads values to host memory (``NOVA_HOST_OFFLOAD``, on by default)
+runs their copies on the copy streams beside the launches: timed one by one, the launches next to a copy
+wait for it and read long (0.6 ms for a 100 MB copy over PCIe), so the table is made with
+``NOVA_HOST_OFFLOAD=0`` (the same kernels, no transfers); the output says so when the plan has any.
 
 Predictions: ``step.explain(json=True)``'s kernels (the plan the program runs; matched by group index),
 its GEMMs at the step's predicted SM clock (``nova.compiler.step_clock``); the SM clock measured while
@@ -225,7 +228,8 @@ def measure(model_name: str, batch: int, seq: int | None, warmup: int, repeats: 
               "timing": timing, "device": torch.cuda.get_device_name(), "launches": len(rows), "rows": rows,
               "sm_mhz": {"measured_median": clock.get("timed_sm_mhz_median"), "samples": clock.get("timed_samples"),
                          "predicted": predicted_clock.get("mhz")},
-              "summary": summarize(rows, ceiling_tbs)}
+              "summary": summarize(rows, ceiling_tbs),
+              "host_transfers": sum(n.op in ("offload", "reload") for n in graph.nodes)}
     target = step_module._default_target(step._last.device)
     name = getattr(target, "name", target)
     gemms_at_clock(result, step._plan(step._last.captured.graph, name, step._last.device, name), target)
@@ -389,8 +393,16 @@ def render(result: dict) -> str:
     lines.append(f"DRAM-bound device kernels below 85% of the copy ceiling: {len(below)}")
     for name, k in below[:8]:
         lines.append(f"  {name[:56]:<56} {k.get('role', ''):<14} {k['bytes'] / 1e6:8.1f} MB in {k['measured_us']:7.1f} us: "
-                     f"{k['of_ceiling']:.2f} of the ceiling")
+                     f"{_of_ceiling(k['of_ceiling'])} of the ceiling")
+    if result.get("host_transfers"):
+        lines.append(f"caution: the plan copies {result['host_transfers']} values to host memory and back (host "
+                     f"offload); their copies overlap the launches timed one by one, so the launches beside them "
+                     f"read long.  NOVA_HOST_OFFLOAD=0 runs the same kernels without them.")
     return "\n".join(lines)
+
+
+def _of_ceiling(x) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 def below_ceiling(rows) -> list[tuple[str, dict]]:
@@ -432,11 +444,11 @@ def main(argv=None) -> int:
     result = measure(args.model, args.batch, args.seq, args.warmup, args.repeats, args.ceiling_tbs, args.timing,
                      recipe)
     result["recipe"] = recipe.describe()
-    print(render(result))
     os.makedirs(args.out, exist_ok=True)
     suffix = "" if recipe.describe() == "plain" else "-" + recipe.describe().replace(", ", "-").replace(" ", "")
     with open(os.path.join(args.out, f"step_kernels-{args.model}{suffix}.json"), "w") as f:
         json.dump(result, f, indent=1)
+    print(render(result))
     return 0
 
 
