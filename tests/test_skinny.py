@@ -258,7 +258,12 @@ def simulate(p: GemmProblem, s: SkinnySchedule, seed: int) -> tuple[np.ndarray, 
     blocks = s.grid(p.N)[0]
     w = np.full(max(1, blocks * s.region(p.M)), np.nan, dtype=np.float32)
     tickets = np.zeros(blocks, dtype=np.float32)
-    bufs = {"A": a, "B": b, "C": c, "bias": bias, "W": w, "T": tickets}
+    # B as an allocation holds it: whole 16-byte vectors (a shifted row's last vector reads past B's end,
+    # never past the vector holding its last element); the bytes past B are NaN, so a product the kernel
+    # fails to mask poisons C
+    vector = 16 // p.in_bytes
+    b_buf = np.concatenate([b, np.full(-len(b) % vector, np.nan, dtype=np.float32)])
+    bufs = {"A": a, "B": b_buf, "C": c, "bias": bias, "W": w, "T": tickets}
     run_kernel(build_skinny_module(p, s), KERNEL_NAME, s.grid(p.N), s.threads, s.smem_bytes, bufs, shuffle_seed=seed)
     assert not tickets.any(), "the column blocks' counters are left for the next launch non-zero"
     am = a.astype(np.float64).reshape((p.K, p.M)).T if p.trans_a else a.astype(np.float64).reshape(p.M, p.K)
@@ -325,7 +330,8 @@ def replanned(p: GemmProblem, s: SkinnySchedule, splits: int) -> SkinnySchedule:
     s = dataclasses.replace(s, splits=splits, k_slice=k_slice, a_chunk=a_chunk, stage_loads=1,
                             reduce_groups=skinny.reduce_groups(p, s.threads, s.columns, splits))
     return dataclasses.replace(s, smem_bytes=skinny.smem_bytes(p, s.lanes_along, s.threads, s.threads_n, s.vec,
-                                                               a_chunk, s.m_pad, s.reduction_smem_bytes(p.M)))
+                                                               a_chunk, s.m_pad, s.reduction_smem_bytes(p.M),
+                                                               s.halo))
 
 
 def test_k_split_chunks_and_staging_rounds_on_the_cpu():
@@ -384,3 +390,50 @@ def test_narrower_column_blocks_only_where_a_warp_still_reads_whole_lines():
         p = GemmProblem(*shape, "bf16", shape == (8, 256, 13568), False)
         s = configure(p, "h200").schedule
         assert s.threads_n == lanes and s.threads_n * s.vec * p.in_bytes >= skinny.LINE_BYTES or s.threads_n == 32
+
+
+# K not a multiple of the 16-byte vector, lanes along K: rows read shifted (skinny_schedule.row_shift);
+# every shift, split K (several slices and chunks), trans_a, N past the CTA's columns, 16-bit B
+SHIFTED_CASES = [
+    (14, 300, 1037, "tf32", False, True, False, "none"), (3, 129, 2049, "tf32", True, True, True, "relu"),
+    (9, 77, 3001, "bf16", False, True, True, "silu"), (1, 45, 11, "fp16", False, True, False, "none"),
+    (6, 512, 5003, "tf32", False, True, False, "none"),
+]
+
+
+@pytest.mark.parametrize("case", SHIFTED_CASES, ids=lambda c: "x".join(map(str, c[:3])) + f"-{c[3]}")
+def test_shifted_rows_match_float64_and_mask_their_neighbours_on_the_cpu(case):
+    """Each row of B read as aligned vectors from its shift: the elements of the neighbouring rows those
+    vectors hold are masked, so NaN in the odd rows' first and last elements (which the even rows'
+    vectors read) leaves the even rows' outputs exact."""
+    from simt_cpu import run_kernel
+    from nova.kernels.gemm.emit_skinny import KERNEL_NAME, build_skinny_module
+    mlir_or_skip()
+    p = GemmProblem(*case)
+    s = configure(p, "h200", kernel="skinny").schedule
+    assert s.row_shift and s.vec * p.in_bytes == 16 and s.k_extent(p.K) % s.vec == 0
+    got, ref = simulate(p, s, seed=sum(case[:3]))
+    assert not np.isnan(got).any()
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) <= TOL[p.dtype], s.label()
+    rng = np.random.default_rng(7)
+    a = _round(rng.standard_normal(p.M * p.K).astype(np.float32), p.storage)
+    b = _round(rng.standard_normal((p.N, p.K)).astype(np.float32), p.storage)
+    b[1::2, 0] = np.nan
+    b[1::2, -1] = np.nan
+    vector = 16 // p.in_bytes
+    b_buf = np.concatenate([b.ravel(), np.full(-b.size % vector, np.nan, dtype=np.float32)])
+    bias = _round(rng.standard_normal(p.N).astype(np.float32), p.bias_dtype)
+    c = np.full(p.M * p.N, np.nan, dtype=np.float32)
+    blocks = s.grid(p.N)[0]
+    w = np.full(max(1, blocks * s.region(p.M)), np.nan, dtype=np.float32)
+    bufs = {"A": a, "B": b_buf, "C": c, "bias": bias, "W": w, "T": np.zeros(blocks, dtype=np.float32)}
+    run_kernel(build_skinny_module(p, s), KERNEL_NAME, s.grid(p.N), s.threads, s.smem_bytes, bufs, shuffle_seed=3)
+    am = a.astype(np.float64).reshape((p.K, p.M)).T if p.trans_a else a.astype(np.float64).reshape(p.M, p.K)
+    ref = am @ b.astype(np.float64).T + (bias.astype(np.float64)[None, :] if p.bias else 0.0)
+    if p.activation == "relu":
+        ref = np.maximum(ref, 0.0)
+    elif p.activation == "silu":
+        ref = ref / (1.0 + np.exp(-ref))
+    even = c.reshape(p.M, p.N)[:, 0::2]
+    assert np.isfinite(even).all(), "a neighbouring row's element reached an FMA unmasked"
+    assert np.linalg.norm(even - ref[:, 0::2]) / np.linalg.norm(ref[:, 0::2]) <= TOL[p.dtype]

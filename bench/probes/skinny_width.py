@@ -34,7 +34,7 @@ WIDTHS = (8, 16, 32, 64, 128, 256)
 def variants(p: GemmProblem, gpu) -> dict:
     """{threads_n (or (threads_n, vec) at half the vector): (schedule, prediction)} of the lanes-along-N
     kernel, the configured schedule under key "pick"."""
-    (lanes, vec), _ = skinny.layout_and_vector(p)
+    (lanes, vec, _), _ = skinny.layout_and_vector(p)
     out = {}
     if "--half-vector" in sys.argv and vec > 1:      # half the sums a thread keeps: more CTAs an SM
         half = vec // 2

@@ -71,19 +71,22 @@ def check_supported(p: GemmProblem, s: SkinnySchedule) -> None:
     if s.lanes_along != ("k" if p.trans_b else "n"):
         fail(f"lanes along {s.lanes_along} do not match B stored {'[N, K]' if p.trans_b else '[K, N]'}")
     row = p.K if p.trans_b else p.N
-    if s.vec < 1 or row % s.vec or s.vec * p.in_bytes > 16:
+    if s.vec < 1 or (row % s.vec and not s.row_shift) or s.vec * p.in_bytes > 16:
         fail(f"vec={s.vec} does not divide B's rows of {row} elements in one load of at most 16 bytes")
+    if s.row_shift and (s.lanes_along != "k" or s.threads_n % s.vec):
+        fail(f"shifted rows need lanes along K and warps ({s.threads_n}) a multiple of vec={s.vec}")
     if s.threads % WARP or (s.lanes_along == "n" and s.threads % s.threads_n):
         fail(f"{s.threads} threads do not split into {s.threads_n} along N")
     if s.lanes_along == "k" and s.threads_n * WARP != s.threads:
         fail(f"lanes along K: {s.threads} threads are not {s.threads_n} warps")
-    if s.k_slice % s.span or s.a_chunk % s.span or s.splits != cdiv(p.K, s.k_slice) or \
+    extent = s.k_extent(p.K)
+    if s.k_slice % s.span or s.a_chunk % s.span or s.splits != cdiv(extent, s.k_slice) or \
             s.a_chunk * cdiv(s.k_slice, s.a_chunk) < s.k_slice:
-        fail(f"slices of {s.k_slice} and chunks of {s.a_chunk} are not whole trips of {s.span} covering K = {p.K} "
+        fail(f"slices of {s.k_slice} and chunks of {s.a_chunk} are not whole trips of {s.span} covering K = {extent} "
              f"in {s.splits} slices")
     if s.lanes_along == "n" and (s.m_pad < p.M or (s.m_pad > 2 and s.m_pad % 4)):
         fail(f"m_pad={s.m_pad}: A's rows of {p.M} values must pad to 1, 2 or a multiple of 4")
-    need = 4 * s.a_chunk * (s.m_pad if s.lanes_along == "n" else p.M)
+    need = 4 * (s.a_chunk + s.halo) * (s.m_pad if s.lanes_along == "n" else p.M)
     if s.lanes_along == "n" and s.threads_k > 1:
         need = max(need, 4 * s.threads * p.M * s.vec)
     if s.split:
@@ -182,11 +185,16 @@ class SkinnyKernel:
         self.p, self.s = p, s
         self.ir = SkinnyIr()
         self.epilogue = _Epilogue(self.ir, p)
+        self.shift = 0                   # shifted rows: the warp's rows' shift (n K mod vec), set by ``build``
+        self.last_vector = 0             # and where their last vector starts (shift + K - 1, rounded down)
 
     def param_types(self) -> list[tuple[str, int, str]]:
         p, s = self.p, self.s
         blocks = s.grid(p.N)[0]
-        types = {"A": (p.M * p.K, p.storage), "B": (p.K * p.N, p.storage), "C": (p.M * p.N, p.out_dtype),
+        # shifted rows: the last row's last vector reads up to its end (the allocation holds whole
+        # 16-byte vectors: a vector never crosses a page, and the bytes past B's last element are masked)
+        b_extent = cdiv(p.K * p.N, s.vec) * s.vec if s.row_shift else p.K * p.N
+        types = {"A": (p.M * p.K, p.storage), "B": (b_extent, p.storage), "C": (p.M * p.N, p.out_dtype),
                  "bias": (p.N, p.bias_dtype), "W": (blocks * s.region(p.M), "f32"), "T": (blocks, "i32")}
         return [(name, *types[name]) for name in main_params(p, s)]
 
@@ -196,15 +204,19 @@ class SkinnyKernel:
         s, ir = self.s, self.ir
         if s.lanes_along == "n":
             return ir.add(ir.mul(kk, s.m_pad, "st_row"), m, "st_at")
-        return ir.add(ir.mul(m, s.a_chunk, "st_row"), kk, "st_at")
+        return ir.add(ir.mul(m, s.a_chunk + s.halo, "st_row"), kk, "st_at")
 
     def stage(self, sm: str, count: int, tid, chunk_lo, chunk_hi) -> None:
-        """A's columns [chunk_lo, chunk_hi) into shared memory as FP32 (zero past chunk_hi), ``stage_loads``
-        a thread at a time (their loads first, then the stores), then a barrier."""
+        """A's columns [chunk_lo - halo, chunk_hi) into shared memory as FP32 (zero past chunk_hi, and with
+        shifted rows outside [0, K)), ``stage_loads`` a thread at a time (their loads first, then the
+        stores), then a barrier."""
         ir, p, s = self.ir, self.p, self.s
-        total = p.M * s.a_chunk
+        width = s.a_chunk + s.halo
+        total = p.M * width
+        col_lo = ir.sub(chunk_lo, s.halo, "col_lo")
+        col_hi = ir.min(chunk_hi, p.K, "col_hi") if s.halo else chunk_hi
         rounds = cdiv(cdiv(total, s.threads), s.stage_loads)
-        ir.comment(f"stage A[:, chunk] ({p.M} x {s.a_chunk}) in shared memory, {rounds} round(s) of "
+        ir.comment(f"stage A[:, chunk] ({p.M} x {width}) in shared memory, {rounds} round(s) of "
                    f"{s.stage_loads} load(s) a thread")
 
         def one_round(first):
@@ -217,11 +229,13 @@ class SkinnyKernel:
                     continue
                 if p.trans_a:                # stored [K, M]: m fastest
                     kk, m = ir.div(e, p.M, "kk"), ir.rem(e, p.M, "m")
-                    at = ir.add(ir.mul(ir.add(chunk_lo, kk, "ka"), p.M, "ka_row"), m, "a_at")
+                    at = ir.add(ir.mul(ir.add(col_lo, kk, "ka"), p.M, "ka_row"), m, "a_at")
                 else:                        # [M, K]: k fastest
-                    m, kk = ir.div(e, s.a_chunk, "m"), ir.rem(e, s.a_chunk, "kk")
-                    at = ir.add(ir.mul(m, p.K, "a_row"), ir.add(chunk_lo, kk, "ka"), "a_at")
-                ok = ir.and_(in_range, ir.cmp("slt", ir.add(chunk_lo, kk, "ka"), chunk_hi, "k_ok"))
+                    m, kk = ir.div(e, width, "m"), ir.rem(e, width, "kk")
+                    at = ir.add(ir.mul(m, p.K, "a_row"), ir.add(col_lo, kk, "ka"), "a_at")
+                ok = ir.and_(in_range, ir.cmp("slt", ir.add(col_lo, kk, "ka"), col_hi, "k_ok"))
+                if s.halo:
+                    ok = ir.and_(ok, ir.cmp("sge", ir.add(col_lo, kk, "ka"), 0, "k_pos"))
                 x = ir.load("A", ir.select(ok, at, 0, hint="a_safe"))[0]
                 loaded.append((m, kk, ir.fsel(ok, x, ir.f(0.0), "a_val"), in_range))
             for m, kk, x, in_range in loaded:
@@ -259,7 +273,12 @@ class SkinnyKernel:
         p, s, ir = self.p, self.s, self.ir
         out = list(acc)
         for m in range(p.M):
-            a = ir.smem_read(sm, count, ir.add(ir.mul(m, s.a_chunk, "a_row_s"), kk, "a_at_s"), s.vec)
+            if s.row_shift:              # element v of the vector is k = kk + v - shift: staged halo columns on
+                at = ir.add(ir.mul(m, s.a_chunk + s.halo, "a_row_s"), ir.sub(ir.add(kk, s.halo, "a_kh"), self.shift,
+                                                                             "a_ks"), "a_at_s")
+                a = [ir.smem_read(sm, count, ir.add(at, v, "a_at_v"), 1)[0] for v in range(s.vec)]
+            else:
+                a = ir.smem_read(sm, count, ir.add(ir.mul(m, s.a_chunk, "a_row_s"), kk, "a_at_s"), s.vec)
             a = [ir.fsel(ok, x, ir.f(0.0), "a_tail") for x in a]
             for j, b in enumerate(bs):
                 for v in range(s.vec):
@@ -282,6 +301,9 @@ class SkinnyKernel:
         safe = [ir.select(ok, k, 0, hint="k_safe") for k, ok in zip(steps, valid)]
         if s.lanes_along == "n":
             bs = [ir.load("B", ir.add(ir.mul(k, p.N, "b_row"), columns, "b_at"), s.vec) for k in safe]
+        elif s.row_shift:                # ``columns``: each row's aligned start n K - shift; a vector past the
+            safe = [ir.min(k, self.last_vector, "k_in") for k in safe]     # row's last reads that one instead
+            bs = [[ir.load("B", ir.add(start, k, "b_at"), s.vec) for start in columns] for k in safe]
         else:
             bs = [[ir.load("B", ir.add(ir.mul(n, p.K, "b_row"), k, "b_at"), s.vec) for n in columns] for k in safe]
         zero = ir.f(0.0)
@@ -290,6 +312,12 @@ class SkinnyKernel:
             if s.lanes_along == "n":
                 cur = self.fmas_n(cur, [ir.fsel(ok, x, zero, "a_tail") for x in self.a_values(sm, count, kk)],
                                   [ir.fsel(ok, x, zero, "b_tail") for x in b])
+            elif s.row_shift:            # element v is k + v - shift of the row: outside [0, K) masked
+                inside = [ir.and_(ok, ir.and_(ir.cmp("sge", ir.add(k, v, "kv"), self.shift, "in_lo"),
+                                              ir.cmp("slt", ir.add(k, v, "kv"), ir.add(self.shift, p.K, "k_end_s"),
+                                                     "in_hi"), "in_row"), "b_ok") for v in range(s.vec)]
+                cur = self.fmas_k(cur, sm, count, kk, [[ir.fsel(inside[v], x, zero, "b_row_m") for v, x in enumerate(row)]
+                                                       for row in b], ok)
             else:
                 cur = self.fmas_k(cur, sm, count, kk, [[ir.fsel(ok, x, zero, "b_tail") for x in row] for row in b], ok)
         return cur
@@ -358,7 +386,8 @@ class SkinnyKernel:
                 q = ir.add(tid, j * s.threads, "q")
                 in_range = True if (j + 1) * s.threads <= outputs * groups else ir.cmp("slt", q, outputs * groups, "q_ok")
                 o, g = (ir.rem(q, outputs, "o"), ir.div(q, outputs, "g")) if groups > 1 else (q, 0)
-                pairs.append((q, o, in_range, ir.select(in_range, o, 0, hint="o_safe"), g))
+                pairs.append((q, o, in_range, ir.select(in_range, o, 0, hint="o_safe"),
+                              ir.select(in_range, g, 0, hint="g_safe") if groups > 1 else 0))
                 loads += [(len(pairs) - 1, i) for i in range(per)]
             totals = [None] * len(pairs)
             for run in range(0, len(loads), REDUCE_UNROLL):
@@ -439,7 +468,7 @@ class SkinnyKernel:
         p, s, ir = self.p, self.s, self.ir
         check_supported(p, s)
         ir.emit(f"// Nova skinny GEMM: {p.describe()}; {s.label()}; k_slice {s.k_slice}, a_chunk {s.a_chunk}")
-        staged = s.a_chunk * (s.m_pad if s.lanes_along == "n" else p.M)
+        staged = (s.a_chunk + s.halo) * (s.m_pad if s.lanes_along == "n" else p.M)
         with ir.rows_kernel(KERNEL_NAME, self.param_types(), s.threads, s.max_regs):
             tid = ir.let("tid", "gpu.thread_id x")
             bx = ir.let("bx", "gpu.block_id x")
@@ -452,6 +481,22 @@ class SkinnyKernel:
                 col_ok = True if p.N % s.columns == 0 else ir.cmp("slt", col, p.N, "col_ok")
                 where = (tk, ir.select(col_ok, col, 0, hint="col_safe"))
                 sums = s.vec
+            elif s.row_shift:
+                lane = ir.rem(tid, WARP, "lane")
+                warp = ir.div(tid, WARP, "warp")
+                ir.comment(f"shifted rows: warp w owns rows c0 + (w mod {s.vec}) + {s.vec} (g {s.rows} + j), "
+                           f"g = w div {s.vec}: one shift (n K mod {s.vec}) for all of them")
+                first = ir.add(ir.add(ir.mul(bx, s.columns, "c0"), ir.rem(warp, s.vec, "w_res"), "c0r"),
+                               ir.mul(ir.div(warp, s.vec, "w_grp"), s.vec * s.rows, "g_off"), "n_first")
+                ns = [ir.add(first, j * s.vec, "n") for j in range(s.rows)]
+                self.shift = ir.rem(ir.mul(first, p.K, "first_row"), s.vec, "shift")
+                self.last_vector = ir.mul(ir.div(ir.add(self.shift, p.K - 1, "k_last"), s.vec, "v_last"), s.vec,
+                                          "last_vector")
+                starts = [ir.sub(ir.mul(n, p.K, "b_row"), self.shift, "b_start") for n in ns]
+                if p.N % s.columns:      # a row past N reads B's first vector (aligned) and is never written
+                    starts = [ir.select(ir.cmp("slt", n, p.N, "n_in"), b, 0, hint="b_safe") for n, b in zip(ns, starts)]
+                where = (lane, starts)
+                sums = s.rows
             else:
                 lane = ir.rem(tid, WARP, "lane")
                 warp = ir.div(tid, WARP, "warp")
@@ -460,8 +505,9 @@ class SkinnyKernel:
                 safe = [n if p.N % s.columns == 0 else ir.min(n, p.N - 1, "n_safe") for n in ns]
                 where = (lane, safe)
                 sums = s.rows
+            extent = s.k_extent(p.K)
             k_lo = ir.mul(by, s.k_slice, "k_lo")
-            k_hi = ir.min(ir.add(k_lo, s.k_slice, "k_end"), p.K, "k_hi") if s.split else p.K
+            k_hi = ir.min(ir.add(k_lo, s.k_slice, "k_end"), extent, "k_hi") if s.split else extent
             acc = [ir.f(0.0)] * (p.M * sums)
             chunks = cdiv(s.k_slice, s.a_chunk)
             if chunks == 1:

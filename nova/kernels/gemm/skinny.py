@@ -16,8 +16,11 @@ Steps, one function each, closed form (no search, no measurement):
                     ACC_VALUES (a thread keeps at least one FP32 sum per row of A)
  2. layout          lanes along N (B row-major [K, N]) or along K (B stored [N, K]): a warp's lanes
                     always read consecutive addresses
- 3. vector width    16 bytes / element, halved while it does not divide B's row (N, or K) and, lanes
-                    along N, while M x vec sums exceed ACC_VALUES
+ 3. vector width    16 bytes / element; lanes along N halve it while it does not divide N or M x vec
+                    sums exceed ACC_VALUES; lanes along K keep it and, where it does not divide K, read
+                    each row as the aligned vectors from its start less (n K mod vec), the elements
+                    outside the row masked, the loop over K + vec - 1 rounded up to whole vectors
+                    (``row_shift``: one-element loads ran at half cuBLAS's speed at odd K)
  4. threads         8 warps (2 per scheduler); along N: 32 lanes side by side (fewer for a narrower N),
                     the rest stacked along K, or a half or a quarter of them where that predicts lower
                     (more column blocks: fewer K slices fill the wave, a shorter step 9 tail) and they
@@ -152,7 +155,10 @@ def applies(p: GemmProblem, gpu: GPUModel) -> tuple[bool, str]:
 
 
 # ---- 2, 3 --------------------------------------------------------------------------------------
-def layout_and_vector(p: GemmProblem) -> tuple[tuple[str, int], list[Step]]:
+def layout_and_vector(p: GemmProblem) -> tuple[tuple[str, int, bool], list[Step]]:
+    """(lanes, vec, row_shift): lanes along N halve the vector until it divides N (a thread's vector is
+    its own columns); lanes along K keep the 16-byte vector and, where it does not divide K, read each
+    row shifted to the aligned vector before it, the elements outside the row masked (``row_shift``)."""
     lanes = "k" if p.trans_b else "n"
     row = p.K if p.trans_b else p.N
     s1 = note("skinny: lanes along", lanes, "B is stored [N, K] (K contiguous): a warp's lanes read along K, "
@@ -162,14 +168,19 @@ def layout_and_vector(p: GemmProblem) -> tuple[tuple[str, int], list[Step]]:
                            f"step ({p.in_bytes}-byte elements)", post=int, transaction_bytes=TRANSACTION_BYTES,
                            elem_bytes=p.in_bytes)
     why = []
-    while vec > 1 and (row % vec or (lanes == "n" and p.M * vec > ACC_VALUES)):
+    while vec > 1 and ((lanes == "n" and row % vec) or (lanes == "n" and p.M * vec > ACC_VALUES)):
         why.append(f"B's rows of {row} elements are not a multiple of {vec}" if row % vec else
                    f"{p.M} rows x {vec} columns > {ACC_VALUES} sums a thread")
         vec //= 2
     steps = [s1, s2]
     if why:
         steps.append(note("skinny: vector width (legal)", vec, f"halved {len(why)} time(s); the last because {why[-1]}"))
-    return (lanes, vec), steps
+    row_shift = lanes == "k" and row % vec != 0
+    if row_shift:
+        steps.append(note("skinny: rows shifted", f"{vec}-element vectors", f"K = {row} is not a multiple of {vec}: "
+                          f"row n is read as the aligned vectors from n K - (n K mod {vec}), the elements outside it "
+                          f"masked ({vec - 1} more at most a row); a warp's rows are congruent mod {vec} (one shift)"))
+    return (lanes, vec, row_shift), steps
 
 
 # ---- 4 -----------------------------------------------------------------------------------------
@@ -228,11 +239,11 @@ def occupancy(gpu: GPUModel, threads: int, regs: int, smem: int) -> tuple[int, S
 
 
 def smem_bytes(p: GemmProblem, lanes: str, threads: int, threads_n: int, vec: int, a_chunk: int, m_pad: int,
-               last_cta: int) -> int:
-    """A's staged chunk (FP32), (lanes along N, threads stacked along K) the partial sums met after the
-    K loop, or ``last_cta`` bytes for the last CTA's sum of a split's slices, whichever is largest: they
-    never live at once."""
-    staged = 4 * a_chunk * m_pad
+               last_cta: int, halo: int = 0) -> int:
+    """A's staged chunk (FP32, ``halo`` columns more with shifted rows), (lanes along N, threads stacked
+    along K) the partial sums met after the K loop, or ``last_cta`` bytes for the last CTA's sum of a
+    split's slices, whichever is largest: they never live at once."""
+    staged = 4 * (a_chunk + halo) * m_pad
     met = 4 * threads * p.M * vec if lanes == "n" and threads > threads_n else 0
     return max(staged, met, last_cta)
 
@@ -349,14 +360,16 @@ def configure_skinny(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[Skin
     step 4, or a half or a quarter of them while they read whole lines of B (LINE_BYTES), whichever
     predicts lowest (fewer columns a CTA: more column blocks, so fewer K slices fill the wave and the
     last CTA of a block adds fewer partials)."""
-    lanes, vec = d.record(layout_and_vector(p))
+    lanes, vec, row_shift = d.record(layout_and_vector(p))
     threads, threads_n, rows = d.record(threads_step(p, gpu, lanes, vec))
+    if row_shift:                     # the loop runs over K plus the largest shift: the steps below see that K
+        p = dataclasses.replace(p, K=cdiv(p.K + vec - 1, vec) * vec)
     widths = [threads_n] + ([w for w in (threads_n // 2, threads_n // 4) if w * vec * p.in_bytes >= LINE_BYTES]
                             if lanes == "n" else [])
     derived = {}
     for width in widths:
         sub = Derivation()
-        result = _configure_width(p, gpu, lanes, vec, threads, width, rows, sub)
+        result = _configure_width(p, gpu, lanes, vec, threads, width, rows, sub, row_shift)
         if result is not None:
             derived[width] = (result, sub)
     if not derived:
@@ -370,13 +383,15 @@ def configure_skinny(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[Skin
 
 
 def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, threads: int, threads_n: int, rows: int,
-                     d: Derivation) -> tuple[SkinnySchedule, Prediction] | None:
-    """Steps 5-9 for ``threads_n`` threads along N (lanes along K: the warps)."""
+                     d: Derivation, row_shift: bool = False) -> tuple[SkinnySchedule, Prediction] | None:
+    """Steps 5-9 for ``threads_n`` threads along N (lanes along K: the warps); ``row_shift``: ``p.K`` is
+    the loop's extent, and A's chunks are staged with ``vec`` columns more."""
     m_pad = m_pad_of(p, lanes)
+    halo = vec if row_shift else 0
     # occupancy and loads in flight together: the unroll from the CTAs resident with one load a thread,
     # then again from those resident with its registers, until the CTAs per SM no longer drop (a few
     # rounds: each round can only lower them)
-    staged = STAGE_BYTES if p.K * m_pad * 4 > STAGE_BYTES else p.K * m_pad * 4
+    staged = (STAGE_BYTES if p.K * m_pad * 4 > STAGE_BYTES else p.K * m_pad * 4) + 4 * halo * m_pad
     smem0 = max(staged, 4 * threads * p.M * vec if lanes == "n" and threads > threads_n else 0)
 
     def resident(unroll: int) -> int:
@@ -403,7 +418,7 @@ def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, thread
     one = slices(p, span, 1, m_pad, threads, regs)
     most_last = 4 * (FLAG_WORDS + threads)          # the last CTA's sums of a split: at most one word a thread
     bps = d.record(occupancy(gpu, threads, regs, smem_bytes(p, lanes, threads, threads_n, vec, one[2], m_pad,
-                                                            most_last)))
+                                                            most_last, halo)))
     if bps < 1:
         return None
     wave, s_wave = formula_step("skinny: K splits (one wave)", F.splits,
@@ -435,8 +450,8 @@ def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, thread
     schedule = SkinnySchedule(arch=gpu.arch, lanes_along=lanes, vec=vec, threads=threads, threads_n=threads_n,
                               rows=rows, unroll=unroll, splits=splits, k_slice=k_slice, a_chunk=a_chunk,
                               stage_loads=stage_loads, m_pad=m_pad, smem_bytes=0, regs_per_thread=regs, max_regs=cap,
-                              blocks_per_sm=bps, reduce_groups=groups)
-    smem = smem_bytes(p, lanes, threads, threads_n, vec, a_chunk, m_pad, schedule.reduction_smem_bytes(p.M))
+                              blocks_per_sm=bps, reduce_groups=groups, row_shift=row_shift)
+    smem = smem_bytes(p, lanes, threads, threads_n, vec, a_chunk, m_pad, schedule.reduction_smem_bytes(p.M), halo)
     schedule = dataclasses.replace(schedule, smem_bytes=smem)
     prediction, _ = predict(p, gpu, splits, trips, blocks_n * splits, bps, groups, threads, columns, d)
     return schedule, prediction

@@ -12,6 +12,13 @@ Two thread layouts, by how B is stored:
 * ``lanes_along = "k"`` (B stored ``[N, K]``, ``trans_b``): warp ``w`` owns the ``rows`` columns of C
   from ``(blockIdx.x * threads_n + w) * rows``; its lanes read consecutive ``vec``-element vectors of
   those rows of the stored B along K, and a butterfly of shuffles adds the lanes' sums at the end.
+  With ``row_shift`` (K not a multiple of ``vec``, so rows do not start on 16-byte boundaries) a row
+  ``n`` is read as the aligned vectors from ``n K - d``, ``d = (n K) mod vec``: position ``v`` of the
+  loop (over ``k_extent(K)``) holds element ``k = v - d``, and elements with ``k`` outside ``[0, K)``
+  (the row's neighbours) are masked to zero before their FMAs.  Rows congruent mod ``vec`` share ``d``,
+  so warp ``w`` owns rows ``c0 + (w mod vec) + vec (g rows + j)``, ``g = w div vec``, ``j < rows`` of
+  its CTA's ``columns`` from ``c0``; A's chunk is staged with ``halo`` columns before it, and a lane
+  reads A's value for ``v`` at ``v + halo - d`` of the chunk's staged row.
 
 ``blockIdx.y`` is the K slice ``[y * k_slice, min((y + 1) * k_slice, K))``; A's columns of a slice are
 staged ``a_chunk`` at a time.  One slice (``splits`` = 1): the kernel writes C with the epilogue
@@ -60,6 +67,8 @@ class SkinnySchedule:
                                  # otherwise pick its own (more: fewer CTAs; or a cap of its own, and spill)
     blocks_per_sm: int
     reduce_groups: int = 1       # splits > 1: the last CTA's thread groups, each adding a share of the slices
+    row_shift: bool = False      # "k" with K not a multiple of vec: each row read as aligned vectors from
+                                 # (row start) - shift, the elements outside the row masked (module docstring)
 
     kernel: ClassVar[str] = "skinny"      # the GEMM kernel this schedule describes (Schedule: "tiles")
 
@@ -93,6 +102,15 @@ class SkinnySchedule:
         """K slices write partials that the last CTA of each column block adds."""
         return self.splits > 1
 
+    @property
+    def halo(self) -> int:
+        """A's columns staged before a chunk beyond its own: ``vec`` with ``row_shift`` (a row's shift), else 0."""
+        return self.vec if self.row_shift else 0
+
+    def k_extent(self, K: int) -> int:
+        """K the loop runs over: K, or with ``row_shift`` K plus the largest shift, in whole vectors."""
+        return cdiv(K + self.vec - 1, self.vec) * self.vec if self.row_shift else K
+
     def grid(self, N: int) -> tuple[int, int, int]:
         """(CTAs along N, K slices, 1)."""
         return cdiv(N, self.columns), self.splits, 1
@@ -122,7 +140,10 @@ class SkinnySchedule:
         return f"skinny {self.lanes_along} v{self.vec} {shape} u{self.unroll} s{self.splits}"
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if not self.row_shift:
+            del d["row_shift"]     # the schedules (and cache keys) of rows read whole stay as they were
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "SkinnySchedule":
