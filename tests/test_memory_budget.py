@@ -172,6 +172,31 @@ def test_remat_candidates_put_gemm_outputs_last_and_recompute_exactly():
     _same(interpreter.run(rewritten, [t.clone() for t in inputs]), interpreter.run(g, [t.clone() for t in inputs]))
 
 
+def test_swiglu_product_is_recomputed_in_its_backward_kernel_and_exactly():
+    """SwiGLU's product ``silu(gate) * up``, read first by the down projection's weight-gradient GEMM:
+    its copy joins the SwiGLU backward's kernel (which reads gate and up anyway) as one more output,
+    the GEMM runs after it, and the step computes what it computed."""
+    from nova.passes.pipeline import plan_graph
+    graph, inputs = _step("llama-tiny")
+    g = pipeline(graph).graph
+    cands = [c for c in candidates(g, gpu_model("h200")) if c.sibling]
+    assert cands and all(c.name.startswith("mul at ") for c in cands), [c.name for c in cands]
+    one = cands[0]
+    assert one.recompute_us == pytest.approx(one.nbytes / gpu_model("h200").dram_bw * 1e6)   # its write alone
+    rewritten, env = rematerialize(g, list(one.roots))
+    verify(rewritten)
+    _same(interpreter.run(rewritten, [t.clone() for t in inputs]), interpreter.run(g, [t.clone() for t in inputs]))
+    planned = plan_graph(rewritten, "h200")
+    copy = [n for n in planned.order if n.origin.endswith("[recomputed]") and n.op == "mul"]
+    assert len(copy) == 1
+    group = next(grp for grp in planned.groups if copy[0] in grp.nodes)
+    assert group.kind == "pointwise" and group.kernel == "nova"
+    assert "silu_backward" in [n.op for n in group.nodes], [n.op for n in group.nodes]
+    position = {n: i for i, n in enumerate(planned.order)}
+    readers = [u for v in copy[0].outputs for u in rewritten.users().get(v, ())]
+    assert all(position[u] > position[copy[0]] for u in readers)
+
+
 def test_recomputed_groups_run_just_in_time():
     graph, _ = _step("tiny")
     base = pipeline(graph)

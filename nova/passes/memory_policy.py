@@ -33,8 +33,12 @@ policy); a number is that fraction.  ``budget.py`` starts from this plan when a 
    ``TRY_FACTOR`` times the allowance left (the closed forms are within a factor 2 of the priced
    cost on the built-in models: GEMM chains are priced higher, fused pointwise chains lower); a
    class refused whole is priced once more as the prefix of its tensors (earliest layers first) that
-   its priced cost per tensor fits in what is left.  At most ``MAX_CLASS_TRIALS`` classes are priced;
-   a class holding less than ``MIN_FREED`` of the peak (a position table, a constant) is skipped.
+   its priced cost per tensor fits in what is left; a class whose closed form is over it is priced
+   as the prefix its closed form per tensor fits, where one tensor does.  After a saving priced below nothing
+   (it gave time back) the classes are visited again from the best rate, those skipped for want of
+   time included (Hugging Face's Llama-42M: the first layer's RMSNorm output recomputed, -22 us, lets
+   two SwiGLU products recomputed in their backward's kernel in).  At most ``MAX_CLASS_TRIALS`` classes are priced; a class holding
+   less than ``MIN_FREED`` of the peak (a position table, a constant) is skipped.
 
 The decisions and each trial's bytes and price are stored on ``Planned.policy`` (a
 ``PolicyReport``); ``explain`` only reads them.
@@ -152,34 +156,68 @@ def lean_plan(planned, policy: MemoryPolicy, plan_graph, target, host_offload=No
     classes = _live_classes(remat.candidates(base, gpu), current.memory)
     chosen: list = []
     priced = 0
-    for name, cands in classes:
-        closed = sum(c.recompute_us for c in cands)
-        left = allowance - (current_us - fastest_us)
-        what = f"recompute {name} ({len(cands)} tensor{'s' if len(cands) > 1 else ''}, {format_size(sum(c.nbytes for c in cands))})"
-        nbytes = sum(c.nbytes for c in cands)
-        if nbytes < MIN_FREED * current.memory.peak_bytes:
-            continue                  # a constant, a position table: not worth a plan
-        if priced >= MAX_CLASS_TRIALS or closed > TRY_FACTOR * max(left, 0.0):
-            why = (f"{MAX_CLASS_TRIALS} classes priced already" if priced >= MAX_CLASS_TRIALS else
-                   f"its closed-form time {closed:.1f} us is more than {TRY_FACTOR:g}x the {max(left, 0.0):.1f} us left")
-            report.trials.append(Trial(what, "not tried", 0, round(closed, 3), None, why))
-            continue
-        priced += 1
-        before = current_us
-        taken, us = judge(_remat_plan(base, chosen + cands, plan_graph), what)
-        if taken:
-            chosen += cands
-            continue
-        per_tensor = (us - before) / len(cands) if report.trials[-1].freed_bytes > 0 else 0.0
-        fits = math.floor(left / per_tensor) if per_tensor > 0 else 0
-        if 0 < fits < len(cands):
-            prefix = sorted(cands, key=lambda c: c.position)[:fits]
-            what = f"recompute {name} ({fits} of {len(cands)} tensors, {format_size(sum(c.nbytes for c in prefix))})"
-            if judge(_remat_plan(base, chosen + prefix, plan_graph), what)[0]:
-                chosen += prefix
+    done: set = set()                 # classes priced (or too small to be worth a plan)
+    skipped: dict[str, Trial] = {}    # classes not tried yet, their "not tried" line in the report
+    restart = True
+    while restart:                    # again from the best rate after a saving gave time back
+        restart = False
+        for name, cands in classes:
+            if name in done:
+                continue
+            closed = sum(c.recompute_us for c in cands)
+            left = allowance - (current_us - fastest_us)
+            nbytes = sum(c.nbytes for c in cands)
+            what = f"recompute {name} ({len(cands)} tensor{'s' if len(cands) > 1 else ''}, {format_size(nbytes)}){_inside(cands)}"
+            if nbytes < MIN_FREED * current.memory.peak_bytes:
+                done.add(name)        # a constant, a position table: not worth a plan
+                continue
+            per_closed = closed / len(cands)
+            fits_closed = math.floor(max(left, 0.0) / per_closed) if per_closed > 0 else len(cands)
+            if priced >= MAX_CLASS_TRIALS or (closed > TRY_FACTOR * max(left, 0.0) and fits_closed < 1):
+                why = (f"{MAX_CLASS_TRIALS} classes priced already" if priced >= MAX_CLASS_TRIALS else
+                       f"its closed-form time {closed:.1f} us is more than {TRY_FACTOR:g}x the {max(left, 0.0):.1f} "
+                       f"us left, one tensor's ({per_closed:.1f} us) more than it")
+                if name in skipped:
+                    skipped[name].why = why
+                else:
+                    skipped[name] = Trial(what, "not tried", 0, round(closed, 3), None, why)
+                    report.trials.append(skipped[name])
+                continue
+            if name in skipped:
+                report.trials.remove(skipped.pop(name))
+            done.add(name)
+            priced += 1
+            ordered = sorted(cands, key=lambda c: c.position)
+            before = current_us
+            if closed > TRY_FACTOR * max(left, 0.0):       # the prefix of its tensors the closed form fits
+                prefix = ordered[:fits_closed]
+                what = f"recompute {name} ({fits_closed} of {len(cands)} tensors, {format_size(sum(c.nbytes for c in prefix))}){_inside(cands)}"
+                if judge(_remat_plan(base, chosen + prefix, plan_graph), what)[0]:
+                    chosen += prefix
+            else:
+                taken, us = judge(_remat_plan(base, chosen + cands, plan_graph), what)
+                if taken:
+                    chosen += cands
+                else:
+                    per_tensor = (us - before) / len(cands) if report.trials[-1].freed_bytes > 0 else 0.0
+                    fits = math.floor(left / per_tensor) if per_tensor > 0 else 0
+                    if 0 < fits < len(cands):
+                        prefix = ordered[:fits]
+                        what = f"recompute {name} ({fits} of {len(cands)} tensors, {format_size(sum(c.nbytes for c in prefix))}){_inside(cands)}"
+                        if judge(_remat_plan(base, chosen + prefix, plan_graph), what)[0]:
+                            chosen += prefix
+            if current_us < before:   # it gave time back: the classes skipped for want of it may fit now
+                restart = True
+                break
     report.peak_bytes, report.step_us = current.memory.peak_bytes, current_us
     current.policy = report
     return current
+
+
+def _inside(cands) -> str:
+    """Where a class is recomputed when a sibling's kernel does it (``remat.sibling_reader``)."""
+    ops = sorted({c.sibling for c in cands if c.sibling})
+    return f" in the kernel of the backward's {'/'.join(ops)}" if ops else ""
 
 
 def _offload_trial(current, gpu, group_times, plan_graph, judge) -> None:

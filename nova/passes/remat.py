@@ -41,7 +41,15 @@ recomputed is the floor ``budget`` reports when the budget is below it.
 are copies of the forward's (same op, attributes and origin, tagged ``RECOMPUTED_TAG``) emitted
 right before the first backward node that reads the value, inputs from the available values (or
 their own copies, emitted first); every backward reader reads the copy, the forward keeps the
-original, which now dies at its last forward reader.  The fusion pass groups the copies like the
+original, which now dies at its last forward reader.  **In a sibling's kernel** (``sibling_reader``):
+a chain of pointwise ops whose inputs a later backward pointwise node reads anyway (SwiGLU's product
+``silu(gate) * up``, read by the down projection's weight-gradient GEMM before the SwiGLU backward reads
+gate and up) is emitted right before that node instead, and the root's readers before it (and what
+reads them) after the nodes that follow, before the first node that needs their results: the fusion
+pass then joins the copy to the sibling's kernel (shared inputs, ``fusion._shared_input``), which writes
+the recomputed value as one more output, and the schedule runs the deferred readers once it has.
+Its closed-form time (``node_time_us`` of the chain, ``sibling_time_us``) is then the root's write
+alone: the sibling reads the chain's inputs already.  The fusion pass groups the copies like the
 forward's nodes (same pointwise / rows families); the schedule runs a recomputed group only when
 one of its backward readers could otherwise run (``schedule.greedy_order``); the memory planner
 places them like any value.
@@ -60,6 +68,7 @@ from nova.passes.rewrite import Rewriter
 RECOMPUTED_TAG = "[recomputed]"
 BACKWARD_TAG = "[backward]"
 MAX_CHAIN = 8
+SIBLING_WINDOW = 24          # backward nodes after the root's first reader searched for a sibling (one layer's block)
 RECOMPUTABLE_KINDS = ("pointwise", "view", "reduce", "creation", "matmul")
 RECOMPUTABLE_OPS = ("layer_norm", "rms_norm", "softmax", "log_softmax", "index_select", "take_along_axis", "concat")
 
@@ -75,6 +84,7 @@ class Candidate:
     gemm: bool                     # the chain holds a matmul
     reads: frozenset = frozenset() # the other saved roots its chain reads (they stay kept)
     node_us: tuple[float, ...] = ()  # each chain node's predicted time
+    sibling: str = ""              # the backward op whose kernel recomputes it (``sibling_reader``), "" for none
 
     @property
     def bytes_per_us(self) -> float:
@@ -174,9 +184,14 @@ def candidates(graph: Graph, gpu) -> list[Candidate]:
         chain, reads = found
         chain.sort(key=position.get)
         times = tuple(node_time_us(n, gpu, layouts[n.outputs[0]].root is n.outputs[0]) for n in chain)
+        sibling = sibling_reader(graph, chain, set(group), start, layouts, position)
+        if sibling is not None:       # the sibling's kernel writes the roots: their bytes alone
+            times = tuple(sum(r.type.nbytes for r in group) / gpu.dram_bw * 1e6 if i == len(chain) - 1 else 0.0
+                          for i in range(len(chain)))
         out.append(Candidate(tuple(group), tuple(chain), sum(r.type.nbytes for r in group), sum(times),
                              tensor_class(group[0]), position[producer],
-                             any(kind(n.op) == "matmul" for n in chain), frozenset(reads), times))
+                             any(kind(n.op) == "matmul" for n in chain), frozenset(reads), times,
+                             sibling.op if sibling is not None else ""))
     out.sort(key=lambda c: c.position)
     return out
 
@@ -216,6 +231,52 @@ def _chain(members, roots, own, forward, layouts):
             elif v.producer in forward:
                 reads.add(layouts[v].root)
     return chain, reads
+
+
+def sibling_reader(graph: Graph, chain, roots: set, start: int, layouts, position) -> Node | None:
+    """The backward node whose kernel recomputes ``roots`` (their ``chain`` copied before it), or None:
+    the chain is pointwise ops and views only, the roots' first backward reader is no pointwise op (whose
+    kernel would recompute the chain itself), and within SIBLING_WINDOW nodes after it a pointwise node (not
+    one a GEMM's epilogue may take, ``_epilogue_bound``) reads a value the chain reads from outside itself (a leaf) without
+    depending on any backward reader of the roots (those are emitted after it: the module docstring)."""
+    if any(kind(n.op) not in ("pointwise", "view") for n in chain):
+        return None
+    inside = set(chain)
+    leaves = {v for n in chain for v in n.inputs if v.producer not in inside and v.producer is not None}
+    if not leaves:
+        return None
+    first = None
+    tainted: set = set()
+    for node in graph.nodes[start:]:
+        reads_root = any(layouts[v].root in roots for v in node.inputs)
+        if first is None:
+            if not reads_root:
+                continue
+            if kind(node.op) == "pointwise":
+                return None           # the first reader's own kernel recomputes the chain (no copy written)
+            first = position[node]
+        if position[node] - first > SIBLING_WINDOW:
+            return None
+        if reads_root or any(v.producer in tainted for v in node.inputs):
+            tainted.add(node)
+            continue
+        if kind(node.op) == "pointwise" and leaves.intersection(node.inputs) and not _epilogue_bound(node):
+            return node
+    return None
+
+
+def _epilogue_bound(node: Node) -> bool:
+    """An activation's backward reading a matmul's result (through views): the fusion pass may apply it
+    in that GEMM's epilogue (``fusion.activation_grad_pays``: GELU's backward of an MLP's dgrad GEMM),
+    where no copy can join it."""
+    if not node.op.endswith("_backward"):
+        return False
+    for v in node.inputs:
+        while v.producer is not None and kind(v.producer.op) == "view":
+            v = v.producer.inputs[0]
+        if v.producer is not None and v.producer.op == "matmul":
+            return True
+    return False
 
 
 def pick(cands: list[Candidate], chosen: list[Candidate], memory, env: dict, excess: int) -> list[Candidate]:
@@ -304,6 +365,26 @@ def rematerialize(graph: Graph, roots) -> tuple[Graph, dict]:
         r = layouts[v].root
         return r in roots or r not in saved
 
+    def chain_of(root: Value) -> list[Node]:
+        nodes, stack = [], [m.producer for m in _family(graph, layouts, root) if m.producer in forward]
+        while stack:
+            n = stack.pop()
+            if n not in nodes:
+                nodes.append(n)
+                stack += [v.producer for v in n.inputs if must_copy(v)]
+        return nodes
+
+    # roots recomputed in a sibling's kernel: emitted at the sibling
+    at_sibling: dict[Node, list[Value]] = {}
+    waiting: set = set()              # roots whose sibling is still ahead
+    for r in sorted(roots, key=lambda r: position[r.producer]):
+        sib = sibling_reader(graph, chain_of(r), {r}, start, layouts, position)
+        if sib is not None:
+            at_sibling.setdefault(sib, []).append(r)      # its views follow with their readers: a view
+            waiting.add(r)                                # read at once would close the copy's kernel
+    deferred: list[Node] = []
+    deferred_set: set = set()
+
     def read(v: Value) -> Value:
         if not must_copy(v):
             return rw.get(v)
@@ -315,12 +396,38 @@ def rematerialize(graph: Graph, roots) -> tuple[Graph, dict]:
                 copies[old] = new
         return copies[v]
 
+    def emit(node: Node) -> None:
+        outs = rw.emit(node.op, [read(v) for v in node.inputs], node.attrs, node.origin)
+        for old, new in zip(node.outputs, outs):
+            rw.env[old] = new
+
+    def flush() -> None:
+        """The sibling's copies (of the roots still waiting) and the deferred readers, in order."""
+        for members in at_sibling.values():
+            for v in members:
+                if layouts[v].root in waiting:
+                    read(v)
+        waiting.clear()
+        for n in deferred:
+            emit(n)
+        deferred.clear()
+        deferred_set.clear()
+
     for i, node in enumerate(graph.nodes):
         if i < start:
             rw.copy(node)
             continue
-        inputs = [read(v) for v in node.inputs]
-        outs = rw.emit(node.op, inputs, node.attrs, node.origin)
-        for old, new in zip(node.outputs, outs):
-            rw.env[old] = new
+        for v in at_sibling.get(node, ()):
+            if layouts[v].root in waiting:
+                read(v)
+        waiting.difference_update(layouts[v].root for v in at_sibling.get(node, ()))
+        after_deferred = bool(deferred_set) and any(v.producer in deferred_set for v in node.inputs)
+        if waiting and (after_deferred or any(layouts[v].root in waiting for v in node.inputs)):
+            deferred.append(node)            # a reader of a root whose copy comes with its sibling, or of its result
+            deferred_set.add(node)
+            continue
+        if after_deferred:
+            flush()                          # the first node after the sibling that needs the deferred results
+        emit(node)
+    flush()
     return rw.finish(), rw.env
