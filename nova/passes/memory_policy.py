@@ -34,11 +34,12 @@ policy); a number is that fraction.  ``budget.py`` starts from this plan when a 
    cost on the built-in models: GEMM chains are priced higher, fused pointwise chains lower); a
    class refused whole is priced once more as the prefix of its tensors (earliest layers first) that
    its priced cost per tensor fits in what is left; a class whose closed form is over it is priced
-   as the prefix its closed form per tensor fits, where one tensor does.  After a saving priced below nothing
-   (it gave time back) the classes are visited again from the best rate, those skipped for want of
-   time included (Hugging Face's Llama-42M: the first layer's RMSNorm output recomputed, -22 us, lets
-   two SwiGLU products recomputed in their backward's kernel in).  At most ``MAX_CLASS_TRIALS`` classes are priced; a class holding
-   less than ``MIN_FREED`` of the peak (a position table, a constant) is skipped.
+   as the prefix its closed form per tensor fits, where one tensor does.  After a saving priced
+   below nothing (it gave time back) the classes are visited again from the best rate, those skipped
+   for want of time included (Hugging Face's Llama-42M: the first layer's RMSNorm output recomputed,
+   -22 us, lets two SwiGLU products recomputed in their backward's kernel in).  At most
+   ``MAX_CLASS_TRIALS`` classes are priced; a class holding less than ``MIN_FREED`` of the peak (a
+   position table, a constant) is skipped.
 
 The decisions and each trial's bytes and price are stored on ``Planned.policy`` (a
 ``PolicyReport``); ``explain`` only reads them.
@@ -111,7 +112,6 @@ def lean_plan(planned, policy: MemoryPolicy, plan_graph, target, host_offload=No
     timeline (``group_times(planned) -> us per group``), None: nothing offloaded.  The result
     carries its ``PolicyReport`` (``.policy``)."""
     from nova.passes import chunked_loss, remat
-    from nova.passes.peak import format_size
     fastest_us = policy.price(planned)
     report = PolicyReport(policy.describe(), policy.fraction, planned.memory.peak_bytes, fastest_us,
                           planned.memory.peak_bytes, fastest_us)
@@ -167,7 +167,7 @@ def lean_plan(planned, policy: MemoryPolicy, plan_graph, target, host_offload=No
             closed = sum(c.recompute_us for c in cands)
             left = allowance - (current_us - fastest_us)
             nbytes = sum(c.nbytes for c in cands)
-            what = f"recompute {name} ({len(cands)} tensor{'s' if len(cands) > 1 else ''}, {format_size(nbytes)}){_inside(cands)}"
+            what = _what(name, cands, cands)
             if nbytes < MIN_FREED * current.memory.peak_bytes:
                 done.add(name)        # a constant, a position table: not worth a plan
                 continue
@@ -191,7 +191,7 @@ def lean_plan(planned, policy: MemoryPolicy, plan_graph, target, host_offload=No
             before = current_us
             if closed > TRY_FACTOR * max(left, 0.0):       # the prefix of its tensors the closed form fits
                 prefix = ordered[:fits_closed]
-                what = f"recompute {name} ({fits_closed} of {len(cands)} tensors, {format_size(sum(c.nbytes for c in prefix))}){_inside(cands)}"
+                what = _what(name, prefix, cands)
                 if judge(_remat_plan(base, chosen + prefix, plan_graph), what)[0]:
                     chosen += prefix
             else:
@@ -203,7 +203,7 @@ def lean_plan(planned, policy: MemoryPolicy, plan_graph, target, host_offload=No
                     fits = math.floor(left / per_tensor) if per_tensor > 0 else 0
                     if 0 < fits < len(cands):
                         prefix = ordered[:fits]
-                        what = f"recompute {name} ({fits} of {len(cands)} tensors, {format_size(sum(c.nbytes for c in prefix))}){_inside(cands)}"
+                        what = _what(name, prefix, cands)
                         if judge(_remat_plan(base, chosen + prefix, plan_graph), what)[0]:
                             chosen += prefix
             if current_us < before:   # it gave time back: the classes skipped for want of it may fit now
@@ -214,10 +214,15 @@ def lean_plan(planned, policy: MemoryPolicy, plan_graph, target, host_offload=No
     return current
 
 
-def _inside(cands) -> str:
-    """Where a class is recomputed when a sibling's kernel does it (``remat.sibling_reader``)."""
-    ops = sorted({c.sibling for c in cands if c.sibling})
-    return f" in the kernel of the backward's {'/'.join(ops)}" if ops else ""
+def _what(name: str, some: list, cands: list) -> str:
+    """A rematerialization trial's line: the class, how many of its tensors and bytes, and where a
+    sibling's kernel recomputes them (``remat.sibling_reader``)."""
+    from nova.passes.peak import format_size
+    count = f"{len(some)} of {len(cands)} tensors" if len(some) < len(cands) else \
+        f"{len(cands)} tensor{'s' if len(cands) > 1 else ''}"
+    ops = sorted({c.sibling for c in some if c.sibling})
+    inside = f" in the kernel of the backward's {'/'.join(ops)}" if ops else ""
+    return f"recompute {name} ({count}, {format_size(sum(c.nbytes for c in some))}){inside}"
 
 
 def _offload_trial(current, gpu, group_times, plan_graph, judge) -> None:

@@ -48,8 +48,8 @@ gate and up) is emitted right before that node instead, and the root's readers b
 reads them) after the nodes that follow, before the first node that needs their results: the fusion
 pass then joins the copy to the sibling's kernel (shared inputs, ``fusion._shared_input``), which writes
 the recomputed value as one more output, and the schedule runs the deferred readers once it has.
-Its closed-form time (``node_time_us`` of the chain, ``sibling_time_us``) is then the root's write
-alone: the sibling reads the chain's inputs already.  The fusion pass groups the copies like the
+Its closed-form time (``candidates``) is then the root's write alone: the sibling reads the chain's
+inputs already.  The fusion pass groups the copies like the
 forward's nodes (same pointwise / rows families); the schedule runs a recomputed group only when
 one of its backward readers could otherwise run (``schedule.greedy_order``); the memory planner
 places them like any value.
@@ -235,10 +235,11 @@ def _chain(members, roots, own, forward, layouts):
 
 def sibling_reader(graph: Graph, chain, roots: set, start: int, layouts, position) -> Node | None:
     """The backward node whose kernel recomputes ``roots`` (their ``chain`` copied before it), or None:
-    the chain is pointwise ops and views only, the roots' first backward reader is no pointwise op (whose
-    kernel would recompute the chain itself), and within SIBLING_WINDOW nodes after it a pointwise node (not
-    one a GEMM's epilogue may take, ``_epilogue_bound``) reads a value the chain reads from outside itself (a leaf) without
-    depending on any backward reader of the roots (those are emitted after it: the module docstring)."""
+    the chain is pointwise ops and views only, the roots' first backward reader is no pointwise op
+    (whose kernel would recompute the chain itself), and within SIBLING_WINDOW nodes after it a
+    pointwise node (not one a GEMM's epilogue may take, ``_epilogue_bound``) reads a value the chain
+    reads from outside itself (a leaf) without depending on any backward reader of the roots (those
+    are emitted after it: the module docstring)."""
     if any(kind(n.op) not in ("pointwise", "view") for n in chain):
         return None
     inside = set(chain)
