@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device run 93 (an H200): issue 29's model targets on today's code, each framework in its own process.
+# Device run 93 (an H200): the fused-kernel targets on the model steps, each framework in its own process.
 # GPT-144M b16 x 1024 against torch.compile; Hugging Face GPT-2 42M (op-by-op gelu_new) beside GPT-42M
 # (F.gelu) through Nova; the built-in Llama-42M against torch.compile.
 # Host: `.nova-cache.txz` (GPU tests, GPT-42M and HF Llama-42M b32 for h200) and `.nova-cache-models.txz`
