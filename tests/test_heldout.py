@@ -315,3 +315,19 @@ def build_kernels(target: str, cache_dir=None, log=print) -> dict:
 if __name__ == "__main__":
     from gpu_build import main
     main(build_kernels)
+
+
+@pytest.mark.gpu
+def test_a_cold_l2_replay_costs_more_than_a_warm_one_on_the_gpu():
+    """An 8 MB operand stays in the L2 between back-to-back calls: with the L2 flushed before every call
+    (``harness.cold_graph_replay``, the fills' own time subtracted) the same copy costs more, and both
+    times are positive."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU")
+    from nova.bench.harness import cold_graph_replay, graph_replay
+    src = torch.randn(2 << 20, device="cuda")
+    dst = torch.empty_like(src)
+    warm, _ = graph_replay(torch, lambda i: dst.copy_(src), 20)
+    cold, _ = cold_graph_replay(torch, lambda i: dst.copy_(src), 20, 256 << 20)
+    assert 0 < warm < cold, (warm, cold)

@@ -222,6 +222,25 @@ def graph_replay(torch, fn, reps: int, rounds: int = 5, min_seconds: float = 0.0
     return statistics.median(means), window
 
 
+def cold_graph_replay(torch, fn, reps: int, flush_bytes: int, settle_s: float = 0.0) -> tuple[float, tuple]:
+    """Device time per call with the L2 cold: ``reps`` calls each after a write of ``flush_bytes``
+    (a scratch buffer filled: it evicts the L2 and its dirty lines go back to DRAM), captured in one
+    CUDA graph, less the same graph of the fills alone (``graph_replay`` each).  What a call costs
+    where other work ran between calls (a model's other layers), not back to back with its operands
+    left in the L2 by the call before."""
+    scratch = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda")
+
+    def flush(i):
+        scratch.fill_(i % 251)
+
+    def flushed(i):
+        flush(i)
+        fn(i)
+    both, window = graph_replay(torch, flushed, reps, settle_s=settle_s)
+    alone, _ = graph_replay(torch, flush, reps)
+    return both - alone, window
+
+
 def settle(torch, fns, seconds: float, sync=None) -> int:
     """Run ``fns`` round-robin, back to back, for ``seconds`` of wall time (synchronising every few
     milliseconds so the queue stays short): the GPU reaches the clock it holds under sustained load

@@ -79,7 +79,6 @@ import math
 import os
 import random
 import sys
-import time
 from dataclasses import asdict, dataclass, fields
 
 ODD_FRACTION = 0.25
@@ -427,13 +426,19 @@ def one_line(e: Exception) -> str:
 
 
 def gemm_row(torch, jax, h: HeldoutGemm, *, seed: int, settle_s: float, rounds: int, min_time_s: float, log,
-             graph_calls: int = GRAPH_CALLS, graph_settle_s: float = GRAPH_SETTLE_S) -> dict:
+             graph_calls: int = GRAPH_CALLS, graph_settle_s: float = GRAPH_SETTLE_S, cold_l2_bytes: int = 0) -> dict:
     """One drawn GEMM: ``train_gemms.bench_case`` (correctness, then Nova / cuBLAS / XLA by the host's
     wall clock: ``ratio``, what a caller sees), then Nova and cuBLAS by CUDA-graph replay (device time,
     ``ratio_device``; Nova's after ``graph_settle_s`` of untimed replays), the configurator's prediction
-    beside Nova's (``gemm_prediction``)."""
+    beside Nova's (``gemm_prediction``).  ``cold_l2_bytes`` > 0: the device times with the L2 flushed
+    before every call (``harness.cold_graph_replay``), for both libraries."""
     import nova
-    from nova.bench.harness import graph_replay, random_operands
+    from nova.bench.harness import cold_graph_replay, graph_replay, random_operands
+
+    def replay(fn, reps, settle_s=0.0):
+        if cold_l2_bytes > 0:
+            return cold_graph_replay(torch, fn, reps, cold_l2_bytes, settle_s=settle_s)
+        return graph_replay(torch, fn, reps, settle_s=settle_s)
     from nova.bench.train_gemms import bench_case
     from nova.runtime.matmul import resolve_target
     entry = {"model": "heldout", "batch": 1, "seq": 0, "M": h.M, "N": h.N, "K": h.K, "trans_a": h.trans_a,
@@ -447,10 +452,10 @@ def gemm_row(torch, jax, h: HeldoutGemm, *, seed: int, settle_s: float, rounds: 
         gen = torch.Generator(device="cuda").manual_seed(seed)
         a, b = random_operands(torch, h.M, h.N, h.K, h.dtype, gen, h.trans_a, h.trans_b)
         c = torch.empty(h.M, h.N, device="cuda", dtype=a.dtype)
-        row["nova_graph_us"], row["nova_graph_window"] = graph_replay(
-            torch, lambda i: nova.matmul(a, b, out=c), graph_calls, settle_s=graph_settle_s)
+        row["nova_graph_us"], row["nova_graph_window"] = replay(
+            lambda i: nova.matmul(a, b, out=c), graph_calls, settle_s=graph_settle_s)
         try:
-            row["cublas_graph_us"], _ = graph_replay(torch, lambda i: torch.matmul(a, b, out=c), graph_calls)
+            row["cublas_graph_us"], _ = replay(lambda i: torch.matmul(a, b, out=c), graph_calls)
             row["ratio_device"] = row["cublas_graph_us"] / row["nova_graph_us"]
         except Exception as e:           # recorded; the eager ratio stands
             row["cublas_graph_error"] = one_line(e)
@@ -579,8 +584,9 @@ def window_clock_mhz(samples, window) -> float | None:
 
 def run(kind: str, problems, out: str, *, seed: int, count: int, settle_s: float = 0.5, rounds: int = 5,
         min_time_s: float = 0.02, iters: int = 20, graph_calls: int = GRAPH_CALLS,
-        graph_settle_s: float = GRAPH_SETTLE_S, log=print) -> dict:
-    """Check and time every drawn problem on this GPU; the result files are rewritten after each.  The
+        graph_settle_s: float = GRAPH_SETTLE_S, cold_l2_mb: int = 0, log=print) -> dict:
+    """Check and time every drawn problem on this GPU; the result files are rewritten after each
+    (``cold_l2_mb``: the GEMMs' device times with the L2 flushed before every call, ``gemm_row``).  The
     SM clock is sampled throughout (``harness.ClockSampler``, nvidia-smi where present): each row's
     ``nova_graph_sm_mhz`` is its median during Nova's timed graph replays, the clock the prediction
     is checked at."""
@@ -596,7 +602,8 @@ def run(kind: str, problems, out: str, *, seed: int, count: int, settle_s: float
             env["jax"] = jax.__version__
     settings = {"kind": kind, "seed": seed, "count": count, "settle_s": settle_s, "rounds": rounds,
                 "min_time_s": min_time_s, "iters": iters, "graph_calls": graph_calls,
-                "graph_settle_s": graph_settle_s, "odd_fraction": ODD_FRACTION, "band": PREDICTION_BAND}
+                "graph_settle_s": graph_settle_s, "odd_fraction": ODD_FRACTION, "band": PREDICTION_BAND,
+                "cold_l2_mb": cold_l2_mb}
     rows, result = [], None
     try:
         for i, h in enumerate(problems):
@@ -604,7 +611,7 @@ def run(kind: str, problems, out: str, *, seed: int, count: int, settle_s: float
                 if kind == "gemm":
                     r = gemm_row(torch, jax, h, seed=seed * 1000 + i, settle_s=settle_s * (3 if i == 0 else 1),
                                  rounds=rounds, min_time_s=min_time_s, log=log, graph_calls=graph_calls,
-                                 graph_settle_s=graph_settle_s)
+                                 graph_settle_s=graph_settle_s, cold_l2_bytes=cold_l2_mb << 20)
                 else:
                     r = attention_row(torch, h, seed=seed * 1000 + i, iters=iters, graph_calls=graph_calls,
                                       graph_settle_s=graph_settle_s)
@@ -650,6 +657,9 @@ def parser() -> OneLineParser:
     ap.add_argument("--min-time-s", type=float, default=0.02, help="GEMM: least work in one timed round")
     ap.add_argument("--iters", type=int, default=20, help="attention: timed calls per eager measurement")
     ap.add_argument("--graph-calls", type=int, default=GRAPH_CALLS, help="calls captured per CUDA graph (device time)")
+    ap.add_argument("--cold-l2-mb", type=int, default=0,
+                    help="GEMM: device times with the L2 flushed before every call of every library (a write of "
+                         "this many MB, timed alone and subtracted; 0: calls back to back, the default)")
     ap.add_argument("--graph-settle-s", type=float, default=GRAPH_SETTLE_S,
                     help="seconds of untimed replays before Nova's timed graph replays (the power-capped clock)")
     return ap
@@ -687,7 +697,7 @@ def main(argv=None) -> int:
             return 1 if counts["failed"] else 0
         result = run(args.kind, problems, args.out, seed=seed, count=args.count, settle_s=args.settle_s,
                      rounds=args.rounds, min_time_s=args.min_time_s, iters=args.iters,
-                     graph_calls=args.graph_calls, graph_settle_s=args.graph_settle_s,
+                     graph_calls=args.graph_calls, graph_settle_s=args.graph_settle_s, cold_l2_mb=args.cold_l2_mb,
                      log=lambda line: print(line, flush=True))
     except (NovaRuntimeError, ValueError, OSError) as e:     # no GPU, no MLIR, an unknown target: one line
         print(f"{ap.prog}: error: {e}", file=sys.stderr)
