@@ -434,13 +434,13 @@ def gemm_row(torch, jax, h: HeldoutGemm, *, seed: int, settle_s: float, rounds: 
     before every call (``harness.cold_graph_replay``), for both libraries."""
     import nova
     from nova.bench.harness import cold_graph_replay, graph_replay, random_operands
+    from nova.bench.train_gemms import bench_case
+    from nova.runtime.matmul import resolve_target
 
     def replay(fn, reps, settle_s=0.0):
         if cold_l2_bytes > 0:
             return cold_graph_replay(torch, fn, reps, cold_l2_bytes, settle_s=settle_s)
         return graph_replay(torch, fn, reps, settle_s=settle_s)
-    from nova.bench.train_gemms import bench_case
-    from nova.runtime.matmul import resolve_target
     entry = {"model": "heldout", "batch": 1, "seq": 0, "M": h.M, "N": h.N, "K": h.K, "trans_a": h.trans_a,
              "trans_b": h.trans_b, "role": h.layout, "count": 1, "bias": False, "activation": "none"}
     row = bench_case(torch, jax, entry, h.dtype, seed=seed, settle_s=settle_s, rounds=rounds,

@@ -290,8 +290,10 @@ def streams(kernel: dict) -> bool:
 
 
 def memory_bound(row) -> bool:
-    return row["model"] not in ("gemm configurator", "gemm configurator (calibrated)", "attention configurator",
-                                "fp32 attention")
+    """A launch of memory-bound kernels: not a GEMM or attention, and not a host transfer (a copy over
+    the host link on a copy engine: no kernel, nothing set against the DRAM ceiling)."""
+    return row["kind"] != "transfer" and row["model"] not in (
+        "gemm configurator", "gemm configurator (calibrated)", "attention configurator", "fp32 attention")
 
 
 FIXED_COST_BOUNDS = ("launch", "latency")     # predicted bounds whose time is not the bytes' (not streaming)
