@@ -137,7 +137,8 @@ def _cli(*args, env=None):
 
 @pytest.mark.parametrize("args", [["gemm", "--count", "0"], ["sgemm"], ["gemm", "--seed", "-4"],
                                   ["attention", "--precompile"], ["gemm", "--target", "h200"],
-                                  ["gemm", "--count", "many"]])
+                                  ["gemm", "--count", "many"], ["gemm", "--cold-l2-mb", "-1"],
+                                  ["attention", "--cold-l2-mb", "256"]])
 def test_cli_refuses_bad_arguments_in_one_line(args):
     r = _cli(*args)
     assert r.returncode == 2

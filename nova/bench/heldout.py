@@ -679,7 +679,9 @@ def main(argv=None) -> int:
         ap.error("--target applies to --precompile only (the device run configures for its own GPU)")
     if args.precompile and args.list:
         ap.error("--list and --precompile exclude each other")
-    for name in ("settle_s", "min_time_s", "graph_settle_s"):
+    if args.cold_l2_mb and args.kind != "gemm":
+        ap.error("--cold-l2-mb applies to gemm only")
+    for name in ("settle_s", "min_time_s", "graph_settle_s", "cold_l2_mb"):
         if getattr(args, name) < 0:
             ap.error(f"--{name.replace('_', '-')} must be non-negative")
     if args.rounds < 1 or args.iters < 1 or args.graph_calls < 1:
