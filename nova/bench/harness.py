@@ -48,10 +48,11 @@ def require_torch():
 def environment() -> dict:
     torch = require_torch()
     import nova
+    from nova.kernels import registry
     props = torch.cuda.get_device_properties(0)
     return {"device": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
             "cuda": torch.version.cuda, "nova": nova.__version__, "python": platform.python_version(),
-            "date": time.strftime("%Y-%m-%d")}
+            "date": time.strftime("%Y-%m-%d"), "abi": registry.abis()}
 
 
 def rel_fro(c, ref) -> float:

@@ -15,3 +15,9 @@ def current_keys(entry: dict) -> set[str]:
     """The keys today's code gives a cache entry, over every built-in family and GPU preset
     (``KernelCache.prune(current_keys=...)``)."""
     return family.current_keys(entry, family.preset_targets())
+
+
+def abis() -> dict[str, int]:
+    """Every built-in family's ABI counter by name: what a benchmark's results record, so a later fit
+    can tell which kernels a row measured."""
+    return {f.name: f.abi for f in family.families()}

@@ -1549,10 +1549,13 @@ def build_prep_module(problem: GemmProblem, prep: OperandPrep) -> str:
                 ir.emit(f"memref.store {rounded(x)}, %dst[{matrix}{ir.v(r)}, {ir.v(c)}] : {dst_t}")
 
         if not tr:
-            for i in range(PREP_TILE // 8):
-                r = ir.add(r0, ir.add(ty, 8 * i), "r")
-                c = ir.add(c0, tx, "c")
-                store(r, c, load(r, c))
+            # every load before the first store: the pointers carry no alias information, so a store
+            # between two loads would make the second wait for the first (one latency per element)
+            c = ir.add(c0, tx, "c")
+            rows = [ir.add(r0, ir.add(ty, 8 * i), "r") for i in range(PREP_TILE // 8)]
+            values = [load(r, c) for r in rows]
+            for r, x in zip(rows, values):
+                store(r, c, x)
         else:
             dsm = ir.let("dsm", f"gpu.dynamic_shared_memory : memref<?xi8, {SMEM}>")
             tile = ir.let("tile", f"memref.view {dsm}[{ir.v(0)}][] : memref<?xi8, {SMEM}> to {tile_t}")

@@ -106,19 +106,15 @@ MIN_SLICE_K_TILES = 8          # a K slice streams >= 8 K tiles: the ring fill a
 LAUNCH_S = 5e-6                # per kernel launch (the memset of split-K, each prep pass)
 # The operand-prep pass (``emit_hopper.build_prep_module``): a PREP_TILE x PREP_TILE tile per block of
 # PREP_THREADS threads, each thread PREP_TILE / (PREP_THREADS / PREP_TILE) = 4 elements with scalar
-# loads and stores.  Its time (``prep_time``) is the larger of its DRAM bytes and its latency chain.
+# loads and stores.  Its time (``prep_time``) is the larger of its DRAM bytes and its latency chain: a
+# thread issues its four loads before its first store (a padding copy into registers, a transpose into
+# shared memory), so a wave of blocks waits one loaded latency.  Measured when a padding copy stored each
+# element before loading the next (four latencies a wave): 1x13647x1389 NT TF32's copy (19.0M elements, 18
+# waves of 1056 blocks) ~57 us by graph replay minus the calibrated main kernel (bench/results/
+# h200-2026-12-03/run8/heldout), 56 us at four latencies; GPT-42M's 8.4M-element TF32 transposes 16.1 us
+# each, 4.2 TB/s: DRAM-bound (bench/results/h200-2026-12-03/run7/profile-gpt42m, nova_prep)
 PREP_TILE = 32
 PREP_THREADS = 256
-PREP_SERIAL_LOADS = PREP_TILE * PREP_TILE // PREP_THREADS   # loads a plain (padding) copy's thread waits for one
-                               # after another: its PTX stores each element before loading the next (the two
-                               # pointers carry no alias information), so each waits a loaded latency.  A
-                               # transpose's loads go to shared memory first (another state space): they issue
-                               # together, one latency per wave.  Measured: 1x13647x1389 NT TF32's padding copy
-                               # (19.0M elements, 18 waves of 1056 blocks) ~57 us by graph replay minus the
-                               # calibrated main kernel (bench/results/h200-2026-12-03/run8/heldout), 56 us at
-                               # four latencies per wave (33 us at the DRAM bandwidth); GPT-42M's 8.4M-element TF32
-                               # transposes 16.1 us each, 4.2 TB/s: DRAM-bound (bench/results/h200-2026-12-03/
-                               # run7/profile-gpt42m, nova_prep)
 # The TMA-store epilogue (step 9): each consumer warpgroup writes its 64 x N slab into shared memory one
 # 8 KB step at a time (a 64 x 128 B box of C, or two 32 x 128 B boxes swapped), 128-byte swizzled,
 # double-buffered: one step is written while the TMA store of the previous one reads its buffer.
@@ -674,14 +670,13 @@ def prep_bytes(p: GemmProblem, operands: OperandPlan) -> int:
 
 def prep_pass_time(p: GemmProblem, gpu, prep: OperandPrep) -> float:
     """Seconds of one prep pass: the larger of its bytes (read + write) at the DRAM bandwidth and its
-    latency chain, waves x the loads a thread waits for in turn (a transpose 1, a padding copy
-    ``PREP_SERIAL_LOADS``) x the loaded memory latency, a wave being every SM's blocks of
-    PREP_THREADS threads (max_threads_per_sm / PREP_THREADS each)."""
+    latency chain, waves x one loaded memory latency (a thread's loads issue together), a wave being
+    every SM's blocks of PREP_THREADS threads (max_threads_per_sm / PREP_THREADS each)."""
     rows, cols = prep.dst
     elements = rows * cols * prep.batch
     blocks = cdiv(rows, PREP_TILE) * cdiv(cols, PREP_TILE) * prep.batch
     waves = cdiv(blocks, gpu.sm_count * max(1, gpu.max_threads_per_sm // PREP_THREADS))
-    chain = waves * (1 if prep.transpose else PREP_SERIAL_LOADS) * gpu.mem_latency_ns * 1e-9
+    chain = waves * gpu.mem_latency_ns * 1e-9
     return max(2 * elements * p.in_bytes / gpu.dram_bw, chain)
 
 
