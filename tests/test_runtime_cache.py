@@ -519,7 +519,7 @@ def fake_stack(monkeypatch, fake_gpu, tmp_path):
     monkeypatch.setenv("NOVA_CACHE_DIR", str(tmp_path / "c"))
     monkeypatch.setattr(mm, "_get_target", lambda t: types.SimpleNamespace(name=str(t), arch="sm_90"))
     configured = []
-    monkeypatch.setattr(mm, "configure_schedule", lambda p, t: configured.append(p) or make_schedule(split_k=2))
+    monkeypatch.setattr(mm, "configure_schedule", lambda p, t, eager=False: configured.append(p) or make_schedule(split_k=2))
 
     def compile_fake(p, s, t):
         return make_artifact(zero_output=True, params=("A", "B", "C") + p.epilogue_operands)
@@ -535,7 +535,7 @@ def test_matmul_passes_the_residual_and_the_preactivation_after_the_bias(fake_st
     nova.matmul(a, b, out=out, bias=bias, activation="gelu", residual=r, preactivation=p, target="h200")
     [problem] = fake_stack.configured
     assert problem == GemmProblem(64, 48, 32, "tf32", bias=True, activation="gelu", residual=True, preactivation=True)
-    resolved = mm.resolve_kernel(problem, "h200", fake_stack.device)
+    resolved = mm.resolve_kernel(problem, "h200", fake_stack.device, eager=True)     # the call's
     assert resolved.kernel.launches == [((0x10000, 0x20000, 0x30000, 0x40000, 0x50000, 0x60000), 0)]
     with pytest.raises(ValueError, match="residual.*must match the output"):          # R laid out otherwise
         nova.matmul(a, b, out=out, residual=FakeArray((64, 48), ptr=0x50000, strides=(4, 256)), target="h200")
@@ -553,7 +553,7 @@ def test_matmul_host_path(fake_stack):
     assert r is out
     [problem] = fake_stack.configured
     assert problem == GemmProblem(64, 48, 32, "tf32", False, True, True, "relu", "f32")
-    resolved = mm.resolve_kernel(problem, "h200", fake_stack.device)
+    resolved = mm.resolve_kernel(problem, "h200", fake_stack.device, eager=True)     # the call's
     assert resolved.kernel.launches == [((0x10000, 0x20000, 0x30000, 0x40000), 0)]
     assert fake_stack.memsets == [(0x30000, 64 * 48, 4, 0, fake_stack.memsets[0][4])]
     with pytest.raises(TypeError, match="pass out="):

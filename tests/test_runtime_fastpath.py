@@ -444,7 +444,7 @@ def test_hopper_tma_store_checks_c_base_alignment(fake_stack, monkeypatch):
     launched = []
     monkeypatch.setattr(tma, "device_tensor_map", lambda device, ptr, *shape: ptr + 0x8)
     monkeypatch.setattr(tma.HopperGemm, "run", lambda self, *a: launched.append(a))
-    monkeypatch.setattr(mm, "configure_schedule", lambda p, t: hopper_schedule(
+    monkeypatch.setattr(mm, "configure_schedule", lambda p, t, eager=False: hopper_schedule(
         (64, 32, 64, 32), (48, 32, 64, 32), box_c=(64, 32), vector_a=1, vector_b=1, vector_c=4))
 
     def hopper_artifact(p, s, t):
@@ -467,7 +467,7 @@ def test_hopper_split_k_zeroes_the_output_before_the_gemm(fake_stack, monkeypatc
     monkeypatch.setattr(driver, "memset_async", lambda ptr, n, eb, stream, why: events.append(("zero", ptr, n, stream)))
     run = tma.HopperGemm.run
     monkeypatch.setattr(tma.HopperGemm, "run", lambda self, *a: events.append(("gemm",) + a[:3]) or run(self, *a))
-    monkeypatch.setattr(mm, "configure_schedule", lambda p, t: hopper_schedule((64, 32, 64, 32), (48, 32, 64, 32),
+    monkeypatch.setattr(mm, "configure_schedule", lambda p, t, eager=False: hopper_schedule((64, 32, 64, 32), (48, 32, 64, 32),
                                                                                split_k=2, vector_c=1))
 
     def hopper_artifact(p, s, t):
@@ -489,7 +489,7 @@ def test_hopper_checks_c_alignment_of_its_wide_stores(fake_stack, monkeypatch):
     monkeypatch.setattr(tma, "device_tensor_map", lambda device, ptr, *shape: ptr + 0x8)
     monkeypatch.setattr(tma.HopperGemm, "run", lambda self, *a: launched.append(a))
     # the Hopper rules' choice for a 16-bit output with N % 4 == 0 (output_vector): 4 elements per store
-    monkeypatch.setattr(mm, "configure_schedule", lambda p, t: hopper_schedule(
+    monkeypatch.setattr(mm, "configure_schedule", lambda p, t, eager=False: hopper_schedule(
         (64, 32, 64, 64), (32, 48, 64, 64), "bf16", vector_a=1, vector_b=1, vector_c=4))
 
     def hopper_artifact(p, s, t):
@@ -641,7 +641,7 @@ def test_matmul_takes_a_workspace_of_the_kernels_size(fake_stack, monkeypatch):
     runs = []
     monkeypatch.setattr(tma, "device_tensor_map", lambda device, ptr, *shape: ptr + 0x8)
     monkeypatch.setattr(tma.HopperGemm, "run", lambda self, *a, **kw: runs.append((a, kw)))
-    monkeypatch.setattr(mm, "configure_schedule", lambda p, t: hopper_schedule(
+    monkeypatch.setattr(mm, "configure_schedule", lambda p, t, eager=False: hopper_schedule(
         (64, 32, 64, 32), (48, 32, 64, 32), prep="b", split_k=2, split_reduction="workspace", vector_c=4))
 
     def hopper_artifact(p, s, t):

@@ -192,7 +192,7 @@ def test_explain_shows_the_choice_and_why():
     (kernel,) = [s for s in d["derivation"] if s["step"] == "kernel"]     # the table may wrap the reason anywhere
     assert kernel["value"] == "skinny" and kernel["reason"].endswith("the lower prediction")
     assert d["calibrated_time_us"] is None
-    odd = json.loads(subprocess.run([sys.executable, "-m", "nova.cli.config", "explain", "matmul", "14x14759x10323",
+    odd = json.loads(subprocess.run([sys.executable, "-m", "nova.cli.config", "explain", "matmul", "8x14759x10323",
                                      "--trans-b", "--target", "h200", "--json"], capture_output=True, text=True,
                                     timeout=120).stdout)
     (shifted,) = [s for s in odd["derivation"] if s["step"] == "skinny: rows shifted"]

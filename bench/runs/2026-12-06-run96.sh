@@ -5,17 +5,18 @@
 # before every call of every library.  Phase "b": Hugging Face Llama-42M's default plan (its measured
 # peak against Liger Kernel's 5.46 GB), a fresh attention draw (seed 20261214), the fresh GEMM draw again
 # with calls back to back.
-# Host: `.nova-cache-run96.txz` (`python tests/test_skinny_gpu.py --target h200 --build`,
-# `bench/probes/skinny_odd_k.py --build`, `nova.bench.heldout gemm --count 100 --seed S --precompile
-# --target h200` for S = 20261213 and 20261214, `nova.bench.heldout attention --count 40 --seed 20261214
-# --precompile --target h200`, `nova precompile train hf-llama-42m --batch 32 --target h200`).
+# Host: `.nova-cache-run96.txz`, for T = h200 and h100: `python tests/test_skinny_gpu.py --target T --build`,
+# `bench/probes/skinny_odd_k.py --build`, `nova.bench.heldout gemm --count 100 --seed S --precompile --target T`
+# for S = 20261213 and 20261214, `nova.bench.heldout attention --count 40 --seed 20261214 --precompile --target T`;
+# and `nova precompile train hf-llama-42m --batch 32 --target h200` (the H200's plan: its peak is the same on
+# either card).
 case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
   *H100*) T=h100 ;; *) T=h200 ;;
 esac
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 R=$OUT/run96-$T; mkdir -p $R
 [ -d .nova-cache-run96 ] || tar xf .nova-cache-run96.txz
-export PYTHONPATH=.:${EXTRA_PYTHONPATH:-} NOVA_OFFLINE=1 PYTHONUNBUFFERED=1 NOVA_TARGET=h200 \
+export PYTHONPATH=.:${EXTRA_PYTHONPATH:-} NOVA_OFFLINE=1 PYTHONUNBUFFERED=1 NOVA_TARGET=$T \
     NOVA_CACHE_DIR=$PWD/.nova-cache-run96
 if [ "$1" = a ]; then
   timeout 60 python3 -m pytest -m gpu -q -p no:cacheprovider -n 0 tests/test_skinny_gpu.py 2>&1 | tail -3 \
@@ -31,7 +32,7 @@ if [ "$1" = a ]; then
   grep -A14 "## Summary" $R/fresh-cold/heldout_gemm.md | head -16
 fi
 if [ "$1" = b ]; then
-  timeout 130 python3 -m nova.bench.train --all --frameworks nova --model hf-llama-42m --batch 32 --steps 20 \
+  NOVA_TARGET=h200 timeout 130 python3 -m nova.bench.train --all --frameworks nova --model hf-llama-42m --batch 32 --steps 20 \
       --warmup 3 --timed 20 --repeats 2 --timeout 110 --out $R/hf-llama-42m 2>&1 | grep -E "^\| nova|rror|peak" | head -4
   mkdir -p $R/attention $R/fresh-warm
   timeout 230 python3 -m nova.bench.heldout attention --count 40 --seed 20261214 --out $R/attention 2>&1 | tail -1

@@ -272,6 +272,30 @@ def heldout_check(results: list[str], preset: str, name: str, constants: dict) -
     return _without_and_with(heldout_points(results, preset, HELDOUT_SELECT[name]), name, constants)
 
 
+def fit_host(results: list[str], preset: str) -> dict:
+    """The host time of an eager ``nova.matmul`` call, ``call + launches x launch`` microseconds: least
+    squares over the host-bound rows of held-out GEMM draws (their per-call time, calls back to back,
+    at least twice their graph replay's device time, so the device hides under the host), ``launches``
+    the row's schedule's (``Schedule.launches``: the GEMM, each operand prep, split-K's second launch;
+    the skinny kernel one).  Returns ``{"call_us", "launch_us", "rows"}``, rounded to 0.1 us."""
+    from nova.bench.heldout import drawn, gemm_config
+    launches, per_call = [], []
+    for path in results:
+        for r in json.load(open(path))["rows"]:
+            if r.get("status") != "ok" or not r.get("schedule") or not r.get("nova_graph_us"):
+                continue
+            if r["nova_graph_us"] > 0.5 * r["nova_us"]:
+                continue                                    # the device's time shows in the call's
+            cfg = gemm_config(drawn("gemm", r), preset, schedule=r["schedule"])
+            launches.append(cfg.schedule.launches)
+            per_call.append(r["nova_us"])
+    if len(set(launches)) < 2:
+        raise SystemExit(f"too few host-bound rows in {', '.join(results)} to fit a launch's host time")
+    x = np.array(launches, dtype=float)
+    call, launch = np.linalg.lstsq(np.vstack([np.ones_like(x), x]).T, np.array(per_call), rcond=None)[0]
+    return {"call_us": round(float(call + launch), 1), "launch_us": round(float(launch), 1), "rows": len(x)}
+
+
 def row_clocks(rows, clocks_csv: str) -> list[float]:
     """Median SM clock (MHz) of the nvidia-smi samples inside each row's timing window (Nova's
     graph replay, ``nova_graph_window``, from v0.6d on; else the whole shape, ``t_start``..``t_end``,

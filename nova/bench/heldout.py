@@ -403,13 +403,22 @@ def gemm_prediction(h: HeldoutGemm, target, kernel: str | None = None, schedule:
     """The configurator's prediction for a drawn GEMM (``gemm_config``): ``predicted_us``, the calibrated
     time where the target has a calibration (``Config.calibrated_time_us``: what ``nova-config explain``
     reports), else the model's; ``model_us`` the model's; ``predicted_clock_mhz`` the calibration's SM
-    clock; ``kernel`` ("tiles" or "skinny") and ``schedule`` (its label): what the call runs."""
+    clock; ``kernel`` ("tiles" or "skinny") and ``schedule`` (its label): what a captured call runs;
+    ``eager_schedule`` what an eager call runs (``configure(eager=True)``) and ``eager_predicted_us``
+    its predicted time a call, the host's included (``eager.eager_time_us``)."""
+    from nova.configurator import configure
+    from nova.kernels.gemm.eager import eager_time_us
     from nova.kernels.gemm.space import label
     cfg = gemm_config(h, target, kernel, schedule)
     calibrated = cfg.calibrated_time_us
-    return {"predicted_us": cfg.prediction.time_us if calibrated is None else calibrated,
-            "model_us": cfg.prediction.time_us, "predicted_clock_mhz": cfg.calibrated_clock_mhz,
-            "kernel": cfg.schedule.kernel, "schedule": label(cfg.schedule)}
+    row = {"predicted_us": cfg.prediction.time_us if calibrated is None else calibrated,
+           "model_us": cfg.prediction.time_us, "predicted_clock_mhz": cfg.calibrated_clock_mhz,
+           "kernel": cfg.schedule.kernel, "schedule": label(cfg.schedule)}
+    if kernel is None and schedule is None:
+        eager = configure(h.problem(), target, eager=True)
+        row.update(eager_schedule=label(eager.schedule),
+                   eager_predicted_us=eager_time_us(eager.target, eager.time_us, eager.schedule.launches))
+    return row
 
 
 def attention_prediction(h: HeldoutAttention, target) -> dict:
@@ -428,12 +437,13 @@ def one_line(e: Exception) -> str:
 def gemm_row(torch, jax, h: HeldoutGemm, *, seed: int, settle_s: float, rounds: int, min_time_s: float, log,
              graph_calls: int = GRAPH_CALLS, graph_settle_s: float = GRAPH_SETTLE_S, cold_l2_bytes: int = 0) -> dict:
     """One drawn GEMM: ``train_gemms.bench_case`` (correctness, then Nova / cuBLAS / XLA by the host's
-    wall clock: ``ratio``, what a caller sees), then Nova and cuBLAS by CUDA-graph replay (device time,
-    ``ratio_device``; Nova's after ``graph_settle_s`` of untimed replays), the configurator's prediction
-    beside Nova's (``gemm_prediction``).  ``cold_l2_bytes`` > 0: the device times with the L2 flushed
+    wall clock: ``ratio``, what a caller sees, Nova's eager call's kernel), then Nova and cuBLAS by
+    CUDA-graph replay (device time, ``ratio_device``; Nova's ``eager=False`` kernel, checked against
+    float64 first, ``nova_graph_error``, and timed after ``graph_settle_s`` of untimed replays), the
+    configurator's prediction beside Nova's (``gemm_prediction``).  ``cold_l2_bytes`` > 0: the device times with the L2 flushed
     before every call (``harness.cold_graph_replay``), for both libraries."""
     import nova
-    from nova.bench.harness import cold_graph_replay, graph_replay, random_operands
+    from nova.bench.harness import TOLERANCE, cold_graph_replay, graph_replay, random_operands, rel_fro
     from nova.bench.train_gemms import bench_case
     from nova.runtime.matmul import resolve_target
 
@@ -451,9 +461,14 @@ def gemm_row(torch, jax, h: HeldoutGemm, *, seed: int, settle_s: float, rounds: 
     if row["status"] == "ok":
         gen = torch.Generator(device="cuda").manual_seed(seed)
         a, b = random_operands(torch, h.M, h.N, h.K, h.dtype, gen, h.trans_a, h.trans_b)
-        c = torch.empty(h.M, h.N, device="cuda", dtype=a.dtype)
+        c = torch.full((h.M, h.N), float("nan"), device="cuda", dtype=a.dtype)
+        nova.matmul(a, b, out=c, eager=False)         # the captured call's kernel, checked before it is timed
+        row["nova_graph_error"] = rel_fro(c, a.double() @ b.double())
+        if not row["nova_graph_error"] <= TOLERANCE[h.dtype]:
+            row["status"], row["failure"] = "failed", (f"the captured call's kernel: error {row['nova_graph_error']:.1e} "
+                                                       f"above {TOLERANCE[h.dtype]:g}")
         row["nova_graph_us"], row["nova_graph_window"] = replay(
-            lambda i: nova.matmul(a, b, out=c), graph_calls, settle_s=graph_settle_s)
+            lambda i: nova.matmul(a, b, out=c, eager=False), graph_calls, settle_s=graph_settle_s)
         try:
             row["cublas_graph_us"], _ = replay(lambda i: torch.matmul(a, b, out=c), graph_calls)
             row["ratio_device"] = row["cublas_graph_us"] / row["nova_graph_us"]

@@ -69,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--deterministic", action="store_true",
                     help="the same bits on every run: split-K adds its slices in a workspace, in order, not with atomics")
     ex.add_argument("--batch-strides", default=None, metavar="A,B,C", help=STRIDES_HELP)
+    ex.add_argument("--eager", action="store_true",
+                    help="matmul: the kernel of an eager nova.matmul call, its host time per launch counted (default: "
+                         "the device pick a captured graph and a compiled step run)")
     ex.add_argument("--json", action="store_true", help="machine-readable output (schedule, prediction, derivation)")
     ex.add_argument("--symbolic", action="store_true", help="show each formula as a sympy expression too")
     tg = sub.add_parser("targets", help="list the GPU presets with their key figures")
@@ -104,7 +107,7 @@ def cmd_explain(args) -> int:
                           batch_stride_c=strides[2], residual=args.residual, preactivation=args.preactivation,
                           activation_grad=args.activation_grad,
                           **round_through_fields(args.dtype, args.round_through, args.out_dtype))
-    cfg = configure(problem, get_target(args.target))
+    cfg = configure(problem, get_target(args.target), eager=args.eager)
     if args.json:
         print(json.dumps(cfg.to_dict(), indent=1))
         return 0

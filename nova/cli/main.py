@@ -277,7 +277,7 @@ def run_precompile(args) -> int:
     problems = list(dict.fromkeys(problems_from(shapes, args)))      # a problem listed twice compiles once
     start = time.perf_counter()
     counts = precompile_gemms(problems, target, cache, log=lambda line: print(line, flush=True))
-    print(f"precompiled {len(problems)} kernels for {target.name} into {cache.root}: {counts['compiled']} compiled, "
+    print(f"precompiled {len(problems)} problems for {target.name} into {cache.root}: kernels {counts['compiled']} compiled, "
           f"{counts['cached']} already cached, {counts['failed']} failed ({time.perf_counter() - start:.1f} s)")
     return 1 if counts["failed"] else 0
 

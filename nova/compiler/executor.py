@@ -792,7 +792,8 @@ class Program:
                     if problem is not None and launch.backend != "nova":
                         self._note(f"group {group.index}: matmul {node.inputs[0].type} x {node.inputs[1].type} "
                                    f"on torch.matmul ({launch.reason})")
-                    kernels.append(launch.kernel(self._gemm, self.target, self._gemm_workspace(launch, ctx)))
+                    kernels.append(launch.kernel(self._gemm, self.target, self._gemm_workspace(launch, ctx),
+                                                 replayed=self._takes_workspace))
                     gemms.append(launch)
                     i += 1 + len(launch.epilogue)
                 elif group.attention is not None and self.kind == "cuda":      # the plan's Nova attention

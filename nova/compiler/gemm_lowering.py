@@ -101,12 +101,15 @@ class GemmLaunch:
             + (" +residual" if p.residual else "")
         return f"nova gemm {shape}{extra}"
 
-    def kernel(self, gemm, target=None, workspace=None) -> Kernel:
+    def kernel(self, gemm, target=None, workspace=None, replayed: bool = False) -> Kernel:
         """The launch as a ``Kernel``: the Nova launch through ``gemm`` (``nova.matmul``'s signature;
-        given ``workspace``, the launch's, when there is one), else ``torch.matmul``."""
+        given ``workspace``, the launch's, when there is one; ``replayed``: ``eager=False``, the device
+        pick the plan priced and ``nova precompile`` built), else ``torch.matmul``."""
         if self.backend == "nova":
             c, p = self.call, self.problem
             extra = {} if workspace is None else {"workspace": workspace}
+            if replayed:
+                extra["eager"] = False
             extra.update({name: t for name, t in (("residual", c.residual), ("preactivation", c.preactivation))
                           if t is not None})
             if p.round_through:

@@ -93,7 +93,7 @@ def precompile_planned(planned, target, cache, log=print) -> dict:
     from nova.runtime.matmul import precompile_gemms
     kernels = step_kernels(planned)
     start = time.perf_counter()
-    counts = precompile_gemms(kernels.gemms, target, cache, log, label="gemm ")
+    counts = precompile_gemms(kernels.gemms, target, cache, log, label="gemm ", eager=False)   # launched replayed
     for i, (problem, roles) in enumerate(kernels.attention, 1):
         t0 = time.perf_counter()
         results = precompile_attention(problem, target, cache, roles=roles)

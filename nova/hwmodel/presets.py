@@ -34,7 +34,8 @@ KB = 1024
 UNITS = {"sm_count": "SMs", "clock_hz": "Hz", "fp32_lanes_per_sm": "lanes", "l2_bytes": "B", "dram_bw": "B/s",
          "l2_bytes_per_clk": "B/clk", "l2_tma_bytes_per_clk": "B/clk", "mem_latency_ns": "ns",
          "launch_overhead_us": "us", "max_cluster_size": "blocks", "link_bw": "B/s", "link_base_latency_us": "us",
-         "link_step_latency_us": "us", "memory_bytes": "B", "host_link_bw": "B/s"}
+         "link_step_latency_us": "us", "memory_bytes": "B", "host_link_bw": "B/s", "host_call_us": "us",
+         "host_launch_us": "us"}
 GPU_FIGURES = tomllib.loads(Path(__file__).with_name("gpus.toml").read_text(encoding="utf-8"))
 
 LOADED_LATENCY_HBM = Q(800, "ns", "[EST] loaded DRAM latency: ~500 ns idle load-to-use on HBM parts (Jia et al., "
@@ -49,16 +50,21 @@ MMA_SYNC_SHAPES = {m: (16, 8, e.mma_k) for m, e in MODES.items()}
 WGMMA_SHAPES = {m: (64, 256, e.mma_k) for m, e in MODES.items()}      # n in 8..256
 MMA_SYNC_TF32_SHARE_SM90 = 0.36   # [FITTED] TF32 mma.sync's sustained share of the wgmma TF32 rate (``_hopper``)
 LAUNCH_OVERHEAD = Q(3.0, "us", "[EST] CUDA driver launch + kernel start, typical")
+HOST_CALL = Q(14.0, "us", "[EST] the host time of an eager nova.matmul call of one launch (Python, the driver's "
+              "launch), as measured on the Hopper device machines (gpus.toml)")
+HOST_LAUNCH = Q(6.0, "us", "[EST] each further launch of an eager call (an operand prep, split-K's second "
+                "launch), as measured on the Hopper device machines (gpus.toml)")
 
 
 def _figures(*tables: str, **given: Q) -> dict:
     """The primary figures of a preset, in ``UNITS`` order: the ``[value, source]`` pairs of the
-    gpus.toml ``tables`` (a chip's, then a product's that adds its own), the ``given`` quantities
-    and the launch overhead."""
+    gpus.toml ``tables`` (a chip's, then a product's that adds its own), the ``given`` quantities,
+    the launch overhead and, where the tables measure none, the host time of an eager call."""
     pairs = {}
     for table in tables:
         pairs.update(GPU_FIGURES[table])
     q = {name: Q(value, UNITS[name], source) for name, (value, source) in pairs.items()}
+    q = {"launch_overhead_us": LAUNCH_OVERHEAD, "host_call_us": HOST_CALL, "host_launch_us": HOST_LAUNCH, **q}
     q.update(given, launch_overhead_us=LAUNCH_OVERHEAD)
     return {name: q[name] for name in UNITS if name in q}
 

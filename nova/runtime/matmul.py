@@ -54,37 +54,45 @@ def _from_device(ordinal: int):
     return from_device(ordinal)
 
 
-def configure_schedule(problem: GemmProblem, target):
+def configure_schedule(problem: GemmProblem, target, eager: bool = False):
     """The configurator's schedule for ``problem`` on ``target``: the one the cache key hashes.
-    ``nova precompile`` and the runtime both call this, so their keys agree."""
+    ``nova precompile`` and the runtime both call this, so their keys agree.  ``eager``: the kernel of
+    a call from Python (host time per launch counted, ``configure(eager=True)``); else the device
+    pick (a compiled step's launches, a captured graph)."""
     from nova.configurator import configure
-    return configure(problem, target).schedule
+    return configure(problem, target, eager=eager).schedule
 
 
-def precompile_gemms(problems, target, cache, log=print, label: str = "") -> dict:
+def precompile_gemms(problems, target, cache, log=print, label: str = "", eager: bool = True) -> dict:
     """Configure and compile ``problems`` for ``target`` into ``cache`` (what ``nova precompile``
-    does for a shape list and for a whole step); one line per problem through ``log``.  A problem
-    that fails is reported and counted (``NOVA_DEBUG=1`` raises it) and the batch goes on; a
-    missing MLIR stops it.  Returns the counts: compiled, cached, failed."""
+    does for a shape list and for a whole step); one line per problem through ``log``.  ``eager``
+    (the default): also the kernel an eager call picks where it differs from the device pick (a
+    shape list's problems are ``nova.matmul`` calls, eager or captured); a compiled step's launches
+    take the device pick only (``eager=False``).  A problem that fails is reported and counted (``NOVA_DEBUG=1`` raises it) and the batch
+    goes on; a missing MLIR stops it.  Returns the counts: compiled, cached, failed."""
     import time
     from nova.runtime.cache import CompilerUnavailableError
     counts = {"compiled": 0, "cached": 0, "failed": 0}
     for i, problem in enumerate(problems, 1):
-        line = f"[{label}{i}/{len(problems)}] {summary_line(problem, target)}"
-        t0 = time.perf_counter()
-        try:
-            _, key, status = get_or_compile(problem, configure_schedule(problem, target), target, cache, offline=False)
-        except CompilerUnavailableError:
-            raise
-        except Exception as e:        # one bad kernel must not stop the batch; reported and counted
-            if options.current().debug:
+        for eager_call in (False, True) if eager else (False,):
+            line = f"[{label}{i}/{len(problems)}] {summary_line(problem, target)}" + " [eager call]" * eager_call
+            t0 = time.perf_counter()
+            try:
+                schedule = configure_schedule(problem, target, eager=eager_call)
+                if eager_call and schedule == configure_schedule(problem, target):
+                    continue                                   # the device pick's kernel, compiled above
+                _, key, status = get_or_compile(problem, schedule, target, cache, offline=False)
+            except CompilerUnavailableError:
                 raise
-            counts["failed"] += 1
-            log(f"{line}: FAILED: {type(e).__name__}: {e}")
-            continue
-        counts[status] += 1
-        what = "already cached" if status == "cached" else f"compiled in {time.perf_counter() - t0:.2f} s"
-        log(f"{line}: {what} (key {key[:12]})")
+            except Exception as e:        # one bad kernel must not stop the batch; reported and counted
+                if options.current().debug:
+                    raise
+                counts["failed"] += 1
+                log(f"{line}: FAILED: {type(e).__name__}: {e}")
+                continue
+            counts[status] += 1
+            what = "already cached" if status == "cached" else f"compiled in {time.perf_counter() - t0:.2f} s"
+            log(f"{line}: {what} (key {key[:12]})")
     return counts
 
 
@@ -224,14 +232,15 @@ _lock = threading.RLock()
 
 
 def resolve_kernel(problem: GemmProblem, target=None, device: Device | None = None,
-                   cache: KernelCache | None = None) -> ResolvedKernel:
-    """Configure, fetch or compile, and load ``problem``'s kernel; memoised per process."""
+                   cache: KernelCache | None = None, eager: bool = False) -> ResolvedKernel:
+    """Configure, fetch or compile, and load ``problem``'s kernel (``eager``: an eager call's pick,
+    ``configure_schedule``); memoised per process."""
     device = device or driver.get_device()
     model = _runtime_target(target, device)
-    memo = (problem, model.name, model.arch, device.ordinal)
+    memo = (problem, model.name, model.arch, device.ordinal, eager)
 
     def make():
-        schedule = configure_schedule(problem, model)
+        schedule = configure_schedule(problem, model, eager)
         artifact, key, status = get_or_compile(problem, schedule, model, cache)
         return load_resolved(problem, model, schedule, artifact, key, status, device)
     return memoized(_kernels, _lock, memo, make)
@@ -302,7 +311,8 @@ def plain_torch_types() -> frozenset:
 
 
 def signature(a, b, out, bias, activation, target, tf32_fast, deterministic=False, workspace=None,
-              residual=None, preactivation=None, round_through=False, activation_grad=False) -> tuple | None:
+              residual=None, preactivation=None, round_through=False, activation_grad=False,
+              eager=True) -> tuple | None:
     """The signature-cache key of a ``matmul`` call on plain torch tensors; None for anything else.
 
     It holds every input of matmul's checks and kernel choice except the data pointers: each
@@ -331,16 +341,17 @@ def signature(a, b, out, bias, activation, target, tf32_fast, deterministic=Fals
         return None
     return (a.dtype, a.shape, a.stride(), a.get_device(), b.dtype, b.shape, b.stride(), b.get_device(),
             o, c, w, activation, target, bool(tf32_fast), deterministic, bool(round_through),
-            bool(activation_grad)) + extra
+            bool(activation_grad), bool(eager)) + extra
 
 
 # --------------------------------------------------------------------------- entry points
 def launch_gemm(problem: GemmProblem, a_ptr: int, b_ptr: int, c_ptr: int, bias_ptr: int | None = None,
                 stream: int = 0, *, target=None, device: int | None = None, residual_ptr: int | None = None,
-                preactivation_ptr: int | None = None) -> ResolvedKernel:
+                preactivation_ptr: int | None = None, eager: bool = True) -> ResolvedKernel:
     """Low level: run ``problem`` on raw device pointers (layouts as ``problem`` states), async on
-    ``stream`` (0 = legacy default stream).  Returns the resolved kernel (for inspection)."""
-    resolved = resolve_kernel(problem, target, driver.get_device(device))
+    ``stream`` (0 = legacy default stream); ``eager`` as ``matmul``'s.  Returns the resolved kernel
+    (for inspection)."""
+    resolved = resolve_kernel(problem, target, driver.get_device(device), eager=eager)
     resolved.run(int(a_ptr), int(b_ptr), int(c_ptr), None if bias_ptr is None else int(bias_ptr), int(stream),
                  residual_ptr=None if residual_ptr is None else int(residual_ptr),
                  preactivation_ptr=None if preactivation_ptr is None else int(preactivation_ptr))
@@ -349,7 +360,7 @@ def launch_gemm(problem: GemmProblem, a_ptr: int, b_ptr: int, c_ptr: int, bias_p
 
 def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, tf32_fast: bool = False,
            deterministic: bool | None = None, workspace=None, residual=None, preactivation=None,
-           round_through: bool = False, activation_grad: bool = False):
+           round_through: bool = False, activation_grad: bool = False, eager: bool = True):
     """``act(a @ b + bias) + residual`` with a Nova kernel; returns ``out`` (allocated like ``a`` when None).
 
     ``residual``: a matrix of ``out``'s shape, type and strides added after the activation (a
@@ -360,6 +371,12 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
     (the bits of the 16-bit matmul followed by ``.float()``, in one kernel; ``residual`` then f32).
     ``activation_grad=True`` (with ``activation="gelu"`` and ``residual`` the saved pre-activation X):
     ``out = (a @ b + bias) * gelu'(X)``, the GELU's backward of the product (an MLP's dgrad GEMM).
+
+    ``eager`` (default True): the call is one of many from Python, so its host time counts: where the
+    device's fastest kernel launches two or three kernels (operand preps) and runs shorter than their
+    host time, a single-launch kernel may be picked instead (``nova.kernels.gemm.eager``).  Pass
+    ``eager=False`` for calls captured into a CUDA graph and replayed: the kernel is then picked by
+    device time alone (a compiled step's launches are).
 
     ``tf32_fast=True`` (float32 inputs only) lets the tensor cores truncate FP32 to TF32 instead of
     rounding to nearest: no rounding work, ~2.6x larger error (7.7e-4 vs 2.9e-4 relative); opt-in.
@@ -386,7 +403,7 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
     # per signature (``reset()`` after changing NOVA_TARGET or NOVA_DETERMINISTIC in a running process)
     stated = bool(deterministic) if deterministic is not None else ("default", torch_deterministic())
     key = signature(a, b, out, bias, activation, target, tf32_fast, stated, workspace, residual, preactivation,
-                    round_through, activation_grad)
+                    round_through, activation_grad, eager)
     plan = _plans.get(key) if key is not None else None
     if plan is not None:
         if out is None:
@@ -434,7 +451,8 @@ def matmul(a, b, *, out=None, bias=None, activation: str = "none", target=None, 
         to = tensors.describe(out, "out")
     like_out = [tensors.check_like_output(tensors.describe(t, name), to) if t is not None else None
                 for name, t in (("residual", residual), ("preactivation", preactivation))]     # before the kernel
-    resolved = resolve_kernel(problem, target, driver.get_device(ta.device if ta.device is not None else tb.device))
+    resolved = resolve_kernel(problem, target, driver.get_device(ta.device if ta.device is not None else tb.device),
+                              eager=bool(eager))
     ws = None
     if workspace is not None:
         ws = tensors.check_workspace(tensors.describe(workspace, "workspace"), workspace, resolved.workspace_bytes,

@@ -2,7 +2,8 @@
 (wgmma on Hopper unless ``NOVA_HOPPER=0``, else mma.sync), runs that family's derivation
 (``hopper.py`` or ``ampere.py``) and records its prediction; for a GEMM of a few rows it then derives
 the skinny kernel (``skinny.py``: B streamed on the CUDA cores) and keeps the lower prediction of the
-two (``skinny.choose_kernel``), and returns the ``Config``.
+two (``skinny.choose_kernel``); for an eager call (``eager=True``) it weighs that pick's launches
+against the single-launch mma.sync tiles (``eager.choose_eager``), and returns the ``Config``.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from nova.configurator.derivation import Derivation, note
 from nova.configurator.step import Prediction, Step
 from nova.hwmodel import GPUModel, get_target
 from nova.kernels.gemm.ampere import configure_mma_sync
+from nova.kernels.gemm.eager import choose_eager
 from nova.kernels.gemm.hopper import configure_hopper, hopper_supported
 from nova.kernels.gemm.problem import GemmProblem, ProblemError
 from nova.kernels.gemm.schedule import Schedule
@@ -104,7 +106,7 @@ class Config:
 
 
 def configure(problem: GemmProblem, target: "GPUModel | str" = "rtx3060", *, family: str | None = None,
-              options: Options | None = None, kernel: str | None = None) -> Config:
+              options: Options | None = None, kernel: str | None = None, eager: bool = False) -> Config:
     """Derive the schedule for ``problem`` on ``target``.  Pure and deterministic: a function of its
     arguments, ``options`` included (None: ``nova.options.current()``, the environment's); derived
     once per argument set inside ``memoized()``.
@@ -114,7 +116,10 @@ def configure(problem: GemmProblem, target: "GPUModel | str" = "rtx3060", *, fam
     path on any target (used by the oracle's schedule space).  ``kernel``: None = the lower
     prediction of the tensor-core tiles and (for a few rows) the skinny kernel; ``"tiles"`` = the
     tiles (as a given ``family`` implies: the schedule space, Triton's mapping); ``"skinny"`` = the
-    skinny kernel, a ``ValueError`` where it does not apply."""
+    skinny kernel, a ``ValueError`` where it does not apply.  ``eager``: the kernel of a call from
+    Python outside a captured graph, host time per launch included (``eager.choose_eager``: the
+    device pick or the single-launch mma.sync tiles); with ``family`` or ``kernel`` given it changes
+    nothing."""
     if family not in (None, "mma.sync", "wgmma"):
         raise ValueError(f"unknown MMA family {family!r}; choose mma.sync or wgmma")
     if kernel not in (None, "tiles", "skinny"):
@@ -125,11 +130,11 @@ def configure(problem: GemmProblem, target: "GPUModel | str" = "rtx3060", *, fam
     opts = options if options is not None else current_options()
     memo = _memo.get()
     if memo is None:
-        return _derive(problem, gpu, family, opts, kernel)
-    key = (problem, family, kernel, opts, gpu.name, id(gpu))
+        return _derive(problem, gpu, family, opts, kernel, eager)
+    key = (problem, family, kernel, eager, opts, gpu.name, id(gpu))
     found = memo.get(key)
     if found is None or found.target is not gpu:
-        found = memo[key] = _derive(problem, gpu, family, opts, kernel)
+        found = memo[key] = _derive(problem, gpu, family, opts, kernel, eager)
     return found
 
 
@@ -151,7 +156,8 @@ def memoized():
         _memo.reset(token)
 
 
-def _derive(problem: GemmProblem, gpu: GPUModel, family: str | None, opts: Options, kernel: str | None) -> Config:
+def _derive(problem: GemmProblem, gpu: GPUModel, family: str | None, opts: Options, kernel: str | None,
+            eager: bool = False) -> Config:
     """``configure``'s derivation (its docstring), not memoized."""
     t0 = time.perf_counter()
     d = Derivation()
@@ -169,6 +175,12 @@ def _derive(problem: GemmProblem, gpu: GPUModel, family: str | None, opts: Optio
     d.record(prediction_step(prediction))
     if family is None and kernel != "tiles":
         picked = choose_kernel(problem, gpu, (schedule, prediction), d, forced=kernel == "skinny")
+        if picked[0] is not schedule:
+            schedule, prediction = picked
+            d.record(prediction_step(prediction))
+    if family is None and kernel is None and eager:
+        picked = choose_eager(problem, gpu, (schedule, prediction), d,
+                              lambda s, pr: Config(problem, gpu, s, pr, ()).time_us)
         if picked[0] is not schedule:
             schedule, prediction = picked
             d.record(prediction_step(prediction))

@@ -78,6 +78,11 @@ class SkinnySchedule:
 
     # ---- derived quantities (never stored twice)
     @property
+    def launches(self) -> int:
+        """Kernel launches per call: one (a split's last CTA adds the slices and resets its counter)."""
+        return 1
+
+    @property
     def threads_k(self) -> int:
         """Threads stacked along K in a CTA: "n" the rest of the CTA, "k" a warp's lanes."""
         return self.threads // self.threads_n if self.lanes_along == "n" else WARP
