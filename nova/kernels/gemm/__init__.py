@@ -13,6 +13,7 @@ instruction families' derivations and MLIR builders, compilation.
     skinny.py       the skinny kernel's derivation (a few rows: B streamed on the CUDA cores) and
                     choose_kernel, the lower prediction of it and the tiles
     skinny_schedule.py  SkinnySchedule: the skinny kernel's decisions
+    eager.py        choose_eager: an eager call's kernel, device time against host time per launch
     emit_skinny.py  the skinny kernel's MLIR builder (K slices added by each column block's last CTA)
     compile.py      build_module / compile_gemm / compile_skinny: MLIR -> PTX -> KernelArtifact
 
