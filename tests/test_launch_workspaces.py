@@ -143,12 +143,14 @@ def test_every_launch_workspace_of_the_program_is_placed_in_the_arena(model_plan
 
 
 def test_gemm_launches_get_their_arena_workspace(model_plan):
-    """Each Nova GEMM call is given its group's workspace: a view of the arena at the planned offset."""
+    """Each Nova GEMM call is given its group's workspace: a view of the arena at the planned offset, and
+    ``eager=False`` (the device pick, whose workspace the plan sized)."""
     from nova.compiler.executor import Program
     calls = []
 
     def gemm(a, b, *, out, bias=None, activation="none", target=None, deterministic=None, workspace=None,
-             residual=None, preactivation=None, round_through=False, activation_grad=False):   # nova.matmul's
+             residual=None, preactivation=None, round_through=False, activation_grad=False, eager=True):  # nova.matmul's
+        assert eager is False
         calls.append(workspace)
     program = Program(model_plan, "meta", gemm=gemm)
     arena = program._dry_ctx.arena
