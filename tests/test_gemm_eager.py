@@ -81,3 +81,13 @@ def test_the_host_figures_are_their_fit():
         gpu = get_target(preset)
         assert (fit["call_us"], fit["launch_us"]) == (gpu.host_call_us, gpu.host_launch_us), preset
         assert f"{fit['rows']} host-bound rows" in gpu.q["host_call_us"].source
+
+
+def test_a_target_without_an_mma_sync_calibration_keeps_the_device_pick():
+    """The H100 has no mma.sync calibration: that family's model alone is 2-3x optimistic on Hopper, not
+    on the wgmma model's scale, so an eager call there keeps the device pick and says why."""
+    p = GemmProblem(28, 14679, 5932, "bf16", False, True)
+    eager = configure(p, "h100", eager=True)
+    assert eager.schedule == configure(p, "h100").schedule
+    (step,) = [s for s in eager.derivation if s.step == "eager call"]
+    assert "no calibration of the mma.sync kernels" in step.reason

@@ -180,7 +180,7 @@ def _derive(problem: GemmProblem, gpu: GPUModel, family: str | None, opts: Optio
             d.record(prediction_step(prediction))
     if family is None and kernel is None and eager:
         picked = choose_eager(problem, gpu, (schedule, prediction), d,
-                              lambda s, pr: Config(problem, gpu, s, pr, ()).time_us)
+                              lambda s, pr: Config(problem, gpu, s, pr, ()).calibrated_time_us)
         if picked[0] is not schedule:
             schedule, prediction = picked
             d.record(prediction_step(prediction))

@@ -36,10 +36,11 @@ def choose_eager(p: GemmProblem, gpu: GPUModel, picked: tuple, d: Derivation, pr
     """The eager call's kernel: ``picked`` (the device pick's schedule and prediction) or the mma.sync
     tiles, the lower ``eager_time_us``; recorded in ``d`` with both where the mma.sync tiles apply and
     the device pick launches more than one kernel (else nothing can launch fewer).  ``priced(schedule,
-    prediction)``: the device microseconds a plan prices a kernel at (``Config.time_us``: calibrated
-    where the target has a calibration of the kernel's family).  Two instruction families' models are
-    on one scale only through their calibrations (the mma.sync model on Hopper is optimistic by 2-3x
-    before its own), so this choice between families reads the priced times."""
+    prediction)``: the calibrated device microseconds of a kernel (``Config.calibrated_time_us``), None
+    where the target has no calibration of its family.  Two instruction families' models are on one
+    scale only through their calibrations (the mma.sync model on Hopper is optimistic by 2-3x before
+    its own), so this choice between families reads the calibrated times, and a target without an
+    mma.sync calibration (the H100) keeps the device pick."""
     schedule, prediction = picked
     if schedule.launches == 1 or getattr(schedule, "mma", None) is not None and schedule.mma.family == "mma.sync":
         return picked
@@ -49,7 +50,13 @@ def choose_eager(p: GemmProblem, gpu: GPUModel, picked: tuple, d: Derivation, pr
         single = configure_mma_sync(p, gpu, NullDerivation())
     except (ValueError, ScheduleError):         # the mma.sync path does not take this problem
         return picked
-    device_picked, device_single = priced(*picked), priced(*single)
+    device_single = priced(*single)
+    if device_single is None:
+        d.note("eager call", schedule.kernel, f"the device pick: {gpu.name} has no calibration of the mma.sync "
+               "kernels, whose model alone is not on the wgmma model's scale")
+        return picked
+    device_picked = priced(*picked)
+    device_picked = prediction.time_us if device_picked is None else device_picked
     t_picked = eager_time_us(gpu, device_picked, schedule.launches)
     t_single = eager_time_us(gpu, device_single, single[0].launches)
     what = (f"{device_picked:.1f} us on the device, {schedule.launches} launches = "
