@@ -333,13 +333,16 @@ def markdown(kind: str, summary: dict, rows: list[dict], settings: dict, env: di
                      f"| {f(s['p10'])} | {f(s['worst'])} | {s['worst_problem'] or 'n/a'} | "
                      f"{f(s['prediction_within_band'], '.0%')} of {s['kernels_predicted']} |")
     lines = ["| problem | status | best | ratio | device ratio | Nova us | best us | predicted / measured | SM MHz | "
-             "error | failure |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "error | eager call's kernel, predicted us a call | failure |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         preds = ", ".join(f"{p:.1f}/{m:.1f}" for p, m in r.get("predictions", ()) if p is not None and m is not None)
+        eager = "n/a" if r.get("eager_schedule") is None else (
+            f"{'the same' if r['eager_schedule'] == r.get('schedule') else r['eager_schedule']}, "
+            f"{f(r.get('eager_predicted_us'), '.1f')}")
         lines.append(f"| {r['describe']} | {r['status']} | {r.get('best') or 'n/a'} | {f(r.get('ratio'))} | "
                      f"{f(r.get('ratio_device'))} | {f(r.get('nova_us'), '.1f')} | {f(r.get('best_us'), '.1f')} | "
                      f"{preds or 'n/a'} | {f(r.get('nova_graph_sm_mhz'), '.0f')} | {f(r.get('nova_error'), '.1e')} | "
-                     f"{r.get('failure', '')} |")
+                     f"{eager} | {r.get('failure', '')} |")
     return head + "## Summary\n\n" + "\n".join(table) + "\n\n## Problems\n\n" + "\n".join(lines) + "\n"
 
 
