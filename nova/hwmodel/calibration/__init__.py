@@ -41,7 +41,9 @@ package data: everything applied at run time is in them; ``source.results`` name
 Nova repository they were fitted on (``bench/results/...``), provenance that nothing reads at run
 time (``tests/test_calibrate.py`` refits from it).  ``Config.calibrated_time_us``,
 ``Config.calibrated_clock_mhz`` (and ``nova-config explain``) report the calibrated time and clock
-next to the model's; schedule decisions never use them (a calibration reports, it does not choose).
+next to the model's; the derivation of a kernel never uses them (a calibration reports, it does not
+choose), except to weigh two instruction families against each other, whose models meet on one scale
+only through their calibrations (an eager call's kernel, ``nova.kernels.gemm.eager``).
 
 ``<preset>.wgmma.json`` may also hold ``ceiling``: the measured power-limited tensor ceiling per input
 dtype (``nova.bench.tensor_ceiling``: the fastest wgmma-only kernel on random data, sustained at the

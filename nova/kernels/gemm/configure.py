@@ -43,8 +43,9 @@ class Config:
     @property
     def calibrated_time_us(self) -> float | None:
         """The prediction with the target's fitted efficiency constants (``nova.bench.calibrate``), when
-        a calibration exists for this target and instruction family; None otherwise.  Schedule
-        decisions never use it: it reports, it does not choose."""
+        a calibration exists for this target and instruction family; None otherwise.  A family's
+        derivation never uses it (it reports, it does not choose); only an eager call's choice between
+        two families reads it (``eager.choose_eager``)."""
         clock_and_time = self._calibrated()
         return None if clock_and_time is None else float(clock_and_time[1])
 
