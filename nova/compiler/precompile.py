@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from nova.compiler.kernel_lookup import StepKernels, kernels_missing  # noqa: F401  (StepKernels: this module's API)
+from nova.runtime.cache import precompile_each  # noqa: F401  (the loop of every precompile below)
 
 
 def step_kernels(planned) -> StepKernels:
@@ -18,31 +19,6 @@ def rows_problems_of(planned) -> list:
     """The distinct Nova rows problems the CUDA program of ``planned`` launches (``Program.rows_problems``)."""
     return step_kernels(planned).rows
 
-
-def precompile_each(items, compile_one, describe, log=print, label: str = "") -> dict:
-    """Run ``compile_one(item) -> (key, status)`` for every item, one line each through ``log``;
-    returns the counts by status (compiled, cached, failed).  A kernel that fails is reported and
-    counted (``NOVA_DEBUG=1`` raises it) and the rest go on; a missing MLIR stops the batch."""
-    from nova import options
-    from nova.runtime.cache import CompilerUnavailableError
-    counts = {"compiled": 0, "cached": 0, "failed": 0}
-    for i, item in enumerate(items, 1):
-        line = f"[{label}{i}/{len(items)}] {describe(item)}"
-        t0 = time.perf_counter()
-        try:
-            key, status = compile_one(item)
-        except CompilerUnavailableError:
-            raise
-        except Exception as e:        # one bad kernel must not stop the batch; reported and counted
-            if options.current().debug:
-                raise
-            counts["failed"] += 1
-            log(f"{line}: FAILED: {type(e).__name__}: {e}")
-            continue
-        counts[status] += 1
-        what = "already cached" if status == "cached" else f"compiled in {time.perf_counter() - t0:.2f} s"
-        log(f"{line}: {what} (key {key[:12]})")
-    return counts
 
 
 def precompile_pointwise(problems, target, cache, log=print) -> dict:

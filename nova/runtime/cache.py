@@ -306,3 +306,29 @@ def mlir_available() -> bool:
         return importlib.util.find_spec("mlir.ir") is not None
     except (ImportError, ValueError):
         return False
+
+
+def precompile_each(items, compile_one, describe, log=print, label: str = "") -> dict:
+    """Run ``compile_one(item) -> (key, status)`` for every item, one line each through ``log``;
+    returns the counts by status (compiled, cached, failed).  A kernel that fails is reported and
+    counted (``NOVA_DEBUG=1`` raises it) and the rest go on; a missing MLIR stops the batch."""
+    import time
+    from nova import options
+    counts = {"compiled": 0, "cached": 0, "failed": 0}
+    for i, item in enumerate(items, 1):
+        line = f"[{label}{i}/{len(items)}] {describe(item)}"
+        t0 = time.perf_counter()
+        try:
+            key, status = compile_one(item)
+        except CompilerUnavailableError:
+            raise
+        except Exception as e:        # one bad kernel must not stop the batch; reported and counted
+            if options.current().debug:
+                raise
+            counts["failed"] += 1
+            log(f"{line}: FAILED: {type(e).__name__}: {e}")
+            continue
+        counts[status] += 1
+        what = "already cached" if status == "cached" else f"compiled in {time.perf_counter() - t0:.2f} s"
+        log(f"{line}: {what} (key {key[:12]})")
+    return counts

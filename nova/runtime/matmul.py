@@ -65,35 +65,35 @@ def configure_schedule(problem: GemmProblem, target, eager: bool = False):
 
 def precompile_gemms(problems, target, cache, log=print, label: str = "", eager: bool = True) -> dict:
     """Configure and compile ``problems`` for ``target`` into ``cache`` (what ``nova precompile``
-    does for a shape list and for a whole step); one line per problem through ``log``.  ``eager``
+    does for a shape list and for a whole step); one line per kernel through ``log``.  ``eager``
     (the default): also the kernel an eager call picks where it differs from the device pick (a
     shape list's problems are ``nova.matmul`` calls, eager or captured); a compiled step's launches
-    take the device pick only (``eager=False``).  A problem that fails is reported and counted (``NOVA_DEBUG=1`` raises it) and the batch
-    goes on; a missing MLIR stops it.  Returns the counts: compiled, cached, failed."""
-    import time
-    from nova.runtime.cache import CompilerUnavailableError
-    counts = {"compiled": 0, "cached": 0, "failed": 0}
-    for i, problem in enumerate(problems, 1):
-        for eager_call in (False, True) if eager else (False,):
-            line = f"[{label}{i}/{len(problems)}] {summary_line(problem, target)}" + " [eager call]" * eager_call
-            t0 = time.perf_counter()
-            try:
-                schedule = configure_schedule(problem, target, eager=eager_call)
-                if eager_call and schedule == configure_schedule(problem, target):
-                    continue                                   # the device pick's kernel, compiled above
-                _, key, status = get_or_compile(problem, schedule, target, cache, offline=False)
-            except CompilerUnavailableError:
-                raise
-            except Exception as e:        # one bad kernel must not stop the batch; reported and counted
-                if options.current().debug:
-                    raise
-                counts["failed"] += 1
-                log(f"{line}: FAILED: {type(e).__name__}: {e}")
-                continue
-            counts[status] += 1
-            what = "already cached" if status == "cached" else f"compiled in {time.perf_counter() - t0:.2f} s"
-            log(f"{line}: {what} (key {key[:12]})")
-    return counts
+    take the device pick only (``eager=False``).  A problem that fails is reported and counted
+    (``NOVA_DEBUG=1`` raises it) and the batch goes on; a missing MLIR stops it.  Returns the counts:
+    compiled, cached, failed."""
+    from nova.runtime.cache import precompile_each
+    items = []
+    for problem in problems:
+        items.append((problem, False))
+        if eager and _eager_differs(problem, target):
+            items.append((problem, True))
+
+    def one(item):
+        problem, eager_call = item
+        _, key, status = get_or_compile(problem, configure_schedule(problem, target, eager=eager_call), target,
+                                        cache, offline=False)
+        return key, status
+    return precompile_each(items, one, lambda item: summary_line(item[0], target) + " [eager call]" * item[1],
+                           log, label)
+
+
+def _eager_differs(problem: GemmProblem, target) -> bool:
+    """Whether an eager call of ``problem`` runs another kernel than the device pick (False where the
+    problem does not configure: the device pick's line reports why)."""
+    try:
+        return configure_schedule(problem, target, eager=True) != configure_schedule(problem, target)
+    except Exception:       # reported by the device pick's own line in precompile_gemms
+        return False
 
 
 # --------------------------------------------------------------------------- target resolution
