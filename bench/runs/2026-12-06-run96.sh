@@ -4,7 +4,7 @@
 # padding copy issuing its loads together (GEMM ABI 17) and eager calls picking by host time too, and
 # Hugging Face Llama-42M's default plan (its measured peak against Liger Kernel's 5.46 GB).  Phase "b": a
 # fresh GEMM draw (seed 20261214) with L2 flushed before every call of every library, a fresh attention
-# draw (seed 20261214).
+# draw (seed 20261214).  Phase "m" (little device time): the known draw and the Llama peak alone.
 # Host: `.nova-cache-run96.txz`, for T = h200 and h100: `python tests/test_skinny_gpu.py --target T --build`,
 # `bench/probes/skinny_odd_k.py --build`, `nova.bench.heldout gemm --count 100 --seed S --precompile --target T`
 # for S = 20261213 and 20261214, `nova.bench.heldout attention --count 40 --seed 20261214 --precompile --target T`;
@@ -29,6 +29,14 @@ if [ "$1" = a ]; then
   grep -E "^\| #(19|43|65|67|15|88|92|52|64|72) " $R/draw13/heldout_gemm.md
   NOVA_TARGET=h200 timeout 130 python3 -m nova.bench.train --all --frameworks nova --model hf-llama-42m --batch 32 \
       --steps 20 --warmup 3 --timed 20 --repeats 2 --timeout 110 --out $R/hf-llama-42m 2>&1 | grep -E "^\| nova|rror|peak" | head -4
+fi
+if [ "$1" = m ]; then           # little device time: the known draw and the peak
+  mkdir -p $R/draw13
+  timeout 170 python3 -m nova.bench.heldout gemm --count 100 --seed 20261213 --settle-s 0.3 --graph-settle-s 0.2 \
+      --out $R/draw13 2>&1 | tail -1
+  grep -A14 "## Summary" $R/draw13/heldout_gemm.md | head -16
+  NOVA_TARGET=h200 timeout 100 python3 -m nova.bench.train --all --frameworks nova --model hf-llama-42m --batch 32 \
+      --steps 10 --warmup 2 --timed 10 --repeats 1 --timeout 90 --out $R/hf-llama-42m 2>&1 | grep -E "^\| nova|rror|peak" | head -4
 fi
 if [ "$1" = b ]; then
   mkdir -p $R/attention $R/fresh-cold
