@@ -195,8 +195,8 @@ def test_explain_shows_the_choice_and_why():
     odd = json.loads(subprocess.run([sys.executable, "-m", "nova.cli.config", "explain", "matmul", "8x14759x10323",
                                      "--trans-b", "--target", "h200", "--json"], capture_output=True, text=True,
                                     timeout=120).stdout)
-    (shifted,) = [s for s in odd["derivation"] if s["step"] == "skinny: rows shifted"]
-    assert odd["schedule"]["row_shift"] and odd["schedule"]["vec"] == 4 and "not a multiple of 4" in shifted["reason"]
+    (width,) = [s for s in odd["derivation"] if s["step"] == "skinny: vector width (legal)"]
+    assert odd["schedule"]["vec"] == 1 and "rows read shifted are off" in width["reason"]
 
 
 def test_fingerprint_records_a_skinny_case():
@@ -407,13 +407,16 @@ SHIFTED_CASES = [
 
 
 @pytest.mark.parametrize("case", SHIFTED_CASES, ids=lambda c: "x".join(map(str, c[:3])) + f"-{c[3]}")
-def test_shifted_rows_match_float64_and_mask_their_neighbours_on_the_cpu(case):
-    """Each row of B read as aligned vectors from its shift: the elements of the neighbouring rows those
-    vectors hold are masked, so NaN in the odd rows' first and last elements (which the even rows'
-    vectors read) leaves the even rows' outputs exact."""
+def test_shifted_rows_match_float64_and_mask_their_neighbours_on_the_cpu(case, monkeypatch):
+    """Each row of B read as aligned vectors from its shift (``skinny.SHIFTED_ROWS`` on: the derivation
+    keeps them off until they are fast): the elements of the neighbouring rows those vectors hold are
+    masked, so NaN in the odd rows' first and last elements (which the even rows' vectors read) leaves
+    the even rows' outputs exact."""
     from simt_cpu import run_kernel
+    from nova.kernels.gemm import skinny
     from nova.kernels.gemm.emit_skinny import KERNEL_NAME, build_skinny_module
     mlir_or_skip()
+    monkeypatch.setattr(skinny, "SHIFTED_ROWS", True)
     p = GemmProblem(*case)
     s = configure(p, "h200", kernel="skinny").schedule
     assert s.row_shift and s.vec * p.in_bytes == 16 and s.k_extent(p.K) % s.vec == 0

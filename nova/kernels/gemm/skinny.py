@@ -78,6 +78,11 @@ FMA_EXPOSED_WARPS = 4     # [FIT] the FMA phase a trip spends between its loads 
                           # skinny kernels of three H100 held-out draws (bench/results/h100-2026-12-06/
                           # run86-h100, run88-h100, run89-h100/fresh): mean |log error| 0.269 -> 0.226;
                           # one CTA an SM ran 1.1-2.4x the model without it, three or more 0.55-1.1
+SHIFTED_ROWS = False      # [MEASURED] off: rows read shifted (``row_shift``) ran 2.4-2.8x a shared-memory bound of
+                          # their A reads (one FP32 value at a time, a stride of vec words: vec-way bank conflicts)
+                          # and slower than one element a load: 8x14759x10323 tf32 NT 767-1647 us, 14x... 1539,
+                          # 1x1381x746 bf16 3.2 against 2.4 (bench/results/h100-2026-12-06/run96-h100): the
+                          # emitter keeps them (tests/test_skinny.py) until A is read as aligned vectors
 REDUCE_UNROLL = 32        # [EST] partials a thread of the last CTA loads before adding them (its other
                           # values are dead by then: 32 loads and their addresses fit the caps, ptxas checks)
 
@@ -175,7 +180,12 @@ def layout_and_vector(p: GemmProblem) -> tuple[tuple[str, int, bool], list[Step]
     steps = [s1, s2]
     if why:
         steps.append(note("skinny: vector width (legal)", vec, f"halved {len(why)} time(s); the last because {why[-1]}"))
-    row_shift = lanes == "k" and row % vec != 0
+    row_shift = lanes == "k" and row % vec != 0 and SHIFTED_ROWS
+    if lanes == "k" and not SHIFTED_ROWS and row % vec:
+        while row % vec:
+            vec //= 2
+        steps.append(note("skinny: vector width (legal)", vec, f"K = {row} is not a multiple of the 16-byte vector: "
+                          f"{vec}-element loads (rows read shifted are off: SHIFTED_ROWS)"))
     if row_shift:
         steps.append(note("skinny: rows shifted", f"{vec}-element vectors", f"K = {row} is not a multiple of {vec}: "
                           f"row n is read as the aligned vectors from n K - (n K mod {vec}), the elements outside it "
