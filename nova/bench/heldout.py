@@ -446,7 +446,8 @@ def gemm_row(torch, jax, h: HeldoutGemm, *, seed: int, settle_s: float, rounds: 
     configurator's prediction beside Nova's (``gemm_prediction``).  ``cold_l2_bytes`` > 0: the device times with the L2 flushed
     before every call (``harness.cold_graph_replay``), for both libraries."""
     import nova
-    from nova.bench.harness import TOLERANCE, cold_graph_replay, graph_replay, random_operands, rel_fro
+    from nova.bench.harness import (TOLERANCE, cold_graph_replay, graph_replay, nan_output, random_operands,
+                                    reference, rel_fro)
     from nova.bench.train_gemms import bench_case
     from nova.runtime.matmul import resolve_target
 
@@ -464,9 +465,9 @@ def gemm_row(torch, jax, h: HeldoutGemm, *, seed: int, settle_s: float, rounds: 
     if row["status"] == "ok":
         gen = torch.Generator(device="cuda").manual_seed(seed)
         a, b = random_operands(torch, h.M, h.N, h.K, h.dtype, gen, h.trans_a, h.trans_b)
-        c = torch.full((h.M, h.N), float("nan"), device="cuda", dtype=a.dtype)
+        c = nan_output(torch, h.M, h.N, h.dtype)
         nova.matmul(a, b, out=c, eager=False)         # the captured call's kernel, checked before it is timed
-        row["nova_graph_error"] = rel_fro(c, a.double() @ b.double())
+        row["nova_graph_error"] = rel_fro(c, reference(torch, a, b))
         if not row["nova_graph_error"] <= TOLERANCE[h.dtype]:
             row["status"], row["failure"] = "failed", (f"the captured call's kernel: error {row['nova_graph_error']:.1e} "
                                                        f"above {TOLERANCE[h.dtype]:g}")
