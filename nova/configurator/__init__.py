@@ -13,7 +13,7 @@ The façade imports lazily, so ``nova.kernels.gemm`` may import ``nova.configura
 from nova.configurator.step import MmaInstr, Prediction, Step
 
 _GEMM = {
-    "configure": "configure", "Config": "configure",
+    "configure": "configure", "Config": "configure", "memoized": "configure",
     "ScheduleError": "schedule", "Schedule": "schedule",
     "check_schedule": "ampere",
     "predict": "cost", "roofline_floor_s": "cost",
@@ -28,5 +28,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'nova.configurator' has no attribute {name!r}")
 
 
-__all__ = ["configure", "Config", "ScheduleError", "check_schedule", "predict", "roofline_floor_s",
+__all__ = ["configure", "Config", "memoized", "ScheduleError", "check_schedule", "predict", "roofline_floor_s",
            "GemmProblem", "ProblemError", "DTYPES", "ACTIVATIONS", "Schedule", "MmaInstr", "Prediction", "Step"]

@@ -71,20 +71,22 @@ def precompile_gemms(problems, target, cache, log=print, label: str = "", eager:
     take the device pick only (``eager=False``).  A problem that fails is reported and counted
     (``NOVA_DEBUG=1`` raises it) and the batch goes on; a missing MLIR stops it.  Returns the counts:
     compiled, cached, failed."""
+    from nova.configurator import memoized as configured_once
     from nova.runtime.cache import precompile_each
-    items = []
-    for problem in problems:
-        items.append((problem, False))
-        if eager and _eager_differs(problem, target):
-            items.append((problem, True))
 
     def one(item):
         problem, eager_call = item
         _, key, status = get_or_compile(problem, configure_schedule(problem, target, eager=eager_call), target,
                                         cache, offline=False)
         return key, status
-    return precompile_each(items, one, lambda item: summary_line(item[0], target) + " [eager call]" * item[1],
-                           log, label)
+    with configured_once():           # each problem derived once, though its picks are compared, then built
+        items = []
+        for problem in problems:
+            items.append((problem, False))
+            if eager and _eager_differs(problem, target):
+                items.append((problem, True))
+        return precompile_each(items, one, lambda item: summary_line(item[0], target) + " [eager call]" * item[1],
+                               log, label)
 
 
 def _eager_differs(problem: GemmProblem, target) -> bool:
