@@ -173,19 +173,15 @@ def layout_and_vector(p: GemmProblem) -> tuple[tuple[str, int, bool], list[Step]
                            f"step ({p.in_bytes}-byte elements)", post=int, transaction_bytes=TRANSACTION_BYTES,
                            elem_bytes=p.in_bytes)
     why = []
-    while vec > 1 and ((lanes == "n" and row % vec) or (lanes == "n" and p.M * vec > ACC_VALUES)):
-        why.append(f"B's rows of {row} elements are not a multiple of {vec}" if row % vec else
+    while vec > 1 and ((row % vec and (lanes == "n" or not SHIFTED_ROWS)) or (lanes == "n" and p.M * vec > ACC_VALUES)):
+        why.append(f"B's rows of {row} elements are not a multiple of {vec}"
+                   + (" (rows read shifted are off: SHIFTED_ROWS)" if lanes == "k" else "") if row % vec else
                    f"{p.M} rows x {vec} columns > {ACC_VALUES} sums a thread")
         vec //= 2
     steps = [s1, s2]
     if why:
         steps.append(note("skinny: vector width (legal)", vec, f"halved {len(why)} time(s); the last because {why[-1]}"))
-    row_shift = lanes == "k" and row % vec != 0 and SHIFTED_ROWS
-    if lanes == "k" and not SHIFTED_ROWS and row % vec:
-        while row % vec:
-            vec //= 2
-        steps.append(note("skinny: vector width (legal)", vec, f"K = {row} is not a multiple of the 16-byte vector: "
-                          f"{vec}-element loads (rows read shifted are off: SHIFTED_ROWS)"))
+    row_shift = lanes == "k" and row % vec != 0
     if row_shift:
         steps.append(note("skinny: rows shifted", f"{vec}-element vectors", f"K = {row} is not a multiple of {vec}: "
                           f"row n is read as the aligned vectors from n K - (n K mod {vec}), the elements outside it "
