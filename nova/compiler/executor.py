@@ -793,7 +793,7 @@ class Program:
                         self._note(f"group {group.index}: matmul {node.inputs[0].type} x {node.inputs[1].type} "
                                    f"on torch.matmul ({launch.reason})")
                     kernels.append(launch.kernel(self._gemm, self.target, self._gemm_workspace(launch, ctx),
-                                                 replayed=self._takes_workspace))
+                                                 replayed=self._takes_workspace))   # nova.matmul: its device pick
                     gemms.append(launch)
                     i += 1 + len(launch.epilogue)
                 elif group.attention is not None and self.kind == "cuda":      # the plan's Nova attention
