@@ -1,0 +1,178 @@
+"""The skinny kernel's schedule variants on the decode GEMMs it lost to cuBLAS: each problem's derived
+schedule, the same with the most loads in flight a thread holds (``unroll`` at its cap: fewer dependent
+trips), and with K unsplit, each timed by CUDA-graph replay (device time) with L2 warm (the same call
+back to back) and cold (a 256 MB buffer written before each call, its own time subtracted), against
+cuBLAS the same two ways, every result checked against float64; the model's prediction beside each.
+
+    python3 bench/probes/skinny_variants.py --build     # host with MLIR: .nova-skinny-variants.json (h200, h100)
+    python3 bench/probes/skinny_variants.py             # GPU: reads it
+
+The variants are derived by the configurator with one step overridden (``derive_variants``), so the
+prediction printed is the model's for exactly the schedule that ran.
+"""
+import dataclasses
+import json
+import os
+import sys
+from unittest import mock
+
+# (M, N, K, dtype, trans_a, trans_b): held-out decode rows where the skinny kernel ran at 0.4-0.9x cuBLAS
+SHAPES = [(8, 1984, 2304, "bf16", False, True), (14, 640, 6016, "bf16", False, True),
+          (10, 1088, 1088, "bf16", False, False), (7, 960, 1728, "bf16", False, False),
+          (2, 13760, 512, "bf16", False, False), (1, 4480, 3456, "bf16", False, True),
+          (3, 4608, 8128, "bf16", False, True), (14, 3383, 3614, "tf32", False, False),
+          (12, 1479, 8262, "tf32", False, False), (4, 9984, 8128, "tf32", True, False),
+          (10, 4928, 10240, "tf32", False, True), (3, 3264, 320, "tf32", False, False)]
+HERE = os.path.dirname(os.path.abspath(__file__))
+VARIANTS = os.path.join(HERE, "..", "..", ".nova-skinny-variants.json")     # gitignored: PTX and cubins
+FLUSH_BYTES = 256 << 20
+
+
+def derive_variants(problem, target: str) -> dict:
+    """{name: (schedule, predicted us)}: "derived", "most_unroll" (Little's law's unroll replaced by the
+    cap: the loaded latency taken as 1 ms, so the formula's ceiling always exceeds the cap) and
+    "one_slice" (splits forced to 1 through the one-wave formula)."""
+    from nova.configurator import configure
+    from nova.kernels.gemm import skinny
+    from nova.hwmodel import get_target
+    gpu = get_target(target)
+    out = {}
+    try:
+        c = configure(problem, gpu, kernel="skinny")
+    except ValueError:            # past the target's balance point: the tiles only
+        return out
+    out["derived"] = (c.schedule, c.prediction.time_us)
+    original = skinny.loads_in_flight
+
+    def most(p, g, *args, **kw):
+        slow = dataclasses.replace(g.q["mem_latency_ns"], value=1e6)
+        return original(p, dataclasses.replace(g, q={**g.q, "mem_latency_ns": slow}), *args, **kw)
+    with mock.patch.object(skinny, "loads_in_flight", most):
+        cfg = skinny.configure_skinny(problem, gpu, _derivation())
+    if cfg is not None and cfg[0] != c.schedule:
+        # the prediction of this schedule by the real latency: re-predict with the unmodified model
+        out["most_unroll"] = (cfg[0], _predict(problem, gpu, cfg[0]))
+    if c.schedule.splits > 1:
+        with mock.patch.object(skinny.F, "splits", lambda **kw: 1):
+            cfg = skinny.configure_skinny(problem, gpu, _derivation())
+        if cfg is not None:
+            out["one_slice"] = (cfg[0], cfg[1].time_us)
+    return out
+
+
+def _derivation():
+    from nova.configurator.derivation import Derivation
+    return Derivation()
+
+
+def _predict(p, gpu, s) -> float:
+    """The unmodified model's time for schedule ``s`` (its trips recomputed from its slices)."""
+    from nova.kernels.gemm import skinny
+    span = (s.threads // s.threads_n) * s.unroll if s.lanes_along == "n" else skinny.WARP * s.vec * s.unroll
+    cand = skinny.slices(p, span, s.splits, s.m_pad, s.threads, s.regs_per_thread)
+    columns = s.threads_n * (s.vec if s.lanes_along == "n" else s.rows)
+    blocks_n = skinny.cdiv(p.N, columns)
+    return skinny.predict(p, gpu, cand[0], cand[-1], blocks_n * cand[0], s.blocks_per_sm, s.reduce_groups, s.threads,
+                          columns)[0].time_us
+
+
+def build(targets: list[str]) -> int:
+    from nova.kernels.gemm.compile import compile_skinny
+    from nova.kernels.gemm.problem import GemmProblem
+    rows = []
+    for target, shape in ((t, s) for t in targets for s in SHAPES):
+        p = GemmProblem(*shape)
+        for name, (s, us) in derive_variants(p, target).items():
+            artifact = compile_skinny(p, s)
+            rows.append({"shape": list(shape), "variant": name, "label": s.label(), "predicted_us": us,
+                         "schedule": s.to_dict(),
+                         "artifact": artifact.to_dict(), "target": target})
+            print(f"{target} {p.describe()} {name}: {s.label()} predicted {us:.1f} us", flush=True)
+    json.dump(rows, open(VARIANTS, "w"))
+    return 0
+
+
+def device_us(torch, fn, flush=None, calls: int = 20, reps: int = 5) -> float:
+    """Median device microseconds a call of ``fn`` by CUDA-graph replay (``flush`` before each call, its
+    own replay time subtracted)."""
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.synchronize()
+
+    def graph(body):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=stream):
+            for _ in range(calls):
+                body()
+        return g
+
+    def timed(g):
+        times = []
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            g.replay()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) * 1e3 / calls)
+        return sorted(times)[len(times) // 2]
+    if flush is None:
+        return timed(graph(fn))
+    both = timed(graph(lambda: (flush(), fn())))
+    return both - timed(graph(flush))
+
+
+def run() -> int:
+    import torch
+    from nova.codegen.artifact import KernelArtifact
+    from nova.kernels.gemm.problem import GemmProblem
+    from nova.hwmodel import get_target
+    from nova.runtime import driver
+    from nova.runtime.matmul import load_resolved, preset_for_device_name
+    torch.backends.cuda.matmul.allow_tf32 = True
+    name = torch.cuda.get_device_name()
+    target = preset_for_device_name(name)
+    rows = [r for r in json.load(open(VARIANTS)) if r["target"] == target]
+    scratch = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    flush = lambda: scratch.fill_(1)     # noqa: E731
+    device = driver.get_device()
+    print(f"{name} ({target}); device us by graph replay, warm L2 / cold L2 (a {FLUSH_BYTES >> 20} MB write before "
+          f"each call); error against float64")
+    cublas_done = set()
+    for r in rows:
+        shape = tuple(r["shape"])
+        p = GemmProblem(*shape)
+        m, n, k, dt, ta, tb = shape
+        ty = torch.float32 if dt == "tf32" else torch.bfloat16
+        a = torch.randn(k, m, device="cuda", dtype=ty).t() if ta else torch.randn(m, k, device="cuda", dtype=ty)
+        b = torch.randn(n, k, device="cuda", dtype=ty).t() if tb else torch.randn(k, n, device="cuda", dtype=ty)
+        ref = a.double() @ b.double()
+        if shape not in cublas_done:
+            cublas_done.add(shape)
+            warm = device_us(torch, lambda: torch.matmul(a, b))
+            cold = device_us(torch, lambda: torch.matmul(a, b), flush)
+            print(f"{p.describe()}: cuBLAS {warm:.1f} / {cold:.1f}")
+        from nova.kernels.gemm.skinny_schedule import SkinnySchedule
+        schedule = SkinnySchedule.from_dict(r["schedule"])
+        artifact = KernelArtifact.from_dict(r["artifact"])
+        resolved = load_resolved(p, get_target(target), schedule, artifact, None, "cached", device)
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=ty)
+
+        def call():
+            resolved.run(a.data_ptr(), b.data_ptr(), out.data_ptr(), None, torch.cuda.current_stream().cuda_stream)
+        call()
+        torch.cuda.synchronize()
+        err = ((out.double() - ref).norm() / ref.norm()).item()
+        warm = device_us(torch, call)
+        cold = device_us(torch, call, flush)
+        print(f"  {r['variant']:12s} {r['label']:28s} predicted {r['predicted_us']:6.1f}  nova {warm:6.1f} / "
+              f"{cold:6.1f}  error {err:.1e}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    if "--build" in sys.argv:
+        sys.exit(build(["h200", "h100"]))
+    sys.exit(run())
