@@ -1,10 +1,10 @@
 #!/bin/bash
 # Device run 97 (either card).  Phase "a": the skinny kernel's schedule variants on decode GEMMs it lost to
 # cuBLAS (`bench/probes/skinny_variants.py`, warm and cold L2, against cuBLAS), a fresh GEMM draw (seed 20261214, never run before) with L2
-# flushed before every call of every library (`--cold-l2-mb 256`: a decode step's weights are not in L2),
-# Phase "b": a fresh attention draw (seed 20261214), then Hugging Face Llama-42M at batch 32 under the
-# default memory policy (lean) and under NOVA_MEMORY_POLICY=fast (no saving: the fastest plan), one after
-# the other (issue 30's "at full speed").
+# flushed before every call of every library (`--cold-l2-mb 256`: a decode step's weights are not in L2).
+# Phase "a" also runs Hugging Face Llama-42M at batch 32 under the default memory policy (lean) and under
+# NOVA_MEMORY_POLICY=fast (no saving: the fastest plan), one after the other (issue 30's "at full speed");
+# phase "b": a fresh attention draw (seed 20261214), then the Llama pair in the other order.
 # Host: `.nova-cache-run97.txz`: `nova.bench.heldout gemm --count 100 --seed 20261214 --precompile --target T`
 # and `nova.bench.heldout attention --count 40 --seed 20261214 --precompile --target T` for T = h200, h100;
 # `nova precompile train hf-llama-42m --batch 32 --target h200`, with and without NOVA_MEMORY_POLICY=fast;
@@ -25,6 +25,7 @@ llama() {   # $1: policy (lean | fast), $2: folder suffix
 }
 if [ "$1" = a ]; then
   timeout 120 python3 bench/probes/skinny_variants.py 2>&1 | tee $R/skinny_variants.txt | tail -60
+  llama lean 1; llama fast 1
   mkdir -p $R/fresh-cold
   timeout 300 python3 -m nova.bench.heldout gemm --count 100 --seed 20261214 --settle-s 0.4 --graph-settle-s 0.2 \
       --cold-l2-mb 256 --out $R/fresh-cold 2>&1 | tail -1
@@ -34,6 +35,6 @@ if [ "$1" = b ]; then
   mkdir -p $R/attention
   timeout 240 python3 -m nova.bench.heldout attention --count 40 --seed 20261214 --out $R/attention 2>&1 | tail -1
   grep -A16 "## Summary" $R/attention/heldout_attention.md | head -18
-  llama lean 1; llama fast 1
+  llama fast 2; llama lean 2
 fi
 true
