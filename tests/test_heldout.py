@@ -63,8 +63,10 @@ def test_attention_draw_covers_classes_and_respects_ranges(seed):
     count = 100
     draw = attention_problems(seed, count)
     assert {h.klass for h in draw} == set(ATTENTION_CLASSES)
-    assert {h.dtype for h in draw} == {"bf16", "tf32"}
+    assert {h.dtype for h in draw} == {"bf16", "tf32", "fp16"}
     assert {h.D for h in draw} == {64, 128}
+    assert 0.1 < sum(h.mask for h in draw) / count < 0.4
+    assert all(bool(h.problem().bias) == h.mask for h in draw)
     assert {h.causal for h in draw} == {True, False}
     assert {h.H // h.Hkv for h in draw} == {1, 2, 4, 8}
     assert sum(h.odd for h in draw) == round(count * ODD_FRACTION)
@@ -82,6 +84,49 @@ def test_attention_draw_covers_classes_and_respects_ranges(seed):
         assert h.problem().kv_heads == h.Hkv
     assert any(h.Tq != h.Tk for h in draw if h.klass == "ragged")
     assert max(h.Tq for h in draw if h.klass == "long-T") > 4096
+
+
+def test_fp16_and_masks_leave_a_seeds_shapes_as_they_were():
+    """fp16 and the masks come from a second stream of the seed: the shapes, heads, causality and
+    oddness a seed drew before them are unchanged, and fp16 replaces only bf16."""
+    draw = attention_problems(20261214, 40)
+    original = heldout.ATTENTION_DTYPES
+    with pytest.MonkeyPatch.context() as mp:       # the draw without the second stream's effects
+        mp.setattr(heldout, "FP16_FRACTION", 0.0)
+        mp.setattr(heldout, "MASK_FRACTION", 0.0)
+        plain = attention_problems(20261214, 40)
+    assert original == ("bf16", "tf32") and not any(h.mask or h.dtype == "fp16" for h in plain)
+    for h, p in zip(draw, plain):
+        assert dataclasses.replace(h, dtype=p.dtype, mask=False) == p
+        assert h.dtype == p.dtype or (p.dtype, h.dtype) == ("bf16", "fp16")
+    assert any(h.mask for h in draw) and any(h.dtype == "fp16" for h in draw)
+
+
+def test_a_row_before_the_mask_field_reads_unmasked():
+    row = dataclasses.asdict(attention_problems(3, 5)[0])
+    del row["mask"]
+    assert heldout.drawn("attention", row).mask is False
+
+
+def test_the_padding_mask_and_the_libraries_mask_give_the_reference_s_scores():
+    """Nova's bias ([B, 1, 1, Tk], MASKED past each length, key 0 always visible) and SDPA's attn_mask
+    (the causal triangle added) give the same attention as the float64 reference of the bias."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+    for h in [heldout.HeldoutAttention(0, "ragged", "tf32", False, 3, 4, 2, 37, 53, 64, True, True),
+              heldout.HeldoutAttention(1, "decode", "tf32", False, 2, 2, 2, 5, 300, 64, False, True)]:
+        gen = torch.Generator().manual_seed(h.index)
+        q, do = (torch.randn(h.B, h.H, h.Tq, h.D, generator=gen, dtype=torch.float64) for _ in range(2))
+        k, v = (torch.randn(h.B, h.Hkv, h.Tk, h.D, generator=gen, dtype=torch.float64) for _ in range(2))
+        bias = heldout.padding_bias(torch, h, gen)
+        assert bias.shape == (h.B, 1, 1, h.Tk) and bias.dtype == torch.float32
+        assert set(bias.unique().tolist()) <= {0.0, heldout.MASKED} and (bias[..., 0] == 0).all()
+        out, lse, *_ = heldout.attention_reference(torch, q, k, v, do, h.causal, bias)
+        mask = heldout.library_mask(torch, h, bias, torch.float64)
+        g = h.H // h.Hkv
+        sdpa = F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), attn_mask=mask)
+        assert torch.allclose(sdpa, out, atol=1e-12)
+        assert heldout.padding_bias(torch, dataclasses.replace(h, mask=False), gen) is None
 
 
 def test_draw_rejects_bad_seed_and_count():

@@ -27,7 +27,11 @@ seeded permutation) is *odd*: every dimension drawn above 16 is moved off the mu
 Attention (``HeldoutAttention``): the class cycles through ``ATTENTION_CLASSES``, the dtype through
 bf16 / tf32; D is 64 or 128, causal half the time; Hkv in [1, 8], H = Hkv x the GQA ratio (1, or
 2, 4, 8 for the ``GQA`` class); B in [1, 32], then B and H are reduced until B*H*Tq*Tk is within
-``SCORE_BUDGET`` (the float64 reference materialises the scores):
+``SCORE_BUDGET`` (the float64 reference materialises the scores).  A second stream of the same seed
+(so the shapes of a seed never change with it) turns ``FP16_FRACTION`` of the bf16 problems into fp16
+and gives ``MASK_FRACTION`` of all a key-padding mask: each batch element's keys past a length drawn in
+[Tk/4, Tk] get the score bias ``MASKED`` (``[B, 1, 1, Tk]``; the libraries take it as ``attn_mask``,
+with the causal triangle added where the problem is causal):
 
 * ``square``: Tq = Tk in [128, 2048];  ``ragged``: Tq and Tk independent in [33, 4096];
 * ``long-T``: Tq = Tk in [4096, 8192];  ``decode``: Tq in [1, 16], Tk in [512, 8192];
@@ -90,6 +94,10 @@ SCORE_BUDGET = 2**28          # B*H*Tq*Tk: the float64 reference holds a few ten
 LAYOUTS = {"NN": (False, False), "NT": (False, True), "TN": (True, False)}     # name: (trans_a, trans_b)
 GEMM_DTYPES = ("tf32", "bf16")
 ATTENTION_DTYPES = ("bf16", "tf32")
+FP16_FRACTION = 1 / 3         # attention: the share of the bf16 draws that run in fp16 instead
+MASK_FRACTION = 0.25          # attention: the share of the draws with a key-padding mask (an additive score bias)
+MASKED = -1e4                 # a padded key's score bias: nova.attention clamps the bias there (problem.py), so the
+                              # libraries, Nova and the float64 reference all see the same scores
 # class: {dimension: (low, high)} drawn log-uniform; "square" draws one size and jitters it
 GEMM_CLASSES = {
     "decode": {"M": (1, 16), "N": (256, 16384), "K": (256, 16384)},
@@ -156,16 +164,19 @@ class HeldoutAttention:
     Tk: int
     D: int
     causal: bool
+    mask: bool = False            # a key-padding mask: a contiguous [B, 1, 1, Tk] FP32 score bias
 
     def problem(self):
         """The ``AttentionProblem`` ``nova.attention`` states for contiguous operands of this draw."""
         from nova.kernels.attention.problem import AttentionProblem, score_precision_for
         return AttentionProblem(self.B, self.H, self.Tq, self.Tk, self.D, causal=self.causal, dtype=self.dtype,
-                                kv_heads=self.Hkv, score_precision=score_precision_for(self.dtype))
+                                kv_heads=self.Hkv, score_precision=score_precision_for(self.dtype),
+                                bias=(self.Tk, 0, 0, 1) if self.mask else ())
 
     def describe(self) -> str:
         return (f"#{self.index} {self.klass} B{self.B} H{self.H}/{self.Hkv} T{self.Tq}x{self.Tk} D{self.D}"
-                f"{' causal' if self.causal else ''} {self.dtype}{' odd' if self.odd else ''}")
+                f"{' causal' if self.causal else ''}{' mask' if self.mask else ''} {self.dtype}"
+                f"{' odd' if self.odd else ''}")
 
 
 # ------------------------------------------------------------------------------ the draw (pure)
@@ -238,6 +249,7 @@ def attention_problems(seed: int, count: int) -> list[HeldoutAttention]:
     """``count`` attention problems drawn with ``seed`` (module docstring)."""
     _check_draw(seed, count)
     rng = random.Random(f"nova-heldout-attention-{seed}")
+    extra = random.Random(f"nova-heldout-attention-extra-{seed}")     # fp16 and masks: the shapes stay the seed's
     odd = odd_indices(rng, count)
     classes = list(ATTENTION_CLASSES)
     out = []
@@ -257,7 +269,9 @@ def attention_problems(seed: int, count: int) -> list[HeldoutAttention]:
                 batch //= 2
             else:
                 hkv //= 2
-        out.append(HeldoutAttention(i, klass, dtype, i in odd, batch, hkv * ratio, hkv, tq, tk, d, causal))
+        fp16, mask = extra.random() < FP16_FRACTION, extra.random() < MASK_FRACTION
+        dtype = "fp16" if dtype == "bf16" and fp16 else dtype
+        out.append(HeldoutAttention(i, klass, dtype, i in odd, batch, hkv * ratio, hkv, tq, tk, d, causal, mask))
     return out
 
 
@@ -306,13 +320,14 @@ def group_stats(rows: list[dict]) -> dict:
 
 
 def summarize(rows: list[dict]) -> dict:
-    """``group_stats`` overall and per class, layout (GEMM), dtype and for the odd problems."""
+    """``group_stats`` overall and per class, layout (GEMM), dtype and for the odd and the masked problems."""
     groups = {"overall": rows}
     for key in ("klass", "layout", "dtype"):
         for value in dict.fromkeys(r[key] for r in rows if key in r):
             groups[f"{key.replace('klass', 'class')}={value}"] = [r for r in rows if r.get(key) == value]
-    if any(r.get("odd") for r in rows):
-        groups["odd"] = [r for r in rows if r.get("odd")]
+    for flag in ("odd", "mask"):
+        if any(r.get(flag) for r in rows):
+            groups[flag] = [r for r in rows if r.get(flag)]
     return {name: group_stats(rs) for name, rs in groups.items()}
 
 
@@ -389,7 +404,7 @@ def precompile(kind: str, problems, target: str, log=print, cache=None) -> dict:
 def drawn(kind: str, row: dict) -> "HeldoutGemm | HeldoutAttention":
     """The ``HeldoutGemm`` / ``HeldoutAttention`` a result row was measured on."""
     cls = HeldoutGemm if kind == "gemm" else HeldoutAttention
-    return cls(**{f.name: row[f.name] for f in fields(cls)})
+    return cls(**{f.name: row[f.name] for f in fields(cls) if f.name in row})     # rows before a field: its default
 
 
 def gemm_config(h: HeldoutGemm, target, kernel: str | None = None, schedule: str | None = None):
@@ -483,17 +498,40 @@ def gemm_row(torch, jax, h: HeldoutGemm, *, seed: int, settle_s: float, rounds: 
     return row
 
 
-def attention_reference(torch, q, k, v, do, causal):
-    """out, lse, dq, dk, dv in float64 (k and v repeated over the GQA groups)."""
+def attention_reference(torch, q, k, v, do, causal, bias=None):
+    """out, lse, dq, dk, dv in float64 (k and v repeated over the GQA groups; ``bias`` added to the scores)."""
     qd, kd, vd = (x.double().detach().requires_grad_() for x in (q, k, v))
     g = q.shape[1] // k.shape[1]
     s = (qd @ kd.repeat_interleave(g, dim=1).transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        s = s + bias.double()
     if causal:
         s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool, device=q.device).tril(), float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     out = torch.softmax(s, dim=-1) @ vd.repeat_interleave(g, dim=1)
     out.backward(do.double())
     return out.detach(), lse.detach(), qd.grad, kd.grad, vd.grad
+
+
+def padding_bias(torch, h: HeldoutAttention, gen):
+    """A masked draw's ``[B, 1, 1, Tk]`` FP32 score bias (0, or ``MASKED`` past each batch element's
+    length, drawn in [Tk/4, Tk]: key 0 always visible, so no row is masked whole), else None."""
+    if not h.mask:
+        return None
+    lengths = torch.randint(max(1, h.Tk // 4), h.Tk + 1, (h.B, 1), device=gen.device, generator=gen)
+    keys = torch.arange(h.Tk, device=gen.device)
+    return torch.where(keys < lengths, 0.0, MASKED).float().reshape(h.B, 1, 1, h.Tk)
+
+
+def library_mask(torch, h: HeldoutAttention, bias, dtype):
+    """What SDPA takes for a masked draw: ``attn_mask`` in the operands' dtype (the causal triangle added:
+    SDPA takes ``attn_mask`` or ``is_causal``, not both), else None."""
+    if bias is None:
+        return None
+    if h.causal:
+        visible = torch.ones(h.Tq, h.Tk, dtype=torch.bool, device=bias.device).tril()
+        bias = bias + torch.where(visible, 0.0, MASKED).float()
+    return bias.to(dtype)
 
 
 def attention_row(torch, h: HeldoutAttention, *, seed: int, iters: int, graph_calls: int = GRAPH_CALLS,
@@ -515,17 +553,19 @@ def attention_row(torch, h: HeldoutAttention, *, seed: int, iters: int, graph_ca
     gen = torch.Generator(device="cuda").manual_seed(seed)
     q, do = (torch.randn(h.B, h.H, h.Tq, h.D, device="cuda", dtype=dt, generator=gen) for _ in range(2))
     k, v = (torch.randn(h.B, h.Hkv, h.Tk, h.D, device="cuda", dtype=dt, generator=gen) for _ in range(2))
+    bias = padding_bias(torch, h, gen)
+    mask, is_causal = library_mask(torch, h, bias, dt), h.causal and bias is None
     nan = float("nan")
     out, lse = torch.full_like(q, nan), torch.full((h.B, h.H, h.Tq), nan, device="cuda")
     dq, dk, dv = torch.full_like(q, nan), torch.full_like(k, nan), torch.full_like(v, nan)
     try:
-        nova.attention(q, k, v, causal=h.causal, out=out, lse=lse)
-        nova.attention_backward(do, q, k, v, out, lse, causal=h.causal, dq=dq, dk=dk, dv=dv)
+        nova.attention(q, k, v, causal=h.causal, bias=bias, out=out, lse=lse)
+        nova.attention_backward(do, q, k, v, out, lse, causal=h.causal, bias=bias, dq=dq, dk=dk, dv=dv)
         torch.cuda.synchronize()
     except Exception as e:           # one line; the run goes on
         return row | {"status": "failed", "failure": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
                       "ratio": math.nan, "predictions": []}
-    ref = attention_reference(torch, q, k, v, do, h.causal)
+    ref = attention_reference(torch, q, k, v, do, h.causal, bias)
     floor = 0.1 * float(ref[4].norm())        # dQ/dK exactly 0 (one key): measured against |dV|/10
     errs = {}
     for name, got, want in zip(("out", "lse", "dq", "dk", "dv"), (out, lse, dq, dk, dv), ref):
@@ -546,14 +586,14 @@ def attention_row(torch, h: HeldoutAttention, *, seed: int, iters: int, graph_ca
         return row | {"ratio": math.nan, "predictions": []}
 
     def nova_step():
-        o, l_ = nova.attention(q, k, v, causal=h.causal)
-        nova.attention_backward(do, q, k, v, o, l_, causal=h.causal)
+        o, l_ = nova.attention(q, k, v, causal=h.causal, bias=bias)
+        nova.attention_backward(do, q, k, v, o, l_, causal=h.causal, bias=bias)
     row["nova_us"] = event_time_us(nova_step, iters)          # eager: the host's Python path included
     row["nova_fwd_graph_us"], row["nova_graph_window"] = graph_replay(
-        torch, lambda i: nova.attention(q, k, v, causal=h.causal, out=out, lse=lse), graph_calls,
+        torch, lambda i: nova.attention(q, k, v, causal=h.causal, bias=bias, out=out, lse=lse), graph_calls,
         settle_s=graph_settle_s)
     row["nova_bwd_graph_us"], _ = graph_replay(torch, lambda i: nova.attention_backward(
-        do, q, k, v, out, lse, causal=h.causal, dq=dq, dk=dk, dv=dv), graph_calls)
+        do, q, k, v, out, lse, causal=h.causal, bias=bias, dq=dq, dk=dk, dv=dv), graph_calls)
     row["nova_graph_us"] = row["nova_fwd_graph_us"] + row["nova_bwd_graph_us"]
     row["predictions"] = [(row["predicted_fwd_us"], row["nova_fwd_graph_us"]),
                           (row["predicted_bwd_us"], row["nova_bwd_graph_us"])]
@@ -563,10 +603,12 @@ def attention_row(torch, h: HeldoutAttention, *, seed: int, iters: int, graph_ca
         qa, ka, va = (x.detach().clone().requires_grad_() for x in (q, k, v))
 
         def step():
-            F.scaled_dot_product_attention(qa, ka, va, is_causal=h.causal, enable_gqa=h.H != h.Hkv).backward(do)
+            F.scaled_dot_product_attention(qa, ka, va, attn_mask=mask, is_causal=is_causal,
+                                           enable_gqa=h.H != h.Hkv).backward(do)
 
         def graph_step(i):
-            o_ = F.scaled_dot_product_attention(qa, ka, va, is_causal=h.causal, enable_gqa=h.H != h.Hkv)
+            o_ = F.scaled_dot_product_attention(qa, ka, va, attn_mask=mask, is_causal=is_causal,
+                                                enable_gqa=h.H != h.Hkv)
             torch.autograd.grad(o_, (qa, ka, va), do)
         calls = max(3, iters // 4) if name == "math" else iters
         try:
