@@ -445,3 +445,57 @@ def test_shifted_rows_match_float64_and_mask_their_neighbours_on_the_cpu(case, m
     even = c.reshape(p.M, p.N)[:, 0::2]
     assert np.isfinite(even).all(), "a neighbouring row's element reached an FMA unmasked"
     assert np.linalg.norm(even - ref[:, 0::2]) / np.linalg.norm(ref[:, 0::2]) <= TOL[p.dtype]
+
+
+# N not a multiple of the 16-byte vector, lanes along N: rows read as two aligned vectors each, a thread's
+# columns selected by its shift (skinny_schedule.row_shift); every shift (tf32 vec 4, 16-bit vec 8), split K,
+# trans_a, narrow and wide N, the epilogues; B's allocation ends in NaN past its last vector
+SHIFTED_COLUMN_CASES = [
+    (14, 339, 361, "tf32", False, False, False, "none"), (3, 1001, 2049, "tf32", True, False, True, "relu"),
+    (9, 77, 301, "bf16", False, False, True, "silu"), (1, 45, 11, "fp16", False, False, False, "none"),
+    (6, 515, 3003, "tf32", False, False, False, "gelu"), (2, 4547, 203, "bf16", True, False, False, "none"),
+]
+
+
+@pytest.mark.parametrize("case", SHIFTED_COLUMN_CASES, ids=lambda c: "x".join(map(str, c[:3])) + f"-{c[3]}")
+def test_shifted_columns_match_float64_on_the_cpu(case, monkeypatch):
+    """Lanes along N at an N off the vector (``skinny.SHIFTED_COLUMNS`` on: the derivation keeps them off
+    until measured): each row read as the two aligned vectors around the thread's columns and its columns
+    taken out by the shift's bits, instead of one element a load."""
+    from nova.kernels.gemm import skinny
+    mlir_or_skip()
+    monkeypatch.setattr(skinny, "SHIFTED_COLUMNS", True)
+    p = GemmProblem(*case)
+    s = configure(p, "h200", kernel="skinny").schedule
+    assert s.lanes_along == "n" and s.row_shift and s.vec > 1 and p.N % s.vec
+    assert s.halo == 0 and s.k_extent(p.K) == p.K and s.threads_k % s.vec == 0
+    got, ref = simulate(p, s, seed=sum(case[:3]))
+    assert not np.isnan(got).any(), "an output never written, or a value past B reached a written column"
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) <= TOL[p.dtype], s.label()
+
+
+def test_shifted_columns_are_off_until_measured():
+    """The derivation halves the vector at an odd N (one element a load) while SHIFTED_COLUMNS is off."""
+    from nova.kernels.gemm import skinny
+    assert skinny.SHIFTED_COLUMNS is False
+    s = configure(GemmProblem(14, 3383, 3614, "tf32"), "h200", kernel="skinny").schedule
+    assert s.vec == 1 and not s.row_shift
+
+
+@pytest.mark.parametrize("target", ["h200", "a100"])
+def test_shifted_columns_assemble_without_spills_within_their_register_cap(target, monkeypatch):
+    """The shifted columns' register estimate (two vectors and an address a row in flight) keeps ptxas
+    under the cap at the unroll it allows: odd N of both dtypes, few and many rows, split K or not."""
+    from nova.codegen import ptxas
+    from nova.kernels.gemm import skinny
+    mlir_or_skip()
+    if not ptxas.available():
+        pytest.skip("ptxas is not on PATH")
+    monkeypatch.setattr(skinny, "SHIFTED_COLUMNS", True)
+    shapes = [(14, 3383, 3614, "tf32"), (3, 7559, 3130, "tf32"), (11, 4547, 4035, "bf16"), (2, 4547, 4035, "bf16"),
+              (16, 2049, 3000, "tf32"), (5, 3333, 777, "fp16")]
+    results = [r for shape in shapes for r in _assemble((GemmProblem(*shape), target)) or []]
+    assert len(results) >= len(shapes) - 1 and all(s.row_shift for _, _, _, s, _ in results)   # A100: M 11 bf16 is past its balance point
+    bad = [(what, res["registers"], cap, res["spill_store_bytes"]) for what, _, res, _, cap in results
+           if res["spill_store_bytes"] or res["spill_load_bytes"] or res["stack_bytes"] or res["registers"] > cap]
+    assert not bad, bad

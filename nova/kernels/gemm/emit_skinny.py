@@ -73,8 +73,11 @@ def check_supported(p: GemmProblem, s: SkinnySchedule) -> None:
     row = p.K if p.trans_b else p.N
     if s.vec < 1 or (row % s.vec and not s.row_shift) or s.vec * p.in_bytes > 16:
         fail(f"vec={s.vec} does not divide B's rows of {row} elements in one load of at most 16 bytes")
-    if s.row_shift and (s.lanes_along != "k" or s.threads_n % s.vec):
-        fail(f"shifted rows need lanes along K and warps ({s.threads_n}) a multiple of vec={s.vec}")
+    if s.row_shift and s.lanes_along == "k" and s.threads_n % s.vec:
+        fail(f"shifted rows along K need warps ({s.threads_n}) a multiple of vec={s.vec}")
+    if s.row_shift and s.lanes_along == "n" and (s.threads % s.threads_n or (s.threads // s.threads_n) % s.vec):
+        fail(f"shifted rows along N need the threads along K ({s.threads // max(1, s.threads_n)}) a multiple of "
+             f"vec={s.vec}: one shift for all of a thread's rows")
     if s.threads % WARP or (s.lanes_along == "n" and s.threads % s.threads_n):
         fail(f"{s.threads} threads do not split into {s.threads_n} along N")
     if s.lanes_along == "k" and s.threads_n * WARP != s.threads:
@@ -187,12 +190,14 @@ class SkinnyKernel:
         self.epilogue = _Epilogue(self.ir, p)
         self.shift = 0                   # shifted rows: the warp's rows' shift (n K mod vec), set by ``build``
         self.last_vector = 0             # and where their last vector starts (shift + K - 1, rounded down)
+        self.shift_bits = {}             # shifted rows along N: {step: the shift's bit of value step}
 
     def param_types(self) -> list[tuple[str, int, str]]:
         p, s = self.p, self.s
         blocks = s.grid(p.N)[0]
         # shifted rows: the last row's last vector reads up to its end (the allocation holds whole
-        # 16-byte vectors: a vector never crosses a page, and the bytes past B's last element are masked)
+        # 16-byte vectors: a vector never crosses a page, and the bytes past B's last element are masked
+        # or never written)
         b_extent = cdiv(p.K * p.N, s.vec) * s.vec if s.row_shift else p.K * p.N
         types = {"A": (p.M * p.K, p.storage), "B": (b_extent, p.storage), "C": (p.M * p.N, p.out_dtype),
                  "bias": (p.N, p.bias_dtype), "W": (blocks * s.region(p.M), "f32"), "T": (blocks, "i32")}
@@ -299,7 +304,9 @@ class SkinnyKernel:
                      for u in range(s.unroll)]
         valid = [ir.cmp("slt", k, chunk_hi, "step_ok") if tail else True for k in steps]
         safe = [ir.select(ok, k, 0, hint="k_safe") for k, ok in zip(steps, valid)]
-        if s.lanes_along == "n":
+        if s.lanes_along == "n" and s.row_shift:
+            bs = [self.shifted_columns(k, columns) for k in safe]
+        elif s.lanes_along == "n":
             bs = [ir.load("B", ir.add(ir.mul(k, p.N, "b_row"), columns, "b_at"), s.vec) for k in safe]
         elif s.row_shift:                # ``columns``: each row's aligned start n K - shift; a vector past the
             safe = [ir.min(k, self.last_vector, "k_in") for k in safe]     # row's last reads that one instead
@@ -321,6 +328,21 @@ class SkinnyKernel:
             else:
                 cur = self.fmas_k(cur, sm, count, kk, [[ir.fsel(ok, x, zero, "b_tail") for x in row] for row in b], ok)
         return cur
+
+    def shifted_columns(self, k, column) -> list[str]:
+        """Lanes along N, ``row_shift``: the thread's ``vec`` columns of row ``k`` from the two aligned
+        vectors at ``k N + column - shift`` (at least 0: a tail trip's safe row 0; the second at most
+        B's last vector: what lies past N is never written), taken out by a shifter on the shift's bits."""
+        ir, p, s = self.ir, self.p, self.s
+        start = ir.max(ir.sub(ir.add(ir.mul(k, p.N, "b_row"), column, "b_col"), self.shift, "b_al"), 0, "b_start")
+        values = ir.load("B", start, s.vec) + ir.load("B", ir.min(ir.add(start, s.vec, "b_next"), self.last_vector,
+                                                                      "b_next_in"), s.vec)
+        step = s.vec // 2
+        while step:                 # after the stage of ``step``: values[e] = the pair's e + the shift's bits >= step
+            bit = self.shift_bits[step]
+            values = [ir.fsel(bit, values[e + step], values[e], "b_shift") for e in range(len(values) - step)]
+            step //= 2
+        return values[:s.vec]
 
     def chunk(self, acc: list[str], sm: str, count: int, tid, where, chunk_lo, chunk_hi) -> list[str]:
         """Stage A's chunk, then its whole trips and the tail trip; returns the sums."""
@@ -481,6 +503,13 @@ class SkinnyKernel:
                 col_ok = True if p.N % s.columns == 0 else ir.cmp("slt", col, p.N, "col_ok")
                 where = (tk, ir.select(col_ok, col, 0, hint="col_safe"))
                 sums = s.vec
+                if s.row_shift:
+                    ir.comment(f"shifted rows along N: every row of this thread (tk + {s.threads_k} j) has the "
+                               f"shift (tk N) mod {s.vec}")
+                    self.shift = ir.rem(ir.mul(tk, p.N, "tk_row"), s.vec, "shift")
+                    self.last_vector = (p.K * p.N - 1) // s.vec * s.vec
+                    self.shift_bits = {b: ir.cmp("ne", ir.rem(ir.div(self.shift, b, "sh_q"), 2, "sh_b"), 0, "sh_bit")
+                                       for b in (1, 2, 4) if b < s.vec}
             elif s.row_shift:
                 lane = ir.rem(tid, WARP, "lane")
                 warp = ir.div(tid, WARP, "warp")
@@ -528,7 +557,9 @@ class SkinnyKernel:
                     def own():
                         for m in range(p.M):
                             for v in range(s.vec):
-                                self.write(bx, by, m, ir.add(col, v, "n"), acc[m * s.vec + v])
+                                n = ir.add(col, v, "n")
+                                ir.guarded(True if p.N % s.vec == 0 else ir.cmp("slt", n, p.N, "n_ok"),
+                                           lambda m=m, v=v, n=n: self.write(bx, by, m, n, acc[m * s.vec + v]))
                     ir.guarded(col_ok, own)
             else:
                 self.warp_sums_and_write(acc, lane, ns, bx, by)

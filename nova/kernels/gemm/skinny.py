@@ -16,8 +16,9 @@ Steps, one function each, closed form (no search, no measurement):
                     ACC_VALUES (a thread keeps at least one FP32 sum per row of A)
  2. layout          lanes along N (B row-major [K, N]) or along K (B stored [N, K]): a warp's lanes
                     always read consecutive addresses
- 3. vector width    16 bytes / element; lanes along N halve it while it does not divide N or M x vec
-                    sums exceed ACC_VALUES; lanes along K keep it and, where it does not divide K, read
+ 3. vector width    16 bytes / element; lanes along N halve it while M x vec sums exceed ACC_VALUES or
+                    it does not divide N (with ``SHIFTED_COLUMNS`` they keep it and read each row as the
+                    two aligned vectors around a thread's columns); lanes along K keep it and, where it does not divide K, read
                     each row as the aligned vectors from its start less (n K mod vec), the elements
                     outside the row masked, the loop over K + vec - 1 rounded up to whole vectors
                     (``row_shift``: one-element loads ran at half cuBLAS's speed at odd K)
@@ -83,6 +84,10 @@ SHIFTED_ROWS = False      # [MEASURED] off: rows read shifted (``row_shift``) ra
                           # and slower than one element a load: 8x14759x10323 tf32 NT 767-1647 us, 14x... 1539,
                           # 1x1381x746 bf16 3.2 against 2.4 (bench/results/h100-2026-12-06/run96-h100): the
                           # emitter keeps them (tests/test_skinny.py) until A is read as aligned vectors
+SHIFTED_COLUMNS = False   # [EST] off until measured: lanes along N at an N off the vector read each row as two
+                          # aligned vectors and select their columns (``row_shift``), where the derivation
+                          # otherwise halves the vector to 1-element loads (~38 instructions an element of B
+                          # against ~20 with vectors: bench/NOTES.md, 2026-12-07)
 REDUCE_UNROLL = 32        # [EST] partials a thread of the last CTA loads before adding them (its other
                           # values are dead by then: 32 loads and their addresses fit the caps, ptxas checks)
 
@@ -173,19 +178,26 @@ def layout_and_vector(p: GemmProblem) -> tuple[tuple[str, int, bool], list[Step]
                            f"step ({p.in_bytes}-byte elements)", post=int, transaction_bytes=TRANSACTION_BYTES,
                            elem_bytes=p.in_bytes)
     why = []
-    while vec > 1 and ((row % vec and (lanes == "n" or not SHIFTED_ROWS)) or (lanes == "n" and p.M * vec > ACC_VALUES)):
+    shifted = SHIFTED_ROWS if lanes == "k" else SHIFTED_COLUMNS
+    while vec > 1 and ((row % vec and not shifted) or (lanes == "n" and p.M * vec > ACC_VALUES)):
         why.append(f"B's rows of {row} elements are not a multiple of {vec}"
-                   + (" (rows read shifted are off: SHIFTED_ROWS)" if lanes == "k" else "") if row % vec else
+                   + (" (rows read shifted are off: SHIFTED_ROWS)" if lanes == "k" else
+                      " (rows read shifted are off: SHIFTED_COLUMNS)") if row % vec else
                    f"{p.M} rows x {vec} columns > {ACC_VALUES} sums a thread")
         vec //= 2
     steps = [s1, s2]
     if why:
         steps.append(note("skinny: vector width (legal)", vec, f"halved {len(why)} time(s); the last because {why[-1]}"))
-    row_shift = lanes == "k" and row % vec != 0
-    if row_shift:
+    row_shift = row % vec != 0
+    if row_shift and lanes == "k":
         steps.append(note("skinny: rows shifted", f"{vec}-element vectors", f"K = {row} is not a multiple of {vec}: "
                           f"row n is read as the aligned vectors from n K - (n K mod {vec}), the elements outside it "
                           f"masked ({vec - 1} more at most a row); a warp's rows are congruent mod {vec} (one shift)"))
+    elif row_shift:
+        steps.append(note("skinny: rows shifted", f"{vec}-element vectors", f"N = {row} is not a multiple of {vec}: "
+                          f"row k is read as the two aligned vectors from k N + c - (k N mod {vec}) and a thread's "
+                          f"{vec} columns taken out of them by {vec.bit_length() - 1} selects on the shift's bits; a "
+                          "thread's rows step by the threads along K (one shift)"))
     return (lanes, vec, row_shift), steps
 
 
@@ -221,15 +233,16 @@ def m_pad_of(p: GemmProblem, lanes: str) -> int:
     return (p.M if p.M <= 2 else 4 * cdiv(p.M, 4)) if lanes == "n" else p.M
 
 
-def registers(p: GemmProblem, lanes: str, vec: int, rows: int, unroll: int, m_pad: int) -> int:
+def registers(p: GemmProblem, lanes: str, vec: int, rows: int, unroll: int, m_pad: int, shifted: bool = False) -> int:
     """Sums + B's loads in flight (FP32 after conversion) + A's values read ahead + addresses.  Fitted
     to ptxas 13.0 on this kernel (sm_90, the trip loop not unrolled; tests/test_skinny.py checks the
     kernels assemble without spills under the cap it gives): lanes along N, two rows of A read ahead
     (2 x m_pad) and per unrolled row about 3 more (its address, the tail trip's predicate and select);
     lanes along K, up to A_AHEAD of A's values read ahead and each row's 64-bit pointer.  A's staging
     holds at most as many (``stage_loads``)."""
-    if lanes == "n":
-        return int(F.regs(acc=p.M * vec, a_regs=2 * m_pad, base=REG_BASE + 3 * unroll, flight_regs=unroll * vec))
+    if lanes == "n":       # rows shifted along N: two vectors a row in flight and the second's address
+        flight = unroll * (2 * vec + 2 if shifted else vec)
+        return int(F.regs(acc=p.M * vec, a_regs=2 * m_pad, base=REG_BASE + 3 * unroll, flight_regs=flight))
     return int(F.regs(acc=p.M * rows, a_regs=min(p.M * vec * unroll, A_AHEAD), base=REG_BASE + 2 * rows,
                       flight_regs=rows * unroll * vec))
 
@@ -255,7 +268,7 @@ def smem_bytes(p: GemmProblem, lanes: str, threads: int, threads_n: int, vec: in
 
 
 def loads_in_flight(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, rows: int, threads: int, threads_n: int,
-                    bps: int) -> tuple[int, list[Step]]:
+                    bps: int, shifted: bool = False) -> tuple[int, list[Step]]:
     need, s1 = formula_step("skinny: bytes in flight per SM", F.bytes_in_flight,
                             f"Little's law: DRAM bandwidth x loaded latency ({gpu.mem_latency_ns:.0f} ns) over the "
                             f"{int(gpu.sm_count)} SMs", dram_bw=gpu.dram_bw, mem_latency_ns=gpu.mem_latency_ns,
@@ -264,9 +277,9 @@ def loads_in_flight(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, rows: i
     step = threads // threads_n if lanes == "n" else WARP * vec          # K one unrolled load covers
     staged = step * 4 * (m_pad_of(p, lanes) if lanes == "n" else p.M)    # FP32 bytes of A per unrolled step
     fit = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // threads)
-    per_unroll = registers(p, lanes, vec, rows, 1, m_pad_of(p, lanes)) - registers(p, lanes, vec, rows, 0,
-                                                                                    m_pad_of(p, lanes))
-    room = (fit - registers(p, lanes, vec, rows, 0, m_pad_of(p, lanes))) // per_unroll
+    m_pad = m_pad_of(p, lanes)
+    per_unroll = registers(p, lanes, vec, rows, 1, m_pad, shifted) - registers(p, lanes, vec, rows, 0, m_pad, shifted)
+    room = (fit - registers(p, lanes, vec, rows, 0, m_pad, shifted)) // per_unroll
     most = max(1, min(FLIGHT_BYTES_MAX // load, FLIGHT_LOADS_MAX // (rows if lanes == "k" else 1), p.K // step,
                       STAGE_BYTES // staged, room))
     unroll, s2 = formula_step("skinny: unroll", F.unroll, f"{bps * threads} resident threads x {load} B "
@@ -368,7 +381,7 @@ def configure_skinny(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[Skin
     last CTA of a block adds fewer partials)."""
     lanes, vec, row_shift = d.record(layout_and_vector(p))
     threads, threads_n, rows = d.record(threads_step(p, gpu, lanes, vec))
-    if row_shift:                     # the loop runs over K plus the largest shift: the steps below see that K
+    if row_shift and lanes == "k":    # the loop runs over K plus the largest shift: the steps below see that K
         p = dataclasses.replace(p, K=cdiv(p.K + vec - 1, vec) * vec)
     widths = [threads_n] + ([w for w in (threads_n // 2, threads_n // 4) if w * vec * p.in_bytes >= LINE_BYTES]
                             if lanes == "n" else [])
@@ -391,9 +404,11 @@ def configure_skinny(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[Skin
 def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, threads: int, threads_n: int, rows: int,
                      d: Derivation, row_shift: bool = False) -> tuple[SkinnySchedule, Prediction] | None:
     """Steps 5-9 for ``threads_n`` threads along N (lanes along K: the warps); ``row_shift``: ``p.K`` is
-    the loop's extent, and A's chunks are staged with ``vec`` columns more."""
+    the loop's extent, and A's chunks are staged with ``vec`` columns more (lanes along K), or each row
+    is read as two vectors (lanes along N)."""
     m_pad = m_pad_of(p, lanes)
-    halo = vec if row_shift else 0
+    halo = vec if row_shift and lanes == "k" else 0
+    shifted = row_shift and lanes == "n"
     # occupancy and loads in flight together: the unroll from the CTAs resident with one load a thread,
     # then again from those resident with its registers, until the CTAs per SM no longer drop (a few
     # rounds: each round can only lower them)
@@ -402,20 +417,20 @@ def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, thread
 
     def resident(unroll: int) -> int:
         return int(F.bps(bps_regs=HW.bps_regs(regs_per_sm=gpu.regs_per_sm, warps=threads // WARP,
-                                              regs=registers(p, lanes, vec, rows, unroll, m_pad),
+                                              regs=registers(p, lanes, vec, rows, unroll, m_pad, shifted),
                                               reg_alloc_unit=gpu.reg_alloc_unit),
                          bps_smem=int(gpu.smem_per_sm // (smem0 + gpu.smem_reserved_per_block)),
                          max_blocks_per_sm=gpu.max_blocks_per_sm, max_threads_per_sm=gpu.max_threads_per_sm,
                          threads=threads))
     bps0 = max(1, resident(1))
     while True:
-        unroll, steps = loads_in_flight(p, gpu, lanes, vec, rows, threads, threads_n, bps0)
+        unroll, steps = loads_in_flight(p, gpu, lanes, vec, rows, threads, threads_n, bps0, shifted)
         bps1 = max(1, resident(unroll))
         if bps1 >= bps0:
             break
         bps0 = bps1
     d.steps.extend(steps)
-    regs = registers(p, lanes, vec, rows, unroll, m_pad)
+    regs = registers(p, lanes, vec, rows, unroll, m_pad, shifted)
     span = (threads // threads_n) * unroll if lanes == "n" else WARP * vec * unroll
     columns = threads_n * (vec if lanes == "n" else rows)
     blocks_n = d.apply("skinny: CTAs along N", F.blocks_n, f"{columns} columns of C a CTA", post=int, N=p.N,

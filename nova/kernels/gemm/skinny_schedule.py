@@ -8,7 +8,13 @@ Two thread layouts, by how B is stored:
 * ``lanes_along = "n"`` (B row-major ``[K, N]``): thread ``(tn, tk)`` of a CTA owns the ``vec``
   columns from ``(blockIdx.x * threads_n + tn) * vec`` and adds rows ``tk, tk + threads_k, ...`` of
   its K slice; a warp's lanes read one row's ``32 x vec`` consecutive columns (one coalesced access).
-  The ``threads_k`` partial sums of a column meet in shared memory, added in ``tk`` order.
+  The ``threads_k`` partial sums of a column meet in shared memory, added in ``tk`` order.  With
+  ``row_shift`` (N not a multiple of ``vec``) row ``k`` is read as the two aligned vectors from
+  ``k N + c - d``, ``d = (k N) mod vec``, for a thread's first column ``c``: elements ``d .. d + vec - 1``
+  of the eight are its columns.  A thread's rows step by ``threads_k``, a multiple of ``vec``, so ``d``
+  is one value for all of them (``(tk N) mod vec``), and the columns are taken out by a shifter of
+  ``log2(vec)`` selects on its bits; columns past N are computed from whatever lies there and never
+  written.
 * ``lanes_along = "k"`` (B stored ``[N, K]``, ``trans_b``): warp ``w`` owns the ``rows`` columns of C
   from ``(blockIdx.x * threads_n + w) * rows``; its lanes read consecutive ``vec``-element vectors of
   those rows of the stored B along K, and a butterfly of shuffles adds the lanes' sums at the end.
@@ -67,8 +73,9 @@ class SkinnySchedule:
                                  # otherwise pick its own (more: fewer CTAs; or a cap of its own, and spill)
     blocks_per_sm: int
     reduce_groups: int = 1       # splits > 1: the last CTA's thread groups, each adding a share of the slices
-    row_shift: bool = False      # "k" with K not a multiple of vec: each row read as aligned vectors from
-                                 # (row start) - shift, the elements outside the row masked (module docstring)
+    row_shift: bool = False      # B's rows (K for "k", N for "n") not a multiple of vec: each row read as aligned
+                                 # vectors from (row start) - shift; "k" masks the elements outside the row,
+                                 # "n" reads two vectors and keeps the thread's columns (module docstring)
 
     kernel: ClassVar[str] = "skinny"      # the GEMM kernel this schedule describes (Schedule: "tiles")
 
@@ -109,12 +116,13 @@ class SkinnySchedule:
 
     @property
     def halo(self) -> int:
-        """A's columns staged before a chunk beyond its own: ``vec`` with ``row_shift`` (a row's shift), else 0."""
-        return self.vec if self.row_shift else 0
+        """A's columns staged before a chunk beyond its own: ``vec`` with rows shifted along K (a row's
+        shift), else 0."""
+        return self.vec if self.row_shift and self.lanes_along == "k" else 0
 
     def k_extent(self, K: int) -> int:
-        """K the loop runs over: K, or with ``row_shift`` K plus the largest shift, in whole vectors."""
-        return cdiv(K + self.vec - 1, self.vec) * self.vec if self.row_shift else K
+        """K the loop runs over: K, or with rows shifted along K, K plus the largest shift in whole vectors."""
+        return cdiv(K + self.vec - 1, self.vec) * self.vec if self.row_shift and self.lanes_along == "k" else K
 
     def grid(self, N: int) -> tuple[int, int, int]:
         """(CTAs along N, K slices, 1)."""
