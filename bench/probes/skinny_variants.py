@@ -1,6 +1,7 @@
 """The skinny kernel's schedule variants on the decode GEMMs it lost to cuBLAS: each problem's derived
 schedule, the same with the most loads in flight a thread holds (``unroll`` at its cap: fewer dependent
-trips), and with K unsplit, each timed by CUDA-graph replay (device time) with L2 warm (the same call
+trips), with K unsplit, and at an odd N with each row read as two aligned vectors (``SHIFTED_COLUMNS``),
+each timed by CUDA-graph replay (device time) with L2 warm (the same call
 back to back) and cold (a 256 MB buffer written before each call, its own time subtracted), against
 cuBLAS the same two ways, every result checked against float64; the model's prediction beside each.
 
@@ -17,7 +18,8 @@ import sys
 from unittest import mock
 
 # (M, N, K, dtype, trans_a, trans_b): held-out decode rows where the skinny kernel ran at 0.4-0.9x cuBLAS
-SHAPES = [(8, 1984, 2304, "bf16", False, True), (14, 640, 6016, "bf16", False, True),
+SHAPES = [(8, 1984, 2304, "bf16", False, True), (12, 11557, 8406, "tf32", False, False),
+          (3, 7559, 3130, "tf32", False, False), (14, 640, 6016, "bf16", False, True),
           (10, 1088, 1088, "bf16", False, False), (7, 960, 1728, "bf16", False, False),
           (2, 13760, 512, "bf16", False, False), (1, 4480, 3456, "bf16", False, True),
           (3, 4608, 8128, "bf16", False, True), (14, 3383, 3614, "tf32", False, False),
@@ -52,6 +54,11 @@ def derive_variants(problem, target: str) -> dict:
     if cfg is not None and cfg[0] != c.schedule:
         # the prediction of this schedule by the real latency: re-predict with the unmodified model
         out["most_unroll"] = (cfg[0], _predict(problem, gpu, cfg[0]))
+    if not problem.trans_b and c.schedule.vec * problem.in_bytes < 16:      # odd N: rows read as two vectors
+        with mock.patch.object(skinny, "SHIFTED_COLUMNS", True):
+            cfg = skinny.configure_skinny(problem, gpu, _derivation())
+        if cfg is not None and cfg[0].row_shift:
+            out["shifted_columns"] = (cfg[0], cfg[1].time_us)
     if c.schedule.splits > 1:
         with mock.patch.object(skinny.F, "splits", lambda **kw: 1):
             cfg = skinny.configure_skinny(problem, gpu, _derivation())
