@@ -3,7 +3,7 @@
 # cuBLAS (`bench/probes/skinny_variants.py`, warm and cold L2, against cuBLAS), a fresh GEMM draw (seed 20261214, never run before) with L2
 # flushed before every call of every library (`--cold-l2-mb 256`: a decode step's weights are not in L2).
 # Phase "a" also runs Hugging Face Llama-42M at batch 32 under the default memory policy (lean) and under
-# NOVA_MEMORY_POLICY=fast (no saving: the fastest plan), one after the other (issue 30's "at full speed");
+# NOVA_MEMORY_POLICY=fast (no saving: the fastest plan), one after the other (the memory budget's "at full speed" target);
 # phase "b": a fresh attention draw (seed 20261214), then the Llama pair in the other order.
 # Host: `.nova-cache-run97.txz`: `nova.bench.heldout gemm --count 100 --seed 20261214 --precompile --target T`
 # and `nova.bench.heldout attention --count 40 --seed 20261214 --precompile --target T` for T = h200, h100;
