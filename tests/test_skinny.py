@@ -382,10 +382,33 @@ def test_the_last_ctas_trips_count_every_load_of_its_threads():
     assert chosen.skinny and chosen.schedule.threads_n == 8 and chosen.schedule.splits < 40
     assert chosen.prediction.time_us < prediction.time_us / 3
     assert chosen.prediction.time_us < configure(decode, gpu, kernel="tiles").prediction.time_us
-    [step] = [s for s in chosen.derivation if s.step == "skinny: threads along N"]
-    assert step.value == "8 x 32" and "32 (256 columns a CTA)" in step.reason
+    [step] = [s for s in chosen.derivation if s.step == "skinny: threads along N, loads in flight"]
+    assert step.value.startswith("8 x 32") and "32 (256 columns a CTA)" in step.reason
     kept = configure(GemmProblem(3, 896, 10944, "bf16"), gpu)
     assert kept.skinny and kept.schedule.threads_n < 32
+
+
+def test_the_unroll_is_little_s_law_or_the_cap_whichever_predicts_lower(monkeypatch):
+    """Little's law's unroll keeps just enough bytes in flight for the DRAM bandwidth; a grid within
+    the SMs' slots loses no residency to the cap's registers and runs fewer dependent trips
+    (3x4608x8128 bf16 NT: u3, 19 trips a CTA, 58 us predicted on the H100; the cap u5, 39 us).  The
+    derivation keeps whichever predicts lower and says so (``skinny.DEEP_UNROLL`` on: off until measured)."""
+    from nova.configurator.derivation import Derivation
+    monkeypatch.setattr(skinny, "DEEP_UNROLL", True)
+    gpu = get_target("h100")
+    p = GemmProblem(3, 4608, 8128, "bf16", False, True)
+    little = skinny._configure_width(p, gpu, "k", 8, 256, 8, 1, Derivation())
+    cap = skinny._configure_width(p, gpu, "k", 8, 256, 8, 1, Derivation(), deep=True)
+    assert cap[0].unroll > little[0].unroll and cap[1].time_us < little[1].time_us
+    chosen = configure(p, gpu, kernel="skinny")
+    assert chosen.schedule == cap[0] and chosen.prediction.time_us == pytest.approx(cap[1].time_us)
+    [step] = [s for s in chosen.derivation if s.step == "skinny: threads along N, loads in flight"]
+    assert "(Little)" in step.reason and "(the cap)" in step.reason
+    for shape in [(2, 13760, 512, "bf16"), (14, 3383, 3614, "tf32"), (3, 3264, 320, "tf32")]:
+        q = GemmProblem(*shape)
+        both = [skinny._configure_width(q, gpu, "n", *skinny.layout_and_vector(q)[0][1:2], 256, 32, 1,
+                                        Derivation(), deep=deep) for deep in (False, True)]
+        assert configure(q, gpu, kernel="skinny").prediction.time_us <= min(b[1].time_us for b in both) + 1e-9
 
 
 def test_narrower_column_blocks_only_where_a_warp_still_reads_whole_lines():

@@ -88,6 +88,9 @@ SHIFTED_COLUMNS = False   # [EST] off until measured: lanes along N at an N off 
                           # aligned vectors and select their columns (``row_shift``), where the derivation
                           # otherwise halves the vector to 1-element loads (~38 instructions an element of B
                           # against ~20 with vectors: bench/NOTES.md, 2026-12-07)
+DEEP_UNROLL = False       # [EST] off until measured: also derive each width with the unroll at its cap (fewer
+                          # dependent trips; the model prices it lower on grids within the SMs' slots, e.g.
+                          # 3x4608x8128 bf16 NT 58 -> 39 us on the H100) and keep the lower prediction
 REDUCE_UNROLL = 32        # [EST] partials a thread of the last CTA loads before adding them (its other
                           # values are dead by then: 32 loads and their addresses fit the caps, ptxas checks)
 
@@ -268,7 +271,12 @@ def smem_bytes(p: GemmProblem, lanes: str, threads: int, threads_n: int, vec: in
 
 
 def loads_in_flight(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, rows: int, threads: int, threads_n: int,
-                    bps: int, shifted: bool = False) -> tuple[int, list[Step]]:
+                    bps: int, shifted: bool = False, deep: bool = False) -> tuple[int, list[Step]]:
+    """Step 6: the loads a thread keeps in flight per trip.  Little's law's unroll (enough bytes in flight
+    per SM for the DRAM bandwidth), or with ``deep`` the cap (registers, FLIGHT_BYTES_MAX,
+    FLIGHT_LOADS_MAX, one trip's K and A's staging): fewer dependent trips where the CTAs are few
+    enough that the registers it costs take none of their residency.  ``shifted``: rows read shifted
+    along N (two vectors a row in flight)."""
     need, s1 = formula_step("skinny: bytes in flight per SM", F.bytes_in_flight,
                             f"Little's law: DRAM bandwidth x loaded latency ({gpu.mem_latency_ns:.0f} ns) over the "
                             f"{int(gpu.sm_count)} SMs", dram_bw=gpu.dram_bw, mem_latency_ns=gpu.mem_latency_ns,
@@ -282,6 +290,10 @@ def loads_in_flight(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, rows: i
     room = (fit - registers(p, lanes, vec, rows, 0, m_pad, shifted)) // per_unroll
     most = max(1, min(FLIGHT_BYTES_MAX // load, FLIGHT_LOADS_MAX // (rows if lanes == "k" else 1), p.K // step,
                       STAGE_BYTES // staged, room))
+    if deep:
+        return most, [s1, note("skinny: unroll", most, f"the cap: at most {FLIGHT_BYTES_MAX} B and {FLIGHT_LOADS_MAX} "
+                               f"loads a thread, one trip in K = {p.K}, a trip's A in {STAGE_BYTES} B and the "
+                               "registers of one CTA (the fewest dependent trips)")]
     unroll, s2 = formula_step("skinny: unroll", F.unroll, f"{bps * threads} resident threads x {load} B "
                               f"({'rows x ' if lanes == 'k' else ''}one vector) per unrolled load; at most "
                               f"{FLIGHT_BYTES_MAX} B and {FLIGHT_LOADS_MAX} loads a thread, one trip in K = {p.K}, a "
@@ -386,26 +398,31 @@ def configure_skinny(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[Skin
     widths = [threads_n] + ([w for w in (threads_n // 2, threads_n // 4) if w * vec * p.in_bytes >= LINE_BYTES]
                             if lanes == "n" else [])
     derived = {}
-    for width in widths:
+    for width, deep in ((w, deep) for w in widths for deep in ((False, True) if DEEP_UNROLL else (False,))):
         sub = Derivation()
-        result = _configure_width(p, gpu, lanes, vec, threads, width, rows, sub, row_shift)
-        if result is not None:
-            derived[width] = (result, sub)
+        result = _configure_width(p, gpu, lanes, vec, threads, width, rows, sub, row_shift, deep)
+        if result is not None and not (deep and (width, False) in derived
+                                       and result[0] == derived[width, False][0][0]):
+            derived[width, deep] = (result, sub)
     if not derived:
         return None
-    best = min(derived, key=lambda w: derived[w][0][1].time_us)
+    best = min(derived, key=lambda c: derived[c][0][1].time_us)
     if len(derived) > 1:
-        d.note("skinny: threads along N", f"{best} x {threads // best}", ", ".join(
-            f"{w} ({w * vec} columns a CTA) {derived[w][0][1].time_us:.2f} us" for w in derived) + ": the lowest")
+        d.note("skinny: threads along N, loads in flight", f"{best[0]} x {threads // best[0]}, "
+               f"u{derived[best][0][0].unroll}", ", ".join(
+                   f"{w} ({w * vec} columns a CTA) u{derived[w, deep][0][0].unroll} "
+                   f"({'the cap' if deep else 'Little'}) {derived[w, deep][0][1].time_us:.2f} us"
+                   for w, deep in derived) + ": the lowest")
     d.steps.extend(derived[best][1].steps)
     return derived[best][0]
 
 
 def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, threads: int, threads_n: int, rows: int,
-                     d: Derivation, row_shift: bool = False) -> tuple[SkinnySchedule, Prediction] | None:
+                     d: Derivation, row_shift: bool = False, deep: bool = False
+                     ) -> tuple[SkinnySchedule, Prediction] | None:
     """Steps 5-9 for ``threads_n`` threads along N (lanes along K: the warps); ``row_shift``: ``p.K`` is
     the loop's extent, and A's chunks are staged with ``vec`` columns more (lanes along K), or each row
-    is read as two vectors (lanes along N)."""
+    is read as two vectors (lanes along N); ``deep``: the unroll at its cap (``loads_in_flight``)."""
     m_pad = m_pad_of(p, lanes)
     halo = vec if row_shift and lanes == "k" else 0
     shifted = row_shift and lanes == "n"
@@ -424,7 +441,7 @@ def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, thread
                          threads=threads))
     bps0 = max(1, resident(1))
     while True:
-        unroll, steps = loads_in_flight(p, gpu, lanes, vec, rows, threads, threads_n, bps0, shifted)
+        unroll, steps = loads_in_flight(p, gpu, lanes, vec, rows, threads, threads_n, bps0, shifted, deep)
         bps1 = max(1, resident(unroll))
         if bps1 >= bps0:
             break
