@@ -99,36 +99,13 @@ def build(targets: list[str]) -> int:
     return 0
 
 
-def device_us(torch, fn, flush=None, calls: int = 20, reps: int = 5) -> float:
-    """Median device microseconds a call of ``fn`` by CUDA-graph replay (``flush`` before each call, its
-    own replay time subtracted)."""
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        for _ in range(3):
-            fn()
-    torch.cuda.synchronize()
-
-    def graph(body):
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=stream):
-            for _ in range(calls):
-                body()
-        return g
-
-    def timed(g):
-        times = []
-        for _ in range(reps):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            g.replay()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end) * 1e3 / calls)
-        return sorted(times)[len(times) // 2]
-    if flush is None:
-        return timed(graph(fn))
-    both = timed(graph(lambda: (flush(), fn())))
-    return both - timed(graph(flush))
+def device_us(torch, fn, cold: bool = False) -> float:
+    """Device microseconds a call of ``fn`` by CUDA-graph replay (``harness.graph_replay``), or with the L2
+    flushed before each call (``harness.cold_graph_replay``, a ``FLUSH_BYTES`` write, its own time
+    subtracted)."""
+    from nova.bench.harness import cold_graph_replay, graph_replay
+    call = lambda i: fn()       # noqa: E731
+    return (cold_graph_replay(torch, call, 20, FLUSH_BYTES) if cold else graph_replay(torch, call, 20))[0]
 
 
 def run() -> int:
@@ -142,8 +119,6 @@ def run() -> int:
     name = torch.cuda.get_device_name()
     target = preset_for_device_name(name)
     rows = [r for r in json.load(open(VARIANTS)) if r["target"] == target]
-    scratch = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
-    flush = lambda: scratch.fill_(1)     # noqa: E731
     device = driver.get_device()
     print(f"{name} ({target}); device us by graph replay, warm L2 / cold L2 (a {FLUSH_BYTES >> 20} MB write before "
           f"each call); error against float64")
@@ -159,7 +134,7 @@ def run() -> int:
         if shape not in cublas_done:
             cublas_done.add(shape)
             warm = device_us(torch, lambda: torch.matmul(a, b))
-            cold = device_us(torch, lambda: torch.matmul(a, b), flush)
+            cold = device_us(torch, lambda: torch.matmul(a, b), cold=True)
             print(f"{p.describe()}: cuBLAS {warm:.1f} / {cold:.1f}")
         from nova.kernels.gemm.skinny_schedule import SkinnySchedule
         schedule = SkinnySchedule.from_dict(r["schedule"])
@@ -173,7 +148,7 @@ def run() -> int:
         torch.cuda.synchronize()
         err = ((out.double() - ref).norm() / ref.norm()).item()
         warm = device_us(torch, call)
-        cold = device_us(torch, call, flush)
+        cold = device_us(torch, call, cold=True)
         print(f"  {r['variant']:12s} {r['label']:28s} predicted {r['predicted_us']:6.1f}  nova {warm:6.1f} / "
               f"{cold:6.1f}  error {err:.1e}", flush=True)
     return 0
