@@ -382,7 +382,7 @@ def test_the_last_ctas_trips_count_every_load_of_its_threads():
     assert chosen.skinny and chosen.schedule.threads_n == 8 and chosen.schedule.splits < 40
     assert chosen.prediction.time_us < prediction.time_us / 3
     assert chosen.prediction.time_us < configure(decode, gpu, kernel="tiles").prediction.time_us
-    [step] = [s for s in chosen.derivation if s.step == "skinny: threads along N, loads in flight"]
+    [step] = [s for s in chosen.derivation if s.step == "skinny: threads along N"]
     assert step.value.startswith("8 x 32") and "32 (256 columns a CTA)" in step.reason
     kept = configure(GemmProblem(3, 896, 10944, "bf16"), gpu)
     assert kept.skinny and kept.schedule.threads_n < 32
@@ -402,7 +402,7 @@ def test_the_unroll_is_little_s_law_or_the_cap_whichever_predicts_lower(monkeypa
     assert cap[0].unroll > little[0].unroll and cap[1].time_us < little[1].time_us
     chosen = configure(p, gpu, kernel="skinny")
     assert chosen.schedule == cap[0] and chosen.prediction.time_us == pytest.approx(cap[1].time_us)
-    [step] = [s for s in chosen.derivation if s.step == "skinny: threads along N, loads in flight"]
+    [step] = [s for s in chosen.derivation if s.step == "skinny: threads along N"]
     assert "(Little)" in step.reason and "(the cap)" in step.reason
     for shape in [(2, 13760, 512, "bf16"), (14, 3383, 3614, "tf32"), (3, 3264, 320, "tf32")]:
         q = GemmProblem(*shape)

@@ -408,7 +408,7 @@ def configure_skinny(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[Skin
         return None
     best = min(derived, key=lambda c: derived[c][0][1].time_us)
     if len(derived) > 1:
-        d.note("skinny: threads along N, loads in flight", f"{best[0]} x {threads // best[0]}, "
+        d.note("skinny: threads along N", f"{best[0]} x {threads // best[0]}, "
                f"u{derived[best][0][0].unroll}", ", ".join(
                    f"{w} ({w * vec} columns a CTA) u{derived[w, deep][0][0].unroll} "
                    f"({'the cap' if deep else 'Little'}) {derived[w, deep][0][1].time_us:.2f} us"
