@@ -9,7 +9,9 @@ cuBLAS the same two ways, every result checked against float64; the model's pred
     python3 bench/probes/skinny_variants.py             # GPU: reads it
 
 The variants are derived by the configurator with one step overridden (``derive_variants``), so the
-prediction printed is the model's for exactly the schedule that ran.
+prediction printed is the model's for exactly the schedule that ran.  With ``$OUT`` set, the rows also go
+to ``$OUT/skinny_variants.json`` (schedule, prediction, warm and cold times, cuBLAS's), rewritten after
+every kernel.
 """
 import dataclasses
 import json
@@ -122,7 +124,7 @@ def run() -> int:
     device = driver.get_device()
     print(f"{name} ({target}); device us by graph replay, warm L2 / cold L2 (a {FLUSH_BYTES >> 20} MB write before "
           f"each call); error against float64")
-    cublas_done = set()
+    cublas_done, measured = {}, []
     for r in rows:
         shape = tuple(r["shape"])
         p = GemmProblem(*shape)
@@ -132,9 +134,9 @@ def run() -> int:
         b = torch.randn(n, k, device="cuda", dtype=ty).t() if tb else torch.randn(k, n, device="cuda", dtype=ty)
         ref = a.double() @ b.double()
         if shape not in cublas_done:
-            cublas_done.add(shape)
             warm = device_us(torch, lambda: torch.matmul(a, b))
             cold = device_us(torch, lambda: torch.matmul(a, b), cold=True)
+            cublas_done[shape] = (warm, cold)
             print(f"{p.describe()}: cuBLAS {warm:.1f} / {cold:.1f}")
         from nova.kernels.gemm.skinny_schedule import SkinnySchedule
         schedule = SkinnySchedule.from_dict(r["schedule"])
@@ -151,6 +153,13 @@ def run() -> int:
         cold = device_us(torch, call, cold=True)
         print(f"  {r['variant']:12s} {r['label']:28s} predicted {r['predicted_us']:6.1f}  nova {warm:6.1f} / "
               f"{cold:6.1f}  error {err:.1e}", flush=True)
+        measured.append({"shape": list(shape), "variant": r["variant"], "label": r["label"],
+                         "schedule": r["schedule"], "predicted_us": r["predicted_us"], "warm_us": warm,
+                         "cold_us": cold, "error": err, "cublas_warm_us": cublas_done[shape][0],
+                         "cublas_cold_us": cublas_done[shape][1]})
+        if os.environ.get("OUT"):              # rewritten after every kernel: a cut-short run keeps what it timed
+            json.dump({"device": name, "target": target, "rows": measured},
+                      open(os.path.join(os.environ["OUT"], "skinny_variants.json"), "w"), indent=1)
     return 0
 
 
