@@ -24,7 +24,7 @@ llama() {   # $1: policy (lean | fast), $2: folder suffix
       --out $R/hf-llama-42m-$1$2 2>&1 | grep -E "^\| nova|rror|peak" | head -4
 }
 if [ "$1" = a ]; then
-  timeout 120 python3 bench/probes/skinny_variants.py 2>&1 | tee $R/skinny_variants.txt | tail -60
+  OUT=$R timeout 120 python3 bench/probes/skinny_variants.py 2>&1 | tee $R/skinny_variants.txt | tail -60
   llama lean 1; llama fast 1
   mkdir -p $R/fresh-cold
   timeout 300 python3 -m nova.bench.heldout gemm --count 100 --seed 20261214 --settle-s 0.4 --graph-settle-s 0.2 \
