@@ -9,14 +9,7 @@
 # and `nova.bench.heldout attention --count 40 --seed 20261214 --precompile --target T` for T = h200, h100;
 # `nova precompile train hf-llama-42m --batch 32 --target h200`, with and without NOVA_MEMORY_POLICY=fast;
 # `python3 bench/probes/skinny_variants.py --build` (`.nova-skinny-variants.json`, carried beside it).
-case "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" in
-  *H100*) T=h100 ;; *) T=h200 ;;
-esac
-nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
-R=$OUT/run97-$T; mkdir -p $R
-[ -d .nova-cache-run97 ] || tar xf .nova-cache-run97.txz
-export PYTHONPATH=.:${EXTRA_PYTHONPATH:-} NOVA_OFFLINE=1 PYTHONUNBUFFERED=1 NOVA_TARGET=$T \
-    NOVA_CACHE_DIR=$PWD/.nova-cache-run97
+. bench/runs/device_env.sh run97 .nova-cache-run97
 llama() {   # $1: policy (lean | fast), $2: folder suffix
   mkdir -p $R/hf-llama-42m-$1$2
   NOVA_TARGET=h200 NOVA_MEMORY_POLICY=$1 timeout 100 python3 -m nova.bench.train --all --frameworks nova \
