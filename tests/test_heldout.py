@@ -315,24 +315,32 @@ def test_replay_cli_prints_both_fractions_and_says_in_sample():
 
 
 def device_test_pick(kind: str) -> list:
-    """The one problem of each kind the device test runs: problem 21 of the 24 drawn with seed 20261203."""
+    """The one problem of each kind the device test runs: problem 21 of the 24 drawn with seed 20261203;
+    "attention-mask": problem 20 of seed 20261214's 40, causal with a key-padding mask (bf16, T 192)."""
+    if kind == "attention-mask":
+        pick = heldout.draw("attention", 20261214, 40)[20]
+        assert pick.mask and pick.causal, pick
+        return [pick]
     return [heldout.draw(kind, 20261203, 24)[21]]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["gemm", "attention"])
+@pytest.mark.parametrize("kind", ["gemm", "attention", "attention-mask"])
 def test_device_run_records_eager_and_device_ratios(kind, tmp_path):
     """One small problem of each kind on the GPU: Nova's and the libraries' graph times, both ratios, the
-    prediction beside the graph time."""
+    prediction beside the graph time; a masked causal attention problem checked against float64 and timed
+    against the SDPA backends that take its mask."""
     pick = device_test_pick(kind)
-    result = heldout.run(kind, pick, str(tmp_path), seed=1, count=1, settle_s=0.05, rounds=2, min_time_s=0.005,
-                         iters=5, graph_calls=5, graph_settle_s=0.1, log=lambda line: None)
+    result = heldout.run(kind.split("-")[0], pick, str(tmp_path), seed=1, count=1, settle_s=0.05, rounds=2,
+                         min_time_s=0.005, iters=5, graph_calls=5, graph_settle_s=0.1, log=lambda line: None)
     row = result["rows"][0]
     assert row["status"] == "ok", row.get("failure")
     assert row["nova_graph_us"] > 0 and row["ratio"] > 0 and row["ratio_device"] > 0
     assert all(p > 0 and m > 0 for p, m in row["predictions"])
-    if kind == "attention":
+    if kind.startswith("attention"):
         assert any(row.get(f"torch_{b}_graph_us") for b in ("flash", "cudnn", "efficient", "math"))
+    if kind == "attention-mask":
+        assert row["mask"] and "mask" in result["summary"]
 
 
 def test_a_transposed_operand_of_one_row_is_stated_as_the_runtime_states_it():
@@ -352,8 +360,8 @@ def build_kernels(target: str, cache_dir=None, log=print) -> dict:
     ``cache_dir``), as ``tests/gpu_build.py --all`` runs it."""
     from nova.runtime.cache import KernelCache
     cache, total = KernelCache(cache_dir), {"compiled": 0, "cached": 0, "failed": 0}
-    for kind in ("gemm", "attention"):
-        for key, value in heldout.precompile(kind, device_test_pick(kind), target, log, cache).items():
+    for kind in ("gemm", "attention", "attention-mask"):
+        for key, value in heldout.precompile(kind.split("-")[0], device_test_pick(kind), target, log, cache).items():
             total[key] = total.get(key, 0) + value
     return total
 
