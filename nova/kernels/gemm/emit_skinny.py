@@ -338,11 +338,11 @@ class SkinnyKernel:
         values = ir.load("B", start, s.vec) + ir.load("B", ir.min(ir.add(start, s.vec, "b_next"), self.last_vector,
                                                                       "b_next_in"), s.vec)
         step = s.vec // 2
-        while step:                 # after the stage of ``step``: values[e] = the pair's e + the shift's bits >= step
-            bit = self.shift_bits[step]
-            values = [ir.fsel(bit, values[e + step], values[e], "b_shift") for e in range(len(values) - step)]
+        while step:                 # after the stage of ``step``: values[e] = the pair's e + the shift's bits >= step,
+            bit = self.shift_bits[step]     # for the e the later stages (at most step - 1 further) still read
+            values = [ir.fsel(bit, values[e + step], values[e], "b_shift") for e in range(s.vec + step - 1)]
             step //= 2
-        return values[:s.vec]
+        return values
 
     def chunk(self, acc: list[str], sm: str, count: int, tid, where, chunk_lo, chunk_hi) -> list[str]:
         """Stage A's chunk, then its whole trips and the tail trip; returns the sums."""
