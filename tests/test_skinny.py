@@ -406,8 +406,8 @@ def test_the_unroll_is_little_s_law_or_the_cap_whichever_predicts_lower(monkeypa
     assert "(Little)" in step.reason and "(the cap)" in step.reason
     for shape in [(2, 13760, 512, "bf16"), (14, 3383, 3614, "tf32"), (3, 3264, 320, "tf32")]:
         q = GemmProblem(*shape)
-        both = [skinny._configure_width(q, gpu, "n", *skinny.layout_and_vector(q)[0][1:2], 256, 32, 1,
-                                        Derivation(), deep=deep) for deep in (False, True)]
+        (_, vec, _), _ = skinny.layout_and_vector(q)
+        both = [skinny._configure_width(q, gpu, "n", vec, 256, 32, 1, Derivation(), deep=deep) for deep in (False, True)]
         assert configure(q, gpu, kernel="skinny").prediction.time_us <= min(b[1].time_us for b in both) + 1e-9
 
 

@@ -188,8 +188,10 @@ class SkinnyKernel:
         self.p, self.s = p, s
         self.ir = SkinnyIr()
         self.epilogue = _Epilogue(self.ir, p)
-        self.shift = 0                   # shifted rows: the warp's rows' shift (n K mod vec), set by ``build``
-        self.last_vector = 0             # and where their last vector starts (shift + K - 1, rounded down)
+        self.shift = 0                   # shifted rows, set by ``build``: along K the warp's rows' shift (n K mod
+                                         # vec), along N the thread's rows' ((tk N) mod vec)
+        self.last_vector = 0             # along K where a row's last vector starts (shift + K - 1, rounded down),
+                                         # along N where B's last aligned vector starts
         self.shift_bits = {}             # shifted rows along N: {step: the shift's bit of value step}
 
     def param_types(self) -> list[tuple[str, int, str]]:

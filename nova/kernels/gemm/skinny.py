@@ -55,7 +55,7 @@ from nova.hwmodel import GPUModel
 from nova.hwmodel.formula import formulas
 from nova.hwmodel.model import F as HW
 from nova.kernels.gemm.problem import GemmProblem
-from nova.kernels.gemm.skinny_schedule import FLAG_WORDS, WARP, SkinnySchedule, cdiv
+from nova.kernels.gemm.skinny_schedule import FLAG_WORDS, WARP, SkinnySchedule, cdiv, loop_extent, shift_halo
 
 TRANSACTION_BYTES = 16    # [CC] the widest global load a thread issues (ld.global.v4.b32)
 ACC_VALUES = 64           # [EST] FP32 sums a thread keeps across K (as the rows family's): with loads in
@@ -393,8 +393,9 @@ def configure_skinny(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[Skin
     last CTA of a block adds fewer partials)."""
     lanes, vec, row_shift = d.record(layout_and_vector(p))
     threads, threads_n, rows = d.record(threads_step(p, gpu, lanes, vec))
-    if row_shift and lanes == "k":    # the loop runs over K plus the largest shift: the steps below see that K
-        p = dataclasses.replace(p, K=cdiv(p.K + vec - 1, vec) * vec)
+    halo = shift_halo(lanes, vec, row_shift)
+    if halo:                          # the loop runs over K plus the largest shift: the steps below see that K
+        p = dataclasses.replace(p, K=loop_extent(p.K, vec, halo))
     widths = [threads_n] + ([w for w in (threads_n // 2, threads_n // 4) if w * vec * p.in_bytes >= LINE_BYTES]
                             if lanes == "n" else [])
     derived = {}
@@ -424,7 +425,7 @@ def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, thread
     the loop's extent, and A's chunks are staged with ``vec`` columns more (lanes along K), or each row
     is read as two vectors (lanes along N); ``deep``: the unroll at its cap (``loads_in_flight``)."""
     m_pad = m_pad_of(p, lanes)
-    halo = vec if row_shift and lanes == "k" else 0
+    halo = shift_halo(lanes, vec, row_shift)
     shifted = row_shift and lanes == "n"
     # occupancy and loads in flight together: the unroll from the CTAs resident with one load a thread,
     # then again from those resident with its registers, until the CTAs per SM no longer drop (a few

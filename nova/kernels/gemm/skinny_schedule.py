@@ -53,6 +53,18 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def shift_halo(lanes_along: str, vec: int, row_shift: bool) -> int:
+    """A's columns staged before a chunk beyond its own: ``vec`` with rows shifted along K (a row's
+    shift), else 0 (rows shifted along N read A as rows read whole do)."""
+    return vec if row_shift and lanes_along == "k" else 0
+
+
+def loop_extent(K: int, vec: int, halo: int) -> int:
+    """K the loop runs over: K, or with a halo (rows shifted along K) K plus the largest shift, in whole
+    vectors."""
+    return cdiv(K + vec - 1, vec) * vec if halo else K
+
+
 @dataclass(frozen=True)
 class SkinnySchedule:
     arch: str                    # PTX target ("sm_80", "sm_86", "sm_89", "sm_90")
@@ -116,13 +128,12 @@ class SkinnySchedule:
 
     @property
     def halo(self) -> int:
-        """A's columns staged before a chunk beyond its own: ``vec`` with rows shifted along K (a row's
-        shift), else 0."""
-        return self.vec if self.row_shift and self.lanes_along == "k" else 0
+        """``shift_halo`` of this schedule."""
+        return shift_halo(self.lanes_along, self.vec, self.row_shift)
 
     def k_extent(self, K: int) -> int:
-        """K the loop runs over: K, or with rows shifted along K, K plus the largest shift in whole vectors."""
-        return cdiv(K + self.vec - 1, self.vec) * self.vec if self.row_shift and self.lanes_along == "k" else K
+        """``loop_extent`` of ``K`` under this schedule."""
+        return loop_extent(K, self.vec, self.halo)
 
     def grid(self, N: int) -> tuple[int, int, int]:
         """(CTAs along N, K slices, 1)."""
