@@ -1,5 +1,5 @@
 """The skinny kernel's schedule variants on the decode GEMMs it lost to cuBLAS: each problem's derived
-schedule, the same with the most loads in flight a thread holds (``unroll`` at its cap: fewer dependent
+schedule, the pick with ``skinny.DEEP_UNROLL`` on (the unroll at its cap weighed too: fewer dependent
 trips), with K unsplit, and at an odd N with each row read as two aligned vectors (``SHIFTED_COLUMNS``),
 each timed by CUDA-graph replay (device time) with L2 warm (the same call
 back to back) and cold (a 256 MB buffer written before each call, its own time subtracted), against
@@ -8,12 +8,11 @@ cuBLAS the same two ways, every result checked against float64; the model's pred
     python3 bench/probes/skinny_variants.py --build     # host with MLIR: .nova-skinny-variants.json (h200, h100)
     python3 bench/probes/skinny_variants.py             # GPU: reads it
 
-The variants are derived by the configurator with one step overridden (``derive_variants``), so the
-prediction printed is the model's for exactly the schedule that ran.  With ``$OUT`` set, the rows also go
+The variants are derived by the configurator's own steps, one decision changed (``derive_variants``), so
+the prediction printed is the model's for exactly the schedule that ran.  With ``$OUT`` set, the rows also go
 to ``$OUT/skinny_variants.json`` (schedule, prediction, warm and cold times, cuBLAS's), rewritten after
 every kernel.
 """
-import dataclasses
 import json
 import os
 import sys
@@ -33,56 +32,37 @@ FLUSH_BYTES = 256 << 20
 
 
 def derive_variants(problem, target: str) -> dict:
-    """{name: (schedule, predicted us)}: "derived", "most_unroll" (Little's law's unroll replaced by the
-    cap: the loaded latency taken as 1 ms, so the formula's ceiling always exceeds the cap) and
-    "one_slice" (splits forced to 1 through the one-wave formula)."""
+    """{name: (schedule, predicted us)}: "derived" (the configurator's), "most_unroll" (the pick with
+    ``skinny.DEEP_UNROLL`` on, where it differs: the unroll at its cap weighed too), "shifted_columns"
+    (odd N, ``skinny.SHIFTED_COLUMNS`` on) and "one_slice" (splits forced to 1 through the one-wave
+    formula); each predicted by the model that derived it."""
     from nova.configurator import configure
-    from nova.kernels.gemm import skinny
+    from nova.configurator.derivation import Derivation
     from nova.hwmodel import get_target
+    from nova.kernels.gemm import skinny
     gpu = get_target(target)
     out = {}
     try:
         c = configure(problem, gpu, kernel="skinny")
     except ValueError:            # past the target's balance point: the tiles only
         return out
-    out["derived"] = (c.schedule, c.prediction.time_us)
-    original = skinny.loads_in_flight
-
-    def most(p, g, *args, **kw):
-        slow = dataclasses.replace(g.q["mem_latency_ns"], value=1e6)
-        return original(p, dataclasses.replace(g, q={**g.q, "mem_latency_ns": slow}), *args, **kw)
-    with mock.patch.object(skinny, "loads_in_flight", most):
-        cfg = skinny.configure_skinny(problem, gpu, _derivation())
-    if cfg is not None and cfg[0] != c.schedule:
-        # the prediction of this schedule by the real latency: re-predict with the unmodified model
-        out["most_unroll"] = (cfg[0], _predict(problem, gpu, cfg[0]))
-    if not problem.trans_b and c.schedule.vec * problem.in_bytes < 16:      # odd N: rows read as two vectors
+    s = c.schedule
+    out["derived"] = (s, c.prediction.time_us)
+    with mock.patch.object(skinny, "DEEP_UNROLL", True):
+        cfg = skinny.configure_skinny(problem, gpu, Derivation())
+    if cfg is not None and cfg[0] != s:
+        out["most_unroll"] = (cfg[0], cfg[1].time_us)
+    if not problem.trans_b and s.vec * problem.in_bytes < 16:      # odd N: rows read as two vectors
         with mock.patch.object(skinny, "SHIFTED_COLUMNS", True):
-            cfg = skinny.configure_skinny(problem, gpu, _derivation())
+            cfg = skinny.configure_skinny(problem, gpu, Derivation())
         if cfg is not None and cfg[0].row_shift:
             out["shifted_columns"] = (cfg[0], cfg[1].time_us)
-    if c.schedule.splits > 1:
+    if s.splits > 1:
         with mock.patch.object(skinny.F, "splits", lambda **kw: 1):
-            cfg = skinny.configure_skinny(problem, gpu, _derivation())
+            cfg = skinny.configure_skinny(problem, gpu, Derivation())
         if cfg is not None:
             out["one_slice"] = (cfg[0], cfg[1].time_us)
     return out
-
-
-def _derivation():
-    from nova.configurator.derivation import Derivation
-    return Derivation()
-
-
-def _predict(p, gpu, s) -> float:
-    """The unmodified model's time for schedule ``s`` (its trips recomputed from its slices)."""
-    from nova.kernels.gemm import skinny
-    span = (s.threads // s.threads_n) * s.unroll if s.lanes_along == "n" else skinny.WARP * s.vec * s.unroll
-    cand = skinny.slices(p, span, s.splits, s.m_pad, s.threads, s.regs_per_thread)
-    columns = s.threads_n * (s.vec if s.lanes_along == "n" else s.rows)
-    blocks_n = skinny.cdiv(p.N, columns)
-    return skinny.predict(p, gpu, cand[0], cand[-1], blocks_n * cand[0], s.blocks_per_sm, s.reduce_groups, s.threads,
-                          columns)[0].time_us
 
 
 def build(targets: list[str]) -> int:
@@ -113,8 +93,9 @@ def device_us(torch, fn, cold: bool = False) -> float:
 def run() -> int:
     import torch
     from nova.codegen.artifact import KernelArtifact
-    from nova.kernels.gemm.problem import GemmProblem
     from nova.hwmodel import get_target
+    from nova.kernels.gemm.problem import GemmProblem
+    from nova.kernels.gemm.skinny_schedule import SkinnySchedule
     from nova.runtime import driver
     from nova.runtime.matmul import load_resolved, preset_for_device_name
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -138,7 +119,6 @@ def run() -> int:
             cold = device_us(torch, lambda: torch.matmul(a, b), cold=True)
             cublas_done[shape] = (warm, cold)
             print(f"{p.describe()}: cuBLAS {warm:.1f} / {cold:.1f}")
-        from nova.kernels.gemm.skinny_schedule import SkinnySchedule
         schedule = SkinnySchedule.from_dict(r["schedule"])
         artifact = KernelArtifact.from_dict(r["artifact"])
         resolved = load_resolved(p, get_target(target), schedule, artifact, None, "cached", device)
