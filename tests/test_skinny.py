@@ -221,6 +221,13 @@ def _assemble(args):
     return [(problem.describe(), target, art.resources, cfg.schedule, art.meta["register_cap"])]
 
 
+def over_cap(results) -> list:
+    """``_assemble``'s kernels that spilled, used a stack or took more registers than their cap:
+    (problem, target, registers, cap, spilled bytes)."""
+    return [(what, t, res["registers"], cap, res["spill_store_bytes"]) for what, t, res, _, cap in results
+            if res["spill_store_bytes"] or res["spill_load_bytes"] or res["stack_bytes"] or res["registers"] > cap]
+
+
 @pytest.mark.parametrize("target", ["h200", "a100"])
 def test_kernels_assemble_without_spills_within_their_register_cap(target):
     """Every M of the GPU tests, both dtypes, three layouts, even and odd N and K: ptxas (sm_90 for the
@@ -236,8 +243,7 @@ def test_kernels_assemble_without_spills_within_their_register_cap(target):
     assert len(results) >= 40
     assert {s.arch for _, _, _, s, _ in results} == {get_target(target).arch}
     assert any(s.split for _, _, _, s, _ in results) and any(not s.split for _, _, _, s, _ in results)
-    bad = [(what, t, res["registers"], res["spill_store_bytes"]) for what, t, res, s, cap in results
-           if res["spill_store_bytes"] or res["spill_load_bytes"] or res["stack_bytes"] or res["registers"] > cap]
+    bad = over_cap(results)
     assert not bad, bad
     # the schedule's cap holds for almost all: the estimate (skinny.registers) follows ptxas
     lifted = [what for what, _, _, s, cap in results if cap != s.max_regs]
@@ -519,6 +525,5 @@ def test_shifted_columns_assemble_without_spills_within_their_register_cap(targe
               (16, 2049, 3000, "tf32"), (5, 3333, 777, "fp16")]
     results = [r for shape in shapes for r in _assemble((GemmProblem(*shape), target)) or []]
     assert len(results) >= len(shapes) - 1 and all(s.row_shift for _, _, _, s, _ in results)   # A100: M 11 bf16 is past its balance point
-    bad = [(what, res["registers"], cap, res["spill_store_bytes"]) for what, _, res, _, cap in results
-           if res["spill_store_bytes"] or res["spill_load_bytes"] or res["stack_bytes"] or res["registers"] > cap]
+    bad = over_cap(results)
     assert not bad, bad
