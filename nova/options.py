@@ -173,6 +173,9 @@ TABLE: tuple[Option, ...] = (
     Option("attention_hopper_backward", "NOVA_ATTENTION_HOPPER_BWD", BOOL, True,
            "let the attention derivation weigh the Hopper dK/dV and dQ kernels; 0: the backward stays "
            "on mma.sync", True),
+    Option("attention_split_kv", "NOVA_ATTENTION_SPLIT_KV", BOOL, True,
+           "let the attention derivation split a forward or dQ grid that leaves SMs idle over its keys "
+           "(split KV, with a combine kernel); 0: never split", True),
     Option("attention_persistent", "NOVA_ATTENTION_PERSISTENT", BOOL, True,
            "make the Hopper attention forward persistent where it has more work tiles than SMs", True),
     Option("attention_tile_order", "NOVA_ATTENTION_TILE_ORDER", enum("head", "query"), "head",
@@ -221,6 +224,7 @@ class Options:
     attention_precision: str = "tf32"
     attention_hopper: str = "auto"
     attention_hopper_backward: bool = True
+    attention_split_kv: bool = True
     attention_persistent: bool = True
     attention_tile_order: str = "head"
     pointwise: str = "all"

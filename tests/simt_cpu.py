@@ -224,7 +224,8 @@ class _Cta:
         elif ty == "i1":
             self.set(op, np.bool_(lit in ("1", "true")))
         else:
-            self.set(op, np.float32(float.fromhex(lit) if lit.startswith("0x") else float(lit)))
+            # a hexadecimal float literal is the value's bit pattern (MLIR's spelling of inf and NaN)
+            self.set(op, np.uint32(int(lit, 16)).view(np.float32) if lit.startswith("0x") else np.float32(float(lit)))
 
     def op_gpu_thread_id(self, op, mask):
         self.set(op, self.tid)
@@ -324,6 +325,17 @@ class _Cta:
         a, b, c = (np.asarray(self.val(x), dtype=np.float64) for x in self.args(op.rest)[:3])
         with np.errstate(invalid="ignore", over="ignore"):
             self.set(op, (a * b + c).astype(np.float32))
+
+    def op_llvm_intr_fma(self, op, mask):
+        self.op_math_fma(op, mask)
+
+    def op_vector_fma(self, op, mask):
+        self.op_math_fma(op, mask)
+
+    def op_vector_broadcast(self, op, mask):
+        width = int(re.search(r"to vector<(\d+)x", op.rest).group(1))
+        x = np.asarray(self.bcast(self.val(self.args(op.rest)[0])))
+        self.set(op, np.repeat(x[:, None], width, axis=1))
 
     def op_memref_extract_aligned_pointer_as_index(self, op, mask):
         ref = self.args(op.rest)[0]

@@ -94,8 +94,10 @@ def test_strided_problem_dict_key_and_roles():
 
 
 def test_role_operands_are_the_kernel_parameters():
+    from nova.kernels.attention import build_combine
     from nova.kernels.attention.build import PARAMS
-    assert ROLE_OPERANDS == {r: tuple(n for n in PARAMS[r] if n in OPERANDS) for r in ROLES}
+    params = {**PARAMS, **build_combine.PARAMS}
+    assert ROLE_OPERANDS == {r: tuple(n for n in params[r] if n in OPERANDS) for r in params}
 
 
 @pytest.mark.parametrize("strides, words", [

@@ -42,6 +42,9 @@ GPU_TEST_CASES = (
     (3, 16, 4, 700, 1000, 64, True, "bf16"),      # GQA, Tq != Tk, 288 work tiles: the persistent forward
     (2, 4, 2, 333, 333, 128, True, "tf32"),       # GQA, D128 TF32: dK/dV with one consumer warpgroup
     (1, 4, 2, 3105, 3105, 64, False, "bf16"),     # the Hopper forward not persistent, D64, a 3-deep ring
+    (2, 2, 2, 3, 5632, 128, False, "bf16"),       # decode: forward and dQ split over the keys (split KV)
+    (1, 4, 4, 10, 1999, 64, False, "tf32"),       # split KV, the last split's last key tile ragged
+    (1, 8, 2, 1, 4100, 64, False, "fp16"),        # split KV, GQA, one query row
 )
 MEMORY_CASE = (1, 2, 2, 2048, 2048, 64, True, "bf16")
 # 16-bit problems on which the GPU tests compare Nova's error with torch's flash kernel's (Nova's within

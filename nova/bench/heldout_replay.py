@@ -22,6 +22,7 @@ import math
 import os
 import sys
 
+from nova import options
 from nova.bench import heldout
 
 IN_SAMPLE = {    # constants fitted on a run's rows: (folder, kind) -> where
@@ -72,7 +73,9 @@ def kernels(kind: str, row: dict, target) -> list[dict]:
             out[0]["at_clock"] = at_clock_us(h, target, row["nova_graph_sm_mhz"], kernel=ran,
                                             schedule=row.get("schedule"))
         return out
-    now = heldout.attention_prediction(h, target)
+    # a row without ``kv_splits`` ran before split KV existed: its kernels were unsplit, so price those
+    now = heldout.attention_prediction(h, target, None if "kv_splits" in row else
+                                       options.current().replace(attention_split_kv=False))
     (fwd_before, fwd), (bwd_before, bwd) = row["predictions"]
     return [{**base, "kernel": "fwd", "measured": fwd, "before": fwd_before, "after": now["predicted_fwd_us"]},
             {**base, "kernel": "bwd", "measured": bwd, "before": bwd_before, "after": now["predicted_bwd_us"]}]

@@ -75,7 +75,7 @@ def _attention_report(group, node: Node, target) -> tuple[float, str, str, str, 
     if problem is not None:
         from nova.kernels.attention import configure_attention
         cfg = configure_attention(problem, target)
-        roles = ("bwd_pre", "bwd_dkv", "bwd_dq") if backward else ("fwd",)
+        roles = cfg.schedule.with_combines(("bwd_pre", "bwd_dkv", "bwd_dq") if backward else ("fwd",))
         t = sum(cfg.terms[r]["time_us"] for r in roles)
         bound = max(roles, key=lambda r: cfg.terms[r]["time_us"])
         return (t, cfg.terms[bound]["bound"], f"configure_attention({problem.describe()}): "

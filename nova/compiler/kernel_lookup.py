@@ -46,9 +46,9 @@ def kernels_missing(kernels: StepKernels, target, cache) -> list[str]:
                 for p, s in configured for r in s.roles]
     lookups = [lambda p=p: gemm_kernel(p, configure_schedule(p, target), target, cache, offline=True)
                for p in kernels.gemms]
-    lookups += [lambda p=p, r=r: attention_kernel(p, configure_attention(p, target).schedule, r, target, cache,
-                                                  offline=True)
-                for p, roles in kernels.attention for r in roles]
+    attention = [(p, configure_attention(p, target).schedule, roles) for p, roles in kernels.attention]
+    lookups += [lambda p=p, s=s, r=r: attention_kernel(p, s, r, target, cache, offline=True)
+                for p, s, roles in attention for r in s.with_combines(roles)]
     lookups += by_role(kernels.rows, configure_rows, rows_kernel)
     lookups += by_role(kernels.embedding, configure_embedding, embedding_kernel)
     lookups += [lambda p=p: pointwise_kernel(p, configure_pointwise(p, target).schedule, target, cache, offline=True)

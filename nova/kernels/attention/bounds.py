@@ -18,12 +18,13 @@ bounds evaluated too) with numpy, and returns the violations:
   inside the dynamic shared memory.
 
 Only what the index arithmetic needs is interpreted: ``arith`` integer ops, ``gpu.thread_id`` /
-``block_id`` / ``grid_dim``, ``scf.for`` / ``scf.if`` (else regions negated), ``memref.extract_aligned_pointer_as_index``
+``block_id`` (x, y, z) / ``grid_dim``, ``scf.for`` / ``scf.if`` (else regions negated), ``memref.extract_aligned_pointer_as_index``
 of the dynamic shared memory (``dsm_addr``), the identity inline-asm move of a descriptor.  Values that
 are not integers (floats, loaded data) are never addresses in these kernels; an address that depends on
 one raises ``BoundsError``.  A loop-carried index (``scf.for ... iter_args(%x = init)``) is known only
-in the one form the kernels carry, a counter yielded modulo a constant (``scf.yield (..) % C`` with
-0 <= init < C, the persistent forward's ring position): it is checked over all of [0, C).
+in the two forms the kernels carry, a counter yielded modulo a constant (``scf.yield (..) % C`` with
+0 <= init < C, the persistent forward's ring position) or wrapped at one (``select(x == C, 0, x)``, the
+mma.sync kernels' ring slot): it is checked over all of [0, C).
 """
 from __future__ import annotations
 
@@ -186,15 +187,30 @@ def parse(text: str, tma_dims: dict[str, tuple[int, ...]] | None = None) -> Kern
                 raise BoundsError(f"line {ln}: no tensor-map dims for operand {name!r}")
             accesses.append(Access("tma", ln, line, name, _operands(m.group(2)), tuple(dims), 1, conds, loops))
     carried = {}
-    for n, (init, val) in yields.items():      # x = (..) % C with a constant C and 0 <= init < C
-        d = defs.get(val) if val else None
-        if d and d[0] in ("arith.remui", "arith.remsi"):
-            c, i0 = defs.get(_operands(d[1])[1]), defs.get(init)
-            if c and c[0] == "arith.constant" and i0 and i0[0] == "arith.constant":
-                cv, iv = int(c[1].split(":")[0]), int(i0[1].split(":")[0])
-                if 0 <= iv < cv:
-                    carried[n] = cv
+    for n, (init, val) in yields.items():
+        cv, i0 = _wrap_bound(defs, val), defs.get(init)
+        if cv and i0 and i0[0] == "arith.constant" and 0 <= int(i0[1].split(":")[0]) < cv:
+            carried[n] = cv
     return Kernel(defs, accesses, args, carried)
+
+
+def _wrap_bound(defs, val) -> int | None:
+    """C where the yielded ``val`` stays in [0, C): ``x % C`` (the persistent forward's ring position) or
+    ``select(x == C, 0, x)`` (the mma.sync kernels' ring slot, x its predecessor + 1) with a constant C."""
+    d = defs.get(val) if val else None
+    if not d:
+        return None
+    const = lambda name: int(defs[name][1].split(":")[0]) if defs.get(name, ("",))[0] == "arith.constant" else None
+    if d[0] in ("arith.remui", "arith.remsi"):
+        return const(_operands(d[1])[1])
+    if d[0] == "arith.select":
+        cond, zero, x = _operands(d[1])[:3]
+        c = defs.get(cond)
+        if c and c[0] == "arith.cmpi" and c[1].startswith("eq") and const(zero) == 0:
+            a, b = _operands(c[1])[:2]
+            if a == x:
+                return const(b)
+    return None
 
 
 def _add_mem(accesses, ln, line, mem, idx, args, views, rest, conds, loops, width=1):
@@ -259,7 +275,7 @@ class _Eval:
         elif op == "gpu.thread_id":
             val = self.env["tid"]
         elif op == "gpu.block_id":
-            val = self.env["bx" if rest.strip().startswith("x") else "by"]
+            val = self.env["b" + rest.strip()[0]]
         elif op == "gpu.grid_dim" and rest.strip().startswith("x"):
             val = self.env["grid_x"]
         else:
@@ -269,15 +285,16 @@ class _Eval:
 
 
 def _grid_env(kernel: Kernel, acc: Access, grid, threads, dsm_addr):
-    """The broadcast environment of an access: axes tid, bx, by, then one per enclosing loop and one
+    """The broadcast environment of an access: axes tid, bx, by, bz, then one per enclosing loop and one
     per known loop-carried index of it (over its whole range)."""
     carried = [n for lp in acc.loops for n in lp[4] if n in kernel.carried]
-    nax = 3 + len(acc.loops) + len(carried)
+    nax = 4 + len(acc.loops) + len(carried)
     shape = lambda n, ax: np.arange(n, dtype=np.int64).reshape([-1 if i == ax else 1 for i in range(nax)])
-    env = {"tid": shape(threads, 0), "bx": shape(grid[0], 1), "by": shape(grid[1], 2), "dsm_addr": np.int64(dsm_addr),
-           "grid_x": np.int64(grid[0])}
-    sizes = [threads, grid[0], grid[1]]
-    ax = 3
+    z = grid[2] if len(grid) > 2 else 1
+    env = {"tid": shape(threads, 0), "bx": shape(grid[0], 1), "by": shape(grid[1], 2), "bz": shape(z, 3),
+           "dsm_addr": np.int64(dsm_addr), "grid_x": np.int64(grid[0])}
+    sizes = [threads, grid[0], grid[1], z]
+    ax = 4
     reached = np.bool_(True)          # the outer loops' iterations that run (an inner loop's bounds there only)
     for iv, lb, ub, step, names in acc.loops:
         ev = _Eval(kernel, env)
@@ -312,14 +329,9 @@ def check_bounds(text: str, grid, threads: int, smem_bytes: int, tma_dims: dict 
     out = []
     for dsm in dsm_addrs:
         for acc in k.accesses:
-            env, valid = _grid_env(k, acc, grid, threads, dsm)
-            ev = _Eval(k, env)
-            for name, truth in acc.conds:
-                c = np.asarray(ev(name)) != 0
-                valid = valid & (c if truth else ~c)
+            valid, idx = _evaluated(k, acc, grid, threads, dsm)
             if not valid.any():
                 continue
-            idx = [np.broadcast_to(np.asarray(ev(i)), valid.shape) for i in acc.indices]
             bad = np.zeros(valid.shape, dtype=bool)
             what = []
             if acc.kind in ("global", "smem"):
@@ -359,7 +371,34 @@ def check_bounds(text: str, grid, threads: int, smem_bytes: int, tma_dims: dict 
             if hit.any():
                 where = tuple(int(a[0]) for a in np.nonzero(hit))
                 out.append(f"line {acc.line} ({acc.kind} {acc.target}, dsm_addr {dsm}): {'; '.join(what)}; "
-                           f"first at (tid, bx, by, iterations...) = {where}: {acc.text[:160]}")
+                           f"first at (tid, bx, by, bz, iterations...) = {where}: {acc.text[:160]}")
+    return out
+
+
+def _evaluated(k: Kernel, acc: Access, grid, threads: int, dsm_addr: int):
+    """(where the access runs, its indices) over the access's whole environment (``_grid_env``): the
+    enclosing loops' bounds and ``scf.if`` conditions applied."""
+    env, valid = _grid_env(k, acc, grid, threads, dsm_addr)
+    ev = _Eval(k, env)
+    for name, truth in acc.conds:
+        c = np.asarray(ev(name)) != 0
+        valid = valid & (c if truth else ~c)
+    return valid, [np.broadcast_to(np.asarray(ev(i)), valid.shape) for i in acc.indices]
+
+
+def written(text: str, grid, threads: int, target: str) -> np.ndarray:
+    """Which elements of global argument ``target`` (a 1-D memref) the kernel's stores write, over every
+    block, thread and iteration: a boolean array of its extent (a split-KV kernel must write every
+    element of its slabs before its combine reads them)."""
+    k = parse(text)
+    out = np.zeros(k.args[f"%{target}"][0], dtype=bool)
+    for acc in k.accesses:
+        if acc.kind != "global" or acc.target != f"%{target}" or not acc.text.lstrip().startswith(
+                ("memref.store", "vector.store")):
+            continue
+        valid, (idx,) = _evaluated(k, acc, grid, threads, 0)
+        for lane in range(acc.width):
+            out[idx[valid] + lane] = True
     return out
 
 
@@ -370,15 +409,10 @@ def tma_loads(text: str, grid, threads: int, tma_dims: dict, target: str) -> lis
     (the persistent forward's work-tile mapping is tested through its Q loads)."""
     k = parse(text, tma_dims)
     acc = next(a for a in k.accesses if a.kind == "tma" and a.target == target)
-    env, valid = _grid_env(k, acc, grid, threads, 0)
-    ev = _Eval(k, env)
-    for name, truth in acc.conds:
-        c = np.asarray(ev(name)) != 0
-        valid = valid & (c if truth else ~c)
-    idx = [np.broadcast_to(np.asarray(ev(i)), valid.shape) for i in acc.indices]
+    valid, idx = _evaluated(k, acc, grid, threads, 0)
     seen, out = set(), []
-    for where in zip(*np.nonzero(valid)):      # C order: tid, bx, by, then the loops (iterations in order)
-        bx, loop = int(where[1]), tuple(int(w) for w in where[2:2 + 1 + len(acc.loops)])
+    for where in zip(*np.nonzero(valid)):      # C order: tid, bx, by, bz, then the loops (iterations in order)
+        bx, loop = int(where[1]), tuple(int(w) for w in where[2:2 + 2 + len(acc.loops)])
         coords = tuple(int(x[where]) for x in idx)
         if (bx, loop) not in seen:             # a loop-carried axis (the ring position) repeats a load
             seen.add((bx, loop))

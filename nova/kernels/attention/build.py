@@ -20,6 +20,13 @@ a Hopper dK/dV or dQ tile, ``KernelTile.hopper``, to ``build_hopper_bwd``):
 * ``bwd_dq``   grid (Q tiles, B*H).  Q and dO stay; K/V stream.  S, dP recomputed; dQ += dS K.
                (dQ by a separate pass, not atomics: deterministic, no FP32 dQ scratch; see derive.py.)
 
+Split KV (``KernelTile.kv_splits`` > 1, forward and dQ of a non-causal problem with few query tiles):
+the grid gains a z axis of splits; block z walks key tiles [z*per, min((z+1)*per, tiles)) (``per`` =
+ceil(tiles / splits)) and writes FP32 partials, one ``[B*H*Tq, D]`` slab (and LSE vector) per split:
+the forward its normalised O and natural-log LSE (a split whose every key is masked by the bias: O = 0,
+LSE = -inf), dQ its scaled sum.  The role's combine kernel (``build_combine``) reduces the slabs into
+the output.
+
 TF32 score precision (``problem.score_precision``): with "3xtf32" the score product (S = Q K^T in
 ``fwd`` and ``bwd_dq``, S^T = K Q^T in ``bwd_dkv``) reads its operands unrounded (the kept one is not
 rounded in shared memory) and splits each fragment element in registers, x = big + small (big = x
@@ -60,6 +67,7 @@ PARAMS = {"fwd": ("q", "k", "v", "out", "lse"),
           "bwd_pre": ("out", "dout", "delta"),
           "bwd_dkv": ("q", "k", "v", "dout", "lse", "delta", "dk", "dv"),
           "bwd_dq": ("q", "k", "v", "dout", "lse", "delta", "dq")}
+PARTIALS = {"fwd": {"out": "o_part", "lse": "lse_part"}, "bwd_dq": {"dq": "dq_part"}}   # split KV: outputs -> slabs
 SUPPORTED_ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90")
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -76,9 +84,11 @@ def _cdiv(a, b):
     return -(-a // b)
 
 
-def params(p: AttentionProblem, role: str) -> tuple[str, ...]:
-    """The mma.sync kernel's parameters: ``PARAMS[role]``, then ``bias`` where the problem has one."""
-    return PARAMS[role] + (("bias",) if p.bias and role in BIAS_ROLES else ())
+def params(p: AttentionProblem, role: str, kv_splits: int = 1) -> tuple[str, ...]:
+    """The mma.sync kernel's parameters: ``PARAMS[role]`` (split KV: its outputs' partial slabs,
+    ``PARTIALS``), then ``bias`` where the problem has one."""
+    names = PARAMS[role] if kv_splits == 1 else tuple(PARTIALS[role].get(n, n) for n in PARAMS[role])
+    return names + (("bias",) if p.bias and role in BIAS_ROLES else ())
 
 
 def smem_plan(p: AttentionProblem, kt: KernelTile) -> dict:
@@ -122,6 +132,12 @@ def check_supported(p: AttentionProblem, s: AttentionSchedule, role: str) -> Non
         fail("3xtf32 scores need unrounded streamed tiles (tf32_prep 'fragment')")
     if kt.smem_bytes < smem_plan(p, kt)["total"]:
         fail(f"smem_bytes {kt.smem_bytes} < the {smem_plan(p, kt)['total']} bytes the tiles need")
+    if kt.kv_splits > 1:
+        tiles = _cdiv(p.seq_k, kt.block_cols)
+        if role not in PARTIALS or p.causal:
+            fail(f"key splits ({kt.kv_splits}) exist for the non-causal forward and dQ kernels only")
+        if kt.grid[2] != kt.kv_splits or (kt.kv_splits - 1) * _cdiv(tiles, kt.kv_splits) >= tiles:
+            fail(f"{kt.kv_splits} key splits of {tiles} tiles leave a split empty or disagree with grid {kt.grid}")
 
 
 def global_type(p: AttentionProblem, name: str) -> str:
@@ -193,12 +209,17 @@ class _Flash:
         self.threads = kt.threads
         self.plan = smem_plan(p, kt)
         self.c = p.scale * LOG2E               # scores -> base-2 exponent
-        self.vt = f"memref<{p.batch * p.heads * p.seq_q}xf32>"
+        self.rows = p.batch * p.heads * p.seq_q
+        self.vt = f"memref<{self.rows}xf32>"
+        self.kv_splits = kt.kv_splits
+        self.partial = {v: k for k, v in PARTIALS[role].items()} if self.kv_splits > 1 else {}  # slab -> output
 
     # ---- types
     def gtype(self, name):
         if name == "bias":
             return self.bias_type
+        if name in self.partial:       # FP32 slabs: [splits, B*H*Tq, D] (LSE: [splits, B*H*Tq])
+            return f"memref<{self.kv_splits * self.rows * (1 if name == 'lse_part' else self.D)}xf32>"
         return global_type(self.p, name)
 
     @property
@@ -217,7 +238,8 @@ class _Flash:
     # ------------------------------------------------------------------------------------------
     def build(self) -> str:
         p, kt, ir = self.p, self.kt, self.ir
-        args = [f"%{n}: {self.vt if n in ('lse', 'delta') else self.gtype(n)}" for n in params(p, self.role)]
+        args = [f"%{n}: {self.vt if n in ('lse', 'delta') else self.gtype(n)}"
+                for n in params(p, self.role, self.kv_splits)]
         ir.emit(f"// Nova attention {self.role}: {p.describe()}")
         ir.emit(f"// block {self.BR} kept rows x {self.BC} streamed rows, {kt.warps} warps x {kt.rows_per_warp} rows, "
                 f"{self.S} stages, {self.s.mma}, {self.s.arch}")
@@ -241,6 +263,7 @@ class _Flash:
         self.q_hi = ir.div(q, 2, "lm_q_hi")
         self.bx = ir.let("bx", "gpu.block_id x")
         self.by = ir.let("by", "gpu.block_id y")
+        self.bz = ir.let("bz", "gpu.block_id z") if self.kv_splits > 1 else 0
 
     def shared_memory(self):
         ir = self.ir
@@ -698,11 +721,23 @@ class _Flash:
         self.at = {n: self.rows_at(n, b, h, bh, self.q0, self.qbase) for n in ("q", "out", "dout", "dq") if n in names}
         self.at.update({n: self.rows_at(n, b, hkv, kvh, 0, kvrow) for n in ("k", "v")})
         nk = _cdiv(p.seq_k, self.BC)
+        self.kv_lo = 0
         if p.causal:       # keys j <= i < q0 + BR: tiles wholly above the diagonal are skipped
             last = ir.min(ir.add(self.q0, self.BR, "q_end"), p.seq_k, "kv_end")
             self.n_kv = ir.div(ir.add(last, self.BC - 1, "kv_end_r"), self.BC, "n_kv")
+        elif self.kv_splits > 1:          # split z: key tiles [z*per, min((z+1)*per, nk))
+            per = _cdiv(nk, self.kv_splits)
+            first = ir.mul(self.bz, per, "kv_tile0")
+            self.kv_lo = ir.mul(first, self.BC, "kv_lo")
+            self.n_kv = ir.min(ir.sub(nk, first, "kv_left_tiles"), per, "n_kv")
+            self.part_row = ir.add(ir.mul(self.bz, self.rows, "slab"), self.qbase, "part_row")   # slab row of q0
         else:
             self.n_kv = nk
+
+    def kv_start(self, it):
+        """The first key of loop step ``it``'s KV tile (a split's tiles start at ``kv_lo``)."""
+        kv0 = self.ir.mul(it, self.BC, "kv0")
+        return kv0 if self.kv_lo == 0 else self.ir.add(kv0, self.kv_lo, "kv0s")
 
     def copy_kv_tiles(self, kv0, slot):
         """Forward and dQ: the K and V tiles of keys kv0.. into ring slot ``slot``."""
@@ -772,6 +807,26 @@ class _Flash:
                                 f"{gty}, vector<2x{self.T}>")
                 self.ir.guarded(ok, body)
 
+    def store_partial(self, accs, name, scale=None):
+        """Store accumulators [mt][D/8] (times ``scale``) as FP32 rows of slab ``name`` (split KV): row
+        ``part_row`` + roff, contiguous, D elements each (pairs per lane)."""
+        ir, ty = self.ir, self.gtype(name)
+        for m in range(self.mt):
+            for h in (0, 1):
+                roff = self.row_off(m, h)
+                ok = ir.cmp("slt", ir.add(self.q0, roff, "st_row"), self.p.seq_q, "st_ok") if self.p.seq_q % self.BR else True
+                row = ir.mul(ir.add(self.part_row, roff, "pt_row"), self.D, "pt_off")
+
+                def body(m=m, h=h, row=row):
+                    for j, acc in enumerate(accs[m]):
+                        xs = [ir.let("o", f"vector.extract {acc}[{h}, {c}] : f32 from vector<2x2xf32>") for c in (0, 1)]
+                        if scale is not None:
+                            xs = [ir.fop("mulf", x, ir.f(scale), "o_s") for x in xs]
+                        vec = ir.let("o_v", f"vector.from_elements {xs[0]}, {xs[1]} : vector<2xf32>")
+                        dst = ir.add(row, ir.add(ir.mul(self.t, 2, "t2"), 8 * j, "st_col"), "pt_dst")
+                        ir.emit(f"vector.store {vec}, %{name}[{ir.v(dst)}] {{alignment = 8}} : {ty}, vector<2xf32>")
+                self.ir.guarded(ok, body)
+
     def quad_sum(self, x):
         ir = self.ir
         for off in (1, 2):
@@ -792,7 +847,7 @@ class _Flash:
         zero = ir.const(0.0, "vector<2x2xf32>")
 
         def issue(it, slot):
-            kv0 = ir.mul(it, self.BC, "kv0")
+            kv0 = self.kv_start(it)
             if it == 0:
                 self.copy_tile("q", self.BR, self.at["q"], self.q0, p.seq_q)
             self.copy_kv_tiles(kv0, slot)
@@ -806,7 +861,7 @@ class _Flash:
             o = [args[2 * nrow + m * nd: 2 * nrow + (m + 1) * nd] for m in range(self.mt)]
             ir.comment("S = Q K^T")
             s = self.unpack(self.gemm_nk("q", "k", stage))
-            kv0 = ir.mul(it, self.BC, "kv0")
+            kv0 = self.kv_start(it)
             s = self.query_rows_bias(s, kv0)
             cond, valid = self.kv_mask(kv0)
             s = self.masked(cond, s, valid)
@@ -843,9 +898,10 @@ class _Flash:
         o = [out[2 * nrow + m * nd: 2 * nrow + (m + 1) * nd] for m in range(self.mt)]
         ir.comment("epilogue: O / l, LSE = (m + log2 l) ln 2")
         if p.bias:
-            ir.comment("a row whose every visible key sits at the floor is masked: O = 0, LSE = +inf")
+            ir.comment("a row whose every visible key sits at the floor is masked: O = 0, LSE = +inf "
+                       "(a split's partial: LSE = -inf, no weight in the combine)")
             floor_c = ir.fop("mulf", ir.f(BIAS_FLOOR / p.scale), ir.f(self.c), "floor_c")   # as m is made
-            inf = ir.let("inf", "arith.constant 0x7F800000 : f32")
+            inf = ir.let("inf", f"arith.constant {'0xFF800000' if self.kv_splits > 1 else '0x7F800000'} : f32")
         lse_vals = []
         for m in range(self.mt):
             for h in (0, 1):
@@ -859,16 +915,21 @@ class _Flash:
                     lse = ir.select(dead, inf, lse, "f32", "lse")
                 o[m] = [self.scale_row(acc, h, inv) for acc in o[m]]
                 lse_vals.append(lse)
-        self.store_rows(o, "out", self.at["out"], self.q0, p.seq_q)
+        if self.kv_splits > 1:
+            self.store_partial(o, "o_part")
+            lse_name, lse_type, lse_row = "lse_part", self.gtype("lse_part"), self.part_row
+        else:
+            self.store_rows(o, "out", self.at["out"], self.q0, p.seq_q)
+            lse_name, lse_type, lse_row = "lse", self.vt, self.qbase
         is_t0 = ir.cmp("eq", self.t, 0, "t_is0")
         for m in range(self.mt):
             for h in (0, 1):
                 roff = self.row_off(m, h)
                 ok = ir.and_(is_t0, ir.cmp("slt", ir.add(self.q0, roff, "lrow"), p.seq_q, "lrow_ok")
                              if p.seq_q % self.BR else True)
-                src = ir.add(self.qbase, roff, "lidx")
+                src = ir.add(lse_row, roff, "lidx")
                 self.ir.guarded(ok, lambda src=src, x=lse_vals[2 * m + h]:
-                             ir.emit(f"memref.store {x}, %lse[{ir.v(src)}] : {self.vt}"))
+                             ir.emit(f"memref.store {x}, %{lse_name}[{ir.v(src)}] : {lse_type}"))
 
     def scale_row(self, acc, h, factor):
         """acc (16x8 tile) with row half ``h`` multiplied by ``factor``."""
@@ -888,7 +949,7 @@ class _Flash:
         dlt = self.rows_vals("delta", p.seq_q)
 
         def issue(it, slot):
-            kv0 = ir.mul(it, self.BC, "kv0")
+            kv0 = self.kv_start(it)
             if it == 0:
                 self.copy_tile("q", self.BR, self.at["q"], self.q0, p.seq_q)
                 self.copy_tile("dout", self.BR, self.at["dout"], self.q0, p.seq_q)
@@ -899,7 +960,7 @@ class _Flash:
             ir.comment("S = Q K^T, dP = dO V^T")
             s = self.unpack(self.gemm_nk("q", "k", stage))
             dp = self.unpack(self.gemm_nk("dout", "v", stage))
-            kv0 = ir.mul(it, self.BC, "kv0")
+            kv0 = self.kv_start(it)
             s = self.query_rows_bias(s, kv0)
             cond, valid = self.kv_mask(kv0)
             s = self.masked(cond, s, valid)
@@ -918,7 +979,10 @@ class _Flash:
 
         out = self.pipeline(self.n_kv, issue, step, [zero] * (self.mt * nd), ["vector<2x2xf32>"] * (self.mt * nd))
         acc = [out[m * nd:(m + 1) * nd] for m in range(self.mt)]
-        self.store_rows(acc, "dq", self.at["dq"], self.q0, p.seq_q, scale=p.scale)
+        if self.kv_splits > 1:
+            self.store_partial(acc, "dq_part", scale=p.scale)
+        else:
+            self.store_rows(acc, "dq", self.at["dq"], self.q0, p.seq_q, scale=p.scale)
 
     # ------------------------------------------------------------------------------------------
     def body_bwd_dkv(self):

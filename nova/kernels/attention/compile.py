@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from nova.codegen.artifact import KernelArtifact
 from nova.kernels import family
-from nova.kernels.attention.build import KERNEL_NAMES
-from nova.kernels.attention.module import build_module, kernel_arch, kernel_params
+from nova.kernels.attention.module import KERNEL_NAMES, build_module, kernel_arch, kernel_params
 from nova.kernels.attention.schedule import ROLES
 
 ABI = 12           # bump when the kernels' arguments, layouts or generated code change
@@ -65,9 +64,10 @@ def get_or_compile(problem, schedule, role: str, target, cache=None, offline: bo
 
 
 def precompile_attention(problem, target="h200", cache=None, roles=ROLES) -> list[tuple[str, str, str]]:
-    """Configure ``problem`` for ``target`` and put every kernel in the cache; [(role, key, status)]."""
+    """Configure ``problem`` for ``target`` and put the kernels of ``roles`` (and their split-KV combines) in
+    the cache; [(role, key, status)]."""
     from nova.hwmodel import get_target
     from nova.kernels.attention.derive import configure_attention
     gpu = get_target(target)
     s = configure_attention(problem, gpu).schedule
-    return [(role, *get_or_compile(problem, s, role, gpu, cache, offline=False)[1:]) for role in roles]
+    return [(role, *get_or_compile(problem, s, role, gpu, cache, offline=False)[1:]) for role in s.with_combines(roles)]

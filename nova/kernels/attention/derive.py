@@ -10,7 +10,8 @@ measurement.
  4. streamed tile      per kernel: the largest KV (or Q) tile whose accumulators fit the registers
  5. stages             per kernel: Little's law for the cp.async ring, within shared memory
  6. occupancy          per kernel: blocks per SM from registers, shared memory, threads
- 7. grid               per kernel: blocks, waves, causal tile skipping
+ 7. grid               per kernel: blocks, waves, causal tile skipping; key splits (split KV) for a
+                       forward or dQ grid that leaves block slots idle, with their combine kernel
  8. dQ strategy        separate dQ pass vs atomics
  9. prediction         per kernel time = max(tensor, MUFU, FP32 ALU, DRAM) / wave efficiency + launch
 10. Hopper forward     (sm_90 targets with wgmma + TMA, BF16/FP16/TF32) the forward on TMA + mbarrier ring + wgmma
@@ -32,7 +33,7 @@ from nova.hwmodel import GPUModel, TargetError, get_target
 from nova.hwmodel.formula import formulas
 from nova.hwmodel.model import F as HW
 from nova.kernels.attention.problem import AttentionProblem, AttentionProblemError
-from nova.kernels.attention.schedule import AttentionConfig, AttentionSchedule, KernelTile
+from nova.kernels.attention.schedule import COMBINES, AttentionConfig, AttentionSchedule, KernelTile
 from nova.options import DEFAULTS, Options
 from nova.options import current as current_options
 
@@ -60,6 +61,11 @@ BLOCK_FIXED_US = 6.3         # [FITTED] per block: prologue (kept tile + first r
 TILE_FIXED_US = 0.15         # [FITTED] per streamed tile: barrier, cp.async issue and wait, the row statistics
                              # and the O rescale that do not shrink with the tile; the same fit
 SMEM_WAVEFRONT_BYTES = 128   # [CC] shared memory delivers one 128-byte wavefront per clock per SM
+MIN_TILES_PER_SPLIT = 2      # split KV: a block streams at least this many key tiles (its ring's prologue and
+                             # one step overlap; one tile a block would pay the whole prologue per tile)
+MAX_KV_SPLITS = 32           # split KV: the combine kernel holds every split's four columns and LSE of a row in
+                             # registers at once (5 per split + ~24: 184 at 32 splits, within 255 without spills)
+COMBINE_REGS_FIXED, COMBINE_REGS_PER_SPLIT = 24, 5
 NK_GEMMS = {"fwd": 1, "bwd_dq": 2, "bwd_dkv": 2}      # matmuls with A = a kept tile, B = a streamed tile [n][k]
 KN_GEMMS = {"fwd": 1, "bwd_dq": 1, "bwd_dkv": 2}      # matmuls with A from registers, B = a streamed tile [k][n]
 KEPT, STREAMED = {"fwd": ("q",), "bwd_dq": ("q", "dout"), "bwd_dkv": ("k", "v")}, \
@@ -337,6 +343,53 @@ def step7_grid(p: AttentionProblem, gpu: GPUModel, role: str, rows: int, cols: i
                        f"waves = ceil({blocks} / ({int(gpu.sm_count)} * {bps})) = {waves:.0f}")[1], vis, full
 
 
+def combine_tile(p: AttentionProblem, role: str, splits: int) -> KernelTile:
+    """The combine kernel of ``role`` split ``splits`` ways (``build_combine``): D/4 lanes a row, 128 threads,
+    one block per ``128 / (D/4)`` rows; registers: every split's four columns and LSE in flight."""
+    from nova.kernels.attention.build_combine import THREADS, rows_per_block
+    rpb = rows_per_block(p.head_dim)
+    regs = -(-(COMBINE_REGS_FIXED + COMBINE_REGS_PER_SPLIT * splits) // 8) * 8
+    return KernelTile(COMBINES[role], rpb, 0, THREADS // 32, 1, 0, 0, regs, max(1, min(16, 65536 // (regs * THREADS))),
+                      (_cdiv(p.batch * p.heads * p.seq_q, rpb), 1, 1), kv_splits=splits)
+
+
+def step7_kv_splits(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, vis: int):
+    """Split the keys of a forward or dQ grid that leaves block slots idle (FlashDecoding's split KV):
+    ``per = max(MIN_TILES_PER_SPLIT, ceil(tiles * blocks / slots))`` key tiles a split, so the
+    blocks x splits fill the SMs' block slots once; ``splits = ceil(tiles / per)`` (at most
+    ``MAX_KV_SPLITS``, every split non-empty).  Taken where the split kernel's predicted device time
+    plus its combine's is below the unsplit kernel's (step 9's model).  Returns (tile, combine tile or
+    None, steps)."""
+    if role not in COMBINES or kt.hopper:
+        return kt, None, []
+    tiles = _cdiv(p.seq_k, kt.block_cols)
+    blocks, slots = kt.grid[0] * kt.grid[1], int(gpu.sm_count) * kt.blocks_per_sm
+    if p.causal:
+        return kt, None, [_note(f"7 {role} key splits", 1, "causal: a query tile visits only the key tiles up to "
+                                "its diagonal, so the blocks that have the long walks are the many query tiles")[1]]
+    per = max(MIN_TILES_PER_SPLIT, _cdiv(tiles * blocks, slots))
+    splits = min(_cdiv(tiles, per), MAX_KV_SPLITS)
+    splits = _cdiv(tiles, _cdiv(tiles, splits))              # no split left empty
+    formula = (f"per = max({MIN_TILES_PER_SPLIT}, ceil({tiles} tiles x {blocks} blocks / {slots} slots)), "
+               f"splits = min(ceil({tiles} / per), {MAX_KV_SPLITS})")
+    if splits < 2:
+        return kt, None, [_note(f"7 {role} key splits", 1, f"{blocks} blocks x {tiles} key tiles fill the "
+                                f"{slots} block slots", formula)[1]]
+    split = KernelTile(**{**kt.to_dict(), "grid": (kt.grid[0], kt.grid[1], splits), "kv_splits": splits})
+    combine = combine_tile(p, role, splits)
+
+    def predicted(tile):
+        return device_time(p, gpu, tile.role, tile, kernel_time(p, gpu, tile.role, tile, vis)[1])[0] * 1e6
+    whole, parts, merge = predicted(kt), predicted(split), predicted(combine)
+    if parts + merge >= whole:
+        return kt, None, [_note(f"7 {role} key splits", 1, f"{splits} splits would take {parts:.1f} + combine "
+                                f"{merge:.1f} us against {whole:.1f} us unsplit", formula)[1]]
+    return split, combine, [_note(f"7 {role} key splits", splits,
+                                  f"{blocks} blocks leave {slots - blocks} of {slots} block slots idle: each walks "
+                                  f"{_cdiv(tiles, splits)} of the {tiles} key tiles and writes FP32 partials; "
+                                  f"{parts:.1f} + combine {merge:.1f} us against {whole:.1f} us unsplit", formula)[1]]
+
+
 # ---- 8 -----------------------------------------------------------------------------------------
 def step8_dq_mode(p: AttentionProblem, gpu: GPUModel, dkv_cols: int, vis_dkv: int):
     rate = gpu.tc_flops_per_clk_sm("mma.sync", p.dtype)
@@ -376,6 +429,10 @@ def kernel_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, v
     if role == "bwd_pre":
         t = (2 * p.q_bytes + p.row_bytes) / gpu.dram_bw
         return t + gpu.launch_overhead_us * 1e-6, {"dram": t}
+    if role in COMBINES.values():
+        from nova.kernels.attention.device_time import dram_bytes
+        t = dram_bytes(p, role, kt.block_rows, kt.kv_splits) / gpu.dram_bw
+        return t + gpu.launch_overhead_us * 1e-6, {"dram": t}
     rate = gpu.tc_flops_per_clk_sm("mma.sync", p.dtype)
     visited = vis * bh
     t_tc = F.t_tc(gemms=gemms_per_pair(p, role), D=p.head_dim, visited=visited, sm_count=gpu.sm_count, clock_hz=gpu.clock_hz,
@@ -389,7 +446,7 @@ def kernel_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, v
     nbytes = {"fwd": p.fwd_bytes, "bwd_dq": p.fwd_bytes + p.fwd_bytes // 2, "bwd_dkv": p.bwd_bytes}[role] \
         + p.bias_bytes
     t_dram = nbytes / gpu.dram_bw
-    blocks = kt.grid[0] * kt.grid[1]
+    blocks = kt.grid[0] * kt.grid[1] * kt.grid[2]
     terms = {"tensor-core": t_tc, "smem": t_smem, "mufu": t_mufu, "alu": t_alu, "dram": t_dram}
     tiles = visited / (kt.block_rows * kt.block_cols)
     t = F.t_kernel(t_tc=t_tc, t_smem=t_smem, t_mufu=t_mufu, t_alu=t_alu, t_dram=t_dram, achieved=mma_sync_achieved(p),
@@ -882,6 +939,28 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
     return kt, d.steps
 
 
+def step10_split_or_hopper(p: AttentionProblem, gpu: GPUModel, role: str, split: KernelTile, combine: KernelTile,
+                           hopper: KernelTile, vis: int, steps: list) -> KernelTile | None:
+    """Steps 10 and 11 rank the Hopper kernel against the mma.sync one by the throughput model, which
+    spreads the work over every SM; a split-KV kernel exists because the unsplit grid leaves block slots
+    idle, where the busiest SM decides.  So here the two are compared by step 9's device time: the
+    Hopper kernel (unsplit, its few blocks' walks) against the split kernel plus its combine.  Returns
+    the Hopper tile where it is faster, else None (a note in ``steps`` says which)."""
+    def dev(kt, v):
+        return device_time(p, gpu, kt.role, kt, kernel_time(p, gpu, kt.role, kt, v)[1])[0] * 1e6
+    h = dev(hopper, visited_pairs(p, role, hopper.block_rows, hopper.block_cols))
+    m = dev(split, vis) + dev(combine, 0)
+    tag = "10" if role == "fwd" else "11"
+    if h < m:
+        steps.append(note(f"{tag} {role} path (device time)", "wgmma + TMA", f"Hopper {h:.1f} us < the mma.sync "
+                          f"kernel split {split.kv_splits} ways plus its combine {m:.1f} us (step 9's device time)"))
+        return hopper
+    steps.append(note(f"{tag} {role} path (device time)", "mma.sync, split KV", f"the mma.sync kernel split "
+                      f"{split.kv_splits} ways plus its combine {m:.1f} us <= Hopper {h:.1f} us by step 9's device "
+                      "time (the throughput model above spreads the Hopper kernel's few blocks over every SM)"))
+    return None
+
+
 # ---- the whole derivation ------------------------------------------------------------------------
 DEVICE_TIME_FORMULA = "t_launch + max(resources, busiest SM: its steps x a step at one SM's pipes + its blocks' fixed costs)"
 
@@ -909,7 +988,8 @@ def device_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, t
 def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h200", *,
                         tiles: dict | None = None, options: Options | None = None) -> AttentionConfig:
     """``options`` (None: ``nova.options.current()``): ``NOVA_ATTENTION_HOPPER``, ``NOVA_ATTENTION_HOPPER_BWD``,
-    ``NOVA_ATTENTION_PERSISTENT`` and ``NOVA_ATTENTION_TILE_ORDER`` decide which kernels step 10 and 11 weigh.
+    ``NOVA_ATTENTION_PERSISTENT`` and ``NOVA_ATTENTION_TILE_ORDER`` decide which kernels step 10 and 11 weigh,
+    ``NOVA_ATTENTION_SPLIT_KV`` whether step 7 may split the keys.
     ``tiles`` (experiments only): {role: (block_rows, block_cols, stages, blocks_per_sm)} replaces
     the derived tile of that role (any entry None keeps the derived value); the derivation says so.
     A ``tiles`` entry for "fwd" keeps the forward on mma.sync."""
@@ -928,7 +1008,7 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
     steps.append(Step.note("3 smem padding", "-", f"+{pad} elements",
                       f"rows of D+{pad} elements: stride = 4 mod 8 words, so ldmatrix rows and the TF32 scalar reads "
                       "of rows (2t, 2t+1) hit 32 distinct banks; 16-byte multiple for cp.async"))
-    kernels, visited = {}, {}
+    kernels, visited, combines = {}, {}, {}
     for role in ("fwd", "bwd_dkv", "bwd_dq"):
         (mt, cols, regs, kw), sts = step4_tile(p, gpu, role, warps, pad)
         steps += sts
@@ -951,6 +1031,9 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
         steps.append(st)
         kernels[role] = KernelTile(role, rows, cols, kw, stages, pad, int(smem), regs, bps, grid)
         visited[role] = vis
+        if not (tiles and role in tiles) and opts.attention_split_kv:
+            kernels[role], combines[role], sts = step7_kv_splits(p, gpu, role, kernels[role], vis)
+            steps += sts
     rows_pre = 4 * 32 // 8
     pre_grid = (_cdiv(p.batch * p.heads * p.seq_q, rows_pre), 1, 1)
     kernels["bwd_pre"] = KernelTile("bwd_pre", rows_pre, 0, 4, 1, 0, 0, 32, 8, pre_grid)
@@ -964,8 +1047,10 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
         mma_fwd, _ = kernel_time(p, gpu, "fwd", kernels["fwd"], visited["fwd"])
         hkt, sts, _ = step10_hopper_forward(p, gpu, mma_fwd * 1e6, force=hmode == "force", opts=opts)
         steps += sts
+        if hkt is not None and hmode != "force" and combines.get("fwd") is not None:
+            hkt = step10_split_or_hopper(p, gpu, "fwd", kernels["fwd"], combines["fwd"], hkt, visited["fwd"], steps)
         if hkt is not None:
-            kernels["fwd"], tma = hkt, True
+            kernels["fwd"], tma, combines["fwd"] = hkt, True, None
             visited["fwd"] = visited_pairs(p, "fwd", hkt.block_rows, hkt.block_cols)
     elif "wgmma" in gpu.features and not (tiles and "fwd" in tiles):
         steps.append(note("10 fwd path", "mma.sync", "NOVA_ATTENTION_HOPPER=off or an experiment's forward tile: "
@@ -982,24 +1067,27 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
             mma_t, _ = kernel_time(p, gpu, role, kernels[role], visited[role])
             hkt, sts = step11_hopper_backward(p, gpu, role, mma_t * 1e6, force=hmode == "force")
             steps += sts
+            if hkt is not None and hmode != "force" and combines.get(role) is not None:
+                hkt = step10_split_or_hopper(p, gpu, role, kernels[role], combines[role], hkt, visited[role], steps)
             if hkt is not None:
-                kernels[role] = hkt
+                kernels[role], combines[role] = hkt, None
                 visited[role] = visited_pairs(p, role, hkt.block_rows, hkt.block_cols)
     sched = AttentionSchedule(gpu.arch if gpu.arch != SM90A else "sm_90", mma, kernels["fwd"], kernels["bwd_pre"],
-                              kernels["bwd_dkv"], kernels["bwd_dq"], dq_mode=mode, tma=tma)
+                              kernels["bwd_dkv"], kernels["bwd_dq"], dq_mode=mode, tma=tma,
+                              fwd_combine=combines.get("fwd"), bwd_dq_combine=combines.get("bwd_dq"))
     times, terms_all = {}, {}
-    for role in ("fwd", "bwd_pre", "bwd_dkv", "bwd_dq"):
+    for role in sched.with_combines(("fwd", "bwd_pre", "bwd_dkv", "bwd_dq")):
         kt = sched.kernel(role)
         _, terms = kernel_time(p, gpu, role, kt, visited.get(role, 0))
         t, device = device_time(p, gpu, role, kt, terms)
         times[role] = t * 1e6
         bound = max((k for k in terms if k != "blocks"), key=terms.get)
-        if role != "bwd_pre" and device["busiest SM"] > device["resources"]:
+        if "busiest SM" in device and device["busiest SM"] > device["resources"]:
             bound = "busiest SM"
         terms_all[role] = {"time_us": round(t * 1e6, 2), "bound": bound,
                            **{k: round(v * 1e6, 2) for k, v in {**terms, **device}.items()}}
         text = F.t_hopper.text if kt.hopper else F.t_kernel.text
-        steps.append(Step.note(f"9 {role} time", DEVICE_TIME_FORMULA if role != "bwd_pre" else
+        steps.append(Step.note(f"9 {role} time", DEVICE_TIME_FORMULA if "busiest SM" in device else
                                "max(dram bytes / (bandwidth x eta_dram), loaded latency) + launch",
                                f"{t * 1e6:.1f} us", f"{bound}-bound; resources: {text}; "
                                + ", ".join(f"{k} {v * 1e6:.1f}" for k, v in {**terms, **device}.items())))
@@ -1011,7 +1099,8 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
     pred = Prediction(time_us=total, tflops=flops / (total * 1e-6) / 1e12, bound=fwd_bound, floor_us=floor * 1e6,
                       terms_us={f"{r}": times[r] for r in times})
     steps.append(Step.note("9 prediction", "-", f"{total:.1f} us",
-                      f"forward {times['fwd']:.1f} + backward {times['bwd_pre'] + times['bwd_dkv'] + times['bwd_dq']:.1f} us; "
+                      f"forward {times['fwd'] + times.get('fwd_combine', 0):.1f} + backward "
+                      f"{total - times['fwd'] - times.get('fwd_combine', 0):.1f} us; "
                       f"{pred.tflops:.1f} TFLOP/s of the algorithm's {flops / 1e9:.1f} GFLOP (7 matmuls' worth counted "
                       f"as 5: the dQ pass recomputes 2); floor {floor * 1e6:.1f} us"))
     return AttentionConfig(p, gpu, sched, pred, tuple(steps), terms_all, (time.perf_counter() - t0) * 1e3)

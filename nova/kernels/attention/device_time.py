@@ -22,8 +22,9 @@
   1.05 us on the H200, 0.49 on the H100: graph replay minus the kernels' CUPTI time), as the GEMM,
   pointwise and rows families use.
 
-bwd_pre (D = rowsum(dO * O)) is a DRAM pass: its bytes at the calibrated DRAM bandwidth, at least one
-loaded latency, plus its launch.
+bwd_pre (D = rowsum(dO * O)) and the split-KV combines are DRAM passes: their bytes at the calibrated
+DRAM bandwidth, at least one loaded latency, plus their launch.  A split-KV kernel's blocks each walk
+their split's key tiles (``block_steps``) and write FP32 partials (``dram_bytes``).
 
 The schedule steps keep ranking candidates by ``kernel_time``; this module only prices the schedule
 they chose (a decision left to the throughput model is not re-derived here).
@@ -35,7 +36,7 @@ import math
 
 from nova.hwmodel import GPUModel
 from nova.kernels.attention.problem import AttentionProblem
-from nova.kernels.attention.schedule import KernelTile
+from nova.kernels.attention.schedule import COMBINES, KernelTile
 
 LONE_BLOCK_LATENCIES = 4.5      # [FIT] a lone block's prologue and epilogue in loaded DRAM latencies (3.6 us
                                 # at the H200's 800 ns): its kept tile and first ring slots land, its outputs
@@ -60,12 +61,16 @@ TRANSPOSE_CYCLES = 87.5         # barriers and the S -> softmax -> P V hand-off;
                                 # them, bench/results/h100-2026-12-06/run70, h200-2026-12-06/run66)
 
 
-def block_steps(p: AttentionProblem, role: str, rows: int, cols: int) -> list[int]:
-    """Streamed tiles each block of one (batch, head) visits, by block index along the grid's x:
-    query tiles (fwd, bwd_dq; causal: the key tiles up to the tile's last row) or key tiles
-    (bwd_dkv; causal: the query tiles from the diagonal on, over the group's query heads).  Their
-    sum times rows x cols is ``derive.visited_pairs``."""
+def block_steps(p: AttentionProblem, role: str, rows: int, cols: int, splits: int = 1) -> list[int]:
+    """Streamed tiles each block of one (batch, head) visits, by block index along the grid's x (and
+    z): query tiles (fwd, bwd_dq; causal: the key tiles up to the tile's last row; split KV: each
+    split's share of the key tiles) or key tiles (bwd_dkv; causal: the query tiles from the diagonal
+    on, over the group's query heads).  Their sum times rows x cols is ``derive.visited_pairs``."""
     tq, tk = p.seq_q, p.seq_k
+    if role in ("fwd", "bwd_dq") and splits > 1:
+        tiles = -(-tk // cols)
+        per = -(-tiles // splits)
+        return [min(per, tiles - z * per) for _ in range(-(-tq // rows)) for z in range(splits)]
     if role in ("fwd", "bwd_dq"):
         return [-(-(min(tk, (qt + 1) * rows) if p.causal else tk) // cols) for qt in range(-(-tq // rows))]
     query_tiles = -(-tq // cols)
@@ -118,15 +123,23 @@ def visited_kv_rows(p: AttentionProblem, role: str, block_rows: int) -> int:
     return p.seq_k
 
 
-def dram_bytes(p: AttentionProblem, role: str, block_rows: int) -> float:
+def dram_bytes(p: AttentionProblem, role: str, block_rows: int, splits: int = 1) -> float:
     """Compulsory DRAM bytes of a kernel, its own reads and writes (q, out, dO, dQ: ``q_bytes`` each;
     K and V, dK and dV: ``kv_bytes`` a pair; lse and D: ``row_bytes`` each), the K/V reads cut to
     ``visited_kv_rows``: the forward reads q and K/V and writes out and lse; dQ reads q, dO, K/V, lse
     and D and writes dQ; dK/dV reads q, dO, lse, D and K/V and writes dK and dV (all of them: a
-    causal kernel's empty key blocks write zeros)."""
+    causal kernel's empty key blocks write zeros).  Split KV (``splits`` > 1): the forward and dQ
+    write FP32 slabs, ``splits`` of each output (``slab`` = q_bytes x 4 / element bytes), and the
+    combine reads them back and writes the output (``fwd_combine``, ``bwd_dq_combine``)."""
     q, rows = p.q_bytes, p.row_bytes
+    slab = splits * q * 4 // p.elem_bytes if splits > 1 else q
+    lse = splits * rows
+    if role == "fwd_combine":
+        return slab + lse + q + rows
+    if role == "bwd_dq_combine":
+        return slab + q
     read_kv = p.kv_bytes * visited_kv_rows(p, role, block_rows) / p.seq_k
-    return {"fwd": 2 * q + read_kv + rows, "bwd_dq": 3 * q + read_kv + 2 * rows,
+    return {"fwd": q + slab + read_kv + lse, "bwd_dq": 2 * q + slab + read_kv + 2 * rows,
             "bwd_dkv": 2 * q + read_kv + p.kv_bytes + 2 * rows}[role]
 
 
@@ -146,12 +159,12 @@ def kernel_device_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: Kernel
     ``transposes``: a TF32 Hopper forward's transposer loop iterations per step (V^T written by its
     producer warps every step, persistent or not)."""
     launch = constants["t_launch_us"] * 1e-6
-    if role == "bwd_pre":
+    if role == "bwd_pre" or role in COMBINES.values():
         t = max(terms["dram"] / constants["eta_dram"], gpu.mem_latency_ns * 1e-9)
         return t + launch, {"dram": t, "launch": launch}
     pipes = max(v for k, v in terms.items() if k not in ("dram", "blocks"))
-    dram = dram_bytes(p, role, kt.block_rows) / gpu.dram_bw
-    steps, rows = block_steps(p, role, kt.block_rows, kt.block_cols), grid_rows(p, role)
+    dram = dram_bytes(p, role, kt.block_rows, kt.kv_splits) / gpu.dram_bw
+    steps, rows = block_steps(p, role, kt.block_rows, kt.block_cols, kt.kv_splits), grid_rows(p, role)
     total = sum(steps) * rows
     step_s = pipes * gpu.sm_count / total / achieved if total else 0.0     # one step at one SM's pipes
     transpose_s = transposes * TRANSPOSE_CYCLES / gpu.clock_hz           # V^T written, every step

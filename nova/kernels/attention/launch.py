@@ -15,6 +15,11 @@ of 16 bytes (``plan_operands``: the strides become part of the problem, so each 
 kernels); any other operand goes through a contiguous copy (an output: written there, then copied
 back).  lse must be contiguous when given as the forward's output.
 
+Split KV (``KernelTile.kv_splits`` > 1: a forward or dQ whose grid leaves the SMs idle, decode-sized
+query lengths): the kernel writes FP32 partial slabs into a workspace taken from torch's allocator on
+the call's stream (``splits x B*H*Tq x D`` values, and an LSE vector a split for the forward), and the
+role's combine kernel reduces them into the output right after it.
+
 Repeated calls (``CallPlan``): a call on plain torch tensors whose dtypes, shapes, strides, devices,
 arguments and ``NOVA_*`` options match an earlier call that needed no copies skips the checks, the
 problem and the kernel lookup: it reads the data pointers (their 16-byte alignment checked; a
@@ -36,6 +41,7 @@ from dataclasses import dataclass, replace
 
 from nova import options
 from nova.kernels.attention.problem import AttentionProblem, score_precision_for, strides_reason
+from nova.kernels.attention.schedule import COMBINES
 
 _DTYPES = {"torch.float32": "tf32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
 
@@ -124,7 +130,7 @@ def resolve(problem: AttentionProblem, device_index, target, roles) -> _Resolved
     opts = options.current()
     memo = (problem, model.name, device.ordinal, opts)              # the options pick the kernels
     hit = _memo.get(memo)
-    if hit is not None and all(r in hit.kernels for r in roles):
+    if hit is not None and all(r in hit.kernels for r in hit.schedule.with_combines(roles)):
         return hit
     with _lock:
         from nova.kernels.attention.compile import get_or_compile, summary
@@ -132,7 +138,7 @@ def resolve(problem: AttentionProblem, device_index, target, roles) -> _Resolved
         hit = _memo.get(memo)
         if hit is None:
             hit = _memo[memo] = _Resolved(problem, configure_attention(problem, model, options=opts).schedule, {})
-        for role in roles:
+        for role in hit.schedule.with_combines(roles):
             if role not in hit.kernels:
                 art, key, _ = get_or_compile(problem, hit.schedule, role, model)
                 hit.kernels[role] = driver.load_kernel(art, device, summary(problem, role, model), key)
@@ -275,7 +281,8 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, *, bias
         if not (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3]) % 16:
             lse = torch.empty(plan.vector_shape, dtype=torch.float32, device=q.device) if lse is None else lse
             ins = planned_maps(plan, "fwd", ptrs[:3]) if plan.maps["fwd"] else ptrs[:3]
-            plan.resolved.kernels["fwd"].launch(ins + (ptrs[3], lse.data_ptr()), plan.stream())
+            outs = (ptrs[3], lse.data_ptr())
+            split_launch(plan.resolved, "fwd", ins, outs, (), plan.stream(), q)
             return o, lse
     _on_cuda(("q", q), ("k", k), ("v", v), *((("bias", bias),) if bias is not None else ()))
     _check_out("out", out, q.shape, q.dtype)
@@ -285,11 +292,12 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, *, bias
     r = resolve(p, q.device.index, target, ("fwd",))
     o, back = _output(copies, "out", out, q)
     lse = torch.empty((p.batch, p.heads, p.seq_q), dtype=torch.float32, device=q.device) if lse is None else lse
+    outs = (o.data_ptr(), lse.data_ptr())
     if r.schedule.tma:          # the Hopper forward reads q, k, v through TMA tensor maps (build_hopper.py)
-        args = hopper_maps(r, q, k, v) + (o.data_ptr(), lse.data_ptr())
+        split_launch(r, "fwd", hopper_maps(r, q, k, v), outs, (), _stream(q), q)
     else:
-        args = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr()) + _bias_arg(p, copies, bias)
-    r.kernels["fwd"].launch(args, _stream(q))
+        split_launch(r, "fwd", (q.data_ptr(), k.data_ptr(), v.data_ptr()), outs, _bias_arg(p, copies, bias),
+                     _stream(q), q)
     if back is not None:
         back.copy_(o)
     elif key is not None and not copies:         # launched as planned: this signature's later calls go short
@@ -298,6 +306,26 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, *, bias
             if r.schedule.tma else ()
         _plans[key] = CallPlan(r, _device(q), (p.batch, p.heads, p.seq_q), {"fwd": maps}, stream_reader(q.device.index))
     return (o if back is None else back), lse
+
+
+def split_launch(r: _Resolved, role: str, inputs: tuple, outputs: tuple, extra: tuple, stream, like) -> None:
+    """Launch ``role`` on its arguments ``inputs + outputs + extra`` (``outputs``: the pointers it writes,
+    ``extra``: the bias's, if any): unsplit, as they are; split KV, with ``outputs`` replaced by FP32
+    slabs of a fresh workspace (O and LSE, or dQ), then the role's combine kernel from the slabs into
+    ``outputs``."""
+    kt = r.schedule.kernel(role)
+    if kt.kv_splits == 1:
+        r.kernels[role].launch(inputs + outputs + extra, stream)
+        return
+    import torch
+    p = r.problem
+    rows = p.batch * p.heads * p.seq_q
+    slab = kt.kv_splits * rows * p.head_dim
+    work = torch.empty(slab + (kt.kv_splits * rows if role == "fwd" else 0), dtype=torch.float32, device=like.device)
+    base = work.data_ptr()
+    slabs = (base, base + 4 * slab) if role == "fwd" else (base,)
+    r.kernels[role].launch(inputs + slabs + extra, stream)
+    r.kernels[COMBINES[role]].launch(slabs + outputs, stream)
 
 
 def _bias_arg(p: AttentionProblem, copies, bias) -> tuple[int, ...]:
@@ -357,7 +385,8 @@ def attention_backward(dout, q, k, v, out, lse, causal: bool = False, scale: flo
             kernels["bwd_pre"].launch((op, ins[3], dp), stream)
             for role, ptrs in (("bwd_dkv", outs[1:]), ("bwd_dq", outs[:1])):
                 maps = plan.maps[role]
-                kernels[role].launch((planned_maps(plan, role, ins) if maps else ins) + (lp, dp) + ptrs, stream)
+                split_launch(plan.resolved, role, (planned_maps(plan, role, ins) if maps else ins) + (lp, dp), ptrs,
+                             (), stream, q)
             return grads
     _on_cuda(("q", q), ("k", k), ("v", v), ("dout", dout), ("out", out), ("lse", lse),
              *((("bias", bias),) if bias is not None else ()))
@@ -385,7 +414,7 @@ def attention_backward(dout, q, k, v, out, lse, causal: bool = False, scale: flo
             ins = hopper_bwd_maps(r, role, q, k, v, dout)
         else:
             ins = (qp, kp, vp, dop)
-        r.kernels[role].launch(ins + (lp, dp) + outs + bias_arg, s)
+        split_launch(r, role, ins + (lp, dp), outs, bias_arg, s, q)
     for g, back in ((gq, bq), (gk, bk), (gv, bv)):
         if back is not None:
             back.copy_(g)

@@ -1,9 +1,12 @@
 """One attention kernel's MLIR module: ``build_module`` picks the builder of a role (the mma.sync
 kernels of ``build``, the Hopper forward of ``build_hopper``, the Hopper backward of
-``build_hopper_bwd``), with the kernel's PTX target and parameters.  MLIR text only (no MLIR import)."""
+``build_hopper_bwd``, the split-KV combines of ``build_combine``), with the kernel's PTX target, name and
+parameters.  MLIR text only (no MLIR import)."""
 from __future__ import annotations
 
 from nova.codegen.nvgpu import SM90A
+from nova.kernels.attention import build, build_combine
+from nova.kernels.attention.build import KERNEL_NAMES as MMA_SYNC_NAMES
 from nova.kernels.attention.build import PARAMS, AttentionCodegenError, build_mma_sync, params
 from nova.kernels.attention.build_hopper import PARAMS as HOPPER_PARAMS
 from nova.kernels.attention.build_hopper import build_hopper_fwd
@@ -18,14 +21,23 @@ def kernel_arch(s: AttentionSchedule, role: str) -> str:
     return SM90A if s.kernel(role).hopper else s.arch
 
 
+KERNEL_NAMES = {**MMA_SYNC_NAMES, **build_combine.KERNEL_NAMES}
+
+
 def kernel_params(s: AttentionSchedule, role: str, problem: AttentionProblem | None = None) -> tuple[str, ...]:
     """The kernel's parameters: the Hopper forward reads q, k, v through tensor maps; an mma.sync kernel of
-    a ``problem`` with a bias takes it last."""
-    if s.kernel(role).hopper:
+    a ``problem`` with a bias takes it last; a split-KV kernel writes its partial slabs (``build.PARTIALS``)."""
+    kt = s.kernel(role)
+    if role in build_combine.PARAMS:
+        return build_combine.PARAMS[role]
+    if kt.hopper:
         if role != "fwd":
             return HOPPER_BWD_PARAMS[role]
         return HOPPER_PARAMS
-    return params(problem, role) if problem is not None else PARAMS[role]
+    if problem is None and kt.kv_splits == 1:
+        return PARAMS[role]
+    return params(problem, role, kt.kv_splits) if problem is not None else \
+        tuple(build.PARTIALS[role].get(n, n) for n in PARAMS[role])
 
 
 def build_module(p: AttentionProblem, s: AttentionSchedule, role: str, watchdog_ms: int | None = None) -> str:
@@ -33,6 +45,8 @@ def build_module(p: AttentionProblem, s: AttentionSchedule, role: str, watchdog_
     waits (build_hopper_bwd.WATCHDOG_FIELDS; never cached: bench/probes/attention_bwd_hang.py)."""
     if watchdog_ms and not (role in ("bwd_dkv", "bwd_dq") and s.kernel(role).hopper):
         raise AttentionCodegenError(f"watchdog builds exist for the Hopper dK/dV and dQ kernels only, not {role}")
+    if role in build_combine.KERNEL_NAMES:
+        return build_combine.build_combine(p, s, role)
     if s.kernel(role).hopper:
         if p.bias:
             raise AttentionCodegenError(f"the Hopper {role} kernel takes no bias ({p.describe()}): the derivation "

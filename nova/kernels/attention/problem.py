@@ -62,7 +62,8 @@ OUTPUTS = ("out", "dq", "dk", "dv")                           # written: their e
 # the operands each kernel reads or writes (build.PARAMS without lse/delta): a kernel's cache key holds
 # only their strides, so the forward of a step and its backward share the kernels they both use
 ROLE_OPERANDS = {"fwd": ("q", "k", "v", "out"), "bwd_pre": ("out", "dout"),
-                 "bwd_dkv": ("q", "k", "v", "dout", "dk", "dv"), "bwd_dq": ("q", "k", "v", "dout", "dq")}
+                 "bwd_dkv": ("q", "k", "v", "dout", "dk", "dv"), "bwd_dq": ("q", "k", "v", "dout", "dq"),
+                 "fwd_combine": ("out",), "bwd_dq_combine": ("dq",)}
 BIAS_ROLES = ("fwd", "bwd_dkv", "bwd_dq")                     # the kernels that compute scores read the bias
 
 

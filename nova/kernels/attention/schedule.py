@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from nova.configurator.step import MmaInstr
 
 ROLES = ("fwd", "bwd_pre", "bwd_dkv", "bwd_dq")
+COMBINES = {"fwd": "fwd_combine", "bwd_dq": "bwd_dq_combine"}   # a split-KV kernel's partials -> its output
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class KernelTile:
     tile_order: str = ""            # persistent: "head" (a head's query tiles side by side, rounds snaked) or
                                     # "query" (query-tile major across heads, the longest first)
     transpose_in_flight: int = 0    # TF32 Hopper kernels: tile-transpose units a producer thread has in flight
+    kv_splits: int = 1              # mma.sync forward and dQ: grid z splits the key tiles; each block writes FP32
+                                    # partials that the role's combine kernel (``COMBINES``) reduces
 
     @property
     def rows_per_warp(self) -> int:
@@ -69,6 +72,8 @@ class KernelTile:
             del d["tile_order"]
         if not self.transpose_in_flight:
             del d["transpose_in_flight"]
+        if self.kv_splits == 1:
+            del d["kv_splits"]
         return d
 
     @classmethod
@@ -94,21 +99,31 @@ class AttentionSchedule:
     # KernelTile is (``hopper``: build_hopper_bwd.py)
     tma: bool = False
     cluster: int = 1
+    # the combine kernels of split-KV roles (``COMBINES``; None: that role is not split)
+    fwd_combine: KernelTile | None = None
+    bwd_dq_combine: KernelTile | None = None
 
     def kernel(self, role: str) -> KernelTile:
         return getattr(self, role)
 
+    def with_combines(self, roles) -> tuple[str, ...]:
+        """``roles`` each followed by its combine kernel where the schedule splits it: the kernels a
+        caller of those roles loads, launches and precompiles, in launch order."""
+        return tuple(x for r in roles for x in (r, COMBINES.get(r)) if x and self.kernel(x) is not None)
+
     def to_dict(self) -> dict:
         return {"arch": self.arch, "mma": asdict(self.mma), "dq_mode": self.dq_mode,
                 "tf32_rounding": self.tf32_rounding, "tf32_prep": self.tf32_prep, "tma": self.tma, "cluster": self.cluster,
-                **{r: self.kernel(r).to_dict() for r in ROLES}}
+                **{r: self.kernel(r).to_dict() for r in ROLES},
+                **{r: self.kernel(r).to_dict() for r in COMBINES.values() if self.kernel(r) is not None}}
 
     @classmethod
     def from_dict(cls, d: dict) -> "AttentionSchedule":
         d = dict(d)
         d["mma"] = MmaInstr(**d["mma"])
-        for r in ROLES:
-            d[r] = KernelTile.from_dict(d[r])
+        for r in (*ROLES, *COMBINES.values()):
+            if r in d:
+                d[r] = KernelTile.from_dict(d[r])
         return cls(**d)
 
 
