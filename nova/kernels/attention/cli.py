@@ -82,7 +82,7 @@ def render(cfg) -> None:
     for col in ("kernel", "kept x streamed rows", "warps", "stages", "smem B", "regs (est.)", "blocks/SM", "grid",
                 "predicted us", "bound"):
         k.add_column(col)
-    for role in ("fwd", "bwd_pre", "bwd_dkv", "bwd_dq"):
+    for role in s.with_combines(("fwd", "bwd_pre", "bwd_dkv", "bwd_dq")):
         kt = s.kernel(role)
         tm = cfg.terms.get(role, {})
         warps = f"{kt.warps} + {kt.producer_warps}" if kt.hopper else str(kt.warps)

@@ -1086,10 +1086,11 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
             bound = "busiest SM"
         terms_all[role] = {"time_us": round(t * 1e6, 2), "bound": bound,
                            **{k: round(v * 1e6, 2) for k, v in {**terms, **device}.items()}}
-        text = F.t_hopper.text if kt.hopper else F.t_kernel.text
-        steps.append(Step.note(f"9 {role} time", DEVICE_TIME_FORMULA if "busiest SM" in device else
+        pipes = "busiest SM" in device          # a kernel of tiles (else a DRAM pass: bwd_pre, a combine)
+        text = f"resources: {F.t_hopper.text if kt.hopper else F.t_kernel.text}; " if pipes else ""
+        steps.append(Step.note(f"9 {role} time", DEVICE_TIME_FORMULA if pipes else
                                "max(dram bytes / (bandwidth x eta_dram), loaded latency) + launch",
-                               f"{t * 1e6:.1f} us", f"{bound}-bound; resources: {text}; "
+                               f"{t * 1e6:.1f} us", f"{bound}-bound; {text}"
                                + ", ".join(f"{k} {v * 1e6:.1f}" for k, v in {**terms, **device}.items())))
     total = sum(times.values())
     flops = p.fwd_flops + p.bwd_flops
