@@ -25,6 +25,7 @@ measurement.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from nova.codegen.nvgpu import SM90A, SWIZZLE_ATOM_BYTES
 from nova.configurator.derivation import Derivation, formula_step, note
@@ -375,7 +376,7 @@ def step7_kv_splits(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTil
     if splits < 2:
         return kt, None, [_note(f"7 {role} key splits", 1, f"{blocks} blocks x {tiles} key tiles fill the "
                                 f"{slots} block slots", formula)[1]]
-    split = KernelTile(**{**kt.to_dict(), "grid": (kt.grid[0], kt.grid[1], splits), "kv_splits": splits})
+    split = replace(kt, grid=(kt.grid[0], kt.grid[1], splits), kv_splits=splits)
     combine = combine_tile(p, role, splits)
 
     def predicted(tile):
