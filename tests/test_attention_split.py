@@ -1,8 +1,10 @@
-"""Split-KV attention on the host (no GPU): the derivation's key splits (where, how many, none empty,
-never for causal problems or full grids), the schedule's dict (unchanged for unsplit problems: their
-cache keys stay), the combine kernels run on the CPU emulator against a float64 merge (random
-partials, NaN-poisoned outputs, masked splits and fully masked rows, strided outputs), the launcher's
-argument order, and ptxas: the split kernels and their combines assemble without spills."""
+"""Split attention kernels on the host (no GPU): the derivation's splits (split KV for the forward and
+dQ, split Q for dK/dV: where, how many, none empty, never a causal forward or a full grid), the
+schedule's dict (unchanged for unsplit problems: their cache keys stay), the combine kernels run on
+the CPU emulator against float64 (random partials, NaN-poisoned outputs, masked splits and fully
+masked rows, strided outputs), every slab element written before its combine reads it and every
+access in bounds (all blocks, threads, iterations), the launcher's argument order, and ptxas: the
+split kernels and their combines assemble without spills."""
 from __future__ import annotations
 
 import json
@@ -37,17 +39,17 @@ DECODE = problem(2, 2, 3, 5632, 128)           # 4 blocks of 88 key tiles on 132
 def test_decode_forward_and_dq_are_split_with_their_combines():
     cfg = configure_attention(DECODE, "h200")
     s = cfg.schedule
-    for role in COMBINES:
+    for role in ("fwd", "bwd_dq"):
         kt, combine = s.kernel(role), s.kernel(COMBINES[role])
-        assert kt.kv_splits > 1 and not kt.hopper and kt.grid == (1, 4, kt.kv_splits)
-        assert combine.kv_splits == kt.kv_splits and combine.grid[0] * combine.block_rows >= 2 * 2 * 3
+        assert kt.splits > 1 and not kt.hopper and kt.grid == (1, 4, kt.splits)
+        assert combine.splits == kt.splits and combine.grid[0] * combine.block_rows >= 2 * 2 * 3
     assert s.with_combines(("fwd",)) == ("fwd", "fwd_combine")
     assert s.with_combines(("bwd_pre", "bwd_dkv", "bwd_dq")) == ("bwd_pre", "bwd_dkv", "bwd_dq", "bwd_dq_combine")
     text = json.dumps([st.to_dict() for st in cfg.derivation])
     assert "7 fwd key splits" in text and "7 bwd_dq key splits" in text and "device time" in text
     # the caller's tile (an experiment) keeps the forward whole: 4 blocks walk all 88 key tiles
     whole = configure_attention(DECODE, "h200", tiles={"fwd": (None, None, None, None)})
-    assert whole.schedule.fwd.kv_splits == 1 and whole.schedule.fwd_combine is None
+    assert whole.schedule.fwd.splits == 1 and whole.schedule.fwd_combine is None
     split_us = cfg.prediction.terms_us["fwd"] + cfg.prediction.terms_us["fwd_combine"]
     assert split_us < 0.25 * whole.prediction.terms_us["fwd"]
 
@@ -59,8 +61,24 @@ def test_decode_forward_and_dq_are_split_with_their_combines():
 ])
 def test_no_split_where_nothing_is_idle_or_causal(p):
     s = configure_attention(p, "h200").schedule
-    assert s.fwd.kv_splits == s.bwd_dq.kv_splits == 1 and s.fwd_combine is None and s.bwd_dq_combine is None
-    assert "kv_splits" not in json.dumps(s.to_dict()) and "combine" not in json.dumps(s.to_dict())
+    assert s.fwd.splits == s.bwd_dq.splits == 1 and s.fwd_combine is None and s.bwd_dq_combine is None
+    if p.batch * p.heads > 64:                      # full grids: no dK/dV split either, the dict as before
+        assert "splits" not in json.dumps(s.to_dict()) and "combine" not in json.dumps(s.to_dict())
+
+
+@pytest.mark.parametrize("target", ["h200", "a100"])
+def test_grouped_query_dkv_is_split_over_its_query_tiles(target):
+    """B1 H8/1 T3968 causal TF32 (a held-out problem whose backward ran 1.2 ms on the H100): its dK/dV has
+    31 blocks, one per key tile, each walking 8 heads x its query tiles; split Q fills the SMs."""
+    p = problem(1, 8, 3968, 3968, 64, causal=True, dtype="tf32", kv_heads=1)
+    cfg = configure_attention(p, target)
+    s = cfg.schedule
+    assert s.bwd_dkv.splits > 1 and s.bwd_dkv.grid[2] == s.bwd_dkv.splits and s.bwd_dkv_combine is not None
+    assert s.with_combines(("bwd_pre", "bwd_dkv", "bwd_dq"))[:3] == ("bwd_pre", "bwd_dkv", "bwd_dkv_combine")
+    whole = configure_attention(p, target, tiles={"bwd_dkv": (None,) * 4}) if target == "a100" else None
+    if whole is not None:
+        assert cfg.terms["bwd_dkv"]["time_us"] + cfg.terms["bwd_dkv_combine"]["time_us"] < \
+            0.5 * whole.terms["bwd_dkv"]["time_us"]
 
 
 @settings(max_examples=40, deadline=None)
@@ -70,14 +88,14 @@ def test_no_split_where_nothing_is_idle_or_causal(p):
 def test_every_split_is_non_empty_and_the_steps_add_up(B, H, Tq, Tk, D, dtype, target):
     p = problem(B, H, Tq, Tk, D, dtype=dtype)
     s = configure_attention(p, target).schedule
-    for role in COMBINES:
+    for role in ("fwd", "bwd_dq"):          # dK/dV's split Q: test_grouped_query_dkv_is_split_over_its_query_tiles
         kt = s.kernel(role)
-        if kt.kv_splits == 1:
+        if kt.splits == 1:
             continue
         tiles = -(-Tk // kt.block_cols)
-        per = -(-tiles // kt.kv_splits)
-        assert 2 <= kt.kv_splits <= MAX_KV_SPLITS and (kt.kv_splits - 1) * per < tiles
-        steps = block_steps(p, role, kt.block_rows, kt.block_cols, kt.kv_splits)
+        per = -(-tiles // kt.splits)
+        assert 2 <= kt.splits <= MAX_KV_SPLITS and (kt.splits - 1) * per < tiles
+        steps = block_steps(p, role, kt.block_rows, kt.block_cols, kt.splits)
         assert sum(steps) == -(-Tq // kt.block_rows) * tiles and min(steps) >= 1
         assert AttentionSchedule.from_dict(json.loads(json.dumps(s.to_dict()))) == s
 
@@ -130,6 +148,20 @@ def test_forward_combine_is_the_float64_merge(D, dtype, splits, bias):
         assert np.all(got[7] == 0) and lse[7] == np.inf
 
 
+def test_dkv_combine_sums_both_slab_sets():
+    rng = np.random.default_rng(5)
+    B, Hkv, Tk, D, splits = 2, 2, 70, 128, 4
+    rows = B * Hkv * Tk
+    p = problem(B, 4, 300, Tk, D, dtype="fp16", kv_heads=Hkv)
+    dk_part, dv_part = (rng.standard_normal((splits, rows, D)).astype(np.float32) for _ in range(2))
+    dk, dv = np.full(rows * D, np.nan, np.float32), np.full(rows * D, np.nan, np.float32)
+    run_combine(p, "bwd_dkv_combine", splits, {"dk_part": dk_part.ravel().copy(), "dv_part": dv_part.ravel().copy(),
+                                               "dk": dk, "dv": dv})
+    for got, parts in ((dk, dk_part), (dv, dv_part)):
+        ref = parts.astype(np.float64).sum(0).ravel()
+        assert np.abs(got - ref).max() <= 1e-3 * np.abs(ref).max()
+
+
 def test_dq_combine_sums_the_slabs_into_strided_rows():
     rng = np.random.default_rng(3)
     B, H, Tq, D, splits = 1, 4, 3, 64, 6
@@ -164,7 +196,7 @@ def test_split_launch_writes_slabs_then_combines_into_the_outputs():
     like = torch.empty(1)
     split_launch(r, "fwd", (1, 2, 3), (40, 50), (), 0, like)
     (fwd, fargs), (comb, cargs) = calls
-    rows, splits = 2 * 2 * 3, s.fwd.kv_splits
+    rows, splits = 2 * 2 * 3, s.fwd.splits
     assert fwd == "fwd" and comb == "fwd_combine" and fargs[:3] == (1, 2, 3)
     assert fargs[4] - fargs[3] == 4 * splits * rows * 128 and cargs == fargs[3:5] + (40, 50)
     calls.clear()
@@ -222,7 +254,7 @@ def test_the_bounds_check_sees_a_split_past_the_slabs():
     kt = s.fwd
     text = build_module(DECODE, s, "fwd")
     assert check_bounds(text, kt.grid, kt.threads, kt.smem_bytes) == []
-    assert check_bounds(text, (1, 4, kt.kv_splits + 1), kt.threads, kt.smem_bytes)
+    assert check_bounds(text, (1, 4, kt.splits + 1), kt.threads, kt.smem_bytes)
 
 
 @pytest.mark.parametrize("shape, dtype", [((2, 2, 3, 5632, 128), "bf16"), ((1, 4, 10, 1999, 64), "tf32"),
@@ -241,3 +273,48 @@ def test_every_slab_element_is_written_before_the_combine_reads_it(shape, dtype)
         for name in names:
             cover = written(text, kt.grid, kt.threads, name)
             assert cover.all(), (role, name, int((~cover).sum()), cover.size)
+
+
+@pytest.mark.parametrize("shape, kv, dtype, causal, target", [
+    ((1, 8, 640, 640, 64), 2, "bf16", True, "h200"),      # Hopper dK/dV, GQA, causal: empty splits write zeros
+    ((1, 4, 1000, 1000, 64), 1, "tf32", True, "h200"),    # Hopper TF32 (transposer warps), multi-query
+    ((1, 8, 777, 777, 128), 2, "fp16", False, "a100"),    # mma.sync dK/dV
+])
+def test_split_dkv_writes_every_slab_element_in_bounds_without_spills(shape, kv, dtype, causal, target):
+    from nova.hwmodel import get_target
+    from nova.kernels.attention.bounds import check_attention_kernel, tensor_map_dims, written
+    from nova.kernels.attention.compile import compile_kernel
+    p = problem(*shape, causal=causal, dtype=dtype, kv_heads=kv)
+    s = configure_attention(p, get_target(target)).schedule
+    assert s.bwd_dkv.splits > 1 and s.bwd_dkv.hopper == (target == "h200")
+    for role, names in (("bwd_dkv", ("dk_part", "dv_part")), ("bwd_dkv_combine", ("dk", "dv"))):
+        kt = s.kernel(role)
+        assert check_attention_kernel(p, s, role) == [], role
+        text = build_module(p.for_role(role), s, role)
+        for name in names:
+            cover = written(text, kt.grid, kt.threads, name, tensor_map_dims(p))
+            assert cover.all(), (role, name, int((~cover).sum()), cover.size)
+        if shutil.which("ptxas"):
+            res = compile_kernel(p, s, role).resources
+            assert res["spill_store_bytes"] == 0 and res["spill_load_bytes"] == 0, (role, res)
+
+
+def test_split_launch_of_dkv_gives_each_output_its_slabs():
+    torch = pytest.importorskip("torch")
+    from nova.kernels.attention.launch import _Resolved, split_launch
+    p = problem(1, 8, 3968, 3968, 64, causal=True, dtype="tf32", kv_heads=1)
+    s = configure_attention(p, "h200").schedule
+    calls = []
+
+    class Kernel:
+        def __init__(self, role):
+            self.role = role
+
+        def launch(self, args, stream):
+            calls.append((self.role, args))
+    r = _Resolved(p, s, {role: Kernel(role) for role in s.with_combines(("bwd_dkv",))})
+    split_launch(r, "bwd_dkv", (1, 2, 3, 4, 5, 6), (70, 80), (), 0, torch.empty(1))
+    (dkv, args), (comb, cargs) = calls
+    slab = s.bwd_dkv.splits * 3968 * 64
+    assert dkv == "bwd_dkv" and comb == "bwd_dkv_combine" and args[:6] == (1, 2, 3, 4, 5, 6)
+    assert args[7] - args[6] == 4 * slab and cargs == (args[6], args[7], 70, 80)

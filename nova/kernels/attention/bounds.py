@@ -386,11 +386,11 @@ def _evaluated(k: Kernel, acc: Access, grid, threads: int, dsm_addr: int):
     return valid, [np.broadcast_to(np.asarray(ev(i)), valid.shape) for i in acc.indices]
 
 
-def written(text: str, grid, threads: int, target: str) -> np.ndarray:
+def written(text: str, grid, threads: int, target: str, tma_dims: dict | None = None) -> np.ndarray:
     """Which elements of global argument ``target`` (a 1-D memref) the kernel's stores write, over every
-    block, thread and iteration: a boolean array of its extent (a split-KV kernel must write every
-    element of its slabs before its combine reads them)."""
-    k = parse(text)
+    block, thread and iteration: a boolean array of its extent (a split kernel must write every element
+    of its slabs before its combine reads them).  ``tma_dims``: as ``check_bounds`` (a Hopper kernel)."""
+    k = parse(text, tma_dims)
     out = np.zeros(k.args[f"%{target}"][0], dtype=bool)
     for acc in k.accesses:
         if acc.kind != "global" or acc.target != f"%{target}" or not acc.text.lstrip().startswith(

@@ -20,12 +20,14 @@ a Hopper dK/dV or dQ tile, ``KernelTile.hopper``, to ``build_hopper_bwd``):
 * ``bwd_dq``   grid (Q tiles, B*H).  Q and dO stay; K/V stream.  S, dP recomputed; dQ += dS K.
                (dQ by a separate pass, not atomics: deterministic, no FP32 dQ scratch; see derive.py.)
 
-Split KV (``KernelTile.kv_splits`` > 1, forward and dQ of a non-causal problem with few query tiles):
-the grid gains a z axis of splits; block z walks key tiles [z*per, min((z+1)*per, tiles)) (``per`` =
-ceil(tiles / splits)) and writes FP32 partials, one ``[B*H*Tq, D]`` slab (and LSE vector) per split:
-the forward its normalised O and natural-log LSE (a split whose every key is masked by the bias: O = 0,
-LSE = -inf), dQ its scaled sum.  The role's combine kernel (``build_combine``) reduces the slabs into
-the output.
+Splits (``KernelTile.splits`` > 1, a grid that leaves SMs idle): the grid gains a z axis; block z
+walks steps [z*per, (z+1)*per) of its streamed loop (``split_range``: ``per`` = ceil(steps / splits),
+cut at the block's own count) and writes FP32 partials, one slab per split: split KV (forward and dQ of
+a non-causal problem with few query tiles: ``[B*H*Tq, D]`` slabs) -- the forward its normalised O and
+natural-log LSE (a split whose every key is masked by the bias: O = 0, LSE = -inf), dQ its scaled sum;
+split Q (dK/dV, its group's query heads x query tiles: ``[B*Hkv*Tk, D]`` slabs) -- its scaled dK and dV
+sums (an empty split, possible under the causal mask, writes zeros).  The role's combine kernel
+(``build_combine``) reduces the slabs into the outputs.
 
 TF32 score precision (``problem.score_precision``): with "3xtf32" the score product (S = Q K^T in
 ``fwd`` and ``bwd_dq``, S^T = K Q^T in ``bwd_dkv``) reads its operands unrounded (the kept one is not
@@ -67,7 +69,8 @@ PARAMS = {"fwd": ("q", "k", "v", "out", "lse"),
           "bwd_pre": ("out", "dout", "delta"),
           "bwd_dkv": ("q", "k", "v", "dout", "lse", "delta", "dk", "dv"),
           "bwd_dq": ("q", "k", "v", "dout", "lse", "delta", "dq")}
-PARTIALS = {"fwd": {"out": "o_part", "lse": "lse_part"}, "bwd_dq": {"dq": "dq_part"}}   # split KV: outputs -> slabs
+PARTIALS = {"fwd": {"out": "o_part", "lse": "lse_part"}, "bwd_dq": {"dq": "dq_part"},    # split: outputs -> slabs
+            "bwd_dkv": {"dk": "dk_part", "dv": "dv_part"}}
 SUPPORTED_ARCHES = ("sm_80", "sm_86", "sm_89", "sm_90")
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -84,10 +87,22 @@ def _cdiv(a, b):
     return -(-a // b)
 
 
-def params(p: AttentionProblem, role: str, kv_splits: int = 1) -> tuple[str, ...]:
+def split_range(ir, steps, per: int, bz, hint: str):
+    """(first step, steps) of split ``bz`` of a streamed loop of ``steps`` steps (an int or, causal, an
+    index value) cut into splits of ``per``: [bz*per, min((bz+1)*per, steps)), empty past the end."""
+    first = ir.mul(bz, per, f"{hint}_first")
+    return first, ir.max(ir.min(ir.sub(steps, first, f"{hint}_left"), per, f"{hint}_per"), 0, f"{hint}_n")
+
+
+def slab_rows(p: AttentionProblem, role: str) -> int:
+    """Rows of one split's slab: the queries' B*H*Tq (forward, dQ) or the keys' B*Hkv*Tk (dK/dV)."""
+    return p.batch * p.kv_heads * p.seq_k if role in ("bwd_dkv", "bwd_dkv_combine") else p.batch * p.heads * p.seq_q
+
+
+def params(p: AttentionProblem, role: str, splits: int = 1) -> tuple[str, ...]:
     """The mma.sync kernel's parameters: ``PARAMS[role]`` (split KV: its outputs' partial slabs,
     ``PARTIALS``), then ``bias`` where the problem has one."""
-    names = PARAMS[role] if kv_splits == 1 else tuple(PARTIALS[role].get(n, n) for n in PARAMS[role])
+    names = PARAMS[role] if splits == 1 else tuple(PARTIALS[role].get(n, n) for n in PARAMS[role])
     return names + (("bias",) if p.bias and role in BIAS_ROLES else ())
 
 
@@ -132,12 +147,12 @@ def check_supported(p: AttentionProblem, s: AttentionSchedule, role: str) -> Non
         fail("3xtf32 scores need unrounded streamed tiles (tf32_prep 'fragment')")
     if kt.smem_bytes < smem_plan(p, kt)["total"]:
         fail(f"smem_bytes {kt.smem_bytes} < the {smem_plan(p, kt)['total']} bytes the tiles need")
-    if kt.kv_splits > 1:
+    if kt.splits > 1:
         tiles = _cdiv(p.seq_k, kt.block_cols)
-        if role not in PARTIALS or p.causal:
-            fail(f"key splits ({kt.kv_splits}) exist for the non-causal forward and dQ kernels only")
-        if kt.grid[2] != kt.kv_splits or (kt.kv_splits - 1) * _cdiv(tiles, kt.kv_splits) >= tiles:
-            fail(f"{kt.kv_splits} key splits of {tiles} tiles leave a split empty or disagree with grid {kt.grid}")
+        if role not in PARTIALS or (p.causal and role != "bwd_dkv"):
+            fail(f"splits ({kt.splits}) exist for dK/dV and the non-causal forward and dQ kernels only")
+        if role != "bwd_dkv" and (kt.grid[2] != kt.splits or (kt.splits - 1) * _cdiv(tiles, kt.splits) >= tiles):
+            fail(f"{kt.splits} key splits of {tiles} tiles leave a split empty or disagree with grid {kt.grid}")
 
 
 def global_type(p: AttentionProblem, name: str) -> str:
@@ -211,15 +226,15 @@ class _Flash:
         self.c = p.scale * LOG2E               # scores -> base-2 exponent
         self.rows = p.batch * p.heads * p.seq_q
         self.vt = f"memref<{self.rows}xf32>"
-        self.kv_splits = kt.kv_splits
-        self.partial = {v: k for k, v in PARTIALS[role].items()} if self.kv_splits > 1 else {}  # slab -> output
+        self.splits = kt.splits
+        self.partial = {v: k for k, v in PARTIALS[role].items()} if self.splits > 1 else {}  # slab -> output
 
     # ---- types
     def gtype(self, name):
         if name == "bias":
             return self.bias_type
-        if name in self.partial:       # FP32 slabs: [splits, B*H*Tq, D] (LSE: [splits, B*H*Tq])
-            return f"memref<{self.kv_splits * self.rows * (1 if name == 'lse_part' else self.D)}xf32>"
+        if name in self.partial:       # FP32 slabs: [splits, slab rows, D] (LSE: [splits, B*H*Tq])
+            return f"memref<{self.splits * slab_rows(self.p, self.role) * (1 if name == 'lse_part' else self.D)}xf32>"
         return global_type(self.p, name)
 
     @property
@@ -239,7 +254,7 @@ class _Flash:
     def build(self) -> str:
         p, kt, ir = self.p, self.kt, self.ir
         args = [f"%{n}: {self.vt if n in ('lse', 'delta') else self.gtype(n)}"
-                for n in params(p, self.role, self.kv_splits)]
+                for n in params(p, self.role, self.splits)]
         ir.emit(f"// Nova attention {self.role}: {p.describe()}")
         ir.emit(f"// block {self.BR} kept rows x {self.BC} streamed rows, {kt.warps} warps x {kt.rows_per_warp} rows, "
                 f"{self.S} stages, {self.s.mma}, {self.s.arch}")
@@ -263,7 +278,7 @@ class _Flash:
         self.q_hi = ir.div(q, 2, "lm_q_hi")
         self.bx = ir.let("bx", "gpu.block_id x")
         self.by = ir.let("by", "gpu.block_id y")
-        self.bz = ir.let("bz", "gpu.block_id z") if self.kv_splits > 1 else 0
+        self.bz = ir.let("bz", "gpu.block_id z") if self.splits > 1 else 0
 
     def shared_memory(self):
         ir = self.ir
@@ -370,7 +385,7 @@ class _Flash:
         def body():
             if first:
                 for n in kept:
-                    if not self.splits(n):         # a split operand is split on use, from the raw values
+                    if not self.is_split_operand(n):         # a split operand is split on use, from the raw values
                         self.round_own(n, self.BR)
             if self.round_streamed:
                 for n in streamed:
@@ -391,7 +406,7 @@ class _Flash:
         i = ir.let("tf32_bits", f"nvvm.convert.float.to.tf32 {x} {{rnd = #nvvm.fp_rnd_mode<rna>}}")
         return ir.let("tf32", f"arith.bitcast {i} : i32 to f32")
 
-    def splits(self, name: str) -> bool:
+    def is_split_operand(self, name: str) -> bool:
         """Whether the fragments of a [row][d] tile ``name`` (A of a kept tile, B of a [n][k] ring) are
         split into (big, small) pairs: every operand's for precision "fp32", the score product's for
         "3xtf32" (``score_pair``; no tile read this way is both a score operand and an operand of another
@@ -437,7 +452,7 @@ class _Flash:
             return frag
         # TF32: the tile was rounded (cvt.rna) in shared memory when it landed (``round_own``)
         el = [ir.let("a_e", f"vector.extract {frag}[{e}, 0] : f32 from {vt}") for e in range(4)]
-        if self.splits(name):
+        if self.is_split_operand(name):
             return self.split_fragment(el, "vector<4x1xf32>")
         return ir.let("a_tf32", f"vector.from_elements {', '.join(el)} : vector<4x1xf32>")
 
@@ -450,7 +465,7 @@ class _Flash:
         vt = f"vector<4x{per32}x{T}>"
         frag = ir.let("b_frag", f"nvgpu.ldmatrix {self.sm[name]}[{ir.v(stage)}, {ir.v(row)}, {ir.v(col)}] "
                                 f"{{numTiles = 4 : i32, transpose = false}} : {self.ring_type()} -> {vt}")
-        return self.split_b(frag, vt, per32, split=self.splits(name))
+        return self.split_b(frag, vt, per32, split=self.is_split_operand(name))
 
     def split_b(self, frag, vt, per32, split=False):
         """The two 8-wide n tiles' B fragments of an ldmatrix x4 result; ``split``: each as its (big,
@@ -725,11 +740,9 @@ class _Flash:
         if p.causal:       # keys j <= i < q0 + BR: tiles wholly above the diagonal are skipped
             last = ir.min(ir.add(self.q0, self.BR, "q_end"), p.seq_k, "kv_end")
             self.n_kv = ir.div(ir.add(last, self.BC - 1, "kv_end_r"), self.BC, "n_kv")
-        elif self.kv_splits > 1:          # split z: key tiles [z*per, min((z+1)*per, nk))
-            per = _cdiv(nk, self.kv_splits)
-            first = ir.mul(self.bz, per, "kv_tile0")
+        elif self.splits > 1:          # split z: key tiles [z*per, min((z+1)*per, nk))
+            first, self.n_kv = split_range(ir, nk, _cdiv(nk, self.splits), self.bz, "kv")
             self.kv_lo = ir.mul(first, self.BC, "kv_lo")
-            self.n_kv = ir.min(ir.sub(nk, first, "kv_left_tiles"), per, "n_kv")
             self.part_row = ir.add(ir.mul(self.bz, self.rows, "slab"), self.qbase, "part_row")   # slab row of q0
         else:
             self.n_kv = nk
@@ -807,14 +820,15 @@ class _Flash:
                                 f"{gty}, vector<2x{self.T}>")
                 self.ir.guarded(ok, body)
 
-    def store_partial(self, accs, name, scale=None):
-        """Store accumulators [mt][D/8] (times ``scale``) as FP32 rows of slab ``name`` (split KV): row
-        ``part_row`` + roff, contiguous, D elements each (pairs per lane)."""
+    def store_partial(self, accs, name, row0, limit, scale=None):
+        """Store accumulators [mt][D/8] (times ``scale``) as FP32 rows of slab ``name`` (a split's partial):
+        row ``part_row`` + roff, contiguous, D elements each (pairs per lane), where ``row0`` + roff (the
+        block's query or key) is below ``limit``."""
         ir, ty = self.ir, self.gtype(name)
         for m in range(self.mt):
             for h in (0, 1):
                 roff = self.row_off(m, h)
-                ok = ir.cmp("slt", ir.add(self.q0, roff, "st_row"), self.p.seq_q, "st_ok") if self.p.seq_q % self.BR else True
+                ok = ir.cmp("slt", ir.add(row0, roff, "st_row"), limit, "st_ok") if limit % self.BR else True
                 row = ir.mul(ir.add(self.part_row, roff, "pt_row"), self.D, "pt_off")
 
                 def body(m=m, h=h, row=row):
@@ -901,7 +915,7 @@ class _Flash:
             ir.comment("a row whose every visible key sits at the floor is masked: O = 0, LSE = +inf "
                        "(a split's partial: LSE = -inf, no weight in the combine)")
             floor_c = ir.fop("mulf", ir.f(BIAS_FLOOR / p.scale), ir.f(self.c), "floor_c")   # as m is made
-            inf = ir.let("inf", f"arith.constant {'0xFF800000' if self.kv_splits > 1 else '0x7F800000'} : f32")
+            inf = ir.let("inf", f"arith.constant {'0xFF800000' if self.splits > 1 else '0x7F800000'} : f32")
         lse_vals = []
         for m in range(self.mt):
             for h in (0, 1):
@@ -915,8 +929,8 @@ class _Flash:
                     lse = ir.select(dead, inf, lse, "f32", "lse")
                 o[m] = [self.scale_row(acc, h, inv) for acc in o[m]]
                 lse_vals.append(lse)
-        if self.kv_splits > 1:
-            self.store_partial(o, "o_part")
+        if self.splits > 1:
+            self.store_partial(o, "o_part", self.q0, p.seq_q)
             lse_name, lse_type, lse_row = "lse_part", self.gtype("lse_part"), self.part_row
         else:
             self.store_rows(o, "out", self.at["out"], self.q0, p.seq_q)
@@ -979,8 +993,8 @@ class _Flash:
 
         out = self.pipeline(self.n_kv, issue, step, [zero] * (self.mt * nd), ["vector<2x2xf32>"] * (self.mt * nd))
         acc = [out[m * nd:(m + 1) * nd] for m in range(self.mt)]
-        if self.kv_splits > 1:
-            self.store_partial(acc, "dq_part", scale=p.scale)
+        if self.splits > 1:
+            self.store_partial(acc, "dq_part", self.q0, p.seq_q, scale=p.scale)
         else:
             self.store_rows(acc, "dq", self.at["dq"], self.q0, p.seq_q, scale=p.scale)
 
@@ -1004,9 +1018,14 @@ class _Flash:
         else:
             q_lo, nq = 0, nq_all
         n_it = ir.mul(nq, p.group, "n_it")
+        it_lo = 0
+        if self.splits > 1:    # split Q: this block's steps [z*per, (z+1)*per) of the group's query tiles
+            it_lo, n_it = split_range(ir, n_it, _cdiv(nq_all * p.group, self.splits), self.bz, "it")
+            self.part_row = ir.add(ir.mul(self.bz, slab_rows(p, "bwd_dkv"), "slab"), kbase, "part_row")
 
         def tile_of(it):
-            """(query head, flat query head b*H + h, query tile) of step ``it``."""
+            """(query head, flat query head b*H + h, query tile) of step ``it`` (of the split's steps)."""
+            it = ir.add(it, it_lo, "it_all")
             if p.group == 1:
                 return h0, head0, ir.add(q_lo, it, "qt")
             hd = ir.div(it, nq, "it_h")
@@ -1073,8 +1092,12 @@ class _Flash:
         out = self.pipeline(n_it, issue, step, carried, ["vector<2x2xf32>"] * len(carried))
         dk = [out[m * nd:(m + 1) * nd] for m in range(self.mt)]
         dv = [out[(self.mt + m) * nd:(self.mt + m + 1) * nd] for m in range(self.mt)]
-        self.store_rows(dk, "dk", kat["dk"], k0, p.seq_k, scale=p.scale)
-        self.store_rows(dv, "dv", kat["dv"], k0, p.seq_k)
+        if self.splits > 1:
+            self.store_partial(dk, "dk_part", k0, p.seq_k, scale=p.scale)
+            self.store_partial(dv, "dv_part", k0, p.seq_k)
+        else:
+            self.store_rows(dk, "dk", kat["dk"], k0, p.seq_k, scale=p.scale)
+            self.store_rows(dv, "dv", kat["dv"], k0, p.seq_k)
 
 
 def ir_add3(ir, a, b, c):

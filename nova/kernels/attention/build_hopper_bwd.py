@@ -40,8 +40,8 @@ from __future__ import annotations
 
 from nova.codegen.nvgpu import (KMAJOR_LEADING_BYTE_OFFSET, mbarrier_try_wait, mbarrier_wait_ticks, setmaxnreg,
                                 wgmma_attributes, wgmma_commit_group, wgmma_fence, wgmma_wait_group)
-from nova.kernels.attention.build import (LOG2E, MASKED, AttentionCodegenError, element_at, global_type, rows_advance,
-                                          rows_at)
+from nova.kernels.attention.build import (LOG2E, MASKED, PARTIALS, AttentionCodegenError, element_at, global_type,
+                                          rows_advance, rows_at, slab_rows, split_range)
 from nova.kernels.attention.build_hopper import ALIGN, ARCH, SWIZZLE, WG_TYPE, \
     HopperAttentionKernel, check_kernel_tile, tma_blocker
 from nova.kernels.attention.mlirtext import SMEM
@@ -145,6 +145,14 @@ class _HopperBwd(HopperAttentionKernel):
         self.plan = smem_plan_hopper_bwd(p, role, self.BR, self.BC, self.S)
         self.kept, self.streamed = KEPT[role], STREAMED[role]
         self.outs = ("dk", "dv") if self.dkv else ("dq",)
+        self.splits = self.kt.splits       # split Q (dK/dV): this block's share of the steps, FP32 slabs out
+        if self.splits > 1:
+            self.outs = tuple(PARTIALS[role][n] for n in self.outs)
+
+    def out_type(self, name):
+        if self.splits > 1:
+            return f"memref<{self.splits * slab_rows(self.p, self.role) * self.D}xf32>"
+        return global_type(self.p, name)
 
     # ---- types
     def rows_of(self, name):
@@ -163,7 +171,7 @@ class _HopperBwd(HopperAttentionKernel):
                 f"tile, {self.S}-stage TMA ring, wgmma m64n{self.BC}k16 (smem x smem) and m64n{self.D}k16 "
                 f"(A from registers, B MN-major), {ARCH}")
         args = ["%tmap_q: !llvm.ptr", "%tmap_k: !llvm.ptr", "%tmap_v: !llvm.ptr", "%tmap_dout: !llvm.ptr",
-                f"%lse: {self.vt}", f"%delta: {self.vt}"] + [f"%{n}: {global_type(p, n)}" for n in self.outs]
+                f"%lse: {self.vt}", f"%delta: {self.vt}"] + [f"%{n}: {self.out_type(n)}" for n in self.outs]
         if self.watchdog_ms:
             args.append(f"%watchdog: memref<{WATCHDOG_WORDS}xi32>")
         with ir.kernel(KERNEL_NAMES[self.role], args, kt.threads, maxnreg=kt.regs_per_thread):
@@ -215,10 +223,17 @@ class _HopperBwd(HopperAttentionKernel):
         else:
             self.q_lo, self.nq = 0, nq_all
         self.n_it = ir.mul(self.nq, p.group, "n_it")
+        self.it_lo = 0
+        if self.splits > 1:    # split Q: this block's steps [z*per, (z+1)*per) of the group's query tiles
+            bz = ir.let("bz", "gpu.block_id z")
+            self.it_lo, self.n_it = split_range(ir, self.n_it, -(-nq_all * p.group // self.splits), bz, "it")
+            self.part_row = ir.add(ir.mul(bz, slab_rows(p, self.role), "slab"),
+                                   ir.add(ir.mul(bkv, p.seq_k, "krow_bkv"), self.k0, "kbase"), "part_row")
 
     def tile_of(self, it):
-        """dK/dV: (query head, flat query head b*H + h, query tile) of step ``it``."""
+        """dK/dV: (query head, flat query head b*H + h, query tile) of step ``it`` (of the split's steps)."""
         ir, p = self.ir, self.p
+        it = ir.add(it, self.it_lo, "it_all")
         if p.group == 1:
             return self.h0, self.head0, ir.add(self.q_lo, it, "qt")
         hd = ir.div(it, self.nq, "it_h")
@@ -571,9 +586,11 @@ class _HopperBwd(HopperAttentionKernel):
             limit = p.seq_q
             first = ir.add(ir.mul(self.bh, p.seq_q, "qrow_bh"), self.k0, "qbase")
             coords = (self.b, self.h, self.bh, self.k0)
+        if self.splits > 1:
+            ir.comment("split Q: FP32 partials into this split's slab rows (the combine sums them)")
         for name, acc, scale in zip(self.outs, accs, (p.scale, None)):
-            gty = global_type(p, name)
-            at = rows_at(ir, p, name, first, coords)
+            gty = self.out_type(name)
+            at = ("row", self.part_row) if self.splits > 1 else rows_at(ir, p, name, first, coords)
             for h in (0, 1):
                 roff = ir.add(ir.add(ir.mul(self.cwg, 64), ir.mul(self.warp, 16)), ir.add(self.g, 8 * h), "row_off")
                 ok = ir.cmp("slt", ir.add(self.k0, roff, "st_row"), limit, "st_ok") if limit % self.BR else True
@@ -584,13 +601,16 @@ class _HopperBwd(HopperAttentionKernel):
                         xs = [ir.let("o", f"llvm.extractvalue {acc}[{4 * j + 2 * h + c}] : {self.o_t}") for c in (0, 1)]
                         if scale is not None:
                             xs = [ir.fop("mulf", x, ir.f(scale), "o_s") for x in xs]
-                        if self.T != "f32":
-                            xs = [ir.let("o_t", f"arith.truncf {x} : f32 to {self.T}") for x in xs]
-                        vec = ir.let("o_v", f"vector.from_elements {xs[0]}, {xs[1]} : vector<2x{self.T}>")
+                        ty = "f32" if self.splits > 1 else self.T
+                        if ty != "f32":
+                            xs = [ir.let("o_t", f"arith.truncf {x} : f32 to {ty}") for x in xs]
+                        vec = ir.let("o_v", f"vector.from_elements {xs[0]}, {xs[1]} : vector<2x{ty}>")
                         col = ir.add(ir.mul(self.t, 2, "t2"), 8 * j, "st_col")
-                        dst = element_at(ir, p, name, row, 0, col, "st")
-                        ir.emit(f"vector.store {vec}, %{name}[{ir.v(dst)}] {{alignment = {2 * p.elem_bytes}}} : "
-                                f"{gty}, vector<2x{self.T}>")
+                        dst = ir.add(ir.mul(row[1], self.D, "pt_off"), col, "st") if self.splits > 1 else \
+                            element_at(ir, p, name, row, 0, col, "st")
+                        align = 2 * (4 if ty == "f32" else p.elem_bytes)
+                        ir.emit(f"vector.store {vec}, %{name}[{ir.v(dst)}] {{alignment = {align}}} : {gty}, "
+                                f"vector<2x{ty}>")
                 ir.guarded(ok, body)
 
 

@@ -67,6 +67,7 @@ MIN_TILES_PER_SPLIT = 2      # split KV: a block streams at least this many key 
 MAX_KV_SPLITS = 32           # split KV: the combine kernel holds every split's four columns and LSE of a row in
                              # registers at once (5 per split + ~24: 184 at 32 splits, within 255 without spills)
 COMBINE_REGS_FIXED, COMBINE_REGS_PER_SPLIT = 24, 5
+SPLIT_SLACK = 0.03           # splits: the fewest whose predicted time is within 3% of the fastest count's
 NK_GEMMS = {"fwd": 1, "bwd_dq": 2, "bwd_dkv": 2}      # matmuls with A = a kept tile, B = a streamed tile [n][k]
 KN_GEMMS = {"fwd": 1, "bwd_dq": 1, "bwd_dkv": 2}      # matmuls with A from registers, B = a streamed tile [k][n]
 KEPT, STREAMED = {"fwd": ("q",), "bwd_dq": ("q", "dout"), "bwd_dkv": ("k", "v")}, \
@@ -350,45 +351,57 @@ def combine_tile(p: AttentionProblem, role: str, splits: int) -> KernelTile:
     from nova.kernels.attention.build_combine import THREADS, rows_per_block
     rpb = rows_per_block(p.head_dim)
     regs = -(-(COMBINE_REGS_FIXED + COMBINE_REGS_PER_SPLIT * splits) // 8) * 8
+    from nova.kernels.attention.build import slab_rows
+    regs = regs * (2 if role == "bwd_dkv" else 1)          # dK/dV: two slab sets' columns in flight
     return KernelTile(COMBINES[role], rpb, 0, THREADS // 32, 1, 0, 0, regs, max(1, min(16, 65536 // (regs * THREADS))),
-                      (_cdiv(p.batch * p.heads * p.seq_q, rpb), 1, 1), kv_splits=splits)
+                      (_cdiv(slab_rows(p, COMBINES[role]), rpb), 1, 1), splits=splits)
 
 
-def step7_kv_splits(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, vis: int):
-    """Split the keys of a forward or dQ grid that leaves block slots idle (FlashDecoding's split KV):
-    ``per = max(MIN_TILES_PER_SPLIT, ceil(tiles * blocks / slots))`` key tiles a split, so the
-    blocks x splits fill the SMs' block slots once; ``splits = ceil(tiles / per)`` (at most
-    ``MAX_KV_SPLITS``, every split non-empty).  Taken where the split kernel's predicted device time
-    plus its combine's is below the unsplit kernel's (step 9's model).  Returns (tile, combine tile or
-    None, steps)."""
-    if role not in COMBINES or kt.hopper:
+def step7_splits(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, vis: int):
+    """Split the streamed loop of a grid that leaves block slots idle: the forward's or mma.sync dQ's key
+    tiles (FlashDecoding's split KV; not causal: there the long walks belong to the many query tiles)
+    or dK/dV's query tiles over its group's heads (split Q: a grouped-query or long-T dK/dV has one
+    block per key tile and K/V head).  Only a grid of fewer blocks than block slots is split.  The
+    candidates: s = 2 .. min(``MAX_KV_SPLITS``, steps / ``MIN_TILES_PER_SPLIT``) splits, each made
+    non-empty (``s = ceil(steps / ceil(steps / s))``; a causal dK/dV block's shorter walk aside) and
+    priced by step 9's device time, the split kernel's plus its combine's; the fastest is taken (fewer
+    splits where within ``SPLIT_SLACK``: fewer partial bytes, a lighter combine) where it is below the
+    unsplit kernel's.  Returns (tile, combine tile or None, steps)."""
+    if role not in COMBINES or (kt.hopper and role != "bwd_dkv"):
         return kt, None, []
-    tiles = _cdiv(p.seq_k, kt.block_cols)
+    dkv = role == "bwd_dkv"
+    what, tag = ("query-tile", f"7 {role} query-tile splits") if dkv else ("key", f"7 {role} key splits")
+    tiles = p.group * _cdiv(p.seq_q, kt.block_cols) if dkv else _cdiv(p.seq_k, kt.block_cols)
     blocks, slots = kt.grid[0] * kt.grid[1], int(gpu.sm_count) * kt.blocks_per_sm
-    if p.causal:
-        return kt, None, [_note(f"7 {role} key splits", 1, "causal: a query tile visits only the key tiles up to "
-                                "its diagonal, so the blocks that have the long walks are the many query tiles")[1]]
-    per = max(MIN_TILES_PER_SPLIT, _cdiv(tiles * blocks, slots))
-    splits = min(_cdiv(tiles, per), MAX_KV_SPLITS)
-    splits = _cdiv(tiles, _cdiv(tiles, splits))              # no split left empty
-    formula = (f"per = max({MIN_TILES_PER_SPLIT}, ceil({tiles} tiles x {blocks} blocks / {slots} slots)), "
-               f"splits = min(ceil({tiles} / per), {MAX_KV_SPLITS})")
-    if splits < 2:
-        return kt, None, [_note(f"7 {role} key splits", 1, f"{blocks} blocks x {tiles} key tiles fill the "
-                                f"{slots} block slots", formula)[1]]
-    split = replace(kt, grid=(kt.grid[0], kt.grid[1], splits), kv_splits=splits)
-    combine = combine_tile(p, role, splits)
+    if p.causal and not dkv:
+        return kt, None, [_note(tag, 1, "causal: a query tile visits only the key tiles up to its diagonal, so the "
+                                "blocks that have the long walks are the many query tiles")[1]]
+    if blocks >= slots or tiles < 2 * MIN_TILES_PER_SPLIT:
+        return kt, None, [_note(tag, 1, f"{blocks} blocks of {tiles} steps for {slots} block slots: none idle or "
+                                "too few steps to share")[1]]
 
-    def predicted(tile):
-        return device_time(p, gpu, tile.role, tile, kernel_time(p, gpu, tile.role, tile, vis)[1])[0] * 1e6
-    whole, parts, merge = predicted(kt), predicted(split), predicted(combine)
+    def predicted(tile, v=vis):
+        return device_time(p, gpu, tile.role, tile, kernel_time(p, gpu, tile.role, tile, v)[1])[0] * 1e6
+    whole = predicted(kt)
+    priced = {}
+    for n in range(2, min(MAX_KV_SPLITS, tiles // MIN_TILES_PER_SPLIT) + 1):
+        n = _cdiv(tiles, _cdiv(tiles, n))                  # no split left empty
+        if n not in priced:
+            split = replace(kt, grid=(kt.grid[0], kt.grid[1], n), splits=n)
+            combine = combine_tile(p, role, n)
+            priced[n] = (predicted(split), predicted(combine, 0), split, combine)
+    best = min(x[0] + x[1] for x in priced.values())
+    splits = min(n for n, x in priced.items() if x[0] + x[1] <= best * (1 + SPLIT_SLACK))
+    parts, merge, split, combine = priced[splits]
+    table = ", ".join(f"{n}: {x[0] + x[1]:.1f}" for n, x in sorted(priced.items()))
+    formula = f"device time of s splits + combine (us): {table}; unsplit {whole:.1f}"
     if parts + merge >= whole:
-        return kt, None, [_note(f"7 {role} key splits", 1, f"{splits} splits would take {parts:.1f} + combine "
-                                f"{merge:.1f} us against {whole:.1f} us unsplit", formula)[1]]
-    return split, combine, [_note(f"7 {role} key splits", splits,
-                                  f"{blocks} blocks leave {slots - blocks} of {slots} block slots idle: each walks "
-                                  f"{_cdiv(tiles, splits)} of the {tiles} key tiles and writes FP32 partials; "
-                                  f"{parts:.1f} + combine {merge:.1f} us against {whole:.1f} us unsplit", formula)[1]]
+        return kt, None, [_note(tag, 1, f"{splits} splits would take {parts:.1f} + combine {merge:.1f} us against "
+                                f"{whole:.1f} us unsplit", formula)[1]]
+    return split, combine, [_note(tag, splits, f"{blocks} blocks leave {slots - blocks} of {slots} block slots idle: "
+                                  f"each walks {_cdiv(tiles, splits)} of the {tiles} {what} steps and writes FP32 "
+                                  f"partials; {parts:.1f} + combine {merge:.1f} us against {whole:.1f} us unsplit "
+                                  f"(the fastest count, fewer within {SPLIT_SLACK:.0%})", formula)[1]]
 
 
 # ---- 8 -----------------------------------------------------------------------------------------
@@ -432,7 +445,7 @@ def kernel_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, v
         return t + gpu.launch_overhead_us * 1e-6, {"dram": t}
     if role in COMBINES.values():
         from nova.kernels.attention.device_time import dram_bytes
-        t = dram_bytes(p, role, kt.block_rows, kt.kv_splits) / gpu.dram_bw
+        t = dram_bytes(p, role, kt.block_rows, kt.splits) / gpu.dram_bw
         return t + gpu.launch_overhead_us * 1e-6, {"dram": t}
     rate = gpu.tc_flops_per_clk_sm("mma.sync", p.dtype)
     visited = vis * bh
@@ -567,7 +580,7 @@ def hopper_kernel_time(p: AttentionProblem, gpu: GPUModel, kt: KernelTile, vis: 
         blocks, fixed = _cdiv(p.seq_q, kt.block_rows) * p.batch * p.heads, HOPPER_PERSISTENT_FIXED_US
         step = HOPPER_PERSISTENT_STEP_US + transposes * TRANSPOSE_STEP_CYCLES / gpu.clock_hz * 1e6
     else:
-        blocks, fixed, step = kt.grid[0] * kt.grid[1], block_fixed_us, HOPPER_TILE_FIXED_US
+        blocks, fixed, step = kt.grid[0] * kt.grid[1] * kt.grid[2], block_fixed_us, HOPPER_TILE_FIXED_US
     tiles = visited / (kt.block_rows * kt.block_cols)
     t = F.t_hopper(t_hopper_core=core, t_smem=t_smem, t_dram=t_dram, achieved=achieved,
                    block_fixed=fixed * 1e-6, blocks=blocks, tile_fixed=step * 1e-6,
@@ -954,10 +967,10 @@ def step10_split_or_hopper(p: AttentionProblem, gpu: GPUModel, role: str, split:
     tag = "10" if role == "fwd" else "11"
     if h < m:
         steps.append(note(f"{tag} {role} path (device time)", "wgmma + TMA", f"Hopper {h:.1f} us < the mma.sync "
-                          f"kernel split {split.kv_splits} ways plus its combine {m:.1f} us (step 9's device time)"))
+                          f"kernel split {split.splits} ways plus its combine {m:.1f} us (step 9's device time)"))
         return hopper
     steps.append(note(f"{tag} {role} path (device time)", "mma.sync, split KV", f"the mma.sync kernel split "
-                      f"{split.kv_splits} ways plus its combine {m:.1f} us <= Hopper {h:.1f} us by step 9's device "
+                      f"{split.splits} ways plus its combine {m:.1f} us <= Hopper {h:.1f} us by step 9's device "
                       "time (the throughput model above spreads the Hopper kernel's few blocks over every SM)"))
     return None
 
@@ -1032,8 +1045,8 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
         steps.append(st)
         kernels[role] = KernelTile(role, rows, cols, kw, stages, pad, int(smem), regs, bps, grid)
         visited[role] = vis
-        if not (tiles and role in tiles) and opts.attention_split_kv:
-            kernels[role], combines[role], sts = step7_kv_splits(p, gpu, role, kernels[role], vis)
+        if not (tiles and role in tiles) and opts.attention_split_kv and role != "bwd_dkv":
+            kernels[role], combines[role], sts = step7_splits(p, gpu, role, kernels[role], vis)
             steps += sts
     rows_pre = 4 * 32 // 8
     pre_grid = (_cdiv(p.batch * p.heads * p.seq_q, rows_pre), 1, 1)
@@ -1073,9 +1086,14 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
             if hkt is not None:
                 kernels[role], combines[role] = hkt, None
                 visited[role] = visited_pairs(p, role, hkt.block_rows, hkt.block_cols)
+    if not (tiles and "bwd_dkv" in tiles) and opts.attention_split_kv:      # on the kernel step 11 chose
+        kernels["bwd_dkv"], combines["bwd_dkv"], sts = step7_splits(p, gpu, "bwd_dkv", kernels["bwd_dkv"],
+                                                                    visited["bwd_dkv"])
+        steps += sts
     sched = AttentionSchedule(gpu.arch if gpu.arch != SM90A else "sm_90", mma, kernels["fwd"], kernels["bwd_pre"],
                               kernels["bwd_dkv"], kernels["bwd_dq"], dq_mode=mode, tma=tma,
-                              fwd_combine=combines.get("fwd"), bwd_dq_combine=combines.get("bwd_dq"))
+                              fwd_combine=combines.get("fwd"), bwd_dq_combine=combines.get("bwd_dq"),
+                              bwd_dkv_combine=combines.get("bwd_dkv"))
     times, terms_all = {}, {}
     for role in sched.with_combines(("fwd", "bwd_pre", "bwd_dkv", "bwd_dq")):
         kt = sched.kernel(role)

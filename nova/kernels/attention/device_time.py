@@ -65,7 +65,8 @@ def block_steps(p: AttentionProblem, role: str, rows: int, cols: int, splits: in
     """Streamed tiles each block of one (batch, head) visits, by block index along the grid's x (and
     z): query tiles (fwd, bwd_dq; causal: the key tiles up to the tile's last row; split KV: each
     split's share of the key tiles) or key tiles (bwd_dkv; causal: the query tiles from the diagonal
-    on, over the group's query heads).  Their sum times rows x cols is ``derive.visited_pairs``."""
+    on, over the group's query heads; split Q: each split's share of that walk, ``build.split_range``).
+    Their sum times rows x cols is ``derive.visited_pairs``."""
     tq, tk = p.seq_q, p.seq_k
     if role in ("fwd", "bwd_dq") and splits > 1:
         tiles = -(-tk // cols)
@@ -74,7 +75,11 @@ def block_steps(p: AttentionProblem, role: str, rows: int, cols: int, splits: in
     if role in ("fwd", "bwd_dq"):
         return [-(-(min(tk, (qt + 1) * rows) if p.causal else tk) // cols) for qt in range(-(-tq // rows))]
     query_tiles = -(-tq // cols)
-    return [p.group * max(0, query_tiles - ((kt * rows) // cols if p.causal else 0)) for kt in range(-(-tk // rows))]
+    walks = [p.group * max(0, query_tiles - ((kt * rows) // cols if p.causal else 0)) for kt in range(-(-tk // rows))]
+    if splits == 1:
+        return walks
+    per = -(-p.group * query_tiles // splits)          # split Q: each split's share of the longest walk
+    return [max(0, min(per, w - z * per)) for w in walks for z in range(splits)]
 
 
 def grid_rows(p: AttentionProblem, role: str) -> int:
@@ -128,19 +133,21 @@ def dram_bytes(p: AttentionProblem, role: str, block_rows: int, splits: int = 1)
     K and V, dK and dV: ``kv_bytes`` a pair; lse and D: ``row_bytes`` each), the K/V reads cut to
     ``visited_kv_rows``: the forward reads q and K/V and writes out and lse; dQ reads q, dO, K/V, lse
     and D and writes dQ; dK/dV reads q, dO, lse, D and K/V and writes dK and dV (all of them: a
-    causal kernel's empty key blocks write zeros).  Split KV (``splits`` > 1): the forward and dQ
-    write FP32 slabs, ``splits`` of each output (``slab`` = q_bytes x 4 / element bytes), and the
-    combine reads them back and writes the output (``fwd_combine``, ``bwd_dq_combine``)."""
+    causal kernel's empty key blocks write zeros).  Split (``splits`` > 1): the kernel writes FP32
+    slabs, ``splits`` of each output (``slab`` = its outputs' bytes x 4 / element bytes), and the
+    combine reads them back and writes the outputs (``fwd_combine``, ``bwd_dq_combine``,
+    ``bwd_dkv_combine``)."""
     q, rows = p.q_bytes, p.row_bytes
-    slab = splits * q * 4 // p.elem_bytes if splits > 1 else q
+    out = p.kv_bytes if role in ("bwd_dkv", "bwd_dkv_combine") else q      # the kernel's output(s) in the dtype
+    slab = splits * out * 4 // p.elem_bytes if splits > 1 else out
     lse = splits * rows
     if role == "fwd_combine":
         return slab + lse + q + rows
-    if role == "bwd_dq_combine":
-        return slab + q
+    if role in ("bwd_dq_combine", "bwd_dkv_combine"):
+        return slab + out
     read_kv = p.kv_bytes * visited_kv_rows(p, role, block_rows) / p.seq_k
     return {"fwd": q + slab + read_kv + lse, "bwd_dq": 2 * q + slab + read_kv + 2 * rows,
-            "bwd_dkv": 2 * q + read_kv + p.kv_bytes + 2 * rows}[role]
+            "bwd_dkv": 2 * q + read_kv + slab + 2 * rows}[role]
 
 
 def ring_step_s(gpu: GPUModel, kt: KernelTile) -> float:
@@ -163,8 +170,8 @@ def kernel_device_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: Kernel
         t = max(terms["dram"] / constants["eta_dram"], gpu.mem_latency_ns * 1e-9)
         return t + launch, {"dram": t, "launch": launch}
     pipes = max(v for k, v in terms.items() if k not in ("dram", "blocks"))
-    dram = dram_bytes(p, role, kt.block_rows, kt.kv_splits) / gpu.dram_bw
-    steps, rows = block_steps(p, role, kt.block_rows, kt.block_cols, kt.kv_splits), grid_rows(p, role)
+    dram = dram_bytes(p, role, kt.block_rows, kt.splits) / gpu.dram_bw
+    steps, rows = block_steps(p, role, kt.block_rows, kt.block_cols, kt.splits), grid_rows(p, role)
     total = sum(steps) * rows
     step_s = pipes * gpu.sm_count / total / achieved if total else 0.0     # one step at one SM's pipes
     transpose_s = transposes * TRANSPOSE_CYCLES / gpu.clock_hz           # V^T written, every step

@@ -15,10 +15,11 @@ of 16 bytes (``plan_operands``: the strides become part of the problem, so each 
 kernels); any other operand goes through a contiguous copy (an output: written there, then copied
 back).  lse must be contiguous when given as the forward's output.
 
-Split KV (``KernelTile.kv_splits`` > 1: a forward or dQ whose grid leaves the SMs idle, decode-sized
-query lengths): the kernel writes FP32 partial slabs into a workspace taken from torch's allocator on
-the call's stream (``splits x B*H*Tq x D`` values, and an LSE vector a split for the forward), and the
-role's combine kernel reduces them into the output right after it.
+Splits (``KernelTile.splits`` > 1: a forward, dQ or dK/dV whose grid leaves the SMs idle: decode-sized
+query lengths, grouped-query dK/dV): the kernel writes FP32 partial slabs into a workspace taken from
+torch's allocator on the call's stream (``splits x B*H*Tq x D`` values per output, dK/dV ``splits x
+B*Hkv*Tk x D``, and an LSE vector a split for the forward), and the role's combine kernel reduces them
+into the outputs right after it.
 
 Repeated calls (``CallPlan``): a call on plain torch tensors whose dtypes, shapes, strides, devices,
 arguments and ``NOVA_*`` options match an earlier call that needed no copies skips the checks, the
@@ -314,16 +315,18 @@ def split_launch(r: _Resolved, role: str, inputs: tuple, outputs: tuple, extra: 
     slabs of a fresh workspace (O and LSE, or dQ), then the role's combine kernel from the slabs into
     ``outputs``."""
     kt = r.schedule.kernel(role)
-    if kt.kv_splits == 1:
+    if kt.splits == 1:
         r.kernels[role].launch(inputs + outputs + extra, stream)
         return
     import torch
-    p = r.problem
-    rows = p.batch * p.heads * p.seq_q
-    slab = kt.kv_splits * rows * p.head_dim
-    work = torch.empty(slab + (kt.kv_splits * rows if role == "fwd" else 0), dtype=torch.float32, device=like.device)
+    from nova.kernels.attention.build import slab_rows
+    rows = slab_rows(r.problem, role)
+    slab = kt.splits * rows * r.problem.head_dim
+    # the forward: the O slabs, then the LSE vectors; dQ: the dQ slabs; dK/dV: the dK slabs, then the dV slabs
+    sizes = (slab, kt.splits * rows) if role == "fwd" else (slab,) * len(outputs)
+    work = torch.empty(sum(sizes), dtype=torch.float32, device=like.device)
     base = work.data_ptr()
-    slabs = (base, base + 4 * slab) if role == "fwd" else (base,)
+    slabs = tuple(base + 4 * sum(sizes[:i]) for i in range(len(sizes)))
     r.kernels[role].launch(inputs + slabs + extra, stream)
     r.kernels[COMBINES[role]].launch(slabs + outputs, stream)
 

@@ -31,13 +31,12 @@ def kernel_params(s: AttentionSchedule, role: str, problem: AttentionProblem | N
     if role in build_combine.PARAMS:
         return build_combine.PARAMS[role]
     if kt.hopper:
-        if role != "fwd":
-            return HOPPER_BWD_PARAMS[role]
-        return HOPPER_PARAMS
-    if problem is None and kt.kv_splits == 1:
-        return PARAMS[role]
-    return params(problem, role, kt.kv_splits) if problem is not None else \
-        tuple(build.PARTIALS[role].get(n, n) for n in PARAMS[role])
+        names = HOPPER_BWD_PARAMS[role] if role != "fwd" else HOPPER_PARAMS
+    elif problem is not None:
+        return params(problem, role, kt.splits)
+    else:
+        names = PARAMS[role]
+    return tuple(build.PARTIALS[role].get(n, n) for n in names) if kt.splits > 1 else names
 
 
 def build_module(p: AttentionProblem, s: AttentionSchedule, role: str, watchdog_ms: int | None = None) -> str:

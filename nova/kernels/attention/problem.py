@@ -63,7 +63,7 @@ OUTPUTS = ("out", "dq", "dk", "dv")                           # written: their e
 # only their strides, so the forward of a step and its backward share the kernels they both use
 ROLE_OPERANDS = {"fwd": ("q", "k", "v", "out"), "bwd_pre": ("out", "dout"),
                  "bwd_dkv": ("q", "k", "v", "dout", "dk", "dv"), "bwd_dq": ("q", "k", "v", "dout", "dq"),
-                 "fwd_combine": ("out",), "bwd_dq_combine": ("dq",)}
+                 "fwd_combine": ("out",), "bwd_dq_combine": ("dq",), "bwd_dkv_combine": ("dk", "dv")}
 BIAS_ROLES = ("fwd", "bwd_dkv", "bwd_dq")                     # the kernels that compute scores read the bias
 
 

@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, field
 from nova.configurator.step import MmaInstr
 
 ROLES = ("fwd", "bwd_pre", "bwd_dkv", "bwd_dq")
-COMBINES = {"fwd": "fwd_combine", "bwd_dq": "bwd_dq_combine"}   # a split-KV kernel's partials -> its output
+COMBINES = {"fwd": "fwd_combine", "bwd_dq": "bwd_dq_combine", "bwd_dkv": "bwd_dkv_combine"}   # a split kernel's
+                                                                 # partials -> its outputs
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,8 @@ class KernelTile:
     tile_order: str = ""            # persistent: "head" (a head's query tiles side by side, rounds snaked) or
                                     # "query" (query-tile major across heads, the longest first)
     transpose_in_flight: int = 0    # TF32 Hopper kernels: tile-transpose units a producer thread has in flight
-    kv_splits: int = 1              # mma.sync forward and dQ: grid z splits the key tiles; each block writes FP32
+    splits: int = 1                 # grid z splits the streamed tiles (the forward's and mma.sync dQ's keys: split
+                                    # KV; dK/dV's query tiles of its heads: split Q); each block writes FP32
                                     # partials that the role's combine kernel (``COMBINES``) reduces
 
     @property
@@ -72,8 +74,8 @@ class KernelTile:
             del d["tile_order"]
         if not self.transpose_in_flight:
             del d["transpose_in_flight"]
-        if self.kv_splits == 1:
-            del d["kv_splits"]
+        if self.splits == 1:
+            del d["splits"]
         return d
 
     @classmethod
@@ -102,6 +104,7 @@ class AttentionSchedule:
     # the combine kernels of split-KV roles (``COMBINES``; None: that role is not split)
     fwd_combine: KernelTile | None = None
     bwd_dq_combine: KernelTile | None = None
+    bwd_dkv_combine: KernelTile | None = None
 
     def kernel(self, role: str) -> KernelTile:
         return getattr(self, role)
