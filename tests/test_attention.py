@@ -203,6 +203,7 @@ def test_module_text_addresses_the_strides(monkeypatch):
     """Strided operands are 1-D memrefs over their extent, addressed b*sB + h*sH + t*sT + d; contiguous
     ones row*D + d (the flat row the kernels always used); lse and delta stay [B*H*T] FP32."""
     monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "off")         # the mma.sync forward on the H200
+    monkeypatch.setenv("NOVA_ATTENTION_SPLIT_KV", "0")         # unsplit: the outputs in place (splits: their combines)
     kw = dict(causal=True, dtype="bf16", kv_heads=2)
     p = AttentionProblem(2, 4, 100, 100, 64, **kw, strides=fused_strides(2, 4, 2, 100, 64))
     plain = AttentionProblem(2, 4, 100, 100, 64, **kw)
@@ -697,6 +698,7 @@ def test_hopper_backward_module_text(monkeypatch):
     monkeypatch.delenv("NOVA_ATTENTION_HOPPER_BWD", raising=False)     # on by default
     from nova.kernels.attention.module import kernel_params
     monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
+    monkeypatch.setenv("NOVA_ATTENTION_SPLIT_KV", "0")         # unsplit: dK, dV written in place
     p = AttentionProblem(2, 4, 100, 100, 64, causal=True, dtype="bf16", kv_heads=2,
                          strides={"dk": (100 * 2 * 64, 64, 2 * 64), "dout": (100 * 4 * 64, 64, 4 * 64)})
     s = configure_attention(p, "h200").schedule

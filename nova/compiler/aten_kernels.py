@@ -61,6 +61,7 @@ class Kernel:
     optimizer: object = None         # Nova multi-tensor optimizer kernel: its UpdateRule
     multi_sum: object = None         # Nova multi-tensor sum kernel: its SumRule
     copied: dict | None = None       # Nova attention: {operand: bytes} its launcher copies densely while it runs
+    partials: int = 0                # Nova attention: bytes of its split kernels' FP32 partials (launch.partial_sizes)
 
 
 @dataclass
@@ -533,7 +534,7 @@ def nova_attention(node, ins, outs, ctx) -> Kernel:
         named = {"q": q, "k": k, "v": v, "bias": bias, "out": o}
         return Kernel(lambda: attention(q, k, v, causal=causal, scale=scale, bias=bias, out=o, lse=lse),
                       "nova.attention (fwd kernel)" + _copy_note(copies), len(copies), (problem, ("fwd",)),
-                      copied=_copied_bytes(copies, named))
+                      copied=_copied_bytes(copies, named), partials=_partial_bytes(problem, ("fwd",), ctx))
     dout, q, k, v, out, lse = ins[:6]
     bias = ins[6] if len(ins) == 7 else None
     dq, dk, dv = outs
@@ -544,7 +545,18 @@ def nova_attention(node, ins, outs, ctx) -> Kernel:
     return Kernel(lambda: attention_backward(dout, q, k, v, out, lse, causal=causal, scale=scale, bias=bias,
                                                   dq=dq, dk=dk, dv=dv),
                   "nova.attention_backward (bwd_pre, bwd_dkv, bwd_dq kernels)" + _copy_note(copies), len(copies),
-                  (problem, ("bwd_pre", "bwd_dkv", "bwd_dq")), copied=_copied_bytes(copies, named))
+                  (problem, ("bwd_pre", "bwd_dkv", "bwd_dq")), copied=_copied_bytes(copies, named),
+                  partials=_partial_bytes(problem, ("bwd_dkv", "bwd_dq"), ctx))
+
+
+def _partial_bytes(problem, roles, ctx) -> int:
+    """The most bytes of FP32 partials one of ``roles``' split kernels holds during the call (its
+    workspace lives from its launch to its combine's: one role's at a time)."""
+    from nova.compiler.role_kernels import device_target
+    from nova.kernels.attention.derive import configure_attention
+    from nova.kernels.attention.launch import partial_sizes
+    schedule = configure_attention(problem, device_target(ctx)).schedule
+    return max((4 * sum(partial_sizes(schedule, problem, r)) for r in roles), default=0)
 
 
 def _copied_bytes(copies: dict, named: dict) -> dict:

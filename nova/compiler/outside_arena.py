@@ -32,9 +32,9 @@ program's layout and launches) and reading its allocation sites:
   ``out=`` overload without a kernel of its own computes before copying it out, and the CUDA scratch
   a call makes that its meta kernel does not, ``cuda_scratch``: ATen memory-efficient attention's
   backward workspace and its forward's 16-bit output accumulator); Nova attention's
-  launcher (``nova/kernels/attention/launch.py``: the backward's FP32 ``delta`` row vector and the
-  dense copies of the operands it cannot address, ``plan_operands``), in closed form because its
-  launch cannot run on meta.
+  launcher (``nova/kernels/attention/launch.py``: the backward's FP32 ``delta`` row vector, the FP32
+  partials of a split kernel (``partial_sizes``) and the dense copies of the operands it cannot address,
+  ``plan_operands``), in closed form because its launch cannot run on meta.
 * **step**: the outputs ``Program.run`` returns as fresh clones (the loss).
 
 Sizes are rounded as PyTorch's caching allocator counts them (``TORCH_BLOCK_BYTES``).  What is not
@@ -169,11 +169,12 @@ def launch_temporaries(launch) -> int:
 
 def attention_copies(kernel) -> int:
     """Bytes Nova attention's launcher allocates while it runs: the dense copy of each operand it
-    cannot address (``plan_operands``'s ``copies``, named in the kernel's description) and, in the
-    backward, the FP32 ``delta`` row vector [B, H, Tq] (and a dense lse when the given one is strided)."""
+    cannot address (``plan_operands``'s ``copies``, named in the kernel's description), the FP32
+    partials of a split kernel (``Kernel.partials``) and, in the backward, the FP32 ``delta`` row vector
+    [B, H, Tq] (and a dense lse when the given one is strided)."""
     problem, roles = kernel.attention
     copied = kernel.copied if kernel.copied is not None else {}
-    nbytes = sum(block_bytes(n) for n in copied.values())
+    nbytes = sum(block_bytes(n) for n in copied.values()) + (block_bytes(kernel.partials) if kernel.partials else 0)
     if "bwd_pre" in roles:
         nbytes += block_bytes(problem.batch * problem.heads * problem.seq_q * 4)
     return nbytes

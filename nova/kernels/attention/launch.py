@@ -309,6 +309,18 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, *, bias
     return (o if back is None else back), lse
 
 
+def partial_sizes(schedule, problem: AttentionProblem, role: str) -> tuple[int, ...]:
+    """FP32 values of each partial buffer a split ``role`` writes (() unsplit): the forward's O slabs,
+    then its LSE vectors; dQ's slabs; dK/dV's dK slabs, then its dV slabs."""
+    from nova.kernels.attention.build import slab_rows
+    kt = schedule.kernel(role)
+    if kt.splits == 1:
+        return ()
+    rows = slab_rows(problem, role)
+    slab = kt.splits * rows * problem.head_dim
+    return {"fwd": (slab, kt.splits * rows), "bwd_dq": (slab,), "bwd_dkv": (slab, slab)}[role]
+
+
 def split_launch(r: _Resolved, role: str, inputs: tuple, outputs: tuple, extra: tuple, stream, like) -> None:
     """Launch ``role`` on its arguments ``inputs + outputs + extra`` (``outputs``: the pointers it writes,
     ``extra``: the bias's, if any): unsplit, as they are; split KV, with ``outputs`` replaced by FP32
@@ -319,11 +331,7 @@ def split_launch(r: _Resolved, role: str, inputs: tuple, outputs: tuple, extra: 
         r.kernels[role].launch(inputs + outputs + extra, stream)
         return
     import torch
-    from nova.kernels.attention.build import slab_rows
-    rows = slab_rows(r.problem, role)
-    slab = kt.splits * rows * r.problem.head_dim
-    # the forward: the O slabs, then the LSE vectors; dQ: the dQ slabs; dK/dV: the dK slabs, then the dV slabs
-    sizes = (slab, kt.splits * rows) if role == "fwd" else (slab,) * len(outputs)
+    sizes = partial_sizes(r.schedule, r.problem, role)
     work = torch.empty(sum(sizes), dtype=torch.float32, device=like.device)
     base = work.data_ptr()
     slabs = tuple(base + 4 * sum(sizes[:i]) for i in range(len(sizes)))
