@@ -223,12 +223,22 @@ class _HopperBwd(HopperAttentionKernel):
         else:
             self.q_lo, self.nq = 0, nq_all
         self.n_it = ir.mul(self.nq, p.group, "n_it")
+        self.split_steps(nq_all * p.group, ir.add(ir.mul(bkv, p.seq_k, "krow_bkv"), self.k0, "kbase"))
+
+    def split_steps(self, longest: int, row0) -> None:
+        """Split Q (dK/dV) or KV (dQ): this block's steps [z*per, (z+1)*per) of its walk (``per`` from the
+        ``longest`` walk of any block, ``build.split_range``), its slab rows from ``row0`` (its first kept
+        row's flat index).  Unsplit: every step."""
         self.it_lo = 0
-        if self.splits > 1:    # split Q: this block's steps [z*per, (z+1)*per) of the group's query tiles
+        if self.splits > 1:
+            ir = self.ir
             bz = ir.let("bz", "gpu.block_id z")
-            self.it_lo, self.n_it = split_range(ir, self.n_it, -(-nq_all * p.group // self.splits), bz, "it")
-            self.part_row = ir.add(ir.mul(bz, slab_rows(p, self.role), "slab"),
-                                   ir.add(ir.mul(bkv, p.seq_k, "krow_bkv"), self.k0, "kbase"), "part_row")
+            self.it_lo, self.n_it = split_range(ir, self.n_it, -(-longest // self.splits), bz, "it")
+            self.part_row = ir.add(ir.mul(bz, slab_rows(self.p, self.role), "slab"), row0, "part_row")
+
+    def stream_tile(self, it):
+        """The streamed tile of step ``it`` of this block's steps: a query tile (dK/dV) or a key tile (dQ)."""
+        return self.tile_of(it)[2] if self.dkv else self.ir.add(it, self.it_lo, "kv_tile")
 
     def tile_of(self, it):
         """dK/dV: (query head, flat query head b*H + h, query tile) of step ``it`` (of the split's steps)."""
@@ -241,7 +251,9 @@ class _HopperBwd(HopperAttentionKernel):
                                                                              "qt")
 
     def setup_dq(self):
+        ir, p = self.ir, self.p
         self.n_it = self.query_block(self.k0)
+        self.split_steps(-(-p.seq_k // self.BC), ir.add(ir.mul(self.bh, p.seq_q, "qrow_bh"), self.k0, "qbase"))
 
     # ------------------------------------------------------------------------------------------
     def wait(self, group, nbar, slot, par, ticks, *, role, barrier, it):
@@ -330,7 +342,7 @@ class _HopperBwd(HopperAttentionKernel):
                     qh, _, qt = self.tile_of("%itp")
                     t0, head = ir.mul(qt, self.BC, "qs"), qh
                 else:
-                    t0, head = ir.mul("%itp", self.BC, "kv0"), self.hkv
+                    t0, head = ir.mul(self.stream_tile("%itp"), self.BC, "kv0"), self.hkv
                 for i, name in enumerate(self.streamed):
                     self.load(name, f"{self.full}[{slot}]", ir.add(off, i * self.plan["tile"]), t0, head, self.S)
             self.heartbeat(20, True)
@@ -459,7 +471,7 @@ class _HopperBwd(HopperAttentionKernel):
             wgmma_wait_group(ir, 0)
             s = [ir.let("s", f"llvm.extractvalue {s_acc}[{i}] : {self.s_t}") for i in range(self.ns)]
             dp = [ir.let("dp", f"llvm.extractvalue {dp_acc}[{i}] : {self.s_t}") for i in range(self.ns)]
-            c0 = ir.mul(self.tile_of("%it")[2] if self.dkv else "%it", self.BC, "col0")   # first streamed row
+            c0 = ir.mul(self.stream_tile("%it"), self.BC, "col0")   # first streamed row
             s = self.masked(c0, s)
             ir.comment("P = exp2(S c - LSE log2 e), dS = P (dP - D)")
             pe, ds = [], []          # the register A fragments: 16-bit pairs packed, TF32 words rounded

@@ -68,6 +68,8 @@ MAX_KV_SPLITS = 32           # split KV: the combine kernel holds every split's 
                              # registers at once (5 per split + ~24: 184 at 32 splits, within 255 without spills)
 COMBINE_REGS_FIXED, COMBINE_REGS_PER_SPLIT = 24, 5
 SPLIT_SLACK = 0.03           # splits: the fewest whose predicted time is within 3% of the fastest count's
+SPLIT_MAX_WAVES = 4          # splits: weighed for grids of fewer waves than this (more waves leave little idle:
+                             # at most the last wave's share)
 NK_GEMMS = {"fwd": 1, "bwd_dq": 2, "bwd_dkv": 2}      # matmuls with A = a kept tile, B = a streamed tile [n][k]
 KN_GEMMS = {"fwd": 1, "bwd_dq": 1, "bwd_dkv": 2}      # matmuls with A from registers, B = a streamed tile [k][n]
 KEPT, STREAMED = {"fwd": ("q",), "bwd_dq": ("q", "dout"), "bwd_dkv": ("k", "v")}, \
@@ -361,24 +363,26 @@ def step7_splits(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, 
     """Split the streamed loop of a grid that leaves block slots idle: the forward's or mma.sync dQ's key
     tiles (FlashDecoding's split KV; not causal: there the long walks belong to the many query tiles)
     or dK/dV's query tiles over its group's heads (split Q: a grouped-query or long-T dK/dV has one
-    block per key tile and K/V head).  Only a grid of fewer blocks than block slots is split.  The
+    block per key tile and K/V head); also a grid of a few waves whose last one leaves slots idle (a
+    long sequence's 180 blocks on 132 SMs).  Grids of ``SPLIT_MAX_WAVES`` waves or more are not split.  The
     candidates: s = 2 .. min(``MAX_KV_SPLITS``, steps / ``MIN_TILES_PER_SPLIT``) splits, each made
     non-empty (``s = ceil(steps / ceil(steps / s))``; a causal dK/dV block's shorter walk aside) and
     priced by step 9's device time, the split kernel's plus its combine's; the fastest is taken (fewer
     splits where within ``SPLIT_SLACK``: fewer partial bytes, a lighter combine) where it is below the
     unsplit kernel's.  Returns (tile, combine tile or None, steps)."""
-    if role not in COMBINES or (kt.hopper and role != "bwd_dkv"):
+    if role not in COMBINES or (kt.hopper and role == "fwd"):       # the Hopper forward: persistent instead
         return kt, None, []
     dkv = role == "bwd_dkv"
     what, tag = ("query-tile", f"7 {role} query-tile splits") if dkv else ("key", f"7 {role} key splits")
     tiles = p.group * _cdiv(p.seq_q, kt.block_cols) if dkv else _cdiv(p.seq_k, kt.block_cols)
     blocks, slots = kt.grid[0] * kt.grid[1], int(gpu.sm_count) * kt.blocks_per_sm
-    if p.causal and not dkv:
+    if p.causal and not (dkv or kt.hopper):
         return kt, None, [_note(tag, 1, "causal: a query tile visits only the key tiles up to its diagonal, so the "
-                                "blocks that have the long walks are the many query tiles")[1]]
-    if blocks >= slots or tiles < 2 * MIN_TILES_PER_SPLIT:
-        return kt, None, [_note(tag, 1, f"{blocks} blocks of {tiles} steps for {slots} block slots: none idle or "
-                                "too few steps to share")[1]]
+                                "blocks that have the long walks are the many query tiles (the mma.sync kernels "
+                                "split only non-causal walks)")[1]]
+    if blocks >= SPLIT_MAX_WAVES * slots or tiles < 2 * MIN_TILES_PER_SPLIT:
+        return kt, None, [_note(tag, 1, f"{blocks} blocks of {tiles} steps for {slots} block slots: "
+                                f"{SPLIT_MAX_WAVES} waves or more, or too few steps to share")[1]]
 
     def predicted(tile, v=vis):
         return device_time(p, gpu, tile.role, tile, kernel_time(p, gpu, tile.role, tile, v)[1])[0] * 1e6
@@ -398,7 +402,8 @@ def step7_splits(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, 
     if parts + merge >= whole:
         return kt, None, [_note(tag, 1, f"{splits} splits would take {parts:.1f} + combine {merge:.1f} us against "
                                 f"{whole:.1f} us unsplit", formula)[1]]
-    return split, combine, [_note(tag, splits, f"{blocks} blocks leave {slots - blocks} of {slots} block slots idle: "
+    idle = -blocks % slots
+    return split, combine, [_note(tag, splits, f"{blocks} blocks leave {idle} of {slots} block slots idle: "
                                   f"each walks {_cdiv(tiles, splits)} of the {tiles} {what} steps and writes FP32 "
                                   f"partials; {parts:.1f} + combine {merge:.1f} us against {whole:.1f} us unsplit "
                                   f"(the fastest count, fewer within {SPLIT_SLACK:.0%})", formula)[1]]
@@ -955,11 +960,12 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
 
 def step10_split_or_hopper(p: AttentionProblem, gpu: GPUModel, role: str, split: KernelTile, combine: KernelTile,
                            hopper: KernelTile, vis: int, steps: list) -> KernelTile | None:
-    """Steps 10 and 11 rank the Hopper kernel against the mma.sync one by the throughput model, which
-    spreads the work over every SM; a split-KV kernel exists because the unsplit grid leaves block slots
-    idle, where the busiest SM decides.  So here the two are compared by step 9's device time: the
-    Hopper kernel (unsplit, its few blocks' walks) against the split kernel plus its combine.  Returns
-    the Hopper tile where it is faster, else None (a note in ``steps`` says which)."""
+    """Step 10 ranks the Hopper forward against the mma.sync one by the throughput model, which spreads
+    the work over every SM; a split-KV forward exists because the unsplit grid leaves block slots idle,
+    where the busiest SM decides.  So here the two are compared by step 9's device time: the Hopper
+    forward (unsplit, its few blocks' walks) against the split kernel plus its combine.  (The backward's
+    kernels are split after step 11, whichever it chose.)  Returns the Hopper tile where it is faster,
+    else None (a note in ``steps`` says which)."""
     def dev(kt, v):
         return device_time(p, gpu, kt.role, kt, kernel_time(p, gpu, kt.role, kt, v)[1])[0] * 1e6
     h = dev(hopper, visited_pairs(p, role, hopper.block_rows, hopper.block_cols))
@@ -1045,7 +1051,7 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
         steps.append(st)
         kernels[role] = KernelTile(role, rows, cols, kw, stages, pad, int(smem), regs, bps, grid)
         visited[role] = vis
-        if not (tiles and role in tiles) and opts.attention_split_kv and role != "bwd_dkv":
+        if not (tiles and role in tiles) and opts.attention_split_kv and role == "fwd":
             kernels[role], combines[role], sts = step7_splits(p, gpu, role, kernels[role], vis)
             steps += sts
     rows_pre = 4 * 32 // 8
@@ -1081,15 +1087,13 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
             mma_t, _ = kernel_time(p, gpu, role, kernels[role], visited[role])
             hkt, sts = step11_hopper_backward(p, gpu, role, mma_t * 1e6, force=hmode == "force")
             steps += sts
-            if hkt is not None and hmode != "force" and combines.get(role) is not None:
-                hkt = step10_split_or_hopper(p, gpu, role, kernels[role], combines[role], hkt, visited[role], steps)
             if hkt is not None:
                 kernels[role], combines[role] = hkt, None
                 visited[role] = visited_pairs(p, role, hkt.block_rows, hkt.block_cols)
-    if not (tiles and "bwd_dkv" in tiles) and opts.attention_split_kv:      # on the kernel step 11 chose
-        kernels["bwd_dkv"], combines["bwd_dkv"], sts = step7_splits(p, gpu, "bwd_dkv", kernels["bwd_dkv"],
-                                                                    visited["bwd_dkv"])
-        steps += sts
+    for role in ("bwd_dkv", "bwd_dq"):         # the backward's splits: on the kernel step 11 chose
+        if not (tiles and role in tiles) and opts.attention_split_kv:
+            kernels[role], combines[role], sts = step7_splits(p, gpu, role, kernels[role], visited[role])
+            steps += sts
     sched = AttentionSchedule(gpu.arch if gpu.arch != SM90A else "sm_90", mma, kernels["fwd"], kernels["bwd_pre"],
                               kernels["bwd_dkv"], kernels["bwd_dq"], dq_mode=mode, tma=tma,
                               fwd_combine=combines.get("fwd"), bwd_dq_combine=combines.get("bwd_dq"),

@@ -68,12 +68,12 @@ def block_steps(p: AttentionProblem, role: str, rows: int, cols: int, splits: in
     on, over the group's query heads; split Q: each split's share of that walk, ``build.split_range``).
     Their sum times rows x cols is ``derive.visited_pairs``."""
     tq, tk = p.seq_q, p.seq_k
-    if role in ("fwd", "bwd_dq") and splits > 1:
-        tiles = -(-tk // cols)
-        per = -(-tiles // splits)
-        return [min(per, tiles - z * per) for _ in range(-(-tq // rows)) for z in range(splits)]
     if role in ("fwd", "bwd_dq"):
-        return [-(-(min(tk, (qt + 1) * rows) if p.causal else tk) // cols) for qt in range(-(-tq // rows))]
+        walks = [-(-(min(tk, (qt + 1) * rows) if p.causal else tk) // cols) for qt in range(-(-tq // rows))]
+        if splits == 1:
+            return walks
+        per = -(-(-(-tk // cols)) // splits)           # split KV: each split's share of the longest walk
+        return [max(0, min(per, w - z * per)) for w in walks for z in range(splits)]
     query_tiles = -(-tq // cols)
     walks = [p.group * max(0, query_tiles - ((kt * rows) // cols if p.causal else 0)) for kt in range(-(-tk // rows))]
     if splits == 1:
