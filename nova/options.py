@@ -174,8 +174,8 @@ TABLE: tuple[Option, ...] = (
            "let the attention derivation weigh the Hopper dK/dV and dQ kernels; 0: the backward stays "
            "on mma.sync", True),
     Option("attention_split_kv", "NOVA_ATTENTION_SPLIT_KV", BOOL, True,
-           "let the attention derivation split a forward or dQ grid that leaves SMs idle over its keys "
-           "(split KV, with a combine kernel); 0: never split", True),
+           "let the attention derivation split a grid that leaves SMs idle along its streamed loop (the "
+           "forward's and dQ's keys, dK/dV's query tiles), with a combine kernel; 0: never split", True),
     Option("attention_persistent", "NOVA_ATTENTION_PERSISTENT", BOOL, True,
            "make the Hopper attention forward persistent where it has more work tiles than SMs", True),
     Option("attention_tile_order", "NOVA_ATTENTION_TILE_ORDER", enum("head", "query"), "head",
