@@ -8,7 +8,9 @@ executes it one CTA at a time (in grid order or a seeded random one), each SSA
 value a numpy array over the CTA's threads, control flow under an active-thread mask:
 
 * a loop runs while any thread's induction value is below its bound, the others masked off;
-* every memory access of an active thread is checked against its buffer's extent (``OutOfBounds``);
+* every memory access of an active thread is checked against its buffer's extent (``OutOfBounds``), and
+  a global vector access for starting on a multiple of its width (``Misaligned``: the GPU's "misaligned
+  address");
 * a barrier must be reached by every thread of the CTA, a shuffle by every lane of a warp;
 * shared memory is checked for races between barriers (``Race``): a word one thread writes and another
   thread reads or writes in the same barrier interval.
@@ -32,6 +34,10 @@ class OutOfBounds(AssertionError):
 
 
 class Race(AssertionError):
+    pass
+
+
+class Misaligned(AssertionError):
     pass
 
 
@@ -153,6 +159,11 @@ class _Cta:
             t = int(np.argmax(bad))
             raise OutOfBounds(f"{what} {name}[{int(idx[t])}:{int(idx[t]) + width}] of {len(buf)} by thread {t} "
                               f"of CTA {self.block}")
+        off = mask & (idx % width != 0)
+        if width > 1 and off.any():         # a vector access must start on a multiple of its width (the GPU
+            t = int(np.argmax(off))         # faults: "misaligned address"; every buffer starts 16-byte aligned)
+            raise Misaligned(f"{what} {name}[{int(idx[t])}:{int(idx[t]) + width}] (a {width}-element vector) by "
+                             f"thread {t} of CTA {self.block}")
         return buf, ty, np.where(mask, idx, 0)
 
     def _smem_check(self, idx, width, mask, write: bool):

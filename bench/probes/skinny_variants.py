@@ -1,5 +1,5 @@
 """The skinny kernel's schedule variants on the decode GEMMs it lost to cuBLAS: each problem's derived
-schedule, the pick with ``skinny.DEEP_UNROLL`` on (the unroll at its cap weighed too: fewer dependent
+schedule, the pick with ``skinny.DEEP_UNROLL`` on for both lane arrangements and no margin (the unroll at its cap weighed too: fewer dependent
 trips), with K unsplit, and at an odd N with each row read as two aligned vectors (``SHIFTED_COLUMNS``),
 each timed by CUDA-graph replay (device time) with L2 warm (the same call
 back to back) and cold (a 256 MB buffer written before each call, its own time subtracted), against
@@ -33,7 +33,8 @@ FLUSH_BYTES = 256 << 20
 
 def derive_variants(problem, target: str) -> dict:
     """{name: (schedule, predicted us)}: "derived" (the configurator's), "most_unroll" (the pick with
-    ``skinny.DEEP_UNROLL`` on, where it differs: the unroll at its cap weighed too), "shifted_columns"
+    ``skinny.DEEP_UNROLL`` on for both lane arrangements, no margin, where it differs: the unroll at its cap
+    weighed too), "shifted_columns"
     (odd N, ``skinny.SHIFTED_COLUMNS`` on) and "one_slice" (splits forced to 1 through the one-wave
     formula); each predicted by the model that derived it."""
     from nova.configurator import configure
@@ -48,7 +49,7 @@ def derive_variants(problem, target: str) -> dict:
         return out
     s = c.schedule
     out["derived"] = (s, c.prediction.time_us)
-    with mock.patch.object(skinny, "DEEP_UNROLL", True):
+    with mock.patch.object(skinny, "DEEP_UNROLL", ("n", "k")), mock.patch.object(skinny, "DEEP_UNROLL_MARGIN", 0.0):
         cfg = skinny.configure_skinny(problem, gpu, Derivation())
     if cfg is not None and cfg[0] != s:
         out["most_unroll"] = (cfg[0], cfg[1].time_us)

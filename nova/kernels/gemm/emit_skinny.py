@@ -296,7 +296,8 @@ class SkinnyKernel:
     def trip(self, cur: list[str], sm: str, count: int, where, t, chunk_lo, chunk_hi, tail: bool) -> list[str]:
         """One trip from ``t``: every thread's ``unroll`` (x ``rows``) loads of B first, then the FMAs.  A
         ``tail`` trip (the rest of a chunk, shorter than a trip) predicates each step on lying below
-        ``chunk_hi``: its loads read row / column 0 instead, its sums stay as they were."""
+        ``chunk_hi``: its loads read row / column 0 instead (shifted rows along N: row k mod vec, whose
+        shift is the thread's), its sums stay as they were."""
         ir, p, s = self.ir, self.p, self.s
         index, columns = where              # along N: (tk, the thread's first column); along K: (lane, the rows)
         if s.lanes_along == "n":
@@ -306,7 +307,8 @@ class SkinnyKernel:
                      for u in range(s.unroll)]
         valid = [ir.cmp("slt", k, chunk_hi, "step_ok") if tail else True for k in steps]
         safe = [ir.select(ok, k, 0, hint="k_safe") for k, ok in zip(steps, valid)]
-        if s.lanes_along == "n" and s.row_shift:
+        if s.lanes_along == "n" and s.row_shift:     # a row past the chunk reads row k mod vec: the same shift
+            safe = [ir.select(ok, k, ir.rem(k, s.vec, "k_res"), hint="k_safe") for k, ok in zip(steps, valid)]
             bs = [self.shifted_columns(k, columns) for k in safe]
         elif s.lanes_along == "n":
             bs = [ir.load("B", ir.add(ir.mul(k, p.N, "b_row"), columns, "b_at"), s.vec) for k in safe]
@@ -333,7 +335,7 @@ class SkinnyKernel:
 
     def shifted_columns(self, k, column) -> list[str]:
         """Lanes along N, ``row_shift``: the thread's ``vec`` columns of row ``k`` from the two aligned
-        vectors at ``k N + column - shift`` (at least 0: a tail trip's safe row 0; the second at most
+        vectors at ``k N + column - shift`` (at least 0; the second at most
         B's last vector: what lies past N is never written), taken out by a shifter on the shift's bits."""
         ir, p, s = self.ir, self.p, self.s
         start = ir.max(ir.sub(ir.add(ir.mul(k, p.N, "b_row"), column, "b_col"), self.shift, "b_al"), 0, "b_start")
@@ -346,9 +348,22 @@ class SkinnyKernel:
             step //= 2
         return values
 
+    def shift_rows(self, tk, chunk_lo) -> None:
+        """Lanes along N, ``row_shift``: the shift of every row this thread reads in the chunk from
+        ``chunk_lo``, ((chunk_lo + tk) N) mod vec: its rows are chunk_lo + tk + (threads along K) j, a
+        multiple of vec apart (a slice or chunk may start anywhere, so the shift is the chunk's)."""
+        ir, p, s = self.ir, self.p, self.s
+        ir.comment(f"shifted rows along N: every row of this thread in the chunk (chunk_lo + tk + {s.threads_k} j) "
+                   f"has the shift ((chunk_lo + tk) N) mod {s.vec}")
+        self.shift = ir.rem(ir.mul(ir.add(chunk_lo, tk, "tk_k"), p.N, "tk_row"), s.vec, "shift")
+        self.shift_bits = {b: ir.cmp("ne", ir.rem(ir.div(self.shift, b, "sh_q"), 2, "sh_b"), 0, "sh_bit")
+                           for b in (1, 2, 4) if b < s.vec}
+
     def chunk(self, acc: list[str], sm: str, count: int, tid, where, chunk_lo, chunk_hi) -> list[str]:
         """Stage A's chunk, then its whole trips and the tail trip; returns the sums."""
         ir, s = self.ir, self.s
+        if s.lanes_along == "n" and s.row_shift:
+            self.shift_rows(where[0], chunk_lo)
         self.stage(sm, count, tid, chunk_lo, chunk_hi)
         length = ir.sub(chunk_hi, chunk_lo, "chunk_len")
         main_end = ir.add(chunk_lo, ir.mul(ir.div(length, s.span, "trips"), s.span, "whole"), "main_end")
@@ -505,13 +520,8 @@ class SkinnyKernel:
                 col_ok = True if p.N % s.columns == 0 else ir.cmp("slt", col, p.N, "col_ok")
                 where = (tk, ir.select(col_ok, col, 0, hint="col_safe"))
                 sums = s.vec
-                if s.row_shift:
-                    ir.comment(f"shifted rows along N: every row of this thread (tk + {s.threads_k} j) has the "
-                               f"shift (tk N) mod {s.vec}")
-                    self.shift = ir.rem(ir.mul(tk, p.N, "tk_row"), s.vec, "shift")
+                if s.row_shift:          # the shift of the thread's rows: set per chunk (``chunk``)
                     self.last_vector = (p.K * p.N - 1) // s.vec * s.vec
-                    self.shift_bits = {b: ir.cmp("ne", ir.rem(ir.div(self.shift, b, "sh_q"), 2, "sh_b"), 0, "sh_bit")
-                                       for b in (1, 2, 4) if b < s.vec}
             elif s.row_shift:
                 lane = ir.rem(tid, WARP, "lane")
                 warp = ir.div(tid, WARP, "warp")

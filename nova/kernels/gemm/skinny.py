@@ -88,9 +88,15 @@ SHIFTED_COLUMNS = False   # [EST] off until measured: lanes along N at an N off 
                           # aligned vectors and select their columns (``row_shift``), where the derivation
                           # otherwise halves the vector to 1-element loads (~38 instructions an element of B
                           # against ~20 with vectors: bench/NOTES.md, 2026-12-07)
-DEEP_UNROLL = False       # [EST] off until measured: also derive each width with the unroll at its cap (fewer
-                          # dependent trips; the model prices it lower on grids within the SMs' slots, e.g.
-                          # 3x4608x8128 bf16 NT 58 -> 39 us on the H100) and keep the lower prediction
+DEEP_UNROLL = ("n",)      # [MEASURED] the lane arrangements whose widths are also derived with the unroll at
+                          # its cap (fewer dependent trips), kept where it predicts DEEP_UNROLL_MARGIN lower.
+                          # H100, bench/results/h100-2026-12-07/run98-h100/noshift: lanes along N where the
+                          # model priced the cap lower by > 3%, all three faster (3x7559x3130 tf32 58.4 ->
+                          # 38.4 us, 2x13760x512 bf16 4.5 -> 4.2, 3x3264x320 tf32 4.5 -> 2.6); where it
+                          # priced them level, slower (10x1088x1088 bf16 6.9 -> 8.1, 7x960x1728 7.0 -> 7.4);
+                          # along K one faster (3x4608x8128 bf16 NT 75.0 -> 64.2), one twice slower
+                          # (10x4928x10240 tf32 NT 87.2 -> 170.7): off there
+DEEP_UNROLL_MARGIN = 0.03
 REDUCE_UNROLL = 32        # [EST] partials a thread of the last CTA loads before adding them (its other
                           # values are dead by then: 32 loads and their addresses fit the caps, ptxas checks)
 
@@ -399,7 +405,7 @@ def configure_skinny(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[Skin
     widths = [threads_n] + ([w for w in (threads_n // 2, threads_n // 4) if w * vec * p.in_bytes >= LINE_BYTES]
                             if lanes == "n" else [])
     derived = {}
-    for width, deep in ((w, deep) for w in widths for deep in ((False, True) if DEEP_UNROLL else (False,))):
+    for width, deep in ((w, deep) for w in widths for deep in ((False, True) if lanes in DEEP_UNROLL else (False,))):
         sub = Derivation()
         result = _configure_width(p, gpu, lanes, vec, threads, width, rows, sub, row_shift, deep)
         if result is not None and not (deep and (width, False) in derived
@@ -407,13 +413,17 @@ def configure_skinny(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[Skin
             derived[width, deep] = (result, sub)
     if not derived:
         return None
-    best = min(derived, key=lambda c: derived[c][0][1].time_us)
+    time = {c: derived[c][0][1].time_us for c in derived}
+    best = min((c for c in derived if not c[1]), key=time.get, default=None)
+    deep = min((c for c in derived if c[1]), key=time.get, default=None)
+    if best is None or (deep is not None and time[deep] < (1 - DEEP_UNROLL_MARGIN) * time[best]):
+        best = deep
     if len(derived) > 1:
         d.note("skinny: threads along N", f"{best[0]} x {threads // best[0]}, "
                f"u{derived[best][0][0].unroll}", ", ".join(
                    f"{w} ({w * vec} columns a CTA) u{derived[w, deep][0][0].unroll} "
                    f"({'the cap' if deep else 'Little'}) {derived[w, deep][0][1].time_us:.2f} us"
-                   for w, deep in derived) + ": the lowest")
+                   for w, deep in derived) + f": the lowest (the cap's only where {DEEP_UNROLL_MARGIN:.0%} lower)")
     d.steps.extend(derived[best][1].steps)
     return derived[best][0]
 
