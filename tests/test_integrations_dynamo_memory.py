@@ -20,6 +20,16 @@ CONFIG = GPTConfig(vocab_size=2048, n_embd=128, n_layer=2, n_head=2, block_size=
 BATCH = 8
 
 
+@pytest.fixture(scope="module", autouse=True)
+def unsplit_attention():
+    """At this size the attention's dK/dV would split over its query tiles, and its FP32 partials (counted
+    among a launch's temporaries when the step's memory is priced: tests/test_outside_arena.py) would
+    outweigh the temporaries this accounting of the saved activations compares them with."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NOVA_ATTENTION_SPLIT_KV", "0")
+        yield
+
+
 @pytest.fixture(scope="module")
 def small_gpt():
     """The small GPT's plans with every saved tensor read in place (``STAGED_BYTES`` 0: at this size most

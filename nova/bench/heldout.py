@@ -443,14 +443,14 @@ def attention_prediction(h: HeldoutAttention, target, options=None) -> dict:
     """The configurator's prediction for a drawn attention problem, two calls' worth: the forward
     (``predicted_fwd_us``) and the backward's three kernels (``predicted_bwd_us``: bwd_pre + bwd_dkv +
     bwd_dq), each with its split-KV combine where the schedule splits it, each kernel its device time
-    in a CUDA graph (``nova/kernels/attention/device_time.py``); ``splits``: the forward's and dQ's key
-    splits (1: unsplit).  ``options``: ``configure_attention``'s (None: the environment's)."""
+    in a CUDA graph (``nova/kernels/attention/device_time.py``); ``splits``: the forward's, dQ's and
+    dK/dV's (1: unsplit).  ``options``: ``configure_attention``'s (None: the environment's)."""
     from nova.kernels.attention.derive import configure_attention
     cfg = configure_attention(h.problem(), target, options=options)
     terms, s = cfg.prediction.terms_us, cfg.schedule
     return {"predicted_fwd_us": sum(terms[r] for r in s.with_combines(("fwd",))),
             "predicted_bwd_us": sum(terms[r] for r in s.with_combines(("bwd_pre", "bwd_dkv", "bwd_dq"))),
-            "splits": [s.fwd.splits, s.bwd_dq.splits]}
+            "splits": [s.fwd.splits, s.bwd_dq.splits, s.bwd_dkv.splits]}
 
 
 def one_line(e: Exception) -> str:

@@ -63,6 +63,7 @@ RUN_TIME_SITES = {
     ("nova/kernels/attention/launch.py", "_bias_copy"): "bias copy (attention_copies)",
     ("nova/kernels/attention/launch.py", "attention"): "lse when not given: the executor gives it",
     ("nova/kernels/attention/launch.py", "attention_backward"): "delta (attention_copies)",
+    ("nova/kernels/attention/launch.py", "split_launch"): "a split kernel's FP32 partials (attention_copies)",
     ("nova/kernels/embedding/launch.py", "run"): "per-call workspace: the executor's launcher takes ctx.workspace",
     ("nova/kernels/embedding/launch.py", "embedding_forward"): "out: the executor passes the arena view",
     ("nova/kernels/embedding/launch.py", "embedding_backward"): "grad: the executor passes the arena view",
