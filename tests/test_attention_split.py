@@ -180,10 +180,9 @@ def test_dq_combine_sums_the_slabs_into_strided_rows():
 
 
 # ---- the launcher -------------------------------------------------------------------------------
-def test_split_launch_writes_slabs_then_combines_into_the_outputs():
-    torch = pytest.importorskip("torch")
-    from nova.kernels.attention.launch import _Resolved, split_launch
-    s = configure_attention(DECODE, "h200").schedule
+def recording(p, s, roles):
+    """(resolved kernels of ``roles`` and their combines that record their launches, the record)."""
+    from nova.kernels.attention.launch import _Resolved
     calls = []
 
     class Kernel:
@@ -192,7 +191,14 @@ def test_split_launch_writes_slabs_then_combines_into_the_outputs():
 
         def launch(self, args, stream):
             calls.append((self.role, args))
-    r = _Resolved(DECODE, s, {role: Kernel(role) for role in s.with_combines(("fwd", "bwd_dq"))})
+    return _Resolved(p, s, {role: Kernel(role) for role in s.with_combines(roles)}), calls
+
+
+def test_split_launch_writes_slabs_then_combines_into_the_outputs():
+    torch = pytest.importorskip("torch")
+    from nova.kernels.attention.launch import split_launch
+    s = configure_attention(DECODE, "h200").schedule
+    r, calls = recording(DECODE, s, ("fwd", "bwd_dq"))
     like = torch.empty(1)
     split_launch(r, "fwd", (1, 2, 3), (40, 50), (), 0, like)
     (fwd, fargs), (comb, cargs) = calls
@@ -301,18 +307,10 @@ def test_split_dkv_writes_every_slab_element_in_bounds_without_spills(shape, kv,
 
 def test_split_launch_of_dkv_gives_each_output_its_slabs():
     torch = pytest.importorskip("torch")
-    from nova.kernels.attention.launch import _Resolved, split_launch
+    from nova.kernels.attention.launch import split_launch
     p = problem(1, 8, 3968, 3968, 64, causal=True, dtype="tf32", kv_heads=1)
     s = configure_attention(p, "h200").schedule
-    calls = []
-
-    class Kernel:
-        def __init__(self, role):
-            self.role = role
-
-        def launch(self, args, stream):
-            calls.append((self.role, args))
-    r = _Resolved(p, s, {role: Kernel(role) for role in s.with_combines(("bwd_dkv",))})
+    r, calls = recording(p, s, ("bwd_dkv",))
     split_launch(r, "bwd_dkv", (1, 2, 3, 4, 5, 6), (70, 80), (), 0, torch.empty(1))
     (dkv, args), (comb, cargs) = calls
     slab = s.bwd_dkv.splits * 3968 * 64

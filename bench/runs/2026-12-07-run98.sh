@@ -7,7 +7,9 @@
 # batch 32 under the lean and the fast memory policy, one after the other and in the other order (the
 # memory budget's "at full speed" target); the held-out runs' GPU tests; seed 20261214's GEMM draw with
 # L2 flushed before every call of every library (`--cold-l2-mb 256`).
-# Host: `.nova-cache-run98.txz` = run 97's cache (its header) plus, for T = h200 and h100,
+# Host (NOVA_CACHE_DIR=.nova-cache-run98, PYTHONPATH with transformers 5.17), `.nova-cache-run98.txz`:
+# `nova precompile train hf-llama-42m --batch 32 --target h200`, again with NOVA_MEMORY_POLICY=fast; for
+# T = h200 and h100: `nova.bench.heldout gemm --count 100 --seed 20261214 --precompile --target T`,
 # `nova.bench.heldout attention --count 40 --seed 20261214 --precompile --target T`,
 # `python3 tests/test_heldout.py --target T`, and `precompile_attention` of every
 # `nova.bench.attention.GPU_TEST_CASES` problem; `.nova-skinny-variants.json` from
