@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from nova.kernels.attention import AttentionProblem, configure_attention
 from nova.kernels.attention.build_combine import KERNEL_NAMES, THREADS
-from nova.kernels.attention.derive import MAX_KV_SPLITS
+from nova.kernels.attention.derive import MAX_SPLITS
 from nova.kernels.attention.device_time import block_steps
 from nova.kernels.attention.module import build_module
 from nova.kernels.attention.problem import score_precision_for
@@ -94,7 +94,7 @@ def test_every_split_is_non_empty_and_the_steps_add_up(B, H, Tq, Tk, D, dtype, t
             continue
         tiles = -(-Tk // kt.block_cols)
         per = -(-tiles // kt.splits)
-        assert 2 <= kt.splits <= MAX_KV_SPLITS and (kt.splits - 1) * per < tiles
+        assert 2 <= kt.splits <= MAX_SPLITS and (kt.splits - 1) * per < tiles
         steps = block_steps(p, role, kt.block_rows, kt.block_cols, kt.splits)
         assert sum(steps) == -(-Tq // kt.block_rows) * tiles and min(steps) >= 1
         assert AttentionSchedule.from_dict(json.loads(json.dumps(s.to_dict()))) == s
@@ -216,7 +216,7 @@ def test_split_launch_writes_slabs_then_combines_into_the_outputs():
 @pytest.mark.parametrize("shape, dtype, target", [
     ((2, 2, 3, 5632, 128), "bf16", "h200"), ((1, 4, 10, 6464, 64), "tf32", "h200"),
     ((2, 8, 7, 1920, 64), "fp16", "h100"), ((3, 3, 4, 4544, 128), "tf32", "a100"),
-    ((1, 1, 1, 40000, 128), "bf16", "h200"),      # MAX_KV_SPLITS partials a row in the combine
+    ((1, 1, 1, 40000, 128), "bf16", "h200"),      # MAX_SPLITS partials a row in the combine
 ])
 def test_split_kernels_and_combines_assemble_without_spills(shape, dtype, target):
     from nova.hwmodel import get_target
@@ -316,3 +316,18 @@ def test_split_launch_of_dkv_gives_each_output_its_slabs():
     slab = s.bwd_dkv.splits * 3968 * 64
     assert dkv == "bwd_dkv" and comb == "bwd_dkv_combine" and args[:6] == (1, 2, 3, 4, 5, 6)
     assert args[7] - args[6] == 4 * slab and cargs == (args[6], args[7], 70, 80)
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None, reason="ptxas not on PATH")
+@pytest.mark.parametrize("role", ["fwd", "bwd_dq", "bwd_dkv"])
+def test_combines_at_the_most_splits_assemble_without_spills(role):
+    """Every split's columns of a row in flight at once (dK/dV: both slab sets): MAX_SPLITS fits."""
+    from dataclasses import replace
+
+    from nova.kernels.attention.compile import compile_kernel
+    from nova.kernels.attention.derive import combine_tile
+    p = problem(1, 8, 3968, 3968, 128, causal=True, dtype="bf16", kv_heads=1)
+    s = configure_attention(p, "h200").schedule
+    s = replace(s, **{COMBINES[role]: combine_tile(p, role, MAX_SPLITS)})
+    res = compile_kernel(p, s, COMBINES[role]).resources
+    assert res["spill_store_bytes"] == 0 and res["spill_load_bytes"] == 0 and res["registers"] <= 255, res

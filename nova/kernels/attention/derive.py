@@ -10,8 +10,9 @@ measurement.
  4. streamed tile      per kernel: the largest KV (or Q) tile whose accumulators fit the registers
  5. stages             per kernel: Little's law for the cp.async ring, within shared memory
  6. occupancy          per kernel: blocks per SM from registers, shared memory, threads
- 7. grid               per kernel: blocks, waves, causal tile skipping; key splits (split KV) for a
-                       forward or dQ grid that leaves block slots idle, with their combine kernel
+ 7. grid               per kernel: blocks, waves, causal tile skipping; splits of a grid that leaves
+                       block slots idle (the forward's and dQ's keys, dK/dV's query tiles), with their
+                       combine kernel (the backward's on the kernel step 11 chose)
  8. dQ strategy        separate dQ pass vs atomics
  9. prediction         per kernel time = max(tensor, MUFU, FP32 ALU, DRAM) / wave efficiency + launch
 10. Hopper forward     (sm_90 targets with wgmma + TMA, BF16/FP16/TF32) the forward on TMA + mbarrier ring + wgmma
@@ -62,9 +63,9 @@ BLOCK_FIXED_US = 6.3         # [FITTED] per block: prologue (kept tile + first r
 TILE_FIXED_US = 0.15         # [FITTED] per streamed tile: barrier, cp.async issue and wait, the row statistics
                              # and the O rescale that do not shrink with the tile; the same fit
 SMEM_WAVEFRONT_BYTES = 128   # [CC] shared memory delivers one 128-byte wavefront per clock per SM
-MIN_TILES_PER_SPLIT = 2      # split KV: a block streams at least this many key tiles (its ring's prologue and
+MIN_TILES_PER_SPLIT = 2      # splits: a block streams at least this many tiles (its ring's prologue and
                              # one step overlap; one tile a block would pay the whole prologue per tile)
-MAX_KV_SPLITS = 32           # split KV: the combine kernel holds every split's four columns and LSE of a row in
+MAX_SPLITS = 32              # splits: the combine kernel holds every split's four columns (and LSE) of a row in
                              # registers at once (5 per split + ~24: 184 at 32 splits, within 255 without spills)
 COMBINE_REGS_FIXED, COMBINE_REGS_PER_SPLIT = 24, 5
 SPLIT_SLACK = 0.03           # splits: the fewest whose predicted time is within 3% of the fastest count's
@@ -354,7 +355,8 @@ def combine_tile(p: AttentionProblem, role: str, splits: int) -> KernelTile:
     rpb = rows_per_block(p.head_dim)
     regs = -(-(COMBINE_REGS_FIXED + COMBINE_REGS_PER_SPLIT * splits) // 8) * 8
     from nova.kernels.attention.build import slab_rows
-    regs = regs * (2 if role == "bwd_dkv" else 1)          # dK/dV: two slab sets' columns in flight
+    regs = min(255, regs * (2 if role == "bwd_dkv" else 1))   # dK/dV: two slab sets' columns in flight
+                                                             # (ptxas: 254-255 at 32 splits, no spills)
     return KernelTile(COMBINES[role], rpb, 0, THREADS // 32, 1, 0, 0, regs, max(1, min(16, 65536 // (regs * THREADS))),
                       (_cdiv(slab_rows(p, COMBINES[role]), rpb), 1, 1), splits=splits)
 
@@ -365,7 +367,7 @@ def step7_splits(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, 
     or dK/dV's query tiles over its group's heads (split Q: a grouped-query or long-T dK/dV has one
     block per key tile and K/V head); also a grid of a few waves whose last one leaves slots idle (a
     long sequence's 180 blocks on 132 SMs).  Grids of ``SPLIT_MAX_WAVES`` waves or more are not split.  The
-    candidates: s = 2 .. min(``MAX_KV_SPLITS``, steps / ``MIN_TILES_PER_SPLIT``) splits, each made
+    candidates: s = 2 .. min(``MAX_SPLITS``, steps / ``MIN_TILES_PER_SPLIT``) splits, each made
     non-empty (``s = ceil(steps / ceil(steps / s))``; a causal dK/dV block's shorter walk aside) and
     priced by step 9's device time, the split kernel's plus its combine's; the fastest is taken (fewer
     splits where within ``SPLIT_SLACK``: fewer partial bytes, a lighter combine) where it is below the
@@ -388,7 +390,7 @@ def step7_splits(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, 
         return device_time(p, gpu, tile.role, tile, kernel_time(p, gpu, tile.role, tile, v)[1])[0] * 1e6
     whole = predicted(kt)
     priced = {}
-    for n in range(2, min(MAX_KV_SPLITS, tiles // MIN_TILES_PER_SPLIT) + 1):
+    for n in range(2, min(MAX_SPLITS, tiles // MIN_TILES_PER_SPLIT) + 1):
         n = _cdiv(tiles, _cdiv(tiles, n))                  # no split left empty
         if n not in priced:
             split = replace(kt, grid=(kt.grid[0], kt.grid[1], n), splits=n)
