@@ -331,3 +331,18 @@ def test_combines_at_the_most_splits_assemble_without_spills(role):
     s = replace(s, **{COMBINES[role]: combine_tile(p, role, MAX_SPLITS)})
     res = compile_kernel(p, s, COMBINES[role]).resources
     assert res["spill_store_bytes"] == 0 and res["spill_load_bytes"] == 0 and res["registers"] <= 255, res
+
+
+def test_a_masked_forward_combine_is_built_with_its_dead_row_rule():
+    """The combine reads no bias, but a row masked in every split must come out O = 0, LSE = +inf (not
+    NaN): the bias stays in the combine's problem (``for_role``), so in its code and its cache key."""
+    from nova.hwmodel import get_target
+    from nova.kernels.attention.compile import attention_key
+    biased = problem(2, 3, 5, 2900, 64, dtype="fp16", bias=(2900, 0, 0, 1))
+    s = configure_attention(biased, "h200").schedule
+    assert s.fwd.splits > 1
+    assert "row_masked" in build_module(biased.for_role("fwd_combine"), s, "fwd_combine")
+    plain = problem(2, 3, 5, 2900, 64, dtype="fp16")
+    gpu = get_target("h200")
+    assert attention_key(biased, s, "fwd_combine", gpu) != attention_key(plain, s, "fwd_combine", gpu)
+    assert attention_key(biased, s, "bwd_dq_combine", gpu) == attention_key(plain, s, "bwd_dq_combine", gpu)

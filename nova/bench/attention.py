@@ -225,7 +225,7 @@ def _precompile_one(args):
         with hopper_mode(mode):
             s = configure_attention(p, gpu).schedule
     out = []
-    for role in roles:
+    for role in s.with_combines(roles):           # a split kernel's combine too
         art, key, status = get_or_compile(p, s, role, gpu, offline=False)
         out.append((role, key, status, {k: v for k, v in art.resources.items() if k != "ptxas_info"}))
     return out

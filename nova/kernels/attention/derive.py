@@ -362,9 +362,10 @@ def combine_tile(p: AttentionProblem, role: str, splits: int) -> KernelTile:
 
 
 def step7_splits(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, vis: int):
-    """Split the streamed loop of a grid that leaves block slots idle: the forward's or mma.sync dQ's key
-    tiles (FlashDecoding's split KV; not causal: there the long walks belong to the many query tiles)
-    or dK/dV's query tiles over its group's heads (split Q: a grouped-query or long-T dK/dV has one
+    """Split the streamed loop of a grid that leaves block slots idle: the forward's or dQ's key tiles
+    (FlashDecoding's split KV; the mma.sync kernels not causal: there the long walks belong to the many
+    query tiles; the Hopper dQ causal too, its empty splits writing zeros) or dK/dV's query tiles over
+    its group's heads (split Q: a grouped-query or long-T dK/dV has one
     block per key tile and K/V head); also a grid of a few waves whose last one leaves slots idle (a
     long sequence's 180 blocks on 132 SMs).  Grids of ``SPLIT_MAX_WAVES`` waves or more are not split.  The
     candidates: s = 2 .. min(``MAX_SPLITS``, steps / ``MIN_TILES_PER_SPLIT``) splits, each made

@@ -236,8 +236,10 @@ class AttentionProblem:
     def for_role(self, role: str) -> "AttentionProblem":
         """This problem with only the strides of the operands kernel ``role`` reads or writes."""
         keep = ROLE_OPERANDS[role]
+        # the forward's combine reads no bias, but a biased problem's merge handles rows masked in every
+        # split (build_combine.merge): the bias stays part of its problem, so of its code and cache key
         return replace(self, strides=tuple(e for e in self.strides if e[0] in keep),
-                       bias=self.bias if role in BIAS_ROLES else ())
+                       bias=self.bias if role in BIAS_ROLES + ("fwd_combine",) else ())
 
     @property
     def split_scores(self) -> bool:

@@ -46,8 +46,8 @@ class KernelTile:
     tile_order: str = ""            # persistent: "head" (a head's query tiles side by side, rounds snaked) or
                                     # "query" (query-tile major across heads, the longest first)
     transpose_in_flight: int = 0    # TF32 Hopper kernels: tile-transpose units a producer thread has in flight
-    splits: int = 1                 # grid z splits the streamed tiles (the forward's and mma.sync dQ's keys: split
-                                    # KV; dK/dV's query tiles of its heads: split Q); each block writes FP32
+    splits: int = 1                 # grid z splits the streamed tiles (the forward's and dQ's keys: split KV;
+                                    # dK/dV's query tiles of its heads: split Q); each block writes FP32
                                     # partials that the role's combine kernel (``COMBINES``) reduces
 
     @property

@@ -335,10 +335,11 @@ class SkinnyKernel:
 
     def shifted_columns(self, k, column) -> list[str]:
         """Lanes along N, ``row_shift``: the thread's ``vec`` columns of row ``k`` from the two aligned
-        vectors at ``k N + column - shift`` (at least 0; the second at most
+        vectors at ``k N + column - shift`` (within [0, B's last vector]; the second at most
         B's last vector: what lies past N is never written), taken out by a shifter on the shift's bits."""
         ir, p, s = self.ir, self.p, self.s
-        start = ir.max(ir.sub(ir.add(ir.mul(k, p.N, "b_row"), column, "b_col"), self.shift, "b_al"), 0, "b_start")
+        start = ir.min(ir.max(ir.sub(ir.add(ir.mul(k, p.N, "b_row"), column, "b_col"), self.shift, "b_al"), 0,
+                              "b_start0"), self.last_vector, "b_start")
         values = ir.load("B", start, s.vec) + ir.load("B", ir.min(ir.add(start, s.vec, "b_next"), self.last_vector,
                                                                       "b_next_in"), s.vec)
         step = s.vec // 2
