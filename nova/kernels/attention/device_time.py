@@ -182,6 +182,9 @@ def kernel_device_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: Kernel
         busiest = (PERSISTENT_CTA_US + tiles * PERSISTENT_TILE_US) * 1e-6 + work * per_step
     else:
         resources = max(pipes, dram) / achieved + terms["blocks"]
+        if kt.splits > 1:         # launch order: x fastest, then y, then the splits (z)
+            n = len(steps) // kt.splits
+            steps, rows = [steps[x * kt.splits + z] for z in range(kt.splits) for _ in range(rows) for x in range(n)], 1
         work, blocks, longest = busiest_sm(steps, rows, int(gpu.sm_count))
         resident = max(1, min(kt.blocks_per_sm, blocks))
         fixed = LONE_BLOCK_LATENCIES * gpu.mem_latency_ns * 1e-9 * max(1, math.ceil(blocks / kt.blocks_per_sm))
