@@ -346,3 +346,18 @@ def test_a_masked_forward_combine_is_built_with_its_dead_row_rule():
     gpu = get_target("h200")
     assert attention_key(biased, s, "fwd_combine", gpu) != attention_key(plain, s, "fwd_combine", gpu)
     assert attention_key(biased, s, "bwd_dq_combine", gpu) == attention_key(plain, s, "bwd_dq_combine", gpu)
+
+
+def test_given_splits_replace_the_derivations_pick_and_replays_use_the_recorded_ones():
+    """``configure_attention(splits=)`` (experiments, replays) prices the given counts; a held-out row's
+    recorded counts are what its replay prices (``heldout.splits_ran``), unsplit for a row from before."""
+    from nova.bench import heldout
+    cfg = configure_attention(DECODE, "h200", splits={"fwd": 1, "bwd_dq": 4})
+    s = cfg.schedule
+    assert s.fwd.splits == 1 and s.fwd_combine is None
+    assert s.bwd_dq.splits == 4 and s.bwd_dq.grid[2] == 4 and s.bwd_dq_combine.splits == 4
+    assert "given by the caller" in json.dumps([st.to_dict() for st in cfg.derivation])
+    assert cfg.prediction.terms_us["fwd"] > 5 * configure_attention(DECODE, "h200").prediction.terms_us["fwd"]
+    assert heldout.splits_ran({"splits": [3, 2]}) == {"fwd": 3, "bwd_dq": 2}
+    assert heldout.splits_ran({"splits": [3, 2, 4]}) == {"fwd": 3, "bwd_dq": 2, "bwd_dkv": 4}
+    assert heldout.splits_ran({}) is None

@@ -439,18 +439,27 @@ def gemm_prediction(h: HeldoutGemm, target, kernel: str | None = None, schedule:
     return row
 
 
-def attention_prediction(h: HeldoutAttention, target, options=None) -> dict:
+def attention_prediction(h: HeldoutAttention, target, options=None, splits: dict | None = None) -> dict:
     """The configurator's prediction for a drawn attention problem, two calls' worth: the forward
     (``predicted_fwd_us``) and the backward's three kernels (``predicted_bwd_us``: bwd_pre + bwd_dkv +
     bwd_dq), each with its split-KV combine where the schedule splits it, each kernel its device time
     in a CUDA graph (``nova/kernels/attention/device_time.py``); ``splits``: the forward's, dQ's and
-    dK/dV's (1: unsplit).  ``options``: ``configure_attention``'s (None: the environment's)."""
+    dK/dV's (1: unsplit).  ``options``, ``splits``: ``configure_attention``'s (None: the environment's,
+    the derivation's).  The splits decide the kernels themselves, so a replay gives the ones a run
+    measured (``splits_ran``)."""
     from nova.kernels.attention.derive import configure_attention
-    cfg = configure_attention(h.problem(), target, options=options)
+    cfg = configure_attention(h.problem(), target, options=options, splits=splits)
     terms, s = cfg.prediction.terms_us, cfg.schedule
     return {"predicted_fwd_us": sum(terms[r] for r in s.with_combines(("fwd",))),
             "predicted_bwd_us": sum(terms[r] for r in s.with_combines(("bwd_pre", "bwd_dkv", "bwd_dq"))),
             "splits": [s.fwd.splits, s.bwd_dq.splits, s.bwd_dkv.splits]}
+
+
+def splits_ran(row: dict) -> dict | None:
+    """The split counts a recorded attention row ran ({role: count} for ``configure_attention``), None
+    for a row from before they were recorded: [forward, dQ] or [forward, dQ, dK/dV]."""
+    recorded = row.get("splits")
+    return None if recorded is None else dict(zip(("fwd", "bwd_dq", "bwd_dkv"), recorded))
 
 
 def one_line(e: Exception) -> str:

@@ -73,9 +73,10 @@ def kernels(kind: str, row: dict, target) -> list[dict]:
             out[0]["at_clock"] = at_clock_us(h, target, row["nova_graph_sm_mhz"], kernel=ran,
                                             schedule=row.get("schedule"))
         return out
-    # a row without ``splits`` ran before split KV existed: its kernels were unsplit, so price those
-    now = heldout.attention_prediction(h, target, None if "splits" in row else
-                                       options.current().replace(attention_split_kv=False))
+    # the kernels the row ran: its recorded split counts, or (a row from before splits existed) unsplit
+    ran = heldout.splits_ran(row)
+    now = heldout.attention_prediction(h, target, options.current().replace(attention_split_kv=False)
+                                       if ran is None else None, splits=ran)
     (fwd_before, fwd), (bwd_before, bwd) = row["predictions"]
     return [{**base, "kernel": "fwd", "measured": fwd, "before": fwd_before, "after": now["predicted_fwd_us"]},
             {**base, "kernel": "bwd", "measured": bwd, "before": bwd_before, "after": now["predicted_bwd_us"]}]

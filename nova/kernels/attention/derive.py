@@ -361,6 +361,16 @@ def combine_tile(p: AttentionProblem, role: str, splits: int) -> KernelTile:
                       (_cdiv(slab_rows(p, COMBINES[role]), rpb), 1, 1), splits=splits)
 
 
+def given_splits(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, n: int):
+    """A caller's split count for ``role`` (an experiment, or a replay of the kernels a run measured):
+    (tile, combine tile or None, steps).  1: unsplit."""
+    if n == 1 or role not in COMBINES:
+        return kt, None, [_note(f"7 {role} splits", 1, "given by the caller (experiment or replay): unsplit")[1]]
+    split = replace(kt, grid=(kt.grid[0], kt.grid[1], n), splits=n)
+    return split, combine_tile(p, role, n), [_note(f"7 {role} splits", n,
+                                                   "given by the caller (experiment or replay)")[1]]
+
+
 def step7_splits(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, vis: int):
     """Split the streamed loop of a grid that leaves block slots idle: the forward's or dQ's key tiles
     (FlashDecoding's split KV; the mma.sync kernels not causal: there the long walks belong to the many
@@ -1009,13 +1019,16 @@ def device_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, t
 
 
 def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h200", *,
-                        tiles: dict | None = None, options: Options | None = None) -> AttentionConfig:
+                        tiles: dict | None = None, options: Options | None = None,
+                        splits: dict | None = None) -> AttentionConfig:
     """``options`` (None: ``nova.options.current()``): ``NOVA_ATTENTION_HOPPER``, ``NOVA_ATTENTION_HOPPER_BWD``,
     ``NOVA_ATTENTION_PERSISTENT`` and ``NOVA_ATTENTION_TILE_ORDER`` decide which kernels step 10 and 11 weigh,
     ``NOVA_ATTENTION_SPLIT_KV`` whether step 7 may split the keys.
     ``tiles`` (experiments only): {role: (block_rows, block_cols, stages, blocks_per_sm)} replaces
     the derived tile of that role (any entry None keeps the derived value); the derivation says so.
-    A ``tiles`` entry for "fwd" keeps the forward on mma.sync."""
+    A ``tiles`` entry for "fwd" keeps the forward on mma.sync.
+    ``splits`` (experiments and replays): {role: count} replaces step 7's pick for that role (1: unsplit),
+    priced like it; the derivation says so."""
     t0 = time.perf_counter()
     gpu = get_target(target)
     opts = options if options is not None else current_options()
@@ -1054,7 +1067,10 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
         steps.append(st)
         kernels[role] = KernelTile(role, rows, cols, kw, stages, pad, int(smem), regs, bps, grid)
         visited[role] = vis
-        if not (tiles and role in tiles) and opts.attention_split_kv and role == "fwd":
+        if splits and role == "fwd" and role in splits:
+            kernels[role], combines[role], sts = given_splits(p, gpu, role, kernels[role], splits[role])
+            steps += sts
+        elif not (tiles and role in tiles) and opts.attention_split_kv and role == "fwd":
             kernels[role], combines[role], sts = step7_splits(p, gpu, role, kernels[role], vis)
             steps += sts
     rows_pre = 4 * 32 // 8
@@ -1094,7 +1110,10 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
                 kernels[role], combines[role] = hkt, None
                 visited[role] = visited_pairs(p, role, hkt.block_rows, hkt.block_cols)
     for role in ("bwd_dkv", "bwd_dq"):         # the backward's splits: on the kernel step 11 chose
-        if not (tiles and role in tiles) and opts.attention_split_kv:
+        if splits and role in splits:
+            kernels[role], combines[role], sts = given_splits(p, gpu, role, kernels[role], splits[role])
+            steps += sts
+        elif not (tiles and role in tiles) and opts.attention_split_kv:
             kernels[role], combines[role], sts = step7_splits(p, gpu, role, kernels[role], visited[role])
             steps += sts
     sched = AttentionSchedule(gpu.arch if gpu.arch != SM90A else "sm_90", mma, kernels["fwd"], kernels["bwd_pre"],
