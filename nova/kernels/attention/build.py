@@ -95,8 +95,18 @@ def split_range(ir, steps, per: int, bz, hint: str):
 
 
 def slab_rows(p: AttentionProblem, role: str) -> int:
-    """Rows of one split's slab: the queries' B*H*Tq (forward, dQ) or the keys' B*Hkv*Tk (dK/dV)."""
-    return p.batch * p.kv_heads * p.seq_k if role in ("bwd_dkv", "bwd_dkv_combine") else p.batch * p.heads * p.seq_q
+    """Rows of one slab of split ``role``: the queries' B*H*Tq (forward, dQ) or the keys' B*Hkv*Tk (dK/dV)."""
+    return p.batch * p.kv_heads * p.seq_k if role == "bwd_dkv" else p.batch * p.heads * p.seq_q
+
+
+def slab_extent(p: AttentionProblem, role: str, splits: int, name: str) -> int:
+    """FP32 values of partial buffer ``name`` (``PARTIALS``) of ``role`` split ``splits`` ways: one slab
+    of ``slab_rows`` x D a split, or (``lse_part``) one row vector a split."""
+    return splits * slab_rows(p, role) * (1 if name == "lse_part" else p.head_dim)
+
+
+def slab_type(p: AttentionProblem, role: str, splits: int, name: str) -> str:
+    return f"memref<{slab_extent(p, role, splits, name)}xf32>"
 
 
 def params(p: AttentionProblem, role: str, splits: int = 1) -> tuple[str, ...]:
@@ -234,7 +244,7 @@ class _Flash:
         if name == "bias":
             return self.bias_type
         if name in self.partial:       # FP32 slabs: [splits, slab rows, D] (LSE: [splits, B*H*Tq])
-            return f"memref<{self.splits * slab_rows(self.p, self.role) * (1 if name == 'lse_part' else self.D)}xf32>"
+            return slab_type(self.p, self.role, self.splits, name)
         return global_type(self.p, name)
 
     @property
@@ -797,9 +807,12 @@ class _Flash:
 
     def store_rows(self, accs, name, base, row0, limit, scale=None):
         """Store accumulators [mt][D/8] (times ``scale``) as rows roff past ``base`` (``rows_at``) of
-        ``name`` (pairs per lane)."""
+        ``name`` (pairs per lane), where ``row0`` + roff (the block's query or key) is below ``limit``.
+        A split's slab (``PARTIALS``): FP32 rows of D elements from ``base`` = ("row", its slab row)."""
         ir = self.ir
         gty = self.gtype(name)
+        slab = name in self.partial
+        ty = "f32" if slab else self.T
         for m in range(self.mt):
             for h in (0, 1):
                 roff = self.row_off(m, h)
@@ -811,34 +824,14 @@ class _Flash:
                         xs = [ir.let("o", f"vector.extract {acc}[{h}, {c}] : f32 from vector<2x2xf32>") for c in (0, 1)]
                         if scale is not None:
                             xs = [ir.fop("mulf", x, scale if isinstance(scale, str) else ir.f(scale), "o_s") for x in xs]
-                        if self.T != "f32":
-                            xs = [ir.let("o_t", f"arith.truncf {x} : f32 to {self.T}") for x in xs]
-                        vec = ir.let("o_v", f"vector.from_elements {xs[0]}, {xs[1]} : vector<2x{self.T}>")
+                        if ty != "f32":
+                            xs = [ir.let("o_t", f"arith.truncf {x} : f32 to {ty}") for x in xs]
+                        vec = ir.let("o_v", f"vector.from_elements {xs[0]}, {xs[1]} : vector<2x{ty}>")
                         col = ir.add(ir.mul(self.t, 2, "t2"), 8 * j, "st_col")
-                        dst = element_at(ir, self.p, name, row, 0, col, "st")
-                        ir.emit(f"vector.store {vec}, %{name}[{ir.v(dst)}] {{alignment = {2 * self.eb}}} : "
-                                f"{gty}, vector<2x{self.T}>")
-                self.ir.guarded(ok, body)
-
-    def store_partial(self, accs, name, row0, limit, scale=None):
-        """Store accumulators [mt][D/8] (times ``scale``) as FP32 rows of slab ``name`` (a split's partial):
-        row ``part_row`` + roff, contiguous, D elements each (pairs per lane), where ``row0`` + roff (the
-        block's query or key) is below ``limit``."""
-        ir, ty = self.ir, self.gtype(name)
-        for m in range(self.mt):
-            for h in (0, 1):
-                roff = self.row_off(m, h)
-                ok = ir.cmp("slt", ir.add(row0, roff, "st_row"), limit, "st_ok") if limit % self.BR else True
-                row = ir.mul(ir.add(self.part_row, roff, "pt_row"), self.D, "pt_off")
-
-                def body(m=m, h=h, row=row):
-                    for j, acc in enumerate(accs[m]):
-                        xs = [ir.let("o", f"vector.extract {acc}[{h}, {c}] : f32 from vector<2x2xf32>") for c in (0, 1)]
-                        if scale is not None:
-                            xs = [ir.fop("mulf", x, ir.f(scale), "o_s") for x in xs]
-                        vec = ir.let("o_v", f"vector.from_elements {xs[0]}, {xs[1]} : vector<2xf32>")
-                        dst = ir.add(row, ir.add(ir.mul(self.t, 2, "t2"), 8 * j, "st_col"), "pt_dst")
-                        ir.emit(f"vector.store {vec}, %{name}[{ir.v(dst)}] {{alignment = 8}} : {ty}, vector<2xf32>")
+                        dst = ir.add(ir.mul(row[1], self.D, "pt_off"), col, "pt_dst") if slab else \
+                            element_at(ir, self.p, name, row, 0, col, "st")
+                        ir.emit(f"vector.store {vec}, %{name}[{ir.v(dst)}] {{alignment = {2 * (4 if slab else self.eb)}}} : "
+                                f"{gty}, vector<2x{ty}>")
                 self.ir.guarded(ok, body)
 
     def quad_sum(self, x):
@@ -930,7 +923,7 @@ class _Flash:
                 o[m] = [self.scale_row(acc, h, inv) for acc in o[m]]
                 lse_vals.append(lse)
         if self.splits > 1:
-            self.store_partial(o, "o_part", self.q0, p.seq_q)
+            self.store_rows(o, "o_part", ("row", self.part_row), self.q0, p.seq_q)
             lse_name, lse_type, lse_row = "lse_part", self.gtype("lse_part"), self.part_row
         else:
             self.store_rows(o, "out", self.at["out"], self.q0, p.seq_q)
@@ -994,7 +987,7 @@ class _Flash:
         out = self.pipeline(self.n_kv, issue, step, [zero] * (self.mt * nd), ["vector<2x2xf32>"] * (self.mt * nd))
         acc = [out[m * nd:(m + 1) * nd] for m in range(self.mt)]
         if self.splits > 1:
-            self.store_partial(acc, "dq_part", self.q0, p.seq_q, scale=p.scale)
+            self.store_rows(acc, "dq_part", ("row", self.part_row), self.q0, p.seq_q, scale=p.scale)
         else:
             self.store_rows(acc, "dq", self.at["dq"], self.q0, p.seq_q, scale=p.scale)
 
@@ -1093,8 +1086,8 @@ class _Flash:
         dk = [out[m * nd:(m + 1) * nd] for m in range(self.mt)]
         dv = [out[(self.mt + m) * nd:(self.mt + m + 1) * nd] for m in range(self.mt)]
         if self.splits > 1:
-            self.store_partial(dk, "dk_part", k0, p.seq_k, scale=p.scale)
-            self.store_partial(dv, "dv_part", k0, p.seq_k)
+            self.store_rows(dk, "dk_part", ("row", self.part_row), k0, p.seq_k, scale=p.scale)
+            self.store_rows(dv, "dv_part", ("row", self.part_row), k0, p.seq_k)
         else:
             self.store_rows(dk, "dk", kat["dk"], k0, p.seq_k, scale=p.scale)
             self.store_rows(dv, "dv", kat["dv"], k0, p.seq_k)

@@ -20,10 +20,10 @@ transaction), so no shuffle is needed.  The output is written in the problem's d
 """
 from __future__ import annotations
 
-from nova.kernels.attention.build import LN2, LOG2E, element_at, global_type, rows_at, slab_rows
+from nova.kernels.attention.build import LN2, LOG2E, element_at, global_type, rows_at, slab_rows, slab_type
 from nova.kernels.attention.mlirtext import Text
 from nova.kernels.attention.problem import AttentionProblem
-from nova.kernels.attention.schedule import AttentionSchedule
+from nova.kernels.attention.schedule import COMBINES, AttentionSchedule
 
 KERNEL_NAMES = {"fwd_combine": "nova_attn_fwd_combine", "bwd_dq_combine": "nova_attn_bwd_dq_combine",
                 "bwd_dkv_combine": "nova_attn_bwd_dkv_combine"}
@@ -45,10 +45,12 @@ def rows_per_block(head_dim: int) -> int:
 def build_combine(p: AttentionProblem, s: AttentionSchedule, role: str) -> str:
     kt = s.kernel(role)
     splits, D, T = kt.splits, p.head_dim, p.storage
-    rows = slab_rows(p, role)
-    sty, lty, vty = f"memref<{splits * rows * D}xf32>", f"memref<{splits * rows}xf32>", f"memref<{rows}xf32>"
-    types = {n: sty for n in PARAMS[role] if n.endswith("_part")} | {"lse_part": lty, "lse": vty}
-    types |= {n: global_type(p, n) for n in PARAMS[role] if n in ("out", "dq", "dk", "dv")}
+    source = {v: k for k, v in COMBINES.items()}[role]             # the split kernel whose slabs it reads
+    rows = slab_rows(p, source)
+    vty = f"memref<{rows}xf32>"
+    types = {n: slab_type(p, source, splits, n) if n.endswith("_part") else vty if n == "lse" else global_type(p, n)
+             for n in PARAMS[role]}
+    sty, lty = types[PARAMS[role][0]], types.get("lse_part")
     ir = Text()
     ir.emit(f"// Nova attention {role}: {splits} splits of {p.describe()}")
     lanes, rpb = lanes_per_row(D), rows_per_block(D)

@@ -41,7 +41,7 @@ from __future__ import annotations
 from nova.codegen.nvgpu import (KMAJOR_LEADING_BYTE_OFFSET, mbarrier_try_wait, mbarrier_wait_ticks, setmaxnreg,
                                 wgmma_attributes, wgmma_commit_group, wgmma_fence, wgmma_wait_group)
 from nova.kernels.attention.build import (LOG2E, MASKED, PARTIALS, AttentionCodegenError, element_at, global_type,
-                                          rows_advance, rows_at, slab_rows, split_range)
+                                          rows_advance, rows_at, slab_rows, slab_type, split_range)
 from nova.kernels.attention.build_hopper import ALIGN, ARCH, SWIZZLE, WG_TYPE, \
     HopperAttentionKernel, check_kernel_tile, tma_blocker
 from nova.kernels.attention.mlirtext import SMEM
@@ -151,7 +151,7 @@ class _HopperBwd(HopperAttentionKernel):
 
     def out_type(self, name):
         if self.splits > 1:
-            return f"memref<{self.splits * slab_rows(self.p, self.role) * self.D}xf32>"
+            return slab_type(self.p, self.role, self.splits, name)
         return global_type(self.p, name)
 
     # ---- types

@@ -351,14 +351,24 @@ def step7_grid(p: AttentionProblem, gpu: GPUModel, role: str, rows: int, cols: i
 def combine_tile(p: AttentionProblem, role: str, splits: int) -> KernelTile:
     """The combine kernel of ``role`` split ``splits`` ways (``build_combine``): D/4 lanes a row, 128 threads,
     one block per ``128 / (D/4)`` rows; registers: every split's four columns and LSE in flight."""
+    from nova.kernels.attention.build import slab_rows
     from nova.kernels.attention.build_combine import THREADS, rows_per_block
     rpb = rows_per_block(p.head_dim)
     regs = -(-(COMBINE_REGS_FIXED + COMBINE_REGS_PER_SPLIT * splits) // 8) * 8
-    from nova.kernels.attention.build import slab_rows
     regs = min(255, regs * (2 if role == "bwd_dkv" else 1))   # dK/dV: two slab sets' columns in flight
                                                              # (ptxas: 254-255 at 32 splits, no spills)
     return KernelTile(COMBINES[role], rpb, 0, THREADS // 32, 1, 0, 0, regs, max(1, min(16, 65536 // (regs * THREADS))),
-                      (_cdiv(slab_rows(p, COMBINES[role]), rpb), 1, 1), splits=splits)
+                      (_cdiv(slab_rows(p, role), rpb), 1, 1), splits=splits)
+
+
+def split_kernels(p: AttentionProblem, role: str, kt: KernelTile, n: int) -> tuple[KernelTile, KernelTile]:
+    """``kt`` split ``n`` ways over grid z, and its combine kernel."""
+    return replace(kt, grid=(kt.grid[0], kt.grid[1], n), splits=n), combine_tile(p, role, n)
+
+
+def predicted_us(p: AttentionProblem, gpu: GPUModel, kt: KernelTile, vis: int) -> float:
+    """Step 9's device time of kernel ``kt`` (``vis``: its visited score pairs), in microseconds."""
+    return device_time(p, gpu, kt.role, kt, kernel_time(p, gpu, kt.role, kt, vis)[1])[0] * 1e6
 
 
 def given_splits(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, n: int):
@@ -366,9 +376,8 @@ def given_splits(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, 
     (tile, combine tile or None, steps).  1: unsplit."""
     if n == 1 or role not in COMBINES:
         return kt, None, [_note(f"7 {role} splits", 1, "given by the caller (experiment or replay): unsplit")[1]]
-    split = replace(kt, grid=(kt.grid[0], kt.grid[1], n), splits=n)
-    return split, combine_tile(p, role, n), [_note(f"7 {role} splits", n,
-                                                   "given by the caller (experiment or replay)")[1]]
+    return (*split_kernels(p, role, kt, n), [_note(f"7 {role} splits", n, "given by the caller (experiment or "
+                                                   "replay)")[1]])
 
 
 def step7_splits(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, vis: int):
@@ -397,16 +406,13 @@ def step7_splits(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, 
         return kt, None, [_note(tag, 1, f"{blocks} blocks of {tiles} steps for {slots} block slots: "
                                 f"{SPLIT_MAX_WAVES} waves or more, or too few steps to share")[1]]
 
-    def predicted(tile, v=vis):
-        return device_time(p, gpu, tile.role, tile, kernel_time(p, gpu, tile.role, tile, v)[1])[0] * 1e6
-    whole = predicted(kt)
+    whole = predicted_us(p, gpu, kt, vis)
     priced = {}
     for n in range(2, min(MAX_SPLITS, tiles // MIN_TILES_PER_SPLIT) + 1):
         n = _cdiv(tiles, _cdiv(tiles, n))                  # no split left empty
         if n not in priced:
-            split = replace(kt, grid=(kt.grid[0], kt.grid[1], n), splits=n)
-            combine = combine_tile(p, role, n)
-            priced[n] = (predicted(split), predicted(combine, 0), split, combine)
+            split, combine = split_kernels(p, role, kt, n)
+            priced[n] = (predicted_us(p, gpu, split, vis), predicted_us(p, gpu, combine, 0), split, combine)
     best = min(x[0] + x[1] for x in priced.values())
     splits = min(n for n, x in priced.items() if x[0] + x[1] <= best * (1 + SPLIT_SLACK))
     parts, merge, split, combine = priced[splits]
@@ -971,7 +977,7 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
     return kt, d.steps
 
 
-def step10_split_or_hopper(p: AttentionProblem, gpu: GPUModel, role: str, split: KernelTile, combine: KernelTile,
+def step10_split_or_hopper(p: AttentionProblem, gpu: GPUModel, split: KernelTile, combine: KernelTile,
                            hopper: KernelTile, vis: int, steps: list) -> KernelTile | None:
     """Step 10 ranks the Hopper forward against the mma.sync one by the throughput model, which spreads
     the work over every SM; a split-KV forward exists because the unsplit grid leaves block slots idle,
@@ -979,16 +985,13 @@ def step10_split_or_hopper(p: AttentionProblem, gpu: GPUModel, role: str, split:
     forward (unsplit, its few blocks' walks) against the split kernel plus its combine.  (The backward's
     kernels are split after step 11, whichever it chose.)  Returns the Hopper tile where it is faster,
     else None (a note in ``steps`` says which)."""
-    def dev(kt, v):
-        return device_time(p, gpu, kt.role, kt, kernel_time(p, gpu, kt.role, kt, v)[1])[0] * 1e6
-    h = dev(hopper, visited_pairs(p, role, hopper.block_rows, hopper.block_cols))
-    m = dev(split, vis) + dev(combine, 0)
-    tag = "10" if role == "fwd" else "11"
+    h = predicted_us(p, gpu, hopper, visited_pairs(p, "fwd", hopper.block_rows, hopper.block_cols))
+    m = predicted_us(p, gpu, split, vis) + predicted_us(p, gpu, combine, 0)
     if h < m:
-        steps.append(note(f"{tag} {role} path (device time)", "wgmma + TMA", f"Hopper {h:.1f} us < the mma.sync "
+        steps.append(note("10 fwd path (device time)", "wgmma + TMA", f"Hopper {h:.1f} us < the mma.sync "
                           f"kernel split {split.splits} ways plus its combine {m:.1f} us (step 9's device time)"))
         return hopper
-    steps.append(note(f"{tag} {role} path (device time)", "mma.sync, split KV", f"the mma.sync kernel split "
+    steps.append(note("10 fwd path (device time)", "mma.sync, split KV", f"the mma.sync kernel split "
                       f"{split.splits} ways plus its combine {m:.1f} us <= Hopper {h:.1f} us by step 9's device "
                       "time (the throughput model above spreads the Hopper kernel's few blocks over every SM)"))
     return None
@@ -1045,6 +1048,17 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
                       f"rows of D+{pad} elements: stride = 4 mod 8 words, so ldmatrix rows and the TF32 scalar reads "
                       "of rows (2t, 2t+1) hit 32 distinct banks; 16-byte multiple for cp.async"))
     kernels, visited, combines = {}, {}, {}
+
+    def split_step(role):
+        """Step 7's splits of ``role`` (the caller's given count, else the derivation's unless an
+        experiment's tile or ``NOVA_ATTENTION_SPLIT_KV=0`` keeps it whole), into kernels and combines."""
+        if splits and role in splits:
+            kernels[role], combines[role], sts = given_splits(p, gpu, role, kernels[role], splits[role])
+        elif not (tiles and role in tiles) and opts.attention_split_kv:
+            kernels[role], combines[role], sts = step7_splits(p, gpu, role, kernels[role], visited[role])
+        else:
+            return
+        steps.extend(sts)
     for role in ("fwd", "bwd_dkv", "bwd_dq"):
         (mt, cols, regs, kw), sts = step4_tile(p, gpu, role, warps, pad)
         steps += sts
@@ -1067,12 +1081,8 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
         steps.append(st)
         kernels[role] = KernelTile(role, rows, cols, kw, stages, pad, int(smem), regs, bps, grid)
         visited[role] = vis
-        if splits and role == "fwd" and role in splits:
-            kernels[role], combines[role], sts = given_splits(p, gpu, role, kernels[role], splits[role])
-            steps += sts
-        elif not (tiles and role in tiles) and opts.attention_split_kv and role == "fwd":
-            kernels[role], combines[role], sts = step7_splits(p, gpu, role, kernels[role], vis)
-            steps += sts
+        if role == "fwd":
+            split_step(role)
     rows_pre = 4 * 32 // 8
     pre_grid = (_cdiv(p.batch * p.heads * p.seq_q, rows_pre), 1, 1)
     kernels["bwd_pre"] = KernelTile("bwd_pre", rows_pre, 0, 4, 1, 0, 0, 32, 8, pre_grid)
@@ -1087,7 +1097,7 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
         hkt, sts, _ = step10_hopper_forward(p, gpu, mma_fwd * 1e6, force=hmode == "force", opts=opts)
         steps += sts
         if hkt is not None and hmode != "force" and combines.get("fwd") is not None:
-            hkt = step10_split_or_hopper(p, gpu, "fwd", kernels["fwd"], combines["fwd"], hkt, visited["fwd"], steps)
+            hkt = step10_split_or_hopper(p, gpu, kernels["fwd"], combines["fwd"], hkt, visited["fwd"], steps)
         if hkt is not None:
             kernels["fwd"], tma, combines["fwd"] = hkt, True, None
             visited["fwd"] = visited_pairs(p, "fwd", hkt.block_rows, hkt.block_cols)
@@ -1110,12 +1120,7 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
                 kernels[role], combines[role] = hkt, None
                 visited[role] = visited_pairs(p, role, hkt.block_rows, hkt.block_cols)
     for role in ("bwd_dkv", "bwd_dq"):         # the backward's splits: on the kernel step 11 chose
-        if splits and role in splits:
-            kernels[role], combines[role], sts = given_splits(p, gpu, role, kernels[role], splits[role])
-            steps += sts
-        elif not (tiles and role in tiles) and opts.attention_split_kv:
-            kernels[role], combines[role], sts = step7_splits(p, gpu, role, kernels[role], visited[role])
-            steps += sts
+        split_step(role)
     sched = AttentionSchedule(gpu.arch if gpu.arch != SM90A else "sm_90", mma, kernels["fwd"], kernels["bwd_pre"],
                               kernels["bwd_dkv"], kernels["bwd_dq"], dq_mode=mode, tma=tma,
                               fwd_combine=combines.get("fwd"), bwd_dq_combine=combines.get("bwd_dq"),

@@ -312,13 +312,11 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, *, bias
 def partial_sizes(schedule, problem: AttentionProblem, role: str) -> tuple[int, ...]:
     """FP32 values of each partial buffer a split ``role`` writes (() unsplit): the forward's O slabs,
     then its LSE vectors; dQ's slabs; dK/dV's dK slabs, then its dV slabs."""
-    from nova.kernels.attention.build import slab_rows
+    from nova.kernels.attention.build import PARTIALS, slab_extent
     kt = schedule.kernel(role)
     if kt.splits == 1:
         return ()
-    rows = slab_rows(problem, role)
-    slab = kt.splits * rows * problem.head_dim
-    return {"fwd": (slab, kt.splits * rows), "bwd_dq": (slab,), "bwd_dkv": (slab, slab)}[role]
+    return tuple(slab_extent(problem, role, kt.splits, name) for name in PARTIALS[role].values())
 
 
 def split_launch(r: _Resolved, role: str, inputs: tuple, outputs: tuple, extra: tuple, stream, like) -> None:
