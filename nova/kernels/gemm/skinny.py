@@ -206,7 +206,7 @@ def layout_and_vector(p: GemmProblem) -> tuple[tuple[str, int, bool], list[Step]
         steps.append(note("skinny: rows shifted", f"{vec}-element vectors", f"N = {row} is not a multiple of {vec}: "
                           f"row k is read as the two aligned vectors from k N + c - (k N mod {vec}) and a thread's "
                           f"{vec} columns taken out of them by {vec.bit_length() - 1} selects on the shift's bits; a "
-                          "thread's rows step by the threads along K (one shift)"))
+                          "thread's rows step by the threads along K (one shift a chunk of K)"))
     return (lanes, vec, row_shift), steps
 
 
