@@ -549,14 +549,23 @@ def nova_attention(node, ins, outs, ctx) -> Kernel:
                   partials=_partial_bytes(problem, ("bwd_dkv", "bwd_dq"), ctx))
 
 
+_PARTIALS: dict = {}                 # (problem, roles, target name, options) -> bytes: a step's layers share one
+
+
 def _partial_bytes(problem, roles, ctx) -> int:
     """The most bytes of FP32 partials one of ``roles``' split kernels holds during the call (its
-    workspace lives from its launch to its combine's: one role's at a time)."""
+    workspace lives from its launch to its combine's: one role's at a time); configured once per
+    problem, target and options (a step's layers repeat one attention problem)."""
+    from nova import options
     from nova.compiler.role_kernels import device_target
     from nova.kernels.attention.derive import configure_attention
     from nova.kernels.attention.launch import partial_sizes
-    schedule = configure_attention(problem, device_target(ctx)).schedule
-    return max((4 * sum(partial_sizes(schedule, problem, r)) for r in roles), default=0)
+    target = device_target(ctx)
+    key = (problem, roles, target.name, options.current())
+    if key not in _PARTIALS:
+        schedule = configure_attention(problem, target).schedule
+        _PARTIALS[key] = max((4 * sum(partial_sizes(schedule, problem, r)) for r in roles), default=0)
+    return _PARTIALS[key]
 
 
 def _copied_bytes(copies: dict, named: dict) -> dict:
