@@ -65,6 +65,8 @@ ROLE_OPERANDS = {"fwd": ("q", "k", "v", "out"), "bwd_pre": ("out", "dout"),
                  "bwd_dkv": ("q", "k", "v", "dout", "dk", "dv"), "bwd_dq": ("q", "k", "v", "dout", "dq"),
                  "fwd_combine": ("out",), "bwd_dq_combine": ("dq",), "bwd_dkv_combine": ("dk", "dv")}
 BIAS_ROLES = ("fwd", "bwd_dkv", "bwd_dq")                     # the kernels that compute scores read the bias
+BIAS_CODE_ROLES = BIAS_ROLES + ("fwd_combine",)   # the kernels whose code depends on a bias: those, and the forward's
+                                                # combine (its merge of rows masked in every split, build_combine)
 
 
 # scale q.k + bias below it is clamped there (module docstring): exp(-1e4 - max) is 0 in FP32 beside any key a
@@ -234,12 +236,11 @@ class AttentionProblem:
         return 1 + sum((n - 1) * x for n, x in zip(self.operand_shape(name), self.operand_strides(name) + (1,)))
 
     def for_role(self, role: str) -> "AttentionProblem":
-        """This problem with only the strides of the operands kernel ``role`` reads or writes."""
+        """This problem with only the strides of the operands kernel ``role`` reads or writes, and the bias
+        where the kernel's code depends on it (``BIAS_CODE_ROLES``)."""
         keep = ROLE_OPERANDS[role]
-        # the forward's combine reads no bias, but a biased problem's merge handles rows masked in every
-        # split (build_combine.merge): the bias stays part of its problem, so of its code and cache key
         return replace(self, strides=tuple(e for e in self.strides if e[0] in keep),
-                       bias=self.bias if role in BIAS_ROLES + ("fwd_combine",) else ())
+                       bias=self.bias if role in BIAS_CODE_ROLES else ())
 
     @property
     def split_scores(self) -> bool:
