@@ -361,3 +361,8 @@ def test_given_splits_replace_the_derivations_pick_and_replays_use_the_recorded_
     assert heldout.splits_ran({"splits": [3, 2]}) == {"fwd": 3, "bwd_dq": 2}
     assert heldout.splits_ran({"splits": [3, 2, 4]}) == {"fwd": 3, "bwd_dq": 2, "bwd_dkv": 4}
     assert heldout.splits_ran({}) is None
+    for bad, words in (({"bwd_pre": 2}, "bwd_pre"), ({"fwd": 0}, "from 1 to"), ({"fwd": 64}, "from 1 to"),
+                       ({"bwd_dq": 2.0}, "integer")):
+        with pytest.raises(ValueError) as e:
+            configure_attention(DECODE, "h200", splits=bad)
+        assert words in str(e.value) and "\n" not in str(e.value)

@@ -374,7 +374,9 @@ def predicted_us(p: AttentionProblem, gpu: GPUModel, kt: KernelTile, vis: int) -
 def given_splits(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, n: int):
     """A caller's split count for ``role`` (an experiment, or a replay of the kernels a run measured):
     (tile, combine tile or None, steps).  1: unsplit."""
-    if n == 1 or role not in COMBINES:
+    if type(n) is not int or not 1 <= n <= MAX_SPLITS:
+        raise ValueError(f"splits for {role} must be an integer from 1 to {MAX_SPLITS}, got {n!r}")
+    if n == 1:
         return kt, None, [_note(f"7 {role} splits", 1, "given by the caller (experiment or replay): unsplit")[1]]
     return (*split_kernels(p, role, kt, n), [_note(f"7 {role} splits", n, "given by the caller (experiment or "
                                                    "replay)")[1]])
@@ -1031,7 +1033,7 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
     the derived tile of that role (any entry None keeps the derived value); the derivation says so.
     A ``tiles`` entry for "fwd" keeps the forward on mma.sync.
     ``splits`` (experiments and replays): {role: count} replaces step 7's pick for that role (1: unsplit),
-    priced like it; the derivation says so."""
+    priced like it; the derivation says so.  Roles: "fwd", "bwd_dq", "bwd_dkv"; counts 1..``MAX_SPLITS``."""
     t0 = time.perf_counter()
     gpu = get_target(target)
     opts = options if options is not None else current_options()
@@ -1048,6 +1050,9 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
                       f"rows of D+{pad} elements: stride = 4 mod 8 words, so ldmatrix rows and the TF32 scalar reads "
                       "of rows (2t, 2t+1) hit 32 distinct banks; 16-byte multiple for cp.async"))
     kernels, visited, combines = {}, {}, {}
+    unknown = set(splits or ()) - set(COMBINES)
+    if unknown:
+        raise ValueError(f"splits given for {', '.join(sorted(unknown))}: only {', '.join(COMBINES)} split")
 
     def split_step(role):
         """Step 7's splits of ``role`` (the caller's given count, else the derivation's unless an
