@@ -420,11 +420,13 @@ def test_the_unroll_is_little_s_law_or_the_cap_whichever_predicts_lower(monkeypa
         assert chosen == pytest.approx(both[1][1].time_us) or both[1][1].time_us >= 0.97 * chosen
 
 
-def test_the_cap_unroll_is_weighed_along_n_only_and_where_clearly_lower():
+def test_the_cap_unroll_is_weighed_along_n_only_and_where_clearly_lower(monkeypatch):
     """As measured (run 98, H100): 10x1088x1088 bf16 NN, whose two unrolls the model prices level, keeps
-    Little's law's (the cap's ran 17% slower); 3x7559x3130 tf32 NN (the cap 9% lower) takes the cap's;
-    along K (3x4608x8128 bf16 NT) only Little's is weighed."""
+    Little's law's (the cap's ran 17% slower); 3x7559x3130 tf32 NN at one element a load (the cap 9%
+    lower; measured before the shifted columns) takes the cap's; along K (3x4608x8128 bf16 NT) only
+    Little's is weighed."""
     gpu = get_target("h100")
+    monkeypatch.setattr(skinny, "SHIFTED_COLUMNS", False)
     assert skinny.DEEP_UNROLL == ("n",)
     level = configure(GemmProblem(10, 1088, 1088, "bf16"), gpu, kernel="skinny")
     clear = configure(GemmProblem(3, 7559, 3130, "tf32"), gpu, kernel="skinny")
@@ -502,13 +504,11 @@ SHIFTED_COLUMN_CASES = [
 
 
 @pytest.mark.parametrize("case", SHIFTED_COLUMN_CASES, ids=lambda c: "x".join(map(str, c[:3])) + f"-{c[3]}")
-def test_shifted_columns_match_float64_on_the_cpu(case, monkeypatch):
-    """Lanes along N at an N off the vector (``skinny.SHIFTED_COLUMNS`` on: the derivation keeps them off
-    until measured): each row read as the two aligned vectors around the thread's columns and its columns
-    taken out by the shift's bits, instead of one element a load."""
-    from nova.kernels.gemm import skinny
+def test_shifted_columns_match_float64_on_the_cpu(case):
+    """Lanes along N at an N off the vector (``skinny.SHIFTED_COLUMNS``): each row read as the two aligned
+    vectors around the thread's columns and its columns taken out by the shift's bits, instead of one
+    element a load."""
     mlir_or_skip()
-    monkeypatch.setattr(skinny, "SHIFTED_COLUMNS", True)
     p = GemmProblem(*case)
     s = configure(p, "h200", kernel="skinny").schedule
     assert s.lanes_along == "n" and s.row_shift and s.vec > 1 and p.N % s.vec
@@ -518,24 +518,26 @@ def test_shifted_columns_match_float64_on_the_cpu(case, monkeypatch):
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) <= TOL[p.dtype], s.label()
 
 
-def test_shifted_columns_are_off_until_measured():
-    """The derivation halves the vector at an odd N (one element a load) while SHIFTED_COLUMNS is off."""
+def test_an_odd_n_keeps_its_vector_only_with_shifted_columns(monkeypatch):
+    """At an odd N the derivation keeps the vector and reads rows shifted (``SHIFTED_COLUMNS``, measured
+    faster); with the flag off it halves the vector to one element a load."""
     from nova.kernels.gemm import skinny
-    assert skinny.SHIFTED_COLUMNS is False
-    s = configure(GemmProblem(14, 3383, 3614, "tf32"), "h200", kernel="skinny").schedule
+    p = GemmProblem(14, 3383, 3614, "tf32")
+    s = configure(p, "h200", kernel="skinny").schedule
+    assert skinny.SHIFTED_COLUMNS and s.vec > 1 and s.row_shift
+    monkeypatch.setattr(skinny, "SHIFTED_COLUMNS", False)
+    s = configure(p, "h200", kernel="skinny").schedule
     assert s.vec == 1 and not s.row_shift
 
 
 @pytest.mark.parametrize("target", ["h200", "a100"])
-def test_shifted_columns_assemble_without_spills_within_their_register_cap(target, monkeypatch):
+def test_shifted_columns_assemble_without_spills_within_their_register_cap(target):
     """The shifted columns' register estimate (two vectors and an address a row in flight) keeps ptxas
     under the cap at the unroll it allows: odd N of both dtypes, few and many rows, split K or not."""
     from nova.codegen import ptxas
-    from nova.kernels.gemm import skinny
     mlir_or_skip()
     if not ptxas.available():
         pytest.skip("ptxas is not on PATH")
-    monkeypatch.setattr(skinny, "SHIFTED_COLUMNS", True)
     shapes = [(14, 3383, 3614, "tf32"), (3, 7559, 3130, "tf32"), (11, 4547, 4035, "bf16"), (2, 4547, 4035, "bf16"),
               (16, 2049, 3000, "tf32"), (5, 3333, 777, "fp16")]
     results = [r for shape in shapes for r in _assemble((GemmProblem(*shape), target)) or []]

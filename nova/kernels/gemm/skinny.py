@@ -84,10 +84,11 @@ SHIFTED_ROWS = False      # [MEASURED] off: rows read shifted (``row_shift``) ra
                           # and slower than one element a load: 8x14759x10323 tf32 NT 767-1647 us, 14x... 1539,
                           # 1x1381x746 bf16 3.2 against 2.4 (bench/results/h100-2026-12-06/run96-h100): the
                           # emitter keeps them (tests/test_skinny.py) until A is read as aligned vectors
-SHIFTED_COLUMNS = False   # [EST] off until measured: lanes along N at an N off the vector read each row as two
-                          # aligned vectors and select their columns (``row_shift``), where the derivation
-                          # otherwise halves the vector to 1-element loads (~38 instructions an element of B
-                          # against ~20 with vectors: bench/NOTES.md, 2026-12-07)
+SHIFTED_COLUMNS = True    # [MEASURED] on: lanes along N at an N off the vector read each row as two aligned
+                          # vectors and select their columns (``row_shift``) instead of halving the vector to
+                          # 1-element loads.  H100, bench/results/h100-2026-12-07/run99-h100: four odd-N tf32
+                          # shapes, none slower, three faster (12x11557x8406 336 -> 240 us, 14x3383x3614
+                          # 70.6 -> 38.8, 12x1479x8262 51.7 -> 47.5; 3x7559x3130 level), errors unchanged
 DEEP_UNROLL = ("n",)      # [MEASURED] the lane arrangements whose widths are also derived with the unroll at
                           # its cap (fewer dependent trips), kept where it predicts DEEP_UNROLL_MARGIN lower.
                           # H100, bench/results/h100-2026-12-07/run98-h100/noshift: lanes along N where the
