@@ -23,8 +23,11 @@ GPU = get_target("h200")
 
 @pytest.fixture(autouse=True)
 def small_values(monkeypatch):
-    """These steps' activations are KiBs: every one is worth a copy here."""
+    """These steps' activations are KiBs, their recomputations fractions of a us: every one is worth a
+    copy here, and the copies' toll on the kernels beside them is taken as 1000x below the target's."""
     monkeypatch.setattr(host, "MIN_BYTES", 0)
+    per_byte = host.copy_us_per_byte
+    monkeypatch.setattr(host, "copy_us_per_byte", lambda gpu: per_byte(gpu) / 1000)
 
 
 def slow_groups(planned):
@@ -46,6 +49,13 @@ def _close(got, want, rtol=1e-4, atol=1e-5):
 def test_copy_time_is_latency_plus_bytes_over_the_link():
     assert host.copy_us(50_000_000, GPU) == pytest.approx(host.LINK_LATENCY_US + 1000.0)
     assert host.can_offload(GPU) and GPU.host_link_bw == 50e9
+
+
+def test_an_offloaded_byte_costs_the_kernels_slowdown_over_both_copies(monkeypatch):
+    """2 x host_copy_slowdown / host_link_bw: 3% of the 2 x 20 us that a MB spends on a 50 GB/s link."""
+    monkeypatch.undo()
+    assert GPU.host_copy_slowdown == 0.03
+    assert host.copy_us_per_byte(GPU) * 1e6 == pytest.approx(1.2)
 
 
 def test_copies_queue_first_in_first_out_on_each_direction():
@@ -90,7 +100,7 @@ def test_budgeted_plan_offloads_and_runs_like_the_unbudgeted_one():
     assert report.fits and planned.memory.peak_bytes <= budget - report.headroom_bytes
     offloaded = [c for c in report.classes if c.decision == "offloaded"]
     assert offloaded and report.host_bytes == planned.memory.host_bytes == sum(c.nbytes for c in offloaded)
-    assert report.offload_us == pytest.approx(report.host_bytes * host.traffic_us_per_byte(planned, slow_groups(planned), GPU))
+    assert report.offload_us == pytest.approx(report.host_bytes * host.copy_us_per_byte(GPU))
     validate_memory_plan(planned.graph, planned.groups, planned.memory)
     _close(run_planned(planned, [t.clone() for t in inputs]), want)
     # each value's device bytes die at its offload; the copy back comes later, before the first reader
@@ -190,7 +200,7 @@ def test_the_budget_keeps_the_cheaper_of_offloading_and_recomputing_alone(monkey
     base = pipeline(graph)
     budget = int(base.memory.peak_bytes * 0.85) + allocator_headroom(graph)
     assert pipeline(graph, memory_budget=budget, host_offload=slow_groups).memory.host_bytes > 0
-    monkeypatch.setattr(host, "traffic_us_per_byte", lambda planned, times, gpu: 1.0)     # 1 us a byte
+    monkeypatch.setattr(host, "copy_us_per_byte", lambda gpu: 1.0)     # 1 us a byte
     planned = pipeline(graph, memory_budget=budget, host_offload=slow_groups)
     assert planned.memory.host_bytes == 0 and planned.budget.fits
     assert not any(c.decision == "offloaded" for c in planned.budget.classes)

@@ -34,8 +34,8 @@ KB = 1024
 UNITS = {"sm_count": "SMs", "clock_hz": "Hz", "fp32_lanes_per_sm": "lanes", "l2_bytes": "B", "dram_bw": "B/s",
          "l2_bytes_per_clk": "B/clk", "l2_tma_bytes_per_clk": "B/clk", "mem_latency_ns": "ns",
          "launch_overhead_us": "us", "max_cluster_size": "blocks", "link_bw": "B/s", "link_base_latency_us": "us",
-         "link_step_latency_us": "us", "memory_bytes": "B", "host_link_bw": "B/s", "host_call_us": "us",
-         "host_launch_us": "us"}
+         "link_step_latency_us": "us", "memory_bytes": "B", "host_link_bw": "B/s", "host_copy_slowdown": "fraction",
+         "host_call_us": "us", "host_launch_us": "us"}
 GPU_FIGURES = tomllib.loads(Path(__file__).with_name("gpus.toml").read_text(encoding="utf-8"))
 
 LOADED_LATENCY_HBM = Q(800, "ns", "[EST] loaded DRAM latency: ~500 ns idle load-to-use on HBM parts (Jia et al., "
@@ -52,6 +52,11 @@ MMA_SYNC_TF32_SHARE_SM90 = 0.36   # [FITTED] TF32 mma.sync's sustained share of 
 LAUNCH_OVERHEAD = Q(3.0, "us", "[EST] CUDA driver launch + kernel start, typical")
 HOST_CALL = Q(14.0, "us", "[EST] the host time of an eager nova.matmul call of one launch (Python, the driver's "
               "launch), as measured on the Hopper device machines (gpus.toml)")
+HOST_COPY_SLOWDOWN = Q(0.03, "fraction", "[MEASURED] how much slower a step's kernels run while a copy to or "
+                       "from page-locked host memory is on the link: HF Llama-42M b32 on an H100, the lean plan "
+                       "(368 MiB offloaded) 0.36-0.54 ms a step slower than the same plan without the offload "
+                       "(bench/results/h100-2026-12-07/run98-h100, run99-h100) = 0.023-0.035 of the 2 x 368 MiB "
+                       "copies' 15 ms on a 50 GB/s link; a TF32 GEMM loop beside copies (bench/results/h100-2026-12-05/run50): 0.03-0.15")
 HOST_LAUNCH = Q(6.0, "us", "[EST] each further launch of an eager call (an operand prep, split-K's second "
                 "launch), as measured on the Hopper device machines (gpus.toml)")
 
@@ -59,12 +64,15 @@ HOST_LAUNCH = Q(6.0, "us", "[EST] each further launch of an eager call (an opera
 def _figures(*tables: str, **given: Q) -> dict:
     """The primary figures of a preset, in ``UNITS`` order: the ``[value, source]`` pairs of the
     gpus.toml ``tables`` (a chip's, then a product's that adds its own), the ``given`` quantities,
-    the launch overhead and, where the tables measure none, the host time of an eager call."""
+    the launch overhead, where the tables measure none, the host time of an eager call, and for a part
+    with a host link, the kernels' slowdown beside its copies."""
     pairs = {}
     for table in tables:
         pairs.update(GPU_FIGURES[table])
     q = {name: Q(value, UNITS[name], source) for name, (value, source) in pairs.items()}
     q = {"launch_overhead_us": LAUNCH_OVERHEAD, "host_call_us": HOST_CALL, "host_launch_us": HOST_LAUNCH, **q}
+    if "host_link_bw" in q:
+        q = {"host_copy_slowdown": HOST_COPY_SLOWDOWN, **q}
     q.update(given, launch_overhead_us=LAUNCH_OVERHEAD)
     return {name: q[name] for name in UNITS if name in q}
 

@@ -118,7 +118,7 @@ class BudgetReport:
     outside_bytes: int = 0                # of peak_bytes: the program's allocations outside the arena
     host_bytes: int = 0                   # page-locked host memory of the offloaded copies (not in peak_bytes)
     offload_us: float = 0.0               # the offloads' predicted cost: kernels waiting on the copies, and
-                                          # the copies' DRAM traffic (``offload.traffic_us_per_byte``)
+                                          # their slowdown beside them (``offload.copy_us_per_byte``)
     classes: list[TensorClass] = field(default_factory=list)
 
     @property

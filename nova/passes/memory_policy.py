@@ -25,7 +25,7 @@ policy); a number is that fraction.  ``budget.py`` starts from this plan when a 
    a target with a host link): the saved values live at the peak whose copies to host and back hide
    behind the kernels on that timeline (``offload.choose``), all of them at once; priced as the plan
    with them plus the copies' cost (``offload.cost_us``: the kernels' waits for them on the plan's
-   own timeline and their DRAM traffic).  Before rematerialization, as under a budget: where the
+   own timeline and the kernels' slowdown beside them).  Before rematerialization, as under a budget: where the
    copies hide it frees the most bytes per microsecond after the first loss chunks (Hugging Face's
    Llama-42M: 336 MiB for 51 us, against 128 MiB for 55 us of its RMSNorm outputs).
 3. Rematerialization (``remat.py``) of the tensor classes live at the peak, best bytes per
