@@ -25,9 +25,10 @@ policy); a number is that fraction.  ``budget.py`` starts from this plan when a 
    a target with a host link): the saved values live at the peak whose copies to host and back hide
    behind the kernels on that timeline (``offload.choose``), all of them at once; priced as the plan
    with them plus the copies' cost (``offload.cost_us``: the kernels' waits for them on the plan's
-   own timeline and the kernels' slowdown beside them).  Before rematerialization, as under a budget: where the
-   copies hide it frees the most bytes per microsecond after the first loss chunks (Hugging Face's
-   Llama-42M: 336 MiB for 51 us, against 128 MiB for 55 us of its RMSNorm outputs).
+   own timeline and the kernels' slowdown beside them).  Before rematerialization, as under a
+   budget; at the measured slowdown it frees fewer bytes per microsecond than the cheap
+   recomputations (Hugging Face's Llama-42M: 352 MiB for 457 us, against 252 MiB for 50 us of its
+   SwiGLU products), so the default policy refuses it on the built-in models.
 3. Rematerialization (``remat.py``) of the tensor classes live at the peak, best bytes per
    closed-form microsecond first.  A class is priced when its closed-form recompute time is at most
    ``TRY_FACTOR`` times the allowance left (the closed forms are within a factor 2 of the priced
@@ -36,8 +37,7 @@ policy); a number is that fraction.  ``budget.py`` starts from this plan when a 
    its priced cost per tensor fits in what is left; a class whose closed form is over it is priced
    as the prefix its closed form per tensor fits, where one tensor does.  After a saving priced
    below nothing (it gave time back) the classes are visited again from the best rate, those skipped
-   for want of time included (Hugging Face's Llama-42M: the first layer's RMSNorm output recomputed,
-   -22 us, lets two SwiGLU products recomputed in their backward's kernel in).  At most
+   for want of time included.  At most
    ``MAX_CLASS_TRIALS`` classes are priced; a class holding less than ``MIN_FREED`` of the peak (a
    position table, a constant) is skipped.
 
