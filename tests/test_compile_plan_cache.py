@@ -137,3 +137,23 @@ def test_explain_reports_the_whole_program(cache_dir):
     assert report["prediction"]["tokens_per_step"] == 2 * 16
     assert step.stats.plan_cache == "miss"             # the engine's, not explain's
     assert step.explain(target="a100", json=True)["target"] == "a100"
+
+
+def test_the_code_fingerprint_covers_the_hardware_model(monkeypatch, tmp_path):
+    """A target's figures decide plans (the offload's link and its toll, the step clock the memory
+    policy prices with): an edited figure file changes the fingerprint, so no plan made before is reused."""
+    from pathlib import Path
+    import shutil
+    from nova.compiler import plan_cache
+    package = Path(plan_cache.__file__).resolve().parents[1]
+    copy = tmp_path / "nova"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    fake_module = copy / "compiler" / "plan_cache.py"
+    monkeypatch.setattr(plan_cache, "__file__", str(fake_module))
+    plan_cache.code_fingerprint.cache_clear()
+    before = plan_cache.code_fingerprint()
+    toml = copy / "hwmodel" / "gpus.toml"
+    toml.write_text(toml.read_text() + "\n# an edited figure\n")
+    plan_cache.code_fingerprint.cache_clear()
+    assert plan_cache.code_fingerprint() != before
+    plan_cache.code_fingerprint.cache_clear()

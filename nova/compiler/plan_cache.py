@@ -7,8 +7,8 @@ device kind, the memory budget in bytes (None: unbudgeted), the ``NOVA_MEMORY_PO
 ``fast``), the ``NOVA_POINTWISE`` and ``NOVA_ATTENTION`` settings, the
 Nova version, ``PLAN_ABI`` and a fingerprint of the planning code (the sources of ``nova/ir``,
 ``nova/passes`` and the kernel families whose problems the plan holds, ``nova/kernels/pointwise``,
-``nova/kernels/optimizer`` and ``nova/kernels/attention``: editing a pass in a checkout never reuses a
-plan made before).  Layout: ``<cache dir>/plans/<key[:2]>/<key>.plan``
+``nova/kernels/optimizer`` and ``nova/kernels/attention``, and the hardware model ``nova/hwmodel``:
+editing a pass or a target's figure in a checkout never reuses a plan made before).  Layout: ``<cache dir>/plans/<key[:2]>/<key>.plan``
 under the kernel cache directory (``NOVA_CACHE_DIR``, ``nova.runtime.cache.default_cache_dir``).
 An entry is ``MAGIC``, the sha256 of the payload, a newline, then the pickled payload (a dict with
 the key, the captured and optimized graphs' structural hashes and the ``Planned``).  The checksum is
@@ -70,13 +70,16 @@ def code_fingerprint() -> str:
     optimizer and attention kernel families (their problems are on the plan's groups) and the
     switch that gives groups to them (``kernels/switch.py``), this module, the
     executor's allocation sites the plan lists outside its arena (``OUTSIDE_ARENA_SOURCES``) and what
-    sizes the launch workspaces it places (``WORKSPACE_SIZING_FOLDERS``: the kernels' schedules)."""
+    sizes the launch workspaces it places (``WORKSPACE_SIZING_FOLDERS``: the kernels' schedules), and the
+    hardware model's sources, figures and calibrations (``nova/hwmodel``: the offload's link and its
+    toll, the step-time model's clock the memory policy prices plans with)."""
     base = Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
     folders = ("ir", "passes", "kernels/pointwise", "kernels/optimizer", "kernels/attention") + WORKSPACE_SIZING_FOLDERS
     files = [base / f for f in OUTSIDE_ARENA_SOURCES + ("kernels/switch.py",)]
-    for path in sorted([*(p for f in folders for p in base.joinpath(f).rglob("*.py")), *files,
-                        Path(__file__).resolve()]):
+    hardware = [p for p in base.joinpath("hwmodel").rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    for path in sorted({*(p for f in folders for p in base.joinpath(f).rglob("*.py")), *files, *hardware,
+                        Path(__file__).resolve()}):
         h.update(str(path.relative_to(base)).encode() + b"\0")
         try:
             h.update(path.read_bytes())
