@@ -8,6 +8,10 @@ cuBLAS the same two ways, every result checked against float64; the model's pred
     python3 bench/probes/skinny_variants.py --build     # host with MLIR: .nova-skinny-variants.json (h200, h100)
     python3 bench/probes/skinny_variants.py             # GPU: reads it
 
+With ``--tiles-rows`` (both steps) the problems are ``TILES_SHAPES`` instead: held-out rows of at most 16
+rows where the configurator chose the tiles kernel and it ran 1.1-1.3x its prediction, the skinny
+kernel's schedules for them timed (files ``.nova-skinny-variants-tiles.json``, ``skinny_variants_tiles.json``).
+
 The variants are derived by the configurator's own steps, one decision changed (``derive_variants``), so
 the prediction printed is the model's for exactly the schedule that ran.  With ``$OUT`` set, the rows also go
 to ``$OUT/skinny_variants.json`` (schedule, prediction, warm and cold times, cuBLAS's), rewritten after
@@ -26,8 +30,18 @@ SHAPES = [(8, 1984, 2304, "bf16", False, True), (12, 11557, 8406, "tf32", False,
           (3, 4608, 8128, "bf16", False, True), (14, 3383, 3614, "tf32", False, False),
           (12, 1479, 8262, "tf32", False, False), (4, 9984, 8128, "tf32", True, False),
           (10, 4928, 10240, "tf32", False, True), (3, 3264, 320, "tf32", False, False)]
+# held-out rows (H100, bench/results/h100-2026-12-07/run99-h100/fresh-cold, run100-h100/fresh) of M <= 16
+# where the configurator chose the tiles kernel and it ran 1.1-1.3x its prediction, 0.70-0.88x cuBLAS
+TILES_SHAPES = [(1, 5888, 10688, "tf32", True, False), (14, 3840, 9920, "bf16", False, True),
+                (12, 3264, 9664, "bf16", False, True), (8, 5696, 5248, "tf32", True, False),
+                (16, 5429, 3361, "bf16", False, True), (12, 12480, 1216, "bf16", False, False),
+                (3, 15424, 7104, "tf32", False, False), (15, 7744, 6336, "tf32", False, False)]
+TILES_ROWS = "--tiles-rows" in sys.argv
+if TILES_ROWS:
+    SHAPES = TILES_SHAPES
 HERE = os.path.dirname(os.path.abspath(__file__))
-VARIANTS = os.path.join(HERE, "..", "..", ".nova-skinny-variants.json")     # gitignored: PTX and cubins
+VARIANTS = os.path.join(HERE, "..", "..", ".nova-skinny-variants-tiles.json" if TILES_ROWS else
+                        ".nova-skinny-variants.json")     # gitignored: PTX and cubins
 FLUSH_BYTES = 256 << 20
 
 
@@ -140,7 +154,8 @@ def run() -> int:
                          "cublas_cold_us": cublas_done[shape][1]})
         if os.environ.get("OUT"):              # rewritten after every kernel: a cut-short run keeps what it timed
             json.dump({"device": name, "target": target, "rows": measured},
-                      open(os.path.join(os.environ["OUT"], "skinny_variants.json"), "w"), indent=1)
+                      open(os.path.join(os.environ["OUT"], "skinny_variants_tiles.json" if TILES_ROWS else
+                                        "skinny_variants.json"), "w"), indent=1)
     return 0
 
 
