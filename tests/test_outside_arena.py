@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -20,6 +21,8 @@ from nova.passes.budget import MemoryBudgetError, allocator_headroom
 from nova.passes.memory import OutsideAllocation, outside_peak_bytes, validate_memory_plan
 
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = str(ROOT / "nova") + os.sep     # the package's files, wherever the checkout lies (a clone named nova too)
+IR = str(ROOT / "nova" / "ir") + os.sep
 
 
 @pytest.fixture(scope="module", params=["tiny", "llama-tiny"])
@@ -45,8 +48,8 @@ def _allocations(run) -> list[tuple[str, int]]:
             out = func(*args, **(kwargs or {}))
             for t in (out if isinstance(out, (tuple, list)) else (out,)):
                 if isinstance(t, torch.Tensor) and t.device.type == "meta" and t.untyped_storage()._cdata not in seen:
-                    frame = next(f for f in reversed(traceback.extract_stack()) if "/nova/" in f.filename
-                                 and "/nova/ir/" not in f.filename and not f.name.startswith("<"))
+                    frame = next(f for f in reversed(traceback.extract_stack()) if f.filename.startswith(PACKAGE)
+                                 and not f.filename.startswith(IR) and not f.name.startswith("<"))
                     site = f"{Path(frame.filename).stem}.{frame.name}"
                     seen[t.untyped_storage()._cdata] = (site, t.untyped_storage().nbytes(), t)
             return out
