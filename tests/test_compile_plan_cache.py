@@ -150,10 +150,12 @@ def test_the_code_fingerprint_covers_the_hardware_model(monkeypatch, tmp_path):
     shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
     fake_module = copy / "compiler" / "plan_cache.py"
     monkeypatch.setattr(plan_cache, "__file__", str(fake_module))
-    plan_cache.code_fingerprint.cache_clear()
-    before = plan_cache.code_fingerprint()
-    toml = copy / "hwmodel" / "gpus.toml"
-    toml.write_text(toml.read_text() + "\n# an edited figure\n")
-    plan_cache.code_fingerprint.cache_clear()
-    assert plan_cache.code_fingerprint() != before
-    plan_cache.code_fingerprint.cache_clear()
+    try:
+        plan_cache.code_fingerprint.cache_clear()
+        before = plan_cache.code_fingerprint()
+        toml = copy / "hwmodel" / "gpus.toml"
+        toml.write_text(toml.read_text() + "\n# an edited figure\n")
+        plan_cache.code_fingerprint.cache_clear()
+        assert plan_cache.code_fingerprint() != before
+    finally:
+        plan_cache.code_fingerprint.cache_clear()

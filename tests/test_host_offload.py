@@ -300,7 +300,7 @@ def test_a_real_script_under_a_budget_offloads_and_trains_like_eager(monkeypatch
 
 def test_the_default_policy_offloads_what_hides_and_runs_like_the_fastest_plan():
     """Without a budget the memory policy tries the offload after the loss chunks and before the
-    recomputation: taken where its price (the plan's, plus the copies' waits and traffic) is within
+    recomputation: taken where its price (the plan's, plus the copies' waits and their toll on the kernels beside them) is within
     the allowance, refused at an allowance of nothing; the plan runs like the fastest one."""
     from nova.passes.memory_policy import MemoryPolicy
     graph, inputs = _step()

@@ -48,8 +48,9 @@ def _allocations(run) -> list[tuple[str, int]]:
             out = func(*args, **(kwargs or {}))
             for t in (out if isinstance(out, (tuple, list)) else (out,)):
                 if isinstance(t, torch.Tensor) and t.device.type == "meta" and t.untyped_storage()._cdata not in seen:
-                    frame = next(f for f in reversed(traceback.extract_stack()) if f.filename.startswith(PACKAGE)
-                                 and not f.filename.startswith(IR) and not f.name.startswith("<"))
+                    frame = next(f for f in reversed(traceback.extract_stack())
+                                 if os.path.realpath(f.filename).startswith(PACKAGE)
+                                 and not os.path.realpath(f.filename).startswith(IR) and not f.name.startswith("<"))
                     site = f"{Path(frame.filename).stem}.{frame.name}"
                     seen[t.untyped_storage()._cdata] = (site, t.untyped_storage().nbytes(), t)
             return out

@@ -401,14 +401,19 @@ def explain_planned(captured_graph, planned, target, tokens_per_step: int | None
         if node.op == "aten":
             fallback[node.attrs["target"]] = fallback.get(node.attrs["target"], 0) + 1
     mem = planned.memory
-    step_us = sum(k.predicted_us for k in kernels)
+    offload_us = 0.0
+    if mem.host_bytes:                     # the copies' waits and their toll on the kernels beside them
+        from nova.passes import offload as host
+        offload_us = host.priced(planned, target, lambda p: group_times_us(p, target, kernels))[1]
+    step_us = sum(k.predicted_us for k in kernels) + offload_us
     by_kind: dict[str, dict] = {}
     for k in kernels:
         key = f"{k.kind}/{k.kernel}"
         entry = by_kind.setdefault(key, {"count": 0, "predicted_us": 0.0})
         entry["count"] += 1
         entry["predicted_us"] = round(entry["predicted_us"] + k.predicted_us, 3)
-    prediction = {"step_ms": round(step_us / 1e3, 4), "launches": len(kernels), "by_kind": by_kind,
+    prediction = {"step_ms": round(step_us / 1e3, 4), "host_offload_ms": round(offload_us / 1e3, 4),
+                  "launches": len(kernels), "by_kind": by_kind,
                   "aten": {**aten_model(target), "kinds": aten_kind_totals(kernels)},
                   "sm_clock": None if clock is None else clock.to_dict()}
     if tokens_per_step:
@@ -789,6 +794,8 @@ def render(report: dict, console=None, top: int = 12) -> None:
                       None if fastest is None else report["prediction"]["step_ms"] - fastest / 1e3)
     p = report["prediction"]
     line = f"Prediction: {p['step_ms']:.2f} ms per step over {p['launches']} launches"
+    if p.get("host_offload_ms"):
+        line += f" (with the host offload's {p['host_offload_ms']:.3f} ms)"
     if p.get("tokens_per_s"):
         line += f", {p['tokens_per_s'] / 1e3:.1f}k tokens/s"
     console.print(line + " (the configurator's models, no measurement)")

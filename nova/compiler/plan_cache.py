@@ -77,7 +77,8 @@ def code_fingerprint() -> str:
     h = hashlib.sha256()
     folders = ("ir", "passes", "kernels/pointwise", "kernels/optimizer", "kernels/attention") + WORKSPACE_SIZING_FOLDERS
     files = [base / f for f in OUTSIDE_ARENA_SOURCES + ("kernels/switch.py",)]
-    hardware = [p for p in base.joinpath("hwmodel").rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    hardware = [p for p in base.joinpath("hwmodel").rglob("*") if p.is_file() and p.suffix in (".py", ".toml", ".json")
+                and not any(part.startswith((".", "__pycache__")) for part in p.relative_to(base).parts)]
     for path in sorted({*(p for f in folders for p in base.joinpath(f).rglob("*.py")), *files, *hardware,
                         Path(__file__).resolve()}):
         h.update(str(path.relative_to(base)).encode() + b"\0")

@@ -52,11 +52,13 @@ MMA_SYNC_TF32_SHARE_SM90 = 0.36   # [FITTED] TF32 mma.sync's sustained share of 
 LAUNCH_OVERHEAD = Q(3.0, "us", "[EST] CUDA driver launch + kernel start, typical")
 HOST_CALL = Q(14.0, "us", "[EST] the host time of an eager nova.matmul call of one launch (Python, the driver's "
               "launch), as measured on the Hopper device machines (gpus.toml)")
-HOST_COPY_SLOWDOWN = Q(0.03, "fraction", "[MEASURED] how much slower a step's kernels run while a copy to or "
-                       "from page-locked host memory is on the link: HF Llama-42M b32 on an H100, the lean plan "
-                       "(368 MiB offloaded) 0.36-0.54 ms a step slower than the same plan without the offload "
-                       "(bench/results/h100-2026-12-07/run98-h100, run99-h100) = 0.023-0.035 of the 2 x 368 MiB "
-                       "copies' 15 ms on a 50 GB/s link; a TF32 GEMM loop beside copies (bench/results/h100-2026-12-05/run50): 0.03-0.15")
+HOST_COPY_SLOWDOWN = Q(0.03, "fraction", "[MEASURED on an H100, EST elsewhere] how much slower a step's kernels "
+                       "run while a copy to or from page-locked host memory is on the link: HF Llama-42M b32, the "
+                       "lean plan with 368 MiB offloaded ran 0.36-0.54 ms a step slower than the fast plan (runs 98-99, "
+                       "bench/results/h100-2026-12-07/; ~0.04 ms of it priced loss chunks and recomputes) and 0.53-0.81 "
+                       "ms slower than the same plan without the offload (run 99's clean repeat): 0.023-0.053 of the "
+                       "2 x 368 MiB copies' 15 ms on a 50 GB/s link; a TF32 GEMM loop beside copies "
+                       "(bench/results/h100-2026-12-05/run50): 0.03-0.15")
 HOST_LAUNCH = Q(6.0, "us", "[EST] each further launch of an eager call (an operand prep, split-K's second "
                 "launch), as measured on the Hopper device machines (gpus.toml)")
 
@@ -71,9 +73,9 @@ def _figures(*tables: str, **given: Q) -> dict:
         pairs.update(GPU_FIGURES[table])
     q = {name: Q(value, UNITS[name], source) for name, (value, source) in pairs.items()}
     q = {"launch_overhead_us": LAUNCH_OVERHEAD, "host_call_us": HOST_CALL, "host_launch_us": HOST_LAUNCH, **q}
+    q.update(given, launch_overhead_us=LAUNCH_OVERHEAD)
     if "host_link_bw" in q:
         q = {"host_copy_slowdown": HOST_COPY_SLOWDOWN, **q}
-    q.update(given, launch_overhead_us=LAUNCH_OVERHEAD)
     return {name: q[name] for name in UNITS if name in q}
 
 

@@ -90,7 +90,8 @@ def copy_us(nbytes: int, gpu) -> float:
 
 
 def can_offload(gpu) -> bool:
-    return gpu.has("host_link_bw")
+    """A target with a host link and the kernels' slowdown beside its copies (``copy_us_per_byte``)."""
+    return gpu.has("host_link_bw") and gpu.has("host_copy_slowdown")
 
 
 # ------------------------------------------------------------------ the timeline
