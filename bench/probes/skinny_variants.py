@@ -1,6 +1,6 @@
 """The skinny kernel's schedule variants on the decode GEMMs it lost to cuBLAS: each problem's derived
 schedule, the pick with ``skinny.DEEP_UNROLL`` on for both lane arrangements and no margin (the unroll at its cap weighed too: fewer dependent
-trips), with K unsplit, and at an odd N with each row read as two aligned vectors (``SHIFTED_COLUMNS``),
+trips), with K unsplit, and at an odd N with one element a load (``SHIFTED_COLUMNS`` off; on by default),
 each timed by CUDA-graph replay (device time) with L2 warm (the same call
 back to back) and cold (a 256 MB buffer written before each call, its own time subtracted), against
 cuBLAS the same two ways, every result checked against float64; the model's prediction beside each.
@@ -48,8 +48,8 @@ FLUSH_BYTES = 256 << 20
 def derive_variants(problem, target: str) -> dict:
     """{name: (schedule, predicted us)}: "derived" (the configurator's), "most_unroll" (the pick with
     ``skinny.DEEP_UNROLL`` on for both lane arrangements, no margin, where it differs: the unroll at its cap
-    weighed too), "shifted_columns"
-    (odd N, ``skinny.SHIFTED_COLUMNS`` on) and "one_slice" (splits forced to 1 through the one-wave
+    weighed too), "one_element"
+    (odd N read shifted by default: ``skinny.SHIFTED_COLUMNS`` off) and "one_slice" (splits forced to 1 through the one-wave
     formula); each predicted by the model that derived it."""
     from nova.configurator import configure
     from nova.configurator.derivation import Derivation
@@ -67,11 +67,11 @@ def derive_variants(problem, target: str) -> dict:
         cfg = skinny.configure_skinny(problem, gpu, Derivation())
     if cfg is not None and cfg[0] != s:
         out["most_unroll"] = (cfg[0], cfg[1].time_us)
-    if not problem.trans_b and s.vec * problem.in_bytes < 16:      # odd N: rows read as two vectors
-        with mock.patch.object(skinny, "SHIFTED_COLUMNS", True):
+    if not problem.trans_b and s.row_shift:      # odd N read shifted (the default): one element a load instead
+        with mock.patch.object(skinny, "SHIFTED_COLUMNS", False):
             cfg = skinny.configure_skinny(problem, gpu, Derivation())
-        if cfg is not None and cfg[0].row_shift:
-            out["shifted_columns"] = (cfg[0], cfg[1].time_us)
+        if cfg is not None:
+            out["one_element"] = (cfg[0], cfg[1].time_us)
     if s.splits > 1:
         with mock.patch.object(skinny.F, "splits", lambda **kw: 1):
             cfg = skinny.configure_skinny(problem, gpu, Derivation())

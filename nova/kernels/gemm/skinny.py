@@ -88,7 +88,8 @@ SHIFTED_COLUMNS = True    # [MEASURED] on: lanes along N at an N off the vector 
                           # vectors and select their columns (``row_shift``) instead of halving the vector to
                           # 1-element loads.  H100, bench/results/h100-2026-12-07/run99-h100: four odd-N tf32
                           # shapes, none slower, three faster (12x11557x8406 336 -> 240 us, 14x3383x3614
-                          # 70.6 -> 38.8, 12x1479x8262 51.7 -> 47.5; 3x7559x3130 level), errors unchanged
+                          # 70.6 -> 38.8, 12x1479x8262 51.7 -> 47.5; 3x7559x3130 level), errors unchanged;
+                          # 16-bit odd N takes it too, unmeasured for speed (the GPU tests check it: run102-h100)
 DEEP_UNROLL = ("n",)      # [MEASURED] the lane arrangements whose widths are also derived with the unroll at
                           # its cap (fewer dependent trips), kept where it predicts DEEP_UNROLL_MARGIN lower.
                           # H100, bench/results/h100-2026-12-07/run98-h100/noshift: lanes along N where the
