@@ -309,8 +309,8 @@ def test_the_default_policy_offloads_what_hides_and_runs_like_the_fastest_plan()
     planned = pipeline(graph, memory_policy=MemoryPolicy(0.5, lambda planned: 1e6), host_offload=slow_groups)
     trials = [t for t in planned.policy.trials if t.saving.startswith("host offload")]
     assert len(trials) == 1 and trials[0].decision == "taken" and trials[0].freed_bytes > 0
-    assert trials[0].cost_us == pytest.approx(host.cost_us(planned, GPU, slow_groups(planned),
-                                                           host.check(planned, GPU, slow_groups(planned))), abs=1e-3)
+    assert trials[0].cost_us == pytest.approx(host.cost_us(planned, GPU, host.check(planned, GPU, slow_groups(planned))),
+                                              abs=1e-3)
     kinds = [t.saving.split(",")[0].split(" ")[0] for t in planned.policy.trials if t.decision != "not tried"]
     assert "recompute" not in kinds[:kinds.index("host")]          # the offload before any recomputation
     assert planned.memory.host_bytes > 0 and planned.memory.peak_bytes < base.memory.peak_bytes

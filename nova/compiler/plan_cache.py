@@ -42,6 +42,7 @@ OUTSIDE_ARENA_SOURCES = ("compiler/outside_arena.py", "compiler/executor.py", "c
                          "compiler/rows_lowering.py", "compiler/embedding_lowering.py", "compiler/gemm_lowering.py",
                          "compiler/role_kernels.py", "runtime/tma.py")
 WORKSPACE_SIZING_FOLDERS = ("kernels/gemm", "kernels/rows", "kernels/embedding", "configurator", "hwmodel")
+SOURCE_SUFFIXES = ("*.py", "*.toml", "*.json")   # code, and the figures and calibrations it reads (gpus.toml)
 
 _reported: set = set()
 _lock = threading.Lock()
@@ -70,17 +71,16 @@ def code_fingerprint() -> str:
     optimizer and attention kernel families (their problems are on the plan's groups) and the
     switch that gives groups to them (``kernels/switch.py``), this module, the
     executor's allocation sites the plan lists outside its arena (``OUTSIDE_ARENA_SOURCES``) and what
-    sizes the launch workspaces it places (``WORKSPACE_SIZING_FOLDERS``: the kernels' schedules), and the
-    hardware model's sources, figures and calibrations (``nova/hwmodel``: the offload's link and its
-    toll, the step-time model's clock the memory policy prices plans with)."""
+    sizes the launch workspaces it places (``WORKSPACE_SIZING_FOLDERS``: the kernels' schedules and the
+    hardware model), each folder's data files with its code (``SOURCE_SUFFIXES``: a target's figures and
+    calibrations decide plans too: the offload's link and its toll, the step clock the memory policy
+    prices plans at)."""
     base = Path(__file__).resolve().parents[1]
     h = hashlib.sha256()
     folders = ("ir", "passes", "kernels/pointwise", "kernels/optimizer", "kernels/attention") + WORKSPACE_SIZING_FOLDERS
     files = [base / f for f in OUTSIDE_ARENA_SOURCES + ("kernels/switch.py",)]
-    hardware = [p for p in base.joinpath("hwmodel").rglob("*") if p.is_file() and p.suffix in (".py", ".toml", ".json")
-                and not any(part.startswith((".", "__pycache__")) for part in p.relative_to(base).parts)]
-    for path in sorted({*(p for f in folders for p in base.joinpath(f).rglob("*.py")), *files, *hardware,
-                        Path(__file__).resolve()}):
+    for path in sorted([*(p for f in folders for suffix in SOURCE_SUFFIXES for p in base.joinpath(f).rglob(suffix)),
+                        *files, Path(__file__).resolve()]):
         h.update(str(path.relative_to(base)).encode() + b"\0")
         try:
             h.update(path.read_bytes())
