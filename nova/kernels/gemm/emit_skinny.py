@@ -306,9 +306,10 @@ class SkinnyKernel:
             steps = [ir.add(ir.add(t, ir.mul(index, s.vec, "lane_k"), "k0"), u * WARP * s.vec, "k")
                      for u in range(s.unroll)]
         valid = [ir.cmp("slt", k, chunk_hi, "step_ok") if tail else True for k in steps]
-        safe = [ir.select(ok, k, 0, hint="k_safe") for k, ok in zip(steps, valid)]
-        if s.lanes_along == "n" and s.row_shift:     # a row past the chunk reads row k mod vec: the same shift
-            safe = [ir.select(ok, k, ir.rem(k, s.vec, "k_res"), hint="k_safe") for k, ok in zip(steps, valid)]
+        shifted_n = s.lanes_along == "n" and s.row_shift     # a row past the chunk reads row k mod vec: the same shift
+        safe = [ir.select(ok, k, ir.rem(k, s.vec, "k_res") if shifted_n and tail else 0, hint="k_safe")
+                for k, ok in zip(steps, valid)]
+        if shifted_n:
             bs = [self.shifted_columns(k, columns) for k in safe]
         elif s.lanes_along == "n":
             bs = [ir.load("B", ir.add(ir.mul(k, p.N, "b_row"), columns, "b_at"), s.vec) for k in safe]
