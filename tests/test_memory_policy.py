@@ -135,6 +135,47 @@ def test_free_chunks_are_all_taken_and_a_class_in_part():
     assert parts >= 1 and report.step_us == price(planned) == 1000.0 + spent <= 1025.0
 
 
+def _revisit_plan(monkeypatch, ln_1_us: float):
+    """Four GPT layers, chunks priced free, 2 us allowed on a 1000 us step; closed forms stubbed so the
+    GELU outputs rank first (3 us a tensor: more than the 2 us left, 12 us more than twice it: not
+    tried) and ``ln_1``'s outputs after them (1.75 us a tensor: one fits).  Each recomputed ``ln_1``
+    node is priced ``ln_1_us``, each GELU node 2 us."""
+    import dataclasses
+    from nova.passes import remat
+    real = remat.candidates
+
+    def stubbed(graph, gpu):
+        return [dataclasses.replace(c, recompute_us=3.0) if c.name.startswith("gelu")
+                else c for c in real(graph, gpu)]
+    monkeypatch.setattr(remat, "candidates", stubbed)
+
+    def recomputed(planned, op, where=""):
+        return sum(n.origin.endswith("[recomputed]") and n.op == op and where in n.origin for n in planned.graph.nodes)
+
+    def price(planned):
+        return 1000.0 + ln_1_us * recomputed(planned, "layer_norm", ".ln_1") + 2.0 * recomputed(planned, "gelu_tanh")
+    planned = pipeline(_meta_graph(layers=4, batch=16), "h200", outside_arena=account,
+                       memory_policy=MemoryPolicy(0.002, price))
+    return planned.policy, recomputed(planned, "gelu_tanh")
+
+
+def test_a_saving_that_gives_time_back_reopens_the_classes_skipped_for_want_of_it(monkeypatch):
+    """The GELU class, skipped while 2 us were left, is priced after one ``ln_1`` recompute gave 10 us
+    back (12 us left: its 4 x 2 us fit) and taken; with ``ln_1`` priced above nothing it stays not tried."""
+    report, gelus = _revisit_plan(monkeypatch, ln_1_us=-10.0)
+    remats = [t for t in report.trials if t.saving.startswith("recompute")]
+    assert remats[0].saving.startswith("recompute layer_norm at transformer.h.*.ln_1 (1 of 4 tensors")
+    assert remats[0].decision == "taken" and remats[0].cost_us == pytest.approx(-10.0)
+    gelu = [t for t in remats if t.saving.startswith("recompute gelu_tanh")]
+    assert len(gelu) == 1 and gelu[0].decision == "taken" and gelu[0].cost_us == pytest.approx(8.0)
+    assert remats.index(gelu[0]) > 0 and gelus == 4
+    assert report.cost_us == pytest.approx(-2.0)
+
+    report, gelus = _revisit_plan(monkeypatch, ln_1_us=1.0)
+    gelu = [t for t in report.trials if t.saving.startswith("recompute gelu_tanh")]
+    assert [t.decision for t in gelu] == ["not tried"] and gelus == 0
+
+
 def test_a_saving_priced_above_nothing_is_refused_at_fraction_zero():
     graph = _meta_graph(layers=1, batch=8)
 
