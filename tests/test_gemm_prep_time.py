@@ -65,15 +65,18 @@ def test_every_prep_pass_is_a_launch_in_the_calibrated_time():
     assert cfg.calibrated_time_us == pytest.approx(three + c["t_launch_us"])
 
 
-def test_dram_bound_gemms_stream_at_the_tile_efficiency():
-    """A decode GEMM whose DRAM term binds: its calibrated time holds DRAM / eta_dram_tiles, not the linear
-    stream's eta_dram."""
+def test_dram_bound_gemms_stream_at_the_tile_efficiency_and_wait_a_latency():
+    """A decode GEMM whose DRAM term binds: its calibrated time holds DRAM / eta_dram_tiles plus the DRAM
+    wait (``hopper.dram_wait_time``: its weight streams once, so the wait is the ring term's
+    DRAM_WAIT_LATENCY share), not the max of the two."""
+    from nova.kernels.gemm.hopper import DRAM_WAIT_LATENCY
     cal = load("h200", "wgmma")["constants"]
-    assert cal["eta_dram_tiles"] < cal["eta_dram"]
     cfg = configure(GemmProblem(3, 15232, 896, "tf32"), GPU, kernel="tiles")
     t = cfg.prediction.terms_us
     assert t["dram"] > max(t["mma"], t["l2"], t["ring"])
-    assert cfg.calibrated_time_us > t["dram"] / cal["eta_dram_tiles"]
+    assert t["dram_wait"] == pytest.approx(t["ring"] * DRAM_WAIT_LATENCY, rel=0.05)
+    assert cfg.calibrated_time_us > t["dram"] / cal["eta_dram_tiles"] + t["dram_wait"]
+    assert cfg.prediction.time_us > t["dram"] + t["dram_wait"]
 
 
 def test_kernel_profile_takes_the_held_out_layouts():

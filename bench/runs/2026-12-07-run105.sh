@@ -6,7 +6,7 @@
 # NOVA_CACHE_DIR=.nova-cache-run105, for T = h200 and h100: `nova.bench.heldout gemm --count 100 --seed
 # 20261216 --precompile --target T`, `nova.bench.heldout attention --count 40 --seed 20261216 --precompile
 # --target T`; `.nova-cache-run105.txz`.
-. bench/runs/device_env.sh run105 .nova-cache-run105
+. bench/runs/device_env.sh ${RUN:-run105} ${CACHE:-.nova-cache-run105}
 if [ "$1" = a ]; then
   OUT=$R timeout 150 python3 bench/probes/register_fed_chain.py 2>&1 | tee $R/register_fed_chain.txt
   mkdir -p $R/gemm

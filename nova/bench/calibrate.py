@@ -5,7 +5,7 @@
 Model (``nova/hwmodel/calibration/__init__.py``, ``clock_and_time``): a few constants per preset
 and instruction family, never per shape,
 
-    time_cal = max(t_tensor*s/eta_tc, t_smem*s/eta_tc, t_l2*s, t_dram/eta_dram_tiles) + t_epilogue*s + t_fill
+    time_cal = max(t_tensor*s/eta_tc, t_smem*s/eta_tc, t_l2*s, t_dram/eta_dram_tiles + t_dram_wait) + t_epilogue*s + t_fill
                + t_split + t_prep/eta_dram + launches*t_launch_us
 
 with the terms of the model's prediction for the schedule each row measured:

@@ -15,8 +15,9 @@ constants, never per shape, and scales the model's terms:
                  cooperative one) is absolute-pessimistic, so it exceeds 1
     eta_dram     achievable fraction of the datasheet DRAM bandwidth (a linear stream); divides t_prep, and
                  t_dram where the calibration has no eta_dram_tiles
-    eta_dram_tiles  (wgmma, optional, measured) the same for a GEMM's operand tiles streaming from DRAM
-                 (TMA box rows of 128 bytes): divides t_dram, which binds for decode and skinny shapes
+    eta_dram_tiles  (wgmma, optional, fitted on held-out draws) the same for a GEMM's operand tiles streaming
+                 from DRAM (TMA box rows of 128 bytes): divides t_dram, which binds for decode and skinny
+                 shapes; the wait of the loads' latency (t_dram_wait, ``hopper.dram_wait_time``) adds unscaled
     eta_split_workspace  (wgmma, optional) the fraction of its modelled rate a K slice keeps when it
                  stores its FP32 partial tile through a workspace (split-K reduced by a second kernel):
                  divides the K loop's bound, max(compute, L2, DRAM, ring); fitted on held-out draws
@@ -24,7 +25,7 @@ constants, never per shape, and scales the model's terms:
     t_launch_us  per-launch cost (split-K adds a memset launch, an operand prep its pass)
     f_sustained_mhz, f_max_mhz, f_model_mhz   (optional) the power-limited SM clock, below
 
-    time_cal = max(t_tensor*s/eta_tc, t_smem*s/eta_tc, t_l2*s, t_dram/eta_dram_tiles, t_ring) / eta_split
+    time_cal = max(t_tensor*s/eta_tc, t_smem*s/eta_tc, t_l2*s, t_dram/eta_dram_tiles + t_dram_wait, t_ring) / eta_split
                + t_epilogue*s + t_fill + t_split + t_prep/eta_dram + launches*t_launch_us
 
 (launches: ``Schedule.launches`` where the caller has the schedule: the GEMM, split-K's memset or
@@ -141,9 +142,9 @@ def predicted_clock_mhz(terms_us: dict, split_k, constants: dict, launches=None)
 def clock_and_time(terms_us: dict, split_k, constants: dict, launches=None):
     """(SM clock in MHz or None, calibrated time in us).
 
-    time = max(compute, L2, DRAM / eta_dram_tiles, ring) / eta_split + epilogue + arith + fill + split
+    time = max(compute, L2, DRAM / eta_dram_tiles + DRAM wait, ring) / eta_split + epilogue + arith + fill + split
            + prep / eta_dram + launches * t_launch, with compute = tensor (or smem) time / eta_tc (the Hopper model's ring
-           latency bound is in nanoseconds of memory latency: not scaled).
+           latency bound and the DRAM wait, ``hopper.dram_wait_time``, are in nanoseconds of memory latency: not scaled).
     Power-limited clock: the terms that run on the SM clock (tensor, L2, epilogue stores and arithmetic) scale by
     f_model / f, and f = min(f_max, f_sustained * duty^(-1/3)): duty is the fraction of the call the
     tensor cores are busy (compute / time), f_sustained the clock the GPU holds at its power cap
@@ -167,7 +168,8 @@ def _at_scale(terms_us: dict, split_k, constants: dict, launches=None):
     (f_model / f); ``clock_and_time``'s formula."""
     c, t = constants, terms_us
     compute0 = np.maximum(t.get("tensor-core", 0) + t.get("mma", 0), t.get("smem", 0)) / c["eta_tc"]  # one is 0
-    dram = np.maximum(t.get("dram", 0) / c.get("eta_dram_tiles", c["eta_dram"]), t.get("ring", 0))
+    dram = np.maximum(t.get("dram", 0) / c.get("eta_dram_tiles", c["eta_dram"]) + t.get("dram_wait", 0),
+                      t.get("ring", 0))
     fixed = (t.get("fill", 0) + t.get("split", 0) + t.get("prep", 0) / c["eta_dram"]
              + (launches_of(t, split_k) if launches is None else launches) * c["t_launch_us"])
 

@@ -51,8 +51,9 @@ each returning its decision and the derivation row(s) that explain it:
 14. group-M              rasterization, as for the mma.sync path (shown when there are tile rows to group)
 15. operand prep         which operands go through a transpose/pad pass (TMA needs 16-byte aligned rows; the
                          pass pads K to whole 128-byte lines)
-16. prediction           max(tensor x smem cap, L2 fills (+ TMA stores) at each SM's port, DRAM, the ring's
-                         latency bound) + first fill + epilogues + prep + split-K + launches
+16. prediction           max(tensor x smem cap, L2 fills (+ TMA stores) at each SM's port, DRAM + the wait of its
+                         loads' latency (``dram_wait_time``), the ring's latency bound) + first fill + epilogues +
+                         prep + split-K + launches
                          (``time_terms``, ``total_time``; recorded by ``configure``)
 Explain prints the rows it records in this order, numbered as printed (steps 7 and 14 may be absent).
 
@@ -172,6 +173,13 @@ CONTENTION_NORM = 8            # [FIT] the consumers step weighs a K loop's over
                                # 128x192 / 128x128: 0.95-0.97 on five short-K shapes; the max says 1.00-1.03, the
                                # 8-norm 0.95-0.99); the deep-K 16384x768x50304 pair it misses (0.968 vs 1.000) is
                                # cooperative either way
+DRAM_WAIT_LATENCY = 0.625     # [FIT] the share of the loaded latency (``mem_latency_ns``) a K tile streamed from DRAM
+                               # waits beyond its bytes' transfer: the ~500 ns idle load-to-use of 800 ns loaded
+                               # (presets.LOADED_LATENCY_HBM).  The per-K-tile time of 64-256-wide tiles at one tile an
+                               # SM, B streaming from DRAM (bench/probes/register_fed_chain.py, H100,
+                               # bench/results/h100-2026-12-07/run105-h100): bytes / DRAM bandwidth + 0.5 us / (stages - 2),
+                               # not their max (M = 8, 64x64: 129-132 us measured at K = 16384, the max 90-96, the sum
+                               # 129-135); ``dram_wait_time``
 EXPLAIN_PINGPONG_ALWAYS = False  # record the ping-pong row in every derivation (False: only where it is picked
                                # or NOVA_PINGPONG is set, so the derivations of cooperative picks stay as they were)
 PINGPONG_SLABS = (1, 2)        # 64-row wgmma slabs of one warpgroup's tile (64xN: one wgmma per k-step; 128xN: two)
@@ -495,6 +503,27 @@ def ring_time(p: GemmProblem, gpu, units: int, ktiles: int, split: int, stages: 
     return per_sm * cdiv(ktiles, split) * gpu.mem_latency_ns * 1e-9 / max(stages - 2, 1)
 
 
+def dram_wait_time(p: GemmProblem, gpu, block_i: int, n: int, swap: bool, t_ring: float) -> float:
+    """Seconds the busiest SM's K loop waits on DRAM beyond the transfer of its bytes, added to the DRAM
+    term (``total_time``): a ring slot's load from DRAM takes the memory latency before its bytes flow,
+    and with max(stages - 2, 1) loads ahead (``ring_time``, ``t_ring``) the K loop's streamed bytes
+    arrive at min(DRAM bandwidth, bytes in flight / latency) -- by Little's law the two add,
+    t = bytes / bw + K tiles x latency / (stages - 2).  Only the share of the fetched bytes that is
+    DRAM's counts, the rest hits L2:
+
+        wait  = t_ring x DRAM_WAIT_LATENCY x share
+        share = min(1, (A + B bytes, each distinct matrix once) / (bytes the tiles fetch)),
+        fetched = K x elem_bytes x batch x (ceil(J / n) x I + ceil(I / block_i) x J)
+
+    (I, J: the tile's row and column extents, C^T's when swapped).  A decode GEMM's weight streams
+    once (share ~1: the wait is the ring term's 0.625); a large GEMM refetches its operands from L2
+    (4096^3 at 128x256: share 0.04), where the wait is nothing beside the tensor term."""
+    I, J = (p.N, p.M) if swap else (p.M, p.N)
+    fetched = p.K * p.in_bytes * p.batch * (cdiv(J, n) * I + cdiv(I, block_i) * J)
+    inputs = (p.matrices("a") * p.M * p.K + p.matrices("b") * p.K * p.N) * p.in_bytes
+    return t_ring * DRAM_WAIT_LATENCY * min(1.0, inputs / fetched)
+
+
 def fill_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, dram_bound: bool = False) -> float:
     """Seconds before the first wgmma: the ring's first stage of every CTA comes from DRAM, one
     loaded latency plus min(units, SMs) x (block_i + n) x 128 B at the DRAM bandwidth (only the
@@ -618,8 +647,10 @@ def stream_k_terms(p: GemmProblem, gpu, block_i: int, n: int, operands: OperandP
     depth = stages or ring_depth(gpu, block_i, n)
     t_ring = busiest * gpu.mem_latency_ns * 1e-9 / max(depth - 2, 1)
     t_dram = stream_k_dram_bytes(p, gpu, block_i, n, plan) / gpu.dram_bw
-    t_fill = fill_time(p, gpu, block_i, n, plan.ctas, dram_bound=t_dram >= max(t_mma, t_l2, t_ring))
-    return {"mma": t_mma, "l2": t_l2, "dram": t_dram, "smem_cap": cap, "ring": t_ring, "fill": t_fill,
+    t_wait = dram_wait_time(p, gpu, block_i, n, operands.swap, t_ring)
+    t_fill = fill_time(p, gpu, block_i, n, plan.ctas, dram_bound=t_dram + t_wait >= max(t_mma, t_l2, t_ring))
+    return {"mma": t_mma, "l2": t_l2, "dram": t_dram, "dram_wait": t_wait, "smem_cap": cap, "ring": t_ring,
+            "fill": t_fill,
             "epilogue": t_epilogue, "arith": arith_time(p, gpu), "prep": prep_time(p, gpu, operands),
             "split": t_split,
             "launches": 2 + sum(1 for role in (operands.a, operands.b) if role.prep)}
@@ -728,12 +759,13 @@ def epilogue_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int, operan
             t_epilogue = epilogue_time(p, gpu, block_i, n, paced, split, rows=I, cols=J, reduction=reduction,
                                        swap=operands.swap)
         t_ring = ring_time(p, gpu, paced, ktiles, split, depth)
-        dram_bound = shared["dram"] >= max(main["mma"], t_l2, t_ring)
+        t_wait = dram_wait_time(p, gpu, block_i, n, operands.swap, t_ring)
+        dram_bound = shared["dram"] + t_wait >= max(main["mma"], t_l2, t_ring)
         t_fill = fill_time(p, gpu, block_i, n, units, dram_bound=dram_bound)
         if cluster != (1, 1):
             t_fill += CLUSTER_SYNC_S
-        out[epilogue] = {**shared, "l2": t_l2, "ring": t_ring, "epilogue": t_epilogue, "fill": t_fill,
-                         "arith": arith_time(p, gpu)}
+        out[epilogue] = {**shared, "l2": t_l2, "ring": t_ring, "dram_wait": t_wait, "epilogue": t_epilogue,
+                         "fill": t_fill, "arith": arith_time(p, gpu)}
     return out
 
 
@@ -864,8 +896,9 @@ def pingpong_terms(p: GemmProblem, gpu, slabs: int, n: int, operands: OperandPla
         m_unit = max(t_mma, t_l2, t_ring) / per_sm
         t_epilogue = ((per_sm - 1) * max(0.0, (e_unit - m_unit) / 2) + e_unit
                       + per_sm * PINGPONG_HANDOFF_CLK / clock)
-        dram_bound = shared["dram"] >= max(t_mma, t_l2, t_ring)
-        out[epilogue] = {**shared, "mma": t_mma, "l2": t_l2, "ring": t_ring, "epilogue": t_epilogue,
+        t_wait = dram_wait_time(p, gpu, block_i, n, operands.swap, t_ring)
+        dram_bound = shared["dram"] + t_wait >= max(t_mma, t_l2, t_ring)
+        out[epilogue] = {**shared, "mma": t_mma, "l2": t_l2, "ring": t_ring, "dram_wait": t_wait, "epilogue": t_epilogue,
                          "fill": fill_time(p, gpu, block_i, n, units, dram_bound=dram_bound),
                          "arith": arith_time(p, gpu),
                          "unit_mainloop": m_unit, "unit_epilogue": e_unit, "units_per_sm": per_sm}
@@ -1034,9 +1067,10 @@ def fill_share(block_i: int, n: int, extents: tuple[int, int]) -> float:
 
 
 def total_time(t: dict) -> float:
-    """Seconds from ``time_terms``: max(mma, l2, dram, ring) + fill + epilogue + arith + prep + split +
-    launches."""
-    return (max(t["mma"], t["l2"], t["dram"], t["ring"]) + t["fill"] + t["epilogue"] + t["arith"] + t["prep"]
+    """Seconds from ``time_terms``: max(mma, l2, dram + dram_wait, ring) + fill + epilogue + arith + prep +
+    split + launches."""
+    return (max(t["mma"], t["l2"], t["dram"] + t.get("dram_wait", 0.0), t["ring"]) + t["fill"] + t["epilogue"]
+            + t["arith"] + t["prep"]
             + t["split"] + LAUNCH_S * t["launches"])
 
 
@@ -1089,19 +1123,20 @@ def cooperative_compared(p: GemmProblem, gpu, s: Schedule, terms: dict) -> float
 
 def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
     """Step 16 for any wgmma schedule: max(tensor peak x smem cap x SM utilisation, L2 fills (+ the
-    TMA store's overlapped stores), DRAM, the ring's latency bound) + the ring's first fill + the
+    TMA store's overlapped stores), DRAM (+ its wait: ``dram_wait_time``), the ring's latency bound) + the ring's first fill + the
     epilogues (not overlapped) + the activation's arithmetic (``arith_time``) + the operand-prep passes
     (``prep_time``) + adding the split-K slices (zeroing and atomics, or the reduction kernel) + the
     launches."""
     t = schedule_terms(p, gpu, s)
     total = total_time(t)
-    bound = max((t["mma"], "tensor-core"), (t["l2"], "l2"), (t["dram"], "dram"), (t["ring"], "ring latency"))[1]
+    bound = max((t["mma"], "tensor-core"), (t["l2"], "l2"), (t["dram"] + t.get("dram_wait", 0.0), "dram"),
+                (t["ring"], "ring latency"))[1]
     if t["smem_cap"] < 1 and bound == "tensor-core":
         bound = "smem"
     return Prediction(time_us=total * 1e6, tflops=p.flops / total / 1e12, bound=bound,
                       floor_us=max(p.flops / gpu.peak_flops(p.dtype, "wgmma"), t["dram"]) * 1e6,
-                      terms_us={k: t[k] * 1e6 for k in ("mma", "l2", "dram", "ring", "fill", "epilogue", "arith",
-                                                          "prep", "split")})
+                      terms_us={k: t.get(k, 0.0) * 1e6 for k in ("mma", "l2", "dram", "dram_wait", "ring", "fill",
+                                                                   "epilogue", "arith", "prep", "split")})
 
 
 def hopper_supported(problem: GemmProblem, gpu) -> tuple[bool, str]:
@@ -1570,7 +1605,8 @@ def tile_and_split(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int,
         note("tile and split", f"{block_i}x{n}" + (f", split-K {split} ({reduction})" if split > 1 else "")
              + (", stream-K" if reduction == "stream_k" else ""),
              f"tiles are (wgmma rows) x (wgmma N); predicted us (the prediction's model: max(the busiest SM's units "
-             f"of padded tile work at the smem-bound rate, the L2 fills, DRAM, the ring's latency bound) + the ring's "
+             f"of padded tile work at the smem-bound rate, the L2 fills, DRAM plus its loads' latency wait, the ring's "
+             f"latency bound) + the ring's "
              f"first fill + epilogues + prep{' + adding the K slices' if any(c[4] > 1 or c[5] == 'stream_k' for c in candidates) else ''} + "
              f"launches{', each with its faster epilogue (tma: the TMA store)' if tma else ''}; on a tie, the "
              f"candidate with the least mma + L2 + DRAM time): {table}{wide}"),
