@@ -348,9 +348,13 @@ def test_model_charges_padded_tile_work_and_atomic_epilogues():
     # a 64-row tile over a 16-row C stores 16 rows (the split-K epilogue of 16x4096x4096 was priced 4x)
     assert epilogue_time(p, gpu, 64, 128, 64, rows=16, cols=4096) == pytest.approx(
         epilogue_time(p, gpu, 64, 128, 64, rows=4096, cols=4096) / 4)
-    # an SM's port to L2 is its own limit: 64 units on 132 SMs fill as slowly as 132 units
+    # the L2's TMA bandwidth is shared by the active SMs, each at most its port's L2_PORT_B_PER_CLK: 64
+    # units on 132 SMs fill at the port's rate, not at 1/132 of the L2's (nor at 1/64: over the port)
+    from nova.kernels.gemm.hopper import L2_PORT_B_PER_CLK
+    share = gpu.l2_tma_bw / gpu.sm_count
+    assert L2_PORT_B_PER_CLK * gpu.clock_hz < gpu.l2_tma_bw / 64
     assert mainloop_time(full, gpu, 64, 64, 64, 128, terms=True)["l2"] == pytest.approx(
-        mainloop_time(full, gpu, 64, 64, 132, 128, terms=True)["l2"])
+        mainloop_time(full, gpu, 64, 64, 132, 128, terms=True)["l2"] * share / (L2_PORT_B_PER_CLK * gpu.clock_hz))
     # epilogue store width: 8-byte quads for 16-bit outputs, pairs for FP32, scalar atomics under split-K
     assert output_vector(GemmProblem(64, 64, 64, "bf16"), False, 1) == 4
     assert output_vector(GemmProblem(64, 64, 64), True, 1) == 2

@@ -173,6 +173,11 @@ CONTENTION_NORM = 8            # [FIT] the consumers step weighs a K loop's over
                                # 128x192 / 128x128: 0.95-0.97 on five short-K shapes; the max says 1.00-1.03, the
                                # 8-norm 0.95-0.99); the deep-K 16384x768x50304 pair it misses (0.968 vs 1.000) is
                                # cooperative either way
+L2_PORT_B_PER_CLK = 68.0       # [FIT] TMA bytes an SM's port takes from L2 a clock when fewer SMs share the L2 than it
+                               # has: the tiles' L2 term divides the L2's TMA bandwidth over the active SMs (min(units,
+                               # SMs)), each at most this.  H100, bench/results/h100-2026-12-07/run105-h100 (the register-
+                               # fed chain probe): 64x128 and 64x256 tiles on 32-64 CTAs filled 64-71 B/clk a K tile
+                               # (24-40 KB in 204-325 ns), where 1/132 of the 14.2 TB/s is 54.3; 128 CTAs 49
 DRAM_WAIT_LATENCY = 0.625     # [FIT] the share of the loaded latency (``mem_latency_ns``) a K tile streamed from DRAM
                                # waits beyond its bytes' transfer: the ~500 ns idle load-to-use of 800 ns loaded
                                # (presets.LOADED_LATENCY_HBM).  The per-K-tile time of 64-256-wide tiles at one tile an
@@ -263,14 +268,21 @@ def _smem_cap(rate: float, elem_bytes: int, smem_bytes_per_clk: float, block_i: 
     return float(F.smem_cap(smem_bytes_per_clk=smem_bytes_per_clk, smem_traffic=traffic))
 
 
+def l2_port_bw(gpu, active: int) -> float:
+    """Bytes a second of TMA loads one SM takes from L2 when ``active`` CTAs (one an SM) share it: an
+    idle SM's share goes to the active ones, each at most its port's L2_PORT_B_PER_CLK,
+    min(l2_tma_bw / min(active, SMs), L2_PORT_B_PER_CLK x clock)."""
+    return min(gpu.l2_tma_bw / max(1, min(active, gpu.sm_count)), L2_PORT_B_PER_CLK * gpu.clock_hz)
+
+
 def mainloop_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, ktiles: int, split: int = 1,
-                  terms: bool = False, crossings: tuple[float, float] = (1, 1)):
+                  terms: bool = False, crossings: tuple[float, float] = (1, 1), active: int | None = None):
     """Seconds for ``units`` work units (tile x K slice) on a persistent grid.  The busiest SM runs
     ceil(units / SMs) of them, each 2 x block_i x n x (its K) FLOP *as the tile computes them*
     (a 64-wide tile on N = 7 still does 64 columns of work), at the SM's share of the tensor peak
     times the smem cap; every unit also fills its tiles from L2, K x (block_i + n) bytes at the SM's
-    share of the L2 bandwidth of TMA loads (an SM's port to L2 is its own limit: a grid that leaves
-    SMs idle also leaves their share unused); an operand whose rows are off the 128-byte line fills
+    share of the L2 bandwidth of TMA loads among the active SMs (min(units, SMs)), at most
+    L2_PORT_B_PER_CLK a clock (an SM's port to L2 is its own limit); an operand whose rows are off the 128-byte line fills
     most box rows from two lines (``crossings``, ``line_crossings``).  Returns max(tensor, L2), or both
     terms with ``terms``."""
     cap = smem_cap(p, gpu, block_i, n)
@@ -278,7 +290,7 @@ def mainloop_time(p: GemmProblem, gpu, block_i: int, n: int, units: int, ktiles:
     per_sm = math.ceil(units / gpu.sm_count)
     t_mma = per_sm * 2 * block_i * n * k_unit / (gpu.peak_flops(p.dtype, "wgmma") / gpu.sm_count * cap)
     fill_rows = block_i * crossings[0] + n * crossings[1]
-    t_l2 = per_sm * (ktiles / split) * fill_rows * SWIZZLE / (gpu.l2_tma_bw / gpu.sm_count)
+    t_l2 = per_sm * (ktiles / split) * fill_rows * SWIZZLE / l2_port_bw(gpu, active or units)
     if terms:
         return {"mma": t_mma, "l2": t_l2, "smem_cap": cap}
     return max(t_mma, t_l2)
@@ -632,7 +644,7 @@ def stream_k_terms(p: GemmProblem, gpu, block_i: int, n: int, operands: OperandP
     k_iter = min(p.K, SWIZZLE // p.in_bytes)
     t_mma = busiest * 2 * block_i * n * k_iter / (gpu.peak_flops(p.dtype, "wgmma") / gpu.sm_count * cap)
     crossings = line_crossings(p, operands)
-    t_l2 = busiest * (block_i * crossings[0] + n * crossings[1]) * SWIZZLE / (gpu.l2_tma_bw / gpu.sm_count)
+    t_l2 = busiest * (block_i * crossings[0] + n * crossings[1]) * SWIZZLE / l2_port_bw(gpu, plan.ctas)
     stored = min(block_i, I) * min(n, J)
     per_sm_bw = gpu.l2_bw / gpu.sm_count
     t_epilogue = (cdiv(plan.dp_tiles, plan.ctas) * stored * p.out_bytes + plan.max_cta_segments * stored * 4) / per_sm_bw
@@ -741,7 +753,7 @@ def epilogue_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int, operan
     if cluster != (1, 1):
         paced = cluster_pacing(gpu, I, J, block_i, n, split, cluster_extents(cluster, operands.swap))
     main = mainloop_time(p, gpu, block_i, n, paced, ktiles, split, terms=True,
-                         crossings=line_crossings(p, operands))
+                         crossings=line_crossings(p, operands), active=units)
     if cluster != (1, 1):
         main["l2"] *= fill_share(block_i, n, cluster_extents(cluster, operands.swap))
     shared = {"mma": main["mma"], "dram": p.min_bytes / gpu.dram_bw, "smem_cap": main["smem_cap"],
