@@ -55,11 +55,11 @@ def test_h100_heldout_constants_are_reproducible():
     before_split = {k: v for k, v in H100["constants"].items() if k != "eta_split_workspace"}
     value, fitted = calibrate.fit_heldout(first, "h100", "eta_tc_pingpong", before_split)
     assert value == pytest.approx(H100["constants"]["eta_tc_pingpong"])
-    block = H100["eta_dram_tiles"]                 # refitted with the DRAM wait, every other constant held
-    value, fitted = calibrate.fit_heldout([str(ROOT / f) for f in block["fit"]["results"]], "h100", "eta_dram_tiles",
-                                          H100["constants"])
-    assert value == H100["constants"]["eta_dram_tiles"] and fitted == {
-        k: block["fit"][k] for k in ("kernels", "before", "after")}
+    # no tile-stream DRAM efficiency: with the loads' latency priced apart (hopper.dram_wait_time) its held-out
+    # fit lands within a few hundredths of the linear stream's eta_dram, which the tiles' DRAM term takes
+    assert "eta_dram_tiles" not in H100["constants"] and "retired" in H100["eta_dram_tiles"]
+    value, _ = calibrate.fit_heldout(first, "h100", "eta_dram_tiles", H100["constants"])
+    assert abs(value - H100["constants"]["eta_dram"]) <= 0.05
     block = H100["eta_split_workspace"]
     value, fitted = calibrate.fit_heldout([str(ROOT / f) for f in block["fit"]["results"]], "h100",
                                           "eta_split_workspace", H100["constants"])

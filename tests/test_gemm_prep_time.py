@@ -65,18 +65,25 @@ def test_every_prep_pass_is_a_launch_in_the_calibrated_time():
     assert cfg.calibrated_time_us == pytest.approx(three + c["t_launch_us"])
 
 
-def test_dram_bound_gemms_stream_at_the_tile_efficiency_and_wait_a_latency():
-    """A decode GEMM whose DRAM term binds: its calibrated time holds DRAM / eta_dram_tiles plus the DRAM
-    wait (``hopper.dram_wait_time``: its weight streams once, so the wait is the ring term's
-    DRAM_WAIT_LATENCY share), not the max of the two."""
-    from nova.kernels.gemm.hopper import DRAM_WAIT_LATENCY
+def test_dram_bound_gemms_stream_at_the_dram_efficiency_and_wait_a_latency():
+    """A decode GEMM whose DRAM term binds: its prediction adds the DRAM wait (``hopper.dram_wait_time``:
+    its weight streams once, so the wait is the ring term's DRAM_WAIT_LATENCY share) to the DRAM term,
+    not their max, and its calibrated time holds DRAM / eta_dram plus the wait, unscaled."""
+    from nova.hwmodel.calibration import calibrated_time_us
+    from nova.kernels.gemm.hopper import DRAM_WAIT_LATENCY, schedule_terms, total_time
     cal = load("h200", "wgmma")["constants"]
+    assert "eta_dram_tiles" not in cal
     cfg = configure(GemmProblem(3, 15232, 896, "tf32"), GPU, kernel="tiles")
     t = cfg.prediction.terms_us
     assert t["dram"] > max(t["mma"], t["l2"], t["ring"])
     assert t["dram_wait"] == pytest.approx(t["ring"] * DRAM_WAIT_LATENCY, rel=0.05)
-    assert cfg.calibrated_time_us > t["dram"] / cal["eta_dram_tiles"] + t["dram_wait"]
-    assert cfg.prediction.time_us > t["dram"] + t["dram_wait"]
+    seconds = schedule_terms(cfg.problem, GPU, cfg.schedule)
+    assert total_time(seconds) - total_time({**seconds, "dram_wait": 0.0}) == pytest.approx(seconds["dram_wait"])
+    assert cfg.prediction.time_us == pytest.approx(total_time(seconds) * 1e6)
+    no_wait = {**t, "dram_wait": 0.0}
+    s = cfg.schedule
+    assert cfg.calibrated_time_us - calibrated_time_us(no_wait, s.launch_split, cal, s.launches) == pytest.approx(
+        t["dram_wait"], rel=0.02)
 
 
 def test_kernel_profile_takes_the_held_out_layouts():

@@ -333,6 +333,29 @@ def test_tile_choice_uses_the_whole_model():
     assert total_time(t) * 1e6 == pytest.approx(cfg.prediction.time_us)
 
 
+def test_dram_wait_counts_the_dram_share_of_the_fetched_bytes():
+    """``dram_wait_time``: the ring's latency bound x DRAM_WAIT_LATENCY x the share of the tiles' fetched
+    bytes that is DRAM's.  A decode GEMM (swapped: C^T's rows are N) fetches each byte of B once (share
+    ~1); a large square one refetches its operands from L2 (share 0.04); a batch whose B is broadcast
+    counts B once among the inputs and once per element among the fetched bytes."""
+    from nova.hwmodel import get_target
+    from nova.kernels.gemm.hopper import DRAM_WAIT_LATENCY, dram_wait_time, l2_port_bw, L2_PORT_B_PER_CLK
+    gpu = get_target("h200")
+    decode = GemmProblem(2, 10240, 9600)
+    share = (2 * 9600 + 9600 * 10240) / (9600 * (1 * 10240 + 160 * 2))
+    assert dram_wait_time(decode, gpu, 64, 64, True, 1.0) == pytest.approx(DRAM_WAIT_LATENCY * share)
+    big = GemmProblem(4096, 4096, 4096)
+    assert dram_wait_time(big, gpu, 128, 256, False, 1.0) == pytest.approx(
+        DRAM_WAIT_LATENCY * 2 * 4096 / (16 * 4096 + 32 * 4096))
+    batched = GemmProblem(256, 512, 1024, batch=8, batch_stride_b=0)
+    inputs = 8 * 256 * 1024 + 1024 * 512
+    fetched = 8 * 1024 * (4 * 256 + 2 * 512)
+    assert dram_wait_time(batched, gpu, 128, 128, False, 1.0) == pytest.approx(DRAM_WAIT_LATENCY * inputs / fetched)
+    # the L2's TMA bandwidth over the active SMs, each at most its port's
+    assert l2_port_bw(gpu, gpu.sm_count) == l2_port_bw(gpu, 10 * gpu.sm_count) == pytest.approx(gpu.l2_tma_bw / gpu.sm_count)
+    assert l2_port_bw(gpu, 8) == pytest.approx(L2_PORT_B_PER_CLK * gpu.clock_hz)
+
+
 def test_model_charges_padded_tile_work_and_atomic_epilogues():
     """A 64-wide tile over N = 7 does the work of N = 64 (the v0.5c oracle's 384x7x4096 miss), and a
     split-K epilogue (4-byte atomics) costs 4x the plain one."""

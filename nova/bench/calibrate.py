@@ -5,13 +5,13 @@
 Model (``nova/hwmodel/calibration/__init__.py``, ``clock_and_time``): a few constants per preset
 and instruction family, never per shape,
 
-    time_cal = max(t_tensor*s/eta_tc, t_smem*s/eta_tc, t_l2*s, t_dram/eta_dram_tiles + t_dram_wait) + t_epilogue*s + t_fill
+    time_cal = max(t_tensor*s/eta_tc, t_smem*s/eta_tc, t_l2*s, t_dram/eta_dram + t_dram_wait) + t_epilogue*s + t_fill
                + t_split + t_prep/eta_dram + launches*t_launch_us
 
 with the terms of the model's prediction for the schedule each row measured:
   eta_tc       achievable fraction of the modelled tensor-core rate (issue rate in the SM)
-  eta_dram     achievable fraction of the datasheet DRAM bandwidth (eta_dram_tiles, when held with --fix,
-               for t_dram: a GEMM's TMA tile streams; measured, never fitted)
+  eta_dram     achievable fraction of the datasheet DRAM bandwidth (measured: a linear stream); it divides
+               t_dram too, whose loads' latency the model prices apart (t_dram_wait, not scaled)
   t_launch_us  per-launch overhead on the device (the gap between launches in a graph replay; in
                back-to-back results of older files it also holds the host's time per call when the
                kernel is shorter than it)
@@ -84,7 +84,8 @@ def load_rows(path: str, preset: str | None, family: str = "mma.sync"):
     return preset, env, rows, skipped
 
 
-TERMS = ("tensor-core", "mma", "smem", "l2", "dram", "ring", "fill", "epilogue", "arith", "split", "prep")
+TERMS = ("tensor-core", "mma", "smem", "l2", "dram", "dram_wait", "ring", "fill", "epilogue", "arith", "split",
+         "prep")
 
 
 def _arrays(rows):
@@ -180,9 +181,10 @@ def fit_pingpong(results_csv: str, preset: str, constants: dict) -> tuple[float,
 
 
 def _dram_binds(cfg) -> bool:
-    """The model's DRAM term is the largest of the K loop's bounds (before any efficiency constant)."""
+    """The model's DRAM term (with its loads' wait) is the largest of the K loop's bounds (before any
+    efficiency constant)."""
     t = cfg.prediction.terms_us
-    return t.get("dram", 0) >= max(t.get("mma", 0), t.get("l2", 0), t.get("ring", 0))
+    return t.get("dram", 0) + t.get("dram_wait", 0) >= max(t.get("mma", 0), t.get("l2", 0), t.get("ring", 0))
 
 
 def _pingpong_tma_store(cfg) -> bool:
@@ -314,8 +316,8 @@ def row_clocks(rows, clocks_csv: str) -> list[float]:
     return out
 
 
-HELD_ONLY = ("f_sustained_mhz", "f_max_mhz", "eta_dram_tiles")   # the power-limited clock's constants and the
-                                                # DRAM efficiency of tile streams: measured, never fitted
+HELD_ONLY = ("f_sustained_mhz", "f_max_mhz", "eta_dram_tiles")   # the power-limited clock's constants and (where
+                                                # a calibration has one) the held-out fit's eta_dram_tiles
 
 
 def parse_fixed(text: str) -> tuple[str, float]:

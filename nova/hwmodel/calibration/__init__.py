@@ -16,11 +16,12 @@ constants, never per shape, and scales the model's terms:
     eta_dram     achievable fraction of the datasheet DRAM bandwidth (a linear stream); divides t_prep, and
                  t_dram where the calibration has no eta_dram_tiles
     eta_dram_tiles  (wgmma, optional, fitted on held-out draws) the same for a GEMM's operand tiles streaming
-                 from DRAM (TMA box rows of 128 bytes): divides t_dram, which binds for decode and skinny
-                 shapes; the wait of the loads' latency (t_dram_wait, ``hopper.dram_wait_time``) adds unscaled
+                 from DRAM, where it differs from the linear stream's: divides t_dram (the stored H100 and
+                 H200 calibrations have none since the model prices the loads' latency apart: t_dram_wait,
+                 ``hopper.dram_wait_time``, added unscaled)
     eta_split_workspace  (wgmma, optional) the fraction of its modelled rate a K slice keeps when it
                  stores its FP32 partial tile through a workspace (split-K reduced by a second kernel):
-                 divides the K loop's bound, max(compute, L2, DRAM, ring); fitted on held-out draws
+                 divides the K loop's bound, max(compute, L2, DRAM + wait, ring); fitted on held-out draws
                  (``fit_heldout``), the cause not modelled
     t_launch_us  per-launch cost (split-K adds a memset launch, an operand prep its pass)
     f_sustained_mhz, f_max_mhz, f_model_mhz   (optional) the power-limited SM clock, below

@@ -144,7 +144,7 @@ ACTIVATION_GRAD_OPS = {"gelu": 22}    # activations.gelu_tanh_backward over the 
 # range and share B's tile, along N (cluster_n) A's; each loads 1/extent of the shared tile and multicasts
 # it into every CTA of the cluster (emit_hopper's module docstring).
 CLUSTER_SHAPES = ((2, 1), (1, 2))   # (cluster_m, cluster_n) step 12 prices beside 1x1
-SLACK_TERMS = ("mma", "l2", "dram")  # a tie on the predicted time goes to the least of these in all (as in step 8)
+SLACK_TERMS = ("mma", "l2", "dram", "dram_wait")  # a tie on the predicted time goes to the least of these in all (as in step 8)
 AUTO_CLUSTERS = False          # [MEASURED] the configurator picks no cluster on its own: where the model predicts
                                # gains, cluster kernels measure 7-11% slower than 1x1 with CTA-scope releases
                                # (H200, bench/results/h200-2026-12-01/a/call7-ncu; 1.7-3.2x without them: .../call4)
@@ -176,8 +176,8 @@ CONTENTION_NORM = 8            # [FIT] the consumers step weighs a K loop's over
 L2_PORT_B_PER_CLK = 68.0       # [FIT] TMA bytes an SM's port takes from L2 a clock when fewer SMs share the L2 than it
                                # has: the tiles' L2 term divides the L2's TMA bandwidth over the active SMs (min(units,
                                # SMs)), each at most this.  H100, bench/results/h100-2026-12-07/run105-h100 (the register-
-                               # fed chain probe): 64x128 and 64x256 tiles on 32-64 CTAs filled 64-71 B/clk a K tile
-                               # (24-40 KB in 204-325 ns), where 1/132 of the 14.2 TB/s is 54.3; 128 CTAs 49
+                               # fed chain probe): 64x128 and 64x256 tiles on 32-64 CTAs filled 61-69 B/clk a K tile
+                               # (24-40 KB in 204-325 ns, at 1.98-1.83 GHz), where 1/132 of the 14.2 TB/s is 54.3; 128 CTAs 49
 DRAM_WAIT_LATENCY = 0.625     # [FIT] the share of the loaded latency (``mem_latency_ns``) a K tile streamed from DRAM
                                # waits beyond its bytes' transfer: the ~500 ns idle load-to-use of 800 ns loaded
                                # (presets.LOADED_LATENCY_HBM).  The per-K-tile time of 64-256-wide tiles at one tile an
@@ -896,7 +896,7 @@ def pingpong_terms(p: GemmProblem, gpu, slabs: int, n: int, operands: OperandPla
             whole, staged = tma_store_time(p, gpu, block_i, n, gpu.sm_count, rows=I, cols=J)
             e_unit = whole - staged                         # one tile: its writes, waits and steps
             clipped = min(block_i, I) * min(n, J) * p.out_bytes
-            t_l2 += per_sm * clipped * (stored_outputs(p) / (gpu.l2_tma_bw / gpu.sm_count)
+            t_l2 += per_sm * clipped * (stored_outputs(p) / l2_port_bw(gpu, units)
                                         + p.residual / (gpu.l2_bw / gpu.sm_count))     # C (P) out, R in
             if main["smem_cap"] < 1:
                 t_mma += per_sm * stored_outputs(p) * block_i * n * p.out_bytes / (gpu.smem_bytes_per_clk_sm * clock)
@@ -930,7 +930,8 @@ def pingpong_candidates(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, 
         for epilogue, t in pingpong_terms(p, gpu, slabs, n, operands, kinds).items():
             if t["units_per_sm"] < min_units:
                 continue
-            out.append((round(total_time(t) + contention(t), 12), t["mma"] + t["l2"] + t["dram"], -slabs, -n,
+            slack = t["mma"] + t["l2"] + t["dram"] + t.get("dram_wait", 0.0)
+            out.append((round(total_time(t) + contention(t), 12), slack, -slabs, -n,
                         epilogue, t))
     return sorted(out, key=lambda c: c[:5])
 
@@ -1509,7 +1510,8 @@ def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int
             if forced is not False and (forced or splits_may_pay(tiles, gpu.sm_count)) and \
                     not stream_k_blocker(p, tiles, ktiles, gpu.sm_count) and stream_k_registers_fit(operands, nn):
                 t = stream_k_terms(p, gpu, WGMMA_M * w, nn, operands)
-                out.append((round(total_time(t), 12), t["mma"] + t["l2"] + t["dram"], -w, -nn, 1, "stream_k", tiles,
+                slack = t["mma"] + t["l2"] + t["dram"] + t.get("dram_wait", 0.0)
+                out.append((round(total_time(t), 12), slack, -w, -nn, 1, "stream_k", tiles,
                             "registers"))
             if forced:
                 continue
@@ -1517,7 +1519,7 @@ def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int
                 for reduction in (split_reductions(p) if sp > 1 else ("atomic",)):
                     terms = epilogue_terms(p, gpu, WGMMA_M * w, nn, sp, operands, reduction, epilogues(p, operands, sp, nn))
                     for epilogue, t in terms.items():
-                        slack = t["mma"] + t["l2"] + t["dram"]    # ties on the max: the most slack in the other limits
+                        slack = t["mma"] + t["l2"] + t["dram"] + t.get("dram_wait", 0.0)    # ties on the max: the most slack in the other limits
                         out.append((round(total_time(t), 12), slack, -w, -nn, sp, reduction, tiles, epilogue))
     cluster = opts.cluster
     if cluster not in (None, (1, 1)) and min(cluster) == 1:        # a 1-D shape
