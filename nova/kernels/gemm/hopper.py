@@ -930,9 +930,7 @@ def pingpong_candidates(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, 
         for epilogue, t in pingpong_terms(p, gpu, slabs, n, operands, kinds).items():
             if t["units_per_sm"] < min_units:
                 continue
-            slack = t["mma"] + t["l2"] + t["dram"] + t.get("dram_wait", 0.0)
-            out.append((round(total_time(t) + contention(t), 12), slack, -slabs, -n,
-                        epilogue, t))
+            out.append((round(total_time(t) + contention(t), 12), slack(t), -slabs, -n, epilogue, t))
     return sorted(out, key=lambda c: c[:5])
 
 
@@ -1082,9 +1080,19 @@ def fill_share(block_i: int, n: int, extents: tuple[int, int]) -> float:
 def total_time(t: dict) -> float:
     """Seconds from ``time_terms``: max(mma, l2, dram + dram_wait, ring) + fill + epilogue + arith + prep +
     split + launches."""
-    return (max(t["mma"], t["l2"], t["dram"] + t.get("dram_wait", 0.0), t["ring"]) + t["fill"] + t["epilogue"]
-            + t["arith"] + t["prep"]
+    return (max(t["mma"], t["l2"], dram_with_wait(t), t["ring"]) + t["fill"] + t["epilogue"] + t["arith"] + t["prep"]
             + t["split"] + LAUNCH_S * t["launches"])
+
+
+def dram_with_wait(t: dict) -> float:
+    """The K loop's DRAM bound: the DRAM term plus its loads' wait (``dram_wait_time``)."""
+    return t["dram"] + t.get("dram_wait", 0.0)
+
+
+def slack(t: dict) -> float:
+    """The tie-break of two candidates predicted alike (step 8, the consumers and cluster steps): the
+    least sum of the K loop's limits, ``SLACK_TERMS``."""
+    return sum(t.get(k, 0.0) for k in SLACK_TERMS)
 
 
 def contention(t: dict) -> float:
@@ -1142,8 +1150,7 @@ def predict_hopper(p: GemmProblem, gpu, s: Schedule) -> Prediction:
     launches."""
     t = schedule_terms(p, gpu, s)
     total = total_time(t)
-    bound = max((t["mma"], "tensor-core"), (t["l2"], "l2"), (t["dram"] + t.get("dram_wait", 0.0), "dram"),
-                (t["ring"], "ring latency"))[1]
+    bound = max((t["mma"], "tensor-core"), (t["l2"], "l2"), (dram_with_wait(t), "dram"), (t["ring"], "ring latency"))[1]
     if t["smem_cap"] < 1 and bound == "tensor-core":
         bound = "smem"
     return Prediction(time_us=total * 1e6, tflops=p.flops / total / 1e12, bound=bound,
@@ -1510,17 +1517,14 @@ def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int
             if forced is not False and (forced or splits_may_pay(tiles, gpu.sm_count)) and \
                     not stream_k_blocker(p, tiles, ktiles, gpu.sm_count) and stream_k_registers_fit(operands, nn):
                 t = stream_k_terms(p, gpu, WGMMA_M * w, nn, operands)
-                slack = t["mma"] + t["l2"] + t["dram"] + t.get("dram_wait", 0.0)
-                out.append((round(total_time(t), 12), slack, -w, -nn, 1, "stream_k", tiles,
-                            "registers"))
+                out.append((round(total_time(t), 12), slack(t), -w, -nn, 1, "stream_k", tiles, "registers"))
             if forced:
                 continue
             for sp in split_candidates(ktiles, tiles, gpu.sm_count) if p.batch == 1 else [1]:
                 for reduction in (split_reductions(p) if sp > 1 else ("atomic",)):
                     terms = epilogue_terms(p, gpu, WGMMA_M * w, nn, sp, operands, reduction, epilogues(p, operands, sp, nn))
                     for epilogue, t in terms.items():
-                        slack = t["mma"] + t["l2"] + t["dram"] + t.get("dram_wait", 0.0)    # ties on the max: the most slack in the other limits
-                        out.append((round(total_time(t), 12), slack, -w, -nn, sp, reduction, tiles, epilogue))
+                        out.append((round(total_time(t), 12), slack(t), -w, -nn, sp, reduction, tiles, epilogue))
     cluster = opts.cluster
     if cluster not in (None, (1, 1)) and min(cluster) == 1:        # a 1-D shape
         # NOVA_CLUSTER forces a shape: the tiles whose shared operand it can slice, where there are any
@@ -1623,7 +1627,7 @@ def tile_and_split(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int,
              f"latency bound) + the ring's "
              f"first fill + epilogues + prep{' + adding the K slices' if any(c[4] > 1 or c[5] == 'stream_k' for c in candidates) else ''} + "
              f"launches{', each with its faster epilogue (tma: the TMA store)' if tma else ''}; on a tie, the "
-             f"candidate with the least mma + L2 + DRAM time): {table}{wide}"),
+             f"candidate with the least mma + L2 + DRAM (+ wait) time): {table}{wide}"),
         note("output tiles", tiles, f"ceil({I}/{block_i}) * ceil({J}/{n})"),
         *batch_units(p, tiles),
         note("split-K", "stream-K" if reduction == "stream_k" else split if split == 1 else f"{split}, {reduction}",
@@ -1809,7 +1813,7 @@ def cluster(p: GemmProblem, gpu, s: Schedule, opts: Options = DEFAULTS) -> tuple
         priced.append((predict_hopper(p, gpu, c), c))
     pick = s
     if priced:                              # the fastest, then the most slack in the other limits (as step 8)
-        pred, c = min(priced, key=lambda pc: (round(pc[0].time_us, 6), sum(pc[0].terms_us[k] for k in SLACK_TERMS)))
+        pred, c = min(priced, key=lambda pc: (round(pc[0].time_us, 6), slack(pc[0].terms_us)))
         if forced or (AUTO_CLUSTERS and round(pred.time_us, 6) < round(base.time_us, 6)):
             pick = c
     table = "; ".join([f"1x1 {base.time_us:.1f} (L2 fills {base.terms_us['l2']:.1f})"]
