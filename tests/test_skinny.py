@@ -6,6 +6,7 @@ over CTAs, A staged in several chunks and rounds.  The GPU run is tests/test_ski
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import subprocess
@@ -334,11 +335,12 @@ def test_sixteen_rows_of_16_bit_inputs_on_the_cpu():
         assert np.linalg.norm(got - ref) / np.linalg.norm(ref) <= TOL[p.dtype], s.label()
 
 
-def replanned(p: GemmProblem, s: SkinnySchedule, splits: int) -> SkinnySchedule:
-    """``s`` with K in ``splits`` slices of three chunks (whole trips), staged one load a thread a round."""
+def replanned(p: GemmProblem, s: SkinnySchedule, splits: int, b_first: bool = False) -> SkinnySchedule:
+    """``s`` with K in ``splits`` slices of three chunks (whole trips), staged one load a thread a round,
+    a chunk's first loads of B before its staging or after it."""
     k_slice = s.span * -(-p.K // (s.span * splits))
     splits, a_chunk = -(-p.K // k_slice), s.span * -(-k_slice // (3 * s.span))
-    s = dataclasses.replace(s, splits=splits, k_slice=k_slice, a_chunk=a_chunk, stage_loads=1,
+    s = dataclasses.replace(s, splits=splits, k_slice=k_slice, a_chunk=a_chunk, stage_loads=1, b_first=b_first,
                             reduce_groups=skinny.reduce_groups(p, s.threads, s.columns, splits))
     return dataclasses.replace(s, smem_bytes=skinny.smem_bytes(p, s.lanes_along, s.threads, s.threads_n, s.vec,
                                                                a_chunk, s.m_pad, s.reduction_smem_bytes(p.M),
@@ -349,16 +351,18 @@ def test_k_split_chunks_and_staging_rounds_on_the_cpu():
     """Slices of several chunks of A, each staged in several rounds (one load a thread each), the chunks
     of several trips and the last one short (its tail trip), the last slice shorter; 1 slice, 2, and 9
     (the last CTA's groups add two each, the last group's past the slices); and 9 slices of a block of
-    2,048 outputs (8 a thread: the last CTA's runs of loads cross from one output's partials to the next)."""
+    2,048 outputs (8 a thread: the last CTA's runs of loads cross from one output's partials to the next);
+    each with a chunk's first loads of B before its staging and after it (a short chunk's first trip
+    predicated)."""
     mlir_or_skip()
     from nova.kernels.gemm.emit_skinny import check_supported
     rounds = []
-    for case, splits in [((3, 200, 3000, "tf32", False, False, True, "none"), 2),
+    for (case, splits), b_first in itertools.product([((3, 200, 3000, "tf32", False, False, True, "none"), 2),
                          ((5, 70, 2999, "bf16", True, True, False, "relu"), 1),
                          ((2, 130, 4001, "fp16", False, False, False, "none"), 11),
-                         ((8, 256, 2000, "bf16", True, False, False, "none"), 9)]:
+                         ((8, 256, 2000, "bf16", True, False, False, "none"), 9)], (False, True)):
         p = GemmProblem(*case)
-        s = replanned(p, configure(p, "h200", kernel="skinny").schedule, splits)
+        s = replanned(p, configure(p, "h200", kernel="skinny").schedule, splits, b_first)
         check_supported(p, s)
         assert -(-s.k_slice // s.a_chunk) >= 2 and s.splits > 1 if splits > 1 else s.splits == 1
         rounds.append(-(-p.M * s.a_chunk // s.threads))
@@ -366,6 +370,18 @@ def test_k_split_chunks_and_staging_rounds_on_the_cpu():
         assert not np.isnan(got).any()
         assert np.linalg.norm(got - ref) / np.linalg.norm(ref) <= TOL[p.dtype], s.label()
     assert max(rounds) > 1
+
+
+def test_b_first_where_it_makes_fewer_dependent_trips():
+    """5x6208x768 bf16 NT (H100: 0.45x cuBLAS with A staged before each chunk's loads of B: 2 + 2
+    dependent trips) issues a chunk's first loads of B before its staging (2 trips); 8x256x13568
+    bf16 TN, whose A takes four of the smaller staging rounds a chunk, stages first (3 trips, not 5)."""
+    gpu = get_target("h100")
+    decode = configure(GemmProblem(5, 6208, 768, "bf16", False, True), gpu, kernel="skinny")
+    assert decode.schedule.b_first and "2 dependent trips" in str(decode.derivation)
+    rows = configure(GemmProblem(8, 256, 13568, "bf16", True, False), get_target("h200"), kernel="skinny")
+    assert not rows.schedule.b_first and "3 dependent trips" in str(rows.derivation)
+    assert "b_first" not in rows.schedule.to_dict() and decode.schedule.to_dict()["b_first"]
 
 
 def test_the_last_ctas_trips_count_every_load_of_its_threads():

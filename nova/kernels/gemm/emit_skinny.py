@@ -14,6 +14,9 @@ Per CTA and K slice (thread layouts in ``skinny_schedule.py``):
   shared memory as ``[a_chunk, m_pad]`` (lanes along N: a row's M values read as 16-byte vectors, the
   same address for a warp: a broadcast) or ``[M, a_chunk]`` (lanes along K: a lane reads its ``vec``
   columns).
+* **B first** (``b_first``).  A chunk's first trip issues its loads of B before the chunk's staging of
+  A: B does not depend on A, so the two loads' latencies overlap (one wait a chunk, not two); its FMAs
+  follow the staging's barrier.
 * **B streamed.**  Each trip issues ``unroll`` (x ``rows``) independent vector loads of B, then the
   FMAs: ``acc[m][c] += A[m, k] * B[k, c]`` in FP32 (``math.fma``: one rounding per product-add).  The
   K range of a chunk is whole trips (no predicates) and one tail trip whose steps past the chunk
@@ -294,10 +297,14 @@ class SkinnyKernel:
 
     # ---------------------------------------------------------------- the K loop of one chunk
     def trip(self, cur: list[str], sm: str, count: int, where, t, chunk_lo, chunk_hi, tail: bool) -> list[str]:
-        """One trip from ``t``: every thread's ``unroll`` (x ``rows``) loads of B first, then the FMAs.  A
-        ``tail`` trip (the rest of a chunk, shorter than a trip) predicates each step on lying below
+        """One trip from ``t``: every thread's ``unroll`` (x ``rows``) loads of B first, then the FMAs."""
+        return self.trip_fmas(cur, sm, count, self.trip_loads(where, t, chunk_hi, tail), chunk_lo)
+
+    def trip_loads(self, where, t, chunk_hi, tail: bool) -> tuple[list, list, list]:
+        """The loads of the trip from ``t``: (its steps, whether each lies below ``chunk_hi``, B's vectors).
+        A ``tail`` trip (the rest of a chunk, shorter than a trip) predicates each step on lying below
         ``chunk_hi``: its loads read row / column 0 instead (shifted rows along N: row k mod vec, whose
-        shift is the thread's), its sums stay as they were."""
+        shift is the thread's), and its FMAs leave the sums as they were."""
         ir, p, s = self.ir, self.p, self.s
         index, columns = where              # along N: (tk, the thread's first column); along K: (lane, the rows)
         if s.lanes_along == "n":
@@ -318,8 +325,13 @@ class SkinnyKernel:
             bs = [[ir.load("B", ir.add(start, k, "b_at"), s.vec) for start in columns] for k in safe]
         else:
             bs = [[ir.load("B", ir.add(ir.mul(n, p.K, "b_row"), k, "b_at"), s.vec) for n in columns] for k in safe]
+        return steps, valid, bs
+
+    def trip_fmas(self, cur: list[str], sm: str, count: int, loaded: tuple[list, list, list], chunk_lo) -> list[str]:
+        """The FMAs of a trip whose loads ``trip_loads`` issued (A read from the staged chunk)."""
+        ir, p, s = self.ir, self.p, self.s
         zero = ir.f(0.0)
-        for k, ok, b in zip(steps, valid, bs):
+        for k, ok, b in zip(*loaded):
             kk = ir.select(ok, ir.sub(k, chunk_lo, "kk"), 0, hint="kk_safe")
             if s.lanes_along == "n":
                 cur = self.fmas_n(cur, [ir.fsel(ok, x, zero, "a_tail") for x in self.a_values(sm, count, kk)],
@@ -362,18 +374,31 @@ class SkinnyKernel:
                            for b in (1, 2, 4) if b < s.vec}
 
     def chunk(self, acc: list[str], sm: str, count: int, tid, where, chunk_lo, chunk_hi) -> list[str]:
-        """Stage A's chunk, then its whole trips and the tail trip; returns the sums."""
+        """A's chunk staged, then its whole trips and its tail trip; returns the sums.  With ``b_first``
+        the first trip's loads of B come before the staging (B does not depend on A: the two loads'
+        latencies overlap, one wait instead of two) and its FMAs after it."""
         ir, s = self.ir, self.s
         if s.lanes_along == "n" and s.row_shift:
             self.shift_rows(where[0], chunk_lo)
-        self.stage(sm, count, tid, chunk_lo, chunk_hi)
         length = ir.sub(chunk_hi, chunk_lo, "chunk_len")
-        main_end = ir.add(chunk_lo, ir.mul(ir.div(length, s.span, "trips"), s.span, "whole"), "main_end")
+        rest_lo = chunk_lo
+        if s.b_first:
+            whole_first = isinstance(length, int) and length >= s.span
+            ir.comment("the first trip's loads of B, issued before A's staging" +
+                       ("" if whole_first else " (each step predicated: the chunk may be shorter than a trip)"))
+            first = self.trip_loads(where, chunk_lo, chunk_hi, tail=not whole_first)
+            self.stage(sm, count, tid, chunk_lo, chunk_hi)
+            acc = self.trip_fmas(acc, sm, count, first, chunk_lo)
+            rest_lo = ir.add(chunk_lo, s.span, "rest_lo")
+            length = ir.max(ir.sub(length, s.span, "rest0"), 0, "rest")
+        else:
+            self.stage(sm, count, tid, chunk_lo, chunk_hi)
+        main_end = ir.add(rest_lo, ir.mul(ir.div(length, s.span, "trips"), s.span, "whole"), "main_end")
         ir.comment(f"whole trips of {s.span}: " + (f"{s.unroll} row(s) of B a thread, {s.threads_k} threads along K"
                                                    if s.lanes_along == "n" else
                                                    f"{s.unroll} vector(s) of each of the warp's {s.rows} row(s) a lane"))
-        if main_end != chunk_lo:
-            with ir.range_loop(chunk_lo, main_end, s.span, acc, "t") as (t, cur, state):
+        if main_end != rest_lo:
+            with ir.range_loop(rest_lo, main_end, s.span, acc, "t") as (t, cur, state):
                 state["out"] = self.trip(cur, sm, count, where, t, chunk_lo, chunk_hi, tail=False)
             acc = state["results"]
         if not (isinstance(length, int) and length % s.span == 0):

@@ -36,7 +36,10 @@ Steps, one function each, closed form (no search, no measurement):
                     is a second wave: its CTAs do a whole CTA's trips after the first's), each slice at least one
                     trip; or as many slices as the last CTA adds in one run of loads; or one slice:
                     the lowest prediction of the three (each with the last CTA's sum of the slices)
- 8. A staging       A's columns of a slice staged in equal chunks of whole trips, STAGE_BYTES of FP32 at most
+ 8. A staging       A's columns of a slice staged in equal chunks of whole trips, STAGE_BYTES of FP32 at most;
+                    a chunk's first loads of B issued before its staging (B does not depend on A: its first
+                    round waits with them) where that makes fewer dependent trips, its rounds smaller
+                    (the sums and those loads stay live across it)
  9. prediction      max(bytes / (DRAM bandwidth x eta_dram), trips x loaded latency per SM slot, FMA
                     time) + the FMA phase the scheduler's other warps do not cover + launch, plus, when K is split, the last CTA of a column block adding the
                     slices' partials (its fence and ticket, then a thread's loads of all its outputs'
@@ -116,7 +119,7 @@ F = formulas("""
     k_slice = span * ceil(K / (span * splits))
     chunks = ceil(k_slice / (span * Max(1, floor(stage_bytes / (4 * m_pad * span)))))
     a_chunk = span * ceil(k_slice / (chunks * span))
-    trips = chunks + ceil(k_slice / span)
+    trips = staging_waits + ceil(k_slice / span)
     t_bandwidth = 1000000.0 * bytes / (dram_bw * eta_dram)
     t_latency = 0.001 * mem_latency_ns * trips * ceil(grid / (blocks_per_sm * sm_count))
     t_fma = 1000000.0 * K * N * (converts + m) / fma_rate
@@ -244,18 +247,26 @@ def m_pad_of(p: GemmProblem, lanes: str) -> int:
     return (p.M if p.M <= 2 else 4 * cdiv(p.M, 4)) if lanes == "n" else p.M
 
 
-def registers(p: GemmProblem, lanes: str, vec: int, rows: int, unroll: int, m_pad: int, shifted: bool = False) -> int:
-    """Sums + B's loads in flight (FP32 after conversion) + A's values read ahead + addresses.  Fitted
-    to ptxas 13.0 on this kernel (sm_90, the trip loop not unrolled; tests/test_skinny.py checks the
-    kernels assemble without spills under the cap it gives): lanes along N, two rows of A read ahead
-    (2 x m_pad) and per unrolled row about 3 more (its address, the tail trip's predicate and select);
-    lanes along K, up to A_AHEAD of A's values read ahead and each row's 64-bit pointer.  A's staging
-    holds at most as many (``stage_loads``)."""
+def register_parts(p: GemmProblem, lanes: str, vec: int, rows: int, unroll: int, m_pad: int,
+                   shifted: bool = False) -> dict:
+    """The FMA loop's registers by use: ``acc`` sums, ``a_regs`` A's values read ahead, ``base``
+    addresses and loop state, ``flight_regs`` B's loads in flight (FP32 after conversion).  Fitted to
+    ptxas 13.0 on this kernel (sm_90, the trip loop not unrolled; tests/test_skinny.py checks the
+    kernels assemble without spills under the cap ``registers`` gives): lanes along N, two rows of A
+    read ahead (2 x m_pad) and per unrolled row about 3 more (its address, the tail trip's predicate
+    and select); lanes along K, up to A_AHEAD of A's values read ahead and each row's 64-bit pointer.
+    A's staging holds its loads where the FMA loop holds A's values (the sums and a chunk's first
+    loads of B are live across it): ``stage_loads`` fit ``a_regs``."""
     if lanes == "n":       # rows shifted along N: two vectors a row in flight and the second's address
         flight = unroll * (2 * vec + 2 if shifted else vec)
-        return int(F.regs(acc=p.M * vec, a_regs=2 * m_pad, base=REG_BASE + 3 * unroll, flight_regs=flight))
-    return int(F.regs(acc=p.M * rows, a_regs=min(p.M * vec * unroll, A_AHEAD), base=REG_BASE + 2 * rows,
-                      flight_regs=rows * unroll * vec))
+        return dict(acc=p.M * vec, a_regs=2 * m_pad, base=REG_BASE + 3 * unroll, flight_regs=flight)
+    return dict(acc=p.M * rows, a_regs=min(p.M * vec * unroll, A_AHEAD), base=REG_BASE + 2 * rows,
+                flight_regs=rows * unroll * vec)
+
+
+def registers(p: GemmProblem, lanes: str, vec: int, rows: int, unroll: int, m_pad: int, shifted: bool = False) -> int:
+    """A thread's registers: the sum of ``register_parts``."""
+    return int(F.regs(**register_parts(p, lanes, vec, rows, unroll, m_pad, shifted)))
 
 
 def occupancy(gpu: GPUModel, threads: int, regs: int, smem: int) -> tuple[int, Step]:
@@ -319,19 +330,31 @@ def launch_constants(gpu: GPUModel) -> dict:
     return calibration.memory_constants(gpu)
 
 
-def slices(p: GemmProblem, span: int, splits: int, m_pad: int, threads: int, regs: int
-           ) -> tuple[int, int, int, int, int]:
-    """(splits, k_slice, a_chunk, stage_loads, trips) of ``splits`` slices of whole trips of ``span``:
-    A staged in equal chunks, ``stage_loads`` loads a thread per round (as many as the FMA loop's
-    registers hold, at least STAGE_LOADS_MIN); a trip per round and per trip of B."""
+def slices(p: GemmProblem, span: int, splits: int, m_pad: int, threads: int, regs: int, a_regs: int
+           ) -> tuple[int, int, int, int, bool, int]:
+    """(splits, k_slice, a_chunk, stage_loads, b_first, trips) of ``splits`` slices of whole trips of
+    ``span``: A staged in equal chunks, ``stage_loads`` loads a thread per round; a dependent trip per
+    staging round and per trip of B.  Two orders (``emit_skinny.chunk``), the one of fewer trips
+    (staged first where level):
+
+    * staged first: a round's loads (a value and its index each) in the registers the FMA loop holds
+      but its base, every round a trip;
+    * ``b_first``: a chunk's first loads of B issued before its staging, so its first round waits with
+      them; the sums and those loads stay live across the staging, whose loads (a value, its index
+      and predicate each) fit the ``a_regs`` the FMA loop gives A's values read ahead."""
     k_slice = int(F.k_slice(span=span, K=p.K, splits=splits))
     splits = cdiv(p.K, k_slice)
     chunks = int(F.chunks(k_slice=k_slice, span=span, stage_bytes=STAGE_BYTES, m_pad=m_pad))
     a_chunk = int(F.a_chunk(span=span, k_slice=k_slice, chunks=chunks))
     per_thread = cdiv(p.M * a_chunk, threads)
-    stage_loads = min(per_thread, max(STAGE_LOADS_MIN, (regs - REG_BASE) // 2))
-    trips = int(F.trips(chunks=chunks * cdiv(per_thread, stage_loads), k_slice=k_slice, span=span))
-    return splits, k_slice, a_chunk, stage_loads, trips
+    staged_loads = min(per_thread, max(STAGE_LOADS_MIN, (regs - REG_BASE) // 2))
+    staged_trips = int(F.trips(staging_waits=chunks * cdiv(per_thread, staged_loads), k_slice=k_slice, span=span))
+    first_loads = min(per_thread, max(STAGE_LOADS_MIN, a_regs // 3))
+    first_trips = int(F.trips(staging_waits=chunks * (cdiv(per_thread, first_loads) - 1), k_slice=k_slice,
+                              span=span))
+    if first_trips < staged_trips:
+        return splits, k_slice, a_chunk, first_loads, True, first_trips
+    return splits, k_slice, a_chunk, staged_loads, False, staged_trips
 
 
 def main_bytes(p: GemmProblem, splits: int) -> int:
@@ -356,8 +379,8 @@ def predict(p: GemmProblem, gpu: GPUModel, splits: int, trips: int, grid: int, b
     t_bw = rec.apply("skinny: DRAM time (us)", F.t_bandwidth, f"B and A read once, "
                      f"{'the FP32 partials' if splits > 1 else 'C'} written; eta_dram {c['eta_dram']:.3f} "
                      f"({c['source']})", bytes=nbytes, dram_bw=gpu.dram_bw, eta_dram=c["eta_dram"])
-    t_lat = rec.apply("skinny: latency time (us)", F.t_latency, f"{trips} dependent trips a CTA (A staged, then its "
-                      f"loads), over the {grid} CTAs per SM slot", mem_latency_ns=gpu.mem_latency_ns, trips=trips,
+    t_lat = rec.apply("skinny: latency time (us)", F.t_latency, f"{trips} dependent trips a CTA (A's staging rounds and "
+                      f"B's trips), over the {grid} CTAs per SM slot", mem_latency_ns=gpu.mem_latency_ns, trips=trips,
                       grid=grid, blocks_per_sm=bps, sm_count=gpu.sm_count)
     t_fma = rec.apply("skinny: FMA time (us)", F.t_fma, "M FMAs (and a conversion for 16-bit B) per element of B",
                       K=p.K, N=p.N, converts=converts(p), m=p.M, fma_rate=fma_rate)
@@ -460,13 +483,14 @@ def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, thread
             break
         bps0 = bps1
     d.steps.extend(steps)
-    regs = registers(p, lanes, vec, rows, unroll, m_pad, shifted)
+    parts = register_parts(p, lanes, vec, rows, unroll, m_pad, shifted)
+    regs = int(F.regs(**parts))
     span = (threads // threads_n) * unroll if lanes == "n" else WARP * vec * unroll
     columns = threads_n * (vec if lanes == "n" else rows)
     blocks_n = d.apply("skinny: CTAs along N", F.blocks_n, f"{columns} columns of C a CTA", post=int, N=p.N,
                        columns=columns)
     # K split: one wave of CTAs, or one slice when the last CTA's sum of the slices costs more than it saves
-    one = slices(p, span, 1, m_pad, threads, regs)
+    one = slices(p, span, 1, m_pad, threads, regs, parts["a_regs"])
     most_last = 4 * (FLAG_WORDS + threads)          # the last CTA's sums of a split: at most one word a thread
     bps = d.record(occupancy(gpu, threads, regs, smem_bytes(p, lanes, threads, threads_n, vec, one[2], m_pad,
                                                             most_last, halo)))
@@ -484,7 +508,7 @@ def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, thread
         bal = int(F.splits_tail(wave=wave, threads=threads, columns=columns, m=p.M, reduce_unroll=REDUCE_UNROLL))
         times = {}
         for n_splits in dict.fromkeys((wave, bal, 1)):
-            cand = slices(p, span, n_splits, m_pad, threads, regs)
+            cand = slices(p, span, n_splits, m_pad, threads, regs, parts["a_regs"])
             groups = reduce_groups(p, threads, columns, cand[0]) if cand[0] > 1 else 1
             times[n_splits] = (predict(p, gpu, cand[0], cand[-1], blocks_n * cand[0], bps, groups, threads,
                                        columns)[0].time_us, cand)
@@ -492,15 +516,16 @@ def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, thread
         choice = times[best][1]
         d.note("skinny: K split", choice[0], ", ".join(f"{times[k][1][0]} slice(s) {times[k][0]:.2f} us" for k in times)
                + " (with the last CTA's sum of the slices): the lowest")
-    splits, k_slice, a_chunk, stage_loads, trips = choice
+    splits, k_slice, a_chunk, stage_loads, b_first, trips = choice
     d.note("skinny: slices", f"{splits} x {k_slice}", f"K = {p.K} in slices of whole trips of {span}; A staged "
            f"{a_chunk} columns at a time ({4 * a_chunk * m_pad} B of FP32, at most {STAGE_BYTES}), {stage_loads} "
-           f"load(s) a thread per round; {trips} trips a CTA")
+           f"load(s) a thread per round" + ("; a chunk's first loads of B before its staging" if b_first else "")
+           + f"; {trips} trips a CTA")
     groups = reduce_groups(p, threads, columns, splits) if splits > 1 else 1
     cap = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // (threads * bps) // 8 * 8)
     schedule = SkinnySchedule(arch=gpu.arch, lanes_along=lanes, vec=vec, threads=threads, threads_n=threads_n,
                               rows=rows, unroll=unroll, splits=splits, k_slice=k_slice, a_chunk=a_chunk,
-                              stage_loads=stage_loads, m_pad=m_pad, smem_bytes=0, regs_per_thread=regs, max_regs=cap,
+                              stage_loads=stage_loads, b_first=b_first, m_pad=m_pad, smem_bytes=0, regs_per_thread=regs, max_regs=cap,
                               blocks_per_sm=bps, reduce_groups=groups, row_shift=row_shift)
     smem = smem_bytes(p, lanes, threads, threads_n, vec, a_chunk, m_pad, schedule.reduction_smem_bytes(p.M), halo)
     schedule = dataclasses.replace(schedule, smem_bytes=smem)

@@ -85,6 +85,7 @@ class SkinnySchedule:
                                  # otherwise pick its own (more: fewer CTAs; or a cap of its own, and spill)
     blocks_per_sm: int
     reduce_groups: int = 1       # splits > 1: the last CTA's thread groups, each adding a share of the slices
+    b_first: bool = False        # a chunk's first trip issues its loads of B before A's staging (``emit_skinny.chunk``)
     row_shift: bool = False      # B's rows (K for "k", N for "n") not a multiple of vec: each row read as aligned
                                  # vectors from (row start) - shift; "k" masks the elements outside the row,
                                  # "n" reads two vectors and keeps the thread's columns (module docstring)
@@ -165,8 +166,9 @@ class SkinnySchedule:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        if not self.row_shift:
-            del d["row_shift"]     # the schedules (and cache keys) of rows read whole stay as they were
+        for flag in ("row_shift", "b_first"):
+            if not d[flag]:
+                del d[flag]        # the schedules (and cache keys) without it stay as they were
         return d
 
     @classmethod
