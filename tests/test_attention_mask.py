@@ -151,16 +151,22 @@ def test_launcher_plans_the_bias_view_in_place_or_copies_it():
         plan_operands(q, k, v, True, None, bias=pad[..., :76])
 
 
-def test_a_biased_problem_runs_on_the_mma_sync_kernels_and_says_why():
-    from nova.kernels.attention.derive import BIAS_BLOCKER
-    plain = AttentionProblem(8, 16, 2048, 2048, 128, causal=True, dtype="bf16")
-    biased = AttentionProblem(8, 16, 2048, 2048, 128, causal=True, dtype="bf16", bias=(2048, 0, 0, 1))
+def test_a_padding_mask_runs_on_the_hopper_kernels_and_a_bias_per_score_backward_on_mma_sync():
+    """A padding mask (one value a key) takes the Hopper kernels where the unbiased problem does; a bias
+    of its own per score keeps the Hopper forward and runs its backward on mma.sync, saying why."""
+    from nova.kernels.attention.derive import BIAS_PER_SCORE_BLOCKER
+    shape = dict(causal=True, dtype="bf16")
+    plain = AttentionProblem(8, 16, 2048, 2048, 128, **shape)
+    padded = AttentionProblem(8, 16, 2048, 2048, 128, **shape, bias=(2048, 0, 0, 1))
+    full = AttentionProblem(8, 16, 2048, 2048, 128, **shape, bias=(16 * 2048 * 2048, 2048 * 2048, 2048, 1))
     h200 = PRESETS["h200"]
-    assert configure_attention(plain, h200).schedule.tma            # the Hopper forward, unbiased
-    cfg = configure_attention(biased, h200)
-    assert not cfg.schedule.tma and not any(cfg.schedule.kernel(r).hopper for r in ("bwd_dkv", "bwd_dq"))
-    notes = [st.reason for st in cfg.derivation if st.step.startswith(("10 ", "11 "))]
-    assert notes and all(BIAS_BLOCKER in n for n in notes), notes
+    hopper = lambda s: (s.tma, s.bwd_dkv.hopper, s.bwd_dq.hopper)  # noqa: E731
+    assert hopper(configure_attention(plain, h200).schedule) == (True, True, True)
+    assert hopper(configure_attention(padded, h200).schedule) == (True, True, True)
+    cfg = configure_attention(full, h200)
+    assert hopper(cfg.schedule) == (True, False, False)
+    notes = [st.reason for st in cfg.derivation if st.step.startswith("11 ") and st.step.endswith(" path")]
+    assert len(notes) == 2 and all(BIAS_PER_SCORE_BLOCKER in n for n in notes), notes
 
 
 # ------------------------------------------------------------------------------------- the kernels
@@ -168,6 +174,11 @@ MASK_PTX_CASES = [("fwd", "bf16", 64, "h200", "pad"), ("bwd_dkv", "bf16", 64, "h
                   ("bwd_dq", "bf16", 64, "h200", "pad"), ("fwd", "tf32", 64, "a100", "pad"),
                   ("bwd_dkv", "tf32", 128, "a100", "full"), ("bwd_dq", "fp16", 128, "h200", "full"),
                   ("fwd", "bf16", 128, "a100", "heads")]
+# the Hopper kernels (NOVA_ATTENTION_HOPPER=force): a padding mask in every role and dtype, a bias per
+# score in the forward (its backward runs on mma.sync: derive.BIAS_PER_SCORE_BLOCKER)
+HOPPER_MASK_CASES = [("fwd", "bf16", 64, "pad"), ("bwd_dkv", "bf16", 64, "pad"), ("bwd_dq", "fp16", 128, "pad"),
+                     ("fwd", "tf32", 128, "pad"), ("bwd_dkv", "tf32", 64, "pad"), ("bwd_dq", "tf32", 128, "pad"),
+                     ("fwd", "fp16", 128, "full"), ("fwd", "tf32", 64, "heads")]
 BIASES = {"pad": lambda b, h, t: (t, 0, 0, 1), "full": lambda b, h, t: (h * t * t, t * t, t, 1),
           "heads": lambda b, h, t: (0, t * t, t, 1)}
 
@@ -191,6 +202,42 @@ def test_masked_kernels_assemble_without_spills(role, dtype, D, target, form):
     per_warp = -(-r["registers"] * 32 // 256) * 256
     assert k.blocks_per_sm * k.warps * per_warp <= gpu.regs_per_sm, (r["registers"], k.blocks_per_sm)
     assert r["registers"] <= base["registers"] + 48, (r["registers"], base["registers"])
+
+
+@needs_ptxas
+@pytest.mark.parametrize("role, dtype, D, form", HOPPER_MASK_CASES)
+def test_masked_hopper_kernels_assemble_without_spills_or_wgmma_hazards(role, dtype, D, form, monkeypatch):
+    """The Hopper kernels with a bias: no spill, no serialised wgmma (``WGMMA_HAZARDS``), every memory
+    access in bounds for every block, thread and iteration (``bounds``: the bias's loads against its
+    extent), the bias the last parameter."""
+    from nova.codegen.ptxas import wgmma_hazards
+    from nova.kernels.attention.bounds import check_attention_kernel
+    from nova.kernels.attention.compile import compile_kernel
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
+    p = AttentionProblem(2, 4, 333, 333, D, causal=True, dtype=dtype, kv_heads=2, bias=BIASES[form](2, 4, 333))
+    s = configure_attention(p, PRESETS["h200"]).schedule
+    assert s.kernel(role).hopper
+    art = compile_kernel(p, s, role)
+    r = art.resources
+    assert art.params[-1] == "bias" and "ld.global" in art.ptx
+    assert r["spill_store_bytes"] == 0 and r["spill_load_bytes"] == 0 and r["stack_bytes"] == 0, r
+    assert not wgmma_hazards(r)
+    assert check_attention_kernel(p, s, role) == []
+
+
+def test_the_bounds_check_sees_a_bias_read_past_its_extent(monkeypatch):
+    """The padding mask's Hopper forward with its bias memref one element short: reported."""
+    from nova.kernels.attention.bounds import check_bounds, tensor_map_dims
+    from nova.kernels.attention.build_hopper import build_hopper_fwd
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
+    p = AttentionProblem(2, 4, 333, 333, 64, causal=True, dtype="bf16", bias=(333, 0, 0, 1))
+    s = configure_attention(p, PRESETS["h200"]).schedule
+    text = build_hopper_fwd(p.for_role("fwd"), s)
+    short = text.replace(f"memref<{p.bias_extent}xf32>", f"memref<{p.bias_extent - 1}xf32>")
+    kt = s.fwd
+    assert check_bounds(text, kt.grid, kt.threads, kt.smem_bytes, tensor_map_dims(p)) == []
+    errors = check_bounds(short, kt.grid, kt.threads, kt.smem_bytes, tensor_map_dims(p))
+    assert errors and all("bias" in e for e in errors), errors
 
 
 def test_unbiased_kernels_keep_their_text():

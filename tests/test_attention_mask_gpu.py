@@ -6,7 +6,9 @@ outputs; key-padding masks [B, 1, 1, T] with padding at the end (right) and at t
 fully masked rows), a batch entry with no key at all, a bias broadcast over the batch [1, H, T, T], a
 full [B, H, T, T] bias, a finfo.min mask given in bf16 (copied to float32), T never a multiple of a
 tile, grouped-query heads; and a Hugging Face GPT-2 / Llama training step on a padded batch through
-``nova.compile`` against eager.  The biased problems run on the mma.sync kernels (also on sm_90).
+``nova.compile`` against eager.  Each case runs twice: on the kernels the derivation picks, and with
+``NOVA_ATTENTION_HOPPER=force`` on the Hopper kernels wherever they can run (sm_90; a bias of its own
+per score keeps its backward on mma.sync).
 
 Build on a host with MLIR, then run on the GPU offline::
 
@@ -40,6 +42,10 @@ CASES = [
     (2, 4, 4, 93, 128, "bf16", True, "min-bf16"),
     (1, 2, 2, 1, 64, "tf32", False, "right"),
 ]
+
+
+# the kernel families each case runs on: the derivation's pick, and the Hopper kernels forced
+KERNELS = {"derived": {}, "hopper": {"NOVA_ATTENTION_HOPPER": "force"}}
 
 
 def case_id(c):
@@ -101,9 +107,12 @@ def rel(a, b, floor=1e-30):
     return float((a - b).norm() / max(float(b.norm()), floor))
 
 
+@pytest.mark.parametrize("kernels", KERNELS)
 @pytest.mark.parametrize("case", CASES, ids=case_id)
-def test_masked_attention_matches_float64(case):
+def test_masked_attention_matches_float64(case, kernels, monkeypatch):
     import nova
+    for name, value in KERNELS[kernels].items():
+        monkeypatch.setenv(name, value)
     B, H, Hkv, T, D, dtype, causal, mask = case
     q, k, v, do, bias = operands(case, "cuda")
     scale = 1 / math.sqrt(D)
@@ -125,15 +134,17 @@ def test_masked_attention_matches_float64(case):
     assert max(errs["dq"], errs["dk"], errs["dv"]) < t_grad, errs
 
 
-def test_masked_problems_run_on_the_mma_sync_kernels():
+def test_forced_hopper_runs_a_padding_mask_on_the_hopper_kernels(monkeypatch):
     from nova.kernels.attention.launch import _memo
     import nova
+    monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
     case = CASES[0]
-    q, k, v, _, bias = operands(case, "cuda")
-    nova.attention(q, k, v, causal=True, bias=bias)
+    q, k, v, do, bias = operands(case, "cuda")
+    out, lse = nova.attention(q, k, v, causal=True, bias=bias)
+    nova.attention_backward(do, q, k, v, out, lse, causal=True, bias=bias)
     torch.cuda.synchronize()
-    hits = [r for r in _memo.values() if r.problem.bias]
-    assert hits and all(not r.schedule.tma for r in hits)
+    hits = [r for r in _memo.values() if r.problem.bias and r.problem.seq_q == case[3]]
+    assert hits and all(r.schedule.tma and r.schedule.bwd_dkv.hopper and r.schedule.bwd_dq.hopper for r in hits)
 
 
 # ------------------------------------------------------------------------------- a Hugging Face step
@@ -192,12 +203,18 @@ def build(target: str, cache_dir=None) -> int:
     from nova.kernels.attention import precompile_attention
     from nova.kernels.attention.launch import plan_operands
     from nova.runtime.cache import KernelCache
+    import os
     gpu, cache = get_target(target), KernelCache(cache_dir)
-    for case in CASES:
-        q, k, v, do, bias = operands(case, "meta")
-        problem, _ = plan_operands(q, k, v, case[6], None, bias=bias, out=torch.empty_like(q))
-        for role, key, status in precompile_attention(problem, gpu, cache):
-            print(f"{case_id(case)} {role}: {status} ({key[:12]})")
+    for kernels, env in KERNELS.items():
+        saved = {name: os.environ.get(name) for name in env}
+        os.environ.update(env)
+        for case in CASES:
+            q, k, v, do, bias = operands(case, "meta")
+            problem, _ = plan_operands(q, k, v, case[6], None, bias=bias, out=torch.empty_like(q))
+            for role, key, status in precompile_attention(problem, gpu, cache):
+                print(f"{case_id(case)} {kernels} {role}: {status} ({key[:12]})")
+        for name, value in saved.items():
+            os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)
     failed = 0
     for which, make in hf_models().items():
         torch.manual_seed(0)

@@ -79,6 +79,70 @@ TF32_HALF_ULP = 1 << 12      # half of TF32's last mantissa bit, in FP32 bits: a
 MASKED = -1.0e30           # finite "minus infinity": exp2 of it is 0 and no inf - inf NaN can appear
 
 
+
+def bias_head(ir, p: AttentionProblem, b, h):
+    """Element offset of the bias's (b, h) plane (0 on a broadcast axis)."""
+    sb, sh = p.bias[:2]
+    return ir.add(ir.mul(b, sb, "bb"), ir.mul(h, sh, "bh_"), "bias_bh")
+
+
+def bias_reader(ir, p: AttentionProblem, t, head, rows, cols, zero_past_columns=False):
+    """``value(row key, row offset thunk, (j, c))``: the bias of a score (row: the tile's first row plus
+    the offset; column 2t + 8j + c of the tile), each distinct element loaded once.  ``rows``/``cols``:
+    (first index of the tile, its extent, the tile's size, the bias stride along it); an index past the
+    extent is clamped to the last (its score is masked, or with ``zero_past_columns`` its bias is 0).
+    Stride-0 axes are not indexed: one load serves every row (or column) it is broadcast over."""
+    (r0, r_n, r_tile, r_st), (c0, c_n, c_tile, c_st) = rows, cols
+    col_raw, col_ok, row_off, col_off, loaded = {}, {}, {}, {}, {}
+
+    def column(j, c):
+        if (j, c) not in col_raw:
+            col_raw[j, c] = ir.add(c0, ir.add(ir.mul(t, 2, "t2"), 8 * j + c, "bcoff"), "bcol")
+        return col_raw[j, c]
+
+    def clamped(i, n, tile, hint):
+        return ir.min(i, n - 1, hint) if n % tile else i
+
+    def value(rkey, roff, jc):
+        rk, ck = (rkey if r_st else None), (jc if c_st else None)
+        if (rk, ck) not in loaded:
+            off = head
+            if rk is not None:
+                if rk not in row_off:
+                    i = clamped(ir.add(r0, roff(), "brow"), r_n, r_tile, "brow_in")
+                    row_off[rk] = ir.mul(i, r_st, "brow_off")
+                off = ir.add(off, row_off[rk], "boff")
+            if ck is not None:
+                if ck not in col_off:
+                    col_off[ck] = ir.mul(clamped(column(*jc), c_n, c_tile, "bcol_in"), c_st, "bcol_off")
+                off = ir.add(off, col_off[ck], "boff")
+            loaded[rk, ck] = ir.let("bias", f"memref.load %bias[{ir.v(off)}] : memref<{p.bias_extent}xf32>")
+        x = loaded[rk, ck]
+        if zero_past_columns and c_n % c_tile:
+            if jc not in col_ok:
+                col_ok[jc] = ir.cmp("slt", column(*jc), c_n, "bcol_ok")
+            x = ir.select(col_ok[jc], x, ir.f(0.0), ty="f32", hint="bias_in")
+        return x
+    return value
+
+
+def biased_score(ir, p: AttentionProblem, x, bias):
+    """A raw score (the softmax scales it later) plus its bias, clamped: ``max(s + bias / scale,
+    BIAS_FLOOR / scale)``."""
+    return ir.fop("maxnumf", ir.fma(bias, ir.f(1.0 / p.scale), x, "sb"), ir.f(BIAS_FLOOR / p.scale), "sbf")
+
+
+def add_bias(ir, p: AttentionProblem, t, scores, head, rows, cols, zero_past_columns=False) -> list:
+    """The scores with the bias added and clamped (``biased_score``), each element read as it is added
+    (``bias_reader``; the mma.sync kernels).  ``scores``: ``(value, row key, row offset thunk, (j, c))``
+    each."""
+    value = bias_reader(ir, p, t, head, rows, cols, zero_past_columns)
+    ir.f(1.0 / p.scale)                  # the constants first (named once, used by every score)
+    ir.comment("scores + bias / scale, clamped at the floor")
+    ir.f(BIAS_FLOOR / p.scale)
+    return [biased_score(ir, p, x, value(rk, roff, jc)) for x, rk, roff, jc in scores]
+
+
 class AttentionCodegenError(RuntimeError):
     pass
 
@@ -672,8 +736,7 @@ class _Flash:
     # ------------------------------------------------------------------------------------------
     def bias_head(self, b, h):
         """Element offset of the bias's (b, h) plane (0 on a broadcast axis)."""
-        sb, sh = self.p.bias[:2]
-        return self.ir.add(self.ir.mul(b, sb, "bb"), self.ir.mul(h, sh, "bh_"), "bias_bh")
+        return bias_head(self.ir, self.p, b, h)
 
     def query_rows_bias(self, s, kv0):
         """Forward and dQ: the scores (rows: queries q0 + roff, columns: keys kv0 + coff) plus the bias."""
@@ -684,50 +747,11 @@ class _Flash:
                              (kv0, p.seq_k, self.BC, p.bias[3]))
 
     def add_bias(self, s, head, rows, cols, zero_past_columns=False):
-        """``s[m][j][h][c]`` (row roff(m, h), column 2t + 8j + c of this tile) with the bias added and
-        clamped, in raw-score units (the softmax scales them later): ``max(s + bias / scale, BIAS_FLOOR /
-        scale)``.  ``rows``/``cols``: (first index of the tile, its extent, the tile's size, the bias
-        stride along it); an index past the extent is clamped to
-        the last (its score is masked, or with ``zero_past_columns`` its bias is 0).  Stride-0 axes are
-        not indexed: one load serves every row (or column) it is broadcast over."""
-        ir = self.ir
-        (r0, r_n, r_tile, r_st), (c0, c_n, c_tile, c_st) = rows, cols
-        inv = ir.f(1.0 / self.p.scale)
-        col_raw, col_ok, row_off, col_off, loaded = {}, {}, {}, {}, {}
-
-        def column(j, c):
-            if (j, c) not in col_raw:
-                col_raw[j, c] = ir.add(c0, ir.add(ir.mul(self.t, 2, "t2"), 8 * j + c, "bcoff"), "bcol")
-            return col_raw[j, c]
-
-        def clamped(i, n, tile, hint):
-            return ir.min(i, n - 1, hint) if n % tile else i
-
-        def value(m, h, j, c):
-            rk, ck = ((m, h) if r_st else None), ((j, c) if c_st else None)
-            if (rk, ck) not in loaded:
-                off = head
-                if rk is not None:
-                    if rk not in row_off:
-                        i = clamped(ir.add(r0, self.row_off(m, h), "brow"), r_n, r_tile, "brow_in")
-                        row_off[rk] = ir.mul(i, r_st, "brow_off")
-                    off = ir.add(off, row_off[rk], "boff")
-                if ck is not None:
-                    if ck not in col_off:
-                        col_off[ck] = ir.mul(clamped(column(j, c), c_n, c_tile, "bcol_in"), c_st, "bcol_off")
-                    off = ir.add(off, col_off[ck], "boff")
-                loaded[rk, ck] = ir.let("bias", f"memref.load %bias[{ir.v(off)}] : {self.bias_type}")
-            x = loaded[rk, ck]
-            if zero_past_columns and c_n % c_tile:
-                if (j, c) not in col_ok:
-                    col_ok[j, c] = ir.cmp("slt", column(j, c), c_n, "bcol_ok")
-                x = ir.select(col_ok[j, c], x, ir.f(0.0), ty="f32", hint="bias_in")
-            return x
-
-        ir.comment("scores + bias / scale, clamped at the floor")
-        floor = ir.f(BIAS_FLOOR / self.p.scale)
-        return [[[[ir.fop("maxnumf", ir.fma(value(m, h, j, c), inv, tile[h][c], "sb"), floor, "sbf")
-                   for c in (0, 1)] for h in (0, 1)] for j, tile in enumerate(row)] for m, row in enumerate(s)]
+        """``s[m][j][h][c]`` (row roff(m, h), column 2t + 8j + c of this tile) through ``add_bias``."""
+        flat = [(tile[h][c], (m, h), (lambda m=m, h=h: self.row_off(m, h)), (j, c))
+                for m, row in enumerate(s) for j, tile in enumerate(row) for h in (0, 1) for c in (0, 1)]
+        out = iter(add_bias(self.ir, self.p, self.t, flat, head, rows, cols, zero_past_columns))
+        return [[[[next(out) for c in (0, 1)] for h in (0, 1)] for j in range(len(row))] for row in s]
 
     # ------------------------------------------------------------------------------------------
     def q_tile_setup(self):

@@ -59,10 +59,10 @@ from nova.codegen.nvgpu import (KMAJOR_LEADING_BYTE_OFFSET, SM90A, SWIZZLE_ATOM_
                                 fence_proxy_async_shared, mbarrier_group_type, mbarrier_try_wait, mbarrier_wait_ticks,
                                 setmaxnreg, slot_phase, wgmma_attributes, wgmma_commit_group, wgmma_fence,
                                 wgmma_wait_group)
-from nova.kernels.attention.build import (LN2, LOG2E, MASKED, AttentionCodegenError, element_at, global_type,
-                                          rows_advance, rows_at)
+from nova.kernels.attention.build import (LN2, LOG2E, MASKED, AttentionCodegenError, bias_head, bias_reader,
+                                          biased_score, element_at, global_type, rows_advance, rows_at)
 from nova.kernels.attention.mlirtext import SMEM, Text
-from nova.kernels.attention.problem import AttentionProblem
+from nova.kernels.attention.problem import BIAS_FLOOR, AttentionProblem
 from nova.kernels.attention.schedule import AttentionSchedule
 
 KERNEL_NAME = "nova_attn_fwd"
@@ -203,6 +203,36 @@ class HopperAttentionKernel:
         self.ns, self.no = self.BC // 2, self.D // 2          # accumulators per thread: scores, an output
         self.s_t = "!llvm.struct<(" + ", ".join(["f32"] * self.ns) + ")>"
         self.o_t = "!llvm.struct<(" + ", ".join(["f32"] * self.no) + ")>"
+
+    # ---- the additive bias (``problem.bias``): read as the mma.sync kernels read it (``build.add_bias``)
+    def bias_args(self) -> list[str]:
+        """The bias parameter (last), where the problem has one."""
+        return [f"%bias: memref<{self.p.bias_extent}xf32>"] if self.p.bias else []
+
+    def bias_loads_early(self, row_stride: int, col_stride: int) -> bool:
+        """Whether a step loads its bias before its ring wait and S product (their latency hidden behind
+        them): where a thread's distinct elements are at most half its score accumulators -- a bias
+        broadcast along the rows or the columns (a padding mask: one value a column).  A bias of its own
+        per score (both strides) is loaded after S, as the mma.sync kernels do: held across S, its
+        values spilled the backward's kernels (ptxas)."""
+        distinct = (2 if row_stride else 1) * (self.BC // 4 if col_stride else 1)
+        return distinct <= self.ns // 2
+
+    def bias_loads(self, head, rows, cols, zero_past_columns=False) -> list:
+        """The bias of each score accumulator (element i: row 16 warp + g + 8h of this warpgroup's 64,
+        column 8j + 2t + c of the tile; j = i / 4, h = i / 2 mod 2, c = i mod 2), each distinct element
+        loaded once (``build.bias_reader``); ``rows`` counts from the warpgroup's first row."""
+        ir = self.ir
+        value = bias_reader(ir, self.p, self.t, head, rows, cols, zero_past_columns)
+        ir.comment("this step's bias")
+        return [value((i // 2) % 2, lambda h=(i // 2) % 2: ir.add(ir.mul(self.warp, 16), ir.add(self.g, 8 * h),
+                                                                   "brow_off"), (i // 4, i % 2))
+                for i in range(self.ns)]
+
+    def biased(self, s, bias) -> list:
+        """The scores plus their ``bias_loads``, clamped at the floor (``build.biased_score``)."""
+        self.ir.comment("scores + bias / scale, clamped at the floor")
+        return [biased_score(self.ir, self.p, x, b) for x, b in zip(s, bias)]
 
     # ---- the prologue and the consumers' coordinates, as both kernels emit them
     def query_block(self, q0, bh=None):
@@ -514,7 +544,7 @@ class _HopperFwd(HopperAttentionKernel):
                 f"{self.S}-stage TMA ring of K and V, wgmma m64n{self.BC}k16 (S = Q K^T, smem x smem) and "
                 f"m64n{self.D}k16 (O += P V, P from registers), {ARCH}")
         args = ["%tmap_q: !llvm.ptr", "%tmap_k: !llvm.ptr", "%tmap_v: !llvm.ptr",
-                f"%out: {global_type(p, 'out')}", f"%lse: {self.vt}"]
+                f"%out: {global_type(p, 'out')}", f"%lse: {self.vt}"] + self.bias_args()
         with ir.kernel(KERNEL_NAME, args, kt.threads, maxnreg=kt.regs_per_thread):
             self.roles()
         return ir.text()
@@ -678,8 +708,16 @@ class _HopperFwd(HopperAttentionKernel):
         self.tiles("tc", "ring_c", tile)
 
     def kv_step(self, ring, lane0, ticks, hi_k, hi_v, q_enc, attrs, zero_s):
-        """One K/V tile of the consumers' loop (``%it``): S = Q K^T, the online softmax, O += P V."""
-        ir = self.ir
+        """One K/V tile of the consumers' loop (``%it``): S = Q K^T (plus the bias), the online softmax,
+        O += P V."""
+        ir, p = self.ir, self.p
+        early = p.bias and self.bias_loads_early(p.bias[2], p.bias[3])
+        if p.bias:
+            kv0 = ir.mul("%it", self.BC, "kv0")
+            load_bias = lambda: self.bias_loads(bias_head(ir, p, self.b, self.h),  # noqa: E731
+                                                (self.r0, p.seq_q, self.BR, p.bias[2]), (kv0, p.seq_k, self.BC, p.bias[3]))
+        if early:         # the step's bias loaded first: its latency behind the ring wait and S
+            bias = load_bias()
         slot, par = self.slot_phase(ir.add(ring, "%it", "it_ring"))
         mbarrier_try_wait(ir, self.full, slot, par, ticks, self.mb(self.S))
         k_enc = ir.add(ir.add(self.base_enc, self.plan["ring"] // 16), ir.mul(slot, self.plan["stage"] // 16),
@@ -702,7 +740,10 @@ class _HopperFwd(HopperAttentionKernel):
                 ir.let("qtok", f"nvgpu.mbarrier.arrive {self.kept_empty}[{ir.v(0)}] : {self.mb(1)} -> "
                                "!nvgpu.mbarrier.token")
         s = [ir.let("s", f"llvm.extractvalue {acc}[{i}] : {self.s_t}") for i in range(self.ns)]
-        kv0 = ir.mul("%it", self.BC, "kv0")
+        if p.bias:
+            s = self.biased(s, bias if early else load_bias())
+        else:
+            kv0 = ir.mul("%it", self.BC, "kv0")
         s = self.masked(kv0, s)
         ir.comment("online softmax (base 2): rows g (h = 0) and g + 8 (h = 1)")
         m_new, l_new, alphas, pe = [], [], [], [None] * self.ns
@@ -785,6 +826,11 @@ class _HopperFwd(HopperAttentionKernel):
                 lt = ir.fop("addf", lt, ir.shfl_xor(lt, off), "qs")
             inv.append(ir.fop("divf", ir.f(1.0), lt, "inv_l"))
             lse.append(ir.fop("mulf", ir.fop("addf", m_fin[h], ir.log2(lt), "lse2"), ir.f(LN2), "lse"))
+            if p.bias:       # every visible key at the floor: a masked row, O = 0 and LSE = +inf (build.py)
+                floor_c = ir.fop("mulf", ir.f(BIAS_FLOOR / p.scale), ir.f(self.c), "floor_c")   # as m is made
+                dead = ir.let("row_masked", f"arith.cmpf ole, {m_fin[h]}, {floor_c} : f32")
+                inv[h] = ir.select(dead, ir.f(0.0), inv[h], "f32", "inv_l")
+                lse[h] = ir.select(dead, ir.let("inf", "arith.constant 0x7F800000 : f32"), lse[h], "f32", "lse")
         gty = global_type(p, "out")
         qbase = ir.add(ir.mul(self.bh, p.seq_q, "qrow_bh"), self.q0, "qbase")       # row of lse
         at = rows_at(ir, p, "out", qbase, (self.b, self.h, self.bh, self.q0))

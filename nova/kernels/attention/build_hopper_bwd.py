@@ -40,8 +40,8 @@ from __future__ import annotations
 
 from nova.codegen.nvgpu import (KMAJOR_LEADING_BYTE_OFFSET, mbarrier_try_wait, mbarrier_wait_ticks, setmaxnreg,
                                 wgmma_attributes, wgmma_commit_group, wgmma_fence, wgmma_wait_group)
-from nova.kernels.attention.build import (LOG2E, MASKED, PARTIALS, AttentionCodegenError, element_at, global_type,
-                                          rows_advance, rows_at, slab_rows, slab_type, split_range)
+from nova.kernels.attention.build import (LOG2E, MASKED, PARTIALS, AttentionCodegenError, bias_head, element_at,
+                                          global_type, rows_advance, rows_at, slab_rows, slab_type, split_range)
 from nova.kernels.attention.build_hopper import ALIGN, ARCH, SWIZZLE, WG_TYPE, \
     HopperAttentionKernel, check_kernel_tile, tma_blocker
 from nova.kernels.attention.mlirtext import SMEM
@@ -172,6 +172,7 @@ class _HopperBwd(HopperAttentionKernel):
                 f"(A from registers, B MN-major), {ARCH}")
         args = ["%tmap_q: !llvm.ptr", "%tmap_k: !llvm.ptr", "%tmap_v: !llvm.ptr", "%tmap_dout: !llvm.ptr",
                 f"%lse: {self.vt}", f"%delta: {self.vt}"] + [f"%{n}: {self.out_type(n)}" for n in self.outs]
+        args += self.bias_args()
         if self.watchdog_ms:
             args.append(f"%watchdog: memref<{WATCHDOG_WORDS}xi32>")
         with ir.kernel(KERNEL_NAMES[self.role], args, kt.threads, maxnreg=kt.regs_per_thread):
@@ -457,6 +458,11 @@ class _HopperBwd(HopperAttentionKernel):
         with ir.region(f"{res}:{nacc} = scf.for %it = {ir.v(0)} to {ir.v(self.n_it)} step {ir.v(1)} iter_args("
                        f"{iters}) -> ({', '.join([self.o_t] * nacc)}) {{"):
             ir.reserve("it", *(f"acc{i}" for i in range(nacc)))
+            early = p.bias and self.bias_loads_early(*((p.bias[3], p.bias[2]) if self.dkv else p.bias[2:]))
+            if p.bias:
+                c0 = ir.mul(self.stream_tile("%it"), self.BC, "col0")   # first streamed row
+            if early:         # the step's bias loaded first: its latency behind the ring wait and S
+                bias = self.step_bias(c0)
             slot, par = self.slot_phase("%it")
             self.wait(self.full, self.S, slot, par, ticks, role=2, barrier=1, it="%it")
             b_enc0 = ir.add(ir.add(self.base_enc, self.plan["ring"] // 16), ir.mul(slot, self.plan["stage"] // 16),
@@ -471,7 +477,10 @@ class _HopperBwd(HopperAttentionKernel):
             wgmma_wait_group(ir, 0)
             s = [ir.let("s", f"llvm.extractvalue {s_acc}[{i}] : {self.s_t}") for i in range(self.ns)]
             dp = [ir.let("dp", f"llvm.extractvalue {dp_acc}[{i}] : {self.s_t}") for i in range(self.ns)]
-            c0 = ir.mul(self.stream_tile("%it"), self.BC, "col0")   # first streamed row
+            if p.bias:
+                s = self.biased(s, bias if early else self.step_bias(c0))
+            else:
+                c0 = ir.mul(self.stream_tile("%it"), self.BC, "col0")   # first streamed row
             s = self.masked(c0, s)
             ir.comment("P = exp2(S c - LSE log2 e), dS = P (dP - D)")
             pe, ds = [], []          # the register A fragments: 16-bit pairs packed, TF32 words rounded
@@ -510,6 +519,18 @@ class _HopperBwd(HopperAttentionKernel):
             ir.emit(f"scf.yield {', '.join(acc)} : {', '.join([self.o_t] * nacc)}")
         self.heartbeat(19, lane0)
         self.epilogue([f"{res}#{i}" for i in range(nacc)])
+
+    def step_bias(self, c0):
+        """The bias of the step's scores (``bias_loads``), as the forward added it: dQ's rows are queries
+        and its columns keys; dK/dV's rows are keys and its columns the queries of the step's query
+        head, a column past Tq with bias 0 (its probability stays finite times a zero dO row)."""
+        ir, p = self.ir, self.p
+        if self.dkv:
+            qh = self.tile_of("%it")[0]
+            return self.bias_loads(bias_head(ir, p, self.b, qh), (self.r0, p.seq_k, self.BR, p.bias[3]),
+                                   (c0, p.seq_q, self.BC, p.bias[2]), zero_past_columns=True)
+        return self.bias_loads(bias_head(ir, p, self.b, self.h), (self.r0, p.seq_q, self.BR, p.bias[2]),
+                               (c0, p.seq_k, self.BC, p.bias[3]))
 
     def col_vectors(self, slot, j, c):
         """dK/dV: -LSE log2 e and D of query column 8j + 2t + c of the slot (loaded once per pair of c)."""

@@ -550,11 +550,6 @@ HOPPER_TILE_FIXED_US = 0.15  # [EST] per streamed tile: a warpgroup's wgmma wait
 HOPPER_ALU_PER_SCORE = 5     # FP32 ops per score: max, FMA (scale, -max), sum, half a cvt pack, mask select
 
 
-# a biased problem's kernels: the mma.sync ones (build.py reads the bias in the score registers); the Hopper
-# builders have no bias operand (their score fragments are wgmma accumulators in another layout)
-BIAS_BLOCKER = "an additive bias (attention mask) runs on the mma.sync kernels: the Hopper kernels take no bias"
-
-
 def hopper_blocker(p: AttentionProblem, gpu: GPUModel) -> str:
     """Why the forward cannot run on the Hopper kernel ('' when it can)."""
     from nova.kernels.attention.build_hopper import tma_blocker
@@ -564,8 +559,6 @@ def hopper_blocker(p: AttentionProblem, gpu: GPUModel) -> str:
         return f"{p.dtype}: no Hopper forward"
     if p.split_scores:
         return f"{p.score_precision} (NOVA_ATTENTION_PRECISION) runs on the mma.sync forward (three products each)"
-    if p.bias:
-        return BIAS_BLOCKER
     return tma_blocker(p)
 
 
@@ -625,9 +618,10 @@ def hopper_fwd_time(p: AttentionProblem, gpu: GPUModel, kt: KernelTile, vis: int
     tf32 = p.dtype == "tf32"
     from nova.kernels.attention.build_hopper import TRANSPOSER_WARPS
     return hopper_kernel_time(p, gpu, kt, vis, gemms=2,
-                              alu_per_score=HOPPER_ALU_PER_SCORE + (HOPPER_TF32_ROUND_ALU if tf32 else 0),
+                              alu_per_score=HOPPER_ALU_PER_SCORE + (HOPPER_TF32_ROUND_ALU if tf32 else 0)
+                              + (BIAS_OPS_PER_SCORE if p.bias else 0),
                               kept_tiles=1, streamed_tiles=2 + (2 / kt.consumer_warpgroups if tf32 else 0),
-                              dram_bytes=p.fwd_bytes, pipe="softmax",
+                              dram_bytes=p.fwd_bytes + p.bias_bytes, pipe="softmax",
                               transposes=transpose_steps(p, kt, 1, TRANSPOSER_WARPS) if tf32 else 0)
 
 
@@ -796,6 +790,10 @@ HOPPER_BWD_REG_OVERHEAD = 32     # [FITTED] consumer registers beyond the output
                                  # D128 N64 spills 16 B at 232 (B8 H16 T2048 causal), so with a 32-register
                                  # producer D128 dK/dV stays on mma.sync (the estimate, 240 > 232, says so)
                                  # (tests/test_attention.py assembles every case without spills)
+HOPPER_BWD_BIAS_REGS = 16       # [FITTED] a biased problem's consumer registers beyond them: the step's bias
+                                 # values and their column predicates (ptxas 13.0, a padding mask: D128 16-bit
+                                 # dK/dV at N64 and dQ at N128 spilled 12-36 B at 240 registers; at the next
+                                 # tile down none spills: tests/test_attention_mask.py)
 HOPPER_BWD_TILES = {"bwd_dkv": (128, 64, 32), "bwd_dq": (128, 64)}   # streamed rows (wgmma N of S), largest first
 HOPPER_BWD_WGS = (2, 1)          # consumer warpgroups, preferred first: two interleave (one's elementwise pass
                                  # beside the other's wgmmas); one keeps half the rows (64-row K, V: TF32 D128
@@ -809,6 +807,13 @@ HOPPER_BWD_GEMMS = {"bwd_dkv": 4, "bwd_dq": 3}           # S, dP, dV, dK / S, dP
 HOPPER_BWD_SMEM_TILES = {"bwd_dkv": 4, "bwd_dq": 3}      # streamed tiles read per 64 x BC scores (B operands)
 
 
+# the Hopper dK/dV and dQ kernels hold S and dP in registers; a bias element of its own per score (a bias
+# with both a query and a key stride) beside them spilled (ptxas, 12-236 bytes a thread at D64-128): those
+# problems' backward runs on mma.sync (a padding mask, one value a key, runs on the Hopper kernels)
+BIAS_PER_SCORE_BLOCKER = ("a bias with a value of its own per score (query and key strides) spills the Hopper "
+                          "backward's registers: the mma.sync backward reads it")
+
+
 def hopper_bwd_blocker(p: AttentionProblem, gpu: GPUModel) -> str:
     """Why the backward cannot run on the Hopper kernels ('' when it can)."""
     from nova.kernels.attention.build_hopper_bwd import tma_blocker_bwd
@@ -818,8 +823,8 @@ def hopper_bwd_blocker(p: AttentionProblem, gpu: GPUModel) -> str:
         return f"{p.dtype}: no Hopper backward"
     if p.split_scores:
         return f"{p.score_precision} (NOVA_ATTENTION_PRECISION) runs on the mma.sync backward (three products each)"
-    if p.bias:
-        return BIAS_BLOCKER
+    if p.bias and p.bias[2] and p.bias[3]:
+        return BIAS_PER_SCORE_BLOCKER
     return tma_blocker_bwd(p)
 
 
@@ -834,9 +839,11 @@ def hopper_bwd_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTil
     rounded = (2 if role == "bwd_dkv" else 1) * HOPPER_TF32_ROUND_ALU if tf32 else 0
     moved = 2 * (ring_tiles_bwd(p, role) - 2) / kt.consumer_warpgroups      # TF32's transposes: read + written
     return hopper_kernel_time(p, gpu, kt, vis, gemms=HOPPER_BWD_GEMMS[role],
-                              alu_per_score=HOPPER_BWD_ALU_PER_SCORE[role] + rounded, kept_tiles=2,
+                              alu_per_score=HOPPER_BWD_ALU_PER_SCORE[role] + rounded
+                              + (BIAS_OPS_PER_SCORE if p.bias else 0), kept_tiles=2,
                               streamed_tiles=HOPPER_BWD_SMEM_TILES[role] + moved,
-                              dram_bytes={"bwd_dq": p.fwd_bytes + p.fwd_bytes // 2, "bwd_dkv": p.bwd_bytes}[role],
+                              dram_bytes={"bwd_dq": p.fwd_bytes + p.fwd_bytes // 2, "bwd_dkv": p.bwd_bytes}[role]
+                              + p.bias_bytes,
                               pipe="elementwise", achieved=HOPPER_BWD_ACHIEVED, block_fixed_us=HOPPER_BWD_BLOCK_FIXED_US)
 
 
@@ -897,6 +904,7 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
     eb = p.elem_bytes
     rate = gpu.tc_flops_per_clk_sm("wgmma", p.dtype)
     outs = 2 if role == "bwd_dkv" else 1
+    overhead = HOPPER_BWD_REG_OVERHEAD + (HOPPER_BWD_BIAS_REGS if p.bias else 0)
     tried, best = [], None
     producer_regs = lambda wgs: HOPPER_BWD_TF32_PRODUCER_REGS[wgs] if tf32 else HOPPER_BWD_PRODUCER_REGS[role]
     ntiles = ring_tiles_bwd(p, role)
@@ -908,7 +916,7 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
         grid = _grid(p, role, rows)
         cregs = int(min(F.hopper_consumer_regs(entry_regs=entry, producer_regs=prod, wgs=wgs),
                         HOPPER_BWD_SETMAXNREG_MAX))
-        regs = F.hopper_bwd_regs(outs=outs, D=p.head_dim, block_cols=bc, elem_bytes=eb, overhead=HOPPER_BWD_REG_OVERHEAD)
+        regs = F.hopper_bwd_regs(outs=outs, D=p.head_dim, block_cols=bc, elem_bytes=eb, overhead=overhead)
         name = f"{rows}x{bc}" + (f" ({prod}/{cregs})" if len(prods) > 1 else "")
         if regs > cregs:
             tried.append(f"{name}: {regs:.0f} regs")
@@ -948,9 +956,10 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
             post=lambda v: int(min(v, HOPPER_BWD_SETMAXNREG_MAX)), entry_regs=entry, producer_regs=prod, wgs=wgs)
     d.apply(f"{tag} registers", F.hopper_bwd_regs, f"per consumer thread: {'dK and dV' if outs == 2 else 'dQ'} "
             f"(D/2 FP32 each), S and dP (N/2 FP32 each, both live when their wgmmas complete), the "
-            f"{'P/dS' if outs == 2 else 'dS'} fragments in flight (N x elem_bytes / 16 each) + {HOPPER_BWD_REG_OVERHEAD} [FITTED to "
+            f"{'P/dS' if outs == 2 else 'dS'} fragments in flight (N x elem_bytes / 16 each) + {HOPPER_BWD_REG_OVERHEAD} "
+            + (f"+ {HOPPER_BWD_BIAS_REGS} for the bias " if p.bias else "") + f"[FITTED to "
             f"ptxas] <= {cregs}; candidates {', '.join(tried)}",
-            outs=outs, D=p.head_dim, block_cols=kt.block_cols, elem_bytes=eb, overhead=HOPPER_BWD_REG_OVERHEAD)
+            outs=outs, D=p.head_dim, block_cols=kt.block_cols, elem_bytes=eb, overhead=overhead)
     what = "query rows per streamed Q/dO tile" if role == "bwd_dkv" else "keys per streamed K/V tile"
     if tf32:
         note_transposes(d, tag, kt, xt)

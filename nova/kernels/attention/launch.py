@@ -33,7 +33,7 @@ are read when a signature is first seen (``reset()`` after changing ``NOVA_TARGE
 ``bias`` (optional, both passes): an additive float ``[B|1, H|1, Tq|1, Tk]`` score bias (an attention
 mask: 0 keeps, -inf or ``torch.finfo.min`` masks; ``problem.py`` states the semantics), read in place
 with its strides (broadcast axes stride 0) when float32, else through a float32 copy; it has no
-gradient.  A biased problem runs on the mma.sync kernels (``derive.BIAS_BLOCKER``).
+gradient.  Every kernel that computes scores reads it (the mma.sync and the Hopper kernels alike).
 """
 from __future__ import annotations
 
@@ -295,7 +295,7 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, *, bias
     lse = torch.empty((p.batch, p.heads, p.seq_q), dtype=torch.float32, device=q.device) if lse is None else lse
     outs = (o.data_ptr(), lse.data_ptr())
     if r.schedule.tma:          # the Hopper forward reads q, k, v through TMA tensor maps (build_hopper.py)
-        split_launch(r, "fwd", hopper_maps(r, q, k, v), outs, (), _stream(q), q)
+        split_launch(r, "fwd", hopper_maps(r, q, k, v), outs, _bias_arg(p, copies, bias), _stream(q), q)
     else:
         split_launch(r, "fwd", (q.data_ptr(), k.data_ptr(), v.data_ptr()), outs, _bias_arg(p, copies, bias),
                      _stream(q), q)

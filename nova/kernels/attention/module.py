@@ -12,7 +12,7 @@ from nova.kernels.attention.build_hopper import PARAMS as HOPPER_PARAMS
 from nova.kernels.attention.build_hopper import build_hopper_fwd
 from nova.kernels.attention.build_hopper_bwd import PARAMS as HOPPER_BWD_PARAMS
 from nova.kernels.attention.build_hopper_bwd import build_hopper_bwd
-from nova.kernels.attention.problem import AttentionProblem
+from nova.kernels.attention.problem import BIAS_ROLES, AttentionProblem
 from nova.kernels.attention.schedule import AttentionSchedule
 
 
@@ -25,18 +25,17 @@ KERNEL_NAMES = {**MMA_SYNC_NAMES, **build_combine.KERNEL_NAMES}
 
 
 def kernel_params(s: AttentionSchedule, role: str, problem: AttentionProblem | None = None) -> tuple[str, ...]:
-    """The kernel's parameters: the Hopper forward reads q, k, v through tensor maps; an mma.sync kernel of
-    a ``problem`` with a bias takes it last; a split-KV kernel writes its partial slabs (``build.PARTIALS``)."""
+    """The kernel's parameters: the Hopper kernels read q, k, v (and dout) through tensor maps; a kernel
+    of a ``problem`` with a bias takes it last; a split-KV kernel writes its partial slabs
+    (``build.PARTIALS``)."""
     kt = s.kernel(role)
     if role in build_combine.PARAMS:
         return build_combine.PARAMS[role]
-    if kt.hopper:
-        names = HOPPER_BWD_PARAMS[role] if role != "fwd" else HOPPER_PARAMS
-    elif problem is not None:
+    if not kt.hopper and problem is not None:
         return params(problem, role, kt.splits)
-    else:
-        names = PARAMS[role]
-    return tuple(build.PARTIALS[role].get(n, n) for n in names) if kt.splits > 1 else names
+    names = (HOPPER_BWD_PARAMS[role] if role != "fwd" else HOPPER_PARAMS) if kt.hopper else PARAMS[role]
+    names = tuple(build.PARTIALS[role].get(n, n) for n in names) if kt.splits > 1 else names
+    return names + (("bias",) if problem is not None and problem.bias and role in BIAS_ROLES else ())
 
 
 def build_module(p: AttentionProblem, s: AttentionSchedule, role: str, watchdog_ms: int | None = None) -> str:
@@ -47,9 +46,6 @@ def build_module(p: AttentionProblem, s: AttentionSchedule, role: str, watchdog_
     if role in build_combine.KERNEL_NAMES:
         return build_combine.build_combine(p, s, role)
     if s.kernel(role).hopper:
-        if p.bias:
-            raise AttentionCodegenError(f"the Hopper {role} kernel takes no bias ({p.describe()}): the derivation "
-                                        "puts a biased problem on the mma.sync kernels")
         if role != "fwd":
             return build_hopper_bwd(p, s, role, watchdog_ms)
         return build_hopper_fwd(p, s)
