@@ -30,6 +30,10 @@ Design (every number comes from ``schedule.fwd``; ``derive.py`` explains them):
   16w + g (+8) x columns 8j + 2t (+1); the row max and sum need two shuffles over the lane quad.
   Base 2 with scale * log2(e) folded into one FMA; masks (causal on diagonal tiles, keys >= Tk on
   the tail tile) replace scores by a finite -1e30 in a uniform branch, so no row ever produces a NaN.
+  An additive bias (``problem.bias``, the last parameter) is added before them as the mma.sync kernels
+  add it (``build.bias_reader``: the accumulators share their column layout), clamped at its floor; a
+  row whose every visible key sits at the floor is written O = 0, LSE = +inf.  A bias broadcast along
+  rows or columns (a padding mask) is loaded at the top of each ring step, before its wait and S.
 * **O += P V**: P packed to 16 bits in registers *is* the wgmma A fragment (the accumulator layout
   of m64nN equals the register A layout of m64k16 pairwise), so the second wgmma takes A from
   registers (inline PTX, ``wgmma ... {a0..a3}, descB``); V ``[keys, D]`` is MN-major as the B

@@ -31,8 +31,10 @@ of the register-A products are transposed in shared memory as they land: idle pr
 arrive on ``xt_full[s]``; P^T / dS^T are rounded to TF32 in registers and taken in the accumulator
 order 0, 2, 1, 3 per k-step of 8.  S and dP are k8 products over D.
 
-Masks as the forward: causal (key > query) and, in dQ, keys >= Tk replaced by a finite -1e30 in a
-branch taken only by tiles that need it, so P is exactly 0 there and no NaN appears.  Rows beyond T
+Masks as the forward: the bias added to the recomputed scores (dK/dV: of the step's query head, rows
+keys and columns queries, a query column past Tq with bias 0; a bias per score runs on the mma.sync
+backward: ``derive.BIAS_PER_SCORE_BLOCKER``), then causal (key > query) and, in dQ, keys >= Tk replaced
+by a finite -1e30 in a branch taken only by tiles that need it, so P is exactly 0 there and no NaN appears.  Rows beyond T
 are zero-filled by TMA (LSE and D read as 0): their P is finite and their dO / Q rows are 0, so they
 add nothing (the mma.sync backward's argument); outputs beyond T are not stored.
 """
