@@ -1,7 +1,9 @@
 """The attention mask as the IR attention's additive bias operand, on the host: the IR reference
-against eager's masked softmax (rows that keep a key: equal; fully masked rows: 0 and no gradient), the capture of a padded SDPA mask, the problem's bias strides in its key and
-description, the launcher's plan on meta tensors, the derivation's kernel choice, and the masked
-mma.sync kernels assembled by ptxas for sm_90 and sm_80 (no spills, the predicted occupancy)."""
+against eager's masked softmax (rows that keep a key: equal; fully masked rows: 0 and no gradient),
+the capture of a padded SDPA mask, the problem's bias strides in its key and description, the
+launcher's plan on meta tensors, the derivation's kernel choice, the masked mma.sync kernels assembled
+by ptxas for sm_90 and sm_80 (no spills, the predicted occupancy) and the masked Hopper kernels (no
+spills, no serialised wgmma, every access in bounds)."""
 from __future__ import annotations
 
 import math
@@ -178,9 +180,10 @@ MASK_PTX_CASES = [("fwd", "bf16", 64, "h200", "pad"), ("bwd_dkv", "bf16", 64, "h
 # score in the forward (its backward runs on mma.sync: derive.BIAS_PER_SCORE_BLOCKER)
 HOPPER_MASK_CASES = [("fwd", "bf16", 64, "pad"), ("bwd_dkv", "bf16", 64, "pad"), ("bwd_dq", "fp16", 128, "pad"),
                      ("fwd", "tf32", 128, "pad"), ("bwd_dkv", "tf32", 64, "pad"), ("bwd_dq", "tf32", 128, "pad"),
-                     ("fwd", "fp16", 128, "full"), ("fwd", "tf32", 64, "heads")]
+                     ("bwd_dkv", "bf16", 128, "pad"), ("bwd_dkv", "fp16", 128, "queries"),
+                     ("bwd_dq", "bf16", 128, "queries"), ("fwd", "fp16", 128, "full"), ("fwd", "tf32", 64, "heads")]
 BIASES = {"pad": lambda b, h, t: (t, 0, 0, 1), "full": lambda b, h, t: (h * t * t, t * t, t, 1),
-          "heads": lambda b, h, t: (0, t * t, t, 1)}
+          "heads": lambda b, h, t: (0, t * t, t, 1), "queries": lambda b, h, t: (t, 0, 1, 0)}
 
 
 @needs_ptxas
@@ -209,17 +212,24 @@ def test_masked_kernels_assemble_without_spills(role, dtype, D, target, form):
 def test_masked_hopper_kernels_assemble_without_spills_or_wgmma_hazards(role, dtype, D, form, monkeypatch):
     """The Hopper kernels with a bias: no spill, no serialised wgmma (``WGMMA_HAZARDS``), every memory
     access in bounds for every block, thread and iteration (``bounds``: the bias's loads against its
-    extent), the bias the last parameter."""
+    extent), the bias the kernel's last parameter (the builder's signature and the launch order alike).
+    D128 16-bit dK/dV spilled until the register estimate took the bias (``HOPPER_BWD_BIAS_REGS``)."""
+    import re
+
     from nova.codegen.ptxas import wgmma_hazards
     from nova.kernels.attention.bounds import check_attention_kernel
     from nova.kernels.attention.compile import compile_kernel
+    from nova.kernels.attention.module import build_module, kernel_params
     monkeypatch.setenv("NOVA_ATTENTION_HOPPER", "force")
     p = AttentionProblem(2, 4, 333, 333, D, causal=True, dtype=dtype, kv_heads=2, bias=BIASES[form](2, 4, 333))
     s = configure_attention(p, PRESETS["h200"]).schedule
     assert s.kernel(role).hopper
+    text = build_module(p.for_role(role), s, role)
+    signature = re.search(r"gpu\.func @\w+\((.*?)\) kernel", text, re.S).group(1)
+    names = tuple(re.findall(r"%(\w+):", signature))
+    assert names == kernel_params(s, role, p) and names[-1] == "bias" and "memref.load %bias[" in text
     art = compile_kernel(p, s, role)
     r = art.resources
-    assert art.params[-1] == "bias" and "ld.global" in art.ptx
     assert r["spill_store_bytes"] == 0 and r["spill_load_bytes"] == 0 and r["stack_bytes"] == 0, r
     assert not wgmma_hazards(r)
     assert check_attention_kernel(p, s, role) == []

@@ -79,7 +79,6 @@ TF32_HALF_ULP = 1 << 12      # half of TF32's last mantissa bit, in FP32 bits: a
 MASKED = -1.0e30           # finite "minus infinity": exp2 of it is 0 and no inf - inf NaN can appear
 
 
-
 def bias_head(ir, p: AttentionProblem, b, h):
     """Element offset of the bias's (b, h) plane (0 on a broadcast axis)."""
     sb, sh = p.bias[:2]

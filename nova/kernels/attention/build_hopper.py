@@ -222,6 +222,15 @@ class HopperAttentionKernel:
         distinct = (2 if row_stride else 1) * (self.BC // 4 if col_stride else 1)
         return distinct <= self.ns // 2
 
+    def step_bias(self, load, row_stride: int, col_stride: int):
+        """A ring step's bias as a thunk: ``load()`` (``bias_loads``) issued now where
+        ``bias_loads_early`` says (its latency behind the ring wait and S), else when the thunk is called
+        (after S)."""
+        if self.bias_loads_early(row_stride, col_stride):
+            values = load()
+            return lambda: values
+        return load
+
     def bias_loads(self, head, rows, cols, zero_past_columns=False) -> list:
         """The bias of each score accumulator (element i: row 16 warp + g + 8h of this warpgroup's 64,
         column 8j + 2t + c of the tile; j = i / 4, h = i / 2 mod 2, c = i mod 2), each distinct element
@@ -715,13 +724,11 @@ class _HopperFwd(HopperAttentionKernel):
         """One K/V tile of the consumers' loop (``%it``): S = Q K^T (plus the bias), the online softmax,
         O += P V."""
         ir, p = self.ir, self.p
-        early = p.bias and self.bias_loads_early(p.bias[2], p.bias[3])
         if p.bias:
             kv0 = ir.mul("%it", self.BC, "kv0")
-            load_bias = lambda: self.bias_loads(bias_head(ir, p, self.b, self.h),  # noqa: E731
-                                                (self.r0, p.seq_q, self.BR, p.bias[2]), (kv0, p.seq_k, self.BC, p.bias[3]))
-        if early:         # the step's bias loaded first: its latency behind the ring wait and S
-            bias = load_bias()
+            bias = self.step_bias(lambda: self.bias_loads(bias_head(ir, p, self.b, self.h),
+                                                          (self.r0, p.seq_q, self.BR, p.bias[2]),
+                                                          (kv0, p.seq_k, self.BC, p.bias[3])), p.bias[2], p.bias[3])
         slot, par = self.slot_phase(ir.add(ring, "%it", "it_ring"))
         mbarrier_try_wait(ir, self.full, slot, par, ticks, self.mb(self.S))
         k_enc = ir.add(ir.add(self.base_enc, self.plan["ring"] // 16), ir.mul(slot, self.plan["stage"] // 16),
@@ -745,7 +752,7 @@ class _HopperFwd(HopperAttentionKernel):
                                "!nvgpu.mbarrier.token")
         s = [ir.let("s", f"llvm.extractvalue {acc}[{i}] : {self.s_t}") for i in range(self.ns)]
         if p.bias:
-            s = self.biased(s, bias if early else load_bias())
+            s = self.biased(s, bias())
         else:
             kv0 = ir.mul("%it", self.BC, "kv0")
         s = self.masked(kv0, s)

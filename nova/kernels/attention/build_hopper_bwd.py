@@ -34,9 +34,10 @@ order 0, 2, 1, 3 per k-step of 8.  S and dP are k8 products over D.
 Masks as the forward: the bias added to the recomputed scores (dK/dV: of the step's query head, rows
 keys and columns queries, a query column past Tq with bias 0; a bias per score runs on the mma.sync
 backward: ``derive.BIAS_PER_SCORE_BLOCKER``), then causal (key > query) and, in dQ, keys >= Tk replaced
-by a finite -1e30 in a branch taken only by tiles that need it, so P is exactly 0 there and no NaN appears.  Rows beyond T
-are zero-filled by TMA (LSE and D read as 0): their P is finite and their dO / Q rows are 0, so they
-add nothing (the mma.sync backward's argument); outputs beyond T are not stored.
+by a finite -1e30 in a branch taken only by tiles that need it, so P is exactly 0 there and no NaN
+appears.  Rows beyond T are zero-filled by TMA (LSE and D read as 0): their P is finite and their
+dO / Q rows are 0, so they add nothing (the mma.sync backward's argument); outputs beyond T are not
+stored.
 """
 from __future__ import annotations
 
@@ -460,11 +461,10 @@ class _HopperBwd(HopperAttentionKernel):
         with ir.region(f"{res}:{nacc} = scf.for %it = {ir.v(0)} to {ir.v(self.n_it)} step {ir.v(1)} iter_args("
                        f"{iters}) -> ({', '.join([self.o_t] * nacc)}) {{"):
             ir.reserve("it", *(f"acc{i}" for i in range(nacc)))
-            early = p.bias and self.bias_loads_early(*((p.bias[3], p.bias[2]) if self.dkv else p.bias[2:]))
             if p.bias:
                 c0 = ir.mul(self.stream_tile("%it"), self.BC, "col0")   # first streamed row
-            if early:         # the step's bias loaded first: its latency behind the ring wait and S
-                bias = self.step_bias(c0)
+                bias = self.step_bias(lambda: self.bias_of_step(c0),
+                                      *((p.bias[3], p.bias[2]) if self.dkv else p.bias[2:]))
             slot, par = self.slot_phase("%it")
             self.wait(self.full, self.S, slot, par, ticks, role=2, barrier=1, it="%it")
             b_enc0 = ir.add(ir.add(self.base_enc, self.plan["ring"] // 16), ir.mul(slot, self.plan["stage"] // 16),
@@ -480,7 +480,7 @@ class _HopperBwd(HopperAttentionKernel):
             s = [ir.let("s", f"llvm.extractvalue {s_acc}[{i}] : {self.s_t}") for i in range(self.ns)]
             dp = [ir.let("dp", f"llvm.extractvalue {dp_acc}[{i}] : {self.s_t}") for i in range(self.ns)]
             if p.bias:
-                s = self.biased(s, bias if early else self.step_bias(c0))
+                s = self.biased(s, bias())
             else:
                 c0 = ir.mul(self.stream_tile("%it"), self.BC, "col0")   # first streamed row
             s = self.masked(c0, s)
@@ -522,7 +522,7 @@ class _HopperBwd(HopperAttentionKernel):
         self.heartbeat(19, lane0)
         self.epilogue([f"{res}#{i}" for i in range(nacc)])
 
-    def step_bias(self, c0):
+    def bias_of_step(self, c0):
         """The bias of the step's scores (``bias_loads``), as the forward added it: dQ's rows are queries
         and its columns keys; dK/dV's rows are keys and its columns the queries of the step's query
         head, a column past Tq with bias 0 (its probability stays finite times a zero dO row)."""

@@ -793,7 +793,7 @@ HOPPER_BWD_REG_OVERHEAD = 32     # [FITTED] consumer registers beyond the output
 HOPPER_BWD_BIAS_REGS = 16       # [FITTED] a biased problem's consumer registers beyond them: the step's bias
                                  # values and their column predicates (ptxas 13.0, a padding mask: D128 16-bit
                                  # dK/dV at N64 and dQ at N128 spilled 12-36 B at 240 registers; at the next
-                                 # tile down none spills: tests/test_attention_mask.py)
+                                 # tile down none spills: tests/test_attention_mask.py's D128 cases)
 HOPPER_BWD_TILES = {"bwd_dkv": (128, 64, 32), "bwd_dq": (128, 64)}   # streamed rows (wgmma N of S), largest first
 HOPPER_BWD_WGS = (2, 1)          # consumer warpgroups, preferred first: two interleave (one's elementwise pass
                                  # beside the other's wgmmas); one keeps half the rows (64-row K, V: TF32 D128
@@ -808,8 +808,9 @@ HOPPER_BWD_SMEM_TILES = {"bwd_dkv": 4, "bwd_dq": 3}      # streamed tiles read p
 
 
 # the Hopper dK/dV and dQ kernels hold S and dP in registers; a bias element of its own per score (a bias
-# with both a query and a key stride) beside them spilled (ptxas, 12-236 bytes a thread at D64-128): those
-# problems' backward runs on mma.sync (a padding mask, one value a key, runs on the Hopper kernels)
+# with both a query and a key stride) beside them spilled dK/dV (ptxas, 12-100 bytes a thread at D128;
+# dQ, its estimate taking the bias, did not; not measured on a GPU): those problems' backward runs on mma.sync (a padding mask, one
+# value a key, runs on the Hopper kernels)
 BIAS_PER_SCORE_BLOCKER = ("a bias with a value of its own per score (query and key strides) spills the Hopper "
                           "backward's registers: the mma.sync backward reads it")
 

@@ -16,8 +16,9 @@ Per CTA and K slice (thread layouts in ``skinny_schedule.py``):
   columns).
 * **B first** (``b_first``).  A chunk's first trip issues its loads of B before the chunk's staging of
   A: B does not depend on A, so the two loads' latencies overlap (one wait a chunk, not two); its FMAs
-  follow the staging's barrier.
-* **B streamed.**  Each trip issues ``unroll`` (x ``rows``) independent vector loads of B, then the
+  follow the staging's barrier.  That trip is predicated like a tail trip unless the chunk is known
+  at compile time to be a whole trip long; the chunk's other trips start one trip further on.
+* **B streamed.**  Each trip (after the first, with ``b_first``) issues ``unroll`` (x ``rows``) independent vector loads of B, then the
   FMAs: ``acc[m][c] += A[m, k] * B[k, c]`` in FP32 (``math.fma``: one rounding per product-add).  The
   K range of a chunk is whole trips (no predicates) and one tail trip whose steps past the chunk
   load row / column 0 and multiply zeros instead (``arith.select`` on both factors: an exact zero
