@@ -208,7 +208,7 @@ class HopperAttentionKernel:
         self.s_t = "!llvm.struct<(" + ", ".join(["f32"] * self.ns) + ")>"
         self.o_t = "!llvm.struct<(" + ", ".join(["f32"] * self.no) + ")>"
 
-    # ---- the additive bias (``problem.bias``): read as the mma.sync kernels read it (``build.add_bias``)
+    # ---- the additive bias (``problem.bias``): read as the mma.sync kernels read it (``build.bias_reader``)
     def bias_args(self) -> list[str]:
         """The bias parameter (last), where the problem has one."""
         return [f"%bias: memref<{self.p.bias_extent}xf32>"] if self.p.bias else []
