@@ -205,17 +205,15 @@ def build(target: str, cache_dir=None) -> int:
     from nova.kernels.attention.launch import plan_operands
     from nova.runtime.cache import KernelCache
     import os
+    from unittest import mock
     gpu, cache = get_target(target), KernelCache(cache_dir)
     for kernels, env in KERNELS.items():
-        saved = {name: os.environ.get(name) for name in env}
-        os.environ.update(env)
-        for case in CASES:
-            q, k, v, do, bias = operands(case, "meta")
-            problem, _ = plan_operands(q, k, v, case[6], None, bias=bias, out=torch.empty_like(q))
-            for role, key, status in precompile_attention(problem, gpu, cache):
-                print(f"{case_id(case)} {kernels} {role}: {status} ({key[:12]})")
-        for name, value in saved.items():
-            os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)
+        with mock.patch.dict(os.environ, env):
+            for case in CASES:
+                q, k, v, do, bias = operands(case, "meta")
+                problem, _ = plan_operands(q, k, v, case[6], None, bias=bias, out=torch.empty_like(q))
+                for role, key, status in precompile_attention(problem, gpu, cache):
+                    print(f"{case_id(case)} {kernels} {role}: {status} ({key[:12]})")
     failed = 0
     for which, make in hf_models().items():
         torch.manual_seed(0)

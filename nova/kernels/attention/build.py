@@ -172,11 +172,13 @@ def slab_type(p: AttentionProblem, role: str, splits: int, name: str) -> str:
     return f"memref<{slab_extent(p, role, splits, name)}xf32>"
 
 
-def params(p: AttentionProblem, role: str, splits: int = 1) -> tuple[str, ...]:
-    """The mma.sync kernel's parameters: ``PARAMS[role]`` (split KV: its outputs' partial slabs,
-    ``PARTIALS``), then ``bias`` where the problem has one."""
-    names = PARAMS[role] if splits == 1 else tuple(PARTIALS[role].get(n, n) for n in PARAMS[role])
-    return names + (("bias",) if p.bias and role in BIAS_ROLES else ())
+def params(p: AttentionProblem | None, role: str, splits: int = 1, names: tuple[str, ...] | None = None
+           ) -> tuple[str, ...]:
+    """A kernel's parameters: ``names`` (default the mma.sync kernel's, ``PARAMS[role]``; split KV: its
+    outputs' partial slabs, ``PARTIALS``), then ``bias`` where the problem ``p`` has one."""
+    names = PARAMS[role] if names is None else names
+    names = names if splits == 1 else tuple(PARTIALS[role].get(n, n) for n in names)
+    return names + (("bias",) if p is not None and p.bias and role in BIAS_ROLES else ())
 
 
 def smem_plan(p: AttentionProblem, kt: KernelTile) -> dict:
@@ -733,16 +735,12 @@ class _Flash:
     # ------------------------------------------------------------------------------------------
     # the additive bias (module docstring)
     # ------------------------------------------------------------------------------------------
-    def bias_head(self, b, h):
-        """Element offset of the bias's (b, h) plane (0 on a broadcast axis)."""
-        return bias_head(self.ir, self.p, b, h)
-
     def query_rows_bias(self, s, kv0):
         """Forward and dQ: the scores (rows: queries q0 + roff, columns: keys kv0 + coff) plus the bias."""
         p = self.p
         if not p.bias:
             return s
-        return self.add_bias(s, self.bias_head(self.b, self.h), (self.q0, p.seq_q, self.BR, p.bias[2]),
+        return self.add_bias(s, bias_head(self.ir, p, self.b, self.h), (self.q0, p.seq_q, self.BR, p.bias[2]),
                              (kv0, p.seq_k, self.BC, p.bias[3]))
 
     def add_bias(self, s, head, rows, cols, zero_past_columns=False):
@@ -1070,7 +1068,7 @@ class _Flash:
             qh, _, qt = tile_of(it)
             qs = ir.mul(qt, self.BC, "qs")
             if p.bias:          # rows are keys k0 + roff, columns queries qs + coff
-                s = self.add_bias(s, self.bias_head(b, qh), (k0, p.seq_k, self.BR, p.bias[3]),
+                s = self.add_bias(s, bias_head(self.ir, self.p, b, qh), (k0, p.seq_k, self.BR, p.bias[3]),
                                   (qs, p.seq_q, self.BC, p.bias[2]), zero_past_columns=True)
             if p.causal:        # key j = k0 + roff may not exceed query i = qs + coff
                 cond = ir.cmp("slt", qs, ir.add(k0, self.BR, "k_end"), "need_mask")

@@ -809,8 +809,8 @@ HOPPER_BWD_SMEM_TILES = {"bwd_dkv": 4, "bwd_dq": 3}      # streamed tiles read p
 
 # the Hopper dK/dV and dQ kernels hold S and dP in registers; a bias element of its own per score (a bias
 # with both a query and a key stride) beside them spilled dK/dV (ptxas, 12-100 bytes a thread at D128;
-# dQ, its estimate taking the bias, did not; not measured on a GPU): those problems' backward runs on mma.sync (a padding mask, one
-# value a key, runs on the Hopper kernels)
+# dQ, its estimate taking the bias, did not; not measured on a GPU): those problems' backward runs on
+# mma.sync (a padding mask, one value a key, runs on the Hopper kernels)
 BIAS_PER_SCORE_BLOCKER = ("a bias with a value of its own per score (query and key strides) spills the Hopper "
                           "backward's registers: the mma.sync backward reads it")
 

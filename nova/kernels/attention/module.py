@@ -5,14 +5,14 @@ parameters.  MLIR text only (no MLIR import)."""
 from __future__ import annotations
 
 from nova.codegen.nvgpu import SM90A
-from nova.kernels.attention import build, build_combine
+from nova.kernels.attention import build_combine
 from nova.kernels.attention.build import KERNEL_NAMES as MMA_SYNC_NAMES
 from nova.kernels.attention.build import PARAMS, AttentionCodegenError, build_mma_sync, params
 from nova.kernels.attention.build_hopper import PARAMS as HOPPER_PARAMS
 from nova.kernels.attention.build_hopper import build_hopper_fwd
 from nova.kernels.attention.build_hopper_bwd import PARAMS as HOPPER_BWD_PARAMS
 from nova.kernels.attention.build_hopper_bwd import build_hopper_bwd
-from nova.kernels.attention.problem import BIAS_ROLES, AttentionProblem
+from nova.kernels.attention.problem import AttentionProblem
 from nova.kernels.attention.schedule import AttentionSchedule
 
 
@@ -31,11 +31,8 @@ def kernel_params(s: AttentionSchedule, role: str, problem: AttentionProblem | N
     kt = s.kernel(role)
     if role in build_combine.PARAMS:
         return build_combine.PARAMS[role]
-    if not kt.hopper and problem is not None:
-        return params(problem, role, kt.splits)
     names = (HOPPER_BWD_PARAMS[role] if role != "fwd" else HOPPER_PARAMS) if kt.hopper else PARAMS[role]
-    names = tuple(build.PARTIALS[role].get(n, n) for n in names) if kt.splits > 1 else names
-    return names + (("bias",) if problem is not None and problem.bias and role in BIAS_ROLES else ())
+    return params(problem, role, kt.splits, names)
 
 
 def build_module(p: AttentionProblem, s: AttentionSchedule, role: str, watchdog_ms: int | None = None) -> str:

@@ -18,8 +18,8 @@ Per CTA and K slice (thread layouts in ``skinny_schedule.py``):
   A: B does not depend on A, so the two loads' latencies overlap (one wait a chunk, not two); its FMAs
   follow the staging's barrier.  That trip is predicated like a tail trip unless the chunk is known
   at compile time to be a whole trip long; the chunk's other trips start one trip further on.
-* **B streamed.**  Each trip (after the first, with ``b_first``) issues ``unroll`` (x ``rows``) independent vector loads of B, then the
-  FMAs: ``acc[m][c] += A[m, k] * B[k, c]`` in FP32 (``math.fma``: one rounding per product-add).  The
+* **B streamed.**  Each trip (after the first, with ``b_first``) issues ``unroll`` (x ``rows``)
+  independent vector loads of B, then the FMAs: ``acc[m][c] += A[m, k] * B[k, c]`` in FP32 (``math.fma``: one rounding per product-add).  The
   K range of a chunk is whole trips (no predicates) and one tail trip whose steps past the chunk
   load row / column 0 and multiply zeros instead (``arith.select`` on both factors: an exact zero
   product however large the values read).  Columns past N are clamped to a valid address and
