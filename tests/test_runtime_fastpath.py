@@ -281,6 +281,25 @@ def loaded_kernel(device=None):
                                "gemm 64x64x64 tf32 NN -> f32", "cubin")
 
 
+def test_memset_goes_through_libcuda_with_64_bit_pointers(monkeypatch):
+    """split-K's zeroing of C on the hot path: cuMemsetD32Async called through ctypes with the full
+    64-bit pointer and count (an int passed without argtypes would be cut to 32 bits), its error
+    reported as the driver's."""
+    calls = []
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p)
+    memset = proto(lambda ptr, value, count, stream: calls.append((ptr, value, count, stream)) or len(calls) - 1)
+    monkeypatch.setattr(driver, "_hot", driver._HotPath(types.SimpleNamespace(cuMemsetD32Async=memset,
+                                                                              cuCtxGetCurrent=None)))
+    monkeypatch.setattr(driver, "_cu", types.SimpleNamespace(
+        CUresult=lambda v: v, cuGetErrorName=lambda e: (0, b"CUDA_ERROR_INVALID_VALUE"),
+        cuGetErrorString=lambda e: (0, b"invalid argument")))
+    driver.memset_async(0x7F12_3456_7800, 5 << 32, 4, 7, "zeroing C")
+    assert calls == [(0x7F12_3456_7800, 0, 5 << 32, 7)]
+    with pytest.raises(driver.NovaRuntimeError, match="^zeroing C: CUDA_ERROR_INVALID_VALUE: invalid argument$"):
+        driver.memset_async(0x1000, 16, 4, 0, "zeroing C")
+    assert calls[-1] == (0x1000, 0, 16, None)
+
+
 def test_launch_fills_kernel_params_and_config(fake_libcuda):
     k = loaded_kernel()
     k.launch([0x1000, 0x2000, 0x3000], stream=7)

@@ -1,6 +1,7 @@
 """Fit the cost model's efficiency constants for one preset from a benchmark results file.
 
     python3 -m nova.bench.calibrate --results bench/results/h200-v0.1/bench.json [--preset h200] [--write]
+    NOVA_HOPPER=0 ... heldout gemm --out D   then   ... calibrate --results D/heldout_gemm.json --test E/heldout_gemm.json
 
 Model (``nova/hwmodel/calibration/__init__.py``, ``clock_and_time``): a few constants per preset
 and instruction family, never per shape,
@@ -53,7 +54,10 @@ GRID = {"eta_tc": (0.05, 1.5), "eta_dram": (0.05, 1.5), "t_launch_us": (0.0, 60.
 
 
 def load_rows(path: str, preset: str | None, family: str = "mma.sync"):
-    """Rows of the results file with today's prediction terms; returns (preset, env, rows, skipped)."""
+    """Rows of the results file with today's prediction terms; returns (preset, env, rows, skipped).
+    ``path``: a ``nova bench gemm`` results file, or a held-out draw's ``heldout_gemm.json`` (its
+    layouts read from ``trans_a``/``trans_b``, its failed rows left out; run with ``NOVA_HOPPER=0``
+    for the mma.sync kernels' times on a Hopper card)."""
     from nova.configurator import GemmProblem
     from nova.kernels.gemm.space import measured_config
     from nova.hwmodel import get_target
@@ -66,9 +70,12 @@ def load_rows(path: str, preset: str | None, family: str = "mma.sync"):
     gpu = get_target(preset)
     rows, skipped = [], []
     for r in data["rows"]:
-        problem = GemmProblem(r["M"], r["N"], r["K"], r["dtype"])
+        if r.get("status", "ok") != "ok" or not (r.get("nova_graph_us") or r.get("nova_b2b_us")):
+            continue
+        layout = (r.get("trans_a", False), r.get("trans_b", False))
+        problem = GemmProblem(r["M"], r["N"], r["K"], r["dtype"], *layout)
         cfg = measured_config(problem, gpu, r.get("schedule"))
-        name = f"{r['M']}x{r['N']}x{r['K']} {r['dtype']}"
+        name = f"{r['M']}x{r['N']}x{r['K']} {r['dtype']}" + (f" {'TN'[layout[0]]}{'NT'[layout[1]]}" if any(layout) else "")
         if cfg is None:
             skipped.append(f"{name}: measured {r['schedule']}, the configurator no longer picks it")
             continue
@@ -344,7 +351,8 @@ def main(argv=None) -> int:
                          "draws instead: --results is then a comma-separated list of heldout_gemm.json files, "
                          "--preset required, the stored wgmma constants held")
     ap.add_argument("--test", default=None,
-                    help="with --heldout: comma-separated held-out draws never fitted on, to test the value on")
+                    help="results never fitted on, to test the fitted constants on: with --heldout comma-separated "
+                         "held-out draws, else one results file of the same preset and family")
     ap.add_argument("--write", action="store_true",
                     help="write nova/hwmodel/calibration/<preset>.json (mma.sync) or <preset>.wgmma.json "
                          "(with --heldout: that constant and its provenance into the stored wgmma calibration)")
@@ -395,10 +403,20 @@ def main(argv=None) -> int:
                          "skipped": skipped},
               "before": stats(before), "after": stats(after), "leave_one_shape_out": stats(loo),
               "fitted": time.strftime("%Y-%m-%d")}
+    if args.test:                    # constants fitted above, rows never fitted on
+        _, test_env, test_rows, _ = load_rows(args.test, preset, args.family)
+        result["tested"] = {"results": args.test, "kernels": len(test_rows),
+                            "before": stats([r["predicted_us"] / r["measured_us"] - 1 for r in test_rows]),
+                            "after": stats(errors(test_rows, c))}
     for k in ("before", "after", "leave_one_shape_out"):
         s = result[k]
         print(f"{k:20s}: {s['within_15pct']:.0%} within ±15%, typical factor off {s['geomean_factor_off']:.2f}x, "
               f"max {s['max_abs_error']:.0%}")
+    if args.test:
+        for k in ("before", "after"):
+            s = result["tested"][k]
+            print(f"tested {k:13s}: {s['within_15pct']:.0%} within ±15% of {result['tested']['kernels']} kernels of "
+                  f"{args.test}, typical factor off {s['geomean_factor_off']:.2f}x, max {s['max_abs_error']:.0%}")
     if args.write:
         path_for(preset, args.family).write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {os.path.relpath(path_for(preset, args.family))}")

@@ -50,6 +50,7 @@ class _HotPath:
 
     def __init__(self, lib=None):
         self.launch_ex = self.ctx_get_current = None
+        self.memsets = {}                        # element bytes -> cuMemsetD32/D16/D8Async
         self._out = threading.local()            # per thread: cuCtxGetCurrent's output and a pointer to it
         if lib is None:
             return
@@ -58,6 +59,13 @@ class _HotPath:
         for fn in (self.launch_ex, self.ctx_get_current):
             if fn is not None:
                 fn.restype = ctypes.c_int
+        value = {4: ctypes.c_uint, 2: ctypes.c_ushort, 1: ctypes.c_ubyte}
+        for elem_bytes, name in ((4, "cuMemsetD32Async"), (2, "cuMemsetD16Async"), (1, "cuMemsetD8Async")):
+            fn = getattr(lib, name, None)
+            if fn is not None:               # (CUdeviceptr, value, count, CUstream): argtypes, as ints are 32-bit
+                fn.restype = ctypes.c_int
+                fn.argtypes = (ctypes.c_uint64, value[elem_bytes], ctypes.c_size_t, ctypes.c_void_p)
+                self.memsets[elem_bytes] = fn
 
     @classmethod
     def from_libcuda(cls) -> _HotPath:
@@ -388,7 +396,15 @@ def _c_string(buf: bytes) -> str:
 
 
 def memset_async(ptr: int, count: int, elem_bytes: int, stream: int, doing: str) -> None:
-    """Zero ``count`` elements of ``elem_bytes`` (4, 2 or 1) at ``ptr``, asynchronously on ``stream``."""
+    """Zero ``count`` elements of ``elem_bytes`` (4, 2 or 1) at ``ptr``, asynchronously on ``stream``:
+    libcuda's ``cuMemset*Async`` through ctypes where the driver is loaded (split-K's zeroing of C on
+    an eager call's path), else through cuda-bindings."""
+    fn = _hot.memsets.get(elem_bytes)
+    if fn is not None:
+        err = fn(ptr, 0, count, stream or None)
+        if err:
+            raise NovaRuntimeError(f"{doing}: {error_text(_cu.CUresult(int(err)))}")
+        return
     cu = _cu
     fn = getattr(cu, {4: "cuMemsetD32Async", 2: "cuMemsetD16Async", 1: "cuMemsetD8Async"}[elem_bytes])
     check(fn(cu.CUdeviceptr(ptr), 0, count, cu.CUstream(stream)), doing)
