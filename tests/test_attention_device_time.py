@@ -6,8 +6,8 @@ import pytest
 
 from nova.hwmodel import get_target
 from nova.kernels.attention.derive import configure_attention, visited_pairs
-from nova.kernels.attention.device_time import (block_steps, busiest_sm, dram_bytes, grid_rows, persistent_tiles,
-                                                visited_kv_rows)
+from nova.kernels.attention.device_time import (block_steps, busiest_sm, dram_bytes, filled_share, grid_rows,
+                                                persistent_tiles, visited_kv_rows)
 from nova.kernels.attention.problem import AttentionProblem
 
 GPU = get_target("h200")
@@ -89,3 +89,18 @@ def test_a_persistent_forward_adds_its_cta_and_tile_costs():
     assert cfg.schedule.fwd.persistent
     fwd = cfg.terms["fwd"]
     assert fwd["busiest SM"] > fwd["resources"] > 0
+
+
+def test_a_decode_block_pays_the_fixed_cost_of_the_rows_it_fills_and_empty_blocks_little():
+    """B8 H2 T2x1152 D64 causal bf16 (bench/results/h200-2026-12-07/run110-h200/attention #13, 20-call graphs:
+    forward 2.5 us, backward 10.3): 2 queries fill 3% of the forward's 64-row query tile, so its 16 blocks
+    pay little beyond their launch (5.8 us when every block paid 4.5 latencies); dK/dV's keys fill their
+    tiles, and its 272 mma.sync blocks past the last query load nothing and pay a share of the per-block
+    cost: the resource bound falls below the throughput model's block term."""
+    p = AttentionProblem(8, 2, 2, 1152, 64, causal=True, dtype="bf16")
+    assert filled_share(p, "fwd", 64) == pytest.approx(2 / 64) and filled_share(p, "bwd_dkv", 64) == 1.0
+    assert filled_share(AttentionProblem(1, 8, 132, 132, 64, dtype="bf16"), "fwd", 128) == pytest.approx(132 / 256)
+    cfg = configure_attention(p, GPU)
+    fwd, dkv = cfg.terms["fwd"], cfg.terms["bwd_dkv"]
+    assert fwd["bound"] == "busiest SM" and fwd["time_us"] < 3.0
+    assert not cfg.schedule.bwd_dkv.hopper and dkv["resources"] < dkv["blocks"]

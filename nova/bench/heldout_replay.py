@@ -28,6 +28,8 @@ from nova.bench import heldout
 IN_SAMPLE = {    # constants fitted on a run's rows: (folder, kind) -> where
     ("h200-2026-12-03/run8/heldout", "attention"): "LONE_BLOCK_LATENCIES, PERSISTENT_* (device_time.py)",
     ("h200-2026-12-03/run8/heldout", "gemm"): "eta_dram_tiles (h200.wgmma.json)",
+    ("h200-2026-12-07/run110-h200/attention", "attention"):
+        "LONE_BLOCK_BASE_LATENCIES, EMPTY_BLOCK_SHARE (device_time.py)",
     **{(f"h100-2026-12-06/{run}-h100", "gemm"): "eta_split_workspace (h100.wgmma.json)"
        for run in ("run83", "run89", "run90")},
     **{(f"h100-2026-12-06/{run}-h100", "gemm"): "eta_dram_tiles, eta_tc_pingpong, eta_split_workspace (h100.wgmma.json)"

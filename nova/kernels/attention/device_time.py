@@ -17,14 +17,21 @@
   latency over the ring's slots in flight (``ring_step_s``, Little's law, as the GEMM model's ring
   term).  Where every SM holds several blocks (many waves) this equals the resource bound; where
   the grid leaves SMs idle (few blocks, a causal diagonal, decode shapes with one query tile) it is
-  the time: the resource bound divides the work by 132 SMs when 8 do it.
+  the time: the resource bound divides the work by 132 SMs when 8 do it.  A block's fixed cost (its
+  prologue and epilogue) scales with the share of its kept tile the problem fills (``filled_share``:
+  rows past the sequence's end are neither loaded nor stored), so a decode block of a few query rows
+  pays little more than its launch and retirement.
 * ``t_launch``: the calibrated gap between kernels in a CUDA graph (``nova/hwmodel/calibration``,
   1.05 us on the H200, 0.49 on the H100: graph replay minus the kernels' CUPTI time), as the GEMM,
   pointwise and rows families use.
 
 bwd_pre (D = rowsum(dO * O)) and the split-KV combines are DRAM passes: their bytes at the calibrated
 DRAM bandwidth, at least one loaded latency, plus their launch.  A split-KV kernel's blocks each walk
-their split's key tiles (``block_steps``) and write FP32 partials (``dram_bytes``).
+their split's key tiles (``block_steps``) and write FP32 partials (``dram_bytes``).  An mma.sync
+block with no steps (a causal dK/dV block past the last query, an empty split) loads nothing (its
+ring's prologue is guarded by the step count, ``build.pipeline``) and only writes zeros: the resource
+bound charges it ``EMPTY_BLOCK_SHARE`` of the per-block cost (``derive.BLOCK_FIXED_US``).  The
+Hopper dK/dV's producer loads the kept K/V tiles unconditionally: its empty blocks pay in full.
 
 The schedule steps keep ranking candidates by ``kernel_time``; this module only prices the schedule
 they chose (a decision left to the throughput model is not re-derived here).
@@ -35,16 +42,27 @@ import heapq
 import math
 
 from nova.hwmodel import GPUModel
+from nova.kernels.attention.derive import BLOCK_FIXED_US
 from nova.kernels.attention.problem import AttentionProblem
 from nova.kernels.attention.schedule import COMBINES, KernelTile
 
-LONE_BLOCK_LATENCIES = 4.5      # [FIT] a lone block's prologue and epilogue in loaded DRAM latencies (3.6 us
-                                # at the H200's 800 ns): its kept tile and first ring slots land, its outputs
-                                # drain, the block's launch and retirement.  Least squares over the
-                                # non-persistent kernels of bench/results/h200-2026-12-03/run8/heldout
-                                # (grids of 4-400 blocks, e.g. B4 H1 T64x1216 D64: 4 blocks of one step,
-                                # 4.1 us measured; B11 H1 T1024 D64 causal: 88 blocks); those times are CUDA-graph
-                                # replays of one call each, so the graph's own launch (~1 us) is in the figure
+LONE_BLOCK_LATENCIES = 4.5      # [FIT] a lone block's prologue and epilogue at a full kept tile, in loaded DRAM
+LONE_BLOCK_BASE_LATENCIES = 0.45  # latencies (3.6 us at the H200's 800 ns), times the share of the tile the problem
+EMPTY_BLOCK_SHARE = 0.45        # fills (``filled_share``), plus a base that does not shrink with the tile (the
+                                # block's launch and retirement); and the share of derive.BLOCK_FIXED_US an
+                                # mma.sync block with no steps pays (it loads nothing, it writes zeros).
+                                # Least squares of the relative (log) errors of the 80 kernels (40 problems x
+                                # forward, backward) of bench/results/h200-2026-12-07/run110-h200/attention (CUDA-
+                                # graph replays of 20 calls each, the graph's own launch spread): base 0.45,
+                                # empty share 0.45, the full-tile figure held at 4.5 (the optimum is flat in it
+                                # from 4.25 to 5: sum of squares within 1%).  Within 15%: 53 -> 66 of 80 (decode
+                                # 2 -> 14 of 16), rms log error 0.24 -> 0.12.  The 4.5 was fitted alone on
+                                # bench/results/h200-2026-12-03/run8/heldout, CUDA-graph replays of ONE call each:
+                                # the graph's launch (~3 us on a decode forward: 5.7-6.4 us there against 2.5-3.1
+                                # in run110's 20-call graphs) sat in every lone block's figure, which a constant
+                                # per block then charged to decode blocks of a few query rows: their forwards
+                                # at 1.4-2.3x, their backwards (the causal dK/dV's empty blocks at the full
+                                # per-block cost) at 1.2-1.5x of run110's times
 PERSISTENT_CTA_US = 5.7         # [FIT] the persistent forward, per CTA: barrier initialisation, setmaxnreg, the
 PERSISTENT_TILE_US = 1.23       # first Q and K/V at DRAM latency, the last tile's O/LSE drain (CTA); per work
 PERSISTENT_STEP_US = 0.127      # tile: Q's load and O's epilogue not hidden behind the ring; per K/V step: the
@@ -150,6 +168,14 @@ def dram_bytes(p: AttentionProblem, role: str, block_rows: int, splits: int = 1)
             "bwd_dkv": 2 * q + read_kv + slab + 2 * rows}[role]
 
 
+def filled_share(p: AttentionProblem, role: str, block_rows: int) -> float:
+    """The share of the kept tiles' rows the problem fills: Tq (fwd, bwd_dq; Tk for bwd_dkv) over the
+    rows of the grid's query (key) tiles.  A block neither loads nor stores the rows past the end
+    (zero-filled loads, predicated stores): a decode forward's 64-row query tile of 2 queries is 3% full."""
+    n = p.seq_k if role == "bwd_dkv" else p.seq_q
+    return n / (-(-n // block_rows) * block_rows)
+
+
 def ring_step_s(gpu: GPUModel, kt: KernelTile) -> float:
     """The least time per streamed tile of a lone block: a loaded DRAM latency over the ring's
     slots in flight (one is being computed on)."""
@@ -181,13 +207,18 @@ def kernel_device_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: Kernel
         per_step = step_s + PERSISTENT_STEP_US * 1e-6 + transpose_s
         busiest = (PERSISTENT_CTA_US + tiles * PERSISTENT_TILE_US) * 1e-6 + work * per_step
     else:
-        resources = max(pipes, dram) / achieved + terms["blocks"]
+        blocks_s = terms["blocks"]
+        empty = sum(s == 0 for s in steps) * rows
+        if empty and not kt.hopper:   # an mma.sync block without steps: no prologue, its zeros written
+            blocks_s -= (1 - EMPTY_BLOCK_SHARE) * BLOCK_FIXED_US * 1e-6 * empty / (gpu.sm_count * kt.blocks_per_sm)
+        resources = max(pipes, dram) / achieved + blocks_s
         if kt.splits > 1:         # launch order: x fastest, then y, then the splits (z)
             n = len(steps) // kt.splits
             steps, rows = [steps[x * kt.splits + z] for z in range(kt.splits) for _ in range(rows) for x in range(n)], 1
         work, blocks, longest = busiest_sm(steps, rows, int(gpu.sm_count))
         resident = max(1, min(kt.blocks_per_sm, blocks))
-        fixed = LONE_BLOCK_LATENCIES * gpu.mem_latency_ns * 1e-9 * max(1, math.ceil(blocks / kt.blocks_per_sm))
+        lone = LONE_BLOCK_BASE_LATENCIES + LONE_BLOCK_LATENCIES * filled_share(p, role, kt.block_rows)
+        fixed = lone * gpu.mem_latency_ns * 1e-9 * max(1, math.ceil(blocks / kt.blocks_per_sm))
         busiest = fixed + max(work * (step_s + tile_fixed_us * 1e-6 / resident + transpose_s),
                               longest * (ring_step_s(gpu, kt) + tile_fixed_us * 1e-6 + transpose_s))
     return launch + max(resources, busiest), {"resources": resources, "busiest SM": busiest, "launch": launch}
