@@ -1,28 +1,26 @@
 #!/bin/bash
-# Device run 113, one call.  (m) The mma.sync GEMM kernels' device time on Hopper (NOVA_HOPPER=0): the
-# held-out draws of seeds 20261216 and 20261217 with every tile problem on mma.sync, for a refit of the
-# card's mma.sync calibration (the eager call's choice between the wgmma tiles and the single-launch
-# mma.sync kernel reads it).  (L, an H200 only) HF Llama-42M b32: the fastest plan and the 5.05 GiB budget
-# twice each, interleaved (fast, budget, fast, budget), for a same-call comparison of their speed.
-# Host: NOVA_HOPPER=0 NOVA_CACHE_DIR=.nova-cache-run113, for T = h200 and h100 and S = 20261216, 20261217:
-# `nova.bench.heldout gemm --count 100 --seed S --precompile --target T`; `.nova-cache-run113.txz`;
-# the Llama plans are run 108's cache (`bench/runs/2026-12-07-run105.sh`, phase c).
+# Device run 113, one call.  The mma.sync GEMM kernels' device time on Hopper and the eager call's
+# choice that reads it: (1) seed 20261216's held-out GEMM draw (100 problems) and seed 20261217's
+# (50) with every tile problem on mma.sync (NOVA_HOPPER=0); (2) the card's mma.sync calibration refitted
+# on the first, tested on the second (`nova.bench.calibrate`, written into this copy of the repository
+# and brought back); (3) a fresh draw (seed 20261218, 100 problems) timed with that calibration: the
+# eager column's picks.
+# Host: NOVA_CACHE_DIR=.nova-cache-run113, for T = h200 and h100: NOVA_HOPPER=0 `nova.bench.heldout gemm
+# --precompile --target T` of seeds 20261216 (--count 100) and 20261217 (--count 50);
+# `bench/runs/precompile_eager_candidates.py 20261218 100 T` and `nova.bench.heldout gemm --count 100
+# --seed 20261218 --precompile --target T`; `.nova-cache-run113.txz`.
 . bench/runs/device_env.sh run113 .nova-cache-run113
-for S in 20261216 20261217; do
-  mkdir -p $R/mma-$S
-  NOVA_HOPPER=0 timeout 175 python3 -m nova.bench.heldout gemm --count 100 --seed $S --settle-s 0.2 \
+for SC in 20261216:100 20261217:50; do
+  S=${SC%:*}; mkdir -p $R/mma-$S
+  NOVA_HOPPER=0 timeout 170 python3 -m nova.bench.heldout gemm --count ${SC#*:} --seed $S --settle-s 0.2 \
       --graph-settle-s 0.1 --out $R/mma-$S 2>&1 | tail -1
   grep -A2 "## Summary" -A3 $R/mma-$S/heldout_gemm.md | tail -2
 done
-if [ $T = h200 ]; then
-  [ -d .nova-cache-run108 ] || tar xf .nova-cache-run108.txz
-  export NOVA_CACHE_DIR=$PWD/.nova-cache-run108
-  for run in fast-1 budget-1 fast-2 budget-2; do
-    mkdir -p $R/hf-llama-42m-$run
-    env NOVA_MEMORY_POLICY=$([ ${run%-*} = fast ] && echo fast || echo lean) timeout 80 python3 -m nova.bench.train \
-        --all --frameworks nova --model hf-llama-42m --batch 32 --steps 20 --warmup 3 --timed 20 --repeats 3 \
-        --timeout 75 --out $R/hf-llama-42m-$run $([ ${run%-*} = budget ] && echo --memory-budget 5.05GiB \
-        --no-memory-cap) 2>&1 | grep -E "^\| nova|rror|peak" | head -3
-  done
-fi
+timeout 100 python3 -m nova.bench.calibrate --results $R/mma-20261216/heldout_gemm.json --test \
+    $R/mma-20261217/heldout_gemm.json --preset $T --no-leave-one-out --write > $R/calibrate.txt 2>&1
+grep -E "constants|before|after|tested" $R/calibrate.txt; cp nova/hwmodel/calibration/$T.json $R/
+mkdir -p $R/gemm-20261218
+timeout 170 python3 -m nova.bench.heldout gemm --count 100 --seed 20261218 --settle-s 0.2 --graph-settle-s 0.1 \
+    --out $R/gemm-20261218 2>&1 | tail -1
+grep -A14 "## Summary" $R/gemm-20261218/heldout_gemm.md | head -16
 true
