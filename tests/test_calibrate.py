@@ -158,3 +158,26 @@ def test_calibration_works_on_arrays():
     arrays = {k: np.array([r[k] for r in rows]) for k in rows[0]}
     vector = calibrated_time_us(arrays, np.array([1, 4]), POWER)
     assert list(vector) == pytest.approx([float(calibrated_time_us(r, s, POWER)) for r, s in zip(rows, (1, 4))])
+
+
+def test_a_heldout_draw_fits_with_its_layouts_and_without_its_failed_rows(tmp_path):
+    """A held-out draw run with NOVA_HOPPER=0 is a results file of the mma.sync model: each row read
+    with its own layout (a TN problem is not predicted as NN) and failed rows left out."""
+    draw = ROOT / "bench/results/h100-2026-12-07/run113-h100/mma-20261216/heldout_gemm.json"
+    data = json.loads(draw.read_text())
+    _, _, rows, skipped = calibrate.load_rows(str(draw), "h100", "mma.sync")
+    ok = [r for r in data["rows"] if r["status"] == "ok" and r.get("nova_graph_us")]
+    assert len(rows) + len(skipped) == len(ok) and rows
+    def predicted(r, layout):
+        p = GemmProblem(r["M"], r["N"], r["K"], r["dtype"], *layout)
+        return configure(p, "h100", family="mma.sync").prediction.time_us
+    transposed = next(r for r in ok if r["trans_a"] and not r["trans_b"] and r["kernel"] == "tiles"
+                      and predicted(r, (True, False)) != predicted(r, (False, False)))   # its layout is priced
+    name = f"{transposed['M']}x{transposed['N']}x{transposed['K']} {transposed['dtype']} TN"
+    row = next(r for r in rows if r["name"] == name)
+    assert row["predicted_us"] == predicted(transposed, (True, False))
+    assert row["measured_us"] == transposed["nova_graph_us"]
+    transposed["status"] = "failed"
+    (tmp_path / "draw.json").write_text(json.dumps(data))
+    _, _, without, _ = calibrate.load_rows(str(tmp_path / "draw.json"), "h100", "mma.sync")
+    assert [r["name"] for r in without] == [r["name"] for r in rows if r["name"] != name]

@@ -4,6 +4,9 @@ the one-launch pick (``nova.kernels.gemm.eager.choose_eager``).  For a device ru
 calibration and then times eager calls offline.
 
     NOVA_CACHE_DIR=... python3 bench/runs/precompile_eager_candidates.py SEED COUNT TARGET
+
+A record of run 113: it ran at commit 77423ca, whose ``configure_mma_sync`` took ``one_launch``; that
+option was withdrawn after the run (bench/NOTES.md, 2026-12-07 sixth block), so this script no longer runs.
 """
 import sys
 

@@ -75,7 +75,7 @@ def load_rows(path: str, preset: str | None, family: str = "mma.sync"):
         layout = (r.get("trans_a", False), r.get("trans_b", False))
         problem = GemmProblem(r["M"], r["N"], r["K"], r["dtype"], *layout)
         cfg = measured_config(problem, gpu, r.get("schedule"))
-        name = f"{r['M']}x{r['N']}x{r['K']} {r['dtype']}" + (f" {'TN'[layout[0]]}{'NT'[layout[1]]}" if any(layout) else "")
+        name = f"{r['M']}x{r['N']}x{r['K']} {r['dtype']}" + (f" {'NT'[layout[0]]}{'NT'[layout[1]]}" if any(layout) else "")
         if cfg is None:
             skipped.append(f"{name}: measured {r['schedule']}, the configurator no longer picks it")
             continue

@@ -80,17 +80,15 @@ RESIDUAL_REGS = 16        # the residual's loads, which ptxas hoists ahead of th
                           # addresses; fitted to ptxas (a100 tf32 1000x1001x999 split 3: 16 registers spilled)
 
 
-def configure_mma_sync(p: GemmProblem, gpu: GPUModel, d: Derivation,
-                       one_launch: bool = False) -> tuple[Schedule, Prediction]:
-    """Steps 1-11 of the module docstring for the mma.sync kernel, recorded in ``d``; ``one_launch``:
-    K is not split (an eager call's single-launch kernel: split-K's zeroing of C is a launch of its own)."""
+def configure_mma_sync(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[Schedule, Prediction]:
+    """Steps 1-11 of the module docstring for the mma.sync kernel, recorded in ``d``."""
     mma = d.record(instruction(p, gpu))
     b_smem, b_l2 = d.record(balances(p, gpu, mma))
     warp_m, warp_n = d.record(warp_tile(p, gpu, b_smem))
     block_m, block_n = d.record(block_tile(p, warp_m, warp_n, b_l2))
     block_k = min(int(LINE_BYTES // p.in_bytes), max(mma.k, cdiv(p.K, mma.k) * mma.k))
-    block_m, block_n = d.record(wave_fill(p, gpu, mma, block_m, block_n, block_k, warp_m, warp_n, one_launch))
-    schedule, prediction, _, _ = plan_tile(p, gpu, mma, block_m, block_n, block_k, warp_m, warp_n, d, one_launch)
+    block_m, block_n = d.record(wave_fill(p, gpu, mma, block_m, block_n, block_k, warp_m, warp_n))
+    schedule, prediction, _, _ = plan_tile(p, gpu, mma, block_m, block_n, block_k, warp_m, warp_n, d)
     violations = check_schedule(p, schedule, gpu)
     if violations:
         raise ScheduleError(f"configurator produced an illegal schedule for {p.describe()} on {gpu.name}: "
@@ -177,11 +175,11 @@ def block_tile(p: GemmProblem, warp_m: int, warp_n: int, b_l2: float) -> tuple[t
 
 
 def wave_fill(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_n: int, block_k: int,
-              warp_m: int, warp_n: int, one_launch: bool = False) -> tuple[tuple[int, int], list[Step]]:
+              warp_m: int, warp_n: int) -> tuple[tuple[int, int], list[Step]]:
     """Step 5: halve the block tile (the larger side first, N on ties: keeps rows of B long for
     coalescing) while the tiles cannot fill the SM slots and the model predicts a gain."""
     quiet = NullDerivation()
-    best = plan_tile(p, gpu, mma, block_m, block_n, block_k, warp_m, warp_n, quiet, one_launch)
+    best = plan_tile(p, gpu, mma, block_m, block_n, block_k, warp_m, warp_n, quiet)
     min_side = max(2 * mma.m, ILP_WARP_MIN)
     steps = []
     while True:
@@ -196,7 +194,7 @@ def wave_fill(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_
         if not options:
             break
         bm, bn = max(options, key=lambda t: (t[1] < block_n) if block_n >= block_m else (t[0] < block_m))
-        cand = plan_tile(p, gpu, mma, bm, bn, block_k, warp_m, warp_n, quiet, one_launch)
+        cand = plan_tile(p, gpu, mma, bm, bn, block_k, warp_m, warp_n, quiet)
         if cand[1].time_us >= pred_cur.time_us:
             steps.append(note("wave fill", f"keep {block_m}x{block_n}",
                               f"{tiles} tiles for {slots:.0f} slots, but halving to {bm}x{bn} would not help: model "
@@ -211,9 +209,9 @@ def wave_fill(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_
 
 # ---- steps 6-11 for one block tile ---------------------------------------------------------------
 def plan_tile(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_n: int, block_k: int,
-              warp_m: int, warp_n: int, d: Derivation, one_launch: bool = False):
-    """Steps 6-11 for a given block tile: block_k, occupancy, split-K (none with ``one_launch``), stages,
-    raster, vectors, padding; recorded in ``d`` (a ``NullDerivation`` for the candidates of step 5).
+              warp_m: int, warp_n: int, d: Derivation):
+    """Steps 6-11 for a given block tile: block_k, occupancy, split-K, stages, raster, vectors,
+    padding; recorded in ``d`` (a ``NullDerivation`` for the candidates of step 5).
     Returns (schedule, prediction, tiles, slots)."""
     vector_a = copy_vector(batch_aligned(p, "a", p.M if p.trans_a else p.K), p.in_bytes)   # vectors first: a copy
     vector_b = copy_vector(batch_aligned(p, "b", p.K if p.trans_b else p.N), p.in_bytes)   # path without cp.async
@@ -230,7 +228,7 @@ def plan_tile(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_
     slots, tiles, i_block = d.record(fill(p, gpu, mma, block_m, block_n, bps))
     units = tiles * p.batch                                # blocks over the batch (tiles when unbatched)
     k_iters = cdiv(p.K, block_k)
-    split_k = d.record(split_k_step(p, units, slots, k_iters, one_launch))
+    split_k = d.record(split_k_step(p, units, slots, k_iters))
     resident, stages = d.record(pipeline_stages(p, gpu, mma, bps, units, split_k, i_block, stage_bytes,
                                                 cdiv(k_iters, split_k), plain_copies))
     group_m = d.record(raster(p, slots, tiles, block_m, block_n))
@@ -303,13 +301,10 @@ def fill(p: GemmProblem, gpu: GPUModel, mma: MmaInstr, block_m: int, block_n: in
     return (slots, tiles, i_block), [by_slots, by_tiles, *batched, intensity]
 
 
-def split_k_step(p: GemmProblem, tiles: int, slots: float, k_iters: int, one_launch: bool = False) -> tuple[int, Step]:
+def split_k_step(p: GemmProblem, tiles: int, slots: float, k_iters: int) -> tuple[int, Step]:
     """Step 8: split K so the slots fill when the tiles (x batch) fill under half of them and K is
     long, unless the output is 16-bit or the epilogue is non-linear (partial sums add atomically),
-    or the problem is batched (not supported: the batch elements fill the slots instead), or the
-    kernel must be one launch (``one_launch``: C is zeroed by a launch of its own before a split)."""
-    if one_launch:
-        return 1, note("split-K", 1, "one launch (an eager call's single-launch kernel): split-K would zero C first")
+    or the problem is batched (not supported: the batch elements fill the slots instead)."""
     if p.batch > 1:
         return 1, note("split-K", 1, f"not with a batch: its {p.batch} elements multiply the blocks instead "
                        f"({tiles} for {slots:.0f} slots; split-K is not supported for batched GEMMs)")

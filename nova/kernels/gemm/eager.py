@@ -10,9 +10,8 @@ the next call with the device's for this one, so a call takes the larger of the 
 (``host_call_us``, ``host_launch_us``: the target's measured host figures, ``nova.bench.calibrate.fit_host``).
 The tensor-core tiles of a small problem whose operands need preps (K off 16 bytes, a TF32
 transpose) run in a few microseconds but launch two or three kernels; the mma.sync tiles read any
-K in place with one (unless they split K: C is zeroed first).  ``choose_eager`` weighs the device
-pick against the mma.sync kernel (its own pick, and where that splits K, the same derivation with
-K whole: one launch) by ``t_eager`` and keeps the device pick on a tie.  A captured call (a compiled step's graph, a
+K in place with one.  ``choose_eager`` weighs the device pick against the mma.sync kernel by
+``t_eager`` and keeps the device pick on a tie.  A captured call (a compiled step's graph, a
 benchmark's replay) pays no host time per launch: its kernel is the device pick (``configure``
 without ``eager``).
 """
@@ -48,20 +47,18 @@ def choose_eager(p: GemmProblem, gpu: GPUModel, picked: tuple, d: Derivation, pr
     from nova.kernels.gemm.ampere import configure_mma_sync
     from nova.kernels.gemm.schedule import ScheduleError
     try:
-        options = [configure_mma_sync(p, gpu, NullDerivation())]
-        if options[0][0].launches > 1:          # its split-K zeroes C first: the same tiles unsplit, one launch
-            options.append(configure_mma_sync(p, gpu, NullDerivation(), one_launch=True))
+        single = configure_mma_sync(p, gpu, NullDerivation())
     except (ValueError, ScheduleError):         # the mma.sync path does not take this problem
         return picked
-    if priced(*options[0]) is None:
+    device_single = priced(*single)
+    if device_single is None:
         d.note("eager call", schedule.kernel, f"the device pick: {gpu.name} has no calibration of the mma.sync "
                "kernels, whose model alone is not on the wgmma model's scale")
         return picked
-    timed = [(eager_time_us(gpu, priced(*o), o[0].launches), priced(*o), o) for o in options]
-    t_single, device_single, single = min(timed, key=lambda t: t[0])       # the split pick on a tie
     device_picked = priced(*picked)
     device_picked = prediction.time_us if device_picked is None else device_picked
     t_picked = eager_time_us(gpu, device_picked, schedule.launches)
+    t_single = eager_time_us(gpu, device_single, single[0].launches)
     what = (f"{device_picked:.1f} us on the device, {schedule.launches} launches = "
             f"{host_time_us(gpu, schedule.launches):.1f} us of host; mma.sync {device_single:.1f} us, "
             f"{single[0].launches} launch{'es' * (single[0].launches > 1)} = {host_time_us(gpu, single[0].launches):.1f} us")
