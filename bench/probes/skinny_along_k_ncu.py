@@ -1,0 +1,75 @@
+"""The skinny GEMM with lanes along K (B stored [N, K]) under Nsight Compute: where does its time go?
+The held-out draws time it at 1.3-2.4x its model (11x640x14144 tf32 NT 30.3 us against 18.4 predicted,
+4x704x1728 bf16 NT 6.5 against 3.1, 15x2199x574 bf16 NT 11.9 against 4.2 on the H100) where the lanes-
+along-N kernel runs at its model; a lanes-along-N problem of the same draw is profiled beside them.
+
+    NOVA_CACHE_DIR=... python3 bench/probes/skinny_along_k_ncu.py build      # host: h100 and h200 kernels
+    python3 bench/probes/skinny_along_k_ncu.py time                          # GPU: events, model beside
+    ncu --clock-control none -k regex:nova_gemm_skinny --section SpeedOfLight --section Occupancy \
+        --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+        python3 bench/probes/skinny_along_k_ncu.py run                       # one launch of each
+
+Each problem runs its device pick (``eager=False``) where that is the skinny kernel.
+"""
+import sys
+
+from nova.kernels.gemm.problem import GemmProblem
+
+PROBLEMS = [GemmProblem(11, 640, 14144, "tf32", trans_b=True), GemmProblem(4, 704, 1728, "bf16", trans_b=True),
+            GemmProblem(15, 2199, 574, "bf16", trans_b=True), GemmProblem(3, 3200, 11776, "tf32", trans_b=True),
+            GemmProblem(10, 1408, 3328, "bf16", trans_b=True), GemmProblem(6, 5760, 5120, "tf32")]
+
+
+def build() -> None:
+    from nova.hwmodel import get_target
+    from nova.runtime.cache import KernelCache
+    from nova.runtime.matmul import precompile_gemms
+    for target in ("h100", "h200"):
+        precompile_gemms(PROBLEMS, get_target(target), KernelCache(), eager=False)
+
+
+def operands(torch, p: GemmProblem):
+    dtype = torch.float32 if p.dtype == "tf32" else torch.bfloat16
+    a = torch.randn(p.M, p.K, device="cuda", dtype=dtype)
+    b = torch.randn(p.N, p.K, device="cuda", dtype=dtype).T if p.trans_b else \
+        torch.randn(p.K, p.N, device="cuda", dtype=dtype)
+    return a, b, torch.full((p.M, p.N), float("nan"), device="cuda", dtype=dtype)
+
+
+def main(mode: str) -> None:
+    if mode == "build":
+        return build()
+    import torch
+    import nova
+    from nova.configurator import configure
+    from nova.kernels.gemm.space import label
+    from nova.runtime.matmul import resolve_target
+    target = resolve_target()
+    for p in PROBLEMS:
+        cfg = configure(p, target)
+        if not cfg.skinny:
+            print(f"{p.describe():36s} {label(cfg.schedule)}: not the skinny kernel on {target.name}, left out")
+            continue
+        a, b, c = operands(torch, p)
+        nova.matmul(a, b, out=c, eager=False)
+        torch.cuda.synchronize()
+        ref = (a.double() @ b.double())
+        err = ((c.double() - ref).abs().max() / ref.abs().max()).item()
+        line = f"{p.describe():36s} {label(cfg.schedule)} predicted {cfg.time_us:6.1f} us"
+        if mode == "time":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            best = float("inf")
+            for _ in range(7):
+                torch.cuda._sleep(2_000_000)
+                start.record()
+                for _ in range(20):
+                    nova.matmul(a, b, out=c, eager=False)
+                end.record()
+                torch.cuda.synchronize()
+                best = min(best, start.elapsed_time(end) * 1e3 / 20)
+            line += f", measured {best:6.1f} us"
+        print(line + f", error {err:.1e}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "time")
