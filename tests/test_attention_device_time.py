@@ -92,7 +92,7 @@ def test_a_persistent_forward_adds_its_cta_and_tile_costs():
 
 
 def test_a_decode_block_pays_the_fixed_cost_of_the_rows_it_fills_and_empty_blocks_little():
-    """B8 H2 T2x1152 D64 causal bf16 (bench/results/h200-2026-12-07/run110-h200/attention #13, 20-call graphs:
+    """B8 H2 T2x1152 D64 causal bf16 (bench/results/h200-2026-12-07/run110-h200/attention, row 13, 20-call graphs:
     forward 2.5 us, backward 10.3): 2 queries fill 3% of the forward's 64-row query tile, so its 16 blocks
     pay little beyond their launch (5.8 us when every block paid 4.5 latencies); dK/dV's keys fill their
     tiles, and its 272 mma.sync blocks past the last query load nothing and pay a share of the per-block

@@ -167,7 +167,7 @@ def test_a_heldout_draw_fits_with_its_layouts_and_without_its_failed_rows(tmp_pa
     data = json.loads(draw.read_text())
     _, _, rows, skipped = calibrate.load_rows(str(draw), "h100", "mma.sync")
     ok = [r for r in data["rows"] if r["status"] == "ok" and r.get("nova_graph_us")]
-    assert len(rows) + len(skipped) == len(ok) and rows
+    assert len(rows) + len(skipped) == len(data["rows"]) and rows        # every row used or said why not
     def predicted(r, layout):
         p = GemmProblem(r["M"], r["N"], r["K"], r["dtype"], *layout)
         return configure(p, "h100", family="mma.sync").prediction.time_us
@@ -179,5 +179,6 @@ def test_a_heldout_draw_fits_with_its_layouts_and_without_its_failed_rows(tmp_pa
     assert row["measured_us"] == transposed["nova_graph_us"]
     transposed["status"] = "failed"
     (tmp_path / "draw.json").write_text(json.dumps(data))
-    _, _, without, _ = calibrate.load_rows(str(tmp_path / "draw.json"), "h100", "mma.sync")
+    _, _, without, said = calibrate.load_rows(str(tmp_path / "draw.json"), "h100", "mma.sync")
     assert [r["name"] for r in without] == [r["name"] for r in rows if r["name"] != name]
+    assert f"{name.rsplit(' ', 1)[0]}: failed, no device time" in said

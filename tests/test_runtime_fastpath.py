@@ -282,22 +282,31 @@ def loaded_kernel(device=None):
 
 
 def test_memset_goes_through_libcuda_with_64_bit_pointers(monkeypatch):
-    """split-K's zeroing of C on the hot path: cuMemsetD32Async called through ctypes with the full
-    64-bit pointer and count (an int passed without argtypes would be cut to 32 bits), its error
-    reported as the driver's."""
+    """split-K's zeroing of C on the hot path: cuMemset{D32,D16,D8}Async bound with argtypes (an int
+    passed without them would be cut to a 32-bit C int) and called with the full 64-bit pointer and
+    count, the stream as a pointer (0: the legacy stream), an error reported as the driver's."""
     calls = []
-    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint, ctypes.c_size_t, ctypes.c_void_p)
-    memset = proto(lambda ptr, value, count, stream: calls.append((ptr, value, count, stream)) or len(calls) - 1)
-    monkeypatch.setattr(driver, "_hot", driver._HotPath(types.SimpleNamespace(cuMemsetD32Async=memset,
-                                                                              cuCtxGetCurrent=None)))
+    plain = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+    funcs = {name: plain(lambda ptr, value, count, stream, name=name: calls.append((name, ptr, value, count, stream))
+                         or (len(calls) == 3))
+             for name in ("cuMemsetD32Async", "cuMemsetD16Async", "cuMemsetD8Async")}
+    hot = driver._HotPath(types.SimpleNamespace(cuCtxGetCurrent=None, **funcs))
+    widths = {4: ctypes.c_uint, 2: ctypes.c_ushort, 1: ctypes.c_ubyte}
+    for elem_bytes, value in widths.items():
+        assert hot.memsets[elem_bytes].argtypes == (ctypes.c_uint64, value, ctypes.c_size_t, ctypes.c_void_p)
+    class CUresult(int):
+        CUDA_SUCCESS = 0
+    monkeypatch.setattr(driver, "_hot", hot)
     monkeypatch.setattr(driver, "_cu", types.SimpleNamespace(
-        CUresult=lambda v: v, cuGetErrorName=lambda e: (0, b"CUDA_ERROR_INVALID_VALUE"),
+        CUresult=CUresult, cuGetErrorName=lambda e: (0, b"CUDA_ERROR_INVALID_VALUE"),
         cuGetErrorString=lambda e: (0, b"invalid argument")))
     driver.memset_async(0x7F12_3456_7800, 5 << 32, 4, 7, "zeroing C")
-    assert calls == [(0x7F12_3456_7800, 0, 5 << 32, 7)]
+    driver.memset_async(0x1000, 16, 2, 0, "zeroing C")
+    assert calls == [("cuMemsetD32Async", 0x7F12_3456_7800, None, 5 << 32, 7),
+                     ("cuMemsetD16Async", 0x1000, None, 16, None)]
     with pytest.raises(driver.NovaRuntimeError, match="^zeroing C: CUDA_ERROR_INVALID_VALUE: invalid argument$"):
-        driver.memset_async(0x1000, 16, 4, 0, "zeroing C")
-    assert calls[-1] == (0x1000, 0, 16, None)
+        driver.memset_async(0x2000, 8, 1, 0, "zeroing C")
+    assert calls[-1] == ("cuMemsetD8Async", 0x2000, None, 8, None)
 
 
 def test_launch_fills_kernel_params_and_config(fake_libcuda):

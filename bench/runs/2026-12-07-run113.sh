@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device run 113, one call.  The mma.sync GEMM kernels' device time on Hopper and the eager call's
+# Device run 113.  The mma.sync GEMM kernels' device time on Hopper and the eager call's
 # choice that reads it: (1) seed 20261216's held-out GEMM draw (100 problems) and seed 20261217's
 # (50) with every tile problem on mma.sync (NOVA_HOPPER=0); (2) the card's mma.sync calibration refitted
 # on the first, tested on the second (`nova.bench.calibrate`, written into this copy of the repository

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device run 114, one call.  (a) A fresh attention draw (seed 20261218, 40 problems): the attention device-
+# Device run 114.  (a) A fresh attention draw (seed 20261218, 40 problems): the attention device-
 # time model's lone-block and empty-block terms (fitted on run 110) out of sample, and the split counts
 # they now choose.  (b, an H200 only) HF Llama-42M b32: the fastest plan and the 5.05 GiB budget twice
 # each, interleaved (fast, budget, fast, budget), for a same-call comparison of their speed.

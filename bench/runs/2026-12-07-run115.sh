@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device run 115, one call: the skinny GEMM with lanes along K under Nsight Compute
+# Device run 115: the skinny GEMM with lanes along K under Nsight Compute
 # (bench/probes/skinny_along_k_ncu.py: events, then one profiled launch of each problem).
 # Host: NOVA_CACHE_DIR=.nova-cache-run115 `python3 bench/probes/skinny_along_k_ncu.py build`; `.nova-cache-run115.txz`.
 . bench/runs/device_env.sh run115 .nova-cache-run115

@@ -5,8 +5,9 @@ calibration and then times eager calls offline.
 
     NOVA_CACHE_DIR=... python3 bench/runs/precompile_eager_candidates.py SEED COUNT TARGET
 
-A record of run 113: it ran at commit 77423ca, whose ``configure_mma_sync`` took ``one_launch``; that
-option was withdrawn after the run (bench/NOTES.md, 2026-12-07 sixth block), so this script no longer runs.
+A record of run 113: it ran against a ``configure_mma_sync`` that took ``one_launch`` (the mma.sync tiles
+with K whole), an option withdrawn after that run measured it (bench/NOTES.md, run 113), so this
+script no longer runs.
 """
 import sys
 

@@ -70,9 +70,10 @@ def load_rows(path: str, preset: str | None, family: str = "mma.sync"):
     gpu = get_target(preset)
     rows, skipped = [], []
     for r in data["rows"]:
-        if r.get("status", "ok") != "ok" or not (r.get("nova_graph_us") or r.get("nova_b2b_us")):
-            continue
         layout = (r.get("trans_a", False), r.get("trans_b", False))
+        if r.get("status", "ok") != "ok" or not (r.get("nova_graph_us") or r.get("nova_b2b_us")):
+            skipped.append(f"{r['M']}x{r['N']}x{r['K']} {r['dtype']}: {r.get('status')}, no device time")
+            continue
         problem = GemmProblem(r["M"], r["N"], r["K"], r["dtype"], *layout)
         cfg = measured_config(problem, gpu, r.get("schedule"))
         name = f"{r['M']}x{r['N']}x{r['K']} {r['dtype']}" + (f" {'NT'[layout[0]]}{'NT'[layout[1]]}" if any(layout) else "")
@@ -386,11 +387,12 @@ def main(argv=None) -> int:
     t, split, _ = _arrays(rows)
     f_pred = predicted_clock_mhz(t, split, c, _launches(rows))
     f_pred = [math.nan] * len(rows) if f_pred is None else list(f_pred)
-    print(f"{'kernel':28s} {'measured':>9s} {'model':>9s} {'err':>7s} {'calib.':>9s} {'err':>7s} {'LOSO err':>8s}"
+    loso = not args.no_leave_one_out
+    print(f"{'kernel':28s} {'measured':>9s} {'model':>9s} {'err':>7s} {'calib.':>9s} {'err':>7s}" + " LOSO err" * loso
           + " MHz pred." * ("f_sustained_mhz" in c) + " MHz meas." * bool(args.clocks))
     for r, e0, e1, e2, mhz, fp in zip(rows, before, after, loo, clocks, f_pred):
         print(f"{r['name']:28s} {r['measured_us']:9.1f} {r['predicted_us']:9.1f} {e0:+7.1%} "
-              f"{r['measured_us'] * (1 + e1):9.1f} {e1:+7.1%} {e2:+8.1%}" + f" {fp:9.0f}" * ("f_sustained_mhz" in c)
+              f"{r['measured_us'] * (1 + e1):9.1f} {e1:+7.1%}" + f" {e2:+8.1%}" * loso + f" {fp:9.0f}" * ("f_sustained_mhz" in c)
               + f" {mhz:9.0f}" * bool(args.clocks))
     if args.clocks and "f_sustained_mhz" in c:
         ok = [(a, b) for a, b in zip(f_pred, clocks) if math.isfinite(b)]

@@ -39,14 +39,17 @@ _init_lock = threading.RLock()
 
 
 class _HotPath:
-    """``cuLaunchKernelEx`` and ``cuCtxGetCurrent`` called through ctypes on libcuda itself.
+    """``cuLaunchKernelEx``, ``cuCtxGetCurrent`` and ``cuMemset{D32,D16,D8}Async`` called through ctypes
+    on libcuda itself.
 
     cuda-bindings wraps every argument in Python objects (~several us per launch); the launch hot
-    path needs these two calls, so Nova binds them directly once.  They are called without
-    ``argtypes`` on purpose: every argument is a prebuilt ctypes object (see ``LaunchSlot``), which
-    ctypes passes as is, while ``argtypes`` would convert each one again on every call.  ``None``
-    fields mean "use cuda-bindings" (no libcuda, e.g. tests with a fake driver; ``launch_ex`` also
-    without ``cuLaunchKernelEx``, i.e. a driver older than CUDA 12.0)."""
+    path needs these calls (a split-K launch zeroes C first), so Nova binds them directly once.  The
+    first two are called without ``argtypes`` on purpose: every argument is a prebuilt ctypes object
+    (see ``LaunchSlot``), which ctypes passes as is, while ``argtypes`` would convert each one again on
+    every call.  The memsets take Python ints, so they have ``argtypes`` (an int without them is passed
+    as a 32-bit C int).  ``None`` fields (an empty ``memsets``) mean "use cuda-bindings" (no libcuda,
+    e.g. tests with a fake driver; ``launch_ex`` also without ``cuLaunchKernelEx``, i.e. a driver older
+    than CUDA 12.0)."""
 
     def __init__(self, lib=None):
         self.launch_ex = self.ctx_get_current = None
@@ -401,9 +404,9 @@ def memset_async(ptr: int, count: int, elem_bytes: int, stream: int, doing: str)
     an eager call's path), else through cuda-bindings."""
     fn = _hot.memsets.get(elem_bytes)
     if fn is not None:
-        err = fn(ptr, 0, count, stream or None)
+        err = fn(ptr, 0, count, stream)
         if err:
-            raise NovaRuntimeError(f"{doing}: {error_text(_cu.CUresult(int(err)))}")
+            check(_cu.CUresult(int(err)), doing)
         return
     cu = _cu
     fn = getattr(cu, {4: "cuMemsetD32Async", 2: "cuMemsetD16Async", 1: "cuMemsetD8Async"}[elem_bytes])

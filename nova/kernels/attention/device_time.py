@@ -46,12 +46,14 @@ from nova.kernels.attention.derive import BLOCK_FIXED_US
 from nova.kernels.attention.problem import AttentionProblem
 from nova.kernels.attention.schedule import COMBINES, KernelTile
 
-LONE_BLOCK_LATENCIES = 4.5      # [FIT] a lone block's prologue and epilogue at a full kept tile, in loaded DRAM
-LONE_BLOCK_BASE_LATENCIES = 0.45  # latencies (3.6 us at the H200's 800 ns), times the share of the tile the problem
-EMPTY_BLOCK_SHARE = 0.45        # fills (``filled_share``), plus a base that does not shrink with the tile (the
-                                # block's launch and retirement); and the share of derive.BLOCK_FIXED_US an
-                                # mma.sync block with no steps pays (it loads nothing, it writes zeros).
-                                # Least squares of the relative (log) errors of the 80 kernels (40 problems x
+# A lone block's fixed cost, in loaded DRAM latencies (kernel_device_time):
+#   LONE_BLOCK_BASE_LATENCIES + LONE_BLOCK_LATENCIES x filled_share
+LONE_BLOCK_LATENCIES = 4.5      # [FIT] its prologue and epilogue at a full kept tile (3.6 us at the H200's 800 ns),
+                                # scaled by the share of the tile the problem fills (``filled_share``)
+LONE_BLOCK_BASE_LATENCIES = 0.45  # [FIT] what does not shrink with the tile: the block's launch and retirement
+EMPTY_BLOCK_SHARE = 0.45        # [FIT] the share of derive.BLOCK_FIXED_US an mma.sync block with no steps pays
+                                # (it loads nothing, it writes zeros).
+                                # The three: least squares of the relative (log) errors of the 80 kernels (40 problems x
                                 # forward, backward) of bench/results/h200-2026-12-07/run110-h200/attention (CUDA-
                                 # graph replays of 20 calls each, the graph's own launch spread): base 0.45,
                                 # empty share 0.45, the full-tile figure held at 4.5 (the optimum is flat in it
@@ -171,7 +173,12 @@ def dram_bytes(p: AttentionProblem, role: str, block_rows: int, splits: int = 1)
 def filled_share(p: AttentionProblem, role: str, block_rows: int) -> float:
     """The share of the kept tiles' rows the problem fills: Tq (fwd, bwd_dq; Tk for bwd_dkv) over the
     rows of the grid's query (key) tiles.  A block neither loads nor stores the rows past the end
-    (zero-filled loads, predicated stores): a decode forward's 64-row query tile of 2 queries is 3% full."""
+    (zero-filled loads, predicated stores): a decode forward's 64-row query tile of 2 queries is 3% full.
+    The grid's average, though the busiest SM may hold a full tile where there are several: priced so
+    (share 1 above one tile) the replays of seven held-out draws score 80, 79, 62, 76, 78, 81, 86% of
+    their kernels within 15% against 82, 80, 64, 79, 76, 81, 86% with the average (nova.bench.heldout_replay
+    of h200-2026-12-07/run110, h100-2026-12-07/run114, run105, run98, h100-2026-12-06/run84, run70,
+    h200-2026-12-06/run66)."""
     n = p.seq_k if role == "bwd_dkv" else p.seq_q
     return n / (-(-n // block_rows) * block_rows)
 
