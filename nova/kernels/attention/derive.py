@@ -1030,7 +1030,7 @@ def device_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, t
         from nova.kernels.attention.build_hopper import TRANSPOSER_WARPS
         transposes = transpose_steps(p, kt, 1, TRANSPOSER_WARPS)
     return kernel_device_time(p, gpu, role, kt, terms, memory_constants(gpu), achieved=achieved,
-                              tile_fixed_us=tile_fixed, transposes=transposes)
+                              tile_fixed_us=tile_fixed, block_fixed_us=BLOCK_FIXED_US, transposes=transposes)
 
 
 def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h200", *,

@@ -30,7 +30,7 @@ DRAM bandwidth, at least one loaded latency, plus their launch.  A split-KV kern
 their split's key tiles (``block_steps``) and write FP32 partials (``dram_bytes``).  An mma.sync
 block with no steps (a causal dK/dV block past the last query, an empty split) loads nothing (its
 ring's prologue is guarded by the step count, ``build.pipeline``) and only writes zeros: the resource
-bound charges it ``EMPTY_BLOCK_SHARE`` of the per-block cost (``derive.BLOCK_FIXED_US``).  The
+bound charges it ``EMPTY_BLOCK_SHARE`` of the per-block cost (``block_fixed_us``, derive's).  The
 Hopper dK/dV's producer loads the kept K/V tiles unconditionally: its empty blocks pay in full.
 
 The schedule steps keep ranking candidates by ``kernel_time``; this module only prices the schedule
@@ -42,7 +42,6 @@ import heapq
 import math
 
 from nova.hwmodel import GPUModel
-from nova.kernels.attention.derive import BLOCK_FIXED_US
 from nova.kernels.attention.problem import AttentionProblem
 from nova.kernels.attention.schedule import COMBINES, KernelTile
 
@@ -190,12 +189,13 @@ def ring_step_s(gpu: GPUModel, kt: KernelTile) -> float:
 
 
 def kernel_device_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, terms: dict,
-                       constants: dict, *, achieved: float, tile_fixed_us: float,
+                       constants: dict, *, achieved: float, tile_fixed_us: float, block_fixed_us: float,
                        transposes: int = 0) -> tuple[float, dict]:
     """(seconds, terms in seconds) of one kernel's device time (module docstring).  ``terms``: the
     kernel's throughput terms in seconds (``derive.kernel_time``: its pipes, "dram" and "blocks");
     ``constants``: the target's ``eta_dram`` and ``t_launch_us``; ``achieved``, ``tile_fixed_us``:
     the throughput model's figures for this kernel (its pipes' share, its cost per streamed tile);
+    ``block_fixed_us``: its cost per block (``derive.BLOCK_FIXED_US``, in ``terms["blocks"]``);
     ``transposes``: a TF32 Hopper forward's transposer loop iterations per step (V^T written by its
     producer warps every step, persistent or not)."""
     launch = constants["t_launch_us"] * 1e-6
@@ -217,7 +217,7 @@ def kernel_device_time(p: AttentionProblem, gpu: GPUModel, role: str, kt: Kernel
         blocks_s = terms["blocks"]
         empty = sum(s == 0 for s in steps) * rows
         if empty and not kt.hopper:   # an mma.sync block without steps: no prologue, its zeros written
-            blocks_s -= (1 - EMPTY_BLOCK_SHARE) * BLOCK_FIXED_US * 1e-6 * empty / (gpu.sm_count * kt.blocks_per_sm)
+            blocks_s -= (1 - EMPTY_BLOCK_SHARE) * block_fixed_us * 1e-6 * empty / (gpu.sm_count * kt.blocks_per_sm)
         resources = max(pipes, dram) / achieved + blocks_s
         if kt.splits > 1:         # launch order: x fastest, then y, then the splits (z)
             n = len(steps) // kt.splits
