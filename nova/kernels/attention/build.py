@@ -131,6 +131,19 @@ def biased_score(ir, p: AttentionProblem, x, bias):
     return ir.fop("maxnumf", ir.fma(bias, ir.f(1.0 / p.scale), x, "sb"), ir.f(BIAS_FLOOR / p.scale), "sbf")
 
 
+def floor_max(ir, p: AttentionProblem, c):
+    """The running max (in the softmax's base-2 units, ``c`` = scale x log2 e) of a row whose every
+    visible key sits at the bias floor, computed as the max is made: ``BIAS_FLOOR / scale x c``."""
+    return ir.fop("mulf", ir.f(BIAS_FLOOR / p.scale), ir.f(c), "floor_c")
+
+
+def masked_row(ir, m, floor_c, inv, lse, inf):
+    """``(inv, lse)`` of a row with its final max ``m``: where ``m`` is at the floor (``floor_max``: every
+    visible key masked by the bias) 0 (O = 0) and ``inf``, else as given (both kernel families)."""
+    dead = ir.let("row_masked", f"arith.cmpf ole, {m}, {floor_c} : f32")
+    return ir.select(dead, ir.f(0.0), inv, "f32", "inv_l"), ir.select(dead, inf, lse, "f32", "lse")
+
+
 def add_bias(ir, p: AttentionProblem, t, scores, head, rows, cols, zero_past_columns=False) -> list:
     """The scores with the bias added and clamped (``biased_score``), each element read as it is added
     (``bias_reader``; the mma.sync kernels).  ``scores``: ``(value, row key, row offset thunk, (j, c))``
@@ -928,7 +941,7 @@ class _Flash:
         if p.bias:
             ir.comment("a row whose every visible key sits at the floor is masked: O = 0, LSE = +inf "
                        "(a split's partial: LSE = -inf, no weight in the combine)")
-            floor_c = ir.fop("mulf", ir.f(BIAS_FLOOR / p.scale), ir.f(self.c), "floor_c")   # as m is made
+            floor_c = floor_max(ir, p, self.c)
             inf = ir.let("inf", f"arith.constant {'0xFF800000' if self.splits > 1 else '0x7F800000'} : f32")
         lse_vals = []
         for m in range(self.mt):
@@ -938,9 +951,7 @@ class _Flash:
                 inv = ir.fop("divf", ir.f(1.0), lt, "inv_l")
                 lse = ir.fop("mulf", ir.fop("addf", m_fin[r], ir.log2(lt), "lse2"), ir.f(LN2), "lse")
                 if p.bias:
-                    dead = ir.let("row_masked", f"arith.cmpf ole, {m_fin[r]}, {floor_c} : f32")
-                    inv = ir.select(dead, ir.f(0.0), inv, "f32", "inv_l")
-                    lse = ir.select(dead, inf, lse, "f32", "lse")
+                    inv, lse = masked_row(ir, m_fin[r], floor_c, inv, lse, inf)
                 o[m] = [self.scale_row(acc, h, inv) for acc in o[m]]
                 lse_vals.append(lse)
         if self.splits > 1:

@@ -64,9 +64,10 @@ from nova.codegen.nvgpu import (KMAJOR_LEADING_BYTE_OFFSET, SM90A, SWIZZLE_ATOM_
                                 setmaxnreg, slot_phase, wgmma_attributes, wgmma_commit_group, wgmma_fence,
                                 wgmma_wait_group)
 from nova.kernels.attention.build import (LN2, LOG2E, MASKED, AttentionCodegenError, bias_head, bias_reader,
-                                          biased_score, element_at, global_type, rows_advance, rows_at)
+                                          biased_score, element_at, floor_max, global_type, masked_row,
+                                          rows_advance, rows_at)
 from nova.kernels.attention.mlirtext import SMEM, Text
-from nova.kernels.attention.problem import BIAS_FLOOR, AttentionProblem
+from nova.kernels.attention.problem import AttentionProblem
 from nova.kernels.attention.schedule import AttentionSchedule
 
 KERNEL_NAME = "nova_attn_fwd"
@@ -830,6 +831,8 @@ class _HopperFwd(HopperAttentionKernel):
     def epilogue(self, m_fin, l_fin, o):
         ir, p = self.ir, self.p
         ir.comment("---- epilogue: O / l in the output dtype, LSE = (m + log2 l) ln 2")
+        if p.bias:           # every visible key at the floor: a masked row, O = 0 and LSE = +inf (build.py)
+            floor_c, inf = floor_max(ir, p, self.c), ir.let("inf", "arith.constant 0x7F800000 : f32")
         inv, lse = [], []
         for h in (0, 1):
             lt = l_fin[h]
@@ -837,11 +840,8 @@ class _HopperFwd(HopperAttentionKernel):
                 lt = ir.fop("addf", lt, ir.shfl_xor(lt, off), "qs")
             inv.append(ir.fop("divf", ir.f(1.0), lt, "inv_l"))
             lse.append(ir.fop("mulf", ir.fop("addf", m_fin[h], ir.log2(lt), "lse2"), ir.f(LN2), "lse"))
-            if p.bias:       # every visible key at the floor: a masked row, O = 0 and LSE = +inf (build.py)
-                floor_c = ir.fop("mulf", ir.f(BIAS_FLOOR / p.scale), ir.f(self.c), "floor_c")   # as m is made
-                dead = ir.let("row_masked", f"arith.cmpf ole, {m_fin[h]}, {floor_c} : f32")
-                inv[h] = ir.select(dead, ir.f(0.0), inv[h], "f32", "inv_l")
-                lse[h] = ir.select(dead, ir.let("inf", "arith.constant 0x7F800000 : f32"), lse[h], "f32", "lse")
+            if p.bias:
+                inv[h], lse[h] = masked_row(ir, m_fin[h], floor_c, inv[h], lse[h], inf)
         gty = global_type(p, "out")
         qbase = ir.add(ir.mul(self.bh, p.seq_q, "qrow_bh"), self.q0, "qbase")       # row of lse
         at = rows_at(ir, p, "out", qbase, (self.b, self.h, self.bh, self.q0))
