@@ -336,12 +336,14 @@ def test_sixteen_rows_of_16_bit_inputs_on_the_cpu():
 
 
 def replanned(p: GemmProblem, s: SkinnySchedule, splits: int, b_first: bool = False) -> SkinnySchedule:
-    """``s`` with K in ``splits`` slices of three chunks (whole trips), staged one load a thread a round,
-    a chunk's first loads of B before its staging or after it."""
+    """``s`` with K in ``splits`` slices of three chunks (whole trips), staged one load a thread a round
+    (one vector of ``a_vec`` where the slices allow it, else one element), a chunk's first loads of B
+    before its staging or after it."""
     k_slice = s.span * -(-p.K // (s.span * splits))
     splits, a_chunk = -(-p.K // k_slice), s.span * -(-k_slice // (3 * s.span))
-    s = dataclasses.replace(s, splits=splits, k_slice=k_slice, a_chunk=a_chunk, stage_loads=1, b_first=b_first,
-                            reduce_groups=skinny.reduce_groups(p, s.threads, s.columns, splits))
+    a_vec = skinny.staging_vector(p, k_slice, a_chunk, s.halo)
+    s = dataclasses.replace(s, splits=splits, k_slice=k_slice, a_chunk=a_chunk, stage_loads=a_vec, a_vec=a_vec,
+                            b_first=b_first, reduce_groups=skinny.reduce_groups(p, s.threads, s.columns, splits))
     return dataclasses.replace(s, smem_bytes=skinny.smem_bytes(p, s.lanes_along, s.threads, s.threads_n, s.vec,
                                                                a_chunk, s.m_pad, s.reduction_smem_bytes(p.M),
                                                                s.halo))
@@ -356,7 +358,7 @@ def test_k_split_chunks_and_staging_rounds_on_the_cpu():
     predicated)."""
     mlir_or_skip()
     from nova.kernels.gemm.emit_skinny import check_supported
-    rounds = []
+    rounds, vectors = [], set()
     for (case, splits), b_first in itertools.product([((3, 200, 3000, "tf32", False, False, True, "none"), 2),
                          ((5, 70, 2999, "bf16", True, True, False, "relu"), 1),
                          ((2, 130, 4001, "fp16", False, False, False, "none"), 11),
@@ -366,10 +368,31 @@ def test_k_split_chunks_and_staging_rounds_on_the_cpu():
         check_supported(p, s)
         assert -(-s.k_slice // s.a_chunk) >= 2 and s.splits > 1 if splits > 1 else s.splits == 1
         rounds.append(-(-p.M * s.a_chunk // s.threads))
+        vectors.add(s.a_vec)
         got, ref = simulate(p, s, seed=7)
         assert not np.isnan(got).any()
         assert np.linalg.norm(got - ref) / np.linalg.norm(ref) <= TOL[p.dtype], s.label()
-    assert max(rounds) > 1
+    assert max(rounds) > 1 and vectors == {1, 4}        # A staged by vectors (3x200x3000 tf32) and by elements
+
+
+def test_a_is_staged_by_vectors_only_where_its_rows_and_chunks_allow():
+    """``staging_vector``: 16 bytes of a row of A stored [M, K] a load, where K, the chunks and the slices
+    are multiples of it and no halo is staged; element by element otherwise.  The runtime then checks
+    A's base against that vector (a misaligned view is refused in one line, as for B)."""
+    from nova.runtime.matmul import ResolvedKernel
+    p = GemmProblem(4, 704, 1728, "bf16", trans_b=True)
+    assert skinny.staging_vector(p, 2304, 768, 0) == 8
+    assert skinny.staging_vector(dataclasses.replace(p, dtype="tf32"), 2304, 768, 0) == 4
+    assert skinny.staging_vector(dataclasses.replace(p, trans_a=True), 2304, 768, 0) == 1
+    assert skinny.staging_vector(dataclasses.replace(p, K=1730), 2304, 768, 0) == 1
+    assert skinny.staging_vector(p, 2304, 768, 8) == 1                      # a halo: rows read shifted
+    assert skinny.staging_vector(p, 2300, 768, 0) == 1 and skinny.staging_vector(p, 2304, 764, 0) == 1
+    s = configure(p, "h100").schedule
+    assert s.kernel == "skinny" and s.a_vec == 8 and s.stage_loads % 8 == 0 and s.to_dict()["a_vec"] == 8
+    assert "a_vec" not in configure(dataclasses.replace(p, K=1730), "h100", kernel="skinny").schedule.to_dict()
+    resolved = ResolvedKernel.__new__(ResolvedKernel)
+    resolved.problem, resolved.schedule, resolved.skinny, resolved.hopper = p, s, object(), None
+    assert resolved.vector_accesses()[0] == ("A", 8, 2)
 
 
 def test_b_first_where_it_makes_fewer_dependent_trips():

@@ -9,8 +9,11 @@ along-N kernel runs at its model; a lanes-along-N problem of the same draw is pr
         --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
         python3 bench/probes/skinny_along_k_ncu.py run                       # one launch of each
 
-Each problem runs its device pick (``eager=False``) where that is the skinny kernel.
+Each problem runs its device pick (``eager=False``) where that is the skinny kernel.  Where the pick
+stages A by vectors (``a_vec`` > 1), ``time`` also times the same schedule staging A element by element
+(``a_vec`` = 1, the kernel before vectors), in the same process.
 """
+import dataclasses
 import sys
 
 from nova.kernels.gemm.problem import GemmProblem
@@ -20,12 +23,38 @@ PROBLEMS = [GemmProblem(11, 640, 14144, "tf32", trans_b=True), GemmProblem(4, 70
             GemmProblem(10, 1408, 3328, "bf16", trans_b=True), GemmProblem(6, 5760, 5120, "tf32")]
 
 
+def by_elements(s):
+    """The schedule ``s`` staging A element by element (each round's element count kept)."""
+    return dataclasses.replace(s, a_vec=1)
+
+
 def build() -> None:
+    from nova.configurator import configure
     from nova.hwmodel import get_target
+    from nova.kernels.gemm.family import get_or_compile
     from nova.runtime.cache import KernelCache
     from nova.runtime.matmul import precompile_gemms
     for target in ("h100", "h200"):
         precompile_gemms(PROBLEMS, get_target(target), KernelCache(), eager=False)
+        for p in PROBLEMS:
+            cfg = configure(p, target)
+            if cfg.skinny and cfg.schedule.a_vec > 1:
+                get_or_compile(p, by_elements(cfg.schedule), get_target(target), KernelCache(), offline=False)
+
+
+def timed_us(torch, call) -> float:
+    """The best of 7 bursts of 20 calls queued behind a sleep, per call."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    best = float("inf")
+    for _ in range(7):
+        torch.cuda._sleep(2_000_000)
+        start.record()
+        for _ in range(20):
+            call()
+        end.record()
+        torch.cuda.synchronize()
+        best = min(best, start.elapsed_time(end) * 1e3 / 20)
+    return best
 
 
 def operands(torch, p: GemmProblem):
@@ -43,6 +72,7 @@ def main(mode: str) -> None:
     import nova
     from nova.configurator import configure
     from nova.kernels.gemm.space import label
+    from nova.runtime import matmul
     from nova.runtime.matmul import resolve_target
     target = resolve_target()
     for p in PROBLEMS:
@@ -57,17 +87,21 @@ def main(mode: str) -> None:
         err = ((c.double() - ref).abs().max() / ref.abs().max()).item()
         line = f"{p.describe():36s} {label(cfg.schedule)} predicted {cfg.time_us:6.1f} us"
         if mode == "time":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            best = float("inf")
-            for _ in range(7):
-                torch.cuda._sleep(2_000_000)
-                start.record()
-                for _ in range(20):
+            line += f", measured {timed_us(torch, lambda: nova.matmul(a, b, out=c, eager=False)):6.1f} us"
+            if cfg.schedule.a_vec > 1:          # the same schedule staging A element by element
+                configured, elements = matmul.configure_schedule, by_elements(cfg.schedule)
+                matmul.configure_schedule = lambda problem, target, eager=False: elements
+                try:
+                    matmul.reset()
+                    c.fill_(float("nan"))
                     nova.matmul(a, b, out=c, eager=False)
-                end.record()
-                torch.cuda.synchronize()
-                best = min(best, start.elapsed_time(end) * 1e3 / 20)
-            line += f", measured {best:6.1f} us"
+                    torch.cuda.synchronize()
+                    err_e = ((c.double() - ref).abs().max() / ref.abs().max()).item()
+                    line += (f"; by elements {timed_us(torch, lambda: nova.matmul(a, b, out=c, eager=False)):6.1f} us"
+                             f" (error {err_e:.1e})")
+                finally:
+                    matmul.configure_schedule = configured
+                    matmul.reset()
         print(line + f", error {err:.1e}", flush=True)
 
 

@@ -165,11 +165,11 @@ class ResolvedKernel:
         kernel's cp.async/store widths; the Hopper kernel's TMA (16-byte bases: A and B checked when
         their maps are encoded, C by ``vector_c`` = 16 bytes under the TMA-store epilogue) and
         epilogue stores (it reads the bias one element at a time); the skinny kernel's vector loads of B
-        (A, C and the bias element by element).  R and P are read and written as C is (its vector; the
+        and of A's staging (``a_vec``; C and the bias element by element).  R and P are read and written as C is (its vector; the
         TMA-store epilogue never has them)."""
         s, p = self.schedule, self.problem
         if self.skinny is not None:
-            return (("A", 1, p.in_bytes), ("B", s.vec, p.in_bytes), ("C", 1, p.out_bytes),
+            return (("A", s.a_vec, p.in_bytes), ("B", s.vec, p.in_bytes), ("C", 1, p.out_bytes),
                     ("bias", 1, dtypes.element(p.bias_dtype).bytes))
         bias_vector = 1 if self.hopper is not None else s.vector_c
         return (("A", s.vector_a, p.in_bytes), ("B", s.vector_b, p.in_bytes), ("C", s.vector_c, p.out_bytes),

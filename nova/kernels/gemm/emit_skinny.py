@@ -10,7 +10,8 @@ stored ``[N, K]``), C ``[M, N]`` row-major; the bias is FP32 for tf32 problems, 
 Per CTA and K slice (thread layouts in ``skinny_schedule.py``):
 
 * **A staged.**  ``a_chunk`` columns of A at a time: every thread loads its share, ``stage_loads`` at
-  a time (coalesced in A's storage order, zero past the slice), converts to FP32 and stores it in
+  a time (coalesced in A's storage order, zero past the slice; ``a_vec`` columns of a row a load where
+  ``skinny.staging_vector`` allows), converts to FP32 and stores it in
   shared memory as ``[a_chunk, m_pad]`` (lanes along N: a row's M values read as 16-byte vectors, the
   same address for a warp: a broadcast) or ``[M, a_chunk]`` (lanes along K: a lane reads its ``vec``
   columns).
@@ -91,6 +92,11 @@ def check_supported(p: GemmProblem, s: SkinnySchedule) -> None:
             s.a_chunk * cdiv(s.k_slice, s.a_chunk) < s.k_slice:
         fail(f"slices of {s.k_slice} and chunks of {s.a_chunk} are not whole trips of {s.span} covering K = {extent} "
              f"in {s.splits} slices")
+    if s.a_vec != 1 and (s.a_vec * p.in_bytes > 16 or s.a_vec & (s.a_vec - 1) or p.trans_a or s.halo
+                         or p.K % s.a_vec or s.a_chunk % s.a_vec or s.k_slice % s.a_vec or s.stage_loads % s.a_vec):
+        fail(f"a_vec={s.a_vec}: A's staging vectors need A stored [M, K] without a halo, K ({p.K}), the chunks "
+             f"({s.a_chunk}), the slices ({s.k_slice}) and a round's elements ({s.stage_loads}) multiples of it, "
+             "in one load of at most 16 bytes")
     if s.lanes_along == "n" and (s.m_pad < p.M or (s.m_pad > 2 and s.m_pad % 4)):
         fail(f"m_pad={s.m_pad}: A's rows of {p.M} values must pad to 1, 2 or a multiple of 4")
     need = 4 * (s.a_chunk + s.halo) * (s.m_pad if s.lanes_along == "n" else p.M)
@@ -219,20 +225,24 @@ class SkinnyKernel:
 
     def stage(self, sm: str, count: int, tid, chunk_lo, chunk_hi) -> None:
         """A's columns [chunk_lo - halo, chunk_hi) into shared memory as FP32 (zero past chunk_hi, and with
-        shifted rows outside [0, K)), ``stage_loads`` a thread at a time (their loads first, then the
-        stores), then a barrier."""
+        shifted rows outside [0, K)), ``stage_loads`` elements a thread at a time (their loads first, then
+        the stores), then a barrier.  With ``a_vec`` > 1 (A stored [M, K], K and the chunk bounds
+        multiples of it) a load is a vector of ``a_vec`` columns of a row, wholly inside the chunk or
+        wholly past its end."""
         ir, p, s = self.ir, self.p, self.s
         width = s.a_chunk + s.halo
-        total = p.M * width
+        av = s.a_vec
+        total = p.M * width // av                       # loads of the chunk (vectors of av elements)
         col_lo = ir.sub(chunk_lo, s.halo, "col_lo")
         col_hi = ir.min(chunk_hi, p.K, "col_hi") if s.halo else chunk_hi
-        rounds = cdiv(cdiv(total, s.threads), s.stage_loads)
+        per_round = s.stage_loads // av
+        rounds = cdiv(cdiv(total, s.threads), per_round)
         ir.comment(f"stage A[:, chunk] ({p.M} x {width}) in shared memory, {rounds} round(s) of "
-                   f"{s.stage_loads} load(s) a thread")
+                   f"{per_round} load(s) of {av} element(s) a thread")
 
         def one_round(first):
             loaded = []
-            for j in range(s.stage_loads):
+            for j in range(per_round):
                 e = ir.add(ir.add(tid, first, "e0"), j * s.threads, "e")
                 static_end = (j + 1) * s.threads + (first if isinstance(first, int) else total)
                 in_range = True if static_end <= total else ir.cmp("slt", e, total, "e_ok")
@@ -241,20 +251,22 @@ class SkinnyKernel:
                 if p.trans_a:                # stored [K, M]: m fastest
                     kk, m = ir.div(e, p.M, "kk"), ir.rem(e, p.M, "m")
                     at = ir.add(ir.mul(ir.add(col_lo, kk, "ka"), p.M, "ka_row"), m, "a_at")
-                else:                        # [M, K]: k fastest
-                    m, kk = ir.div(e, width, "m"), ir.rem(e, width, "kk")
+                else:                        # [M, K]: k fastest, av columns a load
+                    m, kk = ir.div(e, width // av, "m"), ir.mul(ir.rem(e, width // av, "kv"), av, "kk")
                     at = ir.add(ir.mul(m, p.K, "a_row"), ir.add(col_lo, kk, "ka"), "a_at")
                 ok = ir.and_(in_range, ir.cmp("slt", ir.add(col_lo, kk, "ka"), col_hi, "k_ok"))
                 if s.halo:
                     ok = ir.and_(ok, ir.cmp("sge", ir.add(col_lo, kk, "ka"), 0, "k_pos"))
-                x = ir.load("A", ir.select(ok, at, 0, hint="a_safe"))[0]
-                loaded.append((m, kk, ir.fsel(ok, x, ir.f(0.0), "a_val"), in_range))
+                xs = ir.load("A", ir.select(ok, at, 0, hint="a_safe"), vec=av)
+                for v, x in enumerate(xs):
+                    loaded.append((m, kk if v == 0 else ir.add(kk, v, "kv"), ir.fsel(ok, x, ir.f(0.0), "a_val"),
+                                   in_range))
             for m, kk, x, in_range in loaded:
                 ir.guarded(in_range, lambda m=m, kk=kk, x=x: ir.smem_write(sm, count, self.staged_index(m, kk), x))
         if rounds == 1:
             one_round(0)
         else:
-            with ir.range_loop(0, rounds * s.stage_loads * s.threads, s.stage_loads * s.threads, [], "sr") \
+            with ir.range_loop(0, rounds * per_round * s.threads, per_round * s.threads, [], "sr") \
                     as (first, _, _):
                 one_round(first)
         ir.emit("gpu.barrier")

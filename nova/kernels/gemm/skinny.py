@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import NamedTuple
 
 from nova.configurator.derivation import Derivation, formula_step, note
 from nova.configurator.step import Prediction, Step
@@ -330,11 +331,34 @@ def launch_constants(gpu: GPUModel) -> dict:
     return calibration.memory_constants(gpu)
 
 
-def slices(p: GemmProblem, span: int, splits: int, m_pad: int, threads: int, regs: int, a_regs: int
-           ) -> tuple[int, int, int, int, bool, int]:
-    """(splits, k_slice, a_chunk, stage_loads, b_first, trips) of ``splits`` slices of whole trips of
-    ``span``: A staged in equal chunks, ``stage_loads`` loads a thread per round; a dependent trip per
-    staging round and per trip of B.  Two orders (``emit_skinny.chunk``), the one of fewer trips
+def staging_vector(p: GemmProblem, k_slice: int, a_chunk: int, halo: int) -> int:
+    """A's elements one staging load reads (``SkinnySchedule.a_vec``): a 16-byte vector along a row of A
+    where A is stored ``[M, K]``, its rows start on vectors (K a multiple), every chunk and slice starts
+    and ends on one (``a_chunk``, ``k_slice`` multiples; the last ends at K) and no halo is staged; else 1.
+    Element by element, a load costs its address, bound check, select and conversion: run 115's ncu
+    found the K-lane kernels issue-bound on that staging (bench/results/h100-2026-12-07/run115-h100)."""
+    v = TRANSACTION_BYTES // p.in_bytes
+    if p.trans_a or halo or p.batch > 1 or p.K % v or a_chunk % v or k_slice % v:
+        return 1
+    return v
+
+
+class Slices(NamedTuple):
+    """``slices``' decisions: K's slices, A's chunks and staging rounds, and the dependent trips they make."""
+    splits: int
+    k_slice: int
+    a_chunk: int
+    stage_loads: int
+    b_first: bool
+    trips: int
+    a_vec: int
+
+
+def slices(p: GemmProblem, span: int, splits: int, m_pad: int, threads: int, regs: int, a_regs: int,
+           halo: int = 0) -> Slices:
+    """(splits, k_slice, a_chunk, stage_loads, b_first, trips, a_vec) of ``splits`` slices of whole trips
+    of ``span``: A staged in equal chunks, ``stage_loads`` elements a thread per round (whole vectors of
+    ``a_vec``, ``staging_vector``); a dependent trip per staging round and per trip of B.  Two orders (``emit_skinny.chunk``), the one of fewer trips
     (staged first where level):
 
     * staged first: a round's loads (a value and its index each) in the registers the FMA loop holds
@@ -346,15 +370,19 @@ def slices(p: GemmProblem, span: int, splits: int, m_pad: int, threads: int, reg
     splits = cdiv(p.K, k_slice)
     chunks = int(F.chunks(k_slice=k_slice, span=span, stage_bytes=STAGE_BYTES, m_pad=m_pad))
     a_chunk = int(F.a_chunk(span=span, k_slice=k_slice, chunks=chunks))
-    per_thread = cdiv(p.M * a_chunk, threads)
-    staged_loads = min(per_thread, max(STAGE_LOADS_MIN, (regs - REG_BASE) // 2))
+    a_vec = staging_vector(p, k_slice, a_chunk, halo)
+    per_thread = cdiv(p.M * a_chunk // a_vec, threads) * a_vec       # elements, in whole vectors
+
+    def whole(loads: int) -> int:                                    # a round's elements in whole vectors
+        return max(a_vec, loads // a_vec * a_vec)
+    staged_loads = whole(min(per_thread, max(STAGE_LOADS_MIN, (regs - REG_BASE) // 2)))
     staged_trips = int(F.trips(staging_waits=chunks * cdiv(per_thread, staged_loads), k_slice=k_slice, span=span))
-    first_loads = min(per_thread, max(STAGE_LOADS_MIN, a_regs // 3))
+    first_loads = whole(min(per_thread, max(STAGE_LOADS_MIN, a_regs // 3)))
     first_trips = int(F.trips(staging_waits=chunks * (cdiv(per_thread, first_loads) - 1), k_slice=k_slice,
                               span=span))
     if first_trips < staged_trips:
-        return splits, k_slice, a_chunk, first_loads, True, first_trips
-    return splits, k_slice, a_chunk, staged_loads, False, staged_trips
+        return Slices(splits, k_slice, a_chunk, first_loads, True, first_trips, a_vec)
+    return Slices(splits, k_slice, a_chunk, staged_loads, False, staged_trips, a_vec)
 
 
 def main_bytes(p: GemmProblem, splits: int) -> int:
@@ -490,7 +518,7 @@ def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, thread
     blocks_n = d.apply("skinny: CTAs along N", F.blocks_n, f"{columns} columns of C a CTA", post=int, N=p.N,
                        columns=columns)
     # K split: one wave of CTAs, or one slice when the last CTA's sum of the slices costs more than it saves
-    one = slices(p, span, 1, m_pad, threads, regs, parts["a_regs"])
+    one = slices(p, span, 1, m_pad, threads, regs, parts["a_regs"], halo)
     most_last = 4 * (FLAG_WORDS + threads)          # the last CTA's sums of a split: at most one word a thread
     bps = d.record(occupancy(gpu, threads, regs, smem_bytes(p, lanes, threads, threads_n, vec, one[2], m_pad,
                                                             most_last, halo)))
@@ -508,24 +536,24 @@ def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, thread
         bal = int(F.splits_tail(wave=wave, threads=threads, columns=columns, m=p.M, reduce_unroll=REDUCE_UNROLL))
         times = {}
         for n_splits in dict.fromkeys((wave, bal, 1)):
-            cand = slices(p, span, n_splits, m_pad, threads, regs, parts["a_regs"])
-            groups = reduce_groups(p, threads, columns, cand[0]) if cand[0] > 1 else 1
-            times[n_splits] = (predict(p, gpu, cand[0], cand[-1], blocks_n * cand[0], bps, groups, threads,
+            cand = slices(p, span, n_splits, m_pad, threads, regs, parts["a_regs"], halo)
+            groups = reduce_groups(p, threads, columns, cand.splits) if cand.splits > 1 else 1
+            times[n_splits] = (predict(p, gpu, cand.splits, cand.trips, blocks_n * cand.splits, bps, groups, threads,
                                        columns)[0].time_us, cand)
         best = min(times, key=lambda k: times[k][0])
         choice = times[best][1]
         d.note("skinny: K split", choice[0], ", ".join(f"{times[k][1][0]} slice(s) {times[k][0]:.2f} us" for k in times)
                + " (with the last CTA's sum of the slices): the lowest")
-    splits, k_slice, a_chunk, stage_loads, b_first, trips = choice
+    splits, k_slice, a_chunk, stage_loads, b_first, trips, a_vec = choice
     d.note("skinny: slices", f"{splits} x {k_slice}", f"K = {p.K} in slices of whole trips of {span}; A staged "
            f"{a_chunk} columns at a time ({4 * a_chunk * m_pad} B of FP32, at most {STAGE_BYTES}), {stage_loads} "
-           f"load(s) a thread per round" + ("; a chunk's first loads of B before its staging" if b_first else "")
+           f"element(s) a thread per round" + (f" in vectors of {a_vec}" if a_vec > 1 else "") + ("; a chunk's first loads of B before its staging" if b_first else "")
            + f"; {trips} trips a CTA")
     groups = reduce_groups(p, threads, columns, splits) if splits > 1 else 1
     cap = min(int(gpu.max_regs_per_thread), int(gpu.regs_per_sm) // (threads * bps) // 8 * 8)
     schedule = SkinnySchedule(arch=gpu.arch, lanes_along=lanes, vec=vec, threads=threads, threads_n=threads_n,
                               rows=rows, unroll=unroll, splits=splits, k_slice=k_slice, a_chunk=a_chunk,
-                              stage_loads=stage_loads, b_first=b_first, m_pad=m_pad, smem_bytes=0, regs_per_thread=regs, max_regs=cap,
+                              stage_loads=stage_loads, b_first=b_first, a_vec=a_vec, m_pad=m_pad, smem_bytes=0, regs_per_thread=regs, max_regs=cap,
                               blocks_per_sm=bps, reduce_groups=groups, row_shift=row_shift)
     smem = smem_bytes(p, lanes, threads, threads_n, vec, a_chunk, m_pad, schedule.reduction_smem_bytes(p.M), halo)
     schedule = dataclasses.replace(schedule, smem_bytes=smem)

@@ -2,8 +2,9 @@
 
 The skinny kernel (``skinny.py`` derives it, ``emit_skinny.py`` builds it) computes a GEMM of a few
 rows (M at most the FP32 balance point, ``skinny.m_max``) on the CUDA cores: B is streamed once from
-DRAM with vector loads, A's rows are staged in shared memory, every output is an FP32 sum of FMAs.
-Two thread layouts, by how B is stored:
+DRAM with vector loads, A's rows are staged in shared memory (with vector loads along them where
+``a_vec`` > 1, ``skinny.staging_vector``), every output is an FP32 sum of FMAs.  Two thread layouts,
+by how B is stored:
 
 * ``lanes_along = "n"`` (B row-major ``[K, N]``): thread ``(tn, tk)`` of a CTA owns the ``vec``
   columns from ``(blockIdx.x * threads_n + tn) * vec`` and adds rows ``tk, tk + threads_k, ...`` of
@@ -86,6 +87,8 @@ class SkinnySchedule:
     blocks_per_sm: int
     reduce_groups: int = 1       # splits > 1: the last CTA's thread groups, each adding a share of the slices
     b_first: bool = False        # a chunk's first trip issues its loads of B before A's staging (``emit_skinny.chunk``)
+    a_vec: int = 1               # A's elements a staging load reads: a vector along a row of A ([M, K] stored, K,
+                                 # the chunks and the slices multiples of it, no halo), else 1 (element by element)
     row_shift: bool = False      # B's rows (K for "k", N for "n") not a multiple of vec: each row read as aligned
                                  # vectors from (row start) - shift; "k" masks the elements outside the row,
                                  # "n" reads two vectors and keeps the thread's columns (module docstring)
@@ -169,6 +172,8 @@ class SkinnySchedule:
         for flag in ("row_shift", "b_first"):
             if not d[flag]:
                 del d[flag]        # the schedules (and cache keys) without it stay as they were
+        if d["a_vec"] == 1:
+            del d["a_vec"]
         return d
 
     @classmethod
