@@ -3,7 +3,7 @@
 The kernels written with the ``Ir`` scaffold (one op a line, regions closed by ``}``) use a small set of
 ops: index and FP32 arithmetic, ``math.fma``, global and shared ``memref``/``vector`` loads and stores,
 ``gpu.shuffle xor`` and ``up``, a warp ballot (inline ``vote.sync.ballot``), ``llvm.intr.ctpop``, ``gpu.barrier``, ``scf.for`` (iter_args, bounds that differ per thread) and
-``scf.if``, ``memref.atomic_rmw addi``, fences and loads through a parameter's address (inline PTX ``ld``).  ``run_kernel`` parses the module's ``gpu.func`` and
+``scf.if`` (with results), ``memref.atomic_rmw addi``, fences and loads through a parameter's address (inline PTX ``ld``).  ``run_kernel`` parses the module's ``gpu.func`` and
 executes it one CTA at a time (in grid order or a seeded random one), each SSA
 value a numpy array over the CTA's threads, control flow under an active-thread mask:
 
@@ -489,11 +489,19 @@ class _Cta:
         self.env[op.results[1]] = valid
 
     def op_scf_if(self, op, mask):
+        """Both regions run on their threads; with results, each region's ``scf.yield`` gives its
+        threads' values."""
         cond = self.bcast(self.val(self.args(op.rest)[0])).astype(bool)
-        if (mask & cond).any():
-            self.run(op.body, mask & cond)
-        if op.orelse and (mask & ~cond).any():
-            self.run(op.orelse, mask & ~cond)
+        outs = [None] * len(op.results)
+        for region, where in ((op.body, mask & cond), (op.orelse, mask & ~cond)):
+            yield_op = region[-1] if region and region[-1].name == "scf.yield" else None
+            if where.any():
+                self.run(region[:-1] if yield_op else region, where)
+                if yield_op is not None:
+                    new = [self.bcast(self.val(a)) for a in self.args(yield_op.rest.rsplit(" : ", 1)[0])]
+                    outs = [n if o is None else np.where(where, n, o) for n, o in zip(new, outs)]
+        for name, v in zip(op.results, outs):
+            self.env[name] = v
 
     def op_scf_for(self, op, mask):
         m = re.match(r"(%\w+) = (%\w+) to (%\w+) step (%\w+)(?: iter_args\((.*?)\))?", op.rest)

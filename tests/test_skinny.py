@@ -341,7 +341,7 @@ def replanned(p: GemmProblem, s: SkinnySchedule, splits: int, b_first: bool = Fa
     before its staging or after it."""
     k_slice = s.span * -(-p.K // (s.span * splits))
     splits, a_chunk = -(-p.K // k_slice), s.span * -(-k_slice // (3 * s.span))
-    a_vec = skinny.staging_vector(p, k_slice, a_chunk, s.halo)
+    a_vec = skinny.staging_vector(p, s.lanes_along, k_slice, a_chunk, s.halo)
     s = dataclasses.replace(s, splits=splits, k_slice=k_slice, a_chunk=a_chunk, stage_loads=a_vec, a_vec=a_vec,
                             b_first=b_first, reduce_groups=skinny.reduce_groups(p, s.threads, s.columns, splits))
     return dataclasses.replace(s, smem_bytes=skinny.smem_bytes(p, s.lanes_along, s.threads, s.threads_n, s.vec,
@@ -359,7 +359,7 @@ def test_k_split_chunks_and_staging_rounds_on_the_cpu():
     mlir_or_skip()
     from nova.kernels.gemm.emit_skinny import check_supported
     rounds, vectors = [], set()
-    for (case, splits), b_first in itertools.product([((3, 200, 3000, "tf32", False, False, True, "none"), 2),
+    for (case, splits), b_first in itertools.product([((3, 200, 3000, "tf32", False, True, True, "none"), 2),
                          ((5, 70, 2999, "bf16", True, True, False, "relu"), 1),
                          ((2, 130, 4001, "fp16", False, False, False, "none"), 11),
                          ((8, 256, 2000, "bf16", True, False, False, "none"), 9)], (False, True)):
@@ -381,15 +381,18 @@ def test_a_is_staged_by_vectors_only_where_its_rows_and_chunks_allow():
     A's base against that vector (a misaligned view is refused in one line, as for B)."""
     from nova.runtime.matmul import ResolvedKernel
     p = GemmProblem(4, 704, 1728, "bf16", trans_b=True)
-    assert skinny.staging_vector(p, 2304, 768, 0) == 8
-    assert skinny.staging_vector(dataclasses.replace(p, dtype="tf32"), 2304, 768, 0) == 4
-    assert skinny.staging_vector(dataclasses.replace(p, trans_a=True), 2304, 768, 0) == 1
-    assert skinny.staging_vector(dataclasses.replace(p, K=1730), 2304, 768, 0) == 1
-    assert skinny.staging_vector(p, 2304, 768, 8) == 1                      # a halo: rows read shifted
-    assert skinny.staging_vector(p, 2300, 768, 0) == 1 and skinny.staging_vector(p, 2304, 764, 0) == 1
+    assert skinny.staging_vector(p, "k", 2304, 768, 0) == 8
+    assert skinny.staging_vector(dataclasses.replace(p, dtype="tf32"), "k", 2304, 768, 0) == 4
+    assert skinny.staging_vector(p, "n", 2304, 768, 0) == 1                 # staged transposed: elements
+    assert skinny.staging_vector(dataclasses.replace(p, trans_a=True), "k", 2304, 768, 0) == 1
+    assert skinny.staging_vector(dataclasses.replace(p, K=1730), "k", 2304, 768, 0) == 1
+    assert skinny.staging_vector(p, "k", 2304, 768, 8) == 1                 # a halo: rows read shifted
+    assert skinny.staging_vector(p, "k", 2300, 768, 0) == 1 and skinny.staging_vector(p, "k", 2304, 764, 0) == 1
     s = configure(p, "h100").schedule
     assert s.kernel == "skinny" and s.a_vec == 8 and s.stage_loads % 8 == 0 and s.to_dict()["a_vec"] == 8
     assert "a_vec" not in configure(dataclasses.replace(p, K=1730), "h100", kernel="skinny").schedule.to_dict()
+    along_n = configure(GemmProblem(6, 5760, 5120, "tf32"), "h100").schedule
+    assert along_n.kernel == "skinny" and along_n.lanes_along == "n" and along_n.a_vec == 1
     resolved = ResolvedKernel.__new__(ResolvedKernel)
     resolved.problem, resolved.schedule, resolved.skinny, resolved.hopper = p, s, object(), None
     assert resolved.vector_accesses()[0] == ("A", 8, 2)

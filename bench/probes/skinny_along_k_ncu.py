@@ -9,9 +9,10 @@ along-N kernel runs at its model; a lanes-along-N problem of the same draw is pr
         --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
         python3 bench/probes/skinny_along_k_ncu.py run                       # one launch of each
 
-Each problem runs its device pick (``eager=False``) where that is the skinny kernel.  Where the pick
-stages A by vectors (``a_vec`` > 1), ``time`` also times the same schedule staging A element by element
-(``a_vec`` = 1, the kernel before vectors), in the same process.
+Each problem runs its device pick (``eager=False``) where that is the skinny kernel.  ``time`` also
+times, in the same process, the pick's variants (``variants``): staging A element by element where the
+pick stages vectors (``a_vec`` = 1), and A's whole K slice staged as one chunk where the pick stages
+several (``a_chunk`` = ``k_slice``: one staging, no chunk barriers, a first trip known whole).
 """
 import dataclasses
 import sys
@@ -20,12 +21,25 @@ from nova.kernels.gemm.problem import GemmProblem
 
 PROBLEMS = [GemmProblem(11, 640, 14144, "tf32", trans_b=True), GemmProblem(4, 704, 1728, "bf16", trans_b=True),
             GemmProblem(15, 2199, 574, "bf16", trans_b=True), GemmProblem(3, 3200, 11776, "tf32", trans_b=True),
-            GemmProblem(10, 1408, 3328, "bf16", trans_b=True), GemmProblem(6, 5760, 5120, "tf32")]
+            GemmProblem(10, 1408, 3328, "bf16", trans_b=True), GemmProblem(6, 5760, 5120, "tf32"),
+            GemmProblem(11, 2688, 1408, "bf16")]
+ONE_CHUNK_BYTES = 120 * 1024      # the one-chunk variant only where A's slice fits this much shared memory
 
 
-def by_elements(s):
-    """The schedule ``s`` staging A element by element (each round's element count kept)."""
-    return dataclasses.replace(s, a_vec=1)
+def variants(p: GemmProblem, s) -> dict:
+    """The pick ``s``'s variants timed beside it: "by elements" (``a_vec`` = 1) where it stages vectors;
+    "one chunk" (``a_chunk`` = ``k_slice``, its staging vector and shared memory again) where it stages
+    several chunks a slice and A's slice fits ONE_CHUNK_BYTES."""
+    from nova.kernels.gemm import skinny
+    out = {}
+    if s.a_vec > 1:
+        out["by elements"] = dataclasses.replace(s, a_vec=1)
+    if s.a_chunk < s.k_slice and 4 * (s.k_slice + s.halo) * s.m_pad <= ONE_CHUNK_BYTES:
+        a_vec = skinny.staging_vector(p, s.lanes_along, s.k_slice, s.k_slice, s.halo)
+        one = dataclasses.replace(s, a_chunk=s.k_slice, a_vec=a_vec, stage_loads=max(a_vec, s.stage_loads // a_vec * a_vec))
+        out["one chunk"] = dataclasses.replace(one, smem_bytes=skinny.smem_bytes(
+            p, s.lanes_along, s.threads, s.threads_n, s.vec, s.k_slice, s.m_pad, s.reduction_smem_bytes(p.M), s.halo))
+    return out
 
 
 def build() -> None:
@@ -38,8 +52,9 @@ def build() -> None:
         precompile_gemms(PROBLEMS, get_target(target), KernelCache(), eager=False)
         for p in PROBLEMS:
             cfg = configure(p, target)
-            if cfg.skinny and cfg.schedule.a_vec > 1:
-                get_or_compile(p, by_elements(cfg.schedule), get_target(target), KernelCache(), offline=False)
+            if cfg.skinny:
+                for schedule in variants(p, cfg.schedule).values():
+                    get_or_compile(p, schedule, get_target(target), KernelCache(), offline=False)
 
 
 def timed_us(torch, call) -> float:
@@ -88,17 +103,17 @@ def main(mode: str) -> None:
         line = f"{p.describe():36s} {label(cfg.schedule)} predicted {cfg.time_us:6.1f} us"
         if mode == "time":
             line += f", measured {timed_us(torch, lambda: nova.matmul(a, b, out=c, eager=False)):6.1f} us"
-            if cfg.schedule.a_vec > 1:          # the same schedule staging A element by element
-                configured, elements = matmul.configure_schedule, by_elements(cfg.schedule)
-                matmul.configure_schedule = lambda problem, target, eager=False: elements
+            for name, schedule in variants(p, cfg.schedule).items():
+                configured = matmul.configure_schedule
+                matmul.configure_schedule = lambda problem, target, eager=False, schedule=schedule: schedule
                 try:
                     matmul.reset()
                     c.fill_(float("nan"))
                     nova.matmul(a, b, out=c, eager=False)
                     torch.cuda.synchronize()
-                    err_e = ((c.double() - ref).abs().max() / ref.abs().max()).item()
-                    line += (f"; by elements {timed_us(torch, lambda: nova.matmul(a, b, out=c, eager=False)):6.1f} us"
-                             f" (error {err_e:.1e})")
+                    err_v = ((c.double() - ref).abs().max() / ref.abs().max()).item()
+                    line += (f"; {name} {timed_us(torch, lambda: nova.matmul(a, b, out=c, eager=False)):6.1f} us"
+                             f" (error {err_v:.1e})")
                 finally:
                     matmul.configure_schedule = configured
                     matmul.reset()

@@ -137,6 +137,21 @@ class SkinnyIr(RowsIr):
                 self.emit(f"scf.yield {', '.join(state['out'])} : {tys}")
         state["results"] = [f"{res}#{i}" for i in range(len(carry))]
 
+    def when(self, cond, carry: list[str], body, hint: str) -> list[str]:
+        """``body(carry)``'s f32 values where the i1 ``cond`` holds, else ``carry`` unchanged: one
+        ``scf.if`` with results (inline where ``cond`` is known True; ``carry`` where known False)."""
+        if cond is True:
+            return body(carry)
+        if cond is False:
+            return carry
+        res, tys = self.fresh(f"{hint}_r"), ", ".join("f32" for _ in carry)
+        with self.region(f"{res}:{len(carry)} = scf.if {cond} -> ({tys}) {{", close="} else {"):
+            self.emit(f"scf.yield {', '.join(body(carry))} : {tys}")
+        with self.scope():
+            self.emit(f"scf.yield {', '.join(carry)} : {tys}")
+        self.emit("}")
+        return [f"{res}#{i}" for i in range(len(carry))]
+
     def smem_read(self, sm: str, count: int, offset, width: int) -> list[str]:
         """``width`` consecutive f32 of the shared buffer ``sm`` (``count`` elements) from ``offset``."""
         ty = f"memref<{count}xf32, {SMEM}>"
@@ -149,6 +164,20 @@ class SkinnyIr(RowsIr):
 
     def smem_write(self, sm: str, count: int, offset, x: str) -> None:
         self.emit(f"memref.store {x}, {sm}[{self.v(offset)}] : memref<{count}xf32, {SMEM}>")
+
+    def smem_write_vector(self, sm: str, count: int, offset, xs: list[str]) -> None:
+        """``xs`` as consecutive f32 of ``sm`` from ``offset`` (a multiple of ``len(xs)``): one vector
+        store of at most SMEM_VECTOR_BYTES at a time."""
+        width = SMEM_VECTOR_BYTES // 4
+        for q in range(0, len(xs), width):
+            part = xs[q:q + width]
+            if len(part) == 1:
+                self.smem_write(sm, count, self.add(offset, q, "st_q"), part[0])
+                continue
+            vty = f"vector<{len(part)}xf32>"
+            v = self.let("st_v", f"vector.from_elements {', '.join(part)} : {vty}")
+            self.emit(f"vector.store {v}, {sm}[{self.v(self.add(offset, q, 'st_q'))}] {{alignment = {4 * len(part)}}} "
+                      f": memref<{count}xf32, {SMEM}>, {vty}")
 
     def load_relaxed(self, name: str, offset) -> str:
         """One f32 of global parameter ``name`` by ``ld.relaxed.gpu`` (generic address): a load of the
@@ -258,11 +287,10 @@ class SkinnyKernel:
                 if s.halo:
                     ok = ir.and_(ok, ir.cmp("sge", ir.add(col_lo, kk, "ka"), 0, "k_pos"))
                 xs = ir.load("A", ir.select(ok, at, 0, hint="a_safe"), vec=av)
-                for v, x in enumerate(xs):
-                    loaded.append((m, kk if v == 0 else ir.add(kk, v, "kv"), ir.fsel(ok, x, ir.f(0.0), "a_val"),
-                                   in_range))
-            for m, kk, x, in_range in loaded:
-                ir.guarded(in_range, lambda m=m, kk=kk, x=x: ir.smem_write(sm, count, self.staged_index(m, kk), x))
+                loaded.append((m, kk, [ir.fsel(ok, x, ir.f(0.0), "a_val") for x in xs], in_range))
+            for m, kk, xs, in_range in loaded:      # a vector's elements side by side: shared vector stores
+                ir.guarded(in_range, lambda m=m, kk=kk, xs=xs: ir.smem_write_vector(sm, count, self.staged_index(m, kk),
+                                                                                    xs))
         if rounds == 1:
             one_round(0)
         else:
@@ -290,9 +318,8 @@ class SkinnyKernel:
                 out[m * vec + v] = self.ir.fma(am, bv, out[m * vec + v])
         return out
 
-    def fmas_k(self, acc: list[str], sm: str, count: int, kk, bs: list[list[str]], ok=True) -> list[str]:
-        """Lanes along K: for each row m of A, its ``vec`` values at kk times each of the warp's rows of B
-        (A's values zero where ``ok`` does not hold: a tail step past the chunk)."""
+    def fmas_k(self, acc: list[str], sm: str, count: int, kk, bs: list[list[str]]) -> list[str]:
+        """Lanes along K: for each row m of A, its ``vec`` values at kk times each of the warp's rows of B."""
         p, s, ir = self.p, self.s, self.ir
         out = list(acc)
         for m in range(p.M):
@@ -302,7 +329,6 @@ class SkinnyKernel:
                 a = [ir.smem_read(sm, count, ir.add(at, v, "a_at_v"), 1)[0] for v in range(s.vec)]
             else:
                 a = ir.smem_read(sm, count, ir.add(ir.mul(m, s.a_chunk, "a_row_s"), kk, "a_at_s"), s.vec)
-            a = [ir.fsel(ok, x, ir.f(0.0), "a_tail") for x in a]
             for j, b in enumerate(bs):
                 for v in range(s.vec):
                     out[m * s.rows + j] = ir.fma(a[v], b[v], out[m * s.rows + j])
@@ -341,22 +367,24 @@ class SkinnyKernel:
         return steps, valid, bs
 
     def trip_fmas(self, cur: list[str], sm: str, count: int, loaded: tuple[list, list, list], chunk_lo) -> list[str]:
-        """The FMAs of a trip whose loads ``trip_loads`` issued (A read from the staged chunk)."""
+        """The FMAs of a trip whose loads ``trip_loads`` issued (A read from the staged chunk).  A step
+        past the chunk masks B's values to zero and reads A as staged: a trip never reaches past the
+        chunk's ``a_chunk`` staged columns (a multiple of the trip), zero past its end, so its FMAs add
+        exact zeros (0 x 0) whatever A and B hold elsewhere."""
         ir, p, s = self.ir, self.p, self.s
         zero = ir.f(0.0)
         for k, ok, b in zip(*loaded):
-            kk = ir.select(ok, ir.sub(k, chunk_lo, "kk"), 0, hint="kk_safe")
+            kk = ir.sub(k, chunk_lo, "kk")
             if s.lanes_along == "n":
-                cur = self.fmas_n(cur, [ir.fsel(ok, x, zero, "a_tail") for x in self.a_values(sm, count, kk)],
-                                  [ir.fsel(ok, x, zero, "b_tail") for x in b])
+                cur = self.fmas_n(cur, self.a_values(sm, count, kk), [ir.fsel(ok, x, zero, "b_tail") for x in b])
             elif s.row_shift:            # element v is k + v - shift of the row: outside [0, K) masked
                 inside = [ir.and_(ok, ir.and_(ir.cmp("sge", ir.add(k, v, "kv"), self.shift, "in_lo"),
                                               ir.cmp("slt", ir.add(k, v, "kv"), ir.add(self.shift, p.K, "k_end_s"),
                                                      "in_hi"), "in_row"), "b_ok") for v in range(s.vec)]
                 cur = self.fmas_k(cur, sm, count, kk, [[ir.fsel(inside[v], x, zero, "b_row_m") for v, x in enumerate(row)]
-                                                       for row in b], ok)
+                                                       for row in b])
             else:
-                cur = self.fmas_k(cur, sm, count, kk, [[ir.fsel(ok, x, zero, "b_tail") for x in row] for row in b], ok)
+                cur = self.fmas_k(cur, sm, count, kk, [[ir.fsel(ok, x, zero, "b_tail") for x in row] for row in b])
         return cur
 
     def shifted_columns(self, k, column) -> list[str]:
@@ -415,8 +443,11 @@ class SkinnyKernel:
                 state["out"] = self.trip(cur, sm, count, where, t, chunk_lo, chunk_hi, tail=False)
             acc = state["results"]
         if not (isinstance(length, int) and length % s.span == 0):
-            ir.comment("tail trip: the rest of the chunk, each step predicated")
-            acc = self.trip(acc, sm, count, where, main_end, chunk_lo, chunk_hi, tail=True)
+            ir.comment("tail trip: the rest of the chunk, each step predicated; skipped where the chunk "
+                       "ends on a whole trip")
+            acc = ir.when(ir.cmp("ne", ir.rem(length, s.span, "rest_k"), 0, "has_tail"), acc,
+                          lambda cur: self.trip(cur, sm, count, where, main_end, chunk_lo, chunk_hi, tail=True),
+                          "tail")
         return acc
 
     # ---------------------------------------------------------------- writing

@@ -331,14 +331,19 @@ def launch_constants(gpu: GPUModel) -> dict:
     return calibration.memory_constants(gpu)
 
 
-def staging_vector(p: GemmProblem, k_slice: int, a_chunk: int, halo: int) -> int:
-    """A's elements one staging load reads (``SkinnySchedule.a_vec``): a 16-byte vector along a row of A
-    where A is stored ``[M, K]``, its rows start on vectors (K a multiple), every chunk and slice starts
-    and ends on one (``a_chunk``, ``k_slice`` multiples; the last ends at K) and no halo is staged; else 1.
-    Element by element, a load costs its address, bound check, select and conversion: run 115's ncu
-    found the K-lane kernels issue-bound on that staging (bench/results/h100-2026-12-07/run115-h100)."""
+def staging_vector(p: GemmProblem, lanes: str, k_slice: int, a_chunk: int, halo: int) -> int:
+    """A's elements one staging load reads (``SkinnySchedule.a_vec``): with lanes along K (A staged as
+    its rows, ``[M, a_chunk]``: a load's elements land side by side and are stored as shared vectors) a
+    16-byte vector along a row of A where A is stored ``[M, K]``, its rows start on vectors (K a
+    multiple), every chunk and slice starts and ends on one (``a_chunk``, ``k_slice`` multiples; the last
+    ends at K) and no halo is staged; else 1.  Element by element, a load costs its address, bound
+    check, select and conversion: run 115's ncu found the K-lane kernels issue-bound on that staging
+    (bench/results/h100-2026-12-07/run115-h100).  Never with lanes along N: A is staged transposed there
+    (``[a_chunk, m_pad]``), so a vector's elements go ``m_pad`` words apart and a warp's stores of one
+    element fall ``a_vec`` times deeper into one bank; run 117 (H100) measured it 10-39% slower on four
+    lanes-along-N problems (6x5760x5120 tf32 48.1 -> 67.0 us) and 2-7% faster along K."""
     v = TRANSACTION_BYTES // p.in_bytes
-    if p.trans_a or halo or p.batch > 1 or p.K % v or a_chunk % v or k_slice % v:
+    if lanes != "k" or p.trans_a or halo or p.batch > 1 or p.K % v or a_chunk % v or k_slice % v:
         return 1
     return v
 
@@ -354,7 +359,7 @@ class Slices(NamedTuple):
     a_vec: int
 
 
-def slices(p: GemmProblem, span: int, splits: int, m_pad: int, threads: int, regs: int, a_regs: int,
+def slices(p: GemmProblem, lanes: str, span: int, splits: int, m_pad: int, threads: int, regs: int, a_regs: int,
            halo: int = 0) -> Slices:
     """(splits, k_slice, a_chunk, stage_loads, b_first, trips, a_vec) of ``splits`` slices of whole trips
     of ``span``: A staged in equal chunks, ``stage_loads`` elements a thread per round (whole vectors of
@@ -370,7 +375,7 @@ def slices(p: GemmProblem, span: int, splits: int, m_pad: int, threads: int, reg
     splits = cdiv(p.K, k_slice)
     chunks = int(F.chunks(k_slice=k_slice, span=span, stage_bytes=STAGE_BYTES, m_pad=m_pad))
     a_chunk = int(F.a_chunk(span=span, k_slice=k_slice, chunks=chunks))
-    a_vec = staging_vector(p, k_slice, a_chunk, halo)
+    a_vec = staging_vector(p, lanes, k_slice, a_chunk, halo)
     per_thread = cdiv(p.M * a_chunk // a_vec, threads) * a_vec       # elements, in whole vectors
 
     def whole(loads: int) -> int:                                    # a round's elements in whole vectors
@@ -518,7 +523,7 @@ def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, thread
     blocks_n = d.apply("skinny: CTAs along N", F.blocks_n, f"{columns} columns of C a CTA", post=int, N=p.N,
                        columns=columns)
     # K split: one wave of CTAs, or one slice when the last CTA's sum of the slices costs more than it saves
-    one = slices(p, span, 1, m_pad, threads, regs, parts["a_regs"], halo)
+    one = slices(p, lanes, span, 1, m_pad, threads, regs, parts["a_regs"], halo)
     most_last = 4 * (FLAG_WORDS + threads)          # the last CTA's sums of a split: at most one word a thread
     bps = d.record(occupancy(gpu, threads, regs, smem_bytes(p, lanes, threads, threads_n, vec, one[2], m_pad,
                                                             most_last, halo)))
@@ -536,7 +541,7 @@ def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, thread
         bal = int(F.splits_tail(wave=wave, threads=threads, columns=columns, m=p.M, reduce_unroll=REDUCE_UNROLL))
         times = {}
         for n_splits in dict.fromkeys((wave, bal, 1)):
-            cand = slices(p, span, n_splits, m_pad, threads, regs, parts["a_regs"], halo)
+            cand = slices(p, lanes, span, n_splits, m_pad, threads, regs, parts["a_regs"], halo)
             groups = reduce_groups(p, threads, columns, cand.splits) if cand.splits > 1 else 1
             times[n_splits] = (predict(p, gpu, cand.splits, cand.trips, blocks_n * cand.splits, bps, groups, threads,
                                        columns)[0].time_us, cand)
