@@ -11,7 +11,7 @@ Per CTA and K slice (thread layouts in ``skinny_schedule.py``):
 
 * **A staged.**  ``a_chunk`` columns of A at a time: every thread loads its share, ``stage_loads`` at
   a time (coalesced in A's storage order, zero past the slice; ``a_vec`` columns of a row a load where
-  ``skinny.staging_vector`` allows), converts to FP32 and stores it in
+  ``skinny.staging_vector`` allows, stored as shared vectors), converts to FP32 and stores it in
   shared memory as ``[a_chunk, m_pad]`` (lanes along N: a row's M values read as 16-byte vectors, the
   same address for a warp: a broadcast) or ``[M, a_chunk]`` (lanes along K: a lane reads its ``vec``
   columns).
@@ -21,9 +21,11 @@ Per CTA and K slice (thread layouts in ``skinny_schedule.py``):
   at compile time to be a whole trip long; the chunk's other trips start one trip further on.
 * **B streamed.**  Each trip (after the first, with ``b_first``) issues ``unroll`` (x ``rows``)
   independent vector loads of B, then the FMAs: ``acc[m][c] += A[m, k] * B[k, c]`` in FP32 (``math.fma``: one rounding per product-add).  The
-  K range of a chunk is whole trips (no predicates) and one tail trip whose steps past the chunk
-  load row / column 0 and multiply zeros instead (``arith.select`` on both factors: an exact zero
-  product however large the values read).  Columns past N are clamped to a valid address and
+  K range of a chunk is whole trips (no predicates) and, only where the chunk does not end on a
+  whole trip (known at compile time, else an ``scf.if`` at run time), one tail trip whose steps past
+  the chunk load row / column 0 with B's values selected to zero; A is read as staged, zero past the
+  chunk (a trip never reaches past ``a_chunk``), so such a step adds 0 x 0 however large the values
+  read elsewhere.  Columns past N are clamped to a valid address and
   their sums never stored.  The trip loops are never unrolled by ptxas (``NOUNROLL``).
 * **Sums met.**  Lanes along N: the ``threads_k`` stacked threads' sums of a column are stored in
   shared memory and added in ``tk`` order.  Lanes along K: a butterfly of ``gpu.shuffle xor`` adds
