@@ -1,6 +1,6 @@
 """nova.attention's call plans (launch.CallPlan): a repeated call signature launches exactly what the
 general path launched, without resolving again; options, bias, misaligned pointers and copied operands
-take the general path.  On the CPU: the driver, the kernel cache and the tensor maps are stand-ins that
+take the general path (a bias is planned in place or through its float32 copy).  On the CPU: the driver, the kernel cache and the tensor maps are stand-ins that
 record the launches (the device runs them in tests/test_attention_gpu.py)."""
 from __future__ import annotations
 
@@ -139,20 +139,46 @@ def test_a_changed_option_takes_the_general_path(recorded, monkeypatch):
     assert len(recorded.resolves) == n + 2
 
 
-def test_bias_misaligned_and_copied_operands_are_not_planned(recorded):
+def test_misaligned_and_copied_operands_are_not_planned(recorded):
     q, k, v, do = tensors()
-    bias = torch.zeros(q.shape[2], k.shape[2])
-    for _ in range(2):
-        launch.attention(q, k, v, causal=True, bias=bias)
-    assert len(recorded.resolves) == 2
     base = torch.empty(q.numel() + 8, dtype=q.dtype)
     shifted = base[1:1 + q.numel()].view(q.shape)          # 2-byte offset: copied to an aligned buffer
     shifted.copy_(q)
-    n = len(recorded.resolves)
     for _ in range(2):
         launch.attention(shifted, k, v, causal=True)
-    assert len(recorded.resolves) == n + 2
-    assert not launch._plans or all(key[0][2] == q.stride() for key in launch._plans)
+    assert len(recorded.resolves) == 2
+    assert not launch._plans
+
+
+def test_a_bias_is_planned_in_place_or_through_its_copy(recorded):
+    """A float32 bias goes in place on the plan (its pointer, as the general path's); a bf16 one through
+    a fresh float32 copy each call; one whose address is off 4 bytes is not planned (the general path
+    copies it), and one on a planned signature falls back to the general path."""
+    q, k, v, do = tensors()
+    for dtype, copied in ((torch.float32, False), (torch.bfloat16, True)):
+        launch.reset()
+        recorded.resolves.clear()
+        recorded.log.clear()
+        bias = torch.randn(q.shape[0], 1, 1, k.shape[2]).to(dtype)
+        outs = [fwd_bwd(q, k, v, do, bias=bias) for _ in range(3)]
+        assert len(recorded.resolves) == 2                 # the forward and the backward once each
+        assert {plan.bias_copy for plan in launch._plans.values()} == {copied}
+        n = len(recorded.log) // 3
+        first, later = recorded.log[:n], recorded.log[n:2 * n]
+        assert [r for r, *_ in first] == [r for r, *_ in later]
+        biased = [(a[-1], b[-1]) for (r, a, _), (_, b, _) in zip(first, later) if r in ("fwd", "bwd_dkv", "bwd_dq")]
+        assert biased
+        if not copied:                                     # in place: the bias's own pointer, as the general path's
+            assert all(x == y == bias.data_ptr() for x, y in biased)
+        del outs
+    # an address off 4 bytes (a view's offset): copied by the general path, never planned, and a planned
+    # signature's call falls back to it
+    assert launch.plan_bias({"bias": "bias's address is not 4-byte aligned"}) is None
+    assert launch.plan_bias({"bias": "bias is torch.bfloat16, the kernels read float32"}) is True
+    assert launch.plan_bias({}) is False and launch.plan_bias({"q": "..."}) is None
+    odd = types.SimpleNamespace(data_ptr=lambda: 4096 + 2)
+    assert launch.planned_bias(types.SimpleNamespace(bias_copy=False), odd) is None
+    assert launch.planned_bias(types.SimpleNamespace(bias_copy=False), None) == ((), None)
 
 
 def test_an_unaligned_pointer_on_a_planned_signature_falls_back(recorded):

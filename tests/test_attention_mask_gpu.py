@@ -134,6 +134,35 @@ def test_masked_attention_matches_float64(case, kernels, monkeypatch):
     assert max(errs["dq"], errs["dk"], errs["dv"]) < t_grad, errs
 
 
+@pytest.mark.parametrize("case", [CASES[0], CASES[6]], ids=case_id)
+def test_planned_masked_calls_match_float64(case):
+    """A masked signature's later calls take its call plan (a float32 bias in place; a bf16 one through
+    its float32 copy): the same tensors with new values, then new tensors, each against float64."""
+    from nova.kernels.attention import launch
+    import nova
+    launch.reset()
+    B, H, Hkv, T, D, dtype, causal, _ = case
+    q, k, v, do, bias = operands(case, "cuda")
+    for step in range(3):
+        if step == 1:                                   # same tensors, new values (the bias kept)
+            for x in (q, k, v, do):
+                x.copy_(torch.randn_like(x))
+        elif step == 2:                                 # new tensors, the same signature
+            q, k, v, do, _ = operands(case, "cuda")
+            q, k, v, do = (torch.randn_like(x) for x in (q, k, v, do))
+            bias = bias.clone()
+        out, lse = nova.attention(q, k, v, causal=causal, bias=bias)
+        dq, dk, dv = nova.attention_backward(do, q, k, v, out, lse, causal=causal, bias=bias)
+        torch.cuda.synchronize()
+        r_out, r_lse, r_dq, r_dk, r_dv = reference(q, k, v, do, bias, causal, 1 / math.sqrt(D))
+        masked = r_lse.isinf()
+        floor = 0.1 * float(r_dv.norm())
+        t_out, t_grad = TOL[dtype]
+        assert rel(out, r_out) < t_out and rel(lse[~masked], r_lse[~masked]) < t_out, step
+        assert max(rel(dq, r_dq, floor), rel(dk, r_dk, floor), rel(dv, r_dv)) < t_grad, step
+    assert len(launch._plans) == 2 and {p.bias_copy for p in launch._plans.values()} == {bias.dtype != torch.float32}
+
+
 def test_forced_hopper_runs_a_padding_mask_on_the_hopper_kernels(monkeypatch):
     from nova.kernels.attention.launch import _memo, reset
     import nova

@@ -63,12 +63,14 @@ class CallPlan:
     """What a repeated call signature needs per call, decided once by the general path: the resolved
     kernels, the device (tensor maps), the shape of lse / delta, the tensor maps' fixed arguments per
     kernel (``(name, map type, shape, strides, box rows, box cols)`` of each operand, in argument order;
-    empty for an mma.sync kernel, which takes pointers), and the current stream's reader."""
+    empty for an mma.sync kernel, which takes pointers), the current stream's reader, and whether a
+    bias is read in place or through its float32 copy (``planned_bias``)."""
     resolved: _Resolved
     device: object
     vector_shape: tuple
     maps: dict               # role -> tuple of map specs
     stream: object           # () -> the raw handle of torch's current stream on the tensors' device
+    bias_copy: bool = False  # the bias (its dtype not float32) goes through ``_bias_copy`` on every call
 
 
 _plans: dict[tuple, CallPlan] = {}
@@ -90,10 +92,32 @@ def signature(tensors, *others) -> tuple | None:
     return (*meta, *others, id(options.current()))
 
 
-def plannable(bias, target) -> bool:
-    """Calls that may take a call plan: no bias (its view and float32 copy are decided per call) and a
-    target named by a string or left to the device."""
-    return bias is None and (target is None or type(target) is str)
+def plannable(target) -> bool:
+    """Calls that may take a call plan: a target named by a string or left to the device."""
+    return target is None or type(target) is str
+
+
+def plan_bias(copies: dict) -> bool | None:
+    """Whether a call plan copies the bias (its dtype is not float32), from the general path's
+    ``copies``; None where the call cannot be planned: another operand is copied, or the bias is for
+    its address (which the next call's tensor may not share)."""
+    reason = copies.get("bias")
+    if set(copies) - {"bias"} or (reason is not None and not reason.startswith("bias is ")):
+        return None
+    return reason is not None
+
+
+def planned_bias(plan: CallPlan, bias) -> tuple[tuple[int, ...], object] | None:
+    """The bias kernel argument on a call plan, and the tensor that must live until the launches are
+    queued: ``((), None)`` without a bias, its pointer in place, or its float32 copy's (``bias_copy``);
+    None where an in-place bias is not 4-byte aligned (the general path copies it)."""
+    if bias is None:
+        return (), None
+    if plan.bias_copy:
+        copy = _bias_copy(bias_view(bias, plan.resolved.problem))
+        return (copy.data_ptr(),), copy
+    ptr = bias.data_ptr()             # bias_view's reshape and expand keep the pointer
+    return ((ptr,), bias) if not ptr % 4 else None
 
 
 def map_specs(r: _Resolved, role: str, names: tuple, rows_of) -> tuple:
@@ -274,16 +298,17 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, *, bias
               target=None):
     """Fused attention forward; returns ``(out, lse)`` (written into ``out``/``lse`` when given)."""
     import torch
-    key = signature((q, k, v, out, lse), "fwd", bool(causal), scale, target) if plannable(bias, target) else None
+    key = signature((q, k, v, out, lse, bias), "fwd", bool(causal), scale, target) if plannable(target) else None
     plan = _plans.get(key) if key is not None else None
     if plan is not None:
         o = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
         ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr())
-        if not (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3]) % 16:
+        extra = planned_bias(plan, bias)
+        if not (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3]) % 16 and extra is not None:
             lse = torch.empty(plan.vector_shape, dtype=torch.float32, device=q.device) if lse is None else lse
             ins = planned_maps(plan, "fwd", ptrs[:3]) if plan.maps["fwd"] else ptrs[:3]
             outs = (ptrs[3], lse.data_ptr())
-            split_launch(plan.resolved, "fwd", ins, outs, (), plan.stream(), q)
+            split_launch(plan.resolved, "fwd", ins, outs, extra[0], plan.stream(), q)
             return o, lse
     _on_cuda(("q", q), ("k", k), ("v", v), *((("bias", bias),) if bias is not None else ()))
     _check_out("out", out, q.shape, q.dtype)
@@ -294,18 +319,21 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, *, bias
     o, back = _output(copies, "out", out, q)
     lse = torch.empty((p.batch, p.heads, p.seq_q), dtype=torch.float32, device=q.device) if lse is None else lse
     outs = (o.data_ptr(), lse.data_ptr())
+    bias_arg, bias_held = _bias_arg(p, copies, bias)      # held until the launches are queued
     if r.schedule.tma:          # the Hopper forward reads q, k, v through TMA tensor maps (build_hopper.py)
-        split_launch(r, "fwd", hopper_maps(r, q, k, v), outs, _bias_arg(p, copies, bias), _stream(q), q)
+        split_launch(r, "fwd", hopper_maps(r, q, k, v), outs, bias_arg, _stream(q), q)
     else:
-        split_launch(r, "fwd", (q.data_ptr(), k.data_ptr(), v.data_ptr()), outs, _bias_arg(p, copies, bias),
-                     _stream(q), q)
+        split_launch(r, "fwd", (q.data_ptr(), k.data_ptr(), v.data_ptr()), outs, bias_arg, _stream(q), q)
+    del bias_held
+    bias_copy = plan_bias(copies)
     if back is not None:
         back.copy_(o)
-    elif key is not None and not copies:         # launched as planned: this signature's later calls go short
+    elif key is not None and bias_copy is not None:     # launched as planned: this signature's later calls go short
         kt = r.schedule.fwd
         maps = map_specs(r, "fwd", ("q", "k", "v"), lambda n: kt.block_rows if n == "q" else kt.block_cols) \
             if r.schedule.tma else ()
-        _plans[key] = CallPlan(r, _device(q), (p.batch, p.heads, p.seq_q), {"fwd": maps}, stream_reader(q.device.index))
+        _plans[key] = CallPlan(r, _device(q), (p.batch, p.heads, p.seq_q), {"fwd": maps}, stream_reader(q.device.index),
+                               bias_copy)
     return (o if back is None else back), lse
 
 
@@ -337,14 +365,17 @@ def split_launch(r: _Resolved, role: str, inputs: tuple, outputs: tuple, extra: 
     r.kernels[COMBINES[role]].launch(slabs + outputs, stream)
 
 
-def _bias_arg(p: AttentionProblem, copies, bias) -> tuple[int, ...]:
-    """The bias kernel argument (last): its pointer (of its float32 copy where ``copies`` says), or ()."""
+def _bias_arg(p: AttentionProblem, copies, bias) -> tuple[tuple[int, ...], object]:
+    """The bias kernel argument (last) and the tensor it points into: its pointer (of its float32 copy
+    where ``copies`` says), or ``((), None)``.  The caller holds the tensor until the launches are
+    queued: a copy freed sooner could be handed to the split kernels' partials in between (torch's
+    allocator orders reuse after queued work on this stream, not before it)."""
     if bias is None:
-        return ()
+        return (), None
     view = bias_view(bias, p)
-    if "bias" in copies:          # freed after the launch: torch's allocator orders reuse on this stream
+    if "bias" in copies:
         view = _bias_copy(view)
-    return (view.data_ptr(),)
+    return (view.data_ptr(),), view
 
 
 def _tensor_maps(r: _Resolved, named, rows_of) -> tuple[int, ...]:
@@ -378,10 +409,11 @@ def attention_backward(dout, q, k, v, out, lse, causal: bool = False, scale: flo
                        bias=None, dq=None, dk=None, dv=None, target=None):
     """Gradients of ``attention``: returns ``(dq, dk, dv)``.  Extra memory: one FP32 value per query row (D)."""
     import torch
-    key = signature((dout, q, k, v, out, lse, dq, dk, dv), "bwd", bool(causal), scale, target) \
-        if plannable(bias, target) else None
+    key = signature((dout, q, k, v, out, lse, dq, dk, dv, bias), "bwd", bool(causal), scale, target) \
+        if plannable(target) else None
     plan = _plans.get(key) if key is not None else None
-    if plan is not None:
+    extra = planned_bias(plan, bias) if plan is not None else None
+    if extra is not None:
         grads = tuple(torch.empty(like.shape, dtype=like.dtype, device=like.device) if g is None else g
                       for g, like in ((dq, q), (dk, k), (dv, v)))
         ins = (q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr())
@@ -395,7 +427,7 @@ def attention_backward(dout, q, k, v, out, lse, causal: bool = False, scale: flo
             for role, ptrs in (("bwd_dkv", outs[1:]), ("bwd_dq", outs[:1])):
                 maps = plan.maps[role]
                 split_launch(plan.resolved, role, (planned_maps(plan, role, ins) if maps else ins) + (lp, dp), ptrs,
-                             (), stream, q)
+                             extra[0], stream, q)
             return grads
     _on_cuda(("q", q), ("k", k), ("v", v), ("dout", dout), ("out", out), ("lse", lse),
              *((("bias", bias),) if bias is not None else ()))
@@ -417,22 +449,25 @@ def attention_backward(dout, q, k, v, out, lse, causal: bool = False, scale: flo
                                                                                    ("dv", dv, v)))
     r.kernels["bwd_pre"].launch((out.data_ptr(), dout.data_ptr(), delta.data_ptr()), s)
     qp, kp, vp, dop, lp, dp = q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr(), lse.data_ptr(), delta.data_ptr()
-    bias_arg = _bias_arg(p, copies, bias)
+    bias_arg, bias_held = _bias_arg(p, copies, bias)      # held until the launches are queued
     for role, outs in (("bwd_dkv", (gk.data_ptr(), gv.data_ptr())), ("bwd_dq", (gq.data_ptr(),))):
         if r.schedule.kernel(role).hopper:       # q, k, v, dout through TMA tensor maps (build_hopper_bwd.py)
             ins = hopper_bwd_maps(r, role, q, k, v, dout)
         else:
             ins = (qp, kp, vp, dop)
         split_launch(r, role, ins + (lp, dp), outs, bias_arg, s, q)
+    del bias_held
     for g, back in ((gq, bq), (gk, bk), (gv, bv)):
         if back is not None:
             back.copy_(g)
-    if key is not None and not copies and lse is lse_given:    # launched as planned: later calls go short
+    bias_copy = plan_bias(copies)
+    if key is not None and bias_copy is not None and lse is lse_given:    # launched as planned: later calls go short
         from nova.kernels.attention.build_hopper_bwd import tensor_map_rows
         maps = {role: map_specs(r, role, ("q", "k", "v", "dout"),
                                 lambda n, role=role: tensor_map_rows(r.schedule, role, n))
                 if r.schedule.kernel(role).hopper else () for role in ("bwd_dkv", "bwd_dq")}
-        _plans[key] = CallPlan(r, _device(q), (p.batch, p.heads, p.seq_q), maps, stream_reader(q.device.index))
+        _plans[key] = CallPlan(r, _device(q), (p.batch, p.heads, p.seq_q), maps, stream_reader(q.device.index),
+                               bias_copy)
     return tuple(g if back is None else back for g, back in ((gq, bq), (gk, bk), (gv, bv)))
 
 
