@@ -14,7 +14,7 @@ mkdir -p $R/attention-20261218
 timeout 280 python3 -m nova.bench.heldout attention --count 40 --seed 20261218 --out $R/attention-20261218 2>&1 | tail -1
 grep -A16 "## Summary" $R/attention-20261218/heldout_attention.md | head -18
 mkdir -p $R/gemm-20261219
-timeout 230 python3 -m nova.bench.heldout gemm --count 100 --seed 20261219 --settle-s 0.2 --graph-settle-s 0.1 \
+timeout 185 python3 -m nova.bench.heldout gemm --count 100 --seed 20261219 --settle-s 0.2 --graph-settle-s 0.1 \
     --out $R/gemm-20261219 2>&1 | tail -1
 grep -A8 "## Summary" $R/gemm-20261219/heldout_gemm.md | head -9
 true
