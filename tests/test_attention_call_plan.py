@@ -1,7 +1,8 @@
 """nova.attention's call plans (launch.CallPlan): a repeated call signature launches exactly what the
-general path launched, without resolving again; options, bias, misaligned pointers and copied operands
-take the general path (a bias is planned in place or through its float32 copy).  On the CPU: the driver, the kernel cache and the tensor maps are stand-ins that
-record the launches (the device runs them in tests/test_attention_gpu.py)."""
+general path launched, without resolving again; a bias is planned in place (float32) or through its
+float32 copy; a changed option, misaligned pointers and copied operands take the general path.  On the
+CPU: the driver, the kernel cache and the tensor maps are stand-ins that record the launches (the
+device runs them in tests/test_attention_gpu.py and tests/test_attention_mask_gpu.py)."""
 from __future__ import annotations
 
 import types
@@ -170,15 +171,34 @@ def test_a_bias_is_planned_in_place_or_through_its_copy(recorded):
         assert biased
         if not copied:                                     # in place: the bias's own pointer, as the general path's
             assert all(x == y == bias.data_ptr() for x, y in biased)
+        else:                                              # a float32 copy's, never the bf16 bias itself
+            assert all(bias.data_ptr() not in (x, y) for x, y in biased)
         del outs
     # an address off 4 bytes (a view's offset): copied by the general path, never planned, and a planned
     # signature's call falls back to it
-    assert launch.plan_bias({"bias": "bias's address is not 4-byte aligned"}) is None
-    assert launch.plan_bias({"bias": "bias is torch.bfloat16, the kernels read float32"}) is True
-    assert launch.plan_bias({}) is False and launch.plan_bias({"q": "..."}) is None
+    f32, b16 = torch.zeros(1), torch.zeros(1, dtype=torch.bfloat16)
+    assert launch.plan_bias({"bias": "bias's address is not 4-byte aligned"}, f32) is None
+    assert launch.plan_bias({"bias": "bias is torch.bfloat16, the kernels read float32"}, b16) is True
+    assert launch.plan_bias({}, f32) is False and launch.plan_bias({}, None) is False
+    assert launch.plan_bias({"q": "q's address is not 16-byte aligned"}, None) is None
     odd = types.SimpleNamespace(data_ptr=lambda: 4096 + 2)
     assert launch.planned_bias(types.SimpleNamespace(bias_copy=False), odd) is None
     assert launch.planned_bias(types.SimpleNamespace(bias_copy=False), None) == ((), None)
+    # end to end: a planned signature whose next bias is off 4 bytes goes the general way (a stand-in
+    # plan.resolve count: the general path resolves, the plan does not)
+    launch.reset()
+    recorded.resolves.clear()
+    bias = torch.zeros(q.shape[0], 1, 1, k.shape[2])
+    for _ in range(2):
+        launch.attention(q, k, v, causal=True, bias=bias)
+    assert len(recorded.resolves) == 1
+    real = launch.planned_bias
+    launch.planned_bias = lambda plan, b: None if b is bias else real(plan, b)     # as if off 4 bytes
+    try:
+        launch.attention(q, k, v, causal=True, bias=bias)
+    finally:
+        launch.planned_bias = real
+    assert len(recorded.resolves) == 2
 
 
 def test_an_unaligned_pointer_on_a_planned_signature_falls_back(recorded):

@@ -135,12 +135,15 @@ def test_masked_attention_matches_float64(case, kernels, monkeypatch):
 
 
 @pytest.mark.parametrize("case", [CASES[0], CASES[6]], ids=case_id)
-def test_planned_masked_calls_match_float64(case):
+def test_planned_masked_calls_match_float64(case, monkeypatch):
     """A masked signature's later calls take its call plan (a float32 bias in place; a bf16 one through
     its float32 copy): the same tensors with new values, then new tensors, each against float64."""
     from nova.kernels.attention import launch
     import nova
     launch.reset()
+    resolves = []
+    real_resolve = launch.resolve
+    monkeypatch.setattr(launch, "resolve", lambda *a, **k: resolves.append(1) or real_resolve(*a, **k))
     B, H, Hkv, T, D, dtype, causal, _ = case
     q, k, v, do, bias = operands(case, "cuda")
     for step in range(3):
@@ -160,6 +163,7 @@ def test_planned_masked_calls_match_float64(case):
         t_out, t_grad = TOL[dtype]
         assert rel(out, r_out) < t_out and rel(lse[~masked], r_lse[~masked]) < t_out, step
         assert max(rel(dq, r_dq, floor), rel(dk, r_dk, floor), rel(dv, r_dv)) < t_grad, step
+    assert len(resolves) == 2                           # the first forward and backward; the later calls planned
     assert len(launch._plans) == 2 and {p.bias_copy for p in launch._plans.values()} == {bias.dtype != torch.float32}
 
 

@@ -257,13 +257,16 @@ def _round(x, storage):
     return round_to(x, storage)
 
 
-def simulate(p: GemmProblem, s: SkinnySchedule, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def simulate(p: GemmProblem, s: SkinnySchedule, seed: int, inf_in_row1: tuple = ()) -> tuple[np.ndarray, np.ndarray]:
     """The generated kernel on the CPU, its CTAs in a seeded random order (any may take a column block's
-    last ticket): (C as written, the float64 reference); the counters must be left zero."""
+    last ticket): (C as written, the float64 reference); the counters must be left zero.  ``inf_in_row1``:
+    columns of A's row 1 set to +inf (row 1's outputs are then inf or NaN; the others must not be)."""
     from simt_cpu import run_kernel
     from nova.kernels.gemm.emit_skinny import KERNEL_NAME, build_skinny_module
     rng = np.random.default_rng(seed)
     a = _round(rng.standard_normal(p.M * p.K).astype(np.float32), p.storage)
+    for k in inf_in_row1:
+        a[k * p.M + 1 if p.trans_a else p.K + k] = np.inf
     b = _round(rng.standard_normal(p.K * p.N).astype(np.float32), p.storage)
     bias = _round(rng.standard_normal(p.N).astype(np.float32), p.bias_dtype)
     c = np.full(p.M * p.N, np.nan, dtype=np.float32)
@@ -375,6 +378,27 @@ def test_k_split_chunks_and_staging_rounds_on_the_cpu():
     assert max(rounds) > 1 and vectors == {1, 4}        # A staged by vectors (3x200x3000 tf32) and by elements
 
 
+@pytest.mark.parametrize("case", [(3, 200, 3000, "tf32", False, True, False, "none"),
+                                  (3, 70, 2999, "bf16", False, False, False, "none")], ids=["along K", "along N"])
+def test_a_step_past_a_chunk_reads_only_its_staged_zeros(case):
+    """A step of a tail trip (or of a short chunk's first trip) masks B alone and reads A as staged: it
+    must never reach past the chunk's ``a_chunk`` staged columns of its row, where the next row's
+    columns lie.  Every chunk's first columns of A's row 1 are +inf: a read of them from row 0 or 2
+    past a chunk's end would multiply inf by a masked 0 (NaN); rows 0 and 2 stay finite and exact."""
+    mlir_or_skip()
+    p = GemmProblem(*case)
+    for b_first in (False, True):
+        s = replanned(p, configure(p, "h200", kernel="skinny").schedule, 2, b_first)
+        starts = [lo + c * s.a_chunk for lo in range(0, p.K, s.k_slice) for c in range(-(-s.k_slice // s.a_chunk))]
+        assert p.K % s.span and len(starts) > 2                 # chunks end off a whole trip: tail trips run
+        columns = sorted({k + j for k in starts for j in range(4) if k + j < p.K})
+        got, ref = simulate(p, s, seed=11, inf_in_row1=columns)
+        assert not np.isfinite(got[1]).all()
+        rows = [0, 2]
+        assert np.isfinite(got[rows]).all(), s.label()
+        assert np.linalg.norm(got[rows] - ref[rows]) / np.linalg.norm(ref[rows]) <= TOL[p.dtype], s.label()
+
+
 def test_a_is_staged_by_vectors_only_where_its_rows_and_chunks_allow():
     """``staging_vector``: 16 bytes of a row of A stored [M, K] a load, where K, the chunks and the slices
     are multiples of it and no halo is staged; element by element otherwise.  The runtime then checks
@@ -396,6 +420,9 @@ def test_a_is_staged_by_vectors_only_where_its_rows_and_chunks_allow():
     resolved = ResolvedKernel.__new__(ResolvedKernel)
     resolved.problem, resolved.schedule, resolved.skinny, resolved.hopper = p, s, object(), None
     assert resolved.vector_accesses()[0] == ("A", 8, 2)
+    resolved.check_alignment(4096, 4096, 4096)                               # aligned: nothing raised
+    with pytest.raises(ValueError, match=r"\bA\b"):
+        resolved.check_alignment(4096 + 2, 4096, 4096)                       # A off its 16-byte vector
 
 
 def test_b_first_where_it_makes_fewer_dependent_trips():

@@ -12,7 +12,8 @@ along-N kernel runs at its model; a lanes-along-N problem of the same draw is pr
 Each problem runs its device pick (``eager=False``) where that is the skinny kernel.  ``time`` also
 times, in the same process, the pick's variants (``variants``): staging A element by element where the
 pick stages vectors (``a_vec`` = 1), and A's whole K slice staged as one chunk where the pick stages
-several (``a_chunk`` = ``k_slice``: one staging, no chunk barriers, a first trip known whole).
+several (``a_chunk`` = ``k_slice``: one staging, no chunk barriers; a first trip known whole where K
+is not split).  A lanes-along-N problem or two are timed beside the K-lane ones.
 """
 import dataclasses
 import sys

@@ -22,10 +22,11 @@ B*Hkv*Tk x D``, and an LSE vector a split for the forward), and the role's combi
 into the outputs right after it.
 
 Repeated calls (``CallPlan``): a call on plain torch tensors whose dtypes, shapes, strides, devices,
-arguments and ``NOVA_*`` options match an earlier call that needed no copies skips the checks, the
-problem and the kernel lookup: it reads the data pointers (their 16-byte alignment checked; a
-misaligned one takes the general path), allocates the outputs not given, looks the tensor maps up by
-pointer, reads the current stream and launches.  The options are part of the signature
+arguments and ``NOVA_*`` options match an earlier call that copied no operand (a bias of another dtype
+than float32 aside) skips the checks, the problem and the kernel lookup: it reads the data pointers
+(their 16-byte alignment checked, a float32 bias's 4-byte; a misaligned one takes the general path),
+makes the bias's float32 copy where the plan says, allocates the outputs not given, looks the tensor
+maps up by pointer, reads the current stream and launches.  The options are part of the signature
 (``options.current()``: a snapshot of the environment per call); the target and the cache directory
 are read when a signature is first seen (``reset()`` after changing ``NOVA_TARGET`` or
 ``NOVA_CACHE_DIR`` in a running process, as for ``nova.matmul``).
@@ -97,20 +98,21 @@ def plannable(target) -> bool:
     return target is None or type(target) is str
 
 
-def plan_bias(copies: dict) -> bool | None:
+def plan_bias(copies: dict, bias) -> bool | None:
     """Whether a call plan copies the bias (its dtype is not float32), from the general path's
-    ``copies``; None where the call cannot be planned: another operand is copied, or the bias is for
-    its address (which the next call's tensor may not share)."""
-    reason = copies.get("bias")
-    if set(copies) - {"bias"} or (reason is not None and not reason.startswith("bias is ")):
+    ``copies``; None where the call cannot be planned: another operand is copied, or a float32 bias is
+    copied because of its address (which the next call's tensor may not share)."""
+    if set(copies) - {"bias"}:
         return None
-    return reason is not None
+    copied = bias is not None and bias.dtype != _float32()
+    return None if "bias" in copies and not copied else copied
 
 
 def planned_bias(plan: CallPlan, bias) -> tuple[tuple[int, ...], object] | None:
     """The bias kernel argument on a call plan, and the tensor that must live until the launches are
-    queued: ``((), None)`` without a bias, its pointer in place, or its float32 copy's (``bias_copy``);
-    None where an in-place bias is not 4-byte aligned (the general path copies it)."""
+    queued (the caller keeps the pair until then: a copy freed sooner could be handed to a split
+    kernel's partials): ``((), None)`` without a bias, its pointer in place, or its float32 copy's
+    (``bias_copy``); None where an in-place bias is not 4-byte aligned (the general path copies it)."""
     if bias is None:
         return (), None
     if plan.bias_copy:
@@ -303,8 +305,8 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, *, bias
     if plan is not None:
         o = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
         ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr())
-        extra = planned_bias(plan, bias)
-        if not (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3]) % 16 and extra is not None:
+        extra = planned_bias(plan, bias) if not (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3]) % 16 else None
+        if extra is not None:                   # (extra[1], the bias copy, lives until the launches are queued)
             lse = torch.empty(plan.vector_shape, dtype=torch.float32, device=q.device) if lse is None else lse
             ins = planned_maps(plan, "fwd", ptrs[:3]) if plan.maps["fwd"] else ptrs[:3]
             outs = (ptrs[3], lse.data_ptr())
@@ -325,7 +327,7 @@ def attention(q, k, v, causal: bool = False, scale: float | None = None, *, bias
     else:
         split_launch(r, "fwd", (q.data_ptr(), k.data_ptr(), v.data_ptr()), outs, bias_arg, _stream(q), q)
     del bias_held
-    bias_copy = plan_bias(copies)
+    bias_copy = plan_bias(copies, bias)
     if back is not None:
         back.copy_(o)
     elif key is not None and bias_copy is not None:     # launched as planned: this signature's later calls go short
@@ -412,14 +414,15 @@ def attention_backward(dout, q, k, v, out, lse, causal: bool = False, scale: flo
     key = signature((dout, q, k, v, out, lse, dq, dk, dv, bias), "bwd", bool(causal), scale, target) \
         if plannable(target) else None
     plan = _plans.get(key) if key is not None else None
-    extra = planned_bias(plan, bias) if plan is not None else None
-    if extra is not None:
+    if plan is not None:
         grads = tuple(torch.empty(like.shape, dtype=like.dtype, device=like.device) if g is None else g
                       for g, like in ((dq, q), (dk, k), (dv, v)))
         ins = (q.data_ptr(), k.data_ptr(), v.data_ptr(), dout.data_ptr())
         outs = tuple(g.data_ptr() for g in grads)
         op, lp = out.data_ptr(), lse.data_ptr()
-        if not (ins[0] | ins[1] | ins[2] | ins[3] | op | lp | outs[0] | outs[1] | outs[2]) % 16:
+        aligned = not (ins[0] | ins[1] | ins[2] | ins[3] | op | lp | outs[0] | outs[1] | outs[2]) % 16
+        extra = planned_bias(plan, bias) if aligned else None
+        if extra is not None:                   # (extra[1], the bias copy, lives until the launches are queued)
             stream, kernels = plan.stream(), plan.resolved.kernels
             delta = torch.empty(plan.vector_shape, dtype=torch.float32, device=q.device)
             dp = delta.data_ptr()
@@ -460,7 +463,7 @@ def attention_backward(dout, q, k, v, out, lse, causal: bool = False, scale: flo
     for g, back in ((gq, bq), (gk, bk), (gv, bv)):
         if back is not None:
             back.copy_(g)
-    bias_copy = plan_bias(copies)
+    bias_copy = plan_bias(copies, bias)
     if key is not None and bias_copy is not None and lse is lse_given:    # launched as planned: later calls go short
         from nova.kernels.attention.build_hopper_bwd import tensor_map_rows
         maps = {role: map_specs(r, role, ("q", "k", "v", "dout"),

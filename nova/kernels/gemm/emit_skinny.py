@@ -94,9 +94,10 @@ def check_supported(p: GemmProblem, s: SkinnySchedule) -> None:
             s.a_chunk * cdiv(s.k_slice, s.a_chunk) < s.k_slice:
         fail(f"slices of {s.k_slice} and chunks of {s.a_chunk} are not whole trips of {s.span} covering K = {extent} "
              f"in {s.splits} slices")
-    if s.a_vec != 1 and (s.a_vec * p.in_bytes > 16 or s.a_vec & (s.a_vec - 1) or p.trans_a or s.halo
-                         or p.K % s.a_vec or s.a_chunk % s.a_vec or s.k_slice % s.a_vec or s.stage_loads % s.a_vec):
-        fail(f"a_vec={s.a_vec}: A's staging vectors need A stored [M, K] without a halo, K ({p.K}), the chunks "
+    if s.a_vec < 1 or s.a_vec != 1 and (s.lanes_along != "k" or s.a_vec * p.in_bytes > 16 or s.a_vec & (s.a_vec - 1)
+                                        or p.trans_a or s.halo or p.K % s.a_vec or s.a_chunk % s.a_vec
+                                        or s.k_slice % s.a_vec or s.stage_loads % s.a_vec):
+        fail(f"a_vec={s.a_vec}: A's staging vectors need lanes along K, A stored [M, K] without a halo, K ({p.K}), the chunks "
              f"({s.a_chunk}), the slices ({s.k_slice}) and a round's elements ({s.stage_loads}) multiples of it, "
              "in one load of at most 16 bytes")
     if s.lanes_along == "n" and (s.m_pad < p.M or (s.m_pad > 2 and s.m_pad % 4)):
@@ -379,7 +380,9 @@ class SkinnyKernel:
             kk = ir.sub(k, chunk_lo, "kk")
             if s.lanes_along == "n":
                 cur = self.fmas_n(cur, self.a_values(sm, count, kk), [ir.fsel(ok, x, zero, "b_tail") for x in b])
-            elif s.row_shift:            # element v is k + v - shift of the row: outside [0, K) masked
+            elif s.row_shift:            # element v is k + v - shift of the row: outside [0, K) masked.  A step past
+                # the chunk may read A's columns k + v - shift just before chunk_hi: a chunk ends off a whole
+                # trip only at the loop's extent (>= K + shift), so those columns lie at or past K: staged zero
                 inside = [ir.and_(ok, ir.and_(ir.cmp("sge", ir.add(k, v, "kv"), self.shift, "in_lo"),
                                               ir.cmp("slt", ir.add(k, v, "kv"), ir.add(self.shift, p.K, "k_end_s"),
                                                      "in_hi"), "in_row"), "b_ok") for v in range(s.vec)]

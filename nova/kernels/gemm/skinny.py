@@ -39,7 +39,8 @@ Steps, one function each, closed form (no search, no measurement):
  8. A staging       A's columns of a slice staged in equal chunks of whole trips, STAGE_BYTES of FP32 at most;
                     a chunk's first loads of B issued before its staging (B does not depend on A: its first
                     round waits with them) where that makes fewer dependent trips, its rounds smaller
-                    (the sums and those loads stay live across it)
+                    (the sums and those loads stay live across it); with lanes along K, 16-byte vectors
+                    of A's rows a load where its storage and the chunks allow (``staging_vector``)
  9. prediction      max(bytes / (DRAM bandwidth x eta_dram), trips x loaded latency per SM slot, FMA
                     time) + the FMA phase the scheduler's other warps do not cover + launch, plus, when K is split, the last CTA of a column block adding the
                     slices' partials (its fence and ticket, then a thread's loads of all its outputs'
@@ -337,11 +338,13 @@ def staging_vector(p: GemmProblem, lanes: str, k_slice: int, a_chunk: int, halo:
     16-byte vector along a row of A where A is stored ``[M, K]``, its rows start on vectors (K a
     multiple), every chunk and slice starts and ends on one (``a_chunk``, ``k_slice`` multiples; the last
     ends at K) and no halo is staged; else 1.  Element by element, a load costs its address, bound
-    check, select and conversion: run 115's ncu found the K-lane kernels issue-bound on that staging
+    check, select and conversion: Nsight Compute found the K-lane kernels issue-bound on that staging
     (bench/results/h100-2026-12-07/run115-h100).  Never with lanes along N: A is staged transposed there
     (``[a_chunk, m_pad]``), so a vector's elements go ``m_pad`` words apart and a warp's stores of one
-    element fall ``a_vec`` times deeper into one bank; run 117 (H100) measured it 10-39% slower on four
-    lanes-along-N problems (6x5760x5120 tf32 48.1 -> 67.0 us) and 2-7% faster along K."""
+    element fall ``a_vec`` times deeper into one bank: on an H100's held-out draw four lanes-along-N
+    problems ran 4-39% slower by vectors (6x5760x5120 tf32 48.1 -> 67.0 us replayed), the K-lane ones
+    0-7% faster (bench/results/h100-2026-12-07/run117-h100 against run113-h100); stored as shared
+    vectors, 4-9% faster along K (run118-h100/probe_time.txt)."""
     v = TRANSACTION_BYTES // p.in_bytes
     if lanes != "k" or p.trans_a or halo or p.batch > 1 or p.K % v or a_chunk % v or k_slice % v:
         return 1
@@ -363,8 +366,8 @@ def slices(p: GemmProblem, lanes: str, span: int, splits: int, m_pad: int, threa
            halo: int = 0) -> Slices:
     """(splits, k_slice, a_chunk, stage_loads, b_first, trips, a_vec) of ``splits`` slices of whole trips
     of ``span``: A staged in equal chunks, ``stage_loads`` elements a thread per round (whole vectors of
-    ``a_vec``, ``staging_vector``); a dependent trip per staging round and per trip of B.  Two orders (``emit_skinny.chunk``), the one of fewer trips
-    (staged first where level):
+    ``a_vec``, ``staging_vector``); a dependent trip per staging round and per trip of B.  Two orders
+    (``emit_skinny.chunk``), the one of fewer trips (staged first where level):
 
     * staged first: a round's loads (a value and its index each) in the registers the FMA loop holds
       but its base, every round a trip;
@@ -525,7 +528,7 @@ def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, thread
     # K split: one wave of CTAs, or one slice when the last CTA's sum of the slices costs more than it saves
     one = slices(p, lanes, span, 1, m_pad, threads, regs, parts["a_regs"], halo)
     most_last = 4 * (FLAG_WORDS + threads)          # the last CTA's sums of a split: at most one word a thread
-    bps = d.record(occupancy(gpu, threads, regs, smem_bytes(p, lanes, threads, threads_n, vec, one[2], m_pad,
+    bps = d.record(occupancy(gpu, threads, regs, smem_bytes(p, lanes, threads, threads_n, vec, one.a_chunk, m_pad,
                                                             most_last, halo)))
     if bps < 1:
         return None
@@ -547,7 +550,8 @@ def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, thread
                                        columns)[0].time_us, cand)
         best = min(times, key=lambda k: times[k][0])
         choice = times[best][1]
-        d.note("skinny: K split", choice[0], ", ".join(f"{times[k][1][0]} slice(s) {times[k][0]:.2f} us" for k in times)
+        d.note("skinny: K split", choice.splits, ", ".join(f"{times[k][1].splits} slice(s) {times[k][0]:.2f} us"
+                                                          for k in times)
                + " (with the last CTA's sum of the slices): the lowest")
     splits, k_slice, a_chunk, stage_loads, b_first, trips, a_vec = choice
     d.note("skinny: slices", f"{splits} x {k_slice}", f"K = {p.K} in slices of whole trips of {span}; A staged "
