@@ -23,7 +23,10 @@ from nova.kernels.gemm.problem import GemmProblem
 PROBLEMS = [GemmProblem(11, 640, 14144, "tf32", trans_b=True), GemmProblem(4, 704, 1728, "bf16", trans_b=True),
             GemmProblem(15, 2199, 574, "bf16", trans_b=True), GemmProblem(3, 3200, 11776, "tf32", trans_b=True),
             GemmProblem(10, 1408, 3328, "bf16", trans_b=True), GemmProblem(6, 5760, 5120, "tf32"),
-            GemmProblem(11, 2688, 1408, "bf16")]
+            GemmProblem(11, 2688, 1408, "bf16"),
+            # the K-lane kernels still 1.3-1.6x their model after the chunk fix (seed 20261218, run 118)
+            GemmProblem(4, 1751, 3579, "bf16", trans_b=True), GemmProblem(9, 320, 832, "tf32", trans_b=True),
+            GemmProblem(5, 320, 9728, "bf16", trans_b=True)]
 ONE_CHUNK_BYTES = 120 * 1024      # the one-chunk variant only where A's slice fits this much shared memory
 
 
