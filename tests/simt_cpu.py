@@ -488,18 +488,28 @@ class _Cta:
         self.env[op.results[0]] = self.bcast(self.val(x))[src]
         self.env[op.results[1]] = valid
 
+    @staticmethod
+    def split_yield(region: list) -> tuple[list, Op | None]:
+        """A region's ops before its ``scf.yield``, and the yield (None where it has none)."""
+        if region and region[-1].name == "scf.yield":
+            return region[:-1], region[-1]
+        return region, None
+
+    def yielded(self, yield_op) -> list:
+        """The values an ``scf.yield`` hands out, per thread."""
+        return [self.bcast(self.val(a)) for a in self.args(yield_op.rest.rsplit(" : ", 1)[0])]
+
     def op_scf_if(self, op, mask):
         """Both regions run on their threads; with results, each region's ``scf.yield`` gives its
         threads' values."""
         cond = self.bcast(self.val(self.args(op.rest)[0])).astype(bool)
         outs = [None] * len(op.results)
         for region, where in ((op.body, mask & cond), (op.orelse, mask & ~cond)):
-            yield_op = region[-1] if region and region[-1].name == "scf.yield" else None
+            body, yield_op = self.split_yield(region)
             if where.any():
-                self.run(region[:-1] if yield_op else region, where)
+                self.run(body, where)
                 if yield_op is not None:
-                    new = [self.bcast(self.val(a)) for a in self.args(yield_op.rest.rsplit(" : ", 1)[0])]
-                    outs = [n if o is None else np.where(where, n, o) for n, o in zip(new, outs)]
+                    outs = [n if o is None else np.where(where, n, o) for n, o in zip(self.yielded(yield_op), outs)]
         for name, v in zip(op.results, outs):
             self.env[name] = v
 
@@ -510,8 +520,7 @@ class _Cta:
         carried = [self.bcast(self.val(b)).copy() for _, b in pairs]
         t = self.bcast(self.val(lo)).astype(np.int64).copy()
         hi_v, step_v = self.bcast(self.val(hi)), int(self.val(step))
-        yield_op = op.body[-1] if op.body and op.body[-1].name == "scf.yield" else None
-        body = op.body[:-1] if yield_op else op.body
+        body, yield_op = self.split_yield(op.body)
         while True:
             active = mask & (t < hi_v)
             if not active.any():
@@ -521,8 +530,7 @@ class _Cta:
                 self.env[name] = v
             self.run(body, active)
             if yield_op is not None:
-                new = [self.bcast(self.val(a)) for a in self.args(yield_op.rest.rsplit(" : ", 1)[0])]
-                carried = [np.where(active, n, c) for n, c in zip(new, carried)]
+                carried = [np.where(active, n, c) for n, c in zip(self.yielded(yield_op), carried)]
             t = t + step_v
         for name, v in zip(op.results, carried):
             self.env[name] = v

@@ -138,6 +138,11 @@ def errors(rows, c: dict) -> np.ndarray:
     return calibrated_time_us(t, split, c, _launches(rows)) / meas - 1
 
 
+def model_errors(rows) -> np.ndarray:
+    """The uncalibrated model's relative errors (predicted / measured - 1) of ``rows``."""
+    return np.array([r["predicted_us"] / r["measured_us"] - 1 for r in rows])
+
+
 def stats(err) -> dict:
     err = np.asarray(err)
     return {"within_15pct": float(np.mean(np.abs(err) <= BAND)),
@@ -368,7 +373,7 @@ def main(argv=None) -> int:
     preset, env, rows, skipped = load_rows(args.results, args.preset, args.family)
     if len(rows) < 2 * len(CONSTANTS):
         raise SystemExit(f"only {len(rows)} usable rows: too few to fit {len(CONSTANTS)} constants")
-    before = np.array([r["predicted_us"] / r["measured_us"] - 1 for r in rows])
+    before = model_errors(rows)
     fixed = dict(parse_fixed(f) for f in args.fix)
     if ("f_sustained_mhz" in fixed) != ("f_max_mhz" in fixed):
         raise SystemExit("the power-limited clock needs both f_sustained_mhz and f_max_mhz")
@@ -377,7 +382,8 @@ def main(argv=None) -> int:
         fixed["f_model_mhz"] = get_target(preset).clock_hz / 1e6
     c = fit(rows, fixed)
     after = errors(rows, c)
-    loo = np.full(len(rows), np.nan) if args.no_leave_one_out else leave_one_shape_out(rows, fixed)
+    loso = not args.no_leave_one_out
+    loo = leave_one_shape_out(rows, fixed) if loso else np.full(len(rows), np.nan)
     print(f"{preset}: {len(rows)} kernels from {args.results} ({env.get('device')}, {env.get('date')})")
     for s in skipped:
         print(f"  skipped {s}")
@@ -387,7 +393,6 @@ def main(argv=None) -> int:
     t, split, _ = _arrays(rows)
     f_pred = predicted_clock_mhz(t, split, c, _launches(rows))
     f_pred = [math.nan] * len(rows) if f_pred is None else list(f_pred)
-    loso = not args.no_leave_one_out
     print(f"{'kernel':28s} {'measured':>9s} {'model':>9s} {'err':>7s} {'calib.':>9s} {'err':>7s}" + " LOSO err" * loso
           + " MHz pred." * ("f_sustained_mhz" in c) + " MHz meas." * bool(args.clocks))
     for r, e0, e1, e2, mhz, fp in zip(rows, before, after, loo, clocks, f_pred):
@@ -407,14 +412,14 @@ def main(argv=None) -> int:
                          "torch": env.get("torch"), "nova": env.get("nova"), "kernels": len(rows),
                          "skipped": skipped},
               "before": stats(before), "after": stats(after),
-              **({} if args.no_leave_one_out else {"leave_one_shape_out": stats(loo)}),
+              **({"leave_one_shape_out": stats(loo)} if loso else {}),
               "fitted": time.strftime("%Y-%m-%d")}
     if args.test:                    # constants fitted above, rows never fitted on
         _, test_env, test_rows, _ = load_rows(args.test, preset, args.family)
         result["tested"] = {"results": args.test, "kernels": len(test_rows),
-                            "before": stats([r["predicted_us"] / r["measured_us"] - 1 for r in test_rows]),
+                            "before": stats(model_errors(test_rows)),
                             "after": stats(errors(test_rows, c))}
-    for k in ("before", "after", "leave_one_shape_out")[:2 if args.no_leave_one_out else 3]:
+    for k in ("before", "after") + ("leave_one_shape_out",) * loso:
         s = result[k]
         print(f"{k:20s}: {s['within_15pct']:.0%} within ±15%, typical factor off {s['geomean_factor_off']:.2f}x, "
               f"max {s['max_abs_error']:.0%}")

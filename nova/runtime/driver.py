@@ -38,6 +38,9 @@ _cu = None
 _init_lock = threading.RLock()
 
 
+MEMSETS = {4: "cuMemsetD32Async", 2: "cuMemsetD16Async", 1: "cuMemsetD8Async"}   # element bytes -> driver call
+
+
 class _HotPath:
     """``cuLaunchKernelEx``, ``cuCtxGetCurrent`` and ``cuMemset{D32,D16,D8}Async`` called through ctypes
     on libcuda itself.
@@ -63,7 +66,7 @@ class _HotPath:
             if fn is not None:
                 fn.restype = ctypes.c_int
         value = {4: ctypes.c_uint, 2: ctypes.c_ushort, 1: ctypes.c_ubyte}
-        for elem_bytes, name in ((4, "cuMemsetD32Async"), (2, "cuMemsetD16Async"), (1, "cuMemsetD8Async")):
+        for elem_bytes, name in MEMSETS.items():
             fn = getattr(lib, name, None)
             if fn is not None:               # (CUdeviceptr, value, count, CUstream): argtypes, as ints are 32-bit
                 fn.restype = ctypes.c_int
@@ -409,7 +412,7 @@ def memset_async(ptr: int, count: int, elem_bytes: int, stream: int, doing: str)
             check(_cu.CUresult(int(err)), doing)
         return
     cu = _cu
-    fn = getattr(cu, {4: "cuMemsetD32Async", 2: "cuMemsetD16Async", 1: "cuMemsetD8Async"}[elem_bytes])
+    fn = getattr(cu, MEMSETS[elem_bytes])
     check(fn(cu.CUdeviceptr(ptr), 0, count, cu.CUstream(stream)), doing)
 
 
