@@ -41,10 +41,15 @@ Steps, one function each, closed form (no search, no measurement):
                     round waits with them) where that makes fewer dependent trips, its rounds smaller
                     (the sums and those loads stay live across it); with lanes along K, 16-byte vectors
                     of A's rows a load where its storage and the chunks allow (``staging_vector``)
- 9. prediction      max(bytes / (DRAM bandwidth x eta_dram), trips x loaded latency per SM slot, FMA
-                    time) + the FMA phase the scheduler's other warps do not cover + launch, plus, when K is split, the last CTA of a column block adding the
-                    slices' partials (its fence and ticket, then a thread's loads of all its outputs'
-                    partials, REDUCE_UNROLL in flight: one loaded latency a run)
+ 9. prediction      max(bytes / (DRAM bandwidth x eta_dram), latency, FMA time) + the FMA phase the
+                    scheduler's other warps do not cover + launch.  The latency: trips x loaded latency
+                    per SM slot, and each chunk's first FMA phase (``trip_phase``: a trip's FMAs,
+                    conversions and reads of A in shared memory on one SM) on top, which no load of the
+                    CTA covers -- its warps leave the staging barrier together -- and the SM's other
+                    CTAs only while their own phases leave room in the latency.  When K is split, the
+                    last CTA of a column block adding the slices' partials after it (its fence and
+                    ticket, then a thread's loads of all its outputs' partials, REDUCE_UNROLL in
+                    flight: one loaded latency a run)
 
 ``choose_kernel`` is the one rule between this kernel and the tensor-core tiles: the lower prediction.
 """
@@ -124,10 +129,17 @@ F = formulas("""
     trips = staging_waits + ceil(k_slice / span)
     t_bandwidth = 1000000.0 * bytes / (dram_bw * eta_dram)
     t_latency = 0.001 * mem_latency_ns * trips * ceil(grid / (blocks_per_sm * sm_count))
+    lds_k = m * ceil(vec / 4) / (vec * rows)
+    lds_n = ceil(m_pad / 4) / vec
+    smem_k = 4 * m / rows
+    smem_n = 4 * ceil(m_pad / 4) / vec
+    t_phase = 1000000.0 * columns * span * ((m + converts + lds) / fp32_lanes_per_sm + smem / smem_bytes_per_clk_sm) / clock_hz
+    ctas_sm = Min(blocks_per_sm, ceil(grid / sm_count))
+    t_chunks = 0.001 * ceil(grid / (blocks_per_sm * sm_count)) * (mem_latency_ns * trips + chunks * Max(1000 * t_phase, ctas_sm * 1000 * t_phase - mem_latency_ns))
     t_fma = 1000000.0 * K * N * (converts + m) / fma_rate
     warps_per_scheduler = blocks_per_sm * threads / (32 * warp_schedulers_per_sm)
     t_exposed = fma_exposed_warps * t_fma / warps_per_scheduler
-    t_kernel = t_exposed + t_launch + Max(t_bandwidth, t_fma, t_latency)
+    t_kernel = t_exposed + t_launch + Max(t_bandwidth, t_fma, t_chunks)
     reduce_groups = Max(1, Min(splits, floor(threads / (columns * m))))
     splits_tail = Max(1, Min(wave, floor(reduce_unroll * Max(1, floor(threads / (columns * m)))
                                          / ceil(m * columns / threads))))
@@ -400,8 +412,26 @@ def main_bytes(p: GemmProblem, splits: int) -> int:
     return (p.K * p.N + p.M * p.K) * p.in_bytes + out + bias
 
 
+def trip_phase(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, rows: int, columns: int, span: int,
+               m_pad: int) -> float:
+    """A CTA's FMA phase of one trip (us): its ``columns x span`` elements of B, each M FMAs, a conversion
+    (16-bit B) and its share of A's shared-memory reads, issued at one warp instruction a clock per
+    scheduler (``fp32_lanes_per_sm`` lanes), plus A's shared-memory wavefronts at ``smem_bytes_per_clk_sm``.
+    Lanes along K: a lane reads its ``vec`` FP32 values of each row of A in 16-byte loads, shared by the
+    warp's ``rows`` columns (4 M / rows bytes an element); lanes along N: a warp reads a k's ``m_pad``
+    values as 16-byte broadcasts (one wavefront each), shared by a thread's ``vec`` columns."""
+    if lanes == "k":
+        lds, smem = F.lds_k(m=p.M, vec=vec, rows=rows), F.smem_k(m=p.M, rows=rows)
+    else:
+        lds, smem = F.lds_n(m_pad=m_pad, vec=vec), F.smem_n(m_pad=m_pad, vec=vec)
+    return float(F.t_phase(columns=columns, span=span, m=p.M, converts=converts(p), lds=lds, smem=smem,
+                           fp32_lanes_per_sm=gpu.fp32_lanes_per_sm, smem_bytes_per_clk_sm=gpu.smem_bytes_per_clk_sm,
+                           clock_hz=gpu.clock_hz))
+
+
 def predict(p: GemmProblem, gpu: GPUModel, splits: int, trips: int, grid: int, bps: int, groups: int,
-            threads: int, columns: int, d: Derivation | None = None) -> tuple[Prediction, dict]:
+            threads: int, columns: int, chunks: int, phase_us: float, d: Derivation | None = None
+            ) -> tuple[Prediction, dict]:
     """Step 9: max(DRAM, latency, FMA) + launch; with K split, the last CTA's tail after it (the fence
     of its partials, its ticket, then each thread's loads of its outputs' partials, REDUCE_UNROLL at a
     time: a thread with several outputs loads the partials of all of them): two dependent trips before
@@ -415,9 +445,14 @@ def predict(p: GemmProblem, gpu: GPUModel, splits: int, trips: int, grid: int, b
     t_bw = rec.apply("skinny: DRAM time (us)", F.t_bandwidth, f"B and A read once, "
                      f"{'the FP32 partials' if splits > 1 else 'C'} written; eta_dram {c['eta_dram']:.3f} "
                      f"({c['source']})", bytes=nbytes, dram_bw=gpu.dram_bw, eta_dram=c["eta_dram"])
-    t_lat = rec.apply("skinny: latency time (us)", F.t_latency, f"{trips} dependent trips a CTA (A's staging rounds and "
-                      f"B's trips), over the {grid} CTAs per SM slot", mem_latency_ns=gpu.mem_latency_ns, trips=trips,
-                      grid=grid, blocks_per_sm=bps, sm_count=gpu.sm_count)
+    ctas = int(F.ctas_sm(blocks_per_sm=bps, grid=grid, sm_count=gpu.sm_count))
+    t_lat = rec.apply("skinny: latency time (us)", F.t_chunks, f"{trips} dependent trips a CTA (A's staging rounds and "
+                      f"B's trips), over the {grid} CTAs per SM slot; and each of the slice's {chunks} chunk(s) "
+                      f"starts with an FMA phase of {phase_us:.3f} us (``trip_phase``) that no load covers: every "
+                      f"warp of the CTA leaves the staging barrier together, and the SM's other {ctas - 1} CTA(s) "
+                      f"cover it only while their own phases leave the latency room",
+                      mem_latency_ns=gpu.mem_latency_ns, trips=trips, grid=grid, blocks_per_sm=bps,
+                      sm_count=gpu.sm_count, chunks=chunks, t_phase=phase_us, ctas_sm=ctas)
     t_fma = rec.apply("skinny: FMA time (us)", F.t_fma, "M FMAs (and a conversion for 16-bit B) per element of B",
                       K=p.K, N=p.N, converts=converts(p), m=p.M, fma_rate=fma_rate)
     warps = F.warps_per_scheduler(threads=threads, blocks_per_sm=bps, warp_schedulers_per_sm=gpu.warp_schedulers_per_sm)
@@ -426,7 +461,7 @@ def predict(p: GemmProblem, gpu: GPUModel, splits: int, trips: int, grid: int, b
                           f"{threads * bps // 32} warps an SM on {gpu.warp_schedulers_per_sm:g} schedulers",
                           fma_exposed_warps=FMA_EXPOSED_WARPS, t_fma=t_fma, warps_per_scheduler=warps)
     t_main = rec.apply("skinny: kernel time (us)", F.t_kernel, f"launch {c['t_launch_us']:.2f} us",
-                       t_launch=c["t_launch_us"], t_bandwidth=t_bw, t_fma=t_fma, t_latency=t_lat,
+                       t_launch=c["t_launch_us"], t_bandwidth=t_bw, t_fma=t_fma, t_chunks=t_lat,
                        t_exposed=t_exposed)
     terms = {"dram": t_bw, "latency": t_lat, "fma": t_fma, "fma_exposed": t_exposed, "launch": c["t_launch_us"]}
     total, bound = t_main, max(("dram", t_bw), ("latency", t_lat), ("fma", t_fma), key=lambda kv: kv[1])[0]
@@ -523,6 +558,7 @@ def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, thread
     regs = int(F.regs(**parts))
     span = (threads // threads_n) * unroll if lanes == "n" else WARP * vec * unroll
     columns = threads_n * (vec if lanes == "n" else rows)
+    phase = trip_phase(p, gpu, lanes, vec, rows, columns, span, m_pad)
     blocks_n = d.apply("skinny: CTAs along N", F.blocks_n, f"{columns} columns of C a CTA", post=int, N=p.N,
                        columns=columns)
     # K split: one wave of CTAs, or one slice when the last CTA's sum of the slices costs more than it saves
@@ -547,7 +583,7 @@ def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, thread
             cand = slices(p, lanes, span, n_splits, m_pad, threads, regs, parts["a_regs"], halo)
             groups = reduce_groups(p, threads, columns, cand.splits) if cand.splits > 1 else 1
             times[n_splits] = (predict(p, gpu, cand.splits, cand.trips, blocks_n * cand.splits, bps, groups, threads,
-                                       columns)[0].time_us, cand)
+                                       columns, cdiv(cand.k_slice, cand.a_chunk), phase)[0].time_us, cand)
         best = min(times, key=lambda k: times[k][0])
         choice = times[best][1]
         d.note("skinny: K split", choice.splits, ", ".join(f"{times[k][1].splits} slice(s) {times[k][0]:.2f} us"
@@ -566,7 +602,8 @@ def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, thread
                               blocks_per_sm=bps, reduce_groups=groups, row_shift=row_shift)
     smem = smem_bytes(p, lanes, threads, threads_n, vec, a_chunk, m_pad, schedule.reduction_smem_bytes(p.M), halo)
     schedule = dataclasses.replace(schedule, smem_bytes=smem)
-    prediction, _ = predict(p, gpu, splits, trips, blocks_n * splits, bps, groups, threads, columns, d)
+    prediction, _ = predict(p, gpu, splits, trips, blocks_n * splits, bps, groups, threads, columns,
+                            cdiv(k_slice, a_chunk), phase, d)
     return schedule, prediction
 
 
