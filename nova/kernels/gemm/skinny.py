@@ -413,7 +413,7 @@ def main_bytes(p: GemmProblem, splits: int) -> int:
 
 
 def trip_phase(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, rows: int, columns: int, span: int,
-               m_pad: int) -> float:
+               m_pad: int, d: Derivation | None = None) -> float:
     """A CTA's FMA phase of one trip (us): its ``columns x span`` elements of B, each M FMAs, a conversion
     (16-bit B) and its share of A's shared-memory reads, issued at one warp instruction a clock per
     scheduler (``fp32_lanes_per_sm`` lanes), plus A's shared-memory wavefronts at ``smem_bytes_per_clk_sm``.
@@ -424,7 +424,12 @@ def trip_phase(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, rows: int, c
         lds, smem = F.lds_k(m=p.M, vec=vec, rows=rows), F.smem_k(m=p.M, rows=rows)
     else:
         lds, smem = F.lds_n(m_pad=m_pad, vec=vec), F.smem_n(m_pad=m_pad, vec=vec)
-    return float(F.t_phase(columns=columns, span=span, m=p.M, converts=converts(p), lds=lds, smem=smem,
+    rec = d if d is not None else Derivation()
+    return float(rec.apply("skinny: a trip's FMA phase (us)", F.t_phase,
+                           f"a CTA's {columns} columns x {span} of K: {p.M} FMAs, {converts(p)} conversion(s) and "
+                           f"{float(lds):.3g} shared load(s) an element of B at one warp instruction a clock a "
+                           f"scheduler, and {float(smem):.3g} bytes of A read from shared memory an element",
+                           columns=columns, span=span, m=p.M, converts=converts(p), lds=lds, smem=smem,
                            fp32_lanes_per_sm=gpu.fp32_lanes_per_sm, smem_bytes_per_clk_sm=gpu.smem_bytes_per_clk_sm,
                            clock_hz=gpu.clock_hz))
 
@@ -448,9 +453,11 @@ def predict(p: GemmProblem, gpu: GPUModel, splits: int, trips: int, grid: int, b
     ctas = int(F.ctas_sm(blocks_per_sm=bps, grid=grid, sm_count=gpu.sm_count))
     t_lat = rec.apply("skinny: latency time (us)", F.t_chunks, f"{trips} dependent trips a CTA (A's staging rounds and "
                       f"B's trips), over the {grid} CTAs per SM slot; and each of the slice's {chunks} chunk(s) "
-                      f"starts with an FMA phase of {phase_us:.3f} us (``trip_phase``) that no load covers: every "
-                      f"warp of the CTA leaves the staging barrier together, and the SM's other {ctas - 1} CTA(s) "
-                      f"cover it only while their own phases leave the latency room",
+                      f"starts with a trip's FMA phase ({phase_us:.3f} us) that no load of the CTA covers: its "
+                      f"warps leave the staging barrier together; "
+                      + ("no other CTA shares its SM" if ctas == 1 else
+                         f"the SM's {ctas - 1} other CTA(s) cover it only while their own phases leave room "
+                         f"in the latency"),
                       mem_latency_ns=gpu.mem_latency_ns, trips=trips, grid=grid, blocks_per_sm=bps,
                       sm_count=gpu.sm_count, chunks=chunks, t_phase=phase_us, ctas_sm=ctas)
     t_fma = rec.apply("skinny: FMA time (us)", F.t_fma, "M FMAs (and a conversion for 16-bit B) per element of B",
@@ -558,7 +565,7 @@ def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, thread
     regs = int(F.regs(**parts))
     span = (threads // threads_n) * unroll if lanes == "n" else WARP * vec * unroll
     columns = threads_n * (vec if lanes == "n" else rows)
-    phase = trip_phase(p, gpu, lanes, vec, rows, columns, span, m_pad)
+    phase = trip_phase(p, gpu, lanes, vec, rows, columns, span, m_pad, d)
     blocks_n = d.apply("skinny: CTAs along N", F.blocks_n, f"{columns} columns of C a CTA", post=int, N=p.N,
                        columns=columns)
     # K split: one wave of CTAs, or one slice when the last CTA's sum of the slices costs more than it saves
