@@ -97,6 +97,29 @@ def test_chunked_k_lane_kernels_price_each_chunks_first_fma_phase():
         assert r["model_us"] < 0.8 * measured                 # what the model without the term had predicted
 
 
+@pytest.mark.parametrize("case", [(4, 704, 1728, "bf16", False, True), (11, 2688, 1408, "bf16", False, False),
+                                  (7, 13888, 4160, "tf32", True, False), (5, 320, 9728, "bf16", False, True)])
+def test_a_measured_skinny_label_is_derived_and_priced_again(case):
+    """``priced_label`` rebuilds the schedule a label names: the pick's own label gives the pick and its
+    prediction; the pick with other K slices (a label an older model picked) gives a schedule of that
+    label, priced by today's model; a label of another layout is None.  ``measured_config`` takes it."""
+    from nova.kernels.gemm.space import measured_config
+    p = GemmProblem(*case)
+    for target in ("h100", "h200"):
+        pick = configure(p, target, kernel="skinny")
+        gpu = pick.target
+        schedule, prediction = skinny.priced_label(p, gpu, pick.schedule.label())
+        assert schedule == pick.schedule and prediction.time_us == pick.prediction.time_us
+        for splits in {1, 2} - {pick.schedule.splits}:
+            label = pick.schedule.label().rsplit(" ", 1)[0] + f" s{splits}"
+            other = skinny.priced_label(p, gpu, label)
+            assert other is not None and other[0].label() == label and other[0].splits == splits
+            cfg = measured_config(p, target, label)
+            assert cfg.schedule == other[0] and cfg.prediction.time_us == other[1].time_us
+        flipped = pick.schedule.label().replace(f" {pick.schedule.lanes_along} ", " k " if pick.schedule.lanes_along == "n" else " n ")
+        assert skinny.priced_label(p, gpu, flipped) is None
+
+
 @pytest.mark.parametrize("case", [(8, 14336, 4096, "bf16", False), (5, 13504, 9344, "bf16", True),
                                   (12, 12864, 13184, "tf32", False), (6, 7652, 6292, "tf32", False)])
 @pytest.mark.parametrize("target", ["h200", "h100"])

@@ -531,12 +531,42 @@ def configure_skinny(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[Skin
     return derived[best][0]
 
 
+def priced_label(p: GemmProblem, gpu: GPUModel, label: str) -> tuple[SkinnySchedule, Prediction] | None:
+    """The skinny schedule a results row measured (``SkinnySchedule.label``: lanes, vector, threads,
+    unroll, splits) derived and priced by today's model: steps 2-4 as ``configure_skinny``, the row's
+    threads along N and K slices, the unroll of Little's law or its cap, whichever the label holds.
+    None where today's derivation cannot make that schedule (another layout, vector or row count)."""
+    parts = label.split()
+    if len(parts) != 6 or parts[0] != "skinny" or not applies(p, gpu)[0]:
+        return None
+    d = Derivation()
+    lanes, vec, row_shift = d.record(layout_and_vector(p))
+    threads, threads_n, rows = d.record(threads_step(p, gpu, lanes, vec))
+    halo = shift_halo(lanes, vec, row_shift)
+    if halo:
+        p = dataclasses.replace(p, K=loop_extent(p.K, vec, halo))
+    if lanes == "n":
+        width = int(parts[3].split("x")[0])
+        shape = f"{width}x{threads // width}"
+    else:
+        width, shape = threads_n, f"w{threads_n}r{rows}"
+    if parts[1:4] != [lanes, f"v{vec}", shape] or threads % width:
+        return None
+    for deep in (False, True):
+        result = _configure_width(p, gpu, lanes, vec, threads, width, rows, Derivation(), row_shift, deep,
+                                  splits=int(parts[5][1:]))
+        if result is not None and result[0].label() == label:
+            return result
+    return None
+
+
 def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, threads: int, threads_n: int, rows: int,
-                     d: Derivation, row_shift: bool = False, deep: bool = False
+                     d: Derivation, row_shift: bool = False, deep: bool = False, splits: int | None = None
                      ) -> tuple[SkinnySchedule, Prediction] | None:
     """Steps 5-9 for ``threads_n`` threads along N (lanes along K: the warps); ``row_shift``: ``p.K`` is
     the loop's extent, and A's chunks are staged with ``vec`` columns more (lanes along K), or each row
-    is read as two vectors (lanes along N); ``deep``: the unroll at its cap (``loads_in_flight``)."""
+    is read as two vectors (lanes along N); ``deep``: the unroll at its cap (``loads_in_flight``);
+    ``splits``: that many K slices instead of step 7's choice (``priced_label``)."""
     m_pad = m_pad_of(p, lanes)
     halo = shift_halo(lanes, vec, row_shift)
     shifted = row_shift and lanes == "n"
@@ -581,7 +611,9 @@ def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, thread
                                 blocks_per_sm=bps, sm_count=gpu.sm_count, blocks_n=blocks_n, K=p.K, span=span)
     d.steps.append(s_wave)
     choice = one
-    if wave > 1:
+    if splits is not None:
+        choice = slices(p, lanes, span, splits, m_pad, threads, regs, parts["a_regs"], halo)
+    elif wave > 1:
         # one wave of slices; or as many as the last CTA adds in one run of loads (its groups x
         # REDUCE_UNROLL, over a thread's outputs); or one slice: the lowest prediction of the three
         bal = int(F.splits_tail(wave=wave, threads=threads, columns=columns, m=p.M, reduce_unroll=REDUCE_UNROLL))

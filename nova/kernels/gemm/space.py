@@ -482,7 +482,8 @@ def label(s: Schedule) -> str:
 def measured_config(problem: GemmProblem, target: "GPUModel | str", schedule_label: str | None):
     """The ``Config`` whose schedule a results row measured (its ``schedule`` label): the automatic
     pick or the mma.sync one when the label matches, else that schedule found in the family's space
-    and predicted by today's model (the configurator changed its pick since the measurement; the
+    (a skinny label: derived again with its threads, unroll and splits, ``skinny.priced_label``) and
+    predicted by today's model (the configurator changed its pick since the measurement; the
     derivation then is the pick's).  None if no schedule of the space has that label."""
     picks = []
     for family in (None, "mma.sync"):
@@ -490,6 +491,11 @@ def measured_config(problem: GemmProblem, target: "GPUModel | str", schedule_lab
         if schedule_label is None or label(cfg.schedule) == schedule_label:
             return cfg
         picks.append(cfg)
+    if schedule_label is not None and schedule_label.startswith("skinny"):
+        from nova.kernels.gemm.skinny import priced_label
+        cfg = configure(problem, target, kernel="skinny")
+        priced = priced_label(problem, cfg.target, schedule_label) if cfg.skinny else None
+        return None if priced is None else dataclasses.replace(cfg, schedule=priced[0], prediction=priced[1])
     for cfg in picks:
         if cfg.skinny:               # the space is of tiles: search it from the tiles' pick
             cfg = configure(problem, target, kernel="tiles")
