@@ -41,6 +41,7 @@ CASES = [
     (2, 2, 1, 70, 64, "tf32", True, "full"),
     (2, 4, 4, 93, 128, "bf16", True, "min-bf16"),
     (1, 2, 2, 1, 64, "tf32", False, "right"),
+    (2, 2, 2, 1700, 128, "tf32", False, "right"),     # the Hopper forward split 2 ways: a split past a row's keys
 ]
 
 

@@ -366,3 +366,65 @@ def test_given_splits_replace_the_derivations_pick_and_replays_use_the_recorded_
         with pytest.raises(ValueError) as e:
             configure_attention(DECODE, "h200", splits=bad)
         assert words in str(e.value) and "\n" not in str(e.value)
+
+
+# ---- the Hopper forward split over its keys --------------------------------------------------------
+HOPPER_SPLIT = [((1, 4, 1728, 1728, 128), "tf32", None), ((1, 2, 2048, 2048, 128), "bf16", None),
+                ((2, 2, 1000, 3000, 64), "fp16", (3000, 0, 0, 1))]       # a padding mask: dead rows per split
+
+
+@pytest.mark.parametrize("target", ["h100", "h200"])
+def test_a_few_query_tiles_split_the_hopper_forward_over_its_keys(target):
+    """Few query tiles (B1 H4 T1728 D128 tf32: 56 blocks of one a SM) leave the Hopper forward's SMs
+    idle: step 7 splits its key tiles too, and step 10 weighs it (plus its combine) against the mma.sync
+    kernel split; causal or persistent it stays whole."""
+    p = problem(1, 4, 1728, 1728, 128, dtype="tf32")
+    cfg = configure_attention(p, target)
+    s = cfg.schedule
+    assert s.tma and s.fwd.hopper and not s.fwd.persistent and s.fwd.splits > 1
+    assert s.fwd.grid == (14, 4, s.fwd.splits) and s.fwd_combine.splits == s.fwd.splits
+    assert s.with_combines(("fwd",)) == ("fwd", "fwd_combine")
+    [path] = [st for st in cfg.derivation if st.step == "10 fwd path (device time)"]
+    assert path.value == "wgmma + TMA, split KV" and "the mma.sync kernel" in path.reason
+    whole = configure_attention(p, target, splits={"fwd": 1})
+    assert whole.schedule.tma and whole.schedule.fwd.splits == 1
+    split_us = cfg.prediction.terms_us["fwd"] + cfg.prediction.terms_us["fwd_combine"]
+    assert split_us < 0.75 * whole.prediction.terms_us["fwd"]
+    causal = configure_attention(problem(1, 4, 1728, 1728, 128, causal=True, dtype="tf32"), target).schedule
+    assert causal.fwd.splits == 1 and causal.fwd_combine is None
+
+
+@pytest.mark.parametrize("shape, dtype, bias", HOPPER_SPLIT)
+def test_the_split_hopper_forward_writes_every_slab_element_in_bounds(shape, dtype, bias):
+    """Every block (the split axis z too), thread and iteration: the split Hopper forward's K/V tensor-map
+    loads and slab stores in bounds, and its stores cover every element of ``o_part`` and ``lse_part``
+    (the combine reads them all); the kernel's parameters are what the launcher passes."""
+    from nova.kernels.attention.bounds import check_attention_kernel, tensor_map_dims, written
+    from nova.kernels.attention.module import kernel_params
+    p = problem(*shape, dtype=dtype, **({"bias": bias} if bias else {}))
+    s = configure_attention(p, "h200").schedule
+    kt = s.fwd
+    assert s.tma and kt.splits > 1
+    assert check_attention_kernel(p, s, "fwd") == []
+    text = build_module(p, s, "fwd")
+    assert kernel_params(s, "fwd", p)[3:5] == ("o_part", "lse_part")
+    for name in ("o_part", "lse_part"):
+        assert f"%{name}: memref<" in text
+        cover = written(text, kt.grid, kt.threads, name, tensor_map_dims(p))
+        assert cover.all(), (name, int((~cover).sum()), cover.size)
+    from nova.kernels.attention.bounds import check_bounds
+    assert check_bounds(text, (kt.grid[0], kt.grid[1], kt.splits + 1), kt.threads, kt.smem_bytes,
+                        tensor_map_dims(p))                  # one split too many: its slab rows past the end
+
+
+@needs_ptxas
+@pytest.mark.parametrize("shape, dtype, bias", HOPPER_SPLIT)
+def test_the_split_hopper_forward_and_its_combine_assemble_without_spills(shape, dtype, bias):
+    from nova.kernels.attention.compile import compile_kernel
+    p = problem(*shape, dtype=dtype, **({"bias": bias} if bias else {}))
+    s = configure_attention(p, "h200").schedule
+    for role in s.with_combines(("fwd",)):
+        art = compile_kernel(p, s, role)
+        res = art.resources
+        assert res["spill_store_bytes"] == 0 and res["spill_load_bytes"] == 0, (role, res)
+        assert art.grid == s.kernel(role).grid and math.prod(art.block) == s.kernel(role).threads

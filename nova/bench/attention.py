@@ -45,6 +45,9 @@ GPU_TEST_CASES = (
     (2, 2, 2, 3, 5632, 128, False, "bf16"),       # decode: forward and dQ split over the keys (split KV)
     (1, 4, 4, 10, 1999, 64, False, "tf32"),       # split KV, the last split's last key tile ragged
     (1, 8, 2, 1, 4100, 64, False, "fp16"),        # split KV, GQA, one query row
+    (1, 4, 4, 1700, 1700, 128, False, "tf32"),    # few query tiles: the Hopper forward split over its keys
+    (2, 2, 2, 1000, 3001, 64, False, "bf16"),     # the Hopper forward split, its last key tile ragged
+    (1, 6, 3, 700, 2100, 128, False, "fp16"),     # the Hopper forward split, GQA
 )
 MEMORY_CASE = (1, 2, 2, 2048, 2048, 64, True, "bf16")
 # 16-bit problems on which the GPU tests compare Nova's error with torch's flash kernel's (Nova's within

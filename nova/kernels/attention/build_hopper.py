@@ -54,6 +54,11 @@ Design (every number comes from ``schedule.fwd``; ``derive.py`` explains them):
   m64n{D}k8 with A from registers.
 * **Epilogue**: O / rowsum stored from registers (pairs, predicated on rows < Tq; strided ``out``
   addressed by its strides), LSE = (m + log2 l) ln 2 by the quad's first lane.
+* **Split KV** (``fwd.splits`` > 1, a grid of few query tiles; not persistent, not causal): block z
+  walks key tiles [z*per, (z+1)*per) (``build.split_range``) and writes its normalized O in FP32 into
+  its slab of ``o_part`` and its LSE into ``lse_part`` (a row whose every key of the split is masked by
+  the bias: O = 0, LSE = -inf), exactly as the mma.sync forward's splits; the forward's combine kernel
+  (``build_combine``) weighs the splits by their LSE into O and the LSE.
 """
 from __future__ import annotations
 
@@ -65,7 +70,7 @@ from nova.codegen.nvgpu import (KMAJOR_LEADING_BYTE_OFFSET, SM90A, SWIZZLE_ATOM_
                                 wgmma_wait_group)
 from nova.kernels.attention.build import (LN2, LOG2E, MASKED, AttentionCodegenError, bias_head, bias_reader,
                                           biased_score, element_at, floor_max, global_type, masked_row,
-                                          rows_advance, rows_at)
+                                          rows_advance, rows_at, slab_rows, slab_type, split_range)
 from nova.kernels.attention.mlirtext import SMEM, Text
 from nova.kernels.attention.problem import AttentionProblem
 from nova.kernels.attention.schedule import AttentionSchedule
@@ -178,6 +183,12 @@ def check_supported(p: AttentionProblem, s: AttentionSchedule) -> None:
     if transposes_v(p) and kt.block_cols % 32:
         fail(f"block_cols {kt.block_cols}: the TF32 V^T boxes are 32 keys (128 bytes) wide")
     check_kernel_tile(p, kt, smem_plan_hopper(p, kt.block_rows, kt.block_cols, kt.stages)["total"], fail)
+    if kt.splits > 1:
+        tiles = _cdiv(p.seq_k, kt.block_cols)
+        if kt.persistent or p.causal:
+            fail(f"{kt.splits} key splits: a split forward is neither persistent nor causal")
+        if kt.grid[2] != kt.splits or (kt.splits - 1) * _cdiv(tiles, kt.splits) >= tiles:
+            fail(f"{kt.splits} key splits of {tiles} tiles leave a split empty or disagree with grid {kt.grid}")
     why = tma_blocker(p)
     if why:
         fail(why)
@@ -549,6 +560,8 @@ class _HopperFwd(HopperAttentionKernel):
     def __init__(self, p: AttentionProblem, s: AttentionSchedule):
         super().__init__(p, s, s.fwd)
         self.plan = smem_plan_hopper(p, self.BR, self.BC, self.S)
+        self.splits = self.kt.splits       # split KV: this block's key tiles, FP32 slabs out (module docstring)
+        self.it_lo = 0                     # the block's first key tile (split KV)
 
     # ------------------------------------------------------------------------------------------
     def build(self) -> str:
@@ -557,8 +570,10 @@ class _HopperFwd(HopperAttentionKernel):
         ir.emit(f"// block {self.BR} query rows ({self.C} consumer warpgroups x 64) x {self.BC} keys per tile, "
                 f"{self.S}-stage TMA ring of K and V, wgmma m64n{self.BC}k16 (S = Q K^T, smem x smem) and "
                 f"m64n{self.D}k16 (O += P V, P from registers), {ARCH}")
-        args = ["%tmap_q: !llvm.ptr", "%tmap_k: !llvm.ptr", "%tmap_v: !llvm.ptr",
-                f"%out: {global_type(p, 'out')}", f"%lse: {self.vt}"] + self.bias_args()
+        outs = ([f"%o_part: {slab_type(p, 'fwd', self.splits, 'o_part')}",
+                 f"%lse_part: {slab_type(p, 'fwd', self.splits, 'lse_part')}"] if self.splits > 1 else
+                [f"%out: {global_type(p, 'out')}", f"%lse: {self.vt}"])
+        args = ["%tmap_q: !llvm.ptr", "%tmap_k: !llvm.ptr", "%tmap_v: !llvm.ptr"] + outs + self.bias_args()
         with ir.kernel(KERNEL_NAME, args, kt.threads, maxnreg=kt.regs_per_thread):
             self.roles()
         return ir.text()
@@ -597,6 +612,15 @@ class _HopperFwd(HopperAttentionKernel):
         else:
             self.q0 = ir.mul(self.bx, self.BR, "q0")
             self.n_kv = self.query_block(self.q0)
+            if self.splits > 1:
+                ir.comment(f"split KV: block z walks key tiles [z*per, (z+1)*per) of {self.n_kv}")
+                self.bz = ir.let("bz", "gpu.block_id z")
+                self.it_lo, self.n_kv = split_range(ir, self.n_kv, _cdiv(self.n_kv, self.splits), self.bz, "it")
+
+    def key0(self, it):
+        """The first key of step ``it`` of this block's walk (split KV: from its first key tile)."""
+        ir = self.ir
+        return ir.mul(ir.add(it, self.it_lo, "kv_tile") if self.splits > 1 else it, self.BC, "kv0")
 
     def work_tile(self, i):
         """Persistent: the coordinates of this CTA's work tile ``i``: ``q0``, the query block's (b, h) and
@@ -661,7 +685,7 @@ class _HopperFwd(HopperAttentionKernel):
                 slot, par = self.slot_phase(ir.add(ring, "%itp", "it_ring"), flip=True)
                 mbarrier_try_wait(ir, self.empty, slot, par, ticks, self.mb(self.S))
                 ir.emit(f"nvgpu.mbarrier.arrive.expect_tx {self.full}[{slot}], {tx} : {self.mb(self.S)}")
-                kv0 = ir.mul("%itp", self.BC, "kv0")
+                kv0 = self.key0("%itp")
                 koff = ir.add(ir.add(self.base_off, self.plan["ring"]), ir.mul(slot, self.plan["stage"]), "k_off")
                 self.load("k", f"{self.full}[{slot}]", koff, kv0, self.hkv, self.S)
                 self.load("v", f"{self.full}[{slot}]", ir.add(koff, self.plan["kv"], "v_off"), kv0, self.hkv, self.S)
@@ -726,7 +750,7 @@ class _HopperFwd(HopperAttentionKernel):
         O += P V."""
         ir, p = self.ir, self.p
         if p.bias:
-            kv0 = ir.mul("%it", self.BC, "kv0")
+            kv0 = self.key0("%it")
             bias = self.step_bias(lambda: self.bias_loads(bias_head(ir, p, self.b, self.h),
                                                           (self.r0, p.seq_q, self.BR, p.bias[2]),
                                                           (kv0, p.seq_k, self.BC, p.bias[3])), p.bias[2], p.bias[3])
@@ -755,7 +779,7 @@ class _HopperFwd(HopperAttentionKernel):
         if p.bias:
             s = self.biased(s, bias())
         else:
-            kv0 = ir.mul("%it", self.BC, "kv0")
+            kv0 = self.key0("%it")
         s = self.masked(kv0, s)
         ir.comment("online softmax (base 2): rows g (h = 0) and g + 8 (h = 1)")
         m_new, l_new, alphas, pe = [], [], [], [None] * self.ns
@@ -830,9 +854,12 @@ class _HopperFwd(HopperAttentionKernel):
     # ------------------------------------------------------------------------------------------
     def epilogue(self, m_fin, l_fin, o):
         ir, p = self.ir, self.p
-        ir.comment("---- epilogue: O / l in the output dtype, LSE = (m + log2 l) ln 2")
-        if p.bias:           # every visible key at the floor: a masked row, O = 0 and LSE = +inf (build.py)
-            floor_c, inf = floor_max(ir, p, self.c), ir.let("inf", "arith.constant 0x7F800000 : f32")
+        split = self.splits > 1
+        ir.comment("---- epilogue: O / l " + ("in FP32 into this split's slab rows (the combine weighs them)"
+                                               if split else "in the output dtype") + ", LSE = (m + log2 l) ln 2")
+        if p.bias:           # every visible key at the floor: a masked row, O = 0 and LSE = +inf (build.py);
+            floor_c = floor_max(ir, p, self.c)        # a split's partial: LSE = -inf, no weight in the combine
+            inf = ir.let("inf", f"arith.constant {'0xFF800000' if split else '0x7F800000'} : f32")
         inv, lse = [], []
         for h in (0, 1):
             lt = l_fin[h]
@@ -842,9 +869,15 @@ class _HopperFwd(HopperAttentionKernel):
             lse.append(ir.fop("mulf", ir.fop("addf", m_fin[h], ir.log2(lt), "lse2"), ir.f(LN2), "lse"))
             if p.bias:
                 inv[h], lse[h] = masked_row(ir, m_fin[h], floor_c, inv[h], lse[h], inf)
-        gty = global_type(p, "out")
+        out, lse_name, ty = ("o_part", "lse_part", "f32") if split else ("out", "lse", self.T)
+        gty = slab_type(p, "fwd", self.splits, out) if split else global_type(p, "out")
+        lty = slab_type(p, "fwd", self.splits, lse_name) if split else self.vt
         qbase = ir.add(ir.mul(self.bh, p.seq_q, "qrow_bh"), self.q0, "qbase")       # row of lse
-        at = rows_at(ir, p, "out", qbase, (self.b, self.h, self.bh, self.q0))
+        if split:
+            qbase = ir.add(ir.mul(self.bz, slab_rows(p, "fwd"), "slab"), qbase, "part_row")
+            at = ("row", qbase)
+        else:
+            at = rows_at(ir, p, "out", qbase, (self.b, self.h, self.bh, self.q0))
         is_t0 = ir.cmp("eq", self.t, 0, "t_is0")
         for h in (0, 1):
             roff = ir.add(ir.add(ir.mul(self.cwg, 64), ir.mul(self.warp, 16)), ir.add(self.g, 8 * h), "row_off")
@@ -855,16 +888,17 @@ class _HopperFwd(HopperAttentionKernel):
                 for j in range(self.D // 8):
                     xs = [ir.let("o", f"llvm.extractvalue {o}[{4 * j + 2 * h + c}] : {self.o_t}") for c in (0, 1)]
                     xs = [ir.fop('mulf', x, inv[h], 'o_n') for x in xs]
-                    if self.T != "f32":
-                        xs = [ir.let("o_t", f"arith.truncf {x} : f32 to {self.T}") for x in xs]
-                    vec = ir.let("o_v", f"vector.from_elements {xs[0]}, {xs[1]} : vector<2x{self.T}>")
+                    if ty != "f32":
+                        xs = [ir.let("o_t", f"arith.truncf {x} : f32 to {ty}") for x in xs]
+                    vec = ir.let("o_v", f"vector.from_elements {xs[0]}, {xs[1]} : vector<2x{ty}>")
                     col = ir.add(ir.mul(self.t, 2, "t2"), 8 * j, "st_col")
-                    dst = element_at(ir, p, "out", row, 0, col, "st")
-                    ir.emit(f"vector.store {vec}, %out[{ir.v(dst)}] {{alignment = {2 * p.elem_bytes}}} : "
-                            f"{gty}, vector<2x{self.T}>")
+                    dst = (ir.add(ir.mul(row[1], self.D, "pt_off"), col, "st") if split else
+                           element_at(ir, p, "out", row, 0, col, "st"))
+                    align = 2 * (4 if ty == "f32" else p.elem_bytes)
+                    ir.emit(f"vector.store {vec}, %{out}[{ir.v(dst)}] {{alignment = {align}}} : {gty}, vector<2x{ty}>")
                 src = ir.add(qbase, roff, "lidx")
                 with ir.region(f"scf.if {is_t0} {{"):
-                    ir.emit(f"memref.store {lse[h]}, %lse[{ir.v(src)}] : {self.vt}")
+                    ir.emit(f"memref.store {lse[h]}, %{lse_name}[{ir.v(src)}] : {lty}")
             ir.guarded(ok, body)
 
 

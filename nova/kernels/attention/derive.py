@@ -384,8 +384,8 @@ def given_splits(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, 
 
 def step7_splits(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, vis: int):
     """Split the streamed loop of a grid that leaves block slots idle: the forward's or dQ's key tiles
-    (FlashDecoding's split KV; the mma.sync kernels not causal: there the long walks belong to the many
-    query tiles; the Hopper dQ causal too, its empty splits writing zeros) or dK/dV's query tiles over
+    (FlashDecoding's split KV; the mma.sync kernels and the Hopper forward not causal: there the long
+    walks belong to the many query tiles; the Hopper dQ causal too, its empty splits writing zeros) or dK/dV's query tiles over
     its group's heads (split Q: a grouped-query or long-T dK/dV has one
     block per key tile and K/V head); also a grid of a few waves whose last one leaves slots idle (a
     long sequence's 180 blocks on 132 SMs).  Grids of ``SPLIT_MAX_WAVES`` waves or more are not split.  The
@@ -394,8 +394,8 @@ def step7_splits(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, 
     priced by step 9's device time, the split kernel's plus its combine's; the fastest is taken (fewer
     splits where within ``SPLIT_SLACK``: fewer partial bytes, a lighter combine) where it is below the
     unsplit kernel's.  Returns (tile, combine tile or None, steps)."""
-    if role not in COMBINES or (kt.hopper and role == "fwd"):       # the Hopper forward: persistent instead
-        return kt, None, []
+    if role not in COMBINES or (kt.hopper and role == "fwd" and (kt.persistent or p.causal)):
+        return kt, None, []     # a persistent Hopper forward walks more tiles than SMs; causal: as mma.sync's
     dkv = role == "bwd_dkv"
     what, tag = ("query-tile", f"7 {role} query-tile splits") if dkv else ("key", f"7 {role} key splits")
     tiles = p.group * _cdiv(p.seq_q, kt.block_cols) if dkv else _cdiv(p.seq_k, kt.block_cols)
@@ -989,24 +989,29 @@ def step11_hopper_backward(p: AttentionProblem, gpu: GPUModel, role: str, mma_us
     return kt, d.steps
 
 
-def step10_split_or_hopper(p: AttentionProblem, gpu: GPUModel, split: KernelTile, combine: KernelTile,
-                           hopper: KernelTile, vis: int, steps: list) -> KernelTile | None:
+def step10_split_or_hopper(p: AttentionProblem, gpu: GPUModel, split: KernelTile, combine: KernelTile | None,
+                           hopper: KernelTile, hopper_combine: KernelTile | None, vis: int, steps: list) -> bool:
     """Step 10 ranks the Hopper forward against the mma.sync one by the throughput model, which spreads
     the work over every SM; a split-KV forward exists because the unsplit grid leaves block slots idle,
-    where the busiest SM decides.  So here the two are compared by step 9's device time: the Hopper
-    forward (unsplit, its few blocks' walks) against the split kernel plus its combine.  (The backward's
-    kernels are split after step 11, whichever it chose.)  Returns the Hopper tile where it is faster,
-    else None (a note in ``steps`` says which)."""
-    h = predicted_us(p, gpu, hopper, visited_pairs(p, "fwd", hopper.block_rows, hopper.block_cols))
-    m = predicted_us(p, gpu, split, vis) + predicted_us(p, gpu, combine, 0)
+    where the busiest SM decides.  So where either is split, the two are compared by step 9's device
+    time: each kernel (split or not: its blocks' walks) plus its combine.  (The backward's kernels are
+    split after step 11, whichever it chose.)  Returns whether the Hopper forward is faster (a note in
+    ``steps`` says which)."""
+    def priced(kt, merge, visited):
+        return (predicted_us(p, gpu, kt, visited) + (predicted_us(p, gpu, merge, 0) if merge is not None else 0.0),
+                f"split {kt.splits} ways plus its combine" if merge is not None else "unsplit")
+    h, h_what = priced(hopper, hopper_combine, visited_pairs(p, "fwd", hopper.block_rows, hopper.block_cols))
+    m, m_what = priced(split, combine, vis)
     if h < m:
-        steps.append(note("10 fwd path (device time)", "wgmma + TMA", f"Hopper {h:.1f} us < the mma.sync "
-                          f"kernel split {split.splits} ways plus its combine {m:.1f} us (step 9's device time)"))
-        return hopper
-    steps.append(note("10 fwd path (device time)", "mma.sync, split KV", f"the mma.sync kernel split "
-                      f"{split.splits} ways plus its combine {m:.1f} us <= Hopper {h:.1f} us by step 9's device "
-                      "time (the throughput model above spreads the Hopper kernel's few blocks over every SM)"))
-    return None
+        steps.append(note("10 fwd path (device time)", "wgmma + TMA" + (", split KV" if hopper_combine else ""),
+                          f"the Hopper kernel {h_what} {h:.1f} us < the mma.sync kernel {m_what} {m:.1f} us "
+                          "(step 9's device time)"))
+        return True
+    steps.append(note("10 fwd path (device time)", "mma.sync" + (", split KV" if combine else ""),
+                      f"the mma.sync kernel {m_what} {m:.1f} us <= the Hopper kernel {h_what} {h:.1f} us by step "
+                      "9's device time (the throughput model above spreads the Hopper kernel's few blocks over every "
+                      "SM)"))
+    return False
 
 
 # ---- the whole derivation ------------------------------------------------------------------------
@@ -1111,10 +1116,19 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
         mma_fwd, _ = kernel_time(p, gpu, "fwd", kernels["fwd"], visited["fwd"])
         hkt, sts, _ = step10_hopper_forward(p, gpu, mma_fwd * 1e6, force=hmode == "force", opts=opts)
         steps += sts
-        if hkt is not None and hmode != "force" and combines.get("fwd") is not None:
-            hkt = step10_split_or_hopper(p, gpu, kernels["fwd"], combines["fwd"], hkt, visited["fwd"], steps)
+        hcombine = None
+        if hkt is not None:             # the Hopper forward's own key splits (step 7 on its tile)
+            mma_kernel, mma_combine = kernels["fwd"], combines.get("fwd")
+            kernels["fwd"], visited["fwd"] = hkt, visited_pairs(p, "fwd", hkt.block_rows, hkt.block_cols)
+            split_step("fwd")
+            hkt, hcombine = kernels["fwd"], combines.get("fwd")
+            kernels["fwd"], combines["fwd"] = mma_kernel, mma_combine
+            visited["fwd"] = visited_pairs(p, "fwd", mma_kernel.block_rows, mma_kernel.block_cols)
+            if hmode != "force" and (mma_combine is not None or hcombine is not None) and not \
+                    step10_split_or_hopper(p, gpu, mma_kernel, mma_combine, hkt, hcombine, visited["fwd"], steps):
+                hkt = None
         if hkt is not None:
-            kernels["fwd"], tma, combines["fwd"] = hkt, True, None
+            kernels["fwd"], tma, combines["fwd"] = hkt, True, hcombine
             visited["fwd"] = visited_pairs(p, "fwd", hkt.block_rows, hkt.block_cols)
     elif "wgmma" in gpu.features and not (tiles and "fwd" in tiles):
         steps.append(note("10 fwd path", "mma.sync", "NOVA_ATTENTION_HOPPER=off or an experiment's forward tile: "
