@@ -428,3 +428,22 @@ def test_the_split_hopper_forward_and_its_combine_assemble_without_spills(shape,
         res = art.resources
         assert res["spill_store_bytes"] == 0 and res["spill_load_bytes"] == 0, (role, res)
         assert art.grid == s.kernel(role).grid and math.prod(art.block) == s.kernel(role).threads
+
+
+@pytest.mark.parametrize("shape, causal, dtype, n", [((1, 4, 1728, 1728, 128), False, "tf32", 2),
+                                                     ((1, 8, 2100, 4096, 64), False, "bf16", 3),
+                                                     ((1, 4, 64, 2048, 64), False, "tf32", 16)])
+def test_a_callers_forward_count_is_the_mma_sync_forwards(shape, causal, dtype, n):
+    """A given forward split (an experiment, or a replay of a row's kernels) splits the mma.sync forward
+    only: the Hopper forward's split is derived, never given, so a causal or persistent Hopper forward
+    is never handed a count it cannot build, and a replay keeps the path the row ran."""
+    p = problem(*shape, causal=causal, dtype=dtype)
+    for target in ("h100", "h200"):
+        s = configure_attention(p, target, splits={"fwd": n}).schedule
+        assert not (s.tma and s.fwd.splits > 1), (target, s.fwd)
+        build_module(p, s, "fwd")                                  # builds: its checks pass
+
+
+def test_a_causal_forward_count_is_refused_in_one_line():
+    with pytest.raises(ValueError, match="not split with a causal mask"):
+        configure_attention(problem(1, 4, 1728, 1728, 128, causal=True, dtype="tf32"), "h100", splits={"fwd": 2})

@@ -18,7 +18,10 @@ measurement.
 10. Hopper forward     (sm_90 targets with wgmma + TMA, BF16/FP16/TF32) the forward on TMA + mbarrier ring + wgmma
                        with warp specialization (``build_hopper.py``): warpgroups, registers, key tile,
                        stages, shared memory, grid and its predicted time; taken when that time is below
-                       the mma.sync forward's (step 9).
+                       the mma.sync forward's (step 9); where either forward is split over its keys
+                       (step 7: the Hopper one where it is neither persistent nor causal, derived, never
+                       a caller's count), the two are compared by device time, each with its combine.
+                       (The Hopper forward's split is weighed only once the throughput model took it.)
 11. Hopper backward    (same targets and dtypes) dK/dV and dQ on TMA + mbarrier ring + wgmma (``build_hopper_bwd.py``):
                        per kernel its streamed tile, registers, stages, shared memory, grid and predicted time,
                        taken where that time is below the mma.sync kernel's (step 9); bwd_pre stays (a DRAM pass).
@@ -376,6 +379,8 @@ def given_splits(p: AttentionProblem, gpu: GPUModel, role: str, kt: KernelTile, 
     (tile, combine tile or None, steps).  1: unsplit."""
     if type(n) is not int or not 1 <= n <= MAX_SPLITS:
         raise ValueError(f"splits for {role} must be an integer from 1 to {MAX_SPLITS}, got {n!r}")
+    if n > 1 and p.causal and role in ("fwd", "bwd_dq") and not kt.hopper:
+        raise ValueError(f"splits for {role}: the mma.sync {role} kernel is not split with a causal mask, got {n}")
     if n == 1:
         return kt, None, [_note(f"7 {role} splits", 1, "given by the caller (experiment or replay): unsplit")[1]]
     return (*split_kernels(p, role, kt, n), [_note(f"7 {role} splits", n, "given by the caller (experiment or "
@@ -1117,13 +1122,15 @@ def configure_attention(problem: AttentionProblem, target: "GPUModel | str" = "h
         hkt, sts, _ = step10_hopper_forward(p, gpu, mma_fwd * 1e6, force=hmode == "force", opts=opts)
         steps += sts
         hcombine = None
-        if hkt is not None:             # the Hopper forward's own key splits (step 7 on its tile)
+        # the Hopper forward's own key splits (step 7 on its tile), derived only: a caller's forward
+        # count is the mma.sync forward's (the kernels rows measured before this split existed replay so)
+        if hkt is not None and not hkt.persistent and not p.causal and not (splits and "fwd" in splits) \
+                and opts.attention_split_kv:
+            hkt, hcombine, sts = step7_splits(p, gpu, "fwd", hkt, visited_pairs(p, "fwd", hkt.block_rows,
+                                                                                hkt.block_cols))
+            steps.extend(replace(st, step=st.step + " (Hopper)") for st in sts)
+        if hkt is not None:
             mma_kernel, mma_combine = kernels["fwd"], combines.get("fwd")
-            kernels["fwd"], visited["fwd"] = hkt, visited_pairs(p, "fwd", hkt.block_rows, hkt.block_cols)
-            split_step("fwd")
-            hkt, hcombine = kernels["fwd"], combines.get("fwd")
-            kernels["fwd"], combines["fwd"] = mma_kernel, mma_combine
-            visited["fwd"] = visited_pairs(p, "fwd", mma_kernel.block_rows, mma_kernel.block_cols)
             if hmode != "force" and (mma_combine is not None or hcombine is not None) and not \
                     step10_split_or_hopper(p, gpu, mma_kernel, mma_combine, hkt, hcombine, visited["fwd"], steps):
                 hkt = None

@@ -437,7 +437,8 @@ def trip_phase(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, rows: int, c
 def predict(p: GemmProblem, gpu: GPUModel, splits: int, trips: int, grid: int, bps: int, groups: int,
             threads: int, columns: int, chunks: int, phase_us: float, d: Derivation | None = None
             ) -> tuple[Prediction, dict]:
-    """Step 9: max(DRAM, latency, FMA) + launch; with K split, the last CTA's tail after it (the fence
+    """Step 9: max(DRAM, latency, FMA) + launch, the latency with each of a slice's ``chunks`` chunks'
+    first FMA phase (``phase_us``, ``trip_phase``) exposed (``t_chunks``); with K split, the last CTA's tail after it (the fence
     of its partials, its ticket, then each thread's loads of its outputs' partials, REDUCE_UNROLL at a
     time: a thread with several outputs loads the partials of all of them): two dependent trips before
     the loads, the ``membar.gl`` draining the CTA's stores and the ``atom.global.add`` of the ticket
@@ -534,8 +535,10 @@ def configure_skinny(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[Skin
 def priced_label(p: GemmProblem, gpu: GPUModel, label: str) -> tuple[SkinnySchedule, Prediction] | None:
     """The skinny schedule a results row measured (``SkinnySchedule.label``: lanes, vector, threads,
     unroll, splits) derived and priced by today's model: steps 2-4 as ``configure_skinny``, the row's
-    threads along N and K slices, the unroll of Little's law or its cap, whichever the label holds.
-    None where today's derivation cannot make that schedule (another layout, vector or row count)."""
+    threads along N and K slices, the unroll of Little's law or its cap, whichever the label holds
+    (the cap is tried for either layout, the threads along N at any width that divides the CTA: a
+    schedule an older derivation may have picked).  None where steps 2-4 today give another layout,
+    vector or row count, or no unroll gives the label."""
     parts = label.split()
     if len(parts) != 6 or parts[0] != "skinny" or not applies(p, gpu)[0]:
         return None
@@ -545,16 +548,16 @@ def priced_label(p: GemmProblem, gpu: GPUModel, label: str) -> tuple[SkinnySched
     halo = shift_halo(lanes, vec, row_shift)
     if halo:
         p = dataclasses.replace(p, K=loop_extent(p.K, vec, halo))
-    if lanes == "n":
-        width = int(parts[3].split("x")[0])
-        shape = f"{width}x{threads // width}"
-    else:
-        width, shape = threads_n, f"w{threads_n}r{rows}"
-    if parts[1:4] != [lanes, f"v{vec}", shape] or threads % width:
+    width, splits = threads_n, parts[5][1:]
+    if lanes == "n" and parts[1] == "n":
+        width = parts[3].split("x")[0]
+        width = int(width) if width.isdigit() and int(width) > 0 else threads + 1
+    shape = f"{width}x{threads // width}" if lanes == "n" else f"w{threads_n}r{rows}"
+    if parts[1:4] != [lanes, f"v{vec}", shape] or threads % width or not splits.isdigit():
         return None
     for deep in (False, True):
         result = _configure_width(p, gpu, lanes, vec, threads, width, rows, Derivation(), row_shift, deep,
-                                  splits=int(parts[5][1:]))
+                                  splits=int(splits))
         if result is not None and result[0].label() == label:
             return result
     return None
