@@ -25,6 +25,8 @@ from pathlib import Path
 # {t}: the target); the files that print precompile commands pipe them into sh
 ALL = {
     "test_attention_gpu.py": ["{py} -m nova.bench.attention --precompile --target {t}"],
+    # its GPU test's planned calls run causal cases of test_attention_gpu.py: the same kernels
+    "test_attention_call_plan.py": ["{py} -m nova.bench.attention --precompile --target {t}"],
     "test_attention_mask_gpu.py": ["{py} tests/test_attention_mask_gpu.py --target {t} --build"],
     "test_clipping_gpu.py": ["{py} tests/test_clipping_gpu.py --target {t}"],
     "test_compile_gpu.py": ["{py} tests/test_compile_gpu.py --target {t}",
@@ -73,13 +75,16 @@ def build_all(target: str, only: list[str] | None = None) -> int:
     root = Path(__file__).resolve().parent.parent
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
                PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
-    failed = []
+    failed, ran = [], set()
     for name, lines in ALL.items():
         if only and name not in only:
             continue
         start = time.time()
         for line in lines:
             cmd = line.format(py=sys.executable, t=target)
+            if cmd in ran:                  # a line two files share (the same kernels) runs once
+                continue
+            ran.add(cmd)
             done = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=root, env=env,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             if done.returncode:
