@@ -259,6 +259,21 @@ class HopperAttentionKernel:
         self.ir.comment("scores + bias / scale, clamped at the floor")
         return [biased_score(self.ir, self.p, x, b) for x, b in zip(s, bias)]
 
+    def store_pair(self, name: str, gty: str, row, j: int, xs: list, split: bool) -> None:
+        """Output ``name``'s columns 8j + 2t and 8j + 2t + 1 of ``row`` (``rows_at`` / ``rows_advance``):
+        the FP32 pair ``xs`` in the output dtype, or (``split``) in FP32 into a slab, ``row`` its flat
+        row (the partials' layout, ``build.PARTIALS``); ``gty`` the output's memref type."""
+        ir, p = self.ir, self.p
+        ty = "f32" if split else self.T
+        if ty != "f32":
+            xs = [ir.let("o_t", f"arith.truncf {x} : f32 to {ty}") for x in xs]
+        vec = ir.let("o_v", f"vector.from_elements {xs[0]}, {xs[1]} : vector<2x{ty}>")
+        col = ir.add(ir.mul(self.t, 2, "t2"), 8 * j, "st_col")
+        dst = ir.add(ir.mul(row[1], self.D, "pt_off"), col, "st") if split else \
+            element_at(ir, p, name, row, 0, col, "st")
+        align = 2 * (4 if ty == "f32" else p.elem_bytes)
+        ir.emit(f"vector.store {vec}, %{name}[{ir.v(dst)}] {{alignment = {align}}} : {gty}, vector<2x{ty}>")
+
     # ---- the prologue and the consumers' coordinates, as both kernels emit them
     def query_block(self, q0, bh=None):
         """A block of query rows from ``q0`` (the forward's, dQ's): its (b, h) from ``bh`` = b*H + h
@@ -869,7 +884,7 @@ class _HopperFwd(HopperAttentionKernel):
             lse.append(ir.fop("mulf", ir.fop("addf", m_fin[h], ir.log2(lt), "lse2"), ir.f(LN2), "lse"))
             if p.bias:
                 inv[h], lse[h] = masked_row(ir, m_fin[h], floor_c, inv[h], lse[h], inf)
-        out, lse_name, ty = ("o_part", "lse_part", "f32") if split else ("out", "lse", self.T)
+        out, lse_name = ("o_part", "lse_part") if split else ("out", "lse")
         gty = slab_type(p, "fwd", self.splits, out) if split else global_type(p, "out")
         lty = slab_type(p, "fwd", self.splits, lse_name) if split else self.vt
         qbase = ir.add(ir.mul(self.bh, p.seq_q, "qrow_bh"), self.q0, "qbase")       # row of lse
@@ -887,15 +902,7 @@ class _HopperFwd(HopperAttentionKernel):
             def body(h=h, row=row, roff=roff):
                 for j in range(self.D // 8):
                     xs = [ir.let("o", f"llvm.extractvalue {o}[{4 * j + 2 * h + c}] : {self.o_t}") for c in (0, 1)]
-                    xs = [ir.fop('mulf', x, inv[h], 'o_n') for x in xs]
-                    if ty != "f32":
-                        xs = [ir.let("o_t", f"arith.truncf {x} : f32 to {ty}") for x in xs]
-                    vec = ir.let("o_v", f"vector.from_elements {xs[0]}, {xs[1]} : vector<2x{ty}>")
-                    col = ir.add(ir.mul(self.t, 2, "t2"), 8 * j, "st_col")
-                    dst = (ir.add(ir.mul(row[1], self.D, "pt_off"), col, "st") if split else
-                           element_at(ir, p, "out", row, 0, col, "st"))
-                    align = 2 * (4 if ty == "f32" else p.elem_bytes)
-                    ir.emit(f"vector.store {vec}, %{out}[{ir.v(dst)}] {{alignment = {align}}} : {gty}, vector<2x{ty}>")
+                    self.store_pair(out, gty, row, j, [ir.fop('mulf', x, inv[h], 'o_n') for x in xs], split)
                 src = ir.add(qbase, roff, "lidx")
                 with ir.region(f"scf.if {is_t0} {{"):
                     ir.emit(f"memref.store {lse[h]}, %{lse_name}[{ir.v(src)}] : {lty}")

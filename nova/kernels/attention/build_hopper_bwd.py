@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from nova.codegen.nvgpu import (KMAJOR_LEADING_BYTE_OFFSET, mbarrier_try_wait, mbarrier_wait_ticks, setmaxnreg,
                                 wgmma_attributes, wgmma_commit_group, wgmma_fence, wgmma_wait_group)
-from nova.kernels.attention.build import (LOG2E, MASKED, PARTIALS, AttentionCodegenError, bias_head, element_at,
+from nova.kernels.attention.build import (LOG2E, MASKED, PARTIALS, AttentionCodegenError, bias_head,
                                           global_type, rows_advance, rows_at, slab_rows, slab_type, split_range)
 from nova.kernels.attention.build_hopper import ALIGN, ARCH, SWIZZLE, WG_TYPE, \
     HopperAttentionKernel, check_kernel_tile, tma_blocker
@@ -636,16 +636,7 @@ class _HopperBwd(HopperAttentionKernel):
                         xs = [ir.let("o", f"llvm.extractvalue {acc}[{4 * j + 2 * h + c}] : {self.o_t}") for c in (0, 1)]
                         if scale is not None:
                             xs = [ir.fop("mulf", x, ir.f(scale), "o_s") for x in xs]
-                        ty = "f32" if self.splits > 1 else self.T
-                        if ty != "f32":
-                            xs = [ir.let("o_t", f"arith.truncf {x} : f32 to {ty}") for x in xs]
-                        vec = ir.let("o_v", f"vector.from_elements {xs[0]}, {xs[1]} : vector<2x{ty}>")
-                        col = ir.add(ir.mul(self.t, 2, "t2"), 8 * j, "st_col")
-                        dst = ir.add(ir.mul(row[1], self.D, "pt_off"), col, "st") if self.splits > 1 else \
-                            element_at(ir, p, name, row, 0, col, "st")
-                        align = 2 * (4 if ty == "f32" else p.elem_bytes)
-                        ir.emit(f"vector.store {vec}, %{name}[{ir.v(dst)}] {{alignment = {align}}} : {gty}, "
-                                f"vector<2x{ty}>")
+                        self.store_pair(name, gty, row, j, xs, self.splits > 1)
                 ir.guarded(ok, body)
 
 
