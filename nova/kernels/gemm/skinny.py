@@ -372,6 +372,7 @@ class Slices(NamedTuple):
     b_first: bool
     trips: int
     a_vec: int
+    chunks: int               # A's chunks a slice: each starts at a staging barrier (``t_chunks``)
 
 
 def slices(p: GemmProblem, lanes: str, span: int, splits: int, m_pad: int, threads: int, regs: int, a_regs: int,
@@ -401,8 +402,8 @@ def slices(p: GemmProblem, lanes: str, span: int, splits: int, m_pad: int, threa
     first_trips = int(F.trips(staging_waits=chunks * (cdiv(per_thread, first_loads) - 1), k_slice=k_slice,
                               span=span))
     if first_trips < staged_trips:
-        return Slices(splits, k_slice, a_chunk, first_loads, True, first_trips, a_vec)
-    return Slices(splits, k_slice, a_chunk, staged_loads, False, staged_trips, a_vec)
+        return Slices(splits, k_slice, a_chunk, first_loads, True, first_trips, a_vec, chunks)
+    return Slices(splits, k_slice, a_chunk, staged_loads, False, staged_trips, a_vec, chunks)
 
 
 def main_bytes(p: GemmProblem, splits: int) -> int:
@@ -495,17 +496,25 @@ def reduce_groups(p: GemmProblem, threads: int, columns: int, splits: int) -> in
     return int(F.reduce_groups(splits=splits, threads=threads, columns=columns, m=p.M))
 
 
+def layout_steps(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple:
+    """Steps 2-4 into ``d``: ``(p, lanes, vec, row_shift, threads, threads_n, rows)``, ``p`` with K the
+    loop's extent where rows are shifted along K (the loop runs over K plus the largest shift: the steps
+    after these see that K)."""
+    lanes, vec, row_shift = d.record(layout_and_vector(p))
+    threads, threads_n, rows = d.record(threads_step(p, gpu, lanes, vec))
+    halo = shift_halo(lanes, vec, row_shift)
+    if halo:
+        p = dataclasses.replace(p, K=loop_extent(p.K, vec, halo))
+    return p, lanes, vec, row_shift, threads, threads_n, rows
+
+
 def configure_skinny(p: GemmProblem, gpu: GPUModel, d: Derivation) -> tuple[SkinnySchedule, Prediction] | None:
     """Steps 2-9 (the caller checked step 1, ``applies``): the schedule and its prediction; None when
     not one CTA fits an SM (its shared memory or registers).  Lanes along N: the threads along N of
     step 4, or a half or a quarter of them while they read whole lines of B (LINE_BYTES), whichever
     predicts lowest (fewer columns a CTA: more column blocks, so fewer K slices fill the wave and the
     last CTA of a block adds fewer partials)."""
-    lanes, vec, row_shift = d.record(layout_and_vector(p))
-    threads, threads_n, rows = d.record(threads_step(p, gpu, lanes, vec))
-    halo = shift_halo(lanes, vec, row_shift)
-    if halo:                          # the loop runs over K plus the largest shift: the steps below see that K
-        p = dataclasses.replace(p, K=loop_extent(p.K, vec, halo))
+    p, lanes, vec, row_shift, threads, threads_n, rows = layout_steps(p, gpu, d)
     widths = [threads_n] + ([w for w in (threads_n // 2, threads_n // 4) if w * vec * p.in_bytes >= LINE_BYTES]
                             if lanes == "n" else [])
     derived = {}
@@ -542,12 +551,7 @@ def priced_label(p: GemmProblem, gpu: GPUModel, label: str) -> tuple[SkinnySched
     parts = label.split()
     if len(parts) != 6 or parts[0] != "skinny" or not applies(p, gpu)[0]:
         return None
-    d = Derivation()
-    lanes, vec, row_shift = d.record(layout_and_vector(p))
-    threads, threads_n, rows = d.record(threads_step(p, gpu, lanes, vec))
-    halo = shift_halo(lanes, vec, row_shift)
-    if halo:
-        p = dataclasses.replace(p, K=loop_extent(p.K, vec, halo))
+    p, lanes, vec, row_shift, threads, threads_n, rows = layout_steps(p, gpu, Derivation())
     width, splits = threads_n, parts[5][1:]
     if lanes == "n" and parts[1] == "n":
         width = parts[3].split("x")[0]
@@ -625,13 +629,13 @@ def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, thread
             cand = slices(p, lanes, span, n_splits, m_pad, threads, regs, parts["a_regs"], halo)
             groups = reduce_groups(p, threads, columns, cand.splits) if cand.splits > 1 else 1
             times[n_splits] = (predict(p, gpu, cand.splits, cand.trips, blocks_n * cand.splits, bps, groups, threads,
-                                       columns, cdiv(cand.k_slice, cand.a_chunk), phase)[0].time_us, cand)
+                                       columns, cand.chunks, phase)[0].time_us, cand)
         best = min(times, key=lambda k: times[k][0])
         choice = times[best][1]
         d.note("skinny: K split", choice.splits, ", ".join(f"{times[k][1].splits} slice(s) {times[k][0]:.2f} us"
                                                           for k in times)
                + " (with the last CTA's sum of the slices): the lowest")
-    splits, k_slice, a_chunk, stage_loads, b_first, trips, a_vec = choice
+    splits, k_slice, a_chunk, stage_loads, b_first, trips, a_vec, chunks = choice
     d.note("skinny: slices", f"{splits} x {k_slice}", f"K = {p.K} in slices of whole trips of {span}; A staged "
            f"{a_chunk} columns at a time ({4 * a_chunk * m_pad} B of FP32, at most {STAGE_BYTES}), {stage_loads} "
            f"element(s) a thread per round" + (f" in vectors of {a_vec}" if a_vec > 1 else "") + ("; a chunk's first loads of B before its staging" if b_first else "")
@@ -644,8 +648,8 @@ def _configure_width(p: GemmProblem, gpu: GPUModel, lanes: str, vec: int, thread
                               blocks_per_sm=bps, reduce_groups=groups, row_shift=row_shift)
     smem = smem_bytes(p, lanes, threads, threads_n, vec, a_chunk, m_pad, schedule.reduction_smem_bytes(p.M), halo)
     schedule = dataclasses.replace(schedule, smem_bytes=smem)
-    prediction, _ = predict(p, gpu, splits, trips, blocks_n * splits, bps, groups, threads, columns,
-                            cdiv(k_slice, a_chunk), phase, d)
+    prediction, _ = predict(p, gpu, splits, trips, blocks_n * splits, bps, groups, threads, columns, chunks,
+                            phase, d)
     return schedule, prediction
 
 
