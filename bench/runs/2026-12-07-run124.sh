@@ -5,7 +5,7 @@
 # First the two cases alone under CUDA_LAUNCH_BLOCKING=1 (each in its own process: a fault of the first
 # cannot poison the second), then the whole file.
 # Host: NOVA_CACHE_DIR=.nova-cache-run124 `python3 tests/gpu_build.py --all --only test_runtime_gpu.py
-# --target T` for T = h100 and h200; `.nova-cache-run124.txz`.
+# test_attention_call_plan.py --target T` for T = h100 and h200; `.nova-cache-run124.txz`.
 . bench/runs/device_env.sh run124 .nova-cache-run124
 for k in "17x300x200x256-bf16-NT" "3x127x253x61-bf16-NN"; do
     CUDA_LAUNCH_BLOCKING=1 timeout 60 python3 -m pytest -m gpu -q -p no:cacheprovider -n 0 tests/test_runtime_gpu.py \
@@ -13,4 +13,7 @@ for k in "17x300x200x256-bf16-NT" "3x127x253x61-bf16-NN"; do
 done
 timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider -n 0 tests/test_runtime_gpu.py 2>&1 | tail -15 \
     | tee $R/runtime_gpu_tests.log
+# the unmasked planned attention calls (their kernels: `python -m nova.bench.attention --precompile`)
+timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider -n 0 tests/test_attention_call_plan.py 2>&1 | tail -8 \
+    | tee $R/call_plan_gpu_tests.log
 true

@@ -227,18 +227,16 @@ class _HopperBwd(HopperAttentionKernel):
         else:
             self.q_lo, self.nq = 0, nq_all
         self.n_it = ir.mul(self.nq, p.group, "n_it")
-        self.split_steps(nq_all * p.group, ir.add(ir.mul(bkv, p.seq_k, "krow_bkv"), self.k0, "kbase"))
+        self.split_steps(nq_all * p.group)
 
-    def split_steps(self, longest: int, row0) -> None:
+    def split_steps(self, longest: int) -> None:
         """Split Q (dK/dV) or KV (dQ): this block's steps [z*per, (z+1)*per) of its walk (``per`` from the
-        ``longest`` walk of any block, ``build.split_range``), its slab rows from ``row0`` (its first kept
-        row's flat index).  Unsplit: every step."""
+        ``longest`` walk of any block, ``build.split_range``).  Unsplit: every step."""
         self.it_lo = 0
         if self.splits > 1:
             ir = self.ir
             bz = ir.let("bz", "gpu.block_id z")
             self.it_lo, self.n_it = split_range(ir, self.n_it, -(-longest // self.splits), bz, "it")
-            self.part_row = ir.add(ir.mul(bz, slab_rows(self.p, self.role), "slab"), row0, "part_row")
 
     def stream_tile(self, it):
         """The streamed tile of step ``it`` of this block's steps: a query tile (dK/dV) or a key tile (dQ)."""
@@ -257,7 +255,7 @@ class _HopperBwd(HopperAttentionKernel):
     def setup_dq(self):
         ir, p = self.ir, self.p
         self.n_it = self.query_block(self.k0)
-        self.split_steps(-(-p.seq_k // self.BC), ir.add(ir.mul(self.bh, p.seq_q, "qrow_bh"), self.k0, "qbase"))
+        self.split_steps(-(-p.seq_k // self.BC))
 
     # ------------------------------------------------------------------------------------------
     def wait(self, group, nbar, slot, par, ticks, *, role, barrier, it):
@@ -622,10 +620,13 @@ class _HopperBwd(HopperAttentionKernel):
             first = ir.add(ir.mul(self.bh, p.seq_q, "qrow_bh"), self.k0, "qbase")
             coords = (self.b, self.h, self.bh, self.k0)
         if self.splits > 1:
-            ir.comment("split Q: FP32 partials into this split's slab rows (the combine sums them)")
+            # the slab row from the block index here, not held in a register through the main loop
+            ir.comment("split: FP32 partials into this split's slab rows (the combine sums them)")
+            bz = ir.let("bz_out", "gpu.block_id z")
+            part_row = ir.add(ir.mul(bz, slab_rows(p, self.role), "slab"), first, "part_row")
         for name, acc, scale in zip(self.outs, accs, (p.scale, None)):
             gty = self.out_type(name)
-            at = ("row", self.part_row) if self.splits > 1 else rows_at(ir, p, name, first, coords)
+            at = ("row", part_row) if self.splits > 1 else rows_at(ir, p, name, first, coords)
             for h in (0, 1):
                 roff = ir.add(ir.add(ir.mul(self.cwg, 64), ir.mul(self.warp, 16)), ir.add(self.g, 8 * h), "row_off")
                 ok = ir.cmp("slt", ir.add(self.k0, roff, "st_row"), limit, "st_ok") if limit % self.BR else True
