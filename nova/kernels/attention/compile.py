@@ -14,7 +14,7 @@ from nova.kernels import family
 from nova.kernels.attention.module import KERNEL_NAMES, build_module, kernel_arch, kernel_params
 from nova.kernels.attention.schedule import ROLES
 
-ABI = 12           # bump when the kernels' arguments, layouts or generated code change
+ABI = 13           # bump when the kernels' arguments, layouts or generated code change
 NAME = "attention"
 
 
