@@ -5,7 +5,7 @@
 #    TMA-store kernel of 17x300x200x256 bf16 NT fault (an illegal address at its own launch, right after
 #    the both-prepped 3x127x253x61 NN case); main builds that kernel identically.  First the two cases
 #    alone under CUDA_LAUNCH_BLOCKING=1 (each in its own process: a fault of the first cannot poison
-#    the second), then the whole file.
+#    the second), then both under compute-sanitizer memcheck, then the whole file.
 # 2. The attention GPU tests (the split backward's kernels changed), the masked ones and the planned calls.
 # 3. The branch gemm-one-prep as it was (its tree `.branch-one-prep.txz`: `git archive gemm-one-prep nova
 #    tests pyproject.toml bench`, its cache `.nova-cache-run121`): the same two cases alone, then the file.
@@ -20,6 +20,11 @@ alone() {   # the two batched cases, each alone under CUDA_LAUNCH_BLOCKING=1, in
         CUDA_LAUNCH_BLOCKING=1 timeout 60 $PYTEST tests/test_runtime_gpu.py -k "batched_matmul_vs_float64 and $k" \
             2>&1 | grep -E "FAILED|Error|passed|failed" | head -4 | tee -a $1
     done
+    # both in the order that faulted, under compute-sanitizer's memcheck (an out-of-bounds access named)
+    echo "== memcheck, both" >> $1
+    timeout 150 compute-sanitizer --tool memcheck --print-limit 4 $PYTEST tests/test_runtime_gpu.py \
+        -k "batched_matmul_vs_float64 and (3x127x253x61-bf16-NN or 17x300x200x256-bf16-NT)" 2>&1 \
+        | grep -E "Invalid|ERROR SUMMARY|at 0x|by thread|Address|passed|failed|nova_" | head -24 | tee -a $1
 }
 alone $R/alone.log
 timeout 150 $PYTEST tests/test_runtime_gpu.py 2>&1 | grep -E "^FAILED|^ERROR|passed|failed" | tail -15 \
