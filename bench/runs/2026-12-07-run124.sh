@@ -11,7 +11,7 @@
 #    tests pyproject.toml bench`, its cache `.nova-cache-run121`): the same two cases alone, then the file.
 # Host: NOVA_CACHE_DIR=.nova-cache-run124 `python3 tests/gpu_build.py --all --only test_attention_gpu.py
 # test_attention_call_plan.py test_attention_mask_gpu.py test_runtime_gpu.py --target T` for T = h100
-# and h200; `.nova-cache-run124.txz`.
+# and h200; `.nova-cache-run124.txz` (its h100 kernels: the carry limit; run on an H100).
 . bench/runs/device_env.sh run124 .nova-cache-run124
 PYTEST="python3 -m pytest -m gpu -q -p no:cacheprovider -n 0"
 alone() {   # the two batched cases, each alone under CUDA_LAUNCH_BLOCKING=1, into $1
@@ -31,8 +31,8 @@ timeout 150 $PYTEST tests/test_runtime_gpu.py 2>&1 | grep -E "^FAILED|^ERROR|pas
     | tee $R/runtime_gpu_tests.log
 timeout 200 $PYTEST tests/test_attention_gpu.py tests/test_attention_mask_gpu.py tests/test_attention_call_plan.py \
     2>&1 | grep -E "^FAILED|^ERROR|passed|failed" | tail -15 | tee $R/attention_gpu_tests.log
-B=/tmp/one-prep; mkdir -p $B; tar xf .branch-one-prep.txz -C $B; tar xf .nova-cache-run121.txz -C $B
-( cd $B && export PYTHONPATH=$B NOVA_CACHE_DIR=$B/.nova-cache-run121 && alone $R/one_prep_alone.log &&
+B=/tmp/one-prep; mkdir -p $B; tar xf .branch-one-prep.txz -C $B; tar xf .nova-cache-run121-h100.txz -C $B
+( cd $B && export PYTHONPATH=$B NOVA_CACHE_DIR=$B/.nova-cache-run121-h100 && alone $R/one_prep_alone.log &&
   timeout 150 $PYTEST tests/test_runtime_gpu.py 2>&1 | grep -E "^FAILED|^ERROR|passed|failed" | tail -15 \
       | tee $R/one_prep_runtime_gpu_tests.log )
 true
