@@ -4,7 +4,7 @@ TMA-store kernel of 17x300x200x256 bf16 NT (``tests/test_runtime_gpu.py``: relat
 batch, ragged M/N, B's layout, the epilogue (registers), the consumers (one warpgroup).
 
     python3 bench/probes/batched_pingpong.py build [--target h100]   # host (MLIR): the variants into $NOVA_CACHE_DIR
-    python3 bench/probes/batched_pingpong.py run                     # device, NOVA_OFFLINE=1
+    python3 bench/probes/batched_pingpong.py run [i ...]             # device, NOVA_OFFLINE=1
 
 Per variant: NaN-poisoned output, fresh randn operands, every 64 x 64 tile of every batch element
 against float64; prints the wrong tiles (batch, tile row, tile column), the unwritten (NaN) ones, and
@@ -14,21 +14,29 @@ import sys
 # (NOVA_PINGPONG, batch, M, N, K, trans_b): the failing pick (ping-pong 64x64, TMA store), then one
 # change each; each variant's schedule is the configurator's under that NOVA_PINGPONG (label printed)
 VARIANTS = [
-    ("64x64", 17, 300, 200, 256, True),
-    ("64x64", 17, 320, 256, 256, True),        # M, N whole tiles
-    ("64x64", 2, 300, 200, 256, True),         # two matrices
-    ("64x64", 1, 300, 200, 256, True),         # one matrix (2-D maps)
-    ("64x64", 17, 300, 200, 256, False),       # B not transposed (NN)
-    ("64x64", 16, 300, 200, 256, True),        # an even batch
-    ("0", 17, 300, 200, 256, True),            # no ping-pong
-    ("128x128", 17, 300, 200, 256, True),      # ping-pong, two slabs a tile
+    ("64x64", 17, 300, 200, 256, True, "bf16"),
+    ("64x64", 17, 320, 256, 256, True, "bf16"),        # M, N whole tiles
+    ("64x64", 2, 300, 200, 256, True, "bf16"),         # two matrices
+    ("64x64", 17, 300, 200, 256, False, "bf16"),       # B not transposed (NN)
+    ("64x64", 16, 300, 200, 256, True, "bf16"),        # an even batch
+    ("0", 17, 300, 200, 256, True, "bf16"),            # no ping-pong
+    ("128x128", 17, 300, 200, 256, True, "bf16"),      # ping-pong, two slabs a tile
+    # one matrix: K tiles (64 deep) 4, 8 (= the 8 stages), 9, 32; the layouts; TF32; many units a CTA
+    ("64x64", 1, 300, 200, 256, True, "bf16"),
+    ("64x64", 1, 300, 200, 512, True, "bf16"),
+    ("64x64", 1, 300, 200, 576, True, "bf16"),
+    ("64x64", 1, 300, 200, 2048, True, "bf16"),
+    ("64x64", 1, 300, 200, 256, False, "bf16"),
+    ("64x64", 1, 1024, 1024, 256, True, "bf16"),
+    ("64x64", 1, 300, 200, 256, True, "tf32"),
+    ("64x64", 17, 300, 200, 2048, True, "bf16"),
 ]
 TILE = 64
 
 
-def problem_of(batch, M, N, K, trans_b):
+def problem_of(batch, M, N, K, trans_b, dtype):
     from nova.kernels.gemm.problem import GemmProblem
-    return GemmProblem(M=M, N=N, K=K, dtype="bf16", trans_b=trans_b, batch=batch)
+    return GemmProblem(M=M, N=N, K=K, dtype=dtype, trans_b=trans_b, batch=batch)
 
 
 def schedule_of(pingpong, p, target):
@@ -51,24 +59,26 @@ def build(target: str) -> None:
               flush=True)
 
 
-def run() -> None:
+def run(which: list[int]) -> None:
+    """The variants ``which`` (indices into VARIANTS), in this process."""
     import torch
     from nova.bench.tune import load_schedule
     from nova.hwmodel import get_target
     from nova.runtime import driver
     target = get_target("h200" if "H200" in torch.cuda.get_device_name() else "h100")
     from nova.kernels.gemm.space import label as label_of
-    for pingpong, *shape in VARIANTS:
-        batch, M, N, K, trans_b = shape
+    for pingpong, *shape in (VARIANTS[i] for i in which):
+        batch, M, N, K, trans_b, dtype = shape
         p = problem_of(*shape)
         s = schedule_of(pingpong, p, target)
         label = label_of(s) + (" tma-store" if s.hopper.tma_store else "")
         resolved = load_schedule(p, s, target, None, driver.get_device())
         gen = torch.Generator(device="cuda").manual_seed(11)
-        a = torch.randn(batch, M, K, device="cuda", generator=gen).bfloat16()
-        b = (torch.randn(batch, N, K, device="cuda", generator=gen).bfloat16() if trans_b
-             else torch.randn(batch, K, N, device="cuda", generator=gen).bfloat16())
-        out = torch.full((batch, M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        dt = torch.bfloat16 if dtype == "bf16" else torch.float32
+        a = torch.randn(batch, M, K, device="cuda", generator=gen).to(dt)
+        b = (torch.randn(batch, N, K, device="cuda", generator=gen).to(dt) if trans_b
+             else torch.randn(batch, K, N, device="cuda", generator=gen).to(dt))
+        out = torch.full((batch, M, N), float("nan"), device="cuda", dtype=dt)
         resolved.run(a.data_ptr(), b.data_ptr(), out.data_ptr(), None, torch.cuda.current_stream().cuda_stream)
         torch.cuda.synchronize()
         ref = a.double() @ (b.double().transpose(1, 2) if trans_b else b.double())
@@ -97,5 +107,5 @@ def run() -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["build"]:
         build(sys.argv[sys.argv.index("--target") + 1] if "--target" in sys.argv else "h200")
-    else:
-        run()
+    else:           # run [i ...]: those variants (default all), each best in its own process: a fault ends it
+        run([int(i) for i in sys.argv[2:]] or list(range(len(VARIANTS))))
