@@ -1,5 +1,5 @@
 """The most any TF32 attention could gain over the best PyTorch FP32 backend on a held-out draw's
-problems with T >= 512 (issue 31 asks 4x on every one): the draw's measured library time over a
+problems with T >= 512 (the generalization target asks 4x on every one): the draw's measured library time over a
 floor no kernel goes under, forward + backward:
 
     floor = max(compulsory DRAM bytes / DRAM bandwidth, tensor-core FLOPs / TF32 peak)
