@@ -16,8 +16,8 @@ from nova.configurator import GemmProblem, configure
 from nova.hwmodel import get_target
 from nova.kernels.gemm import hopper
 from nova.kernels.gemm.emit_hopper import build_hopper_module, check_supported
-from nova.kernels.gemm.hopper import (operand_plan, pingpong_terms, ring_depth, staging_bytes, total_time,
-                                      wgmma_schedule)
+from nova.kernels.gemm.hopper import (operand_plan, pingpong_ring_cap, pingpong_terms, ring_depth, staging_bytes,
+                                      total_time, wgmma_schedule)
 from nova.kernels.gemm.problem import ProblemError
 from nova.kernels.gemm.schedule import Schedule
 from mbarrier_model import Mbarrier
@@ -40,7 +40,7 @@ def env(monkeypatch):
 
 def pingpong_schedule(p, slabs, n, epilogue, stages=None):
     ops = operand_plan(p)
-    depth = stages or ring_depth(H200, 64 * slabs, n, staging_bytes(2, epilogue))
+    depth = stages or min(ring_depth(H200, 64 * slabs, n, staging_bytes(2, epilogue)), pingpong_ring_cap(p))
     return wgmma_schedule(p, H200, ops, 2, n, 1, depth, 8, epilogue=epilogue, pingpong=slabs)
 
 
@@ -382,6 +382,19 @@ def test_the_space_holds_pingpong_candidates(env):
     assert {s.hopper.epilogue for s in pp} == {"registers", "tma_store"}
     for s in pp[::17]:
         check_supported(p, s)
+    assert max(s.stages for s in pp) <= pingpong_ring_cap(p) == 8          # a unit's K tiles (512 / 64)
+
+
+def test_a_pingpong_ring_deeper_than_a_units_k_tiles_is_refused_in_one_line(env):
+    """8 stages for 4 K tiles computed wrong results on the H100 (``pingpong_ring_cap``): the derivation
+    keeps the ring within the K tiles, and the code generator refuses a deeper one (a forced schedule)."""
+    from nova.kernels.gemm.emit_hopper import check_supported
+    p = GemmProblem(300, 200, 256, "bf16", trans_b=True, batch=17)
+    env(NOVA_PINGPONG="64x64")
+    s = configure(p, "h100").schedule
+    assert s.pingpong and s.stages == pingpong_ring_cap(p) == 4
+    with pytest.raises(CodegenError, match="a ring of 8 stages for 4 K tiles"):
+        check_supported(p, pingpong_schedule(p, 1, 64, "tma_store", stages=8))
 
 
 # ---- ptxas ------------------------------------------------------------------------------------------

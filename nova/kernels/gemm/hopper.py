@@ -796,6 +796,15 @@ pingpong_reasons = {
 }
 
 
+def pingpong_ring_cap(p: GemmProblem) -> int:
+    """The deepest ring a ping-pong kernel is built with: a unit's K tiles (at least ``MIN_STAGES``).
+    Measured, not derived: on the H100 the ping-pong TMA-store kernels with 8 stages for 4 K tiles
+    computed wrong results or faulted (every tile wrong, batched or not: bench/results/h100-2026-12-07/
+    run124-h100, run126-h100), while every ping-pong kernel the oracle had checked kept its ring within
+    the K tiles and was right.  The cause is not found; until it is, no ping-pong ring is deeper."""
+    return max(MIN_STAGES, cdiv(p.K, SWIZZLE // p.in_bytes))
+
+
 def pingpong_blocker(p: GemmProblem, wgs: int, split: int = 1, reduction: str = "atomic",
                      cluster: tuple[int, int] = (1, 1), persistent: bool = True) -> str | None:
     """Why the kernel cannot run ping-pong consumers for these decisions (None if it can).  A batch is
@@ -890,7 +899,7 @@ def pingpong_terms(p: GemmProblem, gpu, slabs: int, n: int, operands: OperandPla
     clock = gpu.clock_hz
     out = {}
     for epilogue in epilogues:
-        depth = stages or ring_depth(gpu, block_i, n, staging_bytes(2, epilogue))
+        depth = stages or min(ring_depth(gpu, block_i, n, staging_bytes(2, epilogue)), pingpong_ring_cap(p))
         t_mma, t_l2 = main["mma"], main["l2"]
         if epilogue == "tma_store":
             whole, staged = tma_store_time(p, gpu, block_i, n, gpu.sm_count, rows=I, cols=J)
@@ -1034,7 +1043,11 @@ def pingpong_step(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, s: Sch
         return s, (step if EXPLAIN_PINGPONG_ALWAYS else None)
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
     block_i = WGMMA_M * slabs
-    depth = ring_depth(gpu, block_i, n, staging_bytes(2, epilogue))
+    fit = ring_depth(gpu, block_i, n, staging_bytes(2, epilogue))
+    depth = min(fit, pingpong_ring_cap(p))
+    if depth < fit:
+        why += (f"; the ring keeps {depth} stages, the K tiles of a unit, of the {fit} that fit "
+                "(pingpong_ring_cap: deeper ping-pong rings computed wrong results on the H100)")
     group_m = raster_groups(gpu, cdiv(I, block_i), cdiv(I, block_i) * cdiv(J, n), block_i, n)[0]
     pp = wgmma_schedule(p, gpu, operands, 2, n, 1, depth, group_m, epilogue=epilogue, pingpong=slabs)
     return pp, note("consumers", f"ping-pong, {block_i}x{n} per warpgroup" + (", TMA store" if epilogue == "tma_store"
