@@ -140,6 +140,9 @@ PINGPONG_F32_OUT = (4096, 4096, 128, "bf16")        # f32 output from bf16 input
 # in fp16 NT, A^T in BF16 TN (ragged M and K), TF32 NT
 # (the model's pick for 3000x5000x700 NT); not batched (hopper.pingpong_regs: a batch keeps 40 registers)
 PINGPONG_WIDE = "128x192"
+# 64-row ping-pong tiles on a short K (4 K tiles of 64): the TMA-store kernel that failed at 8 ring stages
+PINGPONG_ONE_SLAB = "64x64"
+PINGPONG_SHORT_K_CASE = (17, 300, 200, 256, "bf16", False, True, False, "none", None)
 PINGPONG_WIDE_CASES = [
     (2048, 6144, 768, "bf16", False, True, False, "none"),
     (2048, 6144, 768, "bf16", False, False, False, "none"),
@@ -360,6 +363,17 @@ def test_pingpong_wide_tiles_vs_float64(case, kernels, force):
     force("NOVA_PINGPONG", PINGPONG_WIDE)
     require_hopper("ping-pong consumers are a Hopper-path schedule")
     check_forced_matmul(case, lambda s: s.pingpong and s.tile_slabs == 2 and s.mma.n == 192)
+
+
+def test_short_k_pingpong_one_slab_tiles_vs_float64(kernels, force):
+    """The batched 17x300x200x256 bf16 NT case forced onto 64x64 ping-pong tiles with the TMA store: at 8
+    ring stages for its 4 K tiles every tile came out wrong on the H100 (bench/results/h100-2026-12-07/
+    run124-h100, run126-h100); the ring is now held to the K tiles (``hopper.pingpong_ring_cap``)."""
+    force("NOVA_PINGPONG", PINGPONG_ONE_SLAB)
+    require_hopper("ping-pong consumers are a Hopper-path schedule")
+    s = mm.resolve_kernel(batched_problem(PINGPONG_SHORT_K_CASE)).schedule
+    assert s.pingpong and s.tile_slabs == 1 and s.stages <= 4 and s.hopper.tma_store
+    check_batched(pytest.importorskip("torch"), PINGPONG_SHORT_K_CASE)
 
 
 def test_pingpong_f32_output_and_batch(kernels, force):
@@ -811,6 +825,7 @@ def precompile_commands(target: str) -> list[str]:
     problems.append(("NOVA_PINGPONG=1 ", GemmProblem(*PINGPONG_F32_OUT, out_dtype="f32")))
     problems += [("NOVA_PINGPONG=1 ", batched_problem(c)) for c in PINGPONG_BATCHED_CASES]
     problems += [(f"NOVA_PINGPONG={PINGPONG_WIDE} ", GemmProblem(*case)) for case in PINGPONG_WIDE_CASES]
+    problems.append((f"NOVA_PINGPONG={PINGPONG_ONE_SLAB} ", batched_problem(PINGPONG_SHORT_K_CASE)))
     problems += [("", batched_problem(c)) for c in BATCHED_CASES + STRIDED_CASES]
     problems += [("NOVA_HOPPER=0 ", batched_problem(c)) for c in MMA_SYNC_CASES + STRIDED_CASES[:2]]
     for env, p in problems:
