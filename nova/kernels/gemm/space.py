@@ -332,10 +332,10 @@ def _wgmma_space(p: GemmProblem, gpu: GPUModel, pick: Schedule, operands, rows: 
                     if not check_schedule(p, s, gpu):
                         out.append(s)
                         out += cluster_variants(p, gpu, s)
-    return out + pingpong_space(p, gpu, operands, k_iters, pick)
+    return out + pingpong_space(p, gpu, operands, pick)
 
 
-def pingpong_space(p: GemmProblem, gpu: GPUModel, operands, k_iters: int, pick: Schedule) -> list[Schedule]:
+def pingpong_space(p: GemmProblem, gpu: GPUModel, operands, pick: Schedule) -> list[Schedule]:
     """Ping-pong schedules (hopper.py's consumers step): each of ``pingpong_tiles`` (slabs x N) with
     every epilogue ``epilogues`` allows, split 1, persistent, 1x1, stages 2 .. what the shared memory
     holds and no more than a unit's K tiles (``hopper.pingpong_ring_cap``), group_m as for the
@@ -345,7 +345,6 @@ def pingpong_space(p: GemmProblem, gpu: GPUModel, operands, k_iters: int, pick: 
     out = []
     for slabs, n in pingpong_tiles(p, gpu, operands, n_max):
         tile_rows = WGMMA_M * slabs
-        units = cdiv(rows, tile_rows) * cdiv(cols, n)
         groups = _wgmma_groups(gpu, rows, tile_rows, cols, n, pick)
         for epilogue in epilogues(p, operands, 1, n):
             max_stages = int(HOPPER.stages(smem_per_block=gpu.smem_per_block, block_m=tile_rows, N=n,
