@@ -492,6 +492,11 @@ def stored_outputs(p: GemmProblem) -> int:
     return 1 + p.preactivation
 
 
+def k_tiles(p: GemmProblem) -> int:
+    """K tiles a work unit streams unsplit: ceil(K / BK), BK = one 128-byte swizzled row of the input."""
+    return cdiv(p.K, SWIZZLE // p.in_bytes)
+
+
 def ring_depth(gpu, block_i: int, n: int, staging: int = 0) -> int:
     """Ring stages (step 10): what the per-block shared memory holds beside ``staging`` bytes of
     epilogue staging, within [MIN_STAGES, MAX_STAGES]."""
@@ -637,7 +642,7 @@ def stream_k_terms(p: GemmProblem, gpu, block_i: int, n: int, operands: OperandP
     operands = operands or operand_plan(p)
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
     tiles = cdiv(I, block_i) * cdiv(J, n)
-    ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
+    ktiles = k_tiles(p)
     plan = plan or stream_k_plan(tiles, ktiles, gpu.sm_count)
     cap = smem_cap(p, gpu, block_i, n)
     busiest = plan.busiest_iters
@@ -748,7 +753,7 @@ def epilogue_terms(p: GemmProblem, gpu, block_i: int, n: int, split: int, operan
     operands = operands or operand_plan(p)
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
     units = cdiv(I, block_i) * cdiv(J, n) * split * p.batch
-    ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
+    ktiles = k_tiles(p)
     paced = units                           # the unit count whose ceil(/ SMs) is the busiest SM's share
     if cluster != (1, 1):
         paced = cluster_pacing(gpu, I, J, block_i, n, split, cluster_extents(cluster, operands.swap))
@@ -802,7 +807,7 @@ def pingpong_ring_cap(p: GemmProblem) -> int:
     computed wrong results or faulted (every tile wrong, batched or not: bench/results/h100-2026-12-07/
     run124-h100, run126-h100), while every ping-pong kernel the oracle had checked kept its ring within
     the K tiles and was right.  The cause is not found; until it is, no ping-pong ring is deeper."""
-    return max(MIN_STAGES, cdiv(p.K, SWIZZLE // p.in_bytes))
+    return max(MIN_STAGES, k_tiles(p))
 
 
 def pingpong_blocker(p: GemmProblem, wgs: int, split: int = 1, reduction: str = "atomic",
@@ -891,7 +896,7 @@ def pingpong_terms(p: GemmProblem, gpu, slabs: int, n: int, operands: OperandPla
     block_i = WGMMA_M * slabs
     units = cdiv(I, block_i) * cdiv(J, n) * p.batch
     per_sm = math.ceil(units / gpu.sm_count)
-    ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
+    ktiles = k_tiles(p)
     main = mainloop_time(p, gpu, block_i, n, units, ktiles, terms=True, crossings=line_crossings(p, operands))
     shared = {"dram": p.min_bytes / gpu.dram_bw, "smem_cap": main["smem_cap"],
               "prep": prep_time(p, gpu, operands), "split": 0.0,
@@ -1323,7 +1328,7 @@ def wgmma_schedule(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int,
     ctas = min(units, gpu.sm_count) if persistent else units
     sk_tiles = 0
     if reduction == "stream_k":             # split 1; the last tiles' K iterations spread over the CTAs
-        walk = stream_k_plan(units, cdiv(p.K, SWIZZLE // p.in_bytes), gpu.sm_count)
+        walk = stream_k_plan(units, k_tiles(p), gpu.sm_count)
         if walk is None or split != 1 or p.batch > 1 or cluster != (1, 1) or not persistent or epilogue != "registers":
             raise ProblemError(f"{p.describe()}: no stream-K walk of {units} tiles of {block_i}x{n} (one per K tile "
                                "split, unbatched, persistent, 1x1, register epilogue)")
@@ -1514,7 +1519,7 @@ def tile_candidates(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int
     stream-K candidates, at any tile count; 0 none; unset, none either while ``NOVA_CLUSTER`` forces a
     cluster (clusters walk whole tiles)."""
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
-    ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
+    ktiles = k_tiles(p)
     forced = opts.stream_k
     if forced is None and opts.cluster not in (None, (1, 1)):
         forced = False                  # NOVA_CLUSTER forces clusters, which walk whole tiles: no stream-K
@@ -1571,7 +1576,7 @@ def describe_stream_k(p: GemmProblem, gpu, operands: OperandPlan, block_i: int, 
     and the best split-K and no-split candidates beside it."""
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
     tiles = cdiv(I, block_i) * cdiv(J, n)
-    plan = stream_k_plan(tiles, cdiv(p.K, SWIZZLE // p.in_bytes), gpu.sm_count)
+    plan = stream_k_plan(tiles, k_tiles(p), gpu.sm_count)
     t = stream_k_terms(p, gpu, block_i, n, operands, plan=plan)
     others = []
     for what, keep in (("best split-K", lambda c: c[4] > 1), ("no split", lambda c: c[4] == 1 and c[5] != "stream_k")):
@@ -1611,13 +1616,13 @@ def tile_and_split(p: GemmProblem, gpu, operands: OperandPlan, wgs: int, n: int,
     if not candidates:                                       # NOVA_STREAM_K=1 where no tile allows it
         I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
         tiles = cdiv(I, WGMMA_M * wgs) * cdiv(J, n)
-        why = stream_k_blocker(p, tiles, cdiv(p.K, SWIZZLE // p.in_bytes), gpu.sm_count)
+        why = stream_k_blocker(p, tiles, k_tiles(p), gpu.sm_count)
         raise ProblemError(f"NOVA_STREAM_K=1: {p.describe()} cannot run stream-K on {gpu.name}: {why}")
     _, _, w_neg, n_neg, split, reduction, tiles, epilogue = min(candidates)
     wgs, n = -w_neg, -n_neg
     block_i = WGMMA_M * wgs
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
-    ktiles = cdiv(p.K, SWIZZLE // p.in_bytes)
+    ktiles = k_tiles(p)
     best = {}                                                # each tile and split with its faster epilogue
     for c in sorted(candidates):
         best.setdefault(c[2:6], c)
