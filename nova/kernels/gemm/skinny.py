@@ -555,7 +555,9 @@ def priced_label(p: GemmProblem, gpu: GPUModel, label: str) -> tuple[SkinnySched
     width, splits = threads_n, parts[5][1:]
     if lanes == "n" and parts[1] == "n":
         width = parts[3].split("x")[0]
-        width = int(width) if width.isdigit() and int(width) > 0 else threads + 1
+        if not width.isdigit() or int(width) == 0:
+            return None
+        width = int(width)
     shape = f"{width}x{threads // width}" if lanes == "n" else f"w{threads_n}r{rows}"
     if parts[1:4] != [lanes, f"v{vec}", shape] or threads % width or not splits.isdigit():
         return None
