@@ -16,8 +16,8 @@ from nova.configurator import GemmProblem, configure
 from nova.hwmodel import get_target
 from nova.kernels.gemm import hopper
 from nova.kernels.gemm.emit_hopper import build_hopper_module, check_supported
-from nova.kernels.gemm.hopper import (operand_plan, pingpong_ring_cap, pingpong_terms, ring_depth, staging_bytes,
-                                      total_time, wgmma_schedule)
+from nova.kernels.gemm.hopper import (operand_plan, pingpong_depth, pingpong_ring_cap, pingpong_terms, ring_depth,
+                                      staging_bytes, total_time, wgmma_schedule)
 from nova.kernels.gemm.problem import ProblemError
 from nova.kernels.gemm.schedule import Schedule
 from mbarrier_model import Mbarrier
@@ -40,7 +40,7 @@ def env(monkeypatch):
 
 def pingpong_schedule(p, slabs, n, epilogue, stages=None):
     ops = operand_plan(p)
-    depth = stages or min(ring_depth(H200, 64 * slabs, n, staging_bytes(2, epilogue)), pingpong_ring_cap(p))
+    depth = stages or pingpong_depth(p, H200, 64 * slabs, n, epilogue)
     return wgmma_schedule(p, H200, ops, 2, n, 1, depth, 8, epilogue=epilogue, pingpong=slabs)
 
 

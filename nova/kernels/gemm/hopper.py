@@ -810,6 +810,12 @@ def pingpong_ring_cap(p: GemmProblem) -> int:
     return max(MIN_STAGES, k_tiles(p))
 
 
+def pingpong_depth(p: GemmProblem, gpu, block_i: int, n: int, epilogue: str) -> int:
+    """A ping-pong kernel's ring: what the shared memory holds beside both warpgroups' staging
+    (``ring_depth``), at most ``pingpong_ring_cap``."""
+    return min(ring_depth(gpu, block_i, n, staging_bytes(2, epilogue)), pingpong_ring_cap(p))
+
+
 def pingpong_blocker(p: GemmProblem, wgs: int, split: int = 1, reduction: str = "atomic",
                      cluster: tuple[int, int] = (1, 1), persistent: bool = True) -> str | None:
     """Why the kernel cannot run ping-pong consumers for these decisions (None if it can).  A batch is
@@ -904,7 +910,7 @@ def pingpong_terms(p: GemmProblem, gpu, slabs: int, n: int, operands: OperandPla
     clock = gpu.clock_hz
     out = {}
     for epilogue in epilogues:
-        depth = stages or min(ring_depth(gpu, block_i, n, staging_bytes(2, epilogue)), pingpong_ring_cap(p))
+        depth = stages or pingpong_depth(p, gpu, block_i, n, epilogue)
         t_mma, t_l2 = main["mma"], main["l2"]
         if epilogue == "tma_store":
             whole, staged = tma_store_time(p, gpu, block_i, n, gpu.sm_count, rows=I, cols=J)
@@ -1048,8 +1054,7 @@ def pingpong_step(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, s: Sch
         return s, (step if EXPLAIN_PINGPONG_ALWAYS else None)
     I, J = (p.N, p.M) if operands.swap else (p.M, p.N)
     block_i = WGMMA_M * slabs
-    fit = ring_depth(gpu, block_i, n, staging_bytes(2, epilogue))
-    depth = min(fit, pingpong_ring_cap(p))
+    fit, depth = ring_depth(gpu, block_i, n, staging_bytes(2, epilogue)), pingpong_depth(p, gpu, block_i, n, epilogue)
     if depth < fit:
         why += (f"; the ring keeps {depth} stages, the K tiles of a unit, of the {fit} that fit "
                 "(pingpong_ring_cap: deeper ping-pong rings computed wrong results on the H100)")
