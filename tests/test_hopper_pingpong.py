@@ -16,10 +16,11 @@ from nova.configurator import GemmProblem, configure
 from nova.hwmodel import get_target
 from nova.kernels.gemm import hopper
 from nova.kernels.gemm.emit_hopper import build_hopper_module, check_supported
-from nova.kernels.gemm.hopper import (operand_plan, pingpong_depth, pingpong_ring_cap, pingpong_terms, ring_depth,
+from nova.kernels.gemm.hopper import (PINGPONG_MIN_STAGES, k_tiles, operand_plan, pingpong_depth, pingpong_ring_cap, pingpong_terms, ring_depth,
                                       staging_bytes, total_time, wgmma_schedule)
 from nova.kernels.gemm.problem import ProblemError
 from nova.kernels.gemm.schedule import Schedule
+from nova.kernels.gemm.space import enumerate_schedules
 from mbarrier_model import Mbarrier
 
 from nova.codegen.ptxas import wgmma_hazards   # wgmmas serialised, arrive/wait injected, setmaxnreg ignored
@@ -235,7 +236,7 @@ def test_forcing_and_excluding_pingpong(env):
         p, H200, c.schedule.tile_slabs, c.schedule.mma.n, c.schedule.hopper.operands, (c.schedule.hopper.epilogue,),
         c.schedule.stages)[c.schedule.hopper.epilogue]) * 1e6)
     env(NOVA_PINGPONG="0")
-    c0 = configure(GemmProblem(4096, 4096, 128, "bf16"), "h200")         # the model's ping-pong pick, excluded
+    c0 = configure(GemmProblem(4096, 4096, 256, "bf16"), "h200")         # the model's ping-pong pick, excluded
     assert not c0.schedule.pingpong
     assert next(st for st in c0.derivation if st.step == "consumers").reason.startswith("NOVA_PINGPONG=0")
 
@@ -247,7 +248,7 @@ def test_automatic_picks_and_the_switch(env, monkeypatch):
     cooperative tile (with no consumers row: its derivation as before) where not (a deep-K square, the
     register-fed TF32 dX: 0.94-1.0x measured); AUTO_PINGPONG = False leaves every pick cooperative."""
     assert hopper.AUTO_PINGPONG
-    short = GemmProblem(4096, 4096, 128, "bf16")
+    short = GemmProblem(4096, 4096, 256, "bf16")
     lm_head = GemmProblem(16384, 32768, 512, "bf16", trans_b=True)
     forward_tf32 = GemmProblem(16384, 3072, 768, "tf32", trans_b=True, bias=True)
     square, dx_tf32 = GemmProblem(8192, 8192, 8192, "bf16"), GemmProblem(16384, 2048, 512, "tf32")
@@ -395,6 +396,26 @@ def test_a_pingpong_ring_deeper_than_a_units_k_tiles_is_refused_in_one_line(env)
     assert s.pingpong and s.stages == pingpong_ring_cap(p) == 4
     with pytest.raises(CodegenError, match="a ring of 8 stages for 4 K tiles"):
         check_supported(p, pingpong_schedule(p, 1, 64, "tma_store", stages=8))
+    with pytest.raises(CodegenError, match="a ring of 3 stages for 4 K tiles"):
+        check_supported(p, pingpong_schedule(p, 1, 64, "tma_store", stages=3))
+
+
+@pytest.mark.parametrize("M, N, K, options", [(4000, 4004, 64, {"trans_b": True}),
+                                              (1023, 1025, 40, {"bias": True, "activation": "gelu"}),
+                                              (4096, 4096, 128, {"out_dtype": "f32"})])
+def test_pingpong_needs_four_k_tiles(env, M, N, K, options):
+    """Ping-pong with fewer K tiles than PINGPONG_MIN_STAGES computed wrong results or faulted on the H100
+    (2 stages for 1 K tile: bench/results/h100-2026-12-07/run128-h100): never picked, and NOVA_PINGPONG=1
+    is refused in one line naming the K tiles."""
+    p = GemmProblem(M, N, K, "bf16", **options)
+    assert k_tiles(p) < PINGPONG_MIN_STAGES
+    for target in ("h100", "h200"):
+        assert not configure(p, target).schedule.pingpong
+        assert not any(s.pingpong for s in enumerate_schedules(p, target))
+    env(NOVA_PINGPONG="1")
+    with pytest.raises(ProblemError, match=f"fewer than {PINGPONG_MIN_STAGES} K tiles a unit") as err:
+        configure(p, "h100")
+    assert "\n" not in str(err.value)
 
 
 # ---- ptxas ------------------------------------------------------------------------------------------

@@ -46,8 +46,8 @@ def test_mapping_reads_the_schedule(M, N, K, dtype, target):
 
 
 def test_a_short_k_loop_takes_no_more_stages_than_its_steps():
-    """4096x4096x128 bf16 (two K steps of 64): a cooperative Nova ring is 6-8 deep (a ping-pong one at most
-    the K tiles); Triton's one program per tile prefetches at most its two steps, and the unused stages
+    """4096x4096x128 bf16 (two K steps of 64): a cooperative Nova ring is 6-8 deep (ping-pong takes no K loop
+    under four tiles); Triton's one program per tile prefetches at most its two steps, and the unused stages
     only keep programs off the SM (the H100 measured this shape at 0.43x the autotuned pick with 8
     stages).  A deep K keeps Nova's."""
     nova_stages = configure(GemmProblem(4096, 4096, 128, dtype="bf16"), "h200", kernel="tiles").schedule.stages

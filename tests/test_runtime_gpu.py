@@ -120,7 +120,8 @@ STREAM_K_CASES = [
 # named barriers.  GPT-42M's MLP forward (BF16 NT, 16384x2048x512) and its NN dX twin (B by the
 # transpose bit), with the TMA store; 128-row tiles per warpgroup (two slabs) and 64-row ones; TF32 NT
 # and NN (swapped: B^T from registers, one 64-row slab per warpgroup), A^T from registers; ragged M, N
-# and K with bias + gelu / silu (register and TMA-store epilogues); a single K tile; units per CTA odd
+# and K with bias + gelu / silu (register and TMA-store epilogues); the fewest K tiles ping-pong takes
+# (hopper.PINGPONG_MIN_STAGES: 4000x4004x256; 1023x1025x264, 5); units per CTA odd
 # and even, and CTAs with one unit (300x200: 20 CTAs); an f32 output from bf16; a batch
 PINGPONG_CASES = [
     (16384, 2048, 512, "bf16", False, True, False, "none"),
@@ -130,11 +131,11 @@ PINGPONG_CASES = [
     (2048, 2048, 512, "tf32", False, True, True, "none"),
     (3000, 5000, 700, "tf32", False, False, False, "relu"),
     (1000, 1000, 1000, "tf32", True, True, False, "none"),
-    (4000, 4004, 64, "bf16", False, True, False, "none"),
-    (1023, 1025, 40, "bf16", False, False, True, "gelu"),
+    (4000, 4004, 256, "bf16", False, True, False, "none"),
+    (1023, 1025, 264, "bf16", False, False, True, "gelu"),
     (300, 200, 999, "bf16", False, True, False, "none"),
 ]
-PINGPONG_F32_OUT = (4096, 4096, 128, "bf16")        # f32 output from bf16 inputs (out_dtype: its own test)
+PINGPONG_F32_OUT = (4096, 4096, 256, "bf16")        # f32 output from bf16 inputs (out_dtype: its own test)
 # Ping-pong on 128x192 warpgroup tiles (192 accumulators a thread: hopper.PINGPONG_OVERHEAD_REGS), forced with
 # NOVA_PINGPONG=128x192: an LM-head-like BF16 NT forward with N a multiple of 192, its NN twin, ragged M/N/K
 # in fp16 NT, A^T in BF16 TN (ragged M and K), TF32 NT

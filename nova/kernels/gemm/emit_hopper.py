@@ -125,11 +125,11 @@ from nova.codegen.nvgpu import (KMAJOR_LEADING_BYTE_OFFSET, SM90A, SWIZZLE_BYTES
 from nova.dtypes import MODES
 from nova.kernels.gemm.emit_ampere import RESERVED_NAMES, GemmKernel, batched_memref
 from nova.kernels.gemm.hopper import PREP_THREADS, PREP_TILE  # the prep pass's geometry (its time model's)
-from nova.kernels.gemm.hopper import (PINGPONG_ORDER_BARRIER, PINGPONG_SLABS, STAGING_BUFFERS,  # rules the
-                                      STAGING_STEP_BYTES, atomic_split_blocker, c_box,     # schedule must follow
-                                      cluster_blocker, cluster_extents, cluster_units, output_vector,
-                                      pingpong_blocker, pingpong_ring_cap, staging_bytes, tma_store_blocker,
-                                      workspace_vector)
+from nova.kernels.gemm.hopper import (PINGPONG_MIN_STAGES, PINGPONG_ORDER_BARRIER, PINGPONG_SLABS,  # rules
+                                      STAGING_BUFFERS, STAGING_STEP_BYTES, atomic_split_blocker,  # the schedule
+                                      c_box, cluster_blocker, cluster_extents, cluster_units,     # must follow
+                                      output_vector, pingpong_blocker, pingpong_ring_cap, staging_bytes,
+                                      tma_store_blocker, workspace_vector)
 from nova.kernels.gemm.problem import GemmProblem
 from nova.kernels.gemm.schedule import CONSUMER_SCHEDULES, EPILOGUES, SPLIT_REDUCTIONS, OperandPrep, Schedule
 
@@ -184,9 +184,10 @@ def check_supported(problem: GemmProblem, s: Schedule) -> None:
                                    s.persistent)
         if blocker:
             fail(f"ping-pong consumers: {blocker}")
-        if s.stages > pingpong_ring_cap(problem):
+        if not PINGPONG_MIN_STAGES <= s.stages <= pingpong_ring_cap(problem):
             fail(f"ping-pong consumers: a ring of {s.stages} stages for {pingpong_ring_cap(problem)} K tiles a unit "
-                 "(hopper.pingpong_ring_cap: deeper ping-pong rings computed wrong results on the H100)")
+                 f"(hopper.pingpong_ring_cap: only {PINGPONG_MIN_STAGES} stages up to the K tiles computed right "
+                 "on the H100)")
         if rows % SLAB_M or rows // SLAB_M not in PINGPONG_SLABS:
             fail(f"{rows_name}={rows}: a ping-pong warpgroup's tile is 64 x one of {PINGPONG_SLABS} rows")
     elif s.consumer_warpgroups < 1 or rows != SLAB_M * s.consumer_warpgroups:

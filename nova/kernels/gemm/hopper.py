@@ -101,6 +101,7 @@ MIN_WGMMA_N = 64               # the narrowest tile N the rules consider
 SWIZZLE = SWIZZLE_BYTES        # bytes of K per smem row = TMA box inner extent = 128B swizzle span
 RING_ALIGN = SWIZZLE_ATOM_BYTES  # the ring starts on a 1024-byte boundary (128B-swizzle atom): that much slack
 MIN_STAGES, MAX_STAGES = 2, 8  # one slot landing while one computes; deeper rings gain nothing measurable
+PINGPONG_MIN_STAGES = 4        # the shallowest ping-pong ring measured right (``pingpong_ring_cap`` says why)
 REDUCE_CHAIN_LATENCIES = 2     # [CC] the split-K reduction kernel's threads wait one load round (their partials) and
                                # one store round (C) at the loaded memory latency (emit_hopper._SplitReduce)
 MIN_SLICE_K_TILES = 8          # a K slice streams >= 8 K tiles: the ring fill and the atomic epilogue amortise
@@ -796,18 +797,27 @@ pingpong_reasons = {
                 "tile, written for the cooperative walk (one consumer set per slot)"),
     "persistent": "not with one CTA per work unit: the second warpgroup would have no tile to overlap",
     "warpgroups": "needs 2 consumer warpgroups (one computes while the other stores)",
+    "short_k": (f"not with fewer than {PINGPONG_MIN_STAGES} K tiles a unit: ping-pong rings shallower than "
+                f"{PINGPONG_MIN_STAGES} stages or deeper than the K tiles computed wrong results on the H100 "
+                "(hopper.pingpong_ring_cap)"),
+    "shallow": (f"not where the shared memory holds fewer than {PINGPONG_MIN_STAGES} ring stages beside the "
+                "staging (hopper.pingpong_ring_cap)"),
     "partial": ("not with C's rows off the 32-byte sector and no TMA store: one warpgroup's partial-sector "
                 "stores do not leave under the other's K loop (measured 1.2-2.1x the model)"),
 }
 
 
 def pingpong_ring_cap(p: GemmProblem) -> int:
-    """The deepest ring a ping-pong kernel is built with: a unit's K tiles (at least ``MIN_STAGES``).
-    Measured, not derived: on the H100 the ping-pong TMA-store kernels with 8 stages for 4 K tiles
-    computed wrong results or faulted (every tile wrong, batched or not: bench/results/h100-2026-12-07/
-    run124-h100, run126-h100), while every ping-pong kernel the oracle had checked kept its ring within
-    the K tiles and was right.  The cause is not found; until it is, no ping-pong ring is deeper."""
-    return max(MIN_STAGES, k_tiles(p))
+    """The deepest ring a ping-pong kernel is built with: a unit's K tiles.  Measured, not derived (the
+    cause is not found): on the H100 every ping-pong kernel whose ring was deeper than its K tiles and
+    was checked against float64 came out wrong or faulted -- 8 stages for 4 K tiles (TMA store; every
+    tile wrong, batched or not: bench/results/h100-2026-12-07/run124-h100, run126-h100, and the oracle's
+    1024x1024x256 in run128-h100) and 2 stages for 1 K tile (the register epilogue: 4000x4004x64 wrong,
+    1023x1025x40 an illegal address, run128-h100) -- while every one with ``PINGPONG_MIN_STAGES`` or more
+    stages and no more than its K tiles was right (4 stages for 4, 8 for 8, 9, 32; run 128's variants
+    and the oracle's candidates).  So ping-pong needs at least ``PINGPONG_MIN_STAGES`` K tiles
+    (``pingpong_blocker``) and a ring of ``PINGPONG_MIN_STAGES`` .. K tiles stages."""
+    return k_tiles(p)
 
 
 def pingpong_depth(p: GemmProblem, gpu, block_i: int, n: int, epilogue: str) -> int:
@@ -822,6 +832,8 @@ def pingpong_blocker(p: GemmProblem, wgs: int, split: int = 1, reduction: str = 
     fine: every (batch element, tile) unit streams all of K."""
     if wgs != 2:
         return pingpong_reasons["warpgroups"]
+    if k_tiles(p) < PINGPONG_MIN_STAGES:
+        return pingpong_reasons["short_k"]
     if split > 1:
         return pingpong_reasons["split"]
     if reduction == "stream_k":
@@ -933,7 +945,7 @@ def pingpong_terms(p: GemmProblem, gpu, slabs: int, n: int, operands: OperandPla
         out[epilogue] = {**shared, "mma": t_mma, "l2": t_l2, "ring": t_ring, "dram_wait": t_wait, "epilogue": t_epilogue,
                          "fill": fill_time(p, gpu, block_i, n, units, dram_bound=dram_bound),
                          "arith": arith_time(p, gpu),
-                         "unit_mainloop": m_unit, "unit_epilogue": e_unit, "units_per_sm": per_sm}
+                         "unit_mainloop": m_unit, "unit_epilogue": e_unit, "units_per_sm": per_sm, "stages": depth}
     return out
 
 
@@ -948,7 +960,7 @@ def pingpong_candidates(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, 
     for slabs, n in pingpong_tiles(p, gpu, operands, n_max):
         kinds = pingpong_epilogues(p, operands, n, forced)
         for epilogue, t in pingpong_terms(p, gpu, slabs, n, operands, kinds).items():
-            if t["units_per_sm"] < min_units:
+            if t["units_per_sm"] < min_units or t["stages"] < PINGPONG_MIN_STAGES:
                 continue
             out.append((round(total_time(t) + contention(t), 12), slack(t), -slabs, -n, epilogue, t))
     return sorted(out, key=lambda c: c[:5])
@@ -991,6 +1003,8 @@ def pingpong_step(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, s: Sch
         blocker = pingpong_reasons["cluster"] + " (NOVA_CLUSTER forces one)"
     elif forced and opts.stream_k:
         blocker = pingpong_reasons["stream_k"] + " (NOVA_STREAM_K=1 forces it)"
+    elif k_tiles(p) < PINGPONG_MIN_STAGES:
+        blocker = pingpong_reasons["short_k"]
     elif forced:
         blocker = None                                  # forced: ping-pong's own (unsplit) tiles replace the pick
     elif opts.cluster not in (None, (1, 1)) or opts.stream_k:
@@ -1007,6 +1021,10 @@ def pingpong_step(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, s: Sch
     if not candidates and not blocker and not any(pingpong_epilogues(p, operands, n)
                                                   for _, n in pingpong_tiles(p, gpu, operands, n_max)):
         blocker = pingpong_reasons["partial"]
+    if not candidates and not blocker and all(pingpong_depth(p, gpu, WGMMA_M * k, n, e) < PINGPONG_MIN_STAGES
+                                              for k, n in pingpong_tiles(p, gpu, operands, n_max)
+                                              for e in pingpong_epilogues(p, operands, n, bool(forced))):
+        blocker = pingpong_reasons["shallow"]
     if not candidates and not blocker:
         blocker = ("not possible: no warpgroup tile both fits the registers and gives a CTA two units to "
                    "alternate" if pingpong_tiles(p, gpu, operands, n_max) else

@@ -77,10 +77,11 @@ import zlib
 from nova.kernels.gemm.cost import cdiv, predict
 from nova.kernels.gemm.ampere import (F as AMPERE, FRAG_A_REGS, FRAG_B_REGS, LINE_BYTES, OVERHEAD_REGS, PLAIN_COPY_REGS, copy_vector, check_schedule, smem_tiles)
 from nova.kernels.gemm.configure import configure
-from nova.kernels.gemm.hopper import (CLUSTER_SHAPES, MAX_CONSUMER_WARPGROUPS, F as HOPPER, SPLIT_TRIES, WGMMA_M,
-                                      accumulators_fit, cluster_blocker, cluster_extents, configure_tiles,
-                                      consumer_regs, epilogues, operand_plan, pingpong_ring_cap, pingpong_tiles,
-                                      predict_hopper, raster_groups, split_reductions, splits_may_pay, staging_bytes,
+from nova.kernels.gemm.hopper import (CLUSTER_SHAPES, MAX_CONSUMER_WARPGROUPS, PINGPONG_MIN_STAGES, F as HOPPER,
+                                      SPLIT_TRIES, WGMMA_M, accumulators_fit, cluster_blocker, cluster_extents,
+                                      configure_tiles, consumer_regs, epilogues, operand_plan, pingpong_ring_cap,
+                                      pingpong_tiles, predict_hopper, raster_groups, split_reductions, splits_may_pay,
+                                      staging_bytes,
                                       stream_k_blocker, stream_k_plan, stream_k_registers_fit,
                                       target_cluster_blocker, wgmma_schedule, wide_consumers_fit)
 from nova.kernels.gemm.problem import GemmProblem
@@ -337,9 +338,9 @@ def _wgmma_space(p: GemmProblem, gpu: GPUModel, pick: Schedule, operands, rows: 
 
 def pingpong_space(p: GemmProblem, gpu: GPUModel, operands, pick: Schedule) -> list[Schedule]:
     """Ping-pong schedules (hopper.py's consumers step): each of ``pingpong_tiles`` (slabs x N) with
-    every epilogue ``epilogues`` allows, split 1, persistent, 1x1, stages 2 .. what the shared memory
-    holds and no more than a unit's K tiles (``hopper.pingpong_ring_cap``), group_m as for the
-    cooperative tiles."""
+    every epilogue ``epilogues`` allows, split 1, persistent, 1x1, stages ``PINGPONG_MIN_STAGES`` .. what
+    the shared memory holds and no more than a unit's K tiles (``hopper.pingpong_ring_cap``), group_m as
+    for the cooperative tiles."""
     rows, cols = (p.N, p.M) if operands.swap else (p.M, p.N)
     n_max = gpu.mma_shapes["wgmma"][p.dtype][1]
     out = []
@@ -350,7 +351,7 @@ def pingpong_space(p: GemmProblem, gpu: GPUModel, operands, pick: Schedule) -> l
             max_stages = int(HOPPER.stages(smem_per_block=gpu.smem_per_block, block_m=tile_rows, N=n,
                                            staging=staging_bytes(2, epilogue)))
             deepest = min(max_stages, pingpong_ring_cap(p))               # a unit's K tiles at most
-            for stages, group_m in itertools.product(range(2, deepest + 1), groups):
+            for stages, group_m in itertools.product(range(PINGPONG_MIN_STAGES, deepest + 1), groups):
                 s = wgmma_schedule(p, gpu, operands, 2, n, 1, stages, group_m, epilogue=epilogue, pingpong=slabs)
                 if not check_schedule(p, s, gpu):
                     out.append(s)
