@@ -20,8 +20,11 @@ def lower_and_assemble(mlir_text: str, arch: str, kernel: str, where: str, *, cu
     """Lower ``mlir_text`` to PTX and, when ``cubin`` and ``ptxas`` is on PATH, assemble ``kernel``.
 
     Returns ``(ptx, binary, resources, ptxas_version)``; ``binary`` and ``ptxas_version`` are None
-    when nothing was assembled.  A failure raises :class:`CodegenError` naming ``where``."""
-    from nova.codegen import ptxas
+    when nothing was assembled.  A failure raises :class:`CodegenError` naming ``where``.  A kernel
+    with wgmma instructions is also read back from its SASS where ``nvdisasm`` is available:
+    ``resources["descriptor_hazards"]`` lists the wgmma descriptor words ptxas left unwritten
+    (``sass.descriptor_hazards``; [] when none, absent when not checked)."""
+    from nova.codegen import ptxas, sass
     from nova.codegen.lower import to_ptx
     try:
         ptx = to_ptx(mlir_text, arch)
@@ -33,4 +36,6 @@ def lower_and_assemble(mlir_text: str, arch: str, kernel: str, where: str, *, cu
         binary, resources = ptxas.assemble(ptx, arch, kernel=kernel)
     except CodegenError as e:
         raise CodegenError(f"assembling {where} failed: {e}") from None
+    if "wgmma.mma_async" in ptx and sass.available():
+        resources["descriptor_hazards"] = sass.descriptor_hazards(sass.disassemble(binary))
     return ptx, binary, resources, ptxas.version()

@@ -10,6 +10,7 @@ the forward kernel.
 from __future__ import annotations
 
 from nova.codegen.artifact import KernelArtifact
+from nova.codegen.errors import CodegenError
 from nova.kernels import family
 from nova.kernels.attention.module import KERNEL_NAMES, build_module, kernel_arch, kernel_params
 from nova.kernels.attention.schedule import ROLES
@@ -37,6 +38,9 @@ def compile_kernel(problem, schedule, role: str, *, cubin: bool = True, watchdog
     arch = kernel_arch(schedule, role)
     ptx, binary, resources, ptxas_version = lower_and_assemble(text, arch, KERNEL_NAMES[role],
                                                                f"{role} of {problem.describe()}", cubin=cubin)
+    if resources.get("descriptor_hazards"):          # nvgpu.descriptor: the masked fields avoid this so far
+        raise CodegenError(f"{role} of {problem.describe()}: ptxas left wgmma descriptor words unwritten "
+                           f"({'; '.join(resources['descriptor_hazards'])}): no kernel built")
     meta = {"problem": problem.to_dict(), "schedule": schedule.to_dict(), "role": role, "mlir": MLIR_TOOLCHAIN,
             "pipeline": pipeline(arch)}
     if watchdog_ms:

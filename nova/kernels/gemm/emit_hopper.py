@@ -354,8 +354,10 @@ class _HopperKernel:
     widen_residual = GemmKernel.widen_residual
     operand_type = GemmKernel.operand_type
 
-    def __init__(self, p: GemmProblem, s: Schedule, wait_depth: int = 1, cluster_experiment: str | None = None):
+    def __init__(self, p: GemmProblem, s: Schedule, wait_depth: int = 1, cluster_experiment: str | None = None,
+                 masked_descriptors: bool = False):
         self.p, self.s = p, s
+        self.masked_descriptors = masked_descriptors
         self.ir = Ir(RESERVED_NAMES)
         self.ir.reserve("tmA", "tmB", "tmC", "pC", "tmP", "pP", "tile", "kp", "it", "acc", "itc", "ktp", "itp")
         self.T = p.storage
@@ -789,8 +791,8 @@ class _HopperKernel:
         if self.pingpong:
             self.order_setup()
 
-        def desc(op, enc):     # the sum: the ring slot's start ptxas bounds (nvgpu.descriptor says why)
-            return descriptor(ir, enc, his[op], as_fields=False)
+        def desc(op, enc):     # the sum, or the masked fields where ptxas dropped the sum's high word
+            return descriptor(ir, enc, his[op], as_fields=self.masked_descriptors)
 
         def release(it_prev):
             slot = ir.rem(it_prev, s.stages, "rel_slot")
@@ -1489,11 +1491,12 @@ class _HopperKernel:
 
 
 def build_hopper_module(problem: GemmProblem, schedule: Schedule, *, wait_depth: int = 1,
-                        cluster_experiment: str | None = None) -> str:
+                        cluster_experiment: str | None = None, masked_descriptors: bool = False) -> str:
     """MLIR text of the Hopper kernel (``wait_depth``: wgmma groups left in flight, and
-    ``cluster_experiment`` (CLUSTER_EXPERIMENTS), experiment knobs)."""
+    ``cluster_experiment`` (CLUSTER_EXPERIMENTS), experiment knobs).  ``masked_descriptors``: the wgmma
+    descriptors as masked fields, not the sum (``nvgpu.descriptor``; ``compile_hopper`` says when)."""
     check_supported(problem, schedule)
-    return _HopperKernel(problem, schedule, wait_depth, cluster_experiment).build()
+    return _HopperKernel(problem, schedule, wait_depth, cluster_experiment, masked_descriptors).build()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1732,7 +1735,7 @@ def compile_hopper(problem: GemmProblem, schedule: Schedule, *, cubin: bool = Tr
     epilogue it takes ``(tmap_a, tmap_b, tmap_c[, bias][, residual][, tmap_p])``; stream-K, ``(tmap_a, tmap_b, C, W[,
     bias])`` and a reduction kernel over the split tiles).  The runtime reads everything else
     (tensor maps, workspaces) from the schedule."""
-    from nova.codegen import MLIR_TOOLCHAIN, lower_and_assemble
+    from nova.codegen import MLIR_TOOLCHAIN, lower_and_assemble, sass
     from nova.codegen.artifact import KernelArtifact
     from nova.codegen.lower import pipeline
 
@@ -1742,8 +1745,25 @@ def compile_hopper(problem: GemmProblem, schedule: Schedule, *, cubin: bool = Tr
         return lower_and_assemble(text, ARCH, kernel, f"{where} [{kernel}]", cubin=cubin)
 
     s = schedule
-    ptx, binary, resources, ptxas_version = lower(build_hopper_module(problem, s, wait_depth=wait_depth,
-                                                                      cluster_experiment=cluster_experiment), KERNEL_NAME)
+
+    def main_kernel(masked: bool):
+        return lower(build_hopper_module(problem, s, wait_depth=wait_depth, cluster_experiment=cluster_experiment,
+                                         masked_descriptors=masked), KERNEL_NAME)
+
+    # The wgmma descriptors as the sum (the SASS the GEMMs were timed and calibrated on) where the SASS
+    # shows ptxas wrote every descriptor word; else as masked fields (nvgpu.descriptor): ptxas 13.0 left
+    # the sum's high word unwritten where LLVM hoisted a ring slot out of the unit loop (ping-pong rings
+    # of 8 stages for 4 K tiles and 2 for 1, the batched cooperative 256x512x512x64 bf16 NT): wrong
+    # results or illegal addresses on the H100 (bench/results/h100-2026-12-08/run128-h100).  Unchecked
+    # (no cubin, or no nvdisasm): the masked fields.
+    masked = not (cubin and sass.available())
+    ptx, binary, resources, ptxas_version = main_kernel(masked)
+    if resources.get("descriptor_hazards") and not masked:
+        masked = True
+        ptx, binary, resources, ptxas_version = main_kernel(masked)
+    if resources.get("descriptor_hazards"):
+        raise CodegenError(f"{where}: ptxas left wgmma descriptor words unwritten even as masked fields "
+                           f"({'; '.join(resources['descriptor_hazards'])}): no kernel built")
     preps = {}
     for op in ("a", "b"):
         pr = s.hopper.operands.role(op).prep
@@ -1755,7 +1775,8 @@ def compile_hopper(problem: GemmProblem, schedule: Schedule, *, cubin: bool = Tr
                                    smem_bytes=launch["smem_bytes"], params=("src", "dst"), cubin=pbin,
                                    resources=pres, meta={"prep": pr.to_dict()}).to_dict()
     meta = {"problem": problem.to_dict(), "schedule": s.to_dict(), "mlir": MLIR_TOOLCHAIN,
-            "pipeline": pipeline(ARCH), "prep_kernels": preps, "wait_depth": wait_depth}
+            "pipeline": pipeline(ARCH), "prep_kernels": preps, "wait_depth": wait_depth,
+            "descriptors": "masked fields" if masked else "sum"}
     if cluster_experiment:
         meta["cluster_experiment"] = cluster_experiment
     if s.split_workspace or s.stream_k:

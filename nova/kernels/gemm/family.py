@@ -18,7 +18,7 @@ from nova.runtime import cache as kernel_cache
 from nova.runtime.cache import CompilerUnavailableError, KernelCache
 
 NAME = "gemm"
-ABI = 17           # bump whenever the kernel ABI (arguments, layout, launch contract) or the generated code changes
+ABI = 18           # bump whenever the kernel ABI (arguments, layout, launch contract) or the generated code changes
 SKINNY_NAME = "gemm_skinny"
 SKINNY_ABI = 4     # the same for the skinny kernel (emit_skinny.py) and its launch (nova/runtime/skinny.py)
 

@@ -799,7 +799,7 @@ pingpong_reasons = {
     "warpgroups": "needs 2 consumer warpgroups (one computes while the other stores)",
     "short_k": (f"not with fewer than {PINGPONG_MIN_STAGES} K tiles a unit: ping-pong rings shallower than "
                 f"{PINGPONG_MIN_STAGES} stages or deeper than the K tiles computed wrong results on the H100 "
-                "(hopper.pingpong_ring_cap)"),
+                "(hopper.pingpong_ring_cap says why)"),
     "shallow": (f"not where the shared memory holds fewer than {PINGPONG_MIN_STAGES} ring stages beside the "
                 "staging (hopper.pingpong_ring_cap)"),
     "partial": ("not with C's rows off the 32-byte sector and no TMA store: one warpgroup's partial-sector "
@@ -808,15 +808,18 @@ pingpong_reasons = {
 
 
 def pingpong_ring_cap(p: GemmProblem) -> int:
-    """The deepest ring a ping-pong kernel is built with: a unit's K tiles.  Measured, not derived (the
-    cause is not found): on the H100 every ping-pong kernel whose ring was deeper than its K tiles and
-    was checked against float64 came out wrong or faulted -- 8 stages for 4 K tiles (TMA store; every
-    tile wrong, batched or not: bench/results/h100-2026-12-07/run124-h100, run126-h100, and the oracle's
-    1024x1024x256 in run128-h100) and 2 stages for 1 K tile (the register epilogue: 4000x4004x64 wrong,
-    1023x1025x40 an illegal address, run128-h100) -- while every one with ``PINGPONG_MIN_STAGES`` or more
-    stages and no more than its K tiles was right (4 stages for 4, 8 for 8, 9, 32; run 128's variants
-    and the oracle's candidates).  So ping-pong needs at least ``PINGPONG_MIN_STAGES`` K tiles
-    (``pingpong_blocker``) and a ring of ``PINGPONG_MIN_STAGES`` .. K tiles stages."""
+    """The deepest ring a ping-pong kernel is built with: a unit's K tiles.  Measured on the H100:
+    ping-pong kernels with 8 stages for 4 K tiles (TMA store; every tile wrong, batched or not, or an
+    illegal address: bench/results/h100-2026-12-07/run124-h100, run126-h100, the oracle's 1024x1024x256
+    in h100-2026-12-08/run128-h100) and 2 stages for 1 K tile (the register epilogue: 4000x4004x64
+    wrong, 1023x1025x40 an illegal address, run128-h100) came out wrong, while every one with
+    ``PINGPONG_MIN_STAGES`` up to its K tiles stages was right (4 for 4, 8 for 8, 9, 32).  The cause,
+    found in their SASS afterwards: LLVM hoisted the ring slot of a unit's K tile out of the unit loop
+    (a warpgroup's slots repeat from unit to unit for those rings), and ptxas 13.0 then left the
+    wgmma descriptors' high word unwritten (``nova/codegen/sass.py``); ``compile_hopper`` now reads
+    every kernel's SASS back and builds such a kernel's descriptors as masked fields.  These bounds
+    stay until kernels built so are checked right on a GPU (``bench/probes/batched_pingpong.py``'s
+    RINGS)."""
     return k_tiles(p)
 
 
