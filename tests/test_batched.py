@@ -352,3 +352,13 @@ def test_tensor_map_l2_promotion_follows_the_row_pitch(monkeypatch):
     monkeypatch.setenv("NOVA_TMA_L2_PROMOTION", "256")
     with pytest.raises(OptionError, match="NOVA_TMA_L2_PROMOTION='256'"):
         tma.encode_tiled_2d(0x10000, "bf16", 3072, 3072, 64, 64)
+
+
+@pytest.mark.parametrize("target", ["h100", "h200"])
+def test_the_gpu_tests_batched_tma_store_cases_are_the_configurators(target):
+    """tests/test_runtime_gpu.py's BATCHED_TMA_STORE_CASES (checked there on a GPU) are the batched cases
+    the configurator gives the TMA store (ping-pong picks choose their own epilogue)."""
+    from test_runtime_gpu import BATCHED_CASES, BATCHED_TMA_STORE_CASES, STRIDED_CASES, batched_id, batched_problem
+    for case in BATCHED_CASES + STRIDED_CASES:
+        s = configure(batched_problem(case), target).schedule
+        assert s.hopper.tma_store == (case in BATCHED_TMA_STORE_CASES) or s.pingpong, batched_id(case)

@@ -186,7 +186,7 @@ BATCHED_CASES = [
     (3, 256, 256, 8192, "bf16", True, False, False, "none", None),      # deep K: unbatched it would split
     (3, 64, 1024, 4096, "fp16", False, False, False, "none", None),
 ]
-BATCHED_TMA_STORE_CASES = [BATCHED_CASES[i] for i in (8, 14, 15, 16, 17)]
+BATCHED_TMA_STORE_CASES = [BATCHED_CASES[i] for i in (1, 8, 14, 15, 16, 17)]
 # Strided batches: (batch, M, N, K, dtype, trans_a, trans_b, (pad_a, pad_b, pad_c)): each operand's
 # matrices ``pad`` elements apart beyond packed (an odd pad: a stride TMA cannot use, so Hopper preps
 # that operand; the mma.sync kernel narrows its vectors)
