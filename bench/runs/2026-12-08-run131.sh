@@ -1,5 +1,5 @@
 #!/bin/bash
-# Device run 131 (any card), the branch `pingpong-rings`: ping-pong rings as deep as the shared memory
+# Device run 131 (any card), from a checkout of the branch `pingpong-rings`: ping-pong rings as deep as the shared memory
 # holds again (run 130 found the once-wrong rings right when built with masked descriptors, which the
 # compile now picks from the SASS).  tests/test_runtime_gpu.py whole: its ping-pong cases at 1 K tile
 # (2-7 stages), the 17x300x200x256 64x64 TMA-store one at 8 stages, the f32 4096x4096x128.
