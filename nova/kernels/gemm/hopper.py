@@ -817,9 +817,9 @@ def pingpong_ring_cap(p: GemmProblem) -> int:
     found in their SASS afterwards: LLVM hoisted the ring slot of a unit's K tile out of the unit loop
     (a warpgroup's slots repeat from unit to unit for those rings), and ptxas 13.0 then left the
     wgmma descriptors' high word unwritten (``nova/codegen/sass.py``); ``compile_hopper`` now reads
-    every kernel's SASS back and builds such a kernel's descriptors as masked fields.  These bounds
-    stay until kernels built so are checked right on a GPU (``bench/probes/batched_pingpong.py``'s
-    RINGS)."""
+    every kernel's SASS back and builds such a kernel's descriptors as masked fields, and built so the
+    rings above ran right (``bench/probes/batched_pingpong.py``'s RINGS, h100-2026-12-08/run130-h100).
+    The bounds stay until the GPU tests run on rings outside them."""
     return k_tiles(p)
 
 
@@ -1024,13 +1024,14 @@ def pingpong_step(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, s: Sch
     if not candidates and not blocker and not any(pingpong_epilogues(p, operands, n)
                                                   for _, n in pingpong_tiles(p, gpu, operands, n_max)):
         blocker = pingpong_reasons["partial"]
-    if not candidates and not blocker and all(pingpong_depth(p, gpu, WGMMA_M * k, n, e) < PINGPONG_MIN_STAGES
-                                              for k, n in pingpong_tiles(p, gpu, operands, n_max)
-                                              for e in pingpong_epilogues(p, operands, n, bool(forced))):
+    tiles = pingpong_tiles(p, gpu, operands, n_max)
+    shallow = all(pingpong_depth(p, gpu, WGMMA_M * k, n, e) < PINGPONG_MIN_STAGES
+                  for k, n in tiles for e in pingpong_epilogues(p, operands, n, bool(forced)))
+    if not candidates and not blocker and tiles and shallow:
         blocker = pingpong_reasons["shallow"]
     if not candidates and not blocker:
         blocker = ("not possible: no warpgroup tile both fits the registers and gives a CTA two units to "
-                   "alternate" if pingpong_tiles(p, gpu, operands, n_max) else
+                   "alternate" if tiles else
                    f"not possible: no warpgroup tile's accumulators fit {consumer_regs(gpu.regs_per_sm, 2)} registers")
     if forced and blocker:
         setting = "1" if forced is True else f"{WGMMA_M * forced[0]}x{forced[1]}"
