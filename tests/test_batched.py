@@ -338,7 +338,7 @@ def test_tensor_map_l2_promotion_follows_the_row_pitch(monkeypatch):
     """A GEMM operand's map promotes 256 B where its base and strides are whole 128-byte lines, else 128 B
     (BF16 3000^3's 6000-byte rows: 112.6 -> 97.7 us on the H200, bench/results/h200-2026-12-01/h/call8); attention's maps keep 256 B;
     NOVA_TMA_L2_PROMOTION overrides every map, and a bad value is one clear error."""
-    from nova.runtime import driver, tma
+    from nova.runtime import tma
     seen = []
     monkeypatch.setattr(tma, "_encode_fn", lambda: lambda *args: seen.append(args[10]) or 0)
     tma.encode_tiled_2d(0x10000, "bf16", 3072, 3072, 64, 64)          # 6144-byte rows
