@@ -65,3 +65,16 @@ def test_hazards_name_the_unwritten_register():
         line])
     assert sass.descriptor_hazards(sass_text) == ["HGMMA descriptor register UR19 never written"]
     assert sass.descriptor_hazards(sass_text.replace("UIADD3 UR18", "UIADD3.64 UR18")) == []
+
+
+def test_a_failing_nvdisasm_is_one_clear_error(monkeypatch):
+    """nvdisasm present but failing: the compile names the kernel and the cause in one line."""
+    from nova.codegen import CodegenError
+
+    def broken(cubin):
+        raise RuntimeError("nvdisasm failed: exit status 1")
+    monkeypatch.setattr(sass, "disassemble", broken)
+    p = GemmProblem(1024, 1024, 1024, "bf16")
+    with pytest.raises(CodegenError, match="reading back .* SASS failed: nvdisasm failed") as err:
+        compile_gemm(p, configure(p, "h200").schedule)
+    assert "\n" not in str(err.value)

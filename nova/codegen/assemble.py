@@ -2,6 +2,8 @@
 builder starts with.  MLIR and ptxas are imported only inside the functions."""
 from __future__ import annotations
 
+import subprocess
+
 from nova.codegen.errors import CodegenError
 
 MLIR_TOOLCHAIN = "xtc-mlir-python-bindings==22.1.8.4"
@@ -37,5 +39,8 @@ def lower_and_assemble(mlir_text: str, arch: str, kernel: str, where: str, *, cu
     except CodegenError as e:
         raise CodegenError(f"assembling {where} failed: {e}") from None
     if "wgmma.mma_async" in ptx and sass.available():
-        resources["descriptor_hazards"] = sass.descriptor_hazards(sass.disassemble(binary))
+        try:
+            resources["descriptor_hazards"] = sass.descriptor_hazards(sass.disassemble(binary))
+        except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+            raise CodegenError(f"reading back {where}'s SASS failed: {e}") from None
     return ptx, binary, resources, ptxas.version()

@@ -53,7 +53,8 @@ def disassemble(cubin: bytes) -> str:
         path.write_bytes(cubin)
         run = subprocess.run([nvdisasm(), str(path)], capture_output=True, text=True, timeout=120)
     if run.returncode:
-        raise RuntimeError(f"nvdisasm failed: {run.stderr.strip().splitlines()[-1] if run.stderr.strip() else run.returncode}")
+        why = run.stderr.strip().splitlines()[-1] if run.stderr.strip() else f"exit status {run.returncode}"
+        raise RuntimeError(f"nvdisasm failed: {why}")
     return run.stdout
 
 
