@@ -16,8 +16,8 @@ from nova.configurator import GemmProblem, configure
 from nova.hwmodel import get_target
 from nova.kernels.gemm import hopper
 from nova.kernels.gemm.emit_hopper import build_hopper_module, check_supported
-from nova.kernels.gemm.hopper import (PINGPONG_MIN_STAGES, k_tiles, operand_plan, pingpong_depth, pingpong_ring_cap, pingpong_terms, ring_depth,
-                                      staging_bytes, total_time, wgmma_schedule)
+from nova.kernels.gemm.hopper import (PINGPONG_MIN_STAGES, k_tiles, operand_plan, pingpong_depth, pingpong_ring_cap,
+                                      pingpong_terms, ring_depth, staging_bytes, total_time, wgmma_schedule)
 from nova.kernels.gemm.problem import ProblemError
 from nova.kernels.gemm.schedule import Schedule
 from nova.kernels.gemm.space import enumerate_schedules

@@ -86,3 +86,8 @@ def descriptor_hazards(sass: str) -> list[str]:
             first = int(m.group(1))
             unwritten |= {r for r in range(first, first + 4) if r not in written}
     return [f"HGMMA descriptor register UR{r} never written" for r in sorted(unwritten)]
+
+
+def refusal(where: str, hazards: list[str]) -> str:
+    """The one-line error of a kernel refused for ``hazards`` (``descriptor_hazards``)."""
+    return f"{where}: ptxas left wgmma descriptor words unwritten ({'; '.join(hazards)}): no kernel built"

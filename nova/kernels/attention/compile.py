@@ -9,6 +9,7 @@ the forward kernel.
 """
 from __future__ import annotations
 
+from nova.codegen import sass
 from nova.codegen.artifact import KernelArtifact
 from nova.codegen.errors import CodegenError
 from nova.kernels import family
@@ -39,8 +40,7 @@ def compile_kernel(problem, schedule, role: str, *, cubin: bool = True, watchdog
     ptx, binary, resources, ptxas_version = lower_and_assemble(text, arch, KERNEL_NAMES[role],
                                                                f"{role} of {problem.describe()}", cubin=cubin)
     if resources.get("descriptor_hazards"):          # nvgpu.descriptor: the masked fields avoid this so far
-        raise CodegenError(f"{role} of {problem.describe()}: ptxas left wgmma descriptor words unwritten "
-                           f"({'; '.join(resources['descriptor_hazards'])}): no kernel built")
+        raise CodegenError(sass.refusal(f"{role} of {problem.describe()}", resources["descriptor_hazards"]))
     meta = {"problem": problem.to_dict(), "schedule": schedule.to_dict(), "role": role, "mlir": MLIR_TOOLCHAIN,
             "pipeline": pipeline(arch)}
     if watchdog_ms:

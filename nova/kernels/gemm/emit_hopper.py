@@ -1753,17 +1753,16 @@ def compile_hopper(problem: GemmProblem, schedule: Schedule, *, cubin: bool = Tr
     # The wgmma descriptors as the sum (the SASS the GEMMs were timed and calibrated on) where the SASS
     # shows ptxas wrote every descriptor word; else as masked fields (nvgpu.descriptor): ptxas 13.0 left
     # the sum's high word unwritten where LLVM hoisted a ring slot out of the unit loop (ping-pong rings
-    # of 8 stages for 4 K tiles and 2 for 1, the batched cooperative 256x512x512x64 bf16 NT): wrong
-    # results or illegal addresses on the H100 (bench/results/h100-2026-12-08/run128-h100).  Unchecked
-    # (no cubin, or no nvdisasm): the masked fields.
+    # of 8 stages for 4 K tiles and 2 for 1, among them the batched 256x512x512x64 bf16 NT's 2-stage
+    # pick): wrong results or illegal addresses on the H100 (bench/results/h100-2026-12-08/run128-h100).
+    # Unchecked (no cubin, or no nvdisasm): the masked fields.
     masked = not (cubin and sass.available())
     ptx, binary, resources, ptxas_version = main_kernel(masked)
     if resources.get("descriptor_hazards") and not masked:
         masked = True
         ptx, binary, resources, ptxas_version = main_kernel(masked)
     if resources.get("descriptor_hazards"):
-        raise CodegenError(f"{where}: ptxas left wgmma descriptor words unwritten even as masked fields "
-                           f"({'; '.join(resources['descriptor_hazards'])}): no kernel built")
+        raise CodegenError(sass.refusal(f"{where} (its descriptors as masked fields)", resources["descriptor_hazards"]))
     preps = {}
     for op in ("a", "b"):
         pr = s.hopper.operands.role(op).prep

@@ -1006,8 +1006,8 @@ def pingpong_step(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, s: Sch
         blocker = pingpong_reasons["cluster"] + " (NOVA_CLUSTER forces one)"
     elif forced and opts.stream_k:
         blocker = pingpong_reasons["stream_k"] + " (NOVA_STREAM_K=1 forces it)"
-    elif k_tiles(p) < PINGPONG_MIN_STAGES:
-        blocker = pingpong_reasons["short_k"]
+    elif why := pingpong_blocker(p, 2):                 # ping-pong's own tiles: 2 warpgroups, unsplit
+        blocker = why
     elif forced:
         blocker = None                                  # forced: ping-pong's own (unsplit) tiles replace the pick
     elif opts.cluster not in (None, (1, 1)) or opts.stream_k:
@@ -1021,13 +1021,12 @@ def pingpong_step(p: GemmProblem, gpu, operands: OperandPlan, n_max: int, s: Sch
             blocker = (f"not possible on a {WGMMA_M * forced[0]}x{forced[1]} warpgroup tile: the tiles its registers "
                        f"and extents allow are " + (", ".join(f"{WGMMA_M * k}x{n}" for k, n in
                                                               pingpong_tiles(p, gpu, operands, n_max)) or "none"))
-    if not candidates and not blocker and not any(pingpong_epilogues(p, operands, n)
-                                                  for _, n in pingpong_tiles(p, gpu, operands, n_max)):
-        blocker = pingpong_reasons["partial"]
     tiles = pingpong_tiles(p, gpu, operands, n_max)
-    shallow = all(pingpong_depth(p, gpu, WGMMA_M * k, n, e) < PINGPONG_MIN_STAGES
-                  for k, n in tiles for e in pingpong_epilogues(p, operands, n, bool(forced)))
-    if not candidates and not blocker and tiles and shallow:
+    if not candidates and not blocker and not any(pingpong_epilogues(p, operands, n) for _, n in tiles):
+        blocker = pingpong_reasons["partial"]
+    if not candidates and not blocker and tiles and all(
+            pingpong_depth(p, gpu, WGMMA_M * k, n, e) < PINGPONG_MIN_STAGES
+            for k, n in tiles for e in pingpong_epilogues(p, operands, n, bool(forced))):
         blocker = pingpong_reasons["shallow"]
     if not candidates and not blocker:
         blocker = ("not possible: no warpgroup tile both fits the registers and gives a CTA two units to "

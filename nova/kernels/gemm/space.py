@@ -81,8 +81,7 @@ from nova.kernels.gemm.hopper import (CLUSTER_SHAPES, MAX_CONSUMER_WARPGROUPS, P
                                       SPLIT_TRIES, WGMMA_M, accumulators_fit, cluster_blocker, cluster_extents,
                                       configure_tiles, consumer_regs, epilogues, operand_plan, pingpong_ring_cap,
                                       pingpong_tiles, predict_hopper, raster_groups, split_reductions, splits_may_pay,
-                                      staging_bytes,
-                                      stream_k_blocker, stream_k_plan, stream_k_registers_fit,
+                                      staging_bytes, stream_k_blocker, stream_k_plan, stream_k_registers_fit,
                                       target_cluster_blocker, wgmma_schedule, wide_consumers_fit)
 from nova.kernels.gemm.problem import GemmProblem
 from nova.configurator.derivation import NullDerivation
